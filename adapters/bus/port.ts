@@ -1,0 +1,52 @@
+/**
+ * The bus port: at-least-once delivery of events between services. The JetStream adapter is the
+ * distributed engine; the in-process adapter serves the embedded single-process deployment.
+ */
+export interface Bus {
+  readonly kind: 'memory' | 'nats';
+  /** Publishes and resolves once the bus has acknowledged (persisted) the message. */
+  publish(subject: string, payload: Uint8Array, options: { msgId: string }): Promise<PublishAck>;
+  /**
+   * Starts (or resumes) a durable consumer. Messages are handled one at a time per consumer in
+   * subject order unless `maxInFlight` > 1; the handler must ack, nak (with an optional delay)
+   * or term every message it receives. A handler that throws gets a nak with the default delay.
+   */
+  consume(options: ConsumeOptions, handler: (message: BusMessage) => Promise<void>): Promise<Consumer>;
+  health(): Promise<{ ok: boolean; detail?: string }>;
+  close(): Promise<void>;
+}
+
+export interface PublishAck {
+  /** True when the bus recognised the msgId as a duplicate and stored nothing. */
+  duplicate: boolean;
+  sequence: number;
+}
+
+export interface ConsumeOptions {
+  /** Durable name: a restarted consumer with the same name resumes where it left off. */
+  durable: string;
+  /** Subject filter, NATS wildcard syntax (`*`, `>`). */
+  filterSubject: string;
+  /** How long an unacknowledged message waits before redelivery. */
+  ackWaitMs?: number;
+  maxInFlight?: number;
+  /** Delay before redelivering a message whose handler threw. */
+  defaultNakDelayMs?: number;
+}
+
+export interface BusMessage {
+  readonly subject: string;
+  readonly msgId: string;
+  readonly data: Uint8Array;
+  /** 1 on first delivery, then 2, 3, ... */
+  readonly deliveryCount: number;
+  ack(): Promise<void>;
+  /** Ask for redelivery, after `delayMs` when given. */
+  nak(delayMs?: number): void;
+  /** Never redeliver this message. */
+  term(): void;
+}
+
+export interface Consumer {
+  stop(): Promise<void>;
+}

@@ -1,0 +1,37 @@
+/**
+ * The cache/quota port. Its primitives are atomic on every adapter, so quota checks cannot
+ * be raced by concurrent requests or replicas. All keys live under the adapter's prefix.
+ */
+export interface Cache {
+  readonly kind: 'memory' | 'redis';
+  get(key: string): Promise<string | null>;
+  set(key: string, value: string, options?: { ttlMs?: number }): Promise<void>;
+  /** Sets only when absent; true when this call set it. */
+  setIfAbsent(key: string, value: string, options?: { ttlMs?: number }): Promise<boolean>;
+  delete(key: string): Promise<void>;
+  /**
+   * Atomically checks every window and, only if all have room, adds `amount` to each.
+   * A window's counter expires at `expiresAt` (Unix ms). Returns each window's count after the
+   * call (unchanged when refused) and whether the debit happened.
+   */
+  debitWindows(windows: QuotaWindow[], amount: number): Promise<DebitResult>;
+  /** Reads the counters of the given windows without changing them. */
+  readWindows(keys: string[]): Promise<number[]>;
+  /** Sets counters outright (used when rebuilding the quota projection from events). */
+  setWindows(windows: { key: string; count: number; expiresAt: number }[]): Promise<void>;
+  health(): Promise<{ ok: boolean; detail?: string }>;
+  close(): Promise<void>;
+}
+
+export interface QuotaWindow {
+  key: string;
+  limit: number;
+  expiresAt: number;
+}
+
+export interface DebitResult {
+  ok: boolean;
+  counts: number[];
+  /** Index of the first window that had no room, when refused. */
+  refusedBy: number | null;
+}

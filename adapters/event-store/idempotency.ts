@@ -1,0 +1,29 @@
+import type { AppendResult, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
+import { IdempotencyConflictError } from './port.ts';
+
+/**
+ * When the first event's id is already stored in this stream, the append is a retry: it is
+ * idempotent only if every event id matches the same consecutive run that was written before.
+ * Returns the original result then, null when this is a fresh append.
+ */
+export function findIdempotentAppend(
+  stream: string,
+  events: NewEvent[],
+  lookup: (id: string) => RecordedEvent | undefined,
+): AppendResult | null {
+  const firstId = events[0]?.id;
+  if (!firstId) return null;
+  const first = lookup(firstId);
+  if (!first) return null;
+  if (first.stream !== stream) throw new IdempotencyConflictError(stream, firstId);
+  let last = first;
+  for (let i = 1; i < events.length; i++) {
+    const id = events[i]!.id;
+    const found = id ? lookup(id) : undefined;
+    if (!found || found.stream !== stream || found.revision !== first.revision + i) {
+      throw new IdempotencyConflictError(stream, id ?? '(no id)');
+    }
+    last = found;
+  }
+  return { nextRevision: last.revision, position: last.position };
+}

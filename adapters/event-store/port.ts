@@ -1,0 +1,77 @@
+import type { AppendResult, ExpectedRevision, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
+
+/**
+ * The event store port. Every adapter (memory, LMDB, KurrentDB) passes the same contract suite
+ * in `contract.ts`.
+ */
+export interface EventStore {
+  readonly kind: 'memory' | 'lmdb' | 'kurrentdb';
+
+  /**
+   * Appends atomically: all events or none. Throws WrongExpectedRevisionError when the stream's
+   * revision does not match. Re-appending events whose ids are already the stream's events is
+   * idempotent: nothing is written and the original result is returned.
+   */
+  append(stream: string, events: NewEvent[], options?: { expectedRevision?: ExpectedRevision }): Promise<AppendResult>;
+
+  /** Events of one stream in revision order; empty when the stream does not exist. */
+  readStream(stream: string, options?: { fromRevision?: number; maxCount?: number }): Promise<RecordedEvent[]>;
+
+  /** Events of all streams with position > `after` (default 0), in position order. */
+  readAll(options?: { after?: number; maxCount?: number }): Promise<RecordedEvent[]>;
+
+  /**
+   * Catch-up then live: yields every event with position > `after`, in order, with none lost
+   * or doubled, until the subscription is closed.
+   */
+  subscribeToAll(options?: { after?: number }): Subscription;
+
+  /** Current revision of a stream, or null when it does not exist. */
+  streamRevision(stream: string): Promise<number | null>;
+
+  /** Position of the last event in the store (0 when empty). */
+  headPosition(): Promise<number>;
+
+  health(): Promise<HealthReport>;
+  close(): Promise<void>;
+}
+
+export interface Subscription extends AsyncIterable<RecordedEvent> {
+  close(): Promise<void>;
+}
+
+export interface HealthReport {
+  ok: boolean;
+  detail?: string;
+}
+
+export class WrongExpectedRevisionError extends Error {
+  override readonly name = 'WrongExpectedRevisionError';
+  constructor(
+    readonly stream: string,
+    readonly expected: ExpectedRevision,
+    readonly actual: number | null,
+  ) {
+    super(`stream ${stream}: expected revision ${String(expected)}, actual ${actual === null ? 'no stream' : actual}`);
+  }
+}
+
+/** A re-append that reuses some but not all event ids of an earlier append. */
+export class IdempotencyConflictError extends Error {
+  override readonly name = 'IdempotencyConflictError';
+  constructor(
+    readonly stream: string,
+    readonly eventId: string,
+  ) {
+    super(`stream ${stream}: event ${eventId} was already appended in a different batch`);
+  }
+}
+
+export function checkExpected(stream: string, expected: ExpectedRevision, actual: number | null): void {
+  const ok =
+    expected === 'any' ||
+    (expected === 'no_stream' && actual === null) ||
+    (expected === 'stream_exists' && actual !== null) ||
+    (typeof expected === 'number' && actual === expected);
+  if (!ok) throw new WrongExpectedRevisionError(stream, expected, actual);
+}

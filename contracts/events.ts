@@ -1,0 +1,220 @@
+import { z } from 'zod';
+import type { NewEvent, RecordedEvent } from './envelope.ts';
+import { Call, Exchange, FeedKind, Regime, Timeframe } from './market.ts';
+
+/**
+ * The event catalog: every fact the service records. Later issues may add optional fields to
+ * a payload; they never change the envelope (contracts/envelope.ts) or remove a field, because
+ * old events are replayed forever.
+ */
+
+/** Money is integer atomic units (USDC: 6 decimals), carried as a decimal string. */
+const AtomicAmount = z.string().regex(/^\d+$/, 'atomic units, a non-negative integer string');
+const Hex = z.string().regex(/^0x[0-9a-fA-F]*$/);
+const IsoTime = z.iso.datetime();
+
+const MarketFields = {
+  exchange: Exchange,
+  coin: z.string().min(1).max(20),
+  timeframe: Timeframe,
+};
+
+export const VerdictRecorded = z.object({
+  ...MarketFields,
+  call: Call,
+  confidence: z.number().int().min(0).max(100),
+  /** Raw composite score in [-1, 1] before calibration. */
+  score: z.number().min(-1).max(1),
+  regime: Regime,
+  price: z.number().positive(),
+  /** Close time (Unix ms) of the last closed candle the verdict used. */
+  candleCloseTime: z.number().int(),
+  feed: FeedKind,
+  engineVersion: z.string(),
+  /** Summary of the inputs: indicator readings, votes, funding, basis. */
+  inputs: z.record(z.string(), z.union([z.number(), z.string(), z.boolean(), z.null()])),
+  /** sha256 over the canonical verdict content plus prevHash: a per-market hash chain. */
+  hash: z.string().regex(/^[0-9a-f]{64}$/),
+  prevHash: z.string().regex(/^[0-9a-f]{64}$/).nullable(),
+  /** What produced it: a customer call or the scheduler. */
+  trigger: z.enum(['request', 'schedule']),
+});
+
+export const RegimeShifted = z.object({
+  ...MarketFields,
+  from: Regime,
+  to: Regime,
+  confidence: z.number().int().min(0).max(100),
+  price: z.number().positive(),
+  candleCloseTime: z.number().int(),
+  feed: FeedKind,
+  verdictEventId: z.uuid(),
+});
+
+const PaymentRef = {
+  /** ERC-3009 authorisation nonce (bytes32 hex); the payment stream is `payment-<nonce>`. */
+  nonce: Hex,
+  network: z.string(),
+  asset: Hex,
+};
+
+export const PaymentAuthorized = z.object({
+  ...PaymentRef,
+  payer: Hex,
+  payTo: Hex,
+  amount: AtomicAmount,
+  resource: z.string(),
+  x402Version: z.union([z.literal(1), z.literal(2)]),
+  validAfter: z.string(),
+  validBefore: z.string(),
+  requestId: z.string(),
+});
+export const PaymentSettlementPending = z.object({ ...PaymentRef, submittedAt: IsoTime, txHash: Hex.optional() });
+export const PaymentSettled = z.object({ ...PaymentRef, payer: Hex, amount: AtomicAmount, txHash: Hex });
+export const PaymentSettlementFailed = z.object({ ...PaymentRef, reason: z.string() });
+export const PaymentReleased = z.object({ ...PaymentRef, reason: z.string() });
+
+export const Plan = z.enum(['free', 'starter', 'pro']);
+export type Plan = z.infer<typeof Plan>;
+
+export const QuotaDebited = z.object({
+  /** Hash of the API key, or of the anonymous client's address. */
+  subject: z.string(),
+  subjectKind: z.enum(['key', 'anonymous']),
+  plan: Plan,
+  tool: z.string(),
+  units: z.number().int().positive(),
+  /** UTC day (YYYY-MM-DD) and month (YYYY-MM) the debit counts against. */
+  day: z.string().regex(/^\d{4}-\d{2}-\d{2}$/),
+  month: z.string().regex(/^\d{4}-\d{2}$/),
+  requestId: z.string(),
+});
+
+export const ApiKeyIssued = z.object({
+  keyId: z.string(),
+  /** sha256 of the key; the key itself is never stored. */
+  keyHash: z.string().regex(/^[0-9a-f]{64}$/),
+  prefix: z.string(),
+  plan: Plan,
+  owner: z.string(),
+  via: z.enum(['operator', 'siwe']),
+});
+export const ApiKeyPlanChanged = z.object({ keyId: z.string(), from: Plan, to: Plan });
+export const ApiKeyRevoked = z.object({ keyId: z.string(), reason: z.string() });
+
+export const WebhookEventType = z.enum(['trade_call', 'regime_shift', 'scan_digest']);
+
+/** AES-256-GCM ciphertext of a subscription secret; the master key never enters the log. */
+export const EncryptedSecret = z.object({
+  keyVersion: z.string(),
+  iv: z.string(),
+  tag: z.string(),
+  ciphertext: z.string(),
+});
+
+export const SubscriptionCreated = z.object({
+  subscriptionId: z.string(),
+  keyId: z.string(),
+  url: z.url(),
+  events: z.array(WebhookEventType).min(1),
+  timeframes: z.array(Timeframe).optional(),
+  assets: z.array(z.string()).optional(),
+  minConfidence: z.number().int().min(0).max(100).optional(),
+  timeframe: Timeframe.optional(),
+  exchange: Exchange.optional(),
+  topN: z.number().int().min(1).max(100).optional(),
+  cadence: z.enum(['1h', '4h', '1d']).optional(),
+  secret: EncryptedSecret,
+});
+export const SubscriptionDeleted = z.object({ subscriptionId: z.string(), keyId: z.string() });
+export const SubscriptionDisabled = z.object({
+  subscriptionId: z.string(),
+  reason: z.string(),
+  consecutiveFailures: z.number().int().nonnegative(),
+});
+export const SubscriptionReEnabled = z.object({
+  subscriptionId: z.string(),
+  /** "Recover everything failed since T": failed deliveries after this time are re-sent. */
+  recoverSince: IsoTime.optional(),
+});
+
+const DeliveryRef = {
+  deliveryId: z.string(),
+  subscriptionId: z.string(),
+  attempt: z.number().int().positive(),
+};
+export const DeliveryAttempted = z.object({
+  ...DeliveryRef,
+  eventId: z.string(),
+  webhookEvent: WebhookEventType,
+  url: z.string(),
+});
+export const DeliverySucceeded = z.object({
+  ...DeliveryRef,
+  status: z.number().int(),
+  latencyMs: z.number().nonnegative(),
+  response: z.string().max(1024),
+});
+export const DeliveryFailed = z.object({
+  ...DeliveryRef,
+  status: z.number().int().nullable(),
+  error: z.string().nullable(),
+  latencyMs: z.number().nonnegative(),
+  response: z.string().max(1024).nullable(),
+  /** When the next attempt is due; null when no attempt follows. */
+  nextAttemptAt: IsoTime.nullable(),
+});
+
+export const EVENT_CATALOG = {
+  VerdictRecorded,
+  RegimeShifted,
+  PaymentAuthorized,
+  PaymentSettlementPending,
+  PaymentSettled,
+  PaymentSettlementFailed,
+  PaymentReleased,
+  QuotaDebited,
+  ApiKeyIssued,
+  ApiKeyPlanChanged,
+  ApiKeyRevoked,
+  SubscriptionCreated,
+  SubscriptionDeleted,
+  SubscriptionDisabled,
+  SubscriptionReEnabled,
+  DeliveryAttempted,
+  DeliverySucceeded,
+  DeliveryFailed,
+} as const;
+
+export type EventType = keyof typeof EVENT_CATALOG;
+export const EVENT_TYPES = Object.keys(EVENT_CATALOG) as EventType[];
+export type EventData<T extends EventType> = z.infer<(typeof EVENT_CATALOG)[T]>;
+
+/** A recorded domain event, discriminated on `type`. */
+export type DomainEvent = { [T in EventType]: RecordedEvent<EventData<T>, T> }[EventType];
+export type NewDomainEvent<T extends EventType = EventType> = NewEvent<EventData<T>, T>;
+
+export function isEventType(type: string): type is EventType {
+  return Object.hasOwn(EVENT_CATALOG, type);
+}
+
+/**
+ * Builds a validated domain event ready to append. Validation happens here, at the edge, so a
+ * malformed payload is refused before anything is written.
+ */
+export function newEvent<T extends EventType>(
+  type: T,
+  data: EventData<T>,
+  meta: { id?: string; correlationId?: string; causationId?: string | null } = {},
+): NewDomainEvent<T> {
+  const parsed = EVENT_CATALOG[type].parse(data) as EventData<T>;
+  return { type, data: parsed, ...meta };
+}
+
+/** Narrows a stored event to a domain event, validating its payload against the catalog. */
+export function parseDomainEvent(event: RecordedEvent): DomainEvent | null {
+  if (!isEventType(event.type)) return null;
+  const result = EVENT_CATALOG[event.type].safeParse(event.data);
+  if (!result.success) return null;
+  return { ...event, data: result.data } as DomainEvent;
+}

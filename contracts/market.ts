@@ -1,0 +1,67 @@
+import { z } from 'zod';
+
+/** The eleven timeframes the service sells, finest first. */
+export const TIMEFRAMES = ['1m', '3m', '5m', '15m', '30m', '1h', '2h', '4h', '8h', '12h', '1d'] as const;
+export const Timeframe = z.enum(TIMEFRAMES);
+export type Timeframe = z.infer<typeof Timeframe>;
+
+const MINUTE = 60_000;
+export const TIMEFRAME_MS: Record<Timeframe, number> = {
+  '1m': MINUTE,
+  '3m': 3 * MINUTE,
+  '5m': 5 * MINUTE,
+  '15m': 15 * MINUTE,
+  '30m': 30 * MINUTE,
+  '1h': 60 * MINUTE,
+  '2h': 120 * MINUTE,
+  '4h': 240 * MINUTE,
+  '8h': 480 * MINUTE,
+  '12h': 720 * MINUTE,
+  '1d': 1440 * MINUTE,
+};
+
+/** Venues the service knows by name; upper-case as the peer spells them. */
+export const EXCHANGES = ['BINANCE', 'BINANCE_SPOT', 'BYBIT', 'OKX', 'HYPERLIQUID'] as const;
+export const Exchange = z.enum(EXCHANGES);
+export type Exchange = z.infer<typeof Exchange>;
+
+/** Which feed produced a figure: never let replayed data pass for live data. */
+export const FeedKind = z.enum(['live', 'replay']);
+export type FeedKind = z.infer<typeof FeedKind>;
+
+/** Coin symbols: upper-cased, at most 20 characters, letters and digits only. */
+export const Coin = z
+  .string()
+  .trim()
+  .min(1)
+  .max(20)
+  .regex(/^[A-Za-z0-9]+$/, 'coin symbols are letters and digits only')
+  .transform((s) => s.toUpperCase());
+
+/** A closed OHLCV candle; openTime in Unix ms UTC, volume in base units. */
+export const CandleSchema = z.object({
+  openTime: z.number().int(),
+  open: z.number(),
+  high: z.number(),
+  low: z.number(),
+  close: z.number(),
+  volume: z.number().nonnegative(),
+});
+export type Candle = z.infer<typeof CandleSchema>;
+
+/** One funding settlement: `rate` is the decimal rate for one interval of `intervalHours`. */
+export const FundingRateSchema = z.object({
+  fundingTime: z.number().int(),
+  rate: z.number(),
+  intervalHours: z.number().positive(),
+});
+export type FundingRate = z.infer<typeof FundingRateSchema>;
+
+export const MarketKey = z.object({ exchange: Exchange, coin: z.string(), timeframe: Timeframe });
+export type MarketKey = z.infer<typeof MarketKey>;
+
+export const Regime = z.enum(['trending-up', 'trending-down', 'ranging', 'volatile', 'squeeze']);
+export type Regime = z.infer<typeof Regime>;
+
+export const Call = z.enum(['BUY', 'SELL', 'HOLD']);
+export type Call = z.infer<typeof Call>;

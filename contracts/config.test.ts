@@ -1,0 +1,50 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from './config.ts';
+
+describe('loadConfig', () => {
+  it('runs on embedded defaults with an empty environment', () => {
+    const config = loadConfig({});
+    expect(config).toMatchObject({
+      PORT: 8080,
+      DATA_DIR: './data',
+      EVENT_STORE: 'lmdb',
+      BUS: 'memory',
+      CACHE: 'memory',
+    });
+  });
+
+  it('coerces numbers and treats empty strings as unset', () => {
+    const config = loadConfig({ PORT: '9090', DATA_DIR: '', BODY_LIMIT_BYTES: '1024' });
+    expect(config.PORT).toBe(9090);
+    expect(config.DATA_DIR).toBe('./data');
+    expect(config.BODY_LIMIT_BYTES).toBe(1024);
+  });
+
+  it.each([
+    [{ PORT: 'eighty' }, 'PORT'],
+    [{ PORT: '70000' }, 'PORT'],
+    [{ EVENT_STORE: 'postgres' }, 'EVENT_STORE'],
+    [{ BUS: 'kafka' }, 'BUS'],
+    [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL'],
+    [{ EVENT_STORE: 'kurrentdb' }, 'KURRENTDB_URL'],
+    [{ NATS_SUBJECT_PREFIX: 'sig.>' }, 'NATS_SUBJECT_PREFIX'],
+    [{ METRICS_ENABLED: 'maybe' }, 'METRICS_ENABLED'],
+    [{ NODE_ENV: 'production', EVENT_STORE: 'memory' }, 'EVENT_STORE'],
+  ])('rejects %o naming %s', (env, variable) => {
+    expect(() => loadConfig(env)).toThrow(ConfigError);
+    expect(() => loadConfig(env)).toThrow(new RegExp(`^invalid configuration:\\n  ${variable}:`, 'm'));
+  });
+
+  it('lists every bad variable at once, with the value it got', () => {
+    try {
+      loadConfig({ PORT: 'x', CACHE: 'memcached' });
+      expect.unreachable();
+    } catch (err) {
+      const message = (err as Error).message;
+      expect(message).toContain('PORT');
+      expect(message).toContain('"x"');
+      expect(message).toContain('CACHE');
+      expect(message).toContain('"memcached"');
+    }
+  });
+});

@@ -1,0 +1,151 @@
+import { describe, expect, it } from 'vitest';
+import { MemoryEventStore } from '../adapters/event-store/memory.ts';
+import type { ProjectionStore, StoredProjection } from '../adapters/projection-store/port.ts';
+import type { RecordedEvent } from '../contracts/envelope.ts';
+import { eventStatsProjection } from './event-stats.ts';
+import { type Projection, foldEvents } from './projection.ts';
+import { ProjectionRunner } from './runner.ts';
+
+/** The port's simplest faithful form, so this file tests the runner and nothing else. */
+class MapProjectionStore implements ProjectionStore {
+  readonly saved = new Map<string, StoredProjection<unknown>>();
+  saves = 0;
+  async load<S>(name: string) {
+    const s = this.saved.get(name);
+    return s ? (structuredClone(s) as StoredProjection<S>) : null;
+  }
+  async save<S>(name: string, snapshot: StoredProjection<S>) {
+    this.saves += 1;
+    this.saved.set(name, structuredClone(snapshot) as StoredProjection<unknown>);
+  }
+  async delete(name: string) {
+    this.saved.delete(name);
+  }
+}
+
+interface Ledger {
+  balances: Record<string, number>;
+  /** Order-sensitive: a doubled, lost or reordered event changes it. */
+  digest: number;
+}
+const ledger: Projection<Ledger> = {
+  name: 'ledger',
+  version: 1,
+  initial: () => ({ balances: {}, digest: 7 }),
+  evolve(state, event: RecordedEvent) {
+    const { amount } = event.data as { amount: number };
+    const sign = event.type === 'Credited' ? 1 : -1;
+    state.balances[event.stream] = (state.balances[event.stream] ?? 0) + sign * amount;
+    state.digest = (state.digest * 31 + event.position * amount) % 1_000_000_007;
+    return state;
+  },
+};
+
+async function appendMany(store: MemoryEventStore, count: number, seed = 1) {
+  let x = seed;
+  for (let i = 0; i < count; ) {
+    x = (x * 1103515245 + 12345) % 2 ** 31;
+    const batch = 1 + (x % 5);
+    const events = Array.from({ length: batch }, (_, j) => ({
+      type: (x + j) % 3 === 0 ? 'Debited' : 'Credited',
+      data: { amount: 1 + ((x >> 3) + j) % 97 },
+    }));
+    await store.append(`account-${x % 13}`, events);
+    i += batch;
+  }
+}
+
+describe('ProjectionRunner', () => {
+  it('a rebuild from position 0 reaches exactly the state of the live run', async () => {
+    const store = new MemoryEventStore();
+    const snapshots = new MapProjectionStore();
+    await appendMany(store, 200, 3);
+    const runner = new ProjectionRunner(store, snapshots, ledger, { snapshotEvery: 50 });
+    await runner.start();
+    // Live: appends while the runner tails.
+    await appendMany(store, 300, 11);
+    const head = await store.headPosition();
+    await runner.waitFor(head);
+    const live = structuredClone(runner.state);
+
+    await runner.rebuild();
+    await runner.waitFor(head);
+    expect(runner.state).toEqual(live);
+    expect(runner.state).toEqual(foldEvents(ledger, await store.readAll()));
+    await runner.stop();
+    expect(snapshots.saved.get('ledger')?.checkpoint).toBe(head);
+  });
+
+  it('resumes from its snapshot without folding any event twice', async () => {
+    const store = new MemoryEventStore();
+    const snapshots = new MapProjectionStore();
+    await appendMany(store, 120, 5);
+    const first = new ProjectionRunner(store, snapshots, eventStatsProjection, { snapshotEvery: 1000 });
+    await first.start();
+    await first.waitFor(await store.headPosition());
+    await first.stop();
+    expect(snapshots.saved.get('event-stats')?.checkpoint).toBe(await store.headPosition());
+
+    await appendMany(store, 80, 9);
+    const second = new ProjectionRunner(store, snapshots, eventStatsProjection);
+    await second.start();
+    const head = await store.headPosition();
+    await second.waitFor(head);
+    expect(second.state.total).toBe(head);
+    expect(second.state).toEqual(foldEvents(eventStatsProjection, await store.readAll()));
+    await second.stop();
+  });
+
+  it('snapshots state and checkpoint together every N events', async () => {
+    const store = new MemoryEventStore();
+    const snapshots = new MapProjectionStore();
+    const runner = new ProjectionRunner(store, snapshots, ledger, { snapshotEvery: 10 });
+    await runner.start();
+    await appendMany(store, 100, 17);
+    await runner.waitFor(await store.headPosition());
+    const snap = snapshots.saved.get('ledger') as StoredProjection<Ledger>;
+    // Whatever the snapshot's checkpoint, its state is exactly the fold up to that checkpoint.
+    const upTo = (await store.readAll()).filter((e) => e.position <= snap.checkpoint);
+    expect(snap.state).toEqual(foldEvents(ledger, upTo));
+    expect(snapshots.saves).toBeGreaterThanOrEqual(9);
+    await runner.stop();
+  });
+
+  it('rebuilds when the stored snapshot has another version', async () => {
+    const store = new MemoryEventStore();
+    const snapshots = new MapProjectionStore();
+    await appendMany(store, 40, 23);
+    const head = await store.headPosition();
+    await snapshots.save('ledger', { version: 0, checkpoint: head, state: { balances: { bogus: 1 }, digest: 0 } });
+    const runner = new ProjectionRunner(store, snapshots, ledger);
+    await runner.start();
+    await runner.waitFor(head);
+    expect(runner.state).toEqual(foldEvents(ledger, await store.readAll()));
+    await runner.stop();
+  });
+
+  it('stops at a fold that throws instead of skipping the event', async () => {
+    const store = new MemoryEventStore();
+    const snapshots = new MapProjectionStore();
+    const strict: Projection<number> = {
+      name: 'strict',
+      version: 1,
+      initial: () => 0,
+      evolve(state, event) {
+        if (event.type === 'Poison') throw new Error('cannot fold Poison');
+        return state + 1;
+      },
+    };
+    await store.append('s', [{ type: 'Ok', data: {} }, { type: 'Ok', data: {} }]);
+    await store.append('s', [{ type: 'Poison', data: {} }]);
+    await store.append('s', [{ type: 'Ok', data: {} }]);
+    const runner = new ProjectionRunner(store, snapshots, strict);
+    await runner.start();
+    await expect(runner.waitFor(4, 300)).rejects.toThrow(/did not reach position 4/);
+    expect(runner.error?.message).toBe('cannot fold Poison');
+    expect(runner.checkpoint).toBe(2);
+    expect(runner.state).toBe(2);
+    await runner.stop();
+    expect(snapshots.saved.get('strict')?.checkpoint).toBe(2);
+  });
+});

@@ -1,0 +1,171 @@
+import type { Logger } from 'pino';
+import type { RecordedEvent } from '../contracts/envelope.ts';
+import type { EventStore, Subscription } from '../adapters/event-store/port.ts';
+import type { ProjectionStore } from '../adapters/projection-store/port.ts';
+import type { Projection } from './projection.ts';
+
+export interface RunnerOptions {
+  /** Events folded between two snapshots. */
+  snapshotEvery?: number;
+  /** A snapshot is also taken this often while events trickle in below `snapshotEvery`. */
+  snapshotIntervalMs?: number;
+  logger?: Logger;
+}
+
+/**
+ * Runs one projection: loads its snapshot (state and checkpoint, saved atomically together),
+ * catches up from the checkpoint, then tails the log live. After a crash it resumes from the
+ * last snapshot and re-folds what followed, which is safe because folds are deterministic.
+ */
+export class ProjectionRunner<S> {
+  private current: S;
+  private position = 0;
+  private savedPosition = 0;
+  private subscription: Subscription | null = null;
+  private loop: Promise<void> | null = null;
+  private waiters: { position: number; resolve: () => void }[] = [];
+  private failure: Error | null = null;
+  private saving: Promise<void> = Promise.resolve();
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(
+    private readonly store: EventStore,
+    private readonly snapshots: ProjectionStore,
+    private readonly projection: Projection<S>,
+    private readonly options: RunnerOptions = {},
+  ) {
+    this.current = projection.initial();
+  }
+
+  get name(): string {
+    return this.projection.name;
+  }
+
+  get state(): S {
+    return this.current;
+  }
+
+  /** Global position of the last event folded in. */
+  get checkpoint(): number {
+    return this.position;
+  }
+
+  get error(): Error | null {
+    return this.failure;
+  }
+
+  get running(): boolean {
+    return this.loop !== null;
+  }
+
+  async start(): Promise<void> {
+    if (this.loop) return;
+    const snapshot = await this.snapshots.load<S>(this.projection.name);
+    if (snapshot && snapshot.version === this.projection.version) {
+      this.current = snapshot.state;
+      this.position = this.savedPosition = snapshot.checkpoint;
+    } else {
+      if (snapshot) {
+        this.options.logger?.info(
+          { projection: this.name, stored: snapshot.version, current: this.projection.version },
+          'projection version changed: rebuilding from position 0',
+        );
+      }
+      this.current = this.projection.initial();
+      this.position = this.savedPosition = 0;
+    }
+    this.failure = null;
+    const subscription = this.store.subscribeToAll({ after: this.position });
+    this.subscription = subscription;
+    this.loop = this.consume(subscription);
+    this.timer = setInterval(() => {
+      this.saveSnapshot().catch((err) =>
+        this.options.logger?.error({ err, projection: this.name }, 'projection snapshot failed'),
+      );
+    }, this.options.snapshotIntervalMs ?? 5_000);
+    this.timer.unref();
+  }
+
+  /** Stops tailing and saves a final snapshot, so a restart resumes exactly here. */
+  async stop(): Promise<void> {
+    const subscription = this.subscription;
+    const loop = this.loop;
+    this.subscription = null;
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    if (subscription) await subscription.close();
+    if (loop) await loop;
+    this.loop = null;
+    await this.saveSnapshot();
+  }
+
+  /** Throws the state away and folds the whole log again from position 0. */
+  async rebuild(): Promise<void> {
+    await this.stop();
+    await this.snapshots.delete(this.projection.name);
+    await this.start();
+  }
+
+  /** Resolves once every event up to `position` is folded in (read-your-writes for callers). */
+  waitFor(position: number, timeoutMs = 5_000): Promise<void> {
+    if (this.position >= position) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiters = this.waiters.filter((w) => w.resolve !== done);
+        reject(
+          new Error(`projection ${this.name} did not reach position ${position} within ${timeoutMs} ms`),
+        );
+      }, timeoutMs);
+      const done = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      this.waiters.push({ position, resolve: done });
+    });
+  }
+
+  private async consume(subscription: Subscription): Promise<void> {
+    const every = this.options.snapshotEvery ?? 1000;
+    try {
+      for await (const event of subscription) {
+        this.apply(event);
+        if (this.position - this.savedPosition >= every) await this.saveSnapshot();
+      }
+    } catch (err) {
+      // A fold that throws stops this projection (and shows in /readyz) rather than skipping
+      // an event, which would make the state silently differ from a rebuild.
+      this.failure = err instanceof Error ? err : new Error(String(err));
+      this.options.logger?.error(
+        { err, projection: this.name, position: this.position },
+        'projection stopped',
+      );
+    }
+  }
+
+  private apply(event: RecordedEvent): void {
+    this.current = this.projection.evolve(this.current, event);
+    this.position = event.position;
+    if (this.waiters.length > 0) {
+      const ready = this.waiters.filter((w) => w.position <= this.position);
+      this.waiters = this.waiters.filter((w) => w.position > this.position);
+      for (const w of ready) w.resolve();
+    }
+  }
+
+  /** Saves are chained so that an older snapshot can never land after a newer one. */
+  private saveSnapshot(): Promise<void> {
+    this.saving = this.saving
+      .catch(() => undefined)
+      .then(async () => {
+        if (this.position === this.savedPosition) return;
+        const checkpoint = this.position;
+        await this.snapshots.save(this.projection.name, {
+          version: this.projection.version,
+          checkpoint,
+          state: this.current,
+        });
+        this.savedPosition = checkpoint;
+      });
+    return this.saving;
+  }
+}

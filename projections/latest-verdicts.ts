@@ -1,0 +1,57 @@
+import { parseDomainEvent } from '../contracts/events.ts';
+import type { Call, Exchange, FeedKind, Regime, Timeframe } from '../contracts/market.ts';
+import type { Projection } from './projection.ts';
+
+export interface LatestVerdict {
+  exchange: Exchange;
+  coin: string;
+  timeframe: Timeframe;
+  verdictId: string;
+  call: Call;
+  confidence: number;
+  regime: Regime;
+  price: number;
+  candleCloseTime: number;
+  feed: FeedKind;
+  hash: string;
+  /** How many regime shifts this market has seen. */
+  regimeShifts: number;
+}
+
+export type LatestVerdicts = Record<string, LatestVerdict>;
+
+export function marketKey(m: { exchange: string; coin: string; timeframe: string }): string {
+  return `${m.exchange}:${m.coin}:${m.timeframe}`;
+}
+
+/** The latest verdict and regime per market: what scans, digests and analysts read first. */
+export const latestVerdictsProjection: Projection<LatestVerdicts> = {
+  name: 'latest-verdicts',
+  version: 1,
+  initial: () => ({}),
+  evolve(state, recorded) {
+    const event = parseDomainEvent(recorded);
+    if (event?.type === 'VerdictRecorded') {
+      const d = event.data;
+      const key = marketKey(d);
+      state[key] = {
+        exchange: d.exchange,
+        coin: d.coin,
+        timeframe: d.timeframe,
+        verdictId: event.id,
+        call: d.call,
+        confidence: d.confidence,
+        regime: d.regime,
+        price: d.price,
+        candleCloseTime: d.candleCloseTime,
+        feed: d.feed,
+        hash: d.hash,
+        regimeShifts: state[key]?.regimeShifts ?? 0,
+      };
+    } else if (event?.type === 'RegimeShifted') {
+      const current = state[marketKey(event.data)];
+      if (current) current.regimeShifts += 1;
+    }
+    return state;
+  },
+};

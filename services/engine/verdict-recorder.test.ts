@@ -1,0 +1,72 @@
+import { describe, expect, it } from 'vitest';
+import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import type { EventData } from '../../contracts/events.ts';
+import { verifyVerdictChain } from '../../contracts/verdict-hash.ts';
+import { latestVerdictsProjection } from '../../projections/latest-verdicts.ts';
+import { foldEvents } from '../../projections/projection.ts';
+import { type VerdictDraft, recordVerdict, verdictStream } from './verdict-recorder.ts';
+
+const HOUR = 3_600_000;
+function draft(i: number, regime: VerdictDraft['regime'] = 'ranging'): VerdictDraft {
+  return {
+    exchange: 'BINANCE',
+    coin: 'ETH',
+    timeframe: '1h',
+    call: 'BUY',
+    confidence: 61,
+    score: 0.42,
+    regime,
+    price: 2500 + i,
+    candleCloseTime: 1_756_000_000_000 + i * HOUR,
+    feed: 'replay',
+    engineVersion: 'e1',
+    inputs: { rsi: 55.5 },
+    trigger: 'schedule',
+  };
+}
+
+describe('recordVerdict', () => {
+  it('chains verdicts per market and appends RegimeShifted when the regime changes', async () => {
+    const store = new MemoryEventStore();
+    await recordVerdict(store, draft(0, 'ranging'));
+    await recordVerdict(store, draft(1, 'ranging'));
+    const third = await recordVerdict(store, draft(2, 'trending-up'));
+    const events = await store.readStream(verdictStream(draft(0)));
+    expect(events.map((e) => e.type)).toEqual(['VerdictRecorded', 'VerdictRecorded', 'VerdictRecorded', 'RegimeShifted']);
+    expect(events[3]!.data).toMatchObject({ from: 'ranging', to: 'trending-up', verdictEventId: third.id });
+    expect(events[3]!.causationId).toBe(third.id);
+    const verdicts = events.filter((e) => e.type === 'VerdictRecorded').map((e) => e.data as EventData<'VerdictRecorded'>);
+    expect(verifyVerdictChain(verdicts)).toEqual({ ok: true });
+
+    // The chain continues after a regime shift (expected revision counts the shift event).
+    await recordVerdict(store, draft(3, 'trending-up'));
+    const all = await store.readStream(verdictStream(draft(0)));
+    expect(all).toHaveLength(5);
+    const state = foldEvents(latestVerdictsProjection, await store.readAll());
+    expect(state['BINANCE:ETH:1h']).toMatchObject({ regime: 'trending-up', regimeShifts: 1, price: 2503 });
+  });
+
+  it('records one verdict per candle however many callers race for it', async () => {
+    const store = new MemoryEventStore();
+    await recordVerdict(store, draft(0));
+    const results = await Promise.all(Array.from({ length: 20 }, () => recordVerdict(store, draft(1, 'volatile'))));
+    expect(new Set(results.map((r) => r.id)).size).toBe(1);
+    const events = await store.readStream(verdictStream(draft(0)));
+    expect(events.map((e) => e.type)).toEqual(['VerdictRecorded', 'VerdictRecorded', 'RegimeShifted']);
+  });
+
+  it('serves the recorded verdict when asked again for an older candle', async () => {
+    const store = new MemoryEventStore();
+    const newer = await recordVerdict(store, draft(5));
+    const again = await recordVerdict(store, draft(4));
+    expect(again.id).toBe(newer.id);
+    expect(await store.headPosition()).toBe(1);
+  });
+
+  it('refuses a malformed verdict before writing anything', async () => {
+    const store = new MemoryEventStore();
+    await expect(recordVerdict(store, { ...draft(0), confidence: 140 })).rejects.toThrow();
+    await expect(recordVerdict(store, { ...draft(0), price: -1 })).rejects.toThrow();
+    expect(await store.headPosition()).toBe(0);
+  });
+});

@@ -1,0 +1,86 @@
+import type { NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
+import { type EventData, newEvent } from '../../contracts/events.ts';
+import type { MarketKey } from '../../contracts/market.ts';
+import { type VerdictContent, verdictHash } from '../../contracts/verdict-hash.ts';
+import { type EventStore, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
+import { deterministicId } from './deterministic-id.ts';
+
+export type VerdictDraft = Omit<VerdictContent, 'prevHash'>;
+export type RecordedVerdict = RecordedEvent<EventData<'VerdictRecorded'>, 'VerdictRecorded'>;
+
+export function verdictStream(market: MarketKey): string {
+  return `verdicts-${market.exchange}-${market.coin}-${market.timeframe}`;
+}
+
+/**
+ * Appends a verdict to its market's stream, chained to the previous verdict's hash, and, when
+ * the regime differs from the previous call's, a RegimeShifted in the same atomic append.
+ *
+ * One verdict per (market, candle close, engine version): its event id is derived from those,
+ * and the stream's expected revision makes concurrent recorders agree on one chain. A caller
+ * that loses the race gets the verdict that won, which is the same computation on the same
+ * candles.
+ */
+export async function recordVerdict(
+  store: EventStore,
+  draft: VerdictDraft,
+  options: { correlationId?: string; maxAttempts?: number } = {},
+): Promise<RecordedVerdict> {
+  const stream = verdictStream(draft);
+  const maxAttempts = options.maxAttempts ?? 5;
+  for (let attempt = 1; ; attempt++) {
+    const { last, revision } = await lastVerdict(store, stream);
+    if (last && last.data.candleCloseTime >= draft.candleCloseTime && last.data.engineVersion === draft.engineVersion) {
+      // Already recorded for this candle (or superseded by a later one): serve what is on record.
+      return last;
+    }
+    const content: VerdictContent = { ...draft, prevHash: last?.data.hash ?? null };
+    const hash = verdictHash(content);
+    const verdictId = deterministicId('verdict', stream, draft.candleCloseTime, draft.engineVersion);
+    const events: NewEvent[] = [
+      newEvent('VerdictRecorded', { ...content, hash }, { id: verdictId, correlationId: options.correlationId }),
+    ];
+    if (last && last.data.regime !== draft.regime) {
+      events.push(
+        newEvent(
+          'RegimeShifted',
+          {
+            exchange: draft.exchange,
+            coin: draft.coin,
+            timeframe: draft.timeframe,
+            from: last.data.regime,
+            to: draft.regime,
+            confidence: draft.confidence,
+            price: draft.price,
+            candleCloseTime: draft.candleCloseTime,
+            feed: draft.feed,
+            verdictEventId: verdictId,
+          },
+          { id: deterministicId('regime-shift', verdictId), causationId: verdictId, correlationId: options.correlationId },
+        ),
+      );
+    }
+    try {
+      await store.append(stream, events, { expectedRevision: revision ?? 'no_stream' });
+      const written = await store.readStream(stream, { fromRevision: revision === null ? 0 : revision + 1, maxCount: 1 });
+      return written[0] as RecordedVerdict;
+    } catch (err) {
+      if (!(err instanceof WrongExpectedRevisionError) || attempt >= maxAttempts) throw err;
+    }
+  }
+}
+
+async function lastVerdict(
+  store: EventStore,
+  stream: string,
+): Promise<{ last: RecordedVerdict | null; revision: number | null }> {
+  const revision = await store.streamRevision(stream);
+  if (revision === null) return { last: null, revision };
+  // The stream holds verdicts and regime shifts; walk back to the newest verdict.
+  const from = Math.max(0, revision - 1);
+  const tail = await store.readStream(stream, { fromRevision: from });
+  for (let i = tail.length - 1; i >= 0; i--) {
+    if (tail[i]!.type === 'VerdictRecorded') return { last: tail[i] as RecordedVerdict, revision };
+  }
+  return { last: null, revision };
+}

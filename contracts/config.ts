@@ -45,7 +45,11 @@ export const ConfigSchema = z
   })
   .superRefine((cfg, ctx) => {
     if (cfg.EVENT_STORE === 'kurrentdb' && !cfg.KURRENTDB_URL) {
-      ctx.addIssue({ code: 'custom', path: ['KURRENTDB_URL'], message: 'required when EVENT_STORE=kurrentdb' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['KURRENTDB_URL'],
+        message: 'required when EVENT_STORE=kurrentdb',
+      });
     }
     if (cfg.NODE_ENV === 'production' && cfg.EVENT_STORE === 'memory') {
       ctx.addIssue({ code: 'custom', path: ['EVENT_STORE'], message: 'memory loses every event on restart' });

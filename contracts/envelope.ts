@@ -35,7 +35,10 @@ export const NewEventSchema = z.object({
   correlationId: z.string().min(1).optional(),
   causationId: z.string().min(1).nullable().optional(),
 });
-export type NewEvent<D = unknown, T extends string = string> = Omit<z.infer<typeof NewEventSchema>, 'data' | 'type'> & {
+export type NewEvent<D = unknown, T extends string = string> = Omit<
+  z.infer<typeof NewEventSchema>,
+  'data' | 'type'
+> & {
   type: T;
   data: D;
 };

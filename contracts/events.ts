@@ -35,7 +35,10 @@ export const VerdictRecorded = z.object({
   inputs: z.record(z.string(), z.union([z.number(), z.string(), z.boolean(), z.null()])),
   /** sha256 over the canonical verdict content plus prevHash: a per-market hash chain. */
   hash: z.string().regex(/^[0-9a-f]{64}$/),
-  prevHash: z.string().regex(/^[0-9a-f]{64}$/).nullable(),
+  prevHash: z
+    .string()
+    .regex(/^[0-9a-f]{64}$/)
+    .nullable(),
   /** What produced it: a customer call or the scheduler. */
   trigger: z.enum(['request', 'schedule']),
 });
@@ -69,7 +72,11 @@ export const PaymentAuthorized = z.object({
   validBefore: z.string(),
   requestId: z.string(),
 });
-export const PaymentSettlementPending = z.object({ ...PaymentRef, submittedAt: IsoTime, txHash: Hex.optional() });
+export const PaymentSettlementPending = z.object({
+  ...PaymentRef,
+  submittedAt: IsoTime,
+  txHash: Hex.optional(),
+});
 export const PaymentSettled = z.object({ ...PaymentRef, payer: Hex, amount: AtomicAmount, txHash: Hex });
 export const PaymentSettlementFailed = z.object({ ...PaymentRef, reason: z.string() });
 export const PaymentReleased = z.object({ ...PaymentRef, reason: z.string() });

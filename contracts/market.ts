@@ -65,3 +65,54 @@ export type Regime = z.infer<typeof Regime>;
 
 export const Call = z.enum(['BUY', 'SELL', 'HOLD']);
 export type Call = z.infer<typeof Call>;
+
+/** The whole interval of a candle: it may be used only once `closeTime` has passed. */
+export function candleCloseTime(openTime: number, timeframe: Timeframe): number {
+  return openTime + TIMEFRAME_MS[timeframe];
+}
+
+/**
+ * One tradable market of a venue as the feed sees it, for ranking top-N. `quoteVolume24h` is the
+ * quote-currency volume over the 24 h of feed time before now (null when the feed has no candles
+ * for it); `openInterest` is in quote currency, null when the venue does not report it.
+ */
+export const MarketInfoSchema = z.object({
+  exchange: Exchange,
+  coin: z.string(),
+  /** The venue's own symbol (ccxt unified symbol live, file symbol in replay). */
+  symbol: z.string(),
+  quoteVolume24h: z.number().nonnegative().nullable(),
+  openInterest: z.number().nonnegative().nullable(),
+  hasCandles: z.boolean(),
+  hasFunding: z.boolean(),
+});
+export type MarketInfo = z.infer<typeof MarketInfoSchema>;
+
+/** When the next funding settlement of a perpetual is due, and the interval it covers. */
+export const NextFundingSchema = z.object({
+  exchange: Exchange,
+  coin: z.string(),
+  nextFundingTime: z.number().int(),
+  intervalHours: z.number().positive(),
+  /** The venue's current estimate for that settlement; null when unknown (always null in replay). */
+  predictedRate: z.number().nullable(),
+});
+export type NextFunding = z.infer<typeof NextFundingSchema>;
+
+/** Health of one venue as the feed last saw it; reported in /readyz and in responses. */
+export const VenueStatusSchema = z.object({
+  exchange: Exchange,
+  ok: z.boolean(),
+  lastError: z.string().optional(),
+  /** Unix ms of the last successful request (live) or file read (replay). */
+  lastOkAt: z.number().int().optional(),
+});
+export type VenueStatus = z.infer<typeof VenueStatusSchema>;
+
+/** A candle of `timeframe` has closed at `closeTime` (feed time). */
+export const CandleCloseSchema = z.object({
+  timeframe: Timeframe,
+  openTime: z.number().int(),
+  closeTime: z.number().int(),
+});
+export type CandleClose = z.infer<typeof CandleCloseSchema>;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { EventData } from './events.ts';
-import { type VerdictContent, canonicalJson, verdictHash, verifyVerdictChain } from './verdict-hash.ts';
+import { canonicalJson, type VerdictContent, verdictHash, verifyVerdictChain } from './verdict-hash.ts';
 
 function chain(n: number): EventData<'VerdictRecorded'>[] {
   const out: EventData<'VerdictRecorded'>[] = [];

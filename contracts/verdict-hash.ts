@@ -29,7 +29,8 @@ export function verifyVerdictChain(verdicts: EventData<'VerdictRecorded'>[]): Ch
   let prev: string | null = null;
   for (const [index, verdict] of verdicts.entries()) {
     const { hash, ...content } = verdict;
-    if (verdict.prevHash !== prev) return { ok: false, index, reason: 'prevHash does not link to the previous verdict' };
+    if (verdict.prevHash !== prev)
+      return { ok: false, index, reason: 'prevHash does not link to the previous verdict' };
     if (verdictHash(content) !== hash) return { ok: false, index, reason: 'hash does not match the content' };
     prev = hash;
   }

@@ -3,7 +3,7 @@ import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import type { ProjectionStore, StoredProjection } from '../adapters/projection-store/port.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
 import { eventStatsProjection } from './event-stats.ts';
-import { type Projection, foldEvents } from './projection.ts';
+import { foldEvents, type Projection } from './projection.ts';
 import { ProjectionRunner } from './runner.ts';
 
 /** The port's simplest faithful form, so this file tests the runner and nothing else. */
@@ -48,7 +48,7 @@ async function appendMany(store: MemoryEventStore, count: number, seed = 1) {
     const batch = 1 + (x % 5);
     const events = Array.from({ length: batch }, (_, j) => ({
       type: (x + j) % 3 === 0 ? 'Debited' : 'Credited',
-      data: { amount: 1 + ((x >> 3) + j) % 97 },
+      data: { amount: 1 + (((x >> 3) + j) % 97) },
     }));
     await store.append(`account-${x % 13}`, events);
     i += batch;
@@ -116,7 +116,11 @@ describe('ProjectionRunner', () => {
     const snapshots = new MapProjectionStore();
     await appendMany(store, 40, 23);
     const head = await store.headPosition();
-    await snapshots.save('ledger', { version: 0, checkpoint: head, state: { balances: { bogus: 1 }, digest: 0 } });
+    await snapshots.save('ledger', {
+      version: 0,
+      checkpoint: head,
+      state: { balances: { bogus: 1 }, digest: 0 },
+    });
     const runner = new ProjectionRunner(store, snapshots, ledger);
     await runner.start();
     await runner.waitFor(head);
@@ -136,7 +140,10 @@ describe('ProjectionRunner', () => {
         return state + 1;
       },
     };
-    await store.append('s', [{ type: 'Ok', data: {} }, { type: 'Ok', data: {} }]);
+    await store.append('s', [
+      { type: 'Ok', data: {} },
+      { type: 'Ok', data: {} },
+    ]);
     await store.append('s', [{ type: 'Poison', data: {} }]);
     await store.append('s', [{ type: 'Ok', data: {} }]);
     const runner = new ProjectionRunner(store, snapshots, strict);

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
-import type { RecordedEvent } from '../contracts/envelope.ts';
 import type { EventStore, Subscription } from '../adapters/event-store/port.ts';
 import type { ProjectionStore } from '../adapters/projection-store/port.ts';
+import type { RecordedEvent } from '../contracts/envelope.ts';
 import type { Projection } from './projection.ts';
 
 export interface RunnerOptions {

@@ -35,3 +35,14 @@ export interface DebitResult {
   /** Index of the first window that had no room, when refused. */
   refusedBy: number | null;
 }
+
+/**
+ * The cache could not be reached or did not answer in time. Callers treat it as retryable: the
+ * operation may or may not have been applied when the connection broke mid-command.
+ */
+export class CacheUnavailableError extends Error {
+  override readonly name = 'CacheUnavailableError';
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}

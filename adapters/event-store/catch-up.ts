@@ -50,18 +50,23 @@ export function catchUpSubscription(
 
   async function* run(): AsyncGenerator<RecordedEvent> {
     let after = options.after ?? 0;
-    while (!closed) {
-      // Register before reading so an append between the read and the wait is not missed.
-      const wait = signal.wait(pollMs);
-      pendingWait = wait;
-      const page = await readAll(after, pageSize);
-      for (const event of page) {
-        if (closed) break;
-        after = event.position;
-        yield event;
+    try {
+      while (!closed) {
+        // Register before reading so an append between the read and the wait is not missed.
+        const wait = signal.wait(pollMs);
+        pendingWait = wait;
+        const page = await readAll(after, pageSize);
+        for (const event of page) {
+          if (closed) break;
+          after = event.position;
+          yield event;
+        }
+        if (page.length < pageSize && !closed) await wait.promise;
+        else wait.cancel();
       }
-      if (page.length < pageSize && !closed) await wait.promise;
-      else wait.cancel();
+    } finally {
+      // A failed read or an early return must not leave a poll timer holding the process open.
+      pendingWait?.cancel();
     }
   }
 

@@ -1,8 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import type { AppendResult, ExpectedRevision, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
 import { AppendSignal, catchUpSubscription } from './catch-up.ts';
-import { type EventStore, type HealthReport, IdempotencyConflictError, type Subscription, checkExpected } from './port.ts';
 import { findIdempotentAppend } from './idempotency.ts';
+import {
+  checkExpected,
+  type EventStore,
+  type HealthReport,
+  IdempotencyConflictError,
+  type Subscription,
+} from './port.ts';
 
 /** The reference adapter: the contract in its plainest form, for unit tests. */
 export class MemoryEventStore implements EventStore {
@@ -20,14 +26,20 @@ export class MemoryEventStore implements EventStore {
     const existing = this.streams.get(stream) ?? [];
     const prior = findIdempotentAppend(stream, events, (id) => this.byId.get(id));
     if (prior) return prior;
-    checkExpected(stream, options.expectedRevision ?? 'any', existing.length === 0 ? null : existing.length - 1);
+    checkExpected(
+      stream,
+      options.expectedRevision ?? 'any',
+      existing.length === 0 ? null : existing.length - 1,
+    );
     if (events.length === 0) {
       return { nextRevision: existing.length - 1, position: this.all.length };
     }
     const now = new Date().toISOString();
+    const batchIds = new Set<string>();
     const recorded = events.map((event, i): RecordedEvent => {
       const id = event.id ?? randomUUID();
-      if (this.byId.has(id)) throw new IdempotencyConflictError(stream, id);
+      if (this.byId.has(id) || batchIds.has(id)) throw new IdempotencyConflictError(stream, id);
+      batchIds.add(id);
       return {
         id,
         type: event.type,

@@ -25,21 +25,25 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // In-flight requests finish on close; new connections are refused at once.
     return503OnClosing: true,
     forceCloseConnections: 'idle',
-    disableRequestLogging: false,
   });
 
   if (deps.metrics) {
     const { httpDuration } = deps.metrics;
     app.addHook('onResponse', async (request, reply) => {
       httpDuration.observe(
-        { method: request.method, route: request.routeOptions.url ?? 'unmatched', status: String(reply.statusCode) },
+        {
+          method: request.method,
+          route: request.routeOptions.url ?? 'unmatched',
+          status: String(reply.statusCode),
+        },
         reply.elapsedTime / 1000,
       );
     });
   }
 
   app.setErrorHandler((error: { statusCode?: number; code?: string; message: string }, request, reply) => {
-    const status = error.statusCode && error.statusCode >= 400 && error.statusCode < 600 ? error.statusCode : 500;
+    const status =
+      error.statusCode && error.statusCode >= 400 && error.statusCode < 600 ? error.statusCode : 500;
     if (status >= 500) request.log.error({ err: error }, 'request failed');
     reply.code(status).send({
       code: status >= 500 ? 'INTERNAL_ERROR' : (error.code ?? 'BAD_REQUEST'),

@@ -2,7 +2,10 @@ import { type Logger, pino } from 'pino';
 import type { Config } from '../../contracts/config.ts';
 
 /** JSON logs to stdout; secrets that may pass through request headers are redacted. */
-export function createLogger(config: Pick<Config, 'LOG_LEVEL'>, bindings: Record<string, unknown> = {}): Logger {
+export function createLogger(
+  config: Pick<Config, 'LOG_LEVEL'>,
+  bindings: Record<string, unknown> = {},
+): Logger {
   return pino({
     level: config.LOG_LEVEL,
     base: { service: 'signal-service', ...bindings },

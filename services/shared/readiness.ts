@@ -33,7 +33,10 @@ async function bounded(check: Check, timeoutMs: number): Promise<CheckResult> {
   });
   try {
     return await Promise.race([
-      check().catch((err: unknown) => ({ ok: false, detail: err instanceof Error ? err.message : String(err) })),
+      check().catch((err: unknown) => ({
+        ok: false,
+        detail: err instanceof Error ? err.message : String(err),
+      })),
       timeout,
     ]);
   } finally {

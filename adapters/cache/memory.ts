@@ -1,0 +1,137 @@
+import { type Cache, CacheUnavailableError, type DebitResult, type QuotaWindow } from './port.ts';
+import {
+  assertDebit,
+  assertKey,
+  assertSetWindows,
+  assertTtl,
+  assertWindowKeys,
+  parseCounter,
+} from './validate.ts';
+
+interface Entry {
+  value: string;
+  /** Unix ms; null = no expiry. */
+  expiresAt: number | null;
+}
+
+export interface MemoryCacheOptions {
+  /** Wall clock in Unix ms; tests of callers may pass a controllable one. */
+  now?: () => number;
+  /** How often expired entries are dropped (reads ignore them regardless). */
+  sweepIntervalMs?: number;
+}
+
+/**
+ * The in-process adapter for the single-process deployment. Every method runs to completion
+ * without awaiting, so each primitive is atomic with respect to the others, as on Redis.
+ */
+export class MemoryCache implements Cache {
+  readonly kind = 'memory' as const;
+  private readonly entries = new Map<string, Entry>();
+  private readonly now: () => number;
+  private readonly sweeper: NodeJS.Timeout;
+  private closed = false;
+
+  constructor(options: MemoryCacheOptions = {}) {
+    this.now = options.now ?? Date.now;
+    this.sweeper = setInterval(() => this.sweep(), options.sweepIntervalMs ?? 60_000);
+    this.sweeper.unref();
+  }
+
+  async get(key: string): Promise<string | null> {
+    this.assertOpen();
+    assertKey(key);
+    return this.live(key)?.value ?? null;
+  }
+
+  async set(key: string, value: string, options: { ttlMs?: number } = {}): Promise<void> {
+    this.assertOpen();
+    assertKey(key);
+    assertTtl(options.ttlMs);
+    this.entries.set(key, { value, expiresAt: this.expiry(options.ttlMs) });
+  }
+
+  async setIfAbsent(key: string, value: string, options: { ttlMs?: number } = {}): Promise<boolean> {
+    this.assertOpen();
+    assertKey(key);
+    assertTtl(options.ttlMs);
+    if (this.live(key)) return false;
+    this.entries.set(key, { value, expiresAt: this.expiry(options.ttlMs) });
+    return true;
+  }
+
+  async delete(key: string): Promise<void> {
+    this.assertOpen();
+    assertKey(key);
+    this.entries.delete(key);
+  }
+
+  async debitWindows(windows: QuotaWindow[], amount: number): Promise<DebitResult> {
+    this.assertOpen();
+    assertDebit(windows, amount);
+    const counts = windows.map((w) => parseCounter(w.key, this.live(w.key)?.value ?? null));
+    const refusedBy = windows.findIndex((w, i) => counts[i]! + amount > w.limit);
+    if (refusedBy !== -1) return { ok: false, counts, refusedBy };
+    if (amount === 0) return { ok: true, counts, refusedBy: null };
+    const after = counts.map((count, i) => {
+      const window = windows[i]!;
+      this.entries.set(window.key, { value: String(count + amount), expiresAt: window.expiresAt });
+      return count + amount;
+    });
+    return { ok: true, counts: after, refusedBy: null };
+  }
+
+  async readWindows(keys: string[]): Promise<number[]> {
+    this.assertOpen();
+    assertWindowKeys(keys);
+    return keys.map((key) => parseCounter(key, this.live(key)?.value ?? null));
+  }
+
+  async setWindows(windows: { key: string; count: number; expiresAt: number }[]): Promise<void> {
+    this.assertOpen();
+    assertSetWindows(windows);
+    for (const window of windows) {
+      this.entries.set(window.key, { value: String(window.count), expiresAt: window.expiresAt });
+    }
+  }
+
+  async health(): Promise<{ ok: boolean; detail?: string }> {
+    return this.closed ? { ok: false, detail: 'memory cache is closed' } : { ok: true };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    clearInterval(this.sweeper);
+    this.entries.clear();
+  }
+
+  /** Like Redis, an entry is still there at its expiry instant and gone one millisecond later. */
+  private live(key: string): Entry | undefined {
+    const entry = this.entries.get(key);
+    if (!entry) return undefined;
+    if (entry.expiresAt !== null && entry.expiresAt < this.now()) {
+      this.entries.delete(key);
+      return undefined;
+    }
+    return entry;
+  }
+
+  private expiry(ttlMs: number | undefined): number | null {
+    return ttlMs === undefined ? null : this.now() + ttlMs;
+  }
+
+  private sweep(): void {
+    const now = this.now();
+    for (const [key, entry] of this.entries) {
+      if (entry.expiresAt !== null && entry.expiresAt < now) this.entries.delete(key);
+    }
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new CacheUnavailableError('memory cache is closed');
+  }
+}
+
+export function createMemoryCache(options: MemoryCacheOptions = {}): MemoryCache {
+  return new MemoryCache(options);
+}

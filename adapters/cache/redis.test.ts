@@ -1,0 +1,266 @@
+import { randomUUID } from 'node:crypto';
+import net from 'node:net';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describeCacheContract } from './contract.ts';
+import { CacheUnavailableError } from './port.ts';
+import { connectRedisCache, type RedisCache } from './redis.ts';
+
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const CI = process.env.CI === 'true';
+const RUN_PREFIX = `test:cache:${randomUUID()}:`;
+
+async function probe(url: string): Promise<string | null> {
+  const client = new Redis(url, { lazyConnect: true, connectTimeout: 2_000, maxRetriesPerRequest: 0 });
+  let cause: string | null = null;
+  client.on('error', (error: Error) => {
+    cause ??= error.message;
+  });
+  try {
+    await client.connect();
+    await client.ping();
+    return null;
+  } catch (error) {
+    return cause ?? (error instanceof Error ? error.message : String(error));
+  } finally {
+    client.disconnect();
+  }
+}
+
+const unreachable = await probe(REDIS_URL);
+if (unreachable !== null && !CI) {
+  console.warn(`\n*** Redis at ${REDIS_URL} unreachable (${unreachable}): Redis cache suite NOT RUN ***\n`);
+}
+
+/** A port nothing listens on: bound once by us, then released. */
+async function closedPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+/** A TCP relay to Redis that the test can cut and restore, to simulate Redis going away. */
+function relay(target: URL) {
+  const sockets = new Set<net.Socket>();
+  let server: net.Server | null = null;
+  const track = (socket: net.Socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+    socket.on('error', () => socket.destroy());
+  };
+  return {
+    async start(port = 0): Promise<number> {
+      server = net.createServer((inbound) => {
+        const outbound = net.connect(Number(target.port || 6379), target.hostname);
+        track(inbound);
+        track(outbound);
+        inbound.on('close', () => outbound.destroy());
+        outbound.on('close', () => inbound.destroy());
+        inbound.pipe(outbound).pipe(inbound);
+      });
+      await new Promise<void>((resolve) => server!.listen(port, '127.0.0.1', resolve));
+      return (server.address() as net.AddressInfo).port;
+    },
+    async stop(): Promise<void> {
+      const closing = new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
+      for (const socket of sockets) socket.destroy();
+      await closing;
+      server = null;
+    },
+  };
+}
+
+describe.runIf(unreachable === null || CI)(`redis cache against ${REDIS_URL}`, () => {
+  let raw: Redis;
+  let n = 0;
+  const nextPrefix = () => `${RUN_PREFIX}${n++}:`;
+
+  beforeAll(() => {
+    if (unreachable !== null)
+      throw new Error(`Redis at ${REDIS_URL} is unreachable under CI=true: ${unreachable}`);
+    raw = new Redis(REDIS_URL);
+  });
+
+  afterAll(async () => {
+    if (!raw) return;
+    const keys: string[] = [];
+    let cursor = '0';
+    do {
+      const [next, batch] = await raw.scan(cursor, 'MATCH', `${RUN_PREFIX}*`, 'COUNT', 1000);
+      keys.push(...batch);
+      cursor = next;
+    } while (cursor !== '0');
+    if (keys.length > 0) await raw.del(...keys);
+    await raw.quit();
+  });
+
+  describeCacheContract('redis', {
+    open: () => connectRedisCache({ url: REDIS_URL, prefix: nextPrefix() }),
+    openReplicas: async () => {
+      const prefix = nextPrefix();
+      return [
+        await connectRedisCache({ url: REDIS_URL, prefix }),
+        await connectRedisCache({ url: REDIS_URL, prefix }),
+      ];
+    },
+  });
+
+  describe('redis specifics', () => {
+    it('every key lives under the prefix, and a counter expires exactly at its expiresAt', async () => {
+      const prefix = nextPrefix();
+      const cache = await connectRedisCache({ url: REDIS_URL, prefix });
+      try {
+        const expiresAt = Date.now() + 3_600_000;
+        await cache.set('plain', 'v');
+        await cache.debitWindows([{ key: 'quota:debited', limit: 5, expiresAt }], 2);
+        await cache.setWindows([{ key: 'quota:rebuilt', count: 3, expiresAt: expiresAt + 1 }]);
+        expect(await raw.get(`${prefix}plain`)).toBe('v');
+        expect(await raw.get(`${prefix}quota:debited`)).toBe('2');
+        expect(await raw.pexpiretime(`${prefix}quota:debited`)).toBe(expiresAt);
+        expect(await raw.pexpiretime(`${prefix}quota:rebuilt`)).toBe(expiresAt + 1);
+        expect(await raw.pexpiretime(`${prefix}plain`)).toBe(-1);
+      } finally {
+        await cache.close();
+      }
+    });
+
+    it('a refused debit leaves the expiry of every window untouched', async () => {
+      const prefix = nextPrefix();
+      const cache = await connectRedisCache({ url: REDIS_URL, prefix });
+      try {
+        const expiresAt = Date.now() + 3_600_000;
+        await cache.debitWindows([{ key: 'a', limit: 1, expiresAt }], 1);
+        const refused = await cache.debitWindows(
+          [
+            { key: 'a', limit: 1, expiresAt: expiresAt + 5_000 },
+            { key: 'b', limit: 1, expiresAt: expiresAt + 5_000 },
+          ],
+          1,
+        );
+        expect(refused).toEqual({ ok: false, counts: [1, 0], refusedBy: 0 });
+        expect(await raw.pexpiretime(`${prefix}a`)).toBe(expiresAt);
+        expect(await raw.exists(`${prefix}b`)).toBe(0);
+      } finally {
+        await cache.close();
+      }
+    });
+
+    it('a command Redis itself refuses surfaces as the Redis error, not as an outage', async () => {
+      const prefix = nextPrefix();
+      const cache = await connectRedisCache({ url: REDIS_URL, prefix });
+      try {
+        await raw.rpush(`${prefix}list`, 'x');
+        const error = await cache.get('list').catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(Error);
+        expect(error).not.toBeInstanceOf(CacheUnavailableError);
+        expect((error as Error).message).toMatch(/WRONGTYPE/);
+        expect((await cache.health()).ok).toBe(true);
+      } finally {
+        await cache.close();
+      }
+    });
+
+    it('losing the connection fails calls fast, and the adapter recovers when Redis is back', async () => {
+      const proxy = relay(new URL(REDIS_URL));
+      const port = await proxy.start();
+      const cache = await connectRedisCache({
+        url: `redis://127.0.0.1:${port}`,
+        prefix: nextPrefix(),
+        connectTimeoutMs: 500,
+        commandTimeoutMs: 1_000,
+      });
+      try {
+        const window = { key: 'quota:q', limit: 10, expiresAt: Date.now() + 3_600_000 };
+        expect((await cache.debitWindows([window], 1)).ok).toBe(true);
+        await proxy.stop();
+        await expect
+          .poll(async () => (await cache.health()).ok, { interval: 50, timeout: 5_000 })
+          .toBe(false);
+        await expect(cache.debitWindows([window], 1)).rejects.toThrow(CacheUnavailableError);
+        await expect(cache.readWindows([window.key])).rejects.toThrow(/not connected/);
+        await proxy.start(port);
+        await expect
+          .poll(async () => (await cache.health()).ok, { interval: 100, timeout: 15_000 })
+          .toBe(true);
+        expect(await cache.debitWindows([window], 1)).toEqual({ ok: true, counts: [2], refusedBy: null });
+      } finally {
+        await cache.close();
+        await proxy.stop();
+      }
+    }, 30_000);
+  });
+});
+
+describe('redis cache when Redis cannot be reached', () => {
+  let cache: RedisCache;
+  let url: string;
+
+  beforeAll(async () => {
+    url = `redis://user:s3cret@127.0.0.1:${await closedPort()}`;
+    cache = await connectRedisCache({ url, prefix: 'never:', connectTimeoutMs: 500, commandTimeoutMs: 500 });
+  });
+
+  afterAll(async () => {
+    await cache?.close();
+  });
+
+  it('health reports not ok with the cause, without the password', async () => {
+    const health = await cache.health();
+    expect(health.ok).toBe(false);
+    expect(health.detail).toMatch(/ECONNREFUSED/);
+    expect(health.detail).not.toMatch(/s3cret/);
+  }, 10_000);
+
+  it('every operation rejects with CacheUnavailableError instead of waiting for Redis', async () => {
+    const window = { key: 'quota:q', limit: 5, expiresAt: Date.now() + 60_000 };
+    const error = await cache.debitWindows([window], 1).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(CacheUnavailableError);
+    expect((error as Error).message).toMatch(
+      /debitWindows failed: redis at redis:\/\/user:\*\*\*@127\.0\.0\.1:\d+/,
+    );
+    await expect(cache.get('k')).rejects.toThrow(CacheUnavailableError);
+    await expect(cache.set('k', 'v', { ttlMs: 1_000 })).rejects.toThrow(CacheUnavailableError);
+    await expect(cache.setIfAbsent('k', 'v')).rejects.toThrow(CacheUnavailableError);
+    await expect(cache.delete('k')).rejects.toThrow(CacheUnavailableError);
+    await expect(cache.readWindows(['k'])).rejects.toThrow(CacheUnavailableError);
+    await expect(cache.setWindows([{ key: 'k', count: 1, expiresAt: Date.now() + 1_000 }])).rejects.toThrow(
+      CacheUnavailableError,
+    );
+  }, 10_000);
+
+  it('a server that accepts connections but never answers is reported, not waited on forever', async () => {
+    const sockets: net.Socket[] = [];
+    const silent = net.createServer((socket) => {
+      sockets.push(socket);
+      socket.resume();
+    });
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const { port } = silent.address() as net.AddressInfo;
+    const hung = await connectRedisCache({
+      url: `redis://127.0.0.1:${port}`,
+      prefix: 'never:',
+      connectTimeoutMs: 300,
+      commandTimeoutMs: 300,
+    });
+    try {
+      expect((await hung.health()).ok).toBe(false);
+      await expect(
+        hung.debitWindows([{ key: 'q', limit: 1, expiresAt: Date.now() + 1_000 }], 1),
+      ).rejects.toThrow(CacheUnavailableError);
+    } finally {
+      await hung.close();
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) => silent.close(() => resolve()));
+    }
+  }, 10_000);
+
+  it('rejects a URL that is not a Redis URL and an empty prefix', async () => {
+    await expect(connectRedisCache({ url: 'http://127.0.0.1:6379', prefix: 'p:' })).rejects.toThrow(
+      RangeError,
+    );
+    await expect(connectRedisCache({ url: 'not a url', prefix: 'p:' })).rejects.toThrow(RangeError);
+    await expect(connectRedisCache({ url: REDIS_URL, prefix: '' })).rejects.toThrow(RangeError);
+  });
+});

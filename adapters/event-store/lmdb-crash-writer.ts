@@ -1,0 +1,59 @@
+/**
+ * Child process for the LMDB crash and multi-process tests. Prints one JSON line per
+ * acknowledged append, so the parent knows exactly what the store promised to keep.
+ *
+ *   crash <path>                        appends batches of 1..5 events to 5 streams until killed
+ *   contend <path> <stream> <count> <w>  appends <count> events to one stream with expected revisions
+ */
+import { randomUUID } from 'node:crypto';
+import type { NewEvent } from '../../contracts/envelope.ts';
+import { openLmdbEventStore } from './lmdb.ts';
+import { WrongExpectedRevisionError } from './port.ts';
+
+const [mode, path, ...rest] = process.argv.slice(2);
+if (!path || (mode !== 'crash' && mode !== 'contend')) {
+  process.stderr.write('usage: lmdb-crash-writer.ts crash|contend <path> [...]\n');
+  process.exit(2);
+}
+
+const store = await openLmdbEventStore({ path });
+process.stdout.write(`${JSON.stringify({ ready: true })}\n`);
+
+if (mode === 'crash') {
+  const streams = Array.from({ length: 5 }, (_, i) => `crash-${i}`);
+  for (let batch = 0; ; batch++) {
+    const stream = streams[batch % streams.length]!;
+    const size = 1 + (batch % 5);
+    const batchId = randomUUID();
+    const events: NewEvent[] = Array.from({ length: size }, (_, index) => ({
+      id: randomUUID(),
+      type: 'CrashTick',
+      // A payload of a few KB makes a batch span several pages, so a kill can land mid-commit.
+      data: { batchId, size, index, pad: 'x'.repeat(2048) },
+    }));
+    const expectedRevision = (await store.streamRevision(stream)) ?? 'no_stream';
+    const result = await store.append(stream, events, { expectedRevision });
+    process.stdout.write(`${JSON.stringify({ ...result, stream, batchId, ids: events.map((e) => e.id) })}\n`);
+  }
+} else {
+  const [stream, countText, writer] = rest;
+  const count = Number(countText);
+  let done = 0;
+  let conflicts = 0;
+  while (done < count) {
+    const current = await store.streamRevision(stream!);
+    const id = randomUUID();
+    try {
+      const result = await store.append(stream!, [{ id, type: 'Contended', data: { writer, seq: done } }], {
+        expectedRevision: current ?? 'no_stream',
+      });
+      process.stdout.write(`${JSON.stringify({ ...result, id, writer, seq: done })}\n`);
+      done++;
+    } catch (error) {
+      if (!(error instanceof WrongExpectedRevisionError)) throw error;
+      conflicts++;
+    }
+  }
+  process.stdout.write(`${JSON.stringify({ finished: true, conflicts })}\n`);
+  await store.close();
+}

@@ -1,0 +1,183 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import type { RecordedEvent } from '../../contracts/envelope.ts';
+import { openLmdbEventStore } from './lmdb.ts';
+
+const writerScript = fileURLToPath(new URL('./lmdb-crash-writer.ts', import.meta.url));
+const root = mkdtempSync(join(tmpdir(), 'lmdb-crash-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+interface Writer {
+  child: ChildProcess;
+  lines: Array<Record<string, unknown>>;
+  /** Resolves once `predicate` holds for the lines read so far. */
+  until(predicate: (lines: Array<Record<string, unknown>>) => boolean): Promise<void>;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string }>;
+}
+
+function startWriter(args: string[]): Writer {
+  const child = spawn(process.execPath, ['--import', 'tsx', writerScript, ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const lines: Array<Record<string, unknown>> = [];
+  const waiters: Array<() => void> = [];
+  let stderr = '';
+  child.stderr!.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  createInterface({ input: child.stdout! }).on('line', (line) => {
+    // A kill can cut the last line short; only whole JSON lines were acknowledged.
+    try {
+      lines.push(JSON.parse(line) as Record<string, unknown>);
+    } catch {
+      return;
+    }
+    for (const wake of waiters.splice(0)) wake();
+  });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string }>(
+    (resolve) => {
+      child.on('exit', (code, signal) => {
+        for (const wake of waiters.splice(0)) wake();
+        resolve({ code, signal, stderr });
+      });
+    },
+  );
+  return {
+    child,
+    lines,
+    exited,
+    async until(predicate) {
+      while (!predicate(lines)) {
+        if (child.exitCode !== null || child.signalCode !== null) {
+          throw new Error(`writer exited early (${child.exitCode ?? child.signalCode}): ${stderr}`);
+        }
+        await new Promise<void>((resolve) => waiters.push(resolve));
+      }
+    },
+  };
+}
+
+describe('LMDB event store across processes', () => {
+  it('keeps every acknowledged append, whole batches only, after SIGKILL mid-write', async () => {
+    const path = join(root, 'crash');
+    const writer = startWriter(['crash', path]);
+    try {
+      await writer.until((lines) => lines.filter((l) => Array.isArray(l.ids)).length > 150);
+    } finally {
+      writer.child.kill('SIGKILL');
+    }
+    const exit = await writer.exited;
+    expect(exit.signal).toBe('SIGKILL');
+    const acked = writer.lines.filter((l) => Array.isArray(l.ids)) as Array<{
+      position: number;
+      nextRevision: number;
+      stream: string;
+      batchId: string;
+      ids: string[];
+    }>;
+    expect(acked.length).toBeGreaterThan(150);
+
+    const store = await openLmdbEventStore({ path });
+    try {
+      const log = await store.readAll();
+      const head = await store.headPosition();
+      expect(log.map((e) => e.position)).toEqual(Array.from({ length: head }, (_, i) => i + 1));
+      const byPosition = new Map(log.map((e) => [e.position, e]));
+
+      for (const ack of acked) {
+        const events = ack.ids.map((_, i) => byPosition.get(ack.position - ack.ids.length + 1 + i));
+        expect(events.map((e) => e?.id)).toEqual(ack.ids);
+        expect(events.map((e) => e?.stream)).toEqual(ack.ids.map(() => ack.stream));
+        expect(events[events.length - 1]?.revision).toBe(ack.nextRevision);
+      }
+
+      // All-or-nothing: every batch in the log, acknowledged or not, is complete and contiguous.
+      const batches = new Map<string, RecordedEvent[]>();
+      for (const e of log) {
+        const { batchId } = e.data as { batchId: string };
+        batches.set(batchId, [...(batches.get(batchId) ?? []), e]);
+      }
+      for (const events of batches.values()) {
+        const { size } = events[0]!.data as { size: number };
+        expect(events.map((e) => (e.data as { index: number }).index)).toEqual(
+          Array.from({ length: size }, (_, i) => i),
+        );
+        expect(events[size - 1]!.position - events[0]!.position).toBe(size - 1);
+      }
+      expect(batches.size).toBeGreaterThanOrEqual(acked.length);
+      expect(batches.size).toBeLessThanOrEqual(acked.length + 1);
+
+      // The stream index and the id index agree with the log.
+      const streams = [...new Set(log.map((e) => e.stream))];
+      let indexed = 0;
+      for (const stream of streams) {
+        const events = await store.readStream(stream);
+        expect(events.map((e) => e.revision)).toEqual(events.map((_, i) => i));
+        expect(events).toEqual(log.filter((e) => e.stream === stream));
+        expect(await store.streamRevision(stream)).toBe(events.length - 1);
+        indexed += events.length;
+      }
+      expect(indexed).toBe(log.length);
+      for (const ack of acked) {
+        const retry = ack.ids.map((id) => ({ id, type: 'CrashTick', data: {} }));
+        expect(await store.append(ack.stream, retry)).toEqual({
+          nextRevision: ack.nextRevision,
+          position: ack.position,
+        });
+      }
+      expect(await store.headPosition()).toBe(head);
+
+      // And the store keeps working where the killed writer stopped.
+      const next = await store.append('crash-0', [{ type: 'AfterCrash', data: {} }], {
+        expectedRevision: (await store.streamRevision('crash-0')) ?? 'no_stream',
+      });
+      expect(next.position).toBe(head + 1);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('serializes two processes appending to one stream with expected revisions', async () => {
+    const path = join(root, 'contend');
+    const stream = 'contended';
+    const perWriter = 60;
+    const observer = await openLmdbEventStore({ path, pollMs: 20 });
+    const sub = observer.subscribeToAll();
+    try {
+      const writers = ['w1', 'w2'].map((w) => startWriter(['contend', path, stream, String(perWriter), w]));
+      const seen: RecordedEvent[] = [];
+      for await (const e of sub) {
+        seen.push(e);
+        if (seen.length === perWriter * 2) break;
+      }
+      const exits = await Promise.all(writers.map((w) => w.exited));
+      for (const exit of exits) expect(exit).toMatchObject({ code: 0 });
+
+      const events = await observer.readStream(stream);
+      expect(events.map((e) => e.revision)).toEqual(Array.from({ length: perWriter * 2 }, (_, i) => i));
+      expect(seen).toEqual(events);
+      for (const [i, writer] of writers.entries()) {
+        const name = `w${i + 1}`;
+        const acked = writer.lines.filter((l) => typeof l.id === 'string') as Array<{
+          id: string;
+          nextRevision: number;
+        }>;
+        expect(acked).toHaveLength(perWriter);
+        const mine = events.filter((e) => (e.data as { writer: string }).writer === name);
+        expect(mine.map((e) => (e.data as { seq: number }).seq)).toEqual(
+          Array.from({ length: perWriter }, (_, s) => s),
+        );
+        expect(mine.map((e) => e.id)).toEqual(acked.map((a) => a.id));
+        expect(mine.map((e) => e.revision)).toEqual(acked.map((a) => a.nextRevision));
+      }
+    } finally {
+      await sub.close();
+      await observer.close();
+    }
+  });
+});

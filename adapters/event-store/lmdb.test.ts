@@ -1,0 +1,92 @@
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { event, eventStoreContract, uniqueStream } from './contract.ts';
+import { openLmdbEventStore } from './lmdb.ts';
+
+const root = mkdtempSync(join(tmpdir(), 'lmdb-event-store-'));
+let dirs = 0;
+const freshPath = () => join(root, `store-${++dirs}`);
+
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+eventStoreContract('lmdb', () => openLmdbEventStore({ path: freshPath(), pollMs: 50 }));
+
+describe('LMDB event store', () => {
+  it('keeps every event, index and id across a close and reopen', async () => {
+    const path = freshPath();
+    const first = await openLmdbEventStore({ path });
+    const stream = uniqueStream('durable');
+    const batch = [event('A', { n: 1 }), event('B', { n: 2 })];
+    const original = await first.append(stream, batch, { expectedRevision: 'no_stream' });
+    await first.append(uniqueStream('other'), [event('C')]);
+    await first.close();
+
+    const second = await openLmdbEventStore({ path });
+    try {
+      expect(await second.headPosition()).toBe(3);
+      expect((await second.readStream(stream)).map((e) => e.id)).toEqual(batch.map((e) => e.id));
+      expect(await second.streamRevision(stream)).toBe(1);
+      expect(await second.append(stream, batch, { expectedRevision: 'no_stream' })).toEqual(original);
+      expect((await second.append(stream, [event('D')], { expectedRevision: 1 })).position).toBe(4);
+      expect((await second.readAll()).map((e) => e.position)).toEqual([1, 2, 3, 4]);
+    } finally {
+      await second.close();
+    }
+  });
+
+  it('delivers appends made through another handle on the same directory by polling', async () => {
+    const path = freshPath();
+    const reader = await openLmdbEventStore({ path, pollMs: 20 });
+    const writer = await openLmdbEventStore({ path });
+    const sub = reader.subscribeToAll();
+    try {
+      const iterator = sub[Symbol.asyncIterator]();
+      const pending = iterator.next();
+      const stream = uniqueStream('elsewhere');
+      await writer.append(stream, [event('FromElsewhere')]);
+      const received = await pending;
+      expect(received.done).toBe(false);
+      expect(received.value).toMatchObject({ stream, position: 1, type: 'FromElsewhere' });
+    } finally {
+      await sub.close();
+      await writer.close();
+      await reader.close();
+    }
+  });
+
+  it('rolls back a whole batch when one event cannot be stored', async () => {
+    const path = freshPath();
+    const store = await openLmdbEventStore({ path });
+    try {
+      const stream = uniqueStream('rollback');
+      await store.append(stream, [event('Seed')]);
+      // msgpack refuses BigInts beyond 64 bits, after the first event of the batch was put.
+      const bad = [event('Fine'), event('Unencodable', { big: 2n ** 70n })];
+      await expect(store.append(stream, bad)).rejects.toThrow();
+      expect(await store.headPosition()).toBe(1);
+      expect(await store.streamRevision(stream)).toBe(0);
+      expect((await store.append(stream, [bad[0]!], { expectedRevision: 0 })).position).toBe(2);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('treats a path with a dot in its name as a directory', async () => {
+    const path = join(root, 'data.v1');
+    const store = await openLmdbEventStore({ path });
+    try {
+      await store.append(uniqueStream('dotted'), [event('A')]);
+      expect(statSync(path).isDirectory()).toBe(true);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('reports unhealthy once closed', async () => {
+    const store = await openLmdbEventStore({ path: freshPath() });
+    await store.close();
+    expect(await store.health()).toMatchObject({ ok: false });
+  });
+});

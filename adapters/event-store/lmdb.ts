@@ -1,0 +1,206 @@
+import { randomUUID } from 'node:crypto';
+import { type Database, open, type RootDatabase } from 'lmdb';
+import type { AppendResult, ExpectedRevision, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
+import { LmdbProjectionStore } from '../projection-store/lmdb.ts';
+import { AppendSignal, catchUpSubscription } from './catch-up.ts';
+import { findIdempotentAppend } from './idempotency.ts';
+import {
+  checkExpected,
+  type EventStore,
+  type HealthReport,
+  IdempotencyConflictError,
+  type Subscription,
+} from './port.ts';
+
+export interface LmdbEventStoreOptions {
+  /** Directory of the LMDB environment (created when missing). */
+  path: string;
+  /** How often a live subscription looks for appends made by other processes. */
+  pollMs?: number;
+}
+
+type StreamKey = [stream: string, revision: number];
+
+const LAST_REVISION = Number.MAX_SAFE_INTEGER;
+
+export async function openLmdbEventStore(options: LmdbEventStoreOptions): Promise<LmdbEventStore> {
+  return new LmdbEventStore(options);
+}
+
+/**
+ * The embedded event store. One LMDB environment holds three sub-databases written in the same
+ * transaction: `events` (position → event), `streams` ([stream, revision] → position) and `ids`
+ * (event id → position). The expected-revision check, the idempotency check and the writes all
+ * run inside one LMDB write transaction, and LMDB admits one writer at a time across every
+ * process that opens the directory, so concurrent appenders are serialized and exactly one wins.
+ * An append is acknowledged only after its transaction is committed and flushed to disk.
+ */
+export class LmdbEventStore implements EventStore {
+  readonly kind = 'lmdb' as const;
+  readonly root: RootDatabase;
+  private readonly events: Database<RecordedEvent, number>;
+  private readonly streams: Database<number, StreamKey>;
+  private readonly ids: Database<number, string>;
+  private readonly signal = new AppendSignal();
+  private readonly pollMs: number;
+  private closed = false;
+
+  constructor(options: LmdbEventStoreOptions) {
+    this.pollMs = options.pollMs ?? 250;
+    // overlappingSync (the default off Windows) flushes outside the write lock; `flushed` is
+    // awaited before an append is acknowledged, so acknowledged still means on disk.
+    // noSubdir: false keeps `path` a directory even when its name has a dot in it.
+    this.root = open({ path: options.path, noSubdir: false, maxDbs: 16 });
+    this.events = this.root.openDB<RecordedEvent, number>({ name: 'events' });
+    this.streams = this.root.openDB<number, StreamKey>({ name: 'streams' });
+    this.ids = this.root.openDB<number, string>({ name: 'ids' });
+    // Reader slots of processes that were killed would otherwise pin old pages forever.
+    this.root.readerCheck();
+  }
+
+  /** Projection snapshots in the same environment, so one data directory holds both. */
+  projectionStore(): LmdbProjectionStore {
+    return new LmdbProjectionStore(this.root);
+  }
+
+  async append(
+    stream: string,
+    events: NewEvent[],
+    options: { expectedRevision?: ExpectedRevision } = {},
+  ): Promise<AppendResult> {
+    const expected = options.expectedRevision ?? 'any';
+    const recordedAt = new Date().toISOString();
+    const ids = events.map((e) => e.id ?? randomUUID());
+    // A child transaction rolls back every put of this batch if anything in it throws, while
+    // still sharing one commit (and one flush) with the other appends queued in this turn.
+    const outcome = await this.root.childTransaction(() => {
+      const prior = findIdempotentAppend(stream, events, (id) => this.lookup(id));
+      if (prior) return { result: prior, wrote: false };
+      const current = this.currentRevision(stream);
+      checkExpected(stream, expected, current);
+      const head = this.headInTxn();
+      if (events.length === 0)
+        return { result: { nextRevision: current ?? -1, position: head }, wrote: false };
+      const seen = new Set<string>();
+      for (const id of ids) {
+        if (seen.has(id) || this.ids.doesExist(id)) throw new IdempotencyConflictError(stream, id);
+        seen.add(id);
+      }
+      const firstRevision = (current ?? -1) + 1;
+      for (let i = 0; i < events.length; i++) {
+        const e = events[i]!;
+        const id = ids[i]!;
+        const position = head + i + 1;
+        const revision = firstRevision + i;
+        const recorded: RecordedEvent = {
+          id,
+          type: e.type,
+          stream,
+          revision,
+          position,
+          recordedAt,
+          correlationId: e.correlationId ?? id,
+          causationId: e.causationId ?? null,
+          data: e.data,
+        };
+        this.events.putSync(position, recorded, { append: true });
+        this.streams.putSync([stream, revision], position);
+        this.ids.putSync(id, position);
+      }
+      return {
+        result: { nextRevision: firstRevision + events.length - 1, position: head + events.length },
+        wrote: true,
+      };
+    });
+    if (outcome.wrote) {
+      await this.root.flushed;
+      this.signal.notify();
+    }
+    return outcome.result;
+  }
+
+  async readStream(stream: string, options: { fromRevision?: number; maxCount?: number } = {}) {
+    const maxCount = options.maxCount ?? Number.POSITIVE_INFINITY;
+    if (maxCount <= 0) return [];
+    const out: RecordedEvent[] = [];
+    const range = this.streams.getRange({
+      start: [stream, options.fromRevision ?? 0],
+      end: [stream, LAST_REVISION],
+      ...(Number.isFinite(maxCount) ? { limit: maxCount } : {}),
+    });
+    for (const { value: position } of range) {
+      const recorded = this.events.get(position);
+      if (!recorded)
+        throw new Error(`lmdb event store: stream index of ${stream} points at missing position ${position}`);
+      out.push(recorded);
+    }
+    return out;
+  }
+
+  async readAll(options: { after?: number; maxCount?: number } = {}) {
+    const maxCount = options.maxCount ?? Number.POSITIVE_INFINITY;
+    if (maxCount <= 0) return [];
+    const out: RecordedEvent[] = [];
+    const range = this.events.getRange({
+      start: (options.after ?? 0) + 1,
+      ...(Number.isFinite(maxCount) ? { limit: maxCount } : {}),
+    });
+    for (const { value } of range) out.push(value);
+    return out;
+  }
+
+  subscribeToAll(options: { after?: number } = {}): Subscription {
+    return catchUpSubscription((after, maxCount) => this.readAll({ after, maxCount }), this.signal, {
+      ...options,
+      pollMs: this.pollMs,
+    });
+  }
+
+  async streamRevision(stream: string) {
+    return this.currentRevision(stream);
+  }
+
+  async headPosition() {
+    return this.headInTxn();
+  }
+
+  async health(): Promise<HealthReport> {
+    if (this.closed) return { ok: false, detail: 'closed' };
+    try {
+      const head = this.headInTxn();
+      return { ok: true, detail: `head position ${head}` };
+    } catch (error) {
+      return { ok: false, detail: (error as Error).message };
+    }
+  }
+
+  async close() {
+    if (this.closed) return;
+    this.closed = true;
+    this.signal.notify();
+    await this.root.close();
+  }
+
+  /** Reads through the write transaction when called inside one, else a fresh read snapshot. */
+  private headInTxn(): number {
+    for (const key of this.events.getKeys({ reverse: true, limit: 1 })) return key;
+    return 0;
+  }
+
+  private currentRevision(stream: string): number | null {
+    for (const [, revision] of this.streams.getKeys({
+      start: [stream, LAST_REVISION],
+      end: [stream],
+      reverse: true,
+      limit: 1,
+    })) {
+      return revision;
+    }
+    return null;
+  }
+
+  private lookup(id: string): RecordedEvent | undefined {
+    const position = this.ids.get(id);
+    return position === undefined ? undefined : this.events.get(position);
+  }
+}

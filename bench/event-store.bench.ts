@@ -1,0 +1,202 @@
+/**
+ * LMDB event store against raw `lmdb` doing the same I/O, measured in one run:
+ *   (a) single-event appends with an expected revision vs one raw put + flush each
+ *   (b) batches of 100 events vs 100 raw puts in one transaction + flush
+ *   (c) read-all over N events vs a raw getRange over the same entries
+ * Raw puts store the very records the store wrote (same msgpack bytes), and both sides wait
+ * for the disk flush, so the ratio is the cost of the store's checks and indexes.
+ *
+ *   npx tsx bench/event-store.bench.ts [--read-events=1000000]
+ */
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { pathToFileURL } from 'node:url';
+import { type Database, open } from 'lmdb';
+import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
+import type { NewEvent, RecordedEvent } from '../contracts/envelope.ts';
+
+export interface EventStoreBenchOptions {
+  singles?: number;
+  batches?: number;
+  batchSize?: number;
+  readEvents?: number;
+  print?: boolean;
+}
+
+export interface BenchRow {
+  case: string;
+  store: number;
+  raw: number;
+  unit: string;
+  ratio: number;
+  target?: number;
+}
+
+export async function run(options: EventStoreBenchOptions = {}): Promise<BenchRow[]> {
+  const singles = options.singles ?? 2_000;
+  const batches = options.batches ?? 200;
+  const batchSize = options.batchSize ?? 100;
+  const readEvents = options.readEvents ?? 1_000_000;
+  const dir = mkdtempSync(join(tmpdir(), 'bench-event-store-'));
+  try {
+    const rows: BenchRow[] = [];
+    rows.push(await singleAppends(join(dir, 'single'), singles));
+    rows.push(await batchAppends(join(dir, 'batch'), batches, batchSize));
+    rows.push(await readAll(join(dir, 'read'), readEvents));
+    if (options.print ?? true) printTable(rows);
+    return rows;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function sampleEvent(i: number): NewEvent {
+  return {
+    id: randomUUID(),
+    type: 'VerdictRecorded',
+    data: {
+      symbol: 'BTC/USDT',
+      timeframe: '1h',
+      verdict: i % 3 === 0 ? 'BUY' : 'HOLD',
+      score: i % 100,
+      at: i,
+    },
+  };
+}
+
+async function singleAppends(path: string, count: number): Promise<BenchRow> {
+  const streams = 10;
+  const store = await openLmdbEventStore({ path: join(path, 'store') });
+  const revisions = new Array<number | null>(streams).fill(null);
+  const storeStart = performance.now();
+  for (let i = 0; i < count; i++) {
+    const s = i % streams;
+    const result = await store.append(`bench-${s}`, [sampleEvent(i)], {
+      expectedRevision: revisions[s] ?? 'no_stream',
+    });
+    revisions[s] = result.nextRevision;
+  }
+  const storeMs = performance.now() - storeStart;
+  const records = await store.readAll();
+  await store.close();
+
+  const raw = openRaw(join(path, 'raw'));
+  const rawStart = performance.now();
+  for (const record of records) {
+    await raw.db.put(record.position, record);
+    await raw.env.flushed;
+  }
+  const rawMs = performance.now() - rawStart;
+  await raw.env.close();
+  return row(`(a) single appends, expected revision (${count})`, count, storeMs, rawMs, 'appends/s');
+}
+
+async function batchAppends(path: string, count: number, size: number): Promise<BenchRow> {
+  const store = await openLmdbEventStore({ path: join(path, 'store') });
+  let revision: number | null = null;
+  const storeStart = performance.now();
+  for (let b = 0; b < count; b++) {
+    const events = Array.from({ length: size }, (_, i) => sampleEvent(b * size + i));
+    const result = await store.append('bench-batches', events, { expectedRevision: revision ?? 'no_stream' });
+    revision = result.nextRevision;
+  }
+  const storeMs = performance.now() - storeStart;
+  const records = await store.readAll();
+  await store.close();
+
+  const raw = openRaw(join(path, 'raw'));
+  const rawStart = performance.now();
+  for (let b = 0; b < count; b++) {
+    // Puts issued in one event turn share one lmdb transaction, like one store append.
+    const writes = records.slice(b * size, (b + 1) * size).map((r) => raw.db.put(r.position, r));
+    await Promise.all(writes);
+    await raw.env.flushed;
+  }
+  const rawMs = performance.now() - rawStart;
+  await raw.env.close();
+  return {
+    ...row(`(b) batches of ${size} (${count} batches)`, count * size, storeMs, rawMs, 'events/s'),
+    target: 0.5,
+  };
+}
+
+async function readAll(path: string, total: number): Promise<BenchRow> {
+  const store = await openLmdbEventStore({ path });
+  const chunk = 10_000;
+  for (let written = 0; written < total; written += chunk) {
+    const events = Array.from({ length: Math.min(chunk, total - written) }, (_, i) =>
+      sampleEvent(written + i),
+    );
+    await store.append(`bench-read-${written % 97}`, events);
+  }
+  // Pages the size a catch-up subscription reads (512) keep few events alive at once.
+  const page = 1_000;
+  let seen = 0;
+  let after = 0;
+  const storeStart = performance.now();
+  for (;;) {
+    const events = await store.readAll({ after, maxCount: page });
+    if (events.length === 0) break;
+    seen += events.length;
+    after = events[events.length - 1]!.position;
+  }
+  const storeMs = performance.now() - storeStart;
+  await store.close();
+  if (seen !== total) throw new Error(`read ${seen} of ${total} events`);
+
+  const raw = open({ path, noSubdir: false, maxDbs: 16 });
+  const events = raw.openDB<RecordedEvent, number>({ name: 'events' });
+  let rawSeen = 0;
+  const rawStart = performance.now();
+  for (const { value } of events.getRange({ start: 1 })) {
+    if (value.position > 0) rawSeen++;
+  }
+  const rawMs = performance.now() - rawStart;
+  await raw.close();
+  if (rawSeen !== total) throw new Error(`raw read ${rawSeen} of ${total} events`);
+  return row(
+    `(c) read all ${total.toLocaleString('en')} events, pages of ${page}`,
+    total,
+    storeMs,
+    rawMs,
+    'events/s',
+  );
+}
+
+function openRaw(path: string): { env: ReturnType<typeof open>; db: Database<RecordedEvent, number> } {
+  const env = open({ path, noSubdir: false, maxDbs: 4 });
+  return { env, db: env.openDB<RecordedEvent, number>({ name: 'events' }) };
+}
+
+function row(name: string, count: number, storeMs: number, rawMs: number, unit: string): BenchRow {
+  const store = (count / storeMs) * 1000;
+  const raw = (count / rawMs) * 1000;
+  return { case: name, store, raw, unit, ratio: store / raw };
+}
+
+function printTable(rows: BenchRow[]): void {
+  const fmt = (n: number) => Math.round(n).toLocaleString('en');
+  const header = ['case', 'lmdb store', 'raw lmdb', 'unit', 'store/raw', 'target'];
+  const lines = rows.map((r) => [
+    r.case,
+    fmt(r.store),
+    fmt(r.raw),
+    r.unit,
+    r.ratio.toFixed(2),
+    r.target === undefined ? '' : `>= ${r.target} ${r.ratio >= r.target ? 'ok' : 'MISSED'}`,
+  ]);
+  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
+  const format = (cells: string[]) =>
+    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
+  console.log(format(header));
+  console.log(widths.map((w) => '-'.repeat(w)).join('  '));
+  for (const line of lines) console.log(format(line));
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  const readArg = process.argv.find((a) => a.startsWith('--read-events='));
+  await run(readArg ? { readEvents: Number(readArg.split('=')[1]) } : {});
+}

@@ -1,0 +1,113 @@
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import type { Bus } from '../adapters/bus/port.ts';
+import type { Cache } from '../adapters/cache/port.ts';
+import type { EventStore } from '../adapters/event-store/port.ts';
+import type { ProjectionStore } from '../adapters/projection-store/port.ts';
+import type { Config } from '../contracts/config.ts';
+
+export interface Adapters {
+  eventStore: EventStore;
+  projectionStore: ProjectionStore;
+  bus: Bus;
+  cache: Cache;
+  close(): Promise<void>;
+}
+
+/**
+ * Chooses each port's adapter from configuration: embedded by default (LMDB, in-process bus and
+ * cache), the distributed engines when EVENT_STORE/BUS/CACHE say so. Adapters are imported
+ * lazily so an embedded start never loads the network clients.
+ */
+export async function openAdapters(config: Config, logger: Logger): Promise<Adapters> {
+  const opened: { close(): Promise<void> }[] = [];
+  try {
+    const { eventStore, projectionStore, closeProjections } = await openStores(config, logger);
+    opened.push(eventStore, { close: closeProjections });
+    const bus = await openBus(config, logger);
+    opened.push(bus);
+    const cache = await openCache(config, logger);
+    opened.push(cache);
+    return {
+      eventStore,
+      projectionStore,
+      bus,
+      cache,
+      async close() {
+        // Reverse order: followers of the store stop before the store itself.
+        for (const adapter of [cache, bus, { close: closeProjections }, eventStore]) {
+          await adapter.close().catch((err: unknown) => logger.error({ err }, 'closing an adapter failed'));
+        }
+      },
+    };
+  } catch (err) {
+    for (const adapter of opened.reverse()) await adapter.close().catch(() => undefined);
+    throw err;
+  }
+}
+
+async function openStores(config: Config, logger: Logger) {
+  switch (config.EVENT_STORE) {
+    case 'memory': {
+      const { MemoryEventStore } = await import('../adapters/event-store/memory.ts');
+      const { MemoryProjectionStore } = await import('../adapters/projection-store/memory.ts');
+      return {
+        eventStore: new MemoryEventStore() as EventStore,
+        projectionStore: new MemoryProjectionStore(),
+        closeProjections: async () => undefined,
+      };
+    }
+    case 'lmdb': {
+      const { openLmdbEventStore } = await import('../adapters/event-store/lmdb.ts');
+      const path = join(config.DATA_DIR, 'events');
+      mkdirSync(path, { recursive: true });
+      const store = await openLmdbEventStore({ path });
+      logger.info({ path }, 'event store: LMDB');
+      // Snapshots share the log's environment, which the store closes.
+      return {
+        eventStore: store as EventStore,
+        projectionStore: store.projectionStore(),
+        closeProjections: async () => undefined,
+      };
+    }
+    case 'kurrentdb': {
+      const { connectKurrentEventStore } = await import('../adapters/event-store/kurrentdb.ts');
+      const { LmdbProjectionStore } = await import('../adapters/projection-store/lmdb.ts');
+      const eventStore = await connectKurrentEventStore({ connectionString: config.KURRENTDB_URL! });
+      // Projection snapshots stay local to the role that folds them (its DATA_DIR volume).
+      const path = join(config.DATA_DIR, 'projections');
+      mkdirSync(path, { recursive: true });
+      logger.info({ path }, 'event store: KurrentDB; projection snapshots: local LMDB');
+      const projectionStore = LmdbProjectionStore.open(path);
+      return {
+        eventStore: eventStore as EventStore,
+        projectionStore,
+        closeProjections: () => projectionStore.close(),
+      };
+    }
+  }
+}
+
+async function openBus(config: Config, logger: Logger): Promise<Bus> {
+  if (config.BUS === 'nats') {
+    const { connectNatsBus } = await import('../adapters/bus/nats.ts');
+    return connectNatsBus({
+      url: config.NATS_URL,
+      stream: config.NATS_STREAM,
+      subjectPrefix: config.NATS_SUBJECT_PREFIX,
+      logger,
+    });
+  }
+  const { MemoryBus } = await import('../adapters/bus/memory.ts');
+  return new MemoryBus();
+}
+
+async function openCache(config: Config, logger: Logger): Promise<Cache> {
+  if (config.CACHE === 'redis') {
+    const { connectRedisCache } = await import('../adapters/cache/redis.ts');
+    return connectRedisCache({ url: config.REDIS_URL, prefix: config.REDIS_PREFIX, logger });
+  }
+  const { createMemoryCache } = await import('../adapters/cache/memory.ts');
+  return createMemoryCache();
+}

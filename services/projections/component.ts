@@ -1,0 +1,88 @@
+import type { Logger } from 'pino';
+import type { Config } from '../../contracts/config.ts';
+import { eventStatsProjection } from '../../projections/event-stats.ts';
+import { latestVerdictsProjection } from '../../projections/latest-verdicts.ts';
+import type { Projection } from '../../projections/projection.ts';
+import { ProjectionRunner } from '../../projections/runner.ts';
+import type { Adapters } from '../adapters.ts';
+import type { Component } from '../component.ts';
+import { Relay } from '../relay/relay.ts';
+import type { Metrics } from '../shared/metrics.ts';
+
+/** Every projection the service keeps. Later features register theirs here. */
+export const PROJECTIONS: Projection<unknown>[] = [
+  eventStatsProjection as Projection<unknown>,
+  latestVerdictsProjection as Projection<unknown>,
+];
+
+/**
+ * The followers of the log: the projection runners and the relay that feeds the bus. They run
+ * in the `projections` role; each keeps its own checkpoint, so they restart independently.
+ */
+export function projectionsComponent(deps: {
+  config: Config;
+  adapters: Adapters;
+  logger: Logger;
+  metrics: Metrics | null;
+}): Component & { runners: Map<string, ProjectionRunner<unknown>>; relay: Relay } {
+  const { adapters, logger, config, metrics } = deps;
+  const runners = new Map(
+    PROJECTIONS.map((p) => [
+      p.name,
+      new ProjectionRunner(adapters.eventStore, adapters.projectionStore, p, {
+        snapshotEvery: config.PROJECTION_SNAPSHOT_EVERY,
+        logger,
+      }),
+    ]),
+  );
+  const relay = new Relay({
+    store: adapters.eventStore,
+    bus: adapters.bus,
+    checkpoints: adapters.projectionStore,
+    subjectPrefix: config.NATS_SUBJECT_PREFIX,
+    logger,
+  });
+  let lagTimer: NodeJS.Timeout | null = null;
+
+  async function updateLag(): Promise<void> {
+    if (!metrics) return;
+    const head = await adapters.eventStore.headPosition();
+    for (const [name, runner] of runners)
+      metrics.followerLag.set({ follower: name }, head - runner.checkpoint);
+    metrics.followerLag.set({ follower: 'relay' }, head - relay.checkpoint);
+  }
+
+  return {
+    name: 'projections',
+    runners,
+    relay,
+    async start() {
+      for (const runner of runners.values()) await runner.start();
+      await relay.start();
+      lagTimer = setInterval(() => {
+        updateLag().catch((err) => logger.warn({ err }, 'lag metric update failed'));
+      }, 5_000);
+      lagTimer.unref();
+    },
+    async stop() {
+      if (lagTimer) clearInterval(lagTimer);
+      await relay.stop();
+      for (const runner of runners.values()) await runner.stop();
+    },
+    checks() {
+      const checks: Record<string, () => Promise<{ ok: boolean; detail?: string; [k: string]: unknown }>> =
+        {};
+      for (const [name, runner] of runners) {
+        checks[`projection:${name}`] = async () => {
+          const head = await adapters.eventStore.headPosition();
+          const failure = runner.error;
+          return failure
+            ? { ok: false, detail: failure.message, checkpoint: runner.checkpoint }
+            : { ok: runner.running, checkpoint: runner.checkpoint, lag: head - runner.checkpoint };
+        };
+      }
+      checks.relay = async () => ({ ok: true, ...relay.stats, lag: await relay.lag() });
+      return checks;
+    },
+  };
+}

@@ -1,0 +1,382 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { type AddressInfo, Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { parse } from 'yaml';
+import { ConfigSchema, loadConfig } from '../contracts/config.ts';
+import { ROLES } from '../services/component.ts';
+
+/**
+ * Checks the deployment files by reading them, since no Docker engine (nor the compose plugin)
+ * runs here: the compose file's structure against the compose specification's rules that
+ * `docker compose config` would enforce, its environment against the service's own config
+ * schema, and the parts that can run locally (the health-check command, nats.conf, the Redis
+ * flags) by running them.
+ */
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const CI = process.env.CI === 'true';
+const read = (path: string) => readFileSync(join(ROOT, path), 'utf8');
+
+interface HealthCheck {
+  test: string[] | string;
+  interval?: string;
+  timeout?: string;
+  retries?: number;
+  start_period?: string;
+}
+
+interface ComposeService {
+  image?: string;
+  build?: { context: string; dockerfile: string };
+  command?: string[];
+  environment?: Record<string, string>;
+  depends_on?: Record<string, { condition: string }>;
+  healthcheck?: HealthCheck;
+  volumes?: string[];
+  ports?: string[];
+}
+
+interface ComposeFile {
+  name?: string;
+  services: Record<string, ComposeService>;
+  volumes?: Record<string, unknown>;
+}
+
+/** Resolves `${VAR}`, `${VAR:-default}` and `${VAR-default}` the way compose does, from an empty environment. */
+function interpolate(text: string): string {
+  const resolved = text.replace(
+    /\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}/g,
+    (_, _name, fallback) => fallback ?? '',
+  );
+  // Anything left with a single `$` is an expression compose would reject; `$$` is a literal `$`.
+  const stray = resolved.replace(/\$\$/g, '').match(/\$.{0,20}/);
+  if (stray) throw new Error(`malformed interpolation near ${JSON.stringify(stray[0])}`);
+  return resolved.replace(/\$\$/g, '$');
+}
+
+/** Compose interpolates after parsing, in string values only. */
+function interpolateValues(node: unknown): unknown {
+  if (typeof node === 'string') return interpolate(node);
+  if (Array.isArray(node)) return node.map(interpolateValues);
+  if (node !== null && typeof node === 'object') {
+    return Object.fromEntries(Object.entries(node).map(([key, value]) => [key, interpolateValues(value)]));
+  }
+  return node;
+}
+
+const compose = interpolateValues(parse(read('docker-compose.yml'), { merge: true })) as ComposeFile;
+const services = compose.services;
+const dockerfile = read('deploy/Dockerfile');
+
+const INFRA = ['kurrentdb', 'nats', 'redis'];
+const ROLE_SERVICES = Object.keys(services).filter((name) => !INFRA.includes(name));
+
+const DURATION = /^\d+(ms|s|m|h)$/;
+
+describe('docker-compose.yml', () => {
+  it('has only keys the compose specification knows at the top level', () => {
+    for (const key of Object.keys(compose)) {
+      expect(
+        ['name', 'services', 'volumes', 'networks', 'configs', 'secrets'].includes(key) ||
+          key.startsWith('x-'),
+      ).toBe(true);
+    }
+    expect(compose.name).toMatch(/^[a-z0-9][a-z0-9_-]*$/);
+  });
+
+  it('runs KurrentDB, NATS and Redis, and one container for each role the service defines', () => {
+    for (const name of INFRA) expect(services[name], `${name} is missing`).toBeDefined();
+    expect([...ROLE_SERVICES].sort()).toEqual([...ROLES].sort());
+  });
+
+  it('gives every service a runnable health check with valid durations', () => {
+    for (const [name, service] of Object.entries(services)) {
+      const check = service.healthcheck;
+      expect(check, `${name} has no healthcheck`).toBeDefined();
+      const test = check!.test;
+      expect(Array.isArray(test) ? ['CMD', 'CMD-SHELL'].includes(test[0]!) : typeof test === 'string').toBe(
+        true,
+      );
+      expect(Array.isArray(test) ? test.length : 1).toBeGreaterThan(1);
+      for (const field of ['interval', 'timeout'] as const) expect(check![field]).toMatch(DURATION);
+      if (check!.start_period !== undefined) expect(check!.start_period).toMatch(DURATION);
+      expect(Number.isInteger(check!.retries) && check!.retries! > 0).toBe(true);
+    }
+  });
+
+  it('makes every dependency wait for a healthy target that exists, without cycles', () => {
+    for (const [name, service] of Object.entries(services)) {
+      for (const [target, { condition }] of Object.entries(service.depends_on ?? {})) {
+        expect(services[target], `${name} depends on unknown service ${target}`).toBeDefined();
+        expect(condition).toBe('service_healthy');
+        expect(services[target]!.healthcheck).toBeDefined();
+      }
+    }
+    const visiting = new Set<string>();
+    const visit = (name: string, path: string[]): void => {
+      if (visiting.has(name)) throw new Error(`dependency cycle: ${[...path, name].join(' -> ')}`);
+      visiting.add(name);
+      for (const target of Object.keys(services[name]!.depends_on ?? {})) visit(target, [...path, name]);
+      visiting.delete(name);
+    };
+    for (const name of Object.keys(services)) visit(name, []);
+  });
+
+  it('declares every named volume it mounts, and every bind mount exists in the repository', () => {
+    const declared = new Set(Object.keys(compose.volumes ?? {}));
+    for (const [name, service] of Object.entries(services)) {
+      for (const mount of service.volumes ?? []) {
+        const [source, target] = mount.split(':');
+        expect(target, `${name}: ${mount}`).toMatch(/^\//);
+        if (source!.startsWith('.') || source!.startsWith('/')) {
+          expect(existsSync(join(ROOT, source!)), `${name}: ${source} is missing`).toBe(true);
+        } else {
+          expect(declared.has(source!), `${name}: volume ${source} is not declared`).toBe(true);
+        }
+      }
+    }
+  });
+
+  it('runs KurrentDB as an insecure single node checked through /health/live', () => {
+    const db = services.kurrentdb!;
+    expect(db.image).toMatch(/^(docker\.kurrent\.io\/kurrent-latest\/kurrentdb|eventstore\/eventstore):/);
+    expect(db.environment).toMatchObject({ KURRENTDB_CLUSTER_SIZE: '1', KURRENTDB_INSECURE: 'true' });
+    expect(JSON.stringify(db.healthcheck!.test)).toContain('http://localhost:2113/health/live');
+    expect(db.volumes).toContain('kurrentdb_data:/var/lib/kurrentdb');
+  });
+
+  it('runs NATS with JetStream on, its config mounted, checked on the monitoring port', () => {
+    const nats = services.nats!;
+    expect(nats.command).toContain('-js');
+    const config = nats.command![nats.command!.indexOf('--config') + 1];
+    expect(nats.volumes).toContain(`./deploy/nats.conf:${config}:ro`);
+    expect(JSON.stringify(nats.healthcheck!.test)).toContain('http://localhost:8222/healthz');
+    // The JetStream store directory in nats.conf must be on the persistent volume.
+    const storeDir = read('deploy/nats.conf').match(/store_dir:\s*(\S+)/)?.[1];
+    const dataMount = nats.volumes!.find((v) => v.startsWith('nats_data:'))!.split(':')[1]!;
+    expect(storeDir?.startsWith(`${dataMount}/`)).toBe(true);
+  });
+
+  it('runs Redis 7 with AOF and without eviction, checked with redis-cli ping', () => {
+    const redis = services.redis!;
+    expect(redis.image).toMatch(/^redis:7/);
+    expect(redis.healthcheck!.test).toEqual(['CMD', 'redis-cli', 'ping']);
+    const command = redis.command!.join(' ');
+    expect(command).toContain('--maxmemory-policy noeviction');
+    expect(command).toContain('--appendonly yes');
+  });
+
+  describe.each(ROLE_SERVICES)('role %s', (role) => {
+    const service = services[role]!;
+
+    it('is built from deploy/Dockerfile and started with its role', () => {
+      expect(service.build).toEqual({ context: '.', dockerfile: 'deploy/Dockerfile' });
+      expect(existsSync(join(ROOT, service.build!.context, service.build!.dockerfile))).toBe(true);
+      expect(service.command).toEqual(['--role', role]);
+    });
+
+    it('waits for KurrentDB, NATS and Redis to be healthy', () => {
+      expect(Object.keys(service.depends_on ?? {}).sort()).toEqual(['kurrentdb', 'nats', 'redis']);
+    });
+
+    it('is configured for the distributed engines with settings the service accepts', () => {
+      const env = service.environment!;
+      expect(env).toMatchObject({ EVENT_STORE: 'kurrentdb', BUS: 'nats', CACHE: 'redis' });
+      const known = new Set(Object.keys(ConfigSchema.shape));
+      for (const key of Object.keys(env))
+        expect(known.has(key), `${key} is not a config variable`).toBe(true);
+      const config = loadConfig(env);
+      expect(config.PORT).toBe(8080);
+      const urls: [string, string, number][] = [
+        [config.KURRENTDB_URL!, 'kurrentdb', 2113],
+        [config.NATS_URL, 'nats', 4222],
+        [config.REDIS_URL, 'redis', 6379],
+      ];
+      for (const [url, host, port] of urls) {
+        const parsed = new URL(url);
+        expect(parsed.hostname).toBe(host);
+        expect(Number(parsed.port)).toBe(port);
+      }
+      expect(new URL(config.KURRENTDB_URL!).searchParams.get('tls')).toBe('false');
+    });
+
+    it('keeps its DATA_DIR on its own volume, at the path the image prepares', () => {
+      const dataDir = service.environment!.DATA_DIR;
+      expect(dockerfile).toContain(`DATA_DIR=${dataDir}`);
+      expect(dockerfile).toContain(`VOLUME ["${dataDir}"]`);
+      expect(service.volumes).toContain(`${role}_data:${dataDir}`);
+    });
+  });
+
+  it('uses the same health check command as the image', () => {
+    const script = services.api!.healthcheck!.test as string[];
+    const imageCheck = dockerfile.match(/HEALTHCHECK[^\n]*\\\n\s*CMD (\[.*\])/)?.[1];
+    expect(JSON.parse(imageCheck!)).toEqual(script.slice(1));
+  });
+});
+
+describe('deploy/Dockerfile', () => {
+  const stages = [...dockerfile.matchAll(/^FROM (\S+) AS (\w+)$/gm)].map((m) => ({
+    image: m[1],
+    name: m[2],
+  }));
+
+  it('installs with npm ci in one stage and runs on node:20-bookworm-slim in another', () => {
+    expect(dockerfile).toMatch(/^ARG NODE_IMAGE=node:20-bookworm-slim$/m);
+    const fromArg = `\${NODE_IMAGE}`;
+    expect(stages).toEqual([
+      { image: fromArg, name: 'deps' },
+      { image: fromArg, name: 'runtime' },
+    ]);
+    expect(dockerfile).toMatch(/RUN npm ci --omit=dev/);
+    expect(dockerfile).toContain('COPY --from=deps /app/node_modules ./node_modules');
+  });
+
+  it('runs as a non-root user and starts services/main.ts through tsx', () => {
+    const users = [...dockerfile.matchAll(/^USER (\S+)$/gm)].map((m) => m[1]);
+    expect(users.length).toBeGreaterThan(0);
+    expect(['root', '0']).not.toContain(users.at(-1));
+    expect(dockerfile).toContain('ENTRYPOINT ["node", "--import", "tsx", "services/main.ts"]');
+    expect(dockerfile).toContain('CMD ["--role", "all"]');
+    expect(existsSync(join(ROOT, 'services/main.ts'))).toBe(true);
+    expect(existsSync(join(ROOT, 'node_modules/tsx'))).toBe(true);
+  });
+
+  it('has tsx among the production dependencies the image installs', () => {
+    const pkg = JSON.parse(read('package.json')) as { dependencies: Record<string, string> };
+    expect(pkg.dependencies.tsx).toBeDefined();
+  });
+
+  it('keeps dependencies and local state out of the build context, but not the sources', () => {
+    const ignored = read('.dockerignore')
+      .split('\n')
+      .map((line) => line.trim())
+      .filter((line) => line && !line.startsWith('#'));
+    for (const needed of ['node_modules', '.git', 'data', '.env']) expect(ignored).toContain(needed);
+    for (const source of [
+      'services',
+      'contracts',
+      'adapters',
+      'projections',
+      'package.json',
+      'package-lock.json',
+    ]) {
+      expect(ignored).not.toContain(source);
+      expect(existsSync(join(ROOT, source)), `${source} is missing`).toBe(true);
+    }
+  });
+});
+
+describe('the health check command', () => {
+  const command = services.api!.healthcheck!.test as string[];
+  const servers: Server[] = [];
+
+  afterAll(async () => {
+    await Promise.all(servers.map((s) => new Promise((resolve) => s.close(resolve))));
+  });
+
+  async function serve(status: number): Promise<number> {
+    const server = createServer((req, res) => {
+      res.statusCode = req.url === '/healthz' ? status : 404;
+      res.end();
+    });
+    servers.push(server);
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return (server.address() as AddressInfo).port;
+  }
+
+  function runCheck(port: number): Promise<number | null> {
+    const [bin, ...args] = command.slice(1);
+    const child = spawn(bin === 'node' ? process.execPath : bin!, args, {
+      env: { ...process.env, PORT: String(port) },
+      stdio: 'ignore',
+    });
+    return new Promise((resolve) => child.on('exit', resolve));
+  }
+
+  it('exits 0 when /healthz answers 200 on PORT', async () => {
+    expect(await runCheck(await serve(200))).toBe(0);
+  });
+
+  it('exits 1 when /healthz answers 503, and when nothing listens', async () => {
+    expect(await runCheck(await serve(503))).toBe(1);
+    const closed = await serve(200);
+    await new Promise((resolve) => servers.pop()!.close(resolve));
+    expect(await runCheck(closed)).toBe(1);
+  });
+});
+
+/** Runs a locally installed server binary; missing is a failure under CI, a warning elsewhere. */
+function available(bin: string): boolean {
+  const path = (process.env.PATH ?? '').split(':').concat(['/usr/sbin', '/usr/bin']);
+  if (path.some((dir) => existsSync(join(dir, bin)))) return true;
+  if (CI) throw new Error(`${bin} is required under CI=true to validate the deployment files`);
+  console.warn(`\n*** ${bin} not installed: its deployment check is NOT RUN ***\n`);
+  return false;
+}
+
+function exited(child: ChildProcess): Promise<{ code: number | null; output: string }> {
+  let output = '';
+  child.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  return new Promise((resolve) => child.on('exit', (code) => resolve({ code, output })));
+}
+
+describe.runIf(available('nats-server'))('deploy/nats.conf', () => {
+  it('is accepted by nats-server -t', async () => {
+    const { code, output } = await exited(spawn('nats-server', ['-t', '-c', join(ROOT, 'deploy/nats.conf')]));
+    expect(output).toContain('is valid');
+    expect(code).toBe(0);
+  });
+});
+
+describe.runIf(available('redis-server'))('the Redis command line', () => {
+  it('starts a Redis that answers PING with the compose flags', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'compose-redis-'));
+    const [bin, ...args] = services.redis!.command!;
+    // Same flags, but on a free loopback port and a temporary directory.
+    const child = spawn(
+      bin!,
+      [...args, '--port', '0', '--unixsocket', join(dir, 'redis.sock'), '--dir', dir],
+      {
+        stdio: 'pipe',
+      },
+    );
+    const exit = exited(child);
+    try {
+      const socketPath = join(dir, 'redis.sock');
+      await expect
+        .poll(async () => (existsSync(socketPath) ? ping(socketPath) : ''), { interval: 50, timeout: 10_000 })
+        .toBe('+PONG');
+      expect(await command(socketPath, 'CONFIG GET maxmemory-policy')).toContain('noeviction');
+    } finally {
+      child.kill('SIGTERM');
+      await exit;
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+function command(socketPath: string, line: string): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = new Socket();
+    let reply = '';
+    socket.setTimeout(2_000, () => socket.destroy());
+    socket.on('data', (chunk) => {
+      reply += chunk.toString();
+      if (reply.endsWith('\r\n')) socket.end();
+    });
+    socket.on('error', () => resolve(''));
+    socket.on('close', () => resolve(reply.trim()));
+    socket.connect(socketPath, () => socket.write(`${line}\r\n`));
+  });
+}
+
+function ping(socketPath: string): Promise<string> {
+  return command(socketPath, 'PING');
+}

@@ -1,0 +1,127 @@
+import { randomUUID } from 'node:crypto';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freePort, NATS_URL, requireNats } from '../../test/nats-server.ts';
+import { busContract, bytes, waitFor } from './contract.ts';
+import { connectNatsBus, type NatsBus } from './nats.ts';
+
+const reachable = await requireNats(NATS_URL);
+const run = randomUUID().slice(0, 8);
+const logger = pino({ level: 'silent' });
+let n = 0;
+
+/** Deletes a stream through its own connection, so it works even after the bus was closed. */
+async function deleteStream(stream: string): Promise<void> {
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.delete(stream).catch(() => false);
+  } finally {
+    await nc.close();
+  }
+}
+
+busContract(
+  'nats',
+  async () => {
+    const id = `${run}_${++n}`;
+    const stream = `BUSTEST_${id}`;
+    const prefix = `bt${id}`;
+    const bus = await connectNatsBus({ url: NATS_URL, stream, subjectPrefix: prefix, logger });
+    return {
+      bus,
+      prefix,
+      cleanup: async () => {
+        await bus.close();
+        await deleteStream(stream);
+      },
+    };
+  },
+  { skip: !reachable },
+);
+
+describe.skipIf(!reachable)('NatsBus specifics', () => {
+  const stream = `BUSTEST_${run}_x`;
+  const prefix = `bt${run}_x`;
+  let bus: NatsBus;
+
+  beforeAll(async () => {
+    bus = await connectNatsBus({
+      url: NATS_URL,
+      stream,
+      subjectPrefix: prefix,
+      logger,
+      duplicateWindowMs: 90_000,
+    });
+  });
+
+  afterAll(async () => {
+    await bus?.close();
+    await deleteStream(stream);
+  });
+
+  it('creates a file-backed stream over the prefix with the duplicate window', async () => {
+    const nc = await connect({ servers: NATS_URL });
+    const info = await (await jetstreamManager(nc)).streams.info(stream);
+    await nc.close();
+    expect(info.config.subjects).toEqual([`${prefix}.>`]);
+    expect(info.config.storage).toBe('file');
+    expect(info.config.duplicate_window).toBe(90_000 * 1_000_000);
+  });
+
+  it('opens an existing stream again, and a durable resumes on a new connection', async () => {
+    await bus.publish(`${prefix}.events.A`, bytes('1'), { msgId: 'r1' });
+    const seen: string[] = [];
+    const consumer = await bus.consume(
+      { durable: 'survivor', filterSubject: `${prefix}.events.>` },
+      async (m) => {
+        seen.push(m.msgId);
+        await m.ack();
+      },
+    );
+    await waitFor(() => seen.length === 1, 'the first message');
+    await consumer.stop();
+
+    const other = await connectNatsBus({ url: NATS_URL, stream, subjectPrefix: prefix, logger });
+    await other.publish(`${prefix}.events.A`, bytes('2'), { msgId: 'r2' });
+    const resumed = await other.consume(
+      { durable: 'survivor', filterSubject: `${prefix}.events.>` },
+      async (m) => {
+        seen.push(m.msgId);
+        await m.ack();
+      },
+    );
+    await waitFor(() => seen.length === 2, 'the second message on the new connection');
+    await resumed.stop();
+    await other.close();
+    expect(seen).toEqual(['r1', 'r2']);
+  });
+
+  it('rejects a subject outside the prefix without sending it', async () => {
+    await expect(bus.publish('elsewhere.events.A', bytes('x'), { msgId: 'x' })).rejects.toThrow(/outside/);
+  });
+
+  it('refuses to adopt an existing stream that does not capture the prefix', async () => {
+    await expect(
+      connectNatsBus({ url: NATS_URL, stream, subjectPrefix: `${prefix}_other`, logger }),
+    ).rejects.toThrow(/without subject/);
+  });
+
+  it('rejects invalid durable and stream names', async () => {
+    await expect(
+      bus.consume({ durable: 'a.b', filterSubject: `${prefix}.>` }, async () => {}),
+    ).rejects.toThrow(/durable/);
+    await expect(connectNatsBus({ url: NATS_URL, stream: 'bad.name', logger })).rejects.toThrow(
+      /stream name/,
+    );
+  });
+
+  it('fails to connect when nothing listens at the URL', async () => {
+    const port = await freePort();
+    await expect(
+      connectNatsBus({ url: `nats://127.0.0.1:${port}`, stream: 'NOPE', logger, requestTimeoutMs: 2_000 }),
+    ).rejects.toThrow();
+  });
+});

@@ -1,0 +1,379 @@
+import {
+  AckPolicy,
+  type ConsumerConfig,
+  type ConsumerMessages,
+  DeliverPolicy,
+  DiscardPolicy,
+  JetStreamApiCodes,
+  JetStreamApiError,
+  type JetStreamClient,
+  type JetStreamManager,
+  type JsMsg,
+  jetstream,
+  jetstreamManager,
+  RetentionPolicy,
+  StorageType,
+} from '@nats-io/jetstream';
+import { nanos } from '@nats-io/nats-core';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { type Logger, pino } from 'pino';
+import type { Bus, BusMessage, ConsumeOptions, Consumer, PublishAck } from './port.ts';
+import { assertSubjectPrefix, DEFAULT_SUBJECT_PREFIX, streamSubjects, subjectMatches } from './subjects.ts';
+
+export interface NatsBusOptions {
+  url: string;
+  /** JetStream stream holding every subject under `subjectPrefix`; created when missing. */
+  stream: string;
+  subjectPrefix?: string;
+  logger?: Logger;
+  duplicateWindowMs?: number;
+  /** Timeout for a publish's PubAck and for JetStream API calls. */
+  requestTimeoutMs?: number;
+  /** Lifetime of one pull request; also sets the idle-heartbeat interval (half of it). */
+  pullExpiresMs?: number;
+  /** Messages buffered per consumer beyond those being handled. */
+  pullBatch?: number;
+  /** Connection name shown by the server's monitoring. */
+  name?: string;
+}
+
+const DEFAULT_ACK_WAIT_MS = 30_000;
+const DEFAULT_NAK_DELAY_MS = 1_000;
+const NAME = /^[A-Za-z0-9_-]+$/;
+
+/** Connects, makes sure the stream exists and returns the JetStream bus. */
+export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> {
+  const subjectPrefix = options.subjectPrefix ?? DEFAULT_SUBJECT_PREFIX;
+  assertSubjectPrefix(subjectPrefix);
+  if (!NAME.test(options.stream)) throw new Error(`invalid stream name "${options.stream}"`);
+  const logger = (options.logger ?? pino({ name: 'bus' })).child({ bus: 'nats', stream: options.stream });
+  const requestTimeoutMs = options.requestTimeoutMs ?? 5_000;
+  const nc = await connect({
+    servers: options.url,
+    name: options.name ?? 'signal-bus',
+    // The bus must outlive server restarts: never stop trying to reconnect.
+    maxReconnectAttempts: -1,
+    reconnectTimeWait: 500,
+    timeout: requestTimeoutMs,
+  });
+  try {
+    const jsm = await jetstreamManager(nc, { timeout: requestTimeoutMs });
+    await ensureStream(jsm, options.stream, subjectPrefix, options.duplicateWindowMs ?? 120_000);
+    return new NatsBus(nc, jsm, {
+      stream: options.stream,
+      subjectPrefix,
+      logger,
+      requestTimeoutMs,
+      pullExpiresMs: options.pullExpiresMs ?? 5_000,
+      pullBatch: options.pullBatch ?? 64,
+    });
+  } catch (err) {
+    await nc.close();
+    throw err;
+  }
+}
+
+async function ensureStream(
+  jsm: JetStreamManager,
+  stream: string,
+  subjectPrefix: string,
+  duplicateWindowMs: number,
+): Promise<void> {
+  const subject = streamSubjects(subjectPrefix);
+  const existing = await streamInfo(jsm, stream);
+  if (existing) {
+    if (!existing.config.subjects?.includes(subject)) {
+      throw new Error(`stream ${stream} exists without subject ${subject} (has ${existing.config.subjects})`);
+    }
+    return;
+  }
+  try {
+    await jsm.streams.add({
+      name: stream,
+      subjects: [subject],
+      storage: StorageType.File,
+      retention: RetentionPolicy.Limits,
+      discard: DiscardPolicy.Old,
+      duplicate_window: nanos(duplicateWindowMs),
+    });
+  } catch (err) {
+    // Another process created it between our info and add.
+    if (!(await streamInfo(jsm, stream))) throw err;
+  }
+}
+
+async function streamInfo(jsm: JetStreamManager, stream: string) {
+  try {
+    return await jsm.streams.info(stream);
+  } catch (err) {
+    if (err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound) return null;
+    throw err;
+  }
+}
+
+interface NatsBusConfig {
+  stream: string;
+  subjectPrefix: string;
+  logger: Logger;
+  requestTimeoutMs: number;
+  pullExpiresMs: number;
+  pullBatch: number;
+}
+
+/** The JetStream bus: one file-backed stream, durable pull consumers with explicit acks. */
+export class NatsBus implements Bus {
+  readonly kind = 'nats' as const;
+  private readonly js: JetStreamClient;
+  private readonly consumers = new Set<NatsConsumer>();
+  private closed = false;
+
+  constructor(
+    readonly nc: NatsConnection,
+    private readonly jsm: JetStreamManager,
+    readonly config: NatsBusConfig,
+  ) {
+    this.js = jetstream(nc, { timeout: config.requestTimeoutMs });
+    void this.logConnectionStatus();
+  }
+
+  get stream(): string {
+    return this.config.stream;
+  }
+
+  async publish(subject: string, payload: Uint8Array, options: { msgId: string }): Promise<PublishAck> {
+    if (!subjectMatches(streamSubjects(this.config.subjectPrefix), subject)) {
+      throw new Error(`subject ${subject} is outside the bus prefix ${this.config.subjectPrefix}`);
+    }
+    const ack = await this.js.publish(subject, payload, {
+      msgID: options.msgId,
+      timeout: this.config.requestTimeoutMs,
+    });
+    return { duplicate: ack.duplicate, sequence: ack.seq };
+  }
+
+  async consume(options: ConsumeOptions, handler: (message: BusMessage) => Promise<void>): Promise<Consumer> {
+    if (this.closed) throw new Error('nats bus is closed');
+    if (!NAME.test(options.durable)) throw new Error(`invalid durable name "${options.durable}"`);
+    await this.ensureConsumer(options);
+    const consumer = new NatsConsumer(this, options, handler);
+    this.consumers.add(consumer);
+    consumer.start();
+    return {
+      stop: async () => {
+        await consumer.stop();
+        this.consumers.delete(consumer);
+      },
+    };
+  }
+
+  /** Creates the durable, or brings its ack wait and filter in line with the options. */
+  async ensureConsumer(options: ConsumeOptions): Promise<void> {
+    const wanted: Partial<ConsumerConfig> = {
+      durable_name: options.durable,
+      ack_policy: AckPolicy.Explicit,
+      deliver_policy: DeliverPolicy.All,
+      ack_wait: nanos(options.ackWaitMs ?? DEFAULT_ACK_WAIT_MS),
+      max_deliver: -1,
+      filter_subject: options.filterSubject,
+    };
+    let info: Awaited<ReturnType<JetStreamManager['consumers']['info']>> | null = null;
+    try {
+      info = await this.jsm.consumers.info(this.config.stream, options.durable);
+    } catch (err) {
+      if (!(err instanceof JetStreamApiError && err.code === JetStreamApiCodes.ConsumerNotFound)) throw err;
+    }
+    if (!info) {
+      await this.jsm.consumers.add(this.config.stream, wanted);
+      return;
+    }
+    if (info.config.ack_wait !== wanted.ack_wait || info.config.filter_subject !== wanted.filter_subject) {
+      await this.jsm.consumers.update(this.config.stream, options.durable, {
+        ack_wait: wanted.ack_wait,
+        filter_subject: wanted.filter_subject,
+      });
+    }
+  }
+
+  async pull(durable: string): Promise<ConsumerMessages> {
+    const consumer = await this.js.consumers.get(this.config.stream, durable);
+    return consumer.consume({ max_messages: this.config.pullBatch, expires: this.config.pullExpiresMs });
+  }
+
+  async health(): Promise<{ ok: boolean; detail?: string }> {
+    if (this.nc.isClosed()) return { ok: false, detail: 'connection closed' };
+    try {
+      await this.jsm.streams.info(this.config.stream);
+      return { ok: true };
+    } catch (err) {
+      return { ok: false, detail: err instanceof Error ? err.message : String(err) };
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await Promise.all([...this.consumers].map((consumer) => consumer.stop()));
+    this.consumers.clear();
+    await this.nc.close();
+  }
+
+  /** Deletes the stream and everything in it: for tests and benchmarks with throwaway streams. */
+  async deleteStream(): Promise<void> {
+    await this.jsm.streams.delete(this.config.stream);
+  }
+
+  private async logConnectionStatus(): Promise<void> {
+    for await (const status of this.nc.status()) {
+      if (status.type === 'disconnect')
+        this.config.logger.warn({ server: status.server }, 'nats disconnected');
+      else if (status.type === 'reconnect')
+        this.config.logger.info({ server: status.server }, 'nats reconnected');
+      else if (status.type === 'error') this.config.logger.error({ err: status.error }, 'nats error');
+    }
+  }
+}
+
+/**
+ * One consume() call. The library's consume() iterator re-pulls after reconnects; this loop
+ * recreates it (and the durable, if the server lost it) whenever the iterator ends for any other
+ * reason than stop().
+ */
+class NatsConsumer {
+  private running = false;
+  private loop: Promise<void> | null = null;
+  private messages: ConsumerMessages | null = null;
+  private readonly inFlight = new Set<Promise<void>>();
+  private slotFreed: (() => void) | null = null;
+  private wakeFromBackoff: (() => void) | null = null;
+  private readonly logger: Logger;
+  private readonly maxInFlight: number;
+
+  constructor(
+    private readonly bus: NatsBus,
+    private readonly options: ConsumeOptions,
+    private readonly handler: (message: BusMessage) => Promise<void>,
+  ) {
+    this.logger = bus.config.logger.child({ durable: options.durable });
+    this.maxInFlight = Math.max(1, options.maxInFlight ?? 1);
+  }
+
+  start(): void {
+    this.running = true;
+    this.loop = this.run();
+  }
+
+  async stop(): Promise<void> {
+    if (!this.running) return this.loop ?? undefined;
+    this.running = false;
+    this.wakeFromBackoff?.();
+    this.slotFreed?.();
+    await this.messages?.close();
+    await this.loop;
+  }
+
+  private async run(): Promise<void> {
+    let attempt = 0;
+    while (this.running) {
+      try {
+        if (attempt > 0) await this.bus.ensureConsumer(this.options);
+        const messages = await this.bus.pull(this.options.durable);
+        this.messages = messages;
+        if (!this.running) {
+          await messages.close();
+          break;
+        }
+        void this.watch(messages);
+        for await (const message of messages) {
+          attempt = 0;
+          // Buffered past stop(): hand it back now rather than after the ack wait.
+          if (!this.running) {
+            message.nak();
+            continue;
+          }
+          await this.dispatch(message);
+        }
+        if (this.running) this.logger.warn('consume iterator ended; restarting');
+      } catch (err) {
+        if (this.running) this.logger.warn({ err }, 'consume failed; retrying');
+      }
+      if (this.running) await this.backoff(attempt++);
+    }
+    await Promise.all(this.inFlight);
+  }
+
+  private async dispatch(message: JsMsg): Promise<void> {
+    if (this.maxInFlight === 1) {
+      await this.handle(message);
+      return;
+    }
+    while (this.inFlight.size >= this.maxInFlight) {
+      await new Promise<void>((resolve) => {
+        this.slotFreed = resolve;
+      });
+    }
+    const task = this.handle(message).finally(() => {
+      this.inFlight.delete(task);
+      this.slotFreed?.();
+    });
+    this.inFlight.add(task);
+  }
+
+  private async handle(m: JsMsg): Promise<void> {
+    let settled = false;
+    const timeout = this.bus.config.requestTimeoutMs;
+    const message: BusMessage = {
+      subject: m.subject,
+      msgId: m.headers?.get('Nats-Msg-Id') ?? '',
+      data: m.data,
+      deliveryCount: m.info.deliveryCount,
+      ack: async () => {
+        if (settled) return;
+        settled = true;
+        // ackAck waits for the server's confirmation; a lost ack means a redelivery later.
+        const confirmed = await m.ackAck({ timeout });
+        if (!confirmed) throw new Error('ack was not confirmed by the server');
+      },
+      nak: (delayMs?: number) => {
+        if (settled) return;
+        settled = true;
+        m.nak(delayMs && delayMs > 0 ? delayMs : undefined);
+      },
+      term: () => {
+        if (settled) return;
+        settled = true;
+        m.term();
+      },
+    };
+    try {
+      await this.handler(message);
+    } catch (err) {
+      this.logger.warn({ err, subject: m.subject, seq: m.seq }, 'handler failed; nak');
+      message.nak(this.options.defaultNakDelayMs ?? DEFAULT_NAK_DELAY_MS);
+    }
+  }
+
+  /** The library resets its pulls after missed heartbeats; persistent trouble recreates the iterator. */
+  private async watch(messages: ConsumerMessages): Promise<void> {
+    for await (const status of messages.status()) {
+      if (status.type === 'heartbeats_missed' && status.count >= 4) {
+        this.logger.warn({ count: status.count }, 'heartbeats missed; recreating consumer iterator');
+        await messages.close();
+      } else if (status.type === 'consumer_not_found' || status.type === 'consumer_deleted') {
+        this.logger.warn({ status: status.type }, 'durable consumer missing; recreating it');
+        await messages.close();
+      }
+    }
+  }
+
+  private async backoff(attempt: number): Promise<void> {
+    const ms = Math.min(5_000, 100 * 2 ** attempt);
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      this.wakeFromBackoff = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+    this.wakeFromBackoff = null;
+  }
+}

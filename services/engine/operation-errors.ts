@@ -1,0 +1,46 @@
+import { ZodError } from 'zod';
+import { MarketDataError } from '../../adapters/market/errors.ts';
+import { InsufficientHistoryError as IndicatorHistoryError } from './signals/errors.ts';
+
+/**
+ * How an operation failure leaves any channel: an HTTP status, a stable code and a message the
+ * caller can act on. `retryable` marks failures that may pass on a later try (a venue outage).
+ */
+export interface OperationFailure {
+  status: number;
+  code: string;
+  message: string;
+  retryable: boolean;
+  /** Field-level detail for invalid input. */
+  issues?: { path: string; message: string }[];
+}
+
+const MARKET_STATUS: Record<string, number> = {
+  unknown_coin: 404,
+  unsupported_timeframe: 422,
+  unsupported_exchange: 422,
+  insufficient_history: 422,
+  venue_unavailable: 503,
+};
+
+/** Maps a thrown error to its failure, or null when it is a bug (the channel answers 500). */
+export function describeFailure(err: unknown): OperationFailure | null {
+  if (err instanceof ZodError) {
+    const issues = err.issues.map((i) => ({ path: i.path.join('.') || '(body)', message: i.message }));
+    return {
+      status: 400,
+      code: 'invalid_input',
+      message: issues.map((i) => `${i.path}: ${i.message}`).join('; '),
+      retryable: false,
+      issues,
+    };
+  }
+  if (err instanceof MarketDataError) {
+    const status = MARKET_STATUS[err.code] ?? 422;
+    return { status, code: err.code, message: err.message, retryable: status === 503 };
+  }
+  if (err instanceof IndicatorHistoryError) {
+    return { status: 422, code: 'insufficient_history', message: err.message, retryable: false };
+  }
+  return null;
+}

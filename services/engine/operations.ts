@@ -1,0 +1,27 @@
+import type {
+  GetMarketRegimeInput,
+  GetTradeCallInput,
+  RegimeReading,
+  ScanFundingArbInput,
+  ScanFundingArbOutput,
+  ScanTradeCallsInput,
+  ScanTradeCallsOutput,
+  TradeCall,
+} from '../../contracts/tools.ts';
+
+/** Who asked, for correlation in the log; the channels fill it in. */
+export interface OperationContext {
+  requestId?: string;
+}
+
+/**
+ * The four sold operations, as the channels (x402 HTTP, API-key HTTP, MCP) call them. Inputs are
+ * the zod *input* shapes of contracts/tools.ts: each operation parses (and defaults) them itself,
+ * so a bad input is an InvalidInputError before any market data is touched.
+ */
+export interface SignalOperations {
+  getTradeCall(input: GetTradeCallInput, ctx?: OperationContext): Promise<TradeCall>;
+  getMarketRegime(input: GetMarketRegimeInput, ctx?: OperationContext): Promise<RegimeReading>;
+  scanTradeCalls(input: ScanTradeCallsInput, ctx?: OperationContext): Promise<ScanTradeCallsOutput>;
+  scanFundingArb(input: ScanFundingArbInput, ctx?: OperationContext): Promise<ScanFundingArbOutput>;
+}

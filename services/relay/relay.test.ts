@@ -1,0 +1,327 @@
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { afterAll, describe, expect, it } from 'vitest';
+import { sleep, waitFor } from '../../adapters/bus/contract.ts';
+import { MemoryBus } from '../../adapters/bus/memory.ts';
+import { connectNatsBus } from '../../adapters/bus/nats.ts';
+import type { Bus, PublishAck } from '../../adapters/bus/port.ts';
+import { allEventsFilter } from '../../adapters/bus/subjects.ts';
+import { openLmdbEventStore } from '../../adapters/event-store/lmdb.ts';
+import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import type { EventStore } from '../../adapters/event-store/port.ts';
+import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
+import type { ProjectionStore, StoredProjection } from '../../adapters/projection-store/port.ts';
+import type { RecordedEvent } from '../../contracts/envelope.ts';
+import { NATS_URL, requireNats } from '../../test/nats-server.ts';
+import { Relay, type RelayOptions } from './relay.ts';
+
+const logger = pino({ level: 'silent' });
+const decoder = new TextDecoder();
+const natsReachable = await requireNats(NATS_URL);
+
+async function appendEvents(store: EventStore, count: number, type = 'VerdictRecorded'): Promise<string[]> {
+  const ids = Array.from({ length: count }, () => randomUUID());
+  // A few streams, as in the service, so global positions interleave streams.
+  for (let i = 0; i < ids.length; i++) {
+    await store.append(`market-${i % 3}`, [{ id: ids[i], type, data: { n: i } }]);
+  }
+  return ids;
+}
+
+/** Counts what reaches the bus, like an idempotent downstream consumer would see it. */
+async function collect(bus: Bus, prefix = 'sig') {
+  const received: RecordedEvent[] = [];
+  const subjects: string[] = [];
+  const msgIds: string[] = [];
+  const consumer = await bus.consume(
+    { durable: 'collector', filterSubject: allEventsFilter(prefix) },
+    async (m) => {
+      received.push(JSON.parse(decoder.decode(m.data)) as RecordedEvent);
+      subjects.push(m.subject);
+      msgIds.push(m.msgId);
+      await m.ack();
+    },
+  );
+  return { received, subjects, msgIds, consumer };
+}
+
+/** A bus whose publishes wait for release() and whose failures are scripted by event id. */
+class ScriptedBus implements Bus {
+  readonly kind = 'memory' as const;
+  inFlight = 0;
+  maxInFlight = 0;
+  attempts = new Map<string, number>();
+  gate: Promise<void> | null = null;
+  private open: (() => void) | null = null;
+  failFirst = new Map<string, number>();
+
+  constructor(readonly inner: MemoryBus = new MemoryBus()) {}
+
+  hold(): void {
+    this.gate = new Promise((resolve) => {
+      this.open = resolve;
+    });
+  }
+
+  release(): void {
+    this.open?.();
+    this.gate = null;
+  }
+
+  async publish(subject: string, payload: Uint8Array, options: { msgId: string }): Promise<PublishAck> {
+    const attempt = (this.attempts.get(options.msgId) ?? 0) + 1;
+    this.attempts.set(options.msgId, attempt);
+    this.inFlight++;
+    this.maxInFlight = Math.max(this.maxInFlight, this.inFlight);
+    try {
+      await this.gate;
+      if (attempt <= (this.failFirst.get(options.msgId) ?? 0)) throw new Error(`scripted failure ${attempt}`);
+      return await this.inner.publish(subject, payload, options);
+    } finally {
+      this.inFlight--;
+    }
+  }
+
+  consume: Bus['consume'] = (options, handler) => this.inner.consume(options, handler);
+  health = () => this.inner.health();
+  close = () => this.inner.close();
+}
+
+function relayWith(options: Partial<RelayOptions> & Pick<RelayOptions, 'store' | 'bus'>) {
+  const checkpoints = options.checkpoints ?? new MemoryProjectionStore();
+  return {
+    relay: new Relay({ checkpoints, logger, retry: { initialMs: 10, maxMs: 50 }, ...options }),
+    checkpoints,
+  };
+}
+
+describe('Relay', () => {
+  it('publishes every event as its JSON envelope to the subject of its type, msgId = event id', async () => {
+    const store = new MemoryEventStore();
+    const bus = new MemoryBus();
+    const ids = await appendEvents(store, 5);
+    await store.append('payment-1', [{ id: randomUUID(), type: 'PaymentSettled', data: { amount: '10' } }]);
+    const { relay, checkpoints } = relayWith({ store, bus });
+    const sink = await collect(bus);
+    await relay.start();
+    await waitFor(() => sink.received.length === 6, 'all six events on the bus');
+    await relay.stop();
+
+    expect(sink.received).toEqual(await store.readAll());
+    expect(sink.msgIds).toEqual(sink.received.map((e) => e.id));
+    expect(sink.msgIds.slice(0, 5)).toEqual(ids);
+    expect(sink.subjects).toEqual([
+      ...Array(5).fill('sig.events.VerdictRecorded'),
+      'sig.events.PaymentSettled',
+    ]);
+    expect(relay.checkpoint).toBe(6);
+    expect((await checkpoints.load('relay'))?.checkpoint).toBe(6);
+    expect(await relay.lag()).toBe(0);
+    expect(relay.stats).toMatchObject({ published: 6, duplicates: 0, failures: 0 });
+    await sink.consumer.stop();
+    await bus.close();
+  });
+
+  it('follows live appends after catching up, under a custom prefix', async () => {
+    const store = new MemoryEventStore();
+    const bus = new MemoryBus();
+    const { relay } = relayWith({ store, bus, subjectPrefix: 'acme' });
+    const sink = await collect(bus, 'acme');
+    await relay.start();
+    await appendEvents(store, 3, 'RegimeShifted');
+    await waitFor(() => sink.received.length === 3, 'live events');
+    await appendEvents(store, 2);
+    await waitFor(() => sink.received.length === 5, 'more live events');
+    await relay.stop();
+    expect(sink.subjects).toEqual([
+      ...Array(3).fill('acme.events.RegimeShifted'),
+      ...Array(2).fill('acme.events.VerdictRecorded'),
+    ]);
+    await sink.consumer.stop();
+    await bus.close();
+  });
+
+  it('resumes from its saved checkpoint and does not republish what was acknowledged', async () => {
+    const store = new MemoryEventStore();
+    await appendEvents(store, 10);
+    const checkpoints = new MemoryProjectionStore();
+    await checkpoints.save('relay', { version: 1, checkpoint: 7, state: null });
+    const bus = new ScriptedBus();
+    const { relay } = relayWith({ store, bus, checkpoints });
+    expect(await relay.lag()).toBe(10);
+    await relay.start();
+    await waitFor(() => relay.checkpoint === 10, 'the checkpoint at the head');
+    await relay.stop();
+    const all = await store.readAll();
+    expect([...bus.attempts.keys()]).toEqual(all.slice(7).map((e) => e.id));
+    await bus.close();
+  });
+
+  it('moves the checkpoint only after the publishes are acknowledged', async () => {
+    const store = new MemoryEventStore();
+    await appendEvents(store, 20);
+    const bus = new ScriptedBus();
+    bus.hold();
+    const { relay, checkpoints } = relayWith({ store, bus, maxInFlight: 8 });
+    await relay.start();
+    await waitFor(() => bus.inFlight === 8, 'a full page in flight');
+    await sleep(100);
+    expect(relay.checkpoint).toBe(0);
+    expect(await checkpoints.load('relay')).toBeNull();
+    expect(bus.maxInFlight).toBe(8);
+    bus.release();
+    await waitFor(() => relay.checkpoint === 20, 'the checkpoint at the head');
+    await relay.stop();
+    expect(bus.maxInFlight).toBeLessThanOrEqual(8);
+    expect(bus.attempts.size).toBe(20);
+    await bus.close();
+  });
+
+  it('after a failed publish retries from the acknowledged prefix and loses nothing', async () => {
+    const store = new MemoryEventStore();
+    const ids = await appendEvents(store, 30);
+    const bus = new ScriptedBus();
+    // Event 12 fails twice, event 25 once; later events of the same page succeed on the first try.
+    bus.failFirst.set(ids[12]!, 2);
+    bus.failFirst.set(ids[25]!, 1);
+    const { relay, checkpoints } = relayWith({ store, bus, maxInFlight: 10 });
+    const sink = await collect(bus.inner);
+    await relay.start();
+    await waitFor(() => relay.checkpoint === 30, 'the checkpoint at the head despite failures');
+    await relay.stop();
+    await waitFor(() => sink.received.length === 30, 'all thirty on the bus');
+    // The bus's msgId window dropped the re-publishes of events that had made it the first time.
+    expect(new Set(sink.msgIds)).toEqual(new Set(ids));
+    // Everything before the first failure went out in order; later events of that page may have
+    // overtaken the failed one (pipelining trades order-across-failures for throughput).
+    expect(sink.msgIds.slice(0, 12)).toEqual(ids.slice(0, 12));
+    expect(sink.msgIds).toHaveLength(30);
+    expect(bus.attempts.get(ids[12]!)).toBe(3);
+    expect(relay.stats.failures).toBe(3);
+    expect(relay.stats.duplicates).toBeGreaterThan(0);
+    expect((await checkpoints.load('relay'))?.checkpoint).toBe(30);
+    await sink.consumer.stop();
+    await bus.close();
+  });
+
+  it('retries when saving the checkpoint fails, and stays correct', async () => {
+    const store = new MemoryEventStore();
+    await appendEvents(store, 12);
+    const inner = new MemoryProjectionStore();
+    let failures = 2;
+    const flaky: ProjectionStore = {
+      load: (name) => inner.load(name),
+      delete: (name) => inner.delete(name),
+      save: async <S>(name: string, snapshot: StoredProjection<S>) => {
+        if (failures-- > 0) throw new Error('disk full');
+        await inner.save(name, snapshot);
+      },
+    };
+    const bus = new MemoryBus();
+    const { relay } = relayWith({ store, bus, checkpoints: flaky, maxInFlight: 5 });
+    await relay.start();
+    await waitFor(() => relay.checkpoint === 12, 'the checkpoint at the head');
+    await relay.stop();
+    expect(relay.stats.failures).toBe(2);
+    expect((await inner.load('relay'))?.checkpoint).toBe(12);
+    await bus.close();
+  });
+
+  it('stop() waits for the page in flight and saves its checkpoint', async () => {
+    const store = new MemoryEventStore();
+    await appendEvents(store, 6);
+    const bus = new ScriptedBus();
+    bus.hold();
+    const { relay, checkpoints } = relayWith({ store, bus });
+    await relay.start();
+    await waitFor(() => bus.inFlight === 6, 'the page in flight');
+    let stopped = false;
+    const stopping = relay.stop().then(() => {
+      stopped = true;
+    });
+    await sleep(100);
+    expect(stopped).toBe(false);
+    bus.release();
+    await stopping;
+    expect((await checkpoints.load('relay'))?.checkpoint).toBe(6);
+    // Stopped means stopped: later appends are left for the next start.
+    await appendEvents(store, 2);
+    await sleep(100);
+    expect(bus.attempts.size).toBe(6);
+    expect(await relay.lag()).toBe(2);
+
+    await relay.start();
+    await waitFor(() => relay.checkpoint === 8, 'the restarted relay at the head');
+    await relay.stop();
+    await bus.close();
+  });
+
+  it('stops promptly while a publish keeps failing', async () => {
+    const store = new MemoryEventStore();
+    const ids = await appendEvents(store, 3);
+    const bus = new ScriptedBus();
+    bus.failFirst.set(ids[1]!, Number.POSITIVE_INFINITY);
+    const { relay } = relayWith({ store, bus, retry: { initialMs: 10, maxMs: 20 } });
+    await relay.start();
+    await waitFor(() => relay.stats.failures >= 3, 'repeated failures');
+    await relay.stop();
+    expect(relay.checkpoint).toBe(1);
+    await bus.close();
+  });
+
+  it('relays from the LMDB event store', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'relay-lmdb-'));
+    const store = await openLmdbEventStore({ path: join(dir, 'events'), pollMs: 50 });
+    try {
+      const ids = await appendEvents(store, 40);
+      const bus = new MemoryBus();
+      const { relay } = relayWith({ store, bus, maxInFlight: 16 });
+      const sink = await collect(bus);
+      await relay.start();
+      const live = await appendEvents(store, 10);
+      await waitFor(() => sink.received.length === 50, 'all fifty LMDB events on the bus');
+      await relay.stop();
+      expect(sink.msgIds).toEqual([...ids, ...live]);
+      await sink.consumer.stop();
+      await bus.close();
+    } finally {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe.skipIf(!natsReachable)('Relay to NATS JetStream', () => {
+  const stream = `RELAYTEST_${randomUUID().slice(0, 8)}`;
+  const prefix = `rt${randomUUID().slice(0, 8)}`;
+  const busReady = connectNatsBus({ url: NATS_URL, stream, subjectPrefix: prefix, logger });
+
+  afterAll(async () => {
+    const bus = await busReady;
+    await bus.deleteStream();
+    await bus.close();
+  });
+
+  it('publishes every event once with acknowledgement and a second relay run only duplicates', async () => {
+    const bus = await busReady;
+    const store = new MemoryEventStore();
+    const ids = await appendEvents(store, 600);
+    const sink = await collect(bus, prefix);
+    const first = relayWith({ store, bus, subjectPrefix: prefix });
+    await first.relay.start();
+    await waitFor(() => sink.received.length === 600, 'all 600 events from NATS');
+    await first.relay.stop();
+    // A relay that lost its checkpoint republishes everything; the stream's window drops it all.
+    const second = relayWith({ store, bus, subjectPrefix: prefix, name: 'amnesiac' });
+    await second.relay.start();
+    await waitFor(() => second.relay.checkpoint === 600, 'the second relay at the head');
+    await second.relay.stop();
+    await sleep(300);
+    expect(second.relay.stats.duplicates).toBe(600);
+    expect(sink.msgIds).toEqual(ids);
+    await sink.consumer.stop();
+  });
+});

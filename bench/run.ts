@@ -1,0 +1,24 @@
+/**
+ * `npm run bench`: every benchmark in turn. Each prints its own table of rates and the ratio
+ * against a baseline measured in the same run (never an absolute timing assertion).
+ *   npm run bench                 all of them
+ *   npm run bench -- relay engine only those
+ */
+const BENCHES: Record<string, () => Promise<unknown>> = {
+  'event-store': async () => (await import('./event-store.bench.ts')).run(),
+  relay: async () => (await import('./relay.bench.ts')).run(),
+  engine: async () => (await import('./engine.bench.ts')).run(),
+};
+
+const wanted = process.argv.slice(2).filter((a) => !a.startsWith('-'));
+const unknown = wanted.filter((name) => !(name in BENCHES));
+if (unknown.length > 0) {
+  console.error(`unknown benchmark(s): ${unknown.join(', ')}; known: ${Object.keys(BENCHES).join(', ')}`);
+  process.exit(2);
+}
+for (const name of wanted.length > 0 ? wanted : Object.keys(BENCHES)) {
+  console.log(`\n=== ${name} ===`);
+  const started = performance.now();
+  await BENCHES[name]!();
+  console.log(`(${name}: ${((performance.now() - started) / 1000).toFixed(1)} s)`);
+}

@@ -66,11 +66,6 @@ export type Regime = z.infer<typeof Regime>;
 export const Call = z.enum(['BUY', 'SELL', 'HOLD']);
 export type Call = z.infer<typeof Call>;
 
-/** The whole interval of a candle: it may be used only once `closeTime` has passed. */
-export function candleCloseTime(openTime: number, timeframe: Timeframe): number {
-  return openTime + TIMEFRAME_MS[timeframe];
-}
-
 /**
  * One tradable market of a venue as the feed sees it, for ranking top-N. `quoteVolume24h` is the
  * quote-currency volume over the 24 h of feed time before now (null when the feed has no candles

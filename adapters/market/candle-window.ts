@@ -1,0 +1,33 @@
+import { type Candle, TIMEFRAME_MS, type Timeframe } from '../../contracts/market.ts';
+
+/** Index of the first candle whose close time is after `until` (candles sorted by openTime). */
+function firstOpenAfter(candles: readonly Candle[], tfMs: number, until: number): number {
+  let lo = 0;
+  let hi = candles.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (candles[mid]!.openTime + tfMs <= until) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/**
+ * The last `limit` candles that had closed by `until` (close time = openTime + timeframe
+ * <= until), oldest first. A candle still forming at `until` is never included.
+ */
+export function closedCandles(
+  candles: readonly Candle[],
+  timeframe: Timeframe,
+  until: number,
+  limit: number,
+): Candle[] {
+  const end = firstOpenAfter(candles, TIMEFRAME_MS[timeframe], until);
+  return candles.slice(Math.max(0, end - limit), end);
+}
+
+/** Close time of the newest candle of `timeframe` that should have closed by `until`. */
+export function lastBoundary(timeframe: Timeframe, until: number): number {
+  const ms = TIMEFRAME_MS[timeframe];
+  return until - (until % ms);
+}

@@ -1,0 +1,335 @@
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Candle, Exchange } from '../../contracts/market.ts';
+import { aggregateCandles } from './aggregate.ts';
+import { readCandleFile, readFundingFile } from './csv.ts';
+import {
+  InsufficientHistoryError,
+  UnknownCoinError,
+  UnsupportedExchangeError,
+  VenueUnavailableError,
+} from './errors.ts';
+import { type FixtureRoute, fixtureFetch } from './fixture-fetch.ts';
+import { LiveFeed, type LiveFeedOptions } from './live.ts';
+import { SHIPPED_MARKET_DIR } from './replay.ts';
+
+const T = Date.UTC(2025, 9, 25, 10, 32); // the moment the fixtures were cut at
+const DATA = SHIPPED_MARKET_DIR;
+
+const BINANCE_SPOT = 'https://api.binance.com/api/v3';
+const BINANCE_USDM = 'https://fapi.binance.com/fapi/v1';
+const BYBIT = 'https://api.bybit.com/v5/market';
+const OKX = 'https://www.okx.com/api/v5';
+const HL = 'https://api.hyperliquid.xyz/info';
+
+const hl = (type: string, file: string): FixtureRoute => ({
+  method: 'POST',
+  url: HL,
+  when: (_q, body) => body.type === type,
+  reply: file,
+});
+
+/** The venues' recorded answers, as each venue's REST API sends them. */
+const ROUTES: FixtureRoute[] = [
+  { method: 'GET', url: `${BINANCE_SPOT}/exchangeInfo`, reply: 'binance-spot/exchangeInfo.json' },
+  {
+    method: 'GET',
+    url: `${BINANCE_SPOT}/klines`,
+    when: (q) => q.get('symbol') === 'BTCUSDT' && q.get('interval') === '1h',
+    reply: 'binance-spot/klines-BTCUSDT-1h.json',
+  },
+  { method: 'GET', url: `${BINANCE_SPOT}/ticker/24hr`, reply: 'binance-spot/ticker-24hr.json' },
+  { method: 'GET', url: `${BINANCE_USDM}/exchangeInfo`, reply: 'binance-usdm/exchangeInfo.json' },
+  {
+    method: 'GET',
+    url: `${BINANCE_USDM}/klines`,
+    when: (q) => q.get('symbol') === 'BTCUSDT' && q.get('interval') === '1h',
+    reply: 'binance-usdm/klines-BTCUSDT-1h.json',
+  },
+  { method: 'GET', url: `${BINANCE_USDM}/fundingRate`, reply: 'binance-usdm/fundingRate-BTCUSDT.json' },
+  { method: 'GET', url: `${BINANCE_USDM}/premiumIndex`, reply: 'binance-usdm/premiumIndex-BTCUSDT.json' },
+  { method: 'GET', url: `${BINANCE_USDM}/ticker/24hr`, reply: 'binance-usdm/ticker-24hr.json' },
+  {
+    method: 'GET',
+    url: `${BYBIT}/instruments-info`,
+    when: (q) => q.get('status') === 'PreLaunch',
+    reply: 'bybit/instruments-info-linear-prelaunch.json',
+  },
+  { method: 'GET', url: `${BYBIT}/instruments-info`, reply: 'bybit/instruments-info-linear.json' },
+  {
+    method: 'GET',
+    url: `${BYBIT}/kline`,
+    when: (q) => q.get('interval') === '60',
+    reply: 'bybit/kline-BTCUSDT-60.json',
+  },
+  {
+    method: 'GET',
+    url: `${BYBIT}/kline`,
+    when: (q) => q.get('interval') === '240',
+    reply: 'bybit/kline-BTCUSDT-240.json',
+  },
+  { method: 'GET', url: `${BYBIT}/funding/history`, reply: 'bybit/funding-history-BTCUSDT.json' },
+  { method: 'GET', url: `${OKX}/public/instruments`, reply: 'okx/instruments-SWAP.json' },
+  { method: 'GET', url: `${OKX}/market/candles`, reply: 'okx/candles-BTC-USDT-SWAP-1H.json' },
+  { method: 'GET', url: `${OKX}/market/history-candles`, reply: 'okx/candles-BTC-USDT-SWAP-1H.json' },
+  {
+    method: 'GET',
+    url: `${OKX}/public/funding-rate-history`,
+    reply: 'okx/funding-rate-history-BTC-USDT-SWAP.json',
+  },
+  { method: 'GET', url: `${OKX}/public/funding-rate`, reply: 'okx/funding-rate-BTC-USDT-SWAP.json' },
+  hl('spotMeta', 'hyperliquid/spotMeta.json'),
+  hl('metaAndAssetCtxs', 'hyperliquid/metaAndAssetCtxs.json'),
+  hl('candleSnapshot', 'hyperliquid/candleSnapshot-BTC-1h.json'),
+  hl('fundingHistory', 'hyperliquid/fundingHistory-BTC.json'),
+];
+
+const feeds: LiveFeed[] = [];
+afterEach(async () => {
+  for (const feed of feeds.splice(0)) await feed.close();
+});
+
+function liveFeed(routes: FixtureRoute[] = ROUTES, options: LiveFeedOptions = {}) {
+  const { fetch, requests } = fixtureFetch(routes);
+  const sleeps: number[] = [];
+  const feed = new LiveFeed({
+    now: () => T,
+    fetchImplementation: fetch,
+    sleep: async (ms) => {
+      sleeps.push(ms);
+    },
+    ...options,
+  });
+  feeds.push(feed);
+  return { feed, requests, sleeps };
+}
+
+const hours = (candles: Candle[]) => candles.map((c) => new Date(c.openTime).toISOString().slice(11, 16));
+const only = (candles: Candle[], from: number, to: number) =>
+  candles.filter((c) => c.openTime >= from && c.openTime < to);
+
+describe('live feed: candles from each venue', () => {
+  it('parses Binance spot klines and drops the still-open candle', async () => {
+    const { feed, requests } = liveFeed();
+    expect(feed.kind).toBe('live');
+    const candles = await feed.candles('BINANCE_SPOT', 'btc', '1h', { limit: 3 });
+    expect(hours(candles)).toEqual(['07:00', '08:00', '09:00']);
+    const file = await readCandleFile(join(DATA, 'candles/binance-spot/BTCUSDT-1h.csv.gz'));
+    expect(candles).toEqual(only(file, Date.UTC(2025, 9, 25, 7), Date.UTC(2025, 9, 25, 10)));
+    const klines = requests.find((r) => r.url.includes('/klines'))!;
+    expect(new URL(klines.url).searchParams.get('interval')).toBe('1h');
+  });
+
+  it.each([
+    ['BINANCE', 'Binance USDT-M'],
+    ['BYBIT', 'Bybit v5'],
+    ['OKX', 'OKX v5'],
+    ['HYPERLIQUID', 'Hyperliquid candleSnapshot'],
+  ] as [Exchange, string][])('parses %s perpetual candles (%s format)', async (exchange) => {
+    const { feed } = liveFeed();
+    const candles = await feed.candles(exchange, 'BTC', '1h', { limit: 3 });
+    const file = await readCandleFile(join(DATA, 'candles/binance-usdm/BTCUSDT-1h.csv.gz'));
+    const expected = only(file, Date.UTC(2025, 9, 25, 7), Date.UTC(2025, 9, 25, 10));
+    expect(hours(candles)).toEqual(['07:00', '08:00', '09:00']);
+    for (const [i, c] of candles.entries()) {
+      const e = expected[i]!;
+      expect([c.openTime, c.open, c.high, c.low, c.close]).toEqual([
+        e.openTime,
+        e.open,
+        e.high,
+        e.low,
+        e.close,
+      ]);
+      // OKX counts volume in contracts and Bybit in base units; each is converted by ccxt.
+      expect(c.volume).toBeGreaterThan(0);
+    }
+  });
+
+  it('builds 8h from 4h where the venue has no 8h candles (Bybit)', async () => {
+    const { feed, requests } = liveFeed();
+    const candles = await feed.candles('BYBIT', 'BTC', '8h', { limit: 2 });
+    expect(candles.map((c) => new Date(c.openTime).toISOString())).toEqual([
+      '2025-10-24T16:00:00.000Z',
+      '2025-10-25T00:00:00.000Z',
+    ]);
+    const file = await readCandleFile(join(DATA, 'candles/binance-usdm/BTCUSDT-1h.csv.gz'));
+    const expected = aggregateCandles(file, '1h', '8h').filter(
+      (c) => c.openTime >= Date.UTC(2025, 9, 24, 16),
+    );
+    expect(candles[1]).toMatchObject({
+      openTime: expected[1]!.openTime,
+      high: expected[1]!.high,
+      low: expected[1]!.low,
+    });
+    expect(requests.some((r) => new URL(r.url).searchParams.get('interval') === '240')).toBe(true);
+  });
+
+  it('serves 1m natively (asks the venue for 1m candles)', async () => {
+    const routes: FixtureRoute[] = [
+      {
+        method: 'GET',
+        url: `${BINANCE_SPOT}/klines`,
+        when: (q) => q.get('interval') === '1m',
+        reply: { status: 200, text: '[]' },
+      },
+      ...ROUTES,
+    ];
+    const { feed, requests } = liveFeed(routes);
+    await expect(feed.candles('BINANCE_SPOT', 'BTC', '1m', { limit: 5 })).rejects.toThrow(
+      InsufficientHistoryError,
+    );
+    const klines = requests.find((r) => r.url.includes('/klines'))!;
+    expect(new URL(klines.url).searchParams.get('interval')).toBe('1m');
+  });
+});
+
+describe('live feed: funding', () => {
+  it.each([
+    ['BINANCE', 'funding/binance/BTCUSDT.csv.gz', 8],
+    ['BYBIT', 'funding/bybit/BTCUSDT.csv.gz', 8],
+    ['HYPERLIQUID', 'funding/hyperliquid/BTC.csv.gz', 1],
+  ] as [Exchange, string, number][])(
+    'parses %s funding with its real interval',
+    async (exchange, path, interval) => {
+      const { feed } = liveFeed();
+      const rates = await feed.funding(exchange, 'BTC', { limit: 3 });
+      const file = (await readFundingFile(join(DATA, path))).filter((f) => f.fundingTime <= T).slice(-3);
+      expect(rates.map((f) => f.intervalHours)).toEqual([interval, interval, interval]);
+      expect(rates.map((f) => f.rate)).toEqual(file.map((f) => f.rate));
+      for (const [i, f] of rates.entries())
+        expect(Math.abs(f.fundingTime - file[i]!.fundingTime)).toBeLessThan(60_000);
+    },
+  );
+
+  it('parses OKX funding history', async () => {
+    const { feed } = liveFeed();
+    const rates = await feed.funding('OKX', 'BTC', { limit: 2 });
+    expect(rates.map((f) => [new Date(f.fundingTime).toISOString(), f.intervalHours])).toEqual([
+      ['2025-10-25T00:00:00.000Z', 8],
+      ['2025-10-25T08:00:00.000Z', 8],
+    ]);
+  });
+
+  it('states the next settlement: Binance interval from the settlement gaps, OKX from the venue', async () => {
+    const { feed } = liveFeed();
+    const binance = await feed.nextFunding('BINANCE', 'BTC');
+    expect(binance).toMatchObject({
+      exchange: 'BINANCE',
+      coin: 'BTC',
+      nextFundingTime: Date.UTC(2025, 9, 25, 16),
+      intervalHours: 8,
+    });
+    expect(typeof binance.predictedRate).toBe('number');
+    const okx = await feed.nextFunding('OKX', 'BTC');
+    expect(okx).toMatchObject({ nextFundingTime: Date.UTC(2025, 9, 25, 16), intervalHours: 8 });
+  });
+
+  it('refuses funding on a spot venue', async () => {
+    const { feed, requests } = liveFeed();
+    await expect(feed.funding('BINANCE_SPOT', 'BTC')).rejects.toThrow(UnsupportedExchangeError);
+    expect(requests).toHaveLength(0);
+  });
+});
+
+describe('live feed: markets for ranking', () => {
+  it('lists the venue markets the service trades with 24h quote volume, largest first', async () => {
+    const { feed } = liveFeed();
+    const spot = await feed.markets('BINANCE_SPOT');
+    expect(spot.map((m) => m.symbol)).toEqual(['BTC/USDT', 'ETH/USDT', 'SOL/USDT']);
+    const volumes = spot.map((m) => m.quoteVolume24h!);
+    expect([...volumes].sort((a, b) => b - a)).toEqual(volumes);
+    expect(spot[0]).toMatchObject({
+      exchange: 'BINANCE_SPOT',
+      coin: 'BTC',
+      hasCandles: true,
+      hasFunding: false,
+    });
+    const perp = await feed.markets('HYPERLIQUID');
+    expect(perp.map((m) => m.symbol).sort()).toEqual(['BTC/USDC:USDC', 'ETH/USDC:USDC', 'SOL/USDC:USDC']);
+    expect(perp.every((m) => m.hasFunding && (m.quoteVolume24h ?? 0) > 0)).toBe(true);
+  });
+});
+
+describe('live feed: failures', () => {
+  const failing = (
+    status: number,
+    times: number,
+    file?: string,
+  ): { routes: FixtureRoute[]; hits: () => number } => {
+    let hits = 0;
+    const route: FixtureRoute = {
+      method: 'GET',
+      url: `${BINANCE_SPOT}/klines`,
+      when: () => hits++ < times,
+      reply: file ? { status, file } : { status, text: '<html>Service Unavailable</html>' },
+    };
+    return { routes: [route, ...ROUTES], hits: () => hits };
+  };
+
+  it('retries 429 with exponential backoff, then reports the venue down', async () => {
+    const { routes } = failing(429, 100, 'errors/binance-rate-limit.json');
+    const { feed, requests, sleeps } = liveFeed(routes, { retries: 3, backoffMs: 100 });
+    const error = await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 }).catch((e) => e);
+    expect(error).toBeInstanceOf(VenueUnavailableError);
+    expect(error.message).toMatch(
+      /BINANCE_SPOT is unavailable: fetchOHLCV BTC\/USDT 1h failed after 4 attempts/,
+    );
+    expect(requests.filter((r) => r.url.includes('/klines'))).toHaveLength(4);
+    expect(sleeps).toEqual([100, 200, 400]);
+    expect(feed.venues().find((v) => v.exchange === 'BINANCE_SPOT')).toMatchObject({
+      ok: false,
+      lastError: expect.stringMatching(/RateLimitExceeded|DDoSProtection/),
+    });
+    // Other venues are not touched by one venue's outage.
+    expect(feed.venues().find((v) => v.exchange === 'BYBIT')).toMatchObject({
+      ok: false,
+      lastError: 'not contacted yet',
+    });
+  });
+
+  it('recovers when a 5xx clears within the retries', async () => {
+    const { routes } = failing(503, 2);
+    const { feed, sleeps } = liveFeed(routes, { retries: 3, backoffMs: 10 });
+    expect(await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 })).toHaveLength(3);
+    expect(sleeps).toEqual([10, 20]);
+    expect(feed.venues().find((v) => v.exchange === 'BINANCE_SPOT')).toEqual({
+      exchange: 'BINANCE_SPOT',
+      ok: true,
+      lastOkAt: T,
+    });
+  });
+
+  it('fails an unknown coin at once, without asking for candles', async () => {
+    const { feed, requests, sleeps } = liveFeed();
+    const error = await feed.candles('BINANCE', 'NOPE', '1h', { limit: 3 }).catch((e) => e);
+    expect(error).toBeInstanceOf(UnknownCoinError);
+    expect(error.message).toBe('NOPE is not listed on BINANCE (no NOPE/USDT:USDT market)');
+    expect(requests.map((r) => new URL(r.url).pathname)).toEqual(['/fapi/v1/exchangeInfo']);
+    expect(sleeps).toEqual([]);
+  });
+
+  it('maps a venue-side invalid symbol to UnknownCoinError without retrying', async () => {
+    const { routes, hits } = failing(400, 100, 'errors/binance-invalid-symbol.json');
+    const { feed, sleeps } = liveFeed(routes);
+    const error = await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 }).catch((e) => e);
+    expect(error).toBeInstanceOf(UnknownCoinError);
+    expect(error.message).toMatch(/^BTC is not listed on BINANCE_SPOT \(binance: .*Invalid symbol/s);
+    expect(hits()).toBe(1);
+    expect(sleeps).toEqual([]);
+  });
+
+  it('fails loudly on any request no fixture answers (no test reaches the network)', async () => {
+    const { feed } = liveFeed([]);
+    await expect(feed.markets('OKX')).rejects.toThrow(
+      /unexpected request in a test: GET https:\/\/www.okx.com/,
+    );
+  });
+
+  it('refuses venues it was not configured for', async () => {
+    const { feed } = liveFeed(ROUTES, { exchanges: ['BINANCE'] });
+    expect(feed.exchanges()).toEqual(['BINANCE']);
+    await expect(feed.candles('OKX', 'BTC', '1h', { limit: 1 })).rejects.toThrow(
+      /not enabled in this process/,
+    );
+  });
+});

@@ -1,0 +1,368 @@
+import { existsSync } from 'node:fs';
+import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { gunzipSync, gzipSync } from 'node:zlib';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { CandleClose } from '../../contracts/market.ts';
+import { aggregateCandles } from './aggregate.ts';
+import { readCandleFile } from './csv.ts';
+import {
+  InsufficientHistoryError,
+  UnknownCoinError,
+  UnsupportedExchangeError,
+  UnsupportedTimeframeError,
+  VenueUnavailableError,
+} from './errors.ts';
+import { openReplayFeed, SHIPPED_MARKET_DIR } from './replay.ts';
+
+const SHARED_DIR = process.env.SHARED_MARKET_DIR ?? '/work/shared/data/market';
+const M = 60_000;
+const H = 3_600_000;
+const DATA_START = Date.UTC(2025, 8, 20);
+const DATA_END = Date.UTC(2025, 10, 1);
+const T = Date.UTC(2025, 9, 25, 10, 32); // 2025-10-25 10:32 UTC
+
+/** A replay feed on the shipped slice whose clock only moves when the test moves it. */
+const manualFeed = (start = T, dir = SHIPPED_MARKET_DIR) => openReplayFeed({ dir, start, run: false });
+
+const temps: string[] = [];
+async function tempCopy(files: string[]): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'replay-'));
+  temps.push(dir);
+  for (const f of files) await cp(join(SHIPPED_MARKET_DIR, f), join(dir, f), { recursive: true });
+  return dir;
+}
+/** Rewrites a gzip CSV in place keeping the header and the rows `keep` accepts. */
+async function filterRows(path: string, keep: (line: string) => boolean): Promise<void> {
+  const [header, ...rows] = gunzipSync(await readFile(path))
+    .toString('utf8')
+    .trim()
+    .split('\n');
+  await writeFile(path, gzipSync(`${[header, ...rows.filter(keep)].join('\n')}\n`));
+}
+afterAll(async () => {
+  for (const dir of temps) await rm(dir, { recursive: true, force: true });
+});
+
+describe('replay feed: candles', () => {
+  it('opens by default a week before the end of the data, as a replay feed', async () => {
+    const feed = await openReplayFeed({ run: false });
+    expect(feed.kind).toBe('replay');
+    expect(feed.now()).toBe(DATA_END - 7 * 24 * H);
+    expect(feed.clock.end).toBe(DATA_END);
+    expect(feed.exchanges()).toEqual(['BINANCE', 'BINANCE_SPOT', 'BYBIT', 'HYPERLIQUID']);
+    expect(feed.venues().every((v) => v.ok)).toBe(true);
+  });
+
+  it('returns only candles closed by now, oldest first', async () => {
+    const feed = await manualFeed();
+    const h1 = await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 3 });
+    expect(h1.map((c) => c.openTime)).toEqual([7, 8, 9].map((h) => Date.UTC(2025, 9, 25, h)));
+    const m5 = await feed.candles('BINANCE_SPOT', 'btc', '5m', { limit: 2 });
+    expect(m5.map((c) => c.openTime)).toEqual([Date.UTC(2025, 9, 25, 10, 20), Date.UTC(2025, 9, 25, 10, 25)]);
+    // At exactly 11:00 the 10:00 candle has closed.
+    feed.clock.setTime(Date.UTC(2025, 9, 25, 11));
+    const [last] = (await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 1 })).slice(-1);
+    expect(last!.openTime).toBe(Date.UTC(2025, 9, 25, 10));
+    const perp = await feed.candles('BINANCE', 'BTC', '1h', { limit: 1 });
+    expect(perp[0]!.openTime).toBe(Date.UTC(2025, 9, 25, 10));
+    // Perp and spot are different markets: their prices differ.
+    expect(perp[0]!.close).not.toBe(last!.close);
+  });
+
+  it('honours until (never beyond now) and limit', async () => {
+    const feed = await manualFeed();
+    const until = Date.UTC(2025, 9, 20, 0, 30);
+    const h1 = await feed.candles('BINANCE_SPOT', 'ETH', '1h', { limit: 500, until });
+    expect(h1).toHaveLength(500);
+    expect(h1.at(-1)!.openTime).toBe(Date.UTC(2025, 9, 19, 23));
+    const future = await feed.candles('BINANCE_SPOT', 'ETH', '1h', { limit: 1, until: DATA_END });
+    expect(future[0]!.openTime).toBe(Date.UTC(2025, 9, 25, 9));
+    // All history there is: from the first hour of the data.
+    const all = await feed.candles('BINANCE_SPOT', 'ETH', '1h', { limit: 10_000 });
+    expect(all[0]!.openTime).toBe(DATA_START);
+    expect(all).toHaveLength((Date.UTC(2025, 9, 25, 10) - DATA_START) / H);
+  });
+
+  it('builds 15m/30m from 5m and 2h…1d from 1h, closed buckets only', async () => {
+    const feed = await manualFeed();
+    const h4 = await feed.candles('BINANCE_SPOT', 'SOL', '4h', { limit: 2 });
+    expect(h4.map((c) => c.openTime)).toEqual([Date.UTC(2025, 9, 25, 0), Date.UTC(2025, 9, 25, 4)]);
+    const source = await readCandleFile(join(SHIPPED_MARKET_DIR, 'candles/binance-spot/SOLUSDT-1h.csv.gz'));
+    const expected = aggregateCandles(source, '1h', '4h').filter((c) => c.openTime + 4 * H <= T);
+    expect(h4).toEqual(expected.slice(-2));
+    const m30 = await feed.candles('BINANCE_SPOT', 'SOL', '30m', { limit: 1 });
+    expect(m30[0]!.openTime).toBe(Date.UTC(2025, 9, 25, 10));
+    const d1 = await feed.candles('BINANCE', 'SOL', '1d', { limit: 100 });
+    expect(d1).toHaveLength(35);
+    expect(d1.at(-1)!.openTime).toBe(Date.UTC(2025, 9, 24));
+    const h8 = await feed.candles('BINANCE', 'SOL', '8h', { limit: 1 });
+    expect(h8[0]!.openTime).toBe(Date.UTC(2025, 9, 25, 0));
+  });
+
+  it('refuses 1m and 3m: the replay data has no 1m candles', async () => {
+    const feed = await manualFeed();
+    for (const tf of ['1m', '3m'] as const) {
+      const error = await feed.candles('BINANCE_SPOT', 'BTC', tf, { limit: 10 }).catch((e) => e);
+      expect(error).toBeInstanceOf(UnsupportedTimeframeError);
+      expect(error.message).toMatch(/no 1m data/);
+      expect(error.code).toBe('unsupported_timeframe');
+    }
+    await expect(feed.candles('BINANCE_SPOT', 'BTC', '2w' as never, { limit: 1 })).rejects.toThrow(
+      UnsupportedTimeframeError,
+    );
+  });
+
+  it('names unknown coins and venues without substituting other data', async () => {
+    const feed = await manualFeed();
+    await expect(feed.candles('BINANCE_SPOT', 'NOPE', '1h', { limit: 1 })).rejects.toThrow(UnknownCoinError);
+    // BINANCE is the perpetual: no file for a coin there is unknown, never spot data instead.
+    const dir = await tempCopy(['candles/binance-spot', 'candles/binance-usdm/BTCUSDT-1h.csv.gz']);
+    const partial = await manualFeed(T, dir);
+    const error = await partial.candles('BINANCE', 'ETH', '1h', { limit: 1 }).catch((e) => e);
+    expect(error).toBeInstanceOf(UnknownCoinError);
+    expect(error.message).toBe('ETH is not listed on BINANCE (no candle file in the replay data)');
+    await expect(feed.candles('BYBIT', 'BTC', '1h', { limit: 1 })).rejects.toThrow(/no BYBIT candles/);
+    await expect(feed.candles('OKX', 'BTC', '1h', { limit: 1 })).rejects.toThrow(UnsupportedExchangeError);
+    await expect(feed.funding('BINANCE_SPOT', 'BTC')).rejects.toThrow(/spot venue has no funding/);
+    await expect(feed.funding('HYPERLIQUID', 'DOGE')).rejects.toThrow(UnknownCoinError);
+    await expect(feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 0 })).rejects.toThrow(RangeError);
+  });
+
+  it('reports too little history, and data that ends before the clock', async () => {
+    const feed = await manualFeed(DATA_START + 3 * H + 5 * M);
+    expect(await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 10 })).toHaveLength(3);
+    const error = await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 10, min: 5 }).catch((e) => e);
+    expect(error).toBeInstanceOf(InsufficientHistoryError);
+    expect(error).toMatchObject({ required: 5, available: 3 });
+    await expect(feed.candles('BINANCE_SPOT', 'BTC', '4h', { limit: 10 })).rejects.toThrow(
+      InsufficientHistoryError,
+    );
+
+    const dir = await tempCopy(['candles/binance-spot']);
+    await filterRows(
+      join(dir, 'candles/binance-spot/ETHUSDT-1h.csv.gz'),
+      (l) => Number(l.split(',')[0]) < Date.UTC(2025, 9, 24),
+    );
+    const stale = await manualFeed(T, dir);
+    await expect(stale.candles('BINANCE_SPOT', 'ETH', '1h', { limit: 5 })).rejects.toThrow(
+      /replay data ends at 2025-10-24T00:00:00.000Z/,
+    );
+    // Before the data ended, the same file answers.
+    expect(
+      await stale.candles('BINANCE_SPOT', 'ETH', '1h', { limit: 1, until: Date.UTC(2025, 9, 23) }),
+    ).toHaveLength(1);
+  });
+
+  it('marks the venue down when a file is unreadable', async () => {
+    const dir = await tempCopy(['candles/binance-spot']);
+    await writeFile(join(dir, 'candles/binance-spot/SOLUSDT-5m.csv.gz'), gzipSync('open_time,open\n1,2\n'));
+    const feed = await manualFeed(T, dir);
+    await expect(feed.candles('BINANCE_SPOT', 'SOL', '5m', { limit: 1 })).rejects.toThrow(
+      VenueUnavailableError,
+    );
+    expect(feed.venues()).toEqual([
+      { exchange: 'BINANCE_SPOT', ok: false, lastError: expect.stringMatching(/unexpected candle header/) },
+    ]);
+    await feed.candles('BINANCE_SPOT', 'BTC', '5m', { limit: 1 });
+    expect(feed.venues()[0]).toMatchObject({ ok: true, lastOkAt: expect.any(Number) });
+  });
+});
+
+describe('replay feed: funding and markets', () => {
+  it('gives each venue its own interval, settled by now only', async () => {
+    const feed = await manualFeed();
+    const hl = await feed.funding('HYPERLIQUID', 'BTC', { limit: 5 });
+    expect(hl).toHaveLength(5);
+    expect(hl.every((f) => f.intervalHours === 1 && f.fundingTime <= T)).toBe(true);
+    expect(hl.at(-1)!.fundingTime).toBeGreaterThan(T - H);
+    const by = await feed.funding('BYBIT', 'ETH', { limit: 3 });
+    expect(by.map((f) => [f.fundingTime, f.intervalHours])).toEqual([
+      [Date.UTC(2025, 9, 24, 16), 8],
+      [Date.UTC(2025, 9, 25, 0), 8],
+      [Date.UTC(2025, 9, 25, 8), 8],
+    ]);
+    expect(by[2]!.rate).toBe(7.603e-5);
+    const since = await feed.funding('BYBIT', 'ETH', { since: Date.UTC(2025, 9, 25) });
+    expect(since).toHaveLength(2);
+  });
+
+  it('merges the two Binance sources into one row per settlement', async () => {
+    const feed = await manualFeed(DATA_END);
+    const all = await feed.funding('BINANCE', 'SOL', { limit: 1000 });
+    expect(all).toHaveLength(126);
+    const gaps = all.slice(1).map((f, i) => Math.round((f.fundingTime - all[i]!.fundingTime) / H));
+    expect(new Set(gaps)).toEqual(new Set([8]));
+    expect(all[0]).toEqual({ fundingTime: DATA_START, rate: -3.324e-5, intervalHours: 8 });
+  });
+
+  it('reads hours_since_previous files alone', async () => {
+    const dir = await tempCopy(['candles/binance-spot/BTCUSDT-1h.csv.gz', 'funding/binance-usdm']);
+    const feed = await manualFeed(T, dir);
+    const rows = await feed.funding('BINANCE', 'BTC', { limit: 1000 });
+    expect(rows[0]).toMatchObject({ fundingTime: DATA_START, intervalHours: 8 });
+    expect(rows.every((f) => f.intervalHours === 8)).toBe(true);
+  });
+
+  it('follows interval changes in hours_since_previous data (ORCA 4h → 2h → 4h, full shared set)', async () => {
+    if (!existsSync(SHARED_DIR)) {
+      if (process.env.CI === 'true') throw new Error(`shared market data not found at ${SHARED_DIR}`);
+      process.emitWarning(`shared market data not found at ${SHARED_DIR}: interval-change check not run`);
+      return;
+    }
+    const feed = await openReplayFeed({ dir: SHARED_DIR, start: Date.UTC(2025, 2, 24, 14), run: false });
+    const rows = await feed.funding('BINANCE', 'ORCA', { since: Date.UTC(2025, 2, 21, 8) });
+    expect(rows.map((f) => f.intervalHours).join('')).toMatch(/^4+2+4+$/);
+    expect(await feed.nextFunding('BINANCE', 'ORCA')).toMatchObject({
+      nextFundingTime: Date.UTC(2025, 2, 24, 16),
+      intervalHours: 4,
+    });
+  });
+
+  it('states the next settlement and never predicts its rate', async () => {
+    const feed = await manualFeed();
+    expect(await feed.nextFunding('HYPERLIQUID', 'SOL')).toEqual({
+      exchange: 'HYPERLIQUID',
+      coin: 'SOL',
+      nextFundingTime: Date.UTC(2025, 9, 25, 11),
+      intervalHours: 1,
+      predictedRate: null,
+    });
+    expect(await feed.nextFunding('BINANCE', 'BTC')).toMatchObject({
+      nextFundingTime: Date.UTC(2025, 9, 25, 16),
+      intervalHours: 8,
+    });
+  });
+
+  it('reports funding data that ends before the clock', async () => {
+    const dir = await tempCopy(['candles/binance-spot/BTCUSDT-1h.csv.gz', 'funding/bybit']);
+    await filterRows(join(dir, 'funding/bybit/BTCUSDT.csv.gz'), (l) => {
+      const t = Number(l.split(',')[0]);
+      return t >= Date.UTC(2025, 9, 1) && t < Date.UTC(2025, 9, 10);
+    });
+    const feed = await manualFeed(T, dir);
+    await expect(feed.funding('BYBIT', 'BTC')).rejects.toThrow(
+      /replay funding data ends at 2025-10-09T16:00/,
+    );
+    await expect(feed.nextFunding('BYBIT', 'BTC')).rejects.toThrow(InsufficientHistoryError);
+    const early = await manualFeed(Date.UTC(2025, 8, 25), dir);
+    await expect(early.funding('BYBIT', 'BTC')).rejects.toThrow(/none by/);
+  });
+
+  it('ranks markets by 24h quote volume of feed time', async () => {
+    const feed = await manualFeed();
+    const spot = await feed.markets('BINANCE_SPOT');
+    expect(spot.map((m) => m.coin)).toEqual(['BTC', 'ETH', 'SOL']);
+    const btc = spot[0]!;
+    const day = await feed.candles('BINANCE_SPOT', 'BTC', '5m', { limit: 288 });
+    expect(btc).toEqual({
+      exchange: 'BINANCE_SPOT',
+      coin: 'BTC',
+      symbol: 'BTCUSDT',
+      quoteVolume24h: expect.closeTo(
+        day.reduce((s, c) => s + c.volume * c.close, 0),
+        3,
+      ),
+      openInterest: null,
+      hasCandles: true,
+      hasFunding: false,
+    });
+    expect(btc.quoteVolume24h).toBeGreaterThan(1e8);
+    const hl = await feed.markets('HYPERLIQUID');
+    expect(hl.map((m) => [m.coin, m.quoteVolume24h, m.hasFunding])).toEqual([
+      ['BTC', null, true],
+      ['ETH', null, true],
+      ['SOL', null, true],
+    ]);
+    const early = await manualFeed(DATA_START + 2 * H);
+    expect((await early.markets('BINANCE'))[0]!.quoteVolume24h).toBeNull();
+  });
+});
+
+describe('replay clock', () => {
+  let wall = 0;
+  const wallNow = () => wall;
+  beforeAll(() => {
+    wall = 1_000_000;
+  });
+
+  it('runs at wall speed × acceleration and stops at the end of the data', async () => {
+    const feed = await openReplayFeed({ start: DATA_END - 2 * H, speed: 3600, wallNow });
+    try {
+      expect(feed.now()).toBe(DATA_END - 2 * H);
+      wall += 1000;
+      expect(feed.now()).toBe(DATA_END - H);
+      wall += 10_000;
+      expect(feed.now()).toBe(DATA_END);
+      expect(feed.clock.ended).toBe(true);
+      const last = await feed.candles('BINANCE_SPOT', 'BTC', '1d', { limit: 1 });
+      expect(last[0]!.openTime).toBe(Date.UTC(2025, 9, 31));
+      feed.clock.pause();
+      wall += 10_000;
+      expect(feed.now()).toBe(DATA_END);
+    } finally {
+      await feed.close();
+    }
+  });
+
+  it('steps by hand, only forward, and emits each candle close once, in order', async () => {
+    const feed = await manualFeed(Date.UTC(2025, 9, 25, 10, 50));
+    const seen: CandleClose[] = [];
+    const off5 = feed.onCandleClose('5m', (c) => seen.push(c));
+    feed.onCandleClose('1h', (c) => seen.push(c));
+    feed.onCandleClose('4h', (c) => seen.push(c));
+    feed.clock.advance(15 * M);
+    expect(seen.map((c) => `${c.timeframe}@${new Date(c.closeTime).toISOString().slice(11, 16)}`)).toEqual([
+      '5m@10:55',
+      '5m@11:00',
+      '1h@11:00',
+      '5m@11:05',
+    ]);
+    expect(seen[2]).toEqual({
+      timeframe: '1h',
+      openTime: Date.UTC(2025, 9, 25, 10),
+      closeTime: Date.UTC(2025, 9, 25, 11),
+    });
+    off5();
+    seen.length = 0;
+    feed.clock.setTime(Date.UTC(2025, 9, 25, 12));
+    feed.clock.advance(0);
+    expect(seen.map((c) => c.timeframe)).toEqual(['1h', '4h']);
+    expect(() => feed.clock.setTime(Date.UTC(2025, 9, 25, 11))).toThrow(/only moves forward/);
+    // A close announced by the clock is served by the feed at that moment.
+    const [h] = await feed.candles('BINANCE_SPOT', 'BTC', '4h', { limit: 1 });
+    expect(h!.openTime + 4 * H).toBe(Date.UTC(2025, 9, 25, 12));
+  });
+
+  it('keeps ticking other listeners when one throws', async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.message);
+    process.on('warning', onWarning);
+    try {
+      const feed = await manualFeed(Date.UTC(2025, 9, 25, 10));
+      const seen: number[] = [];
+      feed.onCandleClose('1h', () => {
+        throw new Error('boom');
+      });
+      feed.onCandleClose('1h', (c) => seen.push(c.closeTime));
+      feed.clock.advance(2 * H);
+      expect(seen).toHaveLength(2);
+      await new Promise((r) => setImmediate(r));
+      expect(warnings.filter((w) => w.includes('boom'))).toHaveLength(2);
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+
+  it('emits closes on its own while running', async () => {
+    const feed = await openReplayFeed({ start: Date.UTC(2025, 9, 25, 10, 59, 59), speed: 60 });
+    try {
+      const close = await new Promise<CandleClose>((resolve) => feed.onCandleClose('1h', resolve));
+      expect(close.closeTime).toBe(Date.UTC(2025, 9, 25, 11));
+      expect(feed.now()).toBeGreaterThanOrEqual(close.closeTime);
+    } finally {
+      await feed.close();
+    }
+  });
+});

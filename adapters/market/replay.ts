@@ -1,0 +1,459 @@
+import { readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Logger } from 'pino';
+import {
+  type Candle,
+  type CandleClose,
+  EXCHANGES,
+  type Exchange,
+  type FundingRate,
+  type MarketInfo,
+  type NextFunding,
+  TIMEFRAME_MS,
+  Timeframe,
+  type VenueStatus,
+} from '../../contracts/market.ts';
+import { aggregateCandles, sourceTimeframe } from './aggregate.ts';
+import { closedCandles, lastBoundary } from './candle-window.ts';
+import { readCandleFile, readFundingFile } from './csv.ts';
+import {
+  InsufficientHistoryError,
+  UnknownCoinError,
+  UnsupportedExchangeError,
+  UnsupportedTimeframeError,
+  VenueUnavailableError,
+} from './errors.ts';
+import { firstAfter, HOUR_MS, mergeFundingSources, roundToMinute } from './funding-series.ts';
+import type { CandleQuery, FundingQuery, MarketFeed } from './port.ts';
+import { ReplayClock } from './replay-clock.ts';
+import {
+  CANDLE_FOLDERS,
+  FUNDING_FOLDERS,
+  parseCandleFileName,
+  parseFundingFileName,
+} from './replay-layout.ts';
+
+/** The slice shipped with the repository (sample-data/market). */
+export const SHIPPED_MARKET_DIR = fileURLToPath(new URL('../../sample-data/market', import.meta.url));
+
+const DAY_MS = 86_400_000;
+/** Default start: this long before the end, so indicators have weeks of history behind them. */
+export const DEFAULT_REPLAY_LEAD_MS = 7 * DAY_MS;
+
+export interface ReplayFeedOptions {
+  /** Data directory in the shared layout; default the shipped slice. */
+  dir?: string;
+  /** Feed time to start at; default DEFAULT_REPLAY_LEAD_MS before the end of the data. */
+  start?: number;
+  /** Acceleration: feed ms per wall ms (1 = real time, 3600 = an hour per second). */
+  speed?: number;
+  /** Start the clock running at once (default true); tests step it by hand instead. */
+  run?: boolean;
+  wallNow?: () => number;
+  logger?: Logger;
+}
+
+interface CoinCandles {
+  files: Map<Timeframe, string>;
+}
+
+interface VenueIndex {
+  candles: Map<string, CoinCandles>;
+  funding: Map<string, string[]>;
+}
+
+type VenueState = { ok: boolean; lastError?: string; lastOkAt?: number };
+
+/** Lists what the directory holds, per venue. Files are read only when first asked for. */
+function indexDirectory(dir: string): Map<Exchange, VenueIndex> {
+  const index = new Map<Exchange, VenueIndex>();
+  const venue = (exchange: Exchange) => {
+    let v = index.get(exchange);
+    if (v === undefined) {
+      v = { candles: new Map(), funding: new Map() };
+      index.set(exchange, v);
+    }
+    return v;
+  };
+  const list = (path: string) => {
+    try {
+      return statSync(path).isDirectory() ? readdirSync(path).sort() : [];
+    } catch {
+      return [];
+    }
+  };
+  for (const [folder, exchange] of Object.entries(CANDLE_FOLDERS)) {
+    for (const name of list(join(dir, 'candles', folder))) {
+      const parsed = parseCandleFileName(name);
+      if (parsed === undefined) continue;
+      const v = venue(exchange);
+      let coin = v.candles.get(parsed.coin);
+      if (coin === undefined) {
+        coin = { files: new Map() };
+        v.candles.set(parsed.coin, coin);
+      }
+      coin.files.set(parsed.timeframe, join(dir, 'candles', folder, name));
+    }
+  }
+  const ranked = Object.entries(FUNDING_FOLDERS).sort((a, b) => a[1].rank - b[1].rank);
+  for (const [folder, { exchange, quote }] of ranked) {
+    for (const name of list(join(dir, 'funding', folder))) {
+      const parsed = parseFundingFileName(name, quote);
+      if (parsed === undefined) continue;
+      const v = venue(exchange);
+      const paths = v.funding.get(parsed.coin) ?? [];
+      paths.push(join(dir, 'funding', folder, name));
+      v.funding.set(parsed.coin, paths);
+    }
+  }
+  return index;
+}
+
+/** Feed time range of the data: the reference series is the coarsest file of the first coin. */
+async function dataRange(
+  index: Map<Exchange, VenueIndex>,
+  dir: string,
+): Promise<{ start: number; end: number }> {
+  for (const exchange of ['BINANCE_SPOT', 'BINANCE'] as const) {
+    const coins = index.get(exchange)?.candles;
+    if (coins === undefined || coins.size === 0) continue;
+    const coin = coins.get('BTC') ?? [...coins.values()][0]!;
+    const [timeframe, path] = [...coin.files.entries()].sort(
+      (a, b) => TIMEFRAME_MS[b[0]] - TIMEFRAME_MS[a[0]],
+    )[0]!;
+    const candles = await readCandleFile(path);
+    if (candles.length === 0) break;
+    return {
+      start: candles[0]!.openTime,
+      end: candles[candles.length - 1]!.openTime + TIMEFRAME_MS[timeframe],
+    };
+  }
+  throw new Error(`replay: no candle files under ${dir}/candles/{${Object.keys(CANDLE_FOLDERS).join(',')}}`);
+}
+
+/**
+ * Replays a directory of real market data as if it were live, on its own clock. It answers
+ * only from what had closed or settled by the clock's now(): nothing from the future leaks.
+ */
+export class ReplayFeed implements MarketFeed {
+  readonly kind = 'replay' as const;
+  readonly #candleCache = new Map<string, Promise<Candle[]>>();
+  readonly #fundingCache = new Map<string, Promise<FundingRate[]>>();
+  readonly #status = new Map<Exchange, VenueState>();
+
+  constructor(
+    readonly dir: string,
+    readonly clock: ReplayClock,
+    private readonly index: Map<Exchange, VenueIndex>,
+    private readonly logger?: Logger,
+  ) {
+    for (const exchange of index.keys()) this.#status.set(exchange, { ok: true });
+  }
+
+  now(): number {
+    return this.clock.now();
+  }
+
+  exchanges(): Exchange[] {
+    return EXCHANGES.filter((e) => this.index.has(e));
+  }
+
+  venues(): VenueStatus[] {
+    return this.exchanges().map((exchange) => ({ exchange, ...this.#status.get(exchange)! }));
+  }
+
+  onCandleClose(timeframe: Timeframe, listener: (close: CandleClose) => void): () => void {
+    return this.clock.onCandleClose(timeframe, listener);
+  }
+
+  async close(): Promise<void> {
+    this.clock.stop();
+  }
+
+  async candles(
+    exchange: Exchange,
+    coin: string,
+    timeframe: Timeframe,
+    options: CandleQuery,
+  ): Promise<Candle[]> {
+    const symbol = coin.toUpperCase();
+    const tf = this.#timeframe(timeframe, exchange);
+    const venue = this.#venue(exchange);
+    if (venue.candles.size === 0) {
+      throw new UnsupportedExchangeError(
+        exchange,
+        'replay',
+        `the replay data has no ${exchange} candles (funding only)`,
+      );
+    }
+    const files = venue.candles.get(symbol)?.files;
+    if (files === undefined)
+      throw new UnknownCoinError(exchange, symbol, 'no candle file in the replay data');
+    const available = [...files.keys()];
+    const from = sourceTimeframe(tf, available);
+    if (from === undefined) {
+      const finest = available.sort((a, b) => TIMEFRAME_MS[a] - TIMEFRAME_MS[b])[0];
+      throw new UnsupportedTimeframeError(
+        tf,
+        exchange,
+        `the replay data set has no 1m data (finest here: ${finest}) and ${tf} cannot be built from it; use the live feed`,
+      );
+    }
+    if (!Number.isInteger(options.limit) || options.limit < 1) {
+      throw new RangeError(`candles: limit must be a positive integer, got ${options.limit}`);
+    }
+    const min = options.min ?? 1;
+    const until = Math.min(options.until ?? this.now(), this.now());
+    const path = files.get(from)!;
+    const source = await this.#load(exchange, this.#candleCache, path, () => readCandleFile(path));
+    const series =
+      from === tf
+        ? source
+        : await this.#load(exchange, this.#candleCache, `${path}#${tf}`, async () =>
+            aggregateCandles(source, from, tf),
+          );
+    const what = `${tf} candles`;
+    const sourceEnd =
+      source.length === 0
+        ? Number.NEGATIVE_INFINITY
+        : source[source.length - 1]!.openTime + TIMEFRAME_MS[from];
+    if (lastBoundary(tf, until) > sourceEnd) {
+      throw new InsufficientHistoryError(
+        exchange,
+        symbol,
+        what,
+        min,
+        0,
+        `replay data ends at ${iso(sourceEnd)}, before ${iso(until)}`,
+      );
+    }
+    const out = closedCandles(series, tf, until, options.limit);
+    if (out.length < min) {
+      throw new InsufficientHistoryError(
+        exchange,
+        symbol,
+        what,
+        min,
+        out.length,
+        `closed by ${iso(until)} in the replay data`,
+      );
+    }
+    return out;
+  }
+
+  async funding(exchange: Exchange, coin: string, options: FundingQuery = {}): Promise<FundingRate[]> {
+    const { series, symbol } = await this.#fundingSeries(exchange, coin);
+    const now = this.now();
+    const end = firstAfter(series, now);
+    this.#assertFundingCurrent(exchange, symbol, series, end, now);
+    const limit = options.limit ?? 100;
+    const since = options.since ?? Number.NEGATIVE_INFINITY;
+    let start = Math.max(0, end - limit);
+    while (start < end && series[start]!.fundingTime < since) start++;
+    return series.slice(start, end);
+  }
+
+  async nextFunding(exchange: Exchange, coin: string): Promise<NextFunding> {
+    const { series, symbol } = await this.#fundingSeries(exchange, coin);
+    const now = this.now();
+    const end = firstAfter(series, now);
+    this.#assertFundingCurrent(exchange, symbol, series, end, now);
+    // The schedule of the next settlement is public in advance; its rate is not, so it stays null.
+    const next = series[end];
+    if (next !== undefined) {
+      return {
+        exchange,
+        coin: symbol,
+        nextFundingTime: roundToMinute(next.fundingTime),
+        intervalHours: next.intervalHours,
+        predictedRate: null,
+      };
+    }
+    const last = series[end - 1]!;
+    return {
+      exchange,
+      coin: symbol,
+      nextFundingTime: roundToMinute(last.fundingTime) + last.intervalHours * HOUR_MS,
+      intervalHours: last.intervalHours,
+      predictedRate: null,
+    };
+  }
+
+  async markets(exchange: Exchange): Promise<MarketInfo[]> {
+    const venue = this.#venue(exchange);
+    const coins = [...new Set([...venue.candles.keys(), ...venue.funding.keys()])].sort();
+    const now = this.now();
+    const out: MarketInfo[] = [];
+    for (const coin of coins) {
+      const files = venue.candles.get(coin)?.files;
+      let quoteVolume24h: number | null = null;
+      if (files !== undefined) {
+        const from = [...files.keys()].sort((a, b) => TIMEFRAME_MS[a] - TIMEFRAME_MS[b])[0]!;
+        const path = files.get(from)!;
+        const candles = await this.#load(exchange, this.#candleCache, path, () => readCandleFile(path));
+        const perDay = DAY_MS / TIMEFRAME_MS[from];
+        const day = closedCandles(candles, from, now, perDay);
+        // Estimated as volume × close per candle: the files carry base volume only. A day not
+        // fully covered by the data gives no figure rather than a low one.
+        if (
+          day.length === perDay &&
+          day[day.length - 1]!.openTime + TIMEFRAME_MS[from] > now - TIMEFRAME_MS[from]
+        ) {
+          quoteVolume24h = day.reduce((sum, c) => sum + c.volume * c.close, 0);
+        }
+      }
+      out.push({
+        exchange,
+        coin,
+        symbol: exchange === 'HYPERLIQUID' ? coin : `${coin}USDT`,
+        quoteVolume24h,
+        openInterest: null,
+        hasCandles: files !== undefined,
+        hasFunding: venue.funding.has(coin),
+      });
+    }
+    return out;
+  }
+
+  #timeframe(timeframe: string, exchange: Exchange): Timeframe {
+    const parsed = Timeframe.safeParse(timeframe);
+    if (!parsed.success)
+      throw new UnsupportedTimeframeError(timeframe, exchange, 'not one of the eleven timeframes');
+    return parsed.data;
+  }
+
+  #venue(exchange: Exchange): VenueIndex {
+    const venue = this.index.get(exchange);
+    if (venue === undefined) {
+      if (!(EXCHANGES as readonly string[]).includes(exchange)) {
+        throw new UnsupportedExchangeError(exchange, 'replay', 'unknown venue');
+      }
+      throw new UnsupportedExchangeError(
+        exchange,
+        'replay',
+        `the replay data in ${this.dir} has no ${exchange} files`,
+      );
+    }
+    return venue;
+  }
+
+  async #fundingSeries(exchange: Exchange, coin: string): Promise<{ series: FundingRate[]; symbol: string }> {
+    const symbol = coin.toUpperCase();
+    if (exchange === 'BINANCE_SPOT') {
+      throw new UnsupportedExchangeError(
+        exchange,
+        'replay',
+        'a spot venue has no funding; use BINANCE for the perpetual',
+      );
+    }
+    const venue = this.#venue(exchange);
+    if (venue.funding.size === 0) {
+      throw new UnsupportedExchangeError(
+        exchange,
+        'replay',
+        `the replay data has no ${exchange} funding files`,
+      );
+    }
+    const paths = venue.funding.get(symbol);
+    if (paths === undefined)
+      throw new UnknownCoinError(exchange, symbol, 'no funding file in the replay data');
+    const key = paths.join('|');
+    const series = await this.#load(exchange, this.#fundingCache, key, async () =>
+      mergeFundingSources(await Promise.all(paths.map((p) => readFundingFile(p)))),
+    );
+    return { series, symbol };
+  }
+
+  /** Funding data that stopped before now would pass an old rate off as current. */
+  #assertFundingCurrent(
+    exchange: Exchange,
+    symbol: string,
+    series: FundingRate[],
+    end: number,
+    now: number,
+  ): void {
+    const last = series[end - 1];
+    if (last === undefined) {
+      throw new InsufficientHistoryError(
+        exchange,
+        symbol,
+        'funding settlements',
+        1,
+        0,
+        `none by ${iso(now)}`,
+      );
+    }
+    const stale =
+      end === series.length && roundToMinute(last.fundingTime) + last.intervalHours * HOUR_MS < now;
+    if (stale) {
+      throw new InsufficientHistoryError(
+        exchange,
+        symbol,
+        'funding settlements',
+        1,
+        0,
+        `replay funding data ends at ${iso(last.fundingTime)}, before ${iso(now)}`,
+      );
+    }
+  }
+
+  async #load<T>(
+    exchange: Exchange,
+    cache: Map<string, Promise<T>>,
+    key: string,
+    read: () => Promise<T>,
+  ): Promise<T> {
+    let pending = cache.get(key);
+    if (pending === undefined) {
+      pending = read();
+      cache.set(key, pending);
+    }
+    try {
+      const value = await pending;
+      this.#status.set(exchange, { ok: true, lastOkAt: Date.now() });
+      return value;
+    } catch (error) {
+      cache.delete(key);
+      const message = error instanceof Error ? error.message : String(error);
+      this.#status.set(exchange, { ...this.#status.get(exchange), ok: false, lastError: message });
+      this.logger?.error({ err: error, exchange, file: key }, 'replay file unreadable');
+      throw new VenueUnavailableError(exchange, `replay data unreadable: ${message}`, { cause: error });
+    }
+  }
+}
+
+function iso(t: number): string {
+  return Number.isFinite(t) ? new Date(t).toISOString() : String(t);
+}
+
+/** Opens a replay feed over `dir` (default the shipped slice) with its clock. */
+export async function openReplayFeed(options: ReplayFeedOptions = {}): Promise<ReplayFeed> {
+  const dir = options.dir ?? SHIPPED_MARKET_DIR;
+  const index = indexDirectory(dir);
+  const range = await dataRange(index, dir);
+  const start = options.start ?? Math.max(range.start, range.end - DEFAULT_REPLAY_LEAD_MS);
+  if (start < range.start || start > range.end) {
+    throw new RangeError(
+      `replay start ${iso(start)} is outside the data (${iso(range.start)} to ${iso(range.end)})`,
+    );
+  }
+  const logger = options.logger;
+  const clock = new ReplayClock({
+    start,
+    end: range.end,
+    speed: options.speed ?? 1,
+    ...(options.wallNow ? { wallNow: options.wallNow } : {}),
+    onListenerError: (error, close) => {
+      if (logger) logger.error({ err: error, close }, 'candle-close listener failed');
+      else process.emitWarning(`candle-close listener failed at ${iso(close.closeTime)}: ${String(error)}`);
+    },
+  });
+  const feed = new ReplayFeed(dir, clock, index, logger);
+  if (options.run ?? true) clock.run();
+  logger?.info(
+    { dir, start: iso(start), end: iso(range.end), speed: clock.speed, venues: feed.exchanges() },
+    'replay feed opened',
+  );
+  return feed;
+}

@@ -1,0 +1,103 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { fixtureFetch } from './fixture-fetch.ts';
+import type { MarketFeed } from './port.ts';
+import { feedOptionsFromEnv, selectFeed } from './select.ts';
+
+const opened: MarketFeed[] = [];
+afterEach(async () => {
+  for (const feed of opened.splice(0)) await feed.close();
+});
+const keep = <T extends { feed: MarketFeed }>(selected: T) => {
+  opened.push(selected.feed);
+  return selected;
+};
+const replay = { run: false };
+
+describe('selectFeed', () => {
+  it('falls back to replay when the probe does not finish in time', async () => {
+    const { feed, reason } = keep(
+      await selectFeed({ mode: 'auto', replay, probeTimeoutMs: 50, probe: () => new Promise(() => {}) }),
+    );
+    expect(feed.kind).toBe('replay');
+    expect(reason).toBe('FEED=auto: no live venue answered within 50 ms; replaying recorded data');
+  });
+
+  it('falls back to replay when every venue fails (closed network, real probe path)', async () => {
+    let calls = 0;
+    const unreachable = async () => {
+      calls++;
+      throw new TypeError('fetch failed');
+    };
+    const { feed, reason } = keep(
+      await selectFeed({
+        mode: 'auto',
+        replay,
+        live: { fetchImplementation: unreachable, retries: 0, exchanges: ['BINANCE', 'OKX'] },
+      }),
+    );
+    expect(feed.kind).toBe('replay');
+    expect(reason).toMatch(/no live venue answered; replaying/);
+    expect(calls).toBeGreaterThanOrEqual(2);
+  });
+
+  it('uses live when a venue answers the probe', async () => {
+    const { fetch } = fixtureFetch([
+      {
+        method: 'GET',
+        url: 'https://fapi.binance.com/fapi/v1/exchangeInfo',
+        reply: 'binance-usdm/exchangeInfo.json',
+      },
+    ]);
+    const { feed, reason } = keep(
+      await selectFeed({
+        mode: 'auto',
+        replay,
+        live: { fetchImplementation: fetch, retries: 0, exchanges: ['BINANCE'] },
+      }),
+    );
+    expect(feed.kind).toBe('live');
+    expect(reason).toBe('FEED=auto: live venues reachable (BINANCE)');
+    expect(feed.venues()).toEqual([{ exchange: 'BINANCE', ok: true, lastOkAt: expect.any(Number) }]);
+  });
+
+  it('does not probe when the mode is explicit', async () => {
+    let probed = false;
+    const probe = async () => {
+      probed = true;
+      return true;
+    };
+    expect(keep(await selectFeed({ mode: 'replay', replay, probe })).feed.kind).toBe('replay');
+    const live = keep(await selectFeed({ mode: 'live', probe, live: { exchanges: ['OKX'] } }));
+    expect(live.feed.kind).toBe('live');
+    expect(live.feed.venues()).toEqual([{ exchange: 'OKX', ok: false, lastError: 'not contacted yet' }]);
+    expect(probed).toBe(false);
+  });
+});
+
+describe('feedOptionsFromEnv', () => {
+  it('reads the feed settings', () => {
+    expect(
+      feedOptionsFromEnv({
+        FEED: 'replay',
+        MARKET_DATA_DIR: '/data/market',
+        REPLAY_SPEED: '3600',
+        REPLAY_START: '2025-10-20T00:00:00Z',
+        LIVE_EXCHANGES: 'binance, okx',
+        FEED_PROBE_TIMEOUT_MS: '1500',
+      }),
+    ).toEqual({
+      mode: 'replay',
+      replay: { dir: '/data/market', speed: 3600, start: Date.UTC(2025, 9, 20) },
+      live: { exchanges: ['BINANCE', 'OKX'] },
+      probeTimeoutMs: 1500,
+    });
+    expect(feedOptionsFromEnv({}).mode).toBe('auto');
+    expect(feedOptionsFromEnv({ REPLAY_START: '1761000000000' }).replay?.start).toBe(1761000000000);
+  });
+
+  it('rejects bad settings with a clear message', () => {
+    expect(() => feedOptionsFromEnv({ FEED: 'paper' })).toThrow(/market feed configuration:.*FEED/s);
+    expect(() => feedOptionsFromEnv({ LIVE_EXCHANGES: 'BINANCE,KRAKEN' })).toThrow(/LIVE_EXCHANGES/);
+    expect(() => feedOptionsFromEnv({ REPLAY_SPEED: '-1' })).toThrow(/REPLAY_SPEED/);
+  });
+});

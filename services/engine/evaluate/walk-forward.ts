@@ -1,0 +1,233 @@
+import type { Candle, Timeframe } from '../../../contracts/market.ts';
+import { TIMEFRAME_MS } from '../../../contracts/market.ts';
+import type { CalibrationTable } from '../../../contracts/signals.ts';
+import { type CalibrationSample, calibratedProbability, fitCurve } from '../signals/calibration.ts';
+import { createMarketState } from '../signals/market-state.ts';
+import { callFor, computeScore, ENGINE_VERSION } from '../signals/verdict.ts';
+import { brier, type Interval, type ReliabilityBin, reliability, wilson } from './stats.ts';
+
+/**
+ * Walk-forward evaluation, pure: stream closed candles through the engine, record the composite
+ * score at each close together with the forward return over a fixed horizon, fit calibration on
+ * the training window only, and score calls on the later test window.
+ */
+
+export interface Sample {
+  /** Close time of the candle the score was computed on (the entry is that close). */
+  closeTime: number;
+  score: number;
+  /** close[t + horizon] / close[t] − 1. */
+  forward: number;
+}
+
+export function collectSamples(candles: readonly Candle[], timeframe: Timeframe, horizon: number): Sample[] {
+  const state = createMarketState({ exchange: 'BINANCE_SPOT', coin: 'EVAL', timeframe });
+  const out: Sample[] = [];
+  const last = candles.length - horizon;
+  for (let i = 0; i < last; i++) {
+    const c = candles[i]!;
+    state.update(c);
+    if (state.missingForVerdict().length > 0) continue;
+    const { score } = computeScore(state);
+    out.push({
+      closeTime: c.openTime + TIMEFRAME_MS[timeframe],
+      score,
+      forward: candles[i + horizon]!.close / c.close - 1,
+    });
+  }
+  return out;
+}
+
+/** The call's direction was right: the move in its direction exceeded the round-trip fee. */
+export function directionHit(direction: number, forward: number, fee: number): boolean {
+  return direction * forward > fee;
+}
+
+export interface FitSettings {
+  split: number;
+  horizon: number;
+  feeBps: number;
+  holdBand: number;
+}
+
+export function minBinSamples(n: number): number {
+  return Math.max(100, Math.round(n * 0.02));
+}
+
+/** Fits one curve per timeframe on samples whose whole horizon ended before the split. */
+export function fitTable(
+  samples: ReadonlyMap<Timeframe, readonly Sample[][]>,
+  settings: FitSettings,
+  fallback: CalibrationTable['fallback'],
+): CalibrationTable {
+  const fee = settings.feeBps / 10_000;
+  const curves: CalibrationTable['curves'] = {};
+  let trainFrom = Number.POSITIVE_INFINITY;
+  for (const [tf, perCoin] of samples) {
+    const horizonMs = settings.horizon * TIMEFRAME_MS[tf];
+    const train: CalibrationSample[] = [];
+    for (const series of perCoin) {
+      for (const s of series) {
+        if (s.score === 0 || s.closeTime + horizonMs > settings.split) continue;
+        trainFrom = Math.min(trainFrom, s.closeTime);
+        train.push({ absScore: Math.abs(s.score), hit: directionHit(Math.sign(s.score), s.forward, fee) });
+      }
+    }
+    if (train.length === 0) continue;
+    curves[tf] = fitCurve(train, { minBinSamples: minBinSamples(train.length), holdBand: settings.holdBand });
+  }
+  return {
+    version: 1,
+    method: 'isotonic-pav',
+    engineVersion: ENGINE_VERSION,
+    horizonCandles: settings.horizon,
+    feeBps: settings.feeBps,
+    holdBand: settings.holdBand,
+    trainFrom: Number.isFinite(trainFrom) ? trainFrom : settings.split,
+    trainTo: settings.split,
+    fittedAt: new Date().toISOString(),
+    curves,
+    fallback,
+  };
+}
+
+export interface Rate {
+  n: number;
+  hits: number;
+  rate: number;
+  ci: Interval;
+}
+
+function rate(hits: number, n: number): Rate {
+  return { n, hits, rate: n === 0 ? Number.NaN : hits / n, ci: wilson(hits, n) };
+}
+
+export interface TimeframeResult {
+  timeframe: Timeframe;
+  points: number;
+  buy: Rate;
+  sell: Rate;
+  calls: Rate;
+  holdShare: number;
+  alwaysBuy: Rate;
+  alwaysSell: Rate;
+  /** Expected hit rate of random BUY/SELL calls at the engine's BUY:SELL mix on the same points. */
+  randomSameRate: number;
+  brier: number;
+  /** Brier of always predicting the training base rate (the no-skill reference). */
+  brierBaseRate: number;
+  buckets: Array<{ label: string; rate: Rate }>;
+  reliability: ReliabilityBin[];
+  /** Hit rate of calls by |score| band: does a stronger score mean a better call? */
+  scoreBands: Array<{ label: string; rate: Rate }>;
+  /** Calls with |score| at or above the training-fitted break-even band (p ≥ 0.5), if one exists. */
+  breakEven: { band: number; calls: Rate } | null;
+}
+
+const SCORE_BANDS: Array<{ label: string; from: number; to: number }> = [
+  { label: '0.1–0.2', from: 0.1, to: 0.2 },
+  { label: '0.2–0.3', from: 0.2, to: 0.3 },
+  { label: '0.3–0.4', from: 0.3, to: 0.4 },
+  { label: '0.4–0.5', from: 0.4, to: 0.5 },
+  { label: '≥ 0.5', from: 0.5, to: 1.01 },
+];
+
+const BUCKETS: Array<{ label: string; from: number; to: number }> = [
+  { label: '< 50', from: 0, to: 50 },
+  { label: '50–59', from: 50, to: 60 },
+  { label: '60–69', from: 60, to: 70 },
+  { label: '≥ 70', from: 70, to: 101 },
+];
+
+/**
+ * Test points are non-overlapping: one every `horizon` candles from the split onwards, so the
+ * forward windows of consecutive points of one coin do not share candles (the Wilson intervals
+ * still ignore the correlation between coins moving together).
+ */
+export function evaluateTimeframe(
+  timeframe: Timeframe,
+  perCoin: readonly Sample[][],
+  table: CalibrationTable,
+  testFrom: number,
+  testTo: number,
+): TimeframeResult {
+  const fee = table.feeBps / 10_000;
+  const tfMs = TIMEFRAME_MS[timeframe];
+  const stepMs = table.horizonCandles * tfMs;
+  const curve = table.curves[timeframe] ?? table.curves[table.fallback[timeframe] ?? timeframe];
+  const breakEvenBand = curve?.bins.find((b) => b.probability >= 0.5);
+  const band =
+    breakEvenBand === undefined ? null : (curve!.bins[curve!.bins.indexOf(breakEvenBand) - 1]?.upTo ?? 0);
+  let points = 0;
+  let buyN = 0;
+  let buyHits = 0;
+  let sellN = 0;
+  let sellHits = 0;
+  let holds = 0;
+  let upHits = 0;
+  let downHits = 0;
+  let beN = 0;
+  let beHits = 0;
+  const pairs: Array<{ p: number; hit: boolean; confidence: number; absScore: number }> = [];
+  for (const series of perCoin) {
+    for (const s of series) {
+      if (s.closeTime < testFrom || s.closeTime >= testTo) continue;
+      if ((s.closeTime - testFrom) % stepMs !== 0) continue;
+      points++;
+      if (directionHit(1, s.forward, fee)) upHits++;
+      if (directionHit(-1, s.forward, fee)) downHits++;
+      if (band !== null && s.score !== 0 && Math.abs(s.score) > band) {
+        beN++;
+        if (directionHit(Math.sign(s.score), s.forward, fee)) beHits++;
+      }
+      const call = callFor(s.score, table.holdBand);
+      if (call === 'HOLD') {
+        holds++;
+        continue;
+      }
+      const dir = call === 'BUY' ? 1 : -1;
+      const hit = directionHit(dir, s.forward, fee);
+      if (dir > 0) {
+        buyN++;
+        if (hit) buyHits++;
+      } else {
+        sellN++;
+        if (hit) sellHits++;
+      }
+      const { probability } = calibratedProbability(table, timeframe, Math.abs(s.score));
+      pairs.push({
+        p: probability,
+        hit,
+        confidence: Math.round(100 * probability),
+        absScore: Math.abs(s.score),
+      });
+    }
+  }
+  const calls = buyN + sellN;
+  const upRate = points === 0 ? 0 : upHits / points;
+  const downRate = points === 0 ? 0 : downHits / points;
+  const baseRate = curve?.baseRate ?? 0.5;
+  return {
+    timeframe,
+    points,
+    buy: rate(buyHits, buyN),
+    sell: rate(sellHits, sellN),
+    calls: rate(buyHits + sellHits, calls),
+    holdShare: points === 0 ? Number.NaN : holds / points,
+    alwaysBuy: rate(upHits, points),
+    alwaysSell: rate(downHits, points),
+    randomSameRate: calls === 0 ? Number.NaN : (buyN * upRate + sellN * downRate) / calls,
+    brier: brier(pairs),
+    brierBaseRate: brier(pairs.map((x) => ({ p: baseRate, hit: x.hit }))),
+    buckets: BUCKETS.map((b) => {
+      const inB = pairs.filter((x) => x.confidence >= b.from && x.confidence < b.to);
+      return { label: b.label, rate: rate(inB.filter((x) => x.hit).length, inB.length) };
+    }),
+    reliability: reliability(pairs),
+    scoreBands: SCORE_BANDS.map((b) => {
+      const inB = pairs.filter((x) => x.absScore >= b.from && x.absScore < b.to);
+      return { label: b.label, rate: rate(inB.filter((x) => x.hit).length, inB.length) };
+    }),
+    breakEven: band === null ? null : { band, calls: rate(beHits, beN) },
+  };
+}

@@ -1,0 +1,119 @@
+import { describe, expect, it } from 'vitest';
+import type { CalibrationTable } from '../../../contracts/signals.ts';
+import {
+  type CalibrationSample,
+  calibratedProbability,
+  fitCurve,
+  parseCalibrationTable,
+} from './calibration.ts';
+import { defaultCalibration } from './default-calibration.ts';
+import { CalibrationError } from './errors.ts';
+
+/** Deterministic pseudo-random samples where P(hit) = truth(|score|). */
+function samples(n: number, truth: (x: number) => number, seed = 7): CalibrationSample[] {
+  let s = seed;
+  const rnd = () => {
+    s = (s * 1_103_515_245 + 12_345) % 2 ** 31;
+    return s / 2 ** 31;
+  };
+  return Array.from({ length: n }, () => {
+    const absScore = Math.round(rnd() * 100) / 100;
+    return { absScore, hit: rnd() < truth(absScore) };
+  });
+}
+
+function isMonotone(table: { bins: Array<{ upTo: number; probability: number }> }): boolean {
+  return table.bins.every(
+    (b, i) =>
+      i === 0 || (b.upTo >= table.bins[i - 1]!.upTo && b.probability >= table.bins[i - 1]!.probability),
+  );
+}
+
+describe('calibration fit (isotonic / PAV)', () => {
+  it('is monotone, bounded, ends at |score| 1 and every step has enough samples', () => {
+    const curve = fitCurve(
+      samples(20_000, (x) => 0.4 + 0.3 * x),
+      { minBinSamples: 400, holdBand: 0.1 },
+    );
+    expect(isMonotone(curve)).toBe(true);
+    expect(curve.bins.length).toBeGreaterThan(3);
+    expect(curve.bins[curve.bins.length - 1]!.upTo).toBe(1);
+    for (const b of curve.bins) {
+      expect(b.probability).toBeGreaterThanOrEqual(0);
+      expect(b.probability).toBeLessThanOrEqual(1);
+      expect(b.samples).toBeGreaterThanOrEqual(400);
+    }
+    expect(curve.bins.reduce((a, b) => a + b.samples, 0)).toBe(20_000);
+    expect(curve.bins[0]!.probability).toBeLessThan(0.47);
+    expect(curve.bins[curve.bins.length - 1]!.probability).toBeGreaterThan(0.63);
+  });
+
+  it('collapses to one flat step when hit rate falls with |score| (it cannot invent a rising relation)', () => {
+    const data = samples(10_000, (x) => 0.5 - 0.2 * x);
+    const curve = fitCurve(data, { minBinSamples: 100, holdBand: 0.1 });
+    expect(curve.bins).toHaveLength(1);
+    expect(curve.bins[0]!.probability).toBeCloseTo(data.filter((d) => d.hit).length / data.length, 12);
+  });
+
+  it('base rate counts only calls at or above the hold band', () => {
+    const data: CalibrationSample[] = [
+      { absScore: 0.05, hit: true },
+      { absScore: 0.05, hit: true },
+      { absScore: 0.5, hit: false },
+      { absScore: 0.6, hit: true },
+    ];
+    expect(fitCurve(data, { minBinSamples: 1, holdBand: 0.1 }).baseRate).toBe(0.5);
+    expect(() => fitCurve([], { minBinSamples: 1, holdBand: 0.1 })).toThrow(CalibrationError);
+  });
+
+  it('lookup follows the step function and the fallback timeframe', () => {
+    const table: CalibrationTable = {
+      ...defaultCalibration,
+      curves: {
+        '5m': {
+          samples: 300,
+          baseRate: 0.5,
+          bins: [
+            { upTo: 0.2, probability: 0.4, samples: 100 },
+            { upTo: 0.5, probability: 0.5, samples: 100 },
+            { upTo: 1, probability: 0.7, samples: 100 },
+          ],
+        },
+      },
+      fallback: { '1m': '5m' },
+    };
+    expect(calibratedProbability(table, '5m', 0.2).probability).toBe(0.4);
+    expect(calibratedProbability(table, '5m', 0.21).probability).toBe(0.5);
+    expect(calibratedProbability(table, '1m', 0.9)).toEqual({ probability: 0.7, timeframe: '5m' });
+    expect(() => calibratedProbability(table, '1h', 0.3)).toThrow(CalibrationError);
+  });
+
+  it('rejects a table that is not monotone or names a missing fallback', () => {
+    const bad = {
+      ...defaultCalibration,
+      curves: {
+        '1h': {
+          samples: 200,
+          baseRate: 0.5,
+          bins: [
+            { upTo: 0.5, probability: 0.6, samples: 100 },
+            { upTo: 1, probability: 0.5, samples: 100 },
+          ],
+        },
+      },
+      fallback: {},
+    };
+    expect(() => parseCalibrationTable(bad)).toThrow(CalibrationError);
+    expect(() => parseCalibrationTable({ ...defaultCalibration, fallback: { '1m': '3m' } })).toThrow(
+      CalibrationError,
+    );
+    expect(() => parseCalibrationTable({ ...defaultCalibration, version: 2 })).toThrow();
+  });
+
+  it('the shipped table covers all eleven timeframes and was fitted before its split', () => {
+    for (const tf of ['1m', '3m', '5m', '15m', '30m', '1h', '2h', '4h', '8h', '12h', '1d'] as const) {
+      expect(calibratedProbability(defaultCalibration, tf, 0.5).probability).toBeGreaterThan(0);
+    }
+    expect(defaultCalibration.trainFrom).toBeLessThan(defaultCalibration.trainTo);
+  });
+});

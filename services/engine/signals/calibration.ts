@@ -1,0 +1,128 @@
+import type { Timeframe } from '../../../contracts/market.ts';
+import {
+  type CalibrationBin,
+  type CalibrationCurve,
+  type CalibrationTable,
+  CalibrationTableSchema,
+} from '../../../contracts/signals.ts';
+import { CalibrationError } from './errors.ts';
+
+/**
+ * Confidence that means something: an isotonic (pool-adjacent-violators) fit of "the call's
+ * direction beat the fee over the horizon" against |score|, per timeframe, directions pooled.
+ * Pooling BUY and SELL assumes the score is symmetric; a per-direction fit would mostly learn
+ * the training months' drift (crypto rose or fell), which is exactly what should not carry over.
+ */
+
+export interface CalibrationSample {
+  absScore: number;
+  hit: boolean;
+}
+
+export interface FitOptions {
+  /** Steps with fewer samples are merged with a neighbour, so no probability rests on a handful. */
+  minBinSamples: number;
+  holdBand: number;
+}
+
+interface Block {
+  hi: number;
+  hits: number;
+  n: number;
+}
+
+/** Isotonic fit of hit rate on |score|: non-decreasing, every step ≥ minBinSamples samples. */
+export function fitCurve(samples: readonly CalibrationSample[], options: FitOptions): CalibrationCurve {
+  if (samples.length === 0) throw new CalibrationError('no samples to fit');
+  const sorted = [...samples].sort((a, b) => a.absScore - b.absScore);
+  const blocks: Block[] = [];
+  for (const s of sorted) {
+    const last = blocks[blocks.length - 1];
+    if (last !== undefined && last.hi === s.absScore) {
+      last.hits += s.hit ? 1 : 0;
+      last.n++;
+    } else {
+      blocks.push({ hi: s.absScore, hits: s.hit ? 1 : 0, n: 1 });
+    }
+  }
+  const pooled: Block[] = [];
+  for (const b of blocks) {
+    pooled.push({ ...b });
+    while (pooled.length > 1) {
+      const cur = pooled[pooled.length - 1]!;
+      const prev = pooled[pooled.length - 2]!;
+      if (prev.hits / prev.n <= cur.hits / cur.n) break;
+      pooled.splice(pooled.length - 2, 2, { hi: cur.hi, hits: prev.hits + cur.hits, n: prev.n + cur.n });
+    }
+  }
+  const minN = Math.min(options.minBinSamples, samples.length);
+  // Merging adjacent steps of a non-decreasing sequence keeps it non-decreasing.
+  for (let i = 0; i < pooled.length && pooled.length > 1; ) {
+    const b = pooled[i]!;
+    if (b.n >= minN) {
+      i++;
+      continue;
+    }
+    const left = pooled[i - 1];
+    const right = pooled[i + 1];
+    const p = b.hits / b.n;
+    const intoLeft =
+      right === undefined ||
+      (left !== undefined && Math.abs(left.hits / left.n - p) <= Math.abs(right.hits / right.n - p));
+    if (intoLeft) {
+      const l = left!;
+      pooled.splice(i - 1, 2, { hi: b.hi, hits: l.hits + b.hits, n: l.n + b.n });
+      i--;
+    } else {
+      const r = right;
+      pooled.splice(i, 2, { hi: r.hi, hits: r.hits + b.hits, n: r.n + b.n });
+    }
+  }
+  const bins: CalibrationBin[] = pooled.map((b, i) => ({
+    upTo: i === pooled.length - 1 ? 1 : b.hi,
+    probability: b.hits / b.n,
+    samples: b.n,
+  }));
+  let calls = 0;
+  let callHits = 0;
+  for (const s of samples) {
+    if (s.absScore < options.holdBand) continue;
+    calls++;
+    if (s.hit) callHits++;
+  }
+  return { samples: samples.length, baseRate: calls === 0 ? 0 : callHits / calls, bins };
+}
+
+/** Calibrated probability for |score| on a timeframe (following the table's fallback). */
+export function calibratedProbability(
+  table: CalibrationTable,
+  timeframe: Timeframe,
+  absScore: number,
+): { probability: number; timeframe: Timeframe } {
+  const tf = table.curves[timeframe] ? timeframe : table.fallback[timeframe];
+  const curve = tf === undefined ? undefined : table.curves[tf];
+  if (tf === undefined || curve === undefined) {
+    throw new CalibrationError(`calibration table has no curve for ${timeframe}`);
+  }
+  const bins = curve.bins;
+  for (const bin of bins) if (absScore <= bin.upTo) return { probability: bin.probability, timeframe: tf };
+  return { probability: bins[bins.length - 1]!.probability, timeframe: tf };
+}
+
+/** Validates a parsed JSON table; monotonicity is checked because the schema cannot say it. */
+export function parseCalibrationTable(json: unknown): CalibrationTable {
+  const table = CalibrationTableSchema.parse(json);
+  for (const [tf, curve] of Object.entries(table.curves)) {
+    for (let i = 1; i < curve.bins.length; i++) {
+      const a = curve.bins[i - 1]!;
+      const b = curve.bins[i]!;
+      if (b.upTo < a.upTo || b.probability < a.probability) {
+        throw new CalibrationError(`calibration curve ${tf} is not monotone at step ${i}`);
+      }
+    }
+  }
+  for (const [tf, to] of Object.entries(table.fallback)) {
+    if (!table.curves[to]) throw new CalibrationError(`fallback ${tf} → ${to} names a missing curve`);
+  }
+  return table;
+}

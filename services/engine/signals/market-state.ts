@@ -1,0 +1,330 @@
+import {
+  ADX,
+  AO,
+  ATR,
+  BollingerBands,
+  CCI,
+  ElderRay,
+  EMA,
+  HMA,
+  MACD,
+  MOM,
+  RSI,
+  SMA,
+  StochasticOscillator,
+  StochasticRSI,
+  UltimateOscillator,
+  VWMA,
+  WilliamsR,
+  WSMA,
+} from 'trading-signals';
+import type { Candle, Exchange, Timeframe } from '../../../contracts/market.ts';
+import { TIMEFRAME_MS } from '../../../contracts/market.ts';
+import type { RegimeMetrics } from '../../../contracts/signals.ts';
+import { Choppiness } from './choppiness.ts';
+import { type RegimeOptions, type RegimeState, stepRegime } from './regime.ts';
+import { RollingPercentile } from './rolling-percentile.ts';
+import { Lagged, RollingExtreme, RollingMean } from './rolling-window.ts';
+
+export const MA_PERIODS = [10, 20, 30, 50, 100, 200] as const;
+/** MAs that may still be warming up when a verdict is asked for; they vote once stable. */
+const OPTIONAL_MA_PERIODS = new Set<number>([100, 200]);
+export const PERCENTILE_WINDOW = 200;
+/** Percentiles are reported once this many values are in the window (a quarter of it). */
+export const MIN_PERCENTILE_SAMPLES = 50;
+
+export class OutOfOrderCandleError extends Error {
+  override readonly name = 'OutOfOrderCandleError';
+}
+
+export interface MarketStateOptions {
+  exchange: Exchange;
+  coin: string;
+  timeframe: Timeframe;
+  regime?: Partial<RegimeOptions>;
+}
+
+/** Indicator readings after the latest closed candle; null = not stable yet. */
+export interface Readings {
+  close: number;
+  high: number;
+  low: number;
+  closeTime: number;
+  candles: number;
+  sma: Record<number, number | null>;
+  ema: Record<number, number | null>;
+  hma9: number | null;
+  vwma20: number | null;
+  ichimokuBase: number | null;
+  rsi: number | null;
+  rsiPrev: number | null;
+  stochK: number | null;
+  stochD: number | null;
+  cci: number | null;
+  cciPrev: number | null;
+  adx: number | null;
+  adxPrev: number | null;
+  adxSlope: number | null;
+  plusDi: number | null;
+  minusDi: number | null;
+  ao: number | null;
+  aoPrev: number | null;
+  mom: number | null;
+  momPrev: number | null;
+  macd: number | null;
+  macdSignal: number | null;
+  stochRsiK: number | null;
+  stochRsiD: number | null;
+  williamsR: number | null;
+  williamsRPrev: number | null;
+  bullPower: number | null;
+  bullPowerPrev: number | null;
+  bearPower: number | null;
+  bearPowerPrev: number | null;
+  ultimate: number | null;
+  regimeMetrics: RegimeMetrics | null;
+}
+
+const pct = (v: number | null) => (v === null ? null : v * 100);
+
+/**
+ * Streaming indicator state for one (exchange, coin, timeframe). `update` takes one CLOSED
+ * candle and advances every indicator once — constant work per candle, no history kept beyond
+ * the indicator windows. Indicators come from `trading-signals` where it has them; SMA, the
+ * Ichimoku base line and Choppiness use the O(1) pieces in rolling-window.ts.
+ */
+export class MarketState {
+  readonly exchange: Exchange;
+  readonly coin: string;
+  readonly timeframe: Timeframe;
+  readonly #tfMs: number;
+  readonly #regimeOptions: Partial<RegimeOptions> | undefined;
+
+  readonly #sma = MA_PERIODS.map((p) => new RollingMean(p));
+  readonly #ema = MA_PERIODS.map((p) => new EMA(p));
+  readonly #hma = new HMA(9);
+  readonly #vwma = new VWMA(20);
+  readonly #baseHigh = new RollingExtreme(26, 'max');
+  readonly #baseLow = new RollingExtreme(26, 'min');
+  readonly #rsi = new RSI(14);
+  readonly #stoch = new StochasticOscillator({ kPeriod: 14, kSlowingPeriod: 3, dPeriod: 3 });
+  readonly #cci = new CCI(20);
+  readonly #adx = new ADX(14);
+  readonly #adxLag = new Lagged(5);
+  readonly #ao = new AO(5, 34);
+  readonly #mom = new MOM(10);
+  readonly #macd = new MACD(new EMA(12), new EMA(26), new EMA(9));
+  readonly #stochRsi = new StochasticRSI(14, WSMA, { k: new SMA(3), d: new SMA(3) });
+  readonly #willr = new WilliamsR(14);
+  readonly #elder = new ElderRay(13);
+  readonly #uo = new UltimateOscillator({ shortPeriod: 7, mediumPeriod: 14, longPeriod: 28 });
+  readonly #atr = new ATR(14);
+  readonly #bb = new BollingerBands(20, 2);
+  readonly #chop = new Choppiness(14);
+  readonly #atrPct = new RollingPercentile(PERCENTILE_WINDOW);
+  readonly #bbWidth = new RollingPercentile(PERCENTILE_WINDOW);
+
+  #readings: Readings | null = null;
+  #regime: RegimeState | null = null;
+  #lastOpenTime = Number.NEGATIVE_INFINITY;
+  /** Stable indicators never become unstable again, so readiness is decided once. */
+  #ready = false;
+  #candles = 0;
+
+  constructor(options: MarketStateOptions) {
+    this.exchange = options.exchange;
+    this.coin = options.coin;
+    this.timeframe = options.timeframe;
+    this.#tfMs = TIMEFRAME_MS[options.timeframe];
+    this.#regimeOptions = options.regime;
+  }
+
+  get key(): string {
+    return marketKey(this.exchange, this.coin, this.timeframe);
+  }
+
+  get candleCount(): number {
+    return this.#candles;
+  }
+
+  /** Close time (Unix ms) of the last closed candle fed, or null before the first. */
+  get lastCloseTime(): number | null {
+    return this.#candles === 0 ? null : this.#lastOpenTime + this.#tfMs;
+  }
+
+  get regimeState(): RegimeState | null {
+    return this.#regime;
+  }
+
+  /** Feed one closed candle. Candles must arrive in strictly increasing open time. */
+  update(candle: Candle): void {
+    if (!(candle.openTime > this.#lastOpenTime)) {
+      throw new OutOfOrderCandleError(
+        `${this.key}: candle ${candle.openTime} is not after the last one (${this.#lastOpenTime})`,
+      );
+    }
+    this.#lastOpenTime = candle.openTime;
+    this.#candles++;
+    const prev = this.#readings;
+    const { close, high, low } = candle;
+
+    const sma: Record<number, number | null> = {};
+    const ema: Record<number, number | null> = {};
+    for (let i = 0; i < MA_PERIODS.length; i++) {
+      const p = MA_PERIODS[i]!;
+      sma[p] = this.#sma[i]!.push(close);
+      const e = this.#ema[i]!;
+      e.add(close);
+      ema[p] = e.isStable ? e.getResult() : null;
+    }
+    const hma9 = this.#hma.add(close);
+    const vwma20 = this.#vwma.add(candle);
+    const bh = this.#baseHigh.push(high);
+    const bl = this.#baseLow.push(low);
+
+    const rsi = this.#rsi.add(close);
+    const stoch = this.#stoch.add(candle);
+    const cci = this.#cci.add(candle);
+    const adx = this.#adx.add(candle);
+    if (adx !== null) this.#adxLag.push(adx);
+    const adxLagged = this.#adxLag.value;
+    const ao = this.#ao.add(candle);
+    const mom = this.#mom.add(close);
+    const macd = this.#macd.add(close);
+    const stochRsiRaw = this.#stochRsi.add(close);
+    const willr = this.#willr.add(candle);
+    const elder = this.#elder.add(candle);
+    const uo = this.#uo.add(candle);
+    const atr = this.#atr.add(candle);
+    const bands = this.#bb.add(close);
+    const chop = this.#chop.update(candle);
+
+    const atrPct = atr === null ? null : (100 * atr) / close;
+    if (atrPct !== null) this.#atrPct.push(atrPct);
+    const bbWidth = bands === null || bands.middle === 0 ? null : (bands.upper - bands.lower) / bands.middle;
+    if (bbWidth !== null) this.#bbWidth.push(bbWidth);
+
+    const plusDi = adx === null ? null : pct(this.#adx.pdi ?? null);
+    const minusDi = adx === null ? null : pct(this.#adx.mdi ?? null);
+    const adxSlope = adx !== null && adxLagged !== null ? adx - adxLagged : null;
+
+    let regimeMetrics: RegimeMetrics | null = null;
+    if (
+      adx !== null &&
+      adxSlope !== null &&
+      plusDi !== null &&
+      minusDi !== null &&
+      chop !== null &&
+      atrPct !== null &&
+      bbWidth !== null &&
+      this.#atrPct.size >= MIN_PERCENTILE_SAMPLES &&
+      this.#bbWidth.size >= MIN_PERCENTILE_SAMPLES
+    ) {
+      const median = this.#atrPct.median!;
+      regimeMetrics = {
+        adx,
+        adx_slope: adxSlope,
+        plus_di: plusDi,
+        minus_di: minusDi,
+        choppiness: chop,
+        atr_pct: atrPct,
+        atr_pct_percentile: this.#atrPct.percentile!,
+        bb_width: bbWidth,
+        bb_width_percentile: this.#bbWidth.percentile!,
+        volatility_ratio: median > 0 ? atrPct / median : 1,
+      };
+      this.#regime = stepRegime(this.#regime, regimeMetrics, this.#regimeOptions);
+    }
+
+    // StochRSI: trading-signals yields its raw 0–1 value; TradingView votes on the SMA(3)
+    // smoothed %K and %D, scaled to 0–100.
+    const stochRsiK = stochRsiRaw === null ? null : pct(this.#stochRsi.smoothing.k.getResult());
+    const stochRsiD = stochRsiRaw === null ? null : pct(this.#stochRsi.smoothing.d.getResult());
+
+    this.#readings = {
+      close,
+      high,
+      low,
+      closeTime: candle.openTime + this.#tfMs,
+      candles: this.#candles,
+      sma,
+      ema,
+      hma9,
+      vwma20,
+      ichimokuBase: bh === null || bl === null ? null : (bh + bl) / 2,
+      rsi,
+      rsiPrev: prev?.rsi ?? null,
+      stochK: stoch?.stochK ?? null,
+      stochD: stoch?.stochD ?? null,
+      cci,
+      cciPrev: prev?.cci ?? null,
+      adx,
+      adxPrev: prev?.adx ?? null,
+      adxSlope,
+      plusDi,
+      minusDi,
+      ao,
+      aoPrev: prev?.ao ?? null,
+      mom,
+      momPrev: prev?.mom ?? null,
+      macd: macd?.macd ?? null,
+      macdSignal: macd?.signal ?? null,
+      stochRsiK,
+      stochRsiD,
+      williamsR: willr,
+      williamsRPrev: prev?.williamsR ?? null,
+      bullPower: elder?.bullPower ?? null,
+      bullPowerPrev: prev?.bullPower ?? null,
+      bearPower: elder?.bearPower ?? null,
+      bearPowerPrev: prev?.bearPower ?? null,
+      ultimate: uo,
+      regimeMetrics,
+    };
+  }
+
+  /** Latest readings, or null before the first candle. The object is replaced, never mutated. */
+  snapshot(): Readings | null {
+    return this.#readings;
+  }
+
+  /** Names of the readings a verdict needs that are not stable yet; empty when ready. */
+  missingForVerdict(): string[] {
+    if (this.#ready) return [];
+    const r = this.#readings;
+    if (r === null) return ['candles'];
+    const missing: string[] = [];
+    for (const p of MA_PERIODS) {
+      if (OPTIONAL_MA_PERIODS.has(p)) continue;
+      if (r.sma[p] === null) missing.push(`sma${p}`);
+      if (r.ema[p] === null) missing.push(`ema${p}`);
+    }
+    const required: Array<[string, number | null]> = [
+      ['hma9', r.hma9],
+      ['vwma20', r.vwma20],
+      ['ichimoku_base', r.ichimokuBase],
+      ['rsi', r.rsiPrev],
+      ['stoch', r.stochD],
+      ['cci', r.cciPrev],
+      ['adx', r.adxPrev],
+      ['ao', r.aoPrev],
+      ['mom', r.momPrev],
+      ['macd', this.#macd.signal.isStable ? r.macdSignal : null],
+      ['stoch_rsi', r.stochRsiD],
+      ['williams_r', r.williamsRPrev],
+      ['bull_bear_power', r.bearPowerPrev],
+      ['ultimate', r.ultimate],
+    ];
+    for (const [name, v] of required) if (v === null) missing.push(name);
+    if (r.regimeMetrics === null || this.#regime === null) missing.push('regime_metrics');
+    this.#ready = missing.length === 0;
+    return missing;
+  }
+}
+
+export function marketKey(exchange: string, coin: string, timeframe: string): string {
+  return `${exchange}:${coin}:${timeframe}`;
+}
+
+export function createMarketState(options: MarketStateOptions): MarketState {
+  return new MarketState(options);
+}

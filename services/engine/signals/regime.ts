@@ -1,0 +1,126 @@
+import type { Regime } from '../../../contracts/market.ts';
+import type { RegimeMetrics, RegimeReading } from '../../../contracts/signals.ts';
+
+/**
+ * The one regime classifier, used by verdicts and regime readings alike. Each label gets a
+ * score in [0, 1] from the metrics; the best score is the candidate. Hysteresis: the held label
+ * only changes when a candidate beats it by `margin` on `persist` consecutive closed candles, so
+ * a reading that wobbles around a threshold does not flicker (and does not spam regime_shift).
+ */
+export interface RegimeOptions {
+  /** Score lead a challenger needs over the held label. */
+  margin: number;
+  /** Consecutive closed candles the same challenger must lead before the label switches. */
+  persist: number;
+}
+
+export const DEFAULT_REGIME_OPTIONS: RegimeOptions = { margin: 0.1, persist: 3 };
+
+export type RegimeScores = Record<Regime, number>;
+
+export interface RegimeState {
+  regime: Regime;
+  candidate: Regime;
+  /** Consecutive candles the current challenger has led by at least the margin. */
+  challengerRuns: number;
+  /** Closed candles the current label has been held (0 on the candle it was adopted). */
+  held: number;
+  scores: RegimeScores;
+  metrics: RegimeMetrics;
+}
+
+const ORDER: readonly Regime[] = ['trending-up', 'trending-down', 'volatile', 'squeeze', 'ranging'];
+
+/** Linear ramp: 0 at or below `from`, 1 at or above `to`. */
+function ramp(x: number, from: number, to: number): number {
+  if (x <= from) return 0;
+  if (x >= to) return 1;
+  return (x - from) / (to - from);
+}
+
+/**
+ * Label scores. Trend: ADX around the classic 25 line (ramp 18→32), damped when Choppiness
+ * passes 61.8 (ramp 55→68), direction from +DI/−DI. Volatile: ATR% in the top decile of its
+ * window. Squeeze: Bollinger bandwidth in the bottom decile. Ranging is the floor every other
+ * label has to beat, raised by choppiness and a weak ADX.
+ */
+export function scoreRegimes(m: RegimeMetrics): RegimeScores {
+  const trend = ramp(m.adx, 18, 32) * (1 - ramp(m.choppiness, 55, 68));
+  const up = m.plus_di >= m.minus_di;
+  const volatile = ramp(m.atr_pct_percentile, 80, 97) * (0.6 + 0.4 * ramp(m.volatility_ratio, 1, 1.6));
+  const squeeze = ramp(20 - m.bb_width_percentile, 8, 18) * (1 - 0.5 * trend);
+  const ranging = 0.3 + 0.4 * Math.max(ramp(m.choppiness, 50, 65), 1 - ramp(m.adx, 15, 25)) * (1 - trend);
+  return {
+    'trending-up': up ? trend : 0,
+    'trending-down': up ? 0 : trend,
+    volatile,
+    squeeze,
+    ranging,
+  };
+}
+
+function best(scores: RegimeScores): Regime {
+  let top: Regime = 'ranging';
+  for (const r of ORDER) if (scores[r] > scores[top]) top = r;
+  return top;
+}
+
+/** Pure state machine: previous state + this candle's metrics → next state. */
+export function stepRegime(
+  prev: RegimeState | null,
+  metrics: RegimeMetrics,
+  options: Partial<RegimeOptions> = {},
+): RegimeState {
+  const { margin, persist } = { ...DEFAULT_REGIME_OPTIONS, ...options };
+  const scores = scoreRegimes(metrics);
+  const candidate = best(scores);
+  if (prev === null) return { regime: candidate, candidate, challengerRuns: 0, held: 0, scores, metrics };
+  if (candidate === prev.regime || scores[candidate] - scores[prev.regime] < margin) {
+    return { regime: prev.regime, candidate, challengerRuns: 0, held: prev.held + 1, scores, metrics };
+  }
+  const runs = candidate === prev.candidate ? prev.challengerRuns + 1 : 1;
+  if (runs >= persist) return { regime: candidate, candidate, challengerRuns: 0, held: 0, scores, metrics };
+  return { regime: prev.regime, candidate, challengerRuns: runs, held: prev.held + 1, scores, metrics };
+}
+
+const SUGGESTIONS: Record<Regime, string> = {
+  'trending-up':
+    'Uptrend with directional strength: trend-following longs are favoured; fading strength is the riskier side.',
+  'trending-down':
+    'Downtrend with directional strength: shorts or staying flat are favoured; catching the bottom is the riskier side.',
+  ranging:
+    'No directional strength: mean-reversion between recent highs and lows fits better than breakout entries.',
+  volatile:
+    'Volatility is in the top of its recent range: reduce size and widen stops; signals are noisier than usual.',
+  squeeze:
+    'Bandwidth is compressed near its recent low: a breakout is likely but its direction is not known yet.',
+};
+
+/**
+ * Reading for the api: confidence is a heuristic of how clearly the held label leads the other
+ * labels (50 = level, 100 = leads by ≥ 0.5); it is not a calibrated probability.
+ */
+export function regimeReading(state: RegimeState): RegimeReading {
+  let otherBest = 0;
+  for (const r of ORDER) if (r !== state.regime) otherBest = Math.max(otherBest, state.scores[r]);
+  const lead = state.scores[state.regime] - otherBest;
+  const confidence = Math.round(100 * Math.min(1, Math.max(0, 0.5 + lead)));
+  return {
+    regime: state.regime,
+    confidence,
+    metrics: state.metrics,
+    suggestion: SUGGESTIONS[state.regime],
+    candidate: state.candidate,
+    held_candles: state.held,
+  };
+}
+
+/** Regime from metrics alone (no hysteresis history), e.g. for a one-off reading. */
+export function classifyRegime(
+  metrics: RegimeMetrics,
+  prev: RegimeState | null = null,
+  options: Partial<RegimeOptions> = {},
+): { state: RegimeState; reading: RegimeReading } {
+  const state = stepRegime(prev, metrics, options);
+  return { state, reading: regimeReading(state) };
+}

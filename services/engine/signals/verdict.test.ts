@@ -1,0 +1,129 @@
+import { beforeAll, describe, expect, it } from 'vitest';
+import { readCandleFile } from '../../../adapters/market/csv.ts';
+import type { Candle } from '../../../contracts/market.ts';
+import { type CalibrationTable, VerdictSchema } from '../../../contracts/signals.ts';
+import { closedCandles } from './closed-candles.ts';
+import { defaultCalibration } from './default-calibration.ts';
+import { InsufficientHistoryError } from './errors.ts';
+import { computeRegime } from './market-regime.ts';
+import { createMarketState } from './market-state.ts';
+import { callFor, computeScore, computeVerdict } from './verdict.ts';
+
+const FILE = new URL('../../../sample-data/market/candles/binance-spot/BTCUSDT-1h.csv.gz', import.meta.url)
+  .pathname;
+const HOUR = 3_600_000;
+let candles: Candle[];
+beforeAll(async () => {
+  candles = await readCandleFile(FILE);
+});
+
+function stateFrom(cs: readonly Candle[]) {
+  const state = createMarketState({ exchange: 'BINANCE_SPOT', coin: 'BTC', timeframe: '1h' });
+  for (const c of cs) state.update(c);
+  return state;
+}
+
+/** What a feed does: at time `now`, only candles closed by then reach the state. */
+function verdictAt(cs: readonly Candle[], now: number) {
+  return computeVerdict(stateFrom(closedCandles(cs, '1h', now)), undefined, defaultCalibration);
+}
+
+describe('composite verdict on real candles', () => {
+  it('produces contract-valid verdicts at every stable candle', () => {
+    const state = createMarketState({ exchange: 'BINANCE_SPOT', coin: 'BTC', timeframe: '1h' });
+    const calls = new Set<string>();
+    let checked = 0;
+    for (const c of candles) {
+      state.update(c);
+      if (state.missingForVerdict().length > 0) continue;
+      const v = computeVerdict(state, undefined, defaultCalibration);
+      VerdictSchema.parse(v);
+      expect(v.candle_close_time).toBe(c.openTime + HOUR);
+      expect(v.price).toBe(c.close);
+      expect(v.call).toBe(callFor(v.score, defaultCalibration.holdBand));
+      expect(v.regime).toBe(computeRegime(state).regime);
+      calls.add(v.call);
+      checked++;
+    }
+    expect(checked).toBeGreaterThan(800);
+    expect(calls).toEqual(new Set(['BUY', 'SELL', 'HOLD']));
+  });
+
+  it('HOLD band: |score| below the band is HOLD, at or above it a direction', () => {
+    expect(callFor(0.0999, 0.1)).toBe('HOLD');
+    expect(callFor(-0.0999, 0.1)).toBe('HOLD');
+    expect(callFor(0.1, 0.1)).toBe('BUY');
+    expect(callFor(-0.1, 0.1)).toBe('SELL');
+    expect(callFor(0, 0)).toBe('HOLD');
+    const state = stateFrom(candles.slice(0, 400));
+    const { score } = computeScore(state);
+    const wide = computeVerdict(state, undefined, defaultCalibration, { holdBand: Math.abs(score) + 0.01 });
+    expect(wide.call).toBe('HOLD');
+    const narrow = computeVerdict(state, undefined, defaultCalibration, { holdBand: 0 });
+    expect(narrow.call).toBe(score >= 0 ? 'BUY' : 'SELL');
+    expect(wide.confidence).toBe(100 - narrow.confidence);
+  });
+
+  it('confidence comes from the calibration table, not from |score|', () => {
+    const state = stateFrom(candles.slice(0, 400));
+    const flat: CalibrationTable = {
+      ...defaultCalibration,
+      curves: {
+        '1h': { samples: 1000, baseRate: 0.42, bins: [{ upTo: 1, probability: 0.42, samples: 1000 }] },
+      },
+      fallback: {},
+    };
+    const v = computeVerdict(state, undefined, flat, { holdBand: 0 });
+    expect(v.confidence).toBe(42);
+    expect(v.calibration).toEqual({ timeframe: '1h', probability: 0.42 });
+  });
+
+  it('throws InsufficientHistoryError instead of making a verdict up', () => {
+    const state = stateFrom(candles.slice(0, 40));
+    expect(() => computeVerdict(state, undefined, defaultCalibration)).toThrow(InsufficientHistoryError);
+    expect(() => computeRegime(stateFrom([]))).toThrow(InsufficientHistoryError);
+    try {
+      computeVerdict(state, undefined, defaultCalibration);
+    } catch (error) {
+      expect((error as InsufficientHistoryError).candles).toBe(40);
+      expect((error as InsufficientHistoryError).missing).toContain('sma50');
+    }
+  });
+
+  it('perpetual context: extreme positive funding leans SELL, negative leans BUY, ordinary funding is neutral', () => {
+    const state = stateFrom(candles.slice(0, 400));
+    const base = computeScore(state).score;
+    const hot = computeScore(state, { funding: { rate: 0.002, intervalHours: 8 } });
+    const cold = computeScore(state, { funding: { rate: -0.002, intervalHours: 8 } });
+    const usual = computeScore(state, { funding: { rate: 0.0001, intervalHours: 8 } });
+    expect(hot.perpLean).toBe(-1);
+    expect(cold.perpLean).toBe(1);
+    expect(usual.perpLean).toBe(0);
+    expect(hot.score).toBeLessThan(cold.score);
+    expect(usual.score).toBeCloseTo(0.8 * base, 12);
+    const premium = computeScore(state, { perpClose: 101, spotClose: 100 });
+    expect(premium.basis).toBeCloseTo(0.01, 12);
+    expect(premium.perpLean).toBe(-1);
+    expect(() =>
+      computeVerdict(state, { funding: { rate: 0.002, intervalHours: 1 } }, defaultCalibration),
+    ).not.toThrow();
+  });
+});
+
+describe('no look-ahead', () => {
+  it('a verdict at t does not change when candles after t, or the still-open candle, are altered', () => {
+    const t = candles[300]!.openTime + HOUR + 30 * 60_000; // half-way through candle 301
+    const before = verdictAt(candles, t);
+    const altered = candles.map((c, i) =>
+      i >= 301
+        ? { ...c, open: c.open * 3, high: c.high * 3, low: c.low * 0.2, close: c.close * 0.3, volume: 1 }
+        : c,
+    );
+    const after = verdictAt(altered, t);
+    expect(after).toEqual(before);
+    expect(before.candle_close_time).toBe(candles[300]!.openTime + HOUR);
+    // The same alteration before t does move the verdict: the test can see a change.
+    const early = candles.map((c, i) => (i >= 290 ? { ...c, close: c.close * 0.7, low: c.low * 0.7 } : c));
+    expect(verdictAt(early, t).score).not.toBe(before.score);
+  });
+});

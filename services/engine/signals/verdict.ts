@@ -1,0 +1,174 @@
+import type { Call } from '../../../contracts/market.ts';
+import type { CalibrationTable, PerpContext, Verdict, Votes } from '../../../contracts/signals.ts';
+import { calibratedProbability } from './calibration.ts';
+import { InsufficientHistoryError } from './errors.ts';
+import type { MarketState, Readings } from './market-state.ts';
+import { perpLean } from './perp-context.ts';
+import { regimeReading } from './regime.ts';
+import { computeVotes } from './votes.ts';
+
+export const ENGINE_VERSION = 'signals-1';
+
+/** TradingView treats |rating| < 0.1 as neutral; the same band is the default HOLD band. */
+export const DEFAULT_HOLD_BAND = 0.1;
+/** Weight of the perpetual lean in the composite when perp context is given. */
+export const PERP_WEIGHT = 0.2;
+
+export interface VerdictOptions {
+  holdBand?: number;
+  includeReasoning?: boolean;
+}
+
+export interface Score {
+  score: number;
+  votes: Votes;
+  perpLean: number;
+  fundingApr: number | null;
+  basis: number | null;
+  readings: Readings;
+}
+
+/** The composite score alone (the evaluation fits calibration on it). Throws when not ready. */
+export function computeScore(state: MarketState, context?: PerpContext): Score {
+  const missing = state.missingForVerdict();
+  const readings = state.snapshot();
+  if (missing.length > 0 || readings === null) {
+    throw new InsufficientHistoryError(state.key, state.candleCount, missing);
+  }
+  const votes = computeVotes(readings);
+  const perp = perpLean(context);
+  const hasPerp = perp.fundingApr !== null || perp.basis !== null;
+  const raw = hasPerp
+    ? (1 - PERP_WEIGHT) * votes.technical_rating + PERP_WEIGHT * perp.lean
+    : votes.technical_rating;
+  const score = Math.max(-1, Math.min(1, raw));
+  return { score, votes, perpLean: perp.lean, fundingApr: perp.fundingApr, basis: perp.basis, readings };
+}
+
+export function callFor(score: number, holdBand: number): Call {
+  if (score === 0 || Math.abs(score) < holdBand) return 'HOLD';
+  return score > 0 ? 'BUY' : 'SELL';
+}
+
+/**
+ * The verdict for the last closed candle fed to `state`. BUY/SELL confidence is the calibrated
+ * probability (×100) that the call's direction beats the fee over the table's horizon. HOLD
+ * confidence is 100 minus the confidence a call in the score's leaning direction would carry:
+ * the share of such leans that did not pay.
+ */
+export function computeVerdict(
+  state: MarketState,
+  context: PerpContext | undefined,
+  calibration: CalibrationTable,
+  options: VerdictOptions = {},
+): Verdict {
+  const holdBand = options.holdBand ?? calibration.holdBand;
+  const s = computeScore(state, context);
+  const regimeState = state.regimeState!;
+  const regime = regimeReading(regimeState);
+  const call = callFor(s.score, holdBand);
+  const cal = calibratedProbability(calibration, state.timeframe, Math.abs(s.score));
+  const directional = Math.round(100 * cal.probability);
+  const confidence = call === 'HOLD' ? 100 - directional : directional;
+  const r = s.readings;
+  return {
+    call,
+    confidence,
+    score: s.score,
+    regime: regime.regime,
+    regime_reading: regime,
+    votes: s.votes,
+    perp_lean: s.perpLean,
+    indicators: indicatorSummary(r, s),
+    price: r.close,
+    candle_close_time: r.closeTime,
+    calibration: cal,
+    reasoning:
+      options.includeReasoning === false
+        ? ''
+        : reasoning(call, confidence, s, holdBand, regime.regime, calibration, cal.timeframe),
+  };
+}
+
+function indicatorSummary(r: Readings, s: Score): Record<string, number | null> {
+  return {
+    rsi: r.rsi,
+    stoch_k: r.stochK,
+    stoch_d: r.stochD,
+    cci: r.cci,
+    adx: r.adx,
+    plus_di: r.plusDi,
+    minus_di: r.minusDi,
+    ao: r.ao,
+    momentum: r.mom,
+    macd: r.macd,
+    macd_signal: r.macdSignal,
+    stoch_rsi_k: r.stochRsiK,
+    williams_r: r.williamsR,
+    bull_power: r.bullPower,
+    bear_power: r.bearPower,
+    ultimate: r.ultimate,
+    ema20: r.ema[20] ?? null,
+    ema50: r.ema[50] ?? null,
+    ema200: r.ema[200] ?? null,
+    sma200: r.sma[200] ?? null,
+    ma_rating: s.votes.ma_mean,
+    oscillator_rating: s.votes.oscillator_mean,
+    technical_rating: s.votes.technical_rating,
+    funding_apr: s.fundingApr,
+    basis: s.basis,
+  };
+}
+
+function count(votes: Record<string, number | null>): { buy: number; sell: number; n: number } {
+  let buy = 0;
+  let sell = 0;
+  let n = 0;
+  for (const v of Object.values(votes)) {
+    if (v === null) continue;
+    n++;
+    if (v > 0) buy++;
+    else if (v < 0) sell++;
+  }
+  return { buy, sell, n };
+}
+
+const f2 = (x: number) => (x >= 0 ? '+' : '') + x.toFixed(2);
+
+function reasoning(
+  call: Call,
+  confidence: number,
+  s: Score,
+  holdBand: number,
+  regime: string,
+  table: CalibrationTable,
+  tableTf: string,
+): string {
+  const ma = count(s.votes.ma);
+  const osc = count(s.votes.oscillators);
+  const r = s.readings;
+  const parts = [
+    `${ma.buy} of ${ma.n} moving averages are below the close and ${ma.sell} above (MA rating ${f2(s.votes.ma_mean)}); ` +
+      `oscillators ${osc.buy} buy / ${osc.sell} sell of ${osc.n} (rating ${f2(s.votes.oscillator_mean)}).`,
+  ];
+  if (s.fundingApr !== null || s.basis !== null) {
+    const funding = s.fundingApr === null ? '' : `funding ${(s.fundingApr * 100).toFixed(1)}% APR`;
+    const basis = s.basis === null ? '' : `basis ${(s.basis * 100).toFixed(2)}%`;
+    parts.push(
+      `Perp context (${[funding, basis].filter(Boolean).join(', ')}) leans ${f2(s.perpLean)} (contrarian).`,
+    );
+  }
+  parts.push(
+    `Composite score ${f2(s.score)}; |score| ${Math.abs(s.score) < holdBand ? 'below' : 'at or above'} the HOLD band ${holdBand.toFixed(2)}.`,
+  );
+  parts.push(
+    `Regime ${regime} (ADX ${r.adx?.toFixed(1)}, +DI ${r.plusDi?.toFixed(1)} / −DI ${r.minusDi?.toFixed(1)}).`,
+  );
+  const horizon = `${table.horizonCandles} candles after a ${table.feeBps} bps fee`;
+  parts.push(
+    call === 'HOLD'
+      ? `HOLD confidence ${confidence}: share of similar leans (${tableTf} table) that did not beat the fee over ${horizon}.`
+      : `Confidence ${confidence}: share of training-period ${tableTf} calls with a similar |score| whose direction beat the fee over ${horizon}.`,
+  );
+  return parts.join(' ');
+}

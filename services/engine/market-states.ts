@@ -1,0 +1,47 @@
+import type { MarketFeed } from '../../adapters/market/port.ts';
+import { type Exchange, TIMEFRAME_MS, type Timeframe } from '../../contracts/market.ts';
+import { KeyedLock } from './keyed-lock.ts';
+import { createMarketState, type MarketState, marketKey } from './signals/index.ts';
+
+/** Closed candles fed to a new state: enough for SMA200 and the 200-candle percentile windows. */
+export const WARMUP_CANDLES = 500;
+
+/**
+ * Streaming indicator state per (exchange, coin, timeframe), advanced lazily: a request or a
+ * scheduled tick asks the feed only for the candles closed since the state last saw one, so
+ * each candle is folded in exactly once (O(1) per candle, no recompute of history).
+ */
+export class MarketStates {
+  private readonly states = new Map<string, MarketState>();
+  private readonly lock = new KeyedLock();
+
+  constructor(private readonly feed: MarketFeed) {}
+
+  get size(): number {
+    return this.states.size;
+  }
+
+  /** The state advanced to the last candle closed at the feed's now(). */
+  advance(exchange: Exchange, coin: string, timeframe: Timeframe): Promise<MarketState> {
+    const key = marketKey(exchange, coin, timeframe);
+    return this.lock.run(key, async () => {
+      const tfMs = TIMEFRAME_MS[timeframe];
+      const existing = this.states.get(key);
+      const last = existing?.lastCloseTime ?? null;
+      const behind = last === null ? Number.POSITIVE_INFINITY : Math.floor((this.feed.now() - last) / tfMs);
+      if (existing && behind <= 0) return existing;
+      // A state far behind (a long pause) is rebuilt rather than fed a gap it cannot see.
+      const fresh = !existing || behind > WARMUP_CANDLES;
+      const state = fresh ? createMarketState({ exchange, coin, timeframe }) : existing;
+      const candles = await this.feed.candles(exchange, coin, timeframe, {
+        limit: fresh ? WARMUP_CANDLES : behind + 1,
+      });
+      const seen = fresh ? null : last;
+      for (const candle of candles) {
+        if (seen === null || candle.openTime + tfMs > seen) state.update(candle);
+      }
+      this.states.set(key, state);
+      return state;
+    });
+  }
+}

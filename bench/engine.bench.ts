@@ -3,12 +3,13 @@
  * + verdict for 20 coins × 11 timeframes, against `trading-signals` indicators alone on the
  * same candles (ratio, target ≥ 0.5); plus a cached verdict lookup against a recompute.
  *
- *   npx tsx bench/engine.bench.ts [--data /work/shared/data/market]
+ *   npx tsx bench/engine.bench.ts [--data ../shared/data/market]
  *
  * Inputs are real Binance spot candles. There is no 1m data: the 1m and 3m slots replay the
  * 5m series as a stand-in input stream, and coins without a 5m file borrow another coin's 5m
  * series for the sub-hour slots. Each stream is cut to its last 3,000 candles to stay short.
  */
+
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -38,6 +39,7 @@ import {
 import { aggregateCandles } from '../adapters/market/aggregate.ts';
 import { readCandleFile } from '../adapters/market/csv.ts';
 import { parseCandleFileName } from '../adapters/market/replay-layout.ts';
+import { SHARED_MARKET_DIR } from '../adapters/market/shared-data.ts';
 import { type Candle, TIMEFRAMES, type Timeframe } from '../contracts/market.ts';
 import type { Verdict } from '../contracts/signals.ts';
 import { defaultCalibration } from '../services/engine/signals/default-calibration.ts';
@@ -170,7 +172,7 @@ function perOpMicros(n: number, fn: (i: number) => unknown): number {
   return sink >= 0 ? us : Number.NaN;
 }
 
-export async function run(dataDir = process.env.MARKET_DATA_DIR ?? '/work/shared/data/market'): Promise<{
+export async function run(dataDir = process.env.MARKET_DATA_DIR ?? SHARED_MARKET_DIR): Promise<{
   ratio: number;
   engineRate: number;
   baselineRate: number;

@@ -2,15 +2,17 @@
  * Cuts the shipped replay slice (sample-data/market) from the full shared data set. Rows are
  * copied verbatim (no re-formatting of numbers), in the same layout and format (gzip CSV).
  *
- *   npx tsx scripts/make-sample-data.ts [--from /work/shared/data/market] [--out sample-data/market]
+ *   npx tsx scripts/make-sample-data.ts [--from ../shared/data/market] [--out sample-data/market]
  *
  * The window is where candles (to 2025-10-31) and the funding of Binance, Bybit and
  * Hyperliquid (from 2025-08-21) overlap, and includes the 10 Oct 2025 liquidation cascade.
  */
+
 import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { gunzipSync, gzipSync } from 'node:zlib';
+import { SHARED_MARKET_DIR } from '../adapters/market/shared-data.ts';
 
 const WINDOW_START = Date.UTC(2025, 8, 20); // 2025-09-20T00:00Z
 const WINDOW_END = Date.UTC(2025, 10, 1); // 2025-11-01T00:00Z, exclusive
@@ -48,7 +50,7 @@ async function cut(source: string, target: string): Promise<number> {
 async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
-      from: { type: 'string', default: process.env.SHARED_MARKET_DIR ?? '/work/shared/data/market' },
+      from: { type: 'string', default: SHARED_MARKET_DIR },
       out: { type: 'string', default: 'sample-data/market' },
     },
   });

@@ -1,9 +1,12 @@
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
+import { feedOptionsFromConfig, selectFeed } from '../adapters/market/select.ts';
 import type { Config } from '../contracts/config.ts';
 import { type Adapters, openAdapters } from './adapters.ts';
 import { buildApp } from './api/app.ts';
 import type { Component, Role } from './component.ts';
+import { engineComponent } from './engine/component.ts';
+import { createSignalEngine, type SignalEngine } from './engine/engine.ts';
 import { projectionsComponent } from './projections/component.ts';
 import { createMetrics } from './shared/metrics.ts';
 import { Readiness } from './shared/readiness.ts';
@@ -11,6 +14,8 @@ import { Readiness } from './shared/readiness.ts';
 export interface RunningService {
   app: FastifyInstance;
   adapters: Adapters;
+  /** The signal engine, in processes that serve (api) or schedule (engine) verdicts. */
+  engine: SignalEngine | null;
   components: Component[];
   /** Base URL the HTTP server listens on. */
   url: string;
@@ -33,13 +38,23 @@ export async function startService(config: Config, roles: Role[], logger: Logger
   readiness.add('bus', async () => ({ kind: adapters.bus.kind, ...(await adapters.bus.health()) }));
   readiness.add('cache', async () => ({ kind: adapters.cache.kind, ...(await adapters.cache.health()) }));
 
-  const components: Component[] = [];
-  if (roles.includes('projections'))
-    components.push(projectionsComponent({ config, adapters, logger, metrics }));
-
   const started: Component[] = [];
+  const components: Component[] = [];
+  let engine: SignalEngine | null = null;
   let app: FastifyInstance | null = null;
   try {
+    if (roles.includes('api') || roles.includes('engine')) {
+      const { feed, reason } = await selectFeed({ ...feedOptionsFromConfig(config), logger });
+      engine = await createSignalEngine({ feed, store: adapters.eventStore, logger });
+      readiness.add('feed', async () => {
+        const venues = feed.venues();
+        return { ok: venues.some((v) => v.ok), kind: feed.kind, reason, venues };
+      });
+    }
+    if (roles.includes('projections'))
+      components.push(projectionsComponent({ config, adapters, logger, metrics }));
+    if (roles.includes('engine') && engine) components.push(engineComponent({ config, engine, logger }));
+
     for (const component of components) {
       await component.start();
       started.push(component);
@@ -48,14 +63,23 @@ export async function startService(config: Config, roles: Role[], logger: Logger
     app = await buildApp({ config, logger, readiness, metrics, plugins: [] });
     const url = await app.listen({ host: config.HOST, port: config.PORT });
     logger.info(
-      { url, roles, eventStore: config.EVENT_STORE, bus: config.BUS, cache: config.CACHE },
+      {
+        url,
+        roles,
+        eventStore: config.EVENT_STORE,
+        bus: config.BUS,
+        cache: config.CACHE,
+        feed: engine?.feed.kind,
+      },
       'service started',
     );
     const httpApp = app;
+    const signalEngine = engine;
     let stopping: Promise<void> | null = null;
     return {
       app: httpApp,
       adapters,
+      engine: signalEngine,
       components,
       url,
       stop() {
@@ -66,6 +90,7 @@ export async function startService(config: Config, roles: Role[], logger: Logger
               .stop()
               .catch((err: unknown) => logger.error({ err, component: component.name }, 'stop failed'));
           }
+          await signalEngine?.close();
           await adapters.close();
           logger.info('service stopped');
         })();
@@ -75,6 +100,7 @@ export async function startService(config: Config, roles: Role[], logger: Logger
   } catch (err) {
     await app?.close().catch(() => undefined);
     for (const component of started.reverse()) await component.stop().catch(() => undefined);
+    await engine?.close().catch(() => undefined);
     await adapters.close();
     throw err;
   }

@@ -18,7 +18,7 @@ interface Run {
 function run(env: Record<string, string>, args: string[] = []): Run {
   const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts', ...args], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH, HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
+    env: { PATH: process.env.PATH, HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', FEED: 'replay', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const result: Run = {
@@ -89,7 +89,8 @@ describe('the service process', () => {
     }
     await seed.close();
 
-    const r = run({ DATA_DIR: dataDir });
+    // A paused replay clock: no scheduled verdict joins the seeded events during the test.
+    const r = run({ DATA_DIR: dataDir, REPLAY_SPEED: '0' });
     running.push(r);
     await expect
       .poll(() => r.lines.find((l) => l.msg === 'service started'), { timeout: 20_000, interval: 100 })

@@ -17,7 +17,15 @@ describe('service on embedded defaults (LMDB, in-process bus and cache)', () => 
 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'svc-'));
-    const config = loadConfig({ DATA_DIR: dir, PORT: '0', HOST: '127.0.0.1' });
+    // The replay clock at an hour per 100 ms: the scheduler sees candles close within the test.
+    const config = loadConfig({
+      DATA_DIR: dir,
+      PORT: '0',
+      HOST: '127.0.0.1',
+      FEED: 'replay',
+      REPLAY_SPEED: '36000',
+      SCHEDULE_TIMEFRAMES: '1h',
+    });
     service = await startService(config, ['api', 'engine', 'projections'], logger);
   });
   afterAll(async () => {
@@ -44,6 +52,27 @@ describe('service on embedded defaults (LMDB, in-process bus and cache)', () => 
     expect(body.checks.cache).toMatchObject({ ok: true, kind: 'memory' });
     expect(body.checks['projection:event-stats']).toMatchObject({ ok: true });
     expect(body.checks.relay).toMatchObject({ ok: true });
+    expect(body.checks.feed).toMatchObject({ ok: true, kind: 'replay' });
+    expect(body.checks.scheduler).toMatchObject({ ok: true });
+  });
+
+  it('records scheduled verdicts from the replayed candles as they close', async () => {
+    const component = service.components.find((c) => c.name === 'projections') as unknown as {
+      runners: Map<string, ProjectionRunner<EventStats>>;
+    };
+    const stats = component.runners.get('event-stats')!;
+    await expect
+      .poll(() => stats.state.byType.VerdictRecorded ?? 0, { timeout: 15_000 })
+      .toBeGreaterThanOrEqual(6);
+    const verdicts = (await service.adapters.eventStore.readAll()).filter(
+      (e) => e.type === 'VerdictRecorded',
+    );
+    expect(verdicts.every((e) => (e.data as { trigger: string; feed: string }).trigger === 'schedule')).toBe(
+      true,
+    );
+    expect(new Set(verdicts.map((e) => (e.data as { coin: string }).coin))).toEqual(
+      new Set(['BTC', 'ETH', 'SOL']),
+    );
   });
 
   it('folds appended events into the projections and relays them to the bus', async () => {
@@ -69,7 +98,8 @@ describe('service on embedded defaults (LMDB, in-process bus and cache)', () => 
     const stats = component.runners.get('event-stats')!;
     await stats.waitFor(result.position);
     expect(stats.state.byType.ApiKeyIssued).toBe(1);
-    await expect.poll(() => received.length, { timeout: 5_000 }).toBe(1);
+    const [appended] = await eventStore.readAll({ after: result.position - 1, maxCount: 1 });
+    await expect.poll(() => received.includes(appended!.id), { timeout: 5_000 }).toBe(true);
     await consumer.stop();
   });
 

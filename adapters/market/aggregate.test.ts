@@ -5,8 +5,9 @@ import type { Candle, Timeframe } from '../../contracts/market.ts';
 import { aggregateCandles, sourceTimeframe } from './aggregate.ts';
 import { readCandleFile } from './csv.ts';
 import { SHIPPED_MARKET_DIR } from './replay.ts';
+import { SHARED_MARKET_DIR } from './shared-data.ts';
 
-const SHARED_DIR = process.env.SHARED_MARKET_DIR ?? '/work/shared/data/market';
+const SHARED_DIR = SHARED_MARKET_DIR;
 const H = 3_600_000;
 
 /** Compares aggregated candles to the venue's own candles over the overlapping range. */

@@ -15,8 +15,9 @@ import {
   VenueUnavailableError,
 } from './errors.ts';
 import { openReplayFeed, SHIPPED_MARKET_DIR } from './replay.ts';
+import { SHARED_MARKET_DIR } from './shared-data.ts';
 
-const SHARED_DIR = process.env.SHARED_MARKET_DIR ?? '/work/shared/data/market';
+const SHARED_DIR = SHARED_MARKET_DIR;
 const M = 60_000;
 const H = 3_600_000;
 const DATA_START = Date.UTC(2025, 8, 20);

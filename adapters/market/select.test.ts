@@ -1,7 +1,8 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { fixtureFetch } from './fixture-fetch.ts';
 import type { MarketFeed } from './port.ts';
-import { feedOptionsFromEnv, selectFeed } from './select.ts';
+import { loadConfig } from '../../contracts/config.ts';
+import { feedOptionsFromConfig, selectFeed } from './select.ts';
 
 const opened: MarketFeed[] = [];
 afterEach(async () => {
@@ -74,30 +75,33 @@ describe('selectFeed', () => {
   });
 });
 
-describe('feedOptionsFromEnv', () => {
-  it('reads the feed settings', () => {
+describe('feedOptionsFromConfig', () => {
+  it('reads the feed settings from the validated configuration', () => {
     expect(
-      feedOptionsFromEnv({
-        FEED: 'replay',
-        MARKET_DATA_DIR: '/data/market',
-        REPLAY_SPEED: '3600',
-        REPLAY_START: '2025-10-20T00:00:00Z',
-        LIVE_EXCHANGES: 'binance, okx',
-        FEED_PROBE_TIMEOUT_MS: '1500',
-      }),
+      feedOptionsFromConfig(
+        loadConfig({
+          FEED: 'replay',
+          MARKET_DATA_DIR: '/data/market',
+          REPLAY_SPEED: '3600',
+          REPLAY_START: '2025-10-20T00:00:00Z',
+          LIVE_EXCHANGES: 'binance, okx',
+          FEED_PROBE_TIMEOUT_MS: '1500',
+        }),
+      ),
     ).toEqual({
       mode: 'replay',
       replay: { dir: '/data/market', speed: 3600, start: Date.UTC(2025, 9, 20) },
       live: { exchanges: ['BINANCE', 'OKX'] },
       probeTimeoutMs: 1500,
     });
-    expect(feedOptionsFromEnv({}).mode).toBe('auto');
-    expect(feedOptionsFromEnv({ REPLAY_START: '1761000000000' }).replay?.start).toBe(1761000000000);
+    expect(feedOptionsFromConfig(loadConfig({})).mode).toBe('auto');
+    expect(feedOptionsFromConfig(loadConfig({ REPLAY_START: '1761000000000' })).replay?.start).toBe(1761000000000);
   });
 
-  it('rejects bad settings with a clear message', () => {
-    expect(() => feedOptionsFromEnv({ FEED: 'paper' })).toThrow(/market feed configuration:.*FEED/s);
-    expect(() => feedOptionsFromEnv({ LIVE_EXCHANGES: 'BINANCE,KRAKEN' })).toThrow(/LIVE_EXCHANGES/);
-    expect(() => feedOptionsFromEnv({ REPLAY_SPEED: '-1' })).toThrow(/REPLAY_SPEED/);
+  it('rejects bad settings with a message naming the variable', () => {
+    expect(() => loadConfig({ FEED: 'paper' })).toThrow(/FEED/);
+    expect(() => loadConfig({ LIVE_EXCHANGES: 'BINANCE,KRAKEN' })).toThrow(/LIVE_EXCHANGES/);
+    expect(() => loadConfig({ REPLAY_SPEED: '-1' })).toThrow(/REPLAY_SPEED/);
+    expect(() => loadConfig({ SCHEDULE_TIMEFRAMES: '1h,7m' })).toThrow(/SCHEDULE_TIMEFRAMES/);
   });
 });

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import { EXCHANGES, Exchange } from '../../contracts/market.ts';
+import type { Config } from '../../contracts/config.ts';
 import { LiveFeed, type LiveFeedOptions } from './live.ts';
 import type { MarketFeed } from './port.ts';
 import { openReplayFeed, type ReplayFeedOptions } from './replay.ts';
@@ -25,41 +25,25 @@ export interface SelectedFeed {
   reason: string;
 }
 
-const Time = z.union([z.coerce.number().int().positive(), z.iso.datetime().transform((s) => Date.parse(s))]);
-
-const FeedEnv = z.object({
-  FEED: FeedMode.default('auto'),
-  MARKET_DATA_DIR: z.string().min(1).optional(),
-  REPLAY_SPEED: z.coerce.number().nonnegative().optional(),
-  REPLAY_START: Time.optional(),
-  LIVE_EXCHANGES: z
-    .string()
-    .transform((s) => s.split(',').map((x) => x.trim().toUpperCase()))
-    .pipe(z.array(Exchange))
-    .optional(),
-  FEED_PROBE_TIMEOUT_MS: z.coerce.number().int().positive().optional(),
-});
-
 /**
- * Reads the feed configuration: FEED=live|replay|auto, MARKET_DATA_DIR (replay directory,
- * default the shipped slice), REPLAY_SPEED (feed ms per wall ms), REPLAY_START (ISO time or Unix
- * ms), LIVE_EXCHANGES (comma list), FEED_PROBE_TIMEOUT_MS.
+ * The feed settings of the validated service configuration (contracts/config.ts): FEED,
+ * MARKET_DATA_DIR, REPLAY_SPEED, REPLAY_START, LIVE_EXCHANGES, FEED_PROBE_TIMEOUT_MS.
  */
-export function feedOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): SelectFeedOptions {
-  const parsed = FeedEnv.safeParse(env);
-  if (!parsed.success) {
-    throw new Error(`market feed configuration: ${z.prettifyError(parsed.error)}`);
-  }
-  const e = parsed.data;
+export function feedOptionsFromConfig(
+  config: Pick<
+    Config,
+    'FEED' | 'MARKET_DATA_DIR' | 'REPLAY_SPEED' | 'REPLAY_START' | 'LIVE_EXCHANGES' | 'FEED_PROBE_TIMEOUT_MS'
+  >,
+): SelectFeedOptions {
   return {
-    mode: e.FEED,
+    mode: config.FEED,
     replay: {
-      ...(e.MARKET_DATA_DIR !== undefined ? { dir: e.MARKET_DATA_DIR } : {}),
-      ...(e.REPLAY_SPEED !== undefined ? { speed: e.REPLAY_SPEED } : {}),
-      ...(e.REPLAY_START !== undefined ? { start: e.REPLAY_START } : {}),
+      ...(config.MARKET_DATA_DIR !== undefined ? { dir: config.MARKET_DATA_DIR } : {}),
+      speed: config.REPLAY_SPEED,
+      ...(config.REPLAY_START !== undefined ? { start: config.REPLAY_START } : {}),
     },
-    live: { exchanges: e.LIVE_EXCHANGES ?? EXCHANGES },
-    ...(e.FEED_PROBE_TIMEOUT_MS !== undefined ? { probeTimeoutMs: e.FEED_PROBE_TIMEOUT_MS } : {}),
+    live: { exchanges: config.LIVE_EXCHANGES },
+    probeTimeoutMs: config.FEED_PROBE_TIMEOUT_MS,
   };
 }
 

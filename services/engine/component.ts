@@ -1,0 +1,35 @@
+import type { Logger } from 'pino';
+import type { Config } from '../../contracts/config.ts';
+import type { Component } from '../component.ts';
+import type { SignalEngine } from './engine.ts';
+import { VerdictScheduler } from './scheduler.ts';
+
+/** The `engine` role: verdicts computed and recorded as candles close. */
+export function engineComponent(deps: { config: Config; engine: SignalEngine; logger: Logger }): Component & {
+  scheduler: VerdictScheduler;
+} {
+  const { config, engine, logger } = deps;
+  const scheduler = new VerdictScheduler({
+    engine,
+    feed: engine.feed,
+    timeframes: config.SCHEDULE_TIMEFRAMES,
+    exchange: config.SCHEDULE_EXCHANGE,
+    topN: config.SCHEDULE_TOP_N,
+    logger,
+  });
+  return {
+    name: 'engine',
+    scheduler,
+    async start() {
+      scheduler.start();
+    },
+    async stop() {
+      await scheduler.stop();
+    },
+    checks() {
+      return {
+        scheduler: async () => ({ ok: scheduler.stats.lastError === null, ...scheduler.stats }),
+      };
+    },
+  };
+}

@@ -1,0 +1,113 @@
+import type { Logger } from 'pino';
+import type { MarketFeed } from '../../adapters/market/port.ts';
+import type { Exchange, Timeframe } from '../../contracts/market.ts';
+import { rankMarkets, type SignalEngine } from './engine.ts';
+import { describeFailure } from './operation-errors.ts';
+
+export interface SchedulerOptions {
+  engine: SignalEngine;
+  feed: MarketFeed;
+  timeframes: Timeframe[];
+  exchange: Exchange;
+  topN: number;
+  logger?: Logger;
+}
+
+export interface SchedulerStats {
+  runs: number;
+  verdicts: number;
+  skipped: number;
+  lastRunAt: number | null;
+  lastError: string | null;
+}
+
+/**
+ * Computes and records a verdict for each of the venue's top-N markets whenever a candle of a
+ * scheduled timeframe closes (in feed time, so a replay at 3600× closes an hour a second).
+ * Ticks that arrive while a timeframe's run is still going are coalesced into one more run,
+ * so a fast replay never piles up work.
+ */
+export class VerdictScheduler {
+  private readonly unsubscribe: (() => void)[] = [];
+  private readonly busy = new Map<Timeframe, Promise<void>>();
+  private readonly again = new Set<Timeframe>();
+  private stopped = false;
+  readonly stats: SchedulerStats = { runs: 0, verdicts: 0, skipped: 0, lastRunAt: null, lastError: null };
+
+  constructor(private readonly options: SchedulerOptions) {}
+
+  start(): void {
+    this.stopped = false;
+    for (const tf of this.options.timeframes) {
+      this.unsubscribe.push(this.options.feed.onCandleClose(tf, () => this.tick(tf)));
+    }
+  }
+
+  /** Runs one timeframe now (also what a candle close triggers). */
+  tick(timeframe: Timeframe): Promise<void> {
+    const running = this.busy.get(timeframe);
+    if (running) {
+      this.again.add(timeframe);
+      return running;
+    }
+    const run = this.run(timeframe).finally(() => {
+      this.busy.delete(timeframe);
+      if (this.again.delete(timeframe) && !this.stopped) void this.tick(timeframe);
+    });
+    this.busy.set(timeframe, run);
+    return run;
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const off of this.unsubscribe.splice(0)) off();
+    this.again.clear();
+    await Promise.all(this.busy.values());
+  }
+
+  private async run(timeframe: Timeframe): Promise<void> {
+    const { engine, feed, exchange, topN, logger } = this.options;
+    this.stats.runs += 1;
+    this.stats.lastRunAt = feed.now();
+    try {
+      const markets = rankMarkets(await feed.markets(exchange))
+        .filter((m) => m.hasCandles)
+        .slice(0, topN);
+      for (const market of markets) {
+        if (this.stopped) return;
+        try {
+          const call = await engine.scheduledTradeCall({
+            coin: market.coin,
+            timeframe,
+            exchange,
+            includeReasoning: false,
+          });
+          this.stats.verdicts += 1;
+          logger?.info(
+            {
+              market: `${exchange}:${call.coin}:${timeframe}`,
+              call: call.call,
+              confidence: call.confidence,
+              regime: call.regime,
+              feed: call.feed,
+              at: new Date(call.timestamp * 1000).toISOString(),
+            },
+            'scheduled verdict',
+          );
+        } catch (err) {
+          const failure = describeFailure(err);
+          if (!failure) throw err;
+          this.stats.skipped += 1;
+          logger?.debug(
+            { market: `${exchange}:${market.coin}:${timeframe}`, reason: failure.message },
+            'scheduled verdict skipped',
+          );
+        }
+      }
+      this.stats.lastError = null;
+    } catch (err) {
+      this.stats.lastError = err instanceof Error ? err.message : String(err);
+      logger?.error({ err, timeframe }, 'scheduled run failed');
+    }
+  }
+}

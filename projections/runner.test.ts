@@ -111,6 +111,18 @@ describe('ProjectionRunner', () => {
     await runner.stop();
   });
 
+  it('drains to the head on a graceful stop', async () => {
+    const store = new MemoryEventStore();
+    const snapshots = new MapProjectionStore();
+    const runner = new ProjectionRunner(store, snapshots, ledger);
+    await runner.start();
+    await appendMany(store, 2_000, 29);
+    await runner.stop({ drainMs: 5_000 });
+    const head = await store.headPosition();
+    expect(snapshots.saved.get('ledger')?.checkpoint).toBe(head);
+    expect(snapshots.saved.get('ledger')?.state).toEqual(foldEvents(ledger, await store.readAll()));
+  });
+
   it('rebuilds when the stored snapshot has another version', async () => {
     const store = new MemoryEventStore();
     const snapshots = new MapProjectionStore();

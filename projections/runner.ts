@@ -86,8 +86,18 @@ export class ProjectionRunner<S> {
     this.timer.unref();
   }
 
-  /** Stops tailing and saves a final snapshot, so a restart resumes exactly here. */
-  async stop(): Promise<void> {
+  /**
+   * Stops tailing and saves a final snapshot, so a restart resumes exactly here. With
+   * `drainMs`, it first folds what the log holds now (bounded by that time), so a graceful
+   * shutdown leaves nothing to re-fold.
+   */
+  async stop(options: { drainMs?: number } = {}): Promise<void> {
+    if (options.drainMs && this.subscription && !this.failure) {
+      const head = await this.store.headPosition();
+      await this.waitFor(head, options.drainMs).catch((err: unknown) =>
+        this.options.logger?.warn({ err, projection: this.name }, 'stopped before reaching the head'),
+      );
+    }
     const subscription = this.subscription;
     const loop = this.loop;
     this.subscription = null;

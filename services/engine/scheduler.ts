@@ -36,10 +36,12 @@ export class VerdictScheduler {
 
   constructor(private readonly options: SchedulerOptions) {}
 
+  /** Subscribes to candle closes and runs every timeframe once at once, so verdicts flow from the start. */
   start(): void {
     this.stopped = false;
     for (const tf of this.options.timeframes) {
       this.unsubscribe.push(this.options.feed.onCandleClose(tf, () => this.tick(tf)));
+      void this.tick(tf);
     }
   }
 

@@ -67,7 +67,7 @@ export function projectionsComponent(deps: {
     async stop() {
       if (lagTimer) clearInterval(lagTimer);
       await relay.stop();
-      for (const runner of runners.values()) await runner.stop();
+      for (const runner of runners.values()) await runner.stop({ drainMs: 2_000 });
     },
     checks() {
       const checks: Record<string, () => Promise<{ ok: boolean; detail?: string; [k: string]: unknown }>> =

@@ -118,3 +118,64 @@ describe('service on embedded defaults (LMDB, in-process bus and cache)', () => 
     expect(await res.json()).toEqual({ code: 'NOT_FOUND', message: 'no route GET /nope' });
   });
 });
+
+describe('service on the distributed engines (NATS JetStream, Redis) by configuration alone', () => {
+  let dir: string;
+  let service: RunningService;
+  const id = Math.random().toString(36).slice(2, 10);
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'svc-dist-'));
+    const config = loadConfig({
+      DATA_DIR: dir,
+      PORT: '0',
+      HOST: '127.0.0.1',
+      FEED: 'replay',
+      REPLAY_SPEED: '0',
+      SCHEDULE_TIMEFRAMES: '4h',
+      BUS: 'nats',
+      NATS_URL: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
+      NATS_STREAM: `SVC_TEST_${id}`,
+      NATS_SUBJECT_PREFIX: `svctest${id}`,
+      CACHE: 'redis',
+      REDIS_URL: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+      REDIS_PREFIX: `svctest:${id}:`,
+    });
+    service = await startService(config, ['api', 'engine', 'projections'], logger);
+  });
+  afterAll(async () => {
+    const bus = service?.adapters.bus as unknown as { deleteStream?: () => Promise<void> };
+    await bus?.deleteStream?.();
+    await service?.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('reports the real servers as ready', async () => {
+    const body = (await (await fetch(`${service.url}/readyz`)).json()) as {
+      checks: Record<string, { ok: boolean; kind?: string }>;
+    };
+    expect(body.checks.bus).toMatchObject({ ok: true, kind: 'nats' });
+    expect(body.checks.cache).toMatchObject({ ok: true, kind: 'redis' });
+  });
+
+  it('relays the scheduled verdicts to JetStream with the event id as message id', async () => {
+    const { bus, eventStore } = service.adapters;
+    await expect
+      .poll(async () => (await eventStore.readAll()).filter((e) => e.type === 'VerdictRecorded').length, {
+        timeout: 15_000,
+      })
+      .toBe(3);
+    const ids = (await eventStore.readAll()).map((e) => e.id);
+    const received = new Set<string>();
+    const consumer = await bus.consume(
+      { durable: `svc_${id}`, filterSubject: `svctest${id}.events.VerdictRecorded` },
+      async (m) => {
+        received.add(m.msgId);
+        await m.ack();
+      },
+    );
+    await expect.poll(() => received.size, { timeout: 10_000 }).toBe(3);
+    expect([...received].every((msgId) => ids.includes(msgId))).toBe(true);
+    await consumer.stop();
+  });
+});

@@ -27,6 +27,17 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     forceCloseConnections: 'idle',
   });
 
+  // Keep-alive sockets would hold close() open until their idle timeout: once closing starts,
+  // every response (in-flight ones included) asks the client to close its connection.
+  let closing = false;
+  app.addHook('preClose', async () => {
+    closing = true;
+  });
+  app.addHook('onSend', async (_request, reply, payload) => {
+    if (closing) reply.header('connection', 'close');
+    return payload;
+  });
+
   if (deps.metrics) {
     const { httpDuration } = deps.metrics;
     app.addHook('onResponse', async (request, reply) => {

@@ -4,6 +4,7 @@ import { parseArgs } from 'node:util';
 import { aggregateCandles } from '../../../adapters/market/aggregate.ts';
 import { readCandleFile } from '../../../adapters/market/csv.ts';
 import { parseCandleFileName } from '../../../adapters/market/replay-layout.ts';
+import { SHARED_MARKET_DIR } from '../../../adapters/market/shared-data.ts';
 import type { Timeframe } from '../../../contracts/market.ts';
 import { CalibrationTableSchema } from '../../../contracts/signals.ts';
 import { DEFAULT_HOLD_BAND } from '../signals/verdict.ts';
@@ -28,8 +29,10 @@ const FROM_1H: Timeframe[] = ['1h', '2h', '4h', '8h', '12h', '1d'];
 
 const { values } = parseArgs({
   options: {
-    data: { type: 'string', default: process.env.MARKET_DATA_DIR ?? '/work/shared/data/market' },
+    data: { type: 'string', default: process.env.MARKET_DATA_DIR ?? SHARED_MARKET_DIR },
     split: { type: 'string', default: '2025-06-01' },
+    /** Later splits of an expanding window: each refits on everything before it, tests after it. */
+    'extra-splits': { type: 'string', default: '2025-08-01' },
     horizon: { type: 'string', default: '6' },
     'fee-bps': { type: 'string', default: '10' },
     'hold-band': { type: 'string', default: String(DEFAULT_HOLD_BAND) },
@@ -44,10 +47,17 @@ const started = performance.now();
 const log = (msg: string) => console.log(`[${((performance.now() - started) / 1000).toFixed(1)}s] ${msg}`);
 
 const split = Date.parse(`${values.split}T00:00:00Z`);
+const extraSplits = values['extra-splits']
+  .split(',')
+  .filter((x) => x.trim() !== '')
+  .map((x) => Date.parse(`${x.trim()}T00:00:00Z`));
 const horizon = Number(values.horizon);
 const feeBps = Number(values['fee-bps']);
 const holdBand = Number(values['hold-band']);
 const maxCoins = Number(values['max-coins']);
+if (extraSplits.some((x) => !Number.isFinite(x) || x <= split)) {
+  throw new Error('invalid --extra-splits: dates after --split, comma-separated');
+}
 if (!Number.isFinite(split) || !(horizon >= 1) || !(feeBps >= 0) || !(holdBand >= 0 && holdBand < 1)) {
   throw new Error('invalid --split, --horizon, --fee-bps or --hold-band');
 }
@@ -107,6 +117,16 @@ const order = [...FROM_5M, ...FROM_1H];
 const mainResults: TimeframeResult[] = order.map((tf) =>
   evaluateTimeframe(tf, main.get(tf) ?? [], table, split, Number.POSITIVE_INFINITY),
 );
+const folds = extraSplits.map((at) => {
+  const foldTable = fitTable(main, { split: at, horizon, feeBps, holdBand }, { '1m': '5m', '3m': '5m' });
+  log(`fold from ${new Date(at).toISOString().slice(0, 10)}: refitted on everything before it`);
+  return {
+    split: at,
+    results: order.map((tf) =>
+      evaluateTimeframe(tf, main.get(tf) ?? [], foldTable, at, Number.POSITIVE_INFINITY),
+    ),
+  };
+});
 const eraStart = Date.parse('2022-01-01T00:00:00Z');
 const eraResults: TimeframeResult[] = order
   .filter((tf) => era.has(tf))
@@ -126,6 +146,7 @@ await writeFile(
     table,
     main: mainResults,
     era2022: eraResults,
+    folds,
     dataDir: values.data,
     sources: [
       'binance-spot 5m → 5m/15m/30m',
@@ -140,7 +161,7 @@ await writeFile(
 );
 for (const r of mainResults) {
   console.log(
-    `${r.timeframe.padEnd(4)} points ${String(r.points).padStart(6)} hold ${(100 * r.holdShare).toFixed(1)}% calls ${(100 * r.calls.rate).toFixed(1)}% (n ${r.calls.n}) buy ${(100 * r.buy.rate).toFixed(1)}% sell ${(100 * r.sell.rate).toFixed(1)}% | always-buy ${(100 * r.alwaysBuy.rate).toFixed(1)}% always-sell ${(100 * r.alwaysSell.rate).toFixed(1)}% random ${(100 * r.randomSameRate).toFixed(1)}% | brier ${r.brier.toFixed(4)} vs ${r.brierBaseRate.toFixed(4)} | ≥70 n ${r.buckets[3]!.rate.n}`,
+    `${r.timeframe.padEnd(4)} ${r.direction === 1 ? 'follow' : 'fade  '} points ${String(r.points).padStart(6)} hold ${(100 * r.holdShare).toFixed(1)}% calls ${(100 * r.calls.rate).toFixed(1)}% (n ${r.calls.n}) buy ${(100 * r.buy.rate).toFixed(1)}% sell ${(100 * r.sell.rate).toFixed(1)}% | always-buy ${(100 * r.alwaysBuy.rate).toFixed(1)}% always-sell ${(100 * r.alwaysSell.rate).toFixed(1)}% random ${(100 * r.randomSameRate).toFixed(1)}% | brier ${r.brier.toFixed(4)} vs ${r.brierBaseRate.toFixed(4)} | ≥70 n ${r.buckets[3]!.rate.n} | top step ${r.topStep === null ? '–' : `${(100 * r.topStep.top.rate).toFixed(1)}% (n ${r.topStep.top.n}) vs ${(100 * r.topStep.below.rate).toFixed(1)}% (n ${r.topStep.below.n})`}`,
   );
 }
 log(`wrote ${values.table}, ${values.report}, ${values.svg}`);

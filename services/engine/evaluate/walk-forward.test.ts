@@ -50,6 +50,22 @@ describe('walk-forward evaluation', () => {
     expect(a.trainTo).toBe(split);
   });
 
+  it('fits the direction on training outcomes: mirrored outcomes flip it and give the same hit rates', () => {
+    const a = fitTable(new Map([['5m', [samples]]]), settings(), {});
+    const mirrored = samples.map((s) => ({ ...s, forward: -s.forward }));
+    const b = fitTable(new Map([['5m', [mirrored]]]), settings(), {});
+    const da = a.curves['5m']!.direction;
+    expect(da === 1 || da === -1).toBe(true);
+    expect(b.curves['5m']!.direction).toBe(-da!);
+    expect(b.curves['5m']!.bins).toEqual(a.curves['5m']!.bins);
+    const ra = evaluateTimeframe('5m', [samples], a, split, Number.POSITIVE_INFINITY);
+    const rb = evaluateTimeframe('5m', [mirrored], b, split, Number.POSITIVE_INFINITY);
+    expect(rb.direction).toBe(-ra.direction);
+    expect(rb.calls).toEqual(ra.calls);
+    expect(rb.buy).toEqual(ra.sell);
+    expect(rb.byRegime).toEqual(ra.byRegime);
+  });
+
   it('evaluates test points only, one per horizon, with baselines and intervals', () => {
     const table = fitTable(new Map([['5m', [samples]]]), settings(), {});
     const r = evaluateTimeframe('5m', [samples], table, split, Number.POSITIVE_INFINITY);
@@ -61,6 +77,8 @@ describe('walk-forward evaluation', () => {
     expect(r.calls.ci.low).toBeLessThanOrEqual(r.calls.rate);
     expect(r.calls.ci.high).toBeGreaterThanOrEqual(r.calls.rate);
     expect(r.buckets.reduce((a, b) => a + b.rate.n, 0)).toBe(r.calls.n);
+    expect(r.byRegime.reduce((a, b) => a + b.rate.n, 0)).toBe(r.calls.n);
+    if (r.topStep !== null) expect(r.topStep.top.n + r.topStep.below.n).toBe(r.calls.n);
     expect(r.brier).toBeGreaterThan(0);
   });
 });

@@ -1,7 +1,13 @@
-import type { Candle, Timeframe } from '../../../contracts/market.ts';
+import type { Candle, Regime, Timeframe } from '../../../contracts/market.ts';
 import { TIMEFRAME_MS } from '../../../contracts/market.ts';
 import type { CalibrationTable } from '../../../contracts/signals.ts';
-import { type CalibrationSample, calibratedProbability, fitCurve } from '../signals/calibration.ts';
+import {
+  type CalibrationSample,
+  calibratedProbability,
+  callDirection,
+  fitCurve,
+  fitDirection,
+} from '../signals/calibration.ts';
 import { createMarketState } from '../signals/market-state.ts';
 import { callFor, computeScore, ENGINE_VERSION } from '../signals/verdict.ts';
 import { brier, type Interval, type ReliabilityBin, reliability, wilson } from './stats.ts';
@@ -18,6 +24,8 @@ export interface Sample {
   score: number;
   /** close[t + horizon] / close[t] − 1. */
   forward: number;
+  /** Regime label the engine held at that close (for the per-regime breakdown only). */
+  regime: Regime;
 }
 
 export function collectSamples(candles: readonly Candle[], timeframe: Timeframe, horizon: number): Sample[] {
@@ -33,6 +41,7 @@ export function collectSamples(candles: readonly Candle[], timeframe: Timeframe,
       closeTime: c.openTime + TIMEFRAME_MS[timeframe],
       score,
       forward: candles[i + horizon]!.close / c.close - 1,
+      regime: state.regimeState!.regime,
     });
   }
   return out;
@@ -54,7 +63,10 @@ export function minBinSamples(n: number): number {
   return Math.max(100, Math.round(n * 0.02));
 }
 
-/** Fits one curve per timeframe on samples whose whole horizon ended before the split. */
+/**
+ * Fits one curve per timeframe on samples whose whole horizon ended before the split: first the
+ * direction (follow or fade the score), then the isotonic curve of that direction's hits.
+ */
 export function fitTable(
   samples: ReadonlyMap<Timeframe, readonly Sample[][]>,
   settings: FitSettings,
@@ -65,16 +77,24 @@ export function fitTable(
   let trainFrom = Number.POSITIVE_INFINITY;
   for (const [tf, perCoin] of samples) {
     const horizonMs = settings.horizon * TIMEFRAME_MS[tf];
-    const train: CalibrationSample[] = [];
+    const trainSamples: Sample[] = [];
     for (const series of perCoin) {
       for (const s of series) {
         if (s.score === 0 || s.closeTime + horizonMs > settings.split) continue;
         trainFrom = Math.min(trainFrom, s.closeTime);
-        train.push({ absScore: Math.abs(s.score), hit: directionHit(Math.sign(s.score), s.forward, fee) });
+        trainSamples.push(s);
       }
     }
-    if (train.length === 0) continue;
-    curves[tf] = fitCurve(train, { minBinSamples: minBinSamples(train.length), holdBand: settings.holdBand });
+    if (trainSamples.length === 0) continue;
+    const { direction } = fitDirection(trainSamples, { fee, holdBand: settings.holdBand });
+    const train: CalibrationSample[] = trainSamples.map((s) => ({
+      absScore: Math.abs(s.score),
+      hit: directionHit(direction * Math.sign(s.score), s.forward, fee),
+    }));
+    curves[tf] = {
+      ...fitCurve(train, { minBinSamples: minBinSamples(train.length), holdBand: settings.holdBand }),
+      direction,
+    };
   }
   return {
     version: 1,
@@ -122,7 +142,15 @@ export interface TimeframeResult {
   scoreBands: Array<{ label: string; rate: Rate }>;
   /** Calls with |score| at or above the training-fitted break-even band (p ≥ 0.5), if one exists. */
   breakEven: { band: number; calls: Rate } | null;
+  /** Direction the table fitted on training months for this timeframe. */
+  direction: 1 | -1;
+  /** Calls in the curve's top training step against calls below it (null when the curve is flat). */
+  topStep: { from: number; probability: number; top: Rate; below: Rate } | null;
+  /** Hit rate of calls by the regime the engine held at the call. */
+  byRegime: Array<{ regime: Regime; rate: Rate }>;
 }
+
+const REGIMES: readonly Regime[] = ['trending-up', 'trending-down', 'ranging', 'volatile', 'squeeze'];
 
 const SCORE_BANDS: Array<{ label: string; from: number; to: number }> = [
   { label: '0.1–0.2', from: 0.1, to: 0.2 },
@@ -155,6 +183,9 @@ export function evaluateTimeframe(
   const tfMs = TIMEFRAME_MS[timeframe];
   const stepMs = table.horizonCandles * tfMs;
   const curve = table.curves[timeframe] ?? table.curves[table.fallback[timeframe] ?? timeframe];
+  const direction = callDirection(table, timeframe);
+  const topBin = curve !== undefined && curve.bins.length > 1 ? curve.bins[curve.bins.length - 1]! : null;
+  const topFrom = topBin === null ? null : curve!.bins[curve!.bins.length - 2]!.upTo;
   const breakEvenBand = curve?.bins.find((b) => b.probability >= 0.5);
   const band =
     breakEvenBand === undefined ? null : (curve!.bins[curve!.bins.indexOf(breakEvenBand) - 1]?.upTo ?? 0);
@@ -168,7 +199,7 @@ export function evaluateTimeframe(
   let downHits = 0;
   let beN = 0;
   let beHits = 0;
-  const pairs: Array<{ p: number; hit: boolean; confidence: number; absScore: number }> = [];
+  const pairs: Array<{ p: number; hit: boolean; confidence: number; absScore: number; regime: Regime }> = [];
   for (const series of perCoin) {
     for (const s of series) {
       if (s.closeTime < testFrom || s.closeTime >= testTo) continue;
@@ -178,9 +209,9 @@ export function evaluateTimeframe(
       if (directionHit(-1, s.forward, fee)) downHits++;
       if (band !== null && s.score !== 0 && Math.abs(s.score) > band) {
         beN++;
-        if (directionHit(Math.sign(s.score), s.forward, fee)) beHits++;
+        if (directionHit(direction * Math.sign(s.score), s.forward, fee)) beHits++;
       }
-      const call = callFor(s.score, table.holdBand);
+      const call = callFor(direction * s.score, table.holdBand);
       if (call === 'HOLD') {
         holds++;
         continue;
@@ -200,6 +231,7 @@ export function evaluateTimeframe(
         hit,
         confidence: Math.round(100 * probability),
         absScore: Math.abs(s.score),
+        regime: s.regime,
       });
     }
   }
@@ -207,6 +239,7 @@ export function evaluateTimeframe(
   const upRate = points === 0 ? 0 : upHits / points;
   const downRate = points === 0 ? 0 : downHits / points;
   const baseRate = curve?.baseRate ?? 0.5;
+  const hitsOf = (xs: typeof pairs) => rate(xs.filter((x) => x.hit).length, xs.length);
   return {
     timeframe,
     points,
@@ -229,5 +262,16 @@ export function evaluateTimeframe(
       return { label: b.label, rate: rate(inB.filter((x) => x.hit).length, inB.length) };
     }),
     breakEven: band === null ? null : { band, calls: rate(beHits, beN) },
+    direction,
+    topStep:
+      topBin === null || topFrom === null
+        ? null
+        : {
+            from: topFrom,
+            probability: topBin.probability,
+            top: hitsOf(pairs.filter((x) => x.absScore > topFrom)),
+            below: hitsOf(pairs.filter((x) => x.absScore <= topFrom)),
+          },
+    byRegime: REGIMES.map((regime) => ({ regime, rate: hitsOf(pairs.filter((x) => x.regime === regime)) })),
   };
 }

@@ -3,7 +3,9 @@ import type { CalibrationTable } from '../../../contracts/signals.ts';
 import {
   type CalibrationSample,
   calibratedProbability,
+  callDirection,
   fitCurve,
+  fitDirection,
   parseCalibrationTable,
 } from './calibration.ts';
 import { defaultCalibration } from './default-calibration.ts';
@@ -108,6 +110,45 @@ describe('calibration fit (isotonic / PAV)', () => {
       CalibrationError,
     );
     expect(() => parseCalibrationTable({ ...defaultCalibration, version: 2 })).toThrow();
+  });
+
+  it('direction: fades when training calls reverted, follows when they continued or on a tie', () => {
+    const fee = 0.001;
+    const opts = { fee, holdBand: 0.1 };
+    const reverting = [
+      { score: 0.5, forward: -0.01 },
+      { score: -0.4, forward: 0.02 },
+      { score: 0.3, forward: 0.005 },
+    ];
+    expect(fitDirection(reverting, opts)).toEqual({ direction: -1, calls: 3, followHits: 1, fadeHits: 2 });
+    const continuing = reverting.map((s) => ({ ...s, forward: -s.forward }));
+    expect(fitDirection(continuing, opts).direction).toBe(1);
+    // Moves inside the fee count for neither side; scores inside the HOLD band are not calls.
+    const tie = [
+      { score: 0.5, forward: 0.01 },
+      { score: 0.5, forward: -0.01 },
+      { score: 0.5, forward: 0.0005 },
+      { score: 0.05, forward: -0.5 },
+      { score: 0, forward: -0.5 },
+    ];
+    expect(fitDirection(tie, opts)).toEqual({ direction: 1, calls: 3, followHits: 1, fadeHits: 1 });
+    expect(fitDirection([], opts).direction).toBe(1);
+  });
+
+  it('call direction follows the fallback, defaults to following, and fails on a missing curve', () => {
+    const curve = { samples: 100, baseRate: 0.5, bins: [{ upTo: 1, probability: 0.5, samples: 100 }] };
+    const table: CalibrationTable = {
+      ...defaultCalibration,
+      curves: { '5m': { ...curve, direction: -1 }, '1h': curve },
+      fallback: { '1m': '5m' },
+    };
+    expect(callDirection(table, '5m')).toBe(-1);
+    expect(callDirection(table, '1m')).toBe(-1);
+    expect(callDirection(table, '1h')).toBe(1);
+    expect(() => callDirection(table, '4h')).toThrow(CalibrationError);
+    expect(() =>
+      parseCalibrationTable({ ...defaultCalibration, curves: { '1h': { ...curve, direction: 0 } } }),
+    ).toThrow();
   });
 
   it('the shipped table covers all eleven timeframes and was fitted before its split', () => {

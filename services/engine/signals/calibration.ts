@@ -12,7 +12,38 @@ import { CalibrationError } from './errors.ts';
  * direction beat the fee over the horizon" against |score|, per timeframe, directions pooled.
  * Pooling BUY and SELL assumes the score is symmetric; a per-direction fit would mostly learn
  * the training months' drift (crypto rose or fell), which is exactly what should not carry over.
+ * Which way a call points relative to the score (follow or fade) is fitted first, on the same
+ * training calls: one sign per timeframe, nothing finer, so there is little to overfit.
  */
+
+export type Direction = 1 | -1;
+
+export interface DirectionSample {
+  score: number;
+  /** Forward return over the horizon from the close the score saw. */
+  forward: number;
+}
+
+/**
+ * The direction whose training calls (|score| ≥ hold band) beat the fee more often. A tie keeps
+ * following the score: fading needs the training data to say so.
+ */
+export function fitDirection(
+  samples: readonly DirectionSample[],
+  options: { fee: number; holdBand: number },
+): { direction: Direction; calls: number; followHits: number; fadeHits: number } {
+  let calls = 0;
+  let followHits = 0;
+  let fadeHits = 0;
+  for (const s of samples) {
+    if (s.score === 0 || Math.abs(s.score) < options.holdBand) continue;
+    calls++;
+    const move = Math.sign(s.score) * s.forward;
+    if (move > options.fee) followHits++;
+    else if (-move > options.fee) fadeHits++;
+  }
+  return { direction: fadeHits > followHits ? -1 : 1, calls, followHits, fadeHits };
+}
 
 export interface CalibrationSample {
   absScore: number;
@@ -107,6 +138,14 @@ export function calibratedProbability(
   const bins = curve.bins;
   for (const bin of bins) if (absScore <= bin.upTo) return { probability: bin.probability, timeframe: tf };
   return { probability: bins[bins.length - 1]!.probability, timeframe: tf };
+}
+
+/** Direction of calls on a timeframe (following the table's fallback); 1 when the curve has none. */
+export function callDirection(table: CalibrationTable, timeframe: Timeframe): Direction {
+  const tf = table.curves[timeframe] ? timeframe : table.fallback[timeframe];
+  const curve = tf === undefined ? undefined : table.curves[tf];
+  if (curve === undefined) throw new CalibrationError(`calibration table has no curve for ${timeframe}`);
+  return curve.direction ?? 1;
 }
 
 /** Validates a parsed JSON table; monotonicity is checked because the schema cannot say it. */

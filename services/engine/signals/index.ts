@@ -1,5 +1,12 @@
 /** Public API of the signal engine (pure: no I/O). */
-export { calibratedProbability, fitCurve, parseCalibrationTable } from './calibration.ts';
+export {
+  calibratedProbability,
+  callDirection,
+  type Direction,
+  fitCurve,
+  fitDirection,
+  parseCalibrationTable,
+} from './calibration.ts';
 export { closedCandles } from './closed-candles.ts';
 export { defaultCalibration } from './default-calibration.ts';
 export { CalibrationError, InsufficientHistoryError } from './errors.ts';

@@ -2,6 +2,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { readCandleFile } from '../../../adapters/market/csv.ts';
 import type { Candle } from '../../../contracts/market.ts';
 import { type CalibrationTable, VerdictSchema } from '../../../contracts/signals.ts';
+import { callDirection } from './calibration.ts';
 import { closedCandles } from './closed-candles.ts';
 import { defaultCalibration } from './default-calibration.ts';
 import { InsufficientHistoryError } from './errors.ts';
@@ -40,7 +41,9 @@ describe('composite verdict on real candles', () => {
       VerdictSchema.parse(v);
       expect(v.candle_close_time).toBe(c.openTime + HOUR);
       expect(v.price).toBe(c.close);
-      expect(v.call).toBe(callFor(v.score, defaultCalibration.holdBand));
+      const direction = callDirection(defaultCalibration, '1h');
+      expect(v.stance).toBe(direction === 1 ? 'follow' : 'fade');
+      expect(v.call).toBe(callFor(direction * v.score, defaultCalibration.holdBand));
       expect(v.regime).toBe(computeRegime(state).regime);
       calls.add(v.call);
       checked++;
@@ -60,7 +63,8 @@ describe('composite verdict on real candles', () => {
     const wide = computeVerdict(state, undefined, defaultCalibration, { holdBand: Math.abs(score) + 0.01 });
     expect(wide.call).toBe('HOLD');
     const narrow = computeVerdict(state, undefined, defaultCalibration, { holdBand: 0 });
-    expect(narrow.call).toBe(score >= 0 ? 'BUY' : 'SELL');
+    const leansUp = callDirection(defaultCalibration, '1h') * score >= 0;
+    expect(narrow.call).toBe(leansUp ? 'BUY' : 'SELL');
     expect(wide.confidence).toBe(100 - narrow.confidence);
   });
 
@@ -76,6 +80,33 @@ describe('composite verdict on real candles', () => {
     const v = computeVerdict(state, undefined, flat, { holdBand: 0 });
     expect(v.confidence).toBe(42);
     expect(v.calibration).toEqual({ timeframe: '1h', probability: 0.42 });
+  });
+
+  it('a table that fades the score turns the call around and says so; confidence is unchanged', () => {
+    const state = stateFrom(candles.slice(0, 400));
+    const { score } = computeScore(state);
+    expect(Math.abs(score)).toBeGreaterThan(0);
+    const curve = { samples: 1000, baseRate: 0.53, bins: [{ upTo: 1, probability: 0.53, samples: 1000 }] };
+    const follow: CalibrationTable = { ...defaultCalibration, curves: { '1h': curve }, fallback: {} };
+    const fade: CalibrationTable = {
+      ...defaultCalibration,
+      curves: { '1h': { ...curve, direction: -1 } },
+      fallback: {},
+    };
+    const a = computeVerdict(state, undefined, follow, { holdBand: 0 });
+    const b = computeVerdict(state, undefined, fade, { holdBand: 0 });
+    expect(a.call).toBe(score > 0 ? 'BUY' : 'SELL');
+    expect(b.call).toBe(score > 0 ? 'SELL' : 'BUY');
+    expect(a.stance).toBe('follow');
+    expect(b.stance).toBe('fade');
+    expect([a.confidence, b.confidence]).toEqual([53, 53]);
+    expect(b.score).toBe(a.score);
+    expect(b.reasoning).toContain('fading');
+    expect(a.reasoning).not.toContain('fading');
+    // Inside the HOLD band the stance does not matter: both say HOLD.
+    const wide = { holdBand: Math.abs(score) + 0.01 };
+    expect(computeVerdict(state, undefined, fade, wide).call).toBe('HOLD');
+    expect(computeVerdict(state, undefined, follow, wide).call).toBe('HOLD');
   });
 
   it('throws InsufficientHistoryError instead of making a verdict up', () => {

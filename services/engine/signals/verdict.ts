@@ -1,13 +1,14 @@
 import type { Call } from '../../../contracts/market.ts';
 import type { CalibrationTable, PerpContext, Verdict, Votes } from '../../../contracts/signals.ts';
-import { calibratedProbability } from './calibration.ts';
+import { calibratedProbability, callDirection, type Direction } from './calibration.ts';
 import { InsufficientHistoryError } from './errors.ts';
 import type { MarketState, Readings } from './market-state.ts';
 import { perpLean } from './perp-context.ts';
 import { regimeReading } from './regime.ts';
 import { computeVotes } from './votes.ts';
 
-export const ENGINE_VERSION = 'signals-1';
+/** signals-2: the call follows or fades the score per timeframe, as the calibration table says. */
+export const ENGINE_VERSION = 'signals-2';
 
 /** TradingView treats |rating| < 0.1 as neutral; the same band is the default HOLD band. */
 export const DEFAULT_HOLD_BAND = 0.1;
@@ -51,10 +52,12 @@ export function callFor(score: number, holdBand: number): Call {
 }
 
 /**
- * The verdict for the last closed candle fed to `state`. BUY/SELL confidence is the calibrated
- * probability (×100) that the call's direction beats the fee over the table's horizon. HOLD
- * confidence is 100 minus the confidence a call in the score's leaning direction would carry:
- * the share of such leans that did not pay.
+ * The verdict for the last closed candle fed to `state`. The call points the way the table's
+ * fitted direction says: with the score (follow) or against it (fade, where the training months
+ * showed mean reversion over the horizon). BUY/SELL confidence is the calibrated probability
+ * (×100) that the call's direction beats the fee over the table's horizon. HOLD confidence is
+ * 100 minus the confidence a call in the leaning direction would carry: the share of such leans
+ * that did not pay.
  */
 export function computeVerdict(
   state: MarketState,
@@ -66,7 +69,8 @@ export function computeVerdict(
   const s = computeScore(state, context);
   const regimeState = state.regimeState!;
   const regime = regimeReading(regimeState);
-  const call = callFor(s.score, holdBand);
+  const direction = callDirection(calibration, state.timeframe);
+  const call = callFor(direction * s.score, holdBand);
   const cal = calibratedProbability(calibration, state.timeframe, Math.abs(s.score));
   const directional = Math.round(100 * cal.probability);
   const confidence = call === 'HOLD' ? 100 - directional : directional;
@@ -82,11 +86,12 @@ export function computeVerdict(
     indicators: indicatorSummary(r, s),
     price: r.close,
     candle_close_time: r.closeTime,
-    calibration: cal,
+    calibration: { timeframe: cal.timeframe, probability: cal.probability },
+    stance: direction === 1 ? 'follow' : 'fade',
     reasoning:
       options.includeReasoning === false
         ? ''
-        : reasoning(call, confidence, s, holdBand, regime.regime, calibration, cal.timeframe),
+        : reasoning(call, confidence, s, holdBand, regime.regime, calibration, cal.timeframe, direction),
   };
 }
 
@@ -143,6 +148,7 @@ function reasoning(
   regime: string,
   table: CalibrationTable,
   tableTf: string,
+  direction: Direction,
 ): string {
   const ma = count(s.votes.ma);
   const osc = count(s.votes.oscillators);
@@ -161,6 +167,11 @@ function reasoning(
   parts.push(
     `Composite score ${f2(s.score)}; |score| ${Math.abs(s.score) < holdBand ? 'below' : 'at or above'} the HOLD band ${holdBand.toFixed(2)}.`,
   );
+  if (direction === -1) {
+    parts.push(
+      `On ${tableTf} the training months favoured fading the score (mean reversion over ${table.horizonCandles} candles), so the call points against it.`,
+    );
+  }
   parts.push(
     `Regime ${regime} (ADX ${r.adx?.toFixed(1)}, +DI ${r.plusDi?.toFixed(1)} / −DI ${r.minusDi?.toFixed(1)}).`,
   );

@@ -36,6 +36,8 @@ export const TradeCall = z.object({
   /** Id of the VerdictRecorded event and its chained content hash, for later verification. */
   verdictId: z.uuid(),
   signalHash: z.string(),
+  /** Public proof of recording (GET /verify/...): the chain now, the content once the outcome is known. */
+  verifyUrl: z.url().optional(),
   engineVersion: z.string(),
 });
 export type TradeCall = z.infer<typeof TradeCall>;

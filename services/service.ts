@@ -4,6 +4,7 @@ import { feedOptionsFromConfig, selectFeed } from '../adapters/market/select.ts'
 import type { Config } from '../contracts/config.ts';
 import { type Adapters, openAdapters } from './adapters.ts';
 import { buildApp } from './api/app.ts';
+import { verifyRoutes } from './api/verify/plugin.ts';
 import type { Component, Role } from './component.ts';
 import { engineComponent } from './engine/component.ts';
 import { createSignalEngine, type SignalEngine } from './engine/engine.ts';
@@ -45,7 +46,12 @@ export async function startService(config: Config, roles: Role[], logger: Logger
   try {
     if (roles.includes('api') || roles.includes('engine')) {
       const { feed, reason } = await selectFeed({ ...feedOptionsFromConfig(config), logger });
-      engine = await createSignalEngine({ feed, store: adapters.eventStore, logger });
+      engine = await createSignalEngine({
+        feed,
+        store: adapters.eventStore,
+        publicBaseUrl: config.PUBLIC_BASE_URL,
+        logger,
+      });
       readiness.add('feed', async () => {
         const venues = feed.venues();
         return { ok: venues.some((v) => v.ok), kind: feed.kind, reason, venues };
@@ -60,7 +66,10 @@ export async function startService(config: Config, roles: Role[], logger: Logger
       started.push(component);
       for (const [name, check] of Object.entries(component.checks?.() ?? {})) readiness.add(name, check);
     }
-    app = await buildApp({ config, logger, readiness, metrics, plugins: [] });
+    const plugins = roles.includes('api')
+      ? [verifyRoutes({ store: adapters.eventStore, baseUrl: config.PUBLIC_BASE_URL })]
+      : [];
+    app = await buildApp({ config, logger, readiness, metrics, plugins });
     const url = await app.listen({ host: config.HOST, port: config.PORT });
     logger.info(
       {

@@ -28,7 +28,7 @@ describe('SignalEngine over the replayed real data', () => {
   beforeEach(async () => {
     feed = await openReplayFeed({ run: false });
     store = new MemoryEventStore();
-    engine = new SignalEngine({ feed, store });
+    engine = new SignalEngine({ feed, store, publicBaseUrl: 'https://signals.example' });
   });
   afterEach(async () => {
     await engine.close();
@@ -40,6 +40,7 @@ describe('SignalEngine over the replayed real data', () => {
     expect(call.timestamp * 1000).toBeLessThanOrEqual(feed.now());
     expect(call.timestamp * 1000).toBeGreaterThan(feed.now() - HOUR);
     expect(call.reasoning).toBeTruthy();
+    expect(call.verifyUrl).toBe('https://signals.example/verify/verdicts-BINANCE-BTC-1h/0');
     // Perpetual context: funding from the replayed Binance settlements, basis against spot.
     expect(call.indicators.funding_apr).not.toBeNull();
     expect(call.indicators.basis).not.toBeNull();

@@ -14,6 +14,7 @@ import {
   type ScanTradeCallsOutput,
   type TradeCall,
 } from '../../contracts/tools.ts';
+import { verdictVerifyUrl } from '../api/verify/url.ts';
 import { bestFundingPair, isFresh, type VenueFundingInput } from './funding-arb.ts';
 import { MarketStates } from './market-states.ts';
 import { describeFailure } from './operation-errors.ts';
@@ -32,6 +33,8 @@ export interface SignalEngineOptions {
   feed: MarketFeed;
   store: EventStore;
   calibration?: CalibrationTable;
+  /** This service's public address; trade calls then carry their verify link. */
+  publicBaseUrl?: string;
   logger?: Logger;
 }
 
@@ -52,6 +55,7 @@ export class SignalEngine implements SignalOperations {
   private readonly store: EventStore;
   private readonly calibration: CalibrationTable;
   private readonly logger: Logger | undefined;
+  private readonly publicBaseUrl: string | undefined;
   private readonly states: MarketStates;
   private readonly calls = new Map<string, CachedCall>();
 
@@ -60,6 +64,7 @@ export class SignalEngine implements SignalOperations {
     this.store = options.store;
     this.calibration = options.calibration ?? defaultCalibration;
     this.logger = options.logger;
+    this.publicBaseUrl = options.publicBaseUrl;
     this.states = new MarketStates(options.feed);
   }
 
@@ -277,7 +282,7 @@ export class SignalEngine implements SignalOperations {
       },
       { correlationId: ctx.requestId },
     );
-    const call = toTradeCall(recorded, verdict);
+    const call = toTradeCall(recorded, verdict, this.publicBaseUrl);
     this.calls.set(key, { closeTime, call });
     if (recorded.data.candleCloseTime === verdict.candle_close_time) {
       this.logger?.debug(
@@ -341,7 +346,11 @@ function inputsSummary(verdict: Verdict): Record<string, number | null> {
   return out;
 }
 
-function toTradeCall(recorded: RecordedVerdict, computed: Verdict): TradeCall {
+function toTradeCall(
+  recorded: RecordedVerdict,
+  computed: Verdict,
+  publicBaseUrl: string | undefined,
+): TradeCall {
   const d = recorded.data;
   const same = d.candleCloseTime === computed.candle_close_time;
   const indicators: Record<string, number | null> = {};
@@ -362,6 +371,7 @@ function toTradeCall(recorded: RecordedVerdict, computed: Verdict): TradeCall {
     indicators,
     verdictId: recorded.id,
     signalHash: d.hash,
+    ...(publicBaseUrl ? { verifyUrl: verdictVerifyUrl(publicBaseUrl, recorded) } : {}),
     engineVersion: d.engineVersion,
   };
 }

@@ -1,0 +1,89 @@
+import type { FastifyInstance } from 'fastify';
+import { pino } from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import { MemoryEventStore } from '../../../adapters/event-store/memory.ts';
+import { verdictHash } from '../../../contracts/verdict-hash.ts';
+import { recordVerdict, type VerdictDraft, verdictStream } from '../../engine/verdict-recorder.ts';
+import { Readiness } from '../../shared/readiness.ts';
+import { buildApp } from '../app.ts';
+import { verifyRoutes } from './plugin.ts';
+
+const HOUR = 3_600_000;
+const T0 = 1_760_000_000_000;
+const draft = (i: number, regime: VerdictDraft['regime']): VerdictDraft => ({
+  exchange: 'BINANCE',
+  coin: 'BTC',
+  timeframe: '1h',
+  call: 'SELL',
+  confidence: 44,
+  score: 0.3,
+  regime,
+  price: 100_000 + i,
+  candleCloseTime: T0 + i * HOUR,
+  feed: 'replay',
+  engineVersion: 'test',
+  inputs: { rsi: 61 },
+  trigger: 'request',
+});
+
+let app: FastifyInstance | null = null;
+afterEach(async () => {
+  await app?.close();
+});
+
+async function setup(now: number) {
+  const store = new MemoryEventStore();
+  await recordVerdict(store, draft(0, 'ranging'));
+  await recordVerdict(store, draft(1, 'volatile')); // revision 1, RegimeShifted at 2
+  await recordVerdict(store, draft(2, 'volatile')); // revision 3
+  app = await buildApp({
+    config: { BODY_LIMIT_BYTES: 1024 },
+    logger: pino({ level: 'silent' }),
+    readiness: new Readiness(),
+    metrics: null,
+    plugins: [verifyRoutes({ store, baseUrl: 'https://signals.example/', now: () => now })],
+  });
+  return { store, stream: verdictStream(draft(0, 'ranging')) };
+}
+
+describe('GET /verify/:stream/:revision', () => {
+  it('proves the recording without revealing a verdict whose outcome is still open', async () => {
+    const { stream } = await setup(T0 + 3 * HOUR);
+    const res = await app!.inject({ method: 'GET', url: `/verify/${stream}/3` });
+    expect(res.statusCode).toBe(200);
+    const body = res.json();
+    expect(body).toMatchObject({
+      stream,
+      revision: 3,
+      coin: 'BTC',
+      hashValid: true,
+      content: null,
+      previous: `https://signals.example/verify/${stream}/1`,
+      revealAt: new Date(T0 + 8 * HOUR).toISOString(),
+    });
+    expect(res.headers['cache-control']).toBe('public, max-age=60');
+  });
+
+  it('reveals the content once the outcome is known, and it hashes to the recorded hash', async () => {
+    const { stream } = await setup(T0 + 100 * HOUR);
+    const body = (await app!.inject({ method: 'GET', url: `/verify/${stream}/1` })).json();
+    expect(body.content).toMatchObject({ call: 'SELL', regime: 'volatile', price: 100_001 });
+    expect(verdictHash(body.content)).toBe(body.hash);
+    expect(body.previous).toBe(`https://signals.example/verify/${stream}/0`);
+    const first = (await app!.inject({ method: 'GET', url: `/verify/${stream}/0` })).json();
+    expect(first.previous).toBeNull();
+    expect(body.prevHash).toBe(first.hash);
+  });
+
+  it('answers refs that are not verdicts with 404 and malformed refs with 400', async () => {
+    const { stream } = await setup(T0);
+    const shift = await app!.inject({ method: 'GET', url: `/verify/${stream}/2` });
+    expect(shift.statusCode).toBe(404);
+    expect(shift.json()).toEqual({ code: 'verdict_not_found', message: `no verdict at ${stream}/2` });
+    expect((await app!.inject({ method: 'GET', url: `/verify/${stream}/99` })).statusCode).toBe(404);
+    const bad = await app!.inject({ method: 'GET', url: '/verify/payment-0xabc/0' });
+    expect(bad.statusCode).toBe(400);
+    expect(bad.json()).toEqual({ code: 'invalid_verdict_ref', message: 'not a verdict stream' });
+    expect((await app!.inject({ method: 'GET', url: `/verify/${stream}/-1` })).statusCode).toBe(400);
+  });
+});

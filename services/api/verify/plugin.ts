@@ -1,0 +1,82 @@
+import type { FastifyPluginAsync } from 'fastify';
+import { z } from 'zod';
+import type { EventStore } from '../../../adapters/event-store/port.ts';
+import { type EventData, parseDomainEvent } from '../../../contracts/events.ts';
+import { TIMEFRAME_MS } from '../../../contracts/market.ts';
+import { verdictHash } from '../../../contracts/verdict-hash.ts';
+import { verdictVerifyUrl } from './url.ts';
+
+/** After this many candles of its timeframe the outcome is known and the content is public. */
+export const REVEAL_AFTER_CANDLES = 6;
+
+const Params = z.object({
+  stream: z.string().regex(/^verdicts-[A-Z_]+-[A-Z0-9]+-[0-9]+[mhd]$/, 'not a verdict stream'),
+  revision: z.coerce.number().int().nonnegative(),
+});
+
+/**
+ * GET /verify/:stream/:revision — public proof that a verdict was recorded, and when. Before its
+ * outcome is known it shows only the chain (hash, previous hash, recording time), which a holder
+ * of the verdict checks by hashing what they received; once REVEAL_AFTER_CANDLES candles have
+ * closed, the content is shown too, so anyone can audit the track record.
+ */
+export function verifyRoutes(deps: {
+  store: EventStore;
+  baseUrl: string;
+  now?: () => number;
+}): FastifyPluginAsync {
+  const now = deps.now ?? Date.now;
+  return async (app) => {
+    app.get('/verify/:stream/:revision', async (request, reply) => {
+      const parsed = Params.safeParse(request.params);
+      if (!parsed.success) {
+        return reply
+          .code(400)
+          .send({ code: 'invalid_verdict_ref', message: parsed.error.issues[0]!.message });
+      }
+      const { stream, revision } = parsed.data;
+      const [recorded] = await deps.store.readStream(stream, { fromRevision: revision, maxCount: 1 });
+      const event = recorded ? parseDomainEvent(recorded) : null;
+      if (!event || event.type !== 'VerdictRecorded' || event.revision !== revision) {
+        return reply
+          .code(404)
+          .send({ code: 'verdict_not_found', message: `no verdict at ${stream}/${revision}` });
+      }
+      const d: EventData<'VerdictRecorded'> = event.data;
+      const { hash, ...content } = d;
+      const revealAt = d.candleCloseTime + REVEAL_AFTER_CANDLES * TIMEFRAME_MS[d.timeframe];
+      const revealed = now() >= revealAt;
+      const previous = await previousVerdict(deps.store, stream, revision);
+      reply.header('cache-control', revealed ? 'public, max-age=86400' : 'public, max-age=60');
+      return {
+        verdictId: event.id,
+        stream,
+        revision,
+        position: event.position,
+        recordedAt: event.recordedAt,
+        exchange: d.exchange,
+        coin: d.coin,
+        timeframe: d.timeframe,
+        candleCloseTime: d.candleCloseTime,
+        engineVersion: d.engineVersion,
+        hash,
+        prevHash: d.prevHash,
+        hashValid: verdictHash(content) === hash,
+        previous: previous !== null ? verdictVerifyUrl(deps.baseUrl, { stream, revision: previous }) : null,
+        revealAt: new Date(revealAt).toISOString(),
+        content: revealed ? content : null,
+      };
+    });
+  };
+}
+
+/** The revision of the verdict before this one (regime shifts sit between verdicts). */
+async function previousVerdict(store: EventStore, stream: string, revision: number): Promise<number | null> {
+  if (revision === 0) return null;
+  const before = await store.readStream(stream, { fromRevision: Math.max(0, revision - 2), maxCount: 2 });
+  for (let i = before.length - 1; i >= 0; i--) {
+    const e = before[i]!;
+    if (e.revision < revision && e.type === 'VerdictRecorded') return e.revision;
+  }
+  return null;
+}

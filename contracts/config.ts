@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { EXCHANGES, Exchange, Timeframe } from './market.ts';
 
 /**
  * Service configuration, read from the environment and validated at start. Every variable is
@@ -10,6 +11,20 @@ const positiveInt = z.coerce.number().int().positive();
 const bool = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'])
   .transform((v) => v === 'true' || v === '1' || v === 'yes');
+const evmAddress = z.string().regex(/^0x[0-9a-fA-F]{40}$/, 'a 0x-prefixed 20-byte hex address');
+const caip2 = z.string().regex(/^eip155:\d+$/, 'a CAIP-2 EVM network id such as eip155:8453');
+const atomic = z.coerce.number().int().positive().max(Number.MAX_SAFE_INTEGER);
+const privateKey = z.string().regex(/^0x[0-9a-fA-F]{64}$/, 'a 0x-prefixed 32-byte hex key');
+const headersJson = z.string().transform((raw, ctx) => {
+  try {
+    const parsed: unknown = JSON.parse(raw);
+    const headers = z.record(z.string(), z.string()).parse(parsed);
+    return headers;
+  } catch {
+    ctx.addIssue({ code: 'custom', message: 'a JSON object of header names to string values' });
+    return z.NEVER;
+  }
+});
 
 export const ConfigSchema = z
   .object({
@@ -22,6 +37,8 @@ export const ConfigSchema = z
     /** How long SIGTERM waits for in-flight requests and checkpoints before forcing exit. */
     SHUTDOWN_TIMEOUT_MS: positiveInt.default(15_000),
     DATA_DIR: z.string().min(1).default('./data'),
+    /** This service's public address: the base of verify links in responses and webhooks. */
+    PUBLIC_BASE_URL: z.url().default('http://localhost:8080'),
 
     EVENT_STORE: z.enum(['lmdb', 'kurrentdb', 'memory']).default('lmdb'),
     KURRENTDB_URL: z.string().optional(),
@@ -42,6 +59,135 @@ export const ConfigSchema = z
     /** Events folded between two projection snapshots (state and checkpoint saved together). */
     PROJECTION_SNAPSHOT_EVERY: positiveInt.default(1000),
     METRICS_ENABLED: bool.default(true),
+
+    /** Market feed: live venues, the replay files, or live when reachable at start (auto). */
+    FEED: z.enum(['live', 'replay', 'auto']).default('auto'),
+    /** Replay directory in the shared layout; default the slice shipped in sample-data/market. */
+    MARKET_DATA_DIR: z.string().min(1).optional(),
+    /** Replay acceleration: feed milliseconds per wall millisecond (3600 = an hour a second). */
+    REPLAY_SPEED: z.coerce.number().nonnegative().default(600),
+    /** Replay start, ISO time or Unix ms; default a week before the data ends. */
+    REPLAY_START: z
+      .union([z.coerce.number().int().positive(), z.iso.datetime().transform((s) => Date.parse(s))])
+      .optional(),
+    LIVE_EXCHANGES: z
+      .string()
+      .transform((s) => s.split(',').map((x) => x.trim().toUpperCase()))
+      .pipe(z.array(Exchange).min(1))
+      .default([...EXCHANGES]),
+    FEED_PROBE_TIMEOUT_MS: positiveInt.default(3_000),
+    /** Timeframes the engine computes verdicts for on every candle close. */
+    SCHEDULE_TIMEFRAMES: z
+      .string()
+      .transform((s) => (s.trim() === '' ? [] : s.split(',').map((x) => x.trim())))
+      .pipe(z.array(Timeframe))
+      .default(['15m', '1h', '4h']),
+    SCHEDULE_EXCHANGE: Exchange.default('BINANCE'),
+    /** The scheduled markets: the venue's top N by open interest or volume. */
+    SCHEDULE_TOP_N: z.coerce.number().int().min(1).max(100).default(20),
+
+    /** Pay-per-call (x402). The /x402/* routes are served when X402_PAY_TO is set. */
+    X402_PAY_TO: evmAddress.optional(),
+    /** CAIP-2 network of the primary rail (Base mainnet) and its ERC-3009 asset (USDC). */
+    X402_NETWORK: caip2.default('eip155:8453'),
+    X402_ASSET: evmAddress.default('0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913'),
+    /** EIP-712 domain of the asset; a wrong name makes every signature invalid. */
+    X402_ASSET_NAME: z.string().min(1).default('USD Coin'),
+    X402_ASSET_VERSION: z.string().min(1).default('2'),
+    /** How long a signed authorisation may take to arrive (quoted as maxTimeoutSeconds). */
+    X402_MAX_TIMEOUT_SECONDS: positiveInt.default(120),
+    /** Prices in atomic units of the asset (USDC: 6 decimals, so 20000 = 0.02 USD). */
+    X402_PRICE_GET_TRADE_CALL: atomic.default(20_000),
+    X402_PRICE_GET_TRADE_CALL_1M: atomic.default(50_000),
+    X402_PRICE_GET_TRADE_CALL_3M: atomic.default(40_000),
+    X402_PRICE_GET_TRADE_CALL_5M: atomic.default(30_000),
+    X402_PRICE_GET_MARKET_REGIME: atomic.default(20_000),
+    X402_PRICE_SCAN_FUNDING_ARB: atomic.default(10_000),
+    X402_PRICE_SCAN_TRADE_CALLS: atomic.default(20_000),
+    /** Largest accepted body on the /x402/* routes (413 beyond it). */
+    X402_BODY_LIMIT_BYTES: positiveInt.default(8 * 1024),
+    /** local: in-process facilitator signing with X402_FACILITATOR_PRIVATE_KEY; remote: X402_FACILITATOR_URL. */
+    X402_FACILITATOR: z.enum(['local', 'remote']).default('local'),
+    X402_FACILITATOR_URL: z.url().optional(),
+    /** JSON object of headers sent to the remote facilitator, e.g. {"Authorization":"Bearer ..."}. */
+    X402_FACILITATOR_AUTH_HEADERS: headersJson.optional(),
+    X402_FACILITATOR_TIMEOUT_MS: positiveInt.default(30_000),
+    /** Key of the wallet that submits settlements (pays the gas) for the local facilitator. */
+    X402_FACILITATOR_PRIVATE_KEY: privateKey.optional(),
+    /** JSON-RPC endpoint of the primary network: settlement and reconciliation read the chain here. */
+    X402_RPC_URL: z.url().default('https://mainnet.base.org'),
+    /** How long the local facilitator waits for a settlement receipt before calling it pending. */
+    X402_SETTLE_CONFIRM_TIMEOUT_MS: positiveInt.default(20_000),
+    /** An unfinished payment older than this is reconciled against the chain; checked at this interval. */
+    X402_RECONCILE_AFTER_MS: positiveInt.default(300_000),
+    X402_RECONCILE_INTERVAL_MS: positiveInt.default(60_000),
+    /** Optional second rail, advertised only when network and asset are both set. */
+    X402_EXTRA_NETWORK: caip2.optional(),
+    X402_EXTRA_ASSET: evmAddress.optional(),
+    X402_EXTRA_ASSET_NAME: z.string().min(1).default('USDC'),
+    X402_EXTRA_ASSET_VERSION: z.string().min(1).default('2'),
+    X402_EXTRA_PAY_TO: evmAddress.optional(),
+    X402_EXTRA_RPC_URL: z.url().optional(),
+
+    /** Plan limits in calls per UTC month (free also per UTC day); anonymous callers get the free ones. */
+    PLAN_FREE_MONTHLY_CALLS: positiveInt.default(200),
+    PLAN_FREE_DAILY_CALLS: positiveInt.default(100),
+    PLAN_STARTER_MONTHLY_CALLS: positiveInt.default(10_000),
+    PLAN_PRO_MONTHLY_CALLS: positiveInt.default(100_000),
+    /** An MCP session with no request for this long is closed (clients often never send DELETE). */
+    MCP_SESSION_IDLE_MS: positiveInt.default(15 * 60_000),
+    /** DNS-rebinding guard: Host names (port ignored) the API answers on; `*` turns the check off. */
+    ALLOWED_HOSTS: z.string().default('localhost,127.0.0.1,[::1]'),
+    /** Browser origins allowed to call /mcp and /api/keys (CORS); empty = none, `*` = any. */
+    ALLOWED_ORIGINS: z.string().default(''),
+    /** The domain (host[:port]) a Sign-In with Ethereum message must name to get a free key. */
+    SIWE_DOMAIN: z.string().min(1).default('localhost:8080'),
+    /** How long a sign-in nonce from GET /api/keys/nonce stays usable. */
+    SIWE_NONCE_TTL_MS: positiveInt.default(10 * 60_000),
+
+    /** Webhooks. 64 hex chars (32 bytes) encrypting subscription secrets at rest; required in production. */
+    WEBHOOK_MASTER_KEY: z
+      .string()
+      .regex(/^[0-9a-fA-F]{64}$/, '64 hex characters (32 bytes)')
+      .optional(),
+    /** Ports a webhook URL may name: `443`, a list `443,8443`, ranges `8000-8999`, or `*`. */
+    WEBHOOK_ALLOWED_PORTS: z
+      .string()
+      .regex(/^(\*|\d{1,5}(-\d{1,5})?(,\d{1,5}(-\d{1,5})?)*)$/, 'ports and ranges, comma-separated, or *')
+      .default('443'),
+    /**
+     * TEST ONLY: CIDRs webhooks may reach despite the SSRF guard (e.g. 127.0.0.1/32 for a local
+     * receiver). Refused when NODE_ENV=production, so a production config cannot turn it on.
+     */
+    WEBHOOK_TEST_ALLOW_CIDRS: z.string().default(''),
+    /** Delays before each attempt (the first is normally 0): ms or 5s/5m/2h/1d, comma-separated. */
+    WEBHOOK_RETRY_SCHEDULE: z
+      .string()
+      .regex(/^\d+(ms|s|m|h|d)?(,\d+(ms|s|m|h|d)?)*$/, 'durations such as 0,5s,5m,30m,2h')
+      .default('0,5s,5m,30m,2h,5h,10h,10h'),
+    /** Each retry delay is varied by up to this fraction either way. */
+    WEBHOOK_RETRY_JITTER: z.coerce.number().min(0).max(1).default(0.2),
+    /** A receiver's Retry-After is honoured up to this many ms. */
+    WEBHOOK_RETRY_AFTER_MAX_MS: positiveInt.default(3_600_000),
+    /** A subscription is disabled after this many consecutive deliveries failed every attempt... */
+    WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: positiveInt.default(5),
+    /** ...or after failing without a single success for this long (5 days). */
+    WEBHOOK_DISABLE_AFTER_MS: positiveInt.default(5 * 24 * 3_600_000),
+    /** Requests in flight per endpoint (origin); more wait in that endpoint's own queue. */
+    WEBHOOK_ENDPOINT_CONCURRENCY: positiveInt.default(4),
+    /** Deliveries waiting per endpoint; beyond it they are pushed to their next retry slot. */
+    WEBHOOK_ENDPOINT_QUEUE_LIMIT: positiveInt.default(1_000),
+    WEBHOOK_CONNECT_TIMEOUT_MS: positiveInt.default(5_000),
+    /** Whole-request limit per attempt (connect, send, response). */
+    WEBHOOK_TIMEOUT_MS: positiveInt.default(15_000),
+    /** An attempt with no recorded outcome after this long is retried (its dispatcher died). */
+    WEBHOOK_STUCK_AFTER_MS: positiveInt.default(120_000),
+    /** How often due retries and digests are looked for. */
+    WEBHOOK_TICK_MS: positiveInt.default(1_000),
+    /** Subscriptions per API key. */
+    WEBHOOK_MAX_PER_KEY: positiveInt.default(25),
+    /** Base of the verify_url in payloads (this service's public address). */
+    WEBHOOK_VERIFY_BASE_URL: z.url().default('http://localhost:8080'),
   })
   .superRefine((cfg, ctx) => {
     if (cfg.EVENT_STORE === 'kurrentdb' && !cfg.KURRENTDB_URL) {
@@ -51,8 +197,43 @@ export const ConfigSchema = z
         message: 'required when EVENT_STORE=kurrentdb',
       });
     }
+    if (cfg.X402_PAY_TO && cfg.X402_FACILITATOR === 'local' && !cfg.X402_FACILITATOR_PRIVATE_KEY) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['X402_FACILITATOR_PRIVATE_KEY'],
+        message: 'required when X402_PAY_TO is set and X402_FACILITATOR=local (it submits settlements)',
+      });
+    }
+    if (cfg.X402_FACILITATOR === 'remote' && !cfg.X402_FACILITATOR_URL) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['X402_FACILITATOR_URL'],
+        message: 'required when X402_FACILITATOR=remote',
+      });
+    }
+    if (Boolean(cfg.X402_EXTRA_NETWORK) !== Boolean(cfg.X402_EXTRA_ASSET)) {
+      ctx.addIssue({
+        code: 'custom',
+        path: [cfg.X402_EXTRA_NETWORK ? 'X402_EXTRA_ASSET' : 'X402_EXTRA_NETWORK'],
+        message: 'the extra rail needs both X402_EXTRA_NETWORK and X402_EXTRA_ASSET',
+      });
+    }
     if (cfg.NODE_ENV === 'production' && cfg.EVENT_STORE === 'memory') {
       ctx.addIssue({ code: 'custom', path: ['EVENT_STORE'], message: 'memory loses every event on restart' });
+    }
+    if (cfg.NODE_ENV === 'production' && !cfg.WEBHOOK_MASTER_KEY) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['WEBHOOK_MASTER_KEY'],
+        message: 'required in production (webhook secrets are encrypted with it); e.g. openssl rand -hex 32',
+      });
+    }
+    if (cfg.NODE_ENV === 'production' && cfg.WEBHOOK_TEST_ALLOW_CIDRS.trim() !== '') {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['WEBHOOK_TEST_ALLOW_CIDRS'],
+        message: 'test-only SSRF exemption; refused when NODE_ENV=production',
+      });
     }
   });
 

@@ -71,14 +71,30 @@ export const PaymentAuthorized = z.object({
   validAfter: z.string(),
   validBefore: z.string(),
   requestId: z.string(),
+  /** The sold operation the payment was for. */
+  tool: z.string().optional(),
 });
 export const PaymentSettlementPending = z.object({
   ...PaymentRef,
   submittedAt: IsoTime,
   txHash: Hex.optional(),
+  /** Why the outcome is not known yet (e.g. the receipt did not arrive in time). */
+  reason: z.string().optional(),
 });
-export const PaymentSettled = z.object({ ...PaymentRef, payer: Hex, amount: AtomicAmount, txHash: Hex });
-export const PaymentSettlementFailed = z.object({ ...PaymentRef, reason: z.string() });
+export const PaymentSettled = z.object({
+  ...PaymentRef,
+  payer: Hex,
+  amount: AtomicAmount,
+  txHash: Hex,
+  /** Set when reconciliation, not the request that carried the payment, found the settlement. */
+  reconciled: z.boolean().optional(),
+});
+export const PaymentSettlementFailed = z.object({
+  ...PaymentRef,
+  reason: z.string(),
+  txHash: Hex.optional(),
+  reconciled: z.boolean().optional(),
+});
 export const PaymentReleased = z.object({ ...PaymentRef, reason: z.string() });
 
 export const Plan = z.enum(['free', 'starter', 'pro']);
@@ -155,6 +171,13 @@ export const DeliveryAttempted = z.object({
   eventId: z.string(),
   webhookEvent: WebhookEventType,
   url: z.string(),
+  /** What started the attempt: a new event, a due retry, a stale attempt, a digest, a user. */
+  trigger: z.enum(['event', 'retry', 'stale', 'digest', 'recover', 'resend', 'deferred']).optional(),
+  /**
+   * The exact JSON body, on the first attempt only: every retry and resend sends these bytes, so
+   * `delivery_id` and content never change. It holds no secret (the signature is per attempt).
+   */
+  body: z.string().optional(),
 });
 export const DeliverySucceeded = z.object({
   ...DeliveryRef,

@@ -78,6 +78,11 @@ export const VerdictSchema = z.object({
   candle_close_time: z.number().int(),
   /** Which calibration table row produced the confidence (timeframe it was fitted on). */
   calibration: z.object({ timeframe: Timeframe, probability: z.number().min(0).max(1) }),
+  /**
+   * Whether the call follows the score's sign or fades it; the table fits this per timeframe on
+   * training months (absent on verdicts of engines before signals-2, which always followed).
+   */
+  stance: z.enum(['follow', 'fade']).optional(),
   reasoning: z.string(),
 });
 export type Verdict = z.infer<typeof VerdictSchema>;
@@ -92,10 +97,15 @@ export type CalibrationBin = z.infer<typeof CalibrationBinSchema>;
 
 export const CalibrationCurveSchema = z.object({
   samples: z.number().int().positive(),
-  /** Share of training calls (|score| ≥ hold band) whose direction beat the fee. */
+  /** Share of training calls (|score| ≥ hold band, in the fitted direction) that beat the fee. */
   baseRate: z.number().min(0).max(1),
   /** Monotone non-decreasing in upTo and in probability. */
   bins: z.array(CalibrationBinSchema).min(1),
+  /**
+   * Direction fitted on the training months: 1 = call the score's sign (trend-following),
+   * -1 = call against it (mean reversion). Absent means 1. Probabilities are for this direction.
+   */
+  direction: z.union([z.literal(1), z.literal(-1)]).optional(),
 });
 export type CalibrationCurve = z.infer<typeof CalibrationCurveSchema>;
 

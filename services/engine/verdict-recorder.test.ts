@@ -4,7 +4,7 @@ import type { EventData } from '../../contracts/events.ts';
 import { verifyVerdictChain } from '../../contracts/verdict-hash.ts';
 import { latestVerdictsProjection } from '../../projections/latest-verdicts.ts';
 import { foldEvents } from '../../projections/projection.ts';
-import { type VerdictDraft, recordVerdict, verdictStream } from './verdict-recorder.ts';
+import { recordVerdict, type VerdictDraft, verdictStream } from './verdict-recorder.ts';
 
 const HOUR = 3_600_000;
 function draft(i: number, regime: VerdictDraft['regime'] = 'ranging'): VerdictDraft {
@@ -32,10 +32,17 @@ describe('recordVerdict', () => {
     await recordVerdict(store, draft(1, 'ranging'));
     const third = await recordVerdict(store, draft(2, 'trending-up'));
     const events = await store.readStream(verdictStream(draft(0)));
-    expect(events.map((e) => e.type)).toEqual(['VerdictRecorded', 'VerdictRecorded', 'VerdictRecorded', 'RegimeShifted']);
+    expect(events.map((e) => e.type)).toEqual([
+      'VerdictRecorded',
+      'VerdictRecorded',
+      'VerdictRecorded',
+      'RegimeShifted',
+    ]);
     expect(events[3]!.data).toMatchObject({ from: 'ranging', to: 'trending-up', verdictEventId: third.id });
     expect(events[3]!.causationId).toBe(third.id);
-    const verdicts = events.filter((e) => e.type === 'VerdictRecorded').map((e) => e.data as EventData<'VerdictRecorded'>);
+    const verdicts = events
+      .filter((e) => e.type === 'VerdictRecorded')
+      .map((e) => e.data as EventData<'VerdictRecorded'>);
     expect(verifyVerdictChain(verdicts)).toEqual({ ok: true });
 
     // The chain continues after a regime shift (expected revision counts the shift event).
@@ -49,7 +56,9 @@ describe('recordVerdict', () => {
   it('records one verdict per candle however many callers race for it', async () => {
     const store = new MemoryEventStore();
     await recordVerdict(store, draft(0));
-    const results = await Promise.all(Array.from({ length: 20 }, () => recordVerdict(store, draft(1, 'volatile'))));
+    const results = await Promise.all(
+      Array.from({ length: 20 }, () => recordVerdict(store, draft(1, 'volatile'))),
+    );
     expect(new Set(results.map((r) => r.id)).size).toBe(1);
     const events = await store.readStream(verdictStream(draft(0)));
     expect(events.map((e) => e.type)).toEqual(['VerdictRecorded', 'VerdictRecorded', 'RegimeShifted']);

@@ -1,8 +1,8 @@
+import { type EventStore, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
 import type { NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
 import { type EventData, newEvent } from '../../contracts/events.ts';
 import type { MarketKey } from '../../contracts/market.ts';
 import { type VerdictContent, verdictHash } from '../../contracts/verdict-hash.ts';
-import { type EventStore, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
 import { deterministicId } from './deterministic-id.ts';
 
 export type VerdictDraft = Omit<VerdictContent, 'prevHash'>;
@@ -30,7 +30,11 @@ export async function recordVerdict(
   const maxAttempts = options.maxAttempts ?? 5;
   for (let attempt = 1; ; attempt++) {
     const { last, revision } = await lastVerdict(store, stream);
-    if (last && last.data.candleCloseTime >= draft.candleCloseTime && last.data.engineVersion === draft.engineVersion) {
+    if (
+      last &&
+      last.data.candleCloseTime >= draft.candleCloseTime &&
+      last.data.engineVersion === draft.engineVersion
+    ) {
       // Already recorded for this candle (or superseded by a later one): serve what is on record.
       return last;
     }
@@ -38,7 +42,11 @@ export async function recordVerdict(
     const hash = verdictHash(content);
     const verdictId = deterministicId('verdict', stream, draft.candleCloseTime, draft.engineVersion);
     const events: NewEvent[] = [
-      newEvent('VerdictRecorded', { ...content, hash }, { id: verdictId, correlationId: options.correlationId }),
+      newEvent(
+        'VerdictRecorded',
+        { ...content, hash },
+        { id: verdictId, correlationId: options.correlationId },
+      ),
     ];
     if (last && last.data.regime !== draft.regime) {
       events.push(
@@ -56,13 +64,20 @@ export async function recordVerdict(
             feed: draft.feed,
             verdictEventId: verdictId,
           },
-          { id: deterministicId('regime-shift', verdictId), causationId: verdictId, correlationId: options.correlationId },
+          {
+            id: deterministicId('regime-shift', verdictId),
+            causationId: verdictId,
+            correlationId: options.correlationId,
+          },
         ),
       );
     }
     try {
       await store.append(stream, events, { expectedRevision: revision ?? 'no_stream' });
-      const written = await store.readStream(stream, { fromRevision: revision === null ? 0 : revision + 1, maxCount: 1 });
+      const written = await store.readStream(stream, {
+        fromRevision: revision === null ? 0 : revision + 1,
+        maxCount: 1,
+      });
       return written[0] as RecordedVerdict;
     } catch (err) {
       if (!(err instanceof WrongExpectedRevisionError) || attempt >= maxAttempts) throw err;

@@ -1,10 +1,12 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
 import { feedOptionsFromConfig, selectFeed } from '../adapters/market/select.ts';
 import type { Config } from '../contracts/config.ts';
 import { type Adapters, openAdapters } from './adapters.ts';
 import { buildApp } from './api/app.ts';
+import { keyedChannel } from './api/plugins.ts';
 import { verifyRoutes } from './api/verify/plugin.ts';
+import { setupX402, type X402Setup } from './api/x402/setup.ts';
 import type { Component, Role } from './component.ts';
 import { engineComponent } from './engine/component.ts';
 import { createSignalEngine, type SignalEngine } from './engine/engine.ts';
@@ -41,7 +43,9 @@ export async function startService(config: Config, roles: Role[], logger: Logger
 
   const started: Component[] = [];
   const components: Component[] = [];
+  const plugins: FastifyPluginAsync[] = [];
   let engine: SignalEngine | null = null;
+  let x402: X402Setup | null = null;
   let app: FastifyInstance | null = null;
   try {
     if (roles.includes('api') || roles.includes('engine')) {
@@ -57,20 +61,29 @@ export async function startService(config: Config, roles: Role[], logger: Logger
         return { ok: venues.some((v) => v.ok), kind: feed.kind, reason, venues };
       });
     }
-    if (roles.includes('projections'))
+    if (roles.includes('projections')) {
       components.push(projectionsComponent({ config, adapters, logger, metrics }));
+    }
     if (roles.includes('engine') && engine) components.push(engineComponent({ config, engine, logger }));
+    if (roles.includes('api') && engine) {
+      x402 = await setupX402(config, { ops: engine, store: adapters.eventStore, logger });
+      const keyed = keyedChannel({ config, adapters, logger, ops: engine });
+      components.push(keyed);
+      plugins.push(
+        verifyRoutes({ store: adapters.eventStore, baseUrl: config.PUBLIC_BASE_URL }),
+        ...keyed.plugins,
+        ...(x402 ? [x402.plugin] : []),
+      );
+    }
 
     for (const component of components) {
       await component.start();
       started.push(component);
       for (const [name, check] of Object.entries(component.checks?.() ?? {})) readiness.add(name, check);
     }
-    const plugins = roles.includes('api')
-      ? [verifyRoutes({ store: adapters.eventStore, baseUrl: config.PUBLIC_BASE_URL })]
-      : [];
     app = await buildApp({ config, logger, readiness, metrics, plugins });
     const url = await app.listen({ host: config.HOST, port: config.PORT });
+    x402?.start();
     logger.info(
       {
         url,
@@ -79,11 +92,13 @@ export async function startService(config: Config, roles: Role[], logger: Logger
         bus: config.BUS,
         cache: config.CACHE,
         feed: engine?.feed.kind,
+        payPerCall: x402 !== null,
       },
       'service started',
     );
     const httpApp = app;
     const signalEngine = engine;
+    const payments = x402;
     let stopping: Promise<void> | null = null;
     return {
       app: httpApp,
@@ -94,6 +109,7 @@ export async function startService(config: Config, roles: Role[], logger: Logger
       stop() {
         stopping ??= (async () => {
           await httpApp.close();
+          await payments?.stop();
           for (const component of [...started].reverse()) {
             await component
               .stop()
@@ -108,6 +124,7 @@ export async function startService(config: Config, roles: Role[], logger: Logger
     };
   } catch (err) {
     await app?.close().catch(() => undefined);
+    await x402?.stop().catch(() => undefined);
     for (const component of started.reverse()) await component.stop().catch(() => undefined);
     await engine?.close().catch(() => undefined);
     await adapters.close();

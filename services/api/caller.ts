@@ -1,0 +1,82 @@
+import { createHash } from 'node:crypto';
+import { isWellFormedKey } from '../keys/key-material.ts';
+import { type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
+import type { QuotaSubject } from '../quota/quota-meter.ts';
+import { type AuthBlock, presentedCredential, type ServiceMeta } from './service-meta.ts';
+
+/** Who is calling, as far as metering is concerned. */
+export interface Caller {
+  auth: AuthBlock;
+  subject: QuotaSubject;
+  /** The key applied, or null for an anonymous caller. */
+  keyId: string | null;
+}
+
+/**
+ * A presented key that must not be served: `unknown` (well-formed, never issued or revoked;
+ * not retryable) or `indeterminate` (cannot be checked right now; retryable).
+ */
+export class CallerRejectedError extends Error {
+  override readonly name = 'CallerRejectedError';
+  constructor(
+    readonly reason: 'unknown' | 'indeterminate',
+    readonly service: ServiceMeta,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/** Anonymous callers are counted by a hash of their address, never the address itself. */
+export function anonymousSubjectId(clientAddress: string): string {
+  return createHash('sha256').update(`anonymous:${clientAddress}`, 'utf8').digest('hex');
+}
+
+export async function identifyCaller(
+  keys: KeyResolver,
+  request: { headers: Record<string, string | string[] | undefined>; clientAddress: string },
+): Promise<Caller> {
+  const credential = presentedCredential(request.headers, isWellFormedKey);
+  if (credential.kind === 'none') {
+    return {
+      auth: {
+        outcome: credential.outcome,
+        presented: credential.presented,
+        tier: 'free',
+        ...(credential.detail ? { detail: credential.detail } : {}),
+      },
+      subject: { id: anonymousSubjectId(request.clientAddress), kind: 'anonymous', plan: 'free' },
+      keyId: null,
+    };
+  }
+  let lookup: Awaited<ReturnType<KeyResolver['resolve']>>;
+  try {
+    lookup = await keys.resolve(credential.token);
+  } catch (err) {
+    if (!(err instanceof KeyUnverifiableError)) throw err;
+    throw new CallerRejectedError(
+      'indeterminate',
+      {
+        auth: { outcome: 'INDETERMINATE', presented: true, tier: 'free', detail: 'retry shortly' },
+        quota: null,
+      },
+      `the API key could not be verified right now (${err.message}); retry shortly`,
+      { cause: err },
+    );
+  }
+  if (lookup.status !== 'active') {
+    const detail = lookup.status === 'revoked' ? 'this key was revoked' : 'no such key was issued';
+    throw new CallerRejectedError(
+      'unknown',
+      { auth: { outcome: 'UNKNOWN', presented: true, tier: 'free', detail }, quota: null },
+      `unknown API key: ${detail}`,
+    );
+  }
+  const { record } = lookup;
+  return {
+    auth: { outcome: 'OK', presented: true, tier: record.plan },
+    subject: { id: record.keyHash, kind: 'key', plan: record.plan },
+    keyId: record.keyId,
+  };
+}

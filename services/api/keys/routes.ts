@@ -1,0 +1,137 @@
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
+import { z } from 'zod';
+import { type Cache, CacheUnavailableError } from '../../../adapters/cache/port.ts';
+import { type EventStore, WrongExpectedRevisionError } from '../../../adapters/event-store/port.ts';
+import { issueKey, KeyRuleError } from '../../keys/key-commands.ts';
+import type { PlanTable } from '../../quota/plans.ts';
+import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from '../mcp/request-guard.ts';
+import { consumeNonce, issueNonce } from './nonces.ts';
+import { checkSignIn, REFUSAL_STATUS } from './siwe-check.ts';
+
+export interface KeyRoutesOptions {
+  store: EventStore;
+  cache: Cache;
+  plans: PlanTable;
+  guard: GuardConfig;
+  siweDomain: string;
+  nonceTtlMs: number;
+  /** Resolves once the key registry has folded the given log position (read-your-writes). */
+  registryCaughtUp: (position: number) => Promise<void>;
+  logger: Logger;
+  now?: () => number;
+}
+
+export const SignInBody = z.strictObject({
+  message: z.string().min(1).max(4_096),
+  signature: z.string().regex(/^0x[0-9a-fA-F]+$/, '0x-prefixed hex'),
+});
+
+export function walletStream(address: string): string {
+  return `wallet-${address.toLowerCase()}`;
+}
+
+const KEYS_METHODS = 'GET, POST';
+
+/**
+ * The free sign-in: GET /api/keys/nonce, then POST /api/keys with a signed EIP-4361 message.
+ * One free key per address, decided by the event store: the key's first event goes to stream
+ * `wallet-<address>` expecting no stream, so a second sign-in (here or on any replica) fails.
+ */
+export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
+  const now = options.now ?? Date.now;
+  const fail = (reply: FastifyReply, status: number, code: string, message: string) =>
+    reply.code(status).send({ code, message });
+
+  return async (app) => {
+    app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
+      if (!request.url.startsWith('/api/keys')) return;
+      if (!hostAllowed(options.guard, request.headers.host))
+        return fail(reply, 403, 'forbidden_host', 'Host not allowed');
+      const origin = request.headers.origin;
+      if (!originAllowed(options.guard, origin))
+        return fail(reply, 403, 'forbidden_origin', 'Origin not allowed');
+      for (const [name, value] of Object.entries(corsHeaders(origin, KEYS_METHODS)))
+        reply.header(name, value);
+    });
+    app.options('/api/keys', async (_request, reply) => reply.code(204).send());
+    app.options('/api/keys/nonce', async (_request, reply) => reply.code(204).send());
+
+    app.get('/api/keys/nonce', async (_request, reply) => {
+      try {
+        const { nonce, expiresAt } = await issueNonce(options.cache, options.nonceTtlMs);
+        reply.header('cache-control', 'no-store');
+        return {
+          nonce,
+          domain: options.siweDomain,
+          expires_at: new Date(expiresAt).toISOString(),
+          statement: 'Sign in to get a free API key.',
+        };
+      } catch (err) {
+        if (err instanceof CacheUnavailableError) {
+          return fail(reply, 503, 'service_unavailable', 'sign-in is unavailable right now; retry shortly');
+        }
+        throw err;
+      }
+    });
+
+    app.post('/api/keys', async (request, reply) => {
+      reply.header('cache-control', 'no-store');
+      const body = SignInBody.safeParse(request.body);
+      if (!body.success) {
+        const text = body.error.issues.map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`).join('; ');
+        return fail(reply, 400, 'invalid_request', text);
+      }
+      const check = await checkSignIn({
+        message: body.data.message,
+        signature: body.data.signature as `0x${string}`,
+        domain: options.siweDomain,
+        now: new Date(now()),
+      });
+      if (!check.ok) return fail(reply, REFUSAL_STATUS[check.code], check.code, check.message);
+
+      try {
+        if (!(await consumeNonce(options.cache, check.nonce, options.nonceTtlMs))) {
+          return fail(
+            reply,
+            401,
+            'siwe_nonce_invalid',
+            'unknown, expired or already used nonce; get a new one from GET /api/keys/nonce',
+          );
+        }
+        const issued = await issueKey(options.store, {
+          plan: 'free',
+          owner: check.address,
+          via: 'siwe',
+          stream: walletStream(check.address),
+        });
+        await options
+          .registryCaughtUp(issued.position)
+          .catch((err: unknown) =>
+            options.logger.warn({ err, keyId: issued.keyId }, 'key registry slow to fold a new key'),
+          );
+        const limits = options.plans.free;
+        return reply.code(201).send({
+          key: issued.key,
+          key_id: issued.keyId,
+          prefix: issued.prefix,
+          plan: issued.plan,
+          owner: issued.owner,
+          limits: { monthly: limits.monthly, daily: limits.daily },
+          note: 'Store this key now: it is shown only once. Send it as "Authorization: Bearer <key>".',
+        });
+      } catch (err) {
+        if (
+          err instanceof WrongExpectedRevisionError ||
+          (err instanceof KeyRuleError && err.code === 'key_exists')
+        ) {
+          return fail(reply, 409, 'key_already_issued', `address ${check.address} already has its free key`);
+        }
+        if (err instanceof CacheUnavailableError) {
+          return fail(reply, 503, 'service_unavailable', 'sign-in is unavailable right now; retry shortly');
+        }
+        throw err;
+      }
+    });
+  };
+}

@@ -1,0 +1,91 @@
+import { getAddress, verifyMessage } from 'viem';
+import { parseSiweMessage, validateSiweMessage } from 'viem/siwe';
+
+export type SignInRefusal =
+  | 'invalid_siwe_message'
+  | 'siwe_domain_mismatch'
+  | 'siwe_expired'
+  | 'siwe_not_yet_valid'
+  | 'siwe_signature_invalid';
+
+export const REFUSAL_STATUS: Record<SignInRefusal, number> = {
+  invalid_siwe_message: 400,
+  siwe_domain_mismatch: 401,
+  siwe_expired: 401,
+  siwe_not_yet_valid: 401,
+  siwe_signature_invalid: 401,
+};
+
+export type SignInCheck =
+  | { ok: true; address: `0x${string}`; nonce: string }
+  | { ok: false; code: SignInRefusal; message: string };
+
+/**
+ * Checks a Sign-In with Ethereum (EIP-4361) message and its signature, everything except the
+ * nonce's freshness (which needs the cache). Each refusal names its reason. The signature is
+ * recovered locally (an externally owned account); no chain is consulted.
+ */
+export async function checkSignIn(input: {
+  message: string;
+  signature: `0x${string}`;
+  domain: string;
+  now: Date;
+}): Promise<SignInCheck> {
+  const parsed = parseSiweMessage(input.message);
+  if (
+    !parsed.address ||
+    !parsed.domain ||
+    !parsed.nonce ||
+    !parsed.uri ||
+    !parsed.version ||
+    !parsed.chainId
+  ) {
+    return {
+      ok: false,
+      code: 'invalid_siwe_message',
+      message: 'not an EIP-4361 message (address, domain, uri, version, chain id and nonce are required)',
+    };
+  }
+  if (parsed.domain !== input.domain) {
+    return {
+      ok: false,
+      code: 'siwe_domain_mismatch',
+      message: `the message is for ${parsed.domain}, this service signs in ${input.domain}`,
+    };
+  }
+  if (parsed.expirationTime && !(input.now < parsed.expirationTime)) {
+    return { ok: false, code: 'siwe_expired', message: 'the message expired; sign a new one' };
+  }
+  if (parsed.notBefore && input.now < parsed.notBefore) {
+    return {
+      ok: false,
+      code: 'siwe_not_yet_valid',
+      message: 'the message is not valid yet (not-before is in the future)',
+    };
+  }
+  if (!validateSiweMessage({ message: parsed, domain: input.domain, time: input.now })) {
+    return {
+      ok: false,
+      code: 'invalid_siwe_message',
+      message: 'the message does not follow EIP-4361 (version 1, alphanumeric nonce of 8+)',
+    };
+  }
+  let valid = false;
+  try {
+    valid = await verifyMessage({
+      address: parsed.address,
+      message: input.message,
+      signature: input.signature,
+    });
+  } catch {
+    valid = false;
+  }
+  if (!valid) {
+    return {
+      ok: false,
+      code: 'siwe_signature_invalid',
+      message: 'the signature was not made by the address in the message',
+    };
+  }
+  return { ok: true, address: getAddress(parsed.address), nonce: parsed.nonce };
+}

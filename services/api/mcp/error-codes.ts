@@ -1,0 +1,6 @@
+/** JSON-RPC codes of the tool channel (contract §7.3). */
+export const MCP_INVALID_PARAMS = -32602;
+/** A well-formed key that was never issued or was revoked; retrying will not help. */
+export const MCP_UNKNOWN_KEY = -32003;
+/** The key (or the quota behind it) could not be checked right now; retry shortly. */
+export const MCP_UNVERIFIABLE = -32004;

@@ -1,0 +1,117 @@
+import { randomUUID } from 'node:crypto';
+import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
+import { createMcpServer } from './server.ts';
+import { SessionTable } from './sessions.ts';
+import type { ToolCallDeps } from './tool-call.ts';
+
+export interface McpPluginOptions extends ToolCallDeps {
+  guard: GuardConfig;
+  idleMs: number;
+  /** How often idle sessions are looked for (default: half the idle time, within 1 s–60 s). */
+  sweepIntervalMs?: number;
+  /** Receives the session table, for tests and metrics. */
+  onSessions?: (sessions: SessionTable) => void;
+}
+
+const MCP_METHODS = 'GET, POST, DELETE';
+
+function jsonRpcError(reply: FastifyReply, status: number, code: number, message: string): FastifyReply {
+  return reply
+    .code(status)
+    .type('application/json')
+    .send({ jsonrpc: '2.0', error: { code, message }, id: null });
+}
+
+/**
+ * POST/GET/DELETE /mcp: MCP over Streamable HTTP with sessions and JSON responses. The route
+ * owns the session table; the SDK transport of each session does the protocol work.
+ */
+export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
+  return async (app) => {
+    const sessions = new SessionTable({
+      idleMs: options.idleMs,
+      ...(options.sweepIntervalMs === undefined ? {} : { sweepIntervalMs: options.sweepIntervalMs }),
+      logger: options.logger,
+    });
+    options.onSessions?.(sessions);
+    app.addHook('onClose', async () => sessions.closeAll());
+
+    const guard = (request: FastifyRequest, reply: FastifyReply): boolean => {
+      if (!hostAllowed(options.guard, request.headers.host)) {
+        jsonRpcError(reply, 403, -32000, 'Forbidden: Host not allowed');
+        return false;
+      }
+      const origin = request.headers.origin;
+      if (!originAllowed(options.guard, origin)) {
+        jsonRpcError(reply, 403, -32000, 'Forbidden: Origin not allowed');
+        return false;
+      }
+      for (const [name, value] of Object.entries(corsHeaders(origin, MCP_METHODS))) reply.header(name, value);
+      return true;
+    };
+
+    app.options('/mcp', async (request, reply) => {
+      if (!guard(request, reply)) return reply;
+      return reply.code(204).send();
+    });
+
+    const handle = async (request: FastifyRequest, reply: FastifyReply) => {
+      if (!guard(request, reply)) return reply;
+      const method = request.method;
+      if (method !== 'GET' && method !== 'POST' && method !== 'DELETE') {
+        reply.header('allow', MCP_METHODS);
+        return jsonRpcError(reply, 405, -32000, 'Method not allowed.');
+      }
+      const header = request.headers['mcp-session-id'];
+      const sessionId = Array.isArray(header) ? header[0] : header;
+      let transport: StreamableHTTPServerTransport | undefined;
+      if (sessionId !== undefined) {
+        transport = sessions.touch(sessionId);
+        if (transport === undefined) return jsonRpcError(reply, 404, -32001, 'Session not found');
+      } else if (method === 'POST' && isInitializeRequest(request.body)) {
+        transport = await openSession();
+      } else {
+        return jsonRpcError(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
+      }
+      reply.hijack();
+      for (const [name, value] of Object.entries(reply.getHeaders())) {
+        if (value !== undefined) reply.raw.setHeader(name, value as string | string[] | number);
+      }
+      const raw = request.raw as typeof request.raw & { auth?: AuthInfo };
+      raw.auth = { token: '', clientId: 'mcp', scopes: [], extra: { clientAddress: request.ip } };
+      try {
+        await transport.handleRequest(raw, reply.raw, request.body);
+      } catch (err) {
+        request.log.error({ err }, 'mcp request failed');
+        if (!reply.raw.headersSent) {
+          reply.raw.writeHead(500, { 'content-type': 'application/json' });
+          reply.raw.end(
+            JSON.stringify({ jsonrpc: '2.0', error: { code: -32603, message: 'Internal error' }, id: null }),
+          );
+        }
+      }
+      return reply;
+    };
+
+    const openSession = async (): Promise<StreamableHTTPServerTransport> => {
+      const server = createMcpServer(options);
+      const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
+        sessionIdGenerator: () => randomUUID(),
+        enableJsonResponse: true,
+        onsessioninitialized: (id): void => sessions.add(id, server, transport),
+        onsessionclosed: (id): void => sessions.forget(id),
+      });
+      transport.onclose = () => {
+        if (transport.sessionId) sessions.forget(transport.sessionId);
+      };
+      await server.connect(transport);
+      return transport;
+    };
+
+    app.route({ method: ['GET', 'POST', 'DELETE', 'PUT', 'PATCH'], url: '/mcp', handler: handle });
+  };
+}

@@ -1,0 +1,63 @@
+/**
+ * DNS-rebinding guard and CORS decisions, pure. A page on an attacker's domain that resolves to
+ * this host still sends its own Host and Origin, so both are checked against allow-lists.
+ */
+
+export interface GuardConfig {
+  /** Host names (no port); `*` allows any. */
+  allowedHosts: string[];
+  /** Full origins (scheme://host[:port]); `*` allows any. */
+  allowedOrigins: string[];
+}
+
+export function parseList(raw: string): string[] {
+  return raw
+    .split(',')
+    .map((s) => s.trim().toLowerCase())
+    .filter((s) => s.length > 0);
+}
+
+export function guardConfig(config: { ALLOWED_HOSTS: string; ALLOWED_ORIGINS: string }): GuardConfig {
+  return { allowedHosts: parseList(config.ALLOWED_HOSTS), allowedOrigins: parseList(config.ALLOWED_ORIGINS) };
+}
+
+/** The host name of a Host header, without the port (IPv6 literals keep their brackets). */
+export function hostName(host: string): string {
+  const lower = host.trim().toLowerCase();
+  if (lower.startsWith('[')) {
+    const end = lower.indexOf(']');
+    return end === -1 ? lower : lower.slice(0, end + 1);
+  }
+  const colon = lower.indexOf(':');
+  return colon === -1 ? lower : lower.slice(0, colon);
+}
+
+export function hostAllowed(guard: GuardConfig, host: string | undefined): boolean {
+  if (guard.allowedHosts.includes('*')) return true;
+  if (host === undefined || host === '') return false;
+  return guard.allowedHosts.includes(hostName(host));
+}
+
+/** Requests without an Origin (non-browser clients) pass; a browser origin must be listed. */
+export function originAllowed(guard: GuardConfig, origin: string | undefined): boolean {
+  if (origin === undefined) return true;
+  if (guard.allowedOrigins.includes('*')) return true;
+  return guard.allowedOrigins.includes(origin.trim().toLowerCase());
+}
+
+export const CORS_ALLOW_HEADERS =
+  'Content-Type, Accept, Authorization, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID';
+export const CORS_EXPOSE_HEADERS = 'Mcp-Session-Id, Mcp-Protocol-Version, WWW-Authenticate';
+
+/** Headers that let a listed browser origin read the response (and the session id). */
+export function corsHeaders(origin: string | undefined, methods: string): Record<string, string> {
+  if (origin === undefined) return {};
+  return {
+    'access-control-allow-origin': origin,
+    vary: 'Origin',
+    'access-control-allow-methods': methods,
+    'access-control-allow-headers': CORS_ALLOW_HEADERS,
+    'access-control-expose-headers': CORS_EXPOSE_HEADERS,
+    'access-control-max-age': '600',
+  };
+}

@@ -1,0 +1,30 @@
+import { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
+import { callTool, type ToolCallDeps } from './tool-call.ts';
+
+export const SERVER_INFO = { name: 'signal-service', version: '1.0.0' };
+
+/**
+ * One MCP server per session. The low-level Server, not McpServer: McpServer turns every thrown
+ * error into `result.isError`, while -32003 and -32004 must leave as JSON-RPC `error` objects.
+ */
+export function createMcpServer(deps: ToolCallDeps): Server {
+  const server = new Server(SERVER_INFO, {
+    capabilities: { tools: { listChanged: false } },
+    instructions:
+      'Crypto trade verdicts, market regimes and funding-arbitrage scans. Send an API key as ' +
+      '"Authorization: Bearer sk_live_..." (anonymous callers get the free limits). Every result ' +
+      'carries _service.auth and _service.quota with the live remaining calls.',
+  });
+  server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: deps.registry.list() }));
+  server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+    const clientAddress = extra.authInfo?.extra?.clientAddress;
+    return callTool(deps, {
+      name: request.params.name,
+      args: request.params.arguments,
+      headers: extra.requestInfo?.headers ?? {},
+      clientAddress: typeof clientAddress === 'string' ? clientAddress : 'unknown',
+    });
+  });
+  return server;
+}

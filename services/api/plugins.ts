@@ -1,0 +1,112 @@
+import type { FastifyPluginAsync } from 'fastify';
+import type { Logger } from 'pino';
+import type { Config } from '../../contracts/config.ts';
+import { ProjectionRunner } from '../../projections/runner.ts';
+import type { Adapters } from '../adapters.ts';
+import type { Component } from '../component.ts';
+import type { SignalOperations } from '../engine/operations.ts';
+import { type KeyRegistry, keyRegistryProjection } from '../keys/key-registry.ts';
+import { KeyResolver } from '../keys/key-resolver.ts';
+import { planTable } from '../quota/plans.ts';
+import { QuotaMeter } from '../quota/quota-meter.ts';
+import { rebuildQuotaCache } from '../quota/quota-projection.ts';
+import { keyRoutes } from './keys/routes.ts';
+import { mcpPlugin } from './mcp/plugin.ts';
+import { guardConfig } from './mcp/request-guard.ts';
+import type { PaymentRequirementsFor } from './mcp/tool-call.ts';
+import { signalTools, type ToolDefinition, toolRegistry } from './mcp/tool-registry.ts';
+
+export interface KeyedChannelDeps {
+  config: Config;
+  adapters: Pick<Adapters, 'eventStore' | 'projectionStore' | 'cache'>;
+  logger: Logger;
+  ops: SignalOperations;
+  /** x402 requirements offered when a caller's quota is exhausted (from the x402 feature). */
+  paymentRequirements?: PaymentRequirementsFor;
+  /** Extra MCP tools (the knowledge tools) beside the four signal tools. */
+  extraTools?: ToolDefinition[];
+  now?: () => number;
+  /** How often idle MCP sessions are looked for (default derived from MCP_SESSION_IDLE_MS). */
+  mcpSweepIntervalMs?: number;
+}
+
+/**
+ * The keyed channel of the api role: the key registry it resolves keys from, the quota meter,
+ * and the HTTP plugins (free sign-in under /api/keys, MCP on /mcp). Start it before the app
+ * listens: the registry must have caught up before a key can be resolved.
+ */
+export function keyedChannel(deps: KeyedChannelDeps): Component & {
+  plugins: FastifyPluginAsync[];
+  keys: KeyResolver;
+  quota: QuotaMeter;
+  registry: ProjectionRunner<KeyRegistry>;
+} {
+  const { config, adapters, logger } = deps;
+  const plans = planTable(config);
+  const registry = new ProjectionRunner(
+    adapters.eventStore,
+    adapters.projectionStore,
+    keyRegistryProjection,
+    {
+      snapshotEvery: config.PROJECTION_SNAPSHOT_EVERY,
+      logger,
+    },
+  );
+  const keys = new KeyResolver({ runner: registry, store: adapters.eventStore });
+  const quota = new QuotaMeter({
+    cache: adapters.cache,
+    store: adapters.eventStore,
+    plans,
+    ...(deps.now ? { now: deps.now } : {}),
+  });
+  const guard = guardConfig(config);
+  const plugins: FastifyPluginAsync[] = [
+    keyRoutes({
+      store: adapters.eventStore,
+      cache: adapters.cache,
+      plans,
+      guard,
+      siweDomain: config.SIWE_DOMAIN,
+      nonceTtlMs: config.SIWE_NONCE_TTL_MS,
+      registryCaughtUp: (position) => registry.waitFor(position),
+      logger,
+      ...(deps.now ? { now: deps.now } : {}),
+    }),
+    mcpPlugin({
+      registry: toolRegistry([...signalTools(deps.ops), ...(deps.extraTools ?? [])]),
+      keys,
+      quota,
+      logger,
+      guard,
+      idleMs: config.MCP_SESSION_IDLE_MS,
+      ...(deps.mcpSweepIntervalMs === undefined ? {} : { sweepIntervalMs: deps.mcpSweepIntervalMs }),
+      ...(deps.paymentRequirements ? { paymentRequirements: deps.paymentRequirements } : {}),
+    }),
+  ];
+  return {
+    name: 'keyed-channel',
+    plugins,
+    keys,
+    quota,
+    registry,
+    async start() {
+      await registry.start();
+      // The in-process cache starts empty: its quota counters are a projection of the log.
+      if (adapters.cache.kind === 'memory') {
+        const rebuilt = await rebuildQuotaCache({ store: adapters.eventStore, cache: adapters.cache });
+        logger.info(rebuilt, 'quota counters rebuilt from the log');
+      }
+    },
+    async stop() {
+      await registry.stop();
+    },
+    checks() {
+      return {
+        'projection:key-registry': async () =>
+          registry.error
+            ? { ok: false, detail: registry.error.message, checkpoint: registry.checkpoint }
+            : { ok: registry.running, checkpoint: registry.checkpoint },
+      };
+    },
+  };
+}

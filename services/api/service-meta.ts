@@ -1,0 +1,81 @@
+import { z } from 'zod';
+import { Plan } from '../../contracts/events.ts';
+import { QuotaSnapshot } from '../quota/snapshot.ts';
+
+/**
+ * The `_service` block every response carries, whatever the channel and whether it succeeded.
+ * Field names follow the public peer so its clients read ours unchanged.
+ */
+
+/**
+ * ABSENT: no `Authorization` header; MALFORMED: one that is not `Bearer <key-shaped token>`;
+ * UNKNOWN: a well-formed key we did not issue, or one revoked; INDETERMINATE: the key could not
+ * be checked right now; OK: the key applied.
+ */
+export const AuthOutcome = z.enum(['ABSENT', 'MALFORMED', 'UNKNOWN', 'INDETERMINATE', 'OK']);
+export type AuthOutcome = z.infer<typeof AuthOutcome>;
+
+export const AuthBlock = z.object({
+  outcome: AuthOutcome,
+  /** Whether the request carried anything that looks like a credential. */
+  presented: z.boolean(),
+  /** The tier applied; `free` with a paid key presented means the key was not applied. */
+  tier: Plan,
+  /** What to change when a presented credential was not applied. */
+  detail: z.string().optional(),
+});
+export type AuthBlock = z.infer<typeof AuthBlock>;
+
+export const ServiceMeta = z.object({
+  auth: AuthBlock,
+  /** Live figures after this call's debit; null when they could not be read. */
+  quota: QuotaSnapshot.nullable(),
+});
+export type ServiceMeta = z.infer<typeof ServiceMeta>;
+
+/** Header names callers sometimes use for keys; we never apply them, but we say so. */
+const OTHER_KEY_HEADERS = ['x-api-key', 'api-key', 'apikey', 'x-auth-token', 'x-access-token'];
+
+export type PresentedCredential =
+  | { kind: 'none'; outcome: 'ABSENT' | 'MALFORMED'; presented: boolean; detail?: string }
+  | { kind: 'bearer'; token: string };
+
+const BEARER = /^Bearer +(\S+) *$/i;
+const HINT = 'a key applies only as the header "Authorization: Bearer <key>"';
+
+/**
+ * Reads the credential from the headers. `Authorization: Bearer <token>` is the only way a key
+ * applies; anything else leaves the request anonymous with an outcome that names why.
+ */
+export function presentedCredential(
+  headers: Record<string, string | string[] | undefined>,
+  isWellFormed: (token: string) => boolean,
+): PresentedCredential {
+  const raw = headers.authorization;
+  const value = Array.isArray(raw) ? raw[0] : raw;
+  if (value === undefined || value.trim() === '') {
+    const other = OTHER_KEY_HEADERS.find((name) => headers[name] !== undefined);
+    return other === undefined
+      ? { kind: 'none', outcome: 'ABSENT', presented: false }
+      : { kind: 'none', outcome: 'ABSENT', presented: true, detail: `header ${other} was ignored: ${HINT}` };
+  }
+  const match = BEARER.exec(value);
+  if (match === null) {
+    return {
+      kind: 'none',
+      outcome: 'MALFORMED',
+      presented: true,
+      detail: `Authorization is not a Bearer token: ${HINT}`,
+    };
+  }
+  const token = match[1]!;
+  if (!isWellFormed(token)) {
+    return {
+      kind: 'none',
+      outcome: 'MALFORMED',
+      presented: true,
+      detail: 'the Bearer token is not shaped like a live key (sk_live_…)',
+    };
+  }
+  return { kind: 'bearer', token };
+}

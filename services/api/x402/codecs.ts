@@ -1,0 +1,177 @@
+import type { PaymentPayload, PaymentRequired, PaymentRequirements, SettleResponse } from '@x402/core/types';
+import { z } from 'zod';
+import { v1NetworkName } from '../../payments/rails.ts';
+
+/**
+ * Wire codecs of both x402 versions: v2 headers (`PAYMENT-SIGNATURE`, `PAYMENT-REQUIRED`,
+ * `PAYMENT-RESPONSE`) and v1 (`X-PAYMENT`, the 402 JSON body, `X-PAYMENT-RESPONSE`). Both
+ * carry base64 JSON; decoding is strict so a malformed header is refused with a reason.
+ */
+
+/** Payment headers are a few hundred bytes; anything near this is not a payment. */
+export const MAX_PAYMENT_HEADER_CHARS = 4096;
+
+const Hex = z.string().regex(/^0x[0-9a-fA-F]*$/, 'hex');
+const Uint = z.string().regex(/^\d+$/, 'a non-negative integer string');
+const Eip3009Payload = z.object({
+  signature: Hex,
+  authorization: z.object({
+    from: z.string().regex(/^0x[0-9a-fA-F]{40}$/, 'an address'),
+    to: z.string().regex(/^0x[0-9a-fA-F]{40}$/, 'an address'),
+    value: Uint,
+    validAfter: Uint,
+    validBefore: Uint,
+    nonce: z.string().regex(/^0x[0-9a-fA-F]{64}$/, 'a bytes32 hex nonce'),
+  }),
+});
+export type Eip3009Payload = z.infer<typeof Eip3009Payload>;
+
+const V2Header = z.object({
+  x402Version: z.literal(2),
+  accepted: z.object({
+    scheme: z.string(),
+    network: z.string().regex(/^[^:]+:.+$/, 'a CAIP-2 network'),
+    asset: z.string(),
+    amount: z.string(),
+    payTo: z.string(),
+    maxTimeoutSeconds: z.number(),
+    extra: z.record(z.string(), z.unknown()).default({}),
+  }),
+  payload: Eip3009Payload,
+  resource: z.object({ url: z.string() }).loose().optional(),
+  extensions: z.record(z.string(), z.unknown()).optional(),
+});
+
+const V1Header = z.object({
+  x402Version: z.literal(1),
+  scheme: z.string(),
+  network: z.string(),
+  payload: Eip3009Payload,
+});
+
+export type DecodedPayment =
+  | { version: 2; payload: PaymentPayload; eip3009: Eip3009Payload }
+  | { version: 1; scheme: string; network: string; eip3009: Eip3009Payload };
+
+export type DecodeResult =
+  | { ok: true; payment: DecodedPayment }
+  | { ok: false; reason: string; message: string };
+
+const BASE64 = /^[A-Za-z0-9+/]+={0,2}$/;
+
+function decodeBase64Json(value: string): { ok: true; json: unknown } | { ok: false; message: string } {
+  const trimmed = value.trim();
+  if (trimmed.length === 0 || trimmed.length % 4 !== 0 || !BASE64.test(trimmed)) {
+    return { ok: false, message: 'the payment header is not base64' };
+  }
+  try {
+    return { ok: true, json: JSON.parse(Buffer.from(trimmed, 'base64').toString('utf8')) };
+  } catch {
+    return { ok: false, message: 'the payment header is base64 but not JSON' };
+  }
+}
+
+function issuesText(error: z.ZodError): string {
+  return error.issues.map((i) => `${i.path.join('.') || '(header)'}: ${i.message}`).join('; ');
+}
+
+/** Reads the payment a request carries: v2 `PAYMENT-SIGNATURE` first, else v1 `X-PAYMENT`. */
+export function decodePaymentHeader(headers: {
+  paymentSignature: string | undefined;
+  xPayment: string | undefined;
+}): DecodeResult | null {
+  const version = headers.paymentSignature !== undefined ? 2 : headers.xPayment !== undefined ? 1 : null;
+  if (version === null) return null;
+  const raw = (version === 2 ? headers.paymentSignature : headers.xPayment) as string;
+  const name = version === 2 ? 'PAYMENT-SIGNATURE' : 'X-PAYMENT';
+  if (raw.length > MAX_PAYMENT_HEADER_CHARS) {
+    return {
+      ok: false,
+      reason: 'invalid_payment_header',
+      message: `${name} is ${raw.length} characters; at most ${MAX_PAYMENT_HEADER_CHARS} are accepted`,
+    };
+  }
+  const decoded = decodeBase64Json(raw);
+  if (!decoded.ok)
+    return { ok: false, reason: 'invalid_payment_header', message: `${name}: ${decoded.message}` };
+  if (version === 2) {
+    const parsed = V2Header.safeParse(decoded.json);
+    if (!parsed.success) {
+      return { ok: false, reason: 'invalid_payment_header', message: `${name}: ${issuesText(parsed.error)}` };
+    }
+    const payload = parsed.data as unknown as PaymentPayload;
+    return { ok: true, payment: { version: 2, payload, eip3009: parsed.data.payload } };
+  }
+  const parsed = V1Header.safeParse(decoded.json);
+  if (!parsed.success) {
+    return { ok: false, reason: 'invalid_payment_header', message: `${name}: ${issuesText(parsed.error)}` };
+  }
+  return {
+    ok: true,
+    payment: {
+      version: 1,
+      scheme: parsed.data.scheme,
+      network: parsed.data.network,
+      eip3009: parsed.data.payload,
+    },
+  };
+}
+
+function toBase64Json(value: unknown): string {
+  return Buffer.from(JSON.stringify(value), 'utf8').toString('base64');
+}
+
+export function encodePaymentRequired(required: PaymentRequired): string {
+  return toBase64Json(required);
+}
+
+/** The settlement receipt header of the client's version. */
+export function paymentResponseHeader(version: 1 | 2, settle: SettleResponse): [string, string] {
+  const body = {
+    success: settle.success,
+    transaction: settle.transaction,
+    network: version === 1 ? (v1NetworkName(settle.network) ?? settle.network) : settle.network,
+    payer: settle.payer,
+    ...(settle.errorReason ? { errorReason: settle.errorReason } : {}),
+  };
+  return [version === 2 ? 'PAYMENT-RESPONSE' : 'X-PAYMENT-RESPONSE', toBase64Json(body)];
+}
+
+export interface V1Requirement {
+  scheme: string;
+  network: string;
+  maxAmountRequired: string;
+  resource: string;
+  description: string;
+  mimeType: string;
+  payTo: string;
+  maxTimeoutSeconds: number;
+  asset: string;
+  extra: Record<string, unknown>;
+}
+
+/** The v1 402 body: the same quote, in v1 field names; rails without a v1 network name are v2-only. */
+export function v1Accepts(
+  requirements: PaymentRequirements[],
+  resource: string,
+  description: string,
+): V1Requirement[] {
+  return requirements.flatMap((r) => {
+    const network = v1NetworkName(r.network);
+    if (!network) return [];
+    return [
+      {
+        scheme: r.scheme,
+        network,
+        maxAmountRequired: r.amount,
+        resource,
+        description,
+        mimeType: 'application/json',
+        payTo: r.payTo,
+        maxTimeoutSeconds: r.maxTimeoutSeconds,
+        asset: r.asset,
+        extra: r.extra,
+      },
+    ];
+  });
+}

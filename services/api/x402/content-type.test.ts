@@ -1,0 +1,21 @@
+import { describe, expect, it } from 'vitest';
+import { contentTypeProblem } from './content-type.ts';
+
+describe('contentTypeProblem', () => {
+  it.each([
+    [['Content-Type', 'application/json'], true],
+    [['content-type', 'application/json; charset=utf-8'], true],
+    [['Host', 'x'], false],
+  ])('accepts %j (body: %s)', (raw, hasBody) => {
+    expect(contentTypeProblem(raw, hasBody)).toBeNull();
+  });
+
+  it.each([
+    [['Content-Type', 'application/json', 'content-type', 'application/json'], true, /more than once/],
+    [['Content-Type', 'application/json, application/json'], true, /joins several media types/],
+    [['Content-Type', 'text/plain'], true, /"text\/plain" is not accepted/],
+    [['Host', 'x'], true, /without Content-Type/],
+  ])('refuses %j', (raw, hasBody, message) => {
+    expect(contentTypeProblem(raw, hasBody)).toMatch(message);
+  });
+});

@@ -1,0 +1,24 @@
+/**
+ * The /x402/* routes take JSON only, and say so exactly once. A Content-Type sent twice, two
+ * media types merged into one header ("application/json, application/json"), a non-JSON media
+ * type, or a body without any Content-Type is `invalid_content_type`: such a request may be
+ * read differently by proxies and by us, so it is refused rather than guessed at.
+ */
+export function contentTypeProblem(rawHeaders: string[], hasBody: boolean): string | null {
+  const values: string[] = [];
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    if (rawHeaders[i]!.toLowerCase() === 'content-type') values.push(rawHeaders[i + 1] ?? '');
+  }
+  if (values.length > 1) return 'Content-Type was sent more than once; send it exactly once';
+  const value = values[0];
+  if (value === undefined) {
+    return hasBody ? 'a body was sent without Content-Type; send Content-Type: application/json' : null;
+  }
+  if (value.includes(','))
+    return `Content-Type "${value}" joins several media types; send exactly application/json`;
+  const mediaType = value.split(';')[0]!.trim().toLowerCase();
+  if (mediaType !== 'application/json') {
+    return `Content-Type "${mediaType}" is not accepted; send the body as JSON with Content-Type: application/json`;
+  }
+  return null;
+}

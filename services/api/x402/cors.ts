@@ -1,0 +1,16 @@
+/**
+ * Browsers hide response headers from scripts unless they are exposed, and the payment headers
+ * are the whole protocol: a browser client must read PAYMENT-REQUIRED and PAYMENT-RESPONSE and
+ * send PAYMENT-SIGNATURE / X-PAYMENT.
+ */
+export const CORS_RESPONSE_HEADERS: Record<string, string> = {
+  'access-control-allow-origin': '*',
+  'access-control-expose-headers': 'PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-PAYMENT-RESPONSE',
+};
+
+export const CORS_PREFLIGHT_HEADERS: Record<string, string> = {
+  ...CORS_RESPONSE_HEADERS,
+  'access-control-allow-methods': 'POST, OPTIONS',
+  'access-control-allow-headers': 'Content-Type, PAYMENT-SIGNATURE, X-PAYMENT, Authorization',
+  'access-control-max-age': '600',
+};

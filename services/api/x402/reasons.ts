@@ -1,0 +1,87 @@
+import type { PaymentRequirements } from '@x402/core/types';
+import { v1NetworkName } from '../../payments/rails.ts';
+import type { DecodedPayment } from './codecs.ts';
+
+/** Facilitator reason codes in words a caller can act on. */
+const REASONS: Record<string, string> = {
+  invalid_exact_evm_signature:
+    'the signature does not match the authorisation (wrong key, asset domain or tampered field)',
+  invalid_exact_evm_recipient_mismatch: 'the authorisation pays a different recipient than the quote',
+  invalid_exact_evm_payload_authorization_valid_before:
+    'the authorisation has expired (validBefore is past or too close)',
+  invalid_exact_evm_payload_authorization_valid_after:
+    'the authorisation is not valid yet (validAfter is in the future)',
+  invalid_exact_evm_payload_authorization_value_mismatch:
+    'the authorised amount differs from the price of this request',
+  invalid_exact_evm_authorization_value: 'the authorised amount differs from the price of this request',
+  invalid_exact_evm_network_mismatch: 'the payment is for a different network than the quote',
+  invalid_exact_evm_nonce_already_used: 'this authorisation was already used on chain; sign a new one',
+  invalid_exact_evm_insufficient_balance: 'the payer does not hold enough of the asset',
+  invalid_exact_evm_transaction_simulation_failed: 'the transfer would fail on chain',
+  invalid_exact_evm_transaction_failed: 'the settlement transaction failed on chain',
+  asset_not_deployed_contract: 'the asset is not a contract on this network',
+};
+
+export function describeReason(reason: string, detail?: string): string {
+  const words = REASONS[reason] ?? reason.replaceAll('_', ' ');
+  return detail && !REASONS[reason] ? `${words}: ${detail.slice(0, 200)}` : words;
+}
+
+/** Why a payment matched none of this request's quoted terms, naming the first field that differs. */
+export function describeMismatch(
+  payment: DecodedPayment,
+  requirements: PaymentRequirements[],
+): { reason: string; message: string } {
+  const offered = requirements.map((r) => r.network).join(', ');
+  if (payment.version === 1) {
+    if (payment.scheme !== 'exact') {
+      return {
+        reason: 'unsupported_scheme',
+        message: `scheme "${payment.scheme}" is not accepted; use "exact"`,
+      };
+    }
+    const names = requirements.map((r) => v1NetworkName(r.network)).filter(Boolean);
+    return {
+      reason: 'network_mismatch',
+      message: `network "${payment.network}" is not accepted here (accepted: ${names.join(', ') || 'none in v1'})`,
+    };
+  }
+  const accepted = payment.payload.accepted;
+  if (accepted.scheme !== 'exact') {
+    return {
+      reason: 'unsupported_scheme',
+      message: `scheme "${accepted.scheme}" is not accepted; use "exact"`,
+    };
+  }
+  const sameNetwork = requirements.filter((r) => r.network === accepted.network);
+  if (sameNetwork.length === 0) {
+    return {
+      reason: 'network_mismatch',
+      message: `network ${accepted.network} is not accepted here (accepted: ${offered})`,
+    };
+  }
+  const sameAsset = sameNetwork.filter((r) => r.asset.toLowerCase() === accepted.asset.toLowerCase());
+  if (sameAsset.length === 0) {
+    return {
+      reason: 'asset_mismatch',
+      message: `asset ${accepted.asset} is not accepted on ${accepted.network}`,
+    };
+  }
+  const quoted = sameAsset[0]!;
+  if (quoted.payTo.toLowerCase() !== accepted.payTo.toLowerCase()) {
+    return {
+      reason: 'recipient_mismatch',
+      message: `payTo ${accepted.payTo} is not the quoted recipient ${quoted.payTo}`,
+    };
+  }
+  if (quoted.amount !== accepted.amount) {
+    return {
+      reason: 'amount_mismatch',
+      message: `amount ${accepted.amount} does not match the price ${quoted.amount} of this request`,
+    };
+  }
+  return {
+    reason: 'terms_mismatch',
+    message: 'the accepted payment terms differ from the quote of this request',
+  };
+}

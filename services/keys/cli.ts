@@ -1,0 +1,24 @@
+import { pino } from 'pino';
+import { loadConfig } from '../../contracts/config.ts';
+import { openAdapters } from '../adapters.ts';
+import { runOperatorCommand, USAGE, UsageError } from './operator-commands.ts';
+
+/** Operator command line for keys (`npm run keys -- …`); uses the configured event store and cache. */
+const argv = process.argv.slice(2);
+if (argv.length === 0 || argv[0] === '--help' || argv[0] === 'help') {
+  console.log(USAGE);
+  process.exit(argv.length === 0 ? 2 : 0);
+}
+const config = loadConfig();
+const logger = pino({ level: 'warn' }, pino.destination(2));
+const adapters = await openAdapters(config, logger);
+let code = 0;
+try {
+  console.log(await runOperatorCommand(argv, { store: adapters.eventStore, cache: adapters.cache }));
+} catch (err) {
+  code = err instanceof UsageError ? 2 : 1;
+  console.error(err instanceof UsageError ? `${err.message}\n\n${USAGE}` : err);
+} finally {
+  await adapters.close();
+}
+process.exit(code);

@@ -1,0 +1,113 @@
+import type { Cache } from '../../adapters/cache/port.ts';
+import type { EventStore } from '../../adapters/event-store/port.ts';
+import { Plan } from '../../contracts/events.ts';
+import { rebuildQuotaCache } from '../quota/quota-projection.ts';
+import { changeKeyPlan, issueKey, KeyRuleError, revokeKey } from './key-commands.ts';
+import { findById, type KeyRecord } from './key-registry.ts';
+import { foldKeyRegistry } from './registry-fold.ts';
+
+export class UsageError extends Error {
+  override readonly name = 'UsageError';
+}
+
+export const USAGE = `usage: npm run keys -- <command>
+  create --plan <free|starter|pro> --owner <who>   issue a key (printed once)
+  list [--all]                                     keys with id, prefix, plan, owner (--all: with revoked)
+  plan <keyId> <free|starter|pro>                  move a key to another plan
+  revoke <keyId> [--reason <text>]                 revoke a key for good
+  rebuild-quota                                    set the cache's quota counters from the event log`;
+
+function flags(args: string[]): { positional: string[]; named: Record<string, string | true> } {
+  const positional: string[] = [];
+  const named: Record<string, string | true> = {};
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!;
+    if (arg.startsWith('--')) {
+      const [name, inline] = arg.slice(2).split('=', 2) as [string, string | undefined];
+      const next = args[i + 1];
+      if (inline !== undefined) named[name] = inline;
+      else if (next !== undefined && !next.startsWith('--')) {
+        named[name] = next;
+        i++;
+      } else named[name] = true;
+    } else positional.push(arg);
+  }
+  return { positional, named };
+}
+
+function plan(value: string | true | undefined): Plan {
+  const parsed = Plan.safeParse(value);
+  if (!parsed.success)
+    throw new UsageError(`plan must be one of ${Plan.options.join(', ')} (got ${String(value)})`);
+  return parsed.data;
+}
+
+async function existing(store: EventStore, keyId: string | undefined): Promise<KeyRecord> {
+  if (!keyId) throw new UsageError('a key id is required (see `list`)');
+  const record = findById(await foldKeyRegistry(store), keyId);
+  if (!record) throw new UsageError(`no key ${keyId}`);
+  return record;
+}
+
+function row(r: KeyRecord): string {
+  const state = r.revoked ? `revoked ${r.revokedAt}` : 'active';
+  return [r.keyId, `${r.prefix}…`, r.plan.padEnd(7), state.padEnd(8), r.via.padEnd(8), r.owner].join('  ');
+}
+
+/** Runs one operator command and returns what to print. Pure of process and console. */
+export async function runOperatorCommand(
+  argv: string[],
+  deps: { store: EventStore; cache: Cache },
+): Promise<string> {
+  const [command, ...rest] = argv;
+  const { positional, named } = flags(rest);
+  try {
+    switch (command) {
+      case 'create': {
+        const owner = named.owner;
+        if (typeof owner !== 'string' || owner.trim() === '')
+          throw new UsageError('--owner <who> is required');
+        const issued = await issueKey(deps.store, {
+          plan: plan(named.plan),
+          owner: owner.trim(),
+          via: 'operator',
+        });
+        return [
+          `key:    ${issued.key}`,
+          `id:     ${issued.keyId}`,
+          `plan:   ${issued.plan}`,
+          `owner:  ${issued.owner}`,
+          'Shown once: only its hash is stored. Send it as "Authorization: Bearer <key>".',
+        ].join('\n');
+      }
+      case 'list': {
+        const registry = await foldKeyRegistry(deps.store);
+        const records = Object.values(registry.byHash)
+          .filter((r) => named.all === true || !r.revoked)
+          .sort((a, b) => a.issuedAt.localeCompare(b.issuedAt));
+        return records.length === 0 ? 'no keys' : records.map(row).join('\n');
+      }
+      case 'plan': {
+        const record = await existing(deps.store, positional[0]);
+        const to = plan(positional[1]);
+        await changeKeyPlan(deps.store, record.stream, record.keyId, to);
+        return `${record.keyId}: ${record.plan} -> ${to}`;
+      }
+      case 'revoke': {
+        const record = await existing(deps.store, positional[0]);
+        const reason = typeof named.reason === 'string' ? named.reason : 'revoked by operator';
+        await revokeKey(deps.store, record.stream, record.keyId, reason);
+        return `${record.keyId}: revoked (${reason})`;
+      }
+      case 'rebuild-quota': {
+        const { windows, events } = await rebuildQuotaCache({ store: deps.store, cache: deps.cache });
+        return `quota: ${windows} open windows set from ${events} events`;
+      }
+      default:
+        throw new UsageError(command ? `unknown command ${command}` : 'a command is required');
+    }
+  } catch (err) {
+    if (err instanceof KeyRuleError) throw new UsageError(err.message);
+    throw err;
+  }
+}

@@ -1,0 +1,116 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connectRedisCache, type RedisCache } from '../../adapters/cache/redis.ts';
+import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from '../../test/redis-probe.ts';
+import type { PlanTable } from './plans.ts';
+import { QuotaMeter, type QuotaSubject } from './quota-meter.ts';
+import { rebuildQuotaCache } from './quota-projection.ts';
+import { quotaPeriod, quotaWindows } from './windows.ts';
+
+const run = await shouldRunRedisSuite('quota suite against Redis');
+const PREFIX = `test:quota:${randomUUID()}:`;
+const PLANS: PlanTable = {
+  free: { monthly: 200, daily: 100 },
+  starter: { monthly: 10_000, daily: null },
+  pro: { monthly: 100_000, daily: null },
+};
+// 2031-03-31 23:00 UTC (in the future, so Redis keeps the counters): the next hour crosses a day and a month.
+const T0 = Date.UTC(2031, 2, 31, 23, 0, 0);
+
+describe.runIf(run)('quota on the real Redis', () => {
+  let cache: RedisCache;
+  beforeAll(async () => {
+    cache = await connectRedisCache({ url: REDIS_URL, prefix: PREFIX });
+  });
+  afterAll(async () => {
+    await cache?.close();
+    await wipePrefix(PREFIX);
+  });
+
+  it('200 concurrent calls against a key with 5 calls left serve exactly 5', async () => {
+    const store = new MemoryEventStore();
+    const meter = new QuotaMeter({
+      cache,
+      store,
+      plans: { ...PLANS, starter: { monthly: 10, daily: null } },
+      now: () => T0,
+    });
+    const subject: QuotaSubject = { id: `k-${randomUUID()}`, kind: 'key', plan: 'starter' };
+    for (let i = 0; i < 5; i++)
+      expect((await meter.debit(subject, 'get_trade_call', `warm-${i}`)).ok).toBe(true);
+
+    const outcomes = await Promise.all(
+      Array.from({ length: 200 }, (_, i) => meter.debit(subject, 'get_trade_call', `race-${i}`)),
+    );
+    expect(outcomes.filter((o) => o.ok)).toHaveLength(5);
+    expect(outcomes.filter((o) => !o.ok).every((o) => o.refusedBy === 'monthly')).toBe(true);
+    const peek = await meter.peek(subject);
+    expect(peek).toMatchObject({ used: 10, total: 10, remaining: 0 });
+    // Every served call, and only those, is on the log.
+    const debited = (await store.readAll()).filter((e) => e.type === 'QuotaDebited');
+    expect(debited).toHaveLength(10);
+  });
+
+  it('the free plan stops at 100 a day, and the day and month roll over at UTC midnight', async () => {
+    let now = T0;
+    const store = new MemoryEventStore();
+    const meter = new QuotaMeter({ cache, store, plans: PLANS, now: () => now });
+    const subject: QuotaSubject = { id: `a-${randomUUID()}`, kind: 'anonymous', plan: 'free' };
+    const served = await Promise.all(
+      Array.from({ length: 120 }, (_, i) => meter.debit(subject, 't', `r${i}`)),
+    );
+    expect(served.filter((o) => o.ok)).toHaveLength(100);
+    const refused = served.find((o) => !o.ok)!;
+    expect(refused.refusedBy).toBe('daily');
+    expect(refused.snapshot).toEqual({
+      used: 100,
+      total: 200,
+      remaining: 0,
+      resets_at: '2031-04-01T00:00:00.000Z',
+      daily: { used: 100, total: 100, remaining: 0, resets_at: '2031-04-01T00:00:00.000Z' },
+    });
+
+    now = T0 + 60 * 60_000; // 2031-04-01 00:00 UTC: a new day and a new month
+    const next = await meter.debit(subject, 't', 'after-midnight');
+    expect(next.ok).toBe(true);
+    expect(next.snapshot).toMatchObject({
+      used: 1,
+      remaining: 99,
+      resets_at: '2031-05-01T00:00:00.000Z',
+      daily: { used: 1, remaining: 99, resets_at: '2031-04-02T00:00:00.000Z' },
+    });
+
+    // A day later in the same month: the day starts afresh, the month keeps counting.
+    now = T0 + 25 * 60 * 60_000;
+    const later = await meter.debit(subject, 't', 'next-day');
+    expect(later.snapshot).toMatchObject({ used: 2, remaining: 99, daily: { used: 1, remaining: 99 } });
+  });
+
+  it('wipe Redis, rebuild from the event log: the same balances', async () => {
+    const store = new MemoryEventStore();
+    let now = T0 - 3 * 60 * 60_000;
+    const meter = new QuotaMeter({ cache, store, plans: PLANS, now: () => now });
+    const subjects: QuotaSubject[] = [
+      { id: `r1-${randomUUID()}`, kind: 'key', plan: 'pro' },
+      { id: `r2-${randomUUID()}`, kind: 'key', plan: 'starter' },
+      { id: `r3-${randomUUID()}`, kind: 'anonymous', plan: 'free' },
+    ];
+    for (let i = 0; i < 30; i++) await meter.debit(subjects[i % 3]!, 'get_trade_call', `a${i}`);
+    now = T0 + 90 * 60_000; // next day and month; the previous windows are within their grace hour
+    for (let i = 0; i < 12; i++) await meter.debit(subjects[i % 2]!, 'scan_funding_arb', `b${i}`);
+
+    const keysOf = (s: QuotaSubject, at: number) =>
+      quotaWindows(s.id, PLANS[s.plan], quotaPeriod(at)).map((w) => w.key);
+    const allKeys = subjects.flatMap((s) => [...keysOf(s, T0 - 3 * 60 * 60_000), ...keysOf(s, now)]);
+    const before = await cache.readWindows(allKeys);
+    expect(before.reduce((a, b) => a + b, 0)).toBe(2 * 42);
+
+    expect(await wipePrefix(PREFIX)).toBeGreaterThan(0);
+    expect(await cache.readWindows(allKeys)).toEqual(allKeys.map(() => 0));
+
+    const rebuilt = await rebuildQuotaCache({ store, cache, now, pageSize: 7 });
+    expect(rebuilt.events).toBe(42);
+    expect(await cache.readWindows(allKeys)).toEqual(before);
+  });
+});

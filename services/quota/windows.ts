@@ -1,0 +1,73 @@
+import type { QuotaWindow } from '../../adapters/cache/port.ts';
+import type { PlanLimits } from './plans.ts';
+
+/**
+ * Quota windows are the UTC calendar day and month. Pure: callers pass the clock reading, so
+ * roll-over is tested by moving an injected clock.
+ */
+
+export interface QuotaPeriod {
+  day: string;
+  month: string;
+  /** Unix ms at which the day / month window starts afresh. */
+  dayResetsAt: number;
+  monthResetsAt: number;
+}
+
+/** Counters outlive their window by this much, so a clock slightly behind still finds them. */
+const EXPIRY_GRACE_MS = 60 * 60_000;
+
+export function quotaPeriod(now: number): QuotaPeriod {
+  const date = new Date(now);
+  const y = date.getUTCFullYear();
+  const m = date.getUTCMonth();
+  const d = date.getUTCDate();
+  return {
+    day: `${y}-${pad(m + 1)}-${pad(d)}`,
+    month: `${y}-${pad(m + 1)}`,
+    dayResetsAt: Date.UTC(y, m, d + 1),
+    monthResetsAt: Date.UTC(y, m + 1, 1),
+  };
+}
+
+/** End of the window a day (YYYY-MM-DD) or month (YYYY-MM) label names, from the label alone. */
+export function resetsAtOf(label: string): number {
+  const [y, m, d] = label.split('-').map(Number) as [number, number, number | undefined];
+  return d === undefined ? Date.UTC(y, m, 1) : Date.UTC(y, m - 1, d + 1);
+}
+
+export function monthKey(subject: string, month: string): string {
+  return `quota:${subject}:m:${month}`;
+}
+
+export function dayKey(subject: string, day: string): string {
+  return `quota:${subject}:d:${day}`;
+}
+
+export function counterExpiry(resetsAt: number): number {
+  return resetsAt + EXPIRY_GRACE_MS;
+}
+
+/**
+ * The month window first, then the day window. The day is counted on every plan (with no limit
+ * where the plan has none), so the counters do not depend on the plan and a rebuild from the log
+ * needs no plan history.
+ */
+export function quotaWindows(subject: string, limits: PlanLimits, period: QuotaPeriod): QuotaWindow[] {
+  return [
+    {
+      key: monthKey(subject, period.month),
+      limit: limits.monthly,
+      expiresAt: counterExpiry(period.monthResetsAt),
+    },
+    {
+      key: dayKey(subject, period.day),
+      limit: limits.daily ?? Number.MAX_SAFE_INTEGER,
+      expiresAt: counterExpiry(period.dayResetsAt),
+    },
+  ];
+}
+
+function pad(n: number): string {
+  return String(n).padStart(2, '0');
+}

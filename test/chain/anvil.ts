@@ -1,0 +1,84 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { createServer } from 'node:net';
+import { dirname, join } from 'node:path';
+
+/**
+ * A local anvil node, spawned from the binary the @foundry-rs/anvil package ships (not through
+ * its npm wrapper, so that killing the child really stops the node).
+ */
+export interface Anvil {
+  rpcUrl: string;
+  port: number;
+  chainId: number;
+  stop(): Promise<void>;
+}
+
+const require = createRequire(import.meta.url);
+
+export function anvilBinary(): string {
+  const arch = process.arch === 'x64' ? 'amd64' : process.arch;
+  const pkg = `@foundry-rs/anvil-${process.platform}-${arch}`;
+  return join(dirname(require.resolve(`${pkg}/package.json`)), 'bin', 'anvil');
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => {
+        if (address && typeof address === 'object') resolve(address.port);
+        else reject(new Error('no port'));
+      });
+    });
+  });
+}
+
+export async function startAnvil(options: { chainId?: number } = {}): Promise<Anvil> {
+  const chainId = options.chainId ?? 8453;
+  const port = await freePort();
+  const child: ChildProcess = spawn(
+    anvilBinary(),
+    ['--port', String(port), '--host', '127.0.0.1', '--chain-id', String(chainId), '--silent'],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
+  let stderr = '';
+  child.stderr?.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const rpcUrl = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`anvil exited with ${child.exitCode}: ${stderr}`);
+    try {
+      const res = await fetch(rpcUrl, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'eth_chainId', params: [] }),
+      });
+      if (res.ok) break;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) {
+      child.kill('SIGKILL');
+      throw new Error(`anvil did not answer on ${rpcUrl}: ${stderr}`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return {
+    rpcUrl,
+    port,
+    chainId,
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 3000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}

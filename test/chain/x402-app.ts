@@ -1,0 +1,157 @@
+import type { FastifyInstance } from 'fastify';
+import pino from 'pino';
+import { type Hex, toHex } from 'viem';
+import { privateKeyToAccount } from 'viem/accounts';
+import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import { openReplayFeed } from '../../adapters/market/replay.ts';
+import { type Config, loadConfig } from '../../contracts/config.ts';
+import { buildApp } from '../../services/api/app.ts';
+import { setupX402, type X402Setup } from '../../services/api/x402/setup.ts';
+import { createSignalEngine, type SignalEngine } from '../../services/engine/engine.ts';
+import { Readiness } from '../../services/shared/readiness.ts';
+import { BASE_USDC, FACILITATOR_KEY, type LocalChain, startLocalChain } from './local-chain.ts';
+
+/**
+ * The whole pay-per-call stack on real parts: anvil with our ERC-3009 token at the Base USDC
+ * address, the in-process facilitator signing with an anvil key, the real signal engine over
+ * the replayed market data, the memory event store, and the HTTP app on a free port.
+ */
+export interface X402Stack {
+  chain: LocalChain;
+  store: MemoryEventStore;
+  engine: SignalEngine;
+  app: FastifyInstance;
+  x402: X402Setup;
+  config: Config;
+  url: string;
+  payTo: Hex;
+  stop(): Promise<void>;
+}
+
+export const AUTHORIZATION_TYPES = {
+  TransferWithAuthorization: [
+    { name: 'from', type: 'address' },
+    { name: 'to', type: 'address' },
+    { name: 'value', type: 'uint256' },
+    { name: 'validAfter', type: 'uint256' },
+    { name: 'validBefore', type: 'uint256' },
+    { name: 'nonce', type: 'bytes32' },
+  ],
+} as const;
+
+export async function startX402Stack(
+  env: Record<string, string> = {},
+  chain?: LocalChain,
+): Promise<X402Stack> {
+  const localChain = chain ?? (await startLocalChain());
+  const payTo = privateKeyToAccount(toHex(crypto.getRandomValues(new Uint8Array(32)))).address;
+  const config = loadConfig({
+    NODE_ENV: 'test',
+    EVENT_STORE: 'memory',
+    X402_PAY_TO: payTo,
+    X402_FACILITATOR_PRIVATE_KEY: FACILITATOR_KEY,
+    X402_RPC_URL: localChain.rpcUrl,
+    X402_ASSET: BASE_USDC,
+    X402_SETTLE_CONFIRM_TIMEOUT_MS: '10000',
+    ...env,
+  });
+  const logger = pino({ level: 'silent' });
+  const store = new MemoryEventStore();
+  const feed = await openReplayFeed({ run: false });
+  const engine = await createSignalEngine({ feed, store, logger });
+  const x402 = (await setupX402(config, { ops: engine, store, logger }))!;
+  const app = await buildApp({
+    config,
+    logger,
+    readiness: new Readiness(),
+    metrics: null,
+    plugins: [x402.plugin],
+  });
+  const url = await app.listen({ host: '127.0.0.1', port: 0 });
+  return {
+    chain: localChain,
+    store,
+    engine,
+    app,
+    x402,
+    config,
+    url,
+    payTo,
+    async stop() {
+      await app.close();
+      await x402.stop();
+      await engine.close();
+      if (!chain) await localChain.stop();
+    },
+  };
+}
+
+export function randomNonce(): Hex {
+  return toHex(crypto.getRandomValues(new Uint8Array(32)));
+}
+
+export interface AuthorizationFields {
+  from: Hex;
+  to: Hex;
+  value: bigint;
+  validAfter: bigint;
+  validBefore: bigint;
+  nonce: Hex;
+}
+
+/** Signs an ERC-3009 authorisation the way a wallet does (viem signTypedData). */
+export async function signAuthorization(
+  key: Hex,
+  auth: AuthorizationFields,
+  domain: { name?: string; version?: string; chainId?: number; verifyingContract?: Hex } = {},
+): Promise<Hex> {
+  return privateKeyToAccount(key).signTypedData({
+    domain: { name: 'USD Coin', version: '2', chainId: 8453, verifyingContract: BASE_USDC, ...domain },
+    types: AUTHORIZATION_TYPES,
+    primaryType: 'TransferWithAuthorization',
+    message: auth,
+  });
+}
+
+export function toBase64Json(value: unknown): string {
+  return Buffer.from(JSON.stringify(value)).toString('base64');
+}
+
+export function fromBase64Json<T = Record<string, unknown>>(value: string | null): T {
+  if (value === null) throw new Error('header missing');
+  return JSON.parse(Buffer.from(value, 'base64').toString('utf8')) as T;
+}
+
+function stringify(auth: AuthorizationFields) {
+  return {
+    from: auth.from,
+    to: auth.to,
+    value: auth.value.toString(),
+    validAfter: auth.validAfter.toString(),
+    validBefore: auth.validBefore.toString(),
+    nonce: auth.nonce,
+  };
+}
+
+/** A v1 `X-PAYMENT` header, built by hand as a v1 client does. */
+export function v1Header(auth: AuthorizationFields, signature: Hex, network = 'base'): string {
+  return toBase64Json({
+    x402Version: 1,
+    scheme: 'exact',
+    network,
+    payload: { signature, authorization: stringify(auth) },
+  });
+}
+
+/** A v2 `PAYMENT-SIGNATURE` header echoing `accepted` (the chosen quote entry). */
+export function v2Header(
+  accepted: Record<string, unknown>,
+  auth: AuthorizationFields,
+  signature: Hex,
+): string {
+  return toBase64Json({ x402Version: 2, accepted, payload: { signature, authorization: stringify(auth) } });
+}
+
+export function nowSeconds(): bigint {
+  return BigInt(Math.floor(Date.now() / 1000));
+}

@@ -1,0 +1,73 @@
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createMemoryCache } from '../adapters/cache/memory.ts';
+import { MemoryEventStore } from '../adapters/event-store/memory.ts';
+import { hashApiKey } from '../services/keys/key-material.ts';
+import { findById } from '../services/keys/key-registry.ts';
+import { runOperatorCommand, UsageError } from '../services/keys/operator-commands.ts';
+import { foldKeyRegistry } from '../services/keys/registry-fold.ts';
+
+const exec = promisify(execFile);
+const ROOT = new URL('..', import.meta.url).pathname;
+
+describe('operator key commands', () => {
+  const store = new MemoryEventStore();
+  const cache = createMemoryCache();
+  const run = (...argv: string[]) => runOperatorCommand(argv, { store, cache });
+
+  it('create prints the key once; list, plan and revoke act on its id', async () => {
+    const out = await run('create', '--plan', 'pro', '--owner', 'alice@example.com');
+    const key = /key: +(\S+)/.exec(out)![1]!;
+    const keyId = /id: +(\S+)/.exec(out)![1]!;
+    expect(key).toMatch(/^sk_live_/);
+    const registry = await foldKeyRegistry(store);
+    expect(findById(registry, keyId)).toMatchObject({
+      keyHash: hashApiKey(key),
+      plan: 'pro',
+      owner: 'alice@example.com',
+    });
+
+    expect(await run('list')).toContain(keyId);
+    expect(await run('list')).not.toContain(key);
+    expect(await run('plan', keyId, 'starter')).toBe(`${keyId}: pro -> starter`);
+    expect(await run('revoke', keyId, '--reason', 'leaked')).toBe(`${keyId}: revoked (leaked)`);
+    expect(await run('list')).toBe('no keys');
+    expect(await run('list', '--all')).toContain('revoked');
+  });
+
+  it('refuses bad input with a usage error naming the problem', async () => {
+    await expect(run('create', '--plan', 'gold', '--owner', 'x')).rejects.toThrow(UsageError);
+    await expect(run('create', '--plan', 'pro')).rejects.toThrow('--owner <who> is required');
+    await expect(run('revoke', 'key_nope')).rejects.toThrow('no key key_nope');
+    await expect(run('frobnicate')).rejects.toThrow('unknown command frobnicate');
+    const out = await run('create', '--plan', 'free', '--owner', 'bob');
+    const keyId = /id: +(\S+)/.exec(out)![1]!;
+    await expect(run('plan', keyId, 'free')).rejects.toThrow('already on free');
+    await run('revoke', keyId);
+    await expect(run('revoke', keyId)).rejects.toThrow('is revoked');
+  });
+});
+
+describe('npm run keys (the real CLI on an LMDB store)', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'keys-cli-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  const cli = (...args: string[]) =>
+    exec(join(ROOT, 'node_modules/.bin/tsx'), [join(ROOT, 'services/keys/cli.ts'), ...args], {
+      cwd: ROOT,
+      env: { ...process.env, EVENT_STORE: 'lmdb', DATA_DIR: dir, CACHE: 'memory', BUS: 'memory' },
+    });
+
+  it('creates a key in one command and lists it from a second process', async () => {
+    const created = await cli('create', '--plan', 'pro', '--owner', 'ops');
+    const keyId = /id: +(\S+)/.exec(created.stdout)![1]!;
+    const listed = await cli('list');
+    expect(listed.stdout).toContain(keyId);
+    const failed = await cli('revoke').catch((err: { code: number; stderr: string }) => err);
+    expect(failed).toMatchObject({ code: 2 });
+    expect((failed as { stderr: string }).stderr).toContain('a key id is required');
+  }, 60_000);
+});

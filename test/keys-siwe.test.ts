@@ -1,0 +1,170 @@
+import { randomUUID } from 'node:crypto';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import { createSiweMessage } from 'viem/siwe';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connectRedisCache, type RedisCache } from '../adapters/cache/redis.ts';
+import { startKeyedServer } from './keyed-harness.ts';
+import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from './redis-probe.ts';
+
+const run = await shouldRunRedisSuite('SIWE sign-in suite');
+const PREFIX = `test:siwe:${randomUUID()}:`;
+const DOMAIN = 'signals.test:8443';
+const MINUTE = 60_000;
+
+type Server = Awaited<ReturnType<typeof startKeyedServer>>;
+
+describe.runIf(run)('POST /api/keys: free sign-in with Sign-In with Ethereum', () => {
+  let cache: RedisCache;
+  let server: Server;
+
+  beforeAll(async () => {
+    cache = await connectRedisCache({ url: REDIS_URL, prefix: PREFIX });
+    server = await startKeyedServer({ cache, env: { SIWE_DOMAIN: DOMAIN } });
+  });
+  afterAll(async () => {
+    await server?.close();
+    await cache?.close();
+    await wipePrefix(PREFIX);
+  });
+
+  const nonce = async (): Promise<string> => {
+    const res = await fetch(`${server.url}/api/keys/nonce`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('cache-control')).toBe('no-store');
+    const body = (await res.json()) as { domain: string; nonce: string };
+    expect(body.domain).toBe(DOMAIN);
+    return body.nonce;
+  };
+
+  const signed = async (
+    account = privateKeyToAccount(generatePrivateKey()),
+    overrides: {
+      domain?: string;
+      nonce?: string;
+      expirationTime?: Date;
+      signer?: ReturnType<typeof privateKeyToAccount>;
+    } = {},
+  ) => {
+    const message = createSiweMessage({
+      domain: overrides.domain ?? DOMAIN,
+      address: account.address,
+      statement: 'Sign in to get a free API key.',
+      uri: `https://${DOMAIN}/`,
+      version: '1',
+      chainId: 8453,
+      nonce: overrides.nonce ?? (await nonce()),
+      issuedAt: new Date(),
+      expirationTime: overrides.expirationTime ?? new Date(Date.now() + 5 * MINUTE),
+    });
+    const signature = await (overrides.signer ?? account).signMessage({ message });
+    return { account, body: { message, signature } };
+  };
+
+  const post = async (body: unknown) => {
+    const res = await fetch(`${server.url}/api/keys`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    return { status: res.status, body: (await res.json()) as Record<string, string> & { key: string } };
+  };
+
+  it('issues one free key to a signed-in wallet, usable at once; the nonce is single-use', async () => {
+    const { account, body } = await signed();
+    const first = await post(body);
+    expect(first.status).toBe(201);
+    expect(first.body).toMatchObject({
+      plan: 'free',
+      owner: account.address,
+      limits: { monthly: 200, daily: 100 },
+    });
+    expect(first.body.key).toMatch(/^sk_live_[A-Za-z0-9_-]{43}$/);
+    const lookup = await server.channel.keys.resolve(first.body.key);
+    expect(lookup).toMatchObject({
+      status: 'active',
+      record: { plan: 'free', via: 'siwe', owner: account.address },
+    });
+    // Only the hash is on the log.
+    expect(JSON.stringify(await server.store.readAll())).not.toContain(first.body.key);
+
+    expect(await post(body)).toEqual({
+      status: 401,
+      body: {
+        code: 'siwe_nonce_invalid',
+        message: 'unknown, expired or already used nonce; get a new one from GET /api/keys/nonce',
+      },
+    });
+    const again = await signed(account);
+    expect(await post(again.body)).toEqual({
+      status: 409,
+      body: { code: 'key_already_issued', message: `address ${account.address} already has its free key` },
+    });
+  });
+
+  it('a replayed message racing itself is served once', async () => {
+    const { body } = await signed();
+    const results = await Promise.all(Array.from({ length: 10 }, () => post(body)));
+    expect(results.filter((r) => r.status === 201)).toHaveLength(1);
+    expect(results.filter((r) => r.status === 401 && r.body.code === 'siwe_nonce_invalid')).toHaveLength(9);
+  });
+
+  it('one address signing in concurrently with several nonces gets one key', async () => {
+    const account = privateKeyToAccount(generatePrivateKey());
+    const bodies = await Promise.all(Array.from({ length: 5 }, async () => (await signed(account)).body));
+    const results = await Promise.all(bodies.map(post));
+    expect(results.map((r) => r.status).sort()).toEqual([201, 409, 409, 409, 409]);
+  });
+
+  it('refuses another domain', async () => {
+    const { body } = await signed(undefined, { domain: 'evil.example' });
+    expect(await post(body)).toEqual({
+      status: 401,
+      body: {
+        code: 'siwe_domain_mismatch',
+        message: `the message is for evil.example, this service signs in ${DOMAIN}`,
+      },
+    });
+  });
+
+  it('refuses a nonce it never issued', async () => {
+    const { body } = await signed(undefined, { nonce: 'abcdefgh12345678' });
+    expect(await post(body)).toMatchObject({ status: 401, body: { code: 'siwe_nonce_invalid' } });
+  });
+
+  it('refuses an expired message', async () => {
+    const { body } = await signed(undefined, { expirationTime: new Date(Date.now() - MINUTE) });
+    expect(await post(body)).toEqual({
+      status: 401,
+      body: { code: 'siwe_expired', message: 'the message expired; sign a new one' },
+    });
+  });
+
+  it('refuses a signature by another wallet, and leaves the nonce usable by its owner', async () => {
+    const account = privateKeyToAccount(generatePrivateKey());
+    const n = await nonce();
+    const forged = await signed(account, { nonce: n, signer: privateKeyToAccount(generatePrivateKey()) });
+    expect(await post(forged.body)).toEqual({
+      status: 401,
+      body: {
+        code: 'siwe_signature_invalid',
+        message: 'the signature was not made by the address in the message',
+      },
+    });
+    const genuine = await signed(account, { nonce: n });
+    expect((await post(genuine.body)).status).toBe(201);
+  });
+
+  it('400 for a body that is not a sign-in', async () => {
+    expect(await post({ message: 'hello' })).toEqual({
+      status: 400,
+      body: {
+        code: 'invalid_request',
+        message: 'signature: Invalid input: expected string, received undefined',
+      },
+    });
+    expect(await post({ message: 'hello', signature: '0x00' })).toMatchObject({
+      status: 400,
+      body: { code: 'invalid_siwe_message' },
+    });
+  });
+});

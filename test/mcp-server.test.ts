@@ -1,0 +1,364 @@
+import { randomUUID } from 'node:crypto';
+import net from 'node:net';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { McpError } from '@modelcontextprotocol/sdk/types.js';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { connectRedisCache, type RedisCache } from '../adapters/cache/redis.ts';
+import { ServiceMeta } from '../services/api/service-meta.ts';
+import { revokeKey } from '../services/keys/key-commands.ts';
+import { PAYMENT_REQUIRED, startKeyedServer } from './keyed-harness.ts';
+import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from './redis-probe.ts';
+
+const run = await shouldRunRedisSuite('MCP suite');
+const PREFIX = `test:mcp:${randomUUID()}:`;
+const INIT = {
+  jsonrpc: '2.0',
+  id: 1,
+  method: 'initialize',
+  params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '0' } },
+};
+const BOTH = 'application/json, text/event-stream';
+
+type Server = Awaited<ReturnType<typeof startKeyedServer>>;
+
+async function connect(url: string, headers: Record<string, string> = {}): Promise<Client> {
+  const client = new Client({ name: 'test', version: '1.0.0' });
+  await client.connect(
+    new StreamableHTTPClientTransport(new URL(`${url}/mcp`), { requestInit: { headers } }),
+  );
+  return client;
+}
+
+function service(result: unknown) {
+  return ServiceMeta.parse(
+    (result as { structuredContent?: { _service?: unknown } }).structuredContent?._service,
+  );
+}
+
+type RpcBody = { error: { code: number; message: string }; result: { serverInfo: { name: string } } };
+async function json(res: Response): Promise<RpcBody> {
+  return (await res.json()) as RpcBody;
+}
+
+async function rpcError(promise: Promise<unknown>): Promise<McpError> {
+  const error = await promise.then(
+    () => null,
+    (err: unknown) => err,
+  );
+  expect(error).toBeInstanceOf(McpError);
+  return error as McpError;
+}
+
+async function closedPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+describe.runIf(run)(
+  'MCP server over Streamable HTTP (SDK client, real port, real engine, real Redis)',
+  () => {
+    let cache: RedisCache;
+    let server: Server;
+    const clients: Client[] = [];
+    const open = async (headers: Record<string, string> = {}) => {
+      const client = await connect(server.url, headers);
+      clients.push(client);
+      return client;
+    };
+
+    beforeAll(async () => {
+      cache = await connectRedisCache({ url: REDIS_URL, prefix: PREFIX });
+      server = await startKeyedServer({ cache, env: { PLAN_STARTER_MONTHLY_CALLS: '3' } });
+    });
+    afterAll(async () => {
+      for (const client of clients) await client.close().catch(() => undefined);
+      await server?.close();
+      await cache?.close();
+      await wipePrefix(PREFIX);
+    });
+
+    it('handshakes and lists the four tools with their input schemas', async () => {
+      const client = await open();
+      expect(client.getServerVersion()?.name).toBe('signal-service');
+      const { tools } = await client.listTools();
+      expect(tools.map((t) => t.name).sort()).toEqual([
+        'get_market_regime',
+        'get_trade_call',
+        'scan_funding_arb',
+        'scan_trade_calls',
+      ]);
+      const trade = tools.find((t) => t.name === 'get_trade_call')!;
+      expect(trade.inputSchema).toMatchObject({
+        type: 'object',
+        required: ['coin'],
+        additionalProperties: false,
+      });
+      expect(Object.keys(trade.inputSchema.properties ?? {})).toEqual([
+        'coin',
+        'timeframe',
+        'exchange',
+        'includeReasoning',
+      ]);
+    });
+
+    it('serves every tool to a keyed caller, with the live quota falling in _service', async () => {
+      const { key } = await server.issue('pro');
+      const client = await open({ Authorization: `Bearer ${key}` });
+      const calls: [string, Record<string, unknown>][] = [
+        ['get_trade_call', { coin: 'BTC', timeframe: '1h' }],
+        ['get_market_regime', { coin: 'ETH', timeframe: '4h' }],
+        ['scan_trade_calls', { timeframe: '1h', topN: 3, includeHolds: true }],
+        ['scan_funding_arb', { minSpreadBps: 0, limit: 3 }],
+      ];
+      const used: number[] = [];
+      for (const [name, args] of calls) {
+        const result = await client.callTool({ name, arguments: args });
+        expect(result.isError, `${name}: ${JSON.stringify(result.content)}`).toBeFalsy();
+        const meta = service(result);
+        expect(meta.auth).toEqual({ outcome: 'OK', presented: true, tier: 'pro' });
+        expect(meta.quota).toMatchObject({ total: 100_000 });
+        expect(meta.quota!.daily).toBeUndefined();
+        used.push(meta.quota!.used);
+        // The text content carries the same object for clients that ignore structuredContent.
+        const [content] = result.content as { type: string; text: string }[];
+        expect(JSON.parse(content!.text)).toEqual(result.structuredContent);
+      }
+      expect(used).toEqual([1, 2, 3, 4]);
+      const trade = (
+        await client.callTool({ name: 'get_trade_call', arguments: { coin: 'BTC', timeframe: '1h' } })
+      ).structuredContent as Record<string, unknown>;
+      expect(trade).toMatchObject({ coin: 'BTC', timeframe: '1h', exchange: 'BINANCE', feed: 'replay' });
+      expect(['BUY', 'SELL', 'HOLD']).toContain(trade.call);
+    });
+
+    it('serves an anonymous caller on the free limits, naming why no key applied', async () => {
+      const cases: [Record<string, string>, string, boolean][] = [
+        [{}, 'ABSENT', false],
+        [{ 'X-API-Key': `sk_live_${'a'.repeat(43)}` }, 'ABSENT', true],
+        [{ Authorization: `sk_live_${'a'.repeat(43)}` }, 'MALFORMED', true],
+      ];
+      for (const [headers, outcome, presented] of cases) {
+        const client = await open(headers);
+        const result = await client.callTool({ name: 'get_market_regime', arguments: { coin: 'BTC' } });
+        expect(result.isError).toBeFalsy();
+        const meta = service(result);
+        expect(meta.auth).toMatchObject({ outcome, presented, tier: 'free' });
+        expect(meta.quota).toMatchObject({ total: 200, daily: { total: 100 } });
+      }
+      // All three came from 127.0.0.1: one anonymous subject, metered together.
+      const client = await open();
+      const result = await client.callTool({ name: 'get_market_regime', arguments: { coin: 'BTC' } });
+      expect(service(result).quota).toMatchObject({ used: 4, daily: { used: 4, remaining: 96 } });
+    });
+
+    it('an unknown well-formed key and a revoked key are JSON-RPC errors -32003, not results', async () => {
+      const unknown = await open({ Authorization: `Bearer sk_live_${'Z'.repeat(43)}` });
+      const error = await rpcError(unknown.callTool({ name: 'get_trade_call', arguments: { coin: 'BTC' } }));
+      expect(error.code).toBe(-32003);
+      expect(error.data).toMatchObject({
+        retryable: false,
+        _service: { auth: { outcome: 'UNKNOWN', tier: 'free' } },
+      });
+
+      const issued = await server.issue('pro');
+      const client = await open({ Authorization: `Bearer ${issued.key}` });
+      expect(
+        (await client.callTool({ name: 'get_market_regime', arguments: { coin: 'BTC' } })).isError,
+      ).toBeFalsy();
+      const position = await revokeKey(server.store, `apikey-${issued.keyId}`, issued.keyId, 'leaked');
+      await server.channel.registry.waitFor(position);
+      const revoked = await rpcError(
+        client.callTool({ name: 'get_market_regime', arguments: { coin: 'BTC' } }),
+      );
+      expect(revoked.code).toBe(-32003);
+      expect(revoked.message).toContain('revoked');
+    });
+
+    it('invalid arguments are a result with isError and -32602 in the text, carrying _service', async () => {
+      const { key } = await server.issue('pro');
+      const client = await open({ Authorization: `Bearer ${key}` });
+      for (const args of [{}, { coin: 'BTC', timeframe: '7m' }, { coin: 'BTC', extra: 1 }]) {
+        const result = await client.callTool({ name: 'get_trade_call', arguments: args });
+        expect(result.isError).toBe(true);
+        const [content] = result.content as { type: string; text: string }[];
+        expect(content!.text).toContain('-32602');
+        // Nothing was served, so nothing was counted.
+        expect(service(result)).toMatchObject({ auth: { outcome: 'OK' }, quota: { used: 0 } });
+      }
+      const unknownTool = await client.callTool({ name: 'no_such_tool', arguments: {} });
+      expect(unknownTool.isError).toBe(true);
+      expect((unknownTool.content as { text: string }[])[0]!.text).toContain('-32602');
+    });
+
+    it('an exhausted key gets a tool error carrying the x402 payment requirements', async () => {
+      const { key } = await server.issue('starter');
+      const client = await open({ Authorization: `Bearer ${key}` });
+      for (let i = 0; i < 3; i++) {
+        const result = await client.callTool({ name: 'get_market_regime', arguments: { coin: 'BTC' } });
+        expect(service(result).quota).toMatchObject({ used: i + 1, remaining: 2 - i });
+      }
+      const refused = await client.callTool({ name: 'get_market_regime', arguments: { coin: 'BTC' } });
+      expect(refused.isError).toBe(true);
+      expect(refused.structuredContent).toMatchObject({
+        ...PAYMENT_REQUIRED,
+        code: 'quota_exhausted',
+        window: 'monthly',
+        _service: { auth: { outcome: 'OK', tier: 'starter' }, quota: { used: 3, total: 3, remaining: 0 } },
+      });
+      expect((refused.content as { text: string }[])[0]!.text).toContain('quota_exhausted');
+    });
+
+    it('a key that cannot be verified right now (Redis down) is a JSON-RPC error -32004', async () => {
+      const dead = await connectRedisCache({
+        url: `redis://127.0.0.1:${await closedPort()}`,
+        prefix: PREFIX,
+        connectTimeoutMs: 200,
+      });
+      const broken = await startKeyedServer({ cache: dead, engine: server.engine });
+      try {
+        const { key } = await broken.issue('pro');
+        const keyed = await connect(broken.url, { Authorization: `Bearer ${key}` });
+        const error = await rpcError(keyed.callTool({ name: 'get_trade_call', arguments: { coin: 'BTC' } }));
+        expect(error.code).toBe(-32004);
+        expect(error.data).toMatchObject({ retryable: true });
+        await keyed.close();
+      } finally {
+        await broken.close();
+        await dead.close();
+      }
+    });
+
+    it('DELETE ends a session; an idle session is swept', async () => {
+      const client = await open();
+      const transport = client.transport as StreamableHTTPClientTransport;
+      const sessionId = transport.sessionId!;
+      expect(sessionId).toBeTruthy();
+      await transport.terminateSession();
+      const after = await fetch(`${server.url}/mcp`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: BOTH, 'mcp-session-id': sessionId },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/list' }),
+      });
+      expect(after.status).toBe(404);
+
+      const sweeping = await startKeyedServer({
+        cache,
+        engine: server.engine,
+        env: { MCP_SESSION_IDLE_MS: '200' },
+        sweepIntervalMs: 50,
+      });
+      try {
+        const idle = await connect(sweeping.url);
+        const id = (idle.transport as StreamableHTTPClientTransport).sessionId!;
+        await vi.waitFor(
+          async () => {
+            const res = await fetch(`${sweeping.url}/mcp`, {
+              method: 'POST',
+              headers: { 'content-type': 'application/json', accept: BOTH, 'mcp-session-id': id },
+              body: JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'tools/list' }),
+            });
+            expect(res.status).toBe(404);
+          },
+          // Each probe is itself a request that marks the session used, so probes come slower than the idle time.
+          { timeout: 10_000, interval: 600 },
+        );
+      } finally {
+        await sweeping.close();
+      }
+    });
+
+    describe('raw HTTP', () => {
+      const post = (body: unknown, headers: Record<string, string> = {}) =>
+        fetch(`${server.url}/mcp`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', accept: BOTH, ...headers },
+          body: JSON.stringify(body),
+        });
+
+      it('406 without both media types in Accept', async () => {
+        const res = await post(INIT, { accept: 'application/json' });
+        expect(res.status).toBe(406);
+        expect((await json(res)).error.code).toBe(-32000);
+      });
+
+      it('404 for an unknown session, 400 for a missing one, 405 for another method', async () => {
+        const unknown = await post(
+          { jsonrpc: '2.0', id: 2, method: 'tools/list' },
+          { 'mcp-session-id': randomUUID() },
+        );
+        expect(unknown.status).toBe(404);
+        expect((await json(unknown)).error).toEqual({ code: -32001, message: 'Session not found' });
+        const missing = await post({ jsonrpc: '2.0', id: 2, method: 'tools/list' });
+        expect(missing.status).toBe(400);
+        const put = await fetch(`${server.url}/mcp`, {
+          method: 'PUT',
+          headers: { 'content-type': 'application/json' },
+          body: '{}',
+        });
+        expect(put.status).toBe(405);
+        expect(put.headers.get('allow')).toBe('GET, POST, DELETE');
+      });
+
+      it('initialize answers JSON with Mcp-Session-Id', async () => {
+        const res = await post(INIT);
+        expect(res.status).toBe(200);
+        expect(res.headers.get('content-type')).toContain('application/json');
+        expect(res.headers.get('mcp-session-id')).toMatch(/^[0-9a-f-]{36}$/);
+        expect((await json(res)).result.serverInfo.name).toBe('signal-service');
+      });
+
+      it('refuses a foreign Host or Origin (DNS rebinding) with 403', async () => {
+        const host = await new Promise<{ status: number }>((resolve, reject) => {
+          // fetch will not send a forged Host header; a raw request does.
+          const req = net.connect(server.port, '127.0.0.1', () => {
+            const body = JSON.stringify(INIT);
+            req.write(
+              `POST /mcp HTTP/1.1\r\nHost: evil.example:${server.port}\r\nContent-Type: application/json\r\nAccept: ${BOTH}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+            );
+          });
+          let data = '';
+          req.on('data', (chunk) => {
+            data += chunk;
+          });
+          req.on('end', () => resolve({ status: Number(data.split(' ')[1]) }));
+          req.on('error', reject);
+        });
+        expect(host.status).toBe(403);
+        const origin = await post(INIT, { origin: 'http://evil.example' });
+        expect(origin.status).toBe(403);
+        expect((await json(origin)).error.message).toBe('Forbidden: Origin not allowed');
+      });
+    });
+  },
+);
+
+describe.runIf(run)('MCP CORS for a listed browser origin', () => {
+  it('answers the preflight and exposes Mcp-Session-Id', async () => {
+    const cache = await connectRedisCache({ url: REDIS_URL, prefix: PREFIX });
+    const server = await startKeyedServer({ cache, env: { ALLOWED_ORIGINS: 'https://app.example' } });
+    try {
+      const preflight = await fetch(`${server.url}/mcp`, {
+        method: 'OPTIONS',
+        headers: { origin: 'https://app.example', 'access-control-request-method': 'POST' },
+      });
+      expect(preflight.status).toBe(204);
+      expect(preflight.headers.get('access-control-allow-origin')).toBe('https://app.example');
+      expect(preflight.headers.get('access-control-allow-headers')).toContain('Mcp-Session-Id');
+      const init = await fetch(`${server.url}/mcp`, {
+        method: 'POST',
+        headers: { origin: 'https://app.example', 'content-type': 'application/json', accept: BOTH },
+        body: JSON.stringify(INIT),
+      });
+      expect(init.status).toBe(200);
+      expect(init.headers.get('access-control-expose-headers')).toContain('Mcp-Session-Id');
+      expect(init.headers.get('access-control-allow-origin')).toBe('https://app.example');
+    } finally {
+      await server.close();
+      await cache.close();
+    }
+  });
+});

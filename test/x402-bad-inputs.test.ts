@@ -1,0 +1,418 @@
+import { connect } from 'node:net';
+import type { Hex } from 'viem';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseDomainEvent } from '../contracts/events.ts';
+import { BASE_USDC } from './chain/local-chain.ts';
+import {
+  type AuthorizationFields,
+  fromBase64Json,
+  nowSeconds,
+  randomNonce,
+  signAuthorization,
+  startX402Stack,
+  toBase64Json,
+  v1Header,
+  v2Header,
+  type X402Stack,
+} from './chain/x402-app.ts';
+
+let stack: X402Stack;
+let accepted: Record<string, unknown>;
+const PATH = '/x402/get_market_regime';
+const BODY = { coin: 'ETH', timeframe: '1h' };
+const PRICE = 20_000n;
+const OTHER: Hex = '0x000000000000000000000000000000000000dEaD';
+
+beforeAll(async () => {
+  stack = await startX402Stack();
+  const res = await post(PATH, BODY);
+  accepted = fromBase64Json<{ accepts: Record<string, unknown>[] }>(res.headers.get('payment-required'))
+    .accepts[0]!;
+});
+afterAll(async () => {
+  await stack?.stop();
+});
+
+function post(path: string, body: unknown, headers: Record<string, string> = {}) {
+  return fetch(`${stack.url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+}
+
+/** Sends bytes as written: fetch cannot repeat a Content-Type line. */
+function rawPost(lines: string[], body: string): Promise<{ status: number; body: Record<string, unknown> }> {
+  const port = Number(new URL(stack.url).port);
+  const request = `POST ${PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\n${lines.join('\r\n')}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1', () => socket.write(request));
+    let data = '';
+    socket.on('data', (chunk) => {
+      data += chunk.toString();
+    });
+    socket.on('error', reject);
+    socket.on('end', () => {
+      const status = Number(data.split(' ')[1]);
+      resolve({ status, body: JSON.parse(data.slice(data.indexOf('\r\n\r\n') + 4)) });
+    });
+  });
+}
+
+async function payer(amount = 1_000_000n) {
+  return stack.chain.fundedPayer(amount);
+}
+
+function authFor(from: Hex, overrides: Partial<AuthorizationFields> = {}): AuthorizationFields {
+  const now = nowSeconds();
+  return {
+    from,
+    to: stack.payTo,
+    value: PRICE,
+    validAfter: now - 600n,
+    validBefore: now + 120n,
+    nonce: randomNonce(),
+    ...overrides,
+  };
+}
+
+async function balances(address: Hex) {
+  return { payer: await stack.chain.balanceOf(address), payTo: await stack.chain.balanceOf(stack.payTo) };
+}
+
+async function streamTypes(nonce: Hex) {
+  return (await stack.store.readStream(`payment-${nonce.toLowerCase()}`)).map(
+    (e) => parseDomainEvent(e)!.type,
+  );
+}
+
+async function expect402(res: Response, code: string, message: string | RegExp) {
+  expect(res.status).toBe(402);
+  const body = (await res.json()) as Record<string, unknown>;
+  expect(body).toMatchObject({
+    x402Version: 1,
+    code,
+    accepts: [expect.objectContaining({ maxAmountRequired: '20000' })],
+  });
+  if (typeof message === 'string') expect(body.message).toBe(message);
+  else expect(body.message).toMatch(message);
+  expect(body.error).toBe(body.message);
+  expect(fromBase64Json<{ error: string }>(res.headers.get('payment-required')).error).toBe(body.message);
+}
+
+describe('a refused payment moves no money and reserves nothing', () => {
+  it.each([
+    [
+      'tampered signature',
+      async (a: AuthorizationFields, sig: Hex) =>
+        v2Header(accepted, a, `${sig.slice(0, 10)}${sig[10] === 'a' ? 'b' : 'a'}${sig.slice(11)}` as Hex),
+      'invalid_exact_evm_signature',
+      'the signature does not match the authorisation (wrong key, asset domain or tampered field)',
+    ],
+    [
+      'authorisation to another recipient',
+      async (a: AuthorizationFields, _s: Hex, key: Hex) => {
+        const other = { ...a, to: OTHER };
+        return v2Header(accepted, other, await signAuthorization(key, other));
+      },
+      'invalid_exact_evm_recipient_mismatch',
+      'the authorisation pays a different recipient than the quote',
+    ],
+    [
+      'quote echoed with another recipient',
+      async (a: AuthorizationFields, sig: Hex) => v2Header({ ...accepted, payTo: OTHER }, a, sig),
+      'recipient_mismatch',
+      /^payTo 0x000000000000000000000000000000000000dEaD is not the quoted recipient/,
+    ],
+    [
+      'amount too low',
+      async (a: AuthorizationFields, _s: Hex, key: Hex) => {
+        const low = { ...a, value: PRICE - 1n };
+        return v2Header(accepted, low, await signAuthorization(key, low));
+      },
+      'invalid_exact_evm_payload_authorization_value_mismatch',
+      'the authorised amount differs from the price of this request',
+    ],
+    [
+      'amount too high',
+      async (a: AuthorizationFields, _s: Hex, key: Hex) => {
+        const high = { ...a, value: PRICE + 1n };
+        return v2Header(
+          { ...accepted, amount: String(PRICE + 1n) },
+          high,
+          await signAuthorization(key, high),
+        );
+      },
+      'amount_mismatch',
+      'amount 20001 does not match the price 20000 of this request',
+    ],
+    [
+      'expired authorisation',
+      async (a: AuthorizationFields, _s: Hex, key: Hex) => {
+        const expired = { ...a, validBefore: nowSeconds() - 5n };
+        return v2Header(accepted, expired, await signAuthorization(key, expired));
+      },
+      'invalid_exact_evm_payload_authorization_valid_before',
+      'the authorisation has expired (validBefore is past or too close)',
+    ],
+    [
+      'not yet valid authorisation',
+      async (a: AuthorizationFields, _s: Hex, key: Hex) => {
+        const early = { ...a, validAfter: nowSeconds() + 600n };
+        return v2Header(accepted, early, await signAuthorization(key, early));
+      },
+      'invalid_exact_evm_payload_authorization_valid_after',
+      'the authorisation is not valid yet (validAfter is in the future)',
+    ],
+    [
+      'wrong network (v2)',
+      async (a: AuthorizationFields, _s: Hex, key: Hex) =>
+        v2Header(
+          { ...accepted, network: 'eip155:84532' },
+          a,
+          await signAuthorization(key, a, { chainId: 84532 }),
+        ),
+      'network_mismatch',
+      'network eip155:84532 is not accepted here (accepted: eip155:8453)',
+    ],
+    [
+      'wrong network (v1)',
+      async (a: AuthorizationFields, sig: Hex) => v1Header(a, sig, 'base-sepolia'),
+      'network_mismatch',
+      'network "base-sepolia" is not accepted here (accepted: base)',
+    ],
+    [
+      'wrong asset (v2)',
+      async (a: AuthorizationFields, _s: Hex, key: Hex) =>
+        v2Header(
+          { ...accepted, asset: OTHER },
+          a,
+          await signAuthorization(key, a, { verifyingContract: OTHER }),
+        ),
+      'asset_mismatch',
+      'asset 0x000000000000000000000000000000000000dEaD is not accepted on eip155:8453',
+    ],
+    [
+      'wrong asset (v1: signed for another token)',
+      async (a: AuthorizationFields, _s: Hex, key: Hex) =>
+        v1Header(a, await signAuthorization(key, a, { verifyingContract: OTHER })),
+      'invalid_exact_evm_signature',
+      'the signature does not match the authorisation (wrong key, asset domain or tampered field)',
+    ],
+    [
+      'wrong EIP-712 domain name',
+      async (a: AuthorizationFields, _s: Hex, key: Hex) =>
+        v1Header(a, await signAuthorization(key, a, { name: 'USDC' })),
+      'invalid_exact_evm_signature',
+      'the signature does not match the authorisation (wrong key, asset domain or tampered field)',
+    ],
+  ])('%s → 402 with its reason', async (_name, build, code, message) => {
+    const p = await payer();
+    const auth = authFor(p.address);
+    const sig = await signAuthorization(p.key, auth);
+    const header = await build(auth, sig, p.key);
+    const isV1 = fromBase64Json<{ x402Version: number }>(header).x402Version === 1;
+    const before = await balances(p.address);
+    const res = await post(PATH, BODY, { [isV1 ? 'x-payment' : 'payment-signature']: header });
+    await expect402(res, code, message);
+    expect(await balances(p.address)).toEqual(before);
+    expect(await streamTypes(auth.nonce)).toEqual([]);
+    expect(await stack.chain.authorizationState(p.address, auth.nonce)).toBe(false);
+  });
+
+  it('a payer without the funds → 402 invalid_exact_evm_insufficient_balance (diagnosed through Multicall3)', async () => {
+    const p = await payer(PRICE - 1n);
+    const auth = authFor(p.address);
+    const res = await post(PATH, BODY, { 'x-payment': v1Header(auth, await signAuthorization(p.key, auth)) });
+    await expect402(
+      res,
+      'invalid_exact_evm_insufficient_balance',
+      'the payer does not hold enough of the asset',
+    );
+    expect(await stack.chain.balanceOf(p.address)).toBe(PRICE - 1n);
+  });
+
+  it.each([
+    ['not base64', '%%%not-base64%%%', 'X-PAYMENT: the payment header is not base64'],
+    [
+      'base64 but not JSON',
+      Buffer.from('{nope').toString('base64'),
+      'X-PAYMENT: the payment header is base64 but not JSON',
+    ],
+    [
+      'JSON of the wrong shape',
+      toBase64Json({ x402Version: 1, scheme: 'exact', network: 'base', payload: { signature: 'x' } }),
+      'X-PAYMENT: payload.signature: hex; payload.authorization: Invalid input: expected object, received undefined',
+    ],
+    ['oversized', 'A'.repeat(5000), 'X-PAYMENT is 5000 characters; at most 4096 are accepted'],
+  ])('malformed header (%s) → 402 invalid_payment_header', async (_name, value, message) => {
+    const res = await post(PATH, BODY, { 'x-payment': value });
+    await expect402(res, 'invalid_payment_header', message);
+  });
+});
+
+describe('replays', () => {
+  it('a replayed header is refused after it was served once; money moves once', async () => {
+    const p = await payer();
+    const auth = authFor(p.address);
+    const header = v2Header(accepted, auth, await signAuthorization(p.key, auth));
+    const first = await post(PATH, BODY, { 'payment-signature': header });
+    expect(first.status).toBe(200);
+    const tx = fromBase64Json<{ transaction: string }>(first.headers.get('payment-response')).transaction;
+    const again = await post(PATH, BODY, { 'payment-signature': header });
+    await expect402(
+      again,
+      'payment_already_used',
+      `this payment authorisation was already used (settled in ${tx}); sign a new one`,
+    );
+    expect(await stack.chain.balanceOf(p.address)).toBe(1_000_000n - PRICE);
+    expect(await streamTypes(auth.nonce)).toEqual([
+      'PaymentAuthorized',
+      'PaymentSettlementPending',
+      'PaymentSettled',
+    ]);
+  });
+
+  it('eight concurrent requests with one authorisation: exactly one is served and charged', async () => {
+    const p = await payer();
+    const auth = authFor(p.address);
+    const header = v1Header(auth, await signAuthorization(p.key, auth));
+    const before = await stack.chain.balanceOf(stack.payTo);
+    const responses = await Promise.all(
+      Array.from({ length: 8 }, () => post(PATH, BODY, { 'x-payment': header })),
+    );
+    const statuses = responses.map((r) => r.status).sort();
+    expect(statuses).toEqual([200, 402, 402, 402, 402, 402, 402, 402]);
+    for (const res of responses.filter((r) => r.status === 402)) {
+      const body = (await res.json()) as { code: string };
+      // A loser that reaches verification after the winner's transfer is mined is refused by the chain.
+      expect(['payment_in_use', 'payment_already_used', 'invalid_exact_evm_nonce_already_used']).toContain(
+        body.code,
+      );
+    }
+    expect(await stack.chain.balanceOf(p.address)).toBe(1_000_000n - PRICE);
+    expect(await stack.chain.balanceOf(stack.payTo)).toBe(before + PRICE);
+    expect(await streamTypes(auth.nonce)).toEqual([
+      'PaymentAuthorized',
+      'PaymentSettlementPending',
+      'PaymentSettled',
+    ]);
+  });
+});
+
+describe('bad bodies are refused before any quote or payment', () => {
+  it.each([
+    [{ coin: 5 }, 'coin: Invalid input: expected string, received number'],
+    [{ coin: 'ETH', timeframe: '7m' }, /^timeframe: /],
+    [{ coin: 'ETH', surprise: true }, /^\(body\): Unrecognized key/],
+    ['{"coin":', 'the body is not valid JSON'],
+  ])('%j → 400 invalid_input', async (body, message) => {
+    const res = await post(PATH, body);
+    expect(res.status).toBe(400);
+    expect(res.headers.get('payment-required')).toBeNull();
+    const json = (await res.json()) as { code: string; message: string };
+    expect(json.code).toBe('invalid_input');
+    if (typeof message === 'string') expect(json.message).toBe(message);
+    else expect(json.message).toMatch(message);
+  });
+
+  it('a body over the limit → 413', async () => {
+    const res = await post(PATH, { coin: 'ETH', pad: 'x'.repeat(9000) });
+    expect(res.status).toBe(413);
+  });
+});
+
+describe('invalid_content_type', () => {
+  const body = JSON.stringify(BODY);
+  it('Content-Type sent twice → 400', async () => {
+    const res = await rawPost(['Content-Type: application/json', 'Content-Type: application/json'], body);
+    expect(res).toEqual({
+      status: 400,
+      body: {
+        code: 'invalid_content_type',
+        message: 'Content-Type was sent more than once; send it exactly once',
+      },
+    });
+  });
+
+  it('two JSON media types merged into one header → 400', async () => {
+    const res = await fetch(`${stack.url}${PATH}`, {
+      method: 'POST',
+      headers: [
+        ['content-type', 'application/json'],
+        ['content-type', 'application/json'],
+      ],
+      body,
+    });
+    expect(res.status).toBe(400);
+    expect(await res.json()).toEqual({
+      code: 'invalid_content_type',
+      message:
+        'Content-Type "application/json, application/json" joins several media types; send exactly application/json',
+    });
+  });
+
+  it('a string body as text/plain → 400', async () => {
+    const res = await rawPost(['Content-Type: text/plain'], '"ETH"');
+    expect(res).toEqual({
+      status: 400,
+      body: {
+        code: 'invalid_content_type',
+        message:
+          'Content-Type "text/plain" is not accepted; send the body as JSON with Content-Type: application/json',
+      },
+    });
+  });
+
+  it('after a verified payment: 400, nothing charged, the nonce released and usable on retry', async () => {
+    const p = await payer();
+    const auth = authFor(p.address);
+    const header = v1Header(auth, await signAuthorization(p.key, auth));
+    const res = await fetch(`${stack.url}${PATH}`, {
+      method: 'POST',
+      headers: [
+        ['content-type', 'application/json'],
+        ['content-type', 'application/json'],
+        ['x-payment', header],
+      ],
+      body,
+    });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { code: string }).code).toBe('invalid_content_type');
+    expect(await stack.chain.balanceOf(p.address)).toBe(1_000_000n);
+    expect(await stack.chain.authorizationState(p.address, auth.nonce)).toBe(false);
+    expect(await streamTypes(auth.nonce)).toEqual(['PaymentAuthorized', 'PaymentReleased']);
+
+    const retry = await post(PATH, BODY, { 'x-payment': header });
+    expect(retry.status).toBe(200);
+    expect(await stack.chain.balanceOf(p.address)).toBe(1_000_000n - PRICE);
+    expect(await streamTypes(auth.nonce)).toEqual([
+      'PaymentAuthorized',
+      'PaymentReleased',
+      'PaymentAuthorized',
+      'PaymentSettlementPending',
+      'PaymentSettled',
+    ]);
+  });
+});
+
+describe('handler failure', () => {
+  it('an unknown coin → 404 unknown_coin, nothing charged, payment released', async () => {
+    const p = await payer();
+    const auth = authFor(p.address);
+    const res = await post(
+      PATH,
+      { coin: 'NOPECOIN', timeframe: '1h' },
+      { 'x-payment': v1Header(auth, await signAuthorization(p.key, auth)) },
+    );
+    expect(res.status).toBe(404);
+    expect(res.headers.get('x-payment-response')).toBeNull();
+    const body = (await res.json()) as { code: string; message: string };
+    expect(body.code).toBe('unknown_coin');
+    expect(body.message).toContain('NOPECOIN');
+    expect(await stack.chain.balanceOf(p.address)).toBe(1_000_000n);
+    expect(await streamTypes(auth.nonce)).toEqual(['PaymentAuthorized', 'PaymentReleased']);
+    const released = parseDomainEvent((await stack.store.readStream(`payment-${auth.nonce}`))[1]!)!;
+    expect(released.data).toMatchObject({ reason: 'handler failed with 404 unknown_coin', asset: BASE_USDC });
+  });
+});

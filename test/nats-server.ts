@@ -1,8 +1,11 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { type AddressInfo, createServer, Socket } from 'node:net';
+import { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { freePort } from './ports.ts';
+
+export { freePort };
 
 /** The shared NATS the tests talk to unless told otherwise. */
 export const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
@@ -34,17 +37,6 @@ export async function requireNats(url: string = NATS_URL): Promise<boolean> {
     `\n*** NATS unreachable at ${url}: SKIPPING the NATS suites (set CI=true to fail instead) ***\n`,
   );
   return false;
-}
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 export interface PrivateNatsServer {

@@ -115,10 +115,13 @@ describe('the service process', () => {
     // Whatever the scheduler added at start, every projection drained to the head and saved it.
     const reopened = await openLmdbEventStore({ path: join(dataDir, 'events') });
     const head = await reopened.headPosition();
-    const snapshot = await reopened.projectionStore().load<{ total: number; byType: Record<string, number> }>(
-      'event-stats',
-    );
-    expect(snapshot).toMatchObject({ checkpoint: head, state: { total: head, byType: { ApiKeyRevoked: 50 } } });
+    const snapshot = await reopened
+      .projectionStore()
+      .load<{ total: number; byType: Record<string, number> }>('event-stats');
+    expect(snapshot).toMatchObject({
+      checkpoint: head,
+      state: { total: head, byType: { ApiKeyRevoked: 50 } },
+    });
     expect((await reopened.projectionStore().load('latest-verdicts'))?.checkpoint ?? head).toBe(head);
     const relay = await reopened.projectionStore().load('relay');
     expect(relay?.checkpoint).toBeGreaterThanOrEqual(50);

@@ -2,6 +2,8 @@ import { randomUUID } from 'node:crypto';
 import net from 'node:net';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freePort } from '../../test/ports.ts';
+import { redisUnreachable } from '../../test/redis-probe.ts';
 import { describeCacheContract } from './contract.ts';
 import { CacheUnavailableError } from './port.ts';
 import { connectRedisCache, type RedisCache } from './redis.ts';
@@ -10,35 +12,9 @@ const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const CI = process.env.CI === 'true';
 const RUN_PREFIX = `test:cache:${randomUUID()}:`;
 
-async function probe(url: string): Promise<string | null> {
-  const client = new Redis(url, { lazyConnect: true, connectTimeout: 2_000, maxRetriesPerRequest: 0 });
-  let cause: string | null = null;
-  client.on('error', (error: Error) => {
-    cause ??= error.message;
-  });
-  try {
-    await client.connect();
-    await client.ping();
-    return null;
-  } catch (error) {
-    return cause ?? (error instanceof Error ? error.message : String(error));
-  } finally {
-    client.disconnect();
-  }
-}
-
-const unreachable = await probe(REDIS_URL);
+const unreachable = await redisUnreachable(REDIS_URL);
 if (unreachable !== null && !CI) {
   console.warn(`\n*** Redis at ${REDIS_URL} unreachable (${unreachable}): Redis cache suite NOT RUN ***\n`);
-}
-
-/** A port nothing listens on: bound once by us, then released. */
-async function closedPort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
 }
 
 /** A TCP relay to Redis that the test can cut and restore, to simulate Redis going away. */
@@ -198,7 +174,7 @@ describe('redis cache when Redis cannot be reached', () => {
   let url: string;
 
   beforeAll(async () => {
-    url = `redis://user:s3cret@127.0.0.1:${await closedPort()}`;
+    url = `redis://user:s3cret@127.0.0.1:${await freePort()}`;
     cache = await connectRedisCache({ url, prefix: 'never:', connectTimeoutMs: 500, commandTimeoutMs: 500 });
   });
 

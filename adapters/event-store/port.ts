@@ -12,10 +12,17 @@ export interface EventStore {
    * revision does not match. Re-appending events whose ids are already the stream's events is
    * idempotent: nothing is written and the original result is returned.
    */
-  append(stream: string, events: NewEvent[], options?: { expectedRevision?: ExpectedRevision }): Promise<AppendResult>;
+  append(
+    stream: string,
+    events: NewEvent[],
+    options?: { expectedRevision?: ExpectedRevision },
+  ): Promise<AppendResult>;
 
   /** Events of one stream in revision order; empty when the stream does not exist. */
-  readStream(stream: string, options?: { fromRevision?: number; maxCount?: number }): Promise<RecordedEvent[]>;
+  readStream(
+    stream: string,
+    options?: { fromRevision?: number; maxCount?: number },
+  ): Promise<RecordedEvent[]>;
 
   /** Events of all streams with position > `after` (default 0), in position order. */
   readAll(options?: { after?: number; maxCount?: number }): Promise<RecordedEvent[]>;
@@ -52,7 +59,9 @@ export class WrongExpectedRevisionError extends Error {
     readonly expected: ExpectedRevision,
     readonly actual: number | null,
   ) {
-    super(`stream ${stream}: expected revision ${String(expected)}, actual ${actual === null ? 'no stream' : actual}`);
+    super(
+      `stream ${stream}: expected revision ${String(expected)}, actual ${actual === null ? 'no stream' : actual}`,
+    );
   }
 }
 

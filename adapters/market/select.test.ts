@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { loadConfig } from '../../contracts/config.ts';
 import { fixtureFetch } from './fixture-fetch.ts';
 import type { MarketFeed } from './port.ts';
-import { loadConfig } from '../../contracts/config.ts';
 import { feedOptionsFromConfig, selectFeed } from './select.ts';
 
 const opened: MarketFeed[] = [];
@@ -95,7 +95,9 @@ describe('feedOptionsFromConfig', () => {
       probeTimeoutMs: 1500,
     });
     expect(feedOptionsFromConfig(loadConfig({})).mode).toBe('auto');
-    expect(feedOptionsFromConfig(loadConfig({ REPLAY_START: '1761000000000' })).replay?.start).toBe(1761000000000);
+    expect(feedOptionsFromConfig(loadConfig({ REPLAY_START: '1761000000000' })).replay?.start).toBe(
+      1761000000000,
+    );
   });
 
   it('rejects bad settings with a message naming the variable', () => {

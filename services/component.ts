@@ -9,6 +9,5 @@ export interface Component {
   checks?(): Record<string, () => Promise<CheckResult>>;
 }
 
-// The dispatcher role joins with webhook delivery; until then there is nothing for it to run.
-export const ROLES = ['api', 'engine', 'projections'] as const;
+export const ROLES = ['api', 'engine', 'projections', 'dispatcher'] as const;
 export type Role = (typeof ROLES)[number];

@@ -1,0 +1,107 @@
+import { createHmac, timingSafeEqual } from 'node:crypto';
+
+/**
+ * Webhook signatures, for the service (signing) and for subscribers (verifying).
+ *
+ * Contract headers: `X-Service-Signature` = hex HMAC-SHA256 over `{timestamp}.{rawBody}` keyed
+ * with the subscription secret exactly as shown at creation (the whole `whsec_…` string, UTF-8).
+ * Standard Webhooks headers are sent beside them (`webhook-id`, `webhook-timestamp`,
+ * `webhook-signature: v1,<base64>`), keyed the Standard Webhooks way (the base64 decoding of the
+ * part after `whsec_`), so `new Webhook(secret).verify(body, headers)` from the
+ * `standardwebhooks` package accepts them as is.
+ *
+ * Receiver example (node:http; read the raw body, never a re-serialised one):
+ *
+ *   import { verifyWebhook } from './contracts/webhook-verify.ts';
+ *   const result = verifyWebhook({ secret: process.env.WEBHOOK_SECRET!, headers: req.headers, rawBody });
+ *   if (!result.ok) return res.writeHead(400).end(result.reason);
+ *   if (alreadyHandled(result.deliveryId)) return res.writeHead(200).end(); // redeliveries keep the id
+ *   handle(JSON.parse(rawBody));
+ *   res.writeHead(200).end();
+ */
+
+export const DEFAULT_TOLERANCE_SECONDS = 300;
+
+export const SIGNATURE_HEADERS = {
+  event: 'x-service-event',
+  delivery: 'x-service-delivery',
+  timestamp: 'x-service-timestamp',
+  signature: 'x-service-signature',
+} as const;
+
+/** hex HMAC-SHA256 of `{timestamp}.{rawBody}` keyed with the secret string. */
+export function serviceSignature(secret: string, timestamp: number, rawBody: string): string {
+  return createHmac('sha256', secret).update(`${timestamp}.${rawBody}`, 'utf8').digest('hex');
+}
+
+/** Standard Webhooks `webhook-signature` value: `v1,` + base64 HMAC of `{id}.{timestamp}.{body}`. */
+export function standardSignature(secret: string, id: string, timestamp: number, rawBody: string): string {
+  const key = Buffer.from(secret.startsWith('whsec_') ? secret.slice(6) : secret, 'base64');
+  return `v1,${createHmac('sha256', key).update(`${id}.${timestamp}.${rawBody}`, 'utf8').digest('base64')}`;
+}
+
+/** Every header a delivery carries besides Content-Type. */
+export function signedHeaders(input: {
+  secret: string;
+  event: string;
+  deliveryId: string;
+  timestamp: number;
+  rawBody: string;
+}): Record<string, string> {
+  return {
+    'x-service-event': input.event,
+    'x-service-delivery': input.deliveryId,
+    'x-service-timestamp': String(input.timestamp),
+    'x-service-signature': serviceSignature(input.secret, input.timestamp, input.rawBody),
+    'webhook-id': input.deliveryId,
+    'webhook-timestamp': String(input.timestamp),
+    'webhook-signature': standardSignature(input.secret, input.deliveryId, input.timestamp, input.rawBody),
+  };
+}
+
+export type VerifyResult =
+  | { ok: true; event: string; deliveryId: string; timestamp: number }
+  | { ok: false; reason: 'missing_header' | 'bad_timestamp' | 'outside_tolerance' | 'bad_signature' };
+
+type HeaderBag = Record<string, string | string[] | undefined> | Headers;
+
+function header(headers: HeaderBag, name: string): string | undefined {
+  if (typeof (headers as Headers).get === 'function') return (headers as Headers).get(name) ?? undefined;
+  const bag = headers as Record<string, string | string[] | undefined>;
+  const key = Object.keys(bag).find((k) => k.toLowerCase() === name);
+  const value = key === undefined ? undefined : bag[key];
+  return Array.isArray(value) ? value[0] : value;
+}
+
+/**
+ * Checks a delivery before its body is trusted: the timestamp within `toleranceSeconds` of now
+ * (stops replays) and the signature, compared in constant time.
+ */
+export function verifyWebhook(input: {
+  secret: string;
+  headers: HeaderBag;
+  rawBody: string | Buffer;
+  toleranceSeconds?: number;
+  /** Unix seconds; defaults to the clock. */
+  now?: number;
+}): VerifyResult {
+  const timestampRaw = header(input.headers, SIGNATURE_HEADERS.timestamp);
+  const signature = header(input.headers, SIGNATURE_HEADERS.signature);
+  const deliveryId = header(input.headers, SIGNATURE_HEADERS.delivery);
+  const event = header(input.headers, SIGNATURE_HEADERS.event);
+  if (!timestampRaw || !signature || !deliveryId || !event) return { ok: false, reason: 'missing_header' };
+  if (!/^\d{1,12}$/.test(timestampRaw)) return { ok: false, reason: 'bad_timestamp' };
+  const timestamp = Number(timestampRaw);
+  const now = input.now ?? Math.floor(Date.now() / 1000);
+  if (Math.abs(now - timestamp) > (input.toleranceSeconds ?? DEFAULT_TOLERANCE_SECONDS)) {
+    return { ok: false, reason: 'outside_tolerance' };
+  }
+  const body = typeof input.rawBody === 'string' ? input.rawBody : input.rawBody.toString('utf8');
+  const expected = Buffer.from(serviceSignature(input.secret, timestamp, body), 'utf8');
+  const given = Buffer.from(signature.trim().toLowerCase(), 'utf8');
+  // Lengths differ only for malformed input; timingSafeEqual needs equal lengths.
+  if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+    return { ok: false, reason: 'bad_signature' };
+  }
+  return { ok: true, event, deliveryId, timestamp };
+}

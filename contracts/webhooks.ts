@@ -1,0 +1,206 @@
+import { z } from 'zod';
+import { WebhookEventType } from './events.ts';
+import { Call, Coin, Exchange, Regime, Timeframe } from './market.ts';
+
+/**
+ * Webhook management bodies (POST /api/webhooks and friends) and the payloads the dispatcher
+ * POSTs to subscribers. Field names are snake_case on the wire, as in the contract.
+ */
+
+export const WEBHOOK_SECRET_PATTERN = /^whsec_[0-9a-f]{48}$/;
+export const WebhookSecret = z.string().regex(WEBHOOK_SECRET_PATTERN);
+export const Cadence = z.enum(['1h', '4h', '1d']);
+export type Cadence = z.infer<typeof Cadence>;
+
+const TOP_TOKEN = /^top:(\d{1,3})$/i;
+
+/** `top:N` (N 1–100) or a coin symbol; symbols are upper-cased, the token lower-cased. */
+export const AssetFilter = z.string().transform((raw, ctx) => {
+  const value = raw.trim();
+  const top = TOP_TOKEN.exec(value);
+  if (top) {
+    const n = Number(top[1]);
+    if (n < 1 || n > 100) {
+      ctx.addIssue({ code: 'custom', message: `top:N needs N in 1–100 (got ${n})` });
+      return z.NEVER;
+    }
+    return `top:${n}`;
+  }
+  if (value.toLowerCase().startsWith('top:')) {
+    ctx.addIssue({ code: 'custom', message: `"${value}" is not top:N with N an integer 1–100` });
+    return z.NEVER;
+  }
+  const coin = Coin.safeParse(value);
+  if (!coin.success) {
+    ctx.addIssue({ code: 'custom', message: `"${value}" is neither a coin symbol nor top:N` });
+    return z.NEVER;
+  }
+  return coin.data;
+});
+
+/** Parses `top:N` back into N; null for a plain symbol. */
+export function topN(asset: string): number | null {
+  const m = TOP_TOKEN.exec(asset);
+  return m ? Number(m[1]) : null;
+}
+
+function unique<T>(values: T[]): boolean {
+  return new Set(values).size === values.length;
+}
+
+export const CreateWebhookRequest = z
+  .strictObject({
+    url: z.string().max(2048),
+    events: z.array(WebhookEventType).min(1).refine(unique, 'events must not repeat'),
+    timeframes: z.array(Timeframe).min(1).refine(unique, 'timeframes must not repeat').optional(),
+    assets: z.array(AssetFilter).min(1).max(100).optional(),
+    min_confidence: z.number().int().min(0).max(100).optional(),
+    timeframe: Timeframe.optional(),
+    exchange: Exchange.optional(),
+    top_n: z.number().int().min(1).max(100).optional(),
+    cadence: Cadence.optional(),
+  })
+  .superRefine((body, ctx) => {
+    const digest = body.events.includes('scan_digest');
+    for (const field of ['timeframe', 'exchange', 'top_n', 'cadence'] as const) {
+      if (digest && body[field] === undefined) {
+        ctx.addIssue({ code: 'custom', path: [field], message: `${field} is required for scan_digest` });
+      }
+      if (!digest && body[field] !== undefined) {
+        ctx.addIssue({ code: 'custom', path: [field], message: `${field} applies only to scan_digest` });
+      }
+    }
+  });
+export type CreateWebhookRequest = z.infer<typeof CreateWebhookRequest>;
+
+export const ReEnableWebhookRequest = z.strictObject({
+  /** Re-send every delivery of this subscription that failed at or after this time. */
+  recover_since: z.iso.datetime().optional(),
+});
+
+export const SubscriptionStatus = z.enum(['active', 'disabled']);
+
+export const WebhookView = z.object({
+  id: z.string(),
+  url: z.string(),
+  events: z.array(WebhookEventType),
+  timeframes: z.array(Timeframe).optional(),
+  assets: z.array(z.string()).optional(),
+  min_confidence: z.number().int().optional(),
+  timeframe: Timeframe.optional(),
+  exchange: Exchange.optional(),
+  top_n: z.number().int().optional(),
+  cadence: Cadence.optional(),
+  status: SubscriptionStatus,
+  created_at: z.string(),
+  disabled_at: z.string().nullable(),
+  disabled_reason: z.string().nullable(),
+});
+export type WebhookView = z.infer<typeof WebhookView>;
+
+/** The create response: the only time the secret is ever shown. */
+export const CreatedWebhook = WebhookView.extend({ secret: WebhookSecret });
+
+export const AttemptView = z.object({
+  attempt: z.number().int(),
+  attempted_at: z.string(),
+  trigger: z.string(),
+  outcome: z.enum(['pending', 'succeeded', 'failed']),
+  status: z.number().int().nullable(),
+  latency_ms: z.number().nullable(),
+  error: z.string().nullable(),
+  response: z.string().nullable(),
+  next_attempt_at: z.string().nullable(),
+});
+
+export const DeliveryView = z.object({
+  delivery_id: z.string(),
+  event: WebhookEventType,
+  event_id: z.string(),
+  status: z.enum(['pending', 'succeeded', 'failed']),
+  created_at: z.string(),
+  attempts: z.array(AttemptView),
+});
+export type DeliveryView = z.infer<typeof DeliveryView>;
+
+export const SendResultView = z.object({
+  delivery_id: z.string(),
+  delivered: z.boolean(),
+  status: z.number().int().nullable(),
+  latency_ms: z.number(),
+  error: z.string().nullable(),
+  response: z.string().nullable(),
+});
+
+/** Error body of the management routes; `field` names the offending request field. */
+export const WebhookErrorBody = z.object({
+  code: z.string(),
+  message: z.string(),
+  field: z.string().optional(),
+});
+
+// ---- payloads --------------------------------------------------------------------------------
+
+export const TradeCallData = z.object({
+  type: z.literal('trade_call'),
+  coin: z.string(),
+  timeframe: Timeframe,
+  exchange: Exchange,
+  call: Call.exclude(['HOLD']),
+  confidence: z.number().int().min(0).max(100),
+  regime: Regime,
+  price_at_call: z.number(),
+  /** Close time (Unix seconds) of the candle the call used. */
+  candle_close_time: z.number().int(),
+  signal_hash: z.string(),
+  verify_url: z.url(),
+});
+
+export const RegimeShiftData = z.object({
+  type: z.literal('regime_shift'),
+  coin: z.string(),
+  timeframe: Timeframe,
+  exchange: Exchange,
+  regime: Regime,
+  prior_regime: Regime,
+  confidence: z.number().int().min(0).max(100),
+  price_at_call: z.number(),
+  candle_close_time: z.number().int(),
+  /** Hash of the verdict that carried the shift; null if that verdict could not be read. */
+  signal_hash: z.string().nullable(),
+  verify_url: z.url(),
+});
+
+export const DigestCall = z.object({
+  rank: z.number().int().positive(),
+  coin: z.string(),
+  call: Call,
+  confidence: z.number().int(),
+  regime: Regime,
+  price: z.number(),
+  /** The VerdictRecorded event behind the call. */
+  verdict_id: z.string(),
+});
+
+export const ScanDigestData = z.object({
+  type: z.literal('scan_digest'),
+  cadence: Cadence,
+  timeframe: Timeframe,
+  exchange: Exchange,
+  /** Start of the cadence period (ISO time) this digest covers. */
+  period_start: z.string(),
+  calls: z.array(DigestCall),
+});
+
+export const WebhookData = z.discriminatedUnion('type', [TradeCallData, RegimeShiftData, ScanDigestData]);
+export type WebhookData = z.infer<typeof WebhookData>;
+
+export const WebhookEnvelope = z.object({
+  event: WebhookEventType,
+  delivery_id: z.string(),
+  created_at: z.string(),
+  /** True only for POST /api/webhooks/:id/test deliveries. */
+  test: z.boolean().optional(),
+  data: WebhookData,
+});
+export type WebhookEnvelope = z.infer<typeof WebhookEnvelope>;

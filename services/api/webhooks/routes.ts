@@ -1,0 +1,248 @@
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { Dispatcher } from 'undici';
+import type { z } from 'zod';
+import type { EventStore } from '../../../adapters/event-store/port.ts';
+import { CreateWebhookRequest, ReEnableWebhookRequest } from '../../../contracts/webhooks.ts';
+import type { ProjectionRunner } from '../../../projections/runner.ts';
+import { deliveryView, findDelivery } from '../../dispatcher/delivery-log-fold.ts';
+import type { DeliveryWorker } from '../../dispatcher/delivery-worker.ts';
+import { claimNextAttempt } from '../../dispatcher/next-attempt.ts';
+import type { SecretBox } from '../../dispatcher/secret-box.ts';
+import { type SendResult, sendSigned } from '../../dispatcher/sender.ts';
+import type { WebhookSettings } from '../../dispatcher/settings.ts';
+import {
+  createSubscription,
+  deleteSubscription,
+  reEnableSubscription,
+  SubscriptionLimitError,
+  SubscriptionNotFoundError,
+} from '../../dispatcher/subscription-commands.ts';
+import {
+  findSubscription,
+  type SubscriptionRecord,
+  subscriptionsOfKey,
+  toView,
+} from '../../dispatcher/subscription-fold.ts';
+import type { WebhookState } from '../../dispatcher/webhook-projection.ts';
+import { checkWebhookUrl } from '../../ssrf/url-policy.ts';
+import type { ResolveKey } from './auth.ts';
+import { sampleEnvelope } from './sample.ts';
+
+export interface WebhookRoutesDeps {
+  store: EventStore;
+  /** The webhook projection, started: the only source of subscription and delivery state. */
+  runner: ProjectionRunner<WebhookState>;
+  worker: DeliveryWorker;
+  agent: Dispatcher;
+  secrets: SecretBox;
+  settings: Pick<WebhookSettings, 'urlPolicy' | 'maxPerKey' | 'timeoutMs' | 'verifyBaseUrl'>;
+  resolveKey: ResolveKey;
+}
+
+class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly field?: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The first problem of a failed parse, as a 400 that names the field. */
+function fieldError(error: z.ZodError): HttpError {
+  const issue = error.issues[0]!;
+  const keys = issue.code === 'unrecognized_keys' ? (issue as { keys: string[] }).keys : [];
+  const field =
+    keys.length > 0 ? keys[0]! : issue.path.length > 0 ? issue.path.map(String).join('.') : 'body';
+  const message = keys.length > 0 ? `unknown field "${field}"` : `${field}: ${issue.message}`;
+  return new HttpError(400, 'INVALID_FIELD', message, field);
+}
+
+function resultView(deliveryId: string, r: SendResult) {
+  return {
+    delivery_id: deliveryId,
+    delivered: r.ok,
+    status: r.status,
+    latency_ms: Math.round(r.latencyMs),
+    error: r.error,
+    response: r.response,
+  };
+}
+
+/**
+ * /api/webhooks: create, list, delete, test, delivery log, re-enable (with recovery) and resend.
+ * Every route needs a live key; another key's subscription answers 404 exactly like a missing one.
+ */
+export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
+  const { store, runner, settings } = deps;
+
+  async function keyOf(request: FastifyRequest): Promise<string> {
+    let resolved: { keyId: string } | null;
+    try {
+      resolved = await deps.resolveKey(request.headers.authorization);
+    } catch (err) {
+      throw new HttpError(
+        503,
+        'KEY_UNVERIFIABLE',
+        `the API key could not be verified right now; retry shortly (${(err as Error).message})`,
+      );
+    }
+    if (!resolved) {
+      throw new HttpError(401, 'UNAUTHORIZED', 'a live API key is required: Authorization: Bearer <API_KEY>');
+    }
+    return resolved.keyId;
+  }
+
+  function owned(keyId: string, id: string): SubscriptionRecord {
+    const sub = findSubscription(runner.state.subscriptions, id);
+    if (!sub || sub.keyId !== keyId) throw new HttpError(404, 'NOT_FOUND', `no webhook subscription ${id}`);
+    return sub;
+  }
+
+  function send(reply: FastifyReply, error: unknown): FastifyReply {
+    if (error instanceof HttpError) {
+      return reply
+        .code(error.status)
+        .send({ code: error.code, message: error.message, ...(error.field ? { field: error.field } : {}) });
+    }
+    if (error instanceof SubscriptionNotFoundError)
+      return reply.code(404).send({ code: 'NOT_FOUND', message: error.message });
+    if (error instanceof SubscriptionLimitError) {
+      return reply.code(409).send({ code: 'SUBSCRIPTION_LIMIT', message: error.message });
+    }
+    throw error;
+  }
+
+  /** Read-your-writes: the projection has folded the caller's change before the answer. */
+  async function settled(position: number): Promise<void> {
+    await runner.waitFor(position, 5_000);
+  }
+
+  return async (app) => {
+    app.post('/api/webhooks', async (request, reply) => {
+      try {
+        const keyId = await keyOf(request);
+        const parsed = CreateWebhookRequest.safeParse(request.body ?? {});
+        if (!parsed.success) throw fieldError(parsed.error);
+        const check = await checkWebhookUrl(parsed.data.url, settings.urlPolicy);
+        if (!check.ok) throw new HttpError(400, 'INVALID_URL', check.reason, 'url');
+        const created = await createSubscription(store, {
+          keyId,
+          request: parsed.data,
+          url: check.url.toString(),
+          secrets: deps.secrets,
+          maxPerKey: settings.maxPerKey,
+        });
+        await settled(created.position);
+        const sub = owned(keyId, created.subscriptionId);
+        return reply.code(201).send({ ...toView(sub), secret: created.secret });
+      } catch (err) {
+        return send(reply, err);
+      }
+    });
+
+    app.get('/api/webhooks', async (request, reply) => {
+      try {
+        const keyId = await keyOf(request);
+        return { webhooks: subscriptionsOfKey(runner.state.subscriptions, keyId).map(toView) };
+      } catch (err) {
+        return send(reply, err);
+      }
+    });
+
+    app.delete<{ Params: { id: string } }>('/api/webhooks/:id', async (request, reply) => {
+      try {
+        const keyId = await keyOf(request);
+        owned(keyId, request.params.id);
+        await settled(await deleteSubscription(store, keyId, request.params.id));
+        return { id: request.params.id, deleted: true };
+      } catch (err) {
+        return send(reply, err);
+      }
+    });
+
+    app.post<{ Params: { id: string } }>('/api/webhooks/:id/test', async (request, reply) => {
+      try {
+        const sub = owned(await keyOf(request), request.params.id);
+        const envelope = sampleEnvelope(sub, settings.verifyBaseUrl);
+        const result = await sendSigned(deps.agent, {
+          url: sub.url,
+          secret: deps.secrets.open(sub.secret, sub.id),
+          event: envelope.event,
+          deliveryId: envelope.delivery_id,
+          body: JSON.stringify(envelope),
+          timeoutMs: settings.timeoutMs,
+        });
+        return resultView(envelope.delivery_id, result);
+      } catch (err) {
+        return send(reply, err);
+      }
+    });
+
+    app.get<{ Params: { id: string }; Querystring: { limit?: string } }>(
+      '/api/webhooks/:id/deliveries',
+      async (request, reply) => {
+        try {
+          const sub = owned(await keyOf(request), request.params.id);
+          const limit = Math.min(200, Math.max(1, Number(request.query.limit ?? 50) || 50));
+          const { log } = runner.state;
+          const ids = (log.bySub[sub.id] ?? []).slice(-limit).reverse();
+          return {
+            subscription: toView(sub),
+            deliveries: ids.flatMap((id) => {
+              const record = findDelivery(log, id);
+              return record ? [deliveryView(record)] : [];
+            }),
+          };
+        } catch (err) {
+          return send(reply, err);
+        }
+      },
+    );
+
+    app.post<{ Params: { id: string } }>('/api/webhooks/:id/enable', async (request, reply) => {
+      try {
+        const keyId = await keyOf(request);
+        owned(keyId, request.params.id);
+        const parsed = ReEnableWebhookRequest.safeParse(request.body ?? {});
+        if (!parsed.success) throw fieldError(parsed.error);
+        await settled(await reEnableSubscription(store, keyId, request.params.id, parsed.data.recover_since));
+        return toView(owned(keyId, request.params.id));
+      } catch (err) {
+        return send(reply, err);
+      }
+    });
+
+    app.post<{ Params: { id: string; deliveryId: string } }>(
+      '/api/webhooks/:id/deliveries/:deliveryId/resend',
+      async (request, reply) => {
+        try {
+          const sub = owned(await keyOf(request), request.params.id);
+          const record = findDelivery(runner.state.log, request.params.deliveryId);
+          if (!record || record.subscriptionId !== sub.id) {
+            throw new HttpError(
+              404,
+              'NOT_FOUND',
+              `no delivery ${request.params.deliveryId} for this subscription`,
+            );
+          }
+          if (sub.status !== 'active') {
+            throw new HttpError(409, 'SUBSCRIPTION_DISABLED', 're-enable the subscription before resending');
+          }
+          const job = await claimNextAttempt(deps.worker, record, sub, 'resend');
+          if (!job)
+            throw new HttpError(
+              409,
+              'DELIVERY_BUSY',
+              'an attempt of this delivery is being recorded; retry shortly',
+            );
+          return resultView(record.id, await deps.worker.submit(job));
+        } catch (err) {
+          return send(reply, err);
+        }
+      },
+    );
+  };
+}

@@ -1,0 +1,63 @@
+import { randomUUID } from 'node:crypto';
+import type { WebhookEnvelope } from '../../../contracts/webhooks.ts';
+import type { SubscriptionRecord } from '../../dispatcher/subscription-fold.ts';
+
+/** A clearly marked sample delivery for POST /api/webhooks/:id/test, shaped like the real thing. */
+export function sampleEnvelope(sub: SubscriptionRecord, verifyBaseUrl: string): WebhookEnvelope {
+  const deliveryId = `test_${randomUUID()}`;
+  const created = new Date().toISOString();
+  const verify = `${verifyBaseUrl}/verify/sample/0`;
+  const base = {
+    coin: 'BTC',
+    timeframe: sub.timeframes?.[0] ?? '1h',
+    exchange: sub.exchange ?? 'BINANCE',
+    confidence: 72,
+    price_at_call: 65_000,
+    candle_close_time: Math.floor(Date.now() / 3_600_000) * 3_600,
+    signal_hash: '0'.repeat(64),
+    verify_url: verify,
+  } as const;
+  const event = sub.events[0]!;
+  if (event === 'scan_digest') {
+    return {
+      event,
+      delivery_id: deliveryId,
+      created_at: created,
+      test: true,
+      data: {
+        type: 'scan_digest',
+        cadence: sub.cadence ?? '1h',
+        timeframe: sub.timeframe ?? '1h',
+        exchange: sub.exchange ?? 'BINANCE',
+        period_start: created,
+        calls: [
+          {
+            rank: 1,
+            coin: 'BTC',
+            call: 'BUY',
+            confidence: 72,
+            regime: 'trending-up',
+            price: 65_000,
+            verdict_id: '00000000-0000-4000-8000-000000000000',
+          },
+        ],
+      },
+    };
+  }
+  if (event === 'regime_shift') {
+    return {
+      event,
+      delivery_id: deliveryId,
+      created_at: created,
+      test: true,
+      data: { type: 'regime_shift', ...base, regime: 'trending-up', prior_regime: 'ranging' },
+    };
+  }
+  return {
+    event,
+    delivery_id: deliveryId,
+    created_at: created,
+    test: true,
+    data: { type: 'trade_call', ...base, call: 'BUY', regime: 'trending-up' },
+  };
+}

@@ -1,0 +1,173 @@
+import type { FastifyPluginAsync } from 'fastify';
+import type { Logger } from 'pino';
+import type { Agent } from 'undici';
+import { feedOptionsFromConfig, selectFeed } from '../../adapters/market/select.ts';
+import type { Config } from '../../contracts/config.ts';
+import { ProjectionRunner } from '../../projections/runner.ts';
+import type { Adapters } from '../adapters.ts';
+import { keyResolverAuth, type ResolveKey } from '../api/webhooks/auth.ts';
+import { webhookRoutes } from '../api/webhooks/routes.ts';
+import type { Component } from '../component.ts';
+import { createSignalEngine, rankMarkets, type SignalEngine } from '../engine/engine.ts';
+import type { KeyResolver } from '../keys/key-resolver.ts';
+import { guardedAgent } from '../ssrf/guarded-agent.ts';
+import { DeliveryWorker } from './delivery-worker.ts';
+import { WebhookDispatcher } from './dispatcher.ts';
+import { MarketRanking } from './ranking.ts';
+import { secretBoxFromConfig } from './secret-box.ts';
+import { type WebhookSettings, webhookSettings } from './settings.ts';
+import { type WebhookState, webhookProjection } from './webhook-projection.ts';
+
+type WebhookAdapters = Pick<Adapters, 'eventStore' | 'projectionStore' | 'bus'>;
+
+function parts(
+  config: Config,
+  adapters: WebhookAdapters,
+  logger: Logger,
+  overrides?: Partial<WebhookSettings>,
+) {
+  const settings = { ...webhookSettings(config), ...overrides };
+  const secrets = secretBoxFromConfig(config);
+  const runner = new ProjectionRunner<WebhookState>(
+    adapters.eventStore,
+    adapters.projectionStore,
+    webhookProjection,
+    {
+      snapshotEvery: config.PROJECTION_SNAPSHOT_EVERY,
+      logger,
+    },
+  );
+  const agent: Agent = guardedAgent({
+    addresses: settings.urlPolicy.addresses,
+    connectTimeoutMs: settings.connectTimeoutMs,
+    connectionsPerOrigin: settings.endpointConcurrency,
+    ...(settings.urlPolicy.resolve ? { resolve: settings.urlPolicy.resolve } : {}),
+    ...(settings.tls ? { tls: settings.tls } : {}),
+  });
+  const worker = new DeliveryWorker({ store: adapters.eventStore, runner, secrets, agent, settings, logger });
+  return { settings, secrets, runner, agent, worker };
+}
+
+function projectionCheck(runner: ProjectionRunner<WebhookState>) {
+  return async () =>
+    runner.error
+      ? { ok: false, detail: runner.error.message, checkpoint: runner.checkpoint }
+      : { ok: runner.running, checkpoint: runner.checkpoint };
+}
+
+/**
+ * The dispatcher role: the webhook projection, the bus consumers, retries and digests. Without
+ * an engine from the process (a dispatcher-only process) it opens its own for digests and top:N.
+ */
+export function dispatcherComponent(deps: {
+  config: Config;
+  adapters: WebhookAdapters;
+  logger: Logger;
+  engine: SignalEngine | null;
+  /** Overrides for tests (e.g. a compressed retry schedule or a custom resolver). */
+  settings?: Partial<WebhookSettings>;
+  durablePrefix?: string;
+  digestNow?: () => number;
+}): Component & { dispatcher: () => WebhookDispatcher | null; runner: ProjectionRunner<WebhookState> } {
+  const { config, adapters, logger } = deps;
+  const { settings, runner, agent, worker } = parts(config, adapters, logger, deps.settings);
+  let engine = deps.engine;
+  let ownEngine: SignalEngine | null = null;
+  let dispatcher: WebhookDispatcher | null = null;
+  return {
+    name: 'dispatcher',
+    runner,
+    dispatcher: () => dispatcher,
+    async start() {
+      if (settings.urlPolicy.addresses.allow.length > 0) {
+        logger.warn(
+          { allow: config.WEBHOOK_TEST_ALLOW_CIDRS },
+          'WEBHOOK_TEST_ALLOW_CIDRS is set: the SSRF guard has exemptions (tests only)',
+        );
+      }
+      if (!engine) {
+        const { feed } = await selectFeed({ ...feedOptionsFromConfig(config), logger });
+        ownEngine = await createSignalEngine({
+          feed,
+          store: adapters.eventStore,
+          publicBaseUrl: config.PUBLIC_BASE_URL,
+          logger,
+        });
+        engine = ownEngine;
+      }
+      const signals = engine;
+      await runner.start();
+      dispatcher = new WebhookDispatcher({
+        store: adapters.eventStore,
+        bus: adapters.bus,
+        runner,
+        worker,
+        ranking: new MarketRanking(
+          async (exchange) => rankMarkets(await signals.feed.markets(exchange as never)).map((m) => m.coin),
+          logger,
+        ),
+        logger,
+        verifyBaseUrl: settings.verifyBaseUrl,
+        stuckAfterMs: settings.stuckAfterMs,
+        tickMs: settings.tickMs,
+        subjectPrefix: config.NATS_SUBJECT_PREFIX,
+        ...(deps.durablePrefix ? { durablePrefix: deps.durablePrefix } : {}),
+        scan: (input) => signals.scanTradeCalls(input),
+        ...(deps.digestNow ? { now: deps.digestNow } : {}),
+      });
+      await dispatcher.start();
+    },
+    async stop() {
+      await dispatcher?.stop(settings.timeoutMs + 1_000);
+      await runner.stop({ drainMs: 2_000 });
+      await agent.close();
+      await ownEngine?.close();
+    },
+    checks() {
+      return { 'projection:webhooks': projectionCheck(runner) };
+    },
+  };
+}
+
+/**
+ * The management routes for the api role, with their own view of the webhook projection (and a
+ * worker for resends). Start the component before the app listens.
+ */
+export function webhookApi(deps: {
+  config: Config;
+  adapters: WebhookAdapters;
+  logger: Logger;
+  /** How a Bearer key becomes a key id: the key registry's resolver in the service. */
+  keys?: Pick<KeyResolver, 'resolve'>;
+  resolveKey?: ResolveKey;
+  settings?: Partial<WebhookSettings>;
+}): Component & { plugin: FastifyPluginAsync; runner: ProjectionRunner<WebhookState> } {
+  const { config, adapters, logger } = deps;
+  const { settings, secrets, runner, agent, worker } = parts(config, adapters, logger, deps.settings);
+  const resolveKey = deps.resolveKey ?? (deps.keys ? keyResolverAuth(deps.keys) : null);
+  if (!resolveKey) throw new Error('webhookApi needs keys (a KeyResolver) or resolveKey');
+  return {
+    name: 'webhook-api',
+    runner,
+    plugin: webhookRoutes({
+      store: adapters.eventStore,
+      runner,
+      worker,
+      agent,
+      secrets,
+      settings,
+      resolveKey,
+    }),
+    async start() {
+      await runner.start();
+    },
+    async stop() {
+      await worker.queues.drained();
+      await runner.stop({ drainMs: 2_000 });
+      await agent.close();
+    },
+    checks() {
+      return { 'projection:webhooks-api': projectionCheck(runner) };
+    },
+  };
+}

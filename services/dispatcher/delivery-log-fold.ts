@@ -1,0 +1,167 @@
+import type { RecordedEvent } from '../../contracts/envelope.ts';
+import { type DomainEvent, parseDomainEvent } from '../../contracts/events.ts';
+import type { DeliveryView } from '../../contracts/webhooks.ts';
+
+export interface AttemptRecord {
+  attempt: number;
+  attemptedAt: string;
+  trigger: string;
+  outcome: 'pending' | 'succeeded' | 'failed';
+  status: number | null;
+  latencyMs: number | null;
+  error: string | null;
+  response: string | null;
+  nextAttemptAt: string | null;
+}
+
+export interface DeliveryRecord {
+  id: string;
+  subscriptionId: string;
+  eventId: string;
+  event: 'trade_call' | 'regime_shift' | 'scan_digest';
+  url: string;
+  createdAt: string;
+  /** Revision of the delivery stream's last event: the expected revision of the next claim. */
+  revision: number;
+  /** pending: an attempt is running or a retry is scheduled; failed: no attempt follows. */
+  status: 'pending' | 'succeeded' | 'failed';
+  attempts: AttemptRecord[];
+}
+
+export interface DeliveryLogState {
+  deliveries: Record<string, DeliveryRecord>;
+  /** Delivery ids per subscription, oldest first, the newest `DELIVERY_LOG_LIMIT` kept. */
+  bySub: Record<string, string[]>;
+}
+
+/** Deliveries remembered per subscription; older finished ones leave the log (never pending ones). */
+export const DELIVERY_LOG_LIMIT = 200;
+
+export function deliveryStream(deliveryId: string): string {
+  return `delivery-${deliveryId}`;
+}
+
+export const initialDeliveryLog = (): DeliveryLogState => ({ deliveries: {}, bySub: {} });
+
+export function findDelivery(state: DeliveryLogState, id: string): DeliveryRecord | undefined {
+  return Object.hasOwn(state.deliveries, id) ? state.deliveries[id] : undefined;
+}
+
+function attemptOf(record: DeliveryRecord, attempt: number): AttemptRecord | undefined {
+  return record.attempts.find((a) => a.attempt === attempt);
+}
+
+function trim(state: DeliveryLogState, subscriptionId: string): void {
+  const ids = state.bySub[subscriptionId]!;
+  while (ids.length > DELIVERY_LOG_LIMIT) {
+    const index = ids.findIndex((id) => state.deliveries[id]?.status !== 'pending');
+    if (index < 0) return;
+    const [evicted] = ids.splice(index, 1);
+    delete state.deliveries[evicted!];
+  }
+}
+
+export function evolveDeliveryLog(state: DeliveryLogState, recorded: RecordedEvent): DeliveryLogState {
+  const event = parseDomainEvent(recorded);
+  return event === null ? state : applyDeliveryEvent(state, event);
+}
+
+export function applyDeliveryEvent(state: DeliveryLogState, event: DomainEvent): DeliveryLogState {
+  switch (event.type) {
+    case 'DeliveryAttempted': {
+      const d = event.data;
+      let record = findDelivery(state, d.deliveryId);
+      if (!record) {
+        record = {
+          id: d.deliveryId,
+          subscriptionId: d.subscriptionId,
+          eventId: d.eventId,
+          event: d.webhookEvent,
+          url: d.url,
+          createdAt: event.recordedAt,
+          revision: event.revision,
+          status: 'pending',
+          attempts: [],
+        };
+        state.deliveries[d.deliveryId] = record;
+        const ids = state.bySub[d.subscriptionId] ?? [];
+        ids.push(d.deliveryId);
+        state.bySub[d.subscriptionId] = ids;
+        trim(state, d.subscriptionId);
+      }
+      record.revision = event.revision;
+      record.status = 'pending';
+      record.url = d.url;
+      record.attempts.push({
+        attempt: d.attempt,
+        attemptedAt: event.recordedAt,
+        trigger: d.trigger ?? 'event',
+        outcome: 'pending',
+        status: null,
+        latencyMs: null,
+        error: null,
+        response: null,
+        nextAttemptAt: null,
+      });
+      break;
+    }
+    case 'DeliverySucceeded':
+    case 'DeliveryFailed': {
+      const d = event.data;
+      const record = findDelivery(state, d.deliveryId);
+      if (!record) break;
+      record.revision = event.revision;
+      const attempt = attemptOf(record, d.attempt);
+      const failed = event.type === 'DeliveryFailed';
+      const next = failed ? event.data.nextAttemptAt : null;
+      if (attempt) {
+        attempt.outcome = failed ? 'failed' : 'succeeded';
+        attempt.status = d.status;
+        attempt.latencyMs = d.latencyMs;
+        attempt.response = d.response;
+        attempt.error = failed ? event.data.error : null;
+        attempt.nextAttemptAt = next;
+      }
+      // Only the latest attempt decides the delivery's status (an old attempt may report late).
+      const latest = record.attempts.at(-1);
+      if (latest?.attempt === d.attempt) record.status = failed ? (next ? 'pending' : 'failed') : 'succeeded';
+      break;
+    }
+    case 'SubscriptionDisabled': {
+      // Nothing more is attempted for a disabled subscription; what was pending counts as failed
+      // (and is what "recover since" re-sends after a re-enable).
+      for (const id of state.bySub[event.data.subscriptionId] ?? []) {
+        const record = state.deliveries[id];
+        if (record?.status === 'pending') record.status = 'failed';
+      }
+      break;
+    }
+    case 'SubscriptionDeleted': {
+      for (const id of state.bySub[event.data.subscriptionId] ?? []) delete state.deliveries[id];
+      delete state.bySub[event.data.subscriptionId];
+      break;
+    }
+  }
+  return state;
+}
+
+export function deliveryView(record: DeliveryRecord): DeliveryView {
+  return {
+    delivery_id: record.id,
+    event: record.event,
+    event_id: record.eventId,
+    status: record.status,
+    created_at: record.createdAt,
+    attempts: record.attempts.map((a) => ({
+      attempt: a.attempt,
+      attempted_at: a.attemptedAt,
+      trigger: a.trigger,
+      outcome: a.outcome,
+      status: a.status,
+      latency_ms: a.latencyMs,
+      error: a.error,
+      response: a.response,
+      next_attempt_at: a.nextAttemptAt,
+    })),
+  };
+}

@@ -1,0 +1,279 @@
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { Dispatcher } from 'undici';
+import { type EventStore, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
+import { newEvent } from '../../contracts/events.ts';
+import type { ProjectionRunner } from '../../projections/runner.ts';
+import { deterministicId } from '../engine/deterministic-id.ts';
+import { deliveryStream } from './delivery-log-fold.ts';
+import { EndpointQueues } from './endpoint-queues.ts';
+import { classifyFailure, nextAttemptAt, type RetryPolicy } from './retry-policy.ts';
+import type { SecretBox } from './secret-box.ts';
+import { type SendResult, sendSigned } from './sender.ts';
+import { findSubscription, type SubscriptionRecord, subscriptionStream } from './subscription-fold.ts';
+import type { WebhookState } from './webhook-projection.ts';
+
+export type Trigger = 'event' | 'retry' | 'stale' | 'digest' | 'recover' | 'resend' | 'deferred';
+
+/** Triggers that start a fresh run through the retry schedule. */
+const SERIES_START: readonly Trigger[] = ['event', 'digest', 'recover', 'resend'];
+
+export interface DeliveryJob {
+  deliveryId: string;
+  subscription: SubscriptionRecord;
+  eventId: string;
+  event: 'trade_call' | 'regime_shift' | 'scan_digest';
+  body: string;
+  attempt: number;
+  /** Position of this attempt in its run through the retry schedule (1 = first). */
+  seriesAttempt: number;
+  /** Revision of the delivery stream after the claim: outcomes append against it. */
+  revision: number;
+}
+
+export interface WorkerSettings {
+  retry: RetryPolicy;
+  timeoutMs: number;
+  disableAfterFailedDeliveries: number;
+  disableAfterMs: number;
+  endpointConcurrency: number;
+  endpointQueueLimit: number;
+}
+
+/**
+ * Claims attempts, sends them and records the outcome. A claim is an append of
+ * DeliveryAttempted against the delivery stream's expected revision, so two dispatchers never
+ * run the same attempt; the outcome appends against the claim's revision, so a stale worker's
+ * late outcome never overwrites a newer attempt.
+ */
+export class DeliveryWorker {
+  readonly queues: EndpointQueues;
+  /** Deliveries this process has claimed and not finished. */
+  readonly owned = new Set<string>();
+  private readonly logger: Logger;
+
+  constructor(
+    private readonly deps: {
+      store: EventStore;
+      runner: ProjectionRunner<WebhookState>;
+      secrets: SecretBox;
+      agent: Dispatcher;
+      settings: WorkerSettings;
+      logger: Logger;
+    },
+  ) {
+    this.queues = new EndpointQueues(deps.settings.endpointConcurrency, deps.settings.endpointQueueLimit);
+    this.logger = deps.logger.child({ component: 'webhook-worker' });
+  }
+
+  /**
+   * Appends the claim of an attempt. Returns null when the delivery stream moved on (someone
+   * else claimed it, or it already exists when `expected` is 'no_stream').
+   */
+  async claim(input: {
+    deliveryId: string;
+    subscription: SubscriptionRecord;
+    eventId: string;
+    event: DeliveryJob['event'];
+    attempt: number;
+    seriesAttempt?: number;
+    trigger: Trigger;
+    body: string;
+    expected: number | 'no_stream';
+  }): Promise<DeliveryJob | null> {
+    const event = newEvent(
+      'DeliveryAttempted',
+      {
+        deliveryId: input.deliveryId,
+        subscriptionId: input.subscription.id,
+        attempt: input.attempt,
+        eventId: input.eventId,
+        webhookEvent: input.event,
+        url: input.subscription.url,
+        trigger: input.trigger,
+        ...(input.attempt === 1 ? { body: input.body } : {}),
+      },
+      // A random id: a second claim of the same attempt must conflict, not be taken as a re-append.
+      { id: randomUUID(), correlationId: input.deliveryId },
+    );
+    try {
+      const result = await this.deps.store.append(deliveryStream(input.deliveryId), [event], {
+        expectedRevision: input.expected,
+      });
+      this.owned.add(input.deliveryId);
+      return {
+        deliveryId: input.deliveryId,
+        subscription: input.subscription,
+        eventId: input.eventId,
+        event: input.event,
+        body: input.body,
+        attempt: input.attempt,
+        seriesAttempt: SERIES_START.includes(input.trigger) ? 1 : (input.seriesAttempt ?? input.attempt),
+        revision: result.nextRevision,
+      };
+    } catch (err) {
+      if (err instanceof WrongExpectedRevisionError) return null;
+      throw err;
+    }
+  }
+
+  /** The first attempt's body, which every later attempt re-sends. */
+  async bodyOf(deliveryId: string): Promise<string | null> {
+    const [first] = await this.deps.store.readStream(deliveryStream(deliveryId), { maxCount: 1 });
+    const body = (first?.data as { body?: unknown } | undefined)?.body;
+    return typeof body === 'string' ? body : null;
+  }
+
+  /**
+   * Queues the job on its endpoint. When the endpoint's queue is full the attempt is recorded as
+   * deferred to its next retry slot instead of waiting in memory.
+   */
+  submit(job: DeliveryJob): Promise<SendResult> {
+    return new Promise((resolve, reject) => {
+      const accepted =
+        this.deps.settings.endpointQueueLimit > 0 &&
+        this.queues.push(EndpointQueues.keyOf(job.subscription.url), async () => {
+          try {
+            resolve(await this.execute(job));
+          } catch (err) {
+            reject(err);
+          }
+        });
+      if (!accepted) {
+        const deferred: SendResult = {
+          ok: false,
+          status: null,
+          latencyMs: 0,
+          error: 'endpoint queue full: deferred to the next retry',
+          response: null,
+          retryAfterMs: null,
+        };
+        this.recordOutcome(job, deferred).then(() => resolve(deferred), reject);
+      }
+    });
+  }
+
+  private async execute(job: DeliveryJob): Promise<SendResult> {
+    const current = findSubscription(this.deps.runner.state.subscriptions, job.subscription.id);
+    if (!current) {
+      this.owned.delete(job.deliveryId);
+      return {
+        ok: false,
+        status: null,
+        latencyMs: 0,
+        error: 'subscription deleted',
+        response: null,
+        retryAfterMs: null,
+      };
+    }
+    let secret: string;
+    try {
+      secret = this.deps.secrets.open(current.secret, current.id);
+    } catch (err) {
+      this.logger.error({ err, subscriptionId: current.id }, 'cannot open the subscription secret');
+      const result: SendResult = {
+        ok: false,
+        status: null,
+        latencyMs: 0,
+        error: 'subscription secret unreadable with the configured master key',
+        response: null,
+        retryAfterMs: null,
+      };
+      await this.recordOutcome(job, result);
+      return result;
+    }
+    const result =
+      current.status === 'active'
+        ? await sendSigned(this.deps.agent, {
+            url: current.url,
+            secret,
+            event: job.event,
+            deliveryId: job.deliveryId,
+            body: job.body,
+            timeoutMs: this.deps.settings.timeoutMs,
+          })
+        : null;
+    const outcome = result ?? {
+      ok: false,
+      status: null,
+      latencyMs: 0,
+      error: 'subscription disabled',
+      response: null,
+      retryAfterMs: null,
+    };
+    await this.recordOutcome(job, outcome);
+    return outcome;
+  }
+
+  private async recordOutcome(job: DeliveryJob, result: SendResult): Promise<void> {
+    const now = Date.now();
+    const ref = { deliveryId: job.deliveryId, subscriptionId: job.subscription.id, attempt: job.attempt };
+    const gone = classifyFailure(result.status) === 'gone';
+    const next =
+      result.ok || gone || result.error === 'subscription disabled'
+        ? null
+        : nextAttemptAt(this.deps.settings.retry, job.seriesAttempt, now, result.retryAfterMs);
+    const event = result.ok
+      ? newEvent('DeliverySucceeded', {
+          ...ref,
+          status: result.status!,
+          latencyMs: result.latencyMs,
+          response: (result.response ?? '').slice(0, 1024),
+        })
+      : newEvent('DeliveryFailed', {
+          ...ref,
+          status: result.status,
+          error: result.error,
+          latencyMs: result.latencyMs,
+          response: result.response === null ? null : result.response.slice(0, 1024),
+          nextAttemptAt: next === null ? null : new Date(next).toISOString(),
+        });
+    let position: number;
+    try {
+      ({ position } = await this.deps.store.append(deliveryStream(job.deliveryId), [event], {
+        expectedRevision: job.revision,
+      }));
+    } catch (err) {
+      if (err instanceof WrongExpectedRevisionError) {
+        this.logger.info(
+          { deliveryId: job.deliveryId, attempt: job.attempt },
+          'outcome superseded by a newer attempt',
+        );
+        return;
+      }
+      throw err;
+    } finally {
+      this.owned.delete(job.deliveryId);
+    }
+    if (result.ok) return;
+    if (gone) {
+      await this.disable(job.subscription, 'the receiver answered 410 Gone');
+      return;
+    }
+    await this.checkPersistentFailure(job.subscription.id, position, now);
+  }
+
+  private async checkPersistentFailure(subscriptionId: string, position: number, now: number): Promise<void> {
+    await this.deps.runner.waitFor(position, 5_000).catch(() => undefined);
+    const sub = findSubscription(this.deps.runner.state.subscriptions, subscriptionId);
+    if (sub?.status !== 'active') return;
+    const { disableAfterFailedDeliveries, disableAfterMs } = this.deps.settings;
+    if (sub.failedDeliveries >= disableAfterFailedDeliveries) {
+      await this.disable(sub, `${sub.failedDeliveries} consecutive deliveries failed every attempt`);
+    } else if (sub.failingSince !== null && now - Date.parse(sub.failingSince) >= disableAfterMs) {
+      await this.disable(sub, `no successful delivery since ${sub.failingSince}`);
+    }
+  }
+
+  async disable(sub: SubscriptionRecord, reason: string): Promise<void> {
+    const current = findSubscription(this.deps.runner.state.subscriptions, sub.id) ?? sub;
+    const event = newEvent(
+      'SubscriptionDisabled',
+      { subscriptionId: sub.id, reason, consecutiveFailures: current.failedDeliveries },
+      // One disable per enabled period, however many workers decide it at once.
+      { id: deterministicId('webhook-disabled', sub.id, current.generation) },
+    );
+    await this.deps.store.append(subscriptionStream(sub.keyId), [event]);
+    this.logger.warn({ subscriptionId: sub.id, reason }, 'webhook subscription disabled');
+  }
+}

@@ -1,0 +1,28 @@
+import type { Cadence } from '../../contracts/webhooks.ts';
+import type { SubscriptionRecord } from './subscription-fold.ts';
+
+export const CADENCE_MS: Record<Cadence, number> = { '1h': 3_600_000, '4h': 4 * 3_600_000, '1d': 86_400_000 };
+
+/** Start (Unix ms, UTC-aligned) of the cadence period containing `now`. */
+export function periodStart(cadence: Cadence, now: number): number {
+  const ms = CADENCE_MS[cadence];
+  return Math.floor(now / ms) * ms;
+}
+
+/**
+ * Digests due at `now`: one per active digest subscription for the current period, if the
+ * subscription existed when the period began (a new subscriber's first digest comes at the next
+ * boundary, not at once).
+ */
+export function dueDigests(
+  subs: Iterable<SubscriptionRecord>,
+  now: number,
+): { sub: SubscriptionRecord; periodStart: number }[] {
+  const due: { sub: SubscriptionRecord; periodStart: number }[] = [];
+  for (const sub of subs) {
+    if (sub.status !== 'active' || !sub.events.includes('scan_digest') || !sub.cadence) continue;
+    const start = periodStart(sub.cadence, now);
+    if (Date.parse(sub.createdAt) < start) due.push({ sub, periodStart: start });
+  }
+  return due;
+}

@@ -1,0 +1,67 @@
+/**
+ * One queue per endpoint with its own concurrency limit, so a slow or dead endpoint only ever
+ * holds its own slots: every other endpoint's deliveries start at once.
+ */
+export class EndpointQueues {
+  private readonly queues = new Map<string, { running: number; waiting: (() => Promise<void>)[] }>();
+  private readonly idle = new Set<() => void>();
+
+  constructor(
+    private readonly concurrency: number,
+    private readonly queueLimit: number,
+  ) {}
+
+  /** The endpoint an URL belongs to: its origin (scheme, host, port). */
+  static keyOf(url: string): string {
+    return new URL(url).origin;
+  }
+
+  /** Runs or queues the task; false when the endpoint's queue is full (the task is not taken). */
+  push(key: string, task: () => Promise<void>): boolean {
+    let queue = this.queues.get(key);
+    if (!queue) {
+      queue = { running: 0, waiting: [] };
+      this.queues.set(key, queue);
+    }
+    if (queue.running < this.concurrency) {
+      this.run(key, queue, task);
+      return true;
+    }
+    if (queue.waiting.length >= this.queueLimit) return false;
+    queue.waiting.push(task);
+    return true;
+  }
+
+  /** Tasks running or waiting, over every endpoint. */
+  get size(): number {
+    let n = 0;
+    for (const q of this.queues.values()) n += q.running + q.waiting.length;
+    return n;
+  }
+
+  /** Resolves when nothing is running or waiting. */
+  async drained(): Promise<void> {
+    if (this.size === 0) return;
+    await new Promise<void>((resolve) => this.idle.add(resolve));
+  }
+
+  private run(
+    key: string,
+    queue: { running: number; waiting: (() => Promise<void>)[] },
+    task: () => Promise<void>,
+  ): void {
+    queue.running++;
+    void task()
+      .catch(() => undefined)
+      .finally(() => {
+        queue.running--;
+        const next = queue.waiting.shift();
+        if (next) this.run(key, queue, next);
+        else if (queue.running === 0) this.queues.delete(key);
+        if (this.size === 0) {
+          for (const resolve of this.idle) resolve();
+          this.idle.clear();
+        }
+      });
+  }
+}

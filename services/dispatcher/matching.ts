@@ -1,0 +1,41 @@
+import { topN } from '../../contracts/webhooks.ts';
+import type { SubscriptionRecord } from './subscription-fold.ts';
+
+export interface Candidate {
+  event: 'trade_call' | 'regime_shift';
+  coin: string;
+  timeframe: string;
+  exchange: string;
+  confidence: number;
+}
+
+/** The venue's markets in ranking order (0 = first); null when the ranking is unknown. */
+export type RankOf = (exchange: string, coin: string) => number | null;
+
+/** The largest top:N among a subscription's assets, or null when it lists none. */
+export function largestTopN(assets: readonly string[] | undefined): number | null {
+  let max: number | null = null;
+  for (const asset of assets ?? []) {
+    const n = topN(asset);
+    if (n !== null && (max === null || n > max)) max = n;
+  }
+  return max;
+}
+
+/** Omitted filters accept everything; given ones must all accept. */
+export function matches(sub: SubscriptionRecord, candidate: Candidate, rankOf: RankOf): boolean {
+  if (sub.status !== 'active') return false;
+  if (!sub.events.includes(candidate.event)) return false;
+  if (sub.timeframes && !sub.timeframes.includes(candidate.timeframe as never)) return false;
+  if (sub.minConfidence !== undefined && candidate.confidence < sub.minConfidence) return false;
+  if (sub.assets && sub.assets.length > 0) {
+    const coin = candidate.coin.toUpperCase();
+    const listed = sub.assets.some((asset) => asset === coin);
+    if (!listed) {
+      const n = largestTopN(sub.assets);
+      const rank = n === null ? null : rankOf(candidate.exchange, coin);
+      if (n === null || rank === null || rank >= n) return false;
+    }
+  }
+  return true;
+}

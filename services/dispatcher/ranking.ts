@@ -1,0 +1,42 @@
+import type { Logger } from 'pino';
+
+/**
+ * The venues' market rankings for `top:N` filters, refreshed at most every `ttlMs`. The engine's
+ * own ranking decides (open interest, else 24 h volume), so top:N means what scans mean by it.
+ */
+export class MarketRanking {
+  private readonly lists = new Map<string, { at: number; coins: Map<string, number> }>();
+  private readonly refreshing = new Map<string, Promise<void>>();
+
+  constructor(
+    private readonly load: (exchange: string) => Promise<string[]>,
+    private readonly logger: Logger,
+    private readonly ttlMs = 5 * 60_000,
+  ) {}
+
+  /** Makes sure a ranking for the venue is loaded and fresh enough; never throws. */
+  async prepare(exchange: string): Promise<void> {
+    const cached = this.lists.get(exchange);
+    if (cached && Date.now() - cached.at < this.ttlMs) return;
+    let pending = this.refreshing.get(exchange);
+    if (!pending) {
+      pending = this.load(exchange)
+        .then((coins) => {
+          this.lists.set(exchange, {
+            at: Date.now(),
+            coins: new Map(coins.map((c, i) => [c.toUpperCase(), i])),
+          });
+        })
+        .catch((err: unknown) =>
+          this.logger.warn({ err, exchange }, 'market ranking unavailable; top:N filters keep the last one'),
+        )
+        .finally(() => this.refreshing.delete(exchange));
+      this.refreshing.set(exchange, pending);
+    }
+    await pending;
+  }
+
+  rankOf(exchange: string, coin: string): number | null {
+    return this.lists.get(exchange)?.coins.get(coin.toUpperCase()) ?? null;
+  }
+}

@@ -1,0 +1,68 @@
+import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
+import type { z } from 'zod';
+import type { Config } from '../../contracts/config.ts';
+import type { EncryptedSecret } from '../../contracts/events.ts';
+
+type Sealed = z.infer<typeof EncryptedSecret>;
+
+/**
+ * A fixed key for development and tests only: the config schema refuses to start production
+ * without WEBHOOK_MASTER_KEY, so this never protects a real secret.
+ */
+const DEVELOPMENT_MASTER_KEY = 'de7e10be47de7e10be47de7e10be47de7e10be47de7e10be47de7e10be47de7e';
+
+/** A new subscription secret: `whsec_` + 48 hex (24 random bytes). */
+export function generateWebhookSecret(): string {
+  return `whsec_${randomBytes(24).toString('hex')}`;
+}
+
+/**
+ * AES-256-GCM for subscription secrets at rest. The subscription id is the associated data, so
+ * a ciphertext copied onto another subscription does not decrypt. `keyVersion` names the master
+ * key by a digest prefix, so a rotated key is detected instead of producing garbage.
+ */
+export class SecretBox {
+  private readonly key: Buffer;
+  readonly keyVersion: string;
+
+  constructor(masterKeyHex: string) {
+    this.key = Buffer.from(masterKeyHex, 'hex');
+    if (this.key.length !== 32) throw new Error('the webhook master key must be 32 bytes (64 hex)');
+    this.keyVersion = `k${createHash('sha256').update(this.key).digest('hex').slice(0, 8)}`;
+  }
+
+  seal(secret: string, subscriptionId: string): Sealed {
+    const iv = randomBytes(12);
+    const cipher = createCipheriv('aes-256-gcm', this.key, iv);
+    cipher.setAAD(Buffer.from(subscriptionId, 'utf8'));
+    const ciphertext = Buffer.concat([cipher.update(secret, 'utf8'), cipher.final()]);
+    return {
+      keyVersion: this.keyVersion,
+      iv: iv.toString('base64'),
+      tag: cipher.getAuthTag().toString('base64'),
+      ciphertext: ciphertext.toString('base64'),
+    };
+  }
+
+  open(sealed: Sealed, subscriptionId: string): string {
+    if (sealed.keyVersion !== this.keyVersion) {
+      throw new Error(
+        `secret sealed with master key ${sealed.keyVersion}, configured key is ${this.keyVersion}`,
+      );
+    }
+    const decipher = createDecipheriv('aes-256-gcm', this.key, Buffer.from(sealed.iv, 'base64'));
+    decipher.setAAD(Buffer.from(subscriptionId, 'utf8'));
+    decipher.setAuthTag(Buffer.from(sealed.tag, 'base64'));
+    return Buffer.concat([
+      decipher.update(Buffer.from(sealed.ciphertext, 'base64')),
+      decipher.final(),
+    ]).toString('utf8');
+  }
+}
+
+export function secretBoxFromConfig(config: Pick<Config, 'WEBHOOK_MASTER_KEY' | 'NODE_ENV'>): SecretBox {
+  if (!config.WEBHOOK_MASTER_KEY && config.NODE_ENV === 'production') {
+    throw new Error('WEBHOOK_MASTER_KEY is required in production');
+  }
+  return new SecretBox(config.WEBHOOK_MASTER_KEY ?? DEVELOPMENT_MASTER_KEY);
+}

@@ -1,0 +1,69 @@
+import type { Config } from '../../contracts/config.ts';
+import { type AddressPolicy, parseCidrList } from '../ssrf/address-policy.ts';
+import { parsePortPolicy, type UrlPolicy } from '../ssrf/url-policy.ts';
+import type { RetryPolicy } from './retry-policy.ts';
+
+/** Everything the dispatcher and the management routes read from configuration, parsed once. */
+export interface WebhookSettings {
+  retry: RetryPolicy;
+  disableAfterFailedDeliveries: number;
+  disableAfterMs: number;
+  endpointConcurrency: number;
+  endpointQueueLimit: number;
+  connectTimeoutMs: number;
+  timeoutMs: number;
+  stuckAfterMs: number;
+  tickMs: number;
+  maxPerKey: number;
+  /** PUBLIC_BASE_URL: verify_url in payloads points at its /verify route. */
+  verifyBaseUrl: string;
+  urlPolicy: UrlPolicy;
+  /** Extra trust for receivers' certificates (tests trust their self-signed receiver here). */
+  tls?: { ca?: string | string[] };
+}
+
+const UNIT_MS = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
+
+export function parseDuration(raw: string): number {
+  const m = /^(\d+)(ms|s|m|h|d)?$/.exec(raw.trim());
+  if (!m) throw new Error(`invalid duration "${raw}"`);
+  return Number(m[1]) * UNIT_MS[(m[2] ?? 'ms') as keyof typeof UNIT_MS];
+}
+
+export function parseSchedule(raw: string): number[] {
+  const delays = raw.split(',').map(parseDuration);
+  if (delays.length === 0) throw new Error('the retry schedule needs at least one entry');
+  return delays;
+}
+
+export function addressPolicyFromConfig(
+  config: Pick<Config, 'WEBHOOK_TEST_ALLOW_CIDRS' | 'NODE_ENV'>,
+): AddressPolicy {
+  // The config schema already refuses this in production; checked again so no other path can.
+  if (config.NODE_ENV === 'production') return { allow: [] };
+  return { allow: parseCidrList(config.WEBHOOK_TEST_ALLOW_CIDRS) };
+}
+
+export function webhookSettings(config: Config): WebhookSettings {
+  return {
+    retry: {
+      schedule: parseSchedule(config.WEBHOOK_RETRY_SCHEDULE),
+      jitter: config.WEBHOOK_RETRY_JITTER,
+      retryAfterMaxMs: config.WEBHOOK_RETRY_AFTER_MAX_MS,
+    },
+    disableAfterFailedDeliveries: config.WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES,
+    disableAfterMs: config.WEBHOOK_DISABLE_AFTER_MS,
+    endpointConcurrency: config.WEBHOOK_ENDPOINT_CONCURRENCY,
+    endpointQueueLimit: config.WEBHOOK_ENDPOINT_QUEUE_LIMIT,
+    connectTimeoutMs: config.WEBHOOK_CONNECT_TIMEOUT_MS,
+    timeoutMs: config.WEBHOOK_TIMEOUT_MS,
+    stuckAfterMs: config.WEBHOOK_STUCK_AFTER_MS,
+    tickMs: config.WEBHOOK_TICK_MS,
+    maxPerKey: config.WEBHOOK_MAX_PER_KEY,
+    verifyBaseUrl: config.PUBLIC_BASE_URL.replace(/\/$/, ''),
+    urlPolicy: {
+      ports: parsePortPolicy(config.WEBHOOK_ALLOWED_PORTS),
+      addresses: addressPolicyFromConfig(config),
+    },
+  };
+}

@@ -1,0 +1,132 @@
+import type { z } from 'zod';
+import type { RecordedEvent } from '../../contracts/envelope.ts';
+import { type DomainEvent, type EncryptedSecret, parseDomainEvent } from '../../contracts/events.ts';
+import type { WebhookView } from '../../contracts/webhooks.ts';
+
+type CreatedData = Extract<DomainEvent, { type: 'SubscriptionCreated' }>['data'];
+
+export interface SubscriptionRecord extends Omit<CreatedData, 'secret' | 'subscriptionId'> {
+  id: string;
+  secret: z.infer<typeof EncryptedSecret>;
+  status: 'active' | 'disabled';
+  createdAt: string;
+  disabledAt: string | null;
+  disabledReason: string | null;
+  /** Re-enables so far: makes each disable a distinct, idempotent fact. */
+  generation: number;
+  /** Deliveries in a row that failed every attempt since the last success. */
+  failedDeliveries: number;
+  /** First failed attempt since the last success (null while healthy). */
+  failingSince: string | null;
+  lastSuccessAt: string | null;
+}
+
+export interface SubscriptionState {
+  subs: Record<string, SubscriptionRecord>;
+}
+
+export function subscriptionStream(keyId: string): string {
+  return `webhooks-${keyId}`;
+}
+
+export const initialSubscriptions = (): SubscriptionState => ({ subs: {} });
+
+export function findSubscription(state: SubscriptionState, id: string): SubscriptionRecord | undefined {
+  return Object.hasOwn(state.subs, id) ? state.subs[id] : undefined;
+}
+
+export function subscriptionsOfKey(state: SubscriptionState, keyId: string): SubscriptionRecord[] {
+  return Object.values(state.subs)
+    .filter((s) => s.keyId === keyId)
+    .sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id));
+}
+
+/** Subscriptions live and deleted; deleted ones are dropped from the state altogether. */
+export function evolveSubscriptions(state: SubscriptionState, recorded: RecordedEvent): SubscriptionState {
+  const event = parseDomainEvent(recorded);
+  return event === null ? state : applySubscriptionEvent(state, event);
+}
+
+/** The fold over an already validated event (the webhook projection validates once for both folds). */
+export function applySubscriptionEvent(state: SubscriptionState, event: DomainEvent): SubscriptionState {
+  switch (event.type) {
+    case 'SubscriptionCreated': {
+      const { subscriptionId, secret, ...rest } = event.data;
+      state.subs[subscriptionId] = {
+        ...rest,
+        id: subscriptionId,
+        secret,
+        status: 'active',
+        createdAt: event.recordedAt,
+        disabledAt: null,
+        disabledReason: null,
+        generation: 0,
+        failedDeliveries: 0,
+        failingSince: null,
+        lastSuccessAt: null,
+      };
+      break;
+    }
+    case 'SubscriptionDeleted':
+      delete state.subs[event.data.subscriptionId];
+      break;
+    case 'SubscriptionDisabled': {
+      const sub = findSubscription(state, event.data.subscriptionId);
+      if (sub && sub.status === 'active') {
+        sub.status = 'disabled';
+        sub.disabledAt = event.recordedAt;
+        sub.disabledReason = event.data.reason;
+      }
+      break;
+    }
+    case 'SubscriptionReEnabled': {
+      const sub = findSubscription(state, event.data.subscriptionId);
+      if (sub) {
+        if (sub.status === 'disabled') sub.generation++;
+        sub.status = 'active';
+        sub.disabledAt = null;
+        sub.disabledReason = null;
+        sub.failedDeliveries = 0;
+        sub.failingSince = null;
+      }
+      break;
+    }
+    case 'DeliverySucceeded': {
+      const sub = findSubscription(state, event.data.subscriptionId);
+      if (sub) {
+        sub.failedDeliveries = 0;
+        sub.failingSince = null;
+        sub.lastSuccessAt = event.recordedAt;
+      }
+      break;
+    }
+    case 'DeliveryFailed': {
+      const sub = findSubscription(state, event.data.subscriptionId);
+      if (sub) {
+        sub.failingSince ??= event.recordedAt;
+        if (event.data.nextAttemptAt === null) sub.failedDeliveries++;
+      }
+      break;
+    }
+  }
+  return state;
+}
+
+export function toView(sub: SubscriptionRecord): WebhookView {
+  return {
+    id: sub.id,
+    url: sub.url,
+    events: sub.events,
+    ...(sub.timeframes ? { timeframes: sub.timeframes } : {}),
+    ...(sub.assets ? { assets: sub.assets } : {}),
+    ...(sub.minConfidence !== undefined ? { min_confidence: sub.minConfidence } : {}),
+    ...(sub.timeframe ? { timeframe: sub.timeframe } : {}),
+    ...(sub.exchange ? { exchange: sub.exchange } : {}),
+    ...(sub.topN !== undefined ? { top_n: sub.topN } : {}),
+    ...(sub.cadence ? { cadence: sub.cadence } : {}),
+    status: sub.status,
+    created_at: sub.createdAt,
+    disabled_at: sub.disabledAt,
+    disabled_reason: sub.disabledReason,
+  };
+}

@@ -1,0 +1,196 @@
+import { request } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Receiver, selfSignedCert, startReceiver } from '../../test/webhooks-receiver.ts';
+import { forbiddenAddress, parseCidrList, STRICT_POLICY } from './address-policy.ts';
+import { guardedAgent } from './guarded-agent.ts';
+import { checkWebhookUrl, parsePortPolicy, type UrlPolicy } from './url-policy.ts';
+
+/** A resolver with fixed answers, so name-based cases do not depend on the machine's DNS. */
+const DNS: Record<string, string[]> = {
+  'public.example.com': ['93.184.216.34'],
+  'public6.example.com': ['2606:2800:220:1:248:1893:25c8:1946'],
+  'loopback.example.com': ['127.0.0.1'],
+  'metadata.example.com': ['169.254.169.254'],
+  'private.example.com': ['10.1.2.3'],
+  'cgnat.example.com': ['100.64.1.1'],
+  'ula.example.com': ['fd00::1'],
+  'mapped.example.com': ['::ffff:10.0.0.1'],
+  'rebind.example.com': ['93.184.216.34', '127.0.0.1'],
+  'nat64.example.com': ['64:ff9b::7f00:1'],
+};
+const resolve = async (host: string) => {
+  const answer = DNS[host];
+  if (!answer) throw new Error(`ENOTFOUND ${host}`);
+  return answer;
+};
+const policy: UrlPolicy = { ports: parsePortPolicy('443'), addresses: STRICT_POLICY, resolve };
+
+const HOSTILE = [
+  'http://93.184.216.34/hook', // not https
+  'ftp://public.example.com/',
+  'https://user:pass@public.example.com/',
+  'https://user@public.example.com/',
+  'https://public.example.com:8443/', // port policy
+  'https://public.example.com:22/',
+  'https://127.0.0.1/',
+  'https://127.1/',
+  'https://2130706433/', // decimal
+  'https://0x7f000001/', // hex
+  'https://0177.0.0.1/', // octal
+  'https://0x7f.0.0.1/',
+  'https://[::1]/',
+  'https://[::ffff:127.0.0.1]/',
+  'https://[::ffff:7f00:1]/',
+  'https://[0:0:0:0:0:ffff:a9fe:a9fe]/', // mapped metadata
+  'https://0.0.0.0/',
+  'https://[::]/',
+  'https://10.0.0.1/',
+  'https://172.16.0.1/',
+  'https://172.31.255.255/',
+  'https://192.168.1.1/',
+  'https://169.254.169.254/latest/meta-data/',
+  'https://169.254.0.1/',
+  'https://100.64.0.1/', // CGNAT
+  'https://100.127.255.254/',
+  'https://198.18.0.1/', // benchmarking
+  'https://198.19.255.255/',
+  'https://192.0.2.1/', // documentation
+  'https://198.51.100.7/',
+  'https://203.0.113.9/',
+  'https://192.0.0.8/',
+  'https://224.0.0.1/', // multicast
+  'https://239.255.255.250/',
+  'https://240.0.0.1/', // reserved
+  'https://255.255.255.255/',
+  'https://[fc00::1]/', // ULA
+  'https://[fd12:3456::1]/',
+  'https://[fe80::1]/', // link-local
+  'https://[ff02::1]/', // multicast
+  'https://[64:ff9b::7f00:1]/', // NAT64
+  'https://[2002:7f00:1::]/', // 6to4
+  'https://[2001:db8::1]/', // documentation
+  'https://[100::1]/', // discard
+  'https://localhost/',
+  'https://LOCALHOST./',
+  'https://app.localhost/',
+  'https://printer.local/',
+  'https://db.internal/',
+  'https://intranet/',
+  'https://loopback.example.com/',
+  'https://metadata.example.com/',
+  'https://private.example.com/',
+  'https://cgnat.example.com/',
+  'https://ula.example.com/',
+  'https://mapped.example.com/',
+  'https://rebind.example.com/', // one bad answer is enough
+  'https://nat64.example.com/',
+  'https://nxdomain.example.com/',
+  'not a url',
+];
+
+describe('SSRF guard at registration', () => {
+  it(`has a table of at least 40 hostile URLs (${HOSTILE.length})`, () => {
+    expect(HOSTILE.length).toBeGreaterThanOrEqual(40);
+  });
+
+  it.each(HOSTILE)('refuses %s', async (url) => {
+    const result = await checkWebhookUrl(url, policy);
+    expect(result.ok).toBe(false);
+    if (!result.ok) expect(result.reason.length).toBeGreaterThan(0);
+  });
+
+  it.each([
+    'https://93.184.216.34/hook',
+    'https://public.example.com/hook?x=1',
+    'https://public6.example.com/',
+    'https://[2606:4700:4700::1111]/',
+    'https://public.example.com:443/',
+  ])('accepts %s', async (url) => {
+    expect((await checkWebhookUrl(url, policy)).ok).toBe(true);
+  });
+
+  it('takes port lists, ranges and *', () => {
+    const ports = parsePortPolicy('443,8000-8999');
+    expect([443, 8000, 8443, 8999].map(ports)).toEqual([true, true, true, true]);
+    expect([80, 444, 9000].map(ports)).toEqual([false, false, false]);
+    expect(parsePortPolicy('*')(1)).toBe(true);
+    expect(() => parsePortPolicy('0')).toThrow();
+  });
+
+  it('exempts only the allow-listed ranges', () => {
+    const allow = { allow: parseCidrList('127.0.0.1/32') };
+    expect(forbiddenAddress('127.0.0.1', allow)).toBeNull();
+    expect(forbiddenAddress('::ffff:127.0.0.1', allow)).toBeNull();
+    expect(forbiddenAddress('127.0.0.2', allow)).toMatch(/loopback/);
+    expect(forbiddenAddress('10.0.0.1', allow)).toMatch(/private/);
+  });
+});
+
+describe('SSRF guard at connect time', () => {
+  const tls = selfSignedCert();
+  let receiver: Receiver;
+  beforeAll(async () => {
+    receiver = await startReceiver(tls);
+  });
+  afterAll(async () => receiver?.close());
+
+  async function post(
+    url: string,
+    options: { allow?: string; resolve?: (h: string) => Promise<string[]> } = {},
+  ) {
+    const agent = guardedAgent({
+      addresses: { allow: parseCidrList(options.allow ?? '') },
+      connectTimeoutMs: 2_000,
+      connectionsPerOrigin: 1,
+      tls: { ca: tls.cert },
+      ...(options.resolve ? { resolve: options.resolve } : {}),
+    });
+    try {
+      const res = await request(url, { method: 'POST', dispatcher: agent, body: '{}' });
+      await res.body.text();
+      return res.statusCode;
+    } catch (err) {
+      return (err as { code?: string }).code ?? (err as Error).message;
+    } finally {
+      await agent.close();
+    }
+  }
+
+  it('reaches the loopback receiver only through the allow-list', async () => {
+    expect(await post(receiver.url, { allow: '127.0.0.1/32' })).toBe(200);
+    expect(receiver.received).toHaveLength(1);
+  });
+
+  it.each([
+    (port: number) => `https://127.0.0.1:${port}/`,
+    (port: number) => `https://[::ffff:127.0.0.1]:${port}/`,
+    (port: number) => `https://2130706433:${port}/`,
+    (port: number) => `https://0x7f000001:${port}/`,
+  ])('refuses IP literals in the connector (%#)', async (make) => {
+    const before = receiver.received.length;
+    expect(await post(make(receiver.port))).toBe('ERR_SSRF_FORBIDDEN');
+    expect(receiver.received).toHaveLength(before);
+  });
+
+  it('checks the address a name resolves to when connecting (DNS rebinding)', async () => {
+    let calls = 0;
+    // Public at registration, loopback when the dispatcher connects.
+    const rebinding = async () => (calls++ === 0 ? ['93.184.216.34'] : ['127.0.0.1']);
+    const url = `https://localhost.rebind.test:${receiver.port}/`;
+    expect(
+      (await checkWebhookUrl(url, { ports: () => true, addresses: STRICT_POLICY, resolve: rebinding })).ok,
+    ).toBe(true);
+    const before = receiver.received.length;
+    expect(await post(url, { resolve: rebinding })).toBe('ERR_SSRF_FORBIDDEN');
+    expect(receiver.received).toHaveLength(before);
+  });
+
+  it('verifies the certificate against the name after resolving it', async () => {
+    const url = `https://localhost:${receiver.port}/`;
+    expect(await post(url, { allow: '127.0.0.1/32', resolve: async () => ['127.0.0.1'] })).toBe(200);
+    const wrongName = `https://wrong-name.test:${receiver.port}/`;
+    expect(await post(wrongName, { allow: '127.0.0.1/32', resolve: async () => ['127.0.0.1'] })).toBe(
+      'ERR_TLS_CERT_ALTNAME_INVALID',
+    );
+  });
+});

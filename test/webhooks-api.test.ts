@@ -1,0 +1,146 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { requireNats } from './nats-server.ts';
+import { startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
+
+const reachable = await requireNats();
+const tls = selfSignedCert();
+
+describe.runIf(reachable)('webhook management API', () => {
+  let stack: WebhookStack;
+  let receiver: Receiver;
+
+  beforeAll(async () => {
+    stack = await startWebhookStack({ settings: { tls: { ca: tls.cert } } });
+    receiver = await startReceiver(tls);
+  });
+  afterAll(async () => {
+    await receiver?.close();
+    await stack?.close();
+  });
+
+  it('requires a live key', async () => {
+    expect((await stack.request('GET', '/api/webhooks', null)).status).toBe(401);
+    const malformed = await fetch(`${stack.url}/api/webhooks`, { headers: { authorization: 'Token abc' } });
+    expect(malformed.status).toBe(401);
+    const unknown = await stack.request('GET', '/api/webhooks', `sk_live_${'A'.repeat(43)}`);
+    expect(unknown).toMatchObject({ status: 401, body: { code: 'UNAUTHORIZED' } });
+  });
+
+  const base = () => ({ url: receiver.url, events: ['trade_call'] });
+  const violations: [string, Record<string, unknown>, string][] = [
+    ['missing url', { url: undefined }, 'url'],
+    ['missing events', { events: undefined }, 'events'],
+    ['empty events', { events: [] }, 'events'],
+    ['unknown event', { events: ['price_tick'] }, 'events.0'],
+    ['repeated event', { events: ['trade_call', 'trade_call'] }, 'events'],
+    ['bad timeframe', { timeframes: ['7m'] }, 'timeframes.0'],
+    ['asset top:0', { assets: ['top:0'] }, 'assets.0'],
+    ['asset top:101', { assets: ['top:101'] }, 'assets.0'],
+    ['asset top:x', { assets: ['top:x'] }, 'assets.0'],
+    ['asset symbol with dash', { assets: ['BTC-USD'] }, 'assets.0'],
+    ['min_confidence 101', { min_confidence: 101 }, 'min_confidence'],
+    ['min_confidence -1', { min_confidence: -1 }, 'min_confidence'],
+    ['min_confidence 1.5', { min_confidence: 1.5 }, 'min_confidence'],
+    [
+      'digest without cadence',
+      { events: ['scan_digest'], timeframe: '1h', exchange: 'BINANCE', top_n: 5 },
+      'cadence',
+    ],
+    [
+      'digest cadence 2h',
+      { events: ['scan_digest'], timeframe: '1h', exchange: 'BINANCE', top_n: 5, cadence: '2h' },
+      'cadence',
+    ],
+    [
+      'digest top_n 0',
+      { events: ['scan_digest'], timeframe: '1h', exchange: 'BINANCE', top_n: 0, cadence: '1h' },
+      'top_n',
+    ],
+    [
+      'digest bad exchange',
+      { events: ['scan_digest'], timeframe: '1h', exchange: 'NYSE', top_n: 5, cadence: '1h' },
+      'exchange',
+    ],
+    ['digest fields without digest', { top_n: 5 }, 'top_n'],
+    ['unknown field', { colour: 'blue' }, 'colour'],
+    ['http url', { url: 'http://example.com/hook' }, 'url'],
+    ['private url', { url: 'https://10.0.0.1/hook' }, 'url'],
+  ];
+
+  it.each(violations)('rejects %s with a 400 naming the field', async (_name, patch, field) => {
+    const key = await stack.issue();
+    const res = await stack.request('POST', '/api/webhooks', key, { ...base(), ...patch });
+    expect(res.status).toBe(400);
+    expect(res.body.field).toBe(field);
+    expect(res.body.message).toBeTruthy();
+  });
+
+  it('keeps keys apart: another key sees nothing and gets 404, never 403', async () => {
+    const alice = await stack.issue('alice');
+    const bob = await stack.issue('bob');
+    const created = await stack.request('POST', '/api/webhooks', alice, {
+      ...base(),
+      assets: ['BTC', 'top:10'],
+    });
+    expect(created.status).toBe(201);
+    expect(created.body.assets).toEqual(['BTC', 'top:10']);
+    const id = created.body.id;
+    expect((await stack.request('GET', '/api/webhooks', bob)).body.webhooks).toEqual([]);
+    for (const [method, path] of [
+      ['DELETE', `/api/webhooks/${id}`],
+      ['POST', `/api/webhooks/${id}/test`],
+      ['GET', `/api/webhooks/${id}/deliveries`],
+      ['POST', `/api/webhooks/${id}/enable`],
+      ['POST', `/api/webhooks/${id}/deliveries/x/resend`],
+    ] as const) {
+      const res = await stack.request(
+        method,
+        path,
+        bob,
+        method === 'POST' && path.endsWith('enable') ? {} : undefined,
+      );
+      expect(res.status, `${method} ${path}`).toBe(404);
+    }
+    const listed = (await stack.request('GET', '/api/webhooks', alice)).body.webhooks;
+    expect(listed).toHaveLength(1);
+    expect(listed[0]).not.toHaveProperty('secret');
+    expect(JSON.stringify(await stack.store.readAll())).not.toContain(created.body.secret);
+    expect((await stack.request('DELETE', `/api/webhooks/${id}`, alice)).status).toBe(200);
+    expect((await stack.request('GET', '/api/webhooks', alice)).body.webhooks).toEqual([]);
+    expect((await stack.request('DELETE', `/api/webhooks/${id}`, alice)).status).toBe(404);
+  });
+
+  it('caps subscriptions per key (5 here), and frees a slot on delete', async () => {
+    const key = await stack.issue();
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) ids.push((await stack.request('POST', '/api/webhooks', key, base())).body.id);
+    const over = await stack.request('POST', '/api/webhooks', key, base());
+    expect(over).toMatchObject({ status: 409, body: { code: 'SUBSCRIPTION_LIMIT' } });
+    await stack.request('DELETE', `/api/webhooks/${ids[0]}`, key);
+    expect((await stack.request('POST', '/api/webhooks', key, base())).status).toBe(201);
+  });
+
+  it('holds the cap under concurrent creates', async () => {
+    const key = await stack.issue();
+    const results = await Promise.all(
+      Array.from({ length: 8 }, () => stack.request('POST', '/api/webhooks', key, base())),
+    );
+    const created = results.filter((r) => r.status === 201).length;
+    expect(created).toBeLessThanOrEqual(5);
+    expect((await stack.request('GET', '/api/webhooks', key)).body.webhooks.length).toBeLessThanOrEqual(5);
+  });
+
+  it('reports a failed test delivery with its status', async () => {
+    const key = await stack.issue();
+    const failing = await startReceiver(tls);
+    failing.behave = () => ({ status: 500 });
+    try {
+      const { body } = await stack.request('POST', '/api/webhooks', key, { ...base(), url: failing.url });
+      const test = await stack.request('POST', `/api/webhooks/${body.id}/test`, key);
+      expect(test.body).toMatchObject({ delivered: false, status: 500, error: 'HTTP 500' });
+    } finally {
+      await failing.close();
+    }
+  });
+});

@@ -1,0 +1,49 @@
+/**
+ * Child process for the crash test: a dispatcher alone, over the parent's LMDB log and NATS
+ * stream. Prints {"ready":true} once consuming; the parent SIGKILLs it mid-delivery.
+ *
+ *   webhooks-crash-dispatcher.ts <lmdb path> <nats stream> <subject prefix> <ca file>
+ */
+import { readFileSync } from 'node:fs';
+import { pino } from 'pino';
+import { connectNatsBus } from '../adapters/bus/nats.ts';
+import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
+import { openReplayFeed } from '../adapters/market/replay.ts';
+import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
+import { loadConfig } from '../contracts/config.ts';
+import { dispatcherComponent } from '../services/dispatcher/component.ts';
+import { createSignalEngine } from '../services/engine/engine.ts';
+import { NATS_URL } from './nats-server.ts';
+import { webhookEnv } from './webhooks-harness.ts';
+
+const [path, stream, prefix, caFile] = process.argv.slice(2);
+if (!path || !stream || !prefix || !caFile) {
+  process.stderr.write('usage: webhooks-crash-dispatcher.ts <lmdb path> <stream> <prefix> <ca file>\n');
+  process.exit(2);
+}
+const logger = pino({ level: 'silent' });
+const config = loadConfig(
+  webhookEnv(prefix, { WEBHOOK_STUCK_AFTER_MS: '1000', WEBHOOK_TIMEOUT_MS: '60000' }),
+);
+const store = await openLmdbEventStore({ path, pollMs: 50 });
+const bus = await connectNatsBus({
+  url: NATS_URL,
+  stream,
+  subjectPrefix: prefix,
+  logger,
+  pullExpiresMs: 2_000,
+});
+const engine = await createSignalEngine({ feed: await openReplayFeed({ run: false }), store });
+const dispatcher = dispatcherComponent({
+  config,
+  adapters: { eventStore: store, projectionStore: new MemoryProjectionStore(), bus },
+  logger,
+  engine,
+  durablePrefix: `crash${prefix}`,
+  settings: { tls: { ca: readFileSync(caFile, 'utf8') } },
+});
+await dispatcher.start();
+process.stdout.write(`${JSON.stringify({ ready: true })}\n`);
+process.on('SIGTERM', () => {
+  void dispatcher.stop().then(() => process.exit(0));
+});

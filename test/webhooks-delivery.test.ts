@@ -1,0 +1,253 @@
+import { createHmac, timingSafeEqual } from 'node:crypto';
+import { Webhook } from 'standardwebhooks';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { verifyWebhook } from '../contracts/webhook-verify.ts';
+import { WebhookEnvelope } from '../contracts/webhooks.ts';
+import { requireNats } from './nats-server.ts';
+import { appendVerdict, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import { type Behaviour, type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
+
+const reachable = await requireNats();
+const tls = selfSignedCert();
+
+async function until<T>(probe: () => T | Promise<T>, ok: (v: T) => boolean, timeoutMs = 20_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (ok(value)) return value;
+    if (Date.now() > deadline)
+      throw new Error(`condition not met in ${timeoutMs} ms: ${JSON.stringify(value)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+describe.runIf(reachable)('webhook delivery through NATS to HTTPS receivers', () => {
+  let stack: WebhookStack;
+  const receivers: Receiver[] = [];
+  const receiver = async () => {
+    const r = await startReceiver(tls);
+    receivers.push(r);
+    return r;
+  };
+
+  beforeAll(async () => {
+    stack = await startWebhookStack({
+      env: { WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: '2' },
+      settings: { tls: { ca: tls.cert } },
+    });
+  });
+  afterAll(async () => {
+    await stack?.close();
+    for (const r of receivers) await r.close();
+  });
+
+  async function subscribe(key: string, body: Record<string, unknown>) {
+    const res = await stack.request('POST', '/api/webhooks', key, body);
+    expect(res.status, JSON.stringify(res.body)).toBe(201);
+    return res.body as { id: string; secret: string };
+  }
+
+  it('signs trade calls and regime shifts so node crypto and standardwebhooks both verify them', async () => {
+    const r = await receiver();
+    const key = await stack.issue();
+    const sub = await subscribe(key, {
+      url: r.url,
+      events: ['trade_call', 'regime_shift'],
+      assets: ['SIGA'],
+    });
+    expect(sub.secret).toMatch(/^whsec_[0-9a-f]{48}$/);
+    await appendVerdict(stack.store, {
+      coin: 'SIGA',
+      call: 'BUY',
+      confidence: 70,
+      regime: 'trending-up',
+      from: 'ranging',
+    });
+    await r.waitFor(2);
+    for (const got of r.received) {
+      const ts = got.headers['x-service-timestamp']!;
+      const expected = createHmac('sha256', sub.secret).update(`${ts}.${got.body}`).digest('hex');
+      expect(timingSafeEqual(Buffer.from(expected), Buffer.from(got.headers['x-service-signature']!))).toBe(
+        true,
+      );
+      expect(new Webhook(sub.secret).verify(got.body, got.headers)).toBeTruthy();
+      expect(verifyWebhook({ secret: sub.secret, headers: got.headers, rawBody: got.body }).ok).toBe(true);
+      const envelope = WebhookEnvelope.parse(JSON.parse(got.body));
+      expect(got.headers['x-service-delivery']).toBe(envelope.delivery_id);
+      expect(got.headers['x-service-event']).toBe(envelope.event);
+    }
+    const byType = Object.fromEntries(r.received.map((g) => [JSON.parse(g.body).event, JSON.parse(g.body)]));
+    expect(byType.trade_call.data).toMatchObject({
+      type: 'trade_call',
+      coin: 'SIGA',
+      call: 'BUY',
+      confidence: 70,
+    });
+    expect(byType.trade_call.data.signal_hash).toMatch(/^[0-9a-f]{64}$/);
+    expect(byType.regime_shift.data).toMatchObject({ regime: 'trending-up', prior_regime: 'ranging' });
+    expect(byType.regime_shift.data.signal_hash).toBe(byType.trade_call.data.signal_hash);
+  });
+
+  it('applies events, timeframes, assets and min_confidence filters; HOLD is never a trade call', async () => {
+    const r = await receiver();
+    const key = await stack.issue();
+    await subscribe(key, {
+      url: r.url,
+      events: ['trade_call'],
+      timeframes: ['4h'],
+      assets: ['FILTA'],
+      min_confidence: 60,
+    });
+    await appendVerdict(stack.store, { coin: 'FILTA', timeframe: '1h', call: 'BUY', confidence: 90 }); // timeframe
+    await appendVerdict(stack.store, { coin: 'FILTB', timeframe: '4h', call: 'BUY', confidence: 90 }); // asset
+    await appendVerdict(stack.store, { coin: 'FILTA', timeframe: '4h', call: 'SELL', confidence: 59 }); // confidence
+    await appendVerdict(stack.store, { coin: 'FILTA', timeframe: '4h', call: 'HOLD', confidence: 95 }); // HOLD
+    await appendVerdict(stack.store, {
+      coin: 'FILTA',
+      timeframe: '4h',
+      call: 'SELL',
+      confidence: 60,
+      regime: 'ranging',
+      from: 'trending-up',
+    }); // regime_shift not subscribed
+    await appendVerdict(stack.store, { coin: 'FILTA', timeframe: '4h', call: 'SELL', confidence: 61 });
+    await r.waitFor(2, 20_000).catch(() => undefined);
+    const bodies = r.received.map((g) => JSON.parse(g.body));
+    expect(bodies.map((b) => [b.event, b.data.confidence])).toEqual([
+      ['trade_call', 60],
+      ['trade_call', 61],
+    ]);
+    expect(bodies[1].data.verify_url).toMatch(/\/verify\/verdict-BINANCE-FILTA-4h\/\d+$/);
+  });
+
+  it('retries a failing receiver on the schedule with the same delivery_id, honouring Retry-After', async () => {
+    const r = await receiver();
+    r.behave = (_req, i): Behaviour =>
+      i === 0
+        ? { status: 503, headers: { 'retry-after': '1' } }
+        : i === 1
+          ? { status: 302, headers: { location: 'https://127.0.0.1/' } }
+          : { status: 200 };
+    const key = await stack.issue();
+    const sub = await subscribe(key, { url: r.url, events: ['trade_call'], assets: ['RETRA'] });
+    await appendVerdict(stack.store, { coin: 'RETRA', call: 'BUY', confidence: 50 });
+    await r.waitFor(3);
+    expect(new Set(r.received.map((g) => g.headers['x-service-delivery'])).size).toBe(1);
+    expect(new Set(r.received.map((g) => g.body)).size).toBe(1);
+    const log = await until(
+      () => stack.request('GET', `/api/webhooks/${sub.id}/deliveries`, key),
+      (res) => res.body.deliveries[0]?.status === 'succeeded',
+    );
+    const attempts = log.body.deliveries[0].attempts;
+    expect(attempts.map((a: { outcome: string; status: number }) => [a.outcome, a.status])).toEqual([
+      ['failed', 503],
+      ['failed', 302],
+      ['succeeded', 200],
+    ]);
+    expect(attempts[1].error).toMatch(/redirect/);
+    // Retry-After: 1 outweighs the 100 ms schedule step.
+    expect(
+      Date.parse(attempts[0].next_attempt_at) - Date.parse(attempts[0].attempted_at),
+    ).toBeGreaterThanOrEqual(1_000);
+  });
+
+  it('disables a subscription at once on 410 Gone, and shows it in the list and the log', async () => {
+    const r = await receiver();
+    r.behave = () => ({ status: 410 });
+    const key = await stack.issue();
+    const sub = await subscribe(key, { url: r.url, events: ['trade_call'], assets: ['GONEA'] });
+    await appendVerdict(stack.store, { coin: 'GONEA', call: 'BUY', confidence: 50 });
+    const list = await until(
+      () => stack.request('GET', '/api/webhooks', key),
+      (res) => res.body.webhooks[0]?.status === 'disabled',
+    );
+    expect(list.body.webhooks[0].disabled_reason).toMatch(/410/);
+    expect(r.received).toHaveLength(1);
+    const log = await stack.request('GET', `/api/webhooks/${sub.id}/deliveries`, key);
+    expect(log.body.subscription.status).toBe('disabled');
+    expect(log.body.deliveries[0].attempts[0]).toMatchObject({
+      status: 410,
+      outcome: 'failed',
+      next_attempt_at: null,
+    });
+  });
+
+  it('disables after persistent failure, then re-enable recovers what failed since T', async () => {
+    const r = await receiver();
+    let healthy = false;
+    r.behave = () => (healthy ? { status: 204 } : { status: 500 });
+    const key = await stack.issue();
+    const sub = await subscribe(key, { url: r.url, events: ['trade_call'], assets: ['PERSA'] });
+    const since = new Date().toISOString();
+    await appendVerdict(stack.store, { coin: 'PERSA', call: 'BUY', confidence: 50 });
+    await appendVerdict(stack.store, { coin: 'PERSA', call: 'SELL', confidence: 50 });
+    const list = await until(
+      () => stack.request('GET', '/api/webhooks', key),
+      (res) => res.body.webhooks[0]?.status === 'disabled',
+    );
+    expect(list.body.webhooks[0].disabled_reason).toMatch(/2 consecutive deliveries failed/);
+    expect(r.received).toHaveLength(6); // 2 deliveries × 3 attempts
+    healthy = true;
+    const enabled = await stack.request('POST', `/api/webhooks/${sub.id}/enable`, key, {
+      recover_since: since,
+    });
+    expect(enabled.status).toBe(200);
+    expect(enabled.body.status).toBe('active');
+    await r.waitFor(8);
+    const log = await until(
+      () => stack.request('GET', `/api/webhooks/${sub.id}/deliveries`, key),
+      (res) => res.body.deliveries.every((d: { status: string }) => d.status === 'succeeded'),
+    );
+    expect(log.body.deliveries).toHaveLength(2);
+    for (const d of log.body.deliveries) expect(d.attempts.at(-1).trigger).toBe('recover');
+    const ids = r.received.map((g) => g.headers['x-service-delivery']);
+    expect(new Set(ids).size).toBe(2);
+  });
+
+  it('resends one delivery on request and answers the test route with a signed sample', async () => {
+    const r = await receiver();
+    const key = await stack.issue();
+    const sub = await subscribe(key, { url: r.url, events: ['trade_call'], assets: ['RESA'] });
+    await appendVerdict(stack.store, { coin: 'RESA', call: 'BUY', confidence: 50 });
+    await r.waitFor(1);
+    const log = await until(
+      () => stack.request('GET', `/api/webhooks/${sub.id}/deliveries`, key),
+      (res) => res.body.deliveries[0]?.status === 'succeeded',
+    );
+    const deliveryId = log.body.deliveries[0].delivery_id;
+    const resent = await stack.request(
+      'POST',
+      `/api/webhooks/${sub.id}/deliveries/${deliveryId}/resend`,
+      key,
+    );
+    expect(resent.body).toMatchObject({ delivery_id: deliveryId, delivered: true, status: 200 });
+    expect(r.received[1]!.headers['x-service-delivery']).toBe(deliveryId);
+    expect(r.received[1]!.body).toBe(r.received[0]!.body);
+    const test = await stack.request('POST', `/api/webhooks/${sub.id}/test`, key);
+    expect(test.body).toMatchObject({ delivered: true, status: 200 });
+    const sample = r.received[2]!;
+    expect(JSON.parse(sample.body)).toMatchObject({ test: true, event: 'trade_call' });
+    expect(
+      verifyWebhook({
+        secret: (await Promise.resolve(sub)).secret,
+        headers: sample.headers,
+        rawBody: sample.body,
+      }).ok,
+    ).toBe(true);
+  });
+
+  it('matches top:N against the venue ranking', async () => {
+    const r = await receiver();
+    const key = await stack.issue();
+    const ranked = (await stack.engine.feed.markets('BINANCE')).map((m) => m.coin);
+    expect(ranked.length).toBeGreaterThan(1);
+    const { rankMarkets } = await import('../services/engine/engine.ts');
+    const order = rankMarkets(await stack.engine.feed.markets('BINANCE')).map((m) => m.coin);
+    await subscribe(key, { url: r.url, events: ['trade_call'], assets: ['top:1'], timeframes: ['12h'] });
+    await appendVerdict(stack.store, { coin: order[1]!, timeframe: '12h', call: 'BUY', confidence: 50 });
+    await appendVerdict(stack.store, { coin: order[0]!, timeframe: '12h', call: 'BUY', confidence: 50 });
+    await r.waitFor(1);
+    await new Promise((res) => setTimeout(res, 500));
+    expect(r.received.map((g) => JSON.parse(g.body).data.coin)).toEqual([order[0]]);
+  });
+});

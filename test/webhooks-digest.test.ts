@@ -1,0 +1,60 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { verifyWebhook } from '../contracts/webhook-verify.ts';
+import { WebhookEnvelope } from '../contracts/webhooks.ts';
+import { requireNats } from './nats-server.ts';
+import { startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
+
+const reachable = await requireNats();
+const tls = selfSignedCert();
+
+describe.runIf(reachable)('scan digests on their cadence', () => {
+  let stack: WebhookStack;
+  let receiver: Receiver;
+  let shift = 0;
+
+  beforeAll(async () => {
+    // The digest clock runs ahead on demand, so an hour boundary passes without waiting for it.
+    stack = await startWebhookStack({
+      settings: { tls: { ca: tls.cert } },
+      digestNow: () => Date.now() + shift,
+    });
+    receiver = await startReceiver(tls);
+  });
+  afterAll(async () => {
+    await receiver?.close();
+    await stack?.close();
+  });
+
+  it('sends the ranked top-N once per period, signed', async () => {
+    const key = await stack.issue();
+    const created = await stack.request('POST', '/api/webhooks', key, {
+      url: receiver.url,
+      events: ['scan_digest'],
+      timeframe: '1h',
+      exchange: 'BINANCE',
+      top_n: 3,
+      cadence: '1h',
+    });
+    expect(created.status).toBe(201);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(receiver.received).toHaveLength(0); // the period it was created in is not due
+    shift = 3_600_000;
+    await receiver.waitFor(1, 40_000);
+    const got = receiver.received[0]!;
+    expect(verifyWebhook({ secret: created.body.secret, headers: got.headers, rawBody: got.body }).ok).toBe(
+      true,
+    );
+    const envelope = WebhookEnvelope.parse(JSON.parse(got.body));
+    expect(envelope.data).toMatchObject({
+      type: 'scan_digest',
+      cadence: '1h',
+      timeframe: '1h',
+      exchange: 'BINANCE',
+    });
+    if (envelope.data.type !== 'scan_digest') throw new Error('not a digest');
+    expect(envelope.data.calls.length).toBeLessThanOrEqual(3);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(receiver.received).toHaveLength(1); // once per period
+  });
+});

@@ -1,0 +1,259 @@
+import { randomUUID } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
+import { pino } from 'pino';
+import { connectNatsBus, type NatsBus } from '../adapters/bus/nats.ts';
+import { MemoryEventStore } from '../adapters/event-store/memory.ts';
+import type { EventStore } from '../adapters/event-store/port.ts';
+import { openReplayFeed } from '../adapters/market/replay.ts';
+import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
+import type { ProjectionStore } from '../adapters/projection-store/port.ts';
+import { loadConfig } from '../contracts/config.ts';
+import { newEvent } from '../contracts/events.ts';
+import type { Call, Regime } from '../contracts/market.ts';
+import { ProjectionRunner } from '../projections/runner.ts';
+import { buildApp } from '../services/api/app.ts';
+import { dispatcherComponent, webhookApi } from '../services/dispatcher/component.ts';
+import type { WebhookSettings } from '../services/dispatcher/settings.ts';
+import { deterministicId } from '../services/engine/deterministic-id.ts';
+import { createSignalEngine, type SignalEngine } from '../services/engine/engine.ts';
+import { issueKey } from '../services/keys/key-commands.ts';
+import { keyRegistryProjection } from '../services/keys/key-registry.ts';
+import { KeyResolver } from '../services/keys/key-resolver.ts';
+import { Relay } from '../services/relay/relay.ts';
+import { Readiness } from '../services/shared/readiness.ts';
+import { NATS_URL } from './nats-server.ts';
+
+export const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
+
+/** Deletes a stream through its own connection, so it works even after the bus was closed. */
+export async function deleteStream(stream: string): Promise<void> {
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.delete(stream).catch(() => false);
+  } finally {
+    await nc.close();
+  }
+}
+
+export function webhookEnv(prefix: string, extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    NODE_ENV: 'test',
+    EVENT_STORE: 'memory',
+    LOG_LEVEL: 'silent',
+    BUS: 'nats',
+    NATS_SUBJECT_PREFIX: prefix,
+    WEBHOOK_TEST_ALLOW_CIDRS: '127.0.0.1/32',
+    WEBHOOK_ALLOWED_PORTS: '*',
+    WEBHOOK_RETRY_SCHEDULE: '0,100,200',
+    WEBHOOK_RETRY_JITTER: '0',
+    WEBHOOK_TICK_MS: '50',
+    WEBHOOK_TIMEOUT_MS: '1500',
+    WEBHOOK_CONNECT_TIMEOUT_MS: '1000',
+    WEBHOOK_STUCK_AFTER_MS: '3000',
+    WEBHOOK_MAX_PER_KEY: '5',
+    ...extra,
+  };
+}
+
+let verdictCounter = 0;
+
+/** Appends a verdict (and a regime shift when `from` is given) the way the engine records them. */
+export async function appendVerdict(
+  store: EventStore,
+  v: {
+    coin: string;
+    timeframe?: string;
+    call: Call;
+    confidence: number;
+    regime?: Regime;
+    from?: Regime;
+    exchange?: string;
+  },
+): Promise<string> {
+  const timeframe = (v.timeframe ?? '1h') as '1h';
+  const exchange = (v.exchange ?? 'BINANCE') as 'BINANCE';
+  const stream = `verdict-${exchange}-${v.coin}-${timeframe}`;
+  const candleCloseTime = 1_700_000_000_000 + ++verdictCounter * 3_600_000;
+  const id = deterministicId('test-verdict', stream, candleCloseTime, randomUUID());
+  const regime = v.regime ?? 'trending-up';
+  const events = [
+    newEvent(
+      'VerdictRecorded',
+      {
+        exchange,
+        coin: v.coin,
+        timeframe,
+        call: v.call,
+        confidence: v.confidence,
+        score: v.call === 'SELL' ? -0.5 : 0.5,
+        regime,
+        price: 100 + verdictCounter,
+        candleCloseTime,
+        feed: 'replay',
+        engineVersion: 'test',
+        inputs: {},
+        hash: deterministicId('h', id).replace(/-/g, '').padEnd(64, 'a').slice(0, 64),
+        prevHash: null,
+        trigger: 'schedule',
+      },
+      { id },
+    ),
+  ];
+  if (v.from) {
+    events.push(
+      newEvent(
+        'RegimeShifted',
+        {
+          exchange,
+          coin: v.coin,
+          timeframe,
+          from: v.from,
+          to: regime,
+          confidence: v.confidence,
+          price: 100 + verdictCounter,
+          candleCloseTime,
+          feed: 'replay',
+          verdictEventId: id,
+        },
+        { id: deterministicId('regime-shift', id), causationId: id },
+      ) as never,
+    );
+  }
+  await store.append(stream, events);
+  return id;
+}
+
+export interface WebhookStack {
+  store: EventStore;
+  projections: ProjectionStore;
+  bus: NatsBus;
+  url: string;
+  engine: SignalEngine;
+  dispatcher: ReturnType<typeof dispatcherComponent>;
+  api: ReturnType<typeof webhookApi>;
+  keys: ProjectionRunner<Awaited<ReturnType<typeof keyRegistryProjection.initial>>>;
+  issue(owner?: string): Promise<string>;
+  request(
+    method: string,
+    path: string,
+    key: string | null,
+    body?: unknown,
+    // biome-ignore lint/suspicious/noExplicitAny: response bodies are asserted field by field in the tests
+  ): Promise<{ status: number; body: any }>;
+  restartDispatcher(): Promise<void>;
+  stream: string;
+  prefix: string;
+  close(): Promise<void>;
+}
+
+/**
+ * The whole webhook path on real parts: memory event store, real NATS JetStream (own stream and
+ * prefix), the relay, the key registry, the management API on a real port and the dispatcher.
+ */
+export async function startWebhookStack(options: {
+  env?: Record<string, string>;
+  settings?: Partial<WebhookSettings>;
+  digestNow?: () => number;
+  store?: EventStore;
+  projections?: ProjectionStore;
+  /** false: no in-process dispatcher (a child process runs it). */
+  dispatcher?: boolean;
+}): Promise<WebhookStack> {
+  const id = randomUUID().slice(0, 8);
+  const stream = `WHTEST_${id}`;
+  const prefix = `wh${id}`;
+  const config = loadConfig(webhookEnv(prefix, options.env));
+  const store = options.store ?? new MemoryEventStore();
+  const projections = options.projections ?? new MemoryProjectionStore();
+  const bus = await connectNatsBus({
+    url: NATS_URL,
+    stream,
+    subjectPrefix: prefix,
+    logger,
+    pullExpiresMs: 2_000,
+  });
+  const relay = new Relay({ store, bus, checkpoints: projections, subjectPrefix: prefix, logger });
+  const keys = new ProjectionRunner(store, projections, keyRegistryProjection, { logger });
+  const engine = await createSignalEngine({ feed: await openReplayFeed({ run: false }), store });
+  const adapters = { eventStore: store, projectionStore: projections, bus };
+  const api = webhookApi({
+    config,
+    adapters,
+    logger,
+    keys: new KeyResolver({ runner: keys, store }),
+    ...(options.settings ? { settings: options.settings } : {}),
+  });
+  const makeDispatcher = () =>
+    dispatcherComponent({
+      config,
+      adapters,
+      logger,
+      engine,
+      durablePrefix: `disp${id}`,
+      ...(options.settings ? { settings: options.settings } : {}),
+      ...(options.digestNow ? { digestNow: options.digestNow } : {}),
+    });
+  let dispatcher = makeDispatcher();
+  await keys.start();
+  await api.start();
+  await relay.start();
+  if (options.dispatcher !== false) await dispatcher.start();
+  const app = await buildApp({
+    config,
+    logger,
+    readiness: new Readiness(),
+    metrics: null,
+    plugins: [api.plugin],
+  });
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+  return {
+    store,
+    projections,
+    bus,
+    url,
+    engine,
+    get dispatcher() {
+      return dispatcher;
+    },
+    api,
+    keys,
+    stream,
+    prefix,
+    async issue(owner = 'test') {
+      const issued = await issueKey(store, { plan: 'free', owner, via: 'operator' });
+      await keys.waitFor(issued.position);
+      return issued.key;
+    },
+    async request(method, path, key, body) {
+      const res = await fetch(url + path, {
+        method,
+        headers: {
+          ...(key ? { authorization: `Bearer ${key}` } : {}),
+          ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+        },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      });
+      const text = await res.text();
+      return { status: res.status, body: text ? JSON.parse(text) : null };
+    },
+    async restartDispatcher() {
+      await dispatcher.stop();
+      dispatcher = makeDispatcher();
+      await dispatcher.start();
+    },
+    async close() {
+      await app.close();
+      await dispatcher.stop();
+      await api.stop();
+      await relay.stop();
+      await keys.stop();
+      await engine.close();
+      await bus.close();
+      await deleteStream(stream);
+    },
+  } as WebhookStack;
+}

@@ -26,6 +26,21 @@ const headersJson = z.string().transform((raw, ctx) => {
   }
 });
 
+/**
+ * The rail quoted outside production when X402_PAY_TO is unset, so that `npm start` serves real
+ * quotes with zero set-up: Base Sepolia test USDC paid to anvil's account #0, a public test
+ * address whose key everyone knows. No mainnet money can go to a default; production requires
+ * X402_PAY_TO and refuses this address.
+ */
+export const DEVELOPMENT_RAIL = {
+  network: 'eip155:84532',
+  asset: '0x036CbD53842c5426634e7929541eC2318f3dCF7e',
+  name: 'USDC',
+  version: '2',
+  payTo: '0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266',
+  rpcUrl: 'https://sepolia.base.org',
+} as const;
+
 export const ConfigSchema = z
   .object({
     NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
@@ -86,7 +101,10 @@ export const ConfigSchema = z
     /** The scheduled markets: the venue's top N by open interest or volume. */
     SCHEDULE_TOP_N: z.coerce.number().int().min(1).max(100).default(20),
 
-    /** Pay-per-call (x402). The /x402/* routes are served when X402_PAY_TO is set. */
+    /**
+     * Pay-per-call (x402): the receiving address. Unset outside production, quotes are served on
+     * the development rail (DEVELOPMENT_RAIL); unset in production, the /x402/* routes are off.
+     */
     X402_PAY_TO: evmAddress.optional(),
     /** CAIP-2 network of the primary rail (Base mainnet) and its ERC-3009 asset (USDC). */
     X402_NETWORK: caip2.default('eip155:8453'),
@@ -145,7 +163,11 @@ export const ConfigSchema = z
     /** How long a sign-in nonce from GET /api/keys/nonce stays usable. */
     SIWE_NONCE_TTL_MS: positiveInt.default(10 * 60_000),
 
-    /** Webhooks. 64 hex chars (32 bytes) encrypting subscription secrets at rest; required in production. */
+    /**
+     * Webhooks. 64 hex chars (32 bytes) encrypting subscription secrets at rest. Outside
+     * production a fixed development key stands in; with NODE_ENV=production the roles that
+     * handle webhooks (api, dispatcher) refuse to start without it.
+     */
     WEBHOOK_MASTER_KEY: z
       .string()
       .regex(/^[0-9a-fA-F]{64}$/, '64 hex characters (32 bytes)')
@@ -186,8 +208,6 @@ export const ConfigSchema = z
     WEBHOOK_TICK_MS: positiveInt.default(1_000),
     /** Subscriptions per API key. */
     WEBHOOK_MAX_PER_KEY: positiveInt.default(25),
-    /** Base of the verify_url in payloads (this service's public address). */
-    WEBHOOK_VERIFY_BASE_URL: z.url().default('http://localhost:8080'),
   })
   .superRefine((cfg, ctx) => {
     if (cfg.EVENT_STORE === 'kurrentdb' && !cfg.KURRENTDB_URL) {
@@ -203,6 +223,17 @@ export const ConfigSchema = z
         path: ['X402_FACILITATOR_PRIVATE_KEY'],
         message: 'required when X402_PAY_TO is set and X402_FACILITATOR=local (it submits settlements)',
       });
+    }
+    if (cfg.NODE_ENV === 'production') {
+      for (const name of ['X402_PAY_TO', 'X402_EXTRA_PAY_TO'] as const) {
+        if (cfg[name]?.toLowerCase() === DEVELOPMENT_RAIL.payTo.toLowerCase()) {
+          ctx.addIssue({
+            code: 'custom',
+            path: [name],
+            message: 'the public development address (its key is published); set an address you control',
+          });
+        }
+      }
     }
     if (cfg.X402_FACILITATOR === 'remote' && !cfg.X402_FACILITATOR_URL) {
       ctx.addIssue({
@@ -220,13 +251,6 @@ export const ConfigSchema = z
     }
     if (cfg.NODE_ENV === 'production' && cfg.EVENT_STORE === 'memory') {
       ctx.addIssue({ code: 'custom', path: ['EVENT_STORE'], message: 'memory loses every event on restart' });
-    }
-    if (cfg.NODE_ENV === 'production' && !cfg.WEBHOOK_MASTER_KEY) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['WEBHOOK_MASTER_KEY'],
-        message: 'required in production (webhook secrets are encrypted with it); e.g. openssl rand -hex 32',
-      });
     }
     if (cfg.NODE_ENV === 'production' && cfg.WEBHOOK_TEST_ALLOW_CIDRS.trim() !== '') {
       ctx.addIssue({

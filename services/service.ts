@@ -8,6 +8,7 @@ import { keyedChannel } from './api/plugins.ts';
 import { verifyRoutes } from './api/verify/plugin.ts';
 import { setupX402, type X402Setup } from './api/x402/setup.ts';
 import type { Component, Role } from './component.ts';
+import { dispatcherComponent, webhookApi } from './dispatcher/component.ts';
 import { engineComponent } from './engine/component.ts';
 import { createSignalEngine, type SignalEngine } from './engine/engine.ts';
 import { projectionsComponent } from './projections/component.ts';
@@ -67,14 +68,27 @@ export async function startService(config: Config, roles: Role[], logger: Logger
     if (roles.includes('engine') && engine) components.push(engineComponent({ config, engine, logger }));
     if (roles.includes('api') && engine) {
       x402 = await setupX402(config, { ops: engine, store: adapters.eventStore, logger });
-      const keyed = keyedChannel({ config, adapters, logger, ops: engine });
+      // One channel each way: MCP callers can pay per call, keys apply on the /x402/* routes.
+      const keyed = keyedChannel({ config, adapters, logger, ops: engine, ...(x402 ? x402.mcp : {}) });
       components.push(keyed);
       plugins.push(
         verifyRoutes({ store: adapters.eventStore, baseUrl: config.PUBLIC_BASE_URL }),
         ...keyed.plugins,
-        ...(x402 ? [x402.plugin] : []),
+        ...(x402 ? [x402.plugin({ keys: keyed.keys, quota: keyed.quota })] : []),
       );
     }
+    // Webhooks: management routes on the api role (keys resolved by the keyed channel's
+    // registry), signed delivery on the dispatcher role.
+    const keyedForWebhooks = components.find((c) => c.name === 'keyed-channel') as
+      | ReturnType<typeof keyedChannel>
+      | undefined;
+    if (roles.includes('api') && keyedForWebhooks) {
+      const webhooks = webhookApi({ config, adapters, logger, keys: keyedForWebhooks.keys });
+      components.push(webhooks);
+      plugins.push(webhooks.plugin);
+    }
+    if (roles.includes('dispatcher'))
+      components.push(dispatcherComponent({ config, adapters, logger, engine }));
 
     for (const component of components) {
       await component.start();
@@ -92,7 +106,7 @@ export async function startService(config: Config, roles: Role[], logger: Logger
         bus: config.BUS,
         cache: config.CACHE,
         feed: engine?.feed.kind,
-        payPerCall: x402 !== null,
+        payPerCall: x402 ? { rail: x402.rail, settles: x402.settles } : false,
       },
       'service started',
     );

@@ -22,6 +22,8 @@ const PATH = '/x402/get_market_regime';
 const BODY = { coin: 'ETH', timeframe: '1h' };
 const PRICE = 20_000n;
 const OTHER: Hex = '0x000000000000000000000000000000000000dEaD';
+/** Errors carry `_service` too: here an anonymous caller, not metered on the paid routes. */
+const ANONYMOUS = { auth: { outcome: 'ABSENT', presented: false, tier: 'free' }, quota: null };
 
 beforeAll(async () => {
   stack = await startX402Stack();
@@ -96,6 +98,7 @@ async function expect402(res: Response, code: string, message: string | RegExp) 
   });
   if (typeof message === 'string') expect(body.message).toBe(message);
   else expect(body.message).toMatch(message);
+  expect(body._service).toEqual(ANONYMOUS);
   expect(body.error).toBe(body.message);
   expect(fromBase64Json<{ error: string }>(res.headers.get('payment-required')).error).toBe(body.message);
 }
@@ -331,6 +334,7 @@ describe('invalid_content_type', () => {
       body: {
         code: 'invalid_content_type',
         message: 'Content-Type was sent more than once; send it exactly once',
+        _service: ANONYMOUS,
       },
     });
   });
@@ -349,6 +353,7 @@ describe('invalid_content_type', () => {
       code: 'invalid_content_type',
       message:
         'Content-Type "application/json, application/json" joins several media types; send exactly application/json',
+      _service: ANONYMOUS,
     });
   });
 
@@ -360,6 +365,7 @@ describe('invalid_content_type', () => {
         code: 'invalid_content_type',
         message:
           'Content-Type "text/plain" is not accepted; send the body as JSON with Content-Type: application/json',
+        _service: ANONYMOUS,
       },
     });
   });

@@ -13,7 +13,7 @@ import { rebuildQuotaCache } from '../quota/quota-projection.ts';
 import { keyRoutes } from './keys/routes.ts';
 import { mcpPlugin } from './mcp/plugin.ts';
 import { guardConfig } from './mcp/request-guard.ts';
-import type { PaymentRequirementsFor } from './mcp/tool-call.ts';
+import type { PaymentRequirementsFor, PayPerCall } from './mcp/tool-call.ts';
 import { signalTools, type ToolDefinition, toolRegistry } from './mcp/tool-registry.ts';
 
 export interface KeyedChannelDeps {
@@ -23,6 +23,8 @@ export interface KeyedChannelDeps {
   ops: SignalOperations;
   /** x402 requirements offered when a caller's quota is exhausted (from the x402 feature). */
   paymentRequirements?: PaymentRequirementsFor;
+  /** Pay-per-call over MCP (`_meta["x402/payment"]`), from the x402 feature. */
+  payPerCall?: PayPerCall;
   /** Extra MCP tools (the knowledge tools) beside the four signal tools. */
   extraTools?: ToolDefinition[];
   now?: () => number;
@@ -81,6 +83,7 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
       idleMs: config.MCP_SESSION_IDLE_MS,
       ...(deps.mcpSweepIntervalMs === undefined ? {} : { sweepIntervalMs: deps.mcpSweepIntervalMs }),
       ...(deps.paymentRequirements ? { paymentRequirements: deps.paymentRequirements } : {}),
+      ...(deps.payPerCall ? { payPerCall: deps.payPerCall } : {}),
     }),
   ];
   return {

@@ -33,6 +33,24 @@ export const ServiceMeta = z.object({
 });
 export type ServiceMeta = z.infer<typeof ServiceMeta>;
 
+/**
+ * A paid call's receipt, beside auth and quota: `pending` when the settlement was broadcast but
+ * not yet confirmed (reconciliation finishes it), `transaction` null until one is known.
+ */
+export const PaymentReceipt = z.object({
+  status: z.enum(['settled', 'pending']),
+  network: z.string(),
+  asset: z.string(),
+  amount: z.string(),
+  payer: z.string(),
+  transaction: z.string().nullable(),
+});
+export type PaymentReceipt = z.infer<typeof PaymentReceipt>;
+
+/** `_service` of a call paid per call (x402): the same block with the receipt alongside. */
+export const PaidServiceMeta = ServiceMeta.extend({ payment: PaymentReceipt });
+export type PaidServiceMeta = z.infer<typeof PaidServiceMeta>;
+
 /** Header names callers sometimes use for keys; we never apply them, but we say so. */
 const OTHER_KEY_HEADERS = ['x-api-key', 'api-key', 'apikey', 'x-auth-token', 'x-access-token'];
 

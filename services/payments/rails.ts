@@ -1,6 +1,6 @@
 import type { Network } from '@x402/core/types';
 import { EVM_NETWORK_CHAIN_ID_MAP } from '@x402/evm/v1';
-import type { Config } from '../../contracts/config.ts';
+import { type Config, DEVELOPMENT_RAIL } from '../../contracts/config.ts';
 
 /**
  * A rail is one (network, asset, recipient) pair the service accepts and its facilitator can
@@ -43,6 +43,37 @@ export function railsFromConfig(config: Config): Rail[] {
     });
   }
   return rails;
+}
+
+/**
+ * Which rails are quoted: the configured ones when X402_PAY_TO is set; outside production without
+ * it, the development rail (test USDC to a public test address); in production without it, none.
+ */
+export type RailPlan =
+  | { kind: 'configured'; rails: Rail[] }
+  | { kind: 'development'; rails: Rail[] }
+  | { kind: 'off'; reason: string };
+
+export function railPlan(config: Config): RailPlan {
+  const configured = railsFromConfig(config);
+  if (configured.length > 0) return { kind: 'configured', rails: configured };
+  if (config.NODE_ENV === 'production') {
+    return { kind: 'off', reason: 'X402_PAY_TO is not set (required in production)' };
+  }
+  return {
+    kind: 'development',
+    rails: [
+      {
+        network: DEVELOPMENT_RAIL.network,
+        asset: DEVELOPMENT_RAIL.asset,
+        payTo: DEVELOPMENT_RAIL.payTo,
+        name: DEVELOPMENT_RAIL.name,
+        version: DEVELOPMENT_RAIL.version,
+        maxTimeoutSeconds: config.X402_MAX_TIMEOUT_SECONDS,
+        rpcUrl: DEVELOPMENT_RAIL.rpcUrl,
+      },
+    ],
+  };
 }
 
 export function chainIdOf(network: string): number {

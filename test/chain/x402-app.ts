@@ -2,19 +2,26 @@ import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { type Hex, toHex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
+import { createMemoryCache } from '../../adapters/cache/memory.ts';
+import type { Cache } from '../../adapters/cache/port.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { openReplayFeed } from '../../adapters/market/replay.ts';
+import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { type Config, loadConfig } from '../../contracts/config.ts';
+import type { Plan } from '../../contracts/events.ts';
 import { buildApp } from '../../services/api/app.ts';
+import { keyedChannel } from '../../services/api/plugins.ts';
 import { setupX402, type X402Setup } from '../../services/api/x402/setup.ts';
 import { createSignalEngine, type SignalEngine } from '../../services/engine/engine.ts';
+import { type IssuedKey, issueKey } from '../../services/keys/key-commands.ts';
 import { Readiness } from '../../services/shared/readiness.ts';
 import { BASE_USDC, FACILITATOR_KEY, type LocalChain, startLocalChain } from './local-chain.ts';
 
 /**
  * The whole pay-per-call stack on real parts: anvil with our ERC-3009 token at the Base USDC
  * address, the in-process facilitator signing with an anvil key, the real signal engine over
- * the replayed market data, the memory event store, and the HTTP app on a free port.
+ * the replayed market data, the memory event store, the keyed channel (key registry, quota on
+ * the given cache, MCP) wired both ways as in the api role, and the HTTP app on a free port.
  */
 export interface X402Stack {
   chain: LocalChain;
@@ -22,9 +29,12 @@ export interface X402Stack {
   engine: SignalEngine;
   app: FastifyInstance;
   x402: X402Setup;
+  keyed: ReturnType<typeof keyedChannel>;
   config: Config;
   url: string;
   payTo: Hex;
+  /** Issues a key through the operator command and waits until the registry knows it. */
+  issue(plan: Plan): Promise<IssuedKey>;
   stop(): Promise<void>;
 }
 
@@ -42,6 +52,7 @@ export const AUTHORIZATION_TYPES = {
 export async function startX402Stack(
   env: Record<string, string> = {},
   chain?: LocalChain,
+  cache: Cache = createMemoryCache(),
 ): Promise<X402Stack> {
   const localChain = chain ?? (await startLocalChain());
   const payTo = privateKeyToAccount(toHex(crypto.getRandomValues(new Uint8Array(32)))).address;
@@ -60,12 +71,20 @@ export async function startX402Stack(
   const feed = await openReplayFeed({ run: false });
   const engine = await createSignalEngine({ feed, store, logger });
   const x402 = (await setupX402(config, { ops: engine, store, logger }))!;
+  const keyed = keyedChannel({
+    config,
+    adapters: { eventStore: store, projectionStore: new MemoryProjectionStore(), cache },
+    logger,
+    ops: engine,
+    ...x402.mcp,
+  });
+  await keyed.start();
   const app = await buildApp({
     config,
     logger,
     readiness: new Readiness(),
     metrics: null,
-    plugins: [x402.plugin],
+    plugins: [...keyed.plugins, x402.plugin({ keys: keyed.keys, quota: keyed.quota })],
   });
   const url = await app.listen({ host: '127.0.0.1', port: 0 });
   return {
@@ -74,11 +93,18 @@ export async function startX402Stack(
     engine,
     app,
     x402,
+    keyed,
     config,
     url,
     payTo,
+    async issue(plan) {
+      const issued = await issueKey(store, { plan, owner: 'test', via: 'operator' });
+      await keyed.registry.waitFor(issued.position);
+      return issued;
+    },
     async stop() {
       await app.close();
+      await keyed.stop();
       await x402.stop();
       await engine.close();
       if (!chain) await localChain.stop();

@@ -1,6 +1,6 @@
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
-import { callTool, type ToolCallDeps } from './tool-call.ts';
+import { callTool, MCP_PAYMENT_META, type ToolCallDeps } from './tool-call.ts';
 
 export const SERVER_INFO = { name: 'signal-service', version: '1.0.0' };
 
@@ -14,16 +14,20 @@ export function createMcpServer(deps: ToolCallDeps): Server {
     instructions:
       'Crypto trade verdicts, market regimes and funding-arbitrage scans. Send an API key as ' +
       '"Authorization: Bearer sk_live_..." (anonymous callers get the free limits). Every result ' +
-      'carries _service.auth and _service.quota with the live remaining calls.',
+      'carries _service.auth and _service.quota with the live remaining calls. When the quota is ' +
+      'used up, the tool error carries x402 payment requirements: retry the call with the payment ' +
+      'in _meta["x402/payment"] to pay for that call alone.',
   });
   server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: deps.registry.list() }));
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     const clientAddress = extra.authInfo?.extra?.clientAddress;
+    const payment = request.params._meta?.[MCP_PAYMENT_META];
     return callTool(deps, {
       name: request.params.name,
       args: request.params.arguments,
       headers: extra.requestInfo?.headers ?? {},
       clientAddress: typeof clientAddress === 'string' ? clientAddress : 'unknown',
+      ...(payment === undefined ? {} : { payment }),
     });
   });
   return server;

@@ -7,18 +7,53 @@ import type { KeyResolver } from '../../keys/key-resolver.ts';
 import type { QuotaMeter } from '../../quota/quota-meter.ts';
 import { type Caller, CallerRejectedError, identifyCaller } from '../caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../metered-call.ts';
-import type { ServiceMeta } from '../service-meta.ts';
+import type { PaidServiceMeta, PaymentReceipt, ServiceMeta } from '../service-meta.ts';
 import { MCP_INVALID_PARAMS, MCP_UNKNOWN_KEY, MCP_UNVERIFIABLE } from './error-codes.ts';
 import type { ToolRegistry } from './tool-registry.ts';
 
 /**
  * What an exhausted caller can pay instead: the x402 payment requirements for this call
- * (`{x402Version, accepts, resource, ...}`), or null when pay-per-call is not configured.
+ * (`{x402Version, accepts, resource, ...}`, priced for these arguments), or null when the tool
+ * is not sold per call.
  */
 export type PaymentRequirementsFor = (
   tool: ToolName | string,
   args: unknown,
-) => Record<string, unknown> | null;
+) => Promise<Record<string, unknown> | null> | Record<string, unknown> | null;
+
+/** One tool call paid for with `_meta["x402/payment"]` (x402 MCP transport). */
+export interface PaidToolCall {
+  tool: string;
+  /** Validated arguments: they price the call. */
+  args: unknown;
+  /** The `_meta["x402/payment"]` value as sent. */
+  payment: unknown;
+  requestId: string;
+  run(): Promise<Record<string, unknown>>;
+}
+
+export type PaidToolOutcome =
+  | {
+      kind: 'served';
+      value: Record<string, unknown>;
+      receipt: PaymentReceipt;
+      /** The settlement response for `_meta["x402/payment-response"]`. */
+      settlement: Record<string, unknown>;
+    }
+  /** Not paid (refused payment or failed settlement): the requirements to pay again; nothing charged. */
+  | {
+      kind: 'payment_refused';
+      code: string;
+      message: string;
+      paymentRequired: Record<string, unknown>;
+      settlement?: Record<string, unknown>;
+    }
+  | { kind: 'unavailable'; code: string; message: string; retryable: boolean }
+  /** The tool failed after the payment was reserved; the payment was released, nothing charged. */
+  | { kind: 'failed'; error: unknown };
+
+/** Runs a paid tool call: verify, reserve the nonce, run, settle only after success. */
+export type PayPerCall = (call: PaidToolCall) => Promise<PaidToolOutcome>;
 
 export interface ToolCallDeps {
   registry: ToolRegistry;
@@ -26,6 +61,7 @@ export interface ToolCallDeps {
   quota: QuotaMeter;
   logger: Logger;
   paymentRequirements?: PaymentRequirementsFor;
+  payPerCall?: PayPerCall;
 }
 
 export interface ToolCallRequest {
@@ -33,7 +69,13 @@ export interface ToolCallRequest {
   args: unknown;
   headers: Record<string, string | string[] | undefined>;
   clientAddress: string;
+  /** `_meta["x402/payment"]` of the call; undefined when none was attached. */
+  payment?: unknown;
 }
+
+/** `_meta` keys of the x402 MCP transport: the payment in a call, the settlement in its result. */
+export const MCP_PAYMENT_META = 'x402/payment';
+export const MCP_PAYMENT_RESPONSE_META = 'x402/payment-response';
 
 /**
  * One tools/call, channel rules included: the caller is identified first (an unknown key is a
@@ -77,6 +119,15 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
   }
 
   const requestId = randomUUID();
+  if (request.payment !== undefined) {
+    return paidToolCall(deps, caller, {
+      tool: tool.name,
+      args: parsed.data,
+      payment: request.payment,
+      requestId,
+      run: () => tool.run(parsed.data, { requestId }),
+    });
+  }
   let outcome: Awaited<ReturnType<typeof serveMetered<Record<string, unknown>>>>;
   try {
     outcome = await serveMetered(deps.quota, caller, { tool: tool.name, requestId }, () =>
@@ -94,26 +145,39 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     return { content: [{ type: 'text', text: JSON.stringify(structured) }], structuredContent: structured };
   }
   if (outcome.reason === 'quota_exhausted') {
-    const payment = deps.paymentRequirements?.(tool.name, parsed.data) ?? null;
+    const payment = (await deps.paymentRequirements?.(tool.name, parsed.data)) ?? null;
     const message =
       `quota_exhausted: the ${outcome.window} quota of this ${caller.keyId ? 'key' : 'anonymous caller'} is used up` +
       ` (resets ${outcome.window === 'daily' ? outcome.service.quota?.daily?.resets_at : outcome.service.quota?.resets_at})` +
-      (payment ? '; pay per call with x402 using the requirements in structuredContent' : '');
-    return toolError(message, {
+      (payment
+        ? `; pay per call: retry with _meta["x402/payment"] for the requirements in structuredContent`
+        : '');
+    const structured = {
       ...(payment ?? {}),
       error: message,
       code: 'quota_exhausted',
       window: outcome.window,
       _service: outcome.service,
-    });
+    };
+    // The x402 MCP transport: content[0].text is the JSON of structuredContent, for clients that read only text.
+    return toolError(payment ? JSON.stringify(structured) : message, structured);
   }
-  const failure = describeFailure(outcome.error);
+  return failedCall(deps, outcome.error, { tool: tool.name, requestId }, outcome.service);
+}
+
+function failedCall(
+  deps: ToolCallDeps,
+  error: unknown,
+  call: { tool: string; requestId: string },
+  service: ServiceMeta,
+): CallToolResult {
+  const failure = describeFailure(error);
   if (failure === null) {
-    deps.logger.error({ err: outcome.error, tool: tool.name, requestId }, 'tool call failed');
+    deps.logger.error({ err: error, ...call }, 'tool call failed');
     return toolError('internal_error: the call failed on our side; it was not counted', {
       code: 'internal_error',
       retryable: true,
-      _service: outcome.service,
+      _service: service,
     });
   }
   const code = failure.code === 'invalid_input' ? `${MCP_INVALID_PARAMS} ${failure.code}` : failure.code;
@@ -121,8 +185,55 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     code: failure.code,
     retryable: failure.retryable,
     ...(failure.issues ? { issues: failure.issues } : {}),
-    _service: outcome.service,
+    _service: service,
   });
+}
+
+/**
+ * A call that carries a payment is paid, not metered: no quota is checked or debited, and the
+ * result carries the receipt in `_service.payment` and the settlement in
+ * `_meta["x402/payment-response"]`. A refused payment answers with fresh requirements.
+ */
+async function paidToolCall(deps: ToolCallDeps, caller: Caller, call: PaidToolCall): Promise<CallToolResult> {
+  if (deps.payPerCall === undefined) {
+    return toolError('payment_not_accepted: this server does not sell tool calls per call', {
+      code: 'payment_not_accepted',
+      _service: await peekMeta(deps, caller),
+    });
+  }
+  const outcome = await deps.payPerCall(call);
+  const service = await peekMeta(deps, caller);
+  switch (outcome.kind) {
+    case 'served': {
+      const paid: PaidServiceMeta = { ...service, payment: outcome.receipt };
+      const structured = { ...outcome.value, _service: paid };
+      return {
+        content: [{ type: 'text', text: JSON.stringify(structured) }],
+        structuredContent: structured,
+        _meta: { [MCP_PAYMENT_RESPONSE_META]: outcome.settlement },
+      };
+    }
+    case 'payment_refused': {
+      const structured = {
+        ...outcome.paymentRequired,
+        error: outcome.message,
+        code: outcome.code,
+        _service: service,
+      };
+      return {
+        ...toolError(JSON.stringify(structured), structured),
+        ...(outcome.settlement ? { _meta: { [MCP_PAYMENT_RESPONSE_META]: outcome.settlement } } : {}),
+      };
+    }
+    case 'unavailable':
+      return toolError(`${outcome.code}: ${outcome.message}`, {
+        code: outcome.code,
+        retryable: outcome.retryable,
+        _service: service,
+      });
+    case 'failed':
+      return failedCall(deps, outcome.error, call, service);
+  }
 }
 
 function toolError(text: string, structured: Record<string, unknown>): CallToolResult {

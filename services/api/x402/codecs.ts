@@ -94,18 +94,18 @@ export function decodePaymentHeader(headers: {
   const decoded = decodeBase64Json(raw);
   if (!decoded.ok)
     return { ok: false, reason: 'invalid_payment_header', message: `${name}: ${decoded.message}` };
+  return parsePayment(version, decoded.json, name, 'invalid_payment_header');
+}
+
+function parsePayment(version: 1 | 2, json: unknown, name: string, reason: string): DecodeResult {
   if (version === 2) {
-    const parsed = V2Header.safeParse(decoded.json);
-    if (!parsed.success) {
-      return { ok: false, reason: 'invalid_payment_header', message: `${name}: ${issuesText(parsed.error)}` };
-    }
+    const parsed = V2Header.safeParse(json);
+    if (!parsed.success) return { ok: false, reason, message: `${name}: ${issuesText(parsed.error)}` };
     const payload = parsed.data as unknown as PaymentPayload;
     return { ok: true, payment: { version: 2, payload, eip3009: parsed.data.payload } };
   }
-  const parsed = V1Header.safeParse(decoded.json);
-  if (!parsed.success) {
-    return { ok: false, reason: 'invalid_payment_header', message: `${name}: ${issuesText(parsed.error)}` };
-  }
+  const parsed = V1Header.safeParse(json);
+  if (!parsed.success) return { ok: false, reason, message: `${name}: ${issuesText(parsed.error)}` };
   return {
     ok: true,
     payment: {
@@ -117,6 +117,20 @@ export function decodePaymentHeader(headers: {
   };
 }
 
+const MCP_PAYMENT_NAME = '_meta["x402/payment"]';
+
+/** Reads the payment of an MCP tool call (x402 MCP transport): a v2 PaymentPayload object, not base64. */
+export function decodeMcpPayment(value: unknown): DecodeResult {
+  if (JSON.stringify(value ?? null).length > MAX_PAYMENT_HEADER_CHARS) {
+    return {
+      ok: false,
+      reason: 'invalid_payment',
+      message: `${MCP_PAYMENT_NAME} is larger than ${MAX_PAYMENT_HEADER_CHARS} characters`,
+    };
+  }
+  return parsePayment(2, value, MCP_PAYMENT_NAME, 'invalid_payment');
+}
+
 function toBase64Json(value: unknown): string {
   return Buffer.from(JSON.stringify(value), 'utf8').toString('base64');
 }
@@ -125,16 +139,23 @@ export function encodePaymentRequired(required: PaymentRequired): string {
   return toBase64Json(required);
 }
 
-/** The settlement receipt header of the client's version. */
-export function paymentResponseHeader(version: 1 | 2, settle: SettleResponse): [string, string] {
-  const body = {
+/** The settlement response in the field names of the client's version. */
+export function settlementResponse(version: 1 | 2, settle: SettleResponse): Record<string, unknown> {
+  return {
     success: settle.success,
     transaction: settle.transaction,
     network: version === 1 ? (v1NetworkName(settle.network) ?? settle.network) : settle.network,
     payer: settle.payer,
     ...(settle.errorReason ? { errorReason: settle.errorReason } : {}),
   };
-  return [version === 2 ? 'PAYMENT-RESPONSE' : 'X-PAYMENT-RESPONSE', toBase64Json(body)];
+}
+
+/** The settlement receipt header of the client's version. */
+export function paymentResponseHeader(version: 1 | 2, settle: SettleResponse): [string, string] {
+  return [
+    version === 2 ? 'PAYMENT-RESPONSE' : 'X-PAYMENT-RESPONSE',
+    toBase64Json(settlementResponse(version, settle)),
+  ];
 }
 
 export interface V1Requirement {

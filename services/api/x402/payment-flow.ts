@@ -13,9 +13,9 @@ import { WrongExpectedRevisionError } from '../../../adapters/event-store/port.t
 import type { PaymentHandle, PaymentLedger } from '../../payments/ledger.ts';
 import { decideReservation } from '../../payments/payment-state.ts';
 import { v1NetworkName } from '../../payments/rails.ts';
+import type { PaymentReceipt } from '../service-meta.ts';
 import type { DecodedPayment } from './codecs.ts';
 import { describeMismatch, describeReason } from './reasons.ts';
-import type { PaymentReceipt } from './service-block.ts';
 
 export interface Refusal {
   status: number;
@@ -50,6 +50,11 @@ export interface PaymentFlowDeps {
   server: x402ResourceServer;
   ledger: PaymentLedger;
   logger: Logger;
+  /**
+   * Why no payment can be settled here (quotes are still served), or null when one can. Checked
+   * first, so such a payment is neither verified nor reserved.
+   */
+  cannotSettle: string | null;
 }
 
 function matchRequirement(
@@ -67,9 +72,13 @@ function matchRequirement(
  * One paid call, in the only safe order: verify the authorisation, reserve its nonce in the
  * event store, run the handler, and settle only when the handler succeeded. Each step is
  * recorded before the next begins, so a crash leaves a record that reconciliation can finish.
+ * Transport-agnostic: the HTTP routes and the MCP tool channel both map its outcome.
  */
 export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promise<PaidOutcome> {
   const { payment } = call;
+  if (deps.cannotSettle !== null) {
+    return { kind: 'unavailable', reason: 'facilitator_not_configured', message: deps.cannotSettle };
+  }
   const requirement = matchRequirement(deps.server, payment, call.requirements);
   if (!requirement) {
     return { kind: 'payment_rejected', ...describeMismatch(payment, call.requirements) };

@@ -1,29 +1,34 @@
-import type { x402ResourceServer } from '@x402/core/server';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
-import type { EventStore } from '../../../adapters/event-store/port.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
-import { PaymentLedger } from '../../payments/ledger.ts';
-import type { Rail } from '../../payments/rails.ts';
+import type { KeyResolver } from '../../keys/key-resolver.ts';
+import type { QuotaMeter } from '../../quota/quota-meter.ts';
+import { type Caller, CallerRejectedError, identifyCaller } from '../caller.ts';
+import { QuotaUnavailableError, serveMetered } from '../metered-call.ts';
+import type { PaidServiceMeta, ServiceMeta } from '../service-meta.ts';
 import { decodePaymentHeader, paymentResponseHeader } from './codecs.ts';
 import { contentTypeProblem } from './content-type.ts';
 import { CORS_PREFLIGHT_HEADERS, CORS_RESPONSE_HEADERS } from './cors.ts';
-import { type Refusal, runPaidCall } from './payment-flow.ts';
-import { Quoter } from './quote.ts';
-import { serviceBlock } from './service-block.ts';
-import { type PaidTool, paidTools, type X402Prices } from './tools.ts';
+import { type PaymentFlowDeps, type Refusal, runPaidCall } from './payment-flow.ts';
+import type { Quoter } from './quote.ts';
+import type { PaidTool } from './tools.ts';
+
+/** The keyed channel's key registry and quota meter: a valid key is served from its plan instead of payment. */
+export interface KeyedAccess {
+  keys: KeyResolver;
+  quota: QuotaMeter;
+}
 
 export interface X402PluginOptions {
   ops: SignalOperations;
-  store: EventStore;
-  /** Initialised resource server (see services/payments/resource-server.ts). */
-  server: x402ResourceServer;
-  rails: Rail[];
-  prices: X402Prices;
+  tools: PaidTool[];
+  quoter: Quoter;
+  /** The payment flow's parts; its logger is replaced by each request's. */
+  flow: PaymentFlowDeps;
+  keyed: KeyedAccess;
   /** Largest accepted body on these routes; larger is 413 before any handler runs. */
   bodyLimit: number;
-  logger: Logger;
 }
 
 function header(request: FastifyRequest, name: string): string | undefined {
@@ -65,7 +70,7 @@ function readBody(tool: PaidTool, raw: unknown): BodyResult {
   };
 }
 
-function describe(logger: Logger, err: unknown): Refusal {
+export function describeError(logger: Logger, err: unknown): Refusal {
   const failure = describeFailure(err);
   if (!failure) {
     logger.error({ err }, 'paid operation failed');
@@ -82,15 +87,22 @@ function describe(logger: Logger, err: unknown): Refusal {
   };
 }
 
+/** The caller's `_service` for an answer that debits nothing: a key's live quota, or none for a payer. */
+export async function undebitedService(quota: QuotaMeter, caller: Caller): Promise<ServiceMeta> {
+  if (caller.keyId === null) return { auth: caller.auth, quota: null };
+  return { auth: caller.auth, quota: await quota.peek(caller.subject).catch(() => null) };
+}
+
 /**
- * Keyless pay-per-call: POST /x402/<tool>. Order of checks: body (400), payment (402), then the
- * paid flow of payment-flow.ts. The plugin owns its body parsing so that a doubled or merged
+ * POST /x402/<tool>. Order of checks: the presented key (401 unknown, 503 unverifiable), the
+ * body (400), then either the key's plan quota (no payment attached, key applied: 200 or 429
+ * with a quote to pay instead) or payment (402, then the paid flow of payment-flow.ts). Every
+ * answer carries `_service`. The plugin owns its body parsing so that a doubled or merged
  * Content-Type reaches the handler as `invalid_content_type` instead of Fastify's 415.
  */
 export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
   return async (app) => {
-    const quoter = new Quoter(options.server, options.rails);
-    const ledger = new PaymentLedger(options.store);
+    const { quoter, keyed } = options;
     const problems = new WeakMap<FastifyRequest, string>();
 
     app.removeAllContentTypeParsers();
@@ -110,6 +122,9 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
       }
     });
 
+    const send = (reply: FastifyReply, status: number, body: object, service: ServiceMeta) =>
+      reply.code(status).send({ ...body, _service: service });
+
     const sendQuote = async (
       reply: FastifyReply,
       tool: PaidTool,
@@ -117,6 +132,9 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
       url: string,
       code: string,
       message: string,
+      service: ServiceMeta,
+      status = 402,
+      extra: Record<string, unknown> = {},
     ) => {
       const quote = await quoter.quote(
         price,
@@ -124,13 +142,30 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
         code,
         message,
       );
-      return reply.code(402).header('PAYMENT-REQUIRED', quote.header).send(quote.body);
+      reply.header('PAYMENT-REQUIRED', quote.header);
+      return send(reply, status, { ...quote.body, ...extra }, service);
     };
 
-    for (const tool of paidTools(options.prices)) {
+    for (const tool of options.tools) {
       const path = `/x402/${tool.name}`;
       app.options(path, async (_request, reply) => reply.code(204).headers(CORS_PREFLIGHT_HEADERS).send());
       app.post(path, { bodyLimit: options.bodyLimit }, async (request, reply) => {
+        const log = request.log as Logger;
+        let caller: Caller;
+        try {
+          caller = await identifyCaller(keyed.keys, { headers: request.headers, clientAddress: request.ip });
+        } catch (err) {
+          if (!(err instanceof CallerRejectedError)) throw err;
+          return err.reason === 'unknown'
+            ? send(reply, 401, { code: 'unknown_key', message: err.message }, err.service)
+            : send(
+                reply,
+                503,
+                { code: 'key_unverifiable', message: err.message, retryable: true },
+                err.service,
+              );
+        }
+
         const problem = problems.get(request) ?? null;
         const decoded = decodePaymentHeader({
           paymentSignature: header(request, 'payment-signature'),
@@ -139,42 +174,106 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
         const contentRefusal: Refusal | null = problem
           ? { status: 400, body: { code: 'invalid_content_type', message: problem } }
           : null;
-        if (contentRefusal && decoded === null)
-          return reply.code(contentRefusal.status).send(contentRefusal.body);
+        if (contentRefusal && decoded === null) {
+          return send(
+            reply,
+            contentRefusal.status,
+            contentRefusal.body,
+            await undebitedService(keyed.quota, caller),
+          );
+        }
 
         const body = readBody(tool, request.body);
-        if (!problem && !body.ok) return reply.code(body.refusal.status).send(body.refusal.body);
-        // With a bad Content-Type the body is not trusted for the call, only for pricing the quote.
-        const price = tool.price(body.ok ? body.input : null);
-        const url = `${request.protocol}://${request.host}${request.url}`;
-
-        if (decoded === null) {
-          return sendQuote(reply, tool, price, url, 'payment_required', `payment required: ${tool.name}`);
+        if (!problem && !body.ok) {
+          return send(
+            reply,
+            body.refusal.status,
+            body.refusal.body,
+            await undebitedService(keyed.quota, caller),
+          );
         }
-        if (!decoded.ok) return sendQuote(reply, tool, price, url, decoded.reason, decoded.message);
+        // With a bad Content-Type the body is not trusted for the call, only for pricing the quote.
+        const input = body.ok ? body.input : null;
+        const price = tool.price(input);
+        const url = `${request.protocol}://${request.host}${request.url}`;
+        const requestId = String(request.id);
 
-        const requirements = await quoter.requirements(price);
+        if (decoded === null && caller.keyId !== null) {
+          let metered: Awaited<ReturnType<typeof serveMetered<unknown>>>;
+          try {
+            metered = await serveMetered(keyed.quota, caller, { tool: tool.name, requestId }, () =>
+              tool.run(options.ops, input, requestId),
+            );
+          } catch (err) {
+            if (!(err instanceof QuotaUnavailableError)) throw err;
+            return send(
+              reply,
+              503,
+              { code: 'quota_unavailable', message: err.message, retryable: true },
+              err.service,
+            );
+          }
+          if (metered.ok) return send(reply, 200, metered.value as object, metered.service);
+          if (metered.reason === 'failed') {
+            const refusal = describeError(log, metered.error);
+            return send(reply, refusal.status, refusal.body, metered.service);
+          }
+          const resets =
+            metered.window === 'daily'
+              ? metered.service.quota?.daily?.resets_at
+              : metered.service.quota?.resets_at;
+          const message =
+            `the ${metered.window} quota of this key is used up (resets ${resets}); ` +
+            'pay for this call with x402 using the requirements in accepts / PAYMENT-REQUIRED';
+          return sendQuote(reply, tool, price, url, 'quota_exhausted', message, metered.service, 429, {
+            window: metered.window,
+          });
+        }
+
+        const service = await undebitedService(keyed.quota, caller);
+        if (decoded === null) {
+          return sendQuote(
+            reply,
+            tool,
+            price,
+            url,
+            'payment_required',
+            `payment required: ${tool.name}`,
+            service,
+          );
+        }
+        if (!decoded.ok) return sendQuote(reply, tool, price, url, decoded.reason, decoded.message, service);
+
         const outcome = await runPaidCall(
-          { server: options.server, ledger, logger: request.log as Logger },
+          { ...options.flow, logger: log },
           {
             payment: decoded.payment,
-            requirements,
+            requirements: await quoter.requirements(price),
             resource: { url, description: tool.description, mimeType: 'application/json' },
-            requestId: String(request.id),
+            requestId,
             tool: tool.name,
             precheck: () => contentRefusal,
-            handler: () => tool.run(options.ops, (body as { input: unknown }).input, String(request.id)),
-            describe: (err) => describe(request.log as Logger, err),
+            handler: () => tool.run(options.ops, input, requestId),
+            describe: (err) => describeError(log, err),
           },
         );
         const version = decoded.payment.version;
         switch (outcome.kind) {
           case 'payment_rejected':
-            return sendQuote(reply, tool, price, url, outcome.reason, outcome.message);
+            return sendQuote(reply, tool, price, url, outcome.reason, outcome.message, service);
           case 'unavailable':
-            return reply.code(503).send({ code: outcome.reason, message: outcome.message });
+            return send(
+              reply,
+              503,
+              {
+                code: outcome.reason,
+                message: outcome.message,
+                retryable: outcome.reason !== 'facilitator_not_configured',
+              },
+              service,
+            );
           case 'refused':
-            return reply.code(outcome.refusal.status).send(outcome.refusal.body);
+            return send(reply, outcome.refusal.status, outcome.refusal.body, service);
           case 'settlement_failed': {
             if (outcome.settle) reply.header(...paymentResponseHeader(version, outcome.settle));
             return sendQuote(
@@ -184,13 +283,13 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
               url,
               'settlement_failed',
               `settlement failed: ${outcome.message}`,
+              service,
             );
           }
           case 'served': {
             reply.header(...paymentResponseHeader(version, outcome.settle));
-            return reply
-              .code(200)
-              .send({ ...(outcome.result as object), _service: serviceBlock(outcome.receipt) });
+            const paid: PaidServiceMeta = { ...service, payment: outcome.receipt };
+            return send(reply, 200, outcome.result as object, paid);
           }
         }
       });

@@ -50,13 +50,14 @@ export class Quoter {
     return cached;
   }
 
+  /** The v2 PaymentRequired of one request: what the header carries and the MCP transport sends as is. */
+  async paymentRequired(price: number, resource: ResourceInfo, message: string): Promise<PaymentRequired> {
+    return this.server.createPaymentRequiredResponse(await this.requirements(price), resource, message);
+  }
+
   async quote(price: number, resource: ResourceInfo, code: string, message: string): Promise<Quote> {
     const requirements = await this.requirements(price);
-    const required: PaymentRequired = await this.server.createPaymentRequiredResponse(
-      requirements,
-      resource,
-      message,
-    );
+    const required = await this.paymentRequired(price, resource, message);
     return {
       requirements,
       header: encodePaymentRequired(required),

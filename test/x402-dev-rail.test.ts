@@ -1,0 +1,191 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { x402Client } from '@x402/core/client';
+import type { PaymentRequired } from '@x402/core/types';
+import { registerExactEvmScheme } from '@x402/evm/exact/client';
+import { pino } from 'pino';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryEventStore } from '../adapters/event-store/memory.ts';
+import { ConfigError, DEVELOPMENT_RAIL, loadConfig } from '../contracts/config.ts';
+import { ServiceMeta } from '../services/api/service-meta.ts';
+import { setupX402 } from '../services/api/x402/setup.ts';
+import { type RunningService, startService } from '../services/service.ts';
+import { fromBase64Json } from './chain/x402-app.ts';
+
+/**
+ * `npm start` on the embedded defaults: no X402_PAY_TO, no facilitator key. Quotes are served
+ * on the development rail (Base Sepolia test USDC to a public test address); a paid retry is
+ * refused before anything is verified, reserved or charged.
+ */
+const lines: Record<string, unknown>[] = [];
+const logger = pino(
+  { level: 'info' },
+  new Writable({
+    write(chunk, _encoding, done) {
+      lines.push(JSON.parse(String(chunk)) as Record<string, unknown>);
+      done();
+    },
+  }),
+);
+
+let dir: string;
+let service: RunningService;
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'x402-dev-'));
+  // Defaults, except what isolates this run: its own data directory and port, the replay feed.
+  service = await startService(
+    loadConfig({ FEED: 'replay', DATA_DIR: dir, PORT: '0', HOST: '127.0.0.1' }),
+    ['api'],
+    logger,
+  );
+});
+afterAll(async () => {
+  await service?.stop();
+  await rm(dir, { recursive: true, force: true });
+});
+
+const post = (path: string, body: unknown, headers: Record<string, string> = {}) =>
+  fetch(`${service.url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
+
+async function paymentStreams() {
+  return (await service.adapters.eventStore.readAll()).filter((e) => e.stream.startsWith('payment-'));
+}
+
+function signer() {
+  const client = new x402Client();
+  registerExactEvmScheme(client, { signer: privateKeyToAccount(generatePrivateKey()) });
+  return client;
+}
+
+describe('a service started on the defaults (development)', () => {
+  it('logs that it quotes the development rail', () => {
+    const line = lines.find((l) => l.rail === 'development');
+    expect(line).toMatchObject({
+      level: 40,
+      settles: false,
+      rails: [{ network: 'eip155:84532', asset: DEVELOPMENT_RAIL.asset, payTo: DEVELOPMENT_RAIL.payTo }],
+    });
+    expect(String(line!.msg)).toContain('DEVELOPMENT rail');
+    expect(lines.find((l) => l.msg === 'service started')).toMatchObject({
+      payPerCall: { rail: 'development', settles: false },
+    });
+  });
+
+  it('answers POST /x402/get_trade_call with a 402 quote on Base Sepolia test USDC', async () => {
+    const res = await post('/x402/get_trade_call', { coin: 'BTC', timeframe: '5m' });
+    expect(res.status).toBe(402);
+    const body = (await res.json()) as { x402Version: number; accepts: unknown[]; _service: unknown };
+    expect(body.x402Version).toBe(1);
+    expect(body.accepts).toEqual([
+      {
+        scheme: 'exact',
+        network: 'base-sepolia',
+        maxAmountRequired: '30000',
+        resource: `${service.url}/x402/get_trade_call`,
+        description: expect.any(String),
+        mimeType: 'application/json',
+        payTo: '0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266',
+        maxTimeoutSeconds: 120,
+        asset: '0x036CbD53842c5426634e7929541eC2318f3dCF7e',
+        extra: { name: 'USDC', version: '2' },
+      },
+    ]);
+    expect(ServiceMeta.parse(body._service).auth).toEqual({
+      outcome: 'ABSENT',
+      presented: false,
+      tier: 'free',
+    });
+    const v2 = fromBase64Json<{ accepts: { network: string; amount: string }[] }>(
+      res.headers.get('payment-required'),
+    );
+    expect(v2.accepts).toEqual([expect.objectContaining({ network: 'eip155:84532', amount: '30000' })]);
+  });
+
+  it('a paid retry → 503 facilitator_not_configured naming the key; nothing reserved or charged', async () => {
+    const quote = await post('/x402/get_market_regime', { coin: 'ETH' });
+    const required = fromBase64Json<PaymentRequired>(quote.headers.get('payment-required'));
+    const payment = await signer().createPaymentPayload(required);
+    const res = await post(
+      '/x402/get_market_regime',
+      { coin: 'ETH' },
+      { 'payment-signature': Buffer.from(JSON.stringify(payment)).toString('base64') },
+    );
+    expect(res.status).toBe(503);
+    expect(res.headers.get('payment-response')).toBeNull();
+    const body = (await res.json()) as Record<string, unknown>;
+    expect(body).toMatchObject({ code: 'facilitator_not_configured', retryable: false });
+    expect(body.message).toContain('X402_FACILITATOR_PRIVATE_KEY');
+    expect(ServiceMeta.parse(body._service).auth.outcome).toBe('ABSENT');
+    expect(await paymentStreams()).toEqual([]);
+  });
+
+  it('over MCP a paid call is refused the same way', async () => {
+    const client = new Client({ name: 'dev-rail', version: '1.0.0' });
+    await client.connect(new StreamableHTTPClientTransport(new URL(`${service.url}/mcp`)));
+    try {
+      const quote = await post('/x402/scan_funding_arb', {});
+      const payment = await signer().createPaymentPayload(
+        fromBase64Json<PaymentRequired>(quote.headers.get('payment-required')),
+      );
+      const result = await client.callTool({
+        name: 'scan_funding_arb',
+        arguments: {},
+        _meta: { 'x402/payment': payment },
+      });
+      expect(result.isError).toBe(true);
+      expect(result.structuredContent).toMatchObject({
+        code: 'facilitator_not_configured',
+        retryable: false,
+      });
+      expect(await paymentStreams()).toEqual([]);
+    } finally {
+      await client.close();
+    }
+  });
+});
+
+describe('production', () => {
+  it('without X402_PAY_TO the routes are off, with a warning', async () => {
+    const config = loadConfig({ NODE_ENV: 'production', WEBHOOK_MASTER_KEY: 'ab'.repeat(32) });
+    const warnings: Record<string, unknown>[] = [];
+    const capture = pino(
+      { level: 'warn' },
+      new Writable({
+        write(chunk, _encoding, done) {
+          warnings.push(JSON.parse(String(chunk)) as Record<string, unknown>);
+          done();
+        },
+      }),
+    );
+    const setup = await setupX402(config, {
+      ops: service.engine!,
+      store: new MemoryEventStore(),
+      logger: capture,
+    });
+    expect(setup).toBeNull();
+    expect(String(warnings[0]?.msg)).toMatch(/pay-per-call routes are off: X402_PAY_TO is not set/);
+  });
+
+  it('refuses the public development address as a recipient', () => {
+    for (const name of ['X402_PAY_TO', 'X402_EXTRA_PAY_TO']) {
+      expect(() =>
+        loadConfig({
+          NODE_ENV: 'production',
+          WEBHOOK_MASTER_KEY: 'ab'.repeat(32),
+          X402_PAY_TO: '0x000000000000000000000000000000000000bEEF',
+          X402_FACILITATOR_PRIVATE_KEY: `0x${'11'.repeat(32)}`,
+          [name]: DEVELOPMENT_RAIL.payTo.toLowerCase(),
+        }),
+      ).toThrow(ConfigError);
+    }
+  });
+});

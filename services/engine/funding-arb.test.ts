@@ -1,8 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { type VenueFundingInput, bestFundingPair, isFresh } from './funding-arb.ts';
+import { bestFundingPair, isFresh, type VenueFundingInput } from './funding-arb.ts';
 
 const T = 1_760_000_000_000;
-const venue = (exchange: VenueFundingInput['exchange'], rate: number, intervalHours: number): VenueFundingInput => ({
+const venue = (
+  exchange: VenueFundingInput['exchange'],
+  rate: number,
+  intervalHours: number,
+): VenueFundingInput => ({
   exchange,
   rate,
   intervalHours,
@@ -25,7 +29,11 @@ describe('bestFundingPair', () => {
   });
 
   it('would be wrong to compare raw rates: a 4 h venue with the larger raw rate is the cheaper long', () => {
-    const row = bestFundingPair('ETH', [venue('BYBIT', 0.0002, 4), venue('BINANCE', 0.00016, 8), venue('OKX', 0.00006, 1)])!;
+    const row = bestFundingPair('ETH', [
+      venue('BYBIT', 0.0002, 4),
+      venue('BINANCE', 0.00016, 8),
+      venue('OKX', 0.00006, 1),
+    ])!;
     // hourly: BYBIT 0.00005, BINANCE 0.00002, OKX 0.00006
     expect(row.best.longVenue).toBe('BINANCE');
     expect(row.best.shortVenue).toBe('OKX');

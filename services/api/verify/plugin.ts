@@ -37,7 +37,7 @@ export function verifyRoutes(deps: {
       const { stream, revision } = parsed.data;
       const [recorded] = await deps.store.readStream(stream, { fromRevision: revision, maxCount: 1 });
       const event = recorded ? parseDomainEvent(recorded) : null;
-      if (!event || event.type !== 'VerdictRecorded' || event.revision !== revision) {
+      if (event?.type !== 'VerdictRecorded' || event.revision !== revision) {
         return reply
           .code(404)
           .send({ code: 'verdict_not_found', message: `no verdict at ${stream}/${revision}` });

@@ -51,14 +51,30 @@ function attemptOf(record: DeliveryRecord, attempt: number): AttemptRecord | und
   return record.attempts.find((a) => a.attempt === attempt);
 }
 
+/**
+ * How many leading ids of a subscription's list were pending at the last trim, with no delivery of
+ * that subscription finished since. Without it a burst of pending deliveries makes every new one
+ * rescan the whole list (quadratic in the backlog). It only skips work: a list without an entry
+ * (e.g. one loaded from a snapshot) is scanned from the start, with the same result.
+ */
+const pendingPrefix = new WeakMap<string[], number>();
+
+/** A delivery of this subscription stopped being pending: the pending prefix may have a hole now. */
+function finished(state: DeliveryLogState, subscriptionId: string): void {
+  const ids = state.bySub[subscriptionId];
+  if (ids) pendingPrefix.delete(ids);
+}
+
 function trim(state: DeliveryLogState, subscriptionId: string): void {
   const ids = state.bySub[subscriptionId]!;
+  let from = pendingPrefix.get(ids) ?? 0;
   while (ids.length > DELIVERY_LOG_LIMIT) {
-    const index = ids.findIndex((id) => state.deliveries[id]?.status !== 'pending');
-    if (index < 0) return;
-    const [evicted] = ids.splice(index, 1);
+    while (from < ids.length && state.deliveries[ids[from]!]?.status === 'pending') from++;
+    if (from >= ids.length) break;
+    const [evicted] = ids.splice(from, 1);
     delete state.deliveries[evicted!];
   }
+  pendingPrefix.set(ids, from);
 }
 
 export function evolveDeliveryLog(state: DeliveryLogState, recorded: RecordedEvent): DeliveryLogState {
@@ -125,6 +141,7 @@ export function applyDeliveryEvent(state: DeliveryLogState, event: DomainEvent):
       // Only the latest attempt decides the delivery's status (an old attempt may report late).
       const latest = record.attempts.at(-1);
       if (latest?.attempt === d.attempt) record.status = failed ? (next ? 'pending' : 'failed') : 'succeeded';
+      if (record.status !== 'pending') finished(state, record.subscriptionId);
       break;
     }
     case 'SubscriptionDisabled': {
@@ -134,6 +151,7 @@ export function applyDeliveryEvent(state: DeliveryLogState, event: DomainEvent):
         const record = state.deliveries[id];
         if (record?.status === 'pending') record.status = 'failed';
       }
+      finished(state, event.data.subscriptionId);
       break;
     }
     case 'SubscriptionDeleted': {

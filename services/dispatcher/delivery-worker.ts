@@ -50,6 +50,8 @@ export class DeliveryWorker {
   readonly queues: EndpointQueues;
   /** Deliveries this process has claimed and not finished. */
   readonly owned = new Set<string>();
+  /** Opened secrets by subscription, with the sealed form they came from (a new one misses). */
+  private readonly opened = new Map<string, { sealed: SubscriptionRecord['secret']; secret: string }>();
   private readonly logger: Logger;
 
   constructor(
@@ -168,7 +170,7 @@ export class DeliveryWorker {
     }
     let secret: string;
     try {
-      secret = this.deps.secrets.open(current.secret, current.id);
+      secret = this.openSecret(current);
     } catch (err) {
       this.logger.error({ err, subscriptionId: current.id }, 'cannot open the subscription secret');
       const result: SendResult = {
@@ -203,6 +205,16 @@ export class DeliveryWorker {
     };
     await this.recordOutcome(job, outcome);
     return outcome;
+  }
+
+  /** Decrypting per delivery costs more than the signature; a subscription's secret rarely changes. */
+  private openSecret(sub: SubscriptionRecord): string {
+    const cached = this.opened.get(sub.id);
+    if (cached?.sealed === sub.secret) return cached.secret;
+    const secret = this.deps.secrets.open(sub.secret, sub.id);
+    if (this.opened.size >= 10_000) this.opened.clear();
+    this.opened.set(sub.id, { sealed: sub.secret, secret });
+    return secret;
   }
 
   private async recordOutcome(job: DeliveryJob, result: SendResult): Promise<void> {

@@ -1,0 +1,148 @@
+import { describe, expect, it } from 'vitest';
+import type { DomainEvent } from '../../contracts/events.ts';
+import {
+  applyDeliveryEvent,
+  DELIVERY_LOG_LIMIT,
+  type DeliveryLogState,
+  initialDeliveryLog,
+} from './delivery-log-fold.ts';
+
+let position = 0;
+
+function recorded<T extends DomainEvent['type']>(
+  type: T,
+  data: Extract<DomainEvent, { type: T }>['data'],
+): DomainEvent {
+  position++;
+  return {
+    id: `e${position}`,
+    type,
+    stream: 'delivery-x',
+    revision: 0,
+    position,
+    recordedAt: new Date(1_700_000_000_000 + position).toISOString(),
+    correlationId: `e${position}`,
+    causationId: null,
+    data,
+  } as DomainEvent;
+}
+
+const attempted = (deliveryId: string, subscriptionId = 'sub-a', attempt = 1) =>
+  recorded('DeliveryAttempted', {
+    deliveryId,
+    subscriptionId,
+    attempt,
+    eventId: `ev-${deliveryId}`,
+    webhookEvent: 'trade_call',
+    url: 'https://hooks.example.com/x',
+    trigger: 'event',
+  });
+
+const succeeded = (deliveryId: string, subscriptionId = 'sub-a', attempt = 1) =>
+  recorded('DeliverySucceeded', {
+    deliveryId,
+    subscriptionId,
+    attempt,
+    status: 200,
+    latencyMs: 3,
+    response: 'ok',
+  });
+
+const failed = (deliveryId: string, nextAttemptAt: string | null, subscriptionId = 'sub-a') =>
+  recorded('DeliveryFailed', {
+    deliveryId,
+    subscriptionId,
+    attempt: 1,
+    status: 500,
+    error: 'HTTP 500',
+    latencyMs: 3,
+    response: null,
+    nextAttemptAt,
+  });
+
+function fold(events: DomainEvent[], start = initialDeliveryLog()): DeliveryLogState {
+  return events.reduce(applyDeliveryEvent, start);
+}
+
+describe('delivery log eviction', () => {
+  it('keeps every pending delivery, however many, and evicts finished ones oldest first', () => {
+    const n = DELIVERY_LOG_LIMIT + 50;
+    const state = fold(Array.from({ length: n }, (_, i) => attempted(`d${i}`)));
+    expect(state.bySub['sub-a']).toHaveLength(n);
+    // Two finish in the middle, then a new one arrives: only those two can go, the older first.
+    fold([succeeded('d120'), failed('d7', null), attempted('new-1')], state);
+    expect(state.bySub['sub-a']).toHaveLength(n - 1);
+    expect(state.deliveries.d7).toBeUndefined();
+    expect(state.deliveries.d120).toBeUndefined();
+    expect(state.deliveries['new-1']?.status).toBe('pending');
+  });
+
+  it('does not evict a delivery that failed with a retry still due', () => {
+    const state = fold(Array.from({ length: DELIVERY_LOG_LIMIT }, (_, i) => attempted(`d${i}`)));
+    fold([failed('d0', new Date(2_000_000_000_000).toISOString()), attempted('d-next')], state);
+    expect(state.deliveries.d0?.status).toBe('pending');
+    expect(state.bySub['sub-a']).toHaveLength(DELIVERY_LOG_LIMIT + 1);
+  });
+
+  it('treats deliveries of a disabled subscription as finished', () => {
+    const state = fold(Array.from({ length: DELIVERY_LOG_LIMIT + 5 }, (_, i) => attempted(`d${i}`)));
+    fold(
+      [
+        recorded('SubscriptionDisabled', { subscriptionId: 'sub-a', reason: 'x', consecutiveFailures: 5 }),
+        attempted('after'),
+      ],
+      state,
+    );
+    expect(state.bySub['sub-a']).toHaveLength(DELIVERY_LOG_LIMIT);
+    expect(state.bySub['sub-a']![0]).toBe('d6');
+  });
+
+  it('evicts exactly what the plain rule evicts on a random history, across a snapshot copy', () => {
+    let seed = 42;
+    const random = () => {
+      seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
+      return seed / 2 ** 31;
+    };
+    // The rule in its plainest form: per subscription, oldest first; while over the limit, drop
+    // the oldest delivery that is no longer pending.
+    const model = new Map<string, string[]>();
+    const pending = new Set<string>();
+    let state = initialDeliveryLog();
+    const open: { id: string; sub: string }[] = [];
+    for (let i = 0; i < 3_000; i++) {
+      const sub = random() < 0.8 ? 'sub-a' : 'sub-b';
+      const r = random();
+      if (open.length === 0 || r < 0.55) {
+        const id = `d${i}`;
+        state = applyDeliveryEvent(state, attempted(id, sub));
+        open.push({ id, sub });
+        pending.add(id);
+        const ids = model.get(sub) ?? [];
+        ids.push(id);
+        model.set(sub, ids);
+        while (ids.length > DELIVERY_LOG_LIMIT) {
+          const index = ids.findIndex((x) => !pending.has(x));
+          if (index < 0) break;
+          ids.splice(index, 1);
+        }
+      } else {
+        const [done] = open.splice(Math.floor(random() * open.length), 1);
+        const retry = r > 0.95;
+        state = applyDeliveryEvent(
+          state,
+          r < 0.85
+            ? succeeded(done!.id, done!.sub)
+            : failed(done!.id, retry ? new Date(2_000_000_000_000).toISOString() : null, done!.sub),
+        );
+        if (retry) open.push(done!);
+        else pending.delete(done!.id);
+      }
+      // A snapshot load hands the fold fresh arrays mid-history.
+      if (i === 1_500) state = structuredClone(state);
+      expect(state.bySub[sub] ?? []).toEqual(model.get(sub) ?? []);
+    }
+    for (const id of pending) expect(state.deliveries[id]?.status).toBe('pending');
+    expect(Object.keys(state.deliveries).sort()).toEqual([...model.values()].flat().sort());
+    expect(state.bySub['sub-a']!.length).toBeGreaterThan(DELIVERY_LOG_LIMIT);
+  });
+});

@@ -8,26 +8,25 @@ import {
   GetMarketRegimeInput,
   GetTradeCallInput,
   type RegimeReading,
-  ScanFundingArbInput,
+  type ScanFundingArbInput,
   type ScanFundingArbOutput,
   ScanTradeCallsInput,
   type ScanTradeCallsOutput,
   type TradeCall,
 } from '../../contracts/tools.ts';
 import { verdictVerifyUrl } from '../api/verify/url.ts';
-import { bestFundingPair, isFresh, type VenueFundingInput } from './funding-arb.ts';
+import { forEachLimited } from './for-each-limited.ts';
+import { isFresh } from './funding-arb.ts';
+import { scanFundingArb } from './funding-scan.ts';
 import { MarketStates } from './market-states.ts';
 import { describeFailure } from './operation-errors.ts';
 import type { OperationContext, SignalOperations } from './operations.ts';
 import { computeRegime, computeVerdict, defaultCalibration, ENGINE_VERSION } from './signals/index.ts';
+import { PERP_VENUES, SCAN_CONCURRENCY } from './venues.ts';
 import { type RecordedVerdict, recordVerdict } from './verdict-recorder.ts';
 
-/** Venues whose markets are perpetuals (funding applies); BINANCE_SPOT is the spot book. */
-const PERP_VENUES: readonly Exchange[] = ['BINANCE', 'BYBIT', 'OKX', 'HYPERLIQUID'];
 /** The spot book used for the basis of a perpetual, where the feed has one. */
 const SPOT_OF: Partial<Record<Exchange, Exchange>> = { BINANCE: 'BINANCE_SPOT' };
-/** Markets evaluated at once by a scan: enough to overlap feed latency, few enough for rate limits. */
-const SCAN_CONCURRENCY = 4;
 
 export interface SignalEngineOptions {
   feed: MarketFeed;
@@ -158,91 +157,12 @@ export class SignalEngine implements SignalOperations {
     };
   }
 
-  async scanFundingArb(raw: ScanFundingArbInput): Promise<ScanFundingArbOutput> {
-    const input = ScanFundingArbInput.parse(raw);
-    const now = this.feed.now();
-    const venues = (input.exchanges ?? this.feed.exchanges()).filter((e) => PERP_VENUES.includes(e));
-    // Which coins each venue has funding for; a venue that cannot answer is left out and shows
-    // as down in `venues`, never replaced by another venue's data.
-    const listed = new Map<Exchange, Map<string, MarketInfo>>();
-    await Promise.all(
-      venues.map(async (exchange) => {
-        try {
-          const markets = await this.feed.markets(exchange);
-          listed.set(exchange, new Map(markets.filter((m) => m.hasFunding).map((m) => [m.coin, m])));
-        } catch (err) {
-          if (!(err instanceof MarketDataError)) throw err;
-          this.logger?.warn({ exchange, err: err.message }, 'funding scan: venue left out');
-        }
-      }),
-    );
-    const wanted = input.coins ? new Set(input.coins) : null;
-    const coins = new Map<string, Exchange[]>();
-    for (const [exchange, markets] of listed) {
-      for (const coin of markets.keys()) {
-        if (wanted && !wanted.has(coin)) continue;
-        coins.set(coin, [...(coins.get(coin) ?? []), exchange]);
-      }
-    }
-    const rows: ScanFundingArbOutput['rows'] = [];
-    await forEachLimited(
-      [...coins].filter(([, ex]) => ex.length >= 2),
-      SCAN_CONCURRENCY,
-      async ([coin, exchanges]) => {
-        const inputs: VenueFundingInput[] = [];
-        for (const exchange of exchanges) {
-          const v = await this.venueFunding(exchange, coin, listed.get(exchange)!.get(coin)!, now);
-          if (!v) continue;
-          if (
-            input.minLiquidityUsd !== undefined &&
-            !(v.quoteVolume24h !== null && v.quoteVolume24h >= input.minLiquidityUsd)
-          ) {
-            continue;
-          }
-          inputs.push(v);
-        }
-        const row = bestFundingPair(coin, inputs);
-        if (row && row.best.spreadBps >= input.minSpreadBps) rows.push(row);
-      },
-    );
-    rows.sort((a, b) => b.best.spreadBps - a.best.spreadBps || a.coin.localeCompare(b.coin));
-    return {
-      feed: this.feed.kind,
-      timestamp: Math.floor(now / 1000),
-      rows: rows.slice(0, input.limit),
-      venues: this.feed.venues().filter((v) => venues.includes(v.exchange)),
-    };
+  scanFundingArb(raw: ScanFundingArbInput): Promise<ScanFundingArbOutput> {
+    return scanFundingArb(this.feed, raw, this.logger);
   }
 
   async close(): Promise<void> {
     await this.feed.close();
-  }
-
-  private async venueFunding(
-    exchange: Exchange,
-    coin: string,
-    market: MarketInfo,
-    now: number,
-  ): Promise<VenueFundingInput | null> {
-    try {
-      const [latest] = (await this.feed.funding(exchange, coin, { limit: 1 })).slice(-1);
-      if (!latest || !isFresh(latest, now)) return null;
-      const next = await this.feed.nextFunding(exchange, coin).catch((err: unknown) => {
-        if (err instanceof MarketDataError) return null;
-        throw err;
-      });
-      return {
-        exchange,
-        rate: latest.rate,
-        intervalHours: latest.intervalHours,
-        fundingTime: latest.fundingTime,
-        nextFundingTime: next?.nextFundingTime ?? null,
-        quoteVolume24h: market.quoteVolume24h,
-      };
-    } catch (err) {
-      if (err instanceof MarketDataError) return null;
-      throw err;
-    }
   }
 
   private async tradeCall(
@@ -380,15 +300,4 @@ function withReasoning(call: TradeCall, include: boolean): TradeCall {
   if (include) return call;
   const { reasoning: _reasoning, ...rest } = call;
   return rest;
-}
-
-async function forEachLimited<T>(items: T[], limit: number, task: (item: T) => Promise<void>): Promise<void> {
-  let next = 0;
-  const workers = Array.from({ length: Math.min(limit, items.length) }, async () => {
-    while (next < items.length) {
-      const item = items[next++]!;
-      await task(item);
-    }
-  });
-  await Promise.all(workers);
 }

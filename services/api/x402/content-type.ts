@@ -7,7 +7,9 @@
 export function contentTypeProblem(rawHeaders: string[], hasBody: boolean): string | null {
   const values: string[] = [];
   for (let i = 0; i < rawHeaders.length; i += 2) {
-    if (rawHeaders[i]!.toLowerCase() === 'content-type') values.push(rawHeaders[i + 1] ?? '');
+    const name = rawHeaders[i]!;
+    // Runs on every request: only a name of the right length is lower-cased and compared.
+    if (name.length === 12 && name.toLowerCase() === 'content-type') values.push(rawHeaders[i + 1] ?? '');
   }
   if (values.length > 1) return 'Content-Type was sent more than once; send it exactly once';
   const value = values[0];

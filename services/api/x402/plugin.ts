@@ -11,7 +11,7 @@ import { decodePaymentHeader, paymentResponseHeader } from './codecs.ts';
 import { contentTypeProblem } from './content-type.ts';
 import { CORS_PREFLIGHT_HEADERS, CORS_RESPONSE_HEADERS } from './cors.ts';
 import { type PaymentFlowDeps, type Refusal, runPaidCall } from './payment-flow.ts';
-import type { Quoter } from './quote.ts';
+import { type Quoter, quoteJson } from './quote.ts';
 import type { PaidTool } from './tools.ts';
 
 /** The keyed channel's key registry and quota meter: a valid key is served from its plan instead of payment. */
@@ -30,6 +30,10 @@ export interface X402PluginOptions {
   /** Largest accepted body on these routes; larger is 413 before any handler runs. */
   bodyLimit: number;
 }
+
+const RESPONSE_HEADERS: Record<string, string> = { ...CORS_RESPONSE_HEADERS, 'cache-control': 'no-store' };
+/** What Fastify sets for an object body; a prebuilt quote is sent as a string and must say so itself. */
+const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
 
 function header(request: FastifyRequest, name: string): string | undefined {
   const value = request.headers[name];
@@ -87,10 +91,16 @@ export function describeError(logger: Logger, err: unknown): Refusal {
   };
 }
 
-/** The caller's `_service` for an answer that debits nothing: a key's live quota, or none for a payer. */
-export async function undebitedService(quota: QuotaMeter, caller: Caller): Promise<ServiceMeta> {
+/**
+ * The caller's `_service` for an answer that debits nothing: a key's live quota, or none for a
+ * payer. An anonymous caller's comes back without a promise: the common 402 reads no quota.
+ */
+export function undebitedService(quota: QuotaMeter, caller: Caller): ServiceMeta | Promise<ServiceMeta> {
   if (caller.keyId === null) return { auth: caller.auth, quota: null };
-  return { auth: caller.auth, quota: await quota.peek(caller.subject).catch(() => null) };
+  return quota.peek(caller.subject).then(
+    (snapshot) => ({ auth: caller.auth, quota: snapshot }),
+    () => ({ auth: caller.auth, quota: null }),
+  );
 }
 
 /**
@@ -111,15 +121,18 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
       { parseAs: 'string', bodyLimit: options.bodyLimit },
       (_request, body, done) => done(null, body),
     );
-    app.addHook('onRequest', async (request, reply) => {
-      reply.headers({ ...CORS_RESPONSE_HEADERS, 'cache-control': 'no-store' });
-      if (request.method !== 'POST') return;
-      const problem = contentTypeProblem(request.raw.rawHeaders, hasBody(request));
-      if (problem) {
-        problems.set(request, problem);
-        // Fastify would answer a merged media type with its own 415; the body is read raw instead.
-        request.headers['content-type'] = 'application/octet-stream';
+    // A callback hook, not an async one: this runs on every request and a promise per call shows.
+    app.addHook('onRequest', (request, reply, done) => {
+      reply.headers(RESPONSE_HEADERS);
+      if (request.method === 'POST') {
+        const problem = contentTypeProblem(request.raw.rawHeaders, hasBody(request));
+        if (problem) {
+          problems.set(request, problem);
+          // Fastify would answer a merged media type with its own 415; the body is read raw instead.
+          request.headers['content-type'] = 'application/octet-stream';
+        }
       }
+      done();
     });
 
     const send = (reply: FastifyReply, status: number, body: object, service: ServiceMeta) =>
@@ -136,14 +149,15 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
       status = 402,
       extra: Record<string, unknown> = {},
     ) => {
-      const quote = await quoter.quote(
-        price,
-        { url, description: tool.description, mimeType: 'application/json' },
-        code,
-        message,
-      );
-      reply.header('PAYMENT-REQUIRED', quote.header);
-      return send(reply, status, { ...quote.body, ...extra }, service);
+      const resource = { url, description: tool.description, mimeType: 'application/json' };
+      const built = quoter.quote(price, resource, code, message);
+      const quote = built instanceof Promise ? await built : built;
+      // The quote is serialised once per process; only this answer's fields are added to it.
+      return reply
+        .code(status)
+        .header('PAYMENT-REQUIRED', quote.header)
+        .header('content-type', JSON_CONTENT_TYPE)
+        .send(quoteJson(quote, { ...extra, _service: service }));
     };
 
     for (const tool of options.tools) {
@@ -230,7 +244,8 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
           });
         }
 
-        const service = await undebitedService(keyed.quota, caller);
+        const undebited = undebitedService(keyed.quota, caller);
+        const service = undebited instanceof Promise ? await undebited : undebited;
         if (decoded === null) {
           return sendQuote(
             reply,

@@ -3,21 +3,83 @@ import type { PaymentRequired, PaymentRequirements, ResourceInfo } from '@x402/c
 import type { Rail } from '../../payments/rails.ts';
 import { encodePaymentRequired, type V1Requirement, v1Accepts } from './codecs.ts';
 
+/** The v1 402 body, plus `code`/`message` for people reading it. */
+export interface QuoteBody {
+  x402Version: 1;
+  error: string;
+  code: string;
+  message: string;
+  accepts: V1Requirement[];
+}
+
 export interface Quote {
   requirements: PaymentRequirements[];
   /** v2 `PAYMENT-REQUIRED` header value. */
   header: string;
-  /** v1 402 body, plus `code`/`message` for people reading it. */
-  body: { x402Version: 1; error: string; code: string; message: string; accepts: V1Requirement[] };
+  body: QuoteBody;
+  /**
+   * `body` already serialised, without its closing brace: an answer appends its own fields
+   * (`_service`, a quota window) with {@link quoteJson} instead of serialising the quote again.
+   */
+  bodyOpen: string;
+}
+
+/**
+ * Quotes kept per (price, code, message, resource). The resource URL carries the request's Host
+ * and query, which a client chooses, so the cache is bounded: past this many, the oldest goes.
+ */
+export const QUOTE_CACHE_SIZE = 512;
+
+const QUOTE_BODY_KEYS: ReadonlySet<string> = new Set(['x402Version', 'error', 'code', 'message', 'accepts']);
+
+/**
+ * The quote's body with `tail` after it, byte for byte what `JSON.stringify({ ...quote.body,
+ * ...tail })` gives (JSON.stringify drops undefined values, and so does this). A tail key that
+ * would overwrite a quote field is a programming error, not a shape to reproduce.
+ */
+export function quoteJson(quote: Quote, tail: Record<string, unknown>): string {
+  let json = quote.bodyOpen;
+  for (const key in tail) {
+    if (QUOTE_BODY_KEYS.has(key)) throw new Error(`the quote body already has ${key}`);
+    const value = tail[key];
+    if (value === undefined) continue;
+    json += `,${JSON.stringify(key)}:${JSON.stringify(value)}`;
+  }
+  return `${json}}`;
+}
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === 'object' && value !== null && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const inner of Object.values(value)) deepFreeze(inner);
+  }
+  return value;
+}
+
+/** The parts of a resource a quote states; anything else a caller adds is not quoted. */
+export type QuotedResource = Pick<ResourceInfo, 'url' | 'description' | 'mimeType'>;
+
+/** Length-prefixed (`~` for absent), so no field's content can make two different quotes share a key. */
+function field(value: string | undefined): string {
+  return value === undefined ? '~' : `${value.length}:${value}`;
+}
+
+function quoteKey(price: number, code: string, message: string, resource: QuotedResource): string {
+  return (
+    `${price}${field(code)}${field(message)}${field(resource.url)}` +
+    `${field(resource.description)}${field(resource.mimeType)}`
+  );
 }
 
 /**
  * Builds quotes with the resource server (the scheme's own price parsing and requirement
- * enhancement), once per price: requirements depend only on price and rails, so the 402 path
- * does no facilitator round trip.
+ * enhancement). Requirements depend only on price and rails, and a quote only on those, the
+ * resource and the message, all fixed per process: each is built and encoded once, so the 402
+ * path does no facilitator round trip and, once warm, no encoding.
  */
 export class Quoter {
   private readonly byPrice = new Map<number, Promise<PaymentRequirements[]>>();
+  private readonly quotes = new Map<string, Quote>();
 
   constructor(
     private readonly server: x402ResourceServer,
@@ -55,19 +117,47 @@ export class Quoter {
     return this.server.createPaymentRequiredResponse(await this.requirements(price), resource, message);
   }
 
-  async quote(price: number, resource: ResourceInfo, code: string, message: string): Promise<Quote> {
+  /**
+   * The quote of one request, shared between requests asking the same: treat it as read-only.
+   * A cached quote comes back without a promise, so the common 402 takes no asynchronous hop.
+   */
+  quote(price: number, resource: QuotedResource, code: string, message: string): Quote | Promise<Quote> {
+    const key = quoteKey(price, code, message, resource);
+    return this.quotes.get(key) ?? this.build(key, price, resource, code, message);
+  }
+
+  private async build(
+    key: string,
+    price: number,
+    resource: QuotedResource,
+    code: string,
+    message: string,
+  ): Promise<Quote> {
     const requirements = await this.requirements(price);
-    const required = await this.paymentRequired(price, resource, message);
-    return {
+    const quoted: ResourceInfo = { url: resource.url };
+    if (resource.description !== undefined) quoted.description = resource.description;
+    if (resource.mimeType !== undefined) quoted.mimeType = resource.mimeType;
+    const required = await this.paymentRequired(price, quoted, message);
+    const body: QuoteBody = {
+      x402Version: 1,
+      error: message,
+      code,
+      message,
+      // A copy: v1Accepts shares `extra` with the requirements, which are not ours to freeze.
+      accepts: structuredClone(v1Accepts(requirements, resource.url, resource.description ?? '')),
+    };
+    // Shared by every request asking the same: frozen so no answer can change another's quote.
+    const quote: Quote = Object.freeze({
       requirements,
       header: encodePaymentRequired(required),
-      body: {
-        x402Version: 1,
-        error: message,
-        code,
-        message,
-        accepts: v1Accepts(requirements, resource.url, resource.description ?? ''),
-      },
-    };
+      body: deepFreeze(body),
+      bodyOpen: JSON.stringify(body).slice(0, -1),
+    });
+    if (this.quotes.size >= QUOTE_CACHE_SIZE) {
+      const oldest = this.quotes.keys().next();
+      if (!oldest.done) this.quotes.delete(oldest.value);
+    }
+    this.quotes.set(key, quote);
+    return quote;
   }
 }

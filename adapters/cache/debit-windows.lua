@@ -39,7 +39,10 @@ local reply = {1, -1}
 for i, key in ipairs(KEYS) do
   if amount > 0 then
     counts[i] = redis.call('INCRBY', key, amount)
-    redis.call('PEXPIREAT', key, ARGV[2 * i + 1])
+    -- A window's expiry never changes: set it when the counter is created, not on every debit.
+    if counts[i] == amount then
+      redis.call('PEXPIREAT', key, ARGV[2 * i + 1])
+    end
   end
   reply[i + 2] = counts[i]
 end

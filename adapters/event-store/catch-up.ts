@@ -13,13 +13,19 @@ export class AppendSignal {
 
   /** Resolves on the next notify, or after `timeoutMs` (to see appends by other processes). */
   wait(timeoutMs: number): { promise: Promise<void>; cancel: () => void } {
-    let wake!: () => void;
-    const promise = new Promise<void>((resolve) => {
-      wake = resolve;
+    let resolve!: () => void;
+    const promise = new Promise<void>((r) => {
+      resolve = r;
     });
+    // Woken by notify or by the poll tick, whichever comes first; either way the other is
+    // cleared, so a process does not keep one pending timer per wake-up alive.
+    const wake = () => {
+      clearTimeout(timer);
+      resolve();
+    };
     const timer = setTimeout(() => {
       this.waiters.delete(wake);
-      wake();
+      resolve();
     }, timeoutMs);
     this.waiters.add(wake);
     return {

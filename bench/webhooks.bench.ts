@@ -2,41 +2,86 @@
  * Webhook delivery benchmarks, each against a baseline measured in the same run:
  *   1. signed deliveries/s through the whole path (event → store → relay → NATS → dispatcher →
  *      HTTPS receiver) against a bare undici POST loop to the same receiver at the same
- *      concurrency (target ratio ≥ 0.5);
+ *      concurrency (target ratio ≥ 0.5), in one or both process layouts:
+ *        split   the deployment shape (docker-compose.yml): the dispatcher role runs alone in
+ *                its own process (`services/main.ts --role dispatcher` over a shared LMDB
+ *                DATA_DIR and the real NATS), the event source, relay and management API in
+ *                this one, the receiver in a child of its own; the baseline's POST loop also
+ *                runs in a child against that same receiver child. This is the issue's figure.
+ *        single  everything (source, relay, API, projections, dispatcher, receiver; and for the
+ *                baseline the POST loop and the receiver) in this one process, as on a laptop.
  *   2. p99 latency of healthy endpoints with 10 % of the subscriptions dead (accepting, never
- *      answering) against none dead (target ratio ≤ 1.5).
+ *      answering) against none dead (target ratio ≤ 1.5), single process.
  *   npx tsx bench/webhooks.bench.ts [--events=1000] [--only=throughput|latency]
+ *                                   [--layout=split|single|both]
  */
-import { pathToFileURL } from 'node:url';
+import { type ChildProcess, fork, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Agent, request } from 'undici';
+import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
+import type { EventStore } from '../adapters/event-store/port.ts';
+import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
+import { NATS_URL } from '../test/nats-server.ts';
+import { freePort } from '../test/ports.ts';
 import { appendVerdict, startWebhookStack, type WebhookStack } from '../test/webhooks-harness.ts';
 import { type Receiver, selfSignedCert, startReceiver } from '../test/webhooks-receiver.ts';
 
+export type Layout = 'split' | 'single';
+
+export interface ThroughputFigures {
+  deliveriesPerSec: number;
+  barePostsPerSec: number;
+  ratio: number;
+  /** CPU of every process involved, per delivery (full path) and per POST (baseline). */
+  fullCpuMsPerDelivery: number;
+  bareCpuMsPerPost: number;
+  /** The same, per process ("bench" is the process running this file). */
+  fullCpuByProcess: Record<string, number>;
+  bareCpuByProcess: Record<string, number>;
+}
+
 export interface WebhookBenchResult {
-  deliveriesPerSec?: number;
-  barePostsPerSec?: number;
-  throughputRatio?: number;
+  throughput?: Partial<Record<Layout, ThroughputFigures>>;
   p99HealthyMs?: number;
   p99WithDeadMs?: number;
   latencyRatio?: number;
 }
 
 const CONCURRENCY = 8;
+/** Verdicts appended at once by the event source, so the source is never what is measured. */
+const SOURCE_CONCURRENCY = 8;
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const CHILD = fileURLToPath(new URL('./webhooks-bench-child.ts', import.meta.url));
+
+const STACK_ENV = {
+  WEBHOOK_ENDPOINT_CONCURRENCY: String(CONCURRENCY),
+  WEBHOOK_TIMEOUT_MS: '30000',
+  WEBHOOK_STUCK_AFTER_MS: '600000',
+  WEBHOOK_MAX_PER_KEY: '100',
+  // The whole burst waits in memory: with the default limit the excess would be deferred to the
+  // retry schedule, and the bench would time the schedule rather than the path.
+  WEBHOOK_ENDPOINT_QUEUE_LIMIT: '1000000',
+};
 
 function p99(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * 0.99))]!;
 }
 
-async function withStack<T>(tls: { cert: string }, fn: (stack: WebhookStack) => Promise<T>): Promise<T> {
+async function withStack<T>(
+  tls: { cert: string },
+  fn: (stack: WebhookStack) => Promise<T>,
+  options: { store?: EventStore } = {},
+): Promise<T> {
   const stack = await startWebhookStack({
-    env: {
-      WEBHOOK_ENDPOINT_CONCURRENCY: String(CONCURRENCY),
-      WEBHOOK_TIMEOUT_MS: '30000',
-      WEBHOOK_STUCK_AFTER_MS: '600000',
-      WEBHOOK_MAX_PER_KEY: '100',
-    },
+    env: STACK_ENV,
     settings: { tls: { ca: tls.cert } },
+    ...(options.store
+      ? { store: options.store, projections: new MemoryProjectionStore(), dispatcher: false }
+      : {}),
   });
   try {
     return await fn(stack);
@@ -44,6 +89,55 @@ async function withStack<T>(tls: { cert: string }, fn: (stack: WebhookStack) => 
     await stack.close();
   }
 }
+
+/** User plus system CPU time of a process, in ms (Linux /proc; 10 ms resolution). */
+function processCpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
+}
+
+function ownCpuMs(): number {
+  const { user, system } = process.cpuUsage();
+  return (user + system) / 1000;
+}
+
+/** CPU spent by this process ("bench") and the named children while `fn` runs, in ms. */
+async function measureCpu<T>(
+  children: Record<string, number>,
+  fn: () => Promise<T>,
+): Promise<{ value: T; cpuMs: Record<string, number> }> {
+  const sample = () => ({
+    bench: ownCpuMs(),
+    ...Object.fromEntries(Object.entries(children).map(([name, pid]) => [name, processCpuMs(pid)])),
+  });
+  const before: Record<string, number> = sample();
+  const value = await fn();
+  const after: Record<string, number> = sample();
+  return { value, cpuMs: Object.fromEntries(Object.keys(after).map((k) => [k, after[k]! - before[k]!])) };
+}
+
+/** Appends `count` BUY verdicts, a few at a time, the way a busy engine records them. */
+async function source(store: EventStore, coin: string, count: number): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: SOURCE_CONCURRENCY }, async () => {
+      while (next++ < count) await appendVerdict(store, { coin, call: 'BUY', confidence: 50 });
+    }),
+  );
+}
+
+async function subscribe(stack: WebhookStack, url: string, coin: string): Promise<void> {
+  const key = await stack.issue();
+  const created = await stack.request('POST', '/api/webhooks', key, {
+    url,
+    events: ['trade_call'],
+    assets: [coin],
+  });
+  if (created.status !== 201) throw new Error(`subscription refused: ${JSON.stringify(created.body)}`);
+}
+
+// ---- single process -------------------------------------------------------------------------
 
 async function barePosts(receiver: Receiver, ca: string, count: number): Promise<number> {
   const agent = new Agent({ connect: { ca }, connections: CONCURRENCY });
@@ -68,27 +162,195 @@ async function barePosts(receiver: Receiver, ca: string, count: number): Promise
   return rate;
 }
 
-async function throughput(tls: { key: string; cert: string }, events: number) {
+async function throughputSingle(
+  tls: { key: string; cert: string },
+  events: number,
+): Promise<ThroughputFigures> {
   const receiver = await startReceiver(tls);
   try {
-    const bare = await barePosts(receiver, tls.cert, events);
+    const bare = await measureCpu({}, () => barePosts(receiver, tls.cert, events));
     receiver.received.length = 0;
     const full = await withStack(tls, async (stack) => {
-      const key = await stack.issue();
-      await stack.request('POST', '/api/webhooks', key, {
-        url: receiver.url,
-        events: ['trade_call'],
-        assets: ['BENCH'],
+      await subscribe(stack, receiver.url, 'BENCH');
+      return measureCpu({}, async () => {
+        const started = performance.now();
+        await source(stack.store, 'BENCH', events);
+        await receiver.waitFor(events, 300_000);
+        return events / ((performance.now() - started) / 1000);
       });
-      const started = performance.now();
-      for (let i = 0; i < events; i++)
-        await appendVerdict(stack.store, { coin: 'BENCH', call: 'BUY', confidence: 50 });
-      await receiver.waitFor(events, 300_000);
-      return events / ((performance.now() - started) / 1000);
     });
-    return { bare, full };
+    return figures(full, bare, events);
   } finally {
     await receiver.close();
+  }
+}
+
+function figures(
+  full: { value: number; cpuMs: Record<string, number> },
+  bare: { value: number; cpuMs: Record<string, number> },
+  events: number,
+): ThroughputFigures {
+  const perEvent = (cpu: Record<string, number>) =>
+    Object.fromEntries(Object.entries(cpu).map(([name, ms]) => [name, ms / events]));
+  const sum = (cpu: Record<string, number>) => Object.values(cpu).reduce((a, b) => a + b, 0) / events;
+  return {
+    deliveriesPerSec: full.value,
+    barePostsPerSec: bare.value,
+    ratio: full.value / bare.value,
+    fullCpuMsPerDelivery: sum(full.cpuMs),
+    bareCpuMsPerPost: sum(bare.cpuMs),
+    fullCpuByProcess: perEvent(full.cpuMs),
+    bareCpuByProcess: perEvent(bare.cpuMs),
+  };
+}
+
+// ---- split processes ------------------------------------------------------------------------
+
+type ChildMessage =
+  | { type: 'ready'; url?: string }
+  | { type: 'reached'; count: number }
+  | { type: 'done' }
+  | { type: 'error'; message: string };
+
+/** A bench child over IPC; resolves with it and its first message once it says ready. */
+function forkChild(args: string[]): Promise<{ child: ChildProcess; url: string | undefined }> {
+  const child = fork(CHILD, args, {
+    execArgv: ['--import', 'tsx'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  return new Promise((resolve, reject) => {
+    child.once('exit', (code) => reject(new Error(`bench child ${args[0]} exited (${code}) before ready`)));
+    child.once('message', (m: ChildMessage) => {
+      if (m.type === 'ready') resolve({ child, url: m.url });
+      else reject(new Error(`bench child ${args[0]}: ${JSON.stringify(m)}`));
+    });
+  });
+}
+
+function nextMessage<T extends ChildMessage['type']>(child: ChildProcess, type: T): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onMessage = (m: ChildMessage) => {
+      if (m.type === 'error') reject(new Error(m.message));
+      else if (m.type === type) resolve();
+      else return;
+      child.off('message', onMessage);
+    };
+    child.on('message', onMessage);
+  });
+}
+
+async function stopChild(child: ChildProcess, signal: NodeJS.Signals | 'disconnect'): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  if (signal === 'disconnect') child.disconnect();
+  else child.kill(signal);
+  const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+/** Resolves once `count` requests reached the receiver child. */
+function received(receiver: ChildProcess, count: number): Promise<void> {
+  const reached = nextMessage(receiver, 'reached');
+  receiver.send({ type: 'await', count });
+  return reached;
+}
+
+/** The dispatcher role alone, as the deployment runs it, polled until /readyz answers 200. */
+async function startDispatcherProcess(env: Record<string, string>): Promise<ChildProcess> {
+  const port = await freePort();
+  const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts', '--role', 'dispatcher'], {
+    cwd: ROOT,
+    env: { ...process.env, ...env, PORT: String(port), HOST: '127.0.0.1' },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`dispatcher process exited (${child.exitCode})`);
+    const ready = await fetch(`http://127.0.0.1:${port}/readyz`).then(
+      (r) => r.ok,
+      () => false,
+    );
+    if (ready) return child;
+    if (Date.now() > deadline) {
+      await stopChild(child, 'SIGKILL');
+      throw new Error('dispatcher process not ready within 60 s');
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+async function throughputSplit(
+  tls: { key: string; cert: string },
+  events: number,
+): Promise<ThroughputFigures> {
+  const dir = mkdtempSync(join(tmpdir(), 'webhooks-bench-'));
+  const keyFile = join(dir, 'key.pem');
+  const certFile = join(dir, 'cert.pem');
+  writeFileSync(keyFile, tls.key);
+  writeFileSync(certFile, tls.cert);
+  const children: ChildProcess[] = [];
+  try {
+    const { child: receiver, url } = await forkChild(['receiver', keyFile, certFile]);
+    children.push(receiver);
+
+    const { child: poster } = await forkChild(['posts', url!, certFile, String(events), String(CONCURRENCY)]);
+    children.push(poster);
+    const bare = await measureCpu({ receiver: receiver.pid!, 'POST loop': poster.pid! }, async () => {
+      const started = performance.now();
+      const done = nextMessage(poster, 'done');
+      const arrived = received(receiver, events);
+      poster.send({ type: 'go' });
+      await Promise.all([done, arrived]);
+      return events / ((performance.now() - started) / 1000);
+    });
+    await stopChild(poster, 'disconnect');
+    receiver.send({ type: 'reset' });
+
+    const store = await openLmdbEventStore({ path: join(dir, 'data', 'events') });
+    const full = await withStack(
+      tls,
+      async (stack) => {
+        const dispatcher = await startDispatcherProcess({
+          NODE_ENV: 'test',
+          LOG_LEVEL: 'warn',
+          EVENT_STORE: 'lmdb',
+          DATA_DIR: join(dir, 'data'),
+          BUS: 'nats',
+          NATS_URL,
+          NATS_STREAM: stack.stream,
+          NATS_SUBJECT_PREFIX: stack.prefix,
+          CACHE: 'memory',
+          FEED: 'replay',
+          WEBHOOK_TEST_ALLOW_CIDRS: '127.0.0.1/32',
+          WEBHOOK_ALLOWED_PORTS: '*',
+          // The receiver's self-signed certificate; the dispatcher trusts it like any CA.
+          NODE_EXTRA_CA_CERTS: certFile,
+          ...STACK_ENV,
+        });
+        children.push(dispatcher);
+        try {
+          await subscribe(stack, url!, 'BENCH');
+          // The dispatcher's view of the subscription arrives through its LMDB poll.
+          await new Promise((r) => setTimeout(r, 1_000));
+          return await measureCpu({ receiver: receiver.pid!, dispatcher: dispatcher.pid! }, async () => {
+            const started = performance.now();
+            const arrived = received(receiver, events);
+            await source(stack.store, 'BENCH', events);
+            await arrived;
+            return events / ((performance.now() - started) / 1000);
+          });
+        } finally {
+          await stopChild(dispatcher, 'SIGTERM');
+        }
+      },
+      { store },
+    );
+    await store.close();
+    return figures(full, bare, events);
+  } finally {
+    for (const child of children.reverse()) await stopChild(child, 'SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
   }
 }
 
@@ -133,24 +395,46 @@ async function latency(
   }
 }
 
+const LAYOUTS: Record<Layout, string> = {
+  split: 'split (deployment shape: dispatcher, receiver, POST loop each in a process)',
+  single: 'single (every part and the receiver in one process)',
+};
+
 export async function run(
-  options: { events?: number; only?: 'throughput' | 'latency' } = {},
+  options: { events?: number; only?: 'throughput' | 'latency'; layouts?: Layout[] } = {},
 ): Promise<WebhookBenchResult> {
   const events = options.events ?? 1_000;
+  const layouts = options.layouts ?? ['split', 'single'];
   const tls = selfSignedCert();
   const result: WebhookBenchResult = {};
   const fmt = (n: number) => Math.round(n).toLocaleString('en');
   console.log(`webhooks, ${fmt(events)} deliveries, ${CONCURRENCY} connections per endpoint`);
   if (options.only !== 'latency') {
-    const { bare, full } = await throughput(tls, events);
-    result.deliveriesPerSec = full;
-    result.barePostsPerSec = bare;
-    result.throughputRatio = full / bare;
-    console.log(`  full path (event → NATS → dispatcher → HTTPS)  ${fmt(full).padStart(8)} deliveries/s`);
-    console.log(`  baseline bare undici POST loop                 ${fmt(bare).padStart(8)} posts/s`);
-    console.log(
-      `  ratio ${result.throughputRatio.toFixed(2)} (target >= 0.5: ${result.throughputRatio >= 0.5 ? 'ok' : 'MISSED'})`,
-    );
+    result.throughput = {};
+    for (const layout of layouts) {
+      const t = layout === 'split' ? await throughputSplit(tls, events) : await throughputSingle(tls, events);
+      result.throughput[layout] = t;
+      console.log(`  layout ${LAYOUTS[layout]}`);
+      console.log(
+        `    full path (event → NATS → dispatcher → HTTPS)  ${fmt(t.deliveriesPerSec).padStart(8)} deliveries/s  ${t.fullCpuMsPerDelivery.toFixed(2)} ms CPU each`,
+      );
+      console.log(
+        `    baseline bare undici POST loop                 ${fmt(t.barePostsPerSec).padStart(8)} posts/s       ${t.bareCpuMsPerPost.toFixed(2)} ms CPU each`,
+      );
+      const split = (cpu: Record<string, number>) =>
+        Object.entries(cpu)
+          .map(([name, ms]) => `${name} ${ms.toFixed(2)}`)
+          .join(', ');
+      console.log(`    CPU ms per delivery by process: ${split(t.fullCpuByProcess)}`);
+      console.log(`    CPU ms per POST by process:     ${split(t.bareCpuByProcess)}`);
+      console.log(`    ratio ${t.ratio.toFixed(2)} (target >= 0.5: ${t.ratio >= 0.5 ? 'ok' : 'MISSED'})`);
+    }
+    const { split, single } = result.throughput;
+    if (split && single) {
+      console.log(
+        `  ratio split ${split.ratio.toFixed(2)} | single ${single.ratio.toFixed(2)}; the issue's figure is the split one (the deployment's process layout)`,
+      );
+    }
   }
   if (options.only !== 'throughput') {
     const p99Healthy = await latency(tls, 20, 0, 100);
@@ -174,7 +458,16 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     console.error('--only takes throughput or latency');
     process.exit(2);
   }
+  const layout = arg('layout') ?? 'both';
+  if (layout !== 'split' && layout !== 'single' && layout !== 'both') {
+    console.error('--layout takes split, single or both');
+    process.exit(2);
+  }
   const events = arg('events');
-  await run({ ...(events ? { events: Number(events) } : {}), ...(only ? { only } : {}) });
+  await run({
+    ...(events ? { events: Number(events) } : {}),
+    ...(only ? { only } : {}),
+    layouts: layout === 'both' ? ['split', 'single'] : [layout],
+  });
   process.exit(0);
 }

@@ -162,7 +162,7 @@ export function webhookApi(deps: {
       await runner.start();
     },
     async stop() {
-      await worker.queues.drained();
+      await worker.drained();
       await runner.stop({ drainMs: 2_000 });
       await agent.close();
     },

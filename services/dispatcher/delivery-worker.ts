@@ -31,6 +31,11 @@ export interface DeliveryJob {
   revision: number;
 }
 
+/** An attempt that ended before (or instead of) a request. */
+function failure(error: string): SendResult {
+  return { ok: false, status: null, latencyMs: 0, error, response: null, retryAfterMs: null };
+}
+
 export interface WorkerSettings {
   retry: RetryPolicy;
   timeoutMs: number;
@@ -52,6 +57,8 @@ export class DeliveryWorker {
   readonly owned = new Set<string>();
   /** Opened secrets by subscription, with the sealed form they came from (a new one misses). */
   private readonly opened = new Map<string, { sealed: SubscriptionRecord['secret']; secret: string }>();
+  /** Submitted jobs whose outcome is not recorded yet. */
+  private readonly recording = new Set<Promise<SendResult>>();
   private readonly logger: Logger;
 
   constructor(
@@ -127,84 +134,73 @@ export class DeliveryWorker {
   }
 
   /**
-   * Queues the job on its endpoint. When the endpoint's queue is full the attempt is recorded as
-   * deferred to its next retry slot instead of waiting in memory.
+   * Queues the job on its endpoint and resolves once its outcome is recorded. The endpoint's
+   * slot is held for the request only: recording the outcome waits on the store, not on the
+   * endpoint, so the endpoint's next request starts meanwhile. When the endpoint's queue is full
+   * the attempt is recorded as deferred to its next retry slot instead of waiting in memory.
    */
   submit(job: DeliveryJob): Promise<SendResult> {
-    return new Promise((resolve, reject) => {
+    const task = new Promise<SendResult>((resolve, reject) => {
       const accepted =
         this.deps.settings.endpointQueueLimit > 0 &&
         this.queues.push(EndpointQueues.keyOf(job.subscription.url), async () => {
+          let sent: { result: SendResult; record: boolean };
           try {
-            resolve(await this.execute(job));
+            sent = await this.send(job);
           } catch (err) {
             reject(err);
+            return;
           }
+          // Not awaited: the slot is released as soon as the response is in.
+          (sent.record ? this.recordOutcome(job, sent.result) : Promise.resolve()).then(
+            () => resolve(sent.result),
+            reject,
+          );
         });
       if (!accepted) {
-        const deferred: SendResult = {
-          ok: false,
-          status: null,
-          latencyMs: 0,
-          error: 'endpoint queue full: deferred to the next retry',
-          response: null,
-          retryAfterMs: null,
-        };
+        const deferred = failure('endpoint queue full: deferred to the next retry');
         this.recordOutcome(job, deferred).then(() => resolve(deferred), reject);
       }
     });
+    this.recording.add(task);
+    const forget = () => this.recording.delete(task);
+    task.then(forget, forget);
+    return task;
   }
 
-  private async execute(job: DeliveryJob): Promise<SendResult> {
+  /** Resolves when no job is queued, sending, or waiting for its outcome to be recorded. */
+  async drained(): Promise<void> {
+    while (this.recording.size > 0) await Promise.allSettled([...this.recording]);
+    await this.queues.drained();
+  }
+
+  /** The request of one attempt; `record` is false when there is nothing left to record. */
+  private async send(job: DeliveryJob): Promise<{ result: SendResult; record: boolean }> {
     const current = findSubscription(this.deps.runner.state.subscriptions, job.subscription.id);
     if (!current) {
       this.owned.delete(job.deliveryId);
-      return {
-        ok: false,
-        status: null,
-        latencyMs: 0,
-        error: 'subscription deleted',
-        response: null,
-        retryAfterMs: null,
-      };
+      return { result: failure('subscription deleted'), record: false };
     }
     let secret: string;
     try {
       secret = this.openSecret(current);
     } catch (err) {
       this.logger.error({ err, subscriptionId: current.id }, 'cannot open the subscription secret');
-      const result: SendResult = {
-        ok: false,
-        status: null,
-        latencyMs: 0,
-        error: 'subscription secret unreadable with the configured master key',
-        response: null,
-        retryAfterMs: null,
+      return {
+        result: failure('subscription secret unreadable with the configured master key'),
+        record: true,
       };
-      await this.recordOutcome(job, result);
-      return result;
     }
-    const result =
-      current.status === 'active'
-        ? await sendSigned(this.deps.agent, {
-            url: current.url,
-            secret,
-            event: job.event,
-            deliveryId: job.deliveryId,
-            body: job.body,
-            timeoutMs: this.deps.settings.timeoutMs,
-          })
-        : null;
-    const outcome = result ?? {
-      ok: false,
-      status: null,
-      latencyMs: 0,
-      error: 'subscription disabled',
-      response: null,
-      retryAfterMs: null,
-    };
-    await this.recordOutcome(job, outcome);
-    return outcome;
+    if (current.status !== 'active') return { result: failure('subscription disabled'), record: true };
+    const result = await sendSigned(this.deps.agent, {
+      url: current.url,
+      secret,
+      event: job.event,
+      deliveryId: job.deliveryId,
+      body: job.body,
+      timeoutMs: this.deps.settings.timeoutMs,
+    });
+    return { result, record: true };
   }
 
   /** Decrypting per delivery costs more than the signature; a subscription's secret rarely changes. */

@@ -1,0 +1,74 @@
+/**
+ * Child processes of the split layout of bench/webhooks.bench.ts, driven over IPC (fork):
+ *   receiver <key.pem> <cert.pem>   the HTTPS receiver; answers {type:'await', count} with
+ *                                   {type:'reached', count} once that many requests arrived,
+ *                                   and {type:'reset'} by starting the count again
+ *   posts <url> <ca.pem> <count> <concurrency>
+ *                                   the baseline: a bare undici POST loop, started by {type:'go'}
+ */
+import { readFileSync } from 'node:fs';
+import { Agent, request } from 'undici';
+import { startReceiver } from '../test/webhooks-receiver.ts';
+
+type Message = { type: 'await'; count: number } | { type: 'reset' } | { type: 'go' };
+
+function send(message: Record<string, unknown>): void {
+  process.send?.(message);
+}
+
+async function receiver(keyFile: string, certFile: string): Promise<void> {
+  const r = await startReceiver({ key: readFileSync(keyFile, 'utf8'), cert: readFileSync(certFile, 'utf8') });
+  process.on('message', (m: Message) => {
+    if (m.type === 'reset') r.received.length = 0;
+    else if (m.type === 'await') {
+      r.waitFor(m.count, 600_000).then(
+        () => send({ type: 'reached', count: m.count }),
+        (err: unknown) => send({ type: 'error', message: String(err) }),
+      );
+    }
+  });
+  process.on('disconnect', () => {
+    void r.close().then(() => process.exit(0));
+  });
+  send({ type: 'ready', url: r.url });
+}
+
+async function posts(url: string, caFile: string, count: number, concurrency: number): Promise<void> {
+  const agent = new Agent({ connect: { ca: readFileSync(caFile, 'utf8') }, connections: concurrency });
+  const body = JSON.stringify({ event: 'trade_call', data: { coin: 'BENCH' } });
+  const loop = async () => {
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        while (next++ < count) {
+          const res = await request(url, {
+            method: 'POST',
+            dispatcher: agent,
+            body,
+            headers: { 'content-type': 'application/json' },
+          });
+          await res.body.text();
+        }
+      }),
+    );
+    send({ type: 'done' });
+  };
+  process.on('message', (m: Message) => {
+    if (m.type === 'go') loop().catch((err: unknown) => send({ type: 'error', message: String(err) }));
+  });
+  process.on('disconnect', () => {
+    void agent.close().then(() => process.exit(0));
+  });
+  send({ type: 'ready' });
+}
+
+const [mode, ...args] = process.argv.slice(2);
+if (mode === 'receiver' && args.length === 2) await receiver(args[0]!, args[1]!);
+else if (mode === 'posts' && args.length === 4) {
+  await posts(args[0]!, args[1]!, Number(args[2]), Number(args[3]));
+} else {
+  process.stderr.write(
+    'usage: webhooks-bench-child.ts receiver <key> <cert> | posts <url> <ca> <count> <concurrency>\n',
+  );
+  process.exit(2);
+}

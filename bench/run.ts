@@ -11,6 +11,7 @@ const BENCHES: Record<string, () => Promise<unknown>> = {
   x402: async () => (await import('./x402.bench.ts')).run(),
   quota: async () => (await import('./quota.bench.ts')).run(),
   mcp: async () => (await import('./mcp.bench.ts')).run(),
+  webhooks: async () => (await import('./webhooks.bench.ts')).run(),
 };
 
 const wanted = process.argv.slice(2).filter((a) => !a.startsWith('-'));

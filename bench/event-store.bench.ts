@@ -153,7 +153,9 @@ async function readAllAndRebuild(path: string, total: number): Promise<BenchRow[
   if (seen !== total) throw new Error(`read ${seen} of ${total} events`);
 
   // A rebuild as the service runs it: catch-up subscription, fold, snapshots into the same env.
-  const runner = new ProjectionRunner(store, store.projectionStore(), countingProjection, { snapshotEvery: 100_000 });
+  const runner = new ProjectionRunner(store, store.projectionStore(), countingProjection, {
+    snapshotEvery: 100_000,
+  });
   const rebuildStart = performance.now();
   await runner.start();
   await runner.waitFor(total, 600_000);
@@ -173,9 +175,21 @@ async function readAllAndRebuild(path: string, total: number): Promise<BenchRow[
   await raw.close();
   if (rawSeen !== total) throw new Error(`raw read ${rawSeen} of ${total} events`);
   return [
-    row(`(c) read all ${total.toLocaleString('en')} events, pages of ${page}`, total, storeMs, rawMs, 'events/s'),
+    row(
+      `(c) read all ${total.toLocaleString('en')} events, pages of ${page}`,
+      total,
+      storeMs,
+      rawMs,
+      'events/s',
+    ),
     {
-      ...row(`(d) rebuild a counting projection over ${total.toLocaleString('en')}`, total, rebuildMs, rawMs, 'events/s'),
+      ...row(
+        `(d) rebuild a counting projection over ${total.toLocaleString('en')}`,
+        total,
+        rebuildMs,
+        rawMs,
+        'events/s',
+      ),
       minRate: 200_000,
     },
   ];

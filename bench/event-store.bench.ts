@@ -164,15 +164,14 @@ async function readAllAndRebuild(path: string, total: number): Promise<BenchRow[
   if (runner.state !== total) throw new Error(`rebuild counted ${runner.state} of ${total} events`);
   await store.close();
 
-  const raw = open({ path, noSubdir: false, maxDbs: 16 });
-  const events = raw.openDB<RecordedEvent, number>({ name: 'events' });
+  const raw = openRaw(path);
   let rawSeen = 0;
   const rawStart = performance.now();
-  for (const { value } of events.getRange({ start: 1 })) {
+  for (const { value } of raw.db.getRange({ start: 1 })) {
     if (value.position > 0) rawSeen++;
   }
   const rawMs = performance.now() - rawStart;
-  await raw.close();
+  await raw.env.close();
   if (rawSeen !== total) throw new Error(`raw read ${rawSeen} of ${total} events`);
   return [
     row(

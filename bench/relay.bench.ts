@@ -18,6 +18,7 @@ import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
 import type { NewEvent, RecordedEvent } from '../contracts/envelope.ts';
 import { encodeEvent, Relay } from '../services/relay/relay.ts';
+import { NATS_URL } from '../test/nats-server.ts';
 
 export interface RelayBenchOptions {
   url?: string;
@@ -39,7 +40,7 @@ export interface RelayBenchResult {
 const TARGET_PER_SEC = 20_000;
 
 export async function run(options: RelayBenchOptions = {}): Promise<RelayBenchResult> {
-  const url = options.url ?? process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+  const url = options.url ?? NATS_URL;
   const events = options.events ?? 30_000;
   const rounds = options.rounds ?? 2;
   const window = options.window ?? 256;

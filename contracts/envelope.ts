@@ -45,12 +45,6 @@ export type NewEvent<D = unknown, T extends string = string> = Omit<
 
 /** Expected revision of the target stream at append time (optimistic concurrency). */
 export type ExpectedRevision = 'any' | 'no_stream' | 'stream_exists' | number;
-export const ExpectedRevisionSchema = z.union([
-  z.literal('any'),
-  z.literal('no_stream'),
-  z.literal('stream_exists'),
-  z.number().int().nonnegative(),
-]);
 
 export interface AppendResult {
   /** Revision of the last event now in the stream. */

@@ -8,8 +8,8 @@ export interface EventStats {
 }
 
 /**
- * Counts of recorded events by type: the operator's view of what the log holds, exported as
- * the `events_recorded_total` metric and shown in /readyz.
+ * Counts of recorded events by type: the operator's view of what the log holds, kept in the
+ * projection store; its checkpoint shows in /readyz as `projection:event-stats`.
  */
 export const eventStatsProjection: Projection<EventStats> = {
   name: 'event-stats',

@@ -338,18 +338,14 @@ describe.runIf(available('nats-server'))('deploy/nats.conf', () => {
 describe.runIf(available('redis-server'))('the Redis command line', () => {
   it('starts a Redis that answers PING with the compose flags', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'compose-redis-'));
+    const socketPath = join(dir, 'redis.sock');
     const [bin, ...args] = services.redis!.command!;
-    // Same flags, but on a free loopback port and a temporary directory.
-    const child = spawn(
-      bin!,
-      [...args, '--port', '0', '--unixsocket', join(dir, 'redis.sock'), '--dir', dir],
-      {
-        stdio: 'pipe',
-      },
-    );
+    // Same flags, but on a unix socket (no TCP port) and a temporary directory.
+    const child = spawn(bin!, [...args, '--port', '0', '--unixsocket', socketPath, '--dir', dir], {
+      stdio: 'pipe',
+    });
     const exit = exited(child);
     try {
-      const socketPath = join(dir, 'redis.sock');
       await expect
         .poll(async () => (existsSync(socketPath) ? ping(socketPath) : ''), { interval: 50, timeout: 10_000 })
         .toBe('+PONG');

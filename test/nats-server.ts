@@ -3,15 +3,15 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
 import { freePort } from './ports.ts';
-
-export { freePort };
 
 /** The shared NATS the tests talk to unless told otherwise. */
 export const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
 
 /** True when something at `url` answers with a NATS INFO line. */
-export async function natsReachable(url: string, timeoutMs = 2_000): Promise<boolean> {
+async function natsReachable(url: string, timeoutMs = 2_000): Promise<boolean> {
   const { hostname, port } = new URL(url.replace(/^nats:/, 'http:'));
   return new Promise((resolve) => {
     const socket = new Socket();
@@ -116,4 +116,15 @@ export async function startNatsServer(
       await rm(storeDir, { recursive: true, force: true });
     },
   };
+}
+
+/** Deletes a stream through its own connection, so it works even after the bus was closed. */
+export async function deleteStream(stream: string): Promise<void> {
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.delete(stream).catch(() => false);
+  } finally {
+    await nc.close();
+  }
 }

@@ -7,26 +7,35 @@ import { loadConfig } from '../contracts/config.ts';
 import { newEvent } from '../contracts/events.ts';
 import type { EventStats } from '../projections/event-stats.ts';
 import type { ProjectionRunner } from '../projections/runner.ts';
+import type { Role } from '../services/component.ts';
 import { type RunningService, startService } from '../services/service.ts';
+import { NATS_URL } from './nats-server.ts';
+import { REDIS_URL } from './redis-probe.ts';
 
 const logger = pino({ level: 'silent' });
+const roles: Role[] = ['api', 'engine', 'projections'];
+
+/** A service on a fresh DATA_DIR, on loopback with a free port and the replay feed. */
+async function start(dirPrefix: string, env: Record<string, string>) {
+  const dir = await mkdtemp(join(tmpdir(), dirPrefix));
+  const config = loadConfig({ DATA_DIR: dir, PORT: '0', HOST: '127.0.0.1', FEED: 'replay', ...env });
+  return { dir, service: await startService(config, roles, logger) };
+}
+
+function eventStats(service: RunningService): ProjectionRunner<EventStats> {
+  const component = service.components.find((c) => c.name === 'projections') as unknown as {
+    runners: Map<string, ProjectionRunner<EventStats>>;
+  };
+  return component.runners.get('event-stats')!;
+}
 
 describe('service on embedded defaults (LMDB, in-process bus and cache)', () => {
   let dir: string;
   let service: RunningService;
 
   beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'svc-'));
     // The replay clock at an hour per 100 ms: the scheduler sees candles close within the test.
-    const config = loadConfig({
-      DATA_DIR: dir,
-      PORT: '0',
-      HOST: '127.0.0.1',
-      FEED: 'replay',
-      REPLAY_SPEED: '36000',
-      SCHEDULE_TIMEFRAMES: '1h',
-    });
-    service = await startService(config, ['api', 'engine', 'projections'], logger);
+    ({ dir, service } = await start('svc-', { REPLAY_SPEED: '36000', SCHEDULE_TIMEFRAMES: '1h' }));
   });
   afterAll(async () => {
     await service?.stop();
@@ -57,10 +66,7 @@ describe('service on embedded defaults (LMDB, in-process bus and cache)', () => 
   });
 
   it('records scheduled verdicts from the replayed candles as they close', async () => {
-    const component = service.components.find((c) => c.name === 'projections') as unknown as {
-      runners: Map<string, ProjectionRunner<EventStats>>;
-    };
-    const stats = component.runners.get('event-stats')!;
+    const stats = eventStats(service);
     await expect
       .poll(() => stats.state.byType.VerdictRecorded ?? 0, { timeout: 15_000 })
       .toBeGreaterThanOrEqual(6);
@@ -92,10 +98,7 @@ describe('service on embedded defaults (LMDB, in-process bus and cache)', () => 
         via: 'operator',
       }),
     ]);
-    const component = service.components.find((c) => c.name === 'projections') as unknown as {
-      runners: Map<string, ProjectionRunner<EventStats>>;
-    };
-    const stats = component.runners.get('event-stats')!;
+    const stats = eventStats(service);
     await stats.waitFor(result.position);
     expect(stats.state.byType.ApiKeyIssued).toBe(1);
     const [appended] = await eventStore.readAll({ after: result.position - 1, maxCount: 1 });
@@ -125,23 +128,17 @@ describe('service on the distributed engines (NATS JetStream, Redis) by configur
   const id = Math.random().toString(36).slice(2, 10);
 
   beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'svc-dist-'));
-    const config = loadConfig({
-      DATA_DIR: dir,
-      PORT: '0',
-      HOST: '127.0.0.1',
-      FEED: 'replay',
+    ({ dir, service } = await start('svc-dist-', {
       REPLAY_SPEED: '0',
       SCHEDULE_TIMEFRAMES: '4h',
       BUS: 'nats',
-      NATS_URL: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
+      NATS_URL,
       NATS_STREAM: `SVC_TEST_${id}`,
       NATS_SUBJECT_PREFIX: `svctest${id}`,
       CACHE: 'redis',
-      REDIS_URL: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+      REDIS_URL,
       REDIS_PREFIX: `svctest:${id}:`,
-    });
-    service = await startService(config, ['api', 'engine', 'projections'], logger);
+    }));
   });
   afterAll(async () => {
     const bus = service?.adapters.bus as unknown as { deleteStream?: () => Promise<void> };

@@ -1,4 +1,13 @@
-import type { Bus, BusMessage, ConsumeOptions, Consumer, PublishAck } from './port.ts';
+import {
+  type Bus,
+  type BusMessage,
+  type ConsumeOptions,
+  type Consumer,
+  DEFAULT_ACK_WAIT_MS,
+  DEFAULT_DUPLICATE_WINDOW_MS,
+  DEFAULT_NAK_DELAY_MS,
+  type PublishAck,
+} from './port.ts';
 import { subjectMatches } from './subjects.ts';
 
 export interface MemoryBusOptions {
@@ -7,10 +16,6 @@ export interface MemoryBusOptions {
   /** Oldest messages are discarded beyond this count, like a limits-retention stream. */
   maxMessages?: number;
 }
-
-export const DEFAULT_ACK_WAIT_MS = 30_000;
-export const DEFAULT_NAK_DELAY_MS = 1_000;
-export const DEFAULT_DUPLICATE_WINDOW_MS = 120_000;
 
 /** Wakes everything waiting at the time of notify(). */
 class Wakeup {

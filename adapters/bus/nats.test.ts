@@ -3,7 +3,8 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freePort, NATS_URL, requireNats } from '../../test/nats-server.ts';
+import { deleteStream, NATS_URL, requireNats } from '../../test/nats-server.ts';
+import { freePort } from '../../test/ports.ts';
 import { busContract, bytes, waitFor } from './contract.ts';
 import { connectNatsBus, type NatsBus } from './nats.ts';
 
@@ -11,17 +12,6 @@ const reachable = await requireNats(NATS_URL);
 const run = randomUUID().slice(0, 8);
 const logger = pino({ level: 'silent' });
 let n = 0;
-
-/** Deletes a stream through its own connection, so it works even after the bus was closed. */
-async function deleteStream(stream: string): Promise<void> {
-  const nc = await connect({ servers: NATS_URL });
-  try {
-    const jsm = await jetstreamManager(nc);
-    await jsm.streams.delete(stream).catch(() => false);
-  } finally {
-    await nc.close();
-  }
-}
 
 busContract(
   'nats',

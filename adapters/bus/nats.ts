@@ -17,7 +17,16 @@ import {
 import { nanos } from '@nats-io/nats-core';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { type Logger, pino } from 'pino';
-import type { Bus, BusMessage, ConsumeOptions, Consumer, PublishAck } from './port.ts';
+import {
+  type Bus,
+  type BusMessage,
+  type ConsumeOptions,
+  type Consumer,
+  DEFAULT_ACK_WAIT_MS,
+  DEFAULT_DUPLICATE_WINDOW_MS,
+  DEFAULT_NAK_DELAY_MS,
+  type PublishAck,
+} from './port.ts';
 import { assertSubjectPrefix, DEFAULT_SUBJECT_PREFIX, streamSubjects, subjectMatches } from './subjects.ts';
 
 export interface NatsBusOptions {
@@ -37,8 +46,6 @@ export interface NatsBusOptions {
   name?: string;
 }
 
-const DEFAULT_ACK_WAIT_MS = 30_000;
-const DEFAULT_NAK_DELAY_MS = 1_000;
 const NAME = /^[A-Za-z0-9_-]+$/;
 
 /** Connects, makes sure the stream exists and returns the JetStream bus. */
@@ -61,7 +68,12 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
   });
   try {
     const jsm = await jetstreamManager(nc, { timeout: requestTimeoutMs });
-    await ensureStream(jsm, options.stream, subjectPrefix, options.duplicateWindowMs ?? 120_000);
+    await ensureStream(
+      jsm,
+      options.stream,
+      subjectPrefix,
+      options.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS,
+    );
     return new NatsBus(nc, jsm, {
       stream: options.stream,
       subjectPrefix,
@@ -137,10 +149,6 @@ export class NatsBus implements Bus {
   ) {
     this.js = jetstream(nc, { timeout: config.requestTimeoutMs });
     void this.logConnectionStatus();
-  }
-
-  get stream(): string {
-    return this.config.stream;
   }
 
   async publish(subject: string, payload: Uint8Array, options: { msgId: string }): Promise<PublishAck> {

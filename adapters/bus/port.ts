@@ -2,6 +2,7 @@
  * The bus port: at-least-once delivery of events between services. The JetStream adapter is the
  * distributed engine; the in-process adapter serves the embedded single-process deployment.
  */
+
 export interface Bus {
   readonly kind: 'memory' | 'nats';
   /** Publishes and resolves once the bus has acknowledged (persisted) the message. */
@@ -50,3 +51,8 @@ export interface BusMessage {
 export interface Consumer {
   stop(): Promise<void>;
 }
+
+/** Defaults both adapters apply; the ack wait and the duplicate window are JetStream's own. */
+export const DEFAULT_ACK_WAIT_MS = 30_000;
+export const DEFAULT_NAK_DELAY_MS = 1_000;
+export const DEFAULT_DUPLICATE_WINDOW_MS = 120_000;

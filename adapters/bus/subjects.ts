@@ -18,7 +18,7 @@ export function assertSubjectPrefix(prefix: string): void {
  * would split or widen a subject (`.`, `*`, `>`, whitespace) are replaced so one type always maps
  * to one single-token subject.
  */
-export function eventTypeToken(type: string): string {
+function eventTypeToken(type: string): string {
   return type.replace(/[^A-Za-z0-9_-]/g, '_');
 }
 

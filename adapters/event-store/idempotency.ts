@@ -1,5 +1,24 @@
+import { randomUUID } from 'node:crypto';
 import type { AppendResult, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
 import { IdempotencyConflictError } from './port.ts';
+
+/**
+ * The ids a fresh append writes: the caller's, or random ones. IdempotencyConflictError when an id
+ * repeats within the batch or `stored` says the store already holds it.
+ */
+export function freshEventIds(
+  stream: string,
+  events: NewEvent[],
+  stored: (id: string) => boolean = () => false,
+): string[] {
+  const ids = events.map((e) => e.id ?? randomUUID());
+  const seen = new Set<string>();
+  for (const id of ids) {
+    if (seen.has(id) || stored(id)) throw new IdempotencyConflictError(stream, id);
+    seen.add(id);
+  }
+  return ids;
+}
 
 /**
  * When the first event's id is already stored in this stream, the append is a retry: it is

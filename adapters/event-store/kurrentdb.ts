@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import {
   type AllStreamResolvedEvent,
   ANY,
@@ -20,7 +19,7 @@ import {
   WrongExpectedVersionError,
 } from '@kurrent/kurrentdb-client';
 import type { AppendResult, ExpectedRevision, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
-import { findIdempotentAppend } from './idempotency.ts';
+import { findIdempotentAppend, freshEventIds } from './idempotency.ts';
 import {
   checkExpected,
   type EventStore,
@@ -83,11 +82,8 @@ export class KurrentDbEventStore implements EventStore {
     options: { expectedRevision?: ExpectedRevision } = {},
   ): Promise<AppendResult> {
     const expected = options.expectedRevision ?? 'any';
-    const ids = events.map((e) => e.id ?? randomUUID());
-    if (new Set(ids).size !== ids.length) {
-      const twice = ids.find((id, i) => ids.indexOf(id) !== i)!;
-      throw new IdempotencyConflictError(stream, twice);
-    }
+    // Repeats within the batch only: ids already in the stream are findRetry's to judge.
+    const ids = freshEventIds(stream, events);
     const callerIds = events.some((e) => e.id !== undefined);
     if (callerIds) {
       const prior = await this.findRetry(stream, events);

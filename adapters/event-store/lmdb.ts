@@ -1,16 +1,9 @@
-import { randomUUID } from 'node:crypto';
 import { type Database, open, type RootDatabase } from 'lmdb';
 import type { AppendResult, ExpectedRevision, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
 import { LmdbProjectionStore } from '../projection-store/lmdb.ts';
 import { AppendSignal, catchUpSubscription } from './catch-up.ts';
-import { findIdempotentAppend } from './idempotency.ts';
-import {
-  checkExpected,
-  type EventStore,
-  type HealthReport,
-  IdempotencyConflictError,
-  type Subscription,
-} from './port.ts';
+import { findIdempotentAppend, freshEventIds } from './idempotency.ts';
+import { checkExpected, type EventStore, type HealthReport, recordEvent, type Subscription } from './port.ts';
 
 export interface LmdbEventStoreOptions {
   /** Directory of the LMDB environment (created when missing). */
@@ -70,7 +63,6 @@ export class LmdbEventStore implements EventStore {
   ): Promise<AppendResult> {
     const expected = options.expectedRevision ?? 'any';
     const recordedAt = new Date().toISOString();
-    const ids = events.map((e) => e.id ?? randomUUID());
     // A child transaction rolls back every put of this batch if anything in it throws, while
     // still sharing one commit (and one flush) with the other appends queued in this turn.
     const outcome = await this.root.childTransaction(() => {
@@ -81,28 +73,13 @@ export class LmdbEventStore implements EventStore {
       const head = this.headInTxn();
       if (events.length === 0)
         return { result: { nextRevision: current ?? -1, position: head }, wrote: false };
-      const seen = new Set<string>();
-      for (const id of ids) {
-        if (seen.has(id) || this.ids.doesExist(id)) throw new IdempotencyConflictError(stream, id);
-        seen.add(id);
-      }
+      const ids = freshEventIds(stream, events, (id) => this.ids.doesExist(id));
       const firstRevision = (current ?? -1) + 1;
       for (let i = 0; i < events.length; i++) {
-        const e = events[i]!;
         const id = ids[i]!;
         const position = head + i + 1;
         const revision = firstRevision + i;
-        const recorded: RecordedEvent = {
-          id,
-          type: e.type,
-          stream,
-          revision,
-          position,
-          recordedAt,
-          correlationId: e.correlationId ?? id,
-          causationId: e.causationId ?? null,
-          data: e.data,
-        };
+        const recorded = recordEvent(events[i]!, { id, stream, revision, position, recordedAt });
         this.events.putSync(position, recorded, { append: true });
         this.streams.putSync([stream, revision], position);
         this.ids.putSync(id, position);

@@ -1,14 +1,7 @@
-import { randomUUID } from 'node:crypto';
 import type { AppendResult, ExpectedRevision, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
 import { AppendSignal, catchUpSubscription } from './catch-up.ts';
-import { findIdempotentAppend } from './idempotency.ts';
-import {
-  checkExpected,
-  type EventStore,
-  type HealthReport,
-  IdempotencyConflictError,
-  type Subscription,
-} from './port.ts';
+import { findIdempotentAppend, freshEventIds } from './idempotency.ts';
+import { checkExpected, type EventStore, type HealthReport, recordEvent, type Subscription } from './port.ts';
 
 /** The reference adapter: the contract in its plainest form, for unit tests. */
 export class MemoryEventStore implements EventStore {
@@ -34,24 +27,14 @@ export class MemoryEventStore implements EventStore {
     if (events.length === 0) {
       return { nextRevision: existing.length - 1, position: this.all.length };
     }
-    const now = new Date().toISOString();
-    const batchIds = new Set<string>();
-    const recorded = events.map((event, i): RecordedEvent => {
-      const id = event.id ?? randomUUID();
-      if (this.byId.has(id) || batchIds.has(id)) throw new IdempotencyConflictError(stream, id);
-      batchIds.add(id);
-      return {
-        id,
-        type: event.type,
-        stream,
-        revision: existing.length + i,
-        position: this.all.length + i + 1,
-        recordedAt: now,
-        correlationId: event.correlationId ?? id,
-        causationId: event.causationId ?? null,
-        data: structuredClone(event.data),
-      };
-    });
+    const recordedAt = new Date().toISOString();
+    const ids = freshEventIds(stream, events, (id) => this.byId.has(id));
+    const recorded = events.map((event, i) =>
+      recordEvent(
+        { ...event, data: structuredClone(event.data) },
+        { id: ids[i]!, stream, revision: existing.length + i, position: this.all.length + i + 1, recordedAt },
+      ),
+    );
     for (const event of recorded) {
       this.all.push(event);
       existing.push(event);

@@ -84,3 +84,21 @@ export function checkExpected(stream: string, expected: ExpectedRevision, actual
     (typeof expected === 'number' && actual === expected);
   if (!ok) throw new WrongExpectedRevisionError(stream, expected, actual);
 }
+
+/** The envelope an adapter stores for `event` at the place the append gave it. */
+export function recordEvent(
+  event: NewEvent,
+  at: Pick<RecordedEvent, 'id' | 'stream' | 'revision' | 'position' | 'recordedAt'>,
+): RecordedEvent {
+  return {
+    id: at.id,
+    type: event.type,
+    stream: at.stream,
+    revision: at.revision,
+    position: at.position,
+    recordedAt: at.recordedAt,
+    correlationId: event.correlationId ?? at.id,
+    causationId: event.causationId ?? null,
+    data: event.data,
+  };
+}

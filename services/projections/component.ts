@@ -8,6 +8,7 @@ import type { Adapters } from '../adapters.ts';
 import type { Component } from '../component.ts';
 import { Relay } from '../relay/relay.ts';
 import type { Metrics } from '../shared/metrics.ts';
+import type { Check } from '../shared/readiness.ts';
 
 /** Every projection the service keeps. Later features register theirs here. */
 export const PROJECTIONS: Projection<unknown>[] = [
@@ -70,8 +71,7 @@ export function projectionsComponent(deps: {
       for (const runner of runners.values()) await runner.stop({ drainMs: 2_000 });
     },
     checks() {
-      const checks: Record<string, () => Promise<{ ok: boolean; detail?: string; [k: string]: unknown }>> =
-        {};
+      const checks: Record<string, Check> = {};
       for (const [name, runner] of runners) {
         checks[`projection:${name}`] = async () => {
           const head = await adapters.eventStore.headPosition();

@@ -1,4 +1,4 @@
-import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 
 /** One registry per process, so tests can build several apps side by side. */
 export function createMetrics() {
@@ -11,12 +11,6 @@ export function createMetrics() {
       help: 'HTTP request duration by route and status',
       labelNames: ['method', 'route', 'status'] as const,
       buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
-      registers: [registry],
-    }),
-    eventsAppended: new Counter({
-      name: 'events_appended_total',
-      help: 'Events appended to the event store, by type',
-      labelNames: ['type'] as const,
       registers: [registry],
     }),
     followerLag: new Gauge({

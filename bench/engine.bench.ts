@@ -43,7 +43,7 @@ import { SHARED_MARKET_DIR } from '../adapters/market/shared-data.ts';
 import { type Candle, TIMEFRAMES, type Timeframe } from '../contracts/market.ts';
 import type { Verdict } from '../contracts/signals.ts';
 import { defaultCalibration } from '../services/engine/signals/default-calibration.ts';
-import { createMarketState, type MarketState } from '../services/engine/signals/market-state.ts';
+import { createMarketState, MA_PERIODS, type MarketState } from '../services/engine/signals/market-state.ts';
 import { computeVerdict } from '../services/engine/signals/verdict.ts';
 
 const COINS = 20;
@@ -83,7 +83,7 @@ async function loadStreams(dataDir: string): Promise<Stream[]> {
 
 /** The same indicator set, `trading-signals` classes only, one update per candle. */
 function baselineSet() {
-  const mas = [10, 20, 30, 50, 100, 200].flatMap((p) => [new SMA(p), new EMA(p)]);
+  const mas = MA_PERIODS.flatMap((p) => [new SMA(p), new EMA(p)]);
   const hma = new HMA(9);
   const vwma = new VWMA(20);
   const ichimoku = new IchimokuCloud();

@@ -60,6 +60,11 @@ export type FundingRate = z.infer<typeof FundingRateSchema>;
 export const MarketKey = z.object({ exchange: Exchange, coin: z.string(), timeframe: Timeframe });
 export type MarketKey = z.infer<typeof MarketKey>;
 
+/** A market as one string, `EXCHANGE:COIN:timeframe`: the key of per-market state and caches. */
+export function marketKey(exchange: string, coin: string, timeframe: string): string {
+  return `${exchange}:${coin}:${timeframe}`;
+}
+
 export const Regime = z.enum(['trending-up', 'trending-down', 'ranging', 'volatile', 'squeeze']);
 export type Regime = z.infer<typeof Regime>;
 

@@ -1,5 +1,12 @@
 import { parseDomainEvent } from '../contracts/events.ts';
-import type { Call, Exchange, FeedKind, Regime, Timeframe } from '../contracts/market.ts';
+import {
+  type Call,
+  type Exchange,
+  type FeedKind,
+  marketKey,
+  type Regime,
+  type Timeframe,
+} from '../contracts/market.ts';
 import type { Projection } from './projection.ts';
 
 export interface LatestVerdict {
@@ -20,10 +27,6 @@ export interface LatestVerdict {
 
 export type LatestVerdicts = Record<string, LatestVerdict>;
 
-export function marketKey(m: { exchange: string; coin: string; timeframe: string }): string {
-  return `${m.exchange}:${m.coin}:${m.timeframe}`;
-}
-
 /** The latest verdict and regime per market: what scans, digests and analysts read first. */
 export const latestVerdictsProjection: Projection<LatestVerdicts> = {
   name: 'latest-verdicts',
@@ -33,7 +36,7 @@ export const latestVerdictsProjection: Projection<LatestVerdicts> = {
     const event = parseDomainEvent(recorded);
     if (event?.type === 'VerdictRecorded') {
       const d = event.data;
-      const key = marketKey(d);
+      const key = marketKey(d.exchange, d.coin, d.timeframe);
       state[key] = {
         exchange: d.exchange,
         coin: d.coin,
@@ -49,7 +52,7 @@ export const latestVerdictsProjection: Projection<LatestVerdicts> = {
         regimeShifts: state[key]?.regimeShifts ?? 0,
       };
     } else if (event?.type === 'RegimeShifted') {
-      const current = state[marketKey(event.data)];
+      const current = state[marketKey(event.data.exchange, event.data.coin, event.data.timeframe)];
       if (current) current.regimeShifts += 1;
     }
     return state;

@@ -1,4 +1,5 @@
-import { type Candle, TIMEFRAME_MS, type Timeframe } from '../../contracts/market.ts';
+import { type Candle, type Exchange, TIMEFRAME_MS, Timeframe } from '../../contracts/market.ts';
+import { UnsupportedTimeframeError } from './errors.ts';
 
 /** Index of the first candle whose close time is after `until` (candles sorted by openTime). */
 function firstOpenAfter(candles: readonly Candle[], tfMs: number, until: number): number {
@@ -30,4 +31,19 @@ export function closedCandles(
 export function lastBoundary(timeframe: Timeframe, until: number): number {
   const ms = TIMEFRAME_MS[timeframe];
   return until - (until % ms);
+}
+
+/** The timeframe a candle request names; UnsupportedTimeframeError when it is not one of ours. */
+export function requestedTimeframe(timeframe: string, exchange: Exchange): Timeframe {
+  const parsed = Timeframe.safeParse(timeframe);
+  if (!parsed.success)
+    throw new UnsupportedTimeframeError(timeframe, exchange, 'not one of the eleven timeframes');
+  return parsed.data;
+}
+
+/** A candle request's `limit` must be a positive integer. */
+export function assertCandleLimit(limit: number): void {
+  if (!Number.isInteger(limit) || limit < 1) {
+    throw new RangeError(`candles: limit must be a positive integer, got ${limit}`);
+  }
 }

@@ -1,9 +1,9 @@
 import type { Exchange, FeedKind } from '../../contracts/market.ts';
 
 /**
- * Errors of the market-data port. Each carries a stable `code` that the API maps to its error
- * bodies. None of them is ever answered by substituting other data (another venue, another
- * timeframe, stale candles).
+ * Errors of the market-data port (and the engine's too-little-history error, which extends it).
+ * Each carries a stable `code` that the API maps to its error bodies. None of them is ever
+ * answered by substituting other data (another venue, another timeframe, stale candles).
  */
 export abstract class MarketDataError extends Error {
   abstract readonly code: string;

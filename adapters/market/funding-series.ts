@@ -2,7 +2,7 @@ import type { FundingRate } from '../../contracts/market.ts';
 
 /** Settlements of two sources closer than this are the same settlement (venue stamps jitter by ms). */
 const SAME_SETTLEMENT_MS = 60_000;
-const HOUR_MS = 3_600_000;
+export const HOUR_MS = 3_600_000;
 
 /**
  * Merges funding series of the same contract from several sources, ordered by preference
@@ -64,5 +64,3 @@ export function firstAfter(series: readonly FundingRate[], t: number): number {
 export function roundToMinute(t: number): number {
   return Math.round(t / 60_000) * 60_000;
 }
-
-export { HOUR_MS };

@@ -18,12 +18,12 @@ import {
   type NextFunding,
   TIMEFRAME_MS,
   TIMEFRAMES,
-  Timeframe,
+  type Timeframe,
   type VenueStatus,
 } from '../../contracts/market.ts';
 import { aggregateCandles, sourceTimeframe } from './aggregate.ts';
 import { CandleCloseEmitter } from './candle-close.ts';
-import { closedCandles, lastBoundary } from './candle-window.ts';
+import { assertCandleLimit, closedCandles, lastBoundary, requestedTimeframe } from './candle-window.ts';
 import {
   InsufficientHistoryError,
   MarketDataError,
@@ -169,13 +169,8 @@ export class LiveFeed implements MarketFeed {
     options: CandleQuery,
   ): Promise<Candle[]> {
     const client = this.#client(exchange);
-    const tf = Timeframe.safeParse(timeframe);
-    if (!tf.success)
-      throw new UnsupportedTimeframeError(timeframe, exchange, 'not one of the eleven timeframes');
-    if (!Number.isInteger(options.limit) || options.limit < 1) {
-      throw new RangeError(`candles: limit must be a positive integer, got ${options.limit}`);
-    }
-    const target = tf.data;
+    const target = requestedTimeframe(timeframe, exchange);
+    assertCandleLimit(options.limit);
     const native = TIMEFRAMES.filter((t) => client.timeframes?.[t] !== undefined);
     const from = sourceTimeframe(target, native);
     if (from === undefined) {
@@ -348,10 +343,9 @@ export class LiveFeed implements MarketFeed {
     const next = [fr.fundingTimestamp, fr.nextFundingTimestamp]
       .filter((t): t is number => typeof t === 'number' && t > now)
       .sort((a, b) => a - b)[0];
+    const intervalHours = parseIntervalHours(fr.interval);
     return {
-      ...(parseIntervalHours(fr.interval) !== undefined
-        ? { intervalHours: parseIntervalHours(fr.interval)! }
-        : {}),
+      ...(intervalHours !== undefined ? { intervalHours } : {}),
       ...(next !== undefined ? { nextFundingTime: next } : {}),
       ...(typeof fr.fundingRate === 'number' ? { rate: fr.fundingRate } : {}),
     };

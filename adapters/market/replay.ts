@@ -11,11 +11,11 @@ import {
   type MarketInfo,
   type NextFunding,
   TIMEFRAME_MS,
-  Timeframe,
+  type Timeframe,
   type VenueStatus,
 } from '../../contracts/market.ts';
 import { aggregateCandles, sourceTimeframe } from './aggregate.ts';
-import { closedCandles, lastBoundary } from './candle-window.ts';
+import { assertCandleLimit, closedCandles, lastBoundary, requestedTimeframe } from './candle-window.ts';
 import { readCandleFile, readFundingFile } from './csv.ts';
 import {
   InsufficientHistoryError,
@@ -178,7 +178,7 @@ export class ReplayFeed implements MarketFeed {
     options: CandleQuery,
   ): Promise<Candle[]> {
     const symbol = coin.toUpperCase();
-    const tf = this.#timeframe(timeframe, exchange);
+    const tf = requestedTimeframe(timeframe, exchange);
     const venue = this.#venue(exchange);
     if (venue.candles.size === 0) {
       throw new UnsupportedExchangeError(
@@ -200,9 +200,7 @@ export class ReplayFeed implements MarketFeed {
         `the replay data set has no 1m data (finest here: ${finest}) and ${tf} cannot be built from it; use the live feed`,
       );
     }
-    if (!Number.isInteger(options.limit) || options.limit < 1) {
-      throw new RangeError(`candles: limit must be a positive integer, got ${options.limit}`);
-    }
+    assertCandleLimit(options.limit);
     const min = options.min ?? 1;
     const until = Math.min(options.until ?? this.now(), this.now());
     const path = files.get(from)!;
@@ -314,13 +312,6 @@ export class ReplayFeed implements MarketFeed {
       });
     }
     return out;
-  }
-
-  #timeframe(timeframe: string, exchange: Exchange): Timeframe {
-    const parsed = Timeframe.safeParse(timeframe);
-    if (!parsed.success)
-      throw new UnsupportedTimeframeError(timeframe, exchange, 'not one of the eleven timeframes');
-    return parsed.data;
   }
 
   #venue(exchange: Exchange): VenueIndex {

@@ -1,12 +1,11 @@
 import type { Logger } from 'pino';
-import { z } from 'zod';
 import type { Config } from '../../contracts/config.ts';
 import { LiveFeed, type LiveFeedOptions } from './live.ts';
 import type { MarketFeed } from './port.ts';
 import { openReplayFeed, type ReplayFeedOptions } from './replay.ts';
 
-export const FeedMode = z.enum(['live', 'replay', 'auto']);
-export type FeedMode = z.infer<typeof FeedMode>;
+/** FEED of the service configuration: live, replay, or auto (probe live, fall back to replay). */
+export type FeedMode = Config['FEED'];
 
 export interface SelectFeedOptions {
   mode: FeedMode;

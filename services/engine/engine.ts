@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { MarketDataError } from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
-import type { Exchange, MarketInfo } from '../../contracts/market.ts';
+import { type Exchange, type MarketInfo, marketKey, type Timeframe } from '../../contracts/market.ts';
 import type { CalibrationTable, PerpContext, Verdict } from '../../contracts/signals.ts';
 import {
   GetMarketRegimeInput,
@@ -170,7 +170,7 @@ export class SignalEngine implements SignalOperations {
     trigger: Trigger,
     ctx: OperationContext,
   ): Promise<TradeCall> {
-    const key = `${input.exchange}:${input.coin}:${input.timeframe}`;
+    const key = marketKey(input.exchange, input.coin, input.timeframe);
     const state = await this.states.advance(input.exchange, input.coin, input.timeframe);
     const closeTime = state.lastCloseTime!;
     const cached = this.calls.get(key);
@@ -217,7 +217,7 @@ export class SignalEngine implements SignalOperations {
   private async perpContext(
     exchange: Exchange,
     coin: string,
-    timeframe: ReturnType<typeof GetTradeCallInput.parse>['timeframe'],
+    timeframe: Timeframe,
     perpClose: number | undefined,
   ): Promise<PerpContext | undefined> {
     if (!PERP_VENUES.includes(exchange)) return undefined;

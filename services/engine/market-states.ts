@@ -1,7 +1,7 @@
 import type { MarketFeed } from '../../adapters/market/port.ts';
-import { type Exchange, TIMEFRAME_MS, type Timeframe } from '../../contracts/market.ts';
+import { type Exchange, marketKey, TIMEFRAME_MS, type Timeframe } from '../../contracts/market.ts';
 import { KeyedLock } from './keyed-lock.ts';
-import { createMarketState, type MarketState, marketKey } from './signals/index.ts';
+import { createMarketState, type MarketState } from './signals/index.ts';
 
 /** Closed candles fed to a new state: enough for SMA200 and the 200-candle percentile windows. */
 export const WARMUP_CANDLES = 500;

@@ -1,6 +1,5 @@
 import { ZodError } from 'zod';
 import { MarketDataError } from '../../adapters/market/errors.ts';
-import { InsufficientHistoryError as IndicatorHistoryError } from './signals/errors.ts';
 
 /**
  * How an operation failure leaves any channel: an HTTP status, a stable code and a message the
@@ -38,9 +37,6 @@ export function describeFailure(err: unknown): OperationFailure | null {
   if (err instanceof MarketDataError) {
     const status = MARKET_STATUS[err.code] ?? 422;
     return { status, code: err.code, message: err.message, retryable: status === 503 };
-  }
-  if (err instanceof IndicatorHistoryError) {
-    return { status: 422, code: 'insufficient_history', message: err.message, retryable: false };
   }
   return null;
 }

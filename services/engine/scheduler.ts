@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { MarketFeed } from '../../adapters/market/port.ts';
-import type { Exchange, Timeframe } from '../../contracts/market.ts';
+import { type Exchange, marketKey, type Timeframe } from '../../contracts/market.ts';
 import { rankMarkets, type SignalEngine } from './engine.ts';
 import { describeFailure } from './operation-errors.ts';
 
@@ -87,7 +87,7 @@ export class VerdictScheduler {
           this.stats.verdicts += 1;
           logger?.info(
             {
-              market: `${exchange}:${call.coin}:${timeframe}`,
+              market: marketKey(exchange, call.coin, timeframe),
               call: call.call,
               confidence: call.confidence,
               regime: call.regime,
@@ -101,7 +101,7 @@ export class VerdictScheduler {
           if (!failure) throw err;
           this.stats.skipped += 1;
           logger?.debug(
-            { market: `${exchange}:${market.coin}:${timeframe}`, reason: failure.message },
+            { market: marketKey(exchange, market.coin, timeframe), reason: failure.message },
             'scheduled verdict skipped',
           );
         }

@@ -4,7 +4,7 @@ import type { CalibrationTable } from '../../../contracts/signals.ts';
 import {
   type CalibrationSample,
   calibratedProbability,
-  callDirection,
+  curveFor,
   fitCurve,
   fitDirection,
 } from '../signals/calibration.ts';
@@ -182,13 +182,13 @@ export function evaluateTimeframe(
   const fee = table.feeBps / 10_000;
   const tfMs = TIMEFRAME_MS[timeframe];
   const stepMs = table.horizonCandles * tfMs;
-  const curve = table.curves[timeframe] ?? table.curves[table.fallback[timeframe] ?? timeframe];
-  const direction = callDirection(table, timeframe);
-  const topBin = curve !== undefined && curve.bins.length > 1 ? curve.bins[curve.bins.length - 1]! : null;
-  const topFrom = topBin === null ? null : curve!.bins[curve!.bins.length - 2]!.upTo;
-  const breakEvenBand = curve?.bins.find((b) => b.probability >= 0.5);
-  const band =
-    breakEvenBand === undefined ? null : (curve!.bins[curve!.bins.indexOf(breakEvenBand) - 1]?.upTo ?? 0);
+  const { curve } = curveFor(table, timeframe);
+  const direction = curve.direction ?? 1;
+  const bins = curve.bins;
+  const topBin = bins.length > 1 ? bins[bins.length - 1]! : null;
+  const topFrom = topBin === null ? null : bins[bins.length - 2]!.upTo;
+  const breakEvenBand = bins.findIndex((b) => b.probability >= 0.5);
+  const band = breakEvenBand === -1 ? null : (bins[breakEvenBand - 1]?.upTo ?? 0);
   let points = 0;
   let buyN = 0;
   let buyHits = 0;
@@ -238,7 +238,7 @@ export function evaluateTimeframe(
   const calls = buyN + sellN;
   const upRate = points === 0 ? 0 : upHits / points;
   const downRate = points === 0 ? 0 : downHits / points;
-  const baseRate = curve?.baseRate ?? 0.5;
+  const baseRate = curve.baseRate;
   const hitsOf = (xs: typeof pairs) => rate(xs.filter((x) => x.hit).length, xs.length);
   return {
     timeframe,
@@ -252,15 +252,15 @@ export function evaluateTimeframe(
     randomSameRate: calls === 0 ? Number.NaN : (buyN * upRate + sellN * downRate) / calls,
     brier: brier(pairs),
     brierBaseRate: brier(pairs.map((x) => ({ p: baseRate, hit: x.hit }))),
-    buckets: BUCKETS.map((b) => {
-      const inB = pairs.filter((x) => x.confidence >= b.from && x.confidence < b.to);
-      return { label: b.label, rate: rate(inB.filter((x) => x.hit).length, inB.length) };
-    }),
+    buckets: BUCKETS.map((b) => ({
+      label: b.label,
+      rate: hitsOf(pairs.filter((x) => x.confidence >= b.from && x.confidence < b.to)),
+    })),
     reliability: reliability(pairs),
-    scoreBands: SCORE_BANDS.map((b) => {
-      const inB = pairs.filter((x) => x.absScore >= b.from && x.absScore < b.to);
-      return { label: b.label, rate: rate(inB.filter((x) => x.hit).length, inB.length) };
-    }),
+    scoreBands: SCORE_BANDS.map((b) => ({
+      label: b.label,
+      rate: hitsOf(pairs.filter((x) => x.absScore >= b.from && x.absScore < b.to)),
+    })),
     breakEven: band === null ? null : { band, calls: rate(beHits, beN) },
     direction,
     topStep:

@@ -124,17 +124,26 @@ export function fitCurve(samples: readonly CalibrationSample[], options: FitOpti
   return { samples: samples.length, baseRate: calls === 0 ? 0 : callHits / calls, bins };
 }
 
+/** The curve a timeframe uses (its own, else the table's fallback) and the timeframe it was fitted on. */
+export function curveFor(
+  table: CalibrationTable,
+  timeframe: Timeframe,
+): { curve: CalibrationCurve; timeframe: Timeframe } {
+  const tf = table.curves[timeframe] ? timeframe : table.fallback[timeframe];
+  const curve = tf === undefined ? undefined : table.curves[tf];
+  if (tf === undefined || curve === undefined) {
+    throw new CalibrationError(`calibration table has no curve for ${timeframe}`);
+  }
+  return { curve, timeframe: tf };
+}
+
 /** Calibrated probability for |score| on a timeframe (following the table's fallback). */
 export function calibratedProbability(
   table: CalibrationTable,
   timeframe: Timeframe,
   absScore: number,
 ): { probability: number; timeframe: Timeframe } {
-  const tf = table.curves[timeframe] ? timeframe : table.fallback[timeframe];
-  const curve = tf === undefined ? undefined : table.curves[tf];
-  if (tf === undefined || curve === undefined) {
-    throw new CalibrationError(`calibration table has no curve for ${timeframe}`);
-  }
+  const { curve, timeframe: tf } = curveFor(table, timeframe);
   const bins = curve.bins;
   for (const bin of bins) if (absScore <= bin.upTo) return { probability: bin.probability, timeframe: tf };
   return { probability: bins[bins.length - 1]!.probability, timeframe: tf };
@@ -142,10 +151,7 @@ export function calibratedProbability(
 
 /** Direction of calls on a timeframe (following the table's fallback); 1 when the curve has none. */
 export function callDirection(table: CalibrationTable, timeframe: Timeframe): Direction {
-  const tf = table.curves[timeframe] ? timeframe : table.fallback[timeframe];
-  const curve = tf === undefined ? undefined : table.curves[tf];
-  if (curve === undefined) throw new CalibrationError(`calibration table has no curve for ${timeframe}`);
-  return curve.direction ?? 1;
+  return curveFor(table, timeframe).curve.direction ?? 1;
 }
 
 /** Validates a parsed JSON table; monotonicity is checked because the schema cannot say it. */

@@ -1,6 +1,12 @@
-/** A verdict was asked for before the indicators had enough closed candles to be stable. */
-export class InsufficientHistoryError extends Error {
+import { MarketDataError } from '../../../adapters/market/errors.ts';
+
+/**
+ * A verdict was asked for before the indicators had enough closed candles to be stable. It shares
+ * the feed's `insufficient_history` code, so every channel answers it like too little market data.
+ */
+export class InsufficientHistoryError extends MarketDataError {
   override readonly name = 'InsufficientHistoryError';
+  readonly code = 'insufficient_history';
   constructor(
     readonly market: string,
     readonly candles: number,

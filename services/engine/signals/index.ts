@@ -7,7 +7,6 @@ export {
   fitDirection,
   parseCalibrationTable,
 } from './calibration.ts';
-export { closedCandles } from './closed-candles.ts';
 export { defaultCalibration } from './default-calibration.ts';
 export { CalibrationError, InsufficientHistoryError } from './errors.ts';
 export { computeRegime } from './market-regime.ts';
@@ -15,7 +14,6 @@ export {
   createMarketState,
   MarketState,
   type MarketStateOptions,
-  marketKey,
   OutOfOrderCandleError,
   type Readings,
 } from './market-state.ts';

@@ -19,7 +19,7 @@ import {
   WSMA,
 } from 'trading-signals';
 import type { Candle, Exchange, Timeframe } from '../../../contracts/market.ts';
-import { TIMEFRAME_MS } from '../../../contracts/market.ts';
+import { marketKey, TIMEFRAME_MS } from '../../../contracts/market.ts';
 import type { RegimeMetrics } from '../../../contracts/signals.ts';
 import { Choppiness } from './choppiness.ts';
 import { type RegimeOptions, type RegimeState, stepRegime } from './regime.ts';
@@ -319,10 +319,6 @@ export class MarketState {
     this.#ready = missing.length === 0;
     return missing;
   }
-}
-
-export function marketKey(exchange: string, coin: string, timeframe: string): string {
-  return `${exchange}:${coin}:${timeframe}`;
 }
 
 export function createMarketState(options: MarketStateOptions): MarketState {

@@ -1,9 +1,9 @@
 import { beforeAll, describe, expect, it } from 'vitest';
+import { closedCandles } from '../../../adapters/market/candle-window.ts';
 import { readCandleFile } from '../../../adapters/market/csv.ts';
 import type { Candle } from '../../../contracts/market.ts';
 import { type CalibrationTable, VerdictSchema } from '../../../contracts/signals.ts';
 import { callDirection } from './calibration.ts';
-import { closedCandles } from './closed-candles.ts';
 import { defaultCalibration } from './default-calibration.ts';
 import { InsufficientHistoryError } from './errors.ts';
 import { computeRegime } from './market-regime.ts';
@@ -26,7 +26,7 @@ function stateFrom(cs: readonly Candle[]) {
 
 /** What a feed does: at time `now`, only candles closed by then reach the state. */
 function verdictAt(cs: readonly Candle[], now: number) {
-  return computeVerdict(stateFrom(closedCandles(cs, '1h', now)), undefined, defaultCalibration);
+  return computeVerdict(stateFrom(closedCandles(cs, '1h', now, cs.length)), undefined, defaultCalibration);
 }
 
 describe('composite verdict on real candles', () => {

@@ -29,6 +29,18 @@ function both(a: number | null, b: number | null): a is number {
   return a !== null && b !== null;
 }
 
+/** Buy when oversold (below `low`) and turning up, sell when overbought (above `high`) and turning down. */
+function reversalVote(value: number | null, prev: number | null, low: number, high: number): Vote {
+  if (value === null || prev === null) return null;
+  return value < low && value > prev ? 1 : value > high && value < prev ? -1 : 0;
+}
+
+/** Stochastic-style: buy when both lines are below 20 and %K is above %D, sell when both are above 80 and %K below. */
+function stochasticVote(k: number | null, d: number | null): Vote {
+  if (k === null || d === null) return null;
+  return k < 20 && d < 20 && k > d ? 1 : k > 80 && d > 80 && k < d ? -1 : 0;
+}
+
 export function computeVotes(r: Readings): Votes {
   const ma: Record<string, Vote> = {};
   for (const p of MA_PERIODS) {
@@ -40,27 +52,9 @@ export function computeVotes(r: Readings): Votes {
   ma.hma9 = maVote(r.close, r.hma9);
 
   const osc: Record<string, Vote> = {};
-  osc.rsi = both(r.rsi, r.rsiPrev)
-    ? r.rsi < 30 && r.rsi > r.rsiPrev!
-      ? 1
-      : r.rsi > 70 && r.rsi < r.rsiPrev!
-        ? -1
-        : 0
-    : null;
-  osc.stoch = both(r.stochK, r.stochD)
-    ? r.stochK < 20 && r.stochD! < 20 && r.stochK > r.stochD!
-      ? 1
-      : r.stochK > 80 && r.stochD! > 80 && r.stochK < r.stochD!
-        ? -1
-        : 0
-    : null;
-  osc.cci = both(r.cci, r.cciPrev)
-    ? r.cci < -100 && r.cci > r.cciPrev!
-      ? 1
-      : r.cci > 100 && r.cci < r.cciPrev!
-        ? -1
-        : 0
-    : null;
+  osc.rsi = reversalVote(r.rsi, r.rsiPrev, 30, 70);
+  osc.stoch = stochasticVote(r.stochK, r.stochD);
+  osc.cci = reversalVote(r.cci, r.cciPrev, -100, 100);
   osc.adx =
     both(r.adx, r.adxPrev) && both(r.plusDi, r.minusDi)
       ? r.adx > 20 && r.adx > r.adxPrev! && r.plusDi > r.minusDi!
@@ -78,20 +72,8 @@ export function computeVotes(r: Readings): Votes {
     : null;
   osc.momentum = both(r.mom, r.momPrev) ? sign(r.mom - r.momPrev!) : null;
   osc.macd = both(r.macd, r.macdSignal) ? sign(r.macd - r.macdSignal!) : null;
-  osc.stoch_rsi = both(r.stochRsiK, r.stochRsiD)
-    ? r.stochRsiK < 20 && r.stochRsiD! < 20 && r.stochRsiK > r.stochRsiD!
-      ? 1
-      : r.stochRsiK > 80 && r.stochRsiD! > 80 && r.stochRsiK < r.stochRsiD!
-        ? -1
-        : 0
-    : null;
-  osc.williams_r = both(r.williamsR, r.williamsRPrev)
-    ? r.williamsR < -80 && r.williamsR > r.williamsRPrev!
-      ? 1
-      : r.williamsR > -20 && r.williamsR < r.williamsRPrev!
-        ? -1
-        : 0
-    : null;
+  osc.stoch_rsi = stochasticVote(r.stochRsiK, r.stochRsiD);
+  osc.williams_r = reversalVote(r.williamsR, r.williamsRPrev, -80, -20);
   // Bull/Bear Power: TradingView buys when the trend is up and bear power is negative but
   // rising, sells when the trend is down and bull power is positive but falling; trend = EMA 50.
   const ema50 = r.ema[50] ?? null;

@@ -19,6 +19,7 @@ import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import type { PlanTable } from '../services/quota/plans.ts';
 import { QuotaMeter } from '../services/quota/quota-meter.ts';
 import { quotaPeriod, quotaWindows } from '../services/quota/windows.ts';
+import { wipePrefix } from '../test/redis-probe.ts';
 import { bestOfRounds, closedLoop, fmtRate, type LoopResult, verdict } from './load-loop.ts';
 
 const DEBIT_SCRIPT = readFileSync(new URL('../adapters/cache/debit-windows.lua', import.meta.url), 'utf8');
@@ -134,19 +135,10 @@ export async function run(options: QuotaBenchOptions = {}): Promise<QuotaBenchRe
     }
     return { debit, incr, script, meter: meterRun, ratio, target: TARGET };
   } finally {
-    await wipe(bare, prefix).catch(() => undefined);
+    await wipePrefix(prefix, url).catch(() => undefined);
     bare.disconnect();
     await cache.close();
   }
-}
-
-async function wipe(client: Redis, prefix: string): Promise<void> {
-  let cursor = '0';
-  do {
-    const [next, keys] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-    cursor = next;
-    if (keys.length > 0) await client.del(...keys);
-  } while (cursor !== '0');
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {

@@ -44,9 +44,14 @@ import { createLocalFacilitator } from '../services/payments/local-facilitator.t
 import { decideReservation } from '../services/payments/payment-state.ts';
 import { chainIdOf, type Rail, railsFromConfig } from '../services/payments/rails.ts';
 import { createResourceServer } from '../services/payments/resource-server.ts';
-import { BASE_USDC, FACILITATOR_KEY, type LocalChain, startLocalChain } from '../test/chain/local-chain.ts';
 import {
   AUTHORIZATION_TYPES,
+  BASE_USDC,
+  FACILITATOR_KEY,
+  type LocalChain,
+  startLocalChain,
+} from '../test/chain/local-chain.ts';
+import {
   type AuthorizationFields,
   nowSeconds,
   randomNonce,
@@ -280,20 +285,23 @@ async function verifyThenReserve(
   const verified = await server.verifyPayment(payment.payload, requirement);
   if (!verified.isValid)
     throw new Error(`verify refused: ${verified.invalidReason} ${verified.invalidMessage}`);
-  const reserved = await ledger.reserve({
-    nonce: auth.nonce.toLowerCase(),
-    network: requirement.network,
-    asset: requirement.asset,
-    payer: auth.from,
-    payTo: requirement.payTo,
-    amount: requirement.amount,
-    resource: `http://127.0.0.1${QUOTE_PATH}`,
-    x402Version: 2,
-    validAfter: auth.validAfter,
-    validBefore: auth.validBefore,
-    requestId: `bench-${i}`,
-    tool: 'get_trade_call',
-  });
+  const reserved = await ledger.reserve(
+    {
+      nonce: auth.nonce.toLowerCase(),
+      network: requirement.network,
+      asset: requirement.asset,
+      payer: auth.from,
+      payTo: requirement.payTo,
+      amount: requirement.amount,
+      resource: `http://127.0.0.1${QUOTE_PATH}`,
+      x402Version: 2,
+      validAfter: auth.validAfter,
+      validBefore: auth.validBefore,
+      requestId: `bench-${i}`,
+      tool: 'get_trade_call',
+    },
+    known.expectedRevision,
+  );
   if (!reserved.ok) throw new Error(`reserve refused: ${reserved.reason}`);
 }
 

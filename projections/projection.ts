@@ -1,3 +1,4 @@
+import type { EventStore } from '../adapters/event-store/port.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
 
 /**
@@ -19,4 +20,25 @@ export function foldEvents<S>(projection: Projection<S>, events: Iterable<Record
   let state = projection.initial();
   for (const event of events) state = projection.evolve(state, event);
   return state;
+}
+
+/**
+ * Folds the whole log page by page, for one-shot readers (a CLI, a cache rebuild) that need the
+ * state now rather than a running projection. Returns the state and how many events it folded.
+ */
+export async function foldLog<S>(
+  store: EventStore,
+  projection: Projection<S>,
+  pageSize = 1_000,
+): Promise<{ state: S; events: number }> {
+  let state = projection.initial();
+  let after = 0;
+  let events = 0;
+  for (;;) {
+    const page = await store.readAll({ after, maxCount: pageSize });
+    for (const event of page) state = projection.evolve(state, event);
+    events += page.length;
+    if (page.length < pageSize) return { state, events };
+    after = page[page.length - 1]!.position;
+  }
 }

@@ -7,7 +7,6 @@ import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
 import { loadConfig } from '../contracts/config.ts';
 import type { Plan } from '../contracts/events.ts';
 import { buildApp } from '../services/api/app.ts';
-import type { PaymentRequirementsFor } from '../services/api/mcp/tool-call.ts';
 import { keyedChannel } from '../services/api/plugins.ts';
 import { createSignalEngine, type SignalEngine } from '../services/engine/engine.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
@@ -37,9 +36,7 @@ export async function startKeyedServer(options: {
   cache: Cache;
   env?: Record<string, string>;
   sweepIntervalMs?: number;
-  paymentRequirements?: PaymentRequirementsFor;
   engine?: SignalEngine;
-  now?: () => number;
 }) {
   const config = loadConfig({ EVENT_STORE: 'memory', NODE_ENV: 'test', LOG_LEVEL: 'silent', ...options.env });
   const logger = pino({ level: 'silent' });
@@ -52,9 +49,8 @@ export async function startKeyedServer(options: {
     adapters: { eventStore: store, projectionStore: new MemoryProjectionStore(), cache: options.cache },
     logger,
     ops: engine,
-    paymentRequirements: options.paymentRequirements ?? (() => PAYMENT_REQUIRED),
+    paymentRequirements: () => PAYMENT_REQUIRED,
     ...(options.sweepIntervalMs === undefined ? {} : { mcpSweepIntervalMs: options.sweepIntervalMs }),
-    ...(options.now ? { now: options.now } : {}),
   });
   await channel.start();
   const app = await buildApp({

@@ -8,6 +8,7 @@ import { connectRedisCache, type RedisCache } from '../adapters/cache/redis.ts';
 import { ServiceMeta } from '../services/api/service-meta.ts';
 import { revokeKey } from '../services/keys/key-commands.ts';
 import { PAYMENT_REQUIRED, startKeyedServer } from './keyed-harness.ts';
+import { freePort } from './ports.ts';
 import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from './redis-probe.ts';
 
 const run = await shouldRunRedisSuite('MCP suite');
@@ -48,14 +49,6 @@ async function rpcError(promise: Promise<unknown>): Promise<McpError> {
   );
   expect(error).toBeInstanceOf(McpError);
   return error as McpError;
-}
-
-async function closedPort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
 }
 
 describe.runIf(run)(
@@ -214,7 +207,7 @@ describe.runIf(run)(
 
     it('a key that cannot be verified right now (Redis down) is a JSON-RPC error -32004', async () => {
       const dead = await connectRedisCache({
-        url: `redis://127.0.0.1:${await closedPort()}`,
+        url: `redis://127.0.0.1:${await freePort()}`,
         prefix: PREFIX,
         connectTimeoutMs: 200,
       });

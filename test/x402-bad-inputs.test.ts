@@ -1,7 +1,6 @@
 import { connect } from 'node:net';
 import type { Hex } from 'viem';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseDomainEvent } from '../contracts/events.ts';
 import { BASE_USDC } from './chain/local-chain.ts';
 import {
   type AuthorizationFields,
@@ -83,9 +82,7 @@ async function balances(address: Hex) {
 }
 
 async function streamTypes(nonce: Hex) {
-  return (await stack.store.readStream(`payment-${nonce.toLowerCase()}`)).map(
-    (e) => parseDomainEvent(e)!.type,
-  );
+  return (await stack.paymentEvents(nonce)).map((e) => e.type);
 }
 
 async function expect402(res: Response, code: string, message: string | RegExp) {
@@ -418,7 +415,7 @@ describe('handler failure', () => {
     expect(body.message).toContain('NOPECOIN');
     expect(await stack.chain.balanceOf(p.address)).toBe(1_000_000n);
     expect(await streamTypes(auth.nonce)).toEqual(['PaymentAuthorized', 'PaymentReleased']);
-    const released = parseDomainEvent((await stack.store.readStream(`payment-${auth.nonce}`))[1]!)!;
+    const released = (await stack.paymentEvents(auth.nonce))[1]!;
     expect(released.data).toMatchObject({ reason: 'handler failed with 404 unknown_coin', asset: BASE_USDC });
   });
 });

@@ -32,10 +32,6 @@ const post = (path: string, body: unknown, headers: Record<string, string> = {})
     body: JSON.stringify(body),
   });
 
-async function paymentEvents(nonce: string) {
-  return (await stack.store.readStream(`payment-${nonce.toLowerCase()}`)).map((e) => parseDomainEvent(e)!);
-}
-
 describe('the 402 quote', () => {
   it('quotes this request: v2 header and v1 body, the price of its timeframe', async () => {
     const cases: [string, unknown, string][] = [
@@ -144,7 +140,7 @@ describe('paying with the official @x402/fetch client (v2)', () => {
       .find((e) => e?.type === 'PaymentSettled' && e.data.txHash === receipt.transaction);
     if (settledEvent?.type !== 'PaymentSettled') throw new Error('no PaymentSettled for the receipt');
     const nonce = settledEvent.data.nonce;
-    const events = await paymentEvents(nonce);
+    const events = await stack.paymentEvents(nonce);
     expect(events.map((e) => e.type)).toEqual([
       'PaymentAuthorized',
       'PaymentSettlementPending',
@@ -203,7 +199,7 @@ describe('paying with a hand-built v1 X-PAYMENT client', () => {
     );
     expect(await stack.chain.balanceOf(payer.address)).toBe(90_000n);
     expect(await stack.chain.balanceOf(stack.payTo)).toBe(before + 10_000n);
-    const events = await paymentEvents(auth.nonce);
+    const events = await stack.paymentEvents(auth.nonce);
     expect(events.map((e) => e.type)).toEqual([
       'PaymentAuthorized',
       'PaymentSettlementPending',

@@ -6,7 +6,6 @@ import { registerExactEvmScheme } from '@x402/evm/exact/client';
 import type { Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseDomainEvent } from '../contracts/events.ts';
 import { TradeCall } from '../contracts/tools.ts';
 import { PaidServiceMeta, ServiceMeta } from '../services/api/service-meta.ts';
 import { BASE_USDC } from './chain/local-chain.ts';
@@ -54,9 +53,7 @@ const paymentResponse = (result: unknown) =>
   )._meta?.['x402/payment-response'];
 
 async function streamTypes(nonce: string) {
-  return (await stack.store.readStream(`payment-${nonce.toLowerCase()}`)).map(
-    (e) => parseDomainEvent(e)!.type,
-  );
+  return (await stack.paymentEvents(nonce)).map((e) => e.type);
 }
 
 const nonceOf = (payment: PaymentPayload) =>
@@ -129,9 +126,7 @@ describe('an exhausted key pays per call over MCP', () => {
       'PaymentSettlementPending',
       'PaymentSettled',
     ]);
-    const authorized = parseDomainEvent(
-      (await stack.store.readStream(`payment-${nonce.toLowerCase()}`))[0]!,
-    )!;
+    const authorized = (await stack.paymentEvents(nonce))[0]!;
     expect(authorized.data).toMatchObject({
       tool: 'get_trade_call',
       resource: 'mcp://tool/get_trade_call',

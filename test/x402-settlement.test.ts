@@ -2,7 +2,6 @@ import Fastify from 'fastify';
 import type { Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseDomainEvent } from '../contracts/events.ts';
 import { chainReadersFor } from '../services/payments/chain-reader.ts';
 import { createLocalFacilitator, type LocalFacilitator } from '../services/payments/local-facilitator.ts';
 import { PaymentReconciler } from '../services/payments/reconcile.ts';
@@ -50,10 +49,6 @@ async function paidRequest(stack: X402Stack, payerKey: Hex, payerAddress: Hex) {
   return { res, auth };
 }
 
-async function streamTypes(stack: X402Stack, nonce: Hex) {
-  return (await stack.store.readStream(`payment-${nonce.toLowerCase()}`)).map((e) => parseDomainEvent(e)!);
-}
-
 describe('settlement failure', () => {
   it('a transfer that fails at settlement → 402, the result is discarded, nothing charged', async () => {
     const stack = await startX402Stack({}, chain);
@@ -89,7 +84,7 @@ describe('settlement failure', () => {
       expect(fromBase64Json<{ success: boolean }>(res.headers.get('x-payment-response')).success).toBe(false);
       expect(await chain.balanceOf(stack.payTo)).toBe(before);
       expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(false);
-      expect((await streamTypes(stack, auth.nonce)).map((e) => e.type)).toEqual([
+      expect((await stack.paymentEvents(auth.nonce)).map((e) => e.type)).toEqual([
         'PaymentAuthorized',
         'PaymentSettlementPending',
         'PaymentSettlementFailed',
@@ -125,7 +120,7 @@ describe('settlement that outlasts the receipt wait', () => {
       );
       expect(receipt).toMatchObject({ success: false, errorReason: 'settlement_pending' });
       expect(receipt.transaction).toBe(body._service.payment.transaction);
-      expect((await streamTypes(stack, auth.nonce)).map((e) => e.type)).toEqual([
+      expect((await stack.paymentEvents(auth.nonce)).map((e) => e.type)).toEqual([
         'PaymentAuthorized',
         'PaymentSettlementPending',
         'PaymentSettlementPending',
@@ -140,7 +135,7 @@ describe('settlement that outlasts the receipt wait', () => {
       });
       const summary = await reconciler.runOnce();
       expect(summary).toMatchObject({ settled: 1, failed: 0, released: 0 });
-      const events = await streamTypes(stack, auth.nonce);
+      const events = await stack.paymentEvents(auth.nonce);
       expect(events.at(-1)).toMatchObject({
         type: 'PaymentSettled',
         data: { txHash: receipt.transaction, reconciled: true, amount: '20000' },
@@ -190,11 +185,11 @@ describe('reconciliation after a restart', () => {
         olderThanMs: 0,
       });
       expect(await reconciler.runOnce()).toMatchObject({ examined: 2, released: 1, failed: 1, settled: 0 });
-      expect((await streamTypes(stack, stopped.handle.ref.nonce)).map((e) => e.type)).toEqual([
+      expect((await stack.paymentEvents(stopped.handle.ref.nonce)).map((e) => e.type)).toEqual([
         'PaymentAuthorized',
         'PaymentReleased',
       ]);
-      expect((await streamTypes(stack, expired.handle.ref.nonce)).at(-1)).toMatchObject({
+      expect((await stack.paymentEvents(expired.handle.ref.nonce)).at(-1)).toMatchObject({
         type: 'PaymentSettlementFailed',
         data: { reason: 'the authorisation expired unused; nothing was charged', reconciled: true },
       });

@@ -29,7 +29,7 @@ export class CallerRejectedError extends Error {
 }
 
 /** Anonymous callers are counted by a hash of their address, never the address itself. */
-export function anonymousSubjectId(clientAddress: string): string {
+function anonymousSubjectId(clientAddress: string): string {
   return createHash('sha256').update(`anonymous:${clientAddress}`, 'utf8').digest('hex');
 }
 
@@ -39,6 +39,8 @@ export async function identifyCaller(
 ): Promise<Caller> {
   const credential = presentedCredential(request.headers, isWellFormedKey);
   if (credential.kind === 'none') {
+    const { clientAddress } = request;
+    let id: string | undefined;
     return {
       auth: {
         outcome: credential.outcome,
@@ -46,7 +48,15 @@ export async function identifyCaller(
         tier: 'free',
         ...(credential.detail ? { detail: credential.detail } : {}),
       },
-      subject: { id: anonymousSubjectId(request.clientAddress), kind: 'anonymous', plan: 'free' },
+      // Hashed on first use: an x402 quote to an anonymous caller never reads its quota.
+      subject: {
+        get id() {
+          id ??= anonymousSubjectId(clientAddress);
+          return id;
+        },
+        kind: 'anonymous',
+        plan: 'free',
+      },
       keyId: null,
     };
   }

@@ -27,7 +27,6 @@ export interface KeyedChannelDeps {
   payPerCall?: PayPerCall;
   /** Extra MCP tools (the knowledge tools) beside the four signal tools. */
   extraTools?: ToolDefinition[];
-  now?: () => number;
   /** How often idle MCP sessions are looked for (default derived from MCP_SESSION_IDLE_MS). */
   mcpSweepIntervalMs?: number;
 }
@@ -55,12 +54,7 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
     },
   );
   const keys = new KeyResolver({ runner: registry, store: adapters.eventStore });
-  const quota = new QuotaMeter({
-    cache: adapters.cache,
-    store: adapters.eventStore,
-    plans,
-    ...(deps.now ? { now: deps.now } : {}),
-  });
+  const quota = new QuotaMeter({ cache: adapters.cache, store: adapters.eventStore, plans });
   const guard = guardConfig(config);
   const plugins: FastifyPluginAsync[] = [
     keyRoutes({
@@ -72,7 +66,6 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
       nonceTtlMs: config.SIWE_NONCE_TTL_MS,
       registryCaughtUp: (position) => registry.waitFor(position),
       logger,
-      ...(deps.now ? { now: deps.now } : {}),
     }),
     mcpPlugin({
       registry: toolRegistry([...signalTools(deps.ops), ...(deps.extraTools ?? [])]),

@@ -10,7 +10,7 @@ import { generateApiKey } from './key-material.ts';
  * (WrongExpectedRevisionError) instead of being overwritten.
  */
 
-export async function loadKey(
+async function loadKey(
   store: EventStore,
   stream: string,
 ): Promise<{ state: KeyState | null; revision: number | null }> {

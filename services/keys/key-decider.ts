@@ -1,4 +1,4 @@
-import type { EventData, EventType, Plan } from '../../contracts/events.ts';
+import type { EventData, Plan } from '../../contracts/events.ts';
 
 /**
  * The rules of one key's life, as a decider: `decide(command, state)` returns the events to
@@ -31,8 +31,6 @@ export class KeyRuleError extends Error {
     super(message);
   }
 }
-
-export const KEY_EVENT_TYPES: readonly EventType[] = ['ApiKeyIssued', 'ApiKeyPlanChanged', 'ApiKeyRevoked'];
 
 export function evolveKey(state: KeyState | null, event: KeyEvent): KeyState | null {
   switch (event.type) {

@@ -1,4 +1,5 @@
 import { type EventStore, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
+import type { ExpectedRevision } from '../../contracts/envelope.ts';
 import { type EventData, type EventType, newEvent } from '../../contracts/events.ts';
 import { decideReservation, foldPayment, type PaymentState, paymentStream } from './payment-state.ts';
 
@@ -32,17 +33,26 @@ export class PaymentLedger {
     return foldPayment(await this.store.readStream(paymentStream(nonce)));
   }
 
-  async reserve(data: EventData<'PaymentAuthorized'>): Promise<ReserveResult> {
+  /**
+   * `expectedRevision`, from a reservation decision the caller already made on this stream, spares
+   * reading it again; the append still refuses when the stream moved since.
+   */
+  async reserve(
+    data: EventData<'PaymentAuthorized'>,
+    expectedRevision?: ExpectedRevision,
+  ): Promise<ReserveResult> {
     const stream = paymentStream(data.nonce);
-    const decision = decideReservation(await this.state(data.nonce));
-    if (!decision.ok) return decision;
+    let expected = expectedRevision;
+    if (expected === undefined) {
+      const decision = decideReservation(await this.state(data.nonce));
+      if (!decision.ok) return decision;
+      expected = decision.expectedRevision;
+    }
     try {
       const result = await this.store.append(
         stream,
         [newEvent('PaymentAuthorized', data, { correlationId: data.requestId })],
-        {
-          expectedRevision: decision.expectedRevision,
-        },
+        { expectedRevision: expected },
       );
       return {
         ok: true,

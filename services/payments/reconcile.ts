@@ -111,15 +111,15 @@ export class PaymentReconciler {
     const auth = state.authorized!;
     const chain = this.options.chains.get(auth.network);
     if (!chain) return 'unreadable';
+    const asset = auth.asset as `0x${string}`;
+    const payer = auth.payer as `0x${string}`;
+    const nonce = auth.nonce as `0x${string}`;
     const handle: PaymentHandle = {
-      ref: { nonce: auth.nonce as `0x${string}`, network: auth.network, asset: auth.asset as `0x${string}` },
+      ref: { nonce, network: auth.network, asset },
       stream,
       revision: state.revision,
       correlationId: auth.requestId,
     };
-    const asset = auth.asset as `0x${string}`;
-    const payer = auth.payer as `0x${string}`;
-    const nonce = auth.nonce as `0x${string}`;
 
     if (await chain.authorizationUsed(asset, payer, nonce)) {
       const known =

@@ -1,7 +1,7 @@
 import type { Cache } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { parseDomainEvent } from '../../contracts/events.ts';
-import type { Projection } from '../../projections/projection.ts';
+import { foldLog, type Projection } from '../../projections/projection.ts';
 import { counterExpiry, dayKey, monthKey, resetsAtOf } from './windows.ts';
 
 /** Counter per quota window, as the cache should hold it, folded from QuotaDebited. */
@@ -40,18 +40,7 @@ export async function rebuildQuotaCache(deps: {
 }): Promise<{ windows: number; events: number }> {
   const now = deps.now ?? Date.now();
   const pageSize = deps.pageSize ?? 1_000;
-  let state = quotaBalancesProjection.initial();
-  let after = 0;
-  let events = 0;
-  for (;;) {
-    const page = await deps.store.readAll({ after, maxCount: pageSize });
-    for (const event of page) {
-      state = quotaBalancesProjection.evolve(state, event);
-      events += 1;
-    }
-    if (page.length < pageSize) break;
-    after = page[page.length - 1]!.position;
-  }
+  const { state, events } = await foldLog(deps.store, quotaBalancesProjection, pageSize);
   const windows = Object.entries(state)
     .filter(([, w]) => w.expiresAt > now)
     .map(([key, w]) => ({ key, count: w.count, expiresAt: w.expiresAt }));

@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
-import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
+import { freePort } from '../ports.ts';
 
 /**
  * A local anvil node, spawned from the binary the @foundry-rs/anvil package ships (not through
@@ -16,24 +16,10 @@ export interface Anvil {
 
 const require = createRequire(import.meta.url);
 
-export function anvilBinary(): string {
+function anvilBinary(): string {
   const arch = process.arch === 'x64' ? 'amd64' : process.arch;
   const pkg = `@foundry-rs/anvil-${process.platform}-${arch}`;
   return join(dirname(require.resolve(`${pkg}/package.json`)), 'bin', 'anvil');
-}
-
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => {
-        if (address && typeof address === 'object') resolve(address.port);
-        else reject(new Error('no port'));
-      });
-    });
-  });
 }
 
 export async function startAnvil(options: { chainId?: number } = {}): Promise<Anvil> {

@@ -1,18 +1,7 @@
 import { parseSignature } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BASE_USDC, type LocalChain, startLocalChain } from './local-chain.ts';
-
-const AUTH_TYPES = {
-  TransferWithAuthorization: [
-    { name: 'from', type: 'address' },
-    { name: 'to', type: 'address' },
-    { name: 'value', type: 'uint256' },
-    { name: 'validAfter', type: 'uint256' },
-    { name: 'validBefore', type: 'uint256' },
-    { name: 'nonce', type: 'bytes32' },
-  ],
-} as const;
+import { AUTHORIZATION_TYPES, BASE_USDC, type LocalChain, startLocalChain } from './local-chain.ts';
 
 let chain: LocalChain;
 beforeAll(async () => {
@@ -50,7 +39,7 @@ describe('local chain harness', () => {
     };
     const signature = await account.signTypedData({
       domain: { name: 'USD Coin', version: '2', chainId: 8453, verifyingContract: BASE_USDC },
-      types: AUTH_TYPES,
+      types: AUTHORIZATION_TYPES,
       primaryType: 'TransferWithAuthorization',
       message,
     });

@@ -23,6 +23,18 @@ const MINTER_KEY: Hex = '0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784
 /** The facilitator's settlement wallet; the harness gives it ETH for gas. */
 export const FACILITATOR_KEY: Hex = '0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba';
 
+/** The EIP-712 types of an ERC-3009 TransferWithAuthorization, as a wallet signs them. */
+export const AUTHORIZATION_TYPES = {
+  TransferWithAuthorization: [
+    { name: 'from', type: 'address' },
+    { name: 'to', type: 'address' },
+    { name: 'value', type: 'uint256' },
+    { name: 'validAfter', type: 'uint256' },
+    { name: 'validBefore', type: 'uint256' },
+    { name: 'nonce', type: 'bytes32' },
+  ],
+} as const;
+
 export interface LocalChain {
   anvil: Anvil;
   rpcUrl: string;

@@ -8,14 +8,21 @@ import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { openReplayFeed } from '../../adapters/market/replay.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { type Config, loadConfig } from '../../contracts/config.ts';
-import type { Plan } from '../../contracts/events.ts';
+import { type DomainEvent, type Plan, parseDomainEvent } from '../../contracts/events.ts';
 import { buildApp } from '../../services/api/app.ts';
 import { keyedChannel } from '../../services/api/plugins.ts';
 import { setupX402, type X402Setup } from '../../services/api/x402/setup.ts';
 import { createSignalEngine, type SignalEngine } from '../../services/engine/engine.ts';
 import { type IssuedKey, issueKey } from '../../services/keys/key-commands.ts';
+import { paymentStream } from '../../services/payments/payment-state.ts';
 import { Readiness } from '../../services/shared/readiness.ts';
-import { BASE_USDC, FACILITATOR_KEY, type LocalChain, startLocalChain } from './local-chain.ts';
+import {
+  AUTHORIZATION_TYPES,
+  BASE_USDC,
+  FACILITATOR_KEY,
+  type LocalChain,
+  startLocalChain,
+} from './local-chain.ts';
 
 /**
  * The whole pay-per-call stack on real parts: anvil with our ERC-3009 token at the Base USDC
@@ -35,19 +42,10 @@ export interface X402Stack {
   payTo: Hex;
   /** Issues a key through the operator command and waits until the registry knows it. */
   issue(plan: Plan): Promise<IssuedKey>;
+  /** The events of one payment, parsed, from its stream `payment-<nonce>`. */
+  paymentEvents(nonce: string): Promise<DomainEvent[]>;
   stop(): Promise<void>;
 }
-
-export const AUTHORIZATION_TYPES = {
-  TransferWithAuthorization: [
-    { name: 'from', type: 'address' },
-    { name: 'to', type: 'address' },
-    { name: 'value', type: 'uint256' },
-    { name: 'validAfter', type: 'uint256' },
-    { name: 'validBefore', type: 'uint256' },
-    { name: 'nonce', type: 'bytes32' },
-  ],
-} as const;
 
 export async function startX402Stack(
   env: Record<string, string> = {},
@@ -101,6 +99,9 @@ export async function startX402Stack(
       const issued = await issueKey(store, { plan, owner: 'test', via: 'operator' });
       await keyed.registry.waitFor(issued.position);
       return issued;
+    },
+    async paymentEvents(nonce) {
+      return (await store.readStream(paymentStream(nonce))).map((e) => parseDomainEvent(e)!);
     },
     async stop() {
       await app.close();

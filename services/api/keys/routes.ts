@@ -19,15 +19,14 @@ export interface KeyRoutesOptions {
   /** Resolves once the key registry has folded the given log position (read-your-writes). */
   registryCaughtUp: (position: number) => Promise<void>;
   logger: Logger;
-  now?: () => number;
 }
 
-export const SignInBody = z.strictObject({
+const SignInBody = z.strictObject({
   message: z.string().min(1).max(4_096),
   signature: z.string().regex(/^0x[0-9a-fA-F]+$/, '0x-prefixed hex'),
 });
 
-export function walletStream(address: string): string {
+function walletStream(address: string): string {
   return `wallet-${address.toLowerCase()}`;
 }
 
@@ -39,7 +38,6 @@ const KEYS_METHODS = 'GET, POST';
  * `wallet-<address>` expecting no stream, so a second sign-in (here or on any replica) fails.
  */
 export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
-  const now = options.now ?? Date.now;
   const fail = (reply: FastifyReply, status: number, code: string, message: string) =>
     reply.code(status).send({ code, message });
 
@@ -51,8 +49,7 @@ export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
       const origin = request.headers.origin;
       if (!originAllowed(options.guard, origin))
         return fail(reply, 403, 'forbidden_origin', 'Origin not allowed');
-      for (const [name, value] of Object.entries(corsHeaders(origin, KEYS_METHODS)))
-        reply.header(name, value);
+      reply.headers(corsHeaders(origin, KEYS_METHODS));
     });
     app.options('/api/keys', async (_request, reply) => reply.code(204).send());
     app.options('/api/keys/nonce', async (_request, reply) => reply.code(204).send());
@@ -86,7 +83,7 @@ export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
         message: body.data.message,
         signature: body.data.signature as `0x${string}`,
         domain: options.siweDomain,
-        now: new Date(now()),
+        now: new Date(),
       });
       if (!check.ok) return fail(reply, REFUSAL_STATUS[check.code], check.code, check.message);
 

@@ -13,8 +13,6 @@ export interface McpPluginOptions extends ToolCallDeps {
   idleMs: number;
   /** How often idle sessions are looked for (default: half the idle time, within 1 s–60 s). */
   sweepIntervalMs?: number;
-  /** Receives the session table, for tests and metrics. */
-  onSessions?: (sessions: SessionTable) => void;
 }
 
 const MCP_METHODS = 'GET, POST, DELETE';
@@ -37,7 +35,6 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
       ...(options.sweepIntervalMs === undefined ? {} : { sweepIntervalMs: options.sweepIntervalMs }),
       logger: options.logger,
     });
-    options.onSessions?.(sessions);
     app.addHook('onClose', async () => sessions.closeAll());
 
     const guard = (request: FastifyRequest, reply: FastifyReply): boolean => {
@@ -50,7 +47,7 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
         jsonRpcError(reply, 403, -32000, 'Forbidden: Origin not allowed');
         return false;
       }
-      for (const [name, value] of Object.entries(corsHeaders(origin, MCP_METHODS))) reply.header(name, value);
+      reply.headers(corsHeaders(origin, MCP_METHODS));
       return true;
     };
 

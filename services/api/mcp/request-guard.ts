@@ -10,7 +10,7 @@ export interface GuardConfig {
   allowedOrigins: string[];
 }
 
-export function parseList(raw: string): string[] {
+function parseList(raw: string): string[] {
   return raw
     .split(',')
     .map((s) => s.trim().toLowerCase())
@@ -22,7 +22,7 @@ export function guardConfig(config: { ALLOWED_HOSTS: string; ALLOWED_ORIGINS: st
 }
 
 /** The host name of a Host header, without the port (IPv6 literals keep their brackets). */
-export function hostName(host: string): string {
+function hostName(host: string): string {
   const lower = host.trim().toLowerCase();
   if (lower.startsWith('[')) {
     const end = lower.indexOf(']');
@@ -45,9 +45,9 @@ export function originAllowed(guard: GuardConfig, origin: string | undefined): b
   return guard.allowedOrigins.includes(origin.trim().toLowerCase());
 }
 
-export const CORS_ALLOW_HEADERS =
+const CORS_ALLOW_HEADERS =
   'Content-Type, Accept, Authorization, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID';
-export const CORS_EXPOSE_HEADERS = 'Mcp-Session-Id, Mcp-Protocol-Version, WWW-Authenticate';
+const CORS_EXPOSE_HEADERS = 'Mcp-Session-Id, Mcp-Protocol-Version, WWW-Authenticate';
 
 /** Headers that let a listed browser origin read the response (and the session id). */
 export function corsHeaders(origin: string | undefined, methods: string): Record<string, string> {

@@ -2,7 +2,7 @@ import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import { callTool, MCP_PAYMENT_META, type ToolCallDeps } from './tool-call.ts';
 
-export const SERVER_INFO = { name: 'signal-service', version: '1.0.0' };
+const SERVER_INFO = { name: 'signal-service', version: '1.0.0' };
 
 /**
  * One MCP server per session. The low-level Server, not McpServer: McpServer turns every thrown

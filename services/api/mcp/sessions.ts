@@ -15,17 +15,14 @@ interface Session {
 export class SessionTable {
   private readonly sessions = new Map<string, Session>();
   private readonly timer: NodeJS.Timeout;
-  private readonly now: () => number;
 
   constructor(
     private readonly options: {
       idleMs: number;
       sweepIntervalMs?: number;
-      now?: () => number;
       logger?: Logger;
     },
   ) {
-    this.now = options.now ?? Date.now;
     this.timer = setInterval(
       () => {
         this.sweep().catch((err) => options.logger?.warn({ err }, 'mcp session sweep failed'));
@@ -35,19 +32,15 @@ export class SessionTable {
     this.timer.unref();
   }
 
-  get size(): number {
-    return this.sessions.size;
-  }
-
   add(id: string, server: Server, transport: StreamableHTTPServerTransport): void {
-    this.sessions.set(id, { server, transport, lastSeen: this.now() });
+    this.sessions.set(id, { server, transport, lastSeen: Date.now() });
   }
 
   /** The session, marked as used now; undefined when unknown or already closed. */
   touch(id: string): StreamableHTTPServerTransport | undefined {
     const session = this.sessions.get(id);
     if (session === undefined) return undefined;
-    session.lastSeen = this.now();
+    session.lastSeen = Date.now();
     return session.transport;
   }
 
@@ -56,7 +49,7 @@ export class SessionTable {
   }
 
   async sweep(): Promise<number> {
-    const cutoff = this.now() - this.options.idleMs;
+    const cutoff = Date.now() - this.options.idleMs;
     const idle = [...this.sessions].filter(([, s]) => s.lastSeen < cutoff);
     for (const [id] of idle) await this.close(id);
     if (idle.length > 0) this.options.logger?.debug({ closed: idle.length }, 'idle mcp sessions closed');

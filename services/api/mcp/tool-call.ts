@@ -75,7 +75,7 @@ export interface ToolCallRequest {
 
 /** `_meta` keys of the x402 MCP transport: the payment in a call, the settlement in its result. */
 export const MCP_PAYMENT_META = 'x402/payment';
-export const MCP_PAYMENT_RESPONSE_META = 'x402/payment-response';
+const MCP_PAYMENT_RESPONSE_META = 'x402/payment-response';
 
 /**
  * One tools/call, channel rules included: the caller is identified first (an unknown key is a
@@ -140,10 +140,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     throw err;
   }
 
-  if (outcome.ok) {
-    const structured = { ...outcome.value, _service: outcome.service };
-    return { content: [{ type: 'text', text: JSON.stringify(structured) }], structuredContent: structured };
-  }
+  if (outcome.ok) return toolResult({ ...outcome.value, _service: outcome.service });
   if (outcome.reason === 'quota_exhausted') {
     const payment = (await deps.paymentRequirements?.(tool.name, parsed.data)) ?? null;
     const message =
@@ -206,10 +203,8 @@ async function paidToolCall(deps: ToolCallDeps, caller: Caller, call: PaidToolCa
   switch (outcome.kind) {
     case 'served': {
       const paid: PaidServiceMeta = { ...service, payment: outcome.receipt };
-      const structured = { ...outcome.value, _service: paid };
       return {
-        content: [{ type: 'text', text: JSON.stringify(structured) }],
-        structuredContent: structured,
+        ...toolResult({ ...outcome.value, _service: paid }),
         _meta: { [MCP_PAYMENT_RESPONSE_META]: outcome.settlement },
       };
     }
@@ -234,6 +229,11 @@ async function paidToolCall(deps: ToolCallDeps, caller: Caller, call: PaidToolCa
     case 'failed':
       return failedCall(deps, outcome.error, call, service);
   }
+}
+
+/** A served result: the text content carries the same object for clients that ignore structuredContent. */
+function toolResult(structured: Record<string, unknown>): CallToolResult {
+  return { content: [{ type: 'text', text: JSON.stringify(structured) }], structuredContent: structured };
 }
 
 function toolError(text: string, structured: Record<string, unknown>): CallToolResult {

@@ -83,25 +83,32 @@ const DESCRIPTIONS: Record<ToolName, { title: string; description: string }> = {
   },
 };
 
+/** The engine operation behind each sold tool. */
+const OPERATIONS: Record<ToolName, keyof SignalOperations> = {
+  get_trade_call: 'getTradeCall',
+  get_market_regime: 'getMarketRegime',
+  scan_trade_calls: 'scanTradeCalls',
+  scan_funding_arb: 'scanFundingArb',
+};
+
+/** Runs a sold tool's operation; `input` must already be parsed by the tool's input schema. */
+export function runOperation(
+  ops: SignalOperations,
+  name: ToolName,
+  input: unknown,
+  requestId: string,
+): Promise<object> {
+  return ops[OPERATIONS[name]](input as never, { requestId });
+}
+
 /** The four sold operations as MCP tools, over the engine. */
 export function signalTools(ops: SignalOperations): ToolDefinition[] {
-  const tool = <N extends ToolName>(
-    name: N,
-    run: (args: z.output<(typeof TOOL_SCHEMAS)[N]['input']>, ctx: ToolContext) => Promise<object>,
-  ): ToolDefinition =>
-    ({
-      name,
-      ...DESCRIPTIONS[name],
-      input: TOOL_SCHEMAS[name].input,
-      run: async (args: z.output<(typeof TOOL_SCHEMAS)[N]['input']>, ctx: ToolContext) =>
-        (await run(args, ctx)) as Record<string, unknown>,
-    }) as unknown as ToolDefinition;
-  return [
-    tool('get_trade_call', (args, ctx) => ops.getTradeCall(args, { requestId: ctx.requestId })),
-    tool('get_market_regime', (args, ctx) => ops.getMarketRegime(args, { requestId: ctx.requestId })),
-    tool('scan_trade_calls', (args, ctx) => ops.scanTradeCalls(args, { requestId: ctx.requestId })),
-    tool('scan_funding_arb', (args, ctx) => ops.scanFundingArb(args, { requestId: ctx.requestId })),
-  ];
+  return (Object.keys(OPERATIONS) as ToolName[]).map((name) => ({
+    name,
+    ...DESCRIPTIONS[name],
+    input: TOOL_SCHEMAS[name].input,
+    run: (args, ctx) => runOperation(ops, name, args, ctx.requestId) as Promise<Record<string, unknown>>,
+  }));
 }
 
 export function toolRegistry(tools: ToolDefinition[]): ToolRegistry {

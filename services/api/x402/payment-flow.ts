@@ -91,7 +91,7 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
   const auth = payment.eip3009.authorization;
 
   // A replay is refused from the log at once, before the facilitator is asked; the reservation
-  // below stays the guard that decides races.
+  // below, appended at the revision read here, stays the guard that decides races.
   const known = decideReservation(await deps.ledger.state(auth.nonce));
   if (!known.ok) return { kind: 'payment_rejected', reason: known.reason, message: known.message };
 
@@ -117,20 +117,23 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
     };
   }
 
-  const reserved = await deps.ledger.reserve({
-    nonce: auth.nonce.toLowerCase(),
-    network: requirement.network,
-    asset: requirement.asset,
-    payer: auth.from,
-    payTo: requirement.payTo,
-    amount: requirement.amount,
-    resource: call.resource.url,
-    x402Version: payment.version,
-    validAfter: auth.validAfter,
-    validBefore: auth.validBefore,
-    requestId: call.requestId,
-    tool: call.tool,
-  });
+  const reserved = await deps.ledger.reserve(
+    {
+      nonce: auth.nonce.toLowerCase(),
+      network: requirement.network,
+      asset: requirement.asset,
+      payer: auth.from,
+      payTo: requirement.payTo,
+      amount: requirement.amount,
+      resource: call.resource.url,
+      x402Version: payment.version,
+      validAfter: auth.validAfter,
+      validBefore: auth.validBefore,
+      requestId: call.requestId,
+      tool: call.tool,
+    },
+    known.expectedRevision,
+  );
   if (!reserved.ok) return { kind: 'payment_rejected', reason: reserved.reason, message: reserved.message };
   const handle = reserved.handle;
 

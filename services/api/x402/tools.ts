@@ -2,6 +2,7 @@ import type { z } from 'zod';
 import type { Config } from '../../../contracts/config.ts';
 import { type GetTradeCallInput, TOOL_SCHEMAS, type ToolName } from '../../../contracts/tools.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
+import { runOperation } from '../mcp/tool-registry.ts';
 
 /** What each paid route sells, its price for a given (validated) body, and how it runs. */
 export interface PaidTool {
@@ -39,37 +40,33 @@ export function tradeCallPrice(prices: X402Prices, timeframe: string): number {
 }
 
 export function paidTools(prices: X402Prices): PaidTool[] {
+  const tool = (name: ToolName, description: string, price: PaidTool['price']): PaidTool => ({
+    name,
+    description,
+    input: TOOL_SCHEMAS[name].input,
+    price,
+    run: (ops, input, requestId) => runOperation(ops, name, input, requestId),
+  });
   return [
-    {
-      name: 'get_trade_call',
-      description: 'Composite BUY/SELL/HOLD verdict for a coin and timeframe',
-      input: TOOL_SCHEMAS.get_trade_call.input,
-      price: (input) =>
-        input === null
-          ? prices.X402_PRICE_GET_TRADE_CALL
-          : tradeCallPrice(prices, (input as z.output<typeof GetTradeCallInput>).timeframe),
-      run: (ops, input, requestId) => ops.getTradeCall(input as never, { requestId }),
-    },
-    {
-      name: 'get_market_regime',
-      description: 'Market regime reading for a coin and timeframe',
-      input: TOOL_SCHEMAS.get_market_regime.input,
-      price: () => prices.X402_PRICE_GET_MARKET_REGIME,
-      run: (ops, input, requestId) => ops.getMarketRegime(input as never, { requestId }),
-    },
-    {
-      name: 'scan_funding_arb',
-      description: 'Funding-rate arbitrage scan across venues',
-      input: TOOL_SCHEMAS.scan_funding_arb.input,
-      price: () => prices.X402_PRICE_SCAN_FUNDING_ARB,
-      run: (ops, input, requestId) => ops.scanFundingArb(input as never, { requestId }),
-    },
-    {
-      name: 'scan_trade_calls',
-      description: 'Ranked trade calls over the top markets of a venue',
-      input: TOOL_SCHEMAS.scan_trade_calls.input,
-      price: () => prices.X402_PRICE_SCAN_TRADE_CALLS,
-      run: (ops, input, requestId) => ops.scanTradeCalls(input as never, { requestId }),
-    },
+    tool('get_trade_call', 'Composite BUY/SELL/HOLD verdict for a coin and timeframe', (input) =>
+      input === null
+        ? prices.X402_PRICE_GET_TRADE_CALL
+        : tradeCallPrice(prices, (input as z.output<typeof GetTradeCallInput>).timeframe),
+    ),
+    tool(
+      'get_market_regime',
+      'Market regime reading for a coin and timeframe',
+      () => prices.X402_PRICE_GET_MARKET_REGIME,
+    ),
+    tool(
+      'scan_funding_arb',
+      'Funding-rate arbitrage scan across venues',
+      () => prices.X402_PRICE_SCAN_FUNDING_ARB,
+    ),
+    tool(
+      'scan_trade_calls',
+      'Ranked trade calls over the top markets of a venue',
+      () => prices.X402_PRICE_SCAN_TRADE_CALLS,
+    ),
   ];
 }

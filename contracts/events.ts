@@ -172,7 +172,7 @@ export const DeliveryAttempted = z.object({
   webhookEvent: WebhookEventType,
   url: z.string(),
   /** What started the attempt: a new event, a due retry, a stale attempt, a digest, a user. */
-  trigger: z.enum(['event', 'retry', 'stale', 'digest', 'recover', 'resend', 'deferred']).optional(),
+  trigger: z.enum(['event', 'retry', 'stale', 'digest', 'recover', 'resend']).optional(),
   /**
    * The exact JSON body, on the first attempt only: every retry and resend sends these bytes, so
    * `delivery_id` and content never change. It holds no secret (the signature is per attempt).

@@ -49,10 +49,10 @@ export function signedHeaders(input: {
   rawBody: string;
 }): Record<string, string> {
   return {
-    'x-service-event': input.event,
-    'x-service-delivery': input.deliveryId,
-    'x-service-timestamp': String(input.timestamp),
-    'x-service-signature': serviceSignature(input.secret, input.timestamp, input.rawBody),
+    [SIGNATURE_HEADERS.event]: input.event,
+    [SIGNATURE_HEADERS.delivery]: input.deliveryId,
+    [SIGNATURE_HEADERS.timestamp]: String(input.timestamp),
+    [SIGNATURE_HEADERS.signature]: serviceSignature(input.secret, input.timestamp, input.rawBody),
     'webhook-id': input.deliveryId,
     'webhook-timestamp': String(input.timestamp),
     'webhook-signature': standardSignature(input.secret, input.deliveryId, input.timestamp, input.rawBody),

@@ -47,6 +47,7 @@ export async function startService(config: Config, roles: Role[], logger: Logger
   const plugins: FastifyPluginAsync[] = [];
   let engine: SignalEngine | null = null;
   let x402: X402Setup | null = null;
+  let webhooks: ReturnType<typeof webhookApi> | null = null;
   let app: FastifyInstance | null = null;
   try {
     if (roles.includes('api') || roles.includes('engine')) {
@@ -76,19 +77,17 @@ export async function startService(config: Config, roles: Role[], logger: Logger
         ...keyed.plugins,
         ...(x402 ? [x402.plugin({ keys: keyed.keys, quota: keyed.quota })] : []),
       );
-    }
-    // Webhooks: management routes on the api role (keys resolved by the keyed channel's
-    // registry), signed delivery on the dispatcher role.
-    const keyedForWebhooks = components.find((c) => c.name === 'keyed-channel') as
-      | ReturnType<typeof keyedChannel>
-      | undefined;
-    if (roles.includes('api') && keyedForWebhooks) {
-      const webhooks = webhookApi({ config, adapters, logger, keys: keyedForWebhooks.keys });
+      // Webhooks: management routes here (keys resolved by the keyed channel's registry),
+      // signed delivery on the dispatcher role.
+      webhooks = webhookApi({ config, adapters, logger, keys: keyed.keys });
       components.push(webhooks);
       plugins.push(webhooks.plugin);
     }
-    if (roles.includes('dispatcher'))
-      components.push(dispatcherComponent({ config, adapters, logger, engine }));
+    if (roles.includes('dispatcher')) {
+      // In one process the dispatcher folds the api role's webhook projection instead of its own.
+      const shared = webhooks ? { runner: webhooks.runner } : {};
+      components.push(dispatcherComponent({ config, adapters, logger, engine, ...shared }));
+    }
 
     for (const component of components) {
       await component.start();

@@ -1,7 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
-import { jetstreamManager } from '@nats-io/jetstream';
-import { connect } from '@nats-io/transport-node';
 import { pino } from 'pino';
 import { connectNatsBus, type NatsBus } from '../adapters/bus/nats.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
@@ -23,20 +21,9 @@ import { keyRegistryProjection } from '../services/keys/key-registry.ts';
 import { KeyResolver } from '../services/keys/key-resolver.ts';
 import { Relay } from '../services/relay/relay.ts';
 import { Readiness } from '../services/shared/readiness.ts';
-import { NATS_URL } from './nats-server.ts';
+import { deleteStream, NATS_URL } from './nats-server.ts';
 
 export const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
-
-/** Deletes a stream through its own connection, so it works even after the bus was closed. */
-export async function deleteStream(stream: string): Promise<void> {
-  const nc = await connect({ servers: NATS_URL });
-  try {
-    const jsm = await jetstreamManager(nc);
-    await jsm.streams.delete(stream).catch(() => false);
-  } finally {
-    await nc.close();
-  }
-}
 
 export function webhookEnv(prefix: string, extra: Record<string, string> = {}): Record<string, string> {
   return {
@@ -143,7 +130,6 @@ export interface WebhookStack {
     body?: unknown,
     // biome-ignore lint/suspicious/noExplicitAny: response bodies are asserted field by field in the tests
   ): Promise<{ status: number; body: any }>;
-  restartDispatcher(): Promise<void>;
   stream: string;
   prefix: string;
   close(): Promise<void>;
@@ -161,6 +147,8 @@ export async function startWebhookStack(options: {
   projections?: ProjectionStore;
   /** false: no in-process dispatcher (a child process runs it). */
   dispatcher?: boolean;
+  /** The dispatcher folds nothing itself: it reads the api's webhook projection. */
+  shareProjection?: boolean;
 }): Promise<WebhookStack> {
   const id = randomUUID().slice(0, 8);
   const stream = `WHTEST_${id}`;
@@ -186,17 +174,16 @@ export async function startWebhookStack(options: {
     keys: new KeyResolver({ runner: keys, store }),
     ...(options.settings ? { settings: options.settings } : {}),
   });
-  const makeDispatcher = () =>
-    dispatcherComponent({
-      config,
-      adapters,
-      logger,
-      engine,
-      durablePrefix: `disp${id}`,
-      ...(options.settings ? { settings: options.settings } : {}),
-      ...(options.digestNow ? { digestNow: options.digestNow } : {}),
-    });
-  let dispatcher = makeDispatcher();
+  const dispatcher = dispatcherComponent({
+    config,
+    adapters,
+    logger,
+    engine,
+    durablePrefix: `disp${id}`,
+    ...(options.settings ? { settings: options.settings } : {}),
+    ...(options.digestNow ? { digestNow: options.digestNow } : {}),
+    ...(options.shareProjection ? { runner: api.runner } : {}),
+  });
   await keys.start();
   await api.start();
   await relay.start();
@@ -216,9 +203,7 @@ export async function startWebhookStack(options: {
     bus,
     url,
     engine,
-    get dispatcher() {
-      return dispatcher;
-    },
+    dispatcher,
     api,
     keys,
     stream,
@@ -240,11 +225,6 @@ export async function startWebhookStack(options: {
       const text = await res.text();
       return { status: res.status, body: text ? JSON.parse(text) : null };
     },
-    async restartDispatcher() {
-      await dispatcher.stop();
-      dispatcher = makeDispatcher();
-      await dispatcher.start();
-    },
     async close() {
       await app.close();
       await dispatcher.stop();
@@ -255,5 +235,5 @@ export async function startWebhookStack(options: {
       await bus.close();
       await deleteStream(stream);
     },
-  } as WebhookStack;
+  } satisfies WebhookStack;
 }

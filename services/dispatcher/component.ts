@@ -25,18 +25,16 @@ function parts(
   adapters: WebhookAdapters,
   logger: Logger,
   overrides?: Partial<WebhookSettings>,
+  shared?: ProjectionRunner<WebhookState>,
 ) {
   const settings = { ...webhookSettings(config), ...overrides };
   const secrets = secretBoxFromConfig(config);
-  const runner = new ProjectionRunner<WebhookState>(
-    adapters.eventStore,
-    adapters.projectionStore,
-    webhookProjection,
-    {
+  const runner =
+    shared ??
+    new ProjectionRunner<WebhookState>(adapters.eventStore, adapters.projectionStore, webhookProjection, {
       snapshotEvery: config.PROJECTION_SNAPSHOT_EVERY,
       logger,
-    },
-  );
+    });
   const agent: Agent = guardedAgent({
     addresses: settings.urlPolicy.addresses,
     connectTimeoutMs: settings.connectTimeoutMs,
@@ -68,16 +66,20 @@ export function dispatcherComponent(deps: {
   settings?: Partial<WebhookSettings>;
   durablePrefix?: string;
   digestNow?: () => number;
-}): Component & { dispatcher: () => WebhookDispatcher | null; runner: ProjectionRunner<WebhookState> } {
+  /**
+   * The webhook projection of the api role in the same process (`webhookApi(…).runner`), so the
+   * process folds it once. Its owner stops it, after this component.
+   */
+  runner?: ProjectionRunner<WebhookState>;
+}): Component & { runner: ProjectionRunner<WebhookState> } {
   const { config, adapters, logger } = deps;
-  const { settings, runner, agent, worker } = parts(config, adapters, logger, deps.settings);
+  const { settings, runner, agent, worker } = parts(config, adapters, logger, deps.settings, deps.runner);
   let engine = deps.engine;
   let ownEngine: SignalEngine | null = null;
   let dispatcher: WebhookDispatcher | null = null;
   return {
     name: 'dispatcher',
     runner,
-    dispatcher: () => dispatcher,
     async start() {
       if (settings.urlPolicy.addresses.allow.length > 0) {
         logger.warn(
@@ -119,7 +121,7 @@ export function dispatcherComponent(deps: {
     },
     async stop() {
       await dispatcher?.stop(settings.timeoutMs + 1_000);
-      await runner.stop({ drainMs: 2_000 });
+      if (!deps.runner) await runner.stop({ drainMs: 2_000 });
       await agent.close();
       await ownEngine?.close();
     },

@@ -1,5 +1,4 @@
-import type { RecordedEvent } from '../../contracts/envelope.ts';
-import { type DomainEvent, parseDomainEvent } from '../../contracts/events.ts';
+import type { DomainEvent } from '../../contracts/events.ts';
 import type { DeliveryView } from '../../contracts/webhooks.ts';
 
 export interface AttemptRecord {
@@ -75,11 +74,6 @@ function trim(state: DeliveryLogState, subscriptionId: string): void {
     delete state.deliveries[evicted!];
   }
   pendingPrefix.set(ids, from);
-}
-
-export function evolveDeliveryLog(state: DeliveryLogState, recorded: RecordedEvent): DeliveryLogState {
-  const event = parseDomainEvent(recorded);
-  return event === null ? state : applyDeliveryEvent(state, event);
 }
 
 export function applyDeliveryEvent(state: DeliveryLogState, event: DomainEvent): DeliveryLogState {

@@ -2,21 +2,22 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
 import { type EventStore, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
-import { newEvent } from '../../contracts/events.ts';
+import { type EventData, newEvent } from '../../contracts/events.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { deterministicId } from '../engine/deterministic-id.ts';
 import { deliveryStream } from './delivery-log-fold.ts';
 import { EndpointQueues } from './endpoint-queues.ts';
 import { classifyFailure, nextAttemptAt, type RetryPolicy } from './retry-policy.ts';
 import type { SecretBox } from './secret-box.ts';
-import { type SendResult, sendSigned } from './sender.ts';
+import { RESPONSE_LIMIT, type SendResult, sendSigned } from './sender.ts';
 import { findSubscription, type SubscriptionRecord, subscriptionStream } from './subscription-fold.ts';
 import type { WebhookState } from './webhook-projection.ts';
 
-export type Trigger = 'event' | 'retry' | 'stale' | 'digest' | 'recover' | 'resend' | 'deferred';
+/** What started an attempt, as DeliveryAttempted records it. */
+export type Trigger = NonNullable<EventData<'DeliveryAttempted'>['trigger']>;
 
 /** Triggers that start a fresh run through the retry schedule. */
-const SERIES_START: readonly Trigger[] = ['event', 'digest', 'recover', 'resend'];
+export const SERIES_START: ReadonlySet<string> = new Set<Trigger>(['event', 'digest', 'recover', 'resend']);
 
 export interface DeliveryJob {
   deliveryId: string;
@@ -52,7 +53,7 @@ export interface WorkerSettings {
  * late outcome never overwrites a newer attempt.
  */
 export class DeliveryWorker {
-  readonly queues: EndpointQueues;
+  private readonly queues: EndpointQueues;
   /** Deliveries this process has claimed and not finished. */
   readonly owned = new Set<string>();
   /** Opened secrets by subscription, with the sealed form they came from (a new one misses). */
@@ -117,7 +118,7 @@ export class DeliveryWorker {
         event: input.event,
         body: input.body,
         attempt: input.attempt,
-        seriesAttempt: SERIES_START.includes(input.trigger) ? 1 : (input.seriesAttempt ?? input.attempt),
+        seriesAttempt: SERIES_START.has(input.trigger) ? 1 : (input.seriesAttempt ?? input.attempt),
         revision: result.nextRevision,
       };
     } catch (err) {
@@ -226,14 +227,14 @@ export class DeliveryWorker {
           ...ref,
           status: result.status!,
           latencyMs: result.latencyMs,
-          response: (result.response ?? '').slice(0, 1024),
+          response: (result.response ?? '').slice(0, RESPONSE_LIMIT),
         })
       : newEvent('DeliveryFailed', {
           ...ref,
           status: result.status,
           error: result.error,
           latencyMs: result.latencyMs,
-          response: result.response === null ? null : result.response.slice(0, 1024),
+          response: result.response === null ? null : result.response.slice(0, RESPONSE_LIMIT),
           nextAttemptAt: next === null ? null : new Date(next).toISOString(),
         });
     let position: number;

@@ -1,10 +1,10 @@
 import type { Cadence } from '../../contracts/webhooks.ts';
 import type { SubscriptionRecord } from './subscription-fold.ts';
 
-export const CADENCE_MS: Record<Cadence, number> = { '1h': 3_600_000, '4h': 4 * 3_600_000, '1d': 86_400_000 };
+const CADENCE_MS: Record<Cadence, number> = { '1h': 3_600_000, '4h': 4 * 3_600_000, '1d': 86_400_000 };
 
 /** Start (Unix ms, UTC-aligned) of the cadence period containing `now`. */
-export function periodStart(cadence: Cadence, now: number): number {
+function periodStart(cadence: Cadence, now: number): number {
   const ms = CADENCE_MS[cadence];
   return Math.floor(now / ms) * ms;
 }

@@ -122,11 +122,6 @@ export class WebhookDispatcher {
     clearTimeout(timer);
   }
 
-  /** Deliveries handed to the worker and not yet recorded. */
-  get inFlight(): number {
-    return this.submissions.size;
-  }
-
   private submit(job: DeliveryJob): void {
     const task = this.options.worker
       .submit(job)
@@ -239,7 +234,7 @@ export class WebhookDispatcher {
   }
 
   /** Claims the next attempt of a known delivery and hands it to the worker. */
-  async retry(
+  private async retry(
     record: DeliveryRecord,
     sub: SubscriptionRecord,
     trigger: Trigger,

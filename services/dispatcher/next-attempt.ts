@@ -1,8 +1,6 @@
 import type { DeliveryRecord } from './delivery-log-fold.ts';
-import type { DeliveryJob, DeliveryWorker, Trigger } from './delivery-worker.ts';
+import { type DeliveryJob, type DeliveryWorker, SERIES_START, type Trigger } from './delivery-worker.ts';
 import type { SubscriptionRecord } from './subscription-fold.ts';
-
-const SERIES_START = new Set(['event', 'digest', 'recover', 'resend']);
 
 /** Attempts since the current run through the retry schedule began, the latest included. */
 export function seriesLength(record: DeliveryRecord): number {

@@ -11,8 +11,6 @@ export interface RetryPolicy {
   retryAfterMaxMs: number;
 }
 
-export type FailureKind = 'retry' | 'final' | 'gone';
-
 /** 410 Gone disables the subscription at once; anything else is retried while the schedule lasts. */
 export function classifyFailure(status: number | null): 'gone' | 'retry' {
   return status === 410 ? 'gone' : 'retry';

@@ -6,8 +6,8 @@ import { foldEvents } from '../../projections/projection.ts';
 import { generateWebhookSecret, type SecretBox } from './secret-box.ts';
 import {
   evolveSubscriptions,
+  findSubscription,
   initialSubscriptions,
-  type SubscriptionRecord,
   type SubscriptionState,
   subscriptionStream,
 } from './subscription-fold.ts';
@@ -71,9 +71,7 @@ export async function createSubscription(
 
 async function existing(store: EventStore, keyId: string, subscriptionId: string) {
   const { state, revision } = await loadKeyStream(store, keyId);
-  const sub: SubscriptionRecord | undefined = Object.hasOwn(state.subs, subscriptionId)
-    ? state.subs[subscriptionId]
-    : undefined;
+  const sub = findSubscription(state, subscriptionId);
   // Another key's subscription is indistinguishable from a missing one (404, never 403).
   if (!sub) throw new SubscriptionNotFoundError(`no webhook subscription ${subscriptionId}`);
   return { sub, revision: revision! };

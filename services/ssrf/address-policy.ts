@@ -28,7 +28,7 @@ export function parseCidrList(raw: string): Cidr[] {
     );
 }
 
-/** Strips IPv6 brackets; true when what remains is an IP literal in any spelling ipaddr.js reads. */
+/** Strips IPv6 brackets; the rest when it is an IP literal in any spelling ipaddr.js reads, else null. */
 export function ipLiteral(host: string): string | null {
   const bare = host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
   return ipaddr.isValid(bare) ? bare : null;

@@ -133,6 +133,11 @@ export class LmdbEventStore implements EventStore {
     });
   }
 
+  /** Other processes' appends are otherwise seen at the next poll (`pollMs`). */
+  wake(): void {
+    this.signal.notify();
+  }
+
   async streamRevision(stream: string) {
     return this.currentRevision(stream);
   }

@@ -1,11 +1,11 @@
 import type { AppendResult, ExpectedRevision, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
 
 /**
- * The event store port. Every adapter (memory, LMDB, KurrentDB) passes the same contract suite
+ * The event store port. Every adapter (memory, LMDB, KurrentDB, PostgreSQL) passes the same contract suite
  * in `contract.ts`.
  */
 export interface EventStore {
-  readonly kind: 'memory' | 'lmdb' | 'kurrentdb';
+  readonly kind: 'memory' | 'lmdb' | 'kurrentdb' | 'postgres';
 
   /**
    * Appends atomically: all events or none. Throws WrongExpectedRevisionError when the stream's
@@ -32,6 +32,13 @@ export interface EventStore {
    * or doubled, until the subscription is closed.
    */
   subscribeToAll(options?: { after?: number }): Subscription;
+
+  /**
+   * Optional hint that another process appended (e.g. a bus message about an event this process
+   * has not read yet): live subscriptions read again now instead of at their next poll. Stores
+   * whose subscriptions are pushed need not implement it.
+   */
+  wake?(): void;
 
   /** Current revision of a stream, or null when it does not exist. */
   streamRevision(stream: string): Promise<number | null>;
@@ -74,6 +81,17 @@ export class IdempotencyConflictError extends Error {
   ) {
     super(`stream ${stream}: event ${eventId} was already appended in a different batch`);
   }
+}
+
+/**
+ * The store's server cannot be reached right now; nothing was written (or a retry with the same
+ * event ids is idempotent). HTTP answers it as a retryable 503.
+ */
+export class EventStoreUnavailableError extends Error {
+  override readonly name = 'EventStoreUnavailableError';
+  readonly statusCode = 503;
+  readonly code = 'event_store_unavailable';
+  readonly retryable = true;
 }
 
 export function checkExpected(stream: string, expected: ExpectedRevision, actual: number | null): void {

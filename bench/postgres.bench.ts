@@ -1,0 +1,268 @@
+/**
+ * PostgreSQL event store against the same driver (`pg`) doing bare SQL on a table of the same
+ * shape (`CREATE TABLE ... (LIKE events INCLUDING ALL)`, so the same indexes), in one run:
+ *   (a) single-event appends with an expected revision vs a bare INSERT loop, one row each
+ *   (b) batches of 100 vs a bare multi-row INSERT of the same 100 rows
+ *   (c) catch-up read of N events in pages of 1000 vs one bare SELECT scan of the same rows
+ *   (d) rebuild of a counting projection from PostgreSQL beside the same rebuild from LMDB
+ * Targets: (a), (b) and (c) at least 0.5 of the bare rate. (d) has no target; it shows what
+ * choosing PostgreSQL over LMDB costs a rebuild.
+ *
+ *   npx tsx bench/postgres.bench.ts [--read-events=100000]
+ */
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { pathToFileURL } from 'node:url';
+import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
+import type { EventStore } from '../adapters/event-store/port.ts';
+import { openPostgresEventStore, type PostgresEventStore } from '../adapters/event-store/postgres.ts';
+import type { ProjectionStore } from '../adapters/projection-store/port.ts';
+import type { NewEvent } from '../contracts/envelope.ts';
+import type { Projection } from '../projections/projection.ts';
+import { ProjectionRunner } from '../projections/runner.ts';
+
+const URL = process.env.POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+interface Row {
+  case: string;
+  store: number;
+  baseline: number;
+  baselineName: string;
+  unit: string;
+  ratio: number;
+  target?: number;
+}
+
+export async function run(options: { singles?: number; batches?: number; readEvents?: number } = {}) {
+  const singles = options.singles ?? 500;
+  const batches = options.batches ?? 100;
+  const readEvents = options.readEvents ?? 100_000;
+  const schema = `bench_${Date.now().toString(36)}_${randomUUID().slice(0, 8)}`;
+  const store = await openPostgresEventStore({ url: URL, schema, poolSize: 2 });
+  const dir = mkdtempSync(join(tmpdir(), 'bench-pg-'));
+  try {
+    await store.pool.query(`CREATE TABLE "${schema}".bare (LIKE "${schema}".events INCLUDING ALL)`);
+    const rows: Row[] = [];
+    rows.push(await singleAppends(store, schema, singles));
+    rows.push(await batchAppends(store, schema, batches, 100));
+    rows.push(...(await readAndRebuild(store, schema, readEvents, dir)));
+    printTable(rows);
+    return rows;
+  } finally {
+    await store.pool.query(`DROP SCHEMA "${schema}" CASCADE`).catch(() => undefined);
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function sampleEvent(i: number): NewEvent {
+  return {
+    id: randomUUID(),
+    type: 'VerdictRecorded',
+    data: {
+      symbol: 'BTC/USDT',
+      timeframe: '1h',
+      verdict: i % 3 === 0 ? 'BUY' : 'HOLD',
+      score: i % 100,
+      at: i,
+    },
+  };
+}
+
+const BARE_INSERT = (schema: string) =>
+  `INSERT INTO "${schema}".bare (position, id, stream, revision, type, recorded_at, correlation_id, causation_id, data)
+   SELECT u.position, u.id, u.stream, u.revision, u.type, now(), u.id, NULL, u.data
+   FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::json[])
+     AS u(position, id, stream, revision, type, data)`;
+
+async function singleAppends(store: PostgresEventStore, schema: string, count: number): Promise<Row> {
+  const streams = 10;
+  const revisions = new Array<number | null>(streams).fill(null);
+  const start = performance.now();
+  for (let i = 0; i < count; i++) {
+    const s = i % streams;
+    const result = await store.append(`single-${s}`, [sampleEvent(i)], {
+      expectedRevision: revisions[s] ?? 'no_stream',
+    });
+    revisions[s] = result.nextRevision;
+  }
+  const storeMs = performance.now() - start;
+
+  const bareStart = performance.now();
+  for (let i = 0; i < count; i++) {
+    const e = sampleEvent(i);
+    await store.pool.query({
+      name: 'bare_single',
+      text: `INSERT INTO "${schema}".bare (position, id, stream, revision, type, recorded_at, correlation_id, causation_id, data)
+             VALUES ($1, $2, $3, $4, $5, now(), $2, NULL, $6::json)`,
+      values: [
+        1_000_000_000 + i,
+        e.id,
+        `single-${i % streams}`,
+        Math.floor(i / streams),
+        e.type,
+        JSON.stringify(e.data),
+      ],
+    });
+  }
+  const bareMs = performance.now() - bareStart;
+  return {
+    ...row(`(a) single appends, expected revision (${count})`, count, storeMs, bareMs, 'appends/s'),
+    target: 0.5,
+  };
+}
+
+async function batchAppends(
+  store: PostgresEventStore,
+  schema: string,
+  count: number,
+  size: number,
+): Promise<Row> {
+  let revision: number | null = null;
+  const start = performance.now();
+  for (let b = 0; b < count; b++) {
+    const events = Array.from({ length: size }, (_, i) => sampleEvent(b * size + i));
+    const result = await store.append('batches', events, { expectedRevision: revision ?? 'no_stream' });
+    revision = result.nextRevision;
+  }
+  const storeMs = performance.now() - start;
+
+  const bareStart = performance.now();
+  for (let b = 0; b < count; b++) {
+    const events = Array.from({ length: size }, (_, i) => sampleEvent(b * size + i));
+    await store.pool.query({
+      name: 'bare_batch',
+      text: BARE_INSERT(schema),
+      values: [
+        events.map((_, i) => 2_000_000_000 + b * size + i),
+        events.map((e) => e.id),
+        events.map(() => 'batches'),
+        events.map((_, i) => b * size + i),
+        events.map((e) => e.type),
+        events.map((e) => JSON.stringify(e.data)),
+      ],
+    });
+  }
+  const bareMs = performance.now() - bareStart;
+  return {
+    ...row(`(b) batches of ${size} (${count} batches)`, count * size, storeMs, bareMs, 'events/s'),
+    target: 0.5,
+  };
+}
+
+async function readAndRebuild(
+  store: PostgresEventStore,
+  schema: string,
+  total: number,
+  dir: string,
+): Promise<Row[]> {
+  // The read case gets a log of its own: the bare table is refilled with exactly its rows.
+  await store.pool.query(`TRUNCATE "${schema}".events, "${schema}".bare`);
+  const lmdb = await openLmdbEventStore({ path: join(dir, 'lmdb') });
+  const chunk = 1_000;
+  for (let written = 0; written < total; written += chunk) {
+    const events = Array.from({ length: Math.min(chunk, total - written) }, (_, i) =>
+      sampleEvent(written + i),
+    );
+    await store.append(`read-${written % 97}`, events);
+    await lmdb.append(`read-${written % 97}`, events);
+  }
+  await store.pool.query(`INSERT INTO "${schema}".bare SELECT * FROM "${schema}".events`);
+  await store.pool.query(`VACUUM ANALYZE "${schema}".events`);
+  await store.pool.query(`VACUUM ANALYZE "${schema}".bare`);
+
+  const page = 1_000;
+  let seen = 0;
+  let after = 0;
+  const start = performance.now();
+  for (;;) {
+    const events = await store.readAll({ after, maxCount: page });
+    if (events.length === 0) break;
+    seen += events.length;
+    after = events[events.length - 1]!.position;
+  }
+  const storeMs = performance.now() - start;
+  if (seen !== total) throw new Error(`read ${seen} of ${total} events`);
+
+  const bareStart = performance.now();
+  const { rows } = await store.pool.query(`SELECT * FROM "${schema}".bare ORDER BY position`);
+  const bareMs = performance.now() - bareStart;
+  if (rows.length !== total) throw new Error(`bare scan read ${rows.length} of ${total} rows`);
+
+  const pgRebuild = await rebuild(store, store.projectionStore(), total);
+  const lmdbRebuild = await rebuild(lmdb, lmdb.projectionStore(), total);
+  await lmdb.close();
+  return [
+    {
+      ...row(
+        `(c) catch-up read ${total.toLocaleString('en')} events, pages of ${page}`,
+        total,
+        storeMs,
+        bareMs,
+        'events/s',
+      ),
+      target: 0.5,
+    },
+    {
+      ...row(
+        `(d) projection rebuild over ${total.toLocaleString('en')}`,
+        total,
+        pgRebuild,
+        lmdbRebuild,
+        'events/s',
+      ),
+      baselineName: 'lmdb rebuild',
+    },
+  ];
+}
+
+async function rebuild(store: EventStore, snapshots: ProjectionStore, total: number): Promise<number> {
+  const runner = new ProjectionRunner(store, snapshots, countingProjection, { snapshotEvery: 100_000 });
+  const start = performance.now();
+  await runner.start();
+  await runner.waitFor(total, 600_000);
+  const ms = performance.now() - start;
+  await runner.stop();
+  if (runner.state !== total) throw new Error(`rebuild counted ${runner.state} of ${total} events`);
+  return ms;
+}
+
+const countingProjection: Projection<number> = {
+  name: 'bench-count',
+  version: 1,
+  initial: () => 0,
+  evolve: (n) => n + 1,
+};
+
+function row(name: string, count: number, storeMs: number, baselineMs: number, unit: string): Row {
+  const store = (count / storeMs) * 1000;
+  const baseline = (count / baselineMs) * 1000;
+  return { case: name, store, baseline, baselineName: 'bare pg', unit, ratio: store / baseline };
+}
+
+function printTable(rows: Row[]): void {
+  const fmt = (n: number) => Math.round(n).toLocaleString('en');
+  const header = ['case', 'postgres store', 'baseline', 'unit', 'store/baseline', 'target'];
+  const lines = rows.map((r) => [
+    r.case,
+    fmt(r.store),
+    `${fmt(r.baseline)} (${r.baselineName})`,
+    r.unit,
+    r.ratio.toFixed(2),
+    r.target !== undefined ? `ratio >= ${r.target} ${r.ratio >= r.target ? 'ok' : 'MISSED'}` : '',
+  ]);
+  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
+  const format = (cells: string[]) =>
+    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
+  console.log(format(header));
+  console.log(widths.map((w) => '-'.repeat(w)).join('  '));
+  for (const line of lines) console.log(format(line));
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  const readArg = process.argv.find((a) => a.startsWith('--read-events='));
+  await run(readArg ? { readEvents: Number(readArg.split('=')[1]) } : {});
+}

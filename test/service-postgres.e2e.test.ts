@@ -1,0 +1,150 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '../contracts/config.ts';
+import type { Role } from '../services/component.ts';
+import { issueKey } from '../services/keys/key-commands.ts';
+import { type RunningService, startService } from '../services/service.ts';
+import { NATS_URL } from './nats-server.ts';
+import {
+  dropSchemas,
+  POSTGRES_URL,
+  postgresRelay,
+  shouldRunPostgresSuite,
+  uniqueSchema,
+} from './postgres-probe.ts';
+import { REDIS_URL } from './redis-probe.ts';
+
+const run = await shouldRunPostgresSuite('service on PostgreSQL');
+const logger = pino({ level: 'silent' });
+const roles: Role[] = ['api', 'engine', 'projections', 'dispatcher'];
+
+interface Ready {
+  status: string;
+  checks: Record<string, { ok: boolean; kind?: string; detail?: string }>;
+}
+
+describe.runIf(run)('service on PostgreSQL, NATS JetStream and Redis by configuration alone', () => {
+  let dir: string;
+  let service: RunningService;
+  const id = Math.random().toString(36).slice(2, 10);
+  const schema = uniqueSchema('svc_test');
+  const relay = postgresRelay();
+
+  beforeAll(async () => {
+    await relay.start();
+    dir = await mkdtemp(join(tmpdir(), 'svc-pg-'));
+    const config = loadConfig({
+      DATA_DIR: dir,
+      PORT: '0',
+      HOST: '127.0.0.1',
+      FEED: 'replay',
+      REPLAY_SPEED: '0',
+      SCHEDULE_TIMEFRAMES: '4h',
+      EVENT_STORE: 'postgres',
+      POSTGRES_URL: relay.url,
+      POSTGRES_SCHEMA: schema,
+      POSTGRES_POOL_SIZE: '4',
+      BUS: 'nats',
+      NATS_URL,
+      NATS_STREAM: `SVC_PG_${id}`,
+      NATS_SUBJECT_PREFIX: `svcpg${id}`,
+      CACHE: 'redis',
+      REDIS_URL,
+      REDIS_PREFIX: `svcpg:${id}:`,
+      WEBHOOK_TEST_ALLOW_CIDRS: '127.0.0.1/32',
+    });
+    service = await startService(config, roles, logger);
+  });
+  afterAll(async () => {
+    const bus = service?.adapters.bus as unknown as { deleteStream?: () => Promise<void> };
+    await bus?.deleteStream?.();
+    await service?.stop();
+    await relay.cut();
+    await rm(dir, { recursive: true, force: true });
+    await dropSchemas([schema]);
+  });
+
+  const ready = async () => {
+    const res = await fetch(`${service.url}/readyz`);
+    return { status: res.status, body: (await res.json()) as Ready };
+  };
+
+  it('reports PostgreSQL, NATS and Redis as ready', async () => {
+    const { status, body } = await ready();
+    expect(status).toBe(200);
+    expect(body.checks.eventStore).toMatchObject({ ok: true, kind: 'postgres' });
+    expect(body.checks.bus).toMatchObject({ ok: true, kind: 'nats' });
+    expect(body.checks.cache).toMatchObject({ ok: true, kind: 'redis' });
+  });
+
+  it('records the scheduled verdicts in PostgreSQL and keeps projection snapshots beside them', async () => {
+    const { eventStore } = service.adapters;
+    await expect
+      .poll(async () => (await eventStore.readAll()).filter((e) => e.type === 'VerdictRecorded').length, {
+        timeout: 15_000,
+      })
+      .toBe(3);
+    const client = new pg.Client({ connectionString: POSTGRES_URL });
+    await client.connect();
+    try {
+      const { rows } = await client.query(`SELECT count(*)::int AS n FROM "${schema}".events`);
+      expect(rows[0].n).toBe(await eventStore.headPosition());
+      await service.adapters.projectionStore.save('probe', { version: 1, checkpoint: 3, state: { a: 1 } });
+      const saved = await client.query(
+        `SELECT checkpoint, state FROM "${schema}".projections WHERE name = 'probe'`,
+      );
+      expect(saved.rows[0]).toEqual({ checkpoint: '3', state: { a: 1 } });
+    } finally {
+      await client.end();
+    }
+  });
+
+  it('goes not ready and answers writes with a retryable 503 while PostgreSQL is away, reads keep serving', async () => {
+    const issued = await issueKey(service.adapters.eventStore, {
+      plan: 'pro',
+      owner: `pg-${id}`,
+      via: 'operator',
+    });
+    const auth = { authorization: `Bearer ${issued.key}`, 'content-type': 'application/json' };
+    await expect
+      .poll(async () => (await fetch(`${service.url}/api/webhooks`, { headers: auth })).status, {
+        timeout: 10_000,
+      })
+      .toBe(200);
+    const create = () =>
+      fetch(`${service.url}/api/webhooks`, {
+        method: 'POST',
+        headers: auth,
+        body: JSON.stringify({ url: 'https://127.0.0.1/hook', events: ['trade_call'] }),
+      });
+
+    await relay.cut();
+    try {
+      const down = await ready();
+      expect(down.status).toBe(503);
+      expect(down.body.status).toBe('not_ready');
+      expect(down.body.checks.eventStore).toMatchObject({ ok: false, kind: 'postgres' });
+      expect(down.body.checks.bus?.ok).toBe(true);
+
+      const refused = await create();
+      expect(refused.status).toBe(503);
+      const refusedBody = await refused.json();
+      expect(refusedBody).toMatchObject({ code: 'event_store_unavailable', retryable: true });
+      expect(refused.headers.get('retry-after')).toBe('1');
+
+      const listed = await fetch(`${service.url}/api/webhooks`, { headers: auth });
+      expect(listed.status).toBe(200);
+      expect(await listed.json()).toEqual({ webhooks: [] });
+    } finally {
+      await relay.start();
+    }
+
+    await expect.poll(async () => (await ready()).status, { timeout: 10_000 }).toBe(200);
+    const created = await create();
+    expect(created.status).toBe(201);
+  });
+});

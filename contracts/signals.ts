@@ -22,8 +22,33 @@ export const RegimeMetricsSchema = z.object({
   bb_width_percentile: z.number().min(0).max(100),
   /** atr_pct divided by the median atr_pct of the rolling window: > 1 = more volatile than usual. */
   volatility_ratio: z.number(),
+  /**
+   * Rank (0–100) of the volatility forecast (see VolatilityForecastSchema) within its rolling
+   * window: `volatile` and `squeeze` follow it.
+   */
+  vol_forecast_percentile: z.number().min(0).max(100),
 });
 export type RegimeMetrics = z.infer<typeof RegimeMetricsSchema>;
+
+/**
+ * Forecast of realised volatility over the next `horizon_candles` closed candles and the range
+ * the close is expected to end in, from the HAR-type model of volatility.json (fitted on the
+ * training months of `npm run evaluate`).
+ */
+export const VolatilityForecastSchema = z.object({
+  horizon_candles: z.number().int().positive(),
+  /** Forecast standard deviation of the log return over the horizon, in percent. */
+  expected_move_pct: z.number().nonnegative(),
+  /** Nominal coverage of the band, e.g. 0.8: the close after the horizon lies inside it that often. */
+  band_coverage: z.number().min(0).max(1),
+  band_low: z.number().positive(),
+  band_high: z.number().positive(),
+  /** Rank (0–100) of this forecast within the market's recent forecasts. */
+  percentile: z.number().min(0).max(100),
+  /** Timeframe whose fitted coefficients were used. */
+  model_timeframe: Timeframe,
+});
+export type VolatilityForecast = z.infer<typeof VolatilityForecastSchema>;
 
 export const RegimeReadingSchema = z.object({
   regime: Regime,
@@ -83,6 +108,9 @@ export const VerdictSchema = z.object({
    * training months (absent on verdicts of engines before signals-2, which always followed).
    */
   stance: z.enum(['follow', 'fade']).optional(),
+  /** Whether this market cell (venue kind × timeframe) has measured timing skill; HOLD otherwise. */
+  edge: z.object({ cell: z.string(), measured: z.boolean(), reason: z.string() }),
+  volatility: VolatilityForecastSchema,
   reasoning: z.string(),
 });
 export type Verdict = z.infer<typeof VerdictSchema>;
@@ -123,5 +151,48 @@ export const CalibrationTableSchema = z.object({
   curves: z.partialRecord(Timeframe, CalibrationCurveSchema),
   /** Timeframes without their own curve borrow the named one (e.g. 1m → 5m: no 1m data exists). */
   fallback: z.partialRecord(Timeframe, Timeframe),
+  /**
+   * Direction only where earned: per cell (`spot:<tf>` / `perp:<tf>`) the walk-forward evidence
+   * and whether calls are emitted there. A cell absent or with `emit: false` answers HOLD.
+   */
+  cells: z
+    .record(
+      z.string(),
+      z.object({
+        emit: z.boolean(),
+        direction: z.union([z.literal(1), z.literal(-1)]),
+        /** Calibration curve of the cell (|score| → probability the call beats the fee). */
+        curve: CalibrationCurveSchema,
+        /** One line per fold/era: timing skill vs random at the same mix, with its interval. */
+        evidence: z.array(z.string()),
+      }),
+    )
+    .default({}),
 });
 export type CalibrationTable = z.infer<typeof CalibrationTableSchema>;
+
+export const VolatilityModelSchema = z.object({
+  /** log RV = b0 + b1·log(fast·H) + b2·log(mid·H) + b3·log(slow·H) (HAR-type, in logs). */
+  coefficients: z.tuple([z.number(), z.number(), z.number(), z.number()]),
+  /** Residual variance of the log fit: exp(ŷ + s²/2) is the mean forecast. */
+  residualVariance: z.number().nonnegative(),
+  /** Quantiles of z = log(close[t+H]/close[t]) / forecast σ on training, for the band. */
+  bandLow: z.number(),
+  bandHigh: z.number(),
+  samples: z.number().int().positive(),
+});
+export type VolatilityModel = z.infer<typeof VolatilityModelSchema>;
+
+export const VolatilityTableSchema = z.object({
+  version: z.literal(1),
+  method: z.literal('har-ewma-log'),
+  horizonCandles: z.number().int().positive(),
+  /** EWMA half-lives in candles of the three variance components. */
+  halfLives: z.tuple([z.number().positive(), z.number().positive(), z.number().positive()]),
+  bandCoverage: z.number().min(0).max(1),
+  trainTo: z.number().int(),
+  fittedAt: z.iso.datetime(),
+  models: z.partialRecord(Timeframe, VolatilityModelSchema),
+  fallback: z.partialRecord(Timeframe, Timeframe),
+});
+export type VolatilityTable = z.infer<typeof VolatilityTableSchema>;

@@ -15,21 +15,23 @@ import { gunzipSync, gzipSync } from 'node:zlib';
 import { SHARED_MARKET_DIR } from '../adapters/market/shared-data.ts';
 
 const WINDOW_START = Date.UTC(2025, 8, 20); // 2025-09-20T00:00Z
+/** 1h candles reach further back: 1d needs about 110 daily candles before its first verdict. */
+const HOURLY_START = Date.UTC(2025, 2, 1); // 2025-03-01T00:00Z
 const WINDOW_END = Date.UTC(2025, 10, 1); // 2025-11-01T00:00Z, exclusive
-const COINS = ['BTC', 'ETH', 'SOL'];
+const COINS = ['BTC', 'ETH', 'SOL', 'BNB', 'XRP', 'DOGE'];
 
 /** Files to cut, relative to the data root; `{C}` is the coin. */
-const FILES = [
-  'candles/binance-spot/{C}USDT-5m.csv.gz',
-  'candles/binance-spot/{C}USDT-1h.csv.gz',
-  'candles/binance-usdm/{C}USDT-1h.csv.gz',
-  'funding/binance/{C}USDT.csv.gz',
-  'funding/binance-usdm/{C}USDT.csv.gz',
-  'funding/bybit/{C}USDT.csv.gz',
-  'funding/hyperliquid/{C}.csv.gz',
+const FILES: Array<{ pattern: string; from: number }> = [
+  { pattern: 'candles/binance-spot/{C}USDT-5m.csv.gz', from: WINDOW_START },
+  { pattern: 'candles/binance-spot/{C}USDT-1h.csv.gz', from: HOURLY_START },
+  { pattern: 'candles/binance-usdm/{C}USDT-1h.csv.gz', from: HOURLY_START },
+  { pattern: 'funding/binance/{C}USDT.csv.gz', from: WINDOW_START },
+  { pattern: 'funding/binance-usdm/{C}USDT.csv.gz', from: WINDOW_START },
+  { pattern: 'funding/bybit/{C}USDT.csv.gz', from: WINDOW_START },
+  { pattern: 'funding/hyperliquid/{C}.csv.gz', from: WINDOW_START },
 ];
 
-async function cut(source: string, target: string): Promise<number> {
+async function cut(source: string, target: string, from: number): Promise<number> {
   const lines = gunzipSync(await readFile(source))
     .toString('utf8')
     .split('\n');
@@ -39,7 +41,7 @@ async function cut(source: string, target: string): Promise<number> {
   }
   const kept = lines.slice(1).filter((line) => {
     const t = Number(line.slice(0, line.indexOf(',')));
-    return line !== '' && t >= WINDOW_START && t < WINDOW_END;
+    return line !== '' && t >= from && t < WINDOW_END;
   });
   if (kept.length === 0) throw new Error(`${source}: no rows inside the window`);
   await mkdir(dirname(target), { recursive: true });
@@ -58,9 +60,9 @@ async function main(): Promise<void> {
   const out = resolve(values.out);
   let total = 0;
   for (const coin of COINS) {
-    for (const pattern of FILES) {
+    for (const { pattern, from: start } of FILES) {
       const rel = pattern.replace('{C}', coin);
-      const rows = await cut(join(from, rel), join(out, rel));
+      const rows = await cut(join(from, rel), join(out, rel), start);
       const size = (await stat(join(out, rel))).size;
       total += size;
       console.log(`${rel}: ${rows} rows, ${size} bytes`);

@@ -79,11 +79,13 @@ describe('aggregateCandles', () => {
       const fromFives = aggregateCandles(m5, '5m', tf);
       expect(fromHours.length).toBeGreaterThan(0);
       for (const x of fromHours) expect(x.openTime % (tf === '4h' ? 4 * H : 24 * H)).toBe(0);
-      expect(expectSameCandles(fromHours, fromFives)).toBe(fromHours.length);
+      // 5m covers the last six weeks of the slice, 1h all of it: every 5m-built candle is compared.
+      expect(expectSameCandles(fromHours, fromFives)).toBe(fromFives.length);
     }
-    // The slice is six whole UTC days × 7: 42 daily and 252 four-hour candles.
-    expect(aggregateCandles(h1, '1h', '1d')).toHaveLength(42);
-    expect(aggregateCandles(h1, '1h', '4h')).toHaveLength(252);
+    // 1h: 2025-03-01 to 2025-11-01, 245 whole UTC days; 5m: six weeks, 42 days.
+    expect(aggregateCandles(h1, '1h', '1d')).toHaveLength(245);
+    expect(aggregateCandles(h1, '1h', '4h')).toHaveLength(1470);
+    expect(aggregateCandles(m5, '5m', '1d')).toHaveLength(42);
     const day = aggregateCandles(h1, '1h', '1d')[0]!;
     const first24 = h1.slice(0, 24);
     expect(day).toEqual({

@@ -13,15 +13,20 @@ export interface ReplayClockOptions {
   /** How often a running clock looks for candle closes, wall ms. Default 250. */
   pollMs?: number;
   onListenerError?: (error: unknown, close: CandleClose) => void;
+  /**
+   * Wall time at which feed time was `start`. Given, the clock is a pure function of the wall
+   * clock: every process with the same anchor reads the same time, and a restart does not rewind.
+   */
+  anchor?: number;
 }
 
 /**
  * The replay feed's clock. It runs at wall speed × `speed` once started, can be stepped by
  * hand, and emits candle-close ticks for every boundary it passes, in order.
  *
- * At the end of the data it STOPS (now() stays at `end`, `ended` turns true) rather than
- * looping: a loop would move time backwards, and verdicts, hash chains and regime
- * projections all assume feed time only ever increases.
+ * At `end` it stops (now() stays there, `ended` turns true). A looping replay passes an
+ * infinite end and serves its data again shifted forward (replay-laps.ts): feed time itself
+ * never moves backwards, which verdicts, hash chains and regime projections all assume.
  */
 export class ReplayClock {
   readonly start: number;
@@ -35,6 +40,7 @@ export class ReplayClock {
   #wallBase: number;
   #running = false;
   #timer: NodeJS.Timeout | undefined;
+  readonly #anchored: boolean;
   /** Feed time up to which closes have been emitted. */
   #emittedTo: number;
 
@@ -56,12 +62,19 @@ export class ReplayClock {
         }),
     );
     this.#base = options.start;
-    this.#wallBase = this.#wallNow();
-    this.#emittedTo = options.start;
+    this.#anchored = options.anchor !== undefined;
+    this.#wallBase = options.anchor ?? this.#wallNow();
+    // Anchored, the clock may start far past `start`: closes before now are history, not ticks.
+    this.#emittedTo = this.#anchored ? this.#anchoredNow() : options.start;
+  }
+
+  #anchoredNow(): number {
+    const t = this.#base + (this.#wallNow() - this.#wallBase) * this.speed;
+    return Math.max(this.start, Math.min(this.end, Math.floor(t)));
   }
 
   now(): number {
-    if (!this.#running) return this.#base;
+    if (!this.#running) return this.#anchored ? this.#emittedTo : this.#base;
     const t = this.#base + (this.#wallNow() - this.#wallBase) * this.speed;
     return Math.min(this.end, Math.floor(t));
   }
@@ -77,7 +90,7 @@ export class ReplayClock {
   /** Runs the clock at `speed` from the current feed time and emits closes as they pass. */
   run(): void {
     if (this.#running) return;
-    this.#wallBase = this.#wallNow();
+    if (!this.#anchored) this.#wallBase = this.#wallNow();
     this.#running = true;
     if (this.speed > 0) {
       this.#timer = setInterval(() => this.pump(), this.#pollMs);

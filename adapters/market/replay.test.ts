@@ -3,6 +3,7 @@ import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
+import type { Logger } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CandleClose } from '../../contracts/market.ts';
 import { aggregateCandles } from './aggregate.ts';
@@ -20,7 +21,10 @@ import { SHARED_MARKET_DIR } from './shared-data.ts';
 const SHARED_DIR = SHARED_MARKET_DIR;
 const M = 60_000;
 const H = 3_600_000;
+/** 5m candles and funding start here; 1h candles (spot and perpetual) reach back to HOURLY_START. */
 const DATA_START = Date.UTC(2025, 8, 20);
+const HOURLY_START = Date.UTC(2025, 2, 1);
+const COINS = ['BNB', 'BTC', 'DOGE', 'ETH', 'SOL', 'XRP'];
 const DATA_END = Date.UTC(2025, 10, 1);
 const T = Date.UTC(2025, 9, 25, 10, 32); // 2025-10-25 10:32 UTC
 
@@ -51,7 +55,9 @@ describe('replay feed: candles', () => {
     const feed = await openReplayFeed({ run: false });
     expect(feed.kind).toBe('replay');
     expect(feed.now()).toBe(DATA_END - 7 * 24 * H);
-    expect(feed.clock.end).toBe(DATA_END);
+    // It loops at the end of the data rather than stopping: the clock has no end.
+    expect(feed.clock.end).toBe(Number.POSITIVE_INFINITY);
+    expect(feed.laps?.end).toBe(DATA_END);
     expect(feed.exchanges()).toEqual(['BINANCE', 'BINANCE_SPOT', 'BYBIT', 'HYPERLIQUID']);
     expect(feed.venues().every((v) => v.ok)).toBe(true);
   });
@@ -82,8 +88,8 @@ describe('replay feed: candles', () => {
     expect(future[0]!.openTime).toBe(Date.UTC(2025, 9, 25, 9));
     // All history there is: from the first hour of the data.
     const all = await feed.candles('BINANCE_SPOT', 'ETH', '1h', { limit: 10_000 });
-    expect(all[0]!.openTime).toBe(DATA_START);
-    expect(all).toHaveLength((Date.UTC(2025, 9, 25, 10) - DATA_START) / H);
+    expect(all[0]!.openTime).toBe(HOURLY_START);
+    expect(all).toHaveLength((Date.UTC(2025, 9, 25, 10) - HOURLY_START) / H);
   });
 
   it('builds 15m/30m from 5m and 2h…1d from 1h, closed buckets only', async () => {
@@ -95,8 +101,8 @@ describe('replay feed: candles', () => {
     expect(h4).toEqual(expected.slice(-2));
     const m30 = await feed.candles('BINANCE_SPOT', 'SOL', '30m', { limit: 1 });
     expect(m30[0]!.openTime).toBe(Date.UTC(2025, 9, 25, 10));
-    const d1 = await feed.candles('BINANCE', 'SOL', '1d', { limit: 100 });
-    expect(d1).toHaveLength(35);
+    const d1 = await feed.candles('BINANCE', 'SOL', '1d', { limit: 1000 });
+    expect(d1).toHaveLength((Date.UTC(2025, 9, 25) - HOURLY_START) / (24 * H));
     expect(d1.at(-1)!.openTime).toBe(Date.UTC(2025, 9, 24));
     const h8 = await feed.candles('BINANCE', 'SOL', '8h', { limit: 1 });
     expect(h8[0]!.openTime).toBe(Date.UTC(2025, 9, 25, 0));
@@ -127,12 +133,12 @@ describe('replay feed: candles', () => {
     await expect(feed.candles('BYBIT', 'BTC', '1h', { limit: 1 })).rejects.toThrow(/no BYBIT candles/);
     await expect(feed.candles('OKX', 'BTC', '1h', { limit: 1 })).rejects.toThrow(UnsupportedExchangeError);
     await expect(feed.funding('BINANCE_SPOT', 'BTC')).rejects.toThrow(/spot venue has no funding/);
-    await expect(feed.funding('HYPERLIQUID', 'DOGE')).rejects.toThrow(UnknownCoinError);
+    await expect(feed.funding('HYPERLIQUID', 'PEPE')).rejects.toThrow(UnknownCoinError);
     await expect(feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 0 })).rejects.toThrow(RangeError);
   });
 
   it('reports too little history, and data that ends before the clock', async () => {
-    const feed = await manualFeed(DATA_START + 3 * H + 5 * M);
+    const feed = await manualFeed(HOURLY_START + 3 * H + 5 * M);
     expect(await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 10 })).toHaveLength(3);
     const error = await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 10, min: 5 }).catch((e) => e);
     expect(error).toBeInstanceOf(InsufficientHistoryError);
@@ -254,8 +260,8 @@ describe('replay feed: funding and markets', () => {
   it('ranks markets by 24h quote volume of feed time', async () => {
     const feed = await manualFeed();
     const spot = await feed.markets('BINANCE_SPOT');
-    expect(spot.map((m) => m.coin)).toEqual(['BTC', 'ETH', 'SOL']);
-    const btc = spot[0]!;
+    expect(spot.map((m) => m.coin)).toEqual(COINS);
+    const btc = spot.find((m) => m.coin === 'BTC')!;
     const day = await feed.candles('BINANCE_SPOT', 'BTC', '5m', { limit: 288 });
     expect(btc).toEqual({
       exchange: 'BINANCE_SPOT',
@@ -271,12 +277,10 @@ describe('replay feed: funding and markets', () => {
     });
     expect(btc.quoteVolume24h).toBeGreaterThan(1e8);
     const hl = await feed.markets('HYPERLIQUID');
-    expect(hl.map((m) => [m.coin, m.quoteVolume24h, m.hasFunding])).toEqual([
-      ['BTC', null, true],
-      ['ETH', null, true],
-      ['SOL', null, true],
-    ]);
-    const early = await manualFeed(DATA_START + 2 * H);
+    expect(hl.map((m) => [m.coin, m.quoteVolume24h, m.hasFunding])).toEqual(
+      COINS.map((c) => [c, null, true]),
+    );
+    const early = await manualFeed(HOURLY_START + 2 * H);
     expect((await early.markets('BINANCE'))[0]!.quoteVolume24h).toBeNull();
   });
 });
@@ -288,8 +292,8 @@ describe('replay clock', () => {
     wall = 1_000_000;
   });
 
-  it('runs at wall speed × acceleration and stops at the end of the data', async () => {
-    const feed = await openReplayFeed({ start: DATA_END - 2 * H, speed: 3600, wallNow });
+  it('runs at wall speed × acceleration and, told not to loop, stops at the end of the data', async () => {
+    const feed = await openReplayFeed({ start: DATA_END - 2 * H, speed: 3600, wallNow, loop: false });
     try {
       expect(feed.now()).toBe(DATA_END - 2 * H);
       wall += 1000;
@@ -304,6 +308,71 @@ describe('replay clock', () => {
       expect(feed.now()).toBe(DATA_END);
     } finally {
       await feed.close();
+    }
+  });
+
+  it('loops at the end of the data with a clock that keeps moving forward', async () => {
+    const logged: Array<{ obj: Record<string, unknown>; msg: string }> = [];
+    const logger = {
+      info: (obj: Record<string, unknown>, msg: string) => logged.push({ obj, msg }),
+      error: () => undefined,
+      warn: () => undefined,
+      debug: () => undefined,
+    } as unknown as Logger;
+    const feed = await openReplayFeed({ start: DATA_END - 2 * H, speed: 0, run: false, logger });
+    try {
+      const before = await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 24 });
+      const period = feed.laps!.period;
+      feed.clock.setTime(DATA_END + 5 * H);
+      const after = await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 24 });
+      const times = after.map((c) => c.openTime);
+      // Unique, strictly increasing, hourly, and continuing past the end of the data.
+      expect(times.every((t, i) => i === 0 || t - times[i - 1]! === H)).toBe(true);
+      expect(times[times.length - 1]).toBe(DATA_END + 4 * H);
+      expect(times[0]).toBeGreaterThan(before[0]!.openTime);
+      // The candle after the seam is the data's first looped candle, shifted by one period.
+      const source = await readCandleFile(join(SHIPPED_MARKET_DIR, 'candles/binance-spot/BTCUSDT-1h.csv.gz'));
+      const first = source.find((c) => c.openTime === DATA_END - period)!;
+      expect(after.find((c) => c.openTime === DATA_END)).toMatchObject({
+        close: first.close,
+        open: first.open,
+      });
+      // 5m, aggregated timeframes and funding follow the same clock.
+      const m5 = await feed.candles('BINANCE_SPOT', 'BTC', '5m', { limit: 3 });
+      expect(m5[2]!.openTime).toBe(DATA_END + 5 * H - 5 * M);
+      const funding = await feed.funding('BINANCE', 'BTC', { limit: 5 });
+      expect(funding[funding.length - 1]!.fundingTime).toBeLessThanOrEqual(DATA_END + 5 * H);
+      expect(funding[funding.length - 1]!.fundingTime).toBeGreaterThanOrEqual(DATA_END);
+      const next = await feed.nextFunding('HYPERLIQUID', 'BTC');
+      expect(next.nextFundingTime).toBeGreaterThanOrEqual(DATA_END + 5 * H);
+      expect(next.nextFundingTime).toBeLessThanOrEqual(DATA_END + 6 * H);
+      // Looping is logged, once per lap.
+      expect(logged.filter((l) => l.msg.includes('loops'))).toHaveLength(1);
+      expect(logged.find((l) => l.msg.includes('loops'))!.obj).toMatchObject({ lap: 1 });
+    } finally {
+      await feed.close();
+    }
+  });
+
+  it('shares one clock between processes given the same anchor, and a restart does not rewind', async () => {
+    const anchor = wall - 30 * 60_000;
+    const start = DATA_END - 7 * 24 * H;
+    const a = await openReplayFeed({ start, speed: 60, wallNow, anchor });
+    wall += 1000;
+    const b = await openReplayFeed({ start, speed: 60, wallNow, anchor });
+    try {
+      expect(a.now()).toBe(b.now());
+      expect(a.now()).toBe(start + (wall - anchor) * 60);
+      const seenByA = a.now();
+      await a.close();
+      // "Restart": a new feed on the same anchor resumes at the shared time, later than before.
+      wall += 5000;
+      const again = await openReplayFeed({ start, speed: 60, wallNow, anchor });
+      expect(again.now()).toBeGreaterThan(seenByA);
+      expect(again.now()).toBe(b.now());
+      await again.close();
+    } finally {
+      await b.close();
     }
   });
 

@@ -26,7 +26,17 @@ import {
 } from './errors.ts';
 import { firstAfter, HOUR_MS, mergeFundingSources, roundToMinute } from './funding-series.ts';
 import type { CandleQuery, FundingQuery, MarketFeed } from './port.ts';
+import type { ReplayAnchor } from './replay-anchor.ts';
 import { ReplayClock } from './replay-clock.ts';
+import {
+  dataTime,
+  type Laps,
+  lapOf,
+  lappedCandles,
+  lappedFunding,
+  lapsFor,
+  nextLappedFunding,
+} from './replay-laps.ts';
 import {
   CANDLE_FOLDERS,
   FUNDING_FOLDERS,
@@ -52,6 +62,21 @@ export interface ReplayFeedOptions {
   run?: boolean;
   wallNow?: () => number;
   logger?: Logger;
+  /**
+   * At the end of the data, loop (default): feed time keeps moving forward and the data is served
+   * again shifted by whole days (see replay-laps.ts). false stops the clock at the end instead.
+   */
+  loop?: boolean;
+  /**
+   * Wall time (Unix ms) at which feed time stood at `start`: every process given the same anchor
+   * shares one clock, and a restart resumes where the clock is now instead of rewinding.
+   */
+  anchor?: number;
+  /**
+   * Where the deployment keeps its clock when no anchor is configured (the event log, see
+   * replay-anchor.ts): given this process's proposal, returns the anchor on record.
+   */
+  anchorStore?: (proposal: ReplayAnchor) => Promise<ReplayAnchor>;
 }
 
 interface CoinCandles {
@@ -110,23 +135,32 @@ function indexDirectory(dir: string): Map<Exchange, VenueIndex> {
   return index;
 }
 
-/** Feed time range of the data: the reference series is the coarsest file of the first coin. */
+/**
+ * Feed time range of the data: the reference series is the coarsest file of the first coin.
+ * `loopFrom` is where that coin's finest file starts: a loop replays only what every one of its
+ * timeframes covers (the shipped slice has 1h from March, 5m from late September).
+ */
 async function dataRange(
   index: Map<Exchange, VenueIndex>,
   dir: string,
-): Promise<{ start: number; end: number }> {
+): Promise<{ start: number; end: number; loopFrom: number }> {
   for (const exchange of ['BINANCE_SPOT', 'BINANCE'] as const) {
     const coins = index.get(exchange)?.candles;
     if (coins === undefined || coins.size === 0) continue;
     const coin = coins.get('BTC') ?? [...coins.values()][0]!;
-    const [timeframe, path] = [...coin.files.entries()].sort(
-      (a, b) => TIMEFRAME_MS[b[0]] - TIMEFRAME_MS[a[0]],
-    )[0]!;
+    const files = [...coin.files.entries()].sort((a, b) => TIMEFRAME_MS[b[0]] - TIMEFRAME_MS[a[0]]);
+    const [timeframe, path] = files[0]!;
     const candles = await readCandleFile(path);
     if (candles.length === 0) break;
+    let loopFrom = candles[0]!.openTime;
+    for (const [, other] of files.slice(1)) {
+      const first = (await readCandleFile(other))[0];
+      if (first !== undefined) loopFrom = Math.max(loopFrom, first.openTime);
+    }
     return {
       start: candles[0]!.openTime,
       end: candles[candles.length - 1]!.openTime + TIMEFRAME_MS[timeframe],
+      loopFrom,
     };
   }
   throw new Error(`replay: no candle files under ${dir}/candles/{${Object.keys(CANDLE_FOLDERS).join(',')}}`);
@@ -141,18 +175,49 @@ export class ReplayFeed implements MarketFeed {
   readonly #candleCache = new Map<string, Promise<Candle[]>>();
   readonly #fundingCache = new Map<string, Promise<FundingRate[]>>();
   readonly #status = new Map<Exchange, VenueState>();
+  #lap = 0;
 
   constructor(
     readonly dir: string,
     readonly clock: ReplayClock,
     private readonly index: Map<Exchange, VenueIndex>,
     private readonly logger?: Logger,
+    readonly laps: Laps | null = null,
   ) {
     for (const exchange of index.keys()) this.#status.set(exchange, { ok: true });
   }
 
   now(): number {
-    return this.clock.now();
+    const t = this.clock.now();
+    if (this.laps !== null) {
+      const lap = lapOf(this.laps, t);
+      if (lap > this.#lap) {
+        this.#lap = lap;
+        // A loop is a visible event, never a silent one: the data starts over at a later time.
+        this.logger?.info(
+          {
+            lap,
+            feedTime: iso(t),
+            replaying: iso(dataTime(this.laps, t)),
+            periodDays: this.laps.period / DAY_MS,
+          },
+          'replay reached the end of its data and loops: the same candles again, shifted forward in time',
+        );
+      }
+    }
+    return t;
+  }
+
+  /** Candles closed by feed time `until`, across laps when looping. */
+  #closed(series: readonly Candle[], tf: Timeframe, until: number, limit: number): Candle[] {
+    return this.laps === null
+      ? closedCandles(series, tf, until, limit)
+      : lappedCandles(series, tf, until, limit, this.laps);
+  }
+
+  /** Data time that feed time `t` replays (t itself when not looping). */
+  #local(t: number): number {
+    return this.laps === null ? t : dataTime(this.laps, t);
   }
 
   exchanges(): Exchange[] {
@@ -216,7 +281,7 @@ export class ReplayFeed implements MarketFeed {
       source.length === 0
         ? Number.NEGATIVE_INFINITY
         : source[source.length - 1]!.openTime + TIMEFRAME_MS[from];
-    if (lastBoundary(tf, until) > sourceEnd) {
+    if (lastBoundary(tf, this.#local(until)) > sourceEnd) {
       throw new InsufficientHistoryError(
         exchange,
         symbol,
@@ -226,7 +291,7 @@ export class ReplayFeed implements MarketFeed {
         `replay data ends at ${iso(sourceEnd)}, before ${iso(until)}`,
       );
     }
-    const out = closedCandles(series, tf, until, options.limit);
+    const out = this.#closed(series, tf, until, options.limit);
     if (out.length < min) {
       throw new InsufficientHistoryError(
         exchange,
@@ -243,10 +308,14 @@ export class ReplayFeed implements MarketFeed {
   async funding(exchange: Exchange, coin: string, options: FundingQuery = {}): Promise<FundingRate[]> {
     const { series, symbol } = await this.#fundingSeries(exchange, coin);
     const now = this.now();
-    const end = firstAfter(series, now);
-    this.#assertFundingCurrent(exchange, symbol, series, end, now);
+    const local = this.#local(now);
+    const end = firstAfter(series, local);
+    this.#assertFundingCurrent(exchange, symbol, series, end, local);
     const limit = options.limit ?? 100;
     const since = options.since ?? Number.NEGATIVE_INFINITY;
+    if (this.laps !== null) {
+      return lappedFunding(series, now, limit, this.laps).filter((f) => f.fundingTime >= since);
+    }
     let start = Math.max(0, end - limit);
     while (start < end && series[start]!.fundingTime < since) start++;
     return series.slice(start, end);
@@ -255,10 +324,11 @@ export class ReplayFeed implements MarketFeed {
   async nextFunding(exchange: Exchange, coin: string): Promise<NextFunding> {
     const { series, symbol } = await this.#fundingSeries(exchange, coin);
     const now = this.now();
-    const end = firstAfter(series, now);
-    this.#assertFundingCurrent(exchange, symbol, series, end, now);
+    const local = this.#local(now);
+    const end = firstAfter(series, local);
+    this.#assertFundingCurrent(exchange, symbol, series, end, local);
     // The schedule of the next settlement is public in advance; its rate is not, so it stays null.
-    const next = series[end];
+    const next = this.laps === null ? series[end] : nextLappedFunding(series, now, this.laps, true);
     if (next !== undefined) {
       return {
         exchange,
@@ -268,7 +338,7 @@ export class ReplayFeed implements MarketFeed {
         predictedRate: null,
       };
     }
-    const last = series[end - 1]!;
+    const last = this.laps === null ? series[end - 1]! : lappedFunding(series, now, 1, this.laps)[0]!;
     return {
       exchange,
       coin: symbol,
@@ -291,7 +361,7 @@ export class ReplayFeed implements MarketFeed {
         const path = files.get(from)!;
         const candles = await this.#load(exchange, this.#candleCache, path, () => readCandleFile(path));
         const perDay = DAY_MS / TIMEFRAME_MS[from];
-        const day = closedCandles(candles, from, now, perDay);
+        const day = this.#closed(candles, from, now, perDay);
         // Estimated as volume × close per candle: the files carry base volume only. A day not
         // fully covered by the data gives no figure rather than a low one.
         if (
@@ -423,7 +493,21 @@ export async function openReplayFeed(options: ReplayFeedOptions = {}): Promise<R
   const dir = options.dir ?? SHIPPED_MARKET_DIR;
   const index = indexDirectory(dir);
   const range = await dataRange(index, dir);
-  const start = options.start ?? Math.max(range.start, range.end - DEFAULT_REPLAY_LEAD_MS);
+  let start = options.start ?? Math.max(range.start, range.end - DEFAULT_REPLAY_LEAD_MS);
+  let speed = options.speed ?? 1;
+  let anchor = options.anchor;
+  if (anchor === undefined && options.anchorStore && (options.run ?? true)) {
+    const wall = (options.wallNow ?? Date.now)();
+    const held = await options.anchorStore({ anchor: wall, start, speed, dir });
+    if (held.start !== start || held.speed !== speed) {
+      options.logger?.info(
+        { recorded: held, configured: { start, speed } },
+        'replay clock: the deployment recorded another start/speed first; using the recorded clock',
+      );
+    }
+    ({ anchor, start, speed } = held);
+  }
+  const loop = options.loop ?? true;
   if (start < range.start || start > range.end) {
     throw new RangeError(
       `replay start ${iso(start)} is outside the data (${iso(range.start)} to ${iso(range.end)})`,
@@ -432,18 +516,34 @@ export async function openReplayFeed(options: ReplayFeedOptions = {}): Promise<R
   const logger = options.logger;
   const clock = new ReplayClock({
     start,
-    end: range.end,
-    speed: options.speed ?? 1,
+    end: loop ? Number.POSITIVE_INFINITY : range.end,
+    speed,
+    ...(anchor !== undefined ? { anchor } : {}),
     ...(options.wallNow ? { wallNow: options.wallNow } : {}),
     onListenerError: (error, close) => {
       if (logger) logger.error({ err: error, close }, 'candle-close listener failed');
       else process.emitWarning(`candle-close listener failed at ${iso(close.closeTime)}: ${String(error)}`);
     },
   });
-  const feed = new ReplayFeed(dir, clock, index, logger);
+  const feed = new ReplayFeed(
+    dir,
+    clock,
+    index,
+    logger,
+    loop ? lapsFor({ start: range.loopFrom, end: range.end }) : null,
+  );
   if (options.run ?? true) clock.run();
   logger?.info(
-    { dir, start: iso(start), end: iso(range.end), speed: clock.speed, venues: feed.exchanges() },
+    {
+      dir,
+      start: iso(start),
+      now: iso(feed.now()),
+      dataEnd: iso(range.end),
+      atEnd: loop ? 'loop' : 'stop',
+      anchor: anchor === undefined ? null : iso(anchor),
+      speed: clock.speed,
+      venues: feed.exchanges(),
+    },
     'replay feed opened',
   );
   return feed;

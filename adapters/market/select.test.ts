@@ -1,3 +1,4 @@
+import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../contracts/config.ts';
 import { fixtureFetch } from './fixture-fetch.ts';
@@ -21,6 +22,28 @@ describe('selectFeed', () => {
     );
     expect(feed.kind).toBe('replay');
     expect(reason).toBe('FEED=auto: no live venue answered within 50 ms; replaying recorded data');
+  });
+
+  it('says so in one info line without venue access, never a level-50 error', async () => {
+    const lines: Array<{ level: number; msg: string }> = [];
+    const logger = pino(
+      { level: 'debug' },
+      { write: (line: string) => lines.push(JSON.parse(line) as { level: number; msg: string }) },
+    );
+    const unreachable = async () => {
+      throw new TypeError('fetch failed');
+    };
+    const { feed } = keep(
+      await selectFeed({
+        mode: 'auto',
+        replay,
+        logger,
+        live: { fetchImplementation: unreachable, retries: 0, exchanges: ['BINANCE', 'OKX'] },
+      }),
+    );
+    expect(feed.kind).toBe('replay');
+    expect(lines.filter((l) => l.level >= 50)).toEqual([]);
+    expect(lines.filter((l) => l.msg.startsWith('live venues unreachable, replaying'))).toHaveLength(1);
   });
 
   it('falls back to replay when every venue fails (closed network, real probe path)', async () => {

@@ -3,6 +3,7 @@ import type { Config } from '../../contracts/config.ts';
 import { LiveFeed, type LiveFeedOptions } from './live.ts';
 import type { MarketFeed } from './port.ts';
 import { openReplayFeed, type ReplayFeedOptions } from './replay.ts';
+import type { ReplayAnchor } from './replay-anchor.ts';
 
 /** FEED of the service configuration: live, replay, or auto (probe live, fall back to replay). */
 export type FeedMode = Config['FEED'];
@@ -16,6 +17,8 @@ export interface SelectFeedOptions {
   /** Whether the live venues answer; default loads each venue's markets. Injectable for tests. */
   probe?: (feed: LiveFeed) => Promise<boolean>;
   logger?: Logger;
+  /** Where the deployment's replay clock is kept when REPLAY_ANCHOR is not set (the event log). */
+  anchorStore?: (proposal: ReplayAnchor) => Promise<ReplayAnchor>;
 }
 
 export interface SelectedFeed {
@@ -31,7 +34,13 @@ export interface SelectedFeed {
 export function feedOptionsFromConfig(
   config: Pick<
     Config,
-    'FEED' | 'MARKET_DATA_DIR' | 'REPLAY_SPEED' | 'REPLAY_START' | 'LIVE_EXCHANGES' | 'FEED_PROBE_TIMEOUT_MS'
+    | 'FEED'
+    | 'MARKET_DATA_DIR'
+    | 'REPLAY_SPEED'
+    | 'REPLAY_START'
+    | 'REPLAY_ANCHOR'
+    | 'LIVE_EXCHANGES'
+    | 'FEED_PROBE_TIMEOUT_MS'
   >,
 ): SelectFeedOptions {
   return {
@@ -40,6 +49,7 @@ export function feedOptionsFromConfig(
       ...(config.MARKET_DATA_DIR !== undefined ? { dir: config.MARKET_DATA_DIR } : {}),
       speed: config.REPLAY_SPEED,
       ...(config.REPLAY_START !== undefined ? { start: config.REPLAY_START } : {}),
+      ...(config.REPLAY_ANCHOR !== undefined ? { anchor: config.REPLAY_ANCHOR } : {}),
     },
     live: { exchanges: config.LIVE_EXCHANGES },
     probeTimeoutMs: config.FEED_PROBE_TIMEOUT_MS,
@@ -54,17 +64,25 @@ export function feedOptionsFromConfig(
 export async function selectFeed(options: SelectFeedOptions): Promise<SelectedFeed> {
   const { logger } = options;
   const withLogger = <T extends object>(o: T | undefined) => ({ ...o, ...(logger ? { logger } : {}) }) as T;
-  const replay = async (reason: string): Promise<SelectedFeed> => {
-    const feed = await openReplayFeed(withLogger(options.replay));
-    logger?.info({ feed: 'replay', reason }, 'market feed selected');
+  const replay = async (reason: string, message = 'market feed selected'): Promise<SelectedFeed> => {
+    const feed = await openReplayFeed(
+      withLogger({ ...options.replay, ...(options.anchorStore ? { anchorStore: options.anchorStore } : {}) }),
+    );
+    logger?.info({ feed: 'replay', reason }, message);
     return { feed, reason };
   };
   if (options.mode === 'replay') return replay('FEED=replay');
-  const live = new LiveFeed(withLogger(options.live));
   if (options.mode === 'live') {
+    const live = new LiveFeed(withLogger(options.live));
     logger?.info({ feed: 'live', reason: 'FEED=live' }, 'market feed selected');
     return { feed: live, reason: 'FEED=live' };
   }
+  // The probe runs on its own quiet client: on a machine without venue access every venue
+  // fails, which is the expected case here and is summed up in one line below, not logged as
+  // an error per venue.
+  const quiet = logger?.child({});
+  if (quiet) quiet.level = 'silent';
+  const live = new LiveFeed({ ...options.live, ...(quiet ? { logger: quiet } : {}) });
   const timeoutMs = options.probeTimeoutMs ?? 3000;
   const probe = options.probe ?? ((feed: LiveFeed) => feed.probe());
   let timer: NodeJS.Timeout | undefined;
@@ -83,10 +101,14 @@ export async function selectFeed(options: SelectFeedOptions): Promise<SelectedFe
       .venues()
       .filter((v) => v.ok)
       .map((v) => v.exchange);
+    if (quiet && logger) quiet.level = logger.level;
     const reason = `FEED=auto: live venues reachable (${up.join(', ')})`;
     logger?.info({ feed: 'live', reason, venues: live.venues() }, 'market feed selected');
     return { feed: live, reason };
   }
   await live.close();
-  return replay(`FEED=auto: ${outcome}; replaying recorded data`);
+  return replay(
+    `FEED=auto: ${outcome}; replaying recorded data`,
+    `live venues unreachable, replaying ${options.replay?.dir ?? 'the shipped sample (sample-data/market)'}`,
+  );
 }

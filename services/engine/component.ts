@@ -13,7 +13,7 @@ export function engineComponent(deps: { config: Config; engine: SignalEngine; lo
     engine,
     feed: engine.feed,
     timeframes: config.SCHEDULE_TIMEFRAMES,
-    exchange: config.SCHEDULE_EXCHANGE,
+    exchange: config.SCHEDULE_EXCHANGE ?? engine.defaultExchange(),
     topN: config.SCHEDULE_TOP_N,
     logger,
   });

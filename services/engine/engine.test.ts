@@ -19,6 +19,9 @@ import { describeFailure } from './operation-errors.ts';
 import { verdictStream } from './verdict-recorder.ts';
 
 const HOUR = 3_600_000;
+const DAY = 24 * HOUR;
+/** The shipped slice's 1h candles start here (5m and funding on 2025-09-20). */
+const HOURLY_START = Date.UTC(2025, 2, 1);
 
 describe('SignalEngine over the replayed real data', () => {
   let feed: ReplayFeed;
@@ -35,7 +38,9 @@ describe('SignalEngine over the replayed real data', () => {
   });
 
   it('serves a trade call from closed candles, recorded before it is served', async () => {
-    const call = TradeCall.parse(await engine.getTradeCall({ coin: 'btc', timeframe: '1h' }));
+    const call = TradeCall.parse(
+      await engine.getTradeCall({ coin: 'btc', timeframe: '1h', exchange: 'BINANCE' }),
+    );
     expect(call).toMatchObject({ coin: 'BTC', timeframe: '1h', exchange: 'BINANCE', feed: 'replay' });
     expect(call.timestamp * 1000).toBeLessThanOrEqual(feed.now());
     expect(call.timestamp * 1000).toBeGreaterThan(feed.now() - HOUR);
@@ -51,13 +56,36 @@ describe('SignalEngine over the replayed real data', () => {
     expect(event).toMatchObject({ id: call.verdictId, type: 'VerdictRecorded' });
     expect((event!.data as EventData<'VerdictRecorded'>).hash).toBe(call.signalHash);
     expect(event!.data).toMatchObject({ call: call.call, confidence: call.confidence, trigger: 'request' });
+    // No walk-forward evidence for the perpetual on 1h: HOLD, and the answer says why.
+    expect(call.call).toBe('HOLD');
+    expect(call.edge).toMatchObject({ cell: 'perp:1h', measured: false });
+    expect(call.edge!.reason).toContain('no measured edge here');
+    expect(call.volatility!.band_low).toBeLessThan(call.price);
+    expect(call.volatility!.band_high).toBeGreaterThan(call.price);
+  });
+
+  it('answers {"coin":"BTC"} alone on the replay feed with defaults the replay serves', async () => {
+    expect(engine.defaultExchange()).toBe('BINANCE_SPOT');
+    const call = TradeCall.parse(await engine.getTradeCall({ coin: 'BTC' }));
+    expect(call).toMatchObject({ exchange: 'BINANCE_SPOT', timeframe: '15m', feed: 'replay' });
+    expect(call.edge).toMatchObject({ cell: 'spot:15m', measured: true });
+    expect(call.indicators).not.toHaveProperty('vol_band_low');
+    // A second replica reading the recorded verdict rebuilds the same figures from the event.
+    const other = new SignalEngine({ feed, store });
+    const again = TradeCall.parse(await other.getTradeCall({ coin: 'BTC' }));
+    expect(again.verdictId).toBe(call.verdictId);
+    expect(again.volatility).toMatchObject({
+      expected_move_pct: call.volatility!.expected_move_pct,
+      band_low: call.volatility!.band_low,
+      band_high: call.volatility!.band_high,
+    });
   });
 
   it('serves the same verdict until the next candle closes, then chains a new one', async () => {
-    const first = await engine.getTradeCall({ coin: 'ETH', timeframe: '1h' });
+    const first = await engine.getTradeCall({ coin: 'ETH', timeframe: '1h', exchange: 'BINANCE' });
     const again = await Promise.all(
       Array.from({ length: 10 }, () =>
-        engine.getTradeCall({ coin: 'ETH', timeframe: '1h', includeReasoning: false }),
+        engine.getTradeCall({ coin: 'ETH', timeframe: '1h', exchange: 'BINANCE', includeReasoning: false }),
       ),
     );
     expect(new Set(again.map((c) => c.verdictId))).toEqual(new Set([first.verdictId]));
@@ -66,7 +94,7 @@ describe('SignalEngine over the replayed real data', () => {
 
     for (let i = 0; i < 5; i++) {
       feed.clock.advance(HOUR);
-      await engine.getTradeCall({ coin: 'ETH', timeframe: '1h' });
+      await engine.getTradeCall({ coin: 'ETH', timeframe: '1h', exchange: 'BINANCE' });
     }
     const events = await store.readStream(
       verdictStream({ exchange: 'BINANCE', coin: 'ETH', timeframe: '1h' }),
@@ -86,13 +114,15 @@ describe('SignalEngine over the replayed real data', () => {
 
   it('reads the market regime with the metrics behind it', async () => {
     const reading = RegimeReading.parse(await engine.getMarketRegime({ coin: 'SOL' }));
-    expect(reading).toMatchObject({ coin: 'SOL', timeframe: '4h', exchange: 'BINANCE', feed: 'replay' });
+    expect(reading).toMatchObject({ coin: 'SOL', timeframe: '4h', exchange: 'BINANCE_SPOT', feed: 'replay' });
     expect(reading.metrics).toHaveProperty('adx');
+    expect(reading.metrics).toHaveProperty('vol_forecast_percentile');
+    expect(reading.volatility.percentile).toBe(reading.metrics.vol_forecast_percentile);
     expect(reading.metrics).toHaveProperty('choppiness');
   });
 
   it('refuses what it cannot answer with typed errors, never a made-up verdict', async () => {
-    await expect(engine.getTradeCall({ coin: 'DOGE', timeframe: '1h' })).rejects.toBeInstanceOf(
+    await expect(engine.getTradeCall({ coin: 'PEPE', timeframe: '1h' })).rejects.toBeInstanceOf(
       UnknownCoinError,
     );
     await expect(engine.getTradeCall({ coin: 'BTC', timeframe: '1m' })).rejects.toBeInstanceOf(
@@ -101,9 +131,14 @@ describe('SignalEngine over the replayed real data', () => {
     await expect(
       engine.getTradeCall({ coin: 'BTC', timeframe: '1h', exchange: 'OKX' }),
     ).rejects.toBeInstanceOf(UnsupportedExchangeError);
-    // 42 daily candles in the shipped slice: not enough for the indicator set.
-    const daily = await engine.getTradeCall({ coin: 'BTC', timeframe: '1d' }).catch((e: unknown) => e);
+    // Three weeks into the slice there are 21 daily candles: not enough for the indicator set.
+    const early = new SignalEngine({
+      feed: await openReplayFeed({ run: false, start: HOURLY_START + 21 * DAY }),
+      store,
+    });
+    const daily = await early.getTradeCall({ coin: 'BTC', timeframe: '1d' }).catch((e: unknown) => e);
     expect(describeFailure(daily)).toMatchObject({ status: 422, code: 'insufficient_history' });
+    await early.close();
     await expect(engine.getTradeCall({ coin: 'BTC', timeframe: '7m' } as never)).rejects.toMatchObject({
       name: 'ZodError',
     });
@@ -119,9 +154,9 @@ describe('SignalEngine over the replayed real data', () => {
         topN: 10,
       }),
     );
-    expect(scan.scanned).toBe(3);
-    expect(scan.calls.map((c) => c.coin).sort()).toEqual(['BTC', 'ETH', 'SOL']);
-    expect(scan.calls.map((c) => c.rank)).toEqual([1, 2, 3]);
+    expect(scan.scanned).toBe(6);
+    expect(scan.calls.map((c) => c.coin).sort()).toEqual(['BNB', 'BTC', 'DOGE', 'ETH', 'SOL', 'XRP']);
+    expect(scan.calls.map((c) => c.rank)).toEqual([1, 2, 3, 4, 5, 6]);
     const confidences = scan.calls.map((c) => c.confidence);
     expect(confidences).toEqual([...confidences].sort((a, b) => b - a));
 
@@ -141,43 +176,68 @@ describe('SignalEngine over the replayed real data', () => {
   });
 
   it('reports the markets a scan could not evaluate instead of dropping them', async () => {
-    const scan = await engine.scanTradeCalls({
+    const early = new SignalEngine({
+      feed: await openReplayFeed({ run: false, start: HOURLY_START + 21 * DAY }),
+      store,
+    });
+    const scan = await early.scanTradeCalls({
       timeframe: '1d',
       exchange: 'BINANCE_SPOT',
       includeHolds: true,
     });
     expect(scan.calls).toEqual([]);
-    expect(scan.skipped.map((s) => s.coin)).toEqual(['BTC', 'ETH', 'SOL']);
+    expect(scan.skipped.map((s) => s.coin)).toEqual(['BNB', 'BTC', 'DOGE', 'ETH', 'SOL', 'XRP']);
+    await early.close();
+  });
+
+  it('answers the first calls a newcomer makes: scan_trade_calls {} and scan_funding_arb {} return rows', async () => {
+    const calls = ScanTradeCallsOutput.parse(await engine.scanTradeCalls({}));
+    expect(calls).toMatchObject({ exchange: 'BINANCE_SPOT', timeframe: '15m' });
+    expect(calls.calls.length).toBeGreaterThan(0);
+    expect(calls.calls.every((c) => c.call !== 'HOLD' && c.expectedMovePct! > 0)).toBe(true);
+    const funding = ScanFundingArbOutput.parse(await engine.scanFundingArb({}));
+    expect(funding.opportunities.length).toBeGreaterThan(0);
   });
 
   it('scans funding across venues with each venue normalised by its own interval', async () => {
     const scan = ScanFundingArbOutput.parse(await engine.scanFundingArb({ minSpreadBps: 0, limit: 200 }));
-    expect(scan.rows.length).toBeGreaterThan(0);
-    for (const row of scan.rows) {
+    expect(scan.opportunities.length).toBeGreaterThan(0);
+    for (const row of scan.opportunities) {
       expect(row.venues.length).toBeGreaterThanOrEqual(2);
       for (const v of row.venues) expect(v.hourlyRate).toBeCloseTo(v.rate / v.intervalHours, 15);
       const hourly = row.venues.map((v) => v.hourlyRate);
       expect(row.best.spreadBpsPerHour).toBeCloseTo((Math.max(...hourly) - Math.min(...hourly)) * 10_000, 9);
     }
-    const spreads = scan.rows.map((r) => r.best.spreadBps);
-    expect(spreads).toEqual([...spreads].sort((a, b) => b - a));
+    // Ranked by the carry expected to be collected net of both legs' fees, not by the spread now.
+    const net = scan.opportunities.map((r) => r.carry.expectedNetCarryBps);
+    expect(net).toEqual([...net].sort((a, b) => b - a));
+    for (const row of scan.opportunities) {
+      const { carry } = row;
+      expect(carry.horizons.map((h) => h.hours)).toEqual([8, 24, 72, 168]);
+      expect(carry.feeBps).toBeGreaterThan(0);
+      for (const h of carry.horizons) {
+        expect(h.naiveCarryBps).toBeCloseTo(row.best.spreadBpsPerHour * h.hours, 9);
+        expect(h.expectedNetBps).toBeCloseTo(h.expectedCarryBps - carry.feeBps, 9);
+      }
+      if (carry.breakEvenHours !== null) expect(carry.breakEvenHours).toBeLessThanOrEqual(168);
+    }
     expect(new Set(scan.venues.map((v) => v.exchange))).toContain('HYPERLIQUID');
 
     const none = await engine.scanFundingArb({ minSpreadBps: 10_000 });
-    expect(none.rows).toEqual([]);
+    expect(none.opportunities).toEqual([]);
     const two = await engine.scanFundingArb({
       minSpreadBps: 0,
       exchanges: ['BINANCE', 'BYBIT'],
       coins: ['BTC'],
     });
     expect(
-      two.rows.every(
+      two.opportunities.every(
         (r) => r.coin === 'BTC' && r.venues.every((v) => ['BINANCE', 'BYBIT'].includes(v.exchange)),
       ),
     ).toBe(true);
     // Replay has no volume for funding-only venues: a liquidity floor leaves them out.
     const liquid = await engine.scanFundingArb({ minSpreadBps: 0, minLiquidityUsd: 1 });
-    expect(liquid.rows.every((r) => r.venues.every((v) => (v.quoteVolume24h ?? 0) >= 1))).toBe(true);
+    expect(liquid.opportunities.every((r) => r.venues.every((v) => (v.quoteVolume24h ?? 0) >= 1))).toBe(true);
   });
 
   it('does not let the past change: a market state never sees a candle twice', async () => {

@@ -2,7 +2,13 @@ import type { Logger } from 'pino';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { MarketDataError } from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
-import { type Exchange, type MarketInfo, marketKey, type Timeframe } from '../../contracts/market.ts';
+import {
+  type Exchange,
+  type MarketInfo,
+  marketKey,
+  TIMEFRAME_MS,
+  type Timeframe,
+} from '../../contracts/market.ts';
 import type { CalibrationTable, PerpContext, Verdict } from '../../contracts/signals.ts';
 import {
   GetMarketRegimeInput,
@@ -18,12 +24,22 @@ import { verdictVerifyUrl } from '../api/verify/url.ts';
 import { forEachLimited } from './for-each-limited.ts';
 import { isFresh } from './funding-arb.ts';
 import { scanFundingArb } from './funding-scan.ts';
-import { MarketStates } from './market-states.ts';
+import { MarketStates, WARMUP_CANDLES } from './market-states.ts';
 import { describeFailure } from './operation-errors.ts';
 import type { OperationContext, SignalOperations } from './operations.ts';
-import { computeRegime, computeVerdict, defaultCalibration, ENGINE_VERSION } from './signals/index.ts';
+import { recordedVolatility } from './recorded-volatility.ts';
+import {
+  computeRegime,
+  computeVerdict,
+  createMarketState,
+  defaultCalibration,
+  ENGINE_VERSION,
+} from './signals/index.ts';
 import { PERP_VENUES, SCAN_CONCURRENCY } from './venues.ts';
-import { type RecordedVerdict, recordVerdict } from './verdict-recorder.ts';
+import { lastVerdict, type RecordedVerdict, recordVerdict, verdictStream } from './verdict-recorder.ts';
+
+/** A restart after a long outage backfills at most this many closes per market (older ones stay missing). */
+export const MAX_BACKFILL_CANDLES = 500;
 
 /** The spot book used for the basis of a perpetual, where the feed has one. */
 const SPOT_OF: Partial<Record<Exchange, Exchange>> = { BINANCE: 'BINANCE_SPOT' };
@@ -67,17 +83,32 @@ export class SignalEngine implements SignalOperations {
     this.states = new MarketStates(options.feed);
   }
 
+  /**
+   * The venue for a request that names none: on the replay feed BINANCE_SPOT when the data has
+   * spot candles (they build every timeframe from 5m up; the perpetual's replay candles are 1h
+   * only), otherwise the USDT-M perpetual, as on the live feed.
+   */
+  defaultExchange(): Exchange {
+    return this.feed.kind === 'replay' && this.feed.exchanges().includes('BINANCE_SPOT')
+      ? 'BINANCE_SPOT'
+      : 'BINANCE';
+  }
+
   async getTradeCall(raw: GetTradeCallInput, ctx: OperationContext = {}): Promise<TradeCall> {
-    return this.tradeCall(GetTradeCallInput.parse(raw), 'request', ctx);
+    return this.tradeCall(this.withExchange(GetTradeCallInput.parse(raw)), 'request', ctx);
   }
 
   /** The scheduler's entry: the same computation, recorded with trigger "schedule". */
   async scheduledTradeCall(raw: GetTradeCallInput): Promise<TradeCall> {
-    return this.tradeCall(GetTradeCallInput.parse(raw), 'schedule', {});
+    return this.tradeCall(this.withExchange(GetTradeCallInput.parse(raw)), 'schedule', {});
+  }
+
+  private withExchange<T extends { exchange?: Exchange | undefined }>(input: T): T & { exchange: Exchange } {
+    return { ...input, exchange: input.exchange ?? this.defaultExchange() };
   }
 
   async getMarketRegime(raw: GetMarketRegimeInput): Promise<RegimeReading> {
-    const input = GetMarketRegimeInput.parse(raw);
+    const input = this.withExchange(GetMarketRegimeInput.parse(raw));
     const state = await this.states.advance(input.exchange, input.coin, input.timeframe);
     const reading = computeRegime(state);
     const snapshot = state.snapshot();
@@ -92,11 +123,12 @@ export class SignalEngine implements SignalOperations {
       price: snapshot!.close,
       timestamp: Math.floor(state.lastCloseTime! / 1000),
       feed: this.feed.kind,
+      volatility: reading.volatility,
     };
   }
 
   async scanTradeCalls(raw: ScanTradeCallsInput, ctx: OperationContext = {}): Promise<ScanTradeCallsOutput> {
-    const input = ScanTradeCallsInput.parse(raw);
+    const input = this.withExchange(ScanTradeCallsInput.parse(raw));
     const markets = rankMarkets(await this.feed.markets(input.exchange)).slice(0, input.topN);
     const skipped: ScanTradeCallsOutput['skipped'] = [];
     const rows: (ScanTradeCallsOutput['calls'][number] & { volume: number })[] = [];
@@ -126,6 +158,7 @@ export class SignalEngine implements SignalOperations {
           price: call.price,
           quoteVolume24h: market.quoteVolume24h,
           verdictId: call.verdictId,
+          expectedMovePct: call.volatility?.expected_move_pct ?? null,
           volume: market.quoteVolume24h ?? 0,
         });
       } catch (err) {
@@ -161,12 +194,63 @@ export class SignalEngine implements SignalOperations {
     return scanFundingArb(this.feed, raw, this.logger);
   }
 
+  /**
+   * Records, in order, a verdict for every candle of a market that closed after the last verdict
+   * on record and before the latest close (the candles that closed while no engine ran), so a
+   * restart leaves no hole in the market's chain. The latest close is left to the normal path.
+   * Backfilled verdicts use the candles alone (the funding and basis of those past moments are
+   * not re-read) and say so in their inputs. Returns how many were recorded.
+   */
+  async backfill(market: { exchange: Exchange; coin: string; timeframe: Timeframe }): Promise<number> {
+    const { exchange, coin, timeframe } = market;
+    const tfMs = TIMEFRAME_MS[timeframe];
+    const { last } = await lastVerdict(this.store, verdictStream(market));
+    if (!last || last.data.engineVersion !== ENGINE_VERSION) return 0;
+    const latestClose = this.feed.now() - (this.feed.now() % tfMs);
+    const missed = Math.round((latestClose - last.data.candleCloseTime) / tfMs) - 1;
+    if (missed <= 0) return 0;
+    const take = Math.min(missed, MAX_BACKFILL_CANDLES);
+    const candles = await this.feed.candles(exchange, coin, timeframe, { limit: WARMUP_CANDLES + take + 1 });
+    const state = createMarketState({ exchange, coin, timeframe });
+    let recorded = 0;
+    for (const candle of candles) {
+      state.update(candle);
+      const closeTime = candle.openTime + tfMs;
+      if (closeTime <= last.data.candleCloseTime || closeTime >= latestClose) continue;
+      if (state.missingForVerdict().length > 0) continue;
+      const verdict = computeVerdict(state, undefined, this.calibration, { includeReasoning: false });
+      await recordVerdict(this.store, {
+        exchange,
+        coin,
+        timeframe,
+        call: verdict.call,
+        confidence: verdict.confidence,
+        score: verdict.score,
+        regime: verdict.regime,
+        price: verdict.price,
+        candleCloseTime: verdict.candle_close_time,
+        feed: this.feed.kind,
+        engineVersion: ENGINE_VERSION,
+        inputs: { ...inputsSummary(verdict), backfilled: true },
+        trigger: 'schedule',
+      });
+      recorded++;
+    }
+    if (recorded > 0) {
+      this.logger?.info(
+        { market: marketKey(exchange, coin, timeframe), recorded, missed },
+        'backfilled verdicts for candles that closed while the engine was down',
+      );
+    }
+    return recorded;
+  }
+
   async close(): Promise<void> {
     await this.feed.close();
   }
 
   private async tradeCall(
-    input: ReturnType<typeof GetTradeCallInput.parse>,
+    input: ReturnType<typeof GetTradeCallInput.parse> & { exchange: Exchange },
     trigger: Trigger,
     ctx: OperationContext,
   ): Promise<TradeCall> {
@@ -257,14 +341,26 @@ export function rankMarkets(markets: MarketInfo[]): MarketInfo[] {
   return [...markets].sort((a, b) => measure(b) - measure(a) || a.coin.localeCompare(b.coin));
 }
 
-function inputsSummary(verdict: Verdict): Record<string, number | null> {
-  const out: Record<string, number | null> = {};
+function inputsSummary(verdict: Verdict): Record<string, number | string | boolean | null> {
+  const out: Record<string, number | string | boolean | null> = {};
   for (const [k, v] of Object.entries(verdict.indicators))
     out[k] = v === null || Number.isFinite(v) ? v : null;
   out.perp_lean = verdict.perp_lean;
   out.calibrated_probability = verdict.calibration.probability;
+  out.edge_cell = verdict.edge.cell;
+  out.edge_measured = verdict.edge.measured;
+  const v = verdict.volatility;
+  out.vol_horizon_candles = v.horizon_candles;
+  out.vol_expected_move_pct = v.expected_move_pct;
+  out.vol_band_low = v.band_low;
+  out.vol_band_high = v.band_high;
+  out.vol_band_coverage = v.band_coverage;
+  out.vol_percentile = v.percentile;
   return out;
 }
+
+/** Inputs that are the verdict's forecasts and gate rather than indicator readings. */
+const NOT_INDICATORS = /^(vol_|edge_)/;
 
 function toTradeCall(
   recorded: RecordedVerdict,
@@ -274,7 +370,23 @@ function toTradeCall(
   const d = recorded.data;
   const same = d.candleCloseTime === computed.candle_close_time;
   const indicators: Record<string, number | null> = {};
-  for (const [k, v] of Object.entries(d.inputs)) if (typeof v === 'number' || v === null) indicators[k] = v;
+  for (const [k, v] of Object.entries(d.inputs)) {
+    if (NOT_INDICATORS.test(k)) continue;
+    if (typeof v === 'number' || v === null) indicators[k] = v;
+  }
+  const volatility = same ? computed.volatility : recordedVolatility(d.inputs, d.timeframe);
+  const edge =
+    typeof d.inputs.edge_cell === 'string' && typeof d.inputs.edge_measured === 'boolean'
+      ? {
+          cell: d.inputs.edge_cell,
+          measured: d.inputs.edge_measured,
+          reason: same
+            ? computed.edge.reason
+            : d.inputs.edge_measured
+              ? 'measured edge'
+              : 'no measured edge here',
+        }
+      : undefined;
   return {
     coin: d.coin,
     timeframe: d.timeframe,
@@ -293,6 +405,8 @@ function toTradeCall(
     signalHash: d.hash,
     ...(publicBaseUrl ? { verifyUrl: verdictVerifyUrl(publicBaseUrl, recorded) } : {}),
     engineVersion: d.engineVersion,
+    ...(volatility ? { volatility } : {}),
+    ...(edge ? { edge } : {}),
   };
 }
 

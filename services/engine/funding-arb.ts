@@ -13,7 +13,7 @@ export interface VenueFundingInput {
   quoteVolume24h: number | null;
 }
 
-export type FundingArbRow = ScanFundingArbOutput['rows'][number];
+export type FundingArbRow = Omit<ScanFundingArbOutput['opportunities'][number], 'carry'>;
 
 /**
  * Ranks one coin's venues for a funding carry: rates are first normalised to one hour with each

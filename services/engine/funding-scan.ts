@@ -4,13 +4,15 @@ import type { MarketFeed } from '../../adapters/market/port.ts';
 import type { Exchange, MarketInfo } from '../../contracts/market.ts';
 import { ScanFundingArbInput, type ScanFundingArbOutput } from '../../contracts/tools.ts';
 import { forEachLimited } from './for-each-limited.ts';
+import { carryFigures } from './funding/carry.ts';
+import { defaultCarry } from './funding/default-carry.ts';
 import { bestFundingPair, isFresh, type VenueFundingInput } from './funding-arb.ts';
 import { PERP_VENUES, SCAN_CONCURRENCY } from './venues.ts';
 
 /**
  * scan_funding_arb: for every coin listed with funding on at least two perpetual venues, the
- * latest fresh settlement per venue, normalised per hour by its own interval, and the widest
- * long/short pair. A venue that cannot answer is left out and shows as down in `venues`; its
+ * latest fresh settlement per venue, normalised per hour by its own interval, the widest
+ * long/short pair, and the carry expected to be collected over 8 h–7 d after both legs' fees. A venue that cannot answer is left out and shows as down in `venues`; its
  * data is never replaced by another venue's.
  */
 export async function scanFundingArb(
@@ -41,7 +43,7 @@ export async function scanFundingArb(
       coins.set(coin, [...(coins.get(coin) ?? []), exchange]);
     }
   }
-  const rows: ScanFundingArbOutput['rows'] = [];
+  const rows: ScanFundingArbOutput['opportunities'] = [];
   const candidates = [...coins].filter(([, exchanges]) => exchanges.length >= 2);
   await forEachLimited(candidates, SCAN_CONCURRENCY, async ([coin, exchanges]) => {
     const inputs: VenueFundingInput[] = [];
@@ -53,13 +55,28 @@ export async function scanFundingArb(
       inputs.push(v);
     }
     const row = bestFundingPair(coin, inputs);
-    if (row && row.best.spreadBps >= input.minSpreadBps) rows.push(row);
+    if (row && row.best.spreadBps >= input.minSpreadBps) {
+      const carry = carryFigures(
+        defaultCarry,
+        row.best.spreadBpsPerHour,
+        row.best.longVenue,
+        row.best.shortVenue,
+      );
+      rows.push({ ...row, carry });
+    }
   });
-  rows.sort((a, b) => b.best.spreadBps - a.best.spreadBps || a.coin.localeCompare(b.coin));
+  // Ranked by what is expected to be collected net of fees, not by the spread now: a wide
+  // spread that decays fast can be worth less than a narrower one that persists.
+  rows.sort(
+    (a, b) =>
+      b.carry.expectedNetCarryBps - a.carry.expectedNetCarryBps ||
+      b.best.spreadBps - a.best.spreadBps ||
+      a.coin.localeCompare(b.coin),
+  );
   return {
     feed: feed.kind,
     timestamp: Math.floor(now / 1000),
-    rows: rows.slice(0, input.limit),
+    opportunities: rows.slice(0, input.limit),
     venues: feed.venues().filter((v) => venues.includes(v.exchange)),
   };
 }

@@ -14,6 +14,14 @@ export interface OperationFailure {
   issues?: { path: string; message: string }[];
 }
 
+/** A failure a feature describes itself (the knowledge tools' SCREAMING_CASE codes). */
+export class OperationError extends Error {
+  override readonly name = 'OperationError';
+  constructor(readonly failure: OperationFailure) {
+    super(failure.message);
+  }
+}
+
 const MARKET_STATUS: Record<string, number> = {
   unknown_coin: 404,
   unsupported_timeframe: 422,
@@ -24,6 +32,7 @@ const MARKET_STATUS: Record<string, number> = {
 
 /** Maps a thrown error to its failure, or null when it is a bug (the channel answers 500). */
 export function describeFailure(err: unknown): OperationFailure | null {
+  if (err instanceof OperationError) return err.failure;
   if (err instanceof ZodError) {
     const issues = err.issues.map((i) => ({ path: i.path.join('.') || '(body)', message: i.message }));
     return {

@@ -11,7 +11,11 @@ export interface SchedulerOptions {
   exchange: Exchange;
   topN: number;
   logger?: Logger;
+  /** Wall-clock delay before a failed run is tried again (doubling up to 30 s). Default 1 s. */
+  retryMs?: number;
 }
+
+const MAX_RETRY_MS = 30_000;
 
 export interface SchedulerStats {
   runs: number;
@@ -32,9 +36,16 @@ export class VerdictScheduler {
   private readonly busy = new Map<Timeframe, Promise<void>>();
   private readonly again = new Set<Timeframe>();
   private stopped = false;
+  /** Markets whose missed closes were backfilled since this scheduler started. */
+  private readonly backfilled = new Set<string>();
+  /** A failed run (the store away, say) is retried on a timer, not left to the next candle close. */
+  private retryTimer: NodeJS.Timeout | null = null;
+  private retryDelay: number;
   readonly stats: SchedulerStats = { runs: 0, verdicts: 0, skipped: 0, lastRunAt: null, lastError: null };
 
-  constructor(private readonly options: SchedulerOptions) {}
+  constructor(private readonly options: SchedulerOptions) {
+    this.retryDelay = options.retryMs ?? 1000;
+  }
 
   /** Subscribes to candle closes and runs every timeframe once at once, so verdicts flow from the start. */
   start(): void {
@@ -62,6 +73,8 @@ export class VerdictScheduler {
 
   async stop(): Promise<void> {
     this.stopped = true;
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.retryTimer = null;
     for (const off of this.unsubscribe.splice(0)) off();
     this.again.clear();
     await Promise.all(this.busy.values());
@@ -78,6 +91,12 @@ export class VerdictScheduler {
       for (const market of markets) {
         if (this.stopped) return;
         try {
+          const key = marketKey(exchange, market.coin, timeframe);
+          if (!this.backfilled.has(key)) {
+            // Once per market after a start: closes missed while down are recorded first, in order.
+            await engine.backfill({ exchange, coin: market.coin, timeframe });
+            this.backfilled.add(key);
+          }
           const call = await engine.scheduledTradeCall({
             coin: market.coin,
             timeframe,
@@ -107,9 +126,26 @@ export class VerdictScheduler {
         }
       }
       this.stats.lastError = null;
+      this.retryDelay = this.options.retryMs ?? 1000;
     } catch (err) {
       this.stats.lastError = err instanceof Error ? err.message : String(err);
       logger?.error({ err, timeframe }, 'scheduled run failed');
+      // Closes that pass while the store is away are recorded by the retry's backfill, in order.
+      this.backfilled.clear();
+      this.scheduleRetry();
     }
+  }
+
+  private scheduleRetry(): void {
+    if (this.stopped || this.retryTimer) return;
+    const delay = this.retryDelay;
+    this.retryDelay = Math.min(delay * 2, MAX_RETRY_MS);
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = null;
+      if (this.stopped) return;
+      // Every scheduled timeframe: a store outage fails them all, whichever ran last.
+      for (const tf of this.options.timeframes) void this.tick(tf);
+    }, delay);
+    this.retryTimer.unref();
   }
 }

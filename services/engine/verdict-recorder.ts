@@ -85,7 +85,7 @@ export async function recordVerdict(
   }
 }
 
-async function lastVerdict(
+export async function lastVerdict(
   store: EventStore,
   stream: string,
 ): Promise<{ last: RecordedVerdict | null; revision: number | null }> {

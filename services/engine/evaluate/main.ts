@@ -1,4 +1,4 @@
-import { readdir, writeFile } from 'node:fs/promises';
+import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { parseArgs } from 'node:util';
 import { aggregateCandles } from '../../../adapters/market/aggregate.ts';
@@ -6,73 +6,106 @@ import { readCandleFile } from '../../../adapters/market/csv.ts';
 import { parseCandleFileName } from '../../../adapters/market/replay-layout.ts';
 import { SHARED_MARKET_DIR } from '../../../adapters/market/shared-data.ts';
 import type { Timeframe } from '../../../contracts/market.ts';
-import { CalibrationTableSchema } from '../../../contracts/signals.ts';
-import { DEFAULT_HOLD_BAND } from '../signals/verdict.ts';
-import { renderReport } from './report.ts';
-import { reliabilitySvg } from './svg.ts';
 import {
-  collectSamples,
-  evaluateTimeframe,
-  fitTable,
-  type Sample,
-  type TimeframeResult,
-} from './walk-forward.ts';
+  type CalibrationTable,
+  CalibrationTableSchema,
+  type VolatilityTable,
+  VolatilityTableSchema,
+} from '../../../contracts/signals.ts';
+import { parseCarryTable } from '../funding/carry.ts';
+import { parseCalibrationTable } from '../signals/calibration.ts';
+import { DEFAULT_HOLD_BAND, ENGINE_VERSION } from '../signals/verdict.ts';
+import { parseVolatilityTable, VOL_HALF_LIVES } from '../signals/volatility.ts';
+import {
+  type CallScore,
+  type CellFit,
+  fitCell,
+  fitVolatility,
+  type Kind,
+  type Settings,
+  scoreCalls,
+  scoreVolatility,
+  showsSkill,
+  testPoints,
+} from './cells.ts';
+import { type CarryEvaluation, evaluateCarry, fitCarryTable, loadFundingHistory } from './funding.ts';
+import { type CellReport, renderReport, type VolReport } from './report.ts';
+import { reliabilitySvg } from './svg.ts';
+import { collectSamples, type Sample } from './walk-forward.ts';
 
 /**
- * `npm run evaluate`: walk-forward evaluation of the signal engine on the real candles of the
- * market data set; fits and writes the shipped calibration table, the report and the diagram.
- * A full run takes about a minute on two cores; `--max-coins` subsamples for quicker runs.
+ * `npm run evaluate`: walk-forward evaluation of the three forecasts the engine sells (direction
+ * where earned, volatility and expected move, funding carry) on the real data set. It fits and
+ * writes the shipped tables, the report and the reliability diagram.
+ *
+ * `--score-only` refits nothing: it scores the shipped tables on `--data` (any directory in the
+ * shared layout; folders it lacks are skipped) from `--from` (default: the tables' training end).
  */
 
 const FROM_5M: Timeframe[] = ['5m', '15m', '30m'];
 const FROM_1H: Timeframe[] = ['1h', '2h', '4h', '8h', '12h', '1d'];
+const ORDER: Timeframe[] = [...FROM_5M, ...FROM_1H];
+const BAND_COVERAGE = 0.8;
 
 const { values } = parseArgs({
   options: {
     data: { type: 'string', default: process.env.MARKET_DATA_DIR ?? SHARED_MARKET_DIR },
     split: { type: 'string', default: '2025-06-01' },
-    /** Later splits of an expanding window: each refits on everything before it, tests after it. */
+    /** Walk-forward folds inside the training months that decide which cells emit calls. */
+    'gate-splits': { type: 'string', default: '2025-02-01,2025-04-01' },
+    /** A later fold of the expanding window, for stability (it refits; nothing is chosen on it). */
     'extra-splits': { type: 'string', default: '2025-08-01' },
+    /** Funding: carry decay fitted before this, scored after it. */
+    'funding-split': { type: 'string', default: '2026-01-01' },
     horizon: { type: 'string', default: '6' },
     'fee-bps': { type: 'string', default: '10' },
     'hold-band': { type: 'string', default: String(DEFAULT_HOLD_BAND) },
     'max-coins': { type: 'string', default: '0' },
+    'score-only': { type: 'boolean', default: false },
+    from: { type: 'string' },
     table: { type: 'string', default: 'services/engine/signals/calibration/table.json' },
-    report: { type: 'string', default: 'docs/evaluation.md' },
+    'vol-table': { type: 'string', default: 'services/engine/signals/calibration/volatility.json' },
+    'carry-table': { type: 'string', default: 'services/engine/funding/carry.json' },
+    report: { type: 'string' },
     svg: { type: 'string', default: 'docs/evaluation-reliability.svg' },
   },
 });
 
 const started = performance.now();
-const log = (msg: string) => console.log(`[${((performance.now() - started) / 1000).toFixed(1)}s] ${msg}`);
+const log = (msg: string) =>
+  process.stdout.write(`[${((performance.now() - started) / 1000).toFixed(1)}s] ${msg}\n`);
+const day = (x: string) => Date.parse(`${x.trim()}T00:00:00Z`);
+const dates = (x: string) =>
+  x
+    .split(',')
+    .filter((s) => s.trim() !== '')
+    .map(day);
 
-const split = Date.parse(`${values.split}T00:00:00Z`);
-const extraSplits = values['extra-splits']
-  .split(',')
-  .filter((x) => x.trim() !== '')
-  .map((x) => Date.parse(`${x.trim()}T00:00:00Z`));
-const horizon = Number(values.horizon);
-const feeBps = Number(values['fee-bps']);
-const holdBand = Number(values['hold-band']);
+const scoreOnly = values['score-only'];
+const split = day(values.split);
+const gateSplits = dates(values['gate-splits']).sort((a, b) => a - b);
+const extraSplits = dates(values['extra-splits']);
+const fundingSplit = day(values['funding-split']);
+const settings: Settings = {
+  horizon: Number(values.horizon),
+  feeBps: Number(values['fee-bps']),
+  holdBand: Number(values['hold-band']),
+};
 const maxCoins = Number(values['max-coins']);
-if (extraSplits.some((x) => !Number.isFinite(x) || x <= split)) {
-  throw new Error('invalid --extra-splits: dates after --split, comma-separated');
+const reportPath = values.report ?? (scoreOnly ? 'docs/evaluation-score-only.md' : 'docs/evaluation.md');
+for (const x of [split, fundingSplit, ...gateSplits, ...extraSplits]) {
+  if (!Number.isFinite(x))
+    throw new Error('invalid date in --split, --gate-splits, --extra-splits or --funding-split');
 }
-if (!Number.isFinite(split) || !(horizon >= 1) || !(feeBps >= 0) || !(holdBand >= 0 && holdBand < 1)) {
-  throw new Error('invalid --split, --horizon, --fee-bps or --hold-band');
+if (gateSplits.some((g) => g >= split) || extraSplits.some((x) => x <= split)) {
+  throw new Error('--gate-splits must be before --split, --extra-splits after it');
 }
-
-async function candleFiles(
-  folder: string,
-  timeframe: Timeframe,
-): Promise<Array<{ coin: string; path: string }>> {
-  const dir = join(values.data, 'candles', folder);
-  const names = (await readdir(dir)).sort();
-  const files = names
-    .map((name) => ({ name, parsed: parseCandleFileName(name) }))
-    .filter((f) => f.parsed?.timeframe === timeframe)
-    .map((f) => ({ coin: f.parsed!.coin, path: join(dir, f.name) }));
-  return maxCoins > 0 ? files.slice(0, maxCoins) : files;
+if (
+  !(settings.horizon >= 1) ||
+  !(settings.feeBps >= 0) ||
+  !(settings.holdBand >= 0 && settings.holdBand < 1)
+) {
+  throw new Error('invalid --horizon, --fee-bps or --hold-band');
 }
 
 type SampleSet = Map<Timeframe, Sample[][]>;
@@ -82,86 +115,255 @@ async function collect(
   base: '5m' | '1h',
   targets: Timeframe[],
   into: SampleSet,
-): Promise<number> {
-  const files = await candleFiles(folder, base);
-  let candles = 0;
+): Promise<void> {
+  const dir = join(values.data, 'candles', folder);
+  let names: string[];
+  try {
+    names = (await readdir(dir)).sort();
+  } catch {
+    log(`skipped ${dir}: not in this data directory`);
+    return;
+  }
+  let files = names
+    .map((name) => ({ name, parsed: parseCandleFileName(name) }))
+    .filter((f) => f.parsed?.timeframe === base);
+  if (maxCoins > 0) files = files.slice(0, maxCoins);
   for (const [i, f] of files.entries()) {
-    const source = await readCandleFile(f.path);
+    const source = await readCandleFile(join(dir, f.name));
     for (const tf of targets) {
       const series = tf === base ? source : aggregateCandles(source, base, tf);
-      candles += series.length;
       const list = into.get(tf) ?? [];
-      list.push(collectSamples(series, tf, horizon));
+      list.push(collectSamples(series, tf, settings.horizon));
       into.set(tf, list);
     }
-    log(
-      `${folder} ${base} ${f.coin} (${i + 1}/${files.length}): ${source.length} candles → ${targets.join(', ')}`,
-    );
+    log(`${folder} ${base} ${f.parsed!.coin} (${i + 1}/${files.length}): ${source.length} candles`);
   }
-  return candles;
 }
 
-const main: SampleSet = new Map();
+const spot: SampleSet = new Map();
+const perp: SampleSet = new Map();
 const era: SampleSet = new Map();
-let total = 0;
-total += await collect('binance-spot', '5m', FROM_5M, main);
-total += await collect('binance-spot', '1h', FROM_1H, main);
-total += await collect('binance-spot-2022', '5m', FROM_5M, era);
-total += await collect('binance-spot-2022', '1h', FROM_1H, era);
-log(`${total} closed candles streamed through the engine`);
+await collect('binance-spot', '5m', FROM_5M, spot);
+await collect('binance-spot', '1h', FROM_1H, spot);
+await collect('binance-usdm', '1h', FROM_1H, perp);
+await collect('binance-spot-2022', '5m', FROM_5M, era);
+await collect('binance-spot-2022', '1h', FROM_1H, era);
+const sets: Record<Kind, SampleSet> = { spot, perp };
 
-const table = CalibrationTableSchema.parse(
-  fitTable(main, { split, horizon, feeBps, holdBand }, { '1m': '5m', '3m': '5m' }),
-);
-const order = [...FROM_5M, ...FROM_1H];
-const mainResults: TimeframeResult[] = order.map((tf) =>
-  evaluateTimeframe(tf, main.get(tf) ?? [], table, split, Number.POSITIVE_INFINITY),
-);
-const folds = extraSplits.map((at) => {
-  const foldTable = fitTable(main, { split: at, horizon, feeBps, holdBand }, { '1m': '5m', '3m': '5m' });
-  log(`fold from ${new Date(at).toISOString().slice(0, 10)}: refitted on everything before it`);
-  return {
-    split: at,
-    results: order.map((tf) =>
-      evaluateTimeframe(tf, main.get(tf) ?? [], foldTable, at, Number.POSITIVE_INFINITY),
-    ),
-  };
-});
-const eraStart = Date.parse('2022-01-01T00:00:00Z');
-const eraResults: TimeframeResult[] = order
-  .filter((tf) => era.has(tf))
-  .map((tf) => evaluateTimeframe(tf, era.get(tf)!, table, eraStart, split));
+let table: CalibrationTable;
+let volTable: VolatilityTable;
+const cellReports: CellReport[] = [];
+const label = (ms: number) => new Date(ms).toISOString().slice(0, 10);
+
+if (!scoreOnly) {
+  const curves: CalibrationTable['curves'] = {};
+  const cells: CalibrationTable['cells'] = {};
+  let trainFrom = Number.POSITIVE_INFINITY;
+  for (const kind of ['spot', 'perp'] as const) {
+    for (const tf of ORDER) {
+      const perCoin = sets[kind].get(tf);
+      if (!perCoin) continue;
+      const shipped = fitCell(perCoin, tf, split, settings);
+      if (!shipped) continue;
+      for (const series of perCoin) if (series[0]) trainFrom = Math.min(trainFrom, series[0].closeTime);
+      if (kind === 'spot') curves[tf] = shipped.curve;
+      const evidence: CellReport['evidence'] = [];
+      const bounds = [...gateSplits, split];
+      for (let i = 0; i < gateSplits.length; i++) {
+        const g = gateSplits[i]!;
+        const fit = fitCell(perCoin, tf, g, settings);
+        if (!fit) continue;
+        const score = scoreCalls(testPoints(perCoin, tf, settings.horizon, g, bounds[i + 1]!), fit, settings);
+        const agrees = fit.direction === shipped.direction;
+        evidence.push({
+          label: `fold fit < ${label(g)}, test ${label(g)} → ${label(bounds[i + 1]!)}`,
+          score,
+          agrees,
+          pass: agrees && showsSkill(score),
+        });
+      }
+      const eraSeries = kind === 'spot' ? era.get(tf) : undefined;
+      let eraScore: CallScore | null = null;
+      if (eraSeries) {
+        eraScore = scoreCalls(testPoints(eraSeries, tf, settings.horizon, 0, split), shipped, settings);
+        evidence.push({
+          label: 'era 2022 (shipped fit)',
+          score: eraScore,
+          agrees: true,
+          pass: showsSkill(eraScore),
+        });
+      }
+      const emit = evidence.length > 0 && evidence.every((e) => e.pass);
+      cells[`${kind}:${tf}`] = {
+        emit,
+        direction: shipped.direction,
+        curve: shipped.curve,
+        evidence: evidence.map(
+          (e) =>
+            `${e.label}: skill ${(100 * e.score.skill.value).toFixed(2)} pts, one-sided 95% day-block bound ${(100 * e.score.skill.dayBlock.lowOneSided).toFixed(2)}${e.agrees ? '' : ', fitted sign differs'} → ${e.pass ? 'pass' : 'fail'}`,
+        ),
+      };
+      const test = scoreCalls(
+        testPoints(perCoin, tf, settings.horizon, split, Number.POSITIVE_INFINITY),
+        shipped,
+        settings,
+      );
+      let later: CallScore | null = null;
+      for (const x of extraSplits) {
+        const fit = fitCell(perCoin, tf, x, settings);
+        if (fit)
+          later = scoreCalls(
+            testPoints(perCoin, tf, settings.horizon, x, Number.POSITIVE_INFINITY),
+            fit,
+            settings,
+          );
+      }
+      cellReports.push({
+        kind,
+        timeframe: tf,
+        emit,
+        direction: shipped.direction,
+        evidence,
+        test,
+        later,
+        era: eraScore,
+      });
+      log(`cell ${kind}:${tf} ${emit ? 'EMITS' : 'holds'} (${shipped.direction === 1 ? 'follow' : 'fade'})`);
+    }
+  }
+  table = CalibrationTableSchema.parse({
+    version: 1,
+    method: 'isotonic-pav',
+    engineVersion: ENGINE_VERSION,
+    horizonCandles: settings.horizon,
+    feeBps: settings.feeBps,
+    holdBand: settings.holdBand,
+    trainFrom: Number.isFinite(trainFrom) ? trainFrom : split,
+    trainTo: split,
+    fittedAt: new Date().toISOString(),
+    curves,
+    fallback: { '1m': '5m', '3m': '5m' },
+    cells,
+  });
+  const models: VolatilityTable['models'] = {};
+  for (const tf of ORDER) {
+    const perCoin = spot.get(tf);
+    const model = perCoin && fitVolatility(perCoin, tf, split, settings.horizon, BAND_COVERAGE);
+    if (model) models[tf] = model;
+  }
+  volTable = VolatilityTableSchema.parse({
+    version: 1,
+    method: 'har-ewma-log',
+    horizonCandles: settings.horizon,
+    halfLives: [...VOL_HALF_LIVES],
+    bandCoverage: BAND_COVERAGE,
+    trainTo: split,
+    fittedAt: new Date().toISOString(),
+    models,
+    fallback: { '1m': '5m', '3m': '5m' },
+  });
+} else {
+  table = parseCalibrationTable(JSON.parse(await readFile(values.table, 'utf8')));
+  volTable = parseVolatilityTable(JSON.parse(await readFile(values['vol-table'], 'utf8')));
+  const from = values.from ? day(values.from) : table.trainTo;
+  for (const kind of ['spot', 'perp'] as const) {
+    for (const tf of ORDER) {
+      const entry = table.cells[`${kind}:${tf}`];
+      const perCoin = sets[kind].get(tf);
+      if (!entry || !perCoin) continue;
+      const fit: CellFit = { direction: entry.direction, curve: entry.curve };
+      const eraSeries = kind === 'spot' ? era.get(tf) : undefined;
+      cellReports.push({
+        kind,
+        timeframe: tf,
+        emit: entry.emit,
+        direction: entry.direction,
+        evidence: [],
+        test: scoreCalls(
+          testPoints(perCoin, tf, settings.horizon, from, Number.POSITIVE_INFINITY),
+          fit,
+          settings,
+        ),
+        later: null,
+        era: eraSeries
+          ? scoreCalls(testPoints(eraSeries, tf, settings.horizon, 0, split), fit, settings)
+          : null,
+      });
+    }
+  }
+}
+
+const volReports: VolReport[] = [];
+const volFrom = scoreOnly && values.from ? day(values.from) : volTable.trainTo;
+for (const [kind, set] of [
+  ['spot', spot],
+  ['perp', perp],
+  ['era 2022', era],
+] as const) {
+  for (const tf of ORDER) {
+    const perCoin = set.get(tf);
+    const model = volTable.models[tf];
+    if (!perCoin || !model) continue;
+    const from = kind === 'era 2022' ? 0 : volFrom;
+    const to = kind === 'era 2022' ? split : Number.POSITIVE_INFINITY;
+    const points = testPoints(perCoin, tf, settings.horizon, from, to);
+    if (points.length < 30) continue;
+    volReports.push({ kind, timeframe: tf, score: scoreVolatility(points, model, volTable.bandCoverage) });
+  }
+}
+log('volatility scored');
+
+// ---- funding carry ----
+let carry: CarryEvaluation | null = null;
+const history = await loadFundingHistory(values.data);
+if (history.coins === 0) {
+  log(`skipped funding: no funding/{binance,bybit,hyperliquid} files under ${values.data}`);
+} else {
+  const carryTable = scoreOnly
+    ? parseCarryTable(JSON.parse(await readFile(values['carry-table'], 'utf8')))
+    : fitCarryTable(history, fundingSplit);
+  const from = scoreOnly && values.from ? day(values.from) : carryTable.trainTo;
+  carry = evaluateCarry(history, carryTable, from);
+  if (!scoreOnly) await writeFile(values['carry-table'], `${JSON.stringify(carryTable, null, 2)}\n`);
+  log(`funding carry scored on ${carry.opportunities} opportunities`);
+}
 
 const seconds = (performance.now() - started) / 1000;
-await writeFile(values.table, `${JSON.stringify(table, null, 2)}\n`);
+if (!scoreOnly) {
+  await writeFile(values.table, `${JSON.stringify(table, null, 2)}\n`);
+  await writeFile(values['vol-table'], `${JSON.stringify(volTable, null, 2)}\n`);
+  await writeFile(
+    values.svg,
+    reliabilitySvg(
+      cellReports
+        .filter((c) => c.kind === 'spot' && c.test !== null)
+        .map((c) => ({
+          title: `${c.timeframe} (${c.test!.calls.n} test calls${c.emit ? '' : ', HOLD in service'})`,
+          bins: c.test!.reliability,
+        })),
+    ),
+  );
+}
 await writeFile(
-  values.svg,
-  reliabilitySvg(
-    mainResults.map((r) => ({ title: `${r.timeframe} (${r.calls.n} test calls)`, bins: r.reliability })),
-  ),
-);
-await writeFile(
-  values.report,
+  reportPath,
   renderReport({
+    scoreOnly,
     table,
-    main: mainResults,
-    era2022: eraResults,
-    folds,
+    volTable,
+    cells: cellReports,
+    vol: volReports,
+    carry,
     dataDir: values.data,
-    sources: [
-      'binance-spot 5m → 5m/15m/30m',
-      'binance-spot 1h → 1h/2h/4h/8h/12h/1d',
-      'binance-spot-2022 as a second out-of-sample era',
-    ],
     seconds,
+    settings,
+    gateSplits,
+    extraSplits,
+    from: scoreOnly && values.from ? day(values.from) : table.trainTo,
     svgPath: relative('docs', values.svg),
     subsample:
       maxCoins > 0 ? `Subsampled: first ${maxCoins} coins per folder.` : 'All coins of those folders.',
   }),
 );
-for (const r of mainResults) {
-  console.log(
-    `${r.timeframe.padEnd(4)} ${r.direction === 1 ? 'follow' : 'fade  '} points ${String(r.points).padStart(6)} hold ${(100 * r.holdShare).toFixed(1)}% calls ${(100 * r.calls.rate).toFixed(1)}% (n ${r.calls.n}) buy ${(100 * r.buy.rate).toFixed(1)}% sell ${(100 * r.sell.rate).toFixed(1)}% | always-buy ${(100 * r.alwaysBuy.rate).toFixed(1)}% always-sell ${(100 * r.alwaysSell.rate).toFixed(1)}% random ${(100 * r.randomSameRate).toFixed(1)}% | brier ${r.brier.toFixed(4)} vs ${r.brierBaseRate.toFixed(4)} | ≥70 n ${r.buckets[3]!.rate.n} | top step ${r.topStep === null ? '–' : `${(100 * r.topStep.top.rate).toFixed(1)}% (n ${r.topStep.top.n}) vs ${(100 * r.topStep.below.rate).toFixed(1)}% (n ${r.topStep.below.n})`}`,
-  );
-}
-log(`wrote ${values.table}, ${values.report}, ${values.svg}`);
+log(
+  `wrote ${scoreOnly ? '' : `${values.table}, ${values['vol-table']}, ${values['carry-table']}, `}${reportPath}`,
+);

@@ -1,304 +1,295 @@
-import type { CalibrationTable } from '../../../contracts/signals.ts';
-import type { Rate, TimeframeResult } from './walk-forward.ts';
+import type { Timeframe } from '../../../contracts/market.ts';
+import type { CalibrationTable, VolatilityTable } from '../../../contracts/signals.ts';
+import type { CallScore, Kind, Settings, VolScore } from './cells.ts';
+import type { CarryEvaluation } from './funding.ts';
+import type { Interval } from './stats.ts';
 
 /** Markdown report of an evaluation run; every sentence about results is computed from them. */
 
-export interface Fold {
-  split: number;
-  results: TimeframeResult[];
+export interface CellReport {
+  kind: Kind;
+  timeframe: Timeframe;
+  emit: boolean;
+  direction: 1 | -1;
+  evidence: Array<{ label: string; score: CallScore; agrees: boolean; pass: boolean }>;
+  test: CallScore | null;
+  later: CallScore | null;
+  era: CallScore | null;
+}
+
+export interface VolReport {
+  kind: Kind | 'era 2022';
+  timeframe: Timeframe;
+  score: VolScore;
 }
 
 export interface ReportInput {
+  scoreOnly: boolean;
   table: CalibrationTable;
-  main: TimeframeResult[];
-  era2022: TimeframeResult[];
-  /** Later splits of the expanding window, each with a table refitted on everything before it. */
-  folds: Fold[];
+  volTable: VolatilityTable;
+  cells: CellReport[];
+  vol: VolReport[];
+  carry: CarryEvaluation | null;
   dataDir: string;
-  sources: string[];
   seconds: number;
+  settings: Settings;
+  gateSplits: number[];
+  extraSplits: number[];
+  from: number;
   svgPath: string;
   subsample: string;
 }
 
 const pct = (x: number) => (Number.isFinite(x) ? `${(100 * x).toFixed(1)}%` : '–');
+const pts = (x: number) => (Number.isFinite(x) ? `${x >= 0 ? '+' : ''}${(100 * x).toFixed(2)}` : '–');
+const num = (x: number, d = 2) => (Number.isFinite(x) ? x.toFixed(d) : '–');
 const day = (ms: number) => new Date(ms).toISOString().slice(0, 10);
-const stance = (r: TimeframeResult) => (r.direction === 1 ? 'follow' : 'fade');
+const stance = (d: 1 | -1) => (d === 1 ? 'follow' : 'fade');
+const ci = (i: Interval, f: (x: number) => string) => `[${f(i.low)}, ${f(i.high)}]`;
 
-function rateCell(r: Rate): string {
-  if (r.n === 0) return '– (0)';
-  return `${pct(r.rate)} [${pct(r.ci.low)}–${pct(r.ci.high)}] (${r.n})`;
+function hitCell(s: CallScore): string {
+  if (s.calls.n === 0) return '– (0)';
+  return `${pct(s.calls.rate)} [${pct(s.calls.ci.low)}–${pct(s.calls.ci.high)}] [${pct(s.hitDayBlock.low)}–${pct(s.hitDayBlock.high)}] (${s.calls.n})`;
 }
 
-function bestBaseline(r: TimeframeResult): number {
-  return Math.max(r.alwaysBuy.rate, r.alwaysSell.rate, r.randomSameRate);
-}
+/** Observed hit share never falls from one reliability bin to the next (bins of ≥ 100 calls). */
+export const risesAcrossBins = (s: CallScore) => {
+  const bins = s.reliability.filter((b) => b.n >= 100);
+  return bins.every((b, i) => i === 0 || b.observed >= bins[i - 1]!.observed);
+};
 
-const beats = (r: TimeframeResult) => r.calls.n > 0 && r.calls.ci.low > bestBaseline(r);
-const loses = (r: TimeframeResult) => r.calls.n > 0 && r.calls.ci.high < bestBaseline(r);
-/** Top training step hit more often than the calls below it on unseen data, intervals apart. */
-const separates = (r: TimeframeResult) =>
-  r.topStep !== null && r.topStep.top.n > 0 && r.topStep.top.ci.low > r.topStep.below.ci.high;
-const topHigher = (r: TimeframeResult) =>
-  r.topStep !== null && r.topStep.top.n > 0 && r.topStep.top.rate > r.topStep.below.rate;
+/** Brier at or below the base-rate Brier, and the upper confidence half hitting more often. */
+export const separates = (s: CallScore) =>
+  s.calls.n > 0 && s.brier <= s.brierBase && s.upperHalf.n > 0 && s.upperHalf.rate > s.lowerHalf.rate;
 
-function resultTable(rows: TimeframeResult[]): string[] {
+function callTable(rows: Array<{ cell: CellReport; score: CallScore | null }>): string[] {
   const out = [
-    '| tf | calls | test points | HOLD | BUY hit [95% CI] (n) | SELL hit [95% CI] (n) | all calls hit [95% CI] (n) | always-BUY | always-SELL | random, same mix | Brier (base-rate Brier) |',
-    '|---|---|---:|---:|---|---|---|---:|---:|---:|---|',
+    '| cell | emits | stance | test points | HOLD share in service | would-be calls: hit [Wilson 95%] [day-block 95%] (n) | always-BUY | always-SELL | random, same mix | timing skill, pts [day-block 95%] | mean net bps per call [day-block 95%] | Brier (base-rate Brier) | hit, lower / upper confidence half |',
+    '|---|---|---|---:|---:|---|---:|---:|---:|---|---|---|---|',
+  ];
+  for (const { cell: c, score: s } of rows) {
+    if (s === null) continue;
+    const serviceHold = c.emit ? s.holdShare : 1;
+    out.push(
+      `| ${c.kind}:${c.timeframe} | ${c.emit ? 'yes' : 'no (HOLD)'} | ${stance(c.direction)} | ${s.points} | ${pct(serviceHold)} | ${hitCell(s)} | ${pct(s.alwaysBuy)} | ${pct(s.alwaysSell)} | ${pct(s.randomSame)} | ${pts(s.skill.value)} ${ci(s.skill.dayBlock, pts)} | ${num(s.netBps.mean)} ${ci(s.netBps.dayBlock, (x) => num(x))} | ${num(s.brier, 4)} (${num(s.brierBase, 4)}) | ${pct(s.lowerHalf.rate)} / ${pct(s.upperHalf.rate)} |`,
+    );
+  }
+  return out;
+}
+
+function holdShare(
+  cells: CellReport[],
+  pick: (c: CellReport) => CallScore | null,
+): { points: number; holds: number } {
+  let points = 0;
+  let holds = 0;
+  for (const c of cells) {
+    const s = pick(c);
+    if (!s) continue;
+    points += s.points;
+    holds += c.emit ? s.holds : s.points;
+  }
+  return { points, holds };
+}
+
+function volTable(rows: VolReport[]): string[] {
+  const out = [
+    '| set | tf | test points | rank corr. forecast vs realised | trailing-vol baseline | forecast − baseline [day-block 95%] | 80% band coverage [day-block 95%] | within ±5 pts of nominal | mean forecast σ / mean realised σ |',
+    '|---|---|---:|---:|---:|---|---|---|---:|',
   ];
   for (const r of rows) {
+    const s = r.score;
+    const within = Math.abs(s.coverage.value - s.nominal) <= 0.05;
     out.push(
-      `| ${r.timeframe} | ${stance(r)} | ${r.points} | ${pct(r.holdShare)} | ${rateCell(r.buy)} | ${rateCell(r.sell)} | ${rateCell(r.calls)} | ${pct(r.alwaysBuy.rate)} | ${pct(r.alwaysSell.rate)} | ${pct(r.randomSameRate)} | ${r.brier.toFixed(4)} (${r.brierBaseRate.toFixed(4)}) |`,
+      `| ${r.kind} | ${r.timeframe} | ${s.points} | ${num(s.forecastRho, 3)} | ${num(s.trailingRho, 3)} | ${num(s.gain.value, 3)} ${ci(s.gain.dayBlock, (x) => num(x, 3))} | ${pct(s.coverage.value)} ${ci(s.coverage.dayBlock, pct)} | ${within ? 'yes' : 'no'} | ${num(s.scaleRatio)} |`,
     );
   }
   return out;
 }
 
-function topStepTable(rows: TimeframeResult[], label = (r: TimeframeResult) => r.timeframe): string[] {
+function carrySection(c: CarryEvaluation | null): string[] {
+  if (c === null) return ['No funding files in this data directory: skipped.', ''];
   const out = [
-    '| tf | top step (train): |score| > → p | test hit, top step [95% CI] (n) | test hit, below it [95% CI] (n) | separated? |',
-    '|---|---|---|---|---|',
+    `Opportunities: for each coin with funding on at least two of Binance, Bybit and Hyperliquid (${c.coins} coins), every ${c.table.sampleEveryHours} h from ${day(c.from)}, the pair the scan would show (latest fresh settlement per venue, hourly-normalised, long the lowest, short the highest) with a spread of at least ${c.thresholdBps} bps per 8 h: ${c.opportunities} opportunities. Realised carry = funding the short leg received minus funding the long leg paid, settlement by settlement, over the horizon. Fee = taker fee on entry and exit of both legs (${'2 × (long + short venue fee)'}). Retention fitted on opportunities whose horizon ended before ${day(c.table.trainTo)}.`,
+    '',
+    '| horizon | opportunities | expected / realised carry [day-block 95%] | spread-now × hours / realised (the old figure) | predicted share net positive | realised share net positive | realised net bps, top tenth by expected net | bottom tenth |',
+    '|---:|---:|---|---:|---:|---:|---:|---:|',
   ];
-  for (const r of rows) {
-    if (r.topStep === null) {
-      out.push(`| ${label(r)} | flat curve: one step | – | ${rateCell(r.calls)} | no |`);
-      continue;
-    }
-    const t = r.topStep;
+  for (const h of c.horizons) {
     out.push(
-      `| ${label(r)} | ${t.from.toFixed(3)} → ${pct(t.probability)} | ${rateCell(t.top)} | ${rateCell(t.below)} | ${separates(r) ? 'yes: intervals apart' : topHigher(r) ? 'higher, intervals overlap' : 'no'} |`,
+      `| ${h.hours} h | ${h.n} | ${num(h.ratio.value)} ${ci(h.ratio.dayBlock, (x) => num(x))} | ${num(h.naiveRatio)} | ${pct(h.predictedShare)} | ${pct(h.realisedShare)} | ${num(h.topTenthNetBps, 1)} | ${num(h.bottomTenthNetBps, 1)} |`,
     );
   }
-  return out;
-}
-
-function verdictOnEdge(r: TimeframeResult): string {
-  if (r.calls.n === 0) return `${r.timeframe}: no calls`;
-  const best = bestBaseline(r);
-  const lead = r.calls.rate - best;
-  const judgement = beats(r)
-    ? 'better: lower CI bound above it'
-    : loses(r)
-      ? 'worse: upper CI bound below it'
-      : 'not distinguishable';
-  return `${r.timeframe} (${stance(r)}): calls ${pct(r.calls.rate)} vs best baseline ${pct(best)} (${lead >= 0 ? '+' : ''}${(100 * lead).toFixed(1)} pts, ${judgement})`;
-}
-
-function bucketFinding(r: TimeframeResult): string {
-  const mid = r.buckets.find((b) => b.label === '50–59')!.rate;
-  const high = r.buckets.find((b) => b.label === '≥ 70')!.rate;
-  if (high.n === 0) return `${r.timeframe}: no test call reached confidence 70 (50–59: ${rateCell(mid)})`;
-  if (mid.n === 0) return `${r.timeframe}: ≥ 70 ${rateCell(high)}; no calls at 50–59 to compare`;
-  const better = high.rate > mid.rate;
-  return `${r.timeframe}: ≥ 70 ${rateCell(high)} vs 50–59 ${rateCell(mid)} → ${better ? 'higher' : 'NOT higher'}${better && high.ci.low > mid.ci.high ? ' (intervals separate)' : ''}`;
-}
-
-const list = (rs: TimeframeResult[]) => (rs.length === 0 ? 'none' : rs.map((r) => r.timeframe).join(', '));
-
-function summary(input: ReportInput): string[] {
-  const { main, era2022, folds } = input;
-  const fade = main.filter((r) => r.direction === -1);
-  const out = ['## Summary', ''];
+  out.push('', 'The top pick at each sampling time (highest expected net carry), held to each horizon:', '');
   out.push(
-    `- Direction fitted on the training months: fade the score on ${list(fade)}; follow it on ${list(main.filter((r) => r.direction === 1))}.`,
+    '| horizon | picks | mean realised net bps [day-block 95%] | share net positive |',
+    '|---:|---:|---|---:|',
   );
-  out.push(
-    `- Test months (from ${day(input.table.trainTo)}): calls beat the best baseline with their whole 95 % interval on ${main.filter(beats).length} of ${main.length} timeframes (${list(main.filter(beats))}); significantly worse on ${list(main.filter(loses))}.`,
-  );
-  for (const f of folds) {
+  for (const t of c.topPick) {
     out.push(
-      `- Later fold (refit on everything before ${day(f.split)}, test after): beat the best baseline on ${f.results.filter(beats).length} of ${f.results.length} (${list(f.results.filter(beats))}); worse on ${list(f.results.filter(loses))}.`,
+      `| ${t.hours} h | ${t.n} | ${num(t.meanNetBps, 1)} ${ci(t.dayBlock, (x) => num(x, 1))} | ${pct(t.shareNetPositive)} |`,
     );
   }
-  if (era2022.length > 0) {
-    out.push(
-      `- 2022 era (a different market, never used for any choice): beat the best baseline on ${era2022.filter(beats).length} of ${era2022.length} (${list(era2022.filter(beats))}); worse on ${list(era2022.filter(loses))}.`,
-    );
-  }
-  const reached70 = main.filter((r) => r.buckets[3]!.rate.n > 0);
-  out.push(
-    reached70.length === 0
-      ? '- Confidence ≥ 70: no training step reached 70 %, so no test call carries it; the "≥ 70 vs 50–60" target cannot be met honestly with this score. Separation that does exist is measured below as top training step against the rest.'
-      : `- Confidence ≥ 70 occurred on ${list(reached70)}; see the bucket table.`,
-  );
-  out.push(
-    `- Top calibration step hit more often than the calls below it on test data on ${main.filter(topHigher).length} of ${main.length} timeframes, with separated 95 % intervals on ${main.filter(separates).length} (${list(main.filter(separates))}).`,
-  );
   out.push('');
-  return out;
-}
-
-function reading(input: ReportInput): string[] {
-  const { main, table, folds, era2022 } = input;
-  const flat = main.filter((r) => r.topStep === null);
-  const below50 = Object.entries(table.curves)
-    .filter(([, c]) => c.bins.every((b) => b.probability < 0.5))
-    .map(([tf]) => tf);
-  const skill = main.filter((r) => r.brier < r.brierBaseRate);
-  const noSkill = main.filter((r) => r.brier > r.brierBaseRate);
-  const sets = [main, ...folds.map((f) => f.results), ...(era2022.length > 0 ? [era2022] : [])];
-  const inAll = (ok: (r: TimeframeResult) => boolean) =>
-    main.filter((r) => sets.every((set) => set.some((x) => x.timeframe === r.timeframe && ok(x))));
-  const topWorse = main.filter((r) => r.topStep !== null && r.topStep.top.n > 0 && !topHigher(r));
-  const out = ['## Reading', ''];
-  out.push(
-    `- What the data say: over ${table.horizonCandles} candles the TradingView-style composite is a mean-reversion signal, not a trend signal. The training months favoured fading it on ${main.filter((r) => r.direction === -1).length} of ${main.length} timeframes. Fading is a sign flip of the same score: no indicator, threshold or weight was fitted.`,
-  );
-  out.push(
-    `- Out of sample, the faded calls beat the best baseline with their whole interval in every out-of-sample set (test months${folds.length > 0 ? ', later fold' : ''}${era2022.length > 0 ? ', 2022' : ''}) on ${list(inAll(beats))}, and were never significantly worse than it on ${list(inAll((r) => !loses(r)))}. Elsewhere the sets disagree: significant wins in one set, losses or noise in another${era2022.some(loses) ? ` (2022 was significantly worse on ${list(era2022.filter(loses))})` : ''}.`,
-  );
-  out.push(
-    `- The fee decides short timeframes: a ${table.feeBps} bps round trip against a ${table.horizonCandles}-candle move leaves every fitted step below 50 % on ${below50.join(', ') || 'no timeframe'}. There confidence correctly stays under 50: the call is better than always-BUY, always-SELL or a coin flip, but on average still loses to the fee.`,
-  );
-  out.push(
-    `- Confidence: the top training step did hit more often than the calls below it on ${list(main.filter(topHigher))} (intervals apart on ${list(main.filter(separates))}); on ${list(topWorse)} it hit less often, so there the highest confidences do not rank calls. The Brier score is below the base-rate Brier on ${skill.length} of ${main.length} timeframes (${list(skill)}) and above it on ${list(noSkill)}; all differences are in the third or fourth decimal. ${flat.length > 0 ? `The curve is a single flat step on ${list(flat)}.` : 'Every curve has more than one step.'}`,
-  );
-  out.push(
-    '- Regime conditioning was tried during design, on the training months only (direction and curve per regime label, fitted on the first part of training, checked on its last 2½ months), and did not validate consistently: it helped on some timeframes and lowered the hit rate on others (30m, 1h, 4h). In most regime labels, trending-up/down included, fading beat following on most timeframes, so the classic "follow in trends, fade in ranges" split is not what these months show. It is not used; the per-regime table reports test hit rates for information only, and a split chosen from it now would be tuned on the test months.',
-  );
-  out.push(
-    `- HOLD band: the TradingView band of ${table.holdBand} was kept (about 9 % HOLD). Where no step reaches 50 %, the break-even table shows no |score| band at which calls pay on average; a stricter service could answer HOLD on those timeframes.`,
-  );
-  out.push(
-    `- Limits: coins move together, so the Wilson intervals (which treat test points as independent) are too narrow; read a "separated" or "better" that only just clears the line with caution.${folds.length > 0 ? ' The later fold tests months that are also inside the main test window, so it checks stability of the fit, not fresh data.' : ''} Perpetual context (funding, basis) is wired into the score but spot files have none, so these figures are for the technical score alone. The later months the data set keeps back are the real test of this round.`,
-  );
-  out.push('');
+  if (c.skipped.length > 0) out.push(`Funding files left out (unreadable): ${c.skipped.join('; ')}.`, '');
   return out;
 }
 
 export function renderReport(input: ReportInput): string {
-  const { table } = input;
-  const lines: string[] = [];
-  lines.push('# Signal evaluation');
-  lines.push('');
-  lines.push(
-    `Generated by \`npm run evaluate\` (services/engine/evaluate/main.ts), engine \`${table.engineVersion}\`, in ${input.seconds.toFixed(0)} s. Data: \`${input.dataDir}\` (${input.sources.join('; ')}). ${input.subsample}`,
+  const { table, cells, settings } = input;
+  const emitting = cells.filter((c) => c.emit);
+  const spotCells = cells.filter((c) => c.kind === 'spot');
+  const perpCells = cells.filter((c) => c.kind === 'perp');
+  const testHold = holdShare(cells, (c) => c.test);
+  const L: string[] = [];
+  L.push('# Signal evaluation', '');
+  L.push(
+    `Generated by \`npm run evaluate${input.scoreOnly ? ' -- --score-only' : ''}\` (services/engine/evaluate/main.ts), engine \`${table.engineVersion}\`, in ${Math.round(input.seconds)} s. Data: \`${input.dataDir}\`. ${input.subsample}${input.scoreOnly ? ` Score-only: the shipped tables (fitted before ${day(table.trainTo)}) scored from ${day(input.from)}; nothing refitted.` : ''}`,
+    '',
   );
-  lines.push('');
-  lines.push(...summary(input));
-  lines.push('## Method (fixed before the test months were looked at)');
-  lines.push('');
-  lines.push(
-    '- Every closed candle is fed once to the streaming engine (services/engine/signals); once the indicators are stable the composite score (TradingView-style MA/oscillator vote, [−1, 1]) is recorded. No perpetual context (funding, basis) is used here: the spot files have none.',
+  L.push('## Summary', '');
+  L.push(
+    `- Direction only where earned: ${emitting.length} of ${cells.length} cells emit BUY/SELL (${emitting.map((c) => `${c.kind}:${c.timeframe}`).join(', ') || 'none'}); every other cell answers HOLD with "no measured edge here". HOLD share of all test points in service: ${pct(testHold.points === 0 ? Number.NaN : testHold.holds / testHold.points)}.`,
   );
-  lines.push(
-    `- Outcome: forward return from the close the verdict saw to the close **${table.horizonCandles} candles later**, on every timeframe. A BUY is right when that return exceeds the **${table.feeBps} bps** round-trip fee, a SELL when it is below −${table.feeBps} bps. No "touched the target at some point" rate is used anywhere.`,
-  );
-  lines.push(
-    `- Direction (new in ${table.engineVersion}): per timeframe, the training calls (|score| ≥ ${table.holdBand}) are scored twice, following the score's sign and against it; the side that beat the fee more often is the call direction for that timeframe (a tie follows). One sign per timeframe, nothing finer.`,
-  );
-  lines.push(
-    '- Calibration: isotonic regression (pool-adjacent-violators) of "the fitted direction beat the fee" on |score|, per timeframe, BUY and SELL pooled, steps merged until each holds ≥ max(100, 2 % of the training samples). Confidence = round(100 × fitted probability) = the training share of such calls that beat the fee. 1m and 3m have no data here and borrow the 5m curve.',
-  );
-  lines.push(
-    `- Walk-forward: the shipped table is fitted on verdicts whose whole horizon ended before **${day(table.trainTo)}** (training from ${day(table.trainFrom)}); the main figures are from verdicts at or after that date. ${input.folds.length > 0 ? `A second expanding-window fold refits on everything before ${input.folds.map((f) => day(f.split)).join(', ')} and tests after it. ` : ''}The 2022 files are a different era used once, as a final check. The structure (direction per timeframe, no regime split) was chosen on the training months alone, by fitting on their first part and checking on their last 2½ months; horizon, fee, HOLD band (${table.holdBand}, TradingView's neutral band) and binning rule are unchanged from signals-1.`,
-  );
-  lines.push(
-    `- Test points are non-overlapping: one verdict every ${table.horizonCandles} candles per coin, so consecutive outcomes of one coin share no candles. Coins still move together, so the Wilson intervals are somewhat too narrow.`,
-  );
-  lines.push(
-    "- Baselines on the same points: always-BUY, always-SELL, and random BUY/SELL calls at the engine's own BUY:SELL mix (its expected hit rate). Brier score of the calls' calibrated probability against the outcome, next to the Brier score of always predicting the training base rate (lower is better; equal means no skill beyond the base rate).",
-  );
-  lines.push('');
-  lines.push(`## Results on the test months (from ${day(table.trainTo)})`);
-  lines.push('');
-  lines.push(...resultTable(input.main));
-  lines.push('');
-  lines.push('### Edge against the baselines');
-  lines.push('');
-  for (const r of input.main) lines.push(`- ${verdictOnEdge(r)}`);
-  lines.push('');
-  lines.push('### Does confidence mean something?');
-  lines.push('');
-  lines.push(
-    'Calls in the top step of the training curve against calls below it, on test months the table never saw:',
-  );
-  lines.push('');
-  lines.push(...topStepTable(input.main));
-  lines.push('');
-  lines.push('Hit rate of test calls by confidence bucket (calibrated on training months only):');
-  lines.push('');
-  lines.push('| tf | < 50 | 50–59 | 60–69 | ≥ 70 |');
-  lines.push('|---|---|---|---|---|');
-  for (const r of [
-    ...input.main,
-    ...input.era2022.map((x) => ({ ...x, timeframe: `${x.timeframe} (2022)` as never })),
-  ]) {
-    lines.push(`| ${r.timeframe} | ${r.buckets.map((b) => rateCell(b.rate)).join(' | ')} |`);
-  }
-  lines.push('');
-  for (const r of input.main) lines.push(`- ${bucketFinding(r)}`);
-  lines.push('');
-  lines.push(`![reliability diagram](${input.svgPath})`);
-  lines.push('');
-  lines.push(
-    'Hit rate of test calls (in the fitted direction) by |score| band — a stronger score should be a better call:',
-  );
-  lines.push('');
-  lines.push(`| tf | ${input.main[0]?.scoreBands.map((b) => b.label).join(' | ')} |`);
-  lines.push(`|---|${input.main[0]?.scoreBands.map(() => '---').join('|')}|`);
-  for (const r of input.main)
-    lines.push(`| ${r.timeframe} | ${r.scoreBands.map((b) => rateCell(b.rate)).join(' | ')} |`);
-  lines.push('');
-  lines.push(
-    'Hit rate of test calls by the regime the engine held at the call (information only; the direction is not conditioned on it):',
-  );
-  lines.push('');
-  lines.push(`| tf | ${input.main[0]?.byRegime.map((b) => b.regime).join(' | ')} |`);
-  lines.push(`|---|${input.main[0]?.byRegime.map(() => '---').join('|')}|`);
-  for (const r of input.main)
-    lines.push(`| ${r.timeframe} | ${r.byRegime.map((b) => rateCell(b.rate)).join(' | ')} |`);
-  lines.push('');
-  lines.push('### A HOLD band from the training fit');
-  lines.push('');
-  lines.push(
-    'The smallest |score| whose fitted probability is ≥ 50 %, from the training curve, and the test hit rate of calls beyond it:',
-  );
-  lines.push('');
-  lines.push('| tf | break-even |score| band (train) | test hit rate beyond it |');
-  lines.push('|---|---:|---|');
-  for (const r of input.main) {
-    lines.push(
-      `| ${r.timeframe} | ${r.breakEven === null ? 'none: no step reaches 50 %' : r.breakEven.band.toFixed(3)} | ${r.breakEven === null ? '–' : rateCell(r.breakEven.calls)} |`,
+  for (const c of emitting) {
+    const s = c.test;
+    if (!s) continue;
+    L.push(
+      `- ${c.kind}:${c.timeframe} on the test months: timing skill ${pts(s.skill.value)} pts ${ci(s.skill.dayBlock, pts)} over random calls at the same mix; mean net ${num(s.netBps.mean)} bps per call ${ci(s.netBps.dayBlock, (x) => num(x))} after the ${settings.feeBps} bps fee; Brier ${num(s.brier, 4)} vs base rate ${num(s.brierBase, 4)}; upper confidence half ${pct(s.upperHalf.rate)} vs lower ${pct(s.lowerHalf.rate)} (${separates(s) ? 'confidence separates' : 'confidence does NOT separate'}).`,
     );
   }
-  lines.push('');
-  for (const f of input.folds) {
-    lines.push(`## Expanding-window fold: refit before ${day(f.split)}, test from ${day(f.split)}`);
-    lines.push('');
-    lines.push(...resultTable(f.results));
-    lines.push('');
-    lines.push(...topStepTable(f.results));
-    lines.push('');
-  }
-  if (input.era2022.length > 0) {
-    lines.push('## Another era: Binance spot 2022-01 → 2022-04 (includes the LUNA collapse)');
-    lines.push('');
-    lines.push(
-      'The shipped table (fitted on 2024–2025 training months) applied to a different market era, all of it out of sample:',
-    );
-    lines.push('');
-    lines.push(...resultTable(input.era2022));
-    lines.push('');
-    lines.push(...topStepTable(input.era2022));
-    lines.push('');
-  }
-  lines.push(...reading(input));
-  lines.push('## Calibration table shipped');
-  lines.push('');
-  lines.push(
-    '`services/engine/signals/calibration/table.json`, loaded by the verdict code. Direction and steps per timeframe (|score| upper edge → probability, training samples):',
+  const volMain = input.vol.filter((v) => v.kind !== 'era 2022');
+  const beatTrailing = volMain.filter((v) => v.score.gain.value > 0);
+  const covered = volMain.filter((v) => Math.abs(v.score.coverage.value - v.score.nominal) <= 0.05);
+  L.push(
+    `- Volatility forecast: rank correlation with realised volatility above the trailing-volatility baseline's on ${beatTrailing.length} of ${volMain.length} (set, timeframe) rows (day-block interval above 0 on ${volMain.filter((v) => v.score.gain.dayBlock.low > 0).length}); 80 % band coverage within ±5 points of nominal on ${covered.length} of ${volMain.length}.`,
   );
-  lines.push('');
-  for (const [tf, curve] of Object.entries(table.curves)) {
-    const steps = curve.bins.map(
-      (b) => `≤${b.upTo.toFixed(3)}→${(100 * b.probability).toFixed(1)}% (${b.samples})`,
-    );
-    lines.push(
-      `- ${tf} (${(curve.direction ?? 1) === 1 ? 'follow' : 'fade'}): base rate ${pct(curve.baseRate)} over ${curve.samples} samples; ${steps.join(', ')}`,
+  if (input.carry) {
+    const h = input.carry.horizons;
+    L.push(
+      `- Funding carry: expected / realised carry ${h.map((x) => `${x.hours} h ${num(x.ratio.value)} ${ci(x.ratio.dayBlock, (y) => num(y))}`).join(', ')}; the spread-now figure alone overstated it ${h.map((x) => `${num(x.naiveRatio)}×`).join(', ')}.`,
     );
   }
-  lines.push('');
-  return `${lines.join('\n')}\n`;
+  L.push('');
+
+  L.push('## Method (fixed before the test months were looked at)', '');
+  L.push(
+    `- Every closed candle is streamed through the engine (services/engine/signals). Outcome of a call: forward return from the close the verdict saw to the close ${settings.horizon} candles later; a BUY is right when it exceeds the ${settings.feeBps} bps round-trip fee, a SELL when it is below −${settings.feeBps} bps. Test points are non-overlapping (one every ${settings.horizon} candles per coin).`,
+    `- Cells: venue kind (spot = Binance spot candles; perp = Binance USDT-M perpetual candles, 1h only) × timeframe. 5m/15m/30m are built from 5m candles, 1h…1d from 1h. No cell exists for 1m/3m (no data): they answer HOLD.`,
+    `- Per cell, on training data only: the direction (follow or fade the composite score: the side whose training calls beat the fee more often) and an isotonic curve of "the call beat the fee" on |score| (confidence = round(100 × that probability)).`,
+    `- Gate (decided without the test months): walk-forward folds inside the training months (${input.gateSplits.map(day).join(', ')} → each refits on everything before it and tests up to the next boundary) plus, for spot, the 2022 era (Binance spot 2022-01 → 2022-04, LUNA collapse included) scored with the shipped fit. A cell emits BUY/SELL only when in every one of them the fitted sign agrees with the shipped sign and timing skill (hit rate − the hit rate of random calls at the same BUY:SELL mix on the same points) has its one-sided 95 % day-block bootstrap bound above 0. Perp cells have no 2022 data; their evidence is the folds alone.`,
+    `- Test months: from ${day(table.trainTo)} (the shipped tables never saw them). A later fold (${input.extraSplits.map(day).join(', ')}) refits on everything before it: a stability check, nothing is chosen on it.`,
+    '- Intervals: Wilson (per call, too narrow because coins move together) beside a day-block bootstrap (all coins of a UTC day resampled together, 400 resamples, seeded).',
+    `- Volatility: HAR-type model in logs: log realised variance of the next ${input.volTable.horizonCandles} candles on the logs of three EWMA variances of one-candle log returns (half-lives ${input.volTable.halfLives.join(', ')} candles), fitted per timeframe on spot training months; the ${Math.round(100 * input.volTable.bandCoverage)} % expected-move band uses the training quantiles of the standardised return. Baseline: plain trailing variance of the last 20 candles. \`volatile\`/\`squeeze\` follow the forecast's percentile in its 200-candle window.`,
+    '',
+  );
+
+  L.push('## Direction only where earned: the gate', '');
+  L.push(
+    '| cell | stance | evidence (fold or era: timing skill, one-sided bound) | emits |',
+    '|---|---|---|---|',
+  );
+  for (const c of cells) {
+    const ev = table.cells[`${c.kind}:${c.timeframe}`]?.evidence ?? [];
+    L.push(
+      `| ${c.kind}:${c.timeframe} | ${stance(c.direction)} | ${ev.join('<br>') || '–'} | ${c.emit ? 'yes' : 'no'} |`,
+    );
+  }
+  L.push('');
+
+  L.push(`## Test months (from ${day(input.from)}), per timeframe`, '');
+  L.push(
+    'Every cell is scored on the calls it would make (so a HOLD cell shows what it withholds); "HOLD share in service" is what the service answers (100 % where the cell does not emit).',
+    '',
+  );
+  L.push(...callTable(spotCells.map((cell) => ({ cell, score: cell.test }))), '');
+  if (perpCells.length > 0) L.push(...callTable(perpCells.map((cell) => ({ cell, score: cell.test }))), '');
+  if (cells.some((c) => c.later)) {
+    L.push(`### Later fold: refit before ${input.extraSplits.map(day).join(', ')}, test after`, '');
+    L.push(...callTable(cells.map((cell) => ({ cell, score: cell.later }))), '');
+  }
+  if (cells.some((c) => c.era)) {
+    L.push('### 2022 era (shipped fit)', '');
+    L.push(...callTable(cells.map((cell) => ({ cell, score: cell.era }))), '');
+  }
+
+  L.push('### Reliability of confidence (test months, emitting cells)', '');
+  if (emitting.length === 0) L.push('No cell emits calls.', '');
+  for (const c of emitting) {
+    const s = c.test;
+    if (!s) continue;
+    L.push(`${c.kind}:${c.timeframe}: predicted probability bin → observed hit share (calls)`, '');
+    L.push('| predicted | mean predicted | observed | calls |', '|---|---:|---:|---:|');
+    for (const b of s.reliability) {
+      L.push(`| ${pct(b.from)}–${pct(b.to)} | ${pct(b.meanPredicted)} | ${pct(b.observed)} | ${b.n} |`);
+    }
+    L.push('');
+  }
+  L.push(`![reliability diagram](${input.svgPath})`, '');
+
+  L.push('## Volatility forecast and expected-move band', '');
+  L.push(...volTable(input.vol), '');
+
+  L.push('## Funding carry: expected vs collected', '');
+  L.push(...carrySection(input.carry));
+
+  L.push('## Reading', '');
+  const spotTest = spotCells.filter((c) => c.test && c.test.calls.n > 0);
+  const netPositive = spotTest.filter((c) => c.test!.netBps.dayBlock.low > 0);
+  L.push(
+    `- Net of the fee, would-be calls made money with the whole day-block interval above 0 on ${netPositive.length} of ${spotTest.length} spot timeframes${netPositive.length ? ` (${netPositive.map((c) => c.timeframe).join(', ')})` : ''}. Timing skill is not profit: a call can beat random calls at the same mix and still lose to the fee.`,
+  );
+  const sepOk = emitting.filter((c) => c.test && separates(c.test));
+  L.push(
+    `- Confidence separates (Brier ≤ base-rate Brier and the upper confidence half hits more often) on ${sepOk.length} of ${emitting.length} emitting cells${
+      emitting.length - sepOk.length > 0
+        ? `; not on ${emitting
+            .filter((c) => !sepOk.includes(c))
+            .map((c) => `${c.kind}:${c.timeframe}`)
+            .join(', ')}`
+        : ''
+    }.`,
+  );
+  const monotone = emitting.filter((c) => c.test && risesAcrossBins(c.test));
+  L.push(
+    `- Finer: the observed hit share rises from every reliability bin (≥ 100 calls) to the next on ${monotone.length} of ${emitting.length} emitting cells${
+      emitting.length - monotone.length > 0
+        ? `; on ${emitting
+            .filter((c) => !monotone.includes(c))
+            .map((c) => `${c.kind}:${c.timeframe}`)
+            .join(', ')} the top bin hits less often than the one below it (see the reliability tables)`
+        : ''
+    }.`,
+  );
+  const heldOk = emitting.filter((c) => c.test && c.test.skill.dayBlock.lowOneSided > 0);
+  L.push(
+    `- Emitting cells whose timing skill held on the test months (one-sided bound above 0): ${heldOk.length} of ${emitting.length}.`,
+  );
+  const volFail = volMain.filter((v) => Math.abs(v.score.coverage.value - v.score.nominal) > 0.05);
+  if (volFail.length > 0) {
+    L.push(
+      `- Band coverage missed ±5 points on ${volFail.map((v) => `${v.kind}:${v.timeframe} (${pct(v.score.coverage.value)}, ${v.score.points} points)`).join(', ')}: too wide there; the forecast's scale is fitted in logs and its mean runs above the mean realised σ (ratio column).`,
+    );
+  }
+  if (input.carry) {
+    const h = input.carry.horizons;
+    const over = h.filter((x) => x.ratio.dayBlock.low > 1);
+    const ordered = h.filter((x) => x.topTenthNetBps > x.bottomTenthNetBps);
+    L.push(
+      `- Funding: the expected carry still overstates what was collected at ${over.length} of ${h.length} horizons (interval above 1): the spreads of the test months decayed faster than those of the training months. Ranking by expected net carry put a better realised net in the top tenth than in the bottom tenth at ${ordered.length} of ${h.length} horizons. Net of both legs' fees, ${h.map((x) => `${pct(x.realisedShare)} at ${x.hours} h`).join(', ')} of opportunities ended positive: most do not pay.`,
+    );
+  }
+  L.push(
+    '- Limits: the gate used the 2022 era, so it is no longer untouched data; the later fold overlaps the test months. The later months the data set keeps back are the real test. Perp context (funding, basis) is part of the live score on perpetuals but absent from these candle files, so perp figures are for the technical score alone.',
+    '',
+  );
+
+  L.push('## Tables shipped', '');
+  L.push(
+    '- `services/engine/signals/calibration/table.json`: per cell the direction, the confidence curve, the gate evidence and `emit`.',
+    '- `services/engine/signals/calibration/volatility.json`: per timeframe the HAR coefficients, residual variance and band quantiles.',
+    '- `services/engine/funding/carry.json`: per spread bucket and horizon the retention of the spread and the share of training opportunities net positive after fees.',
+    '',
+  );
+  return `${L.join('\n')}\n`;
 }

@@ -10,6 +10,7 @@ import {
 } from '../signals/calibration.ts';
 import { createMarketState } from '../signals/market-state.ts';
 import { callFor, computeScore, ENGINE_VERSION } from '../signals/verdict.ts';
+import { harFeatures } from '../signals/volatility.ts';
 import { brier, type Interval, type ReliabilityBin, reliability, wilson } from './stats.ts';
 
 /**
@@ -26,22 +27,50 @@ export interface Sample {
   forward: number;
   /** Regime label the engine held at that close (for the per-regime breakdown only). */
   regime: Regime;
+  /** HAR inputs at the close: logs of the fast/medium/slow EWMA variances scaled to the horizon. */
+  f0: number;
+  f1: number;
+  f2: number;
+  /** Plain trailing variance (mean squared log return of the last TRAILING_CANDLES): the baseline. */
+  trailing: number;
+  /** Realised variance of the next `horizon` one-candle log returns (sum of squares). */
+  realised: number;
 }
+
+/** Window of the trailing-volatility baseline the forecast has to beat. */
+export const TRAILING_CANDLES = 20;
 
 export function collectSamples(candles: readonly Candle[], timeframe: Timeframe, horizon: number): Sample[] {
   const state = createMarketState({ exchange: 'BINANCE_SPOT', coin: 'EVAL', timeframe });
   const out: Sample[] = [];
   const last = candles.length - horizon;
+  const r2 = new Float64Array(candles.length);
+  for (let i = 1; i < candles.length; i++) {
+    const a = candles[i - 1]!.close;
+    const b = candles[i]!.close;
+    r2[i] = a > 0 && b > 0 ? Math.log(b / a) ** 2 : 0;
+  }
+  let trailingSum = 0;
   for (let i = 0; i < last; i++) {
     const c = candles[i]!;
     state.update(c);
+    trailingSum += r2[i]!;
+    if (i >= TRAILING_CANDLES) trailingSum -= r2[i - TRAILING_CANDLES]!;
     if (state.missingForVerdict().length > 0) continue;
-    const { score } = computeScore(state);
+    const { score, readings } = computeScore(state);
+    const [f0, f1, f2] = harFeatures(readings.volVariances!, horizon);
+    let realised = 0;
+    for (let k = 1; k <= horizon; k++) realised += r2[i + k]!;
     out.push({
       closeTime: c.openTime + TIMEFRAME_MS[timeframe],
       score,
       forward: candles[i + horizon]!.close / c.close - 1,
       regime: state.regimeState!.regime,
+      f0,
+      f1,
+      f2,
+      trailing: Math.max(0, trailingSum) / TRAILING_CANDLES,
+      realised,
     });
   }
   return out;
@@ -108,6 +137,7 @@ export function fitTable(
     fittedAt: new Date().toISOString(),
     curves,
     fallback,
+    cells: {},
   };
 }
 

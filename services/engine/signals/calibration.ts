@@ -1,4 +1,4 @@
-import type { Timeframe } from '../../../contracts/market.ts';
+import type { Exchange, Timeframe } from '../../../contracts/market.ts';
 import {
   type CalibrationBin,
   type CalibrationCurve,
@@ -170,4 +170,58 @@ export function parseCalibrationTable(json: unknown): CalibrationTable {
     if (!table.curves[to]) throw new CalibrationError(`fallback ${tf} → ${to} names a missing curve`);
   }
   return table;
+}
+
+/** Cells group markets whose calls were evaluated together: the venue kind and the timeframe. */
+export function cellKey(exchange: Exchange, timeframe: Timeframe): string {
+  return `${exchange === 'BINANCE_SPOT' ? 'spot' : 'perp'}:${timeframe}`;
+}
+
+export const NO_EDGE_REASON = 'no measured edge here';
+
+export interface CellDecision {
+  cell: string;
+  emit: boolean;
+  direction: Direction;
+  probability: number;
+  /** Timeframe of the curve the probability came from. */
+  curveTimeframe: Timeframe;
+  reason: string;
+}
+
+/**
+ * Whether a market may get BUY/SELL and with which probability: only cells whose walk-forward
+ * evidence showed timing skill in every fold and era emit; every other cell answers HOLD.
+ */
+export function cellDecision(
+  table: CalibrationTable,
+  exchange: Exchange,
+  timeframe: Timeframe,
+  absScore: number,
+): CellDecision {
+  const cell = cellKey(exchange, timeframe);
+  const entry = table.cells[cell];
+  if (entry !== undefined) {
+    const bins = entry.curve.bins;
+    const bin = bins.find((b) => absScore <= b.upTo) ?? bins[bins.length - 1]!;
+    return {
+      cell,
+      emit: entry.emit,
+      direction: entry.direction,
+      probability: bin.probability,
+      curveTimeframe: timeframe,
+      reason: entry.emit
+        ? `timing skill over random calls at the same BUY:SELL mix in every fold and era tested (${entry.evidence.length})`
+        : `${NO_EDGE_REASON}: walk-forward evidence for ${cell} did not show timing skill in every fold and era`,
+    };
+  }
+  const { probability, timeframe: tf } = calibratedProbability(table, timeframe, absScore);
+  return {
+    cell,
+    emit: false,
+    direction: callDirection(table, timeframe),
+    probability,
+    curveTimeframe: tf,
+    reason: `${NO_EDGE_REASON}: ${cell} has no walk-forward evidence (no data of this venue kind and timeframe was evaluated)`,
+  };
 }

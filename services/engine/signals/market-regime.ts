@@ -1,13 +1,24 @@
-import type { RegimeReading } from '../../../contracts/signals.ts';
+import type { RegimeReading, VolatilityForecast } from '../../../contracts/signals.ts';
 import { InsufficientHistoryError } from './errors.ts';
 import type { MarketState } from './market-state.ts';
 import { regimeReading } from './regime.ts';
+import { volatilityForecast } from './volatility.ts';
 
 /** The regime reading after the last closed candle (get_market_regime); same classifier as verdicts. */
-export function computeRegime(state: MarketState): RegimeReading {
+export function computeRegime(state: MarketState): RegimeReading & { volatility: VolatilityForecast } {
   const regime = state.regimeState;
-  if (regime === null) {
+  const r = state.snapshot();
+  if (regime === null || r === null || r.volVariances === null || r.volPercentile === null) {
     throw new InsufficientHistoryError(state.key, state.candleCount, ['regime_metrics']);
   }
-  return regimeReading(regime);
+  return { ...regimeReading(regime), volatility: stateVolatility(state) };
+}
+
+/** The volatility forecast after the last closed candle; throws while the model warms up. */
+export function stateVolatility(state: MarketState): VolatilityForecast {
+  const r = state.snapshot();
+  if (r === null || r.volVariances === null || r.volPercentile === null) {
+    throw new InsufficientHistoryError(state.key, state.candleCount, ['volatility']);
+  }
+  return volatilityForecast(state.volatility, state.timeframe, r.volVariances, r.close, r.volPercentile);
 }

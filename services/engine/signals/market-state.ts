@@ -20,11 +20,13 @@ import {
 } from 'trading-signals';
 import type { Candle, Exchange, Timeframe } from '../../../contracts/market.ts';
 import { marketKey, TIMEFRAME_MS } from '../../../contracts/market.ts';
-import type { RegimeMetrics } from '../../../contracts/signals.ts';
+import type { RegimeMetrics, VolatilityTable } from '../../../contracts/signals.ts';
 import { Choppiness } from './choppiness.ts';
+import { defaultVolatility } from './default-volatility.ts';
 import { type RegimeOptions, type RegimeState, stepRegime } from './regime.ts';
 import { RollingPercentile } from './rolling-percentile.ts';
 import { Lagged, RollingExtreme, RollingMean } from './rolling-window.ts';
+import { EwmaVariances, forecastVariance, harFeatures, modelFor } from './volatility.ts';
 
 export const MA_PERIODS = [10, 20, 30, 50, 100, 200] as const;
 /** MAs that may still be warming up when a verdict is asked for; they vote once stable. */
@@ -42,6 +44,8 @@ export interface MarketStateOptions {
   coin: string;
   timeframe: Timeframe;
   regime?: Partial<RegimeOptions>;
+  /** Volatility model whose forecast percentile drives volatile/squeeze; default the shipped one. */
+  volatility?: VolatilityTable;
 }
 
 /** Indicator readings after the latest closed candle; null = not stable yet. */
@@ -83,6 +87,10 @@ export interface Readings {
   bearPowerPrev: number | null;
   ultimate: number | null;
   regimeMetrics: RegimeMetrics | null;
+  /** EWMA variances of one-candle log returns (fast, medium, slow), once warmed up. */
+  volVariances: readonly number[] | null;
+  /** Rank (0–100) of the current volatility forecast in its rolling window. */
+  volPercentile: number | null;
 }
 
 const pct = (v: number | null) => (v === null ? null : v * 100);
@@ -123,6 +131,9 @@ export class MarketState {
   readonly #chop = new Choppiness(14);
   readonly #atrPct = new RollingPercentile(PERCENTILE_WINDOW);
   readonly #bbWidth = new RollingPercentile(PERCENTILE_WINDOW);
+  readonly #ewma = new EwmaVariances();
+  readonly #volForecast = new RollingPercentile(PERCENTILE_WINDOW);
+  readonly #volatility: VolatilityTable;
 
   #readings: Readings | null = null;
   #regime: RegimeState | null = null;
@@ -137,6 +148,11 @@ export class MarketState {
     this.timeframe = options.timeframe;
     this.#tfMs = TIMEFRAME_MS[options.timeframe];
     this.#regimeOptions = options.regime;
+    this.#volatility = options.volatility ?? defaultVolatility;
+  }
+
+  get volatility(): VolatilityTable {
+    return this.#volatility;
   }
 
   get key(): string {
@@ -204,6 +220,15 @@ export class MarketState {
     const bbWidth = bands === null || bands.middle === 0 ? null : (bands.upper - bands.lower) / bands.middle;
     if (bbWidth !== null) this.#bbWidth.push(bbWidth);
 
+    const variances = this.#ewma.push(close);
+    if (variances !== null) {
+      const { model } = modelFor(this.#volatility, this.timeframe);
+      this.#volForecast.push(
+        forecastVariance(model, harFeatures(variances, this.#volatility.horizonCandles)),
+      );
+    }
+    const volReady = variances !== null && this.#volForecast.size >= MIN_PERCENTILE_SAMPLES;
+
     const plusDi = adx === null ? null : pct(this.#adx.pdi ?? null);
     const minusDi = adx === null ? null : pct(this.#adx.mdi ?? null);
     const adxSlope = adx !== null && adxLagged !== null ? adx - adxLagged : null;
@@ -218,7 +243,8 @@ export class MarketState {
       atrPct !== null &&
       bbWidth !== null &&
       this.#atrPct.size >= MIN_PERCENTILE_SAMPLES &&
-      this.#bbWidth.size >= MIN_PERCENTILE_SAMPLES
+      this.#bbWidth.size >= MIN_PERCENTILE_SAMPLES &&
+      volReady
     ) {
       const median = this.#atrPct.median!;
       regimeMetrics = {
@@ -232,6 +258,7 @@ export class MarketState {
         bb_width: bbWidth,
         bb_width_percentile: this.#bbWidth.percentile!,
         volatility_ratio: median > 0 ? atrPct / median : 1,
+        vol_forecast_percentile: this.#volForecast.percentile!,
       };
       this.#regime = stepRegime(this.#regime, regimeMetrics, this.#regimeOptions);
     }
@@ -279,6 +306,8 @@ export class MarketState {
       bearPowerPrev: prev?.bearPower ?? null,
       ultimate: uo,
       regimeMetrics,
+      volVariances: variances === null ? null : [...variances],
+      volPercentile: volReady ? this.#volForecast.percentile : null,
     };
   }
 

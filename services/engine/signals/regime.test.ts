@@ -13,11 +13,24 @@ const calm: RegimeMetrics = {
   bb_width: 0.02,
   bb_width_percentile: 50,
   volatility_ratio: 1,
+  vol_forecast_percentile: 50,
 };
 const trendUp: RegimeMetrics = { ...calm, adx: 38, adx_slope: 2, plus_di: 32, minus_di: 11, choppiness: 35 };
 const trendDown: RegimeMetrics = { ...trendUp, plus_di: 11, minus_di: 32 };
-const wild: RegimeMetrics = { ...calm, atr_pct: 3, atr_pct_percentile: 99, volatility_ratio: 2 };
-const tight: RegimeMetrics = { ...calm, bb_width: 0.004, bb_width_percentile: 1, atr_pct_percentile: 10 };
+const wild: RegimeMetrics = {
+  ...calm,
+  atr_pct: 3,
+  atr_pct_percentile: 99,
+  volatility_ratio: 2,
+  vol_forecast_percentile: 99,
+};
+const tight: RegimeMetrics = {
+  ...calm,
+  bb_width: 0.004,
+  bb_width_percentile: 1,
+  atr_pct_percentile: 10,
+  vol_forecast_percentile: 1,
+};
 
 function run(seq: RegimeMetrics[], persist = 3): RegimeState[] {
   let s: RegimeState | null = null;

@@ -40,15 +40,17 @@ function ramp(x: number, from: number, to: number): number {
 
 /**
  * Label scores. Trend: ADX around the classic 25 line (ramp 18→32), damped when Choppiness
- * passes 61.8 (ramp 55→68), direction from +DI/−DI. Volatile: ATR% in the top decile of its
- * window. Squeeze: Bollinger bandwidth in the bottom decile. Ranging is the floor every other
+ * passes 61.8 (ramp 55→68), direction from +DI/−DI. Volatile: the volatility forecast in the top
+ * decile of its window. Squeeze: the forecast in the bottom decile. Ranging is the floor every other
  * label has to beat, raised by choppiness and a weak ADX.
  */
 export function scoreRegimes(m: RegimeMetrics): RegimeScores {
   const trend = ramp(m.adx, 18, 32) * (1 - ramp(m.choppiness, 55, 68));
   const up = m.plus_di >= m.minus_di;
-  const volatile = ramp(m.atr_pct_percentile, 80, 97) * (0.6 + 0.4 * ramp(m.volatility_ratio, 1, 1.6));
-  const squeeze = ramp(20 - m.bb_width_percentile, 8, 18) * (1 - 0.5 * trend);
+  // volatile / squeeze follow the forecast of the next candles' volatility (its rank in the
+  // market's recent forecasts), which ranks future volatility better than trailing ATR alone.
+  const volatile = ramp(m.vol_forecast_percentile, 80, 97) * (0.6 + 0.4 * ramp(m.volatility_ratio, 1, 1.6));
+  const squeeze = ramp(20 - m.vol_forecast_percentile, 8, 18) * (1 - 0.5 * trend);
   const ranging = 0.3 + 0.4 * Math.max(ramp(m.choppiness, 50, 65), 1 - ramp(m.adx, 15, 25)) * (1 - trend);
   return {
     'trending-up': up ? trend : 0,

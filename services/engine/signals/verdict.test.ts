@@ -24,6 +24,19 @@ function stateFrom(cs: readonly Candle[]) {
   return state;
 }
 
+const FLAT = { samples: 1000, baseRate: 0.5, bins: [{ upTo: 1, probability: 0.5, samples: 1000 }] };
+
+/** The shipped table with spot:1h made an emitting cell (the shipped one holds: no measured edge). */
+function emitting(
+  direction: 1 | -1 = callDirection(defaultCalibration, '1h'),
+  curve: CalibrationTable['curves']['1h'] = defaultCalibration.cells['spot:1h']?.curve ?? FLAT,
+): CalibrationTable {
+  return {
+    ...defaultCalibration,
+    cells: { ...defaultCalibration.cells, 'spot:1h': { emit: true, direction, curve: curve!, evidence: [] } },
+  };
+}
+
 /** What a feed does: at time `now`, only candles closed by then reach the state. */
 function verdictAt(cs: readonly Candle[], now: number) {
   return computeVerdict(stateFrom(closedCandles(cs, '1h', now, cs.length)), undefined, defaultCalibration);
@@ -34,17 +47,22 @@ describe('composite verdict on real candles', () => {
     const state = createMarketState({ exchange: 'BINANCE_SPOT', coin: 'BTC', timeframe: '1h' });
     const calls = new Set<string>();
     let checked = 0;
+    const table = emitting();
     for (const c of candles) {
       state.update(c);
       if (state.missingForVerdict().length > 0) continue;
-      const v = computeVerdict(state, undefined, defaultCalibration);
+      const v = computeVerdict(state, undefined, table);
       VerdictSchema.parse(v);
       expect(v.candle_close_time).toBe(c.openTime + HOUR);
       expect(v.price).toBe(c.close);
       const direction = callDirection(defaultCalibration, '1h');
       expect(v.stance).toBe(direction === 1 ? 'follow' : 'fade');
       expect(v.call).toBe(callFor(direction * v.score, defaultCalibration.holdBand));
+      expect(v.edge).toMatchObject({ cell: 'spot:1h', measured: true });
       expect(v.regime).toBe(computeRegime(state).regime);
+      expect(v.volatility.band_low).toBeLessThan(v.price);
+      expect(v.volatility.band_high).toBeGreaterThan(v.price);
+      expect(v.volatility.expected_move_pct).toBeGreaterThan(0);
       calls.add(v.call);
       checked++;
     }
@@ -60,9 +78,10 @@ describe('composite verdict on real candles', () => {
     expect(callFor(0, 0)).toBe('HOLD');
     const state = stateFrom(candles.slice(0, 400));
     const { score } = computeScore(state);
-    const wide = computeVerdict(state, undefined, defaultCalibration, { holdBand: Math.abs(score) + 0.01 });
+    const table = emitting();
+    const wide = computeVerdict(state, undefined, table, { holdBand: Math.abs(score) + 0.01 });
     expect(wide.call).toBe('HOLD');
-    const narrow = computeVerdict(state, undefined, defaultCalibration, { holdBand: 0 });
+    const narrow = computeVerdict(state, undefined, table, { holdBand: 0 });
     const leansUp = callDirection(defaultCalibration, '1h') * score >= 0;
     expect(narrow.call).toBe(leansUp ? 'BUY' : 'SELL');
     expect(wide.confidence).toBe(100 - narrow.confidence);
@@ -70,13 +89,11 @@ describe('composite verdict on real candles', () => {
 
   it('confidence comes from the calibration table, not from |score|', () => {
     const state = stateFrom(candles.slice(0, 400));
-    const flat: CalibrationTable = {
-      ...defaultCalibration,
-      curves: {
-        '1h': { samples: 1000, baseRate: 0.42, bins: [{ upTo: 1, probability: 0.42, samples: 1000 }] },
-      },
-      fallback: {},
-    };
+    const flat = emitting(1, {
+      samples: 1000,
+      baseRate: 0.42,
+      bins: [{ upTo: 1, probability: 0.42, samples: 1000 }],
+    });
     const v = computeVerdict(state, undefined, flat, { holdBand: 0 });
     expect(v.confidence).toBe(42);
     expect(v.calibration).toEqual({ timeframe: '1h', probability: 0.42 });
@@ -87,12 +104,8 @@ describe('composite verdict on real candles', () => {
     const { score } = computeScore(state);
     expect(Math.abs(score)).toBeGreaterThan(0);
     const curve = { samples: 1000, baseRate: 0.53, bins: [{ upTo: 1, probability: 0.53, samples: 1000 }] };
-    const follow: CalibrationTable = { ...defaultCalibration, curves: { '1h': curve }, fallback: {} };
-    const fade: CalibrationTable = {
-      ...defaultCalibration,
-      curves: { '1h': { ...curve, direction: -1 } },
-      fallback: {},
-    };
+    const follow = emitting(1, curve);
+    const fade = emitting(-1, { ...curve, direction: -1 });
     const a = computeVerdict(state, undefined, follow, { holdBand: 0 });
     const b = computeVerdict(state, undefined, fade, { holdBand: 0 });
     expect(a.call).toBe(score > 0 ? 'BUY' : 'SELL');
@@ -107,6 +120,25 @@ describe('composite verdict on real candles', () => {
     const wide = { holdBand: Math.abs(score) + 0.01 };
     expect(computeVerdict(state, undefined, fade, wide).call).toBe('HOLD');
     expect(computeVerdict(state, undefined, follow, wide).call).toBe('HOLD');
+  });
+
+  it('answers HOLD with "no measured edge here" in a cell without walk-forward evidence', () => {
+    const state = stateFrom(candles.slice(0, 400));
+    const table: CalibrationTable = {
+      ...defaultCalibration,
+      cells: { 'spot:1h': { emit: false, direction: -1, curve: FLAT, evidence: ['fold: fail'] } },
+    };
+    const v = computeVerdict(state, undefined, table, { holdBand: 0 });
+    expect(v.call).toBe('HOLD');
+    expect(v.edge).toMatchObject({ cell: 'spot:1h', measured: false });
+    expect(v.edge.reason).toContain('no measured edge here');
+    expect(v.reasoning).toContain('no measured edge here');
+    // A cell the evaluation never measured (here the perpetual on 1h, absent from the table) holds too.
+    const perp = createMarketState({ exchange: 'BINANCE', coin: 'BTC', timeframe: '1h' });
+    for (const c of candles.slice(0, 400)) perp.update(c);
+    const p = computeVerdict(perp, undefined, { ...defaultCalibration, cells: {} }, { holdBand: 0 });
+    expect(p.call).toBe('HOLD');
+    expect(p.edge.reason).toContain('no measured edge here');
   });
 
   it('throws InsufficientHistoryError instead of making a verdict up', () => {

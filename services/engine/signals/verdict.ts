@@ -1,14 +1,24 @@
 import type { Call } from '../../../contracts/market.ts';
-import type { CalibrationTable, PerpContext, Verdict, Votes } from '../../../contracts/signals.ts';
-import { calibratedProbability, callDirection, type Direction } from './calibration.ts';
+import type {
+  CalibrationTable,
+  PerpContext,
+  Verdict,
+  VolatilityForecast,
+  Votes,
+} from '../../../contracts/signals.ts';
+import { cellDecision, type Direction } from './calibration.ts';
 import { InsufficientHistoryError } from './errors.ts';
+import { stateVolatility } from './market-regime.ts';
 import type { MarketState, Readings } from './market-state.ts';
 import { perpLean } from './perp-context.ts';
 import { regimeReading } from './regime.ts';
 import { computeVotes } from './votes.ts';
 
-/** signals-2: the call follows or fades the score per timeframe, as the calibration table says. */
-export const ENGINE_VERSION = 'signals-2';
+/**
+ * signals-3: BUY/SELL only in cells (venue kind × timeframe) with walk-forward timing skill in
+ * every fold and era, HOLD elsewhere; every verdict carries a volatility forecast and band.
+ */
+export const ENGINE_VERSION = 'signals-3';
 
 /** TradingView treats |rating| < 0.1 as neutral; the same band is the default HOLD band. */
 export const DEFAULT_HOLD_BAND = 0.1;
@@ -69,10 +79,12 @@ export function computeVerdict(
   const s = computeScore(state, context);
   const regimeState = state.regimeState!;
   const regime = regimeReading(regimeState);
-  const direction = callDirection(calibration, state.timeframe);
-  const call = callFor(direction * s.score, holdBand);
-  const cal = calibratedProbability(calibration, state.timeframe, Math.abs(s.score));
+  const decision = cellDecision(calibration, state.exchange, state.timeframe, Math.abs(s.score));
+  const direction = decision.direction;
+  const call = decision.emit ? callFor(direction * s.score, holdBand) : 'HOLD';
+  const cal = { timeframe: decision.curveTimeframe, probability: decision.probability };
   const directional = Math.round(100 * cal.probability);
+  const volatility = stateVolatility(state);
   const confidence = call === 'HOLD' ? 100 - directional : directional;
   const r = s.readings;
   return {
@@ -88,10 +100,23 @@ export function computeVerdict(
     candle_close_time: r.closeTime,
     calibration: { timeframe: cal.timeframe, probability: cal.probability },
     stance: direction === 1 ? 'follow' : 'fade',
+    edge: { cell: decision.cell, measured: decision.emit, reason: decision.reason },
+    volatility,
     reasoning:
       options.includeReasoning === false
         ? ''
-        : reasoning(call, confidence, s, holdBand, regime.regime, calibration, cal.timeframe, direction),
+        : reasoning(
+            call,
+            confidence,
+            s,
+            holdBand,
+            regime.regime,
+            calibration,
+            cal.timeframe,
+            direction,
+            decision.emit ? null : decision.reason,
+            volatility,
+          ),
   };
 }
 
@@ -149,6 +174,8 @@ function reasoning(
   table: CalibrationTable,
   tableTf: string,
   direction: Direction,
+  noEdge: string | null,
+  vol: VolatilityForecast,
 ): string {
   const ma = count(s.votes.ma);
   const osc = count(s.votes.oscillators);
@@ -175,7 +202,14 @@ function reasoning(
   parts.push(
     `Regime ${regime} (ADX ${r.adx?.toFixed(1)}, +DI ${r.plusDi?.toFixed(1)} / −DI ${r.minusDi?.toFixed(1)}).`,
   );
+  parts.push(
+    `Expected move over ${vol.horizon_candles} candles ±${vol.expected_move_pct.toFixed(2)}% (forecast rank ${vol.percentile.toFixed(0)} of 100); ${Math.round(100 * vol.band_coverage)}% band ${vol.band_low.toPrecision(6)}–${vol.band_high.toPrecision(6)}.`,
+  );
   const horizon = `${table.horizonCandles} candles after a ${table.feeBps} bps fee`;
+  if (noEdge !== null) {
+    parts.push(`HOLD: ${noEdge}.`);
+    return parts.join(' ');
+  }
   parts.push(
     call === 'HOLD'
       ? `HOLD confidence ${confidence}: share of similar leans (${tableTf} table) that did not beat the fee over ${horizon}.`

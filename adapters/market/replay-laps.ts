@@ -1,0 +1,111 @@
+import type { Candle, FundingRate, Timeframe } from '../../contracts/market.ts';
+import { closedCandles } from './candle-window.ts';
+import { firstAfter } from './funding-series.ts';
+
+/**
+ * The replay loops instead of stalling at the end of its data: after `end`, feed time keeps
+ * moving forward and the last `period` of the data (a whole number of days, so every candle
+ * boundary and funding schedule stays aligned) is served again, shifted by one period per lap.
+ * Candle times, verdict ids and hash chains therefore stay unique and increasing; the only seam
+ * is the price jump where one lap's last candle meets the next lap's first. Pure functions.
+ */
+
+const DAY_MS = 86_400_000;
+
+export interface Laps {
+  /** Data time where every lap after the first starts (exclusive lower bound of its candles' close). */
+  loopStart: number;
+  /** Data end: feed time up to here is lap 0, the data as it is. */
+  end: number;
+  period: number;
+}
+
+export function lapsFor(range: { start: number; end: number }): Laps {
+  const period = Math.floor((range.end - range.start) / DAY_MS) * DAY_MS;
+  if (period < DAY_MS) throw new RangeError('replay: less than a day of data cannot loop');
+  return { loopStart: range.end - period, end: range.end, period };
+}
+
+/** Lap of feed time `t`: 0 up to the data end, then 1, 2, … one per period. */
+export function lapOf(laps: Laps, t: number): number {
+  return t <= laps.end ? 0 : Math.ceil((t - laps.end) / laps.period);
+}
+
+/** Data time that feed time `t` replays. */
+export function dataTime(laps: Laps, t: number): number {
+  return t - lapOf(laps, t) * laps.period;
+}
+
+const shiftCandle = (c: Candle, by: number): Candle => (by === 0 ? c : { ...c, openTime: c.openTime + by });
+
+/** The last `limit` candles closed by feed time `until`, across laps, oldest first. */
+export function lappedCandles(
+  series: readonly Candle[],
+  timeframe: Timeframe,
+  until: number,
+  limit: number,
+  laps: Laps,
+): Candle[] {
+  const k = lapOf(laps, until);
+  if (k === 0) return closedCandles(series, timeframe, until, limit);
+  const parts: Candle[][] = [];
+  let have = 0;
+  let local = until - k * laps.period;
+  for (let j = k; j >= 0 && have < limit; j--) {
+    let part = closedCandles(series, timeframe, local, limit - have);
+    if (j > 0) part = part.filter((c) => c.openTime >= laps.loopStart);
+    parts.unshift(part.map((c) => shiftCandle(c, j * laps.period)));
+    have += part.length;
+    // Only a lap that starts at loopStart joins the lap before it; a series with a hole there
+    // ends here rather than passing older candles off as the latest.
+    if (j > 0 && (part.length === 0 || part[0]!.openTime !== laps.loopStart)) break;
+    local = laps.end;
+  }
+  return parts.flat();
+}
+
+const shiftFunding = (f: FundingRate, by: number): FundingRate =>
+  by === 0 ? f : { ...f, fundingTime: f.fundingTime + by };
+
+/** Settlements at or before feed time `now` (at most `limit`, newest last), across laps. */
+export function lappedFunding(
+  series: readonly FundingRate[],
+  now: number,
+  limit: number,
+  laps: Laps,
+): FundingRate[] {
+  const k = lapOf(laps, now);
+  const parts: FundingRate[][] = [];
+  let have = 0;
+  let local = now - k * laps.period;
+  for (let j = k; j >= 0 && have < limit; j--) {
+    // Laps hold the settlements of [loopStart, end): one at exactly `end` would fall on the same
+    // feed time as the next lap's first, so it is left to that lap.
+    const endIdx = firstAfter(series, Math.min(local, laps.end - 1));
+    let startIdx = Math.max(0, endIdx - (limit - have));
+    if (j > 0) startIdx = Math.max(startIdx, firstAfter(series, laps.loopStart - 1));
+    const part = series.slice(startIdx, endIdx).map((f) => shiftFunding(f, j * laps.period));
+    parts.unshift(part);
+    have += part.length;
+    local = laps.end;
+  }
+  return parts.flat();
+}
+
+/** The first settlement after feed time `now`, across laps; undefined past the data of lap 0 only. */
+export function nextLappedFunding(
+  series: readonly FundingRate[],
+  now: number,
+  laps: Laps,
+  loop: boolean,
+): FundingRate | undefined {
+  const k = lapOf(laps, now);
+  const local = now - k * laps.period;
+  const i = firstAfter(series, local);
+  const next = series[i];
+  if (next !== undefined && (!loop || next.fundingTime < laps.end))
+    return shiftFunding(next, k * laps.period);
+  if (!loop) return undefined;
+  const first = series[firstAfter(series, laps.loopStart - 1)];
+  return first === undefined ? undefined : shiftFunding(first, (k + 1) * laps.period);
+}

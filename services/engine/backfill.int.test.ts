@@ -1,0 +1,110 @@
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import { readCandleFile } from '../../adapters/market/csv.ts';
+import { fixtureFetch } from '../../adapters/market/fixture-fetch.ts';
+import { type FetchImplementation, LiveFeed } from '../../adapters/market/live.ts';
+import { SHIPPED_MARKET_DIR } from '../../adapters/market/replay.ts';
+import type { EventData } from '../../contracts/events.ts';
+import type { Candle } from '../../contracts/market.ts';
+import { verifyVerdictChain } from '../../contracts/verdict-hash.ts';
+import { SignalEngine } from './engine.ts';
+import { VerdictScheduler } from './scheduler.ts';
+import { verdictStream } from './verdict-recorder.ts';
+
+/**
+ * The live adapter with the fixture approach of adapters/market/live.test.ts: ccxt's fetch
+ * answers from recorded venue responses, and Binance spot klines from the real shipped candles,
+ * sliced by the request's startTime and limit as the venue would.
+ */
+const BINANCE_SPOT = 'https://api.binance.com/api/v3';
+const H = 3_600_000;
+const MARKET = { exchange: 'BINANCE_SPOT', coin: 'BTC', timeframe: '1h' } as const;
+
+function venue(candles: Candle[]): FetchImplementation {
+  const recorded = fixtureFetch([
+    { method: 'GET', url: `${BINANCE_SPOT}/exchangeInfo`, reply: 'binance-spot/exchangeInfo.json' },
+    { method: 'GET', url: `${BINANCE_SPOT}/ticker/24hr`, reply: 'binance-spot/ticker-24hr.json' },
+  ]).fetch;
+  return async (rawUrl, init) => {
+    const url = new URL(rawUrl);
+    if (`${url.origin}${url.pathname}` !== `${BINANCE_SPOT}/klines`) return recorded(rawUrl, init);
+    const start = Number(url.searchParams.get('startTime') ?? 0);
+    const limit = Number(url.searchParams.get('limit') ?? 500);
+    const rows = candles
+      .filter((c) => c.openTime >= start)
+      .slice(0, limit)
+      .map((c) => [
+        c.openTime,
+        String(c.open),
+        String(c.high),
+        String(c.low),
+        String(c.close),
+        String(c.volume),
+        c.openTime + H - 1,
+        '0',
+        0,
+        '0',
+        '0',
+        '0',
+      ]);
+    return new Response(JSON.stringify(rows), {
+      status: 200,
+      headers: { 'content-type': 'application/json' },
+    });
+  };
+}
+
+const feeds: LiveFeed[] = [];
+afterEach(async () => {
+  for (const f of feeds.splice(0)) await f.close();
+});
+
+describe('live feed restart: candles that closed while the engine was down', () => {
+  it('are backfilled in order on restart, leaving no hole in the verdict chain', async () => {
+    const candles = await readCandleFile(join(SHIPPED_MARKET_DIR, 'candles/binance-spot/BTCUSDT-1h.csv.gz'));
+    const store = new MemoryEventStore();
+    let now = Date.UTC(2025, 9, 20, 10, 30);
+    const open = () => {
+      const feed = new LiveFeed({
+        exchanges: ['BINANCE_SPOT'],
+        now: () => now,
+        fetchImplementation: venue(candles),
+      });
+      feeds.push(feed);
+      return new SignalEngine({ feed, store });
+    };
+
+    const before = open();
+    const first = await before.scheduledTradeCall({ ...MARKET });
+    expect(first.timestamp * 1000).toBe(Date.UTC(2025, 9, 20, 10));
+    await before.close();
+
+    // Down for five hours; on restart the scheduler's first run records the missed closes first.
+    now += 5 * H;
+    const after = open();
+    const scheduler = new VerdictScheduler({
+      engine: after,
+      feed: after.feed,
+      timeframes: ['1h'],
+      exchange: 'BINANCE_SPOT',
+      topN: 100,
+    });
+    await scheduler.tick('1h');
+    await scheduler.stop();
+
+    const verdicts = (await store.readStream(verdictStream(MARKET)))
+      .filter((e) => e.type === 'VerdictRecorded')
+      .map((e) => e.data as EventData<'VerdictRecorded'>);
+    const closes = verdicts.map((v) => v.candleCloseTime);
+    expect(closes).toEqual([10, 11, 12, 13, 14, 15].map((h) => Date.UTC(2025, 9, 20, h)));
+    expect(verdicts.slice(1, 5).every((v) => v.inputs.backfilled === true && v.trigger === 'schedule')).toBe(
+      true,
+    );
+    expect(verdicts[5]!.inputs.backfilled).toBeUndefined();
+    expect(verifyVerdictChain(verdicts)).toEqual({ ok: true });
+
+    // Nothing missed, nothing added: a second backfill is a no-op.
+    expect(await after.backfill(MARKET)).toBe(0);
+  });
+});

@@ -1,0 +1,105 @@
+import type { Interval } from './stats.ts';
+
+/**
+ * Day-block bootstrap: coins move together, so test points of one day are not independent.
+ * Whole days (every coin's points of that UTC day) are resampled with replacement and the
+ * statistic recomputed from the resampled days' sums. Deterministic (seeded), so the report
+ * does not change between runs on the same data.
+ */
+
+export const DAY_MS = 86_400_000;
+export const BOOTSTRAP_RESAMPLES = 400;
+
+/** Small, fast, seeded PRNG (mulberry32). */
+export function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Groups items by UTC day of `time(item)`. */
+export function byDay<T>(items: readonly T[], time: (item: T) => number): T[][] {
+  const days = new Map<number, T[]>();
+  for (const it of items) {
+    const d = Math.floor(time(it) / DAY_MS);
+    let list = days.get(d);
+    if (list === undefined) {
+      list = [];
+      days.set(d, list);
+    }
+    list.push(it);
+  }
+  return [...days.entries()].sort((a, b) => a[0] - b[0]).map(([, v]) => v);
+}
+
+/**
+ * Percentile interval of `stat` over day-resamples. `stat` receives the resampled days (the
+ * same day may appear several times) and returns NaN when undefined for that resample.
+ */
+export function dayBlockInterval<T>(
+  days: readonly (readonly T[])[],
+  stat: (days: readonly (readonly T[])[]) => number,
+  options: { resamples?: number; level?: number; seed?: number } = {},
+): Interval & { lowOneSided: number } {
+  const b = options.resamples ?? BOOTSTRAP_RESAMPLES;
+  const level = options.level ?? 0.95;
+  const rnd = seededRandom(options.seed ?? 20_251_122);
+  const values: number[] = [];
+  if (days.length === 0) return { low: Number.NaN, high: Number.NaN, lowOneSided: Number.NaN };
+  const pick: (readonly T[])[] = new Array(days.length);
+  for (let i = 0; i < b; i++) {
+    for (let k = 0; k < days.length; k++) pick[k] = days[Math.floor(rnd() * days.length)]!;
+    const v = stat(pick);
+    if (Number.isFinite(v)) values.push(v);
+  }
+  values.sort((x, y) => x - y);
+  const q = (p: number) => values[Math.min(values.length - 1, Math.max(0, Math.floor(p * values.length)))]!;
+  if (values.length === 0) return { low: Number.NaN, high: Number.NaN, lowOneSided: Number.NaN };
+  const tail = (1 - level) / 2;
+  return { low: q(tail), high: q(1 - tail), lowOneSided: q(1 - level) };
+}
+
+/** Spearman rank correlation (average ranks for ties). */
+export function spearman(xs: readonly number[], ys: readonly number[]): number {
+  const n = xs.length;
+  if (n < 3) return Number.NaN;
+  const rx = ranks(xs);
+  const ry = ranks(ys);
+  let mx = 0;
+  let my = 0;
+  for (let i = 0; i < n; i++) {
+    mx += rx[i]!;
+    my += ry[i]!;
+  }
+  mx /= n;
+  my /= n;
+  let sxy = 0;
+  let sxx = 0;
+  let syy = 0;
+  for (let i = 0; i < n; i++) {
+    const a = rx[i]! - mx;
+    const b = ry[i]! - my;
+    sxy += a * b;
+    sxx += a * a;
+    syy += b * b;
+  }
+  return sxx === 0 || syy === 0 ? Number.NaN : sxy / Math.sqrt(sxx * syy);
+}
+
+function ranks(v: readonly number[]): Float64Array {
+  const idx = Array.from(v.keys()).sort((a, b) => v[a]! - v[b]!);
+  const out = new Float64Array(v.length);
+  for (let i = 0; i < idx.length; ) {
+    let j = i;
+    while (j + 1 < idx.length && v[idx[j + 1]!] === v[idx[i]!]) j++;
+    const r = (i + j) / 2;
+    for (let k = i; k <= j; k++) out[idx[k]!] = r;
+    i = j + 1;
+  }
+  return out;
+}

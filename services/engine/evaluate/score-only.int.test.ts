@@ -1,0 +1,54 @@
+import { execFile } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, describe, expect, it } from 'vitest';
+
+const run = promisify(execFile);
+const ROOT = new URL('../../../', import.meta.url).pathname;
+const TABLES = [
+  'services/engine/signals/calibration/table.json',
+  'services/engine/signals/calibration/volatility.json',
+  'services/engine/funding/carry.json',
+];
+const dirs: string[] = [];
+afterAll(async () => {
+  for (const d of dirs) await rm(d, { recursive: true, force: true });
+});
+
+describe('npm run evaluate -- --score-only', () => {
+  it('scores the shipped tables on a directory without a 2022 folder, refitting nothing', async () => {
+    const out = await mkdtemp(join(tmpdir(), 'score-only-'));
+    dirs.push(out);
+    const before = await Promise.all(TABLES.map((t) => readFile(join(ROOT, t), 'utf8')));
+    const report = join(out, 'report.md');
+    const { stdout } = await run(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        'services/engine/evaluate/main.ts',
+        '--score-only',
+        '--data',
+        join(ROOT, 'sample-data/market'),
+        '--from',
+        '2025-09-25',
+        '--max-coins',
+        '1',
+        '--report',
+        report,
+      ],
+      { cwd: ROOT, timeout: 120_000 },
+    );
+    expect(stdout).toMatch(/skipped .*binance-spot-2022: not in this data directory/);
+    const text = await readFile(report, 'utf8');
+    expect(text).toContain('Score-only: the shipped tables');
+    expect(text).toContain('| spot:15m | yes | fade |');
+    expect(text).toContain('## Volatility forecast and expected-move band');
+    expect(text).toContain('expected / realised carry');
+    // Nothing refitted: the shipped tables are byte for byte what they were.
+    const after = await Promise.all(TABLES.map((t) => readFile(join(ROOT, t), 'utf8')));
+    expect(after).toEqual(before);
+  });
+});

@@ -1,0 +1,186 @@
+import type { Timeframe } from '../../../contracts/market.ts';
+import {
+  type VolatilityForecast,
+  type VolatilityModel,
+  type VolatilityTable,
+  VolatilityTableSchema,
+} from '../../../contracts/signals.ts';
+import { CalibrationError } from './errors.ts';
+
+/**
+ * Volatility forecast, HAR-type: three exponentially weighted variances of one-candle log
+ * returns (a fast, a medium and a slow half-life, the "day/week/month" of HAR scaled to candles)
+ * are regressed in logs on the realised variance of the next H candles. Fitting in logs keeps
+ * the forecast positive and tames the fat tails; exp(ŷ + s²/2) turns it back into a mean. The
+ * expected-move band uses the training quantiles of the standardised H-candle return, so its
+ * coverage is whatever the training months showed, not a normal assumption.
+ */
+
+export const VOL_HALF_LIVES: readonly [number, number, number] = [6, 30, 120];
+/** Variances below this are treated as this (a candle with no trades would give log(0)). */
+const FLOOR = 1e-12;
+
+/** Streaming EWMA variances of log returns (mean taken as 0, as is usual for short horizons). */
+export class EwmaVariances {
+  readonly #alpha: number[];
+  readonly #v: number[] = [0, 0, 0];
+  #lastClose = Number.NaN;
+  #n = 0;
+
+  constructor(halfLives: readonly number[] = VOL_HALF_LIVES) {
+    this.#alpha = halfLives.map((h) => 1 - 2 ** (-1 / h));
+  }
+
+  /** Feeds one close; returns the variances once the slow one has had two half-lives. */
+  push(close: number): readonly number[] | null {
+    if (Number.isFinite(this.#lastClose) && this.#lastClose > 0 && close > 0) {
+      const r = Math.log(close / this.#lastClose);
+      const r2 = r * r;
+      for (let i = 0; i < 3; i++) {
+        this.#v[i] = this.#n === 0 ? r2 : this.#v[i]! + this.#alpha[i]! * (r2 - this.#v[i]!);
+      }
+      this.#n++;
+    }
+    this.#lastClose = close;
+    return this.ready ? this.#v : null;
+  }
+
+  get ready(): boolean {
+    return this.#n >= 60;
+  }
+
+  get values(): readonly number[] {
+    return this.#v;
+  }
+}
+
+/** The regression's inputs: logs of the three variances scaled to the horizon. */
+export function harFeatures(variances: readonly number[], horizon: number): [number, number, number] {
+  return [
+    Math.log(Math.max(FLOOR, variances[0]! * horizon)),
+    Math.log(Math.max(FLOOR, variances[1]! * horizon)),
+    Math.log(Math.max(FLOOR, variances[2]! * horizon)),
+  ];
+}
+
+/** Forecast variance of the H-candle log return (a mean, not a median). */
+export function forecastVariance(model: VolatilityModel, features: readonly number[]): number {
+  const [b0, b1, b2, b3] = model.coefficients;
+  const y = b0 + b1 * features[0]! + b2 * features[1]! + b3 * features[2]!;
+  return Math.exp(y + model.residualVariance / 2);
+}
+
+export function modelFor(
+  table: VolatilityTable,
+  timeframe: Timeframe,
+): { model: VolatilityModel; timeframe: Timeframe } {
+  const tf = table.models[timeframe] ? timeframe : table.fallback[timeframe];
+  const model = tf === undefined ? undefined : table.models[tf];
+  if (tf === undefined || model === undefined) {
+    throw new CalibrationError(`volatility table has no model for ${timeframe}`);
+  }
+  return { model, timeframe: tf };
+}
+
+/** The forecast a verdict or regime reading carries. */
+export function volatilityForecast(
+  table: VolatilityTable,
+  timeframe: Timeframe,
+  variances: readonly number[],
+  close: number,
+  percentile: number,
+): VolatilityForecast {
+  const { model, timeframe: tf } = modelFor(table, timeframe);
+  const sigma = Math.sqrt(forecastVariance(model, harFeatures(variances, table.horizonCandles)));
+  return {
+    horizon_candles: table.horizonCandles,
+    expected_move_pct: 100 * sigma,
+    band_coverage: table.bandCoverage,
+    band_low: close * Math.exp(model.bandLow * sigma),
+    band_high: close * Math.exp(model.bandHigh * sigma),
+    percentile,
+    model_timeframe: tf,
+  };
+}
+
+/** Ordinary least squares via the normal equations (4 × 4, Gaussian elimination with pivoting). */
+export function leastSquares(rows: readonly (readonly number[])[], ys: readonly number[]): number[] {
+  const k = rows[0]!.length;
+  const a = Array.from({ length: k }, () => new Array<number>(k + 1).fill(0));
+  for (let r = 0; r < rows.length; r++) {
+    const x = rows[r]!;
+    for (let i = 0; i < k; i++) {
+      for (let j = 0; j < k; j++) a[i]![j]! += x[i]! * x[j]!;
+      a[i]![k]! += x[i]! * ys[r]!;
+    }
+  }
+  for (let c = 0; c < k; c++) {
+    let pivot = c;
+    for (let r = c + 1; r < k; r++) if (Math.abs(a[r]![c]!) > Math.abs(a[pivot]![c]!)) pivot = r;
+    [a[c], a[pivot]] = [a[pivot]!, a[c]!];
+    const d = a[c]![c]!;
+    if (Math.abs(d) < 1e-15) throw new CalibrationError('volatility fit: singular design');
+    for (let r = 0; r < k; r++) {
+      if (r === c) continue;
+      const f = a[r]![c]! / d;
+      for (let j = c; j <= k; j++) a[r]![j]! -= f * a[c]![j]!;
+    }
+  }
+  return a.map((row, i) => row[k]! / row[i]!);
+}
+
+export interface VolatilityFitSample {
+  /** log features at the close (harFeatures). */
+  features: readonly number[];
+  /** Realised variance of the next H one-candle log returns (sum of squares). */
+  realised: number;
+  /** log(close[t+H] / close[t]). */
+  logReturn: number;
+}
+
+/** Fits one timeframe's model on training samples. */
+export function fitVolatilityModel(
+  samples: readonly VolatilityFitSample[],
+  coverage: number,
+): VolatilityModel {
+  if (samples.length < 50) throw new CalibrationError('volatility fit: too few samples');
+  const rows = samples.map((s) => [1, ...s.features]);
+  const ys = samples.map((s) => Math.log(Math.max(FLOOR, s.realised)));
+  const beta = leastSquares(rows, ys);
+  let ss = 0;
+  for (let i = 0; i < rows.length; i++) {
+    const x = rows[i]!;
+    const e = ys[i]! - (beta[0]! + beta[1]! * x[1]! + beta[2]! * x[2]! + beta[3]! * x[3]!);
+    ss += e * e;
+  }
+  const model: VolatilityModel = {
+    coefficients: [beta[0]!, beta[1]!, beta[2]!, beta[3]!],
+    residualVariance: ss / Math.max(1, rows.length - 4),
+    bandLow: 0,
+    bandHigh: 0,
+    samples: samples.length,
+  };
+  const z = samples
+    .map((s) => s.logReturn / Math.sqrt(forecastVariance(model, s.features)))
+    .sort((a, b) => a - b);
+  const tail = (1 - coverage) / 2;
+  return { ...model, bandLow: quantile(z, tail), bandHigh: quantile(z, 1 - tail) };
+}
+
+/** Linear-interpolated quantile of a sorted array. */
+export function quantile(sorted: readonly number[], q: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  const pos = q * (sorted.length - 1);
+  const lo = Math.floor(pos);
+  const hi = Math.min(sorted.length - 1, lo + 1);
+  return sorted[lo]! + (sorted[hi]! - sorted[lo]!) * (pos - lo);
+}
+
+export function parseVolatilityTable(json: unknown): VolatilityTable {
+  const table = VolatilityTableSchema.parse(json);
+  for (const [tf, to] of Object.entries(table.fallback)) {
+    if (!table.models[to])
+      throw new CalibrationError(`volatility fallback ${tf} → ${to} names a missing model`);
+  }
+  return table;
+}

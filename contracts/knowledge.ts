@@ -1,0 +1,190 @@
+import { z } from 'zod';
+
+/**
+ * The knowledge tools (`search_knowledge`, `chat_knowledge`) and their routes (`POST /api/search`,
+ * `POST /api/chat`). Bounds follow the public peer: query 3–500 characters after trimming, limit
+ * 1–50 (default 10), question 5–500 characters.
+ */
+export const SEARCH_QUERY_MIN = 3;
+export const SEARCH_QUERY_MAX = 500;
+export const SEARCH_LIMIT_MAX = 50;
+export const SEARCH_LIMIT_DEFAULT = 10;
+export const CHAT_QUESTION_MIN = 5;
+export const CHAT_QUESTION_MAX = 500;
+export const EXTRACTIVE_MODEL = 'extractive';
+
+/**
+ * Every code the two routes answer with, its HTTP status and what it means. The same table is
+ * indexed as part of the knowledge corpus, so the service can answer "what does INVALID_MODEL mean".
+ */
+export const KNOWLEDGE_ERRORS = {
+  INVALID_QUERY: { status: 400, meaning: 'query is missing, not a string, or only whitespace' },
+  QUERY_TOO_SHORT: {
+    status: 400,
+    meaning: `query is shorter than ${SEARCH_QUERY_MIN} characters after trimming`,
+  },
+  QUERY_TOO_LONG: {
+    status: 400,
+    meaning: `query is longer than ${SEARCH_QUERY_MAX} characters after trimming`,
+  },
+  INVALID_LIMIT: { status: 400, meaning: `limit is not an integer from 1 to ${SEARCH_LIMIT_MAX}` },
+  INVALID_QUESTION: { status: 400, meaning: 'question is missing, not a string, or only whitespace' },
+  QUESTION_TOO_SHORT: {
+    status: 400,
+    meaning: `question is shorter than ${CHAT_QUESTION_MIN} characters after trimming`,
+  },
+  QUESTION_TOO_LONG: {
+    status: 400,
+    meaning: `question is longer than ${CHAT_QUESTION_MAX} characters after trimming`,
+  },
+  INVALID_MODEL: {
+    status: 400,
+    meaning: 'model is not a string, or is neither "extractive" nor a model name this server allows',
+  },
+  UNAUTHORIZED: {
+    status: 401,
+    meaning: 'no live API key: the routes need the header "Authorization: Bearer <API_KEY>"',
+  },
+  QUOTA_EXHAUSTED: {
+    status: 429,
+    meaning: "the key's monthly (or free daily) call quota is used up; Retry-After says when it resets",
+  },
+  CHAT_QUOTA_EXHAUSTED: {
+    status: 429,
+    meaning:
+      "the key's chat quota for this UTC month is used up; Retry-After counts the seconds to the month's end",
+  },
+  KEY_UNVERIFIABLE: {
+    status: 503,
+    meaning: 'the API key or its quota could not be checked right now; retry shortly',
+  },
+  INTERNAL_ERROR: { status: 500, meaning: 'the request failed on our side; nothing was counted' },
+} as const;
+export type KnowledgeErrorCode = keyof typeof KNOWLEDGE_ERRORS;
+
+export const KnowledgeErrorBody = z.object({ code: z.string(), message: z.string() });
+
+/**
+ * MCP inputs: only the structure is checked by the schema (a wrong type stays -32602, as for
+ * every tool); the bounds are checked by the tool so that they answer with the codes above.
+ */
+export const SearchKnowledgeInput = z.strictObject({
+  query: z
+    .string()
+    .describe(`What to look for, ${SEARCH_QUERY_MIN}–${SEARCH_QUERY_MAX} characters after trimming`),
+  limit: z
+    .number()
+    .int()
+    .optional()
+    .describe(`How many passages, 1–${SEARCH_LIMIT_MAX} (default ${SEARCH_LIMIT_DEFAULT})`),
+});
+export const ChatKnowledgeInput = z.strictObject({
+  question: z.string().describe(`The question, ${CHAT_QUESTION_MIN}–${CHAT_QUESTION_MAX} characters`),
+  model: z
+    .string()
+    .optional()
+    .describe(`"${EXTRACTIVE_MODEL}" (default: quotes the documentation) or a configured generative model`),
+});
+
+export const SourceType = z.enum([
+  'readme',
+  'doc',
+  'contract',
+  'webhooks',
+  'errors',
+  'pricing',
+  'methodology',
+  'live',
+]);
+export type SourceType = z.infer<typeof SourceType>;
+
+export const SearchResult = z.object({
+  id: z.string(),
+  score: z.number(),
+  source_type: SourceType,
+  source_url: z.string(),
+  title: z.string(),
+  /** The passage around the best match, matching terms wrapped in `**`. */
+  excerpt: z.string(),
+});
+export type SearchResult = z.infer<typeof SearchResult>;
+
+export const SearchAnswer = z.object({
+  query: z.string(),
+  total_results: z.number().int().nonnegative(),
+  results: z.array(SearchResult),
+});
+export type SearchAnswer = z.infer<typeof SearchAnswer>;
+
+export const Citation = z.object({
+  id: z.string(),
+  source_url: z.string(),
+  title: z.string(),
+  /** Verbatim text of the cited passage. */
+  quote: z.string(),
+});
+export type Citation = z.infer<typeof Citation>;
+
+export const ChatAnswer = z.object({
+  question: z.string(),
+  answer: z.string(),
+  citations: z.array(Citation),
+  model: z.string(),
+  /** True when the answer is made of (or checked against) retrieved passages it cites. */
+  grounded: z.boolean(),
+  /** Why the answer is not what was asked for (a generative model unavailable or off-source). */
+  note: z.string().optional(),
+});
+export type ChatAnswer = z.infer<typeof ChatAnswer>;
+
+/** `_service.chat_quota`: chats left this UTC month for the caller. */
+export const ChatQuotaSnapshot = z.object({
+  used: z.number().int().nonnegative(),
+  total: z.number().int().nonnegative(),
+  remaining: z.number().int().nonnegative(),
+  resets_at: z.iso.datetime(),
+});
+export type ChatQuotaSnapshot = z.infer<typeof ChatQuotaSnapshot>;
+
+export type Checked<T> = { ok: true; value: T } | { ok: false; code: KnowledgeErrorCode; message: string };
+
+function fail(
+  code: KnowledgeErrorCode,
+  detail?: string,
+): { ok: false; code: KnowledgeErrorCode; message: string } {
+  return { ok: false, code, message: detail ?? KNOWLEDGE_ERRORS[code].meaning };
+}
+
+/** Checks a search request body (HTTP) or tool arguments (MCP) against the bounds. */
+export function checkSearch(body: unknown): Checked<{ query: string; limit: number }> {
+  const fields = (typeof body === 'object' && body !== null ? body : {}) as Record<string, unknown>;
+  const raw = fields.query;
+  if (typeof raw !== 'string' || raw.trim() === '') return fail('INVALID_QUERY');
+  const query = raw.trim();
+  if (query.length < SEARCH_QUERY_MIN) return fail('QUERY_TOO_SHORT');
+  if (query.length > SEARCH_QUERY_MAX) return fail('QUERY_TOO_LONG');
+  const limit = fields.limit ?? SEARCH_LIMIT_DEFAULT;
+  if (typeof limit !== 'number' || !Number.isInteger(limit) || limit < 1 || limit > SEARCH_LIMIT_MAX) {
+    return fail('INVALID_LIMIT');
+  }
+  return { ok: true, value: { query, limit } };
+}
+
+/** Checks a chat request; `models` are the generative model names this server allows. */
+export function checkChat(
+  body: unknown,
+  models: readonly string[],
+): Checked<{ question: string; model: string }> {
+  const fields = (typeof body === 'object' && body !== null ? body : {}) as Record<string, unknown>;
+  const raw = fields.question;
+  if (typeof raw !== 'string' || raw.trim() === '') return fail('INVALID_QUESTION');
+  const question = raw.trim();
+  if (question.length < CHAT_QUESTION_MIN) return fail('QUESTION_TOO_SHORT');
+  if (question.length > CHAT_QUESTION_MAX) return fail('QUESTION_TOO_LONG');
+  const model = fields.model ?? EXTRACTIVE_MODEL;
+  if (typeof model !== 'string' || (model !== EXTRACTIVE_MODEL && !models.includes(model))) {
+    const allowed = [EXTRACTIVE_MODEL, ...models].map((m) => JSON.stringify(m)).join(', ');
+    return fail('INVALID_MODEL', `model must be one of ${allowed}`);
+  }
+  return { ok: true, value: { question, model } };
+}

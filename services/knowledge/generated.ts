@@ -1,0 +1,247 @@
+import { z } from 'zod';
+import type { Config } from '../../contracts/config.ts';
+import {
+  ChatAnswer,
+  ChatKnowledgeInput,
+  KNOWLEDGE_ERRORS,
+  SearchAnswer,
+  SearchKnowledgeInput,
+} from '../../contracts/knowledge.ts';
+import { TOOL_SCHEMAS } from '../../contracts/tools.ts';
+import type { Passage } from './passages.ts';
+
+/**
+ * Passages generated from structured sources: the tool contract from the same zod schemas that
+ * validate requests, the error codes from their tables, prices and plans from configuration.
+ * Numbers in answers come from here, never from a model.
+ */
+
+type JsonSchema = {
+  type?: string | string[];
+  enum?: unknown[];
+  default?: unknown;
+  minimum?: number;
+  maximum?: number;
+  minLength?: number;
+  maxLength?: number;
+  description?: string;
+  properties?: Record<string, JsonSchema>;
+  required?: string[];
+  items?: JsonSchema;
+  anyOf?: JsonSchema[];
+};
+
+function describeField(name: string, schema: JsonSchema, required: boolean): string {
+  const parts: string[] = [];
+  if (schema.enum) parts.push(`one of ${schema.enum.map(String).join(', ')}`);
+  else if (schema.anyOf) parts.push(schema.anyOf.map((s) => s.type ?? 'value').join(' or '));
+  else if (schema.type) parts.push(Array.isArray(schema.type) ? schema.type.join(' or ') : schema.type);
+  const bounded = (x: number | undefined) => x !== undefined && Math.abs(x) < Number.MAX_SAFE_INTEGER;
+  if (bounded(schema.minimum) && bounded(schema.maximum))
+    parts.push(`from ${schema.minimum} to ${schema.maximum}`);
+  if (schema.minLength !== undefined || schema.maxLength !== undefined)
+    parts.push(`${schema.minLength ?? 0} to ${schema.maxLength ?? 'any'} characters`);
+  if (schema.default !== undefined) parts.push(`default ${JSON.stringify(schema.default)}`);
+  parts.push(required && schema.default === undefined ? 'required' : 'optional');
+  const description = schema.description ? `: ${schema.description}` : '';
+  return `${name} (${parts.join(', ')})${description}`;
+}
+
+function fieldsOf(schema: z.ZodType, io: 'input' | 'output'): string {
+  const json = z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as JsonSchema;
+  const required = new Set(json.required ?? []);
+  return Object.entries(json.properties ?? {})
+    .map(([name, field]) => describeField(name, field, required.has(name)))
+    .join('; ');
+}
+
+const TOOL_SUMMARY: Record<string, string> = {
+  get_trade_call: 'a composite BUY, SELL or HOLD verdict with calibrated confidence for a coin and timeframe',
+  get_market_regime: 'the market regime (trending-up, trending-down, ranging, volatile, squeeze) of a coin',
+  scan_trade_calls: "the strongest calls among a venue's top markets, ranked",
+  scan_funding_arb: 'perpetual funding-rate spreads across venues with the best long/short pair per coin',
+  search_knowledge: 'passages of the documentation and live facts that match a query (POST /api/search)',
+  chat_knowledge:
+    'an answer to a question, quoted from the documentation with [n] citations (POST /api/chat)',
+};
+
+export function contractPassages(): Passage[] {
+  const tools: { name: string; input: z.ZodType; output: z.ZodType; routes: string }[] = [
+    ...Object.entries(TOOL_SCHEMAS).map(([name, s]) => ({
+      name,
+      input: s.input as z.ZodType,
+      output: s.output as z.ZodType,
+      routes: `MCP tools/call ${name}, HTTP POST /x402/${name} (pay per call or Bearer key)`,
+    })),
+    {
+      name: 'search_knowledge',
+      input: SearchKnowledgeInput,
+      output: SearchAnswer,
+      routes: 'MCP tools/call search_knowledge, HTTP POST /api/search with a Bearer key',
+    },
+    {
+      name: 'chat_knowledge',
+      input: ChatKnowledgeInput,
+      output: ChatAnswer,
+      routes: 'MCP tools/call chat_knowledge, HTTP POST /api/chat with a Bearer key',
+    },
+  ];
+  const passages = tools.map(
+    (tool): Passage => ({
+      id: `contract#${tool.name}`,
+      source_type: 'contract',
+      source_url: `contracts/tools.ts#${tool.name}`,
+      title: `Tool ${tool.name}: arguments and answer`,
+      text:
+        `The tool ${tool.name} returns ${TOOL_SUMMARY[tool.name]}. Reached by ${tool.routes}. ` +
+        `Arguments: ${fieldsOf(tool.input, 'input')}. ` +
+        `Answer fields: ${fieldsOf(tool.output, 'output')}, plus the _service block with auth and quota.`,
+    }),
+  );
+  passages.push({
+    id: 'contract#routes',
+    source_type: 'contract',
+    source_url: 'README.md#using-it',
+    title: 'HTTP routes and how each authenticates',
+    text: [
+      'POST /x402/get_trade_call, /x402/get_market_regime, /x402/scan_funding_arb and /x402/scan_trade_calls: pay per call with x402 (no key), or send a Bearer key to be served from the plan quota.',
+      'POST /mcp: the MCP server (Streamable HTTP, JSON-RPC with an initialize handshake); it serves all six tools, including the knowledge tools search_knowledge and chat_knowledge.',
+      'POST /api/search and POST /api/chat: the knowledge routes; they require the header Authorization: Bearer <API_KEY>.',
+      'GET /api/keys/nonce and POST /api/keys: free key by Sign-In with Ethereum.',
+      'POST, GET and DELETE /api/webhooks: webhook subscriptions, with a Bearer key.',
+      'GET /verify/<stream>/<revision>: public proof that a verdict was recorded before its outcome.',
+      'GET /healthz, GET /readyz and GET /metrics: liveness, readiness and Prometheus metrics.',
+    ].join(' '),
+  });
+  return passages;
+}
+
+const OTHER_ERRORS: { code: string; status: string; meaning: string }[] = [
+  {
+    code: '-32602',
+    status: 'MCP result.isError',
+    meaning: 'invalid tool arguments (wrong type, unknown field, value out of range)',
+  },
+  {
+    code: '-32003',
+    status: 'MCP JSON-RPC error',
+    meaning: 'unknown or revoked API key; retrying will not help',
+  },
+  {
+    code: '-32004',
+    status: 'MCP JSON-RPC error',
+    meaning: 'the key or its quota could not be checked right now; retry shortly',
+  },
+  {
+    code: 'payment_required',
+    status: 'HTTP 402',
+    meaning: 'an /x402/* call without payment: the body is the quote',
+  },
+  {
+    code: 'invalid_content_type',
+    status: 'HTTP 400',
+    meaning: 'Content-Type missing, doubled or not JSON on an /x402/* route; nothing is charged',
+  },
+  {
+    code: 'quota_exhausted',
+    status: 'HTTP 429 or MCP isError',
+    meaning:
+      'the plan quota of the key is used up on a signal tool; the answer carries x402 payment requirements',
+  },
+  {
+    code: 'facilitator_not_configured',
+    status: 'HTTP 503',
+    meaning: 'a paid retry on the development rail: no facilitator key is configured',
+  },
+];
+
+export function errorPassages(): Passage[] {
+  const knowledge = Object.entries(KNOWLEDGE_ERRORS).map(
+    ([code, e]): Passage => ({
+      id: `errors#${code}`,
+      source_type: 'errors',
+      source_url: `contracts/knowledge.ts#${code}`,
+      title: `Error code ${code}`,
+      text: `Error code ${code} answers HTTP ${e.status} on POST /api/search and POST /api/chat (and comes back as result.isError over MCP) when ${e.meaning}. The body is {code, message, _service}.`,
+    }),
+  );
+  const others = OTHER_ERRORS.map(
+    (e): Passage => ({
+      id: `errors#${e.code}`,
+      source_type: 'errors',
+      source_url: `README.md#using-it`,
+      title: `Error code ${e.code}`,
+      text: `Error code ${e.code} (${e.status}) means ${e.meaning}.`,
+    }),
+  );
+  return [...knowledge, ...others];
+}
+
+/** Monthly plan prices of the contract (§8); call limits come from configuration. */
+const PLAN_PRICES = { free: 'free, with sign-in', starter: '9.99 USD per month', pro: '49 USD per month' };
+
+function usd(atomic: number): string {
+  return `${(atomic / 1_000_000).toFixed(atomic % 10_000 === 0 ? 2 : 6)} USD`;
+}
+
+export function pricingPassages(
+  config: Pick<
+    Config,
+    | 'X402_PRICE_GET_TRADE_CALL'
+    | 'X402_PRICE_GET_TRADE_CALL_1M'
+    | 'X402_PRICE_GET_TRADE_CALL_3M'
+    | 'X402_PRICE_GET_TRADE_CALL_5M'
+    | 'X402_PRICE_GET_MARKET_REGIME'
+    | 'X402_PRICE_SCAN_FUNDING_ARB'
+    | 'X402_PRICE_SCAN_TRADE_CALLS'
+    | 'PLAN_FREE_MONTHLY_CALLS'
+    | 'PLAN_FREE_DAILY_CALLS'
+    | 'PLAN_STARTER_MONTHLY_CALLS'
+    | 'PLAN_PRO_MONTHLY_CALLS'
+    | 'CHAT_QUOTA_FREE'
+    | 'CHAT_QUOTA_STARTER'
+    | 'CHAT_QUOTA_PRO'
+  >,
+): Passage[] {
+  const n = (x: number) => x.toLocaleString('en-US');
+  return [
+    {
+      id: 'pricing#pay-per-call',
+      source_type: 'pricing',
+      source_url: 'README.md#using-it',
+      title: 'Prices per call (x402 pay-per-call in USDC on Base)',
+      text: [
+        `A trade call (get_trade_call) costs ${usd(config.X402_PRICE_GET_TRADE_CALL)} per call.`,
+        `A 1m trade call costs ${usd(config.X402_PRICE_GET_TRADE_CALL_1M)}, a 3m trade call ${usd(config.X402_PRICE_GET_TRADE_CALL_3M)} and a 5m trade call ${usd(config.X402_PRICE_GET_TRADE_CALL_5M)}.`,
+        `A market regime reading (get_market_regime) costs ${usd(config.X402_PRICE_GET_MARKET_REGIME)} per call.`,
+        `A funding arbitrage scan (scan_funding_arb) costs ${usd(config.X402_PRICE_SCAN_FUNDING_ARB)} per call.`,
+        `A trade call scan (scan_trade_calls) costs ${usd(config.X402_PRICE_SCAN_TRADE_CALLS)} per call.`,
+        'The price is paid in USDC on the Base network with an ERC-3009 authorisation; no account or key is needed.',
+      ].join(' '),
+    },
+    {
+      id: 'pricing#plans',
+      source_type: 'pricing',
+      source_url: 'README.md#using-it',
+      title: 'Plans, monthly call quotas and plan prices',
+      text: [
+        `The free plan is ${PLAN_PRICES.free} and allows ${n(config.PLAN_FREE_MONTHLY_CALLS)} calls a month and at most ${n(config.PLAN_FREE_DAILY_CALLS)} a day.`,
+        `The starter plan costs ${PLAN_PRICES.starter} and allows ${n(config.PLAN_STARTER_MONTHLY_CALLS)} calls a month.`,
+        `The pro plan costs ${PLAN_PRICES.pro} and allows ${n(config.PLAN_PRO_MONTHLY_CALLS)} calls a month.`,
+        'Every plan covers all assets and all 11 timeframes; quotas reset at the start of each UTC month (and UTC day for the daily limit).',
+        'Search and chat calls count against the same call quota as every other tool.',
+      ].join(' '),
+    },
+    {
+      id: 'pricing#chat-quota',
+      source_type: 'pricing',
+      source_url: 'README.md#knowledge-search-and-chat',
+      title: 'Chat quota per plan (chat_knowledge, POST /api/chat)',
+      text: [
+        `The chat quota is ${n(config.CHAT_QUOTA_FREE)} chats a month on the free plan, ${n(config.CHAT_QUOTA_STARTER)} on the starter plan and ${n(config.CHAT_QUOTA_PRO)} on the pro plan.`,
+        'The chat quota resets at the start of each UTC month; when it is used up the answer is 429 CHAT_QUOTA_EXHAUSTED with Retry-After.',
+        'A chat that fails on our side or with the model provider gives its unit back.',
+      ].join(' '),
+    },
+  ];
+}

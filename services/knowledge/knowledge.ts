@@ -1,0 +1,150 @@
+import { createHash } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { Config } from '../../contracts/config.ts';
+import type { ChatAnswer, ChatQuotaSnapshot, SearchAnswer } from '../../contracts/knowledge.ts';
+import type { ProjectionRunner } from '../../projections/runner.ts';
+import type { Caller } from '../api/caller.ts';
+import { OperationError } from '../engine/operation-errors.ts';
+import { answerQuestion } from './chat.ts';
+import type { ChatQuota } from './chat-quota.ts';
+import { type KnowledgeFacts, livePassages } from './facts.ts';
+import type { ChatProvider } from './providers.ts';
+import type { KnowledgeIndex } from './search-index.ts';
+
+/** The chat budget of this month is spent: 429 with Retry-After until the UTC month ends. */
+export class ChatQuotaExhaustedError extends OperationError {
+  constructor(
+    readonly chatQuota: ChatQuotaSnapshot,
+    readonly retryAfterSeconds: number,
+  ) {
+    super({
+      status: 429,
+      code: 'CHAT_QUOTA_EXHAUSTED',
+      message: `the chat quota of this month is used up (${chatQuota.total} chats); it resets at ${chatQuota.resets_at}`,
+      retryable: false,
+    });
+  }
+}
+
+export const internalError = () =>
+  new OperationError({
+    status: 500,
+    code: 'INTERNAL_ERROR',
+    message: 'the request failed on our side; nothing was counted',
+    retryable: true,
+  });
+
+/** Distinct (query, limit) answers kept per corpus version; the oldest goes first. */
+const ANSWER_CACHE_SIZE = 1_000;
+
+export interface ChatServed extends ChatAnswer {
+  _service: { chat_quota: ChatQuotaSnapshot };
+}
+
+/**
+ * Search and chat over the index; the live facts are folded in lazily, when a request finds
+ * the facts runner ahead of what the index holds.
+ */
+export class Knowledge {
+  private indexedAt = -1;
+  private readonly answers = new Map<string, SearchAnswer>();
+  private answersOf = '';
+
+  constructor(
+    private readonly deps: {
+      config: Pick<Config, 'CHAT_TIMEOUT_MS' | 'LIVE_EXCHANGES'>;
+      index: KnowledgeIndex;
+      facts: Pick<ProjectionRunner<KnowledgeFacts>, 'state' | 'checkpoint'>;
+      chatQuota: ChatQuota;
+      provider: ChatProvider | null;
+      logger: Logger;
+    },
+  ) {}
+
+  get index(): KnowledgeIndex {
+    return this.deps.index;
+  }
+
+  refresh(): void {
+    const { facts, index, config } = this.deps;
+    if (facts.checkpoint === this.indexedAt) return;
+    this.indexedAt = facts.checkpoint;
+    index.replaceGroup('live#', livePassages(facts.state, { configured: config.LIVE_EXCHANGES }));
+  }
+
+  /** A weak validator: the body also carries the caller's `_service`, the passages are what it names. */
+  etag(query: string, limit: number): string {
+    this.refresh();
+    const request = createHash('sha256').update(`${limit}\u0000${query}`).digest('hex').slice(0, 16);
+    return `W/"${this.deps.index.digest}-${request}"`;
+  }
+
+  /**
+   * Answers are cached per corpus digest: the same query gives the same bytes until the corpus
+   * changes (the contract lets any cache keep them 300 s), and agents repeat their questions.
+   */
+  search(query: string, limit: number): SearchAnswer {
+    this.refresh();
+    const { index } = this.deps;
+    if (this.answersOf !== index.digest) {
+      this.answers.clear();
+      this.answersOf = index.digest;
+    }
+    const key = `${limit}\u0000${query}`;
+    const cached = this.answers.get(key);
+    if (cached) return cached;
+    const { total, results } = index.search(query, limit);
+    const answer = { query, total_results: total, results };
+    if (this.answers.size >= ANSWER_CACHE_SIZE) this.answers.delete(this.answers.keys().next().value!);
+    this.answers.set(key, answer);
+    return answer;
+  }
+
+  /**
+   * One chat: a unit of the month's chat quota is taken first, atomically, so concurrent chats
+   * never overspend; it is given back when the chat fails or the provider is unavailable.
+   */
+  async chat(
+    caller: Caller,
+    input: { question: string; model: string },
+    requestId: string,
+  ): Promise<{ body: ChatServed; month: string }> {
+    this.refresh();
+    const { chatQuota, logger } = this.deps;
+    const taken = await chatQuota.consume(caller.subject, input.model, requestId);
+    if (!taken.ok) throw new ChatQuotaExhaustedError(taken.snapshot, taken.retryAfterSeconds);
+    const giveBack = async (reason: string): Promise<ChatQuotaSnapshot> => {
+      try {
+        return await chatQuota.refund(caller.subject, taken.month, requestId, reason);
+      } catch (err) {
+        logger.error({ err, requestId }, 'chat quota refund failed');
+        return taken.snapshot;
+      }
+    };
+    try {
+      const outcome = await answerQuestion(
+        {
+          retrieve: (q) => this.deps.index.retrieve(q),
+          provider: this.deps.provider,
+          timeoutMs: this.deps.config.CHAT_TIMEOUT_MS,
+          logger,
+        },
+        input.question,
+        input.model,
+      );
+      const quota = outcome.providerFailed ? await giveBack('provider_unavailable') : taken.snapshot;
+      return { body: { ...outcome.answer, _service: { chat_quota: quota } }, month: taken.month };
+    } catch (err) {
+      logger.error({ err, requestId }, 'chat failed');
+      await giveBack('internal_error');
+      throw internalError();
+    }
+  }
+
+  /** Gives back the unit of a chat whose answer was discarded (its call lost the quota race). */
+  async release(caller: Caller, month: string, requestId: string): Promise<void> {
+    await this.deps.chatQuota
+      .refund(caller.subject, month, requestId, 'call_quota_exhausted')
+      .catch((err: unknown) => this.deps.logger.error({ err, requestId }, 'chat quota refund failed'));
+  }
+}

@@ -1,0 +1,186 @@
+import { describe, expect, it } from 'vitest';
+import { MemoryCache } from '../../adapters/cache/memory.ts';
+import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import { ConfigError, loadConfig } from '../../contracts/config.ts';
+import { checkChat, checkSearch } from '../../contracts/knowledge.ts';
+import { foldLog } from '../../projections/projection.ts';
+import { ChatQuota, chatKey, chatQuotaProjection, rebuildChatQuota } from './chat-quota.ts';
+import { DONT_KNOW, extractiveAnswer, sentences } from './extractive.ts';
+import { markdownPassages } from './passages.ts';
+import { excerpt, KnowledgeIndex } from './search-index.ts';
+import { contentTerms, stem } from './text.ts';
+
+describe('markdown passages', () => {
+  const doc = [
+    '# Guide',
+    'Intro with a [link](https://x.example) and **bold** and `code`.',
+    '## Prices',
+    '| tool | price |',
+    '|---|---|',
+    '| get_trade_call | 0.02 USD |',
+    '```sh',
+    'curl -s localhost:8080/api/search',
+    '```',
+    '## Prices',
+    'Again.',
+  ].join('\n');
+
+  it('cuts sections into passages with stable ids, plain text, tables as sentences', () => {
+    const passages = markdownPassages(doc, { path: 'docs/guide.md', title: 'Guide', source_type: 'doc' });
+    expect(passages.map((p) => p.id)).toEqual([
+      'docs/guide.md#guide',
+      'docs/guide.md#prices',
+      'docs/guide.md#prices-2',
+    ]);
+    expect(passages[0]!.text).toBe('Intro with a link and bold and code.');
+    expect(passages[1]!.text).toBe('tool get_trade_call; price 0.02 USD.\ncurl -s localhost:8080/api/search');
+    expect(passages[1]!.title).toBe('Guide › Prices');
+  });
+});
+
+describe('bold lead-ins', () => {
+  it('start a passage of their own, named after the lead', () => {
+    const md =
+      '## Using it\n\n**API keys.** Send `Authorization: Bearer <key>`.\n\n**MCP.** POST /mcp.\nMore.';
+    const passages = markdownPassages(md, { path: 'README.md', title: 'Service', source_type: 'readme' });
+    expect(passages.map((p) => [p.id, p.title, p.source_url])).toEqual([
+      ['README.md#using-it-api-keys', 'Service › Using it › API keys', 'README.md#using-it'],
+      ['README.md#using-it-mcp', 'Service › Using it › MCP', 'README.md#using-it'],
+    ]);
+    expect(passages[1]!.text).toBe('MCP. POST /mcp. More.');
+  });
+});
+
+describe('terms, excerpts and sentences', () => {
+  it('meets word forms and keeps codes whole', () => {
+    expect(stem('signatures')).toBe('signature');
+    expect(contentTerms('How is confidence computed?')).toEqual(contentTerms('confidence compute'));
+    expect(contentTerms('INVALID_MODEL 0.02 x402')).toEqual(['invalid_model', '0.02', 'x402']);
+    expect(contentTerms('what is the')).toEqual([]);
+  });
+
+  it('highlights the matching words of the best window', () => {
+    const text = `${'filler '.repeat(60)}Deliveries are signed with a signature header. ${'tail '.repeat(60)}`;
+    const out = excerpt(text, new Set(contentTerms('signed signatures')));
+    expect(out).toContain('**signed** with a **signature** header');
+    expect(out.startsWith('…') && out.endsWith('…')).toBe(true);
+  });
+
+  it('splits sentences so that each is a substring of the text', () => {
+    const text = 'A 1m call costs 0.05 USD. Plans: free, starter and pro.\nNext line';
+    expect(sentences(text)).toEqual([
+      'A 1m call costs 0.05 USD.',
+      'Plans: free, starter and pro.',
+      'Next line',
+    ]);
+  });
+});
+
+describe('extractive answers', () => {
+  const index = new KnowledgeIndex([
+    {
+      id: 'a',
+      source_type: 'pricing',
+      source_url: 'README.md',
+      title: 'Prices',
+      text: 'A 1m trade call costs 0.05 USD. Other timeframes cost 0.02 USD.',
+    },
+    {
+      id: 'b',
+      source_type: 'doc',
+      source_url: 'x.md',
+      title: 'Other',
+      text: 'Webhooks are signed with HMAC.',
+    },
+  ]);
+
+  it('quotes sentences of the retrieved passages with [n] citations', () => {
+    const answer = extractiveAnswer('price of a 1m trade call', index.retrieve('price of a 1m trade call'));
+    expect(answer.grounded).toBe(true);
+    expect(answer.answer).toBe('A 1m trade call costs 0.05 USD. [1]');
+    expect(answer.citations).toEqual([
+      { id: 'a', source_url: 'README.md', title: 'Prices', quote: 'A 1m trade call costs 0.05 USD.' },
+    ]);
+  });
+
+  it('says it does not know below the threshold, citing nothing', () => {
+    const question = 'how tall is the eiffel tower in trade terms';
+    expect(extractiveAnswer(question, index.retrieve(question))).toEqual({
+      answer: DONT_KNOW,
+      citations: [],
+      grounded: false,
+    });
+    expect(extractiveAnswer('anything at all', [])).toMatchObject({ grounded: false, citations: [] });
+  });
+
+  it('orders ties by id so the same query gives the same results', () => {
+    const twins = new KnowledgeIndex([
+      { id: 'z', source_type: 'doc', source_url: 'z', title: 'T', text: 'same words here' },
+      { id: 'm', source_type: 'doc', source_url: 'm', title: 'T', text: 'same words here' },
+    ]);
+    expect(twins.search('same words', 5).results.map((r) => r.id)).toEqual(['m', 'z']);
+  });
+});
+
+describe('chat configuration', () => {
+  it('a provider needs a base URL and model names; the defaults serve extractive only', () => {
+    expect(loadConfig({})).toMatchObject({ CHAT_PROVIDER: 'none', CHAT_MODELS: [], CHAT_QUOTA_FREE: 10 });
+    expect(() => loadConfig({ CHAT_PROVIDER: 'anthropic' })).toThrow(ConfigError);
+    expect(() => loadConfig({ CHAT_PROVIDER: 'anthropic' })).toThrow(/CHAT_BASE_URL[\s\S]*CHAT_MODELS/);
+    expect(
+      loadConfig({
+        CHAT_PROVIDER: 'openai-compatible',
+        CHAT_BASE_URL: 'http://127.0.0.1:1/v1',
+        CHAT_MODELS: 'a, b',
+      }).CHAT_MODELS,
+    ).toEqual(['a', 'b']);
+  });
+});
+
+describe('request checks', () => {
+  it('bounds apply after trimming', () => {
+    expect(checkSearch({ query: '  abc  ' })).toEqual({ ok: true, value: { query: 'abc', limit: 10 } });
+    expect(checkSearch({ query: 'ab ' })).toMatchObject({ ok: false, code: 'QUERY_TOO_SHORT' });
+    expect(checkSearch(null)).toMatchObject({ ok: false, code: 'INVALID_QUERY' });
+    expect(checkSearch({ query: 'abc', limit: 50 })).toMatchObject({ ok: true });
+    expect(checkChat({ question: 'hello' }, [])).toEqual({
+      ok: true,
+      value: { question: 'hello', model: 'extractive' },
+    });
+    expect(checkChat({ question: 'hello', model: 'm1' }, ['m1'])).toMatchObject({ ok: true });
+    expect(checkChat({ question: 'hello', model: 'extractive ' }, [])).toMatchObject({
+      code: 'INVALID_MODEL',
+    });
+  });
+});
+
+describe('chat quota on the in-process adapter', () => {
+  it('takes exactly what is left under concurrency, gives refunds back, and rebuilds from the log', async () => {
+    const cache = new MemoryCache();
+    const store = new MemoryEventStore();
+    const quota = new ChatQuota({ cache, store, limits: { free: 10, starter: 50, pro: 200 } });
+    const subject = { id: 'subject-1', kind: 'key' as const, plan: 'free' as const };
+    const results = await Promise.all(
+      Array.from({ length: 30 }, (_, i) => quota.consume(subject, 'extractive', `r${i}`)),
+    );
+    expect(results.filter((r) => r.ok)).toHaveLength(10);
+    const refused = results.find((r) => !r.ok)!;
+    expect(refused).toMatchObject({ ok: false, snapshot: { used: 10, total: 10, remaining: 0 } });
+    const taken = results.find((r) => r.ok)! as { month: string };
+    expect(await quota.refund(subject, taken.month, 'r0', 'provider_unavailable')).toMatchObject({
+      used: 9,
+      remaining: 1,
+    });
+    expect((await quota.consume(subject, 'extractive', 'again')).ok).toBe(true);
+    expect((await quota.consume(subject, 'extractive', 'over')).ok).toBe(false);
+
+    const { state } = await foldLog(store, chatQuotaProjection);
+    expect(state[chatKey(subject.id, taken.month)]).toBe(10);
+    const fresh = new MemoryCache();
+    await rebuildChatQuota({ store, cache: fresh });
+    const rebuilt = new ChatQuota({ cache: fresh, store, limits: { free: 10, starter: 50, pro: 200 } });
+    expect(await rebuilt.peek(subject)).toMatchObject({ used: 10, remaining: 0 });
+    await cache.close();
+    await fresh.close();
+  });
+});

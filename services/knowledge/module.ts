@@ -1,0 +1,133 @@
+import type { FastifyPluginAsync } from 'fastify';
+import type { Logger } from 'pino';
+import type { Config } from '../../contracts/config.ts';
+import type { Projection } from '../../projections/projection.ts';
+import { ProjectionRunner } from '../../projections/runner.ts';
+import type { Adapters } from '../adapters.ts';
+import type { ToolDefinition } from '../api/mcp/tool-registry.ts';
+import type { Component, Role } from '../component.ts';
+import { ChatQuota, chatLimits, chatQuotaProjection, rebuildChatQuota } from './chat-quota.ts';
+import { REPO_ROOT, staticCorpus } from './corpus.ts';
+import { type KnowledgeFacts, knowledgeFactsProjection } from './facts.ts';
+import { Knowledge } from './knowledge.ts';
+import { chatProvider } from './providers.ts';
+import { type KeyedAccess, knowledgeRoutes } from './routes.ts';
+import { KnowledgeIndex } from './search-index.ts';
+import { knowledgeTools } from './tools.ts';
+
+export interface KnowledgeModule extends Component {
+  readonly roles: Role[];
+  /** POST /api/search and POST /api/chat. */
+  readonly plugin: FastifyPluginAsync;
+  readonly projections: Projection<unknown>[];
+  /** search_knowledge and chat_knowledge, for the MCP tool registry. */
+  readonly tools: ToolDefinition[];
+  /** The running service, once the index is built (throws before). */
+  readonly knowledge: Knowledge;
+  /** Resolves when the index is built. */
+  readonly ready: Promise<Knowledge>;
+  readonly facts: ProjectionRunner<KnowledgeFacts>;
+}
+
+/**
+ * The knowledge feature slice (api role): a BM25 index over the documents, the generated
+ * contract, errors, prices, and the live facts projected from the log; the two MCP tools and
+ * their two HTTP routes; the monthly chat quota. `channel` gives the api role's key resolver and
+ * call quota meter, which exist once the keyed channel is built.
+ */
+export function knowledgeModule(deps: {
+  config: Config;
+  adapters: Pick<Adapters, 'eventStore' | 'projectionStore' | 'cache'>;
+  logger: Logger;
+  channel: () => KeyedAccess;
+  /** Where README.md and docs/ are read from (default: this checkout). */
+  root?: string;
+}): KnowledgeModule {
+  const { config, adapters } = deps;
+  const logger = deps.logger.child({ component: 'knowledge' });
+  const facts = new ProjectionRunner(
+    adapters.eventStore,
+    adapters.projectionStore,
+    knowledgeFactsProjection,
+    {
+      snapshotEvery: config.PROJECTION_SNAPSHOT_EVERY,
+      logger,
+    },
+  );
+  const chatQuota = new ChatQuota({
+    cache: adapters.cache,
+    store: adapters.eventStore,
+    limits: chatLimits(config),
+  });
+  let service: Knowledge | null = null;
+  let building: Promise<Knowledge> | null = null;
+  let failure: Error | null = null;
+  const knowledge = async () => {
+    if (building === null) throw new Error('the knowledge module is not started');
+    return building;
+  };
+  return {
+    name: 'knowledge',
+    roles: ['api'],
+    projections: [
+      knowledgeFactsProjection as Projection<unknown>,
+      chatQuotaProjection as Projection<unknown>,
+    ],
+    tools: knowledgeTools(knowledge, config.CHAT_MODELS),
+    plugin: knowledgeRoutes({ knowledge, channel: deps.channel, models: config.CHAT_MODELS, logger }),
+    facts,
+    get knowledge() {
+      if (service === null) throw new Error('the knowledge index is not built yet');
+      return service;
+    },
+    get ready() {
+      return knowledge();
+    },
+    async start() {
+      await facts.start();
+      // The in-process cache starts empty: its chat counters are a projection of the log.
+      if (adapters.cache.kind === 'memory') {
+        const rebuilt = await rebuildChatQuota({ store: adapters.eventStore, cache: adapters.cache });
+        logger.info(rebuilt, 'chat quota counters rebuilt from the log');
+      }
+      // The index is built behind the start (a few hundred ms on a busy machine): requests that
+      // arrive first wait for it; /readyz shows whether it is built and fails if it cannot be.
+      const started = performance.now();
+      building = staticCorpus(config, deps.root ?? REPO_ROOT).then((corpus) => {
+        const index = new KnowledgeIndex(corpus);
+        service = new Knowledge({ config, index, facts, chatQuota, provider: chatProvider(config), logger });
+        service.refresh();
+        logger.info(
+          {
+            passages: index.size,
+            ms: Math.round(performance.now() - started),
+            provider: config.CHAT_PROVIDER,
+          },
+          'knowledge index built',
+        );
+        return service;
+      });
+      building.catch((err: Error) => {
+        failure = err;
+        logger.error({ err }, 'knowledge index could not be built');
+      });
+    },
+    async stop() {
+      await building?.catch(() => undefined);
+      await facts.stop();
+    },
+    checks() {
+      return {
+        // Requests wait for the index while it is built, so only a failed build makes us unready.
+        'knowledge-index': async () =>
+          failure
+            ? { ok: false, detail: failure.message }
+            : { ok: true, built: service !== null, passages: service?.index.size ?? 0 },
+        'projection:knowledge-facts': async () =>
+          facts.error
+            ? { ok: false, detail: facts.error.message, checkpoint: facts.checkpoint }
+            : { ok: facts.running, checkpoint: facts.checkpoint },
+      };
+    },
+  };
+}

@@ -1,0 +1,156 @@
+import type { SourceType } from '../../contracts/knowledge.ts';
+
+/** One retrievable unit of the corpus: a section of a document, a generated fact, a live fact. */
+export interface Passage {
+  id: string;
+  source_type: SourceType;
+  source_url: string;
+  title: string;
+  /** Plain text (markdown markup removed): what is indexed, highlighted and quoted. */
+  text: string;
+}
+
+/** Longest passage; longer sections are cut at paragraph boundaries. */
+const MAX_CHARS = 1_200;
+
+export function slug(heading: string): string {
+  return heading
+    .toLowerCase()
+    .replace(/[`*_]/g, '')
+    .replace(/[^\p{L}\p{N}\s-]/gu, '')
+    .trim()
+    .replace(/\s+/g, '-');
+}
+
+/** Inline markdown to plain text: links keep their text, emphasis and code marks go. */
+export function plainInline(text: string): string {
+  return text
+    .replace(/!\[([^\]]*)\]\([^)]*\)/g, '$1')
+    .replace(/\[([^\]]+)\]\([^)]*\)/g, '$1')
+    .replace(/\*\*([^*]+)\*\*/g, '$1')
+    .replace(/(^|[\s(])\*([^*\s][^*]*)\*(?=[\s).,;:]|$)/g, '$1$2')
+    .replace(/`([^`]*)`/g, '$1')
+    .replace(/<[^>]+>/g, '')
+    .replace(/[ \t]+/g, ' ')
+    .trim();
+}
+
+function tableRows(lines: string[]): string[] {
+  const cells = (line: string) =>
+    line
+      .trim()
+      .replace(/^\||\|$/g, '')
+      .split('|')
+      .map((c) => plainInline(c));
+  const header = cells(lines[0]!);
+  return lines
+    .slice(2)
+    .map((line) => {
+      const row = cells(line);
+      return `${row.map((value, i) => (header[i] ? `${header[i]} ${value}` : value)).join('; ')}.`;
+    })
+    .filter((row) => row.length > 1);
+}
+
+/** A paragraph opening with a bold lead-in ("**API keys.** ...") starts a topic of its own. */
+const LEAD = /^\*\*([^*]{2,60}?)\.?\*\*/;
+
+interface Paragraph {
+  text: string;
+  lead?: string;
+}
+
+/** A block of markdown (one section body) as plain paragraphs; tables become one sentence per row. */
+function paragraphs(body: string): Paragraph[] {
+  const out: Paragraph[] = [];
+  const lines = body.split('\n');
+  let i = 0;
+  let current: string[] = [];
+  const flush = () => {
+    const raw = current.join(' ').trim();
+    const text = plainInline(raw);
+    const lead = LEAD.exec(raw)?.[1];
+    if (text !== '') out.push(lead ? { text, lead: plainInline(lead) } : { text });
+    current = [];
+  };
+  while (i < lines.length) {
+    const line = lines[i]!;
+    if (line.trim().startsWith('```')) {
+      flush();
+      const code: string[] = [];
+      i++;
+      while (i < lines.length && !lines[i]!.trim().startsWith('```')) code.push(lines[i++]!);
+      i++;
+      const text = code.join('\n').trim();
+      if (text !== '') out.push({ text });
+      continue;
+    }
+    if (line.trim().startsWith('|')) {
+      flush();
+      const table: string[] = [];
+      while (i < lines.length && lines[i]!.trim().startsWith('|')) table.push(lines[i++]!);
+      out.push(...tableRows(table).map((text) => ({ text })));
+      continue;
+    }
+    if (line.trim() === '') flush();
+    else if (/^\s*([-*]|\d+\.)\s+/.test(line)) {
+      flush();
+      current.push(line.replace(/^\s*([-*]|\d+\.)\s+/, ''));
+    } else current.push(line);
+    i++;
+  }
+  flush();
+  return out;
+}
+
+/**
+ * Splits a markdown document into passages, one per section (cut further when long). Ids are
+ * `<path>#<heading-slug>` (with `-2`, `-3` for cuts and repeated headings), stable while the
+ * document's headings are.
+ */
+export function markdownPassages(
+  markdown: string,
+  doc: { path: string; title: string; source_type: SourceType },
+): Passage[] {
+  const sections: { heading: string; body: string[] }[] = [{ heading: '', body: [] }];
+  let inCode = false;
+  for (const line of markdown.split('\n')) {
+    if (line.trim().startsWith('```')) inCode = !inCode;
+    const heading = inCode ? null : /^(#{1,4})\s+(.*)$/.exec(line);
+    if (heading) sections.push({ heading: plainInline(heading[2]!), body: [] });
+    else sections[sections.length - 1]!.body.push(line);
+  }
+  const passages: Passage[] = [];
+  const used = new Map<string, number>();
+  for (const section of sections) {
+    const chunks: { text: string; lead?: string }[] = [];
+    let chunk: { text: string; lead?: string } | null = null;
+    for (const paragraph of paragraphs(section.body.join('\n'))) {
+      if (chunk !== null && (paragraph.lead || chunk.text.length + paragraph.text.length > MAX_CHARS)) {
+        chunks.push(chunk);
+        chunk = null;
+      }
+      if (chunk === null)
+        chunk = paragraph.lead ? { text: paragraph.text, lead: paragraph.lead } : { text: paragraph.text };
+      else chunk.text = `${chunk.text}\n${paragraph.text}`;
+    }
+    if (chunk !== null) chunks.push(chunk);
+    const base = slug(section.heading) || 'top';
+    for (const { text, lead } of chunks) {
+      const key = lead ? `${base}-${slug(lead)}` : base;
+      const n = (used.get(key) ?? 0) + 1;
+      used.set(key, n);
+      const anchor = n === 1 ? key : `${key}-${n}`;
+      const heading =
+        section.heading && section.heading !== doc.title ? `${doc.title} › ${section.heading}` : doc.title;
+      passages.push({
+        id: `${doc.path}#${anchor}`,
+        source_type: doc.source_type,
+        source_url: `${doc.path}#${base}`,
+        title: lead ? `${heading} › ${lead}` : heading,
+        text,
+      });
+    }
+  }
+  return passages;
+}

@@ -1,0 +1,202 @@
+import { createHash } from 'node:crypto';
+import MiniSearch from 'minisearch';
+import type { SearchResult } from '../../contracts/knowledge.ts';
+import type { Passage } from './passages.ts';
+import { contentTerms, termOf, words } from './text.ts';
+
+export interface Retrieved {
+  passage: Passage;
+  score: number;
+  /** Share of the query's content terms this passage contains (0–1). */
+  coverage: number;
+}
+
+/**
+ * A prior per source: curated explanations and generated facts answer questions directly, while
+ * the evaluation report's long tables repeat every regime and timeframe name many times over.
+ */
+const SOURCE_BOOST: Record<string, number> = {
+  methodology: 1.4,
+  errors: 1.3,
+  pricing: 1.3,
+  live: 1.3,
+  contract: 1.1,
+  webhooks: 1.1,
+  readme: 1,
+  doc: 0.7,
+};
+
+/** The options both the service's index and the benchmark's bare index use. */
+export function miniSearchOptions() {
+  return {
+    fields: ['title', 'text'],
+    idField: 'id',
+    storeFields: ['source_type'],
+    tokenize: (text: string) => words(text),
+    processTerm: (term: string) => termOf(term) ?? false,
+    searchOptions: {
+      boost: { title: 2 },
+      combineWith: 'OR' as const,
+      boostDocument: (_id: unknown, _term: string, stored?: Record<string, unknown>) =>
+        SOURCE_BOOST[String(stored?.source_type)] ?? 1,
+    },
+  };
+}
+
+const EXCERPT_WORDS = 40;
+
+/** Rounded so that equal-looking scores compare equal and the same query gives the same bytes. */
+const round = (x: number) => Math.round(x * 1e4) / 1e4;
+
+/**
+ * BM25 index (minisearch) over the corpus: the documents are fixed for a process, the live facts
+ * are swapped in when they change. `digest` names the corpus content and changes with it.
+ */
+export class KnowledgeIndex {
+  private readonly index = new MiniSearch<Passage>(miniSearchOptions());
+  private readonly passages = new Map<string, Passage>();
+  private readonly spans = new Map<string, Span[]>();
+  private currentDigest = '';
+
+  constructor(passages: Passage[]) {
+    const unique = new Map(passages.map((p) => [p.id, p]));
+    if (unique.size !== passages.length) throw new Error('knowledge corpus: passage ids must be unique');
+    for (const p of passages) {
+      this.passages.set(p.id, p);
+      this.spans.set(p.id, spansOf(p.text));
+    }
+    this.index.addAll(passages);
+    this.updateDigest();
+  }
+
+  get digest(): string {
+    return this.currentDigest;
+  }
+
+  get size(): number {
+    return this.passages.size;
+  }
+
+  get(id: string): Passage | undefined {
+    return this.passages.get(id);
+  }
+
+  /** Replaces the passages whose ids start with `prefix` by `next`; true when anything changed. */
+  replaceGroup(prefix: string, next: Passage[]): boolean {
+    const wanted = new Map(next.map((p) => [p.id, p]));
+    let changed = false;
+    for (const [id, old] of this.passages) {
+      if (!id.startsWith(prefix) || wanted.get(id)?.text === old.text) continue;
+      this.index.discard(id);
+      this.passages.delete(id);
+      this.spans.delete(id);
+      changed = true;
+    }
+    for (const passage of next) {
+      if (this.passages.has(passage.id)) continue;
+      this.index.add(passage);
+      this.passages.set(passage.id, passage);
+      this.spans.set(passage.id, spansOf(passage.text));
+      changed = true;
+    }
+    if (changed) this.updateDigest();
+    return changed;
+  }
+
+  /** Every matching passage, best first, ties by id. */
+  retrieve(query: string): Retrieved[] {
+    const terms = contentTerms(query);
+    if (terms.length === 0) return [];
+    const hits = this.index.search(query);
+    return hits
+      .map((hit) => ({
+        passage: this.passages.get(String(hit.id))!,
+        score: round(hit.score),
+        coverage: new Set(hit.queryTerms).size / terms.length,
+      }))
+      .sort((a, b) => b.score - a.score || (a.passage.id < b.passage.id ? -1 : 1));
+  }
+
+  search(query: string, limit: number): { total: number; results: SearchResult[] } {
+    const hits = this.retrieve(query);
+    const terms = new Set(contentTerms(query));
+    return {
+      total: hits.length,
+      results: hits.slice(0, limit).map(({ passage, score }) => ({
+        id: passage.id,
+        score,
+        source_type: passage.source_type,
+        source_url: passage.source_url,
+        title: passage.title,
+        excerpt: excerpt(passage.text, terms, this.spans.get(passage.id)),
+      })),
+    };
+  }
+
+  private updateDigest(): void {
+    const hash = createHash('sha256');
+    for (const id of [...this.passages.keys()].sort()) {
+      const p = this.passages.get(id)!;
+      hash.update(`${id}\u0000${p.title}\u0000${p.source_url}\u0000${p.text}\u0001`);
+    }
+    this.currentDigest = hash.digest('hex').slice(0, 20);
+  }
+}
+
+/** A word of a passage: where it stands and its index term (null for a stop word). */
+interface Span {
+  start: number;
+  end: number;
+  term: string | null;
+}
+
+/** The words of a text with their terms, computed once per passage rather than per request. */
+export function spansOf(text: string): Span[] {
+  const spans: Span[] = [];
+  for (const m of text.matchAll(/[\p{L}\p{N}_]+(?:[.'][\p{L}\p{N}_]+)*/gu)) {
+    spans.push({ start: m.index, end: m.index + m[0].length, term: termOf(m[0]) });
+  }
+  return spans;
+}
+
+/**
+ * The window of the text with the most matching words, matches wrapped in `**`. Words are
+ * compared by their index term, so "signatures" in a query highlights "signature".
+ */
+export function excerpt(text: string, terms: Set<string>, words: Span[] = spansOf(text)): string {
+  const hit = (s: Span) => s.term !== null && terms.has(s.term);
+  const spans = words;
+  if (spans.length === 0) return text.slice(0, 300);
+  let best = 0;
+  let bestHits = -1;
+  let hits = 0;
+  for (let i = 0; i < spans.length; i++) {
+    if (hit(spans[i]!)) hits++;
+    if (i >= EXCERPT_WORDS && hit(spans[i - EXCERPT_WORDS]!)) hits--;
+    const start = Math.max(0, i - EXCERPT_WORDS + 1);
+    if (hits > bestHits) {
+      bestHits = hits;
+      best = start;
+    }
+  }
+  // Start a few words before the first match of the window, so the match reads in context.
+  let firstHit = -1;
+  for (let i = best; i < spans.length; i++) {
+    if (hit(spans[i]!)) {
+      firstHit = i;
+      break;
+    }
+  }
+  const from = firstHit === -1 ? best : Math.max(0, firstHit - 5);
+  const to = Math.min(spans.length, from + EXCERPT_WORDS);
+  let out = '';
+  let cursor = spans[from]!.start;
+  for (let i = from; i < to; i++) {
+    const s = spans[i]!;
+    out += text.slice(cursor, s.start);
+    out += hit(s) ? `**${text.slice(s.start, s.end)}**` : text.slice(s.start, s.end);
+    cursor = s.end;
+  }
+  const tail = to < spans.length ? '…' : text.slice(cursor).trimEnd();
+  return `${from > 0 ? '…' : ''}${out}${tail}`.replace(/\s+/g, ' ').trim();
+}

@@ -1,0 +1,60 @@
+/**
+ * Term handling shared by the index, the highlighter and the extractive answerer, so that a
+ * term matched by the index is also found in the excerpt and in the quoted sentence. A light
+ * suffix stripper stands in for a lemmatizer: the corpus is small and technical, and the
+ * questions name the same words the documentation uses ("signatures" / "signature",
+ * "computed" / "compute").
+ */
+
+const STOP_WORDS = new Set(
+  (
+    'a an and are as at be been but by can could did do does doing for from had has have how i ' +
+    'if in into is it its me my of on or our so than that the their them then there these they ' +
+    'this those to was we were what when where which who whom why will with would you your ' +
+    'about any all also get got just should shall may might must am not no yes ok please tell ' +
+    'explain us vs via per'
+  ).split(' '),
+);
+
+/** Words with a meaning of their own that must not lose their last letters. */
+const KEEP = new Set(['status', 'bps', 'siwe', 'address', 'access', 'process', 'basis', 'always']);
+
+export function stem(word: string): string {
+  if (word.length <= 3 || KEEP.has(word) || /\d/.test(word)) return word;
+  if (word.endsWith('ies') && word.length > 4) return `${word.slice(0, -3)}y`;
+  if (word.endsWith('ing') && word.length > 5) return word.slice(0, -3);
+  if (word.endsWith('ed') && word.length > 4 && !word.endsWith('eed')) return word.slice(0, -2);
+  if (word.endsWith('es') && /(ss|x|ch|sh)es$/.test(word)) return word.slice(0, -2);
+  if (word.endsWith('s') && !word.endsWith('ss') && !word.endsWith('us')) return word.slice(0, -1);
+  return word;
+}
+
+/** "computed" → "comput", "compute" → "comput": a final -e is dropped so both forms meet. */
+function normalise(word: string): string {
+  const stemmed = stem(word);
+  return stemmed.length > 4 && stemmed.endsWith('e') ? stemmed.slice(0, -1) : stemmed;
+}
+
+/** Words as the index sees them: codes (INVALID_MODEL, get_trade_call) and numbers (0.02) kept whole. */
+const WORD = /[\p{L}\p{N}_]+(?:[.'][\p{L}\p{N}_]+)*/gu;
+
+export function words(text: string): string[] {
+  return text.match(WORD) ?? [];
+}
+
+/** The index term of one word, or null for a stop word. */
+export function termOf(word: string): string | null {
+  const lower = word.toLowerCase();
+  if (STOP_WORDS.has(lower)) return null;
+  return normalise(lower);
+}
+
+/** The distinct content terms of a text, in first-seen order. */
+export function contentTerms(text: string): string[] {
+  const seen = new Set<string>();
+  for (const w of words(text)) {
+    const term = termOf(w);
+    if (term !== null) seen.add(term);
+  }
+  return [...seen];
+}

@@ -1,0 +1,542 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { Redis } from 'ioredis';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '../contracts/config.ts';
+import type { Plan } from '../contracts/events.ts';
+import { ChatAnswer, ChatQuotaSnapshot, SearchAnswer } from '../contracts/knowledge.ts';
+import { foldLog } from '../projections/projection.ts';
+import { ServiceMeta } from '../services/api/service-meta.ts';
+import { issueKey } from '../services/keys/key-commands.ts';
+import { chatQuotaProjection, rebuildChatQuota } from '../services/knowledge/chat-quota.ts';
+import { knowledgeFactsProjection } from '../services/knowledge/facts.ts';
+import type { KnowledgeModule } from '../services/knowledge/module.ts';
+import { quotaPeriod } from '../services/quota/windows.ts';
+import { type RunningService, startService } from '../services/service.ts';
+import { startFakeProvider } from './knowledge-provider.ts';
+import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from './redis-probe.ts';
+
+const run = await shouldRunRedisSuite('knowledge e2e suite');
+const PREFIX = `test:knowledge:${randomUUID()}:`;
+const MODELS = ['good-model', 'liar-model', 'slow-model', 'down-model'];
+
+type Body = Record<string, unknown> & { code?: string; message?: string; _service?: unknown };
+
+describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Redis, SDK client)', () => {
+  let service: RunningService;
+  let provider: Awaited<ReturnType<typeof startFakeProvider>>;
+  let module: KnowledgeModule;
+  const clients: Client[] = [];
+  const month = quotaPeriod(Date.now()).month;
+
+  async function issue(plan: Plan) {
+    const issued = await issueKey(service.adapters.eventStore, {
+      plan,
+      owner: 'knowledge-test',
+      via: 'operator',
+    });
+    const keyed = service.components.find((c) => c.name === 'keyed-channel') as unknown as {
+      registry: { waitFor(position: number): Promise<void> };
+    };
+    await keyed.registry.waitFor(issued.position);
+    return { ...issued, hash: createHash('sha256').update(issued.key).digest('hex') };
+  }
+
+  async function post(path: string, body: unknown, headers: Record<string, string> = {}) {
+    const res = await fetch(`${service.url}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: typeof body === 'string' ? body : JSON.stringify(body),
+    });
+    const text = await res.text();
+    return { res, body: (text === '' ? {} : JSON.parse(text)) as Body };
+  }
+
+  async function mcp(key?: string): Promise<Client> {
+    const client = new Client({ name: 'knowledge-test', version: '1.0.0' });
+    await client.connect(
+      new StreamableHTTPClientTransport(new URL(`${service.url}/mcp`), {
+        requestInit: { headers: key ? { authorization: `Bearer ${key}` } : {} },
+      }),
+    );
+    clients.push(client);
+    return client;
+  }
+
+  const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
+
+  beforeAll(async () => {
+    provider = await startFakeProvider({ slowMs: 5_000 });
+    const config = loadConfig({
+      NODE_ENV: 'test',
+      LOG_LEVEL: 'silent',
+      EVENT_STORE: 'memory',
+      CACHE: 'redis',
+      REDIS_URL,
+      REDIS_PREFIX: PREFIX,
+      FEED: 'replay',
+      HOST: '127.0.0.1',
+      PORT: '0',
+      CHAT_QUOTA_STARTER: '12',
+      CHAT_QUOTA_FREE: '1',
+      PLAN_PRO_MONTHLY_CALLS: '3',
+      CHAT_PROVIDER: 'openai-compatible',
+      CHAT_BASE_URL: `${provider.url}/v1`,
+      CHAT_API_KEY: 'sk-provider-test',
+      CHAT_MODELS: MODELS.join(','),
+      CHAT_TIMEOUT_MS: '400',
+    });
+    service = await startService(config, ['api'], pino({ level: 'silent' }));
+    module = service.components.find((c) => c.name === 'knowledge') as KnowledgeModule;
+    await module.ready;
+  });
+  afterAll(async () => {
+    for (const client of clients) await client.close().catch(() => undefined);
+    await service?.stop();
+    await provider?.close();
+    await wipePrefix(PREFIX);
+  });
+
+  it('lists the knowledge tools beside the signal tools', async () => {
+    const client = await mcp();
+    const { tools } = await client.listTools();
+    expect(tools.map((t) => t.name).sort()).toEqual([
+      'chat_knowledge',
+      'get_market_regime',
+      'get_trade_call',
+      'scan_funding_arb',
+      'scan_trade_calls',
+      'search_knowledge',
+    ]);
+    const search = tools.find((t) => t.name === 'search_knowledge')!;
+    expect(search.inputSchema.required).toEqual(['query']);
+  });
+
+  it('search: ranked passages with highlighted excerpts, cache headers, ETag and 304, one call counted', async () => {
+    const key = await issue('starter');
+    const first = await post(
+      '/api/search',
+      { query: 'how is confidence computed', limit: 5 },
+      bearer(key.key),
+    );
+    expect(first.res.status).toBe(200);
+    expect(first.res.headers.get('cache-control')).toBe('public, max-age=300');
+    const etag = first.res.headers.get('etag');
+    expect(etag).toMatch(/^W\/"[0-9a-f]+-[0-9a-f]+"$/);
+    const answer = SearchAnswer.parse(first.body);
+    expect(answer.query).toBe('how is confidence computed');
+    expect(answer.results).toHaveLength(5);
+    expect(answer.total_results).toBeGreaterThanOrEqual(5);
+    expect(answer.results[0]!.id).toBe('docs/methodology.md#how-confidence-is-computed');
+    expect(answer.results[0]!.excerpt).toContain('**confidence**');
+    const scores = answer.results.map((r) => r.score);
+    expect([...scores].sort((a, b) => b - a)).toEqual(scores);
+    const service1 = ServiceMeta.parse(first.body._service);
+    expect(service1.auth).toMatchObject({ outcome: 'OK', tier: 'starter' });
+    expect(service1.quota?.used).toBe(1);
+
+    // The same query gives the same bytes (apart from the caller's live figures).
+    const again = await post(
+      '/api/search',
+      { query: '  how is confidence computed ', limit: 5 },
+      bearer(key.key),
+    );
+    const { _service: _a, ...one } = first.body;
+    const { _service: _b, ...two } = again.body;
+    expect(JSON.stringify(two)).toBe(JSON.stringify(one));
+    expect(again.res.headers.get('etag')).toBe(etag);
+    expect(ServiceMeta.parse(again.body._service).quota?.used).toBe(2);
+
+    const cached = await fetch(`${service.url}/api/search`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...bearer(key.key), 'if-none-match': etag! },
+      body: JSON.stringify({ query: 'how is confidence computed', limit: 5 }),
+    });
+    expect(cached.status).toBe(304);
+    expect(await cached.text()).toBe('');
+    expect(cached.headers.get('etag')).toBe(etag);
+    expect(cached.headers.get('cache-control')).toBe('public, max-age=300');
+    // Another limit is another representation.
+    const other = await post(
+      '/api/search',
+      { query: 'how is confidence computed', limit: 4 },
+      bearer(key.key),
+    );
+    expect(other.res.headers.get('etag')).not.toBe(etag);
+    const after = await post('/api/search', { query: 'price of a 1m trade call', limit: 1 }, bearer(key.key));
+    expect(ServiceMeta.parse(after.body._service).quota?.used).toBe(4);
+    expect(after.body.results).toMatchObject([{ id: 'pricing#pay-per-call', source_type: 'pricing' }]);
+  });
+
+  it('search: the ETag changes when the live facts change, and the new facts are searchable', async () => {
+    const key = await issue('starter');
+    const query = { query: 'latest market regime of BTC on BINANCE', limit: 3 };
+    const before = await post('/api/search', query, bearer(key.key));
+    const client = await mcp(key.key);
+    const call = await client.callTool({
+      name: 'get_trade_call',
+      arguments: { coin: 'BTC', timeframe: '1h' },
+    });
+    expect(call.isError).toBeFalsy();
+    await module.facts.waitFor(await service.adapters.eventStore.headPosition());
+    const after = await post('/api/search', query, bearer(key.key));
+    expect(after.res.headers.get('etag')).not.toBe(before.res.headers.get('etag'));
+    const top = SearchAnswer.parse(after.body).results[0]!;
+    // The venue a request without one lands on depends on the feed (BINANCE_SPOT on replay).
+    const { regime, exchange } = call.structuredContent as { regime: string; exchange: string };
+    expect(top).toMatchObject({ id: `live#regime-${exchange}:BTC`, source_type: 'live' });
+    expect(module.knowledge.index.get(top.id)!.text).toContain(`on 1h the regime is ${regime}`);
+    // The live facts are a projection: folding the log from position 0 gives the same state.
+    const rebuilt = await foldLog(service.adapters.eventStore, knowledgeFactsProjection);
+    expect(rebuilt.state).toEqual(module.facts.state);
+    expect(Object.keys(rebuilt.state.markets)).toContain(`${exchange}:BTC:1h`);
+  });
+
+  it('search: every bad input answers its code with status 400 and _service', async () => {
+    const key = await issue('starter');
+    const cases: [unknown, string][] = [
+      [{}, 'INVALID_QUERY'],
+      [{ query: 42 }, 'INVALID_QUERY'],
+      [{ query: '   ' }, 'INVALID_QUERY'],
+      ['{"query": "not json', 'INVALID_QUERY'],
+      [{ query: 'ab' }, 'QUERY_TOO_SHORT'],
+      [{ query: '   ab   ' }, 'QUERY_TOO_SHORT'],
+      [{ query: 'x'.repeat(501) }, 'QUERY_TOO_LONG'],
+      [{ query: 'webhooks', limit: 0 }, 'INVALID_LIMIT'],
+      [{ query: 'webhooks', limit: 51 }, 'INVALID_LIMIT'],
+      [{ query: 'webhooks', limit: 2.5 }, 'INVALID_LIMIT'],
+      [{ query: 'webhooks', limit: '3' }, 'INVALID_LIMIT'],
+    ];
+    for (const [body, code] of cases) {
+      const { res, body: answer } = await post('/api/search', body, bearer(key.key));
+      expect({ status: res.status, code: answer.code }, JSON.stringify(body)).toEqual({ status: 400, code });
+      expect(typeof answer.message).toBe('string');
+      expect(res.headers.get('cache-control')).toBe('no-store');
+      expect(ServiceMeta.parse(answer._service).auth.outcome).toBe('OK');
+    }
+    // 500 characters after trimming is still fine.
+    const edge = await post('/api/search', { query: ` ${'a'.repeat(500)} ` }, bearer(key.key));
+    expect(edge.res.status).toBe(200);
+    // Bad inputs were not counted.
+    expect(ServiceMeta.parse(edge.body._service).quota?.used).toBe(1);
+  });
+
+  it('both routes answer 401 UNAUTHORIZED without a live key', async () => {
+    for (const path of ['/api/search', '/api/chat']) {
+      const body = { query: 'webhooks', question: 'what does squeeze mean' };
+      const variants: Record<string, string>[] = [
+        {},
+        { authorization: 'Token abc' },
+        { 'x-api-key': 'sk_live_whatever' },
+        { authorization: `Bearer sk_live_${'0'.repeat(43)}` },
+      ];
+      for (const headers of variants) {
+        const { res, body: answer } = await post(path, body, headers);
+        expect({ path, status: res.status, code: answer.code }).toEqual({
+          path,
+          status: 401,
+          code: 'UNAUTHORIZED',
+        });
+        expect(answer.message).toMatch(/Bearer/);
+        expect(answer._service).toMatchObject({ auth: { tier: 'free' } });
+      }
+    }
+  });
+
+  it('chat (extractive): quoted sentences with [n] citations that point at retrieved passages', async () => {
+    const key = await issue('starter');
+    for (const question of [
+      'how is confidence computed?',
+      'what does squeeze mean?',
+      'what is the price of a 1m trade call',
+      'how do I verify a webhook signature',
+    ]) {
+      const { res, body } = await post('/api/chat', { question }, bearer(key.key));
+      expect(res.status).toBe(200);
+      expect(res.headers.get('cache-control')).toBe('no-store');
+      const answer = ChatAnswer.parse(body);
+      expect(answer).toMatchObject({ question, model: 'extractive', grounded: true });
+      expect(answer.citations.length).toBeGreaterThan(0);
+      const retrieved = await post('/api/search', { query: question, limit: 50 }, bearer(key.key));
+      const retrievedIds = SearchAnswer.parse(retrieved.body).results.map((r) => r.id);
+      for (const citation of answer.citations) {
+        expect(retrievedIds).toContain(citation.id);
+        const passage = module.knowledge.index.get(citation.id)!;
+        for (const quoted of citation.quote.split(' … ')) expect(passage.text).toContain(quoted);
+      }
+      // Every "sentence [n]" of the answer is in the n-th citation's passage.
+      const segments = [...answer.answer.matchAll(/(.+?) \[(\d+)\](?: |$)/g)];
+      expect(segments.length).toBeGreaterThan(0);
+      expect(
+        segments
+          .map((m) => m[0])
+          .join('')
+          .trim(),
+      ).toBe(answer.answer);
+      for (const [, sentence, n] of segments) {
+        const citation = answer.citations[Number(n) - 1]!;
+        expect(module.knowledge.index.get(citation.id)!.text).toContain(sentence!.trim());
+      }
+      const meta = body._service as { chat_quota: unknown; auth: unknown };
+      expect(ChatQuotaSnapshot.parse(meta.chat_quota).total).toBe(12);
+      expect(ServiceMeta.parse(meta).auth.outcome).toBe('OK');
+    }
+    const price = await post(
+      '/api/chat',
+      { question: 'what is the price of a 1m trade call' },
+      bearer(key.key),
+    );
+    expect(price.body.answer).toContain('0.05 USD');
+  });
+
+  it('chat: below the relevance threshold it does not know and cites nothing', async () => {
+    const key = await issue('starter');
+    const { res, body } = await post(
+      '/api/chat',
+      { question: 'what is the weather in Paris tomorrow' },
+      bearer(key.key),
+    );
+    expect(res.status).toBe(200);
+    expect(ChatAnswer.parse(body)).toMatchObject({ grounded: false, citations: [], model: 'extractive' });
+    expect(body.answer).toMatch(/I don't know/);
+  });
+
+  it('chat: every bad input answers its code with status 400', async () => {
+    const key = await issue('starter');
+    const cases: [unknown, string][] = [
+      [{}, 'INVALID_QUESTION'],
+      [{ question: ['why'] }, 'INVALID_QUESTION'],
+      [{ question: ' \n\t ' }, 'INVALID_QUESTION'],
+      ['not json at all', 'INVALID_QUESTION'],
+      [{ question: 'why?' }, 'QUESTION_TOO_SHORT'],
+      [{ question: 'q'.repeat(501) }, 'QUESTION_TOO_LONG'],
+      [{ question: 'what does squeeze mean', model: 'gpt-9' }, 'INVALID_MODEL'],
+      [{ question: 'what does squeeze mean', model: 7 }, 'INVALID_MODEL'],
+    ];
+    for (const [body, code] of cases) {
+      const { res, body: answer } = await post('/api/chat', body, bearer(key.key));
+      expect({ status: res.status, code: answer.code }, JSON.stringify(body)).toEqual({ status: 400, code });
+      expect(ServiceMeta.parse(answer._service).auth.outcome).toBe('OK');
+    }
+    const invalid = await post(
+      '/api/chat',
+      { question: 'what does squeeze mean', model: 'gpt-9' },
+      bearer(key.key),
+    );
+    expect(invalid.body.message).toContain('"extractive", "good-model"');
+  });
+
+  it('chat quota: 30 concurrent chats with 10 left answer exactly 10, and the log rebuilds the counter', async () => {
+    const key = await issue('starter');
+    for (let i = 0; i < 2; i++) {
+      expect(
+        (await post('/api/chat', { question: 'what does squeeze mean' }, bearer(key.key))).res.status,
+      ).toBe(200);
+    }
+    const answers = await Promise.all(
+      Array.from({ length: 30 }, () =>
+        post('/api/chat', { question: 'how is confidence computed' }, bearer(key.key)),
+      ),
+    );
+    const statuses = answers.map((a) => a.res.status);
+    expect(statuses.filter((s) => s === 200)).toHaveLength(10);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(20);
+    const refused = answers.find((a) => a.res.status === 429)!;
+    expect(refused.body.code).toBe('CHAT_QUOTA_EXHAUSTED');
+    const retryAfter = Number(refused.res.headers.get('retry-after'));
+    const toMonthEnd = (quotaPeriod(Date.now()).monthResetsAt - Date.now()) / 1000;
+    expect(retryAfter).toBeGreaterThan(0);
+    expect(Math.abs(retryAfter - toMonthEnd)).toBeLessThan(5);
+    expect((refused.body._service as { chat_quota: unknown }).chat_quota).toMatchObject({
+      used: 12,
+      remaining: 0,
+    });
+    expect(ServiceMeta.parse(refused.body._service).auth.outcome).toBe('OK');
+
+    const redis = new Redis(REDIS_URL);
+    try {
+      expect(await redis.get(`${PREFIX}chat:${key.hash}:m:${month}`)).toBe('12');
+      // The log holds the same count: wipe the counter and rebuild it from the events.
+      await redis.del(`${PREFIX}chat:${key.hash}:m:${month}`);
+      const { state } = await foldLog(service.adapters.eventStore, chatQuotaProjection);
+      expect(state[`chat:${key.hash}:m:${month}`]).toBe(12);
+      await rebuildChatQuota({ store: service.adapters.eventStore, cache: service.adapters.cache });
+      expect(await redis.get(`${PREFIX}chat:${key.hash}:m:${month}`)).toBe('12');
+    } finally {
+      redis.disconnect();
+    }
+    const more = await post('/api/chat', { question: 'how is confidence computed' }, bearer(key.key));
+    expect(more.res.status).toBe(429);
+    // Searches do not use the chat quota.
+    expect((await post('/api/search', { query: 'squeeze' }, bearer(key.key))).res.status).toBe(200);
+  });
+
+  it('search and chat count against the plan call quota: 429 QUOTA_EXHAUSTED with Retry-After', async () => {
+    const key = await issue('pro');
+    expect((await post('/api/search', { query: 'webhooks' }, bearer(key.key))).res.status).toBe(200);
+    expect(
+      (await post('/api/chat', { question: 'what does squeeze mean' }, bearer(key.key))).res.status,
+    ).toBe(200);
+    expect((await post('/api/search', { query: 'webhooks' }, bearer(key.key))).res.status).toBe(200);
+    const search = await post('/api/search', { query: 'webhooks' }, bearer(key.key));
+    expect({ status: search.res.status, code: search.body.code }).toEqual({
+      status: 429,
+      code: 'QUOTA_EXHAUSTED',
+    });
+    expect(Number(search.res.headers.get('retry-after'))).toBeGreaterThan(0);
+    const chat = await post('/api/chat', { question: 'what does squeeze mean' }, bearer(key.key));
+    expect({ status: chat.res.status, code: chat.body.code }).toEqual({
+      status: 429,
+      code: 'QUOTA_EXHAUSTED',
+    });
+    // The refused chat did not take a unit of the chat quota.
+    const redis = new Redis(REDIS_URL);
+    try {
+      expect(await redis.get(`${PREFIX}chat:${key.hash}:m:${month}`)).toBe('1');
+    } finally {
+      redis.disconnect();
+    }
+  });
+
+  it('INTERNAL_ERROR: 500 without detail, and the failed chat takes nothing', async () => {
+    const key = await issue('starter');
+    const redis = new Redis(REDIS_URL);
+    try {
+      // A counter that is not a number (a corrupted cache) is a fault on our side.
+      await redis.set(`${PREFIX}chat:${key.hash}:m:${month}`, 'garbage');
+      const chat = await post('/api/chat', { question: 'what does squeeze mean' }, bearer(key.key));
+      expect(chat.res.status).toBe(500);
+      expect({ code: chat.body.code, message: chat.body.message }).toEqual({
+        code: 'INTERNAL_ERROR',
+        message: 'the request failed on our side; nothing was counted',
+      });
+      expect(JSON.stringify(chat.body)).not.toMatch(/garbage|TypeError|at .*\.ts/);
+      await redis.set(`${PREFIX}quota:${key.hash}:m:${month}`, 'garbage');
+      const search = await post('/api/search', { query: 'webhooks' }, bearer(key.key));
+      expect(search.res.status).toBe(500);
+      expect(search.body).toMatchObject({ code: 'INTERNAL_ERROR', _service: { auth: { outcome: 'OK' } } });
+      expect(JSON.stringify(search.body)).not.toMatch(/garbage|TypeError/);
+      // Over MCP the same fault is INTERNAL_ERROR as result.isError, without detail.
+      await redis.del(`${PREFIX}quota:${key.hash}:m:${month}`);
+      const client = await mcp(key.key);
+      const viaMcp = await client.callTool({
+        name: 'chat_knowledge',
+        arguments: { question: 'what does squeeze mean' },
+      });
+      expect(viaMcp.isError).toBe(true);
+      const text = (viaMcp.content as { text: string }[])[0]!.text;
+      expect(text).toBe('INTERNAL_ERROR: the request failed on our side; nothing was counted');
+    } finally {
+      redis.disconnect();
+    }
+  });
+
+  it('MCP: the same answers and the same codes as result.isError; wrong types stay -32602', async () => {
+    const key = await issue('starter');
+    const client = await mcp(key.key);
+    const search = await client.callTool({
+      name: 'search_knowledge',
+      arguments: { query: 'INVALID_MODEL', limit: 2 },
+    });
+    expect(search.isError).toBeFalsy();
+    const found = search.structuredContent as Record<string, unknown>;
+    expect(SearchAnswer.parse(found).results[0]!.id).toBe('errors#INVALID_MODEL');
+    expect(ServiceMeta.parse(found._service).quota?.used).toBe(1);
+
+    const chat = await client.callTool({
+      name: 'chat_knowledge',
+      arguments: { question: 'what does squeeze mean' },
+    });
+    expect(chat.isError).toBeFalsy();
+    const chatted = chat.structuredContent as Record<string, unknown>;
+    expect(ChatAnswer.parse(chatted)).toMatchObject({ grounded: true, model: 'extractive' });
+    const meta = chatted._service as Record<string, unknown>;
+    expect(ChatQuotaSnapshot.parse(meta.chat_quota)).toMatchObject({ used: 1, total: 12, remaining: 11 });
+    expect(ServiceMeta.parse(meta).quota?.used).toBe(2);
+
+    const cases: [string, Record<string, unknown>, string][] = [
+      ['search_knowledge', { query: '   ' }, 'INVALID_QUERY'],
+      ['search_knowledge', { query: 'ab' }, 'QUERY_TOO_SHORT'],
+      ['search_knowledge', { query: 'x'.repeat(501) }, 'QUERY_TOO_LONG'],
+      ['search_knowledge', { query: 'webhooks', limit: 99 }, 'INVALID_LIMIT'],
+      ['chat_knowledge', { question: '  ' }, 'INVALID_QUESTION'],
+      ['chat_knowledge', { question: 'why' }, 'QUESTION_TOO_SHORT'],
+      ['chat_knowledge', { question: 'q'.repeat(501) }, 'QUESTION_TOO_LONG'],
+      ['chat_knowledge', { question: 'what does squeeze mean', model: 'gpt-9' }, 'INVALID_MODEL'],
+      ['search_knowledge', { query: 42 }, '-32602'],
+      ['search_knowledge', {}, '-32602'],
+      ['chat_knowledge', { question: 'what does squeeze mean', extra: true }, '-32602'],
+    ];
+    for (const [name, args, code] of cases) {
+      const result = await client.callTool({ name, arguments: args });
+      expect(result.isError, `${name} ${JSON.stringify(args)}`).toBe(true);
+      const text = (result.content as { type: string; text: string }[])[0]!.text;
+      expect(text.startsWith(code), `${name} ${JSON.stringify(args)} → ${text}`).toBe(true);
+    }
+  });
+
+  it('MCP: CHAT_QUOTA_EXHAUSTED as result.isError; anonymous callers get the free chat quota', async () => {
+    const client = await mcp();
+    const first = await client.callTool({
+      name: 'chat_knowledge',
+      arguments: { question: 'what does squeeze mean' },
+    });
+    expect(first.isError).toBeFalsy();
+    const second = await client.callTool({
+      name: 'chat_knowledge',
+      arguments: { question: 'what does squeeze mean' },
+    });
+    expect(second.isError).toBe(true);
+    expect((second.content as { text: string }[])[0]!.text).toMatch(/^CHAT_QUOTA_EXHAUSTED: /);
+    expect(second.structuredContent).toMatchObject({ code: 'CHAT_QUOTA_EXHAUSTED' });
+  });
+
+  it('generative model: cites retrieved passages only; off-source, slow or down falls back to extractive', async () => {
+    const key = await issue('starter');
+    const before = provider.requests.length;
+    const good = await post(
+      '/api/chat',
+      { question: 'what does squeeze mean', model: 'good-model' },
+      bearer(key.key),
+    );
+    expect(good.res.status).toBe(200);
+    const answer = ChatAnswer.parse(good.body);
+    expect(answer).toMatchObject({ model: 'good-model', grounded: true });
+    expect(answer.answer).toMatch(/\[1\]/);
+    const sent = provider.requests[before]!;
+    expect(sent.path).toBe('/v1/chat/completions');
+    expect(sent.headers.authorization).toBe('Bearer sk-provider-test');
+    const prompt = String((sent.body.messages as { content: string }[])[1]!.content);
+    const retrieved = SearchAnswer.parse(
+      (await post('/api/search', { query: 'what does squeeze mean', limit: 4 }, bearer(key.key))).body,
+    ).results.map((r) => r.id);
+    const given = [...prompt.matchAll(/^\[\d+\] id=(\S+)/gm)].map((m) => m[1]);
+    expect(given).toEqual(retrieved);
+    expect(answer.citations[0]!.id).toBe(retrieved[0]);
+    expect(module.knowledge.index.get(answer.citations[0]!.id)!.text).toContain(answer.citations[0]!.quote);
+
+    const liar = await post(
+      '/api/chat',
+      { question: 'what does squeeze mean', model: 'liar-model' },
+      bearer(key.key),
+    );
+    expect(ChatAnswer.parse(liar.body)).toMatchObject({ model: 'extractive', grounded: true });
+    expect(liar.body.note).toMatch(/liar-model cited sources or numbers it was not given/);
+    expect(liar.body.answer).not.toContain('12 USD');
+    const used = () => (good.body._service as { chat_quota: { used: number } }).chat_quota.used;
+    expect(used()).toBe(1);
+
+    for (const model of ['slow-model', 'down-model']) {
+      const started = Date.now();
+      const late = await post('/api/chat', { question: 'what does squeeze mean', model }, bearer(key.key));
+      expect(late.res.status).toBe(200);
+      expect(Date.now() - started).toBeLessThan(4_000);
+      expect(ChatAnswer.parse(late.body)).toMatchObject({ model: 'extractive', grounded: true });
+      expect(late.body.note).toMatch(new RegExp(`the model ${model} was unavailable`));
+      // The provider failed: the unit came back (good and liar took one each).
+      expect((late.body._service as { chat_quota: { used: number } }).chat_quota.used).toBe(2);
+    }
+  });
+});

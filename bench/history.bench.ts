@@ -1,0 +1,304 @@
+/**
+ * Verdict history at scale, each figure against a baseline measured in the same run:
+ *
+ *  - export: rows/s of GET /api/verdicts (NDJSON and Parquet, through real HTTP on loopback,
+ *    body read and discarded) against the raw `readAll` of the same LMDB log, page by page
+ *    (target ≥ 0.5); with the time to the first row and the peak RSS growth during the export
+ *    beside the size of what was streamed (flat memory: the growth stays far below the size).
+ *  - outcome projection: the track-record fold over N VerdictOutcomeResolved events against the
+ *    latest-verdicts fold over N VerdictRecorded events (both validate every event).
+ *  - track-record query: GET /api/track-record over the folded state of N outcomes against
+ *    GET /healthz on the same server (latency ratio).
+ *
+ *   npx tsx bench/history.bench.ts [--verdicts=1000000] [--outcomes=100000]
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { pathToFileURL } from 'node:url';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import { request } from 'undici';
+import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
+import type { RecordedEvent } from '../contracts/envelope.ts';
+import { type EventData, newEvent } from '../contracts/events.ts';
+import { outcomeStream } from '../contracts/history.ts';
+import { latestVerdictsProjection } from '../projections/latest-verdicts.ts';
+import { deterministicId } from '../services/engine/deterministic-id.ts';
+import { trackRecordProjection } from '../services/history/projections.ts';
+import {
+  SYNTHETIC_MARKETS,
+  startHistoryServer,
+  syntheticMarket,
+  syntheticOutcome,
+  syntheticVerdict,
+} from '../test/history-harness.ts';
+import { profile } from './cpu-profile.ts';
+
+const MARKETS = SYNTHETIC_MARKETS;
+const BATCH = 1_000;
+
+function arg(name: string, fallback: number): number {
+  const hit = process.argv.find((a) => a.startsWith(`--${name}=`));
+  return hit ? Number(hit.split('=')[1]) : fallback;
+}
+
+function recorded<T extends string>(type: T, data: unknown, position: number, stream: string): RecordedEvent {
+  return {
+    id: deterministicId('bench', position),
+    type,
+    stream,
+    revision: 0,
+    position,
+    recordedAt: new Date(0).toISOString(),
+    correlationId: 'bench',
+    causationId: null,
+    data,
+  };
+}
+
+/** A callable gc() without starting node with --expose-gc: for the post-collection heap figure. */
+function exposeGc(): () => void {
+  setFlagsFromString('--expose-gc');
+  return runInNewContext('gc') as () => void;
+}
+
+/**
+ * Reads the whole export with a forced collection every `every` rows: the heap that survives a
+ * collection mid-stream is what the export really holds (flat means it does not grow with rows).
+ */
+async function liveHeap(url: string, headers: Record<string, string>, every: number) {
+  const gc = exposeGc();
+  gc();
+  const before = process.memoryUsage().heapUsed;
+  let peak = 0;
+  let rows = 0;
+  let next = every;
+  const res = await request(url, { headers });
+  for await (const chunk of res.body as AsyncIterable<Buffer>) {
+    for (let i = chunk.indexOf(10); i >= 0; i = chunk.indexOf(10, i + 1)) rows++;
+    if (rows >= next) {
+      next += every;
+      gc();
+      peak = Math.max(peak, process.memoryUsage().heapUsed - before);
+    }
+  }
+  return peak;
+}
+
+async function drain(url: string, headers: Record<string, string>) {
+  const rssBefore = process.memoryUsage().rss;
+  let peak = rssBefore;
+  const heapBefore = process.memoryUsage().heapUsed;
+  let heapPeak = heapBefore;
+  const sampler = setInterval(() => {
+    const m = process.memoryUsage();
+    peak = Math.max(peak, m.rss);
+    heapPeak = Math.max(heapPeak, m.heapUsed);
+  }, 50);
+  const started = performance.now();
+  let firstByte = 0;
+  let bytes = 0;
+  let newlines = 0;
+  const res = await request(url, { headers });
+  for await (const chunk of res.body as AsyncIterable<Buffer>) {
+    if (bytes === 0) firstByte = performance.now() - started;
+    bytes += chunk.length;
+    for (let i = chunk.indexOf(10); i >= 0; i = chunk.indexOf(10, i + 1)) newlines++;
+  }
+  clearInterval(sampler);
+  return {
+    seconds: (performance.now() - started) / 1000,
+    firstByteMs: firstByte,
+    bytes,
+    newlines,
+    rssGrowth: peak - rssBefore,
+    heapGrowth: heapPeak - heapBefore,
+    status: res.statusCode,
+  };
+}
+
+export async function run(): Promise<Record<string, number>> {
+  const verdicts = arg('verdicts', 1_000_000);
+  const outcomes = Math.min(verdicts, arg('outcomes', 100_000));
+  const perMarket = Math.ceil(verdicts / MARKETS);
+  const dir = mkdtempSync(join(tmpdir(), 'history-bench-'));
+  const store = await openLmdbEventStore({ path: dir });
+  try {
+    // ---- the log: verdicts in batches per market stream, outcomes for the oldest ones ----
+    let t = performance.now();
+    const prev = new Array<string | null>(MARKETS).fill(null);
+    const firstIds: { id: string; stream: string; revision: number; data: EventData<'VerdictRecorded'> }[] =
+      [];
+    for (let n = 0; n < perMarket; n += BATCH) {
+      for (let m = 0; m < MARKETS; m++) {
+        const k = syntheticMarket(m);
+        const stream = `verdicts-${k.exchange}-${k.coin}-${k.timeframe}`;
+        const events = [];
+        for (let j = n; j < Math.min(n + BATCH, perMarket); j++) {
+          const data = syntheticVerdict(m, j, perMarket, prev[m]!);
+          prev[m] = data.hash;
+          const id = deterministicId('verdict', stream, j);
+          events.push(newEvent('VerdictRecorded', data, { id }));
+          if (firstIds.length < outcomes && j < Math.ceil(outcomes / MARKETS))
+            firstIds.push({ id, stream, revision: j, data });
+        }
+        await store.append(stream, events);
+      }
+    }
+    const verdictLoadS = (performance.now() - t) / 1000;
+    t = performance.now();
+    for (let i = 0; i < firstIds.length; i += 500) {
+      await Promise.all(
+        firstIds.slice(i, i + 500).map(({ id, stream, revision, data }) =>
+          store.append(
+            outcomeStream(id),
+            [newEvent('VerdictOutcomeResolved', syntheticOutcome(data, id, stream, revision))],
+            {
+              expectedRevision: 'no_stream',
+            },
+          ),
+        ),
+      );
+    }
+    const outcomeLoadS = (performance.now() - t) / 1000;
+    const head = await store.headPosition();
+    console.log(
+      `log: ${verdicts.toLocaleString()} verdicts (${verdictLoadS.toFixed(1)} s), ${firstIds.length.toLocaleString()} outcomes (${outcomeLoadS.toFixed(1)} s), head ${head.toLocaleString()}`,
+    );
+
+    // ---- baseline: raw readAll of the same log ----
+    t = performance.now();
+    let raw = 0;
+    for (let after = 0; ; ) {
+      const page = await store.readAll({ after, maxCount: 1_000 });
+      if (page.length === 0) break;
+      for (const e of page) if (e.type === 'VerdictRecorded') raw++;
+      after = page[page.length - 1]!.position;
+    }
+    const rawS = (performance.now() - t) / 1000;
+
+    t = performance.now();
+    const server = await startHistoryServer({ store, feed: null });
+    const catchUpS = (performance.now() - t) / 1000;
+    const key = await server.issue();
+    const headers = { authorization: `Bearer ${key}` };
+    const nd = process.argv.includes('--profile')
+      ? await (async () => {
+          const { result, summary } = await profile(() => drain(`${server.url}/api/verdicts`, headers));
+          console.log('NDJSON export profile (self time)');
+          console.table(summary.byFunction.slice(0, 15));
+          console.table(summary.byPackage.slice(0, 8));
+          return result;
+        })()
+      : await drain(`${server.url}/api/verdicts`, headers);
+    const pq = await drain(`${server.url}/api/verdicts?format=parquet`, headers);
+    const rawRate = raw / rawS;
+    const ndRate = verdicts / nd.seconds;
+    const pqRate = verdicts / pq.seconds;
+    console.log('export through HTTP vs raw readAll of the same LMDB log (target ratio >= 0.5)');
+    console.table({
+      'raw readAll': {
+        'rows/s': Math.round(rawRate),
+        ratio: 1,
+        'first row ms': '',
+        'MB streamed': '',
+        'RSS growth MB': '',
+      },
+      NDJSON: {
+        'rows/s': Math.round(ndRate),
+        ratio: Number((ndRate / rawRate).toFixed(2)),
+        'first row ms': Number(nd.firstByteMs.toFixed(1)),
+        'MB streamed': Math.round(nd.bytes / 1e6),
+        'RSS growth MB': Math.round(nd.rssGrowth / 1e6),
+        'heap growth MB': Math.round(nd.heapGrowth / 1e6),
+      },
+      Parquet: {
+        'rows/s': Math.round(pqRate),
+        ratio: Number((pqRate / rawRate).toFixed(2)),
+        'first row ms': Number(pq.firstByteMs.toFixed(1)),
+        'MB streamed': Math.round(pq.bytes / 1e6),
+        'RSS growth MB': Math.round(pq.rssGrowth / 1e6),
+        'heap growth MB': Math.round(pq.heapGrowth / 1e6),
+      },
+    });
+    const every = Math.max(1_000, Math.floor(verdicts / 10));
+    const ndLive = await liveHeap(`${server.url}/api/verdicts`, headers, every);
+    const pqLive = await liveHeap(`${server.url}/api/verdicts?format=parquet`, headers, every / 10);
+    console.log(
+      `heap surviving a forced collection mid-export (every ${every.toLocaleString()} rows), above the heap before: NDJSON ${(ndLive / 1e6).toFixed(1)} MB, Parquet ${(pqLive / 1e6).toFixed(1)} MB (of ${Math.round(nd.bytes / 1e6)} / ${Math.round(pq.bytes / 1e6)} MB streamed)`,
+    );
+    if (nd.newlines !== verdicts + 1)
+      throw new Error(`NDJSON export gave ${nd.newlines - 1} rows, expected ${verdicts}`);
+
+    // ---- track-record query latency on the folded state vs /healthz ----
+    const latency = async (path: string, n: number) => {
+      const started = performance.now();
+      for (let i = 0; i < n; i++) {
+        const res = await request(`${server.url}${path}`);
+        await res.body.text();
+      }
+      return (performance.now() - started) / n;
+    };
+    await latency('/healthz', 50);
+    await latency('/api/track-record', 5);
+    const healthMs = await latency('/healthz', 200);
+    const trAll = await latency('/api/track-record?window=all', 20);
+    const tr30 = await latency('/api/track-record?window=30d', 20);
+    console.log(
+      `track-record query over ${firstIds.length.toLocaleString()} outcomes (projection caught up with the log in ${catchUpS.toFixed(1)} s at start)`,
+    );
+    console.table({
+      '/healthz': { ms: Number(healthMs.toFixed(3)), ratio: 1 },
+      'track-record all': { ms: Number(trAll.toFixed(3)), ratio: Number((trAll / healthMs).toFixed(1)) },
+      'track-record 30d': { ms: Number(tr30.toFixed(3)), ratio: Number((tr30 / healthMs).toFixed(1)) },
+    });
+    await server.close();
+
+    // ---- outcome projection throughput at N events, in memory, folded chunk by chunk ----
+    const n = verdicts;
+    const chunk = 20_000;
+    let verdictState = latestVerdictsProjection.initial();
+    let state = trackRecordProjection.initial();
+    let baseS = 0;
+    let foldS = 0;
+    for (let from = 0; from < n; from += chunk) {
+      const verdictEvents: RecordedEvent[] = [];
+      const outcomeEvents: RecordedEvent[] = [];
+      for (let i = from; i < Math.min(n, from + chunk); i++) {
+        const v = syntheticVerdict(i % MARKETS, Math.floor(i / MARKETS), perMarket, null);
+        verdictEvents.push(recorded('VerdictRecorded', v, i + 1, 'verdicts-x'));
+        const o = syntheticOutcome(v, deterministicId('v', i), 'verdicts-x', i);
+        outcomeEvents.push(recorded('VerdictOutcomeResolved', o, i + 1, 'o'));
+      }
+      t = performance.now();
+      for (const e of verdictEvents) verdictState = latestVerdictsProjection.evolve(verdictState, e);
+      baseS += (performance.now() - t) / 1000;
+      t = performance.now();
+      for (const e of outcomeEvents) state = trackRecordProjection.evolve(state, e);
+      foldS += (performance.now() - t) / 1000;
+    }
+    console.log(
+      `outcome projection: ${n.toLocaleString()} events, ${Object.keys(state).length.toLocaleString()} day cells`,
+    );
+    console.table({
+      'latest-verdicts fold (baseline)': { 'events/s': Math.round(n / baseS), ratio: 1 },
+      'track-record fold': { 'events/s': Math.round(n / foldS), ratio: Number((baseS / foldS).toFixed(2)) },
+    });
+    return {
+      ndjsonRatio: ndRate / rawRate,
+      parquetRatio: pqRate / rawRate,
+      ndjsonFirstRowMs: nd.firstByteMs,
+      ndjsonRssGrowthMb: nd.rssGrowth / 1e6,
+      ndjsonLiveHeapMb: ndLive / 1e6,
+      trackRecordMs: trAll,
+      foldPerSec: n / foldS,
+    };
+  } finally {
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1]!).href) await run();

@@ -1,0 +1,169 @@
+import { z } from 'zod';
+import { Call, Exchange, FeedKind, Regime, TIMEFRAME_MS, Timeframe } from './market.ts';
+
+/**
+ * The analysts' side: the labelled verdict history (GET /api/verdicts, the export CLI) and the
+ * public track record (GET /api/track-record). One row shape for every format, so a file read
+ * back from NDJSON, CSV or Parquet is scored and verified by the same code.
+ */
+
+/** The methodology's horizon and fee (docs/evaluation.md; the calibration table holds the same). */
+export const HORIZON_CANDLES = 6;
+export const FEE_BPS = 10;
+/** Forward returns are labelled at these horizons; the outcome resolves once the last has closed. */
+export const OUTCOME_HORIZONS = [1, 6, 24] as const;
+export const OUTCOME_AFTER_CANDLES = 24;
+/** A verdict's content is public once its horizon has closed (the rule of GET /verify). */
+export const REVEAL_AFTER_CANDLES = HORIZON_CANDLES;
+
+export function revealTime(verdict: { candleCloseTime: number; timeframe: Timeframe }): number {
+  return verdict.candleCloseTime + REVEAL_AFTER_CANDLES * TIMEFRAME_MS[verdict.timeframe];
+}
+
+/** Stream of a verdict's outcome: one per verdict, so the append is its own idempotency check. */
+export function outcomeStream(verdictId: string): string {
+  return `verdict-outcome-${verdictId}`;
+}
+
+const nullable = <T extends z.ZodType>(t: T) => t.nullable();
+
+/**
+ * One history row. Commitment fields are always filled; content fields only once revealed
+ * (`revealed: true`), outcome fields only once revealed and resolved. `inputs_json` is the
+ * verdict's `inputs` as JSON, so the hash can be recomputed from any format.
+ */
+export const HistoryRow = z.object({
+  position: z.number().int().positive(),
+  verdict_id: z.string(),
+  stream: z.string(),
+  revision: z.number().int().nonnegative(),
+  recorded_at: z.string(),
+  exchange: Exchange,
+  coin: z.string(),
+  timeframe: Timeframe,
+  hash: z.string(),
+  prev_hash: nullable(z.string()),
+  reveal_at: z.string(),
+  revealed: z.boolean(),
+  call: nullable(Call),
+  confidence: nullable(z.number().int()),
+  score: nullable(z.number()),
+  regime: nullable(Regime),
+  price: nullable(z.number()),
+  candle_close_time: nullable(z.number().int()),
+  feed: nullable(FeedKind),
+  engine_version: nullable(z.string()),
+  trigger: nullable(z.enum(['request', 'schedule'])),
+  inputs_json: nullable(z.string()),
+  outcome_id: nullable(z.string()),
+  return_1: nullable(z.number()),
+  return_6: nullable(z.number()),
+  return_24: nullable(z.number()),
+  result: nullable(z.enum(['hit', 'miss', 'no-call'])),
+  net_centi_bps: nullable(z.number().int()),
+  mae_bps: nullable(z.number()),
+  mfe_bps: nullable(z.number()),
+  realised_vol: nullable(z.number()),
+});
+export type HistoryRow = z.infer<typeof HistoryRow>;
+export const HISTORY_COLUMNS = Object.keys(HistoryRow.shape) as (keyof HistoryRow)[];
+
+export const HISTORY_FORMATS = ['ndjson', 'csv', 'parquet'] as const;
+export const HistoryFormat = z.enum(HISTORY_FORMATS);
+export type HistoryFormat = z.infer<typeof HistoryFormat>;
+export const HISTORY_MEDIA_TYPES: Record<HistoryFormat, string> = {
+  ndjson: 'application/x-ndjson',
+  csv: 'text/csv',
+  parquet: 'application/vnd.apache.parquet',
+};
+
+export const HISTORY_MAX_LIMIT = 1_000_000;
+export const HISTORY_MAX_WAIT_S = 30;
+
+/** The last NDJSON line: where to resume, and the `_service` block. */
+export const HistoryTrailer = z.object({
+  cursor: z.string(),
+  rows: z.number().int().nonnegative(),
+  _service: z.unknown().optional(),
+});
+
+// ---- track record ----------------------------------------------------------------------------
+
+export const TRACK_RECORD_WINDOWS = ['7d', '30d', '90d', 'all'] as const;
+export const TrackRecordWindow = z.enum(TRACK_RECORD_WINDOWS);
+export type TrackRecordWindow = z.infer<typeof TrackRecordWindow>;
+
+const Rate = z.object({
+  hitRate: z.number().nullable(),
+  interval: z.object({ low: z.number(), high: z.number() }).nullable(),
+  meanNetBps: z.number().nullable(),
+});
+
+export const ConfidenceBucketLine = z.object({
+  bucket: z.string(),
+  from: z.number().int(),
+  to: z.number().int(),
+  calls: z.number().int(),
+  hits: z.number().int(),
+  hitRate: z.number().nullable(),
+  meanConfidence: z.number().nullable(),
+});
+
+export const TrackRecordLine = z.object({
+  exchange: z.union([Exchange, z.literal('ALL')]),
+  timeframe: z.union([Timeframe, z.literal('ALL')]),
+  /** BUY and SELL calls resolved in the window; HOLDs counted apart. */
+  calls: z.number().int(),
+  holds: z.number().int(),
+  holdShare: z.number().nullable(),
+  buys: z.number().int(),
+  sells: z.number().int(),
+  hits: z.number().int(),
+  /** Following the calls. */
+  following: Rate,
+  alwaysBuy: Rate,
+  alwaysSell: Rate,
+  /** Random BUY/SELL at the calls' own mix, on the same points: its expected figures. */
+  random: Rate,
+  brier: z.number().nullable(),
+  baseRateBrier: z.number().nullable(),
+  buckets: z.array(ConfidenceBucketLine),
+});
+export type TrackRecordLine = z.infer<typeof TrackRecordLine>;
+
+export const TrackRecordPoint = z.object({
+  day: z.string(),
+  calls: z.number().int(),
+  hitRate: z.number().nullable(),
+  alwaysBuy: z.number().nullable(),
+  alwaysSell: z.number().nullable(),
+  random: z.number().nullable(),
+  cumNetBps: z.number(),
+  cumRandomNetBps: z.number(),
+});
+
+export const TrackRecordResponse = z.object({
+  asOf: z.string(),
+  window: TrackRecordWindow,
+  feeBps: z.number(),
+  horizonCandles: z.number().int(),
+  overall: TrackRecordLine,
+  lines: z.array(TrackRecordLine),
+  /** Day by day for the overall line, cumulative from the window's start. */
+  series: z.array(TrackRecordPoint),
+});
+export type TrackRecordResponse = z.infer<typeof TrackRecordResponse>;
+
+/** What a trade call and a trade_call webhook carry: how often calls like it were right. */
+export const TrackRecordBrief = z.object({
+  window: TrackRecordWindow,
+  exchange: Exchange,
+  timeframe: Timeframe,
+  confidenceBucket: z.string(),
+  calls: z.number().int(),
+  hits: z.number().int(),
+  hitRate: z.number().nullable(),
+  interval: z.object({ low: z.number(), high: z.number() }).nullable(),
+  randomHitRate: z.number().nullable(),
+});
+export type TrackRecordBrief = z.infer<typeof TrackRecordBrief>;

@@ -1,0 +1,33 @@
+import { pino } from 'pino';
+import { loadConfig } from '../../contracts/config.ts';
+import { type Adapters, openAdapters } from '../adapters.ts';
+import { runHistoryCommand, USAGE, UsageError } from './cli-commands.ts';
+import { HistoryQueryError } from './query.ts';
+
+/** The analyst's command line (`npm run history -- export|verify|score …`). */
+const argv = process.argv.slice(2);
+if (argv.length === 0 || argv[0] === '--help' || argv[0] === 'help') {
+  process.stdout.write(`${USAGE}\n`);
+  process.exit(argv.length === 0 ? 2 : 0);
+}
+let adapters: Adapters | null = null;
+let code = 0;
+try {
+  const output = await runHistoryCommand(argv, {
+    progress: process.stderr,
+    async openStore() {
+      const config = loadConfig();
+      adapters = await openAdapters(config, pino({ level: 'warn' }, pino.destination(2)));
+      return adapters.eventStore;
+    },
+  });
+  process.stdout.write(`${output}\n`);
+  if (argv[0] === 'verify' && !(JSON.parse(output) as { ok: boolean }).ok) code = 1;
+} catch (err) {
+  const usage = err instanceof UsageError || err instanceof HistoryQueryError;
+  code = usage ? 2 : 1;
+  process.stderr.write(usage ? `${(err as Error).message}\n\n${USAGE}\n` : `${String(err)}\n`);
+} finally {
+  await (adapters as Adapters | null)?.close();
+}
+process.exit(code);

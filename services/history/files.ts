@@ -1,0 +1,108 @@
+import { createReadStream, existsSync, readdirSync, statSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { parquetReadObjects } from 'hyparquet';
+import { HISTORY_COLUMNS, type HistoryFormat, HistoryRow } from '../../contracts/history.ts';
+import { KINDS } from './writers.ts';
+
+/**
+ * Reads history rows back from an export, whatever its format: an NDJSON or CSV file, one
+ * Parquet file, or a directory of Parquet parts (the CLI's resumable layout). Rows come one at a
+ * time in file order; Parquet is read one file (one part) at a time.
+ */
+export function formatOf(path: string): HistoryFormat {
+  if (existsSync(path) && statSync(path).isDirectory()) return 'parquet';
+  if (path.endsWith('.csv')) return 'csv';
+  if (path.endsWith('.parquet')) return 'parquet';
+  return 'ndjson';
+}
+
+function coerce(name: keyof HistoryRow, value: unknown): unknown {
+  if (value === null || value === undefined || value === '') return null;
+  const kind = KINDS[name];
+  if (kind === 'bool') return value === true || value === 'true';
+  if (kind === 'utf8') return String(value);
+  return Number(value);
+}
+
+function toRow(record: Record<string, unknown>): HistoryRow {
+  const row: Record<string, unknown> = {};
+  for (const name of HISTORY_COLUMNS) row[name] = coerce(name, record[name]);
+  return HistoryRow.parse(row);
+}
+
+/** RFC 4180 fields of one line (the export never puts a line break inside a field). */
+export function parseCsvLine(line: string): string[] {
+  const out: string[] = [];
+  let i = 0;
+  while (i <= line.length) {
+    if (line[i] === '"') {
+      let value = '';
+      i++;
+      for (;;) {
+        const q = line.indexOf('"', i);
+        if (q < 0) throw new Error('unterminated quoted CSV field');
+        value += line.slice(i, q);
+        if (line[q + 1] === '"') {
+          value += '"';
+          i = q + 2;
+        } else {
+          i = q + 1;
+          break;
+        }
+      }
+      out.push(value);
+      i++;
+    } else {
+      const comma = line.indexOf(',', i);
+      const end = comma < 0 ? line.length : comma;
+      out.push(line.slice(i, end));
+      i = end + 1;
+    }
+  }
+  return out;
+}
+
+export function parquetParts(path: string): string[] {
+  if (!statSync(path).isDirectory()) return [path];
+  return readdirSync(path)
+    .filter((f) => f.endsWith('.parquet'))
+    .sort()
+    .map((f) => join(path, f));
+}
+
+export async function* readExport(path: string): AsyncGenerator<HistoryRow> {
+  const format = formatOf(path);
+  if (format === 'parquet') {
+    for (const part of parquetParts(path)) {
+      const buf = await readFile(part);
+      const records = await parquetReadObjects({
+        file: buf.buffer.slice(buf.byteOffset, buf.byteOffset + buf.byteLength) as ArrayBuffer,
+      });
+      for (const record of records) yield toRow(record);
+    }
+    return;
+  }
+  const lines = createInterface({
+    input: createReadStream(path, 'utf8'),
+    crlfDelay: Number.POSITIVE_INFINITY,
+  });
+  let header: string[] | null = null;
+  for await (const line of lines) {
+    if (line.trim() === '') continue;
+    if (format === 'csv') {
+      const fields = parseCsvLine(line);
+      if (!header) {
+        header = fields;
+        continue;
+      }
+      yield toRow(Object.fromEntries(header.map((h, i) => [h, fields[i]])));
+    } else {
+      const record = JSON.parse(line) as Record<string, unknown>;
+      // The trailer line of a served NDJSON export carries the cursor, not a row.
+      if ('cursor' in record && !('verdict_id' in record)) continue;
+      yield toRow(record);
+    }
+  }
+}

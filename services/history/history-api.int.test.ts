@@ -1,0 +1,421 @@
+import { parquetReadObjects } from 'hyparquet';
+import { request } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { newEvent } from '../../contracts/events.ts';
+import {
+  HISTORY_COLUMNS,
+  type HistoryRow,
+  HistoryTrailer,
+  TrackRecordResponse,
+} from '../../contracts/history.ts';
+import { TIMEFRAME_MS } from '../../contracts/market.ts';
+import { TradeCall } from '../../contracts/tools.ts';
+import { HOUR, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { scoreRows, verifyRows } from './audit.ts';
+import { parseCsvLine } from './files.ts';
+
+type Server = Awaited<ReturnType<typeof startHistoryServer>>;
+type Fixture = Awaited<ReturnType<typeof recordHistory>>;
+
+let fx: Fixture;
+let server: Server;
+let key: string;
+
+beforeAll(async () => {
+  // 40 hourly verdicts on three markets; outcomes resolve for the first ~16 steps, the last 5
+  // steps stay younger than their reveal time (commitments only: 5 steps x 3 markets).
+  fx = await recordHistory({ steps: 40 });
+  server = await startHistoryServer({ store: fx.store, feed: fx.feed, pageSize: 16 });
+  await server.settle();
+  key = await server.issue();
+});
+afterAll(async () => {
+  await server?.close();
+  await fx?.engine.close();
+});
+
+const auth = () => ({ authorization: `Bearer ${key}` });
+
+async function ndjson(query: string, headers: Record<string, string> = {}) {
+  const res = await fetch(`${server.url}/api/verdicts${query}`, { headers: { ...auth(), ...headers } });
+  expect(res.status).toBe(200);
+  const lines = (await res.text()).trim().split('\n');
+  const trailer = HistoryTrailer.parse(JSON.parse(lines.at(-1)!));
+  return { rows: lines.slice(0, -1).map((l) => JSON.parse(l) as HistoryRow), trailer, res };
+}
+
+function csvRows(text: string): Record<string, string>[] {
+  const [header, ...lines] = text.trim().split('\n');
+  const names = parseCsvLine(header!);
+  return lines.map((l) => Object.fromEntries(parseCsvLine(l).map((v, i) => [names[i], v])));
+}
+
+async function parquetRows(
+  query: string,
+  headers: Record<string, string> = { accept: 'application/vnd.apache.parquet' },
+) {
+  const res = await fetch(`${server.url}/api/verdicts${query}`, { headers: { ...auth(), ...headers } });
+  expect(res.status).toBe(200);
+  expect(res.headers.get('content-type')).toBe('application/vnd.apache.parquet');
+  const buf = Buffer.from(await res.arrayBuffer());
+  // An independent reader (hyparquet, pure JS) over what the Rust writer produced.
+  return parquetReadObjects({
+    file: buf.buffer.slice(buf.byteOffset, buf.byteOffset + buf.byteLength) as ArrayBuffer,
+  });
+}
+
+describe('GET /api/verdicts', () => {
+  it('streams every verdict as NDJSON with labels, chain fields and a cursor line', async () => {
+    const { rows, trailer, res } = await ndjson('');
+    expect(res.headers.get('content-type')).toBe('application/x-ndjson');
+    expect(JSON.parse(res.headers.get('x-service-meta')!).auth).toEqual({
+      outcome: 'OK',
+      presented: true,
+      tier: 'pro',
+    });
+    expect(rows).toHaveLength(120);
+    expect(trailer.rows).toBe(120);
+    expect((trailer._service as { auth: { tier: string } }).auth.tier).toBe('pro');
+    const positions = rows.map((r) => r.position);
+    expect([...positions].sort((a, b) => a - b)).toEqual(positions);
+    const labelled = rows.filter((r) => r.result !== null);
+    expect(labelled.length).toBeGreaterThan(30);
+    for (const r of labelled) {
+      expect(r.revealed).toBe(true);
+      expect(r.return_1).not.toBeNull();
+      expect(r.return_24).not.toBeNull();
+      expect(r.realised_vol).toBeGreaterThan(0);
+      if (r.call === 'HOLD') expect(r.result).toBe('no-call');
+      else
+        expect(r.result).toBe(
+          r.call === 'BUY' ? (r.return_6! > 0.001 ? 'hit' : 'miss') : -r.return_6! > 0.001 ? 'hit' : 'miss',
+        );
+    }
+    // The 1h markets' last five verdicts are younger than six candles; a 5m verdict is
+    // revealed half an hour after its close, before the next hourly step.
+    expect(rows.filter((r) => !r.revealed)).toHaveLength(10);
+    // Every chain checks end to end from the export alone.
+    const report = await verifyRows(
+      (async function* () {
+        yield* rows;
+      })(),
+    );
+    expect(report).toMatchObject({ ok: true, rows: 120, streams: 3, anchored: 0, firstBroken: null });
+    expect(report.rehashed).toBe(110);
+  });
+
+  it('answers CSV and Parquet with the same rows as NDJSON', async () => {
+    const { rows } = await ndjson('');
+    const csv = await fetch(`${server.url}/api/verdicts?format=csv`, { headers: auth() });
+    expect(csv.headers.get('content-type')).toBe('text/csv');
+    const text = await csv.text();
+    expect(text.split('\n')[0]).toBe(HISTORY_COLUMNS.join(','));
+    const fromCsv = csvRows(text);
+    expect(fromCsv).toHaveLength(rows.length);
+    expect(fromCsv.map((r) => r.hash)).toEqual(rows.map((r) => r.hash));
+    expect(fromCsv.map((r) => r.inputs_json || null)).toEqual(rows.map((r) => r.inputs_json));
+
+    const fromParquet = await parquetRows('');
+    expect(fromParquet).toHaveLength(rows.length);
+    fromParquet.forEach((p, i) => {
+      const r = rows[i]!;
+      expect(Number(p.position)).toBe(r.position);
+      expect(p.hash).toBe(r.hash);
+      expect(p.call ?? null).toBe(r.call);
+      expect(p.return_6 ?? null).toBe(r.return_6);
+      expect(p.net_centi_bps === null || p.net_centi_bps === undefined ? null : Number(p.net_centi_bps)).toBe(
+        r.net_centi_bps,
+      );
+      expect(p.inputs_json ?? null).toBe(r.inputs_json);
+    });
+  });
+
+  it('never shows an unrevealed verdict beyond its commitment, in any format or filter', async () => {
+    const { rows: all } = await ndjson('');
+    const young = all.filter((r) => !r.revealed);
+    const youngIds = new Set(young.map((r) => r.verdict_id));
+    const target = young[0]!;
+    // What the store holds for it: the content the service must not show yet.
+    const [stored] = await fx.store.readStream(target.stream, { fromRevision: target.revision, maxCount: 1 });
+    const secret = stored!.data as { call: string; confidence: number; score: number };
+    const revealAt = Date.parse(target.reveal_at);
+    const closeTime = revealAt - 6 * TIMEFRAME_MS[target.timeframe];
+    const queries = [
+      '',
+      '?exchange=BINANCE',
+      `?coin=${target.coin}`,
+      `?timeframe=${target.timeframe}`,
+      '?call=BUY',
+      '?call=SELL',
+      '?call=HOLD',
+      `?call=${secret.call}`,
+      `?from=${closeTime}`,
+      `?to=${new Date(closeTime).toISOString()}`,
+      `?from=${closeTime}&to=${closeTime}`,
+      `?exchange=${target.exchange}&coin=${target.coin}&timeframe=${target.timeframe}&call=${secret.call}`,
+      `?limit=1&from=${closeTime}`,
+    ];
+    const contentFields = [
+      'call',
+      'confidence',
+      'score',
+      'regime',
+      'price',
+      'candle_close_time',
+      'feed',
+      'engine_version',
+      'trigger',
+      'inputs_json',
+      'result',
+      'return_6',
+      'net_centi_bps',
+    ] as const;
+    for (const q of queries) {
+      const { rows } = await ndjson(q);
+      const hit = rows.filter((r) => youngIds.has(r.verdict_id));
+      expect(hit.length, q).toBeGreaterThan(0);
+      for (const r of hit) for (const f of contentFields) expect(r[f], `${q} ${f}`).toBeNull();
+      const csv = csvRows(
+        await (
+          await fetch(`${server.url}/api/verdicts${q}${q ? '&' : '?'}format=csv`, { headers: auth() })
+        ).text(),
+      );
+      const csvHit = csv.filter((r) => youngIds.has(r.verdict_id!));
+      expect(csvHit.length, q).toBe(hit.length);
+      for (const r of csvHit) {
+        expect(r.revealed).toBe('false');
+        for (const f of contentFields) expect(r[f], `csv ${q} ${f}`).toBe('');
+      }
+      const pq = (await parquetRows(q)).filter((r) => youngIds.has(r.verdict_id as string));
+      expect(pq.length, q).toBe(hit.length);
+      for (const r of pq) {
+        expect(r.revealed).toBe(false);
+        for (const f of contentFields) expect(r[f] ?? null, `parquet ${q} ${f}`).toBeNull();
+      }
+    }
+    // Nor through the resume cursor: from just before it, it is still a commitment.
+    const before = all[all.indexOf(target) - 1]!;
+    const page = await ndjson(`?limit=1`);
+    expect(page.rows[0]!.verdict_id).toBe(all[0]!.verdict_id);
+    let cursor = page.trailer.cursor;
+    for (;;) {
+      const next = await ndjson(`?limit=50&after=${cursor}`);
+      const found = next.rows.find((r) => r.verdict_id === target.verdict_id);
+      if (found) {
+        expect(found.call).toBeNull();
+        expect(found.revealed).toBe(false);
+        break;
+      }
+      expect(next.rows.length).toBeGreaterThan(0);
+      cursor = next.trailer.cursor;
+    }
+    expect(before.position).toBeLessThan(target.position);
+  });
+
+  it('applies filters to revealed content', async () => {
+    const { rows } = await ndjson('?call=SELL&exchange=BINANCE&coin=eth');
+    expect(rows.length).toBeGreaterThan(0);
+    for (const r of rows) {
+      expect(r.exchange).toBe('BINANCE');
+      expect(r.coin).toBe('ETH');
+      if (r.revealed) expect(r.call).toBe('SELL');
+    }
+    const from = Date.parse('2025-10-15T10:00:00Z');
+    const to = Date.parse('2025-10-15T20:00:00Z');
+    const { rows: ranged } = await ndjson(`?from=2025-10-15T10:00:00Z&to=${to}`);
+    expect(ranged).toHaveLength(33);
+    for (const r of ranged) {
+      expect(r.candle_close_time).toBeGreaterThanOrEqual(from);
+      expect(r.candle_close_time).toBeLessThanOrEqual(to);
+    }
+  });
+
+  it('gives every row exactly once across pages, and after a dropped connection', async () => {
+    const { rows: all } = await ndjson('');
+    const seen: HistoryRow[] = [];
+    let cursor: string | null = null;
+    let pages = 0;
+    for (;;) {
+      // Every third page the connection is dropped after a few bytes: the client retries the
+      // same cursor, as `history export` does.
+      if (pages % 3 === 1) {
+        const res = await request(`${server.url}/api/verdicts?limit=7${cursor ? `&after=${cursor}` : ''}`, {
+          headers: auth(),
+        });
+        for await (const _chunk of res.body) break;
+        res.body.destroy();
+      }
+      const page = await ndjson(`?limit=7${cursor ? `&after=${cursor}` : ''}`);
+      pages++;
+      seen.push(...page.rows);
+      cursor = page.trailer.cursor;
+      if (page.rows.length < 7) break;
+    }
+    expect(seen.map((r) => r.verdict_id)).toEqual(all.map((r) => r.verdict_id));
+    expect(pages).toBe(Math.floor(120 / 7) + 1);
+    // The trailer cursor is also an HTTP trailer.
+    const res = await request(`${server.url}/api/verdicts?limit=3&format=csv`, { headers: auth() });
+    await res.body.text();
+    expect(res.trailers['x-history-cursor']).toBeTruthy();
+    const next = await ndjson(`?limit=1&after=${res.trailers['x-history-cursor']}`);
+    expect(next.rows[0]!.verdict_id).toBe(all[3]!.verdict_id);
+  });
+
+  it('long-polls with wait= until a new verdict is recorded', async () => {
+    const { trailer } = await ndjson('');
+    const started = Date.now();
+    const pending = ndjson(`?wait=10&after=${trailer.cursor}`);
+    await new Promise((r) => setTimeout(r, 300));
+    fx.feed.clock.advance(HOUR);
+    await fx.engine.scheduledTradeCall({ exchange: 'BINANCE', coin: 'BTC', timeframe: '1h' });
+    const { rows } = await pending;
+    expect(rows).toHaveLength(1);
+    expect(rows[0]!.revealed).toBe(false);
+    expect(rows[0]!.call).toBeNull();
+    expect(Date.now() - started).toBeLessThan(10_000);
+    // Nothing new: wait=0 answers at once with no rows and the same place to resume.
+    const after = await ndjson(`?after=${trailer.cursor}&limit=5`);
+    const empty = await ndjson(`?after=${after.trailer.cursor}`);
+    expect(empty.rows).toHaveLength(0);
+  });
+
+  it('refuses bad input with {code, message}', async () => {
+    const cases: [string, Record<string, string>, number, string][] = [
+      ['?colour=red', {}, 400, 'UNKNOWN_FILTER'],
+      ['?exchange=NASDAQ', {}, 400, 'INVALID_EXCHANGE'],
+      ['?coin=BT-C', {}, 400, 'INVALID_COIN'],
+      ['?timeframe=7m', {}, 400, 'INVALID_TIMEFRAME'],
+      ['?call=MAYBE', {}, 400, 'INVALID_CALL'],
+      ['?from=yesterday', {}, 400, 'INVALID_TIME'],
+      ['?to=2025-13-45T00:00:00Z', {}, 400, 'INVALID_TIME'],
+      ['?from=2025-10-02T00:00:00Z&to=2025-10-01T00:00:00Z', {}, 400, 'INVALID_TIME'],
+      ['?after=not-a-cursor', {}, 400, 'INVALID_CURSOR'],
+      [`?after=${Buffer.from('h1:5:0123456789ab').toString('base64url')}`, {}, 400, 'FOREIGN_CURSOR'],
+      [`?after=${Buffer.from('h1:99999999:0123456789ab').toString('base64url')}`, {}, 400, 'FOREIGN_CURSOR'],
+      ['?limit=0', {}, 400, 'INVALID_LIMIT'],
+      ['?limit=1000001', {}, 400, 'INVALID_LIMIT'],
+      ['?limit=ten', {}, 400, 'INVALID_LIMIT'],
+      ['?wait=31', {}, 400, 'INVALID_WAIT'],
+      ['?format=xml', {}, 400, 'UNSUPPORTED_FORMAT'],
+      ['', { accept: 'application/xml' }, 400, 'UNSUPPORTED_FORMAT'],
+      ['?limit=1&limit=2', {}, 400, 'INVALID_PARAMETER'],
+      ['', { authorization: '' }, 401, 'UNAUTHORIZED'],
+      [
+        '',
+        { authorization: 'Bearer sk_live_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA' },
+        401,
+        'UNAUTHORIZED',
+      ],
+      ['', { authorization: `Token ${key}` }, 401, 'UNAUTHORIZED'],
+    ];
+    for (const [query, headers, status, code] of cases) {
+      const res = await fetch(`${server.url}/api/verdicts${query}`, { headers: { ...auth(), ...headers } });
+      expect(res.status, `${query} ${JSON.stringify(headers)}`).toBe(status);
+      const body = (await res.json()) as { code: string; message: string };
+      expect(body.code, query).toBe(code);
+      expect(body.message.length).toBeGreaterThan(5);
+    }
+    // A key is checked before anything else.
+    const res = await fetch(`${server.url}/api/verdicts?colour=red`);
+    expect(res.status).toBe(401);
+  });
+});
+
+describe('GET /api/track-record', () => {
+  it('is public and cacheable, and the export file alone reproduces it', async () => {
+    for (const window of ['7d', '30d', '90d', 'all'] as const) {
+      const res = await fetch(`${server.url}/api/track-record?window=${window}`);
+      expect(res.status).toBe(200);
+      expect(res.headers.get('cache-control')).toBe('public, max-age=60');
+      const tr = TrackRecordResponse.parse(await res.json());
+      const { rows } = await ndjson('');
+      const rescored = await scoreRows(
+        (async function* () {
+          yield* rows;
+        })(),
+        window,
+        Date.parse(tr.asOf),
+      );
+      expect(rescored).toEqual(tr);
+      if (window === 'all') {
+        expect(tr.overall.calls + tr.overall.holds).toBe(rows.filter((r) => r.result !== null).length);
+        expect(tr.lines.map((l) => `${l.exchange} ${l.timeframe}`)).toEqual([
+          'BINANCE 1h',
+          'BINANCE_SPOT 5m',
+        ]);
+        expect(tr.overall.following.hitRate).toBeCloseTo(tr.overall.hits / tr.overall.calls, 5);
+        expect(tr.series.length).toBeGreaterThan(0);
+      }
+    }
+    const bad = await fetch(`${server.url}/api/track-record?window=1y`);
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { code: string }).code).toBe('INVALID_WINDOW');
+    const unknown = await fetch(`${server.url}/api/track-record?exchange=BINANCE`);
+    expect(((await unknown.json()) as { code: string }).code).toBe('UNKNOWN_FILTER');
+  });
+
+  it('moves as outcomes resolve', async () => {
+    const before = TrackRecordResponse.parse(await (await fetch(`${server.url}/api/track-record`)).json());
+    fx.feed.clock.advance(3 * HOUR);
+    await server.settle();
+    const after = TrackRecordResponse.parse(await (await fetch(`${server.url}/api/track-record`)).json());
+    expect(after.overall.calls + after.overall.holds).toBeGreaterThan(
+      before.overall.calls + before.overall.holds,
+    );
+  });
+
+  it('labels an outcome once, whoever resolves it', async () => {
+    const head = await fx.store.headPosition();
+    expect(await server.slice.processors[0]!.resolveDue()).toBe(0);
+    expect(await fx.store.headPosition()).toBe(head);
+    // A forged outcome for other content is not attached to the verdict it names.
+    const { rows } = await ndjson('?limit=1');
+    const row = rows[0]!;
+    expect(row.outcome_id).not.toBeNull();
+    const forged = newEvent('VerdictOutcomeResolved', {
+      exchange: row.exchange,
+      coin: row.coin,
+      timeframe: row.timeframe,
+      verdictId: row.verdict_id,
+      verdictStream: row.stream,
+      verdictRevision: row.revision,
+      verdictHash: 'f'.repeat(64),
+      call: 'BUY',
+      confidence: 99,
+      candleCloseTime: row.candle_close_time!,
+      feed: 'replay',
+      price: 1,
+      return1: 0,
+      return6: 0,
+      return24: 0,
+      result: 'miss',
+      feeBps: 10,
+      horizonCandles: 6,
+      netCentiBps: -1000,
+      maeBps: 0,
+      mfeBps: 0,
+      realisedVol: 0,
+    });
+    await expect(
+      fx.store.append(`verdict-outcome-${row.verdict_id}`, [forged], { expectedRevision: 'no_stream' }),
+    ).rejects.toThrow();
+  });
+
+  it('attaches the track-record line of its exchange, timeframe and bucket to a trade call', async () => {
+    const ops = server.slice.withTrackRecord(fx.engine);
+    const call = TradeCall.parse(
+      await ops.getTradeCall({ coin: 'ETH', timeframe: '1h', exchange: 'BINANCE' }),
+    );
+    const line = call.trackRecord!;
+    expect(line).toMatchObject({ window: '90d', exchange: 'BINANCE', timeframe: '1h' });
+    const bucket = Math.min(9, Math.floor(call.confidence / 10));
+    expect(line.confidenceBucket.startsWith(`${bucket * 10}-`)).toBe(true);
+    const tr = TrackRecordResponse.parse(
+      await (await fetch(`${server.url}/api/track-record?window=90d`)).json(),
+    );
+    const market = tr.lines.find((l) => l.exchange === 'BINANCE' && l.timeframe === '1h')!;
+    expect(line.calls).toBe(market.buckets[bucket]!.calls);
+    expect(line.hits).toBe(market.buckets[bucket]!.hits);
+    expect(line.randomHitRate).toBe(market.random.hitRate);
+  });
+});

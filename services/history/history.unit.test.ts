@@ -1,0 +1,229 @@
+import { describe, expect, it } from 'vitest';
+import type { EventData } from '../../contracts/events.ts';
+import { FEE_BPS, HORIZON_CANDLES, REVEAL_AFTER_CANDLES, TrackRecordBrief } from '../../contracts/history.ts';
+import type { Candle } from '../../contracts/market.ts';
+import { TradeCallData } from '../../contracts/webhooks.ts';
+import { REVEAL_AFTER_CANDLES as VERIFY_REVEAL } from '../api/verify/plugin.ts';
+import { tradeCallEnvelope } from '../dispatcher/payloads.ts';
+import { defaultCalibration } from '../engine/signals/index.ts';
+import { decodeCursor, encodeCursor, tagMatches } from './cursor.ts';
+import { resolveOutcome } from './outcome.ts';
+import { HistoryQueryError, negotiateFormat, parseTime } from './query.ts';
+import {
+  addPoint,
+  type ScoredPoint,
+  type TrackRecordState,
+  trackRecord,
+  trackRecordBrief,
+} from './track-record.ts';
+
+const HOUR = 3_600_000;
+const T0 = Date.parse('2025-10-01T00:00:00Z');
+
+function verdict(call: 'BUY' | 'SELL' | 'HOLD', price = 100): EventData<'VerdictRecorded'> {
+  return {
+    exchange: 'BINANCE',
+    coin: 'BTC',
+    timeframe: '1h',
+    call,
+    confidence: 55,
+    score: 0.3,
+    regime: 'ranging',
+    price,
+    candleCloseTime: T0,
+    feed: 'replay',
+    engineVersion: 'test',
+    inputs: {},
+    hash: 'a'.repeat(64),
+    prevHash: null,
+    trigger: 'schedule',
+  };
+}
+
+/** 24 hourly candles after T0 whose closes follow `closes` (then flat), highs/lows ±1. */
+function following(closes: number[]): Candle[] {
+  return Array.from({ length: 24 }, (_, i) => {
+    const close = closes[i] ?? closes.at(-1)!;
+    return { openTime: T0 + i * HOUR, open: close, high: close + 1, low: close - 1, close, volume: 1 };
+  });
+}
+
+const ref = {
+  verdictId: '00000000-0000-4000-8000-000000000001',
+  stream: 'verdicts-BINANCE-BTC-1h',
+  revision: 0,
+};
+
+describe('outcome labels', () => {
+  it('uses the methodology of docs/evaluation.md and the calibration table', () => {
+    expect(HORIZON_CANDLES).toBe(defaultCalibration.horizonCandles);
+    expect(FEE_BPS).toBe(defaultCalibration.feeBps);
+    expect(VERIFY_REVEAL).toBe(REVEAL_AFTER_CANDLES);
+  });
+
+  it('labels a BUY that beat the fee over six candles a hit, with its net return and excursions', () => {
+    const o = resolveOutcome(ref, verdict('BUY'), following([99, 98, 100, 101, 100.5, 100.2, 103]));
+    expect(o.return1).toBeCloseTo(-0.01, 12);
+    expect(o.return6).toBeCloseTo(0.002, 12);
+    expect(o.return24).toBeCloseTo(0.03, 12);
+    expect(o.result).toBe('hit');
+    expect(o.netCentiBps).toBe(1_000); // 20 bps move − 10 bps fee
+    expect(o.maeBps).toBeCloseTo(-300, 6); // low of 97 within the horizon
+    expect(o.mfeBps).toBeCloseTo(200, 6); // high of 102
+    expect(o.realisedVol).toBeGreaterThan(0);
+    expect(o.verdictHash).toBe('a'.repeat(64));
+  });
+
+  it('labels a move inside the fee a miss both ways, and HOLD a no-call', () => {
+    const closes = [100, 100, 100, 100, 100, 100.05];
+    expect(resolveOutcome(ref, verdict('BUY'), following(closes)).result).toBe('miss');
+    const sell = resolveOutcome(ref, verdict('SELL'), following(closes));
+    expect(sell.result).toBe('miss');
+    expect(sell.netCentiBps).toBe(-1_500);
+    const hold = resolveOutcome(ref, verdict('HOLD'), following(closes));
+    expect(hold).toMatchObject({ result: 'no-call', netCentiBps: null, maeBps: null, mfeBps: null });
+  });
+
+  it('refuses candles that are not exactly the ones after the verdict', () => {
+    const candles = following([100]);
+    expect(() => resolveOutcome(ref, verdict('BUY'), candles.slice(1))).toThrow('need 24 candles');
+    const shifted = candles.map((c) => ({ ...c, openTime: c.openTime + HOUR }));
+    expect(() => resolveOutcome(ref, verdict('BUY'), shifted)).toThrow('candle 0 opens at');
+  });
+});
+
+function point(p: Partial<ScoredPoint>): ScoredPoint {
+  return {
+    exchange: 'BINANCE',
+    timeframe: '1h',
+    call: 'BUY',
+    confidence: 60,
+    candleCloseTime: T0,
+    return6: 0.01,
+    result: 'hit',
+    netCentiBps: 9_000,
+    ...p,
+  };
+}
+
+describe('track record', () => {
+  const state: TrackRecordState = {};
+  // Four calls and a HOLD: BUY hit (+1 %), BUY miss (−1 %), SELL hit (−2 %), SELL miss (+0.05 %).
+  addPoint(state, point({}));
+  addPoint(state, point({ return6: -0.01, result: 'miss', netCentiBps: -11_000, confidence: 40 }));
+  addPoint(
+    state,
+    point({ call: 'SELL', return6: -0.02, result: 'hit', netCentiBps: 19_000, confidence: 45 }),
+  );
+  addPoint(
+    state,
+    point({ call: 'SELL', return6: 0.0005, result: 'miss', netCentiBps: -1_500, confidence: 52 }),
+  );
+  addPoint(state, point({ call: 'HOLD', return6: 0.03, result: 'no-call', netCentiBps: null }));
+  // An old call outside the 7-day window.
+  addPoint(state, point({ candleCloseTime: T0 - 30 * 24 * HOUR, timeframe: '4h' }));
+
+  it('scores calls, baselines on the same points, Brier and buckets', () => {
+    const tr = trackRecord(state, '7d', T0 + HOUR);
+    const o = tr.overall;
+    expect(o).toMatchObject({ calls: 4, holds: 1, buys: 2, sells: 2, hits: 2, holdShare: 0.2 });
+    expect(o.following.hitRate).toBe(0.5);
+    expect(o.following.meanNetBps).toBe((90 - 110 + 190 - 15) / 4);
+    expect(o.following.interval!.low).toBeLessThan(0.5);
+    expect(o.following.interval!.high).toBeGreaterThan(0.5);
+    // Up beyond the fee on 1 point (+1 %), down beyond it on 2 (−1 %, −2 %).
+    expect(o.alwaysBuy.hitRate).toBe(0.25);
+    expect(o.alwaysSell.hitRate).toBe(0.5);
+    expect(o.random.hitRate).toBe(0.375); // half BUY, half SELL
+    const meanRet = (100 - 100 - 200 + 5) / 4;
+    expect(o.alwaysBuy.meanNetBps).toBeCloseTo(meanRet - 10, 10);
+    expect(o.alwaysSell.meanNetBps).toBeCloseTo(-meanRet - 10, 10);
+    expect(o.random.meanNetBps).toBeCloseTo(-10, 10);
+    const brier = ((0.6 - 1) ** 2 + 0.4 ** 2 + (0.45 - 1) ** 2 + 0.52 ** 2) / 4;
+    expect(o.brier).toBeCloseTo(brier, 6);
+    expect(o.baseRateBrier).toBe(0.25);
+    const b = Object.fromEntries(
+      o.buckets.filter((x) => x.calls > 0).map((x) => [x.bucket, [x.calls, x.hits]]),
+    );
+    expect(b).toEqual({ '40-49': [2, 1], '50-59': [1, 0], '60-69': [1, 1] });
+    expect(tr.lines.map((l) => l.timeframe)).toEqual(['1h']);
+    expect(trackRecord(state, 'all', T0 + HOUR).lines.map((l) => l.timeframe)).toEqual(['1h', '4h']);
+    expect(tr.series.at(-1)).toMatchObject({ calls: 4, hitRate: 0.5, cumNetBps: 155 });
+  });
+
+  it('gives a trade call the line of its own exchange, timeframe and confidence bucket', () => {
+    const brief = TrackRecordBrief.parse(
+      trackRecordBrief(state, { exchange: 'BINANCE', timeframe: '1h', confidence: 47 }, T0 + HOUR),
+    );
+    expect(brief).toMatchObject({
+      confidenceBucket: '40-49',
+      calls: 2,
+      hits: 1,
+      hitRate: 0.5,
+      randomHitRate: 0.375,
+    });
+    const none = trackRecordBrief(state, { exchange: 'OKX', timeframe: '1h', confidence: 47 }, T0);
+    expect(none).toMatchObject({ calls: 0, hitRate: null, interval: null });
+  });
+
+  it('rides along on trade_call webhooks when the history slice supplies it', () => {
+    const brief = trackRecordBrief(
+      state,
+      { exchange: 'BINANCE', timeframe: '1h', confidence: 55 },
+      T0 + HOUR,
+    );
+    const input = {
+      deliveryId: 'd',
+      createdAt: new Date(T0).toISOString(),
+      verdict: verdict('BUY'),
+      verifyUrl: 'https://x.test/verify/a/0',
+    };
+    const withLine = tradeCallEnvelope({ ...input, trackRecord: brief });
+    expect(TradeCallData.parse(withLine.data)).toMatchObject({
+      track_record: { confidenceBucket: '50-59', calls: 1 },
+    });
+    expect('track_record' in tradeCallEnvelope(input).data).toBe(false);
+  });
+});
+
+describe('cursor and query', () => {
+  it('round-trips a cursor and checks its event tag', () => {
+    const id = '709b33d0-4040-56e4-82db-e359102d6a31';
+    const cursor = decodeCursor(encodeCursor(42, id))!;
+    expect(cursor.position).toBe(42);
+    expect(tagMatches(cursor, id)).toBe(true);
+    expect(tagMatches(cursor, '809b33d0-4040-56e4-82db-e359102d6a31')).toBe(false);
+    expect(decodeCursor(encodeCursor(0, null))).toEqual({ position: 0, tag: '' });
+    for (const bad of [
+      '',
+      'abc',
+      Buffer.from('h1:5:').toString('base64url'),
+      Buffer.from('h2:5:0123456789ab').toString('base64url'),
+      'a'.repeat(100),
+    ]) {
+      expect(decodeCursor(bad), bad).toBeNull();
+    }
+  });
+
+  it('negotiates the format from format= or Accept', () => {
+    expect(negotiateFormat(undefined, undefined)).toBe('ndjson');
+    expect(negotiateFormat(undefined, '*/*')).toBe('ndjson');
+    expect(negotiateFormat(undefined, 'text/csv')).toBe('csv');
+    expect(negotiateFormat(undefined, 'application/json;q=0.5, application/vnd.apache.parquet')).toBe(
+      'parquet',
+    );
+    expect(negotiateFormat(undefined, 'text/html, text/csv;q=0.9')).toBe('csv');
+    expect(negotiateFormat('parquet', 'text/csv')).toBe('parquet');
+    expect(() => negotiateFormat(undefined, 'text/html')).toThrow(HistoryQueryError);
+    expect(() => negotiateFormat('json', undefined)).toThrow('format must be one of');
+  });
+
+  it('reads times as ISO 8601 with a zone or Unix ms', () => {
+    expect(parseTime('from', '2025-10-01T00:00:00Z')).toBe(T0);
+    expect(parseTime('from', '2025-10-01')).toBe(T0);
+    expect(parseTime('from', String(T0))).toBe(T0);
+    for (const bad of ['2025-10-01T00:00:00', 'yesterday', '-5', '2025-02-30T00:00:00Z']) {
+      expect(() => parseTime('from', bad), bad).toThrow(HistoryQueryError);
+    }
+  });
+});

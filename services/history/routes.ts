@@ -1,0 +1,167 @@
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
+import type { EventStore } from '../../adapters/event-store/port.ts';
+import { HISTORY_MEDIA_TYPES } from '../../contracts/history.ts';
+import type { ProjectionRunner } from '../../projections/runner.ts';
+import { presentedCredential, type ServiceMeta } from '../api/service-meta.ts';
+import { isWellFormedKey } from '../keys/key-material.ts';
+import { type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
+import type { QuotaMeter } from '../quota/quota-meter.ts';
+import { tagMatches } from './cursor.ts';
+import { trackRecordPage } from './page.ts';
+import { HistoryQueryError, parseHistoryQuery, parseTrackRecordQuery } from './query.ts';
+import { ScanProgress, scanHistory } from './scan.ts';
+import { type TrackRecordState, trackRecord } from './track-record.ts';
+import { historyStream } from './writers.ts';
+
+export interface HistoryRoutesDeps {
+  store: EventStore;
+  trackRecord: Pick<ProjectionRunner<TrackRecordState>, 'state'>;
+  /** The reveal clock: no content leaves before this clock passes its reveal time. */
+  now: () => number;
+  keys: Pick<KeyResolver, 'resolve'>;
+  quota?: Pick<QuotaMeter, 'peek'>;
+  logger: Logger;
+  pageSize?: number;
+}
+
+const require = createRequire(import.meta.url);
+function uplotAsset(file: string): Buffer {
+  return readFileSync(require.resolve(`uplot/dist/${file}`));
+}
+
+/**
+ * GET /api/verdicts (Bearer key; the labelled history, streamed), GET /api/track-record
+ * (public, cacheable) and GET /track-record (the page, with uPlot served from node_modules).
+ */
+export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
+  const assets = {
+    'uPlot.iife.min.js': { body: uplotAsset('uPlot.iife.min.js'), type: 'text/javascript; charset=utf-8' },
+    'uPlot.min.css': { body: uplotAsset('uPlot.min.css'), type: 'text/css; charset=utf-8' },
+  };
+
+  async function caller(request: FastifyRequest): Promise<ServiceMeta> {
+    const credential = presentedCredential(request.headers, isWellFormedKey);
+    if (credential.kind !== 'bearer') {
+      throw new HistoryQueryError(
+        'UNAUTHORIZED',
+        `a live API key is required: Authorization: Bearer <API_KEY>${credential.detail ? ` (${credential.detail})` : ''}`,
+        401,
+      );
+    }
+    let lookup: Awaited<ReturnType<KeyResolver['resolve']>>;
+    try {
+      lookup = await deps.keys.resolve(credential.token);
+    } catch (err) {
+      if (!(err instanceof KeyUnverifiableError)) throw err;
+      throw new HistoryQueryError(
+        'KEY_UNVERIFIABLE',
+        `the API key could not be verified right now: ${err.message}`,
+        503,
+      );
+    }
+    if (lookup.status !== 'active') {
+      throw new HistoryQueryError('UNAUTHORIZED', 'the API key is unknown or revoked', 401);
+    }
+    const { record } = lookup;
+    const quota = deps.quota
+      ? await deps.quota.peek({ id: record.keyHash, kind: 'key', plan: record.plan }).catch(() => null)
+      : null;
+    return { auth: { outcome: 'OK', presented: true, tier: record.plan }, quota };
+  }
+
+  async function startAfter(position: number, tag: string): Promise<string | null> {
+    if (position === 0) return null;
+    const [event] = await deps.store.readAll({ after: position - 1, maxCount: 1 });
+    if (event?.position !== position || !tagMatches({ position, tag }, event.id)) {
+      throw new HistoryQueryError(
+        'FOREIGN_CURSOR',
+        'after names a position this store does not hold: a cursor from another store?',
+      );
+    }
+    return event.id;
+  }
+
+  function fail(reply: FastifyReply, err: unknown) {
+    if (err instanceof HistoryQueryError) {
+      return reply
+        .code(err.status)
+        .header('cache-control', 'no-store')
+        .send({ code: err.code, message: err.message });
+    }
+    throw err;
+  }
+
+  return async (app) => {
+    app.get('/api/verdicts', async (request, reply) => {
+      let service: ServiceMeta;
+      let progress: ScanProgress;
+      let query: ReturnType<typeof parseHistoryQuery>;
+      try {
+        service = await caller(request);
+        query = parseHistoryQuery(request.query as Record<string, unknown>, request.headers.accept);
+        const after = query.after ?? { position: 0, tag: '' };
+        progress = new ScanProgress(after.position, await startAfter(after.position, after.tag));
+      } catch (err) {
+        return fail(reply, err);
+      }
+      const abort = new AbortController();
+      // The response closes when it is done or when the client goes away: either way, stop reading.
+      reply.raw.on('close', () => abort.abort());
+      const rows = scanHistory(
+        deps.store,
+        {
+          filter: query.filter,
+          after: progress.position,
+          limit: query.limit,
+          waitUntil: Date.now() + query.waitMs,
+          now: deps.now,
+          signal: abort.signal,
+          ...(deps.pageSize ? { pageSize: deps.pageSize } : {}),
+        },
+        progress,
+      );
+      const body = historyStream(query.format, rows, () => ({
+        cursor: progress.cursor,
+        rows: progress.rows,
+        _service: service,
+      }));
+      reply
+        .header('content-type', HISTORY_MEDIA_TYPES[query.format])
+        .header('cache-control', 'no-store')
+        .header('x-service-meta', JSON.stringify(service))
+        .trailer('x-history-cursor', async () => progress.cursor);
+      if (query.format === 'parquet')
+        reply.header('content-disposition', 'attachment; filename="verdicts.parquet"');
+      return reply.send(body);
+    });
+
+    app.get('/api/track-record', async (request, reply) => {
+      try {
+        const { window } = parseTrackRecordQuery(request.query as Record<string, unknown>);
+        reply.header('cache-control', 'public, max-age=60');
+        return trackRecord(deps.trackRecord.state, window, deps.now());
+      } catch (err) {
+        return fail(reply, err);
+      }
+    });
+
+    app.get('/track-record', async (_request, reply) =>
+      reply
+        .header('content-type', 'text/html; charset=utf-8')
+        .header('cache-control', 'public, max-age=300')
+        .send(trackRecordPage()),
+    );
+
+    app.get('/track-record/assets/:file', async (request, reply) => {
+      const asset = assets[(request.params as { file: string }).file as keyof typeof assets];
+      if (!asset) return reply.code(404).send({ code: 'NOT_FOUND', message: 'no such asset' });
+      return reply
+        .header('content-type', asset.type)
+        .header('cache-control', 'public, max-age=86400')
+        .send(asset.body);
+    });
+  };
+}

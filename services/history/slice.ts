@@ -1,0 +1,161 @@
+import type { FastifyPluginAsync } from 'fastify';
+import type { Logger } from 'pino';
+import type { MarketFeed } from '../../adapters/market/port.ts';
+import { feedOptionsFromConfig, selectFeed } from '../../adapters/market/select.ts';
+import type { Config } from '../../contracts/config.ts';
+import type { TrackRecordBrief } from '../../contracts/history.ts';
+import type { Exchange, Timeframe } from '../../contracts/market.ts';
+import type { Projection } from '../../projections/projection.ts';
+import { ProjectionRunner } from '../../projections/runner.ts';
+import type { Adapters } from '../adapters.ts';
+import type { Role } from '../component.ts';
+import type { SignalOperations } from '../engine/operations.ts';
+import type { KeyResolver } from '../keys/key-resolver.ts';
+import type { QuotaMeter } from '../quota/quota-meter.ts';
+import type { Check } from '../shared/readiness.ts';
+import { type PendingOutcomes, pendingOutcomesProjection, trackRecordProjection } from './projections.ts';
+import { OutcomeResolver } from './resolver.ts';
+import { historyRoutes } from './routes.ts';
+import { type TrackRecordState, trackRecordBrief } from './track-record.ts';
+
+/** Roles this slice does something in: routes (api), outcomes (projections), webhook lines (dispatcher). */
+export const HISTORY_ROLES: readonly Role[] = ['api', 'projections', 'dispatcher'];
+
+export interface HistorySliceDeps {
+  config: Config;
+  adapters: Pick<Adapters, 'eventStore' | 'projectionStore'>;
+  logger: Logger;
+  roles: readonly Role[];
+  /** The process's market feed when it has one; the projections role opens its own otherwise. */
+  feed: MarketFeed | null;
+  resolverIntervalMs?: number;
+}
+
+/**
+ * The history slice: outcome labels for revealed verdicts (a pending-outcomes projection and the
+ * resolver processor, on the projections role), the track-record projection, and the analysts'
+ * routes. Reaches the engine only through the log and the SignalOperations it decorates.
+ */
+export function historySlice(deps: HistorySliceDeps) {
+  const { config, adapters, logger, roles } = deps;
+  const log = logger.child({ slice: 'history' });
+  const runnerOptions = { snapshotEvery: config.PROJECTION_SNAPSHOT_EVERY, logger: log };
+  const trackRecord = new ProjectionRunner<TrackRecordState>(
+    adapters.eventStore,
+    adapters.projectionStore,
+    trackRecordProjection,
+    runnerOptions,
+  );
+  const pending = new ProjectionRunner<PendingOutcomes>(
+    adapters.eventStore,
+    adapters.projectionStore,
+    pendingOutcomesProjection,
+    runnerOptions,
+  );
+  const serves = roles.includes('api') || roles.includes('dispatcher');
+  const resolves = roles.includes('projections');
+  let feed = deps.feed;
+  let ownFeed: MarketFeed | null = null;
+  let resolver: OutcomeResolver | null = null;
+
+  /** The reveal clock: wall time, and never ahead of the feed (a replay reveals in feed time). */
+  const now = () => Math.min(Date.now(), feed ? feed.now() : Date.now());
+
+  function brief(call: {
+    exchange: Exchange;
+    timeframe: Timeframe;
+    confidence: number;
+  }): TrackRecordBrief | null {
+    return trackRecord.running ? trackRecordBrief(trackRecord.state, call, now()) : null;
+  }
+
+  function runnerCheck(runner: ProjectionRunner<unknown>): Check {
+    return async () =>
+      runner.error
+        ? { ok: false, detail: runner.error.message, checkpoint: runner.checkpoint }
+        : { ok: runner.running, checkpoint: runner.checkpoint };
+  }
+
+  return {
+    name: 'history',
+    roles: HISTORY_ROLES,
+    projections: [trackRecordProjection, pendingOutcomesProjection] as Projection<unknown>[],
+    get processors() {
+      return resolver ? [resolver] : [];
+    },
+    trackRecord,
+    pending,
+    now,
+    brief,
+
+    /** The api role's routes; keys and quota come from the keyed channel. */
+    plugin(keyed: {
+      keys: Pick<KeyResolver, 'resolve'>;
+      quota?: Pick<QuotaMeter, 'peek'>;
+    }): FastifyPluginAsync {
+      return historyRoutes({
+        store: adapters.eventStore,
+        trackRecord,
+        now,
+        keys: keyed.keys,
+        ...(keyed.quota ? { quota: keyed.quota } : {}),
+        logger: log,
+      });
+    },
+
+    /** Trade calls carry the track-record line of their own exchange, timeframe and confidence bucket. */
+    withTrackRecord(ops: SignalOperations): SignalOperations {
+      return {
+        getTradeCall: async (input, ctx) => {
+          const call = await ops.getTradeCall(input, ctx);
+          const line = brief(call);
+          return line ? { ...call, trackRecord: line } : call;
+        },
+        getMarketRegime: (input, ctx) => ops.getMarketRegime(input, ctx),
+        scanTradeCalls: (input, ctx) => ops.scanTradeCalls(input, ctx),
+        scanFundingArb: (input, ctx) => ops.scanFundingArb(input, ctx),
+      };
+    },
+
+    async start() {
+      if (serves || resolves) await trackRecord.start();
+      if (!resolves) return;
+      if (!feed) {
+        ownFeed = (await selectFeed({ ...feedOptionsFromConfig(config), logger: log })).feed;
+        feed = ownFeed;
+      }
+      await pending.start();
+      resolver = new OutcomeResolver({
+        store: adapters.eventStore,
+        feed,
+        pending,
+        logger: log,
+        ...(deps.resolverIntervalMs ? { intervalMs: deps.resolverIntervalMs } : {}),
+      });
+      resolver.start();
+    },
+
+    async stop() {
+      await resolver?.stop();
+      if (pending.running) await pending.stop({ drainMs: 2_000 });
+      if (trackRecord.running) await trackRecord.stop({ drainMs: 2_000 });
+      await ownFeed?.close();
+    },
+
+    checks(): Record<string, Check> {
+      const checks: Record<string, Check> = { 'projection:history-track-record': runnerCheck(trackRecord) };
+      if (resolves) {
+        checks['projection:history-pending-outcomes'] = runnerCheck(pending);
+        checks['processor:history-outcomes'] = async () => ({
+          ok: resolver !== null,
+          resolved: resolver?.resolved ?? 0,
+          pending: Object.keys(pending.state.pending).length,
+          ...(resolver?.lastError ? { lastError: resolver.lastError } : {}),
+        });
+      }
+      return checks;
+    },
+  };
+}
+
+export type HistorySlice = ReturnType<typeof historySlice>;

@@ -1,0 +1,276 @@
+import {
+  FEE_BPS,
+  HORIZON_CANDLES,
+  type TrackRecordBrief,
+  type TrackRecordLine,
+  type TrackRecordResponse,
+  type TrackRecordWindow,
+} from '../../contracts/history.ts';
+import type { Call, Exchange, Timeframe } from '../../contracts/market.ts';
+import { wilson } from '../engine/evaluate/stats.ts';
+
+/**
+ * The track record as integer sufficient statistics per (exchange, timeframe, UTC day): sums of
+ * integers are exact in any order, so the service's live fold and `history score` over an export
+ * file reach the same figures to the last digit.
+ */
+export interface Cell {
+  calls: number;
+  holds: number;
+  buys: number;
+  sells: number;
+  hits: number;
+  /** Points where the price beat the fee upward / downward (always-BUY / always-SELL hits). */
+  ups: number;
+  downs: number;
+  netCentiBps: number;
+  /** Sum of the 6-candle return over call points, hundredths of a bp. */
+  retCentiBps: number;
+  sumConf: number;
+  sumConf2: number;
+  sumConfHit: number;
+  /** Per confidence bucket of 10 points: [calls, hits, sum of confidence]. */
+  buckets: number[][];
+}
+
+export type TrackRecordState = Record<string, Cell>;
+
+/** The labels a track record needs, from an outcome event or an export row alike. */
+export interface ScoredPoint {
+  exchange: Exchange;
+  timeframe: Timeframe;
+  call: Call;
+  confidence: number;
+  candleCloseTime: number;
+  return6: number;
+  result: 'hit' | 'miss' | 'no-call';
+  netCentiBps: number | null;
+}
+
+const DAY_MS = 86_400_000;
+const BUCKETS = 10;
+const WINDOW_DAYS: Record<TrackRecordWindow, number | null> = { '7d': 7, '30d': 30, '90d': 90, all: null };
+
+export function emptyCell(): Cell {
+  return {
+    calls: 0,
+    holds: 0,
+    buys: 0,
+    sells: 0,
+    hits: 0,
+    ups: 0,
+    downs: 0,
+    netCentiBps: 0,
+    retCentiBps: 0,
+    sumConf: 0,
+    sumConf2: 0,
+    sumConfHit: 0,
+    buckets: Array.from({ length: BUCKETS }, () => [0, 0, 0]),
+  };
+}
+
+export function bucketOf(confidence: number): number {
+  return Math.min(BUCKETS - 1, Math.floor(confidence / 10));
+}
+
+export function bucketLabel(index: number): string {
+  return index === BUCKETS - 1 ? '90-100' : `${index * 10}-${index * 10 + 9}`;
+}
+
+function cellKey(exchange: string, timeframe: string, day: number): string {
+  return `${exchange}|${timeframe}|${day}`;
+}
+
+export function addPoint(state: TrackRecordState, p: ScoredPoint): void {
+  const day = Math.floor(p.candleCloseTime / DAY_MS);
+  const key = cellKey(p.exchange, p.timeframe, day);
+  let cell = state[key];
+  if (!cell) {
+    cell = emptyCell();
+    state[key] = cell;
+  }
+  if (p.call === 'HOLD') {
+    cell.holds += 1;
+    return;
+  }
+  const fee = FEE_BPS / 10_000;
+  const hit = p.result === 'hit' ? 1 : 0;
+  cell.calls += 1;
+  if (p.call === 'BUY') cell.buys += 1;
+  else cell.sells += 1;
+  cell.hits += hit;
+  if (p.return6 > fee) cell.ups += 1;
+  if (-p.return6 > fee) cell.downs += 1;
+  cell.netCentiBps += p.netCentiBps ?? 0;
+  cell.retCentiBps += Math.round(p.return6 * 1_000_000);
+  cell.sumConf += p.confidence;
+  cell.sumConf2 += p.confidence * p.confidence;
+  cell.sumConfHit += p.confidence * hit;
+  const b = cell.buckets[bucketOf(p.confidence)]!;
+  b[0]! += 1;
+  b[1]! += hit;
+  b[2]! += p.confidence;
+}
+
+function merge(into: Cell, c: Cell): Cell {
+  into.calls += c.calls;
+  into.holds += c.holds;
+  into.buys += c.buys;
+  into.sells += c.sells;
+  into.hits += c.hits;
+  into.ups += c.ups;
+  into.downs += c.downs;
+  into.netCentiBps += c.netCentiBps;
+  into.retCentiBps += c.retCentiBps;
+  into.sumConf += c.sumConf;
+  into.sumConf2 += c.sumConf2;
+  into.sumConfHit += c.sumConfHit;
+  c.buckets.forEach((b, i) => {
+    const t = into.buckets[i]!;
+    t[0]! += b[0]!;
+    t[1]! += b[1]!;
+    t[2]! += b[2]!;
+  });
+  return into;
+}
+
+const round = (x: number, digits: number) => Number(x.toFixed(digits));
+
+function rate(hits: number, n: number, meanNetBps: number | null) {
+  if (n === 0) return { hitRate: null, interval: null, meanNetBps: null };
+  const ci = wilson(hits, n);
+  return {
+    hitRate: round(hits / n, 6),
+    interval: { low: round(ci.low, 6), high: round(ci.high, 6) },
+    meanNetBps: meanNetBps === null ? null : round(meanNetBps, 4),
+  };
+}
+
+export function lineOf(exchange: Exchange | 'ALL', timeframe: Timeframe | 'ALL', c: Cell): TrackRecordLine {
+  const n = c.calls;
+  const meanRetBps = n > 0 ? c.retCentiBps / n / 100 : 0;
+  const q = n > 0 ? c.buys / n : 0;
+  const randomHits = n > 0 ? q * c.ups + (1 - q) * c.downs : 0;
+  const base = n > 0 ? c.hits / n : 0;
+  return {
+    exchange,
+    timeframe,
+    calls: n,
+    holds: c.holds,
+    holdShare: n + c.holds > 0 ? round(c.holds / (n + c.holds), 6) : null,
+    buys: c.buys,
+    sells: c.sells,
+    hits: c.hits,
+    following: rate(c.hits, n, n > 0 ? c.netCentiBps / n / 100 : null),
+    alwaysBuy: rate(c.ups, n, n > 0 ? meanRetBps - FEE_BPS : null),
+    alwaysSell: rate(c.downs, n, n > 0 ? -meanRetBps - FEE_BPS : null),
+    random: rate(randomHits, n, n > 0 ? (2 * q - 1) * meanRetBps - FEE_BPS : null),
+    // Brier of p = confidence/100 against the hit, from integer sums: (Σp² − 2Σpy + Σy) / n.
+    brier: n > 0 ? round((c.sumConf2 / 10_000 - (2 * c.sumConfHit) / 100 + c.hits) / n, 6) : null,
+    baseRateBrier: n > 0 ? round(base * (1 - base), 6) : null,
+    buckets: c.buckets.map((b, i) => ({
+      bucket: bucketLabel(i),
+      from: i * 10,
+      to: i === BUCKETS - 1 ? 100 : i * 10 + 9,
+      calls: b[0]!,
+      hits: b[1]!,
+      hitRate: b[0]! > 0 ? round(b[1]! / b[0]!, 6) : null,
+      meanConfidence: b[0]! > 0 ? round(b[2]! / b[0]!, 4) : null,
+    })),
+  };
+}
+
+interface CellRef {
+  exchange: Exchange;
+  timeframe: Timeframe;
+  day: number;
+  cell: Cell;
+}
+
+function cellsIn(state: TrackRecordState, window: TrackRecordWindow, asOf: number): CellRef[] {
+  const days = WINDOW_DAYS[window];
+  const first = days === null ? Number.NEGATIVE_INFINITY : Math.floor(asOf / DAY_MS) - days + 1;
+  const out: CellRef[] = [];
+  for (const [key, cell] of Object.entries(state)) {
+    const [exchange, timeframe, day] = key.split('|') as [Exchange, Timeframe, string];
+    const d = Number(day);
+    if (d >= first) out.push({ exchange, timeframe, day: d, cell });
+  }
+  return out;
+}
+
+/** The public track record over a window ending at `asOf` (UTC days, the window's last day included). */
+export function trackRecord(
+  state: TrackRecordState,
+  window: TrackRecordWindow,
+  asOf: number,
+): TrackRecordResponse {
+  const cells = cellsIn(state, window, asOf);
+  const overall = emptyCell();
+  const byMarket = new Map<string, { exchange: Exchange; timeframe: Timeframe; cell: Cell }>();
+  const byDay = new Map<number, Cell>();
+  for (const ref of cells) {
+    merge(overall, ref.cell);
+    const k = `${ref.exchange}|${ref.timeframe}`;
+    const m = byMarket.get(k) ?? { exchange: ref.exchange, timeframe: ref.timeframe, cell: emptyCell() };
+    merge(m.cell, ref.cell);
+    byMarket.set(k, m);
+    byDay.set(ref.day, merge(byDay.get(ref.day) ?? emptyCell(), ref.cell));
+  }
+  const running = emptyCell();
+  const series = [...byDay.entries()]
+    .sort((a, b) => a[0] - b[0])
+    .map(([day, cell]) => {
+      merge(running, cell);
+      const line = lineOf('ALL', 'ALL', running);
+      return {
+        day: new Date(day * DAY_MS).toISOString().slice(0, 10),
+        calls: running.calls,
+        hitRate: line.following.hitRate,
+        alwaysBuy: line.alwaysBuy.hitRate,
+        alwaysSell: line.alwaysSell.hitRate,
+        random: line.random.hitRate,
+        cumNetBps: round(running.netCentiBps / 100, 2),
+        cumRandomNetBps: round((line.random.meanNetBps ?? 0) * running.calls, 2),
+      };
+    });
+  const lines = [...byMarket.values()]
+    .sort((a, b) => a.exchange.localeCompare(b.exchange) || a.timeframe.localeCompare(b.timeframe))
+    .map((m) => lineOf(m.exchange, m.timeframe, m.cell));
+  return {
+    asOf: new Date(asOf).toISOString(),
+    window,
+    feeBps: FEE_BPS,
+    horizonCandles: HORIZON_CANDLES,
+    overall: lineOf('ALL', 'ALL', overall),
+    lines,
+    series,
+  };
+}
+
+/** The line a trade call carries: calls of its exchange, timeframe and confidence bucket. */
+export function trackRecordBrief(
+  state: TrackRecordState,
+  call: { exchange: Exchange; timeframe: Timeframe; confidence: number },
+  asOf: number,
+  window: TrackRecordWindow = '90d',
+): TrackRecordBrief {
+  const market = emptyCell();
+  for (const ref of cellsIn(state, window, asOf)) {
+    if (ref.exchange === call.exchange && ref.timeframe === call.timeframe) merge(market, ref.cell);
+  }
+  const index = bucketOf(call.confidence);
+  const [calls, hits] = market.buckets[index]!;
+  const r = rate(hits!, calls!, null);
+  return {
+    window,
+    exchange: call.exchange,
+    timeframe: call.timeframe,
+    confidenceBucket: bucketLabel(index),
+    calls: calls!,
+    hits: hits!,
+    hitRate: r.hitRate,
+    interval: r.interval,
+    randomHitRate: lineOf(call.exchange, call.timeframe, market).random.hitRate,
+  };
+}

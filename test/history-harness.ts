@@ -1,0 +1,191 @@
+import type { AddressInfo } from 'node:net';
+import { pino } from 'pino';
+import { MemoryCache } from '../adapters/cache/memory.ts';
+import { MemoryEventStore } from '../adapters/event-store/memory.ts';
+import type { EventStore } from '../adapters/event-store/port.ts';
+import { openReplayFeed, type ReplayFeed } from '../adapters/market/replay.ts';
+import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
+import { loadConfig } from '../contracts/config.ts';
+import type { EventData } from '../contracts/events.ts';
+import { EXCHANGES, type Exchange, TIMEFRAME_MS, type Timeframe } from '../contracts/market.ts';
+import { verdictHash } from '../contracts/verdict-hash.ts';
+import { ProjectionRunner } from '../projections/runner.ts';
+import { buildApp } from '../services/api/app.ts';
+import { createSignalEngine, type SignalEngine } from '../services/engine/engine.ts';
+import { historySlice } from '../services/history/slice.ts';
+import { issueKey } from '../services/keys/key-commands.ts';
+import { keyRegistryProjection } from '../services/keys/key-registry.ts';
+import { KeyResolver } from '../services/keys/key-resolver.ts';
+import { planTable } from '../services/quota/plans.ts';
+import { QuotaMeter } from '../services/quota/quota-meter.ts';
+import { Readiness } from '../services/shared/readiness.ts';
+
+export const HOUR = 3_600_000;
+/** Inside the shipped slice (2025-09-20 .. 2025-11-01), with weeks of history before it. */
+export const FIXTURE_START = Date.parse('2025-10-15T00:00:00Z');
+/**
+ * Two perp 1h markets, where the shipped fit answers HOLD ("no measured edge"), and one spot 5m
+ * market, where it emits BUY/SELL: the history holds both kinds of verdict.
+ */
+export const MARKETS: { exchange: Exchange; coin: string; timeframe: Timeframe }[] = [
+  { exchange: 'BINANCE', coin: 'BTC', timeframe: '1h' },
+  { exchange: 'BINANCE', coin: 'ETH', timeframe: '1h' },
+  { exchange: 'BINANCE_SPOT', coin: 'SOL', timeframe: '5m' },
+];
+
+/**
+ * A real verdict history: the real engine over the shipped replay data, one verdict per
+ * market per hourly step with the replay clock stepped by hand, then the real outcome resolver. The
+ * last steps stay younger than their reveal time, so every suite has commitments to guard.
+ */
+export async function recordHistory(options: { steps: number; store?: EventStore; settleHours?: number }) {
+  const feed: ReplayFeed = await openReplayFeed({ run: false, start: FIXTURE_START });
+  const store = options.store ?? new MemoryEventStore();
+  const engine: SignalEngine = await createSignalEngine({ feed, store });
+  for (let step = 0; step < options.steps; step++) {
+    for (const m of MARKETS) await engine.scheduledTradeCall(m);
+    feed.clock.advance(HOUR);
+  }
+  // Let outcomes of the early verdicts come due (24 candles), while the last ones stay unrevealed.
+  feed.clock.advance((options.settleHours ?? 0) * HOUR);
+  return { feed, store, engine };
+}
+
+/** The history routes on a real port, with a real key registry and quota meter. */
+export async function startHistoryServer(options: {
+  store: EventStore;
+  feed: ReplayFeed | null;
+  pageSize?: number;
+}) {
+  const config = loadConfig({ EVENT_STORE: 'memory', NODE_ENV: 'test', LOG_LEVEL: 'silent' });
+  const logger = pino({ level: 'silent' });
+  const projectionStore = new MemoryProjectionStore();
+  const slice = historySlice({
+    config,
+    adapters: { eventStore: options.store, projectionStore },
+    logger,
+    // Without a feed (a bench over a prepared log) there is nothing to resolve outcomes from.
+    roles: options.feed ? ['api', 'projections'] : ['api'],
+    feed: options.feed,
+    resolverIntervalMs: 50,
+  });
+  const registry = new ProjectionRunner(options.store, projectionStore, keyRegistryProjection, { logger });
+  await registry.start();
+  const keys = new KeyResolver({ runner: registry, store: options.store });
+  const quota = new QuotaMeter({ cache: new MemoryCache(), store: options.store, plans: planTable(config) });
+  await slice.start();
+  const app = await buildApp({
+    config,
+    logger,
+    readiness: new Readiness(),
+    metrics: null,
+    plugins: [slice.plugin({ keys, quota })],
+  });
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const { port } = app.server.address() as AddressInfo;
+  return {
+    app,
+    slice,
+    url: `http://127.0.0.1:${port}`,
+    async issue() {
+      const issued = await issueKey(options.store, { plan: 'pro', owner: 'analyst', via: 'operator' });
+      await registry.waitFor(issued.position);
+      return issued.key;
+    },
+    /** Resolves every due outcome now and waits until the track record has folded them. */
+    async settle() {
+      await slice.pending.waitFor(await options.store.headPosition());
+      await slice.processors[0]!.resolveDue();
+      await slice.trackRecord.waitFor(await options.store.headPosition());
+      await slice.pending.waitFor(await options.store.headPosition());
+    },
+    async close() {
+      await app.close();
+      await slice.stop();
+      await registry.stop();
+    },
+  };
+}
+
+// ---- synthetic history for benchmarks and streaming tests (a real hash chain, fake markets) ----
+
+export const SYNTHETIC_TIMEFRAMES: Timeframe[] = ['5m', '15m', '1h', '4h'];
+export const SYNTHETIC_MARKETS = 200;
+
+export function syntheticMarket(i: number) {
+  return {
+    exchange: EXCHANGES[i % 2]!,
+    coin: `C${Math.floor(i / SYNTHETIC_TIMEFRAMES.length)}`,
+    timeframe: SYNTHETIC_TIMEFRAMES[i % SYNTHETIC_TIMEFRAMES.length]!,
+  };
+}
+
+/** Verdict n of market m: a real hash chain, times ending a month before now (all revealed). */
+export function syntheticVerdict(
+  m: number,
+  n: number,
+  perMarket: number,
+  prevHash: string | null,
+): EventData<'VerdictRecorded'> {
+  const k = syntheticMarket(m);
+  const step = TIMEFRAME_MS[k.timeframe];
+  const end = Math.floor((Date.now() - 30 * 86_400_000) / step) * step;
+  const x = Math.sin(m * 7919 + n * 104_729);
+  const content = {
+    ...k,
+    call: x > 0.2 ? ('BUY' as const) : x < -0.2 ? ('SELL' as const) : ('HOLD' as const),
+    confidence: 40 + Math.floor(Math.abs(x) * 30),
+    score: Number(x.toFixed(6)),
+    regime: 'ranging' as const,
+    price: 100 + 10 * x,
+    candleCloseTime: end - (perMarket - n) * step,
+    feed: 'replay' as const,
+    engineVersion: 'bench-1',
+    inputs: {
+      rsi: 50 + 20 * x,
+      macd: x / 10,
+      adx: 25,
+      cci: 100 * x,
+      stoch: 50,
+      perp_lean: null,
+      calibrated_probability: 0.5,
+    },
+    prevHash,
+    trigger: 'schedule' as const,
+  };
+  return { ...content, hash: verdictHash(content) };
+}
+
+export function syntheticOutcome(
+  v: EventData<'VerdictRecorded'>,
+  id: string,
+  stream: string,
+  revision: number,
+): EventData<'VerdictOutcomeResolved'> {
+  const r6 = Math.sin(v.candleCloseTime / 3_600_000) / 100;
+  const dir = v.call === 'BUY' ? 1 : v.call === 'SELL' ? -1 : 0;
+  return {
+    exchange: v.exchange,
+    coin: v.coin,
+    timeframe: v.timeframe,
+    verdictId: id,
+    verdictStream: stream,
+    verdictRevision: revision,
+    verdictHash: v.hash,
+    call: v.call,
+    confidence: v.confidence,
+    candleCloseTime: v.candleCloseTime,
+    feed: v.feed,
+    price: v.price,
+    return1: r6 / 3,
+    return6: r6,
+    return24: r6 * 2,
+    result: dir === 0 ? 'no-call' : dir * r6 > 0.001 ? 'hit' : 'miss',
+    feeBps: 10,
+    horizonCandles: 6,
+    netCentiBps: dir === 0 ? null : Math.round((dir * r6 * 10_000 - 10) * 100),
+    maeBps: dir === 0 ? null : -20,
+    mfeBps: dir === 0 ? null : 30,
+    realisedVol: 0.004,
+  };
+}

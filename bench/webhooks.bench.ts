@@ -52,7 +52,7 @@ export interface WebhookBenchResult {
 
 const CONCURRENCY = 8;
 /** Verdicts appended at once by the event source, so the source is never what is measured. */
-const SOURCE_CONCURRENCY = 8;
+const SOURCE_CONCURRENCY = 64;
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CHILD = fileURLToPath(new URL('./webhooks-bench-child.ts', import.meta.url));
 
@@ -259,11 +259,19 @@ function received(receiver: ChildProcess, count: number): Promise<void> {
 /** The dispatcher role alone, as the deployment runs it, polled until /readyz answers 200. */
 async function startDispatcherProcess(env: Record<string, string>): Promise<ChildProcess> {
   const port = await freePort();
-  const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts', '--role', 'dispatcher'], {
-    cwd: ROOT,
-    env: { ...process.env, ...env, PORT: String(port), HOST: '127.0.0.1' },
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
+  // BENCH_CPU_PROF_DIR=<dir>: the dispatcher writes a V8 CPU profile there when it exits.
+  const profile = process.env.BENCH_CPU_PROF_DIR
+    ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`]
+    : [];
+  const child = spawn(
+    process.execPath,
+    [...profile, '--import', 'tsx', 'services/main.ts', '--role', 'dispatcher'],
+    {
+      cwd: ROOT,
+      env: { ...process.env, ...env, PORT: String(port), HOST: '127.0.0.1' },
+      stdio: ['ignore', 'ignore', 'inherit'],
+    },
+  );
   const deadline = Date.now() + 60_000;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`dispatcher process exited (${child.exitCode})`);

@@ -22,11 +22,25 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 
 export const DEFAULT_TOLERANCE_SECONDS = 300;
 
+/**
+ * The delivery's per-subscription sequence number, also in the signed body as `seq` (trust the
+ * body's, which the signature covers; the header is for routing before parsing).
+ */
+export const SEQUENCE_HEADER = 'x-service-sequence';
+
+/** The payload version of the body (the subscription's pinned `event_version`; also in the body). */
+export const EVENT_VERSION_HEADER = 'x-service-event-version';
+
 export const SIGNATURE_HEADERS = {
   event: 'x-service-event',
   delivery: 'x-service-delivery',
   timestamp: 'x-service-timestamp',
   signature: 'x-service-signature',
+  /**
+   * During a secret rotation's overlap: the signature with the new secret, while
+   * `x-service-signature` keeps the previous one (so a receiver still holding it goes on working).
+   */
+  signatureNew: 'x-service-signature-new',
 } as const;
 
 /** hex HMAC-SHA256 of `{timestamp}.{rawBody}` keyed with the secret string. */
@@ -40,22 +54,37 @@ export function standardSignature(secret: string, id: string, timestamp: number,
   return `v1,${createHmac('sha256', key).update(`${id}.${timestamp}.${rawBody}`, 'utf8').digest('base64')}`;
 }
 
-/** Every header a delivery carries besides Content-Type. */
+/**
+ * Every header a delivery carries besides Content-Type. With `previousSecret` (a rotation's
+ * overlap) both secrets sign: `x-service-signature` with the previous one and
+ * `x-service-signature-new` with the new one; `webhook-signature` lists both, space-separated, as
+ * Standard Webhooks allows.
+ */
 export function signedHeaders(input: {
   secret: string;
+  previousSecret?: string | null;
   event: string;
   deliveryId: string;
   timestamp: number;
   rawBody: string;
 }): Record<string, string> {
+  const standard = (secret: string) =>
+    standardSignature(secret, input.deliveryId, input.timestamp, input.rawBody);
+  const previous = input.previousSecret ?? null;
   return {
     [SIGNATURE_HEADERS.event]: input.event,
     [SIGNATURE_HEADERS.delivery]: input.deliveryId,
     [SIGNATURE_HEADERS.timestamp]: String(input.timestamp),
-    [SIGNATURE_HEADERS.signature]: serviceSignature(input.secret, input.timestamp, input.rawBody),
+    [SIGNATURE_HEADERS.signature]: serviceSignature(previous ?? input.secret, input.timestamp, input.rawBody),
+    ...(previous !== null
+      ? {
+          [SIGNATURE_HEADERS.signatureNew]: serviceSignature(input.secret, input.timestamp, input.rawBody),
+        }
+      : {}),
     'webhook-id': input.deliveryId,
     'webhook-timestamp': String(input.timestamp),
-    'webhook-signature': standardSignature(input.secret, input.deliveryId, input.timestamp, input.rawBody),
+    'webhook-signature':
+      previous === null ? standard(input.secret) : `${standard(input.secret)} ${standard(previous)}`,
   };
 }
 
@@ -98,10 +127,14 @@ export function verifyWebhook(input: {
   }
   const body = typeof input.rawBody === 'string' ? input.rawBody : input.rawBody.toString('utf8');
   const expected = Buffer.from(serviceSignature(input.secret, timestamp, body), 'utf8');
-  const given = Buffer.from(signature.trim().toLowerCase(), 'utf8');
-  // Lengths differ only for malformed input; timingSafeEqual needs equal lengths.
-  if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
-    return { ok: false, reason: 'bad_signature' };
-  }
+  // During a rotation's overlap the new secret's signature travels in its own header.
+  const candidates = [signature, header(input.headers, SIGNATURE_HEADERS.signatureNew)];
+  const matches = candidates.some((candidate) => {
+    if (candidate === undefined) return false;
+    const given = Buffer.from(candidate.trim().toLowerCase(), 'utf8');
+    // Lengths differ only for malformed input; timingSafeEqual needs equal lengths.
+    return given.length === expected.length && timingSafeEqual(given, expected);
+  });
+  if (!matches) return { ok: false, reason: 'bad_signature' };
   return { ok: true, event, deliveryId, timestamp };
 }

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { WebhookEventType } from './events.ts';
+import { TrackRecordBrief } from './history.ts';
 import { Call, Coin, Exchange, Regime, Timeframe } from './market.ts';
 
 /**
@@ -59,6 +60,8 @@ export const CreateWebhookRequest = z
     exchange: Exchange.optional(),
     top_n: z.number().int().min(1).max(100).optional(),
     cadence: Cadence.optional(),
+    /** The payload version to receive, pinned for the subscription's life; the current one by default. */
+    event_version: z.number().int().positive().optional(),
   })
   .superRefine((body, ctx) => {
     const digest = body.events.includes('scan_digest');
@@ -78,6 +81,20 @@ export const ReEnableWebhookRequest = z.strictObject({
   recover_since: z.iso.datetime().optional(),
 });
 
+export const MAX_ROTATION_OVERLAP_SECONDS = 7 * 24 * 3_600;
+
+export const RotateSecretRequest = z.strictObject({
+  /** How long the previous secret keeps signing too; the configured overlap when omitted. */
+  overlap_seconds: z.number().int().min(0).max(MAX_ROTATION_OVERLAP_SECONDS).optional(),
+});
+
+export const RotatedSecret = z.object({
+  id: z.string(),
+  secret: WebhookSecret,
+  /** Until then deliveries carry signatures with both the new and the previous secret. */
+  previous_secret_valid_until: z.string(),
+});
+
 export const SubscriptionStatus = z.enum(['active', 'disabled']);
 
 export const WebhookView = z.object({
@@ -92,9 +109,15 @@ export const WebhookView = z.object({
   top_n: z.number().int().optional(),
   cadence: Cadence.optional(),
   status: SubscriptionStatus,
+  /** The payload version this subscription receives (pinned at creation). */
+  event_version: z.number().int().positive(),
   created_at: z.string(),
   disabled_at: z.string().nullable(),
   disabled_reason: z.string().nullable(),
+  /** Last successful delivery; with `failing_since`, what a reviewer of a failing endpoint needs. */
+  last_success_at: z.string().nullable(),
+  /** First failed attempt since the last success; null while healthy. */
+  failing_since: z.string().nullable(),
 });
 export type WebhookView = z.infer<typeof WebhookView>;
 
@@ -103,7 +126,10 @@ export const CreatedWebhook = WebhookView.extend({ secret: WebhookSecret });
 
 export const AttemptView = z.object({
   attempt: z.number().int(),
+  /** When the attempt was claimed (queued); `sent_at` is when its request went out. */
   attempted_at: z.string(),
+  sent_at: z.string().nullable(),
+  queued_ms: z.number().nullable(),
   trigger: z.string(),
   outcome: z.enum(['pending', 'succeeded', 'failed']),
   status: z.number().int().nullable(),
@@ -115,6 +141,8 @@ export const AttemptView = z.object({
 
 export const DeliveryView = z.object({
   delivery_id: z.string(),
+  /** Per-subscription sequence number (null for deliveries made before sequencing existed). */
+  seq: z.number().int().nullable(),
   event: WebhookEventType,
   event_id: z.string(),
   status: z.enum(['pending', 'succeeded', 'failed']),
@@ -154,6 +182,19 @@ export const TradeCallData = z.object({
   candle_close_time: z.number().int(),
   signal_hash: z.string(),
   verify_url: z.url(),
+  /** Forecast volatility and expected-move band over the verdict horizon; null on older verdicts. */
+  expected_move: z
+    .object({
+      horizon_candles: z.number().int().positive(),
+      expected_move_pct: z.number(),
+      band_low: z.number(),
+      band_high: z.number(),
+      band_coverage: z.number(),
+    })
+    .nullable()
+    .optional(),
+  /** How often calls of this exchange, timeframe and confidence bucket were right (revealed ones). */
+  track_record: TrackRecordBrief.optional(),
 });
 
 export const RegimeShiftData = z.object({
@@ -180,6 +221,8 @@ export const DigestCall = z.object({
   price: z.number(),
   /** The VerdictRecorded event behind the call. */
   verdict_id: z.string(),
+  /** Forecast σ of the log return over the verdict horizon, percent. */
+  expected_move_pct: z.number().nullable().optional(),
 });
 
 export const ScanDigestData = z.object({
@@ -192,12 +235,34 @@ export const ScanDigestData = z.object({
   calls: z.array(DigestCall),
 });
 
-export const WebhookData = z.discriminatedUnion('type', [TradeCallData, RegimeShiftData, ScanDigestData]);
+/** One of the key's subscriptions was disabled; delivered to its other subscriptions that ask for it. */
+export const SubscriptionDisabledData = z.object({
+  type: z.literal('subscription_disabled'),
+  subscription_id: z.string(),
+  url: z.string(),
+  reason: z.string(),
+  disabled_at: z.string(),
+  consecutive_failures: z.number().int().nonnegative(),
+});
+
+export const WebhookData = z.discriminatedUnion('type', [
+  TradeCallData,
+  RegimeShiftData,
+  ScanDigestData,
+  SubscriptionDisabledData,
+]);
 export type WebhookData = z.infer<typeof WebhookData>;
 
 export const WebhookEnvelope = z.object({
   event: WebhookEventType,
   delivery_id: z.string(),
+  /**
+   * Per-subscription sequence number, 1, 2, 3…: a gap means a missed delivery, fetched with
+   * GET /api/webhooks/:id/deliveries?after_seq=. Absent on test deliveries.
+   */
+  seq: z.number().int().positive().optional(),
+  /** The payload version of `data` (the subscription's pinned `event_version`). */
+  event_version: z.number().int().positive().optional(),
   created_at: z.string(),
   /** True only for POST /api/webhooks/:id/test deliveries. */
   test: z.boolean().optional(),

@@ -131,6 +131,20 @@ describe.runIf(reachable)('webhook management API', () => {
     expect((await stack.request('GET', '/api/webhooks', key)).body.webhooks.length).toBeLessThanOrEqual(5);
   });
 
+  it("points a test delivery's verify_url at something that says it is a sample", async () => {
+    const key = await stack.issue();
+    const { body } = await stack.request('POST', '/api/webhooks', key, base());
+    const before = receiver.received.length;
+    const test = await stack.request('POST', `/api/webhooks/${body.id}/test`, key);
+    expect(test.body).toMatchObject({ delivered: true, status: 200 });
+    const sent = JSON.parse(receiver.received[before]!.body);
+    expect(sent.test).toBe(true);
+    const verify = await stack.request('GET', new URL(sent.data.verify_url).pathname, null);
+    expect(verify.status).toBe(200);
+    expect(verify.body).toMatchObject({ sample: true });
+    expect(verify.body.message).toMatch(/test delivery/);
+  });
+
   it('reports a failed test delivery with its status', async () => {
     const key = await stack.issue();
     const failing = await startReceiver(tls);

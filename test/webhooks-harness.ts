@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
+import type { Registry } from 'prom-client';
 import { connectNatsBus, type NatsBus } from '../adapters/bus/nats.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
@@ -20,6 +21,7 @@ import { issueKey } from '../services/keys/key-commands.ts';
 import { keyRegistryProjection } from '../services/keys/key-registry.ts';
 import { KeyResolver } from '../services/keys/key-resolver.ts';
 import { Relay } from '../services/relay/relay.ts';
+import { relayTypes } from '../services/relay/relay-types.ts';
 import { Readiness } from '../services/shared/readiness.ts';
 import { deleteStream, NATS_URL } from './nats-server.ts';
 
@@ -149,6 +151,8 @@ export async function startWebhookStack(options: {
   dispatcher?: boolean;
   /** The dispatcher folds nothing itself: it reads the api's webhook projection. */
   shareProjection?: boolean;
+  /** A Prometheus registry for the dispatcher's delivery metrics. */
+  registry?: Registry;
 }): Promise<WebhookStack> {
   const id = randomUUID().slice(0, 8);
   const stream = `WHTEST_${id}`;
@@ -163,7 +167,14 @@ export async function startWebhookStack(options: {
     logger,
     pullExpiresMs: 2_000,
   });
-  const relay = new Relay({ store, bus, checkpoints: projections, subjectPrefix: prefix, logger });
+  const relay = new Relay({
+    store,
+    bus,
+    checkpoints: projections,
+    subjectPrefix: prefix,
+    logger,
+    types: relayTypes(config),
+  });
   const keys = new ProjectionRunner(store, projections, keyRegistryProjection, { logger });
   const engine = await createSignalEngine({ feed: await openReplayFeed({ run: false }), store });
   const adapters = { eventStore: store, projectionStore: projections, bus };
@@ -183,6 +194,7 @@ export async function startWebhookStack(options: {
     ...(options.settings ? { settings: options.settings } : {}),
     ...(options.digestNow ? { digestNow: options.digestNow } : {}),
     ...(options.shareProjection ? { runner: api.runner } : {}),
+    ...(options.registry ? { registry: options.registry } : {}),
   });
   await keys.start();
   await api.start();

@@ -1,6 +1,8 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
 import type { Agent } from 'undici';
+import { anchorInLog } from '../../adapters/market/replay-anchor.ts';
 import { feedOptionsFromConfig, selectFeed } from '../../adapters/market/select.ts';
 import type { Config } from '../../contracts/config.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
@@ -12,11 +14,12 @@ import { createSignalEngine, rankMarkets, type SignalEngine } from '../engine/en
 import type { KeyResolver } from '../keys/key-resolver.ts';
 import { guardedAgent } from '../ssrf/guarded-agent.ts';
 import { DeliveryWorker } from './delivery-worker.ts';
-import { WebhookDispatcher } from './dispatcher.ts';
+import { type DispatcherOptions, WebhookDispatcher } from './dispatcher.ts';
+import { webhookMetrics } from './metrics.ts';
 import { MarketRanking } from './ranking.ts';
 import { secretBoxFromConfig } from './secret-box.ts';
 import { type WebhookSettings, webhookSettings } from './settings.ts';
-import { type WebhookState, webhookProjection } from './webhook-projection.ts';
+import { type WebhookState, webhookProjectionWith } from './webhook-projection.ts';
 
 type WebhookAdapters = Pick<Adapters, 'eventStore' | 'projectionStore' | 'bus'>;
 
@@ -26,15 +29,21 @@ function parts(
   logger: Logger,
   overrides?: Partial<WebhookSettings>,
   shared?: ProjectionRunner<WebhookState>,
+  registry?: Registry,
 ) {
   const settings = { ...webhookSettings(config), ...overrides };
   const secrets = secretBoxFromConfig(config);
   const runner =
     shared ??
-    new ProjectionRunner<WebhookState>(adapters.eventStore, adapters.projectionStore, webhookProjection, {
-      snapshotEvery: config.PROJECTION_SNAPSHOT_EVERY,
-      logger,
-    });
+    new ProjectionRunner<WebhookState>(
+      adapters.eventStore,
+      adapters.projectionStore,
+      webhookProjectionWith(settings.deliveryLogRetention),
+      {
+        snapshotEvery: config.PROJECTION_SNAPSHOT_EVERY,
+        logger,
+      },
+    );
   const agent: Agent = guardedAgent({
     addresses: settings.urlPolicy.addresses,
     connectTimeoutMs: settings.connectTimeoutMs,
@@ -42,7 +51,27 @@ function parts(
     ...(settings.urlPolicy.resolve ? { resolve: settings.urlPolicy.resolve } : {}),
     ...(settings.tls ? { tls: settings.tls } : {}),
   });
-  const worker = new DeliveryWorker({ store: adapters.eventStore, runner, secrets, agent, settings, logger });
+  let worker: DeliveryWorker | null = null;
+  const observer = registry
+    ? webhookMetrics(registry, () =>
+        worker
+          ? {
+              queueDepth: () => worker!.queueDepth(),
+              endpoints: () => worker!.breakers.counts(),
+              state: () => runner.state,
+            }
+          : null,
+      )
+    : undefined;
+  worker = new DeliveryWorker({
+    store: adapters.eventStore,
+    runner,
+    secrets,
+    agent,
+    settings,
+    logger,
+    ...(observer ? { observer } : {}),
+  });
   return { settings, secrets, runner, agent, worker };
 }
 
@@ -71,9 +100,20 @@ export function dispatcherComponent(deps: {
    * process folds it once. Its owner stops it, after this component.
    */
   runner?: ProjectionRunner<WebhookState>;
+  /** The process's Prometheus registry: delivery metrics are registered on it. */
+  registry?: Registry;
+  /** The track-record line a trade_call carries (from the history slice). */
+  trackRecord?: DispatcherOptions['trackRecord'];
 }): Component & { runner: ProjectionRunner<WebhookState> } {
   const { config, adapters, logger } = deps;
-  const { settings, runner, agent, worker } = parts(config, adapters, logger, deps.settings, deps.runner);
+  const { settings, runner, agent, worker } = parts(
+    config,
+    adapters,
+    logger,
+    deps.settings,
+    deps.runner,
+    deps.registry,
+  );
   let engine = deps.engine;
   let ownEngine: SignalEngine | null = null;
   let dispatcher: WebhookDispatcher | null = null;
@@ -88,7 +128,11 @@ export function dispatcherComponent(deps: {
         );
       }
       if (!engine) {
-        const { feed } = await selectFeed({ ...feedOptionsFromConfig(config), logger });
+        const { feed } = await selectFeed({
+          ...feedOptionsFromConfig(config),
+          logger,
+          anchorStore: (proposal) => anchorInLog(adapters.eventStore, proposal),
+        });
         ownEngine = await createSignalEngine({
           feed,
           store: adapters.eventStore,
@@ -115,7 +159,11 @@ export function dispatcherComponent(deps: {
         subjectPrefix: config.NATS_SUBJECT_PREFIX,
         ...(deps.durablePrefix ? { durablePrefix: deps.durablePrefix } : {}),
         scan: (input) => signals.scanTradeCalls(input),
-        ...(deps.digestNow ? { now: deps.digestNow } : {}),
+        recoverPerSecond: settings.recoverPerSecond,
+        // Digests follow the feed's clock (replay time on the replay feed).
+        now: deps.digestNow ?? (() => signals.feed.now()),
+        feedClock: !deps.digestNow && signals.feed.kind === 'replay',
+        ...(deps.trackRecord ? { trackRecord: deps.trackRecord } : {}),
       });
       await dispatcher.start();
     },

@@ -61,7 +61,7 @@ const failed = (deliveryId: string, nextAttemptAt: string | null, subscriptionId
   });
 
 function fold(events: DomainEvent[], start = initialDeliveryLog()): DeliveryLogState {
-  return events.reduce(applyDeliveryEvent, start);
+  return events.reduce((state, event) => applyDeliveryEvent(state, event), start);
 }
 
 describe('delivery log eviction', () => {
@@ -144,5 +144,23 @@ describe('delivery log eviction', () => {
     for (const id of pending) expect(state.deliveries[id]?.status).toBe('pending');
     expect(Object.keys(state.deliveries).sort()).toEqual([...model.values()].flat().sort());
     expect(state.bySub['sub-a']!.length).toBeGreaterThan(DELIVERY_LOG_LIMIT);
+  });
+});
+
+describe('sequence numbers in the delivery log', () => {
+  it('joins a DeliverySequenced to its claim in either order', () => {
+    const seqEvent = (deliveryId: string, revision: number) => {
+      const e = recorded('DeliverySequenced', { subscriptionId: 'sub-s', deliveryId });
+      return { ...e, revision } as DomainEvent;
+    };
+    const state = fold([
+      seqEvent('s1', 0),
+      attempted('s1', 'sub-s'),
+      attempted('s2', 'sub-s'),
+      seqEvent('s2', 1),
+    ]);
+    expect(state.deliveries.s1?.seq).toBe(1);
+    expect(state.deliveries.s2?.seq).toBe(2);
+    expect(state.seqWaiting).toEqual({});
   });
 });

@@ -1,9 +1,13 @@
-import type { DomainEvent } from '../../contracts/events.ts';
+import type { DomainEvent, WebhookEventType } from '../../contracts/events.ts';
 import type { DeliveryView } from '../../contracts/webhooks.ts';
 
 export interface AttemptRecord {
   attempt: number;
   attemptedAt: string;
+  sentAt: string | null;
+  queuedMs: number | null;
+  /** Not sent because the endpoint's circuit breaker was open. */
+  held?: boolean;
   trigger: string;
   outcome: 'pending' | 'succeeded' | 'failed';
   status: number | null;
@@ -15,9 +19,10 @@ export interface AttemptRecord {
 
 export interface DeliveryRecord {
   id: string;
+  seq: number | null;
   subscriptionId: string;
   eventId: string;
-  event: 'trade_call' | 'regime_shift' | 'scan_digest';
+  event: WebhookEventType;
   url: string;
   createdAt: string;
   /** Revision of the delivery stream's last event: the expected revision of the next claim. */
@@ -29,21 +34,43 @@ export interface DeliveryRecord {
 
 export interface DeliveryLogState {
   deliveries: Record<string, DeliveryRecord>;
+  /**
+   * Sequence numbers folded before their delivery's claim (the two are appended together, in
+   * either order); taken when the claim arrives.
+   */
+  seqWaiting?: Record<string, number>;
   /** Delivery ids per subscription, oldest first, the newest `DELIVERY_LOG_LIMIT` kept. */
   bySub: Record<string, string[]>;
 }
 
-/** Deliveries remembered per subscription; older finished ones leave the log (never pending ones). */
+/**
+ * Deliveries remembered per subscription by default (WEBHOOK_DELIVERY_LOG_RETENTION); older
+ * finished ones leave this in-memory log (never pending ones), not the event log: recovery and
+ * resend read a delivery's own stream.
+ */
 export const DELIVERY_LOG_LIMIT = 200;
 
 export function deliveryStream(deliveryId: string): string {
   return `delivery-${deliveryId}`;
 }
 
-export const initialDeliveryLog = (): DeliveryLogState => ({ deliveries: {}, bySub: {} });
+/** A subscription's delivery sequence: revision r holds the delivery with seq r + 1. */
+export function sequenceStream(subscriptionId: string): string {
+  return `webhook-seq-${subscriptionId}`;
+}
+
+export const initialDeliveryLog = (): DeliveryLogState => ({ deliveries: {}, bySub: {}, seqWaiting: {} });
 
 export function findDelivery(state: DeliveryLogState, id: string): DeliveryRecord | undefined {
   return Object.hasOwn(state.deliveries, id) ? state.deliveries[id] : undefined;
+}
+
+function takeSeq(state: DeliveryLogState, deliveryId: string): number | null {
+  const waiting = state.seqWaiting;
+  if (!waiting || !Object.hasOwn(waiting, deliveryId)) return null;
+  const seq = waiting[deliveryId]!;
+  delete waiting[deliveryId];
+  return seq;
 }
 
 function attemptOf(record: DeliveryRecord, attempt: number): AttemptRecord | undefined {
@@ -64,10 +91,10 @@ function finished(state: DeliveryLogState, subscriptionId: string): void {
   if (ids) pendingPrefix.delete(ids);
 }
 
-function trim(state: DeliveryLogState, subscriptionId: string): void {
+function trim(state: DeliveryLogState, subscriptionId: string, limit: number): void {
   const ids = state.bySub[subscriptionId]!;
   let from = pendingPrefix.get(ids) ?? 0;
-  while (ids.length > DELIVERY_LOG_LIMIT) {
+  while (ids.length > limit) {
     while (from < ids.length && state.deliveries[ids[from]!]?.status === 'pending') from++;
     if (from >= ids.length) break;
     const [evicted] = ids.splice(from, 1);
@@ -76,7 +103,11 @@ function trim(state: DeliveryLogState, subscriptionId: string): void {
   pendingPrefix.set(ids, from);
 }
 
-export function applyDeliveryEvent(state: DeliveryLogState, event: DomainEvent): DeliveryLogState {
+export function applyDeliveryEvent(
+  state: DeliveryLogState,
+  event: DomainEvent,
+  limit: number = DELIVERY_LOG_LIMIT,
+): DeliveryLogState {
   switch (event.type) {
     case 'DeliveryAttempted': {
       const d = event.data;
@@ -84,6 +115,7 @@ export function applyDeliveryEvent(state: DeliveryLogState, event: DomainEvent):
       if (!record) {
         record = {
           id: d.deliveryId,
+          seq: takeSeq(state, d.deliveryId),
           subscriptionId: d.subscriptionId,
           eventId: d.eventId,
           event: d.webhookEvent,
@@ -97,7 +129,7 @@ export function applyDeliveryEvent(state: DeliveryLogState, event: DomainEvent):
         const ids = state.bySub[d.subscriptionId] ?? [];
         ids.push(d.deliveryId);
         state.bySub[d.subscriptionId] = ids;
-        trim(state, d.subscriptionId);
+        trim(state, d.subscriptionId, limit);
       }
       record.revision = event.revision;
       record.status = 'pending';
@@ -105,6 +137,8 @@ export function applyDeliveryEvent(state: DeliveryLogState, event: DomainEvent):
       record.attempts.push({
         attempt: d.attempt,
         attemptedAt: event.recordedAt,
+        sentAt: null,
+        queuedMs: null,
         trigger: d.trigger ?? 'event',
         outcome: 'pending',
         status: null,
@@ -113,6 +147,16 @@ export function applyDeliveryEvent(state: DeliveryLogState, event: DomainEvent):
         response: null,
         nextAttemptAt: null,
       });
+      break;
+    }
+    case 'DeliverySequenced': {
+      const seq = event.revision + 1;
+      const record = findDelivery(state, event.data.deliveryId);
+      if (record) record.seq = seq;
+      else {
+        state.seqWaiting ??= {};
+        state.seqWaiting[event.data.deliveryId] = seq;
+      }
       break;
     }
     case 'DeliverySucceeded':
@@ -128,6 +172,9 @@ export function applyDeliveryEvent(state: DeliveryLogState, event: DomainEvent):
         attempt.outcome = failed ? 'failed' : 'succeeded';
         attempt.status = d.status;
         attempt.latencyMs = d.latencyMs;
+        attempt.sentAt = d.sentAt ?? null;
+        attempt.queuedMs = d.queuedMs ?? null;
+        if (failed && event.data.held) attempt.held = true;
         attempt.response = d.response;
         attempt.error = failed ? event.data.error : null;
         attempt.nextAttemptAt = next;
@@ -160,6 +207,7 @@ export function applyDeliveryEvent(state: DeliveryLogState, event: DomainEvent):
 export function deliveryView(record: DeliveryRecord): DeliveryView {
   return {
     delivery_id: record.id,
+    seq: record.seq ?? null,
     event: record.event,
     event_id: record.eventId,
     status: record.status,
@@ -167,6 +215,8 @@ export function deliveryView(record: DeliveryRecord): DeliveryView {
     attempts: record.attempts.map((a) => ({
       attempt: a.attempt,
       attempted_at: a.attemptedAt,
+      sent_at: a.sentAt ?? null,
+      queued_ms: a.queuedMs ?? null,
       trigger: a.trigger,
       outcome: a.outcome,
       status: a.status,

@@ -81,6 +81,7 @@ async function setup(endpointConcurrency: number) {
       disableAfterMs: 86_400_000,
       endpointConcurrency,
       endpointQueueLimit: 100,
+      breakerTimeouts: 3,
     },
     logger: pino({ level: 'silent' }),
   });

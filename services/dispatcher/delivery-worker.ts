@@ -2,11 +2,15 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
 import { type EventStore, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
-import { type EventData, newEvent } from '../../contracts/events.ts';
+import type { WebhookEventType } from '../../contracts/events.ts';
+import { type EventData, type EventType, type NewDomainEvent, newEvent } from '../../contracts/events.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { deterministicId } from '../engine/deterministic-id.ts';
-import { deliveryStream } from './delivery-log-fold.ts';
+import { type BreakerState, CircuitBreakers } from './circuit-breaker.ts';
+import { deliveryStream, sequenceStream } from './delivery-log-fold.ts';
 import { EndpointQueues } from './endpoint-queues.ts';
+import type { DeliveryObserver } from './metrics.ts';
+import { withSeq } from './payloads.ts';
 import { classifyFailure, nextAttemptAt, type RetryPolicy } from './retry-policy.ts';
 import type { SecretBox } from './secret-box.ts';
 import { RESPONSE_LIMIT, type SendResult, sendSigned } from './sender.ts';
@@ -23,13 +27,44 @@ export interface DeliveryJob {
   deliveryId: string;
   subscription: SubscriptionRecord;
   eventId: string;
-  event: 'trade_call' | 'regime_shift' | 'scan_digest';
+  event: WebhookEventType;
   body: string;
   attempt: number;
+  /** The delivery's per-subscription sequence number (null for unsequenced old deliveries). */
+  seq: number | null;
   /** Position of this attempt in its run through the retry schedule (1 = first). */
   seriesAttempt: number;
   /** Revision of the delivery stream after the claim: outcomes append against it. */
   revision: number;
+  /** When the claim was recorded: the attempt's queue time runs from here to its send. */
+  claimedAt: number;
+}
+
+/** The outcome of an attempt, with when its request went out (null: it never did). */
+type Outcome = SendResult & { sentAt?: number; held?: boolean };
+
+/** An attempt held back by an open breaker: recorded as failed, never sent. */
+function held(reason: string): Outcome {
+  return { ...failure(reason), held: true };
+}
+
+/** A request that got no complete answer in time (the endpoint may hold it open forever). */
+export function isTimeout(result: SendResult): boolean {
+  return result.status === null && result.error !== null && result.error.startsWith('timeout');
+}
+
+/**
+ * An event built from values this worker already holds typed. `newEvent` would validate it
+ * with zod again; on the hot path (three appends per delivery) that is a measurable share of the
+ * dispatcher's CPU and can only confirm what the types already say. Commands from outside keep
+ * newEvent's check.
+ */
+function typedEvent<T extends EventType>(
+  type: T,
+  data: EventData<T>,
+  meta: { id?: string; correlationId?: string } = {},
+): NewDomainEvent<T> {
+  return { type, data, ...meta };
 }
 
 /** An attempt that ended before (or instead of) a request. */
@@ -44,6 +79,8 @@ export interface WorkerSettings {
   disableAfterMs: number;
   endpointConcurrency: number;
   endpointQueueLimit: number;
+  /** Timeouts in a row that open an endpoint's circuit breaker. */
+  breakerTimeouts: number;
 }
 
 /**
@@ -54,6 +91,7 @@ export interface WorkerSettings {
  */
 export class DeliveryWorker {
   private readonly queues: EndpointQueues;
+  readonly breakers: CircuitBreakers;
   /** Deliveries this process has claimed and not finished. */
   readonly owned = new Set<string>();
   /** Opened secrets by subscription, with the sealed form they came from (a new one misses). */
@@ -70,9 +108,12 @@ export class DeliveryWorker {
       agent: Dispatcher;
       settings: WorkerSettings;
       logger: Logger;
+      observer?: DeliveryObserver;
     },
   ) {
     this.queues = new EndpointQueues(deps.settings.endpointConcurrency, deps.settings.endpointQueueLimit);
+    const probeDelays = deps.settings.retry.schedule.filter((ms) => ms > 0);
+    this.breakers = new CircuitBreakers(deps.settings.breakerTimeouts, probeDelays, deps.settings.timeoutMs);
     this.logger = deps.logger.child({ component: 'webhook-worker' });
   }
 
@@ -86,12 +127,13 @@ export class DeliveryWorker {
     eventId: string;
     event: DeliveryJob['event'];
     attempt: number;
+    seq?: number | null;
     seriesAttempt?: number;
     trigger: Trigger;
     body: string;
     expected: number | 'no_stream';
   }): Promise<DeliveryJob | null> {
-    const event = newEvent(
+    const event = typedEvent(
       'DeliveryAttempted',
       {
         deliveryId: input.deliveryId,
@@ -111,6 +153,7 @@ export class DeliveryWorker {
         expectedRevision: input.expected,
       });
       this.owned.add(input.deliveryId);
+      this.deps.observer?.attempt(input.trigger);
       return {
         deliveryId: input.deliveryId,
         subscription: input.subscription,
@@ -118,13 +161,52 @@ export class DeliveryWorker {
         event: input.event,
         body: input.body,
         attempt: input.attempt,
+        seq: input.seq ?? null,
         seriesAttempt: SERIES_START.has(input.trigger) ? 1 : (input.seriesAttempt ?? input.attempt),
         revision: result.nextRevision,
+        claimedAt: Date.now(),
       };
     } catch (err) {
       if (err instanceof WrongExpectedRevisionError) return null;
       throw err;
     }
+  }
+
+  /**
+   * Claims the first attempt of a new delivery together with its sequence number: both appends
+   * go out at once (on LMDB one commit and one flush instead of two in a row, the largest wait on
+   * the path), and the number is spliced into the body the claim stored without it.
+   */
+  async claimFirst(
+    input: Omit<Parameters<DeliveryWorker['claim']>[0], 'attempt' | 'expected' | 'seq' | 'seriesAttempt'>,
+  ): Promise<DeliveryJob | null> {
+    const [seq, job] = await Promise.allSettled([
+      this.sequence(input.subscription.id, input.deliveryId),
+      this.claim({ ...input, attempt: 1, expected: 'no_stream' }),
+    ]);
+    if (seq.status === 'rejected') {
+      // Claimed but unnumbered: not owned any more, so the stale-attempt check sends it later
+      // (asking for its number again then).
+      if (job.status === 'fulfilled' && job.value) this.owned.delete(input.deliveryId);
+      throw seq.reason;
+    }
+    if (job.status === 'rejected') throw job.reason;
+    if (!job.value) return null;
+    return { ...job.value, seq: seq.value, body: withSeq(job.value.body, input.deliveryId, seq.value) };
+  }
+
+  /**
+   * The delivery's sequence number for its subscription: appended once (its event id derives from
+   * the delivery id, so a redelivered bus message gets the same number back, never a new one).
+   */
+  async sequence(subscriptionId: string, deliveryId: string): Promise<number> {
+    const event = typedEvent(
+      'DeliverySequenced',
+      { subscriptionId, deliveryId },
+      { id: deterministicId('webhook-seq', deliveryId) },
+    );
+    const { nextRevision } = await this.deps.store.append(sequenceStream(subscriptionId), [event]);
+    return nextRevision + 1;
   }
 
   /** The first attempt's body, which every later attempt re-sends. */
@@ -142,10 +224,18 @@ export class DeliveryWorker {
    */
   submit(job: DeliveryJob): Promise<SendResult> {
     const task = new Promise<SendResult>((resolve, reject) => {
+      const endpoint = EndpointQueues.keyOf(job.subscription.url);
+      const open = this.breakers.peek(endpoint, Date.now());
+      if (open) {
+        // Not queued: it would only wait for the breaker to let a probe through.
+        const skipped = held(open.reason);
+        this.recordOutcome(job, skipped, open.until).then(() => resolve(skipped), reject);
+        return;
+      }
       const accepted =
         this.deps.settings.endpointQueueLimit > 0 &&
-        this.queues.push(EndpointQueues.keyOf(job.subscription.url), async () => {
-          let sent: { result: SendResult; record: boolean };
+        this.queues.push(endpoint, async () => {
+          let sent: { result: Outcome; record: boolean; notBefore?: number };
           try {
             sent = await this.send(job);
           } catch (err) {
@@ -153,7 +243,7 @@ export class DeliveryWorker {
             return;
           }
           // Not awaited: the slot is released as soon as the response is in.
-          (sent.record ? this.recordOutcome(job, sent.result) : Promise.resolve()).then(
+          (sent.record ? this.recordOutcome(job, sent.result, sent.notBefore) : Promise.resolve()).then(
             () => resolve(sent.result),
             reject,
           );
@@ -169,6 +259,13 @@ export class DeliveryWorker {
     return task;
   }
 
+  /** Deliveries queued or sending, by the breaker state of their endpoint. */
+  queueDepth(): Record<BreakerState, number> {
+    const depth: Record<BreakerState, number> = { closed: 0, open: 0, half_open: 0 };
+    for (const [endpoint, n] of this.queues.depths()) depth[this.breakers.state(endpoint)] += n;
+    return depth;
+  }
+
   /** Resolves when no job is queued, sending, or waiting for its outcome to be recorded. */
   async drained(): Promise<void> {
     while (this.recording.size > 0) await Promise.allSettled([...this.recording]);
@@ -176,15 +273,15 @@ export class DeliveryWorker {
   }
 
   /** The request of one attempt; `record` is false when there is nothing left to record. */
-  private async send(job: DeliveryJob): Promise<{ result: SendResult; record: boolean }> {
+  private async send(job: DeliveryJob): Promise<{ result: Outcome; record: boolean; notBefore?: number }> {
     const current = findSubscription(this.deps.runner.state.subscriptions, job.subscription.id);
     if (!current) {
       this.owned.delete(job.deliveryId);
       return { result: failure('subscription deleted'), record: false };
     }
-    let secret: string;
+    let secret: { current: string; previous: string | null };
     try {
-      secret = this.openSecret(current);
+      secret = this.openSecrets(current, Date.now());
     } catch (err) {
       this.logger.error({ err, subscriptionId: current.id }, 'cannot open the subscription secret');
       return {
@@ -193,50 +290,102 @@ export class DeliveryWorker {
       };
     }
     if (current.status !== 'active') return { result: failure('subscription disabled'), record: true };
-    const result = await sendSigned(this.deps.agent, {
+    const endpoint = EndpointQueues.keyOf(current.url);
+    const decision = this.breakers.decide(endpoint, Date.now());
+    // Opened while this one waited in the queue.
+    if (decision.kind === 'open') {
+      return { result: held(decision.reason), record: true, notBefore: decision.until };
+    }
+    const sentAt = Date.now();
+    const result: Outcome = await sendSigned(this.deps.agent, {
       url: current.url,
-      secret,
+      secret: secret.current,
+      previousSecret: secret.previous,
       event: job.event,
       deliveryId: job.deliveryId,
+      seq: job.seq,
+      eventVersion: current.eventVersion ?? 1,
       body: job.body,
       timeoutMs: this.deps.settings.timeoutMs,
     });
+    result.sentAt = sentAt;
+    this.breakers.record(endpoint, isTimeout(result), Date.now());
+    if (decision.kind === 'probe' || isTimeout(result)) {
+      this.logger.info(
+        { endpoint, probe: decision.kind === 'probe', breaker: this.breakers.state(endpoint) },
+        isTimeout(result) ? 'endpoint timed out' : 'breaker probe answered',
+      );
+    }
     return { result, record: true };
   }
 
+  /** The secret, and during a rotation's overlap the previous one, which signs beside it. */
+  openSecrets(sub: SubscriptionRecord, now: number): { current: string; previous: string | null } {
+    const inOverlap =
+      sub.previousSecret && sub.previousSecretValidUntil && now < Date.parse(sub.previousSecretValidUntil);
+    return {
+      current: this.openSecret(sub, sub.secret),
+      previous: inOverlap ? this.openSecret(sub, sub.previousSecret!, 'previous') : null,
+    };
+  }
+
   /** Decrypting per delivery costs more than the signature; a subscription's secret rarely changes. */
-  private openSecret(sub: SubscriptionRecord): string {
-    const cached = this.opened.get(sub.id);
-    if (cached?.sealed === sub.secret) return cached.secret;
-    const secret = this.deps.secrets.open(sub.secret, sub.id);
+  private openSecret(
+    sub: SubscriptionRecord,
+    sealed: SubscriptionRecord['secret'],
+    which: 'current' | 'previous' = 'current',
+  ): string {
+    const cacheKey = which === 'current' ? sub.id : `${sub.id}:previous`;
+    const cached = this.opened.get(cacheKey);
+    if (cached?.sealed === sealed) return cached.secret;
+    const secret = this.deps.secrets.open(sealed, sub.id);
     if (this.opened.size >= 10_000) this.opened.clear();
-    this.opened.set(sub.id, { sealed: sub.secret, secret });
+    this.opened.set(cacheKey, { sealed, secret });
     return secret;
   }
 
-  private async recordOutcome(job: DeliveryJob, result: SendResult): Promise<void> {
+  /** `notBefore`: the breaker's end of the open period; the next attempt is not due before it. */
+  private async recordOutcome(job: DeliveryJob, result: Outcome, notBefore?: number): Promise<void> {
     const now = Date.now();
-    const ref = { deliveryId: job.deliveryId, subscriptionId: job.subscription.id, attempt: job.attempt };
+    const ref = {
+      deliveryId: job.deliveryId,
+      subscriptionId: job.subscription.id,
+      attempt: job.attempt,
+      ...(result.sentAt !== undefined
+        ? {
+            sentAt: new Date(result.sentAt).toISOString(),
+            queuedMs: Math.max(0, result.sentAt - job.claimedAt),
+          }
+        : {}),
+    };
     const gone = classifyFailure(result.status) === 'gone';
-    const next =
+    let next: number | null =
       result.ok || gone || result.error === 'subscription disabled'
         ? null
         : nextAttemptAt(this.deps.settings.retry, job.seriesAttempt, now, result.retryAfterMs);
+    // A held attempt is due again when the breaker lets its next probe through, whatever the schedule.
+    if (result.held && notBefore !== undefined) next = notBefore;
     const event = result.ok
-      ? newEvent('DeliverySucceeded', {
+      ? typedEvent('DeliverySucceeded', {
           ...ref,
           status: result.status!,
           latencyMs: result.latencyMs,
           response: (result.response ?? '').slice(0, RESPONSE_LIMIT),
         })
-      : newEvent('DeliveryFailed', {
+      : typedEvent('DeliveryFailed', {
           ...ref,
           status: result.status,
           error: result.error,
           latencyMs: result.latencyMs,
           response: result.response === null ? null : result.response.slice(0, RESPONSE_LIMIT),
           nextAttemptAt: next === null ? null : new Date(next).toISOString(),
+          ...(result.held ? { held: true } : {}),
         });
+    this.deps.observer?.outcome(
+      result.ok ? 'succeeded' : result.held ? 'held' : gone ? 'gone' : 'failed',
+      result.sentAt === undefined ? null : result.latencyMs,
+      ref.queuedMs ?? null,
+    );
     let position: number;
     try {
       ({ position } = await this.deps.store.append(deliveryStream(job.deliveryId), [event], {

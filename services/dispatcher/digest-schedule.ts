@@ -17,12 +17,13 @@ function periodStart(cadence: Cadence, now: number): number {
 export function dueDigests(
   subs: Iterable<SubscriptionRecord>,
   now: number,
+  existsSince: (sub: SubscriptionRecord) => number = (sub) => Date.parse(sub.createdAt),
 ): { sub: SubscriptionRecord; periodStart: number }[] {
   const due: { sub: SubscriptionRecord; periodStart: number }[] = [];
   for (const sub of subs) {
     if (sub.status !== 'active' || !sub.events.includes('scan_digest') || !sub.cadence) continue;
     const start = periodStart(sub.cadence, now);
-    if (Date.parse(sub.createdAt) < start) due.push({ sub, periodStart: start });
+    if (existsSince(sub) < start) due.push({ sub, periodStart: start });
   }
   return due;
 }

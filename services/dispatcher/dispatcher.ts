@@ -3,7 +3,8 @@ import type { Bus, BusMessage, Consumer } from '../../adapters/bus/port.ts';
 import { DEFAULT_SUBJECT_PREFIX, eventSubject } from '../../adapters/bus/subjects.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
-import { type DomainEvent, parseDomainEvent } from '../../contracts/events.ts';
+import { type DomainEvent, type EventData, parseDomainEvent } from '../../contracts/events.ts';
+import type { TrackRecordBrief } from '../../contracts/history.ts';
 import type { ScanTradeCallsInput, ScanTradeCallsOutput } from '../../contracts/tools.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { verdictVerifyUrl } from '../api/verify/url.ts';
@@ -15,12 +16,15 @@ import { claimNextAttempt } from './next-attempt.ts';
 import {
   deliveryIdFor,
   digestEventId,
+  pinnedEnvelope,
   regimeShiftEnvelope,
   scanDigestEnvelope,
+  subscriptionDisabledEnvelope,
   tradeCallEnvelope,
 } from './payloads.ts';
 import type { MarketRanking } from './ranking.ts';
-import { findSubscription, type SubscriptionRecord } from './subscription-fold.ts';
+import { logPages, needsRecovery, Pacer, positionBefore, readDeliveryRecord } from './recovery.ts';
+import { findSubscription, type SubscriptionRecord, subscriptionsOfKey } from './subscription-fold.ts';
 import type { WebhookState } from './webhook-projection.ts';
 
 export interface DispatcherOptions {
@@ -38,10 +42,16 @@ export interface DispatcherOptions {
   durablePrefix?: string;
   /** Runs the ranked scan of a digest; without it scan_digest subscriptions get nothing. */
   scan?: (input: ScanTradeCallsInput) => Promise<ScanTradeCallsOutput>;
-  /** Clock for digest periods (tests compress it). */
+  /** Clock for digest periods: the feed's (tests compress it). */
   now?: () => number;
+  /** `now` is a replay clock: subscriptions count from when they were first seen in feed time. */
+  feedClock?: boolean;
   /** How long a bus message waits for the webhook projection to reach its position. */
   catchUpTimeoutMs?: number;
+  /** Deliveries a recovery claims per second, at most. */
+  recoverPerSecond?: number;
+  /** The track-record line a trade_call carries (from the history slice). */
+  trackRecord?: (call: EventData<'VerdictRecorded'>) => TrackRecordBrief | null;
 }
 
 const decoder = new TextDecoder();
@@ -59,8 +69,12 @@ export class WebhookDispatcher {
   private ticking: Promise<void> | null = null;
   private readonly claiming = new Set<string>();
   private readonly digestsFired = new Set<string>();
+  /** Feed time at which each digest subscription was first seen (replay clocks only). */
+  private readonly firstSeen = new Map<string, number>();
   private readonly digestScans = new Map<string, Promise<ScanTradeCallsOutput>>();
   private readonly submissions = new Set<Promise<unknown>>();
+  private readonly recovering = new Map<string, Promise<void>>();
+  private readonly recovered = new Set<string>();
   private readonly logger: Logger;
   private running = false;
 
@@ -93,6 +107,10 @@ export class WebhookDispatcher {
       ),
       await bus.consume(
         { durable: `${durable}-reenable`, filterSubject: eventSubject('SubscriptionReEnabled', prefix) },
+        handle,
+      ),
+      await bus.consume(
+        { durable: `${durable}-disabled`, filterSubject: eventSubject('SubscriptionDisabled', prefix) },
         handle,
       ),
     );
@@ -146,32 +164,56 @@ export class WebhookDispatcher {
       await message.ack();
       return;
     }
-    // Match against the subscriptions as of this event, never an older view.
+    // Match against the subscriptions as of this event, never an older view. The message says the
+    // store has it: read now rather than at the store's next poll for other processes' appends
+    // (250 ms on LMDB, which otherwise bounds throughput at maxInFlight per poll).
+    if (this.options.runner.checkpoint < recorded.position) this.options.store.wake?.();
     await this.options.runner.waitFor(recorded.position, this.options.catchUpTimeoutMs ?? 10_000);
-    if (event.type === 'SubscriptionReEnabled') await this.recover(event);
+    if (event.type === 'SubscriptionReEnabled') {
+      // A redelivery of the same message (a long recovery outlives the ack wait) joins the run.
+      // A redelivery after the run finished (it outlived the ack wait) has nothing left to do.
+      let run = this.recovered.has(event.id) ? Promise.resolve() : this.recovering.get(event.id);
+      if (!run) {
+        run = this.recover(event).then(() => {
+          if (this.recovered.size >= 1_000) this.recovered.clear();
+          this.recovered.add(event.id);
+        });
+        const done = () => this.recovering.delete(event.id);
+        run.then(done, done);
+        this.recovering.set(event.id, run);
+      }
+      await run;
+    } else if (event.type === 'SubscriptionDisabled') await this.noticeDisabled(event);
     else await this.fanOut(event);
     await message.ack();
   }
 
-  private async fanOut(event: DomainEvent): Promise<void> {
-    let candidate: Candidate;
+  /** The webhook a trade call or regime shift is a candidate for; null for anything else. */
+  private candidateOf(event: DomainEvent): Candidate | null {
     if (event.type === 'VerdictRecorded') {
-      if (event.data.call === 'HOLD') return;
-      candidate = { event: 'trade_call', ...event.data };
-    } else if (event.type === 'RegimeShifted') {
-      candidate = { event: 'regime_shift', ...event.data };
-    } else return;
-    const subs = Object.values(this.options.runner.state.subscriptions.subs);
+      return event.data.call === 'HOLD' ? null : { event: 'trade_call', ...event.data };
+    }
+    if (event.type === 'RegimeShifted') return { event: 'regime_shift', ...event.data };
+    return null;
+  }
+
+  /** Subscriptions (active ones, or just `only`) that take this candidate. */
+  private async matching(candidate: Candidate, only?: SubscriptionRecord): Promise<SubscriptionRecord[]> {
+    const subs = only ? [only] : Object.values(this.options.runner.state.subscriptions.subs);
     if (subs.some((s) => s.status === 'active' && largestTopN(s.assets) !== null)) {
       await this.options.ranking.prepare(candidate.exchange);
     }
-    const matched = subs.filter((s) =>
+    return subs.filter((s) =>
       matches(s, candidate, (exchange, coin) => this.options.ranking.rankOf(exchange, coin)),
     );
-    if (matched.length === 0) return;
+  }
+
+  /** Claims the first attempt of each subscription's delivery of this event. */
+  private async deliver(event: DomainEvent, subs: SubscriptionRecord[], trigger: Trigger): Promise<void> {
+    if (subs.length === 0) return;
     const verdict = event.type === 'RegimeShifted' ? await this.verdictOf(event) : null;
     const verifyUrl = verdictVerifyUrl(this.options.verifyBaseUrl, verdict ?? event);
-    for (const sub of matched) {
+    for (const sub of subs) {
       const deliveryId = deliveryIdFor(event.id, sub.id);
       const envelope =
         event.type === 'VerdictRecorded'
@@ -180,6 +222,7 @@ export class WebhookDispatcher {
               createdAt: event.recordedAt,
               verdict: event.data,
               verifyUrl,
+              trackRecord: this.options.trackRecord?.(event.data) ?? null,
             })
           : regimeShiftEnvelope({
               deliveryId,
@@ -188,17 +231,53 @@ export class WebhookDispatcher {
               signalHash: verdict?.hash ?? null,
               verifyUrl,
             });
-      const job = await this.options.worker.claim({
+      const job = await this.options.worker.claimFirst({
         deliveryId,
         subscription: sub,
         eventId: event.id,
         event: envelope.event,
-        attempt: 1,
-        trigger: 'event',
-        body: JSON.stringify(envelope),
-        expected: 'no_stream',
+        trigger,
+        body: JSON.stringify(pinnedEnvelope(envelope, sub.eventVersion)),
       });
       // null: a redelivered bus message whose deliveries were already recorded.
+      if (job) this.submit(job);
+    }
+  }
+
+  private async fanOut(event: DomainEvent): Promise<void> {
+    const candidate = this.candidateOf(event);
+    if (candidate === null) return;
+    await this.deliver(event, await this.matching(candidate), 'event');
+  }
+
+  /**
+   * Tells the owner a subscription was disabled: a `subscription_disabled` delivery to each other
+   * active subscription of the same key that asks for it.
+   */
+  private async noticeDisabled(event: Extract<DomainEvent, { type: 'SubscriptionDisabled' }>): Promise<void> {
+    const subs = this.options.runner.state.subscriptions;
+    const disabled = findSubscription(subs, event.data.subscriptionId);
+    if (!disabled) return;
+    const targets = subscriptionsOfKey(subs, disabled.keyId).filter(
+      (s) => s.id !== disabled.id && s.status === 'active' && s.events.includes('subscription_disabled'),
+    );
+    for (const sub of targets) {
+      const deliveryId = deliveryIdFor(event.id, sub.id);
+      const envelope = subscriptionDisabledEnvelope({
+        deliveryId,
+        createdAt: event.recordedAt,
+        disabled: { id: disabled.id, url: disabled.url },
+        reason: event.data.reason,
+        consecutiveFailures: event.data.consecutiveFailures,
+      });
+      const job = await this.options.worker.claimFirst({
+        deliveryId,
+        subscription: sub,
+        eventId: event.id,
+        event: 'subscription_disabled',
+        trigger: 'event',
+        body: JSON.stringify(pinnedEnvelope(envelope, sub.eventVersion)),
+      });
       if (job) this.submit(job);
     }
   }
@@ -217,20 +296,54 @@ export class WebhookDispatcher {
       : null;
   }
 
-  /** "Recover everything failed since T": a new attempt for each delivery whose last attempt failed since T. */
+  /**
+   * "Recover everything since T", derived from the event log rather than the in-memory delivery
+   * log (which keeps only the newest deliveries per subscription): every trade call and regime
+   * shift since T that the subscription matches is delivered, whether it was attempted and failed
+   * or never attempted because the subscription was disabled; every other delivery of the
+   * subscription attempted since T (digests) that did not succeed is sent again. The log is read
+   * in pages from T to the re-enable, and claims are paced (`recoverPerSecond`).
+   */
   private async recover(event: Extract<DomainEvent, { type: 'SubscriptionReEnabled' }>): Promise<void> {
     const since = event.data.recoverSince;
     if (!since) return;
-    const { log, subscriptions } = this.options.runner.state;
-    const sub = findSubscription(subscriptions, event.data.subscriptionId);
+    const { store, worker } = this.options;
+    const sub = findSubscription(this.options.runner.state.subscriptions, event.data.subscriptionId);
     if (sub?.status !== 'active') return;
     const sinceMs = Date.parse(since);
-    for (const id of [...(log.bySub[sub.id] ?? [])]) {
-      const record = findDelivery(log, id);
-      const last = record?.attempts.at(-1);
-      if (!record || !last || record.status !== 'failed' || Date.parse(last.attemptedAt) < sinceMs) continue;
-      await this.retry(record, sub, 'recover');
+    const pacer = new Pacer(this.options.recoverPerSecond ?? 50);
+    const seen = new Set<string>();
+    let sent = 0;
+    const from = await positionBefore(store, sinceMs);
+    for await (const page of logPages(store, from, event.position)) {
+      for (const recorded of page) {
+        if (!this.running) return;
+        if (Date.parse(recorded.recordedAt) < sinceMs) continue;
+        const parsed = parseDomainEvent(recorded);
+        if (parsed === null) continue;
+        let deliveryId: string;
+        let source: DomainEvent | null = null;
+        if (parsed.type === 'DeliveryAttempted') {
+          if (parsed.data.subscriptionId !== sub.id) continue;
+          deliveryId = parsed.data.deliveryId;
+        } else {
+          const candidate = this.candidateOf(parsed);
+          if (candidate === null || (await this.matching(candidate, sub)).length === 0) continue;
+          deliveryId = deliveryIdFor(parsed.id, sub.id);
+          source = parsed;
+        }
+        if (seen.has(deliveryId) || worker.owned.has(deliveryId)) continue;
+        seen.add(deliveryId);
+        const record = await readDeliveryRecord(store, deliveryId);
+        if (record === null && source === null) continue;
+        if (record !== null && !needsRecovery(record, Date.now(), this.options.stuckAfterMs)) continue;
+        await pacer.take();
+        if (record === null) await this.deliver(source!, [sub], 'recover');
+        else await this.retry(record, sub, 'recover');
+        sent++;
+      }
     }
+    this.logger.info({ subscriptionId: sub.id, since, sent }, 'recovery finished');
   }
 
   /** Claims the next attempt of a known delivery and hands it to the worker. */
@@ -280,7 +393,19 @@ export class WebhookDispatcher {
     const { log, subscriptions } = this.options.runner.state;
     const now = (this.options.now ?? Date.now)();
     this.digestScans.clear();
-    for (const { sub, periodStart } of dueDigests(Object.values(subscriptions.subs), now)) {
+    // On a replay clock a subscription's wall-clock creation time says nothing about feed time:
+    // it counts as existing from the feed time this dispatcher first saw it.
+    const seen = this.options.feedClock
+      ? (sub: { id: string }) => {
+          let t = this.firstSeen.get(sub.id);
+          if (t === undefined) {
+            t = now;
+            this.firstSeen.set(sub.id, t);
+          }
+          return t;
+        }
+      : undefined;
+    for (const { sub, periodStart } of dueDigests(Object.values(subscriptions.subs), now, seen)) {
       const eventId = digestEventId(sub.id, periodStart);
       const deliveryId = deliveryIdFor(eventId, sub.id);
       if (this.digestsFired.has(deliveryId) || findDelivery(log, deliveryId)) continue;
@@ -311,15 +436,13 @@ export class WebhookDispatcher {
         periodStart,
         scan: result,
       });
-      const job = await this.options.worker.claim({
+      const job = await this.options.worker.claimFirst({
         deliveryId,
         subscription: sub,
         eventId,
         event: 'scan_digest',
-        attempt: 1,
         trigger: 'digest',
-        body: JSON.stringify(envelope),
-        expected: 'no_stream',
+        body: JSON.stringify(pinnedEnvelope(envelope, sub.eventVersion)),
       });
       this.digestsFired.add(deliveryId);
       if (job) this.submit(job);

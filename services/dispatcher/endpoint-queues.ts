@@ -39,6 +39,13 @@ export class EndpointQueues {
     return n;
   }
 
+  /** Tasks running or waiting per endpoint (endpoints with none are absent). */
+  depths(): Map<string, number> {
+    const depths = new Map<string, number>();
+    for (const [key, q] of this.queues) depths.set(key, q.running + q.waiting.length);
+    return depths;
+  }
+
   /** Resolves when nothing is running or waiting. */
   async drained(): Promise<void> {
     if (this.size === 0) return;

@@ -1,13 +1,18 @@
 import type { DeliveryRecord } from './delivery-log-fold.ts';
 import { type DeliveryJob, type DeliveryWorker, SERIES_START, type Trigger } from './delivery-worker.ts';
+import { withSeq } from './payloads.ts';
 import type { SubscriptionRecord } from './subscription-fold.ts';
 
-/** Attempts since the current run through the retry schedule began, the latest included. */
+/**
+ * Attempts sent since the current run through the retry schedule began, the latest included.
+ * Attempts held back by an open circuit breaker were never sent and do not count.
+ */
 export function seriesLength(record: DeliveryRecord): number {
   let n = 0;
   for (let i = record.attempts.length - 1; i >= 0; i--) {
-    n++;
-    if (SERIES_START.has(record.attempts[i]!.trigger)) break;
+    const attempt = record.attempts[i]!;
+    if (!attempt.held) n++;
+    if (SERIES_START.has(attempt.trigger)) break;
   }
   return n;
 }
@@ -22,15 +27,19 @@ export async function claimNextAttempt(
   sub: SubscriptionRecord,
   trigger: Trigger,
 ): Promise<DeliveryJob | null> {
-  const body = await worker.bodyOf(record.id);
+  const stored = await worker.bodyOf(record.id);
   const last = record.attempts.at(-1);
-  if (body === null || !last) return null;
+  if (stored === null || !last) return null;
+  // Known from the projection, else asked again (an idempotent append returns the same number).
+  const seq = record.seq ?? (await worker.sequence(record.subscriptionId, record.id));
+  const body = withSeq(stored, record.id, seq);
   return worker.claim({
     deliveryId: record.id,
     subscription: sub,
     eventId: record.eventId,
     event: record.event,
     attempt: last.attempt + 1,
+    seq,
     seriesAttempt: seriesLength(record) + 1,
     trigger,
     body,

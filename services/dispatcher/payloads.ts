@@ -1,7 +1,33 @@
 import type { EventData } from '../../contracts/events.ts';
+import type { TrackRecordBrief } from '../../contracts/history.ts';
 import type { ScanTradeCallsOutput } from '../../contracts/tools.ts';
 import type { Cadence, WebhookEnvelope } from '../../contracts/webhooks.ts';
 import { deterministicId } from '../engine/deterministic-id.ts';
+import { recordedVolatility } from '../engine/recorded-volatility.ts';
+
+/**
+ * The envelope in the payload version the subscription pinned. Only version 1 exists; a later
+ * version maps `envelope.data` here, per event type, and version 1 subscribers keep theirs.
+ */
+export function pinnedEnvelope(envelope: WebhookEnvelope, eventVersion: number | undefined): WebhookEnvelope {
+  const version = eventVersion ?? 1;
+  if (version !== 1) throw new Error(`no payload version ${version} of ${envelope.event}`);
+  return { ...envelope, event_version: version };
+}
+
+/**
+ * The body with its sequence number right after `delivery_id`. The claim stores the body without
+ * it (the number is appended beside the claim, not before it), and every attempt splices in the
+ * same number, so retries still send the same bytes. A body that has one already is returned as is.
+ */
+export function withSeq(body: string, deliveryId: string, seq: number): string {
+  const anchor = `"delivery_id":${JSON.stringify(deliveryId)},`;
+  const at = body.indexOf(anchor);
+  if (at < 0) throw new Error(`body of ${deliveryId} has no delivery_id to place seq after`);
+  const end = at + anchor.length;
+  if (body.startsWith('"seq":', end)) return body;
+  return `${body.slice(0, end)}"seq":${seq},${body.slice(end)}`;
+}
 
 /** Derived from (event id, subscription id): every redelivery carries the same id. */
 export function deliveryIdFor(eventId: string, subscriptionId: string): string {
@@ -18,9 +44,11 @@ export function tradeCallEnvelope(input: {
   createdAt: string;
   verdict: EventData<'VerdictRecorded'>;
   verifyUrl: string;
+  trackRecord?: TrackRecordBrief | null;
 }): WebhookEnvelope {
   const v = input.verdict;
   if (v.call === 'HOLD') throw new Error('HOLD verdicts are not trade calls');
+  const vol = recordedVolatility(v.inputs, v.timeframe);
   return {
     event: 'trade_call',
     delivery_id: input.deliveryId,
@@ -37,6 +65,16 @@ export function tradeCallEnvelope(input: {
       candle_close_time: Math.floor(v.candleCloseTime / 1000),
       signal_hash: v.hash,
       verify_url: input.verifyUrl,
+      expected_move: vol
+        ? {
+            horizon_candles: vol.horizon_candles,
+            expected_move_pct: vol.expected_move_pct,
+            band_low: vol.band_low,
+            band_high: vol.band_high,
+            band_coverage: vol.band_coverage,
+          }
+        : null,
+      ...(input.trackRecord ? { track_record: input.trackRecord } : {}),
     },
   };
 }
@@ -94,7 +132,30 @@ export function scanDigestEnvelope(input: {
         regime: c.regime,
         price: c.price,
         verdict_id: c.verdictId,
+        expected_move_pct: c.expectedMovePct,
       })),
+    },
+  };
+}
+
+export function subscriptionDisabledEnvelope(input: {
+  deliveryId: string;
+  createdAt: string;
+  disabled: { id: string; url: string };
+  reason: string;
+  consecutiveFailures: number;
+}): WebhookEnvelope {
+  return {
+    event: 'subscription_disabled',
+    delivery_id: input.deliveryId,
+    created_at: input.createdAt,
+    data: {
+      type: 'subscription_disabled',
+      subscription_id: input.disabled.id,
+      url: input.disabled.url,
+      reason: input.reason,
+      disabled_at: input.createdAt,
+      consecutive_failures: input.consecutiveFailures,
     },
   };
 }

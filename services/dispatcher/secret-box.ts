@@ -1,6 +1,6 @@
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
 import type { z } from 'zod';
-import type { Config } from '../../contracts/config.ts';
+import { type Config, ConfigError } from '../../contracts/config.ts';
 import type { EncryptedSecret } from '../../contracts/events.ts';
 
 type Sealed = z.infer<typeof EncryptedSecret>;
@@ -62,7 +62,10 @@ export class SecretBox {
 
 export function secretBoxFromConfig(config: Pick<Config, 'WEBHOOK_MASTER_KEY' | 'NODE_ENV'>): SecretBox {
   if (!config.WEBHOOK_MASTER_KEY && config.NODE_ENV === 'production') {
-    throw new Error('WEBHOOK_MASTER_KEY is required in production');
+    // A configuration mistake, reported like one: a line naming the variable, no stack trace.
+    throw new ConfigError(
+      'invalid configuration:\n  WEBHOOK_MASTER_KEY: required when NODE_ENV=production by the api and dispatcher roles (64 hex characters, e.g. `openssl rand -hex 32`)',
+    );
   }
   return new SecretBox(config.WEBHOOK_MASTER_KEY ?? DEVELOPMENT_MASTER_KEY);
 }

@@ -1,5 +1,5 @@
 import { type Dispatcher, request } from 'undici';
-import { signedHeaders } from '../../contracts/webhook-verify.ts';
+import { EVENT_VERSION_HEADER, SEQUENCE_HEADER, signedHeaders } from '../../contracts/webhook-verify.ts';
 import { parseRetryAfter } from './retry-policy.ts';
 
 /** Response bodies kept in the delivery log, at most. */
@@ -8,8 +8,14 @@ export const RESPONSE_LIMIT = 1024;
 export interface SendInput {
   url: string;
   secret: string;
+  /** The secret before a rotation, during its overlap: it signs too. */
+  previousSecret?: string | null;
   event: string;
   deliveryId: string;
+  /** Sent as X-Service-Sequence when known. */
+  seq?: number | null;
+  /** The subscription's pinned payload version, sent as X-Service-Event-Version. */
+  eventVersion?: number;
   body: string;
   timeoutMs: number;
 }
@@ -57,8 +63,11 @@ export async function sendSigned(agent: Dispatcher, input: SendInput): Promise<S
   const headers = {
     'content-type': 'application/json',
     'user-agent': 'signal-service-webhooks/1',
+    ...(input.seq ? { [SEQUENCE_HEADER]: String(input.seq) } : {}),
+    [EVENT_VERSION_HEADER]: String(input.eventVersion ?? 1),
     ...signedHeaders({
       secret: input.secret,
+      previousSecret: input.previousSecret ?? null,
       event: input.event,
       deliveryId: input.deliveryId,
       timestamp,

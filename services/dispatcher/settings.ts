@@ -10,11 +10,16 @@ export interface WebhookSettings {
   disableAfterMs: number;
   endpointConcurrency: number;
   endpointQueueLimit: number;
+  breakerTimeouts: number;
   connectTimeoutMs: number;
   timeoutMs: number;
   stuckAfterMs: number;
   tickMs: number;
   maxPerKey: number;
+  /** Deliveries per subscription the in-memory delivery log keeps. */
+  deliveryLogRetention: number;
+  recoverPerSecond: number;
+  rotationOverlapMs: number;
   /** PUBLIC_BASE_URL: verify_url in payloads points at its /verify route. */
   verifyBaseUrl: string;
   urlPolicy: UrlPolicy;
@@ -55,11 +60,15 @@ export function webhookSettings(config: Config): WebhookSettings {
     disableAfterMs: config.WEBHOOK_DISABLE_AFTER_MS,
     endpointConcurrency: config.WEBHOOK_ENDPOINT_CONCURRENCY,
     endpointQueueLimit: config.WEBHOOK_ENDPOINT_QUEUE_LIMIT,
+    breakerTimeouts: config.WEBHOOK_BREAKER_TIMEOUTS,
     connectTimeoutMs: config.WEBHOOK_CONNECT_TIMEOUT_MS,
     timeoutMs: config.WEBHOOK_TIMEOUT_MS,
     stuckAfterMs: config.WEBHOOK_STUCK_AFTER_MS,
     tickMs: config.WEBHOOK_TICK_MS,
     maxPerKey: config.WEBHOOK_MAX_PER_KEY,
+    deliveryLogRetention: config.WEBHOOK_DELIVERY_LOG_RETENTION,
+    recoverPerSecond: config.WEBHOOK_RECOVER_PER_SECOND,
+    rotationOverlapMs: config.WEBHOOK_SECRET_ROTATION_OVERLAP_MS,
     verifyBaseUrl: config.PUBLIC_BASE_URL.replace(/\/$/, ''),
     urlPolicy: {
       ports: parsePortPolicy(config.WEBHOOK_ALLOWED_PORTS),

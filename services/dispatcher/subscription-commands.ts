@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { newEvent } from '../../contracts/events.ts';
+import { CURRENT_EVENT_VERSION } from '../../contracts/webhook-schemas.ts';
 import type { CreateWebhookRequest } from '../../contracts/webhooks.ts';
 import { foldEvents } from '../../projections/projection.ts';
 import { generateWebhookSecret, type SecretBox } from './secret-box.ts';
@@ -61,6 +62,7 @@ export async function createSubscription(
     ...(r.exchange ? { exchange: r.exchange } : {}),
     ...(r.top_n !== undefined ? { topN: r.top_n } : {}),
     ...(r.cadence ? { cadence: r.cadence } : {}),
+    eventVersion: r.event_version ?? CURRENT_EVENT_VERSION,
     secret: input.secrets.seal(secret, subscriptionId),
   });
   const { position } = await store.append(subscriptionStream(input.keyId), [event], {
@@ -104,4 +106,29 @@ export async function reEnableSubscription(
     { expectedRevision: revision },
   );
   return position;
+}
+
+/**
+ * A new secret for the subscription; the previous one keeps signing for `overlapMs` beside it.
+ * The new secret is returned once, like at creation.
+ */
+export async function rotateSecret(
+  store: EventStore,
+  input: { keyId: string; subscriptionId: string; secrets: SecretBox; overlapMs: number; now?: number },
+): Promise<{ secret: string; previousValidUntil: string; position: number }> {
+  const { revision } = await existing(store, input.keyId, input.subscriptionId);
+  const secret = generateWebhookSecret();
+  const previousValidUntil = new Date((input.now ?? Date.now()) + input.overlapMs).toISOString();
+  const { position } = await store.append(
+    subscriptionStream(input.keyId),
+    [
+      newEvent('SubscriptionSecretRotated', {
+        subscriptionId: input.subscriptionId,
+        secret: input.secrets.seal(secret, input.subscriptionId),
+        previousValidUntil,
+      }),
+    ],
+    { expectedRevision: revision },
+  );
+  return { secret, previousValidUntil, position };
 }

@@ -19,6 +19,9 @@ export interface SubscriptionRecord extends Omit<CreatedData, 'secret' | 'subscr
   /** First failed attempt since the last success (null while healthy). */
   failingSince: string | null;
   lastSuccessAt: string | null;
+  /** The secret before the last rotation, still signing until `previousSecretValidUntil`. */
+  previousSecret: z.infer<typeof EncryptedSecret> | null;
+  previousSecretValidUntil: string | null;
 }
 
 export interface SubscriptionState {
@@ -64,6 +67,8 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
         failedDeliveries: 0,
         failingSince: null,
         lastSuccessAt: null,
+        previousSecret: null,
+        previousSecretValidUntil: null,
       };
       break;
     }
@@ -76,6 +81,15 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
         sub.status = 'disabled';
         sub.disabledAt = event.recordedAt;
         sub.disabledReason = event.data.reason;
+      }
+      break;
+    }
+    case 'SubscriptionSecretRotated': {
+      const sub = findSubscription(state, event.data.subscriptionId);
+      if (sub) {
+        sub.previousSecret = sub.secret;
+        sub.previousSecretValidUntil = event.data.previousValidUntil;
+        sub.secret = event.data.secret;
       }
       break;
     }
@@ -125,8 +139,11 @@ export function toView(sub: SubscriptionRecord): WebhookView {
     ...(sub.topN !== undefined ? { top_n: sub.topN } : {}),
     ...(sub.cadence ? { cadence: sub.cadence } : {}),
     status: sub.status,
+    event_version: sub.eventVersion ?? 1,
     created_at: sub.createdAt,
     disabled_at: sub.disabledAt,
     disabled_reason: sub.disabledReason,
+    last_success_at: sub.lastSuccessAt,
+    failing_since: sub.failingSince,
   };
 }

@@ -1,6 +1,11 @@
 import { parseDomainEvent } from '../../contracts/events.ts';
 import type { Projection } from '../../projections/projection.ts';
-import { applyDeliveryEvent, type DeliveryLogState, initialDeliveryLog } from './delivery-log-fold.ts';
+import {
+  applyDeliveryEvent,
+  DELIVERY_LOG_LIMIT,
+  type DeliveryLogState,
+  initialDeliveryLog,
+} from './delivery-log-fold.ts';
 import { applySubscriptionEvent, initialSubscriptions, type SubscriptionState } from './subscription-fold.ts';
 
 /**
@@ -13,16 +18,21 @@ export interface WebhookState {
   log: DeliveryLogState;
 }
 
-export const webhookProjection: Projection<WebhookState> = {
-  name: 'webhooks',
-  version: 1,
-  initial: () => ({ subscriptions: initialSubscriptions(), log: initialDeliveryLog() }),
-  evolve(state, event) {
-    if (!event.type.startsWith('Subscription') && !event.type.startsWith('Delivery')) return state;
-    const parsed = parseDomainEvent(event);
-    if (parsed === null) return state;
-    state.subscriptions = applySubscriptionEvent(state.subscriptions, parsed);
-    state.log = applyDeliveryEvent(state.log, parsed);
-    return state;
-  },
-};
+/** The projection keeping `retention` deliveries per subscription in memory. */
+export function webhookProjectionWith(retention: number): Projection<WebhookState> {
+  return {
+    name: 'webhooks',
+    version: 1,
+    initial: () => ({ subscriptions: initialSubscriptions(), log: initialDeliveryLog() }),
+    evolve(state, event) {
+      if (!event.type.startsWith('Subscription') && !event.type.startsWith('Delivery')) return state;
+      const parsed = parseDomainEvent(event);
+      if (parsed === null) return state;
+      state.subscriptions = applySubscriptionEvent(state.subscriptions, parsed);
+      state.log = applyDeliveryEvent(state.log, parsed, retention);
+      return state;
+    },
+  };
+}
+
+export const webhookProjection: Projection<WebhookState> = webhookProjectionWith(DELIVERY_LOG_LIMIT);

@@ -17,6 +17,13 @@ const DNS: Record<string, string[]> = {
   'mapped.example.com': ['::ffff:10.0.0.1'],
   'rebind.example.com': ['93.184.216.34', '127.0.0.1'],
   'nat64.example.com': ['64:ff9b::7f00:1'],
+  'compat.example.com': ['::7f00:1'],
+  'teredo.example.com': ['2001:0:5db8:d822::80ff:fffe'],
+  '6to4.example.com': ['2002:a00:1::1'],
+  'isatap.example.com': ['2606:4700::5efe:a9fe:a9fe'],
+  'scoped.example.com': ['fe80::1%eth0'],
+  'translated.example.com': ['::ffff:0:a9fe:a9fe'],
+  'public-nat64.example.com': ['64:ff9b::5db8:d822'],
 };
 const resolve = async (host: string) => {
   const answer = DNS[host];
@@ -86,6 +93,78 @@ const HOSTILE = [
   'https://nat64.example.com/',
   'https://nxdomain.example.com/',
   'not a url',
+  // IPv4 spellings the URL parser folds into a dotted quad.
+  'https://127.0.0.1./', // trailing dot
+  'https://127.1./',
+  'https://0.0.0.0./',
+  'https://0/',
+  'https://017700000001/', // one octal number
+  'https://127.000.000.001/',
+  'https://0x7f.0x0.0x0.0x1/',
+  'https://0300.0250.0.1/', // 192.168.0.1 in octal
+  'https://3232235777/', // 192.168.1.1 in decimal
+  'https://2852039166/', // 169.254.169.254 in decimal
+  'https://0xa9fea9fe/', // and in hex
+  'https://%31%32%37.0.0.1/', // percent-encoded
+  'https://\uff11\uff12\uff17.\uff10.\uff10.\uff11/', // fullwidth digits
+  'https://127\u30020\u30020\u30021/', // ideographic full stops
+  'https://192.0.0.170/', // NAT64 discovery
+  'https://192.88.99.1/', // 6to4 relay anycast
+  'https://0.1.2.3/',
+  'https://233.252.0.1/',
+  'https://172.16.0.0/',
+  // IPv6 forms that embed or translate an internal IPv4 address.
+  'https://[::127.0.0.1]/', // IPv4-compatible
+  'https://[::10.0.0.1]/',
+  'https://[::169.254.169.254]/',
+  'https://[::7f00:1]/',
+  'https://[::ffff:169.254.169.254]/', // IPv4-mapped
+  'https://[::ffff:a00:1]/',
+  'https://[::ffff:0:127.0.0.1]/', // IPv4-translated (SIIT)
+  'https://[64:ff9b::169.254.169.254]/', // NAT64
+  'https://[64:ff9b::10.0.0.1]/',
+  'https://[64:ff9b::c0a8:101]/',
+  'https://[64:ff9b:1::a9fe:a9fe]/', // NAT64 local-use, /96 inside the /48
+  'https://[64:ff9b:1:7f00:0:100::]/', // NAT64 local-use, RFC 6052 /48 position
+  'https://[2002:a9fe:a9fe::1]/', // 6to4
+  'https://[2002:a00:1::]/',
+  'https://[2002:c0a8:101::1]/',
+  'https://[2001:0:7f00:1::1]/', // Teredo, loopback server
+  'https://[2001:0:5db8:d822::80ff:fffe]/', // Teredo, obfuscated loopback client
+  'https://[2606:4700::5efe:7f00:1]/', // ISATAP interface id
+  'https://[2606:4700::200:5efe:a9fe:a9fe]/',
+  // The rest of IANA's IPv6 special-purpose registry.
+  'https://[::]/',
+  'https://[0::1]/',
+  'https://[100:0:0:1::1]/', // dummy prefix
+  'https://[2001:2::1]/', // benchmarking
+  'https://[2001:10::1]/', // ORCHID
+  'https://[2001:20::1]/', // ORCHIDv2
+  'https://[2001:1::1]/', // PCP anycast
+  'https://[2001:3::1]/', // AMT
+  'https://[2001:4:112::1]/', // AS112
+  'https://[3fff::1]/', // documentation (RFC 9637)
+  'https://[5f00::1]/', // SRv6 SIDs
+  'https://[fec0::1]/', // site-local
+  'https://[ff05::1:3]/',
+  'https://[fe80::1%25eth0]/', // zone id
+  'https://[4000::1]/', // unassigned, outside 2000::/3
+  // Userinfo and host confusion.
+  'https://public.example.com@127.0.0.1/',
+  'https://127.0.0.1:443@public.example.com/',
+  'https://public.example.com%40127.0.0.1/',
+  'https://a@b@127.0.0.1/',
+  'https://localhost:443/',
+  'https://localhost.localdomain/',
+  'https://metadata.google.internal/',
+  'https://router.home.arpa/',
+  // Names resolving to embedded forms.
+  'https://compat.example.com/',
+  'https://teredo.example.com/',
+  'https://6to4.example.com/',
+  'https://isatap.example.com/',
+  'https://scoped.example.com/',
+  'https://translated.example.com/',
 ];
 
 describe('SSRF guard at registration', () => {
@@ -105,6 +184,13 @@ describe('SSRF guard at registration', () => {
     'https://public6.example.com/',
     'https://[2606:4700:4700::1111]/',
     'https://public.example.com:443/',
+    'https://public.example.com./', // trailing dot
+    'https://public-nat64.example.com/', // NAT64 of a public address
+    'https://[64:ff9b::93.184.216.34]/',
+    'https://[::ffff:93.184.216.34]/',
+    'https://[2002:5db8:d822::1]/', // 6to4 of a public address
+    'https://[2001:0:5db8:d822::f7f7:f7f7]/', // Teredo, public server and client (8.8.8.8)
+    'https://[2620:4f:8000::1]/',
   ])('accepts %s', async (url) => {
     expect((await checkWebhookUrl(url, policy)).ok).toBe(true);
   });
@@ -123,6 +209,17 @@ describe('SSRF guard at registration', () => {
     expect(forbiddenAddress('::ffff:127.0.0.1', allow)).toBeNull();
     expect(forbiddenAddress('127.0.0.2', allow)).toMatch(/loopback/);
     expect(forbiddenAddress('10.0.0.1', allow)).toMatch(/private/);
+  });
+
+  it('judges embedded IPv4 by the IPv4 rule and says which form it saw', () => {
+    expect(forbiddenAddress('::127.0.0.1')).toMatch(/IPv4-compatible for 127.0.0.1, a loopback/);
+    expect(forbiddenAddress('64:ff9b::a9fe:a9fe')).toMatch(/NAT64 for 169.254.169.254, a link-local/);
+    expect(forbiddenAddress('2001:0:5db8:d822::80ff:fffe')).toMatch(/Teredo client for 127.0.0.1/);
+    expect(forbiddenAddress('2002:a00:1::')).toMatch(/6to4 for 10.0.0.1, a private/);
+    expect(forbiddenAddress('fe80::1%eth0')).toMatch(/zone id/);
+    expect(forbiddenAddress('2606:4700:4700::1111%eth0')).toMatch(/zone id/);
+    expect(forbiddenAddress('2606:4700:4700::1111')).toBeNull();
+    expect(forbiddenAddress('93.184.216.34')).toBeNull();
   });
 });
 
@@ -166,6 +263,10 @@ describe('SSRF guard at connect time', () => {
     (port: number) => `https://[::ffff:127.0.0.1]:${port}/`,
     (port: number) => `https://2130706433:${port}/`,
     (port: number) => `https://0x7f000001:${port}/`,
+    (port: number) => `https://[::127.0.0.1]:${port}/`,
+    (port: number) => `https://[::ffff:0:127.0.0.1]:${port}/`,
+    (port: number) => `https://[64:ff9b::127.0.0.1]:${port}/`,
+    (port: number) => `https://[2002:7f00:1::1]:${port}/`,
   ])('refuses IP literals in the connector (%#)', async (make) => {
     const before = receiver.received.length;
     expect(await post(make(receiver.port))).toBe('ERR_SSRF_FORBIDDEN');
@@ -184,6 +285,16 @@ describe('SSRF guard at connect time', () => {
     expect(await post(url, { resolve: rebinding })).toBe('ERR_SSRF_FORBIDDEN');
     expect(receiver.received).toHaveLength(before);
   });
+
+  it.each([['::7f00:1'], ['64:ff9b::7f00:1'], ['2002:7f00:1::1'], ['fe80::1%lo']])(
+    'refuses a name resolving to %s when connecting',
+    async (address) => {
+      const before = receiver.received.length;
+      const url = `https://hook.example.test:${receiver.port}/`;
+      expect(await post(url, { resolve: async () => [address] })).toBe('ERR_SSRF_FORBIDDEN');
+      expect(receiver.received).toHaveLength(before);
+    },
+  );
 
   it('verifies the certificate against the name after resolving it', async () => {
     const url = `https://localhost:${receiver.port}/`;

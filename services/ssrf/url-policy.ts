@@ -34,7 +34,16 @@ export async function resolveAll(host: string): Promise<string[]> {
   return answers.map((a) => a.address);
 }
 
-const INTERNAL_SUFFIXES = ['.localhost', '.local', '.internal', '.home.arpa', '.lan', '.intranet', '.corp'];
+const INTERNAL_SUFFIXES = [
+  '.localhost',
+  '.localdomain',
+  '.local',
+  '.internal',
+  '.home.arpa',
+  '.lan',
+  '.intranet',
+  '.corp',
+];
 
 export type UrlCheck = { ok: true; url: URL } | { ok: false; reason: string };
 

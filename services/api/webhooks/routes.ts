@@ -2,11 +2,18 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
 import type { z } from 'zod';
 import type { EventStore } from '../../../adapters/event-store/port.ts';
-import { CreateWebhookRequest, ReEnableWebhookRequest } from '../../../contracts/webhooks.ts';
+import { EVENT_VERSIONS, webhookOpenApi } from '../../../contracts/webhook-schemas.ts';
+import {
+  CreateWebhookRequest,
+  type DeliveryView,
+  ReEnableWebhookRequest,
+  RotateSecretRequest,
+} from '../../../contracts/webhooks.ts';
 import type { ProjectionRunner } from '../../../projections/runner.ts';
-import { deliveryView, findDelivery } from '../../dispatcher/delivery-log-fold.ts';
+import { deliveryView, findDelivery, sequenceStream } from '../../dispatcher/delivery-log-fold.ts';
 import type { DeliveryWorker } from '../../dispatcher/delivery-worker.ts';
 import { claimNextAttempt } from '../../dispatcher/next-attempt.ts';
+import { readDeliveryRecord } from '../../dispatcher/recovery.ts';
 import type { SecretBox } from '../../dispatcher/secret-box.ts';
 import { type SendResult, sendSigned } from '../../dispatcher/sender.ts';
 import type { WebhookSettings } from '../../dispatcher/settings.ts';
@@ -14,6 +21,7 @@ import {
   createSubscription,
   deleteSubscription,
   reEnableSubscription,
+  rotateSecret,
   SubscriptionLimitError,
   SubscriptionNotFoundError,
 } from '../../dispatcher/subscription-commands.ts';
@@ -26,7 +34,7 @@ import {
 import type { WebhookState } from '../../dispatcher/webhook-projection.ts';
 import { checkWebhookUrl } from '../../ssrf/url-policy.ts';
 import type { ResolveKey } from './auth.ts';
-import { sampleEnvelope } from './sample.ts';
+import { SAMPLE_VERIFY_BODY, SAMPLE_VERIFY_PATH, sampleEnvelope } from './sample.ts';
 
 export interface WebhookRoutesDeps {
   store: EventStore;
@@ -35,7 +43,10 @@ export interface WebhookRoutesDeps {
   worker: DeliveryWorker;
   agent: Dispatcher;
   secrets: SecretBox;
-  settings: Pick<WebhookSettings, 'urlPolicy' | 'maxPerKey' | 'timeoutMs' | 'verifyBaseUrl'>;
+  settings: Pick<
+    WebhookSettings,
+    'urlPolicy' | 'maxPerKey' | 'timeoutMs' | 'verifyBaseUrl' | 'rotationOverlapMs'
+  >;
   resolveKey: ResolveKey;
 }
 
@@ -121,11 +132,26 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
   }
 
   return async (app) => {
+    app.get(SAMPLE_VERIFY_PATH, async () => SAMPLE_VERIFY_BODY);
+
+    // Public: every event type's payload schema at every version (an OpenAPI `webhooks` section).
+    const schemas = webhookOpenApi();
+    app.get('/api/webhooks/schemas', async () => schemas);
+
     app.post('/api/webhooks', async (request, reply) => {
       try {
         const keyId = await keyOf(request);
         const parsed = CreateWebhookRequest.safeParse(request.body ?? {});
         if (!parsed.success) throw fieldError(parsed.error);
+        const version = parsed.data.event_version;
+        if (version !== undefined && !EVENT_VERSIONS.includes(version)) {
+          throw new HttpError(
+            400,
+            'INVALID_FIELD',
+            `event_version: ${version} is not a payload version (known: ${EVENT_VERSIONS.join(', ')})`,
+            'event_version',
+          );
+        }
         const check = await checkWebhookUrl(parsed.data.url, settings.urlPolicy);
         if (!check.ok) throw new HttpError(400, 'INVALID_URL', check.reason, 'url');
         const created = await createSubscription(store, {
@@ -167,9 +193,12 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
       try {
         const sub = owned(await keyOf(request), request.params.id);
         const envelope = sampleEnvelope(sub, settings.verifyBaseUrl);
+        const secrets = deps.worker.openSecrets(sub, Date.now());
         const result = await sendSigned(deps.agent, {
           url: sub.url,
-          secret: deps.secrets.open(sub.secret, sub.id),
+          secret: secrets.current,
+          previousSecret: secrets.previous,
+          eventVersion: sub.eventVersion ?? 1,
           event: envelope.event,
           deliveryId: envelope.delivery_id,
           body: JSON.stringify(envelope),
@@ -181,13 +210,42 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
       }
     });
 
-    app.get<{ Params: { id: string }; Querystring: { limit?: string } }>(
+    app.get<{ Params: { id: string }; Querystring: { limit?: string; after_seq?: string } }>(
       '/api/webhooks/:id/deliveries',
       async (request, reply) => {
         try {
           const sub = owned(await keyOf(request), request.params.id);
           const limit = Math.min(200, Math.max(1, Number(request.query.limit ?? 50) || 50));
           const { log } = runner.state;
+          if (request.query.after_seq !== undefined) {
+            const afterSeq = Number(request.query.after_seq);
+            if (!/^\d{1,15}$/.test(request.query.after_seq) || !Number.isSafeInteger(afterSeq)) {
+              throw new HttpError(
+                400,
+                'INVALID_FIELD',
+                'after_seq: a non-negative integer (the last seq you received)',
+                'after_seq',
+              );
+            }
+            // The sequence stream holds every delivery of the subscription, however old: the range
+            // a receiver missed is read from the event log, in seq order.
+            const sequenced = await store.readStream(sequenceStream(sub.id), {
+              fromRevision: afterSeq,
+              maxCount: limit,
+            });
+            const deliveries: DeliveryView[] = [];
+            for (const event of sequenced) {
+              const id = (event.data as { deliveryId: string }).deliveryId;
+              const record = findDelivery(log, id) ?? (await readDeliveryRecord(store, id));
+              if (record) deliveries.push(deliveryView({ ...record, seq: event.revision + 1 }));
+            }
+            const last = sequenced.at(-1);
+            return {
+              subscription: toView(sub),
+              deliveries,
+              next_after_seq: last ? last.revision + 1 : afterSeq,
+            };
+          }
           const ids = (log.bySub[sub.id] ?? []).slice(-limit).reverse();
           return {
             subscription: toView(sub),
@@ -201,6 +259,33 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
         }
       },
     );
+
+    app.post<{ Params: { id: string } }>('/api/webhooks/:id/rotate-secret', async (request, reply) => {
+      try {
+        const keyId = await keyOf(request);
+        owned(keyId, request.params.id);
+        const parsed = RotateSecretRequest.safeParse(request.body ?? {});
+        if (!parsed.success) throw fieldError(parsed.error);
+        const overlapMs =
+          parsed.data.overlap_seconds !== undefined
+            ? parsed.data.overlap_seconds * 1_000
+            : settings.rotationOverlapMs;
+        const rotated = await rotateSecret(store, {
+          keyId,
+          subscriptionId: request.params.id,
+          secrets: deps.secrets,
+          overlapMs,
+        });
+        await settled(rotated.position);
+        return {
+          id: request.params.id,
+          secret: rotated.secret,
+          previous_secret_valid_until: rotated.previousValidUntil,
+        };
+      } catch (err) {
+        return send(reply, err);
+      }
+    });
 
     app.post<{ Params: { id: string } }>('/api/webhooks/:id/enable', async (request, reply) => {
       try {
@@ -220,7 +305,10 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
       async (request, reply) => {
         try {
           const sub = owned(await keyOf(request), request.params.id);
-          const record = findDelivery(runner.state.log, request.params.deliveryId);
+          // Older deliveries have left the in-memory log, never the event log.
+          const record =
+            findDelivery(runner.state.log, request.params.deliveryId) ??
+            (await readDeliveryRecord(store, request.params.deliveryId));
           if (!record || record.subscriptionId !== sub.id) {
             throw new HttpError(
               404,

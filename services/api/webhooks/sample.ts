@@ -1,12 +1,29 @@
 import { randomUUID } from 'node:crypto';
 import type { WebhookEnvelope } from '../../../contracts/webhooks.ts';
+import { pinnedEnvelope } from '../../dispatcher/payloads.ts';
 import type { SubscriptionRecord } from '../../dispatcher/subscription-fold.ts';
+
+/**
+ * Where a sample's verify_url points: a route that answers 200 and says it is a sample (there is
+ * no recorded verdict behind a test delivery to verify).
+ */
+export const SAMPLE_VERIFY_PATH = '/verify/sample';
+
+export const SAMPLE_VERIFY_BODY = {
+  sample: true,
+  message:
+    'this verify_url comes from a test delivery (POST /api/webhooks/:id/test): no verdict was recorded for it; real deliveries link /verify/<stream>/<revision>',
+} as const;
 
 /** A clearly marked sample delivery for POST /api/webhooks/:id/test, shaped like the real thing. */
 export function sampleEnvelope(sub: SubscriptionRecord, verifyBaseUrl: string): WebhookEnvelope {
+  return pinnedEnvelope(sampleV1(sub, verifyBaseUrl), sub.eventVersion);
+}
+
+function sampleV1(sub: SubscriptionRecord, verifyBaseUrl: string): WebhookEnvelope {
   const deliveryId = `test_${randomUUID()}`;
   const created = new Date().toISOString();
-  const verify = `${verifyBaseUrl}/verify/sample/0`;
+  const verify = `${verifyBaseUrl}${SAMPLE_VERIFY_PATH}`;
   const base = {
     coin: 'BTC',
     timeframe: sub.timeframes?.[0] ?? '1h',
@@ -41,6 +58,22 @@ export function sampleEnvelope(sub: SubscriptionRecord, verifyBaseUrl: string): 
             verdict_id: '00000000-0000-4000-8000-000000000000',
           },
         ],
+      },
+    };
+  }
+  if (event === 'subscription_disabled') {
+    return {
+      event,
+      delivery_id: deliveryId,
+      created_at: created,
+      test: true,
+      data: {
+        type: 'subscription_disabled',
+        subscription_id: sub.id,
+        url: sub.url,
+        reason: 'sample: this is a test delivery, nothing was disabled',
+        disabled_at: created,
+        consecutive_failures: 0,
       },
     };
   }

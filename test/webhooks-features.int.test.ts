@@ -1,0 +1,244 @@
+import { Webhook } from 'standardwebhooks';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CURRENT_EVENT_VERSION, envelopeSchema } from '../contracts/webhook-schemas.ts';
+import { verifyWebhook } from '../contracts/webhook-verify.ts';
+import { WebhookEnvelope } from '../contracts/webhooks.ts';
+import { requireNats } from './nats-server.ts';
+import { appendVerdict, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
+
+const reachable = await requireNats();
+const tls = selfSignedCert();
+
+describe.runIf(reachable)('what subscribers ask for: gap detection, versions, rotation, notices', () => {
+  let stack: WebhookStack;
+  const receivers: Receiver[] = [];
+
+  beforeAll(async () => {
+    stack = await startWebhookStack({
+      env: { WEBHOOK_SECRET_ROTATION_OVERLAP_MS: '60000', WEBHOOK_RETRY_SCHEDULE: '0' },
+      settings: { tls: { ca: tls.cert } },
+    });
+  });
+  afterAll(async () => {
+    await stack?.close();
+    for (const r of receivers) await r.close();
+  });
+
+  async function setUp(coin: string, extra: Record<string, unknown> = {}, key?: string) {
+    const r = await startReceiver(tls);
+    receivers.push(r);
+    const owner = key ?? (await stack.issue());
+    const res = await stack.request('POST', '/api/webhooks', owner, {
+      url: r.url,
+      events: ['trade_call'],
+      assets: [coin],
+      ...extra,
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(201);
+    return { r, key: owner, id: res.body.id as string, secret: res.body.secret as string, body: res.body };
+  }
+
+  it('numbers each subscription’s deliveries 1, 2, 3… in the signed body and a header, and serves a missed range', async () => {
+    const { r, key, id, secret } = await setUp('SEQA');
+    for (let i = 0; i < 5; i++)
+      await appendVerdict(stack.store, { coin: 'SEQA', call: 'BUY', confidence: 60 + i });
+    await r.waitFor(5);
+    const got = r.received.map((g) => ({ g, env: WebhookEnvelope.parse(JSON.parse(g.body)) }));
+    expect(got.map(({ env }) => env.seq).sort()).toEqual([1, 2, 3, 4, 5]);
+    for (const { g, env } of got) {
+      expect(g.headers['x-service-sequence']).toBe(String(env.seq));
+      expect(verifyWebhook({ secret, headers: g.headers, rawBody: g.body }).ok).toBe(true);
+    }
+    const bySeq = new Map(got.map(({ env }) => [env.seq, env.delivery_id]));
+    const missed = await stack.request('GET', `/api/webhooks/${id}/deliveries?after_seq=2`, key);
+    expect(missed.status).toBe(200);
+    expect(missed.body.deliveries.map((d: { seq: number }) => d.seq)).toEqual([3, 4, 5]);
+    expect(missed.body.deliveries.map((d: { delivery_id: string }) => d.delivery_id)).toEqual(
+      [3, 4, 5].map((s) => bySeq.get(s)),
+    );
+    expect(missed.body.next_after_seq).toBe(5);
+    const paged = await stack.request('GET', `/api/webhooks/${id}/deliveries?after_seq=0&limit=2`, key);
+    expect(paged.body.deliveries.map((d: { seq: number }) => d.seq)).toEqual([1, 2]);
+    expect(paged.body.next_after_seq).toBe(2);
+    // A resend carries the same number and the same bytes.
+    const third = got.find(({ env }) => env.seq === 3)!;
+    const resent = await stack.request(
+      'POST',
+      `/api/webhooks/${id}/deliveries/${third.env.delivery_id}/resend`,
+      key,
+    );
+    expect(resent.body).toMatchObject({ delivered: true });
+    expect(r.received.at(-1)!.body).toBe(third.g.body);
+    expect(r.received.at(-1)!.headers['x-service-sequence']).toBe('3');
+    const none = await stack.request('GET', `/api/webhooks/${id}/deliveries?after_seq=5`, key);
+    expect(none.body).toMatchObject({ deliveries: [], next_after_seq: 5 });
+    for (const bad of ['-1', 'abc', '1.5', '']) {
+      const res = await stack.request('GET', `/api/webhooks/${id}/deliveries?after_seq=${bad}`, key);
+      expect(res).toMatchObject({ status: 400, body: { code: 'INVALID_FIELD', field: 'after_seq' } });
+    }
+    // Another subscription counts from 1 on its own.
+    const other = await setUp('SEQA');
+    await appendVerdict(stack.store, { coin: 'SEQA', call: 'SELL', confidence: 70 });
+    await other.r.waitFor(1);
+    expect(JSON.parse(other.r.received[0]!.body).seq).toBe(1);
+    await r.waitFor(7);
+    expect(r.received.map((g) => JSON.parse(g.body).seq).sort()).toEqual([1, 2, 3, 3, 4, 5, 6]);
+  });
+
+  it('rotates a secret without downtime: both signatures during the overlap, then only the new one', async () => {
+    const { r, key, id, secret: old } = await setUp('ROTA');
+    const rotated = await stack.request('POST', `/api/webhooks/${id}/rotate-secret`, key, {});
+    expect(rotated.status).toBe(200);
+    expect(rotated.body.secret).toMatch(/^whsec_[0-9a-f]{48}$/);
+    expect(rotated.body.secret).not.toBe(old);
+    const fresh = rotated.body.secret as string;
+    const until = Date.parse(rotated.body.previous_secret_valid_until);
+    expect(until - Date.now()).toBeGreaterThan(50_000);
+    expect(until - Date.now()).toBeLessThanOrEqual(60_000);
+
+    await appendVerdict(stack.store, { coin: 'ROTA', call: 'BUY', confidence: 61 });
+    await r.waitFor(1);
+    const during = r.received[0]!;
+    expect(during.headers['webhook-signature']!.split(' ')).toHaveLength(2);
+    for (const secret of [old, fresh]) {
+      // A receiver on either secret accepts it, with our verifier or the standardwebhooks package.
+      expect(verifyWebhook({ secret, headers: during.headers, rawBody: during.body }).ok).toBe(true);
+      expect(new Webhook(secret).verify(during.body, during.headers)).toBeTruthy();
+    }
+    // The contract header keeps the old secret's signature for receivers that have not switched.
+    expect(
+      verifyWebhook({
+        secret: old,
+        headers: { ...during.headers, 'x-service-signature-new': undefined },
+        rawBody: during.body,
+      }).ok,
+    ).toBe(true);
+
+    // A rotation with no overlap: the old secret stops at once.
+    const again = await stack.request('POST', `/api/webhooks/${id}/rotate-secret`, key, {
+      overlap_seconds: 0,
+    });
+    expect(again.status).toBe(200);
+    const newest = again.body.secret as string;
+    await appendVerdict(stack.store, { coin: 'ROTA', call: 'BUY', confidence: 62 });
+    await r.waitFor(2);
+    const after = r.received[1]!;
+    expect(after.headers['x-service-signature-new']).toBeUndefined();
+    expect(verifyWebhook({ secret: newest, headers: after.headers, rawBody: after.body }).ok).toBe(true);
+    expect(new Webhook(newest).verify(after.body, after.headers)).toBeTruthy();
+    for (const stale of [old, fresh]) {
+      expect(verifyWebhook({ secret: stale, headers: after.headers, rawBody: after.body })).toEqual({
+        ok: false,
+        reason: 'bad_signature',
+      });
+      expect(() => new Webhook(stale).verify(after.body, after.headers)).toThrow();
+    }
+    // The secret never appears in the list.
+    const list = await stack.request('GET', '/api/webhooks', key);
+    expect(JSON.stringify(list.body)).not.toContain(newest);
+
+    for (const [body, field] of [
+      [{ overlap_seconds: -1 }, 'overlap_seconds'],
+      [{ overlap_seconds: 604_801 }, 'overlap_seconds'],
+      [{ overlap_seconds: 'soon' }, 'overlap_seconds'],
+      [{ secret: 'whsec_mine' }, 'secret'],
+    ] as const) {
+      const res = await stack.request('POST', `/api/webhooks/${id}/rotate-secret`, key, body);
+      expect(res).toMatchObject({ status: 400, body: { code: 'INVALID_FIELD', field } });
+    }
+    const stranger = await stack.issue();
+    expect((await stack.request('POST', `/api/webhooks/${id}/rotate-secret`, stranger, {})).status).toBe(404);
+    expect((await stack.request('POST', `/api/webhooks/${id}/rotate-secret`, null, {})).status).toBe(401);
+  });
+
+  it('tells the owner on another subscription when one is disabled, and shows it in the list', async () => {
+    const dying = await setUp('GONEA');
+    dying.r.behave = () => ({ status: 410 });
+    const watcher = await setUp('GONEA', { events: ['subscription_disabled'], assets: undefined }, dying.key);
+    const stranger = await setUp('GONEA', { events: ['subscription_disabled'], assets: undefined });
+    await appendVerdict(stack.store, { coin: 'GONEA', call: 'BUY', confidence: 70 });
+    await watcher.r.waitFor(1);
+    const notice = WebhookEnvelope.parse(JSON.parse(watcher.r.received[0]!.body));
+    expect(notice.event).toBe('subscription_disabled');
+    expect(notice.seq).toBe(1);
+    expect(notice.data).toMatchObject({
+      type: 'subscription_disabled',
+      subscription_id: dying.id,
+      url: dying.r.url,
+      reason: expect.stringMatching(/410/),
+    });
+    expect(
+      verifyWebhook({
+        secret: watcher.secret,
+        headers: watcher.r.received[0]!.headers,
+        rawBody: watcher.r.received[0]!.body,
+      }).ok,
+    ).toBe(true);
+    // Only the owner hears of it; the watcher never gets trade calls it did not ask for.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(stranger.r.received).toHaveLength(0);
+    expect(watcher.r.received).toHaveLength(1);
+    const list = await stack.request('GET', '/api/webhooks', dying.key);
+    const row = list.body.webhooks.find((w: { id: string }) => w.id === dying.id);
+    expect(row).toMatchObject({
+      status: 'disabled',
+      disabled_reason: expect.stringMatching(/410/),
+      last_success_at: null,
+    });
+    expect(row.disabled_at).toBe(
+      notice.data.type === 'subscription_disabled' ? notice.data.disabled_at : null,
+    );
+    const watcherRow = list.body.webhooks.find((w: { id: string }) => w.id === watcher.id);
+    expect(watcherRow).toMatchObject({
+      status: 'active',
+      last_success_at: expect.any(String),
+      failing_since: null,
+    });
+  });
+
+  it('pins a payload version at creation and lists every version’s schema', async () => {
+    const pinned = await setUp('VERA', { event_version: 1 });
+    expect(pinned.body.event_version).toBe(1);
+    const defaulted = await setUp('VERA');
+    expect(defaulted.body.event_version).toBe(CURRENT_EVENT_VERSION);
+    for (const [value, status] of [
+      [2, 400],
+      [0, 400],
+      ['1', 400],
+      [1.5, 400],
+    ] as const) {
+      const res = await stack.request('POST', '/api/webhooks', pinned.key, {
+        url: pinned.r.url,
+        events: ['trade_call'],
+        event_version: value,
+      });
+      expect(res).toMatchObject({ status, body: { code: 'INVALID_FIELD', field: 'event_version' } });
+    }
+    await appendVerdict(stack.store, { coin: 'VERA', call: 'BUY', confidence: 66 });
+    await pinned.r.waitFor(1);
+    const got = pinned.r.received[0]!;
+    expect(got.headers['x-service-event-version']).toBe('1');
+    const body = JSON.parse(got.body);
+    expect(body.event_version).toBe(1);
+    expect(envelopeSchema('trade_call', 1).safeParse(body).success).toBe(true);
+
+    const doc = await stack.request('GET', '/api/webhooks/schemas', null);
+    expect(doc.status).toBe(200);
+    expect(doc.body.openapi).toBe('3.1.0');
+    expect(Object.keys(doc.body.webhooks).sort()).toEqual([
+      'regime_shift.v1',
+      'scan_digest.v1',
+      'subscription_disabled.v1',
+      'trade_call.v1',
+    ]);
+    const schema = doc.body.webhooks['trade_call.v1'].post.requestBody.content['application/json'].schema;
+    expect(schema.properties.event).toMatchObject({ const: 'trade_call' });
+    expect(schema.properties.data.required).toEqual(
+      expect.arrayContaining(['coin', 'call', 'confidence', 'verify_url']),
+    );
+    expect(schema.required).toEqual(
+      expect.arrayContaining(['event', 'delivery_id', 'event_version', 'data']),
+    );
+  });
+});

@@ -1,0 +1,139 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { requireNats } from './nats-server.ts';
+import { appendVerdict, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
+
+const reachable = await requireNats();
+const tls = selfSignedCert();
+
+async function until<T>(probe: () => T | Promise<T>, ok: (v: T) => boolean, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (ok(value)) return value;
+    if (Date.now() > deadline) throw new Error(`condition not met in ${timeoutMs} ms: ${String(value)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+const ids = (r: Receiver, from = 0) =>
+  new Set(r.received.slice(from).map((g) => g.headers['x-service-delivery']));
+
+describe.runIf(reachable)('recovery reaches everything since T, from the event log', () => {
+  let stack: WebhookStack;
+  const receivers: Receiver[] = [];
+
+  beforeAll(async () => {
+    stack = await startWebhookStack({
+      env: {
+        // One attempt per delivery, so each failure is final at once.
+        WEBHOOK_RETRY_SCHEDULE: '0',
+        WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: '1000',
+        WEBHOOK_RECOVER_PER_SECOND: '10000',
+        WEBHOOK_MAX_PER_KEY: '5',
+      },
+      settings: { tls: { ca: tls.cert } },
+    });
+  });
+  afterAll(async () => {
+    await stack?.close();
+    for (const r of receivers) await r.close();
+  });
+
+  async function setUp(coin: string) {
+    const r = await startReceiver(tls);
+    receivers.push(r);
+    const key = await stack.issue();
+    const res = await stack.request('POST', '/api/webhooks', key, {
+      url: r.url,
+      events: ['trade_call'],
+      assets: [coin],
+    });
+    expect(res.status).toBe(201);
+    return { r, key, id: res.body.id as string };
+  }
+
+  it('re-sends every failed delivery since T and resends one older than the in-memory log', async () => {
+    const { r, key, id } = await setUp('RECA');
+    r.behave = () => ({ status: 500 });
+    const since = new Date(Date.now() - 1_000).toISOString();
+    const n = 250; // more than the 200 the in-memory delivery log keeps
+    // In batches that finish before the next begins: only finished deliveries leave the log.
+    for (let batch = 1; batch <= 5; batch++) {
+      for (let i = 0; i < 50; i++) {
+        await appendVerdict(stack.store, { coin: 'RECA', call: 'BUY', confidence: 70 });
+      }
+      await r.waitFor(batch * 50, 30_000);
+      await until(
+        () => stack.api.runner.state.subscriptions.subs[id]?.failedDeliveries ?? 0,
+        (f) => f >= batch * 50,
+      );
+    }
+    expect(stack.api.runner.state.log.bySub[id]!.length).toBeLessThan(n);
+    const failedIds = ids(r);
+    expect(failedIds.size).toBe(n);
+    const oldest = r.received[0]!.headers['x-service-delivery']!;
+
+    r.behave = () => ({ status: 200 });
+    const before = r.received.length;
+    const enabled = await stack.request('POST', `/api/webhooks/${id}/enable`, key, { recover_since: since });
+    expect(enabled.status).toBe(200);
+    await r.waitFor(before + n, 30_000);
+    expect(ids(r, before)).toEqual(failedIds);
+
+    const resent = await stack.request('POST', `/api/webhooks/${id}/deliveries/${oldest}/resend`, key);
+    expect(resent.status).toBe(200);
+    expect(resent.body).toMatchObject({ delivery_id: oldest, delivered: true });
+    const unknown = await stack.request('POST', `/api/webhooks/${id}/deliveries/nope/resend`, key);
+    expect(unknown).toMatchObject({ status: 404, body: { code: 'NOT_FOUND' } });
+  });
+
+  it('delivers the events recorded while the subscription was disabled', async () => {
+    const { r, key, id } = await setUp('RECB');
+    r.behave = () => ({ status: 410 });
+    const since = new Date(Date.now() - 1_000).toISOString();
+    await appendVerdict(stack.store, { coin: 'RECB', call: 'SELL', confidence: 60 });
+    await until(
+      () => stack.api.runner.state.subscriptions.subs[id]?.status,
+      (s) => s === 'disabled',
+    );
+    // Recorded while disabled: never attempted.
+    for (let i = 0; i < 15; i++)
+      await appendVerdict(stack.store, { coin: 'RECB', call: 'BUY', confidence: 65 });
+    // Another subscription's coin: never this subscription's.
+    await appendVerdict(stack.store, { coin: 'RECC', call: 'BUY', confidence: 65 });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(r.received).toHaveLength(1);
+
+    r.behave = () => ({ status: 200 });
+    const enabled = await stack.request('POST', `/api/webhooks/${id}/enable`, key, { recover_since: since });
+    expect(enabled.body.status).toBe('active');
+    await r.waitFor(1 + 16);
+    const delivered = r.received.slice(1).map((g) => JSON.parse(g.body));
+    expect(new Set(delivered.map((d) => d.delivery_id)).size).toBe(16);
+    expect(delivered.every((d) => d.data.coin === 'RECB')).toBe(true);
+    expect(delivered.some((d) => d.delivery_id === r.received[0]!.headers['x-service-delivery'])).toBe(true);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(r.received).toHaveLength(17);
+  });
+
+  it('recovers nothing from before T', async () => {
+    const { r, key, id } = await setUp('RECD');
+    r.behave = () => ({ status: 410 });
+    await appendVerdict(stack.store, { coin: 'RECD', call: 'BUY', confidence: 60 });
+    await until(
+      () => stack.api.runner.state.subscriptions.subs[id]?.status,
+      (s) => s === 'disabled',
+    );
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    const since = new Date().toISOString();
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    await appendVerdict(stack.store, { coin: 'RECD', call: 'BUY', confidence: 61 });
+    r.behave = () => ({ status: 200 });
+    await stack.request('POST', `/api/webhooks/${id}/enable`, key, { recover_since: since });
+    await r.waitFor(2);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(r.received).toHaveLength(2);
+    expect(JSON.parse(r.received[1]!.body).data.confidence).toBe(61);
+  });
+});

@@ -280,7 +280,14 @@ async function verifyThenReserve(
   const requirement = server.findMatchingRequirements(requirements, payment.payload);
   if (!requirement) throw new Error('no matching requirement');
   const auth = payment.eip3009.authorization;
-  const known = decideReservation(await ledger.state(auth.nonce));
+  const known = decideReservation(
+    await ledger.state({
+      network: requirement.network,
+      asset: requirement.asset,
+      payer: auth.from,
+      nonce: auth.nonce,
+    }),
+  );
   if (!known.ok) throw new Error(`replay refused: ${known.reason}`);
   const verified = await server.verifyPayment(payment.payload, requirement);
   if (!verified.isValid)

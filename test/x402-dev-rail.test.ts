@@ -14,6 +14,7 @@ import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import { ConfigError, DEVELOPMENT_RAIL, loadConfig } from '../contracts/config.ts';
 import { ServiceMeta } from '../services/api/service-meta.ts';
 import { setupX402 } from '../services/api/x402/setup.ts';
+import { DEVELOPMENT_SECOND_RAIL } from '../services/payments/rails.ts';
 import { type RunningService, startService } from '../services/service.ts';
 import { fromBase64Json } from './chain/x402-app.ts';
 
@@ -72,9 +73,16 @@ describe('a service started on the defaults (development)', () => {
     expect(line).toMatchObject({
       level: 40,
       settles: false,
-      rails: [{ network: 'eip155:84532', asset: DEVELOPMENT_RAIL.asset, payTo: DEVELOPMENT_RAIL.payTo }],
+      rails: [
+        { network: 'eip155:84532', asset: DEVELOPMENT_RAIL.asset, payTo: DEVELOPMENT_RAIL.payTo },
+        {
+          network: DEVELOPMENT_SECOND_RAIL.network,
+          asset: DEVELOPMENT_SECOND_RAIL.asset,
+          payTo: DEVELOPMENT_RAIL.payTo,
+        },
+      ],
     });
-    expect(String(line!.msg)).toContain('DEVELOPMENT rail');
+    expect(String(line!.msg)).toContain('DEVELOPMENT rails');
     expect(lines.find((l) => l.msg === 'service started')).toMatchObject({
       payPerCall: { rail: 'development', settles: false },
     });
@@ -98,6 +106,12 @@ describe('a service started on the defaults (development)', () => {
         asset: '0x036CbD53842c5426634e7929541eC2318f3dCF7e',
         extra: { name: 'USDC', version: '2' },
       },
+      // The second development rail (the contract's extra rail), in v1 names: Ethereum Sepolia.
+      expect.objectContaining({
+        network: 'sepolia',
+        asset: DEVELOPMENT_SECOND_RAIL.asset,
+        payTo: DEVELOPMENT_RAIL.payTo,
+      }),
     ]);
     expect(ServiceMeta.parse(body._service).auth).toEqual({
       outcome: 'ABSENT',
@@ -107,7 +121,10 @@ describe('a service started on the defaults (development)', () => {
     const v2 = fromBase64Json<{ accepts: { network: string; amount: string }[] }>(
       res.headers.get('payment-required'),
     );
-    expect(v2.accepts).toEqual([expect.objectContaining({ network: 'eip155:84532', amount: '30000' })]);
+    expect(v2.accepts).toEqual([
+      expect.objectContaining({ network: 'eip155:84532', amount: '30000' }),
+      expect.objectContaining({ network: 'eip155:11155111', amount: '30000' }),
+    ]);
   });
 
   it('a paid retry → 503 facilitator_not_configured naming the key; nothing reserved or charged', async () => {
@@ -173,6 +190,65 @@ describe('production', () => {
     });
     expect(setup).toBeNull();
     expect(String(warnings[0]?.msg)).toMatch(/pay-per-call routes are off: X402_PAY_TO is not set/);
+  });
+
+  it('with a facilitator key, the local facilitator settles on both development rails', async () => {
+    const config = loadConfig({ X402_FACILITATOR_PRIVATE_KEY: `0x${'11'.repeat(32)}` });
+    const setup = (await setupX402(config, {
+      ops: service.engine!,
+      store: new MemoryEventStore(),
+      logger: pino({ level: 'silent' }),
+    }))!;
+    expect(setup).toMatchObject({ rail: 'development', settles: true });
+    const supported = await setup.facilitator.getSupported();
+    expect(supported.kinds.filter((k) => k.x402Version === 2).map((k) => k.network)).toEqual(
+      expect.arrayContaining(['eip155:84532', 'eip155:11155111']),
+    );
+  });
+
+  it('warns at start when X402_EXTRA_* is set but ignored', async () => {
+    const warnings: Record<string, unknown>[] = [];
+    const capture = pino(
+      { level: 'warn' },
+      new Writable({
+        write(chunk, _encoding, done) {
+          warnings.push(JSON.parse(String(chunk)) as Record<string, unknown>);
+          done();
+        },
+      }),
+    );
+    // On the development rails: no X402_PAY_TO, so the extra rail is not read.
+    const development = loadConfig({
+      X402_EXTRA_NETWORK: 'eip155:10',
+      X402_EXTRA_ASSET: '0x0b2C639c533813f4Aa9D7837CAf62653d097Ff85',
+    });
+    await setupX402(development, { ops: service.engine!, store: new MemoryEventStore(), logger: capture });
+    expect(warnings.find((w) => Array.isArray(w.ignored))).toMatchObject({
+      ignored: ['X402_EXTRA_NETWORK', 'X402_EXTRA_ASSET'],
+      msg: expect.stringMatching(
+        /set but ignored: the development rails are quoted until X402_PAY_TO is set/,
+      ),
+    });
+    // Configured, but an extra recipient without the extra rail itself.
+    warnings.length = 0;
+    const partial = loadConfig({
+      X402_PAY_TO: '0x000000000000000000000000000000000000bEEF',
+      X402_FACILITATOR_PRIVATE_KEY: `0x${'11'.repeat(32)}`,
+      X402_EXTRA_PAY_TO: '0x000000000000000000000000000000000000dEaD',
+    });
+    await setupX402(partial, { ops: service.engine!, store: new MemoryEventStore(), logger: capture });
+    expect(warnings.find((w) => Array.isArray(w.ignored))).toMatchObject({ ignored: ['X402_EXTRA_PAY_TO'] });
+    // Nothing to warn about when the extra rail is configured whole.
+    warnings.length = 0;
+    const whole = loadConfig({
+      X402_PAY_TO: '0x000000000000000000000000000000000000bEEF',
+      X402_FACILITATOR_PRIVATE_KEY: `0x${'11'.repeat(32)}`,
+      X402_EXTRA_NETWORK: 'eip155:84532',
+      X402_EXTRA_ASSET: '0x036CbD53842c5426634e7929541eC2318f3dCF7e',
+      X402_EXTRA_RPC_URL: 'https://sepolia.base.org',
+    });
+    await setupX402(whole, { ops: service.engine!, store: new MemoryEventStore(), logger: capture });
+    expect(warnings.find((w) => Array.isArray(w.ignored))).toBeUndefined();
   });
 
   it('refuses the public development address as a recipient', () => {

@@ -114,9 +114,10 @@ describe('paying with the official @x402/fetch client (v2)', () => {
     expect(TradeCall.parse(call)).toMatchObject({ coin: 'BTC', timeframe: '5m', exchange: 'BINANCE_SPOT' });
     expect(_service).toEqual({
       auth: { outcome: 'ABSENT', presented: false, tier: 'free' },
-      quota: null,
+      // A payer is served on payment, not quota; the block still shows its address's free quota.
+      quota: expect.objectContaining({ used: 0, total: 200 }),
       payment: {
-        status: 'settled',
+        status: 'pending',
         network: 'eip155:8453',
         asset: BASE_USDC,
         amount: '30000',
@@ -126,8 +127,15 @@ describe('paying with the official @x402/fetch client (v2)', () => {
     });
 
     const receipt = decodePaymentResponseHeader(res.headers.get('payment-response')!);
-    expect(receipt).toMatchObject({ success: true, network: 'eip155:8453', payer: payer.address });
+    expect(receipt).toMatchObject({
+      success: false,
+      errorReason: 'settlement_pending',
+      network: 'eip155:8453',
+      payer: payer.address,
+    });
+    expect(receipt.transaction).toBe((_service as { payment: { transaction: string } }).payment.transaction);
     expect(res.headers.get('x-payment-response')).toBeNull();
+    await stack.x402.settled();
     const tx = await stack.chain.publicClient.getTransactionReceipt({ hash: receipt.transaction as Hex });
     expect(tx.status).toBe('success');
     expect(tx.to?.toLowerCase()).toBe(BASE_USDC.toLowerCase());
@@ -186,14 +194,22 @@ describe('paying with a hand-built v1 X-PAYMENT client', () => {
       { 'x-payment': v1Header(auth, signature) },
     );
     expect(res.status).toBe(200);
-    const body = (await res.json()) as { rows: unknown[]; _service: { payment: { status: string } } };
-    expect(Array.isArray(body.rows)).toBe(true);
-    expect(body._service.payment.status).toBe('settled');
+    const body = (await res.json()) as {
+      opportunities: unknown[];
+      _service: { payment: { status: string } };
+    };
+    expect(Array.isArray(body.opportunities)).toBe(true);
+    expect(body._service.payment.status).toBe('pending');
     expect(res.headers.get('payment-response')).toBeNull();
+    await stack.x402.settled();
     const receipt = fromBase64Json<{ success: boolean; transaction: Hex; network: string; payer: string }>(
       res.headers.get('x-payment-response'),
     );
-    expect(receipt).toMatchObject({ success: true, network: 'base', payer: payer.address });
+    expect(receipt).toMatchObject({
+      errorReason: 'settlement_pending',
+      network: 'base',
+      payer: payer.address,
+    });
     expect((await stack.chain.publicClient.getTransactionReceipt({ hash: receipt.transaction })).status).toBe(
       'success',
     );

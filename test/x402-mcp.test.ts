@@ -109,10 +109,15 @@ describe('an exhausted key pays per call over MCP', () => {
     expect(service).toMatchObject({
       auth: { outcome: 'OK', tier: 'starter' },
       quota: { used: 1, remaining: 0 },
-      payment: { status: 'settled', amount: '30000', payer: payer.address, network: 'eip155:8453' },
+      payment: { status: 'pending', amount: '30000', payer: payer.address, network: 'eip155:8453' },
     });
     const receipt = paymentResponse(paid)!;
-    expect(receipt).toMatchObject({ success: true, network: 'eip155:8453', payer: payer.address });
+    expect(receipt).toMatchObject({
+      errorReason: 'settlement_pending',
+      network: 'eip155:8453',
+      payer: payer.address,
+    });
+    await stack.x402.settled();
     expect(receipt.transaction).toBe(service.payment.transaction);
     expect((await stack.chain.publicClient.getTransactionReceipt({ hash: receipt.transaction })).status).toBe(
       'success',
@@ -134,19 +139,26 @@ describe('an exhausted key pays per call over MCP', () => {
       x402Version: 2,
     });
 
-    // The same authorisation again: refused from the ledger the HTTP routes share, nothing moves.
+    // The same authorisation again: the answer it bought, with its settled receipt; nothing moves.
     const replay = await client.callTool({
       name: 'get_trade_call',
       arguments: TRADE,
       _meta: { 'x402/payment': payment },
     });
-    expect(replay.isError).toBe(true);
-    expect(structured(replay)).toMatchObject({
-      x402Version: 2,
-      code: expect.stringMatching(/already/),
-      accepts: [expect.objectContaining({ amount: '30000' })],
+    expect(replay.isError).toBeFalsy();
+    expect(PaidServiceMeta.parse(structured(replay)._service).payment).toMatchObject({
+      status: 'settled',
+      transaction: receipt.transaction,
     });
-    expect(paymentResponse(replay)).toBeUndefined();
+    expect(paymentResponse(replay)).toMatchObject({ success: true, transaction: receipt.transaction });
+    // For other arguments it is not the answer it bought: refused, nothing served.
+    const other = await client.callTool({
+      name: 'get_trade_call',
+      arguments: { ...TRADE, coin: 'ETH' },
+      _meta: { 'x402/payment': payment },
+    });
+    expect(other.isError).toBe(true);
+    expect(structured(other)).toMatchObject({ code: 'payment_already_used' });
     expect(await stack.chain.balanceOf(payer.address)).toBe(70_000n);
     expect(await streamTypes(nonce)).toEqual([
       'PaymentAuthorized',
@@ -155,7 +167,7 @@ describe('an exhausted key pays per call over MCP', () => {
     ]);
   });
 
-  it('an anonymous caller pays too; the same authorisation is then refused on HTTP (one ledger)', async () => {
+  it('an anonymous caller pays too; the same authorisation on HTTP gets the kept answer (one ledger)', async () => {
     const client = await open();
     const required = (await stack.x402.mcp.paymentRequirements('scan_funding_arb', {
       minSpreadBps: 5,
@@ -171,8 +183,9 @@ describe('an exhausted key pays per call over MCP', () => {
     expect(paid.isError, JSON.stringify(paid.content)).toBeFalsy();
     expect(PaidServiceMeta.parse(structured(paid)._service)).toMatchObject({
       auth: { outcome: 'ABSENT', presented: false, tier: 'free' },
-      payment: { status: 'settled', amount: '10000' },
+      payment: { status: 'pending', amount: '10000' },
     });
+    await stack.x402.settled();
     expect(await stack.chain.balanceOf(payer.address)).toBe(40_000n);
 
     const http = await fetch(`${stack.url}/x402/scan_funding_arb`, {
@@ -183,8 +196,12 @@ describe('an exhausted key pays per call over MCP', () => {
       },
       body: JSON.stringify({ limit: 2 }),
     });
-    expect(http.status).toBe(402);
-    expect(((await http.json()) as { code: string }).code).toMatch(/already/);
+    // One ledger and one store of paid answers: the same payment for the same call is the answer it bought.
+    expect(http.status).toBe(200);
+    expect(http.headers.get('x-payment-replayed')).toBe('true');
+    expect(
+      ((await http.json()) as { _service: { payment: { status: string } } })._service.payment.status,
+    ).toBe('settled');
     expect(await stack.chain.balanceOf(payer.address)).toBe(40_000n);
   });
 });

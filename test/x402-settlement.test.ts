@@ -104,6 +104,10 @@ describe('settlement that outlasts the receipt wait', () => {
       let served: Awaited<ReturnType<typeof paidRequest>>;
       try {
         served = await paidRequest(stack, payer.key, payer.address);
+        // Answered while the settlement is still unmined: the answer does not wait for the receipt.
+        expect(await chain.authorizationState(payer.address, served.auth.nonce)).toBe(false);
+        // The background receipt wait gives up after X402_SETTLE_CONFIRM_TIMEOUT_MS and records it pending.
+        await stack.x402.settled();
       } finally {
         await chain.testClient.setAutomine(true);
       }
@@ -119,6 +123,7 @@ describe('settlement that outlasts the receipt wait', () => {
         res.headers.get('x-payment-response'),
       );
       expect(receipt).toMatchObject({ success: false, errorReason: 'settlement_pending' });
+      expect(receipt.transaction).toMatch(/^0x[0-9a-f]{64}$/);
       expect(receipt.transaction).toBe(body._service.payment.transaction);
       expect((await stack.paymentEvents(auth.nonce)).map((e) => e.type)).toEqual([
         'PaymentAuthorized',
@@ -236,6 +241,7 @@ describe('remote facilitator over HTTP', () => {
       const payer = await chain.fundedPayer(1_000_000n);
       const { res, auth } = await paidRequest(stack, payer.key, payer.address);
       expect(res.status).toBe(200);
+      await stack.x402.settled();
       expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - PRICE);
       expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(true);
       expect(seen).toEqual([

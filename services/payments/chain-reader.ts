@@ -3,6 +3,7 @@ import type { Rail } from './rails.ts';
 
 const EIP3009_ABI = parseAbi([
   'function authorizationState(address authorizer, bytes32 nonce) view returns (bool)',
+  'function balanceOf(address account) view returns (uint256)',
 ]);
 const AUTHORIZATION_USED = parseAbiItem(
   'event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce)',
@@ -14,6 +15,8 @@ const LOG_LOOKBACK_BLOCKS = 20_000n;
 /** Reads the settlement facts reconciliation needs from one network's chain. */
 export interface ChainReader {
   authorizationUsed(asset: Hex, authorizer: Hex, nonce: Hex): Promise<boolean>;
+  /** The account's balance of the token at the latest block. */
+  balanceOf(asset: Hex, account: Hex): Promise<bigint>;
   /** 'success' | 'reverted', or null while the transaction is unknown or unmined. */
   receiptStatus(txHash: Hex): Promise<'success' | 'reverted' | null>;
   /** The transaction that consumed the authorisation, if it is within the lookback window. */
@@ -34,6 +37,14 @@ export function createChainReader(rpcUrl: string): ChainReader {
         abi: EIP3009_ABI,
         functionName: 'authorizationState',
         args: [authorizer, nonce],
+      });
+    },
+    async balanceOf(asset, account) {
+      return client.readContract({
+        address: asset,
+        abi: EIP3009_ABI,
+        functionName: 'balanceOf',
+        args: [account],
       });
     },
     async receiptStatus(txHash) {

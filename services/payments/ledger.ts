@@ -1,7 +1,13 @@
 import { type EventStore, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
 import type { ExpectedRevision } from '../../contracts/envelope.ts';
 import { type EventData, type EventType, newEvent } from '../../contracts/events.ts';
-import { decideReservation, foldPayment, type PaymentState, paymentStream } from './payment-state.ts';
+import {
+  decideReservation,
+  foldPayment,
+  type PaymentIdentity,
+  type PaymentState,
+  paymentStream,
+} from './payment-state.ts';
 
 export interface PaymentRef {
   nonce: `0x${string}`;
@@ -12,6 +18,7 @@ export interface PaymentRef {
 /** A reserved payment: the appends that follow are guarded by the stream's revision. */
 export interface PaymentHandle {
   ref: PaymentRef;
+  payer: string;
   stream: string;
   revision: number;
   correlationId: string;
@@ -29,8 +36,8 @@ export type ReserveResult =
 export class PaymentLedger {
   constructor(private readonly store: EventStore) {}
 
-  async state(nonce: string): Promise<PaymentState | null> {
-    return foldPayment(await this.store.readStream(paymentStream(nonce)));
+  async state(id: PaymentIdentity): Promise<PaymentState | null> {
+    return foldPayment(await this.store.readStream(paymentStream(id)));
   }
 
   /**
@@ -41,10 +48,11 @@ export class PaymentLedger {
     data: EventData<'PaymentAuthorized'>,
     expectedRevision?: ExpectedRevision,
   ): Promise<ReserveResult> {
-    const stream = paymentStream(data.nonce);
+    const id = { network: data.network, asset: data.asset, payer: data.payer, nonce: data.nonce };
+    const stream = paymentStream(id);
     let expected = expectedRevision;
     if (expected === undefined) {
-      const decision = decideReservation(await this.state(data.nonce));
+      const decision = decideReservation(await this.state(id));
       if (!decision.ok) return decision;
       expected = decision.expectedRevision;
     }
@@ -57,6 +65,7 @@ export class PaymentLedger {
       return {
         ok: true,
         handle: {
+          payer: data.payer,
           ref: {
             nonce: data.nonce as `0x${string}`,
             network: data.network,
@@ -90,5 +99,40 @@ export class PaymentLedger {
     });
     const result = await this.store.append(handle.stream, [event], { expectedRevision: handle.revision });
     handle.revision = result.nextRevision;
+  }
+
+  /**
+   * Records the settlement with tx T. Another writer (the reconciler of any replica) may have
+   * recorded the same fact first: both say "settled with T", so that is convergence, not a
+   * conflict. Returns the state the payment ended in.
+   */
+  async recordSettled(
+    handle: PaymentHandle,
+    data: Omit<EventData<'PaymentSettled'>, 'nonce' | 'network' | 'asset'>,
+  ): Promise<'recorded' | 'already_settled'> {
+    return this.converge(handle, () => this.record(handle, 'PaymentSettled', data), ['settled']);
+  }
+
+  /**
+   * Appends a step unless another writer already moved the payment to one of `finalStates`
+   * (a later fact than this step); any other move is still a conflict.
+   */
+  async converge(
+    handle: PaymentHandle,
+    append: () => Promise<void>,
+    finalStates: PaymentState['status'][],
+  ): Promise<'recorded' | 'already_settled'> {
+    try {
+      await append();
+      return 'recorded';
+    } catch (err) {
+      if (!(err instanceof WrongExpectedRevisionError)) throw err;
+      const now = foldPayment(await this.store.readStream(handle.stream));
+      if (now && finalStates.includes(now.status)) {
+        handle.revision = now.revision;
+        return 'already_settled';
+      }
+      throw err;
+    }
   }
 }

@@ -6,6 +6,7 @@ import { ExactEvmScheme } from '@x402/evm/exact/facilitator';
 import { createWalletClient, defineChain, type Hex, http, nonceManager, publicActions } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { chainIdOf } from './rails.ts';
+import { SubmissionWatch } from './submissions.ts';
 
 export interface LocalFacilitatorOptions {
   /** Key of the wallet that submits `transferWithAuthorization` and pays its gas. */
@@ -21,6 +22,19 @@ export interface LocalFacilitator extends FacilitatorClient {
   /** The official facilitator underneath, for its lifecycle hooks. */
   readonly facilitator: x402Facilitator;
   readonly signerAddress: Hex;
+  /** Hashes of settlements as they are broadcast, before their receipts. */
+  readonly submissions: SubmissionWatch;
+}
+
+/** How often a receipt is polled: about a quarter of Base's 2 s block, so a settlement is seen one block later. */
+const RECEIPT_POLL_MS = 500;
+
+function withDeadline<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no receipt within ${ms} ms`)), ms);
+  });
+  return Promise.race([work, deadline]).finally(() => clearTimeout(timer));
 }
 
 /**
@@ -32,6 +46,8 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
   // Concurrent settlements from one wallet need locally sequenced nonces.
   const account = privateKeyToAccount(options.privateKey, { nonceManager });
   const facilitator = new x402Facilitator();
+  const submissions = new SubmissionWatch();
+  const receiptDeadlines = new Map<string, number>();
   for (const { network, rpcUrl } of options.networks) {
     const id = chainIdOf(network);
     const chain = defineChain({
@@ -40,17 +56,44 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
       nativeCurrency: { name: 'Ether', symbol: 'ETH', decimals: 18 },
       rpcUrls: { default: { http: [rpcUrl] } },
     });
-    const client = createWalletClient({ account, chain, transport: http(rpcUrl) }).extend(publicActions);
+    const client = createWalletClient({
+      account,
+      chain,
+      transport: http(rpcUrl),
+      pollingInterval: RECEIPT_POLL_MS,
+    }).extend(publicActions);
     const signer = toFacilitatorEvmSigner(
       {
         address: account.address,
         readContract: (args) => client.readContract(args as Parameters<typeof client.readContract>[0]),
         verifyTypedData: (args) =>
           client.verifyTypedData(args as Parameters<typeof client.verifyTypedData>[0]),
-        writeContract: (args) =>
-          client.writeContract({ ...(args as Parameters<typeof client.writeContract>[0]), chain, account }),
+        writeContract: async (args) => {
+          const hash = await client.writeContract({
+            ...(args as Parameters<typeof client.writeContract>[0]),
+            chain,
+            account,
+          });
+          if (args.functionName === 'transferWithAuthorization') {
+            // (from, to, value, validAfter, validBefore, nonce, ...signature)
+            const call = args.args as readonly unknown[];
+            submissions.broadcast(
+              { network, asset: args.address, payer: String(call[0]), nonce: String(call[5]) },
+              hash,
+            );
+          }
+          return hash;
+        },
         sendTransaction: (args) => client.sendTransaction({ ...args, chain, account }),
-        waitForTransactionReceipt: (args) => client.waitForTransactionReceipt(args),
+        // One budget per transaction: @x402/core retries a pending settlement once, which waited
+        // the whole timeout again (3 s configured gave over 6 s); the retry gets what is left.
+        waitForTransactionReceipt: (args) => {
+          const now = Date.now();
+          const until = receiptDeadlines.get(args.hash) ?? now + options.confirmationTimeoutMs;
+          receiptDeadlines.set(args.hash, until);
+          setTimeout(() => receiptDeadlines.delete(args.hash), options.confirmationTimeoutMs * 2).unref();
+          return withDeadline(client.waitForTransactionReceipt(args), Math.max(0, until - now));
+        },
         getCode: (args) => client.getCode(args),
       },
       { confirmationTimeoutMs: options.confirmationTimeoutMs },
@@ -61,6 +104,7 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
     kind: 'local',
     facilitator,
     signerAddress: account.address,
+    submissions,
     verify: (payload, requirements) => facilitator.verify(payload, requirements),
     settle: (payload, requirements) => facilitator.settle(payload, requirements),
     async getSupported() {

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { ExpectedRevision, RecordedEvent } from '../../contracts/envelope.ts';
 import { type EventData, parseDomainEvent } from '../../contracts/events.ts';
 
@@ -19,8 +20,28 @@ export interface PaymentState {
   lastAt: string;
 }
 
-export function paymentStream(nonce: string): string {
-  return `payment-${nonce.toLowerCase()}`;
+/**
+ * What identifies one authorisation, as ERC-3009 defines it: a nonce is unique only per
+ * (token contract, authorizer), and the same contract address may exist on two networks.
+ */
+export interface PaymentIdentity {
+  network: string;
+  asset: string;
+  payer: string;
+  nonce: string;
+}
+
+/** The identity as one lower-case string; equal identities give equal keys. */
+export function identityKey(id: PaymentIdentity): string {
+  return [id.network, id.asset, id.payer, id.nonce].map((part) => part.toLowerCase()).join('|');
+}
+
+/**
+ * `payment-<sha256 of the identity, 40 hex>`: fixed length whatever the network name, and two
+ * payers (or rails) reusing a nonce get two streams.
+ */
+export function paymentStream(id: PaymentIdentity): string {
+  return `payment-${createHash('sha256').update(identityKey(id)).digest('hex').slice(0, 40)}`;
 }
 
 export function evolvePayment(state: PaymentState | null, raw: RecordedEvent): PaymentState | null {

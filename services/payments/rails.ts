@@ -47,7 +47,8 @@ export function railsFromConfig(config: Config): Rail[] {
 
 /**
  * Which rails are quoted: the configured ones when X402_PAY_TO is set; outside production without
- * it, the development rail (test USDC to a public test address); in production without it, none.
+ * it, the two development rails (test USDC to a public test address); in production without it,
+ * none.
  */
 export type RailPlan =
   | { kind: 'configured'; rails: Rail[] }
@@ -72,8 +73,39 @@ export function railPlan(config: Config): RailPlan {
         maxTimeoutSeconds: config.X402_MAX_TIMEOUT_SECONDS,
         rpcUrl: DEVELOPMENT_RAIL.rpcUrl,
       },
+      { ...DEVELOPMENT_SECOND_RAIL, maxTimeoutSeconds: config.X402_MAX_TIMEOUT_SECONDS },
     ],
   };
+}
+
+/**
+ * The second rail quoted outside production without X402_PAY_TO, so a newcomer sees the
+ * contract's extra rail: Circle's test USDC on Ethereum Sepolia, to the same public test
+ * address. Settleable by the local facilitator like the first (set X402_FACILITATOR_PRIVATE_KEY
+ * to a wallet with Sepolia ETH).
+ */
+export const DEVELOPMENT_SECOND_RAIL = {
+  network: 'eip155:11155111',
+  asset: '0x1c7D4B196Cb0C7B01d743Fbc6116a902379C7238',
+  name: 'USDC',
+  version: '2',
+  payTo: DEVELOPMENT_RAIL.payTo,
+  rpcUrl: 'https://ethereum-sepolia-rpc.publicnode.com',
+} as const;
+
+/** X402_EXTRA_* settings that have no effect under this plan (the start-up log warns about them). */
+export function ignoredExtraSettings(config: Config, plan: RailPlan): string[] {
+  const set: string[] = [];
+  if (config.X402_EXTRA_NETWORK) set.push('X402_EXTRA_NETWORK');
+  if (config.X402_EXTRA_ASSET) set.push('X402_EXTRA_ASSET');
+  if (config.X402_EXTRA_PAY_TO) set.push('X402_EXTRA_PAY_TO');
+  if (config.X402_EXTRA_RPC_URL) set.push('X402_EXTRA_RPC_URL');
+  if (config.X402_EXTRA_ASSET_NAME !== 'USDC') set.push('X402_EXTRA_ASSET_NAME');
+  if (config.X402_EXTRA_ASSET_VERSION !== '2') set.push('X402_EXTRA_ASSET_VERSION');
+  if (set.length === 0) return [];
+  // Configured with an extra rail: every setting is read.
+  if (plan.kind === 'configured' && config.X402_EXTRA_NETWORK && config.X402_EXTRA_ASSET) return [];
+  return set;
 }
 
 export function chainIdOf(network: string): number {

@@ -116,6 +116,7 @@ export class PaymentReconciler {
     const nonce = auth.nonce as `0x${string}`;
     const handle: PaymentHandle = {
       ref: { nonce, network: auth.network, asset },
+      payer,
       stream,
       revision: state.revision,
       correlationId: auth.requestId,

@@ -22,12 +22,14 @@ function anvilBinary(): string {
   return join(dirname(require.resolve(`${pkg}/package.json`)), 'bin', 'anvil');
 }
 
-export async function startAnvil(options: { chainId?: number } = {}): Promise<Anvil> {
+export async function startAnvil(options: { chainId?: number; blockTime?: number } = {}): Promise<Anvil> {
   const chainId = options.chainId ?? 8453;
   const port = await freePort();
+  // Without a block time anvil mines each transaction at once; with one it mines on a timer, as Base does.
+  const mining = options.blockTime === undefined ? [] : ['--block-time', String(options.blockTime)];
   const child: ChildProcess = spawn(
     anvilBinary(),
-    ['--port', String(port), '--host', '127.0.0.1', '--chain-id', String(chainId), '--silent'],
+    ['--port', String(port), '--host', '127.0.0.1', '--chain-id', String(chainId), '--silent', ...mining],
     { stdio: ['ignore', 'ignore', 'pipe'] },
   );
   let stderr = '';

@@ -54,13 +54,21 @@ export interface LocalChain {
  * Starts anvil with the Base chain id and places our ERC-3009 test token at the Base USDC
  * address and a tryAggregate contract at the Multicall3 address.
  */
-export async function startLocalChain(): Promise<LocalChain> {
-  const [contracts, anvil] = await Promise.all([compileTestContracts(), startAnvil({ chainId: base.id })]);
+export async function startLocalChain(options: { blockTime?: number } = {}): Promise<LocalChain> {
+  const [contracts, anvil] = await Promise.all([
+    compileTestContracts(),
+    startAnvil({
+      chainId: base.id,
+      ...(options.blockTime === undefined ? {} : { blockTime: options.blockTime }),
+    }),
+  ]);
   try {
     const usdc = contracts.TestUsdc!;
     const multicall = contracts.TryAggregate!;
     const transport = http(anvil.rpcUrl);
-    const publicClient = createPublicClient({ chain: base, transport }) as PublicClient;
+    // Receipts polled often enough to see a 2 s block when it lands.
+    const pollingInterval = 200;
+    const publicClient = createPublicClient({ chain: base, transport, pollingInterval }) as PublicClient;
     const testClient = createTestClient({ chain: base, mode: 'anvil', transport });
     await testClient.setCode({ address: BASE_USDC, bytecode: usdc.runtime });
     await testClient.setCode({ address: MULTICALL3, bytecode: multicall.runtime });

@@ -10,6 +10,7 @@ import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts
 import { type Config, loadConfig } from '../../contracts/config.ts';
 import { type DomainEvent, type Plan, parseDomainEvent } from '../../contracts/events.ts';
 import { buildApp } from '../../services/api/app.ts';
+import { discoveryPlugin } from '../../services/api/discovery/plugin.ts';
 import { keyedChannel } from '../../services/api/plugins.ts';
 import { setupX402, type X402Setup } from '../../services/api/x402/setup.ts';
 import { createSignalEngine, type SignalEngine } from '../../services/engine/engine.ts';
@@ -42,8 +43,8 @@ export interface X402Stack {
   payTo: Hex;
   /** Issues a key through the operator command and waits until the registry knows it. */
   issue(plan: Plan): Promise<IssuedKey>;
-  /** The events of one payment, parsed, from its stream `payment-<nonce>`. */
-  paymentEvents(nonce: string): Promise<DomainEvent[]>;
+  /** The events of one payment, parsed, from its stream (payer and nonce on the configured rail). */
+  paymentEvents(nonce: string, payer?: string): Promise<DomainEvent[]>;
   stop(): Promise<void>;
 }
 
@@ -68,7 +69,7 @@ export async function startX402Stack(
   const store = new MemoryEventStore();
   const feed = await openReplayFeed({ run: false });
   const engine = await createSignalEngine({ feed, store, logger });
-  const x402 = (await setupX402(config, { ops: engine, store, logger }))!;
+  const x402 = (await setupX402(config, { ops: engine, store, logger, cache }))!;
   const keyed = keyedChannel({
     config,
     adapters: { eventStore: store, projectionStore: new MemoryProjectionStore(), cache },
@@ -82,7 +83,16 @@ export async function startX402Stack(
     logger,
     readiness: new Readiness(),
     metrics: null,
-    plugins: [...keyed.plugins, x402.plugin({ keys: keyed.keys, quota: keyed.quota })],
+    plugins: [
+      ...keyed.plugins,
+      x402.plugin({ keys: keyed.keys, quota: keyed.quota }),
+      discoveryPlugin({
+        tools: keyed.tools.all(),
+        paid: x402.tools,
+        rails: x402.rails,
+        paidResponseTtlMs: config.X402_PAID_RESPONSE_TTL_MS,
+      }),
+    ],
   });
   const url = await app.listen({ host: '127.0.0.1', port: 0 });
   return {
@@ -100,8 +110,22 @@ export async function startX402Stack(
       await keyed.registry.waitFor(issued.position);
       return issued;
     },
-    async paymentEvents(nonce) {
-      return (await store.readStream(paymentStream(nonce))).map((e) => parseDomainEvent(e)!);
+    async paymentEvents(nonce, payer) {
+      // Without a payer: the one payment on the rail with this nonce (tests use fresh random nonces).
+      const streams = new Set<string>();
+      if (payer) {
+        streams.add(paymentStream({ network: config.X402_NETWORK, asset: config.X402_ASSET, payer, nonce }));
+      } else {
+        for (const e of await store.readAll({ after: 0, maxCount: 100_000 })) {
+          const data = e.data as { nonce?: string };
+          if (e.stream.startsWith('payment-') && data.nonce?.toLowerCase() === nonce.toLowerCase()) {
+            streams.add(e.stream);
+          }
+        }
+      }
+      if (streams.size > 1) throw new Error(`${streams.size} payment streams for nonce ${nonce}`);
+      if (streams.size === 0) return [];
+      return (await store.readStream([...streams][0]!)).map((e) => parseDomainEvent(e)!);
     },
     async stop() {
       await app.close();

@@ -1,5 +1,6 @@
 import type { ResourceInfo } from '@x402/core/types';
 import type { Logger } from 'pino';
+import { requestFingerprint } from '../../payments/paid-responses.ts';
 import type { PaymentRequirementsFor, PayPerCall } from '../mcp/tool-call.ts';
 import { decodeMcpPayment, settlementResponse } from './codecs.ts';
 import { type PaymentFlowDeps, runPaidCall } from './payment-flow.ts';
@@ -67,6 +68,7 @@ export function mcpPayments(options: McpPaymentsOptions): {
         resource: resourceOf(tool),
         requestId: call.requestId,
         tool: tool.name,
+        fingerprint: requestFingerprint(tool.name, call.args),
         precheck: () => null,
         handler: async () => {
           try {
@@ -110,6 +112,8 @@ export function mcpPayments(options: McpPaymentsOptions): {
             message: outcome.message,
             retryable: outcome.reason !== 'facilitator_not_configured',
           };
+        case 'conflict':
+          return { kind: 'unavailable', code: outcome.reason, message: outcome.message, retryable: false };
         case 'refused':
           return { kind: 'failed', error: (failure as { error: unknown } | null)?.error ?? outcome.refusal };
       }

@@ -8,11 +8,20 @@ import {
   type SettleResponse,
   VerifyError,
 } from '@x402/core/types';
+import { extractAndValidatePaymentIdentifier, PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier';
 import type { Logger } from 'pino';
 import { WrongExpectedRevisionError } from '../../../adapters/event-store/port.ts';
+import type { KeyedSerialiser, PayerExposure } from '../../payments/exposure.ts';
 import type { PaymentHandle, PaymentLedger } from '../../payments/ledger.ts';
-import { decideReservation } from '../../payments/payment-state.ts';
+import type { PaidResponseKey, PaidResponseStore } from '../../payments/paid-responses.ts';
+import {
+  decideReservation,
+  identityKey,
+  type PaymentIdentity,
+  type PaymentState,
+} from '../../payments/payment-state.ts';
 import { v1NetworkName } from '../../payments/rails.ts';
+import type { SubmissionWatch } from '../../payments/submissions.ts';
 import type { PaymentReceipt } from '../service-meta.ts';
 import type { DecodedPayment } from './codecs.ts';
 import { describeMismatch, describeReason } from './reasons.ts';
@@ -29,9 +38,15 @@ export type PaidOutcome =
   | { kind: 'unavailable'; reason: string; message: string }
   /** The request failed after the payment was reserved; the payment was released, nothing charged. */
   | { kind: 'refused'; refusal: Refusal }
-  /** Settlement failed for certain: the result is discarded, nothing charged. */
+  /** Settlement failed for certain before the answer: the result is discarded, nothing charged. */
   | { kind: 'settlement_failed'; reason: string; message: string; settle: SettleResponse | null }
-  | { kind: 'served'; result: unknown; receipt: PaymentReceipt; settle: SettleResponse };
+  /** This payment (or payment id) already paid for another request: 409, nothing charged again. */
+  | { kind: 'conflict'; reason: string; message: string }
+  /**
+   * Served: the result, its receipt and the settlement response. `replayed` when the result is the
+   * one stored for this payment earlier (nothing new was charged).
+   */
+  | { kind: 'served'; result: unknown; receipt: PaymentReceipt; settle: SettleResponse; replayed: boolean };
 
 export interface PaidCall {
   payment: DecodedPayment;
@@ -39,6 +54,8 @@ export interface PaidCall {
   resource: ResourceInfo;
   requestId: string;
   tool: string;
+  /** sha256 of the tool and its parsed arguments (requestFingerprint): what a payment paid for. */
+  fingerprint: string;
   /** A problem with the request found only once paid for (e.g. its Content-Type). */
   precheck(): Refusal | null;
   handler(): Promise<unknown>;
@@ -55,6 +72,31 @@ export interface PaymentFlowDeps {
    * first, so such a payment is neither verified nor reserved.
    */
   cannotSettle: string | null;
+  /** Each payer's balance minus what is in flight must cover a call before it is served. */
+  exposure: PayerExposure;
+  /**
+   * How to read the payer's on-chain balance of the asset (run under the per-payer lock, so a
+   * read never starts before a settlement's release it should see), or null when no chain
+   * reader covers the network.
+   */
+  balanceOf(id: PaymentIdentity): (() => Promise<bigint>) | null;
+  /** Settlements of one payer are broadcast one at a time. */
+  settlements: KeyedSerialiser;
+  /** Paid answers kept for a bounded time; null keeps none. */
+  responses: PaidResponseStore | null;
+  /** Settlement hashes as they are broadcast (in-process facilitator only). */
+  submissions: SubmissionWatch | null;
+  /** Longest wait for the broadcast before answering without a transaction hash. */
+  submitWaitMs: number;
+  /** How long an unconfirmed settlement keeps counting against its payer (until reconciliation looks). */
+  holdPendingMs: number;
+  /** Background settlements still running; `drain` waits for them (shutdown, tests). */
+  background: Set<Promise<void>>;
+}
+
+/** The background settlements of a flow, awaited: nothing left half-recorded at shutdown. */
+export async function drainSettlements(deps: Pick<PaymentFlowDeps, 'background'>): Promise<void> {
+  while (deps.background.size > 0) await Promise.allSettled([...deps.background]);
 }
 
 function matchRequirement(
@@ -68,11 +110,71 @@ function matchRequirement(
   );
 }
 
+function receiptOf(
+  requirement: { network: string; asset: string; amount: string },
+  payer: string,
+  status: PaymentReceipt['status'],
+  transaction: string | null,
+): PaymentReceipt {
+  return {
+    status,
+    network: requirement.network,
+    asset: requirement.asset,
+    amount: requirement.amount,
+    payer,
+    transaction,
+  };
+}
+
+function pendingResponse(network: string, payer: string, transaction: string | null): SettleResponse {
+  return {
+    success: false,
+    errorReason: 'settlement_pending',
+    transaction: transaction ?? '',
+    network: network as SettleResponse['network'],
+    payer,
+  };
+}
+
+/** The answer stored for a payment, with its receipt as the log knows it now. */
+function replay(stored: { response: Record<string, unknown> }, state: PaymentState): PaidOutcome | null {
+  const auth = state.authorized;
+  if (!auth) return null;
+  if (state.status === 'settled') {
+    return {
+      kind: 'served',
+      result: stored.response,
+      receipt: receiptOf(auth, auth.payer, 'settled', state.txHash),
+      settle: {
+        success: true,
+        transaction: state.txHash ?? '',
+        network: auth.network as SettleResponse['network'],
+        payer: auth.payer,
+      },
+      replayed: true,
+    };
+  }
+  if (state.status === 'pending') {
+    return {
+      kind: 'served',
+      result: stored.response,
+      receipt: receiptOf(auth, auth.payer, 'pending', state.txHash),
+      settle: pendingResponse(auth.network, auth.payer, state.txHash),
+      replayed: true,
+    };
+  }
+  // failed or released: the payment paid for nothing, so there is nothing to give back.
+  return null;
+}
+
 /**
- * One paid call, in the only safe order: verify the authorisation, reserve its nonce in the
- * event store, run the handler, and settle only when the handler succeeded. Each step is
- * recorded before the next begins, so a crash leaves a record that reconciliation can finish.
- * Transport-agnostic: the HTTP routes and the MCP tool channel both map its outcome.
+ * One paid call, in the only safe order: look for an answer this payment already paid for,
+ * verify the authorisation, check the payer's exposure, reserve the payment in the event store,
+ * run the handler, keep the answer, and hand the settlement to the background: the caller is
+ * answered once it is broadcast (the answer carries its transaction), the receipt is waited
+ * for and recorded afterwards. Each step is recorded before the next begins, so a crash leaves
+ * a record that reconciliation can finish. Transport-agnostic: the HTTP routes and the MCP tool
+ * channel both map its outcome.
  */
 export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promise<PaidOutcome> {
   const { payment } = call;
@@ -89,10 +191,56 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
       ? payment.payload
       : { x402Version: 2, accepted: requirement, payload: payment.eip3009, resource: call.resource };
   const auth = payment.eip3009.authorization;
+  const identity: PaymentIdentity = {
+    network: requirement.network,
+    asset: requirement.asset,
+    payer: auth.from,
+    nonce: auth.nonce,
+  };
+
+  // The x402 payment-identifier extension: the client's idempotency key for this purchase.
+  let paymentId: string | null = null;
+  if (payment.version === 2 && payment.payload.extensions?.[PAYMENT_IDENTIFIER] !== undefined) {
+    const extracted = extractAndValidatePaymentIdentifier(payment.payload);
+    if (!extracted.validation.valid) {
+      return {
+        kind: 'payment_rejected',
+        reason: 'invalid_payment_identifier',
+        message: `payment-identifier: ${(extracted.validation.errors ?? []).join('; ')}`,
+      };
+    }
+    paymentId = extracted.id;
+  }
+  const responseKeys: PaidResponseKey[] = [{ kind: 'signature', signature: payment.eip3009.signature }];
+  if (paymentId !== null) responseKeys.push({ kind: 'payment_id', payer: auth.from, id: paymentId });
+
+  // An answer this payment (or payment id) already paid for comes back instead of a refusal.
+  if (deps.responses) {
+    for (const key of [...responseKeys].reverse()) {
+      const stored = await deps.responses.get(key).catch((err: unknown) => {
+        deps.logger.warn({ err, requestId: call.requestId }, 'stored paid answers could not be read');
+        return null;
+      });
+      if (stored === null) continue;
+      if (stored.fingerprint !== call.fingerprint) {
+        return {
+          kind: 'conflict',
+          reason: key.kind === 'payment_id' ? 'payment_identifier_conflict' : 'payment_already_used',
+          message:
+            key.kind === 'payment_id'
+              ? `payment id ${paymentId} already paid for another request (${stored.tool} with other arguments); use a new id`
+              : `this payment already paid for another request (${stored.tool} with other arguments); sign a new one`,
+        };
+      }
+      const state = await deps.ledger.state(stored.identity);
+      const replayed = state ? replay(stored, state) : null;
+      if (replayed) return replayed;
+    }
+  }
 
   // A replay is refused from the log at once, before the facilitator is asked; the reservation
   // below, appended at the revision read here, stays the guard that decides races.
-  const known = decideReservation(await deps.ledger.state(auth.nonce));
+  const known = decideReservation(await deps.ledger.state(identity));
   if (!known.ok) return { kind: 'payment_rejected', reason: known.reason, message: known.message };
 
   try {
@@ -117,6 +265,33 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
     };
   }
 
+  const account = identityKey({ ...identity, nonce: '' });
+  let release: () => void = () => undefined;
+  const readBalance = deps.balanceOf(identity);
+  if (readBalance !== null) {
+    let decision: Awaited<ReturnType<PayerExposure['admit']>>;
+    try {
+      decision = await deps.exposure.admit(account, BigInt(requirement.amount), readBalance);
+    } catch (err) {
+      deps.logger.warn({ err, requestId: call.requestId }, 'payer balance could not be read');
+      return {
+        kind: 'unavailable',
+        reason: 'facilitator_unavailable',
+        message: "the payer's balance could not be read right now; nothing was charged, retry shortly",
+      };
+    }
+    if (!decision.ok) {
+      return {
+        kind: 'payment_rejected',
+        reason: 'insufficient_funds',
+        message:
+          `the payer's balance (${decision.balance}) minus payments still settling (${decision.inFlight}) ` +
+          `does not cover ${requirement.amount}; retry once they settle`,
+      };
+    }
+    release = decision.release;
+  }
+
   const reserved = await deps.ledger.reserve(
     {
       nonce: auth.nonce.toLowerCase(),
@@ -134,11 +309,15 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
     },
     known.expectedRevision,
   );
-  if (!reserved.ok) return { kind: 'payment_rejected', reason: reserved.reason, message: reserved.message };
+  if (!reserved.ok) {
+    release();
+    return { kind: 'payment_rejected', reason: reserved.reason, message: reserved.message };
+  }
   const handle = reserved.handle;
 
   const early = call.precheck();
   if (early) {
+    release();
     await deps.ledger.record(handle, 'PaymentReleased', {
       reason: `request refused: ${String(early.body.code)}`,
     });
@@ -149,6 +328,7 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
   try {
     result = await call.handler();
   } catch (err) {
+    release();
     const refusal = call.describe(err);
     await deps.ledger.record(handle, 'PaymentReleased', {
       reason: `handler failed with ${refusal.status} ${String(refusal.body.code)}`,
@@ -156,23 +336,57 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
     return { kind: 'refused', refusal };
   }
 
-  return settle(deps, call, handle, payload, requirement, result);
+  return settle(deps, call, {
+    handle,
+    payload,
+    requirement,
+    identity,
+    account,
+    result,
+    release,
+    responseKeys,
+  });
 }
 
-async function settle(
-  deps: PaymentFlowDeps,
-  call: PaidCall,
-  handle: PaymentHandle,
-  payload: PaymentPayload,
-  requirement: PaymentRequirements,
-  result: unknown,
-): Promise<PaidOutcome> {
-  const auth = call.payment.eip3009.authorization;
+interface Served {
+  handle: PaymentHandle;
+  payload: PaymentPayload;
+  requirement: PaymentRequirements;
+  identity: PaymentIdentity;
+  account: string;
+  result: unknown;
+  release(): void;
+  responseKeys: PaidResponseKey[];
+}
+
+/** How a settlement ended, as recorded. */
+type Settled =
+  | { kind: 'settled'; settle: SettleResponse }
+  | { kind: 'failed'; reason: string; message: string; settle: SettleResponse | null }
+  | { kind: 'pending'; settle: SettleResponse };
+
+async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Promise<PaidOutcome> {
+  const { handle, requirement, identity } = paid;
+  const payer = identity.payer;
+  // Kept before settlement is sent: a payer charged by a settlement we sent gets the answer back.
+  if (deps.responses && typeof paid.result === 'object' && paid.result !== null) {
+    await deps.responses
+      .put(paid.responseKeys, {
+        fingerprint: call.fingerprint,
+        identity,
+        tool: call.tool,
+        response: paid.result as Record<string, unknown>,
+      })
+      .catch((err: unknown) =>
+        deps.logger.warn({ err, requestId: call.requestId }, 'the paid answer could not be kept'),
+      );
+  }
   try {
     // Recorded before the facilitator is asked: a crash mid-settlement leaves a pending record.
     await deps.ledger.record(handle, 'PaymentSettlementPending', { submittedAt: new Date().toISOString() });
   } catch (err) {
     if (!(err instanceof WrongExpectedRevisionError)) throw err;
+    paid.release();
     return {
       kind: 'unavailable',
       reason: 'payment_state_changed',
@@ -181,74 +395,165 @@ async function settle(
     };
   }
 
-  const receipt = (status: PaymentReceipt['status'], transaction: string | null): PaymentReceipt => ({
-    status,
-    network: requirement.network,
-    asset: requirement.asset,
-    amount: requirement.amount,
-    payer: auth.from,
-    transaction,
+  const watch = deps.submissions?.expect(identity, deps.submitWaitMs) ?? null;
+  // Answer at the first of: the settlement's transaction is broadcast, the settlement ended, or
+  // the wait for either ran out. A remote facilitator tells nothing before it ends: no wait.
+  type First = { kind: 'broadcast'; hash: `0x${string}` | null } | { kind: 'ended'; settled: Settled };
+  let signal: (first: First) => void = () => undefined;
+  const first = new Promise<First>((resolve) => {
+    signal = resolve;
   });
+  if (!watch) signal({ kind: 'broadcast', hash: null });
+  // One payer's settlements are broadcast one at a time: none races another to revert. The
+  // queue is held until this one is broadcast (or ended), not until its receipt: the task returns
+  // the settlement wrapped, since returning the promise itself would hold the queue until it ends.
+  const queued = deps.settlements.run(paid.account, async () => {
+    const finished = settleAndRecord(deps, call, paid);
+    void finished.then(
+      (settled) => signal({ kind: 'ended', settled }),
+      () => signal({ kind: 'broadcast', hash: null }),
+    );
+    if (watch) {
+      void watch.hash.then((hash) => signal({ kind: 'broadcast', hash }));
+      await Promise.race([watch.hash, finished.catch(() => null)]);
+    } else {
+      await finished.catch(() => null);
+    }
+    return { finished };
+  });
+  const outcome = queued.then(({ finished }) => finished);
+  const background = outcome
+    .then((settled) => {
+      watch?.cancel();
+      if (settled.kind === 'pending') setTimeout(paid.release, deps.holdPendingMs).unref();
+      else paid.release();
+    })
+    .catch((err: unknown) => {
+      deps.logger.error({ err, requestId: call.requestId }, 'background settlement failed to record');
+      setTimeout(paid.release, deps.holdPendingMs).unref();
+    });
+  deps.background.add(background);
+  void background.finally(() => deps.background.delete(background));
 
+  const answer = await first;
+  if (answer.kind === 'ended') return outcomeOf(answer.settled, paid);
+  return {
+    kind: 'served',
+    result: paid.result,
+    receipt: receiptOf(requirement, payer, 'pending', answer.hash),
+    settle: pendingResponse(requirement.network, payer, answer.hash),
+    replayed: false,
+  };
+}
+
+function outcomeOf(settled: Settled, paid: Served): PaidOutcome {
+  const { requirement, identity } = paid;
+  switch (settled.kind) {
+    case 'settled':
+      return {
+        kind: 'served',
+        result: paid.result,
+        receipt: receiptOf(requirement, identity.payer, 'settled', settled.settle.transaction),
+        settle: settled.settle,
+        replayed: false,
+      };
+    case 'pending':
+      return {
+        kind: 'served',
+        result: paid.result,
+        receipt: receiptOf(requirement, identity.payer, 'pending', settled.settle.transaction || null),
+        settle: settled.settle,
+        replayed: false,
+      };
+    case 'failed':
+      return {
+        kind: 'settlement_failed',
+        reason: settled.reason,
+        message: settled.message,
+        settle: settled.settle,
+      };
+  }
+}
+
+/** Asks the facilitator to settle and records the outcome; another writer's "settled" converges. */
+async function settleAndRecord(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Promise<Settled> {
+  const { handle, payload, requirement, identity } = paid;
+  const payer = identity.payer;
   let settled: SettleResponse;
   try {
     settled = await deps.server.settlePayment(payload, requirement);
   } catch (err) {
     if (err instanceof SettleError && !(err instanceof FacilitatorTimeoutError)) {
       const reason = err.errorReason ?? 'settlement_failed';
-      await deps.ledger.record(handle, 'PaymentSettlementFailed', {
-        reason,
-        ...(err.transaction ? { txHash: err.transaction as `0x${string}` } : {}),
-      });
-      return {
-        kind: 'settlement_failed',
-        reason,
-        message: describeReason(reason, err.errorMessage),
-        settle: null,
-      };
+      await deps.ledger.converge(
+        handle,
+        () =>
+          deps.ledger.record(handle, 'PaymentSettlementFailed', {
+            reason,
+            ...(err.transaction ? { txHash: err.transaction as `0x${string}` } : {}),
+          }),
+        ['settled', 'failed'],
+      );
+      return { kind: 'failed', reason, message: describeReason(reason, err.errorMessage), settle: null };
     }
-    // Timed out or cut off mid-call: the facilitator may still settle. Serve the paid-for result
-    // (never charged and unanswered) and leave the outcome to reconciliation.
+    // Timed out or cut off mid-call: the facilitator may still settle. Leave it to reconciliation.
     deps.logger.warn({ err, requestId: call.requestId }, 'settlement outcome unknown; recorded as pending');
-    await deps.ledger.record(handle, 'PaymentSettlementPending', {
-      submittedAt: new Date().toISOString(),
-      reason: err instanceof Error ? err.message.slice(0, 200) : 'settlement outcome unknown',
-    });
-    const pending: SettleResponse = {
-      success: false,
-      errorReason: 'settlement_pending',
-      transaction: '',
-      network: requirement.network,
-      payer: auth.from,
-    };
-    return { kind: 'served', result, receipt: receipt('pending', null), settle: pending };
+    await deps.ledger.converge(
+      handle,
+      () =>
+        deps.ledger.record(handle, 'PaymentSettlementPending', {
+          submittedAt: new Date().toISOString(),
+          reason: err instanceof Error ? err.message.slice(0, 200) : 'settlement outcome unknown',
+        }),
+      ['settled', 'failed'],
+    );
+    return { kind: 'pending', settle: pendingResponse(requirement.network, payer, null) };
   }
 
   if (settled.success) {
-    await deps.ledger.record(handle, 'PaymentSettled', {
-      payer: auth.from,
+    const recorded = await deps.ledger.recordSettled(handle, {
+      payer,
       amount: requirement.amount,
       txHash: settled.transaction as `0x${string}`,
     });
-    return { kind: 'served', result, receipt: receipt('settled', settled.transaction), settle: settled };
+    if (recorded === 'already_settled') {
+      deps.logger.info(
+        { requestId: call.requestId, transaction: settled.transaction },
+        'settlement already recorded by reconciliation; converged',
+      );
+    }
+    return { kind: 'settled', settle: settled };
   }
   if (settled.errorReason === 'settlement_pending' && settled.transaction) {
-    await deps.ledger.record(handle, 'PaymentSettlementPending', {
-      submittedAt: new Date().toISOString(),
-      txHash: settled.transaction as `0x${string}`,
-      reason: 'broadcast; receipt not confirmed in time',
-    });
-    return { kind: 'served', result, receipt: receipt('pending', settled.transaction), settle: settled };
+    await deps.ledger.converge(
+      handle,
+      () =>
+        deps.ledger.record(handle, 'PaymentSettlementPending', {
+          submittedAt: new Date().toISOString(),
+          txHash: settled.transaction as `0x${string}`,
+          reason: 'broadcast; receipt not confirmed in time',
+        }),
+      ['settled', 'failed'],
+    );
+    return { kind: 'pending', settle: settled };
   }
   const reason = settled.errorReason ?? 'settlement_failed';
-  await deps.ledger.record(handle, 'PaymentSettlementFailed', {
-    reason,
-    ...(settled.transaction ? { txHash: settled.transaction as `0x${string}` } : {}),
-  });
-  return {
-    kind: 'settlement_failed',
-    reason,
-    message: describeReason(reason, settled.errorMessage),
-    settle: settled,
-  };
+  await deps.ledger.converge(
+    handle,
+    () =>
+      deps.ledger.record(handle, 'PaymentSettlementFailed', {
+        reason,
+        ...(settled.transaction ? { txHash: settled.transaction as `0x${string}` } : {}),
+      }),
+    ['settled', 'failed'],
+  );
+  if (!settled.transaction) {
+    // Refused before anything was sent (e.g. the payer's funds moved away since verification).
+    return { kind: 'failed', reason, message: describeReason(reason, settled.errorMessage), settle: settled };
+  }
+  deps.logger.error(
+    { requestId: call.requestId, reason, transaction: settled.transaction },
+    'a broadcast settlement failed on chain',
+  );
+  return { kind: 'failed', reason, message: describeReason(reason, settled.errorMessage), settle: settled };
 }

@@ -3,8 +3,9 @@ import type { Logger } from 'pino';
 import { describeFailure } from '../../engine/operation-errors.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
 import type { KeyResolver } from '../../keys/key-resolver.ts';
+import { requestFingerprint } from '../../payments/paid-responses.ts';
 import type { QuotaMeter } from '../../quota/quota-meter.ts';
-import { type Caller, CallerRejectedError, identifyCaller } from '../caller.ts';
+import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../metered-call.ts';
 import type { PaidServiceMeta, ServiceMeta } from '../service-meta.ts';
 import { decodePaymentHeader, paymentResponseHeader } from './codecs.ts';
@@ -92,11 +93,10 @@ export function describeError(logger: Logger, err: unknown): Refusal {
 }
 
 /**
- * The caller's `_service` for an answer that debits nothing: a key's live quota, or none for a
- * payer. An anonymous caller's comes back without a promise: the common 402 reads no quota.
+ * The caller's `_service` for an answer that debits nothing: the live quota of the key, or of the
+ * anonymous caller's address (a 402 quote carries it too, as the contract asks of every response).
  */
-export function undebitedService(quota: QuotaMeter, caller: Caller): ServiceMeta | Promise<ServiceMeta> {
-  if (caller.keyId === null) return { auth: caller.auth, quota: null };
+export function undebitedService(quota: QuotaMeter, caller: Caller): Promise<ServiceMeta> {
   return quota.peek(caller.subject).then(
     (snapshot) => ({ auth: caller.auth, quota: snapshot }),
     () => ({ auth: caller.auth, quota: null }),
@@ -170,14 +170,10 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
           caller = await identifyCaller(keyed.keys, { headers: request.headers, clientAddress: request.ip });
         } catch (err) {
           if (!(err instanceof CallerRejectedError)) throw err;
+          const service = await rejectedService(keyed.quota, err);
           return err.reason === 'unknown'
-            ? send(reply, 401, { code: 'unknown_key', message: err.message }, err.service)
-            : send(
-                reply,
-                503,
-                { code: 'key_unverifiable', message: err.message, retryable: true },
-                err.service,
-              );
+            ? send(reply, 401, { code: 'unknown_key', message: err.message }, service)
+            : send(reply, 503, { code: 'key_unverifiable', message: err.message, retryable: true }, service);
         }
 
         const problem = problems.get(request) ?? null;
@@ -244,8 +240,7 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
           });
         }
 
-        const undebited = undebitedService(keyed.quota, caller);
-        const service = undebited instanceof Promise ? await undebited : undebited;
+        const service = await undebitedService(keyed.quota, caller);
         if (decoded === null) {
           return sendQuote(
             reply,
@@ -267,6 +262,7 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
             resource: { url, description: tool.description, mimeType: 'application/json' },
             requestId,
             tool: tool.name,
+            fingerprint: requestFingerprint(tool.name, input),
             precheck: () => contentRefusal,
             handler: () => tool.run(options.ops, input, requestId),
             describe: (err) => describeError(log, err),
@@ -289,6 +285,8 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
             );
           case 'refused':
             return send(reply, outcome.refusal.status, outcome.refusal.body, service);
+          case 'conflict':
+            return send(reply, 409, { code: outcome.reason, message: outcome.message }, service);
           case 'settlement_failed': {
             if (outcome.settle) reply.header(...paymentResponseHeader(version, outcome.settle));
             return sendQuote(
@@ -303,6 +301,7 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
           }
           case 'served': {
             reply.header(...paymentResponseHeader(version, outcome.settle));
+            if (outcome.replayed) reply.header('x-payment-replayed', 'true');
             const paid: PaidServiceMeta = { ...service, payment: outcome.receipt };
             return send(reply, 200, outcome.result as object, paid);
           }

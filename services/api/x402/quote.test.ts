@@ -47,6 +47,8 @@ describe('Quoter.quote', () => {
           resource: resource().url,
           payTo: rails[0]!.payTo,
         }),
+        // The second development rail: Ethereum Sepolia.
+        expect.objectContaining({ network: 'sepolia', maxAmountRequired: '20000', payTo: rails[1]!.payTo }),
       ],
     });
     expect(`${quote.bodyOpen}}`).toBe(JSON.stringify(quote.body));

@@ -84,6 +84,9 @@ export class Quoter {
   constructor(
     private readonly server: x402ResourceServer,
     private readonly rails: Rail[],
+    /** The v2 `extensions` of a resource's quote (discovery, payment-identifier), by its URL. */
+    private readonly extensionsFor: (resource: QuotedResource) => Record<string, unknown> | undefined = () =>
+      undefined,
   ) {}
 
   requirements(price: number): Promise<PaymentRequirements[]> {
@@ -114,7 +117,12 @@ export class Quoter {
 
   /** The v2 PaymentRequired of one request: what the header carries and the MCP transport sends as is. */
   async paymentRequired(price: number, resource: ResourceInfo, message: string): Promise<PaymentRequired> {
-    return this.server.createPaymentRequiredResponse(await this.requirements(price), resource, message);
+    return this.server.createPaymentRequiredResponse(
+      await this.requirements(price),
+      resource,
+      message,
+      this.extensionsFor(resource),
+    );
   }
 
   /**

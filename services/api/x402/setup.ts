@@ -1,22 +1,28 @@
 import type { FacilitatorClient } from '@x402/core/server';
 import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
+import type { Cache } from '../../../adapters/cache/port.ts';
 import type { EventStore } from '../../../adapters/event-store/port.ts';
 import type { Config } from '../../../contracts/config.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
 import { chainReadersFor } from '../../payments/chain-reader.ts';
+import { KeyedSerialiser, PayerExposure } from '../../payments/exposure.ts';
 import { PaymentLedger } from '../../payments/ledger.ts';
-import { createLocalFacilitator } from '../../payments/local-facilitator.ts';
+import { createLocalFacilitator, type LocalFacilitator } from '../../payments/local-facilitator.ts';
+import { PaidResponseStore } from '../../payments/paid-responses.ts';
 import { createQuoteOnlyFacilitator } from '../../payments/quote-only-facilitator.ts';
-import { type Rail, railPlan } from '../../payments/rails.ts';
+import { ignoredExtraSettings, type Rail, railPlan } from '../../payments/rails.ts';
 import { PaymentReconciler } from '../../payments/reconcile.ts';
 import { createRemoteFacilitator } from '../../payments/remote-facilitator.ts';
 import { createResourceServer } from '../../payments/resource-server.ts';
+import { catalogTools, quoteExtensions } from '../discovery/catalog.ts';
 import type { PaymentRequirementsFor, PayPerCall } from '../mcp/tool-call.ts';
+import { signalToolTable } from '../mcp/tool-registry.ts';
 import { mcpPayments } from './mcp-payments.ts';
+import { drainSettlements, type PaymentFlowDeps } from './payment-flow.ts';
 import { type KeyedAccess, x402Plugin } from './plugin.ts';
 import { Quoter } from './quote.ts';
-import { paidTools } from './tools.ts';
+import { type PaidTool, paidTools } from './tools.ts';
 
 export interface X402Setup {
   /** The /x402/* routes; a key presented there is served from the keyed channel's plan quota. */
@@ -26,10 +32,14 @@ export interface X402Setup {
   /** `development`: the test rail quoted by default outside production. */
   rail: 'configured' | 'development';
   rails: Rail[];
+  /** What is sold per call, with its prices (for discovery documents). */
+  tools: PaidTool[];
   /** Whether a payment can be settled here (false: quotes only, paid retries get 503). */
   settles: boolean;
   reconciler: PaymentReconciler;
   facilitator: FacilitatorClient;
+  /** Resolves once every settlement handed to the background has been recorded. */
+  settled(): Promise<void>;
   /** Starts periodic reconciliation (a first round runs at once, finishing what a restart left open). */
   start(): void;
   stop(): Promise<void>;
@@ -75,7 +85,13 @@ function facilitatorFor(config: Config, rails: Rail[]): { facilitator: Facilitat
  */
 export async function setupX402(
   config: Config,
-  deps: { ops: SignalOperations; store: EventStore; logger: Logger },
+  deps: {
+    ops: SignalOperations;
+    store: EventStore;
+    logger: Logger;
+    /** Where paid answers are kept for X402_PAID_RESPONSE_TTL_MS; without it none are kept. */
+    cache?: Cache;
+  },
 ): Promise<X402Setup | null> {
   const plan = railPlan(config);
   if (plan.kind === 'off') {
@@ -83,27 +99,57 @@ export async function setupX402(
     return null;
   }
   const { rails } = plan;
+  const ignored = ignoredExtraSettings(config, plan);
+  if (ignored.length > 0) {
+    deps.logger.warn(
+      { ignored },
+      plan.kind === 'development'
+        ? `${ignored.join(', ')} set but ignored: the development rails are quoted until X402_PAY_TO is set`
+        : `${ignored.join(', ')} set but ignored: an extra rail needs both X402_EXTRA_NETWORK and X402_EXTRA_ASSET`,
+    );
+  }
   const { facilitator, settles } = facilitatorFor(config, rails);
   const server = await createResourceServer(facilitator, rails);
+  const chains = chainReadersFor(rails);
   const reconciler = new PaymentReconciler({
     store: deps.store,
-    chains: chainReadersFor(rails),
+    chains,
     olderThanMs: config.X402_RECONCILE_AFTER_MS,
     logger: deps.logger,
   });
-  const quoter = new Quoter(server, rails);
   const tools = paidTools(config);
-  const flow = {
+  // Each tool's 402 carries its bazaar discovery extension and the idempotency key it accepts.
+  const extensions = new Map(
+    catalogTools(signalToolTable(), tools).map((tool) => [tool.name, quoteExtensions(tool)]),
+  );
+  const quoter = new Quoter(server, rails, (resource) => {
+    const name = /(?:\/x402\/|^mcp:\/\/tool\/)([a-z_]+)(?:[?#]|$)/.exec(resource.url)?.[1];
+    return name === undefined ? undefined : extensions.get(name);
+  });
+  const local =
+    (facilitator as Partial<LocalFacilitator>).kind === 'local' ? (facilitator as LocalFacilitator) : null;
+  const flow: PaymentFlowDeps = {
     server,
     ledger: new PaymentLedger(deps.store),
     logger: deps.logger,
     cannotSettle: settles ? null : NOT_CONFIGURED,
+    exposure: new PayerExposure(),
+    balanceOf: (id) => {
+      const chain = chains.get(id.network);
+      return chain ? () => chain.balanceOf(id.asset as `0x${string}`, id.payer as `0x${string}`) : null;
+    },
+    settlements: new KeyedSerialiser(),
+    responses: deps.cache ? new PaidResponseStore(deps.cache, config.X402_PAID_RESPONSE_TTL_MS) : null,
+    submissions: local?.submissions ?? null,
+    submitWaitMs: config.X402_SETTLE_CONFIRM_TIMEOUT_MS,
+    holdPendingMs: config.X402_RECONCILE_AFTER_MS,
+    background: new Set(),
   };
   const quoted = rails.map(({ network, asset, payTo }) => ({ network, asset, payTo }));
   if (plan.kind === 'development') {
     deps.logger.warn(
       { rail: 'development', rails: quoted, settles },
-      'pay-per-call quotes the DEVELOPMENT rail (Base Sepolia test USDC to a public test address); set X402_PAY_TO to be paid',
+      'pay-per-call quotes the DEVELOPMENT rails (Base Sepolia and Ethereum Sepolia test USDC to a public test address); set X402_PAY_TO to be paid',
     );
   } else {
     deps.logger.info(
@@ -117,10 +163,15 @@ export async function setupX402(
     mcp: mcpPayments({ tools, quoter, flow, logger: deps.logger }),
     rail: plan.kind,
     rails,
+    tools,
     settles,
     reconciler,
     facilitator,
+    settled: () => drainSettlements(flow),
     start: () => reconciler.start(config.X402_RECONCILE_INTERVAL_MS),
-    stop: () => reconciler.stop(),
+    stop: async () => {
+      await drainSettlements(flow);
+      await reconciler.stop();
+    },
   };
 }

@@ -1,0 +1,262 @@
+import { declareDiscoveryExtension } from '@x402/extensions/bazaar';
+import { declarePaymentIdentifierExtension, PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier';
+import { z } from 'zod';
+import { TIMEFRAMES } from '../../../contracts/market.ts';
+import type { Rail } from '../../payments/rails.ts';
+import { outputSchemaOf, type ToolDefinition } from '../mcp/tool-registry.ts';
+import type { PaidTool } from '../x402/tools.ts';
+
+/**
+ * Everything agents discover about the service, derived from the one tool table (the MCP
+ * registry's tool definitions, with the x402 prices beside them): the `bazaar` extension of each
+ * 402, `/.well-known/x402`, `/llms.txt` and the MCP server card. Pure: the documents are built
+ * from these inputs and the origin a request came to.
+ */
+
+export const SERVICE_NAME = 'signal-service';
+export const SERVICE_TITLE = 'Crypto signal service';
+export const SERVICE_VERSION = '1.0.0';
+export const SERVICE_DESCRIPTION =
+  'Composite BUY/SELL/HOLD crypto verdicts, market regimes, ranked scans and funding-arbitrage scans, ' +
+  'over MCP and keyless x402 pay-per-call HTTP.';
+
+/** How paid calls are fulfilled and what happens when something goes wrong, machine-readable. */
+export function paymentPolicy(retentionMs: number) {
+  return {
+    fulfilment: {
+      answer:
+        'the result is returned once the payment is verified, reserved, the call succeeded and the ' +
+        'settlement transaction is broadcast; settlement confirms about one block later',
+      receipt:
+        '_service.payment and PAYMENT-RESPONSE carry the settlement transaction (status pending until confirmed)',
+      receiptLookup:
+        'present the same payment (or payment-identifier id) again to get the answer and its current receipt',
+    },
+    charging: {
+      chargedOnlyOnSuccess: true,
+      notCharged: [
+        'invalid input',
+        'invalid_content_type',
+        'handler failure',
+        'settlement refused before broadcast',
+      ],
+      perPayerExposure:
+        "a call is served only while the payer's balance minus their payments still settling covers it",
+    },
+    idempotency: {
+      paymentIdentifierExtension: PAYMENT_IDENTIFIER,
+      samePaymentReturnsStoredResponse: true,
+      storedResponseSeconds: Math.floor(retentionMs / 1000),
+      storedEncrypted: true,
+      conflictStatus: 409,
+      conflictCodes: ['payment_identifier_conflict', 'payment_already_used'],
+    },
+    refunds: {
+      policy:
+        'none issued: a call that fails is never charged, and a paid answer can always be fetched again',
+      contact: null,
+    },
+  };
+}
+
+/** A tool as the table describes it (its `run` is not needed to describe it). */
+export type TableTool = Omit<ToolDefinition, 'run'>;
+
+export interface CatalogTool {
+  name: string;
+  title: string;
+  description: string;
+  inputSchema: Record<string, unknown>;
+  outputSchema: Record<string, unknown> | null;
+  example: Record<string, unknown>;
+  /** The x402 route and its prices in atomic units of the rails' asset, or null when not sold per call. */
+  paid: { path: string; price: number; byTimeframe: Record<string, number> | null } | null;
+}
+
+function inputSchemaOf(tool: TableTool): Record<string, unknown> {
+  const { $schema: _drop, ...rest } = z.toJSONSchema(tool.input, {
+    io: 'input',
+    unrepresentable: 'any',
+  }) as Record<string, unknown>;
+  return rest;
+}
+
+/** The one table, joined: every MCP tool, with its x402 route and prices when it is sold per call. */
+export function catalogTools(tools: TableTool[], paid: PaidTool[]): CatalogTool[] {
+  const prices = new Map(paid.map((p) => [p.name as string, p]));
+  return tools.map((tool) => {
+    const sold = prices.get(tool.name);
+    let byTimeframe: Record<string, number> | null = null;
+    if (sold && tool.name === 'get_trade_call') {
+      byTimeframe = Object.fromEntries(
+        TIMEFRAMES.map((timeframe) => [timeframe, sold.price(tool.input.parse({ coin: 'BTC', timeframe }))]),
+      );
+    }
+    return {
+      name: tool.name,
+      title: tool.title,
+      description: tool.description,
+      inputSchema: inputSchemaOf(tool),
+      outputSchema: tool.output ? outputSchemaOf(tool.output) : null,
+      example: tool.example ?? {},
+      paid: sold ? { path: `/x402/${tool.name}`, price: sold.price(null), byTimeframe } : null,
+    };
+  });
+}
+
+/** The x402 `bazaar` discovery extension of one paid route: how to call it and what comes back. */
+export function bazaarExtension(tool: CatalogTool): Record<string, unknown> {
+  const declared = declareDiscoveryExtension({
+    bodyType: 'json',
+    input: tool.example,
+    inputSchema: tool.inputSchema,
+    output: { schema: tool.outputSchema ?? { type: 'object' } },
+  } as Parameters<typeof declareDiscoveryExtension>[0]) as Record<string, { info: { input: object } }>;
+  const bazaar = declared.bazaar!;
+  // The method is normally filled in by the HTTP route enrichment of @x402/core; our routes are our own.
+  return { ...bazaar, info: { ...bazaar.info, input: { ...bazaar.info.input, method: 'POST' } } };
+}
+
+/** The v2 `extensions` of a tool's 402: discovery and the idempotency key it accepts. */
+export function quoteExtensions(tool: CatalogTool): Record<string, unknown> {
+  return { bazaar: bazaarExtension(tool), [PAYMENT_IDENTIFIER]: declarePaymentIdentifierExtension(false) };
+}
+
+function usd(atomic: number): string {
+  return (atomic / 1_000_000).toFixed(6).replace(/0+$/, '').replace(/\.$/, '.0');
+}
+
+/** `/.well-known/x402`: every paid route, its price, the rails, the policy. */
+export function x402Manifest(
+  origin: string,
+  tools: CatalogTool[],
+  rails: Rail[],
+  policy: ReturnType<typeof paymentPolicy>,
+) {
+  return {
+    x402Version: 2,
+    name: SERVICE_NAME,
+    description: SERVICE_DESCRIPTION,
+    resources: tools
+      .filter((t) => t.paid !== null)
+      .map((t) => ({
+        resource: `${origin}${t.paid!.path}`,
+        method: 'POST',
+        tool: t.name,
+        title: t.title,
+        description: t.description,
+        mimeType: 'application/json',
+        price: { amount: String(t.paid!.price), usd: usd(t.paid!.price) },
+        ...(t.paid!.byTimeframe
+          ? {
+              priceBy: {
+                field: 'timeframe',
+                amounts: Object.fromEntries(
+                  Object.entries(t.paid!.byTimeframe).map(([k, v]) => [k, String(v)]),
+                ),
+              },
+            }
+          : {}),
+        extensions: { bazaar: bazaarExtension(t) },
+      })),
+    accepts: rails.map((rail) => ({
+      scheme: 'exact',
+      network: rail.network,
+      asset: rail.asset,
+      payTo: rail.payTo,
+      extra: { name: rail.name, version: rail.version },
+      maxTimeoutSeconds: rail.maxTimeoutSeconds,
+    })),
+    extensions: [PAYMENT_IDENTIFIER, 'bazaar'],
+    policy,
+    mcp: { url: `${origin}/mcp`, card: `${origin}/.well-known/mcp.json` },
+  };
+}
+
+/** `/.well-known/mcp.json`: the MCP server card. */
+export function mcpServerCard(origin: string, tools: CatalogTool[]) {
+  return {
+    name: SERVICE_NAME,
+    title: SERVICE_TITLE,
+    version: SERVICE_VERSION,
+    description: SERVICE_DESCRIPTION,
+    endpoints: [{ transport: 'streamable-http', url: `${origin}/mcp` }],
+    protocolVersions: ['2025-06-18', '2025-03-26', '2026-07-28'],
+    capabilities: { tools: { listChanged: false } },
+    authentication: {
+      optional: true,
+      schemes: ['bearer'],
+      note: 'anonymous callers get the free limits; an exhausted caller can pay per call with _meta["x402/payment"]',
+    },
+    tools: tools.map((t) => ({
+      name: t.name,
+      title: t.title,
+      description: t.description,
+      inputSchema: t.inputSchema,
+      ...(t.outputSchema ? { outputSchema: t.outputSchema } : {}),
+      annotations: { title: t.title, readOnlyHint: true, openWorldHint: true },
+    })),
+  };
+}
+
+/** `/llms.txt`: the same, for a model reading plain text. */
+export function llmsTxt(origin: string, tools: CatalogTool[], rails: Rail[]): string {
+  const lines = [
+    `# ${SERVICE_TITLE}`,
+    '',
+    `> ${SERVICE_DESCRIPTION}`,
+    '',
+    '## MCP',
+    '',
+    `- [MCP endpoint](${origin}/mcp): Streamable HTTP; one-shot tools/call without a session works too`,
+    `- [Server card](${origin}/.well-known/mcp.json): tools with input and output schemas`,
+    '',
+    '## Pay per call (x402, no account)',
+    '',
+    `- [x402 manifest](${origin}/.well-known/x402): routes, prices, networks, refund and fulfilment policy`,
+    ...rails.map((r) => `- Accepted: ${r.name} ${r.asset} on ${r.network}, paid to ${r.payTo}`),
+    '',
+    '## Tools',
+    '',
+    ...tools.map((t) => {
+      const price = t.paid ? ` — POST ${origin}${t.paid.path}, ${usd(t.paid.price)} USD per call` : '';
+      return `- ${t.name}: ${t.description}${price}`;
+    }),
+    '',
+  ];
+  return lines.join('\n');
+}
+
+/** Where the MCP registry entry says the service runs; {host} is filled in by whoever deploys it. */
+export const REGISTRY_NAME = 'io.github.signal-service/signal-service';
+
+/**
+ * `server.json` for the MCP registry (checked in at the repository root; a test keeps it equal
+ * to this). The registry lists remote endpoints, not tools: the tool names ride in the
+ * publisher-provided `_meta` so a reader can check them against the server card.
+ */
+export function registryServerJson(tools: CatalogTool[]) {
+  return {
+    $schema: 'https://static.modelcontextprotocol.io/schemas/2025-12-11/server.schema.json',
+    name: REGISTRY_NAME,
+    title: SERVICE_TITLE,
+    description: 'Crypto BUY/SELL/HOLD verdicts, regimes and funding-arb scans; x402 pay-per-call.',
+    version: SERVICE_VERSION,
+    remotes: [
+      {
+        type: 'streamable-http',
+        url: 'https://{host}/mcp',
+        variables: {
+          host: { description: 'Host name the service is deployed at', isRequired: true, format: 'string' },
+        },
+      },
+    ],
+    _meta: {
+      'io.modelcontextprotocol.registry/publisher-provided': {
+        tools: tools.map((t) => t.name),
+        serverCard: '/.well-known/mcp.json',
+        x402Manifest: '/.well-known/x402',
+      },
+    },
+  };
+}

@@ -1,0 +1,53 @@
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import type { Rail } from '../../payments/rails.ts';
+import type { PaidTool } from '../x402/tools.ts';
+import {
+  type CatalogTool,
+  catalogTools,
+  llmsTxt,
+  mcpServerCard,
+  paymentPolicy,
+  type TableTool,
+  x402Manifest,
+} from './catalog.ts';
+
+export interface DiscoveryOptions {
+  /** The tools /mcp serves (the registry's definitions). */
+  tools: TableTool[];
+  /** The tools sold per call on /x402/*, with their prices; empty when pay-per-call is off. */
+  paid: PaidTool[];
+  rails: Rail[];
+  /** How long paid answers are kept (the published idempotency window). */
+  paidResponseTtlMs: number;
+}
+
+const CACHE = 'public, max-age=300';
+
+/**
+ * GET /.well-known/x402, /.well-known/mcp.json and /llms.txt: what an agent with only the
+ * origin needs to find the tools, their prices and how to call them. Built per origin asked
+ * (the Host the request came to), from the same table the routes and the MCP server use.
+ */
+export function discoveryPlugin(options: DiscoveryOptions): FastifyPluginAsync {
+  const tools: CatalogTool[] = catalogTools(options.tools, options.paid);
+  const policy = paymentPolicy(options.paidResponseTtlMs);
+  const origin = (request: FastifyRequest) => `${request.protocol}://${request.host}`;
+  return async (app) => {
+    if (options.paid.length > 0) {
+      app.get('/.well-known/x402', async (request, reply) =>
+        reply
+          .header('cache-control', CACHE)
+          .send(x402Manifest(origin(request), tools, options.rails, policy)),
+      );
+    }
+    app.get('/.well-known/mcp.json', async (request, reply) =>
+      reply.header('cache-control', CACHE).send(mcpServerCard(origin(request), tools)),
+    );
+    app.get('/llms.txt', async (request, reply) =>
+      reply
+        .header('cache-control', CACHE)
+        .type('text/plain; charset=utf-8')
+        .send(llmsTxt(origin(request), tools, options.paid.length > 0 ? options.rails : [])),
+    );
+  };
+}

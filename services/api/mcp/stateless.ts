@@ -1,0 +1,142 @@
+import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import type { CacheHint, McpHttpHandler, Server, ServerContext } from '@modelcontextprotocol/server';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { createMcpServer, SERVER_INFO, SERVER_INSTRUCTIONS } from './server.ts';
+import { ChannelError, callTool, MCP_PAYMENT_META, type ToolCallDeps } from './tool-call.ts';
+
+/**
+ * /mcp without a session and not initialize: what the session path refused with
+ * "Mcp-Session-Id header is required". Two kinds, told apart by the maintained SDK's own
+ * classifier (`isLegacyRequest`): a 2025-era one-shot `tools/call` (what the peer's documentation
+ * tells integrators to send) is answered by the 1.x server over a session-less transport, as
+ * JSON; a 2026-07-28 request (per-request envelope, `server/discover`, `Mcp-Method`/`Mcp-Name`
+ * headers checked against the body, `ttlMs`/`cacheScope` on lists) by the 2.x SDK's
+ * `createMcpHandler`. The session handshake in plugin.ts is untouched. Same tools, same caller
+ * rules: every call goes through callTool.
+ */
+
+/** The tool list changes only with a deployment: clients may keep it for five minutes, shared. */
+const TOOLS_CACHE: CacheHint = { ttlMs: 300_000, cacheScope: 'public' };
+
+function headersOf(request: Request | undefined): Record<string, string> {
+  return request ? Object.fromEntries(request.headers.entries()) : {};
+}
+
+/** The 2.x SDK, loaded on the first session-less request: most processes never see one, and it costs ~0.3 s to load. */
+type ModernSdk = typeof import('@modelcontextprotocol/server');
+
+function createModernServer(sdk: ModernSdk, deps: ToolCallDeps): Server {
+  const { Server, ProtocolError } = sdk;
+  const server = new Server(SERVER_INFO, {
+    capabilities: { tools: { listChanged: false } },
+    instructions: SERVER_INSTRUCTIONS,
+    cacheHints: { 'tools/list': TOOLS_CACHE, 'server/discover': TOOLS_CACHE },
+  });
+  server.setRequestHandler('tools/list', async () => ({ tools: deps.registry.list() }) as never);
+  server.setRequestHandler('tools/call', async (request, ctx: ServerContext) => {
+    const clientAddress = ctx.http?.authInfo?.extra?.clientAddress;
+    const payment = request.params._meta?.[MCP_PAYMENT_META];
+    try {
+      return (await callTool(deps, {
+        name: request.params.name,
+        args: request.params.arguments,
+        headers: headersOf(ctx.http?.req),
+        clientAddress: typeof clientAddress === 'string' ? clientAddress : 'unknown',
+        ...(payment === undefined ? {} : { payment }),
+      })) as never;
+    } catch (err) {
+      // -32003/-32004 stay JSON-RPC errors on this generation too, message as written.
+      if (err instanceof ChannelError) throw new ProtocolError(err.code, err.message, err.data);
+      throw err;
+    }
+  });
+  return server;
+}
+
+export interface StatelessMcp {
+  serve(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply>;
+  close(): Promise<void>;
+}
+
+/**
+ * A 2025-era request without a session, answered by the same 1.x server the sessions use over a
+ * transport without session ids, as one JSON body (a one-shot client reads JSON, not a stream).
+ */
+async function serveLegacy(
+  deps: ToolCallDeps,
+  request: FastifyRequest,
+  reply: FastifyReply,
+): Promise<FastifyReply> {
+  const server = createMcpServer(deps);
+  const transport = new StreamableHTTPServerTransport({
+    sessionIdGenerator: undefined,
+    enableJsonResponse: true,
+  });
+  await server.connect(transport);
+  reply.hijack();
+  for (const [name, value] of Object.entries(reply.getHeaders())) {
+    if (value !== undefined) reply.raw.setHeader(name, value as string | string[] | number);
+  }
+  const raw = request.raw as typeof request.raw & { auth?: AuthInfo };
+  raw.auth = { token: '', clientId: 'mcp', scopes: [], extra: { clientAddress: request.ip } };
+  reply.raw.once('close', () => {
+    void transport.close().catch(() => undefined);
+    void server.close().catch(() => undefined);
+  });
+  try {
+    await transport.handleRequest(raw, reply.raw, request.body);
+  } catch (err) {
+    request.log.error({ err }, 'stateless mcp request failed');
+    if (!reply.raw.headersSent) {
+      reply.raw.writeHead(500, { 'content-type': 'application/json' });
+      reply.raw.end(
+        JSON.stringify({ jsonrpc: '2.0', error: { code: -32603, message: 'Internal error' }, id: null }),
+      );
+    }
+  }
+  return reply;
+}
+
+export function statelessMcp(deps: ToolCallDeps): StatelessMcp {
+  let loaded: Promise<{ sdk: ModernSdk; handler: McpHttpHandler }> | null = null;
+  const load = () => {
+    loaded ??= import('@modelcontextprotocol/server').then((sdk) => ({
+      sdk,
+      handler: sdk.createMcpHandler(() => createModernServer(sdk, deps), {
+        // 2025-era requests never reach this handler (serveLegacy); 'auto' answers JSON since no
+        // tool here emits notifications before its result.
+        legacy: 'reject',
+        onerror: (err) => deps.logger.debug({ err }, 'stateless mcp request refused'),
+      }),
+    }));
+    return loaded;
+  };
+  return {
+    async serve(request, reply) {
+      const headers = new Headers();
+      for (const [name, value] of Object.entries(request.headers)) {
+        if (value === undefined) continue;
+        for (const one of Array.isArray(value) ? value : [value]) headers.append(name, one);
+      }
+      const url = `${request.protocol}://${request.host}${request.url}`;
+      const body = typeof request.body === 'string' ? request.body : JSON.stringify(request.body ?? null);
+      const web = new Request(url, { method: request.method, headers, body });
+      const { sdk, handler } = await load();
+      if (await sdk.isLegacyRequest(web, request.body)) return serveLegacy(deps, request, reply);
+      const response = await handler.fetch(web, {
+        parsedBody: request.body,
+        authInfo: { token: '', clientId: 'mcp', scopes: [], extra: { clientAddress: request.ip } },
+      });
+      reply.code(response.status);
+      response.headers.forEach((value, name) => {
+        reply.header(name, value);
+      });
+      const text = await response.text();
+      return reply.send(text.length > 0 ? text : undefined);
+    },
+    close: async () => {
+      if (loaded) await (await loaded).handler.close();
+    },
+  };
+}

@@ -1,0 +1,93 @@
+import { describe, expect, it } from 'vitest';
+import { createMemoryCache } from '../../adapters/cache/memory.ts';
+import { KeyedSerialiser, PayerExposure } from './exposure.ts';
+import { canonicalJson, PaidResponseStore, requestFingerprint } from './paid-responses.ts';
+
+describe('PayerExposure', () => {
+  it('admits while balance minus what is in flight covers the amount; a release frees it', async () => {
+    const exposure = new PayerExposure();
+    const balance = async () => 50n;
+    const decisions = await Promise.all([1, 2, 3].map(() => exposure.admit('A', 20n, balance)));
+    expect(decisions.map((d) => d.ok)).toEqual([true, true, false]);
+    expect(decisions[2]).toMatchObject({ ok: false, balance: 50n, inFlight: 40n });
+    expect(exposure.held('a')).toBe(40n);
+    if (decisions[0]!.ok) decisions[0]!.release();
+    if (decisions[0]!.ok) decisions[0]!.release(); // twice is once
+    expect((await exposure.admit('A', 20n, balance)).ok).toBe(true);
+    expect(exposure.held('A')).toBe(40n);
+    // Another account is not affected.
+    expect((await exposure.admit('B', 50n, balance)).ok).toBe(true);
+  });
+
+  it('a failing balance read admits nothing and holds nothing', async () => {
+    const exposure = new PayerExposure();
+    await expect(exposure.admit('A', 1n, async () => Promise.reject(new Error('rpc down')))).rejects.toThrow(
+      'rpc down',
+    );
+    expect(exposure.held('A')).toBe(0n);
+  });
+});
+
+describe('KeyedSerialiser', () => {
+  it('runs one key’s tasks one at a time, in order, and other keys alongside', async () => {
+    const serialiser = new KeyedSerialiser();
+    const log: string[] = [];
+    const task = (name: string, ms: number) => async () => {
+      log.push(`start ${name}`);
+      await new Promise((r) => setTimeout(r, ms));
+      log.push(`end ${name}`);
+      return name;
+    };
+    const results = await Promise.all([
+      serialiser.run('k', task('a', 20)),
+      serialiser.run('k', task('b', 1)),
+      serialiser.run('other', task('c', 1)),
+    ]);
+    expect(results).toEqual(['a', 'b', 'c']);
+    expect(log.indexOf('end a')).toBeLessThan(log.indexOf('start b'));
+    expect(log.indexOf('start c')).toBeLessThan(log.indexOf('end a'));
+    // A failed task does not block the queue.
+    await expect(serialiser.run('k', async () => Promise.reject(new Error('x')))).rejects.toThrow('x');
+    expect(await serialiser.run('k', async () => 'after')).toBe('after');
+  });
+});
+
+describe('PaidResponseStore', () => {
+  const entry = {
+    fingerprint: requestFingerprint('get_trade_call', { coin: 'BTC', timeframe: '1h' }),
+    identity: { network: 'eip155:8453', asset: '0xa', payer: '0xb', nonce: '0xc' },
+    tool: 'get_trade_call',
+    response: { call: 'BUY' },
+  };
+
+  it('gives the answer back only for the secret it was kept under, encrypted at rest', async () => {
+    const cache = createMemoryCache();
+    const store = new PaidResponseStore(cache, 60_000);
+    await store.put(
+      [
+        { kind: 'signature', signature: '0xAB' },
+        { kind: 'payment_id', payer: '0xB', id: 'pay_0123456789abcdef' },
+      ],
+      entry,
+    );
+    expect(await store.get({ kind: 'signature', signature: '0xab' })).toMatchObject(entry);
+    expect(await store.get({ kind: 'payment_id', payer: '0xb', id: 'pay_0123456789abcdef' })).toMatchObject(
+      entry,
+    );
+    expect(await store.get({ kind: 'payment_id', payer: '0xother', id: 'pay_0123456789abcdef' })).toBeNull();
+    expect(await store.get({ kind: 'signature', signature: '0xcd' })).toBeNull();
+  });
+
+  it('expires with the cache TTL', async () => {
+    const store = new PaidResponseStore(createMemoryCache(), 20);
+    await store.put([{ kind: 'signature', signature: '0x01' }], entry);
+    await new Promise((r) => setTimeout(r, 40));
+    expect(await store.get({ kind: 'signature', signature: '0x01' })).toBeNull();
+  });
+
+  it('the same arguments in another order are the same request', () => {
+    expect(canonicalJson({ b: 1, a: [{ d: 2, c: 3 }] })).toBe('{"a":[{"c":3,"d":2}],"b":1}');
+    expect(requestFingerprint('t', { a: 1, b: 2 })).toBe(requestFingerprint('t', { b: 2, a: 1 }));
+    expect(requestFingerprint('t', { a: 1 })).not.toBe(requestFingerprint('u', { a: 1 }));
+  });
+});

@@ -47,7 +47,12 @@ function packageOf(url: string, functionName: string): string {
   return ours ? `ours: ${ours[1]}` : url;
 }
 
-function summarise(p: { nodes: ProfileNode[]; startTime: number; endTime: number; samples: number[] }) {
+export function summarise(p: {
+  nodes: ProfileNode[];
+  startTime: number;
+  endTime: number;
+  samples: number[];
+}) {
   const totalMs = (p.endTime - p.startTime) / 1000;
   const perSample = totalMs / Math.max(1, p.samples.length);
   const hits = new Map<number, number>();

@@ -6,12 +6,16 @@
  */
 const BENCHES: Record<string, () => Promise<unknown>> = {
   'event-store': async () => (await import('./event-store.bench.ts')).run(),
+  postgres: async () => (await import('./postgres.bench.ts')).run(),
   relay: async () => (await import('./relay.bench.ts')).run(),
   engine: async () => (await import('./engine.bench.ts')).run(),
   x402: async () => (await import('./x402.bench.ts')).run(),
+  'x402-paid': async () => (await import('./x402-paid-latency.bench.ts')).run(),
   quota: async () => (await import('./quota.bench.ts')).run(),
   mcp: async () => (await import('./mcp.bench.ts')).run(),
   webhooks: async () => (await import('./webhooks.bench.ts')).run(),
+  knowledge: async () => (await import('./knowledge.bench.ts')).run(),
+  history: async () => (await import('./history.bench.ts')).run(),
 };
 
 const wanted = process.argv.slice(2).filter((a) => !a.startsWith('-'));

@@ -23,12 +23,19 @@ describe('loadConfig', () => {
   it.each([
     [{ PORT: 'eighty' }, 'PORT'],
     [{ PORT: '70000' }, 'PORT'],
-    [{ EVENT_STORE: 'postgres' }, 'EVENT_STORE'],
+    [{ EVENT_STORE: 'sqlite' }, 'EVENT_STORE'],
     [{ BUS: 'kafka' }, 'BUS'],
     [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL'],
     [{ EVENT_STORE: 'kurrentdb' }, 'KURRENTDB_URL'],
+    [{ EVENT_STORE: 'postgres' }, 'POSTGRES_URL'],
+    [
+      { EVENT_STORE: 'postgres', POSTGRES_URL: 'postgres://h/db', POSTGRES_SCHEMA: 'Bad-Name' },
+      'POSTGRES_SCHEMA',
+    ],
     [{ NATS_SUBJECT_PREFIX: 'sig.>' }, 'NATS_SUBJECT_PREFIX'],
     [{ METRICS_ENABLED: 'maybe' }, 'METRICS_ENABLED'],
+    [{ TRUST_PROXY: 'yes' }, 'TRUST_PROXY'],
+    [{ TRUST_PROXY: '10.0.0.0/8;rm' }, 'TRUST_PROXY'],
     [{ NODE_ENV: 'production', EVENT_STORE: 'memory' }, 'EVENT_STORE'],
   ])('rejects %o naming %s', (env, variable) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
@@ -46,5 +53,19 @@ describe('loadConfig', () => {
       expect(message).toContain('CACHE');
       expect(message).toContain('"memcached"');
     }
+  });
+
+  it('derives the verify base URL and the sign-in domain from PORT unless they are set', () => {
+    expect(loadConfig({ PORT: '9191' })).toMatchObject({
+      PUBLIC_BASE_URL: 'http://localhost:9191',
+      SIWE_DOMAIN: 'localhost:9191',
+    });
+    expect(
+      loadConfig({
+        PORT: '9191',
+        PUBLIC_BASE_URL: 'https://signals.example',
+        SIWE_DOMAIN: 'signals.example',
+      }),
+    ).toMatchObject({ PUBLIC_BASE_URL: 'https://signals.example', SIWE_DOMAIN: 'signals.example' });
   });
 });

@@ -49,14 +49,43 @@ export const ConfigSchema = z
     PORT: port.default(8080),
     /** Largest accepted request body; larger bodies get 413 before any handler runs. */
     BODY_LIMIT_BYTES: positiveInt.default(64 * 1024),
+    /**
+     * A request (headers and body) must arrive whole within this long, or it is answered 408 and
+     * its connection closed: a client trickling a body cannot hold a connection for minutes.
+     */
+    REQUEST_TIMEOUT_MS: positiveInt.default(30_000),
+    /**
+     * When X-Forwarded-For is believed (the client address meters anonymous callers): empty = never
+     * (the socket address counts; right without a proxy), a hop count (`1` = one load balancer in
+     * front), or comma-separated addresses/CIDRs of the trusted proxies.
+     */
+    TRUST_PROXY: z
+      .string()
+      .regex(
+        /^$|^\d{1,2}$|^[0-9a-fA-F.:]+(\/\d{1,3})?(,[0-9a-fA-F.:]+(\/\d{1,3})?)*$/,
+        'empty, a hop count, or comma-separated proxy addresses/CIDRs',
+      )
+      .default(''),
     /** How long SIGTERM waits for in-flight requests and checkpoints before forcing exit. */
     SHUTDOWN_TIMEOUT_MS: positiveInt.default(15_000),
     DATA_DIR: z.string().min(1).default('./data'),
-    /** This service's public address: the base of verify links in responses and webhooks. */
+    /**
+     * This service's public address: the base of verify links in responses and webhooks. When
+     * unset it follows PORT (`http://localhost:<PORT>`), see loadConfig.
+     */
     PUBLIC_BASE_URL: z.url().default('http://localhost:8080'),
 
-    EVENT_STORE: z.enum(['lmdb', 'kurrentdb', 'memory']).default('lmdb'),
+    EVENT_STORE: z.enum(['lmdb', 'kurrentdb', 'postgres', 'memory']).default('lmdb'),
     KURRENTDB_URL: z.string().optional(),
+    /** The shared log when EVENT_STORE=postgres, e.g. postgres://postgres@127.0.0.1:5432/signals */
+    POSTGRES_URL: z.string().optional(),
+    /** Schema holding the log, projection snapshots and migrations (created at start). */
+    POSTGRES_SCHEMA: z
+      .string()
+      .regex(/^[a-z_][a-z0-9_]{0,62}$/, 'a lower-case SQL identifier')
+      .default('signal_service'),
+    /** Connections each process keeps to PostgreSQL. */
+    POSTGRES_POOL_SIZE: positiveInt.default(10),
     BUS: z.enum(['memory', 'nats']).default('memory'),
     NATS_URL: z.string().default('nats://127.0.0.1:4222'),
     NATS_STREAM: z
@@ -67,6 +96,14 @@ export const ConfigSchema = z
       .string()
       .regex(/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/, 'dot-separated tokens without wildcards')
       .default('sig'),
+    /**
+     * Event types the relay publishes to the bus (comma-separated), or `*` for every type. The
+     * default is what the service's consumers subscribe to (the webhook dispatcher).
+     */
+    RELAY_EVENT_TYPES: z
+      .string()
+      .regex(/^(\*|[A-Za-z]+(,[A-Za-z]+)*)$/, 'event type names, comma-separated, or *')
+      .default('VerdictRecorded,RegimeShifted,SubscriptionReEnabled,SubscriptionDisabled'),
     CACHE: z.enum(['memory', 'redis']).default('memory'),
     REDIS_URL: z.string().default('redis://127.0.0.1:6379'),
     REDIS_PREFIX: z.string().default('sig:'),
@@ -85,6 +122,14 @@ export const ConfigSchema = z
     REPLAY_START: z
       .union([z.coerce.number().int().positive(), z.iso.datetime().transform((s) => Date.parse(s))])
       .optional(),
+    /**
+     * Wall time (ISO or Unix ms) at which the replay clock stood at REPLAY_START: every process
+     * of a deployment then shares one clock. Unset, the first process records it in the event
+     * log and the others (and every restart) adopt it.
+     */
+    REPLAY_ANCHOR: z
+      .union([z.coerce.number().int().positive(), z.iso.datetime().transform((s) => Date.parse(s))])
+      .optional(),
     LIVE_EXCHANGES: z
       .string()
       .transform((s) => s.split(',').map((x) => x.trim().toUpperCase()))
@@ -97,7 +142,8 @@ export const ConfigSchema = z
       .transform((s) => (s.trim() === '' ? [] : s.split(',').map((x) => x.trim())))
       .pipe(z.array(Timeframe))
       .default(['15m', '1h', '4h']),
-    SCHEDULE_EXCHANGE: Exchange.default('BINANCE'),
+    /** Unset: the feed's default venue (BINANCE live; BINANCE_SPOT on replay, which serves 5m–1d). */
+    SCHEDULE_EXCHANGE: Exchange.optional(),
     /** The scheduled markets: the venue's top N by open interest or volume. */
     SCHEDULE_TOP_N: z.coerce.number().int().min(1).max(100).default(20),
 
@@ -139,6 +185,8 @@ export const ConfigSchema = z
     /** An unfinished payment older than this is reconciled against the chain; checked at this interval. */
     X402_RECONCILE_AFTER_MS: positiveInt.default(300_000),
     X402_RECONCILE_INTERVAL_MS: positiveInt.default(60_000),
+    /** How long each paid answer is kept so the payer can get it again with the same payment (24 h). */
+    X402_PAID_RESPONSE_TTL_MS: positiveInt.default(86_400_000),
     /** Optional second rail, advertised only when network and asset are both set. */
     X402_EXTRA_NETWORK: caip2.optional(),
     X402_EXTRA_ASSET: evmAddress.optional(),
@@ -152,13 +200,55 @@ export const ConfigSchema = z
     PLAN_FREE_DAILY_CALLS: positiveInt.default(100),
     PLAN_STARTER_MONTHLY_CALLS: positiveInt.default(10_000),
     PLAN_PRO_MONTHLY_CALLS: positiveInt.default(100_000),
+    /**
+     * Request-rate limits per credential and window, shared across replicas on Redis: an applied
+     * key by its plan, anyone else by client address. Each tool may take RATE_LIMIT_TOOL_SHARE of
+     * the budget on its own. 429 with Retry-After and RateLimit-* headers beyond it.
+     */
+    RATE_LIMIT_ENABLED: bool.default(true),
+    RATE_LIMIT_WINDOW_MS: positiveInt.default(60_000),
+    RATE_LIMIT_ANONYMOUS: positiveInt.default(120),
+    RATE_LIMIT_FREE: positiveInt.default(300),
+    RATE_LIMIT_STARTER: positiveInt.default(1_200),
+    RATE_LIMIT_PRO: positiveInt.default(6_000),
+    RATE_LIMIT_TOOL_SHARE: z.coerce.number().gt(0).max(1).default(0.5),
+    /**
+     * Open MCP sessions, in all and per caller (key, or client address): opening one more closes
+     * the caller's (or everyone's) least recently used session first.
+     */
+    MCP_MAX_SESSIONS: positiveInt.default(10_000),
+    MCP_MAX_SESSIONS_PER_CALLER: positiveInt.default(16),
+    /** Chats per UTC month by plan (chat_knowledge, POST /api/chat); anonymous MCP callers get free. */
+    CHAT_QUOTA_FREE: positiveInt.default(10),
+    CHAT_QUOTA_STARTER: positiveInt.default(50),
+    CHAT_QUOTA_PRO: positiveInt.default(200),
+    /** Optional generative chat models; `none` serves the extractive model only. */
+    CHAT_PROVIDER: z.enum(['none', 'openai-compatible', 'anthropic']).default('none'),
+    /** Base URL of the provider's API (e.g. https://api.openai.com/v1, https://api.anthropic.com). */
+    CHAT_BASE_URL: z.url().optional(),
+    CHAT_API_KEY: z.string().optional(),
+    /** Model names callers may ask for, comma-separated (besides `extractive`). */
+    CHAT_MODELS: z
+      .string()
+      .transform((s) =>
+        s
+          .split(',')
+          .map((x) => x.trim())
+          .filter((x) => x !== ''),
+      )
+      .default([]),
+    /** A provider that has not answered by then is abandoned: the answer is extractive, with a note. */
+    CHAT_TIMEOUT_MS: positiveInt.default(10_000),
     /** An MCP session with no request for this long is closed (clients often never send DELETE). */
     MCP_SESSION_IDLE_MS: positiveInt.default(15 * 60_000),
     /** DNS-rebinding guard: Host names (port ignored) the API answers on; `*` turns the check off. */
     ALLOWED_HOSTS: z.string().default('localhost,127.0.0.1,[::1]'),
     /** Browser origins allowed to call /mcp and /api/keys (CORS); empty = none, `*` = any. */
     ALLOWED_ORIGINS: z.string().default(''),
-    /** The domain (host[:port]) a Sign-In with Ethereum message must name to get a free key. */
+    /**
+     * The domain (host[:port]) a Sign-In with Ethereum message must name to get a free key. When
+     * unset it follows PORT (`localhost:<PORT>`), see loadConfig.
+     */
     SIWE_DOMAIN: z.string().min(1).default('localhost:8080'),
     /** How long a sign-in nonce from GET /api/keys/nonce stays usable. */
     SIWE_NONCE_TTL_MS: positiveInt.default(10 * 60_000),
@@ -199,6 +289,11 @@ export const ConfigSchema = z
     WEBHOOK_ENDPOINT_CONCURRENCY: positiveInt.default(4),
     /** Deliveries waiting per endpoint; beyond it they are pushed to their next retry slot. */
     WEBHOOK_ENDPOINT_QUEUE_LIMIT: positiveInt.default(1_000),
+    /**
+     * Timeouts in a row after which an endpoint's circuit breaker opens: nothing is sent to it,
+     * one probe goes out after each delay of the retry schedule.
+     */
+    WEBHOOK_BREAKER_TIMEOUTS: positiveInt.default(3),
     WEBHOOK_CONNECT_TIMEOUT_MS: positiveInt.default(5_000),
     /** Whole-request limit per attempt (connect, send, response). */
     WEBHOOK_TIMEOUT_MS: positiveInt.default(15_000),
@@ -208,6 +303,18 @@ export const ConfigSchema = z
     WEBHOOK_TICK_MS: positiveInt.default(1_000),
     /** Subscriptions per API key. */
     WEBHOOK_MAX_PER_KEY: positiveInt.default(25),
+    /**
+     * Deliveries per subscription the delivery log keeps in memory (GET …/deliveries pages through
+     * them); recovery and resend read the event log and reach every delivery regardless.
+     */
+    WEBHOOK_DELIVERY_LOG_RETENTION: positiveInt.default(200),
+    /**
+     * After a secret rotation, how long (ms) deliveries are signed with the previous secret too
+     * (a rotate request may ask for less or more, up to 7 days).
+     */
+    WEBHOOK_SECRET_ROTATION_OVERLAP_MS: positiveInt.default(86_400_000),
+    /** Deliveries a recovery (re-enable with recover_since) claims per second, at most. */
+    WEBHOOK_RECOVER_PER_SECOND: positiveInt.default(50),
   })
   .superRefine((cfg, ctx) => {
     if (cfg.EVENT_STORE === 'kurrentdb' && !cfg.KURRENTDB_URL) {
@@ -216,6 +323,9 @@ export const ConfigSchema = z
         path: ['KURRENTDB_URL'],
         message: 'required when EVENT_STORE=kurrentdb',
       });
+    }
+    if (cfg.EVENT_STORE === 'postgres' && !cfg.POSTGRES_URL) {
+      ctx.addIssue({ code: 'custom', path: ['POSTGRES_URL'], message: 'required when EVENT_STORE=postgres' });
     }
     if (cfg.X402_PAY_TO && cfg.X402_FACILITATOR === 'local' && !cfg.X402_FACILITATOR_PRIVATE_KEY) {
       ctx.addIssue({
@@ -235,6 +345,20 @@ export const ConfigSchema = z
         }
       }
     }
+    // A reconciler that looks before the request's own settle wait is over races the request.
+    const settleWait =
+      cfg.X402_FACILITATOR === 'remote'
+        ? cfg.X402_FACILITATOR_TIMEOUT_MS
+        : cfg.X402_SETTLE_CONFIRM_TIMEOUT_MS;
+    if (cfg.X402_RECONCILE_AFTER_MS <= settleWait) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['X402_RECONCILE_AFTER_MS'],
+        message:
+          `must be longer than the settle wait (${settleWait} ms, ` +
+          `${cfg.X402_FACILITATOR === 'remote' ? 'X402_FACILITATOR_TIMEOUT_MS' : 'X402_SETTLE_CONFIRM_TIMEOUT_MS'})`,
+      });
+    }
     if (cfg.X402_FACILITATOR === 'remote' && !cfg.X402_FACILITATOR_URL) {
       ctx.addIssue({
         code: 'custom',
@@ -248,6 +372,17 @@ export const ConfigSchema = z
         path: [cfg.X402_EXTRA_NETWORK ? 'X402_EXTRA_ASSET' : 'X402_EXTRA_NETWORK'],
         message: 'the extra rail needs both X402_EXTRA_NETWORK and X402_EXTRA_ASSET',
       });
+    }
+    if (cfg.CHAT_PROVIDER !== 'none') {
+      for (const name of ['CHAT_BASE_URL', 'CHAT_MODELS'] as const) {
+        if (cfg[name] === undefined || cfg[name].length === 0) {
+          ctx.addIssue({
+            code: 'custom',
+            path: [name],
+            message: `required when CHAT_PROVIDER=${cfg.CHAT_PROVIDER}`,
+          });
+        }
+      }
     }
     if (cfg.NODE_ENV === 'production' && cfg.EVENT_STORE === 'memory') {
       ctx.addIssue({ code: 'custom', path: ['EVENT_STORE'], message: 'memory loses every event on restart' });
@@ -267,12 +402,26 @@ export class ConfigError extends Error {
   override readonly name = 'ConfigError';
 }
 
+/**
+ * Defaults that name this process's own address follow PORT, so a service moved to another port
+ * does not hand out verify links and sign-in domains of a port nobody listens on.
+ */
+function withPortDefaults(cfg: Config, env: Record<string, string | undefined>): Config {
+  // PORT=0 asks for any free port: nothing to name before listening, so the defaults stand.
+  if (cfg.PORT === 0) return cfg;
+  return {
+    ...cfg,
+    PUBLIC_BASE_URL: env.PUBLIC_BASE_URL === undefined ? `http://localhost:${cfg.PORT}` : cfg.PUBLIC_BASE_URL,
+    SIWE_DOMAIN: env.SIWE_DOMAIN === undefined ? `localhost:${cfg.PORT}` : cfg.SIWE_DOMAIN,
+  };
+}
+
 /** Parses the environment; the error message lists each bad variable by name. */
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
   // Empty strings mean "unset" so that `VAR=` in a .env file falls back to the default.
   const cleaned = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
   const result = ConfigSchema.safeParse(cleaned);
-  if (result.success) return result.data;
+  if (result.success) return withPortDefaults(result.data, cleaned);
   const lines = result.error.issues.map((issue) => {
     const name = issue.path.join('.') || '(config)';
     const value = typeof issue.path[0] === 'string' ? cleaned[issue.path[0]] : undefined;

@@ -43,6 +43,39 @@ export const VerdictRecorded = z.object({
   trigger: z.enum(['request', 'schedule']),
 });
 
+/**
+ * The labels of a revealed verdict, from the candles of the same feed that followed it: one
+ * event per verdict, hash-linked to it, once its longest horizon has closed.
+ */
+export const VerdictOutcomeResolved = z.object({
+  ...MarketFields,
+  verdictId: z.uuid(),
+  verdictStream: z.string(),
+  verdictRevision: z.number().int().nonnegative(),
+  /** The verdict's chain hash: the outcome names exactly the content it labels. */
+  verdictHash: z.string().regex(/^[0-9a-f]{64}$/),
+  call: Call,
+  confidence: z.number().int().min(0).max(100),
+  candleCloseTime: z.number().int(),
+  feed: FeedKind,
+  price: z.number().positive(),
+  /** Forward return (fraction) from the verdict's close to the close 1, 6 and 24 candles later. */
+  return1: z.number(),
+  return6: z.number(),
+  return24: z.number(),
+  /** At the methodology's horizon and fee: the call's direction beat the fee, or not; HOLD is no-call. */
+  result: z.enum(['hit', 'miss', 'no-call']),
+  feeBps: z.number().nonnegative(),
+  horizonCandles: z.number().int().positive(),
+  /** Return in the call's direction after the fee, in hundredths of a bp (integer); null for HOLD. */
+  netCentiBps: z.number().int().nullable(),
+  /** Largest move against / for the call within the horizon, in bps; null for HOLD. */
+  maeBps: z.number().nullable(),
+  mfeBps: z.number().nullable(),
+  /** Standard deviation of the 24 close-to-close log returns after the verdict (per candle). */
+  realisedVol: z.number().nonnegative(),
+});
+
 export const RegimeShifted = z.object({
   ...MarketFields,
   from: Regime,
@@ -55,7 +88,7 @@ export const RegimeShifted = z.object({
 });
 
 const PaymentRef = {
-  /** ERC-3009 authorisation nonce (bytes32 hex); the payment stream is `payment-<nonce>`. */
+  /** ERC-3009 authorisation nonce (bytes32 hex); unique per (network, asset, payer): see paymentStream. */
   nonce: Hex,
   network: z.string(),
   asset: Hex,
@@ -113,6 +146,23 @@ export const QuotaDebited = z.object({
   requestId: z.string(),
 });
 
+/** One chat of the knowledge tools, taken from the subject's monthly chat quota before it runs. */
+export const ChatQuotaConsumed = z.object({
+  subject: z.string(),
+  subjectKind: z.enum(['key', 'anonymous']),
+  plan: Plan,
+  month: z.string().regex(/^\d{4}-\d{2}$/),
+  model: z.string(),
+  requestId: z.string(),
+});
+/** The unit of a chat that failed (provider or internal error), given back. */
+export const ChatQuotaRefunded = z.object({
+  subject: z.string(),
+  month: z.string().regex(/^\d{4}-\d{2}$/),
+  requestId: z.string(),
+  reason: z.string(),
+});
+
 export const ApiKeyIssued = z.object({
   keyId: z.string(),
   /** sha256 of the key; the key itself is never stored. */
@@ -125,7 +175,17 @@ export const ApiKeyIssued = z.object({
 export const ApiKeyPlanChanged = z.object({ keyId: z.string(), from: Plan, to: Plan });
 export const ApiKeyRevoked = z.object({ keyId: z.string(), reason: z.string() });
 
-export const WebhookEventType = z.enum(['trade_call', 'regime_shift', 'scan_digest']);
+/**
+ * What a subscription can receive. `subscription_disabled` tells the owner (on another of the
+ * key's subscriptions) that one of its subscriptions was disabled.
+ */
+export const WebhookEventType = z.enum([
+  'trade_call',
+  'regime_shift',
+  'scan_digest',
+  'subscription_disabled',
+]);
+export type WebhookEventType = z.infer<typeof WebhookEventType>;
 
 /** AES-256-GCM ciphertext of a subscription secret; the master key never enters the log. */
 export const EncryptedSecret = z.object({
@@ -147,6 +207,8 @@ export const SubscriptionCreated = z.object({
   exchange: Exchange.optional(),
   topN: z.number().int().min(1).max(100).optional(),
   cadence: z.enum(['1h', '4h', '1d']).optional(),
+  /** Pinned payload version; absent on subscriptions created before versions existed (1). */
+  eventVersion: z.number().int().positive().optional(),
   secret: EncryptedSecret,
 });
 export const SubscriptionDeleted = z.object({ subscriptionId: z.string(), keyId: z.string() });
@@ -154,6 +216,15 @@ export const SubscriptionDisabled = z.object({
   subscriptionId: z.string(),
   reason: z.string(),
   consecutiveFailures: z.number().int().nonnegative(),
+});
+/**
+ * A new secret for a subscription. Until `previousValidUntil` deliveries are signed with both the
+ * new and the previous secret, so a receiver can switch at its own pace.
+ */
+export const SubscriptionSecretRotated = z.object({
+  subscriptionId: z.string(),
+  secret: EncryptedSecret,
+  previousValidUntil: IsoTime,
 });
 export const SubscriptionReEnabled = z.object({
   subscriptionId: z.string(),
@@ -179,31 +250,67 @@ export const DeliveryAttempted = z.object({
    */
   body: z.string().optional(),
 });
+/** When the request of an attempt was actually sent, and how long it waited in its endpoint's queue. */
+const SendTiming = {
+  sentAt: IsoTime.optional(),
+  queuedMs: z.number().nonnegative().optional(),
+};
+/**
+ * A delivery's place in its subscription's sequence, in the stream `webhook-seq-<subscriptionId>`:
+ * the event's revision + 1 is the delivery's `seq`. Appended once per delivery (its id is derived
+ * from the delivery id), beside the first attempt's claim, so the numbers have no gaps.
+ */
+export const DeliverySequenced = z.object({
+  subscriptionId: z.string(),
+  deliveryId: z.string(),
+});
 export const DeliverySucceeded = z.object({
   ...DeliveryRef,
+  ...SendTiming,
   status: z.number().int(),
   latencyMs: z.number().nonnegative(),
   response: z.string().max(1024),
 });
 export const DeliveryFailed = z.object({
   ...DeliveryRef,
+  ...SendTiming,
   status: z.number().int().nullable(),
   error: z.string().nullable(),
   latencyMs: z.number().nonnegative(),
   response: z.string().max(1024).nullable(),
   /** When the next attempt is due; null when no attempt follows. */
   nextAttemptAt: IsoTime.nullable(),
+  /**
+   * Not sent: the endpoint's circuit breaker was open. A held attempt does not use up the retry
+   * schedule; it is tried again when the breaker next lets a probe through.
+   */
+  held: z.boolean().optional(),
+});
+
+/**
+ * The replay clock of a deployment: feed time = start + (wall time − anchor) × speed. Recorded
+ * once by the first process to open the replay; every process and every restart reads it, so
+ * all share one clock and none rewinds.
+ */
+export const ReplayClockAnchored = z.object({
+  anchor: z.number().int(),
+  start: z.number().int(),
+  speed: z.number().nonnegative(),
+  dir: z.string(),
 });
 
 export const EVENT_CATALOG = {
   VerdictRecorded,
   RegimeShifted,
+  VerdictOutcomeResolved,
   PaymentAuthorized,
   PaymentSettlementPending,
   PaymentSettled,
   PaymentSettlementFailed,
   PaymentReleased,
   QuotaDebited,
+  ChatQuotaConsumed,
+  ChatQuotaRefunded,
   ApiKeyIssued,
   ApiKeyPlanChanged,
   ApiKeyRevoked,
@@ -211,9 +318,12 @@ export const EVENT_CATALOG = {
   SubscriptionDeleted,
   SubscriptionDisabled,
   SubscriptionReEnabled,
+  SubscriptionSecretRotated,
   DeliveryAttempted,
+  DeliverySequenced,
   DeliverySucceeded,
   DeliveryFailed,
+  ReplayClockAnchored,
 } as const;
 
 export type EventType = keyof typeof EVENT_CATALOG;

@@ -1,5 +1,7 @@
 import { z } from 'zod';
+import { TrackRecordBrief } from './history.ts';
 import { Call, Coin, Exchange, FeedKind, Regime, Timeframe, VenueStatusSchema } from './market.ts';
+import { VolatilityForecastSchema } from './signals.ts';
 
 /**
  * Inputs and outputs of the four sold operations. The HTTP (x402, API key) and MCP channels
@@ -9,10 +11,17 @@ import { Call, Coin, Exchange, FeedKind, Regime, Timeframe, VenueStatusSchema } 
 
 const Indicators = z.record(z.string(), z.number().nullable());
 
+/**
+ * Omitted, the venue is the feed's default: BINANCE (the USDT-M perpetual) on the live feed;
+ * on the replay feed BINANCE_SPOT, the only venue whose candles build every timeframe from 5m up
+ * (the perpetual's replay candles are 1h only).
+ */
+const DefaultedExchange = Exchange.optional();
+
 export const GetTradeCallInput = z.strictObject({
   coin: Coin,
   timeframe: Timeframe.default('15m'),
-  exchange: Exchange.default('BINANCE'),
+  exchange: DefaultedExchange,
   includeReasoning: z.boolean().default(true),
 });
 export type GetTradeCallInput = z.input<typeof GetTradeCallInput>;
@@ -39,13 +48,23 @@ export const TradeCall = z.object({
   /** Public proof of recording (GET /verify/...): the chain now, the content once the outcome is known. */
   verifyUrl: z.url().optional(),
   engineVersion: z.string(),
+  /** Forecast realised volatility over the next candles and the expected-move band. */
+  volatility: VolatilityForecastSchema.optional(),
+  /**
+   * Whether calls are emitted in this cell (venue kind × timeframe): only where walk-forward
+   * evidence showed timing skill in every fold and era; elsewhere the call is HOLD and the
+   * reason says "no measured edge here".
+   */
+  edge: z.object({ cell: z.string(), measured: z.boolean(), reason: z.string() }).optional(),
+  /** How often calls of this exchange, timeframe and confidence bucket were right (revealed ones). */
+  trackRecord: TrackRecordBrief.optional(),
 });
 export type TradeCall = z.infer<typeof TradeCall>;
 
 export const GetMarketRegimeInput = z.strictObject({
   coin: Coin,
   timeframe: Timeframe.default('4h'),
-  exchange: Exchange.default('BINANCE'),
+  exchange: DefaultedExchange,
 });
 export type GetMarketRegimeInput = z.input<typeof GetMarketRegimeInput>;
 
@@ -60,13 +79,15 @@ export const RegimeReading = z.object({
   price: z.number(),
   timestamp: z.number().int(),
   feed: FeedKind,
+  /** `volatile` / `squeeze` follow this forecast's percentile. */
+  volatility: VolatilityForecastSchema,
 });
 export type RegimeReading = z.infer<typeof RegimeReading>;
 
 export const ScanTradeCallsInput = z.strictObject({
   topN: z.number().int().min(1).max(100).default(20),
   timeframe: Timeframe.default('15m'),
-  exchange: Exchange.default('BINANCE'),
+  exchange: DefaultedExchange,
   minConfidence: z.number().int().min(0).max(100).default(0),
   includeHolds: z.boolean().default(false),
   limit: z.number().int().min(1).max(100).default(10),
@@ -92,6 +113,8 @@ export const ScanTradeCallsOutput = z.object({
       price: z.number(),
       quoteVolume24h: z.number().nullable(),
       verdictId: z.uuid(),
+      /** Forecast σ of the log return over the verdict horizon, percent (see get_trade_call). */
+      expectedMovePct: z.number().nullable(),
     }),
   ),
   /** Markets of the top-N that could not be evaluated, and why (never silently dropped). */
@@ -100,7 +123,12 @@ export const ScanTradeCallsOutput = z.object({
 export type ScanTradeCallsOutput = z.infer<typeof ScanTradeCallsOutput>;
 
 export const ScanFundingArbInput = z.strictObject({
-  minSpreadBps: z.number().min(0).max(10_000).default(5),
+  /**
+   * Spread now, bps per 8 h. The default is the smallest spread the carry model was fitted on:
+   * smaller spreads have no measured carry. Most spreads do not cover the fee within 72 h; the
+   * figures below say so rather than a threshold hiding it.
+   */
+  minSpreadBps: z.number().min(0).max(10_000).default(0.5),
   limit: z.number().int().min(1).max(200).default(10),
   /** Restrict to these coins; default every coin listed on at least two venues. */
   coins: z.array(Coin).min(1).max(200).optional(),
@@ -124,10 +152,36 @@ export const VenueFunding = z.object({
   quoteVolume24h: z.number().nullable(),
 });
 
+export const CarryHorizon = z.object({
+  hours: z.number().int().positive(),
+  /** Spread now × hours: what the spread alone advertises (bps of one leg's notional). */
+  naiveCarryBps: z.number(),
+  /** Carry expected to be collected over the horizon, from how spreads decayed in history. */
+  expectedCarryBps: z.number(),
+  /** expectedCarryBps minus the fee for entering and leaving both legs. */
+  expectedNetBps: z.number(),
+  /** Share of similar historical opportunities that ended net positive at this horizon. */
+  shareNetPositive: z.number().min(0).max(1),
+  /** Training opportunities behind the figures. */
+  samples: z.number().int().nonnegative(),
+});
+
+export const Carry = z.object({
+  /** Taker fees on entry and exit of both legs, bps of one leg's notional. */
+  feeBps: z.number().nonnegative(),
+  horizons: z.array(CarryHorizon),
+  /** Hours until the expected carry covers the fee; null when not within 7 days. */
+  breakEvenHours: z.number().nullable(),
+  /** Best expected net carry over the horizons (the ranking key) and the horizon it is reached at. */
+  expectedNetCarryBps: z.number(),
+  bestHorizonHours: z.number().int().positive(),
+});
+
 export const ScanFundingArbOutput = z.object({
   feed: FeedKind,
   timestamp: z.number().int(),
-  rows: z.array(
+  /** Ranked by expected net carry (carry.expectedNetCarryBps), best first. */
+  opportunities: z.array(
     z.object({
       coin: z.string(),
       venues: z.array(VenueFunding),
@@ -143,6 +197,7 @@ export const ScanFundingArbOutput = z.object({
         longNextFundingTime: z.number().int().nullable(),
         shortNextFundingTime: z.number().int().nullable(),
       }),
+      carry: Carry,
     }),
   ),
   venues: z.array(VenueStatusSchema),

@@ -71,6 +71,25 @@ async function openStores(config: Config, logger: Logger) {
         closeProjections: async () => undefined,
       };
     }
+    case 'postgres': {
+      const { openPostgresEventStore } = await import('../adapters/event-store/postgres.ts');
+      const store = await openPostgresEventStore({
+        url: config.POSTGRES_URL!,
+        schema: config.POSTGRES_SCHEMA,
+        poolSize: config.POSTGRES_POOL_SIZE,
+        logger,
+      });
+      logger.info(
+        { schema: config.POSTGRES_SCHEMA },
+        'event store: PostgreSQL (projection snapshots in the same schema)',
+      );
+      // Snapshots use the store's pool, which the store closes.
+      return {
+        eventStore: store as EventStore,
+        projectionStore: store.projectionStore(),
+        closeProjections: async () => undefined,
+      };
+    }
     case 'kurrentdb': {
       const { connectKurrentEventStore } = await import('../adapters/event-store/kurrentdb.ts');
       const { LmdbProjectionStore } = await import('../adapters/projection-store/lmdb.ts');

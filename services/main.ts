@@ -65,6 +65,10 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
+  if (err instanceof ConfigError) {
+    process.stderr.write(`${err.message}\n`);
+    process.exit(1);
+  }
   process.stderr.write(
     `failed to start: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
   );

@@ -1,9 +1,11 @@
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
+import { anchorInLog } from '../adapters/market/replay-anchor.ts';
 import { feedOptionsFromConfig, selectFeed } from '../adapters/market/select.ts';
 import type { Config } from '../contracts/config.ts';
 import { type Adapters, openAdapters } from './adapters.ts';
 import { buildApp } from './api/app.ts';
+import { discoveryPlugin } from './api/discovery/plugin.ts';
 import { keyedChannel } from './api/plugins.ts';
 import { verifyRoutes } from './api/verify/plugin.ts';
 import { setupX402, type X402Setup } from './api/x402/setup.ts';
@@ -11,6 +13,8 @@ import type { Component, Role } from './component.ts';
 import { dispatcherComponent, webhookApi } from './dispatcher/component.ts';
 import { engineComponent } from './engine/component.ts';
 import { createSignalEngine, type SignalEngine } from './engine/engine.ts';
+import { HISTORY_ROLES, type HistorySlice, historySlice } from './history/slice.ts';
+import { knowledgeModule } from './knowledge/module.ts';
 import { projectionsComponent } from './projections/component.ts';
 import { createMetrics } from './shared/metrics.ts';
 import { Readiness } from './shared/readiness.ts';
@@ -39,8 +43,15 @@ export async function startService(config: Config, roles: Role[], logger: Logger
     kind: adapters.eventStore.kind,
     ...(await adapters.eventStore.health()),
   }));
-  readiness.add('bus', async () => ({ kind: adapters.bus.kind, ...(await adapters.bus.health()) }));
-  readiness.add('cache', async () => ({ kind: adapters.cache.kind, ...(await adapters.cache.health()) }));
+  // Each role is judged only on what it needs to serve, so a load balancer does not drop api
+  // replicas during a NATS outage they do not feel: the bus carries the relay (projections) and the
+  // deliveries (dispatcher); the cache holds the api's quota counters.
+  if (roles.includes('projections') || roles.includes('dispatcher')) {
+    readiness.add('bus', async () => ({ kind: adapters.bus.kind, ...(await adapters.bus.health()) }));
+  }
+  if (roles.includes('api')) {
+    readiness.add('cache', async () => ({ kind: adapters.cache.kind, ...(await adapters.cache.health()) }));
+  }
 
   const started: Component[] = [];
   const components: Component[] = [];
@@ -51,7 +62,11 @@ export async function startService(config: Config, roles: Role[], logger: Logger
   let app: FastifyInstance | null = null;
   try {
     if (roles.includes('api') || roles.includes('engine')) {
-      const { feed, reason } = await selectFeed({ ...feedOptionsFromConfig(config), logger });
+      const { feed, reason } = await selectFeed({
+        ...feedOptionsFromConfig(config),
+        logger,
+        anchorStore: (proposal) => anchorInLog(adapters.eventStore, proposal),
+      });
       engine = await createSignalEngine({
         feed,
         store: adapters.eventStore,
@@ -66,16 +81,49 @@ export async function startService(config: Config, roles: Role[], logger: Logger
     if (roles.includes('projections')) {
       components.push(projectionsComponent({ config, adapters, logger, metrics }));
     }
+    // Verdict history: outcomes on the projections role, routes on api, track-record lines on both.
+    let history: HistorySlice | null = null;
+    if (roles.some((role) => HISTORY_ROLES.includes(role))) {
+      history = historySlice({ config, adapters, logger, roles, feed: engine?.feed ?? null });
+      components.push(history);
+    }
     if (roles.includes('engine') && engine) components.push(engineComponent({ config, engine, logger }));
     if (roles.includes('api') && engine) {
-      x402 = await setupX402(config, { ops: engine, store: adapters.eventStore, logger });
+      const ops = history ? history.withTrackRecord(engine) : engine;
+      x402 = await setupX402(config, {
+        ops,
+        store: adapters.eventStore,
+        logger,
+        cache: adapters.cache,
+      });
+      // Knowledge tools join the MCP registry; their /api routes use the keyed channel's keys and quota.
+      let channel: ReturnType<typeof keyedChannel> | null = null;
+      const knowledge = knowledgeModule({ config, adapters, logger, channel: () => channel! });
       // One channel each way: MCP callers can pay per call, keys apply on the /x402/* routes.
-      const keyed = keyedChannel({ config, adapters, logger, ops: engine, ...(x402 ? x402.mcp : {}) });
-      components.push(keyed);
+      const keyed = keyedChannel({
+        config,
+        adapters,
+        logger,
+        ops,
+        ...(x402 ? x402.mcp : {}),
+        extraTools: knowledge.tools,
+      });
+      channel = keyed;
+      components.push(keyed, knowledge);
       plugins.push(
+        // First, so its hook runs before every product route registered after it.
+        ...(keyed.rateLimit ? [keyed.rateLimit] : []),
+        knowledge.plugin,
         verifyRoutes({ store: adapters.eventStore, baseUrl: config.PUBLIC_BASE_URL }),
         ...keyed.plugins,
         ...(x402 ? [x402.plugin({ keys: keyed.keys, quota: keyed.quota })] : []),
+        discoveryPlugin({
+          tools: keyed.tools.all(),
+          paid: x402?.tools ?? [],
+          rails: x402?.rails ?? [],
+          paidResponseTtlMs: config.X402_PAID_RESPONSE_TTL_MS,
+        }),
+        ...(history ? [history.plugin({ keys: keyed.keys, quota: keyed.quota })] : []),
       );
       // Webhooks: management routes here (keys resolved by the keyed channel's registry),
       // signed delivery on the dispatcher role.
@@ -86,7 +134,11 @@ export async function startService(config: Config, roles: Role[], logger: Logger
     if (roles.includes('dispatcher')) {
       // In one process the dispatcher folds the api role's webhook projection instead of its own.
       const shared = webhooks ? { runner: webhooks.runner } : {};
-      components.push(dispatcherComponent({ config, adapters, logger, engine, ...shared }));
+      const registry = metrics ? { registry: metrics.registry } : {};
+      const lines = history ? { trackRecord: history.brief } : {};
+      components.push(
+        dispatcherComponent({ config, adapters, logger, engine, ...shared, ...registry, ...lines }),
+      );
     }
 
     for (const component of components) {

@@ -35,7 +35,8 @@ interface ComposeService {
   build?: { context: string; dockerfile: string };
   command?: string[];
   environment?: Record<string, string>;
-  depends_on?: Record<string, { condition: string }>;
+  depends_on?: Record<string, { condition: string; required?: boolean }>;
+  profiles?: string[];
   healthcheck?: HealthCheck;
   volumes?: string[];
   ports?: string[];
@@ -73,7 +74,7 @@ const compose = interpolateValues(parse(read('docker-compose.yml'), { merge: tru
 const services = compose.services;
 const dockerfile = read('deploy/Dockerfile');
 
-const INFRA = ['kurrentdb', 'nats', 'redis'];
+const INFRA = ['kurrentdb', 'nats', 'redis', 'postgres'];
 const ROLE_SERVICES = Object.keys(services).filter((name) => !INFRA.includes(name));
 
 const DURATION = /^\d+(ms|s|m|h)$/;
@@ -150,6 +151,15 @@ describe('docker-compose.yml', () => {
     expect(db.volumes).toContain('kurrentdb_data:/var/lib/kurrentdb');
   });
 
+  it('runs PostgreSQL only under the postgres profile, on a volume, checked with pg_isready', () => {
+    const db = services.postgres!;
+    expect(db.profiles).toEqual(['postgres']);
+    expect(db.image).toMatch(/^postgres:\d+/);
+    expect(db.volumes).toContain('postgres_data:/var/lib/postgresql/data');
+    expect(db.healthcheck!.test).toContain('pg_isready');
+    expect(db.environment!.POSTGRES_DB).toBe('signals');
+  });
+
   it('runs NATS with JetStream on, its config mounted, checked on the monitoring port', () => {
     const nats = services.nats!;
     expect(nats.command).toContain('-js');
@@ -180,8 +190,22 @@ describe('docker-compose.yml', () => {
       expect(service.command).toEqual(['--role', role]);
     });
 
-    it('waits for KurrentDB, NATS and Redis to be healthy', () => {
-      expect(Object.keys(service.depends_on ?? {}).sort()).toEqual(['kurrentdb', 'nats', 'redis']);
+    it('waits for KurrentDB, NATS and Redis to be healthy, and PostgreSQL when its profile is on', () => {
+      expect(Object.keys(service.depends_on ?? {}).sort()).toEqual([
+        'kurrentdb',
+        'nats',
+        'postgres',
+        'redis',
+      ]);
+      expect(service.depends_on!.postgres!.required).toBe(false);
+    });
+
+    it('switches to PostgreSQL by EVENT_STORE alone, on the profile service', () => {
+      const config = loadConfig({ ...service.environment!, EVENT_STORE: 'postgres' });
+      const url = new URL(config.POSTGRES_URL!);
+      expect([url.hostname, Number(url.port), url.pathname]).toEqual(['postgres', 5432, '/signals']);
+      expect(url.username).toBe(services.postgres!.environment!.POSTGRES_USER);
+      expect(url.password).toBe(services.postgres!.environment!.POSTGRES_PASSWORD);
     });
 
     it('is configured for the distributed engines with settings the service accepts', () => {

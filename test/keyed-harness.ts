@@ -37,6 +37,8 @@ export async function startKeyedServer(options: {
   env?: Record<string, string>;
   sweepIntervalMs?: number;
   engine?: SignalEngine;
+  /** Register the request-rate limiter in front of the routes, as the service does. */
+  rateLimited?: boolean;
 }) {
   const config = loadConfig({ EVENT_STORE: 'memory', NODE_ENV: 'test', LOG_LEVEL: 'silent', ...options.env });
   const logger = pino({ level: 'silent' });
@@ -58,7 +60,7 @@ export async function startKeyedServer(options: {
     logger,
     readiness: new Readiness(),
     metrics: null,
-    plugins: channel.plugins,
+    plugins: [...(options.rateLimited && channel.rateLimit ? [channel.rateLimit] : []), ...channel.plugins],
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const { port } = app.server.address() as AddressInfo;

@@ -124,7 +124,8 @@ describe.runIf(run)(
       const trade = (
         await client.callTool({ name: 'get_trade_call', arguments: { coin: 'BTC', timeframe: '1h' } })
       ).structuredContent as Record<string, unknown>;
-      expect(trade).toMatchObject({ coin: 'BTC', timeframe: '1h', exchange: 'BINANCE', feed: 'replay' });
+      // No exchange named: the replay's default venue, the spot book (it serves every timeframe).
+      expect(trade).toMatchObject({ coin: 'BTC', timeframe: '1h', exchange: 'BINANCE_SPOT', feed: 'replay' });
       expect(['BUY', 'SELL', 'HOLD']).toContain(trade.call);
     });
 
@@ -154,7 +155,11 @@ describe.runIf(run)(
       expect(error.code).toBe(-32003);
       expect(error.data).toMatchObject({
         retryable: false,
-        _service: { auth: { outcome: 'UNKNOWN', tier: 'free' } },
+        // The live count of what the request counts as without the key: its address's free quota.
+        _service: {
+          auth: { outcome: 'UNKNOWN', tier: 'free' },
+          quota: { total: 200, monthly: { total: 200 }, daily: { total: 100 } },
+        },
       });
 
       const issued = await server.issue('pro');
@@ -278,14 +283,15 @@ describe.runIf(run)(
         expect((await json(res)).error.code).toBe(-32000);
       });
 
-      it('404 for an unknown session, 400 for a missing one, 405 for another method', async () => {
+      it('404 for an unknown session, 400 for a GET without one, 405 for another method', async () => {
         const unknown = await post(
           { jsonrpc: '2.0', id: 2, method: 'tools/list' },
           { 'mcp-session-id': randomUUID() },
         );
         expect(unknown.status).toBe(404);
         expect((await json(unknown)).error).toEqual({ code: -32001, message: 'Session not found' });
-        const missing = await post({ jsonrpc: '2.0', id: 2, method: 'tools/list' });
+        // A POST without a session is answered statelessly (test/mcp-generations.e2e.test.ts); a GET is not.
+        const missing = await fetch(`${server.url}/mcp`, { headers: { accept: 'text/event-stream' } });
         expect(missing.status).toBe(400);
         const put = await fetch(`${server.url}/mcp`, {
           method: 'PUT',

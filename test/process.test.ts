@@ -78,6 +78,14 @@ describe('the service process', () => {
     expect(r.stderr).toContain('unknown role "janitor"');
   });
 
+  it('refuses production without a webhook master key in one line, no stack trace', async () => {
+    const r = run({ NODE_ENV: 'production', DATA_DIR: await tempDir() }, ['--role', 'dispatcher']);
+    running.push(r);
+    expect(await r.exit).toBe(1);
+    expect(r.stderr).toContain('WEBHOOK_MASTER_KEY');
+    expect(r.stderr).not.toMatch(/^\s+at /m);
+  });
+
   it('starts on embedded defaults, folds the log, and on SIGTERM checkpoints and exits 0', async () => {
     const dataDir = await tempDir();
     const seed = await openLmdbEventStore({ path: join(dataDir, 'events') });

@@ -114,6 +114,21 @@ export function describeCacheContract(name: string, harness: CacheContractHarnes
       });
     });
 
+    describe('releaseWindows', () => {
+      it('gives units back to existing counters, never below zero, and creates none', async () => {
+        const cache = await open();
+        const ws = windows([5, 5]);
+        await cache.debitWindows(ws, 3);
+        const keys = ws.map((w) => w.key);
+        expect(await cache.releaseWindows(keys, 1)).toEqual([2, 2]);
+        expect(await cache.releaseWindows(keys, 5)).toEqual([0, 0]);
+        expect(await cache.releaseWindows(['never-debited'], 1)).toEqual([0]);
+        expect(await cache.readWindows([...keys, 'never-debited'])).toEqual([0, 0, 0]);
+        expect(await cache.debitWindows(ws, 5)).toMatchObject({ ok: true, counts: [5, 5] });
+        await expect(cache.releaseWindows(keys, -1)).rejects.toThrow(RangeError);
+      });
+    });
+
     describe('debitWindows', () => {
       it('debits every window when all have room and reports the counts after', async () => {
         const cache = await open();

@@ -2,6 +2,7 @@ import { type Cache, CacheUnavailableError, type DebitResult, type QuotaWindow }
 import {
   assertDebit,
   assertKey,
+  assertRelease,
   assertSetWindows,
   assertTtl,
   assertWindowKeys,
@@ -79,6 +80,18 @@ export class MemoryCache implements Cache {
       return count + amount;
     });
     return { ok: true, counts: after, refusedBy: null };
+  }
+
+  async releaseWindows(keys: string[], amount: number): Promise<number[]> {
+    this.assertOpen();
+    assertRelease(keys, amount);
+    return keys.map((key) => {
+      const entry = this.live(key);
+      if (!entry) return 0;
+      const count = Math.max(0, parseCounter(key, entry.value) - amount);
+      entry.value = String(count);
+      return count;
+    });
   }
 
   async readWindows(keys: string[]): Promise<number[]> {

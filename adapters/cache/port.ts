@@ -15,6 +15,11 @@ export interface Cache {
    * call (unchanged when refused) and whether the debit happened.
    */
   debitWindows(windows: QuotaWindow[], amount: number): Promise<DebitResult>;
+  /**
+   * Atomically gives back up to `amount` on each existing counter (never below 0, never creating
+   * one): the refund of a debit whose work failed. Returns each counter after the call.
+   */
+  releaseWindows(keys: string[], amount: number): Promise<number[]>;
   /** Reads the counters of the given windows without changing them. */
   readWindows(keys: string[]): Promise<number[]>;
   /** Sets counters outright (used when rebuilding the quota projection from events). */

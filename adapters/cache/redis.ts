@@ -5,6 +5,7 @@ import { type Cache, CacheUnavailableError, type DebitResult, type QuotaWindow }
 import {
   assertDebit,
   assertKey,
+  assertRelease,
   assertSetWindows,
   assertTtl,
   assertWindowKeys,
@@ -12,6 +13,21 @@ import {
 } from './validate.ts';
 
 const DEBIT_SCRIPT = readFileSync(new URL('./debit-windows.lua', import.meta.url), 'utf8');
+/** Refund: lowers each existing counter by up to ARGV[1], keeping its expiry; a missing one stays missing. */
+const RELEASE_SCRIPT = `
+local reply = {}
+for i, key in ipairs(KEYS) do
+  local raw = redis.call('GET', key)
+  if raw then
+    local count = tonumber(raw)
+    local give = math.min(count, tonumber(ARGV[1]))
+    if give > 0 then count = redis.call('DECRBY', key, give) end
+    reply[i] = count
+  else
+    reply[i] = 0
+  end
+end
+return reply`;
 
 export interface RedisCacheOptions {
   /** `redis://[user:password@]host:port[/db]` or `rediss://` for TLS. */
@@ -29,6 +45,7 @@ export interface RedisCacheOptions {
 
 type ScriptedRedis = Redis & {
   signalDebitWindows(numKeys: number, ...args: (string | number)[]): Promise<unknown>;
+  signalReleaseWindows(numKeys: number, ...args: (string | number)[]): Promise<number[]>;
 };
 
 /**
@@ -48,6 +65,14 @@ export class RedisCache implements Cache {
   private readonly logger: Logger | undefined;
   private lastError: string | null = null;
 
+  /**
+   * The connection and key prefix, for a library that keeps its own keys beside ours (the
+   * request-rate limiter); it inherits the fail-fast settings (no offline queue).
+   */
+  get shared(): { redis: Redis; prefix: string } {
+    return { redis: this.client, prefix: this.prefix };
+  }
+
   constructor(options: RedisCacheOptions) {
     this.where = describeUrl(options.url);
     if (options.prefix.length === 0) throw new RangeError('redis cache prefix must not be empty');
@@ -65,6 +90,7 @@ export class RedisCache implements Cache {
       connectionName: 'signal-service',
     }) as ScriptedRedis;
     this.client.defineCommand('signalDebitWindows', { lua: DEBIT_SCRIPT });
+    this.client.defineCommand('signalReleaseWindows', { lua: RELEASE_SCRIPT });
     this.client.on('error', (error: Error) => {
       // ioredis repeats the same error on every reconnect attempt; log each distinct one once.
       if (error.message !== this.lastError) this.logger?.warn({ err: error }, 'redis cache connection error');
@@ -131,6 +157,15 @@ export class RedisCache implements Cache {
       this.client.signalDebitWindows(windows.length, ...args),
     );
     return decodeDebitReply(windows, reply);
+  }
+
+  async releaseWindows(keys: string[], amount: number): Promise<number[]> {
+    assertRelease(keys, amount);
+    if (keys.length === 0) return [];
+    const reply = await this.run('releaseWindows', () =>
+      this.client.signalReleaseWindows(keys.length, ...keys.map((key) => this.k(key)), amount),
+    );
+    return reply.map(Number);
   }
 
   async readWindows(keys: string[]): Promise<number[]> {

@@ -50,6 +50,11 @@ export function assertDebit(windows: QuotaWindow[], amount: number): void {
   }
 }
 
+export function assertRelease(keys: string[], amount: number): void {
+  assertCount('amount', amount);
+  assertDistinct(keys);
+}
+
 export function assertWindowKeys(keys: string[]): void {
   for (const key of keys) assertKey(key);
 }

@@ -1,3 +1,4 @@
+import { connect } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -12,13 +13,38 @@ afterEach(async () => {
   app = null;
 });
 
-async function start(readiness = new Readiness()) {
+/** Writes raw bytes on a fresh socket and collects everything until the server closes it. */
+function rawExchange(url: string, chunks: string[]): Promise<string> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    let received = '';
+    const socket = connect(Number(port), hostname, () => {
+      for (const chunk of chunks) socket.write(chunk);
+    });
+    socket.on('data', (d) => {
+      received += d.toString();
+    });
+    socket.on('error', reject);
+    socket.on('close', () => resolve(received));
+  });
+}
+
+function parseRaw(raw: string): { status: number; body: unknown } {
+  const [head, body] = raw.split('\r\n\r\n');
+  return { status: Number(head!.split(' ')[1]), body: JSON.parse(body!) };
+}
+
+async function start(readiness = new Readiness(), requestTimeoutMs?: number, trustProxy?: string) {
   let release!: () => void;
   const gate = new Promise<void>((resolve) => {
     release = resolve;
   });
   app = await buildApp({
-    config: { BODY_LIMIT_BYTES: 1024 },
+    config: {
+      BODY_LIMIT_BYTES: 1024,
+      ...(requestTimeoutMs === undefined ? {} : { REQUEST_TIMEOUT_MS: requestTimeoutMs }),
+      ...(trustProxy === undefined ? {} : { TRUST_PROXY: trustProxy }),
+    },
     logger,
     readiness,
     metrics: createMetrics(),
@@ -29,6 +55,8 @@ async function start(readiness = new Readiness()) {
           return { done: true };
         });
         instance.post('/echo', async (request) => ({ body: request.body }));
+        instance.get('/item/:id', async (request) => request.params);
+        instance.get('/ip', async (request) => ({ ip: request.ip }));
         instance.get('/boom', async () => {
           throw new Error('database password is hunter2');
         });
@@ -74,6 +102,58 @@ describe('HTTP app', () => {
     });
     expect(res.status).toBe(400);
     expect(await res.json()).toMatchObject({ code: 'FST_ERR_CTP_INVALID_JSON_BODY' });
+  });
+
+  it('answers router errors in the error shape without echoing the URL', async () => {
+    const { url } = await start();
+    const long = await fetch(`${url}/item/${'a'.repeat(500)}`);
+    expect(long.status).toBe(414);
+    expect(await long.json()).toEqual({ code: 'URI_TOO_LONG', message: 'a path segment is too long' });
+    const bad = await fetch(`${url}/item/%E0%A4%A`);
+    expect(bad.status).toBe(400);
+    expect(await bad.json()).toEqual({ code: 'BAD_URL', message: 'the URL is not validly percent-encoded' });
+  });
+
+  it('answers HTTP parser errors in the error shape and closes the connection', async () => {
+    const { url } = await start();
+    const garbage = parseRaw(await rawExchange(url, ['NOT HTTP AT ALL\r\n\r\n']));
+    expect(garbage).toEqual({
+      status: 400,
+      body: { code: 'BAD_REQUEST', message: 'the request is not valid HTTP' },
+    });
+    const huge = parseRaw(
+      await rawExchange(url, [`GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: ${'a'.repeat(20_000)}\r\n\r\n`]),
+    );
+    expect(huge).toEqual({
+      status: 431,
+      body: { code: 'HEADERS_TOO_LARGE', message: 'the request headers are too large' },
+    });
+  });
+
+  it('cuts off a body that trickles in slower than the request timeout with 408', async () => {
+    const { url } = await start(new Readiness(), 500);
+    // Announces 100 bytes, sends 10, then nothing: the server must answer and close on its own.
+    const raw = await rawExchange(url, [
+      'POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"pad":"xx',
+    ]);
+    expect(parseRaw(raw)).toEqual({
+      status: 408,
+      body: { code: 'REQUEST_TIMEOUT', message: 'the request did not arrive in time' },
+    });
+  });
+
+  it.each([
+    ['', '127.0.0.1'],
+    ['10.0.0.0/8', '127.0.0.1'],
+    ['1', '198.51.100.7'],
+    ['2', '203.0.113.9'],
+    ['127.0.0.1', '198.51.100.7'],
+    ['127.0.0.0/8,10.0.0.0/8', '198.51.100.7'],
+  ])('TRUST_PROXY=%j takes the client address as %s', async (setting, expected) => {
+    const { url } = await start(new Readiness(), undefined, setting);
+    // The request came through two hops: 203.0.113.9 -> 198.51.100.7 -> us (127.0.0.1).
+    const res = await fetch(`${url}/ip`, { headers: { 'x-forwarded-for': '203.0.113.9, 198.51.100.7' } });
+    expect(await res.json()).toEqual({ ip: expected });
   });
 
   it('hides the internals of a 500', async () => {

@@ -1,4 +1,11 @@
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyPluginAsync } from 'fastify';
+import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyPluginAsync,
+  type FastifyReply,
+} from 'fastify';
 import type { Logger } from 'pino';
 import type { Config } from '../../contracts/config.ts';
 import type { Metrics } from '../shared/metrics.ts';
@@ -6,7 +13,7 @@ import type { Readiness } from '../shared/readiness.ts';
 import { opsRoutes } from './ops-routes.ts';
 
 export interface AppDeps {
-  config: Pick<Config, 'BODY_LIMIT_BYTES'>;
+  config: Pick<Config, 'BODY_LIMIT_BYTES'> & Partial<Pick<Config, 'REQUEST_TIMEOUT_MS' | 'TRUST_PROXY'>>;
   logger: Logger;
   readiness: Readiness;
   metrics: Metrics | null;
@@ -14,14 +21,38 @@ export interface AppDeps {
   plugins?: FastifyPluginAsync[];
 }
 
+type HttpError = { statusCode?: number; code?: string; message: string; retryable?: boolean };
+
 /**
  * The HTTP app: every error leaves as JSON `{code, message}` with a fitting status, never a
  * stack trace; unknown routes are 404 in the same shape.
  */
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
+  const requestTimeout = deps.config.REQUEST_TIMEOUT_MS ?? 30_000;
   const app = Fastify({
     loggerInstance: deps.logger as FastifyBaseLogger,
     bodyLimit: deps.config.BODY_LIMIT_BYTES,
+    requestTimeout,
+    trustProxy: trustProxySetting(deps.config.TRUST_PROXY ?? ''),
+    // Node reads requestTimeout when the server is constructed (setting it afterwards, as
+    // Fastify does, is ignored) and checks deadlines every connectionsCheckingInterval (30 s by
+    // default): both go to the constructor so a trickling body is cut off on time.
+    http: {
+      requestTimeout,
+      connectionsCheckingInterval: Math.max(100, Math.min(1_000, Math.floor(requestTimeout / 4))),
+    },
+    // Errors the router raises before any route runs: same {code, message} shape as the rest,
+    // and the offending URL is not echoed back (it may be 100 KB long).
+    frameworkErrors: (error, _request, reply) => {
+      const tooLong = error.code === 'FST_ERR_MAX_PARAM_LENGTH';
+      (reply as FastifyReply).code(tooLong ? 414 : 400).send({
+        code: tooLong ? 'URI_TOO_LONG' : 'BAD_URL',
+        message: tooLong ? 'a path segment is too long' : 'the URL is not validly percent-encoded',
+      });
+    },
+    clientErrorHandler: (error: NodeJS.ErrnoException, socket: Socket) => {
+      writeClientError(error, socket);
+    },
     // In-flight requests finish on close; new connections are refused at once.
     return503OnClosing: true,
     forceCloseConnections: 'idle',
@@ -52,9 +83,17 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     });
   }
 
-  app.setErrorHandler((error: { statusCode?: number; code?: string; message: string }, request, reply) => {
+  app.setErrorHandler((error: HttpError, request, reply) => {
     const status =
       error.statusCode && error.statusCode >= 400 && error.statusCode < 600 ? error.statusCode : 500;
+    // A backing server that is down (the event store): nothing was done and the caller may retry.
+    if (status === 503 && error.retryable === true) {
+      request.log.warn({ err: error }, 'request refused: a backing server is unavailable');
+      return reply
+        .code(503)
+        .header('retry-after', '1')
+        .send({ code: error.code, message: error.message, retryable: true });
+    }
     if (status >= 500) request.log.error({ err: error }, 'request failed');
     reply.code(status).send({
       code: status >= 500 ? 'INTERNAL_ERROR' : (error.code ?? 'BAD_REQUEST'),
@@ -68,4 +107,42 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(opsRoutes({ readiness: deps.readiness, metrics: deps.metrics, startedAt: Date.now() }));
   for (const plugin of deps.plugins ?? []) await app.register(plugin);
   return app;
+}
+
+/**
+ * Errors Node's HTTP parser raises before Fastify sees a request (malformed request line, headers
+ * too large, a request not received in time): answered on the raw socket, in the same shape.
+ */
+function writeClientError(error: NodeJS.ErrnoException, socket: Socket): void {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  const [status, code, message] =
+    error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? [408, 'REQUEST_TIMEOUT', 'the request did not arrive in time']
+      : error.code === 'HPE_HEADER_OVERFLOW'
+        ? [431, 'HEADERS_TOO_LARGE', 'the request headers are too large']
+        : [400, 'BAD_REQUEST', 'the request is not valid HTTP'];
+  if (socket.writable) {
+    const body = JSON.stringify({ code, message });
+    socket.write(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy(error);
+}
+
+/**
+ * TRUST_PROXY as Fastify's trustProxy: off, a hop count, or the trusted proxies' addresses. Off
+ * by default, because a forged X-Forwarded-For must not buy an anonymous caller a fresh quota.
+ */
+export function trustProxySetting(
+  value: string,
+): boolean | string[] | ((address: string, hop: number) => boolean) {
+  const trimmed = value.trim();
+  if (trimmed === '') return false;
+  if (/^\d+$/.test(trimmed)) {
+    const hops = Number(trimmed);
+    // Believe the nearest `hops` entries of the chain, as proxy-addr does for a hop count.
+    return (_address, hop) => hop < hops;
+  }
+  return trimmed.split(',').map((part) => part.trim());
 }

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { isWellFormedKey } from '../keys/key-material.ts';
 import { type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
-import type { QuotaSubject } from '../quota/quota-meter.ts';
+import type { QuotaMeter, QuotaSubject } from '../quota/quota-meter.ts';
 import { type AuthBlock, presentedCredential, type ServiceMeta } from './service-meta.ts';
 
 /** Who is calling, as far as metering is concerned. */
@@ -22,10 +22,25 @@ export class CallerRejectedError extends Error {
     readonly reason: 'unknown' | 'indeterminate',
     readonly service: ServiceMeta,
     message: string,
+    /** Who the request counts as without the key: its client address's anonymous quota. */
+    readonly anonymous: QuotaSubject,
     options?: { cause?: unknown },
   ) {
     super(message, options);
   }
+}
+
+/** A lazily hashed anonymous subject: most quotes never need the hash. */
+function anonymousSubject(clientAddress: string): QuotaSubject {
+  let id: string | undefined;
+  return {
+    get id() {
+      id ??= anonymousSubjectId(clientAddress);
+      return id;
+    },
+    kind: 'anonymous',
+    plan: 'free',
+  };
 }
 
 /** Anonymous callers are counted by a hash of their address, never the address itself. */
@@ -39,8 +54,6 @@ export async function identifyCaller(
 ): Promise<Caller> {
   const credential = presentedCredential(request.headers, isWellFormedKey);
   if (credential.kind === 'none') {
-    const { clientAddress } = request;
-    let id: string | undefined;
     return {
       auth: {
         outcome: credential.outcome,
@@ -48,15 +61,7 @@ export async function identifyCaller(
         tier: 'free',
         ...(credential.detail ? { detail: credential.detail } : {}),
       },
-      // Hashed on first use: an x402 quote to an anonymous caller never reads its quota.
-      subject: {
-        get id() {
-          id ??= anonymousSubjectId(clientAddress);
-          return id;
-        },
-        kind: 'anonymous',
-        plan: 'free',
-      },
+      subject: anonymousSubject(request.clientAddress),
       keyId: null,
     };
   }
@@ -72,6 +77,7 @@ export async function identifyCaller(
         quota: null,
       },
       `the API key could not be verified right now (${err.message}); retry shortly`,
+      anonymousSubject(request.clientAddress),
       { cause: err },
     );
   }
@@ -81,6 +87,7 @@ export async function identifyCaller(
       'unknown',
       { auth: { outcome: 'UNKNOWN', presented: true, tier: 'free', detail }, quota: null },
       `unknown API key: ${detail}`,
+      anonymousSubject(request.clientAddress),
     );
   }
   const { record } = lookup;
@@ -89,4 +96,17 @@ export async function identifyCaller(
     subject: { id: record.keyHash, kind: 'key', plan: record.plan },
     keyId: record.keyId,
   };
+}
+
+/**
+ * `_service` for a refused key: the contract puts a live count in every response, so it carries
+ * the quota the request counts against without the key (its address's anonymous one). When the
+ * counters are out of reach it stays null rather than failing the refusal.
+ */
+export async function rejectedService(quota: QuotaMeter, err: CallerRejectedError): Promise<ServiceMeta> {
+  try {
+    return { ...err.service, quota: await quota.peek(err.anonymous) };
+  } catch {
+    return err.service;
+  }
 }

@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
+import { RedisCache } from '../../adapters/cache/redis.ts';
 import type { Config } from '../../contracts/config.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
@@ -14,7 +15,8 @@ import { keyRoutes } from './keys/routes.ts';
 import { mcpPlugin } from './mcp/plugin.ts';
 import { guardConfig } from './mcp/request-guard.ts';
 import type { PaymentRequirementsFor, PayPerCall } from './mcp/tool-call.ts';
-import { signalTools, type ToolDefinition, toolRegistry } from './mcp/tool-registry.ts';
+import { signalTools, type ToolDefinition, type ToolRegistry, toolRegistry } from './mcp/tool-registry.ts';
+import { RateLimiter, rateLimitPlugin } from './rate-limit.ts';
 
 export interface KeyedChannelDeps {
   config: Config;
@@ -27,6 +29,8 @@ export interface KeyedChannelDeps {
   payPerCall?: PayPerCall;
   /** Extra MCP tools (the knowledge tools) beside the four signal tools. */
   extraTools?: ToolDefinition[];
+  /** Told of every request refused by the rate limiter (a metric). */
+  onRateLimited?: (tier: string, channel: 'http' | 'mcp') => void;
   /** How often idle MCP sessions are looked for (default derived from MCP_SESSION_IDLE_MS). */
   mcpSweepIntervalMs?: number;
 }
@@ -38,9 +42,13 @@ export interface KeyedChannelDeps {
  */
 export function keyedChannel(deps: KeyedChannelDeps): Component & {
   plugins: FastifyPluginAsync[];
+  /** Request-rate limits for every product route: register before any of them. */
+  rateLimit: FastifyPluginAsync | null;
   keys: KeyResolver;
   quota: QuotaMeter;
   registry: ProjectionRunner<KeyRegistry>;
+  /** The tools /mcp serves, for discovery documents. */
+  tools: ToolRegistry;
 } {
   const { config, adapters, logger } = deps;
   const plans = planTable(config);
@@ -56,6 +64,16 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
   const keys = new KeyResolver({ runner: registry, store: adapters.eventStore });
   const quota = new QuotaMeter({ cache: adapters.cache, store: adapters.eventStore, plans });
   const guard = guardConfig(config);
+  const rateLimit = config.RATE_LIMIT_ENABLED
+    ? rateLimitPlugin({
+        limiter: new RateLimiter(config, adapters.cache instanceof RedisCache ? adapters.cache.shared : null),
+        keys,
+        quota,
+        logger,
+        ...(deps.onRateLimited ? { onRefused: deps.onRateLimited } : {}),
+      })
+    : null;
+  const tools = toolRegistry([...signalTools(deps.ops), ...(deps.extraTools ?? [])]);
   const plugins: FastifyPluginAsync[] = [
     keyRoutes({
       store: adapters.eventStore,
@@ -68,12 +86,14 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
       logger,
     }),
     mcpPlugin({
-      registry: toolRegistry([...signalTools(deps.ops), ...(deps.extraTools ?? [])]),
+      registry: tools,
       keys,
       quota,
       logger,
       guard,
       idleMs: config.MCP_SESSION_IDLE_MS,
+      maxSessions: config.MCP_MAX_SESSIONS,
+      maxSessionsPerCaller: config.MCP_MAX_SESSIONS_PER_CALLER,
       ...(deps.mcpSweepIntervalMs === undefined ? {} : { sweepIntervalMs: deps.mcpSweepIntervalMs }),
       ...(deps.paymentRequirements ? { paymentRequirements: deps.paymentRequirements } : {}),
       ...(deps.payPerCall ? { payPerCall: deps.payPerCall } : {}),
@@ -82,9 +102,11 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
   return {
     name: 'keyed-channel',
     plugins,
+    rateLimit,
     keys,
     quota,
     registry,
+    tools,
     async start() {
       await registry.start();
       // The in-process cache starts empty: its quota counters are a projection of the log.

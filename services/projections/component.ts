@@ -7,6 +7,7 @@ import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
 import type { Component } from '../component.ts';
 import { Relay } from '../relay/relay.ts';
+import { relayTypes } from '../relay/relay-types.ts';
 import type { Metrics } from '../shared/metrics.ts';
 import type { Check } from '../shared/readiness.ts';
 
@@ -42,6 +43,7 @@ export function projectionsComponent(deps: {
     checkpoints: adapters.projectionStore,
     subjectPrefix: config.NATS_SUBJECT_PREFIX,
     logger,
+    types: relayTypes(config),
   });
   let lagTimer: NodeJS.Timeout | null = null;
 

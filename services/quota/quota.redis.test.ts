@@ -68,6 +68,8 @@ describe.runIf(run)('quota on the real Redis', () => {
       total: 200,
       remaining: 0,
       resets_at: '2031-04-01T00:00:00.000Z',
+      // The month block adds up (100 + 100 = 200) while the day cap leaves nothing to call now.
+      monthly: { used: 100, total: 200, remaining: 100, resets_at: '2031-04-01T00:00:00.000Z' },
       daily: { used: 100, total: 100, remaining: 0, resets_at: '2031-04-01T00:00:00.000Z' },
     });
 

@@ -10,9 +10,16 @@ const WindowFigures = {
   resets_at: z.iso.datetime(),
 };
 
-/** `_service.quota`: the month's figures, plus the day's on plans with a daily cap. */
+/**
+ * `_service.quota`. Top level: `remaining` is what the caller can call now (the tighter of the
+ * month and the day), `used`/`total`/`resets_at` are the month's. Because a day cap can make
+ * `used + remaining` fall short of `total`, each window is also given whole in its own block,
+ * where `used + remaining = total` holds (unless a plan change left more used than the new total): `monthly` on every plan, `daily` on plans with
+ * a daily cap.
+ */
 export const QuotaSnapshot = z.object({
   ...WindowFigures,
+  monthly: z.object(WindowFigures),
   daily: z.object(WindowFigures).optional(),
 });
 export type QuotaSnapshot = z.infer<typeof QuotaSnapshot>;
@@ -26,20 +33,18 @@ export function quotaSnapshot(
   const monthUsed = counts[0] ?? 0;
   const dayUsed = counts[1] ?? 0;
   const monthRemaining = Math.max(0, limits.monthly - monthUsed);
-  if (limits.daily === null) {
-    return {
-      used: monthUsed,
-      total: limits.monthly,
-      remaining: monthRemaining,
-      resets_at: new Date(period.monthResetsAt).toISOString(),
-    };
-  }
-  const dayRemaining = Math.max(0, limits.daily - dayUsed);
-  return {
+  const monthly = {
     used: monthUsed,
     total: limits.monthly,
-    remaining: Math.min(monthRemaining, dayRemaining),
+    remaining: monthRemaining,
     resets_at: new Date(period.monthResetsAt).toISOString(),
+  };
+  if (limits.daily === null) return { ...monthly, monthly };
+  const dayRemaining = Math.max(0, limits.daily - dayUsed);
+  return {
+    ...monthly,
+    remaining: Math.min(monthRemaining, dayRemaining),
+    monthly,
     daily: {
       used: dayUsed,
       total: limits.daily,

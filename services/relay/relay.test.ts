@@ -17,6 +17,7 @@ import type { ProjectionStore, StoredProjection } from '../../adapters/projectio
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import { NATS_URL, requireNats } from '../../test/nats-server.ts';
 import { Relay, type RelayOptions } from './relay.ts';
+import { relayTypes } from './relay-types.ts';
 
 const logger = pino({ level: 'silent' });
 const decoder = new TextDecoder();
@@ -121,6 +122,29 @@ describe('Relay', () => {
     expect((await checkpoints.load('relay'))?.checkpoint).toBe(6);
     expect(await relay.lag()).toBe(0);
     expect(relay.stats).toMatchObject({ published: 6, duplicates: 0, failures: 0 });
+    await sink.consumer.stop();
+    await bus.close();
+  });
+
+  it('publishes only the configured types and checkpoints past the rest', async () => {
+    const store = new MemoryEventStore();
+    const bus = new MemoryBus();
+    await appendEvents(store, 2);
+    await appendEvents(store, 3, 'DeliverySucceeded');
+    await appendEvents(store, 1, 'RegimeShifted');
+    const { relay } = relayWith({
+      store,
+      bus,
+      types: relayTypes({ RELAY_EVENT_TYPES: 'VerdictRecorded,RegimeShifted' }),
+    });
+    const sink = await collect(bus);
+    await relay.start();
+    await waitFor(() => relay.checkpoint === 6, 'checkpoint past every event');
+    await relay.stop();
+    expect(sink.received.map((e) => e.type)).toEqual(['VerdictRecorded', 'VerdictRecorded', 'RegimeShifted']);
+    expect(relay.stats.published).toBe(3);
+    expect(relayTypes({ RELAY_EVENT_TYPES: '*' })).toBeNull();
+    expect(() => relayTypes({ RELAY_EVENT_TYPES: 'VerdictRecorded,NoSuchEvent' })).toThrow(/NoSuchEvent/);
     await sink.consumer.stop();
     await bus.close();
   });

@@ -17,6 +17,12 @@ export interface RelayOptions {
   maxInFlight?: number;
   retry?: { initialMs?: number; maxMs?: number };
   logger?: Logger;
+  /**
+   * Event types to publish; others are passed over (the checkpoint still moves past them). Null
+   * or absent: every type. Publishing only what some consumer subscribes to spares the bus, and
+   * this process, a publish per event nobody reads (delivery outcomes are most of the log).
+   */
+  types?: ReadonlySet<string> | null;
 }
 
 export interface RelayStats {
@@ -30,8 +36,11 @@ interface OutgoingEvent {
   position: number;
   id: string;
   subject: string;
-  payload: Uint8Array;
+  /** null: a type nobody consumes, passed over. */
+  payload: Uint8Array | null;
 }
+
+const PASSED_OVER = Promise.resolve({ duplicate: false, sequence: 0 });
 
 const CHECKPOINT_VERSION = 1;
 const NOT_READY = Symbol('not ready');
@@ -59,6 +68,7 @@ export class Relay {
   private readonly retryInitialMs: number;
   private readonly retryMaxMs: number;
   private readonly logger: Logger;
+  private readonly types: ReadonlySet<string> | null;
   private current = 0;
   private published = 0;
   private duplicates = 0;
@@ -78,6 +88,7 @@ export class Relay {
     this.retryInitialMs = options.retry?.initialMs ?? 200;
     this.retryMaxMs = options.retry?.maxMs ?? 10_000;
     this.logger = (options.logger ?? pino({ name: 'relay' })).child({ component: 'relay', relay: this.name });
+    this.types = options.types ?? null;
   }
 
   /** Global position of the last event whose publish was acknowledged and checkpointed. */
@@ -195,17 +206,22 @@ export class Relay {
   }
 
   private prepare(event: RecordedEvent): OutgoingEvent {
+    const wanted = this.types === null || this.types.has(event.type);
     return {
       position: event.position,
       id: event.id,
-      subject: eventSubject(event.type, this.subjectPrefix),
-      payload: encodeEvent(event),
+      subject: wanted ? eventSubject(event.type, this.subjectPrefix) : '',
+      payload: wanted ? encodeEvent(event) : null,
     };
   }
 
   private async publishPage(page: OutgoingEvent[], onProgress: () => void): Promise<void> {
     const results = await Promise.allSettled(
-      page.map((event) => this.bus.publish(event.subject, event.payload, { msgId: event.id })),
+      page.map((event) =>
+        event.payload === null
+          ? PASSED_OVER
+          : this.bus.publish(event.subject, event.payload, { msgId: event.id }),
+      ),
     );
     let acked = 0;
     let failure: unknown = null;
@@ -221,7 +237,7 @@ export class Relay {
       const checkpoint = page[acked - 1]!.position;
       await this.checkpoints.save<null>(this.name, { version: CHECKPOINT_VERSION, checkpoint, state: null });
       this.current = checkpoint;
-      this.published += acked;
+      for (let i = 0; i < acked; i++) if (page[i]!.payload !== null) this.published++;
       onProgress();
     }
     if (failure !== null) throw failure;

@@ -3,9 +3,11 @@ import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import { CallerRejectedError, identifyCaller } from '../caller.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
 import { createMcpServer } from './server.ts';
 import { SessionTable } from './sessions.ts';
+import { statelessMcp } from './stateless.ts';
 import type { ToolCallDeps } from './tool-call.ts';
 
 export interface McpPluginOptions extends ToolCallDeps {
@@ -13,6 +15,11 @@ export interface McpPluginOptions extends ToolCallDeps {
   idleMs: number;
   /** How often idle sessions are looked for (default: half the idle time, within 1 s–60 s). */
   sweepIntervalMs?: number;
+  /** Open sessions in all, and per caller (key, or client address). */
+  maxSessions?: number;
+  maxSessionsPerCaller?: number;
+  /** Told the number of open sessions whenever it changes (a gauge). */
+  onSessionCount?: (open: number) => void;
 }
 
 const MCP_METHODS = 'GET, POST, DELETE';
@@ -33,9 +40,14 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
     const sessions = new SessionTable({
       idleMs: options.idleMs,
       ...(options.sweepIntervalMs === undefined ? {} : { sweepIntervalMs: options.sweepIntervalMs }),
+      ...(options.maxSessions === undefined ? {} : { maxSessions: options.maxSessions }),
+      ...(options.maxSessionsPerCaller === undefined ? {} : { maxPerOwner: options.maxSessionsPerCaller }),
+      ...(options.onSessionCount ? { onCount: options.onSessionCount } : {}),
       logger: options.logger,
     });
     app.addHook('onClose', async () => sessions.closeAll());
+    const stateless = statelessMcp(options);
+    app.addHook('onClose', async () => stateless.close());
 
     const guard = (request: FastifyRequest, reply: FastifyReply): boolean => {
       if (!hostAllowed(options.guard, request.headers.host)) {
@@ -70,7 +82,12 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
         transport = sessions.touch(sessionId);
         if (transport === undefined) return jsonRpcError(reply, 404, -32001, 'Session not found');
       } else if (method === 'POST' && isInitializeRequest(request.body)) {
-        transport = await openSession();
+        const owner = await sessionOwner(request);
+        await sessions.makeRoom(owner);
+        transport = await openSession(owner);
+      } else if (method === 'POST') {
+        // No session and not initialize: a one-shot call, or the 2026-07-28 revision (stateless.ts).
+        return stateless.serve(request, reply);
       } else {
         return jsonRpcError(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
       }
@@ -94,12 +111,26 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
       return reply;
     };
 
-    const openSession = async (): Promise<StreamableHTTPServerTransport> => {
+    /** The caller a new session counts against: its key when one applies, else its address. */
+    const sessionOwner = async (request: FastifyRequest): Promise<string> => {
+      try {
+        const caller = await identifyCaller(options.keys, {
+          headers: request.headers,
+          clientAddress: request.ip,
+        });
+        return `${caller.subject.kind}:${caller.subject.id}`;
+      } catch (err) {
+        if (err instanceof CallerRejectedError) return `anonymous:${err.anonymous.id}`;
+        throw err;
+      }
+    };
+
+    const openSession = async (owner: string): Promise<StreamableHTTPServerTransport> => {
       const server = createMcpServer(options);
       const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
         enableJsonResponse: true,
-        onsessioninitialized: (id): void => sessions.add(id, server, transport),
+        onsessioninitialized: (id): void => sessions.add(id, server, transport, owner),
         onsessionclosed: (id): void => sessions.forget(id),
       });
       transport.onclose = () => {

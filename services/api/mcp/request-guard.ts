@@ -8,7 +8,16 @@ export interface GuardConfig {
   allowedHosts: string[];
   /** Full origins (scheme://host[:port]); `*` allows any. */
   allowedOrigins: string[];
+  /**
+   * Whether a page served from this machine (http://localhost:<any port>, 127.0.0.1, [::1]) may
+   * call: on outside production while ALLOWED_ORIGINS is empty, so a browser MCP client (an
+   * inspector, a local web app) works on the embedded defaults. The Host check still applies,
+   * so a rebinding attacker's page, which sends its own Origin, is refused either way.
+   */
+  allowLocalOrigins?: boolean;
 }
+
+const LOCAL_ORIGIN = /^https?:\/\/(localhost|127\.0\.0\.1|\[::1\])(:\d{1,5})?$/;
 
 function parseList(raw: string): string[] {
   return raw
@@ -17,8 +26,17 @@ function parseList(raw: string): string[] {
     .filter((s) => s.length > 0);
 }
 
-export function guardConfig(config: { ALLOWED_HOSTS: string; ALLOWED_ORIGINS: string }): GuardConfig {
-  return { allowedHosts: parseList(config.ALLOWED_HOSTS), allowedOrigins: parseList(config.ALLOWED_ORIGINS) };
+export function guardConfig(config: {
+  ALLOWED_HOSTS: string;
+  ALLOWED_ORIGINS: string;
+  NODE_ENV?: string;
+}): GuardConfig {
+  const allowedOrigins = parseList(config.ALLOWED_ORIGINS);
+  return {
+    allowedHosts: parseList(config.ALLOWED_HOSTS),
+    allowedOrigins,
+    allowLocalOrigins: allowedOrigins.length === 0 && config.NODE_ENV !== 'production',
+  };
 }
 
 /** The host name of a Host header, without the port (IPv6 literals keep their brackets). */
@@ -42,11 +60,13 @@ export function hostAllowed(guard: GuardConfig, host: string | undefined): boole
 export function originAllowed(guard: GuardConfig, origin: string | undefined): boolean {
   if (origin === undefined) return true;
   if (guard.allowedOrigins.includes('*')) return true;
-  return guard.allowedOrigins.includes(origin.trim().toLowerCase());
+  const normalised = origin.trim().toLowerCase();
+  if (guard.allowLocalOrigins && LOCAL_ORIGIN.test(normalised)) return true;
+  return guard.allowedOrigins.includes(normalised);
 }
 
 const CORS_ALLOW_HEADERS =
-  'Content-Type, Accept, Authorization, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID';
+  'Content-Type, Accept, Authorization, Mcp-Session-Id, Mcp-Protocol-Version, Mcp-Method, Mcp-Name, Last-Event-ID';
 const CORS_EXPOSE_HEADERS = 'Mcp-Session-Id, Mcp-Protocol-Version, WWW-Authenticate';
 
 /** Headers that let a listed browser origin read the response (and the session id). */

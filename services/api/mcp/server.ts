@@ -2,7 +2,14 @@ import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import { callTool, MCP_PAYMENT_META, type ToolCallDeps } from './tool-call.ts';
 
-const SERVER_INFO = { name: 'signal-service', version: '1.0.0' };
+export const SERVER_INFO = { name: 'signal-service', version: '1.0.0' };
+
+export const SERVER_INSTRUCTIONS =
+  'Crypto trade verdicts, market regimes and funding-arbitrage scans. Send an API key as ' +
+  '"Authorization: Bearer sk_live_..." (anonymous callers get the free limits). Every result ' +
+  'carries _service.auth and _service.quota with the live remaining calls. When the quota is ' +
+  'used up, the tool error carries x402 payment requirements: retry the call with the payment ' +
+  'in _meta["x402/payment"] to pay for that call alone.';
 
 /**
  * One MCP server per session. The low-level Server, not McpServer: McpServer turns every thrown
@@ -11,12 +18,7 @@ const SERVER_INFO = { name: 'signal-service', version: '1.0.0' };
 export function createMcpServer(deps: ToolCallDeps): Server {
   const server = new Server(SERVER_INFO, {
     capabilities: { tools: { listChanged: false } },
-    instructions:
-      'Crypto trade verdicts, market regimes and funding-arbitrage scans. Send an API key as ' +
-      '"Authorization: Bearer sk_live_..." (anonymous callers get the free limits). Every result ' +
-      'carries _service.auth and _service.quota with the live remaining calls. When the quota is ' +
-      'used up, the tool error carries x402 payment requirements: retry the call with the payment ' +
-      'in _meta["x402/payment"] to pay for that call alone.',
+    instructions: SERVER_INSTRUCTIONS,
   });
   server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: deps.registry.list() }));
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {

@@ -6,11 +6,19 @@ interface Session {
   server: Server;
   transport: StreamableHTTPServerTransport;
   lastSeen: number;
+  /** Who opened it (a key, or a hashed client address): the per-caller cap counts by this. */
+  owner: string;
 }
 
 /**
  * Open MCP sessions by id. Clients often never send DELETE, so a sweep closes sessions idle
- * longer than `idleMs`; without it every abandoned session would stay in memory for good.
+ * longer than `idleMs`; without it every abandoned session would stay in memory for good. The
+ * table is also capped, in all and per owner: opening one more closes the least recently used
+ * session first (the owner's, or anyone's for the total), so one client opening sessions in a
+ * loop evicts its own and cannot grow memory without bound.
+ *
+ * The Map keeps insertion order and `touch` re-inserts, so its first entries are the least
+ * recently used: eviction is O(1) for the total cap, a scan of one owner's few for the other.
  */
 export class SessionTable {
   private readonly sessions = new Map<string, Session>();
@@ -21,6 +29,10 @@ export class SessionTable {
       idleMs: number;
       sweepIntervalMs?: number;
       logger?: Logger;
+      maxSessions?: number;
+      maxPerOwner?: number;
+      /** Told the number of open sessions whenever it changes. */
+      onCount?: (open: number) => void;
     },
   ) {
     this.timer = setInterval(
@@ -32,8 +44,47 @@ export class SessionTable {
     this.timer.unref();
   }
 
-  add(id: string, server: Server, transport: StreamableHTTPServerTransport): void {
-    this.sessions.set(id, { server, transport, lastSeen: Date.now() });
+  get size(): number {
+    return this.sessions.size;
+  }
+
+  /** Sessions open for one owner. */
+  countOf(owner: string): number {
+    let n = 0;
+    for (const session of this.sessions.values()) if (session.owner === owner) n++;
+    return n;
+  }
+
+  /**
+   * Makes room for one more session of `owner` under both caps, closing the least recently used
+   * ones; returns how many were closed.
+   */
+  async makeRoom(owner: string): Promise<number> {
+    let closed = 0;
+    const perOwner = this.options.maxPerOwner ?? Number.POSITIVE_INFINITY;
+    let owned = this.countOf(owner);
+    for (const [id, session] of [...this.sessions]) {
+      if (owned < perOwner) break;
+      if (session.owner !== owner) continue;
+      await this.close(id);
+      owned--;
+      closed++;
+    }
+    const total = this.options.maxSessions ?? Number.POSITIVE_INFINITY;
+    while (this.sessions.size >= total) {
+      const oldest = this.sessions.keys().next().value;
+      if (oldest === undefined) break;
+      await this.close(oldest);
+      closed++;
+    }
+    if (closed > 0)
+      this.options.logger?.info({ owner, closed }, 'mcp sessions evicted to stay under the cap');
+    return closed;
+  }
+
+  add(id: string, server: Server, transport: StreamableHTTPServerTransport, owner = 'unknown'): void {
+    this.sessions.set(id, { server, transport, lastSeen: Date.now(), owner });
+    this.options.onCount?.(this.sessions.size);
   }
 
   /** The session, marked as used now; undefined when unknown or already closed. */
@@ -41,11 +92,14 @@ export class SessionTable {
     const session = this.sessions.get(id);
     if (session === undefined) return undefined;
     session.lastSeen = Date.now();
+    // Re-inserted at the end: the Map's order stays least recently used first.
+    this.sessions.delete(id);
+    this.sessions.set(id, session);
     return session.transport;
   }
 
   forget(id: string): void {
-    this.sessions.delete(id);
+    if (this.sessions.delete(id)) this.options.onCount?.(this.sessions.size);
   }
 
   async sweep(): Promise<number> {
@@ -60,6 +114,7 @@ export class SessionTable {
     const session = this.sessions.get(id);
     if (session === undefined) return;
     this.sessions.delete(id);
+    this.options.onCount?.(this.sessions.size);
     await session.transport.close().catch(() => undefined);
     await session.server.close().catch(() => undefined);
   }

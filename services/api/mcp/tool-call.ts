@@ -1,11 +1,11 @@
 import { randomUUID } from 'node:crypto';
-import { type CallToolResult, McpError } from '@modelcontextprotocol/sdk/types.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from 'pino';
 import type { ToolName } from '../../../contracts/tools.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
 import type { KeyResolver } from '../../keys/key-resolver.ts';
 import type { QuotaMeter } from '../../quota/quota-meter.ts';
-import { type Caller, CallerRejectedError, identifyCaller } from '../caller.ts';
+import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../metered-call.ts';
 import type { PaidServiceMeta, PaymentReceipt, ServiceMeta } from '../service-meta.ts';
 import { MCP_INVALID_PARAMS, MCP_UNKNOWN_KEY, MCP_UNVERIFIABLE } from './error-codes.ts';
@@ -73,13 +73,30 @@ export interface ToolCallRequest {
   payment?: unknown;
 }
 
+/**
+ * A JSON-RPC error of the tool channel. Not the SDK's McpError: that one prefixes its message
+ * with "MCP error <code>: ", which the server sends on and a client SDK prefixes again
+ * ("MCP error -32003: MCP error -32003: …"). The SDK server sends `code`, `message` and `data`
+ * of any error it is given, so the message goes out once, as written here.
+ */
+export class ChannelError extends Error {
+  override readonly name = 'ChannelError';
+  constructor(
+    readonly code: number,
+    message: string,
+    readonly data: Record<string, unknown>,
+  ) {
+    super(message);
+  }
+}
+
 /** `_meta` keys of the x402 MCP transport: the payment in a call, the settlement in its result. */
 export const MCP_PAYMENT_META = 'x402/payment';
 const MCP_PAYMENT_RESPONSE_META = 'x402/payment-response';
 
 /**
  * One tools/call, channel rules included: the caller is identified first (an unknown key is a
- * JSON-RPC error -32003, an unverifiable one -32004: thrown as McpError), then the arguments
+ * JSON-RPC error -32003, an unverifiable one -32004: thrown as ChannelError), then the arguments
  * (-32602 as a tool result with isError), then the metered run. Every result carries `_service`.
  */
 export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Promise<CallToolResult> {
@@ -89,9 +106,9 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
   } catch (err) {
     if (err instanceof CallerRejectedError) {
       const code = err.reason === 'unknown' ? MCP_UNKNOWN_KEY : MCP_UNVERIFIABLE;
-      throw new McpError(code, err.message, {
+      throw new ChannelError(code, err.message, {
         retryable: err.reason === 'indeterminate',
-        _service: err.service,
+        _service: await rejectedService(deps.quota, err),
       });
     }
     throw err;
@@ -125,22 +142,27 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
       args: parsed.data,
       payment: request.payment,
       requestId,
-      run: () => tool.run(parsed.data, { requestId }),
+      run: () => tool.run(parsed.data, { requestId, caller }),
     });
   }
   let outcome: Awaited<ReturnType<typeof serveMetered<Record<string, unknown>>>>;
   try {
     outcome = await serveMetered(deps.quota, caller, { tool: tool.name, requestId }, () =>
-      tool.run(parsed.data, { requestId }),
+      tool.run(parsed.data, { requestId, caller }),
     );
   } catch (err) {
     if (err instanceof QuotaUnavailableError) {
-      throw new McpError(MCP_UNVERIFIABLE, err.message, { retryable: true, _service: err.service });
+      throw new ChannelError(MCP_UNVERIFIABLE, err.message, { retryable: true, _service: err.service });
     }
     throw err;
   }
 
-  if (outcome.ok) return toolResult({ ...outcome.value, _service: outcome.service });
+  if (outcome.ok) {
+    // A tool may add figures of its own to `_service` (the chat quota); auth and quota stay ours.
+    const own = outcome.value._service;
+    const extra = typeof own === 'object' && own !== null ? own : {};
+    return toolResult({ ...outcome.value, _service: { ...extra, ...outcome.service } });
+  }
   if (outcome.reason === 'quota_exhausted') {
     const payment = (await deps.paymentRequirements?.(tool.name, parsed.data)) ?? null;
     const message =

@@ -1,9 +1,12 @@
 import { z } from 'zod';
 import { TOOL_SCHEMAS, type ToolName } from '../../../contracts/tools.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
+import type { Caller } from '../caller.ts';
 
 export interface ToolContext {
   requestId: string;
+  /** Who is calling: tools with a budget of their own (the chat quota) count against it. */
+  caller?: Caller;
 }
 
 /**
@@ -16,6 +19,10 @@ export interface ToolDefinition<S extends z.ZodType = z.ZodType> {
   title: string;
   description: string;
   input: S;
+  /** What a successful call returns (before `_service` is added); advertised as outputSchema. */
+  output?: z.ZodType;
+  /** A valid set of arguments, for discovery documents. */
+  example?: Record<string, unknown>;
   run(args: z.output<S>, ctx: ToolContext): Promise<Record<string, unknown>>;
 }
 
@@ -24,7 +31,37 @@ export interface AdvertisedTool {
   title: string;
   description: string;
   inputSchema: { type: 'object'; [key: string]: unknown };
-  annotations: { readOnlyHint: boolean; openWorldHint: boolean };
+  outputSchema?: { type: 'object'; [key: string]: unknown };
+  annotations: { title: string; readOnlyHint: boolean; openWorldHint: boolean };
+}
+
+/**
+ * What every tool error's structuredContent carries: a code, and `_service`. Clients that check
+ * structuredContent against outputSchema even on errors must find errors valid too.
+ */
+const TOOL_ERROR_SCHEMA = {
+  type: 'object',
+  properties: { code: { type: 'string' }, error: { type: 'string' }, _service: { type: 'object' } },
+  required: ['code'],
+} as const;
+
+function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): Record<string, unknown> {
+  const { $schema: _drop, ...rest } = z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as Record<
+    string,
+    unknown
+  >;
+  return rest;
+}
+
+/**
+ * The advertised output: the result with its `_service` block, or a tool error. One object
+ * schema (MCP requires `type: object` at the top) with the two shapes as alternatives.
+ */
+export function outputSchemaOf(output: z.ZodType): { type: 'object'; anyOf: Record<string, unknown>[] } {
+  const result = jsonSchema(output, 'output');
+  const properties = { ...(result.properties as Record<string, unknown>), _service: { type: 'object' } };
+  const required = [...((result.required as string[] | undefined) ?? []), '_service'];
+  return { type: 'object', anyOf: [{ ...result, properties, required }, TOOL_ERROR_SCHEMA] };
 }
 
 export class ToolRegistry {
@@ -44,39 +81,46 @@ export class ToolRegistry {
 
   /** The tools/list answer, computed once: converting schemas on every list call is waste. */
   list(): AdvertisedTool[] {
-    this.advertised ??= [...this.tools.values()].map((tool) => {
-      const { $schema: _drop, ...schema } = z.toJSONSchema(tool.input, { io: 'input' }) as Record<
-        string,
-        unknown
-      >;
-      return {
-        name: tool.name,
-        title: tool.title,
-        description: tool.description,
-        inputSchema: { ...schema, type: 'object' as const },
-        annotations: { readOnlyHint: true, openWorldHint: true },
-      };
-    });
+    this.advertised ??= [...this.tools.values()].map((tool) => ({
+      name: tool.name,
+      title: tool.title,
+      description: tool.description,
+      inputSchema: { ...jsonSchema(tool.input, 'input'), type: 'object' as const },
+      ...(tool.output ? { outputSchema: outputSchemaOf(tool.output) } : {}),
+      annotations: { title: tool.title, readOnlyHint: true, openWorldHint: true },
+    }));
     return this.advertised;
+  }
+
+  /** Every registered tool, in registration order. */
+  all(): ToolDefinition[] {
+    return [...this.tools.values()];
   }
 }
 
-const DESCRIPTIONS: Record<ToolName, { title: string; description: string }> = {
+const DESCRIPTIONS: Record<
+  ToolName,
+  { title: string; description: string; example: Record<string, unknown> }
+> = {
   get_trade_call: {
+    example: { coin: 'BTC', timeframe: '1h' },
     title: 'Trade call',
     description:
       'Composite BUY / SELL / HOLD verdict for a coin on one timeframe and venue, from closed candles only, with calibrated confidence, regime, indicator readings and a verifiable signal hash.',
   },
   get_market_regime: {
+    example: { coin: 'ETH', timeframe: '4h' },
     title: 'Market regime',
     description:
       'Market regime (trending, ranging, choppy, volatile, squeeze) for a coin and timeframe, with the metrics behind it.',
   },
   scan_trade_calls: {
+    example: { limit: 5 },
     title: 'Scan trade calls',
     description: 'Evaluates the top-N markets of a venue by volume and returns the strongest calls, ranked.',
   },
   scan_funding_arb: {
+    example: { limit: 5 },
     title: 'Funding arbitrage scan',
     description:
       'Perpetual funding-rate spreads across venues, normalised per hour and annualised, with the best long/short pair per coin.',
@@ -101,13 +145,22 @@ export function runOperation(
   return ops[OPERATIONS[name]](input as never, { requestId });
 }
 
-/** The four sold operations as MCP tools, over the engine. */
-export function signalTools(ops: SignalOperations): ToolDefinition[] {
+/** The four sold operations as the tool table describes them: what discovery documents are built from. */
+export function signalToolTable(): Omit<ToolDefinition, 'run'>[] {
   return (Object.keys(OPERATIONS) as ToolName[]).map((name) => ({
     name,
     ...DESCRIPTIONS[name],
     input: TOOL_SCHEMAS[name].input,
-    run: (args, ctx) => runOperation(ops, name, args, ctx.requestId) as Promise<Record<string, unknown>>,
+    output: TOOL_SCHEMAS[name].output,
+  }));
+}
+
+/** The four sold operations as MCP tools, over the engine. */
+export function signalTools(ops: SignalOperations): ToolDefinition[] {
+  return signalToolTable().map((tool) => ({
+    ...tool,
+    run: (args, ctx) =>
+      runOperation(ops, tool.name as ToolName, args, ctx.requestId) as Promise<Record<string, unknown>>,
   }));
 }
 

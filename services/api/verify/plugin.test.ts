@@ -85,5 +85,17 @@ describe('GET /verify/:stream/:revision', () => {
     expect(bad.statusCode).toBe(400);
     expect(bad.json()).toEqual({ code: 'invalid_verdict_ref', message: 'not a verdict stream' });
     expect((await app!.inject({ method: 'GET', url: `/verify/${stream}/-1` })).statusCode).toBe(400);
+    // Only decimal revisions: 0x10 is not revision 16, 1e1 is not 10, 01 is not 1.
+    for (const revision of ['0x10', '1e1', '01', '1.0', '+1', ' 1', '0b1']) {
+      const res = await app!.inject({
+        method: 'GET',
+        url: `/verify/${stream}/${encodeURIComponent(revision)}`,
+      });
+      expect(res.statusCode, revision).toBe(400);
+      expect(res.json(), revision).toEqual({
+        code: 'invalid_verdict_ref',
+        message: 'revision must be a decimal integer',
+      });
+    }
   });
 });

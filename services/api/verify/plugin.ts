@@ -2,16 +2,21 @@ import type { FastifyPluginAsync } from 'fastify';
 import { z } from 'zod';
 import type { EventStore } from '../../../adapters/event-store/port.ts';
 import { type EventData, parseDomainEvent } from '../../../contracts/events.ts';
+import { REVEAL_AFTER_CANDLES } from '../../../contracts/history.ts';
 import { TIMEFRAME_MS } from '../../../contracts/market.ts';
 import { verdictHash } from '../../../contracts/verdict-hash.ts';
 import { verdictVerifyUrl } from './url.ts';
 
 /** After this many candles of its timeframe the outcome is known and the content is public. */
-export const REVEAL_AFTER_CANDLES = 6;
+export { REVEAL_AFTER_CANDLES };
 
 const Params = z.object({
   stream: z.string().regex(/^verdicts-[A-Z_]+-[A-Z0-9]+-[0-9]+[mhd]$/, 'not a verdict stream'),
-  revision: z.coerce.number().int().nonnegative(),
+  // Decimal digits only: Number('0x10') would read a hex or exponent form as another revision.
+  revision: z
+    .string()
+    .regex(/^(0|[1-9][0-9]{0,14})$/, 'revision must be a decimal integer')
+    .transform(Number),
 });
 
 /**

@@ -1,0 +1,231 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { connectRedisCache, type RedisCache } from '../adapters/cache/redis.ts';
+import { startKeyedServer } from './keyed-harness.ts';
+import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from './redis-probe.ts';
+
+const run = await shouldRunRedisSuite('rate-limit suite');
+const INIT = {
+  jsonrpc: '2.0',
+  id: 1,
+  method: 'initialize',
+  params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '0' } },
+};
+const BOTH = 'application/json, text/event-stream';
+
+type Server = Awaited<ReturnType<typeof startKeyedServer>>;
+
+describe.runIf(run)('request-rate limits on real Redis (HTTP and MCP, shared by replicas)', () => {
+  const prefixes: string[] = [];
+  const caches: RedisCache[] = [];
+  const servers: Server[] = [];
+  let prefix: string;
+
+  async function server(env: Record<string, string>): Promise<Server> {
+    const cache = await connectRedisCache({ url: REDIS_URL, prefix });
+    caches.push(cache);
+    const started = await startKeyedServer({
+      cache,
+      rateLimited: true,
+      env: { RATE_LIMIT_WINDOW_MS: '60000', RATE_LIMIT_TOOL_SHARE: '1', ...env },
+    });
+    servers.push(started);
+    return started;
+  }
+
+  // Any product route is limited; the sign-in nonce is the plainest one on the keyed channel.
+  const quote = (s: Server, headers: Record<string, string> = {}) =>
+    fetch(`${s.url}/api/keys/nonce`, { headers });
+
+  const mcpSession = async (s: Server) => {
+    const init = await fetch(`${s.url}/mcp`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: BOTH },
+      body: JSON.stringify(INIT),
+    });
+    expect(init.status).toBe(200);
+    const session = init.headers.get('mcp-session-id')!;
+    return (id: number, name = 'get_market_regime') =>
+      fetch(`${s.url}/mcp`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          accept: BOTH,
+          'mcp-session-id': session,
+          'mcp-protocol-version': '2025-06-18',
+        },
+        body: JSON.stringify({
+          jsonrpc: '2.0',
+          id,
+          method: 'tools/call',
+          params: { name, arguments: name === 'get_market_regime' ? { coin: 'BTC' } : {} },
+        }),
+      });
+  };
+
+  afterEach(async () => {
+    for (const s of servers.splice(0)) await s.close();
+    for (const c of caches.splice(0)) await c.close();
+  });
+  afterAll(async () => {
+    for (const p of prefixes) await wipePrefix(p);
+  });
+  // A fresh Redis namespace per test: budgets never leak between tests.
+  const fresh = () => {
+    prefix = `test:rl:${randomUUID()}:`;
+    prefixes.push(prefix);
+  };
+
+  it('refuses an anonymous caller past its budget with 429, Retry-After and RateLimit-* headers', async () => {
+    fresh();
+    const s = await server({ RATE_LIMIT_ANONYMOUS: '3' });
+    const statuses: number[] = [];
+    let last!: Response;
+    for (let i = 0; i < 4; i++) {
+      last = await quote(s);
+      statuses.push(last.status);
+    }
+    expect(statuses).toEqual([200, 200, 200, 429]);
+    expect(Number(last.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect(Number(last.headers.get('retry-after'))).toBeLessThanOrEqual(60);
+    expect(last.headers.get('ratelimit-limit')).toBe('3');
+    expect(last.headers.get('ratelimit-remaining')).toBe('0');
+    const body = (await last.json()) as Record<string, unknown>;
+    expect(body).toMatchObject({
+      code: 'RATE_LIMITED',
+      retryable: true,
+      _service: { auth: { outcome: 'ABSENT' }, quota: { total: 200 } },
+    });
+    expect(body.message).toMatch(/rate limit of 3 requests/);
+  });
+
+  it('shares one budget across two replicas on the same Redis', async () => {
+    fresh();
+    const a = await server({ RATE_LIMIT_ANONYMOUS: '4' });
+    const b = await server({ RATE_LIMIT_ANONYMOUS: '4' });
+    const statuses = [];
+    for (const s of [a, b, a, b, a, b]) statuses.push((await quote(s)).status);
+    expect(statuses).toEqual([200, 200, 200, 200, 429, 429]);
+  });
+
+  it('limits a key by its plan, and made-up keys as their address', async () => {
+    fresh();
+    const s = await server({ RATE_LIMIT_ANONYMOUS: '2', RATE_LIMIT_PRO: '6' });
+    const { key } = await s.issue('pro');
+    const keyed = [];
+    for (let i = 0; i < 7; i++) keyed.push((await quote(s, { authorization: `Bearer ${key}` })).status);
+    expect(keyed.slice(0, 6).every((st) => st === 200)).toBe(true);
+    expect(keyed[6]).toBe(429);
+    // Each request names a fresh made-up key: all count against the one address.
+    const forged = [];
+    for (let i = 0; i < 3; i++) {
+      const token = `sk_live_${randomBytes(32).toString('base64url').slice(0, 43)}`;
+      forged.push((await quote(s, { authorization: `Bearer ${token}` })).status);
+    }
+    expect(forged).toEqual([200, 200, 429]);
+  });
+
+  it('gives each tool its share of the budget', async () => {
+    fresh();
+    // Budget 10, a tool may take half: initialize counts 1, get_market_regime stops at 5.
+    const s = await server({ RATE_LIMIT_ANONYMOUS: '10', RATE_LIMIT_TOOL_SHARE: '0.5' });
+    const call = await mcpSession(s);
+    const regime = [];
+    for (let i = 0; i < 6; i++) regime.push((await call(10 + i)).status);
+    expect(regime).toEqual([200, 200, 200, 200, 200, 429]);
+    // Another tool still has its own share of what is left.
+    expect((await call(20, 'scan_funding_arb')).status).toBe(200);
+  });
+
+  it('limits MCP tool calls per tool with a JSON-RPC error body and the same headers', async () => {
+    fresh();
+    const s = await server({ RATE_LIMIT_ANONYMOUS: '6', RATE_LIMIT_TOOL_SHARE: '0.34' });
+    const call = await mcpSession(s);
+    // Per tool: ceil(6 × 0.34) = 3 calls.
+    const statuses = [(await call(2)).status, (await call(3)).status, (await call(4)).status];
+    expect(statuses).toEqual([200, 200, 200]);
+    const refused = await call(5);
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get('retry-after')).not.toBeNull();
+    expect(refused.headers.get('ratelimit-remaining')).toBe('0');
+    expect(await refused.json()).toMatchObject({
+      jsonrpc: '2.0',
+      id: 5,
+      error: {
+        code: -32000,
+        data: { code: 'RATE_LIMITED', retryable: true, _service: { quota: { total: 200 } } },
+      },
+    });
+  });
+});
+
+describe.runIf(run)('MCP session caps (least recently used evicted first)', () => {
+  const prefix = `test:mcpcap:${randomUUID()}:`;
+  let cache: RedisCache;
+  let s: Server;
+  beforeAll(async () => {
+    cache = await connectRedisCache({ url: REDIS_URL, prefix });
+    s = await startKeyedServer({
+      cache,
+      env: { MCP_MAX_SESSIONS_PER_CALLER: '3', MCP_MAX_SESSIONS: '5' },
+    });
+  });
+  afterAll(async () => {
+    await s?.close();
+    await cache?.close();
+    await wipePrefix(prefix);
+  });
+
+  const open = async (headers: Record<string, string> = {}) => {
+    const res = await fetch(`${s.url}/mcp`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: BOTH, ...headers },
+      body: JSON.stringify(INIT),
+    });
+    expect(res.status).toBe(200);
+    return res.headers.get('mcp-session-id')!;
+  };
+  const ping = async (session: string, headers: Record<string, string> = {}) =>
+    (
+      await fetch(`${s.url}/mcp`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          accept: BOTH,
+          'mcp-session-id': session,
+          'mcp-protocol-version': '2025-06-18',
+          ...headers,
+        },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'ping' }),
+      })
+    ).status;
+
+  it('one caller opening sessions in a loop evicts its own least recently used ones', async () => {
+    const sessions = [await open(), await open(), await open()];
+    // The first becomes the most recently used: the second is now the oldest.
+    expect(await ping(sessions[0]!)).toBe(200);
+    sessions.push(await open(), await open());
+    expect(await ping(sessions[1]!)).toBe(404);
+    expect(await ping(sessions[2]!)).toBe(404);
+    for (const id of [sessions[0]!, sessions[3]!, sessions[4]!]) expect(await ping(id)).toBe(200);
+  });
+
+  it('the total cap evicts the least recently used session of anyone', async () => {
+    const { key: a } = await s.issue('pro');
+    const { key: b } = await s.issue('pro');
+    const withA = { authorization: `Bearer ${a}` };
+    const withB = { authorization: `Bearer ${b}` };
+    // 3 anonymous sessions are open from the test above; 2 more reach the total of 5.
+    const a1 = await open(withA);
+    const b1 = await open(withB);
+    expect(await ping(a1, withA)).toBe(200);
+    // A sixth: the least recently used anonymous session goes, the keyed ones stay.
+    const b2 = await open(withB);
+    for (const [id, h] of [
+      [a1, withA],
+      [b1, withB],
+      [b2, withB],
+    ] as const)
+      expect(await ping(id, h)).toBe(200);
+  });
+});

@@ -302,6 +302,50 @@ describe.runIf(run)(
         expect(put.headers.get('allow')).toBe('GET, POST, DELETE');
       });
 
+      it('a second request with an id already in flight on the session is refused at once, not left hanging', async () => {
+        const init = await post(INIT);
+        const session = { 'mcp-session-id': init.headers.get('mcp-session-id')! };
+        await post({ jsonrpc: '2.0', method: 'notifications/initialized' }, session);
+        const call = (id: number | string) => ({
+          jsonrpc: '2.0',
+          id,
+          method: 'tools/call',
+          params: { name: 'get_trade_call', arguments: { coin: 'BTC', timeframe: '1h' } },
+        });
+        const within = AbortSignal.timeout(10_000);
+        // Two at once with one id: one is served, the other refused with -32600 naming the id.
+        const [a, b] = await Promise.all([
+          fetch(`${server.url}/mcp`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', accept: BOTH, ...session },
+            body: JSON.stringify(call(7)),
+            signal: within,
+          }),
+          fetch(`${server.url}/mcp`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', accept: BOTH, ...session },
+            body: JSON.stringify(call(7)),
+            signal: within,
+          }),
+        ]);
+        const answers = [
+          { status: a.status, body: (await a.json()) as { id: unknown; error?: { code: number } } },
+          { status: b.status, body: (await b.json()) as { id: unknown; error?: { code: number } } },
+        ].sort((x, y) => x.status - y.status);
+        expect(answers.map((x) => x.status)).toEqual([200, 409]);
+        expect(answers[0]!.body.error).toBeUndefined();
+        expect(answers[1]!.body).toMatchObject({ id: 7, error: { code: -32600 } });
+        // A batch that repeats an id is refused whole; "7" and 7 are different ids.
+        const batch = await post([call(8), call(8)], session);
+        expect(batch.status).toBe(409);
+        expect(await json(batch)).toMatchObject({ error: { code: -32600 } });
+        // Once answered, the id may be used again.
+        const again = await post(call(7), session);
+        expect(again.status).toBe(200);
+        const other = await post(call('7'), session);
+        expect(other.status).toBe(200);
+      });
+
       it('initialize answers JSON with Mcp-Session-Id', async () => {
         const res = await post(INIT);
         expect(res.status).toBe(200);

@@ -4,6 +4,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { CallerRejectedError, identifyCaller } from '../caller.ts';
+import { InFlightIds, requestIds } from './in-flight.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
 import { createMcpServer } from './server.ts';
 import { SessionTable } from './sessions.ts';
@@ -45,6 +46,7 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
       ...(options.onSessionCount ? { onCount: options.onSessionCount } : {}),
       logger: options.logger,
     });
+    const inFlight = new InFlightIds();
     app.addHook('onClose', async () => sessions.closeAll());
     const stateless = statelessMcp(options);
     app.addHook('onClose', async () => stateless.close());
@@ -91,6 +93,24 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
       } else {
         return jsonRpcError(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
       }
+      if (sessionId !== undefined && method === 'POST') {
+        const claim = inFlight.claim(sessionId, requestIds(request.body));
+        if ('conflict' in claim) {
+          return reply
+            .code(409)
+            .type('application/json')
+            .send({
+              jsonrpc: '2.0',
+              error: {
+                code: -32600,
+                message: `Invalid Request: a request with id ${JSON.stringify(claim.conflict)} is already in flight on this session`,
+              },
+              id: claim.conflict,
+            });
+        }
+        // Answered, failed or dropped by the client: the id is free again.
+        reply.raw.once('close', claim.release);
+      }
       reply.hijack();
       for (const [name, value] of Object.entries(reply.getHeaders())) {
         if (value !== undefined) reply.raw.setHeader(name, value as string | string[] | number);
@@ -131,10 +151,16 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
         sessionIdGenerator: () => randomUUID(),
         enableJsonResponse: true,
         onsessioninitialized: (id): void => sessions.add(id, server, transport, owner),
-        onsessionclosed: (id): void => sessions.forget(id),
+        onsessionclosed: (id): void => {
+          sessions.forget(id);
+          inFlight.forget(id);
+        },
       });
       transport.onclose = () => {
-        if (transport.sessionId) sessions.forget(transport.sessionId);
+        if (transport.sessionId) {
+          sessions.forget(transport.sessionId);
+          inFlight.forget(transport.sessionId);
+        }
       };
       await server.connect(transport);
       return transport;

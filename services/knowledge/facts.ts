@@ -10,10 +10,11 @@ import type { Projection } from '../../projections/projection.ts';
 import type { Passage } from './passages.ts';
 
 /**
- * Live facts the knowledge tools can quote: the latest regime per market and the venues and
- * markets that have verdicts. A projection over the log like any other, so a rebuild from
- * position 0 gives the same facts. Only what changes rarely (a regime and since when) is kept in
- * the passages, so the search ETag does not change on every verdict.
+ * Live facts the knowledge tools can quote: the latest regime per market, the track record per
+ * venue and timeframe, and the venues and markets that have verdicts. A projection over the log
+ * like any other, so a rebuild from position 0 gives the same facts. Only what changes rarely is
+ * kept in the passages (a regime and since when; the track record as of the end of a UTC day),
+ * so the search ETag does not change on every verdict or outcome.
  */
 export interface MarketFact {
   exchange: Exchange;
@@ -25,16 +26,82 @@ export interface MarketFact {
   feed: FeedKind;
 }
 
+export interface OutcomeCounts {
+  /** BUY/SELL calls whose outcome is known, and how many of them beat the fee. */
+  calls: number;
+  hits: number;
+  holds: number;
+}
+
+export interface TrackRecordFact {
+  exchange: Exchange;
+  timeframe: Timeframe;
+  /** Counts of the outcomes folded before the current day's first one, and that day (ms). */
+  published: OutcomeCounts & { through: number | null };
+  /** UTC day (start, ms) of the verdict candles being counted now, and their counts so far. */
+  day: number;
+  current: OutcomeCounts;
+}
+
 export interface KnowledgeFacts {
   markets: Record<string, MarketFact>;
+  trackRecord: Record<string, TrackRecordFact>;
+}
+
+const DAY_MS = 86_400_000;
+const zero = (): OutcomeCounts => ({ calls: 0, hits: 0, holds: 0 });
+
+function foldOutcome(
+  state: KnowledgeFacts,
+  d: {
+    exchange: Exchange;
+    timeframe: Timeframe;
+    candleCloseTime: number;
+    result: 'hit' | 'miss' | 'no-call';
+  },
+): void {
+  const key = `${d.exchange}:${d.timeframe}`;
+  const day = Math.floor(d.candleCloseTime / DAY_MS) * DAY_MS;
+  let fact = state.trackRecord[key];
+  if (fact === undefined) {
+    fact = {
+      exchange: d.exchange,
+      timeframe: d.timeframe,
+      published: { ...zero(), through: null },
+      day,
+      current: zero(),
+    };
+    state.trackRecord[key] = fact;
+  }
+  if (day > fact.day) {
+    // A new day begins: what was counted up to now becomes the quoted figure, through the
+    // previous day. A late outcome of an earlier day is counted in the current one.
+    fact.published = {
+      calls: fact.published.calls + fact.current.calls,
+      hits: fact.published.hits + fact.current.hits,
+      holds: fact.published.holds + fact.current.holds,
+      through: fact.day,
+    };
+    fact.day = day;
+    fact.current = zero();
+  }
+  if (d.result === 'no-call') fact.current.holds += 1;
+  else {
+    fact.current.calls += 1;
+    if (d.result === 'hit') fact.current.hits += 1;
+  }
 }
 
 export const knowledgeFactsProjection: Projection<KnowledgeFacts> = {
   name: 'knowledge-facts',
-  version: 1,
-  initial: () => ({ markets: {} }),
+  version: 2,
+  initial: () => ({ markets: {}, trackRecord: {} }),
   evolve(state, recorded) {
     const event = parseDomainEvent(recorded);
+    if (event?.type === 'VerdictOutcomeResolved') {
+      foldOutcome(state, event.data);
+      return state;
+    }
     if (event?.type !== 'VerdictRecorded') return state;
     const d = event.data;
     const key = marketKey(d.exchange, d.coin, d.timeframe);
@@ -83,6 +150,23 @@ export function livePassages(facts: KnowledgeFacts, venues: { configured: readon
       venue.feeds.add(f.feed);
     }
     served.set(exchange, venue);
+  }
+  for (const fact of Object.values(facts.trackRecord).sort((a, b) =>
+    `${a.exchange}:${a.timeframe}`.localeCompare(`${b.exchange}:${b.timeframe}`, 'en', { numeric: true }),
+  )) {
+    const { calls, hits, holds, through } = fact.published;
+    if (through === null) continue;
+    const rate = calls > 0 ? `, hit rate ${((100 * hits) / calls).toFixed(1)}% (${hits} of ${calls})` : '';
+    passages.push({
+      id: `live#track-record-${fact.exchange}:${fact.timeframe}`,
+      source_type: 'live',
+      source_url: 'GET /api/track-record',
+      title: `Track record of ${fact.timeframe} verdicts on ${fact.exchange}`,
+      text:
+        `Track record of the ${fact.timeframe} verdicts on ${fact.exchange} with a known outcome, for verdict candles through ${iso(through).slice(0, 10)} (UTC): ` +
+        `${calls} BUY/SELL calls${rate}, and ${holds} HOLD verdicts. ` +
+        'A call is a hit when its direction beat the fee at the methodology horizon. GET /api/track-record has the live figures, the random-call baseline and the confidence buckets.',
+    });
   }
   const lines = [...served.entries()]
     .sort(([a], [b]) => a.localeCompare(b))

@@ -1,11 +1,14 @@
+import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { MemoryCache } from '../../adapters/cache/memory.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { ConfigError, loadConfig } from '../../contracts/config.ts';
+import { newEvent } from '../../contracts/events.ts';
 import { checkChat, checkSearch } from '../../contracts/knowledge.ts';
 import { foldLog } from '../../projections/projection.ts';
 import { ChatQuota, chatKey, chatQuotaProjection, rebuildChatQuota } from './chat-quota.ts';
 import { DONT_KNOW, extractiveAnswer, sentences } from './extractive.ts';
+import { knowledgeFactsProjection, livePassages } from './facts.ts';
 import { markdownPassages } from './passages.ts';
 import { excerpt, KnowledgeIndex } from './search-index.ts';
 import { contentTerms, stem } from './text.ts';
@@ -182,5 +185,55 @@ describe('chat quota on the in-process adapter', () => {
     expect(await rebuilt.peek(subject)).toMatchObject({ used: 10, remaining: 0 });
     await cache.close();
     await fresh.close();
+  });
+});
+
+describe('live track-record facts', () => {
+  const DAY = 86_400_000;
+  const outcome = (i: number, closeTime: number, result: 'hit' | 'miss' | 'no-call') =>
+    newEvent('VerdictOutcomeResolved', {
+      exchange: 'BINANCE_SPOT',
+      coin: 'BTC',
+      timeframe: '5m',
+      verdictId: randomUUID(),
+      verdictStream: 'verdicts-BINANCE_SPOT-BTC-5m',
+      verdictRevision: i,
+      verdictHash: 'a'.repeat(64),
+      call: result === 'no-call' ? 'HOLD' : 'BUY',
+      confidence: 55,
+      candleCloseTime: closeTime,
+      feed: 'replay',
+      price: 100,
+      return1: 0,
+      return6: 0.01,
+      return24: 0,
+      result,
+      feeBps: 10,
+      horizonCandles: 6,
+      netCentiBps: result === 'no-call' ? null : 9000,
+      maeBps: result === 'no-call' ? null : 5,
+      mfeBps: result === 'no-call' ? null : 120,
+      realisedVol: 0.01,
+    });
+
+  it('quotes the counts through the last complete UTC day, folded from the log like any projection', async () => {
+    const store = new MemoryEventStore();
+    const day1 = Date.UTC(2025, 9, 20, 12);
+    await store.append('o-1', [outcome(0, day1, 'hit'), outcome(1, day1 + 1000, 'miss')]);
+    await store.append('o-2', [outcome(2, day1 + 2000, 'no-call')]);
+    // Within the first day nothing is quoted yet: the figure would move on every outcome.
+    let { state } = await foldLog(store, knowledgeFactsProjection);
+    expect(livePassages(state, { configured: [] }).map((p) => p.id)).not.toContain(
+      'live#track-record-BINANCE_SPOT:5m',
+    );
+    await store.append('o-3', [outcome(3, day1 + DAY, 'hit')]);
+    ({ state } = await foldLog(store, knowledgeFactsProjection));
+    const passage = livePassages(state, { configured: [] }).find(
+      (p) => p.id === 'live#track-record-BINANCE_SPOT:5m',
+    )!;
+    expect(passage.text).toContain(
+      'through 2025-10-20 (UTC): 2 BUY/SELL calls, hit rate 50.0% (1 of 2), and 1 HOLD',
+    );
+    expect(state.trackRecord['BINANCE_SPOT:5m']!.current).toEqual({ calls: 1, hits: 1, holds: 0 });
   });
 });

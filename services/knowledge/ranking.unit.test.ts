@@ -65,6 +65,8 @@ const QUESTIONS: [string, string[]][] = [
   ],
   ['what is the regime of BTC on BINANCE', ['live#regime-BINANCE:BTC']],
   ['latest regime ETH', ['live#regime-BINANCE:ETH']],
+  ['what is the hit rate of the 5m calls on BINANCE_SPOT', ['live#track-record-BINANCE_SPOT:5m']],
+  ['track record of the 1h verdicts on BINANCE', ['live#track-record-BINANCE:1h']],
   ['how do I get an API key', ['README.md#using-it-api-keys']],
   ['sign in with ethereum free key', ['README.md#using-it-api-keys']],
   [
@@ -126,6 +128,22 @@ const facts: KnowledgeFacts = {
       regime: 'squeeze',
       since: Date.UTC(2026, 0, 6),
       feed: 'replay',
+    },
+  },
+  trackRecord: {
+    'BINANCE_SPOT:5m': {
+      exchange: 'BINANCE_SPOT',
+      timeframe: '5m',
+      published: { calls: 812, hits: 330, holds: 81, through: Date.UTC(2026, 0, 5) },
+      day: Date.UTC(2026, 0, 6),
+      current: { calls: 12, hits: 5, holds: 1 },
+    },
+    'BINANCE:1h': {
+      exchange: 'BINANCE',
+      timeframe: '1h',
+      published: { calls: 0, hits: 0, holds: 120, through: Date.UTC(2026, 0, 5) },
+      day: Date.UTC(2026, 0, 6),
+      current: { calls: 0, hits: 0, holds: 3 },
     },
   },
 };

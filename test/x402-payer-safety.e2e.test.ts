@@ -1,8 +1,10 @@
+import { randomUUID } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { generatePaymentId, PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier';
 import type { Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connectRedisCache } from '../adapters/cache/redis.ts';
 import { loadConfig } from '../contracts/config.ts';
 import { chainReadersFor } from '../services/payments/chain-reader.ts';
 import type { LocalFacilitator } from '../services/payments/local-facilitator.ts';
@@ -19,6 +21,7 @@ import {
   toBase64Json,
   type X402Stack,
 } from './chain/x402-app.ts';
+import { REDIS_URL, redisUnreachable, wipePrefix } from './redis-probe.ts';
 
 /**
  * What a paying customer must never lose, on anvil through real HTTP: the request and the
@@ -261,6 +264,83 @@ describe('3. no surplus authorisation reaches the chain', () => {
     expect(await chain.balanceOf(payer.address)).toBe(PRICE / 2n);
     const used = await Promise.all(auths.map((auth) => chain.authorizationState(payer.address, auth.nonce)));
     expect(used.filter(Boolean)).toHaveLength(2);
+  });
+});
+
+describe('3b. replicas share one in-flight sum per payer (CACHE=redis)', () => {
+  it('six concurrent calls on a balance for two, spread over two replicas: two served, four refused, none reverted', async () => {
+    expect(await redisUnreachable(), 'Redis is required for the replica test').toBeNull();
+    const prefix = `test:x402:replicas:${randomUUID()}:`;
+    const caches = await Promise.all([0, 1].map(() => connectRedisCache({ url: REDIS_URL, prefix })));
+    const replicas = await Promise.all(caches.map((cache) => startX402Stack({}, chain, cache)));
+    try {
+      // One payTo for both, as replicas of one deployment share their configuration.
+      const quotes = await Promise.all(
+        replicas.map(async (replica) => {
+          const res = await fetch(`${replica.url}${PATH}`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify(BODY),
+          });
+          return fromBase64Json<{ accepts: Record<string, unknown>[] }>(res.headers.get('payment-required'))
+            .accepts[0]!;
+        }),
+      );
+      const payer = await chain.fundedPayer(2n * PRICE + PRICE / 2n);
+      const sentBefore = await chain.publicClient.getTransactionCount({ address: FACILITATOR });
+      const calls = await Promise.all(
+        Array.from({ length: 6 }, async (_, i) => {
+          const r = i % 2;
+          const auth = { ...authFor(payer.address), to: quotes[r]!.payTo as Hex };
+          const signature = await signAuthorization(payer.key, auth);
+          const header = toBase64Json({
+            x402Version: 2,
+            accepted: quotes[r],
+            payload: {
+              signature,
+              authorization: {
+                from: auth.from,
+                to: auth.to,
+                value: auth.value.toString(),
+                validAfter: auth.validAfter.toString(),
+                validBefore: auth.validBefore.toString(),
+                nonce: auth.nonce,
+              },
+            },
+          });
+          return { r, header };
+        }),
+      );
+      await chain.testClient.setAutomine(false);
+      await chain.testClient.setIntervalMining({ interval: 1 });
+      let responses: Response[];
+      try {
+        responses = await Promise.all(
+          calls.map(({ r, header }) =>
+            fetch(`${replicas[r]!.url}${PATH}`, {
+              method: 'POST',
+              headers: { 'content-type': 'application/json', 'payment-signature': header },
+              body: JSON.stringify(BODY),
+            }),
+          ),
+        );
+        await Promise.all(replicas.map((replica) => replica.x402.settled()));
+      } finally {
+        await chain.testClient.setIntervalMining({ interval: 0 });
+        await chain.testClient.setAutomine(true);
+      }
+      expect(responses.map((res) => res.status).sort()).toEqual([200, 200, 402, 402, 402, 402]);
+      // Refused up front on the shared sum, not left to fail at settlement on another replica.
+      for (const res of responses.filter((r) => r.status === 402)) {
+        expect(await res.json()).toMatchObject({ code: 'insufficient_funds' });
+      }
+      expect(await chain.publicClient.getTransactionCount({ address: FACILITATOR })).toBe(sentBefore + 2);
+      expect(await chain.balanceOf(payer.address)).toBe(PRICE / 2n);
+    } finally {
+      for (const replica of replicas) await replica.stop();
+      for (const cache of caches) await cache.close();
+      await wipePrefix(prefix);
+    }
   });
 });
 

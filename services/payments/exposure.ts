@@ -5,10 +5,15 @@
  * Before a call is served, the payer's on-chain balance minus what is already in flight for them
  * must cover it; the amount stays in flight until its settlement is final either way.
  *
- * Per process: replicas each bound their own in-flight sum, so across N replicas a payer can
- * have at most N times one balance in flight (the surplus is refused by the pre-settlement
- * verify of whichever replica settles second, which submits nothing).
+ * With a shared cache (Redis: `CACHE=redis`) the in-flight sum lives there and is added to by
+ * the cache's atomic window debit (limit = the balance just read), so every replica bounds one
+ * sum per payer. A replica that dies holding an amount frees it when the window expires
+ * (`holdMs`, longer than any settlement can stay open); the window's expiry is set when it is
+ * created, so holds added late in one window can be dropped early with it — that window of
+ * exposure is bounded by one settlement's amounts. Without a shared cache the sum is per process.
  */
+
+import type { Cache } from '../../adapters/cache/port.ts';
 
 type Task<T> = () => Promise<T>;
 
@@ -41,6 +46,14 @@ export class PayerExposure {
   private readonly inFlight = new Map<string, bigint>();
   private readonly checks = new KeyedSerialiser();
 
+  constructor(
+    private readonly shared: {
+      cache: Cache;
+      holdMs: number;
+      onReleaseError?: (err: unknown) => void;
+    } | null = null,
+  ) {}
+
   /**
    * Admits `amount` for `account` (one payer on one rail: `network|asset|payer`) when `balance()` minus what is in flight covers it. The check and
    * the admission are serialised per payer, so two concurrent calls cannot both pass on the same
@@ -48,6 +61,7 @@ export class PayerExposure {
    */
   admit(account: string, amount: bigint, balance: () => Promise<bigint>): Promise<ExposureDecision> {
     const key = account.toLowerCase();
+    if (this.shared) return this.checks.run(key, () => this.admitShared(this.shared!, key, amount, balance));
     return this.checks.run(key, async () => {
       const available = await balance();
       const held = this.inFlight.get(key) ?? 0n;
@@ -71,8 +85,43 @@ export class PayerExposure {
     });
   }
 
+  private async admitShared(
+    shared: NonNullable<PayerExposure['shared']>,
+    key: string,
+    amount: bigint,
+    balance: () => Promise<bigint>,
+  ): Promise<ExposureDecision> {
+    const available = await balance();
+    const limit = available > MAX_SAFE ? Number.MAX_SAFE_INTEGER : Number(available);
+    const window = { key: windowKey(key), limit, expiresAt: Date.now() + shared.holdMs };
+    const debit = await shared.cache.debitWindows([window], Number(amount));
+    if (!debit.ok) return { ok: false, balance: available, inFlight: BigInt(debit.counts[0] ?? 0) };
+    let released = false;
+    return {
+      ok: true,
+      release: () => {
+        if (released) return;
+        released = true;
+        // Serialised with this process's checks, as in-process: a balance read in progress saw
+        // the transfer or still counts the amount. Across replicas a read a block stale can
+        // over-admit by one settlement's amount.
+        void this.checks
+          .run(key, () => shared.cache.releaseWindows([window.key], Number(amount)))
+          .catch((err: unknown) => {
+            // Left held, the amount is freed when the window expires.
+            shared.onReleaseError?.(err);
+          });
+      },
+    };
+  }
+
   /** Sum in flight for one account (`network|asset|payer`). */
-  held(account: string): bigint {
-    return this.inFlight.get(account.toLowerCase()) ?? 0n;
+  async held(account: string): Promise<bigint> {
+    const key = account.toLowerCase();
+    if (this.shared) return BigInt((await this.shared.cache.readWindows([windowKey(key)]))[0] ?? 0);
+    return this.inFlight.get(key) ?? 0n;
   }
 }
+
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+const windowKey = (account: string) => `x402:exposure:${account}`;

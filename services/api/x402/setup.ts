@@ -133,7 +133,17 @@ export async function setupX402(
     ledger: new PaymentLedger(deps.store),
     logger: deps.logger,
     cannotSettle: settles ? null : NOT_CONFIGURED,
-    exposure: new PayerExposure(),
+    exposure: new PayerExposure(
+      deps.cache
+        ? {
+            cache: deps.cache,
+            // Longer than a settlement can stay open: the confirm wait, then the reconciler's turn.
+            holdMs: config.X402_SETTLE_CONFIRM_TIMEOUT_MS + config.X402_RECONCILE_AFTER_MS + 60_000,
+            onReleaseError: (err) =>
+              deps.logger.warn({ err }, 'payer exposure release failed; freed at expiry'),
+          }
+        : null,
+    ),
     balanceOf: (id) => {
       const chain = chains.get(id.network);
       return chain ? () => chain.balanceOf(id.asset as `0x${string}`, id.payer as `0x${string}`) : null;

@@ -5,6 +5,7 @@ import type { Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectRedisCache } from '../adapters/cache/redis.ts';
+import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import { loadConfig } from '../contracts/config.ts';
 import { chainReadersFor } from '../services/payments/chain-reader.ts';
 import type { LocalFacilitator } from '../services/payments/local-facilitator.ts';
@@ -193,6 +194,67 @@ describe('2. a paid answer is never lost', () => {
     expect(body._service.payment.status).toBe('settled');
     expect(fromBase64Json(again.headers.get('payment-response'))).toMatchObject({ success: true });
     expect(await chain.balanceOf(payer.address)).toBe(100_000n - PRICE);
+  });
+
+  it('the kept answer outlives the replica that served it (CACHE=redis): another replica gives it back', async () => {
+    expect(await redisUnreachable(), 'Redis is required for the replica test').toBeNull();
+    const prefix = `test:x402:kept:${randomUUID()}:`;
+    const caches = await Promise.all([0, 1].map(() => connectRedisCache({ url: REDIS_URL, prefix })));
+    const store = new MemoryEventStore();
+    const env = { X402_PAY_TO: privateKeyToAccount(randomNonce()).address };
+    let first: X402Stack | null = await startX402Stack(env, chain, caches[0], { store });
+    let second: X402Stack | null = null;
+    try {
+      const quote = await fetch(`${first.url}${PATH}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(BODY),
+      });
+      const offer = fromBase64Json<{ accepts: Record<string, unknown>[] }>(
+        quote.headers.get('payment-required'),
+      ).accepts[0]!;
+      const payer = await chain.fundedPayer(100_000n);
+      const auth = { ...authFor(payer.address), to: env.X402_PAY_TO };
+      const header = toBase64Json({
+        x402Version: 2,
+        accepted: offer,
+        payload: {
+          signature: await signAuthorization(payer.key, auth),
+          authorization: {
+            from: auth.from,
+            to: auth.to,
+            value: auth.value.toString(),
+            validAfter: auth.validAfter.toString(),
+            validBefore: auth.validBefore.toString(),
+            nonce: auth.nonce,
+          },
+        },
+      });
+      const send = (url: string) =>
+        fetch(`${url}${PATH}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'payment-signature': header },
+          body: JSON.stringify(BODY),
+        });
+      const served = await send(first.url);
+      expect(served.status).toBe(200);
+      const body = (await served.json()) as Record<string, unknown>;
+      await first.x402.settled();
+      // The replica goes away, and everything it held in memory with it.
+      await first.stop();
+      first = null;
+      second = await startX402Stack(env, chain, caches[1], { store });
+      const again = await send(second.url);
+      expect(again.status).toBe(200);
+      expect(again.headers.get('x-payment-replayed')).toBe('true');
+      expect(stripService((await again.json()) as Record<string, unknown>)).toEqual(stripService(body));
+      expect(await chain.balanceOf(payer.address)).toBe(100_000n - PRICE);
+    } finally {
+      await first?.stop();
+      await second?.stop();
+      for (const cache of caches) await cache.close();
+      await wipePrefix(prefix);
+    }
   });
 
   it('a retry with a new authorisation under the same payment id gets the kept answer; the new one is not used', async () => {

@@ -52,9 +52,13 @@ export async function startX402Stack(
   env: Record<string, string> = {},
   chain?: LocalChain,
   cache: Cache = createMemoryCache(),
+  /** A log shared with another stack: two replicas of one deployment (pass X402_PAY_TO too). */
+  shared: { store?: MemoryEventStore } = {},
 ): Promise<X402Stack> {
   const localChain = chain ?? (await startLocalChain());
-  const payTo = privateKeyToAccount(toHex(crypto.getRandomValues(new Uint8Array(32)))).address;
+  const payTo =
+    (env.X402_PAY_TO as Hex | undefined) ??
+    privateKeyToAccount(toHex(crypto.getRandomValues(new Uint8Array(32)))).address;
   const config = loadConfig({
     NODE_ENV: 'test',
     EVENT_STORE: 'memory',
@@ -66,7 +70,7 @@ export async function startX402Stack(
     ...env,
   });
   const logger = pino({ level: 'silent' });
-  const store = new MemoryEventStore();
+  const store = shared.store ?? new MemoryEventStore();
   const feed = await openReplayFeed({ run: false });
   const engine = await createSignalEngine({ feed, store, logger });
   const x402 = (await setupX402(config, { ops: engine, store, logger, cache }))!;

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import type { WebhookEventType } from './events.ts';
+import { jsonSchema } from './json-schema.ts';
 import {
   RegimeShiftData,
   ScanDigestData,
@@ -42,15 +43,14 @@ export function envelopeSchema(event: WebhookEventType, version: number): z.ZodT
 
 /**
  * The `webhooks` section of an OpenAPI 3.1 document (JSON Schema 2020-12 from the zod contracts),
- * one entry per event type and version, named `<event>.v<version>`. The service has no OpenAPI
- * document of its own routes yet; this is the part a generator (or a merge into one) picks up.
+ * one entry per event type and version, named `<event>.v<version>`; the service's OpenAPI document
+ * (GET /openapi.json) carries it as its `webhooks`.
  */
 export function webhookOpenApi(): Record<string, unknown> {
   const webhooks: Record<string, unknown> = {};
   for (const [event, versions] of Object.entries(WEBHOOK_PAYLOADS)) {
     for (const version of Object.keys(versions).map(Number)) {
-      const schema = z.toJSONSchema(envelopeSchema(event as WebhookEventType, version), { io: 'output' });
-      delete (schema as { $schema?: string }).$schema;
+      const schema = jsonSchema(envelopeSchema(event as WebhookEventType, version), 'output');
       webhooks[`${event}.v${version}`] = {
         post: {
           summary: `${event}, payload version ${version}`,

@@ -10,6 +10,8 @@ import type { Logger } from 'pino';
 import type { Config } from '../../contracts/config.ts';
 import type { Metrics } from '../shared/metrics.ts';
 import type { Readiness } from '../shared/readiness.ts';
+import { SERVICE_VERSION } from './discovery/catalog.ts';
+import { registerOpenApi } from './openapi.ts';
 import { opsRoutes } from './ops-routes.ts';
 
 export interface AppDeps {
@@ -104,6 +106,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     reply.code(404).send({ code: 'NOT_FOUND', message: `no route ${request.method} ${request.url}` });
   });
 
+  // Before any route: the document generator collects routes as they are added.
+  await registerOpenApi(app, {
+    title: 'Signal service',
+    version: SERVICE_VERSION,
+    description:
+      'Composite BUY/SELL/HOLD crypto verdicts, market regimes, ranked scans and funding-arbitrage scans over HTTP (API keys or keyless x402 pay-per-call), MCP (POST /mcp) and signed webhooks.',
+  });
   await app.register(opsRoutes({ readiness: deps.readiness, metrics: deps.metrics, startedAt: Date.now() }));
   for (const plugin of deps.plugins ?? []) await app.register(plugin);
   return app;

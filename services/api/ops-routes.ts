@@ -1,16 +1,42 @@
 import type { FastifyInstance } from 'fastify';
+import { z } from 'zod';
 import type { Metrics } from '../shared/metrics.ts';
 import type { Readiness } from '../shared/readiness.ts';
+import { documented } from './openapi.ts';
+
+const Health = z.object({ status: z.literal('ok'), uptime_s: z.number().int() });
+const Ready = z.object({
+  status: z.enum(['ready', 'not_ready']),
+  checks: z.record(z.string(), z.object({ ok: z.boolean() }).loose()),
+});
 
 /** Liveness, readiness and Prometheus metrics: the endpoints an orchestrator probes. */
 export function opsRoutes(deps: { readiness: Readiness; metrics: Metrics | null; startedAt: number }) {
   return async (app: FastifyInstance) => {
-    app.get('/healthz', async () => ({
-      status: 'ok',
-      uptime_s: Math.round((Date.now() - deps.startedAt) / 1000),
-    }));
+    app.get(
+      '/healthz',
+      {
+        config: documented({
+          summary: 'Liveness: the process answers',
+          tags: ['operations'],
+          responses: { 200: { description: 'Alive', schema: Health } },
+        }),
+      },
+      async () => ({
+        status: 'ok',
+        uptime_s: Math.round((Date.now() - deps.startedAt) / 1000),
+      }),
+    );
 
-    app.get('/readyz', async (_req, reply) => {
+    const readyDoc = documented({
+      summary: 'Readiness: what this role needs to serve answers',
+      tags: ['operations'],
+      responses: {
+        200: { description: 'Ready', schema: Ready },
+        503: { description: 'Not ready; `checks` says which part is not', schema: Ready },
+      },
+    });
+    app.get('/readyz', { config: readyDoc }, async (_req, reply) => {
       const { ready, checks } = await deps.readiness.run();
       reply.code(ready ? 200 : 503).header('cache-control', 'no-store');
       return { status: ready ? 'ready' : 'not_ready', checks };
@@ -18,7 +44,18 @@ export function opsRoutes(deps: { readiness: Readiness; metrics: Metrics | null;
 
     if (deps.metrics) {
       const { registry } = deps.metrics;
-      app.get('/metrics', async (_req, reply) => {
+      const metricsDoc = documented({
+        summary: 'Prometheus metrics',
+        tags: ['operations'],
+        responses: {
+          200: {
+            description: 'Prometheus text exposition',
+            schema: { type: 'string' },
+            contentTypes: [registry.contentType],
+          },
+        },
+      });
+      app.get('/metrics', { config: metricsDoc }, async (_req, reply) => {
         reply.header('content-type', registry.contentType);
         return registry.metrics();
       });

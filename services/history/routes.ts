@@ -2,9 +2,19 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
+import { z } from 'zod';
 import type { EventStore } from '../../adapters/event-store/port.ts';
-import { HISTORY_MEDIA_TYPES } from '../../contracts/history.ts';
+import {
+  HISTORY_MAX_LIMIT,
+  HISTORY_MAX_WAIT_S,
+  HISTORY_MEDIA_TYPES,
+  HistoryRow,
+  TrackRecordResponse,
+  TrackRecordWindow,
+} from '../../contracts/history.ts';
+import { Call, Exchange, Timeframe } from '../../contracts/market.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
+import { documented, error } from '../api/openapi.ts';
 import { presentedCredential, type ServiceMeta } from '../api/service-meta.ts';
 import { isWellFormedKey } from '../keys/key-material.ts';
 import { type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
@@ -28,6 +38,65 @@ export interface HistoryRoutesDeps {
 }
 
 const require = createRequire(import.meta.url);
+
+const time = z.string().describe('ISO 8601 with a zone, or Unix milliseconds');
+const VERDICTS_DOC = documented({
+  summary: 'The labelled verdict history, streamed (NDJSON, CSV or Parquet), resumable by cursor',
+  description:
+    'Rows in log order; a verdict younger than its reveal time shows only its commitment. NDJSON ends with a trailer line {cursor, rows, _service}; every format sends the cursor as the X-History-Cursor trailer.',
+  tags: ['history'],
+  auth: 'bearer',
+  query: z.object({
+    exchange: Exchange.optional(),
+    coin: z.string().optional(),
+    timeframe: Timeframe.optional(),
+    call: Call.optional(),
+    from: time.optional(),
+    to: time.optional(),
+    after: z.string().optional().describe('The cursor of an earlier answer'),
+    limit: z.string().optional().describe(`1–${HISTORY_MAX_LIMIT}`),
+    format: z.enum(['ndjson', 'csv', 'parquet']).optional().describe('Or the Accept header'),
+    wait: z.string().optional().describe(`Long-poll up to ${HISTORY_MAX_WAIT_S} s for new rows`),
+  }),
+  responses: {
+    200: {
+      description: 'One row per verdict',
+      schema: HistoryRow,
+      contentTypes: Object.values(HISTORY_MEDIA_TYPES),
+    },
+    400: error(
+      'INVALID_EXCHANGE, INVALID_COIN, INVALID_TIMEFRAME, INVALID_CALL, INVALID_TIME, INVALID_CURSOR, FOREIGN_CURSOR, INVALID_LIMIT, INVALID_WAIT, UNSUPPORTED_FORMAT, INVALID_PARAMETER, UNKNOWN_FILTER',
+    ),
+    401: error('UNAUTHORIZED: a live API key is required'),
+  },
+});
+const TRACK_RECORD_DOC = documented({
+  summary: 'Track record: hit rates per venue, timeframe and confidence bucket against random calls',
+  tags: ['history'],
+  query: z.object({ window: TrackRecordWindow.optional() }),
+  responses: {
+    200: { description: 'The track record over the window', schema: TrackRecordResponse },
+    400: error('INVALID_WINDOW, UNKNOWN_FILTER'),
+  },
+});
+const PAGE_DOC = documented({
+  summary: 'The track-record page (charts)',
+  tags: ['history'],
+  responses: { 200: { description: 'HTML', schema: { type: 'string' }, contentTypes: ['text/html'] } },
+});
+const ASSET_DOC = documented({
+  summary: 'Scripts and styles of the track-record page',
+  tags: ['history'],
+  params: z.object({ file: z.string() }),
+  responses: {
+    200: {
+      description: 'The asset',
+      schema: { type: 'string' },
+      contentTypes: ['text/javascript', 'text/css'],
+    },
+    404: error('NOT_FOUND'),
+  },
+});
 function uplotAsset(file: string): Buffer {
   return readFileSync(require.resolve(`uplot/dist/${file}`));
 }
@@ -95,7 +164,7 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
   }
 
   return async (app) => {
-    app.get('/api/verdicts', async (request, reply) => {
+    app.get('/api/verdicts', { config: VERDICTS_DOC }, async (request, reply) => {
       let service: ServiceMeta;
       let progress: ScanProgress;
       let query: ReturnType<typeof parseHistoryQuery>;
@@ -138,7 +207,7 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
       return reply.send(body);
     });
 
-    app.get('/api/track-record', async (request, reply) => {
+    app.get('/api/track-record', { config: TRACK_RECORD_DOC }, async (request, reply) => {
       try {
         const { window } = parseTrackRecordQuery(request.query as Record<string, unknown>);
         reply.header('cache-control', 'public, max-age=60');
@@ -148,14 +217,14 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
       }
     });
 
-    app.get('/track-record', async (_request, reply) =>
+    app.get('/track-record', { config: PAGE_DOC }, async (_request, reply) =>
       reply
         .header('content-type', 'text/html; charset=utf-8')
         .header('cache-control', 'public, max-age=300')
         .send(trackRecordPage()),
     );
 
-    app.get('/track-record/assets/:file', async (request, reply) => {
+    app.get('/track-record/assets/:file', { config: ASSET_DOC }, async (request, reply) => {
       const asset = assets[(request.params as { file: string }).file as keyof typeof assets];
       if (!asset) return reply.code(404).send({ code: 'NOT_FOUND', message: 'no such asset' });
       return reply

@@ -1,5 +1,6 @@
-import { z } from 'zod';
+import type { z } from 'zod';
 import type { Config } from '../../contracts/config.ts';
+import { jsonSchema } from '../../contracts/json-schema.ts';
 import {
   ChatAnswer,
   ChatKnowledgeInput,
@@ -48,7 +49,7 @@ function describeField(name: string, schema: JsonSchema, required: boolean): str
 }
 
 function fieldsOf(schema: z.ZodType, io: 'input' | 'output'): string {
-  const json = z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as JsonSchema;
+  const json = jsonSchema(schema, io) as JsonSchema;
   const required = new Set(json.required ?? []);
   return Object.entries(json.properties ?? {})
     .map(([name, field]) => describeField(name, field, required.has(name)))

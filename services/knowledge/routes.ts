@@ -3,13 +3,18 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { CacheUnavailableError } from '../../adapters/cache/port.ts';
 import {
+  ChatAnswer,
+  ChatKnowledgeInput,
   checkChat,
   checkSearch,
   KNOWLEDGE_ERRORS,
   type KnowledgeErrorCode,
+  SearchAnswer,
+  SearchKnowledgeInput,
 } from '../../contracts/knowledge.ts';
 import { type Caller, CallerRejectedError, identifyCaller } from '../api/caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../api/metered-call.ts';
+import { documented, error } from '../api/openapi.ts';
 import type { ServiceMeta } from '../api/service-meta.ts';
 import { OperationError } from '../engine/operation-errors.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
@@ -140,6 +145,40 @@ export function knowledgeRoutes(deps: {
     return sendError(reply, 'INTERNAL_ERROR', KNOWLEDGE_ERRORS.INTERNAL_ERROR.meaning, service);
   }
 
+  const shared = {
+    401: error('UNAUTHORIZED: a live API key is required'),
+    429: error('QUOTA_EXHAUSTED (the plan’s call quota), with Retry-After'),
+    500: error('INTERNAL_ERROR: nothing is charged'),
+  };
+  const searchDoc = documented({
+    summary: 'Search the documentation and live facts (the MCP tool search_knowledge)',
+    tags: ['knowledge'],
+    auth: 'bearer',
+    body: SearchKnowledgeInput,
+    responses: {
+      200: {
+        description: 'Passages, best first',
+        schema: SearchAnswer,
+        headers: { ETag: 'Changes with the corpus' },
+      },
+      304: { description: 'If-None-Match matched: not counted' },
+      400: error('INVALID_QUERY, QUERY_TOO_SHORT, QUERY_TOO_LONG, INVALID_LIMIT'),
+      ...shared,
+    },
+  });
+  const chatDoc = documented({
+    summary: 'Ask a question; the answer quotes the sources with [n] citations (the MCP tool chat_knowledge)',
+    tags: ['knowledge'],
+    auth: 'bearer',
+    body: ChatKnowledgeInput,
+    responses: {
+      200: { description: 'A grounded answer with citations', schema: ChatAnswer },
+      400: error('INVALID_QUESTION, QUESTION_TOO_SHORT, QUESTION_TOO_LONG, INVALID_MODEL'),
+      ...shared,
+      429: error('CHAT_QUOTA_EXHAUSTED (until the UTC month resets) or QUOTA_EXHAUSTED, with Retry-After'),
+    },
+  });
+
   return async (app) => {
     // A body that is not JSON (or too large) answers in the same shape as a bad field.
     const bodyError =
@@ -159,7 +198,8 @@ export function knowledgeRoutes(deps: {
         return sendError(reply, code, `the request body could not be read: ${error.message}`, service);
       };
 
-    app.post('/api/search', { errorHandler: bodyError('INVALID_QUERY') }, async (request, reply) => {
+    const searchOptions = { errorHandler: bodyError('INVALID_QUERY'), config: searchDoc };
+    app.post('/api/search', searchOptions, async (request, reply) => {
       const caller = await callerOf(request, reply);
       if (caller === null) return reply;
       const checked = checkSearch(request.body);
@@ -197,7 +237,8 @@ export function knowledgeRoutes(deps: {
         .send({ ...metered.value, _service: metered.service });
     });
 
-    app.post('/api/chat', { errorHandler: bodyError('INVALID_QUESTION') }, async (request, reply) => {
+    const chatOptions = { errorHandler: bodyError('INVALID_QUESTION'), config: chatDoc };
+    app.post('/api/chat', chatOptions, async (request, reply) => {
       const caller = await callerOf(request, reply);
       if (caller === null) return reply;
       const checked = checkChat(request.body, deps.models);

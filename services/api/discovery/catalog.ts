@@ -1,6 +1,6 @@
 import { declareDiscoveryExtension } from '@x402/extensions/bazaar';
 import { declarePaymentIdentifierExtension, PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier';
-import { z } from 'zod';
+import { jsonSchema } from '../../../contracts/json-schema.ts';
 import { TIMEFRAMES } from '../../../contracts/market.ts';
 import type { Rail } from '../../payments/rails.ts';
 import { outputSchemaOf, type ToolDefinition } from '../mcp/tool-registry.ts';
@@ -74,11 +74,7 @@ export interface CatalogTool {
 }
 
 function inputSchemaOf(tool: TableTool): Record<string, unknown> {
-  const { $schema: _drop, ...rest } = z.toJSONSchema(tool.input, {
-    io: 'input',
-    unrepresentable: 'any',
-  }) as Record<string, unknown>;
-  return rest;
+  return jsonSchema(tool.input, 'input');
 }
 
 /** The one table, joined: every MCP tool, with its x402 route and prices when it is sold per call. */

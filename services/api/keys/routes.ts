@@ -6,6 +6,7 @@ import { type EventStore, WrongExpectedRevisionError } from '../../../adapters/e
 import { issueKey, KeyRuleError } from '../../keys/key-commands.ts';
 import type { PlanTable } from '../../quota/plans.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from '../mcp/request-guard.ts';
+import { documented, error } from '../openapi.ts';
 import { consumeNonce, issueNonce } from './nonces.ts';
 import { checkSignIn, REFUSAL_STATUS } from './siwe-check.ts';
 
@@ -24,6 +25,45 @@ export interface KeyRoutesOptions {
 const SignInBody = z.strictObject({
   message: z.string().min(1).max(4_096),
   signature: z.string().regex(/^0x[0-9a-fA-F]+$/, '0x-prefixed hex'),
+});
+
+const NonceAnswer = z.object({
+  nonce: z.string(),
+  domain: z.string().describe('The domain the EIP-4361 message must name'),
+  expires_at: z.iso.datetime(),
+  statement: z.string(),
+});
+
+const IssuedKeyAnswer = z.object({
+  key: z.string().describe('Shown once: store it'),
+  key_id: z.string(),
+  prefix: z.string(),
+  plan: z.literal('free'),
+  owner: z.string(),
+  limits: z.object({ monthly: z.number().int(), daily: z.number().int().nullable() }),
+  note: z.string(),
+});
+
+const nonceDoc = documented({
+  summary: 'A single-use nonce for Sign-In with Ethereum',
+  tags: ['keys'],
+  responses: {
+    200: { description: 'Nonce to put in the EIP-4361 message', schema: NonceAnswer },
+    503: error('service_unavailable: the nonce store cannot be reached'),
+  },
+});
+
+const signInDoc = documented({
+  summary: 'One free API key per wallet, for a signed EIP-4361 message',
+  tags: ['keys'],
+  body: SignInBody,
+  responses: {
+    201: { description: 'The key (shown once)', schema: IssuedKeyAnswer },
+    400: error('invalid_request (the body is not {message, signature}), invalid_siwe_message'),
+    401: error('siwe_* : the message, signature, domain, time or nonce does not check'),
+    409: error('key_already_issued: this address already has its free key'),
+    503: error('service_unavailable'),
+  },
 });
 
 function walletStream(address: string): string {
@@ -54,7 +94,7 @@ export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
     app.options('/api/keys', async (_request, reply) => reply.code(204).send());
     app.options('/api/keys/nonce', async (_request, reply) => reply.code(204).send());
 
-    app.get('/api/keys/nonce', async (_request, reply) => {
+    app.get('/api/keys/nonce', { config: nonceDoc }, async (_request, reply) => {
       try {
         const { nonce, expiresAt } = await issueNonce(options.cache, options.nonceTtlMs);
         reply.header('cache-control', 'no-store');
@@ -72,7 +112,7 @@ export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
       }
     });
 
-    app.post('/api/keys', async (request, reply) => {
+    app.post('/api/keys', { config: signInDoc }, async (request, reply) => {
       reply.header('cache-control', 'no-store');
       const body = SignInBody.safeParse(request.body);
       if (!body.success) {

@@ -4,6 +4,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { CallerRejectedError, identifyCaller } from '../caller.ts';
+import { documented, type ResponseDoc } from '../openapi.ts';
 import { InFlightIds, requestIds } from './in-flight.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
 import { createMcpServer } from './server.ts';
@@ -24,6 +25,41 @@ export interface McpPluginOptions extends ToolCallDeps {
 }
 
 const MCP_METHODS = 'GET, POST, DELETE';
+
+const rpcError = (description: string): ResponseDoc => ({
+  description,
+  schema: {
+    type: 'object',
+    properties: {
+      jsonrpc: { const: '2.0' },
+      error: { type: 'object', properties: { code: { type: 'integer' }, message: { type: 'string' } } },
+      id: {},
+    },
+  },
+});
+
+const MCP_DOC = documented({
+  summary: 'MCP over Streamable HTTP (JSON-RPC 2.0): the tools, resources and prompts of the service',
+  description:
+    'POST initialize opens a session (Mcp-Session-Id); POST without a session answers one-shot calls and the 2026-07-28 stateless revision. GET opens the session stream, DELETE ends the session; PUT and PATCH answer 405. Keys go in Authorization: Bearer; without one, calls run on the free anonymous limits; a paid call carries _meta["x402/payment"].',
+  tags: ['mcp'],
+  auth: 'bearer-optional',
+  body: { type: 'object', description: 'A JSON-RPC 2.0 request, notification or batch' },
+  responses: {
+    200: {
+      description: 'JSON-RPC response (application/json) or an event stream',
+      schema: { type: 'object' },
+    },
+    202: { description: 'A notification was accepted' },
+    400: rpcError('-32000: bad request (no session for a GET), -32600 invalid request'),
+    403: rpcError('-32000: Host or Origin not allowed (DNS-rebinding guard)'),
+    404: rpcError('-32001: session not found'),
+    405: rpcError('-32000: method not allowed'),
+    406: rpcError('-32000: Accept must list application/json and text/event-stream'),
+    409: rpcError('-32600: a request id already in flight on this session'),
+    429: rpcError('-32000: rate limited, with Retry-After'),
+  },
+});
 
 function jsonRpcError(reply: FastifyReply, status: number, code: number, message: string): FastifyReply {
   return reply
@@ -166,6 +202,11 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
       return transport;
     };
 
-    app.route({ method: ['GET', 'POST', 'DELETE', 'PUT', 'PATCH'], url: '/mcp', handler: handle });
+    app.route({
+      method: ['GET', 'POST', 'DELETE', 'PUT', 'PATCH'],
+      url: '/mcp',
+      handler: handle,
+      config: MCP_DOC,
+    });
   };
 }

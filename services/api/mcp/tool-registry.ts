@@ -1,4 +1,5 @@
-import { z } from 'zod';
+import type { z } from 'zod';
+import { jsonSchema } from '../../../contracts/json-schema.ts';
 import { TOOL_SCHEMAS, type ToolName } from '../../../contracts/tools.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
 import type { Caller } from '../caller.ts';
@@ -44,14 +45,6 @@ const TOOL_ERROR_SCHEMA = {
   properties: { code: { type: 'string' }, error: { type: 'string' }, _service: { type: 'object' } },
   required: ['code'],
 } as const;
-
-function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): Record<string, unknown> {
-  const { $schema: _drop, ...rest } = z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as Record<
-    string,
-    unknown
-  >;
-  return rest;
-}
 
 /**
  * The advertised output: the result with its `_service` block, or a tool error. One object

@@ -1,10 +1,11 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { z } from 'zod';
 import type { EventStore } from '../../../adapters/event-store/port.ts';
-import { type EventData, parseDomainEvent } from '../../../contracts/events.ts';
+import { type EventData, parseDomainEvent, VerdictRecorded } from '../../../contracts/events.ts';
 import { REVEAL_AFTER_CANDLES } from '../../../contracts/history.ts';
-import { TIMEFRAME_MS } from '../../../contracts/market.ts';
+import { Exchange, TIMEFRAME_MS, Timeframe } from '../../../contracts/market.ts';
 import { verdictHash } from '../../../contracts/verdict-hash.ts';
+import { documented, error } from '../openapi.ts';
 import { verdictVerifyUrl } from './url.ts';
 
 /** After this many candles of its timeframe the outcome is known and the content is public. */
@@ -17,6 +18,36 @@ const Params = z.object({
     .string()
     .regex(/^(0|[1-9][0-9]{0,14})$/, 'revision must be a decimal integer')
     .transform(Number),
+});
+
+const VerifyAnswer = z.object({
+  verdictId: z.uuid(),
+  stream: z.string(),
+  revision: z.number().int(),
+  position: z.number().int().describe('Position in the whole log'),
+  recordedAt: z.string(),
+  exchange: Exchange,
+  coin: z.string(),
+  timeframe: Timeframe,
+  candleCloseTime: z.number().int(),
+  engineVersion: z.string(),
+  hash: z.string().describe('sha256 of the canonical content, chained to prevHash'),
+  prevHash: z.string(),
+  hashValid: z.boolean(),
+  previous: z.string().nullable().describe('Verify link of the verdict before this one'),
+  revealAt: z.iso.datetime(),
+  content: VerdictRecorded.omit({ hash: true }).nullable().describe('null until revealAt'),
+});
+
+const verifyDoc = documented({
+  summary: 'Public proof that a verdict was recorded, and when; its content once the outcome is known',
+  tags: ['verify'],
+  params: z.object({ stream: z.string(), revision: z.string() }),
+  responses: {
+    200: { description: 'The chain link (and the content after revealAt)', schema: VerifyAnswer },
+    400: error('invalid_verdict_ref: not a verdict stream, or a revision that is not a decimal integer'),
+    404: error('verdict_not_found'),
+  },
 });
 
 /**
@@ -32,7 +63,7 @@ export function verifyRoutes(deps: {
 }): FastifyPluginAsync {
   const now = deps.now ?? Date.now;
   return async (app) => {
-    app.get('/verify/:stream/:revision', async (request, reply) => {
+    app.get('/verify/:stream/:revision', { config: verifyDoc }, async (request, reply) => {
       const parsed = Params.safeParse(request.params);
       if (!parsed.success) {
         return reply

@@ -1,13 +1,18 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
-import type { z } from 'zod';
+import { z } from 'zod';
 import type { EventStore } from '../../../adapters/event-store/port.ts';
 import { EVENT_VERSIONS, webhookOpenApi } from '../../../contracts/webhook-schemas.ts';
 import {
+  CreatedWebhook,
   CreateWebhookRequest,
-  type DeliveryView,
+  DeliveryView,
   ReEnableWebhookRequest,
+  RotatedSecret,
   RotateSecretRequest,
+  SendResultView,
+  WebhookErrorBody,
+  WebhookView,
 } from '../../../contracts/webhooks.ts';
 import type { ProjectionRunner } from '../../../projections/runner.ts';
 import { deliveryView, findDelivery, sequenceStream } from '../../dispatcher/delivery-log-fold.ts';
@@ -33,6 +38,7 @@ import {
 } from '../../dispatcher/subscription-fold.ts';
 import type { WebhookState } from '../../dispatcher/webhook-projection.ts';
 import { checkWebhookUrl } from '../../ssrf/url-policy.ts';
+import { documented, type ResponseDoc, type RouteDoc } from '../openapi.ts';
 import type { ResolveKey } from './auth.ts';
 import { SAMPLE_VERIFY_BODY, SAMPLE_VERIFY_PATH, sampleEnvelope } from './sample.ts';
 
@@ -81,6 +87,111 @@ function resultView(deliveryId: string, r: SendResult) {
     response: r.response,
   };
 }
+
+const fail = (description: string): ResponseDoc => ({ description, schema: WebhookErrorBody });
+const Id = z.object({ id: z.string() });
+/** Every keyed webhook route answers these besides its own. */
+const KEYED = {
+  401: fail('UNAUTHORIZED: a live API key is required'),
+  503: fail('KEY_UNVERIFIABLE: the key could not be checked right now'),
+};
+const keyed = (doc: Omit<RouteDoc, 'tags' | 'auth'>) =>
+  documented({ ...doc, tags: ['webhooks'], auth: 'bearer', responses: { ...doc.responses, ...KEYED } });
+
+const DOCS = {
+  sample: documented({
+    summary: 'The verify target of sample deliveries (POST /api/webhooks/{id}/test)',
+    tags: ['webhooks'],
+    responses: { 200: { description: 'A fixed sample body', schema: { type: 'object' } } },
+  }),
+  schemas: documented({
+    summary: 'Payload schema of every webhook event type at every version',
+    tags: ['webhooks'],
+    responses: {
+      200: { description: 'An OpenAPI document with a webhooks section', schema: { type: 'object' } },
+    },
+  }),
+  create: keyed({
+    summary: 'Subscribe a URL to events (the signing secret is shown once)',
+    body: CreateWebhookRequest,
+    responses: {
+      201: { description: 'The subscription, with its secret', schema: CreatedWebhook },
+      400: fail('INVALID_FIELD (names the field), INVALID_URL (refused by the SSRF guard)'),
+      409: fail('SUBSCRIPTION_LIMIT: the key has its maximum of subscriptions'),
+    },
+  }),
+  list: keyed({
+    summary: "The key's subscriptions",
+    responses: {
+      200: { description: 'Subscriptions', schema: z.object({ webhooks: z.array(WebhookView) }) },
+    },
+  }),
+  delete: keyed({
+    summary: 'Delete a subscription',
+    params: Id,
+    responses: {
+      200: { description: 'Deleted', schema: z.object({ id: z.string(), deleted: z.literal(true) }) },
+      404: fail('NOT_FOUND: no such subscription for this key'),
+    },
+  }),
+  test: keyed({
+    summary: 'Send a signed sample delivery now and report what the endpoint answered',
+    params: Id,
+    responses: {
+      200: { description: 'The attempt', schema: SendResultView },
+      404: fail('NOT_FOUND'),
+    },
+  }),
+  deliveries: keyed({
+    summary: 'Delivery log: the latest deliveries, or every one after a sequence number',
+    params: Id,
+    query: z.object({
+      limit: z.string().optional().describe('1–200, default 50'),
+      after_seq: z.string().optional().describe('The last seq received: deliveries after it, in seq order'),
+    }),
+    responses: {
+      200: {
+        description: 'Deliveries with their attempts',
+        schema: z.object({
+          subscription: WebhookView,
+          deliveries: z.array(DeliveryView),
+          next_after_seq: z.number().int().optional(),
+        }),
+      },
+      400: fail('INVALID_FIELD: after_seq'),
+      404: fail('NOT_FOUND'),
+    },
+  }),
+  rotate: keyed({
+    summary: 'Rotate the signing secret; the previous one stays valid for an overlap',
+    params: Id,
+    body: RotateSecretRequest,
+    responses: {
+      200: { description: 'The new secret', schema: RotatedSecret },
+      400: fail('INVALID_FIELD'),
+      404: fail('NOT_FOUND'),
+    },
+  }),
+  enable: keyed({
+    summary: 'Re-enable a disabled subscription, optionally re-delivering what it missed since a time',
+    params: Id,
+    body: ReEnableWebhookRequest,
+    responses: {
+      200: { description: 'The subscription', schema: WebhookView },
+      400: fail('INVALID_FIELD'),
+      404: fail('NOT_FOUND'),
+    },
+  }),
+  resend: keyed({
+    summary: 'Send one delivery again now',
+    params: z.object({ id: z.string(), deliveryId: z.string() }),
+    responses: {
+      200: { description: 'The attempt', schema: SendResultView },
+      404: fail('NOT_FOUND'),
+      409: fail('SUBSCRIPTION_DISABLED, DELIVERY_BUSY'),
+    },
+  }),
+};
 
 /**
  * /api/webhooks: create, list, delete, test, delivery log, re-enable (with recovery) and resend.
@@ -132,13 +243,13 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
   }
 
   return async (app) => {
-    app.get(SAMPLE_VERIFY_PATH, async () => SAMPLE_VERIFY_BODY);
+    app.get(SAMPLE_VERIFY_PATH, { config: DOCS.sample }, async () => SAMPLE_VERIFY_BODY);
 
     // Public: every event type's payload schema at every version (an OpenAPI `webhooks` section).
     const schemas = webhookOpenApi();
-    app.get('/api/webhooks/schemas', async () => schemas);
+    app.get('/api/webhooks/schemas', { config: DOCS.schemas }, async () => schemas);
 
-    app.post('/api/webhooks', async (request, reply) => {
+    app.post('/api/webhooks', { config: DOCS.create }, async (request, reply) => {
       try {
         const keyId = await keyOf(request);
         const parsed = CreateWebhookRequest.safeParse(request.body ?? {});
@@ -169,7 +280,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
       }
     });
 
-    app.get('/api/webhooks', async (request, reply) => {
+    app.get('/api/webhooks', { config: DOCS.list }, async (request, reply) => {
       try {
         const keyId = await keyOf(request);
         return { webhooks: subscriptionsOfKey(runner.state.subscriptions, keyId).map(toView) };
@@ -178,40 +289,49 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
       }
     });
 
-    app.delete<{ Params: { id: string } }>('/api/webhooks/:id', async (request, reply) => {
-      try {
-        const keyId = await keyOf(request);
-        owned(keyId, request.params.id);
-        await settled(await deleteSubscription(store, keyId, request.params.id));
-        return { id: request.params.id, deleted: true };
-      } catch (err) {
-        return send(reply, err);
-      }
-    });
+    app.delete<{ Params: { id: string } }>(
+      '/api/webhooks/:id',
+      { config: DOCS.delete },
+      async (request, reply) => {
+        try {
+          const keyId = await keyOf(request);
+          owned(keyId, request.params.id);
+          await settled(await deleteSubscription(store, keyId, request.params.id));
+          return { id: request.params.id, deleted: true };
+        } catch (err) {
+          return send(reply, err);
+        }
+      },
+    );
 
-    app.post<{ Params: { id: string } }>('/api/webhooks/:id/test', async (request, reply) => {
-      try {
-        const sub = owned(await keyOf(request), request.params.id);
-        const envelope = sampleEnvelope(sub, settings.verifyBaseUrl);
-        const secrets = deps.worker.openSecrets(sub, Date.now());
-        const result = await sendSigned(deps.agent, {
-          url: sub.url,
-          secret: secrets.current,
-          previousSecret: secrets.previous,
-          eventVersion: sub.eventVersion ?? 1,
-          event: envelope.event,
-          deliveryId: envelope.delivery_id,
-          body: JSON.stringify(envelope),
-          timeoutMs: settings.timeoutMs,
-        });
-        return resultView(envelope.delivery_id, result);
-      } catch (err) {
-        return send(reply, err);
-      }
-    });
+    app.post<{ Params: { id: string } }>(
+      '/api/webhooks/:id/test',
+      { config: DOCS.test },
+      async (request, reply) => {
+        try {
+          const sub = owned(await keyOf(request), request.params.id);
+          const envelope = sampleEnvelope(sub, settings.verifyBaseUrl);
+          const secrets = deps.worker.openSecrets(sub, Date.now());
+          const result = await sendSigned(deps.agent, {
+            url: sub.url,
+            secret: secrets.current,
+            previousSecret: secrets.previous,
+            eventVersion: sub.eventVersion ?? 1,
+            event: envelope.event,
+            deliveryId: envelope.delivery_id,
+            body: JSON.stringify(envelope),
+            timeoutMs: settings.timeoutMs,
+          });
+          return resultView(envelope.delivery_id, result);
+        } catch (err) {
+          return send(reply, err);
+        }
+      },
+    );
 
     app.get<{ Params: { id: string }; Querystring: { limit?: string; after_seq?: string } }>(
       '/api/webhooks/:id/deliveries',
+      { config: DOCS.deliveries },
       async (request, reply) => {
         try {
           const sub = owned(await keyOf(request), request.params.id);
@@ -260,48 +380,59 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
       },
     );
 
-    app.post<{ Params: { id: string } }>('/api/webhooks/:id/rotate-secret', async (request, reply) => {
-      try {
-        const keyId = await keyOf(request);
-        owned(keyId, request.params.id);
-        const parsed = RotateSecretRequest.safeParse(request.body ?? {});
-        if (!parsed.success) throw fieldError(parsed.error);
-        const overlapMs =
-          parsed.data.overlap_seconds !== undefined
-            ? parsed.data.overlap_seconds * 1_000
-            : settings.rotationOverlapMs;
-        const rotated = await rotateSecret(store, {
-          keyId,
-          subscriptionId: request.params.id,
-          secrets: deps.secrets,
-          overlapMs,
-        });
-        await settled(rotated.position);
-        return {
-          id: request.params.id,
-          secret: rotated.secret,
-          previous_secret_valid_until: rotated.previousValidUntil,
-        };
-      } catch (err) {
-        return send(reply, err);
-      }
-    });
+    app.post<{ Params: { id: string } }>(
+      '/api/webhooks/:id/rotate-secret',
+      { config: DOCS.rotate },
+      async (request, reply) => {
+        try {
+          const keyId = await keyOf(request);
+          owned(keyId, request.params.id);
+          const parsed = RotateSecretRequest.safeParse(request.body ?? {});
+          if (!parsed.success) throw fieldError(parsed.error);
+          const overlapMs =
+            parsed.data.overlap_seconds !== undefined
+              ? parsed.data.overlap_seconds * 1_000
+              : settings.rotationOverlapMs;
+          const rotated = await rotateSecret(store, {
+            keyId,
+            subscriptionId: request.params.id,
+            secrets: deps.secrets,
+            overlapMs,
+          });
+          await settled(rotated.position);
+          return {
+            id: request.params.id,
+            secret: rotated.secret,
+            previous_secret_valid_until: rotated.previousValidUntil,
+          };
+        } catch (err) {
+          return send(reply, err);
+        }
+      },
+    );
 
-    app.post<{ Params: { id: string } }>('/api/webhooks/:id/enable', async (request, reply) => {
-      try {
-        const keyId = await keyOf(request);
-        owned(keyId, request.params.id);
-        const parsed = ReEnableWebhookRequest.safeParse(request.body ?? {});
-        if (!parsed.success) throw fieldError(parsed.error);
-        await settled(await reEnableSubscription(store, keyId, request.params.id, parsed.data.recover_since));
-        return toView(owned(keyId, request.params.id));
-      } catch (err) {
-        return send(reply, err);
-      }
-    });
+    app.post<{ Params: { id: string } }>(
+      '/api/webhooks/:id/enable',
+      { config: DOCS.enable },
+      async (request, reply) => {
+        try {
+          const keyId = await keyOf(request);
+          owned(keyId, request.params.id);
+          const parsed = ReEnableWebhookRequest.safeParse(request.body ?? {});
+          if (!parsed.success) throw fieldError(parsed.error);
+          await settled(
+            await reEnableSubscription(store, keyId, request.params.id, parsed.data.recover_since),
+          );
+          return toView(owned(keyId, request.params.id));
+        } catch (err) {
+          return send(reply, err);
+        }
+      },
+    );
 
     app.post<{ Params: { id: string; deliveryId: string } }>(
       '/api/webhooks/:id/deliveries/:deliveryId/resend',
+      { config: DOCS.resend },
       async (request, reply) => {
         try {
           const sub = owned(await keyOf(request), request.params.id);

@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
+import { TOOL_SCHEMAS } from '../../../contracts/tools.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
 import type { KeyResolver } from '../../keys/key-resolver.ts';
@@ -7,6 +8,7 @@ import { requestFingerprint } from '../../payments/paid-responses.ts';
 import type { QuotaMeter } from '../../quota/quota-meter.ts';
 import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../metered-call.ts';
+import { documented, type ResponseDoc } from '../openapi.ts';
 import type { PaidServiceMeta, ServiceMeta } from '../service-meta.ts';
 import { decodePaymentHeader, paymentResponseHeader } from './codecs.ts';
 import { contentTypeProblem } from './content-type.ts';
@@ -163,7 +165,7 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
     for (const tool of options.tools) {
       const path = `/x402/${tool.name}`;
       app.options(path, async (_request, reply) => reply.code(204).headers(CORS_PREFLIGHT_HEADERS).send());
-      app.post(path, { bodyLimit: options.bodyLimit }, async (request, reply) => {
+      app.post(path, { bodyLimit: options.bodyLimit, config: paidRouteDoc(tool) }, async (request, reply) => {
         const log = request.log as Logger;
         let caller: Caller;
         try {
@@ -309,4 +311,42 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
       });
     }
   };
+}
+
+const fault = (description: string): ResponseDoc => ({
+  description,
+  schema: {
+    type: 'object',
+    properties: { code: { type: 'string' }, message: { type: 'string' } },
+    required: ['code'],
+  },
+});
+
+/** The route's entry in the OpenAPI document: the tool's contract, and what paying looks like. */
+function paidRouteDoc(tool: PaidTool) {
+  return documented({
+    summary: `${tool.name}, paid per call (x402) or from an API key's plan`,
+    description: tool.description,
+    tags: ['x402'],
+    auth: 'x402',
+    body: tool.input,
+    responses: {
+      200: {
+        description: 'The result; a paid call carries PAYMENT-RESPONSE (the settlement) and _service.payment',
+        schema: TOOL_SCHEMAS[tool.name].output,
+        headers: { 'PAYMENT-RESPONSE': 'Base64 JSON settlement response (x402 v2)' },
+      },
+      400: fault('invalid_input, invalid_content_type: nothing is charged'),
+      401: fault('unknown_key: a Bearer key that is not live'),
+      402: {
+        ...fault(
+          'payment_required (with the quote: accepts[] in the body, v1, and the PAYMENT-REQUIRED header, v2), payment_not_accepted, settlement_failed',
+        ),
+        headers: { 'PAYMENT-REQUIRED': 'Base64 JSON payment requirements (x402 v2)' },
+      },
+      409: fault('payment_identifier_conflict: another request under the same payment id'),
+      429: fault('quota_exhausted for a key (the 402 quote comes with it), RATE_LIMITED'),
+      503: fault('key_unverifiable, quota_unavailable, facilitator_unavailable: nothing is charged; retry'),
+    },
+  });
 }

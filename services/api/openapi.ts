@@ -1,0 +1,168 @@
+import swagger from '@fastify/swagger';
+import scalar from '@scalar/fastify-api-reference';
+import type { FastifyInstance, FastifySchema } from 'fastify';
+import { z } from 'zod';
+import { jsonSchema } from '../../contracts/json-schema.ts';
+import { webhookOpenApi } from '../../contracts/webhook-schemas.ts';
+
+/**
+ * The OpenAPI 3.1 document, generated from the zod contracts each route declares with
+ * `documented()`. The declaration rides on the route's config (a per-route swagger transform), not
+ * on Fastify's `schema`: request bodies keep being parsed by the routes' zod checks, which answer
+ * each route's own error codes (QUERY_TOO_SHORT, INVALID_LIMIT...), and responses keep their bytes
+ * (no response serializer that would drop fields). What is documented is what validates.
+ */
+
+type Json = Record<string, unknown>;
+
+export interface ResponseDoc {
+  description: string;
+  /** A zod schema, or a JSON Schema for bodies that have no zod contract (text, files). */
+  schema?: z.ZodType | Json;
+  /** Media types of the body; default application/json. */
+  contentTypes?: string[];
+  headers?: Record<string, string>;
+}
+
+export interface RouteDoc {
+  summary: string;
+  description?: string;
+  tags: string[];
+  /** `bearer`: an API key is required; `bearer-optional`: used when sent; `x402`: paid per call. */
+  auth?: 'bearer' | 'bearer-optional' | 'x402' | 'none';
+  body?: z.ZodType | Json;
+  bodyContentTypes?: string[];
+  query?: z.ZodObject;
+  params?: z.ZodObject;
+  responses: Record<number, ResponseDoc>;
+}
+
+/** A contract as JSON Schema; bodies without a zod contract give their JSON Schema as is. */
+function schemaOf(schema: z.ZodType | Json, io: 'input' | 'output'): Json {
+  return schema instanceof z.ZodType ? jsonSchema(schema, io) : schema;
+}
+
+/** The shape every `/api/*` error answers with (code casing per route family, see the README). */
+export const ErrorBody = z
+  .object({
+    code: z.string().describe('Machine-readable error code'),
+    message: z.string().describe('What went wrong, for a person'),
+    _service: z.record(z.string(), z.unknown()).optional().describe('Caller, quota and request id'),
+  })
+  .loose();
+
+export const error = (description: string): ResponseDoc => ({ description, schema: ErrorBody });
+
+const SECURITY: Record<NonNullable<RouteDoc['auth']>, Json[] | undefined> = {
+  bearer: [{ apiKey: [] }],
+  'bearer-optional': [{}, { apiKey: [] }],
+  x402: [{}, { x402: [] }],
+  none: undefined,
+};
+
+function toFastifySchema(doc: RouteDoc): FastifySchema {
+  const response: Json = {};
+  for (const [status, r] of Object.entries(doc.responses)) {
+    const types = r.contentTypes ?? ['application/json'];
+    response[status] = {
+      description: r.description,
+      ...(r.schema
+        ? { content: Object.fromEntries(types.map((t) => [t, { schema: schemaOf(r.schema!, 'output') }])) }
+        : {}),
+      ...(r.headers
+        ? {
+            headers: Object.fromEntries(
+              Object.entries(r.headers).map(([name, description]) => [name, { type: 'string', description }]),
+            ),
+          }
+        : {}),
+    };
+  }
+  const security = SECURITY[doc.auth ?? 'none'];
+  return {
+    summary: doc.summary,
+    ...(doc.description ? { description: doc.description } : {}),
+    tags: doc.tags,
+    ...(security ? { security } : {}),
+    ...(doc.body
+      ? {
+          body: {
+            content: Object.fromEntries(
+              (doc.bodyContentTypes ?? ['application/json']).map((t) => [
+                t,
+                { schema: schemaOf(doc.body!, 'input') },
+              ]),
+            ),
+          },
+        }
+      : {}),
+    ...(doc.query ? { querystring: schemaOf(doc.query, 'input') } : {}),
+    ...(doc.params ? { params: schemaOf(doc.params, 'input') } : {}),
+    response,
+  } as FastifySchema;
+}
+
+/** Route config that puts the route in the OpenAPI document: `app.get(url, { config: documented(...) }, ...)`. */
+export function documented(doc: RouteDoc) {
+  const schema = toFastifySchema(doc);
+  return { swaggerTransform: ({ url }: { url: string }) => ({ schema, url }) };
+}
+
+/** Routes of the documentation itself: registered, not listed. */
+export const undocumented = {
+  swaggerTransform: ({ url }: { url: string }) => ({ schema: { hide: true }, url }),
+};
+
+/**
+ * Registers the document generator first (it collects routes as they are added), then serves
+ * `GET /openapi.json` and the reference page at `/docs` (Scalar, its script served from the
+ * package: no CDN).
+ */
+export async function registerOpenApi(
+  app: FastifyInstance,
+  info: { title: string; version: string; description: string },
+): Promise<void> {
+  const { webhooks } = webhookOpenApi() as { webhooks: Json };
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: { title: info.title, version: info.version, description: info.description },
+      components: {
+        securitySchemes: {
+          apiKey: {
+            type: 'http',
+            scheme: 'bearer',
+            description: 'An API key: Authorization: Bearer sk_live_…',
+          },
+          x402: {
+            type: 'apiKey',
+            in: 'header',
+            name: 'PAYMENT-SIGNATURE',
+            description:
+              'x402 pay-per-call: a signed ERC-3009 authorisation for the quote of the 402 answer (v2 header; X-PAYMENT for v1).',
+          },
+        },
+      },
+    },
+    // Only routes that declare their contract are listed; the test checks that is every route.
+    hideUntagged: true,
+    transformObject: (document) =>
+      ({ ...('openapiObject' in document ? document.openapiObject : {}), webhooks }) as never,
+  });
+  app.get(
+    '/openapi.json',
+    {
+      config: documented({
+        summary: 'This OpenAPI document',
+        tags: ['discovery'],
+        responses: { 200: { description: 'OpenAPI 3.1 document', schema: { type: 'object' } } },
+      }),
+    },
+    async (_request, reply) => reply.header('cache-control', 'public, max-age=300').send(app.swagger()),
+  );
+  await app.register(scalar, {
+    routePrefix: '/docs',
+    logLevel: 'silent',
+    configuration: { url: '/openapi.json', title: `${info.title} API reference` },
+  });
+}

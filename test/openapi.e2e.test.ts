@@ -1,0 +1,120 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Validator } from '@seriousme/openapi-schema-validator';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '../contracts/config.ts';
+import { EVENT_VERSIONS } from '../contracts/webhook-schemas.ts';
+import { type RunningService, startService } from '../services/service.ts';
+
+/**
+ * The OpenAPI document of a service running every role on the embedded defaults: valid OpenAPI
+ * 3.1 by an independent validator, and listing exactly the routes the server has registered.
+ */
+
+let dir: string;
+let service: RunningService;
+let doc: {
+  openapi: string;
+  paths: Record<string, Record<string, unknown>>;
+  webhooks: Record<string, unknown>;
+};
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'openapi-'));
+  const config = loadConfig({
+    DATA_DIR: dir,
+    PORT: '0',
+    HOST: '127.0.0.1',
+    FEED: 'replay',
+    LOG_LEVEL: 'silent',
+  });
+  service = await startService(
+    config,
+    ['api', 'engine', 'projections', 'dispatcher'],
+    pino({ level: 'silent' }),
+  );
+  const res = await fetch(`${service.url}/openapi.json`);
+  expect(res.status).toBe(200);
+  doc = (await res.json()) as typeof doc;
+});
+afterAll(async () => {
+  await service?.stop();
+  if (dir) await rm(dir, { recursive: true, force: true });
+});
+
+/** Method and path of every route, from Fastify's own route tree (`printRoutes`). */
+function registeredRoutes(tree: string): Set<string> {
+  const routes = new Set<string>();
+  const stack: string[] = [];
+  for (const line of tree.split('\n')) {
+    const match = /^([│ ]*)[├└]── (.+) \(([A-Z, ]+)\)$/.exec(line.replace(/\u00a0/g, ' '));
+    if (!match) continue;
+    const depth = match[1]!.length / 4;
+    stack.length = depth;
+    stack.push(match[2]!);
+    const path = stack.join('').replace(/:([A-Za-z]+)/g, '{$1}');
+    for (const method of match[3]!.split(', ')) routes.add(`${method} ${path}`);
+  }
+  return routes;
+}
+
+describe('OpenAPI document', () => {
+  it('is valid OpenAPI 3.1', async () => {
+    expect(doc.openapi).toBe('3.1.0');
+    const validator = new Validator();
+    const result = await validator.validate(doc as unknown as Parameters<Validator['validate']>[0]);
+    expect(result.errors ?? []).toEqual([]);
+    expect(result.valid).toBe(true);
+  });
+
+  it('lists every registered route and nothing else', () => {
+    const registered = registeredRoutes(service.app.printRoutes({ commonPrefix: false }));
+    // HEAD answers are Fastify's own for each GET, OPTIONS are CORS preflights, /docs* renders this document.
+    const served = [...registered]
+      .filter((r) => !/^(HEAD|OPTIONS) /.test(r) && !/^GET \/docs/.test(r))
+      .sort();
+    const documented = Object.entries(doc.paths)
+      .flatMap(([path, item]) => Object.keys(item).map((method) => `${method.toUpperCase()} ${path}`))
+      .sort();
+    expect(served.length).toBeGreaterThan(30);
+    expect(documented).toEqual(served);
+  });
+
+  it('documents request bodies, error bodies, security and the x402 quote from the contracts', () => {
+    const search = doc.paths['/api/search']!.post as {
+      security: unknown[];
+      requestBody: { content: { 'application/json': { schema: { required: string[] } } } };
+      responses: Record<string, unknown>;
+    };
+    expect(search.security).toEqual([{ apiKey: [] }]);
+    expect(search.requestBody.content['application/json'].schema.required).toEqual(['query']);
+    expect(Object.keys(search.responses)).toEqual(
+      expect.arrayContaining(['200', '304', '400', '401', '429']),
+    );
+    const paid = doc.paths['/x402/get_trade_call']!.post as {
+      responses: Record<string, { headers?: Record<string, unknown> }>;
+    };
+    expect(paid.responses['402']!.headers).toHaveProperty('PAYMENT-REQUIRED');
+    expect(doc.paths['/verify/{stream}/{revision}']!.get).toMatchObject({
+      parameters: expect.arrayContaining([expect.objectContaining({ name: 'revision', in: 'path' })]),
+    });
+  });
+
+  it('carries the webhook payload of every event type and version', () => {
+    expect(Object.keys(doc.webhooks).length).toBeGreaterThanOrEqual(4 * EVENT_VERSIONS.length);
+    expect(Object.keys(doc.webhooks)).toContain('trade_call.v1');
+  });
+
+  it('is rendered at /docs from the package, with no CDN', async () => {
+    const page = await fetch(`${service.url}/docs/`);
+    expect(page.status).toBe(200);
+    const html = await page.text();
+    expect(html).toContain('/openapi.json');
+    expect(html).not.toMatch(/https:\/\/cdn\./);
+    const script = await fetch(`${service.url}/docs/js/scalar.js`);
+    expect(script.status).toBe(200);
+    expect((await script.arrayBuffer()).byteLength).toBeGreaterThan(100_000);
+  });
+});

@@ -1,7 +1,7 @@
+import { handleCommand } from '../../adapters/event-store/command.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { Plan } from '../../contracts/events.ts';
-import { newEvent, parseDomainEvent } from '../../contracts/events.ts';
-import { decideKey, evolveKey, type KeyCommand, KeyRuleError, type KeyState } from './key-decider.ts';
+import { type KeyCommand, KeyRuleError, keyDecider } from './key-decider.ts';
 import { generateApiKey } from './key-material.ts';
 
 /**
@@ -10,33 +10,10 @@ import { generateApiKey } from './key-material.ts';
  * (WrongExpectedRevisionError) instead of being overwritten.
  */
 
-async function loadKey(
-  store: EventStore,
-  stream: string,
-): Promise<{ state: KeyState | null; revision: number | null }> {
-  let state: KeyState | null = null;
-  let revision: number | null = null;
-  for (const recorded of await store.readStream(stream)) {
-    revision = recorded.revision;
-    const event = parseDomainEvent(recorded);
-    if (
-      event?.type === 'ApiKeyIssued' ||
-      event?.type === 'ApiKeyPlanChanged' ||
-      event?.type === 'ApiKeyRevoked'
-    ) {
-      state = evolveKey(state, event);
-    }
-  }
-  return { state, revision };
-}
-
 async function execute(store: EventStore, stream: string, command: KeyCommand): Promise<number> {
-  const { state, revision } = await loadKey(store, stream);
-  const events = decideKey(command, state).map((e) => newEvent(e.type, e.data));
-  const result = await store.append(stream, events, {
-    expectedRevision: revision === null ? 'no_stream' : revision,
-  });
-  return result.position;
+  const { position } = await handleCommand(store, stream, keyDecider, command);
+  // Every key command decides at least one event or throws, so something was written.
+  return position as number;
 }
 
 export interface IssuedKey {

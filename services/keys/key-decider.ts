@@ -1,4 +1,5 @@
-import type { EventData, Plan } from '../../contracts/events.ts';
+import type { DecidedEvent, Decider } from '../../adapters/event-store/command.ts';
+import type { Plan } from '../../contracts/events.ts';
 
 /**
  * The rules of one key's life, as a decider: `decide(command, state)` returns the events to
@@ -12,13 +13,10 @@ export interface KeyState {
   revoked: boolean;
 }
 
-export type KeyEvent =
-  | { type: 'ApiKeyIssued'; data: EventData<'ApiKeyIssued'> }
-  | { type: 'ApiKeyPlanChanged'; data: EventData<'ApiKeyPlanChanged'> }
-  | { type: 'ApiKeyRevoked'; data: EventData<'ApiKeyRevoked'> };
+export type KeyEvent = DecidedEvent<'ApiKeyIssued' | 'ApiKeyPlanChanged' | 'ApiKeyRevoked'>;
 
 export type KeyCommand =
-  | { kind: 'issue'; data: EventData<'ApiKeyIssued'> }
+  | { kind: 'issue'; data: Extract<KeyEvent, { type: 'ApiKeyIssued' }>['data'] }
   | { kind: 'changePlan'; keyId: string; to: Plan }
   | { kind: 'revoke'; keyId: string; reason: string };
 
@@ -61,3 +59,10 @@ export function decideKey(command: KeyCommand, state: KeyState | null): KeyEvent
   }
   return [{ type: 'ApiKeyRevoked', data: { keyId: command.keyId, reason: command.reason } }];
 }
+
+export const keyDecider: Decider<KeyState | null, KeyCommand, KeyEvent> = {
+  eventTypes: ['ApiKeyIssued', 'ApiKeyPlanChanged', 'ApiKeyRevoked'],
+  initialState: () => null,
+  evolve: evolveKey,
+  decide: decideKey,
+};

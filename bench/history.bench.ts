@@ -21,11 +21,11 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { request } from 'undici';
 import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
+import { deterministicId } from '../contracts/deterministic-id.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
 import { type EventData, newEvent } from '../contracts/events.ts';
 import { outcomeStream } from '../contracts/history.ts';
 import { latestVerdictsProjection } from '../projections/latest-verdicts.ts';
-import { deterministicId } from '../services/engine/deterministic-id.ts';
 import { trackRecordProjection } from '../services/history/projections.ts';
 import {
   SYNTHETIC_MARKETS,

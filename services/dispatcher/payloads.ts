@@ -1,8 +1,8 @@
+import { deterministicId } from '../../contracts/deterministic-id.ts';
 import type { EventData } from '../../contracts/events.ts';
 import type { TrackRecordBrief } from '../../contracts/history.ts';
 import type { ScanTradeCallsOutput } from '../../contracts/tools.ts';
 import type { Cadence, WebhookEnvelope } from '../../contracts/webhooks.ts';
-import { deterministicId } from '../engine/deterministic-id.ts';
 import { recordedVolatility } from '../engine/recorded-volatility.ts';
 
 /**

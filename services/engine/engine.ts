@@ -20,7 +20,7 @@ import {
   type ScanTradeCallsOutput,
   type TradeCall,
 } from '../../contracts/tools.ts';
-import { verdictVerifyUrl } from '../api/verify/url.ts';
+import { verdictVerifyUrl } from '../../contracts/verify-url.ts';
 import { forEachLimited } from './for-each-limited.ts';
 import { isFresh } from './funding-arb.ts';
 import { scanFundingArb } from './funding-scan.ts';

@@ -1,9 +1,9 @@
 import { type EventStore, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
+import { deterministicId } from '../../contracts/deterministic-id.ts';
 import type { NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
 import { type EventData, newEvent } from '../../contracts/events.ts';
 import type { MarketKey } from '../../contracts/market.ts';
 import { type VerdictContent, verdictHash } from '../../contracts/verdict-hash.ts';
-import { deterministicId } from './deterministic-id.ts';
 
 export type VerdictDraft = Omit<VerdictContent, 'prevHash'>;
 export type RecordedVerdict = RecordedEvent<EventData<'VerdictRecorded'>, 'VerdictRecorded'>;

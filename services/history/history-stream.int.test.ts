@@ -1,9 +1,9 @@
 import { request } from 'undici';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import { deterministicId } from '../../contracts/deterministic-id.ts';
 import { newEvent } from '../../contracts/events.ts';
 import { startHistoryServer, syntheticMarket, syntheticVerdict } from '../../test/history-harness.ts';
-import { deterministicId } from '../engine/deterministic-id.ts';
 
 const MARKETS = 20;
 const PER_MARKET = 500;

@@ -5,8 +5,8 @@ import { type EventData, parseDomainEvent, VerdictRecorded } from '../../../cont
 import { REVEAL_AFTER_CANDLES } from '../../../contracts/history.ts';
 import { Exchange, TIMEFRAME_MS, Timeframe } from '../../../contracts/market.ts';
 import { verdictHash } from '../../../contracts/verdict-hash.ts';
+import { verdictVerifyUrl } from '../../../contracts/verify-url.ts';
 import { documented, error } from '../openapi.ts';
-import { verdictVerifyUrl } from './url.ts';
 
 /** After this many candles of its timeframe the outcome is known and the content is public. */
 export { REVEAL_AFTER_CANDLES };

@@ -1,4 +1,3 @@
-import { parseDomainEvent } from '../contracts/events.ts';
 import {
   type Call,
   type Exchange,
@@ -7,7 +6,7 @@ import {
   type Regime,
   type Timeframe,
 } from '../contracts/market.ts';
-import type { Projection } from './projection.ts';
+import { defineProjection, type Projection } from './projection.ts';
 
 export interface LatestVerdict {
   exchange: Exchange;
@@ -28,13 +27,13 @@ export interface LatestVerdict {
 export type LatestVerdicts = Record<string, LatestVerdict>;
 
 /** The latest verdict and regime per market: what scans, digests and analysts read first. */
-export const latestVerdictsProjection: Projection<LatestVerdicts> = {
+export const latestVerdictsProjection: Projection<LatestVerdicts> = defineProjection({
   name: 'latest-verdicts',
   version: 1,
-  initial: () => ({}),
-  evolve(state, recorded) {
-    const event = parseDomainEvent(recorded);
-    if (event?.type === 'VerdictRecorded') {
+  eventTypes: ['VerdictRecorded', 'RegimeShifted'],
+  initial: (): LatestVerdicts => ({}),
+  evolve(state, event) {
+    if (event.type === 'VerdictRecorded') {
       const d = event.data;
       const key = marketKey(d.exchange, d.coin, d.timeframe);
       state[key] = {
@@ -51,10 +50,10 @@ export const latestVerdictsProjection: Projection<LatestVerdicts> = {
         hash: d.hash,
         regimeShifts: state[key]?.regimeShifts ?? 0,
       };
-    } else if (event?.type === 'RegimeShifted') {
+    } else {
       const current = state[marketKey(event.data.exchange, event.data.coin, event.data.timeframe)];
       if (current) current.regimeShifts += 1;
     }
     return state;
   },
-};
+});

@@ -1,5 +1,6 @@
 import type { EventStore } from '../adapters/event-store/port.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
+import { type DomainEvent, type EventType, parseDomainEvent } from '../contracts/events.ts';
 
 /**
  * A projection is a deterministic fold over the event log. `evolve` must depend on nothing but
@@ -13,6 +14,37 @@ export interface Projection<S> {
   readonly version: number;
   initial(): S;
   evolve(state: S, event: RecordedEvent): S;
+  /** The event types `evolve` folds (set by `defineProjection`); it passes the others over. */
+  readonly eventTypes?: readonly EventType[];
+}
+
+/** A recorded event of one of the given catalog types, its data validated. */
+export type EventOf<T extends EventType> = Extract<DomainEvent, { type: T }>;
+
+/**
+ * The one way to write a projection over domain events: it declares the types it folds, and
+ * `evolve` receives them typed and validated once; an event of another type is passed over
+ * before anything is parsed (most projections see every event of the log).
+ */
+export function defineProjection<S, T extends EventType>(spec: {
+  name: string;
+  version: number;
+  eventTypes: readonly T[];
+  initial(): S;
+  evolve(state: S, event: EventOf<T>): S;
+}): Projection<S> {
+  const types = new Set<string>(spec.eventTypes);
+  return {
+    name: spec.name,
+    version: spec.version,
+    eventTypes: spec.eventTypes,
+    initial: spec.initial,
+    evolve(state, recorded) {
+      if (!types.has(recorded.type)) return state;
+      const event = parseDomainEvent(recorded);
+      return event ? spec.evolve(state, event as EventOf<T>) : state;
+    },
+  };
 }
 
 /** Folds a list of events from the initial state: the definition of a projection's state. */

@@ -1,24 +1,19 @@
-import type { RecordedEvent } from '../../contracts/envelope.ts';
-import { parseDomainEvent } from '../../contracts/events.ts';
 import type { Call, Timeframe } from '../../contracts/market.ts';
-import type { Projection } from '../../projections/projection.ts';
+import { defineProjection, type Projection } from '../../projections/projection.ts';
 import { outcomeDueAt } from './outcome.ts';
 import { addPoint, type TrackRecordState } from './track-record.ts';
 
 /** Folds every resolved outcome into the track record's per-day statistics. */
-export const trackRecordProjection: Projection<TrackRecordState> = {
+export const trackRecordProjection: Projection<TrackRecordState> = defineProjection({
   name: 'history-track-record',
   version: 1,
-  initial: () => ({}),
-  evolve(state, recorded: RecordedEvent) {
-    // Cheap type test first: this fold sees every event of the log.
-    if (recorded.type !== 'VerdictOutcomeResolved') return state;
-    const event = parseDomainEvent(recorded);
-    if (event?.type !== 'VerdictOutcomeResolved') return state;
+  eventTypes: ['VerdictOutcomeResolved'],
+  initial: (): TrackRecordState => ({}),
+  evolve(state, event) {
     addPoint(state, event.data);
     return state;
   },
-};
+});
 
 export interface PendingVerdict {
   verdictId: string;
@@ -41,14 +36,13 @@ export interface PendingOutcomes {
  * Verdicts still waiting for their outcome: added when recorded, removed when the outcome is in
  * the log. Its size is bounded by the verdicts of the last OUTCOME_AFTER_CANDLES candles.
  */
-export const pendingOutcomesProjection: Projection<PendingOutcomes> = {
+export const pendingOutcomesProjection: Projection<PendingOutcomes> = defineProjection({
   name: 'history-pending-outcomes',
   version: 1,
-  initial: () => ({ pending: {} }),
-  evolve(state, recorded) {
-    if (recorded.type !== 'VerdictRecorded' && recorded.type !== 'VerdictOutcomeResolved') return state;
-    const event = parseDomainEvent(recorded);
-    if (event?.type === 'VerdictRecorded') {
+  eventTypes: ['VerdictRecorded', 'VerdictOutcomeResolved'],
+  initial: (): PendingOutcomes => ({ pending: {} }),
+  evolve(state, event) {
+    if (event.type === 'VerdictRecorded') {
       const d = event.data;
       state.pending[event.id] = {
         verdictId: event.id,
@@ -62,9 +56,9 @@ export const pendingOutcomesProjection: Projection<PendingOutcomes> = {
         feed: d.feed,
         dueAt: outcomeDueAt(d),
       };
-    } else if (event?.type === 'VerdictOutcomeResolved') {
+    } else {
       delete state.pending[event.data.verdictId];
     }
     return state;
   },
-};
+});

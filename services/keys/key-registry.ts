@@ -1,6 +1,5 @@
 import type { Plan } from '../../contracts/events.ts';
-import { parseDomainEvent } from '../../contracts/events.ts';
-import type { Projection } from '../../projections/projection.ts';
+import { defineProjection, type Projection } from '../../projections/projection.ts';
 
 export interface KeyRecord {
   keyId: string;
@@ -32,13 +31,12 @@ export function findById(registry: KeyRegistry, keyId: string): KeyRecord | unde
   return hash === undefined ? undefined : registry.byHash[hash];
 }
 
-export const keyRegistryProjection: Projection<KeyRegistry> = {
+export const keyRegistryProjection: Projection<KeyRegistry> = defineProjection({
   name: 'key-registry',
   version: 1,
-  initial: () => ({ byHash: {}, byId: {} }),
-  evolve(state, recorded) {
-    const event = parseDomainEvent(recorded);
-    if (event === null) return state;
+  eventTypes: ['ApiKeyIssued', 'ApiKeyPlanChanged', 'ApiKeyRevoked'],
+  initial: (): KeyRegistry => ({ byHash: {}, byId: {} }),
+  evolve(state, event) {
     switch (event.type) {
       case 'ApiKeyIssued': {
         const d = event.data;
@@ -75,4 +73,4 @@ export const keyRegistryProjection: Projection<KeyRegistry> = {
     }
     return state;
   },
-};
+});

@@ -1,9 +1,9 @@
 import type { Cache } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { Config } from '../../contracts/config.ts';
-import { newEvent, type Plan, parseDomainEvent } from '../../contracts/events.ts';
+import { newEvent, type Plan } from '../../contracts/events.ts';
 import type { ChatQuotaSnapshot } from '../../contracts/knowledge.ts';
-import { foldLog, type Projection } from '../../projections/projection.ts';
+import { defineProjection, foldLog, type Projection } from '../../projections/projection.ts';
 import type { QuotaSubject } from '../quota/quota-meter.ts';
 import { counterExpiry, quotaPeriod, resetsAtOf } from '../quota/windows.ts';
 
@@ -105,22 +105,22 @@ export class ChatQuota {
 /** Chat counters per month window, as the cache should hold them. */
 export type ChatBalances = Record<string, number>;
 
-export const chatQuotaProjection: Projection<ChatBalances> = {
+export const chatQuotaProjection: Projection<ChatBalances> = defineProjection({
   name: 'chat-quota',
   version: 1,
-  initial: () => ({}),
-  evolve(state, recorded) {
-    const event = parseDomainEvent(recorded);
-    if (event?.type === 'ChatQuotaConsumed') {
+  eventTypes: ['ChatQuotaConsumed', 'ChatQuotaRefunded'],
+  initial: (): ChatBalances => ({}),
+  evolve(state, event) {
+    if (event.type === 'ChatQuotaConsumed') {
       const key = chatKey(event.data.subject, event.data.month);
       state[key] = (state[key] ?? 0) + 1;
-    } else if (event?.type === 'ChatQuotaRefunded') {
+    } else {
       const key = chatKey(event.data.subject, event.data.month);
       state[key] = Math.max(0, (state[key] ?? 0) - 1);
     }
     return state;
   },
-};
+});
 
 /** Sets the cache's chat counters of still-open months from the log (the in-process cache at start). */
 export async function rebuildChatQuota(deps: { store: EventStore; cache: Cache; now?: number }) {

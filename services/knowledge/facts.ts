@@ -1,4 +1,3 @@
-import { parseDomainEvent } from '../../contracts/events.ts';
 import {
   type Exchange,
   type FeedKind,
@@ -6,7 +5,7 @@ import {
   type Regime,
   type Timeframe,
 } from '../../contracts/market.ts';
-import type { Projection } from '../../projections/projection.ts';
+import { defineProjection, type Projection } from '../../projections/projection.ts';
 import type { Passage } from './passages.ts';
 
 /**
@@ -92,17 +91,16 @@ function foldOutcome(
   }
 }
 
-export const knowledgeFactsProjection: Projection<KnowledgeFacts> = {
+export const knowledgeFactsProjection: Projection<KnowledgeFacts> = defineProjection({
   name: 'knowledge-facts',
   version: 2,
-  initial: () => ({ markets: {}, trackRecord: {} }),
-  evolve(state, recorded) {
-    const event = parseDomainEvent(recorded);
-    if (event?.type === 'VerdictOutcomeResolved') {
+  eventTypes: ['VerdictRecorded', 'VerdictOutcomeResolved'],
+  initial: (): KnowledgeFacts => ({ markets: {}, trackRecord: {} }),
+  evolve(state, event) {
+    if (event.type === 'VerdictOutcomeResolved') {
       foldOutcome(state, event.data);
       return state;
     }
-    if (event?.type !== 'VerdictRecorded') return state;
     const d = event.data;
     const key = marketKey(d.exchange, d.coin, d.timeframe);
     const current = state.markets[key];
@@ -117,7 +115,7 @@ export const knowledgeFactsProjection: Projection<KnowledgeFacts> = {
     };
     return state;
   },
-};
+});
 
 const iso = (ms: number) => new Date(ms).toISOString().replace('.000Z', 'Z');
 

@@ -1,7 +1,6 @@
 import type { Cache } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
-import { parseDomainEvent } from '../../contracts/events.ts';
-import { foldLog, type Projection } from '../../projections/projection.ts';
+import { defineProjection, foldLog, type Projection } from '../../projections/projection.ts';
 import { counterExpiry, dayKey, monthKey, resetsAtOf } from './windows.ts';
 
 /** Counter per quota window, as the cache should hold it, folded from QuotaDebited. */
@@ -13,19 +12,18 @@ function add(state: QuotaBalances, key: string, units: number, expiresAt: number
   else state[key] = { count: units, expiresAt };
 }
 
-export const quotaBalancesProjection: Projection<QuotaBalances> = {
+export const quotaBalancesProjection: Projection<QuotaBalances> = defineProjection({
   name: 'quota-balances',
   version: 1,
-  initial: () => ({}),
-  evolve(state, recorded) {
-    const event = parseDomainEvent(recorded);
-    if (event?.type !== 'QuotaDebited') return state;
+  eventTypes: ['QuotaDebited'],
+  initial: (): QuotaBalances => ({}),
+  evolve(state, event) {
     const { subject, units, day, month } = event.data;
     add(state, monthKey(subject, month), units, counterExpiry(resetsAtOf(month)));
     add(state, dayKey(subject, day), units, counterExpiry(resetsAtOf(day)));
     return state;
   },
-};
+});
 
 /**
  * Rebuilds the cache's quota counters from the log: folds every QuotaDebited and sets the

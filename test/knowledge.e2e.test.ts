@@ -1,4 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { Redis } from 'ioredis';
@@ -112,6 +113,22 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     ]);
     const search = tools.find((t) => t.name === 'search_knowledge')!;
     expect(search.inputSchema.required).toEqual(['query']);
+    // Every tool, the knowledge ones included, declares what it answers and that it only reads;
+    // SDK clients check each structuredContent against the outputSchema (calls below).
+    for (const tool of tools) {
+      expect(tool.outputSchema, tool.name).toMatchObject({ type: 'object' });
+      expect(tool.annotations?.readOnlyHint, tool.name).toBe(true);
+    }
+    expect(JSON.stringify(search.outputSchema)).toContain('total_results');
+    const chat = tools.find((t) => t.name === 'chat_knowledge')!;
+    expect(JSON.stringify(chat.outputSchema)).toContain('citations');
+    // The MCP registry entry in the repository names exactly the tools the service serves.
+    const serverJson = JSON.parse(await readFile(new URL('../server.json', import.meta.url), 'utf8')) as {
+      _meta: Record<string, { tools: string[] }>;
+    };
+    expect(serverJson._meta['io.modelcontextprotocol.registry/publisher-provided']!.tools.sort()).toEqual(
+      tools.map((t) => t.name).sort(),
+    );
   });
 
   it('search: ranked passages with highlighted excerpts, cache headers, ETag and 304, one call counted', async () => {

@@ -6,6 +6,7 @@ import { PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { catalogTools, registryServerJson } from '../services/api/discovery/catalog.ts';
 import { signalToolTable } from '../services/api/mcp/tool-registry.ts';
+import { knowledgeTools } from '../services/knowledge/tools.ts';
 import { fromBase64Json, startX402Stack, type X402Stack } from './chain/x402-app.ts';
 
 /**
@@ -152,12 +153,15 @@ describe('server.json (MCP registry entry, in the repository)', () => {
     const file = JSON.parse(await readFile(new URL('../server.json', import.meta.url), 'utf8')) as ReturnType<
       typeof registryServerJson
     >;
-    const generated = registryServerJson(catalogTools(signalToolTable(), stack.x402.tools));
+    const definitionsOnly = () => Promise.reject(new Error('definitions only'));
+    const served = [...signalToolTable(), ...knowledgeTools(definitionsOnly, [])];
+    const generated = registryServerJson(catalogTools(served, stack.x402.tools));
     expect(file, 'regenerate with: npx tsx scripts/write-server-json.ts').toEqual(generated);
     expect(file.remotes[0]).toMatchObject({ type: 'streamable-http', url: expect.stringMatching(/\/mcp$/) });
     expect(file.description.length).toBeLessThanOrEqual(100);
+    // The harness serves the signal tools; the started service (knowledge e2e) checks all six.
     expect(file._meta['io.modelcontextprotocol.registry/publisher-provided'].tools.sort()).toEqual(
-      mcpTools.map((t) => t.name).sort(),
+      [...mcpTools.map((t) => t.name), 'chat_knowledge', 'search_knowledge'].sort(),
     );
   });
 });

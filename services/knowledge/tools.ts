@@ -1,8 +1,10 @@
 import {
+  ChatAnswer,
   ChatKnowledgeInput,
   checkChat,
   checkSearch,
   KNOWLEDGE_ERRORS,
+  SearchAnswer,
   SearchKnowledgeInput,
 } from '../../contracts/knowledge.ts';
 import type { ToolDefinition } from '../api/mcp/tool-registry.ts';
@@ -37,6 +39,8 @@ export function knowledgeTools(
     description:
       'BM25 search over the service documentation (methodology, tool contract, prices and plans, error codes, webhooks, evaluation) and live facts (latest regime per market, venues served). Returns ranked passages with highlighted excerpts.',
     input: SearchKnowledgeInput,
+    output: SearchAnswer,
+    example: { query: 'how is confidence computed', limit: 5 },
     run: (args) =>
       guarded(async () => {
         const checked = checkSearch(args);
@@ -50,6 +54,8 @@ export function knowledgeTools(
     description:
       'Answers a question about the service with sentences quoted from its documentation and live facts, each with a [n] citation; says it does not know when nothing relevant is found. Uses the monthly chat quota (_service.chat_quota).',
     input: ChatKnowledgeInput,
+    output: ChatAnswer,
+    example: { question: 'What does the squeeze regime mean?' },
     run: (args, ctx) =>
       guarded(async () => {
         const checked = checkChat(args, models);

@@ -90,14 +90,14 @@ describe.runIf(run)('POST /api/keys: free sign-in with Sign-In with Ethereum', (
     expect(await post(body)).toEqual({
       status: 401,
       body: {
-        code: 'siwe_nonce_invalid',
+        code: 'SIWE_NONCE_INVALID',
         message: 'unknown, expired or already used nonce; get a new one from GET /api/keys/nonce',
       },
     });
     const again = await signed(account);
     expect(await post(again.body)).toEqual({
       status: 409,
-      body: { code: 'key_already_issued', message: `address ${account.address} already has its free key` },
+      body: { code: 'KEY_ALREADY_ISSUED', message: `address ${account.address} already has its free key` },
     });
   });
 
@@ -105,7 +105,7 @@ describe.runIf(run)('POST /api/keys: free sign-in with Sign-In with Ethereum', (
     const { body } = await signed();
     const results = await Promise.all(Array.from({ length: 10 }, () => post(body)));
     expect(results.filter((r) => r.status === 201)).toHaveLength(1);
-    expect(results.filter((r) => r.status === 401 && r.body.code === 'siwe_nonce_invalid')).toHaveLength(9);
+    expect(results.filter((r) => r.status === 401 && r.body.code === 'SIWE_NONCE_INVALID')).toHaveLength(9);
   });
 
   it('one address signing in concurrently with several nonces gets one key', async () => {
@@ -120,7 +120,7 @@ describe.runIf(run)('POST /api/keys: free sign-in with Sign-In with Ethereum', (
     expect(await post(body)).toEqual({
       status: 401,
       body: {
-        code: 'siwe_domain_mismatch',
+        code: 'SIWE_DOMAIN_MISMATCH',
         message: `the message is for evil.example, this service signs in ${DOMAIN}`,
       },
     });
@@ -128,14 +128,14 @@ describe.runIf(run)('POST /api/keys: free sign-in with Sign-In with Ethereum', (
 
   it('refuses a nonce it never issued', async () => {
     const { body } = await signed(undefined, { nonce: 'abcdefgh12345678' });
-    expect(await post(body)).toMatchObject({ status: 401, body: { code: 'siwe_nonce_invalid' } });
+    expect(await post(body)).toMatchObject({ status: 401, body: { code: 'SIWE_NONCE_INVALID' } });
   });
 
   it('refuses an expired message', async () => {
     const { body } = await signed(undefined, { expirationTime: new Date(Date.now() - MINUTE) });
     expect(await post(body)).toEqual({
       status: 401,
-      body: { code: 'siwe_expired', message: 'the message expired; sign a new one' },
+      body: { code: 'SIWE_EXPIRED', message: 'the message expired; sign a new one' },
     });
   });
 
@@ -146,7 +146,7 @@ describe.runIf(run)('POST /api/keys: free sign-in with Sign-In with Ethereum', (
     expect(await post(forged.body)).toEqual({
       status: 401,
       body: {
-        code: 'siwe_signature_invalid',
+        code: 'SIWE_SIGNATURE_INVALID',
         message: 'the signature was not made by the address in the message',
       },
     });
@@ -158,13 +158,13 @@ describe.runIf(run)('POST /api/keys: free sign-in with Sign-In with Ethereum', (
     expect(await post({ message: 'hello' })).toEqual({
       status: 400,
       body: {
-        code: 'invalid_request',
+        code: 'INVALID_REQUEST',
         message: 'signature: Invalid input: expected string, received undefined',
       },
     });
     expect(await post({ message: 'hello', signature: '0x00' })).toMatchObject({
       status: 400,
-      body: { code: 'invalid_siwe_message' },
+      body: { code: 'INVALID_SIWE_MESSAGE' },
     });
   });
 });

@@ -49,7 +49,7 @@ const nonceDoc = documented({
   tags: ['keys'],
   responses: {
     200: { description: 'Nonce to put in the EIP-4361 message', schema: NonceAnswer },
-    503: error('service_unavailable: the nonce store cannot be reached'),
+    503: error('SERVICE_UNAVAILABLE: the nonce store cannot be reached'),
   },
 });
 
@@ -59,10 +59,10 @@ const signInDoc = documented({
   body: SignInBody,
   responses: {
     201: { description: 'The key (shown once)', schema: IssuedKeyAnswer },
-    400: error('invalid_request (the body is not {message, signature}), invalid_siwe_message'),
-    401: error('siwe_* : the message, signature, domain, time or nonce does not check'),
-    409: error('key_already_issued: this address already has its free key'),
-    503: error('service_unavailable'),
+    400: error('INVALID_REQUEST (the body is not {message, signature}), INVALID_SIWE_MESSAGE'),
+    401: error('SIWE_* : the message, signature, domain, time or nonce does not check'),
+    409: error('KEY_ALREADY_ISSUED: this address already has its free key'),
+    503: error('SERVICE_UNAVAILABLE'),
   },
 });
 
@@ -78,8 +78,10 @@ const KEYS_METHODS = 'GET, POST';
  * `wallet-<address>` expecting no stream, so a second sign-in (here or on any replica) fails.
  */
 export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
+  // /api/* answers SCREAMING_CASE codes, like the contract's search and chat codes; the sign-in
+  // checks name their refusals in the domain's own casing.
   const fail = (reply: FastifyReply, status: number, code: string, message: string) =>
-    reply.code(status).send({ code, message });
+    reply.code(status).send({ code: code.toUpperCase(), message });
 
   return async (app) => {
     app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {

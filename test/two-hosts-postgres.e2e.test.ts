@@ -3,32 +3,61 @@ import { randomUUID } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openPostgresEventStore, type PostgresEventStore } from '../adapters/event-store/postgres.ts';
 import { parseDomainEvent } from '../contracts/events.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
+import { NATS_URL, requireNats } from './nats-server.ts';
 import { dropSchemas, POSTGRES_URL, shouldRunPostgresSuite, uniqueSchema } from './postgres-probe.ts';
 import { REDIS_URL, wipePrefix } from './redis-probe.ts';
 
-const run = await shouldRunPostgresSuite('two service processes on one PostgreSQL');
+const run =
+  (await shouldRunPostgresSuite('two service processes on one PostgreSQL')) && (await requireNats());
 const ROOT = new URL('..', import.meta.url).pathname;
 
+/**
+ * Every role, split over two "hosts" (service processes with a DATA_DIR each) that share one
+ * PostgreSQL log, one NATS stream and one Redis: host A folds the projections and relays to the
+ * bus, host B delivers webhooks, both serve the api and both run the verdict engine, so their
+ * recorders race for the same verdicts.
+ */
+const ROLES = { a: 'api,engine,projections', b: 'api,engine,dispatcher' } as const;
+
 interface Host {
+  name: string;
   child: ChildProcess;
   dir: string;
   url: Promise<string>;
   stderr: string;
 }
 
-/** One "host": a service process with a DATA_DIR of its own, sharing PostgreSQL and Redis. */
-async function startHost(env: Record<string, string>): Promise<Host> {
+interface Ready {
+  status: string;
+  checks: Record<
+    string,
+    {
+      ok: boolean;
+      kind?: string;
+      detail?: string;
+      checkpoint?: number;
+      verdicts?: number;
+      skipped?: number;
+      lastError?: string | null;
+    }
+  >;
+}
+
+/** One "host": a service process with a DATA_DIR of its own, sharing PostgreSQL, NATS and Redis. */
+async function startHost(name: string, roles: string, env: Record<string, string>): Promise<Host> {
   const dir = await mkdtemp(join(tmpdir(), 'host-pg-'));
-  const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts', '--role', 'api'], {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts', '--role', roles], {
     cwd: ROOT,
     env: { PATH: process.env.PATH, HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', DATA_DIR: dir, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  const host: Host = { child, dir, stderr: '', url: Promise.resolve('') };
+  const host: Host = { name, child, dir, stderr: '', url: Promise.resolve('') };
   host.url = new Promise((resolve, reject) => {
     let buffer = '';
     child.stdout!.on('data', (chunk: Buffer) => {
@@ -42,74 +71,207 @@ async function startHost(env: Record<string, string>): Promise<Host> {
         } catch {}
       }
     });
-    child.once('exit', (code) => reject(new Error(`host exited with ${code}: ${host.stderr}`)));
+    child.once('exit', (code) => reject(new Error(`host ${name} exited with ${code}: ${host.stderr}`)));
   });
+  host.url.catch(() => undefined);
   child.stderr!.on('data', (chunk: Buffer) => {
     host.stderr += chunk.toString();
   });
   return host;
 }
 
-describe.runIf(run)('two service processes on two DATA_DIRs and one PostgreSQL', () => {
-  const schema = uniqueSchema('hosts_test');
-  const prefix = `hosts:${randomUUID()}:`;
-  const hosts: Host[] = [];
-  let urls: string[] = [];
-  let store: PostgresEventStore;
+/** SIGTERM (graceful stop: followers checkpoint, pools close), SIGKILL if it hangs. */
+async function stopHost(host: Host): Promise<void> {
+  if (host.child.exitCode !== null || host.child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => host.child.once('exit', () => resolve()));
+  host.child.kill('SIGTERM');
+  const timer = setTimeout(() => host.child.kill('SIGKILL'), 10_000);
+  await exited;
+  clearTimeout(timer);
+}
 
-  beforeAll(async () => {
-    const env = {
-      EVENT_STORE: 'postgres',
-      POSTGRES_URL,
-      POSTGRES_SCHEMA: schema,
-      POSTGRES_POOL_SIZE: '4',
-      CACHE: 'redis',
-      REDIS_URL,
-      REDIS_PREFIX: prefix,
-      FEED: 'replay',
-      REPLAY_SPEED: '0',
-      PLAN_STARTER_MONTHLY_CALLS: '5',
-    };
-    hosts.push(await startHost(env), await startHost(env));
-    urls = await Promise.all(hosts.map((h) => h.url));
-    store = await openPostgresEventStore({ url: POSTGRES_URL, schema });
-  }, 60_000);
-  afterAll(async () => {
-    for (const h of hosts) h.child.kill('SIGKILL');
-    await store?.close();
-    for (const h of hosts) await rm(h.dir, { recursive: true, force: true });
-    await dropSchemas([schema]);
-    await wipePrefix(prefix);
-  });
+describe.runIf(run)(
+  'two service processes, all roles between them, on two DATA_DIRs and one PostgreSQL',
+  () => {
+    const schema = uniqueSchema('hosts_test');
+    const id = randomUUID().slice(0, 8);
+    const prefix = `hosts:${id}:`;
+    const stream = `HOSTS_PG_${id}`;
+    const hosts: Host[] = [];
+    let urls: string[] = [];
+    let store: PostgresEventStore;
 
-  it('both report the shared PostgreSQL log as ready', async () => {
-    for (const url of urls) {
+    beforeAll(async () => {
+      const env = {
+        EVENT_STORE: 'postgres',
+        POSTGRES_URL,
+        POSTGRES_SCHEMA: schema,
+        POSTGRES_POOL_SIZE: '4',
+        BUS: 'nats',
+        NATS_URL,
+        NATS_STREAM: stream,
+        NATS_SUBJECT_PREFIX: `hostspg${id}`,
+        CACHE: 'redis',
+        REDIS_URL,
+        REDIS_PREFIX: prefix,
+        FEED: 'replay',
+        REPLAY_SPEED: '0',
+        SCHEDULE_TIMEFRAMES: '4h',
+        PLAN_STARTER_MONTHLY_CALLS: '5',
+      };
+      hosts.push(await startHost('A', ROLES.a, env), await startHost('B', ROLES.b, env));
+      urls = await Promise.all(hosts.map((h) => h.url));
+      store = await openPostgresEventStore({ url: POSTGRES_URL, schema });
+    }, 90_000);
+    afterAll(async () => {
+      await Promise.all(hosts.map(stopHost));
+      await store?.close();
+      for (const h of hosts) await rm(h.dir, { recursive: true, force: true });
+      await dropSchemas([schema]);
+      await wipePrefix(prefix);
+      const nc = await connect({ servers: NATS_URL });
+      try {
+        await (await jetstreamManager(nc)).streams.delete(stream).catch(() => undefined);
+      } finally {
+        await nc.close();
+      }
+    }, 60_000);
+
+    const ready = async (url: string) => {
       const res = await fetch(`${url}/readyz`);
-      const body = (await res.json()) as { checks: Record<string, { ok: boolean; kind?: string }> };
-      expect(body.checks.eventStore).toMatchObject({ ok: true, kind: 'postgres' });
-    }
-  });
+      return { status: res.status, body: (await res.json()) as Ready };
+    };
 
-  it('serves a key issued elsewhere on both hosts and holds its quota across them, counted once', async () => {
-    const { key } = await issueKey(store, { plan: 'starter', owner: 'two-hosts', via: 'operator' });
-    const call = (url: string) =>
-      fetch(`${url}/x402/get_market_regime`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
-        body: JSON.stringify({ coin: 'ETH' }),
-      });
-    // One call on each host first: each resolves the key from the shared log and debits it.
-    expect((await call(urls[0]!)).status).toBe(200);
-    expect((await call(urls[1]!)).status).toBe(200);
-    const responses = await Promise.all(Array.from({ length: 10 }, (_, i) => call(urls[i % 2]!)));
-    const statuses = responses.map((r) => r.status);
-    expect(statuses.filter((s) => s === 200)).toHaveLength(3);
-    expect(statuses.filter((s) => s === 429)).toHaveLength(7);
+    /** The checkpoints every follower on `url` reports (projections, relay, key registry...). */
+    const checkpoints = async (url: string) => {
+      const { body } = await ready(url);
+      return Object.fromEntries(
+        Object.entries(body.checks)
+          .filter(([, check]) => typeof check.checkpoint === 'number')
+          .map(([name, check]) => [name, check.checkpoint]),
+      );
+    };
 
-    const log = await store.readAll();
-    const debits = log.map((e) => parseDomainEvent(e)?.type).filter((t) => t === 'QuotaDebited');
-    expect(debits).toHaveLength(5);
-    expect(new Set(log.map((e) => e.id)).size).toBe(log.length);
-    expect(log.map((e) => e.position)).toEqual(log.map((_, i) => i + 1));
-  }, 60_000);
-});
+    it('are both ready on the shared PostgreSQL log, each with the followers of its roles', async () => {
+      const [a, b] = await Promise.all(urls.map(ready));
+      for (const { status, body } of [a!, b!]) {
+        expect(status).toBe(200);
+        expect(body.checks.eventStore).toMatchObject({ ok: true, kind: 'postgres' });
+        expect(body.checks.bus).toMatchObject({ ok: true, kind: 'nats' });
+        expect(body.checks.cache).toMatchObject({ ok: true, kind: 'redis' });
+        expect(body.checks.scheduler?.ok).toBe(true);
+        expect(body.checks['projection:key-registry']?.ok).toBe(true);
+      }
+      // Host A folds the projections and relays to NATS; host B runs the webhook dispatcher.
+      expect(a!.body.checks.relay?.ok).toBe(true);
+      expect(a!.body.checks['projection:latest-verdicts']?.ok).toBe(true);
+      expect(a!.body.checks['projection:webhooks']).toBeUndefined();
+      expect(b!.body.checks['projection:webhooks']?.ok).toBe(true);
+      expect(b!.body.checks.relay).toBeUndefined();
+    });
+
+    it('records each verdict once though both engines race for it, and both hosts serve the same ones', async () => {
+      const verdicts = async () => (await store.readAll()).filter((e) => e.type === 'VerdictRecorded');
+      // Both schedulers run over the same replayed candles (anchored once, in the log): each
+      // computes every verdict, and the log holds each of them once.
+      let recorded: Awaited<ReturnType<typeof verdicts>> = [];
+      await expect
+        .poll(
+          async () => {
+            recorded = await verdicts();
+            const stats = await Promise.all(urls.map(async (u) => (await ready(u)).body.checks.scheduler));
+            return stats.map((s) => ({
+              logged: recorded.length > 0,
+              unrecorded: recorded.length - (s?.verdicts ?? 0),
+              skipped: s?.skipped,
+              lastError: s?.lastError,
+            }));
+          },
+          { timeout: 30_000, interval: 250 },
+        )
+        .toEqual([
+          { logged: true, unrecorded: 0, skipped: 0, lastError: null },
+          { logged: true, unrecorded: 0, skipped: 0, lastError: null },
+        ]);
+      const perCandle = new Set(
+        recorded.map((e) => {
+          const data = e.data as { candleCloseTime: number; engineVersion: string };
+          return `${e.stream}@${data.candleCloseTime}/${data.engineVersion}`;
+        }),
+      );
+      expect(perCandle.size).toBe(recorded.length);
+      expect((await store.readAll()).filter((e) => e.type === 'ReplayClockAnchored')).toHaveLength(1);
+
+      for (const verdict of recorded) {
+        const [fromA, fromB] = await Promise.all(
+          urls.map(async (url) => {
+            const res = await fetch(`${url}/verify/${verdict.stream}/${verdict.revision}`);
+            expect(res.status).toBe(200);
+            return (await res.json()) as { verdictId: string; hashValid: boolean; position: number };
+          }),
+        );
+        expect(fromA).toMatchObject({ verdictId: verdict.id, hashValid: true, position: verdict.position });
+        expect(fromB).toEqual(fromA);
+      }
+    }, 60_000);
+
+    it('serves a key issued elsewhere on both hosts and holds its quota across them, counted once', async () => {
+      const { key } = await issueKey(store, { plan: 'starter', owner: 'two-hosts', via: 'operator' });
+      const call = (url: string) =>
+        fetch(`${url}/x402/get_market_regime`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+          body: JSON.stringify({ coin: 'ETH' }),
+        });
+      // One call on each host first: each resolves the key from the shared log and debits it.
+      expect((await call(urls[0]!)).status).toBe(200);
+      expect((await call(urls[1]!)).status).toBe(200);
+      // Then 12 at once, split over both hosts, against the 3 calls left of the quota of 5.
+      const responses = await Promise.all(Array.from({ length: 12 }, (_, i) => call(urls[i % 2]!)));
+      const statuses = responses.map((r) => r.status);
+      expect(statuses.filter((s) => s === 200)).toHaveLength(3);
+      expect(statuses.filter((s) => s === 429)).toHaveLength(9);
+
+      const log = await store.readAll();
+      const debits = log.filter((e) => parseDomainEvent(e)?.type === 'QuotaDebited');
+      expect(debits).toHaveLength(5);
+      // One subject, one quota stream: the five debits are its revisions 0..4, each a distinct event.
+      expect(new Set(debits.map((e) => e.stream)).size).toBe(1);
+      expect(debits.map((e) => e.revision)).toEqual([0, 1, 2, 3, 4]);
+      expect(new Set(debits.map((e) => e.id)).size).toBe(5);
+    }, 60_000);
+
+    it('both fold the shared log to one head, with no event id twice and no gap', async () => {
+      // Every follower on both hosts (projections, relay, key registries, webhook views) reaches
+      // the head a direct read of the log reports, and that head holds still.
+      let head = -1;
+      await expect
+        .poll(
+          async () => {
+            head = await store.headPosition();
+            const both = await Promise.all(urls.map(checkpoints));
+            return (
+              (await store.headPosition()) === head &&
+              both.every((c) => Object.values(c).every((p) => p === head))
+            );
+          },
+          { timeout: 30_000, interval: 250 },
+        )
+        .toBe(true);
+      const [a, b] = await Promise.all(urls.map(checkpoints));
+      expect(Object.keys(a!).length).toBeGreaterThan(3);
+      expect(Object.keys(b!).length).toBeGreaterThan(3);
+      for (const url of urls) {
+        expect((await ready(url)).body.checks.eventStore?.detail).toBe(`head position ${head}`);
+      }
+      const log = await store.readAll();
+      expect(log).toHaveLength(head);
+      expect(new Set(log.map((e) => e.id)).size).toBe(log.length);
+      expect(log.map((e) => e.position)).toEqual(log.map((_, i) => i + 1));
+      // Every stream is gap-free 0..n as well.
+      const revisions = new Map<string, number[]>();
+      for (const e of log) revisions.set(e.stream, [...(revisions.get(e.stream) ?? []), e.revision]);
+      for (const list of revisions.values()) expect(list).toEqual(list.map((_, i) => i));
+    }, 60_000);
+  },
+);

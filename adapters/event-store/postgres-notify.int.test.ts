@@ -1,0 +1,190 @@
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import pg from 'pg';
+import { afterAll, describe, expect, it } from 'vitest';
+import type { RecordedEvent } from '../../contracts/envelope.ts';
+import {
+  dropSchemas,
+  POSTGRES_URL,
+  shouldRunPostgresSuite,
+  uniqueSchema,
+} from '../../test/postgres-probe.ts';
+import { event, uniqueStream } from './contract.ts';
+import { openPostgresEventStore, type PostgresEventStore } from './postgres.ts';
+
+/**
+ * LISTEN/NOTIFY between processes: the subscriber's fallback poll is set to a minute, so an
+ * event that arrives within seconds can only have come through the notification. Then the
+ * listening connection is killed server-side and later appends must still arrive, again within
+ * seconds, so through a re-established listener rather than the poll.
+ */
+const run = await shouldRunPostgresSuite('PostgreSQL LISTEN/NOTIFY suite');
+const POLL_MS = 60_000;
+const FAST_MS = 5_000;
+const schemas: string[] = [];
+const fresh = () => {
+  const schema = uniqueSchema();
+  schemas.push(schema);
+  return schema;
+};
+afterAll(() => dropSchemas(schemas));
+
+/** Subscribes from the current head and records each event with the time it arrived. */
+function follow(store: PostgresEventStore, after: number) {
+  const received: Array<{ event: RecordedEvent; at: number }> = [];
+  const sub = store.subscribeToAll({ after });
+  const consuming = (async () => {
+    for await (const e of sub) received.push({ event: e, at: Date.now() });
+  })();
+  return {
+    received,
+    /** Resolves with the arrival time of the event with this id, or rejects after `ms`. */
+    async arrival(id: string, ms: number): Promise<number> {
+      const deadline = Date.now() + ms;
+      for (;;) {
+        const hit = received.find((r) => r.event.id === id);
+        if (hit) return hit.at;
+        if (Date.now() > deadline) throw new Error(`event ${id} not delivered within ${ms} ms`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    },
+    async close() {
+      await sub.close();
+      await consuming;
+    },
+  };
+}
+
+/** Backend pids of the listening connections of stores on `schema`. */
+async function listenerPids(admin: pg.Client, schema: string): Promise<number[]> {
+  const { rows } = await admin.query<{ pid: number }>(
+    'SELECT pid FROM pg_stat_activity WHERE application_name = $1 ORDER BY pid',
+    [`es-listen:${schema}`],
+  );
+  return rows.map((r) => r.pid);
+}
+
+describe.runIf(run)('PostgreSQL LISTEN/NOTIFY', () => {
+  it('wakes a subscriber on an append by another process, long before its poll would', async () => {
+    const schema = fresh();
+    const reader = await openPostgresEventStore({ url: POSTGRES_URL, schema, pollMs: POLL_MS });
+    const live = follow(reader, await reader.headPosition());
+    try {
+      // Let the subscription read the (empty) log and settle into its minute-long wait.
+      await new Promise((r) => setTimeout(r, 300));
+      const started = Date.now();
+      const child = spawn(
+        process.execPath,
+        [
+          '--import',
+          'tsx',
+          join(import.meta.dirname, 'postgres-writer.ts'),
+          POSTGRES_URL,
+          schema,
+          '0',
+          '1',
+          '1',
+        ],
+        { stdio: ['ignore', 'pipe', 'inherit'] },
+      );
+      let stdout = '';
+      child.stdout.on('data', (chunk: Buffer) => {
+        stdout += chunk.toString();
+      });
+      const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+      const ackedAt = Date.now();
+      expect(code).toBe(0);
+      const [acked] = JSON.parse(stdout) as Array<{ id: string; position: number }>;
+      // By the time the writer has exited (it closes its store after the append) the subscriber
+      // has the event, or gets it within a few seconds; the poll would take a minute.
+      const arrived = await live.arrival(acked!.id, FAST_MS);
+      expect(arrived - started).toBeLessThan(POLL_MS / 2);
+      expect(arrived - ackedAt).toBeLessThan(FAST_MS);
+      expect(live.received.map((r) => r.event.position)).toEqual([acked!.position]);
+    } finally {
+      await live.close();
+      await reader.close();
+    }
+  }, 60_000);
+
+  it('wakes a subscriber within a second on an append through another connection', async () => {
+    const schema = fresh();
+    const reader = await openPostgresEventStore({ url: POSTGRES_URL, schema, pollMs: POLL_MS });
+    const writer = await openPostgresEventStore({ url: POSTGRES_URL, schema, pollMs: POLL_MS });
+    const live = follow(reader, await reader.headPosition());
+    try {
+      await new Promise((r) => setTimeout(r, 300));
+      for (let i = 0; i < 3; i++) {
+        const e = event('Notified', { i });
+        await writer.append(uniqueStream('notify'), [e]);
+        const appendedAt = Date.now();
+        expect((await live.arrival(e.id!, FAST_MS)) - appendedAt).toBeLessThan(1_000);
+      }
+      expect(live.received).toHaveLength(3);
+    } finally {
+      await live.close();
+      await writer.close();
+      await reader.close();
+    }
+  }, 30_000);
+
+  it('keeps delivering after its listening connection is terminated: it listens again', async () => {
+    const schema = fresh();
+    const admin = new pg.Client({ connectionString: POSTGRES_URL });
+    await admin.connect();
+    const reader = await openPostgresEventStore({ url: POSTGRES_URL, schema, pollMs: POLL_MS });
+    const [readerListener] = await listenerPids(admin, schema);
+    expect(readerListener).toBeDefined();
+    const writer = await openPostgresEventStore({ url: POSTGRES_URL, schema, pollMs: POLL_MS });
+    const writerListener = (await listenerPids(admin, schema)).find((pid) => pid !== readerListener);
+    const live = follow(reader, await reader.headPosition());
+    try {
+      await new Promise((r) => setTimeout(r, 300));
+      const before = event('BeforeKill');
+      await writer.append(uniqueStream('kill'), [before]);
+      await live.arrival(before.id!, FAST_MS);
+
+      const { rows } = await admin.query<{ ok: boolean }>('SELECT pg_terminate_backend($1) AS ok', [
+        readerListener,
+      ]);
+      expect(rows[0]!.ok).toBe(true);
+      // Appended while the listener is down: its NOTIFY reaches no one in the reader.
+      const during = event('DuringOutage');
+      await writer.append(uniqueStream('kill'), [during]);
+      const appendedAt = Date.now();
+      expect((await live.arrival(during.id!, FAST_MS)) - appendedAt).toBeLessThan(FAST_MS);
+
+      // A new listening connection replaces the killed one...
+      await expect
+        .poll(
+          async () =>
+            (await listenerPids(admin, schema)).filter(
+              (pid) => pid !== readerListener && pid !== writerListener,
+            ).length,
+          { timeout: FAST_MS },
+        )
+        .toBe(1);
+      expect(await listenerPids(admin, schema)).not.toContain(readerListener);
+      // ...and the events after it arrive through it, again in well under the poll interval.
+      for (let i = 0; i < 3; i++) {
+        const after = event('AfterKill', { i });
+        await writer.append(uniqueStream('kill'), [after]);
+        const at = Date.now();
+        expect((await live.arrival(after.id!, FAST_MS)) - at).toBeLessThan(1_000);
+      }
+      expect(live.received.map((r) => r.event.type)).toEqual([
+        'BeforeKill',
+        'DuringOutage',
+        'AfterKill',
+        'AfterKill',
+        'AfterKill',
+      ]);
+      expect((await reader.health()).detail).not.toMatch(/reconnecting/);
+    } finally {
+      await live.close();
+      await writer.close();
+      await reader.close();
+      await admin.end();
+    }
+  }, 60_000);
+});

@@ -15,11 +15,15 @@ export interface LatestVerdict {
   verdictId: string;
   call: Call;
   confidence: number;
+  /** Raw composite score in [-1, 1]: ranks digest rows of equal confidence. */
+  score: number;
   regime: Regime;
   price: number;
   candleCloseTime: number;
   feed: FeedKind;
   hash: string;
+  /** Forecast σ of the log return over the verdict horizon, percent, when recorded. */
+  expectedMovePct: number | null;
   /** How many regime shifts this market has seen. */
   regimeShifts: number;
 }
@@ -29,7 +33,8 @@ export type LatestVerdicts = Record<string, LatestVerdict>;
 /** The latest verdict and regime per market: what scans, digests and analysts read first. */
 export const latestVerdictsProjection: Projection<LatestVerdicts> = defineProjection({
   name: 'latest-verdicts',
-  version: 1,
+  // 2: score and expectedMovePct, for digests ranked from this projection.
+  version: 2,
   eventTypes: ['VerdictRecorded', 'RegimeShifted'],
   initial: (): LatestVerdicts => ({}),
   evolve(state, event) {
@@ -43,11 +48,14 @@ export const latestVerdictsProjection: Projection<LatestVerdicts> = defineProjec
         verdictId: event.id,
         call: d.call,
         confidence: d.confidence,
+        score: d.score,
         regime: d.regime,
         price: d.price,
         candleCloseTime: d.candleCloseTime,
         feed: d.feed,
         hash: d.hash,
+        expectedMovePct:
+          typeof d.inputs.vol_expected_move_pct === 'number' ? d.inputs.vol_expected_move_pct : null,
         regimeShifts: state[key]?.regimeShifts ?? 0,
       };
     } else {

@@ -11,8 +11,7 @@ import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import { openReplayFeed } from '../adapters/market/replay.ts';
 import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
 import { loadConfig } from '../contracts/config.ts';
-import { dispatcherComponent } from '../services/dispatcher/component.ts';
-import { createSignalEngine } from '../services/engine/engine.ts';
+import { dispatcherComponent } from '../services/webhooks/component.ts';
 import { NATS_URL } from './nats-server.ts';
 import { webhookEnv } from './webhooks-harness.ts';
 
@@ -33,12 +32,12 @@ const bus = await connectNatsBus({
   logger,
   pullExpiresMs: 2_000,
 });
-const engine = await createSignalEngine({ feed: await openReplayFeed({ run: false }), store });
+const feed = await openReplayFeed({ run: false });
 const dispatcher = dispatcherComponent({
   config,
   adapters: { eventStore: store, projectionStore: new MemoryProjectionStore(), bus },
   logger,
-  engine,
+  feed,
   durablePrefix: `crash${prefix}`,
   settings: { tls: { ca: readFileSync(caFile, 'utf8') } },
 });

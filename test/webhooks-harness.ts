@@ -14,8 +14,6 @@ import { newEvent } from '../contracts/events.ts';
 import type { Call, Regime } from '../contracts/market.ts';
 import { ProjectionRunner } from '../projections/runner.ts';
 import { buildApp } from '../services/api/app.ts';
-import { dispatcherComponent, webhookApi } from '../services/dispatcher/component.ts';
-import type { WebhookSettings } from '../services/dispatcher/settings.ts';
 import { createSignalEngine, type SignalEngine } from '../services/engine/engine.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
 import { keyRegistryProjection } from '../services/keys/key-registry.ts';
@@ -23,6 +21,8 @@ import { KeyResolver } from '../services/keys/key-resolver.ts';
 import { Relay } from '../services/relay/relay.ts';
 import { relayTypes } from '../services/relay/relay-types.ts';
 import { Readiness } from '../services/shared/readiness.ts';
+import { dispatcherComponent, webhookApi } from '../services/webhooks/component.ts';
+import type { WebhookSettings } from '../services/webhooks/settings.ts';
 import { deleteStream, NATS_URL } from './nats-server.ts';
 
 export const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
@@ -189,7 +189,7 @@ export async function startWebhookStack(options: {
     config,
     adapters,
     logger,
-    engine,
+    feed: engine.feed,
     durablePrefix: `disp${id}`,
     ...(options.settings ? { settings: options.settings } : {}),
     ...(options.digestNow ? { digestNow: options.digestNow } : {}),

@@ -12,7 +12,7 @@ export const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const SOURCE_TYPES: Record<string, SourceType> = {
   'README.md': 'readme',
   'docs/methodology.md': 'methodology',
-  'services/dispatcher/README.md': 'webhooks',
+  'services/webhooks/README.md': 'webhooks',
 };
 
 async function documentPaths(root: string): Promise<string[]> {
@@ -20,7 +20,7 @@ async function documentPaths(root: string): Promise<string[]> {
     .filter((name) => name.endsWith('.md'))
     .sort()
     .map((name) => `docs/${name}`);
-  return ['README.md', ...docs, 'services/dispatcher/README.md'];
+  return ['README.md', ...docs, 'services/webhooks/README.md'];
 }
 
 /** The documents as passages: README, docs/ (methodology, evaluation) and the webhook guide. */

@@ -1,7 +1,10 @@
-import { describe, expect, it } from 'vitest';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../contracts/config.ts';
+import { type RunningService, startService } from '../service.ts';
 import { staticCorpus } from './corpus.ts';
 import { type KnowledgeFacts, livePassages } from './facts.ts';
+import { type OpenApiDocument, routePassages } from './generated.ts';
 import { KnowledgeIndex } from './search-index.ts';
 
 /**
@@ -14,7 +17,7 @@ const QUESTIONS: [string, string[]][] = [
   ['price of a 1m trade call', ['pricing#pay-per-call']],
   [
     'how do I verify a webhook signature',
-    ['services/dispatcher/README.md#deliveries', 'services/dispatcher/README.md#receiver'],
+    ['services/webhooks/README.md#deliveries', 'services/webhooks/README.md#receiver'],
   ],
   ['which venues are live', ['live#venues']],
   ['INVALID_MODEL', ['errors#INVALID_MODEL']],
@@ -75,13 +78,13 @@ const QUESTIONS: [string, string[]][] = [
   ],
   [
     'which webhook events can I subscribe to',
-    ['services/dispatcher/README.md#webhooks', 'README.md#using-it-webhooks'],
+    ['services/webhooks/README.md#webhooks', 'README.md#using-it-webhooks'],
   ],
   [
     'webhook retry schedule',
-    ['services/dispatcher/README.md#webhooks', 'services/dispatcher/README.md#deliveries'],
+    ['services/webhooks/README.md#webhooks', 'services/webhooks/README.md#deliveries'],
   ],
-  ['SSRF guard internal addresses', ['services/dispatcher/README.md#ssrf-guard']],
+  ['SSRF guard internal addresses', ['services/webhooks/README.md#ssrf-guard']],
   [
     'how do I verify a verdict was recorded',
     ['README.md#using-it-verify-a-verdict', 'docs/methodology.md#verifiable-track-record'],
@@ -91,6 +94,8 @@ const QUESTIONS: [string, string[]][] = [
   ['what does the replay feed mean', ['README.md#running-replayed-data-says-so', 'README.md#running']],
   ['how do I run the tests', ['README.md#testing']],
   ['which http routes exist', ['contract#routes']],
+  ['how do I export the verdict history', ['contract#routes-history']],
+  ['where is the OpenAPI document', ['contract#routes-discovery']],
   ['does search count against my quota', ['pricing#plans', 'README.md#knowledge-search-and-chat']],
   ['what is the MCP endpoint', ['contract#routes', 'README.md#using-it-mcp']],
   ['what does search_knowledge return', ['contract#search_knowledge']],
@@ -149,10 +154,34 @@ const facts: KnowledgeFacts = {
 };
 
 describe('knowledge ranking', () => {
+  // The route list is generated from the OpenAPI document of a started app (in-process defaults).
+  let service: RunningService;
+  let document: OpenApiDocument;
+  beforeAll(async () => {
+    service = await startService(
+      loadConfig({
+        NODE_ENV: 'test',
+        LOG_LEVEL: 'silent',
+        EVENT_STORE: 'memory',
+        CACHE: 'memory',
+        FEED: 'replay',
+        HOST: '127.0.0.1',
+        PORT: '0',
+      }),
+      ['api'],
+      pino({ level: 'silent' }),
+    );
+    document = (service.app as unknown as { swagger(): OpenApiDocument }).swagger();
+  });
+  afterAll(async () => {
+    await service?.stop();
+  });
+
   it('puts the right passage in the top 3 for at least 90 % of the questions', async () => {
     const config = loadConfig({});
     const index = new KnowledgeIndex([
       ...(await staticCorpus(config)),
+      ...routePassages(document, '/docs'),
       ...livePassages(facts, { configured: config.LIVE_EXCHANGES }),
     ]);
     expect(QUESTIONS.length).toBeGreaterThanOrEqual(40);

@@ -1,6 +1,6 @@
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Receiver, selfSignedCert, startReceiver } from '../../test/webhooks-receiver.ts';
+import { type Receiver, selfSignedCert, startReceiver } from '../../../test/webhooks-receiver.ts';
 import { forbiddenAddress, parseCidrList, STRICT_POLICY } from './address-policy.ts';
 import { guardedAgent } from './guarded-agent.ts';
 import { checkWebhookUrl, parsePortPolicy, type UrlPolicy } from './url-policy.ts';

@@ -1,21 +1,8 @@
+import { deliveryStateOf, seriesLength, type Trigger } from './delivery-decider.ts';
 import type { DeliveryRecord } from './delivery-log-fold.ts';
-import { type DeliveryJob, type DeliveryWorker, SERIES_START, type Trigger } from './delivery-worker.ts';
+import type { DeliveryJob, DeliveryWorker } from './delivery-worker.ts';
 import { withSeq } from './payloads.ts';
 import type { SubscriptionRecord } from './subscription-fold.ts';
-
-/**
- * Attempts sent since the current run through the retry schedule began, the latest included.
- * Attempts held back by an open circuit breaker were never sent and do not count.
- */
-export function seriesLength(record: DeliveryRecord): number {
-  let n = 0;
-  for (let i = record.attempts.length - 1; i >= 0; i--) {
-    const attempt = record.attempts[i]!;
-    if (!attempt.held) n++;
-    if (SERIES_START.has(attempt.trigger)) break;
-  }
-  return n;
-}
 
 /**
  * Claims the next attempt of a known delivery (a retry, a recovery or a resend), re-sending the
@@ -44,5 +31,6 @@ export async function claimNextAttempt(
     trigger,
     body,
     expected: record.revision,
+    state: deliveryStateOf(record),
   });
 }

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import type { WebhookEnvelope } from '../../../contracts/webhooks.ts';
-import { pinnedEnvelope } from '../../dispatcher/payloads.ts';
-import type { SubscriptionRecord } from '../../dispatcher/subscription-fold.ts';
+import type { WebhookEnvelope } from '../../contracts/webhooks.ts';
+import { pinnedEnvelope } from './payloads.ts';
+import type { SubscriptionRecord } from './subscription-fold.ts';
 
 /**
  * Where a sample's verify_url points: a route that answers 200 and says it is a sample (there is

@@ -8,8 +8,9 @@ import type { TrackRecordBrief } from '../../contracts/history.ts';
 import type { ScanTradeCallsInput, ScanTradeCallsOutput } from '../../contracts/tools.ts';
 import { verdictVerifyUrl } from '../../contracts/verify-url.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
+import type { Trigger } from './delivery-decider.ts';
 import { type DeliveryRecord, findDelivery } from './delivery-log-fold.ts';
-import type { DeliveryJob, DeliveryWorker, Trigger } from './delivery-worker.ts';
+import type { DeliveryJob, DeliveryWorker } from './delivery-worker.ts';
 import { dueDigests } from './digest-schedule.ts';
 import { type Candidate, largestTopN, matches } from './matching.ts';
 import { claimNextAttempt } from './next-attempt.ts';
@@ -67,7 +68,6 @@ export class WebhookDispatcher {
   private readonly consumers: Consumer[] = [];
   private timer: NodeJS.Timeout | null = null;
   private ticking: Promise<void> | null = null;
-  private readonly claiming = new Set<string>();
   private readonly digestsFired = new Set<string>();
   /** Feed time at which each digest subscription was first seen (replay clocks only). */
   private readonly firstSeen = new Map<string, number>();
@@ -352,15 +352,11 @@ export class WebhookDispatcher {
     sub: SubscriptionRecord,
     trigger: Trigger,
   ): Promise<DeliveryJob | null> {
-    if (this.claiming.has(record.id) || this.options.worker.owned.has(record.id)) return null;
-    this.claiming.add(record.id);
-    try {
-      const job = await claimNextAttempt(this.options.worker, record, sub, trigger);
-      if (job) this.submit(job);
-      return job;
-    } finally {
-      this.claiming.delete(record.id);
-    }
+    const job = await this.options.worker.claimingAlone(record.id, () =>
+      claimNextAttempt(this.options.worker, record, sub, trigger),
+    );
+    if (job) this.submit(job);
+    return job;
   }
 
   /** Due retries, attempts whose dispatcher died, and digests whose period began. */

@@ -2,23 +2,26 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { Agent } from 'undici';
+import type { MarketFeed } from '../../adapters/market/port.ts';
 import { anchorInLog } from '../../adapters/market/replay-anchor.ts';
 import { feedOptionsFromConfig, selectFeed } from '../../adapters/market/select.ts';
 import type { Config } from '../../contracts/config.ts';
+import { type LatestVerdicts, latestVerdictsProjection } from '../../projections/latest-verdicts.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
-import { keyResolverAuth, type ResolveKey } from '../api/webhooks/auth.ts';
-import { webhookRoutes } from '../api/webhooks/routes.ts';
 import type { Component } from '../component.ts';
-import { createSignalEngine, rankMarkets, type SignalEngine } from '../engine/engine.ts';
+import { rankMarkets } from '../engine/engine.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
-import { guardedAgent } from '../ssrf/guarded-agent.ts';
+import { keyResolverAuth, type ResolveKey } from './auth.ts';
 import { DeliveryWorker } from './delivery-worker.ts';
+import { projectedScan } from './digest-scan.ts';
 import { type DispatcherOptions, WebhookDispatcher } from './dispatcher.ts';
 import { webhookMetrics } from './metrics.ts';
 import { MarketRanking } from './ranking.ts';
+import { webhookRoutes } from './routes.ts';
 import { secretBoxFromConfig } from './secret-box.ts';
 import { type WebhookSettings, webhookSettings } from './settings.ts';
+import { guardedAgent } from './ssrf/guarded-agent.ts';
 import { type WebhookState, webhookProjectionWith } from './webhook-projection.ts';
 
 type WebhookAdapters = Pick<Adapters, 'eventStore' | 'projectionStore' | 'bus'>;
@@ -83,14 +86,16 @@ function projectionCheck(runner: ProjectionRunner<WebhookState>) {
 }
 
 /**
- * The dispatcher role: the webhook projection, the bus consumers, retries and digests. Without
- * an engine from the process (a dispatcher-only process) it opens its own for digests and top:N.
+ * The dispatcher role: the webhook projection, the bus consumers, retries and digests. Digests
+ * read the projected latest verdicts; the venue ranking behind top:N and digests comes from the
+ * process's market feed, or (a dispatcher-only process) one it opens itself.
  */
 export function dispatcherComponent(deps: {
   config: Config;
   adapters: WebhookAdapters;
   logger: Logger;
-  engine: SignalEngine | null;
+  /** The process's market feed, for venue rankings and the digest clock. */
+  feed?: MarketFeed | null;
   /** Overrides for tests (e.g. a compressed retry schedule or a custom resolver). */
   settings?: Partial<WebhookSettings>;
   durablePrefix?: string;
@@ -114,8 +119,14 @@ export function dispatcherComponent(deps: {
     deps.runner,
     deps.registry,
   );
-  let engine = deps.engine;
-  let ownEngine: SignalEngine | null = null;
+  const verdicts = new ProjectionRunner<LatestVerdicts>(
+    adapters.eventStore,
+    adapters.projectionStore,
+    latestVerdictsProjection,
+    { snapshotEvery: config.PROJECTION_SNAPSHOT_EVERY, logger },
+  );
+  let feed = deps.feed ?? null;
+  let ownFeed: MarketFeed | null = null;
   let dispatcher: WebhookDispatcher | null = null;
   return {
     name: 'dispatcher',
@@ -127,42 +138,57 @@ export function dispatcherComponent(deps: {
           'WEBHOOK_TEST_ALLOW_CIDRS is set: the SSRF guard has exemptions (tests only)',
         );
       }
-      if (!engine) {
-        const { feed } = await selectFeed({
+      if (!feed) {
+        ({ feed } = await selectFeed({
           ...feedOptionsFromConfig(config),
           logger,
           anchorStore: (proposal) => anchorInLog(adapters.eventStore, proposal),
-        });
-        ownEngine = await createSignalEngine({
-          feed,
-          store: adapters.eventStore,
-          publicBaseUrl: config.PUBLIC_BASE_URL,
-          logger,
-        });
-        engine = ownEngine;
+        }));
+        ownFeed = feed;
       }
-      const signals = engine;
+      const markets = feed;
+      const ranking = new MarketRanking(
+        async (exchange) =>
+          rankMarkets(await markets.markets(exchange as never)).map((m) => ({
+            coin: m.coin,
+            quoteVolume24h: m.quoteVolume24h,
+          })),
+        logger,
+      );
       await runner.start();
+      await verdicts.start();
       dispatcher = new WebhookDispatcher({
         store: adapters.eventStore,
         bus: adapters.bus,
         runner,
         worker,
-        ranking: new MarketRanking(
-          async (exchange) => rankMarkets(await signals.feed.markets(exchange as never)).map((m) => m.coin),
-          logger,
-        ),
+        ranking,
         logger,
         verifyBaseUrl: settings.verifyBaseUrl,
         stuckAfterMs: settings.stuckAfterMs,
         tickMs: settings.tickMs,
         subjectPrefix: config.NATS_SUBJECT_PREFIX,
         ...(deps.durablePrefix ? { durablePrefix: deps.durablePrefix } : {}),
-        scan: (input) => signals.scanTradeCalls(input),
+        scan: async (input) => {
+          const exchange = input.exchange!;
+          await ranking.prepare(exchange);
+          const ranked = ranking.ranked(exchange);
+          const volumes = new Map(ranked.map((m) => [m.coin, m.quoteVolume24h]));
+          return projectedScan(
+            { ...input, exchange },
+            {
+              verdicts: verdicts.state,
+              ranked: ranked.map((m) => m.coin),
+              volumeOf: (coin) => volumes.get(coin) ?? null,
+              feed: markets.kind,
+              now: markets.now(),
+            },
+          );
+        },
         recoverPerSecond: settings.recoverPerSecond,
         // Digests follow the feed's clock (replay time on the replay feed).
-        now: deps.digestNow ?? (() => signals.feed.now()),
-        feedClock: !deps.digestNow && signals.feed.kind === 'replay',
+        now: deps.digestNow ?? (() => markets.now()),
+        feedClock: !deps.digestNow && markets.kind === 'replay',
         ...(deps.trackRecord ? { trackRecord: deps.trackRecord } : {}),
       });
       await dispatcher.start();
@@ -170,8 +196,9 @@ export function dispatcherComponent(deps: {
     async stop() {
       await dispatcher?.stop(settings.timeoutMs + 1_000);
       if (!deps.runner) await runner.stop({ drainMs: 2_000 });
+      await verdicts.stop({ drainMs: 2_000 });
       await agent.close();
-      await ownEngine?.close();
+      await ownFeed?.close();
     },
     checks() {
       return { 'projection:webhooks': projectionCheck(runner) };

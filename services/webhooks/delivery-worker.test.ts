@@ -6,11 +6,11 @@ import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts
 import type { NewEvent } from '../../contracts/envelope.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import { type Receiver, selfSignedCert, startReceiver } from '../../test/webhooks-receiver.ts';
-import { parseCidrList } from '../ssrf/address-policy.ts';
-import { guardedAgent } from '../ssrf/guarded-agent.ts';
 import { deliveryStream } from './delivery-log-fold.ts';
 import { DeliveryWorker } from './delivery-worker.ts';
 import { SecretBox } from './secret-box.ts';
+import { parseCidrList } from './ssrf/address-policy.ts';
+import { guardedAgent } from './ssrf/guarded-agent.ts';
 import { createSubscription } from './subscription-commands.ts';
 import { findSubscription } from './subscription-fold.ts';
 import { webhookProjection } from './webhook-projection.ts';

@@ -1,6 +1,6 @@
-import { isWellFormedKey } from '../../keys/key-material.ts';
-import type { KeyResolver } from '../../keys/key-resolver.ts';
-import { presentedCredential } from '../service-meta.ts';
+import { presentedCredential } from '../api/service-meta.ts';
+import { isWellFormedKey } from '../keys/key-material.ts';
+import type { KeyResolver } from '../keys/key-resolver.ts';
 
 /**
  * Resolves `Authorization: Bearer <key>` to the key's id: null for a missing, malformed,

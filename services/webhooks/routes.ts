@@ -1,8 +1,8 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
 import { z } from 'zod';
-import type { EventStore } from '../../../adapters/event-store/port.ts';
-import { EVENT_VERSIONS, webhookOpenApi } from '../../../contracts/webhook-schemas.ts';
+import type { EventStore } from '../../adapters/event-store/port.ts';
+import { EVENT_VERSIONS, webhookOpenApi } from '../../contracts/webhook-schemas.ts';
 import {
   CreatedWebhook,
   CreateWebhookRequest,
@@ -13,15 +13,19 @@ import {
   SendResultView,
   WebhookErrorBody,
   WebhookView,
-} from '../../../contracts/webhooks.ts';
-import type { ProjectionRunner } from '../../../projections/runner.ts';
-import { deliveryView, findDelivery, sequenceStream } from '../../dispatcher/delivery-log-fold.ts';
-import type { DeliveryWorker } from '../../dispatcher/delivery-worker.ts';
-import { claimNextAttempt } from '../../dispatcher/next-attempt.ts';
-import { readDeliveryRecord } from '../../dispatcher/recovery.ts';
-import type { SecretBox } from '../../dispatcher/secret-box.ts';
-import { type SendResult, sendSigned } from '../../dispatcher/sender.ts';
-import type { WebhookSettings } from '../../dispatcher/settings.ts';
+} from '../../contracts/webhooks.ts';
+import type { ProjectionRunner } from '../../projections/runner.ts';
+import { documented, type ResponseDoc, type RouteDoc } from '../api/openapi.ts';
+import type { ResolveKey } from './auth.ts';
+import { deliveryView, findDelivery, sequenceStream } from './delivery-log-fold.ts';
+import type { DeliveryWorker } from './delivery-worker.ts';
+import { claimNextAttempt } from './next-attempt.ts';
+import { readDeliveryRecord } from './recovery.ts';
+import { SAMPLE_VERIFY_BODY, SAMPLE_VERIFY_PATH, sampleEnvelope } from './sample.ts';
+import type { SecretBox } from './secret-box.ts';
+import { type SendResult, sendSigned } from './sender.ts';
+import type { WebhookSettings } from './settings.ts';
+import { checkWebhookUrl } from './ssrf/url-policy.ts';
 import {
   createSubscription,
   deleteSubscription,
@@ -29,18 +33,14 @@ import {
   rotateSecret,
   SubscriptionLimitError,
   SubscriptionNotFoundError,
-} from '../../dispatcher/subscription-commands.ts';
+} from './subscription-commands.ts';
 import {
   findSubscription,
   type SubscriptionRecord,
   subscriptionsOfKey,
   toView,
-} from '../../dispatcher/subscription-fold.ts';
-import type { WebhookState } from '../../dispatcher/webhook-projection.ts';
-import { checkWebhookUrl } from '../../ssrf/url-policy.ts';
-import { documented, type ResponseDoc, type RouteDoc } from '../openapi.ts';
-import type { ResolveKey } from './auth.ts';
-import { SAMPLE_VERIFY_BODY, SAMPLE_VERIFY_PATH, sampleEnvelope } from './sample.ts';
+} from './subscription-fold.ts';
+import type { WebhookState } from './webhook-projection.ts';
 
 export interface WebhookRoutesDeps {
   store: EventStore;

@@ -1,27 +1,34 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
+import { type Aggregate, handleCommand } from '../../adapters/event-store/command.ts';
 import { type EventStore, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
 import { deterministicId } from '../../contracts/deterministic-id.ts';
-import type { WebhookEventType } from '../../contracts/events.ts';
-import { type EventData, type EventType, type NewDomainEvent, newEvent } from '../../contracts/events.ts';
+import type { EventType, NewDomainEvent, WebhookEventType } from '../../contracts/events.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { type BreakerState, CircuitBreakers } from './circuit-breaker.ts';
+import {
+  type AttemptResult,
+  DeliveryConflictError,
+  type DeliveryState,
+  deliveryDecider,
+  goneReason,
+  initialDelivery,
+  outcomeKind,
+  persistentFailureReason,
+  seriesAttemptOf,
+  type Trigger,
+} from './delivery-decider.ts';
 import { deliveryStream, sequenceStream } from './delivery-log-fold.ts';
 import { EndpointQueues } from './endpoint-queues.ts';
 import type { DeliveryObserver } from './metrics.ts';
 import { withSeq } from './payloads.ts';
-import { classifyFailure, nextAttemptAt, type RetryPolicy } from './retry-policy.ts';
+import type { RetryPolicy } from './retry-policy.ts';
 import type { SecretBox } from './secret-box.ts';
-import { RESPONSE_LIMIT, type SendResult, sendSigned } from './sender.ts';
-import { findSubscription, type SubscriptionRecord, subscriptionStream } from './subscription-fold.ts';
+import { type SendResult, sendSigned } from './sender.ts';
+import { disableSubscription } from './subscription-commands.ts';
+import { findSubscription, type SubscriptionRecord } from './subscription-fold.ts';
 import type { WebhookState } from './webhook-projection.ts';
-
-/** What started an attempt, as DeliveryAttempted records it. */
-export type Trigger = NonNullable<EventData<'DeliveryAttempted'>['trigger']>;
-
-/** Triggers that start a fresh run through the retry schedule. */
-export const SERIES_START: ReadonlySet<string> = new Set<Trigger>(['event', 'digest', 'recover', 'resend']);
 
 export interface DeliveryJob {
   deliveryId: string;
@@ -40,8 +47,7 @@ export interface DeliveryJob {
   claimedAt: number;
 }
 
-/** The outcome of an attempt, with when its request went out (null: it never did). */
-type Outcome = SendResult & { sentAt?: number; held?: boolean };
+type Outcome = AttemptResult;
 
 /** An attempt held back by an open breaker: recorded as failed, never sent. */
 function held(reason: string): Outcome {
@@ -55,13 +61,11 @@ export function isTimeout(result: SendResult): boolean {
 
 /**
  * An event built from values this worker already holds typed. `newEvent` would validate it
- * with zod again; on the hot path (three appends per delivery) that is a measurable share of the
- * dispatcher's CPU and can only confirm what the types already say. Commands from outside keep
- * newEvent's check.
+ * with zod again; the sequence append is idempotent and needs no decision.
  */
 function typedEvent<T extends EventType>(
   type: T,
-  data: EventData<T>,
+  data: NewDomainEvent<T>['data'],
   meta: { id?: string; correlationId?: string } = {},
 ): NewDomainEvent<T> {
   return { type, data, ...meta };
@@ -84,16 +88,18 @@ export interface WorkerSettings {
 }
 
 /**
- * Claims attempts, sends them and records the outcome. A claim is an append of
- * DeliveryAttempted against the delivery stream's expected revision, so two dispatchers never
- * run the same attempt; the outcome appends against the claim's revision, so a stale worker's
- * late outcome never overwrites a newer attempt.
+ * The I/O around the delivery decider: claims attempts, sends them and records the outcome. A
+ * claim is decided against the delivery stream as the caller read it and appended at that
+ * revision, so two dispatchers never run the same attempt; the outcome appends against the
+ * claim's revision, so a stale worker's late outcome never overwrites a newer attempt.
  */
 export class DeliveryWorker {
   private readonly queues: EndpointQueues;
   readonly breakers: CircuitBreakers;
   /** Deliveries this process has claimed and not finished. */
   readonly owned = new Set<string>();
+  /** Deliveries whose next claim this process is making: a second one would only conflict. */
+  private readonly claiming = new Set<string>();
   /** Opened secrets by subscription, with the sealed form they came from (a new one misses). */
   private readonly opened = new Map<string, { sealed: SubscriptionRecord['secret']; secret: string }>();
   /** Submitted jobs whose outcome is not recorded yet. */
@@ -118,6 +124,23 @@ export class DeliveryWorker {
   }
 
   /**
+   * Runs `claim` unless this process is already claiming or running the delivery (then null):
+   * the one place a delivery in flight is remembered.
+   */
+  async claimingAlone(
+    deliveryId: string,
+    claim: () => Promise<DeliveryJob | null>,
+  ): Promise<DeliveryJob | null> {
+    if (this.claiming.has(deliveryId) || this.owned.has(deliveryId)) return null;
+    this.claiming.add(deliveryId);
+    try {
+      return await claim();
+    } finally {
+      this.claiming.delete(deliveryId);
+    }
+  }
+
+  /**
    * Appends the claim of an attempt. Returns null when the delivery stream moved on (someone
    * else claimed it, or it already exists when `expected` is 'no_stream').
    */
@@ -132,26 +155,37 @@ export class DeliveryWorker {
     trigger: Trigger;
     body: string;
     expected: number | 'no_stream';
+    /** The stream's state at `expected`, when the caller folded it (a projected record). */
+    state?: DeliveryState;
   }): Promise<DeliveryJob | null> {
-    const event = typedEvent(
-      'DeliveryAttempted',
-      {
-        deliveryId: input.deliveryId,
-        subscriptionId: input.subscription.id,
-        attempt: input.attempt,
-        eventId: input.eventId,
-        webhookEvent: input.event,
-        url: input.subscription.url,
-        trigger: input.trigger,
-        ...(input.attempt === 1 ? { body: input.body } : {}),
-      },
-      // A random id: a second claim of the same attempt must conflict, not be taken as a re-append.
-      { id: randomUUID(), correlationId: input.deliveryId },
-    );
+    const known: Aggregate<DeliveryState> =
+      input.expected === 'no_stream'
+        ? { state: initialDelivery(), revision: null }
+        : {
+            state: input.state ?? { attempt: input.attempt - 1, recorded: true },
+            revision: input.expected,
+          };
     try {
-      const result = await this.deps.store.append(deliveryStream(input.deliveryId), [event], {
-        expectedRevision: input.expected,
-      });
+      const claimed = await handleCommand(
+        this.deps.store,
+        deliveryStream(input.deliveryId),
+        deliveryDecider,
+        {
+          kind: 'claim',
+          claimId: randomUUID(),
+          data: {
+            deliveryId: input.deliveryId,
+            subscriptionId: input.subscription.id,
+            attempt: input.attempt,
+            eventId: input.eventId,
+            webhookEvent: input.event,
+            url: input.subscription.url,
+            trigger: input.trigger,
+            ...(input.attempt === 1 ? { body: input.body } : {}),
+          },
+        },
+        { known },
+      );
       this.owned.add(input.deliveryId);
       this.deps.observer?.attempt(input.trigger);
       return {
@@ -162,12 +196,12 @@ export class DeliveryWorker {
         body: input.body,
         attempt: input.attempt,
         seq: input.seq ?? null,
-        seriesAttempt: SERIES_START.has(input.trigger) ? 1 : (input.seriesAttempt ?? input.attempt),
-        revision: result.nextRevision,
+        seriesAttempt: seriesAttemptOf(input.trigger, input.attempt, input.seriesAttempt),
+        revision: claimed.revision!,
         claimedAt: Date.now(),
       };
     } catch (err) {
-      if (err instanceof WrongExpectedRevisionError) return null;
+      if (err instanceof WrongExpectedRevisionError || err instanceof DeliveryConflictError) return null;
       throw err;
     }
   }
@@ -347,50 +381,32 @@ export class DeliveryWorker {
   /** `notBefore`: the breaker's end of the open period; the next attempt is not due before it. */
   private async recordOutcome(job: DeliveryJob, result: Outcome, notBefore?: number): Promise<void> {
     const now = Date.now();
-    const ref = {
-      deliveryId: job.deliveryId,
-      subscriptionId: job.subscription.id,
-      attempt: job.attempt,
-      ...(result.sentAt !== undefined
-        ? {
-            sentAt: new Date(result.sentAt).toISOString(),
-            queuedMs: Math.max(0, result.sentAt - job.claimedAt),
-          }
-        : {}),
-    };
-    const gone = classifyFailure(result.status) === 'gone';
-    let next: number | null =
-      result.ok || gone || result.error === 'subscription disabled'
-        ? null
-        : nextAttemptAt(this.deps.settings.retry, job.seriesAttempt, now, result.retryAfterMs);
-    // A held attempt is due again when the breaker lets its next probe through, whatever the schedule.
-    if (result.held && notBefore !== undefined) next = notBefore;
-    const event = result.ok
-      ? typedEvent('DeliverySucceeded', {
-          ...ref,
-          status: result.status!,
-          latencyMs: result.latencyMs,
-          response: (result.response ?? '').slice(0, RESPONSE_LIMIT),
-        })
-      : typedEvent('DeliveryFailed', {
-          ...ref,
-          status: result.status,
-          error: result.error,
-          latencyMs: result.latencyMs,
-          response: result.response === null ? null : result.response.slice(0, RESPONSE_LIMIT),
-          nextAttemptAt: next === null ? null : new Date(next).toISOString(),
-          ...(result.held ? { held: true } : {}),
-        });
     this.deps.observer?.outcome(
-      result.ok ? 'succeeded' : result.held ? 'held' : gone ? 'gone' : 'failed',
+      outcomeKind(result),
       result.sentAt === undefined ? null : result.latencyMs,
-      ref.queuedMs ?? null,
+      result.sentAt === undefined ? null : Math.max(0, result.sentAt - job.claimedAt),
     );
     let position: number;
     try {
-      ({ position } = await this.deps.store.append(deliveryStream(job.deliveryId), [event], {
-        expectedRevision: job.revision,
-      }));
+      ({ position } = (await handleCommand(
+        this.deps.store,
+        deliveryStream(job.deliveryId),
+        deliveryDecider,
+        {
+          kind: 'record',
+          deliveryId: job.deliveryId,
+          subscriptionId: job.subscription.id,
+          attempt: job.attempt,
+          seriesAttempt: job.seriesAttempt,
+          result,
+          claimedAt: job.claimedAt,
+          now,
+          ...(notBefore !== undefined ? { notBefore } : {}),
+          retry: this.deps.settings.retry,
+          jitterSample: Math.random(),
+        },
+        { known: { state: { attempt: job.attempt, recorded: false }, revision: job.revision } },
+      )) as { position: number });
     } catch (err) {
       if (err instanceof WrongExpectedRevisionError) {
         this.logger.info(
@@ -404,8 +420,9 @@ export class DeliveryWorker {
       this.owned.delete(job.deliveryId);
     }
     if (result.ok) return;
+    const gone = goneReason(result);
     if (gone) {
-      await this.disable(job.subscription, 'the receiver answered 410 Gone');
+      await this.disable(job.subscription, gone);
       return;
     }
     await this.checkPersistentFailure(job.subscription.id, position, now);
@@ -414,24 +431,18 @@ export class DeliveryWorker {
   private async checkPersistentFailure(subscriptionId: string, position: number, now: number): Promise<void> {
     await this.deps.runner.waitFor(position, 5_000).catch(() => undefined);
     const sub = findSubscription(this.deps.runner.state.subscriptions, subscriptionId);
-    if (sub?.status !== 'active') return;
-    const { disableAfterFailedDeliveries, disableAfterMs } = this.deps.settings;
-    if (sub.failedDeliveries >= disableAfterFailedDeliveries) {
-      await this.disable(sub, `${sub.failedDeliveries} consecutive deliveries failed every attempt`);
-    } else if (sub.failingSince !== null && now - Date.parse(sub.failingSince) >= disableAfterMs) {
-      await this.disable(sub, `no successful delivery since ${sub.failingSince}`);
-    }
+    const reason = persistentFailureReason(sub, this.deps.settings, now);
+    if (sub && reason) await this.disable(sub, reason);
   }
 
   async disable(sub: SubscriptionRecord, reason: string): Promise<void> {
     const current = findSubscription(this.deps.runner.state.subscriptions, sub.id) ?? sub;
-    const event = newEvent(
-      'SubscriptionDisabled',
-      { subscriptionId: sub.id, reason, consecutiveFailures: current.failedDeliveries },
-      // One disable per enabled period, however many workers decide it at once.
-      { id: deterministicId('webhook-disabled', sub.id, current.generation) },
-    );
-    await this.deps.store.append(subscriptionStream(sub.keyId), [event]);
-    this.logger.warn({ subscriptionId: sub.id, reason }, 'webhook subscription disabled');
+    const disabled = await disableSubscription(this.deps.store, {
+      keyId: sub.keyId,
+      subscriptionId: sub.id,
+      reason,
+      consecutiveFailures: current.failedDeliveries,
+    });
+    if (disabled) this.logger.warn({ subscriptionId: sub.id, reason }, 'webhook subscription disabled');
   }
 }

@@ -1,0 +1,244 @@
+import { describe, expect, it } from 'vitest';
+import { deciderSpec } from '../../test/decider-spec.ts';
+import {
+  type AttemptResult,
+  type DeliveryCommand,
+  DeliveryConflictError,
+  type DeliveryEvent,
+  deliveryDecider,
+  goneReason,
+  persistentFailureReason,
+  seriesAttemptOf,
+} from './delivery-decider.ts';
+import type { RetryPolicy } from './retry-policy.ts';
+import type { SubscriptionRecord } from './subscription-fold.ts';
+
+const retry: RetryPolicy = { schedule: [0, 5_000, 300_000], jitter: 0, retryAfterMaxMs: 3_600_000 };
+const t0 = Date.parse('2026-01-01T00:00:00.000Z');
+const ref = { deliveryId: 'd1', subscriptionId: 'wh_1' };
+
+function attempted(attempt: number, trigger: 'event' | 'retry' = 'event'): DeliveryEvent {
+  return {
+    type: 'DeliveryAttempted',
+    data: {
+      ...ref,
+      attempt,
+      eventId: 'e1',
+      webhookEvent: 'trade_call',
+      url: 'https://hooks.example.com/a',
+      trigger,
+      ...(attempt === 1 ? { body: '{}' } : {}),
+    },
+    id: `claim-${attempt}`,
+    correlationId: 'd1',
+  };
+}
+
+function claim(attempt: number, trigger: 'event' | 'retry' = 'event'): DeliveryCommand {
+  const event = attempted(attempt, trigger);
+  return { kind: 'claim', claimId: event.id!, data: event.data as never };
+}
+
+const answered = (status: number, extra: Partial<AttemptResult> = {}): AttemptResult => ({
+  ok: status >= 200 && status < 300,
+  status,
+  latencyMs: 12,
+  error: status >= 200 && status < 300 ? null : `HTTP ${status}`,
+  response: 'body',
+  retryAfterMs: null,
+  sentAt: t0 + 40,
+  ...extra,
+});
+
+function record(
+  attempt: number,
+  result: AttemptResult,
+  extra: Partial<DeliveryCommand> = {},
+): DeliveryCommand {
+  return {
+    kind: 'record',
+    ...ref,
+    attempt,
+    seriesAttempt: attempt,
+    result,
+    claimedAt: t0,
+    now: t0 + 100,
+    retry,
+    jitterSample: 0.5,
+    ...extra,
+  } as DeliveryCommand;
+}
+
+const spec = deciderSpec(deliveryDecider);
+const conflict = (err: Error) => err instanceof DeliveryConflictError;
+
+describe('delivery decider: claims', () => {
+  it('claims the first attempt of a new delivery', () => {
+    spec
+      .given([])
+      .when(claim(1))
+      .thenEmits([attempted(1)]);
+  });
+
+  it('claims the attempt after the latest, and only that one', () => {
+    spec
+      .given([attempted(1)])
+      .when(claim(2, 'retry'))
+      .thenEmits([attempted(2, 'retry')]);
+    spec
+      .given([attempted(1), attempted(2, 'retry')])
+      .when(claim(2, 'retry'))
+      .thenThrows(conflict);
+    spec
+      .given([attempted(1)])
+      .when(claim(1))
+      .thenThrows(conflict);
+  });
+
+  it('starts a fresh run through the schedule on a new event, a digest, a recovery or a resend', () => {
+    expect(seriesAttemptOf('event', 4)).toBe(1);
+    expect(seriesAttemptOf('resend', 4, 3)).toBe(1);
+    expect(seriesAttemptOf('retry', 4, 3)).toBe(3);
+    expect(seriesAttemptOf('stale', 4)).toBe(4);
+  });
+});
+
+describe('delivery decider: outcomes', () => {
+  it('records a 2xx as a success, with when it was sent and how long it queued', () => {
+    spec
+      .given([attempted(1)])
+      .when(record(1, answered(204)))
+      .thenEmits([
+        {
+          type: 'DeliverySucceeded',
+          data: {
+            ...ref,
+            attempt: 1,
+            sentAt: new Date(t0 + 40).toISOString(),
+            queuedMs: 40,
+            status: 204,
+            latencyMs: 12,
+            response: 'body',
+          },
+        },
+      ]);
+  });
+
+  it('schedules the next attempt of a failure on the retry schedule', () => {
+    spec
+      .given([attempted(1)])
+      .when(record(1, answered(500)))
+      .thenEmits([
+        {
+          type: 'DeliveryFailed',
+          data: {
+            ...ref,
+            attempt: 1,
+            sentAt: new Date(t0 + 40).toISOString(),
+            queuedMs: 40,
+            status: 500,
+            error: 'HTTP 500',
+            latencyMs: 12,
+            response: 'body',
+            nextAttemptAt: new Date(t0 + 100 + 5_000).toISOString(),
+          },
+        },
+      ]);
+  });
+
+  it('honours Retry-After when it is later than the schedule', () => {
+    const [event] = deliveryDecider.decide(record(1, answered(503, { retryAfterMs: 60_000 })), {
+      attempt: 1,
+      recorded: false,
+    });
+    expect(event).toMatchObject({ data: { nextAttemptAt: new Date(t0 + 100 + 60_000).toISOString() } });
+  });
+
+  it('schedules nothing once the schedule is spent, on 410 Gone, or for a disabled subscription', () => {
+    const spent = deliveryDecider.decide(record(3, answered(500)), { attempt: 3, recorded: false });
+    expect(spent[0]).toMatchObject({ type: 'DeliveryFailed', data: { nextAttemptAt: null } });
+    const gone = deliveryDecider.decide(record(1, answered(410)), { attempt: 1, recorded: false });
+    expect(gone[0]).toMatchObject({ data: { nextAttemptAt: null, status: 410 } });
+    const disabled = deliveryDecider.decide(
+      record(1, { ...answered(500), status: null, error: 'subscription disabled', sentAt: undefined }),
+      { attempt: 1, recorded: false },
+    );
+    expect(disabled[0]).toMatchObject({ data: { nextAttemptAt: null } });
+  });
+
+  it('holds an attempt the breaker kept back until its next probe, without sending it', () => {
+    const held: AttemptResult = {
+      ok: false,
+      status: null,
+      latencyMs: 0,
+      error: 'circuit open',
+      response: null,
+      retryAfterMs: null,
+      held: true,
+    };
+    spec
+      .given([attempted(1)])
+      .when(record(1, held, { notBefore: t0 + 30_000 } as Partial<DeliveryCommand>))
+      .thenEmits([
+        {
+          type: 'DeliveryFailed',
+          data: {
+            ...ref,
+            attempt: 1,
+            status: null,
+            error: 'circuit open',
+            latencyMs: 0,
+            response: null,
+            nextAttemptAt: new Date(t0 + 30_000).toISOString(),
+            held: true,
+          },
+        },
+      ]);
+  });
+
+  it('refuses an outcome for an attempt that is not the one waiting', () => {
+    spec
+      .given([attempted(1), attempted(2, 'retry')])
+      .when(record(1, answered(200)))
+      .thenThrows(conflict);
+    spec
+      .given([
+        attempted(1),
+        { type: 'DeliverySucceeded', data: { ...ref, attempt: 1, status: 200, latencyMs: 1, response: '' } },
+      ])
+      .when(record(1, answered(200)))
+      .thenThrows(conflict);
+  });
+});
+
+describe('delivery decider: disabling the subscription', () => {
+  const rules = { disableAfterFailedDeliveries: 3, disableAfterMs: 86_400_000 };
+  const sub = (patch: Partial<SubscriptionRecord>) =>
+    ({
+      id: 'wh_1',
+      status: 'active',
+      failedDeliveries: 0,
+      failingSince: null,
+      ...patch,
+    }) as SubscriptionRecord;
+
+  it('disables at once on 410 Gone', () => {
+    expect(goneReason(answered(410))).toBe('the receiver answered 410 Gone');
+    expect(goneReason(answered(500))).toBeNull();
+  });
+
+  it('disables after enough deliveries failed every attempt, or after failing for long enough', () => {
+    expect(persistentFailureReason(sub({ failedDeliveries: 3 }), rules, t0)).toBe(
+      '3 consecutive deliveries failed every attempt',
+    );
+    const since = new Date(t0 - 86_400_000).toISOString();
+    expect(persistentFailureReason(sub({ failingSince: since }), rules, t0)).toBe(
+      `no successful delivery since ${since}`,
+    );
+    expect(
+      persistentFailureReason(sub({ failedDeliveries: 2, failingSince: since }), rules, t0 - 1),
+    ).toBeNull();
+    expect(persistentFailureReason(sub({ status: 'disabled', failedDeliveries: 9 }), rules, t0)).toBeNull();
+    expect(persistentFailureReason(undefined, rules, t0)).toBeNull();
+  });
+});

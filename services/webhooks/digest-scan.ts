@@ -1,0 +1,69 @@
+import { type Exchange, type FeedKind, marketKey } from '../../contracts/market.ts';
+import { ScanTradeCallsInput, type ScanTradeCallsOutput } from '../../contracts/tools.ts';
+import type { LatestVerdicts } from '../../projections/latest-verdicts.ts';
+
+/**
+ * A digest's scan read from the projected verdicts: the venue's top-N markets as the ranking
+ * lists them, each with the latest verdict on record, filtered and ordered like a live scan. The
+ * dispatcher computes nothing: verdicts are the engine role's to record, so a digest reports what
+ * the log holds at its period's end.
+ */
+export function projectedScan(
+  raw: ScanTradeCallsInput & { exchange: Exchange },
+  deps: {
+    verdicts: LatestVerdicts;
+    ranked: readonly string[];
+    volumeOf: (coin: string) => number | null;
+    feed: FeedKind;
+    now: number;
+  },
+): ScanTradeCallsOutput {
+  const input = { ...ScanTradeCallsInput.parse(raw), exchange: raw.exchange };
+  const markets = deps.ranked.slice(0, input.topN);
+  const skipped: ScanTradeCallsOutput['skipped'] = [];
+  const rows: (ScanTradeCallsOutput['calls'][number] & { volume: number })[] = [];
+  for (const coin of markets) {
+    const verdict = deps.verdicts[marketKey(input.exchange, coin, input.timeframe)];
+    if (!verdict) {
+      skipped.push({
+        coin,
+        reason: `no verdict recorded for ${coin} ${input.timeframe} on ${input.exchange}`,
+      });
+      continue;
+    }
+    const quoteVolume24h = deps.volumeOf(coin);
+    rows.push({
+      rank: 0,
+      coin: verdict.coin,
+      call: verdict.call,
+      confidence: verdict.confidence,
+      score: verdict.score,
+      regime: verdict.regime,
+      price: verdict.price,
+      quoteVolume24h,
+      verdictId: verdict.verdictId,
+      expectedMovePct: verdict.expectedMovePct,
+      volume: quoteVolume24h ?? 0,
+    });
+  }
+  const calls = rows
+    .filter((r) => (input.includeHolds || r.call !== 'HOLD') && r.confidence >= input.minConfidence)
+    .sort((a, b) =>
+      input.rankBy === 'volume'
+        ? b.volume - a.volume || a.coin.localeCompare(b.coin)
+        : b.confidence - a.confidence ||
+          Math.abs(b.score) - Math.abs(a.score) ||
+          a.coin.localeCompare(b.coin),
+    )
+    .slice(0, input.limit)
+    .map(({ volume: _volume, ...row }, i) => ({ ...row, rank: i + 1 }));
+  return {
+    timeframe: input.timeframe,
+    exchange: input.exchange,
+    feed: deps.feed,
+    timestamp: Math.floor(deps.now / 1000),
+    scanned: markets.length,
+    calls,
+    skipped: skipped.sort((a, b) => a.coin.localeCompare(b.coin)),
+  };
+}

@@ -1,0 +1,58 @@
+import { describe, expect, it } from 'vitest';
+import type { LatestVerdict, LatestVerdicts } from '../../projections/latest-verdicts.ts';
+import { projectedScan } from './digest-scan.ts';
+
+function verdict(coin: string, patch: Partial<LatestVerdict> = {}): LatestVerdict {
+  return {
+    exchange: 'BINANCE',
+    coin,
+    timeframe: '1h',
+    verdictId: '00000000-0000-4000-8000-000000000001',
+    call: 'BUY',
+    confidence: 60,
+    score: 0.4,
+    regime: 'trending-up',
+    price: 100,
+    candleCloseTime: 0,
+    feed: 'replay',
+    hash: 'a'.repeat(64),
+    expectedMovePct: 1.5,
+    regimeShifts: 0,
+    ...patch,
+  };
+}
+
+describe('digest scan from projected verdicts', () => {
+  it('takes the venue top-N, ranks by confidence then |score|, and names the markets without a verdict', () => {
+    const verdicts: LatestVerdicts = {
+      'BINANCE:BTC:1h': verdict('BTC', { confidence: 55 }),
+      'BINANCE:ETH:1h': verdict('ETH', { confidence: 70, score: 0.2 }),
+      'BINANCE:SOL:1h': verdict('SOL', { confidence: 70, score: -0.6 }),
+      'BINANCE:XRP:1h': verdict('XRP', { call: 'HOLD' }),
+      'BINANCE:DOGE:1h': verdict('DOGE', { confidence: 99 }),
+    };
+    const scan = projectedScan(
+      { exchange: 'BINANCE', timeframe: '1h', topN: 5, limit: 3, minConfidence: 50 },
+      {
+        verdicts,
+        ranked: ['BTC', 'ETH', 'SOL', 'XRP', 'ADA', 'DOGE'],
+        volumeOf: (coin) => (coin === 'BTC' ? 1e9 : null),
+        feed: 'replay',
+        now: 1_700_000_000_500,
+      },
+    );
+    expect(scan).toMatchObject({
+      exchange: 'BINANCE',
+      timeframe: '1h',
+      scanned: 5,
+      timestamp: 1_700_000_000,
+    });
+    expect(scan.calls.map((c) => [c.rank, c.coin])).toEqual([
+      [1, 'SOL'],
+      [2, 'ETH'],
+      [3, 'BTC'],
+    ]);
+    expect(scan.calls[2]).toMatchObject({ quoteVolume24h: 1e9, expectedMovePct: 1.5 });
+    expect(scan.skipped).toEqual([{ coin: 'ADA', reason: 'no verdict recorded for ADA 1h on BINANCE' }]);
+  });
+});

@@ -1,0 +1,120 @@
+import { randomBytes } from 'node:crypto';
+import { handleCommand } from '../../adapters/event-store/command.ts';
+import type { EventStore } from '../../adapters/event-store/port.ts';
+import { CURRENT_EVENT_VERSION } from '../../contracts/webhook-schemas.ts';
+import type { CreateWebhookRequest } from '../../contracts/webhooks.ts';
+import { generateWebhookSecret, type SecretBox } from './secret-box.ts';
+import {
+  type SubscriptionCommand,
+  SubscriptionLimitError,
+  SubscriptionNotFoundError,
+  subscriptionDecider,
+} from './subscription-decider.ts';
+import { subscriptionStream } from './subscription-fold.ts';
+
+export { SubscriptionLimitError, SubscriptionNotFoundError };
+
+/**
+ * Subscription commands. A key's subscriptions share one stream, `webhooks-<keyId>`, and every
+ * command appends against the revision it read: the per-key cap holds even when two replicas
+ * create at once (one append fails and is retried against the new state).
+ */
+async function execute(store: EventStore, keyId: string, command: SubscriptionCommand): Promise<number> {
+  const { position } = await handleCommand(store, subscriptionStream(keyId), subscriptionDecider, command);
+  // These commands decide one event or throw, so something was written.
+  return position as number;
+}
+
+export async function createSubscription(
+  store: EventStore,
+  input: { keyId: string; request: CreateWebhookRequest; url: string; secrets: SecretBox; maxPerKey: number },
+): Promise<{ subscriptionId: string; secret: string; position: number }> {
+  const subscriptionId = `wh_${randomBytes(12).toString('base64url')}`;
+  const secret = generateWebhookSecret();
+  const r = input.request;
+  const position = await execute(store, input.keyId, {
+    kind: 'create',
+    maxPerKey: input.maxPerKey,
+    data: {
+      subscriptionId,
+      keyId: input.keyId,
+      url: input.url,
+      events: r.events,
+      ...(r.timeframes ? { timeframes: r.timeframes } : {}),
+      ...(r.assets ? { assets: r.assets } : {}),
+      ...(r.min_confidence !== undefined ? { minConfidence: r.min_confidence } : {}),
+      ...(r.timeframe ? { timeframe: r.timeframe } : {}),
+      ...(r.exchange ? { exchange: r.exchange } : {}),
+      ...(r.top_n !== undefined ? { topN: r.top_n } : {}),
+      ...(r.cadence ? { cadence: r.cadence } : {}),
+      eventVersion: r.event_version ?? CURRENT_EVENT_VERSION,
+      secret: input.secrets.seal(secret, subscriptionId),
+    },
+  });
+  return { subscriptionId, secret, position };
+}
+
+export async function deleteSubscription(
+  store: EventStore,
+  keyId: string,
+  subscriptionId: string,
+): Promise<number> {
+  return execute(store, keyId, { kind: 'delete', keyId, subscriptionId });
+}
+
+export async function reEnableSubscription(
+  store: EventStore,
+  keyId: string,
+  subscriptionId: string,
+  recoverSince?: string,
+): Promise<number> {
+  return execute(store, keyId, {
+    kind: 'reEnable',
+    subscriptionId,
+    ...(recoverSince ? { recoverSince } : {}),
+  });
+}
+
+/**
+ * A new secret for the subscription; the previous one keeps signing for `overlapMs` beside it.
+ * The new secret is returned once, like at creation.
+ */
+export async function rotateSecret(
+  store: EventStore,
+  input: { keyId: string; subscriptionId: string; secrets: SecretBox; overlapMs: number; now?: number },
+): Promise<{ secret: string; previousValidUntil: string; position: number }> {
+  const secret = generateWebhookSecret();
+  const previousValidUntil = new Date((input.now ?? Date.now()) + input.overlapMs).toISOString();
+  const position = await execute(store, input.keyId, {
+    kind: 'rotate',
+    data: {
+      subscriptionId: input.subscriptionId,
+      secret: input.secrets.seal(secret, input.subscriptionId),
+      previousValidUntil,
+    },
+  });
+  return { secret, previousValidUntil, position };
+}
+
+/**
+ * Disables an active subscription (nothing when it is gone or already disabled). Several workers
+ * may decide it at once: a conflict is decided again on the newer stream.
+ */
+export async function disableSubscription(
+  store: EventStore,
+  input: { keyId: string; subscriptionId: string; reason: string; consecutiveFailures: number },
+): Promise<boolean> {
+  const { events } = await handleCommand(
+    store,
+    subscriptionStream(input.keyId),
+    subscriptionDecider,
+    {
+      kind: 'disable',
+      subscriptionId: input.subscriptionId,
+      reason: input.reason,
+      consecutiveFailures: input.consecutiveFailures,
+    },
+    { retry: 3 },
+  );
+  return events.length > 0;
+}

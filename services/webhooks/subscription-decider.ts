@@ -1,0 +1,111 @@
+import type { DecidedEvent, Decider, EventMeta } from '../../adapters/event-store/command.ts';
+import { deterministicId } from '../../contracts/deterministic-id.ts';
+import type { DomainEvent, EventData } from '../../contracts/events.ts';
+import {
+  applySubscriptionEvent,
+  findSubscription,
+  initialSubscriptions,
+  type SubscriptionRecord,
+  type SubscriptionState,
+} from './subscription-fold.ts';
+
+export class SubscriptionLimitError extends Error {
+  override readonly name = 'SubscriptionLimitError';
+}
+export class SubscriptionNotFoundError extends Error {
+  override readonly name = 'SubscriptionNotFoundError';
+}
+
+/**
+ * What may happen to a key's subscriptions, decided on the key's stream `webhooks-<keyId>`.
+ * Secrets arrive sealed and ids and times arrive chosen: deciding stays free of randomness and
+ * clocks.
+ */
+export type SubscriptionCommand =
+  | { kind: 'create'; data: EventData<'SubscriptionCreated'>; maxPerKey: number }
+  | { kind: 'delete'; keyId: string; subscriptionId: string }
+  | { kind: 'reEnable'; subscriptionId: string; recoverSince?: string }
+  | { kind: 'rotate'; data: EventData<'SubscriptionSecretRotated'> }
+  | { kind: 'disable'; subscriptionId: string; reason: string; consecutiveFailures: number };
+
+export type SubscriptionEvent = DecidedEvent<
+  | 'SubscriptionCreated'
+  | 'SubscriptionDeleted'
+  | 'SubscriptionReEnabled'
+  | 'SubscriptionSecretRotated'
+  | 'SubscriptionDisabled'
+>;
+
+function existing(state: SubscriptionState, subscriptionId: string): SubscriptionRecord {
+  const sub = findSubscription(state, subscriptionId);
+  // Another key's subscription is indistinguishable from a missing one (404, never 403).
+  if (!sub) throw new SubscriptionNotFoundError(`no webhook subscription ${subscriptionId}`);
+  return sub;
+}
+
+export const subscriptionDecider: Decider<SubscriptionState, SubscriptionCommand, SubscriptionEvent> = {
+  eventTypes: [
+    'SubscriptionCreated',
+    'SubscriptionDeleted',
+    'SubscriptionReEnabled',
+    'SubscriptionSecretRotated',
+    'SubscriptionDisabled',
+  ],
+  initialState: initialSubscriptions,
+  evolve(state: SubscriptionState, event: SubscriptionEvent, meta?: EventMeta): SubscriptionState {
+    // The shared fold reads the recording time (createdAt, disabledAt); a decided event has none yet.
+    const recorded = { ...event, recordedAt: meta?.recordedAt ?? new Date(0).toISOString() } as DomainEvent;
+    return applySubscriptionEvent(state, recorded);
+  },
+  decide(command, state) {
+    switch (command.kind) {
+      case 'create':
+        // Checked against the revision read: two creates at once cannot both pass the cap.
+        if (Object.keys(state.subs).length >= command.maxPerKey) {
+          throw new SubscriptionLimitError(
+            `this key already has ${command.maxPerKey} webhook subscriptions (the limit)`,
+          );
+        }
+        return [{ type: 'SubscriptionCreated', data: command.data }];
+      case 'delete':
+        existing(state, command.subscriptionId);
+        return [
+          {
+            type: 'SubscriptionDeleted',
+            data: { subscriptionId: command.subscriptionId, keyId: command.keyId },
+          },
+        ];
+      case 'reEnable':
+        existing(state, command.subscriptionId);
+        return [
+          {
+            type: 'SubscriptionReEnabled',
+            data: {
+              subscriptionId: command.subscriptionId,
+              ...(command.recoverSince ? { recoverSince: command.recoverSince } : {}),
+            },
+          },
+        ];
+      case 'rotate':
+        existing(state, command.data.subscriptionId);
+        return [{ type: 'SubscriptionSecretRotated', data: command.data }];
+      case 'disable': {
+        const sub = findSubscription(state, command.subscriptionId);
+        // Deleted or already disabled: nothing to tell anyone.
+        if (sub?.status !== 'active') return [];
+        return [
+          {
+            type: 'SubscriptionDisabled',
+            data: {
+              subscriptionId: sub.id,
+              reason: command.reason,
+              consecutiveFailures: command.consecutiveFailures,
+            },
+            // One disable per enabled period, however many workers decide it at once.
+            id: deterministicId('webhook-disabled', sub.id, sub.generation),
+          },
+        ];
+      }
+    }
+  },
+};

@@ -1,0 +1,115 @@
+import { describe, expect, it } from 'vitest';
+import { deterministicId } from '../../contracts/deterministic-id.ts';
+import { deciderSpec } from '../../test/decider-spec.ts';
+import {
+  type SubscriptionEvent,
+  SubscriptionLimitError,
+  SubscriptionNotFoundError,
+  subscriptionDecider,
+} from './subscription-decider.ts';
+
+const secret = { keyVersion: 'v1', iv: 'iv', tag: 'tag', ciphertext: 'ct' };
+const created = (id: string): Extract<SubscriptionEvent, { type: 'SubscriptionCreated' }> => ({
+  type: 'SubscriptionCreated',
+  data: {
+    subscriptionId: id,
+    keyId: 'key_a',
+    url: 'https://hooks.example.com/a',
+    events: ['trade_call'],
+    eventVersion: 1,
+    secret,
+  },
+});
+const disabled = (id: string, generation = 0): SubscriptionEvent => ({
+  type: 'SubscriptionDisabled',
+  data: { subscriptionId: id, reason: 'the receiver answered 410 Gone', consecutiveFailures: 2 },
+  id: deterministicId('webhook-disabled', id, generation),
+});
+const reEnabled = (id: string): SubscriptionEvent => ({
+  type: 'SubscriptionReEnabled',
+  data: { subscriptionId: id },
+});
+
+const spec = deciderSpec(subscriptionDecider);
+const notFound = (err: Error) => err instanceof SubscriptionNotFoundError;
+
+describe('subscription decider', () => {
+  it('creates a subscription while the key is under its cap', () => {
+    spec
+      .given([created('wh_1')])
+      .when({ kind: 'create', data: created('wh_2').data, maxPerKey: 2 })
+      .thenEmits([created('wh_2')]);
+    spec
+      .given([created('wh_1'), created('wh_2')])
+      .when({ kind: 'create', data: created('wh_3').data, maxPerKey: 2 })
+      .thenThrows((err) => err instanceof SubscriptionLimitError);
+  });
+
+  it('frees a slot of the cap when a subscription is deleted', () => {
+    spec
+      .given([
+        created('wh_1'),
+        created('wh_2'),
+        { type: 'SubscriptionDeleted', data: { subscriptionId: 'wh_1', keyId: 'key_a' } },
+      ])
+      .when({ kind: 'create', data: created('wh_3').data, maxPerKey: 2 })
+      .thenEmits([created('wh_3')]);
+  });
+
+  it('deletes, re-enables and rotates only a subscription of this key', () => {
+    spec
+      .given([created('wh_1')])
+      .when({ kind: 'delete', keyId: 'key_a', subscriptionId: 'wh_1' })
+      .thenEmits([{ type: 'SubscriptionDeleted', data: { subscriptionId: 'wh_1', keyId: 'key_a' } }]);
+    spec
+      .given([created('wh_1')])
+      .when({ kind: 'delete', keyId: 'key_a', subscriptionId: 'wh_9' })
+      .thenThrows(notFound);
+    spec
+      .given([created('wh_1'), disabled('wh_1')])
+      .when({ kind: 'reEnable', subscriptionId: 'wh_1', recoverSince: '2026-01-01T00:00:00.000Z' })
+      .thenEmits([
+        {
+          type: 'SubscriptionReEnabled',
+          data: { subscriptionId: 'wh_1', recoverSince: '2026-01-01T00:00:00.000Z' },
+        },
+      ]);
+    spec.given([]).when({ kind: 'reEnable', subscriptionId: 'wh_1' }).thenThrows(notFound);
+    const rotated = { subscriptionId: 'wh_1', secret, previousValidUntil: '2026-01-02T00:00:00.000Z' };
+    spec
+      .given([created('wh_1')])
+      .when({ kind: 'rotate', data: rotated })
+      .thenEmits([{ type: 'SubscriptionSecretRotated', data: rotated }]);
+    spec.given([]).when({ kind: 'rotate', data: rotated }).thenThrows(notFound);
+  });
+
+  it('disables an active subscription once per enabled period', () => {
+    const command = {
+      kind: 'disable',
+      subscriptionId: 'wh_1',
+      reason: 'the receiver answered 410 Gone',
+      consecutiveFailures: 2,
+    } as const;
+    spec
+      .given([created('wh_1')])
+      .when(command)
+      .thenEmits([disabled('wh_1', 0)]);
+    spec
+      .given([created('wh_1'), disabled('wh_1')])
+      .when(command)
+      .thenNothing();
+    spec
+      .given([created('wh_1'), disabled('wh_1'), reEnabled('wh_1')])
+      .when(command)
+      .thenEmits([disabled('wh_1', 1)]);
+    spec.given([]).when(command).thenNothing();
+  });
+
+  it('folds the shared subscription fold, so the cap counts disabled subscriptions too', () => {
+    const state = [created('wh_1'), disabled('wh_1')].reduce(
+      (s, e) => subscriptionDecider.evolve(s, e),
+      subscriptionDecider.initialState(),
+    );
+    expect(state.subs.wh_1?.status).toBe('disabled');
+  });
+});

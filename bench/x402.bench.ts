@@ -37,11 +37,11 @@ import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import { loadConfig } from '../contracts/config.ts';
-import { decodePaymentHeader } from '../services/api/x402/codecs.ts';
-import { Quoter } from '../services/api/x402/quote.ts';
+import { decodePaymentHeader } from '../services/payments/codecs.ts';
 import { PaymentLedger } from '../services/payments/ledger.ts';
 import { createLocalFacilitator } from '../services/payments/local-facilitator.ts';
 import { decideReservation } from '../services/payments/payment-state.ts';
+import { Quoter } from '../services/payments/quote.ts';
 import { chainIdOf, type Rail, railsFromConfig } from '../services/payments/rails.ts';
 import { createResourceServer } from '../services/payments/resource-server.ts';
 import {
@@ -280,14 +280,13 @@ async function verifyThenReserve(
   const requirement = server.findMatchingRequirements(requirements, payment.payload);
   if (!requirement) throw new Error('no matching requirement');
   const auth = payment.eip3009.authorization;
-  const known = decideReservation(
-    await ledger.state({
-      network: requirement.network,
-      asset: requirement.asset,
-      payer: auth.from,
-      nonce: auth.nonce,
-    }),
-  );
+  const current = await ledger.read({
+    network: requirement.network,
+    asset: requirement.asset,
+    payer: auth.from,
+    nonce: auth.nonce,
+  });
+  const known = decideReservation(current.state);
   if (!known.ok) throw new Error(`replay refused: ${known.reason}`);
   const verified = await server.verifyPayment(payment.payload, requirement);
   if (!verified.isValid)
@@ -307,7 +306,7 @@ async function verifyThenReserve(
       requestId: `bench-${i}`,
       tool: 'get_trade_call',
     },
-    known.expectedRevision,
+    current,
   );
   if (!reserved.ok) throw new Error(`reserve refused: ${reserved.reason}`);
 }

@@ -13,8 +13,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import { ConfigError, DEVELOPMENT_RAIL, loadConfig } from '../contracts/config.ts';
 import { ServiceMeta } from '../services/api/service-meta.ts';
-import { setupX402 } from '../services/api/x402/setup.ts';
 import { DEVELOPMENT_SECOND_RAIL } from '../services/payments/rails.ts';
+import { setupX402 } from '../services/payments/setup.ts';
 import { type RunningService, startService } from '../services/service.ts';
 import { fromBase64Json } from './chain/x402-app.ts';
 

@@ -276,6 +276,16 @@ describe('2. a paid answer is never lost', () => {
     expect(await chain.authorizationState(payer.address, retryAuth.nonce)).toBe(false);
     expect(await chain.balanceOf(payer.address)).toBe(100_000n - PRICE);
 
+    // Someone who knows the payer's address and payment id but not their key gets nothing back:
+    // the id is looked up only after a fresh authorisation from the payer verifies.
+    const stranger = await chain.fundedPayer(100_000n);
+    const forged = await post(BODY, {
+      'payment-signature': await paymentHeader(stranger.key, authFor(payer.address), id),
+    });
+    expect(forged.status).toBe(402);
+    expect(forged.headers.get('x-payment-replayed')).toBeNull();
+    expect(JSON.stringify(await forged.json())).not.toContain(JSON.stringify(served.verdict ?? served));
+
     // Another request under the same id is a conflict: refused, nothing served or charged.
     const otherAuth = authFor(payer.address);
     const other = await post(

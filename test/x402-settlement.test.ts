@@ -180,7 +180,8 @@ describe('reconciliation after a restart', () => {
       });
       const expired = await ledger.reserve({ ...base, nonce: randomNonce(), validBefore: String(now - 1n) });
       if (!stopped.ok || !expired.ok) throw new Error('reserve failed');
-      await ledger.record(expired.handle, 'PaymentSettlementPending', {
+      await ledger.transition(expired.handle, {
+        kind: 'markPending',
         submittedAt: new Date().toISOString(),
       });
 

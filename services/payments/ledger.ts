@@ -1,11 +1,13 @@
+import { type Aggregate, handleCommand } from '../../adapters/event-store/command.ts';
 import { type EventStore, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
-import type { ExpectedRevision } from '../../contracts/envelope.ts';
-import { type EventData, type EventType, newEvent } from '../../contracts/events.ts';
+import type { EventData } from '../../contracts/events.ts';
 import {
-  decideReservation,
-  foldPayment,
+  aggregatePayment,
+  type PaymentCommand,
   type PaymentIdentity,
+  PaymentRuleError,
   type PaymentState,
+  paymentDecider,
   paymentStream,
 } from './payment-state.ts';
 
@@ -15,52 +17,58 @@ export interface PaymentRef {
   asset: `0x${string}`;
 }
 
-/** A reserved payment: the appends that follow are guarded by the stream's revision. */
+/**
+ * A reserved payment, with the state and revision its holder last wrote: the steps that follow
+ * are decided against it and appended at that revision, so another writer's move is noticed.
+ */
 export interface PaymentHandle {
   ref: PaymentRef;
   payer: string;
   stream: string;
-  revision: number;
-  correlationId: string;
+  known: Aggregate<PaymentState | null>;
 }
 
 export type ReserveResult =
   | { ok: true; handle: PaymentHandle }
   | { ok: false; reason: string; message: string };
 
+/** A step after the reservation. */
+export type PaymentStep = Exclude<PaymentCommand, { kind: 'reserve' }>;
+
 /**
- * The payment log. Reserving appends PaymentAuthorized to `payment-<nonce>` with an expected
- * revision ("no stream", or the revision of its release): the store's optimistic concurrency,
- * not a lock, lets exactly one request on any replica use an authorisation.
+ * The payment log. Every write is a command decided by `paymentDecider` and appended at the
+ * revision it was decided on: the store's optimistic concurrency, not a lock, lets exactly one
+ * request on any replica use an authorisation.
  */
 export class PaymentLedger {
   constructor(private readonly store: EventStore) {}
 
   async state(id: PaymentIdentity): Promise<PaymentState | null> {
-    return foldPayment(await this.store.readStream(paymentStream(id)));
+    return (await this.read(id)).state;
+  }
+
+  /** The payment's state with its revision, to decide on and pass back to `reserve`. */
+  read(id: PaymentIdentity): Promise<Aggregate<PaymentState | null>> {
+    return aggregatePayment(this.store, paymentStream(id));
   }
 
   /**
-   * `expectedRevision`, from a reservation decision the caller already made on this stream, spares
-   * reading it again; the append still refuses when the stream moved since.
+   * `known`, the stream as the caller already read it, spares reading it again; the append still
+   * refuses when the stream moved since.
    */
   async reserve(
     data: EventData<'PaymentAuthorized'>,
-    expectedRevision?: ExpectedRevision,
+    known?: Aggregate<PaymentState | null>,
   ): Promise<ReserveResult> {
     const id = { network: data.network, asset: data.asset, payer: data.payer, nonce: data.nonce };
     const stream = paymentStream(id);
-    let expected = expectedRevision;
-    if (expected === undefined) {
-      const decision = decideReservation(await this.state(id));
-      if (!decision.ok) return decision;
-      expected = decision.expectedRevision;
-    }
     try {
-      const result = await this.store.append(
+      const handled = await handleCommand(
+        this.store,
         stream,
-        [newEvent('PaymentAuthorized', data, { correlationId: data.requestId })],
-        { expectedRevision: expected },
+        paymentDecider,
+        { kind: 'reserve', data },
+        known ? { known } : {},
       );
       return {
         ok: true,
@@ -72,11 +80,11 @@ export class PaymentLedger {
             asset: data.asset as `0x${string}`,
           },
           stream,
-          revision: result.nextRevision,
-          correlationId: data.requestId,
+          known: { state: handled.state, revision: handled.revision },
         },
       };
     } catch (err) {
+      if (err instanceof PaymentRuleError) return { ok: false, reason: err.reason, message: err.message };
       if (err instanceof WrongExpectedRevisionError) {
         return {
           ok: false,
@@ -88,51 +96,23 @@ export class PaymentLedger {
     }
   }
 
-  /** Appends the next step of a reserved payment; throws WrongExpectedRevisionError if another writer moved it. */
-  async record<T extends Exclude<EventType, 'PaymentAuthorized'>>(
+  /**
+   * Records the next step of a reserved payment, decided on the state the handle holds. Throws
+   * WrongExpectedRevisionError if another writer moved it, unless `converge`: then the step is
+   * decided again on the stream as it is now, where a later outcome another writer (the
+   * reconciler of any replica) recorded first, or the same settlement, decides nothing; that is
+   * convergence, not a conflict. Returns whether this call appended.
+   */
+  async transition(
     handle: PaymentHandle,
-    type: T,
-    data: Omit<EventData<T>, 'nonce' | 'network' | 'asset'>,
-  ): Promise<void> {
-    const event = newEvent(type, { ...handle.ref, ...data } as EventData<T>, {
-      correlationId: handle.correlationId,
+    step: PaymentStep,
+    options: { converge?: boolean } = {},
+  ): Promise<'recorded' | 'already_settled'> {
+    const handled = await handleCommand(this.store, handle.stream, paymentDecider, step, {
+      known: handle.known,
+      retry: options.converge ? 1 : 0,
     });
-    const result = await this.store.append(handle.stream, [event], { expectedRevision: handle.revision });
-    handle.revision = result.nextRevision;
-  }
-
-  /**
-   * Records the settlement with tx T. Another writer (the reconciler of any replica) may have
-   * recorded the same fact first: both say "settled with T", so that is convergence, not a
-   * conflict. Returns the state the payment ended in.
-   */
-  async recordSettled(
-    handle: PaymentHandle,
-    data: Omit<EventData<'PaymentSettled'>, 'nonce' | 'network' | 'asset'>,
-  ): Promise<'recorded' | 'already_settled'> {
-    return this.converge(handle, () => this.record(handle, 'PaymentSettled', data), ['settled']);
-  }
-
-  /**
-   * Appends a step unless another writer already moved the payment to one of `finalStates`
-   * (a later fact than this step); any other move is still a conflict.
-   */
-  async converge(
-    handle: PaymentHandle,
-    append: () => Promise<void>,
-    finalStates: PaymentState['status'][],
-  ): Promise<'recorded' | 'already_settled'> {
-    try {
-      await append();
-      return 'recorded';
-    } catch (err) {
-      if (!(err instanceof WrongExpectedRevisionError)) throw err;
-      const now = foldPayment(await this.store.readStream(handle.stream));
-      if (now && finalStates.includes(now.status)) {
-        handle.revision = now.revision;
-        return 'already_settled';
-      }
-      throw err;
-    }
+    handle.known = { state: handled.state, revision: handled.revision };
+    return handled.events.length > 0 ? 'recorded' : 'already_settled';
   }
 }

@@ -1,6 +1,15 @@
 import { createHash } from 'node:crypto';
+import {
+  type Aggregate,
+  aggregateStream,
+  asFolded,
+  type DecidedEvent,
+  type Decider,
+  type EventMeta,
+} from '../../adapters/event-store/command.ts';
+import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { ExpectedRevision, RecordedEvent } from '../../contracts/envelope.ts';
-import { type EventData, parseDomainEvent } from '../../contracts/events.ts';
+import type { EventData } from '../../contracts/events.ts';
 
 /**
  * The life of one payment authorisation, folded from its stream `payment-<nonce>`:
@@ -44,10 +53,24 @@ export function paymentStream(id: PaymentIdentity): string {
   return `payment-${createHash('sha256').update(identityKey(id)).digest('hex').slice(0, 40)}`;
 }
 
-export function evolvePayment(state: PaymentState | null, raw: RecordedEvent): PaymentState | null {
-  const event = parseDomainEvent(raw);
-  if (!event) return state;
-  const base = { revision: raw.revision, lastAt: raw.recordedAt };
+export type PaymentEvent = DecidedEvent<
+  | 'PaymentAuthorized'
+  | 'PaymentSettlementPending'
+  | 'PaymentSettled'
+  | 'PaymentSettlementFailed'
+  | 'PaymentReleased'
+>;
+
+export function evolvePayment(
+  state: PaymentState | null,
+  event: PaymentEvent,
+  meta?: EventMeta,
+): PaymentState | null {
+  // A decided event not yet recorded (a decider spec) takes the next revision and keeps the time.
+  const base = {
+    revision: meta?.revision ?? (state ? state.revision + 1 : 0),
+    lastAt: meta?.recordedAt ?? state?.lastAt ?? '',
+  };
   switch (event.type) {
     case 'PaymentAuthorized':
       return { ...base, status: 'authorized', authorized: event.data, txHash: null };
@@ -68,13 +91,25 @@ export function evolvePayment(state: PaymentState | null, raw: RecordedEvent): P
       return state ? { ...state, ...base, status: 'failed' } : null;
     case 'PaymentReleased':
       return state ? { ...state, ...base, status: 'released' } : null;
-    default:
-      return state;
   }
 }
 
+export const PAYMENT_EVENT_TYPES: readonly PaymentEvent['type'][] = [
+  'PaymentAuthorized',
+  'PaymentSettlementPending',
+  'PaymentSettled',
+  'PaymentSettlementFailed',
+  'PaymentReleased',
+];
+
+/** Folds one recorded event of any type: those that are not payment events leave the state as is. */
+export function evolveRecorded(state: PaymentState | null, raw: RecordedEvent): PaymentState | null {
+  const event = asFolded<PaymentEvent>({ eventTypes: PAYMENT_EVENT_TYPES }, raw);
+  return event ? evolvePayment(state, event, raw) : state;
+}
+
 export function foldPayment(events: RecordedEvent[]): PaymentState | null {
-  return events.reduce<PaymentState | null>(evolvePayment, null);
+  return events.reduce<PaymentState | null>(evolveRecorded, null);
 }
 
 export type ReservationDecision =
@@ -112,4 +147,105 @@ export function decideReservation(state: PaymentState | null): ReservationDecisi
 /** Unfinished payments: reconciliation looks at these once they are old enough. */
 export function isOpen(state: PaymentState): boolean {
   return state.status === 'authorized' || state.status === 'pending';
+}
+
+/** Event data past the reference the payment's own authorisation already carries. */
+type After<T extends PaymentEvent['type']> = Omit<EventData<T>, 'nonce' | 'network' | 'asset'>;
+
+/**
+ * What may happen to one payment. `reserve` opens it (or reopens a released one); the others
+ * are the steps a request or the reconciler records once it is reserved.
+ */
+export type PaymentCommand =
+  | { kind: 'reserve'; data: EventData<'PaymentAuthorized'> }
+  | ({ kind: 'release' } & After<'PaymentReleased'>)
+  | ({ kind: 'markPending' } & After<'PaymentSettlementPending'>)
+  | ({ kind: 'settle' } & After<'PaymentSettled'>)
+  | ({ kind: 'fail' } & After<'PaymentSettlementFailed'>);
+
+export class PaymentRuleError extends Error {
+  override readonly name = 'PaymentRuleError';
+  constructor(
+    readonly reason: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+function refuse(command: PaymentCommand, state: PaymentState | null): never {
+  throw new PaymentRuleError(
+    'payment_transition_refused',
+    `a payment ${state ? state.status : 'never reserved'} cannot ${command.kind}`,
+  );
+}
+
+/**
+ * The rules of one payment's life. A step that another writer already carried past (the request
+ * and the reconciler race to the same outcome) decides nothing, so recording it again converges
+ * instead of conflicting; a step that contradicts what is recorded (settle a released payment,
+ * settle in another transaction) is refused.
+ */
+export function decidePayment(command: PaymentCommand, state: PaymentState | null): PaymentEvent[] {
+  if (command.kind === 'reserve') {
+    const decision = decideReservation(state);
+    if (!decision.ok) throw new PaymentRuleError(decision.reason, decision.message);
+    return [{ type: 'PaymentAuthorized', data: command.data, correlationId: command.data.requestId }];
+  }
+  const auth = state?.authorized;
+  if (!state || !auth) refuse(command, state);
+  const ref = { nonce: auth.nonce, network: auth.network, asset: auth.asset };
+  const { kind: _kind, ...data } = command;
+  const correlationId = auth.requestId;
+  switch (command.kind) {
+    case 'release':
+      if (state.status !== 'authorized') refuse(command, state);
+      return [
+        { type: 'PaymentReleased', data: { ...ref, ...(data as After<'PaymentReleased'>) }, correlationId },
+      ];
+    case 'markPending':
+      if (state.status === 'settled' || state.status === 'failed') return [];
+      if (state.status !== 'authorized' && state.status !== 'pending') refuse(command, state);
+      return [
+        {
+          type: 'PaymentSettlementPending',
+          data: { ...ref, ...(data as After<'PaymentSettlementPending'>) },
+          correlationId,
+        },
+      ];
+    case 'settle':
+      if (state.status === 'settled' && state.txHash?.toLowerCase() === command.txHash.toLowerCase())
+        return [];
+      if (state.status === 'settled') {
+        throw new PaymentRuleError(
+          'payment_settled_differently',
+          `this payment was already settled in ${state.txHash}, not ${command.txHash}`,
+        );
+      }
+      if (state.status !== 'authorized' && state.status !== 'pending') refuse(command, state);
+      return [
+        { type: 'PaymentSettled', data: { ...ref, ...(data as After<'PaymentSettled'>) }, correlationId },
+      ];
+    case 'fail':
+      if (state.status === 'settled' || state.status === 'failed') return [];
+      if (state.status !== 'pending') refuse(command, state);
+      return [
+        {
+          type: 'PaymentSettlementFailed',
+          data: { ...ref, ...(data as After<'PaymentSettlementFailed'>) },
+          correlationId,
+        },
+      ];
+  }
+}
+
+export const paymentDecider: Decider<PaymentState | null, PaymentCommand, PaymentEvent> = {
+  eventTypes: PAYMENT_EVENT_TYPES,
+  initialState: () => null,
+  evolve: evolvePayment,
+  decide: decidePayment,
+};
+
+export function aggregatePayment(store: EventStore, stream: string): Promise<Aggregate<PaymentState | null>> {
+  return aggregateStream(store, stream, paymentDecider);
 }

@@ -1,9 +1,29 @@
 import type { Logger } from 'pino';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
+import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
+import type { ProjectionStore } from '../../adapters/projection-store/port.ts';
+import type { Projection } from '../../projections/projection.ts';
+import { ProjectionRunner } from '../../projections/runner.ts';
 import type { ChainReader } from './chain-reader.ts';
-import { type PaymentHandle, PaymentLedger } from './ledger.ts';
-import { evolvePayment, isOpen, type PaymentState } from './payment-state.ts';
+import { type PaymentHandle, PaymentLedger, type PaymentStep } from './ledger.ts';
+import { evolveRecorded, isOpen, type PaymentState } from './payment-state.ts';
+
+/** Unfinished payments by stream: what reconciliation may have to finish. */
+export type OpenPayments = Record<string, PaymentState>;
+
+export const openPaymentsProjection: Projection<OpenPayments> = {
+  name: 'open-payments',
+  version: 1,
+  initial: () => ({}),
+  evolve(state, event) {
+    if (!event.stream.startsWith('payment-')) return state;
+    const next = evolveRecorded(state[event.stream] ?? null, event);
+    if (next && isOpen(next)) state[event.stream] = next;
+    else delete state[event.stream];
+    return state;
+  },
+};
 
 export interface ReconcileSummary {
   examined: number;
@@ -23,10 +43,15 @@ export interface ReconcilerOptions {
   olderThanMs: number;
   logger?: Logger;
   now?: () => number;
+  /** Where the open-payments projection keeps its snapshots; without it, in this process only. */
+  projections?: ProjectionStore;
+  snapshotEvery?: number;
 }
 
+const CATCH_UP_TIMEOUT_MS = 60_000;
+
 /**
- * Settles the record of unfinished payments against the chain, never the chain itself: it
+ * A processor over the open-payments projection: settles the record of unfinished payments against the chain, never the chain itself: it
  * submits nothing, so a payment cannot be settled twice. A pending settlement becomes
  * PaymentSettled when the token reports the authorisation used (the transaction is found from
  * its AuthorizationUsed log), PaymentSettlementFailed when it can no longer land (reverted, or
@@ -35,34 +60,29 @@ export interface ReconcilerOptions {
  */
 export class PaymentReconciler {
   private readonly ledger: PaymentLedger;
-  private readonly open = new Map<string, PaymentState>();
-  private checkpoint = 0;
+  /** The open payments, folded by the standard runner like every other projection. */
+  readonly openPayments: ProjectionRunner<OpenPayments>;
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<ReconcileSummary> | null = null;
 
   constructor(private readonly options: ReconcilerOptions) {
     this.ledger = new PaymentLedger(options.store);
+    this.openPayments = new ProjectionRunner(
+      options.store,
+      options.projections ?? new MemoryProjectionStore(),
+      openPaymentsProjection,
+      {
+        ...(options.snapshotEvery !== undefined ? { snapshotEvery: options.snapshotEvery } : {}),
+        ...(options.logger ? { logger: options.logger } : {}),
+      },
+    );
   }
 
-  /** Folds new payment events into the set of open payments, from the last checkpoint. */
+  /** A round looks at the log as it is when the round starts, its own last writes included. */
   private async catchUp(): Promise<void> {
-    const states = new Map<string, PaymentState | null>();
-    for (;;) {
-      const page = await this.options.store.readAll({ after: this.checkpoint, maxCount: 1000 });
-      if (page.length === 0) break;
-      for (const event of page) {
-        this.checkpoint = event.position;
-        if (!event.stream.startsWith('payment-') || !event.type.startsWith('Payment')) continue;
-        const prior = states.has(event.stream)
-          ? states.get(event.stream)!
-          : (this.open.get(event.stream) ?? null);
-        states.set(event.stream, evolvePayment(prior, event));
-      }
-    }
-    for (const [stream, state] of states) {
-      if (state && isOpen(state)) this.open.set(stream, state);
-      else this.open.delete(stream);
-    }
+    if (!this.openPayments.running) await this.openPayments.start();
+    if (this.openPayments.error) throw this.openPayments.error;
+    await this.openPayments.waitFor(await this.options.store.headPosition(), CATCH_UP_TIMEOUT_MS);
   }
 
   runOnce(): Promise<ReconcileSummary> {
@@ -83,13 +103,12 @@ export class PaymentReconciler {
       unreadable: 0,
     };
     const cutoff = (this.options.now ?? Date.now)() - this.options.olderThanMs;
-    for (const [stream, state] of [...this.open]) {
+    for (const [stream, state] of Object.entries(this.openPayments.state)) {
       if (Date.parse(state.lastAt) > cutoff || !state.authorized) continue;
       summary.examined++;
       try {
         const outcome = await this.reconcileOne(stream, state);
         summary[outcome]++;
-        if (outcome !== 'stillPending' && outcome !== 'unreadable') this.open.delete(stream);
       } catch (err) {
         if (err instanceof WrongExpectedRevisionError) {
           // A request moved the payment meanwhile; the next catch-up sees its new state.
@@ -114,19 +133,21 @@ export class PaymentReconciler {
     const asset = auth.asset as `0x${string}`;
     const payer = auth.payer as `0x${string}`;
     const nonce = auth.nonce as `0x${string}`;
+    // Decided on the state the projection holds: a request that moved the payment since wins.
     const handle: PaymentHandle = {
       ref: { nonce, network: auth.network, asset },
       payer,
       stream,
-      revision: state.revision,
-      correlationId: auth.requestId,
+      known: { state, revision: state.revision },
     };
+    const record = (step: PaymentStep) => this.ledger.transition(handle, step);
 
     if (await chain.authorizationUsed(asset, payer, nonce)) {
       const known =
         state.txHash && (await chain.receiptStatus(state.txHash)) === 'success' ? state.txHash : null;
       const txHash = known ?? (await chain.findAuthorizationTx(asset, payer, nonce)) ?? '0x';
-      await this.ledger.record(handle, 'PaymentSettled', {
+      await record({
+        kind: 'settle',
         payer,
         amount: auth.amount,
         txHash,
@@ -135,13 +156,15 @@ export class PaymentReconciler {
       return 'settled';
     }
     if (state.status === 'authorized') {
-      await this.ledger.record(handle, 'PaymentReleased', {
+      await record({
+        kind: 'release',
         reason: 'the request stopped before settlement; nothing was charged',
       });
       return 'released';
     }
     if (state.txHash && (await chain.receiptStatus(state.txHash)) === 'reverted') {
-      await this.ledger.record(handle, 'PaymentSettlementFailed', {
+      await record({
+        kind: 'fail',
         reason: 'settlement transaction reverted',
         txHash: state.txHash,
         reconciled: true,
@@ -149,7 +172,8 @@ export class PaymentReconciler {
       return 'failed';
     }
     if ((await chain.chainTime()) >= BigInt(auth.validBefore)) {
-      await this.ledger.record(handle, 'PaymentSettlementFailed', {
+      await record({
+        kind: 'fail',
         reason: 'the authorisation expired unused; nothing was charged',
         ...(state.txHash ? { txHash: state.txHash } : {}),
         reconciled: true,
@@ -175,5 +199,6 @@ export class PaymentReconciler {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     await this.running?.catch(() => undefined);
+    if (this.openPayments.running) await this.openPayments.stop();
   }
 }

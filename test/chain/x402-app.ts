@@ -12,10 +12,10 @@ import { type DomainEvent, type Plan, parseDomainEvent } from '../../contracts/e
 import { buildApp } from '../../services/api/app.ts';
 import { discoveryPlugin } from '../../services/api/discovery/plugin.ts';
 import { keyedChannel } from '../../services/api/plugins.ts';
-import { setupX402, type X402Setup } from '../../services/api/x402/setup.ts';
 import { createSignalEngine, type SignalEngine } from '../../services/engine/engine.ts';
 import { type IssuedKey, issueKey } from '../../services/keys/key-commands.ts';
 import { paymentStream } from '../../services/payments/payment-state.ts';
+import { setupX402, type X402Setup } from '../../services/payments/setup.ts';
 import { Readiness } from '../../services/shared/readiness.ts';
 import {
   AUTHORIZATION_TYPES,

@@ -1,17 +1,37 @@
 import { declareDiscoveryExtension } from '@x402/extensions/bazaar';
 import { declarePaymentIdentifierExtension, PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier';
 import { jsonSchema } from '../../../contracts/json-schema.ts';
-import { TIMEFRAMES } from '../../../contracts/market.ts';
-import type { Rail } from '../../payments/rails.ts';
-import { outputSchemaOf, type ToolDefinition } from '../mcp/tool-registry.ts';
-import type { PaidTool } from '../x402/tools.ts';
+import type { ToolAnnotations } from '../../../contracts/tools.ts';
+import { annotationsOf, outputSchemaOf, type ToolDefinition } from '../mcp/tool-registry.ts';
 
 /**
- * Everything agents discover about the service, derived from the one tool table (the MCP
- * registry's tool definitions, with the x402 prices beside them): the `bazaar` extension of each
- * 402, `/.well-known/x402`, `/llms.txt` and the MCP server card. Pure: the documents are built
- * from these inputs and the origin a request came to.
+ * Everything agents discover about the service, derived from the one tool table (contracts/tools.ts,
+ * as the MCP registry and the x402 prices carry it, beside the knowledge tools): the `bazaar`
+ * extension of each 402, `/.well-known/x402`, `/llms.txt` and the MCP server card. Pure: the
+ * documents are built from these inputs and the origin a request came to.
  */
+
+/**
+ * What discovery reads of a tool sold per call. Declared here, not imported: the payments slice
+ * builds on this folder, so this folder does not import it back.
+ */
+export interface SoldTool {
+  name: string;
+  /** Price for a validated body; null prices the tool's base call. */
+  price(input: unknown | null): number;
+  /** The price of each value of the one input field the price depends on, if it depends on one. */
+  priceBy: { field: string; amounts: Record<string, number> } | null;
+}
+
+/** What discovery publishes of a payment rail (the payments slice's Rail fits it). */
+export interface QuotedRail {
+  network: string;
+  asset: string;
+  payTo: string;
+  name: string;
+  version: string;
+  maxTimeoutSeconds: number;
+}
 
 export const SERVICE_NAME = 'signal-service';
 export const SERVICE_TITLE = 'Crypto signal service';
@@ -69,8 +89,9 @@ export interface CatalogTool {
   inputSchema: Record<string, unknown>;
   outputSchema: Record<string, unknown> | null;
   example: Record<string, unknown>;
+  annotations: ToolAnnotations;
   /** The x402 route and its prices in atomic units of the rails' asset, or null when not sold per call. */
-  paid: { path: string; price: number; byTimeframe: Record<string, number> | null } | null;
+  paid: { path: string; price: number; priceBy: SoldTool['priceBy'] } | null;
 }
 
 function inputSchemaOf(tool: TableTool): Record<string, unknown> {
@@ -78,16 +99,10 @@ function inputSchemaOf(tool: TableTool): Record<string, unknown> {
 }
 
 /** The one table, joined: every MCP tool, with its x402 route and prices when it is sold per call. */
-export function catalogTools(tools: TableTool[], paid: PaidTool[]): CatalogTool[] {
+export function catalogTools(tools: TableTool[], paid: SoldTool[]): CatalogTool[] {
   const prices = new Map(paid.map((p) => [p.name as string, p]));
   return tools.map((tool) => {
     const sold = prices.get(tool.name);
-    let byTimeframe: Record<string, number> | null = null;
-    if (sold && tool.name === 'get_trade_call') {
-      byTimeframe = Object.fromEntries(
-        TIMEFRAMES.map((timeframe) => [timeframe, sold.price(tool.input.parse({ coin: 'BTC', timeframe }))]),
-      );
-    }
     return {
       name: tool.name,
       title: tool.title,
@@ -95,18 +110,23 @@ export function catalogTools(tools: TableTool[], paid: PaidTool[]): CatalogTool[
       inputSchema: inputSchemaOf(tool),
       outputSchema: tool.output ? outputSchemaOf(tool.output) : null,
       example: tool.example ?? {},
-      paid: sold ? { path: `/x402/${tool.name}`, price: sold.price(null), byTimeframe } : null,
+      annotations: annotationsOf(tool),
+      paid: sold ? { path: `/x402/${tool.name}`, price: sold.price(null), priceBy: sold.priceBy } : null,
     };
   });
 }
 
-/** The x402 `bazaar` discovery extension of one paid route: how to call it and what comes back. */
+/**
+ * The x402 `bazaar` discovery extension of one paid route: how to call it. What comes back is not
+ * declared: bazaar publishes an output schema only beside an output example, and both would ride
+ * in every PAYMENT-REQUIRED header, taking it from about 3 KB to about 10 KB, past nginx's default
+ * proxy buffer for response headers. The output schema is in the server card and OpenAPI instead.
+ */
 export function bazaarExtension(tool: CatalogTool): Record<string, unknown> {
   const declared = declareDiscoveryExtension({
     bodyType: 'json',
     input: tool.example,
     inputSchema: tool.inputSchema,
-    output: { schema: tool.outputSchema ?? { type: 'object' } },
   } as Parameters<typeof declareDiscoveryExtension>[0]) as Record<string, { info: { input: object } }>;
   const bazaar = declared.bazaar!;
   // The method is normally filled in by the HTTP route enrichment of @x402/core; our routes are our own.
@@ -126,7 +146,7 @@ function usd(atomic: number): string {
 export function x402Manifest(
   origin: string,
   tools: CatalogTool[],
-  rails: Rail[],
+  rails: QuotedRail[],
   policy: ReturnType<typeof paymentPolicy>,
 ) {
   return {
@@ -143,12 +163,12 @@ export function x402Manifest(
         description: t.description,
         mimeType: 'application/json',
         price: { amount: String(t.paid!.price), usd: usd(t.paid!.price) },
-        ...(t.paid!.byTimeframe
+        ...(t.paid!.priceBy
           ? {
               priceBy: {
-                field: 'timeframe',
+                field: t.paid!.priceBy.field,
                 amounts: Object.fromEntries(
-                  Object.entries(t.paid!.byTimeframe).map(([k, v]) => [k, String(v)]),
+                  Object.entries(t.paid!.priceBy.amounts).map(([k, v]) => [k, String(v)]),
                 ),
               },
             }
@@ -190,13 +210,13 @@ export function mcpServerCard(origin: string, tools: CatalogTool[]) {
       description: t.description,
       inputSchema: t.inputSchema,
       ...(t.outputSchema ? { outputSchema: t.outputSchema } : {}),
-      annotations: { title: t.title, readOnlyHint: true, openWorldHint: true },
+      annotations: t.annotations,
     })),
   };
 }
 
 /** `/llms.txt`: the same, for a model reading plain text. */
-export function llmsTxt(origin: string, tools: CatalogTool[], rails: Rail[]): string {
+export function llmsTxt(origin: string, tools: CatalogTool[], rails: QuotedRail[]): string {
   const lines = [
     `# ${SERVICE_TITLE}`,
     '',

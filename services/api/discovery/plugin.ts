@@ -1,13 +1,13 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
-import type { Rail } from '../../payments/rails.ts';
 import { documented } from '../openapi.ts';
-import type { PaidTool } from '../x402/tools.ts';
 import {
   type CatalogTool,
   catalogTools,
   llmsTxt,
   mcpServerCard,
   paymentPolicy,
+  type QuotedRail,
+  type SoldTool,
   type TableTool,
   x402Manifest,
 } from './catalog.ts';
@@ -16,8 +16,8 @@ export interface DiscoveryOptions {
   /** The tools /mcp serves (the registry's definitions). */
   tools: TableTool[];
   /** The tools sold per call on /x402/*, with their prices; empty when pay-per-call is off. */
-  paid: PaidTool[];
-  rails: Rail[];
+  paid: SoldTool[];
+  rails: QuotedRail[];
   /** How long paid answers are kept (the published idempotency window). */
   paidResponseTtlMs: number;
 }

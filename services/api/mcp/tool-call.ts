@@ -29,7 +29,6 @@ export interface PaidToolCall {
   /** The `_meta["x402/payment"]` value as sent. */
   payment: unknown;
   requestId: string;
-  run(): Promise<Record<string, unknown>>;
 }
 
 export type PaidToolOutcome =
@@ -90,6 +89,22 @@ export class ChannelError extends Error {
   }
 }
 
+/**
+ * What a tool gives back when its result is thrown away because the call lost the race for the
+ * plan's last call, or its debit could not be made: the unit chat_knowledge took of the chat quota.
+ */
+const releases = new WeakMap<object, () => Promise<void>>();
+
+/** Registers how to undo what produced `result` if it is never served; returns `result`. */
+export function releaseIfDiscarded<T extends object>(result: T, release: () => Promise<void>): T {
+  releases.set(result, release);
+  return result;
+}
+
+async function discarded(result: Record<string, unknown> | undefined): Promise<void> {
+  if (result !== undefined) await releases.get(result)?.();
+}
+
 /** `_meta` keys of the x402 MCP transport: the payment in a call, the settlement in its result. */
 export const MCP_PAYMENT_META = 'x402/payment';
 const MCP_PAYMENT_RESPONSE_META = 'x402/payment-response';
@@ -142,16 +157,18 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
       args: parsed.data,
       payment: request.payment,
       requestId,
-      run: () => tool.run(parsed.data, { requestId, caller }),
     });
   }
   let outcome: Awaited<ReturnType<typeof serveMetered<Record<string, unknown>>>>;
+  let ran: Record<string, unknown> | undefined;
   try {
-    outcome = await serveMetered(deps.quota, caller, { tool: tool.name, requestId }, () =>
-      tool.run(parsed.data, { requestId, caller }),
-    );
+    outcome = await serveMetered(deps.quota, caller, { tool: tool.name, requestId }, async () => {
+      ran = await tool.run(parsed.data, { requestId, caller });
+      return ran;
+    });
   } catch (err) {
     if (err instanceof QuotaUnavailableError) {
+      await discarded(ran);
       throw new ChannelError(MCP_UNVERIFIABLE, err.message, { retryable: true, _service: err.service });
     }
     throw err;
@@ -164,6 +181,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     return toolResult({ ...outcome.value, _service: { ...extra, ...outcome.service } });
   }
   if (outcome.reason === 'quota_exhausted') {
+    await discarded(ran);
     const payment = (await deps.paymentRequirements?.(tool.name, parsed.data)) ?? null;
     const message =
       `quota_exhausted: the ${outcome.window} quota of this ${caller.keyId ? 'key' : 'anonymous caller'} is used up` +

@@ -1,7 +1,7 @@
 import type { x402ResourceServer } from '@x402/core/server';
 import type { PaymentRequired, PaymentRequirements, ResourceInfo } from '@x402/core/types';
-import type { Rail } from '../../payments/rails.ts';
 import { encodePaymentRequired, type V1Requirement, v1Accepts } from './codecs.ts';
+import type { Rail } from './rails.ts';
 
 /** The v1 402 body, plus `code`/`message` for people reading it. */
 export interface QuoteBody {

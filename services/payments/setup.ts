@@ -1,27 +1,28 @@
 import type { FacilitatorClient } from '@x402/core/server';
 import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
-import type { Cache } from '../../../adapters/cache/port.ts';
-import type { EventStore } from '../../../adapters/event-store/port.ts';
-import type { Config } from '../../../contracts/config.ts';
-import type { SignalOperations } from '../../engine/operations.ts';
-import { chainReadersFor } from '../../payments/chain-reader.ts';
-import { KeyedSerialiser, PayerExposure } from '../../payments/exposure.ts';
-import { PaymentLedger } from '../../payments/ledger.ts';
-import { createLocalFacilitator, type LocalFacilitator } from '../../payments/local-facilitator.ts';
-import { PaidResponseStore } from '../../payments/paid-responses.ts';
-import { createQuoteOnlyFacilitator } from '../../payments/quote-only-facilitator.ts';
-import { ignoredExtraSettings, type Rail, railPlan } from '../../payments/rails.ts';
-import { PaymentReconciler } from '../../payments/reconcile.ts';
-import { createRemoteFacilitator } from '../../payments/remote-facilitator.ts';
-import { createResourceServer } from '../../payments/resource-server.ts';
-import { catalogTools, quoteExtensions } from '../discovery/catalog.ts';
-import type { PaymentRequirementsFor, PayPerCall } from '../mcp/tool-call.ts';
-import { signalToolTable } from '../mcp/tool-registry.ts';
-import { mcpPayments } from './mcp-payments.ts';
+import type { Cache } from '../../adapters/cache/port.ts';
+import type { EventStore } from '../../adapters/event-store/port.ts';
+import type { ProjectionStore } from '../../adapters/projection-store/port.ts';
+import type { Config } from '../../contracts/config.ts';
+import { catalogTools, quoteExtensions } from '../api/discovery/catalog.ts';
+import type { PaymentRequirementsFor, PayPerCall } from '../api/mcp/tool-call.ts';
+import { signalToolTable } from '../api/mcp/tool-registry.ts';
+import type { SignalOperations } from '../engine/operations.ts';
+import { chainReadersFor } from './chain-reader.ts';
+import { KeyedSerialiser, PayerExposure } from './exposure.ts';
+import { type KeyedAccess, x402Plugin } from './http/plugin.ts';
+import { PaymentLedger } from './ledger.ts';
+import { createLocalFacilitator, type LocalFacilitator } from './local-facilitator.ts';
+import { mcpPayments } from './mcp.ts';
+import { PaidResponseStore } from './paid-responses.ts';
 import { drainSettlements, type PaymentFlowDeps } from './payment-flow.ts';
-import { type KeyedAccess, x402Plugin } from './plugin.ts';
 import { Quoter } from './quote.ts';
+import { createQuoteOnlyFacilitator } from './quote-only-facilitator.ts';
+import { ignoredExtraSettings, type Rail, railPlan } from './rails.ts';
+import { PaymentReconciler } from './reconcile.ts';
+import { createRemoteFacilitator } from './remote-facilitator.ts';
+import { createResourceServer } from './resource-server.ts';
 import { type PaidTool, paidTools } from './tools.ts';
 
 export interface X402Setup {
@@ -91,6 +92,8 @@ export async function setupX402(
     logger: Logger;
     /** Where paid answers are kept for X402_PAID_RESPONSE_TTL_MS; without it none are kept. */
     cache?: Cache;
+    /** Where the reconciler's open-payments projection keeps snapshots; without it, in memory. */
+    projections?: ProjectionStore;
   },
 ): Promise<X402Setup | null> {
   const plan = railPlan(config);
@@ -116,6 +119,8 @@ export async function setupX402(
     chains,
     olderThanMs: config.X402_RECONCILE_AFTER_MS,
     logger: deps.logger,
+    snapshotEvery: config.PROJECTION_SNAPSHOT_EVERY,
+    ...(deps.projections ? { projections: deps.projections } : {}),
   });
   const tools = paidTools(config);
   // Each tool's 402 carries its bazaar discovery extension and the idempotency key it accepts.
@@ -130,6 +135,7 @@ export async function setupX402(
     (facilitator as Partial<LocalFacilitator>).kind === 'local' ? (facilitator as LocalFacilitator) : null;
   const flow: PaymentFlowDeps = {
     server,
+    ops: deps.ops,
     ledger: new PaymentLedger(deps.store),
     logger: deps.logger,
     cannotSettle: settles ? null : NOT_CONFIGURED,

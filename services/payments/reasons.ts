@@ -1,6 +1,6 @@
 import type { PaymentRequirements } from '@x402/core/types';
-import { v1NetworkName } from '../../payments/rails.ts';
 import type { DecodedPayment } from './codecs.ts';
+import { v1NetworkName } from './rails.ts';
 
 /** Facilitator reason codes in words a caller can act on. */
 const REASONS: Record<string, string> = {

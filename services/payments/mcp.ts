@@ -1,10 +1,8 @@
 import type { ResourceInfo } from '@x402/core/types';
 import type { Logger } from 'pino';
-import { requestFingerprint } from '../../payments/paid-responses.ts';
-import type { PaymentRequirementsFor, PayPerCall } from '../mcp/tool-call.ts';
+import type { PaymentRequirementsFor, PayPerCall } from '../api/mcp/tool-call.ts';
 import { decodeMcpPayment, settlementResponse } from './codecs.ts';
 import { type PaymentFlowDeps, runPaidCall } from './payment-flow.ts';
-import { describeError } from './plugin.ts';
 import type { Quoter } from './quote.ts';
 import type { PaidTool } from './tools.ts';
 
@@ -61,24 +59,14 @@ export function mcpPayments(options: McpPaymentsOptions): {
           paymentRequired: await required(tool, call.args, decoded.message),
         };
       }
-      let failure: { error: unknown } | null = null;
       const outcome = await runPaidCall(options.flow, {
         payment: decoded.payment,
         requirements: await options.quoter.requirements(tool.price(call.args)),
-        resource: resourceOf(tool),
+        url: resourceOf(tool).url,
         requestId: call.requestId,
-        tool: tool.name,
-        fingerprint: requestFingerprint(tool.name, call.args),
-        precheck: () => null,
-        handler: async () => {
-          try {
-            return await call.run();
-          } catch (error) {
-            failure = { error };
-            throw error;
-          }
-        },
-        describe: (err) => describeError(options.logger, err),
+        tool,
+        input: call.args,
+        refusal: null,
       });
       switch (outcome.kind) {
         case 'served':
@@ -115,7 +103,7 @@ export function mcpPayments(options: McpPaymentsOptions): {
         case 'conflict':
           return { kind: 'unavailable', code: outcome.reason, message: outcome.message, retryable: false };
         case 'refused':
-          return { kind: 'failed', error: (failure as { error: unknown } | null)?.error ?? outcome.refusal };
+          return { kind: 'failed', error: outcome.error ?? outcome.refusal };
       }
     },
   };

@@ -1,11 +1,11 @@
 import type { x402ResourceServer } from '@x402/core/server';
 import type { PaymentRequired } from '@x402/core/types';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../../contracts/config.ts';
-import { createQuoteOnlyFacilitator } from '../../payments/quote-only-facilitator.ts';
-import { type Rail, railPlan } from '../../payments/rails.ts';
-import { createResourceServer } from '../../payments/resource-server.ts';
+import { loadConfig } from '../../contracts/config.ts';
 import { QUOTE_CACHE_SIZE, type Quote, Quoter, quoteJson } from './quote.ts';
+import { createQuoteOnlyFacilitator } from './quote-only-facilitator.ts';
+import { type Rail, railPlan } from './rails.ts';
+import { createResourceServer } from './resource-server.ts';
 
 const resource = (url = 'http://api.test/x402/get_trade_call') => ({
   url,

@@ -1,6 +1,6 @@
 import type { PaymentPayload, PaymentRequired, PaymentRequirements, SettleResponse } from '@x402/core/types';
 import { z } from 'zod';
-import { v1NetworkName } from '../../payments/rails.ts';
+import { v1NetworkName } from './rails.ts';
 
 /**
  * Wire codecs of both x402 versions: v2 headers (`PAYMENT-SIGNATURE`, `PAYMENT-REQUIRED`,

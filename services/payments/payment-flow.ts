@@ -10,25 +10,41 @@ import {
 } from '@x402/core/types';
 import { extractAndValidatePaymentIdentifier, PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier';
 import type { Logger } from 'pino';
-import { WrongExpectedRevisionError } from '../../../adapters/event-store/port.ts';
-import type { KeyedSerialiser, PayerExposure } from '../../payments/exposure.ts';
-import type { PaymentHandle, PaymentLedger } from '../../payments/ledger.ts';
-import type { PaidResponseKey, PaidResponseStore } from '../../payments/paid-responses.ts';
-import {
-  decideReservation,
-  identityKey,
-  type PaymentIdentity,
-  type PaymentState,
-} from '../../payments/payment-state.ts';
-import { v1NetworkName } from '../../payments/rails.ts';
-import type { SubmissionWatch } from '../../payments/submissions.ts';
-import type { PaymentReceipt } from '../service-meta.ts';
+import { WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
+import type { PaymentReceipt } from '../api/service-meta.ts';
+import { describeFailure } from '../engine/operation-errors.ts';
+import type { SignalOperations } from '../engine/operations.ts';
 import type { DecodedPayment } from './codecs.ts';
+import type { KeyedSerialiser, PayerExposure } from './exposure.ts';
+import type { PaymentHandle, PaymentLedger } from './ledger.ts';
+import { type PaidResponseKey, type PaidResponseStore, requestFingerprint } from './paid-responses.ts';
+import { decideReservation, identityKey, type PaymentIdentity, type PaymentState } from './payment-state.ts';
+import { v1NetworkName } from './rails.ts';
 import { describeMismatch, describeReason } from './reasons.ts';
+import type { SubmissionWatch } from './submissions.ts';
+import type { PaidTool } from './tools.ts';
 
 export interface Refusal {
   status: number;
   body: Record<string, unknown>;
+}
+
+/** How a tool error leaves a paid call: its status and body. */
+export function describeError(logger: Logger, err: unknown): Refusal {
+  const failure = describeFailure(err);
+  if (!failure) {
+    logger.error({ err }, 'paid operation failed');
+    return { status: 500, body: { code: 'INTERNAL_ERROR', message: 'internal error' } };
+  }
+  return {
+    status: failure.status,
+    body: {
+      code: failure.code,
+      message: failure.message,
+      retryable: failure.retryable,
+      ...(failure.issues ? { issues: failure.issues } : {}),
+    },
+  };
 }
 
 export type PaidOutcome =
@@ -36,8 +52,11 @@ export type PaidOutcome =
   | { kind: 'payment_rejected'; reason: string; message: string }
   /** The facilitator could not be asked; nothing was reserved. */
   | { kind: 'unavailable'; reason: string; message: string }
-  /** The request failed after the payment was reserved; the payment was released, nothing charged. */
-  | { kind: 'refused'; refusal: Refusal }
+  /**
+   * The request failed after the payment was reserved; the payment was released, nothing charged.
+   * `error` is what the tool threw, for a transport that answers with its own error mapping.
+   */
+  | { kind: 'refused'; refusal: Refusal; error?: unknown }
   /** Settlement failed for certain before the answer: the result is discarded, nothing charged. */
   | { kind: 'settlement_failed'; reason: string; message: string; settle: SettleResponse | null }
   /** This payment (or payment id) already paid for another request: 409, nothing charged again. */
@@ -51,20 +70,24 @@ export type PaidOutcome =
 export interface PaidCall {
   payment: DecodedPayment;
   requirements: PaymentRequirements[];
-  resource: ResourceInfo;
+  /** Where the call was made (the route's URL, or mcp://tool/<name>): the payment's resource. */
+  url: string;
   requestId: string;
-  tool: string;
-  /** sha256 of the tool and its parsed arguments (requestFingerprint): what a payment paid for. */
-  fingerprint: string;
-  /** A problem with the request found only once paid for (e.g. its Content-Type). */
-  precheck(): Refusal | null;
-  handler(): Promise<unknown>;
-  /** How a handler error leaves: its status and body. */
-  describe(err: unknown): Refusal;
+  /** The sold tool, as the tool table has it: its description, price and run. */
+  tool: PaidTool;
+  /** The call's parsed input; null when the body is not trusted (see `refusal`). */
+  input: unknown;
+  /**
+   * A problem with the request that is answered only once the payment is reserved (e.g. its
+   * Content-Type), so that the payment is released on the record rather than left unread.
+   */
+  refusal: Refusal | null;
 }
 
 export interface PaymentFlowDeps {
   server: x402ResourceServer;
+  /** What the sold tools run on. */
+  ops: SignalOperations;
   ledger: PaymentLedger;
   logger: Logger;
   /**
@@ -178,6 +201,12 @@ function replay(stored: { response: Record<string, unknown> }, state: PaymentSta
  */
 export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promise<PaidOutcome> {
   const { payment } = call;
+  const resource: ResourceInfo = {
+    url: call.url,
+    description: call.tool.description,
+    mimeType: 'application/json',
+  };
+  const fingerprint = requestFingerprint(call.tool.name, call.input);
   if (deps.cannotSettle !== null) {
     return { kind: 'unavailable', reason: 'facilitator_not_configured', message: deps.cannotSettle };
   }
@@ -189,7 +218,7 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
   const payload: PaymentPayload =
     payment.version === 2
       ? payment.payload
-      : { x402Version: 2, accepted: requirement, payload: payment.eip3009, resource: call.resource };
+      : { x402Version: 2, accepted: requirement, payload: payment.eip3009, resource };
   const auth = payment.eip3009.authorization;
   const identity: PaymentIdentity = {
     network: requirement.network,
@@ -215,32 +244,36 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
   if (paymentId !== null) responseKeys.push({ kind: 'payment_id', payer: auth.from, id: paymentId });
 
   // An answer this payment (or payment id) already paid for comes back instead of a refusal.
-  if (deps.responses) {
-    for (const key of [...responseKeys].reverse()) {
-      const stored = await deps.responses.get(key).catch((err: unknown) => {
-        deps.logger.warn({ err, requestId: call.requestId }, 'stored paid answers could not be read');
-        return null;
-      });
-      if (stored === null) continue;
-      if (stored.fingerprint !== call.fingerprint) {
-        return {
-          kind: 'conflict',
-          reason: key.kind === 'payment_id' ? 'payment_identifier_conflict' : 'payment_already_used',
-          message:
-            key.kind === 'payment_id'
-              ? `payment id ${paymentId} already paid for another request (${stored.tool} with other arguments); use a new id`
-              : `this payment already paid for another request (${stored.tool} with other arguments); sign a new one`,
-        };
-      }
-      const state = await deps.ledger.state(stored.identity);
-      const replayed = state ? replay(stored, state) : null;
-      if (replayed) return replayed;
+  // The same payment presented again is looked up before verification: its nonce is used, so
+  // verification would refuse it. A payment id is looked up only once a fresh authorisation from
+  // the payer has verified, so knowing someone's address and payment id is not enough.
+  async function kept(key: PaidResponseKey): Promise<PaidOutcome | null> {
+    if (!deps.responses) return null;
+    const stored = await deps.responses.get(key).catch((err: unknown) => {
+      deps.logger.warn({ err, requestId: call.requestId }, 'stored paid answers could not be read');
+      return null;
+    });
+    if (stored === null) return null;
+    if (stored.fingerprint !== fingerprint) {
+      return {
+        kind: 'conflict',
+        reason: key.kind === 'payment_id' ? 'payment_identifier_conflict' : 'payment_already_used',
+        message:
+          key.kind === 'payment_id'
+            ? `payment id ${paymentId} already paid for another request (${stored.tool} with other arguments); use a new id`
+            : `this payment already paid for another request (${stored.tool} with other arguments); sign a new one`,
+      };
     }
+    const state = await deps.ledger.state(stored.identity);
+    return state ? replay(stored, state) : null;
   }
+  const bySignature = await kept({ kind: 'signature', signature: payment.eip3009.signature });
+  if (bySignature) return bySignature;
 
   // A replay is refused from the log at once, before the facilitator is asked; the reservation
   // below, appended at the revision read here, stays the guard that decides races.
-  const known = decideReservation(await deps.ledger.state(identity));
+  const current = await deps.ledger.read(identity);
+  const known = decideReservation(current.state);
   if (!known.ok) return { kind: 'payment_rejected', reason: known.reason, message: known.message };
 
   try {
@@ -263,6 +296,10 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
       reason: 'facilitator_unavailable',
       message: 'the payment could not be verified right now; nothing was charged, retry shortly',
     };
+  }
+  if (paymentId !== null) {
+    const byPaymentId = await kept({ kind: 'payment_id', payer: auth.from, id: paymentId });
+    if (byPaymentId) return byPaymentId;
   }
 
   const account = identityKey({ ...identity, nonce: '' });
@@ -300,14 +337,14 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
       payer: auth.from,
       payTo: requirement.payTo,
       amount: requirement.amount,
-      resource: call.resource.url,
+      resource: call.url,
       x402Version: payment.version,
       validAfter: auth.validAfter,
       validBefore: auth.validBefore,
       requestId: call.requestId,
-      tool: call.tool,
+      tool: call.tool.name,
     },
-    known.expectedRevision,
+    current,
   );
   if (!reserved.ok) {
     release();
@@ -315,25 +352,26 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
   }
   const handle = reserved.handle;
 
-  const early = call.precheck();
-  if (early) {
+  if (call.refusal) {
     release();
-    await deps.ledger.record(handle, 'PaymentReleased', {
-      reason: `request refused: ${String(early.body.code)}`,
+    await deps.ledger.transition(handle, {
+      kind: 'release',
+      reason: `request refused: ${String(call.refusal.body.code)}`,
     });
-    return { kind: 'refused', refusal: early };
+    return { kind: 'refused', refusal: call.refusal };
   }
 
   let result: unknown;
   try {
-    result = await call.handler();
+    result = await call.tool.run(deps.ops, call.input, call.requestId);
   } catch (err) {
     release();
-    const refusal = call.describe(err);
-    await deps.ledger.record(handle, 'PaymentReleased', {
+    const refusal = describeError(deps.logger, err);
+    await deps.ledger.transition(handle, {
+      kind: 'release',
       reason: `handler failed with ${refusal.status} ${String(refusal.body.code)}`,
     });
-    return { kind: 'refused', refusal };
+    return { kind: 'refused', refusal, error: err };
   }
 
   return settle(deps, call, {
@@ -345,6 +383,7 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
     result,
     release,
     responseKeys,
+    fingerprint,
   });
 }
 
@@ -357,6 +396,8 @@ interface Served {
   result: unknown;
   release(): void;
   responseKeys: PaidResponseKey[];
+  /** sha256 of the tool and its parsed input (requestFingerprint): what the payment paid for. */
+  fingerprint: string;
 }
 
 /** How a settlement ended, as recorded. */
@@ -372,9 +413,9 @@ async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Prom
   if (deps.responses && typeof paid.result === 'object' && paid.result !== null) {
     await deps.responses
       .put(paid.responseKeys, {
-        fingerprint: call.fingerprint,
+        fingerprint: paid.fingerprint,
         identity,
-        tool: call.tool,
+        tool: call.tool.name,
         response: paid.result as Record<string, unknown>,
       })
       .catch((err: unknown) =>
@@ -383,7 +424,7 @@ async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Prom
   }
   try {
     // Recorded before the facilitator is asked: a crash mid-settlement leaves a pending record.
-    await deps.ledger.record(handle, 'PaymentSettlementPending', { submittedAt: new Date().toISOString() });
+    await deps.ledger.transition(handle, { kind: 'markPending', submittedAt: new Date().toISOString() });
   } catch (err) {
     if (!(err instanceof WrongExpectedRevisionError)) throw err;
     paid.release();
@@ -485,37 +526,37 @@ async function settleAndRecord(deps: PaymentFlowDeps, call: PaidCall, paid: Serv
   } catch (err) {
     if (err instanceof SettleError && !(err instanceof FacilitatorTimeoutError)) {
       const reason = err.errorReason ?? 'settlement_failed';
-      await deps.ledger.converge(
+      await deps.ledger.transition(
         handle,
-        () =>
-          deps.ledger.record(handle, 'PaymentSettlementFailed', {
-            reason,
-            ...(err.transaction ? { txHash: err.transaction as `0x${string}` } : {}),
-          }),
-        ['settled', 'failed'],
+        {
+          kind: 'fail',
+          reason,
+          ...(err.transaction ? { txHash: err.transaction as `0x${string}` } : {}),
+        },
+        { converge: true },
       );
       return { kind: 'failed', reason, message: describeReason(reason, err.errorMessage), settle: null };
     }
     // Timed out or cut off mid-call: the facilitator may still settle. Leave it to reconciliation.
     deps.logger.warn({ err, requestId: call.requestId }, 'settlement outcome unknown; recorded as pending');
-    await deps.ledger.converge(
+    await deps.ledger.transition(
       handle,
-      () =>
-        deps.ledger.record(handle, 'PaymentSettlementPending', {
-          submittedAt: new Date().toISOString(),
-          reason: err instanceof Error ? err.message.slice(0, 200) : 'settlement outcome unknown',
-        }),
-      ['settled', 'failed'],
+      {
+        kind: 'markPending',
+        submittedAt: new Date().toISOString(),
+        reason: err instanceof Error ? err.message.slice(0, 200) : 'settlement outcome unknown',
+      },
+      { converge: true },
     );
     return { kind: 'pending', settle: pendingResponse(requirement.network, payer, null) };
   }
 
   if (settled.success) {
-    const recorded = await deps.ledger.recordSettled(handle, {
-      payer,
-      amount: requirement.amount,
-      txHash: settled.transaction as `0x${string}`,
-    });
+    const recorded = await deps.ledger.transition(
+      handle,
+      { kind: 'settle', payer, amount: requirement.amount, txHash: settled.transaction as `0x${string}` },
+      { converge: true },
+    );
     if (recorded === 'already_settled') {
       deps.logger.info(
         { requestId: call.requestId, transaction: settled.transaction },
@@ -525,27 +566,27 @@ async function settleAndRecord(deps: PaymentFlowDeps, call: PaidCall, paid: Serv
     return { kind: 'settled', settle: settled };
   }
   if (settled.errorReason === 'settlement_pending' && settled.transaction) {
-    await deps.ledger.converge(
+    await deps.ledger.transition(
       handle,
-      () =>
-        deps.ledger.record(handle, 'PaymentSettlementPending', {
-          submittedAt: new Date().toISOString(),
-          txHash: settled.transaction as `0x${string}`,
-          reason: 'broadcast; receipt not confirmed in time',
-        }),
-      ['settled', 'failed'],
+      {
+        kind: 'markPending',
+        submittedAt: new Date().toISOString(),
+        txHash: settled.transaction as `0x${string}`,
+        reason: 'broadcast; receipt not confirmed in time',
+      },
+      { converge: true },
     );
     return { kind: 'pending', settle: settled };
   }
   const reason = settled.errorReason ?? 'settlement_failed';
-  await deps.ledger.converge(
+  await deps.ledger.transition(
     handle,
-    () =>
-      deps.ledger.record(handle, 'PaymentSettlementFailed', {
-        reason,
-        ...(settled.transaction ? { txHash: settled.transaction as `0x${string}` } : {}),
-      }),
-    ['settled', 'failed'],
+    {
+      kind: 'fail',
+      reason,
+      ...(settled.transaction ? { txHash: settled.transaction as `0x${string}` } : {}),
+    },
+    { converge: true },
   );
   if (!settled.transaction) {
     // Refused before anything was sent (e.g. the payer's funds moved away since verification).

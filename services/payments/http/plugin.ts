@@ -1,21 +1,19 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
-import { TOOL_SCHEMAS } from '../../../contracts/tools.ts';
+import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../../api/caller.ts';
+import { QuotaUnavailableError, serveMetered } from '../../api/metered-call.ts';
+import { documented, type ResponseDoc } from '../../api/openapi.ts';
+import type { PaidServiceMeta, ServiceMeta } from '../../api/service-meta.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
 import type { KeyResolver } from '../../keys/key-resolver.ts';
-import { requestFingerprint } from '../../payments/paid-responses.ts';
 import type { QuotaMeter } from '../../quota/quota-meter.ts';
-import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../caller.ts';
-import { QuotaUnavailableError, serveMetered } from '../metered-call.ts';
-import { documented, type ResponseDoc } from '../openapi.ts';
-import type { PaidServiceMeta, ServiceMeta } from '../service-meta.ts';
-import { decodePaymentHeader, paymentResponseHeader } from './codecs.ts';
+import { decodePaymentHeader, paymentResponseHeader } from '../codecs.ts';
+import { describeError, type PaymentFlowDeps, type Refusal, runPaidCall } from '../payment-flow.ts';
+import { type Quoter, quoteJson } from '../quote.ts';
+import type { PaidTool } from '../tools.ts';
 import { contentTypeProblem } from './content-type.ts';
 import { CORS_PREFLIGHT_HEADERS, CORS_RESPONSE_HEADERS } from './cors.ts';
-import { type PaymentFlowDeps, type Refusal, runPaidCall } from './payment-flow.ts';
-import { type Quoter, quoteJson } from './quote.ts';
-import type { PaidTool } from './tools.ts';
 
 /** The keyed channel's key registry and quota meter: a valid key is served from its plan instead of payment. */
 export interface KeyedAccess {
@@ -77,23 +75,6 @@ function readBody(tool: PaidTool, raw: unknown): BodyResult {
   };
 }
 
-export function describeError(logger: Logger, err: unknown): Refusal {
-  const failure = describeFailure(err);
-  if (!failure) {
-    logger.error({ err }, 'paid operation failed');
-    return { status: 500, body: { code: 'INTERNAL_ERROR', message: 'internal error' } };
-  }
-  return {
-    status: failure.status,
-    body: {
-      code: failure.code,
-      message: failure.message,
-      retryable: failure.retryable,
-      ...(failure.issues ? { issues: failure.issues } : {}),
-    },
-  };
-}
-
 /**
  * The caller's `_service` for an answer that debits nothing: the live quota of the key, or of the
  * anonymous caller's address (a 402 quote carries it too, as the contract asks of every response).
@@ -115,7 +96,8 @@ export function undebitedService(quota: QuotaMeter, caller: Caller): Promise<Ser
 export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
   return async (app) => {
     const { quoter, keyed } = options;
-    const problems = new WeakMap<FastifyRequest, string>();
+    // The Content-Type problem, as the answer it gets, from the hook that finds it to the route.
+    const contentRefusals = new WeakMap<FastifyRequest, Refusal>();
 
     app.removeAllContentTypeParsers();
     app.addContentTypeParser(
@@ -129,7 +111,10 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
       if (request.method === 'POST') {
         const problem = contentTypeProblem(request.raw.rawHeaders, hasBody(request));
         if (problem) {
-          problems.set(request, problem);
+          contentRefusals.set(request, {
+            status: 400,
+            body: { code: 'invalid_content_type', message: problem },
+          });
           // Fastify would answer a merged media type with its own 415; the body is read raw instead.
           request.headers['content-type'] = 'application/octet-stream';
         }
@@ -178,14 +163,11 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
             : send(reply, 503, { code: 'key_unverifiable', message: err.message, retryable: true }, service);
         }
 
-        const problem = problems.get(request) ?? null;
         const decoded = decodePaymentHeader({
           paymentSignature: header(request, 'payment-signature'),
           xPayment: header(request, 'x-payment'),
         });
-        const contentRefusal: Refusal | null = problem
-          ? { status: 400, body: { code: 'invalid_content_type', message: problem } }
-          : null;
+        const contentRefusal = contentRefusals.get(request) ?? null;
         if (contentRefusal && decoded === null) {
           return send(
             reply,
@@ -196,7 +178,7 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
         }
 
         const body = readBody(tool, request.body);
-        if (!problem && !body.ok) {
+        if (!contentRefusal && !body.ok) {
           return send(
             reply,
             body.refusal.status,
@@ -261,13 +243,11 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
           {
             payment: decoded.payment,
             requirements: await quoter.requirements(price),
-            resource: { url, description: tool.description, mimeType: 'application/json' },
+            url,
             requestId,
-            tool: tool.name,
-            fingerprint: requestFingerprint(tool.name, input),
-            precheck: () => contentRefusal,
-            handler: () => tool.run(options.ops, input, requestId),
-            describe: (err) => describeError(log, err),
+            tool,
+            input,
+            refusal: contentRefusal,
           },
         );
         const version = decoded.payment.version;
@@ -322,10 +302,10 @@ const fault = (description: string): ResponseDoc => ({
   },
 });
 
-/** The route's entry in the OpenAPI document: the tool's contract, and what paying looks like. */
+/** The route's entry in the OpenAPI document: the tool as the table has it, and what paying looks like. */
 function paidRouteDoc(tool: PaidTool) {
   return documented({
-    summary: `${tool.name}, paid per call (x402) or from an API key's plan`,
+    summary: `${tool.title} (${tool.name}), paid per call (x402) or from an API key's plan`,
     description: tool.description,
     tags: ['x402'],
     auth: 'x402',
@@ -333,7 +313,7 @@ function paidRouteDoc(tool: PaidTool) {
     responses: {
       200: {
         description: 'The result; a paid call carries PAYMENT-RESPONSE (the settlement) and _service.payment',
-        schema: TOOL_SCHEMAS[tool.name].output,
+        schema: tool.output,
         headers: { 'PAYMENT-RESPONSE': 'Base64 JSON settlement response (x402 v2)' },
       },
       400: fault('invalid_input, invalid_content_type: nothing is charged'),

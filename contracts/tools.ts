@@ -1,12 +1,22 @@
 import { z } from 'zod';
+import type { Config } from './config.ts';
 import { TrackRecordBrief } from './history.ts';
-import { Call, Coin, Exchange, FeedKind, Regime, Timeframe, VenueStatusSchema } from './market.ts';
+import {
+  Call,
+  Coin,
+  Exchange,
+  FeedKind,
+  Regime,
+  TIMEFRAMES,
+  Timeframe,
+  VenueStatusSchema,
+} from './market.ts';
 import { VolatilityForecastSchema } from './signals.ts';
 
 /**
- * Inputs and outputs of the four sold operations. The HTTP (x402, API key) and MCP channels
- * expose these schemas unchanged and add the `_service` block; field names follow the public
- * peer so its clients work against us.
+ * The sold tools: their inputs and outputs, how they are described and what they cost (TOOLS, at
+ * the end). The HTTP (x402, API key) and MCP channels expose these schemas unchanged and add the
+ * `_service` block; field names follow the public peer so its clients work against us.
  */
 
 const Indicators = z.record(z.string(), z.number().nullable());
@@ -204,10 +214,111 @@ export const ScanFundingArbOutput = z.object({
 });
 export type ScanFundingArbOutput = z.infer<typeof ScanFundingArbOutput>;
 
-export const TOOL_SCHEMAS = {
-  get_trade_call: { input: GetTradeCallInput, output: TradeCall },
-  get_market_regime: { input: GetMarketRegimeInput, output: RegimeReading },
-  scan_trade_calls: { input: ScanTradeCallsInput, output: ScanTradeCallsOutput },
-  scan_funding_arb: { input: ScanFundingArbInput, output: ScanFundingArbOutput },
+/** A config key holding one call's price, in atomic units of the rails' asset. */
+export type PriceKey = Extract<keyof Config, `X402_PRICE_${string}`>;
+export type ToolPrices = Pick<Config, PriceKey>;
+
+/**
+ * Which configured price a call pays. `by` prices by one input field (the value as parsed, so a
+ * defaulted field prices as its default); every value the field can take is listed, so discovery
+ * can publish each amount without guessing the field's domain.
+ */
+export interface PriceRule {
+  key: PriceKey;
+  by?: { field: string; keys: Record<string, PriceKey> };
+}
+
+/** MCP tool annotations: hints a client may use to decide whether to ask before calling. */
+export interface ToolAnnotations {
+  title: string;
+  readOnlyHint: boolean;
+  openWorldHint: boolean;
+}
+
+/**
+ * One sold tool, as every channel publishes it: MCP tools/list, the x402 quote and its bazaar
+ * extension, the OpenAPI document, /.well-known/*, /llms.txt and server.json all read this.
+ */
+export interface ToolSpec<I extends z.ZodType = z.ZodType, O extends z.ZodType = z.ZodType> {
+  input: I;
+  output: O;
+  title: string;
+  description: string;
+  annotations: ToolAnnotations;
+  /** Valid arguments, shown by discovery documents and sent by the discovery test. */
+  example: z.input<I>;
+  price: PriceRule;
+}
+
+// The title is written once; the annotations' copy is what MCP clients that only read
+// annotations display. Every sold tool is read-only (a call records a verdict but changes nothing
+// the caller owns) and open-world (answers follow live markets outside the service).
+function tool<I extends z.ZodType, O extends z.ZodType>(
+  spec: Omit<ToolSpec<I, O>, 'annotations'>,
+): ToolSpec<I, O> {
+  return { ...spec, annotations: { title: spec.title, readOnlyHint: true, openWorldHint: true } };
+}
+
+/** Short timeframes cost more; the rest pay the base trade-call price. */
+const TRADE_CALL_PRICE_KEYS: Record<Timeframe, PriceKey> = {
+  ...(Object.fromEntries(TIMEFRAMES.map((t) => [t, 'X402_PRICE_GET_TRADE_CALL'])) as Record<
+    Timeframe,
+    PriceKey
+  >),
+  '1m': 'X402_PRICE_GET_TRADE_CALL_1M',
+  '3m': 'X402_PRICE_GET_TRADE_CALL_3M',
+  '5m': 'X402_PRICE_GET_TRADE_CALL_5M',
+};
+
+/** The sold tools. A new paid tool is one entry here and its operation in the MCP registry. */
+export const TOOLS = {
+  get_trade_call: tool({
+    input: GetTradeCallInput,
+    output: TradeCall,
+    title: 'Trade call',
+    description:
+      'Composite BUY / SELL / HOLD verdict for a coin on one timeframe and venue, from closed candles only, with calibrated confidence, regime, indicator readings and a verifiable signal hash.',
+    example: { coin: 'BTC', timeframe: '1h' },
+    price: { key: 'X402_PRICE_GET_TRADE_CALL', by: { field: 'timeframe', keys: TRADE_CALL_PRICE_KEYS } },
+  }),
+  get_market_regime: tool({
+    input: GetMarketRegimeInput,
+    output: RegimeReading,
+    title: 'Market regime',
+    description:
+      'Market regime (trending, ranging, choppy, volatile, squeeze) for a coin and timeframe, with the metrics behind it.',
+    example: { coin: 'ETH', timeframe: '4h' },
+    price: { key: 'X402_PRICE_GET_MARKET_REGIME' },
+  }),
+  scan_trade_calls: tool({
+    input: ScanTradeCallsInput,
+    output: ScanTradeCallsOutput,
+    title: 'Scan trade calls',
+    description: 'Evaluates the top-N markets of a venue by volume and returns the strongest calls, ranked.',
+    example: { limit: 5 },
+    price: { key: 'X402_PRICE_SCAN_TRADE_CALLS' },
+  }),
+  scan_funding_arb: tool({
+    input: ScanFundingArbInput,
+    output: ScanFundingArbOutput,
+    title: 'Funding arbitrage scan',
+    description:
+      'Perpetual funding-rate spreads across venues, normalised per hour and annualised, with the best long/short pair per coin.',
+    example: { limit: 5 },
+    price: { key: 'X402_PRICE_SCAN_FUNDING_ARB' },
+  }),
 } as const;
-export type ToolName = keyof typeof TOOL_SCHEMAS;
+export type ToolName = keyof typeof TOOLS;
+export const TOOL_NAMES = Object.keys(TOOLS) as ToolName[];
+
+/** Input and output per tool, for readers that need only the contracts. */
+export const TOOL_SCHEMAS = Object.fromEntries(
+  TOOL_NAMES.map((name) => [name, { input: TOOLS[name].input, output: TOOLS[name].output }]),
+) as { [N in ToolName]: { input: (typeof TOOLS)[N]['input']; output: (typeof TOOLS)[N]['output'] } };
+
+/** The price key a call reads: `input` is the parsed body, or null for the base call. */
+export function priceKeyOf(rule: PriceRule, input: unknown | null): PriceKey {
+  if (!rule.by || input === null || typeof input !== 'object') return rule.key;
+  const value = (input as Record<string, unknown>)[rule.by.field];
+  return (typeof value === 'string' ? rule.by.keys[value] : undefined) ?? rule.key;
+}

@@ -1,6 +1,6 @@
 import type { z } from 'zod';
 import { jsonSchema } from '../../../contracts/json-schema.ts';
-import { TOOL_SCHEMAS, type ToolName } from '../../../contracts/tools.ts';
+import { TOOL_NAMES, TOOLS, type ToolAnnotations, type ToolName } from '../../../contracts/tools.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
 import type { Caller } from '../caller.ts';
 
@@ -12,8 +12,8 @@ export interface ToolContext {
 
 /**
  * One MCP tool: its input schema (the single source for validation and the advertised JSON
- * Schema) and what it runs. The four signal tools are registered from contracts/tools.ts; the
- * knowledge tools join the same registry later.
+ * Schema) and what it runs. The sold tools are registered from the table in contracts/tools.ts;
+ * the knowledge tools join the same registry later.
  */
 export interface ToolDefinition<S extends z.ZodType = z.ZodType> {
   name: string;
@@ -24,6 +24,8 @@ export interface ToolDefinition<S extends z.ZodType = z.ZodType> {
   output?: z.ZodType;
   /** A valid set of arguments, for discovery documents. */
   example?: Record<string, unknown>;
+  /** Absent: read-only and open-world, titled like the tool. */
+  annotations?: ToolAnnotations;
   run(args: z.output<S>, ctx: ToolContext): Promise<Record<string, unknown>>;
 }
 
@@ -33,7 +35,12 @@ export interface AdvertisedTool {
   description: string;
   inputSchema: { type: 'object'; [key: string]: unknown };
   outputSchema?: { type: 'object'; [key: string]: unknown };
-  annotations: { title: string; readOnlyHint: boolean; openWorldHint: boolean };
+  annotations: ToolAnnotations;
+}
+
+/** The annotations MCP advertises for a tool (discovery's server card repeats them). */
+export function annotationsOf(tool: Pick<ToolDefinition, 'title' | 'annotations'>): ToolAnnotations {
+  return tool.annotations ?? { title: tool.title, readOnlyHint: true, openWorldHint: true };
 }
 
 /**
@@ -80,7 +87,7 @@ export class ToolRegistry {
       description: tool.description,
       inputSchema: { ...jsonSchema(tool.input, 'input'), type: 'object' as const },
       ...(tool.output ? { outputSchema: outputSchemaOf(tool.output) } : {}),
-      annotations: { title: tool.title, readOnlyHint: true, openWorldHint: true },
+      annotations: annotationsOf(tool),
     }));
     return this.advertised;
   }
@@ -91,36 +98,10 @@ export class ToolRegistry {
   }
 }
 
-const DESCRIPTIONS: Record<
-  ToolName,
-  { title: string; description: string; example: Record<string, unknown> }
-> = {
-  get_trade_call: {
-    example: { coin: 'BTC', timeframe: '1h' },
-    title: 'Trade call',
-    description:
-      'Composite BUY / SELL / HOLD verdict for a coin on one timeframe and venue, from closed candles only, with calibrated confidence, regime, indicator readings and a verifiable signal hash.',
-  },
-  get_market_regime: {
-    example: { coin: 'ETH', timeframe: '4h' },
-    title: 'Market regime',
-    description:
-      'Market regime (trending, ranging, choppy, volatile, squeeze) for a coin and timeframe, with the metrics behind it.',
-  },
-  scan_trade_calls: {
-    example: { limit: 5 },
-    title: 'Scan trade calls',
-    description: 'Evaluates the top-N markets of a venue by volume and returns the strongest calls, ranked.',
-  },
-  scan_funding_arb: {
-    example: { limit: 5 },
-    title: 'Funding arbitrage scan',
-    description:
-      'Perpetual funding-rate spreads across venues, normalised per hour and annualised, with the best long/short pair per coin.',
-  },
-};
-
-/** The engine operation behind each sold tool. */
+/**
+ * The engine operation behind each sold tool. Kept here, not in the table: contracts/ does not
+ * import the engine.
+ */
 const OPERATIONS: Record<ToolName, keyof SignalOperations> = {
   get_trade_call: 'getTradeCall',
   get_market_regime: 'getMarketRegime',
@@ -138,17 +119,15 @@ export function runOperation(
   return ops[OPERATIONS[name]](input as never, { requestId });
 }
 
-/** The four sold operations as the tool table describes them: what discovery documents are built from. */
+/** The sold tools as contracts/tools.ts describes them, in MCP's terms. */
 export function signalToolTable(): Omit<ToolDefinition, 'run'>[] {
-  return (Object.keys(OPERATIONS) as ToolName[]).map((name) => ({
-    name,
-    ...DESCRIPTIONS[name],
-    input: TOOL_SCHEMAS[name].input,
-    output: TOOL_SCHEMAS[name].output,
-  }));
+  return TOOL_NAMES.map((name) => {
+    const { title, description, annotations, input, output, example } = TOOLS[name];
+    return { name, title, description, annotations, input, output, example };
+  });
 }
 
-/** The four sold operations as MCP tools, over the engine. */
+/** The sold tools as MCP tools, over the engine. */
 export function signalTools(ops: SignalOperations): ToolDefinition[] {
   return signalToolTable().map((tool) => ({
     ...tool,

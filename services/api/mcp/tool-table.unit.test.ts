@@ -1,0 +1,160 @@
+import { readdir, readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { MemoryEventStore } from '../../../adapters/event-store/memory.ts';
+import { loadConfig } from '../../../contracts/config.ts';
+import { jsonSchema } from '../../../contracts/json-schema.ts';
+import { priceKeyOf, TOOL_NAMES, TOOLS } from '../../../contracts/tools.ts';
+import type { SignalOperations } from '../../engine/operations.ts';
+import { setupX402, type X402Setup } from '../../payments/setup.ts';
+import {
+  catalogTools,
+  llmsTxt,
+  mcpServerCard,
+  paymentPolicy,
+  registryServerJson,
+  x402Manifest,
+} from '../discovery/catalog.ts';
+import { outputSchemaOf, signalTools, signalToolTable, toolRegistry } from './tool-registry.ts';
+
+/**
+ * contracts/tools.ts is the only place a sold tool is described and priced: MCP, the x402 quote
+ * and every discovery document say what the table says, and no other source file says it again.
+ */
+
+const config = loadConfig({ NODE_ENV: 'test', EVENT_STORE: 'memory' });
+const ORIGIN = 'http://api.test';
+let x402: X402Setup;
+
+beforeAll(async () => {
+  // Setup only builds the routes and quotes; no operation runs here.
+  const setup = await setupX402(config, {
+    ops: {} as SignalOperations,
+    store: new MemoryEventStore(),
+    logger: pino({ level: 'silent' }),
+  });
+  if (setup === null) throw new Error('expected the development rail');
+  x402 = setup;
+});
+
+describe('the tool table', () => {
+  it('has valid examples and price keys that configuration defines', () => {
+    for (const name of TOOL_NAMES) {
+      const tool = TOOLS[name];
+      expect(tool.input.safeParse(tool.example).success, name).toBe(true);
+      expect(config[tool.price.key], name).toBeGreaterThan(0);
+      for (const key of Object.values(tool.price.by?.keys ?? {}))
+        expect(config[key], name).toBeGreaterThan(0);
+      expect(tool.annotations.title).toBe(tool.title);
+    }
+  });
+
+  it('is what MCP lists: title, description, annotations, input and output schemas', () => {
+    const listed = toolRegistry(signalTools({} as SignalOperations)).list();
+    expect(listed.map((t) => t.name)).toEqual(TOOL_NAMES);
+    for (const name of TOOL_NAMES) {
+      const tool = TOOLS[name];
+      expect(listed.find((t) => t.name === name)).toEqual({
+        name,
+        title: tool.title,
+        description: tool.description,
+        inputSchema: { ...jsonSchema(tool.input, 'input'), type: 'object' },
+        outputSchema: outputSchemaOf(tool.output),
+        annotations: tool.annotations,
+      });
+    }
+  });
+
+  it('is what x402 sells and quotes: the description and the price of the rule', async () => {
+    expect(x402.tools.map((t) => t.name)).toEqual(TOOL_NAMES);
+    for (const name of TOOL_NAMES) {
+      const tool = TOOLS[name];
+      const paid = x402.tools.find((t) => t.name === name)!;
+      expect(paid.description).toBe(tool.description);
+      expect(paid.title).toBe(tool.title);
+      const args = tool.input.parse(tool.example);
+      const quote = (await x402.mcp.paymentRequirements(name, args)) as {
+        resource: { description: string };
+        accepts: { amount: string }[];
+        extensions: { bazaar: unknown };
+      };
+      expect(quote.resource.description).toBe(tool.description);
+      const price = config[priceKeyOf(tool.price, args)];
+      expect(quote.accepts.map((a) => a.amount)).toEqual(x402.rails.map(() => String(price)));
+      // The bazaar extension carries the table's example and input schema.
+      expect(quote.extensions.bazaar).toMatchObject({
+        info: { input: { method: 'POST', body: tool.example } },
+        schema: { properties: { input: { properties: { body: jsonSchema(tool.input, 'input') } } } },
+      });
+    }
+  });
+
+  it('prices a trade call per timeframe from its config key, and an unreadable body at the base price', () => {
+    const trade = x402.tools.find((t) => t.name === 'get_trade_call')!;
+    expect(trade.price(null)).toBe(config.X402_PRICE_GET_TRADE_CALL);
+    expect(trade.price(TOOLS.get_trade_call.input.parse({ coin: 'BTC', timeframe: '1m' }))).toBe(
+      config.X402_PRICE_GET_TRADE_CALL_1M,
+    );
+    expect(trade.price(TOOLS.get_trade_call.input.parse({ coin: 'BTC' }))).toBe(
+      config.X402_PRICE_GET_TRADE_CALL,
+    );
+    expect(trade.priceBy).toMatchObject({
+      field: 'timeframe',
+      amounts: {
+        '1m': config.X402_PRICE_GET_TRADE_CALL_1M,
+        '3m': config.X402_PRICE_GET_TRADE_CALL_3M,
+        '5m': config.X402_PRICE_GET_TRADE_CALL_5M,
+        '4h': config.X402_PRICE_GET_TRADE_CALL,
+      },
+    });
+  });
+
+  it('is what discovery publishes: manifest, server card, llms.txt and server.json', () => {
+    const catalog = catalogTools(signalToolTable(), x402.tools);
+    const manifest = x402Manifest(ORIGIN, catalog, x402.rails, paymentPolicy(60_000));
+    const card = mcpServerCard(ORIGIN, catalog);
+    const llms = llmsTxt(ORIGIN, catalog, x402.rails);
+    expect(
+      registryServerJson(catalog)._meta['io.modelcontextprotocol.registry/publisher-provided'].tools,
+    ).toEqual(TOOL_NAMES);
+    for (const name of TOOL_NAMES) {
+      const tool = TOOLS[name];
+      const resource = manifest.resources.find((r) => r.tool === name)!;
+      expect(resource).toMatchObject({
+        resource: `${ORIGIN}/x402/${name}`,
+        title: tool.title,
+        description: tool.description,
+        price: { amount: String(config[tool.price.key]) },
+      });
+      expect(card.tools.find((t) => t.name === name)).toEqual({
+        name,
+        title: tool.title,
+        description: tool.description,
+        inputSchema: jsonSchema(tool.input, 'input'),
+        outputSchema: outputSchemaOf(tool.output),
+        annotations: tool.annotations,
+      });
+      expect(llms).toContain(`- ${name}: ${tool.description} — POST ${ORIGIN}/x402/${name}`);
+    }
+  });
+
+  it('is the only source of the descriptions: no other source file repeats one', async () => {
+    const root = new URL('../../../', import.meta.url).pathname;
+    const sources: string[] = [];
+    for (const dir of ['services', 'scripts', 'contracts']) {
+      for (const file of await readdir(join(root, dir), { recursive: true })) {
+        if (file.endsWith('.ts') && !file.endsWith('.test.ts')) sources.push(join(dir, file));
+      }
+    }
+    const repeats: string[] = [];
+    for (const file of sources) {
+      if (file === join('contracts', 'tools.ts')) continue;
+      const text = await readFile(join(root, file), 'utf8');
+      for (const name of TOOL_NAMES) {
+        if (text.includes(TOOLS[name].description)) repeats.push(`${file}: ${name}`);
+      }
+    }
+    expect(repeats).toEqual([]);
+  });
+});

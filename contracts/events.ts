@@ -144,6 +144,11 @@ export const QuotaDebited = z.object({
   day: z.string().regex(/^\d{4}-\d{2}-\d{2}$/),
   month: z.string().regex(/^\d{4}-\d{2}$/),
   requestId: z.string(),
+  /**
+   * The generation of the quota counters the debit was counted in. A rebuild that switches
+   * generations replays the debits counted in any other one, and only those.
+   */
+  generation: z.string().optional(),
 });
 
 /** One chat of the knowledge tools, taken from the subject's monthly chat quota before it runs. */

@@ -62,7 +62,7 @@ async function openStores(config: Config, logger: Logger) {
       const { openLmdbEventStore } = await import('../adapters/event-store/lmdb.ts');
       const path = join(config.DATA_DIR, 'events');
       mkdirSync(path, { recursive: true });
-      const store = await openLmdbEventStore({ path });
+      const store = await openLmdbEventStore({ path, logger });
       logger.info({ path }, 'event store: LMDB');
       // Snapshots share the log's environment, which the store closes.
       return {

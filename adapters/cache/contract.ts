@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { type Cache, CacheUnavailableError, type QuotaWindow } from './port.ts';
+import { type Cache, CacheUnavailableError, CounterStateLostError, type QuotaWindow } from './port.ts';
 
 /**
  * The cache contract: every adapter runs this same suite, so the in-process cache and Redis
@@ -290,6 +290,117 @@ export function describeCacheContract(name: string, harness: CacheContractHarnes
         );
         await expect(cache.setWindows([good, good])).rejects.toThrow(/twice/);
         expect(await cache.readWindows(['quota:good'])).toEqual([0]);
+      });
+    });
+
+    describe('generations of counters', () => {
+      it('with no live generation, debitLive and readLive refuse with CounterStateLostError', async () => {
+        const cache = await open();
+        expect(await cache.liveGeneration('quota')).toBeNull();
+        await expect(cache.debitLive('quota', windows([5]), 1)).rejects.toThrow(CounterStateLostError);
+        await expect(cache.readLive('quota', ['quota:w0'])).rejects.toThrow(CounterStateLostError);
+        const error = await cache.readLive('quota', []).catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(CacheUnavailableError);
+      });
+
+      it('a filled generation goes live by compare-and-set; debits land on the live one only', async () => {
+        const cache = await open();
+        const ws = windows([10, 100]);
+        const keys = ws.map((w) => w.key);
+        await cache.addToGeneration(
+          'g1',
+          ws.map((w) => ({ key: w.key, count: 3, expiresAt: w.expiresAt })),
+        );
+        await cache.addToGeneration('g1', [{ key: ws[0]!.key, count: 2, expiresAt: ws[0]!.expiresAt }]);
+        expect(await cache.switchGeneration('quota', 'other', { id: 'g1', position: 7 })).toBe(false);
+        expect(await cache.switchGeneration('quota', null, { id: 'g1', position: 7 })).toBe(true);
+        expect(await cache.liveGeneration('quota')).toEqual({ id: 'g1', position: 7 });
+        expect(await cache.readLive('quota', keys)).toEqual([5, 3]);
+        expect(await cache.debitLive('quota', ws, 5)).toEqual({
+          ok: true,
+          counts: [10, 8],
+          refusedBy: null,
+          generation: 'g1',
+        });
+        expect(await cache.debitLive('quota', ws, 1)).toEqual({
+          ok: false,
+          counts: [10, 8],
+          refusedBy: 0,
+          generation: 'g1',
+        });
+        expect(await cache.generationDebits('g1')).toBe(5);
+        // Plain window operations do not see generation counters.
+        expect(await cache.readWindows(keys)).toEqual([0, 0]);
+
+        expect(await cache.switchGeneration('quota', null, { id: 'g2', position: 9 })).toBe(false);
+        expect(await cache.switchGeneration('quota', 'g1', { id: 'g2', position: 9 })).toBe(true);
+        expect(await cache.readLive('quota', keys)).toEqual([0, 0]);
+        expect((await cache.debitLive('quota', ws, 1)).generation).toBe('g2');
+        expect(await cache.generationDebits('g1')).toBe(5);
+        expect(await cache.generationDebits('g2')).toBe(1);
+        expect(await cache.generationDebits('never')).toBeNull();
+
+        await cache.dropGeneration('g1');
+        expect(await cache.generationDebits('g1')).toBeNull();
+        expect(await cache.readLive('quota', keys)).toEqual([1, 1]);
+      });
+
+      it('releaseLive gives a debit back only while its generation is live', async () => {
+        const cache = await open();
+        const ws = windows([10, 10]);
+        const keys = ws.map((w) => w.key);
+        await cache.switchGeneration('quota', null, { id: 'g1', position: 0 });
+        await cache.debitLive('quota', ws, 3);
+        expect(await cache.releaseLive('quota', 'g1', keys, 1)).toBe(true);
+        expect(await cache.readLive('quota', keys)).toEqual([2, 2]);
+        expect(await cache.generationDebits('g1')).toBe(2);
+        expect(await cache.releaseLive('quota', 'g1', ['quota:never'], 1)).toBe(true);
+        expect(await cache.readLive('quota', ['quota:never'])).toEqual([0]);
+        await cache.switchGeneration('quota', 'g1', { id: 'g2', position: 0 });
+        await cache.addToGeneration('g2', [{ key: keys[0]!, count: 2, expiresAt: ws[0]!.expiresAt }]);
+        expect(await cache.releaseLive('quota', 'g1', keys, 1)).toBe(false);
+        expect(await cache.readLive('quota', keys)).toEqual([2, 0]);
+      });
+
+      it('a counter a rebuild creates expires at the given expiresAt; adding keeps it', async () => {
+        const cache = await open();
+        const soon = Date.now() + 200;
+        await cache.addToGeneration('g1', [
+          { key: 'quota:soon', count: 2, expiresAt: soon },
+          { key: 'quota:later', count: 4, expiresAt: Date.now() + HOUR },
+        ]);
+        await cache.addToGeneration('g1', [{ key: 'quota:soon', count: 1, expiresAt: Date.now() + HOUR }]);
+        await cache.switchGeneration('quota', null, { id: 'g1', position: 0 });
+        expect(await cache.readLive('quota', ['quota:soon', 'quota:later'])).toEqual([3, 4]);
+        await sleepUntil(soon + 50);
+        expect(await cache.readLive('quota', ['quota:soon', 'quota:later'])).toEqual([0, 4]);
+      });
+
+      it('debits racing a switch each land on exactly one generation, the one they report', async () => {
+        const cache = await open();
+        const ws = windows([1_000]);
+        await cache.switchGeneration('quota', null, { id: 'a', position: 0 });
+        const debits = Array.from({ length: 100 }, () => cache.debitLive('quota', ws, 1));
+        const switched = cache.switchGeneration('quota', 'a', { id: 'b', position: 0 });
+        const more = Array.from({ length: 100 }, () => cache.debitLive('quota', ws, 1));
+        const results = await Promise.all([...debits, ...more]);
+        expect(await switched).toBe(true);
+        const onA = results.filter((r) => r.generation === 'a').length;
+        expect(await cache.generationDebits('a')).toBe(onA);
+        expect(await cache.generationDebits('b')).toBe(200 - onA);
+        expect(await cache.readLive('quota', [ws[0]!.key])).toEqual([200 - onA]);
+      });
+
+      it('rejects malformed generation ids before touching anything', async () => {
+        const cache = await open();
+        await expect(cache.addToGeneration('a:b', [])).rejects.toThrow(RangeError);
+        await expect(cache.switchGeneration('quota', null, { id: '', position: 0 })).rejects.toThrow(
+          RangeError,
+        );
+        await expect(cache.switchGeneration('quota', null, { id: 'g', position: -1 })).rejects.toThrow(
+          RangeError,
+        );
+        expect(await cache.liveGeneration('quota')).toBeNull();
       });
     });
 

@@ -1,12 +1,25 @@
-import { type Cache, CacheUnavailableError, type DebitResult, type QuotaWindow } from './port.ts';
+import {
+  type Cache,
+  CacheUnavailableError,
+  type CounterGeneration,
+  CounterStateLostError,
+  type DebitResult,
+  type QuotaWindow,
+} from './port.ts';
 import {
   assertDebit,
+  assertGeneration,
   assertKey,
+  assertMarker,
   assertRelease,
   assertSetWindows,
   assertTtl,
   assertWindowKeys,
+  generationDebitsKey,
+  generationKey,
+  markerKey,
   parseCounter,
+  parseMarker,
 } from './validate.ts';
 
 interface Entry {
@@ -70,6 +83,10 @@ export class MemoryCache implements Cache {
   async debitWindows(windows: QuotaWindow[], amount: number): Promise<DebitResult> {
     this.assertOpen();
     assertDebit(windows, amount);
+    return this.debitNow(windows, amount);
+  }
+
+  private debitNow(windows: QuotaWindow[], amount: number): DebitResult {
     const counts = windows.map((w) => parseCounter(w.key, this.live(w.key)?.value ?? null));
     const refusedBy = windows.findIndex((w, i) => counts[i]! + amount > w.limit);
     if (refusedBy !== -1) return { ok: false, counts, refusedBy };
@@ -108,6 +125,87 @@ export class MemoryCache implements Cache {
     }
   }
 
+  async liveGeneration(family: string): Promise<CounterGeneration | null> {
+    this.assertOpen();
+    return parseMarker(this.live(markerKey(family))?.value ?? null);
+  }
+
+  async debitLive(
+    family: string,
+    windows: QuotaWindow[],
+    amount: number,
+  ): Promise<DebitResult & { generation: string }> {
+    this.assertOpen();
+    assertDebit(windows, amount);
+    const generation = this.liveId(family);
+    const result = this.debitNow(
+      windows.map((w) => ({ ...w, key: generationKey(generation, w.key) })),
+      amount,
+    );
+    if (result.ok && amount > 0) this.addNow(generationDebitsKey(generation), amount, null);
+    return { ...result, generation };
+  }
+
+  async releaseLive(family: string, generation: string, keys: string[], amount: number): Promise<boolean> {
+    this.assertOpen();
+    assertGeneration(generation);
+    assertRelease(keys, amount);
+    if (parseMarker(this.live(markerKey(family))?.value ?? null)?.id !== generation) return false;
+    for (const key of [...keys.map((k) => generationKey(generation, k)), generationDebitsKey(generation)]) {
+      const entry = this.live(key);
+      if (entry) entry.value = String(Math.max(0, parseCounter(key, entry.value) - amount));
+    }
+    return true;
+  }
+
+  async readLive(family: string, keys: string[]): Promise<number[]> {
+    this.assertOpen();
+    assertWindowKeys(keys);
+    const generation = this.liveId(family);
+    return keys.map((key) => parseCounter(key, this.live(generationKey(generation, key))?.value ?? null));
+  }
+
+  async addToGeneration(
+    generation: string,
+    windows: { key: string; count: number; expiresAt: number }[],
+  ): Promise<void> {
+    this.assertOpen();
+    assertGeneration(generation);
+    assertSetWindows(windows);
+    for (const w of windows) this.addNow(generationKey(generation, w.key), w.count, w.expiresAt);
+  }
+
+  async switchGeneration(family: string, expected: string | null, next: CounterGeneration): Promise<boolean> {
+    this.assertOpen();
+    assertMarker(next);
+    const key = markerKey(family);
+    const current = parseMarker(this.live(key)?.value ?? null);
+    if ((current?.id ?? null) !== expected) return false;
+    this.entries.set(key, {
+      value: JSON.stringify({ id: next.id, position: next.position }),
+      expiresAt: null,
+    });
+    return true;
+  }
+
+  async generationDebits(generation: string): Promise<number | null> {
+    this.assertOpen();
+    assertGeneration(generation);
+    const entry = this.live(generationDebitsKey(generation));
+    return entry ? parseCounter(generationDebitsKey(generation), entry.value) : null;
+  }
+
+  async dropGeneration(generation: string): Promise<void> {
+    this.assertOpen();
+    assertGeneration(generation);
+    const start = generationKey(generation, '');
+    for (const key of this.entries.keys()) if (key.startsWith(start)) this.entries.delete(key);
+  }
+
+  onReconnect(_listener: () => void): void {
+    // Nothing to reconnect: the counters live and die with this process.
+  }
+
   async health(): Promise<{ ok: boolean; detail?: string }> {
     return this.closed ? { ok: false, detail: 'memory cache is closed' } : { ok: true };
   }
@@ -116,6 +214,19 @@ export class MemoryCache implements Cache {
     this.closed = true;
     clearInterval(this.sweeper);
     this.entries.clear();
+  }
+
+  private liveId(family: string): string {
+    const marker = parseMarker(this.live(markerKey(family))?.value ?? null);
+    if (!marker) throw new CounterStateLostError(family);
+    return marker.id;
+  }
+
+  /** INCRBY with the expiry set when the counter is created, as the Redis scripts do. */
+  private addNow(key: string, amount: number, expiresAt: number | null): void {
+    const entry = this.live(key);
+    if (entry) entry.value = String(parseCounter(key, entry.value) + amount);
+    else this.entries.set(key, { value: String(amount), expiresAt });
   }
 
   /** Like Redis, an entry is still there at its expiry instant and gone one millisecond later. */

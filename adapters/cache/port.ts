@@ -22,10 +22,62 @@ export interface Cache {
   releaseWindows(keys: string[], amount: number): Promise<number[]>;
   /** Reads the counters of the given windows without changing them. */
   readWindows(keys: string[]): Promise<number[]>;
-  /** Sets counters outright (used when rebuilding the quota projection from events). */
+  /** Sets counters outright (the chat quota's rebuild from events). */
   setWindows(windows: { key: string; count: number; expiresAt: number }[]): Promise<void>;
+
+  // Generations of counters: a family of counters (the quota) lives in one generation at a time,
+  // named by a marker key. The marker disappears with the data when the server loses it, so a
+  // missing marker means "counters unknown" rather than "nothing used"; and a rebuild fills a new
+  // generation beside the live one and switches the marker to it in one step, so debits made
+  // during the rebuild are never overwritten.
+
+  /** The live generation of `family`, or null: never built, or the server lost it. */
+  liveGeneration(family: string): Promise<CounterGeneration | null>;
+  /**
+   * debitWindows on the live generation's counters, resolved in the same atomic step as the
+   * marker. Throws CounterStateLostError when `family` has no live generation.
+   */
+  debitLive(
+    family: string,
+    windows: QuotaWindow[],
+    amount: number,
+  ): Promise<DebitResult & { generation: string }>;
+  /**
+   * releaseWindows on `generation`'s counters, and off its debit count, only while it is still
+   * live: a replaced generation was rebuilt from the log, which never had the debit given back.
+   * Returns whether it released.
+   */
+  releaseLive(family: string, generation: string, keys: string[], amount: number): Promise<boolean>;
+  /** readWindows on the live generation's counters; throws CounterStateLostError when there is none. */
+  readLive(family: string, keys: string[]): Promise<number[]>;
+  /** Adds to counters of a generation, creating missing ones with the given expiry: how a rebuild fills one. */
+  addToGeneration(
+    generation: string,
+    windows: { key: string; count: number; expiresAt: number }[],
+  ): Promise<void>;
+  /**
+   * Makes `next` the live generation of `family` only if the live one is still `expected` (null:
+   * none). False when another switch, or a loss, came first.
+   */
+  switchGeneration(family: string, expected: string | null, next: CounterGeneration): Promise<boolean>;
+  /** Units debitLive has counted on a generation (final once it is no longer live); null when unknown. */
+  generationDebits(generation: string): Promise<number | null>;
+  /** Deletes the counters of a generation that is no longer live. */
+  dropGeneration(generation: string): Promise<void>;
+  /**
+   * `listener` runs each time a connection is (re)established after it is registered: whatever
+   * lived only in the server may be gone. Never called by the in-process adapter.
+   */
+  onReconnect(listener: () => void): void;
   health(): Promise<{ ok: boolean; detail?: string }>;
   close(): Promise<void>;
+}
+
+export interface CounterGeneration {
+  /** Letters, digits and dashes; names the generation's keys. */
+  id: string;
+  /** Log position the rebuild that filled it had folded up to when it went live. */
+  position: number;
 }
 
 export interface QuotaWindow {
@@ -46,8 +98,19 @@ export interface DebitResult {
  * operation may or may not have been applied when the connection broke mid-command.
  */
 export class CacheUnavailableError extends Error {
-  override readonly name = 'CacheUnavailableError';
+  override readonly name: string = 'CacheUnavailableError';
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);
+  }
+}
+
+/**
+ * A family of counters has no live generation: never built, or the server lost its data. Serving
+ * from empty counters would give calls away, so callers treat it as unavailable until a rebuild.
+ */
+export class CounterStateLostError extends CacheUnavailableError {
+  override readonly name: string = 'CounterStateLostError';
+  constructor(readonly family: string) {
+    super(`no live generation of the ${family} counters: they must be rebuilt from the log`);
   }
 }

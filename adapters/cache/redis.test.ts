@@ -4,6 +4,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../test/ports.ts';
 import { redisUnreachable } from '../../test/redis-probe.ts';
+import { relay } from '../../test/redis-relay.ts';
 import { describeCacheContract } from './contract.ts';
 import { CacheUnavailableError } from './port.ts';
 import { connectRedisCache, type RedisCache } from './redis.ts';
@@ -15,37 +16,6 @@ const RUN_PREFIX = `test:cache:${randomUUID()}:`;
 const unreachable = await redisUnreachable(REDIS_URL);
 if (unreachable !== null && !CI) {
   console.warn(`\n*** Redis at ${REDIS_URL} unreachable (${unreachable}): Redis cache suite NOT RUN ***\n`);
-}
-
-/** A TCP relay to Redis that the test can cut and restore, to simulate Redis going away. */
-function relay(target: URL) {
-  const sockets = new Set<net.Socket>();
-  let server: net.Server | null = null;
-  const track = (socket: net.Socket) => {
-    sockets.add(socket);
-    socket.on('close', () => sockets.delete(socket));
-    socket.on('error', () => socket.destroy());
-  };
-  return {
-    async start(port = 0): Promise<number> {
-      server = net.createServer((inbound) => {
-        const outbound = net.connect(Number(target.port || 6379), target.hostname);
-        track(inbound);
-        track(outbound);
-        inbound.on('close', () => outbound.destroy());
-        outbound.on('close', () => inbound.destroy());
-        inbound.pipe(outbound).pipe(inbound);
-      });
-      await new Promise<void>((resolve) => server!.listen(port, '127.0.0.1', resolve));
-      return (server.address() as net.AddressInfo).port;
-    },
-    async stop(): Promise<void> {
-      const closing = new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
-      for (const socket of sockets) socket.destroy();
-      await closing;
-      server = null;
-    },
-  };
 }
 
 describe.runIf(unreachable === null || CI)(`redis cache against ${REDIS_URL}`, () => {
@@ -147,9 +117,12 @@ describe.runIf(unreachable === null || CI)(`redis cache against ${REDIS_URL}`, (
         connectTimeoutMs: 500,
         commandTimeoutMs: 1_000,
       });
+      let reconnects = 0;
+      cache.onReconnect(() => reconnects++);
       try {
         const window = { key: 'quota:q', limit: 10, expiresAt: Date.now() + 3_600_000 };
         expect((await cache.debitWindows([window], 1)).ok).toBe(true);
+        expect(reconnects).toBe(0);
         await proxy.stop();
         await expect
           .poll(async () => (await cache.health()).ok, { interval: 50, timeout: 5_000 })
@@ -161,6 +134,8 @@ describe.runIf(unreachable === null || CI)(`redis cache against ${REDIS_URL}`, (
           .poll(async () => (await cache.health()).ok, { interval: 100, timeout: 15_000 })
           .toBe(true);
         expect(await cache.debitWindows([window], 1)).toEqual({ ok: true, counts: [2], refusedBy: null });
+        // Told once per reconnection, so the owners of counters can check their marker.
+        expect(reconnects).toBe(1);
       } finally {
         await cache.close();
         await proxy.stop();

@@ -1,18 +1,101 @@
 import { readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { type Cache, CacheUnavailableError, type DebitResult, type QuotaWindow } from './port.ts';
+import {
+  type Cache,
+  CacheUnavailableError,
+  type CounterGeneration,
+  CounterStateLostError,
+  type DebitResult,
+  type QuotaWindow,
+} from './port.ts';
 import {
   assertDebit,
+  assertGeneration,
   assertKey,
+  assertMarker,
   assertRelease,
   assertSetWindows,
   assertTtl,
   assertWindowKeys,
+  GENERATION_PREFIX,
+  generationDebitsKey,
+  generationKey,
+  markerKey,
   parseCounter,
+  parseMarker,
 } from './validate.ts';
 
-const DEBIT_SCRIPT = readFileSync(new URL('./debit-windows.lua', import.meta.url), 'utf8');
+const DEBIT_CORE = readFileSync(new URL('./debit-windows.lua', import.meta.url), 'utf8');
+const DEBIT_SCRIPT = `${DEBIT_CORE}\nreturn debit_windows(KEYS, ARGV, 0)`;
+/**
+ * Reads the live generation from its marker (KEYS[1]) and debits that generation's counters in
+ * the same script, so a debit can neither land on a generation being replaced nor on counters
+ * that a data loss emptied. The counter keys are built inside the script from the marker, which
+ * a single Redis allows (a cluster would need them all on the marker's slot).
+ * ARGV: generation key prefix, n, n window keys, then debit_windows' amount/limit/expiry.
+ * Reply: {} when no generation is live, else {generation, debit_windows reply...}.
+ */
+const LIVE_MARKER_LUA = `
+local function live_generation()
+  local raw = redis.call('GET', KEYS[1])
+  if not raw then return nil end
+  local ok, marker = pcall(cjson.decode, raw)
+  if not ok or type(marker) ~= 'table' or type(marker.id) ~= 'string' then return nil end
+  return marker.id
+end
+`;
+const DEBIT_LIVE_SCRIPT = `${DEBIT_CORE}${LIVE_MARKER_LUA}
+local generation = live_generation()
+if not generation then return {} end
+local n = tonumber(ARGV[2])
+local keys = {}
+for i = 1, n do keys[i] = ARGV[1] .. generation .. ':' .. ARGV[2 + i] end
+local reply = debit_windows(keys, ARGV, 2 + n)
+local amount = tonumber(ARGV[3 + n])
+if reply[1] == 1 and amount > 0 then
+  redis.call('INCRBY', ARGV[1] .. generation .. ':#debits', amount)
+end
+table.insert(reply, 1, generation)
+return reply`;
+/**
+ * KEYS[1] marker; ARGV: generation key prefix, generation, amount, window keys. Gives back up to
+ * the amount on each existing counter and on the debit count, only while the generation is live.
+ */
+const RELEASE_LIVE_SCRIPT = `${LIVE_MARKER_LUA}
+if live_generation() ~= ARGV[2] then return 0 end
+local base = ARGV[1] .. ARGV[2] .. ':'
+local keys = {base .. '#debits'}
+for i = 4, #ARGV do keys[#keys + 1] = base .. ARGV[i] end
+for _, key in ipairs(keys) do
+  local raw = redis.call('GET', key)
+  if raw then
+    local give = math.min(tonumber(raw), tonumber(ARGV[3]))
+    if give > 0 then redis.call('DECRBY', key, give) end
+  end
+end
+return 1`;
+/** KEYS[1] marker; ARGV: generation key prefix, window keys. Reply: {} when lost, else {generation, raw...}. */
+const READ_LIVE_SCRIPT = `${LIVE_MARKER_LUA}
+local generation = live_generation()
+if not generation then return {} end
+local reply = {generation}
+for i = 2, #ARGV do
+  reply[i] = redis.call('GET', ARGV[1] .. generation .. ':' .. ARGV[i]) or false
+end
+return reply`;
+/** Compare-and-set of the marker: ARGV[1] the expected id ('' for none), ARGV[2] the new marker. */
+const SWITCH_SCRIPT = `${LIVE_MARKER_LUA}
+if (live_generation() or '') ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1`;
+/** INCRBY each KEYS[i] by ARGV[2i - 1], setting the expiry ARGV[2i] when the counter is created. */
+const ADD_SCRIPT = `
+for i, key in ipairs(KEYS) do
+  local amount = tonumber(ARGV[2 * i - 1])
+  if redis.call('INCRBY', key, amount) == amount then redis.call('PEXPIREAT', key, ARGV[2 * i]) end
+end
+return #KEYS`;
 /** Refund: lowers each existing counter by up to ARGV[1], keeping its expiry; a missing one stays missing. */
 const RELEASE_SCRIPT = `
 local reply = {}
@@ -46,6 +129,11 @@ export interface RedisCacheOptions {
 type ScriptedRedis = Redis & {
   signalDebitWindows(numKeys: number, ...args: (string | number)[]): Promise<unknown>;
   signalReleaseWindows(numKeys: number, ...args: (string | number)[]): Promise<number[]>;
+  signalDebitLive(numKeys: number, ...args: (string | number)[]): Promise<unknown[]>;
+  signalReleaseLive(numKeys: number, ...args: (string | number)[]): Promise<number>;
+  signalReadLive(numKeys: number, ...args: (string | number)[]): Promise<(string | null)[]>;
+  signalSwitchGeneration(numKeys: number, ...args: (string | number)[]): Promise<number>;
+  signalAddToGeneration(numKeys: number, ...args: (string | number)[]): Promise<number>;
 };
 
 /**
@@ -64,6 +152,7 @@ export class RedisCache implements Cache {
   private readonly healthTimeoutMs: number;
   private readonly logger: Logger | undefined;
   private lastError: string | null = null;
+  private readonly reconnectListeners: (() => void)[] = [];
 
   /**
    * The connection and key prefix, for a library that keeps its own keys beside ours (the
@@ -91,6 +180,11 @@ export class RedisCache implements Cache {
     }) as ScriptedRedis;
     this.client.defineCommand('signalDebitWindows', { lua: DEBIT_SCRIPT });
     this.client.defineCommand('signalReleaseWindows', { lua: RELEASE_SCRIPT });
+    this.client.defineCommand('signalDebitLive', { lua: DEBIT_LIVE_SCRIPT });
+    this.client.defineCommand('signalReadLive', { lua: READ_LIVE_SCRIPT });
+    this.client.defineCommand('signalReleaseLive', { lua: RELEASE_LIVE_SCRIPT });
+    this.client.defineCommand('signalSwitchGeneration', { lua: SWITCH_SCRIPT });
+    this.client.defineCommand('signalAddToGeneration', { lua: ADD_SCRIPT });
     this.client.on('error', (error: Error) => {
       // ioredis repeats the same error on every reconnect attempt; log each distinct one once.
       if (error.message !== this.lastError) this.logger?.warn({ err: error }, 'redis cache connection error');
@@ -99,6 +193,9 @@ export class RedisCache implements Cache {
     this.client.on('ready', () => {
       if (this.lastError !== null) this.logger?.info('redis cache connection restored');
       this.lastError = null;
+      // A server that restarted comes back empty (or from an older snapshot): let the owners of
+      // counters check theirs. Listeners registered after connect() see every later connection.
+      for (const listener of this.reconnectListeners) listener();
     });
   }
 
@@ -189,6 +286,97 @@ export class RedisCache implements Cache {
     if (failed) throw failed[0]!;
   }
 
+  async liveGeneration(family: string): Promise<CounterGeneration | null> {
+    const key = markerKey(family);
+    return parseMarker(await this.run('liveGeneration', () => this.client.get(this.k(key))));
+  }
+
+  async debitLive(
+    family: string,
+    windows: QuotaWindow[],
+    amount: number,
+  ): Promise<DebitResult & { generation: string }> {
+    assertDebit(windows, amount);
+    const args: (string | number)[] = [this.k(markerKey(family)), this.k(GENERATION_PREFIX), windows.length];
+    for (const window of windows) args.push(window.key);
+    args.push(amount);
+    for (const window of windows) args.push(window.limit, window.expiresAt);
+    const reply = await this.run('debitLive', () => this.client.signalDebitLive(1, ...args));
+    if (reply.length === 0) throw new CounterStateLostError(family);
+    const [generation, ...debit] = reply;
+    return { ...decodeDebitReply(windows, debit), generation: String(generation) };
+  }
+
+  async releaseLive(family: string, generation: string, keys: string[], amount: number): Promise<boolean> {
+    assertGeneration(generation);
+    assertRelease(keys, amount);
+    const released = await this.run('releaseLive', () =>
+      this.client.signalReleaseLive(
+        1,
+        this.k(markerKey(family)),
+        this.k(GENERATION_PREFIX),
+        generation,
+        amount,
+        ...keys,
+      ),
+    );
+    return released === 1;
+  }
+
+  async readLive(family: string, keys: string[]): Promise<number[]> {
+    assertWindowKeys(keys);
+    const reply = await this.run('readLive', () =>
+      this.client.signalReadLive(1, this.k(markerKey(family)), this.k(GENERATION_PREFIX), ...keys),
+    );
+    if (reply.length === 0) throw new CounterStateLostError(family);
+    return keys.map((key, i) => parseCounter(key, reply[i + 1] ?? null));
+  }
+
+  async addToGeneration(
+    generation: string,
+    windows: { key: string; count: number; expiresAt: number }[],
+  ): Promise<void> {
+    assertGeneration(generation);
+    assertSetWindows(windows);
+    if (windows.length === 0) return;
+    const keys = windows.map((w) => this.k(generationKey(generation, w.key)));
+    const args = windows.flatMap((w) => [w.count, w.expiresAt]);
+    await this.run('addToGeneration', () => this.client.signalAddToGeneration(keys.length, ...keys, ...args));
+  }
+
+  async switchGeneration(family: string, expected: string | null, next: CounterGeneration): Promise<boolean> {
+    assertMarker(next);
+    const marker = JSON.stringify({ id: next.id, position: next.position });
+    const switched = await this.run('switchGeneration', () =>
+      this.client.signalSwitchGeneration(1, this.k(markerKey(family)), expected ?? '', marker),
+    );
+    return switched === 1;
+  }
+
+  async generationDebits(generation: string): Promise<number | null> {
+    assertGeneration(generation);
+    const key = generationDebitsKey(generation);
+    const raw = await this.run('generationDebits', () => this.client.get(this.k(key)));
+    return raw === null ? null : parseCounter(key, raw);
+  }
+
+  async dropGeneration(generation: string): Promise<void> {
+    assertGeneration(generation);
+    const pattern = `${globEscape(this.k(generationKey(generation, '')))}*`;
+    let cursor = '0';
+    do {
+      const [next, keys] = await this.run('dropGeneration', () =>
+        this.client.scan(cursor, 'MATCH', pattern, 'COUNT', 1_000),
+      );
+      cursor = next;
+      if (keys.length > 0) await this.run('dropGeneration', () => this.client.unlink(...keys));
+    } while (cursor !== '0');
+  }
+
+  onReconnect(listener: () => void): void {
+    this.reconnectListeners.push(listener);
+  }
+
   async health(): Promise<{ ok: boolean; detail?: string }> {
     if (this.client.status !== 'ready') return { ok: false, detail: this.unavailableDetail() };
     let timer: NodeJS.Timeout | undefined;
@@ -263,6 +451,10 @@ function decodeDebitReply(windows: QuotaWindow[], reply: unknown): DebitResult {
   }
   const counts = rest.map(Number);
   return status === 1 ? { ok: true, counts, refusedBy: null } : { ok: false, counts, refusedBy: index };
+}
+
+function globEscape(text: string): string {
+  return text.replace(/[*?[\]\\]/g, '\\$&');
 }
 
 function describeUrl(url: string): string {

@@ -78,3 +78,44 @@ export function parseCounter(key: string, raw: string | null): number {
   }
   return value;
 }
+
+const GENERATION = /^[A-Za-z0-9-]{1,64}$/;
+
+export function assertGeneration(id: string): void {
+  if (typeof id !== 'string' || !GENERATION.test(id))
+    throw new RangeError(`generation id must be 1-64 letters, digits or dashes (got ${JSON.stringify(id)})`);
+}
+
+export function assertMarker(marker: { id: string; position: number }): void {
+  assertGeneration(marker.id);
+  assertCount('generation position', marker.position);
+}
+
+/** Where a generation keeps a counter (`g:<generation>:<key>`), and the units debited on it. */
+export const GENERATION_PREFIX = 'g:';
+
+export function generationKey(generation: string, key: string): string {
+  return `${GENERATION_PREFIX}${generation}:${key}`;
+}
+
+export function generationDebitsKey(generation: string): string {
+  return generationKey(generation, '#debits');
+}
+
+export function markerKey(family: string): string {
+  assertKey(family);
+  return `${family}:generation`;
+}
+
+/** A stored marker, or null when the slot holds something else (treated as lost). */
+export function parseMarker(raw: string | null): { id: string; position: number } | null {
+  if (raw === null) return null;
+  try {
+    const value = JSON.parse(raw) as { id?: unknown; position?: unknown };
+    if (typeof value.id === 'string' && GENERATION.test(value.id) && Number.isSafeInteger(value.position))
+      return { id: value.id, position: value.position as number };
+  } catch {
+    // fall through: not a marker
+  }
+  return null;
+}

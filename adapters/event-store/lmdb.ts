@@ -1,20 +1,27 @@
+import { statfs } from 'node:fs/promises';
 import { type Database, open, type RootDatabase } from 'lmdb';
+import type { Logger } from 'pino';
 import type { AppendResult, ExpectedRevision, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
 import { LmdbProjectionStore } from '../projection-store/lmdb.ts';
 import { AppendSignal, catchUpSubscription } from './catch-up.ts';
 import { findIdempotentAppend, freshEventIds } from './idempotency.ts';
 import { checkExpected, type EventStore, type HealthReport, recordEvent, type Subscription } from './port.ts';
+import { isStorageFull, StorageFullState } from './storage-full.ts';
 
 export interface LmdbEventStoreOptions {
   /** Directory of the LMDB environment (created when missing). */
   path: string;
   /** How often a live subscription looks for appends made by other processes. */
   pollMs?: number;
+  /** Told once when the disk fills up and once when it has room again. */
+  logger?: Logger;
 }
 
 type StreamKey = [stream: string, revision: number];
 
 const LAST_REVISION = Number.MAX_SAFE_INTEGER;
+/** Free space at which a store that ran out counts as writable again: room for a burst of commits. */
+const MIN_FREE_BYTES = 1024 * 1024;
 
 export async function openLmdbEventStore(options: LmdbEventStoreOptions): Promise<LmdbEventStore> {
   return new LmdbEventStore(options);
@@ -36,6 +43,8 @@ export class LmdbEventStore implements EventStore {
   private readonly ids: Database<number, string>;
   private readonly signal = new AppendSignal();
   private readonly pollMs: number;
+  private readonly space: StorageFullState;
+  private readonly path: string;
   private closed = false;
 
   constructor(options: LmdbEventStoreOptions) {
@@ -47,6 +56,9 @@ export class LmdbEventStore implements EventStore {
     this.events = this.root.openDB<RecordedEvent, number>({ name: 'events' });
     this.streams = this.root.openDB<number, StreamKey>({ name: 'streams' });
     this.ids = this.root.openDB<number, string>({ name: 'ids' });
+    this.path = options.path;
+    this.space = new StorageFullState(`LMDB at ${options.path}`, options.logger);
+    ignoreStrayCommitRejections();
     // Reader slots of processes that were killed would otherwise pin old pages forever.
     this.root.readerCheck();
   }
@@ -65,32 +77,43 @@ export class LmdbEventStore implements EventStore {
     const recordedAt = new Date().toISOString();
     // A child transaction rolls back every put of this batch if anything in it throws, while
     // still sharing one commit (and one flush) with the other appends queued in this turn.
-    const outcome = await this.root.childTransaction(() => {
-      const prior = findIdempotentAppend(stream, events, (id) => this.lookup(id));
-      if (prior) return { result: prior, wrote: false };
-      const current = this.currentRevision(stream);
-      checkExpected(stream, expected, current);
-      const head = this.headInTxn();
-      if (events.length === 0)
-        return { result: { nextRevision: current ?? -1, position: head }, wrote: false };
-      const ids = freshEventIds(stream, events, (id) => this.ids.doesExist(id));
-      const firstRevision = (current ?? -1) + 1;
-      for (let i = 0; i < events.length; i++) {
-        const id = ids[i]!;
-        const position = head + i + 1;
-        const revision = firstRevision + i;
-        const recorded = recordEvent(events[i]!, { id, stream, revision, position, recordedAt });
-        this.events.putSync(position, recorded, { append: true });
-        this.streams.putSync([stream, revision], position);
-        this.ids.putSync(id, position);
-      }
-      return {
-        result: { nextRevision: firstRevision + events.length - 1, position: head + events.length },
-        wrote: true,
-      };
-    });
+    const write = () =>
+      this.root.childTransaction(() => {
+        const prior = findIdempotentAppend(stream, events, (id) => this.lookup(id));
+        if (prior) return { result: prior, wrote: false };
+        const current = this.currentRevision(stream);
+        checkExpected(stream, expected, current);
+        const head = this.headInTxn();
+        if (events.length === 0)
+          return { result: { nextRevision: current ?? -1, position: head }, wrote: false };
+        const ids = freshEventIds(stream, events, (id) => this.ids.doesExist(id));
+        const firstRevision = (current ?? -1) + 1;
+        for (let i = 0; i < events.length; i++) {
+          const id = ids[i]!;
+          const position = head + i + 1;
+          const revision = firstRevision + i;
+          const recorded = recordEvent(events[i]!, { id, stream, revision, position, recordedAt });
+          this.events.putSync(position, recorded, { append: true });
+          this.streams.putSync([stream, revision], position);
+          this.ids.putSync(id, position);
+        }
+        return {
+          result: { nextRevision: firstRevision + events.length - 1, position: head + events.length },
+          wrote: true,
+        };
+      });
+    let outcome: Awaited<ReturnType<typeof write>>;
+    try {
+      outcome = await write();
+      if (outcome.wrote) await this.root.flushed;
+    } catch (err) {
+      const cause = await commitCause(err);
+      if (isStorageFull(cause) || isStorageFull(err) || (cause !== err && (await this.lowOnSpace())))
+        throw this.space.failed(cause);
+      throw err;
+    }
     if (outcome.wrote) {
-      await this.root.flushed;
+      this.space.succeeded();
       this.signal.notify();
     }
     return outcome.result;
@@ -148,6 +171,12 @@ export class LmdbEventStore implements EventStore {
 
   async health(): Promise<HealthReport> {
     if (this.closed) return { ok: false, detail: 'closed' };
+    // While appends fail for lack of space, the free space of the disk tells when there is room
+    // again, so a replica taken out of rotation (no writes reach it) still comes back.
+    if (this.space.full) {
+      if (await this.lowOnSpace()) return this.space.health()!;
+      this.space.succeeded();
+    }
     try {
       const head = this.headInTxn();
       return { ok: true, detail: `head position ${head}` };
@@ -161,6 +190,15 @@ export class LmdbEventStore implements EventStore {
     this.closed = true;
     this.signal.notify();
     await this.root.close();
+  }
+
+  /**
+   * A failed commit on a nearly full disk is a full disk, whatever errno it came with: writes to
+   * a full file system also surface as EIO.
+   */
+  private async lowOnSpace(): Promise<boolean> {
+    const { bavail, bsize } = await statfs(this.path);
+    return bavail * bsize < MIN_FREE_BYTES;
   }
 
   /** Reads through the write transaction when called inside one, else a fresh read snapshot. */
@@ -185,4 +223,44 @@ export class LmdbEventStore implements EventStore {
     const position = this.ids.get(id);
     return position === undefined ? undefined : this.events.get(position);
   }
+}
+
+/**
+ * lmdb-js rejects a failed commit with a generic "Commit failed" error whose `commitError`
+ * promise rejects with the cause (ENOSPC, MDB_MAP_FULL...). Bounded: not every failure sets it.
+ */
+async function commitCause(error: unknown): Promise<unknown> {
+  const pending = (error as { commitError?: Promise<unknown> } | null)?.commitError;
+  if (!pending || typeof pending.then !== 'function') return error;
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      pending.then(
+        () => error,
+        (cause: unknown) => cause,
+      ),
+      new Promise((resolve) => {
+        timer = setTimeout(() => resolve(error), 1_000);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+let strayGuardInstalled = false;
+
+/**
+ * When a commit fails, lmdb-js also rejects an internal promise nobody holds, with the same
+ * "Commit failed" error the appender already received and answered; Node would end the process
+ * over it. Only that error is ignored: any other unhandled rejection still ends the process, as
+ * by default, unless another listener has taken charge of them.
+ */
+function ignoreStrayCommitRejections(): void {
+  if (strayGuardInstalled) return;
+  strayGuardInstalled = true;
+  process.on('unhandledRejection', (reason) => {
+    if (reason instanceof Error && 'commitError' in reason) return;
+    if (process.listenerCount('unhandledRejection') === 1) throw reason;
+  });
 }

@@ -88,10 +88,19 @@ export class IdempotencyConflictError extends Error {
  * event ids is idempotent). HTTP answers it as a retryable 503.
  */
 export class EventStoreUnavailableError extends Error {
-  override readonly name = 'EventStoreUnavailableError';
+  override readonly name: string = 'EventStoreUnavailableError';
   readonly statusCode = 503;
-  readonly code = 'event_store_unavailable';
+  readonly code: string = 'event_store_unavailable';
   readonly retryable = true;
+}
+
+/**
+ * The store's disk (or LMDB's map) is full: nothing was written. Reads still work; writes are
+ * refused as retryable until space returns, and the store's health says so meanwhile.
+ */
+export class StorageFullError extends EventStoreUnavailableError {
+  override readonly name: string = 'StorageFullError';
+  override readonly code: string = 'storage_full';
 }
 
 export function checkExpected(stream: string, expected: ExpectedRevision, actual: number | null): void {

@@ -13,6 +13,7 @@ import {
   WrongExpectedRevisionError,
 } from './port.ts';
 import { MIGRATIONS, migrationLockKey, type SchemaNames, schemaNames } from './postgres-schema.ts';
+import { isStorageFull, StorageFullState } from './storage-full.ts';
 
 export interface PostgresEventStoreOptions {
   /** postgres://user@host:port/database */
@@ -157,6 +158,8 @@ export class PostgresEventStore implements EventStore {
   private listener: pg.Client | null = null;
   private listenerRetry: NodeJS.Timeout | null = null;
   private closed = false;
+  private readonly space: StorageFullState;
+  private lastFullAt = 0;
   private readonly q: {
     append: string;
     readAll: string;
@@ -172,6 +175,7 @@ export class PostgresEventStore implements EventStore {
   ) {
     this.pollMs = options.pollMs ?? 1_000;
     this.logger = options.logger;
+    this.space = new StorageFullState('PostgreSQL', options.logger);
     const s = names.schema;
     this.q = {
       append: `SELECT next_revision, head FROM ${s}.append_events($1, $2, $3::text[], $4::text[], $5::text[], $6::text[], $7::json[])`,
@@ -212,8 +216,13 @@ export class PostgresEventStore implements EventStore {
         }),
       );
       const row = rows[0]!;
+      this.space.succeeded();
       return { nextRevision: Number(row.next_revision), position: Number(row.head) };
     } catch (err) {
+      if (isStorageFull(err)) {
+        this.lastFullAt = Date.now();
+        throw this.space.failed(err);
+      }
       const code = (err as { code?: string }).code;
       const detail = (err as { detail?: string }).detail ?? '';
       if (code === 'ES001') {
@@ -301,6 +310,9 @@ export class PostgresEventStore implements EventStore {
 
   async health(): Promise<HealthReport> {
     if (this.closed) return { ok: false, detail: 'closed' };
+    // Without a write to probe with, a full disk (SQLSTATE 53100) is reported for a while after
+    // the last refused write, then the replica is offered writes again to find out.
+    if (this.space.full && Date.now() - this.lastFullAt < 10_000) return this.space.health()!;
     try {
       const { rows } = await this.pool.query<{ head: string }>({ name: 'es_head', text: this.q.head });
       return {

@@ -90,7 +90,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       error.statusCode && error.statusCode >= 400 && error.statusCode < 600 ? error.statusCode : 500;
     // A backing server that is down (the event store): nothing was done and the caller may retry.
     if (status === 503 && error.retryable === true) {
-      request.log.warn({ err: error }, 'request refused: a backing server is unavailable');
+      // No stack per request: the adapter logs the outage (a full disk, a lost server) once.
+      request.log.warn(
+        { code: error.code, reason: error.message },
+        'request refused: a backing server is unavailable',
+      );
       return reply
         .code(503)
         .header('retry-after', '1')

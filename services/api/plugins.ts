@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
+import { CacheUnavailableError } from '../../adapters/cache/port.ts';
 import { RedisCache } from '../../adapters/cache/redis.ts';
 import type { Config } from '../../contracts/config.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
@@ -10,7 +11,7 @@ import { type KeyRegistry, keyRegistryProjection } from '../keys/key-registry.ts
 import { KeyResolver } from '../keys/key-resolver.ts';
 import { planTable } from '../quota/plans.ts';
 import { QuotaMeter } from '../quota/quota-meter.ts';
-import { rebuildQuotaCache } from '../quota/quota-projection.ts';
+import { QuotaCounters } from '../quota/quota-rebuild.ts';
 import { keyRoutes } from './keys/routes.ts';
 import { mcpPlugin } from './mcp/plugin.ts';
 import { guardConfig } from './mcp/request-guard.ts';
@@ -31,6 +32,8 @@ export interface KeyedChannelDeps {
   extraTools?: ToolDefinition[];
   /** Told of every request refused by the rate limiter (a metric). */
   onRateLimited?: (tier: string, channel: 'http' | 'mcp') => void;
+  /** Told the number of open MCP sessions whenever it changes (a metric). */
+  onMcpSessionCount?: (open: number) => void;
   /** How often idle MCP sessions are looked for (default derived from MCP_SESSION_IDLE_MS). */
   mcpSweepIntervalMs?: number;
 }
@@ -62,7 +65,12 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
     },
   );
   const keys = new KeyResolver({ runner: registry, store: adapters.eventStore });
-  const quota = new QuotaMeter({ cache: adapters.cache, store: adapters.eventStore, plans });
+  const quota = new QuotaMeter({
+    cache: adapters.cache,
+    store: adapters.eventStore,
+    plans,
+    counters: new QuotaCounters({ store: adapters.eventStore, cache: adapters.cache, logger }),
+  });
   const guard = guardConfig(config);
   const rateLimit = config.RATE_LIMIT_ENABLED
     ? rateLimitPlugin({
@@ -95,6 +103,7 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
       maxSessions: config.MCP_MAX_SESSIONS,
       maxSessionsPerCaller: config.MCP_MAX_SESSIONS_PER_CALLER,
       ...(deps.mcpSweepIntervalMs === undefined ? {} : { sweepIntervalMs: deps.mcpSweepIntervalMs }),
+      ...(deps.onMcpSessionCount ? { onSessionCount: deps.onMcpSessionCount } : {}),
       ...(deps.paymentRequirements ? { paymentRequirements: deps.paymentRequirements } : {}),
       ...(deps.payPerCall ? { payPerCall: deps.payPerCall } : {}),
     }),
@@ -109,13 +118,22 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
     tools,
     async start() {
       await registry.start();
-      // The in-process cache starts empty: its quota counters are a projection of the log.
-      if (adapters.cache.kind === 'memory') {
-        const rebuilt = await rebuildQuotaCache({ store: adapters.eventStore, cache: adapters.cache });
-        logger.info(rebuilt, 'quota counters rebuilt from the log');
-      }
+      // The quota counters are a projection of the log: the in-process cache starts without them,
+      // and Redis may have lost them (restart without persistence, flush). Keyed calls wait for
+      // them, then answer 503 until they are back.
+      await quota.counters.ensure().catch((err: unknown) => {
+        // Redis down at start: the api still starts; the counters are checked on reconnection.
+        if (!(err instanceof CacheUnavailableError)) throw err;
+        logger.warn({ err }, 'quota counters not checked at start: the cache is unreachable');
+      });
+      adapters.cache.onReconnect(() => {
+        quota.counters
+          .ensure()
+          .catch((err: unknown) => logger.error({ err }, 'quota counters not rebuilt after a reconnection'));
+      });
     },
     async stop() {
+      await quota.counters.stop();
       await registry.stop();
     },
     checks() {

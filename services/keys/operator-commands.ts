@@ -1,7 +1,7 @@
 import type { Cache } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { Plan } from '../../contracts/events.ts';
-import { rebuildQuotaCache } from '../quota/quota-projection.ts';
+import { rebuildQuotaGeneration } from '../quota/quota-rebuild.ts';
 import { changeKeyPlan, issueKey, KeyRuleError, revokeKey } from './key-commands.ts';
 import { findById, type KeyRecord } from './key-registry.ts';
 import { foldKeyRegistry } from './registry-fold.ts';
@@ -15,7 +15,8 @@ export const USAGE = `usage: npm run keys -- <command>
   list [--all]                                     keys with id, prefix, plan, owner (--all: with revoked)
   plan <keyId> <free|starter|pro>                  move a key to another plan
   revoke <keyId> [--reason <text>]                 revoke a key for good
-  rebuild-quota                                    set the cache's quota counters from the event log`;
+  rebuild-quota                                    rebuild the cache's quota counters from the event log
+                                                   (safe under traffic: a new generation, then a switch)`;
 
 function flags(args: string[]): { positional: string[]; named: Record<string, string | true> } {
   const positional: string[] = [];
@@ -57,7 +58,7 @@ function row(r: KeyRecord): string {
 /** Runs one operator command and returns what to print. Pure of process and console. */
 export async function runOperatorCommand(
   argv: string[],
-  deps: { store: EventStore; cache: Cache },
+  deps: { store: EventStore; cache: Cache; settleMs?: number },
 ): Promise<string> {
   const [command, ...rest] = argv;
   const { positional, named } = flags(rest);
@@ -100,8 +101,20 @@ export async function runOperatorCommand(
         return `${record.keyId}: revoked (${reason})`;
       }
       case 'rebuild-quota': {
-        const { windows, events } = await rebuildQuotaCache({ store: deps.store, cache: deps.cache });
-        return `quota: ${windows} open windows set from ${events} events`;
+        const outcome = await rebuildQuotaGeneration({
+          store: deps.store,
+          cache: deps.cache,
+          ...(deps.settleMs === undefined ? {} : { settleMs: deps.settleMs }),
+        });
+        if (!outcome.switched)
+          throw new Error(
+            'quota: another rebuild (or a loss of the cache) came first; nothing switched, run it again',
+          );
+        return [
+          `quota: generation ${outcome.generation} live (replaced ${outcome.previous ?? 'none'})`,
+          `${outcome.windows} open windows from ${outcome.events} events up to position ${outcome.position},`,
+          `then ${outcome.replayed} debits made meanwhile replayed`,
+        ].join(' ');
       }
       default:
         throw new UsageError(command ? `unknown command ${command}` : 'a command is required');

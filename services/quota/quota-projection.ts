@@ -1,9 +1,7 @@
-import type { Cache } from '../../adapters/cache/port.ts';
-import type { EventStore } from '../../adapters/event-store/port.ts';
-import { defineProjection, foldLog, type Projection } from '../../projections/projection.ts';
+import { defineProjection, type Projection } from '../../projections/projection.ts';
 import { counterExpiry, dayKey, monthKey, resetsAtOf } from './windows.ts';
 
-/** Counter per quota window, as the cache should hold it, folded from QuotaDebited. */
+/** Counter per quota window, as the cache should hold it, folded from QuotaDebited (see quota-rebuild.ts). */
 export type QuotaBalances = Record<string, { count: number; expiresAt: number }>;
 
 function add(state: QuotaBalances, key: string, units: number, expiresAt: number): void {
@@ -24,24 +22,3 @@ export const quotaBalancesProjection: Projection<QuotaBalances> = defineProjecti
     return state;
   },
 });
-
-/**
- * Rebuilds the cache's quota counters from the log: folds every QuotaDebited and sets the
- * counters of windows still open at `now`. Run it on an emptied quota prefix (or on the
- * in-process cache at start); counters the log does not know are not touched.
- */
-export async function rebuildQuotaCache(deps: {
-  store: EventStore;
-  cache: Cache;
-  now?: number;
-  pageSize?: number;
-}): Promise<{ windows: number; events: number }> {
-  const now = deps.now ?? Date.now();
-  const pageSize = deps.pageSize ?? 1_000;
-  const { state, events } = await foldLog(deps.store, quotaBalancesProjection, pageSize);
-  const windows = Object.entries(state)
-    .filter(([, w]) => w.expiresAt > now)
-    .map(([key, w]) => ({ key, count: w.count, expiresAt: w.expiresAt }));
-  for (let i = 0; i < windows.length; i += 500) await deps.cache.setWindows(windows.slice(i, i + 500));
-  return { windows: windows.length, events };
-}

@@ -5,7 +5,7 @@ import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from '../../test/redis-probe.ts';
 import type { PlanTable } from './plans.ts';
 import { QuotaMeter, type QuotaSubject } from './quota-meter.ts';
-import { rebuildQuotaCache } from './quota-projection.ts';
+import { QUOTA_FAMILY } from './quota-rebuild.ts';
 import { quotaPeriod, quotaWindows } from './windows.ts';
 
 const run = await shouldRunRedisSuite('quota suite against Redis');
@@ -89,7 +89,7 @@ describe.runIf(run)('quota on the real Redis', () => {
     expect(later.snapshot).toMatchObject({ used: 2, remaining: 99, daily: { used: 1, remaining: 99 } });
   });
 
-  it('wipe Redis, rebuild from the event log: the same balances', async () => {
+  it('wipe Redis: the next read finds the counters gone and rebuilds the same balances from the log', async () => {
     const store = new MemoryEventStore();
     let now = T0 - 3 * 60 * 60_000;
     const meter = new QuotaMeter({ cache, store, plans: PLANS, now: () => now });
@@ -105,14 +105,15 @@ describe.runIf(run)('quota on the real Redis', () => {
     const keysOf = (s: QuotaSubject, at: number) =>
       quotaWindows(s.id, PLANS[s.plan], quotaPeriod(at)).map((w) => w.key);
     const allKeys = subjects.flatMap((s) => [...keysOf(s, T0 - 3 * 60 * 60_000), ...keysOf(s, now)]);
-    const before = await cache.readWindows(allKeys);
+    const before = await cache.readLive(QUOTA_FAMILY, allKeys);
     expect(before.reduce((a, b) => a + b, 0)).toBe(2 * 42);
 
     expect(await wipePrefix(PREFIX)).toBeGreaterThan(0);
-    expect(await cache.readWindows(allKeys)).toEqual(allKeys.map(() => 0));
+    expect(await cache.liveGeneration(QUOTA_FAMILY)).toBeNull();
 
-    const rebuilt = await rebuildQuotaCache({ store, cache, now, pageSize: 7 });
-    expect(rebuilt.events).toBe(42);
-    expect(await cache.readWindows(allKeys)).toEqual(before);
+    const after = await Promise.all(subjects.map((s) => meter.peek(s)));
+    expect(after.map((p) => p.used)).toEqual([6, 6, 0]);
+    expect(await cache.readLive(QUOTA_FAMILY, allKeys)).toEqual(before);
+    await meter.counters.stop();
   });
 });

@@ -1,0 +1,70 @@
+import { randomUUID } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { MemoryCache } from '../../adapters/cache/memory.ts';
+import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import type { EventStore } from '../../adapters/event-store/port.ts';
+import type { PlanTable } from './plans.ts';
+import { QuotaMeter, type QuotaSubject } from './quota-meter.ts';
+import { QUOTA_FAMILY, rebuildQuotaGeneration } from './quota-rebuild.ts';
+import { quotaPeriod, quotaWindows } from './windows.ts';
+
+const PLANS: PlanTable = {
+  free: { monthly: 1_000, daily: 60 },
+  starter: { monthly: 10_000, daily: null },
+  pro: { monthly: 1_000_000, daily: null },
+};
+const T0 = Date.UTC(2031, 5, 10, 12, 0, 0);
+
+describe('quota generations on the in-process cache', () => {
+  it('a fresh cache has no counters: the first call rebuilds them from the log', async () => {
+    const store = new MemoryEventStore();
+    const key: QuotaSubject = { id: `k-${randomUUID()}`, kind: 'key', plan: 'free' };
+    const first = new QuotaMeter({ cache: new MemoryCache(), store, plans: PLANS, now: () => T0 });
+    for (let i = 0; i < 7; i++) await first.debit(key, 't', `r${i}`);
+    // A restart: a new process, a new in-process cache, the same log.
+    const cache = new MemoryCache();
+    expect(await cache.liveGeneration(QUOTA_FAMILY)).toBeNull();
+    const restarted = new QuotaMeter({ cache, store, plans: PLANS, now: () => T0 });
+    expect(await restarted.peek(key)).toMatchObject({ used: 7, daily: { used: 7 } });
+    await Promise.all([first.counters.stop(), restarted.counters.stop()]);
+  });
+
+  it('a rebuild while debits run ends with every counter equal to the log', async () => {
+    const memory = new MemoryEventStore();
+    const store: EventStore = Object.assign(Object.create(memory) as EventStore, {
+      readAll: async (options?: { after?: number; maxCount?: number }) => {
+        await new Promise((resolve) => setTimeout(resolve, 5));
+        return memory.readAll(options);
+      },
+    });
+    const cache = new MemoryCache();
+    const meter = new QuotaMeter({ cache, store: memory, plans: PLANS, now: () => T0 });
+    const subjects: QuotaSubject[] = [0, 1, 2].map((i) => ({
+      id: `p${i}-${randomUUID()}`,
+      kind: 'key',
+      plan: 'pro',
+    }));
+    let running = true;
+    let n = 0;
+    const worker = async () => {
+      while (running) {
+        await meter.debit(subjects[n % 3]!, 't', `r${n++}`);
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+    };
+    const traffic = Promise.all([worker(), worker(), worker()]);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    const outcome = await rebuildQuotaGeneration({ store, cache, pageSize: 50, settleMs: 1_000 });
+    running = false;
+    await traffic;
+    expect(outcome.switched).toBe(true);
+    for (const subject of subjects) {
+      const logged = (await memory.readAll()).filter(
+        (e) => e.type === 'QuotaDebited' && (e.data as { subject: string }).subject === subject.id,
+      ).length;
+      const keys = quotaWindows(subject.id, PLANS.pro, quotaPeriod(T0)).map((w) => w.key);
+      expect(await cache.readLive(QUOTA_FAMILY, keys)).toEqual([logged, logged]);
+    }
+    await meter.counters.stop();
+  });
+});

@@ -1,0 +1,236 @@
+import { randomBytes } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { Cache } from '../../adapters/cache/port.ts';
+import type { EventStore } from '../../adapters/event-store/port.ts';
+import type { RecordedEvent } from '../../contracts/envelope.ts';
+import { type QuotaBalances, quotaBalancesProjection } from './quota-projection.ts';
+
+/** The cache's family of quota counters: its marker names the live generation. */
+export const QUOTA_FAMILY = 'quota';
+
+/**
+ * How long a rebuild keeps replaying debits counted in the generation it replaced, when it cannot
+ * tell that all of them are on the log (the replaced generation was lost with the server's data,
+ * or some append failed). A debit is appended right after it is counted, inside its request, so
+ * this bounds the time between the two.
+ */
+const DEFAULT_SETTLE_MS = 10_000;
+
+export interface RebuildOutcome {
+  generation: string;
+  /** The generation it replaced (null: none was live). */
+  previous: string | null;
+  /** False when another rebuild, or a loss, switched first: this one was discarded. */
+  switched: boolean;
+  /** Open windows written, and events folded, before the switch. */
+  windows: number;
+  events: number;
+  /** Log position folded up to at the switch (the marker's position). */
+  position: number;
+  /** Debits counted in another generation and appended after the switch, replayed afterwards. */
+  replayed: number;
+}
+
+export interface RebuildDeps {
+  store: EventStore;
+  cache: Cache;
+  /** The live generation to replace; undefined: whatever is live now. */
+  expected?: string | null;
+  now?: () => number;
+  pageSize?: number;
+  settleMs?: number;
+  pollMs?: number;
+  /** Called as soon as the new generation is live, before the replay of late debits. */
+  onLive?: (generation: string) => void;
+  signal?: AbortSignal;
+}
+
+function newGenerationId(): string {
+  return `${Date.now().toString(36)}-${randomBytes(6).toString('hex')}`;
+}
+
+/**
+ * Rebuilds the quota counters from the log into a new generation, while debits go on:
+ *
+ * 1. fold every QuotaDebited into the new generation's counters (not live yet: debits keep
+ *    landing on the live one), and catch up to the head;
+ * 2. switch the marker to it in one compare-and-set, so each debit lands on exactly one
+ *    generation and says which on its QuotaDebited;
+ * 3. keep replaying the debits appended after the fold that were counted in another generation
+ *    (in flight at the switch), until the replaced generation's debit count is all on the log,
+ *    or `settleMs` when that count is unknown; debits counted in the new generation are skipped.
+ *
+ * So the new counters end equal to the log: no debit lost, none counted twice.
+ */
+export async function rebuildQuotaGeneration(deps: RebuildDeps): Promise<RebuildOutcome> {
+  const { store, cache } = deps;
+  const now = deps.now ?? Date.now;
+  const pageSize = deps.pageSize ?? 1_000;
+  const previous =
+    deps.expected === undefined ? ((await cache.liveGeneration(QUOTA_FAMILY))?.id ?? null) : deps.expected;
+  const generation = newGenerationId();
+  let position = 0;
+  let events = 0;
+  let debits = 0;
+  let loggedOnPrevious = 0;
+
+  /** Folds the next page of the log into `state`; false once a page ends short (the head). */
+  const readPage = async (state: QuotaBalances): Promise<boolean> => {
+    const page = await store.readAll({ after: position, maxCount: pageSize });
+    for (const event of page) {
+      if (event.type !== 'QuotaDebited') continue;
+      const tag = debitGeneration(event);
+      if (previous !== null && tag === previous) loggedOnPrevious += units(event);
+      if (tag === generation) continue;
+      quotaBalancesProjection.evolve(state, event);
+      debits++;
+    }
+    events += page.length;
+    if (page.length > 0) position = page[page.length - 1]!.position;
+    return page.length === pageSize;
+  };
+  const write = async (state: QuotaBalances): Promise<number> => {
+    const at = now();
+    const windows = Object.entries(state)
+      .filter(([, w]) => w.expiresAt > at)
+      .map(([key, w]) => ({ key, count: w.count, expiresAt: w.expiresAt }));
+    for (let i = 0; i < windows.length; i += 500)
+      await cache.addToGeneration(generation, windows.slice(i, i + 500));
+    return windows.length;
+  };
+
+  let windows = 0;
+  let switched: boolean;
+  try {
+    // Up to the head as it was when each pass began: traffic faster than the fold must not keep
+    // it chasing the head forever (debits after it are replayed after the switch). The second
+    // pass narrows the stretch the new generation undercounts between the switch and the replay.
+    for (let pass = 0; pass < 2; pass++) {
+      const target = await store.headPosition();
+      for (let more = true; more && position < target; ) {
+        const state = quotaBalancesProjection.initial();
+        more = await readPage(state);
+        windows += await write(state);
+      }
+    }
+    switched = await cache.switchGeneration(QUOTA_FAMILY, previous, { id: generation, position });
+  } catch (err) {
+    await cache.dropGeneration(generation).catch(() => undefined);
+    throw err;
+  }
+  const folded = { windows, events, position };
+  if (!switched) {
+    await cache.dropGeneration(generation);
+    return { generation, previous, switched, ...folded, replayed: 0 };
+  }
+  deps.onLive?.(generation);
+
+  // The replaced generation takes no more debits: its count is now final. Its marker was there at
+  // the switch, so a missing count means it never took a debit; without a previous one, the
+  // debits in flight (of a generation lost with the server's data) are unknown.
+  const debitedOnPrevious = previous === null ? null : ((await cache.generationDebits(previous)) ?? 0);
+  const deadline = Date.now() + (deps.settleMs ?? DEFAULT_SETTLE_MS);
+  const debitsAtSwitch = debits;
+  for (;;) {
+    const complete = debitedOnPrevious !== null && loggedOnPrevious >= debitedOnPrevious;
+    if (complete || Date.now() >= deadline || deps.signal?.aborted) break;
+    const state = quotaBalancesProjection.initial();
+    const more = await readPage(state);
+    await write(state);
+    if (!more) await sleep(deps.pollMs ?? 50, deps.signal);
+  }
+  if (previous !== null) await cache.dropGeneration(previous);
+  return { generation, previous, switched, ...folded, replayed: debits - debitsAtSwitch };
+}
+
+function debitGeneration(event: RecordedEvent): string | undefined {
+  if (event.type !== 'QuotaDebited') return undefined;
+  const tag = (event.data as { generation?: unknown }).generation;
+  return typeof tag === 'string' ? tag : undefined;
+}
+
+function units(event: RecordedEvent): number {
+  const value = (event.data as { units?: unknown }).units;
+  return typeof value === 'number' ? value : 0;
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    timer.unref();
+    signal?.addEventListener('abort', done, { once: true });
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+  });
+}
+
+/**
+ * Keeps one process's quota counters live: rebuilds them from the log when their generation is
+ * gone (at start, after a reconnection, or when a debit finds none), once at a time per process.
+ * Several replicas may rebuild at once; the marker's compare-and-set lets exactly one win.
+ */
+export class QuotaCounters {
+  private pending: Promise<void> | null = null;
+  private readonly abort = new AbortController();
+  private readonly tails = new Set<Promise<unknown>>();
+
+  constructor(
+    private readonly deps: {
+      store: EventStore;
+      cache: Cache;
+      logger?: Logger;
+      settleMs?: number;
+    },
+  ) {}
+
+  /** Resolves once a generation is live, rebuilding first when none is. */
+  ensure(): Promise<void> {
+    this.pending ??= this.rebuildIfLost().finally(() => {
+      this.pending = null;
+    });
+    return this.pending;
+  }
+
+  /** Stops replays still running in the background. */
+  async stop(): Promise<void> {
+    this.abort.abort();
+    await Promise.allSettled([...this.tails]);
+  }
+
+  private async rebuildIfLost(): Promise<void> {
+    const { cache, store, logger } = this.deps;
+    if ((await cache.liveGeneration(QUOTA_FAMILY)) !== null) return;
+    logger?.warn('quota counters missing (new or emptied cache): rebuilding them from the log');
+    const started = Date.now();
+    let live!: () => void;
+    const isLive = new Promise<void>((resolve) => {
+      live = resolve;
+    });
+    const run = rebuildQuotaGeneration({
+      store,
+      cache,
+      expected: null,
+      onLive: () => live(),
+      signal: this.abort.signal,
+      // The in-process cache has no debits of another process or of a lost generation in flight.
+      settleMs: this.deps.settleMs ?? (cache.kind === 'memory' ? 0 : undefined),
+    });
+    const tail = run.then(
+      (outcome) =>
+        logger?.info(
+          { ...outcome, ms: Date.now() - started },
+          outcome.switched
+            ? 'quota counters rebuilt from the log'
+            : 'quota counters rebuilt by another process first',
+        ),
+      (err: unknown) => logger?.error({ err }, 'quota counter rebuild failed'),
+    );
+    this.tails.add(tail);
+    void tail.finally(() => this.tails.delete(tail));
+    // A rebuild that lost the race ends without going live: another one did.
+    await Promise.race([isLive, run.then(() => undefined)]);
+  }
+}

@@ -13,6 +13,8 @@ const BENCHES: Record<string, () => Promise<unknown>> = {
   'x402-paid': async () => (await import('./x402-paid-latency.bench.ts')).run(),
   quota: async () => (await import('./quota.bench.ts')).run(),
   mcp: async () => (await import('./mcp.bench.ts')).run(),
+  'mcp-sessions': async () => (await import('./mcp-sessions.bench.ts')).run(),
+  'rate-limit': async () => (await import('./rate-limit.bench.ts')).run(),
   webhooks: async () => (await import('./webhooks.bench.ts')).run(),
   knowledge: async () => (await import('./knowledge.bench.ts')).run(),
   history: async () => (await import('./history.bench.ts')).run(),

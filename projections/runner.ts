@@ -13,6 +13,18 @@ export interface RunnerOptions {
 }
 
 /**
+ * The runners tailing each event store, whoever created them (the projections role, the api's
+ * key registry, webhooks, payments, history...): the service reports every projection's lag
+ * without each feature having to hand its runners to the metrics.
+ */
+const runningOn = new WeakMap<EventStore, Set<ProjectionRunner<unknown>>>();
+
+/** The runners currently started on `store`. */
+export function runnersOn(store: EventStore): ProjectionRunner<unknown>[] {
+  return [...(runningOn.get(store) ?? [])];
+}
+
+/**
  * Runs one projection: loads its snapshot (state and checkpoint, saved atomically together),
  * catches up from the checkpoint, then tails the log live. After a crash it resumes from the
  * last snapshot and re-folds what followed, which is safe because folds are deterministic.
@@ -78,6 +90,8 @@ export class ProjectionRunner<S> {
     const subscription = this.store.subscribeToAll({ after: this.position });
     this.subscription = subscription;
     this.loop = this.consume(subscription);
+    const running = runningOn.get(this.store) ?? new Set();
+    runningOn.set(this.store, running.add(this as ProjectionRunner<unknown>));
     this.timer = setInterval(() => {
       this.saveSnapshot().catch((err) =>
         this.options.logger?.error({ err, projection: this.name }, 'projection snapshot failed'),
@@ -101,6 +115,7 @@ export class ProjectionRunner<S> {
     const subscription = this.subscription;
     const loop = this.loop;
     this.subscription = null;
+    runningOn.get(this.store)?.delete(this as ProjectionRunner<unknown>);
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     if (subscription) await subscription.close();

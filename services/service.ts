@@ -3,21 +3,23 @@ import type { Logger } from 'pino';
 import { anchorInLog } from '../adapters/market/replay-anchor.ts';
 import { feedOptionsFromConfig, selectFeed } from '../adapters/market/select.ts';
 import type { Config } from '../contracts/config.ts';
+import { runnersOn } from '../projections/runner.ts';
 import { type Adapters, openAdapters } from './adapters.ts';
 import { buildApp } from './api/app.ts';
 import { discoveryPlugin } from './api/discovery/plugin.ts';
+import { observeQuota } from './api/metered-call.ts';
 import { keyedChannel } from './api/plugins.ts';
 import { verifyRoutes } from './api/verify/plugin.ts';
-import { setupX402, type X402Setup } from './api/x402/setup.ts';
 import type { Component, Role } from './component.ts';
-import { dispatcherComponent, webhookApi } from './dispatcher/component.ts';
 import { engineComponent } from './engine/component.ts';
 import { createSignalEngine, type SignalEngine } from './engine/engine.ts';
 import { HISTORY_ROLES, type HistorySlice, historySlice } from './history/slice.ts';
 import { knowledgeModule } from './knowledge/module.ts';
+import { setupX402, type X402Setup } from './payments/setup.ts';
 import { projectionsComponent } from './projections/component.ts';
 import { createMetrics } from './shared/metrics.ts';
 import { Readiness } from './shared/readiness.ts';
+import { dispatcherComponent, webhookApi } from './webhooks/component.ts';
 
 export interface RunningService {
   app: FastifyInstance;
@@ -38,6 +40,17 @@ export interface RunningService {
 export async function startService(config: Config, roles: Role[], logger: Logger): Promise<RunningService> {
   const adapters = await openAdapters(config, logger);
   const metrics = config.METRICS_ENABLED ? createMetrics() : null;
+  // Whichever role started them (key registry, webhooks, payments, history...), each runner's lag.
+  metrics?.projectionLag.from(async (set) => {
+    const runners = runnersOn(adapters.eventStore);
+    if (runners.length === 0) return;
+    const head = await adapters.eventStore.headPosition();
+    const lag = new Map<string, number>();
+    // Two runners of one projection (rare, one per role in a combined process): the one behind counts.
+    for (const runner of runners)
+      lag.set(runner.name, Math.max(lag.get(runner.name) ?? 0, head - runner.checkpoint));
+    for (const [projection, events] of lag) set({ projection }, events);
+  });
   const readiness = new Readiness();
   readiness.add('eventStore', async () => ({
     kind: adapters.eventStore.kind,
@@ -95,6 +108,7 @@ export async function startService(config: Config, roles: Role[], logger: Logger
         store: adapters.eventStore,
         logger,
         cache: adapters.cache,
+        projections: adapters.projectionStore,
       });
       // Knowledge tools join the MCP registry; their /api routes use the keyed channel's keys and quota.
       let channel: ReturnType<typeof keyedChannel> | null = null;
@@ -107,7 +121,20 @@ export async function startService(config: Config, roles: Role[], logger: Logger
         ops,
         ...(x402 ? x402.mcp : {}),
         extraTools: knowledge.tools,
+        ...(metrics
+          ? {
+              onRateLimited: (tier: string, channel: 'http' | 'mcp') =>
+                metrics.rateLimitRefusals.inc({ tier, channel }),
+              onMcpSessionCount: (open: number) => metrics.mcpSessionsOpen.set(open),
+            }
+          : {}),
       });
+      if (metrics) {
+        observeQuota(keyed.quota, {
+          debited: (plan) => metrics.quotaDebits.inc({ plan }),
+          refused: (plan, reason) => metrics.quotaRefusals.inc({ plan, reason }),
+        });
+      }
       channel = keyed;
       components.push(keyed, knowledge);
       plugins.push(
@@ -137,7 +164,15 @@ export async function startService(config: Config, roles: Role[], logger: Logger
       const registry = metrics ? { registry: metrics.registry } : {};
       const lines = history ? { trackRecord: history.brief } : {};
       components.push(
-        dispatcherComponent({ config, adapters, logger, engine, ...shared, ...registry, ...lines }),
+        dispatcherComponent({
+          config,
+          adapters,
+          logger,
+          feed: engine?.feed ?? null,
+          ...shared,
+          ...registry,
+          ...lines,
+        }),
       );
     }
 

@@ -1,14 +1,15 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { type AddressInfo, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { ConfigSchema, loadConfig } from '../contracts/config.ts';
+import { ConfigError, ConfigSchema, loadConfig } from '../contracts/config.ts';
 import { ROLES } from '../services/component.ts';
+import { secretBoxFromConfig } from '../services/webhooks/secret-box.ts';
 
 /**
  * Checks the deployment files by reading them, since no Docker engine (nor the compose plugin)
@@ -229,6 +230,17 @@ describe('docker-compose.yml', () => {
       expect(new URL(config.KURRENTDB_URL!).searchParams.get('tls')).toBe('false');
     });
 
+    it('starts without editing: a webhook master key the api and dispatcher accept', () => {
+      const config = loadConfig(service.environment!);
+      expect(config.NODE_ENV).toBe('production');
+      expect(() => secretBoxFromConfig(config)).not.toThrow();
+      // The default is only compose's: the service itself still refuses production without a key.
+      const { WEBHOOK_MASTER_KEY: _key, ...withoutKey } = service.environment!;
+      expect(() => secretBoxFromConfig(loadConfig(withoutKey))).toThrow(ConfigError);
+      // The compose file says how to replace it (.env, which compose reads).
+      expect(read('docker-compose.yml')).toContain('WEBHOOK_MASTER_KEY=$(openssl rand -hex 32)');
+    });
+
     it('keeps its DATA_DIR on its own volume, at the path the image prepares', () => {
       const dataDir = service.environment!.DATA_DIR;
       expect(dockerfile).toContain(`DATA_DIR=${dataDir}`);
@@ -246,42 +258,66 @@ describe('docker-compose.yml', () => {
 
 describe('deploy/Dockerfile', () => {
   const stages = [...dockerfile.matchAll(/^FROM (\S+) AS (\w+)$/gm)].map((m) => ({
-    image: m[1],
-    name: m[2],
+    image: m[1]!,
+    name: m[2]!,
   }));
+  /** The instructions of one stage: from its FROM line to the next. */
+  const stage = (name: string) => {
+    const from = dockerfile.search(new RegExp(`^FROM \\S+ AS ${name}$`, 'm'));
+    const next = dockerfile.slice(from + 1).search(/^FROM /m);
+    return next === -1 ? dockerfile.slice(from) : dockerfile.slice(from, from + 1 + next);
+  };
+  const runtime = () => stage('runtime');
 
-  it('installs with npm ci in one stage and runs on node:20-bookworm-slim in another', () => {
-    expect(dockerfile).toMatch(/^ARG NODE_IMAGE=node:20-bookworm-slim$/m);
-    const fromArg = `\${NODE_IMAGE}`;
-    expect(stages).toEqual([
-      { image: fromArg, name: 'deps' },
-      { image: fromArg, name: 'runtime' },
-    ]);
-    expect(dockerfile).toMatch(/RUN npm ci --omit=dev/);
-    expect(dockerfile).toContain('COPY --from=deps /app/node_modules ./node_modules');
+  it('builds on a supported Node LTS (22 or 24), never on Node 20 (end of life)', () => {
+    const base = dockerfile.match(/^ARG NODE_IMAGE=(\S+)$/m)?.[1];
+    expect(base).toMatch(/^node:(22|24)(\.\d+)*-bookworm-slim$/);
+    // Every stage starts from that image, or from a stage that does.
+    const names = new Set<string>();
+    for (const { image, name } of stages) {
+      expect(image === `\${NODE_IMAGE}` || names.has(image), `${name} starts from ${image}`).toBe(true);
+      names.add(name);
+    }
+    expect(dockerfile).not.toMatch(/node:20/);
   });
 
-  it('runs as a non-root user and starts services/main.ts through tsx', () => {
-    const users = [...dockerfile.matchAll(/^USER (\S+)$/gm)].map((m) => m[1]);
+  it('installs with npm install (npm ci refuses the committed lock under npm 11), never npm ci', () => {
+    expect(dockerfile).not.toMatch(/^RUN[^\n]*npm ci\b/m);
+    expect(stage('build')).toMatch(/^RUN npm install\b/m);
+    expect(stage('deps')).toMatch(/^RUN npm install --omit=dev\b/m);
+    // The lock file is in the context and copied before the install, so the versions it pins are used.
+    expect(dockerfile).toMatch(/^COPY package\.json package-lock\.json \.\/$/m);
+    expect(existsSync(join(ROOT, 'package-lock.json'))).toBe(true);
+  });
+
+  it('compiles in a build stage and runs the compiled JavaScript in a separate runtime stage', () => {
+    expect(stages.map((s) => s.name)).toEqual(expect.arrayContaining(['build', 'deps', 'runtime']));
+    expect(stages.at(-1)!.name).toBe('runtime');
+    expect(stage('build')).toMatch(/^RUN npm run build$/m);
+    expect(runtime()).toContain('COPY --from=build /app/dist ./dist');
+    expect(runtime()).toContain('COPY --from=deps /app/node_modules ./node_modules');
+    // No sources, no TypeScript runner at run time.
+    expect(runtime()).not.toMatch(/^COPY \. /m);
+    expect(runtime()).not.toMatch(/tsx|services\/main\.ts/);
+    const pkg = JSON.parse(read('package.json')) as { scripts: Record<string, string> };
+    expect(pkg.scripts.build).toBeDefined();
+  });
+
+  it('runs as a non-root user and starts dist/services/main.js with plain node', () => {
+    const users = [...runtime().matchAll(/^USER (\S+)$/gm)].map((m) => m[1]);
     expect(users.length).toBeGreaterThan(0);
     expect(['root', '0']).not.toContain(users.at(-1));
-    expect(dockerfile).toContain('ENTRYPOINT ["node", "--import", "tsx", "services/main.ts"]');
-    expect(dockerfile).toContain('CMD ["--role", "all"]');
-    expect(existsSync(join(ROOT, 'services/main.ts'))).toBe(true);
-    expect(existsSync(join(ROOT, 'node_modules/tsx'))).toBe(true);
+    const entry = runtime().match(/^ENTRYPOINT (\[.*\])$/m)?.[1];
+    expect(JSON.parse(entry!)).toEqual(['node', 'dist/services/main.js']);
+    expect(runtime()).toContain('CMD ["--role", "all"]');
   });
 
-  it('has tsx among the production dependencies the image installs', () => {
-    const pkg = JSON.parse(read('package.json')) as { dependencies: Record<string, string> };
-    expect(pkg.dependencies.tsx).toBeDefined();
-  });
-
-  it('keeps dependencies and local state out of the build context, but not the sources', () => {
+  it('keeps dependencies, build output and local state out of the build context, but not the sources', () => {
     const ignored = read('.dockerignore')
       .split('\n')
       .map((line) => line.trim())
       .filter((line) => line && !line.startsWith('#'));
-    for (const needed of ['node_modules', '.git', 'data', '.env']) expect(ignored).toContain(needed);
+    for (const needed of ['node_modules', 'dist', '.git', 'data', '.env']) expect(ignored).toContain(needed);
     for (const source of [
       'services',
       'contracts',
@@ -289,10 +325,54 @@ describe('deploy/Dockerfile', () => {
       'projections',
       'package.json',
       'package-lock.json',
+      'tsconfig.json',
+      'tsconfig.build.json',
+      'scripts/build.ts',
+      'sample-data',
+      'docs',
+      'README.md',
     ]) {
       expect(ignored).not.toContain(source);
       expect(existsSync(join(ROOT, source)), `${source} is missing`).toBe(true);
     }
+  });
+});
+
+describe('npm run build', () => {
+  const entry = join(ROOT, 'dist/services/main.js');
+
+  // tsc over the whole service takes about a minute on two busy cores.
+  beforeAll(() => {
+    rmSync(join(ROOT, 'dist/services/main.js'), { force: true });
+    const build = spawnSync('npm', ['run', 'build'], { cwd: ROOT, encoding: 'utf8' });
+    if (build.status !== 0) throw new Error(`npm run build failed:\n${build.stdout}\n${build.stderr}`);
+  }, 300_000);
+
+  it('emits the compiled entry point dist/services/main.js', () => {
+    expect(existsSync(entry)).toBe(true);
+    // Relative imports were rewritten to the emitted .js files.
+    expect(readFileSync(entry, 'utf8')).toMatch(/from "\.\/service\.js"/);
+    expect(readFileSync(entry, 'utf8')).not.toMatch(/from ["'][^"']*\.ts["']/);
+  });
+
+  it('puts beside it what the service reads from disk at run time', () => {
+    for (const asset of [
+      'package.json',
+      'adapters/cache/debit-windows.lua',
+      'services/engine/signals/calibration/table.json',
+      'services/webhooks/README.md',
+      'README.md',
+      'docs/methodology.md',
+      'sample-data/market',
+    ]) {
+      expect(existsSync(join(ROOT, 'dist', asset)), `dist/${asset} is missing`).toBe(true);
+    }
+    expect(JSON.parse(readFileSync(join(ROOT, 'dist/package.json'), 'utf8'))).toEqual({ type: 'module' });
+  });
+
+  it('leaves tests out of the build', () => {
+    expect(existsSync(join(ROOT, 'dist/projections/runner.test.js'))).toBe(false);
+    expect(existsSync(join(ROOT, 'dist/test'))).toBe(false);
   });
 });
 

@@ -1,4 +1,5 @@
 import { CacheUnavailableError } from '../../adapters/cache/port.ts';
+import type { Plan } from '../../contracts/events.ts';
 import type { QuotaMeter } from '../quota/quota-meter.ts';
 import type { Caller } from './caller.ts';
 import type { ServiceMeta } from './service-meta.ts';
@@ -19,6 +20,23 @@ export class QuotaUnavailableError extends Error {
   }
 }
 
+/** Told how every metered call ended (the quota metrics). */
+export interface QuotaObserver {
+  debited(plan: Plan): void;
+  refused(plan: Plan, reason: 'daily' | 'monthly' | 'unavailable'): void;
+}
+
+/**
+ * Observers by meter rather than a parameter of serveMetered: every route and channel that
+ * meters calls (MCP, x402, knowledge) shares the api's one meter, so one registration sees them all.
+ */
+const observers = new WeakMap<QuotaMeter, QuotaObserver>();
+
+/** Reports every call metered against `meter` to `observer`. */
+export function observeQuota(meter: QuotaMeter, observer: QuotaObserver): void {
+  observers.set(meter, observer);
+}
+
 /**
  * Serves one call against the caller's quota. A cheap read refuses an exhausted caller before
  * any work; the call then runs, and only a successful result is debited, atomically over the day
@@ -32,8 +50,12 @@ export async function serveMetered<T>(
   call: { tool: string; requestId: string },
   run: () => Promise<T>,
 ): Promise<MeteredResult<T>> {
-  const unavailable = (err: unknown) =>
-    new QuotaUnavailableError({ auth: caller.auth, quota: null }, { cause: err });
+  const observer = observers.get(quota);
+  const plan = caller.subject.plan;
+  const unavailable = (err: unknown) => {
+    observer?.refused(plan, 'unavailable');
+    return new QuotaUnavailableError({ auth: caller.auth, quota: null }, { cause: err });
+  };
   let before: Awaited<ReturnType<QuotaMeter['peek']>>;
   try {
     before = await quota.peek(caller.subject);
@@ -44,6 +66,7 @@ export async function serveMetered<T>(
   if (before.remaining === 0) {
     const window =
       before.daily && before.daily.remaining === 0 && before.used < before.total ? 'daily' : 'monthly';
+    observer?.refused(plan, window);
     return { ok: false, reason: 'quota_exhausted', window, service: { auth: caller.auth, quota: before } };
   }
   let value: T;
@@ -59,7 +82,10 @@ export async function serveMetered<T>(
     throw unavailable(err);
   }
   const service = { auth: caller.auth, quota: debit.snapshot };
-  if (!debit.ok)
+  if (!debit.ok) {
+    observer?.refused(plan, debit.refusedBy ?? 'monthly');
     return { ok: false, reason: 'quota_exhausted', window: debit.refusedBy ?? 'monthly', service };
+  }
+  observer?.debited(plan);
   return { ok: true, value, service };
 }

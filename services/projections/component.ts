@@ -2,6 +2,11 @@ import type { Logger } from 'pino';
 import type { Config } from '../../contracts/config.ts';
 import { eventStatsProjection } from '../../projections/event-stats.ts';
 import { latestVerdictsProjection } from '../../projections/latest-verdicts.ts';
+import {
+  type PaymentStates,
+  paymentCounts,
+  paymentStatesProjection,
+} from '../../projections/payment-states.ts';
 import type { Projection } from '../../projections/projection.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
@@ -15,6 +20,7 @@ import type { Check } from '../shared/readiness.ts';
 export const PROJECTIONS: Projection<unknown>[] = [
   eventStatsProjection as Projection<unknown>,
   latestVerdictsProjection as Projection<unknown>,
+  paymentStatesProjection as Projection<unknown>,
 ];
 
 /**
@@ -46,6 +52,7 @@ export function projectionsComponent(deps: {
     types: relayTypes(config),
   });
   let lagTimer: NodeJS.Timeout | null = null;
+  let stopPaymentGauge: (() => void) | null = null;
 
   async function updateLag(): Promise<void> {
     if (!metrics) return;
@@ -62,6 +69,11 @@ export function projectionsComponent(deps: {
     async start() {
       for (const runner of runners.values()) await runner.start();
       await relay.start();
+      const payments = runners.get(paymentStatesProjection.name) as ProjectionRunner<PaymentStates>;
+      stopPaymentGauge =
+        metrics?.payments.from((set) => {
+          for (const [state, count] of Object.entries(paymentCounts(payments.state))) set({ state }, count);
+        }) ?? null;
       lagTimer = setInterval(() => {
         updateLag().catch((err) => logger.warn({ err }, 'lag metric update failed'));
       }, 5_000);
@@ -69,6 +81,7 @@ export function projectionsComponent(deps: {
     },
     async stop() {
       if (lagTimer) clearInterval(lagTimer);
+      stopPaymentGauge?.();
       await relay.stop();
       for (const runner of runners.values()) await runner.stop({ drainMs: 2_000 });
     },

@@ -1,4 +1,38 @@
-import { collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+
+/** Sets one sample of a gauge read at scrape time. */
+export type SampleSetter<L extends string> = (labels: Partial<Record<L, string>>, value: number) => void;
+/** Reads current values into a gauge when /metrics is scraped. */
+export type SampleSource<L extends string> = (set: SampleSetter<L>) => Promise<void> | void;
+
+/**
+ * A gauge whose value lives elsewhere (a runner's checkpoint, a projection's state) and is read
+ * when scraped rather than pushed on every change: nothing has to remember to update it, and a
+ * source that is gone (a stopped component) leaves no stale series behind.
+ */
+function scrapedGauge<L extends string>(registry: Registry, name: string, help: string, labelNames: L[]) {
+  const sources = new Set<SampleSource<L>>();
+  const gauge = new Gauge<L>({
+    name,
+    help,
+    labelNames,
+    registers: [registry],
+    async collect() {
+      this.reset();
+      for (const source of sources) {
+        await source((labels, value) => this.set(labels as Partial<Record<L, string | number>>, value));
+      }
+    },
+  });
+  return {
+    gauge,
+    /** Adds a source; the returned function removes it. */
+    from(source: SampleSource<L>): () => void {
+      sources.add(source);
+      return () => sources.delete(source);
+    },
+  };
+}
 
 /** One registry per process, so tests can build several apps side by side. */
 export function createMetrics() {
@@ -19,6 +53,43 @@ export function createMetrics() {
       labelNames: ['follower'] as const,
       registers: [registry],
     }),
+    /** Every projection runner of this process, whatever role started it. */
+    projectionLag: scrapedGauge(
+      registry,
+      'projection_lag_events',
+      'Events between the store head and each projection runner of this process',
+      ['projection'],
+    ),
+    quotaDebits: new Counter({
+      name: 'quota_debits_total',
+      help: 'Calls debited from a quota (served), by plan',
+      labelNames: ['plan'] as const,
+      registers: [registry],
+    }),
+    quotaRefusals: new Counter({
+      name: 'quota_refusals_total',
+      help: 'Calls refused by the quota, by plan and reason (daily, monthly, unavailable)',
+      labelNames: ['plan', 'reason'] as const,
+      registers: [registry],
+    }),
+    rateLimitRefusals: new Counter({
+      name: 'rate_limit_refusals_total',
+      help: 'Requests refused with 429 by the rate limiter, by tier and channel',
+      labelNames: ['tier', 'channel'] as const,
+      registers: [registry],
+    }),
+    mcpSessionsOpen: new Gauge({
+      name: 'mcp_sessions_open',
+      help: 'MCP sessions open in this process',
+      registers: [registry],
+    }),
+    /** From the log, so every process that folds it reports the whole deployment's payments. */
+    payments: scrapedGauge(
+      registry,
+      'payments',
+      'Payment authorisations by state, folded from the log (the same on every process that folds it)',
+      ['state'],
+    ),
   };
 }
 

@@ -1,0 +1,198 @@
+/**
+ * Keyed call rate with request-rate limiting on against off (issue 13, target ≥ 0.9): MCP
+ * `tools/call get_trade_call` with a pro key on one session per worker, over plain fetch, for a
+ * cached verdict, through two keyed channels that differ only in RATE_LIMIT_ENABLED (the limits
+ * set far above the load, so every call is served: the limiter's cost, not its refusals). Both
+ * share one engine and one cache: real Redis at REDIS_URL by default, where the limiter keeps
+ * its budgets as deployed (two consumes per tool call: the credential's and the tool's), or
+ * `--cache=memory`.
+ *
+ * Each run measures off and on back to back (the order alternating between runs, so drift on a
+ * shared machine hits both sides alike) and takes the ratio within the run.
+ *
+ *   npx tsx bench/rate-limit.bench.ts [--cache=redis|memory] [--seconds=2] [--runs=3]
+ */
+import { randomUUID } from 'node:crypto';
+import { pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import { MemoryCache } from '../adapters/cache/memory.ts';
+import type { Cache } from '../adapters/cache/port.ts';
+import { connectRedisCache, RedisCache } from '../adapters/cache/redis.ts';
+import { RateLimiter } from '../services/api/rate-limit.ts';
+import { startKeyedServer } from '../test/keyed-harness.ts';
+import { wipePrefix } from '../test/redis-probe.ts';
+import { closedLoop, fmtRate, fmtUs, type LoopResult, latencies, verdict } from './load-loop.ts';
+
+const ARGS = { coin: 'BTC', timeframe: '1h', exchange: 'BINANCE' } as const;
+const ACCEPT = 'application/json, text/event-stream';
+const TARGET = 0.9;
+
+export interface RateLimitBenchOptions {
+  cache?: 'redis' | 'memory';
+  redisUrl?: string;
+  concurrency?: number;
+  seconds?: number;
+  runs?: number;
+  print?: boolean;
+}
+
+type Keyed = Awaited<ReturnType<typeof startKeyedServer>>;
+
+/** A closed loop's worth of keyed tool calls, one MCP session per worker. */
+async function keyedCaller(server: Keyed, key: string, concurrency: number) {
+  const auth = { authorization: `Bearer ${key}` };
+  const sessions: string[] = [];
+  for (let i = 0; i < concurrency; i++) {
+    const init = await fetch(`${server.url}/mcp`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: ACCEPT, ...auth },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 0,
+        method: 'initialize',
+        params: {
+          protocolVersion: '2025-06-18',
+          capabilities: {},
+          clientInfo: { name: 'bench', version: '0' },
+        },
+      }),
+    });
+    await init.arrayBuffer();
+    if (init.status !== 200) throw new Error(`initialize answered ${init.status}`);
+    sessions.push(init.headers.get('mcp-session-id')!);
+  }
+  let id = 1;
+  return async (worker: number) => {
+    const res = await fetch(`${server.url}/mcp`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        accept: ACCEPT,
+        'mcp-session-id': sessions[worker]!,
+        'mcp-protocol-version': '2025-06-18',
+        ...auth,
+      },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: id++,
+        method: 'tools/call',
+        params: { name: 'get_trade_call', arguments: ARGS },
+      }),
+      signal: AbortSignal.timeout(10_000),
+    });
+    // A 429 here would measure refusals, not the limiter's cost: the bench is wrong then.
+    if (res.status !== 200) throw new Error(`keyed call answered ${res.status}`);
+    const reply = (await res.json()) as { error?: unknown; result?: { isError?: boolean } };
+    if (reply.error || reply.result?.isError) throw new Error(`keyed call failed: ${JSON.stringify(reply)}`);
+  };
+}
+
+const stats = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return { min: sorted[0]!, median: sorted[Math.floor(sorted.length / 2)]!, max: sorted.at(-1)! };
+};
+
+export async function run(options: RateLimitBenchOptions = {}) {
+  const cacheKind = options.cache ?? 'redis';
+  const redisUrl = options.redisUrl ?? process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+  const concurrency = options.concurrency ?? 16;
+  const ms = (options.seconds ?? 2) * 1000;
+  const runs = Math.max(3, options.runs ?? 3);
+  const log = (line: string) => {
+    if (options.print ?? true) console.log(line);
+  };
+  const prefix = `bench:rl:${randomUUID()}:`;
+  let cache: Cache;
+  if (cacheKind === 'redis') {
+    cache = await connectRedisCache({ url: redisUrl, prefix, commandTimeoutMs: 10_000 });
+    const health = await cache.health();
+    if (!health.ok) throw new Error(`Redis at ${redisUrl} is not reachable: ${health.detail}`);
+  } else {
+    cache = new MemoryCache();
+  }
+  const env = {
+    PLAN_PRO_MONTHLY_CALLS: String(1e12),
+    RATE_LIMIT_PRO: String(1e9),
+    RATE_LIMIT_TOOL_SHARE: '1',
+    MCP_SESSION_IDLE_MS: String(600_000),
+  };
+  const off = await startKeyedServer({ cache, env: { ...env, RATE_LIMIT_ENABLED: 'false' } });
+  const on = await startKeyedServer({
+    cache,
+    engine: off.engine,
+    rateLimited: true,
+    env: { ...env, RATE_LIMIT_ENABLED: 'true' },
+  });
+  try {
+    if (on.channel.rateLimit === null) throw new Error('the limiter is not on');
+    // The first call computes and records the verdict; the replay clock is paused, so the rest are cached.
+    await off.engine.getTradeCall(ARGS);
+    const callOff = await keyedCaller(off, (await off.issue('pro', 'bench')).key, concurrency);
+    const callOn = await keyedCaller(on, (await on.issue('pro', 'bench')).key, concurrency);
+    await closedLoop(concurrency, 500, callOff);
+    await closedLoop(concurrency, 500, callOn);
+
+    const results: { off: LoopResult; on: LoopResult; ratio: number }[] = [];
+    for (let i = 0; i < runs; i++) {
+      let offRun: LoopResult;
+      let onRun: LoopResult;
+      if (i % 2 === 0) {
+        offRun = await closedLoop(concurrency, ms, callOff);
+        onRun = await closedLoop(concurrency, ms, callOn);
+      } else {
+        onRun = await closedLoop(concurrency, ms, callOn);
+        offRun = await closedLoop(concurrency, ms, callOff);
+      }
+      results.push({ off: offRun, on: onRun, ratio: onRun.perSec / offRun.perSec });
+    }
+    // The limiter's own cost per call, one at a time: what the ratio above should reflect.
+    const limiter = new RateLimiter(on.config, cache instanceof RedisCache ? cache.shared : null);
+    const take = await latencies(1000, (i) => limiter.take('pro', `bench-${i % 16}`, 'get_trade_call'));
+    const offCall = await latencies(300, () => callOff(0));
+    const offRates = stats(results.map((r) => r.off.perSec));
+    const onRates = stats(results.map((r) => r.on.perSec));
+    const ratio = stats(results.map((r) => r.ratio));
+    const fmt = (s: { min: number; median: number; max: number }) =>
+      `${fmtRate(s.min)} / ${fmtRate(s.median)} / ${fmtRate(s.max)}`;
+    log(
+      `rate-limit bench: cache ${cacheKind}${cacheKind === 'redis' ? ` (${redisUrl})` : ''}, ` +
+        `${concurrency} concurrent sessions, pro key, ${runs} runs × ${ms} ms per side (min / median / max)`,
+    );
+    log(`  keyed tools/call, rate limiting off: ${fmt(offRates)}`);
+    log(`  keyed tools/call, rate limiting on:  ${fmt(onRates)}`);
+    log(
+      `  ratio on / off: ${ratio.min.toFixed(2)} / ${ratio.median.toFixed(2)} / ${ratio.max.toFixed(2)}` +
+        `  median ${verdict(ratio.median, TARGET, 'min')}`,
+    );
+    log(
+      `  per call, one at a time (p50): limiter take (credential + tool budgets) ${fmtUs(take.p50Us)}` +
+        ` against a whole keyed call with it off ${fmtUs(offCall.p50Us)}`,
+    );
+    return { cache: cacheKind, runs: results, ratio, takeP50Us: take.p50Us, callP50Us: offCall.p50Us };
+  } finally {
+    await on.close();
+    await off.close();
+    await cache.close();
+    if (cacheKind === 'redis') await wipePrefix(prefix, redisUrl).catch(() => undefined);
+  }
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  const { values } = parseArgs({
+    options: {
+      cache: { type: 'string' },
+      seconds: { type: 'string' },
+      runs: { type: 'string' },
+      concurrency: { type: 'string' },
+    },
+  });
+  if (values.cache !== undefined && values.cache !== 'redis' && values.cache !== 'memory') {
+    throw new Error(`--cache must be redis or memory (got ${values.cache})`);
+  }
+  await run({
+    ...(values.cache ? { cache: values.cache } : {}),
+    ...(values.seconds ? { seconds: Number(values.seconds) } : {}),
+    ...(values.runs ? { runs: Number(values.runs) } : {}),
+    ...(values.concurrency ? { concurrency: Number(values.concurrency) } : {}),
+  });
+}

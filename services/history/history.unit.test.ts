@@ -4,8 +4,8 @@ import { FEE_BPS, HORIZON_CANDLES, REVEAL_AFTER_CANDLES, TrackRecordBrief } from
 import type { Candle } from '../../contracts/market.ts';
 import { TradeCallData } from '../../contracts/webhooks.ts';
 import { REVEAL_AFTER_CANDLES as VERIFY_REVEAL } from '../api/verify/plugin.ts';
-import { tradeCallEnvelope } from '../dispatcher/payloads.ts';
 import { defaultCalibration } from '../engine/signals/index.ts';
+import { tradeCallEnvelope } from '../webhooks/payloads.ts';
 import { decodeCursor, encodeCursor, tagMatches } from './cursor.ts';
 import { resolveOutcome } from './outcome.ts';
 import { HistoryQueryError, negotiateFormat, parseTime } from './query.ts';

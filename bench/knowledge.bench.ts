@@ -76,6 +76,9 @@ async function searchThroughHttp(options: { cache: 'redis' | 'memory'; seconds: 
     PORT: '0',
     METRICS_ENABLED: 'false',
     PLAN_PRO_MONTHLY_CALLS: '100000000',
+    // The rate limiter stays in the path (its cost is part of the route's), but never refuses.
+    RATE_LIMIT_PRO: '100000000',
+    RATE_LIMIT_TOOL_SHARE: '1',
   });
   const service = await startService(config, ['api'], pino({ level: 'silent' }));
   const bare = Fastify({ logger: false });

@@ -7,7 +7,11 @@ import type { AddressInfo } from 'node:net';
  *   good-*  answers citing the first passage it was given, as [1]
  *   liar-*  cites a passage it was not given ([9])
  *   slow-*  answers after `slowMs`
+ *   late-*  answers like good-* after `lateMs` (within the chat timeout: long enough for a test
+ *           to act while a chat holds its unit)
  *   down-*  answers 500
+ * `onRequest`, when set, runs as each request arrives, before the answer: a test's fault to inject
+ * while the chat is in flight.
  */
 export interface ProviderRequest {
   path: string;
@@ -15,8 +19,9 @@ export interface ProviderRequest {
   body: Record<string, unknown>;
 }
 
-export async function startFakeProvider(options: { slowMs?: number } = {}) {
+export async function startFakeProvider(options: { slowMs?: number; lateMs?: number } = {}) {
   const requests: ProviderRequest[] = [];
+  const hooks: { onRequest: ((request: ProviderRequest) => Promise<void>) | null } = { onRequest: null };
   const timers = new Set<NodeJS.Timeout>();
   const server: Server = createServer((req, res) => {
     let raw = '';
@@ -54,13 +59,26 @@ export async function startFakeProvider(options: { slowMs?: number } = {}) {
           ),
         );
       };
-      if (model.startsWith('slow')) {
+      const delay = model.startsWith('slow')
+        ? (options.slowMs ?? 5_000)
+        : model.startsWith('late')
+          ? (options.lateMs ?? 150)
+          : 0;
+      const later = () => {
+        if (delay === 0) return reply();
         const timer = setTimeout(() => {
           timers.delete(timer);
           if (!res.destroyed) reply();
-        }, options.slowMs ?? 5_000);
+        }, delay);
         timers.add(timer);
-      } else reply();
+      };
+      const hook = hooks.onRequest;
+      if (hook === null) later();
+      else
+        hook(requests.at(-1)!).then(later, (err: Error) => {
+          res.writeHead(500, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ error: { message: `test hook failed: ${err.message}` } }));
+        });
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -68,6 +86,7 @@ export async function startFakeProvider(options: { slowMs?: number } = {}) {
   return {
     url: `http://127.0.0.1:${port}`,
     requests,
+    hooks,
     async close() {
       for (const timer of timers) clearTimeout(timer);
       server.closeAllConnections();

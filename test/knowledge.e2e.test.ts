@@ -2,6 +2,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -11,7 +12,7 @@ import { ChatAnswer, ChatQuotaSnapshot, SearchAnswer } from '../contracts/knowle
 import { foldLog } from '../projections/projection.ts';
 import { ServiceMeta } from '../services/api/service-meta.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
-import { chatQuotaProjection, rebuildChatQuota } from '../services/knowledge/chat-quota.ts';
+import { chatQuotaProjection, chatStream, rebuildChatQuota } from '../services/knowledge/chat-quota.ts';
 import { knowledgeFactsProjection } from '../services/knowledge/facts.ts';
 import type { KnowledgeModule } from '../services/knowledge/module.ts';
 import { quotaPeriod } from '../services/quota/windows.ts';
@@ -21,7 +22,7 @@ import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from './redis-probe.ts';
 
 const run = await shouldRunRedisSuite('knowledge e2e suite');
 const PREFIX = `test:knowledge:${randomUUID()}:`;
-const MODELS = ['good-model', 'liar-model', 'slow-model', 'down-model'];
+const MODELS = ['good-model', 'liar-model', 'slow-model', 'down-model', 'late-model'];
 
 type Body = Record<string, unknown> & { code?: string; message?: string; _service?: unknown };
 
@@ -69,7 +70,7 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
   const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
 
   beforeAll(async () => {
-    provider = await startFakeProvider({ slowMs: 5_000 });
+    provider = await startFakeProvider({ slowMs: 5_000, lateMs: 150 });
     const config = loadConfig({
       NODE_ENV: 'test',
       LOG_LEVEL: 'silent',
@@ -430,13 +431,16 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
         message: 'the request failed on our side; nothing was counted',
       });
       expect(JSON.stringify(chat.body)).not.toMatch(/garbage|TypeError|at .*\.ts/);
-      await redis.set(`${PREFIX}quota:${key.hash}:m:${month}`, 'garbage');
+      expect((await post('/api/search', { query: 'webhooks' }, bearer(key.key))).res.status).toBe(200);
+      const counters = await callCounters(redis, key.hash);
+      expect(counters.length).toBeGreaterThan(0);
+      for (const counter of counters) await redis.set(counter, 'garbage');
       const search = await post('/api/search', { query: 'webhooks' }, bearer(key.key));
       expect(search.res.status).toBe(500);
       expect(search.body).toMatchObject({ code: 'INTERNAL_ERROR', _service: { auth: { outcome: 'OK' } } });
       expect(JSON.stringify(search.body)).not.toMatch(/garbage|TypeError/);
       // Over MCP the same fault is INTERNAL_ERROR as result.isError, without detail.
-      await redis.del(`${PREFIX}quota:${key.hash}:m:${month}`);
+      await redis.del(...counters);
       const client = await mcp(key.key);
       const viaMcp = await client.callTool({
         name: 'chat_knowledge',
@@ -508,6 +512,126 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     expect(second.isError).toBe(true);
     expect((second.content as { text: string }[])[0]!.text).toMatch(/^CHAT_QUOTA_EXHAUSTED: /);
     expect(second.structuredContent).toMatchObject({ code: 'CHAT_QUOTA_EXHAUSTED' });
+  });
+
+  /**
+   * The Redis keys of a key's call-quota counters this month, wherever the cache keeps them
+   * (their generation is part of the name); the chat counter is not one of them.
+   */
+  async function callCounters(redis: Redis, hash: string): Promise<string[]> {
+    const keys = await redis.keys(`${PREFIX}*${hash}:m:${month}`);
+    return keys.filter((k) => !k.startsWith(`${PREFIX}chat:`));
+  }
+
+  /** The chat units of a key this month: the cache's counter and the log's events, which must agree. */
+  async function chatUnits(hash: string) {
+    const redis = new Redis(REDIS_URL);
+    try {
+      const cached = Number((await redis.get(`${PREFIX}chat:${hash}:m:${month}`)) ?? 0);
+      const events = await service.adapters.eventStore.readStream(chatStream(hash));
+      const taken = events.filter((e) => e.type === 'ChatQuotaConsumed').length;
+      const refunds = events
+        .filter((e) => e.type === 'ChatQuotaRefunded')
+        .map((e) => (e.data as { reason: string }).reason);
+      return { cached, taken, refunds };
+    } finally {
+      redis.disconnect();
+    }
+  }
+
+  it('MCP: chats that lose the race for the last call of the plan give their chat units back', async () => {
+    const key = await issue('pro'); // 3 calls a month in this suite
+    for (let i = 0; i < 2; i++) {
+      expect((await post('/api/search', { query: 'webhooks' }, bearer(key.key))).res.status).toBe(200);
+    }
+    const client = await mcp(key.key);
+    const before = provider.requests.length;
+    // All four pass the call quota's check (one call left), take a chat unit and wait at the
+    // provider; only one debit of the last call succeeds.
+    const results = await Promise.all(
+      Array.from({ length: 4 }, () =>
+        client.callTool({
+          name: 'chat_knowledge',
+          arguments: { question: 'what does squeeze mean', model: 'late-model' },
+        }),
+      ),
+    );
+    expect(provider.requests.length - before).toBe(4);
+    const served = results.filter((r) => !r.isError);
+    const refused = results.filter((r) => r.isError);
+    expect(served).toHaveLength(1);
+    expect(refused).toHaveLength(3);
+    for (const r of refused) expect((r.content as { text: string }[])[0]!.text).toMatch(/^quota_exhausted: /);
+    expect(await chatUnits(key.hash)).toEqual({
+      cached: 1,
+      taken: 4,
+      refunds: ['call_quota_exhausted', 'call_quota_exhausted', 'call_quota_exhausted'],
+    });
+    const { state } = await foldLog(service.adapters.eventStore, chatQuotaProjection);
+    expect(state[`chat:${key.hash}:m:${month}`]).toBe(1);
+  });
+
+  it('a chat that fails after its unit was taken gives it back, over HTTP and MCP', async () => {
+    const key = await issue('starter');
+    const redis = new Redis(REDIS_URL);
+    let corrupted: string[] = [];
+    try {
+      // The provider (a local server speaking the protocol) fails: the extractive answer, unit back.
+      const client = await mcp(key.key);
+      const down = await client.callTool({
+        name: 'chat_knowledge',
+        arguments: { question: 'what does squeeze mean', model: 'down-model' },
+      });
+      expect(down.isError).toBeFalsy();
+      expect(down.structuredContent).toMatchObject({
+        model: 'extractive',
+        _service: { chat_quota: { used: 0 } },
+      });
+      expect(await chatUnits(key.hash)).toEqual({ cached: 0, taken: 1, refunds: ['provider_unavailable'] });
+
+      // The call quota's counter is corrupted while the chat waits at the provider: the chat has
+      // taken its unit, then the debit of its call fails on our side.
+      provider.hooks.onRequest = async () => {
+        corrupted = await callCounters(redis, key.hash);
+        for (const counter of corrupted) await redis.set(counter, 'garbage');
+      };
+      const chat = await post(
+        '/api/chat',
+        { question: 'what does squeeze mean', model: 'late-model' },
+        bearer(key.key),
+      );
+      expect(chat.res.status).toBeGreaterThanOrEqual(500);
+      expect(chat.body.code).toBe('KEY_UNVERIFIABLE');
+      expect(await chatUnits(key.hash)).toEqual({
+        cached: 0,
+        taken: 2,
+        refunds: ['provider_unavailable', 'call_quota_exhausted'],
+      });
+
+      expect(corrupted.length).toBeGreaterThan(0);
+      // Counters again (the hook corrupts them once more while the next chat is in flight).
+      for (const counter of corrupted) await redis.set(counter, '1');
+      const failed = await client
+        .callTool({
+          name: 'chat_knowledge',
+          arguments: { question: 'what does squeeze mean', model: 'late-model' },
+        })
+        .then(
+          () => null,
+          (err: unknown) => err,
+        );
+      expect(failed).toBeInstanceOf(McpError);
+      expect((failed as McpError).code).toBe(-32004);
+      expect(await chatUnits(key.hash)).toEqual({
+        cached: 0,
+        taken: 3,
+        refunds: ['provider_unavailable', 'call_quota_exhausted', 'call_quota_exhausted'],
+      });
+    } finally {
+      provider.hooks.onRequest = null;
+      if (corrupted.length > 0) await redis.del(...corrupted);
+      redis.disconnect();
+    }
   });
 
   it('generative model: cites retrieved passages only; off-source, slow or down falls back to extractive', async () => {

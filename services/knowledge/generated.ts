@@ -99,22 +99,77 @@ export function contractPassages(): Passage[] {
         `Answer fields: ${fieldsOf(tool.output, 'output')}, plus the _service block with auth and quota.`,
     }),
   );
-  passages.push({
+  return passages;
+}
+
+/** An OpenAPI document as far as the route list needs it. */
+export interface OpenApiDocument {
+  paths?: Record<string, Record<string, { summary?: string; tags?: string[]; security?: unknown[] }>>;
+}
+
+const METHODS = ['get', 'post', 'put', 'patch', 'delete', 'head', 'options'];
+
+/** The document's security requirements in words: which credential a route needs. */
+function authOf(security: unknown[] | undefined): string {
+  const schemes = (security ?? []).map((r) => Object.keys(r as object));
+  const optional = schemes.some((s) => s.length === 0);
+  if (schemes.some((s) => s.includes('x402')))
+    return 'paid per call with x402 (no key needed), or with a Bearer key from the plan quota';
+  if (schemes.some((s) => s.includes('apiKey')))
+    return optional
+      ? 'a Bearer key is optional (without one, the free anonymous limit applies)'
+      : 'requires the header Authorization: Bearer <API_KEY>';
+  return 'public, no key';
+}
+
+/**
+ * The route list, generated from the OpenAPI document the running app builds from its route
+ * declarations (so it cannot go stale): one overview passage with every route and its
+ * credential, and one passage per tag with what each route does. Methods of one path that share
+ * a summary (GET, POST and DELETE /mcp) are one line. `referencePage`: where the rendered
+ * reference of the document is served, when it is.
+ */
+export function routePassages(document: OpenApiDocument, referencePage: string | null = null): Passage[] {
+  const lines: { methods: string[]; path: string; summary: string; auth: string; tag: string }[] = [];
+  for (const [path, operations] of Object.entries(document.paths ?? {})) {
+    for (const method of METHODS) {
+      const op = operations[method];
+      if (op === undefined) continue;
+      const summary = op.summary ?? '';
+      const auth = authOf(op.security);
+      const same = lines.find((l) => l.path === path && l.summary === summary && l.auth === auth);
+      if (same) same.methods.push(method.toUpperCase());
+      else lines.push({ methods: [method.toUpperCase()], path, summary, auth, tag: op.tags?.[0] ?? 'other' });
+    }
+  }
+  const route = (l: (typeof lines)[number]) => `${l.methods.join(', ')} ${l.path}`;
+  const reference = referencePage
+    ? ` The reference page GET ${referencePage} renders the OpenAPI document of GET /openapi.json.`
+    : '';
+  const overview: Passage = {
     id: 'contract#routes',
     source_type: 'contract',
-    source_url: 'README.md#using-it',
+    source_url: '/openapi.json',
     title: 'HTTP routes and how each authenticates',
-    text: [
-      'POST /x402/get_trade_call, /x402/get_market_regime, /x402/scan_funding_arb and /x402/scan_trade_calls: pay per call with x402 (no key), or send a Bearer key to be served from the plan quota.',
-      'POST /mcp: the MCP server (Streamable HTTP, JSON-RPC with an initialize handshake); it serves all six tools, including the knowledge tools search_knowledge and chat_knowledge.',
-      'POST /api/search and POST /api/chat: the knowledge routes; they require the header Authorization: Bearer <API_KEY>.',
-      'GET /api/keys/nonce and POST /api/keys: free key by Sign-In with Ethereum.',
-      'POST, GET and DELETE /api/webhooks: webhook subscriptions, with a Bearer key.',
-      'GET /verify/<stream>/<revision>: public proof that a verdict was recorded before its outcome.',
-      'GET /healthz, GET /readyz and GET /metrics: liveness, readiness and Prometheus metrics.',
-    ].join(' '),
-  });
-  return passages;
+    text:
+      `The HTTP routes of the service, from its OpenAPI document: ` +
+      `${lines.map((l) => `${route(l)} (${l.auth})`).join('; ')}.${reference}`,
+  };
+  const tags = [...new Set(lines.map((l) => l.tag))].sort();
+  const byTag = tags.map(
+    (tag): Passage => ({
+      id: `contract#routes-${tag}`,
+      source_type: 'contract',
+      source_url: `/openapi.json#tag-${tag}`,
+      title: `HTTP routes: ${tag}`,
+      text:
+        lines
+          .filter((l) => l.tag === tag)
+          .map((l) => `${route(l)}: ${l.summary.replace(/\.$/, '')}; ${l.auth}.`)
+          .join(' ') + (tag === 'discovery' ? reference : ''),
+    }),
+  );
+  return [overview, ...byTag];
 }
 
 const OTHER_ERRORS: { code: string; status: string; meaning: string }[] = [

@@ -1,4 +1,4 @@
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
 import type { Config } from '../../contracts/config.ts';
 import type { Projection } from '../../projections/projection.ts';
@@ -9,7 +9,9 @@ import type { Component, Role } from '../component.ts';
 import { ChatQuota, chatLimits, chatQuotaProjection, rebuildChatQuota } from './chat-quota.ts';
 import { REPO_ROOT, staticCorpus } from './corpus.ts';
 import { type KnowledgeFacts, knowledgeFactsProjection } from './facts.ts';
+import { type OpenApiDocument, routePassages } from './generated.ts';
 import { Knowledge } from './knowledge.ts';
+import type { Passage } from './passages.ts';
 import { chatProvider } from './providers.ts';
 import { type KeyedAccess, knowledgeRoutes } from './routes.ts';
 import { KnowledgeIndex } from './search-index.ts';
@@ -66,6 +68,30 @@ export function knowledgeModule(deps: {
     if (building === null) throw new Error('the knowledge module is not started');
     return building;
   };
+  // The route list comes from the app's own OpenAPI document, known once every plugin has
+  // registered its routes; the index may be built before or after that.
+  let routes: Passage[] | null = null;
+  const indexRoutes = () => {
+    if (service === null || routes === null) return;
+    if (service.index.replaceGroup('contract#routes', routes))
+      logger.info({ passages: routes.length }, 'route list indexed from the OpenAPI document');
+  };
+  const httpRoutes = knowledgeRoutes({
+    knowledge,
+    channel: deps.channel,
+    models: config.CHAT_MODELS,
+    logger,
+  });
+  const plugin: FastifyPluginAsync = async (app, options) => {
+    await httpRoutes(app, options);
+    app.addHook('onReady', async () => {
+      const openapi = (app as FastifyInstance & { swagger?: () => OpenApiDocument }).swagger;
+      if (typeof openapi !== 'function') return;
+      const reference = ['/docs', '/docs/'].find((url) => app.hasRoute({ method: 'GET', url })) ?? null;
+      routes = routePassages(openapi.call(app), reference);
+      indexRoutes();
+    });
+  };
   return {
     name: 'knowledge',
     roles: ['api'],
@@ -74,7 +100,7 @@ export function knowledgeModule(deps: {
       chatQuotaProjection as Projection<unknown>,
     ],
     tools: knowledgeTools(knowledge, config.CHAT_MODELS),
-    plugin: knowledgeRoutes({ knowledge, channel: deps.channel, models: config.CHAT_MODELS, logger }),
+    plugin,
     facts,
     get knowledge() {
       if (service === null) throw new Error('the knowledge index is not built yet');
@@ -97,6 +123,7 @@ export function knowledgeModule(deps: {
         const index = new KnowledgeIndex(corpus);
         service = new Knowledge({ config, index, facts, chatQuota, provider: chatProvider(config), logger });
         service.refresh();
+        indexRoutes();
         logger.info(
           {
             passages: index.size,

@@ -1,7 +1,10 @@
-import { describe, expect, it } from 'vitest';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../contracts/config.ts';
+import { type RunningService, startService } from '../service.ts';
 import { staticCorpus } from './corpus.ts';
 import { type KnowledgeFacts, livePassages } from './facts.ts';
+import { type OpenApiDocument, routePassages } from './generated.ts';
 import { KnowledgeIndex } from './search-index.ts';
 
 /**
@@ -91,6 +94,8 @@ const QUESTIONS: [string, string[]][] = [
   ['what does the replay feed mean', ['README.md#running-replayed-data-says-so', 'README.md#running']],
   ['how do I run the tests', ['README.md#testing']],
   ['which http routes exist', ['contract#routes']],
+  ['how do I export the verdict history', ['contract#routes-history']],
+  ['where is the OpenAPI document', ['contract#routes-discovery']],
   ['does search count against my quota', ['pricing#plans', 'README.md#knowledge-search-and-chat']],
   ['what is the MCP endpoint', ['contract#routes', 'README.md#using-it-mcp']],
   ['what does search_knowledge return', ['contract#search_knowledge']],
@@ -149,10 +154,34 @@ const facts: KnowledgeFacts = {
 };
 
 describe('knowledge ranking', () => {
+  // The route list is generated from the OpenAPI document of a started app (in-process defaults).
+  let service: RunningService;
+  let document: OpenApiDocument;
+  beforeAll(async () => {
+    service = await startService(
+      loadConfig({
+        NODE_ENV: 'test',
+        LOG_LEVEL: 'silent',
+        EVENT_STORE: 'memory',
+        CACHE: 'memory',
+        FEED: 'replay',
+        HOST: '127.0.0.1',
+        PORT: '0',
+      }),
+      ['api'],
+      pino({ level: 'silent' }),
+    );
+    document = (service.app as unknown as { swagger(): OpenApiDocument }).swagger();
+  });
+  afterAll(async () => {
+    await service?.stop();
+  });
+
   it('puts the right passage in the top 3 for at least 90 % of the questions', async () => {
     const config = loadConfig({});
     const index = new KnowledgeIndex([
       ...(await staticCorpus(config)),
+      ...routePassages(document, '/docs'),
       ...livePassages(facts, { configured: config.LIVE_EXCHANGES }),
     ]);
     expect(QUESTIONS.length).toBeGreaterThanOrEqual(40);

@@ -55,7 +55,7 @@ const round = (x: number) => Math.round(x * 1e4) / 1e4;
 export class KnowledgeIndex {
   private readonly index = new MiniSearch<Passage>(miniSearchOptions());
   private readonly passages = new Map<string, Passage>();
-  private readonly spans = new Map<string, Span[]>();
+  private readonly spans = new Map<string, Words>();
   private currentDigest = '';
 
   constructor(passages: Passage[]) {
@@ -143,60 +143,83 @@ export class KnowledgeIndex {
   }
 }
 
-/** A word of a passage: where it stands and its index term (null for a stop word). */
-interface Span {
-  start: number;
-  end: number;
-  term: string | null;
+/**
+ * A passage cut for the highlighter, once at index time: its words with their index terms (null
+ * for a stop word), the text between consecutive words with its whitespace already collapsed,
+ * and where each term occurs (ascending word positions). An excerpt then visits only the
+ * matching words and joins prepared pieces: slicing and normalising the text per request was
+ * the largest cost of a search.
+ */
+export interface Words {
+  words: string[];
+  terms: (string | null)[];
+  /** gaps[i]: what stands between word i - 1 and word i (gaps[0] is unused). */
+  gaps: string[];
+  /** What follows the last word, trimmed at the end. */
+  tail: string;
+  at: Map<string, number[]>;
 }
 
-/** The words of a text with their terms, computed once per passage rather than per request. */
-export function spansOf(text: string): Span[] {
-  const spans: Span[] = [];
+const collapse = (s: string) => s.replace(/\s+/g, ' ');
+
+export function spansOf(text: string): Words {
+  const words: string[] = [];
+  const terms: (string | null)[] = [];
+  const gaps: string[] = [];
+  const at = new Map<string, number[]>();
+  let cursor = -1;
   for (const m of text.matchAll(/[\p{L}\p{N}_]+(?:[.'][\p{L}\p{N}_]+)*/gu)) {
-    spans.push({ start: m.index, end: m.index + m[0].length, term: termOf(m[0]) });
+    const term = termOf(m[0]);
+    if (term !== null) {
+      const positions = at.get(term);
+      if (positions) positions.push(words.length);
+      else at.set(term, [words.length]);
+    }
+    gaps.push(cursor === -1 ? '' : collapse(text.slice(cursor, m.index)));
+    words.push(m[0]);
+    terms.push(term);
+    cursor = m.index + m[0].length;
   }
-  return spans;
+  return { words, terms, gaps, tail: cursor === -1 ? '' : collapse(text.slice(cursor).trimEnd()), at };
 }
 
 /**
- * The window of the text with the most matching words, matches wrapped in `**`. Words are
- * compared by their index term, so "signatures" in a query highlights "signature".
+ * The window of EXCERPT_WORDS words with the most matching words (the first such window), matches
+ * wrapped in `**`, whitespace collapsed. Words are compared by their index term, so "signatures"
+ * in a query highlights "signature".
  */
-export function excerpt(text: string, terms: Set<string>, words: Span[] = spansOf(text)): string {
-  const hit = (s: Span) => s.term !== null && terms.has(s.term);
-  const spans = words;
-  if (spans.length === 0) return text.slice(0, 300);
+export function excerpt(text: string, terms: Set<string>, words: Words = spansOf(text)): string {
+  const n = words.words.length;
+  if (n === 0) return text.slice(0, 300);
+  const hits: number[] = [];
+  for (const term of terms) {
+    const positions = words.at.get(term);
+    if (positions) for (const i of positions) hits.push(i);
+  }
+  hits.sort((a, b) => a - b);
+  // A window's count only grows at a matching word, so the first window holding the most matches
+  // ends on one: slide over the matches alone. `lo` is the first match inside the window.
   let best = 0;
-  let bestHits = -1;
-  let hits = 0;
-  for (let i = 0; i < spans.length; i++) {
-    if (hit(spans[i]!)) hits++;
-    if (i >= EXCERPT_WORDS && hit(spans[i - EXCERPT_WORDS]!)) hits--;
-    const start = Math.max(0, i - EXCERPT_WORDS + 1);
-    if (hits > bestHits) {
-      bestHits = hits;
-      best = start;
+  let firstHit = -1;
+  let bestCount = 0;
+  let lo = 0;
+  for (let k = 0; k < hits.length; k++) {
+    const windowStart = hits[k]! - EXCERPT_WORDS + 1;
+    while (hits[lo]! < windowStart) lo++;
+    if (k - lo + 1 > bestCount) {
+      bestCount = k - lo + 1;
+      best = Math.max(0, windowStart);
+      firstHit = hits[lo]!;
     }
   }
   // Start a few words before the first match of the window, so the match reads in context.
-  let firstHit = -1;
-  for (let i = best; i < spans.length; i++) {
-    if (hit(spans[i]!)) {
-      firstHit = i;
-      break;
-    }
-  }
   const from = firstHit === -1 ? best : Math.max(0, firstHit - 5);
-  const to = Math.min(spans.length, from + EXCERPT_WORDS);
-  let out = '';
-  let cursor = spans[from]!.start;
+  const to = Math.min(n, from + EXCERPT_WORDS);
+  let out = from > 0 ? '…' : '';
   for (let i = from; i < to; i++) {
-    const s = spans[i]!;
-    out += text.slice(cursor, s.start);
-    out += hit(s) ? `**${text.slice(s.start, s.end)}**` : text.slice(s.start, s.end);
-    cursor = s.end;
+    const term = words.terms[i]!;
+    if (i > from) out += words.gaps[i]!;
+    out += term !== null && terms.has(term) ? `**${words.words[i]!}**` : words.words[i]!;
   }
-  const tail = to < spans.length ? '…' : text.slice(cursor).trimEnd();
-  return `${from > 0 ? '…' : ''}${out}${tail}`.replace(/\s+/g, ' ').trim();
+  return (out + (to < n ? '…' : words.tail)).trim();
 }

@@ -7,6 +7,7 @@ import {
   SearchAnswer,
   SearchKnowledgeInput,
 } from '../../contracts/knowledge.ts';
+import { releaseIfDiscarded } from '../api/mcp/tool-call.ts';
 import type { ToolDefinition } from '../api/mcp/tool-registry.ts';
 import { OperationError } from '../engine/operation-errors.ts';
 import { internalError, type Knowledge } from './knowledge.ts';
@@ -60,9 +61,12 @@ export function knowledgeTools(
       guarded(async () => {
         const checked = checkChat(args, models);
         if (!checked.ok) refuse(checked.code, checked.message);
-        if (ctx.caller === undefined) throw new Error('chat_knowledge needs the caller');
-        const { body } = await (await knowledge()).chat(ctx.caller, checked.value, ctx.requestId);
-        return { ...body };
+        const { caller, requestId } = ctx;
+        if (caller === undefined) throw new Error('chat_knowledge needs the caller');
+        const served = await knowledge();
+        const { body, month } = await served.chat(caller, checked.value, requestId);
+        // The answer may still be thrown away (the call quota's debit refuses it): the unit comes back then.
+        return releaseIfDiscarded({ ...body }, () => served.release(caller, month, requestId));
       }),
   };
   return [search as unknown as ToolDefinition, chat as unknown as ToolDefinition];

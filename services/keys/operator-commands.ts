@@ -1,3 +1,4 @@
+import { parseArgs } from 'node:util';
 import type { Cache } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { Plan } from '../../contracts/events.ts';
@@ -18,25 +19,27 @@ export const USAGE = `usage: npm run keys -- <command>
   rebuild-quota                                    rebuild the cache's quota counters from the event log
                                                    (safe under traffic: a new generation, then a switch)`;
 
-function flags(args: string[]): { positional: string[]; named: Record<string, string | true> } {
-  const positional: string[] = [];
-  const named: Record<string, string | true> = {};
-  for (let i = 0; i < args.length; i++) {
-    const arg = args[i]!;
-    if (arg.startsWith('--')) {
-      const [name, inline] = arg.slice(2).split('=', 2) as [string, string | undefined];
-      const next = args[i + 1];
-      if (inline !== undefined) named[name] = inline;
-      else if (next !== undefined && !next.startsWith('--')) {
-        named[name] = next;
-        i++;
-      } else named[name] = true;
-    } else positional.push(arg);
+/** The flags every command accepts; which ones a command reads is its own business. */
+function flags(args: string[]): { positional: string[]; named: Record<string, string | boolean | undefined> } {
+  try {
+    const { positionals, values } = parseArgs({
+      args,
+      allowPositionals: true,
+      options: {
+        plan: { type: 'string' },
+        owner: { type: 'string' },
+        reason: { type: 'string' },
+        all: { type: 'boolean' },
+      },
+    });
+    return { positional: positionals, named: values };
+  } catch (err) {
+    // Unknown flags and missing values come back as usage errors, with node's own wording.
+    throw new UsageError((err as Error).message);
   }
-  return { positional, named };
 }
 
-function plan(value: string | true | undefined): Plan {
+function plan(value: string | boolean | undefined): Plan {
   const parsed = Plan.safeParse(value);
   if (!parsed.success)
     throw new UsageError(`plan must be one of ${Plan.options.join(', ')} (got ${String(value)})`);

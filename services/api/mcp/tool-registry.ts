@@ -13,7 +13,7 @@ export interface ToolContext {
 /**
  * One MCP tool: its input schema (the single source for validation and the advertised JSON
  * Schema) and what it runs. The sold tools are registered from the table in contracts/tools.ts;
- * the knowledge tools join the same registry later.
+ * the knowledge slice adds its free tools (search_knowledge, chat_knowledge) to the same registry.
  */
 export interface ToolDefinition<S extends z.ZodType = z.ZodType> {
   name: string;

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import Fastify, {
@@ -33,6 +34,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const requestTimeout = deps.config.REQUEST_TIMEOUT_MS ?? 30_000;
   const app = Fastify({
     loggerInstance: deps.logger as FastifyBaseLogger,
+    // Request ids end up in events (a paid call's requestId and correlation id): Fastify's
+    // per-process counter (req-1, req-2…) repeats across replicas and restarts.
+    genReqId: () => randomUUID(),
     bodyLimit: deps.config.BODY_LIMIT_BYTES,
     requestTimeout,
     trustProxy: trustProxySetting(deps.config.TRUST_PROXY ?? ''),

@@ -103,6 +103,40 @@ describe('npm run history', () => {
     }
   });
 
+  it('resumes an interrupted Parquet export over its parts, a half-written part included', async () => {
+    const out = join(dir, 'resumed-parquet');
+    let calls = 0;
+    const flaky: typeof fetch = async (input, init) => {
+      calls++;
+      if (calls === 3) throw new Error('connection reset');
+      return fetch(input, init);
+    };
+    const args = [
+      'export',
+      '--url',
+      server.url,
+      '--key',
+      key,
+      '--format',
+      'parquet',
+      '--out',
+      out,
+      '--page',
+      '11',
+    ];
+    await expect(runHistoryCommand(args, deps({ fetch: flaky }))).rejects.toThrow('connection reset');
+    expect(readdirSync(out).filter((f) => f.endsWith('.parquet'))).toHaveLength(2);
+    // A crash while the next part was being written leaves it cut short: resuming rewrites it.
+    writeFileSync(join(out, 'part-000003.parquet'), 'PAR1 cut short');
+    const summary = JSON.parse(await runHistoryCommand([...args, '--resume'], deps()));
+    expect(summary.rows).toBe(120);
+    expect(readdirSync(out).filter((f) => f.endsWith('.parquet'))).toHaveLength(11);
+    const rows = await collect(out);
+    expect(rows.map((r) => r.verdict_id)).toEqual((await served()).map((r) => r.verdict_id));
+    expect(new Set(rows.map((r) => r.verdict_id)).size).toBe(120);
+    expect((await runHistoryCommand(['verify', out], deps())).includes('"ok": true')).toBe(true);
+  });
+
   it('reads a local store directly, and reports the first broken link of a tampered file', async () => {
     const out = join(dir, 'local.ndjson');
     const summary = JSON.parse(

@@ -1,3 +1,4 @@
+import { outcomeStream } from '../../contracts/history.ts';
 import type { Call, Timeframe } from '../../contracts/market.ts';
 import { defineProjection, type Projection } from '../../projections/projection.ts';
 import { outcomeDueAt } from './outcome.ts';
@@ -59,6 +60,62 @@ export const pendingOutcomesProjection: Projection<PendingOutcomes> = defineProj
     } else {
       delete state.pending[event.data.verdictId];
     }
+    return state;
+  },
+});
+
+/**
+ * Which verdicts have an outcome in the log, as runs of revisions per verdict stream: outcomes
+ * resolve nearly every verdict, roughly in revision order, so a market's labelled verdicts are a
+ * handful of runs however long its history. The export asks it before reading a verdict's outcome
+ * stream, and reads only for verdicts it names.
+ */
+export interface LabelledVerdicts {
+  /** Verdict stream → sorted, disjoint inclusive runs [from, to, from, to, ...] of revisions. */
+  runs: Record<string, number[]>;
+}
+
+export function addRevision(runs: number[], revision: number): void {
+  // The first run starting after `revision`; the run before it is the one that may hold it.
+  let lo = 0;
+  let hi = runs.length / 2;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (runs[mid * 2]! > revision) hi = mid;
+    else lo = mid + 1;
+  }
+  const before = lo - 1;
+  const joinsBefore = before >= 0 && runs[before * 2 + 1]! >= revision - 1;
+  const joinsAfter = lo * 2 < runs.length && runs[lo * 2]! === revision + 1;
+  if (joinsBefore && runs[before * 2 + 1]! >= revision) return;
+  if (joinsBefore && joinsAfter) runs.splice(before * 2 + 1, 2);
+  else if (joinsBefore) runs[before * 2 + 1] = revision;
+  else if (joinsAfter) runs[lo * 2] = revision;
+  else runs.splice(lo * 2, 0, revision, revision);
+}
+
+export function hasRevision(runs: readonly number[] | undefined, revision: number): boolean {
+  if (!runs) return false;
+  let lo = 0;
+  let hi = runs.length / 2;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (runs[mid * 2]! > revision) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo > 0 && runs[(lo - 1) * 2 + 1]! >= revision;
+}
+
+export const labelledVerdictsProjection: Projection<LabelledVerdicts> = defineProjection({
+  name: 'history-labelled-verdicts',
+  version: 1,
+  eventTypes: ['VerdictOutcomeResolved'],
+  initial: (): LabelledVerdicts => ({ runs: {} }),
+  evolve(state, event) {
+    // Only where the export looks: the outcome stream named after the verdict it labels.
+    if (event.stream !== outcomeStream(event.data.verdictId)) return state;
+    state.runs[event.data.verdictStream] ??= [];
+    addRevision(state.runs[event.data.verdictStream]!, event.data.verdictRevision);
     return state;
   },
 });

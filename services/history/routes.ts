@@ -22,13 +22,15 @@ import type { QuotaMeter } from '../quota/quota-meter.ts';
 import { tagMatches } from './cursor.ts';
 import { trackRecordPage } from './page.ts';
 import { HistoryQueryError, parseHistoryQuery, parseTrackRecordQuery } from './query.ts';
-import { ScanProgress, scanHistory } from './scan.ts';
+import { type OutcomeIndex, ScanProgress, scanHistory } from './scan.ts';
 import { type TrackRecordState, trackRecord } from './track-record.ts';
 import { historyStream } from './writers.ts';
 
 export interface HistoryRoutesDeps {
   store: EventStore;
   trackRecord: Pick<ProjectionRunner<TrackRecordState>, 'state'>;
+  /** Which verdicts have an outcome (a projection): the export reads outcome streams only for those. */
+  outcomes?: OutcomeIndex;
   /** The reveal clock: no content leaves before this clock passes its reveal time. */
   now: () => number;
   keys: Pick<KeyResolver, 'resolve'>;
@@ -188,6 +190,7 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
           waitUntil: Date.now() + query.waitMs,
           now: deps.now,
           signal: abort.signal,
+          ...(deps.outcomes ? { outcomes: deps.outcomes } : {}),
           ...(deps.pageSize ? { pageSize: deps.pageSize } : {}),
         },
         progress,

@@ -30,6 +30,14 @@ export interface ScanOptions {
   now: () => number;
   pageSize?: number;
   signal?: AbortSignal;
+  /** Which verdicts have an outcome; without it every revealed verdict's outcome stream is read. */
+  outcomes?: OutcomeIndex;
+}
+
+/** The verdicts an outcome has labelled, as far as the log up to `checkpoint` tells. */
+export interface OutcomeIndex {
+  readonly checkpoint: number;
+  has(stream: string, revision: number): boolean;
 }
 
 /** Where a scan stands: the cursor to resume from and how many rows it gave. */
@@ -82,6 +90,10 @@ export async function* scanHistory(
 ): AsyncGenerator<HistoryRow> {
   const pageSize = options.pageSize ?? 1_000;
   const { filter } = options;
+  // The index may say "no outcome" only once it has folded every outcome the log held when the
+  // scan began; until then (a projection still catching up) every candidate is looked up, as
+  // without an index. Outcomes appended during the scan may or may not be attached either way.
+  const head = options.outcomes ? await store.headPosition() : 0;
   // Small first pages, so the first row leaves at once; full pages once the stream is flowing.
   let size = Math.min(pageSize, 32);
   for (;;) {
@@ -95,26 +107,34 @@ export async function* scanHistory(
       continue;
     }
     const now = options.now();
-    const picked: { event: RecordedEvent; verdict: Verdict | null }[] = [];
-    for (const event of page) {
-      let verdict: Verdict | null = null;
-      // Validated once, when appended (newEvent): the export reads the stored shape as is.
-      if (event.type === 'VerdictRecorded' && matchesMarket((event as Verdict).data, filter)) {
-        verdict = event as Verdict;
-      }
-      picked.push({ event, verdict });
-    }
-    // Outcomes of the page's revealed verdicts, read together.
-    const outcomes = await Promise.all(
-      picked.map(({ verdict }) =>
-        verdict && now >= revealTime(verdict.data) && now >= outcomeDueAt(verdict.data)
-          ? readOutcome(store, verdict.id)
-          : null,
-      ),
+    const index = options.outcomes && options.outcomes.checkpoint >= head ? options.outcomes : null;
+    // Validated once, when appended (newEvent): the export reads the stored shape as is.
+    const picked = page.map((event) =>
+      event.type === 'VerdictRecorded' && matchesMarket((event as Verdict).data, filter)
+        ? (event as Verdict)
+        : null,
     );
-    for (const [i, { event, verdict }] of picked.entries()) {
+    // Outcomes of the page's revealed verdicts that have one, read together.
+    const lookups: Promise<Outcome | null>[] = [];
+    const lookedUp: number[] = [];
+    for (const [i, verdict] of picked.entries()) {
+      if (
+        verdict &&
+        now >= revealTime(verdict.data) &&
+        now >= outcomeDueAt(verdict.data) &&
+        (!index || index.has(verdict.stream, verdict.revision))
+      ) {
+        lookedUp.push(i);
+        lookups.push(readOutcome(store, verdict.id));
+      }
+    }
+    const outcomes = await Promise.all(lookups);
+    let next = 0;
+    for (const [i, event] of page.entries()) {
+      const verdict = picked[i];
       if (verdict) {
-        const row = historyRow(verdict, outcomes[i] ?? null, now);
+        const outcome = lookedUp[next] === i ? outcomes[next++]! : null;
+        const row = historyRow(verdict, outcome, now);
         if (!filter.call || !row.revealed || row.call === filter.call) {
           progress.position = event.position;
           progress.eventId = event.id;

@@ -13,9 +13,17 @@ import type { SignalOperations } from '../engine/operations.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
 import type { QuotaMeter } from '../quota/quota-meter.ts';
 import type { Check } from '../shared/readiness.ts';
-import { type PendingOutcomes, pendingOutcomesProjection, trackRecordProjection } from './projections.ts';
+import {
+  hasRevision,
+  type LabelledVerdicts,
+  labelledVerdictsProjection,
+  type PendingOutcomes,
+  pendingOutcomesProjection,
+  trackRecordProjection,
+} from './projections.ts';
 import { OutcomeResolver } from './resolver.ts';
 import { historyRoutes } from './routes.ts';
+import type { OutcomeIndex } from './scan.ts';
 import { type TrackRecordState, trackRecordBrief } from './track-record.ts';
 
 /** Roles this slice does something in: routes (api), outcomes (projections), webhook lines (dispatcher). */
@@ -34,7 +42,8 @@ export interface HistorySliceDeps {
 /**
  * The history slice: outcome labels for revealed verdicts (a pending-outcomes projection and the
  * resolver processor, on the projections role), the track-record projection, and the analysts'
- * routes. Reaches the engine only through the log and the SignalOperations it decorates.
+ * routes with the index of labelled verdicts their export reads (api role). Reaches the engine
+ * only through the log and the SignalOperations it decorates.
  */
 export function historySlice(deps: HistorySliceDeps) {
   const { config, adapters, logger, roles } = deps;
@@ -52,7 +61,14 @@ export function historySlice(deps: HistorySliceDeps) {
     pendingOutcomesProjection,
     runnerOptions,
   );
-  const serves = roles.includes('api') || roles.includes('dispatcher');
+  const labelled = new ProjectionRunner<LabelledVerdicts>(
+    adapters.eventStore,
+    adapters.projectionStore,
+    labelledVerdictsProjection,
+    runnerOptions,
+  );
+  const exports = roles.includes('api');
+  const serves = exports || roles.includes('dispatcher');
   const resolves = roles.includes('projections');
   let feed = deps.feed;
   let ownFeed: MarketFeed | null = null;
@@ -69,6 +85,14 @@ export function historySlice(deps: HistorySliceDeps) {
     return trackRecord.running ? trackRecordBrief(trackRecord.state, call, now()) : null;
   }
 
+  /** Not running or failed: checkpoint -1, so the export reads every candidate's outcome stream. */
+  const outcomeIndex: OutcomeIndex = {
+    get checkpoint() {
+      return labelled.running && !labelled.error ? labelled.checkpoint : -1;
+    },
+    has: (stream, revision) => hasRevision(labelled.state.runs[stream], revision),
+  };
+
   function runnerCheck(runner: ProjectionRunner<unknown>): Check {
     return async () =>
       runner.error
@@ -79,12 +103,17 @@ export function historySlice(deps: HistorySliceDeps) {
   return {
     name: 'history',
     roles: HISTORY_ROLES,
-    projections: [trackRecordProjection, pendingOutcomesProjection] as Projection<unknown>[],
+    projections: [
+      trackRecordProjection,
+      pendingOutcomesProjection,
+      labelledVerdictsProjection,
+    ] as Projection<unknown>[],
     get processors() {
       return resolver ? [resolver] : [];
     },
     trackRecord,
     pending,
+    labelled,
     now,
     brief,
 
@@ -96,6 +125,7 @@ export function historySlice(deps: HistorySliceDeps) {
       return historyRoutes({
         store: adapters.eventStore,
         trackRecord,
+        outcomes: outcomeIndex,
         now,
         keys: keyed.keys,
         ...(keyed.quota ? { quota: keyed.quota } : {}),
@@ -119,6 +149,7 @@ export function historySlice(deps: HistorySliceDeps) {
 
     async start() {
       if (serves || resolves) await trackRecord.start();
+      if (exports) await labelled.start();
       if (!resolves) return;
       if (!feed) {
         ownFeed = (await selectFeed({ ...feedOptionsFromConfig(config), logger: log })).feed;
@@ -139,11 +170,13 @@ export function historySlice(deps: HistorySliceDeps) {
       await resolver?.stop();
       if (pending.running) await pending.stop({ drainMs: 2_000 });
       if (trackRecord.running) await trackRecord.stop({ drainMs: 2_000 });
+      if (labelled.running) await labelled.stop({ drainMs: 2_000 });
       await ownFeed?.close();
     },
 
     checks(): Record<string, Check> {
       const checks: Record<string, Check> = { 'projection:history-track-record': runnerCheck(trackRecord) };
+      if (exports) checks['projection:history-labelled-verdicts'] = runnerCheck(labelled);
       if (resolves) {
         checks['projection:history-pending-outcomes'] = runnerCheck(pending);
         checks['processor:history-outcomes'] = async () => ({

@@ -9,7 +9,14 @@ import { HISTORY_COLUMNS, type HistoryFormat, type HistoryRow } from '../../cont
  * one batch in memory, never the range it asked for.
  */
 
-const BATCH_ROWS = 4_096;
+/**
+ * Parquet row groups of 1,024 rows: the streaming writer (parquet-wasm's transformParquetStream)
+ * closes a row group only when it is full and has one fixed size per file, so the first bytes
+ * leave after this many rows; a growing size is not available from it. Batches handed to it grow
+ * (1,024 → 8,192 rows) so the per-batch cost of crossing into the writer is paid rarely.
+ */
+const ROW_GROUP_ROWS = 1_024;
+const MAX_BATCH_ROWS = 8_192;
 const NDJSON_CHUNK = 64 * 1024;
 
 export function ndjsonStream(rows: AsyncIterable<HistoryRow>, trailer: () => object): Readable {
@@ -178,15 +185,22 @@ function batchTable(rows: HistoryRow[]): arrow.Table {
   return new arrow.Table(columns);
 }
 
-/** Parquet via the Rust writer (parquet-wasm): one row group per batch, streamed as written. */
+/** Parquet via the Rust writer (parquet-wasm), streamed batch by batch as it is written. */
 export function parquetStream(rows: AsyncIterable<HistoryRow>): Readable {
   const iterator = rows[Symbol.asyncIterator]();
   let done = false;
+  let batchRows = ROW_GROUP_ROWS;
   const batches = new ReadableStream({
     async pull(controller) {
       if (done) return;
+      // Building a batch and encoding it are one unbroken chain of promise jobs; letting the event
+      // loop turn first lets the bytes already written (the socket's corked first chunk included)
+      // leave before the next batch is built.
+      await new Promise<void>((resolve) => setImmediate(resolve));
       const batch: HistoryRow[] = [];
-      while (batch.length < BATCH_ROWS) {
+      const want = batchRows;
+      batchRows = Math.min(MAX_BATCH_ROWS, batchRows * 2);
+      while (batch.length < want) {
         const next = await iterator.next();
         if (next.done) {
           done = true;
@@ -207,7 +221,7 @@ export function parquetStream(rows: AsyncIterable<HistoryRow>): Readable {
   });
   const properties = new parquet.WriterPropertiesBuilder()
     .setCompression(parquet.Compression.SNAPPY)
-    .setMaxRowGroupSize(BATCH_ROWS)
+    .setMaxRowGroupSize(ROW_GROUP_ROWS)
     .build();
   return Readable.from(
     (async function* () {
@@ -219,6 +233,9 @@ export function parquetStream(rows: AsyncIterable<HistoryRow>): Readable {
         yield Buffer.from(value as Uint8Array);
       }
     })(),
+    // Byte mode: Readable.from defaults to object mode, which buffers 16 chunks (here up to 16
+    // batches of encoded row groups) ahead of the socket.
+    { objectMode: false },
   );
 }
 

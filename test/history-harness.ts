@@ -79,7 +79,7 @@ export async function startHistoryServer(options: {
     logger,
     readiness: new Readiness(),
     metrics: null,
-    plugins: [slice.plugin({ keys, quota })],
+    plugins: [slice.routes({ keys, quota })],
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const { port } = app.server.address() as AddressInfo;

@@ -1,11 +1,14 @@
 import type { Logger } from 'pino';
 import type { Config } from '../../contracts/config.ts';
-import type { Component } from '../component.ts';
+import type { Slice } from '../component.ts';
 import type { SignalEngine } from './engine.ts';
 import { VerdictScheduler } from './scheduler.ts';
 
-/** The `engine` role: verdicts computed and recorded as candles close. */
-export function engineComponent(deps: { config: Config; engine: SignalEngine; logger: Logger }): Component & {
+/**
+ * The signals slice's background side, on the `engine` role: verdicts computed and recorded as
+ * candles close. (Its calls are sold through the channels and payments slices.)
+ */
+export function engineComponent(deps: { config: Config; engine: SignalEngine; logger: Logger }): Slice & {
   scheduler: VerdictScheduler;
 } {
   const { config, engine, logger } = deps;
@@ -19,6 +22,8 @@ export function engineComponent(deps: { config: Config; engine: SignalEngine; lo
   });
   return {
     name: 'engine',
+    roles: ['engine'],
+    processors: [{ name: 'verdict-scheduler' }],
     scheduler,
     async start() {
       scheduler.start();

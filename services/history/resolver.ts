@@ -18,6 +18,7 @@ import type { PendingOutcomes, PendingVerdict } from './projections.ts';
  * two replicas resolving the same verdict write it once.
  */
 export class OutcomeResolver {
+  readonly name = 'outcome-resolver';
   private timer: NodeJS.Timeout | null = null;
   private tick: Promise<void> | null = null;
   private readonly inFlight = new Set<string>();

@@ -37,6 +37,13 @@ export interface HistorySliceDeps {
   /** The process's market feed when it has one; the projections role opens its own otherwise. */
   feed: MarketFeed | null;
   resolverIntervalMs?: number;
+  /** The api role's keys and quota, once the channel that owns them is built (routes need them). */
+  channel?: () => HistoryAccess;
+}
+
+interface HistoryAccess {
+  keys: Pick<KeyResolver, 'resolve'>;
+  quota?: Pick<QuotaMeter, 'peek'>;
 }
 
 /**
@@ -100,6 +107,21 @@ export function historySlice(deps: HistorySliceDeps) {
         : { ok: runner.running, checkpoint: runner.checkpoint };
   }
 
+  // The channel is built after this slice (it sells the operations this slice decorates), so the
+  // routes take its keys and quota when they are registered.
+  const lazyRoutes =
+    (channel: () => HistoryAccess): FastifyPluginAsync =>
+    (app, options) =>
+      historyRoutes({
+        store: adapters.eventStore,
+        trackRecord,
+        outcomes: outcomeIndex,
+        now,
+        keys: channel().keys,
+        ...(channel().quota ? { quota: channel().quota } : {}),
+        logger: log,
+      })(app, options);
+
   return {
     name: 'history',
     roles: HISTORY_ROLES,
@@ -117,11 +139,11 @@ export function historySlice(deps: HistorySliceDeps) {
     now,
     brief,
 
-    /** The api role's routes; keys and quota come from the keyed channel. */
-    plugin(keyed: {
-      keys: Pick<KeyResolver, 'resolve'>;
-      quota?: Pick<QuotaMeter, 'peek'>;
-    }): FastifyPluginAsync {
+    /** The api role's routes, as registered by the service (keys and quota from the channel). */
+    ...(exports && deps.channel ? { plugin: lazyRoutes(deps.channel) } : {}),
+
+    /** The analysts' routes over the given keys and quota. */
+    routes(keyed: HistoryAccess): FastifyPluginAsync {
       return historyRoutes({
         store: adapters.eventStore,
         trackRecord,

@@ -20,7 +20,10 @@ export const USAGE = `usage: npm run keys -- <command>
                                                    (safe under traffic: a new generation, then a switch)`;
 
 /** The flags every command accepts; which ones a command reads is its own business. */
-function flags(args: string[]): { positional: string[]; named: Record<string, string | boolean | undefined> } {
+function flags(args: string[]): {
+  positional: string[];
+  named: Record<string, string | boolean | undefined>;
+} {
   try {
     const { positionals, values } = parseArgs({
       args,

@@ -5,7 +5,7 @@ import type { Projection } from '../../projections/projection.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
 import type { ToolDefinition } from '../api/mcp/tool-registry.ts';
-import type { Component, Role } from '../component.ts';
+import type { Role, Slice } from '../component.ts';
 import { ChatQuota, chatLimits, chatQuotaProjection, rebuildChatQuota } from './chat-quota.ts';
 import { REPO_ROOT, staticCorpus } from './corpus.ts';
 import { type KnowledgeFacts, knowledgeFactsProjection } from './facts.ts';
@@ -17,7 +17,7 @@ import { type KeyedAccess, knowledgeRoutes } from './routes.ts';
 import { KnowledgeIndex } from './search-index.ts';
 import { knowledgeTools } from './tools.ts';
 
-export interface KnowledgeModule extends Component {
+export interface KnowledgeModule extends Slice {
   readonly roles: Role[];
   /** POST /api/search and POST /api/chat. */
   readonly plugin: FastifyPluginAsync;

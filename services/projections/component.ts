@@ -10,7 +10,7 @@ import {
 import type { Projection } from '../../projections/projection.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
-import type { Component } from '../component.ts';
+import type { Slice } from '../component.ts';
 import { Relay } from '../relay/relay.ts';
 import { relayTypes } from '../relay/relay-types.ts';
 import type { Metrics } from '../shared/metrics.ts';
@@ -32,7 +32,7 @@ export function projectionsComponent(deps: {
   adapters: Adapters;
   logger: Logger;
   metrics: Metrics | null;
-}): Component & { runners: Map<string, ProjectionRunner<unknown>>; relay: Relay } {
+}): Slice & { runners: Map<string, ProjectionRunner<unknown>>; relay: Relay } {
   const { adapters, logger, config, metrics } = deps;
   const runners = new Map(
     PROJECTIONS.map((p) => [
@@ -64,6 +64,9 @@ export function projectionsComponent(deps: {
 
   return {
     name: 'projections',
+    roles: ['projections'],
+    projections: PROJECTIONS,
+    processors: [{ name: 'relay' }],
     runners,
     relay,
     async start() {

@@ -9,7 +9,7 @@ import type { Config } from '../../contracts/config.ts';
 import { type LatestVerdicts, latestVerdictsProjection } from '../../projections/latest-verdicts.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
-import type { Component } from '../component.ts';
+import type { Component, Role, Slice } from '../component.ts';
 import { rankMarkets } from '../engine/engine.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
 import { keyResolverAuth, type ResolveKey } from './auth.ts';
@@ -245,6 +245,61 @@ export function webhookApi(deps: {
     },
     checks() {
       return { 'projection:webhooks-api': projectionCheck(runner) };
+    },
+  };
+}
+
+/**
+ * The webhooks slice in the module shape: the management routes on the api role, the signed
+ * delivery on the dispatcher role; in one process both fold one webhook projection.
+ */
+export function webhooksSlice(deps: {
+  config: Config;
+  adapters: WebhookAdapters;
+  logger: Logger;
+  roles: readonly Role[];
+  /** The api role's key resolver, once the channel that owns it is built. */
+  keys: () => Pick<KeyResolver, 'resolve'>;
+  feed: MarketFeed | null;
+  registry?: Registry;
+  trackRecord?: DispatcherOptions['trackRecord'];
+}): Slice {
+  const { config, adapters, logger, roles } = deps;
+  const api = roles.includes('api')
+    ? webhookApi({
+        config,
+        adapters,
+        logger,
+        resolveKey: (authorization) => keyResolverAuth(deps.keys())(authorization),
+      })
+    : null;
+  const dispatcher = roles.includes('dispatcher')
+    ? dispatcherComponent({
+        config,
+        adapters,
+        logger,
+        feed: deps.feed,
+        ...(api ? { runner: api.runner } : {}),
+        ...(deps.registry ? { registry: deps.registry } : {}),
+        ...(deps.trackRecord ? { trackRecord: deps.trackRecord } : {}),
+      })
+    : null;
+  // The api part owns the shared projection, so it starts first and stops last.
+  const parts: Component[] = [...(api ? [api] : []), ...(dispatcher ? [dispatcher] : [])];
+  return {
+    name: 'webhooks',
+    roles: ['api', 'dispatcher'],
+    ...(api ? { plugin: api.plugin } : {}),
+    projections: [],
+    processors: dispatcher ? [{ name: 'webhook-dispatcher' }] : [],
+    async start() {
+      for (const part of parts) await part.start();
+    },
+    async stop() {
+      for (const part of [...parts].reverse()) await part.stop();
+    },
+    checks() {
+      return Object.assign({}, ...parts.map((part) => part.checks?.() ?? {}));
     },
   };
 }

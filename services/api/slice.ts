@@ -1,0 +1,55 @@
+import type { FastifyPluginAsync } from 'fastify';
+import type { Projection } from '../../projections/projection.ts';
+import type { Slice } from '../component.ts';
+import { keyRegistryProjection } from '../keys/key-registry.ts';
+import { quotaBalancesProjection } from '../quota/quota-projection.ts';
+import { type DiscoveryOptions, discoveryPlugin } from './discovery/plugin.ts';
+import { type KeyedChannelDeps, keyedChannel } from './plugins.ts';
+import { verifyRoutes } from './verify/plugin.ts';
+
+export type ChannelsSlice = Slice &
+  Pick<ReturnType<typeof keyedChannel>, 'keys' | 'quota' | 'tools' | 'registry'>;
+
+/**
+ * The channels slice (api role): how callers reach every feature — request-rate limits, free
+ * keys by sign-in, the MCP server over the one tool table, the public verify route and the
+ * discovery documents. Its plugin goes first: the rate limit's hook must see every product
+ * route registered after it.
+ */
+export function channelsSlice(
+  deps: KeyedChannelDeps & {
+    /** What discovery lists beside the MCP tools: the paid tools and rails (empty without x402). */
+    discovery: Omit<DiscoveryOptions, 'tools'>;
+  },
+): ChannelsSlice {
+  const keyed = keyedChannel(deps);
+  const routes: FastifyPluginAsync[] = [
+    ...keyed.plugins,
+    verifyRoutes({ store: deps.adapters.eventStore, baseUrl: deps.config.PUBLIC_BASE_URL }),
+    discoveryPlugin({ ...deps.discovery, tools: keyed.tools.all() }),
+  ];
+  const plugin: FastifyPluginAsync = async (app) => {
+    if (keyed.rateLimit) await app.register(keyed.rateLimit);
+    for (const route of routes) await app.register(route);
+  };
+  // Registered in the root context, so the rate limit's hook (itself root-level) covers the
+  // routes of the slices registered after this one.
+  (plugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
+  return {
+    name: 'keyed-channel',
+    roles: ['api'],
+    plugin,
+    projections: [
+      keyRegistryProjection as Projection<unknown>,
+      quotaBalancesProjection as Projection<unknown>,
+    ],
+    processors: [],
+    keys: keyed.keys,
+    quota: keyed.quota,
+    tools: keyed.tools,
+    registry: keyed.registry,
+    start: () => keyed.start(),
+    stop: () => keyed.stop(),
+    checks: () => keyed.checks?.() ?? {},
+  };
+}

@@ -4,9 +4,13 @@ import { defineProjection } from './projection.ts';
 export type PaymentPhase = 'authorized' | 'pending' | 'released' | 'settled' | 'failed';
 
 export interface PaymentStates {
-  /** Payments not finished yet, by stream: they can still move, so each one is remembered. */
-  open: Record<string, 'authorized' | 'pending' | 'released'>;
-  /** Finished payments are only counted: the state stays as small as the number in flight. */
+  /** Payments in flight, by stream: they can still move, so each one is remembered. */
+  open: Record<string, 'authorized' | 'pending'>;
+  /**
+   * Released, settled and failed payments are only counted, so the state stays as small as the
+   * number in flight (a released authorisation presented again is counted out of `released`).
+   */
+  released: number;
   settled: number;
   failed: number;
 }
@@ -17,7 +21,7 @@ export interface PaymentStates {
  */
 export const paymentStatesProjection = defineProjection({
   name: 'payment-states',
-  version: 1,
+  version: 2,
   eventTypes: [
     'PaymentAuthorized',
     'PaymentSettlementPending',
@@ -25,17 +29,20 @@ export const paymentStatesProjection = defineProjection({
     'PaymentSettlementFailed',
     'PaymentReleased',
   ],
-  initial: (): PaymentStates => ({ open: {}, settled: 0, failed: 0 }),
+  initial: (): PaymentStates => ({ open: {}, released: 0, settled: 0, failed: 0 }),
   evolve(state, event) {
     switch (event.type) {
       case 'PaymentAuthorized':
+        // Only a released authorisation is reserved again in its own stream.
+        if (event.revision > 0) state.released = Math.max(0, state.released - 1);
         state.open[event.stream] = 'authorized';
         break;
       case 'PaymentSettlementPending':
         state.open[event.stream] = 'pending';
         break;
       case 'PaymentReleased':
-        state.open[event.stream] = 'released';
+        delete state.open[event.stream];
+        state.released += 1;
         break;
       case 'PaymentSettled':
         delete state.open[event.stream];
@@ -55,7 +62,7 @@ export function paymentCounts(state: PaymentStates): Record<PaymentPhase, number
   const counts: Record<PaymentPhase, number> = {
     authorized: 0,
     pending: 0,
-    released: 0,
+    released: state.released,
     settled: state.settled,
     failed: state.failed,
   };

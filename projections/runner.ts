@@ -154,7 +154,16 @@ export class ProjectionRunner<S> {
     try {
       for await (const event of subscription) {
         this.apply(event);
-        if (this.position - this.savedPosition >= every) await this.saveSnapshot();
+        // A snapshot that cannot be saved (a full disk) must not stop the fold: the state stays
+        // right in memory and the next save (by count or by the interval) tries again.
+        if (this.position - this.savedPosition >= every) {
+          await this.saveSnapshot().catch((err: unknown) =>
+            this.options.logger?.warn(
+              { err, projection: this.name },
+              'projection snapshot not saved; will retry',
+            ),
+          );
+        }
       }
     } catch (err) {
       // A fold that throws stops this projection (and shows in /readyz) rather than skipping

@@ -39,7 +39,9 @@ export async function startService(config: Config, roles: Role[], logger: Logger
   metrics?.projectionLag.from(async (set) => {
     const runners = runnersOn(adapters.eventStore);
     if (runners.length === 0) return;
-    const head = await adapters.eventStore.headPosition();
+    // The store away (PostgreSQL down) must not fail the whole scrape: the lag is left out.
+    const head = await adapters.eventStore.headPosition().catch(() => null);
+    if (head === null) return;
     const lag = new Map<string, number>();
     // Two runners of one projection (rare, one per role in a combined process): the one behind counts.
     for (const runner of runners)

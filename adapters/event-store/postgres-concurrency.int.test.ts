@@ -74,7 +74,7 @@ describe.runIf(run)('PostgreSQL event store under concurrent writers', () => {
     const nonces = Array.from({ length: 20 }, () => `0x${randomBytes(32).toString('hex')}`);
     // Migrations first, so the racers measure the reservation, not the schema creation.
     await (await openPostgresEventStore({ url: POSTGRES_URL, schema })).close();
-    const script = join(import.meta.dirname, 'postgres-reserver.ts');
+    const script = join(import.meta.dirname, '../../test/postgres-reserver.ts');
     const outputs = await Promise.all(
       [0, 1, 2].map((host) =>
         exec(process.execPath, ['--import', 'tsx', script, POSTGRES_URL, schema, String(host), ...nonces]),

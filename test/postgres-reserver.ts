@@ -3,8 +3,9 @@
  * the real payment ledger, as an api replica on another host would for a replayed payment.
  * argv: url schema host nonce... ; prints the nonces this process won as JSON.
  */
-import { PaymentLedger } from '../../services/payments/ledger.ts';
-import { openPostgresEventStore } from './postgres.ts';
+
+import { openPostgresEventStore } from '../adapters/event-store/postgres.ts';
+import { PaymentLedger } from '../services/payments/ledger.ts';
 
 const [url, schema, host, ...nonces] = process.argv.slice(2) as [string, string, string, ...string[]];
 const store = await openPostgresEventStore({ url, schema, poolSize: 4 });

@@ -99,7 +99,7 @@ export async function composeSlices(ctx: SliceContext): Promise<ComposedSlices> 
     }
   }
   const webhooks =
-    wants(ctx, ['dispatcher']) || (api && channels)
+    wants(ctx, ['dispatcher']) || api
       ? webhooksSlice({
           config,
           adapters,

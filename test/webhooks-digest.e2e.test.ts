@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { verifyWebhook } from '../contracts/webhook-verify.ts';
 import { WebhookEnvelope } from '../contracts/webhooks.ts';
 import { requireNats } from './nats-server.ts';
-import { startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import { appendVerdict, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
 import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
 
 const reachable = await requireNats();
@@ -56,5 +56,60 @@ describe.runIf(reachable)('scan digests on their cadence', () => {
     expect(envelope.data.calls.length).toBeLessThanOrEqual(3);
     await new Promise((r) => setTimeout(r, 500));
     expect(receiver.received).toHaveLength(1); // once per period
+  });
+});
+
+describe.runIf(reachable)('scan digests without a venue ranking', () => {
+  let stack: WebhookStack;
+  let receiver: Receiver;
+  let shift = 0;
+  let rankingDown = true;
+
+  beforeAll(async () => {
+    stack = await startWebhookStack({
+      settings: { tls: { ca: tls.cert } },
+      digestNow: () => Date.now() + shift,
+      // The venue ranking cannot be loaded until the test says so.
+      wrapFeed: (feed) =>
+        ({
+          kind: feed.kind,
+          now: () => feed.now(),
+          markets: (exchange: never) =>
+            rankingDown ? Promise.reject(new Error('venue unreachable')) : feed.markets(exchange),
+          close: async () => {},
+        }) as unknown as typeof feed,
+    });
+    receiver = await startReceiver(tls);
+  });
+  afterAll(async () => {
+    await receiver?.close();
+    await stack?.close();
+  });
+
+  it('holds the digest back (unclaimed) until a ranking loads, then sends it in full', async () => {
+    const key = await stack.issue();
+    for (const coin of ['ETH', 'BTC', 'SOL'])
+      await appendVerdict(stack.store, { coin, call: 'BUY', confidence: 70 });
+    const created = await stack.request('POST', '/api/webhooks', key, {
+      url: receiver.url,
+      events: ['scan_digest'],
+      timeframe: '1h',
+      exchange: 'BINANCE',
+      top_n: 3,
+      cadence: '1h',
+    });
+    expect(created.status).toBe(201);
+    shift = 3_600_000;
+    await new Promise((r) => setTimeout(r, 1_000));
+    expect(receiver.received).toHaveLength(0);
+    const log = await stack.request('GET', `/api/webhooks/${created.body.id}/deliveries`, key);
+    expect(log.body.deliveries).toEqual([]);
+    rankingDown = false;
+    await receiver.waitFor(1, 40_000);
+    const envelope = WebhookEnvelope.parse(JSON.parse(receiver.received[0]!.body));
+    if (envelope.data.type !== 'scan_digest') throw new Error('not a digest');
+    expect(envelope.data.calls.map((c) => c.coin).sort()).toEqual(['BTC', 'ETH', 'SOL']);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(receiver.received).toHaveLength(1);
   });
 });

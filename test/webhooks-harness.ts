@@ -5,6 +5,7 @@ import type { Registry } from 'prom-client';
 import { connectNatsBus, type NatsBus } from '../adapters/bus/nats.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
+import type { MarketFeed } from '../adapters/market/port.ts';
 import { openReplayFeed } from '../adapters/market/replay.ts';
 import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
 import type { ProjectionStore } from '../adapters/projection-store/port.ts';
@@ -153,6 +154,8 @@ export async function startWebhookStack(options: {
   shareProjection?: boolean;
   /** A Prometheus registry for the dispatcher's delivery metrics. */
   registry?: Registry;
+  /** Stands in for the engine's feed in the dispatcher (venue rankings, the digest clock). */
+  wrapFeed?: (feed: MarketFeed) => MarketFeed;
 }): Promise<WebhookStack> {
   const id = randomUUID().slice(0, 8);
   const stream = `WHTEST_${id}`;
@@ -189,7 +192,7 @@ export async function startWebhookStack(options: {
     config,
     adapters,
     logger,
-    feed: engine.feed,
+    feed: options.wrapFeed ? options.wrapFeed(engine.feed) : engine.feed,
     durablePrefix: `disp${id}`,
     ...(options.settings ? { settings: options.settings } : {}),
     ...(options.digestNow ? { digestNow: options.digestNow } : {}),

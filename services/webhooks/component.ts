@@ -14,7 +14,7 @@ import { rankMarkets } from '../engine/engine.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
 import { keyResolverAuth, type ResolveKey } from './auth.ts';
 import { DeliveryWorker } from './delivery-worker.ts';
-import { projectedScan } from './digest-scan.ts';
+import { rankedDigestScan } from './digest-scan.ts';
 import { type DispatcherOptions, WebhookDispatcher } from './dispatcher.ts';
 import { webhookMetrics } from './metrics.ts';
 import { MarketRanking } from './ranking.ts';
@@ -78,7 +78,7 @@ function parts(
   return { settings, secrets, runner, agent, worker };
 }
 
-function projectionCheck(runner: ProjectionRunner<WebhookState>) {
+function projectionCheck<S>(runner: ProjectionRunner<S>) {
   return async () =>
     runner.error
       ? { ok: false, detail: runner.error.message, checkpoint: runner.checkpoint }
@@ -169,22 +169,12 @@ export function dispatcherComponent(deps: {
         tickMs: settings.tickMs,
         subjectPrefix: config.NATS_SUBJECT_PREFIX,
         ...(deps.durablePrefix ? { durablePrefix: deps.durablePrefix } : {}),
-        scan: async (input) => {
-          const exchange = input.exchange!;
-          await ranking.prepare(exchange);
-          const ranked = ranking.ranked(exchange);
-          const volumes = new Map(ranked.map((m) => [m.coin, m.quoteVolume24h]));
-          return projectedScan(
-            { ...input, exchange },
-            {
-              verdicts: verdicts.state,
-              ranked: ranked.map((m) => m.coin),
-              volumeOf: (coin) => volumes.get(coin) ?? null,
-              feed: markets.kind,
-              now: markets.now(),
-            },
-          );
-        },
+        scan: rankedDigestScan({
+          ranking,
+          verdicts,
+          headPosition: () => adapters.eventStore.headPosition(),
+          feed: markets,
+        }),
         recoverPerSecond: settings.recoverPerSecond,
         // Digests follow the feed's clock (replay time on the replay feed).
         now: deps.digestNow ?? (() => markets.now()),
@@ -201,7 +191,11 @@ export function dispatcherComponent(deps: {
       await ownFeed?.close();
     },
     checks() {
-      return { 'projection:webhooks': projectionCheck(runner) };
+      // Not `projection:latest-verdicts`: the projections slice's runner may have that name here.
+      return {
+        'projection:webhooks': projectionCheck(runner),
+        'projection:dispatcher-latest-verdicts': projectionCheck(verdicts),
+      };
     },
   };
 }
@@ -293,10 +287,38 @@ export function webhooksSlice(deps: {
     projections: [],
     processors: dispatcher ? [{ name: 'webhook-dispatcher' }] : [],
     async start() {
-      for (const part of parts) await part.start();
+      const started: Component[] = [];
+      try {
+        for (const part of parts) {
+          await part.start();
+          started.push(part);
+        }
+      } catch (err) {
+        // Unwind the parts that did start, newest first.
+        for (const part of started.reverse()) {
+          await part
+            .stop()
+            .catch((stopErr: unknown) =>
+              logger.error(
+                { err: stopErr, part: part.name },
+                'webhooks: stopping after a failed start failed',
+              ),
+            );
+        }
+        throw err;
+      }
     },
     async stop() {
-      for (const part of [...parts].reverse()) await part.stop();
+      let first: unknown = null;
+      for (const part of [...parts].reverse()) {
+        try {
+          await part.stop();
+        } catch (err) {
+          logger.error({ err, part: part.name }, 'webhooks: stopping a part failed');
+          first ??= err;
+        }
+      }
+      if (first !== null) throw first;
     },
     checks() {
       return Object.assign({}, ...parts.map((part) => part.checks?.() ?? {}));

@@ -26,6 +26,10 @@ export interface DeliveryState {
   attempt: number;
   /** Whether the latest attempt's outcome is recorded. */
   recorded: boolean;
+  /** How the latest attempt ended (null: no attempt yet, or it is still in flight). */
+  outcome: 'succeeded' | 'failed' | null;
+  /** When the latest failed attempt is due again (null: it is not, the delivery failed for good). */
+  nextAttemptAt: string | null;
 }
 
 export type DeliveryCommand =
@@ -58,27 +62,84 @@ export class DeliveryConflictError extends Error {
   override readonly name = 'DeliveryConflictError';
 }
 
-export const initialDelivery = (): DeliveryState => ({ attempt: 0, recorded: false });
+export const initialDelivery = (): DeliveryState => ({
+  attempt: 0,
+  recorded: false,
+  outcome: null,
+  nextAttemptAt: null,
+});
 
 /** The state a projected delivery record stands for, at `record.revision`. */
 export function deliveryStateOf(record: DeliveryRecord): DeliveryState {
   const last = record.attempts.at(-1);
-  return { attempt: last?.attempt ?? 0, recorded: last !== undefined && last.outcome !== 'pending' };
+  if (!last) return initialDelivery();
+  const outcome = last.outcome === 'pending' ? null : last.outcome;
+  return {
+    attempt: last.attempt,
+    recorded: outcome !== null,
+    outcome,
+    nextAttemptAt: outcome === 'failed' ? last.nextAttemptAt : null,
+  };
+}
+
+/** Triggers that claim a delivery's first attempt (a recovery delivers events never attempted). */
+const FIRST_TRIGGERS: ReadonlySet<string> = new Set<Trigger>(['event', 'digest', 'recover']);
+
+/**
+ * Why a claim may not follow the stream's latest attempt, or null when it may: a retry follows a
+ * failure that scheduled one; a stale claim takes over an attempt still without an outcome (the
+ * worker judges it stuck); a recovery follows anything but a success; a resend follows a
+ * recorded outcome, never an attempt in flight. The clock is the caller's: whether a retry is due
+ * or an attempt stuck is not decided here.
+ */
+function claimRefusal(trigger: Trigger, state: DeliveryState): string | null {
+  if (state.attempt === 0) {
+    return FIRST_TRIGGERS.has(trigger) ? null : `a ${trigger} claim needs an attempt before it`;
+  }
+  switch (trigger) {
+    case 'retry':
+      if (state.outcome === 'failed' && state.nextAttemptAt !== null) return null;
+      return state.outcome === 'failed'
+        ? 'it failed for good (no next attempt scheduled)'
+        : state.outcome === 'succeeded'
+          ? 'it succeeded'
+          : 'its latest attempt is still in flight';
+    case 'stale':
+      return state.outcome === null ? null : `its latest attempt already ${state.outcome}`;
+    case 'recover':
+      return state.outcome === 'succeeded' ? 'it succeeded' : null;
+    case 'resend':
+      return state.outcome === null ? 'its latest attempt is still in flight' : null;
+    default:
+      return `a ${trigger} claim only starts a delivery`;
+  }
 }
 
 export const deliveryDecider: Decider<DeliveryState, DeliveryCommand, DeliveryEvent> = {
   eventTypes: ['DeliveryAttempted', 'DeliverySucceeded', 'DeliveryFailed'],
   initialState: initialDelivery,
   evolve(state, event) {
-    if (event.type === 'DeliveryAttempted') return { attempt: event.data.attempt, recorded: false };
+    if (event.type === 'DeliveryAttempted') {
+      return { attempt: event.data.attempt, recorded: false, outcome: null, nextAttemptAt: null };
+    }
     // An old attempt reporting late does not close the latest one.
-    return event.data.attempt === state.attempt ? { ...state, recorded: true } : state;
+    if (event.data.attempt !== state.attempt) return state;
+    return event.type === 'DeliverySucceeded'
+      ? { ...state, recorded: true, outcome: 'succeeded', nextAttemptAt: null }
+      : { ...state, recorded: true, outcome: 'failed', nextAttemptAt: event.data.nextAttemptAt };
   },
   decide(command, state) {
     if (command.kind === 'claim') {
       if (command.data.attempt !== state.attempt + 1) {
         throw new DeliveryConflictError(
           `attempt ${command.data.attempt} of ${command.data.deliveryId} follows attempt ${state.attempt}`,
+        );
+      }
+      const trigger = command.data.trigger ?? 'event';
+      const refusal = claimRefusal(trigger, state);
+      if (refusal !== null) {
+        throw new DeliveryConflictError(
+          `${command.data.deliveryId} cannot be claimed for a ${trigger}: ${refusal}`,
         );
       }
       return [

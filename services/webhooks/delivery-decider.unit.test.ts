@@ -6,10 +6,12 @@ import {
   DeliveryConflictError,
   type DeliveryEvent,
   deliveryDecider,
+  deliveryStateOf,
   goneReason,
   persistentFailureReason,
   seriesAttemptOf,
 } from './delivery-decider.ts';
+import type { DeliveryRecord } from './delivery-log-fold.ts';
 import type { RetryPolicy } from './retry-policy.ts';
 import type { SubscriptionRecord } from './subscription-fold.ts';
 
@@ -17,7 +19,9 @@ const retry: RetryPolicy = { schedule: [0, 5_000, 300_000], jitter: 0, retryAfte
 const t0 = Date.parse('2026-01-01T00:00:00.000Z');
 const ref = { deliveryId: 'd1', subscriptionId: 'wh_1' };
 
-function attempted(attempt: number, trigger: 'event' | 'retry' = 'event'): DeliveryEvent {
+type ClaimTrigger = 'event' | 'retry' | 'stale' | 'digest' | 'recover' | 'resend';
+
+function attempted(attempt: number, trigger: ClaimTrigger = 'event'): DeliveryEvent {
   return {
     type: 'DeliveryAttempted',
     data: {
@@ -34,7 +38,7 @@ function attempted(attempt: number, trigger: 'event' | 'retry' = 'event'): Deliv
   };
 }
 
-function claim(attempt: number, trigger: 'event' | 'retry' = 'event'): DeliveryCommand {
+function claim(attempt: number, trigger: ClaimTrigger = 'event'): DeliveryCommand {
   const event = attempted(attempt, trigger);
   return { kind: 'claim', claimId: event.id!, data: event.data as never };
 }
@@ -69,6 +73,20 @@ function record(
   } as DeliveryCommand;
 }
 
+function succeeded(attempt: number): DeliveryEvent {
+  return { type: 'DeliverySucceeded', data: { ...ref, attempt, status: 200, latencyMs: 1, response: '' } };
+}
+
+function failed(attempt: number, nextAttemptAt: string | null, status: number | null = 500): DeliveryEvent {
+  return {
+    type: 'DeliveryFailed',
+    data: { ...ref, attempt, status, error: 'HTTP 500', latencyMs: 1, response: null, nextAttemptAt },
+  };
+}
+
+const due = new Date(t0 + 5_000).toISOString();
+const waiting = (attempt: number) => ({ attempt, recorded: false, outcome: null, nextAttemptAt: null });
+
 const spec = deciderSpec(deliveryDecider);
 const conflict = (err: Error) => err instanceof DeliveryConflictError;
 
@@ -82,11 +100,11 @@ describe('delivery decider: claims', () => {
 
   it('claims the attempt after the latest, and only that one', () => {
     spec
-      .given([attempted(1)])
+      .given([attempted(1), failed(1, due)])
       .when(claim(2, 'retry'))
       .thenEmits([attempted(2, 'retry')]);
     spec
-      .given([attempted(1), attempted(2, 'retry')])
+      .given([attempted(1), failed(1, due), attempted(2, 'retry'), failed(2, due)])
       .when(claim(2, 'retry'))
       .thenThrows(conflict);
     spec
@@ -100,6 +118,134 @@ describe('delivery decider: claims', () => {
     expect(seriesAttemptOf('resend', 4, 3)).toBe(1);
     expect(seriesAttemptOf('retry', 4, 3)).toBe(3);
     expect(seriesAttemptOf('stale', 4)).toBe(4);
+  });
+});
+
+describe('delivery decider: which claims may follow', () => {
+  it('starts a delivery only with an event, a digest or a recovery', () => {
+    spec
+      .given([])
+      .when(claim(1, 'digest'))
+      .thenEmits([attempted(1, 'digest')]);
+    spec
+      .given([])
+      .when(claim(1, 'recover'))
+      .thenEmits([attempted(1, 'recover')]);
+    for (const trigger of ['retry', 'stale', 'resend'] as const) {
+      spec.given([]).when(claim(1, trigger)).thenThrows(conflict);
+    }
+  });
+
+  it('retries only a failure that scheduled a next attempt', () => {
+    spec
+      .given([attempted(1), succeeded(1)])
+      .when(claim(2, 'retry'))
+      .thenThrows(conflict);
+    spec
+      .given([attempted(1), failed(1, null)])
+      .when(claim(2, 'retry'))
+      .thenThrows(conflict);
+    spec
+      .given([attempted(1), failed(1, null, 410)])
+      .when(claim(2, 'retry'))
+      .thenThrows(conflict);
+    spec
+      .given([attempted(1)])
+      .when(claim(2, 'retry'))
+      .thenThrows(conflict);
+    spec
+      .given([attempted(1), failed(1, due), attempted(2, 'retry')])
+      .when(claim(3, 'retry'))
+      .thenThrows(conflict);
+  });
+
+  it('takes over as stale only an attempt still without an outcome', () => {
+    spec
+      .given([attempted(1)])
+      .when(claim(2, 'stale'))
+      .thenEmits([attempted(2, 'stale')]);
+    spec
+      .given([attempted(1), failed(1, due)])
+      .when(claim(2, 'stale'))
+      .thenThrows(conflict);
+    spec
+      .given([attempted(1), succeeded(1)])
+      .when(claim(2, 'stale'))
+      .thenThrows(conflict);
+    // An older attempt's late outcome leaves the latest one in flight.
+    spec
+      .given([attempted(1), attempted(2, 'stale'), failed(1, due)])
+      .when(claim(3, 'stale'))
+      .thenEmits([attempted(3, 'stale')]);
+  });
+
+  it('recovers anything that did not succeed', () => {
+    spec
+      .given([attempted(1), failed(1, null)])
+      .when(claim(2, 'recover'))
+      .thenEmits([attempted(2, 'recover')]);
+    spec
+      .given([attempted(1), failed(1, due)])
+      .when(claim(2, 'recover'))
+      .thenEmits([attempted(2, 'recover')]);
+    spec
+      .given([attempted(1)])
+      .when(claim(2, 'recover'))
+      .thenEmits([attempted(2, 'recover')]);
+    spec
+      .given([attempted(1), succeeded(1)])
+      .when(claim(2, 'recover'))
+      .thenThrows(conflict);
+  });
+
+  it('resends any recorded outcome, never over an attempt in flight', () => {
+    spec
+      .given([attempted(1), succeeded(1)])
+      .when(claim(2, 'resend'))
+      .thenEmits([attempted(2, 'resend')]);
+    spec
+      .given([attempted(1), failed(1, null, 410)])
+      .when(claim(2, 'resend'))
+      .thenEmits([attempted(2, 'resend')]);
+    spec
+      .given([attempted(1)])
+      .when(claim(2, 'resend'))
+      .thenThrows(conflict);
+  });
+
+  it('never claims a second first attempt on a stream that has one', () => {
+    spec
+      .given([attempted(1), failed(1, due)])
+      .when(claim(2, 'event'))
+      .thenThrows(conflict);
+    spec
+      .given([attempted(1), failed(1, due)])
+      .when(claim(2, 'digest'))
+      .thenThrows(conflict);
+  });
+
+  it('reads the same state from a projected record as from the stream', () => {
+    const base = {
+      attemptedAt: new Date(t0).toISOString(),
+      sentAt: null,
+      queuedMs: null,
+      trigger: 'event',
+      status: 500,
+      latencyMs: 1,
+      error: 'HTTP 500',
+      response: null,
+    };
+    const rec = (attempts: unknown[]) => ({ attempts }) as unknown as DeliveryRecord;
+    expect(deliveryStateOf(rec([]))).toEqual(deliveryDecider.initialState());
+    expect(deliveryStateOf(rec([{ ...base, attempt: 1, outcome: 'failed', nextAttemptAt: due }]))).toEqual(
+      [attempted(1), failed(1, due)].reduce(
+        (s, e) => deliveryDecider.evolve(s, e),
+        deliveryDecider.initialState(),
+      ),
+    );
+    expect(deliveryStateOf(rec([{ ...base, attempt: 1, outcome: 'pending', nextAttemptAt: null }]))).toEqual(
+      waiting(1),
+    );
   });
 });
 
@@ -147,21 +293,18 @@ describe('delivery decider: outcomes', () => {
   });
 
   it('honours Retry-After when it is later than the schedule', () => {
-    const [event] = deliveryDecider.decide(record(1, answered(503, { retryAfterMs: 60_000 })), {
-      attempt: 1,
-      recorded: false,
-    });
+    const [event] = deliveryDecider.decide(record(1, answered(503, { retryAfterMs: 60_000 })), waiting(1));
     expect(event).toMatchObject({ data: { nextAttemptAt: new Date(t0 + 100 + 60_000).toISOString() } });
   });
 
   it('schedules nothing once the schedule is spent, on 410 Gone, or for a disabled subscription', () => {
-    const spent = deliveryDecider.decide(record(3, answered(500)), { attempt: 3, recorded: false });
+    const spent = deliveryDecider.decide(record(3, answered(500)), waiting(3));
     expect(spent[0]).toMatchObject({ type: 'DeliveryFailed', data: { nextAttemptAt: null } });
-    const gone = deliveryDecider.decide(record(1, answered(410)), { attempt: 1, recorded: false });
+    const gone = deliveryDecider.decide(record(1, answered(410)), waiting(1));
     expect(gone[0]).toMatchObject({ data: { nextAttemptAt: null, status: 410 } });
     const disabled = deliveryDecider.decide(
       record(1, { ...answered(500), status: null, error: 'subscription disabled', sentAt: undefined }),
-      { attempt: 1, recorded: false },
+      waiting(1),
     );
     expect(disabled[0]).toMatchObject({ data: { nextAttemptAt: null } });
   });

@@ -162,7 +162,13 @@ export class DeliveryWorker {
       input.expected === 'no_stream'
         ? { state: initialDelivery(), revision: null }
         : {
-            state: input.state ?? { attempt: input.attempt - 1, recorded: true },
+            // Unknown: taken as an outcome recorded with nothing scheduled (a recovery or a resend).
+            state: input.state ?? {
+              attempt: input.attempt - 1,
+              recorded: true,
+              outcome: 'failed',
+              nextAttemptAt: null,
+            },
             revision: input.expected,
           };
     try {
@@ -405,7 +411,12 @@ export class DeliveryWorker {
           retry: this.deps.settings.retry,
           jitterSample: Math.random(),
         },
-        { known: { state: { attempt: job.attempt, recorded: false }, revision: job.revision } },
+        {
+          known: {
+            state: { attempt: job.attempt, recorded: false, outcome: null, nextAttemptAt: null },
+            revision: job.revision,
+          },
+        },
       )) as { position: number });
     } catch (err) {
       if (err instanceof WrongExpectedRevisionError) {

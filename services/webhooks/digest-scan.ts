@@ -1,6 +1,46 @@
 import { type Exchange, type FeedKind, marketKey } from '../../contracts/market.ts';
 import { ScanTradeCallsInput, type ScanTradeCallsOutput } from '../../contracts/tools.ts';
 import type { LatestVerdicts } from '../../projections/latest-verdicts.ts';
+import type { RankedMarket } from './ranking.ts';
+
+/** How long a digest scan waits for the verdict projection to reach the log's head. */
+export const DIGEST_CATCH_UP_MS = 5_000;
+
+/**
+ * The dispatcher's digest scan: the venue ranking, then the verdicts as the log holds them now.
+ * It throws rather than report nothing, so the dispatcher retries the digest on its next tick
+ * instead of claiming (and never re-sending) an empty or stale one: when no ranking could be
+ * loaded, or when the verdict projection does not reach the log's head within `catchUpMs`.
+ */
+export function rankedDigestScan(deps: {
+  ranking: {
+    prepare(exchange: string): Promise<void>;
+    ranked(exchange: string): readonly RankedMarket[];
+  };
+  verdicts: { readonly state: LatestVerdicts; waitFor(position: number, timeoutMs?: number): Promise<void> };
+  headPosition: () => Promise<number>;
+  feed: { readonly kind: FeedKind; now(): number };
+  catchUpMs?: number;
+}): (input: ScanTradeCallsInput) => Promise<ScanTradeCallsOutput> {
+  return async (input) => {
+    const exchange = input.exchange!;
+    await deps.ranking.prepare(exchange);
+    const ranked = deps.ranking.ranked(exchange);
+    if (ranked.length === 0) throw new Error(`no market ranking for ${exchange} loaded yet`);
+    await deps.verdicts.waitFor(await deps.headPosition(), deps.catchUpMs ?? DIGEST_CATCH_UP_MS);
+    const volumes = new Map(ranked.map((m) => [m.coin, m.quoteVolume24h]));
+    return projectedScan(
+      { ...input, exchange },
+      {
+        verdicts: deps.verdicts.state,
+        ranked: ranked.map((m) => m.coin),
+        volumeOf: (coin) => volumes.get(coin) ?? null,
+        feed: deps.feed.kind,
+        now: deps.feed.now(),
+      },
+    );
+  };
+}
 
 /**
  * A digest's scan read from the projected verdicts: the venue's top-N markets as the ranking

@@ -1,6 +1,6 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import type { LatestVerdict, LatestVerdicts } from '../../projections/latest-verdicts.ts';
-import { projectedScan } from './digest-scan.ts';
+import { projectedScan, rankedDigestScan } from './digest-scan.ts';
 
 function verdict(coin: string, patch: Partial<LatestVerdict> = {}): LatestVerdict {
   return {
@@ -54,5 +54,56 @@ describe('digest scan from projected verdicts', () => {
     ]);
     expect(scan.calls[2]).toMatchObject({ quoteVolume24h: 1e9, expectedMovePct: 1.5 });
     expect(scan.skipped).toEqual([{ coin: 'ADA', reason: 'no verdict recorded for ADA 1h on BINANCE' }]);
+  });
+});
+
+describe('the dispatcher digest scan', () => {
+  const input = { exchange: 'BINANCE' as const, timeframe: '1h' as const, topN: 2, limit: 2 };
+  const feed = { kind: 'replay' as const, now: () => 1_700_000_000_500 };
+  const ranking = (coins: string[]) => ({
+    prepare: async () => {},
+    ranked: () => coins.map((coin) => ({ coin, quoteVolume24h: null })),
+  });
+
+  it('throws, so the digest is retried, while no venue ranking is loaded', async () => {
+    const waited: number[] = [];
+    const scan = rankedDigestScan({
+      ranking: ranking([]),
+      verdicts: { state: {}, waitFor: async (p) => void waited.push(p) },
+      headPosition: async () => 7,
+      feed,
+    });
+    await expect(scan(input)).rejects.toThrow('no market ranking for BINANCE loaded yet');
+  });
+
+  it('reads the verdicts only once their projection reached the log head', async () => {
+    const verdicts = {
+      state: {} as LatestVerdicts,
+      waitFor: vi.fn(async (_position: number, _timeoutMs?: number) => {
+        // Catching up folds the verdicts a rebuild from position 0 had not reached yet.
+        verdicts.state = { 'BINANCE:ETH:1h': verdict('ETH'), 'BINANCE:BTC:1h': verdict('BTC') };
+      }),
+    };
+    const scan = rankedDigestScan({
+      ranking: ranking(['ETH', 'BTC', 'SOL']),
+      verdicts,
+      headPosition: async () => 42,
+      feed,
+      catchUpMs: 1_000,
+    });
+    const result = await scan(input);
+    expect(verdicts.waitFor).toHaveBeenCalledWith(42, 1_000);
+    expect(result.skipped).toEqual([]);
+    expect(result.calls.map((c) => c.coin).sort()).toEqual(['BTC', 'ETH']);
+  });
+
+  it('throws when the verdicts do not catch up in time', async () => {
+    const scan = rankedDigestScan({
+      ranking: ranking(['ETH']),
+      verdicts: { state: {}, waitFor: () => Promise.reject(new Error('did not reach position 9')) },
+      headPosition: async () => 9,
+      feed,
+    });
+    await expect(scan(input)).rejects.toThrow('did not reach position 9');
   });
 });

@@ -20,7 +20,14 @@ export { SubscriptionLimitError, SubscriptionNotFoundError };
  * create at once (one append fails and is retried against the new state).
  */
 async function execute(store: EventStore, keyId: string, command: SubscriptionCommand): Promise<number> {
-  const { position } = await handleCommand(store, subscriptionStream(keyId), subscriptionDecider, command);
+  // A create that lost the race is decided again on the newer stream (the cap checked afresh).
+  const { position } = await handleCommand(
+    store,
+    subscriptionStream(keyId),
+    subscriptionDecider,
+    command,
+    command.kind === 'create' ? { retry: 1 } : {},
+  );
   // These commands decide one event or throw, so something was written.
   return position as number;
 }

@@ -1,7 +1,12 @@
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import Fastify from 'fastify';
 import type { Hex } from 'viem';
-import { privateKeyToAccount } from 'viem/accounts';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createMemoryCache } from '../adapters/cache/memory.ts';
+import { type LmdbEventStore, openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import { chainReadersFor } from '../services/payments/chain-reader.ts';
 import { createLocalFacilitator, type LocalFacilitator } from '../services/payments/local-facilitator.ts';
 import { PaymentReconciler } from '../services/payments/reconcile.ts';
@@ -49,6 +54,41 @@ async function paidRequest(stack: X402Stack, payerKey: Hex, payerAddress: Hex) {
   return { res, auth };
 }
 
+/** The payer sends their whole balance away: a real transfer on chain. */
+async function drain(payer: { key: Hex; address: Hex }): Promise<void> {
+  const { createWalletClient, http } = await import('viem');
+  const { base } = await import('viem/chains');
+  await chain.testClient.setBalance({ address: payer.address, value: 10n ** 18n });
+  const wallet = createWalletClient({
+    account: privateKeyToAccount(payer.key),
+    chain: base,
+    transport: http(chain.rpcUrl),
+  });
+  const hash = await wallet.writeContract({
+    address: '0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913',
+    abi: chain.usdcAbi,
+    functionName: 'transfer',
+    args: ['0x000000000000000000000000000000000000dEaD', await chain.balanceOf(payer.address)],
+  });
+  await chain.publicClient.waitForTransactionReceipt({ hash });
+}
+
+/** An LMDB store in a fresh directory, to close under the service: the store refuses every write. */
+async function lmdbStore(): Promise<{ store: LmdbEventStore; path: string }> {
+  const path = join(mkdtempSync(join(tmpdir(), 'x402-lmdb-')), 'events');
+  return { store: await openLmdbEventStore({ path }), path };
+}
+
+/**
+ * Closes an LMDB store under the service, as a store that went away. The environment is closed
+ * before the store wakes its subscribers: a read started while lmdb-js is still closing leaves a
+ * timer that throws once it has closed.
+ */
+async function closeNow(store: LmdbEventStore): Promise<void> {
+  await store.root.close();
+  await store.close();
+}
+
 describe('settlement failure', () => {
   it('a transfer that fails at settlement → 402, the result is discarded, nothing charged', async () => {
     const stack = await startX402Stack({}, chain);
@@ -56,24 +96,7 @@ describe('settlement failure', () => {
       const payer = await chain.fundedPayer(PRICE);
       const local = stack.x402.facilitator as LocalFacilitator;
       // The payer empties the wallet between verification and settlement: a real transfer on chain.
-      const drain = chain.usdcAbi;
-      local.facilitator.onBeforeSettle(async () => {
-        const { createWalletClient, http } = await import('viem');
-        const { base } = await import('viem/chains');
-        await chain.testClient.setBalance({ address: payer.address, value: 10n ** 18n });
-        const wallet = createWalletClient({
-          account: privateKeyToAccount(payer.key),
-          chain: base,
-          transport: http(chain.rpcUrl),
-        });
-        const hash = await wallet.writeContract({
-          address: '0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913',
-          abi: drain,
-          functionName: 'transfer',
-          args: ['0x000000000000000000000000000000000000dEaD', PRICE],
-        });
-        await chain.publicClient.waitForTransactionReceipt({ hash });
-      });
+      local.facilitator.onBeforeSettle(() => drain(payer));
       const before = await chain.balanceOf(stack.payTo);
       const { res, auth } = await paidRequest(stack, payer.key, payer.address);
       expect(res.status).toBe(402);
@@ -91,6 +114,71 @@ describe('settlement failure', () => {
       ]);
     } finally {
       await stack.stop();
+    }
+  });
+});
+
+describe('the log refuses a write while a paid call runs', () => {
+  it('a settlement that failed for certain is refused (402) even though the failure could not be recorded', async () => {
+    const { store, path } = await lmdbStore();
+    const stack = await startX402Stack({}, chain, undefined, { store });
+    try {
+      const payer = await chain.fundedPayer(PRICE);
+      const local = stack.x402.facilitator as LocalFacilitator;
+      // Between verification and settlement the payer's funds leave, and the store goes away:
+      // settlement fails for certain, and recording that fails too.
+      local.facilitator.onBeforeSettle(async () => {
+        await drain(payer);
+        await closeNow(store);
+      });
+      const before = await chain.balanceOf(stack.payTo);
+      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+      const body = (await res.json()) as Record<string, unknown>;
+      expect(res.status).toBe(402);
+      expect(body).toMatchObject({ code: 'settlement_failed' });
+      expect(body).not.toHaveProperty('regime');
+      expect(await chain.balanceOf(stack.payTo)).toBe(before);
+      expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(false);
+      await stack.x402.settled();
+      // The failure never reached the log: it stays pending there, for reconciliation.
+      const reopened = await openLmdbEventStore({ path });
+      try {
+        const events = await reopened.readAll();
+        const payment = events.filter((e) => e.stream.startsWith('payment-')).map((e) => e.type);
+        expect(payment).toEqual(['PaymentAuthorized', 'PaymentSettlementPending']);
+      } finally {
+        await reopened.close();
+      }
+    } finally {
+      await stack.stop();
+    }
+  });
+
+  it("a reservation the store refuses frees the payer's hold: another replica serves their next call", async () => {
+    const payTo = privateKeyToAccount(generatePrivateKey()).address;
+    const cache = createMemoryCache();
+    const { store } = await lmdbStore();
+    const broken = await startX402Stack({ X402_PAY_TO: payTo }, chain, cache, { store });
+    const healthy = await startX402Stack({ X402_PAY_TO: payTo }, chain, cache);
+    try {
+      // A balance for one call: a hold left behind by the refused call would refuse the next.
+      const payer = await chain.fundedPayer(PRICE);
+      const local = broken.x402.facilitator as LocalFacilitator;
+      // Verified, then the store goes away before the reservation is written.
+      local.facilitator.onAfterVerify(async () => {
+        await closeNow(store);
+      });
+      const refused = await paidRequest(broken, payer.key, payer.address);
+      expect(refused.res.status).toBeGreaterThanOrEqual(500);
+      expect(await refused.res.json()).not.toHaveProperty('regime');
+
+      const { res } = await paidRequest(healthy, payer.key, payer.address);
+      expect(res.status).toBe(200);
+      await healthy.x402.settled();
+      expect(await chain.balanceOf(payer.address)).toBe(0n);
+    } finally {
+      await healthy.stop();
+      await broken.stop();
     }
   });
 });

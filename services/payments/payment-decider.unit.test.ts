@@ -112,6 +112,17 @@ describe('payment decider: steps after the reservation', () => {
     spec.given([authorized, pending, failed]).when({ kind: 'fail', reason: 'x' }).thenNothing();
   });
 
+  it('takes a settlement recorded with its transaction unknown ("0x", the reconciler) and the request\'s real hash as one settlement', () => {
+    spec
+      .given([authorized, pending, settledWith('0x')])
+      .when({ kind: 'settle', payer, amount: '20000', txHash: T })
+      .thenNothing();
+    spec
+      .given([authorized, pending, settledWith(T)])
+      .when({ kind: 'settle', payer, amount: '20000', txHash: '0x', reconciled: true })
+      .thenNothing();
+  });
+
   it('refuses to settle in another transaction', () => {
     spec
       .given([authorized, pending, settledWith(T)])

@@ -16,7 +16,7 @@ import { describeFailure } from '../engine/operation-errors.ts';
 import type { SignalOperations } from '../engine/operations.ts';
 import type { DecodedPayment } from './codecs.ts';
 import type { KeyedSerialiser, PayerExposure } from './exposure.ts';
-import type { PaymentHandle, PaymentLedger } from './ledger.ts';
+import type { PaymentHandle, PaymentLedger, PaymentStep, ReserveResult } from './ledger.ts';
 import { type PaidResponseKey, type PaidResponseStore, requestFingerprint } from './paid-responses.ts';
 import { decideReservation, identityKey, type PaymentIdentity, type PaymentState } from './payment-state.ts';
 import { v1NetworkName } from './rails.ts';
@@ -329,23 +329,30 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
     release = decision.release;
   }
 
-  const reserved = await deps.ledger.reserve(
-    {
-      nonce: auth.nonce.toLowerCase(),
-      network: requirement.network,
-      asset: requirement.asset,
-      payer: auth.from,
-      payTo: requirement.payTo,
-      amount: requirement.amount,
-      resource: call.url,
-      x402Version: payment.version,
-      validAfter: auth.validAfter,
-      validBefore: auth.validBefore,
-      requestId: call.requestId,
-      tool: call.tool.name,
-    },
-    current,
-  );
+  let reserved: ReserveResult;
+  try {
+    reserved = await deps.ledger.reserve(
+      {
+        nonce: auth.nonce.toLowerCase(),
+        network: requirement.network,
+        asset: requirement.asset,
+        payer: auth.from,
+        payTo: requirement.payTo,
+        amount: requirement.amount,
+        resource: call.url,
+        x402Version: payment.version,
+        validAfter: auth.validAfter,
+        validBefore: auth.validBefore,
+        requestId: call.requestId,
+        tool: call.tool.name,
+      },
+      current,
+    );
+  } catch (err) {
+    // The store refused the write (full, unavailable): nothing is reserved, so nothing is in flight.
+    release();
+    throw err;
+  }
   if (!reserved.ok) {
     release();
     return { kind: 'payment_rejected', reason: reserved.reason, message: reserved.message };
@@ -426,8 +433,9 @@ async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Prom
     // Recorded before the facilitator is asked: a crash mid-settlement leaves a pending record.
     await deps.ledger.transition(handle, { kind: 'markPending', submittedAt: new Date().toISOString() });
   } catch (err) {
-    if (!(err instanceof WrongExpectedRevisionError)) throw err;
+    // Nothing was sent to the facilitator: the payer's hold is freed whatever stopped the write.
     paid.release();
+    if (!(err instanceof WrongExpectedRevisionError)) throw err;
     return {
       kind: 'unavailable',
       reason: 'payment_state_changed',
@@ -516,47 +524,56 @@ function outcomeOf(settled: Settled, paid: Served): PaidOutcome {
   }
 }
 
-/** Asks the facilitator to settle and records the outcome; another writer's "settled" converges. */
+/**
+ * Asks the facilitator to settle and records the outcome; another writer's "settled" converges.
+ * Returns the settlement's outcome even when recording it fails: the answer follows what the
+ * facilitator did, not whether the log took it (the payment then stays open in the log and
+ * reconciliation records it from the chain).
+ */
 async function settleAndRecord(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Promise<Settled> {
   const { handle, payload, requirement, identity } = paid;
   const payer = identity.payer;
+  const record = async (step: PaymentStep): Promise<'recorded' | 'already_settled' | 'unrecorded'> => {
+    try {
+      return await deps.ledger.transition(handle, step, { converge: true });
+    } catch (err) {
+      deps.logger.error(
+        { err, requestId: call.requestId, step: step.kind },
+        'settlement outcome could not be recorded; left to reconciliation',
+      );
+      return 'unrecorded';
+    }
+  };
   let settled: SettleResponse;
   try {
     settled = await deps.server.settlePayment(payload, requirement);
   } catch (err) {
     if (err instanceof SettleError && !(err instanceof FacilitatorTimeoutError)) {
       const reason = err.errorReason ?? 'settlement_failed';
-      await deps.ledger.transition(
-        handle,
-        {
-          kind: 'fail',
-          reason,
-          ...(err.transaction ? { txHash: err.transaction as `0x${string}` } : {}),
-        },
-        { converge: true },
-      );
+      await record({
+        kind: 'fail',
+        reason,
+        ...(err.transaction ? { txHash: err.transaction as `0x${string}` } : {}),
+      });
       return { kind: 'failed', reason, message: describeReason(reason, err.errorMessage), settle: null };
     }
     // Timed out or cut off mid-call: the facilitator may still settle. Leave it to reconciliation.
     deps.logger.warn({ err, requestId: call.requestId }, 'settlement outcome unknown; recorded as pending');
-    await deps.ledger.transition(
-      handle,
-      {
-        kind: 'markPending',
-        submittedAt: new Date().toISOString(),
-        reason: err instanceof Error ? err.message.slice(0, 200) : 'settlement outcome unknown',
-      },
-      { converge: true },
-    );
+    await record({
+      kind: 'markPending',
+      submittedAt: new Date().toISOString(),
+      reason: err instanceof Error ? err.message.slice(0, 200) : 'settlement outcome unknown',
+    });
     return { kind: 'pending', settle: pendingResponse(requirement.network, payer, null) };
   }
 
   if (settled.success) {
-    const recorded = await deps.ledger.transition(
-      handle,
-      { kind: 'settle', payer, amount: requirement.amount, txHash: settled.transaction as `0x${string}` },
-      { converge: true },
-    );
+    const recorded = await record({
+      kind: 'settle',
+      payer,
+      amount: requirement.amount,
+      txHash: settled.transaction as `0x${string}`,
+    });
     if (recorded === 'already_settled') {
       deps.logger.info(
         { requestId: call.requestId, transaction: settled.transaction },
@@ -566,28 +583,20 @@ async function settleAndRecord(deps: PaymentFlowDeps, call: PaidCall, paid: Serv
     return { kind: 'settled', settle: settled };
   }
   if (settled.errorReason === 'settlement_pending' && settled.transaction) {
-    await deps.ledger.transition(
-      handle,
-      {
-        kind: 'markPending',
-        submittedAt: new Date().toISOString(),
-        txHash: settled.transaction as `0x${string}`,
-        reason: 'broadcast; receipt not confirmed in time',
-      },
-      { converge: true },
-    );
+    await record({
+      kind: 'markPending',
+      submittedAt: new Date().toISOString(),
+      txHash: settled.transaction as `0x${string}`,
+      reason: 'broadcast; receipt not confirmed in time',
+    });
     return { kind: 'pending', settle: settled };
   }
   const reason = settled.errorReason ?? 'settlement_failed';
-  await deps.ledger.transition(
-    handle,
-    {
-      kind: 'fail',
-      reason,
-      ...(settled.transaction ? { txHash: settled.transaction as `0x${string}` } : {}),
-    },
-    { converge: true },
-  );
+  await record({
+    kind: 'fail',
+    reason,
+    ...(settled.transaction ? { txHash: settled.transaction as `0x${string}` } : {}),
+  });
   if (!settled.transaction) {
     // Refused before anything was sent (e.g. the payer's funds moved away since verification).
     return { kind: 'failed', reason, message: describeReason(reason, settled.errorMessage), settle: settled };

@@ -181,6 +181,18 @@ function refuse(command: PaymentCommand, state: PaymentState | null): never {
 }
 
 /**
+ * The hash the reconciler records when the chain shows the authorisation used but it cannot find
+ * the transaction: "settled, transaction unknown". It agrees with any hash.
+ */
+export const UNKNOWN_TX_HASH = '0x';
+
+/** Whether two records of "settled" tell of the same settlement: equal hashes, or one unknown. */
+function sameSettlement(recorded: string | null, next: string): boolean {
+  if (recorded === null || recorded === UNKNOWN_TX_HASH || next === UNKNOWN_TX_HASH) return true;
+  return recorded.toLowerCase() === next.toLowerCase();
+}
+
+/**
  * The rules of one payment's life. A step that another writer already carried past (the request
  * and the reconciler race to the same outcome) decides nothing, so recording it again converges
  * instead of conflicting; a step that contradicts what is recorded (settle a released payment,
@@ -214,8 +226,7 @@ export function decidePayment(command: PaymentCommand, state: PaymentState | nul
         },
       ];
     case 'settle':
-      if (state.status === 'settled' && state.txHash?.toLowerCase() === command.txHash.toLowerCase())
-        return [];
+      if (state.status === 'settled' && sameSettlement(state.txHash, command.txHash)) return [];
       if (state.status === 'settled') {
         throw new PaymentRuleError(
           'payment_settled_differently',

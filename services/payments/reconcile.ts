@@ -7,7 +7,7 @@ import type { Projection } from '../../projections/projection.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import type { ChainReader } from './chain-reader.ts';
 import { type PaymentHandle, PaymentLedger, type PaymentStep } from './ledger.ts';
-import { evolveRecorded, isOpen, type PaymentState } from './payment-state.ts';
+import { evolveRecorded, isOpen, type PaymentState, UNKNOWN_TX_HASH } from './payment-state.ts';
 
 /** Unfinished payments by stream: what reconciliation may have to finish. */
 export type OpenPayments = Record<string, PaymentState>;
@@ -145,7 +145,7 @@ export class PaymentReconciler {
     if (await chain.authorizationUsed(asset, payer, nonce)) {
       const known =
         state.txHash && (await chain.receiptStatus(state.txHash)) === 'success' ? state.txHash : null;
-      const txHash = known ?? (await chain.findAuthorizationTx(asset, payer, nonce)) ?? '0x';
+      const txHash = known ?? (await chain.findAuthorizationTx(asset, payer, nonce)) ?? UNKNOWN_TX_HASH;
       await record({
         kind: 'settle',
         payer,

@@ -5,6 +5,7 @@ import { privateKeyToAccount } from 'viem/accounts';
 import { createMemoryCache } from '../../adapters/cache/memory.ts';
 import type { Cache } from '../../adapters/cache/port.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import type { EventStore } from '../../adapters/event-store/port.ts';
 import { openReplayFeed } from '../../adapters/market/replay.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { type Config, loadConfig } from '../../contracts/config.ts';
@@ -33,7 +34,7 @@ import {
  */
 export interface X402Stack {
   chain: LocalChain;
-  store: MemoryEventStore;
+  store: EventStore;
   engine: SignalEngine;
   app: FastifyInstance;
   x402: X402Setup;
@@ -52,8 +53,11 @@ export async function startX402Stack(
   env: Record<string, string> = {},
   chain?: LocalChain,
   cache: Cache = createMemoryCache(),
-  /** A log shared with another stack: two replicas of one deployment (pass X402_PAY_TO too). */
-  shared: { store?: MemoryEventStore } = {},
+  /**
+   * A log shared with another stack: two replicas of one deployment (pass X402_PAY_TO too); or
+   * another store than the in-memory one (LMDB, to close it under the service).
+   */
+  shared: { store?: EventStore } = {},
 ): Promise<X402Stack> {
   const localChain = chain ?? (await startLocalChain());
   const payTo =

@@ -28,6 +28,7 @@ import { MarketStates, WARMUP_CANDLES } from './market-states.ts';
 import { describeFailure } from './operation-errors.ts';
 import type { OperationContext, SignalOperations } from './operations.ts';
 import { recordedVolatility } from './recorded-volatility.ts';
+import { rankScanRows, type ScanRow } from './scan-ranking.ts';
 import {
   computeRegime,
   computeVerdict,
@@ -131,7 +132,7 @@ export class SignalEngine implements SignalOperations {
     const input = this.withExchange(ScanTradeCallsInput.parse(raw));
     const markets = rankMarkets(await this.feed.markets(input.exchange)).slice(0, input.topN);
     const skipped: ScanTradeCallsOutput['skipped'] = [];
-    const rows: (ScanTradeCallsOutput['calls'][number] & { volume: number })[] = [];
+    const rows: ScanRow[] = [];
     await forEachLimited(markets, SCAN_CONCURRENCY, async (market) => {
       if (!market.hasCandles) {
         skipped.push({ coin: market.coin, reason: `no candles for ${market.coin} on ${input.exchange}` });
@@ -168,17 +169,7 @@ export class SignalEngine implements SignalOperations {
         skipped.push({ coin: market.coin, reason: failure.message });
       }
     });
-    const kept = rows
-      .filter((r) => (input.includeHolds || r.call !== 'HOLD') && r.confidence >= input.minConfidence)
-      .sort((a, b) =>
-        input.rankBy === 'volume'
-          ? b.volume - a.volume || a.coin.localeCompare(b.coin)
-          : b.confidence - a.confidence ||
-            Math.abs(b.score) - Math.abs(a.score) ||
-            a.coin.localeCompare(b.coin),
-      )
-      .slice(0, input.limit)
-      .map(({ volume: _volume, ...row }, i) => ({ ...row, rank: i + 1 }));
+    const kept = rankScanRows(rows, input);
     return {
       timeframe: input.timeframe,
       exchange: input.exchange,

@@ -1,6 +1,7 @@
 import { type Exchange, type FeedKind, marketKey } from '../../contracts/market.ts';
 import { ScanTradeCallsInput, type ScanTradeCallsOutput } from '../../contracts/tools.ts';
 import type { LatestVerdicts } from '../../projections/latest-verdicts.ts';
+import { rankScanRows, type ScanRow } from '../engine/scan-ranking.ts';
 import type { RankedMarket } from './ranking.ts';
 
 /** How long a digest scan waits for the verdict projection to reach the log's head. */
@@ -61,7 +62,7 @@ export function projectedScan(
   const input = { ...ScanTradeCallsInput.parse(raw), exchange: raw.exchange };
   const markets = deps.ranked.slice(0, input.topN);
   const skipped: ScanTradeCallsOutput['skipped'] = [];
-  const rows: (ScanTradeCallsOutput['calls'][number] & { volume: number })[] = [];
+  const rows: ScanRow[] = [];
   for (const coin of markets) {
     const verdict = deps.verdicts[marketKey(input.exchange, coin, input.timeframe)];
     if (!verdict) {
@@ -86,17 +87,7 @@ export function projectedScan(
       volume: quoteVolume24h ?? 0,
     });
   }
-  const calls = rows
-    .filter((r) => (input.includeHolds || r.call !== 'HOLD') && r.confidence >= input.minConfidence)
-    .sort((a, b) =>
-      input.rankBy === 'volume'
-        ? b.volume - a.volume || a.coin.localeCompare(b.coin)
-        : b.confidence - a.confidence ||
-          Math.abs(b.score) - Math.abs(a.score) ||
-          a.coin.localeCompare(b.coin),
-    )
-    .slice(0, input.limit)
-    .map(({ volume: _volume, ...row }, i) => ({ ...row, rank: i + 1 }));
+  const calls = rankScanRows(rows, input);
   return {
     timeframe: input.timeframe,
     exchange: input.exchange,

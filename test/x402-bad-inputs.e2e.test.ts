@@ -4,9 +4,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BASE_USDC } from './chain/local-chain.ts';
 import {
   type AuthorizationFields,
+  freshAuthorization,
   fromBase64Json,
   nowSeconds,
-  randomNonce,
   signAuthorization,
   startX402Stack,
   toBase64Json,
@@ -69,16 +69,7 @@ async function payer(amount = 1_000_000n) {
 }
 
 function authFor(from: Hex, overrides: Partial<AuthorizationFields> = {}): AuthorizationFields {
-  const now = nowSeconds();
-  return {
-    from,
-    to: stack.payTo,
-    value: PRICE,
-    validAfter: now - 600n,
-    validBefore: now + 120n,
-    nonce: randomNonce(),
-    ...overrides,
-  };
+  return freshAuthorization(stack.payTo, from, PRICE, overrides);
 }
 
 async function balances(address: Hex) {

@@ -12,6 +12,8 @@ import { PaymentReconciler, type ReconcileSummary } from '../services/payments/r
 import { FACILITATOR_KEY, type LocalChain, startLocalChain } from './chain/local-chain.ts';
 import {
   type AuthorizationFields,
+  authorizationJson,
+  freshAuthorization,
   nowSeconds,
   randomNonce,
   signAuthorization,
@@ -83,16 +85,7 @@ async function open(): Promise<Client> {
 }
 
 function authFor(from: Hex, overrides: Partial<AuthorizationFields> = {}): AuthorizationFields {
-  const now = nowSeconds();
-  return {
-    from,
-    to: stack.payTo,
-    value: PRICE,
-    validAfter: now - 600n,
-    validBefore: now + 120n,
-    nonce: randomNonce(),
-    ...overrides,
-  };
+  return freshAuthorization(stack.payTo, from, PRICE, overrides);
 }
 
 /** The `_meta["x402/payment"]` object of a v2 payment, signed as a wallet signs it. */
@@ -103,14 +96,7 @@ async function payment(key: Hex, auth: AuthorizationFields): Promise<Record<stri
     resource: { url: `mcp://tool/${TOOL}`, mimeType: 'application/json' },
     payload: {
       signature: await signAuthorization(key, auth),
-      authorization: {
-        from: auth.from,
-        to: auth.to,
-        value: auth.value.toString(),
-        validAfter: auth.validAfter.toString(),
-        validBefore: auth.validBefore.toString(),
-        nonce: auth.nonce,
-      },
+      authorization: authorizationJson(auth),
     },
   };
 }

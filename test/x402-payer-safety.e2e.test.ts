@@ -14,8 +14,9 @@ import { PaymentReconciler } from '../services/payments/reconcile.ts';
 import { BASE_USDC, FACILITATOR_KEY, type LocalChain, startLocalChain } from './chain/local-chain.ts';
 import {
   type AuthorizationFields,
+  authorizationJson,
+  freshAuthorization,
   fromBase64Json,
-  nowSeconds,
   randomNonce,
   signAuthorization,
   startX402Stack,
@@ -60,16 +61,7 @@ function post(body: unknown, headers: Record<string, string>) {
 }
 
 function authFor(from: Hex, overrides: Partial<AuthorizationFields> = {}): AuthorizationFields {
-  const now = nowSeconds();
-  return {
-    from,
-    to: stack.payTo,
-    value: PRICE,
-    validAfter: now - 600n,
-    validBefore: now + 120n,
-    nonce: randomNonce(),
-    ...overrides,
-  };
+  return freshAuthorization(stack.payTo, from, PRICE, overrides);
 }
 
 /** A v2 PAYMENT-SIGNATURE, optionally with the x402 payment-identifier extension. */
@@ -80,14 +72,7 @@ async function paymentHeader(key: Hex, auth: AuthorizationFields, paymentId?: st
     accepted,
     payload: {
       signature,
-      authorization: {
-        from: auth.from,
-        to: auth.to,
-        value: auth.value.toString(),
-        validAfter: auth.validAfter.toString(),
-        validBefore: auth.validBefore.toString(),
-        nonce: auth.nonce,
-      },
+      authorization: authorizationJson(auth),
     },
     ...(paymentId
       ? { extensions: { [PAYMENT_IDENTIFIER]: { info: { required: false, id: paymentId } } } }
@@ -220,14 +205,7 @@ describe('2. a paid answer is never lost', () => {
         accepted: offer,
         payload: {
           signature: await signAuthorization(payer.key, auth),
-          authorization: {
-            from: auth.from,
-            to: auth.to,
-            value: auth.value.toString(),
-            validAfter: auth.validAfter.toString(),
-            validBefore: auth.validBefore.toString(),
-            nonce: auth.nonce,
-          },
+          authorization: authorizationJson(auth),
         },
       });
       const send = (url: string) =>
@@ -370,14 +348,7 @@ describe('3b. replicas share one in-flight sum per payer (CACHE=redis)', () => {
             accepted: quotes[r],
             payload: {
               signature,
-              authorization: {
-                from: auth.from,
-                to: auth.to,
-                value: auth.value.toString(),
-                validAfter: auth.validAfter.toString(),
-                validBefore: auth.validBefore.toString(),
-                nonce: auth.nonce,
-              },
+              authorization: authorizationJson(auth),
             },
           });
           return { r, header };

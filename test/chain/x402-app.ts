@@ -181,7 +181,8 @@ export function fromBase64Json<T = Record<string, unknown>>(value: string | null
   return JSON.parse(Buffer.from(value, 'base64').toString('utf8')) as T;
 }
 
-function stringify(auth: AuthorizationFields) {
+/** An authorisation as a payment payload carries it (amounts and times as decimal strings). */
+export function authorizationJson(auth: AuthorizationFields) {
   return {
     from: auth.from,
     to: auth.to,
@@ -198,7 +199,7 @@ export function v1Header(auth: AuthorizationFields, signature: Hex, network = 'b
     x402Version: 1,
     scheme: 'exact',
     network,
-    payload: { signature, authorization: stringify(auth) },
+    payload: { signature, authorization: authorizationJson(auth) },
   });
 }
 
@@ -208,9 +209,32 @@ export function v2Header(
   auth: AuthorizationFields,
   signature: Hex,
 ): string {
-  return toBase64Json({ x402Version: 2, accepted, payload: { signature, authorization: stringify(auth) } });
+  return toBase64Json({
+    x402Version: 2,
+    accepted,
+    payload: { signature, authorization: authorizationJson(auth) },
+  });
 }
 
 export function nowSeconds(): bigint {
   return BigInt(Math.floor(Date.now() / 1000));
+}
+
+/** A fresh authorisation of `value` from `from` to `payTo`: valid from ten minutes ago for two more. */
+export function freshAuthorization(
+  payTo: Hex,
+  from: Hex,
+  value: bigint,
+  overrides: Partial<AuthorizationFields> = {},
+): AuthorizationFields {
+  const now = nowSeconds();
+  return {
+    from,
+    to: payTo,
+    value,
+    validAfter: now - 600n,
+    validBefore: now + 120n,
+    nonce: randomNonce(),
+    ...overrides,
+  };
 }

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import type { WebhookEnvelope } from '../../contracts/webhooks.ts';
+import type { z } from 'zod';
+import type { TradeCallData, WebhookEnvelope } from '../../contracts/webhooks.ts';
 import { pinnedEnvelope } from './payloads.ts';
 import type { SubscriptionRecord } from './subscription-fold.ts';
 
@@ -24,7 +25,7 @@ function sampleV1(sub: SubscriptionRecord, verifyBaseUrl: string): WebhookEnvelo
   const deliveryId = `test_${randomUUID()}`;
   const created = new Date().toISOString();
   const verify = `${verifyBaseUrl}${SAMPLE_VERIFY_PATH}`;
-  const base = {
+  const base: SampleCallFields = {
     coin: 'BTC',
     timeframe: sub.timeframes?.[0] ?? '1h',
     exchange: sub.exchange ?? 'BINANCE',
@@ -33,15 +34,40 @@ function sampleV1(sub: SubscriptionRecord, verifyBaseUrl: string): WebhookEnvelo
     candle_close_time: Math.floor(Date.now() / 3_600_000) * 3_600,
     signal_hash: '0'.repeat(64),
     verify_url: verify,
-  } as const;
+  };
   const event = sub.events[0]!;
-  if (event === 'scan_digest') {
-    return {
-      event,
-      delivery_id: deliveryId,
-      created_at: created,
-      test: true,
-      data: {
+  return {
+    event,
+    delivery_id: deliveryId,
+    created_at: created,
+    test: true,
+    data: sampleData(event, sub, created, base),
+  } as WebhookEnvelope;
+}
+
+/** The fields a sample trade call and regime shift share (typed from the payload contract). */
+type SampleCallFields = Pick<
+  z.infer<typeof TradeCallData>,
+  | 'coin'
+  | 'timeframe'
+  | 'exchange'
+  | 'confidence'
+  | 'price_at_call'
+  | 'candle_close_time'
+  | 'signal_hash'
+  | 'verify_url'
+>;
+
+/** The sample's data for the subscription's first event type. */
+function sampleData(
+  event: SubscriptionRecord['events'][number],
+  sub: SubscriptionRecord,
+  created: string,
+  base: SampleCallFields,
+): WebhookEnvelope['data'] {
+  switch (event) {
+    case 'scan_digest':
+      return {
         type: 'scan_digest',
         cadence: sub.cadence ?? '1h',
         timeframe: sub.timeframe ?? '1h',
@@ -58,39 +84,24 @@ function sampleV1(sub: SubscriptionRecord, verifyBaseUrl: string): WebhookEnvelo
             verdict_id: '00000000-0000-4000-8000-000000000000',
           },
         ],
-      },
-    };
-  }
-  if (event === 'subscription_disabled') {
-    return {
-      event,
-      delivery_id: deliveryId,
-      created_at: created,
-      test: true,
-      data: {
+      };
+    case 'subscription_disabled':
+      return {
         type: 'subscription_disabled',
         subscription_id: sub.id,
         url: sub.url,
         reason: 'sample: this is a test delivery, nothing was disabled',
         disabled_at: created,
         consecutive_failures: 0,
-      },
-    };
+      };
+    case 'regime_shift':
+      return {
+        type: 'regime_shift',
+        ...base,
+        regime: 'trending-up',
+        prior_regime: 'ranging',
+      };
+    default:
+      return { type: 'trade_call', ...base, call: 'BUY', regime: 'trending-up' };
   }
-  if (event === 'regime_shift') {
-    return {
-      event,
-      delivery_id: deliveryId,
-      created_at: created,
-      test: true,
-      data: { type: 'regime_shift', ...base, regime: 'trending-up', prior_regime: 'ranging' },
-    };
-  }
-  return {
-    event,
-    delivery_id: deliveryId,
-    created_at: created,
-    test: true,
-    data: { type: 'trade_call', ...base, call: 'BUY', regime: 'trending-up' },
-  };
 }

@@ -92,6 +92,12 @@ export interface HandleOptions<State> {
    * after a conflict reads the stream afresh.
    */
   known?: Aggregate<State>;
+  /**
+   * The decided events are built only from values the caller already holds typed (no outside
+   * input), so their catalog check can only confirm what the types say: skip it. For hot paths
+   * (a webhook delivery's claim and outcome); commands carrying outside input keep the check.
+   */
+  trusted?: boolean;
 }
 
 /**
@@ -117,13 +123,16 @@ export async function handleCommand<State, Command, Event extends DecidedEvent>(
     try {
       const result = await store.append(
         stream,
-        events.map((e) =>
-          newEvent(e.type, e.data as EventData<typeof e.type>, {
+        events.map((e) => {
+          const meta = {
             ...(e.id !== undefined ? { id: e.id } : {}),
             ...(e.correlationId !== undefined ? { correlationId: e.correlationId } : {}),
             ...(e.causationId !== undefined ? { causationId: e.causationId } : {}),
-          }),
-        ),
+          };
+          return options.trusted
+            ? { type: e.type, data: e.data, ...meta }
+            : newEvent(e.type, e.data as EventData<typeof e.type>, meta);
+        }),
         { expectedRevision },
       );
       const after = events.reduce((s, e) => decider.evolve(s, e), state);

@@ -79,6 +79,26 @@ describe('handleCommand and aggregateStream', () => {
   });
 });
 
+describe('handleCommand validation', () => {
+  it('checks decided events against the catalog, unless the caller vouches they are built from typed values', async () => {
+    const store = new MemoryEventStore();
+    const bad = { ...issued.data, keyHash: 'not-a-sha256' };
+    await expect(
+      handleCommand(store, 'apikey-e', keyDecider, { kind: 'issue', data: bad }),
+    ).rejects.toThrow();
+    expect(await store.streamRevision('apikey-e')).toBeNull();
+    // Trusted: appended as decided, with no second check (the delivery hot path).
+    const trusted = await handleCommand(
+      store,
+      'apikey-e',
+      keyDecider,
+      { kind: 'issue', data: bad },
+      { trusted: true },
+    );
+    expect(trusted.revision).toBe(0);
+  });
+});
+
 describe('key decider as a spec', () => {
   const spec = deciderSpec(keyDecider);
   it('given nothing, when issue, then issued', () => {

@@ -190,7 +190,8 @@ export class DeliveryWorker {
             ...(input.attempt === 1 ? { body: input.body } : {}),
           },
         },
-        { known },
+        // Built from the dispatcher's typed values: no second zod pass on the delivery path.
+        { known, trusted: true },
       );
       this.owned.add(input.deliveryId);
       this.deps.observer?.attempt(input.trigger);
@@ -416,6 +417,7 @@ export class DeliveryWorker {
             state: { attempt: job.attempt, recorded: false, outcome: null, nextAttemptAt: null },
             revision: job.revision,
           },
+          trusted: true,
         },
       )) as { position: number });
     } catch (err) {

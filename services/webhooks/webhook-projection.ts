@@ -1,5 +1,4 @@
-import { parseDomainEvent } from '../../contracts/events.ts';
-import type { Projection } from '../../projections/projection.ts';
+import { defineProjection, type Projection } from '../../projections/projection.ts';
 import {
   applyDeliveryEvent,
   DELIVERY_LOG_LIMIT,
@@ -20,19 +19,27 @@ export interface WebhookState {
 
 /** The projection keeping `retention` deliveries per subscription in memory. */
 export function webhookProjectionWith(retention: number): Projection<WebhookState> {
-  return {
+  return defineProjection({
     name: 'webhooks',
     version: 1,
-    initial: () => ({ subscriptions: initialSubscriptions(), log: initialDeliveryLog() }),
+    eventTypes: [
+      'SubscriptionCreated',
+      'SubscriptionDeleted',
+      'SubscriptionDisabled',
+      'SubscriptionReEnabled',
+      'SubscriptionSecretRotated',
+      'DeliveryAttempted',
+      'DeliverySequenced',
+      'DeliverySucceeded',
+      'DeliveryFailed',
+    ],
+    initial: (): WebhookState => ({ subscriptions: initialSubscriptions(), log: initialDeliveryLog() }),
     evolve(state, event) {
-      if (!event.type.startsWith('Subscription') && !event.type.startsWith('Delivery')) return state;
-      const parsed = parseDomainEvent(event);
-      if (parsed === null) return state;
-      state.subscriptions = applySubscriptionEvent(state.subscriptions, parsed);
-      state.log = applyDeliveryEvent(state.log, parsed, retention);
+      state.subscriptions = applySubscriptionEvent(state.subscriptions, event);
+      state.log = applyDeliveryEvent(state.log, event, retention);
       return state;
     },
-  };
+  });
 }
 
 export const webhookProjection: Projection<WebhookState> = webhookProjectionWith(DELIVERY_LOG_LIMIT);

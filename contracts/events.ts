@@ -159,6 +159,8 @@ export const ChatQuotaConsumed = z.object({
   month: z.string().regex(/^\d{4}-\d{2}$/),
   model: z.string(),
   requestId: z.string(),
+  /** The quota generation the chat was counted in, as on QuotaDebited. */
+  generation: z.string().optional(),
 });
 /** The unit of a chat that failed (provider or internal error), given back. */
 export const ChatQuotaRefunded = z.object({
@@ -166,6 +168,8 @@ export const ChatQuotaRefunded = z.object({
   month: z.string().regex(/^\d{4}-\d{2}$/),
   requestId: z.string(),
   reason: z.string(),
+  /** The quota generation it was given back on; absent when none was live. */
+  generation: z.string().optional(),
 });
 
 export const ApiKeyIssued = z.object({

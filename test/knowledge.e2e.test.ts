@@ -12,9 +12,10 @@ import { ChatAnswer, ChatQuotaSnapshot, SearchAnswer } from '../contracts/knowle
 import { foldLog } from '../projections/projection.ts';
 import { ServiceMeta } from '../services/api/service-meta.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
-import { chatQuotaProjection, chatStream, rebuildChatQuota } from '../services/knowledge/chat-quota.ts';
+import { chatQuotaProjection, chatStream } from '../services/knowledge/chat-quota.ts';
 import { knowledgeFactsProjection } from '../services/knowledge/facts.ts';
 import type { KnowledgeModule } from '../services/knowledge/module.ts';
+import { rebuildQuotaGeneration } from '../services/quota/quota-rebuild.ts';
 import { quotaPeriod } from '../services/quota/windows.ts';
 import { type RunningService, startService } from '../services/service.ts';
 import { startFakeProvider } from './knowledge-provider.ts';
@@ -375,13 +376,17 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
 
     const redis = new Redis(REDIS_URL);
     try {
-      expect(await redis.get(`${PREFIX}chat:${key.hash}:m:${month}`)).toBe('12');
-      // The log holds the same count: wipe the counter and rebuild it from the events.
-      await redis.del(`${PREFIX}chat:${key.hash}:m:${month}`);
+      expect(await redis.get(await chatCounter(redis, key.hash))).toBe('12');
+      // The log holds the same count: rebuild the quota generation from the events.
       const { state } = await foldLog(service.adapters.eventStore, chatQuotaProjection);
       expect(state[`chat:${key.hash}:m:${month}`]).toBe(12);
-      await rebuildChatQuota({ store: service.adapters.eventStore, cache: service.adapters.cache });
-      expect(await redis.get(`${PREFIX}chat:${key.hash}:m:${month}`)).toBe('12');
+      const rebuilt = await rebuildQuotaGeneration({
+        store: service.adapters.eventStore,
+        cache: service.adapters.cache,
+        settleMs: 0,
+      });
+      expect(rebuilt.switched).toBe(true);
+      expect(await redis.get(await chatCounter(redis, key.hash))).toBe('12');
     } finally {
       redis.disconnect();
     }
@@ -412,7 +417,7 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     // The refused chat did not take a unit of the chat quota.
     const redis = new Redis(REDIS_URL);
     try {
-      expect(await redis.get(`${PREFIX}chat:${key.hash}:m:${month}`)).toBe('1');
+      expect(await redis.get(await chatCounter(redis, key.hash))).toBe('1');
     } finally {
       redis.disconnect();
     }
@@ -423,7 +428,7 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     const redis = new Redis(REDIS_URL);
     try {
       // A counter that is not a number (a corrupted cache) is a fault on our side.
-      await redis.set(`${PREFIX}chat:${key.hash}:m:${month}`, 'garbage');
+      await redis.set(await chatCounter(redis, key.hash), 'garbage');
       const chat = await post('/api/chat', { question: 'what does squeeze mean' }, bearer(key.key));
       expect(chat.res.status).toBe(500);
       expect({ code: chat.body.code, message: chat.body.message }).toEqual({
@@ -520,14 +525,20 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
    */
   async function callCounters(redis: Redis, hash: string): Promise<string[]> {
     const keys = await redis.keys(`${PREFIX}*${hash}:m:${month}`);
-    return keys.filter((k) => !k.startsWith(`${PREFIX}chat:`));
+    return keys.filter((k) => !k.includes(':chat:'));
+  }
+
+  /** The Redis key of a key's chat counter this month, in the live quota generation. */
+  async function chatCounter(redis: Redis, hash: string): Promise<string> {
+    const marker = JSON.parse((await redis.get(`${PREFIX}quota:generation`)) ?? 'null') as { id: string };
+    return `${PREFIX}g:${marker.id}:chat:${hash}:m:${month}`;
   }
 
   /** The chat units of a key this month: the cache's counter and the log's events, which must agree. */
   async function chatUnits(hash: string) {
     const redis = new Redis(REDIS_URL);
     try {
-      const cached = Number((await redis.get(`${PREFIX}chat:${hash}:m:${month}`)) ?? 0);
+      const cached = Number((await redis.get(await chatCounter(redis, hash))) ?? 0);
       const events = await service.adapters.eventStore.readStream(chatStream(hash));
       const taken = events.filter((e) => e.type === 'ChatQuotaConsumed').length;
       const refunds = events

@@ -307,6 +307,7 @@ export function describeCacheContract(name: string, harness: CacheContractHarnes
         const cache = await open();
         const ws = windows([10, 100]);
         const keys = ws.map((w) => w.key);
+        await cache.beginGeneration('g1');
         await cache.addToGeneration(
           'g1',
           ws.map((w) => ({ key: w.key, count: 3, expiresAt: w.expiresAt })),
@@ -332,8 +333,11 @@ export function describeCacheContract(name: string, harness: CacheContractHarnes
         // Plain window operations do not see generation counters.
         expect(await cache.readWindows(keys)).toEqual([0, 0]);
 
+        await cache.beginGeneration('g2');
         expect(await cache.switchGeneration('quota', null, { id: 'g2', position: 9 })).toBe(false);
         expect(await cache.switchGeneration('quota', 'g1', { id: 'g2', position: 9 })).toBe(true);
+        // The build mark goes with the switch: the same generation cannot go live twice.
+        expect(await cache.switchGeneration('quota', 'g2', { id: 'g2', position: 9 })).toBe(false);
         expect(await cache.readLive('quota', keys)).toEqual([0, 0]);
         expect((await cache.debitLive('quota', ws, 1)).generation).toBe('g2');
         expect(await cache.generationDebits('g1')).toBe(5);
@@ -349,6 +353,7 @@ export function describeCacheContract(name: string, harness: CacheContractHarnes
         const cache = await open();
         const ws = windows([10, 10]);
         const keys = ws.map((w) => w.key);
+        await cache.beginGeneration('g1');
         await cache.switchGeneration('quota', null, { id: 'g1', position: 0 });
         await cache.debitLive('quota', ws, 3);
         expect(await cache.releaseLive('quota', 'g1', keys, 1)).toBe(true);
@@ -356,6 +361,7 @@ export function describeCacheContract(name: string, harness: CacheContractHarnes
         expect(await cache.generationDebits('g1')).toBe(2);
         expect(await cache.releaseLive('quota', 'g1', ['quota:never'], 1)).toBe(true);
         expect(await cache.readLive('quota', ['quota:never'])).toEqual([0]);
+        await cache.beginGeneration('g2');
         await cache.switchGeneration('quota', 'g1', { id: 'g2', position: 0 });
         await cache.addToGeneration('g2', [{ key: keys[0]!, count: 2, expiresAt: ws[0]!.expiresAt }]);
         expect(await cache.releaseLive('quota', 'g1', keys, 1)).toBe(false);
@@ -365,6 +371,7 @@ export function describeCacheContract(name: string, harness: CacheContractHarnes
       it('a counter a rebuild creates expires at the given expiresAt; adding keeps it', async () => {
         const cache = await open();
         const soon = Date.now() + 200;
+        await cache.beginGeneration('g1');
         await cache.addToGeneration('g1', [
           { key: 'quota:soon', count: 2, expiresAt: soon },
           { key: 'quota:later', count: 4, expiresAt: Date.now() + HOUR },
@@ -379,6 +386,8 @@ export function describeCacheContract(name: string, harness: CacheContractHarnes
       it('debits racing a switch each land on exactly one generation, the one they report', async () => {
         const cache = await open();
         const ws = windows([1_000]);
+        await cache.beginGeneration('a');
+        await cache.beginGeneration('b');
         await cache.switchGeneration('quota', null, { id: 'a', position: 0 });
         const debits = Array.from({ length: 100 }, () => cache.debitLive('quota', ws, 1));
         const switched = cache.switchGeneration('quota', 'a', { id: 'b', position: 0 });
@@ -389,6 +398,58 @@ export function describeCacheContract(name: string, harness: CacheContractHarnes
         expect(await cache.generationDebits('a')).toBe(onA);
         expect(await cache.generationDebits('b')).toBe(200 - onA);
         expect(await cache.readLive('quota', [ws[0]!.key])).toEqual([200 - onA]);
+      });
+
+      it('a generation whose build mark is gone (data lost mid-build) never goes live', async () => {
+        const cache = await open();
+        const ws = windows([10]);
+        // Never begun: nothing marks it as a complete build.
+        await cache.addToGeneration('g0', [{ key: ws[0]!.key, count: 1, expiresAt: ws[0]!.expiresAt }]);
+        expect(await cache.switchGeneration('quota', null, { id: 'g0', position: 1 })).toBe(false);
+        // Begun, then the server lost its keys: the later writes recreate counters, not the mark.
+        await cache.beginGeneration('g1');
+        await cache.addToGeneration('g1', [{ key: ws[0]!.key, count: 4, expiresAt: ws[0]!.expiresAt }]);
+        await cache.delete('g:g1:#building');
+        await cache.delete(`g:g1:${ws[0]!.key}`);
+        await cache.addToGeneration('g1', [{ key: ws[0]!.key, count: 1, expiresAt: ws[0]!.expiresAt }]);
+        expect(await cache.switchGeneration('quota', null, { id: 'g1', position: 2 })).toBe(false);
+        expect(await cache.liveGeneration('quota')).toBeNull();
+        await cache.beginGeneration('g2');
+        expect(await cache.switchGeneration('quota', null, { id: 'g2', position: 2 })).toBe(true);
+      });
+
+      it('refundLive gives back on the live generation, counts it as logged, and says where', async () => {
+        const cache = await open();
+        const ws = windows([10]);
+        const keys = ws.map((w) => w.key);
+        expect(await cache.refundLive('quota', keys, 1)).toBeNull();
+        await cache.beginGeneration('g1');
+        await cache.switchGeneration('quota', null, { id: 'g1', position: 0 });
+        await cache.debitLive('quota', ws, 2);
+        expect(await cache.refundLive('quota', keys, 1)).toBe('g1');
+        expect(await cache.readLive('quota', keys)).toEqual([1]);
+        expect(await cache.generationDebits('g1')).toBe(3);
+        expect(await cache.refundLive('quota', keys, 5)).toBe('g1');
+        expect(await cache.readLive('quota', keys)).toEqual([0]);
+        expect(await cache.refundLive('quota', ['quota:never'], 1)).toBe('g1');
+        expect(await cache.readLive('quota', ['quota:never'])).toEqual([0]);
+      });
+
+      it('addToGeneration with a negative count gives back, never below 0, never creating', async () => {
+        const cache = await open();
+        const at = Date.now() + HOUR;
+        await cache.beginGeneration('g1');
+        await cache.addToGeneration('g1', [{ key: 'chat:a', count: 2, expiresAt: at }]);
+        await cache.addToGeneration('g1', [
+          { key: 'chat:a', count: -3, expiresAt: at },
+          { key: 'chat:b', count: -1, expiresAt: at },
+        ]);
+        await cache.addToGeneration('g1', [{ key: 'chat:b', count: 1, expiresAt: at }]);
+        await cache.switchGeneration('quota', null, { id: 'g1', position: 0 });
+        expect(await cache.readLive('quota', ['chat:a', 'chat:b'])).toEqual([0, 1]);
+        await expect(
+          cache.addToGeneration('g1', [{ key: 'chat:a', count: 0.5, expiresAt: at }]),
+        ).rejects.toThrow(RangeError);
       });
 
       it('rejects malformed generation ids before touching anything', async () => {

@@ -7,6 +7,7 @@ import {
   type QuotaWindow,
 } from './port.ts';
 import {
+  assertAddWindows,
   assertDebit,
   assertGeneration,
   assertKey,
@@ -15,6 +16,8 @@ import {
   assertSetWindows,
   assertTtl,
   assertWindowKeys,
+  BUILDING_TTL_MS,
+  generationBuildingKey,
   generationDebitsKey,
   generationKey,
   markerKey,
@@ -158,6 +161,28 @@ export class MemoryCache implements Cache {
     return true;
   }
 
+  async refundLive(family: string, keys: string[], amount: number): Promise<string | null> {
+    this.assertOpen();
+    assertRelease(keys, amount);
+    const generation = parseMarker(this.live(markerKey(family))?.value ?? null)?.id ?? null;
+    if (generation === null) return null;
+    for (const key of keys.map((k) => generationKey(generation, k))) {
+      const entry = this.live(key);
+      if (entry) entry.value = String(Math.max(0, parseCounter(key, entry.value) - amount));
+    }
+    if (amount > 0) this.addNow(generationDebitsKey(generation), amount, null);
+    return generation;
+  }
+
+  async beginGeneration(generation: string): Promise<void> {
+    this.assertOpen();
+    assertGeneration(generation);
+    this.entries.set(generationBuildingKey(generation), {
+      value: '1',
+      expiresAt: this.now() + BUILDING_TTL_MS,
+    });
+  }
+
   async readLive(family: string, keys: string[]): Promise<number[]> {
     this.assertOpen();
     assertWindowKeys(keys);
@@ -171,8 +196,16 @@ export class MemoryCache implements Cache {
   ): Promise<void> {
     this.assertOpen();
     assertGeneration(generation);
-    assertSetWindows(windows);
-    for (const w of windows) this.addNow(generationKey(generation, w.key), w.count, w.expiresAt);
+    assertAddWindows(windows);
+    for (const w of windows) {
+      const key = generationKey(generation, w.key);
+      if (w.count >= 0) {
+        this.addNow(key, w.count, w.expiresAt);
+        continue;
+      }
+      const entry = this.live(key);
+      if (entry) entry.value = String(Math.max(0, parseCounter(key, entry.value) + w.count));
+    }
   }
 
   async switchGeneration(family: string, expected: string | null, next: CounterGeneration): Promise<boolean> {
@@ -181,6 +214,8 @@ export class MemoryCache implements Cache {
     const key = markerKey(family);
     const current = parseMarker(this.live(key)?.value ?? null);
     if ((current?.id ?? null) !== expected) return false;
+    if (!this.live(generationBuildingKey(next.id))) return false;
+    this.entries.delete(generationBuildingKey(next.id));
     this.entries.set(key, {
       value: JSON.stringify({ id: next.id, position: next.position }),
       expiresAt: null,

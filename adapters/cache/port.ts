@@ -48,19 +48,38 @@ export interface Cache {
    * Returns whether it released.
    */
   releaseLive(family: string, generation: string, keys: string[], amount: number): Promise<boolean>;
+  /**
+   * A refund that is logged on its own (a chat given back): gives back up to `amount` on the live
+   * generation's counters and counts it among that generation's logged operations (see
+   * generationDebits), in one atomic step. Returns the generation it was given back on, or null
+   * when none is live (the rebuild then folds the refund from the log).
+   */
+  refundLive(family: string, keys: string[], amount: number): Promise<string | null>;
   /** readWindows on the live generation's counters; throws CounterStateLostError when there is none. */
   readLive(family: string, keys: string[]): Promise<number[]>;
-  /** Adds to counters of a generation, creating missing ones with the given expiry: how a rebuild fills one. */
+  /**
+   * Marks `generation` as being built: switchGeneration makes it live only while the mark is
+   * there, so a generation partly lost with the server's data mid-build never goes live.
+   */
+  beginGeneration(generation: string): Promise<void>;
+  /**
+   * Adds to counters of a generation, creating missing ones with the given expiry: how a rebuild
+   * fills one. A negative count gives back (never below 0, never creating a counter).
+   */
   addToGeneration(
     generation: string,
     windows: { key: string; count: number; expiresAt: number }[],
   ): Promise<void>;
   /**
    * Makes `next` the live generation of `family` only if the live one is still `expected` (null:
-   * none). False when another switch, or a loss, came first.
+   * none) and `next` is still marked as being built (beginGeneration). False when another switch,
+   * or a loss, came first.
    */
   switchGeneration(family: string, expected: string | null, next: CounterGeneration): Promise<boolean>;
-  /** Units debitLive has counted on a generation (final once it is no longer live); null when unknown. */
+  /**
+   * Units debitLive and refundLive have counted on a generation, each of which leaves one logged
+   * event (final once it is no longer live); null when unknown.
+   */
   generationDebits(generation: string): Promise<number | null>;
   /** Deletes the counters of a generation that is no longer live. */
   dropGeneration(generation: string): Promise<void>;

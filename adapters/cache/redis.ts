@@ -10,6 +10,7 @@ import {
   type QuotaWindow,
 } from './port.ts';
 import {
+  assertAddWindows,
   assertDebit,
   assertGeneration,
   assertKey,
@@ -18,7 +19,9 @@ import {
   assertSetWindows,
   assertTtl,
   assertWindowKeys,
+  BUILDING_TTL_MS,
   GENERATION_PREFIX,
+  generationBuildingKey,
   generationDebitsKey,
   generationKey,
   markerKey,
@@ -84,16 +87,52 @@ for i = 2, #ARGV do
   reply[i] = redis.call('GET', ARGV[1] .. generation .. ':' .. ARGV[i]) or false
 end
 return reply`;
-/** Compare-and-set of the marker: ARGV[1] the expected id ('' for none), ARGV[2] the new marker. */
+/**
+ * KEYS[1] marker; ARGV: generation key prefix, amount, window keys. Gives back up to the amount on
+ * each existing counter of the live generation and adds it to that generation's count of logged
+ * operations. Reply: the generation, or false when none is live.
+ */
+const REFUND_LIVE_SCRIPT = `${LIVE_MARKER_LUA}
+local generation = live_generation()
+if not generation then return false end
+local base = ARGV[1] .. generation .. ':'
+local amount = tonumber(ARGV[2])
+for i = 3, #ARGV do
+  local key = base .. ARGV[i]
+  local raw = redis.call('GET', key)
+  if raw then
+    local give = math.min(tonumber(raw), amount)
+    if give > 0 then redis.call('DECRBY', key, give) end
+  end
+end
+if amount > 0 then redis.call('INCRBY', base .. '#debits', amount) end
+return generation`;
+/**
+ * Compare-and-set of the marker: KEYS[1] the marker, KEYS[2] the new generation's build sentinel;
+ * ARGV[1] the expected id ('' for none), ARGV[2] the new marker. A sentinel gone means the server
+ * lost data since the build began: what the generation holds is partial, so it must not go live.
+ */
 const SWITCH_SCRIPT = `${LIVE_MARKER_LUA}
 if (live_generation() or '') ~= ARGV[1] then return 0 end
+if redis.call('DEL', KEYS[2]) == 0 then return 0 end
 redis.call('SET', KEYS[1], ARGV[2])
 return 1`;
-/** INCRBY each KEYS[i] by ARGV[2i - 1], setting the expiry ARGV[2i] when the counter is created. */
+/**
+ * INCRBY each KEYS[i] by ARGV[2i - 1], setting the expiry ARGV[2i] when the counter is created; a
+ * negative amount gives back what there is, never below 0 and never creating a counter.
+ */
 const ADD_SCRIPT = `
 for i, key in ipairs(KEYS) do
   local amount = tonumber(ARGV[2 * i - 1])
-  if redis.call('INCRBY', key, amount) == amount then redis.call('PEXPIREAT', key, ARGV[2 * i]) end
+  if amount >= 0 then
+    if redis.call('INCRBY', key, amount) == amount then redis.call('PEXPIREAT', key, ARGV[2 * i]) end
+  else
+    local raw = redis.call('GET', key)
+    if raw then
+      local give = math.min(tonumber(raw), -amount)
+      if give > 0 then redis.call('DECRBY', key, give) end
+    end
+  end
 end
 return #KEYS`;
 /** Refund: lowers each existing counter by up to ARGV[1], keeping its expiry; a missing one stays missing. */
@@ -132,6 +171,7 @@ type ScriptedRedis = Redis & {
   signalDebitLive(numKeys: number, ...args: (string | number)[]): Promise<unknown[]>;
   signalReleaseLive(numKeys: number, ...args: (string | number)[]): Promise<number>;
   signalReadLive(numKeys: number, ...args: (string | number)[]): Promise<(string | null)[]>;
+  signalRefundLive(numKeys: number, ...args: (string | number)[]): Promise<string | null>;
   signalSwitchGeneration(numKeys: number, ...args: (string | number)[]): Promise<number>;
   signalAddToGeneration(numKeys: number, ...args: (string | number)[]): Promise<number>;
 };
@@ -183,6 +223,7 @@ export class RedisCache implements Cache {
     this.client.defineCommand('signalDebitLive', { lua: DEBIT_LIVE_SCRIPT });
     this.client.defineCommand('signalReadLive', { lua: READ_LIVE_SCRIPT });
     this.client.defineCommand('signalReleaseLive', { lua: RELEASE_LIVE_SCRIPT });
+    this.client.defineCommand('signalRefundLive', { lua: REFUND_LIVE_SCRIPT });
     this.client.defineCommand('signalSwitchGeneration', { lua: SWITCH_SCRIPT });
     this.client.defineCommand('signalAddToGeneration', { lua: ADD_SCRIPT });
     this.client.on('error', (error: Error) => {
@@ -323,6 +364,21 @@ export class RedisCache implements Cache {
     return released === 1;
   }
 
+  async refundLive(family: string, keys: string[], amount: number): Promise<string | null> {
+    assertRelease(keys, amount);
+    const generation = await this.run('refundLive', () =>
+      this.client.signalRefundLive(1, this.k(markerKey(family)), this.k(GENERATION_PREFIX), amount, ...keys),
+    );
+    return generation === null ? null : String(generation);
+  }
+
+  async beginGeneration(generation: string): Promise<void> {
+    assertGeneration(generation);
+    await this.run('beginGeneration', () =>
+      this.client.set(this.k(generationBuildingKey(generation)), '1', 'PX', BUILDING_TTL_MS),
+    );
+  }
+
   async readLive(family: string, keys: string[]): Promise<number[]> {
     assertWindowKeys(keys);
     const reply = await this.run('readLive', () =>
@@ -337,7 +393,7 @@ export class RedisCache implements Cache {
     windows: { key: string; count: number; expiresAt: number }[],
   ): Promise<void> {
     assertGeneration(generation);
-    assertSetWindows(windows);
+    assertAddWindows(windows);
     if (windows.length === 0) return;
     const keys = windows.map((w) => this.k(generationKey(generation, w.key)));
     const args = windows.flatMap((w) => [w.count, w.expiresAt]);
@@ -348,7 +404,13 @@ export class RedisCache implements Cache {
     assertMarker(next);
     const marker = JSON.stringify({ id: next.id, position: next.position });
     const switched = await this.run('switchGeneration', () =>
-      this.client.signalSwitchGeneration(1, this.k(markerKey(family)), expected ?? '', marker),
+      this.client.signalSwitchGeneration(
+        2,
+        this.k(markerKey(family)),
+        this.k(generationBuildingKey(next.id)),
+        expected ?? '',
+        marker,
+      ),
     );
     return switched === 1;
   }

@@ -67,6 +67,16 @@ export function assertSetWindows(windows: { key: string; count: number; expiresA
   }
 }
 
+/** Like assertSetWindows, but a count may be negative: a rebuild replaying a refund gives units back. */
+export function assertAddWindows(windows: { key: string; count: number; expiresAt: number }[]): void {
+  assertDistinct(windows.map((w) => w.key));
+  for (const window of windows) {
+    if (!Number.isSafeInteger(window.count))
+      throw new RangeError(`window ${window.key}: count must be an integer (got ${String(window.count)})`);
+    assertExpiresAt(window.key, window.expiresAt);
+  }
+}
+
 const INTEGER = /^-?\d+$/;
 
 /** A stored counter as a number; anything else in the slot is a caller's bug, not zero. */
@@ -101,6 +111,18 @@ export function generationKey(generation: string, key: string): string {
 export function generationDebitsKey(generation: string): string {
   return generationKey(generation, '#debits');
 }
+
+/**
+ * Present while a rebuild fills a generation, from its first write to its switch: a server that
+ * loses its data mid-build loses it too, so the switch can tell a complete generation from the
+ * remains of one that was partly wiped.
+ */
+export function generationBuildingKey(generation: string): string {
+  return generationKey(generation, '#building');
+}
+
+/** How long a build's sentinel outlives a rebuild that died before switching. */
+export const BUILDING_TTL_MS = 24 * 60 * 60_000;
 
 export function markerKey(family: string): string {
   assertKey(family);

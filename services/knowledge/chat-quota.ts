@@ -1,11 +1,12 @@
-import type { Cache } from '../../adapters/cache/port.ts';
+import { type Cache, CounterStateLostError } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { Config } from '../../contracts/config.ts';
 import { newEvent, type Plan } from '../../contracts/events.ts';
 import type { ChatQuotaSnapshot } from '../../contracts/knowledge.ts';
 import { defineProjection, foldLog, type Projection } from '../../projections/projection.ts';
 import type { QuotaSubject } from '../quota/quota-meter.ts';
-import { counterExpiry, quotaPeriod, resetsAtOf } from '../quota/windows.ts';
+import { QUOTA_FAMILY } from '../quota/quota-rebuild.ts';
+import { chatKey, counterExpiry, quotaPeriod, resetsAtOf } from '../quota/windows.ts';
 
 export type ChatLimits = Record<Plan, number>;
 
@@ -15,9 +16,8 @@ export function chatLimits(
   return { free: config.CHAT_QUOTA_FREE, starter: config.CHAT_QUOTA_STARTER, pro: config.CHAT_QUOTA_PRO };
 }
 
-export function chatKey(subject: string, month: string): string {
-  return `chat:${subject}:m:${month}`;
-}
+/** The counter's key inside the quota generation (see services/quota/quota-rebuild.ts). */
+export { chatKey };
 
 export function chatStream(subject: string): string {
   return `chat-quota-${subject}`;
@@ -37,22 +37,62 @@ export type Consumed =
   | { ok: false; snapshot: ChatQuotaSnapshot; retryAfterSeconds: number };
 
 /**
+ * How long a chat that finds the counters gone waits for their rebuild before it is refused as
+ * retryable, as the call quota does.
+ */
+const LOST_COUNTERS_WAIT_MS = 2_000;
+
+/**
  * The monthly chat budget. Check and take are one atomic cache step (the debit script on Redis,
  * a synchronous update in process), so concurrent chats can never take more than is left; each
- * take and each refund is then recorded, the facts the counters are rebuilt from.
+ * take and each refund is then recorded, the facts the counters are rebuilt from. The counters
+ * live in the quota's generations (QUOTA_FAMILY), so a cache that lost its data rebuilds them
+ * from the log with the call counters instead of giving every chat away again.
  */
 export class ChatQuota {
   constructor(
-    private readonly deps: { cache: Cache; store: EventStore; limits: ChatLimits; now?: () => number },
+    private readonly deps: {
+      cache: Cache;
+      store: EventStore;
+      limits: ChatLimits;
+      now?: () => number;
+      /** Brings the quota generation back when it is gone (the call quota's QuotaCounters.ensure). */
+      ensureCounters?: () => Promise<void>;
+      lostWaitMs?: number;
+    },
   ) {}
 
   private now(): number {
     return (this.deps.now ?? Date.now)();
   }
 
+  /** Runs `op`; when the generation is gone, waits a little for its rebuild and tries once more. */
+  private async live<T>(op: () => Promise<T>): Promise<T> {
+    try {
+      return await op();
+    } catch (err) {
+      const ensure = this.deps.ensureCounters;
+      if (!(err instanceof CounterStateLostError) || ensure === undefined) throw err;
+      let timer: NodeJS.Timeout | undefined;
+      const waited = new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, this.deps.lostWaitMs ?? LOST_COUNTERS_WAIT_MS);
+      });
+      try {
+        await Promise.race([ensure(), waited]);
+      } catch {
+        throw err;
+      } finally {
+        clearTimeout(timer);
+      }
+      return op();
+    }
+  }
+
   async peek(subject: QuotaSubject): Promise<ChatQuotaSnapshot> {
     const { month } = quotaPeriod(this.now());
-    const [used] = await this.deps.cache.readWindows([chatKey(subject.id, month)]);
+    const [used] = await this.live(() =>
+      this.deps.cache.readLive(QUOTA_FAMILY, [chatKey(subject.id, month)]),
+    );
     return snapshot(used ?? 0, this.deps.limits[subject.plan], month);
   }
 
@@ -60,9 +100,12 @@ export class ChatQuota {
     const period = quotaPeriod(this.now());
     const total = this.deps.limits[subject.plan];
     const key = chatKey(subject.id, period.month);
-    const result = await this.deps.cache.debitWindows(
-      [{ key, limit: total, expiresAt: counterExpiry(period.monthResetsAt) }],
-      1,
+    const result = await this.live(() =>
+      this.deps.cache.debitLive(
+        QUOTA_FAMILY,
+        [{ key, limit: total, expiresAt: counterExpiry(period.monthResetsAt) }],
+        1,
+      ),
     );
     const after = snapshot(result.counts[0] ?? 0, total, period.month);
     if (!result.ok) {
@@ -78,11 +121,12 @@ export class ChatQuota {
           month: period.month,
           model,
           requestId,
+          generation: result.generation,
         }),
       ]);
     } catch (err) {
       // Unrecorded, the unit would vanish on the next rebuild: give it back now instead.
-      await this.deps.cache.releaseWindows([key], 1).catch(() => undefined);
+      await this.deps.cache.releaseLive(QUOTA_FAMILY, result.generation, [key], 1).catch(() => false);
       throw err;
     }
     return { ok: true, month: period.month, snapshot: after };
@@ -94,10 +138,21 @@ export class ChatQuota {
     requestId: string,
     reason: string,
   ): Promise<ChatQuotaSnapshot> {
-    const [used] = await this.deps.cache.releaseWindows([chatKey(subject.id, month)], 1);
+    const key = chatKey(subject.id, month);
+    // Given back on whichever generation is live (it holds the chat, from the log or its own
+    // debit), and tagged with it so a rebuild replays the refund on any other one exactly once.
+    const generation = await this.deps.cache.refundLive(QUOTA_FAMILY, [key], 1);
     await this.deps.store.append(chatStream(subject.id), [
-      newEvent('ChatQuotaRefunded', { subject: subject.id, month, requestId, reason }),
+      newEvent('ChatQuotaRefunded', {
+        subject: subject.id,
+        month,
+        requestId,
+        reason,
+        ...(generation === null ? {} : { generation }),
+      }),
     ]);
+    const [used] =
+      generation === null ? [0] : await this.deps.cache.readLive(QUOTA_FAMILY, [key]).catch(() => [0]);
     return snapshot(used ?? 0, this.deps.limits[subject.plan], month);
   }
 }
@@ -122,17 +177,17 @@ export const chatQuotaProjection: Projection<ChatBalances> = defineProjection({
   },
 });
 
-/** Sets the cache's chat counters of still-open months from the log (the in-process cache at start). */
-export async function rebuildChatQuota(deps: { store: EventStore; cache: Cache; now?: number }) {
+/**
+ * The chat counters of still-open months as the log has them. The cache's own are rebuilt with
+ * the call counters, in the quota generation (rebuildQuotaGeneration); this is the reference a
+ * rebuilt cache is checked against.
+ */
+export async function chatBalances(deps: { store: EventStore; now?: number }) {
   const now = deps.now ?? Date.now();
   const { state, events } = await foldLog(deps.store, chatQuotaProjection);
-  const windows = Object.entries(state)
-    .map(([key, count]) => ({
-      key,
-      count,
-      expiresAt: counterExpiry(resetsAtOf(key.slice(key.lastIndexOf(':') + 1))),
-    }))
-    .filter((w) => w.expiresAt > now);
-  for (let i = 0; i < windows.length; i += 500) await deps.cache.setWindows(windows.slice(i, i + 500));
-  return { windows: windows.length, events };
+  const open: ChatBalances = {};
+  for (const [key, count] of Object.entries(state)) {
+    if (counterExpiry(resetsAtOf(key.slice(key.lastIndexOf(':') + 1))) > now) open[key] = count;
+  }
+  return { balances: open, events };
 }

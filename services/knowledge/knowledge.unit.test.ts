@@ -6,7 +6,8 @@ import { ConfigError, loadConfig } from '../../contracts/config.ts';
 import { newEvent } from '../../contracts/events.ts';
 import { checkChat, checkSearch } from '../../contracts/knowledge.ts';
 import { foldLog } from '../../projections/projection.ts';
-import { ChatQuota, chatKey, chatQuotaProjection, rebuildChatQuota } from './chat-quota.ts';
+import { QuotaCounters } from '../quota/quota-rebuild.ts';
+import { ChatQuota, chatKey, chatQuotaProjection } from './chat-quota.ts';
 import { DONT_KNOW, extractiveAnswer, sentences } from './extractive.ts';
 import { knowledgeFactsProjection, livePassages } from './facts.ts';
 import { markdownPassages } from './passages.ts';
@@ -161,7 +162,13 @@ describe('chat quota on the in-process adapter', () => {
   it('takes exactly what is left under concurrency, gives refunds back, and rebuilds from the log', async () => {
     const cache = new MemoryCache();
     const store = new MemoryEventStore();
-    const quota = new ChatQuota({ cache, store, limits: { free: 10, starter: 50, pro: 200 } });
+    const counters = new QuotaCounters({ store, cache });
+    const quota = new ChatQuota({
+      cache,
+      store,
+      limits: { free: 10, starter: 50, pro: 200 },
+      ensureCounters: () => counters.ensure(),
+    });
     const subject = { id: 'subject-1', kind: 'key' as const, plan: 'free' as const };
     const results = await Promise.all(
       Array.from({ length: 30 }, (_, i) => quota.consume(subject, 'extractive', `r${i}`)),
@@ -179,10 +186,19 @@ describe('chat quota on the in-process adapter', () => {
 
     const { state } = await foldLog(store, chatQuotaProjection);
     expect(state[chatKey(subject.id, taken.month)]).toBe(10);
+    // A fresh cache has no quota generation: the first read rebuilds it, chats included.
     const fresh = new MemoryCache();
-    await rebuildChatQuota({ store, cache: fresh });
-    const rebuilt = new ChatQuota({ cache: fresh, store, limits: { free: 10, starter: 50, pro: 200 } });
+    const freshCounters = new QuotaCounters({ store, cache: fresh });
+    const rebuilt = new ChatQuota({
+      cache: fresh,
+      store,
+      limits: { free: 10, starter: 50, pro: 200 },
+      ensureCounters: () => freshCounters.ensure(),
+    });
     expect(await rebuilt.peek(subject)).toMatchObject({ used: 10, remaining: 0 });
+    expect((await rebuilt.consume(subject, 'extractive', 'after-rebuild')).ok).toBe(false);
+    await counters.stop();
+    await freshCounters.stop();
     await cache.close();
     await fresh.close();
   });

@@ -6,7 +6,7 @@ import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
 import type { ToolDefinition } from '../api/mcp/tool-registry.ts';
 import type { Role, Slice } from '../component.ts';
-import { ChatQuota, chatLimits, chatQuotaProjection, rebuildChatQuota } from './chat-quota.ts';
+import { ChatQuota, chatLimits, chatQuotaProjection } from './chat-quota.ts';
 import { REPO_ROOT, staticCorpus } from './corpus.ts';
 import { type KnowledgeFacts, knowledgeFactsProjection } from './facts.ts';
 import { type OpenApiDocument, routePassages } from './generated.ts';
@@ -60,6 +60,8 @@ export function knowledgeModule(deps: {
     cache: adapters.cache,
     store: adapters.eventStore,
     limits: chatLimits(config),
+    // The chat counters live in the call quota's generations: its rebuild brings both back.
+    ensureCounters: () => deps.channel().quota.counters.ensure(),
   });
   let service: Knowledge | null = null;
   let building: Promise<Knowledge> | null = null;
@@ -111,11 +113,6 @@ export function knowledgeModule(deps: {
     },
     async start() {
       await facts.start();
-      // The in-process cache starts empty: its chat counters are a projection of the log.
-      if (adapters.cache.kind === 'memory') {
-        const rebuilt = await rebuildChatQuota({ store: adapters.eventStore, cache: adapters.cache });
-        logger.info(rebuilt, 'chat quota counters rebuilt from the log');
-      }
       // The index is built behind the start (a few hundred ms on a busy machine): requests that
       // arrive first wait for it; /readyz shows whether it is built and fails if it cannot be.
       const started = performance.now();

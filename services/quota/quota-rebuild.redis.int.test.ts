@@ -8,15 +8,17 @@ import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { loadConfig } from '../../contracts/config.ts';
+import { newEvent } from '../../contracts/events.ts';
 import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from '../../test/redis-probe.ts';
 import { relay } from '../../test/redis-relay.ts';
 import { keyedChannel } from '../api/plugins.ts';
 import type { SignalOperations } from '../engine/operations.ts';
 import { runOperatorCommand } from '../keys/operator-commands.ts';
+import { ChatQuota } from '../knowledge/chat-quota.ts';
 import type { PlanTable } from './plans.ts';
 import { QuotaMeter, type QuotaSubject } from './quota-meter.ts';
-import { QUOTA_FAMILY } from './quota-rebuild.ts';
-import { quotaPeriod, quotaWindows } from './windows.ts';
+import { QUOTA_FAMILY, rebuildQuotaGeneration } from './quota-rebuild.ts';
+import { chatKey, quotaPeriod, quotaWindows } from './windows.ts';
 
 const run = await shouldRunRedisSuite('quota rebuild suite against Redis');
 const RUN_PREFIX = `test:quota-rebuild:${randomUUID()}:`;
@@ -219,4 +221,101 @@ describe.runIf(run)('quota counters survive Redis losing its data, and rebuilds 
       });
     }
   }, 60_000);
+  it('chats: counted in the quota generation, Redis wiped under chat load, rebuilt from the log; no chat beyond the month', async () => {
+    const { cache, prefix } = await open();
+    const store = new MemoryEventStore();
+    const meter = meterOf(cache, store);
+    const chats = new ChatQuota({
+      cache,
+      store,
+      limits: { free: 30, starter: 50, pro: 200 },
+      now: () => T0,
+      ensureCounters: () => meter.counters.ensure(),
+    });
+    const key: QuotaSubject = { id: `free-${randomUUID()}`, kind: 'key', plan: 'free' };
+    const { month } = quotaPeriod(T0);
+    await meter.counters.ensure();
+    for (let i = 0; i < 12; i++) expect((await chats.consume(key, 'extractive', `c${i}`)).ok).toBe(true);
+    await chats.refund(key, month, 'c0', 'provider_unavailable');
+    await chats.refund(key, month, 'c1', 'provider_unavailable');
+    expect(await chats.peek(key)).toMatchObject({ used: 10, remaining: 20 });
+
+    // Wiped: the counters come back from the log, chats included.
+    await raw.eval(FLUSH_PREFIX, 0, `${prefix}*`);
+    expect(await cache.liveGeneration(QUOTA_FAMILY)).toBeNull();
+    expect(await chats.peek(key)).toMatchObject({ used: 10, remaining: 20 });
+
+    // Wiped again in the middle of 60 concurrent chats: exactly the 20 left are served.
+    let wiped: Promise<unknown> | null = null;
+    let served = 0;
+    let refused = 0;
+    let next = 0;
+    const worker = async () => {
+      while (next < 60) {
+        const i = next++;
+        try {
+          const taken = await chats.consume(key, 'extractive', `load-${i}`);
+          if (taken.ok) {
+            served++;
+            if (served === 4) wiped ??= raw.eval(FLUSH_PREFIX, 0, `${prefix}*`);
+          } else refused++;
+        } catch (err) {
+          if (!(err instanceof CacheUnavailableError)) throw err;
+          // Retryable (the counters being rebuilt): the same chat is tried again.
+          next--;
+          await new Promise((resolve) => setTimeout(resolve, 5));
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: 6 }, worker));
+    await wiped;
+    const events = await store.readAll();
+    const consumed = events.filter((e) => e.type === 'ChatQuotaConsumed').length;
+    const refunded = events.filter((e) => e.type === 'ChatQuotaRefunded').length;
+    expect(consumed - refunded).toBe(30);
+    expect(served).toBe(20);
+    expect(refused).toBeGreaterThan(0);
+    await expect.poll(async () => (await chats.peek(key)).used, { timeout: 15_000 }).toBe(30);
+    expect((await chats.consume(key, 'extractive', 'after')).ok).toBe(false);
+    // The chat counter sits beside the call counters in the live generation.
+    const live = await cache.liveGeneration(QUOTA_FAMILY);
+    expect(await raw.get(`${prefix}g:${live!.id}:${chatKey(key.id, month)}`)).toBe('30');
+  }, 30_000);
+
+  it('Redis wiped in the middle of a rebuild: the partial generation never goes live; the rebuild starts over', async () => {
+    const { cache, prefix } = await open();
+    const memory = new MemoryEventStore();
+    const subjects = Array.from({ length: 5 }, () => `pro-${randomUUID()}`);
+    const { day, month } = quotaPeriod(T0);
+    for (let batch = 0; batch < 20; batch++) {
+      const events = Array.from({ length: 50 }, (_, i) =>
+        newEvent('QuotaDebited', {
+          subject: subjects[i % subjects.length]!,
+          subjectKind: 'key',
+          plan: 'pro',
+          tool: 'get_trade_call',
+          units: 1,
+          day,
+          month,
+          requestId: `r${batch}-${i}`,
+        }),
+      );
+      await memory.append(`quota-batch-${batch}`, events);
+    }
+    // The wipe lands after a few pages are folded into the new generation, before its switch.
+    let pages = 0;
+    const store: EventStore = Object.assign(Object.create(memory) as EventStore, {
+      readAll: async (options?: { after?: number; maxCount?: number }) => {
+        if (++pages === 4) await raw.eval(FLUSH_PREFIX, 0, `${prefix}*`);
+        return memory.readAll(options);
+      },
+    });
+    const outcome = await rebuildQuotaGeneration({ store, cache, pageSize: 100, settleMs: 0, now: () => T0 });
+    expect(outcome.switched).toBe(true);
+    expect(outcome.restarts).toBe(1);
+    for (const subject of subjects) {
+      const keys = quotaWindows(subject, PLANS.pro, quotaPeriod(T0)).map((w) => w.key);
+      expect(await cache.readLive(QUOTA_FAMILY, keys)).toEqual([200, 200]);
+    }
+  }, 30_000);
 });

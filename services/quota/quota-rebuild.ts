@@ -1,11 +1,16 @@
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
-import type { Cache } from '../../adapters/cache/port.ts';
+import { type Cache, CacheUnavailableError } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import { type QuotaBalances, quotaBalancesProjection } from './quota-projection.ts';
+import { chatKey, counterExpiry, resetsAtOf } from './windows.ts';
 
-/** The cache's family of quota counters: its marker names the live generation. */
+/**
+ * The cache's family of quota counters: its marker names the live generation. It holds the call
+ * windows (QuotaDebited) and the monthly chat windows (ChatQuotaConsumed / ChatQuotaRefunded), so
+ * both come back from the log together after a loss.
+ */
 export const QUOTA_FAMILY = 'quota';
 
 /**
@@ -29,6 +34,28 @@ export interface RebuildOutcome {
   position: number;
   /** Debits counted in another generation and appended after the switch, replayed afterwards. */
   replayed: number;
+  /** Builds started over because the cache lost the generation being built (its sentinel). */
+  restarts: number;
+}
+
+/** The events that change a counter of the quota family. */
+const COUNTED = new Set(['QuotaDebited', 'ChatQuotaConsumed', 'ChatQuotaRefunded']);
+
+/**
+ * Adds one counted event to a page's deltas. Not the projections' own folds: a page may hold a
+ * chat's refund without its consumption, so a chat delta may go below 0 (the cache clamps).
+ */
+function fold(state: QuotaBalances, event: RecordedEvent): void {
+  if (event.type === 'QuotaDebited') {
+    quotaBalancesProjection.evolve(state, event);
+    return;
+  }
+  const { subject, month } = event.data as { subject: string; month: string };
+  const key = chatKey(subject, month);
+  const delta = event.type === 'ChatQuotaConsumed' ? 1 : -1;
+  const current = state[key];
+  if (current) current.count += delta;
+  else state[key] = { count: delta, expiresAt: counterExpiry(resetsAtOf(month)) };
 }
 
 export interface RebuildDeps {
@@ -49,13 +76,17 @@ function newGenerationId(): string {
   return `${Date.now().toString(36)}-${randomBytes(6).toString('hex')}`;
 }
 
+/** Builds started over after the cache lost the one in progress, before giving up. */
+const MAX_BUILDS = 5;
+
 /**
  * Rebuilds the quota counters from the log into a new generation, while debits go on:
  *
- * 1. fold every QuotaDebited into the new generation's counters (not live yet: debits keep
- *    landing on the live one), and catch up to the head;
+ * 1. mark the new generation as being built, fold every counted event into its counters (not
+ *    live yet: debits keep landing on the live one), and catch up to the head;
  * 2. switch the marker to it in one compare-and-set, so each debit lands on exactly one
- *    generation and says which on its QuotaDebited;
+ *    generation and says which on its event; the switch refuses a generation whose build mark
+ *    is gone (the cache lost data mid-build: what it holds is partial), and the build starts over;
  * 3. keep replaying the debits appended after the fold that were counted in another generation
  *    (in flight at the switch), until the replaced generation's debit count is all on the log,
  *    or `settleMs` when that count is unknown; debits counted in the new generation are skipped.
@@ -63,11 +94,28 @@ function newGenerationId(): string {
  * So the new counters end equal to the log: no debit lost, none counted twice.
  */
 export async function rebuildQuotaGeneration(deps: RebuildDeps): Promise<RebuildOutcome> {
+  const previous =
+    deps.expected === undefined
+      ? ((await deps.cache.liveGeneration(QUOTA_FAMILY))?.id ?? null)
+      : deps.expected;
+  for (let restarts = 0; ; restarts++) {
+    const outcome = await buildOnce(deps, previous, restarts);
+    if (outcome !== 'lost') return outcome;
+    if (restarts + 1 >= MAX_BUILDS)
+      throw new CacheUnavailableError(
+        `quota counters: the cache lost ${MAX_BUILDS} generations in a row while they were built`,
+      );
+  }
+}
+
+async function buildOnce(
+  deps: RebuildDeps,
+  previous: string | null,
+  restarts: number,
+): Promise<RebuildOutcome | 'lost'> {
   const { store, cache } = deps;
   const now = deps.now ?? Date.now;
   const pageSize = deps.pageSize ?? 1_000;
-  const previous =
-    deps.expected === undefined ? ((await cache.liveGeneration(QUOTA_FAMILY))?.id ?? null) : deps.expected;
   const generation = newGenerationId();
   let position = 0;
   let events = 0;
@@ -78,11 +126,11 @@ export async function rebuildQuotaGeneration(deps: RebuildDeps): Promise<Rebuild
   const readPage = async (state: QuotaBalances): Promise<boolean> => {
     const page = await store.readAll({ after: position, maxCount: pageSize });
     for (const event of page) {
-      if (event.type !== 'QuotaDebited') continue;
+      if (!COUNTED.has(event.type)) continue;
       const tag = debitGeneration(event);
       if (previous !== null && tag === previous) loggedOnPrevious += units(event);
       if (tag === generation) continue;
-      quotaBalancesProjection.evolve(state, event);
+      fold(state, event);
       debits++;
     }
     events += page.length;
@@ -102,6 +150,7 @@ export async function rebuildQuotaGeneration(deps: RebuildDeps): Promise<Rebuild
   let windows = 0;
   let switched: boolean;
   try {
+    await cache.beginGeneration(generation);
     // Up to the head as it was when each pass began: traffic faster than the fold must not keep
     // it chasing the head forever (debits after it are replayed after the switch). The second
     // pass narrows the stretch the new generation undercounts between the switch and the replay.
@@ -118,9 +167,13 @@ export async function rebuildQuotaGeneration(deps: RebuildDeps): Promise<Rebuild
     await cache.dropGeneration(generation).catch(() => undefined);
     throw err;
   }
-  const folded = { windows, events, position };
+  const folded = { windows, events, position, restarts };
   if (!switched) {
     await cache.dropGeneration(generation);
+    // Still the generation it meant to replace: nothing else switched, so the refusal was this
+    // build's mark gone with the cache's data. Build again from scratch.
+    const live = (await cache.liveGeneration(QUOTA_FAMILY))?.id ?? null;
+    if (live === previous) return 'lost';
     return { generation, previous, switched, ...folded, replayed: 0 };
   }
   deps.onLive?.(generation);
@@ -144,12 +197,13 @@ export async function rebuildQuotaGeneration(deps: RebuildDeps): Promise<Rebuild
 }
 
 function debitGeneration(event: RecordedEvent): string | undefined {
-  if (event.type !== 'QuotaDebited') return undefined;
   const tag = (event.data as { generation?: unknown }).generation;
   return typeof tag === 'string' ? tag : undefined;
 }
 
+/** Units an event stands for in its generation's count of logged operations. */
 function units(event: RecordedEvent): number {
+  if (event.type !== 'QuotaDebited') return 1;
   const value = (event.data as { units?: unknown }).units;
   return typeof value === 'number' ? value : 0;
 }

@@ -44,6 +44,11 @@ export function dayKey(subject: string, day: string): string {
   return `quota:${subject}:d:${day}`;
 }
 
+/** The monthly chat counter (the knowledge chat quota), kept in the quota's generations too. */
+export function chatKey(subject: string, month: string): string {
+  return `chat:${subject}:m:${month}`;
+}
+
 export function counterExpiry(resetsAt: number): number {
   return resetsAt + EXPIRY_GRACE_MS;
 }

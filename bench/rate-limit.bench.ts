@@ -4,13 +4,14 @@
  * cached verdict, through two keyed channels that differ only in RATE_LIMIT_ENABLED (the limits
  * set far above the load, so every call is served: the limiter's cost, not its refusals). Both
  * share one engine and one cache: real Redis at REDIS_URL by default, where the limiter keeps
- * its budgets as deployed (two consumes per tool call: the credential's and the tool's), or
+ * its budgets as deployed (the credential's and the tool's, per tool call), or
  * `--cache=memory`.
  *
- * Each run measures off and on back to back (the order alternating between runs, so drift on a
- * shared machine hits both sides alike) and takes the ratio within the run.
+ * Each run measures off and on in short alternating rounds (ABBA, so drift on a shared machine
+ * hits both sides alike) and takes the ratio within the run. On Redis the limiter takes both
+ * budgets in one script (services/api/rate-limit.ts).
  *
- *   npx tsx bench/rate-limit.bench.ts [--cache=redis|memory] [--seconds=2] [--runs=3]
+ *   npx tsx bench/rate-limit.bench.ts [--cache=redis|memory] [--seconds=2] [--runs=3] [--rounds=4]
  */
 import { randomUUID } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
@@ -33,6 +34,8 @@ export interface RateLimitBenchOptions {
   concurrency?: number;
   seconds?: number;
   runs?: number;
+  /** Alternating rounds per side within a run. */
+  rounds?: number;
   print?: boolean;
 }
 
@@ -132,18 +135,30 @@ export async function run(options: RateLimitBenchOptions = {}) {
     await closedLoop(concurrency, 500, callOff);
     await closedLoop(concurrency, 500, callOn);
 
-    const results: { off: LoopResult; on: LoopResult; ratio: number }[] = [];
+    // Each run interleaves short rounds in ABBA order (off, on, on, off, ...) and sums each side:
+    // on a shared machine the load drifts within seconds, and one long round per side measured
+    // the drift as much as the limiter.
+    const rounds = Math.max(2, options.rounds ?? 4);
+    const results: { off: LoopResult; on: LoopResult; ratio: number; cpuRatio: number }[] = [];
     for (let i = 0; i < runs; i++) {
-      let offRun: LoopResult;
-      let onRun: LoopResult;
-      if (i % 2 === 0) {
-        offRun = await closedLoop(concurrency, ms, callOff);
-        onRun = await closedLoop(concurrency, ms, callOn);
-      } else {
-        onRun = await closedLoop(concurrency, ms, callOn);
-        offRun = await closedLoop(concurrency, ms, callOff);
+      const sum = { off: { ops: 0, seconds: 0, cpuUs: 0 }, on: { ops: 0, seconds: 0, cpuUs: 0 } };
+      for (let r = 0; r < rounds; r++) {
+        const order: ('off' | 'on')[] = (r + i) % 2 === 0 ? ['off', 'on'] : ['on', 'off'];
+        for (const side of order) {
+          const cpu = process.cpuUsage();
+          const round = await closedLoop(concurrency, ms / rounds, side === 'off' ? callOff : callOn);
+          const used = process.cpuUsage(cpu);
+          sum[side].ops += round.ops;
+          sum[side].seconds += round.seconds;
+          sum[side].cpuUs += used.user + used.system;
+        }
       }
-      results.push({ off: offRun, on: onRun, ratio: onRun.perSec / offRun.perSec });
+      const offRun = { ...sum.off, perSec: sum.off.ops / sum.off.seconds };
+      const onRun = { ...sum.on, perSec: sum.on.ops / sum.on.seconds };
+      // This process's CPU per call (clients and both servers; Redis's own time is not in it): the
+      // rate a CPU-bound replica could reach, less sensitive to what else the machine runs.
+      const cpuRatio = sum.off.cpuUs / sum.off.ops / (sum.on.cpuUs / sum.on.ops);
+      results.push({ off: offRun, on: onRun, ratio: onRun.perSec / offRun.perSec, cpuRatio });
     }
     // The limiter's own cost per call, one at a time: what the ratio above should reflect.
     const limiter = new RateLimiter(on.config, cache instanceof RedisCache ? cache.shared : null);
@@ -152,11 +167,12 @@ export async function run(options: RateLimitBenchOptions = {}) {
     const offRates = stats(results.map((r) => r.off.perSec));
     const onRates = stats(results.map((r) => r.on.perSec));
     const ratio = stats(results.map((r) => r.ratio));
+    const cpuRatio = stats(results.map((r) => r.cpuRatio));
     const fmt = (s: { min: number; median: number; max: number }) =>
       `${fmtRate(s.min)} / ${fmtRate(s.median)} / ${fmtRate(s.max)}`;
     log(
       `rate-limit bench: cache ${cacheKind}${cacheKind === 'redis' ? ` (${redisUrl})` : ''}, ` +
-        `${concurrency} concurrent sessions, pro key, ${runs} runs × ${ms} ms per side (min / median / max)`,
+        `${concurrency} concurrent sessions, pro key, ${runs} runs × ${ms} ms per side in ${Math.max(2, options.rounds ?? 4)} alternating rounds (min / median / max)`,
     );
     log(`  keyed tools/call, rate limiting off: ${fmt(offRates)}`);
     log(`  keyed tools/call, rate limiting on:  ${fmt(onRates)}`);
@@ -165,10 +181,20 @@ export async function run(options: RateLimitBenchOptions = {}) {
         `  median ${verdict(ratio.median, TARGET, 'min')}`,
     );
     log(
+      `  CPU per call off / on (this process): ${cpuRatio.min.toFixed(2)} / ${cpuRatio.median.toFixed(2)} / ${cpuRatio.max.toFixed(2)}`,
+    );
+    log(
       `  per call, one at a time (p50): limiter take (credential + tool budgets) ${fmtUs(take.p50Us)}` +
         ` against a whole keyed call with it off ${fmtUs(offCall.p50Us)}`,
     );
-    return { cache: cacheKind, runs: results, ratio, takeP50Us: take.p50Us, callP50Us: offCall.p50Us };
+    return {
+      cache: cacheKind,
+      runs: results,
+      ratio,
+      cpuRatio,
+      takeP50Us: take.p50Us,
+      callP50Us: offCall.p50Us,
+    };
   } finally {
     await on.close();
     await off.close();
@@ -183,6 +209,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
       cache: { type: 'string' },
       seconds: { type: 'string' },
       runs: { type: 'string' },
+      rounds: { type: 'string' },
       concurrency: { type: 'string' },
     },
   });
@@ -193,6 +220,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     ...(values.cache ? { cache: values.cache } : {}),
     ...(values.seconds ? { seconds: Number(values.seconds) } : {}),
     ...(values.runs ? { runs: Number(values.runs) } : {}),
+    ...(values.rounds ? { rounds: Number(values.rounds) } : {}),
     ...(values.concurrency ? { concurrency: Number(values.concurrency) } : {}),
   });
 }

@@ -1,6 +1,8 @@
 import { randomBytes, randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { connectRedisCache, type RedisCache } from '../adapters/cache/redis.ts';
+import { RateLimiter } from '../services/api/rate-limit.ts';
 import { startKeyedServer } from './keyed-harness.ts';
 import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from './redis-probe.ts';
 
@@ -227,5 +229,62 @@ describe.runIf(run)('MCP session caps (least recently used evicted first)', () =
       [b2, withB],
     ] as const)
       expect(await ping(id, h)).toBe(200);
+  });
+});
+
+describe.runIf(run)('the limiter itself on Redis: both budgets in one step', () => {
+  const settings = {
+    RATE_LIMIT_ENABLED: true,
+    RATE_LIMIT_WINDOW_MS: 60_000,
+    RATE_LIMIT_ANONYMOUS: 4,
+    RATE_LIMIT_FREE: 4,
+    RATE_LIMIT_STARTER: 4,
+    RATE_LIMIT_PRO: 4,
+    RATE_LIMIT_TOOL_SHARE: 0.5,
+  };
+  const prefix = `test:rl:${randomUUID()}:`;
+  afterAll(async () => {
+    await wipePrefix(prefix);
+  });
+
+  it('a refusal by the credential budget takes nothing from the tool budget; the window ends with it', async () => {
+    const cache = await connectRedisCache({ url: REDIS_URL, prefix });
+    try {
+      const limiter = new RateLimiter(settings, cache.shared);
+      expect(await limiter.take('free', 'c1', 'a')).toMatchObject({ allowed: true, limit: 2, remaining: 1 });
+      expect(await limiter.take('free', 'c1', 'a')).toMatchObject({ allowed: true, remaining: 0 });
+      expect(await limiter.take('free', 'c1', 'a')).toMatchObject({ allowed: false, limit: 2 });
+      expect(await limiter.take('free', 'c1', null)).toMatchObject({ allowed: true, limit: 4, remaining: 0 });
+      expect(await limiter.take('free', 'c1', 'b')).toMatchObject({ allowed: false, limit: 4 });
+      // Another replica's limiter on the same Redis shares the budgets.
+      const other = new RateLimiter(settings, cache.shared);
+      const fresh = await other.take('free', 'c2', 'b');
+      expect(fresh).toMatchObject({ allowed: true, remaining: 1 });
+      expect(fresh.resetMs).toBeGreaterThan(50_000);
+      expect(fresh.resetMs).toBeLessThanOrEqual(60_000);
+      const raw = new Redis(REDIS_URL);
+      try {
+        // Tool a was taken three times (the third refused by it); the fifth take, refused by the
+        // credential's budget, never reached tool b's.
+        expect(await raw.get(`${prefix}rl:free:tool:c1:a`)).toBe('3');
+        expect(await raw.get(`${prefix}rl:free:tool:c1:b`)).toBeNull();
+      } finally {
+        raw.disconnect();
+      }
+    } finally {
+      await cache.close();
+    }
+  });
+
+  it('with Redis out of reach, each process limits on its own instead of failing or letting all through', async () => {
+    const cache = await connectRedisCache({ url: 'redis://127.0.0.1:1', prefix, connectTimeoutMs: 200 });
+    try {
+      const limiter = new RateLimiter(settings, cache.shared);
+      const decisions = [];
+      for (let i = 0; i < 6; i++) decisions.push(await limiter.take('anonymous', 'c', null));
+      expect(decisions.map((d) => d.allowed)).toEqual([true, true, true, true, false, false]);
+    } finally {
+      await cache.close();
+    }
   });
 });

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
+import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
 import type { Config } from '../../contracts/config.ts';
 import type { Plan } from '../../contracts/events.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
@@ -43,35 +43,64 @@ export function tierLimits(settings: RateLimitSettings, tier: RateTier): { all: 
 }
 
 /**
+ * Takes one request from each budget KEYS[i] in order (a fixed window of ARGV[1] ms, limit
+ * ARGV[i + 1]), stopping after the first that refuses so a refused request takes nothing from
+ * the budgets after it. Reply: {count, ms left in the window} per budget visited.
+ */
+const TAKE_SCRIPT = `
+local window = tonumber(ARGV[1])
+local reply = {}
+for i, key in ipairs(KEYS) do
+  local count = redis.call('INCR', key)
+  local ttl = window
+  if count == 1 then
+    redis.call('PEXPIRE', key, window)
+  else
+    ttl = redis.call('PTTL', key)
+    if ttl < 0 then
+      redis.call('PEXPIRE', key, window)
+      ttl = window
+    end
+  end
+  reply[2 * i - 1] = count
+  reply[2 * i] = ttl
+  if count > tonumber(ARGV[i + 1]) then return reply end
+end
+return reply`;
+
+type TakingRedis = Redis & {
+  signalRateTake(numKeys: number, ...args: (string | number)[]): Promise<number[]>;
+};
+
+/**
  * Request-rate limits per credential, shared by every replica through Redis when the cache is
  * Redis (a per-process memory limiter stands in while Redis is unreachable, so an outage neither
  * opens the gate nor closes the service), in-process on the embedded defaults. Two budgets per
  * request: the credential's, over everything it calls, and the credential's per tool, so one
  * expensive tool cannot use up the whole window.
+ *
+ * On Redis both budgets are taken by one script in one round trip: rate-limiter-flexible's
+ * RateLimiterRedis takes one key per call, two sequential round trips per tool call on the keyed
+ * hot path (bench/rate-limit.bench.ts). The in-process limiters are still rate-limiter-flexible's.
  */
 export class RateLimiter {
-  private readonly limiters = new Map<string, RateLimiterMemory | RateLimiterRedis>();
+  private readonly limiters = new Map<string, RateLimiterMemory>();
+  private readonly redis: TakingRedis | null;
 
   constructor(
     private readonly settings: RateLimitSettings,
     private readonly store: { redis: Redis; prefix: string } | null,
-  ) {}
+  ) {
+    this.redis = store ? (store.redis as TakingRedis) : null;
+    if (this.redis && typeof this.redis.signalRateTake !== 'function')
+      this.redis.defineCommand('signalRateTake', { lua: TAKE_SCRIPT });
+  }
 
-  private limiter(name: string, points: number): RateLimiterMemory | RateLimiterRedis {
+  private memory(name: string, points: number): RateLimiterMemory {
     const existing = this.limiters.get(name);
     if (existing) return existing;
     const duration = Math.max(1, Math.ceil(this.settings.RATE_LIMIT_WINDOW_MS / 1_000));
-    const memory = new RateLimiterMemory({ keyPrefix: `rl:${name}`, points, duration });
-    const limiter = this.store
-      ? new RateLimiterRedis({
-          storeClient: this.store.redis,
-          keyPrefix: `${this.store.prefix}rl:${name}`,
-          points,
-          duration,
-          rejectIfRedisNotReady: true,
-          insuranceLimiter: memory,
-        })
-      : memory;
+    const limiter = new RateLimiterMemory({ keyPrefix: `rl:${name}`, points, duration });
     this.limiters.set(name, limiter);
     return limiter;
   }
@@ -79,19 +108,61 @@ export class RateLimiter {
   /** Takes one request from the credential's budget (and the tool's, when one is named). */
   async take(tier: RateTier, credential: string, tool: string | null): Promise<RateDecision> {
     const { all, perTool } = tierLimits(this.settings, tier);
-    const overall = await consume(this.limiter(`${tier}:all`, all), credential, all);
+    if (this.redis && this.redis.status === 'ready') {
+      try {
+        return await this.takeShared(tier, credential, tool, all, perTool);
+      } catch (err) {
+        // Redis refusing the script is a bug to surface; an outage falls back to this process.
+        if (err instanceof Error && err.name === 'ReplyError') throw err;
+      }
+    }
+    const overall = await consume(this.memory(`${tier}:all`, all), credential, all);
     if (!overall.allowed || tool === null) return overall;
-    const byTool = await consume(this.limiter(`${tier}:tool`, perTool), `${credential}:${tool}`, perTool);
-    // The headers speak of the tighter budget: the one that refused, or the one nearer its end.
-    return !byTool.allowed || byTool.remaining < overall.remaining ? byTool : overall;
+    const byTool = await consume(this.memory(`${tier}:tool`, perTool), `${credential}:${tool}`, perTool);
+    return tighter(overall, byTool);
+  }
+
+  private async takeShared(
+    tier: RateTier,
+    credential: string,
+    tool: string | null,
+    all: number,
+    perTool: number,
+  ): Promise<RateDecision> {
+    const base = `${this.store!.prefix}rl:${tier}:`;
+    const window = Math.max(1, this.settings.RATE_LIMIT_WINDOW_MS);
+    const reply =
+      tool === null
+        ? await this.redis!.signalRateTake(1, `${base}all:${credential}`, window, all)
+        : await this.redis!.signalRateTake(
+            2,
+            `${base}all:${credential}`,
+            `${base}tool:${credential}:${tool}`,
+            window,
+            all,
+            perTool,
+          );
+    const decision = (i: number, limit: number): RateDecision => {
+      const count = Number(reply[2 * i]);
+      return {
+        allowed: count <= limit,
+        limit,
+        remaining: Math.max(0, limit - count),
+        resetMs: Math.max(0, Number(reply[2 * i + 1])),
+      };
+    };
+    const overall = decision(0, all);
+    if (!overall.allowed || tool === null) return overall;
+    return tighter(overall, decision(1, perTool));
   }
 }
 
-async function consume(
-  limiter: RateLimiterMemory | RateLimiterRedis,
-  key: string,
-  limit: number,
-): Promise<RateDecision> {
+/** The headers speak of the tighter budget: the one that refused, or the one nearer its end. */
+function tighter(overall: RateDecision, byTool: RateDecision): RateDecision {
+  return !byTool.allowed || byTool.remaining < overall.remaining ? byTool : overall;
+}
+
+async function consume(limiter: RateLimiterMemory, key: string, limit: number): Promise<RateDecision> {
   try {
     const res = await limiter.consume(key, 1);
     return { allowed: true, limit, remaining: res.remainingPoints, resetMs: res.msBeforeNext };

@@ -141,6 +141,8 @@ describe('Relay', () => {
     await relay.start();
     await waitFor(() => relay.checkpoint === 6, 'checkpoint past every event');
     await relay.stop();
+    // The bus hands published messages to its consumer asynchronously, after the publish's ack.
+    await waitFor(() => sink.received.length >= 3, 'the published events at the consumer');
     expect(sink.received.map((e) => e.type)).toEqual(['VerdictRecorded', 'VerdictRecorded', 'RegimeShifted']);
     expect(relay.stats.published).toBe(3);
     expect(relayTypes({ RELAY_EVENT_TYPES: '*' })).toBeNull();

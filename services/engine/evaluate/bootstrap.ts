@@ -24,9 +24,18 @@ export function seededRandom(seed: number): () => number {
 
 /** Groups items by UTC day of `time(item)`. */
 export function byDay<T>(items: readonly T[], time: (item: T) => number): T[][] {
+  return byBlock(items, time, DAY_MS);
+}
+
+/**
+ * Groups items by blocks of `blockMs` (UTC-aligned). Overlapping outcomes (a horizon longer
+ * than a day) need blocks at least one horizon long, or the resampled blocks are not close to
+ * independent and the interval comes out too narrow.
+ */
+export function byBlock<T>(items: readonly T[], time: (item: T) => number, blockMs: number): T[][] {
   const days = new Map<number, T[]>();
   for (const it of items) {
-    const d = Math.floor(time(it) / DAY_MS);
+    const d = Math.floor(time(it) / blockMs);
     let list = days.get(d);
     if (list === undefined) {
       list = [];

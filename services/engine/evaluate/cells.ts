@@ -4,7 +4,7 @@ import type { CalibrationCurve, VolatilityModel } from '../../../contracts/signa
 import { type CalibrationSample, type Direction, fitCurve, fitDirection } from '../signals/calibration.ts';
 import { callFor } from '../signals/verdict.ts';
 import { fitVolatilityModel, forecastVariance } from '../signals/volatility.ts';
-import { byDay, dayBlockInterval, spearman } from './bootstrap.ts';
+import { byBlock, byDay, DAY_MS, dayBlockInterval, spearman } from './bootstrap.ts';
 import { brier, type Interval, type ReliabilityBin, reliability, wilson } from './stats.ts';
 import { directionHit, minBinSamples, type Sample } from './walk-forward.ts';
 
@@ -219,6 +219,20 @@ export function scoreCalls(points: readonly Sample[], fit: CellFit, settings: Se
   };
 }
 
+/**
+ * The walk-forward fold boundaries the gate tests: the folds inside the training months, the
+ * split (the shipped fit) and the later folds, the last running to the end of the data. Each
+ * fold refits on everything before its start and is scored up to the next boundary. Every one
+ * counts for the gate: a cell that loses its edge in a later fold holds.
+ */
+export function foldBounds(
+  gateSplits: readonly number[],
+  split: number,
+  extraSplits: readonly number[],
+): number[] {
+  return [...gateSplits, split, ...extraSplits, Number.POSITIVE_INFINITY];
+}
+
 /** Timing skill shown: the one-sided 95 % day-block bound of (hit − random same mix) above 0. */
 export function showsSkill(score: CallScore): boolean {
   return score.calls.n > 0 && score.skill.dayBlock.lowOneSided > 0;
@@ -257,10 +271,29 @@ export interface VolScore {
   scaleRatio: number;
 }
 
+/** Share of the points whose H-candle log return fell inside the model's band. */
+export function bandCoverage(points: readonly Sample[], model: VolatilityModel): number {
+  let inside = 0;
+  for (const s of points) {
+    const sigma = Math.sqrt(forecastVariance(model, [s.f0, s.f1, s.f2]));
+    const r = Math.log1p(s.forward);
+    if (r >= model.bandLow * sigma && r <= model.bandHigh * sigma) inside++;
+  }
+  return points.length === 0 ? Number.NaN : inside / points.length;
+}
+
+/**
+ * Volatility skill and band coverage. `points` may overlap (every candle, not one per horizon):
+ * with one point per horizon a 1d band is scored on only ~25 start days over five months and
+ * the figure swings by several points with the arbitrary phase. The bootstrap then resamples
+ * blocks of `blockMs` (at least a day, at least one horizon) so overlapping outcomes stay
+ * inside one block.
+ */
 export function scoreVolatility(
   points: readonly Sample[],
   model: VolatilityModel,
   nominal: number,
+  blockMs: number = DAY_MS,
 ): VolScore {
   const pts = points.map((s) => {
     const v = forecastVariance(model, [s.f0, s.f1, s.f2]);
@@ -283,7 +316,7 @@ export function scoreVolatility(
       flat.map((p) => p.realised),
     );
   };
-  const days = byDay(pts, (p) => p.t);
+  const days = byBlock(pts, (p) => p.t, Math.max(DAY_MS, blockMs));
   const forecastRho = rho(days, 'forecast');
   const trailingRho = rho(days, 'trailing');
   const inside = pts.filter((p) => p.inside).length;

@@ -1,7 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { readCandleFile } from '../../../adapters/market/csv.ts';
-import { byDay, dayBlockInterval, spearman } from './bootstrap.ts';
-import { fitCell, fitVolatility, scoreCalls, scoreVolatility, testPoints } from './cells.ts';
+import { byBlock, byDay, dayBlockInterval, spearman } from './bootstrap.ts';
+import { fitCell, fitVolatility, foldBounds, scoreCalls, scoreVolatility, testPoints } from './cells.ts';
 import { fitCarryTable, loadFundingHistory } from './funding.ts';
 import { collectSamples, type Sample } from './walk-forward.ts';
 
@@ -34,6 +34,7 @@ describe('walk-forward fits see no test months', () => {
     const history = await loadFundingHistory(DIR);
     const cut = Date.UTC(2025, 9, 15);
     const a = fitCarryTable(history, cut);
+    expect(a.choice?.folds).toEqual([Date.UTC(2025, 7, 1), Date.UTC(2025, 8, 1), Date.UTC(2025, 9, 1)]);
     for (const perVenue of history.series.values()) {
       for (const [venue, rows] of perVenue) {
         perVenue.set(
@@ -42,13 +43,31 @@ describe('walk-forward fits see no test months', () => {
         );
       }
     }
+    // The half-life choice (inner folds) and the fit both stay inside the months before the cut.
     const b = fitCarryTable(history, cut);
-    expect({ ...b, fittedAt: '' }).toEqual({ ...a, fittedAt: '' });
-    expect(a.buckets[0]!.horizons.map((h) => h.hours)).toEqual([8, 24, 72, 168]);
+    expect(b.choice).toEqual(a.choice);
+    expect({ ...b.table, fittedAt: '' }).toEqual({ ...a.table, fittedAt: '' });
+    expect(a.table.buckets[0]!.horizons.map((h) => h.hours)).toEqual([8, 24, 72, 168]);
+    // The shipped table records the half-life the training folds chose.
+    expect(a.table.halfLifeDays ?? null).toBe(a.choice!.halfLifeDays);
+  });
+});
+
+describe('the gate tests every fold', () => {
+  it('includes the split and the later folds, the last running to the end of the data', () => {
+    const [feb, apr, jun, aug] = [1, 3, 5, 7].map((m) => Date.UTC(2025, m, 1));
+    expect(foldBounds([feb!, apr!], jun!, [aug!])).toEqual([feb, apr, jun, aug, Number.POSITIVE_INFINITY]);
   });
 });
 
 describe('scores with day-block intervals', () => {
+  it('keeps overlapping horizons in one bootstrap block', () => {
+    const DAY = 86_400_000;
+    const items = Array.from({ length: 12 }, (_, d) => ({ t: d * DAY }));
+    expect(byBlock(items, (x) => x.t, 6 * DAY).map((b) => b.length)).toEqual([6, 6]);
+    expect(byDay(items, (x) => x.t)).toHaveLength(12);
+  });
+
   it('measures timing skill against random calls at the same mix, and volatility skill against trailing volatility', () => {
     const fit = fitCell([samples], '5m', split, settings)!;
     const points = testPoints([samples], '5m', 6, split, Number.POSITIVE_INFINITY);

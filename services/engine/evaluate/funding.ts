@@ -152,9 +152,33 @@ export function sampleOpportunities(history: FundingHistory): Opportunity[] {
   return out;
 }
 
-/** Fits retention and the share net positive per spread bucket and horizon, before `split` only. */
-export function fitCarryTable(history: FundingHistory, split: number): CarryTable {
-  const opps = sampleOpportunities(history);
+/**
+ * Half-lives (days) the retention fit may weight training opportunities by; null = unweighted.
+ * Spreads decayed differently from one month to the next (much slower in the first training
+ * months than later), so a fit that weights old months as much as recent ones overstated the
+ * carry of the test months. Which half-life is used is chosen on the training months alone.
+ */
+export const HALF_LIFE_CANDIDATES_DAYS: readonly (number | null)[] = [7, 14, 30, 60, 120, null];
+/** Inner walk-forward folds for that choice: the first days of the last this many months before the split. */
+export const INNER_FOLDS = 3;
+
+export interface CarryFitOptions {
+  /** Use this half-life instead of choosing one by inner walk-forward (null = unweighted). */
+  halfLifeDays?: number | null;
+}
+
+/** Month starts (UTC) of the last `n` months before `split`, ascending. */
+export function innerFoldStarts(split: number, n: number): number[] {
+  const d = new Date(split);
+  const out: number[] = [];
+  for (let k = n; k >= 1; k--) {
+    const start = Date.UTC(d.getUTCFullYear(), d.getUTCMonth() - k + (d.getUTCDate() > 1 ? 1 : 0), 1);
+    if (start < split) out.push(start);
+  }
+  return out;
+}
+
+function fitBuckets(opps: readonly Opportunity[], split: number, halfLifeDays: number | null) {
   let trainFrom = Number.POSITIVE_INFINITY;
   const buckets = BUCKET_EDGES_BPS.map((fromBps, i) => {
     const toBps = BUCKET_EDGES_BPS[i + 1] ?? Number.POSITIVE_INFINITY;
@@ -163,33 +187,117 @@ export function fitCarryTable(history: FundingHistory, split: number): CarryTabl
       let naive = 0;
       let real = 0;
       let positive = 0;
+      let weight = 0;
       let n = 0;
       for (const o of inBucket) {
         const r = o.realised.get(hours);
-        if (r === undefined || o.t + hours * HOUR_MS > split) continue;
+        const end = o.t + hours * HOUR_MS;
+        if (r === undefined || end > split) continue;
+        // Age counted from when the outcome was known: a horizon that ended just before the
+        // split is as recent as the fit can see.
+        const w = halfLifeDays === null ? 1 : 2 ** (-(split - end) / (halfLifeDays * 24 * HOUR_MS));
         trainFrom = Math.min(trainFrom, o.t);
-        naive += o.spreadBpsPerHour * hours;
-        real += r;
+        naive += w * o.spreadBpsPerHour * hours;
+        real += w * r;
+        weight += w;
         n++;
-        if (r > roundTripFeeBps(o.longVenue, o.shortVenue)) positive++;
+        if (r > roundTripFeeBps(o.longVenue, o.shortVenue)) positive += w;
       }
       return {
         hours,
         retention: naive > 0 ? real / naive : 0,
-        shareNetPositive: n === 0 ? 0 : positive / n,
+        shareNetPositive: weight === 0 ? 0 : Math.min(1, positive / weight),
         samples: n,
       };
     });
     return { fromBps, horizons };
   });
+  return { buckets, trainFrom };
+}
+
+/** Expected ÷ realised carry summed over the opportunities (what the report's ratio measures). */
+function ratioOn(opps: readonly Opportunity[], table: CarryTable, hi: number): number {
+  const hours = CARRY_HORIZONS_HOURS[hi]!;
+  let e = 0;
+  let r = 0;
+  for (const o of opps) {
+    const real = o.realised.get(hours);
+    if (real === undefined) continue;
+    e += carryFigures(table, o.spreadBpsPerHour, o.longVenue, o.shortVenue).horizons[hi]!.expectedCarryBps;
+    r += real;
+  }
+  return r > 0 && e > 0 ? e / r : Number.NaN;
+}
+
+export interface HalfLifeChoice {
+  halfLifeDays: number | null;
+  /** Mean squared log(expected ÷ realised) over the inner folds and horizons, per candidate. */
+  losses: Array<{ halfLifeDays: number | null; loss: number }>;
+  folds: number[];
+}
+
+/**
+ * Walk-forward inside the training months: for each inner fold start s, fit on opportunities
+ * whose horizon ended before s, score expected ÷ realised on opportunities sampled from s to
+ * the next fold start whose horizon ended before the outer split. Nothing at or after `split`
+ * is read.
+ */
+export function chooseHalfLife(opps: readonly Opportunity[], split: number): HalfLifeChoice {
+  const folds = innerFoldStarts(split, INNER_FOLDS);
+  const threshold = BUCKET_EDGES_BPS[0]!;
+  const losses = HALF_LIFE_CANDIDATES_DAYS.map((halfLifeDays) => {
+    let sum = 0;
+    let n = 0;
+    folds.forEach((start, i) => {
+      const end = folds[i + 1] ?? split;
+      const table = tableOf(fitBuckets(opps, start, halfLifeDays), start, halfLifeDays);
+      CARRY_HORIZONS_HOURS.forEach((hours, hi) => {
+        const test = opps.filter(
+          (o) =>
+            o.t >= start &&
+            o.t < end &&
+            o.t + hours * HOUR_MS <= split &&
+            o.spreadBpsPerHour * 8 >= threshold,
+        );
+        const ratio = ratioOn(test, table, hi);
+        if (!Number.isFinite(ratio)) return;
+        sum += Math.log(ratio) ** 2;
+        n++;
+      });
+    });
+    return { halfLifeDays, loss: n === 0 ? Number.POSITIVE_INFINITY : sum / n };
+  });
+  let best = losses[losses.length - 1]!;
+  for (const l of losses) if (l.loss < best.loss) best = l;
+  return { halfLifeDays: best.halfLifeDays, losses, folds };
+}
+
+function tableOf(fit: ReturnType<typeof fitBuckets>, split: number, halfLifeDays: number | null): CarryTable {
   return CarryTableSchema.parse({
     version: 1,
-    trainFrom: Number.isFinite(trainFrom) ? trainFrom : split,
+    trainFrom: Number.isFinite(fit.trainFrom) ? fit.trainFrom : split,
     trainTo: split,
     fittedAt: new Date().toISOString(),
     sampleEveryHours: SAMPLE_EVERY_HOURS,
-    buckets,
+    halfLifeDays,
+    buckets: fit.buckets,
   });
+}
+
+/**
+ * Fits retention and the share net positive per spread bucket and horizon on opportunities
+ * whose horizon ended before `split` only, weighting them by recency with a half-life chosen
+ * by walk-forward inside the training months (chooseHalfLife).
+ */
+export function fitCarryTable(
+  history: FundingHistory,
+  split: number,
+  options: CarryFitOptions = {},
+): { table: CarryTable; choice: HalfLifeChoice | null } {
+  const opps = sampleOpportunities(history);
+  const choice = options.halfLifeDays === undefined ? chooseHalfLife(opps, split) : null;
+  const halfLifeDays = choice ? choice.halfLifeDays : (options.halfLifeDays ?? null);
+  return { table: tableOf(fitBuckets(opps, split, halfLifeDays), split, halfLifeDays), choice };
 }
 
 export interface CarryHorizonResult {
@@ -225,6 +333,8 @@ export interface CarryEvaluation {
   }>;
   table: CarryTable;
   skipped: string[];
+  /** How the half-life was chosen (null when scoring a shipped table). */
+  halfLife: HalfLifeChoice | null;
 }
 
 export function evaluateCarry(history: FundingHistory, table: CarryTable, from: number): CarryEvaluation {
@@ -315,5 +425,6 @@ export function evaluateCarry(history: FundingHistory, table: CarryTable, from: 
     topPick,
     table,
     skipped: history.skipped,
+    halfLife: null,
   };
 }

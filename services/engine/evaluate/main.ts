@@ -5,22 +5,24 @@ import { aggregateCandles } from '../../../adapters/market/aggregate.ts';
 import { readCandleFile } from '../../../adapters/market/csv.ts';
 import { parseCandleFileName } from '../../../adapters/market/replay-layout.ts';
 import { SHARED_MARKET_DIR } from '../../../adapters/market/shared-data.ts';
-import type { Timeframe } from '../../../contracts/market.ts';
+import { TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
 import {
   type CalibrationTable,
   CalibrationTableSchema,
   type VolatilityTable,
   VolatilityTableSchema,
 } from '../../../contracts/signals.ts';
-import { parseCarryTable } from '../funding/carry.ts';
+import { type CarryTable, parseCarryTable } from '../funding/carry.ts';
 import { parseCalibrationTable } from '../signals/calibration.ts';
 import { DEFAULT_HOLD_BAND, ENGINE_VERSION } from '../signals/verdict.ts';
 import { parseVolatilityTable, VOL_HALF_LIVES } from '../signals/volatility.ts';
 import {
+  bandCoverage,
   type CallScore,
   type CellFit,
   fitCell,
   fitVolatility,
+  foldBounds,
   type Kind,
   type Settings,
   scoreCalls,
@@ -167,19 +169,25 @@ if (!scoreOnly) {
       if (!shipped) continue;
       for (const series of perCoin) if (series[0]) trainFrom = Math.min(trainFrom, series[0].closeTime);
       if (kind === 'spot') curves[tf] = shipped.curve;
+      // Every fold we test counts, the later ones included: the folds partition the months
+      // from the first gate split on (each refits on everything before it and tests up to the
+      // next boundary), and the spot 2022 era is scored with the shipped fit. `training` marks
+      // the evidence that lies before the split: the gate as it could be decided then.
       const evidence: CellReport['evidence'] = [];
-      const bounds = [...gateSplits, split];
-      for (let i = 0; i < gateSplits.length; i++) {
-        const g = gateSplits[i]!;
-        const fit = fitCell(perCoin, tf, g, settings);
+      const bounds = foldBounds(gateSplits, split, extraSplits);
+      for (let i = 0; i < bounds.length - 1; i++) {
+        const g = bounds[i]!;
+        const fit = g === split ? shipped : fitCell(perCoin, tf, g, settings);
         if (!fit) continue;
         const score = scoreCalls(testPoints(perCoin, tf, settings.horizon, g, bounds[i + 1]!), fit, settings);
         const agrees = fit.direction === shipped.direction;
+        const end = Number.isFinite(bounds[i + 1]!) ? label(bounds[i + 1]!) : 'end of data';
         evidence.push({
-          label: `fold fit < ${label(g)}, test ${label(g)} → ${label(bounds[i + 1]!)}`,
+          label: `fold fit < ${label(g)}, test ${label(g)} → ${end}`,
           score,
           agrees,
           pass: agrees && showsSkill(score),
+          training: g < split,
         });
       }
       const eraSeries = kind === 'spot' ? era.get(tf) : undefined;
@@ -191,9 +199,12 @@ if (!scoreOnly) {
           score: eraScore,
           agrees: true,
           pass: showsSkill(eraScore),
+          training: true,
         });
       }
       const emit = evidence.length > 0 && evidence.every((e) => e.pass);
+      const training = evidence.filter((e) => e.training);
+      const emitAtSplit = training.length > 0 && training.every((e) => e.pass);
       cells[`${kind}:${tf}`] = {
         emit,
         direction: shipped.direction,
@@ -222,6 +233,7 @@ if (!scoreOnly) {
         kind,
         timeframe: tf,
         emit,
+        emitAtSplit,
         direction: shipped.direction,
         evidence,
         test,
@@ -277,6 +289,7 @@ if (!scoreOnly) {
         kind,
         timeframe: tf,
         emit: entry.emit,
+        emitAtSplit: null,
         direction: entry.direction,
         evidence: [],
         test: scoreCalls(
@@ -306,9 +319,18 @@ for (const [kind, set] of [
     if (!perCoin || !model) continue;
     const from = kind === 'era 2022' ? 0 : volFrom;
     const to = kind === 'era 2022' ? split : Number.POSITIVE_INFINITY;
-    const points = testPoints(perCoin, tf, settings.horizon, from, to);
-    if (points.length < 30) continue;
-    volReports.push({ kind, timeframe: tf, score: scoreVolatility(points, model, volTable.bandCoverage) });
+    const sparse = testPoints(perCoin, tf, settings.horizon, from, to);
+    if (sparse.length < 30) continue;
+    // Scored on every closed candle, blocks one horizon long (see scoreVolatility); the old
+    // one-point-per-horizon coverage is kept beside it.
+    const every = testPoints(perCoin, tf, 1, from, to);
+    volReports.push({
+      kind,
+      timeframe: tf,
+      score: scoreVolatility(every, model, volTable.bandCoverage, settings.horizon * TIMEFRAME_MS[tf]),
+      sparseCoverage: bandCoverage(sparse, model),
+      sparsePoints: sparse.length,
+    });
   }
 }
 log('volatility scored');
@@ -319,11 +341,17 @@ const history = await loadFundingHistory(values.data);
 if (history.coins === 0) {
   log(`skipped funding: no funding/{binance,bybit,hyperliquid} files under ${values.data}`);
 } else {
-  const carryTable = scoreOnly
-    ? parseCarryTable(JSON.parse(await readFile(values['carry-table'], 'utf8')))
-    : fitCarryTable(history, fundingSplit);
+  let halfLife: CarryEvaluation['halfLife'] = null;
+  let carryTable: CarryTable;
+  if (scoreOnly) {
+    carryTable = parseCarryTable(JSON.parse(await readFile(values['carry-table'], 'utf8')));
+  } else {
+    const fit = fitCarryTable(history, fundingSplit);
+    carryTable = fit.table;
+    halfLife = fit.choice;
+  }
   const from = scoreOnly && values.from ? day(values.from) : carryTable.trainTo;
-  carry = evaluateCarry(history, carryTable, from);
+  carry = { ...evaluateCarry(history, carryTable, from), halfLife };
   if (!scoreOnly) await writeFile(values['carry-table'], `${JSON.stringify(carryTable, null, 2)}\n`);
   log(`funding carry scored on ${carry.opportunities} opportunities`);
 }

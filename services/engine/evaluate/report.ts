@@ -10,8 +10,10 @@ export interface CellReport {
   kind: Kind;
   timeframe: Timeframe;
   emit: boolean;
+  /** The gate on the evidence before the split alone (null when scoring shipped tables). */
+  emitAtSplit: boolean | null;
   direction: 1 | -1;
-  evidence: Array<{ label: string; score: CallScore; agrees: boolean; pass: boolean }>;
+  evidence: Array<{ label: string; score: CallScore; agrees: boolean; pass: boolean; training: boolean }>;
   test: CallScore | null;
   later: CallScore | null;
   era: CallScore | null;
@@ -21,6 +23,9 @@ export interface VolReport {
   kind: Kind | 'era 2022';
   timeframe: Timeframe;
   score: VolScore;
+  /** Coverage on one point per horizon (the old, phase-dependent measure) and its point count. */
+  sparseCoverage: number;
+  sparsePoints: number;
 }
 
 export interface ReportInput {
@@ -94,14 +99,14 @@ function holdShare(
 
 function volTable(rows: VolReport[]): string[] {
   const out = [
-    '| set | tf | test points | rank corr. forecast vs realised | trailing-vol baseline | forecast − baseline [day-block 95%] | 80% band coverage [day-block 95%] | within ±5 pts of nominal | mean forecast σ / mean realised σ |',
-    '|---|---|---:|---:|---:|---|---|---|---:|',
+    '| set | tf | test points (every candle) | rank corr. forecast vs realised | trailing-vol baseline | forecast − baseline [block 95%] | 80% band coverage [block 95%] | within ±5 pts of nominal | coverage, one point per horizon (points) | mean forecast σ / mean realised σ |',
+    '|---|---|---:|---:|---:|---|---|---|---|---:|',
   ];
   for (const r of rows) {
     const s = r.score;
     const within = Math.abs(s.coverage.value - s.nominal) <= 0.05;
     out.push(
-      `| ${r.kind} | ${r.timeframe} | ${s.points} | ${num(s.forecastRho, 3)} | ${num(s.trailingRho, 3)} | ${num(s.gain.value, 3)} ${ci(s.gain.dayBlock, (x) => num(x, 3))} | ${pct(s.coverage.value)} ${ci(s.coverage.dayBlock, pct)} | ${within ? 'yes' : 'no'} | ${num(s.scaleRatio)} |`,
+      `| ${r.kind} | ${r.timeframe} | ${s.points} | ${num(s.forecastRho, 3)} | ${num(s.trailingRho, 3)} | ${num(s.gain.value, 3)} ${ci(s.gain.dayBlock, (x) => num(x, 3))} | ${pct(s.coverage.value)} ${ci(s.coverage.dayBlock, pct)} | ${within ? 'yes' : 'no'} | ${pct(r.sparseCoverage)} (${r.sparsePoints}) | ${num(s.scaleRatio)} |`,
     );
   }
   return out;
@@ -110,7 +115,11 @@ function volTable(rows: VolReport[]): string[] {
 function carrySection(c: CarryEvaluation | null): string[] {
   if (c === null) return ['No funding files in this data directory: skipped.', ''];
   const out = [
-    `Opportunities: for each coin with funding on at least two of Binance, Bybit and Hyperliquid (${c.coins} coins), every ${c.table.sampleEveryHours} h from ${day(c.from)}, the pair the scan would show (latest fresh settlement per venue, hourly-normalised, long the lowest, short the highest) with a spread of at least ${c.thresholdBps} bps per 8 h: ${c.opportunities} opportunities. Realised carry = funding the short leg received minus funding the long leg paid, settlement by settlement, over the horizon. Fee = taker fee on entry and exit of both legs (${'2 × (long + short venue fee)'}). Retention fitted on opportunities whose horizon ended before ${day(c.table.trainTo)}.`,
+    `Opportunities: for each coin with funding on at least two of Binance, Bybit and Hyperliquid (${c.coins} coins), every ${c.table.sampleEveryHours} h from ${day(c.from)}, the pair the scan would show (latest fresh settlement per venue, hourly-normalised, long the lowest, short the highest) with a spread of at least ${c.thresholdBps} bps per 8 h: ${c.opportunities} opportunities. Realised carry = funding the short leg received minus funding the long leg paid, settlement by settlement, over the horizon. Fee = taker fee on entry and exit of both legs (${'2 × (long + short venue fee)'}). Retention fitted on opportunities whose horizon ended before ${day(c.table.trainTo)} (training ${day(c.table.trainFrom)} → ${day(c.table.trainTo)}, test from ${day(c.from)}), ${c.table.halfLifeDays ? `weighted by recency with a half-life of ${c.table.halfLifeDays} days` : 'unweighted'}.${
+      c.halfLife
+        ? ` The half-life was chosen by walk-forward inside the training months only: for each inner fold start (${c.halfLife.folds.map(day).join(', ')}) fit on what ended before it, score expected ÷ realised on the month after it (horizons ending before ${day(c.table.trainTo)}); mean squared log ratio per candidate: ${c.halfLife.losses.map((l) => `${l.halfLifeDays === null ? 'unweighted' : `${l.halfLifeDays} d`} ${num(l.loss, 3)}`).join(', ')}.`
+        : ''
+    }`,
     '',
     '| horizon | opportunities | expected / realised carry [day-block 95%] | spread-now × hours / realised (the old figure) | predicted share net positive | realised share net positive | realised net bps, top tenth by expected net | bottom tenth |',
     '|---:|---:|---|---:|---:|---:|---:|---:|',
@@ -161,8 +170,10 @@ export function renderReport(input: ReportInput): string {
   const volMain = input.vol.filter((v) => v.kind !== 'era 2022');
   const beatTrailing = volMain.filter((v) => v.score.gain.value > 0);
   const covered = volMain.filter((v) => Math.abs(v.score.coverage.value - v.score.nominal) <= 0.05);
+  const volEra = input.vol.filter((v) => v.kind === 'era 2022');
+  const eraCovered = volEra.filter((v) => Math.abs(v.score.coverage.value - v.score.nominal) <= 0.05);
   L.push(
-    `- Volatility forecast: rank correlation with realised volatility above the trailing-volatility baseline's on ${beatTrailing.length} of ${volMain.length} (set, timeframe) rows (day-block interval above 0 on ${volMain.filter((v) => v.score.gain.dayBlock.low > 0).length}); 80 % band coverage within ±5 points of nominal on ${covered.length} of ${volMain.length}.`,
+    `- Volatility forecast: rank correlation with realised volatility above the trailing-volatility baseline's on ${beatTrailing.length} of ${volMain.length} (set, timeframe) rows of the test months (block interval above 0 on ${volMain.filter((v) => v.score.gain.dayBlock.low > 0).length}); 80 % band coverage within ±5 points of nominal on ${covered.length} of ${volMain.length} test-month rows${volEra.length > 0 ? ` and ${eraCovered.length} of ${volEra.length} 2022-era rows` : ''}.`,
   );
   if (input.carry) {
     const h = input.carry.horizons;
@@ -170,17 +181,27 @@ export function renderReport(input: ReportInput): string {
       `- Funding carry: expected / realised carry ${h.map((x) => `${x.hours} h ${num(x.ratio.value)} ${ci(x.ratio.dayBlock, (y) => num(y))}`).join(', ')}; the spread-now figure alone overstated it ${h.map((x) => `${num(x.naiveRatio)}×`).join(', ')}.`,
     );
   }
+  const atSplit = cells.filter((c) => c.emitAtSplit);
+  if (!input.scoreOnly) {
+    L.push(
+      `- The gate on the evidence before ${day(table.trainTo)} alone (training folds and the 2022 era) would have let ${atSplit.length} cell(s) emit (${atSplit.map((c) => `${c.kind}:${c.timeframe}`).join(', ') || 'none'}); the shipped gate also requires the folds inside the test months, so the test-month figures of emitting cells are out of sample for the direction and confidence fits but not for the choice of which cells emit.`,
+    );
+  }
   L.push('');
 
-  L.push('## Method (fixed before the test months were looked at)', '');
+  L.push('## Method', '');
   L.push(
-    `- Every closed candle is streamed through the engine (services/engine/signals). Outcome of a call: forward return from the close the verdict saw to the close ${settings.horizon} candles later; a BUY is right when it exceeds the ${settings.feeBps} bps round-trip fee, a SELL when it is below −${settings.feeBps} bps. Test points are non-overlapping (one every ${settings.horizon} candles per coin).`,
+    "This method was revised after earlier versions of this report had shown test-month results (the gate's fold set, how band coverage is counted, the carry half-life search), so the test months are not untouched for the choice of method. What the code guarantees: every fitted quantity below is fitted on the training months named beside it and scored on later months.",
+    '',
+  );
+  L.push(
+    `- Every closed candle is streamed through the engine (services/engine/signals). Outcome of a call: forward return from the close the verdict saw to the close ${settings.horizon} candles later; a BUY is right when it exceeds the ${settings.feeBps} bps round-trip fee, a SELL when it is below −${settings.feeBps} bps. Call test points are non-overlapping (one every ${settings.horizon} candles per coin).`,
     `- Cells: venue kind (spot = Binance spot candles; perp = Binance USDT-M perpetual candles, 1h only) × timeframe. 5m/15m/30m are built from 5m candles, 1h…1d from 1h. No cell exists for 1m/3m (no data): they answer HOLD.`,
     `- Per cell, on training data only: the direction (follow or fade the composite score: the side whose training calls beat the fee more often) and an isotonic curve of "the call beat the fee" on |score| (confidence = round(100 × that probability)).`,
-    `- Gate (decided without the test months): walk-forward folds inside the training months (${input.gateSplits.map(day).join(', ')} → each refits on everything before it and tests up to the next boundary) plus, for spot, the 2022 era (Binance spot 2022-01 → 2022-04, LUNA collapse included) scored with the shipped fit. A cell emits BUY/SELL only when in every one of them the fitted sign agrees with the shipped sign and timing skill (hit rate − the hit rate of random calls at the same BUY:SELL mix on the same points) has its one-sided 95 % day-block bootstrap bound above 0. Perp cells have no 2022 data; their evidence is the folds alone.`,
-    `- Test months: from ${day(table.trainTo)} (the shipped tables never saw them). A later fold (${input.extraSplits.map(day).join(', ')}) refits on everything before it: a stability check, nothing is chosen on it.`,
-    '- Intervals: Wilson (per call, too narrow because coins move together) beside a day-block bootstrap (all coins of a UTC day resampled together, 400 resamples, seeded).',
-    `- Volatility: HAR-type model in logs: log realised variance of the next ${input.volTable.horizonCandles} candles on the logs of three EWMA variances of one-candle log returns (half-lives ${input.volTable.halfLives.join(', ')} candles), fitted per timeframe on spot training months; the ${Math.round(100 * input.volTable.bandCoverage)} % expected-move band uses the training quantiles of the standardised return. Baseline: plain trailing variance of the last 20 candles. \`volatile\`/\`squeeze\` follow the forecast's percentile in its 200-candle window.`,
+    `- Gate: every fold we test counts. Walk-forward folds at ${[...input.gateSplits, table.trainTo, ...input.extraSplits].map(day).join(', ')} (each refits direction and curve on everything before it, the one at ${day(table.trainTo)} is the shipped fit, and tests up to the next boundary or the end of the data) plus, for spot, the 2022 era (Binance spot 2022-01 → 2022-04, LUNA collapse included) scored with the shipped fit. A cell emits BUY/SELL only when in every one of them the fitted sign agrees with the shipped sign and timing skill (hit rate − the hit rate of random calls at the same BUY:SELL mix on the same points) has its one-sided 95 % day-block bootstrap bound above 0. The folds from ${day(table.trainTo)} on lie in the test months: the emit flags use them. Perp cells have no 2022 data; their evidence is the folds alone.`,
+    `- Test months: from ${day(table.trainTo)}. The shipped direction, confidence curves and volatility model were fitted on months before it only; the emit flags (above) were not. A later fold (${input.extraSplits.map(day).join(', ')}) refits on everything before it.`,
+    '- Intervals: Wilson (per call, too narrow because coins move together) beside a day-block bootstrap (all coins of a UTC day resampled together, 400 resamples, seeded; 50 for the volatility rank-correlation gain, whose statistic sorts every test point).',
+    `- Volatility: HAR-type model in logs: log realised variance of the next ${input.volTable.horizonCandles} candles on the logs of three EWMA variances of one-candle log returns (half-lives ${input.volTable.halfLives.join(', ')} candles), fitted per timeframe on spot training months; the ${Math.round(100 * input.volTable.bandCoverage)} % expected-move band uses the training quantiles of the standardised return. Scored on every closed candle of the test months (overlapping horizons) with a bootstrap over blocks one horizon long (at least a day); one point per horizon leaves ~25 start days for 1d over five months, and its coverage moves by several points with the arbitrary phase (kept in its own column). Baseline: plain trailing variance of the last 20 candles. \`volatile\`/\`squeeze\` follow the forecast's percentile in its 200-candle window.`,
     '',
   );
 
@@ -257,30 +278,60 @@ export function renderReport(input: ReportInput): string {
         ? `; on ${emitting
             .filter((c) => !monotone.includes(c))
             .map((c) => `${c.kind}:${c.timeframe}`)
-            .join(', ')} the top bin hits less often than the one below it (see the reliability tables)`
+            .join(
+              ', ',
+            )} the observed hit share falls from one bin to the next somewhere (see the reliability tables): hit rate does not rise with confidence everywhere`
         : ''
     }.`,
   );
+  const brierSets: Array<[string, (c: CellReport) => CallScore | null]> = [
+    ['test months', (c) => c.test],
+    ['later fold', (c) => c.later],
+    ['2022 era', (c) => c.era],
+  ];
+  const brierMiss = brierSets.flatMap(([name, pick]) =>
+    emitting
+      .filter((c) => {
+        const s = pick(c);
+        return s !== null && s.calls.n > 0 && !(s.brier <= s.brierBase);
+      })
+      .map((c) => `${c.kind}:${c.timeframe} (${name})`),
+  );
+  L.push(
+    `- Brier at or below the base-rate Brier on every emitting timeframe in the test months, the later fold and the 2022 era: ${brierMiss.length === 0 ? 'yes' : `no: ${brierMiss.join(', ')}`}. The margins are small (see the tables): confidence carries little information beyond the base rate.`,
+  );
+  for (const c of emitting) {
+    const weakest = c.evidence.reduce<CellReport['evidence'][number] | null>(
+      (w, e) =>
+        w === null || e.score.skill.dayBlock.lowOneSided < w.score.skill.dayBlock.lowOneSided ? e : w,
+      null,
+    );
+    if (weakest)
+      L.push(
+        `- ${c.kind}:${c.timeframe} passes the gate narrowest on "${weakest.label}": one-sided bound ${pts(weakest.score.skill.dayBlock.lowOneSided)} pts (two-sided 95 % ${ci(weakest.score.skill.dayBlock, pts)}).`,
+      );
+  }
   const heldOk = emitting.filter((c) => c.test && c.test.skill.dayBlock.lowOneSided > 0);
   L.push(
     `- Emitting cells whose timing skill held on the test months (one-sided bound above 0): ${heldOk.length} of ${emitting.length}.`,
   );
-  const volFail = volMain.filter((v) => Math.abs(v.score.coverage.value - v.score.nominal) > 0.05);
+  const volFail = input.vol.filter((v) => Math.abs(v.score.coverage.value - v.score.nominal) > 0.05);
   if (volFail.length > 0) {
     L.push(
-      `- Band coverage missed ±5 points on ${volFail.map((v) => `${v.kind}:${v.timeframe} (${pct(v.score.coverage.value)}, ${v.score.points} points)`).join(', ')}: too wide there; the forecast's scale is fitted in logs and its mean runs above the mean realised σ (ratio column).`,
+      `- Band coverage missed ±5 points on ${volFail.map((v) => `${v.kind}:${v.timeframe} (${pct(v.score.coverage.value)}, ${v.score.points} points)`).join(', ')}.`,
     );
   }
   if (input.carry) {
     const h = input.carry.horizons;
     const over = h.filter((x) => x.ratio.dayBlock.low > 1);
+    const under = h.filter((x) => x.ratio.dayBlock.high < 1);
     const ordered = h.filter((x) => x.topTenthNetBps > x.bottomTenthNetBps);
     L.push(
-      `- Funding: the expected carry still overstates what was collected at ${over.length} of ${h.length} horizons (interval above 1): the spreads of the test months decayed faster than those of the training months. Ranking by expected net carry put a better realised net in the top tenth than in the bottom tenth at ${ordered.length} of ${h.length} horizons. Net of both legs' fees, ${h.map((x) => `${pct(x.realisedShare)} at ${x.hours} h`).join(', ')} of opportunities ended positive: most do not pay.`,
+      `- Funding: expected ÷ realised carry has its interval above 1 (overstates) at ${over.length} of ${h.length} horizons${over.length ? ` (${over.map((x) => `${x.hours} h`).join(', ')})` : ''}, below 1 (understates) at ${under.length}${under.length ? ` (${under.map((x) => `${x.hours} h`).join(', ')})` : ''}, and includes 1 at ${h.length - over.length - under.length}. Ranking by expected net carry put a better realised net in the top tenth than in the bottom tenth at ${ordered.length} of ${h.length} horizons. Net of both legs' fees, ${h.map((x) => `${pct(x.realisedShare)} at ${x.hours} h`).join(', ')} of opportunities ended positive: most do not pay.`,
     );
   }
   L.push(
-    '- Limits: the gate used the 2022 era, so it is no longer untouched data; the later fold overlaps the test months. The later months the data set keeps back are the real test. Perp context (funding, basis) is part of the live score on perpetuals but absent from these candle files, so perp figures are for the technical score alone.',
+    '- Limits: the gate uses the 2022 era and the folds inside the test months, so neither is untouched data for the choice of emitting cells. The later months the data set keeps back are the real test. Perp context (funding, basis) is part of the live score on perpetuals but absent from these candle files, so perp figures are for the technical score alone.',
     '',
   );
 
@@ -288,7 +339,7 @@ export function renderReport(input: ReportInput): string {
   L.push(
     '- `services/engine/signals/calibration/table.json`: per cell the direction, the confidence curve, the gate evidence and `emit`.',
     '- `services/engine/signals/calibration/volatility.json`: per timeframe the HAR coefficients, residual variance and band quantiles.',
-    '- `services/engine/funding/carry.json`: per spread bucket and horizon the retention of the spread and the share of training opportunities net positive after fees.',
+    '- `services/engine/funding/carry.json`: per spread bucket and horizon the retention of the spread and the share of training opportunities net positive after fees (recency-weighted, `halfLifeDays`).',
     '',
   );
   return `${L.join('\n')}\n`;

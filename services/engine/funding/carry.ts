@@ -6,7 +6,7 @@ import type { Exchange } from '../../../contracts/market.ts';
  * the short leg minus the funding paid on the long leg over the next hours is, on average, a
  * fraction of "spread now × hours". The evaluation fits that fraction per horizon and per size
  * of the spread from the funding history (ratio of realised to naive carry over the training
- * opportunities), together with the share of those opportunities that ended net positive after
+ * opportunities, recent ones weighted more: see halfLifeDays), together with the share of those opportunities that ended net positive after
  * the fee for entering and leaving both legs. Pure: no clock, no I/O.
  */
 
@@ -42,6 +42,11 @@ export const CarryTableSchema = z.object({
   fittedAt: z.iso.datetime(),
   /** Opportunities were sampled every this many hours per coin. */
   sampleEveryHours: z.number().positive(),
+  /**
+   * Training opportunities were weighted by 2^(−age / half-life), age counted back from the end
+   * of training; null or absent = unweighted. Chosen by walk-forward inside the training months.
+   */
+  halfLifeDays: z.number().positive().nullable().optional(),
   /** Spread buckets (bps per 8 h, lower edges, ascending); the first edge is the fit's threshold. */
   buckets: z
     .array(z.object({ fromBps: z.number().nonnegative(), horizons: z.array(HorizonFit).min(1) }))

@@ -14,6 +14,7 @@ import type { Readiness } from '../shared/readiness.ts';
 import { SERVICE_VERSION } from './discovery/catalog.ts';
 import { registerOpenApi } from './openapi.ts';
 import { opsRoutes } from './ops-routes.ts';
+import { OneLinePerRequest } from './request-log.ts';
 
 export interface AppDeps {
   config: Pick<Config, 'BODY_LIMIT_BYTES'> & Partial<Pick<Config, 'REQUEST_TIMEOUT_MS' | 'TRUST_PROXY'>>;
@@ -34,6 +35,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const requestTimeout = deps.config.REQUEST_TIMEOUT_MS ?? 30_000;
   const app = Fastify({
     loggerInstance: deps.logger as FastifyBaseLogger,
+    logController: new OneLinePerRequest(),
     // Request ids end up in events (a paid call's requestId and correlation id): Fastify's
     // per-process counter (req-1, req-2…) repeats across replicas and restarts.
     genReqId: () => randomUUID(),
@@ -77,7 +79,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
 
   if (deps.metrics) {
     const { httpDuration } = deps.metrics;
-    app.addHook('onResponse', async (request, reply) => {
+    // A callback hook, not an async one: it runs on every request and a promise per call shows.
+    app.addHook('onResponse', (request, reply, done) => {
       httpDuration.observe(
         {
           method: request.method,
@@ -86,6 +89,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
         },
         reply.elapsedTime / 1000,
       );
+      done();
     });
   }
 

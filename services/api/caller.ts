@@ -43,9 +43,19 @@ function anonymousSubject(clientAddress: string): QuotaSubject {
   };
 }
 
+/** Hashes of recent client addresses: a quote or anonymous call hashes its caller's address on every request. */
+const anonymousIds = new Map<string, string>();
+const REMEMBERED_ADDRESSES = 10_000;
+
 /** Anonymous callers are counted by a hash of their address, never the address itself. */
 function anonymousSubjectId(clientAddress: string): string {
-  return createHash('sha256').update(`anonymous:${clientAddress}`, 'utf8').digest('hex');
+  let id = anonymousIds.get(clientAddress);
+  if (id === undefined) {
+    id = createHash('sha256').update(`anonymous:${clientAddress}`, 'utf8').digest('hex');
+    if (anonymousIds.size >= REMEMBERED_ADDRESSES) anonymousIds.delete(anonymousIds.keys().next().value!);
+    anonymousIds.set(clientAddress, id);
+  }
+  return id;
 }
 
 export async function identifyCaller(

@@ -8,6 +8,7 @@ import { documented, type ResponseDoc } from '../openapi.ts';
 import { InFlightIds, requestIds } from './in-flight.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
 import { createMcpServer } from './server.ts';
+import { answerToolCall, plainToolCall } from './session-call.ts';
 import { SessionTable } from './sessions.ts';
 import { statelessMcp } from './stateless.ts';
 import type { ToolCallDeps } from './tool-call.ts';
@@ -146,6 +147,8 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
         }
         // Answered, failed or dropped by the client: the id is free again.
         reply.raw.once('close', claim.release);
+        const call = plainToolCall(request);
+        if (call !== null) return answerToolCall(options, call, request, reply, sessionId);
       }
       reply.hijack();
       for (const [name, value] of Object.entries(reply.getHeaders())) {

@@ -271,9 +271,23 @@ async function paidToolCall(deps: ToolCallDeps, caller: Caller, call: PaidToolCa
   }
 }
 
+/** Results whose text content is the JSON of their structuredContent, by result object. */
+const structuredJson = new WeakMap<CallToolResult, string>();
+
+/**
+ * The JSON of a served result's structuredContent, when the result is exactly as toolResult made
+ * it (its text content is that JSON): the session path splices it instead of serialising twice.
+ */
+export function structuredJsonOf(result: CallToolResult): string | undefined {
+  return structuredJson.get(result);
+}
+
 /** A served result: the text content carries the same object for clients that ignore structuredContent. */
 function toolResult(structured: Record<string, unknown>): CallToolResult {
-  return { content: [{ type: 'text', text: JSON.stringify(structured) }], structuredContent: structured };
+  const text = JSON.stringify(structured);
+  const result: CallToolResult = { content: [{ type: 'text', text }], structuredContent: structured };
+  structuredJson.set(result, text);
+  return result;
 }
 
 function toolError(text: string, structured: Record<string, unknown>): CallToolResult {

@@ -31,8 +31,17 @@ afterEach(async () => {
   await app?.close();
 });
 
-async function setup(now: number) {
-  const store = new MemoryEventStore();
+/** The real in-memory store, counting stream reads: how often an answer was computed. */
+class CountingStore extends MemoryEventStore {
+  reads = 0;
+  override readStream(...args: Parameters<MemoryEventStore['readStream']>) {
+    this.reads++;
+    return super.readStream(...args);
+  }
+}
+
+async function setup(now: number | (() => number)) {
+  const store = new CountingStore();
   await recordVerdict(store, draft(0, 'ranging'));
   await recordVerdict(store, draft(1, 'volatile')); // revision 1, RegimeShifted at 2
   await recordVerdict(store, draft(2, 'volatile')); // revision 3
@@ -41,7 +50,13 @@ async function setup(now: number) {
     logger: pino({ level: 'silent' }),
     readiness: new Readiness(),
     metrics: null,
-    plugins: [verifyRoutes({ store, baseUrl: 'https://signals.example/', now: () => now })],
+    plugins: [
+      verifyRoutes({
+        store,
+        baseUrl: 'https://signals.example/',
+        now: typeof now === 'function' ? now : () => now,
+      }),
+    ],
   });
   return { store, stream: verdictStream(draft(0, 'ranging')) };
 }
@@ -97,5 +112,51 @@ describe('GET /verify/:stream/:revision', () => {
         message: 'revision must be a decimal integer',
       });
     }
+  });
+
+  it('computes a revealed answer once and serves it as immutable, revalidated by its ETag', async () => {
+    const { store, stream } = await setup(T0 + 100 * HOUR);
+    const first = await app!.inject({ method: 'GET', url: `/verify/${stream}/1` });
+    expect(first.statusCode).toBe(200);
+    expect(first.headers['cache-control']).toBe('public, max-age=86400, immutable');
+    expect(first.headers['content-type']).toBe('application/json; charset=utf-8');
+    const etag = first.headers.etag as string;
+    expect(etag).toBe(`"${first.json().hash}"`);
+    const readsAfterFirst = store.reads;
+    for (let i = 0; i < 5; i++) {
+      const again = await app!.inject({ method: 'GET', url: `/verify/${stream}/1` });
+      expect(again.body).toBe(first.body);
+    }
+    expect(store.reads).toBe(readsAfterFirst);
+    const notModified = await app!.inject({
+      method: 'GET',
+      url: `/verify/${stream}/1`,
+      headers: { 'if-none-match': etag },
+    });
+    expect(notModified.statusCode).toBe(304);
+    expect(notModified.body).toBe('');
+  });
+
+  it('turns a sealed answer into the revealed one at its reveal time, never serving stale content', async () => {
+    let now = T0 + 3 * HOUR;
+    const { stream } = await setup(() => now);
+    const sealed = await app!.inject({ method: 'GET', url: `/verify/${stream}/3` });
+    expect(sealed.json().content).toBeNull();
+    // Reveal at T0 + 8 h: 20 s before it, no cache may hold the sealed answer past it.
+    now = T0 + 8 * HOUR - 20_000;
+    const soon = await app!.inject({ method: 'GET', url: `/verify/${stream}/3` });
+    expect(soon.json().content).toBeNull();
+    expect(soon.headers['cache-control']).toBe('public, max-age=20');
+    now = T0 + 8 * HOUR;
+    const revealed = await app!.inject({ method: 'GET', url: `/verify/${stream}/3` });
+    expect(revealed.json().content).toMatchObject({ call: 'SELL', price: 100_002 });
+    expect(revealed.headers.etag).not.toBe(sealed.headers.etag);
+  });
+
+  it('does not remember a verdict that is not recorded yet', async () => {
+    const { store, stream } = await setup(T0 + 100 * HOUR);
+    expect((await app!.inject({ method: 'GET', url: `/verify/${stream}/4` })).statusCode).toBe(404);
+    await recordVerdict(store, draft(3, 'volatile')); // revision 4
+    expect((await app!.inject({ method: 'GET', url: `/verify/${stream}/4` })).statusCode).toBe(200);
   });
 });

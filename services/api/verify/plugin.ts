@@ -50,11 +50,27 @@ const verifyDoc = documented({
   },
 });
 
+/** Answers kept in memory: a verify link is fetched again and again (shared, embedded in webhooks). */
+const CACHED_ANSWERS = 10_000;
+
+interface Answer {
+  /** The JSON body, serialised once. */
+  body: string;
+  etag: string;
+  revealAt: number;
+  revealed: boolean;
+}
+
 /**
  * GET /verify/:stream/:revision — public proof that a verdict was recorded, and when. Before its
  * outcome is known it shows only the chain (hash, previous hash, recording time), which a holder
  * of the verdict checks by hashing what they received; once REVEAL_AFTER_CANDLES candles have
  * closed, the content is shown too, so anyone can audit the track record.
+ *
+ * A recorded verdict never changes, so its answer is computed once (two reads, a hash check, the
+ * JSON) and served from memory after that: for good once revealed (`immutable`, with an ETag for
+ * revalidation), or until its reveal time before that. Unknown refs are never cached: the verdict
+ * may be recorded a moment later.
  */
 export function verifyRoutes(deps: {
   store: EventStore;
@@ -62,6 +78,42 @@ export function verifyRoutes(deps: {
   now?: () => number;
 }): FastifyPluginAsync {
   const now = deps.now ?? Date.now;
+  const answers = new Map<string, Answer>();
+  const remember = (key: string, answer: Answer) => {
+    if (answers.size >= CACHED_ANSWERS) answers.delete(answers.keys().next().value!);
+    answers.set(key, answer);
+  };
+
+  const compute = async (stream: string, revision: number, at: number): Promise<Answer | null> => {
+    const [recorded] = await deps.store.readStream(stream, { fromRevision: revision, maxCount: 1 });
+    const event = recorded ? parseDomainEvent(recorded) : null;
+    if (event?.type !== 'VerdictRecorded' || event.revision !== revision) return null;
+    const d: EventData<'VerdictRecorded'> = event.data;
+    const { hash, ...content } = d;
+    const revealAt = d.candleCloseTime + REVEAL_AFTER_CANDLES * TIMEFRAME_MS[d.timeframe];
+    const revealed = at >= revealAt;
+    const previous = await previousVerdict(deps.store, stream, revision);
+    const body = JSON.stringify({
+      verdictId: event.id,
+      stream,
+      revision,
+      position: event.position,
+      recordedAt: event.recordedAt,
+      exchange: d.exchange,
+      coin: d.coin,
+      timeframe: d.timeframe,
+      candleCloseTime: d.candleCloseTime,
+      engineVersion: d.engineVersion,
+      hash,
+      prevHash: d.prevHash,
+      hashValid: verdictHash(content) === hash,
+      previous: previous !== null ? verdictVerifyUrl(deps.baseUrl, { stream, revision: previous }) : null,
+      revealAt: new Date(revealAt).toISOString(),
+      content: revealed ? content : null,
+    });
+    return { body, etag: `"${hash}${revealed ? '' : '-sealed'}"`, revealAt, revealed };
+  };
+
   return async (app) => {
     app.get('/verify/:stream/:revision', { config: verifyDoc }, async (request, reply) => {
       const parsed = Params.safeParse(request.params);
@@ -71,37 +123,31 @@ export function verifyRoutes(deps: {
           .send({ code: 'invalid_verdict_ref', message: parsed.error.issues[0]!.message });
       }
       const { stream, revision } = parsed.data;
-      const [recorded] = await deps.store.readStream(stream, { fromRevision: revision, maxCount: 1 });
-      const event = recorded ? parseDomainEvent(recorded) : null;
-      if (event?.type !== 'VerdictRecorded' || event.revision !== revision) {
-        return reply
-          .code(404)
-          .send({ code: 'verdict_not_found', message: `no verdict at ${stream}/${revision}` });
+      const key = `${stream}/${revision}`;
+      const at = now();
+      let answer = answers.get(key);
+      // A sealed answer turns into the revealed one at its reveal time.
+      if (answer === undefined || (!answer.revealed && at >= answer.revealAt)) {
+        const computed = await compute(stream, revision, at);
+        if (computed === null) {
+          return reply
+            .code(404)
+            .send({ code: 'verdict_not_found', message: `no verdict at ${stream}/${revision}` });
+        }
+        answer = computed;
+        remember(key, answer);
       }
-      const d: EventData<'VerdictRecorded'> = event.data;
-      const { hash, ...content } = d;
-      const revealAt = d.candleCloseTime + REVEAL_AFTER_CANDLES * TIMEFRAME_MS[d.timeframe];
-      const revealed = now() >= revealAt;
-      const previous = await previousVerdict(deps.store, stream, revision);
-      reply.header('cache-control', revealed ? 'public, max-age=86400' : 'public, max-age=60');
-      return {
-        verdictId: event.id,
-        stream,
-        revision,
-        position: event.position,
-        recordedAt: event.recordedAt,
-        exchange: d.exchange,
-        coin: d.coin,
-        timeframe: d.timeframe,
-        candleCloseTime: d.candleCloseTime,
-        engineVersion: d.engineVersion,
-        hash,
-        prevHash: d.prevHash,
-        hashValid: verdictHash(content) === hash,
-        previous: previous !== null ? verdictVerifyUrl(deps.baseUrl, { stream, revision: previous }) : null,
-        revealAt: new Date(revealAt).toISOString(),
-        content: revealed ? content : null,
-      };
+      const maxAge = answer.revealed
+        ? 86_400
+        : Math.max(1, Math.min(60, Math.ceil((answer.revealAt - at) / 1000)));
+      reply
+        .header(
+          'cache-control',
+          answer.revealed ? `public, max-age=${maxAge}, immutable` : `public, max-age=${maxAge}`,
+        )
+        .header('etag', answer.etag);
+      if (request.headers['if-none-match'] === answer.etag) return reply.code(304).send();
+      return reply.type('application/json; charset=utf-8').send(answer.body);
     });
   };
 }

@@ -1,0 +1,338 @@
+/**
+ * The service's hot HTTP paths as an outside caller sees them (issue 15, goals 1, 2, 7): the real
+ * service (`services/main.ts`, what `npm start` runs) in its own process, driven by autocannon in
+ * another process, in rounds alternating with a bare Fastify server (a third process) answering
+ * the same status, headers and body bytes captured from the service. Prints min/median/max of
+ * each side's rate and of the per-round ratio.
+ *
+ *   (a) keyed MCP `tools/call get_trade_call` on open sessions (what every plan customer does):
+ *       key resolution, quota peek, debit, durable QuotaDebited append, Streamable HTTP transport.
+ *       On embedded defaults (LMDB, in-process cache and bus) and on Redis + NATS. Target ≥ 0.5.
+ *   (b) `POST /x402/get_trade_call` without payment: the 402 quote. Target ≥ 0.6.
+ *   (c) `GET /verify/<stream>/<rev>`: an immutable chain proof. Target ≥ 0.5.
+ *
+ * The rate limiter runs, with limits raised past what a run sends, and the pro plan's monthly
+ * quota is raised, so every request does the full work (a 429 or quota refusal would be cheaper
+ * than a served call). After each
+ * keyed run the key's `_service.quota.used` is read back: it must have grown by the number of
+ * calls answered, so no call went undebited.
+ *
+ *   npx tsx bench/http-service.bench.ts [--paths=mcp,mcp-redis,quote,verify] [--seconds=3]
+ *     [--rounds=3] [--connections=32] [--cpu-prof=<dir>] (profile the service process)
+ */
+import { randomUUID } from 'node:crypto';
+import { pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import { deleteStream } from '../test/nats-server.ts';
+import { wipePrefix } from '../test/redis-probe.ts';
+import type { CannonResult } from './load-cannon.ts';
+import {
+  alternate,
+  type Comparison,
+  cannon,
+  capture,
+  issueKey,
+  type Proc,
+  report,
+  startBare,
+  startService,
+  tempDir,
+} from './load-http.ts';
+
+const TARGETS = { mcp: 0.5, 'mcp-redis': 0.5, quote: 0.6, verify: 0.5 } as const;
+type PathName = keyof typeof TARGETS;
+const ARGS = { coin: 'BTC', timeframe: '1h', exchange: 'BINANCE' } as const;
+const MCP_HEADERS = {
+  'content-type': 'application/json',
+  accept: 'application/json, text/event-stream',
+  'mcp-protocol-version': '2025-06-18',
+};
+const SESSIONS = 16;
+
+export interface HttpBenchOptions {
+  paths?: PathName[];
+  seconds?: number;
+  rounds?: number;
+  connections?: number;
+  cpuProf?: string;
+  print?: boolean;
+}
+
+export interface HttpBenchResult {
+  path: PathName;
+  comparison: Comparison;
+  target: number;
+}
+
+/** The limiter stays in front of the routes, as deployed, with limits no run reaches. */
+const BASE_ENV: Record<string, string> = {
+  RATE_LIMIT_ANONYMOUS: String(1e9),
+  RATE_LIMIT_PRO: String(1e9),
+  PLAN_PRO_MONTHLY_CALLS: String(1e12),
+  MCP_SESSION_IDLE_MS: String(600_000),
+};
+
+export async function run(options: HttpBenchOptions = {}): Promise<HttpBenchResult[]> {
+  const paths = options.paths ?? (['mcp', 'mcp-redis', 'quote', 'verify'] as PathName[]);
+  const seconds = options.seconds ?? 3;
+  const rounds = options.rounds ?? 3;
+  const connections = options.connections ?? 32;
+  const print = options.print ?? true;
+  const log = (line: string) => {
+    if (print) console.log(line);
+  };
+  log(
+    `http bench: service, bare Fastify and autocannon each in their own process; ${connections} connections, ` +
+      `${rounds} alternating rounds of ${seconds} s per side`,
+  );
+  const results: HttpBenchResult[] = [];
+  const embedded = paths.filter((p) => p !== 'mcp-redis');
+  if (embedded.length > 0) {
+    results.push(
+      ...(await onService({}, embedded, { seconds, rounds, connections, log, cpuProf: options.cpuProf })),
+    );
+  }
+  if (paths.includes('mcp-redis')) {
+    const id = randomUUID().replaceAll('-', '').slice(0, 12);
+    const prefix = `bench:http:${id}:`;
+    const stream = `BENCH_HTTP_${id}`;
+    const env = {
+      CACHE: 'redis',
+      REDIS_PREFIX: prefix,
+      BUS: 'nats',
+      NATS_STREAM: stream,
+      NATS_SUBJECT_PREFIX: `benchhttp${id}`,
+    };
+    try {
+      results.push(
+        ...(await onService(env, ['mcp-redis'], {
+          seconds,
+          rounds,
+          connections,
+          log,
+          cpuProf: options.cpuProf,
+        })),
+      );
+    } finally {
+      await wipePrefix(prefix).catch(() => undefined);
+      await deleteStream(stream).catch(() => undefined);
+    }
+  }
+  return results;
+}
+
+interface RunShape {
+  seconds: number;
+  rounds: number;
+  connections: number;
+  cpuProf: string | undefined;
+  log: (line: string) => void;
+}
+
+async function onService(extraEnv: Record<string, string>, paths: PathName[], o: RunShape) {
+  const data = tempDir('bench-http-');
+  const env = { ...BASE_ENV, ...extraEnv };
+  let service: Proc | undefined;
+  let bare: Proc | undefined;
+  const out: HttpBenchResult[] = [];
+  try {
+    const key = await issueKey(env, data.path);
+    service = await startService(env, { dataDir: data.path, ...(o.cpuProf ? { cpuProf: o.cpuProf } : {}) });
+    const auth = { authorization: `Bearer ${key}` };
+    const sessions: string[] = [];
+    for (let i = 0; i < SESSIONS; i++) sessions.push(await openSession(service.url, auth));
+    const callBody = (id: number) =>
+      JSON.stringify({
+        jsonrpc: '2.0',
+        id,
+        method: 'tools/call',
+        params: { name: 'get_trade_call', arguments: ARGS },
+      });
+    // The first call computes the verdict; the rest of the run serves it from the engine's memory.
+    const mcpRoute = await capture(
+      `${service.url}/mcp`,
+      {
+        method: 'POST',
+        headers: { ...MCP_HEADERS, ...auth, 'mcp-session-id': sessions[0]! },
+        body: callBody(0),
+      },
+      '/mcp',
+    );
+    const served = JSON.parse(Buffer.from(mcpRoute.body, 'base64').toString('utf8')) as {
+      result?: { isError?: boolean; structuredContent?: Record<string, unknown> };
+    };
+    if (mcpRoute.status !== 200 || !served.result?.structuredContent || served.result.isError) {
+      throw new Error(`the keyed call failed: ${mcpRoute.status} ${Buffer.from(mcpRoute.body, 'base64')}`);
+    }
+    const verifyUrl = findVerifyUrl(served.result.structuredContent);
+    // The first verdict of the stream the call was served from, when the answer carries no link.
+    const verifyPath = verifyUrl
+      ? new URL(verifyUrl).pathname
+      : `/verify/verdicts-${ARGS.exchange}-${ARGS.coin}-${ARGS.timeframe}/0`;
+    const quoteRoute = await capture(
+      `${service.url}/x402/get_trade_call`,
+      { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(ARGS) },
+      '/x402/get_trade_call',
+    );
+    const verifyRoute = await capture(
+      `${service.url}${verifyPath}`,
+      { method: 'GET', headers: {} },
+      verifyPath,
+    );
+    if (verifyRoute.status !== 200) throw new Error(`${verifyPath} answered ${verifyRoute.status}`);
+    bare = await startBare([mcpRoute, quoteRoute, verifyRoute]);
+
+    const drive = (base: string, path: PathName) => (): Promise<CannonResult> => {
+      const common = { connections: o.connections, durationSeconds: o.seconds };
+      if (path === 'mcp' || path === 'mcp-redis') {
+        return cannon({
+          ...common,
+          url: `${base}/mcp`,
+          method: 'POST',
+          headers: { ...MCP_HEADERS, ...auth },
+          body: callBody(0),
+          mcp: { sessions, method: 'tools/call', params: { name: 'get_trade_call', arguments: ARGS } },
+        });
+      }
+      if (path === 'quote') {
+        return cannon({
+          ...common,
+          url: `${base}/x402/get_trade_call`,
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(ARGS),
+        });
+      }
+      return cannon({ ...common, url: `${base}${verifyPath}`, method: 'GET', headers: {} });
+    };
+    for (const path of paths) {
+      const expected = path === 'quote' ? quoteRoute.status : path === 'verify' ? verifyRoute.status : 200;
+      const usedBefore = path.startsWith('mcp') ? await usedCalls(service.url, auth, sessions[0]!) : 0;
+      let servedCalls = 0;
+      const comparison = await alternate(
+        o.rounds,
+        drive(service.url, path),
+        drive(bare.url, path),
+        (r, side) => {
+          const wrong = Object.entries(r.statusCounts).filter(([code]) => Number(code) !== expected);
+          if (r.errors > 0 || wrong.length > 0) {
+            throw new Error(
+              `${side} ${path}: ${r.errors} errors, statuses ${JSON.stringify(r.statusCounts)}`,
+            );
+          }
+          if (side === 'service') servedCalls += r.statusCounts[String(expected)] ?? 0;
+        },
+      );
+      const lines = report(`${path} (${describe(path)})`, comparison, TARGETS[path]);
+      if (path.startsWith('mcp')) {
+        const debited = (await usedCalls(service.url, auth, sessions[0]!)) - usedBefore - 1;
+        // autocannon stops with up to one request in flight per connection: served and debited, not counted.
+        const inFlight = o.connections * o.rounds;
+        lines.push(
+          `    quota.used grew by ${debited} for ${servedCalls} calls counted 200 (+ up to ${inFlight} cut off at the end of a run)`,
+        );
+        if (debited < servedCalls || debited > servedCalls + inFlight) {
+          throw new Error(`${debited} debits for ${servedCalls} served calls`);
+        }
+      }
+      for (const line of lines) o.log(line);
+      out.push({ path, comparison, target: TARGETS[path] });
+    }
+    return out;
+  } finally {
+    await bare?.stop();
+    await service?.stop();
+    data.remove();
+  }
+}
+
+function describe(path: PathName): string {
+  switch (path) {
+    case 'mcp':
+      return 'keyed MCP tools/call get_trade_call, embedded LMDB + in-process cache';
+    case 'mcp-redis':
+      return 'keyed MCP tools/call get_trade_call, Redis cache + NATS bus';
+    case 'quote':
+      return 'POST /x402/get_trade_call unpaid, 402 quote';
+    case 'verify':
+      return 'GET /verify/<stream>/<rev>';
+  }
+}
+
+async function openSession(url: string, auth: Record<string, string>): Promise<string> {
+  const res = await fetch(`${url}/mcp`, {
+    method: 'POST',
+    headers: { ...MCP_HEADERS, ...auth },
+    body: JSON.stringify({
+      jsonrpc: '2.0',
+      id: 0,
+      method: 'initialize',
+      params: {
+        protocolVersion: '2025-06-18',
+        capabilities: {},
+        clientInfo: { name: 'bench', version: '1' },
+      },
+    }),
+  });
+  const id = res.headers.get('mcp-session-id');
+  await res.text();
+  if (res.status !== 200 || !id) throw new Error(`initialize answered ${res.status}`);
+  const note = await fetch(`${url}/mcp`, {
+    method: 'POST',
+    headers: { ...MCP_HEADERS, ...auth, 'mcp-session-id': id },
+    body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }),
+  });
+  await note.text();
+  return id;
+}
+
+/** The key's calls used this month, from a served call's `_service.quota` (the call itself counts). */
+async function usedCalls(url: string, auth: Record<string, string>, session: string): Promise<number> {
+  const res = await fetch(`${url}/mcp`, {
+    method: 'POST',
+    headers: { ...MCP_HEADERS, ...auth, 'mcp-session-id': session },
+    body: JSON.stringify({
+      jsonrpc: '2.0',
+      id: `used-${randomUUID()}`,
+      method: 'tools/call',
+      params: { name: 'get_trade_call', arguments: ARGS },
+    }),
+  });
+  const reply = (await res.json()) as {
+    result?: { structuredContent?: { _service?: { quota?: { used?: number } } } };
+  };
+  const used = reply.result?.structuredContent?._service?.quota?.used;
+  if (typeof used !== 'number') throw new Error(`no _service.quota.used in ${JSON.stringify(reply)}`);
+  return used;
+}
+
+function findVerifyUrl(value: unknown): string | null {
+  if (value === null || typeof value !== 'object') return null;
+  for (const [k, v] of Object.entries(value)) {
+    if (k === 'verify_url' && typeof v === 'string') return v;
+    const inner = findVerifyUrl(v);
+    if (inner) return inner;
+  }
+  return null;
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  const { values } = parseArgs({
+    options: {
+      paths: { type: 'string' },
+      seconds: { type: 'string' },
+      rounds: { type: 'string' },
+      connections: { type: 'string' },
+      'cpu-prof': { type: 'string' },
+    },
+  });
+  const paths = values.paths?.split(',') as PathName[] | undefined;
+  for (const p of paths ?? []) if (!(p in TARGETS)) throw new Error(`unknown path ${p}`);
+  await run({
+    ...(paths ? { paths } : {}),
+    ...(values.seconds ? { seconds: Number(values.seconds) } : {}),
+    ...(values.rounds ? { rounds: Number(values.rounds) } : {}),
+    ...(values.connections ? { connections: Number(values.connections) } : {}),
+    ...(values['cpu-prof'] ? { cpuProf: values['cpu-prof'] } : {}),
+  });
+}

@@ -1,0 +1,261 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { CapturedRoute } from './load-bare.ts';
+import type { CannonOptions, CannonResult } from './load-cannon.ts';
+
+/**
+ * Out-of-process HTTP benchmarking: the service under test, the bare Fastify baseline and the
+ * load generator (autocannon) each run in their own process, as an outside caller would see them.
+ * Rounds alternate between the two servers, so drift on a shared machine hits both alike, and
+ * every ratio is printed as min/median/max over the rounds.
+ */
+
+const ROOT = new URL('..', import.meta.url).pathname;
+const TSX = ['--import', 'tsx'];
+
+/** Headers a server sets per response or per connection; everything else is copied to the bare route. */
+const PER_RESPONSE = new Set(['date', 'connection', 'keep-alive', 'content-length', 'transfer-encoding']);
+
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+export interface Proc {
+  url: string;
+  pid: number;
+  stop(): Promise<void>;
+}
+
+function exitOf(child: ChildProcess): Promise<number | null> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null) resolve(child.exitCode);
+    else child.once('exit', (code) => resolve(code));
+  });
+}
+
+async function stopChild(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = exitOf(child);
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+async function waitReady(url: string, child: ChildProcess, stderr: () => string, timeoutMs: number) {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`server exited with ${child.exitCode}: ${stderr()}`);
+    try {
+      const res = await fetch(url, { signal: AbortSignal.timeout(2_000) });
+      if (res.status === 200) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`server at ${url} not ready within ${timeoutMs} ms: ${stderr()}`);
+}
+
+/**
+ * The real service (`services/main.ts`, what `npm start` runs) on a fresh DATA_DIR. `cpuProf`
+ * names a directory for `node --cpu-prof` (written when the process exits).
+ */
+export async function startService(
+  env: Record<string, string>,
+  options: { cpuProf?: string; dataDir: string },
+): Promise<Proc> {
+  const port = await freePort();
+  const args = [
+    ...TSX,
+    ...(options.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${options.cpuProf}`] : []),
+    'services/main.ts',
+  ];
+  const child = spawn(process.execPath, args, {
+    cwd: ROOT,
+    env: {
+      PATH: process.env.PATH,
+      HOST: '127.0.0.1',
+      PORT: String(port),
+      FEED: 'replay',
+      DATA_DIR: options.dataDir,
+      ...env,
+    },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr!.on('data', (chunk: Buffer) => {
+    stderr = (stderr + chunk.toString()).slice(-4_000);
+  });
+  const url = `http://127.0.0.1:${port}`;
+  try {
+    await waitReady(`${url}/readyz`, child, () => stderr, 120_000);
+  } catch (err) {
+    await stopChild(child);
+    throw err;
+  }
+  return { url, pid: child.pid!, stop: () => stopChild(child) };
+}
+
+/** Runs `npm run keys -- create` against the service's DATA_DIR (and cache); returns the key. */
+export async function issueKey(env: Record<string, string>, dataDir: string, plan = 'pro'): Promise<string> {
+  const child = spawn(
+    process.execPath,
+    [...TSX, 'services/keys/cli.ts', 'create', '--plan', plan, '--owner', 'bench'],
+    {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH, DATA_DIR: dataDir, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
+  let out = '';
+  child.stdout!.on('data', (c: Buffer) => {
+    out += c.toString();
+  });
+  child.stderr!.on('data', (c: Buffer) => {
+    out += c.toString();
+  });
+  const code = await exitOf(child);
+  const key = /key: +(\S+)/.exec(out)?.[1];
+  if (code !== 0 || !key) throw new Error(`keys create failed (${code}): ${out}`);
+  return key;
+}
+
+/** What a response is, byte for byte, minus the per-connection headers. */
+export async function capture(
+  url: string,
+  init: { method: 'GET' | 'POST'; headers: Record<string, string>; body?: string },
+  path: string,
+): Promise<CapturedRoute> {
+  const res = await fetch(url, init);
+  const body = Buffer.from(await res.arrayBuffer());
+  const headers: Record<string, string> = {};
+  res.headers.forEach((value, name) => {
+    if (!PER_RESPONSE.has(name)) headers[name] = value;
+  });
+  return { method: init.method, url: path, status: res.status, headers, body: body.toString('base64') };
+}
+
+/** A bare Fastify server in its own process answering each captured route with its bytes. */
+export async function startBare(routes: CapturedRoute[]): Promise<Proc> {
+  const dir = mkdtempSync(join(tmpdir(), 'bench-bare-'));
+  const file = join(dir, 'routes.json');
+  writeFileSync(file, JSON.stringify(routes));
+  const port = await freePort();
+  const child = spawn(process.execPath, [...TSX, 'bench/load-bare.ts', file, String(port)], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr!.on('data', (c: Buffer) => {
+    stderr += c.toString();
+  });
+  await new Promise<void>((resolve, reject) => {
+    child.stdout!.once('data', () => resolve());
+    child.once('exit', (code) => reject(new Error(`bare server exited ${code}: ${stderr}`)));
+  });
+  return {
+    url: `http://127.0.0.1:${port}`,
+    pid: child.pid!,
+    async stop() {
+      await stopChild(child);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** One autocannon run from its own process. */
+export async function cannon(options: CannonOptions): Promise<CannonResult> {
+  const child = spawn(process.execPath, [...TSX, 'bench/load-cannon.ts', JSON.stringify(options)], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  let err = '';
+  child.stdout!.on('data', (c: Buffer) => {
+    out += c.toString();
+  });
+  child.stderr!.on('data', (c: Buffer) => {
+    err += c.toString();
+  });
+  const code = await exitOf(child);
+  if (code !== 0) throw new Error(`load generator exited ${code}: ${err}`);
+  return JSON.parse(out.trim().split('\n').pop()!) as CannonResult;
+}
+
+export interface Spread {
+  min: number;
+  median: number;
+  max: number;
+}
+
+export function spread(values: number[]): Spread {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  const median = sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+  return { min: sorted[0]!, median, max: sorted[sorted.length - 1]! };
+}
+
+export interface Comparison {
+  service: CannonResult[];
+  bare: CannonResult[];
+  /** service/bare of each round (the service run and the bare run right after it). */
+  ratios: number[];
+}
+
+/**
+ * `rounds` alternating runs: service then bare, each from a fresh load-generator process. Each
+ * round's ratio pairs the two runs made back to back. `check` sees every service result (e.g.
+ * that no request failed) and throws when a run did not measure what it claims.
+ */
+export async function alternate(
+  rounds: number,
+  service: () => Promise<CannonResult>,
+  bare: () => Promise<CannonResult>,
+  check: (r: CannonResult, side: 'service' | 'bare') => void,
+): Promise<Comparison> {
+  const out: Comparison = { service: [], bare: [], ratios: [] };
+  for (let i = 0; i < rounds; i++) {
+    const s = await service();
+    check(s, 'service');
+    const b = await bare();
+    check(b, 'bare');
+    out.service.push(s);
+    out.bare.push(b);
+    out.ratios.push(s.perSec / b.perSec);
+  }
+  return out;
+}
+
+const f0 = (n: number) => Math.round(n).toLocaleString('en-US');
+const fs = (s: Spread, fmt: (n: number) => string) => `${fmt(s.min)} / ${fmt(s.median)} / ${fmt(s.max)}`;
+
+export function report(name: string, c: Comparison, target: number): string[] {
+  const ratio = spread(c.ratios);
+  const met = ratio.median >= target;
+  return [
+    `  ${name}`,
+    `    service req/s (min/median/max): ${fs(spread(c.service.map((r) => r.perSec)), f0)}` +
+      `   p50 ${fs(spread(c.service.map((r) => r.p50Ms)), (n) => `${n}`)} ms` +
+      `   p99 ${fs(spread(c.service.map((r) => r.p99Ms)), (n) => `${n}`)} ms`,
+    `    bare    req/s (min/median/max): ${fs(spread(c.bare.map((r) => r.perSec)), f0)}` +
+      `   p50 ${fs(spread(c.bare.map((r) => r.p50Ms)), (n) => `${n}`)} ms`,
+    `    ratio service/bare over ${c.ratios.length} rounds (min/median/max): ${fs(ratio, (n) => n.toFixed(2))}` +
+      `  ${met ? 'MET' : 'NOT MET'} (target median ≥ ${target})`,
+  ];
+}
+
+/** Removes a temporary directory tree; used for DATA_DIRs and profile directories. */
+export function tempDir(prefix: string): { path: string; remove(): void } {
+  const path = mkdtempSync(join(tmpdir(), prefix));
+  return { path, remove: () => rmSync(path, { recursive: true, force: true }) };
+}

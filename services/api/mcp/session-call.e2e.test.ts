@@ -1,0 +1,117 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryCache } from '../../../adapters/cache/memory.ts';
+import { startKeyedServer } from '../../../test/keyed-harness.ts';
+import { revokeKey } from '../../keys/key-commands.ts';
+
+/**
+ * A session's plain tools/call is answered by session-call.ts; anything else by the SDK
+ * transport. Whichever path answers, the bytes a client sees must follow the same rules: the
+ * same JSON-RPC shape, the session header, text content equal to structuredContent, errors as
+ * JSON-RPC error objects, and the transport's refusals for bad headers.
+ */
+const ARGS = { coin: 'BTC', timeframe: '1h', exchange: 'BINANCE' };
+const HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
+
+type Server = Awaited<ReturnType<typeof startKeyedServer>>;
+
+describe('tools/call on an MCP session', () => {
+  let server: Server;
+  let key: string;
+  let keyId: string;
+  let session: string;
+  const post = (body: unknown, headers: Record<string, string> = {}) =>
+    fetch(`${server.url}/mcp`, {
+      method: 'POST',
+      headers: { ...HEADERS, authorization: `Bearer ${key}`, 'mcp-session-id': session, ...headers },
+      body: JSON.stringify(body),
+    });
+  const call = (id: number | string, params: Record<string, unknown> = {}) => ({
+    jsonrpc: '2.0',
+    id,
+    method: 'tools/call',
+    params: { name: 'get_trade_call', arguments: ARGS, ...params },
+  });
+
+  beforeAll(async () => {
+    server = await startKeyedServer({ cache: new MemoryCache() });
+    const issued = await server.issue('pro');
+    key = issued.key;
+    keyId = issued.keyId;
+    const init = await fetch(`${server.url}/mcp`, {
+      method: 'POST',
+      headers: { ...HEADERS, authorization: `Bearer ${key}` },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 0,
+        method: 'initialize',
+        params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '0' } },
+      }),
+    });
+    session = init.headers.get('mcp-session-id')!;
+    await init.text();
+  });
+  afterAll(async () => {
+    await server?.close();
+  });
+
+  it('answers with the JSON-RPC result, the session header, and text equal to structuredContent', async () => {
+    const res = await post(call('a-1'));
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toMatch(/^application\/json/);
+    expect(res.headers.get('mcp-session-id')).toBe(session);
+    const body = (await res.json()) as {
+      jsonrpc: string;
+      id: string;
+      result: { content: { type: string; text: string }[]; structuredContent: Record<string, unknown> };
+    };
+    expect(body.jsonrpc).toBe('2.0');
+    expect(body.id).toBe('a-1');
+    expect(body.result.content).toHaveLength(1);
+    expect(JSON.parse(body.result.content[0]!.text)).toEqual(body.result.structuredContent);
+    expect(body.result.structuredContent).toMatchObject({
+      coin: 'BTC',
+      _service: { auth: { outcome: 'OK', tier: 'pro' }, quota: { used: 1 } },
+    });
+  });
+
+  it('answers the same shape for a call the SDK transport handles (a progress token)', async () => {
+    const fast = (await (await post(call(2))).json()) as { result: Record<string, unknown> };
+    const viaSdk = (await (await post(call(3, { _meta: { progressToken: 'p' } }))).json()) as {
+      id: number;
+      result: { structuredContent: { _service: { quota: { used: number } } } };
+    };
+    expect(viaSdk.id).toBe(3);
+    expect(Object.keys(viaSdk.result).sort()).toEqual(Object.keys(fast.result).sort());
+    expect(viaSdk.result.structuredContent._service.quota.used).toBe(3);
+  });
+
+  it('keeps invalid arguments a tool result with isError, and the transport refusals', async () => {
+    const bad = (await (await post(call(4, { arguments: { coin: 'BTC', timeframe: '7h' } }))).json()) as {
+      result: { isError: boolean; structuredContent: { code: string; _service: unknown } };
+    };
+    expect(bad.result.isError).toBe(true);
+    expect(bad.result.structuredContent.code).toBe('invalid_arguments');
+    expect(bad.result.structuredContent._service).toBeTruthy();
+
+    const notAcceptable = await post(call(5), { accept: 'application/json' });
+    expect(notAcceptable.status).toBe(406);
+    const badVersion = await post(call(6), { 'mcp-protocol-version': '1999-01-01' });
+    expect(badVersion.status).toBe(400);
+    expect(((await badVersion.json()) as { error: { code: number } }).error.code).toBe(-32000);
+  });
+
+  it('turns a key revoked after the session opened into JSON-RPC error -32003 with _service', async () => {
+    const position = await revokeKey(server.store, `apikey-${keyId}`, keyId, 'leaked');
+    await server.channel.registry.waitFor(position);
+    const res = await post(call(7));
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as {
+      id: number;
+      error: { code: number; message: string; data: { retryable: boolean; _service: unknown } };
+    };
+    expect(body.id).toBe(7);
+    expect(body.error.code).toBe(-32003);
+    expect(body.error.data.retryable).toBe(false);
+    expect(body.error.data._service).toMatchObject({ auth: { outcome: 'UNKNOWN' } });
+  });
+});

@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { pathToFileURL } from 'node:url';
 import { type Database, open } from 'lmdb';
-import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
+import { EVENT_ENCODING, openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import type { NewEvent, RecordedEvent } from '../contracts/envelope.ts';
 import type { Projection } from '../projections/projection.ts';
 import { ProjectionRunner } from '../projections/runner.ts';
@@ -203,7 +203,9 @@ const countingProjection: Projection<number> = {
 
 function openRaw(path: string): { env: ReturnType<typeof open>; db: Database<RecordedEvent, number> } {
   const env = open({ path, noSubdir: false, maxDbs: 4 });
-  return { env, db: env.openDB<RecordedEvent, number>({ name: 'events' }) };
+  // The store's own encoding (msgpack records with shared structures), so both sides write and
+  // read the same bytes.
+  return { env, db: env.openDB<RecordedEvent, number>({ name: 'events', ...EVENT_ENCODING }) };
 }
 
 function row(name: string, count: number, storeMs: number, rawMs: number, unit: string): BenchRow {

@@ -9,6 +9,12 @@ const BENCHES: Record<string, () => Promise<unknown>> = {
   postgres: async () => (await import('./postgres.bench.ts')).run(),
   relay: async () => (await import('./relay.bench.ts')).run(),
   engine: async () => (await import('./engine.bench.ts')).run(),
+  rebuild: async () => (await import('./rebuild.bench.ts')).run(),
+  startup: async () => (await import('./startup.bench.ts')).run(),
+  scheduler: async () => (await import('./scheduler.bench.ts')).run(),
+  growth: async () => (await import('./growth.bench.ts')).run(),
+  // The 402 quote path is measured by the x402 bench, through the same out-of-process harness.
+  http: async () => (await import('./http-service.bench.ts')).run({ paths: ['mcp', 'mcp-redis', 'verify'] }),
   x402: async () => (await import('./x402.bench.ts')).run(),
   'x402-paid': async () => (await import('./x402-paid-latency.bench.ts')).run(),
   quota: async () => (await import('./quota.bench.ts')).run(),

@@ -110,6 +110,8 @@ export const ConfigSchema = z
 
     /** Events folded between two projection snapshots (state and checkpoint saved together). */
     PROJECTION_SNAPSHOT_EVERY: positiveInt.default(1000),
+    /** /readyz is not ready while a projection of this process is further behind the log's head. */
+    PROJECTION_READY_MAX_LAG: positiveInt.default(1000),
     METRICS_ENABLED: bool.default(true),
 
     /** Market feed: live venues, the replay files, or live when reachable at start (auto). */
@@ -142,8 +144,15 @@ export const ConfigSchema = z
       .transform((s) => (s.trim() === '' ? [] : s.split(',').map((x) => x.trim())))
       .pipe(z.array(Timeframe))
       .default(['15m', '1h', '4h']),
-    /** Unset: the feed's default venue (BINANCE live; BINANCE_SPOT on replay, which serves 5m–1d). */
-    SCHEDULE_EXCHANGE: Exchange.optional(),
+    /**
+     * One venue, or several comma-separated, all scheduled by one engine process. Unset: the
+     * feed's default venue (BINANCE live; BINANCE_SPOT on replay, which serves 5m–1d).
+     */
+    SCHEDULE_EXCHANGE: z
+      .string()
+      .transform((s) => s.split(',').map((x) => x.trim().toUpperCase()))
+      .pipe(z.array(Exchange).min(1))
+      .optional(),
     /** The scheduled markets: the venue's top N by open interest or volume. */
     SCHEDULE_TOP_N: z.coerce.number().int().min(1).max(100).default(20),
 

@@ -1,6 +1,7 @@
+import { parseRecorded } from '../adapters/event-store/parsed.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
-import { type DomainEvent, type EventType, parseDomainEvent } from '../contracts/events.ts';
+import type { DomainEvent, EventType } from '../contracts/events.ts';
 
 /**
  * A projection is a deterministic fold over the event log. `evolve` must depend on nothing but
@@ -41,7 +42,7 @@ export function defineProjection<S, T extends EventType>(spec: {
     initial: spec.initial,
     evolve(state, recorded) {
       if (!types.has(recorded.type)) return state;
-      const event = parseDomainEvent(recorded);
+      const event = parseRecorded(recorded);
       return event ? spec.evolve(state, event as EventOf<T>) : state;
     },
   };

@@ -1,12 +1,15 @@
 import type { Logger } from 'pino';
-import type { EventStore, Subscription } from '../adapters/event-store/port.ts';
+import type { EventStore } from '../adapters/event-store/port.ts';
 import type { ProjectionStore } from '../adapters/projection-store/port.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
+import { type FeedMember, feedOf } from './log-feed.ts';
 import type { Projection } from './projection.ts';
 
 export interface RunnerOptions {
   /** Events folded between two snapshots. */
   snapshotEvery?: number;
+  /** Least time between two snapshots taken by count (a catch-up reaches `snapshotEvery` fast). Default 5 s. */
+  snapshotGapMs?: number;
   /** A snapshot is also taken this often while events trickle in below `snapshotEvery`. */
   snapshotIntervalMs?: number;
   logger?: Logger;
@@ -28,16 +31,22 @@ export function runnersOn(store: EventStore): ProjectionRunner<unknown>[] {
  * Runs one projection: loads its snapshot (state and checkpoint, saved atomically together),
  * catches up from the checkpoint, then tails the log live. After a crash it resumes from the
  * last snapshot and re-folds what followed, which is safe because folds are deterministic.
+ *
+ * Every runner on a store is fed by the store's one feed (./log-feed.ts): the log is read and
+ * decoded once per page for all projections, each page folded synchronously, the waiters and
+ * the snapshot looked at once per page rather than once per event.
  */
-export class ProjectionRunner<S> {
+export class ProjectionRunner<S> implements FeedMember {
   private current: S;
   private position = 0;
   private savedPosition = 0;
-  private subscription: Subscription | null = null;
-  private loop: Promise<void> | null = null;
+  private joined = false;
   private waiters: { position: number; resolve: () => void }[] = [];
   private failure: Error | null = null;
   private saving: Promise<void> = Promise.resolve();
+  /** A save is queued or running: a later one would save the same or a newer position anyway. */
+  private savePending = false;
+  private savedAt = Number.NEGATIVE_INFINITY;
   private timer: NodeJS.Timeout | null = null;
 
   constructor(
@@ -67,11 +76,11 @@ export class ProjectionRunner<S> {
   }
 
   get running(): boolean {
-    return this.loop !== null;
+    return this.joined;
   }
 
   async start(): Promise<void> {
-    if (this.loop) return;
+    if (this.joined) return;
     const snapshot = await this.snapshots.load<S>(this.projection.name);
     if (snapshot && snapshot.version === this.projection.version) {
       this.current = snapshot.state;
@@ -87,9 +96,8 @@ export class ProjectionRunner<S> {
       this.position = this.savedPosition = 0;
     }
     this.failure = null;
-    const subscription = this.store.subscribeToAll({ after: this.position });
-    this.subscription = subscription;
-    this.loop = this.consume(subscription);
+    this.joined = true;
+    feedOf(this.store, this.options.logger ? { logger: this.options.logger } : {}).join(this);
     const running = runningOn.get(this.store) ?? new Set();
     runningOn.set(this.store, running.add(this as ProjectionRunner<unknown>));
     this.timer = setInterval(() => {
@@ -106,21 +114,18 @@ export class ProjectionRunner<S> {
    * shutdown leaves nothing to re-fold.
    */
   async stop(options: { drainMs?: number } = {}): Promise<void> {
-    if (options.drainMs && this.subscription && !this.failure) {
+    if (options.drainMs && this.joined && !this.failure) {
       const head = await this.store.headPosition();
       await this.waitFor(head, options.drainMs).catch((err: unknown) =>
         this.options.logger?.warn({ err, projection: this.name }, 'stopped before reaching the head'),
       );
     }
-    const subscription = this.subscription;
-    const loop = this.loop;
-    this.subscription = null;
+    const wasJoined = this.joined;
+    this.joined = false;
     runningOn.get(this.store)?.delete(this as ProjectionRunner<unknown>);
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
-    if (subscription) await subscription.close();
-    if (loop) await loop;
-    this.loop = null;
+    if (wasJoined) await feedOf(this.store).leave(this);
     await this.saveSnapshot();
   }
 
@@ -149,21 +154,17 @@ export class ProjectionRunner<S> {
     });
   }
 
-  private async consume(subscription: Subscription): Promise<void> {
-    const every = this.options.snapshotEvery ?? 1000;
+  /** Folds the events of a page past the checkpoint; called by the feed, synchronously. */
+  receive(page: readonly RecordedEvent[]): void {
+    if (!this.joined || this.failure) return;
+    const evolve = this.projection.evolve;
+    let state = this.current;
     try {
-      for await (const event of subscription) {
-        this.apply(event);
-        // A snapshot that cannot be saved (a full disk) must not stop the fold: the state stays
-        // right in memory and the next save (by count or by the interval) tries again.
-        if (this.position - this.savedPosition >= every) {
-          await this.saveSnapshot().catch((err: unknown) =>
-            this.options.logger?.warn(
-              { err, projection: this.name },
-              'projection snapshot not saved; will retry',
-            ),
-          );
-        }
+      for (let i = firstAfter(page, this.position); i < page.length; i++) {
+        const event = page[i]!;
+        state = evolve(state, event);
+        this.current = state;
+        this.position = event.position;
       }
     } catch (err) {
       // A fold that throws stops this projection (and shows in /readyz) rather than skipping
@@ -173,17 +174,38 @@ export class ProjectionRunner<S> {
         { err, projection: this.name, position: this.position },
         'projection stopped',
       );
+      void feedOf(this.store).leave(this);
+    }
+    this.releaseWaiters();
+    // A snapshot that cannot be saved (a full disk) must not stop the fold: the state stays
+    // right in memory and the next save (by count or by the interval) tries again.
+    // Also at most once per `snapshotGapMs`: a catch-up folds thousands of events a millisecond,
+    // and encoding the whole state for every `snapshotEvery` of them would cost more than the folds.
+    if (
+      !this.savePending &&
+      this.position - this.savedPosition >= (this.options.snapshotEvery ?? 1000) &&
+      performance.now() - this.savedAt >= (this.options.snapshotGapMs ?? 5_000)
+    ) {
+      this.savePending = true;
+      this.saveSnapshot()
+        .catch((err: unknown) =>
+          this.options.logger?.warn(
+            { err, projection: this.name },
+            'projection snapshot not saved; will retry',
+          ),
+        )
+        .finally(() => {
+          this.savePending = false;
+        });
     }
   }
 
-  private apply(event: RecordedEvent): void {
-    this.current = this.projection.evolve(this.current, event);
-    this.position = event.position;
-    if (this.waiters.length > 0) {
-      const ready = this.waiters.filter((w) => w.position <= this.position);
-      this.waiters = this.waiters.filter((w) => w.position > this.position);
-      for (const w of ready) w.resolve();
-    }
+  private releaseWaiters(): void {
+    if (this.waiters.length === 0) return;
+    const ready = this.waiters.filter((w) => w.position <= this.position);
+    if (ready.length === 0) return;
+    this.waiters = this.waiters.filter((w) => w.position > this.position);
+    for (const w of ready) w.resolve();
   }
 
   /** Saves are chained so that an older snapshot can never land after a newer one. */
@@ -199,7 +221,20 @@ export class ProjectionRunner<S> {
           state: this.current,
         });
         this.savedPosition = checkpoint;
+        this.savedAt = performance.now();
       });
     return this.saving;
   }
+}
+
+/** Index of the first event of `page` (ordered by position) past `position`. */
+function firstAfter(page: readonly RecordedEvent[], position: number): number {
+  let lo = 0;
+  let hi = page.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (page[mid]!.position <= position) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }

@@ -107,7 +107,10 @@ describe('ProjectionRunner', () => {
     // Whatever the snapshot's checkpoint, its state is exactly the fold up to that checkpoint.
     const upTo = (await store.readAll()).filter((e) => e.position <= snap.checkpoint);
     expect(snap.state).toEqual(foldEvents(ledger, upTo));
-    expect(snapshots.saves).toBeGreaterThanOrEqual(9);
+    // Saved while folding (before any stop), at most once per N events: a page of events is
+    // folded whole and looked at once, and a save in flight is not queued behind again.
+    expect(snapshots.saves).toBeGreaterThanOrEqual(1);
+    expect(snapshots.saves).toBeLessThanOrEqual(10);
     await runner.stop();
   });
 

@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import { anchorInLog } from '../adapters/market/replay-anchor.ts';
 import { feedOptionsFromConfig, selectFeed } from '../adapters/market/select.ts';
 import type { Config } from '../contracts/config.ts';
+import { projectionLag } from '../projections/lag.ts';
 import { runnersOn } from '../projections/runner.ts';
 import { type Adapters, openAdapters } from './adapters.ts';
 import { buildApp } from './api/app.ts';
@@ -52,6 +53,10 @@ export async function startService(config: Config, roles: Role[], logger: Logger
   readiness.add('eventStore', async () => ({
     kind: adapters.eventStore.kind,
     ...(await adapters.eventStore.health()),
+  }));
+  // Whichever slice started them: a projection far behind the head answers from the past.
+  readiness.add('projectionLag', async () => ({
+    ...(await projectionLag(adapters.eventStore, config.PROJECTION_READY_MAX_LAG)),
   }));
   // Each role is judged only on what it needs to serve, so a load balancer does not drop api
   // replicas during a NATS outage they do not feel: the bus carries the relay (projections) and the

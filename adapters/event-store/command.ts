@@ -1,5 +1,6 @@
 import type { ExpectedRevision, RecordedEvent } from '../../contracts/envelope.ts';
-import { type EventData, type EventType, newEvent, parseDomainEvent } from '../../contracts/events.ts';
+import { type EventData, type EventType, newEvent } from '../../contracts/events.ts';
+import { parseRecorded } from './parsed.ts';
 import { type EventStore, WrongExpectedRevisionError } from './port.ts';
 
 /**
@@ -43,7 +44,7 @@ export function asFolded<Event extends DecidedEvent>(
   recorded: RecordedEvent,
 ): Event | null {
   if (!(fold.eventTypes as readonly string[]).includes(recorded.type)) return null;
-  const event = parseDomainEvent(recorded);
+  const event = parseRecorded(recorded);
   return event ? (event as unknown as Event) : null;
 }
 

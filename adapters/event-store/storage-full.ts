@@ -64,3 +64,43 @@ export class StorageFullState {
     };
   }
 }
+
+/**
+ * lmdb-js rejects a failed commit with a generic "Commit failed" error whose `commitError`
+ * promise rejects with the cause (ENOSPC, MDB_MAP_FULL...). Bounded: not every failure sets it.
+ */
+export async function commitCause(error: unknown): Promise<unknown> {
+  const pending = (error as { commitError?: Promise<unknown> } | null)?.commitError;
+  if (!pending || typeof pending.then !== 'function') return error;
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      pending.then(
+        () => error,
+        (cause: unknown) => cause,
+      ),
+      new Promise((resolve) => {
+        timer = setTimeout(() => resolve(error), 1_000);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+let strayGuardInstalled = false;
+
+/**
+ * When a commit fails, lmdb-js also rejects an internal promise nobody holds, with the same
+ * "Commit failed" error the appender already received and answered; Node would end the process
+ * over it. Only that error is ignored: any other unhandled rejection still ends the process, as
+ * by default, unless another listener has taken charge of them.
+ */
+export function ignoreStrayCommitRejections(): void {
+  if (strayGuardInstalled) return;
+  strayGuardInstalled = true;
+  process.on('unhandledRejection', (reason) => {
+    if (reason instanceof Error && 'commitError' in reason) return;
+    if (process.listenerCount('unhandledRejection') === 1) throw reason;
+  });
+}

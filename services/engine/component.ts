@@ -16,7 +16,8 @@ export function engineComponent(deps: { config: Config; engine: SignalEngine; lo
     engine,
     feed: engine.feed,
     timeframes: config.SCHEDULE_TIMEFRAMES,
-    exchange: config.SCHEDULE_EXCHANGE ?? engine.defaultExchange(),
+    exchange: config.SCHEDULE_EXCHANGE?.[0] ?? engine.defaultExchange(),
+    ...(config.SCHEDULE_EXCHANGE ? { exchanges: config.SCHEDULE_EXCHANGE } : {}),
     topN: config.SCHEDULE_TOP_N,
     logger,
   });

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import { type Exchange, marketKey, type Timeframe } from '../../contracts/market.ts';
 import { rankMarkets, type SignalEngine } from './engine.ts';
+import { forEachLimited } from './for-each-limited.ts';
 import { describeFailure } from './operation-errors.ts';
 
 export interface SchedulerOptions {
@@ -9,7 +10,15 @@ export interface SchedulerOptions {
   feed: MarketFeed;
   timeframes: Timeframe[];
   exchange: Exchange;
+  /** Venues scheduled in this process (default: `exchange` alone); the top N of each. */
+  exchanges?: Exchange[];
   topN: number;
+  /**
+   * Verdicts computed and recorded at once in a run (default 16): a burst of closes (every
+   * timeframe at midnight) is not done one market after another, each waiting for its own
+   * flushed append; concurrent appends share one commit on an embedded store.
+   */
+  concurrency?: number;
   logger?: Logger;
   /** Wall-clock delay before a failed run is tried again (doubling up to 30 s). Default 1 s. */
   retryMs?: number;
@@ -81,24 +90,30 @@ export class VerdictScheduler {
   }
 
   private async run(timeframe: Timeframe): Promise<void> {
-    const { engine, feed, exchange, topN, logger } = this.options;
+    const { engine, feed, topN, logger } = this.options;
     this.stats.runs += 1;
     this.stats.lastRunAt = feed.now();
     try {
-      const markets = rankMarkets(await feed.markets(exchange))
-        .filter((m) => m.hasCandles)
-        .slice(0, topN);
-      for (const market of markets) {
+      const exchanges = this.options.exchanges ?? [this.options.exchange];
+      const lists = await Promise.all(
+        exchanges.map(async (exchange) =>
+          rankMarkets(await feed.markets(exchange))
+            .filter((m) => m.hasCandles)
+            .slice(0, topN)
+            .map((m) => ({ exchange, coin: m.coin })),
+        ),
+      );
+      await forEachLimited(lists.flat(), this.options.concurrency ?? 16, async ({ exchange, coin }) => {
         if (this.stopped) return;
         try {
-          const key = marketKey(exchange, market.coin, timeframe);
+          const key = marketKey(exchange, coin, timeframe);
           if (!this.backfilled.has(key)) {
             // Once per market after a start: closes missed while down are recorded first, in order.
-            await engine.backfill({ exchange, coin: market.coin, timeframe });
+            await engine.backfill({ exchange, coin, timeframe });
             this.backfilled.add(key);
           }
           const call = await engine.scheduledTradeCall({
-            coin: market.coin,
+            coin,
             timeframe,
             exchange,
             includeReasoning: false,
@@ -120,11 +135,11 @@ export class VerdictScheduler {
           if (!failure) throw err;
           this.stats.skipped += 1;
           logger?.debug(
-            { market: marketKey(exchange, market.coin, timeframe), reason: failure.message },
+            { market: marketKey(exchange, coin, timeframe), reason: failure.message },
             'scheduled verdict skipped',
           );
         }
-      }
+      });
       this.stats.lastError = null;
       this.retryDelay = this.options.retryMs ?? 1000;
     } catch (err) {

@@ -1,0 +1,159 @@
+import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
+import type { Logger } from 'pino';
+import type { EventStore, Subscription } from '../adapters/event-store/port.ts';
+import type { RecordedEvent } from '../contracts/envelope.ts';
+
+/** A follower of the log fed pages of events by the store's shared feed. */
+export interface FeedMember {
+  /** Global position of the last event it has folded: the feed reads from the lowest of these. */
+  readonly checkpoint: number;
+  /**
+   * Folds the events of `page` past its checkpoint, synchronously. A member that cannot go on
+   * (its fold threw) leaves the feed itself.
+   */
+  receive(page: readonly RecordedEvent[]): void;
+}
+
+export interface LogFeedOptions {
+  /** Events read per page. */
+  pageSize?: number;
+  /** How often to look for appends no signal announced (other processes'). */
+  pollMs?: number;
+  logger?: Logger;
+}
+
+const feeds = new WeakMap<EventStore, LogFeed>();
+
+/**
+ * The one feed of `store` in this process. Every projection runner on the store is a member, so
+ * the log is read (and each event decoded, and validated by the projections that want it) once
+ * per page for all of them, not once per projection.
+ */
+export function feedOf(store: EventStore, options: LogFeedOptions = {}): LogFeed {
+  let feed = feeds.get(store);
+  if (!feed) {
+    feed = new LogFeed(store, options);
+    feeds.set(store, feed);
+  }
+  return feed;
+}
+
+/**
+ * Reads the log page by page from the lowest checkpoint of its members and hands each page to
+ * every member, which folds what it has not seen yet. A member that joins behind the others
+ * (a rebuild, a slice started later) pulls the reader back to its checkpoint; the members ahead
+ * pass those events over. Once at the head it waits for an append (a live subscription serves as
+ * the doorbell) or the poll tick, as a catch-up subscription does.
+ */
+export class LogFeed {
+  private readonly members = new Set<FeedMember>();
+  private loop: Promise<void> | null = null;
+  private doorbell: Subscription | null = null;
+  private rings = 0;
+  private wakeUp: (() => void) | null = null;
+  private readonly pageSize: number;
+  private readonly pollMs: number;
+
+  constructor(
+    private readonly store: EventStore,
+    private readonly options: LogFeedOptions = {},
+  ) {
+    this.pageSize = options.pageSize ?? 2_000;
+    this.pollMs = options.pollMs ?? 250;
+  }
+
+  get size(): number {
+    return this.members.size;
+  }
+
+  join(member: FeedMember): void {
+    this.members.add(member);
+    this.ring();
+    this.loop ??= this.run().finally(() => {
+      this.loop = null;
+      // A member that joined while the loop was ending must not be left unfed.
+      if (this.members.size > 0) this.loop = this.run();
+    });
+  }
+
+  /** Resolves once the feed will hand `member` nothing more. */
+  async leave(member: FeedMember): Promise<void> {
+    this.members.delete(member);
+    this.ring();
+    if (this.members.size === 0) await this.loop;
+  }
+
+  private ring(): void {
+    this.rings++;
+    const wake = this.wakeUp;
+    this.wakeUp = null;
+    wake?.();
+  }
+
+  private async run(): Promise<void> {
+    let failures = 0;
+    try {
+      while (this.members.size > 0) {
+        const rings = this.rings;
+        let after = Number.POSITIVE_INFINITY;
+        for (const member of this.members) after = Math.min(after, member.checkpoint);
+        let page: RecordedEvent[];
+        try {
+          page = await this.store.readAll({ after, maxCount: this.pageSize });
+          failures = 0;
+        } catch (err) {
+          // The store away (a remote engine restarting): the members keep their state and wait.
+          failures++;
+          if (failures === 1) this.options.logger?.warn({ err }, 'log feed read failed; retrying');
+          await this.sleep(Math.min(5_000, 100 * 2 ** Math.min(failures, 6)));
+          continue;
+        }
+        for (const member of [...this.members]) {
+          if (this.members.has(member)) member.receive(page);
+        }
+        if (page.length === this.pageSize) {
+          // Catching up: a page of an embedded store is read without yielding, so let timers,
+          // sockets (/readyz) and snapshot saves run between pages.
+          await yieldToEventLoop();
+          continue;
+        }
+        if (this.rings === rings && this.members.size > 0) {
+          await this.openDoorbell(page.at(-1)?.position ?? after);
+          if (this.rings === rings) await this.sleep(this.pollMs);
+        }
+      }
+    } finally {
+      const doorbell = this.doorbell;
+      this.doorbell = null;
+      await doorbell?.close().catch(() => undefined);
+    }
+  }
+
+  /** Waits up to `ms`, or less when an append or a member rings. */
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.wakeUp = done;
+    });
+  }
+
+  /** A live subscription from the head whose only job is to ring when something is appended. */
+  private async openDoorbell(after: number): Promise<void> {
+    if (this.doorbell) return;
+    const subscription = this.store.subscribeToAll({ after });
+    this.doorbell = subscription;
+    void (async () => {
+      try {
+        for await (const _ of subscription) this.ring();
+      } catch (err) {
+        this.options.logger?.warn({ err }, 'log feed doorbell stopped; polling instead');
+      } finally {
+        if (this.doorbell === subscription) this.doorbell = null;
+      }
+    })();
+  }
+}

@@ -57,13 +57,13 @@ const QUESTIONS: [string, string[]][] = [
   ],
   [
     'walk-forward evaluation method',
-    ['docs/evaluation.md#method-fixed-before-the-test-months-were-looked-at'],
+    ['docs/evaluation.md#method'],
   ],
   [
     'results of the 2022 era LUNA collapse',
     [
       'docs/evaluation.md#2022-era-shipped-fit',
-      'docs/evaluation.md#method-fixed-before-the-test-months-were-looked-at',
+      'docs/evaluation.md#method',
     ],
   ],
   ['what is the regime of BTC on BINANCE', ['live#regime-BINANCE:BTC']],
@@ -103,7 +103,7 @@ const QUESTIONS: [string, string[]][] = [
     'calibration isotonic regression',
     [
       'docs/methodology.md#how-confidence-is-computed',
-      'docs/evaluation.md#method-fixed-before-the-test-months-were-looked-at',
+      'docs/evaluation.md#method',
     ],
   ],
 ];

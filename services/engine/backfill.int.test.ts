@@ -107,4 +107,35 @@ describe('live feed restart: candles that closed while the engine was down', () 
     // Nothing missed, nothing added: a second backfill is a no-op.
     expect(await after.backfill(MARKET)).toBe(0);
   });
+
+  it('a scheduled verdict records the closes that passed since the backfill, so none slips between them', async () => {
+    // The fault drill's hole: a restart's backfill filled up to the close it saw, another close
+    // passed before the scheduled verdict, and that verdict (for the newer close) left the one in
+    // between unrecorded for good, since a chain only grows forward.
+    const candles = await readCandleFile(join(SHIPPED_MARKET_DIR, 'candles/binance-spot/BTCUSDT-1h.csv.gz'));
+    const store = new MemoryEventStore();
+    let now = Date.UTC(2025, 9, 20, 10, 30);
+    const feed = new LiveFeed({
+      exchanges: ['BINANCE_SPOT'],
+      now: () => now,
+      fetchImplementation: venue(candles),
+    });
+    feeds.push(feed);
+    const engine = new SignalEngine({ feed, store });
+    await engine.scheduledTradeCall({ ...MARKET });
+
+    now += 3 * H;
+    expect(await engine.backfill(MARKET)).toBe(2); // 11:00 and 12:00; 13:00 is left to the call
+    now += 2 * H; // 13:00, 14:00 and 15:00 have closed by the time the scheduled call runs
+    const call = await engine.scheduledTradeCall({ ...MARKET });
+    expect(call.timestamp * 1000).toBe(Date.UTC(2025, 9, 20, 15));
+
+    const verdicts = (await store.readStream(verdictStream(MARKET)))
+      .filter((e) => e.type === 'VerdictRecorded')
+      .map((e) => e.data as EventData<'VerdictRecorded'>);
+    expect(verdicts.map((v) => v.candleCloseTime)).toEqual(
+      [10, 11, 12, 13, 14, 15].map((h) => Date.UTC(2025, 9, 20, h)),
+    );
+    expect(verifyVerdictChain(verdicts)).toEqual({ ok: true });
+  });
 });

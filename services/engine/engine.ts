@@ -187,21 +187,29 @@ export class SignalEngine implements SignalOperations {
 
   /**
    * Records, in order, a verdict for every candle of a market that closed after the last verdict
-   * on record and before the latest close (the candles that closed while no engine ran), so a
-   * restart leaves no hole in the market's chain. The latest close is left to the normal path.
+   * on record and before `before` (default: the latest close): the candles that closed while no
+   * engine ran, or while a run was busy. `before` itself is left to the caller's normal path.
    * Backfilled verdicts use the candles alone (the funding and basis of those past moments are
    * not re-read) and say so in their inputs. Returns how many were recorded.
    */
-  async backfill(market: { exchange: Exchange; coin: string; timeframe: Timeframe }): Promise<number> {
+  async backfill(
+    market: { exchange: Exchange; coin: string; timeframe: Timeframe },
+    options: { before?: number } = {},
+  ): Promise<number> {
     const { exchange, coin, timeframe } = market;
     const tfMs = TIMEFRAME_MS[timeframe];
     const { last } = await lastVerdict(this.store, verdictStream(market));
     if (!last || last.data.engineVersion !== ENGINE_VERSION) return 0;
-    const latestClose = this.feed.now() - (this.feed.now() % tfMs);
+    const nowClose = this.feed.now() - (this.feed.now() % tfMs);
+    const latestClose = options.before ?? nowClose;
     const missed = Math.round((latestClose - last.data.candleCloseTime) / tfMs) - 1;
     if (missed <= 0) return 0;
     const take = Math.min(missed, MAX_BACKFILL_CANDLES);
-    const candles = await this.feed.candles(exchange, coin, timeframe, { limit: WARMUP_CANDLES + take + 1 });
+    // The feed hands out the newest candles: reach back past the closes after `before` as well.
+    const beyond = Math.max(0, Math.round((nowClose - latestClose) / tfMs));
+    const candles = await this.feed.candles(exchange, coin, timeframe, {
+      limit: WARMUP_CANDLES + take + 1 + beyond,
+    });
     const state = createMarketState({ exchange, coin, timeframe });
     let recorded = 0;
     for (const candle of candles) {
@@ -258,6 +266,10 @@ export class SignalEngine implements SignalOperations {
       state.snapshot()?.close,
     );
     const verdict = computeVerdict(state, context, this.calibration, { includeReasoning: true });
+    // A scheduled verdict first records every close between the last one on record and its own
+    // (a restart, a run slower than a candle): bounded by this very close, so a close that passes
+    // meanwhile cannot slip between the backfill and this record and leave a hole for good.
+    if (trigger === 'schedule') await this.backfill(input, { before: closeTime });
     const recorded = await recordVerdict(
       this.store,
       {

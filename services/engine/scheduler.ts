@@ -45,8 +45,6 @@ export class VerdictScheduler {
   private readonly busy = new Map<Timeframe, Promise<void>>();
   private readonly again = new Set<Timeframe>();
   private stopped = false;
-  /** Markets whose missed closes were backfilled since this scheduler started. */
-  private readonly backfilled = new Set<string>();
   /** A failed run (the store away, say) is retried on a timer, not left to the next candle close. */
   private retryTimer: NodeJS.Timeout | null = null;
   private retryDelay: number;
@@ -106,12 +104,7 @@ export class VerdictScheduler {
       await forEachLimited(lists.flat(), this.options.concurrency ?? 16, async ({ exchange, coin }) => {
         if (this.stopped) return;
         try {
-          const key = marketKey(exchange, coin, timeframe);
-          if (!this.backfilled.has(key)) {
-            // Once per market after a start: closes missed while down are recorded first, in order.
-            await engine.backfill({ exchange, coin, timeframe });
-            this.backfilled.add(key);
-          }
+          // Closes missed while down (or while a run was busy) are backfilled by the call, in order.
           const call = await engine.scheduledTradeCall({
             coin,
             timeframe,
@@ -145,8 +138,7 @@ export class VerdictScheduler {
     } catch (err) {
       this.stats.lastError = err instanceof Error ? err.message : String(err);
       logger?.error({ err, timeframe }, 'scheduled run failed');
-      // Closes that pass while the store is away are recorded by the retry's backfill, in order.
-      this.backfilled.clear();
+      // Closes that pass while the store is away are backfilled, in order, by the retry's calls.
       this.scheduleRetry();
     }
   }

@@ -58,7 +58,8 @@ export async function startHistoryServer(options: {
   pageSize?: number;
 }) {
   const config = loadConfig({ EVENT_STORE: 'memory', NODE_ENV: 'test', LOG_LEVEL: 'silent' });
-  const logger = pino({ level: 'silent' });
+  // Silent in tests; a bench may ask for the server's errors (HISTORY_LOG_LEVEL=error).
+  const logger = pino({ level: process.env.HISTORY_LOG_LEVEL ?? 'silent' }, pino.destination(2));
   const projectionStore = new MemoryProjectionStore();
   const slice = historySlice({
     config,

@@ -9,7 +9,6 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
-import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { parseArgs } from 'node:util';
 import { SingleBar } from 'cli-progress';
@@ -103,12 +102,12 @@ function storeSource(store: EventStore, filters: Record<string, string>): Source
     const progress = new ScanProgress(cursor?.position ?? 0, at[0]?.id ?? null);
     const rows: HistoryRow[] = [];
     // Offline reading: the store's own clock is wall time.
-    for await (const row of scanHistory(
+    for await (const batch of scanHistory(
       store,
       { filter, after: progress.position, limit, now: Date.now },
       progress,
     )) {
-      rows.push(row);
+      rows.push(...batch);
     }
     return { rows, cursor: progress.cursor, position: progress.position, head: await store.headPosition() };
   };
@@ -130,7 +129,7 @@ function saveCheckpoint(path: string, checkpoint: Checkpoint): void {
 }
 
 async function writePart(path: string, rows: HistoryRow[]): Promise<void> {
-  await pipeline(parquetStream(Readable.from(rows)), createWriteStream(path));
+  await pipeline(parquetStream([rows]), createWriteStream(path));
 }
 
 async function appendText(path: string, text: string): Promise<void> {

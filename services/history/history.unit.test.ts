@@ -9,6 +9,7 @@ import { tradeCallEnvelope } from '../webhooks/payloads.ts';
 import { decodeCursor, encodeCursor, tagMatches } from './cursor.ts';
 import { resolveOutcome } from './outcome.ts';
 import { HistoryQueryError, negotiateFormat, parseTime } from './query.ts';
+import { isoTime } from './rows.ts';
 import {
   addPoint,
   type ScoredPoint,
@@ -225,5 +226,14 @@ describe('cursor and query', () => {
     for (const bad of ['2025-10-01T00:00:00', 'yesterday', '-5', '2025-02-30T00:00:00Z']) {
       expect(() => parseTime('from', bad), bad).toThrow(HistoryQueryError);
     }
+  });
+});
+
+describe('isoTime', () => {
+  it('formats every time as Date#toISOString does, across days, epochs and sign', () => {
+    const times = [0, -1, 1, 999, 86_399_999, 86_400_000, -86_400_001, 951_782_400_000, 253_402_300_799_999];
+    // A deterministic spread over ±1970..2096, out of order so the per-day cache is crossed.
+    for (let i = 0; i < 20_000; i++) times.push(Math.round(Math.sin(i * 12.9898) * 4e12) + (i % 1_000));
+    for (const ms of times) expect(isoTime(ms), String(ms)).toBe(new Date(ms).toISOString());
   });
 });

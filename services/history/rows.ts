@@ -5,6 +5,30 @@ import { type HistoryRow, revealTime } from '../../contracts/history.ts';
 type Verdict = RecordedEvent<EventData<'VerdictRecorded'>, 'VerdictRecorded'>;
 type Outcome = RecordedEvent<EventData<'VerdictOutcomeResolved'>, 'VerdictOutcomeResolved'>;
 
+const DAY_MS = 86_400_000;
+/** 'YYYY-MM-DDT' per day number; a history spans a few thousand days, bounded all the same. */
+const dayPrefixes = new Map<number, string>();
+const pad = (n: number, width: number) => String(n).padStart(width, '0');
+
+/**
+ * `new Date(ms).toISOString()`, for the reveal time of every exported row: the date part is
+ * formatted once per day and the time of day by arithmetic, a third of the cost per row.
+ */
+export function isoTime(ms: number): string {
+  const day = Math.floor(ms / DAY_MS);
+  let prefix = dayPrefixes.get(day);
+  if (prefix === undefined) {
+    if (dayPrefixes.size >= 16_384) dayPrefixes.clear();
+    prefix = new Date(day * DAY_MS).toISOString().slice(0, -13);
+    dayPrefixes.set(day, prefix);
+  }
+  const t = ms - day * DAY_MS;
+  const h = Math.floor(t / 3_600_000);
+  const m = Math.floor(t / 60_000) % 60;
+  const s = Math.floor(t / 1_000) % 60;
+  return `${prefix}${pad(h, 2)}:${pad(m, 2)}:${pad(s, 2)}.${pad(t % 1_000, 3)}Z`;
+}
+
 /**
  * A verdict as history shows it at `now`. Before its reveal time only the commitment leaves:
  * the chain fields and the market the stream name already states; content and outcome stay
@@ -27,7 +51,7 @@ export function historyRow(verdict: Verdict, outcome: Outcome | null, now: numbe
     timeframe: d.timeframe,
     hash: d.hash,
     prev_hash: d.prevHash,
-    reveal_at: new Date(revealAt).toISOString(),
+    reveal_at: isoTime(revealAt),
     revealed,
     call: revealed ? d.call : null,
     confidence: revealed ? d.confidence : null,

@@ -79,15 +79,16 @@ const sleep = (ms: number, signal?: AbortSignal) =>
   });
 
 /**
- * History rows in log order, read page by page so memory stays flat whatever the range: the
- * consumer pulls, and nothing is read ahead of it beyond one page. `progress` always names the
- * last event fully handled, so a consumer that stops at any row resumes exactly after it.
+ * History rows in log order, one batch per page read, so memory stays flat whatever the range:
+ * the consumer pulls, and nothing is read ahead of it beyond one page. Batches, not single rows:
+ * a promise hop per row costs as much as serialising it. When a batch is handed over, `progress`
+ * names the last event it covers, so a consumer that stops after any batch resumes exactly after it.
  */
 export async function* scanHistory(
   store: EventStore,
   options: ScanOptions,
   progress: ScanProgress,
-): AsyncGenerator<HistoryRow> {
+): AsyncGenerator<HistoryRow[]> {
   const pageSize = options.pageSize ?? 1_000;
   const { filter } = options;
   // The index may say "no outcome" only once it has folded every outcome the log held when the
@@ -109,43 +110,39 @@ export async function* scanHistory(
     const now = options.now();
     const index = options.outcomes && options.outcomes.checkpoint >= head ? options.outcomes : null;
     // Validated once, when appended (newEvent): the export reads the stored shape as is.
-    const picked = page.map((event) =>
-      event.type === 'VerdictRecorded' && matchesMarket((event as Verdict).data, filter)
-        ? (event as Verdict)
-        : null,
-    );
-    // Outcomes of the page's revealed verdicts that have one, read together.
-    const lookups: Promise<Outcome | null>[] = [];
-    const lookedUp: number[] = [];
-    for (const [i, verdict] of picked.entries()) {
-      if (
-        verdict &&
+    const picked: Verdict[] = [];
+    const lookups: (Promise<Outcome | null> | null)[] = [];
+    let lookedUp = false;
+    for (const event of page) {
+      if (event.type !== 'VerdictRecorded') continue;
+      const verdict = event as Verdict;
+      if (!matchesMarket(verdict.data, filter)) continue;
+      picked.push(verdict);
+      // Outcomes of the page's revealed verdicts that have one, read together.
+      const due =
         now >= revealTime(verdict.data) &&
         now >= outcomeDueAt(verdict.data) &&
-        (!index || index.has(verdict.stream, verdict.revision))
-      ) {
-        lookedUp.push(i);
-        lookups.push(readOutcome(store, verdict.id));
+        (!index || index.has(verdict.stream, verdict.revision));
+      lookups.push(due ? readOutcome(store, verdict.id) : null);
+      lookedUp ||= due;
+    }
+    const outcomes = lookedUp ? await Promise.all(lookups) : null;
+    const rows: HistoryRow[] = [];
+    let last = page[page.length - 1]!;
+    for (let i = 0; i < picked.length; i++) {
+      const verdict = picked[i]!;
+      const row = historyRow(verdict, outcomes?.[i] ?? null, now);
+      if (filter.call && row.revealed && row.call !== filter.call) continue;
+      rows.push(row);
+      if (progress.rows + rows.length >= options.limit) {
+        // The limit falls inside the page: resume right after the last row given.
+        last = verdict;
+        break;
       }
     }
-    const outcomes = await Promise.all(lookups);
-    let next = 0;
-    for (const [i, event] of page.entries()) {
-      const verdict = picked[i];
-      if (verdict) {
-        const outcome = lookedUp[next] === i ? outcomes[next++]! : null;
-        const row = historyRow(verdict, outcome, now);
-        if (!filter.call || !row.revealed || row.call === filter.call) {
-          progress.position = event.position;
-          progress.eventId = event.id;
-          progress.rows++;
-          yield row;
-          if (progress.rows >= options.limit) return;
-          continue;
-        }
-      }
-      progress.position = event.position;
-      progress.eventId = event.id;
-    }
+    progress.position = last.position;
+    progress.eventId = last.id;
+    progress.rows += rows.length;
+    if (rows.length > 0) yield rows;
   }
 }

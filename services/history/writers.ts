@@ -4,34 +4,61 @@ import * as parquet from 'parquet-wasm/node';
 import { HISTORY_COLUMNS, type HistoryFormat, type HistoryRow } from '../../contracts/history.ts';
 
 /**
- * Serialisers for history rows. Each pulls rows from an async iterable only as fast as the
- * returned stream is read (Readable.from and a pull-based web stream), so a slow client holds
- * one batch in memory, never the range it asked for.
+ * Serialisers for history rows. Each pulls batches of rows from an async iterable only as fast
+ * as the returned stream is read (Readable.from and a pull-based web stream), so a slow client
+ * holds a batch or two in memory, never the range it asked for.
  */
 
 /**
- * Parquet row groups of 1,024 rows: the streaming writer (parquet-wasm's transformParquetStream)
- * closes a row group only when it is full and has one fixed size per file, so the first bytes
- * leave after this many rows; a growing size is not available from it. Batches handed to it grow
- * (1,024 → 8,192 rows) so the per-batch cost of crossing into the writer is paid rarely.
+ * Parquet row groups of 8,192 rows, one size per file (parquet-wasm's streaming writer has no
+ * growing size): each row group carries per-column metadata and page headers for all 31
+ * columns, so 1,024-row groups spent a quarter of the encoder's time on that overhead. A Parquet
+ * file is read from its footer, so a client gains nothing from an earlier first row group.
  */
-const ROW_GROUP_ROWS = 1_024;
-const MAX_BATCH_ROWS = 8_192;
+const ROW_GROUP_ROWS = 8_192;
 const NDJSON_CHUNK = 64 * 1024;
+/**
+ * Columns whose values repeat (a few venues, coins, timeframes, labels): dictionary-encoded.
+ * The rest (ids, hashes, times, inputs, numbers) are nearly all distinct, where a dictionary
+ * only costs hashing every value before the writer falls back to plain encoding.
+ */
+const DICTIONARY_COLUMNS: readonly (keyof HistoryRow)[] = [
+  'stream',
+  'exchange',
+  'coin',
+  'timeframe',
+  'call',
+  'regime',
+  'feed',
+  'engine_version',
+  'trigger',
+  'result',
+];
 
-export function ndjsonStream(rows: AsyncIterable<HistoryRow>, trailer: () => object): Readable {
+type Batches = AsyncIterable<HistoryRow[]> | Iterable<HistoryRow[]>;
+
+export function ndjsonStream(batches: Batches, trailer: () => object): Readable {
   return Readable.from(
     (async function* () {
       let chunk = '';
       let first = true;
-      for await (const row of rows) {
-        chunk += `${JSON.stringify(row)}\n`;
-        // The first row goes out alone: a client sees data at once, then full chunks follow.
-        if (first || chunk.length >= NDJSON_CHUNK) {
-          first = false;
+      for await (const rows of batches) {
+        for (const row of rows) {
+          chunk += `${JSON.stringify(row)}\n`;
+          // Chunks stay small even when a batch is not: a string past ~128 KB is allocated in
+          // V8's large-object space, which only a full collection frees (the heap grew by
+          // hundreds of MB over an export with batch-sized chunks).
+          if (chunk.length >= NDJSON_CHUNK) {
+            yield chunk;
+            chunk = '';
+          }
+        }
+        // The first batch goes out at once, whatever its size: a client sees data at once.
+        if (first && chunk) {
           yield chunk;
           chunk = '';
         }
+        first = false;
       }
       yield `${chunk}${JSON.stringify(trailer())}\n`;
     })(),
@@ -51,15 +78,17 @@ export function csvLine(row: HistoryRow): string {
 
 export const CSV_HEADER = `${HISTORY_COLUMNS.join(',')}\n`;
 
-export function csvStream(rows: AsyncIterable<HistoryRow>): Readable {
+export function csvStream(batches: Batches): Readable {
   return Readable.from(
     (async function* () {
       let chunk = CSV_HEADER;
-      for await (const row of rows) {
-        chunk += csvLine(row);
-        if (chunk.length >= NDJSON_CHUNK) {
-          yield chunk;
-          chunk = '';
+      for await (const rows of batches) {
+        for (const row of rows) {
+          chunk += csvLine(row);
+          if (chunk.length >= NDJSON_CHUNK) {
+            yield chunk;
+            chunk = '';
+          }
         }
       }
       if (chunk) yield chunk;
@@ -103,6 +132,21 @@ export const KINDS: Record<keyof HistoryRow, Kind> = {
   realised_vol: 'float64',
 };
 
+/**
+ * Splits rows into one array per column (HISTORY_COLUMNS order). Generated once from the column
+ * list so each read is a named property load on rows of one shape; `row[name]` with the name
+ * changing per column is a megamorphic lookup, and was a third of the Parquet path's time.
+ */
+const splitColumns = new Function(
+  'rows',
+  'columns',
+  `${HISTORY_COLUMNS.map((_c, k) => `const c${k} = columns[${k}];`).join('\n')}
+  for (let i = 0; i < rows.length; i++) {
+    const r = rows[i];
+    ${HISTORY_COLUMNS.map((c, k) => `c${k}[i] = r[${JSON.stringify(c)}];`).join('\n')}
+  }`,
+) as (rows: readonly HistoryRow[], columns: unknown[][]) => void;
+
 /** Validity bitmap (1 = present) of a column, and how many are null. */
 function validity(values: readonly unknown[]): { bitmap: Uint8Array; nulls: number } {
   const bitmap = new Uint8Array((values.length + 7) >> 3);
@@ -117,16 +161,17 @@ function validity(values: readonly unknown[]): { bitmap: Uint8Array; nulls: numb
 /**
  * Columns are laid out by hand rather than through Arrow's per-value builders: a string column
  * is encoded as one UTF-8 buffer (one native call, not one TextEncoder call per value), numbers
- * go straight into typed arrays. This is most of the Parquet path's cost.
+ * are written straight into typed arrays.
  */
-function column(kind: Kind, values: unknown[]): arrow.Vector {
+function column(kind: Kind, values: unknown[]): arrow.Data {
   const length = values.length;
   const { bitmap, nulls } = validity(values);
-  const nullBitmap = nulls > 0 ? bitmap : undefined;
+  const common = { length, nullCount: nulls, nullBitmap: nulls > 0 ? bitmap : undefined };
   switch (kind) {
     case 'utf8': {
       const strings = values as (string | null)[];
-      const joined = strings.filter((v) => v !== null).join('');
+      // join() writes null as the empty string: the offsets below skip it the same way.
+      const joined = strings.join('');
       const data = Buffer.from(joined, 'utf8');
       const ascii = data.length === joined.length;
       const valueOffsets = new Int32Array(length + 1);
@@ -136,78 +181,71 @@ function column(kind: Kind, values: unknown[]): arrow.Vector {
         if (v !== null && v !== undefined) at += ascii ? v.length : Buffer.byteLength(v);
         valueOffsets[i + 1] = at;
       }
-      return arrow.makeVector(
-        arrow.makeData({ type: new arrow.Utf8(), length, nullCount: nulls, nullBitmap, valueOffsets, data }),
-      );
+      return arrow.makeData({ type: new arrow.Utf8(), ...common, valueOffsets, data });
     }
-    case 'float64':
-      return arrow.makeVector(
-        arrow.makeData({
-          type: new arrow.Float64(),
-          length,
-          nullCount: nulls,
-          nullBitmap,
-          data: Float64Array.from(values, (v) => (v === null ? 0 : (v as number))),
-        }),
-      );
-    case 'int32':
-      return arrow.makeVector(
-        arrow.makeData({
-          type: new arrow.Int32(),
-          length,
-          nullCount: nulls,
-          nullBitmap,
-          data: Int32Array.from(values, (v) => (v === null ? 0 : (v as number))),
-        }),
-      );
-    case 'int64':
-      return arrow.makeVector(
-        arrow.makeData({
-          type: new arrow.Int64(),
-          length,
-          nullCount: nulls,
-          nullBitmap,
-          data: BigInt64Array.from(values, (v) => (v === null ? 0n : BigInt(v as number))),
-        }),
-      );
-    case 'bool':
-      return arrow.vectorFromArray(values as (boolean | null)[], new arrow.Bool());
+    case 'float64': {
+      const data = new Float64Array(length);
+      for (let i = 0; i < length; i++) if (values[i] !== null) data[i] = values[i] as number;
+      return arrow.makeData({ type: new arrow.Float64(), ...common, data });
+    }
+    case 'int32': {
+      const data = new Int32Array(length);
+      for (let i = 0; i < length; i++) if (values[i] !== null) data[i] = values[i] as number;
+      return arrow.makeData({ type: new arrow.Int32(), ...common, data });
+    }
+    case 'int64': {
+      // Low and high 32-bit words (little-endian, as Arrow lays them out) written as numbers:
+      // a BigInt per value cost more than the rest of the column.
+      const words = new Int32Array(length * 2);
+      for (let i = 0; i < length; i++) {
+        const v = values[i];
+        if (v === null) continue;
+        words[2 * i] = (v as number) | 0;
+        words[2 * i + 1] = Math.floor((v as number) / 4_294_967_296);
+      }
+      return arrow.makeData({ type: new arrow.Int64(), ...common, data: new BigInt64Array(words.buffer) });
+    }
+    case 'bool': {
+      const data = new Uint8Array((length + 7) >> 3);
+      for (let i = 0; i < length; i++) if (values[i] === true) data[i >> 3]! |= 1 << (i & 7);
+      return arrow.makeData({ type: new arrow.Bool(), ...common, data });
+    }
   }
 }
 
-function batchTable(rows: HistoryRow[]): arrow.Table {
+function batchTable(rows: readonly HistoryRow[]): arrow.Table {
+  const values = HISTORY_COLUMNS.map(() => new Array<unknown>(rows.length));
+  splitColumns(rows, values);
   const columns: Record<string, arrow.Vector> = {};
-  for (const name of HISTORY_COLUMNS)
-    columns[name] = column(
-      KINDS[name],
-      rows.map((r) => r[name]),
-    );
+  HISTORY_COLUMNS.forEach((name, k) => {
+    columns[name] = arrow.makeVector(column(KINDS[name], values[k]!));
+  });
   return new arrow.Table(columns);
 }
 
-/** Parquet via the Rust writer (parquet-wasm), streamed batch by batch as it is written. */
-export function parquetStream(rows: AsyncIterable<HistoryRow>): Readable {
-  const iterator = rows[Symbol.asyncIterator]();
+/** Parquet via the Rust writer (parquet-wasm), streamed row group by row group as it is written. */
+export function parquetStream(batches: Batches): Readable {
+  const iterator =
+    Symbol.asyncIterator in batches ? batches[Symbol.asyncIterator]() : batches[Symbol.iterator]();
   let done = false;
-  let batchRows = ROW_GROUP_ROWS;
-  const batches = new ReadableStream({
+  let pending: HistoryRow[] = [];
+  const recordBatches = new ReadableStream({
     async pull(controller) {
       if (done) return;
       // Building a batch and encoding it are one unbroken chain of promise jobs; letting the event
-      // loop turn first lets the bytes already written (the socket's corked first chunk included)
-      // leave before the next batch is built.
+      // loop turn first lets the bytes already written leave before the next batch is built.
       await new Promise<void>((resolve) => setImmediate(resolve));
-      const batch: HistoryRow[] = [];
-      const want = batchRows;
-      batchRows = Math.min(MAX_BATCH_ROWS, batchRows * 2);
-      while (batch.length < want) {
+      while (pending.length < ROW_GROUP_ROWS) {
         const next = await iterator.next();
         if (next.done) {
           done = true;
           break;
         }
-        batch.push(next.value);
+        pending = pending.length === 0 ? next.value : pending.concat(next.value);
       }
+      // Whole row groups go to the writer; what is over waits for the next one.
+      const batch = done ? pending : pending.slice(0, ROW_GROUP_ROWS);
+      pending = done ? [] : pending.slice(ROW_GROUP_ROWS);
       // An empty export is still a valid file with the full schema.
       if (batch.length > 0 || done) {
         const ipc = arrow.tableToIPC(batchTable(batch), 'stream');
@@ -219,13 +257,15 @@ export function parquetStream(rows: AsyncIterable<HistoryRow>): Readable {
       await iterator.return?.();
     },
   });
-  const properties = new parquet.WriterPropertiesBuilder()
+  let builder = new parquet.WriterPropertiesBuilder()
     .setCompression(parquet.Compression.SNAPPY)
     .setMaxRowGroupSize(ROW_GROUP_ROWS)
-    .build();
+    .setDictionaryEnabled(false);
+  for (const name of DICTIONARY_COLUMNS) builder = builder.setColumnDictionaryEnabled(name, true);
+  const properties = builder.build();
   return Readable.from(
     (async function* () {
-      const bytes = await parquet.transformParquetStream(batches, properties);
+      const bytes = await parquet.transformParquetStream(recordBatches, properties);
       const reader = bytes.getReader();
       for (;;) {
         const { value, done: end } = await reader.read();
@@ -234,16 +274,12 @@ export function parquetStream(rows: AsyncIterable<HistoryRow>): Readable {
       }
     })(),
     // Byte mode: Readable.from defaults to object mode, which buffers 16 chunks (here up to 16
-    // batches of encoded row groups) ahead of the socket.
+    // encoded row groups) ahead of the socket.
     { objectMode: false },
   );
 }
 
-export function historyStream(
-  format: HistoryFormat,
-  rows: AsyncIterable<HistoryRow>,
-  trailer: () => object,
-): Readable {
+export function historyStream(format: HistoryFormat, rows: Batches, trailer: () => object): Readable {
   if (format === 'csv') return csvStream(rows);
   if (format === 'parquet') return parquetStream(rows);
   return ndjsonStream(rows, trailer);

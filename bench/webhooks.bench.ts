@@ -282,9 +282,11 @@ async function startDispatcherProcess(env: Record<string, string>): Promise<Chil
   const profile = process.env.BENCH_CPU_PROF_DIR
     ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`]
     : [];
+  // BENCH_DISPATCHER_NODE_ARGS="--max-semi-space-size=32": V8 flags for the dispatcher alone.
+  const flags = process.env.BENCH_DISPATCHER_NODE_ARGS?.split(/\s+/).filter(Boolean) ?? [];
   const child = spawn(
     process.execPath,
-    [...profile, '--import', 'tsx', 'services/main.ts', '--role', 'dispatcher'],
+    [...profile, ...flags, '--import', 'tsx', 'services/main.ts', '--role', 'dispatcher'],
     {
       cwd: ROOT,
       env: { ...process.env, ...env, PORT: String(port), HOST: '127.0.0.1' },

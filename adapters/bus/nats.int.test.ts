@@ -89,6 +89,31 @@ describe.skipIf(!reachable)('NatsBus specifics', () => {
     expect(seen).toEqual(['r1', 'r2']);
   });
 
+  it('unconfirmed acks have all reached the server once the consumer stopped', async () => {
+    const subject = `${prefix}.events.Unconfirmed`;
+    const count = 40;
+    for (let i = 0; i < count; i++) await bus.publish(subject, bytes(String(i)), { msgId: `u${run}${i}` });
+    let seen = 0;
+    const consumer = await bus.consume(
+      { durable: 'unconfirmed', filterSubject: subject, maxInFlight: 8, confirmAck: false },
+      async (m) => {
+        seen++;
+        await m.ack();
+      },
+    );
+    await waitFor(() => seen === count, 'every message');
+    await consumer.stop();
+    const nc = await connect({ servers: NATS_URL });
+    try {
+      const info = await (await jetstreamManager(nc)).consumers.info(stream, 'unconfirmed');
+      expect(info.num_ack_pending).toBe(0);
+      expect(info.num_redelivered).toBe(0);
+      expect(info.ack_floor.consumer_seq).toBe(count);
+    } finally {
+      await nc.close();
+    }
+  });
+
   it('rejects a subject outside the prefix without sending it', async () => {
     await expect(bus.publish('elsewhere.events.A', bytes('x'), { msgId: 'x' })).rejects.toThrow(/outside/);
   });

@@ -280,6 +280,9 @@ class NatsConsumer {
     this.slotFreed?.();
     await this.messages?.close();
     await this.loop;
+    // Unconfirmed acks of the last messages reach the server before a successor resumes the
+    // durable: the server answers a flush only after everything sent before it.
+    if (this.options.confirmAck === false && !this.bus.nc.isClosed()) await this.bus.nc.flush();
   }
 
   private async run(): Promise<void> {
@@ -340,6 +343,11 @@ class NatsConsumer {
       ack: async () => {
         if (settled) return;
         settled = true;
+        if (this.options.confirmAck === false) {
+          // No reply inbox, timer or round trip per message; a lost ack means a redelivery later.
+          m.ack();
+          return;
+        }
         // ackAck waits for the server's confirmation; a lost ack means a redelivery later.
         const confirmed = await m.ackAck({ timeout });
         if (!confirmed) throw new Error('ack was not confirmed by the server');

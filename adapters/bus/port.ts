@@ -33,6 +33,12 @@ export interface ConsumeOptions {
   maxInFlight?: number;
   /** Delay before redelivering a message whose handler threw. */
   defaultNakDelayMs?: number;
+  /**
+   * false: ack() sends the ack and resolves without waiting for the bus to confirm it. For
+   * handlers whose work is idempotent, where a lost ack costs only a redelivery that finds the
+   * work done. Default true: ack() resolves once the bus confirmed it.
+   */
+  confirmAck?: boolean;
 }
 
 export interface BusMessage {

@@ -73,6 +73,34 @@ describe('LMDB event store', () => {
     }
   });
 
+  it('checks the head and stream revisions it remembers against what another handle appended since', async () => {
+    const path = freshPath();
+    const a = await openLmdbEventStore({ path });
+    const b = await openLmdbEventStore({ path });
+    try {
+      const stream = uniqueStream('hinted');
+      const other = uniqueStream('hinted-other');
+      // `a` remembers head 1 and revision 0 of `stream`; `b` then moves both on.
+      await a.append(stream, [event('A1')], { expectedRevision: 'no_stream' });
+      await b.append(stream, [event('B1'), event('B2')], { expectedRevision: 0 });
+      await b.append(other, [event('B3')]);
+      await expect(a.append(stream, [event('Stale')], { expectedRevision: 0 })).rejects.toThrow();
+      expect(await a.streamRevision(stream)).toBe(2);
+      expect(await a.headPosition()).toBe(4);
+      // `a` remembers `other` as absent only by checking: it exists now.
+      await expect(a.append(other, [event('A2')], { expectedRevision: 'no_stream' })).rejects.toThrow();
+      const next = await a.append(stream, [event('A3')], { expectedRevision: 2 });
+      expect(next).toEqual({ nextRevision: 3, position: 5 });
+      // Back the other way: `b` remembered head 4 and `stream` at revision 2.
+      expect(await b.append(stream, [event('B4')])).toEqual({ nextRevision: 4, position: 6 });
+      expect((await a.readAll()).map((e) => e.position)).toEqual([1, 2, 3, 4, 5, 6]);
+      expect((await a.readStream(stream)).map((e) => e.revision)).toEqual([0, 1, 2, 3, 4]);
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
+
   it('treats a path with a dot in its name as a directory', async () => {
     const path = join(root, 'data.v1');
     const store = await openLmdbEventStore({ path });

@@ -29,6 +29,8 @@ const LAST_REVISION = Number.MAX_SAFE_INTEGER;
  * position never meet them. Entries written before (plain msgpack maps) still decode as they were.
  */
 export const EVENT_ENCODING = { sharedStructuresKey: 0, maxSharedStructures: 1_000 } as const;
+/** Streams whose last revision is remembered between appends (see `revisionHints`). */
+const MAX_REVISION_HINTS = 10_000;
 /** Free space at which a store that ran out counts as writable again: room for a burst of commits. */
 const MIN_FREE_BYTES = 1024 * 1024;
 
@@ -56,6 +58,17 @@ export class LmdbEventStore implements EventStore {
   private readonly path: string;
   private readonly logger: Logger | undefined;
   private closed = false;
+  /**
+   * The head and each stream's last revision as this process last wrote or read them. Hints
+   * only: another process may have appended since, or a batch may have rolled back, so each is
+   * checked with two point reads (the hinted key is there, the next one is not) inside the
+   * transaction that relies on it; a reverse range scan, several times dearer, runs only when
+   * the check fails. Positions and revisions are dense, so the check is exact.
+   */
+  private headHint = 0;
+  private readonly revisionHints = new Map<string, number>();
+  /** A notify of subscribers is scheduled for the end of this turn of the event loop. */
+  private notifyScheduled = false;
 
   constructor(options: LmdbEventStoreOptions) {
     this.pollMs = options.pollMs ?? 250;
@@ -100,7 +113,9 @@ export class LmdbEventStore implements EventStore {
         const head = this.headInTxn();
         if (events.length === 0)
           return { result: { nextRevision: current ?? -1, position: head }, wrote: false };
-        const ids = freshEventIds(stream, events, (id) => this.ids.doesExist(id));
+        // findIdempotentAppend just found the first id unstored: no second lookup of it.
+        const firstId = events[0]!.id;
+        const ids = freshEventIds(stream, events, (id) => id !== firstId && this.ids.doesExist(id));
         const firstRevision = (current ?? -1) + 1;
         for (let i = 0; i < events.length; i++) {
           const id = ids[i]!;
@@ -111,6 +126,8 @@ export class LmdbEventStore implements EventStore {
           this.streams.putSync([stream, revision], position);
           this.ids.putSync(id, position);
         }
+        this.headHint = head + events.length;
+        this.hintRevision(stream, firstRevision + events.length - 1);
         return {
           result: { nextRevision: firstRevision + events.length - 1, position: head + events.length },
           wrote: true,
@@ -128,7 +145,7 @@ export class LmdbEventStore implements EventStore {
     }
     if (outcome.wrote) {
       this.space.succeeded();
-      this.signal.notify();
+      this.notifySoon();
     }
     return outcome.result;
   }
@@ -207,6 +224,21 @@ export class LmdbEventStore implements EventStore {
   }
 
   /**
+   * One wake-up of subscribers for every append that completes in this turn of the event loop.
+   * The appends of one commit resolve one after another, and a subscriber woken by the first
+   * reads them all, waits again, and would be woken by the next to read nothing: a range read
+   * (cursor, snapshot, poll timer) per append for nothing, several per webhook delivery.
+   */
+  private notifySoon(): void {
+    if (this.notifyScheduled) return;
+    this.notifyScheduled = true;
+    setImmediate(() => {
+      this.notifyScheduled = false;
+      this.signal.notify();
+    });
+  }
+
+  /**
    * A failed commit on a nearly full disk is a full disk, whatever errno it came with: writes to
    * a full file system also surface as EIO.
    */
@@ -217,20 +249,44 @@ export class LmdbEventStore implements EventStore {
 
   /** Reads through the write transaction when called inside one, else a fresh read snapshot. */
   private headInTxn(): number {
-    for (const key of this.events.getKeys({ reverse: true, limit: 1 })) return key;
-    return 0;
+    const hint = this.headHint;
+    // Key 0 holds the shared structures, so with no hint only position 1 is checked.
+    if ((hint === 0 || this.events.doesExist(hint)) && !this.events.doesExist(hint + 1)) return hint;
+    let head = 0;
+    for (const key of this.events.getKeys({ reverse: true, limit: 1 })) {
+      head = key;
+      break;
+    }
+    this.headHint = head;
+    return head;
   }
 
   private currentRevision(stream: string): number | null {
-    for (const [, revision] of this.streams.getKeys({
+    // -1: no stream, which the absence of revision 0 confirms (a new delivery stream, mostly).
+    const hint = this.revisionHints.get(stream) ?? -1;
+    if ((hint < 0 || this.streams.doesExist([stream, hint])) && !this.streams.doesExist([stream, hint + 1])) {
+      return hint < 0 ? null : hint;
+    }
+    let revision: number | null = null;
+    for (const [, last] of this.streams.getKeys({
       start: [stream, LAST_REVISION],
       end: [stream],
       reverse: true,
       limit: 1,
     })) {
-      return revision;
+      revision = last;
+      break;
     }
-    return null;
+    if (revision !== null) this.hintRevision(stream, revision);
+    return revision;
+  }
+
+  private hintRevision(stream: string, revision: number): void {
+    // Bounded: one delivery stream per delivery would otherwise grow it without end.
+    if (this.revisionHints.size >= MAX_REVISION_HINTS && !this.revisionHints.has(stream)) {
+      this.revisionHints.clear();
+    }
+    this.revisionHints.set(stream, revision);
   }
 
   private lookup(id: string): RecordedEvent | undefined {

@@ -88,12 +88,18 @@ export class WebhookDispatcher {
     const durable = this.options.durablePrefix ?? 'dispatcher';
     this.running = true;
     const handle = (m: BusMessage) => this.onMessage(m);
+    // Acks are not confirmed: a message is acked only once its deliveries are claimed in the
+    // store, and handling it again is idempotent (the sequence number's event id and the claim's
+    // expected 'no_stream' both derive from the delivery id), so a lost ack costs a redelivery
+    // that claims nothing, never a lost or doubled delivery. A confirmed ack would only turn that
+    // into a nak, with the same redelivery, at a round trip per message.
     this.consumers.push(
       await bus.consume(
         {
           durable: `${durable}-calls`,
           filterSubject: eventSubject('VerdictRecorded', prefix),
           maxInFlight: 64,
+          confirmAck: false,
         },
         handle,
       ),
@@ -102,15 +108,24 @@ export class WebhookDispatcher {
           durable: `${durable}-shifts`,
           filterSubject: eventSubject('RegimeShifted', prefix),
           maxInFlight: 4,
+          confirmAck: false,
         },
         handle,
       ),
       await bus.consume(
-        { durable: `${durable}-reenable`, filterSubject: eventSubject('SubscriptionReEnabled', prefix) },
+        {
+          durable: `${durable}-reenable`,
+          filterSubject: eventSubject('SubscriptionReEnabled', prefix),
+          confirmAck: false,
+        },
         handle,
       ),
       await bus.consume(
-        { durable: `${durable}-disabled`, filterSubject: eventSubject('SubscriptionDisabled', prefix) },
+        {
+          durable: `${durable}-disabled`,
+          filterSubject: eventSubject('SubscriptionDisabled', prefix),
+          confirmAck: false,
+        },
         handle,
       ),
     );

@@ -2,6 +2,7 @@ import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { EventStore, Subscription } from '../adapters/event-store/port.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
+import { type DomainEvent, parseDomainEvent } from '../contracts/events.ts';
 
 /** A follower of the log fed pages of events by the store's shared feed. */
 export interface FeedMember {
@@ -9,9 +10,58 @@ export interface FeedMember {
   readonly checkpoint: number;
   /**
    * Folds the events of `page` past its checkpoint, synchronously. A member that cannot go on
-   * (its fold threw) leaves the feed itself.
+   * (its fold threw) leaves the feed itself. `index` is shared by every member fed the page.
    */
-  receive(page: readonly RecordedEvent[]): void;
+  receive(page: readonly RecordedEvent[], index?: PageIndex): void;
+}
+
+/** What the members of a feed learn about a page once for all of them. */
+export interface PageIndex {
+  /**
+   * `types[i]` is the ordinal of `page[i].type` (see `typeOrdinal`), so a member passes over
+   * the events it does not fold without looking at them.
+   */
+  readonly types: Uint16Array;
+  /** `page[i]` validated against the catalog (null: not a valid domain event), once looked at. */
+  readonly parsed: (DomainEvent | null | undefined)[];
+}
+
+/** `page[i]` of the page `index` describes, validated once for every member. */
+export function parsedAt(page: readonly RecordedEvent[], index: PageIndex, i: number): DomainEvent | null {
+  let event = index.parsed[i];
+  if (event === undefined) {
+    event = parseDomainEvent(page[i]!);
+    index.parsed[i] = event;
+  }
+  return event;
+}
+
+/** Event type names by ordinal; ordinal 0 stands for a type past the table's size. */
+const typeNames: string[] = [''];
+const ordinals = new Map<string, number>();
+const MAX_ORDINAL = 0xffff;
+
+/** A small integer standing for an event type in this process, stable while it runs. */
+export function typeOrdinal(type: string): number {
+  let ordinal = ordinals.get(type);
+  if (ordinal === undefined) {
+    if (typeNames.length > MAX_ORDINAL) return 0;
+    ordinal = typeNames.length;
+    typeNames.push(type);
+    ordinals.set(type, ordinal);
+  }
+  return ordinal;
+}
+
+/** The type an ordinal stands for (undefined for 0, which stands for any). */
+export function typeOfOrdinal(ordinal: number): string | undefined {
+  return ordinal === 0 ? undefined : typeNames[ordinal];
+}
+
+function indexOf(page: readonly RecordedEvent[]): PageIndex {
+  const types = new Uint16Array(page.length);
+  for (let i = 0; i < page.length; i++) types[i] = typeOrdinal(page[i]!.type);
+  return { types, parsed: new Array(page.length).fill(undefined) };
 }
 
 export interface LogFeedOptions {
@@ -108,8 +158,9 @@ export class LogFeed {
           await this.sleep(Math.min(5_000, 100 * 2 ** Math.min(failures, 6)));
           continue;
         }
+        const index = indexOf(page);
         for (const member of [...this.members]) {
-          if (this.members.has(member)) member.receive(page);
+          if (this.members.has(member)) member.receive(page, index);
         }
         if (page.length === this.pageSize) {
           // Catching up: a page of an embedded store is read without yielding, so let timers,

@@ -17,6 +17,11 @@ export interface Projection<S> {
   evolve(state: S, event: RecordedEvent): S;
   /** The event types `evolve` folds (set by `defineProjection`); it passes the others over. */
   readonly eventTypes?: readonly EventType[];
+  /**
+   * `evolve` for an event already validated, of one of `eventTypes` (set by `defineProjection`):
+   * the runner validates each event of a page once for every projection (projections/log-feed.ts).
+   */
+  readonly evolveValid?: (state: S, event: DomainEvent) => S;
 }
 
 /** A recorded event of one of the given catalog types, its data validated. */
@@ -45,6 +50,7 @@ export function defineProjection<S, T extends EventType>(spec: {
       const event = parseRecorded(recorded);
       return event ? spec.evolve(state, event as EventOf<T>) : state;
     },
+    evolveValid: spec.evolve as (state: S, event: DomainEvent) => S,
   };
 }
 

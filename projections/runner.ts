@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import type { ProjectionStore } from '../adapters/projection-store/port.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
-import { type FeedMember, feedOf } from './log-feed.ts';
+import { type FeedMember, feedOf, type PageIndex, parsedAt, typeOfOrdinal } from './log-feed.ts';
 import type { Projection } from './projection.ts';
 
 export interface RunnerOptions {
@@ -56,6 +56,7 @@ export class ProjectionRunner<S> implements FeedMember {
     private readonly options: RunnerOptions = {},
   ) {
     this.current = projection.initial();
+    this.folds = projection.eventTypes ? new Set<string>(projection.eventTypes) : null;
   }
 
   get name(): string {
@@ -154,19 +155,62 @@ export class ProjectionRunner<S> implements FeedMember {
     });
   }
 
+  /**
+   * Per event type ordinal (see log-feed.ts): 1 when the projection folds that type, 2 when it
+   * passes it over, 0 not yet looked at. Most projections fold a few of the log's types, and a
+   * rebuild would otherwise call every projection's `evolve` for every event.
+   */
+  private wants = new Uint8Array(64);
+  private readonly folds: ReadonlySet<string> | null;
+
+  private foldsOrdinal(ordinal: number): boolean {
+    if (ordinal >= this.wants.length) {
+      const grown = new Uint8Array(Math.max(ordinal + 1, this.wants.length * 2));
+      grown.set(this.wants);
+      this.wants = grown;
+    }
+    let w = this.wants[ordinal]!;
+    if (w === 0) {
+      const type = typeOfOrdinal(ordinal);
+      w = type === undefined || !this.folds || this.folds.has(type) ? 1 : 2;
+      // Ordinal 0 stands for any type past the table: never remembered, always folded.
+      if (ordinal !== 0) this.wants[ordinal] = w;
+    }
+    return w === 1;
+  }
+
   /** Folds the events of a page past the checkpoint; called by the feed, synchronously. */
-  receive(page: readonly RecordedEvent[]): void {
+  receive(page: readonly RecordedEvent[], index?: PageIndex): void {
     if (!this.joined || this.failure) return;
-    const evolve = this.projection.evolve;
+    const { evolve, evolveValid } = this.projection;
     let state = this.current;
+    const from = firstAfter(page, this.position);
+    let i = from;
     try {
-      for (let i = firstAfter(page, this.position); i < page.length; i++) {
-        const event = page[i]!;
-        state = evolve(state, event);
-        this.current = state;
-        this.position = event.position;
+      if (index && this.folds) {
+        const types = index.types;
+        for (; i < page.length; i++) {
+          const ordinal = types[i]!;
+          if (!this.foldsOrdinal(ordinal)) continue;
+          if (evolveValid && ordinal !== 0) {
+            // One of its types: validated once for all the projections folding it.
+            const event = parsedAt(page, index, i);
+            if (event) state = evolveValid(state, event);
+          } else {
+            state = evolve(state, page[i]!);
+          }
+          this.current = state;
+        }
+      } else {
+        for (; i < page.length; i++) {
+          state = evolve(state, page[i]!);
+          this.current = state;
+        }
       }
+      if (from < page.length) this.position = page[page.length - 1]!.position;
     } catch (err) {
+      // The checkpoint a snapshot saves: up to the event before the one that threw.
+      if (i > from) this.position = page[i - 1]!.position;
       // A fold that throws stops this projection (and shows in /readyz) rather than skipping
       // an event, which would make the state silently differ from a rebuild.
       this.failure = err instanceof Error ? err : new Error(String(err));

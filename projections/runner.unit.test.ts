@@ -2,8 +2,9 @@ import { describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import type { ProjectionStore, StoredProjection } from '../adapters/projection-store/port.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
+import { newEvent } from '../contracts/events.ts';
 import { eventStatsProjection } from './event-stats.ts';
-import { foldEvents, type Projection } from './projection.ts';
+import { defineProjection, foldEvents, type Projection } from './projection.ts';
 import { ProjectionRunner } from './runner.ts';
 
 /** The port's simplest faithful form, so this file tests the runner and nothing else. */
@@ -169,5 +170,61 @@ describe('ProjectionRunner', () => {
     expect(runner.state).toBe(2);
     await runner.stop();
     expect(snapshots.saved.get('strict')?.checkpoint).toBe(2);
+  });
+
+  it('a projection of a few types folds them in log order, validated, passes the rest over, and stops where one throws', async () => {
+    const store = new MemoryEventStore();
+    const snapshots = new MapProjectionStore();
+    const keys = defineProjection({
+      name: 'keys',
+      version: 1,
+      eventTypes: ['ApiKeyIssued', 'ApiKeyRevoked'],
+      initial: () => ({ log: [] as string[] }),
+      evolve(state, event) {
+        if (event.data.keyId === 'poison') throw new Error('cannot fold poison');
+        state.log.push(`${event.position}:${event.type}:${event.data.keyId}`);
+        return state;
+      },
+    });
+    const issued = (keyId: string) =>
+      newEvent('ApiKeyIssued', {
+        keyId,
+        keyHash: 'a'.repeat(64),
+        prefix: 'sk',
+        plan: 'pro',
+        owner: 'o',
+        via: 'operator',
+      });
+    await store.append('a', [
+      { type: 'Other', data: {} },
+      issued('k1'),
+      { type: 'ApiKeyRevoked', data: { keyId: 42 } },
+      newEvent('QuotaDebited', {
+        subject: 's',
+        subjectKind: 'key',
+        plan: 'pro',
+        tool: 't',
+        units: 1,
+        day: '2026-11-23',
+        month: '2026-11',
+        requestId: 'r',
+      }),
+      newEvent('ApiKeyRevoked', { keyId: 'k1', reason: 'r' }),
+      { type: 'Other', data: {} },
+    ]);
+    const runner = new ProjectionRunner(store, snapshots, keys);
+    await runner.start();
+    await runner.waitFor(6);
+    // The invalid revocation (position 3) is passed over; the trailing event of another type
+    // still moves the checkpoint to the head.
+    expect(runner.state.log).toEqual(['2:ApiKeyIssued:k1', '5:ApiKeyRevoked:k1']);
+    expect(runner.state).toEqual(foldEvents(keys, await store.readAll()));
+    expect(runner.checkpoint).toBe(6);
+    await store.append('a', [{ type: 'Other', data: {} }, issued('poison'), issued('k2')]);
+    await expect(runner.waitFor(9, 300)).rejects.toThrow(/did not reach position 9/);
+    expect(runner.error?.message).toBe('cannot fold poison');
+    expect(runner.checkpoint).toBe(7);
+    await runner.stop();
+    expect(snapshots.saved.get('keys')?.checkpoint).toBe(7);
   });
 });

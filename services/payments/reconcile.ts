@@ -7,7 +7,13 @@ import type { Projection } from '../../projections/projection.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import type { ChainReader } from './chain-reader.ts';
 import { type PaymentHandle, PaymentLedger, type PaymentStep } from './ledger.ts';
-import { evolveRecorded, isOpen, type PaymentState, UNKNOWN_TX_HASH } from './payment-state.ts';
+import {
+  evolveRecorded,
+  isOpen,
+  PAYMENT_EVENT_TYPES,
+  type PaymentState,
+  UNKNOWN_TX_HASH,
+} from './payment-state.ts';
 
 /** Unfinished payments by stream: what reconciliation may have to finish. */
 export type OpenPayments = Record<string, PaymentState>;
@@ -15,6 +21,8 @@ export type OpenPayments = Record<string, PaymentState>;
 export const openPaymentsProjection: Projection<OpenPayments> = {
   name: 'open-payments',
   version: 1,
+  // An event of another type leaves every payment as it is: the runner passes those over unread.
+  eventTypes: PAYMENT_EVENT_TYPES,
   initial: () => ({}),
   evolve(state, event) {
     if (!event.stream.startsWith('payment-')) return state;

@@ -100,6 +100,8 @@ export class LogFeed {
   private loop: Promise<void> | null = null;
   private doorbell: Subscription | null = null;
   private rings = 0;
+  /** The last position a read of the feed returned: the doorbell rings only past it. */
+  private readUpTo = 0;
   private wakeUp: (() => void) | null = null;
   private readonly pageSize: number;
   private readonly pollMs: number;
@@ -151,6 +153,7 @@ export class LogFeed {
         try {
           page = await this.store.readAll({ after, maxCount: this.pageSize });
           failures = 0;
+          if (page.length > 0) this.readUpTo = Math.max(this.readUpTo, page.at(-1)!.position);
         } catch (err) {
           // The store away (a remote engine restarting): the members keep their state and wait.
           failures++;
@@ -199,7 +202,9 @@ export class LogFeed {
     this.doorbell = subscription;
     void (async () => {
       try {
-        for await (const _ of subscription) this.ring();
+        // An event the last read already handed out (one commit rings once per event) needs no
+        // read of its own: those empty reads were about a tenth of the dispatcher's time.
+        for await (const event of subscription) if (event.position > this.readUpTo) this.ring();
       } catch (err) {
         this.options.logger?.warn({ err }, 'log feed doorbell stopped; polling instead');
       } finally {

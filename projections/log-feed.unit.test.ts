@@ -104,3 +104,32 @@ describe('the shared log feed', () => {
     await b.stop();
   });
 });
+
+describe('the shared log feed doorbell', () => {
+  it('reads a commit of many events once, not once per event it was rung for', async () => {
+    // Every appended event rings the doorbell; one read hands out the whole commit, so rings for
+    // events already read must not each cost another (empty) read of the log.
+    class CountingStore extends MemoryEventStore {
+      reads = 0;
+      override readAll(...args: Parameters<MemoryEventStore['readAll']>) {
+        this.reads++;
+        return super.readAll(...args);
+      }
+    }
+    const store = new CountingStore();
+    const runner = new ProjectionRunner(store, new MemoryProjectionStore(), { ...order, name: 'doorbell' });
+    await runner.start();
+    await runner.waitFor(0);
+    await new Promise((r) => setTimeout(r, 50));
+    const before = store.reads;
+    await store.append(
+      's-1',
+      Array.from({ length: 500 }, (_, n) => ({ type: 'N', data: { n } })),
+    );
+    await runner.waitFor(500);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(runner.state).toHaveLength(500);
+    expect(store.reads - before).toBeLessThan(20);
+    await runner.stop();
+  });
+});

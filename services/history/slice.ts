@@ -100,7 +100,7 @@ export function historySlice(deps: HistorySliceDeps) {
     has: (stream, revision) => hasRevision(labelled.state.runs[stream], revision),
   };
 
-  function runnerCheck(runner: ProjectionRunner<unknown>): Check {
+  function runnerCheck<S>(runner: ProjectionRunner<S>): Check {
     return async () =>
       runner.error
         ? { ok: false, detail: runner.error.message, checkpoint: runner.checkpoint }

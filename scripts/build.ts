@@ -9,18 +9,31 @@
  *     cache, the webhook guide the knowledge corpus indexes);
  *   - README.md and docs/ (the knowledge corpus reads them from the repository root, dist/ here);
  *   - sample-data/ (the replay slice the market feed falls back to).
+ *
+ * `--out-dir=<dir>` builds elsewhere than dist/ (bench/startup.bench.ts builds its own copy, so
+ * that it never pulls dist/ from under a running service or test). The directory must sit inside
+ * the repository, where `node_modules` is found by walking up from it.
  */
 
 import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { dirname, join, relative } from 'node:path';
+import { dirname, join, relative, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const OUT = join(ROOT, 'dist');
 const SOURCE_DIRS = ['contracts', 'projections', 'services', 'adapters'];
 const ROOT_ASSETS = ['README.md', 'docs', 'sample-data'];
+const { values } = parseArgs({ options: { 'out-dir': { type: 'string' } } });
+const OUT = resolve(ROOT, values['out-dir'] ?? 'dist');
+// It is emptied first: never the repository, a folder above it, or one of the sources.
+const outRel = relative(ROOT, OUT);
+const inSources = [...SOURCE_DIRS, ...ROOT_ASSETS, '.git'].includes(outRel.split(sep)[0]!);
+if (outRel === '' || outRel.startsWith('..') || inSources || outRel === 'node_modules') {
+  process.stderr.write(`build: --out-dir must be a folder of its own inside the repository, not ${OUT}\n`);
+  process.exit(1);
+}
 
 /** Test inputs live beside the sources but are never read by the running service. */
 const isTestOnly = (path: string) => /(^|\/)fixtures(\/|$)/.test(path);
@@ -37,10 +50,14 @@ function* files(dir: string): Generator<string> {
 rmSync(OUT, { recursive: true, force: true });
 
 const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
-const compiled = spawnSync(process.execPath, [tsc, '-p', join(ROOT, 'tsconfig.build.json')], {
-  cwd: ROOT,
-  stdio: 'inherit',
-});
+const compiled = spawnSync(
+  process.execPath,
+  [tsc, '-p', join(ROOT, 'tsconfig.build.json'), '--outDir', OUT],
+  {
+    cwd: ROOT,
+    stdio: 'inherit',
+  },
+);
 if (compiled.status !== 0) {
   process.stderr.write(`build: tsc failed (exit ${compiled.status ?? compiled.signal})\n`);
   process.exit(1);
@@ -69,4 +86,4 @@ if (!existsSync(join(OUT, 'services/main.js'))) {
   process.stderr.write('build: dist/services/main.js was not emitted\n');
   process.exit(1);
 }
-process.stdout.write(`build: dist/ ready (${copied} assets copied)\n`);
+process.stdout.write(`build: ${outRel}/ ready (${copied} assets copied)\n`);

@@ -69,7 +69,12 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
     cache: adapters.cache,
     store: adapters.eventStore,
     plans,
-    counters: new QuotaCounters({ store: adapters.eventStore, cache: adapters.cache, logger }),
+    counters: new QuotaCounters({
+      store: adapters.eventStore,
+      cache: adapters.cache,
+      logger,
+      checkpoints: adapters.projectionStore,
+    }),
   });
   const guard = guardConfig(config);
   const rateLimit = config.RATE_LIMIT_ENABLED

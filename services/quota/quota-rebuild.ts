@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { type Cache, CacheUnavailableError } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
+import type { ProjectionStore } from '../../adapters/projection-store/port.ts';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import { type QuotaBalances, quotaBalancesProjection } from './quota-projection.ts';
 import { chatKey, counterExpiry, resetsAtOf } from './windows.ts';
@@ -70,6 +71,21 @@ export interface RebuildDeps {
   /** Called as soon as the new generation is live, before the replay of late debits. */
   onLive?: (generation: string) => void;
   signal?: AbortSignal;
+  /**
+   * Counters already folded from the log up to `position` (a checkpoint): the build starts from
+   * them and folds only the events after it. Only for a build that replaces no live generation
+   * (`expected: null`), since the debits a replaced generation logged before `position` are
+   * not counted again here.
+   */
+  from?: QuotaCheckpoint;
+  /** Called at the switch with every counted event up to its position folded (`from` included). */
+  onFolded?: (checkpoint: QuotaCheckpoint) => void;
+}
+
+/** Every counted event up to `position`, folded: where the next build can start instead of 0. */
+export interface QuotaCheckpoint {
+  position: number;
+  state: QuotaBalances;
 }
 
 function newGenerationId(): string {
@@ -117,7 +133,11 @@ async function buildOnce(
   const now = deps.now ?? Date.now;
   const pageSize = deps.pageSize ?? 1_000;
   const generation = newGenerationId();
-  let position = 0;
+  if (deps.from && previous !== null)
+    throw new Error('quota rebuild: a checkpoint only seeds a build that replaces no generation');
+  let position = deps.from?.position ?? 0;
+  // Every counted event folded so far, for the next checkpoint: a page's state is written and gone.
+  const folded: QuotaBalances | null = deps.onFolded ? structuredClone(deps.from?.state ?? {}) : null;
   let events = 0;
   let debits = 0;
   let loggedOnPrevious = 0;
@@ -131,6 +151,7 @@ async function buildOnce(
       if (previous !== null && tag === previous) loggedOnPrevious += units(event);
       if (tag === generation) continue;
       fold(state, event);
+      if (folded && !live) fold(folded, event);
       debits++;
     }
     events += page.length;
@@ -149,8 +170,10 @@ async function buildOnce(
 
   let windows = 0;
   let switched: boolean;
+  let live = false;
   try {
     await cache.beginGeneration(generation);
+    if (deps.from) windows += await write(structuredClone(deps.from.state));
     // Up to the head as it was when each pass began: traffic faster than the fold must not keep
     // it chasing the head forever (debits after it are replayed after the switch). The second
     // pass narrows the stretch the new generation undercounts between the switch and the replay.
@@ -167,15 +190,17 @@ async function buildOnce(
     await cache.dropGeneration(generation).catch(() => undefined);
     throw err;
   }
-  const folded = { windows, events, position, restarts };
+  const done = { windows, events, position, restarts };
   if (!switched) {
     await cache.dropGeneration(generation);
     // Still the generation it meant to replace: nothing else switched, so the refusal was this
     // build's mark gone with the cache's data. Build again from scratch.
-    const live = (await cache.liveGeneration(QUOTA_FAMILY))?.id ?? null;
-    if (live === previous) return 'lost';
-    return { generation, previous, switched, ...folded, replayed: 0 };
+    const current = (await cache.liveGeneration(QUOTA_FAMILY))?.id ?? null;
+    if (current === previous) return 'lost';
+    return { generation, previous, switched, ...done, replayed: 0 };
   }
+  live = true;
+  if (folded) deps.onFolded?.({ position, state: folded });
   deps.onLive?.(generation);
 
   // The replaced generation takes no more debits: its count is now final. Its marker was there at
@@ -193,7 +218,7 @@ async function buildOnce(
     if (!more) await sleep(deps.pollMs ?? 50, deps.signal);
   }
   if (previous !== null) await cache.dropGeneration(previous);
-  return { generation, previous, switched, ...folded, replayed: debits - debitsAtSwitch };
+  return { generation, previous, switched, ...done, replayed: debits - debitsAtSwitch };
 }
 
 function debitGeneration(event: RecordedEvent): string | undefined {
@@ -221,15 +246,30 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
+/** The projection-store entry of the quota checkpoint; a changed fold bumps its version. */
+export const QUOTA_CHECKPOINT = 'quota-counters';
+const CHECKPOINT_VERSION = 1;
+/** How often a running process folds the debits since its last checkpoint into a new one. */
+const DEFAULT_CHECKPOINT_EVERY_MS = 5 * 60_000;
+
 /**
  * Keeps one process's quota counters live: rebuilds them from the log when their generation is
  * gone (at start, after a reconnection, or when a debit finds none), once at a time per process.
  * Several replicas may rebuild at once; the marker's compare-and-set lets exactly one win.
+ *
+ * With a projection store, the counters folded from the log are kept there with their position
+ * (a checkpoint, refreshed every few minutes and at stop), so a rebuild folds only the events
+ * after it: the in-process cache starts empty at every boot, and folding the whole log each time
+ * would make start-up grow with it.
  */
 export class QuotaCounters {
   private pending: Promise<void> | null = null;
   private readonly abort = new AbortController();
   private readonly tails = new Set<Promise<unknown>>();
+  /** The newest checkpoint this process holds (loaded, built, or advanced), null before any. */
+  private checkpoint: QuotaCheckpoint | null = null;
+  private checkpointing: Promise<void> | null = null;
+  private timer: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly deps: {
@@ -237,6 +277,10 @@ export class QuotaCounters {
       cache: Cache;
       logger?: Logger;
       settleMs?: number;
+      /** Where the checkpoint is kept; without it every rebuild folds the log from 0. */
+      checkpoints?: ProjectionStore;
+      checkpointEveryMs?: number;
+      now?: () => number;
     },
   ) {}
 
@@ -248,21 +292,105 @@ export class QuotaCounters {
     return this.pending;
   }
 
-  /** Stops replays still running in the background. */
+  /** Stops replays still running in the background, and saves a checkpoint up to the head. */
   async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
     this.abort.abort();
     await Promise.allSettled([...this.tails]);
+    await this.saveCheckpoint().catch((err: unknown) =>
+      this.deps.logger?.warn({ err }, 'quota checkpoint not saved at stop'),
+    );
+  }
+
+  /**
+   * Folds the counted events after the last checkpoint into a new one and saves it. The fold is
+   * of the log alone (not of the cache), so it holds whichever generation the debits landed on.
+   */
+  saveCheckpoint(): Promise<void> {
+    this.checkpointing ??= this.advanceCheckpoint().finally(() => {
+      this.checkpointing = null;
+    });
+    return this.checkpointing;
+  }
+
+  private async advanceCheckpoint(): Promise<void> {
+    const { store, checkpoints } = this.deps;
+    if (!checkpoints) return;
+    const base = this.checkpoint ?? (await this.loadCheckpoint());
+    if (!base) return; // no rebuild yet: the first one folds the log and makes it
+    const state = structuredClone(base.state);
+    let position = base.position;
+    const head = await store.headPosition();
+    while (position < head) {
+      const page = await store.readAll({ after: position, maxCount: 1_000 });
+      if (page.length === 0) break;
+      for (const event of page) if (COUNTED.has(event.type)) fold(state, event);
+      position = page[page.length - 1]!.position;
+    }
+    if (position === base.position && this.checkpoint) return;
+    await this.storeCheckpoint({ position, state });
+  }
+
+  private async loadCheckpoint(): Promise<QuotaCheckpoint | null> {
+    const { checkpoints, store, logger } = this.deps;
+    if (!checkpoints) return null;
+    const stored = await checkpoints.load<QuotaBalances>(QUOTA_CHECKPOINT);
+    if (!stored || stored.version !== CHECKPOINT_VERSION) return null;
+    // A checkpoint past the head belongs to another log (a replaced data directory): fold from 0.
+    if (stored.checkpoint > (await store.headPosition())) {
+      logger?.warn(
+        { checkpoint: stored.checkpoint },
+        'quota checkpoint is ahead of the log: ignoring it, folding the log from the start',
+      );
+      return null;
+    }
+    return { position: stored.checkpoint, state: stored.state };
+  }
+
+  private async storeCheckpoint(checkpoint: QuotaCheckpoint): Promise<void> {
+    const { checkpoints } = this.deps;
+    if (!checkpoints) return;
+    const at = (this.deps.now ?? Date.now)();
+    // Closed windows are never read again: the checkpoint keeps only the open ones.
+    const state: QuotaBalances = {};
+    for (const [key, window] of Object.entries(checkpoint.state))
+      if (window.expiresAt > at) state[key] = window;
+    await checkpoints.save<QuotaBalances>(QUOTA_CHECKPOINT, {
+      version: CHECKPOINT_VERSION,
+      checkpoint: checkpoint.position,
+      state,
+    });
+    this.checkpoint = { position: checkpoint.position, state };
+  }
+
+  private keepCheckpointing(): void {
+    if (!this.deps.checkpoints || this.timer || this.abort.signal.aborted) return;
+    this.timer = setInterval(() => {
+      this.saveCheckpoint().catch((err: unknown) =>
+        this.deps.logger?.warn({ err }, 'quota checkpoint not saved'),
+      );
+    }, this.deps.checkpointEveryMs ?? DEFAULT_CHECKPOINT_EVERY_MS);
+    this.timer.unref();
   }
 
   private async rebuildIfLost(): Promise<void> {
     const { cache, store, logger } = this.deps;
-    if ((await cache.liveGeneration(QUOTA_FAMILY)) !== null) return;
-    logger?.warn('quota counters missing (new or emptied cache): rebuilding them from the log');
+    if ((await cache.liveGeneration(QUOTA_FAMILY)) !== null) {
+      this.keepCheckpointing();
+      return;
+    }
+    const from = (await this.loadCheckpoint()) ?? undefined;
+    logger?.[from || cache.kind === 'memory' ? 'info' : 'warn'](
+      { from: from?.position ?? 0 },
+      'quota counters missing (new or emptied cache): rebuilding them from the log',
+    );
     const started = Date.now();
     let live!: () => void;
     const isLive = new Promise<void>((resolve) => {
       live = resolve;
     });
+    let folded: QuotaCheckpoint | null = null;
     const run = rebuildQuotaGeneration({
       store,
       cache,
@@ -271,17 +399,31 @@ export class QuotaCounters {
       signal: this.abort.signal,
       // The in-process cache has no debits of another process or of a lost generation in flight.
       settleMs: this.deps.settleMs ?? (cache.kind === 'memory' ? 0 : undefined),
+      ...(from ? { from } : {}),
+      ...(this.deps.checkpoints
+        ? {
+            onFolded: (checkpoint: QuotaCheckpoint) => {
+              folded = checkpoint;
+            },
+          }
+        : {}),
     });
-    const tail = run.then(
-      (outcome) =>
+    const tail = run
+      .then(async (outcome) => {
         logger?.info(
-          { ...outcome, ms: Date.now() - started },
+          { ...outcome, from: from?.position ?? 0, ms: Date.now() - started },
           outcome.switched
             ? 'quota counters rebuilt from the log'
             : 'quota counters rebuilt by another process first',
-        ),
-      (err: unknown) => logger?.error({ err }, 'quota counter rebuild failed'),
-    );
+        );
+        // A fold that started from 0 is worth keeping at once; one from a checkpoint only moved it.
+        const checkpoint = folded as QuotaCheckpoint | null;
+        if (checkpoint && checkpoint.position > (from?.position ?? -1))
+          await this.storeCheckpoint(checkpoint);
+        else if (from) this.checkpoint = from;
+        this.keepCheckpointing();
+      })
+      .catch((err: unknown) => logger?.error({ err }, 'quota counter rebuild failed'));
     this.tails.add(tail);
     void tail.finally(() => this.tails.delete(tail));
     // A rebuild that lost the race ends without going live: another one did.

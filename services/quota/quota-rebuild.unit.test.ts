@@ -3,9 +3,10 @@ import { describe, expect, it } from 'vitest';
 import { MemoryCache } from '../../adapters/cache/memory.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
+import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import type { PlanTable } from './plans.ts';
 import { QuotaMeter, type QuotaSubject } from './quota-meter.ts';
-import { QUOTA_FAMILY, rebuildQuotaGeneration } from './quota-rebuild.ts';
+import { QUOTA_CHECKPOINT, QUOTA_FAMILY, QuotaCounters, rebuildQuotaGeneration } from './quota-rebuild.ts';
 import { quotaPeriod, quotaWindows } from './windows.ts';
 
 const PLANS: PlanTable = {
@@ -66,5 +67,78 @@ describe('quota generations on the in-process cache', () => {
       expect(await cache.readLive(QUOTA_FAMILY, keys)).toEqual([logged, logged]);
     }
     await meter.counters.stop();
+  });
+});
+
+/** The log, recording where each full read started: a boot that folds from 0 reads `after: 0`. */
+function recordingReads(memory: MemoryEventStore): { store: EventStore; starts: number[] } {
+  const starts: number[] = [];
+  const store: EventStore = Object.assign(Object.create(memory) as EventStore, {
+    readAll: (options?: { after?: number; maxCount?: number }) => {
+      starts.push(options?.after ?? 0);
+      return memory.readAll(options);
+    },
+  });
+  return { store, starts };
+}
+
+describe('quota checkpoint (the counters folded up to a position, kept in the projection store)', () => {
+  it('a restart folds only the debits after the checkpoint, and counts them all', async () => {
+    const memory = new MemoryEventStore();
+    const checkpoints = new MemoryProjectionStore();
+    const key: QuotaSubject = { id: `k-${randomUUID()}`, kind: 'key', plan: 'free' };
+    const meterOn = (store: EventStore, cache: MemoryCache) =>
+      new QuotaMeter({
+        cache,
+        store,
+        plans: PLANS,
+        now: () => T0,
+        counters: new QuotaCounters({ store, cache, checkpoints, now: () => T0 }),
+      });
+    // Other streams' events sit before the debits: a fold from 0 would read them too.
+    for (let i = 0; i < 30; i++) await memory.append(`noise-${i}`, [{ type: 'Noise', data: { i } } as never]);
+
+    const first = meterOn(memory, new MemoryCache());
+    for (let i = 0; i < 5; i++) await first.debit(key, 't', `a${i}`);
+    await first.counters.stop();
+    const saved = await checkpoints.load(QUOTA_CHECKPOINT);
+    expect(saved?.checkpoint).toBe(await memory.headPosition());
+
+    // Debits the checkpoint does not hold (a process that crashed before saving one).
+    const crashed = new QuotaMeter({ cache: new MemoryCache(), store: memory, plans: PLANS, now: () => T0 });
+    for (let i = 0; i < 3; i++) await crashed.debit(key, 't', `b${i}`);
+    await crashed.counters.stop();
+
+    const { store, starts } = recordingReads(memory);
+    const restarted = meterOn(store, new MemoryCache());
+    expect(await restarted.peek(key)).toMatchObject({ used: 8, daily: { used: 8 } });
+    expect(Math.min(...starts)).toBe(saved?.checkpoint);
+    await restarted.counters.stop();
+    expect((await checkpoints.load(QUOTA_CHECKPOINT))?.checkpoint).toBe(await memory.headPosition());
+  });
+
+  it('a checkpoint ahead of the log (another data directory) is ignored: the log is folded from 0', async () => {
+    const checkpoints = new MemoryProjectionStore();
+    const key: QuotaSubject = { id: `k-${randomUUID()}`, kind: 'key', plan: 'free' };
+    await checkpoints.save(QUOTA_CHECKPOINT, {
+      version: 1,
+      checkpoint: 1_000,
+      state: {
+        [quotaWindows(key.id, PLANS.free, quotaPeriod(T0))[0]!.key]: { count: 500, expiresAt: T0 + 1e10 },
+      },
+    });
+    const memory = new MemoryEventStore();
+    const cache = new MemoryCache();
+    const meter = new QuotaMeter({
+      cache,
+      store: memory,
+      plans: PLANS,
+      now: () => T0,
+      counters: new QuotaCounters({ store: memory, cache, checkpoints, now: () => T0 }),
+    });
+    for (let i = 0; i < 2; i++) await meter.debit(key, 't', `c${i}`);
+    expect(await meter.peek(key)).toMatchObject({ used: 2 });
+    await meter.counters.stop();
+    expect((await checkpoints.load(QUOTA_CHECKPOINT))?.checkpoint).toBe(await memory.headPosition());
   });
 });

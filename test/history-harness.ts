@@ -35,7 +35,7 @@ export const MARKETS: { exchange: Exchange; coin: string; timeframe: Timeframe }
 
 /**
  * A real verdict history: the real engine over the shipped replay data, one verdict per
- * market per hourly step with the replay clock stepped by hand, then the real outcome resolver. The
+ * market per hourly step (asked for, as a caller would) with the replay clock stepped by hand, then the real outcome resolver. The
  * last steps stay younger than their reveal time, so every suite has commitments to guard.
  */
 export async function recordHistory(options: { steps: number; store?: EventStore; settleHours?: number }) {
@@ -43,7 +43,8 @@ export async function recordHistory(options: { steps: number; store?: EventStore
   const store = options.store ?? new MemoryEventStore();
   const engine: SignalEngine = await createSignalEngine({ feed, store });
   for (let step = 0; step < options.steps; step++) {
-    for (const m of MARKETS) await engine.scheduledTradeCall(m);
+    // Asked for, not scheduled: a scheduled verdict would backfill every 5m close of the hour.
+    for (const m of MARKETS) await engine.getTradeCall(m);
     feed.clock.advance(HOUR);
   }
   // Let outcomes of the early verdicts come due (24 candles), while the last ones stay unrevealed.

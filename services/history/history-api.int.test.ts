@@ -267,7 +267,7 @@ describe('GET /api/verdicts', () => {
     const pending = ndjson(`?wait=10&after=${trailer.cursor}`);
     await new Promise((r) => setTimeout(r, 300));
     fx.feed.clock.advance(HOUR);
-    await fx.engine.scheduledTradeCall({ exchange: 'BINANCE', coin: 'BTC', timeframe: '1h' });
+    await fx.engine.getTradeCall({ exchange: 'BINANCE', coin: 'BTC', timeframe: '1h' });
     const { rows } = await pending;
     expect(rows).toHaveLength(1);
     expect(rows[0]!.revealed).toBe(false);

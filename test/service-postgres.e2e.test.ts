@@ -83,11 +83,18 @@ describe.runIf(run)('service on PostgreSQL, NATS JetStream and Redis by configur
 
   it('records the scheduled verdicts in PostgreSQL and keeps projection snapshots beside them', async () => {
     const { eventStore } = service.adapters;
+    // One 4h verdict for each of the six replayed spot coins (BTC, ETH, SOL, BNB, XRP, DOGE),
+    // recorded concurrently: the count goes from 0 to 6 between two polls, never stopping at 3.
     await expect
-      .poll(async () => (await eventStore.readAll()).filter((e) => e.type === 'VerdictRecorded').length, {
-        timeout: 15_000,
-      })
-      .toBe(3);
+      .poll(
+        async () =>
+          (await eventStore.readAll())
+            .filter((e) => e.type === 'VerdictRecorded')
+            .map((e) => e.stream)
+            .sort(),
+        { timeout: 15_000 },
+      )
+      .toEqual(['BNB', 'BTC', 'DOGE', 'ETH', 'SOL', 'XRP'].map((coin) => `verdicts-BINANCE_SPOT-${coin}-4h`));
     const client = new pg.Client({ connectionString: POSTGRES_URL });
     await client.connect();
     try {

@@ -109,10 +109,7 @@ async function startRedis(dir: string): Promise<Proc & { url: string }> {
     },
     async kill() {
       expected = true;
-      const c = child;
-      if (!c || c.exitCode !== null || c.signalCode !== null) return;
-      c.kill('SIGKILL');
-      await once(c, 'exit');
+      await sigkill(child);
     },
   };
   await proc.start();
@@ -175,10 +172,7 @@ async function role(name: string, roles: string, env: Record<string, string>, di
     },
     async kill() {
       expected = true;
-      const c = child;
-      if (!c || c.exitCode !== null || c.signalCode !== null) return;
-      c.kill('SIGKILL');
-      await once(c, 'exit');
+      await sigkill(child);
     },
     async stop() {
       stopping = true;
@@ -574,3 +568,10 @@ async function main(): Promise<number> {
 }
 
 process.exitCode = await main();
+
+/** kill -9 of a child that is still running, returning once it has exited. */
+async function sigkill(c: ChildProcess | null | undefined): Promise<void> {
+  if (!c || c.exitCode !== null || c.signalCode !== null) return;
+  c.kill('SIGKILL');
+  await once(c, 'exit');
+}

@@ -55,16 +55,10 @@ const QUESTIONS: [string, string[]][] = [
       'README.md#the-signals-honestly',
     ],
   ],
-  [
-    'walk-forward evaluation method',
-    ['docs/evaluation.md#method'],
-  ],
+  ['walk-forward evaluation method', ['docs/evaluation.md#method']],
   [
     'results of the 2022 era LUNA collapse',
-    [
-      'docs/evaluation.md#2022-era-shipped-fit',
-      'docs/evaluation.md#method',
-    ],
+    ['docs/evaluation.md#2022-era-shipped-fit', 'docs/evaluation.md#method'],
   ],
   ['what is the regime of BTC on BINANCE', ['live#regime-BINANCE:BTC']],
   ['latest regime ETH', ['live#regime-BINANCE:ETH']],
@@ -101,10 +95,7 @@ const QUESTIONS: [string, string[]][] = [
   ['what does search_knowledge return', ['contract#search_knowledge']],
   [
     'calibration isotonic regression',
-    [
-      'docs/methodology.md#how-confidence-is-computed',
-      'docs/evaluation.md#method',
-    ],
+    ['docs/methodology.md#how-confidence-is-computed', 'docs/evaluation.md#method'],
   ],
 ];
 

@@ -1,5 +1,7 @@
 import type { Logger } from 'pino';
 import type { Config } from '../contracts/config.ts';
+import { type LatestVerdicts, latestVerdictsProjection } from '../projections/latest-verdicts.ts';
+import type { ProjectionRunner } from '../projections/runner.ts';
 import type { Adapters } from './adapters.ts';
 import { observeQuota } from './api/metered-call.ts';
 import { type ChannelsSlice, channelsSlice } from './api/slice.ts';
@@ -98,6 +100,10 @@ export async function composeSlices(ctx: SliceContext): Promise<ComposedSlices> 
       });
     }
   }
+  // The dispatcher reads the latest verdicts from the projections slice's runner when both run here.
+  const sharedVerdicts = projections?.runners.get(latestVerdictsProjection.name) as
+    | ProjectionRunner<LatestVerdicts>
+    | undefined;
   const webhooks =
     wants(ctx, ['dispatcher']) || api
       ? webhooksSlice({
@@ -109,6 +115,7 @@ export async function composeSlices(ctx: SliceContext): Promise<ComposedSlices> 
           feed: engine?.feed ?? null,
           ...(metrics ? { registry: metrics.registry } : {}),
           ...(history ? { trackRecord: history.brief } : {}),
+          ...(sharedVerdicts ? { verdicts: sharedVerdicts } : {}),
         })
       : null;
 

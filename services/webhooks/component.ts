@@ -109,6 +109,11 @@ export function dispatcherComponent(deps: {
   registry?: Registry;
   /** The track-record line a trade_call carries (from the history slice). */
   trackRecord?: DispatcherOptions['trackRecord'];
+  /**
+   * The latest-verdicts runner of the projections slice when it runs in this process: a second
+   * runner would fold the same log again into the same snapshot key.
+   */
+  verdicts?: ProjectionRunner<LatestVerdicts>;
 }): Component & { runner: ProjectionRunner<WebhookState> } {
   const { config, adapters, logger } = deps;
   const { settings, runner, agent, worker } = parts(
@@ -119,12 +124,15 @@ export function dispatcherComponent(deps: {
     deps.runner,
     deps.registry,
   );
-  const verdicts = new ProjectionRunner<LatestVerdicts>(
-    adapters.eventStore,
-    adapters.projectionStore,
-    latestVerdictsProjection,
-    { snapshotEvery: config.PROJECTION_SNAPSHOT_EVERY, logger },
-  );
+  const ownVerdicts = deps.verdicts
+    ? null
+    : new ProjectionRunner<LatestVerdicts>(
+        adapters.eventStore,
+        adapters.projectionStore,
+        latestVerdictsProjection,
+        { snapshotEvery: config.PROJECTION_SNAPSHOT_EVERY, logger },
+      );
+  const verdicts = deps.verdicts ?? ownVerdicts!;
   let feed = deps.feed ?? null;
   let ownFeed: MarketFeed | null = null;
   let dispatcher: WebhookDispatcher | null = null;
@@ -156,7 +164,7 @@ export function dispatcherComponent(deps: {
         logger,
       );
       await runner.start();
-      await verdicts.start();
+      await ownVerdicts?.start();
       dispatcher = new WebhookDispatcher({
         store: adapters.eventStore,
         bus: adapters.bus,
@@ -186,15 +194,15 @@ export function dispatcherComponent(deps: {
     async stop() {
       await dispatcher?.stop(settings.timeoutMs + 1_000);
       if (!deps.runner) await runner.stop({ drainMs: 2_000 });
-      await verdicts.stop({ drainMs: 2_000 });
+      await ownVerdicts?.stop({ drainMs: 2_000 });
       await agent.close();
       await ownFeed?.close();
     },
     checks() {
-      // Not `projection:latest-verdicts`: the projections slice's runner may have that name here.
+      // Not `projection:latest-verdicts`: a shared runner is the projections slice's to report.
       return {
         'projection:webhooks': projectionCheck(runner),
-        'projection:dispatcher-latest-verdicts': projectionCheck(verdicts),
+        ...(ownVerdicts ? { 'projection:dispatcher-latest-verdicts': projectionCheck(ownVerdicts) } : {}),
       };
     },
   };

@@ -32,6 +32,8 @@ import {
   cannon,
   capture,
   issueKey,
+  MCP_HEADERS,
+  openMcpSession,
   type Proc,
   report,
   startBare,
@@ -42,11 +44,6 @@ import {
 const TARGETS = { mcp: 0.5, 'mcp-redis': 0.5, quote: 0.6, verify: 0.5 } as const;
 type PathName = keyof typeof TARGETS;
 const ARGS = { coin: 'BTC', timeframe: '1h', exchange: 'BINANCE' } as const;
-const MCP_HEADERS = {
-  'content-type': 'application/json',
-  accept: 'application/json, text/event-stream',
-  'mcp-protocol-version': '2025-06-18',
-};
 const SESSIONS = 16;
 
 export interface HttpBenchOptions {
@@ -140,7 +137,7 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
     service = await startService(env, { dataDir: data.path, ...(o.cpuProf ? { cpuProf: o.cpuProf } : {}) });
     const auth = { authorization: `Bearer ${key}` };
     const sessions: string[] = [];
-    for (let i = 0; i < SESSIONS; i++) sessions.push(await openSession(service.url, auth));
+    for (let i = 0; i < SESSIONS; i++) sessions.push(await openMcpSession(service.url, auth));
     const callBody = (id: number) =>
       JSON.stringify({
         jsonrpc: '2.0',
@@ -257,33 +254,6 @@ function describe(path: PathName): string {
     case 'verify':
       return 'GET /verify/<stream>/<rev>';
   }
-}
-
-async function openSession(url: string, auth: Record<string, string>): Promise<string> {
-  const res = await fetch(`${url}/mcp`, {
-    method: 'POST',
-    headers: { ...MCP_HEADERS, ...auth },
-    body: JSON.stringify({
-      jsonrpc: '2.0',
-      id: 0,
-      method: 'initialize',
-      params: {
-        protocolVersion: '2025-06-18',
-        capabilities: {},
-        clientInfo: { name: 'bench', version: '1' },
-      },
-    }),
-  });
-  const id = res.headers.get('mcp-session-id');
-  await res.text();
-  if (res.status !== 200 || !id) throw new Error(`initialize answered ${res.status}`);
-  const note = await fetch(`${url}/mcp`, {
-    method: 'POST',
-    headers: { ...MCP_HEADERS, ...auth, 'mcp-session-id': id },
-    body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }),
-  });
-  await note.text();
-  return id;
 }
 
 /** The key's calls used this month, from a served call's `_service.quota` (the call itself counts). */

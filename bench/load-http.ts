@@ -259,3 +259,38 @@ export function tempDir(prefix: string): { path: string; remove(): void } {
   const path = mkdtempSync(join(tmpdir(), prefix));
   return { path, remove: () => rmSync(path, { recursive: true, force: true }) };
 }
+
+/** The headers of a Streamable HTTP MCP request (JSON or SSE accepted). */
+export const MCP_HEADERS = {
+  'content-type': 'application/json',
+  accept: 'application/json, text/event-stream',
+  'mcp-protocol-version': '2025-06-18',
+};
+
+/** Opens an MCP session as a client does (initialize, then notifications/initialized); its id. */
+export async function openMcpSession(url: string, auth: Record<string, string>): Promise<string> {
+  const res = await fetch(`${url}/mcp`, {
+    method: 'POST',
+    headers: { ...MCP_HEADERS, ...auth },
+    body: JSON.stringify({
+      jsonrpc: '2.0',
+      id: 0,
+      method: 'initialize',
+      params: {
+        protocolVersion: '2025-06-18',
+        capabilities: {},
+        clientInfo: { name: 'bench', version: '1' },
+      },
+    }),
+  });
+  const id = res.headers.get('mcp-session-id');
+  await res.text();
+  if (res.status !== 200 || !id) throw new Error(`initialize answered ${res.status}`);
+  const note = await fetch(`${url}/mcp`, {
+    method: 'POST',
+    headers: { ...MCP_HEADERS, ...auth, 'mcp-session-id': id },
+    body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }),
+  });
+  await note.text();
+  return id;
+}

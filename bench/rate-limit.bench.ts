@@ -22,6 +22,7 @@ import { connectRedisCache, RedisCache } from '../adapters/cache/redis.ts';
 import { RateLimiter } from '../services/api/rate-limit.ts';
 import { startKeyedServer } from '../test/keyed-harness.ts';
 import { wipePrefix } from '../test/redis-probe.ts';
+import { openMcpSession } from './load-http.ts';
 import { closedLoop, fmtRate, fmtUs, type LoopResult, latencies, verdict } from './load-loop.ts';
 
 const ARGS = { coin: 'BTC', timeframe: '1h', exchange: 'BINANCE' } as const;
@@ -46,23 +47,7 @@ async function keyedCaller(server: Keyed, key: string, concurrency: number) {
   const auth = { authorization: `Bearer ${key}` };
   const sessions: string[] = [];
   for (let i = 0; i < concurrency; i++) {
-    const init = await fetch(`${server.url}/mcp`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', accept: ACCEPT, ...auth },
-      body: JSON.stringify({
-        jsonrpc: '2.0',
-        id: 0,
-        method: 'initialize',
-        params: {
-          protocolVersion: '2025-06-18',
-          capabilities: {},
-          clientInfo: { name: 'bench', version: '0' },
-        },
-      }),
-    });
-    await init.arrayBuffer();
-    if (init.status !== 200) throw new Error(`initialize answered ${init.status}`);
-    sessions.push(init.headers.get('mcp-session-id')!);
+    sessions.push(await openMcpSession(server.url, auth));
   }
   let id = 1;
   return async (worker: number) => {

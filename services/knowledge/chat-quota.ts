@@ -3,7 +3,7 @@ import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { Config } from '../../contracts/config.ts';
 import { newEvent, type Plan } from '../../contracts/events.ts';
 import type { ChatQuotaSnapshot } from '../../contracts/knowledge.ts';
-import { defineProjection, foldLog, type Projection } from '../../projections/projection.ts';
+import { defineProjection, type Projection } from '../../projections/projection.ts';
 import type { QuotaSubject } from '../quota/quota-meter.ts';
 import { QUOTA_FAMILY } from '../quota/quota-rebuild.ts';
 import { chatKey, counterExpiry, quotaPeriod, resetsAtOf } from '../quota/windows.ts';
@@ -176,18 +176,3 @@ export const chatQuotaProjection: Projection<ChatBalances> = defineProjection({
     return state;
   },
 });
-
-/**
- * The chat counters of still-open months as the log has them. The cache's own are rebuilt with
- * the call counters, in the quota generation (rebuildQuotaGeneration); this is the reference a
- * rebuilt cache is checked against.
- */
-export async function chatBalances(deps: { store: EventStore; now?: number }) {
-  const now = deps.now ?? Date.now();
-  const { state, events } = await foldLog(deps.store, chatQuotaProjection);
-  const open: ChatBalances = {};
-  for (const [key, count] of Object.entries(state)) {
-    if (counterExpiry(resetsAtOf(key.slice(key.lastIndexOf(':') + 1))) > now) open[key] = count;
-  }
-  return { balances: open, events };
-}

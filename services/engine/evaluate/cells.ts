@@ -37,11 +37,15 @@ export function trainingSamples(perCoin: readonly Sample[][], tf: Timeframe, hor
   return out;
 }
 
+/** Smallest step of the confidence curve as a share of the training samples (see curve-choice.ts). */
+export const DEFAULT_STEP_SHARE = 0.02;
+
 export function fitCell(
   perCoin: readonly Sample[][],
   tf: Timeframe,
   split: number,
   settings: Settings,
+  stepShare: number = DEFAULT_STEP_SHARE,
 ): CellFit | null {
   const train = trainingSamples(perCoin, tf, settings.horizon, split);
   if (train.length < 200) return null;
@@ -51,11 +55,14 @@ export function fitCell(
     absScore: Math.abs(s.score),
     hit: directionHit(direction * Math.sign(s.score), s.forward, fee),
   }));
-  const curve = fitCurve(cal, { minBinSamples: minBinSamples(cal.length), holdBand: settings.holdBand });
+  const curve = fitCurve(cal, {
+    minBinSamples: minBinSamples(cal.length, stepShare),
+    holdBand: settings.holdBand,
+  });
   return { direction, curve: { ...curve, direction } };
 }
 
-function probability(curve: CalibrationCurve, absScore: number): number {
+export function probability(curve: CalibrationCurve, absScore: number): number {
   const bin = curve.bins.find((b) => absScore <= b.upTo) ?? curve.bins[curve.bins.length - 1]!;
   return bin.probability;
 }
@@ -219,18 +226,32 @@ export function scoreCalls(points: readonly Sample[], fit: CellFit, settings: Se
   };
 }
 
+/** A walk-forward fold: fit on everything before `from`, score on [from, to). */
+export interface FoldWindow {
+  from: number;
+  to: number;
+}
+
 /**
- * The walk-forward fold boundaries the gate tests: the folds inside the training months, the
- * split (the shipped fit) and the later folds, the last running to the end of the data. Each
- * fold refits on everything before its start and is scored up to the next boundary. Every one
- * counts for the gate: a cell that loses its edge in a later fold holds.
+ * The walk-forward folds, split by what they may decide. The expanding-window folds partition
+ * the months from the first gate split on (each refits on everything before its start and is
+ * scored up to the next boundary, the last to the end of the data). The gate decides on the
+ * folds whose test window ends by `split` (before the test months) only; the folds from `split`
+ * on are scored after the gate is fixed, as out-of-sample confirmation.
  */
-export function foldBounds(
+export function foldWindows(
   gateSplits: readonly number[],
   split: number,
   extraSplits: readonly number[],
-): number[] {
-  return [...gateSplits, split, ...extraSplits, Number.POSITIVE_INFINITY];
+): { gate: FoldWindow[]; confirmation: FoldWindow[] } {
+  const bounds = [...gateSplits, split, ...extraSplits, Number.POSITIVE_INFINITY];
+  const windows = bounds.slice(0, -1).map((from, i) => ({ from, to: bounds[i + 1]! }));
+  return { gate: windows.filter((w) => w.to <= split), confirmation: windows.filter((w) => w.from >= split) };
+}
+
+/** A cell emits only when it has gate evidence and every piece of it passed. */
+export function gateEmits(evidence: readonly { pass: boolean }[]): boolean {
+  return evidence.length > 0 && evidence.every((e) => e.pass);
 }
 
 /** Timing skill shown: the one-sided 95 % day-block bound of (hit − random same mix) above 0. */

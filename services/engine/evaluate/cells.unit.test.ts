@@ -1,7 +1,16 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { readCandleFile } from '../../../adapters/market/csv.ts';
 import { byBlock, byDay, dayBlockInterval, spearman } from './bootstrap.ts';
-import { fitCell, fitVolatility, foldBounds, scoreCalls, scoreVolatility, testPoints } from './cells.ts';
+import {
+  fitCell,
+  fitVolatility,
+  foldWindows,
+  gateEmits,
+  scoreCalls,
+  scoreVolatility,
+  testPoints,
+} from './cells.ts';
+import { chooseStepShare, monthStarts, STEP_SHARE_CANDIDATES } from './curve-choice.ts';
 import { fitCarryTable, loadFundingHistory } from './funding.ts';
 import { collectSamples, type Sample } from './walk-forward.ts';
 
@@ -53,10 +62,32 @@ describe('walk-forward fits see no test months', () => {
   });
 });
 
-describe('the gate tests every fold', () => {
-  it('includes the split and the later folds, the last running to the end of the data', () => {
+describe('the gate decides on folds before the test months only', () => {
+  it('gives the gate the folds that end by the split, and the later ones to confirmation', () => {
     const [feb, apr, jun, aug] = [1, 3, 5, 7].map((m) => Date.UTC(2025, m, 1));
-    expect(foldBounds([feb!, apr!], jun!, [aug!])).toEqual([feb, apr, jun, aug, Number.POSITIVE_INFINITY]);
+    const { gate, confirmation } = foldWindows([feb!, apr!], jun!, [aug!]);
+    expect(gate).toEqual([
+      { from: feb, to: apr },
+      { from: apr, to: jun },
+    ]);
+    expect(confirmation).toEqual([
+      { from: jun, to: aug },
+      { from: aug, to: Number.POSITIVE_INFINITY },
+    ]);
+    expect(gateEmits([{ pass: true }, { pass: true }])).toBe(true);
+    expect(gateEmits([{ pass: true }, { pass: false }])).toBe(false);
+    expect(gateEmits([])).toBe(false);
+  });
+
+  it('chooses the confidence curve step size without reading outcomes after the split', () => {
+    const folds = monthStarts(samples[0]!.closeTime + 7 * 86_400_000, split);
+    expect(folds.length).toBeGreaterThan(0);
+    expect(folds.every((f) => f < split)).toBe(true);
+    const cells = (xs: Sample[]) => [{ cell: 'spot:5m', timeframe: '5m' as const, perCoin: [xs] }];
+    const a = chooseStepShare(cells(samples), folds, split, settings);
+    expect(chooseStepShare(cells(scramble(samples)), folds, split, settings)).toEqual(a);
+    expect(STEP_SHARE_CANDIDATES).toContain(a.stepShare);
+    expect(a.candidates).toHaveLength(STEP_SHARE_CANDIDATES.length);
   });
 });
 

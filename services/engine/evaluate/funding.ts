@@ -232,7 +232,7 @@ function ratioOn(opps: readonly Opportunity[], table: CarryTable, hi: number): n
 export interface HalfLifeChoice {
   halfLifeDays: number | null;
   /** Mean squared log(expected ÷ realised) over the inner folds and horizons, per candidate. */
-  losses: Array<{ halfLifeDays: number | null; loss: number }>;
+  losses: Array<{ halfLifeDays: number | null; loss: number; ratios: number[][] }>;
   folds: number[];
 }
 
@@ -248,7 +248,11 @@ export function chooseHalfLife(opps: readonly Opportunity[], split: number): Hal
   const losses = HALF_LIFE_CANDIDATES_DAYS.map((halfLifeDays) => {
     let sum = 0;
     let n = 0;
+    // Expected ÷ realised per inner fold and horizon: how far one month's fit is off the next.
+    const ratios: number[][] = [];
     folds.forEach((start, i) => {
+      const row: number[] = [];
+      ratios.push(row);
       const end = folds[i + 1] ?? split;
       const table = tableOf(fitBuckets(opps, start, halfLifeDays), start, halfLifeDays);
       CARRY_HORIZONS_HOURS.forEach((hours, hi) => {
@@ -260,12 +264,13 @@ export function chooseHalfLife(opps: readonly Opportunity[], split: number): Hal
             o.spreadBpsPerHour * 8 >= threshold,
         );
         const ratio = ratioOn(test, table, hi);
+        row.push(ratio);
         if (!Number.isFinite(ratio)) return;
         sum += Math.log(ratio) ** 2;
         n++;
       });
     });
-    return { halfLifeDays, loss: n === 0 ? Number.POSITIVE_INFINITY : sum / n };
+    return { halfLifeDays, loss: n === 0 ? Number.POSITIVE_INFINITY : sum / n, ratios };
   });
   let best = losses[losses.length - 1]!;
   for (const l of losses) if (l.loss < best.loss) best = l;
@@ -331,6 +336,8 @@ export interface CarryEvaluation {
     dayBlock: Interval;
     shareNetPositive: number;
   }>;
+  /** Expected ÷ realised per calendar month of the test (by opportunity start) and horizon. */
+  byMonth: Array<{ month: string; ratios: number[]; n: number[] }>;
   table: CarryTable;
   skipped: string[];
   /** How the half-life was chosen (null when scoring a shipped table). */
@@ -416,9 +423,34 @@ export function evaluateCarry(history: FundingHistory, table: CarryTable, from: 
       shareNetPositive: rows.length === 0 ? Number.NaN : rows.filter((r) => r.net > 0).length / rows.length,
     };
   });
+  const months = new Map<string, { e: number[]; r: number[]; n: number[] }>();
+  for (const x of scored) {
+    const key = new Date(x.o.t).toISOString().slice(0, 7);
+    const m = months.get(key) ?? {
+      e: CARRY_HORIZONS_HOURS.map(() => 0),
+      r: CARRY_HORIZONS_HOURS.map(() => 0),
+      n: CARRY_HORIZONS_HOURS.map(() => 0),
+    };
+    months.set(key, m);
+    CARRY_HORIZONS_HOURS.forEach((hours, hi) => {
+      const real = x.o.realised.get(hours);
+      if (real === undefined) return;
+      m.e[hi]! += x.fig.horizons[hi]!.expectedCarryBps;
+      m.r[hi]! += real;
+      m.n[hi]!++;
+    });
+  }
+  const byMonth = [...months]
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([month, m]) => ({
+      month,
+      ratios: m.e.map((e, i) => (m.r[i]! > 0 ? e / m.r[i]! : Number.NaN)),
+      n: m.n,
+    }));
   return {
     from,
     coins: history.coins,
+    byMonth,
     opportunities: opps.length,
     thresholdBps: threshold,
     horizons,

@@ -20,9 +20,11 @@ import {
   bandCoverage,
   type CallScore,
   type CellFit,
+  type FoldWindow,
   fitCell,
   fitVolatility,
-  foldBounds,
+  foldWindows,
+  gateEmits,
   type Kind,
   type Settings,
   scoreCalls,
@@ -30,6 +32,7 @@ import {
   showsSkill,
   testPoints,
 } from './cells.ts';
+import { chooseStepShare, monthStarts, type StepShareChoice } from './curve-choice.ts';
 import { type CarryEvaluation, evaluateCarry, fitCarryTable, loadFundingHistory } from './funding.ts';
 import { type CellReport, renderReport, type VolReport } from './report.ts';
 import { reliabilitySvg } from './svg.ts';
@@ -70,8 +73,33 @@ const { values } = parseArgs({
     'carry-table': { type: 'string', default: 'services/engine/funding/carry.json' },
     report: { type: 'string' },
     svg: { type: 'string', default: 'docs/evaluation-reliability.svg' },
+    help: { type: 'boolean', default: false },
   },
 });
+
+if (values.help) {
+  process.stdout.write(`npm run evaluate -- [options]
+
+Walk-forward evaluation of the engine's forecasts; fits and writes the shipped tables, the report
+and the reliability diagram (or, with --score-only, scores the shipped tables and refits nothing).
+
+  --data DIR            data directory in the shared layout (default: $MARKET_DATA_DIR or the shared data)
+  --split DATE          start of the test months; every fit and choice uses months before it (default 2025-06-01)
+  --gate-splits DATES   walk-forward folds inside the training months that decide which cells emit (default 2025-02-01,2025-04-01)
+  --extra-splits DATES  later folds, scored as out-of-sample confirmation only (default 2025-08-01)
+  --funding-split DATE  carry fitted before it, scored after it (default 2026-01-01)
+  --horizon N           candles ahead a call is scored on (default 6)
+  --fee-bps X           round-trip fee a call must beat (default 10)
+  --hold-band X         |score| below which the engine answers HOLD (default ${DEFAULT_HOLD_BAND})
+  --max-coins N         first N coins per folder only (0 = all)
+  --score-only          score the shipped tables on --data, refit nothing; folders the data lacks are skipped
+  --from DATE           with --score-only: score from this date (default: the tables' training end)
+  --table, --vol-table, --carry-table FILE   where the tables are read or written
+  --report FILE         report path (default docs/evaluation.md, docs/evaluation-score-only.md with --score-only)
+  --svg FILE            reliability diagram path (default docs/evaluation-reliability.svg)
+`);
+  process.exit(0);
+}
 
 const started = performance.now();
 const log = (msg: string) =>
@@ -155,93 +183,127 @@ const sets: Record<Kind, SampleSet> = { spot, perp };
 let table: CalibrationTable;
 let volTable: VolatilityTable;
 const cellReports: CellReport[] = [];
+let curveChoice: StepShareChoice | null = null;
 const label = (ms: number) => new Date(ms).toISOString().slice(0, 10);
 
 if (!scoreOnly) {
   const curves: CalibrationTable['curves'] = {};
   const cells: CalibrationTable['cells'] = {};
   let trainFrom = Number.POSITIVE_INFINITY;
+  const folds = foldWindows(gateSplits, split, extraSplits);
+  const describe = (e: CellReport['evidence'][number]) =>
+    `${e.label}: skill ${(100 * e.score.skill.value).toFixed(2)} pts, one-sided 95% day-block bound ${(100 * e.score.skill.dayBlock.lowOneSided).toFixed(2)}${e.agrees ? '' : ', fitted sign differs'} → ${e.pass ? 'pass' : 'fail'}`;
+  const foldLabel = (w: FoldWindow) =>
+    `fold fit < ${label(w.from)}, test ${label(w.from)} → ${Number.isFinite(w.to) ? label(w.to) : 'end of data'}`;
+  // 1. The gate, on evidence that lies before the test months only: the walk-forward folds
+  // whose test window ends at the split, and for spot the 2022 era scored with the fit before
+  // the split. Timing skill and the sign do not depend on the confidence curve, so the gate is
+  // decided before the curve's step size is chosen.
+  interface Pending {
+    kind: Kind;
+    tf: Timeframe;
+    perCoin: Sample[][];
+    direction: 1 | -1;
+    evidence: CellReport['evidence'];
+    emit: boolean;
+  }
+  const pending: Pending[] = [];
   for (const kind of ['spot', 'perp'] as const) {
     for (const tf of ORDER) {
       const perCoin = sets[kind].get(tf);
       if (!perCoin) continue;
-      const shipped = fitCell(perCoin, tf, split, settings);
-      if (!shipped) continue;
+      const atSplit = fitCell(perCoin, tf, split, settings);
+      if (!atSplit) continue;
       for (const series of perCoin) if (series[0]) trainFrom = Math.min(trainFrom, series[0].closeTime);
-      if (kind === 'spot') curves[tf] = shipped.curve;
-      // Every fold we test counts, the later ones included: the folds partition the months
-      // from the first gate split on (each refits on everything before it and tests up to the
-      // next boundary), and the spot 2022 era is scored with the shipped fit. `training` marks
-      // the evidence that lies before the split: the gate as it could be decided then.
       const evidence: CellReport['evidence'] = [];
-      const bounds = foldBounds(gateSplits, split, extraSplits);
-      for (let i = 0; i < bounds.length - 1; i++) {
-        const g = bounds[i]!;
-        const fit = g === split ? shipped : fitCell(perCoin, tf, g, settings);
+      for (const w of folds.gate) {
+        const fit = fitCell(perCoin, tf, w.from, settings);
         if (!fit) continue;
-        const score = scoreCalls(testPoints(perCoin, tf, settings.horizon, g, bounds[i + 1]!), fit, settings);
-        const agrees = fit.direction === shipped.direction;
-        const end = Number.isFinite(bounds[i + 1]!) ? label(bounds[i + 1]!) : 'end of data';
-        evidence.push({
-          label: `fold fit < ${label(g)}, test ${label(g)} → ${end}`,
-          score,
-          agrees,
-          pass: agrees && showsSkill(score),
-          training: g < split,
-        });
+        const score = scoreCalls(testPoints(perCoin, tf, settings.horizon, w.from, w.to), fit, settings);
+        const agrees = fit.direction === atSplit.direction;
+        evidence.push({ label: foldLabel(w), score, agrees, pass: agrees && showsSkill(score) });
       }
       const eraSeries = kind === 'spot' ? era.get(tf) : undefined;
-      let eraScore: CallScore | null = null;
       if (eraSeries) {
-        eraScore = scoreCalls(testPoints(eraSeries, tf, settings.horizon, 0, split), shipped, settings);
+        const score = scoreCalls(testPoints(eraSeries, tf, settings.horizon, 0, split), atSplit, settings);
         evidence.push({
-          label: 'era 2022 (shipped fit)',
-          score: eraScore,
+          label: 'era 2022 (fit before the split)',
+          score,
           agrees: true,
-          pass: showsSkill(eraScore),
-          training: true,
+          pass: showsSkill(score),
         });
       }
-      const emit = evidence.length > 0 && evidence.every((e) => e.pass);
-      const training = evidence.filter((e) => e.training);
-      const emitAtSplit = training.length > 0 && training.every((e) => e.pass);
-      cells[`${kind}:${tf}`] = {
-        emit,
-        direction: shipped.direction,
-        curve: shipped.curve,
-        evidence: evidence.map(
-          (e) =>
-            `${e.label}: skill ${(100 * e.score.skill.value).toFixed(2)} pts, one-sided 95% day-block bound ${(100 * e.score.skill.dayBlock.lowOneSided).toFixed(2)}${e.agrees ? '' : ', fitted sign differs'} → ${e.pass ? 'pass' : 'fail'}`,
-        ),
-      };
-      const test = scoreCalls(
-        testPoints(perCoin, tf, settings.horizon, split, Number.POSITIVE_INFINITY),
-        shipped,
-        settings,
-      );
-      let later: CallScore | null = null;
-      for (const x of extraSplits) {
-        const fit = fitCell(perCoin, tf, x, settings);
-        if (fit)
-          later = scoreCalls(
-            testPoints(perCoin, tf, settings.horizon, x, Number.POSITIVE_INFINITY),
-            fit,
-            settings,
-          );
-      }
-      cellReports.push({
-        kind,
-        timeframe: tf,
-        emit,
-        emitAtSplit,
-        direction: shipped.direction,
-        evidence,
-        test,
-        later,
-        era: eraScore,
-      });
-      log(`cell ${kind}:${tf} ${emit ? 'EMITS' : 'holds'} (${shipped.direction === 1 ? 'follow' : 'fade'})`);
+      const emit = gateEmits(evidence);
+      pending.push({ kind, tf, perCoin, direction: atSplit.direction, evidence, emit });
     }
+  }
+  // 2. The confidence curve's step size, chosen on inner folds of the training months, on the
+  // cells that emit (the only ones whose confidence is served); on every cell when none does.
+  const emitting = pending.filter((p) => p.emit);
+  curveChoice = chooseStepShare(
+    (emitting.length > 0 ? emitting : pending).map((p) => ({
+      cell: `${p.kind}:${p.tf}`,
+      timeframe: p.tf,
+      perCoin: p.perCoin,
+    })),
+    monthStarts(gateSplits[0] ?? split, split),
+    split,
+    settings,
+  );
+  const stepShare = curveChoice.stepShare;
+  log(`confidence curve step share ${stepShare} (inner folds)`);
+  // 3. The shipped fit, then the out-of-sample scores: the folds from the split on (confirmation
+  // only: the gate is already decided), the test months, the later fold and the 2022 era.
+  for (const p of pending) {
+    const { kind, tf, perCoin } = p;
+    const shipped = fitCell(perCoin, tf, split, settings, stepShare)!;
+    if (kind === 'spot') curves[tf] = shipped.curve;
+    const confirmation: CellReport['confirmation'] = [];
+    let later: CallScore | null = null;
+    for (const w of folds.confirmation) {
+      const fit = w.from === split ? shipped : fitCell(perCoin, tf, w.from, settings, stepShare);
+      if (!fit) continue;
+      const score = scoreCalls(testPoints(perCoin, tf, settings.horizon, w.from, w.to), fit, settings);
+      const agrees = fit.direction === shipped.direction;
+      confirmation.push({ label: foldLabel(w), score, agrees, pass: agrees && showsSkill(score) });
+    }
+    // The later fold's own table: its fit tested on everything after it.
+    for (const x of extraSplits) {
+      const fit = fitCell(perCoin, tf, x, settings, stepShare);
+      if (fit)
+        later = scoreCalls(
+          testPoints(perCoin, tf, settings.horizon, x, Number.POSITIVE_INFINITY),
+          fit,
+          settings,
+        );
+    }
+    const eraSeries = kind === 'spot' ? era.get(tf) : undefined;
+    const eraScore = eraSeries
+      ? scoreCalls(testPoints(eraSeries, tf, settings.horizon, 0, split), shipped, settings)
+      : null;
+    cells[`${kind}:${tf}`] = {
+      emit: p.emit,
+      direction: shipped.direction,
+      curve: shipped.curve,
+      evidence: p.evidence.map(describe),
+    };
+    const test = scoreCalls(
+      testPoints(perCoin, tf, settings.horizon, split, Number.POSITIVE_INFINITY),
+      shipped,
+      settings,
+    );
+    cellReports.push({
+      kind,
+      timeframe: tf,
+      emit: p.emit,
+      direction: shipped.direction,
+      evidence: p.evidence,
+      confirmation,
+      test,
+      later,
+      era: eraScore,
+    });
+    log(`cell ${kind}:${tf} ${p.emit ? 'EMITS' : 'holds'} (${shipped.direction === 1 ? 'follow' : 'fade'})`);
   }
   table = CalibrationTableSchema.parse({
     version: 1,
@@ -289,9 +351,9 @@ if (!scoreOnly) {
         kind,
         timeframe: tf,
         emit: entry.emit,
-        emitAtSplit: null,
         direction: entry.direction,
         evidence: [],
+        confirmation: [],
         test: scoreCalls(
           testPoints(perCoin, tf, settings.horizon, from, Number.POSITIVE_INFINITY),
           fit,
@@ -386,6 +448,7 @@ await writeFile(
     settings,
     gateSplits,
     extraSplits,
+    curveChoice,
     from: scoreOnly && values.from ? day(values.from) : table.trainTo,
     svgPath: relative('docs', values.svg),
     subsample:

@@ -1,6 +1,7 @@
 import type { Timeframe } from '../../../contracts/market.ts';
 import type { CalibrationTable, VolatilityTable } from '../../../contracts/signals.ts';
 import type { CallScore, Kind, Settings, VolScore } from './cells.ts';
+import type { StepShareChoice } from './curve-choice.ts';
 import type { CarryEvaluation } from './funding.ts';
 import type { Interval } from './stats.ts';
 
@@ -10,13 +11,21 @@ export interface CellReport {
   kind: Kind;
   timeframe: Timeframe;
   emit: boolean;
-  /** The gate on the evidence before the split alone (null when scoring shipped tables). */
-  emitAtSplit: boolean | null;
   direction: 1 | -1;
-  evidence: Array<{ label: string; score: CallScore; agrees: boolean; pass: boolean; training: boolean }>;
+  /** What the gate decided on: folds and era that lie before the test months. */
+  evidence: Evidence[];
+  /** The folds inside the test months, scored after the gate was decided: confirmation only. */
+  confirmation: Evidence[];
   test: CallScore | null;
   later: CallScore | null;
   era: CallScore | null;
+}
+
+export interface Evidence {
+  label: string;
+  score: CallScore;
+  agrees: boolean;
+  pass: boolean;
 }
 
 export interface VolReport {
@@ -40,6 +49,8 @@ export interface ReportInput {
   settings: Settings;
   gateSplits: number[];
   extraSplits: number[];
+  /** How the confidence curve's step size was chosen (null when scoring shipped tables). */
+  curveChoice: StepShareChoice | null;
   from: number;
   svgPath: string;
   subsample: string;
@@ -129,6 +140,17 @@ function carrySection(c: CarryEvaluation | null): string[] {
       `| ${h.hours} h | ${h.n} | ${num(h.ratio.value)} ${ci(h.ratio.dayBlock, (x) => num(x))} | ${num(h.naiveRatio)} | ${pct(h.predictedShare)} | ${pct(h.realisedShare)} | ${num(h.topTenthNetBps, 1)} | ${num(h.bottomTenthNetBps, 1)} |`,
     );
   }
+  const chosen = c.halfLife?.losses.find((l) => l.halfLifeDays === c.halfLife?.halfLifeDays);
+  if (c.halfLife && chosen) {
+    out.push(
+      '',
+      `How stable the ratio is from one month to the next. Inner folds (training months, the shipped half-life refitted before each month): ${c.halfLife.folds.map((f, i) => `${day(f).slice(0, 7)}: ${(chosen.ratios[i] ?? []).map((r, hi) => `${c.horizons[hi]?.hours ?? '?'} h ${num(r)}`).join(', ')}`).join('; ')}.`,
+    );
+  }
+  out.push(
+    '',
+    `Test months, one by one (by the month the opportunity was sampled in; the interval in the table above resamples days, so it does not cover this drift): ${c.byMonth.map((m) => `${m.month}: ${m.ratios.map((r, hi) => `${c.horizons[hi]?.hours ?? '?'} h ${num(r)} (${m.n[hi]})`).join(', ')}`).join('; ')}.`,
+  );
   out.push('', 'The top pick at each sampling time (highest expected net carry), held to each horizon:', '');
   out.push(
     '| horizon | picks | mean realised net bps [day-block 95%] | share net positive |',
@@ -143,6 +165,22 @@ function carrySection(c: CarryEvaluation | null): string[] {
   if (c.skipped.length > 0) out.push(`Funding files left out (unreadable): ${c.skipped.join('; ')}.`, '');
   return out;
 }
+
+function curveMethod(input: ReportInput): string[] {
+  const c = input.curveChoice;
+  if (c === null) return [];
+  const months = c.folds.map((f) => day(f).slice(0, 7));
+  return [
+    `- Confidence curve's step size (smallest step as a share of the training samples), chosen on inner folds inside the training months only: for each month ${months.join(', ')}, refit direction and curve on everything before that month and score that month's non-overlapping calls (outcomes ending before ${day(input.table.trainTo)}) on ${c.cells.join(', ')}; a (cell, month) case passes when the Brier score is at or below the base-rate Brier and the observed hit share rises from each 2.5-point reliability bin (≥ 100 calls) to the next. Most passes wins, then the larger mean Brier gain, then the coarser curve. Cases passed / mean Brier gain ×10⁴ per candidate: ${c.candidates.map((x) => `${Math.round(100 * x.stepShare)} % ${x.passes}/${x.cases} ${Number.isFinite(x.meanBrierGain) ? (1e4 * x.meanBrierGain).toFixed(2) : '–'}`).join(', ')}. Shipped: ${Math.round(100 * c.stepShare)} %.`,
+  ];
+}
+
+/** The out-of-sample sets every emitting cell is scored on. */
+const SCORED_SETS: Array<[string, (c: CellReport) => CallScore | null]> = [
+  ['test months', (c) => c.test],
+  ['later fold', (c) => c.later],
+  ['2022 era', (c) => c.era],
+];
 
 export function renderReport(input: ReportInput): string {
   const { table, cells, settings } = input;
@@ -181,25 +219,30 @@ export function renderReport(input: ReportInput): string {
       `- Funding carry: expected / realised carry ${h.map((x) => `${x.hours} h ${num(x.ratio.value)} ${ci(x.ratio.dayBlock, (y) => num(y))}`).join(', ')}; the spread-now figure alone overstated it ${h.map((x) => `${num(x.naiveRatio)}×`).join(', ')}.`,
     );
   }
-  const atSplit = cells.filter((c) => c.emitAtSplit);
   if (!input.scoreOnly) {
-    L.push(
-      `- The gate on the evidence before ${day(table.trainTo)} alone (training folds and the 2022 era) would have let ${atSplit.length} cell(s) emit (${atSplit.map((c) => `${c.kind}:${c.timeframe}`).join(', ') || 'none'}); the shipped gate also requires the folds inside the test months, so the test-month figures of emitting cells are out of sample for the direction and confidence fits but not for the choice of which cells emit.`,
-    );
+    for (const c of emitting) {
+      if (c.confirmation.length === 0) continue;
+      const held = c.confirmation.filter((e) => e.pass);
+      L.push(
+        `- Out-of-sample confirmation of the gate for ${c.kind}:${c.timeframe} (folds inside the test months, not used by the gate): skill held (one-sided bound above 0, same sign) on ${held.length} of ${c.confirmation.length}: ${c.confirmation.map((e) => `${e.label.replace(/^fold fit < \S+, test /, '')} ${pts(e.score.skill.value)} pts, bound ${pts(e.score.skill.dayBlock.lowOneSided)} → ${e.pass ? 'held' : 'did not hold'}`).join('; ')}.`,
+      );
+    }
   }
   L.push('');
 
   L.push('## Method', '');
   L.push(
-    "This method was revised after earlier versions of this report had shown test-month results (the gate's fold set, how band coverage is counted, the carry half-life search), so the test months are not untouched for the choice of method. What the code guarantees: every fitted quantity below is fitted on the training months named beside it and scored on later months.",
+    "This method was revised after earlier versions of this report had shown test-month results (the gate's fold set, how band coverage is counted, the carry half-life search, and the search for a coarser confidence curve, prompted by a test-month reliability bin that fell), so the test months are not untouched for the choice of method. What the code guarantees: every fitted or chosen quantity below — including which cells emit — is fitted or chosen on the months named beside it, all before the test months, and scored on later months.",
     '',
   );
   L.push(
     `- Every closed candle is streamed through the engine (services/engine/signals). Outcome of a call: forward return from the close the verdict saw to the close ${settings.horizon} candles later; a BUY is right when it exceeds the ${settings.feeBps} bps round-trip fee, a SELL when it is below −${settings.feeBps} bps. Call test points are non-overlapping (one every ${settings.horizon} candles per coin).`,
     `- Cells: venue kind (spot = Binance spot candles; perp = Binance USDT-M perpetual candles, 1h only) × timeframe. 5m/15m/30m are built from 5m candles, 1h…1d from 1h. No cell exists for 1m/3m (no data): they answer HOLD.`,
-    `- Per cell, on training data only: the direction (follow or fade the composite score: the side whose training calls beat the fee more often) and an isotonic curve of "the call beat the fee" on |score| (confidence = round(100 × that probability)).`,
-    `- Gate: every fold we test counts. Walk-forward folds at ${[...input.gateSplits, table.trainTo, ...input.extraSplits].map(day).join(', ')} (each refits direction and curve on everything before it, the one at ${day(table.trainTo)} is the shipped fit, and tests up to the next boundary or the end of the data) plus, for spot, the 2022 era (Binance spot 2022-01 → 2022-04, LUNA collapse included) scored with the shipped fit. A cell emits BUY/SELL only when in every one of them the fitted sign agrees with the shipped sign and timing skill (hit rate − the hit rate of random calls at the same BUY:SELL mix on the same points) has its one-sided 95 % day-block bootstrap bound above 0. The folds from ${day(table.trainTo)} on lie in the test months: the emit flags use them. Perp cells have no 2022 data; their evidence is the folds alone.`,
-    `- Test months: from ${day(table.trainTo)}. The shipped direction, confidence curves and volatility model were fitted on months before it only; the emit flags (above) were not. A later fold (${input.extraSplits.map(day).join(', ')}) refits on everything before it.`,
+    `- Per cell, on the training months (from the cell's first candle, the earliest ${day(table.trainFrom)}, to ${day(table.trainTo)}; outcomes ending before ${day(table.trainTo)}): the direction (follow or fade the composite score: the side whose training calls beat the fee more often) and an isotonic curve of "the call beat the fee" on |score| (confidence = round(100 × that probability)).`,
+    ...curveMethod(input),
+    `- Gate, decided on evidence before ${day(table.trainTo)} only: the walk-forward folds at ${input.gateSplits.map(day).join(', ')} (each refits direction and curve on everything before it and tests up to the next boundary, the last up to ${day(table.trainTo)}) plus, for spot, the 2022 era (Binance spot 2022-01 → 2022-04, LUNA collapse included) scored with the fit on the training months. A cell emits BUY/SELL only when in every one of them the fitted sign agrees with the sign fitted on the training months and timing skill (hit rate − the hit rate of random calls at the same BUY:SELL mix on the same points) has its one-sided 95 % day-block bootstrap bound above 0. Perp cells have no 2022 data; their evidence is the training folds alone.`,
+    `- Out-of-sample confirmation, chosen nothing: the folds at ${[table.trainTo, ...input.extraSplits].map(day).join(', ')} (the first is the shipped fit on the test months up to the next boundary; each later one refits on everything before it) are scored with the same test after the gate is fixed, and reported beside it.`,
+    `- Test months: from ${day(table.trainTo)}. The shipped direction, confidence curves, the curve's step size, the emit flags and the volatility model saw months before it only. A later fold (${input.extraSplits.map(day).join(', ')}) refits direction and curve on everything before it (same step size) and is scored after it.`,
     '- Intervals: Wilson (per call, too narrow because coins move together) beside a day-block bootstrap (all coins of a UTC day resampled together, 400 resamples, seeded; 50 for the volatility rank-correlation gain, whose statistic sorts every test point).',
     `- Volatility: HAR-type model in logs: log realised variance of the next ${input.volTable.horizonCandles} candles on the logs of three EWMA variances of one-candle log returns (half-lives ${input.volTable.halfLives.join(', ')} candles), fitted per timeframe on spot training months; the ${Math.round(100 * input.volTable.bandCoverage)} % expected-move band uses the training quantiles of the standardised return. Scored on every closed candle of the test months (overlapping horizons) with a bootstrap over blocks one horizon long (at least a day); one point per horizon leaves ~25 start days for 1d over five months, and its coverage moves by several points with the arbitrary phase (kept in its own column). Baseline: plain trailing variance of the last 20 candles. \`volatile\`/\`squeeze\` follow the forecast's percentile in its 200-candle window.`,
     '',
@@ -207,13 +250,17 @@ export function renderReport(input: ReportInput): string {
 
   L.push('## Direction only where earned: the gate', '');
   L.push(
-    '| cell | stance | evidence (fold or era: timing skill, one-sided bound) | emits |',
-    '|---|---|---|---|',
+    `| cell | stance | gate evidence, before ${day(table.trainTo)} (fold or era: timing skill, one-sided bound) | emits | out-of-sample confirmation, from ${day(table.trainTo)} (not used by the gate) |`,
+    '|---|---|---|---|---|',
   );
   for (const c of cells) {
     const ev = table.cells[`${c.kind}:${c.timeframe}`]?.evidence ?? [];
+    const conf = c.confirmation.map(
+      (e) =>
+        `${e.label}: skill ${(100 * e.score.skill.value).toFixed(2)} pts, bound ${(100 * e.score.skill.dayBlock.lowOneSided).toFixed(2)}${e.agrees ? '' : ', fitted sign differs'} → ${e.pass ? 'held' : 'did not hold'}`,
+    );
     L.push(
-      `| ${c.kind}:${c.timeframe} | ${stance(c.direction)} | ${ev.join('<br>') || '–'} | ${c.emit ? 'yes' : 'no'} |`,
+      `| ${c.kind}:${c.timeframe} | ${stance(c.direction)} | ${ev.join('<br>') || '–'} | ${c.emit ? 'yes' : 'no'} | ${conf.join('<br>') || '–'} |`,
     );
   }
   L.push('');
@@ -234,17 +281,19 @@ export function renderReport(input: ReportInput): string {
     L.push(...callTable(cells.map((cell) => ({ cell, score: cell.era }))), '');
   }
 
-  L.push('### Reliability of confidence (test months, emitting cells)', '');
+  L.push('### Reliability of confidence (emitting cells)', '');
   if (emitting.length === 0) L.push('No cell emits calls.', '');
   for (const c of emitting) {
-    const s = c.test;
-    if (!s) continue;
-    L.push(`${c.kind}:${c.timeframe}: predicted probability bin → observed hit share (calls)`, '');
-    L.push('| predicted | mean predicted | observed | calls |', '|---|---:|---:|---:|');
-    for (const b of s.reliability) {
-      L.push(`| ${pct(b.from)}–${pct(b.to)} | ${pct(b.meanPredicted)} | ${pct(b.observed)} | ${b.n} |`);
+    for (const [name, pick] of SCORED_SETS) {
+      const s = pick(c);
+      if (!s || s.calls.n === 0) continue;
+      L.push(`${c.kind}:${c.timeframe}, ${name}: predicted probability bin → observed hit share (calls)`, '');
+      L.push('| predicted | mean predicted | observed | calls |', '|---|---:|---:|---:|');
+      for (const b of s.reliability) {
+        L.push(`| ${pct(b.from)}–${pct(b.to)} | ${pct(b.meanPredicted)} | ${pct(b.observed)} | ${b.n} |`);
+      }
+      L.push('');
     }
-    L.push('');
   }
   L.push(`![reliability diagram](${input.svgPath})`, '');
 
@@ -284,12 +333,7 @@ export function renderReport(input: ReportInput): string {
         : ''
     }.`,
   );
-  const brierSets: Array<[string, (c: CellReport) => CallScore | null]> = [
-    ['test months', (c) => c.test],
-    ['later fold', (c) => c.later],
-    ['2022 era', (c) => c.era],
-  ];
-  const brierMiss = brierSets.flatMap(([name, pick]) =>
+  const brierMiss = SCORED_SETS.flatMap(([name, pick]) =>
     emitting
       .filter((c) => {
         const s = pick(c);
@@ -299,6 +343,25 @@ export function renderReport(input: ReportInput): string {
   );
   L.push(
     `- Brier at or below the base-rate Brier on every emitting timeframe in the test months, the later fold and the 2022 era: ${brierMiss.length === 0 ? 'yes' : `no: ${brierMiss.join(', ')}`}. The margins are small (see the tables): confidence carries little information beyond the base rate.`,
+  );
+  const notRising = SCORED_SETS.flatMap(([name, pick]) =>
+    emitting
+      .filter((c) => {
+        const s = pick(c);
+        return s !== null && s.calls.n > 0 && !risesAcrossBins(s);
+      })
+      .map((c) => `${c.kind}:${c.timeframe} (${name})`),
+  );
+  const oneLevel = SCORED_SETS.flatMap(([name, pick]) =>
+    emitting
+      .filter((c) => {
+        const s = pick(c);
+        return s !== null && s.calls.n > 0 && s.reliability.filter((b) => b.n >= 100).length < 2;
+      })
+      .map((c) => `${c.kind}:${c.timeframe} (${name})`),
+  );
+  L.push(
+    `- Observed hit share rising from every reliability bin (≥ 100 calls) to the next on every emitting timeframe in the test months, the later fold and the 2022 era: ${notRising.length === 0 ? 'yes' : `no: ${notRising.join(', ')}`}${oneLevel.length > 0 ? `; with a single confidence level among its calls (nothing to rise across, confidence does not separate there): ${oneLevel.join(', ')}` : ''}.`,
   );
   for (const c of emitting) {
     const weakest = c.evidence.reduce<CellReport['evidence'][number] | null>(
@@ -329,9 +392,28 @@ export function renderReport(input: ReportInput): string {
     L.push(
       `- Funding: expected ÷ realised carry has its interval above 1 (overstates) at ${over.length} of ${h.length} horizons${over.length ? ` (${over.map((x) => `${x.hours} h`).join(', ')})` : ''}, below 1 (understates) at ${under.length}${under.length ? ` (${under.map((x) => `${x.hours} h`).join(', ')})` : ''}, and includes 1 at ${h.length - over.length - under.length}. Ranking by expected net carry put a better realised net in the top tenth than in the bottom tenth at ${ordered.length} of ${h.length} horizons. Net of both legs' fees, ${h.map((x) => `${pct(x.realisedShare)} at ${x.hours} h`).join(', ')} of opportunities ended positive: most do not pay.`,
     );
+    const spread = h.map((x, hi) => {
+      const rs = input.carry!.byMonth.filter((m) => m.n[hi]! >= 100).map((m) => m.ratios[hi]!);
+      return rs.length === 0
+        ? `${x.hours} h –`
+        : `${x.hours} h ${num(Math.min(...rs))}–${num(Math.max(...rs))}`;
+    });
+    const hl = input.carry.halfLife;
+    const chosen = hl?.losses.find((l) => l.halfLifeDays === hl.halfLifeDays);
+    const inner = chosen
+      ? h.map((x, hi) => {
+          const rs = chosen.ratios.map((r) => r[hi]!).filter(Number.isFinite);
+          return rs.length === 0
+            ? `${x.hours} h –`
+            : `${x.hours} h ${num(Math.min(...rs))}–${num(Math.max(...rs))}`;
+        })
+      : null;
+    L.push(
+      `- Funding, month by month: the test months' ratios ranged ${spread.join(', ')}${inner ? `; on the inner folds of the training months the same method ranged ${inner.join(', ')}` : ''}. The day-block interval covers the noise inside the test months, not this drift between months.`,
+    );
   }
   L.push(
-    '- Limits: the gate uses the 2022 era and the folds inside the test months, so neither is untouched data for the choice of emitting cells. The later months the data set keeps back are the real test. Perp context (funding, basis) is part of the live score on perpetuals but absent from these candle files, so perp figures are for the technical score alone.',
+    `- Limits: the gate saw the 2022 era and the training folds only; the folds from ${day(table.trainTo)} on are untouched by every fit and choice in the code, though earlier versions of this report had shown them (see Method). The later months the data set keeps back are the real test. Perp context (funding, basis) is part of the live score on perpetuals but absent from these candle files, so perp figures are for the technical score alone.`,
     '',
   );
 

@@ -88,8 +88,8 @@ export interface FitSettings {
   holdBand: number;
 }
 
-export function minBinSamples(n: number): number {
-  return Math.max(100, Math.round(n * 0.02));
+export function minBinSamples(n: number, share = 0.02): number {
+  return Math.max(100, Math.round(n * share));
 }
 
 /**

@@ -1,137 +1,282 @@
 /**
- * Log growth: bytes on disk per event of the realistic mix (bench/rebuild-event-mix.ts) in the
- * LMDB store as it encodes events now (msgpack records with shared structures), against the same
- * events and indexes written as plain msgpack maps (the encoding before), in the same run; then
- * the one-year projection for the full schedule (100 markets x 11 timeframes, a verdict and its
- * outcome per close) plus 10 keyed calls a second (one QuotaDebited each, or coalesced).
- * Bytes are LMDB's high-water mark (pages in use x page size), measured over >= 3 runs.
+ * Log growth, in two parts, each over >= 3 rounds (min / median / max).
  *
- *   npx tsx bench/growth.bench.ts [--events=100000] [--rounds=3]
+ * 1. Encoding: bytes on disk per event of the realistic mix (bench/rebuild-event-mix.ts) in the
+ *    LMDB store as it writes events now (format 2: msgpack records, identifiers as bytes), against
+ *    the same events and indexes written as format 1 records (identifiers as text: the store
+ *    before) and as plain msgpack maps (before records), in the same run. Bytes are LMDB's
+ *    high-water mark (pages in use x page size) after the whole mix.
+ *
+ * 2. One year: the real writers' events in one LMDB log, over simulated seconds of the full
+ *    schedule (100 markets x 11 timeframes: a verdict and its outcome per close, 2.78 of each a
+ *    second) plus 10 keyed calls a second debited through the real QuotaMeter (its per-key batches
+ *    of debits, the events it really writes). What the calls add depends on how many of one
+ *    key's calls are in flight together, since only those share an event; the assumption is
+ *    stated as "bursts of C": each key's calls come C at once (an agent asking for C coins in
+ *    parallel), one burst after the other, keys independent. C = 1 is calls that never overlap.
+ *    The growth is of the pages the store's trees hold (not the free pages kept for reuse),
+ *    measured between the middle and the end of the run (the log's marginal growth, without the
+ *    fixed share of its first pages), and scaled to a year.
+ *
+ *   npx tsx bench/growth.bench.ts [--events=100000] [--rounds=3] [--seconds=4000] [--bursts=1,4,16,64]
  */
+import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { open, type RootDatabase } from 'lmdb';
-import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
-import type { RecordedEvent } from '../contracts/envelope.ts';
+import { MemoryCache } from '../adapters/cache/memory.ts';
+import { EVENT_ENCODING, type LmdbEventStore, openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
+import type { NewEvent, RecordedEvent } from '../contracts/envelope.ts';
 import { TIMEFRAME_MS, TIMEFRAMES } from '../contracts/market.ts';
-import { appendEventMix } from './rebuild-event-mix.ts';
+import { QuotaMeter, type QuotaSubject } from '../services/quota/quota-meter.ts';
+import { debitedUnits } from '../services/quota/quota-projection.ts';
+import { appendEventMix, eventMix } from './rebuild-event-mix.ts';
 
 const DAY = 86_400_000;
-const YEAR_DAYS = 365;
+const YEAR_S = 365 * 86_400;
+const MARKETS = 100;
+const CALLS_PER_S = 10;
+/** Keys the keyed calls are spread over. */
+const KEYS = 50;
+/** Simulated seconds appended per step: the schedule's events in one turn, the calls' bursts after. */
+const STEP_S = 100;
+const TARGET_GB = 100;
 
 function usedBytes(root: RootDatabase): number {
   const stats = root.getStats() as { lastPageNumber: number; pageSize: number };
   return (stats.lastPageNumber + 1) * stats.pageSize;
 }
 
-interface Round {
-  records: number;
-  plain: number;
-  byType: Map<string, { count: number; bytes: number }>;
+interface TreeStats {
+  treeBranchPageCount: number;
+  treeLeafPageCount: number;
+  overflowPages: number;
+  pageSize: number;
+}
+/**
+ * Pages the store's trees hold (events, stream index, id index), without the free pages LMDB
+ * keeps for reuse: at a small size those (the copies of the last commits' pages) are a large,
+ * fixed share of the file, which a year of small commits does not grow.
+ */
+function treeBytes(store: LmdbEventStore): number {
+  return ['events', 'streams', 'ids'].reduce((sum, name) => {
+    const s = store.root.openDB({ name }).getStats() as TreeStats;
+    return sum + (s.treeBranchPageCount + s.treeLeafPageCount + s.overflowPages) * s.pageSize;
+  }, 0);
 }
 
-async function round(events: number): Promise<Round> {
+interface Spread {
+  min: number;
+  median: number;
+  max: number;
+}
+function spread(xs: number[]): Spread {
+  const v = [...xs].sort((a, b) => a - b);
+  return { min: v[0]!, median: v[Math.floor(v.length / 2)]!, max: v[v.length - 1]! };
+}
+const fmt = (x: Spread, d = 0) => `${x.min.toFixed(d)} / ${x.median.toFixed(d)} / ${x.max.toFixed(d)}`;
+
+/** Part 1: the same events in the three encodings. */
+async function encodingRound(events: number) {
   const dir = mkdtempSync(join(tmpdir(), 'bench-growth-'));
   try {
     const store = await openLmdbEventStore({ path: join(dir, 'store') });
     await appendEventMix(store, events);
-    const records = usedBytes(store.root);
+    const current = usedBytes(store.root);
     const all = await store.readAll();
     await store.close();
-
-    // The same events and indexes, values as plain msgpack maps, in transactions of the same size.
-    const env = open({ path: join(dir, 'plain'), noSubdir: false, maxDbs: 16 });
-    const plainEvents = env.openDB<RecordedEvent, number>({ name: 'events' });
-    const streams = env.openDB<number, [string, number]>({ name: 'streams' });
-    const ids = env.openDB<number, string>({ name: 'ids' });
-    for (let i = 0; i < all.length; i += 2_000) {
-      await env.transaction(() => {
-        for (const e of all.slice(i, i + 2_000)) {
-          plainEvents.putSync(e.position, e, { append: true });
-          streams.putSync([e.stream, e.revision], e.position);
-          ids.putSync(e.id, e.position);
-        }
-      });
-    }
-    const plain = usedBytes(env);
-    // Bytes of each type's value as the store encodes it (shared structures), for the projection.
-    const byType = new Map<string, { count: number; bytes: number }>();
-    const reopened = await openLmdbEventStore({ path: join(dir, 'store') });
-    const eventsDb = (reopened as unknown as { events: { getBinary(k: number): Buffer | undefined } }).events;
-    for (const e of all) {
-      const t = byType.get(e.type) ?? { count: 0, bytes: 0 };
-      t.count++;
-      t.bytes += eventsDb.getBinary(e.position)?.length ?? 0;
-      byType.set(e.type, t);
-    }
-    await reopened.close();
-    await env.close();
-    return { records, plain, byType };
+    const rewrite = async (name: string, encoding: object) => {
+      const env = open({ path: join(dir, name), noSubdir: false, maxDbs: 16 });
+      const db = env.openDB<RecordedEvent, number>({ name: 'events', ...encoding });
+      const streams = env.openDB<number, [string, number]>({ name: 'streams' });
+      const ids = env.openDB<number, string>({ name: 'ids' });
+      // In transactions of the size the mix was appended in.
+      for (let i = 0; i < all.length; i += 2_000) {
+        await env.transaction(() => {
+          for (const e of all.slice(i, i + 2_000)) {
+            db.putSync(e.position, e, { append: true });
+            streams.putSync([e.stream, e.revision], e.position);
+            ids.putSync(e.id, e.position);
+          }
+        });
+      }
+      const bytes = usedBytes(env);
+      await env.close();
+      return bytes;
+    };
+    const format1 = await rewrite('format1', EVENT_ENCODING);
+    const plain = await rewrite('plain', {});
+    return { current: current / events, format1: format1 / events, plain: plain / events };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 }
 
-export async function run(options: { events?: number; rounds?: number } = {}) {
+/** The schedule's events in the order the mix makes them, verdicts and outcomes drawn apart. */
+async function scheduleSource() {
+  const mix = await eventMix({ markets: MARKETS });
+  const queues = new Map<string, [string, NewEvent][]>([
+    ['VerdictRecorded', []],
+    ['VerdictOutcomeResolved', []],
+  ]);
+  return (type: 'VerdictRecorded' | 'VerdictOutcomeResolved'): [string, NewEvent] => {
+    const queue = queues.get(type)!;
+    while (queue.length === 0) {
+      const next = mix.next();
+      queues.get(next[1].type)?.push(next);
+    }
+    return queue.shift()!;
+  };
+}
+
+interface YearRound {
+  /** Bytes the log grew by per simulated second, between the middle and the end of the run. */
+  perSecond: number;
+  events: number;
+  calls: number;
+  debitEvents: number;
+}
+
+/**
+ * Part 2: `seconds` simulated seconds of the schedule plus, when `burst` is set, 10 keyed calls a
+ * second through QuotaMeter, each key's calls `burst` at once.
+ */
+async function yearRound(seconds: number, burst: number | null): Promise<YearRound> {
+  const dir = mkdtempSync(join(tmpdir(), 'bench-growth-year-'));
+  const store: LmdbEventStore = await openLmdbEventStore({ path: join(dir, 'store') });
+  const meter = new QuotaMeter({
+    cache: new MemoryCache(),
+    store,
+    plans: {
+      free: { monthly: 1e12, daily: null },
+      starter: { monthly: 1e12, daily: null },
+      pro: { monthly: 1e12, daily: null },
+    },
+  });
+  // As the service names them: a key's subject is the sha256 of the key.
+  const keys: QuotaSubject[] = Array.from({ length: KEYS }, (_, i) => ({
+    id: createHash('sha256').update(`bench key ${i}`).digest('hex'),
+    kind: 'key',
+    plan: 'pro',
+  }));
+  const next = await scheduleSource();
+  const schedulePerS = (MARKETS * TIMEFRAMES.reduce((a, tf) => a + DAY / TIMEFRAME_MS[tf], 0)) / 86_400;
+  let scheduleDue = 0;
+  let calls = 0;
+  let middle = 0;
+  try {
+    for (let t = 0; t < seconds; t += STEP_S) {
+      if (t === Math.floor(seconds / 2 / STEP_S) * STEP_S) middle = treeBytes(store);
+      scheduleDue += schedulePerS * STEP_S;
+      const batch = new Map<string, NewEvent[]>();
+      for (; scheduleDue >= 1; scheduleDue--) {
+        for (const type of ['VerdictRecorded', 'VerdictOutcomeResolved'] as const) {
+          const [stream, event] = next(type);
+          const list = batch.get(stream);
+          if (list) list.push(event);
+          else batch.set(stream, [event]);
+        }
+      }
+      await Promise.all([...batch].map(([stream, events]) => store.append(stream, events)));
+      if (burst === null) continue;
+      // The step's calls as bursts, dealt round the keys; a key's bursts one after the other.
+      const bursts = Math.round((CALLS_PER_S * STEP_S) / burst);
+      const perKey = Array.from({ length: KEYS }, () => 0);
+      for (let b = 0; b < bursts; b++) perKey[b % KEYS]!++;
+      await Promise.all(
+        keys.map(async (key, k) => {
+          for (let b = 0; b < perKey[k]!; b++) {
+            await Promise.all(
+              Array.from({ length: burst }, () => meter.debit(key, 'get_trade_call', `c${calls++}`)),
+            );
+          }
+        }),
+      );
+    }
+    const end = treeBytes(store);
+    const all = await store.readAll();
+    return {
+      perSecond: (end - middle) / (seconds - Math.floor(seconds / 2 / STEP_S) * STEP_S),
+      events: all.length,
+      calls: all.reduce((sum, e) => sum + debitedUnits(e), 0),
+      debitEvents: all.filter((e) => debitedUnits(e) > 0).length,
+    };
+  } finally {
+    await meter.counters.stop();
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+export async function run(
+  options: { events?: number; rounds?: number; seconds?: number; bursts?: number[] } = {},
+) {
   const events = options.events ?? 100_000;
   const rounds = options.rounds ?? 3;
-  const results: Round[] = [];
-  for (let i = 0; i < rounds; i++) results.push(await round(events));
-  const per = (xs: number[]) => {
-    const v = [...xs].sort((a, b) => a - b);
-    return { min: v[0]!, median: v[Math.floor(v.length / 2)]!, max: v[v.length - 1]! };
-  };
-  const rec = per(results.map((r) => r.records / events));
-  const pla = per(results.map((r) => r.plain / events));
-  const ratio = per(results.map((r) => r.records / r.plain));
-  const f = (x: { min: number; median: number; max: number }, d = 0) =>
-    `${x.min.toFixed(d)} / ${x.median.toFixed(d)} / ${x.max.toFixed(d)}`;
-  console.log(`${events.toLocaleString('en')} events of the mix; rounds: ${rounds} (min / median / max)`);
-  console.log(`  bytes/event on disk, store (msgpack records)     ${f(rec)}`);
-  console.log(`  bytes/event on disk, plain msgpack (before)      ${f(pla)}`);
-  console.log(`  records / plain                                  ${f(ratio, 2)}`);
+  const seconds = options.seconds ?? 4_000;
+  const bursts = options.bursts ?? [1, 4, 16, 64];
 
-  // One year: the value bytes of each type plus its share of the index and page overhead.
-  const last = results[results.length - 1]!;
-  const valueBytes = [...last.byType.values()].reduce((a, t) => a + t.bytes, 0);
-  const overhead = (rec.median * events - valueBytes) / events;
-  const avg = (type: string) => {
-    const t = last.byType.get(type)!;
-    return t.bytes / t.count + overhead;
-  };
-  const closesPerDay = TIMEFRAMES.reduce((a, tf) => a + DAY / TIMEFRAME_MS[tf], 0);
-  const verdictsPerYear = 100 * closesPerDay * YEAR_DAYS;
-  const schedule = verdictsPerYear * (avg('VerdictRecorded') + avg('VerdictOutcomeResolved'));
-  const debitsPerYear = 10 * 86_400 * YEAR_DAYS;
-  const debits = debitsPerYear * avg('QuotaDebited');
-  const gb = (b: number) => `${(b / 1e9).toFixed(0)} GB`;
+  const enc = [];
+  for (let i = 0; i < rounds; i++) enc.push(await encodingRound(events));
   console.log(
-    `  per event incl. indexes: verdict ${avg('VerdictRecorded').toFixed(0)} B, outcome ${avg('VerdictOutcomeResolved').toFixed(0)} B, debit ${avg('QuotaDebited').toFixed(0)} B`,
+    `1. encoding: ${events.toLocaleString('en')} events of the mix; rounds: ${rounds} (min / median / max)`,
   );
   console.log(
-    `  one year, full schedule (${(verdictsPerYear / 1e6).toFixed(1)} M verdicts + as many outcomes): ${gb(schedule)}`,
+    `  bytes/event on disk, format 2 (records, identifiers as bytes)  ${fmt(spread(enc.map((r) => r.current)))}`,
   );
   console.log(
-    `  + 10 keyed calls/s, one debit event per call (${(debitsPerYear / 1e6).toFixed(0)} M): ${gb(debits)}  total ${gb(schedule + debits)}`,
+    `  bytes/event on disk, format 1 (records, text: before)          ${fmt(spread(enc.map((r) => r.format1)))}`,
   );
-  for (const k of [10, 100]) {
+  console.log(
+    `  bytes/event on disk, plain msgpack maps                         ${fmt(spread(enc.map((r) => r.plain)))}`,
+  );
+  console.log(
+    `  format 2 / format 1                                             ${fmt(spread(enc.map((r) => r.current / r.format1)), 2)}`,
+  );
+  console.log(
+    `  format 2 / plain                                                ${fmt(spread(enc.map((r) => r.current / r.plain)), 2)}`,
+  );
+
+  const gb = (perSecond: number) => (perSecond * YEAR_S) / 1e9;
+  console.log(
+    `2. one year (log growth per simulated second x ${YEAR_S.toLocaleString('en')}), over ${seconds.toLocaleString('en')} simulated s per round; rounds: ${rounds}`,
+  );
+  const schedule: YearRound[] = [];
+  for (let i = 0; i < rounds; i++) schedule.push(await yearRound(seconds, null));
+  const scheduleGb = spread(schedule.map((r) => gb(r.perSecond)));
+  console.log(`  full schedule alone (verdicts + outcomes, 5.6 events/s): ${fmt(scheduleGb)} GB`);
+  const results: { burst: number; total: Spread; callsPerEvent: Spread; bytesPerCall: Spread }[] = [];
+  for (const burst of bursts) {
+    const runs: YearRound[] = [];
+    for (let i = 0; i < rounds; i++) runs.push(await yearRound(seconds, burst));
+    const total = spread(runs.map((r) => gb(r.perSecond)));
+    const callsPerEvent = spread(runs.map((r) => r.calls / r.debitEvents));
+    const bytesPerCall = spread(runs.map((r, i) => (r.perSecond - schedule[i]!.perSecond) / CALLS_PER_S));
+    results.push({ burst, total, callsPerEvent, bytesPerCall });
+    const met = total.max <= TARGET_GB ? 'MET' : total.median <= TARGET_GB ? 'met on the median' : 'MISSED';
     console.log(
-      `  + 10 keyed calls/s, debits coalesced ${k} calls per event: ${gb(debits / k)}  total ${gb(schedule + debits / k)}`,
+      `  + 10 keyed calls/s in bursts of ${String(burst).padStart(2)}: ${fmt(total)} GB  (calls per debit event ${fmt(callsPerEvent, 1)}, ~${bytesPerCall.median.toFixed(0)} B of log per call)  target <= ${TARGET_GB} GB: ${met}`,
     );
   }
-  console.log(
-    `  target: <= 100 GB a year ${schedule + debits <= 100e9 ? 'ok' : 'MISSED without coalescing'}`,
-  );
-  return { rec, pla, ratio: ratio.median, schedule, debits };
+  return { encoding: enc, scheduleGb, results };
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({ options: { events: { type: 'string' }, rounds: { type: 'string' } } });
+  const { values } = parseArgs({
+    options: {
+      events: { type: 'string' },
+      rounds: { type: 'string' },
+      seconds: { type: 'string' },
+      bursts: { type: 'string' },
+    },
+  });
   await run({
     ...(values.events ? { events: Number(values.events) } : {}),
     ...(values.rounds ? { rounds: Number(values.rounds) } : {}),
+    ...(values.seconds ? { seconds: Number(values.seconds) } : {}),
+    ...(values.bursts ? { bursts: values.bursts.split(',').map(Number) } : {}),
   });
 }

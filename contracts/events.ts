@@ -176,6 +176,26 @@ export const QuotaDebited = z.object({
   generation: z.string().optional(),
 });
 
+/**
+ * The debits of a batch of one subject's calls, recorded together (what QuotaMeter writes; old
+ * logs hold one QuotaDebited per call, which still folds). One event per subject per flush of its
+ * batch: the calls debited while its previous batch was being appended, all counted in the same
+ * generation, day and plan, of the same tool. `units` is the number of calls debited, one each; a rebuild folds it
+ * like QuotaDebited's. Per-call request ids are not kept: the counters need only the units.
+ */
+export const QuotaDebitsRecorded = z.object({
+  subject: z.string(),
+  subjectKind: z.enum(['key', 'anonymous']),
+  plan: Plan,
+  /** The tool called; calls of other tools go in events of their own (a flat shape validates compiled). */
+  tool: z.string(),
+  units: z.number().int().positive(),
+  day: z.string().regex(/^\d{4}-\d{2}-\d{2}$/),
+  month: z.string().regex(/^\d{4}-\d{2}$/),
+  /** The quota generation every debit of the batch was counted in, as on QuotaDebited. */
+  generation: z.string().optional(),
+});
+
 /** One chat of the knowledge tools, taken from the subject's monthly chat quota before it runs. */
 export const ChatQuotaConsumed = z.object({
   subject: z.string(),
@@ -343,6 +363,7 @@ export const EVENT_CATALOG = {
   PaymentSettlementFailed,
   PaymentReleased,
   QuotaDebited,
+  QuotaDebitsRecorded,
   ChatQuotaConsumed,
   ChatQuotaRefunded,
   ApiKeyIssued,

@@ -9,8 +9,9 @@
  *
  *   - no process exited except the ones it killed;
  *   - no event id appears twice on the log;
- *   - per key, calls answered 200 == QuotaDebited on the log (calls in flight on a killed
- *     replica may be debited without an answer: those are reported apart);
+ *   - per key, calls answered 200 == units debited on the log (QuotaDebitsRecorded batches, and
+ *     QuotaDebited of older logs; calls in flight on a killed replica may be debited without an
+ *     answer: those are reported apart);
  *   - a free key's 100 calls a day hold across both replicas (300 concurrent calls);
  *   - right after Redis lost its data, the counters equal the log;
  *   - no hourly candle without its scheduled verdict, across the engine's restart.
@@ -38,6 +39,7 @@ import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
 import { hashApiKey } from '../services/keys/key-material.ts';
+import { debitedUnits } from '../services/quota/quota-projection.ts';
 import { startNatsServer } from '../test/nats-server.ts';
 import { freePort } from '../test/ports.ts';
 
@@ -416,8 +418,7 @@ async function main(): Promise<number> {
   };
   const debitsOf = (events: RecordedEvent[], key: string) => {
     const hash = hashApiKey(key);
-    return events.filter((e) => e.type === 'QuotaDebited' && (e.data as { subject: string }).subject === hash)
-      .length;
+    return events.reduce((sum, e) => sum + debitedUnits(e, hash), 0);
   };
 
   await sleep(BETWEEN_MS);

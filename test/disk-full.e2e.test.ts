@@ -3,6 +3,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../contracts/config.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
+import { debitedUnits } from '../services/quota/quota-projection.ts';
 import { type RunningService, startService } from '../services/service.ts';
 import { mountSmallDisk } from './disk-full.ts';
 
@@ -106,7 +107,7 @@ describe.runIf(typeof disk !== 'string' || process.env.CI === 'true')('the api w
     expect(res.status).toBe(200);
     const all = await service.adapters.eventStore.readAll();
     // The refused calls did not use up quota: used = the debits on the log.
-    const debits = all.filter((e) => e.type === 'QuotaDebited').length;
+    const debits = all.reduce((sum, e) => sum + debitedUnits(e), 0);
     expect(((await res.json()) as { _service: { quota: { used: number } } })._service.quota.used).toBe(
       debits,
     );

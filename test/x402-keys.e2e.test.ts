@@ -68,7 +68,8 @@ describe('a valid key is served from its plan quota, not by payment', () => {
       remaining: 99_998,
     });
     const after = await eventTypes();
-    expect(count(after, 'QuotaDebited') - count(before, 'QuotaDebited')).toBe(2);
+    // Two calls one after the other: nothing to batch, one debit event each.
+    expect(count(after, 'QuotaDebitsRecorded') - count(before, 'QuotaDebitsRecorded')).toBe(2);
     expect(count(after, 'PaymentAuthorized')).toBe(count(before, 'PaymentAuthorized'));
   });
 

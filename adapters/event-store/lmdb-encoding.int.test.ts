@@ -5,7 +5,7 @@ import { open } from 'lmdb';
 import { pack } from 'msgpackr';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
-import { openLmdbEventStore } from './lmdb.ts';
+import { EVENT_ENCODING, openLmdbEventStore } from './lmdb.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'lmdb-encoding-'));
 let dirs = 0;
@@ -14,7 +14,7 @@ afterAll(() => rmSync(root, { recursive: true, force: true }));
 
 const inputs = Object.fromEntries(Array.from({ length: 30 }, (_, i) => [`indicator_${i}`, i / 7]));
 
-describe('LMDB event encoding (msgpack records, shared structures at key 0)', () => {
+describe('LMDB event encoding (msgpack records, shared structures at key 0, compact identifiers)', () => {
   it('reads a log written as plain msgpack maps (before records) and appends after it', async () => {
     const path = fresh();
     // The layout an older store wrote: plain msgpack values, the same three databases.
@@ -68,6 +68,102 @@ describe('LMDB event encoding (msgpack records, shared structures at key 0)', ()
     }
   });
 
+  it('reads a log of format 1 records (identifiers as text) mixed with format 2 ones, and appends after it', async () => {
+    const path = fresh();
+    // What the store wrote before compact identifiers: records with shared structures, strings as text.
+    const env = open({ path, noSubdir: false, maxDbs: 16 });
+    const events = env.openDB<RecordedEvent, number>({ name: 'events', ...EVENT_ENCODING });
+    const streams = env.openDB<number, [string, number]>({ name: 'streams' });
+    const ids = env.openDB<number, string>({ name: 'ids' });
+    const id = (n: number) => `6f5d9cb1-4e3b-43f0-8f1f-${String(n).padStart(12, '0')}`;
+    const old = [1, 2].map(
+      (position): RecordedEvent => ({
+        id: id(position),
+        type: 'QuotaDebited',
+        stream: `quota-${'ab'.repeat(32)}`,
+        revision: position - 1,
+        position,
+        recordedAt: '2026-01-01T00:00:00.000Z',
+        correlationId: id(position),
+        causationId: null,
+        data: { subject: 'ab'.repeat(32), requestId: id(100 + position), inputs },
+      }),
+    );
+    await env.transaction(() => {
+      for (const e of old) {
+        events.putSync(e.position, e);
+        streams.putSync([e.stream, e.revision], e.position);
+        ids.putSync(e.id, e.position);
+      }
+    });
+    await env.close();
+
+    const store = await openLmdbEventStore({ path });
+    try {
+      expect(await store.readAll()).toEqual(old);
+      await store.append(old[0]!.stream, [
+        { id: id(3), type: 'QuotaDebitsRecorded', data: { subject: 'ab'.repeat(32), units: 3 } },
+      ]);
+      // An old event is found by id as before (an idempotent retry of it writes nothing).
+      expect(await store.append(old[0]!.stream, [{ id: id(1), type: 'QuotaDebited', data: {} }])).toEqual({
+        nextRevision: 0,
+        position: 1,
+      });
+      const all = await store.readAll();
+      expect(all.slice(0, 2)).toEqual(old);
+      expect(all[2]).toEqual({
+        id: id(3),
+        type: 'QuotaDebitsRecorded',
+        stream: old[0]!.stream,
+        revision: 2,
+        position: 3,
+        recordedAt: expect.stringMatching(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/),
+        correlationId: id(3),
+        causationId: null,
+        data: { subject: 'ab'.repeat(32), units: 3 },
+      });
+      expect(await store.readStream(old[0]!.stream)).toEqual(all);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('reads back exactly every string, compacted or not, and the envelope ids', async () => {
+    const store = await openLmdbEventStore({ path: fresh() });
+    const data = {
+      hash: 'ab'.repeat(32),
+      upper: 'AB'.repeat(32),
+      odd: `x${'f'.repeat(33)}`,
+      prefixed: `verdict-outcome-${'0'.repeat(8)}-0000-4000-8000-${'1'.repeat(12)}`,
+      hexPrefixed: `0x${'c'.repeat(40)}`,
+      unicodePrefix: `é-${'d'.repeat(40)}`,
+      longPrefix: `${'p'.repeat(200)}${'e'.repeat(40)}`,
+      uuidUpper: 'B638BAF3-54B3-4D1C-BEE1-731476A3B9DB',
+      iso: '2026-11-23T07:44:02.117Z',
+      isoNoMs: '2026-11-23T07:44:02Z',
+      isoBefore1970: '1969-12-31T23:59:59.999Z',
+      isoInvalid: '2026-13-45T07:44:02.117Z',
+      short: 'abc123',
+      list: ['ab'.repeat(16), 1, null, { nested: '12'.repeat(20) }],
+      nothing: null,
+      float: 0.30000000000000004,
+    };
+    try {
+      await store.append('s', [
+        { type: 'T', data, correlationId: 'corr-1', causationId: 'ab'.repeat(16) },
+        { type: 'T', data: { same: true } },
+      ]);
+      const [first, second] = await store.readAll();
+      expect(first?.data).toEqual(data);
+      expect(first).toMatchObject({ correlationId: 'corr-1', causationId: 'ab'.repeat(16) });
+      expect(second?.correlationId).toBe(second?.id);
+      expect(second?.causationId).toBeNull();
+      expect(second?.recordedAt).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
+    } finally {
+      await store.close();
+    }
+  });
+
   it('stores an event in fewer bytes than a plain msgpack map, and the structures never show as an event', async () => {
     const store = await openLmdbEventStore({ path: fresh() });
     try {
@@ -81,7 +177,14 @@ describe('LMDB event encoding (msgpack records, shared structures at key 0)', ()
       expect(await store.headPosition()).toBe(20);
       const db = (store as unknown as { events: { getBinary(k: number): Buffer } }).events;
       const last = all[19]!;
-      expect(db.getBinary(last.position).length).toBeLessThan(pack(last).length * 0.6);
+      const stored = db.getBinary(last.position).length;
+      expect(stored).toBeLessThan(pack(last).length * 0.6);
+      // And than the same event as a format 1 record (identifiers and times as text).
+      const env = open({ path: fresh(), noSubdir: false, maxDbs: 16 });
+      const format1 = env.openDB<RecordedEvent, number>({ name: 'events', ...EVENT_ENCODING });
+      for (const e of all) await format1.put(e.position, e);
+      expect(stored).toBeLessThan(format1.getBinary(last.position)!.length - 80);
+      await env.close();
     } finally {
       await store.close();
     }

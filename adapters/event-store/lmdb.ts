@@ -5,6 +5,7 @@ import type { AppendResult, ExpectedRevision, NewEvent, RecordedEvent } from '..
 import { LmdbProjectionStore } from '../projection-store/lmdb.ts';
 import { AppendSignal, catchUpSubscription } from './catch-up.ts';
 import { findIdempotentAppend, freshEventIds } from './idempotency.ts';
+import { decodeStoredEvent, encodeStoredEvent, type IdIndex, openIdIndex } from './lmdb-codec.ts';
 import { checkExpected, type EventStore, type HealthReport, recordEvent, type Subscription } from './port.ts';
 import { commitCause, ignoreStrayCommitRejections, isStorageFull, StorageFullState } from './storage-full.ts';
 
@@ -51,7 +52,7 @@ export class LmdbEventStore implements EventStore {
   readonly root: RootDatabase;
   private readonly events: Database<RecordedEvent, number>;
   private readonly streams: Database<number, StreamKey>;
-  private readonly ids: Database<number, string>;
+  private readonly ids: IdIndex;
   private readonly signal = new AppendSignal();
   private readonly pollMs: number;
   private readonly space: StorageFullState;
@@ -78,7 +79,7 @@ export class LmdbEventStore implements EventStore {
     this.root = open({ path: options.path, noSubdir: false, maxDbs: 16 });
     this.events = this.root.openDB<RecordedEvent, number>({ name: 'events', ...EVENT_ENCODING });
     this.streams = this.root.openDB<number, StreamKey>({ name: 'streams' });
-    this.ids = this.root.openDB<number, string>({ name: 'ids' });
+    this.ids = openIdIndex(this.root, () => !this.events.doesExist(1));
     this.path = options.path;
     this.logger = options.logger;
     this.space = new StorageFullState(`LMDB at ${options.path}`, options.logger);
@@ -122,7 +123,7 @@ export class LmdbEventStore implements EventStore {
           const position = head + i + 1;
           const revision = firstRevision + i;
           const recorded = recordEvent(events[i]!, { id, stream, revision, position, recordedAt });
-          this.events.putSync(position, recorded, { append: true });
+          this.events.putSync(position, encodeStoredEvent(recorded) as RecordedEvent, { append: true });
           this.streams.putSync([stream, revision], position);
           this.ids.putSync(id, position);
         }
@@ -163,7 +164,7 @@ export class LmdbEventStore implements EventStore {
       const recorded = this.events.get(position);
       if (!recorded)
         throw new Error(`lmdb event store: stream index of ${stream} points at missing position ${position}`);
-      out.push(recorded);
+      out.push(decodeStoredEvent(recorded, position));
     }
     return out;
   }
@@ -176,7 +177,7 @@ export class LmdbEventStore implements EventStore {
       start: (options.after ?? 0) + 1,
       ...(Number.isFinite(maxCount) ? { limit: maxCount } : {}),
     });
-    for (const { value } of range) out.push(value);
+    for (const { key, value } of range) out.push(decodeStoredEvent(value, key));
     return out;
   }
 
@@ -190,6 +191,13 @@ export class LmdbEventStore implements EventStore {
   /** Other processes' appends are otherwise seen at the next poll (`pollMs`). */
   wake(): void {
     this.signal.notify();
+  }
+
+  appended(after: number, timeoutMs: number): { promise: Promise<void>; cancel: () => void } {
+    // Registered before the head is looked at, so an append in between is not missed.
+    const wait = this.signal.wait(timeoutMs);
+    if (this.closed || this.headInTxn() > after) wait.cancel();
+    return wait;
   }
 
   async streamRevision(stream: string) {
@@ -291,6 +299,8 @@ export class LmdbEventStore implements EventStore {
 
   private lookup(id: string): RecordedEvent | undefined {
     const position = this.ids.get(id);
-    return position === undefined ? undefined : this.events.get(position);
+    if (position === undefined) return undefined;
+    const stored = this.events.get(position);
+    return stored === undefined ? undefined : decodeStoredEvent(stored, position);
   }
 }

@@ -40,6 +40,15 @@ export interface EventStore {
    */
   wake?(): void;
 
+  /**
+   * Optional doorbell that reads nothing: resolves at once when the log's head is already past
+   * `after`, else on the next append in this process, `wake()`, or after `timeoutMs` (appends by
+   * other processes), whichever comes first. A follower at the head waits on it instead of keeping
+   * a live subscription open only to learn that something was appended (which reads and decodes
+   * every event a second time). `cancel` resolves the promise and drops the wait.
+   */
+  appended?(after: number, timeoutMs: number): { promise: Promise<void>; cancel: () => void };
+
   /** Current revision of a stream, or null when it does not exist. */
   streamRevision(stream: string): Promise<number | null>;
 

@@ -1,10 +1,10 @@
-import { type Cache, CounterStateLostError } from '../../adapters/cache/port.ts';
+import { type Cache, CounterStateLostError, type QuotaWindow } from '../../adapters/cache/port.ts';
 import { type EventStore, StorageFullError } from '../../adapters/event-store/port.ts';
 import { newEvent, type Plan } from '../../contracts/events.ts';
 import type { PlanTable } from './plans.ts';
 import { QUOTA_FAMILY, QuotaCounters } from './quota-rebuild.ts';
 import { type QuotaSnapshot, quotaSnapshot } from './snapshot.ts';
-import { quotaPeriod, quotaWindows } from './windows.ts';
+import { type QuotaPeriod, quotaPeriod, quotaWindows } from './windows.ts';
 
 /** Whose calls are counted: a key (by hash) or an anonymous client (by hashed address). */
 export interface QuotaSubject {
@@ -18,7 +18,7 @@ export interface DebitOutcome {
   snapshot: QuotaSnapshot;
   /** Which window refused, when one did. */
   refusedBy: 'monthly' | 'daily' | null;
-  /** Log position of the QuotaDebited event, when debited. */
+  /** Log position of the event that records the debit (with its batch), when debited. */
   position: number | null;
 }
 
@@ -34,14 +34,16 @@ const LOST_COUNTERS_WAIT_MS = 2_000;
 
 /**
  * Counts served calls. The check-and-debit of the day and month windows is one atomic cache
- * operation, so concurrent calls and replicas cannot overspend; each debit is then recorded as
- * QuotaDebited, the fact the cache counters are rebuilt from. The counters live in the cache's
+ * operation, so concurrent calls and replicas cannot overspend; each debit is then recorded on
+ * the log, batched per subject (QuotaDebitsRecorded), the fact the cache counters are rebuilt from. The counters live in the cache's
  * live generation: when there is none (the cache lost its data) nothing is served from them
  * until they are rebuilt, since empty counters would give calls away.
  */
 export class QuotaMeter {
   /** Rebuilds the counters when their generation is gone; the api runs it at start and on reconnect. */
   readonly counters: QuotaCounters;
+  /** Debits counted but not yet on the log, by subject. */
+  private readonly lanes = new Map<string, Lane>();
 
   constructor(
     private readonly deps: {
@@ -95,9 +97,11 @@ export class QuotaMeter {
 
   /**
    * Debits one call, or refuses when a window is full. Throws CacheUnavailableError or a store
-   * error when the debit or its record cannot be made; the caller must not serve then.
+   * error when the debit or its record cannot be made; the caller must not serve then. Resolves
+   * only once the debit is on the log, durably: a call is never served before. The request id is
+   * not recorded: a batch's event holds units, not calls (see QuotaDebitsRecorded).
    */
-  async debit(subject: QuotaSubject, tool: string, requestId: string): Promise<DebitOutcome> {
+  async debit(subject: QuotaSubject, tool: string, _requestId: string): Promise<DebitOutcome> {
     const limits = this.deps.plans[subject.plan];
     const period = quotaPeriod(this.now());
     const windows = quotaWindows(subject.id, limits, period);
@@ -106,28 +110,112 @@ export class QuotaMeter {
     if (!result.ok) {
       return { ok: false, snapshot, refusedBy: result.refusedBy === 0 ? 'monthly' : 'daily', position: null };
     }
-    const append = this.deps.store.append(quotaStream(subject.id), [
-      newEvent('QuotaDebited', {
-        subject: subject.id,
-        subjectKind: subject.kind,
-        plan: subject.plan,
-        tool,
-        units: 1,
-        day: period.day,
-        month: period.month,
-        requestId,
-        generation: result.generation,
-      }),
-    ]);
-    const appended = await append.catch(async (err: unknown) => {
-      // Nothing was written (a full disk): the call is not served, so it must not use up quota,
-      // or an outage would exhaust every caller. Other failures may have written it: keep the debit.
-      if (err instanceof StorageFullError) {
-        const keys = windows.map((w) => w.key);
-        await this.deps.cache.releaseLive(QUOTA_FAMILY, result.generation, keys, 1).catch(() => false);
-      }
-      throw err;
-    });
-    return { ok: true, snapshot, refusedBy: null, position: appended.position };
+    const position = await this.record(subject, tool, period, windows, result.generation);
+    return { ok: true, snapshot, refusedBy: null, position };
   }
+
+  /**
+   * Records one counted call, with the other calls of the same subject counted meanwhile, as one
+   * QuotaDebitsRecorded. Each subject has at most one debit append in flight: the calls counted
+   * while it is on its way wait for it and go out together in the next one. So a subject's
+   * traffic adds at most one event per append round trip of the store (about one group commit),
+   * however many calls it makes at once, and never more events than calls; a lone call waits
+   * only for the end of the current turn, as before. Calls that share the batch but not its
+   * generation, day, plan or tool go in events of their own: a rebuild counts each by the first
+   * three, and one tool per event keeps the event flat.
+   */
+  private record(
+    subject: QuotaSubject,
+    tool: string,
+    period: QuotaPeriod,
+    windows: QuotaWindow[],
+    generation: string,
+  ): Promise<number> {
+    let lane = this.lanes.get(subject.id);
+    if (!lane) {
+      lane = { flushing: false, waiting: new Map() };
+      this.lanes.set(subject.id, lane);
+    }
+    const group = `${generation}\u0000${period.day}\u0000${subject.plan}\u0000${subject.kind}\u0000${tool}`;
+    let batch = lane.waiting.get(group);
+    if (!batch) {
+      batch = {
+        subject,
+        period,
+        generation,
+        keys: windows.map((w) => w.key),
+        tool,
+        units: 0,
+        calls: [],
+      };
+      lane.waiting.set(group, batch);
+    }
+    batch.units++;
+    const appended = new Promise<number>((resolve, reject) => batch.calls.push({ resolve, reject }));
+    if (!lane.flushing) {
+      lane.flushing = true;
+      // The rest of this turn's calls of the subject (a burst, or the replies of one pipelined
+      // cache round trip) join the batch before it is appended.
+      setImmediate(() => void this.flush(subject.id, lane));
+    }
+    return appended;
+  }
+
+  /** Appends every waiting batch of a subject, then the ones that gathered meanwhile, until none is left. */
+  private async flush(subjectId: string, lane: Lane): Promise<void> {
+    while (lane.waiting.size > 0) {
+      const batches = [...lane.waiting.values()];
+      lane.waiting.clear();
+      await Promise.all(batches.map((batch) => this.append(batch)));
+    }
+    lane.flushing = false;
+    if (this.lanes.get(subjectId) === lane) this.lanes.delete(subjectId);
+  }
+
+  private async append(batch: Batch): Promise<void> {
+    const { subject, period } = batch;
+    try {
+      const appended = await this.deps.store.append(quotaStream(subject.id), [
+        newEvent('QuotaDebitsRecorded', {
+          subject: subject.id,
+          subjectKind: subject.kind,
+          plan: subject.plan,
+          tool: batch.tool,
+          units: batch.units,
+          day: period.day,
+          month: period.month,
+          generation: batch.generation,
+        }),
+      ]);
+      for (const call of batch.calls) call.resolve(appended.position);
+    } catch (err) {
+      // Nothing was written (a full disk): none of these calls is served, so none may use up
+      // quota, or an outage would exhaust every caller. Other failures may have written it: keep
+      // the debits.
+      if (err instanceof StorageFullError) {
+        await this.deps.cache
+          .releaseLive(QUOTA_FAMILY, batch.generation, batch.keys, batch.units)
+          .catch(() => false);
+      }
+      for (const call of batch.calls) call.reject(err);
+    }
+  }
+}
+
+interface Batch {
+  subject: QuotaSubject;
+  period: QuotaPeriod;
+  generation: string;
+  /** The counters its calls were debited on (the same for every call of the group). */
+  keys: string[];
+  tool: string;
+  units: number;
+  calls: { resolve: (position: number) => void; reject: (err: unknown) => void }[];
+}
+
+/** One subject's debits on their way to the log: at most one append round in flight. */
+interface Lane {
+  flushing: boolean;
+  /** Batches gathering for the next round, by generation, day, plan and kind. */
+  waiting: Map<string, Batch>;
 }

@@ -17,6 +17,7 @@ import { runOperatorCommand } from '../keys/operator-commands.ts';
 import { ChatQuota } from '../knowledge/chat-quota.ts';
 import type { PlanTable } from './plans.ts';
 import { QuotaMeter, type QuotaSubject } from './quota-meter.ts';
+import { debitedUnits } from './quota-projection.ts';
 import { QUOTA_FAMILY, rebuildQuotaGeneration } from './quota-rebuild.ts';
 import { chatKey, quotaPeriod, quotaWindows } from './windows.ts';
 
@@ -33,10 +34,9 @@ const T0 = Date.UTC(2031, 5, 10, 12, 0, 0);
 /** What Redis restarting without persistence does to our keys: all of them gone in one step. */
 const FLUSH_PREFIX = `for _, key in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', key) end return 1`;
 
+/** Calls debited on the log for `subject`: the units of its debit events (batches of calls). */
 async function debitsOf(store: EventStore, subject: string): Promise<number> {
-  return (await store.readAll()).filter(
-    (e) => e.type === 'QuotaDebited' && (e.data as { subject: string }).subject === subject,
-  ).length;
+  return (await store.readAll()).reduce((sum, e) => sum + debitedUnits(e, subject), 0);
 }
 
 /** Calls until `attempts` are made by `workers` callers at once; counts what each call got. */

@@ -4,13 +4,18 @@ import { type Cache, CacheUnavailableError } from '../../adapters/cache/port.ts'
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { ProjectionStore } from '../../adapters/projection-store/port.ts';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
-import { type QuotaBalances, quotaBalancesProjection } from './quota-projection.ts';
+import {
+  DEBIT_EVENT_TYPES,
+  debitedUnits,
+  type QuotaBalances,
+  quotaBalancesProjection,
+} from './quota-projection.ts';
 import { chatKey, counterExpiry, resetsAtOf } from './windows.ts';
 
 /**
  * The cache's family of quota counters: its marker names the live generation. It holds the call
- * windows (QuotaDebited) and the monthly chat windows (ChatQuotaConsumed / ChatQuotaRefunded), so
- * both come back from the log together after a loss.
+ * windows (QuotaDebitsRecorded, and QuotaDebited in older logs) and the monthly chat windows
+ * (ChatQuotaConsumed / ChatQuotaRefunded), so both come back from the log together after a loss.
  */
 export const QUOTA_FAMILY = 'quota';
 
@@ -40,14 +45,15 @@ export interface RebuildOutcome {
 }
 
 /** The events that change a counter of the quota family. */
-const COUNTED = new Set(['QuotaDebited', 'ChatQuotaConsumed', 'ChatQuotaRefunded']);
+const COUNTED = new Set<string>([...DEBIT_EVENT_TYPES, 'ChatQuotaConsumed', 'ChatQuotaRefunded']);
+const DEBITS = new Set<string>(DEBIT_EVENT_TYPES);
 
 /**
  * Adds one counted event to a page's deltas. Not the projections' own folds: a page may hold a
  * chat's refund without its consumption, so a chat delta may go below 0 (the cache clamps).
  */
 function fold(state: QuotaBalances, event: RecordedEvent): void {
-  if (event.type === 'QuotaDebited') {
+  if (DEBITS.has(event.type)) {
     quotaBalancesProjection.evolve(state, event);
     return;
   }
@@ -226,11 +232,9 @@ function debitGeneration(event: RecordedEvent): string | undefined {
   return typeof tag === 'string' ? tag : undefined;
 }
 
-/** Units an event stands for in its generation's count of logged operations. */
+/** Units an event stands for in its generation's count of logged operations (a chat's: 1). */
 function units(event: RecordedEvent): number {
-  if (event.type !== 'QuotaDebited') return 1;
-  const value = (event.data as { units?: unknown }).units;
-  return typeof value === 'number' ? value : 0;
+  return DEBITS.has(event.type) ? debitedUnits(event) : 1;
 }
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {

@@ -6,6 +6,7 @@ import type { EventStore } from '../../adapters/event-store/port.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import type { PlanTable } from './plans.ts';
 import { QuotaMeter, type QuotaSubject } from './quota-meter.ts';
+import { debitedUnits } from './quota-projection.ts';
 import { QUOTA_CHECKPOINT, QUOTA_FAMILY, QuotaCounters, rebuildQuotaGeneration } from './quota-rebuild.ts';
 import { quotaPeriod, quotaWindows } from './windows.ts';
 
@@ -60,9 +61,7 @@ describe('quota generations on the in-process cache', () => {
     await traffic;
     expect(outcome.switched).toBe(true);
     for (const subject of subjects) {
-      const logged = (await memory.readAll()).filter(
-        (e) => e.type === 'QuotaDebited' && (e.data as { subject: string }).subject === subject.id,
-      ).length;
+      const logged = (await memory.readAll()).reduce((sum, e) => sum + debitedUnits(e, subject.id), 0);
       const keys = quotaWindows(subject.id, PLANS.pro, quotaPeriod(T0)).map((w) => w.key);
       expect(await cache.readLive(QUOTA_FAMILY, keys)).toEqual([logged, logged]);
     }

@@ -43,15 +43,23 @@ export const SIGNATURE_HEADERS = {
   signatureNew: 'x-service-signature-new',
 } as const;
 
-/** hex HMAC-SHA256 of `{timestamp}.{rawBody}` keyed with the secret string. */
-export function serviceSignature(secret: string, timestamp: number, rawBody: string): string {
-  return createHmac('sha256', secret).update(`${timestamp}.${rawBody}`, 'utf8').digest('hex');
+/**
+ * hex HMAC-SHA256 of `{timestamp}.{rawBody}` keyed with the secret string. The body may be given
+ * as its UTF-8 bytes (a sender that encodes it once for the request and both signatures).
+ */
+export function serviceSignature(secret: string, timestamp: number, rawBody: string | Uint8Array): string {
+  return createHmac('sha256', secret).update(`${timestamp}.`, 'utf8').update(rawBody).digest('hex');
 }
 
 /** Standard Webhooks `webhook-signature` value: `v1,` + base64 HMAC of `{id}.{timestamp}.{body}`. */
-export function standardSignature(secret: string, id: string, timestamp: number, rawBody: string): string {
+export function standardSignature(
+  secret: string,
+  id: string,
+  timestamp: number,
+  rawBody: string | Uint8Array,
+): string {
   const key = Buffer.from(secret.startsWith('whsec_') ? secret.slice(6) : secret, 'base64');
-  return `v1,${createHmac('sha256', key).update(`${id}.${timestamp}.${rawBody}`, 'utf8').digest('base64')}`;
+  return `v1,${createHmac('sha256', key).update(`${id}.${timestamp}.`, 'utf8').update(rawBody).digest('base64')}`;
 }
 
 /**
@@ -66,7 +74,7 @@ export function signedHeaders(input: {
   event: string;
   deliveryId: string;
   timestamp: number;
-  rawBody: string;
+  rawBody: string | Uint8Array;
 }): Record<string, string> {
   const standard = (secret: string) =>
     standardSignature(secret, input.deliveryId, input.timestamp, input.rawBody);

@@ -172,8 +172,11 @@ export class LogFeed {
           continue;
         }
         if (this.rings === rings && this.members.size > 0) {
-          await this.openDoorbell(page.at(-1)?.position ?? after);
-          if (this.rings === rings) await this.sleep(this.pollMs);
+          if (this.store.appended) await this.waitForAppend(Math.max(this.readUpTo, after));
+          else {
+            await this.openDoorbell(page.at(-1)?.position ?? after);
+            if (this.rings === rings) await this.sleep(this.pollMs);
+          }
         }
       }
     } finally {
@@ -192,6 +195,23 @@ export class LogFeed {
         resolve();
       }
       this.wakeUp = done;
+    });
+  }
+
+  /**
+   * Waits for the store's own doorbell (an append past `after`, a wake, or the poll tick), or a
+   * member's ring: a store that has one reads nothing to tell that something was appended.
+   */
+  private waitForAppend(after: number): Promise<void> {
+    const bell = this.store.appended!(after, this.pollMs);
+    return new Promise((resolve) => {
+      const done = () => {
+        if (this.wakeUp === done) this.wakeUp = null;
+        bell.cancel();
+        resolve();
+      };
+      this.wakeUp = done;
+      void bell.promise.then(done);
     });
   }
 

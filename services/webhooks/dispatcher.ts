@@ -228,6 +228,9 @@ export class WebhookDispatcher {
     if (subs.length === 0) return;
     const verdict = event.type === 'RegimeShifted' ? await this.verdictOf(event) : null;
     const verifyUrl = verdictVerifyUrl(this.options.verifyBaseUrl, verdict ?? event);
+    // The same line for every subscription of this event: asked once.
+    const trackRecord =
+      event.type === 'VerdictRecorded' ? (this.options.trackRecord?.(event.data) ?? null) : null;
     for (const sub of subs) {
       const deliveryId = deliveryIdFor(event.id, sub.id);
       const envelope =
@@ -237,7 +240,7 @@ export class WebhookDispatcher {
               createdAt: event.recordedAt,
               verdict: event.data,
               verifyUrl,
-              trackRecord: this.options.trackRecord?.(event.data) ?? null,
+              trackRecord,
             })
           : regimeShiftEnvelope({
               deliveryId,

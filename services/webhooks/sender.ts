@@ -1,4 +1,4 @@
-import { type Dispatcher, request } from 'undici';
+import type { Dispatcher } from 'undici';
 import { EVENT_VERSION_HEADER, SEQUENCE_HEADER, signedHeaders } from '../../contracts/webhook-verify.ts';
 import { parseRetryAfter } from './retry-policy.ts';
 
@@ -29,28 +29,106 @@ export interface SendResult {
   retryAfterMs: number | null;
 }
 
-async function readLimited(body: Dispatcher.ResponseData['body']): Promise<string> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body) {
-    const buffer = chunk as Buffer;
-    chunks.push(buffer);
-    size += buffer.length;
-    // Enough for the log; the rest is not worth receiving.
-    if (size >= RESPONSE_LIMIT) {
-      body.destroy();
-      break;
-    }
-  }
-  return Buffer.concat(chunks).toString('utf8').slice(0, RESPONSE_LIMIT);
-}
+/** undici's own timeouts (coarse timers, a backstop to the request's own). */
+const TIMEOUT_CODES: ReadonlySet<string> = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
 
 function describeError(err: unknown): string {
   if (!(err instanceof Error)) return String(err);
   const code = (err as { code?: string }).code;
-  if (err.name === 'TimeoutError' || err.name === 'AbortError')
+  if (err.name === 'TimeoutError' || err.name === 'AbortError' || (code && TIMEOUT_CODES.has(code)))
     return 'timeout: no complete response in time';
   return code ? `${code}: ${err.message}` : err.message;
+}
+
+/** Where each subscription URL points, parsed once: the same few URLs are posted to over and over. */
+const targets = new Map<string, { origin: string; path: string }>();
+
+function targetOf(url: string): { origin: string; path: string } {
+  let target = targets.get(url);
+  if (target === undefined) {
+    const parsed = new URL(url);
+    target = { origin: parsed.origin, path: `${parsed.pathname}${parsed.search}` };
+    if (targets.size >= 10_000) targets.clear();
+    targets.set(url, target);
+  }
+  return target;
+}
+
+const timeoutError = () => new DOMException('no complete response in time', 'TimeoutError');
+
+/**
+ * One request through undici's dispatcher interface: the response is taken as it arrives (status,
+ * Retry-After, the first RESPONSE_LIMIT bytes) with no response stream, promise wrapper or async
+ * resource per request, which `request()` builds and this path paid for once per delivery. The
+ * request's own timer aborts it after `timeoutMs`; undici's header and body timeouts back it up.
+ */
+function post(
+  agent: Dispatcher,
+  url: string,
+  headers: Record<string, string>,
+  body: Buffer,
+  timeoutMs: number,
+): Promise<{ status: number; retryAfter: string | undefined; text: string }> {
+  const { origin, path } = targetOf(url);
+  return new Promise((resolve, reject) => {
+    let controller: Dispatcher.DispatchController | null = null;
+    let status = 0;
+    let retryAfter: string | undefined;
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let settled = false;
+    const text = () => Buffer.concat(chunks, size).toString('utf8').slice(0, RESPONSE_LIMIT);
+    const finish = (outcome: { error: Error } | { text: string }) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      if ('error' in outcome) reject(outcome.error);
+      else resolve({ status, retryAfter, text: outcome.text });
+    };
+    const timer = setTimeout(() => {
+      // With headers in, the answer stands and only its body was cut short, as a stalled body is.
+      finish(status >= 200 ? { text: '' } : { error: timeoutError() });
+      controller?.abort(timeoutError());
+    }, timeoutMs);
+    const handler: Dispatcher.DispatchHandler = {
+      onRequestStart(c) {
+        controller = c;
+        if (settled) c.abort(timeoutError());
+      },
+      onResponseStart(_c, statusCode, responseHeaders) {
+        // 1xx informational answers come before the real one.
+        if (statusCode < 200) return;
+        status = statusCode;
+        const value = responseHeaders['retry-after'];
+        retryAfter = Array.isArray(value) ? value[0] : value;
+      },
+      onResponseData(c, chunk) {
+        if (settled) return;
+        chunks.push(chunk);
+        size += chunk.length;
+        // Enough for the log; the rest is not worth receiving.
+        if (size >= RESPONSE_LIMIT) {
+          finish({ text: text() });
+          c.abort(new Error('response body past the logged limit'));
+        }
+      },
+      onResponseEnd() {
+        finish({ text: text() });
+      },
+      onResponseError(_c, error) {
+        // An answer cut off mid-body is logged without its body, as a failed read always was.
+        finish(status >= 200 ? { text: '' } : { error });
+      },
+    };
+    try {
+      agent.dispatch(
+        { origin, path, method: 'POST', headers, body, headersTimeout: timeoutMs, bodyTimeout: timeoutMs },
+        handler,
+      );
+    } catch (error) {
+      finish({ error: error as Error });
+    }
+  });
 }
 
 /**
@@ -60,34 +138,23 @@ function describeError(err: unknown): string {
 export async function sendSigned(agent: Dispatcher, input: SendInput): Promise<SendResult> {
   const started = performance.now();
   const timestamp = Math.floor(Date.now() / 1000);
-  const headers = {
-    'content-type': 'application/json',
-    'user-agent': 'signal-service-webhooks/1',
-    ...(input.seq ? { [SEQUENCE_HEADER]: String(input.seq) } : {}),
-    [EVENT_VERSION_HEADER]: String(input.eventVersion ?? 1),
-    ...signedHeaders({
-      secret: input.secret,
-      previousSecret: input.previousSecret ?? null,
-      event: input.event,
-      deliveryId: input.deliveryId,
-      timestamp,
-      rawBody: input.body,
-    }),
-  };
+  // Encoded once for both signatures and the request, instead of once each.
+  const raw = Buffer.from(input.body, 'utf8');
+  const headers = signedHeaders({
+    secret: input.secret,
+    previousSecret: input.previousSecret ?? null,
+    event: input.event,
+    deliveryId: input.deliveryId,
+    timestamp,
+    rawBody: raw,
+  });
+  headers['content-type'] = 'application/json';
+  headers['user-agent'] = 'signal-service-webhooks/1';
+  if (input.seq) headers[SEQUENCE_HEADER] = String(input.seq);
+  headers[EVENT_VERSION_HEADER] = String(input.eventVersion ?? 1);
   try {
-    const response = await request(input.url, {
-      method: 'POST',
-      dispatcher: agent,
-      headers,
-      body: input.body,
-      signal: AbortSignal.timeout(input.timeoutMs),
-      headersTimeout: input.timeoutMs,
-      bodyTimeout: input.timeoutMs,
-    });
-    const text = await readLimited(response.body).catch(() => '');
-    const status = response.statusCode;
+    const { status, retryAfter, text } = await post(agent, input.url, headers, raw, input.timeoutMs);
     const ok = status >= 200 && status < 300;
-    const retryAfter = response.headers['retry-after'];
     return {
       ok,
       status,
@@ -98,7 +165,7 @@ export async function sendSigned(agent: Dispatcher, input: SendInput): Promise<S
           ? `redirect (${status}) not followed`
           : `HTTP ${status}`,
       response: text,
-      retryAfterMs: parseRetryAfter(Array.isArray(retryAfter) ? retryAfter[0] : retryAfter, Date.now()),
+      retryAfterMs: parseRetryAfter(retryAfter, Date.now()),
     };
   } catch (err) {
     return {

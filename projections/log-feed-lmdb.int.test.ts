@@ -1,0 +1,100 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { type LmdbEventStore, openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
+import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
+import type { Projection } from './projection.ts';
+import { ProjectionRunner } from './runner.ts';
+
+const root = mkdtempSync(join(tmpdir(), 'log-feed-lmdb-'));
+let dirs = 0;
+const freshPath = () => join(root, `store-${++dirs}`);
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+const order: Projection<number[]> = {
+  name: 'order',
+  version: 1,
+  initial: () => [],
+  evolve(state, event) {
+    state.push(event.position);
+    return state;
+  },
+};
+
+/** Counts the reads of the log and the events they decode: the doorbell must decode none. */
+function countReads(store: LmdbEventStore): { readonly count: number; readonly events: number } {
+  const counter = { count: 0, events: 0 };
+  const readAll = store.readAll.bind(store);
+  store.readAll = async (options) => {
+    counter.count++;
+    const page = await readAll(options);
+    counter.events += page.length;
+    return page;
+  };
+  return counter;
+}
+
+const settled = (promise: Promise<void>) =>
+  Promise.race([promise.then(() => true), new Promise((r) => setTimeout(() => r(false), 20))]);
+
+describe("the LMDB store's doorbell", () => {
+  it('rings at once when the head is already past, on an append, on wake(), and at the poll tick', async () => {
+    const store = await openLmdbEventStore({ path: freshPath(), pollMs: 10_000 });
+    try {
+      await store.append('s', [{ type: 'N', data: {} }]);
+      expect(await settled(store.appended(0, 10_000).promise)).toBe(true);
+      // The append's own wake-up of waiters comes at the end of its turn: let it pass.
+      await new Promise((r) => setTimeout(r, 10));
+
+      const onAppend = store.appended(1, 10_000);
+      expect(await settled(onAppend.promise)).toBe(false);
+      await store.append('s', [{ type: 'N', data: {} }]);
+      expect(await settled(onAppend.promise)).toBe(true);
+
+      const onWake = store.appended(2, 10_000);
+      store.wake();
+      expect(await settled(onWake.promise)).toBe(true);
+
+      const started = Date.now();
+      await store.appended(2, 100).promise;
+      expect(Date.now() - started).toBeGreaterThanOrEqual(90);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('feeds a runner every event once, with one read per commit and none for the doorbell', async () => {
+    const path = freshPath();
+    const store = await openLmdbEventStore({ path, pollMs: 50 });
+    const other = await openLmdbEventStore({ path, pollMs: 50 });
+    const runner = new ProjectionRunner(store, new MemoryProjectionStore(), order);
+    try {
+      await runner.start();
+      await runner.waitFor(0);
+      await new Promise((r) => setTimeout(r, 100));
+      const reads = countReads(store);
+      await store.append(
+        's-1',
+        Array.from({ length: 500 }, (_, n) => ({ type: 'N', data: { n } })),
+      );
+      await runner.waitFor(500);
+      await new Promise((r) => setTimeout(r, 150));
+      expect(runner.state).toEqual(Array.from({ length: 500 }, (_, i) => i + 1));
+      // The commit, plus a read per poll tick while idle (50 ms): no read per event rung for, and
+      // every event decoded once (a live subscription as the doorbell decoded each one again).
+      expect(reads.count).toBeLessThan(10);
+      expect(reads.events).toBe(500);
+
+      // Another process's append is seen at the poll tick, or at once when woken.
+      await other.append('s-2', [{ type: 'N', data: {} }]);
+      store.wake();
+      await runner.waitFor(501, 1_000);
+      expect(runner.state.at(-1)).toBe(501);
+    } finally {
+      await runner.stop();
+      await other.close();
+      await store.close();
+    }
+  });
+});

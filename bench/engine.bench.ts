@@ -8,6 +8,9 @@
  * Inputs are real Binance spot candles. There is no 1m data: the 1m and 3m slots replay the
  * 5m series as a stand-in input stream, and coins without a 5m file borrow another coin's 5m
  * series for the sub-hour slots. Each stream is cut to its last 3,000 candles to stay short.
+ *
+ * Each round runs both sides from fresh state, interleaved in slices of candle steps, and the
+ * ratio is also printed by CPU time: on a shared machine wall time mostly measures the others.
  */
 
 import { readdir } from 'node:fs/promises';
@@ -147,43 +150,102 @@ function baselineSet() {
   };
 }
 
+/** One side of the comparison: folds candle steps [from, to) of every market, in lock-step. */
+interface Side {
+  run(from: number, to: number): number;
+}
+
 /** Markets advance in lock-step, as candle closes arrive live: step i feeds candle i of each. */
-function runEngine(streams: Stream[]): { candles: number; seconds: number; verdicts: Map<string, Verdict> } {
+function engineSide(streams: Stream[]): Side & { verdicts: Map<string, Verdict> } {
   const states = streams.map((s) =>
     createMarketState({ exchange: 'BINANCE_SPOT', coin: s.coin, timeframe: s.timeframe }),
   );
   const verdicts = new Map<string, Verdict>();
-  let candles = 0;
-  const t0 = performance.now();
-  for (let i = 0; i < PER_STREAM; i++) {
-    for (let k = 0; k < streams.length; k++) {
-      const c = streams[k]!.candles[i];
-      if (c === undefined) continue;
-      const state = states[k]!;
-      state.update(c);
-      candles++;
-      if (state.missingForVerdict().length === 0) {
-        verdicts.set(state.key, computeVerdict(state, undefined, defaultCalibration));
+  return {
+    verdicts,
+    run(from, to) {
+      let candles = 0;
+      for (let i = from; i < to; i++) {
+        for (let k = 0; k < streams.length; k++) {
+          const c = streams[k]!.candles[i];
+          if (c === undefined) continue;
+          const state = states[k]!;
+          state.update(c);
+          candles++;
+          if (state.missingForVerdict().length === 0) {
+            verdicts.set(state.key, computeVerdict(state, undefined, defaultCalibration));
+          }
+        }
       }
-    }
-  }
-  return { candles, seconds: (performance.now() - t0) / 1000, verdicts };
+      return candles;
+    },
+  };
 }
 
-function runBaseline(streams: Stream[]): { candles: number; seconds: number; sink: number } {
+/** The baseline's results are summed into a sink the caller can read, so none is dead code. */
+function baselineSide(streams: Stream[]): Side & { sink: () => number } {
   const sets = streams.map(() => baselineSet());
-  let candles = 0;
   let sink = 0;
-  const t0 = performance.now();
-  for (let i = 0; i < PER_STREAM; i++) {
-    for (let k = 0; k < streams.length; k++) {
-      const c = streams[k]!.candles[i];
-      if (c === undefined) continue;
-      sink += sets[k]!(c);
-      candles++;
+  return {
+    sink: () => sink,
+    run(from, to) {
+      let candles = 0;
+      for (let i = from; i < to; i++) {
+        for (let k = 0; k < streams.length; k++) {
+          const c = streams[k]!.candles[i];
+          if (c === undefined) continue;
+          sink += sets[k]!(c);
+          candles++;
+        }
+      }
+      return candles;
+    },
+  };
+}
+
+interface Timed {
+  candles: number;
+  /** Wall-clock seconds. */
+  seconds: number;
+  /** CPU seconds of the process (main thread plus V8's GC helpers) over the same stretches. */
+  cpuSeconds: number;
+}
+
+/** Candle steps per slice: 300 steps × 220 markets is a second or more of work per side. */
+const SLICE = 300;
+
+/**
+ * One round: both sides from fresh state over every candle, interleaved in slices of SLICE
+ * steps (first one side, then the other, the order flipping each slice), so load elsewhere on a
+ * shared machine lands on both sides alike instead of on whichever pass it happened to overlap.
+ */
+function round(
+  streams: Stream[],
+  steps = PER_STREAM,
+): { base: Timed; engine: Timed; verdicts: Map<string, Verdict> } {
+  const baseSide = baselineSide(streams);
+  const engSide = engineSide(streams);
+  const base: Timed = { candles: 0, seconds: 0, cpuSeconds: 0 };
+  const engine: Timed = { candles: 0, seconds: 0, cpuSeconds: 0 };
+  const timed = (side: Side, into: Timed, from: number, to: number) => {
+    const cpu0 = process.cpuUsage();
+    const t0 = performance.now();
+    into.candles += side.run(from, to);
+    into.seconds += (performance.now() - t0) / 1000;
+    const cpu = process.cpuUsage(cpu0);
+    into.cpuSeconds += (cpu.user + cpu.system) / 1e6;
+  };
+  for (let from = 0, slice = 0; from < steps; from += SLICE, slice++) {
+    const to = Math.min(steps, from + SLICE);
+    if (slice % 2 === 0) {
+      timed(baseSide, base, from, to);
+      timed(engSide, engine, from, to);
+    } else {
+      timed(engSide, engine, from, to);
+      timed(baseSide, base, from, to);
     }
   }
-  return { candles, seconds: (performance.now() - t0) / 1000, sink };
+  return { base, engine, verdicts: engSide.verdicts };
 }
 
 function perOpMicros(n: number, fn: (i: number) => unknown): number {
@@ -206,18 +268,18 @@ export async function run(dataDir = process.env.MARKET_DATA_DIR ?? SHARED_MARKET
     `engine bench: ${streams.length} markets (20 coins × 11 timeframes), ≤ ${PER_STREAM} closed candles each`,
   );
   // Warm-up on a slice so both sides run JIT-compiled code.
-  runBaseline(streams.slice(0, 11));
-  runEngine(streams.slice(0, 11));
-  // Alternating rounds, so a burst of load elsewhere on the machine hits both sides alike.
+  round(streams.slice(0, 11), 600);
   const rounds = 3;
   const baseRates: number[] = [];
   const engineRates: number[] = [];
-  let engine = runEngine(streams.slice(0, 1));
+  const cpuRatios: number[] = [];
+  let verdicts = new Map<string, Verdict>();
   for (let r = 0; r < rounds; r++) {
-    const base = runBaseline(streams);
+    const { base, engine, verdicts: v } = round(streams);
     baseRates.push(base.candles / base.seconds);
-    engine = runEngine(streams);
     engineRates.push(engine.candles / engine.seconds);
+    cpuRatios.push(engine.candles / engine.cpuSeconds / (base.candles / base.cpuSeconds));
+    verdicts = v;
   }
   const ratios = engineRates.map((e, i) => e / baseRates[i]!);
   const spread = (xs: number[]) => {
@@ -230,13 +292,16 @@ export async function run(dataDir = process.env.MARKET_DATA_DIR ?? SHARED_MARKET
   const baselineRate = spread(baseRates).median;
   const engineRate = spread(engineRates).median;
   const ratio = spread(ratios).median;
-  console.log(`rounds: ${rounds} (min / median / max)`);
+  console.log(`rounds: ${rounds}, each side interleaved in slices of ${SLICE} steps (min / median / max)`);
   console.log(`the engine's indicators alone, same candles: ${fmt(spread(baseRates), int)} candles/s`);
   console.log(`engine (indicators + regime + verdict): ${fmt(spread(engineRates), int)} candles/s`);
   console.log(`ratio engine / indicators alone: ${fmt(spread(ratios), (n) => n.toFixed(2))} (target ≥ 0.5)`);
+  console.log(
+    `same ratio by CPU time (less sensitive to other load): ${fmt(spread(cpuRatios), (n) => n.toFixed(2))}`,
+  );
 
-  const keys = [...engine.verdicts.keys()];
-  const cachedMicros = perOpMicros(2_000_000, (i) => engine.verdicts.get(keys[i % keys.length]!));
+  const keys = [...verdicts.keys()];
+  const cachedMicros = perOpMicros(2_000_000, (i) => verdicts.get(keys[i % keys.length]!));
   const sample = streams.find((s) => s.timeframe === '1h')!;
   const window = sample.candles.slice(-400);
   const recomputeMicros = perOpMicros(200, () => {

@@ -189,6 +189,64 @@ export interface CellDecision {
   reason: string;
 }
 
+/** What a cell's decision does not owe to the score: fixed for a given table, so worked out once. */
+interface CellPlan {
+  cell: string;
+  emit: boolean;
+  direction: Direction;
+  bins: readonly { upTo: number; probability: number }[];
+  curveTimeframe: Timeframe;
+  reason: string;
+}
+
+/** Plans by table, then exchange, then timeframe: tables are parsed once and never mutated. */
+const plans = new WeakMap<CalibrationTable, Map<Exchange, Map<Timeframe, CellPlan>>>();
+
+function cellPlan(table: CalibrationTable, exchange: Exchange, timeframe: Timeframe): CellPlan {
+  let byExchange = plans.get(table);
+  if (byExchange === undefined) {
+    byExchange = new Map();
+    plans.set(table, byExchange);
+  }
+  let byTimeframe = byExchange.get(exchange);
+  if (byTimeframe === undefined) {
+    byTimeframe = new Map();
+    byExchange.set(exchange, byTimeframe);
+  }
+  let plan = byTimeframe.get(timeframe);
+  if (plan === undefined) {
+    plan = planCell(table, exchange, timeframe);
+    byTimeframe.set(timeframe, plan);
+  }
+  return plan;
+}
+
+function planCell(table: CalibrationTable, exchange: Exchange, timeframe: Timeframe): CellPlan {
+  const cell = cellKey(exchange, timeframe);
+  const entry = table.cells[cell];
+  if (entry !== undefined) {
+    return {
+      cell,
+      emit: entry.emit,
+      direction: entry.direction,
+      bins: entry.curve.bins,
+      curveTimeframe: timeframe,
+      reason: entry.emit
+        ? `timing skill over random calls at the same BUY:SELL mix in every fold and era tested (${entry.evidence.length})`
+        : `${NO_EDGE_REASON}: walk-forward evidence for ${cell} did not show timing skill in every fold and era`,
+    };
+  }
+  const { curve, timeframe: tf } = curveFor(table, timeframe);
+  return {
+    cell,
+    emit: false,
+    direction: curve.direction ?? 1,
+    bins: curve.bins,
+    curveTimeframe: tf,
+    reason: `${NO_EDGE_REASON}: ${cell} has no walk-forward evidence (no data of this venue kind and timeframe was evaluated)`,
+  };
+}
+
 /**
  * Whether a market may get BUY/SELL and with which probability: only cells whose walk-forward
  * evidence showed timing skill in every fold and era emit; every other cell answers HOLD.
@@ -199,29 +257,21 @@ export function cellDecision(
   timeframe: Timeframe,
   absScore: number,
 ): CellDecision {
-  const cell = cellKey(exchange, timeframe);
-  const entry = table.cells[cell];
-  if (entry !== undefined) {
-    const bins = entry.curve.bins;
-    const bin = bins.find((b) => absScore <= b.upTo) ?? bins[bins.length - 1]!;
-    return {
-      cell,
-      emit: entry.emit,
-      direction: entry.direction,
-      probability: bin.probability,
-      curveTimeframe: timeframe,
-      reason: entry.emit
-        ? `timing skill over random calls at the same BUY:SELL mix in every fold and era tested (${entry.evidence.length})`
-        : `${NO_EDGE_REASON}: walk-forward evidence for ${cell} did not show timing skill in every fold and era`,
-    };
+  const plan = cellPlan(table, exchange, timeframe);
+  const bins = plan.bins;
+  let bin = bins[bins.length - 1]!;
+  for (let i = 0; i < bins.length; i++) {
+    if (absScore <= bins[i]!.upTo) {
+      bin = bins[i]!;
+      break;
+    }
   }
-  const { probability, timeframe: tf } = calibratedProbability(table, timeframe, absScore);
   return {
-    cell,
-    emit: false,
-    direction: callDirection(table, timeframe),
-    probability,
-    curveTimeframe: tf,
-    reason: `${NO_EDGE_REASON}: ${cell} has no walk-forward evidence (no data of this venue kind and timeframe was evaluated)`,
+    cell: plan.cell,
+    emit: plan.emit,
+    direction: plan.direction,
+    probability: bin.probability,
+    curveTimeframe: plan.curveTimeframe,
+    reason: plan.reason,
   };
 }

@@ -2,7 +2,7 @@ import type { RegimeReading, VolatilityForecast } from '../../../contracts/signa
 import { InsufficientHistoryError } from './errors.ts';
 import type { MarketState } from './market-state.ts';
 import { regimeReading } from './regime.ts';
-import { volatilityForecast } from './volatility.ts';
+import { forecastFromVariance } from './volatility.ts';
 
 /** The regime reading after the last closed candle (get_market_regime); same classifier as verdicts. */
 export function computeRegime(state: MarketState): RegimeReading & { volatility: VolatilityForecast } {
@@ -17,8 +17,10 @@ export function computeRegime(state: MarketState): RegimeReading & { volatility:
 /** The volatility forecast after the last closed candle; throws while the model warms up. */
 export function stateVolatility(state: MarketState): VolatilityForecast {
   const r = state.snapshot();
-  if (r === null || r.volVariances === null || r.volPercentile === null) {
+  const variance = state.volForecastVariance;
+  if (r === null || r.volVariances === null || r.volPercentile === null || variance === null) {
     throw new InsufficientHistoryError(state.key, state.candleCount, ['volatility']);
   }
-  return volatilityForecast(state.volatility, state.timeframe, r.volVariances, r.close, r.volPercentile);
+  // The state computed this forecast when it folded the candle in (for its percentile window).
+  return forecastFromVariance(state.volatility, state.volatilityModel, variance, r.close, r.volPercentile);
 }

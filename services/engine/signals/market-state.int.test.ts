@@ -32,8 +32,8 @@ describe('MarketState: streaming readings equal trading-signals batch results (r
     const r = state.snapshot()!;
     const closes = candles.map((c) => c.close);
 
-    expect(r.ema[200]).toBeCloseTo(last(new EMA(200).updates(closes)), 8);
-    expect(r.sma[50]).toBeCloseTo(closes.slice(-50).reduce((a, b) => a + b, 0) / 50, 8);
+    expect(r.ema.p200).toBeCloseTo(last(new EMA(200).updates(closes)), 8);
+    expect(r.sma.p50).toBeCloseTo(closes.slice(-50).reduce((a, b) => a + b, 0) / 50, 8);
     expect(r.rsi).toBeCloseTo(last(new RSI(14).updates(closes))!, 10);
     expect(r.cci).toBeCloseTo(last(new CCI(20).updates(candles))!, 10);
     expect(r.mom).toBeCloseTo(last(new MOM(10).updates(closes))!, 10);

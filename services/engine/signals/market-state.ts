@@ -20,20 +20,32 @@ import {
 } from 'trading-signals';
 import type { Candle, Exchange, Timeframe } from '../../../contracts/market.ts';
 import { marketKey, TIMEFRAME_MS } from '../../../contracts/market.ts';
-import type { RegimeMetrics, VolatilityTable } from '../../../contracts/signals.ts';
+import type { RegimeMetrics, VolatilityModel, VolatilityTable } from '../../../contracts/signals.ts';
 import { Choppiness } from './choppiness.ts';
 import { defaultVolatility } from './default-volatility.ts';
-import { type RegimeOptions, type RegimeState, stepRegime } from './regime.ts';
+import { DEFAULT_REGIME_OPTIONS, type RegimeOptions, type RegimeState, stepRegimeWith } from './regime.ts';
 import { RollingPercentile } from './rolling-percentile.ts';
 import { Lagged, RollingExtreme, RollingMean } from './rolling-window.ts';
-import { EwmaVariances, forecastVariance, harFeatures, modelFor } from './volatility.ts';
+import { EwmaVariances, forecastVarianceOf, modelFor } from './volatility.ts';
 
 export const MA_PERIODS = [10, 20, 30, 50, 100, 200] as const;
+export type MaPeriod = (typeof MA_PERIODS)[number];
+/**
+ * One moving-average reading per period, keyed `p<period>` (`sma.p200`). Named keys rather than
+ * the periods themselves: an object keyed 10…200 is, to V8, an array of 201 slots, allocated
+ * twice per candle.
+ */
+export type MaReadings = Readonly<Record<`p${MaPeriod}`, number | null>>;
+// The readings literals in `update` list the periods in this order: keep them in step.
+MA_PERIODS satisfies readonly [10, 20, 30, 50, 100, 200];
 /** MAs that may still be warming up when a verdict is asked for; they vote once stable. */
 const OPTIONAL_MA_PERIODS = new Set<number>([100, 200]);
 export const PERCENTILE_WINDOW = 200;
 /** Percentiles are reported once this many values are in the window (a quarter of it). */
 export const MIN_PERCENTILE_SAMPLES = 50;
+
+/** Shared by every ready state: asked on every close, so no new empty array each time. */
+const NOTHING_MISSING: readonly string[] = Object.freeze([]);
 
 export class OutOfOrderCandleError extends Error {
   override readonly name = 'OutOfOrderCandleError';
@@ -55,8 +67,8 @@ export interface Readings {
   low: number;
   closeTime: number;
   candles: number;
-  sma: Record<number, number | null>;
-  ema: Record<number, number | null>;
+  sma: MaReadings;
+  ema: MaReadings;
   hma9: number | null;
   vwma20: number | null;
   ichimokuBase: number | null;
@@ -105,8 +117,9 @@ export class MarketState {
   readonly exchange: Exchange;
   readonly coin: string;
   readonly timeframe: Timeframe;
+  readonly key: string;
   readonly #tfMs: number;
-  readonly #regimeOptions: Partial<RegimeOptions> | undefined;
+  readonly #regimeOptions: RegimeOptions;
 
   readonly #sma = MA_PERIODS.map((p) => new RollingMean(p));
   readonly #ema = MA_PERIODS.map((p) => new EMA(p));
@@ -134,6 +147,10 @@ export class MarketState {
   readonly #ewma = new EwmaVariances();
   readonly #volForecast = new RollingPercentile(PERCENTILE_WINDOW);
   readonly #volatility: VolatilityTable;
+  /** The volatility model for this timeframe, resolved on first use (the table never changes). */
+  #volModel: { model: VolatilityModel; timeframe: Timeframe } | null = null;
+  /** Forecast variance at the latest close, null while the EWMA variances warm up. */
+  #volForecastVariance: number | null = null;
 
   #readings: Readings | null = null;
   #regime: RegimeState | null = null;
@@ -146,17 +163,14 @@ export class MarketState {
     this.exchange = options.exchange;
     this.coin = options.coin;
     this.timeframe = options.timeframe;
+    this.key = marketKey(options.exchange, options.coin, options.timeframe);
     this.#tfMs = TIMEFRAME_MS[options.timeframe];
-    this.#regimeOptions = options.regime;
+    this.#regimeOptions = { ...DEFAULT_REGIME_OPTIONS, ...options.regime };
     this.#volatility = options.volatility ?? defaultVolatility;
   }
 
   get volatility(): VolatilityTable {
     return this.#volatility;
-  }
-
-  get key(): string {
-    return marketKey(this.exchange, this.coin, this.timeframe);
   }
 
   get candleCount(): number {
@@ -172,6 +186,17 @@ export class MarketState {
     return this.#regime;
   }
 
+  /** The volatility model in use and the timeframe it was fitted on. */
+  get volatilityModel(): { model: VolatilityModel; timeframe: Timeframe } {
+    this.#volModel ??= modelFor(this.#volatility, this.timeframe);
+    return this.#volModel;
+  }
+
+  /** Forecast variance of the H-candle log return at the latest close, null while warming up. */
+  get volForecastVariance(): number | null {
+    return this.#volForecastVariance;
+  }
+
   /** Feed one closed candle. Candles must arrive in strictly increasing open time. */
   update(candle: Candle): void {
     if (!(candle.openTime > this.#lastOpenTime)) {
@@ -180,19 +205,27 @@ export class MarketState {
       );
     }
     this.#lastOpenTime = candle.openTime;
-    this.#candles++;
+    const n = ++this.#candles;
     const prev = this.#readings;
     const { close, high, low } = candle;
 
-    const sma: Record<number, number | null> = {};
-    const ema: Record<number, number | null> = {};
-    for (let i = 0; i < MA_PERIODS.length; i++) {
-      const p = MA_PERIODS[i]!;
-      sma[p] = this.#sma[i]!.push(close);
-      const e = this.#ema[i]!;
-      e.add(close);
-      ema[p] = e.isStable ? e.getResult() : null;
-    }
+    const s = this.#sma;
+    const sma: MaReadings = {
+      p10: s[0]!.push(close),
+      p20: s[1]!.push(close),
+      p30: s[2]!.push(close),
+      p50: s[3]!.push(close),
+      p100: s[4]!.push(close),
+      p200: s[5]!.push(close),
+    };
+    const ema: MaReadings = {
+      p10: this.#emaAt(0, close, n),
+      p20: this.#emaAt(1, close, n),
+      p30: this.#emaAt(2, close, n),
+      p50: this.#emaAt(3, close, n),
+      p100: this.#emaAt(4, close, n),
+      p200: this.#emaAt(5, close, n),
+    };
     const hma9 = this.#hma.add(close);
     const vwma20 = this.#vwma.add(candle);
     const bh = this.#baseHigh.push(high);
@@ -222,12 +255,20 @@ export class MarketState {
 
     const variances = this.#ewma.push(close);
     if (variances !== null) {
-      const { model } = modelFor(this.#volatility, this.timeframe);
-      this.#volForecast.push(
-        forecastVariance(model, harFeatures(variances, this.#volatility.horizonCandles)),
+      const forecast = forecastVarianceOf(
+        this.volatilityModel.model,
+        variances,
+        this.#volatility.horizonCandles,
       );
+      this.#volForecast.push(forecast);
+      this.#volForecastVariance = forecast;
+    } else {
+      this.#volForecastVariance = null;
     }
-    const volReady = variances !== null && this.#volForecast.size >= MIN_PERCENTILE_SAMPLES;
+    const volPercentile =
+      variances !== null && this.#volForecast.size >= MIN_PERCENTILE_SAMPLES
+        ? this.#volForecast.percentile
+        : null;
 
     const plusDi = adx === null ? null : pct(this.#adx.pdi ?? null);
     const minusDi = adx === null ? null : pct(this.#adx.mdi ?? null);
@@ -244,7 +285,7 @@ export class MarketState {
       bbWidth !== null &&
       this.#atrPct.size >= MIN_PERCENTILE_SAMPLES &&
       this.#bbWidth.size >= MIN_PERCENTILE_SAMPLES &&
-      volReady
+      volPercentile !== null
     ) {
       const median = this.#atrPct.median!;
       regimeMetrics = {
@@ -258,9 +299,9 @@ export class MarketState {
         bb_width: bbWidth,
         bb_width_percentile: this.#bbWidth.percentile!,
         volatility_ratio: median > 0 ? atrPct / median : 1,
-        vol_forecast_percentile: this.#volForecast.percentile!,
+        vol_forecast_percentile: volPercentile,
       };
-      this.#regime = stepRegime(this.#regime, regimeMetrics, this.#regimeOptions);
+      this.#regime = stepRegimeWith(this.#regime, regimeMetrics, this.#regimeOptions);
     }
 
     // StochRSI: trading-signals yields its raw 0–1 value; TradingView votes on the SMA(3)
@@ -306,9 +347,19 @@ export class MarketState {
       bearPowerPrev: prev?.bearPower ?? null,
       ultimate: uo,
       regimeMetrics,
-      volVariances: variances === null ? null : [...variances],
-      volPercentile: volReady ? this.#volForecast.percentile : null,
+      volVariances: variances === null ? null : [variances[0]!, variances[1]!, variances[2]!],
+      volPercentile,
     };
+  }
+
+  /**
+   * Feeds EMA `i` (period MA_PERIODS[i]); its value once stable. An EMA is stable once it has
+   * had `period` values, one per candle here; asking the library (`isStable`) throws and catches
+   * an error on every warming-up candle.
+   */
+  #emaAt(i: number, close: number, candles: number): number | null {
+    const value = this.#ema[i]!.add(close);
+    return candles >= MA_PERIODS[i]! ? value : null;
   }
 
   /** Latest readings, or null before the first candle. The object is replaced, never mutated. */
@@ -317,15 +368,15 @@ export class MarketState {
   }
 
   /** Names of the readings a verdict needs that are not stable yet; empty when ready. */
-  missingForVerdict(): string[] {
-    if (this.#ready) return [];
+  missingForVerdict(): readonly string[] {
+    if (this.#ready) return NOTHING_MISSING;
     const r = this.#readings;
     if (r === null) return ['candles'];
     const missing: string[] = [];
     for (const p of MA_PERIODS) {
       if (OPTIONAL_MA_PERIODS.has(p)) continue;
-      if (r.sma[p] === null) missing.push(`sma${p}`);
-      if (r.ema[p] === null) missing.push(`ema${p}`);
+      if (r.sma[`p${p}`] === null) missing.push(`sma${p}`);
+      if (r.ema[`p${p}`] === null) missing.push(`ema${p}`);
     }
     const required: Array<[string, number | null]> = [
       ['hma9', r.hma9],

@@ -24,7 +24,11 @@ function contrarian(excess: number, deadZone: number, full: number): number {
   return -Math.sign(excess) * Math.min(1, (magnitude - deadZone) / (full - deadZone));
 }
 
+/** No perpetual context: no lean (shared, as scheduled spot verdicts ask for it on every close). */
+const NO_LEAN: Readonly<PerpLean> = Object.freeze({ lean: 0, fundingApr: null, basis: null });
+
 export function perpLean(context: PerpContext | undefined): PerpLean {
+  if (context === undefined) return NO_LEAN;
   const parts: number[] = [];
   let fundingApr: number | null = null;
   let basis: number | null = null;

@@ -73,7 +73,15 @@ export function stepRegime(
   metrics: RegimeMetrics,
   options: Partial<RegimeOptions> = {},
 ): RegimeState {
-  const { margin, persist } = { ...DEFAULT_REGIME_OPTIONS, ...options };
+  return stepRegimeWith(prev, metrics, { ...DEFAULT_REGIME_OPTIONS, ...options });
+}
+
+/** `stepRegime` with the options already merged over the defaults (a market state does it once). */
+export function stepRegimeWith(
+  prev: RegimeState | null,
+  metrics: RegimeMetrics,
+  { margin, persist }: RegimeOptions,
+): RegimeState {
   const scores = scoreRegimes(metrics);
   const candidate = best(scores);
   if (prev === null) return { regime: candidate, candidate, challengerRuns: 0, held: 0, scores, metrics };

@@ -138,10 +138,10 @@ function indicatorSummary(r: Readings, s: Score): Record<string, number | null> 
     bull_power: r.bullPower,
     bear_power: r.bearPower,
     ultimate: r.ultimate,
-    ema20: r.ema[20] ?? null,
-    ema50: r.ema[50] ?? null,
-    ema200: r.ema[200] ?? null,
-    sma200: r.sma[200] ?? null,
+    ema20: r.ema.p20,
+    ema50: r.ema.p50,
+    ema200: r.ema.p200,
+    sma200: r.sma.p200,
     ma_rating: s.votes.ma_mean,
     oscillator_rating: s.votes.oscillator_mean,
     technical_rating: s.votes.technical_rating,
@@ -154,7 +154,8 @@ function count(votes: Record<string, number | null>): { buy: number; sell: numbe
   let buy = 0;
   let sell = 0;
   let n = 0;
-  for (const v of Object.values(votes)) {
+  for (const k in votes) {
+    const v = votes[k]!;
     if (v === null) continue;
     n++;
     if (v > 0) buy++;
@@ -163,7 +164,27 @@ function count(votes: Record<string, number | null>): { buy: number; sell: numbe
   return { buy, sell, n };
 }
 
-const f2 = (x: number) => (x >= 0 ? '+' : '') + x.toFixed(2);
+/**
+ * Number formatting is most of what the reasoning costs, and several of its numbers come from
+ * small sets (a vote mean is k/n with n ≤ 15, a rank is a multiple of 100/(2·window), the hold
+ * band is a constant): those go through a bounded memo. Same strings, formatted once.
+ */
+function memoFormat(format: (x: number) => string): (x: number) => string {
+  const memo = new Map<number, string>();
+  return (x) => {
+    let text = memo.get(x);
+    if (text === undefined) {
+      text = format(x);
+      if (memo.size >= 4096) memo.clear();
+      memo.set(x, text);
+    }
+    return text;
+  };
+}
+
+const f2 = memoFormat((x) => (x >= 0 ? '+' : '') + x.toFixed(2));
+const fixed2 = memoFormat((x) => x.toFixed(2));
+const fixed0 = memoFormat((x) => x.toFixed(0));
 
 function reasoning(
   call: Call,
@@ -180,40 +201,25 @@ function reasoning(
   const ma = count(s.votes.ma);
   const osc = count(s.votes.oscillators);
   const r = s.readings;
-  const parts = [
+  // Sentences joined by single spaces, appended rather than collected and joined: no array, and
+  // the rope is flattened once, by whoever reads it.
+  let text =
     `${ma.buy} of ${ma.n} moving averages are below the close and ${ma.sell} above (MA rating ${f2(s.votes.ma_mean)}); ` +
-      `oscillators ${osc.buy} buy / ${osc.sell} sell of ${osc.n} (rating ${f2(s.votes.oscillator_mean)}).`,
-  ];
+    `oscillators ${osc.buy} buy / ${osc.sell} sell of ${osc.n} (rating ${f2(s.votes.oscillator_mean)}).`;
   if (s.fundingApr !== null || s.basis !== null) {
     const funding = s.fundingApr === null ? '' : `funding ${(s.fundingApr * 100).toFixed(1)}% APR`;
     const basis = s.basis === null ? '' : `basis ${(s.basis * 100).toFixed(2)}%`;
-    parts.push(
-      `Perp context (${[funding, basis].filter(Boolean).join(', ')}) leans ${f2(s.perpLean)} (contrarian).`,
-    );
+    text += ` Perp context (${[funding, basis].filter(Boolean).join(', ')}) leans ${f2(s.perpLean)} (contrarian).`;
   }
-  parts.push(
-    `Composite score ${f2(s.score)}; |score| ${Math.abs(s.score) < holdBand ? 'below' : 'at or above'} the HOLD band ${holdBand.toFixed(2)}.`,
-  );
+  text += ` Composite score ${f2(s.score)}; |score| ${Math.abs(s.score) < holdBand ? 'below' : 'at or above'} the HOLD band ${fixed2(holdBand)}.`;
   if (direction === -1) {
-    parts.push(
-      `On ${tableTf} the training months favoured fading the score (mean reversion over ${table.horizonCandles} candles), so the call points against it.`,
-    );
+    text += ` On ${tableTf} the training months favoured fading the score (mean reversion over ${table.horizonCandles} candles), so the call points against it.`;
   }
-  parts.push(
-    `Regime ${regime} (ADX ${r.adx?.toFixed(1)}, +DI ${r.plusDi?.toFixed(1)} / −DI ${r.minusDi?.toFixed(1)}).`,
-  );
-  parts.push(
-    `Expected move over ${vol.horizon_candles} candles ±${vol.expected_move_pct.toFixed(2)}% (forecast rank ${vol.percentile.toFixed(0)} of 100); ${Math.round(100 * vol.band_coverage)}% band ${vol.band_low.toPrecision(6)}–${vol.band_high.toPrecision(6)}.`,
-  );
+  text += ` Regime ${regime} (ADX ${r.adx?.toFixed(1)}, +DI ${r.plusDi?.toFixed(1)} / −DI ${r.minusDi?.toFixed(1)}).`;
+  text += ` Expected move over ${vol.horizon_candles} candles ±${vol.expected_move_pct.toFixed(2)}% (forecast rank ${fixed0(vol.percentile)} of 100); ${Math.round(100 * vol.band_coverage)}% band ${vol.band_low.toPrecision(6)}–${vol.band_high.toPrecision(6)}.`;
   const horizon = `${table.horizonCandles} candles after a ${table.feeBps} bps fee`;
-  if (noEdge !== null) {
-    parts.push(`HOLD: ${noEdge}.`);
-    return parts.join(' ');
-  }
-  parts.push(
-    call === 'HOLD'
-      ? `HOLD confidence ${confidence}: share of similar leans (${tableTf} table) that did not beat the fee over ${horizon}.`
-      : `Confidence ${confidence}: share of training-period ${tableTf} calls with a similar |score| whose direction beat the fee over ${horizon}.`,
-  );
-  return parts.join(' ');
+  if (noEdge !== null) return `${text} HOLD: ${noEdge}.`;
+  return call === 'HOLD'
+    ? `${text} HOLD confidence ${confidence}: share of similar leans (${tableTf} table) that did not beat the fee over ${horizon}.`
+    : `${text} Confidence ${confidence}: share of training-period ${tableTf} calls with a similar |score| whose direction beat the fee over ${horizon}.`;
 }

@@ -70,6 +70,24 @@ export function forecastVariance(model: VolatilityModel, features: readonly numb
   return Math.exp(y + model.residualVariance / 2);
 }
 
+/**
+ * `forecastVariance(model, harFeatures(variances, horizon))` with the same arithmetic in the same
+ * order (so the same double), without the feature array: a market state runs it on every candle.
+ */
+export function forecastVarianceOf(
+  model: VolatilityModel,
+  variances: readonly number[],
+  horizon: number,
+): number {
+  const b = model.coefficients;
+  const y =
+    b[0] +
+    b[1] * Math.log(Math.max(FLOOR, variances[0]! * horizon)) +
+    b[2] * Math.log(Math.max(FLOOR, variances[1]! * horizon)) +
+    b[3] * Math.log(Math.max(FLOOR, variances[2]! * horizon));
+  return Math.exp(y + model.residualVariance / 2);
+}
+
 export function modelFor(
   table: VolatilityTable,
   timeframe: Timeframe,
@@ -82,16 +100,15 @@ export function modelFor(
   return { model, timeframe: tf };
 }
 
-/** The forecast a verdict or regime reading carries. */
-export function volatilityForecast(
+/** The forecast from a forecast variance already computed (a market state computes it per candle). */
+export function forecastFromVariance(
   table: VolatilityTable,
-  timeframe: Timeframe,
-  variances: readonly number[],
+  { model, timeframe: tf }: { model: VolatilityModel; timeframe: Timeframe },
+  variance: number,
   close: number,
   percentile: number,
 ): VolatilityForecast {
-  const { model, timeframe: tf } = modelFor(table, timeframe);
-  const sigma = Math.sqrt(forecastVariance(model, harFeatures(variances, table.horizonCandles)));
+  const sigma = Math.sqrt(variance);
   return {
     horizon_candles: table.horizonCandles,
     expected_move_pct: 100 * sigma,

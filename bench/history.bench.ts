@@ -3,7 +3,8 @@
  *
  *  - export: rows/s of GET /api/verdicts (NDJSON and Parquet, through real HTTP on loopback,
  *    body read and discarded) against the raw `readAll` of the same LMDB log, page by page
- *    (target ≥ 0.5); with the time to the first row and the peak RSS growth during the export
+ *    (target ≥ 0.5), and the same ratio in the process's CPU seconds (less moved by a shared
+ *    machine's load); with the time to the first row and the peak RSS growth during the export
  *    beside the size of what was streamed (flat memory: the growth stays far below the size).
  *  - outcome projection: the track-record fold over N VerdictOutcomeResolved events against the
  *    latest-verdicts fold over N VerdictRecorded events (both validate every event).
@@ -76,7 +77,7 @@ async function liveHeap(url: string, headers: Record<string, string>, every: num
   let peak = 0;
   let rows = 0;
   let next = every;
-  const res = await request(url, { headers });
+  const res = await request(url, { headers, reset: true });
   for await (const chunk of res.body as AsyncIterable<Buffer>) {
     for (let i = chunk.indexOf(10); i >= 0; i = chunk.indexOf(10, i + 1)) rows++;
     if (rows >= next) {
@@ -99,10 +100,14 @@ async function drain(url: string, headers: Record<string, string>) {
     heapPeak = Math.max(heapPeak, m.heapUsed);
   }, 50);
   const started = performance.now();
+  const cpuBefore = process.cpuUsage();
   let firstByte = 0;
   let bytes = 0;
   let newlines = 0;
-  const res = await request(url, { headers }).catch((err: Error) => {
+  // A connection of its own (reset: closed after the answer): between exports the raw readAll
+  // runs for seconds, long enough for the server to close an idle keep-alive connection just as
+  // the next request goes out on it (ECONNRESET on a loaded machine).
+  const res = await request(url, { headers, reset: true }).catch((err: Error) => {
     throw new Error(`GET ${url} failed: ${err.message}`, { cause: err });
   });
   for await (const chunk of res.body as AsyncIterable<Buffer>) {
@@ -111,8 +116,10 @@ async function drain(url: string, headers: Record<string, string>) {
     for (let i = chunk.indexOf(10); i >= 0; i = chunk.indexOf(10, i + 1)) newlines++;
   }
   clearInterval(sampler);
+  const cpu = process.cpuUsage(cpuBefore);
   return {
     seconds: (performance.now() - started) / 1000,
+    cpuSeconds: (cpu.user + cpu.system) / 1e6,
     firstByteMs: firstByte,
     bytes,
     newlines,
@@ -171,8 +178,10 @@ export async function run(): Promise<Record<string, number>> {
       `log: ${verdicts.toLocaleString()} verdicts (${verdictLoadS.toFixed(1)} s), ${firstIds.length.toLocaleString()} outcomes (${outcomeLoadS.toFixed(1)} s), head ${head.toLocaleString()}`,
     );
 
+    const rawCpuS: number[] = [];
     const readRaw = async () => {
       const started = performance.now();
+      const cpuBefore = process.cpuUsage();
       let raw = 0;
       for (let after = 0; ; ) {
         const page = await store.readAll({ after, maxCount: 1_000 });
@@ -181,6 +190,8 @@ export async function run(): Promise<Record<string, number>> {
         after = page[page.length - 1]!.position;
       }
       if (raw !== verdicts) throw new Error(`readAll found ${raw} verdicts, expected ${verdicts}`);
+      const cpu = process.cpuUsage(cpuBefore);
+      rawCpuS.push((cpu.user + cpu.system) / 1e6);
       return (performance.now() - started) / 1000;
     };
 
@@ -195,7 +206,7 @@ export async function run(): Promise<Record<string, number>> {
     const headers = { authorization: `Bearer ${key}` };
     // The first keyed request of a fresh process rebuilds the quota counters from the log (the
     // quota meter's start-up, not the export): done once here, outside the first-row figures.
-    await (await request(`${server.url}/api/verdicts?limit=1`, { headers })).body.text();
+    await (await request(`${server.url}/api/verdicts?limit=1`, { headers, reset: true })).body.text();
     const profiled = process.argv.find((a) => a.startsWith('--profile'))?.split('=')[1];
     if (profiled !== undefined) {
       const format = profiled === 'parquet' ? 'parquet' : 'ndjson';
@@ -233,6 +244,10 @@ export async function run(): Promise<Record<string, number>> {
       const sorted = ratios(rates).sort((a, b) => a - b);
       return `${sorted[0]!.toFixed(2)} / ${median(ratios(rates)).toFixed(2)} / ${sorted.at(-1)!.toFixed(2)}`;
     };
+    // CPU seconds of the process (server and client) per round, against the raw read's: on a
+    // shared machine, wall time also counts the time other processes held the cores.
+    const cpuRatios = (runs: { cpuSeconds: number }[]) =>
+      runs.map((d, i) => (rawCpuS[i]! / d.cpuSeconds).toFixed(2)).join(' / ');
     const rawRate = median(rawRates);
     const ndRate = median(ndRates);
     const pqRate = median(pqRates);
@@ -246,6 +261,7 @@ export async function run(): Promise<Record<string, number>> {
         'rows/s min/median/max': spread(rawRates),
         'ratio per round min/median/max': '1',
         'ratio of medians': 1,
+        'CPU-time ratio per round': '1',
         'first row ms': '',
         'MB streamed': '',
         'RSS growth MB': '',
@@ -254,6 +270,7 @@ export async function run(): Promise<Record<string, number>> {
         'rows/s min/median/max': spread(ndRates),
         'ratio per round min/median/max': ratioSpread(ndRates),
         'ratio of medians': Number((ndRate / rawRate).toFixed(2)),
+        'CPU-time ratio per round': cpuRatios(nds),
         'first row ms': Number(median(nds.map((d) => d.firstByteMs)).toFixed(1)),
         'MB streamed': Math.round(nd.bytes / 1e6),
         'RSS growth MB': Math.round(Math.max(...nds.map((d) => d.rssGrowth)) / 1e6),
@@ -263,6 +280,7 @@ export async function run(): Promise<Record<string, number>> {
         'rows/s min/median/max': spread(pqRates),
         'ratio per round min/median/max': ratioSpread(pqRates),
         'ratio of medians': Number((pqRate / rawRate).toFixed(2)),
+        'CPU-time ratio per round': cpuRatios(pqs),
         'first row ms': Number(median(pqs.map((d) => d.firstByteMs)).toFixed(1)),
         'MB streamed': Math.round(pq.bytes / 1e6),
         'RSS growth MB': Math.round(Math.max(...pqs.map((d) => d.rssGrowth)) / 1e6),

@@ -1,11 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import type { EventData } from '../../contracts/events.ts';
-import { outcomeStream } from '../../contracts/history.ts';
+import { HISTORY_COLUMNS, outcomeStream } from '../../contracts/history.ts';
 import { verdictHash } from '../../contracts/verdict-hash.ts';
 import { foldEvents } from '../../projections/projection.ts';
 import { addRevision, hasRevision, labelledVerdictsProjection } from './projections.ts';
-import { historyRow } from './rows.ts';
+import { fillColumns, historyRow, rowRef } from './rows.ts';
+import { splitColumns } from './writers.ts';
 
 const HOUR = 3_600_000;
 const T0 = Date.parse('2025-10-01T00:00:00Z');
@@ -142,5 +143,43 @@ describe('history row', () => {
     // Before the reveal even a genuine outcome stays out, with the content.
     const early = historyRow(v, outcomeEvent(v.data.hash), T0 + HOUR);
     expect(early).toMatchObject({ revealed: false, call: null, outcome_id: null, result: null });
+  });
+});
+
+describe('history columns', () => {
+  it('hold what the rows hold, column by column: commitment, revealed, labelled, forged label', () => {
+    const v = verdictEvent();
+    const revealed = T0 + 30 * HOUR;
+    const cases = [
+      rowRef(v, null, T0 + HOUR),
+      rowRef(v, outcomeEvent(v.data.hash), T0 + HOUR),
+      rowRef(v, null, revealed),
+      rowRef(v, outcomeEvent(v.data.hash), revealed),
+      rowRef(v, outcomeEvent('f'.repeat(64)), revealed),
+    ];
+    const direct = HISTORY_COLUMNS.map(() => new Array<unknown>(cases.length));
+    fillColumns(cases.slice(0, 2), direct);
+    fillColumns(cases.slice(2), direct, 2);
+    const viaRows = HISTORY_COLUMNS.map(() => new Array<unknown>(cases.length));
+    splitColumns(
+      cases.map((r) => historyRow(r.verdict, r.outcome, r.now)),
+      viaRows,
+      0,
+    );
+    expect(direct).toEqual(viaRows);
+    // The commitment's content columns are empty whatever outcome came with it.
+    expect(HISTORY_COLUMNS.filter((_c, k) => direct[k]![1] !== null)).toEqual([
+      'position',
+      'verdict_id',
+      'stream',
+      'revision',
+      'recorded_at',
+      'exchange',
+      'coin',
+      'timeframe',
+      'hash',
+      'reveal_at',
+      'revealed',
+    ]);
   });
 });

@@ -181,25 +181,21 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
       const abort = new AbortController();
       // The response closes when it is done or when the client goes away: either way, stop reading.
       reply.raw.on('close', () => abort.abort());
-      const rows = scanHistory(
-        deps.store,
-        {
-          filter: query.filter,
-          after: progress.position,
-          limit: query.limit,
-          waitUntil: Date.now() + query.waitMs,
-          now: deps.now,
-          signal: abort.signal,
-          ...(deps.outcomes ? { outcomes: deps.outcomes } : {}),
-          ...(deps.pageSize ? { pageSize: deps.pageSize } : {}),
-        },
-        progress,
+      const scanOptions = {
+        filter: query.filter,
+        after: progress.position,
+        limit: query.limit,
+        waitUntil: Date.now() + query.waitMs,
+        now: deps.now,
+        signal: abort.signal,
+        ...(deps.outcomes ? { outcomes: deps.outcomes } : {}),
+        ...(deps.pageSize ? { pageSize: deps.pageSize } : {}),
+      };
+      const body = historyStream(
+        query.format,
+        (make) => scanHistory(deps.store, scanOptions, progress, make),
+        () => ({ cursor: progress.cursor, rows: progress.rows, _service: service }),
       );
-      const body = historyStream(query.format, rows, () => ({
-        cursor: progress.cursor,
-        rows: progress.rows,
-        _service: service,
-      }));
       reply
         .header('content-type', HISTORY_MEDIA_TYPES[query.format])
         .header('cache-control', 'no-store')

@@ -8,7 +8,9 @@ type Outcome = RecordedEvent<EventData<'VerdictOutcomeResolved'>, 'VerdictOutcom
 const DAY_MS = 86_400_000;
 /** 'YYYY-MM-DDT' per day number; a history spans a few thousand days, bounded all the same. */
 const dayPrefixes = new Map<number, string>();
-const pad = (n: number, width: number) => String(n).padStart(width, '0');
+/** '00'..'99' and '000'..'999': a table lookup per field instead of a String and a padStart. */
+const TWO = Array.from({ length: 100 }, (_v, n) => String(n).padStart(2, '0'));
+const THREE = Array.from({ length: 1000 }, (_v, n) => String(n).padStart(3, '0'));
 
 /**
  * `new Date(ms).toISOString()`, for the reveal time of every exported row: the date part is
@@ -26,7 +28,17 @@ export function isoTime(ms: number): string {
   const h = Math.floor(t / 3_600_000);
   const m = Math.floor(t / 60_000) % 60;
   const s = Math.floor(t / 1_000) % 60;
-  return `${prefix}${pad(h, 2)}:${pad(m, 2)}:${pad(s, 2)}.${pad(t % 1_000, 3)}Z`;
+  return `${prefix}${TWO[h]}:${TWO[m]}:${TWO[s]}.${THREE[t % 1_000]}Z`;
+}
+
+/**
+ * The reveal rule, for every format: false while the verdict is younger than its reveal time
+ * (only its commitment shows); once revealed, the outcome to attach, or null. An outcome labels
+ * exactly the content it names; one for other content is not attached.
+ */
+export function shownLabel(verdict: Verdict, outcome: Outcome | null, now: number): Outcome | null | false {
+  if (now < revealTime(verdict.data)) return false;
+  return outcome && outcome.data.verdictHash === verdict.data.hash ? outcome : null;
 }
 
 /**
@@ -36,10 +48,9 @@ export function isoTime(ms: number): string {
  */
 export function historyRow(verdict: Verdict, outcome: Outcome | null, now: number): HistoryRow {
   const d = verdict.data;
-  const revealAt = revealTime(d);
-  const revealed = now >= revealAt;
-  // An outcome labels exactly the content it names; one for other content is not attached.
-  const o = revealed && outcome && outcome.data.verdictHash === d.hash ? outcome : null;
+  const label = shownLabel(verdict, outcome, now);
+  const revealed = label !== false;
+  const o = label || null;
   return {
     position: verdict.position,
     verdict_id: verdict.id,
@@ -51,7 +62,7 @@ export function historyRow(verdict: Verdict, outcome: Outcome | null, now: numbe
     timeframe: d.timeframe,
     hash: d.hash,
     prev_hash: d.prevHash,
-    reveal_at: isoTime(revealAt),
+    reveal_at: isoTime(revealTime(d)),
     revealed,
     call: revealed ? d.call : null,
     confidence: revealed ? d.confidence : null,
@@ -94,4 +105,70 @@ export function rowContent(row: HistoryRow): Omit<EventData<'VerdictRecorded'>, 
     prevHash: row.prev_hash,
     trigger: row.trigger!,
   };
+}
+
+// ---- columns, written straight from the stored events (Parquet) --------------------------------
+
+/** A verdict as the scan hands it to a column writer: the events and the clock of its page. */
+export interface RowRef {
+  verdict: Verdict;
+  outcome: Outcome | null;
+  now: number;
+}
+export const rowRef = (verdict: Verdict, outcome: Outcome | null, now: number): RowRef => ({
+  verdict,
+  outcome,
+  now,
+});
+
+/**
+ * Fills one array per column (HISTORY_COLUMNS order), from index `at`, with what `historyRow`
+ * would hold, without building the row objects: for Parquet, whose writer wants columns, the rows
+ * were built only to be taken apart again. The reveal rule is `shownLabel`, as for the others.
+ */
+export function fillColumns(refs: readonly RowRef[], c: unknown[][], at = 0): void {
+  const [position, verdictId, stream, revision, recordedAt, exchange, coin, timeframe, hash, prevHash] = c;
+  const [revealAtCol, revealedCol, call, confidence, score, regime, price, candleCloseTime, feed] =
+    c.slice(10);
+  const [engineVersion, trigger, inputsJson, outcomeId, return1, return6, return24, result] = c.slice(19);
+  const [netCentiBps, maeBps, mfeBps, realisedVol] = c.slice(27);
+  for (let j = 0; j < refs.length; j++) {
+    const { verdict: v, outcome, now } = refs[j]!;
+    const i = at + j;
+    const d = v.data;
+    const label = shownLabel(v, outcome, now);
+    position![i] = v.position;
+    verdictId![i] = v.id;
+    stream![i] = v.stream;
+    revision![i] = v.revision;
+    recordedAt![i] = v.recordedAt;
+    exchange![i] = d.exchange;
+    coin![i] = d.coin;
+    timeframe![i] = d.timeframe;
+    hash![i] = d.hash;
+    prevHash![i] = d.prevHash;
+    revealAtCol![i] = isoTime(revealTime(d));
+    const shown = label !== false;
+    revealedCol![i] = shown;
+    call![i] = shown ? d.call : null;
+    confidence![i] = shown ? d.confidence : null;
+    score![i] = shown ? d.score : null;
+    regime![i] = shown ? d.regime : null;
+    price![i] = shown ? d.price : null;
+    candleCloseTime![i] = shown ? d.candleCloseTime : null;
+    feed![i] = shown ? d.feed : null;
+    engineVersion![i] = shown ? d.engineVersion : null;
+    trigger![i] = shown ? d.trigger : null;
+    inputsJson![i] = shown ? JSON.stringify(d.inputs) : null;
+    const o = label ? label.data : null;
+    outcomeId![i] = label ? label.id : null;
+    return1![i] = o ? o.return1 : null;
+    return6![i] = o ? o.return6 : null;
+    return24![i] = o ? o.return24 : null;
+    result![i] = o ? o.result : null;
+    netCentiBps![i] = o ? o.netCentiBps : null;
+    maeBps![i] = o ? o.maeBps : null;
+    mfeBps![i] = o ? o.mfeBps : null;
+    realisedVol![i] = o ? o.realisedVol : null;
+  }
 }

@@ -2,7 +2,7 @@
  * Knowledge search (issue 10). Three figures, each against a baseline measured in the same run:
  *
  * 1. Search through HTTP: `POST /api/search` with a key on a started api role (key resolution,
- *    quota peek, Lua debit on Redis, QuotaDebited append, ETag, highlighted excerpts) against the
+ *    quota peek, Lua debit on Redis, QuotaDebitsRecorded append, ETag, highlighted excerpts) against the
  *    bare library — minisearch's own `search` on the same corpus with the same options — behind a
  *    bare Fastify route on the same loopback, so both pay the HTTP layer. Target ≥ 0.5. The bare
  *    in-process query rate is printed too, for scale.

@@ -2,14 +2,14 @@
  * Keyed MCP tool calls (issue 5): `tools/call get_trade_call` with a pro key, for a cached
  * verdict (one market, replay clock paused, so every call after the first is served from the
  * engine's memory), through the real keyed channel — key resolution, quota peek, Lua debit,
- * QuotaDebited append, SDK session transport — against the same verdict served by a bare Fastify
+ * QuotaDebitsRecorded append, SDK session transport — against the same verdict served by a bare Fastify
  * route that calls the same engine. Both over real HTTP on loopback with `fetch` (the SDK client
  * transport uses it too), the same closed loop and concurrency. The issue sets no number for this
  * ratio: it asks to find what costs, so a per-call breakdown is printed, and `--profile` adds a
  * CPU profile of the MCP loop.
  *
  * Cache: real Redis at REDIS_URL (unique key prefix, deleted at the end) unless `--cache=memory`.
- * Event store: in memory (the key registry and the QuotaDebited records).
+ * Event store: in memory (the key registry and the debit records).
  *
  *   npx tsx bench/mcp.bench.ts [--cache=redis|memory] [--seconds=2] [--profile]
  */
@@ -173,16 +173,16 @@ export async function run(options: McpBenchOptions = {}): Promise<McpBenchResult
         latency: await latencies(n, () => server.channel.quota.peek(subject)),
       },
       {
-        name: `quota.debit (${cacheKind} debit + QuotaDebited)`,
+        name: `quota.debit (${cacheKind} debit + QuotaDebitsRecorded)`,
         latency: await latencies(n, (i) =>
           server.channel.quota.debit(subject, 'get_trade_call', `bench-${i}`),
         ),
       },
       {
-        name: 'event store append alone (QuotaDebited)',
-        latency: await latencies(n, (i) =>
+        name: 'event store append alone (QuotaDebitsRecorded)',
+        latency: await latencies(n, () =>
           server.store.append(`bench-quota-${subject.id}`, [
-            newEvent('QuotaDebited', {
+            newEvent('QuotaDebitsRecorded', {
               subject: subject.id,
               subjectKind: 'key',
               plan: subject.plan,
@@ -190,7 +190,6 @@ export async function run(options: McpBenchOptions = {}): Promise<McpBenchResult
               units: 1,
               day: '2026-01-01',
               month: '2026-01',
-              requestId: `bench-append-${i}`,
             }),
           ]),
         ),

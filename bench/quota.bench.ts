@@ -2,7 +2,7 @@
  * Quota debit (issue 5): the atomic check-and-debit of the month and day windows (the Lua script
  * behind RedisCache.debitWindows) against a bare Redis INCR, on the real Redis at REDIS_URL,
  * from ioredis clients built with the same options and driven by the same closed loop at the
- * same concurrency. Target ≥ 0.5. The full QuotaMeter.debit (script + QuotaDebited appended to
+ * same concurrency. Target ≥ 0.5. The full QuotaMeter.debit (script + QuotaDebitsRecorded appended to
  * the in-memory event store) is printed for scale.
  *
  * Every key lives under a unique prefix, deleted at the end.
@@ -130,7 +130,7 @@ export async function run(options: QuotaBenchOptions = {}): Promise<QuotaBenchRe
       console.log(`  bare INCR:                                  ${fmtRate(incr.perSec)}`);
       console.log(`  same Lua script from the bare client:       ${fmtRate(script.perSec)}`);
       console.log(`  debitWindows (Lua, month + day windows):    ${fmtRate(debit.perSec)}`);
-      console.log(`  QuotaMeter.debit (+ QuotaDebited, memory):  ${fmtRate(meterRun.perSec)}`);
+      console.log(`  QuotaMeter.debit (+ QuotaDebitsRecorded, memory):  ${fmtRate(meterRun.perSec)}`);
       console.log(`  ratio debitWindows / INCR: ${ratio.toFixed(2)}  ${verdict(ratio, TARGET, 'min')}`);
     }
     return { debit, incr, script, meter: meterRun, ratio, target: TARGET };

@@ -22,7 +22,7 @@ export const MIX: [EventType | 'Delivery' | 'Payment' | 'Rare', number][] = [
   ['VerdictRecorded', 35],
   ['VerdictOutcomeResolved', 30],
   ['RegimeShifted', 2],
-  ['QuotaDebited', 25],
+  ['QuotaDebitsRecorded', 25],
   ['Delivery', 5],
   ['Payment', 2],
   ['Rare', 1],
@@ -168,12 +168,13 @@ export async function eventMix(options: { markets?: number; keys?: number } = {}
           }),
         ];
       }
-      case 'QuotaDebited': {
+      case 'QuotaDebitsRecorded': {
         const stream = `quota-${key}`;
         next(stream);
         return [
           stream,
-          newEvent('QuotaDebited', {
+          // One call per event: keyed calls that never overlap, the mix's most bytes per call.
+          newEvent('QuotaDebitsRecorded', {
             subject: key,
             subjectKind: 'key',
             plan: 'starter',
@@ -181,7 +182,6 @@ export async function eventMix(options: { markets?: number; keys?: number } = {}
             units: 1,
             day,
             month: day.slice(0, 7),
-            requestId: randomUUID(),
           }),
         ];
       }

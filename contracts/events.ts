@@ -158,7 +158,8 @@ export const PaymentReleased = z.object({ ...PaymentRef, reason: z.string() });
 export const Plan = z.enum(['free', 'starter', 'pro']);
 export type Plan = z.infer<typeof Plan>;
 
-export const QuotaDebited = z.object({
+/** What every debit record holds: whose calls, of which tool, how many, counted against which windows. */
+const DebitFields = {
   /** Hash of the API key, or of the anonymous client's address. */
   subject: z.string(),
   subjectKind: z.enum(['key', 'anonymous']),
@@ -168,33 +169,24 @@ export const QuotaDebited = z.object({
   /** UTC day (YYYY-MM-DD) and month (YYYY-MM) the debit counts against. */
   day: z.string().regex(/^\d{4}-\d{2}-\d{2}$/),
   month: z.string().regex(/^\d{4}-\d{2}$/),
-  requestId: z.string(),
   /**
    * The generation of the quota counters the debit was counted in. A rebuild that switches
    * generations replays the debits counted in any other one, and only those.
    */
   generation: z.string().optional(),
-});
+};
+
+/** One call's debit, as logs written before QuotaDebitsRecorded hold them (still folded). */
+export const QuotaDebited = z.object({ ...DebitFields, requestId: z.string() });
 
 /**
- * The debits of a batch of one subject's calls, recorded together (what QuotaMeter writes; old
- * logs hold one QuotaDebited per call, which still folds). One event per subject per flush of its
- * batch: the calls debited while its previous batch was being appended, all counted in the same
- * generation, day and plan, of the same tool. `units` is the number of calls debited, one each; a rebuild folds it
- * like QuotaDebited's. Per-call request ids are not kept: the counters need only the units.
+ * The debits of a batch of one subject's calls of one tool, recorded together (what QuotaMeter
+ * writes): the calls debited while the subject's previous batch was being appended, all counted in
+ * the same generation, day and plan. `units` is the number of calls, one each; a rebuild folds it
+ * like QuotaDebited's. Per-call request ids are not kept: the counters need only the units, and one
+ * tool per event keeps the shape flat, which the compiled validator checks without zod.
  */
-export const QuotaDebitsRecorded = z.object({
-  subject: z.string(),
-  subjectKind: z.enum(['key', 'anonymous']),
-  plan: Plan,
-  /** The tool called; calls of other tools go in events of their own (a flat shape validates compiled). */
-  tool: z.string(),
-  units: z.number().int().positive(),
-  day: z.string().regex(/^\d{4}-\d{2}-\d{2}$/),
-  month: z.string().regex(/^\d{4}-\d{2}$/),
-  /** The quota generation every debit of the batch was counted in, as on QuotaDebited. */
-  generation: z.string().optional(),
-});
+export const QuotaDebitsRecorded = z.object(DebitFields);
 
 /** One chat of the knowledge tools, taken from the subject's monthly chat quota before it runs. */
 export const ChatQuotaConsumed = z.object({

@@ -3,10 +3,11 @@
  * service (`services/main.ts`, what `npm start` runs) in its own process, driven by autocannon in
  * another process, in rounds alternating with a bare Fastify server (a third process) answering
  * the same status, headers and body bytes captured from the service. Prints min/median/max of
- * each side's rate and of the per-round ratio.
+ * each side's rate and of the per-round ratio. Each path is first sent a second of load on both
+ * sides, not counted, so no round measures either side's JIT warm-up.
  *
  *   (a) keyed MCP `tools/call get_trade_call` on open sessions (what every plan customer does):
- *       key resolution, quota peek, debit, durable QuotaDebited append, Streamable HTTP transport.
+ *       key resolution, quota peek, debit, durable QuotaDebitsRecorded append, Streamable HTTP transport.
  *       On embedded defaults (LMDB, in-process cache and bus) and on Redis + NATS. Target ≥ 0.5.
  *   (b) `POST /x402/get_trade_call` without payment: the 402 quote. Target ≥ 0.6.
  *   (c) `GET /verify/<stream>/<rev>`: an immutable chain proof. Target ≥ 0.5.
@@ -45,6 +46,8 @@ const TARGETS = { mcp: 0.5, 'mcp-redis': 0.5, quote: 0.6, verify: 0.5 } as const
 type PathName = keyof typeof TARGETS;
 const ARGS = { coin: 'BTC', timeframe: '1h', exchange: 'BINANCE' } as const;
 const SESSIONS = 16;
+/** Load sent to each side before the measured rounds of a path. */
+const WARM_UP_SECONDS = 1;
 
 export interface HttpBenchOptions {
   paths?: PathName[];
@@ -179,31 +182,36 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
     if (verifyRoute.status !== 200) throw new Error(`${verifyPath} answered ${verifyRoute.status}`);
     bare = await startBare([mcpRoute, quoteRoute, verifyRoute]);
 
-    const drive = (base: string, path: PathName) => (): Promise<CannonResult> => {
-      const common = { connections: o.connections, durationSeconds: o.seconds };
-      if (path === 'mcp' || path === 'mcp-redis') {
-        return cannon({
-          ...common,
-          url: `${base}/mcp`,
-          method: 'POST',
-          headers: { ...MCP_HEADERS, ...auth },
-          body: callBody(0),
-          mcp: { sessions, method: 'tools/call', params: { name: 'get_trade_call', arguments: ARGS } },
-        });
-      }
-      if (path === 'quote') {
-        return cannon({
-          ...common,
-          url: `${base}/x402/get_trade_call`,
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify(ARGS),
-        });
-      }
-      return cannon({ ...common, url: `${base}${verifyPath}`, method: 'GET', headers: {} });
-    };
+    const drive =
+      (base: string, path: PathName, seconds = o.seconds) =>
+      (): Promise<CannonResult> => {
+        const common = { connections: o.connections, durationSeconds: seconds };
+        if (path === 'mcp' || path === 'mcp-redis') {
+          return cannon({
+            ...common,
+            url: `${base}/mcp`,
+            method: 'POST',
+            headers: { ...MCP_HEADERS, ...auth },
+            body: callBody(0),
+            mcp: { sessions, method: 'tools/call', params: { name: 'get_trade_call', arguments: ARGS } },
+          });
+        }
+        if (path === 'quote') {
+          return cannon({
+            ...common,
+            url: `${base}/x402/get_trade_call`,
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify(ARGS),
+          });
+        }
+        return cannon({ ...common, url: `${base}${verifyPath}`, method: 'GET', headers: {} });
+      };
     for (const path of paths) {
       const expected = path === 'quote' ? quoteRoute.status : path === 'verify' ? verifyRoute.status : 200;
+      // Not counted: both sides compile their hot path first, so the first round measures
+      // neither side's JIT warm-up.
+      for (const base of [service.url, bare.url]) await drive(base, path, WARM_UP_SECONDS)();
       const usedBefore = path.startsWith('mcp') ? await usedCalls(service.url, auth, sessions[0]!) : 0;
       let servedCalls = 0;
       const comparison = await alternate(

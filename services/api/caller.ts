@@ -2,7 +2,12 @@ import { createHash } from 'node:crypto';
 import { isWellFormedKey } from '../keys/key-material.ts';
 import { type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
 import type { QuotaMeter, QuotaSubject } from '../quota/quota-meter.ts';
-import { type AuthBlock, presentedCredential, type ServiceMeta } from './service-meta.ts';
+import {
+  type AuthBlock,
+  type PresentedCredential,
+  presentedCredential,
+  type ServiceMeta,
+} from './service-meta.ts';
 
 /** Who is calling, as far as metering is concerned. */
 export interface Caller {
@@ -58,23 +63,30 @@ function anonymousSubjectId(clientAddress: string): string {
   return id;
 }
 
-export async function identifyCaller(
-  keys: KeyResolver,
-  request: { headers: Record<string, string | string[] | undefined>; clientAddress: string },
-): Promise<Caller> {
+type CallerRequest = { headers: Record<string, string | string[] | undefined>; clientAddress: string };
+
+/** The caller of a request that presents no key to resolve, without a promise; null when one is presented. */
+export function keylessCaller(request: CallerRequest): Caller | null {
+  return callerWithout(presentedCredential(request.headers, isWellFormedKey), request.clientAddress);
+}
+
+function callerWithout(credential: PresentedCredential, clientAddress: string): Caller | null {
+  if (credential.kind !== 'none') return null;
+  return {
+    auth: {
+      outcome: credential.outcome,
+      presented: credential.presented,
+      tier: 'free',
+      ...(credential.detail ? { detail: credential.detail } : {}),
+    },
+    subject: anonymousSubject(clientAddress),
+    keyId: null,
+  };
+}
+
+export async function identifyCaller(keys: KeyResolver, request: CallerRequest): Promise<Caller> {
   const credential = presentedCredential(request.headers, isWellFormedKey);
-  if (credential.kind === 'none') {
-    return {
-      auth: {
-        outcome: credential.outcome,
-        presented: credential.presented,
-        tier: 'free',
-        ...(credential.detail ? { detail: credential.detail } : {}),
-      },
-      subject: anonymousSubject(request.clientAddress),
-      keyId: null,
-    };
-  }
+  if (credential.kind === 'none') return callerWithout(credential, request.clientAddress)!;
   let lookup: Awaited<ReturnType<KeyResolver['resolve']>>;
   try {
     lookup = await keys.resolve(credential.token);

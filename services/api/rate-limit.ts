@@ -1,12 +1,11 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
 import type { Config } from '../../contracts/config.ts';
 import type { Plan } from '../../contracts/events.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
 import type { QuotaMeter } from '../quota/quota-meter.ts';
-import { type Caller, CallerRejectedError, identifyCaller } from './caller.ts';
+import { type Caller, CallerRejectedError, identifyCaller, keylessCaller } from './caller.ts';
 import type { ServiceMeta } from './service-meta.ts';
 
 /** Who a request is limited as: an applied key by its plan, anyone else by client address. */
@@ -72,6 +71,45 @@ type TakingRedis = Redis & {
   signalRateTake(numKeys: number, ...args: (string | number)[]): Promise<number[]>;
 };
 
+interface Window {
+  count: number;
+  resetsAt: number;
+}
+
+/**
+ * Fixed windows counted in this process: a window opens at a credential's first request and lasts
+ * the configured time, every request counts (refused ones too, as on Redis), and windows that
+ * have ended are swept once per window length, so a flood of addresses does not stay in memory.
+ * Synchronous on purpose: the embedded limiter runs on every request, before every route.
+ */
+class LocalWindows {
+  private readonly windows = new Map<string, Window>();
+  private nextSweep = 0;
+
+  constructor(private readonly windowMs: number) {}
+
+  take(key: string, limit: number, now: number): RateDecision {
+    if (now >= this.nextSweep) this.sweep(now);
+    let window = this.windows.get(key);
+    if (window === undefined || window.resetsAt <= now) {
+      window = { count: 0, resetsAt: now + this.windowMs };
+      this.windows.set(key, window);
+    }
+    window.count++;
+    return {
+      allowed: window.count <= limit,
+      limit,
+      remaining: Math.max(0, limit - window.count),
+      resetMs: window.resetsAt - now,
+    };
+  }
+
+  private sweep(now: number): void {
+    for (const [key, window] of this.windows) if (window.resetsAt <= now) this.windows.delete(key);
+    this.nextSweep = now + this.windowMs;
+  }
+}
+
 /**
  * Request-rate limits per credential, shared by every replica through Redis when the cache is
  * Redis (a per-process memory limiter stands in while Redis is unreachable, so an outage neither
@@ -81,10 +119,16 @@ type TakingRedis = Redis & {
  *
  * On Redis both budgets are taken by one script in one round trip: rate-limiter-flexible's
  * RateLimiterRedis takes one key per call, two sequential round trips per tool call on the keyed
- * hot path (bench/rate-limit.bench.ts). The in-process limiters are still rate-limiter-flexible's.
+ * hot path (bench/rate-limit.bench.ts). In-process, both are plain counters taken without a
+ * promise (its RateLimiterMemory answers through one per budget, on every request).
  */
 export class RateLimiter {
-  private readonly limiters = new Map<string, RateLimiterMemory>();
+  /** In-process budgets per tier: each credential's, and each credential's per tool. */
+  private readonly local = new Map<
+    RateTier,
+    { all: LocalWindows; byTool: LocalWindows; limits: { all: number; perTool: number } }
+  >();
+  private readonly windowMs: number;
   private readonly redis: TakingRedis | null;
 
   constructor(
@@ -92,23 +136,15 @@ export class RateLimiter {
     private readonly store: { redis: Redis; prefix: string } | null,
   ) {
     this.redis = store ? (store.redis as TakingRedis) : null;
+    this.windowMs = Math.max(1, settings.RATE_LIMIT_WINDOW_MS);
     if (this.redis && typeof this.redis.signalRateTake !== 'function')
       this.redis.defineCommand('signalRateTake', { lua: TAKE_SCRIPT });
   }
 
-  private memory(name: string, points: number): RateLimiterMemory {
-    const existing = this.limiters.get(name);
-    if (existing) return existing;
-    const duration = Math.max(1, Math.ceil(this.settings.RATE_LIMIT_WINDOW_MS / 1_000));
-    const limiter = new RateLimiterMemory({ keyPrefix: `rl:${name}`, points, duration });
-    this.limiters.set(name, limiter);
-    return limiter;
-  }
-
   /** Takes one request from the credential's budget (and the tool's, when one is named). */
   async take(tier: RateTier, credential: string, tool: string | null): Promise<RateDecision> {
-    const { all, perTool } = tierLimits(this.settings, tier);
     if (this.redis && this.redis.status === 'ready') {
+      const { all, perTool } = tierLimits(this.settings, tier);
       try {
         return await this.takeShared(tier, credential, tool, all, perTool);
       } catch (err) {
@@ -116,10 +152,32 @@ export class RateLimiter {
         if (err instanceof Error && err.name === 'ReplyError') throw err;
       }
     }
-    const overall = await consume(this.memory(`${tier}:all`, all), credential, all);
+    return this.takeLocal(tier, credential, tool);
+  }
+
+  /**
+   * The decision without a promise when this process's counters are the ones that decide (no
+   * Redis, or Redis out of reach); null when the budgets are shared through Redis.
+   */
+  takeNow(tier: RateTier, credential: string, tool: string | null): RateDecision | null {
+    if (this.redis && this.redis.status === 'ready') return null;
+    return this.takeLocal(tier, credential, tool);
+  }
+
+  private takeLocal(tier: RateTier, credential: string, tool: string | null): RateDecision {
+    let budgets = this.local.get(tier);
+    if (budgets === undefined) {
+      budgets = {
+        all: new LocalWindows(this.windowMs),
+        byTool: new LocalWindows(this.windowMs),
+        limits: tierLimits(this.settings, tier),
+      };
+      this.local.set(tier, budgets);
+    }
+    const now = Date.now();
+    const overall = budgets.all.take(credential, budgets.limits.all, now);
     if (!overall.allowed || tool === null) return overall;
-    const byTool = await consume(this.memory(`${tier}:tool`, perTool), `${credential}:${tool}`, perTool);
-    return tighter(overall, byTool);
+    return tighter(overall, budgets.byTool.take(`${credential}:${tool}`, budgets.limits.perTool, now));
   }
 
   private async takeShared(
@@ -162,18 +220,6 @@ function tighter(overall: RateDecision, byTool: RateDecision): RateDecision {
   return !byTool.allowed || byTool.remaining < overall.remaining ? byTool : overall;
 }
 
-async function consume(limiter: RateLimiterMemory, key: string, limit: number): Promise<RateDecision> {
-  try {
-    const res = await limiter.consume(key, 1);
-    return { allowed: true, limit, remaining: res.remainingPoints, resetMs: res.msBeforeNext };
-  } catch (rejection) {
-    if (rejection instanceof RateLimiterRes) {
-      return { allowed: false, limit, remaining: 0, resetMs: rejection.msBeforeNext };
-    }
-    throw rejection;
-  }
-}
-
 /** The tool a request calls: from the /x402/<tool> path, or a JSON-RPC tools/call on /mcp. */
 export function toolOf(url: string, body: unknown): string | null {
   const path = url.split('?')[0]!;
@@ -197,6 +243,18 @@ export interface RateLimitPluginDeps {
   onRefused?: (tier: RateTier, channel: 'http' | 'mcp') => void;
 }
 
+/** Who each request limited so far was identified as, for its route to use instead of asking again. */
+const identified = new WeakMap<FastifyRequest, Caller>();
+
+/**
+ * The caller this request was limited as, when the rate limit identified it (a key that resolved,
+ * or none presented); undefined when it did not run or the key was refused, which the route
+ * itself answers.
+ */
+export function limitedCaller(request: FastifyRequest): Caller | undefined {
+  return identified.get(request);
+}
+
 function callerTier(caller: Caller): RateTier {
   return caller.keyId === null ? 'anonymous' : caller.auth.tier;
 }
@@ -209,63 +267,111 @@ function callerTier(caller: Caller): RateTier {
  * rotating made-up keys buys no fresh budget.
  */
 export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
-  const plugin: FastifyPluginAsync = async (app) => {
-    app.addHook('preHandler', async (request: FastifyRequest, reply: FastifyReply) => {
-      const path = request.url.split('?')[0]!;
-      if (request.method === 'OPTIONS' || UNLIMITED.has(path)) return;
-      let caller: Caller;
-      let subject: Caller['subject'];
-      try {
-        caller = await identifyCaller(deps.keys, { headers: request.headers, clientAddress: request.ip });
-        subject = caller.subject;
-      } catch (err) {
-        if (!(err instanceof CallerRejectedError)) throw err;
-        // The route itself answers the refused key (401/-32003); here it counts as its address.
-        caller = { auth: err.service.auth, subject: err.anonymous, keyId: null };
-        subject = err.anonymous;
-      }
-      const tier = callerTier(caller);
-      const decision = await deps.limiter.take(tier, `${tier}:${subject.id}`, toolOf(path, request.body));
-      const resetSeconds = Math.max(1, Math.ceil(decision.resetMs / 1_000));
-      reply.header('ratelimit-limit', decision.limit);
-      reply.header('ratelimit-remaining', decision.remaining);
-      reply.header('ratelimit-reset', resetSeconds);
-      if (decision.allowed) return;
+  const announce = (reply: FastifyReply, decision: RateDecision): number => {
+    const resetSeconds = Math.max(1, Math.ceil(decision.resetMs / 1_000));
+    reply.header('ratelimit-limit', decision.limit);
+    reply.header('ratelimit-remaining', decision.remaining);
+    reply.header('ratelimit-reset', resetSeconds);
+    return resetSeconds;
+  };
 
-      const channel = path === '/mcp' ? 'mcp' : 'http';
-      deps.onRefused?.(tier, channel);
-      let service: ServiceMeta;
-      try {
-        service = { auth: caller.auth, quota: await deps.quota.peek(subject) };
-      } catch {
-        service = { auth: caller.auth, quota: null };
-      }
-      const message = `rate limit of ${decision.limit} requests per window reached; retry in ${resetSeconds} s`;
-      reply.code(429).header('retry-after', resetSeconds);
-      if (channel === 'mcp') {
-        const id = (request.body as { id?: unknown } | null)?.id;
-        return reply.send({
-          jsonrpc: '2.0',
-          id: typeof id === 'string' || typeof id === 'number' ? id : null,
-          error: {
-            code: -32000,
-            message,
-            data: {
-              code: 'RATE_LIMITED',
-              retryable: true,
-              retry_after_ms: decision.resetMs,
-              _service: service,
-            },
+  const refuse = async (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    path: string,
+    caller: Caller,
+    decision: RateDecision,
+    resetSeconds: number,
+  ): Promise<void> => {
+    const channel = path === '/mcp' ? 'mcp' : 'http';
+    deps.onRefused?.(callerTier(caller), channel);
+    let service: ServiceMeta;
+    try {
+      service = { auth: caller.auth, quota: await deps.quota.peek(caller.subject) };
+    } catch {
+      service = { auth: caller.auth, quota: null };
+    }
+    const message = `rate limit of ${decision.limit} requests per window reached; retry in ${resetSeconds} s`;
+    reply.code(429).header('retry-after', resetSeconds);
+    if (channel === 'mcp') {
+      const id = (request.body as { id?: unknown } | null)?.id;
+      reply.send({
+        jsonrpc: '2.0',
+        id: typeof id === 'string' || typeof id === 'number' ? id : null,
+        error: {
+          code: -32000,
+          message,
+          data: {
+            code: 'RATE_LIMITED',
+            retryable: true,
+            retry_after_ms: decision.resetMs,
+            _service: service,
           },
-        });
-      }
-      return reply.send({
-        code: 'RATE_LIMITED',
-        message,
-        retryable: true,
-        retry_after_ms: decision.resetMs,
-        _service: service,
+        },
       });
+      return;
+    }
+    reply.send({
+      code: 'RATE_LIMITED',
+      message,
+      retryable: true,
+      retry_after_ms: decision.resetMs,
+      _service: service,
+    });
+  };
+
+  /** A presented key (resolved first), or budgets shared through Redis: true when it answered. */
+  const limitAwaiting = async (request: FastifyRequest, reply: FastifyReply, path: string) => {
+    let caller: Caller;
+    try {
+      caller = await identifyCaller(deps.keys, { headers: request.headers, clientAddress: request.ip });
+      identified.set(request, caller);
+    } catch (err) {
+      if (!(err instanceof CallerRejectedError)) throw err;
+      // The route itself answers the refused key (401/-32003); here it counts as its address.
+      caller = { auth: err.service.auth, subject: err.anonymous, keyId: null };
+    }
+    const tier = callerTier(caller);
+    const decision = await deps.limiter.take(
+      tier,
+      `${tier}:${caller.subject.id}`,
+      toolOf(path, request.body),
+    );
+    const resetSeconds = announce(reply, decision);
+    if (decision.allowed) return false;
+    await refuse(request, reply, path, caller, decision, resetSeconds);
+    return true;
+  };
+
+  const plugin: FastifyPluginAsync = async (app) => {
+    // A callback hook, not an async one: it runs before every product route, and a caller without
+    // a key limited in-process (the embedded default) is decided without a promise.
+    app.addHook('preHandler', (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
+      const query = request.url.indexOf('?');
+      const path = query < 0 ? request.url : request.url.slice(0, query);
+      if (request.method === 'OPTIONS' || UNLIMITED.has(path)) {
+        done();
+        return;
+      }
+      const keyless = keylessCaller({ headers: request.headers, clientAddress: request.ip });
+      if (keyless !== null) {
+        identified.set(request, keyless);
+        const decision = deps.limiter.takeNow(
+          'anonymous',
+          `anonymous:${keyless.subject.id}`,
+          toolOf(path, request.body),
+        );
+        if (decision !== null) {
+          const resetSeconds = announce(reply, decision);
+          // Answered from here on refusal: the callback is then not called (Fastify's rule).
+          if (decision.allowed) done();
+          else refuse(request, reply, path, keyless, decision, resetSeconds).catch(done);
+          return;
+        }
+      }
+      limitAwaiting(request, reply, path).then((answered) => {
+        if (!answered) done();
+      }, done);
     });
   };
   // The hook must reach every route registered beside it, not only this plugin's own.

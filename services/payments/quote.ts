@@ -48,6 +48,12 @@ export function quoteJson(quote: Quote, tail: Record<string, unknown>): string {
   return `${json}}`;
 }
 
+/** The quote's body with one more field whose value is already JSON: `{...body, [key]: JSON.parse(json)}`. */
+export function quoteJsonWith(quote: Quote, key: string, json: string): string {
+  if (QUOTE_BODY_KEYS.has(key)) throw new Error(`the quote body already has ${key}`);
+  return `${quote.bodyOpen},${JSON.stringify(key)}:${json}}`;
+}
+
 function deepFreeze<T>(value: T): T {
   if (typeof value === 'object' && value !== null && !Object.isFrozen(value)) {
     Object.freeze(value);
@@ -64,11 +70,28 @@ function field(value: string | undefined): string {
   return value === undefined ? '~' : `${value.length}:${value}`;
 }
 
-function quoteKey(price: number, code: string, message: string, resource: QuotedResource): string {
-  return (
-    `${price}${field(code)}${field(message)}${field(resource.url)}` +
-    `${field(resource.description)}${field(resource.mimeType)}`
-  );
+/**
+ * Small numbers standing for the long, fixed strings of a quote (a tool's description): a quote's
+ * key is built and hashed on every 402, and a description is hundreds of characters, while the
+ * same string object hashes once and is then found by its cached hash.
+ */
+class Interned {
+  private readonly ids = new Map<string, number>();
+  /** Never reused: a key built with a forgotten number must not match another string's quote. */
+  private next = 0;
+
+  id(value: string | undefined): string {
+    if (value === undefined) return '~';
+    let id = this.ids.get(value);
+    if (id === undefined) {
+      // Descriptions come from the tool table; a flood of others only forgets the numbers given
+      // so far, and the quotes keyed by them age out of their own bounded cache.
+      if (this.ids.size >= QUOTE_CACHE_SIZE) this.ids.clear();
+      id = this.next++;
+      this.ids.set(value, id);
+    }
+    return `${id}`;
+  }
 }
 
 /**
@@ -80,6 +103,7 @@ function quoteKey(price: number, code: string, message: string, resource: Quoted
 export class Quoter {
   private readonly byPrice = new Map<number, Promise<PaymentRequirements[]>>();
   private readonly quotes = new Map<string, Quote>();
+  private readonly interned = new Interned();
 
   constructor(
     private readonly server: x402ResourceServer,
@@ -130,7 +154,9 @@ export class Quoter {
    * A cached quote comes back without a promise, so the common 402 takes no asynchronous hop.
    */
   quote(price: number, resource: QuotedResource, code: string, message: string): Quote | Promise<Quote> {
-    const key = quoteKey(price, code, message, resource);
+    const key =
+      `${price}${field(code)}${field(message)}${field(resource.url)}` +
+      `${this.interned.id(resource.description)}#${this.interned.id(resource.mimeType)}`;
     return this.quotes.get(key) ?? this.build(key, price, resource, code, message);
   }
 

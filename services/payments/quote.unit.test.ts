@@ -2,7 +2,7 @@ import type { x402ResourceServer } from '@x402/core/server';
 import type { PaymentRequired } from '@x402/core/types';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../contracts/config.ts';
-import { QUOTE_CACHE_SIZE, type Quote, Quoter, quoteJson } from './quote.ts';
+import { QUOTE_CACHE_SIZE, type Quote, Quoter, quoteJson, quoteJsonWith } from './quote.ts';
 import { createQuoteOnlyFacilitator } from './quote-only-facilitator.ts';
 import { type Rail, railPlan } from './rails.ts';
 import { createResourceServer } from './resource-server.ts';
@@ -132,6 +132,21 @@ describe('Quoter.quote', () => {
     expect(again.header).toBe(first.header);
   });
 
+  it('quotes each description apart, also after more descriptions than it keeps numbers for', async () => {
+    const quoter = new Quoter(server, rails);
+    const described = (description: string) => ({ ...resource(), description });
+    const first = await quoter.quote(20_000, described('first'), 'payment_required', 'm');
+    for (let i = 0; i <= QUOTE_CACHE_SIZE; i++) {
+      const quote = await quoter.quote(20_000, described(`other ${i}`), 'payment_required', 'm');
+      expect(decodeHeader(quote).resource.description).toBe(`other ${i}`);
+    }
+    const again = await quoter.quote(20_000, described('first'), 'payment_required', 'm');
+    expect(decodeHeader(again).resource.description).toBe('first');
+    expect(again.header).toBe(first.header);
+    const other = await quoter.quote(20_000, described('other 0'), 'payment_required', 'm');
+    expect(decodeHeader(other).resource.description).toBe('other 0');
+  });
+
   it('caches no failure: a rail the server cannot quote fails every time it is asked', async () => {
     const unknown: Rail = { ...rails[0]!, network: 'eip155:999999' };
     const quoter = new Quoter(server, [unknown]);
@@ -139,6 +154,17 @@ describe('Quoter.quote', () => {
     const retried = quoter.quote(20_000, resource(), 'payment_required', 'm');
     expect(retried).toBeInstanceOf(Promise);
     await expect(retried).rejects.toThrow();
+  });
+});
+
+describe('quoteJsonWith', () => {
+  it('appends a field already serialised, as quoteJson would serialise it', async () => {
+    const quote = await new Quoter(server, rails).quote(20_000, resource(), 'payment_required', 'm');
+    const service = { auth: { outcome: 'ABSENT' }, quota: { used: 1 } };
+    expect(quoteJsonWith(quote, '_service', JSON.stringify(service))).toBe(
+      quoteJson(quote, { _service: service }),
+    );
+    expect(() => quoteJsonWith(quote, 'accepts', '[]')).toThrow(/already has/);
   });
 });
 

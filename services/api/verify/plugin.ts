@@ -1,4 +1,4 @@
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsync, FastifyReply } from 'fastify';
 import { z } from 'zod';
 import type { EventStore } from '../../../adapters/event-store/port.ts';
 import { type EventData, parseDomainEvent, VerdictRecorded } from '../../../contracts/events.ts';
@@ -54,12 +54,16 @@ const verifyDoc = documented({
 const CACHED_ANSWERS = 10_000;
 
 interface Answer {
-  /** The JSON body, serialised once. */
-  body: string;
+  /** The JSON body, serialised and encoded once. */
+  body: Buffer;
   etag: string;
   revealAt: number;
   revealed: boolean;
 }
+
+const JSON_TYPE = 'application/json; charset=utf-8';
+/** A revealed answer never changes: a day in any cache, and no revalidation while fresh. */
+const IMMUTABLE = 'public, max-age=86400, immutable';
 
 /**
  * GET /verify/:stream/:revision — public proof that a verdict was recorded, and when. Before its
@@ -93,7 +97,7 @@ export function verifyRoutes(deps: {
     const revealAt = d.candleCloseTime + REVEAL_AFTER_CANDLES * TIMEFRAME_MS[d.timeframe];
     const revealed = at >= revealAt;
     const previous = await previousVerdict(deps.store, stream, revision);
-    const body = JSON.stringify({
+    const json = JSON.stringify({
       verdictId: event.id,
       stream,
       revision,
@@ -111,12 +115,58 @@ export function verifyRoutes(deps: {
       revealAt: new Date(revealAt).toISOString(),
       content: revealed ? content : null,
     });
-    return { body, etag: `"${hash}${revealed ? '' : '-sealed'}"`, revealAt, revealed };
+    return {
+      body: Buffer.from(json, 'utf8'),
+      etag: `"${hash}${revealed ? '' : '-sealed'}"`,
+      revealAt,
+      revealed,
+    };
   };
 
   return async (app) => {
-    app.get('/verify/:stream/:revision', { config: verifyDoc }, async (request, reply) => {
-      const parsed = Params.safeParse(request.params);
+    const serve = (
+      reply: FastifyReply,
+      ifNoneMatch: string | undefined,
+      answer: Answer,
+      at: number,
+    ): FastifyReply => {
+      reply
+        .header(
+          'cache-control',
+          answer.revealed
+            ? IMMUTABLE
+            : `public, max-age=${Math.max(1, Math.min(60, Math.ceil((answer.revealAt - at) / 1000)))}`,
+        )
+        .header('etag', answer.etag);
+      if (ifNoneMatch === answer.etag) return reply.code(304).send();
+      return reply.header('content-type', JSON_TYPE).send(answer.body);
+    };
+
+    app.get('/verify/:stream/:revision', { config: verifyDoc }, (request, reply) => {
+      const raw = request.params as { stream: string; revision: string };
+      const ifNoneMatch = request.headers['if-none-match'];
+      // Only validated refs are remembered, under the key their validated form gives (a revision
+      // has no leading zeros, so its text and its number agree): a ref found as sent is valid,
+      // and a remembered answer goes out without a validation or an asynchronous hop.
+      const known = answers.get(`${raw.stream}/${raw.revision}`);
+      if (known !== undefined) {
+        const at = now();
+        // A sealed answer turns into the revealed one at its reveal time (answerSlowly).
+        if (known.revealed || at < known.revealAt) {
+          // Sent synchronously: a synchronous handler must return nothing, or Fastify sends it too.
+          serve(reply, ifNoneMatch, known, at);
+          return;
+        }
+      }
+      return answerSlowly(raw, ifNoneMatch, reply);
+    });
+
+    const answerSlowly = async (
+      params: unknown,
+      ifNoneMatch: string | undefined,
+      reply: FastifyReply,
+    ): Promise<FastifyReply> => {
+      const parsed = Params.safeParse(params);
       if (!parsed.success) {
         return reply
           .code(400)
@@ -137,18 +187,8 @@ export function verifyRoutes(deps: {
         answer = computed;
         remember(key, answer);
       }
-      const maxAge = answer.revealed
-        ? 86_400
-        : Math.max(1, Math.min(60, Math.ceil((answer.revealAt - at) / 1000)));
-      reply
-        .header(
-          'cache-control',
-          answer.revealed ? `public, max-age=${maxAge}, immutable` : `public, max-age=${maxAge}`,
-        )
-        .header('etag', answer.etag);
-      if (request.headers['if-none-match'] === answer.etag) return reply.code(304).send();
-      return reply.type('application/json; charset=utf-8').send(answer.body);
-    });
+      return serve(reply, ifNoneMatch, answer, at);
+    };
   };
 }
 

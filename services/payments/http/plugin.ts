@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../../api/caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../../api/metered-call.ts';
 import { documented, type ResponseDoc } from '../../api/openapi.ts';
+import { limitedCaller } from '../../api/rate-limit.ts';
 import type { PaidServiceMeta, ServiceMeta } from '../../api/service-meta.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
@@ -10,10 +11,11 @@ import type { KeyResolver } from '../../keys/key-resolver.ts';
 import type { QuotaMeter } from '../../quota/quota-meter.ts';
 import { decodePaymentHeader, paymentResponseHeader } from '../codecs.ts';
 import { describeError, type PaymentFlowDeps, type Refusal, runPaidCall } from '../payment-flow.ts';
-import { type Quoter, quoteJson } from '../quote.ts';
+import { type Quoter, quoteJson, quoteJsonWith } from '../quote.ts';
 import type { PaidTool } from '../tools.ts';
 import { contentTypeProblem } from './content-type.ts';
 import { CORS_PREFLIGHT_HEADERS, CORS_RESPONSE_HEADERS } from './cors.ts';
+import { TurnPeeks, undebitedService } from './turn-peeks.ts';
 
 /** The keyed channel's key registry and quota meter: a valid key is served from its plan instead of payment. */
 export interface KeyedAccess {
@@ -75,15 +77,34 @@ function readBody(tool: PaidTool, raw: unknown): BodyResult {
   };
 }
 
+/** Bodies this long or shorter have their price remembered: an unpaid quote repeats the same few. */
+const REMEMBERED_BODY_CHARS = 1_024;
+/** Distinct bodies remembered per route; past this, the oldest goes (a client chooses the body). */
+const REMEMBERED_BODIES = 256;
+
+type PriceResult = { ok: true; price: number } | { ok: false; refusal: Refusal };
+
 /**
- * The caller's `_service` for an answer that debits nothing: the live quota of the key, or of the
- * anonymous caller's address (a 402 quote carries it too, as the contract asks of every response).
+ * The price of a body for the 402 quote, which needs nothing else from it: the same body always
+ * prices (or is refused) the same, so small bodies are read and validated once, not per quote.
+ * A paid or keyed call still reads its body in full (readBody), since it runs on the input.
  */
-export function undebitedService(quota: QuotaMeter, caller: Caller): Promise<ServiceMeta> {
-  return quota.peek(caller.subject).then(
-    (snapshot) => ({ auth: caller.auth, quota: snapshot }),
-    () => ({ auth: caller.auth, quota: null }),
-  );
+function bodyPricer(tool: PaidTool): (raw: unknown) => PriceResult {
+  const remembered = new Map<string, PriceResult>();
+  const priceOf = (raw: unknown): PriceResult => {
+    const body = readBody(tool, raw);
+    return body.ok ? { ok: true, price: tool.price(body.input) } : body;
+  };
+  return (raw) => {
+    if (typeof raw !== 'string' || raw.length > REMEMBERED_BODY_CHARS) return priceOf(raw);
+    let result = remembered.get(raw);
+    if (result === undefined) {
+      result = priceOf(raw);
+      if (remembered.size >= REMEMBERED_BODIES) remembered.delete(remembered.keys().next().value!);
+      remembered.set(raw, result);
+    }
+    return result;
+  };
 }
 
 /**
@@ -96,6 +117,7 @@ export function undebitedService(quota: QuotaMeter, caller: Caller): Promise<Ser
 export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
   return async (app) => {
     const { quoter, keyed } = options;
+    const peeks = new TurnPeeks(keyed.quota);
     // The Content-Type problem, as the answer it gets, from the hook that finds it to the route.
     const contentRefusals = new WeakMap<FastifyRequest, Refusal>();
 
@@ -149,12 +171,16 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
 
     for (const tool of options.tools) {
       const path = `/x402/${tool.name}`;
+      const pricer = bodyPricer(tool);
+      const paymentRequiredMessage = `payment required: ${tool.name}`;
       app.options(path, async (_request, reply) => reply.code(204).headers(CORS_PREFLIGHT_HEADERS).send());
       app.post(path, { bodyLimit: options.bodyLimit, config: paidRouteDoc(tool) }, async (request, reply) => {
         const log = request.log as Logger;
         let caller: Caller;
         try {
-          caller = await identifyCaller(keyed.keys, { headers: request.headers, clientAddress: request.ip });
+          caller =
+            limitedCaller(request) ??
+            (await identifyCaller(keyed.keys, { headers: request.headers, clientAddress: request.ip }));
         } catch (err) {
           if (!(err instanceof CallerRejectedError)) throw err;
           const service = await rejectedService(keyed.quota, err);
@@ -177,6 +203,32 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
           );
         }
 
+        const url = `${request.protocol}://${request.host}${request.url}`;
+        // The common unpaid, keyless call: a quote, priced from the body alone.
+        if (decoded === null && caller.keyId === null) {
+          const priced = pricer(request.body);
+          const block = await peeks.of(caller);
+          if (!priced.ok) return send(reply, priced.refusal.status, priced.refusal.body, block.service);
+          const built = quoter.quote(
+            priced.price,
+            { url, description: tool.description, mimeType: 'application/json' },
+            'payment_required',
+            paymentRequiredMessage,
+          );
+          const quote = built instanceof Promise ? await built : built;
+          // The same quote and block give the same bytes: encoded once for the quotes of this turn.
+          let body = block.bodies.get(quote);
+          if (body === undefined) {
+            body = Buffer.from(quoteJsonWith(quote, '_service', block.json), 'utf8');
+            block.bodies.set(quote, body);
+          }
+          return reply
+            .code(402)
+            .header('PAYMENT-REQUIRED', quote.header)
+            .header('content-type', JSON_CONTENT_TYPE)
+            .send(body);
+        }
+
         const body = readBody(tool, request.body);
         if (!contentRefusal && !body.ok) {
           return send(
@@ -189,10 +241,10 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
         // With a bad Content-Type the body is not trusted for the call, only for pricing the quote.
         const input = body.ok ? body.input : null;
         const price = tool.price(input);
-        const url = `${request.protocol}://${request.host}${request.url}`;
         const requestId = String(request.id);
 
-        if (decoded === null && caller.keyId !== null) {
+        // Unpaid with a key (keyless unpaid calls were quoted above): served from the key's plan.
+        if (decoded === null) {
           let metered: Awaited<ReturnType<typeof serveMetered<unknown>>>;
           try {
             metered = await serveMetered(keyed.quota, caller, { tool: tool.name, requestId }, () =>
@@ -225,17 +277,6 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
         }
 
         const service = await undebitedService(keyed.quota, caller);
-        if (decoded === null) {
-          return sendQuote(
-            reply,
-            tool,
-            price,
-            url,
-            'payment_required',
-            `payment required: ${tool.name}`,
-            service,
-          );
-        }
         if (!decoded.ok) return sendQuote(reply, tool, price, url, decoded.reason, decoded.message, service);
 
         const outcome = await runPaidCall(

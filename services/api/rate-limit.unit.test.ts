@@ -1,0 +1,48 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { RateLimiter, type RateLimitSettings } from './rate-limit.ts';
+
+const settings: RateLimitSettings = {
+  RATE_LIMIT_ENABLED: true,
+  RATE_LIMIT_WINDOW_MS: 60_000,
+  RATE_LIMIT_ANONYMOUS: 4,
+  RATE_LIMIT_FREE: 10,
+  RATE_LIMIT_STARTER: 20,
+  RATE_LIMIT_PRO: 40,
+  RATE_LIMIT_TOOL_SHARE: 0.5,
+};
+
+describe('RateLimiter in-process (no Redis)', () => {
+  beforeEach(() => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    vi.setSystemTime(new Date('2026-11-23T10:00:00Z'));
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('decides at once, refuses past the limit, and opens a new window when the old one ends', () => {
+    const limiter = new RateLimiter(settings, null);
+    const taken = [1, 2, 3, 4, 5].map(() => limiter.takeNow('anonymous', 'a', null)!);
+    expect(taken.map((d) => d.allowed)).toEqual([true, true, true, true, false]);
+    expect(taken.map((d) => d.remaining)).toEqual([3, 2, 1, 0, 0]);
+    expect(taken[4]).toMatchObject({ limit: 4, resetMs: 60_000 });
+    // Another credential has its own budget.
+    expect(limiter.takeNow('anonymous', 'b', null)).toMatchObject({ allowed: true, remaining: 3 });
+
+    vi.advanceTimersByTime(30_000);
+    expect(limiter.takeNow('anonymous', 'a', null)).toMatchObject({ allowed: false, resetMs: 30_000 });
+    vi.advanceTimersByTime(30_000);
+    expect(limiter.takeNow('anonymous', 'a', null)).toMatchObject({ allowed: true, remaining: 3 });
+  });
+
+  it('gives each tool its share, and a refusal by the credential budget takes nothing from the tool', async () => {
+    const limiter = new RateLimiter(settings, null);
+    // Free: 10 per window, 5 per tool.
+    for (let i = 0; i < 5; i++) expect(limiter.takeNow('free', 'k', 'x')!.allowed).toBe(true);
+    expect(limiter.takeNow('free', 'k', 'x')).toMatchObject({ allowed: false, limit: 5 });
+    for (let i = 0; i < 4; i++) expect(limiter.takeNow('free', 'k', 'y')!.allowed).toBe(true);
+    // Eleventh request: the credential's budget refuses, tool z's stays untouched.
+    expect(limiter.takeNow('free', 'k', 'z')).toMatchObject({ allowed: false, limit: 10 });
+    expect(await limiter.take('free', 'other', 'z')).toMatchObject({ allowed: true, remaining: 4 });
+  });
+});

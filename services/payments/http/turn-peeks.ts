@@ -1,0 +1,63 @@
+import type { Caller } from '../../api/caller.ts';
+import type { ServiceMeta } from '../../api/service-meta.ts';
+import type { QuotaMeter } from '../../quota/quota-meter.ts';
+
+/** `_service` of an answer, and the same serialised for appending to a prebuilt body. */
+export interface ServiceBlock {
+  service: ServiceMeta;
+  json: string;
+  /** Bodies already built with this block, by what they were built from (a quote). */
+  bodies: WeakMap<object, Buffer>;
+}
+
+/**
+ * The caller's `_service` for an answer that debits nothing: the live quota of the key, or of the
+ * anonymous caller's address (a 402 quote carries it too, as the contract asks of every response).
+ */
+export function undebitedService(quota: QuotaMeter, caller: Caller): Promise<ServiceMeta> {
+  return quota.peek(caller.subject).then(
+    (snapshot) => ({ auth: caller.auth, quota: snapshot }),
+    () => ({ auth: caller.auth, quota: null }),
+  );
+}
+
+/**
+ * `_service` of callers that present no credential, read once per turn of the event loop per
+ * caller: under load one address sends many quotes at once, and each peeked the same counters and
+ * serialised the same block. A block read in this turn is as live as one read for each request:
+ * every request handled in the turn had arrived before the turn began, so the read falls within
+ * its lifetime, and the next turn reads afresh (an unsettled read is never joined from a later turn).
+ */
+export class TurnPeeks {
+  private readonly blocks = new Map<string, Promise<ServiceBlock>>();
+  private clearing = false;
+  private readonly clear = () => {
+    this.blocks.clear();
+    this.clearing = false;
+  };
+
+  constructor(private readonly quota: QuotaMeter) {}
+
+  of(caller: Caller): Promise<ServiceBlock> {
+    // Only a caller without any credential has an auth block fixed by its address alone.
+    if (caller.auth.presented) return this.read(caller);
+    let block = this.blocks.get(caller.subject.id);
+    if (block === undefined) {
+      block = this.read(caller);
+      this.blocks.set(caller.subject.id, block);
+      if (!this.clearing) {
+        this.clearing = true;
+        setImmediate(this.clear);
+      }
+    }
+    return block;
+  }
+
+  private read(caller: Caller): Promise<ServiceBlock> {
+    return undebitedService(this.quota, caller).then((service) => ({
+      service,
+      json: JSON.stringify(service),
+      bodies: new WeakMap(),
+    }));
+  }
+}

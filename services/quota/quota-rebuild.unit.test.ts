@@ -56,7 +56,16 @@ describe('quota generations on the in-process cache', () => {
     };
     const traffic = Promise.all([worker(), worker(), worker()]);
     await new Promise((resolve) => setTimeout(resolve, 20));
-    const outcome = await rebuildQuotaGeneration({ store, cache, pageSize: 50, settleMs: 1_000 });
+    // Traffic goes on across the switch, then stops soon after it: the replay must then catch up
+    // on its own (it ends once the replaced generation's debits are all on the log). Traffic that
+    // never stopped could outrun a slowed reader on a loaded machine until the settle deadline.
+    const outcome = await rebuildQuotaGeneration({
+      store,
+      cache,
+      pageSize: 50,
+      settleMs: 10_000,
+      onLive: () => void setTimeout(() => (running = false), 20),
+    });
     running = false;
     await traffic;
     expect(outcome.switched).toBe(true);

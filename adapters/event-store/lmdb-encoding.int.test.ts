@@ -18,10 +18,6 @@ describe('LMDB event encoding (msgpack records, shared structures at key 0, comp
   it('reads a log written as plain msgpack maps (before records) and appends after it', async () => {
     const path = fresh();
     // The layout an older store wrote: plain msgpack values, the same three databases.
-    const env = open({ path, noSubdir: false, maxDbs: 16 });
-    const events = env.openDB<RecordedEvent, number>({ name: 'events' });
-    const streams = env.openDB<number, [string, number]>({ name: 'streams' });
-    const ids = env.openDB<number, string>({ name: 'ids' });
     const old = [1, 2, 3].map(
       (position): RecordedEvent => ({
         id: `00000000-0000-4000-8000-00000000000${position}`,
@@ -35,14 +31,7 @@ describe('LMDB event encoding (msgpack records, shared structures at key 0, comp
         data: { position, inputs },
       }),
     );
-    await env.transaction(() => {
-      for (const e of old) {
-        events.putSync(e.position, e);
-        streams.putSync([e.stream, e.revision], e.position);
-        ids.putSync(e.id, e.position);
-      }
-    });
-    await env.close();
+    await writeOldLog(path, old, {});
 
     const store = await openLmdbEventStore({ path });
     try {
@@ -71,10 +60,6 @@ describe('LMDB event encoding (msgpack records, shared structures at key 0, comp
   it('reads a log of format 1 records (identifiers as text) mixed with format 2 ones, and appends after it', async () => {
     const path = fresh();
     // What the store wrote before compact identifiers: records with shared structures, strings as text.
-    const env = open({ path, noSubdir: false, maxDbs: 16 });
-    const events = env.openDB<RecordedEvent, number>({ name: 'events', ...EVENT_ENCODING });
-    const streams = env.openDB<number, [string, number]>({ name: 'streams' });
-    const ids = env.openDB<number, string>({ name: 'ids' });
     const id = (n: number) => `6f5d9cb1-4e3b-43f0-8f1f-${String(n).padStart(12, '0')}`;
     const old = [1, 2].map(
       (position): RecordedEvent => ({
@@ -89,14 +74,7 @@ describe('LMDB event encoding (msgpack records, shared structures at key 0, comp
         data: { subject: 'ab'.repeat(32), requestId: id(100 + position), inputs },
       }),
     );
-    await env.transaction(() => {
-      for (const e of old) {
-        events.putSync(e.position, e);
-        streams.putSync([e.stream, e.revision], e.position);
-        ids.putSync(e.id, e.position);
-      }
-    });
-    await env.close();
+    await writeOldLog(path, old, EVENT_ENCODING);
 
     const store = await openLmdbEventStore({ path });
     try {
@@ -190,3 +168,19 @@ describe('LMDB event encoding (msgpack records, shared structures at key 0, comp
     }
   });
 });
+
+/** Writes `old` the way an older store did: events with the given encoding, text-keyed indexes. */
+async function writeOldLog(path: string, old: RecordedEvent[], encoding: object): Promise<void> {
+  const env = open({ path, noSubdir: false, maxDbs: 16 });
+  const events = env.openDB<RecordedEvent, number>({ name: 'events', ...encoding });
+  const streams = env.openDB<number, [string, number]>({ name: 'streams' });
+  const ids = env.openDB<number, string>({ name: 'ids' });
+  await env.transaction(() => {
+    for (const e of old) {
+      events.putSync(e.position, e);
+      streams.putSync([e.stream, e.revision], e.position);
+      ids.putSync(e.id, e.position);
+    }
+  });
+  await env.close();
+}

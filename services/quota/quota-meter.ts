@@ -192,9 +192,10 @@ export class QuotaMeter {
       // Nothing was written (a full disk): none of these calls is served, so none may use up
       // quota, or an outage would exhaust every caller. Other failures may have written it: keep
       // the debits.
+      // Whatever the release does, every call of the batch is answered and the lane goes on.
       if (err instanceof StorageFullError) {
-        await this.deps.cache
-          .releaseLive(QUOTA_FAMILY, batch.generation, batch.keys, batch.units)
+        await Promise.resolve()
+          .then(() => this.deps.cache.releaseLive(QUOTA_FAMILY, batch.generation, batch.keys, batch.units))
           .catch(() => false);
       }
       for (const call of batch.calls) call.reject(err);

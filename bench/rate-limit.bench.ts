@@ -9,7 +9,9 @@
  *
  * Each run measures off and on in short alternating rounds (ABBA, so drift on a shared machine
  * hits both sides alike) and takes the ratio within the run. On Redis the limiter takes both
- * budgets in one script (services/api/rate-limit.ts).
+ * budgets in one script, and the takes of one event-loop turn in one script call
+ * (services/api/rate-limit.ts); the bench also prints the limiter's CPU per take with
+ * `concurrency` callers taking at once, where that batching shows, beside one take at a time.
  *
  *   npx tsx bench/rate-limit.bench.ts [--cache=redis|memory] [--seconds=2] [--runs=3] [--rounds=4]
  */
@@ -73,6 +75,24 @@ async function keyedCaller(server: Keyed, key: string, concurrency: number) {
     const reply = (await res.json()) as { error?: unknown; result?: { isError?: boolean } };
     if (reply.error || reply.result?.isError) throw new Error(`keyed call failed: ${JSON.stringify(reply)}`);
   };
+}
+
+/** `callers` closed loops of limiter takes for `ms`: takes per second and this process's CPU per take. */
+async function takesAtOnce(limiter: RateLimiter, callers: number, ms: number) {
+  let takes = 0;
+  const end = Date.now() + ms;
+  const started = Date.now();
+  const cpu = process.cpuUsage();
+  await Promise.all(
+    Array.from({ length: callers }, async (_, i) => {
+      while (Date.now() < end) {
+        await limiter.take('pro', `bench-together-${i}`, 'get_trade_call');
+        takes++;
+      }
+    }),
+  );
+  const used = process.cpuUsage(cpu);
+  return { perSec: takes / ((Date.now() - started) / 1000), cpuUsPerTake: (used.user + used.system) / takes };
 }
 
 const stats = (values: number[]) => {
@@ -149,6 +169,7 @@ export async function run(options: RateLimitBenchOptions = {}) {
     const limiter = new RateLimiter(on.config, cache instanceof RedisCache ? cache.shared : null);
     const take = await latencies(1000, (i) => limiter.take('pro', `bench-${i % 16}`, 'get_trade_call'));
     const offCall = await latencies(300, () => callOff(0));
+    const together = await takesAtOnce(limiter, concurrency, 1_000);
     const offRates = stats(results.map((r) => r.off.perSec));
     const onRates = stats(results.map((r) => r.on.perSec));
     const ratio = stats(results.map((r) => r.ratio));
@@ -172,8 +193,13 @@ export async function run(options: RateLimitBenchOptions = {}) {
       `  per call, one at a time (p50): limiter take (credential + tool budgets) ${fmtUs(take.p50Us)}` +
         ` against a whole keyed call with it off ${fmtUs(offCall.p50Us)}`,
     );
+    log(
+      `  limiter takes with ${concurrency} callers at once: ${fmtRate(together.perSec)}, ` +
+        `${together.cpuUsPerTake.toFixed(1)} µs CPU per take (this process)`,
+    );
     return {
       cache: cacheKind,
+      takesAtOnce: together,
       runs: results,
       ratio,
       cpuRatio,

@@ -42,34 +42,64 @@ export function tierLimits(settings: RateLimitSettings, tier: RateTier): { all: 
 }
 
 /**
- * Takes one request from each budget KEYS[i] in order (a fixed window of ARGV[1] ms, limit
- * ARGV[i + 1]), stopping after the first that refuses so a refused request takes nothing from
- * the budgets after it. Reply: {count, ms left in the window} per budget visited.
+ * Takes one request for each of several requests, in order. ARGV[1] is the window (ms); then per
+ * request its number of budgets n and their limits, its n budgets being the next n of KEYS. Each
+ * request takes one from its budgets in order (a fixed window: the first take of a key starts it),
+ * stopping after the first that refuses, so a refused request takes nothing from the budgets after
+ * it. Reply: {count, ms left in the window} per budget of every request, {0, -1} for a budget not
+ * reached. One script per batch, so each request is still decided atomically against the counts
+ * every replica shares, in the order the requests were taken.
  */
-const TAKE_SCRIPT = `
+const TAKE_MANY_SCRIPT = `
 local window = tonumber(ARGV[1])
 local reply = {}
-for i, key in ipairs(KEYS) do
-  local count = redis.call('INCR', key)
-  local ttl = window
-  if count == 1 then
-    redis.call('PEXPIRE', key, window)
-  else
-    ttl = redis.call('PTTL', key)
-    if ttl < 0 then
-      redis.call('PEXPIRE', key, window)
+local k = 0
+local a = 2
+local r = 0
+while a <= #ARGV do
+  local budgets = tonumber(ARGV[a])
+  local refused = false
+  for b = 1, budgets do
+    k = k + 1
+    local count = 0
+    local ttl = -1
+    if not refused then
+      local key = KEYS[k]
+      count = redis.call('INCR', key)
       ttl = window
+      if count == 1 then
+        redis.call('PEXPIRE', key, window)
+      else
+        ttl = redis.call('PTTL', key)
+        if ttl < 0 then
+          redis.call('PEXPIRE', key, window)
+          ttl = window
+        end
+      end
+      refused = count > tonumber(ARGV[a + b])
     end
+    reply[r + 1] = count
+    reply[r + 2] = ttl
+    r = r + 2
   end
-  reply[2 * i - 1] = count
-  reply[2 * i] = ttl
-  if count > tonumber(ARGV[i + 1]) then return reply end
+  a = a + budgets + 1
 end
 return reply`;
 
 type TakingRedis = Redis & {
-  signalRateTake(numKeys: number, ...args: (string | number)[]): Promise<number[]>;
+  signalRateTakeMany(numKeys: number, ...args: (string | number)[]): Promise<number[]>;
 };
+
+/** Requests decided by one script at most; a larger turn's takes go out in several. */
+export const MAX_TAKES_PER_SCRIPT = 128;
+
+/** One request's take waiting for the script of its turn. */
+interface PendingTake {
+  keys: string[];
+  limits: number[];
+  resolve(decision: RateDecision): void;
+  reject(err: unknown): void;
+}
 
 interface Window {
   count: number;
@@ -117,10 +147,13 @@ class LocalWindows {
  * request: the credential's, over everything it calls, and the credential's per tool, so one
  * expensive tool cannot use up the whole window.
  *
- * On Redis both budgets are taken by one script in one round trip: rate-limiter-flexible's
- * RateLimiterRedis takes one key per call, two sequential round trips per tool call on the keyed
- * hot path (bench/rate-limit.bench.ts). In-process, both are plain counters taken without a
- * promise (its RateLimiterMemory answers through one per budget, on every request).
+ * On Redis the takes asked for in one turn of the event loop go out together, in one script call
+ * (TAKE_MANY_SCRIPT) sent once the turn's I/O callbacks have run: under load many requests reach
+ * the limiter in the same turn, and one script call per request spent more on the call (a command,
+ * a write, a reply to parse, a script invocation in Redis) than on the counting itself
+ * (bench/rate-limit.bench.ts). Each request is still decided against the shared counts, in the
+ * order it asked; nothing is counted ahead or kept back in this process. In-process, both
+ * budgets are plain counters taken without a promise.
  */
 export class RateLimiter {
   /** In-process budgets per tier: each credential's, and each credential's per tool. */
@@ -130,23 +163,32 @@ export class RateLimiter {
   >();
   private readonly windowMs: number;
   private readonly redis: TakingRedis | null;
+  private readonly limits: Record<RateTier, { all: number; perTool: number }>;
+  /** Takes of this turn not yet sent to Redis, in the order they were asked for. */
+  private pending: PendingTake[] = [];
+  private flushScheduled = false;
 
   constructor(
-    private readonly settings: RateLimitSettings,
+    settings: RateLimitSettings,
     private readonly store: { redis: Redis; prefix: string } | null,
   ) {
     this.redis = store ? (store.redis as TakingRedis) : null;
     this.windowMs = Math.max(1, settings.RATE_LIMIT_WINDOW_MS);
-    if (this.redis && typeof this.redis.signalRateTake !== 'function')
-      this.redis.defineCommand('signalRateTake', { lua: TAKE_SCRIPT });
+    this.limits = {
+      anonymous: tierLimits(settings, 'anonymous'),
+      free: tierLimits(settings, 'free'),
+      starter: tierLimits(settings, 'starter'),
+      pro: tierLimits(settings, 'pro'),
+    };
+    if (this.redis && typeof this.redis.signalRateTakeMany !== 'function')
+      this.redis.defineCommand('signalRateTakeMany', { lua: TAKE_MANY_SCRIPT });
   }
 
   /** Takes one request from the credential's budget (and the tool's, when one is named). */
   async take(tier: RateTier, credential: string, tool: string | null): Promise<RateDecision> {
     if (this.redis && this.redis.status === 'ready') {
-      const { all, perTool } = tierLimits(this.settings, tier);
       try {
-        return await this.takeShared(tier, credential, tool, all, perTool);
+        return await this.takeShared(tier, credential, tool);
       } catch (err) {
         // Redis refusing the script is a bug to surface; an outage falls back to this process.
         if (err instanceof Error && err.name === 'ReplyError') throw err;
@@ -170,7 +212,7 @@ export class RateLimiter {
       budgets = {
         all: new LocalWindows(this.windowMs),
         byTool: new LocalWindows(this.windowMs),
-        limits: tierLimits(this.settings, tier),
+        limits: this.limits[tier],
       };
       this.local.set(tier, budgets);
     }
@@ -180,39 +222,72 @@ export class RateLimiter {
     return tighter(overall, budgets.byTool.take(`${credential}:${tool}`, budgets.limits.perTool, now));
   }
 
-  private async takeShared(
-    tier: RateTier,
-    credential: string,
-    tool: string | null,
-    all: number,
-    perTool: number,
-  ): Promise<RateDecision> {
+  private takeShared(tier: RateTier, credential: string, tool: string | null): Promise<RateDecision> {
+    const { all, perTool } = this.limits[tier];
     const base = `${this.store!.prefix}rl:${tier}:`;
-    const window = Math.max(1, this.settings.RATE_LIMIT_WINDOW_MS);
-    const reply =
+    const keys =
       tool === null
-        ? await this.redis!.signalRateTake(1, `${base}all:${credential}`, window, all)
-        : await this.redis!.signalRateTake(
-            2,
-            `${base}all:${credential}`,
-            `${base}tool:${credential}:${tool}`,
-            window,
-            all,
-            perTool,
-          );
-    const decision = (i: number, limit: number): RateDecision => {
-      const count = Number(reply[2 * i]);
-      return {
-        allowed: count <= limit,
-        limit,
-        remaining: Math.max(0, limit - count),
-        resetMs: Math.max(0, Number(reply[2 * i + 1])),
-      };
-    };
-    const overall = decision(0, all);
-    if (!overall.allowed || tool === null) return overall;
-    return tighter(overall, decision(1, perTool));
+        ? [`${base}all:${credential}`]
+        : [`${base}all:${credential}`, `${base}tool:${credential}:${tool}`];
+    const limits = tool === null ? [all] : [all, perTool];
+    return new Promise<RateDecision>((resolve, reject) => {
+      this.pending.push({ keys, limits, resolve, reject });
+      if (this.pending.length >= MAX_TAKES_PER_SCRIPT) this.flush();
+      else if (!this.flushScheduled) {
+        this.flushScheduled = true;
+        // After the I/O callbacks of this turn: the requests that arrived together go together.
+        setImmediate(this.flushTurn);
+      }
+    });
   }
+
+  private readonly flushTurn = () => {
+    this.flushScheduled = false;
+    this.flush();
+  };
+
+  /** Sends the pending takes in one script call and settles each from its part of the reply. */
+  private flush(): void {
+    const batch = this.pending;
+    if (batch.length === 0) return;
+    this.pending = [];
+    const keys: string[] = [];
+    const args: (string | number)[] = [this.windowMs];
+    for (const take of batch) {
+      for (const key of take.keys) keys.push(key);
+      args.push(take.limits.length);
+      for (const limit of take.limits) args.push(limit);
+    }
+    this.redis!.signalRateTakeMany(keys.length, ...keys, ...args).then(
+      (reply) => {
+        let at = 0;
+        for (const take of batch) {
+          take.resolve(decide(reply, at, take.limits));
+          at += 2 * take.limits.length;
+        }
+      },
+      (err: unknown) => {
+        for (const take of batch) take.reject(err);
+      },
+    );
+  }
+}
+
+/** One request's decision from its part of the script's reply, which starts at `at`. */
+function decide(reply: number[], at: number, limits: number[]): RateDecision {
+  const budget = (i: number): RateDecision => {
+    const count = Number(reply[at + 2 * i]);
+    const limit = limits[i]!;
+    return {
+      allowed: count <= limit,
+      limit,
+      remaining: Math.max(0, limit - count),
+      resetMs: Math.max(0, Number(reply[at + 2 * i + 1])),
+    };
+  };
+  const overall = budget(0);
+  if (!overall.allowed || limits.length === 1) return overall;
+  return tighter(overall, budget(1));
 }
 
 /** The headers speak of the tighter budget: the one that refused, or the one nearer its end. */
@@ -243,8 +318,12 @@ export interface RateLimitPluginDeps {
   onRefused?: (tier: RateTier, channel: 'http' | 'mcp') => void;
 }
 
-/** Who each request limited so far was identified as, for its route to use instead of asking again. */
-const identified = new WeakMap<FastifyRequest, Caller>();
+/**
+ * Who a request was identified as by the limit, for its route to use instead of asking again: a
+ * request decoration (set for every request, read once) rather than a WeakMap entry per request.
+ */
+const IDENTIFIED = Symbol('rate-limit.caller');
+type Identified = FastifyRequest & { [IDENTIFIED]?: Caller | undefined };
 
 /**
  * The caller this request was limited as, when the rate limit identified it (a key that resolved,
@@ -252,7 +331,7 @@ const identified = new WeakMap<FastifyRequest, Caller>();
  * itself answers.
  */
 export function limitedCaller(request: FastifyRequest): Caller | undefined {
-  return identified.get(request);
+  return (request as Identified)[IDENTIFIED];
 }
 
 function callerTier(caller: Caller): RateTier {
@@ -325,7 +404,7 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
     let caller: Caller;
     try {
       caller = await identifyCaller(deps.keys, { headers: request.headers, clientAddress: request.ip });
-      identified.set(request, caller);
+      (request as Identified)[IDENTIFIED] = caller;
     } catch (err) {
       if (!(err instanceof CallerRejectedError)) throw err;
       // The route itself answers the refused key (401/-32003); here it counts as its address.
@@ -344,6 +423,7 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
   };
 
   const plugin: FastifyPluginAsync = async (app) => {
+    if (!app.hasRequestDecorator(IDENTIFIED)) app.decorateRequest(IDENTIFIED, undefined);
     // A callback hook, not an async one: it runs before every product route, and a caller without
     // a key limited in-process (the embedded default) is decided without a promise.
     app.addHook('preHandler', (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
@@ -355,7 +435,7 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
       }
       const keyless = keylessCaller({ headers: request.headers, clientAddress: request.ip });
       if (keyless !== null) {
-        identified.set(request, keyless);
+        (request as Identified)[IDENTIFIED] = keyless;
         const decision = deps.limiter.takeNow(
           'anonymous',
           `anonymous:${keyless.subject.id}`,

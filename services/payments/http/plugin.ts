@@ -1,6 +1,12 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
-import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../../api/caller.ts';
+import {
+  type Caller,
+  CallerRejectedError,
+  identifyCaller,
+  keylessCaller,
+  rejectedService,
+} from '../../api/caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../../api/metered-call.ts';
 import { documented, type ResponseDoc } from '../../api/openapi.ts';
 import { limitedCaller } from '../../api/rate-limit.ts';
@@ -11,11 +17,11 @@ import type { KeyResolver } from '../../keys/key-resolver.ts';
 import type { QuotaMeter } from '../../quota/quota-meter.ts';
 import { decodePaymentHeader, paymentResponseHeader } from '../codecs.ts';
 import { describeError, type PaymentFlowDeps, type Refusal, runPaidCall } from '../payment-flow.ts';
-import { type Quoter, quoteJson, quoteJsonWith } from '../quote.ts';
+import { QUOTE_CACHE_SIZE, type Quote, type Quoter, quoteJson, quoteJsonWith } from '../quote.ts';
 import type { PaidTool } from '../tools.ts';
 import { contentTypeProblem } from './content-type.ts';
 import { CORS_PREFLIGHT_HEADERS, CORS_RESPONSE_HEADERS } from './cors.ts';
-import { TurnPeeks, undebitedService } from './turn-peeks.ts';
+import { type ServiceBlock, TurnPeeks, undebitedService } from './turn-peeks.ts';
 
 /** The keyed channel's key registry and quota meter: a valid key is served from its plan instead of payment. */
 export interface KeyedAccess {
@@ -122,11 +128,16 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
     const contentRefusals = new WeakMap<FastifyRequest, Refusal>();
 
     app.removeAllContentTypeParsers();
-    app.addContentTypeParser(
-      '*',
-      { parseAs: 'string', bodyLimit: options.bodyLimit },
-      (_request, body, done) => done(null, body),
-    );
+    const asString = { parseAs: 'string', bodyLimit: options.bodyLimit } as const;
+    const keepText = (
+      _request: FastifyRequest,
+      body: string | Buffer,
+      done: (err: null, body: unknown) => void,
+    ) => done(null, body);
+    app.addContentTypeParser('*', asString, keepText);
+    // The same parser under the media type every well-formed call sends: Fastify remembers the
+    // parser found for a Content-Type value, but looks the catch-all up again on every request.
+    app.addContentTypeParser('application/json', asString, keepText);
     // A callback hook, not an async one: this runs on every request and a promise per call shows.
     app.addHook('onRequest', (request, reply, done) => {
       reply.headers(RESPONSE_HEADERS);
@@ -169,12 +180,50 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
         .send(quoteJson(quote, { ...extra, _service: service }));
     };
 
+    /** The 402 of a quote for a caller's block: the same quote and block give the same bytes. */
+    const sendPaymentRequired = (reply: FastifyReply, quote: Quote, block: ServiceBlock) => {
+      // Encoded once for the quotes of this turn.
+      let body = block.bodies.get(quote);
+      if (body === undefined) {
+        body = Buffer.from(quoteJsonWith(quote, '_service', block.json), 'utf8');
+        block.bodies.set(quote, body);
+      }
+      return reply
+        .code(402)
+        .header('PAYMENT-REQUIRED', quote.header)
+        .header('content-type', JSON_CONTENT_TYPE)
+        .send(body);
+    };
+
     for (const tool of options.tools) {
       const path = `/x402/${tool.name}`;
       const pricer = bodyPricer(tool);
       const paymentRequiredMessage = `payment required: ${tool.name}`;
-      app.options(path, async (_request, reply) => reply.code(204).headers(CORS_PREFLIGHT_HEADERS).send());
-      app.post(path, { bodyLimit: options.bodyLimit, config: paidRouteDoc(tool) }, async (request, reply) => {
+      const quotes = routeQuotes(quoter, tool, paymentRequiredMessage);
+
+      /**
+       * The common unpaid, keyless call answered without a promise, when all it needs is at hand:
+       * the body's price, the caller's `_service` already read this turn, the quote already built.
+       * False when any is missing; the handler below then answers it the same way, awaiting them.
+       */
+      const quoteAtOnce = (request: FastifyRequest, reply: FastifyReply): boolean => {
+        if (request.headers['payment-signature'] !== undefined || request.headers['x-payment'] !== undefined)
+          return false;
+        if (contentRefusals.has(request)) return false;
+        const caller =
+          limitedCaller(request) ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
+        if (caller === null || caller.keyId !== null) return false;
+        const block = peeks.settled(caller);
+        if (block === undefined) return false;
+        const priced = pricer(request.body);
+        if (!priced.ok) return false;
+        const quote = quotes.cached(priced.price, `${request.protocol}://${request.host}${request.url}`);
+        if (quote === undefined) return false;
+        sendPaymentRequired(reply, quote, block);
+        return true;
+      };
+
+      const handle = async (request: FastifyRequest, reply: FastifyReply) => {
         const log = request.log as Logger;
         let caller: Caller;
         try {
@@ -209,24 +258,8 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
           const priced = pricer(request.body);
           const block = await peeks.of(caller);
           if (!priced.ok) return send(reply, priced.refusal.status, priced.refusal.body, block.service);
-          const built = quoter.quote(
-            priced.price,
-            { url, description: tool.description, mimeType: 'application/json' },
-            'payment_required',
-            paymentRequiredMessage,
-          );
-          const quote = built instanceof Promise ? await built : built;
-          // The same quote and block give the same bytes: encoded once for the quotes of this turn.
-          let body = block.bodies.get(quote);
-          if (body === undefined) {
-            body = Buffer.from(quoteJsonWith(quote, '_service', block.json), 'utf8');
-            block.bodies.set(quote, body);
-          }
-          return reply
-            .code(402)
-            .header('PAYMENT-REQUIRED', quote.header)
-            .header('content-type', JSON_CONTENT_TYPE)
-            .send(body);
+          const built = quotes.quote(priced.price, url);
+          return sendPaymentRequired(reply, built instanceof Promise ? await built : built, block);
         }
 
         const body = readBody(tool, request.body);
@@ -329,8 +362,46 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
             return send(reply, 200, outcome.result as object, paid);
           }
         }
-      });
+      };
+
+      app.options(path, async (_request, reply) => reply.code(204).headers(CORS_PREFLIGHT_HEADERS).send());
+      app.post(path, { bodyLimit: options.bodyLimit, config: paidRouteDoc(tool) }, (request, reply) =>
+        quoteAtOnce(request, reply) ? undefined : handle(request, reply),
+      );
     }
+  };
+}
+
+/**
+ * The unpaid quotes of one route by resource URL and price: its code, message and description
+ * are fixed, so a quote already built is found by two lookups instead of the quoter's key of
+ * every field. Bounded like the quoter's own cache (the URL carries a client's Host and query).
+ */
+function routeQuotes(quoter: Quoter, tool: PaidTool, message: string) {
+  const byUrl = new Map<string, Map<number, Quote>>();
+  const remember = (url: string, price: number, quote: Quote) => {
+    let byPrice = byUrl.get(url);
+    if (byPrice === undefined) {
+      if (byUrl.size >= QUOTE_CACHE_SIZE) byUrl.delete(byUrl.keys().next().value!);
+      byPrice = new Map();
+      byUrl.set(url, byPrice);
+    }
+    byPrice.set(price, quote);
+    return quote;
+  };
+  return {
+    cached: (price: number, url: string): Quote | undefined => byUrl.get(url)?.get(price),
+    quote(price: number, url: string): Quote | Promise<Quote> {
+      const built = quoter.quote(
+        price,
+        { url, description: tool.description, mimeType: 'application/json' },
+        'payment_required',
+        message,
+      );
+      return built instanceof Promise
+        ? built.then((quote) => remember(url, price, quote))
+        : remember(url, price, built);
+    },
   };
 }
 

@@ -30,9 +30,12 @@ export function undebitedService(quota: QuotaMeter, caller: Caller): Promise<Ser
  */
 export class TurnPeeks {
   private readonly blocks = new Map<string, Promise<ServiceBlock>>();
+  /** The blocks of this turn that have been read: a request can take one without awaiting. */
+  private readonly ready = new Map<string, ServiceBlock>();
   private clearing = false;
   private readonly clear = () => {
     this.blocks.clear();
+    this.ready.clear();
     this.clearing = false;
   };
 
@@ -41,16 +44,34 @@ export class TurnPeeks {
   of(caller: Caller): Promise<ServiceBlock> {
     // Only a caller without any credential has an auth block fixed by its address alone.
     if (caller.auth.presented) return this.read(caller);
-    let block = this.blocks.get(caller.subject.id);
+    const id = caller.subject.id;
+    let block = this.blocks.get(id);
     if (block === undefined) {
-      block = this.read(caller);
-      this.blocks.set(caller.subject.id, block);
+      const reading = this.read(caller);
+      block = reading;
+      this.blocks.set(id, reading);
+      // Only while it is still this turn's read: a read settling after the turn ended is not kept.
+      reading.then(
+        (read) => {
+          if (this.blocks.get(id) === reading) this.ready.set(id, read);
+        },
+        () => undefined,
+      );
       if (!this.clearing) {
         this.clearing = true;
         setImmediate(this.clear);
       }
     }
     return block;
+  }
+
+  /**
+   * The caller's block when this turn has already read it, without a promise (the quotes after
+   * the first of a turn are then answered with no asynchronous hop); undefined otherwise, and
+   * always for a caller that presented a credential.
+   */
+  settled(caller: Caller): ServiceBlock | undefined {
+    return caller.auth.presented ? undefined : this.ready.get(caller.subject.id);
   }
 
   private read(caller: Caller): Promise<ServiceBlock> {

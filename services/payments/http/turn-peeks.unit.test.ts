@@ -80,4 +80,43 @@ describe('TurnPeeks', () => {
     await nextTurn();
     expect((await peeks.of(anonymous('a'))).service.quota?.used).toBe(3);
   });
+
+  it('hands out a block read in this turn without a promise, and none once the turn has ended', async () => {
+    const m = meter();
+    const peeks = new TurnPeeks(m.quota);
+    const caller = anonymous('a');
+    expect(peeks.settled(caller)).toBeUndefined();
+    const pending = peeks.of(caller);
+    // Asked for, not yet read.
+    expect(peeks.settled(caller)).toBeUndefined();
+    const block = await pending;
+    expect(peeks.settled(caller)).toBe(block);
+    expect(m.reads()).toBe(1);
+    // A credential presented: its block is never shared, so never handed out this way.
+    await peeks.of(anonymous('b', true));
+    expect(peeks.settled(anonymous('b', true))).toBeUndefined();
+
+    m.spend();
+    await nextTurn();
+    expect(peeks.settled(caller)).toBeUndefined();
+    const later = await peeks.of(caller);
+    expect(peeks.settled(caller)).toBe(later);
+    expect(later.service.quota?.used).toBe(1);
+  });
+
+  it('does not keep a read that settles after its turn ended', async () => {
+    let release: (() => void) | undefined;
+    const quota = {
+      peek: () =>
+        new Promise<QuotaSnapshot>((resolve) => {
+          release = () => resolve(snapshot(0));
+        }),
+    } as unknown as QuotaMeter;
+    const peeks = new TurnPeeks(quota);
+    const pending = peeks.of(anonymous('a'));
+    await nextTurn();
+    release!();
+    await pending;
+    expect(peeks.settled(anonymous('a'))).toBeUndefined();
+  });
 });

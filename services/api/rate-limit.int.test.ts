@@ -1,0 +1,138 @@
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { afterAll, describe, expect, it } from 'vitest';
+import { connectRedisCache, type RedisCache } from '../../adapters/cache/redis.ts';
+import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from '../../test/redis-probe.ts';
+import { MAX_TAKES_PER_SCRIPT, RateLimiter, type RateLimitSettings } from './rate-limit.ts';
+
+const run = await shouldRunRedisSuite('rate-limit batching suite');
+
+const settings: RateLimitSettings = {
+  RATE_LIMIT_ENABLED: true,
+  RATE_LIMIT_WINDOW_MS: 60_000,
+  RATE_LIMIT_ANONYMOUS: 4,
+  RATE_LIMIT_FREE: 4,
+  RATE_LIMIT_STARTER: 4,
+  RATE_LIMIT_PRO: 1_000,
+  RATE_LIMIT_TOOL_SHARE: 0.5,
+};
+
+/** Counts the script calls the limiter sends (each a round trip to Redis). */
+function countScriptCalls(cache: RedisCache): { calls: number } {
+  const redis = cache.shared.redis as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;
+  const original = redis.signalRateTakeMany!;
+  const counter = { calls: 0 };
+  redis.signalRateTakeMany = (...args: unknown[]) => {
+    counter.calls++;
+    return original.apply(redis, args);
+  };
+  return counter;
+}
+
+describe.runIf(run)('the Redis limiter takes a turn’s requests in one script call', () => {
+  const prefixes: string[] = [];
+  afterAll(async () => {
+    for (const prefix of prefixes) await wipePrefix(prefix);
+  });
+  const connect = () => {
+    const prefix = `test:rlbatch:${randomUUID()}:`;
+    prefixes.push(prefix);
+    return connectRedisCache({ url: REDIS_URL, prefix });
+  };
+
+  it('decides the requests of one turn in the order they asked, each against the shared counts', async () => {
+    const cache = await connect();
+    try {
+      const limiter = new RateLimiter(settings, cache.shared);
+      const calls = countScriptCalls(cache);
+      // Asked in one turn: free is 4 per window, 2 per tool.
+      const decisions = await Promise.all([
+        limiter.take('free', 'c1', 'a'),
+        limiter.take('free', 'c1', 'a'),
+        limiter.take('free', 'c1', 'a'),
+        limiter.take('free', 'c2', null),
+        limiter.take('free', 'c1', null),
+        limiter.take('free', 'c1', 'b'),
+        limiter.take('free', 'c1', 'b'),
+      ]);
+      expect(calls.calls).toBe(1);
+      expect(decisions.map((d) => [d.allowed, d.limit, d.remaining])).toEqual([
+        [true, 2, 1],
+        [true, 2, 0],
+        [false, 2, 0], // tool a's budget refuses; the credential's counted it (3 of 4)
+        [true, 4, 3], // another credential, its own budget
+        [true, 4, 0],
+        [false, 4, 0], // the credential's budget refuses: tool b is not reached
+        [false, 4, 0],
+      ]);
+      for (const d of decisions) {
+        expect(d.resetMs).toBeGreaterThan(50_000);
+        expect(d.resetMs).toBeLessThanOrEqual(60_000);
+      }
+      const raw = new Redis(REDIS_URL);
+      try {
+        const base = `${cache.shared.prefix}rl:free:`;
+        expect(await raw.get(`${base}all:c1`)).toBe('6');
+        expect(await raw.get(`${base}tool:c1:a`)).toBe('3');
+        expect(await raw.get(`${base}tool:c1:b`)).toBeNull();
+        expect(await raw.pttl(`${base}all:c1`)).toBeGreaterThan(50_000);
+      } finally {
+        raw.disconnect();
+      }
+      // A take awaited alone is a call of its own, on the same counts (another replica's limiter too).
+      const other = new RateLimiter(settings, cache.shared);
+      expect(await other.take('free', 'c2', 'a')).toMatchObject({ allowed: true, limit: 2, remaining: 1 });
+      expect(await limiter.take('free', 'c2', null)).toMatchObject({ allowed: true, remaining: 1 });
+      expect(calls.calls).toBe(3);
+    } finally {
+      await cache.close();
+    }
+  });
+
+  it('splits a turn with more takes than one script may carry, keeping their order', async () => {
+    const cache = await connect();
+    try {
+      const limiter = new RateLimiter(settings, cache.shared);
+      const calls = countScriptCalls(cache);
+      const n = MAX_TAKES_PER_SCRIPT + 5;
+      const decisions = await Promise.all(Array.from({ length: n }, () => limiter.take('pro', 'p', 'x')));
+      expect(calls.calls).toBe(2);
+      // Pro: 1,000 per window, 500 per tool; the tool budget is the tighter one and counts down.
+      expect(decisions.map((d) => d.remaining)).toEqual(Array.from({ length: n }, (_, i) => 500 - 1 - i));
+    } finally {
+      await cache.close();
+    }
+  });
+
+  it('falls back to this process for every take of a call that cannot reach Redis', async () => {
+    const cache = await connect();
+    try {
+      const limiter = new RateLimiter(settings, cache.shared);
+      const redis = cache.shared.redis as unknown as Record<string, unknown>;
+      redis.signalRateTakeMany = () => Promise.reject(new Error('Connection is closed.'));
+      const decisions = await Promise.all(
+        Array.from({ length: 6 }, () => limiter.take('anonymous', 'c', null)),
+      );
+      expect(decisions.map((d) => d.allowed)).toEqual([true, true, true, true, false, false]);
+    } finally {
+      await cache.close();
+    }
+  });
+
+  it('surfaces a script error to every take of the call instead of letting them through', async () => {
+    const cache = await connect();
+    try {
+      const limiter = new RateLimiter(settings, cache.shared);
+      const redis = cache.shared.redis as unknown as Record<string, unknown>;
+      const refused = Object.assign(new Error('ERR bad script'), { name: 'ReplyError' });
+      redis.signalRateTakeMany = () => Promise.reject(refused);
+      const outcomes = await Promise.allSettled([
+        limiter.take('free', 'c', 'a'),
+        limiter.take('free', 'c', null),
+      ]);
+      expect(outcomes.map((o) => o.status)).toEqual(['rejected', 'rejected']);
+    } finally {
+      await cache.close();
+    }
+  });
+});

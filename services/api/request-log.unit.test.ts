@@ -1,0 +1,112 @@
+import Fastify, { type FastifyBaseLogger } from 'fastify';
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { OneLinePerRequest } from './request-log.ts';
+
+/** A destination that keeps each write it is given. */
+function capture() {
+  const writes: string[] = [];
+  return {
+    writes,
+    stream: { write: (chunk: string) => writes.push(chunk) },
+    lines: () =>
+      writes
+        .join('')
+        .split('\n')
+        .filter((line) => line !== '')
+        .map((line) => JSON.parse(line) as Record<string, unknown>),
+  };
+}
+
+async function appWith(logger: FastifyBaseLogger) {
+  const app = Fastify({ loggerInstance: logger, logController: new OneLinePerRequest() });
+  app.post('/x402/quote', async (_request, reply) => reply.code(402).send({ code: 'payment_required' }));
+  app.get('/boom', async () => {
+    throw new Error('boom');
+  });
+  await app.ready();
+  return app;
+}
+
+const turn = () => new Promise((resolve) => setImmediate(resolve));
+
+describe('the access log line', () => {
+  it('is what pino would write for the same fields, with the request id and the base bindings', async () => {
+    const out = capture();
+    const logger = pino({ level: 'info', base: { service: 'signal-service' } }, out.stream);
+    const app = await appWith(logger);
+    try {
+      const res = await app.inject({ method: 'POST', url: '/x402/quote?x="y"', payload: {} });
+      expect(res.statusCode).toBe(402);
+      await turn();
+      const [line] = out.lines();
+      expect(line!.url).toBe('/x402/quote?x=%22y%22');
+      // What pino writes for the same call on a child with the same bindings.
+      const reference = capture();
+      pino({ level: 'info', base: { service: 'signal-service' } }, reference.stream)
+        .child({ reqId: line!.reqId })
+        .info(
+          { method: 'POST', url: line!.url, statusCode: 402, responseTime: line!.responseTime },
+          'request completed',
+        );
+      const [expected] = reference.lines();
+      expect(Object.keys(line!)).toEqual(Object.keys(expected!));
+      expect({ ...line, time: 0 }).toEqual({ ...expected, time: 0 });
+      expect(Math.abs((line!.time as number) - (expected!.time as number))).toBeLessThan(5_000);
+      expect(out.lines()).toHaveLength(1);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('writes the lines of one turn together, each still its own line', async () => {
+    const out = capture();
+    const app = await appWith(pino({ level: 'info' }, out.stream));
+    try {
+      const before = out.writes.length;
+      await Promise.all(
+        Array.from({ length: 5 }, () => app.inject({ method: 'POST', url: '/x402/quote', payload: {} })),
+      );
+      await turn();
+      const written = out.writes.slice(before);
+      const completed = out.lines().filter((l) => l.msg === 'request completed');
+      expect(completed).toHaveLength(5);
+      expect(new Set(completed.map((l) => l.reqId)).size).toBe(5);
+      expect(written.length).toBeLessThan(5);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('is not written below info, and goes through pino for a logger that asks for each line', async () => {
+    const quiet = capture();
+    const quietApp = await appWith(pino({ level: 'warn' }, quiet.stream));
+    const meta = capture();
+    // A multistream reads each line's level and object from the stream as it is written.
+    const multi = pino({ level: 'info' }, pino.multistream([{ stream: meta.stream }]));
+    const metaApp = await appWith(multi);
+    try {
+      await quietApp.inject({ method: 'POST', url: '/x402/quote', payload: {} });
+      await metaApp.inject({ method: 'POST', url: '/x402/quote', payload: {} });
+      await turn();
+      expect(quiet.lines()).toEqual([]);
+      expect(meta.lines()).toMatchObject([{ msg: 'request completed', statusCode: 402, level: 30 }]);
+    } finally {
+      await quietApp.close();
+      await metaApp.close();
+    }
+  });
+
+  it('logs a failed request at once, at error level', async () => {
+    const out = capture();
+    const app = await appWith(pino({ level: 'info' }, out.stream));
+    try {
+      const res = await app.inject({ method: 'GET', url: '/boom' });
+      expect(res.statusCode).toBe(500);
+      // Before the turn ends: the error line is not held back with the access lines.
+      expect(out.lines().some((l) => l.level === 50)).toBe(true);
+    } finally {
+      await app.close();
+    }
+  });
+});

@@ -15,6 +15,8 @@ import type { EventStore } from '../../adapters/event-store/port.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import type { ProjectionStore, StoredProjection } from '../../adapters/projection-store/port.ts';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
+import type { Projection } from '../../projections/projection.ts';
+import { ProjectionRunner } from '../../projections/runner.ts';
 import { NATS_URL, requireNats } from '../../test/nats-server.ts';
 import { Relay, type RelayOptions } from './relay.ts';
 import { relayTypes } from './relay-types.ts';
@@ -295,6 +297,85 @@ describe('Relay', () => {
     await waitFor(() => relay.stats.failures >= 3, 'repeated failures');
     await relay.stop();
     expect(relay.checkpoint).toBe(1);
+    await bus.close();
+  });
+
+  it('reads the log once with the projections of its process, not once more for itself', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'relay-feed-'));
+    const lmdb = await openLmdbEventStore({ path: join(dir, 'events') });
+    let read = 0;
+    // Every event any follower of this store reads, counted where the store hands it out.
+    const store = new Proxy(lmdb, {
+      get(target, key, receiver) {
+        if (key === 'readAll') {
+          return async (options?: { after?: number; maxCount?: number }) => {
+            const page = await target.readAll(options);
+            read += page.length;
+            return page;
+          };
+        }
+        // Unbound: the store's own methods reach readAll through the proxy too.
+        return Reflect.get(target, key, receiver);
+      },
+    }) as EventStore;
+    const projection: Projection<number> = {
+      name: 'count',
+      version: 1,
+      initial: () => 0,
+      evolve: (n) => n + 1,
+    };
+    const runner = new ProjectionRunner(store, new MemoryProjectionStore(), projection);
+    const bus = new MemoryBus();
+    const { relay } = relayWith({ store, bus, maxInFlight: 16 });
+    const sink = await collect(bus);
+    try {
+      await runner.start();
+      await relay.start();
+      const ids = await appendEvents(store, 200);
+      await waitFor(() => sink.received.length === 200 && runner.state === 200, 'all 200 relayed and folded');
+      await relay.stop();
+      await runner.stop();
+      expect(sink.msgIds).toEqual(ids);
+      // One read of each event serves both; a relay reading for itself made it 400.
+      expect(read).toBeLessThan(300);
+    } finally {
+      await sink.consumer.stop();
+      await bus.close();
+      await lmdb.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('stops taking pages while its queue is full, and loses nothing when the bus comes back', async () => {
+    const store = new MemoryEventStore();
+    const bus = new ScriptedBus();
+    bus.hold();
+    const projection: Projection<number> = {
+      name: 'count',
+      version: 1,
+      initial: () => 0,
+      evolve: (n) => n + 1,
+    };
+    const runner = new ProjectionRunner(store, new MemoryProjectionStore(), projection);
+    const { relay } = relayWith({ store, bus, maxInFlight: 4, maxQueued: 8 });
+    const sink = await collect(bus.inner);
+    await runner.start();
+    await relay.start();
+    const ids = await appendEvents(store, 60);
+    // The other follower of the log is not held back by the relay's full queue.
+    await waitFor(() => runner.state === 60, 'the projection at the head');
+    await sleep(100);
+    expect(bus.inFlight).toBe(4);
+    expect(relay.checkpoint).toBe(0);
+    expect(relay.stats.published).toBe(0);
+    bus.release();
+    await waitFor(() => relay.checkpoint === 60, 'the relay at the head');
+    await waitFor(() => sink.received.length === 60, 'all sixty on the bus');
+    expect(sink.msgIds).toEqual(ids);
+    expect(relay.stats).toMatchObject({ published: 60, duplicates: 0, failures: 0 });
+    await relay.stop();
+    await runner.stop();
+    await sink.consumer.stop();
     await bus.close();
   });
 

@@ -1,9 +1,10 @@
 import { type Logger, pino } from 'pino';
 import type { Bus } from '../../adapters/bus/port.ts';
 import { DEFAULT_SUBJECT_PREFIX, eventSubject } from '../../adapters/bus/subjects.ts';
-import type { EventStore, Subscription } from '../../adapters/event-store/port.ts';
+import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { ProjectionStore } from '../../adapters/projection-store/port.ts';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
+import { type FeedMember, feedOf } from '../../projections/log-feed.ts';
 
 export interface RelayOptions {
   store: EventStore;
@@ -15,6 +16,11 @@ export interface RelayOptions {
   subjectPrefix?: string;
   /** Publishes awaiting their ack at once; also the largest page checkpointed in one step. */
   maxInFlight?: number;
+  /**
+   * Events taken from the log and not yet published, at most (default 4,096; at least
+   * maxInFlight): a bus that is away holds this much of the log in memory, no more.
+   */
+  maxQueued?: number;
   retry?: { initialMs?: number; maxMs?: number };
   logger?: Logger;
   /**
@@ -32,19 +38,11 @@ export interface RelayStats {
   failures: number;
 }
 
-interface OutgoingEvent {
-  position: number;
-  id: string;
-  subject: string;
-  /** null: a type nobody consumes, passed over. */
-  payload: Uint8Array | null;
-}
+/** Queued events at which the relay stops taking pages (see `receive`). */
+const DEFAULT_MAX_QUEUED = 4_096;
 
-const PASSED_OVER = Promise.resolve({ duplicate: false, sequence: 0 });
-
-const CHECKPOINT_VERSION = 1;
 const NOT_READY = Symbol('not ready');
-const NEVER = new Promise<never>(() => {});
+const CHECKPOINT_VERSION = 1;
 const encoder = new TextEncoder();
 
 /** The bytes the relay publishes: the JSON of the recorded envelope. */
@@ -54,9 +52,13 @@ export function encodeEvent(event: RecordedEvent): Uint8Array {
 
 /**
  * Follows the event store from its checkpoint and publishes every event to the bus, msgId = event
- * id. A page of events is published pipelined; the checkpoint moves only past events whose publish
- * was acknowledged, so a crash or a failed publish means a re-publish (dropped by the bus's msgId
- * window, or by idempotent consumers), never a gap.
+ * id. It is a member of the store's one log feed (projections/log-feed.ts), so a process that also
+ * runs projections reads and decodes each page once for all of them instead of once more for the
+ * relay (most of the log is delivery outcomes nobody on the bus reads). The events it publishes
+ * wait in a queue; a page of them is published pipelined, and the checkpoint moves only past
+ * events whose publish was acknowledged (and the passed-over events before them), so a crash or a
+ * failed publish means a re-publish (dropped by the bus's msgId window, or by idempotent
+ * consumers), never a gap.
  */
 export class Relay {
   private readonly store: EventStore;
@@ -65,18 +67,29 @@ export class Relay {
   private readonly name: string;
   private readonly subjectPrefix: string;
   private readonly maxInFlight: number;
+  private readonly maxQueued: number;
   private readonly retryInitialMs: number;
   private readonly retryMaxMs: number;
   private readonly logger: Logger;
   private readonly types: ReadonlySet<string> | null;
+  /** Acknowledged and checkpointed. */
   private current = 0;
+  /** Handed over by the feed: every event up to here is queued, published or passed over. */
+  private received = 0;
+  /** Events to publish, in log order; `queue[0]` is the oldest unpublished. */
+  private queue: RecordedEvent[] = [];
   private published = 0;
   private duplicates = 0;
   private failures = 0;
   private running = false;
+  /** Whether the feed hands this relay pages (not while the queue is full). */
+  private fed = false;
   private loop: Promise<void> | null = null;
-  private interrupt: (() => void) | null = null;
+  private wakeUp: (() => void) | null = null;
   private stopped: Promise<typeof NOT_READY> = new Promise(() => {});
+  private interrupt: (() => void) | null = null;
+  /** The relay as the feed sees it: its checkpoint is what it has taken, not what is acknowledged. */
+  private readonly member: FeedMember;
 
   constructor(options: RelayOptions) {
     this.store = options.store;
@@ -85,10 +98,18 @@ export class Relay {
     this.name = options.name ?? 'relay';
     this.subjectPrefix = options.subjectPrefix ?? DEFAULT_SUBJECT_PREFIX;
     this.maxInFlight = Math.max(1, options.maxInFlight ?? 256);
+    this.maxQueued = Math.max(this.maxInFlight, options.maxQueued ?? DEFAULT_MAX_QUEUED);
     this.retryInitialMs = options.retry?.initialMs ?? 200;
     this.retryMaxMs = options.retry?.maxMs ?? 10_000;
     this.logger = (options.logger ?? pino({ name: 'relay' })).child({ component: 'relay', relay: this.name });
     this.types = options.types ?? null;
+    const relay = this;
+    this.member = {
+      get checkpoint() {
+        return relay.received;
+      },
+      receive: (page) => this.receive(page),
+    };
   }
 
   /** Global position of the last event whose publish was acknowledged and checkpointed. */
@@ -114,11 +135,14 @@ export class Relay {
     if (this.running) return;
     const saved = await this.checkpoints.load<null>(this.name);
     this.current = saved?.checkpoint ?? 0;
+    this.received = this.current;
+    this.queue = [];
     this.running = true;
     this.stopped = new Promise((resolve) => {
       this.interrupt = () => resolve(NOT_READY);
     });
     this.logger.info({ checkpoint: this.current }, 'relay started');
+    this.feed(true);
     this.loop = this.run();
   }
 
@@ -127,18 +151,63 @@ export class Relay {
     if (!this.running) return;
     this.running = false;
     this.interrupt?.();
+    this.ring();
+    await this.feed(false);
     await this.loop;
+    this.queue = [];
     this.logger.info({ checkpoint: this.current }, 'relay stopped');
   }
 
+  /** Joins or leaves the store's log feed. */
+  private feed(on: boolean): Promise<void> {
+    if (on === this.fed) return Promise.resolve();
+    this.fed = on;
+    const feed = feedOf(this.store, { logger: this.logger });
+    if (on) {
+      feed.join(this.member);
+      return Promise.resolve();
+    }
+    return feed.leave(this.member);
+  }
+
+  /**
+   * Takes the page's events past what it already took, synchronously (the feed's contract). Types
+   * nobody consumes are passed over. A full queue (the bus away or slower than the log) makes the
+   * relay leave the feed rather than hold the log in memory; it joins again, from where it left
+   * off, once the queue has drained to half.
+   */
+  private receive(page: readonly RecordedEvent[]): void {
+    if (!this.running || page.length === 0) return;
+    const last = page[page.length - 1]!.position;
+    if (last <= this.received) return;
+    for (const event of page) {
+      if (event.position <= this.received) continue;
+      if (this.types === null || this.types.has(event.type)) this.queue.push(event);
+    }
+    this.received = last;
+    if (this.queue.length >= this.maxQueued) void this.feed(false);
+    this.ring();
+  }
+
+  private ring(): void {
+    const wake = this.wakeUp;
+    this.wakeUp = null;
+    wake?.();
+  }
+
+  /** Publishes queued pages until stopped; a failed page is retried from its first unacknowledged event. */
   private async run(): Promise<void> {
     let attempt = 0;
     while (this.running) {
-      const subscription = this.store.subscribeToAll({ after: this.current });
-      try {
-        await this.pump(subscription, () => {
-          attempt = 0;
+      if (this.queue.length === 0 && this.received === this.current) {
+        await new Promise<void>((resolve) => {
+          this.wakeUp = resolve;
         });
+        continue;
+      }
+      try {
+        await this.publishNext();
+        attempt = 0;
       } catch (err) {
         this.failures++;
         attempt++;
@@ -146,81 +215,25 @@ export class Relay {
           { err, checkpoint: this.current, attempt },
           'relay page failed; retrying from checkpoint',
         );
-      } finally {
-        await subscription
-          .close()
-          .catch((err: unknown) => this.logger.warn({ err }, 'closing subscription failed'));
+        if (this.running) await this.sleep(this.backoffMs(attempt));
       }
-      if (this.running && attempt > 0) await this.sleep(this.backoffMs(attempt));
+      if (this.running && !this.fed && this.queue.length <= this.maxQueued / 2) void this.feed(true);
     }
   }
 
   /**
-   * Reads pages from the subscription and publishes them until stopped; throws on failure. While
-   * one page's acks are awaited the next page is read and encoded, so store reads and JSON work
-   * overlap the round trip; it is published only after the previous page is checkpointed, so at
-   * most `maxInFlight` publishes are ever unacknowledged and checkpoints advance in order.
+   * Publishes up to `maxInFlight` queued events at once and checkpoints the acknowledged prefix:
+   * every event before the first unacknowledged one was published or passed over. What was not
+   * acknowledged, and the rest of its page, stay queued and go out again (the bus drops the ones
+   * that did get through by msgId).
    */
-  private async pump(subscription: Subscription, onProgress: () => void): Promise<void> {
-    const events = subscription[Symbol.asyncIterator]();
-    // A read that lost a race stays pending; it must be the next one consumed, or an event is lost.
-    let pending: Promise<IteratorResult<RecordedEvent>> | null = null;
-    const take = () => {
-      pending ??= events.next();
-      return pending;
-    };
-    let inFlight: Promise<void> | null = null;
-    try {
-      while (this.running) {
-        // A failure of the page in flight must end the wait for more events.
-        const failed = inFlight ? inFlight.then(() => NEVER) : NEVER;
-        const first = await Promise.race([take(), this.stopped, failed]);
-        if (first === NOT_READY) return;
-        pending = null;
-        if (first.done) return;
-        const page = [this.prepare(first.value)];
-        // Take whatever the subscription has ready in this turn of the event loop, up to the
-        // limit; under load the page fills up while the previous page's acks are awaited.
-        const turnEnded = new Promise<typeof NOT_READY>((resolve) => setImmediate(() => resolve(NOT_READY)));
-        while (page.length < this.maxInFlight) {
-          const next = await Promise.race([take(), turnEnded]);
-          if (next === NOT_READY) break;
-          pending = null;
-          if (next.done) break;
-          page.push(this.prepare(next.value));
-        }
-        if (inFlight) {
-          const previous = inFlight;
-          inFlight = null;
-          await previous;
-        }
-        if (!this.running) return;
-        inFlight = this.publishPage(page, onProgress);
-        // Observed later by the await above or in finally; this keeps it from counting as unhandled.
-        inFlight.catch(() => {});
-      }
-    } finally {
-      // stop() and failures both wait for the page already sent, so its acks are checkpointed.
-      if (inFlight) await inFlight;
-    }
-  }
-
-  private prepare(event: RecordedEvent): OutgoingEvent {
-    const wanted = this.types === null || this.types.has(event.type);
-    return {
-      position: event.position,
-      id: event.id,
-      subject: wanted ? eventSubject(event.type, this.subjectPrefix) : '',
-      payload: wanted ? encodeEvent(event) : null,
-    };
-  }
-
-  private async publishPage(page: OutgoingEvent[], onProgress: () => void): Promise<void> {
+  private async publishNext(): Promise<void> {
+    const page = this.queue.slice(0, this.maxInFlight);
     const results = await Promise.allSettled(
       page.map((event) =>
-        event.payload === null
-          ? PASSED_OVER
-          : this.bus.publish(event.subject, event.payload, { msgId: event.id }),
+        this.bus.publish(eventSubject(event.type, this.subjectPrefix), encodeEvent(event), {
+          msgId: event.id,
+        }),
       ),
     );
     let acked = 0;
@@ -233,13 +246,19 @@ export class Relay {
       acked++;
       if (result.value.duplicate) this.duplicates++;
     }
-    if (acked > 0) {
-      const checkpoint = page[acked - 1]!.position;
+    // Taken now: the feed may queue more while the checkpoint is saved.
+    const done = acked === page.length && this.queue.length === page.length;
+    const checkpoint = done
+      ? this.received
+      : acked < page.length
+        ? page[acked]!.position - 1
+        : this.queue[page.length]!.position - 1;
+    if (checkpoint > this.current) {
       await this.checkpoints.save<null>(this.name, { version: CHECKPOINT_VERSION, checkpoint, state: null });
       this.current = checkpoint;
-      for (let i = 0; i < acked; i++) if (page[i]!.payload !== null) this.published++;
-      onProgress();
     }
+    this.queue.splice(0, acked);
+    this.published += acked;
     if (failure !== null) throw failure;
   }
 

@@ -12,6 +12,10 @@
  *   (b) `POST /x402/get_trade_call` without payment: the 402 quote. Target ≥ 0.6.
  *   (c) `GET /verify/<stream>/<rev>`: an immutable chain proof. Target ≥ 0.5.
  *
+ * Each path also prints both servers' main-thread CPU per request and how busy that thread was
+ * over the run (from /proc, Linux only): a service well under 100 % busy while it answers less
+ * than the baseline is waiting (on the durable debit, say), not short of CPU.
+ *
  * The rate limiter runs, with limits raised past what a run sends, and the pro plan's monthly
  * quota is raised, so every request does the full work (a 429 or quota refusal would be cheaper
  * than a served call). After each
@@ -227,6 +231,7 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
           }
           if (side === 'service') servedCalls += r.statusCounts[String(expected)] ?? 0;
         },
+        { service: service.pid, bare: bare.pid },
       );
       const lines = report(`${path} (${describe(path)})`, comparison, TARGETS[path]);
       if (path.startsWith('mcp')) {

@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -210,6 +210,40 @@ export interface Comparison {
   bare: CannonResult[];
   /** service/bare of each round (the service run and the bare run right after it). */
   ratios: number[];
+  /** CPU of each server's main thread per request answered, µs, per round (Linux only). */
+  cpu?: { service: number[]; bare: number[]; serviceBusy: number[]; bareBusy: number[] };
+}
+
+/**
+ * CPU time of a process's main thread (the event loop), ms, from /proc; null where there is none.
+ * Per request it tells whether a server is short of CPU or waiting (on a disk flush, say): a
+ * server that answers less than the baseline at the same CPU per request is waiting, not working.
+ */
+export function mainThreadCpuMs(pid: number): number | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/task/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // utime and stime, fields 14 and 15 of stat(5), in clock ticks of 10 ms.
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Runs `run` and measures the main-thread CPU `pid` spent meanwhile; null where /proc has none.
+ * The window also holds the load generator's start-up (about a second), so the figure per request
+ * includes a little of the server's background work; `loadMs` is the generator's own run.
+ */
+async function withCpu(
+  pid: number | undefined,
+  run: () => Promise<CannonResult>,
+): Promise<{ result: CannonResult; cpuMs: number | null; loadMs: number }> {
+  const before = pid === undefined ? null : mainThreadCpuMs(pid);
+  const result = await run();
+  const after = pid === undefined ? null : mainThreadCpuMs(pid);
+  const loadMs = result.perSec > 0 ? (result.requests / result.perSec) * 1000 : Number.POSITIVE_INFINITY;
+  return { result, cpuMs: before === null || after === null ? null : after - before, loadMs };
 }
 
 /**
@@ -222,17 +256,31 @@ export async function alternate(
   service: () => Promise<CannonResult>,
   bare: () => Promise<CannonResult>,
   check: (r: CannonResult, side: 'service' | 'bare') => void,
+  pids?: { service: number; bare: number },
 ): Promise<Comparison> {
   const out: Comparison = { service: [], bare: [], ratios: [] };
+  const cpu = {
+    service: [] as number[],
+    bare: [] as number[],
+    serviceBusy: [] as number[],
+    bareBusy: [] as number[],
+  };
   for (let i = 0; i < rounds; i++) {
-    const s = await service();
-    check(s, 'service');
-    const b = await bare();
-    check(b, 'bare');
-    out.service.push(s);
-    out.bare.push(b);
-    out.ratios.push(s.perSec / b.perSec);
+    const s = await withCpu(pids?.service, service);
+    check(s.result, 'service');
+    const b = await withCpu(pids?.bare, bare);
+    check(b.result, 'bare');
+    out.service.push(s.result);
+    out.bare.push(b.result);
+    out.ratios.push(s.result.perSec / b.result.perSec);
+    if (s.cpuMs !== null && b.cpuMs !== null) {
+      cpu.service.push((s.cpuMs * 1000) / Math.max(1, s.result.requests));
+      cpu.bare.push((b.cpuMs * 1000) / Math.max(1, b.result.requests));
+      cpu.serviceBusy.push(Math.min(1, s.cpuMs / s.loadMs));
+      cpu.bareBusy.push(Math.min(1, b.cpuMs / b.loadMs));
+    }
   }
+  if (cpu.service.length === rounds) out.cpu = cpu;
   return out;
 }
 
@@ -251,8 +299,15 @@ export function report(name: string, c: Comparison, target: number): string[] {
       `   p50 ${fs(spread(c.bare.map((r) => r.p50Ms)), (n) => `${n}`)} ms`,
     `    ratio service/bare over ${c.ratios.length} rounds (min/median/max): ${fs(ratio, (n) => n.toFixed(2))}` +
       `  ${met ? 'MET' : 'NOT MET'} (target median ≥ ${target})`,
+    ...(c.cpu
+      ? [
+          `    main-thread CPU per request, µs (min/median/max): service ${fs(spread(c.cpu.service), f0)}, bare ${fs(spread(c.cpu.bare), f0)};` +
+            ` main thread busy: service ${fs(spread(c.cpu.serviceBusy), pct)}, bare ${fs(spread(c.cpu.bareBusy), pct)}`,
+        ]
+      : []),
   ];
 }
+const pct = (n: number) => `${Math.round(n * 100)} %`;
 
 /** Removes a temporary directory tree; used for DATA_DIRs and profile directories. */
 export function tempDir(prefix: string): { path: string; remove(): void } {

@@ -24,6 +24,22 @@ export const QuotaSnapshot = z.object({
 });
 export type QuotaSnapshot = z.infer<typeof QuotaSnapshot>;
 
+/**
+ * `resets_at` of the last few windows. Every answered keyed call carries one or two of them and
+ * they change once a day: formatting a Date each time was most of what building a snapshot cost.
+ */
+const resetLabels = new Map<number, string>();
+
+function resetLabel(at: number): string {
+  let label = resetLabels.get(at);
+  if (label === undefined) {
+    label = new Date(at).toISOString();
+    if (resetLabels.size >= 64) resetLabels.clear();
+    resetLabels.set(at, label);
+  }
+  return label;
+}
+
 /** Figures from the counters `[month, day]`; remaining is what the tighter window still allows. */
 export function quotaSnapshot(
   limits: PlanLimits,
@@ -37,7 +53,7 @@ export function quotaSnapshot(
     used: monthUsed,
     total: limits.monthly,
     remaining: monthRemaining,
-    resets_at: new Date(period.monthResetsAt).toISOString(),
+    resets_at: resetLabel(period.monthResetsAt),
   };
   if (limits.daily === null) return { ...monthly, monthly };
   const dayRemaining = Math.max(0, limits.daily - dayUsed);
@@ -49,7 +65,7 @@ export function quotaSnapshot(
       used: dayUsed,
       total: limits.daily,
       remaining: dayRemaining,
-      resets_at: new Date(period.dayResetsAt).toISOString(),
+      resets_at: resetLabel(period.dayResetsAt),
     },
   };
 }

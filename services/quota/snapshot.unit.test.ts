@@ -1,0 +1,42 @@
+import { describe, expect, it } from 'vitest';
+import { QuotaSnapshot, quotaSnapshot } from './snapshot.ts';
+import { quotaPeriod } from './windows.ts';
+
+describe('quotaSnapshot', () => {
+  it('names the end of each window as an ISO time, for every day of two years (more windows than it remembers)', () => {
+    const start = Date.UTC(2030, 0, 1, 12);
+    for (let day = 0; day < 730; day++) {
+      const now = start + day * 86_400_000;
+      const period = quotaPeriod(now);
+      const snapshot = quotaSnapshot({ monthly: 1_000, daily: 60 }, period, [10, 3]);
+      const date = new Date(now);
+      const dayEnd = Date.UTC(date.getUTCFullYear(), date.getUTCMonth(), date.getUTCDate() + 1);
+      const monthEnd = Date.UTC(date.getUTCFullYear(), date.getUTCMonth() + 1, 1);
+      expect(snapshot.resets_at).toBe(new Date(monthEnd).toISOString());
+      expect(snapshot.monthly.resets_at).toBe(new Date(monthEnd).toISOString());
+      expect(snapshot.daily?.resets_at).toBe(new Date(dayEnd).toISOString());
+    }
+  });
+
+  it('gives the figures of both windows, remaining the tighter of the two, in the contract shape', () => {
+    const period = quotaPeriod(Date.UTC(2031, 5, 10, 8));
+    const daily = quotaSnapshot({ monthly: 1_000, daily: 60 }, period, [990, 20]);
+    expect(daily).toEqual({
+      used: 990,
+      total: 1_000,
+      remaining: 10,
+      resets_at: '2031-07-01T00:00:00.000Z',
+      monthly: { used: 990, total: 1_000, remaining: 10, resets_at: '2031-07-01T00:00:00.000Z' },
+      daily: { used: 20, total: 60, remaining: 40, resets_at: '2031-06-11T00:00:00.000Z' },
+    });
+    expect(QuotaSnapshot.parse(daily)).toEqual(daily);
+    const monthlyOnly = quotaSnapshot({ monthly: 5_000, daily: null }, period, [7, 7]);
+    expect(monthlyOnly).toEqual({
+      used: 7,
+      total: 5_000,
+      remaining: 4_993,
+      resets_at: '2031-07-01T00:00:00.000Z',
+      monthly: { used: 7, total: 5_000, remaining: 4_993, resets_at: '2031-07-01T00:00:00.000Z' },
+    });
+  });
+});

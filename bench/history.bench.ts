@@ -202,6 +202,24 @@ export async function run(): Promise<Record<string, number>> {
     await server.slice.trackRecord.waitFor(head, 600_000);
     await server.slice.labelled.waitFor(head, 600_000);
     const catchUpS = (performance.now() - t) / 1000;
+    // The export-rows projection (each revealed row's bytes, written once): what it costs to
+    // build from the log and on disk, beside the log's own pages.
+    if (server.slice.exportRows) {
+      await server.slice.exportRows.waitFor(head, 1_800_000);
+      const pages = (name: string) => {
+        const s = store.root.openDB({ name }).getStats() as {
+          treeBranchPageCount: number;
+          treeLeafPageCount: number;
+          overflowPages: number;
+          pageSize: number;
+        };
+        return (s.treeBranchPageCount + s.treeLeafPageCount + s.overflowPages) * s.pageSize;
+      };
+      const rowBytes = pages('history-export-verdicts') + pages('history-export-outcomes');
+      console.log(
+        `export-rows projection: caught up in ${((performance.now() - t) / 1000).toFixed(1)} s from the start; ${(rowBytes / 1e6).toFixed(0)} MB on disk (${Math.round(rowBytes / verdicts)} B per verdict) beside the log's ${(pages('events') / 1e6).toFixed(0)} MB`,
+      );
+    }
     const key = await server.issue();
     const headers = { authorization: `Bearer ${key}` };
     // The first keyed request of a fresh process rebuilds the quota counters from the log (the

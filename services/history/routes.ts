@@ -22,7 +22,7 @@ import type { QuotaMeter } from '../quota/quota-meter.ts';
 import { tagMatches } from './cursor.ts';
 import { trackRecordPage } from './page.ts';
 import { HistoryQueryError, parseHistoryQuery, parseTrackRecordQuery } from './query.ts';
-import { type OutcomeIndex, ScanProgress, scanHistory } from './scan.ts';
+import { type OutcomeIndex, ScanProgress, type StoredRows, scanHistory } from './scan.ts';
 import { type TrackRecordState, trackRecord } from './track-record.ts';
 import { historyStream } from './writers.ts';
 
@@ -31,6 +31,8 @@ export interface HistoryRoutesDeps {
   trackRecord: Pick<ProjectionRunner<TrackRecordState>, 'state'>;
   /** Which verdicts have an outcome (a projection): the export reads outcome streams only for those. */
   outcomes?: OutcomeIndex;
+  /** Revealed rows as stored bytes (the export-rows projection), where the store keeps them. */
+  stored?: StoredRows;
   /** The reveal clock: no content leaves before this clock passes its reveal time. */
   now: () => number;
   keys: Pick<KeyResolver, 'resolve'>;
@@ -189,12 +191,14 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
         now: deps.now,
         signal: abort.signal,
         ...(deps.outcomes ? { outcomes: deps.outcomes } : {}),
+        ...(deps.stored ? { stored: deps.stored } : {}),
         ...(deps.pageSize ? { pageSize: deps.pageSize } : {}),
       };
       const body = historyStream(
         query.format,
-        (make) => scanHistory(deps.store, scanOptions, progress, make),
+        (make, fromStore) => scanHistory(deps.store, scanOptions, progress, make, fromStore),
         () => ({ cursor: progress.cursor, rows: progress.rows, _service: service }),
+        deps.stored !== undefined,
       );
       reply
         .header('content-type', HISTORY_MEDIA_TYPES[query.format])

@@ -4,6 +4,21 @@ import type { EventData } from '../../contracts/events.ts';
 import { type HistoryRow, outcomeStream, revealTime } from '../../contracts/history.ts';
 import type { Call, Exchange, Timeframe } from '../../contracts/market.ts';
 import { encodeCursor } from './cursor.ts';
+import type { StoredVerdictEntry } from './export-row-store.ts';
+import {
+  candleCloseTimeOf,
+  dueAtOf,
+  F_CALL,
+  F_COIN,
+  F_EXCHANGE,
+  F_ID,
+  F_STREAM,
+  F_TIMEFRAME,
+  fieldOf,
+  revealAtOf,
+  revisionOf,
+  shownStoredLabel,
+} from './export-rows.ts';
 import { outcomeDueAt } from './outcome.ts';
 import { historyRow } from './rows.ts';
 
@@ -32,7 +47,27 @@ export interface ScanOptions {
   signal?: AbortSignal;
   /** Which verdicts have an outcome; without it every revealed verdict's outcome stream is read. */
   outcomes?: OutcomeIndex;
+  /** Revealed rows as stored bytes (the export-rows projection), for a maker that takes them. */
+  stored?: StoredRows;
 }
+
+/** The export-rows projection as the scan reads it (export-row-store.ts). */
+export interface StoredRows {
+  /** False while it cannot be relied on (not started, failed). */
+  readonly usable: boolean;
+  readonly checkpoint: number;
+  readonly checkpointId: string | null;
+  verdictsAfter(after: number, upTo: number, limit: number): StoredVerdictEntry[];
+  outcome(verdictId: string): Buffer | undefined;
+  /** Resolves once the checkpoint reaches `position`; rejects after `timeoutMs`. */
+  waitFor(position: number, timeoutMs: number): Promise<void>;
+}
+
+/**
+ * How long a scan waits for the stored rows to fold what the log held when it began: on a busy
+ * service the head moves with every call, a few milliseconds ahead of the projection.
+ */
+const STORED_CATCH_UP_MS = 500;
 
 /** The verdicts an outcome has labelled, as far as the log up to `checkpoint` tells. */
 export interface OutcomeIndex {
@@ -56,6 +91,15 @@ export class ScanProgress {
 
 /** Builds what the scan yields per verdict: a row object, or the events for a column writer (rows.ts). */
 export type RowMaker<T> = (verdict: Verdict, outcome: Outcome | null, now: number) => T;
+/**
+ * What the scan yields for a row read from the export-rows projection: `make` gets its position,
+ * its verdict record and the label the reveal rule gives it now (false: a commitment). A maker
+ * without `commitments` has commitments made from their events by the RowMaker instead.
+ */
+export interface StoredMaker<T> {
+  commitments: boolean;
+  make(position: number, verdict: Buffer, label: Buffer | null | false): T;
+}
 
 /** Does the verdict pass the filter? `call` is checked apart: it only ever applies to revealed rows. */
 function matchesMarket(d: EventData<'VerdictRecorded'>, f: HistoryFilter): boolean {
@@ -70,6 +114,81 @@ function matchesMarket(d: EventData<'VerdictRecorded'>, f: HistoryFilter): boole
 async function readOutcome(store: EventStore, verdictId: string): Promise<Outcome | null> {
   const [recorded] = await store.readStream(outcomeStream(verdictId), { maxCount: 1 });
   return recorded?.type === 'VerdictOutcomeResolved' ? (recorded as Outcome) : null;
+}
+
+/**
+ * The part of a scan the export-rows projection covers: revealed rows are its stored bytes, the
+ * filters and the reveal rule are applied to what it stored beside them. A verdict still younger
+ * than its reveal time is read from the log and made as the log scan makes it (a commitment).
+ */
+async function* scanStored<T>(
+  store: EventStore,
+  options: ScanOptions,
+  progress: ScanProgress,
+  make: RowMaker<T>,
+  fromStore: StoredMaker<T>,
+  stored: StoredRows,
+  head: number,
+): AsyncGenerator<T[]> {
+  const pageSize = options.pageSize ?? 128;
+  const { filter } = options;
+  let size = Math.min(pageSize, 32);
+  for (;;) {
+    if (progress.rows >= options.limit || options.signal?.aborted || !stored.usable) return;
+    // Read together: every verdict up to this checkpoint is there, with the outcomes the log held.
+    const upTo = stored.checkpoint;
+    const upToId = stored.checkpointId;
+    if (upTo <= progress.position) return;
+    const entries = stored.verdictsAfter(progress.position, upTo, size);
+    const full = entries.length === size;
+    size = Math.min(pageSize, size * 4);
+    const now = options.now();
+    // Which verdicts have an outcome, as for the log scan: looked up only for those it names.
+    const index = options.outcomes && options.outcomes.checkpoint >= head ? options.outcomes : null;
+    const rows: T[] = [];
+    let lastRow: StoredVerdictEntry | null = null;
+    for (const entry of entries) {
+      const v = entry.value;
+      if (filter.exchange && fieldOf(v, F_EXCHANGE) !== filter.exchange) continue;
+      if (filter.coin && fieldOf(v, F_COIN) !== filter.coin) continue;
+      if (filter.timeframe && fieldOf(v, F_TIMEFRAME) !== filter.timeframe) continue;
+      if (filter.from !== undefined && candleCloseTimeOf(v) < filter.from) continue;
+      if (filter.to !== undefined && candleCloseTimeOf(v) > filter.to) continue;
+      const revealed = now >= revealAtOf(v);
+      // The call of a commitment is not shown, so it is not filtered on either.
+      if (filter.call && revealed && fieldOf(v, F_CALL) !== filter.call) continue;
+      if (!revealed && !fromStore.commitments) {
+        const id = fieldOf(v, F_ID);
+        const [event] = await store.readAll({ after: entry.key - 1, maxCount: 1 });
+        if (event?.type !== 'VerdictRecorded' || event.id !== id) {
+          throw new Error(`export rows: verdict ${id} is not at position ${entry.key}`);
+        }
+        rows.push(make(event as Verdict, null, now));
+      } else {
+        const due =
+          revealed && now >= dueAtOf(v) && (!index || index.has(fieldOf(v, F_STREAM), revisionOf(v)));
+        const outcome = due ? stored.outcome(fieldOf(v, F_ID)) : undefined;
+        rows.push(fromStore.make(entry.key, v, shownStoredLabel(v, outcome, now)));
+      }
+      lastRow = entry;
+      if (progress.rows + rows.length >= options.limit) break;
+    }
+    if (progress.rows + rows.length >= options.limit && lastRow) {
+      // The limit falls inside the page: resume right after the last row given.
+      progress.position = lastRow.key;
+      progress.eventId = fieldOf(lastRow.value, F_ID);
+    } else if (full) {
+      const end = entries[entries.length - 1]!;
+      progress.position = end.key;
+      progress.eventId = fieldOf(end.value, F_ID);
+    } else {
+      // Nothing more up to the checkpoint: the next read starts past it.
+      progress.position = upTo;
+      progress.eventId = upToId;
+    }
+    progress.rows += rows.length;
+    if (rows.length > 0) yield rows;
+  }
 }
 
 const sleep = (ms: number, signal?: AbortSignal) =>
@@ -97,12 +216,14 @@ export function scanHistory<T>(
   options: ScanOptions,
   progress: ScanProgress,
   make: RowMaker<T>,
+  fromStore?: StoredMaker<T>,
 ): AsyncGenerator<T[]>;
 export async function* scanHistory<T>(
   store: EventStore,
   options: ScanOptions,
   progress: ScanProgress,
   make: RowMaker<T> = historyRow as RowMaker<T>,
+  fromStore?: StoredMaker<T>,
 ): AsyncGenerator<T[]> {
   // Small pages: a page's decoded events and rows stay reachable until the writer has sent them,
   // across the socket's backpressure, so 1,000-event pages outlived young-generation collections
@@ -113,7 +234,19 @@ export async function* scanHistory<T>(
   // The index may say "no outcome" only once it has folded every outcome the log held when the
   // scan began; until then (a projection still catching up) every candidate is looked up, as
   // without an index. Outcomes appended during the scan may or may not be attached either way.
-  const head = options.outcomes ? await store.headPosition() : 0;
+  const head = options.outcomes || options.stored ? await store.headPosition() : 0;
+  // The stored rows serve what they cover only if they have folded every outcome the log held
+  // when the scan began, as for the index above; the log scan below takes over where they end.
+  const stored = options.stored;
+  if (fromStore && stored?.usable) {
+    const caughtUp =
+      stored.checkpoint >= head ||
+      (await stored.waitFor(head, STORED_CATCH_UP_MS).then(
+        () => true,
+        () => false,
+      ));
+    if (caughtUp) yield* scanStored(store, options, progress, make, fromStore, stored, head);
+  }
   // Small first pages, so the first row leaves at once; full pages once the stream is flowing.
   let size = Math.min(pageSize, 32);
   for (;;) {

@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
+import type { LmdbEventStore } from '../../adapters/event-store/lmdb.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import { feedOptionsFromConfig, selectFeed } from '../../adapters/market/select.ts';
 import type { Config } from '../../contracts/config.ts';
@@ -13,6 +14,7 @@ import type { SignalOperations } from '../engine/operations.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
 import type { QuotaMeter } from '../quota/quota-meter.ts';
 import type { Check } from '../shared/readiness.ts';
+import { ExportRowStore } from './export-row-store.ts';
 import {
   hasRevision,
   type LabelledVerdicts,
@@ -23,7 +25,7 @@ import {
 } from './projections.ts';
 import { OutcomeResolver } from './resolver.ts';
 import { historyRoutes } from './routes.ts';
-import type { OutcomeIndex } from './scan.ts';
+import type { OutcomeIndex, StoredRows } from './scan.ts';
 import { type TrackRecordState, trackRecordBrief } from './track-record.ts';
 
 /** Roles this slice does something in: routes (api), outcomes (projections), webhook lines (dispatcher). */
@@ -75,6 +77,12 @@ export function historySlice(deps: HistorySliceDeps) {
     runnerOptions,
   );
   const exports = roles.includes('api');
+  // Rows kept as bytes on disk beside the log: only where the log is an LMDB environment of this
+  // host (the other stores export from the log alone).
+  const exportRows =
+    exports && adapters.eventStore.kind === 'lmdb'
+      ? new ExportRowStore(adapters.eventStore, (adapters.eventStore as LmdbEventStore).root, { logger: log })
+      : null;
   const serves = exports || roles.includes('dispatcher');
   const resolves = roles.includes('projections');
   let feed = deps.feed;
@@ -100,7 +108,9 @@ export function historySlice(deps: HistorySliceDeps) {
     has: (stream, revision) => hasRevision(labelled.state.runs[stream], revision),
   };
 
-  function runnerCheck<S>(runner: ProjectionRunner<S>): Check {
+  const stored: StoredRows | null = exportRows;
+
+  function runnerCheck<S>(runner: Pick<ProjectionRunner<S>, 'error' | 'running' | 'checkpoint'>): Check {
     return async () =>
       runner.error
         ? { ok: false, detail: runner.error.message, checkpoint: runner.checkpoint }
@@ -116,6 +126,7 @@ export function historySlice(deps: HistorySliceDeps) {
         store: adapters.eventStore,
         trackRecord,
         outcomes: outcomeIndex,
+        ...(stored ? { stored } : {}),
         now,
         keys: channel().keys,
         ...(channel().quota ? { quota: channel().quota } : {}),
@@ -136,6 +147,8 @@ export function historySlice(deps: HistorySliceDeps) {
     trackRecord,
     pending,
     labelled,
+    /** The export-rows projection (null where the log is not LMDB or the role exports nothing). */
+    exportRows,
     now,
     brief,
 
@@ -148,6 +161,7 @@ export function historySlice(deps: HistorySliceDeps) {
         store: adapters.eventStore,
         trackRecord,
         outcomes: outcomeIndex,
+        ...(stored ? { stored } : {}),
         now,
         keys: keyed.keys,
         ...(keyed.quota ? { quota: keyed.quota } : {}),
@@ -172,6 +186,7 @@ export function historySlice(deps: HistorySliceDeps) {
     async start() {
       if (serves || resolves) await trackRecord.start();
       if (exports) await labelled.start();
+      await exportRows?.start();
       if (!resolves) return;
       if (!feed) {
         ownFeed = (await selectFeed({ ...feedOptionsFromConfig(config), logger: log })).feed;
@@ -193,12 +208,14 @@ export function historySlice(deps: HistorySliceDeps) {
       if (pending.running) await pending.stop({ drainMs: 2_000 });
       if (trackRecord.running) await trackRecord.stop({ drainMs: 2_000 });
       if (labelled.running) await labelled.stop({ drainMs: 2_000 });
+      await exportRows?.stop();
       await ownFeed?.close();
     },
 
     checks(): Record<string, Check> {
       const checks: Record<string, Check> = { 'projection:history-track-record': runnerCheck(trackRecord) };
       if (exports) checks['projection:history-labelled-verdicts'] = runnerCheck(labelled);
+      if (exportRows) checks['projection:history-export-rows'] = runnerCheck(exportRows);
       if (resolves) {
         checks['projection:history-pending-outcomes'] = runnerCheck(pending);
         checks['processor:history-outcomes'] = async () => ({

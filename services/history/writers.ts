@@ -2,8 +2,18 @@ import { Readable } from 'node:stream';
 import * as arrow from 'apache-arrow';
 import * as parquet from 'parquet-wasm/node';
 import { HISTORY_COLUMNS, type HistoryFormat, type HistoryRow } from '../../contracts/history.ts';
+import {
+  headOf,
+  NO_OUTCOME_TAIL,
+  StoredLine,
+  shownStoredLabel,
+  storedOutcome,
+  storedVerdict,
+  tailOf,
+} from './export-rows.ts';
 import { fillColumns, historyRow, rowRef } from './rows.ts';
-import type { RowMaker } from './scan.ts';
+import type { RowMaker, StoredMaker } from './scan.ts';
+import { type StoredRef, storedTable } from './stored-columns.ts';
 
 /**
  * Serialisers for history rows. Each pulls batches of rows from an async iterable only as fast
@@ -47,7 +57,10 @@ const UNCOMPRESSED_COLUMNS: readonly (keyof HistoryRow)[] = ['verdict_id', 'hash
 
 type Batches<T = HistoryRow> = AsyncIterable<T[]> | Iterable<T[]>;
 
-export function ndjsonStream(batches: Batches, trailer: () => object): Readable {
+/** A row to write: built from the events, or a revealed row's stored bytes (export-rows.ts). */
+export type NdjsonItem = HistoryRow | StoredLine;
+
+export function ndjsonStream(batches: Batches<NdjsonItem>, trailer: () => object): Readable {
   return Readable.from(
     (async function* () {
       // Lines are encoded straight into byte chunks: no 64 KB string per chunk (built from the
@@ -59,6 +72,25 @@ export function ndjsonStream(batches: Batches, trailer: () => object): Readable 
       let first = true;
       for await (const rows of batches) {
         for (const row of rows) {
+          if (row instanceof StoredLine) {
+            // Stored bytes are copied as they are: no string is made of them.
+            const size = row.byteLength;
+            if (at + size > NDJSON_CHUNK && at > 0) {
+              yield chunk.subarray(0, at);
+              chunk = Buffer.allocUnsafe(NDJSON_CHUNK);
+              at = 0;
+            }
+            if (size > NDJSON_CHUNK) {
+              yield Buffer.concat([row.head, row.tail, NEWLINE]);
+              continue;
+            }
+            chunk.set(row.head, at);
+            at += row.head.length;
+            chunk.set(row.tail, at);
+            at += row.tail.length;
+            chunk[at++] = 10;
+            continue;
+          }
           const line = JSON.stringify(row);
           // At most 3 bytes per UTF-16 unit, and the line break.
           const most = 3 * line.length + 1;
@@ -87,6 +119,8 @@ export function ndjsonStream(batches: Batches, trailer: () => object): Readable 
     { objectMode: false },
   );
 }
+
+const NEWLINE = Buffer.from('\n');
 
 function csvField(value: unknown): string {
   if (value === null || value === undefined) return '';
@@ -254,10 +288,15 @@ function batchTable(values: unknown[][]): arrow.Table {
 
 /** Parquet via the Rust writer (parquet-wasm), streamed row group by row group as it is written. */
 export function parquetStream(batches: Batches): Readable;
-export function parquetStream<T>(batches: Batches<T>, fill: Fill<T>): Readable;
+export function parquetStream<T>(
+  batches: Batches<T>,
+  fill: Fill<T>,
+  build?: (columns: unknown[][]) => arrow.Table,
+): Readable;
 export function parquetStream<T>(
   batches: Batches<T>,
   fill: Fill<T> = splitColumns as unknown as Fill<T>,
+  build: (columns: unknown[][]) => arrow.Table = batchTable,
 ): Readable {
   const iterator =
     Symbol.asyncIterator in batches ? batches[Symbol.asyncIterator]() : batches[Symbol.iterator]();
@@ -299,7 +338,7 @@ export function parquetStream<T>(
       // An empty export is still a valid file with the full schema.
       if (filled > 0 || done) {
         for (const values of columns) values.length = filled;
-        const ipc = arrow.tableToIPC(batchTable(columns), 'stream');
+        const ipc = arrow.tableToIPC(build(columns), 'stream');
         for (const rb of parquet.Table.fromIPCStream(ipc).recordBatches()) controller.enqueue(rb);
         columns = HISTORY_COLUMNS.map(() => new Array<unknown>(ROW_GROUP_ROWS));
         filled = 0;
@@ -334,11 +373,52 @@ export function parquetStream<T>(
   );
 }
 
-/** The batches of a scan, each verdict made into what the format writes (scanHistory's `make`). */
-export type RowSource = <T>(make: RowMaker<T>) => Batches<T>;
+/**
+ * The batches of a scan, each verdict made into what the format writes (scanHistory's `make`);
+ * a format that can write stored rows' bytes also passes `fromStore`.
+ */
+export type RowSource = <T>(make: RowMaker<T>, fromStore?: StoredMaker<T>) => Batches<T>;
 
-export function historyStream(format: HistoryFormat, source: RowSource, trailer: () => object): Readable {
+/** NDJSON copies a revealed row's stored head and tail; a commitment is made from its event. */
+export const storedLines: StoredMaker<NdjsonItem> = {
+  commitments: false,
+  make: (_position, v, label) => new StoredLine(headOf(v), label ? tailOf(label) : NO_OUTCOME_TAIL),
+};
+
+/** Parquet takes every row as stored bytes, commitments included (stored-columns.ts). */
+const storedRefs: StoredMaker<StoredRef> = {
+  commitments: true,
+  make: (position, v, label) => ({ position, v, label }),
+};
+/** Rows past what the store holds (the log's tail) are put in the same stored form. */
+const refFromEvents: RowMaker<StoredRef> = (verdict, outcome, now) => {
+  const v = storedVerdict(verdict);
+  return {
+    position: verdict.position,
+    v,
+    label: shownStoredLabel(v, outcome && storedOutcome(outcome), now),
+  };
+};
+const fillRefs = (items: readonly StoredRef[], columns: unknown[][], at: number) => {
+  const refs = columns[0]!;
+  for (let j = 0; j < items.length; j++) refs[at + j] = items[j];
+};
+const buildFromRefs = (columns: unknown[][]) => storedTable(columns[0] as StoredRef[]);
+
+/**
+ * `stored`: the export-rows projection holds the rows (an LMDB log): NDJSON and Parquet copy its
+ * bytes where it covers the scan.
+ */
+export function historyStream(
+  format: HistoryFormat,
+  source: RowSource,
+  trailer: () => object,
+  stored = false,
+): Readable {
   if (format === 'csv') return csvStream(source(historyRow));
-  if (format === 'parquet') return parquetStream(source(rowRef), fillColumns);
-  return ndjsonStream(source(historyRow), trailer);
+  if (format === 'parquet') {
+    if (stored) return parquetStream(source(refFromEvents, storedRefs), fillRefs, buildFromRefs);
+    return parquetStream(source(rowRef), fillColumns);
+  }
+  return ndjsonStream(source<NdjsonItem>(historyRow, storedLines), trailer);
 }

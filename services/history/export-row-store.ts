@@ -1,0 +1,246 @@
+import { randomUUID } from 'node:crypto';
+import { type Database, type RootDatabase, TransactionFlags } from 'lmdb';
+import type { Logger } from 'pino';
+import type { EventStore } from '../../adapters/event-store/port.ts';
+import type { RecordedEvent } from '../../contracts/envelope.ts';
+import type { EventData } from '../../contracts/events.ts';
+import { type FeedMember, feedOf } from '../../projections/log-feed.ts';
+import { storedOutcome, storedVerdict } from './export-rows.ts';
+import type { StoredRows } from './scan.ts';
+
+type Verdict = RecordedEvent<EventData<'VerdictRecorded'>, 'VerdictRecorded'>;
+type Outcome = RecordedEvent<EventData<'VerdictOutcomeResolved'>, 'VerdictOutcomeResolved'>;
+
+/** Bump when what export-rows.ts stores changes: a store of another version is rebuilt. */
+export const EXPORT_ROWS_VERSION = 1;
+/** Key of the meta entry in the verdicts database: positions start at 1. */
+const META = 0;
+/** [version, generation, checkpoint, id of the event at the checkpoint]. */
+type Meta = [version: number, generation: string, checkpoint: number, checkpointId: string | null];
+/** Synchronous commit, flushed to disk later, abortable: a projection is rebuilt, never lost. */
+const TXN_FLAGS =
+  TransactionFlags.ABORTABLE | TransactionFlags.SYNCHRONOUS_COMMIT | TransactionFlags.NO_SYNC_FLUSH;
+
+/** A verdict as the export reads it back, with its log position. */
+export interface StoredVerdictEntry {
+  key: number;
+  /** export-rows.ts reads it. */
+  value: Buffer;
+}
+
+/**
+ * The export-rows projection: each verdict's revealed NDJSON line (its head, export-rows.ts) and
+ * each outcome's tail, on disk in two sub-databases of the event store's own LMDB environment,
+ * written when the verdict is recorded and when its outcome resolves. A history export reads
+ * these bytes instead of decoding and serialising every event again.
+ *
+ * It is a projection like the slice's others (fed by the store's one log feed, checkpointed,
+ * rebuilt from position 0 when its version changes or on `rebuild()`), but its state does not
+ * fit in memory, so it is not a snapshot: each page's entries and the checkpoint are written in
+ * one LMDB transaction, so after a crash the checkpoint never claims a row that is not there.
+ * The entries are deterministic functions of the events: re-folding rewrites the same bytes.
+ *
+ * Several processes on one data directory may run it: each page is applied only past the
+ * checkpoint the transaction finds, so a slower process never overwrites a newer outcome with an
+ * older state; a generation id, new at each rebuild, tells a process its checkpoint went stale.
+ */
+export class ExportRowStore implements FeedMember, StoredRows {
+  readonly name = 'history-export-rows';
+  private readonly verdicts: Database<Buffer, number>;
+  private readonly outcomes: Database<Buffer, string>;
+  private position = 0;
+  private positionId: string | null = null;
+  private generation = '';
+  private joined = false;
+  private failure: Error | null = null;
+  private waiters: { position: number; resolve: () => void }[] = [];
+
+  constructor(
+    private readonly store: EventStore,
+    private readonly root: RootDatabase,
+    private readonly options: { logger?: Logger } = {},
+  ) {
+    // Bytes, not msgpack: a range read hands each value over as one copied buffer, and the
+    // export reads only the fields it needs out of it.
+    this.verdicts = root.openDB<Buffer, number>({ name: 'history-export-verdicts', encoding: 'binary' });
+    this.outcomes = root.openDB<Buffer, string>({ name: 'history-export-outcomes', encoding: 'binary' });
+  }
+
+  /** Global position up to which every verdict and outcome of the log is readable here. */
+  get checkpoint(): number {
+    return this.position;
+  }
+
+  /** The id of the event at `checkpoint` (null at 0): a resume cursor names both. */
+  get checkpointId(): string | null {
+    return this.positionId;
+  }
+
+  get running(): boolean {
+    return this.joined;
+  }
+
+  /** The export may read it: started and not stopped by a failed fold. */
+  get usable(): boolean {
+    return this.joined && !this.failure;
+  }
+
+  get error(): Error | null {
+    return this.failure;
+  }
+
+  async start(): Promise<void> {
+    if (this.joined) return;
+    const meta = this.meta();
+    if (meta && meta[0] === EXPORT_ROWS_VERSION) {
+      [, this.generation, this.position, this.positionId] = meta;
+    } else {
+      if (meta) {
+        this.options.logger?.info(
+          { projection: this.name, stored: meta[0], current: EXPORT_ROWS_VERSION },
+          'projection version changed: rebuilding from position 0',
+        );
+      }
+      this.reset();
+    }
+    this.failure = null;
+    this.joined = true;
+    feedOf(this.store, this.options.logger ? { logger: this.options.logger } : {}).join(this);
+  }
+
+  async stop(): Promise<void> {
+    if (!this.joined) return;
+    this.joined = false;
+    await feedOf(this.store).leave(this);
+  }
+
+  /** Throws every entry away and folds the whole log again from position 0. */
+  async rebuild(): Promise<void> {
+    await this.stop();
+    this.reset();
+    await this.start();
+  }
+
+  private reset(): void {
+    this.generation = randomUUID();
+    this.position = 0;
+    this.positionId = null;
+    this.root.transactionSync(() => {
+      this.verdicts.clearSync();
+      this.outcomes.clearSync();
+      this.putMeta([EXPORT_ROWS_VERSION, this.generation, 0, null]);
+    }, TXN_FLAGS);
+  }
+
+  private meta(): Meta | undefined {
+    const bytes = this.verdicts.get(META);
+    return bytes ? (JSON.parse(bytes.toString('utf8')) as Meta) : undefined;
+  }
+
+  private putMeta(meta: Meta): void {
+    this.verdicts.putSync(META, Buffer.from(JSON.stringify(meta)));
+  }
+
+  /** Resolves once every event up to `position` is readable here. */
+  waitFor(position: number, timeoutMs = 5_000): Promise<void> {
+    if (this.position >= position) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiters = this.waiters.filter((w) => w.resolve !== done);
+        reject(
+          new Error(`projection ${this.name} did not reach position ${position} within ${timeoutMs} ms`),
+        );
+      }, timeoutMs);
+      const done = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      this.waiters.push({ position, resolve: done });
+    });
+  }
+
+  /** Up to `limit` verdicts after position `after` and up to `upTo`, in log order. */
+  verdictsAfter(after: number, upTo: number, limit: number): StoredVerdictEntry[] {
+    const out: StoredVerdictEntry[] = [];
+    const range = this.verdicts.getRange({ start: after + 1, end: upTo + 1, limit });
+    for (const entry of range) out.push(entry as StoredVerdictEntry);
+    return out;
+  }
+
+  /** The outcome stored for a verdict, if one has resolved (up to the checkpoint). */
+  outcome(verdictId: string): Buffer | undefined {
+    return this.outcomes.get(verdictId);
+  }
+
+  /** Folds the events of a page past the checkpoint; called by the feed, synchronously. */
+  receive(page: readonly RecordedEvent[]): void {
+    if (!this.joined || this.failure || page.length === 0) return;
+    const last = page[page.length - 1]!;
+    if (last.position <= this.position) return;
+    try {
+      const verdicts: [number, Buffer][] = [];
+      const outcomes: [number, string, Buffer][] = [];
+      for (const event of page) {
+        if (event.position <= this.position) continue;
+        if (event.type === 'VerdictRecorded') {
+          verdicts.push([event.position, storedVerdict(event as Verdict)]);
+        } else if (event.type === 'VerdictOutcomeResolved') {
+          const stored = storedOutcome(event as Outcome);
+          if (stored) outcomes.push([event.position, (event as Outcome).data.verdictId, stored]);
+        }
+      }
+      if (verdicts.length > 0 || outcomes.length > 0) this.write(verdicts, outcomes, last);
+      else {
+        // Nothing of ours in the page: the entries already say all the log says up to here.
+        this.position = last.position;
+        this.positionId = last.id;
+      }
+    } catch (err) {
+      // A fold that throws stops this projection (the export falls back to the log, and /readyz
+      // shows it) rather than skipping an event the entries would then silently lack.
+      this.failure = err instanceof Error ? err : new Error(String(err));
+      this.options.logger?.error(
+        { err, projection: this.name, position: this.position },
+        'projection stopped',
+      );
+      void feedOf(this.store).leave(this);
+      return;
+    }
+    this.releaseWaiters();
+  }
+
+  private write(
+    verdicts: readonly [number, Buffer][],
+    outcomes: readonly [number, string, Buffer][],
+    last: RecordedEvent,
+  ): void {
+    const stale = this.root.transactionSync(() => {
+      const meta = this.meta();
+      // Rebuilt by another process since: start again from its checkpoint (the feed re-reads).
+      if (!meta || meta[0] !== EXPORT_ROWS_VERSION || meta[1] !== this.generation) return meta ?? null;
+      const applied = meta[2];
+      if (applied >= last.position) return undefined;
+      for (const [position, value] of verdicts)
+        if (position > applied) this.verdicts.putSync(position, value);
+      for (const [position, id, value] of outcomes) if (position > applied) this.outcomes.putSync(id, value);
+      this.putMeta([EXPORT_ROWS_VERSION, this.generation, last.position, last.id]);
+      return undefined;
+    }, TXN_FLAGS);
+    if (stale !== undefined) {
+      if (stale === null || stale[0] !== EXPORT_ROWS_VERSION)
+        throw new Error('export rows store was removed');
+      [, this.generation, this.position, this.positionId] = stale;
+      return;
+    }
+    this.position = last.position;
+    this.positionId = last.id;
+  }
+
+  private releaseWaiters(): void {
+    if (this.waiters.length === 0) return;
+    const ready = this.waiters.filter((w) => w.position <= this.position);
+    if (ready.length === 0) return;
+    this.waiters = this.waiters.filter((w) => w.position > this.position);
+    for (const w of ready) w.resolve();
+  }
+}

@@ -1,0 +1,296 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parquetReadObjects } from 'hyparquet';
+import { request } from 'undici';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { type LmdbEventStore, openLmdbEventStore } from '../../adapters/event-store/lmdb.ts';
+import { HistoryTrailer } from '../../contracts/history.ts';
+import { recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { ExportRowStore } from './export-row-store.ts';
+import { F_ID, fieldOf, headOf, revealAtOf, StoredLine } from './export-rows.ts';
+import { fillColumns, historyRow, rowRef } from './rows.ts';
+import { type HistoryFilter, ScanProgress, type StoredRows, scanHistory } from './scan.ts';
+import { parquetStream, storedLines } from './writers.ts';
+
+type Server = Awaited<ReturnType<typeof startHistoryServer>>;
+
+let dir: string;
+let store: LmdbEventStore;
+let fx: Awaited<ReturnType<typeof recordHistory>>;
+let server: Server;
+let key: string;
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'history-export-rows-'));
+  store = await openLmdbEventStore({ path: dir });
+  // 40 hourly verdicts on three markets on an LMDB log; outcomes resolve after the server has
+  // stored the verdicts (so their rows are rewritten), the last steps stay unrevealed.
+  fx = await recordHistory({ steps: 40, store });
+  server = await startHistoryServer({ store, feed: fx.feed, pageSize: 16 });
+  await server.settle();
+  key = await server.issue();
+  await server.slice.exportRows!.waitFor(await store.headPosition());
+}, 60_000);
+afterAll(async () => {
+  await server?.close();
+  await fx?.engine.close();
+  await store?.close();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+/** The lines the log scan alone makes (no stored rows), as the reference. */
+async function fromLog(filter: Record<string, unknown> = {}): Promise<string[]> {
+  const lines: string[] = [];
+  const progress = new ScanProgress(0, null);
+  for await (const rows of scanHistory(
+    store,
+    { filter, after: 0, limit: 1e9, now: server.slice.now },
+    progress,
+  ))
+    for (const row of rows) lines.push(JSON.stringify(row));
+  return lines;
+}
+
+async function readParquet(bytes: Buffer) {
+  return parquetReadObjects({
+    file: bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer,
+  });
+}
+
+/** The Parquet rows the log scan alone gives (events taken apart by fillColumns). */
+async function parquetFromLog(filter: HistoryFilter = {}) {
+  const progress = new ScanProgress(0, null);
+  const scan = scanHistory(store, { filter, after: 0, limit: 1e9, now: server.slice.now }, progress, rowRef);
+  const chunks: Buffer[] = [];
+  for await (const chunk of parquetStream(scan, fillColumns)) chunks.push(chunk as Buffer);
+  return readParquet(Buffer.concat(chunks));
+}
+
+async function parquetExported(query: string) {
+  const res = await request(`${server.url}/api/verdicts${query}${query ? '&' : '?'}format=parquet`, {
+    headers: { authorization: `Bearer ${key}` },
+  });
+  expect(res.statusCode).toBe(200);
+  return readParquet(Buffer.from(await res.body.arrayBuffer()));
+}
+
+async function exported(query: string) {
+  const res = await request(`${server.url}/api/verdicts${query}`, {
+    headers: { authorization: `Bearer ${key}` },
+  });
+  expect(res.statusCode).toBe(200);
+  const lines = (await res.body.text()).trim().split('\n');
+  return { rows: lines.slice(0, -1), trailer: HistoryTrailer.parse(JSON.parse(lines.at(-1)!)) };
+}
+
+describe('export rows (stored bytes of each revealed row)', () => {
+  it('NDJSON from the stored rows is byte for byte the rows the log makes, commitments included', async () => {
+    const reads = vi.spyOn(server.slice.exportRows!, 'verdictsAfter');
+    const { rows } = await exported('');
+    expect(reads).toHaveBeenCalled();
+    reads.mockRestore();
+    const expected = await fromLog();
+    expect(rows).toEqual(expected);
+    const parsed = rows.map((l) => JSON.parse(l));
+    // The fixture holds all three kinds: commitments, revealed unlabelled, revealed labelled.
+    const commitments = parsed.filter((r) => !r.revealed);
+    expect(commitments.length).toBeGreaterThan(0);
+    for (const r of commitments) {
+      expect(r.call).toBeNull();
+      expect(r.inputs_json).toBeNull();
+      expect(r.outcome_id).toBeNull();
+    }
+    expect(parsed.some((r) => r.revealed && r.outcome_id === null)).toBe(true);
+    expect(parsed.some((r) => r.revealed && r.outcome_id !== null)).toBe(true);
+  });
+
+  it('Parquet from the stored rows holds the values the log gives, commitments and labels included', async () => {
+    const reads = vi.spyOn(server.slice.exportRows!, 'verdictsAfter');
+    const rows = await parquetExported('');
+    expect(reads).toHaveBeenCalled();
+    reads.mockRestore();
+    const expected = await parquetFromLog();
+    expect(rows).toEqual(expected);
+    expect(rows.some((r) => r.revealed === false && r.call === null && r.inputs_json === null)).toBe(true);
+    expect(rows.some((r) => r.revealed === true && r.outcome_id !== null && r.net_centi_bps !== null)).toBe(
+      true,
+    );
+    expect(rows.some((r) => r.revealed === true && r.call === 'HOLD' && r.outcome_id !== null)).toBe(true);
+    for (const q of ['?call=BUY', '?coin=SOL&limit=9']) {
+      const filter: HistoryFilter = q.includes('BUY') ? { call: 'BUY' } : { coin: 'SOL' };
+      const got = await parquetExported(q);
+      const want = (await parquetFromLog(filter)).slice(0, q.includes('limit') ? 9 : undefined);
+      expect(got, q).toEqual(want);
+    }
+  });
+
+  it('rows the store does not hold yet (stopped, or past its checkpoint) come from the log, the same in every format', async () => {
+    const rows = server.slice.exportRows!;
+    await rows.stop();
+    try {
+      expect(await parquetExported('')).toEqual(await parquetFromLog());
+      expect((await exported('')).rows).toEqual(await fromLog());
+    } finally {
+      await rows.start();
+    }
+    await rows.waitFor(await store.headPosition());
+  });
+
+  it('waits briefly for stored rows a little behind the head the scan began at, rather than reading the log', async () => {
+    const real = server.slice.exportRows!;
+    let behind = true;
+    const reads = vi.fn((after: number, upTo: number, limit: number) =>
+      real.verdictsAfter(after, upTo, limit),
+    );
+    const lagging: StoredRows = {
+      get usable() {
+        return real.usable;
+      },
+      get checkpoint() {
+        return behind ? real.checkpoint - 1 : real.checkpoint;
+      },
+      get checkpointId() {
+        return real.checkpointId;
+      },
+      verdictsAfter: reads,
+      outcome: (id) => real.outcome(id),
+      waitFor: async (position, timeoutMs) => {
+        behind = false;
+        await real.waitFor(position, timeoutMs);
+      },
+    };
+    const lines: string[] = [];
+    const scan = scanHistory(
+      store,
+      { filter: {}, after: 0, limit: 1e9, now: server.slice.now, stored: lagging },
+      new ScanProgress(0, null),
+      historyRow,
+      storedLines,
+    );
+    for await (const rows of scan) {
+      for (const row of rows) {
+        lines.push(
+          row instanceof StoredLine
+            ? Buffer.concat([row.head, row.tail]).toString('utf8')
+            : JSON.stringify(row),
+        );
+      }
+    }
+    expect(reads).toHaveBeenCalled();
+    expect(lines).toEqual(await fromLog());
+  });
+
+  it('applies every filter as the log scan does (call only on revealed rows)', async () => {
+    const first = JSON.parse((await fromLog())[0]!);
+    const cases: [string, Record<string, unknown>][] = [
+      ['?call=BUY', { call: 'BUY' }],
+      ['?call=HOLD', { call: 'HOLD' }],
+      ['?coin=SOL', { coin: 'SOL' }],
+      ['?timeframe=1h&exchange=BINANCE', { timeframe: '1h', exchange: 'BINANCE' }],
+      [
+        `?from=${first.candle_close_time + 10 * 3_600_000}`,
+        { from: first.candle_close_time + 10 * 3_600_000 },
+      ],
+      [`?to=${first.candle_close_time + 5 * 3_600_000}`, { to: first.candle_close_time + 5 * 3_600_000 }],
+    ];
+    for (const [query, filter] of cases) {
+      const { rows } = await exported(query);
+      expect(rows, query).toEqual(await fromLog(filter));
+    }
+  });
+
+  it('a commitment stays a commitment even when its stored row is read: the clock decides, not the store', async () => {
+    const stored = server.slice.exportRows!.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6);
+    const now = server.slice.now();
+    const young = stored.filter((e) => now < revealAtOf(e.value));
+    expect(young.length).toBeGreaterThan(0);
+    const { rows } = await exported('');
+    const byPosition = new Map(rows.map((l) => [JSON.parse(l).position as number, JSON.parse(l)]));
+    for (const e of young) {
+      const row = byPosition.get(e.key);
+      expect(row?.revealed).toBe(false);
+      expect(row?.confidence).toBeNull();
+      expect(row?.price).toBeNull();
+    }
+  });
+
+  it('never shows a stored row of an unrevealed verdict, whatever the filter', async () => {
+    const all = (await exported('')).rows.map((l) => JSON.parse(l));
+    const target = all.find((r) => !r.revealed)!;
+    const [event] = await store.readStream(target.stream, { fromRevision: target.revision, maxCount: 1 });
+    const secret = event!.data as { call: string; candleCloseTime: number };
+    const close = secret.candleCloseTime;
+    const queries = [
+      `?call=${secret.call}`,
+      `?exchange=${target.exchange}&coin=${target.coin}&timeframe=${target.timeframe}&call=${secret.call}`,
+      `?from=${close}&to=${close}`,
+      `?limit=1&from=${close}`,
+    ];
+    for (const q of queries) {
+      const rows = (await exported(q)).rows.map((l) => JSON.parse(l));
+      const hit = rows.find((r) => r.verdict_id === target.verdict_id);
+      expect(hit, q).toBeDefined();
+      for (const f of ['call', 'confidence', 'score', 'price', 'inputs_json', 'outcome_id', 'return_6'])
+        expect(hit[f], `${q} ${f}`).toBeNull();
+    }
+  });
+
+  it('resumes by cursor across pages of stored rows: every row exactly once', async () => {
+    const all = (await exported('')).rows;
+    const seen: string[] = [];
+    let cursor = '';
+    for (let turn = 0; turn < 100; turn++) {
+      const { rows, trailer } = await exported(`?limit=7${cursor ? `&after=${cursor}` : ''}`);
+      seen.push(...rows);
+      cursor = trailer.cursor;
+      if (rows.length < 7) break;
+    }
+    expect(seen).toEqual(all);
+  });
+
+  it('is rebuilt from the log to the same bytes', async () => {
+    const rows = server.slice.exportRows!;
+    const before = rows.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6);
+    const outcomes = before.map((e) => rows.outcome(fieldOf(e.value, F_ID)) ?? null);
+    const exportBefore = (await exported('')).rows;
+    // A damaged entry: only a fold from position 0 puts it right again.
+    const raw = store.root.openDB<Buffer, number>({ name: 'history-export-verdicts', encoding: 'binary' });
+    const damaged = before[before.length - 1]!;
+    const head = headOf(damaged.value);
+    raw.putSync(
+      damaged.key,
+      Buffer.concat([
+        damaged.value.subarray(0, damaged.value.length - head.length),
+        Buffer.from('{"damaged":1,'),
+      ]),
+    );
+    expect(rows.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6)).not.toEqual(before);
+    await rows.rebuild();
+    await rows.waitFor(await store.headPosition(), 30_000);
+    const after = rows.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6);
+    expect(after).toEqual(before);
+    expect(after.map((e) => rows.outcome(fieldOf(e.value, F_ID)) ?? null)).toEqual(outcomes);
+    expect((await exported('')).rows).toEqual(exportBefore);
+  });
+
+  it('a process whose checkpoint went stale (the store was rebuilt elsewhere) starts again from the stored one', async () => {
+    const ours = server.slice.exportRows!;
+    const other = new ExportRowStore(store, store.root);
+    await other.start();
+    await other.waitFor(await store.headPosition(), 30_000);
+    // Another process rebuilds: entries cleared, a new generation, checkpoint 0.
+    await other.rebuild();
+    await other.stop();
+    // Our next write finds the other generation and does not stamp its old checkpoint on it.
+    const headBefore = await store.headPosition();
+    fx.feed.clock.advance(3_600_000);
+    await fx.engine.getTradeCall({ exchange: 'BINANCE', coin: 'BTC', timeframe: '1h' });
+    const head = await store.headPosition();
+    expect(head).toBeGreaterThan(headBefore);
+    await ours.waitFor(head, 30_000);
+    expect(ours.verdictsAfter(0, head, 1e6).length).toBe((await fromLog()).length);
+    const { rows } = await exported('');
+    expect(rows).toEqual(await fromLog());
+  });
+});

@@ -1,0 +1,260 @@
+import type { RecordedEvent } from '../../contracts/envelope.ts';
+import type { EventData } from '../../contracts/events.ts';
+import { outcomeStream, revealTime } from '../../contracts/history.ts';
+import { outcomeDueAt } from './outcome.ts';
+import { historyRow } from './rows.ts';
+
+type Verdict = RecordedEvent<EventData<'VerdictRecorded'>, 'VerdictRecorded'>;
+type Outcome = RecordedEvent<EventData<'VerdictOutcomeResolved'>, 'VerdictOutcomeResolved'>;
+
+/**
+ * What the export-rows store (export-row-store.ts) keeps per verdict and per outcome, and how an
+ * NDJSON line is put back together from it. Pure: the same events give the same bytes, so the
+ * store can be rebuilt from the log at any time.
+ *
+ * A revealed row's NDJSON line is `JSON.stringify(historyRow(...))`; its outcome fields come last
+ * (HistoryRow's key order), so the line is the verdict's part ("head", up to and including the
+ * comma before `"outcome_id"`) followed by the outcome's part ("tail", to the closing brace). The
+ * head is written once when the verdict is recorded, the tail once when its outcome resolves; an
+ * export copies the two byte strings instead of decoding and serialising the events again.
+ */
+
+/** The tail of a row that has no outcome attached. */
+export const NO_OUTCOME_TAIL = Buffer.from(
+  `${JSON.stringify({
+    outcome_id: null,
+    return_1: null,
+    return_6: null,
+    return_24: null,
+    result: null,
+    net_centi_bps: null,
+    mae_bps: null,
+    mfe_bps: null,
+    realised_vol: null,
+  }).slice(1)}`,
+);
+
+const TAIL_MARK = ',"outcome_id":';
+
+/**
+ * Stored per verdict, keyed by its log position, as bytes read back without a decoder (an
+ * export touches only what it needs of each): the VERDICT_NUMBERS as float64s, a u16 mask of
+ * the VERDICT_STRINGS that are null, the u16 end offset of each string, the strings as UTF-8,
+ * then the head of the revealed NDJSON line. Parquet copies the strings' bytes straight into
+ * its columns; NDJSON copies the head.
+ */
+export const VERDICT_NUMBERS = [
+  'revealAt',
+  'dueAt',
+  'candleCloseTime',
+  'revision',
+  'confidence',
+  'score',
+  'price',
+] as const;
+export const VERDICT_STRINGS = [
+  'exchange',
+  'coin',
+  'timeframe',
+  'call',
+  'verdict_id',
+  'hash',
+  'stream',
+  'recorded_at',
+  'prev_hash',
+  'reveal_at',
+  'regime',
+  'feed',
+  'engine_version',
+  'trigger',
+  'inputs_json',
+] as const;
+export const F_EXCHANGE = 0;
+export const F_COIN = 1;
+export const F_TIMEFRAME = 2;
+export const F_CALL = 3;
+export const F_ID = 4;
+export const F_HASH = 5;
+export const F_STREAM = 6;
+/** Per outcome: the numbers (NaN stands for null), then the strings, then the row's tail. */
+export const OUTCOME_NUMBERS = [
+  'return_1',
+  'return_6',
+  'return_24',
+  'net_centi_bps',
+  'mae_bps',
+  'mfe_bps',
+  'realised_vol',
+] as const;
+export const OUTCOME_STRINGS = ['verdict_hash', 'outcome_id', 'result'] as const;
+const O_HASH = 0;
+
+/** Bytes of a record: numbers, null mask, string ends, strings, then the rest (head or tail). */
+function encodeRecord(numbers: readonly number[], strings: readonly (string | null)[], rest: string): Buffer {
+  const bytes = strings.map((t) => (t === null ? null : Buffer.from(t)));
+  const stringsAt = numbers.length * 8 + 2 + strings.length * 2;
+  const total = bytes.reduce((n, b) => n + (b?.length ?? 0), 0);
+  if (total > 0xffff) throw new Error('history export record: strings over 64 KiB');
+  const tail = Buffer.from(rest);
+  const out = Buffer.allocUnsafe(stringsAt + total + tail.length);
+  numbers.forEach((x, i) => {
+    out.writeDoubleLE(x, i * 8);
+  });
+  let mask = 0;
+  let end = 0;
+  bytes.forEach((b, i) => {
+    if (b === null) mask |= 1 << i;
+    else end += b.copy(out, stringsAt + end);
+    out.writeUInt16LE(end, numbers.length * 8 + 2 + i * 2);
+  });
+  out.writeUInt16LE(mask, numbers.length * 8);
+  tail.copy(out, stringsAt + end);
+  return out;
+}
+
+const V_MASK = VERDICT_NUMBERS.length * 8;
+const V_ENDS = V_MASK + 2;
+const V_STRINGS = V_ENDS + VERDICT_STRINGS.length * 2;
+const O_MASK = OUTCOME_NUMBERS.length * 8;
+const O_ENDS = O_MASK + 2;
+const O_STRINGS = O_ENDS + OUTCOME_STRINGS.length * 2;
+
+export const verdictNumber = (v: Buffer, k: number): number => v.readDoubleLE(k * 8);
+export const revealAtOf = (v: Buffer): number => v.readDoubleLE(0);
+export const dueAtOf = (v: Buffer): number => v.readDoubleLE(8);
+export const candleCloseTimeOf = (v: Buffer): number => v.readDoubleLE(16);
+export const revisionOf = (v: Buffer): number => v.readDoubleLE(24);
+
+/** Offsets of a record's parts (little-endian u16 fields are read byte by byte: no bounds checks). */
+export interface RecordLayout {
+  mask: number;
+  ends: number;
+  strings: number;
+}
+export const VERDICT_LAYOUT: RecordLayout = { mask: V_MASK, ends: V_ENDS, strings: V_STRINGS };
+export const OUTCOME_LAYOUT: RecordLayout = { mask: O_MASK, ends: O_ENDS, strings: O_STRINGS };
+
+/** Start (absolute) of string `k` of a record; -1 when it is null. */
+export function stringStart(r: Buffer, layout: RecordLayout, k: number): number {
+  if (((r[layout.mask]! | (r[layout.mask + 1]! << 8)) >> k) & 1) return -1;
+  if (k === 0) return layout.strings;
+  const at = layout.ends + (k - 1) * 2;
+  return layout.strings + (r[at]! | (r[at + 1]! << 8));
+}
+
+/** End (absolute, exclusive) of string `k` of a record. */
+export function stringEnd(r: Buffer, layout: RecordLayout, k: number): number {
+  const at = layout.ends + k * 2;
+  return layout.strings + (r[at]! | (r[at + 1]! << 8));
+}
+
+export const verdictStringStart = (v: Buffer, k: number): number => stringStart(v, VERDICT_LAYOUT, k);
+export const verdictStringEnd = (v: Buffer, k: number): number => stringEnd(v, VERDICT_LAYOUT, k);
+
+export function fieldOf(v: Buffer, k: number): string {
+  return v.toString('utf8', verdictStringStart(v, k), verdictStringEnd(v, k));
+}
+
+export function headOf(v: Buffer): Buffer {
+  return v.subarray(verdictStringEnd(v, VERDICT_STRINGS.length - 1));
+}
+
+export const outcomeNumber = (o: Buffer, k: number): number => o.readDoubleLE(k * 8);
+export const outcomeStringStart = (o: Buffer, k: number): number => stringStart(o, OUTCOME_LAYOUT, k);
+export const outcomeStringEnd = (o: Buffer, k: number): number => stringEnd(o, OUTCOME_LAYOUT, k);
+
+export function storedVerdict(verdict: Verdict): Buffer {
+  const d = verdict.data;
+  const revealAt = revealTime(d);
+  // The row as shown once revealed, without an outcome (attached at export time).
+  const row = historyRow(verdict, null, revealAt);
+  const line = JSON.stringify(row);
+  const cut = line.lastIndexOf(TAIL_MARK);
+  // Inside a JSON string every quote is escaped, so the mark is the outcome_id key itself.
+  if (cut < 0) throw new Error(`history row of ${verdict.id} has no outcome_id field`);
+  return encodeRecord(
+    [revealAt, outcomeDueAt(d), d.candleCloseTime, verdict.revision, d.confidence, d.score, d.price],
+    [
+      row.exchange,
+      row.coin,
+      row.timeframe,
+      d.call,
+      row.verdict_id,
+      row.hash,
+      row.stream,
+      row.recorded_at,
+      row.prev_hash,
+      row.reveal_at,
+      d.regime,
+      d.feed,
+      d.engineVersion,
+      d.trigger,
+      row.inputs_json,
+    ],
+    line.slice(0, cut + 1),
+  );
+}
+
+/**
+ * The outcome the export attaches to its verdict: the first event of the verdict's outcome stream
+ * (what the log scan reads), or null for any other outcome event. Stored keyed by the verdict's id.
+ */
+export function storedOutcome(outcome: Outcome): Buffer | null {
+  if (outcome.revision !== 0 || outcome.stream !== outcomeStream(outcome.data.verdictId)) return null;
+  const o = outcome.data;
+  const tail = JSON.stringify({
+    outcome_id: outcome.id,
+    return_1: o.return1,
+    return_6: o.return6,
+    return_24: o.return24,
+    result: o.result,
+    net_centi_bps: o.netCentiBps,
+    mae_bps: o.maeBps,
+    mfe_bps: o.mfeBps,
+    realised_vol: o.realisedVol,
+  }).slice(1);
+  const num = (x: number | null) => (x === null ? Number.NaN : x);
+  return encodeRecord(
+    [o.return1, o.return6, o.return24, num(o.netCentiBps), num(o.maeBps), num(o.mfeBps), o.realisedVol],
+    [o.verdictHash, outcome.id, o.result],
+    tail,
+  );
+}
+
+/**
+ * The reveal rule on stored bytes (rows.ts `shownLabel`): false while the verdict is younger
+ * than its reveal time; once revealed, the outcome to attach (due, and labelling exactly this
+ * content) or null.
+ */
+export function shownStoredLabel(
+  v: Buffer,
+  outcome: Buffer | null | undefined,
+  now: number,
+): Buffer | null | false {
+  if (now < revealAtOf(v)) return false;
+  if (!outcome) return null;
+  const a = verdictStringStart(v, F_HASH);
+  const b = outcomeStringStart(outcome, O_HASH);
+  const length = verdictStringEnd(v, F_HASH) - a;
+  const same =
+    b >= 0 &&
+    outcomeStringEnd(outcome, O_HASH) - b === length &&
+    v.compare(outcome, b, b + length, a, a + length) === 0;
+  return same ? outcome : null;
+}
+
+/** The tail of an outcome record: the row's outcome fields as NDJSON. */
+export function tailOf(outcome: Buffer): Buffer {
+  return outcome.subarray(outcomeStringEnd(outcome, OUTCOME_STRINGS.length - 1));
+}
+
+/** A revealed row as stored bytes: its line is `head`, `tail`, then a line break. */
+export class StoredLine {
+  constructor(
+    readonly head: Uint8Array,
+    readonly tail: Uint8Array,
+  ) {}
+  get byteLength(): number {
+    return this.head.length + this.tail.length + 1;
+  }
+}

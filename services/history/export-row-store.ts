@@ -5,8 +5,7 @@ import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { type FeedMember, feedOf } from '../../projections/log-feed.ts';
-import { storedOutcome, storedVerdict } from './export-rows.ts';
-import type { StoredRows } from './scan.ts';
+import { type StoredRows, type StoredVerdictEntry, storedOutcome, storedVerdict } from './export-rows.ts';
 
 type Verdict = RecordedEvent<EventData<'VerdictRecorded'>, 'VerdictRecorded'>;
 type Outcome = RecordedEvent<EventData<'VerdictOutcomeResolved'>, 'VerdictOutcomeResolved'>;
@@ -20,13 +19,6 @@ type Meta = [version: number, generation: string, checkpoint: number, checkpoint
 /** Synchronous commit, flushed to disk later, abortable: a projection is rebuilt, never lost. */
 const TXN_FLAGS =
   TransactionFlags.ABORTABLE | TransactionFlags.SYNCHRONOUS_COMMIT | TransactionFlags.NO_SYNC_FLUSH;
-
-/** A verdict as the export reads it back, with its log position. */
-export interface StoredVerdictEntry {
-  key: number;
-  /** export-rows.ts reads it. */
-  value: Buffer;
-}
 
 /**
  * The export-rows projection: each verdict's revealed NDJSON line (its head, export-rows.ts) and

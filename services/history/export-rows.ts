@@ -4,6 +4,25 @@ import { outcomeStream, revealTime } from '../../contracts/history.ts';
 import { outcomeDueAt } from './outcome.ts';
 import { historyRow } from './rows.ts';
 
+/** A verdict as the export reads it back, with its log position. */
+export interface StoredVerdictEntry {
+  key: number;
+  /** The bytes this module lays out. */
+  value: Buffer;
+}
+
+/** The export-rows projection as the scan reads it (export-row-store.ts). */
+export interface StoredRows {
+  /** False while it cannot be relied on (not started, failed). */
+  readonly usable: boolean;
+  readonly checkpoint: number;
+  readonly checkpointId: string | null;
+  verdictsAfter(after: number, upTo: number, limit: number): StoredVerdictEntry[];
+  outcome(verdictId: string): Buffer | undefined;
+  /** Resolves once the checkpoint reaches `position`; rejects after `timeoutMs`. */
+  waitFor(position: number, timeoutMs: number): Promise<void>;
+}
+
 type Verdict = RecordedEvent<EventData<'VerdictRecorded'>, 'VerdictRecorded'>;
 type Outcome = RecordedEvent<EventData<'VerdictOutcomeResolved'>, 'VerdictOutcomeResolved'>;
 

@@ -4,7 +4,6 @@ import type { EventData } from '../../contracts/events.ts';
 import { type HistoryRow, outcomeStream, revealTime } from '../../contracts/history.ts';
 import type { Call, Exchange, Timeframe } from '../../contracts/market.ts';
 import { encodeCursor } from './cursor.ts';
-import type { StoredVerdictEntry } from './export-row-store.ts';
 import {
   candleCloseTimeOf,
   dueAtOf,
@@ -17,10 +16,14 @@ import {
   fieldOf,
   revealAtOf,
   revisionOf,
+  type StoredRows,
+  type StoredVerdictEntry,
   shownStoredLabel,
 } from './export-rows.ts';
 import { outcomeDueAt } from './outcome.ts';
 import { historyRow } from './rows.ts';
+
+export type { StoredRows } from './export-rows.ts';
 
 type Verdict = RecordedEvent<EventData<'VerdictRecorded'>, 'VerdictRecorded'>;
 type Outcome = RecordedEvent<EventData<'VerdictOutcomeResolved'>, 'VerdictOutcomeResolved'>;
@@ -49,18 +52,6 @@ export interface ScanOptions {
   outcomes?: OutcomeIndex;
   /** Revealed rows as stored bytes (the export-rows projection), for a maker that takes them. */
   stored?: StoredRows;
-}
-
-/** The export-rows projection as the scan reads it (export-row-store.ts). */
-export interface StoredRows {
-  /** False while it cannot be relied on (not started, failed). */
-  readonly usable: boolean;
-  readonly checkpoint: number;
-  readonly checkpointId: string | null;
-  verdictsAfter(after: number, upTo: number, limit: number): StoredVerdictEntry[];
-  outcome(verdictId: string): Buffer | undefined;
-  /** Resolves once the checkpoint reaches `position`; rejects after `timeoutMs`. */
-  waitFor(position: number, timeoutMs: number): Promise<void>;
 }
 
 /**

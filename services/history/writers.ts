@@ -11,6 +11,7 @@ import {
   storedVerdict,
   tailOf,
 } from './export-rows.ts';
+import { type ParquetEncoders, type ParquetSettings, sharedParquetEncoders } from './parquet-encoders.ts';
 import { fillColumns, historyRow, rowRef } from './rows.ts';
 import type { RowMaker, StoredMaker } from './scan.ts';
 import { type StoredRef, storedTable } from './stored-columns.ts';
@@ -292,11 +293,13 @@ export function parquetStream<T>(
   batches: Batches<T>,
   fill: Fill<T>,
   build?: (columns: unknown[][]) => arrow.Table,
+  encoders?: ParquetEncoders | null,
 ): Readable;
 export function parquetStream<T>(
   batches: Batches<T>,
   fill: Fill<T> = splitColumns as unknown as Fill<T>,
   build: (columns: unknown[][]) => arrow.Table = batchTable,
+  encoders: ParquetEncoders | null = sharedParquetEncoders(),
 ): Readable {
   const iterator =
     Symbol.asyncIterator in batches ? batches[Symbol.asyncIterator]() : batches[Symbol.iterator]();
@@ -309,52 +312,80 @@ export function parquetStream<T>(
   let columns = HISTORY_COLUMNS.map(() => new Array<unknown>(ROW_GROUP_ROWS));
   let filled = 0;
   let carry: T[] = [];
+  let sentLast = false;
+  let groups = 0;
+  /** The next row group as an Arrow IPC stream; null once the last one has been given. */
+  const nextRowGroup = async (): Promise<Uint8Array | null> => {
+    if (sentLast) return null;
+    while (filled < ROW_GROUP_ROWS) {
+      let items = carry;
+      carry = [];
+      if (items.length === 0) {
+        const next = await iterator.next();
+        if (next.done) {
+          done = true;
+          break;
+        }
+        items = next.value;
+      }
+      // Whole row groups go to the writer; what is over starts the next one.
+      const room = ROW_GROUP_ROWS - filled;
+      if (items.length > room) {
+        carry = items.slice(room);
+        items = items.slice(0, room);
+      }
+      fill(items, columns, filled);
+      filled += items.length;
+    }
+    // An empty export is still a valid file with the full schema: one empty row group is given.
+    if (filled === 0 && groups > 0) return null;
+    for (const values of columns) values.length = filled;
+    const ipc = arrow.tableToIPC(build(columns), 'stream');
+    columns = HISTORY_COLUMNS.map(() => new Array<unknown>(ROW_GROUP_ROWS));
+    filled = 0;
+    groups++;
+    if (done) sentLast = true;
+    return ipc;
+  };
+  const cancel = async () => {
+    await iterator.return?.();
+  };
+  const settings: ParquetSettings = {
+    rowGroupRows: ROW_GROUP_ROWS,
+    dictionary: DICTIONARY_COLUMNS,
+    uncompressed: UNCOMPRESSED_COLUMNS,
+  };
+  const onWorker = encoders?.encode(settings, nextRowGroup, cancel);
+  if (onWorker) return onWorker;
+  return encodeHere(settings, nextRowGroup, cancel);
+}
+
+/** The same encoding on this thread: when no worker is free, and for `encoders: null`. */
+function encodeHere(
+  settings: ParquetSettings,
+  next: () => Promise<Uint8Array | null>,
+  cancel: () => Promise<void>,
+): Readable {
   const recordBatches = new ReadableStream({
     async pull(controller) {
-      if (done) return;
       // Building a batch and encoding it are one unbroken chain of promise jobs; letting the event
       // loop turn first lets the bytes already written leave before the next batch is built.
       await new Promise<void>((resolve) => setImmediate(resolve));
-      while (filled < ROW_GROUP_ROWS) {
-        let items = carry;
-        carry = [];
-        if (items.length === 0) {
-          const next = await iterator.next();
-          if (next.done) {
-            done = true;
-            break;
-          }
-          items = next.value;
-        }
-        // Whole row groups go to the writer; what is over starts the next one.
-        const room = ROW_GROUP_ROWS - filled;
-        if (items.length > room) {
-          carry = items.slice(room);
-          items = items.slice(0, room);
-        }
-        fill(items, columns, filled);
-        filled += items.length;
+      const ipc = await next();
+      if (ipc === null) {
+        controller.close();
+        return;
       }
-      // An empty export is still a valid file with the full schema.
-      if (filled > 0 || done) {
-        for (const values of columns) values.length = filled;
-        const ipc = arrow.tableToIPC(build(columns), 'stream');
-        for (const rb of parquet.Table.fromIPCStream(ipc).recordBatches()) controller.enqueue(rb);
-        columns = HISTORY_COLUMNS.map(() => new Array<unknown>(ROW_GROUP_ROWS));
-        filled = 0;
-      }
-      if (done) controller.close();
+      for (const rb of parquet.Table.fromIPCStream(ipc).recordBatches()) controller.enqueue(rb);
     },
-    async cancel() {
-      await iterator.return?.();
-    },
+    cancel,
   });
   let builder = new parquet.WriterPropertiesBuilder()
     .setCompression(parquet.Compression.SNAPPY)
-    .setMaxRowGroupSize(ROW_GROUP_ROWS)
+    .setMaxRowGroupSize(settings.rowGroupRows)
     .setDictionaryEnabled(false);
-  for (const name of DICTIONARY_COLUMNS) builder = builder.setColumnDictionaryEnabled(name, true);
-  for (const name of UNCOMPRESSED_COLUMNS)
+  for (const name of settings.dictionary) builder = builder.setColumnDictionaryEnabled(name, true);
+  for (const name of settings.uncompressed)
     builder = builder.setColumnCompression(name, parquet.Compression.UNCOMPRESSED);
   const properties = builder.build();
   return Readable.from(

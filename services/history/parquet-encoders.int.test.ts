@@ -1,0 +1,178 @@
+import { Writable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { parquetReadObjects } from 'hyparquet';
+import { afterEach, describe, expect, it } from 'vitest';
+import { HISTORY_COLUMNS, type HistoryRow } from '../../contracts/history.ts';
+import { ParquetEncoders } from './parquet-encoders.ts';
+import { parquetStream } from './writers.ts';
+
+/** Rows of every column kind, nulls included, enough for several 8,192-row groups. */
+function rows(n: number): HistoryRow[] {
+  return Array.from({ length: n }, (_, i) => {
+    const row = Object.fromEntries(HISTORY_COLUMNS.map((c) => [c, null])) as Record<string, unknown>;
+    Object.assign(row, {
+      position: i + 1,
+      verdict_id: `id-${i}`,
+      stream: `verdicts-binance-C${i % 7}-1h`,
+      revision: i,
+      recorded_at: new Date(1_700_000_000_000 + i * 1000).toISOString(),
+      exchange: i % 2 ? 'binance' : 'bybit',
+      coin: `C${i % 7}`,
+      timeframe: '1h',
+      hash: `h${i}`,
+      prev_hash: i === 0 ? null : `h${i - 1}`,
+      reveal_at: new Date(1_700_000_000_000 + i * 1000).toISOString(),
+      revealed: i % 5 !== 0,
+      call: i % 5 === 0 ? null : 'BUY',
+      confidence: i % 5 === 0 ? null : 40 + (i % 30),
+      score: i % 5 === 0 ? null : i / n,
+      price: 100 + i,
+      candle_close_time: 1_700_000_000_000 + i * 3_600_000,
+      inputs_json: i % 5 === 0 ? null : `{"rsi":${i % 100},"note":"é ✓"}`,
+      return_6: i % 3 === 0 ? i / 1e4 : null,
+      net_centi_bps: i % 3 === 0 ? i * 3 : null,
+    });
+    return row as unknown as HistoryRow;
+  });
+}
+
+/** Pages of 500 rows, as a scan gives them, noting whether the source was closed early. */
+function pages(all: HistoryRow[], seen = { closed: false, given: 0 }) {
+  return {
+    seen,
+    iterable: (async function* () {
+      try {
+        for (let i = 0; i < all.length; i += 500) {
+          seen.given += 500;
+          yield all.slice(i, i + 500);
+        }
+      } finally {
+        seen.closed = true;
+      }
+    })(),
+  };
+}
+
+async function bytesOf(stream: NodeJS.ReadableStream): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks);
+}
+
+const read = (bytes: Buffer) =>
+  parquetReadObjects({
+    file: bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer,
+  });
+
+const pools: ParquetEncoders[] = [];
+afterEach(async () => {
+  await Promise.all(pools.splice(0).map((p) => p.close()));
+});
+function pool(size: number, idleMs = 30_000) {
+  const p = new ParquetEncoders(size, idleMs);
+  pools.push(p);
+  return p;
+}
+
+describe('Parquet encoding on worker threads', () => {
+  it('writes the same bytes on a worker as on the calling thread, over several row groups', async () => {
+    const all = rows(20_000);
+    const encoders = pool(1);
+    const onWorker = parquetStream(pages(all).iterable, undefined, undefined, encoders);
+    expect(encoders.workers).toBe(1);
+    const here = parquetStream(pages(all).iterable, undefined, undefined, null);
+    const [a, b] = await Promise.all([bytesOf(onWorker), bytesOf(here)]);
+    expect(a.equals(b)).toBe(true);
+    const back = await read(a);
+    expect(back).toHaveLength(20_000);
+    expect(back[12_346]).toMatchObject({ verdict_id: 'id-12346', inputs_json: '{"rsi":46,"note":"é ✓"}' });
+    expect(back[5]).toMatchObject({ call: null, revealed: false, prev_hash: 'h4' });
+    // Back in the pool once the export ended: the next export reuses it.
+    expect(encoders.workers).toBe(1);
+    const again = await bytesOf(parquetStream(pages(all).iterable, undefined, undefined, encoders));
+    expect(again.equals(a)).toBe(true);
+    expect(encoders.workers).toBe(1);
+  }, 60_000);
+
+  it('an empty export is a valid file with every column, on a worker', async () => {
+    const bytes = await bytesOf(parquetStream(pages([]).iterable, undefined, undefined, pool(1)));
+    expect(bytes.subarray(0, 4).toString()).toBe('PAR1');
+    expect(await read(bytes)).toEqual([]);
+  });
+
+  it('encodes on the calling thread when every worker is busy, and both files are whole', async () => {
+    const all = rows(9_000);
+    const encoders = pool(1);
+    const first = parquetStream(pages(all).iterable, undefined, undefined, encoders);
+    const second = parquetStream(pages(all).iterable, undefined, undefined, encoders);
+    // Only one worker was started: the second export did not wait for it.
+    expect(encoders.workers).toBe(1);
+    const [a, b] = await Promise.all([bytesOf(first), bytesOf(second)]);
+    expect(a.equals(b)).toBe(true);
+    expect(await read(b)).toHaveLength(9_000);
+  }, 60_000);
+
+  it('a reader that goes away stops the worker and closes the rows source', async () => {
+    const all = rows(60_000);
+    const encoders = pool(1);
+    const source = pages(all);
+    const stream = parquetStream(source.iterable, undefined, undefined, encoders);
+    let taken = 0;
+    await expect(
+      pipeline(
+        stream,
+        new Writable({
+          write(chunk: Buffer, _enc, done) {
+            taken += chunk.length;
+            done(taken > 0 ? new Error('client went away') : null);
+          },
+        }),
+      ),
+    ).rejects.toThrow('client went away');
+    await expect.poll(() => source.seen.closed).toBe(true);
+    // Not every row was read: the export stopped with its reader.
+    expect(source.seen.given).toBeLessThan(all.length);
+    expect(encoders.workers).toBe(0);
+    // A new export gets a fresh worker and completes.
+    const bytes = await bytesOf(parquetStream(pages(rows(100)).iterable, undefined, undefined, encoders));
+    expect(await read(bytes)).toHaveLength(100);
+  }, 60_000);
+
+  it('a source that fails mid-export fails the stream, and the worker is not reused', async () => {
+    const encoders = pool(1);
+    const failing = (async function* () {
+      yield rows(10_000);
+      throw new Error('the log went away');
+    })();
+    await expect(bytesOf(parquetStream(failing, undefined, undefined, encoders))).rejects.toThrow(
+      'the log went away',
+    );
+    expect(encoders.workers).toBe(0);
+  }, 60_000);
+
+  it('bytes the encoder cannot read fail the stream with a clear error', async () => {
+    const encoders = pool(1);
+    let given = false;
+    const stream = encoders.encode(
+      { rowGroupRows: 8_192, dictionary: [], uncompressed: [] },
+      async () => {
+        if (given) return null;
+        given = true;
+        return new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8]);
+      },
+      async () => {},
+    );
+    expect(stream).not.toBeNull();
+    await expect(bytesOf(stream!)).rejects.toThrow(/parquet encoder/);
+    expect(encoders.workers).toBe(0);
+  }, 60_000);
+
+  it('stops idle workers after the idle time, and starts them again on demand', async () => {
+    const encoders = pool(2, 50);
+    await bytesOf(parquetStream(pages(rows(10)).iterable, undefined, undefined, encoders));
+    expect(encoders.workers).toBe(1);
+    await expect.poll(() => encoders.workers, { timeout: 5_000 }).toBe(0);
+    await bytesOf(parquetStream(pages(rows(10)).iterable, undefined, undefined, encoders));
+    expect(encoders.workers).toBe(1);
+  }, 60_000);
+});

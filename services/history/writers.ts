@@ -291,7 +291,7 @@ function batchTable(values: unknown[][]): arrow.Table {
 export function parquetStream(batches: Batches): Readable;
 export function parquetStream<T>(
   batches: Batches<T>,
-  fill: Fill<T>,
+  fill?: Fill<T>,
   build?: (columns: unknown[][]) => arrow.Table,
   encoders?: ParquetEncoders | null,
 ): Readable;

@@ -1,9 +1,10 @@
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import { event, eventStoreContract, uniqueStream } from './contract.ts';
 import { openLmdbEventStore } from './lmdb.ts';
+import { WrongExpectedRevisionError } from './port.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'lmdb-event-store-'));
 let dirs = 0;
@@ -98,6 +99,90 @@ describe('LMDB event store', () => {
     } finally {
       await a.close();
       await b.close();
+    }
+  });
+
+  it('writes the appends of one turn in one child transaction; a failed check fails only its own append', async () => {
+    const store = await openLmdbEventStore({ path: freshPath() });
+    try {
+      const stored = uniqueStream('stored');
+      const batch = [event('S1'), event('S2')];
+      const original = await store.append(stored, [...batch], { expectedRevision: 'no_stream' });
+      const childTransactions = vi.spyOn(store.root, 'childTransaction');
+      const streams = Array.from({ length: 20 }, () => uniqueStream('group'));
+      const twice = uniqueStream('twice');
+      const results = await Promise.allSettled([
+        ...streams.map((s) => store.append(s, [event('G')], { expectedRevision: 'no_stream' })),
+        // Wrong expectation: fails alone, writes nothing.
+        store.append(stored, [event('X')], { expectedRevision: 0 }),
+        // A retry of a stored batch: the original result, nothing written.
+        store.append(stored, batch, { expectedRevision: 'no_stream' }),
+        // Two appends to one stream in one turn: the second sees the first.
+        store.append(twice, [event('T1')], { expectedRevision: 'no_stream' }),
+        store.append(twice, [event('T2')], { expectedRevision: 0 }),
+      ]);
+      expect(childTransactions).toHaveBeenCalledTimes(1);
+      const values = results.map((r) => (r.status === 'fulfilled' ? r.value : r.reason));
+      expect(values.slice(0, 20).map((v) => v.position)).toEqual(Array.from({ length: 20 }, (_, i) => 3 + i));
+      expect(values[20]).toBeInstanceOf(WrongExpectedRevisionError);
+      expect(values[21]).toEqual(original);
+      expect(values[22]).toEqual({ nextRevision: 0, position: 23 });
+      expect(values[23]).toEqual({ nextRevision: 1, position: 24 });
+      expect((await store.readAll()).map((e) => e.position)).toEqual(
+        Array.from({ length: 24 }, (_, i) => i + 1),
+      );
+      expect(await store.streamRevision(stored)).toBe(1);
+      // The next turn's appends form a group of their own.
+      await store.append(uniqueStream('later'), [event('L')]);
+      expect(childTransactions).toHaveBeenCalledTimes(2);
+      childTransactions.mockRestore();
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('fails an append whose write throws alone: the rest of its group is written, nothing of it is', async () => {
+    const store = await openLmdbEventStore({ path: freshPath() });
+    try {
+      const broken = uniqueStream('broken');
+      const others = [uniqueStream('ok'), uniqueStream('ok'), uniqueStream('ok')];
+      const unwritable = {
+        get boom(): never {
+          throw new Error('cannot encode this');
+        },
+      };
+      const results = await Promise.allSettled([
+        store.append(others[0]!, [event('O1')]),
+        // Its first event is written before its second one throws.
+        store.append(broken, [event('B1'), { ...event('B2'), data: unwritable }]),
+        store.append(others[1]!, [event('O2')]),
+        store.append(others[2]!, [event('O3')]),
+      ]);
+      expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled', 'fulfilled']);
+      expect((results[1] as PromiseRejectedResult).reason.message).toBe('cannot encode this');
+      expect(await store.streamRevision(broken)).toBeNull();
+      expect((await store.readAll()).map((e) => e.type)).toEqual(['O1', 'O2', 'O3']);
+      expect((await store.readAll()).map((e) => e.position)).toEqual([1, 2, 3]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('acknowledges a grouped append only once it is on disk: a reopen finds every acknowledged event', async () => {
+    const path = freshPath();
+    const first = await openLmdbEventStore({ path });
+    const streams = Array.from({ length: 16 }, () => uniqueStream('durable-group'));
+    const acked = await Promise.all(
+      streams.map((s) => first.append(s, [event('D')], { expectedRevision: 'no_stream' })),
+    );
+    await first.close();
+    const second = await openLmdbEventStore({ path });
+    try {
+      for (const [i, s] of streams.entries()) {
+        expect((await second.readStream(s)).map((e) => e.position)).toEqual([acked[i]!.position]);
+      }
+    } finally {
+      await second.close();
     }
   });
 

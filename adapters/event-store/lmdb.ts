@@ -6,7 +6,15 @@ import { LmdbProjectionStore } from '../projection-store/lmdb.ts';
 import { AppendSignal, catchUpSubscription } from './catch-up.ts';
 import { findIdempotentAppend, freshEventIds } from './idempotency.ts';
 import { decodeStoredEvent, encodeStoredEvent, type IdIndex, openIdIndex } from './lmdb-codec.ts';
-import { checkExpected, type EventStore, type HealthReport, recordEvent, type Subscription } from './port.ts';
+import {
+  checkExpected,
+  type EventStore,
+  type HealthReport,
+  IdempotencyConflictError,
+  recordEvent,
+  type Subscription,
+  WrongExpectedRevisionError,
+} from './port.ts';
 import { commitCause, ignoreStrayCommitRejections, isStorageFull, StorageFullState } from './storage-full.ts';
 
 export interface LmdbEventStoreOptions {
@@ -19,6 +27,16 @@ export interface LmdbEventStoreOptions {
 }
 
 type StreamKey = [stream: string, revision: number];
+
+/** An append waiting in its turn's group; `outcome` is set inside the group's transaction. */
+interface PendingAppend {
+  stream: string;
+  events: NewEvent[];
+  expected: ExpectedRevision;
+  resolve: (result: AppendResult) => void;
+  reject: (err: unknown) => void;
+  outcome: { result: AppendResult; wrote: boolean } | { error: unknown } | null;
+}
 
 const LAST_REVISION = Number.MAX_SAFE_INTEGER;
 
@@ -96,59 +114,141 @@ export class LmdbEventStore implements EventStore {
     });
   }
 
-  async append(
+  /**
+   * Appends queued in this turn of the event loop and not yet written: they share one child
+   * transaction (see `append`). Null once the group's transaction callback has taken them.
+   */
+  private group: PendingAppend[] | null = null;
+
+  /**
+   * The appends made in one turn of the event loop are written in one child transaction, one
+   * after another, and share one commit and one flush (group commit: each is still acknowledged
+   * only once on disk). A child transaction per append cost a nested LMDB transaction, a promise
+   * and a flush wait each; a webhook delivery makes three appends. An append whose check fails
+   * (expected revision, idempotency) writes nothing and fails alone; one whose write throws may
+   * have written part of itself, so the group is rolled back and written again without it (it
+   * fails alone too). A commit that fails fails the whole group, none of which was acknowledged.
+   */
+  append(
     stream: string,
     events: NewEvent[],
     options: { expectedRevision?: ExpectedRevision } = {},
   ): Promise<AppendResult> {
     const expected = options.expectedRevision ?? 'any';
-    const recordedAt = new Date().toISOString();
-    // A child transaction rolls back every put of this batch if anything in it throws, while
-    // still sharing one commit (and one flush) with the other appends queued in this turn.
-    const write = () =>
-      this.root.childTransaction(() => {
-        const prior = findIdempotentAppend(stream, events, (id) => this.lookup(id));
-        if (prior) return { result: prior, wrote: false };
-        const current = this.currentRevision(stream);
-        checkExpected(stream, expected, current);
-        const head = this.headInTxn();
-        if (events.length === 0)
-          return { result: { nextRevision: current ?? -1, position: head }, wrote: false };
-        // findIdempotentAppend just found the first id unstored: no second lookup of it.
-        const firstId = events[0]!.id;
-        const ids = freshEventIds(stream, events, (id) => id !== firstId && this.ids.doesExist(id));
-        const firstRevision = (current ?? -1) + 1;
-        for (let i = 0; i < events.length; i++) {
-          const id = ids[i]!;
-          const position = head + i + 1;
-          const revision = firstRevision + i;
-          const recorded = recordEvent(events[i]!, { id, stream, revision, position, recordedAt });
-          this.events.putSync(position, encodeStoredEvent(recorded) as RecordedEvent, { append: true });
-          this.streams.putSync([stream, revision], position);
-          this.ids.putSync(id, position);
+    return new Promise<AppendResult>((resolve, reject) => {
+      const pending: PendingAppend = { stream, events, expected, resolve, reject, outcome: null };
+      if (this.group !== null) {
+        this.group.push(pending);
+        return;
+      }
+      const group = [pending];
+      this.group = group;
+      void this.writeGroup(group);
+    });
+  }
+
+  private async writeGroup(group: PendingAppend[]): Promise<void> {
+    let failure: unknown = null;
+    let left = group;
+    while (left.length > 0) {
+      const writing = left;
+      let culprit: PendingAppend | null = null;
+      try {
+        // Runs when LMDB starts the turn's write transaction; appends made after that join the next.
+        await this.root.childTransaction(() => {
+          if (this.group === group) this.group = null;
+          const recordedAt = new Date().toISOString();
+          for (const pending of writing) pending.outcome = null;
+          for (const pending of writing) {
+            try {
+              pending.outcome = this.writeInTxn(pending, recordedAt);
+            } catch (err) {
+              pending.outcome = { error: err };
+              // A check failed before anything of this append was written: it fails alone.
+              if (err instanceof WrongExpectedRevisionError || err instanceof IdempotencyConflictError)
+                continue;
+              // Anything else may have left part of this append written: the group is rolled back.
+              culprit = pending;
+              throw err;
+            }
+          }
+        });
+        if (writing.some((p) => p.outcome !== null && 'wrote' in p.outcome && p.outcome.wrote)) {
+          await this.root.flushed;
         }
-        this.headHint = head + events.length;
-        this.hintRevision(stream, firstRevision + events.length - 1);
-        return {
-          result: { nextRevision: firstRevision + events.length - 1, position: head + events.length },
-          wrote: true,
-        };
-      });
-    let outcome: Awaited<ReturnType<typeof write>>;
-    try {
-      outcome = await write();
-      if (outcome.wrote) await this.root.flushed;
-    } catch (err) {
-      const cause = await commitCause(err);
-      if (isStorageFull(cause) || isStorageFull(err) || (cause !== err && (await this.lowOnSpace())))
-        throw this.space.failed(cause);
-      throw err;
+        left = [];
+      } catch (err) {
+        if (this.group === group) this.group = null;
+        const mapped = await this.writeFailure(err);
+        if (culprit === null) {
+          // The commit failed: nothing of the group is on disk.
+          failure = mapped;
+          left = [];
+        } else {
+          // The append that threw fails alone; the others are written again without it.
+          (culprit as PendingAppend).outcome = { error: mapped };
+          left = writing.filter((p) => p !== culprit);
+          for (const pending of left) pending.outcome = null;
+        }
+      }
     }
-    if (outcome.wrote) {
+    let wrote = false;
+    for (const pending of group) {
+      const outcome = pending.outcome;
+      if (failure !== null) pending.reject(failure);
+      else if (outcome === null) pending.reject(new Error('lmdb event store: append not written'));
+      else if ('error' in outcome) pending.reject(outcome.error);
+      else {
+        wrote ||= outcome.wrote;
+        pending.resolve(outcome.result);
+      }
+    }
+    if (wrote) {
       this.space.succeeded();
       this.notifySoon();
     }
-    return outcome.result;
+  }
+
+  /** A failed write or commit as the caller sees it: a full disk is StorageFullError. */
+  private async writeFailure(err: unknown): Promise<unknown> {
+    try {
+      const cause = await commitCause(err);
+      return isStorageFull(cause) || isStorageFull(err) || (cause !== err && (await this.lowOnSpace()))
+        ? this.space.failed(cause)
+        : err;
+    } catch (checkErr) {
+      return checkErr;
+    }
+  }
+
+  /** One append inside the group's write transaction; throws a failed check before writing anything. */
+  private writeInTxn(pending: PendingAppend, recordedAt: string): { result: AppendResult; wrote: boolean } {
+    const { stream, events, expected } = pending;
+    const prior = findIdempotentAppend(stream, events, (id) => this.lookup(id));
+    if (prior) return { result: prior, wrote: false };
+    const current = this.currentRevision(stream);
+    checkExpected(stream, expected, current);
+    const head = this.headInTxn();
+    if (events.length === 0) return { result: { nextRevision: current ?? -1, position: head }, wrote: false };
+    // findIdempotentAppend just found the first id unstored: no second lookup of it.
+    const firstId = events[0]!.id;
+    const ids = freshEventIds(stream, events, (id) => id !== firstId && this.ids.doesExist(id));
+    const firstRevision = (current ?? -1) + 1;
+    for (let i = 0; i < events.length; i++) {
+      const id = ids[i]!;
+      const position = head + i + 1;
+      const revision = firstRevision + i;
+      const recorded = recordEvent(events[i]!, { id, stream, revision, position, recordedAt });
+      this.events.putSync(position, encodeStoredEvent(recorded) as RecordedEvent, { append: true });
+      this.streams.putSync([stream, revision], position);
+      this.ids.putSync(id, position);
+    }
+    this.headHint = head + events.length;
+    this.hintRevision(stream, firstRevision + events.length - 1);
+    return {
+      result: { nextRevision: firstRevision + events.length - 1, position: head + events.length },
+      wrote: true,
+    };
   }
 
   async readStream(stream: string, options: { fromRevision?: number; maxCount?: number } = {}) {

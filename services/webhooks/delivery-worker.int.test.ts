@@ -1,12 +1,17 @@
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { pino } from 'pino';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { openLmdbEventStore } from '../../adapters/event-store/lmdb.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import type { EventStore } from '../../adapters/event-store/port.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import type { NewEvent } from '../../contracts/envelope.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import { type Receiver, selfSignedCert, startReceiver } from '../../test/webhooks-receiver.ts';
-import { deliveryStream } from './delivery-log-fold.ts';
+import { deliveryStream, sequenceStream } from './delivery-log-fold.ts';
 import { DeliveryWorker } from './delivery-worker.ts';
 import { SecretBox } from './secret-box.ts';
 import { parseCidrList } from './ssrf/address-policy.ts';
@@ -51,8 +56,8 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-async function setup(endpointConcurrency: number) {
-  const store = new HeldOutcomes();
+async function setup<S extends EventStore = HeldOutcomes>(endpointConcurrency: number, given?: S) {
+  const store = (given ?? new HeldOutcomes()) as S;
   const runner = new ProjectionRunner(store, new MemoryProjectionStore(), webhookProjection);
   await runner.start();
   const receiver: Receiver = await startReceiver(tls);
@@ -63,7 +68,7 @@ async function setup(endpointConcurrency: number) {
     tls: { ca: tls.cert },
   });
   cleanups.push(async () => {
-    store.release();
+    if (store instanceof HeldOutcomes) store.release();
     await runner.stop();
     await agent.close();
     await receiver.close();
@@ -105,7 +110,7 @@ async function setup(endpointConcurrency: number) {
       body: JSON.stringify({ n }),
       expected: 'no_stream',
     });
-  return { store, runner, receiver, worker, claim };
+  return { store, runner, receiver, worker, claim, sub };
 }
 
 describe('DeliveryWorker', () => {
@@ -153,5 +158,56 @@ describe('DeliveryWorker', () => {
     };
     await expect(worker.submit(job)).rejects.toThrow('store down');
     await worker.drained();
+  });
+
+  it('on LMDB, writes the claims and sequence numbers of deliveries started together in one transaction, and records every outcome', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'worker-lmdb-'));
+    const store = await openLmdbEventStore({ path: join(dir, 'events') });
+    cleanups.push(async () => {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    });
+    const { receiver, worker, runner, sub } = await setup(8, store);
+    const transactions = vi.spyOn(store.root, 'childTransaction');
+    // A page of bus messages: eight deliveries claimed in one turn, two appends each.
+    const jobs = await Promise.all(
+      Array.from({ length: 8 }, (_, n) =>
+        worker.claimFirst({
+          deliveryId: `g-${n}`,
+          subscription: sub,
+          eventId: `ev-g-${n}`,
+          event: 'trade_call',
+          trigger: 'event',
+          body: JSON.stringify({ event: 'trade_call', delivery_id: `g-${n}`, data: { n } }),
+        }),
+      ),
+    );
+    expect(transactions).toHaveBeenCalledTimes(1);
+    transactions.mockRestore();
+    expect(jobs.map((j) => j!.seq).sort((a, b) => a! - b!)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    const results = await Promise.all(jobs.map((j) => worker.submit(j!)));
+    expect(results.every((r) => r.ok)).toBe(true);
+    expect(receiver.received).toHaveLength(8);
+    for (const job of jobs) {
+      const events = await store.readStream(deliveryStream(job!.deliveryId));
+      expect(events.map((e) => e.type)).toEqual(['DeliveryAttempted', 'DeliverySucceeded']);
+    }
+    expect(await store.readStream(sequenceStream(sub.id))).toHaveLength(8);
+    // A redelivered page claims nothing and gets the same numbers back.
+    const again = await Promise.all(
+      jobs.map((j) =>
+        worker.claimFirst({
+          deliveryId: j!.deliveryId,
+          subscription: sub,
+          eventId: j!.eventId,
+          event: 'trade_call',
+          trigger: 'event',
+          body: '{}',
+        }),
+      ),
+    );
+    expect(again.every((j) => j === null)).toBe(true);
+    expect(await worker.sequence(sub.id, 'g-3')).toBe(jobs[3]!.seq);
+    await runner.waitFor(await store.headPosition());
   });
 });

@@ -162,41 +162,46 @@ export const deliveryDecider: Decider<DeliveryState, DeliveryCommand, DeliveryEv
 
 function outcomeEvent(command: Extract<DeliveryCommand, { kind: 'record' }>): DeliveryEvent {
   const { result } = command;
-  const ref = {
-    deliveryId: command.deliveryId,
-    subscriptionId: command.subscriptionId,
-    attempt: command.attempt,
-    ...(result.sentAt !== undefined
-      ? {
-          sentAt: new Date(result.sentAt).toISOString(),
-          queuedMs: Math.max(0, result.sentAt - command.claimedAt),
-        }
-      : {}),
-  };
+  const { deliveryId, subscriptionId, attempt } = command;
+  // Written out as literals in one field order rather than spread together from a shared
+  // reference: V8 (Node 20) clones such spread objects on a slow path, tens of µs per outcome.
+  const sentAt = result.sentAt === undefined ? undefined : new Date(result.sentAt).toISOString();
+  const queuedMs = result.sentAt === undefined ? 0 : Math.max(0, result.sentAt - command.claimedAt);
   if (result.ok) {
+    const status = result.status!;
+    const latencyMs = result.latencyMs;
+    const response = (result.response ?? '').slice(0, RESPONSE_LIMIT);
     return {
       type: 'DeliverySucceeded',
-      data: {
-        ...ref,
-        status: result.status!,
-        latencyMs: result.latencyMs,
-        response: (result.response ?? '').slice(0, RESPONSE_LIMIT),
-      },
+      data:
+        sentAt !== undefined
+          ? { deliveryId, subscriptionId, attempt, sentAt, queuedMs, status, latencyMs, response }
+          : { deliveryId, subscriptionId, attempt, status, latencyMs, response },
     };
   }
   const next = nextAttempt(command);
-  return {
-    type: 'DeliveryFailed',
-    data: {
-      ...ref,
-      status: result.status,
-      error: result.error,
-      latencyMs: result.latencyMs,
-      response: result.response === null ? null : result.response.slice(0, RESPONSE_LIMIT),
-      nextAttemptAt: next === null ? null : new Date(next).toISOString(),
-      ...(result.held ? { held: true } : {}),
-    },
-  };
+  const status = result.status;
+  const error = result.error;
+  const latencyMs = result.latencyMs;
+  const response = result.response === null ? null : result.response.slice(0, RESPONSE_LIMIT);
+  const nextAttemptAt = next === null ? null : new Date(next).toISOString();
+  const data: EventData<'DeliveryFailed'> =
+    sentAt !== undefined
+      ? {
+          deliveryId,
+          subscriptionId,
+          attempt,
+          sentAt,
+          queuedMs,
+          status,
+          error,
+          latencyMs,
+          response,
+          nextAttemptAt,
+        }
+      : { deliveryId, subscriptionId, attempt, status, error, latencyMs, response, nextAttemptAt };
+  if (result.held) data.held = true;
+  return { type: 'DeliveryFailed', data };
 }
 
 function nextAttempt(command: Extract<DeliveryCommand, { kind: 'record' }>): number | null {

@@ -129,9 +129,23 @@ export function markerKey(family: string): string {
   return `${family}:generation`;
 }
 
+/**
+ * The last marker parsed, by its stored text: the in-process cache reads the marker on every
+ * debit, and parsing the same JSON each time showed in the keyed MCP profile. Frozen, as callers
+ * share it.
+ */
+let lastMarker: { raw: string; marker: Readonly<{ id: string; position: number }> | null } | null = null;
+
 /** A stored marker, or null when the slot holds something else (treated as lost). */
-export function parseMarker(raw: string | null): { id: string; position: number } | null {
+export function parseMarker(raw: string | null): Readonly<{ id: string; position: number }> | null {
   if (raw === null) return null;
+  if (lastMarker !== null && lastMarker.raw === raw) return lastMarker.marker;
+  const marker = parseMarkerText(raw);
+  lastMarker = { raw, marker: marker && Object.freeze(marker) };
+  return lastMarker.marker;
+}
+
+function parseMarkerText(raw: string): { id: string; position: number } | null {
   try {
     const value = JSON.parse(raw) as { id?: unknown; position?: unknown };
     if (typeof value.id === 'string' && GENERATION.test(value.id) && Number.isSafeInteger(value.position))

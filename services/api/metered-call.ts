@@ -87,6 +87,20 @@ function hasHeadroom(quota: QuotaMeter, caller: Caller, now: number): boolean {
 }
 
 /**
+ * The refusal of a call whose quota could not be read or debited. A function of its own, not a
+ * closure per call: under tsx every named closure is renamed with a property definition as it is
+ * made, which showed in the keyed MCP profile.
+ */
+function unavailable(
+  observer: QuotaObserver | undefined,
+  caller: Caller,
+  err: unknown,
+): QuotaUnavailableError {
+  observer?.refused(caller.subject.plan, 'unavailable');
+  return new QuotaUnavailableError({ auth: caller.auth, quota: null }, { cause: err });
+}
+
+/**
  * Serves one call against the caller's quota. A cheap read refuses an exhausted caller before
  * any work (skipped while a recent debit left a wide margin: see Headroom); the call then runs,
  * and only a successful result is debited, atomically over the day and month windows. When
@@ -102,16 +116,12 @@ export async function serveMetered<T>(
 ): Promise<MeteredResult<T>> {
   const observer = observers.get(quota);
   const plan = caller.subject.plan;
-  const unavailable = (err: unknown) => {
-    observer?.refused(plan, 'unavailable');
-    return new QuotaUnavailableError({ auth: caller.auth, quota: null }, { cause: err });
-  };
   let before: QuotaSnapshot | null = null;
   if (!hasHeadroom(quota, caller, Date.now())) {
     try {
       before = await quota.peek(caller.subject);
     } catch (err) {
-      if (err instanceof CacheUnavailableError) throw unavailable(err);
+      if (err instanceof CacheUnavailableError) throw unavailable(observer, caller, err);
       throw err;
     }
     if (before.remaining === 0) {
@@ -134,7 +144,7 @@ export async function serveMetered<T>(
     debit = await quota.debit(caller.subject, call.tool, call.requestId);
   } catch (err) {
     headroomOf(quota).delete(caller.subject.id);
-    throw unavailable(err);
+    throw unavailable(observer, caller, err);
   }
   const service = { auth: caller.auth, quota: debit.snapshot };
   rememberHeadroom(quota, caller, debit.snapshot, Date.now());

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
-import { issueKey } from './key-commands.ts';
+import { changeKeyPlan, issueKey, revokeKey } from './key-commands.ts';
 import { keyRegistryProjection } from './key-registry.ts';
 import { KeyResolver, KeyUnverifiableError } from './key-resolver.ts';
 
@@ -39,6 +39,33 @@ describe('KeyResolver over the key-registry projection', () => {
       await expect(new KeyResolver({ runner, store: down }).resolve(key)).rejects.toThrow(
         KeyUnverifiableError,
       );
+    } finally {
+      await runner.stop();
+    }
+  });
+
+  it('reads plan changes and revocations on every call, though the key was resolved before', async () => {
+    const store = new MemoryEventStore();
+    const runner = new ProjectionRunner(store, new MemoryProjectionStore(), keyRegistryProjection);
+    await runner.start();
+    try {
+      const resolver = new KeyResolver({ runner, store });
+      const issued = await issueKey(store, { plan: 'starter', owner: 'o', via: 'operator' });
+      const stream = `apikey-${issued.keyId}`;
+      expect(await resolver.resolve(issued.key)).toMatchObject({
+        status: 'active',
+        record: { plan: 'starter' },
+      });
+      await runner.waitFor(await changeKeyPlan(store, stream, issued.keyId, 'pro'), 2_000);
+      expect(await resolver.resolve(issued.key)).toMatchObject({ status: 'active', record: { plan: 'pro' } });
+      await runner.waitFor(await revokeKey(store, stream, issued.keyId, 'leaked'), 2_000);
+      expect(await resolver.resolve(issued.key)).toMatchObject({ status: 'revoked' });
+      // Another key after many: each resolves to its own record.
+      const other = await issueKey(store, { plan: 'pro', owner: 'p', via: 'operator' });
+      expect(await resolver.resolve(other.key)).toMatchObject({
+        status: 'active',
+        record: { keyId: other.keyId },
+      });
     } finally {
       await runner.stop();
     }

@@ -23,14 +23,37 @@ export function requestIds(body: unknown): RpcId[] {
 // 7 and "7" are different JSON-RPC ids.
 const keyOf = (id: RpcId) => `${typeof id}:${id}`;
 
+/**
+ * The ids one request holds until it is answered. A class rather than a closure per request:
+ * under tsx every named closure is renamed with a property definition as it is made, which
+ * showed in the keyed MCP profile.
+ */
+export class HeldIds {
+  private released = false;
+
+  constructor(
+    private readonly owner: InFlightIds,
+    private readonly sessionId: string,
+    private readonly held: Set<string>,
+    private readonly keys: string[],
+  ) {}
+
+  release(): void {
+    if (this.released) return;
+    this.released = true;
+    for (const key of this.keys) this.held.delete(key);
+    this.owner.emptied(this.sessionId, this.held);
+  }
+}
+
 export class InFlightIds {
   private readonly bySession = new Map<string, Set<string>>();
 
   /**
    * Claims every id for the session, or none: the id that is already in flight (or repeated
-   * within the body) when there is one, else a release function to call once answered.
+   * within the body) when there is one, else the claim, to release once answered.
    */
-  claim(sessionId: string, ids: RpcId[]): { conflict: RpcId } | { release: () => void } {
+  claim(sessionId: string, ids: RpcId[]): { conflict: RpcId } | HeldIds {
     const held = this.bySession.get(sessionId) ?? new Set<string>();
     const keys: string[] = [];
     for (const id of ids) {
@@ -40,15 +63,12 @@ export class InFlightIds {
     }
     for (const key of keys) held.add(key);
     if (keys.length > 0) this.bySession.set(sessionId, held);
-    let released = false;
-    return {
-      release: () => {
-        if (released) return;
-        released = true;
-        for (const key of keys) held.delete(key);
-        if (held.size === 0 && this.bySession.get(sessionId) === held) this.bySession.delete(sessionId);
-      },
-    };
+    return new HeldIds(this, sessionId, held, keys);
+  }
+
+  /** Drops a session's set once its last id is released (unless the session was forgotten meanwhile). */
+  emptied(sessionId: string, held: Set<string>): void {
+    if (held.size === 0 && this.bySession.get(sessionId) === held) this.bySession.delete(sessionId);
   }
 
   forget(sessionId: string): void {

@@ -145,10 +145,18 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
               id: claim.conflict,
             });
         }
-        // Answered, failed or dropped by the client: the id is free again.
-        reply.raw.once('close', claim.release);
         const call = plainToolCall(request);
-        if (call !== null) return answerToolCall(options, call, request, reply, sessionId);
+        if (call !== null) {
+          // Answered here, error or not: the id is free again once the answer is handed over.
+          // (No per-request close listener: the call always ends, and one showed in the profile.)
+          try {
+            return await answerToolCall(options, call, request, reply, sessionId);
+          } finally {
+            claim.release();
+          }
+        }
+        // Answered, failed or dropped by the client: the id is free again.
+        reply.raw.once('close', () => claim.release());
       }
       reply.hijack();
       for (const [name, value] of Object.entries(reply.getHeaders())) {

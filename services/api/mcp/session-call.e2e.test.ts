@@ -100,6 +100,67 @@ describe('tools/call on an MCP session', () => {
     expect(((await badVersion.json()) as { error: { code: number } }).error.code).toBe(-32000);
   });
 
+  it('gives concurrent callers of the same verdict their own ids and figures, byte for byte', async () => {
+    const other = await server.issue('pro');
+    const init = await fetch(`${server.url}/mcp`, {
+      method: 'POST',
+      headers: { ...HEADERS, authorization: `Bearer ${other.key}` },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 0,
+        method: 'initialize',
+        params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '0' } },
+      }),
+    });
+    const otherSession = init.headers.get('mcp-session-id')!;
+    await init.text();
+    const postAs = (who: 'first' | 'other', id: number | string) =>
+      fetch(`${server.url}/mcp`, {
+        method: 'POST',
+        headers: {
+          ...HEADERS,
+          authorization: `Bearer ${who === 'first' ? key : other.key}`,
+          'mcp-session-id': who === 'first' ? session : otherSession,
+        },
+        body: JSON.stringify(call(id)),
+      }).then((res) => res.text());
+    const ids: ['first' | 'other', number | string][] = [
+      ['first', 'x-1'],
+      ['other', 'x-1'],
+      ['first', 11],
+      ['other', 12],
+      ['other', '12'],
+    ];
+    const texts = await Promise.all(ids.map(([who, id]) => postAs(who, id)));
+    const bodies = texts.map(
+      (t) =>
+        JSON.parse(t) as {
+          id: number | string;
+          result: {
+            content: { text: string }[];
+            structuredContent: { verdictId: string; _service: { quota: { used: number } } };
+          };
+        },
+    );
+    expect(bodies.map((b) => b.id)).toEqual(ids.map(([, id]) => id));
+    for (const [i, text] of texts.entries()) {
+      const { result, id } = bodies[i]!;
+      // The bytes a serialiser would give: nothing spliced in differs from the object it says.
+      expect(text).toBe(JSON.stringify({ result, jsonrpc: '2.0', id }));
+      expect(result.content[0]!.text).toBe(JSON.stringify(result.structuredContent));
+    }
+    const used = (who: 'first' | 'other') =>
+      bodies
+        .filter((_, i) => ids[i]![0] === who)
+        .map((b) => b.result.structuredContent._service.quota.used)
+        .sort((a, b) => a - b);
+    // The other key's calls are its first three; the first key's follow its earlier ones.
+    expect(used('other')).toEqual([1, 2, 3]);
+    const mine = used('first');
+    expect(mine[1]! - mine[0]!).toBe(1);
+    expect(new Set(bodies.map((b) => b.result.structuredContent.verdictId)).size).toBe(1);
+  });
+
   it('turns a key revoked after the session opened into JSON-RPC error -32003 with _service', async () => {
     const position = await revokeKey(server.store, `apikey-${keyId}`, keyId, 'leaked');
     await server.channel.registry.waitFor(position);
@@ -113,5 +174,53 @@ describe('tools/call on an MCP session', () => {
     expect(body.error.code).toBe(-32003);
     expect(body.error.data.retryable).toBe(false);
     expect(body.error.data._service).toMatchObject({ auth: { outcome: 'UNKNOWN' } });
+  });
+});
+
+describe('tools/call on an MCP session behind the rate limit', () => {
+  let server: Server;
+  afterAll(async () => {
+    await server?.close();
+  });
+
+  it('serves the caller the limit identified, and still refuses a key revoked since', async () => {
+    server = await startKeyedServer({ cache: new MemoryCache(), rateLimited: true });
+    const issued = await server.issue('pro');
+    const auth = { ...HEADERS, authorization: `Bearer ${issued.key}` };
+    const init = await fetch(`${server.url}/mcp`, {
+      method: 'POST',
+      headers: auth,
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 0,
+        method: 'initialize',
+        params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '0' } },
+      }),
+    });
+    const session = init.headers.get('mcp-session-id')!;
+    await init.text();
+    const post = (id: number) =>
+      fetch(`${server.url}/mcp`, {
+        method: 'POST',
+        headers: { ...auth, 'mcp-session-id': session },
+        body: JSON.stringify({
+          jsonrpc: '2.0',
+          id,
+          method: 'tools/call',
+          params: { name: 'get_trade_call', arguments: ARGS },
+        }),
+      });
+    const served = await post(1);
+    expect(served.headers.get('ratelimit-limit')).not.toBeNull();
+    expect(await served.json()).toMatchObject({
+      id: 1,
+      result: {
+        structuredContent: { _service: { auth: { outcome: 'OK', tier: 'pro' }, quota: { used: 1 } } },
+      },
+    });
+    const position = await revokeKey(server.store, `apikey-${issued.keyId}`, issued.keyId, 'leaked');
+    await server.channel.registry.waitFor(position);
+    const refused = (await (await post(2)).json()) as { id: number; error: { code: number } };
+    expect(refused).toMatchObject({ id: 2, error: { code: -32003 } });
   });
 });

@@ -1,5 +1,7 @@
 import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import { limitedCaller } from '../rate-limit.ts';
+import { escapeJson } from './answer-json.ts';
 import {
   ChannelError,
   callTool,
@@ -84,6 +86,8 @@ export async function answerToolCall(
   sessionId: string,
 ): Promise<FastifyReply> {
   let text: string;
+  // Identified by the rate limit in front of the route: not resolved a second time.
+  const caller = limitedCaller(request);
   try {
     const result = await callTool(deps, {
       name: call.name,
@@ -91,6 +95,7 @@ export async function answerToolCall(
       headers: request.headers,
       clientAddress: request.ip,
       ...(call.payment === undefined ? {} : { payment: call.payment }),
+      ...(caller === undefined ? {} : { caller }),
     });
     text = `{"result":${resultJson(result)},"jsonrpc":"2.0","id":${JSON.stringify(call.id)}}`;
   } catch (err) {
@@ -116,11 +121,13 @@ export async function answerToolCall(
 
 /**
  * A tool result as JSON. Its text content is the JSON of its structuredContent (toolResult in
- * tool-call.ts), already made once: that text is spliced in rather than the object serialised again.
+ * tool-call.ts), already made once with its escape: both are spliced in rather than the object
+ * serialised again.
  */
 function resultJson(result: Awaited<ReturnType<typeof callTool>>): string {
-  const structured = structuredJsonOf(result);
+  const made = structuredJsonOf(result);
   // Anything added to the result after it was made (a `_meta`, isError) is serialised as usual.
-  if (structured === undefined || Object.keys(result).length !== 2) return JSON.stringify(result);
-  return `{"content":[{"type":"text","text":${JSON.stringify(structured)}}],"structuredContent":${structured}}`;
+  if (made === undefined || Object.keys(result).length !== 2) return JSON.stringify(result);
+  const escaped = made.escaped ?? escapeJson(made.json);
+  return `{"content":[{"type":"text","text":"${escaped}"}],"structuredContent":${made.json}}`;
 }

@@ -8,6 +8,7 @@ import type { QuotaMeter } from '../../quota/quota-meter.ts';
 import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../metered-call.ts';
 import type { PaidServiceMeta, PaymentReceipt, ServiceMeta } from '../service-meta.ts';
+import { AnswerJsonCache, type ResultJson } from './answer-json.ts';
 import { MCP_INVALID_PARAMS, MCP_UNKNOWN_KEY, MCP_UNVERIFIABLE } from './error-codes.ts';
 import type { ToolRegistry } from './tool-registry.ts';
 
@@ -70,6 +71,11 @@ export interface ToolCallRequest {
   clientAddress: string;
   /** `_meta["x402/payment"]` of the call; undefined when none was attached. */
   payment?: unknown;
+  /**
+   * Who the rate limit in front of the route identified from these same headers, moments ago;
+   * undefined to identify the caller here (a refused key is always identified here, and answered).
+   */
+  caller?: Caller;
 }
 
 /**
@@ -117,7 +123,7 @@ const MCP_PAYMENT_RESPONSE_META = 'x402/payment-response';
 export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Promise<CallToolResult> {
   let caller: Caller;
   try {
-    caller = await identifyCaller(deps.keys, request);
+    caller = request.caller ?? (await identifyCaller(deps.keys, request));
   } catch (err) {
     if (err instanceof CallerRejectedError) {
       const code = err.reason === 'unknown' ? MCP_UNKNOWN_KEY : MCP_UNVERIFIABLE;
@@ -178,7 +184,10 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     // A tool may add figures of its own to `_service` (the chat quota); auth and quota stay ours.
     const own = outcome.value._service;
     const extra = typeof own === 'object' && own !== null ? own : {};
-    return toolResult({ ...outcome.value, _service: { ...extra, ...outcome.service } });
+    return toolResult(
+      { ...outcome.value, _service: { ...extra, ...outcome.service } },
+      verdictRevision(tool.name, outcome.value),
+    );
   }
   if (outcome.reason === 'quota_exhausted') {
     await discarded(ran);
@@ -244,7 +253,7 @@ async function paidToolCall(deps: ToolCallDeps, caller: Caller, call: PaidToolCa
     case 'served': {
       const paid: PaidServiceMeta = { ...service, payment: outcome.receipt };
       return {
-        ...toolResult({ ...outcome.value, _service: paid }),
+        ...toolResult({ ...outcome.value, _service: paid }, verdictRevision(call.tool, outcome.value)),
         _meta: { [MCP_PAYMENT_RESPONSE_META]: outcome.settlement },
       };
     }
@@ -272,21 +281,38 @@ async function paidToolCall(deps: ToolCallDeps, caller: Caller, call: PaidToolCa
 }
 
 /** Results whose text content is the JSON of their structuredContent, by result object. */
-const structuredJson = new WeakMap<CallToolResult, string>();
+const structuredJson = new WeakMap<CallToolResult, ResultJson>();
 
 /**
- * The JSON of a served result's structuredContent, when the result is exactly as toolResult made
- * it (its text content is that JSON): the session path splices it instead of serialising twice.
+ * The JSON of a served result's structuredContent (and its escape, when made), when the result is
+ * exactly as toolResult made it (its text content is that JSON): the session path splices it
+ * instead of serialising twice.
  */
-export function structuredJsonOf(result: CallToolResult): string | undefined {
+export function structuredJsonOf(result: CallToolResult): ResultJson | undefined {
   return structuredJson.get(result);
 }
 
+/** The answers' JSON by verdict revision: one per process, shared by every channel and session. */
+const answers = new AnswerJsonCache();
+
+/**
+ * The revision a result was served from, when it is a recorded verdict's: its id and hash fix
+ * every field the engine gave it (see answer-json.ts).
+ */
+function verdictRevision(tool: string, value: Record<string, unknown>): string | null {
+  const { verdictId, signalHash } = value;
+  if (typeof verdictId !== 'string' || typeof signalHash !== 'string') return null;
+  return `${tool}\u0000${verdictId}\u0000${signalHash}`;
+}
+
 /** A served result: the text content carries the same object for clients that ignore structuredContent. */
-function toolResult(structured: Record<string, unknown>): CallToolResult {
-  const text = JSON.stringify(structured);
-  const result: CallToolResult = { content: [{ type: 'text', text }], structuredContent: structured };
-  structuredJson.set(result, text);
+function toolResult(structured: Record<string, unknown>, revision: string | null): CallToolResult {
+  const made = answers.serialise(structured, revision);
+  const result: CallToolResult = {
+    content: [{ type: 'text', text: made.json }],
+    structuredContent: structured,
+  };
+  structuredJson.set(result, made);
   return result;
 }
 

@@ -1,0 +1,157 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { MemoryCache } from '../../../adapters/cache/memory.ts';
+import { MemoryEventStore } from '../../../adapters/event-store/memory.ts';
+import { KeyResolver } from '../../keys/key-resolver.ts';
+import { QuotaMeter } from '../../quota/quota-meter.ts';
+import { AnswerJsonCache, escapeJson } from './answer-json.ts';
+import { callTool, structuredJsonOf } from './tool-call.ts';
+import { toolRegistry } from './tool-registry.ts';
+
+/** What JSON.stringify gives, which every answer must equal byte for byte. */
+const plain = (value: unknown) => {
+  const json = JSON.stringify(value);
+  return { json, escaped: JSON.stringify(json).slice(1, -1) };
+};
+
+const made = (cache: AnswerJsonCache, value: Record<string, unknown>, revision: string | null) => {
+  const out = cache.serialise(value, revision);
+  return { json: out.json, escaped: out.escaped ?? escapeJson(out.json) };
+};
+
+const indicators = { rsi: 57.319119692185474, macd: -194.67996454557579, zero: -0, none: null };
+const call = (extra: Record<string, unknown> = {}) => ({
+  coin: 'BTC',
+  call: 'HOLD',
+  confidence: 51,
+  reasoning: 'quotes " and \\ backslashes, a tab\t, é, 🚀, a lone surrogate \ud800 and \u2028',
+  indicators,
+  verdictId: 'v-1',
+  signalHash: 'h-1',
+  ...extra,
+});
+
+describe('AnswerJsonCache', () => {
+  it('gives exactly the bytes of JSON.stringify and its escape, first time and when reused', () => {
+    const cache = new AnswerJsonCache();
+    for (let i = 0; i < 3; i++) {
+      const value = { ...call(), skipped: undefined, fn: () => 1, _service: { quota: { used: i } } };
+      expect(made(cache, value, 'r1')).toEqual(plain(value));
+    }
+    const empty = {};
+    expect(made(cache, empty, 'r-empty')).toEqual(plain(empty));
+    const onlyUndefined = { a: undefined };
+    expect(made(cache, onlyUndefined, 'r-undef')).toEqual(plain(onlyUndefined));
+    const withDate = { at: new Date(0), n: Number.NaN, big: 1e21, list: [1, undefined, 'x'] };
+    expect(made(cache, withDate, 'r-date')).toEqual(plain(withDate));
+    expect(made(cache, withDate, 'r-date')).toEqual(plain(withDate));
+  });
+
+  it('serialises without remembering anything when there is no revision', () => {
+    const cache = new AnswerJsonCache();
+    const value = call();
+    expect(made(cache, value, null)).toEqual(plain(value));
+    expect(cache.size).toBe(0);
+  });
+
+  it('never answers a new revision with an old one, even when the objects are the same', () => {
+    const cache = new AnswerJsonCache();
+    const first = call();
+    expect(made(cache, first, 'get_trade_call\0v-1\0h-1')).toEqual(plain(first));
+    // The next candle's verdict: new id, hash and figures, reusing nothing.
+    const next = call({ verdictId: 'v-2', signalHash: 'h-2', confidence: 64, indicators: { rsi: 70 } });
+    expect(made(cache, next, 'get_trade_call\0v-2\0h-2')).toEqual(plain(next));
+    // Within a revision, a field that is a different object is serialised afresh.
+    const replaced = call({ indicators: { rsi: 1 } });
+    expect(made(cache, replaced, 'get_trade_call\0v-1\0h-1')).toEqual(plain(replaced));
+    expect(made(cache, first, 'get_trade_call\0v-1\0h-1')).toEqual(plain(first));
+  });
+
+  it('follows each call’s own fields and order from one entry (with and without reasoning)', () => {
+    const cache = new AnswerJsonCache();
+    const { reasoning: _reasoning, ...without } = call();
+    const withIt = call();
+    for (let i = 0; i < 2; i++) {
+      expect(made(cache, { ...without, trackRecord: { calls: i } }, 'r')).toEqual(
+        plain({ ...without, trackRecord: { calls: i } }),
+      );
+      expect(made(cache, { ...withIt, trackRecord: { calls: i } }, 'r')).toEqual(
+        plain({ ...withIt, trackRecord: { calls: i } }),
+      );
+    }
+    const reordered = { signalHash: 'h-1', coin: 'BTC', verdictId: 'v-1' };
+    expect(made(cache, reordered, 'r')).toEqual(plain(reordered));
+  });
+
+  it('keeps at most its bound of revisions, dropping the least recently used', () => {
+    const cache = new AnswerJsonCache(2);
+    const value = call();
+    made(cache, value, 'a');
+    made(cache, value, 'b');
+    made(cache, value, 'a');
+    made(cache, value, 'c');
+    expect(cache.size).toBe(2);
+    expect(made(cache, value, 'b')).toEqual(plain(value));
+  });
+});
+
+describe('callTool answers from a recorded verdict', () => {
+  const meters: QuotaMeter[] = [];
+  afterEach(async () => {
+    await Promise.all(meters.splice(0).map((m) => m.counters.stop()));
+  });
+
+  /** A tool serving whatever verdict `current` holds, as the engine serves one revision per candle. */
+  function deps(current: { value: Record<string, unknown> }) {
+    const store = new MemoryEventStore();
+    const quota = new QuotaMeter({
+      cache: new MemoryCache(),
+      store,
+      plans: {
+        free: { monthly: 1_000, daily: null },
+        starter: { monthly: 1_000, daily: null },
+        pro: { monthly: 1_000, daily: null },
+      },
+    });
+    meters.push(quota);
+    const registry = toolRegistry([
+      {
+        name: 'get_trade_call',
+        title: 'Trade call',
+        description: 'test',
+        input: z.object({}),
+        run: async () => ({ ...current.value, trackRecord: { calls: 3 } }),
+      },
+    ]);
+    const keys = new KeyResolver({
+      runner: {
+        state: { byHash: {}, byId: {} },
+        checkpoint: 0,
+        running: true,
+        error: null,
+        waitFor: async () => {},
+      },
+      store,
+    });
+    return { registry, keys, quota, logger: undefined as never };
+  }
+
+  it('serves each call its own figures and the current revision, in the bytes JSON.stringify gives', async () => {
+    const current = { value: call() as Record<string, unknown> };
+    const d = deps(current);
+    const request = { name: 'get_trade_call', args: {}, headers: {}, clientAddress: '10.0.0.1' };
+    const texts: string[] = [];
+    for (const value of [call(), call(), call({ verdictId: 'v-2', signalHash: 'h-2', call: 'BUY' })]) {
+      current.value = value;
+      const result = await callTool(d, request);
+      const text = (result.content[0] as { text: string }).text;
+      expect(text).toBe(JSON.stringify(result.structuredContent));
+      expect(structuredJsonOf(result)?.escaped ?? escapeJson(text)).toBe(JSON.stringify(text).slice(1, -1));
+      texts.push(text);
+    }
+    const parsed = texts.map((t) => JSON.parse(t));
+    expect(parsed.map((p) => p._service.quota.used)).toEqual([1, 2, 3]);
+    expect(parsed.map((p) => p.verdictId)).toEqual(['v-1', 'v-1', 'v-2']);
+    expect(parsed[2].call).toBe('BUY');
+  });
+});

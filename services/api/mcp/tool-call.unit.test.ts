@@ -1,0 +1,108 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { MemoryCache } from '../../../adapters/cache/memory.ts';
+import { MemoryEventStore } from '../../../adapters/event-store/memory.ts';
+import { KeyResolver } from '../../keys/key-resolver.ts';
+import { QuotaMeter } from '../../quota/quota-meter.ts';
+import { callTool } from './tool-call.ts';
+import { type ToolDefinition, toolRegistry } from './tool-registry.ts';
+
+const meters: QuotaMeter[] = [];
+afterEach(async () => {
+  await Promise.all(meters.splice(0).map((m) => m.counters.stop()));
+});
+
+function depsFor(tools: ToolDefinition[]) {
+  const store = new MemoryEventStore();
+  const limits = { monthly: 1_000, daily: null };
+  const quota = new QuotaMeter({
+    cache: new MemoryCache(),
+    store,
+    plans: { free: limits, starter: limits, pro: limits },
+  });
+  meters.push(quota);
+  const keys = new KeyResolver({
+    runner: {
+      state: { byHash: {}, byId: {} },
+      checkpoint: 0,
+      running: true,
+      error: null,
+      waitFor: async () => {},
+    },
+    store,
+  });
+  return { registry: toolRegistry(tools), keys, quota, logger: undefined as never };
+}
+
+const request = (name: string, args: unknown) => ({ name, args, headers: {}, clientAddress: '10.0.0.2' });
+
+describe('callTool arguments', () => {
+  it('gives every call the parse of its own arguments, repeated or not', async () => {
+    const seen: unknown[] = [];
+    const echo: ToolDefinition = {
+      name: 'echo_args',
+      title: 'Echo',
+      description: 'test',
+      input: z.strictObject({
+        n: z.union([z.number(), z.string()]),
+        mode: z.enum(['a', 'b']).default('a'),
+        tags: z.array(z.string()).optional(),
+      }),
+      run: async (args) => {
+        seen.push(args);
+        return { args };
+      },
+    };
+    const deps = depsFor([echo]);
+    const calls = [
+      { n: 1 },
+      { n: 1 },
+      { n: '1' },
+      { n: 1, mode: 'b' },
+      { mode: 'b', n: 1 },
+      { n: 1, tags: ['x'] },
+      { n: 1, tags: ['y'] },
+      { n: 1 },
+    ];
+    const answers = [];
+    for (const args of calls) {
+      const result = await callTool(deps, request('echo_args', args));
+      expect(result.isError).toBeUndefined();
+      answers.push((result.structuredContent as { args: unknown }).args);
+    }
+    expect(answers).toEqual([
+      { n: 1, mode: 'a' },
+      { n: 1, mode: 'a' },
+      { n: '1', mode: 'a' },
+      { n: 1, mode: 'b' },
+      { n: 1, mode: 'b' },
+      { n: 1, mode: 'a', tags: ['x'] },
+      { n: 1, mode: 'a', tags: ['y'] },
+      { n: 1, mode: 'a' },
+    ]);
+    // Each call its own object: what one tool run changes, the next call of the same arguments never sees.
+    expect(seen[1]).not.toBe(seen[0]);
+    (seen[1] as Record<string, unknown>).mode = 'changed';
+    const again = await callTool(deps, request('echo_args', { n: 1 }));
+    expect((again.structuredContent as { args: unknown }).args).toEqual({ n: 1, mode: 'a' });
+  });
+
+  it('refuses invalid arguments on every call, never from an earlier valid one', async () => {
+    const tool: ToolDefinition = {
+      name: 'strict_args',
+      title: 'Strict',
+      description: 'test',
+      input: z.strictObject({ n: z.number().int() }),
+      run: async (args) => ({ args }),
+    };
+    const deps = depsFor([tool]);
+    expect((await callTool(deps, request('strict_args', { n: 2 }))).isError).toBeUndefined();
+    for (let i = 0; i < 2; i++) {
+      const bad = await callTool(deps, request('strict_args', { n: 2.5 }));
+      expect(bad.isError).toBe(true);
+      expect(bad.structuredContent).toMatchObject({ code: 'invalid_arguments' });
+    }
+    const extra = await callTool(deps, request('strict_args', { n: 2, more: true }));
+    expect(extra.structuredContent).toMatchObject({ code: 'invalid_arguments' });
+  });
+});

@@ -146,7 +146,12 @@ export class ParquetEncoders {
       clearTimeout(this.idleTimers.get(worker));
       this.idleTimers.delete(worker);
     } else if (this.busy < this.size) {
-      worker = new Worker(WORKER_URL);
+      const started = new Worker(WORKER_URL);
+      // A worker that dies while idle leaves the pool (it would swallow the next export's
+      // messages), and an error with no export listening must not crash the process.
+      started.on('error', () => {});
+      started.once('exit', () => this.forgetIdle(started));
+      worker = started;
     } else return null;
     this.busy++;
     // Busy, it keeps the process alive (a CLI export waits on it); idle, it does not.
@@ -170,6 +175,14 @@ export class ParquetEncoders {
     }, this.idleMs);
     timer.unref();
     this.idleTimers.set(worker, timer);
+  }
+
+  private forgetIdle(worker: Worker): void {
+    const at = this.idle.indexOf(worker);
+    if (at < 0) return;
+    this.idle.splice(at, 1);
+    clearTimeout(this.idleTimers.get(worker));
+    this.idleTimers.delete(worker);
   }
 
   private discard(worker: Worker): void {

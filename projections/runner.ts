@@ -3,6 +3,7 @@ import type { EventStore } from '../adapters/event-store/port.ts';
 import type { ProjectionStore } from '../adapters/projection-store/port.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
 import { type FeedMember, feedOf, type PageIndex, parsedAt, typeOfOrdinal } from './log-feed.ts';
+import { PositionWaiters } from './position-waiters.ts';
 import type { Projection } from './projection.ts';
 
 export interface RunnerOptions {
@@ -41,7 +42,7 @@ export class ProjectionRunner<S> implements FeedMember {
   private position = 0;
   private savedPosition = 0;
   private joined = false;
-  private waiters: { position: number; resolve: () => void }[] = [];
+  private readonly waiters: PositionWaiters;
   private failure: Error | null = null;
   private saving: Promise<void> = Promise.resolve();
   /** A save is queued or running: a later one would save the same or a newer position anyway. */
@@ -56,6 +57,7 @@ export class ProjectionRunner<S> implements FeedMember {
     private readonly options: RunnerOptions = {},
   ) {
     this.current = projection.initial();
+    this.waiters = new PositionWaiters(projection.name);
     this.folds = projection.eventTypes ? new Set<string>(projection.eventTypes) : null;
   }
 
@@ -139,20 +141,7 @@ export class ProjectionRunner<S> implements FeedMember {
 
   /** Resolves once every event up to `position` is folded in (read-your-writes for callers). */
   waitFor(position: number, timeoutMs = 5_000): Promise<void> {
-    if (this.position >= position) return Promise.resolve();
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.waiters = this.waiters.filter((w) => w.resolve !== done);
-        reject(
-          new Error(`projection ${this.name} did not reach position ${position} within ${timeoutMs} ms`),
-        );
-      }, timeoutMs);
-      const done = () => {
-        clearTimeout(timer);
-        resolve();
-      };
-      this.waiters.push({ position, resolve: done });
-    });
+    return this.waiters.wait(this.position, position, timeoutMs);
   }
 
   /**
@@ -245,11 +234,7 @@ export class ProjectionRunner<S> implements FeedMember {
   }
 
   private releaseWaiters(): void {
-    if (this.waiters.length === 0) return;
-    const ready = this.waiters.filter((w) => w.position <= this.position);
-    if (ready.length === 0) return;
-    this.waiters = this.waiters.filter((w) => w.position > this.position);
-    for (const w of ready) w.resolve();
+    this.waiters.reached(this.position);
   }
 
   /** Saves are chained so that an older snapshot can never land after a newer one. */

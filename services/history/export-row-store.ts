@@ -5,6 +5,7 @@ import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { type FeedMember, feedOf } from '../../projections/log-feed.ts';
+import { PositionWaiters } from '../../projections/position-waiters.ts';
 import { type StoredRows, type StoredVerdictEntry, storedOutcome, storedVerdict } from './export-rows.ts';
 
 type Verdict = RecordedEvent<EventData<'VerdictRecorded'>, 'VerdictRecorded'>;
@@ -45,7 +46,7 @@ export class ExportRowStore implements FeedMember, StoredRows {
   private generation = '';
   private joined = false;
   private failure: Error | null = null;
-  private waiters: { position: number; resolve: () => void }[] = [];
+  private readonly waiters = new PositionWaiters(this.name);
 
   constructor(
     private readonly store: EventStore,
@@ -135,20 +136,7 @@ export class ExportRowStore implements FeedMember, StoredRows {
 
   /** Resolves once every event up to `position` is readable here. */
   waitFor(position: number, timeoutMs = 5_000): Promise<void> {
-    if (this.position >= position) return Promise.resolve();
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.waiters = this.waiters.filter((w) => w.resolve !== done);
-        reject(
-          new Error(`projection ${this.name} did not reach position ${position} within ${timeoutMs} ms`),
-        );
-      }, timeoutMs);
-      const done = () => {
-        clearTimeout(timer);
-        resolve();
-      };
-      this.waiters.push({ position, resolve: done });
-    });
+    return this.waiters.wait(this.position, position, timeoutMs);
   }
 
   /** Up to `limit` verdicts after position `after` and up to `upTo`, in log order. */
@@ -229,10 +217,6 @@ export class ExportRowStore implements FeedMember, StoredRows {
   }
 
   private releaseWaiters(): void {
-    if (this.waiters.length === 0) return;
-    const ready = this.waiters.filter((w) => w.position <= this.position);
-    if (ready.length === 0) return;
-    this.waiters = this.waiters.filter((w) => w.position > this.position);
-    for (const w of ready) w.resolve();
+    this.waiters.reached(this.position);
   }
 }

@@ -1,6 +1,12 @@
 import type { Logger } from 'pino';
 import { type EventStore, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
-import { MarketDataError } from '../../adapters/market/errors.ts';
+import {
+  InsufficientHistoryError,
+  MarketDataError,
+  UnknownCoinError,
+  UnsupportedExchangeError,
+  UnsupportedTimeframeError,
+} from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import { deterministicId } from '../../contracts/deterministic-id.ts';
 import { newEvent, parseDomainEvent } from '../../contracts/events.ts';
@@ -11,11 +17,23 @@ import { forEachLimited } from '../engine/for-each-limited.ts';
 import { resolveOutcome } from './outcome.ts';
 import type { PendingOutcomes, PendingVerdict } from './projections.ts';
 
+/** Longest wait before asking again for candles the feed said it will never have (unknown coin). */
+const PERMANENT_BACKOFF_MS = 600_000;
+/** Longest wait before asking again for candles that are only missing for now (venue down). */
+const TRANSIENT_BACKOFF_MS = 60_000;
+
 /**
  * The outcome processor: for each pending verdict whose last horizon has closed in feed time,
  * reads the candles that followed it from the same feed and appends VerdictOutcomeResolved to
  * the verdict's own outcome stream. The append expects "no stream" with a deterministic id, so
  * two replicas resolving the same verdict write it once.
+ *
+ * It works only once the pending view is within `maxLag` of the log's head: while it catches up
+ * (a first boot, a rebuild) the log ahead of it holds most of these outcomes already, and
+ * resolving them again would cost a read, a candle fetch and a refused append each. A market
+ * whose candles cannot be had is skipped until its backoff passes (doubling from the tick
+ * interval), so a coin the feed does not list (delisted, or absent from a replay) costs one
+ * failed fetch per backoff, not one per pending verdict per tick.
  */
 export class OutcomeResolver {
   readonly name = 'outcome-resolver';
@@ -24,7 +42,14 @@ export class OutcomeResolver {
   private readonly inFlight = new Set<string>();
   /** Verdicts whose following candles have a gap: never labelled, reported once. */
   private readonly gaps = new Set<string>();
+  /**
+   * Wall-clock backoff by market (errors of the whole market) or by verdict (too little history
+   * for that one verdict, which must not hold back the market's newer ones).
+   */
+  private readonly backoff = new Map<string, { retryAt: number; delayMs: number }>();
   resolved = 0;
+  /** Candle fetches refused by the feed, over the resolver's life (readiness shows it). */
+  failedFetches = 0;
   lastError: string | null = null;
 
   constructor(
@@ -35,8 +60,17 @@ export class OutcomeResolver {
       logger: Logger;
       intervalMs?: number;
       concurrency?: number;
+      /** Events the pending view may be behind the head and still resolve (PROJECTION_READY_MAX_LAG). */
+      maxLag?: number;
+      /** Wall clock of the backoff (a replay's feed time may run far faster). */
+      clock?: () => number;
     },
   ) {}
+
+  /** Markets and verdicts waiting out a backoff now. */
+  get backingOff(): number {
+    return this.backoff.size;
+  }
 
   start(): void {
     const every = this.deps.intervalMs ?? 1_000;
@@ -59,23 +93,35 @@ export class OutcomeResolver {
 
   /** Resolves every verdict that is due now; returns how many outcomes it appended. */
   async resolveDue(): Promise<number> {
-    const now = this.deps.feed.now();
-    const due = Object.values(this.deps.pending.state.pending).filter(
+    const { store, pending, feed } = this.deps;
+    if ((await store.headPosition()) - pending.checkpoint > (this.deps.maxLag ?? 1_000)) return 0;
+    const clock = this.deps.clock ?? Date.now;
+    this.forgetResolved();
+    const now = feed.now();
+    const wall = clock();
+    const due = Object.values(pending.state.pending).filter(
       (p) =>
         p.dueAt <= now &&
-        p.feed === this.deps.feed.kind &&
+        p.feed === feed.kind &&
         !this.inFlight.has(p.verdictId) &&
-        !this.gaps.has(p.verdictId),
+        !this.gaps.has(p.verdictId) &&
+        !this.waiting(p, wall),
     );
     let appended = 0;
     await forEachLimited(due, this.deps.concurrency ?? 4, async (p) => {
+      // A verdict of the same market may have failed since this tick began.
+      if (this.waiting(p, clock())) return;
       this.inFlight.add(p.verdictId);
       try {
         if (await this.resolveOne(p)) appended++;
+        this.backoff.delete(marketKey(p));
+        this.backoff.delete(p.verdictId);
       } catch (err) {
         // Candles not there yet (venue down, replay behind): the verdict stays pending.
         if (!(err instanceof MarketDataError)) throw err;
+        this.failedFetches++;
         this.lastError = err.message;
+        this.backOff(err instanceof InsufficientHistoryError ? p.verdictId : marketKey(p), err, clock());
         this.deps.logger.debug({ err, verdictId: p.verdictId }, 'outcome not resolvable yet');
       } finally {
         this.inFlight.delete(p.verdictId);
@@ -83,6 +129,36 @@ export class OutcomeResolver {
     });
     this.resolved += appended;
     return appended;
+  }
+
+  private waiting(p: PendingVerdict, wall: number): boolean {
+    if (this.backoff.size === 0) return false;
+    const market = this.backoff.get(marketKey(p));
+    if (market && market.retryAt > wall) return true;
+    const verdict = this.backoff.get(p.verdictId);
+    return verdict !== undefined && verdict.retryAt > wall;
+  }
+
+  private backOff(key: string, err: MarketDataError, wall: number): void {
+    const permanent =
+      err instanceof UnknownCoinError ||
+      err instanceof UnsupportedTimeframeError ||
+      err instanceof UnsupportedExchangeError;
+    const cap = permanent ? PERMANENT_BACKOFF_MS : TRANSIENT_BACKOFF_MS;
+    const last = this.backoff.get(key);
+    // Siblings that were already in flight fail too: one failure round doubles the delay once.
+    if (last && last.retryAt > wall) return;
+    const delayMs = Math.min(cap, last === undefined ? (this.deps.intervalMs ?? 1_000) : last.delayMs * 2);
+    this.backoff.set(key, { retryAt: wall + delayMs, delayMs });
+  }
+
+  /** Verdict backoffs of verdicts no longer pending (another replica labelled them). */
+  private forgetResolved(): void {
+    if (this.backoff.size === 0) return;
+    const pending = this.deps.pending.state.pending;
+    for (const key of this.backoff.keys()) {
+      if (!key.includes('|') && !(key in pending)) this.backoff.delete(key);
+    }
   }
 
   private async resolveOne(p: PendingVerdict): Promise<boolean> {
@@ -131,4 +207,8 @@ export class OutcomeResolver {
       throw err;
     }
   }
+}
+
+function marketKey(p: PendingVerdict): string {
+  return `${p.feed}|${p.exchange}|${p.coin}|${p.timeframe}`;
 }

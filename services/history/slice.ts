@@ -198,6 +198,7 @@ export function historySlice(deps: HistorySliceDeps) {
         feed,
         pending,
         logger: log,
+        maxLag: config.PROJECTION_READY_MAX_LAG,
         ...(deps.resolverIntervalMs ? { intervalMs: deps.resolverIntervalMs } : {}),
       });
       resolver.start();
@@ -222,6 +223,7 @@ export function historySlice(deps: HistorySliceDeps) {
           ok: resolver !== null,
           resolved: resolver?.resolved ?? 0,
           pending: Object.keys(pending.state.pending).length,
+          backingOff: resolver?.backingOff ?? 0,
           ...(resolver?.lastError ? { lastError: resolver.lastError } : {}),
         });
       }

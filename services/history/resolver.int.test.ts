@@ -1,0 +1,126 @@
+import { pino } from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { EventStore } from '../../adapters/event-store/port.ts';
+import type { MarketFeed } from '../../adapters/market/port.ts';
+import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
+import { newEvent } from '../../contracts/events.ts';
+import { ProjectionRunner } from '../../projections/runner.ts';
+import { FIXTURE_START, HOUR, recordHistory, syntheticVerdict } from '../../test/history-harness.ts';
+import { type PendingOutcomes, pendingOutcomesProjection } from './projections.ts';
+import { OutcomeResolver } from './resolver.ts';
+
+const logger = pino({ level: 'silent' });
+const runners: ProjectionRunner<PendingOutcomes>[] = [];
+
+afterEach(async () => {
+  for (const runner of runners.splice(0)) if (runner.running) await runner.stop();
+});
+
+/** The real replay feed, with its candle fetches counted per coin. */
+function counted(feed: MarketFeed) {
+  const fetches = new Map<string, number>();
+  const proxy = new Proxy(feed, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop, target);
+      if (prop === 'candles') {
+        return (...args: Parameters<MarketFeed['candles']>) => {
+          fetches.set(args[1], (fetches.get(args[1]) ?? 0) + 1);
+          return feed.candles(...args);
+        };
+      }
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+  return { feed: proxy, fetches: (coin: string) => fetches.get(coin) ?? 0 };
+}
+
+/** `count` due verdicts of a coin the replay data does not list, in one stream. */
+async function appendUnlisted(store: EventStore, count: number, from = 0) {
+  const events = Array.from({ length: count }, (_, i) => {
+    const v = syntheticVerdict(0, i, count, null);
+    return newEvent('VerdictRecorded', {
+      ...v,
+      exchange: 'BINANCE' as const,
+      coin: 'NOPE',
+      timeframe: '1h' as const,
+      candleCloseTime: FIXTURE_START - (40 + from + i) * HOUR,
+    });
+  });
+  await store.append('verdicts-BINANCE-NOPE-1h', events);
+}
+
+async function pendingView(store: EventStore) {
+  const runner = new ProjectionRunner(store, new MemoryProjectionStore(), pendingOutcomesProjection, {
+    logger,
+  });
+  runners.push(runner);
+  await runner.start();
+  await runner.waitFor(await store.headPosition());
+  return runner;
+}
+
+describe('outcome resolver', () => {
+  it('asks for an unlisted market once per backoff, not once per pending verdict, and still labels the listed ones', async () => {
+    const { store, feed } = await recordHistory({ steps: 2, settleHours: 30 });
+    const listed = Object.keys((await pendingView(store)).state.pending).length;
+    await appendUnlisted(store, 200);
+    const pending = await pendingView(store);
+    const counting = counted(feed);
+    let wall = 1_000_000;
+    const resolver = new OutcomeResolver({
+      store,
+      feed: counting.feed,
+      pending,
+      logger,
+      intervalMs: 1_000,
+      concurrency: 4,
+      clock: () => wall,
+    });
+
+    expect(await resolver.resolveDue()).toBe(listed);
+    // Only the verdicts already in flight when the first fetch failed asked (before: all 200).
+    const first = counting.fetches('NOPE');
+    expect(first).toBeGreaterThanOrEqual(1);
+    expect(first).toBeLessThanOrEqual(4);
+    expect(resolver.backingOff).toBe(1);
+    expect(resolver.lastError).toMatch(/NOPE is not listed/);
+
+    wall += 500;
+    await resolver.resolveDue();
+    expect(counting.fetches('NOPE')).toBe(first);
+
+    wall += 600; // past the first backoff (1 s)
+    await resolver.resolveDue();
+    const second = counting.fetches('NOPE');
+    expect(second - first).toBeGreaterThanOrEqual(1);
+    expect(second - first).toBeLessThanOrEqual(4);
+
+    wall += 1_500; // the backoff doubled to 2 s
+    await resolver.resolveDue();
+    expect(counting.fetches('NOPE')).toBe(second);
+    wall += 600;
+    await resolver.resolveDue();
+    expect(counting.fetches('NOPE')).toBeGreaterThan(second);
+    await pending.waitFor(await store.headPosition());
+    expect(Object.keys(pending.state.pending)).toHaveLength(200);
+  });
+
+  it('waits while the pending view is behind the head by more than maxLag, then resolves', async () => {
+    const { store, feed } = await recordHistory({ steps: 2, settleHours: 30 });
+    const pending = await pendingView(store);
+    const due = Object.keys(pending.state.pending).length;
+    expect(due).toBeGreaterThan(0);
+    await pending.stop();
+    // The log moves on while the view is stopped: a catch-up in miniature.
+    await appendUnlisted(store, 50);
+    const counting = counted(feed);
+    const resolver = new OutcomeResolver({ store, feed: counting.feed, pending, logger, maxLag: 10 });
+
+    expect(await resolver.resolveDue()).toBe(0);
+    expect(counting.fetches('BTC') + counting.fetches('NOPE')).toBe(0);
+
+    await pending.start();
+    await pending.waitFor(await store.headPosition());
+    expect(await resolver.resolveDue()).toBe(due);
+  });
+});

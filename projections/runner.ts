@@ -21,6 +21,12 @@ export interface RunnerOptions {
  * key registry, webhooks, payments, history...): the service reports every projection's lag
  * without each feature having to hand its runners to the metrics.
  */
+/**
+ * A snapshot takes at most about one part in this many of the time: a state that is slow to
+ * encode (hundreds of ms once it holds a large log's worth) is saved less often than the gap.
+ */
+const SAVE_COST_SHARE = 20;
+
 const runningOn = new WeakMap<EventStore, Set<ProjectionRunner<unknown>>>();
 
 /** The runners currently started on `store`. */
@@ -48,6 +54,8 @@ export class ProjectionRunner<S> implements FeedMember {
   /** A save is queued or running: a later one would save the same or a newer position anyway. */
   private savePending = false;
   private savedAt = Number.NEGATIVE_INFINITY;
+  /** How long the last save took, from its start until it was stored. */
+  private lastSaveMs = 0;
   private timer: NodeJS.Timeout | null = null;
 
   constructor(
@@ -104,6 +112,7 @@ export class ProjectionRunner<S> implements FeedMember {
     const running = runningOn.get(this.store) ?? new Set();
     runningOn.set(this.store, running.add(this as ProjectionRunner<unknown>));
     this.timer = setInterval(() => {
+      if (!this.saveDue(0)) return;
       this.saveSnapshot().catch((err) =>
         this.options.logger?.error({ err, projection: this.name }, 'projection snapshot failed'),
       );
@@ -217,7 +226,7 @@ export class ProjectionRunner<S> implements FeedMember {
     if (
       !this.savePending &&
       this.position - this.savedPosition >= (this.options.snapshotEvery ?? 1000) &&
-      performance.now() - this.savedAt >= (this.options.snapshotGapMs ?? 5_000)
+      this.saveDue(this.options.snapshotGapMs ?? 5_000)
     ) {
       this.savePending = true;
       this.saveSnapshot()
@@ -237,6 +246,11 @@ export class ProjectionRunner<S> implements FeedMember {
     this.waiters.reached(this.position);
   }
 
+  /** At least `gapMs` since the last save, and long enough for that save's cost to stay a small share. */
+  private saveDue(gapMs: number): boolean {
+    return performance.now() - this.savedAt >= Math.max(gapMs, SAVE_COST_SHARE * this.lastSaveMs);
+  }
+
   /** Saves are chained so that an older snapshot can never land after a newer one. */
   private saveSnapshot(): Promise<void> {
     this.saving = this.saving
@@ -244,6 +258,7 @@ export class ProjectionRunner<S> implements FeedMember {
       .then(async () => {
         if (this.position === this.savedPosition) return;
         const checkpoint = this.position;
+        const started = performance.now();
         await this.snapshots.save(this.projection.name, {
           version: this.projection.version,
           checkpoint,
@@ -251,6 +266,7 @@ export class ProjectionRunner<S> implements FeedMember {
         });
         this.savedPosition = checkpoint;
         this.savedAt = performance.now();
+        this.lastSaveMs = this.savedAt - started;
       });
     return this.saving;
   }

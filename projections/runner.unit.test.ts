@@ -115,6 +115,37 @@ describe('ProjectionRunner', () => {
     await runner.stop();
   });
 
+  it('saves a state that is slow to encode less often than the gap, so saving stays a small share of the time', async () => {
+    const store = new MemoryEventStore();
+    // Each save takes 60 ms: saved every 10 ms by the interval and by count, it would save ~25 times.
+    class SlowStore extends MapProjectionStore {
+      override async save<S>(name: string, snapshot: StoredProjection<S>) {
+        await new Promise((r) => setTimeout(r, 60));
+        await super.save(name, snapshot);
+      }
+    }
+    const snapshots = new SlowStore();
+    const runner = new ProjectionRunner(store, snapshots, ledger, {
+      snapshotEvery: 1,
+      snapshotGapMs: 0,
+      snapshotIntervalMs: 10,
+    });
+    await runner.start();
+    const started = performance.now();
+    while (performance.now() - started < 1_500) {
+      await appendMany(store, 5, Math.floor(performance.now()));
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    await runner.waitFor(await store.headPosition());
+    // One save, then none for 20 × 60 ms = 1.2 s, then at most one more (slow timers allow a third).
+    expect(snapshots.saves).toBeGreaterThanOrEqual(1);
+    expect(snapshots.saves).toBeLessThanOrEqual(3);
+    await runner.stop();
+    // A stop still saves at once, whatever the last save cost.
+    const snap = snapshots.saved.get('ledger') as StoredProjection<Ledger>;
+    expect(snap.checkpoint).toBe(await store.headPosition());
+  });
+
   it('drains to the head on a graceful stop', async () => {
     const store = new MemoryEventStore();
     const snapshots = new MapProjectionStore();

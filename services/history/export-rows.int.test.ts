@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type LmdbEventStore, openLmdbEventStore } from '../../adapters/event-store/lmdb.ts';
 import { HistoryTrailer } from '../../contracts/history.ts';
 import { recordHistory, startHistoryServer } from '../../test/history-harness.ts';
-import { ExportRowStore } from './export-row-store.ts';
+import { ExportRowStore, OLD_VERDICTS_DBS, VERDICTS_DB } from './export-row-store.ts';
 import { F_ID, fieldOf, headOf, revealAtOf, StoredLine } from './export-rows.ts';
 import { fillColumns, historyRow, rowRef } from './rows.ts';
 import { type HistoryFilter, ScanProgress, type StoredRows, scanHistory } from './scan.ts';
@@ -255,7 +255,11 @@ describe('export rows (stored bytes of each revealed row)', () => {
     const outcomes = before.map((e) => rows.outcome(fieldOf(e.value, F_ID)) ?? null);
     const exportBefore = (await exported('')).rows;
     // A damaged entry: only a fold from position 0 puts it right again.
-    const raw = store.root.openDB<Buffer, number>({ name: 'history-export-verdicts', encoding: 'binary' });
+    const raw = store.root.openDB<Buffer, number>({
+      name: VERDICTS_DB,
+      encoding: 'binary',
+      compression: true,
+    });
     const damaged = before[before.length - 1]!;
     const head = headOf(damaged.value);
     raw.putSync(
@@ -272,6 +276,21 @@ describe('export rows (stored bytes of each revealed row)', () => {
     expect(after).toEqual(before);
     expect(after.map((e) => rows.outcome(fieldOf(e.value, F_ID)) ?? null)).toEqual(outcomes);
     expect((await exported('')).rows).toEqual(exportBefore);
+  });
+
+  it('a store of version 1 (uncompressed, another database) is emptied and rebuilt to the same bytes', async () => {
+    const before = server.slice.exportRows!.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6);
+    const oldDb = store.root.openDB<Buffer, number>({ name: OLD_VERDICTS_DBS[0]!, encoding: 'binary' });
+    // What version 1 left: its meta at key 0 and one row per verdict, 4 KB pages each.
+    oldDb.putSync(0, Buffer.from(JSON.stringify([1, 'old-generation', 10, null])));
+    for (const e of before) oldDb.putSync(e.key, e.value);
+    expect((oldDb.getStats() as { entryCount: number }).entryCount).toBe(before.length + 1);
+    const fresh = new ExportRowStore(store, store.root);
+    await fresh.rebuild();
+    await fresh.waitFor(await store.headPosition(), 30_000);
+    expect(fresh.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6)).toEqual(before);
+    expect((oldDb.getStats() as { entryCount: number }).entryCount).toBe(0);
+    await fresh.stop();
   });
 
   it('a process whose checkpoint went stale (the store was rebuilt elsewhere) starts again from the stored one', async () => {

@@ -15,10 +15,15 @@
  *   Each figure is taken over several runs (default 3; the order of the two sides alternates
  *   between runs) and printed as min / median / max; the targets apply to the median ratio.
  *   Before its measured stretch each side of a throughput run sends `--warmup` requests (default
- *   1,000) through the same processes, connections and receiver, untimed: a service runs warm,
- *   and in a cold 1,000-delivery run V8's JIT warm-up was about 40 % of the dispatcher's CPU
- *   (the baseline's POST loop and the receiver warm up the same way).
- *   npx tsx bench/webhooks.bench.ts [--events=1000] [--warmup=1000] [--runs=3]
+ *   3,000) through the same processes, connections and receiver, untimed: a service runs warm.
+ *   Cold, V8's JIT warm-up was ~40 % of the dispatcher's CPU in a 1,000-delivery run, and the
+ *   bare POST loop (cheaper code, warm sooner) sped up even more than the full path once warm:
+ *   after 1,000 it was still visibly warming (3,000–6,000/s), after 3,000 not (6,300–7,800/s),
+ *   so the default compares two warm sides. The receiver both sides share is warmed first by a
+ *   throwaway POST loop (3 × `--warmup` requests): without it the side measured second met a
+ *   receiver warmed by everything before it, and the order of the sides moved the ratio more than
+ *   any change to the service did.
+ *   npx tsx bench/webhooks.bench.ts [--events=1000] [--warmup=3000] [--runs=3]
  *                                   [--only=throughput|latency] [--layout=split|single|both]
  */
 import { type ChildProcess, fork, spawn } from 'node:child_process';
@@ -64,6 +69,8 @@ const CONCURRENCY = 8;
 /** After a warm-up, so its last outcomes are recorded (and its garbage collected) before timing. */
 const SETTLE_MS = 500;
 const settle = () => new Promise((r) => setTimeout(r, SETTLE_MS));
+/** Requests that warm the shared receiver before either side, per `--warmup` request. */
+const RECEIVER_WARMUP_FACTOR = 3;
 /** Verdicts appended at once by the event source, so the source is never what is measured. */
 const SOURCE_CONCURRENCY = 64;
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -181,6 +188,12 @@ async function throughputSingle(
 ): Promise<ThroughputFigures> {
   const receiver = await startReceiver(tls);
   try {
+    if (warmup > 0) {
+      const agent = new Agent({ connect: { ca: tls.cert }, connections: CONCURRENCY });
+      await barePosts(receiver, agent, warmup * RECEIVER_WARMUP_FACTOR);
+      await agent.close();
+      receiver.received.length = 0;
+    }
     const measureBare = async () => {
       const agent = new Agent({ connect: { ca: tls.cert }, connections: CONCURRENCY });
       try {
@@ -345,6 +358,23 @@ async function throughputSplit(
   try {
     const { child: receiver, url } = await forkChild(['receiver', keyFile, certFile]);
     children.push(receiver);
+    if (warmup > 0) {
+      const count = warmup * RECEIVER_WARMUP_FACTOR;
+      const { child: warmer } = await forkChild([
+        'posts',
+        url!,
+        certFile,
+        String(count),
+        String(CONCURRENCY),
+      ]);
+      children.push(warmer);
+      const done = nextMessage(warmer, 'done');
+      const arrived = received(receiver, count);
+      warmer.send({ type: 'go' });
+      await Promise.all([done, arrived]);
+      await stopChild(warmer, 'disconnect');
+      receiver.send({ type: 'reset' });
+    }
 
     const measureBare = async () => {
       const { child: poster } = await forkChild([
@@ -508,7 +538,7 @@ export async function run(
   } = {},
 ): Promise<WebhookBenchResult> {
   const events = options.events ?? 1_000;
-  const warmup = Math.max(0, options.warmup ?? 1_000);
+  const warmup = Math.max(0, options.warmup ?? 3_000);
   const runs = Math.max(1, options.runs ?? 3);
   const layouts = options.layouts ?? ['split', 'single'];
   const tls = selfSignedCert();

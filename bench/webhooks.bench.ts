@@ -567,7 +567,7 @@ export async function run(
             .map(([name, ms]) => `${name} ${two(ms)}`)
             .join(', ');
         console.log(
-          `    run ${i + 1} (${bareFirst ? 'baseline first' : 'full path first'}): full path ${fmt(t.deliveriesPerSec)}/s (${two(t.fullCpuMsPerDelivery)} ms CPU each: ${split(t.fullCpuByProcess)}), bare POSTs ${fmt(t.barePostsPerSec)}/s (${two(t.bareCpuMsPerPost)} ms CPU each), ratio ${two(t.ratio)}`,
+          `    run ${i + 1} (${bareFirst ? 'baseline first' : 'full path first'}): full path ${fmt(t.deliveriesPerSec)}/s (${two(t.fullCpuMsPerDelivery)} ms CPU each: ${split(t.fullCpuByProcess)}), bare POSTs ${fmt(t.barePostsPerSec)}/s (${two(t.bareCpuMsPerPost)} ms CPU each), ratio ${two(t.ratio)} (by CPU ${two(t.bareCpuMsPerPost / t.fullCpuMsPerDelivery)})`,
         );
       }
       result.throughputRuns[layout] = all;
@@ -585,6 +585,11 @@ export async function run(
       );
       console.log(
         `      ratio ${fmtSpread(ratio, two)} (target >= 0.5 on the median: ${ratio.median >= 0.5 ? 'ok' : 'MISSED'})`,
+      );
+      // What the rate ratio comes to when both sides are CPU-bound, and far less moved by the
+      // load of other processes on the machine: bare CPU per POST over full-path CPU per delivery.
+      console.log(
+        `      by CPU (bare ms per POST / full-path ms per delivery) ${fmtSpread(spread(all.map((t) => t.bareCpuMsPerPost / t.fullCpuMsPerDelivery)), two)}`,
       );
     }
     const { split, single } = result.throughput;

@@ -5,12 +5,13 @@
  *                                   and {type:'reset'} by starting the count again
  *   posts <url> <ca.pem> <count> <concurrency>
  *                                   the baseline: a bare undici POST loop, started by {type:'go'}
+ *                                   (`count` POSTs, or the message's own `count`: a warm-up)
  */
 import { readFileSync } from 'node:fs';
 import { Agent, request } from 'undici';
 import { startReceiver } from '../test/webhooks-receiver.ts';
 
-type Message = { type: 'await'; count: number } | { type: 'reset' } | { type: 'go' };
+type Message = { type: 'await'; count: number } | { type: 'reset' } | { type: 'go'; count?: number };
 
 function send(message: Record<string, unknown>): void {
   process.send?.(message);
@@ -36,11 +37,11 @@ async function receiver(keyFile: string, certFile: string): Promise<void> {
 async function posts(url: string, caFile: string, count: number, concurrency: number): Promise<void> {
   const agent = new Agent({ connect: { ca: readFileSync(caFile, 'utf8') }, connections: concurrency });
   const body = JSON.stringify({ event: 'trade_call', data: { coin: 'BENCH' } });
-  const loop = async () => {
+  const loop = async (total: number) => {
     let next = 0;
     await Promise.all(
       Array.from({ length: concurrency }, async () => {
-        while (next++ < count) {
+        while (next++ < total) {
           const res = await request(url, {
             method: 'POST',
             dispatcher: agent,
@@ -54,7 +55,8 @@ async function posts(url: string, caFile: string, count: number, concurrency: nu
     send({ type: 'done' });
   };
   process.on('message', (m: Message) => {
-    if (m.type === 'go') loop().catch((err: unknown) => send({ type: 'error', message: String(err) }));
+    if (m.type === 'go')
+      loop(m.count ?? count).catch((err: unknown) => send({ type: 'error', message: String(err) }));
   });
   process.on('disconnect', () => {
     void agent.close().then(() => process.exit(0));

@@ -14,8 +14,17 @@
  *      answering) against none dead (target ratio ≤ 1.5), single process.
  *   Each figure is taken over several runs (default 3; the order of the two sides alternates
  *   between runs) and printed as min / median / max; the targets apply to the median ratio.
- *   npx tsx bench/webhooks.bench.ts [--events=1000] [--runs=3] [--only=throughput|latency]
- *                                   [--layout=split|single|both]
+ *   Before its measured stretch each side of a throughput run sends `--warmup` requests (default
+ *   3,000) through the same processes, connections and receiver, untimed: a service runs warm.
+ *   Cold, V8's JIT warm-up was ~40 % of the dispatcher's CPU in a 1,000-delivery run, and the
+ *   bare POST loop (cheaper code, warm sooner) sped up even more than the full path once warm:
+ *   after 1,000 it was still visibly warming (3,000–6,000/s), after 3,000 not (6,300–7,800/s),
+ *   so the default compares two warm sides. The receiver both sides share is warmed first by a
+ *   throwaway POST loop (3 × `--warmup` requests): without it the side measured second met a
+ *   receiver warmed by everything before it, and the order of the sides moved the ratio more than
+ *   any change to the service did.
+ *   npx tsx bench/webhooks.bench.ts [--events=1000] [--warmup=3000] [--runs=3]
+ *                                   [--only=throughput|latency] [--layout=split|single|both]
  */
 import { type ChildProcess, fork, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -57,6 +66,11 @@ export interface WebhookBenchResult {
 }
 
 const CONCURRENCY = 8;
+/** After a warm-up, so its last outcomes are recorded (and its garbage collected) before timing. */
+const SETTLE_MS = 500;
+const settle = () => new Promise((r) => setTimeout(r, SETTLE_MS));
+/** Requests that warm the shared receiver before either side, per `--warmup` request. */
+const RECEIVER_WARMUP_FACTOR = 3;
 /** Verdicts appended at once by the event source, so the source is never what is measured. */
 const SOURCE_CONCURRENCY = 64;
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -146,8 +160,7 @@ async function subscribe(stack: WebhookStack, url: string, coin: string): Promis
 
 // ---- single process -------------------------------------------------------------------------
 
-async function barePosts(receiver: Receiver, ca: string, count: number): Promise<number> {
-  const agent = new Agent({ connect: { ca }, connections: CONCURRENCY });
+async function barePosts(receiver: Receiver, agent: Agent, count: number): Promise<number> {
   const body = JSON.stringify({ event: 'trade_call', data: { coin: 'BENCH' } });
   let next = 0;
   const started = performance.now();
@@ -164,26 +177,47 @@ async function barePosts(receiver: Receiver, ca: string, count: number): Promise
       }
     }),
   );
-  const rate = count / ((performance.now() - started) / 1000);
-  await agent.close();
-  return rate;
+  return count / ((performance.now() - started) / 1000);
 }
 
 async function throughputSingle(
   tls: { key: string; cert: string },
   events: number,
+  warmup: number,
   bareFirst: boolean,
 ): Promise<ThroughputFigures> {
   const receiver = await startReceiver(tls);
   try {
-    const measureBare = async () => {
-      const figures = await measureCpu({}, () => barePosts(receiver, tls.cert, events));
+    if (warmup > 0) {
+      const agent = new Agent({ connect: { ca: tls.cert }, connections: CONCURRENCY });
+      await barePosts(receiver, agent, warmup * RECEIVER_WARMUP_FACTOR);
+      await agent.close();
       receiver.received.length = 0;
-      return figures;
+    }
+    const measureBare = async () => {
+      const agent = new Agent({ connect: { ca: tls.cert }, connections: CONCURRENCY });
+      try {
+        if (warmup > 0) {
+          await barePosts(receiver, agent, warmup);
+          receiver.received.length = 0;
+          await settle();
+        }
+        const figures = await measureCpu({}, () => barePosts(receiver, agent, events));
+        receiver.received.length = 0;
+        return figures;
+      } finally {
+        await agent.close();
+      }
     };
     const measureFull = async () => {
       const figures = await withStack(tls, async (stack) => {
         await subscribe(stack, receiver.url, 'BENCH');
+        if (warmup > 0) {
+          await source(stack.store, 'BENCH', warmup);
+          await receiver.waitFor(warmup, 300_000);
+          receiver.received.length = 0;
+          await settle();
+        }
         return measureCpu({}, async () => {
           const started = performance.now();
           await source(stack.store, 'BENCH', events);
@@ -312,6 +346,7 @@ async function startDispatcherProcess(env: Record<string, string>): Promise<Chil
 async function throughputSplit(
   tls: { key: string; cert: string },
   events: number,
+  warmup: number,
   bareFirst: boolean,
 ): Promise<ThroughputFigures> {
   const dir = mkdtempSync(join(tmpdir(), 'webhooks-bench-'));
@@ -323,6 +358,23 @@ async function throughputSplit(
   try {
     const { child: receiver, url } = await forkChild(['receiver', keyFile, certFile]);
     children.push(receiver);
+    if (warmup > 0) {
+      const count = warmup * RECEIVER_WARMUP_FACTOR;
+      const { child: warmer } = await forkChild([
+        'posts',
+        url!,
+        certFile,
+        String(count),
+        String(CONCURRENCY),
+      ]);
+      children.push(warmer);
+      const done = nextMessage(warmer, 'done');
+      const arrived = received(receiver, count);
+      warmer.send({ type: 'go' });
+      await Promise.all([done, arrived]);
+      await stopChild(warmer, 'disconnect');
+      receiver.send({ type: 'reset' });
+    }
 
     const measureBare = async () => {
       const { child: poster } = await forkChild([
@@ -333,6 +385,14 @@ async function throughputSplit(
         String(CONCURRENCY),
       ]);
       children.push(poster);
+      if (warmup > 0) {
+        const warmed = nextMessage(poster, 'done');
+        const arrived = received(receiver, warmup);
+        poster.send({ type: 'go', count: warmup });
+        await Promise.all([warmed, arrived]);
+        receiver.send({ type: 'reset' });
+        await settle();
+      }
       const figures = await measureCpu({ receiver: receiver.pid!, 'POST loop': poster.pid! }, async () => {
         const started = performance.now();
         const done = nextMessage(poster, 'done');
@@ -373,6 +433,13 @@ async function throughputSplit(
             await subscribe(stack, url!, 'BENCH');
             // The dispatcher's view of the subscription arrives through its LMDB poll.
             await new Promise((r) => setTimeout(r, 1_000));
+            if (warmup > 0) {
+              const arrived = received(receiver, warmup);
+              await source(stack.store, 'BENCH', warmup);
+              await arrived;
+              receiver.send({ type: 'reset' });
+              await settle();
+            }
             return await measureCpu({ receiver: receiver.pid!, dispatcher: dispatcher.pid! }, async () => {
               const started = performance.now();
               const arrived = received(receiver, events);
@@ -462,9 +529,16 @@ function spread(values: number[]): Spread {
 }
 
 export async function run(
-  options: { events?: number; only?: 'throughput' | 'latency'; layouts?: Layout[]; runs?: number } = {},
+  options: {
+    events?: number;
+    warmup?: number;
+    only?: 'throughput' | 'latency';
+    layouts?: Layout[];
+    runs?: number;
+  } = {},
 ): Promise<WebhookBenchResult> {
   const events = options.events ?? 1_000;
+  const warmup = Math.max(0, options.warmup ?? 3_000);
   const runs = Math.max(1, options.runs ?? 3);
   const layouts = options.layouts ?? ['split', 'single'];
   const tls = selfSignedCert();
@@ -473,7 +547,7 @@ export async function run(
   const fmtSpread = (s: Spread, f: (n: number) => string) => `${f(s.min)} / ${f(s.median)} / ${f(s.max)}`;
   const two = (n: number) => n.toFixed(2);
   console.log(
-    `webhooks, ${fmt(events)} deliveries, ${CONCURRENCY} connections per endpoint, ${runs} run${runs === 1 ? '' : 's'}`,
+    `webhooks, ${fmt(events)} deliveries (after ${fmt(warmup)} untimed on each side), ${CONCURRENCY} connections per endpoint, ${runs} run${runs === 1 ? '' : 's'}`,
   );
   if (options.only !== 'latency') {
     result.throughput = {};
@@ -485,15 +559,15 @@ export async function run(
         const bareFirst = i % 2 === 0;
         const t =
           layout === 'split'
-            ? await throughputSplit(tls, events, bareFirst)
-            : await throughputSingle(tls, events, bareFirst);
+            ? await throughputSplit(tls, events, warmup, bareFirst)
+            : await throughputSingle(tls, events, warmup, bareFirst);
         all.push(t);
         const split = (cpu: Record<string, number>) =>
           Object.entries(cpu)
             .map(([name, ms]) => `${name} ${two(ms)}`)
             .join(', ');
         console.log(
-          `    run ${i + 1} (${bareFirst ? 'baseline first' : 'full path first'}): full path ${fmt(t.deliveriesPerSec)}/s (${two(t.fullCpuMsPerDelivery)} ms CPU each: ${split(t.fullCpuByProcess)}), bare POSTs ${fmt(t.barePostsPerSec)}/s (${two(t.bareCpuMsPerPost)} ms CPU each), ratio ${two(t.ratio)}`,
+          `    run ${i + 1} (${bareFirst ? 'baseline first' : 'full path first'}): full path ${fmt(t.deliveriesPerSec)}/s (${two(t.fullCpuMsPerDelivery)} ms CPU each: ${split(t.fullCpuByProcess)}), bare POSTs ${fmt(t.barePostsPerSec)}/s (${two(t.bareCpuMsPerPost)} ms CPU each), ratio ${two(t.ratio)} (by CPU ${two(t.bareCpuMsPerPost / t.fullCpuMsPerDelivery)})`,
         );
       }
       result.throughputRuns[layout] = all;
@@ -511,6 +585,11 @@ export async function run(
       );
       console.log(
         `      ratio ${fmtSpread(ratio, two)} (target >= 0.5 on the median: ${ratio.median >= 0.5 ? 'ok' : 'MISSED'})`,
+      );
+      // What the rate ratio comes to when both sides are CPU-bound, and far less moved by the
+      // load of other processes on the machine: bare CPU per POST over full-path CPU per delivery.
+      console.log(
+        `      by CPU (bare ms per POST / full-path ms per delivery) ${fmtSpread(spread(all.map((t) => t.bareCpuMsPerPost / t.fullCpuMsPerDelivery)), two)}`,
       );
     }
     const { split, single } = result.throughput;
@@ -564,9 +643,11 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     process.exit(2);
   }
   const events = arg('events');
+  const warmup = arg('warmup');
   const runs = arg('runs');
   await run({
     ...(events ? { events: Number(events) } : {}),
+    ...(warmup ? { warmup: Number(warmup) } : {}),
     ...(runs ? { runs: Number(runs) } : {}),
     ...(only ? { only } : {}),
     layouts: layout === 'both' ? ['split', 'single'] : [layout],

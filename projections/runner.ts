@@ -111,12 +111,7 @@ export class ProjectionRunner<S> implements FeedMember {
     feedOf(this.store, this.options.logger ? { logger: this.options.logger } : {}).join(this);
     const running = runningOn.get(this.store) ?? new Set();
     runningOn.set(this.store, running.add(this as ProjectionRunner<unknown>));
-    this.timer = setInterval(() => {
-      if (!this.saveDue(0)) return;
-      this.saveSnapshot().catch((err) =>
-        this.options.logger?.error({ err, projection: this.name }, 'projection snapshot failed'),
-      );
-    }, this.options.snapshotIntervalMs ?? 5_000);
+    this.timer = setInterval(() => this.maybeSave(0), this.options.snapshotIntervalMs ?? 5_000);
     this.timer.unref();
   }
 
@@ -223,23 +218,28 @@ export class ProjectionRunner<S> implements FeedMember {
     // right in memory and the next save (by count or by the interval) tries again.
     // Also at most once per `snapshotGapMs`: a catch-up folds thousands of events a millisecond,
     // and encoding the whole state for every `snapshotEvery` of them would cost more than the folds.
-    if (
-      !this.savePending &&
-      this.position - this.savedPosition >= (this.options.snapshotEvery ?? 1000) &&
-      this.saveDue(this.options.snapshotGapMs ?? 5_000)
-    ) {
-      this.savePending = true;
-      this.saveSnapshot()
-        .catch((err: unknown) =>
-          this.options.logger?.warn(
-            { err, projection: this.name },
-            'projection snapshot not saved; will retry',
-          ),
-        )
-        .finally(() => {
-          this.savePending = false;
-        });
+    if (this.position - this.savedPosition >= (this.options.snapshotEvery ?? 1000)) {
+      this.maybeSave(this.options.snapshotGapMs ?? 5_000);
     }
+  }
+
+  /**
+   * Saves unless a save is already queued or running (by count or by the timer: queued behind a
+   * slow one, they would all run) or the last one was too recent for `gapMs` and its own cost.
+   */
+  private maybeSave(gapMs: number): void {
+    if (this.savePending || !this.saveDue(gapMs)) return;
+    this.savePending = true;
+    this.saveSnapshot()
+      .catch((err: unknown) =>
+        this.options.logger?.warn(
+          { err, projection: this.name },
+          'projection snapshot not saved; will retry',
+        ),
+      )
+      .finally(() => {
+        this.savePending = false;
+      });
   }
 
   private releaseWaiters(): void {

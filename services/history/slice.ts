@@ -14,6 +14,7 @@ import type { SignalOperations } from '../engine/operations.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
 import type { QuotaMeter } from '../quota/quota-meter.ts';
 import type { Check } from '../shared/readiness.ts';
+import { BriefCache } from './brief-cache.ts';
 import { ExportRowStore } from './export-row-store.ts';
 import {
   hasRevision,
@@ -26,7 +27,7 @@ import {
 import { OutcomeResolver } from './resolver.ts';
 import { historyRoutes } from './routes.ts';
 import type { OutcomeIndex, StoredRows } from './scan.ts';
-import { type TrackRecordState, trackRecordBrief } from './track-record.ts';
+import type { TrackRecordState } from './track-record.ts';
 
 /** Roles this slice does something in: routes (api), outcomes (projections), webhook lines (dispatcher). */
 export const HISTORY_ROLES: readonly Role[] = ['api', 'projections', 'dispatcher'];
@@ -92,12 +93,13 @@ export function historySlice(deps: HistorySliceDeps) {
   /** The reveal clock: wall time, and never ahead of the feed (a replay reveals in feed time). */
   const now = () => Math.min(Date.now(), feed ? feed.now() : Date.now());
 
+  const briefs = new BriefCache(trackRecord);
   function brief(call: {
     exchange: Exchange;
     timeframe: Timeframe;
     confidence: number;
   }): TrackRecordBrief | null {
-    return trackRecord.running ? trackRecordBrief(trackRecord.state, call, now()) : null;
+    return trackRecord.running ? briefs.brief(call, now()) : null;
   }
 
   /** Not running or failed: checkpoint -1, so the export reads every candidate's outcome stream. */

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from 'pino';
 import type { ToolName } from '../../../contracts/tools.ts';
+import { safeParseRemembered } from '../../../contracts/validated.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
 import type { KeyResolver } from '../../keys/key-resolver.ts';
 import type { QuotaMeter } from '../../quota/quota-meter.ts';
@@ -142,7 +143,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
       _service: await peekMeta(deps, caller),
     });
   }
-  const parsed = tool.input.safeParse(request.args ?? {});
+  const parsed = safeParseRemembered(tool.input, request.args ?? {});
   if (!parsed.success) {
     const issues = parsed.error.issues.map((i) => ({
       path: i.path.join('.') || '(arguments)',

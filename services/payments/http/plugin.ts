@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
+import { safeParseRemembered } from '../../../contracts/validated.ts';
 import {
   type Caller,
   CallerRejectedError,
@@ -71,7 +72,7 @@ function readBody(tool: PaidTool, raw: unknown): BodyResult {
       };
     }
   }
-  const parsed = tool.input.safeParse(json);
+  const parsed = safeParseRemembered(tool.input, json);
   if (parsed.success) return { ok: true, input: parsed.data };
   const failure = describeFailure(parsed.error)!;
   return {

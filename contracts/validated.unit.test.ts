@@ -29,4 +29,40 @@ describe('parse once', () => {
     expect(safeParseRemembered(GetTradeCallInput, bad).success).toBe(false);
     expect(() => parseOnce(GetTradeCallInput, bad)).toThrow();
   });
+
+  it('parses a set of flat arguments once, and gives every call a copy of its own', () => {
+    const first = safeParseRemembered(GetTradeCallInput, { coin: 'BTC', timeframe: '1h' });
+    const again = safeParseRemembered(GetTradeCallInput, { coin: 'BTC', timeframe: '1h' });
+    if (!first.success || !again.success) throw new Error('should parse');
+    expect(again.data).toEqual(first.data);
+    expect(again.data).not.toBe(first.data);
+    expect(Object.keys(again.data)).toEqual(Object.keys(first.data));
+    expect(parseOnce(GetTradeCallInput, again.data)).toBe(again.data);
+    // What one caller does to its copy, the next caller does not see.
+    (again.data as Record<string, unknown>).coin = 'changed';
+    const third = safeParseRemembered(GetTradeCallInput, { coin: 'BTC', timeframe: '1h' });
+    expect(third.success ? third.data.coin : null).toBe('BTC');
+
+    // Other values, another type for the same value, or an extra key: parsed on their own.
+    const other = safeParseRemembered(GetTradeCallInput, { coin: 'ETH', timeframe: '1h' });
+    expect(other.success ? other.data.coin : null).toBe('ETH');
+    const flag = safeParseRemembered(GetTradeCallInput, {
+      coin: 'BTC',
+      timeframe: '1h',
+      includeReasoning: false,
+    });
+    expect(flag.success ? flag.data.includeReasoning : null).toBe(false);
+    const quoted = { coin: 'BTC', timeframe: '1h', includeReasoning: 'false' };
+    expect(safeParseRemembered(GetTradeCallInput, quoted).success).toBe(false);
+    expect(safeParseRemembered(GetTradeCallInput, { coin: 'BTC', timeframe: '1h', x: 1 }).success).toBe(
+      false,
+    );
+
+    // Arguments holding an object are parsed every time.
+    const nested = z.object({ coins: z.array(z.string()) });
+    const a = safeParseRemembered(nested, { coins: ['BTC'] });
+    const b = safeParseRemembered(nested, { coins: ['BTC'] });
+    if (!a.success || !b.success) throw new Error('should parse');
+    expect(b.data.coins).not.toBe(a.data.coins);
+  });
 });

@@ -6,6 +6,7 @@ import { feedOptionsFromConfig, selectFeed } from '../../adapters/market/select.
 import type { Config } from '../../contracts/config.ts';
 import type { TrackRecordBrief } from '../../contracts/history.ts';
 import type { Exchange, Timeframe } from '../../contracts/market.ts';
+import type { TradeCall } from '../../contracts/tools.ts';
 import type { Projection } from '../../projections/projection.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
@@ -94,6 +95,19 @@ export function historySlice(deps: HistorySliceDeps) {
   const now = () => Math.min(Date.now(), feed ? feed.now() : Date.now());
 
   const briefs = new BriefCache(trackRecord);
+  /**
+   * The engine hands out one call object per verdict revision and the cache one line per
+   * bucket: their join is made once per pair rather than a ~30-field copy on every call. Neither
+   * is changed after it is made, nor is the join.
+   */
+  const joined = new WeakMap<TradeCall, { line: TrackRecordBrief; call: TradeCall }>();
+  function withLine(call: TradeCall, line: TrackRecordBrief): TradeCall {
+    const known = joined.get(call);
+    if (known?.line === line) return known.call;
+    const made = { ...call, trackRecord: line };
+    joined.set(call, { line, call: made });
+    return made;
+  }
   function brief(call: {
     exchange: Exchange;
     timeframe: Timeframe;
@@ -177,7 +191,7 @@ export function historySlice(deps: HistorySliceDeps) {
         getTradeCall: async (input, ctx) => {
           const call = await ops.getTradeCall(input, ctx);
           const line = brief(call);
-          return line ? { ...call, trackRecord: line } : call;
+          return line ? withLine(call, line) : call;
         },
         getMarketRegime: (input, ctx) => ops.getMarketRegime(input, ctx),
         scanTradeCalls: (input, ctx) => ops.scanTradeCalls(input, ctx),

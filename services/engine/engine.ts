@@ -20,7 +20,6 @@ import {
   type ScanTradeCallsOutput,
   type TradeCall,
 } from '../../contracts/tools.ts';
-import { parseOnce } from '../../contracts/validated.ts';
 import { verdictVerifyUrl } from '../../contracts/verify-url.ts';
 import { forEachLimited } from './for-each-limited.ts';
 import { isFresh } from './funding-arb.ts';
@@ -99,7 +98,7 @@ export class SignalEngine implements SignalOperations {
   }
 
   async getTradeCall(raw: GetTradeCallInput, ctx: OperationContext = {}): Promise<TradeCall> {
-    return this.tradeCall(this.withExchange(parseOnce(GetTradeCallInput, raw)), 'request', ctx);
+    return this.tradeCall(this.withExchange(GetTradeCallInput.parse(raw)), 'request', ctx);
   }
 
   /** The scheduler's entry: the same computation, recorded with trigger "schedule". */
@@ -112,7 +111,7 @@ export class SignalEngine implements SignalOperations {
   }
 
   async getMarketRegime(raw: GetMarketRegimeInput): Promise<RegimeReading> {
-    const input = this.withExchange(parseOnce(GetMarketRegimeInput, raw));
+    const input = this.withExchange(GetMarketRegimeInput.parse(raw));
     const state = await this.states.advance(input.exchange, input.coin, input.timeframe);
     const reading = computeRegime(state);
     const snapshot = state.snapshot();
@@ -132,7 +131,7 @@ export class SignalEngine implements SignalOperations {
   }
 
   async scanTradeCalls(raw: ScanTradeCallsInput, ctx: OperationContext = {}): Promise<ScanTradeCallsOutput> {
-    const input = this.withExchange(parseOnce(ScanTradeCallsInput, raw));
+    const input = this.withExchange(ScanTradeCallsInput.parse(raw));
     const markets = rankMarkets(await this.feed.markets(input.exchange)).slice(0, input.topN);
     const skipped: ScanTradeCallsOutput['skipped'] = [];
     const rows: ScanRow[] = [];

@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from 'pino';
 import type { ToolName } from '../../../contracts/tools.ts';
-import { safeParseRemembered } from '../../../contracts/validated.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
 import type { KeyResolver } from '../../keys/key-resolver.ts';
 import type { QuotaMeter } from '../../quota/quota-meter.ts';
@@ -143,7 +142,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
       _service: await peekMeta(deps, caller),
     });
   }
-  const parsed = safeParseRemembered(tool.input, request.args ?? {});
+  const parsed = tool.input.safeParse(request.args ?? {});
   if (!parsed.success) {
     const issues = parsed.error.issues.map((i) => ({
       path: i.path.join('.') || '(arguments)',

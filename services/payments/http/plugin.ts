@@ -1,6 +1,5 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
-import { safeParseRemembered } from '../../../contracts/validated.ts';
 import {
   type Caller,
   CallerRejectedError,
@@ -72,7 +71,7 @@ function readBody(tool: PaidTool, raw: unknown): BodyResult {
       };
     }
   }
-  const parsed = safeParseRemembered(tool.input, json);
+  const parsed = tool.input.safeParse(json);
   if (parsed.success) return { ok: true, input: parsed.data };
   const failure = describeFailure(parsed.error)!;
   return {

@@ -45,6 +45,7 @@ export function runnersOn(store: EventStore): ProjectionRunner<unknown>[] {
  */
 export class ProjectionRunner<S> implements FeedMember {
   private current: S;
+  private changes = 0;
   private position = 0;
   private savedPosition = 0;
   private joined = false;
@@ -86,6 +87,15 @@ export class ProjectionRunner<S> implements FeedMember {
     return this.failure;
   }
 
+  /**
+   * Moves whenever the state may have changed (an event folded in, the state loaded or rebuilt),
+   * and only then: what is derived from the state can be kept while it stays the same. Events of
+   * types the projection does not fold do not move it.
+   */
+  get revision(): number {
+    return this.changes;
+  }
+
   get running(): boolean {
     return this.joined;
   }
@@ -106,6 +116,7 @@ export class ProjectionRunner<S> implements FeedMember {
       this.current = this.projection.initial();
       this.position = this.savedPosition = 0;
     }
+    this.changes++;
     this.failure = null;
     this.joined = true;
     feedOf(this.store, this.options.logger ? { logger: this.options.logger } : {}).join(this);
@@ -193,15 +204,19 @@ export class ProjectionRunner<S> implements FeedMember {
             state = evolve(state, page[i]!);
           }
           this.current = state;
+          this.changes++;
         }
       } else {
         for (; i < page.length; i++) {
           state = evolve(state, page[i]!);
           this.current = state;
+          this.changes++;
         }
       }
       if (from < page.length) this.position = page[page.length - 1]!.position;
     } catch (err) {
+      // A fold that threw may have changed the state part way.
+      this.changes++;
       // The checkpoint a snapshot saves: up to the event before the one that threw.
       if (i > from) this.position = page[i - 1]!.position;
       // A fold that throws stops this projection (and shows in /readyz) rather than skipping

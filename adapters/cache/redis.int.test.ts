@@ -72,6 +72,53 @@ describe.runIf(unreachable === null || CI)(`redis cache against ${REDIS_URL}`, (
       }
     });
 
+    it('the debits of one turn go in one script call, each decided in order; a bad counter fails only its own', async () => {
+      const prefix = nextPrefix();
+      const cache = await connectRedisCache({ url: REDIS_URL, prefix });
+      try {
+        await cache.beginGeneration('g1');
+        await cache.switchGeneration('quota', null, { id: 'g1', position: 0 });
+        const expiresAt = Date.now() + 3_600_000;
+        const month = { key: 'quota:month', limit: 5, expiresAt };
+        const day = { key: 'quota:day', limit: 100, expiresAt };
+        await raw.set(`${prefix}g:g1:quota:broken`, 'not a number');
+        // The one script call a turn's debits share, counted on the adapter's own connection.
+        const client = cache.shared.redis as unknown as Record<string, (...args: unknown[]) => unknown>;
+        const send = client.signalDebitLiveMany!.bind(client);
+        let scripts = 0;
+        client.signalDebitLiveMany = (...args: unknown[]) => {
+          scripts += 1;
+          return send(...args);
+        };
+        const debits = Array.from({ length: 8 }, (_, i) =>
+          i === 2
+            ? cache.debitLive('quota', [{ key: 'quota:broken', limit: 10, expiresAt }], 1)
+            : cache.debitLive('quota', [month, day], 1),
+        );
+        const settled = await Promise.allSettled(debits);
+        expect(settled[2]!.status).toBe('rejected');
+        const others = settled
+          .filter((_, i) => i !== 2)
+          .map((r) => (r.status === 'fulfilled' ? r.value : r.reason));
+        expect(others.map((r) => [r.ok, r.counts, r.generation])).toEqual([
+          [true, [1, 1], 'g1'],
+          [true, [2, 2], 'g1'],
+          [true, [3, 3], 'g1'],
+          [true, [4, 4], 'g1'],
+          [true, [5, 5], 'g1'],
+          [false, [5, 5], 'g1'],
+          [false, [5, 5], 'g1'],
+        ]);
+        expect(others.at(-1)!.refusedBy).toBe(0);
+        expect(await cache.generationDebits('g1')).toBe(5);
+        expect(await cache.readLive('quota', ['quota:month', 'quota:day'])).toEqual([5, 5]);
+        // The reads above are no debits: still the one script call.
+        expect(scripts).toBe(1);
+      } finally {
+        await cache.close();
+      }
+    });
+
     it('a refused debit leaves the expiry of every window untouched', async () => {
       const prefix = nextPrefix();
       const cache = await connectRedisCache({ url: REDIS_URL, prefix });

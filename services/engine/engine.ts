@@ -59,6 +59,8 @@ type Trigger = 'request' | 'schedule';
 interface CachedCall {
   closeTime: number;
   call: TradeCall;
+  /** The call without its reasoning, made when first asked for. */
+  withoutReasoning?: TradeCall;
 }
 
 /**
@@ -257,7 +259,13 @@ export class SignalEngine implements SignalOperations {
     const state = await this.states.advance(input.exchange, input.coin, input.timeframe);
     const closeTime = state.lastCloseTime!;
     const cached = this.calls.get(key);
-    if (cached && cached.closeTime === closeTime) return withReasoning(cached.call, input.includeReasoning);
+    if (cached && cached.closeTime === closeTime) {
+      if (input.includeReasoning) return cached.call;
+      // One copy without the reasoning per revision, like the call itself: what is served from
+      // it (its answer JSON, the track-record join) is then made once per revision too.
+      cached.withoutReasoning ??= withReasoning(cached.call, false);
+      return cached.withoutReasoning;
+    }
 
     const context = await this.perpContext(
       input.exchange,

@@ -417,5 +417,16 @@ describe('GET /api/track-record', () => {
     expect(line.calls).toBe(market.buckets[bucket]!.calls);
     expect(line.hits).toBe(market.buckets[bucket]!.hits);
     expect(line.randomHitRate).toBe(market.random.hitRate);
+
+    // Until the verdict or the line moves, every caller is handed the same joined call; without
+    // the reasoning, another one, made once as well.
+    const again = await ops.getTradeCall({ coin: 'ETH', timeframe: '1h', exchange: 'BINANCE' });
+    const raw = await ops.getTradeCall({ coin: 'ETH', timeframe: '1h', exchange: 'BINANCE' });
+    expect(raw).toBe(again);
+    const brief = (input: object) => ops.getTradeCall({ ...input, includeReasoning: false } as never);
+    const short = await brief({ coin: 'ETH', timeframe: '1h', exchange: 'BINANCE' });
+    expect(short).not.toHaveProperty('reasoning');
+    expect(short.trackRecord).toBe(again.trackRecord);
+    expect(await brief({ coin: 'ETH', timeframe: '1h', exchange: 'BINANCE' })).toBe(short);
   });
 });

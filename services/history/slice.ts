@@ -6,6 +6,7 @@ import { feedOptionsFromConfig, selectFeed } from '../../adapters/market/select.
 import type { Config } from '../../contracts/config.ts';
 import type { TrackRecordBrief } from '../../contracts/history.ts';
 import type { Exchange, Timeframe } from '../../contracts/market.ts';
+import type { TradeCall } from '../../contracts/tools.ts';
 import type { Projection } from '../../projections/projection.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
@@ -14,6 +15,7 @@ import type { SignalOperations } from '../engine/operations.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
 import type { QuotaMeter } from '../quota/quota-meter.ts';
 import type { Check } from '../shared/readiness.ts';
+import { BriefCache } from './brief-cache.ts';
 import { ExportRowStore } from './export-row-store.ts';
 import {
   hasRevision,
@@ -26,7 +28,7 @@ import {
 import { OutcomeResolver } from './resolver.ts';
 import { historyRoutes } from './routes.ts';
 import type { OutcomeIndex, StoredRows } from './scan.ts';
-import { type TrackRecordState, trackRecordBrief } from './track-record.ts';
+import type { TrackRecordState } from './track-record.ts';
 
 /** Roles this slice does something in: routes (api), outcomes (projections), webhook lines (dispatcher). */
 export const HISTORY_ROLES: readonly Role[] = ['api', 'projections', 'dispatcher'];
@@ -92,12 +94,26 @@ export function historySlice(deps: HistorySliceDeps) {
   /** The reveal clock: wall time, and never ahead of the feed (a replay reveals in feed time). */
   const now = () => Math.min(Date.now(), feed ? feed.now() : Date.now());
 
+  const briefs = new BriefCache(trackRecord);
+  /**
+   * The engine hands out one call object per verdict revision and the cache one line per
+   * bucket: their join is made once per pair rather than a ~30-field copy on every call. Neither
+   * is changed after it is made, nor is the join.
+   */
+  const joined = new WeakMap<TradeCall, { line: TrackRecordBrief; call: TradeCall }>();
+  function withLine(call: TradeCall, line: TrackRecordBrief): TradeCall {
+    const known = joined.get(call);
+    if (known?.line === line) return known.call;
+    const made = { ...call, trackRecord: line };
+    joined.set(call, { line, call: made });
+    return made;
+  }
   function brief(call: {
     exchange: Exchange;
     timeframe: Timeframe;
     confidence: number;
   }): TrackRecordBrief | null {
-    return trackRecord.running ? trackRecordBrief(trackRecord.state, call, now()) : null;
+    return trackRecord.running ? briefs.brief(call, now()) : null;
   }
 
   /** Not running or failed: checkpoint -1, so the export reads every candidate's outcome stream. */
@@ -175,7 +191,7 @@ export function historySlice(deps: HistorySliceDeps) {
         getTradeCall: async (input, ctx) => {
           const call = await ops.getTradeCall(input, ctx);
           const line = brief(call);
-          return line ? { ...call, trackRecord: line } : call;
+          return line ? withLine(call, line) : call;
         },
         getMarketRegime: (input, ctx) => ops.getMarketRegime(input, ctx),
         scanTradeCalls: (input, ctx) => ops.scanTradeCalls(input, ctx),

@@ -28,7 +28,7 @@ import type { RecordedEvent } from '../contracts/envelope.ts';
 import { type EventData, newEvent } from '../contracts/events.ts';
 import { outcomeStream } from '../contracts/history.ts';
 import { latestVerdictsProjection } from '../projections/latest-verdicts.ts';
-import { VERDICTS_DB } from '../services/history/export-row-store.ts';
+import { OUTCOMES_DB, VERDICTS_DB } from '../services/history/export-row-store.ts';
 import { trackRecordProjection } from '../services/history/projections.ts';
 import {
   SYNTHETIC_MARKETS,
@@ -216,7 +216,7 @@ export async function run(): Promise<Record<string, number>> {
         };
         return (s.treeBranchPageCount + s.treeLeafPageCount + s.overflowPages) * s.pageSize;
       };
-      const rowBytes = pages(VERDICTS_DB) + pages('history-export-outcomes');
+      const rowBytes = pages(VERDICTS_DB) + pages(OUTCOMES_DB);
       console.log(
         `export-rows projection: caught up in ${((performance.now() - t) / 1000).toFixed(1)} s from the start; ${(rowBytes / 1e6).toFixed(0)} MB on disk (${Math.round(rowBytes / verdicts)} B per verdict) beside the log's ${(pages('events') / 1e6).toFixed(0)} MB`,
       );

@@ -9,24 +9,33 @@ import type { Projection } from './projection.ts';
 export interface RunnerOptions {
   /** Events folded between two snapshots. */
   snapshotEvery?: number;
-  /** Least time between two snapshots taken by count (a catch-up reaches `snapshotEvery` fast). Default 5 s. */
+  /**
+   * Least time between two snapshots taken by count (a catch-up reaches `snapshotEvery` fast).
+   * Default 5 s; longer for a state slow to save (see SAVE_COST_SHARE).
+   */
   snapshotGapMs?: number;
-  /** A snapshot is also taken this often while events trickle in below `snapshotEvery`. */
+  /** A snapshot is also taken this often while events trickle in below `snapshotEvery` (same cost rule). */
   snapshotIntervalMs?: number;
   logger?: Logger;
 }
+
+/**
+ * A snapshot takes at most about one part in this many of the time: a state that is slow to
+ * encode (hundreds of ms once it holds a large log's worth) is saved less often than the gap.
+ */
+const SAVE_COST_SHARE = 20;
+/**
+ * However slow the last save (it also waits for the environment's flush, which a disk stall or
+ * another writer can stretch), the next waits no longer than this: a crash re-folds at most this
+ * much more.
+ */
+const MAX_SAVE_GAP_MS = 60_000;
 
 /**
  * The runners tailing each event store, whoever created them (the projections role, the api's
  * key registry, webhooks, payments, history...): the service reports every projection's lag
  * without each feature having to hand its runners to the metrics.
  */
-/**
- * A snapshot takes at most about one part in this many of the time: a state that is slow to
- * encode (hundreds of ms once it holds a large log's worth) is saved less often than the gap.
- */
-const SAVE_COST_SHARE = 20;
-
 const runningOn = new WeakMap<EventStore, Set<ProjectionRunner<unknown>>>();
 
 /** The runners currently started on `store`. */
@@ -263,7 +272,8 @@ export class ProjectionRunner<S> implements FeedMember {
 
   /** At least `gapMs` since the last save, and long enough for that save's cost to stay a small share. */
   private saveDue(gapMs: number): boolean {
-    return performance.now() - this.savedAt >= Math.max(gapMs, SAVE_COST_SHARE * this.lastSaveMs);
+    const costGap = Math.min(MAX_SAVE_GAP_MS, SAVE_COST_SHARE * this.lastSaveMs);
+    return performance.now() - this.savedAt >= Math.max(gapMs, costGap);
   }
 
   /** Saves are chained so that an older snapshot can never land after a newer one. */

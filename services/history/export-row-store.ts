@@ -14,12 +14,46 @@ type Outcome = RecordedEvent<EventData<'VerdictOutcomeResolved'>, 'VerdictOutcom
 /** Bump when what export-rows.ts stores changes: a store of another version is rebuilt. */
 export const EXPORT_ROWS_VERSION = 2;
 /**
- * Version 2 moved the verdicts to a compressed database of another name: version 1's records
- * (~3 KB, over LMDB's ~2 KB inline limit) took a 4 KB overflow page each. That database is
- * emptied when this one is built.
+ * Version 2 moved both databases to new names, the verdicts compressed: version 1's records
+ * (~3 KB, over LMDB's ~2 KB inline limit) took a 4 KB overflow page each. Versions never share a
+ * database, so a process of the other version on the same directory cannot empty this one's; the
+ * old ones are emptied when this version's store is built.
  */
 export const VERDICTS_DB = 'history-export-verdicts-2';
-export const OLD_VERDICTS_DBS = ['history-export-verdicts'];
+export const OUTCOMES_DB = 'history-export-outcomes-2';
+export const OLD_DBS = ['history-export-verdicts', 'history-export-outcomes'];
+/**
+ * LZ4 dictionary of the verdict records: the row's field names, raw and JSON-escaped. Part of the
+ * stored format (a record is read with the dictionary it was written with), so it is pinned here
+ * rather than taken from lmdb-js's bundled one, which a package upgrade may change; change it
+ * only with EXPORT_ROWS_VERSION. Padded to a multiple of 8 bytes, as lmdb-js reads it.
+ */
+const ROW_DICTIONARY = (() => {
+  const inputs = (
+    'rsi stoch_k stoch_d cci adx plus_di minus_di ao momentum macd macd_signal stoch_rsi_k ' +
+    'williams_r bull_power bear_power ultimate ema20 ema50 ema200 sma200 ma_rating oscillator_rating ' +
+    'technical_rating funding_apr basis perp_lean calibrated_probability edge_cell edge_measured ' +
+    'vol_horizon_candles vol_expected_move_pct vol_band_low vol_band_high vol_band_coverage vol_percentile'
+  ).split(' ');
+  const raw = `{${inputs.map((k) => `"${k}":`).join(',')}null,}`;
+  const head =
+    '{"position":,"verdict_id":"","stream":"verdicts-","revision":,"recorded_at":"","exchange":"",' +
+    '"coin":"","timeframe":"","hash":"","prev_hash":"","reveal_at":"","revealed":true,"call":"",' +
+    '"confidence":,"score":,"regime":"","price":,"candle_close_time":,"feed":"replay",' +
+    '"engine_version":"","trigger":"schedule","inputs_json":"';
+  const text = Buffer.from(raw + JSON.stringify(raw).slice(1, -1) + head);
+  return Buffer.concat([text, Buffer.alloc((8 - (text.length % 8)) % 8, 32)]);
+})();
+
+/** The verdict records' database, as every reader and writer must open it. */
+export function openVerdictsDb(root: RootDatabase): Database<Buffer, number> {
+  return root.openDB<Buffer, number>({
+    name: VERDICTS_DB,
+    encoding: 'binary',
+    compression: { dictionary: ROW_DICTIONARY },
+  });
+}
+
 /** Key of the meta entry in the verdicts database: positions start at 1. */
 const META = 0;
 /** [version, generation, checkpoint, id of the event at the checkpoint]. */
@@ -64,8 +98,8 @@ export class ExportRowStore implements FeedMember, StoredRows {
     // export reads only the fields it needs out of it. LZ4-compressed (~3 KB to ~1.4 KB, so two
     // fit a page instead of one overflow page each) and written in append mode, since positions
     // only grow: pages are filled instead of split in half. Together: 4,096 to 2,048 B a verdict.
-    this.verdicts = root.openDB<Buffer, number>({ name: VERDICTS_DB, encoding: 'binary', compression: true });
-    this.outcomes = root.openDB<Buffer, string>({ name: 'history-export-outcomes', encoding: 'binary' });
+    this.verdicts = openVerdictsDb(root);
+    this.outcomes = root.openDB<Buffer, string>({ name: OUTCOMES_DB, encoding: 'binary' });
   }
 
   /** Global position up to which every verdict and outcome of the log is readable here. */
@@ -127,9 +161,14 @@ export class ExportRowStore implements FeedMember, StoredRows {
     this.generation = randomUUID();
     this.position = 0;
     this.positionId = null;
-    const old = OLD_VERDICTS_DBS.map((name) =>
-      this.root.openDB<Buffer, number>({ name, encoding: 'binary' }),
-    );
+    const old = OLD_DBS.map((name) => this.root.openDB({ name, encoding: 'binary' }));
+    const stale = old.reduce((n, db) => n + (db.getStats() as { entryCount: number }).entryCount, 0);
+    if (stale > 0) {
+      this.options.logger?.info(
+        { projection: this.name, entries: stale, databases: OLD_DBS },
+        'export rows of an older version: emptied, rebuilding from position 0',
+      );
+    }
     this.root.transactionSync(() => {
       // Cleared, not dropped: a dropped database's handle breaks the environment's read transactions.
       for (const db of old) db.clearSync();
@@ -215,7 +254,8 @@ export class ExportRowStore implements FeedMember, StoredRows {
       const applied = meta[2];
       if (applied >= last.position) return undefined;
       for (const [position, value] of verdicts)
-        if (position > applied) this.verdicts.putSync(position, value, { append: true });
+        if (position > applied && !appendVerdict(this.verdicts, position, value))
+          throw new Error(`export rows: verdict at ${position} is not past the last stored one`);
       for (const [position, id, value] of outcomes) if (position > applied) this.outcomes.putSync(id, value);
       this.putMeta([EXPORT_ROWS_VERSION, this.generation, last.position, last.id]);
       return undefined;
@@ -233,4 +273,12 @@ export class ExportRowStore implements FeedMember, StoredRows {
   private releaseWaiters(): void {
     this.waiters.reached(this.position);
   }
+}
+
+/**
+ * Append mode refuses a key that is not past the last one by returning false (lmdb-js types it
+ * as void): unchecked, that row would be lost while the checkpoint moved past it.
+ */
+function appendVerdict(db: Database<Buffer, number>, position: number, value: Buffer): boolean {
+  return (db.putSync(position, value, { append: true }) as unknown as boolean) !== false;
 }

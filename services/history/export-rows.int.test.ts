@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type LmdbEventStore, openLmdbEventStore } from '../../adapters/event-store/lmdb.ts';
 import { HistoryTrailer } from '../../contracts/history.ts';
 import { recordHistory, startHistoryServer } from '../../test/history-harness.ts';
-import { ExportRowStore, OLD_VERDICTS_DBS, VERDICTS_DB } from './export-row-store.ts';
+import { ExportRowStore, OLD_DBS, openVerdictsDb, VERDICTS_DB } from './export-row-store.ts';
 import { F_ID, fieldOf, headOf, revealAtOf, StoredLine } from './export-rows.ts';
 import { fillColumns, historyRow, rowRef } from './rows.ts';
 import { type HistoryFilter, ScanProgress, type StoredRows, scanHistory } from './scan.ts';
@@ -255,11 +255,7 @@ describe('export rows (stored bytes of each revealed row)', () => {
     const outcomes = before.map((e) => rows.outcome(fieldOf(e.value, F_ID)) ?? null);
     const exportBefore = (await exported('')).rows;
     // A damaged entry: only a fold from position 0 puts it right again.
-    const raw = store.root.openDB<Buffer, number>({
-      name: VERDICTS_DB,
-      encoding: 'binary',
-      compression: true,
-    });
+    const raw = openVerdictsDb(store.root);
     const damaged = before[before.length - 1]!;
     const head = headOf(damaged.value);
     raw.putSync(
@@ -278,19 +274,31 @@ describe('export rows (stored bytes of each revealed row)', () => {
     expect((await exported('')).rows).toEqual(exportBefore);
   });
 
-  it('a store of version 1 (uncompressed, another database) is emptied and rebuilt to the same bytes', async () => {
-    const before = server.slice.exportRows!.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6);
-    const oldDb = store.root.openDB<Buffer, number>({ name: OLD_VERDICTS_DBS[0]!, encoding: 'binary' });
-    // What version 1 left: its meta at key 0 and one row per verdict, 4 KB pages each.
-    oldDb.putSync(0, Buffer.from(JSON.stringify([1, 'old-generation', 10, null])));
-    for (const e of before) oldDb.putSync(e.key, e.value);
-    expect((oldDb.getStats() as { entryCount: number }).entryCount).toBe(before.length + 1);
-    const fresh = new ExportRowStore(store, store.root);
-    await fresh.rebuild();
-    await fresh.waitFor(await store.headPosition(), 30_000);
-    expect(fresh.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6)).toEqual(before);
-    expect((oldDb.getStats() as { entryCount: number }).entryCount).toBe(0);
-    await fresh.stop();
+  it('upgrades a directory that holds only a version 1 store: the old databases are emptied, the rows rebuilt compressed to the same bytes', async () => {
+    const current = server.slice.exportRows!;
+    const before = current.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6);
+    const outcomes = before.map((e) => current.outcome(fieldOf(e.value, F_ID)) ?? null);
+    // What version 1 left: its meta at key 0 and one uncompressed row per verdict, and no
+    // version 2 store (its meta removed, as on a directory that never ran version 2).
+    const [oldVerdicts, oldOutcomes] = OLD_DBS.map((name) => store.root.openDB({ name, encoding: 'binary' }));
+    oldVerdicts!.putSync(0, Buffer.from(JSON.stringify([1, 'old-generation', 10, null])));
+    for (const e of before) oldVerdicts!.putSync(e.key, e.value);
+    oldOutcomes!.putSync('some-verdict', Buffer.from('{}'));
+    openVerdictsDb(store.root).removeSync(0);
+    const entries = (db: { getStats(): unknown }) => (db.getStats() as { entryCount: number }).entryCount;
+    expect(entries(oldVerdicts!)).toBe(before.length + 1);
+
+    const upgraded = new ExportRowStore(store, store.root);
+    await upgraded.start();
+    await upgraded.waitFor(await store.headPosition(), 30_000);
+    expect(upgraded.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6)).toEqual(before);
+    expect(before.map((e) => upgraded.outcome(fieldOf(e.value, F_ID)) ?? null)).toEqual(outcomes);
+    expect(entries(oldVerdicts!)).toBe(0);
+    expect(entries(oldOutcomes!)).toBe(0);
+    // Compressed: no record in an overflow page.
+    const stats = store.root.openDB({ name: VERDICTS_DB }).getStats() as { overflowPages: number };
+    expect(stats.overflowPages).toBe(0);
+    await upgraded.stop();
   });
 
   it('a process whose checkpoint went stale (the store was rebuilt elsewhere) starts again from the stored one', async () => {

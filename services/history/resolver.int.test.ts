@@ -72,6 +72,7 @@ describe('outcome resolver', () => {
       feed: counting.feed,
       pending,
       logger,
+      maxLag: 1_000,
       intervalMs: 1_000,
       concurrency: 4,
       clock: () => wall,

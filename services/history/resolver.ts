@@ -17,10 +17,18 @@ import { forEachLimited } from '../engine/for-each-limited.ts';
 import { resolveOutcome } from './outcome.ts';
 import type { PendingOutcomes, PendingVerdict } from './projections.ts';
 
-/** Longest wait before asking again for candles the feed said it will never have (unknown coin). */
+/**
+ * Longest wait before asking again for candles that will most likely never come: a coin, venue or
+ * timeframe the feed does not serve, or one verdict's own history that the venue no longer keeps.
+ */
 const PERMANENT_BACKOFF_MS = 600_000;
 /** Longest wait before asking again for candles that are only missing for now (venue down). */
 const TRANSIENT_BACKOFF_MS = 60_000;
+
+interface Backoff {
+  retryAt: number;
+  delayMs: number;
+}
 
 /**
  * The outcome processor: for each pending verdict whose last horizon has closed in feed time,
@@ -28,12 +36,12 @@ const TRANSIENT_BACKOFF_MS = 60_000;
  * the verdict's own outcome stream. The append expects "no stream" with a deterministic id, so
  * two replicas resolving the same verdict write it once.
  *
- * It works only once the pending view is within `maxLag` of the log's head: while it catches up
- * (a first boot, a rebuild) the log ahead of it holds most of these outcomes already, and
- * resolving them again would cost a read, a candle fetch and a refused append each. A market
- * whose candles cannot be had is skipped until its backoff passes (doubling from the tick
- * interval), so a coin the feed does not list (delisted, or absent from a replay) costs one
- * failed fetch per backoff, not one per pending verdict per tick.
+ * It waits until the pending view has once come within `maxLag` of the log's head (again after a
+ * rebuild): while it catches up (a first boot, a rebuild) the log ahead of it holds most of these
+ * outcomes already, and resolving them again would cost a read, a candle fetch and a refused
+ * append each. A market whose candles cannot be had is skipped until its backoff passes (doubling
+ * from the tick interval), so a coin the feed does not list (delisted, or absent from a replay)
+ * costs one failed fetch per backoff, not one per pending verdict per tick.
  */
 export class OutcomeResolver {
   readonly name = 'outcome-resolver';
@@ -42,13 +50,16 @@ export class OutcomeResolver {
   private readonly inFlight = new Set<string>();
   /** Verdicts whose following candles have a gap: never labelled, reported once. */
   private readonly gaps = new Set<string>();
-  /**
-   * Wall-clock backoff by market (errors of the whole market) or by verdict (too little history
-   * for that one verdict, which must not hold back the market's newer ones).
-   */
-  private readonly backoff = new Map<string, { retryAt: number; delayMs: number }>();
+  /** Backoff of a market whose candles the feed refused (the error is the market's). */
+  private readonly markets = new Map<string, Backoff>();
+  /** Backoff of one verdict with too little history, which must not hold back its market's newer ones. */
+  private readonly verdicts = new Map<string, Backoff>();
+  /** The pending view has come within `maxLag` of the head since it last started from scratch. */
+  private caughtUp = false;
+  private viewCheckpoint = 0;
+  private readonly intervalMs: number;
   resolved = 0;
-  /** Candle fetches refused by the feed, over the resolver's life (readiness shows it). */
+  /** Candle fetches the feed refused, over the resolver's life. */
   failedFetches = 0;
   lastError: string | null = null;
 
@@ -58,22 +69,32 @@ export class OutcomeResolver {
       feed: MarketFeed;
       pending: ProjectionRunner<PendingOutcomes>;
       logger: Logger;
+      /** Events the pending view may be behind the head before it counts as caught up (PROJECTION_READY_MAX_LAG). */
+      maxLag: number;
       intervalMs?: number;
       concurrency?: number;
-      /** Events the pending view may be behind the head and still resolve (PROJECTION_READY_MAX_LAG). */
-      maxLag?: number;
       /** Wall clock of the backoff (a replay's feed time may run far faster). */
       clock?: () => number;
     },
-  ) {}
+  ) {
+    this.intervalMs = deps.intervalMs ?? 1_000;
+  }
 
-  /** Markets and verdicts waiting out a backoff now. */
+  /** Markets and verdicts skipped now, waiting out a backoff. */
   get backingOff(): number {
-    return this.backoff.size;
+    const wall = (this.deps.clock ?? Date.now)();
+    let n = 0;
+    for (const b of this.markets.values()) if (b.retryAt > wall) n++;
+    for (const b of this.verdicts.values()) if (b.retryAt > wall) n++;
+    return n;
+  }
+
+  /** Whether the pending view is caught up enough for the resolver to work. */
+  get waitingForView(): boolean {
+    return !this.caughtUp;
   }
 
   start(): void {
-    const every = this.deps.intervalMs ?? 1_000;
     this.timer = setInterval(() => {
       this.tick ??= this.resolveDue()
         .then(() => undefined)
@@ -81,7 +102,7 @@ export class OutcomeResolver {
         .finally(() => {
           this.tick = null;
         });
-    }, every);
+    }, this.intervalMs);
     this.timer.unref();
   }
 
@@ -94,9 +115,11 @@ export class OutcomeResolver {
   /** Resolves every verdict that is due now; returns how many outcomes it appended. */
   async resolveDue(): Promise<number> {
     const { store, pending, feed } = this.deps;
-    if ((await store.headPosition()) - pending.checkpoint > (this.deps.maxLag ?? 1_000)) return 0;
+    // A view that went back (rebuilt) catches up again before the resolver works.
+    if (pending.checkpoint < this.viewCheckpoint) this.caughtUp = false;
+    this.viewCheckpoint = pending.checkpoint;
     const clock = this.deps.clock ?? Date.now;
-    this.forgetResolved();
+    this.forgetStale();
     const now = feed.now();
     const wall = clock();
     const due = Object.values(pending.state.pending).filter(
@@ -107,6 +130,11 @@ export class OutcomeResolver {
         !this.gaps.has(p.verdictId) &&
         !this.waiting(p, wall),
     );
+    if (due.length === 0) return 0;
+    if (!this.caughtUp) {
+      if ((await store.headPosition()) - pending.checkpoint > this.deps.maxLag) return 0;
+      this.caughtUp = true;
+    }
     let appended = 0;
     await forEachLimited(due, this.deps.concurrency ?? 4, async (p) => {
       // A verdict of the same market may have failed since this tick began.
@@ -114,14 +142,23 @@ export class OutcomeResolver {
       this.inFlight.add(p.verdictId);
       try {
         if (await this.resolveOne(p)) appended++;
-        this.backoff.delete(marketKey(p));
-        this.backoff.delete(p.verdictId);
+        this.markets.delete(marketKey(p));
+        this.verdicts.delete(p.verdictId);
       } catch (err) {
         // Candles not there yet (venue down, replay behind): the verdict stays pending.
         if (!(err instanceof MarketDataError)) throw err;
         this.failedFetches++;
         this.lastError = err.message;
-        this.backOff(err instanceof InsufficientHistoryError ? p.verdictId : marketKey(p), err, clock());
+        if (err instanceof InsufficientHistoryError) {
+          backOff(this.verdicts, p.verdictId, this.intervalMs, PERMANENT_BACKOFF_MS, clock());
+        } else {
+          const permanent =
+            err instanceof UnknownCoinError ||
+            err instanceof UnsupportedTimeframeError ||
+            err instanceof UnsupportedExchangeError;
+          const cap = permanent ? PERMANENT_BACKOFF_MS : TRANSIENT_BACKOFF_MS;
+          backOff(this.markets, marketKey(p), this.intervalMs, cap, clock());
+        }
         this.deps.logger.debug({ err, verdictId: p.verdictId }, 'outcome not resolvable yet');
       } finally {
         this.inFlight.delete(p.verdictId);
@@ -132,33 +169,21 @@ export class OutcomeResolver {
   }
 
   private waiting(p: PendingVerdict, wall: number): boolean {
-    if (this.backoff.size === 0) return false;
-    const market = this.backoff.get(marketKey(p));
+    const market = this.markets.size > 0 ? this.markets.get(marketKey(p)) : undefined;
     if (market && market.retryAt > wall) return true;
-    const verdict = this.backoff.get(p.verdictId);
+    const verdict = this.verdicts.size > 0 ? this.verdicts.get(p.verdictId) : undefined;
     return verdict !== undefined && verdict.retryAt > wall;
   }
 
-  private backOff(key: string, err: MarketDataError, wall: number): void {
-    const permanent =
-      err instanceof UnknownCoinError ||
-      err instanceof UnsupportedTimeframeError ||
-      err instanceof UnsupportedExchangeError;
-    const cap = permanent ? PERMANENT_BACKOFF_MS : TRANSIENT_BACKOFF_MS;
-    const last = this.backoff.get(key);
-    // Siblings that were already in flight fail too: one failure round doubles the delay once.
-    if (last && last.retryAt > wall) return;
-    const delayMs = Math.min(cap, last === undefined ? (this.deps.intervalMs ?? 1_000) : last.delayMs * 2);
-    this.backoff.set(key, { retryAt: wall + delayMs, delayMs });
-  }
-
-  /** Verdict backoffs of verdicts no longer pending (another replica labelled them). */
-  private forgetResolved(): void {
-    if (this.backoff.size === 0) return;
+  /** Backoffs of verdicts no longer pending (labelled elsewhere) and of markets with none pending. */
+  private forgetStale(): void {
+    if (this.verdicts.size === 0 && this.markets.size === 0) return;
     const pending = this.deps.pending.state.pending;
-    for (const key of this.backoff.keys()) {
-      if (!key.includes('|') && !(key in pending)) this.backoff.delete(key);
-    }
+    for (const id of this.verdicts.keys()) if (!(id in pending)) this.verdicts.delete(id);
+    if (this.markets.size === 0) return;
+    const live = new Set<string>();
+    for (const p of Object.values(pending)) live.add(marketKey(p));
+    for (const key of this.markets.keys()) if (!live.has(key)) this.markets.delete(key);
   }
 
   private async resolveOne(p: PendingVerdict): Promise<boolean> {
@@ -211,4 +236,21 @@ export class OutcomeResolver {
 
 function marketKey(p: PendingVerdict): string {
   return `${p.feed}|${p.exchange}|${p.coin}|${p.timeframe}`;
+}
+
+/**
+ * Doubles the key's wait, from the tick interval up to `cap`. Siblings that were already in
+ * flight fail too: one failure round doubles it once.
+ */
+function backOff(
+  map: Map<string, Backoff>,
+  key: string,
+  intervalMs: number,
+  cap: number,
+  wall: number,
+): void {
+  const last = map.get(key);
+  if (last && last.retryAt > wall) return;
+  const delayMs = Math.min(cap, last === undefined ? intervalMs : last.delayMs * 2);
+  map.set(key, { retryAt: wall + delayMs, delayMs });
 }

@@ -240,6 +240,8 @@ export function historySlice(deps: HistorySliceDeps) {
           resolved: resolver?.resolved ?? 0,
           pending: Object.keys(pending.state.pending).length,
           backingOff: resolver?.backingOff ?? 0,
+          failedFetches: resolver?.failedFetches ?? 0,
+          waitingForView: resolver?.waitingForView ?? true,
           ...(resolver?.lastError ? { lastError: resolver.lastError } : {}),
         });
       }

@@ -274,7 +274,7 @@ describe('export rows (stored bytes of each revealed row)', () => {
     expect((await exported('')).rows).toEqual(exportBefore);
   });
 
-  it('upgrades a directory that holds only a version 1 store: the old databases are emptied, the rows rebuilt compressed to the same bytes', async () => {
+  it('upgrades a directory that holds only a version 1 store: the old databases are emptied, the rows rebuilt to the same bytes', async () => {
     const current = server.slice.exportRows!;
     const before = current.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6);
     const outcomes = before.map((e) => current.outcome(fieldOf(e.value, F_ID)) ?? null);
@@ -295,9 +295,7 @@ describe('export rows (stored bytes of each revealed row)', () => {
     expect(before.map((e) => upgraded.outcome(fieldOf(e.value, F_ID)) ?? null)).toEqual(outcomes);
     expect(entries(oldVerdicts!)).toBe(0);
     expect(entries(oldOutcomes!)).toBe(0);
-    // Compressed: no record in an overflow page.
-    const stats = store.root.openDB({ name: VERDICTS_DB }).getStats() as { overflowPages: number };
-    expect(stats.overflowPages).toBe(0);
+    expect(entries(store.root.openDB({ name: VERDICTS_DB }))).toBe(before.length + 1);
     await upgraded.stop();
   });
 

@@ -1,5 +1,6 @@
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
+import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
@@ -104,6 +105,51 @@ describe('outcome resolver', () => {
     expect(counting.fetches('NOPE')).toBeGreaterThan(second);
     await pending.waitFor(await store.headPosition());
     expect(Object.keys(pending.state.pending)).toHaveLength(200);
+  });
+
+  it('backs off one verdict with too little history without holding back its market', async () => {
+    // A BTC 1h verdict from before the replay data begins (its candles will never be there),
+    // recorded first so that it is tried before the market's other verdicts.
+    const store = new MemoryEventStore();
+    const v = syntheticVerdict(0, 0, 1, null);
+    await store.append('verdicts-BINANCE-BTC-1h-old', [
+      newEvent('VerdictRecorded', {
+        ...v,
+        exchange: 'BINANCE' as const,
+        coin: 'BTC',
+        timeframe: '1h' as const,
+        candleCloseTime: Date.parse('2024-01-01T00:00:00Z'),
+      }),
+    ]);
+    const { feed } = await recordHistory({ steps: 2, settleHours: 30, store });
+    const pending = await pendingView(store);
+    const counting = counted(feed);
+    let wall = 1_000_000;
+    const resolver = new OutcomeResolver({
+      store,
+      feed: counting.feed,
+      pending,
+      logger,
+      maxLag: 1_000,
+      intervalMs: 1_000,
+      concurrency: 1,
+      clock: () => wall,
+    });
+
+    // The market's other verdicts are labelled in the same tick; only the old one waits.
+    const listed = Object.keys(pending.state.pending).length - 1;
+    expect(await resolver.resolveDue()).toBe(listed);
+    expect(resolver.lastError).toMatch(/BTC 1h candles/);
+    expect(resolver.backingOff).toBe(1);
+    const fetched = counting.fetches('BTC');
+    wall += 500;
+    expect(await resolver.resolveDue()).toBe(0);
+    expect(counting.fetches('BTC')).toBe(fetched);
+    wall += 600;
+    await resolver.resolveDue();
+    expect(counting.fetches('BTC')).toBe(fetched + 1);
+    await pending.waitFor(await store.headPosition());
+    expect(Object.keys(pending.state.pending)).toHaveLength(1);
   });
 
   it('waits while the pending view is behind the head by more than maxLag, then resolves', async () => {

@@ -9,6 +9,7 @@ import {
   type DebitResult,
   type QuotaWindow,
 } from './port.ts';
+import { TurnBatch } from './turn-batch.ts';
 import {
   assertAddWindows,
   assertDebit,
@@ -357,12 +358,7 @@ export class RedisCache implements Cache {
    * script call per debit (its command, its write, its reply) was ~6 % of a call. A debit waits
    * at most for the end of the turn it was asked in.
    */
-  private readonly debits = new Map<string, PendingDebit[]>();
-  private debitsScheduled = false;
-  private readonly flushDebitsTurn = () => {
-    this.debitsScheduled = false;
-    for (const family of [...this.debits.keys()]) this.flushDebits(family);
-  };
+  private readonly debits = new Map<string, TurnBatch<PendingDebit>>();
 
   debitLive(
     family: string,
@@ -379,26 +375,17 @@ export class RedisCache implements Cache {
         new CacheUnavailableError(`redis cache debitLive failed: ${this.unavailableDetail()}`),
       );
     }
-    return new Promise((resolve, reject) => {
-      let batch = this.debits.get(family);
-      if (batch === undefined) {
-        batch = [];
-        this.debits.set(family, batch);
-      }
-      batch.push({ windows, amount, resolve, reject });
-      if (batch.length >= MAX_DEBITS_PER_SCRIPT) this.flushDebits(family);
-      else if (!this.debitsScheduled) {
-        this.debitsScheduled = true;
-        setImmediate(this.flushDebitsTurn);
-      }
-    });
+    let batch = this.debits.get(family);
+    if (batch === undefined) {
+      batch = new TurnBatch((debits) => this.sendDebits(family, debits), MAX_DEBITS_PER_SCRIPT);
+      this.debits.set(family, batch);
+    }
+    const debits = batch;
+    return new Promise((resolve, reject) => debits.add({ windows, amount, resolve, reject }));
   }
 
-  /** Sends a family's waiting debits in one script call and settles each from its reply. */
-  private flushDebits(family: string): void {
-    const batch = this.debits.get(family);
-    if (batch === undefined || batch.length === 0) return;
-    this.debits.delete(family);
+  /** Sends a family's debits of one turn in one script call and settles each from its reply. */
+  private sendDebits(family: string, batch: PendingDebit[]): void {
     const args: (string | number)[] = [this.k(markerKey(family)), this.k(GENERATION_PREFIX), batch.length];
     for (const { windows, amount } of batch) {
       args.push(windows.length);

@@ -1,6 +1,7 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
+import { TurnBatch } from '../../adapters/cache/turn-batch.ts';
 import type { Config } from '../../contracts/config.ts';
 import type { Plan } from '../../contracts/events.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
@@ -165,8 +166,8 @@ export class RateLimiter {
   private readonly redis: TakingRedis | null;
   private readonly limits: Record<RateTier, { all: number; perTool: number }>;
   /** Takes of this turn not yet sent to Redis, in the order they were asked for. */
-  private pending: PendingTake[] = [];
-  private flushScheduled = false;
+  /** One script call per turn for the takes of that turn. */
+  private readonly takes = new TurnBatch<PendingTake>((batch) => this.send(batch), MAX_TAKES_PER_SCRIPT);
 
   constructor(
     settings: RateLimitSettings,
@@ -231,26 +232,12 @@ export class RateLimiter {
         : [`${base}all:${credential}`, `${base}tool:${credential}:${tool}`];
     const limits = tool === null ? [all] : [all, perTool];
     return new Promise<RateDecision>((resolve, reject) => {
-      this.pending.push({ keys, limits, resolve, reject });
-      if (this.pending.length >= MAX_TAKES_PER_SCRIPT) this.flush();
-      else if (!this.flushScheduled) {
-        this.flushScheduled = true;
-        // After the I/O callbacks of this turn: the requests that arrived together go together.
-        setImmediate(this.flushTurn);
-      }
+      this.takes.add({ keys, limits, resolve, reject });
     });
   }
 
-  private readonly flushTurn = () => {
-    this.flushScheduled = false;
-    this.flush();
-  };
-
-  /** Sends the pending takes in one script call and settles each from its part of the reply. */
-  private flush(): void {
-    const batch = this.pending;
-    if (batch.length === 0) return;
-    this.pending = [];
+  /** Sends a turn's takes in one script call and settles each from its part of the reply. */
+  private send(batch: PendingTake[]): void {
     const keys: string[] = [];
     const args: (string | number)[] = [this.windowMs];
     for (const take of batch) {

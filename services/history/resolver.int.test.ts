@@ -60,49 +60,60 @@ async function pendingView(store: EventStore) {
   return runner;
 }
 
+/** A resolver over the real feed with its fetches counted and a wall clock the test moves. */
+function resolverOn(
+  store: EventStore,
+  feed: MarketFeed,
+  pending: ProjectionRunner<PendingOutcomes>,
+  options: { concurrency?: number; maxLag?: number } = {},
+) {
+  const counting = counted(feed);
+  const clock = { wall: 1_000_000 };
+  const resolver = new OutcomeResolver({
+    store,
+    feed: counting.feed,
+    pending,
+    logger,
+    maxLag: options.maxLag ?? 1_000,
+    intervalMs: 1_000,
+    concurrency: options.concurrency ?? 4,
+    clock: () => clock.wall,
+  });
+  return { resolver, fetches: counting.fetches, clock };
+}
+
 describe('outcome resolver', () => {
   it('asks for an unlisted market once per backoff, not once per pending verdict, and still labels the listed ones', async () => {
     const { store, feed } = await recordHistory({ steps: 2, settleHours: 30 });
     const listed = Object.keys((await pendingView(store)).state.pending).length;
     await appendUnlisted(store, 200);
     const pending = await pendingView(store);
-    const counting = counted(feed);
-    let wall = 1_000_000;
-    const resolver = new OutcomeResolver({
-      store,
-      feed: counting.feed,
-      pending,
-      logger,
-      maxLag: 1_000,
-      intervalMs: 1_000,
-      concurrency: 4,
-      clock: () => wall,
-    });
+    const { resolver, fetches, clock } = resolverOn(store, feed, pending);
 
     expect(await resolver.resolveDue()).toBe(listed);
     // Only the verdicts already in flight when the first fetch failed asked (before: all 200).
-    const first = counting.fetches('NOPE');
+    const first = fetches('NOPE');
     expect(first).toBeGreaterThanOrEqual(1);
     expect(first).toBeLessThanOrEqual(4);
     expect(resolver.backingOff).toBe(1);
     expect(resolver.lastError).toMatch(/NOPE is not listed/);
 
-    wall += 500;
+    clock.wall += 500;
     await resolver.resolveDue();
-    expect(counting.fetches('NOPE')).toBe(first);
+    expect(fetches('NOPE')).toBe(first);
 
-    wall += 600; // past the first backoff (1 s)
+    clock.wall += 600; // past the first backoff (1 s)
     await resolver.resolveDue();
-    const second = counting.fetches('NOPE');
+    const second = fetches('NOPE');
     expect(second - first).toBeGreaterThanOrEqual(1);
     expect(second - first).toBeLessThanOrEqual(4);
 
-    wall += 1_500; // the backoff doubled to 2 s
+    clock.wall += 1_500; // the backoff doubled to 2 s
     await resolver.resolveDue();
-    expect(counting.fetches('NOPE')).toBe(second);
-    wall += 600;
+    expect(fetches('NOPE')).toBe(second);
+    clock.wall += 600;
     await resolver.resolveDue();
-    expect(counting.fetches('NOPE')).toBeGreaterThan(second);
+    expect(fetches('NOPE')).toBeGreaterThan(second);
     await pending.waitFor(await store.headPosition());
     expect(Object.keys(pending.state.pending)).toHaveLength(200);
   });
@@ -123,31 +134,20 @@ describe('outcome resolver', () => {
     ]);
     const { feed } = await recordHistory({ steps: 2, settleHours: 30, store });
     const pending = await pendingView(store);
-    const counting = counted(feed);
-    let wall = 1_000_000;
-    const resolver = new OutcomeResolver({
-      store,
-      feed: counting.feed,
-      pending,
-      logger,
-      maxLag: 1_000,
-      intervalMs: 1_000,
-      concurrency: 1,
-      clock: () => wall,
-    });
+    const { resolver, fetches, clock } = resolverOn(store, feed, pending, { concurrency: 1 });
 
     // The market's other verdicts are labelled in the same tick; only the old one waits.
     const listed = Object.keys(pending.state.pending).length - 1;
     expect(await resolver.resolveDue()).toBe(listed);
     expect(resolver.lastError).toMatch(/BTC 1h candles/);
     expect(resolver.backingOff).toBe(1);
-    const fetched = counting.fetches('BTC');
-    wall += 500;
+    const fetched = fetches('BTC');
+    clock.wall += 500;
     expect(await resolver.resolveDue()).toBe(0);
-    expect(counting.fetches('BTC')).toBe(fetched);
-    wall += 600;
+    expect(fetches('BTC')).toBe(fetched);
+    clock.wall += 600;
     await resolver.resolveDue();
-    expect(counting.fetches('BTC')).toBe(fetched + 1);
+    expect(fetches('BTC')).toBe(fetched + 1);
     await pending.waitFor(await store.headPosition());
     expect(Object.keys(pending.state.pending)).toHaveLength(1);
   });
@@ -160,11 +160,10 @@ describe('outcome resolver', () => {
     await pending.stop();
     // The log moves on while the view is stopped: a catch-up in miniature.
     await appendUnlisted(store, 50);
-    const counting = counted(feed);
-    const resolver = new OutcomeResolver({ store, feed: counting.feed, pending, logger, maxLag: 10 });
+    const { resolver, fetches } = resolverOn(store, feed, pending, { maxLag: 10 });
 
     expect(await resolver.resolveDue()).toBe(0);
-    expect(counting.fetches('BTC') + counting.fetches('NOPE')).toBe(0);
+    expect(fetches('BTC') + fetches('NOPE')).toBe(0);
 
     await pending.start();
     await pending.waitFor(await store.headPosition());

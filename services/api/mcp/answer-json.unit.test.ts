@@ -1,12 +1,9 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { MemoryCache } from '../../../adapters/cache/memory.ts';
-import { MemoryEventStore } from '../../../adapters/event-store/memory.ts';
-import { KeyResolver } from '../../keys/key-resolver.ts';
-import { QuotaMeter } from '../../quota/quota-meter.ts';
+import { toolCallDeps } from '../../../test/tool-call-harness.ts';
+import type { QuotaMeter } from '../../quota/quota-meter.ts';
 import { AnswerJsonCache, escapeJson } from './answer-json.ts';
 import { callTool, structuredJsonOf } from './tool-call.ts';
-import { toolRegistry } from './tool-registry.ts';
 
 /** What JSON.stringify gives, which every answer must equal byte for byte. */
 const plain = (value: unknown) => {
@@ -103,37 +100,18 @@ describe('callTool answers from a recorded verdict', () => {
 
   /** A tool serving whatever verdict `current` holds, as the engine serves one revision per candle. */
   function deps(current: { value: Record<string, unknown> }) {
-    const store = new MemoryEventStore();
-    const quota = new QuotaMeter({
-      cache: new MemoryCache(),
-      store,
-      plans: {
-        free: { monthly: 1_000, daily: null },
-        starter: { monthly: 1_000, daily: null },
-        pro: { monthly: 1_000, daily: null },
-      },
-    });
-    meters.push(quota);
-    const registry = toolRegistry([
-      {
-        name: 'get_trade_call',
-        title: 'Trade call',
-        description: 'test',
-        input: z.object({}),
-        run: async () => ({ ...current.value, trackRecord: { calls: 3 } }),
-      },
-    ]);
-    const keys = new KeyResolver({
-      runner: {
-        state: { byHash: {}, byId: {} },
-        checkpoint: 0,
-        running: true,
-        error: null,
-        waitFor: async () => {},
-      },
-      store,
-    });
-    return { registry, keys, quota, logger: undefined as never };
+    return toolCallDeps(
+      [
+        {
+          name: 'get_trade_call',
+          title: 'Trade call',
+          description: 'test',
+          input: z.object({}),
+          run: async () => ({ ...current.value, trackRecord: { calls: 3 } }),
+        },
+      ],
+      meters,
+    );
   }
 
   it('serves each call its own figures and the current revision, in the bytes JSON.stringify gives', async () => {

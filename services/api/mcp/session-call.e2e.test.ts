@@ -14,6 +14,22 @@ const HEADERS = { 'content-type': 'application/json', accept: 'application/json,
 
 type Server = Awaited<ReturnType<typeof startKeyedServer>>;
 
+/** Opens an MCP session with the key (initialize); its id. */
+async function openSession(url: string, key: string): Promise<string> {
+  const init = await fetch(`${url}/mcp`, {
+    method: 'POST',
+    headers: { ...HEADERS, authorization: `Bearer ${key}` },
+    body: JSON.stringify({
+      jsonrpc: '2.0',
+      id: 0,
+      method: 'initialize',
+      params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '0' } },
+    }),
+  });
+  await init.text();
+  return init.headers.get('mcp-session-id')!;
+}
+
 describe('tools/call on an MCP session', () => {
   let server: Server;
   let key: string;
@@ -37,18 +53,7 @@ describe('tools/call on an MCP session', () => {
     const issued = await server.issue('pro');
     key = issued.key;
     keyId = issued.keyId;
-    const init = await fetch(`${server.url}/mcp`, {
-      method: 'POST',
-      headers: { ...HEADERS, authorization: `Bearer ${key}` },
-      body: JSON.stringify({
-        jsonrpc: '2.0',
-        id: 0,
-        method: 'initialize',
-        params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '0' } },
-      }),
-    });
-    session = init.headers.get('mcp-session-id')!;
-    await init.text();
+    session = await openSession(server.url, key);
   });
   afterAll(async () => {
     await server?.close();
@@ -102,18 +107,7 @@ describe('tools/call on an MCP session', () => {
 
   it('gives concurrent callers of the same verdict their own ids and figures, byte for byte', async () => {
     const other = await server.issue('pro');
-    const init = await fetch(`${server.url}/mcp`, {
-      method: 'POST',
-      headers: { ...HEADERS, authorization: `Bearer ${other.key}` },
-      body: JSON.stringify({
-        jsonrpc: '2.0',
-        id: 0,
-        method: 'initialize',
-        params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '0' } },
-      }),
-    });
-    const otherSession = init.headers.get('mcp-session-id')!;
-    await init.text();
+    const otherSession = await openSession(server.url, other.key);
     const postAs = (who: 'first' | 'other', id: number | string) =>
       fetch(`${server.url}/mcp`, {
         method: 'POST',
@@ -187,18 +181,7 @@ describe('tools/call on an MCP session behind the rate limit', () => {
     server = await startKeyedServer({ cache: new MemoryCache(), rateLimited: true });
     const issued = await server.issue('pro');
     const auth = { ...HEADERS, authorization: `Bearer ${issued.key}` };
-    const init = await fetch(`${server.url}/mcp`, {
-      method: 'POST',
-      headers: auth,
-      body: JSON.stringify({
-        jsonrpc: '2.0',
-        id: 0,
-        method: 'initialize',
-        params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '0' } },
-      }),
-    });
-    const session = init.headers.get('mcp-session-id')!;
-    await init.text();
+    const session = await openSession(server.url, issued.key);
     const post = (id: number) =>
       fetch(`${server.url}/mcp`, {
         method: 'POST',

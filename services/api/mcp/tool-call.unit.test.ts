@@ -1,38 +1,16 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { MemoryCache } from '../../../adapters/cache/memory.ts';
-import { MemoryEventStore } from '../../../adapters/event-store/memory.ts';
-import { KeyResolver } from '../../keys/key-resolver.ts';
-import { QuotaMeter } from '../../quota/quota-meter.ts';
+import { toolCallDeps } from '../../../test/tool-call-harness.ts';
+import type { QuotaMeter } from '../../quota/quota-meter.ts';
 import { callTool } from './tool-call.ts';
-import { type ToolDefinition, toolRegistry } from './tool-registry.ts';
+import type { ToolDefinition } from './tool-registry.ts';
 
 const meters: QuotaMeter[] = [];
 afterEach(async () => {
   await Promise.all(meters.splice(0).map((m) => m.counters.stop()));
 });
 
-function depsFor(tools: ToolDefinition[]) {
-  const store = new MemoryEventStore();
-  const limits = { monthly: 1_000, daily: null };
-  const quota = new QuotaMeter({
-    cache: new MemoryCache(),
-    store,
-    plans: { free: limits, starter: limits, pro: limits },
-  });
-  meters.push(quota);
-  const keys = new KeyResolver({
-    runner: {
-      state: { byHash: {}, byId: {} },
-      checkpoint: 0,
-      running: true,
-      error: null,
-      waitFor: async () => {},
-    },
-    store,
-  });
-  return { registry: toolRegistry(tools), keys, quota, logger: undefined as never };
-}
+const depsFor = (tools: ToolDefinition[]) => toolCallDeps(tools, meters);
 
 const request = (name: string, args: unknown) => ({ name, args, headers: {}, clientAddress: '10.0.0.2' });
 

@@ -5,6 +5,7 @@ import type { AppendResult, ExpectedRevision, NewEvent, RecordedEvent } from '..
 import { LmdbProjectionStore } from '../projection-store/lmdb.ts';
 import { AppendSignal, catchUpSubscription } from './catch-up.ts';
 import { findIdempotentAppend, freshEventIds } from './idempotency.ts';
+import { putAppend } from './lmdb-append.ts';
 import { decodeStoredEvent, encodeStoredEvent, type IdIndex, openIdIndex } from './lmdb-codec.ts';
 import {
   checkExpected,
@@ -239,7 +240,12 @@ export class LmdbEventStore implements EventStore {
       const position = head + i + 1;
       const revision = firstRevision + i;
       const recorded = recordEvent(events[i]!, { id, stream, revision, position, recordedAt });
-      this.events.putSync(position, encodeStoredEvent(recorded) as RecordedEvent, { append: true });
+      putAppend(
+        this.events,
+        position,
+        encodeStoredEvent(recorded) as RecordedEvent,
+        'lmdb event store: event',
+      );
       this.streams.putSync([stream, revision], position);
       this.ids.putSync(id, position);
     }

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { type Database, type RootDatabase, TransactionFlags } from 'lmdb';
 import type { Logger } from 'pino';
+import { putAppend } from '../../adapters/event-store/lmdb-append.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import type { EventData } from '../../contracts/events.ts';
@@ -229,8 +230,7 @@ export class ExportRowStore implements FeedMember, StoredRows {
       const applied = meta[2];
       if (applied >= last.position) return undefined;
       for (const [position, value] of verdicts)
-        if (position > applied && !appendVerdict(this.verdicts, position, value))
-          throw new Error(`export rows: verdict at ${position} is not past the last stored one`);
+        if (position > applied) putAppend(this.verdicts, position, value, 'export rows: verdict');
       for (const [position, id, value] of outcomes) if (position > applied) this.outcomes.putSync(id, value);
       this.putMeta([EXPORT_ROWS_VERSION, this.generation, last.position, last.id]);
       return undefined;
@@ -248,12 +248,4 @@ export class ExportRowStore implements FeedMember, StoredRows {
   private releaseWaiters(): void {
     this.waiters.reached(this.position);
   }
-}
-
-/**
- * Append mode refuses a key that is not past the last one by returning false (lmdb-js types it
- * as void): unchecked, that row would be lost while the checkpoint moved past it.
- */
-function appendVerdict(db: Database<Buffer, number>, position: number, value: Buffer): boolean {
-  return (db.putSync(position, value, { append: true }) as unknown as boolean) !== false;
 }

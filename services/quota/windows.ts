@@ -17,23 +17,21 @@ export interface QuotaPeriod {
 /** Counters outlive their window by this much, so a clock slightly behind still finds them. */
 const EXPIRY_GRACE_MS = 60 * 60_000;
 
+/** A UTC day: no leap seconds in Unix time, so every day is this long. */
+const DAY_MS = 86_400_000;
+
 /**
- * The period of the last day asked about, with the instant that day began: every keyed call asks
- * for its period, and building it (a Date, its UTC fields, the labels) showed in the profile.
+ * The period of the last day asked about: every keyed call asks for its period, and building it
+ * (a Date, its UTC fields, the labels) showed in the profile. Frozen: every caller of the day
+ * shares it.
  */
-let lastPeriod: { startsAt: number; period: QuotaPeriod } | null = null;
+let lastPeriod: QuotaPeriod | null = null;
 
 export function quotaPeriod(now: number): QuotaPeriod {
   const last = lastPeriod;
-  if (last !== null && now >= last.startsAt && now < last.period.dayResetsAt) return last.period;
-  // Frozen: every caller of the day shares it.
-  const period = Object.freeze(periodOf(now));
-  const date = new Date(now);
-  lastPeriod = {
-    startsAt: Date.UTC(date.getUTCFullYear(), date.getUTCMonth(), date.getUTCDate()),
-    period,
-  };
-  return period;
+  if (last !== null && now < last.dayResetsAt && now >= last.dayResetsAt - DAY_MS) return last;
+  lastPeriod = Object.freeze(periodOf(now));
+  return lastPeriod;
 }
 
 function periodOf(now: number): QuotaPeriod {

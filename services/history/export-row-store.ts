@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { type Database, type RootDatabase, TransactionFlags } from 'lmdb';
+import { type Database, type RootDatabase, type RootDatabaseOptions, TransactionFlags } from 'lmdb';
 import type { Logger } from 'pino';
 import { putAppend } from '../../adapters/event-store/lmdb-append.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
@@ -22,9 +22,42 @@ export const EXPORT_ROWS_VERSION = 2;
 export const VERDICTS_DB = 'history-export-verdicts-2';
 export const OUTCOMES_DB = 'history-export-outcomes-2';
 export const OLD_DBS = ['history-export-verdicts', 'history-export-outcomes'];
+/** Bytes per slab the records read back are copied into. */
+const SLAB_BYTES = 256 * 1024;
+let slab = Buffer.allocUnsafe(0);
+let slabAt = 0;
+
+/**
+ * Stored bytes in, stored bytes out, as the 'binary' encoding, but a record read back is a view
+ * of a shared slab instead of a buffer of its own. With 'binary', lmdb-js copies every value
+ * into a new ArrayBuffer: a Parquet export spent 11-15 % of its main thread in that constructor,
+ * and a range read of 300,000 records of 1.4 KB took 545 ms against 223 ms this way. lmdb-js
+ * hands a decoder that says it copies (no `needsStableBuffer`) its reused read buffer, whose
+ * `length` it sets to the value's size. A slab is never written again once full: it is freed
+ * when the last record viewing it is, so a record stays valid for as long as it is held.
+ */
+const slabCodec = {
+  encode: (value: Buffer): Buffer => value,
+  decode(bytes: Uint8Array, size?: unknown): Buffer {
+    const n = typeof size === 'number' ? size : bytes.length;
+    if (slabAt + n > slab.length) {
+      slab = Buffer.allocUnsafe(Math.max(SLAB_BYTES, n));
+      slabAt = 0;
+    }
+    // A view of exactly n bytes: the read buffer's own length is larger than the `length` set on it.
+    slab.set(new Uint8Array(bytes.buffer, bytes.byteOffset, n), slabAt);
+    const record = slab.subarray(slabAt, slabAt + n);
+    slabAt += n;
+    return record;
+  },
+};
+
+/** lmdb-js documents `encoder` for every database; its types declare it on the root's options only. */
+const slabbed = (name: string): RootDatabaseOptions & { name: string } => ({ name, encoder: slabCodec });
+
 /** The verdict records' database, as every reader and writer must open it. */
 export function openVerdictsDb(root: RootDatabase): Database<Buffer, number> {
-  return root.openDB<Buffer, number>({ name: VERDICTS_DB, encoding: 'binary' });
+  return root.openDB<Buffer, number>(slabbed(VERDICTS_DB));
 }
 
 /** Key of the meta entry in the verdicts database: positions start at 1. */
@@ -75,7 +108,7 @@ export class ExportRowStore implements FeedMember, StoredRows {
     // export by 10-20 % (quiet run: NDJSON 0.90 to 0.70, Parquet 0.40 to 0.32 of raw readAll),
     // and the export is the slower target, so it is not used.
     this.verdicts = openVerdictsDb(root);
-    this.outcomes = root.openDB<Buffer, string>({ name: OUTCOMES_DB, encoding: 'binary' });
+    this.outcomes = root.openDB<Buffer, string>(slabbed(OUTCOMES_DB));
   }
 
   /** Global position up to which every verdict and outcome of the log is readable here. */

@@ -107,7 +107,6 @@ parentPort.on('message', (message) => {
     run.asked = false;
     run.ended ||= message.type === 'end';
     run.input.push(message);
-  }
-  else if (message.type === 'more') run.credit++;
+  } else if (message.type === 'more') run.credit++;
   for (const wake of run.wakers.splice(0)) wake();
 });

@@ -2,9 +2,16 @@ import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { parquetReadObjects } from 'hyparquet';
 import { afterEach, describe, expect, it } from 'vitest';
-import { HISTORY_COLUMNS, type HistoryRow } from '../../contracts/history.ts';
+import { deterministicId } from '../../contracts/deterministic-id.ts';
+import type { RecordedEvent } from '../../contracts/envelope.ts';
+import type { EventData } from '../../contracts/events.ts';
+import { HISTORY_COLUMNS, type HistoryRow, outcomeStream } from '../../contracts/history.ts';
+import { syntheticOutcome, syntheticVerdict } from '../../test/history-harness.ts';
+import { shownStoredLabel, storedOutcome, storedVerdict } from './export-rows.ts';
 import { ParquetEncoders } from './parquet-encoders.ts';
-import { parquetStream } from './writers.ts';
+import { historyRow } from './rows.ts';
+import { STORED_PLAN, type StoredRef } from './stored-columns.ts';
+import { parquetStream, storedParquetStream } from './writers.ts';
 
 /** Rows of every column kind, nulls included, enough for several 8,192-row groups. */
 function rows(n: number): HistoryRow[] {
@@ -74,7 +81,78 @@ function pool(size: number, idleMs = 30_000) {
   return p;
 }
 
+function recorded<T extends string, D>(type: T, data: D, position: number, stream: string, revision: number) {
+  return {
+    id: deterministicId('parquet-test', position),
+    type,
+    stream,
+    revision,
+    position,
+    recordedAt: new Date(1_700_000_000_000 + position).toISOString(),
+    correlationId: 'parquet-test',
+    causationId: null,
+    data,
+  } satisfies RecordedEvent<D, T>;
+}
+
+/**
+ * Stored rows of every kind (commitments, revealed with and without an outcome) in one range,
+ * and the same rows as the log scan makes them.
+ */
+function storedRows(n: number): { refs: StoredRef[]; rows: HistoryRow[] } {
+  const refs: StoredRef[] = [];
+  const rows: HistoryRow[] = [];
+  let prev: string | null = null;
+  for (let i = 0; i < n; i++) {
+    const data: EventData<'VerdictRecorded'> = syntheticVerdict(i % 8, i, n, prev);
+    prev = data.hash;
+    const verdict = recorded('VerdictRecorded', data, 2 * i + 1, 'verdicts-x', i);
+    const outcome =
+      i % 3 === 0
+        ? recorded(
+            'VerdictOutcomeResolved',
+            syntheticOutcome(data, verdict.id, verdict.stream, i),
+            2 * i + 2,
+            outcomeStream(verdict.id),
+            0,
+          )
+        : null;
+    // Every fifth row is read before its reveal time: only its commitment is shown.
+    const now = i % 5 === 0 ? 0 : Date.now();
+    const v = storedVerdict(verdict);
+    refs.push({
+      position: verdict.position,
+      v,
+      label: shownStoredLabel(v, outcome && storedOutcome(outcome), now),
+    });
+    rows.push(historyRow(verdict, outcome, now));
+  }
+  return { refs, rows };
+}
+
 describe('Parquet encoding on worker threads', () => {
+  it('stored rows: the worker lays out the same columns as the calling thread and as the log scan', async () => {
+    const { refs, rows: fromLog } = storedRows(20_000);
+    const batches = () =>
+      pages(refs as unknown as HistoryRow[]).iterable as unknown as AsyncIterable<StoredRef[]>;
+    const encoders = pool(1);
+    const onWorker = storedParquetStream(batches(), encoders);
+    expect(encoders.workers).toBe(1);
+    const [a, b, c] = await Promise.all([
+      bytesOf(onWorker),
+      bytesOf(storedParquetStream(batches(), null)),
+      bytesOf(parquetStream(pages(fromLog).iterable, undefined, undefined, null)),
+    ]);
+    expect(a.equals(b)).toBe(true);
+    const back = await read(a);
+    expect(back).toHaveLength(20_000);
+    expect(back).toEqual(await read(c));
+    expect(back[5]).toMatchObject({ revealed: false, call: null, inputs_json: null, return_6: null });
+    expect(back[3]).toMatchObject({ revealed: true, result: expect.any(String) });
+    expect(back[3]!.outcome_id).not.toBeNull();
+    expect(back[4]).toMatchObject({ revealed: true, outcome_id: null });
+  }, 60_000);
+
   it('writes the same bytes on a worker as on the calling thread, over several row groups', async () => {
     const all = rows(20_000);
     const encoders = pool(1);
@@ -154,11 +232,11 @@ describe('Parquet encoding on worker threads', () => {
     const encoders = pool(1);
     let given = false;
     const stream = encoders.encode(
-      { rowGroupRows: 8_192, dictionary: [], uncompressed: [] },
+      { rowGroupRows: 8_192, dictionary: [], uncompressed: [], stored: STORED_PLAN },
       async () => {
         if (given) return null;
         given = true;
-        return new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8]);
+        return { ipc: new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8]) };
       },
       async () => {},
     );

@@ -1,12 +1,27 @@
 import { availableParallelism } from 'node:os';
 import { Readable } from 'node:stream';
 import { Worker } from 'node:worker_threads';
+import * as arrow from 'apache-arrow';
+import { type PackedRows, type StoredPlan, storedTable } from './stored-table.mjs';
 
 /** How the worker sets up its writer (writers.ts owns the choices). */
 export interface ParquetSettings {
   rowGroupRows: number;
   dictionary: readonly string[];
   uncompressed: readonly string[];
+  /** How a row group of stored rows becomes columns (stored-columns.ts). */
+  stored: StoredPlan;
+}
+
+/**
+ * A row group: an Arrow IPC stream made on the main thread, or stored rows packed into one
+ * buffer, whose columns the encoder lays out itself (on the worker, off the event loop).
+ */
+export type RowGroup = { ipc: Uint8Array } | { packed: PackedRows };
+
+/** An Arrow IPC stream of a row group, on the calling thread. */
+export function rowGroupIpc(group: RowGroup, plan: StoredPlan): Uint8Array {
+  return 'ipc' in group ? group.ipc : arrow.tableToIPC(storedTable(group.packed, plan), 'stream');
 }
 
 /** Messages from the worker (parquet-worker.mjs documents the protocol). */
@@ -23,8 +38,9 @@ const WORKER_URL = new URL('./parquet-worker.mjs', import.meta.url);
  * export's CPU (the Rust writer, compiled to WebAssembly, takes a row group in one synchronous
  * call of tens of milliseconds), so on the event loop it held up every other request for that
  * long, row group after row group, and it ran one after the other with reading the rows. On a
- * worker the two overlap: the event loop reads and lays out the next row group while the worker
- * encodes the last one.
+ * worker the two overlap: the event loop reads the next row group while the worker encodes the
+ * last one. Stored rows reach the worker packed into one buffer, and the worker lays out their
+ * columns too (as long as encoding them): the event loop only reads and copies them.
  *
  * At most `size` workers, started on first use and stopped after `idleMs` without work. When
  * every worker is busy, `encode` answers null and the caller encodes on its own thread: a burst
@@ -48,13 +64,13 @@ export class ParquetEncoders {
   }
 
   /**
-   * Encodes the row groups `next` gives (Arrow IPC streams; null = no more) as one Parquet file,
+   * Encodes the row groups `next` gives (null = no more) as one Parquet file,
    * streamed as it is written; null when no worker is free. `cancel` runs when the reader goes
    * away before the end.
    */
   encode(
     settings: ParquetSettings,
-    next: () => Promise<Uint8Array | null>,
+    next: () => Promise<RowGroup | null>,
     cancel: () => Promise<void>,
   ): Readable | null {
     const worker = this.take();
@@ -93,13 +109,24 @@ export class ParquetEncoders {
       switch (message.type) {
         case 'pull':
           next().then(
-            (ipc) => {
+            (group) => {
               if (finished) return;
-              if (ipc === null) {
+              if (group === null) {
                 worker.postMessage({ type: 'end', id });
                 return;
               }
+              if ('packed' in group) {
+                const { bytes, verdictAt, outcomeAt, positions } = group.packed;
+                worker.postMessage({ type: 'rows', id, packed: group.packed }, [
+                  bytes.buffer as ArrayBuffer,
+                  verdictAt.buffer as ArrayBuffer,
+                  outcomeAt.buffer as ArrayBuffer,
+                  positions.buffer as ArrayBuffer,
+                ]);
+                return;
+              }
               // The IPC stream's buffer is handed over, not copied, when it is the whole buffer.
+              const { ipc } = group;
               const whole = ipc.byteOffset === 0 && ipc.byteLength === ipc.buffer.byteLength;
               const bytes = whole ? ipc : ipc.slice();
               worker.postMessage({ type: 'batch', id, ipc: bytes.buffer }, [bytes.buffer as ArrayBuffer]);

@@ -7,13 +7,16 @@
 //   main → worker  {type:'start', id, properties}  begin an export
 //   worker → main  {type:'pull', id}                send the next row group (one asked at a time)
 //   main → worker  {type:'batch', id, ipc}          an Arrow IPC stream (its buffer transferred)
+//   main → worker  {type:'rows', id, packed}        stored rows (stored-table.mjs; buffers transferred)
 //   main → worker  {type:'end', id}                 no more rows
 //   main → worker  {type:'more', id}                the main thread may take one more chunk
 //   worker → main  {type:'chunk', id, bytes}        encoded bytes (transferred)
 //   worker → main  {type:'done', id} | {type:'error', id, message}
 // When the reader goes away before the end, the main thread stops the worker instead of reusing it.
 import { parentPort } from 'node:worker_threads';
+import * as arrow from 'apache-arrow';
 import * as parquet from 'parquet-wasm/node';
+import { storedTable } from './stored-table.mjs';
 
 /** The export under way: its input queue and output credit. */
 let current = null;
@@ -64,7 +67,11 @@ async function encode(run, settings) {
         }
         if (message.type === 'end') return controller.close();
         ask(run);
-        for (const rb of parquet.Table.fromIPCStream(new Uint8Array(message.ipc)).recordBatches()) {
+        const ipc =
+          message.type === 'rows'
+            ? arrow.tableToIPC(storedTable(message.packed, settings.stored), 'stream')
+            : new Uint8Array(message.ipc);
+        for (const rb of parquet.Table.fromIPCStream(ipc).recordBatches()) {
           controller.enqueue(rb);
         }
         return;
@@ -103,7 +110,7 @@ parentPort.on('message', (message) => {
   }
   const run = current;
   if (!run || run.id !== message.id) return;
-  if (message.type === 'batch' || message.type === 'end') {
+  if (message.type === 'batch' || message.type === 'rows' || message.type === 'end') {
     run.asked = false;
     run.ended ||= message.type === 'end';
     run.input.push(message);

@@ -1,4 +1,3 @@
-import * as arrow from 'apache-arrow';
 import { HISTORY_COLUMNS, type HistoryRow } from '../../contracts/history.ts';
 import {
   OUTCOME_LAYOUT,
@@ -8,6 +7,7 @@ import {
   VERDICT_NUMBERS,
   VERDICT_STRINGS,
 } from './export-rows.ts';
+import type { PackedRows, StoredPlan } from './stored-table.mjs';
 
 /**
  * A row for the Parquet writer as stored bytes (export-rows.ts): the verdict's record and the
@@ -70,166 +70,68 @@ const SOURCES: Source[] = HISTORY_COLUMNS.map((name): Source => {
   throw new Error(`history column ${name} has no stored source`);
 });
 
-/** A string or number column and where its values are read. */
-interface ColumnPlan {
-  c: number;
-  source: Source & { k: number };
-}
+/** Where every column's values are read: for storedTable, on whichever thread builds the table. */
+export const STORED_PLAN: StoredPlan = (() => {
+  const strings: { c: number; source: Source & { k: number } }[] = [];
+  const numbers: { c: number; source: Source & { k: number; kind: string } }[] = [];
+  SOURCES.forEach((source, c) => {
+    if (!('k' in source)) return;
+    if (source.kind === 'utf8') strings.push({ c, source });
+    else numbers.push({ c, source });
+  });
+  const content = (source: Source) => source.from === 'verdict' && source.content;
+  return {
+    columns: [...HISTORY_COLUMNS],
+    stringColumn: strings.map(({ c }) => c),
+    stringK: strings.map(({ source }) => source.k),
+    stringFromOutcome: strings.map(({ source }) => source.from === 'outcome'),
+    stringContent: strings.map(({ source }) => content(source)),
+    numberColumn: numbers.map(({ c }) => c),
+    numberK: numbers.map(({ source }) => source.k),
+    numberFromOutcome: numbers.map(({ source }) => source.from === 'outcome'),
+    numberContent: numbers.map(({ source }) => content(source)),
+    numberKind: numbers.map(({ source }) => source.kind as 'float64' | 'int64' | 'int32'),
+    positionColumn: HISTORY_COLUMNS.indexOf('position'),
+    revealedColumn: HISTORY_COLUMNS.indexOf('revealed'),
+    verdict: { ...VERDICT_LAYOUT },
+    outcome: { ...OUTCOME_LAYOUT },
+  };
+})();
 
-const STRING_COLUMNS: ColumnPlan[] = [];
-const NUMBER_COLUMNS: ColumnPlan[] = [];
-SOURCES.forEach((source, c) => {
-  if (!('k' in source)) return;
-  (source.kind === 'utf8' ? STRING_COLUMNS : NUMBER_COLUMNS).push({ c, source });
-});
-
-/** Per column, as flat arrays the row loop reads without a property lookup per value. */
-const STRING_K = Int32Array.from(STRING_COLUMNS, ({ source }) => source.k);
-const STRING_FROM_OUTCOME = Uint8Array.from(STRING_COLUMNS, ({ source }) =>
-  source.from === 'outcome' ? 1 : 0,
-);
-const STRING_CONTENT = Uint8Array.from(STRING_COLUMNS, ({ source }) =>
-  source.from === 'verdict' && source.content ? 1 : 0,
-);
-const NUMBER_K = Int32Array.from(NUMBER_COLUMNS, ({ source }) => source.k);
-const NUMBER_FROM_OUTCOME = Uint8Array.from(NUMBER_COLUMNS, ({ source }) =>
-  source.from === 'outcome' ? 1 : 0,
-);
-const NUMBER_CONTENT = Uint8Array.from(NUMBER_COLUMNS, ({ source }) =>
-  source.from === 'verdict' && source.content ? 1 : 0,
-);
-
-/** Strings up to this many bytes are copied by a loop: below it, Buffer#copy's per-call view costs more. */
-const LOOP_COPY_MAX = 96;
-
-const u16 = (r: Buffer, at: number): number => r[at]! | (r[at + 1]! << 8);
-
-function int64Data(values: Float64Array, common: object): arrow.Data {
-  // Low and high 32-bit words, as writers.ts lays int64 out.
-  const words = new Int32Array(values.length * 2);
-  for (let i = 0; i < values.length; i++) {
-    const v = values[i]!;
-    words[2 * i] = v | 0;
-    words[2 * i + 1] = Math.floor(v / 4_294_967_296);
-  }
-  return arrow.makeData({ type: new arrow.Int64(), ...common, data: new BigInt64Array(words.buffer) });
-}
+/** Commitment / revealed without an outcome, as PackedRows.outcomeAt says them. */
+const COMMITMENT_ROW = -1;
+const NO_OUTCOME_ROW = -2;
+const align8 = (n: number) => (n + 7) & ~7;
 
 /**
- * One Arrow table of HISTORY_COLUMNS from stored rows: the same values `fillColumns` gives.
- *
- * Row by row, not column by column: a row group's records are thousands of separate ~1 KB
- * buffers, more than the CPU caches hold, so reading them once per column (31 times) spent most
- * of the time waiting on memory. Two passes over the rows instead: the first reads each record's
- * header (numbers, null mask, string ends) and lays out every column's offsets; the second copies
- * each record's strings into their columns while the record is in cache.
+ * A row group's stored rows copied into one buffer, each record at a multiple of 8: one copy per
+ * record, so that building the columns (storedTable) can run on the Parquet worker, which takes
+ * the buffer over instead of thousands of small ones.
  */
-export function storedTable(refs: readonly StoredRef[]): arrow.Table {
+export function packRows(refs: readonly StoredRef[]): PackedRows {
   const n = refs.length;
-  const strings = STRING_COLUMNS.length;
-  const numbers = NUMBER_COLUMNS.length;
-  /** Per row, per string column: where its bytes start in the row's record (-1 = null). */
-  const starts = new Int32Array(n * strings);
-  const offsets = STRING_COLUMNS.map(() => new Int32Array(n + 1));
-  const stringBitmaps = STRING_COLUMNS.map(() => new Uint8Array((n + 7) >> 3));
-  const stringNulls = new Int32Array(strings);
-  const values = NUMBER_COLUMNS.map(() => new Float64Array(n));
-  const numberBitmaps = NUMBER_COLUMNS.map(() => new Uint8Array((n + 7) >> 3));
-  const numberNulls = new Int32Array(numbers);
-  const positions = new Float64Array(n);
-  const revealedBits = new Uint8Array((n + 7) >> 3);
-  const totals = new Int32Array(strings);
-
-  const vStrings = VERDICT_LAYOUT.strings;
-  const oStrings = OUTCOME_LAYOUT.strings;
-  for (let i = 0; i < n; i++) {
-    const ref = refs[i]!;
-    const v = ref.v;
-    const label = ref.label;
-    const outcome = label || null;
-    positions[i] = ref.position;
-    if (label !== false) revealedBits[i >> 3]! |= 1 << (i & 7);
-    const bit = 1 << (i & 7);
-    const vMask = u16(v, VERDICT_LAYOUT.mask);
-    const oMask = outcome ? u16(outcome, OUTCOME_LAYOUT.mask) : 0;
-    for (let j = 0; j < strings; j++) {
-      const k = STRING_K[j]!;
-      let start = -1;
-      if (STRING_FROM_OUTCOME[j]) {
-        if (outcome && !((oMask >> k) & 1)) {
-          start = oStrings + (k === 0 ? 0 : u16(outcome, OUTCOME_LAYOUT.ends + (k - 1) * 2));
-          totals[j]! += oStrings + u16(outcome, OUTCOME_LAYOUT.ends + k * 2) - start;
-        }
-      } else if (!(STRING_CONTENT[j] && label === false) && !((vMask >> k) & 1)) {
-        start = vStrings + (k === 0 ? 0 : u16(v, VERDICT_LAYOUT.ends + (k - 1) * 2));
-        totals[j]! += vStrings + u16(v, VERDICT_LAYOUT.ends + k * 2) - start;
-      }
-      starts[i * strings + j] = start;
-      if (start < 0) stringNulls[j]!++;
-      else stringBitmaps[j]![i >> 3]! |= bit;
-      offsets[j]![i + 1] = totals[j]!;
-    }
-    for (let j = 0; j < numbers; j++) {
-      const record = NUMBER_FROM_OUTCOME[j] ? outcome : NUMBER_CONTENT[j] && label === false ? null : v;
-      // NaN is how an outcome record stores null.
-      const x = record ? record.readDoubleLE(NUMBER_K[j]! * 8) : Number.NaN;
-      if (Number.isNaN(x)) numberNulls[j]!++;
-      else {
-        values[j]![i] = x;
-        numberBitmaps[j]![i >> 3]! |= bit;
-      }
-    }
-  }
-
-  // The stored UTF-8 bytes are the column's bytes: no string is made of them. Node's Buffer#copy
-  // makes a Uint8Array view of the source per call, which costs more than the copy for the short
-  // strings most columns hold (ids, hashes, names), so those are copied by a loop.
-  const data = STRING_COLUMNS.map((_, j) => Buffer.allocUnsafe(totals[j]!));
+  let total = 0;
   for (let i = 0; i < n; i++) {
     const { v, label } = refs[i]!;
-    for (let j = 0; j < strings; j++) {
-      let from = starts[i * strings + j]!;
-      if (from < 0) continue;
-      const record = STRING_FROM_OUTCOME[j] ? (label as Buffer) : v;
-      const out = data[j]!;
-      let to = offsets[j]![i]!;
-      const end = offsets[j]![i + 1]!;
-      if (end - to > LOOP_COPY_MAX) record.copy(out, to, from, from + end - to);
-      else while (to < end) out[to++] = record[from++]!;
-    }
+    total += align8(v.length) + (label ? align8(label.length) : 0);
   }
-
-  const byColumn = new Array<arrow.Data>(HISTORY_COLUMNS.length);
-  const common = (length: number, bitmap: Uint8Array, nulls: number) => ({
-    length,
-    nullCount: nulls,
-    nullBitmap: nulls > 0 ? bitmap : undefined,
-  });
-  STRING_COLUMNS.forEach(({ c }, j) => {
-    byColumn[c] = arrow.makeData({
-      type: new arrow.Utf8(),
-      ...common(n, stringBitmaps[j]!, stringNulls[j]!),
-      valueOffsets: offsets[j]!,
-      data: data[j]!,
-    });
-  });
-  NUMBER_COLUMNS.forEach(({ c, source }, j) => {
-    const shape = common(n, numberBitmaps[j]!, numberNulls[j]!);
-    const kind = (source as { kind: string }).kind;
-    if (kind === 'float64')
-      byColumn[c] = arrow.makeData({ type: new arrow.Float64(), ...shape, data: values[j]! });
-    else if (kind === 'int32')
-      byColumn[c] = arrow.makeData({ type: new arrow.Int32(), ...shape, data: Int32Array.from(values[j]!) });
-    else byColumn[c] = int64Data(values[j]!, shape);
-  });
-  SOURCES.forEach((source, c) => {
-    if (source.from === 'position') byColumn[c] = int64Data(positions, { length: n, nullCount: 0 });
-    if (source.from === 'revealed')
-      byColumn[c] = arrow.makeData({ type: new arrow.Bool(), length: n, nullCount: 0, data: revealedBits });
-  });
-  const columns: Record<string, arrow.Vector> = {};
-  HISTORY_COLUMNS.forEach((name, c) => {
-    columns[name] = arrow.makeVector(byColumn[c]!);
-  });
-  return new arrow.Table(columns);
+  // Its own ArrayBuffer (never a pooled slice), so that it can be transferred.
+  const bytes = new Uint8Array(new ArrayBuffer(total));
+  const verdictAt = new Int32Array(n);
+  const outcomeAt = new Int32Array(n);
+  const positions = new Float64Array(n);
+  let at = 0;
+  for (let i = 0; i < n; i++) {
+    const { position, v, label } = refs[i]!;
+    positions[i] = position;
+    bytes.set(v, at);
+    verdictAt[i] = at;
+    at += align8(v.length);
+    if (label) {
+      bytes.set(label, at);
+      outcomeAt[i] = at;
+      at += align8(label.length);
+    } else outcomeAt[i] = label === false ? COMMITMENT_ROW : NO_OUTCOME_ROW;
+  }
+  return { bytes, verdictAt, outcomeAt, positions };
 }

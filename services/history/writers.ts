@@ -11,10 +11,16 @@ import {
   storedVerdict,
   tailOf,
 } from './export-rows.ts';
-import { type ParquetEncoders, type ParquetSettings, sharedParquetEncoders } from './parquet-encoders.ts';
+import {
+  type ParquetEncoders,
+  type ParquetSettings,
+  type RowGroup,
+  rowGroupIpc,
+  sharedParquetEncoders,
+} from './parquet-encoders.ts';
 import { fillColumns, historyRow, rowRef } from './rows.ts';
 import type { RowMaker, StoredMaker } from './scan.ts';
-import { type StoredRef, storedTable } from './stored-columns.ts';
+import { packRows, STORED_PLAN, type StoredRef } from './stored-columns.ts';
 
 /**
  * Serialisers for history rows. Each pulls batches of rows from an async iterable only as fast
@@ -292,13 +298,15 @@ export function parquetStream(batches: Batches): Readable;
 export function parquetStream<T>(
   batches: Batches<T>,
   fill?: Fill<T>,
-  build?: (columns: unknown[][]) => arrow.Table,
+  build?: (columns: unknown[][]) => RowGroup,
   encoders?: ParquetEncoders | null,
 ): Readable;
 export function parquetStream<T>(
   batches: Batches<T>,
   fill: Fill<T> = splitColumns as unknown as Fill<T>,
-  build: (columns: unknown[][]) => arrow.Table = batchTable,
+  build: (columns: unknown[][]) => RowGroup = (columns) => ({
+    ipc: arrow.tableToIPC(batchTable(columns), 'stream'),
+  }),
   encoders: ParquetEncoders | null = sharedParquetEncoders(),
 ): Readable {
   const iterator =
@@ -314,8 +322,8 @@ export function parquetStream<T>(
   let carry: T[] = [];
   let sentLast = false;
   let groups = 0;
-  /** The next row group as an Arrow IPC stream; null once the last one has been given. */
-  const nextRowGroup = async (): Promise<Uint8Array | null> => {
+  /** The next row group; null once the last one has been given. */
+  const nextRowGroup = async (): Promise<RowGroup | null> => {
     if (sentLast) return null;
     while (filled < ROW_GROUP_ROWS) {
       let items = carry;
@@ -340,12 +348,12 @@ export function parquetStream<T>(
     // An empty export is still a valid file with the full schema: one empty row group is given.
     if (filled === 0 && groups > 0) return null;
     for (const values of columns) values.length = filled;
-    const ipc = arrow.tableToIPC(build(columns), 'stream');
+    const group = build(columns);
     columns = HISTORY_COLUMNS.map(() => new Array<unknown>(ROW_GROUP_ROWS));
     filled = 0;
     groups++;
     if (done) sentLast = true;
-    return ipc;
+    return group;
   };
   const cancel = async () => {
     await iterator.return?.();
@@ -354,6 +362,7 @@ export function parquetStream<T>(
     rowGroupRows: ROW_GROUP_ROWS,
     dictionary: DICTIONARY_COLUMNS,
     uncompressed: UNCOMPRESSED_COLUMNS,
+    stored: STORED_PLAN,
   };
   const onWorker = encoders?.encode(settings, nextRowGroup, cancel);
   if (onWorker) return onWorker;
@@ -363,7 +372,7 @@ export function parquetStream<T>(
 /** The same encoding on this thread: when no worker is free, and for `encoders: null`. */
 function encodeHere(
   settings: ParquetSettings,
-  next: () => Promise<Uint8Array | null>,
+  next: () => Promise<RowGroup | null>,
   cancel: () => Promise<void>,
 ): Readable {
   const recordBatches = new ReadableStream({
@@ -371,11 +380,12 @@ function encodeHere(
       // Building a batch and encoding it are one unbroken chain of promise jobs; letting the event
       // loop turn first lets the bytes already written leave before the next batch is built.
       await new Promise<void>((resolve) => setImmediate(resolve));
-      const ipc = await next();
-      if (ipc === null) {
+      const group = await next();
+      if (group === null) {
         controller.close();
         return;
       }
+      const ipc = rowGroupIpc(group, settings.stored);
       for (const rb of parquet.Table.fromIPCStream(ipc).recordBatches()) controller.enqueue(rb);
     },
     cancel,
@@ -434,7 +444,16 @@ const fillRefs = (items: readonly StoredRef[], columns: unknown[][], at: number)
   const refs = columns[0]!;
   for (let j = 0; j < items.length; j++) refs[at + j] = items[j];
 };
-const buildFromRefs = (columns: unknown[][]) => storedTable(columns[0] as StoredRef[]);
+/** Packed into one buffer; the encoder lays out the columns (on its worker when it has one). */
+const buildFromRefs = (columns: unknown[][]): RowGroup => ({ packed: packRows(columns[0] as StoredRef[]) });
+
+/** Parquet of stored rows (a row's record and the label the reveal rule gave it). */
+export function storedParquetStream(
+  batches: Batches<StoredRef>,
+  encoders: ParquetEncoders | null = sharedParquetEncoders(),
+): Readable {
+  return parquetStream(batches, fillRefs, buildFromRefs, encoders);
+}
 
 /**
  * `stored`: the export-rows projection holds the rows (an LMDB log): NDJSON and Parquet copy its
@@ -448,7 +467,7 @@ export function historyStream(
 ): Readable {
   if (format === 'csv') return csvStream(source(historyRow));
   if (format === 'parquet') {
-    if (stored) return parquetStream(source(refFromEvents, storedRefs), fillRefs, buildFromRefs);
+    if (stored) return storedParquetStream(source(refFromEvents, storedRefs));
     return parquetStream(source(rowRef), fillColumns);
   }
   return ndjsonStream(source<NdjsonItem>(historyRow, storedLines), trailer);

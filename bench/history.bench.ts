@@ -5,7 +5,9 @@
  *    body read and discarded) against the raw `readAll` of the same LMDB log, page by page
  *    (target ≥ 0.5), and the same ratio in the process's CPU seconds (less moved by a shared
  *    machine's load); with the time to the first row and the peak RSS growth during the export
- *    beside the size of what was streamed (flat memory: the growth stays far below the size).
+ *    beside the size of what was streamed (flat memory: the anonymous RSS growth stays far below
+ *    the size; the whole RSS also counts the LMDB file pages mapped in while reading, page cache
+ *    that grows with the range read the first time it is read).
  *  - outcome projection: the track-record fold over N VerdictOutcomeResolved events against the
  *    latest-verdicts fold over N VerdictRecorded events (both validate every event).
  *  - track-record query: GET /api/track-record over the folded state of N outcomes against
@@ -14,7 +16,7 @@
  *   npx tsx bench/history.bench.ts [--verdicts=1000000] [--outcomes=100000] [--runs=3]
  *     [--profile=ndjson|parquet]
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -90,14 +92,27 @@ async function liveHeap(url: string, headers: Record<string, string>, every: num
   return peak;
 }
 
+/**
+ * The anonymous part of this process's RSS (heap and native allocations), in bytes: the RSS also
+ * counts the LMDB file pages an export maps in as it reads them (page cache, shared and
+ * reclaimable), which grow with the range read whatever the export holds.
+ */
+function anonymousRss(): number {
+  const status = readFileSync('/proc/self/status', 'utf8');
+  return Number(/RssAnon:\s+(\d+)/.exec(status)?.[1] ?? Number.NaN) * 1024;
+}
+
 async function drain(url: string, headers: Record<string, string>) {
   const rssBefore = process.memoryUsage().rss;
   let peak = rssBefore;
+  const anonBefore = anonymousRss();
+  let anonPeak = anonBefore;
   const heapBefore = process.memoryUsage().heapUsed;
   let heapPeak = heapBefore;
   const sampler = setInterval(() => {
     const m = process.memoryUsage();
     peak = Math.max(peak, m.rss);
+    anonPeak = Math.max(anonPeak, anonymousRss());
     heapPeak = Math.max(heapPeak, m.heapUsed);
   }, 50);
   const started = performance.now();
@@ -125,6 +140,7 @@ async function drain(url: string, headers: Record<string, string>) {
     bytes,
     newlines,
     rssGrowth: peak - rssBefore,
+    anonGrowth: anonPeak - anonBefore,
     heapGrowth: heapPeak - heapBefore,
     status: res.statusCode,
   };
@@ -284,6 +300,7 @@ export async function run(): Promise<Record<string, number>> {
         'first row ms': '',
         'MB streamed': '',
         'RSS growth MB': '',
+        'anonymous RSS growth MB': '',
       },
       NDJSON: {
         'rows/s min/median/max': spread(ndRates),
@@ -293,6 +310,7 @@ export async function run(): Promise<Record<string, number>> {
         'first row ms': Number(median(nds.map((d) => d.firstByteMs)).toFixed(1)),
         'MB streamed': Math.round(nd.bytes / 1e6),
         'RSS growth MB': Math.round(Math.max(...nds.map((d) => d.rssGrowth)) / 1e6),
+        'anonymous RSS growth MB': Math.round(Math.max(...nds.map((d) => d.anonGrowth)) / 1e6),
         'heap growth MB': Math.round(Math.max(...nds.map((d) => d.heapGrowth)) / 1e6),
       },
       Parquet: {
@@ -303,6 +321,7 @@ export async function run(): Promise<Record<string, number>> {
         'first row ms': Number(median(pqs.map((d) => d.firstByteMs)).toFixed(1)),
         'MB streamed': Math.round(pq.bytes / 1e6),
         'RSS growth MB': Math.round(Math.max(...pqs.map((d) => d.rssGrowth)) / 1e6),
+        'anonymous RSS growth MB': Math.round(Math.max(...pqs.map((d) => d.anonGrowth)) / 1e6),
         'heap growth MB': Math.round(Math.max(...pqs.map((d) => d.heapGrowth)) / 1e6),
       },
     });

@@ -179,5 +179,7 @@ describe('LMDB event store across processes', () => {
       await sub.close();
       await observer.close();
     }
-  });
+    // Two child processes started through tsx: on a loaded 2-core machine their start alone took
+    // most of the default 30 s once, and the test timed out with every append correct.
+  }, 90_000);
 });

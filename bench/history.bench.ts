@@ -98,8 +98,12 @@ async function liveHeap(url: string, headers: Record<string, string>, every: num
  * reclaimable), which grow with the range read whatever the export holds.
  */
 function anonymousRss(): number {
-  const status = readFileSync('/proc/self/status', 'utf8');
-  return Number(/RssAnon:\s+(\d+)/.exec(status)?.[1] ?? Number.NaN) * 1024;
+  try {
+    const status = readFileSync('/proc/self/status', 'utf8');
+    return Number(/RssAnon:\s+(\d+)/.exec(status)?.[1] ?? Number.NaN) * 1024;
+  } catch {
+    return Number.NaN; // no /proc (not Linux): the column shows NaN
+  }
 }
 
 async function drain(url: string, headers: Record<string, string>) {

@@ -159,14 +159,19 @@ export class QuotaMeter {
       lane.scheduled = true;
       // The rest of this turn's calls of the subject (a burst, or the replies of one pipelined
       // cache round trip) join the batch before it is appended.
-      setImmediate(() => this.flush(subject.id, lane));
+      setImmediate(() => this.flush(subject.id, lane, true));
     }
     return appended;
   }
 
-  /** Starts a round with every waiting batch of a subject; when one ends, the next that gathered meanwhile. */
-  private flush(subjectId: string, lane: Lane): void {
-    lane.scheduled = false;
+  /**
+   * Starts a round with every waiting batch of a subject: at the end of the turn that scheduled
+   * it, or when a round ends (unless a scheduled one is still to run: it takes the whole turn's
+   * calls, where starting now would split them into two events).
+   */
+  private flush(subjectId: string, lane: Lane, scheduled = false): void {
+    if (scheduled) lane.scheduled = false;
+    else if (lane.scheduled) return;
     if (lane.waiting.size === 0 || lane.inFlight >= MAX_ROUNDS_IN_FLIGHT) {
       if (lane.inFlight === 0 && lane.waiting.size === 0 && this.lanes.get(subjectId) === lane)
         this.lanes.delete(subjectId);

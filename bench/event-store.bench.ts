@@ -167,8 +167,9 @@ async function readAllAndRebuild(path: string, total: number): Promise<BenchRow[
   const raw = openRaw(path);
   let rawSeen = 0;
   const rawStart = performance.now();
-  for (const { value } of raw.db.getRange({ start: 1 })) {
-    if (value.position > 0) rawSeen++;
+  // The position is the entry's key: a format-2 record does not repeat it (lmdb-codec.ts).
+  for (const { key, value } of raw.db.getRange({ start: 1 })) {
+    if (key > 0 && value !== undefined) rawSeen++;
   }
   const rawMs = performance.now() - rawStart;
   await raw.env.close();

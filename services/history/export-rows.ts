@@ -174,8 +174,11 @@ export function fieldOf(v: Buffer, k: number): string {
   return v.toString('utf8', verdictStringStart(v, k), verdictStringEnd(v, k));
 }
 
+/** Where a verdict record's columns (numbers, mask, string ends, strings) end and its head begins. */
+export const verdictColumnsEnd = (v: Buffer): number => verdictStringEnd(v, VERDICT_STRINGS.length - 1);
+
 export function headOf(v: Buffer): Buffer {
-  return v.subarray(verdictStringEnd(v, VERDICT_STRINGS.length - 1));
+  return v.subarray(verdictColumnsEnd(v));
 }
 
 export const outcomeNumber = (o: Buffer, k: number): number => o.readDoubleLE(k * 8);
@@ -263,8 +266,11 @@ export function shownStoredLabel(
 }
 
 /** The tail of an outcome record: the row's outcome fields as NDJSON. */
+/** Where an outcome record's columns end and its NDJSON tail begins. */
+export const outcomeColumnsEnd = (o: Buffer): number => outcomeStringEnd(o, OUTCOME_STRINGS.length - 1);
+
 export function tailOf(outcome: Buffer): Buffer {
-  return outcome.subarray(outcomeStringEnd(outcome, OUTCOME_STRINGS.length - 1));
+  return outcome.subarray(outcomeColumnsEnd(outcome));
 }
 
 /** A revealed row as stored bytes: its line is `head`, `tail`, then a line break. */

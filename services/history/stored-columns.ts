@@ -3,9 +3,11 @@ import {
   OUTCOME_LAYOUT,
   OUTCOME_NUMBERS,
   OUTCOME_STRINGS,
+  outcomeColumnsEnd,
   VERDICT_LAYOUT,
   VERDICT_NUMBERS,
   VERDICT_STRINGS,
+  verdictColumnsEnd,
 } from './export-rows.ts';
 import type { PackedRows, StoredPlan } from './stored-table.mjs';
 
@@ -106,14 +108,19 @@ const align8 = (n: number) => (n + 7) & ~7;
 /**
  * A row group's stored rows copied into one buffer, each record at a multiple of 8: one copy per
  * record, so that building the columns (storedTable) can run on the Parquet worker, which takes
- * the buffer over instead of thousands of small ones.
+ * the buffer over instead of thousands of small ones. Only the records' columns are copied, not
+ * the NDJSON head and tail that follow them (about half of a verdict record).
  */
 export function packRows(refs: readonly StoredRef[]): PackedRows {
   const n = refs.length;
+  const vEnds = new Int32Array(n);
+  const oEnds = new Int32Array(n);
   let total = 0;
   for (let i = 0; i < n; i++) {
     const { v, label } = refs[i]!;
-    total += align8(v.length) + (label ? align8(label.length) : 0);
+    vEnds[i] = verdictColumnsEnd(v);
+    oEnds[i] = label ? outcomeColumnsEnd(label) : 0;
+    total += align8(vEnds[i]!) + align8(oEnds[i]!);
   }
   // Its own ArrayBuffer (never a pooled slice), so that it can be transferred.
   const bytes = new Uint8Array(new ArrayBuffer(total));
@@ -124,13 +131,15 @@ export function packRows(refs: readonly StoredRef[]): PackedRows {
   for (let i = 0; i < n; i++) {
     const { position, v, label } = refs[i]!;
     positions[i] = position;
-    bytes.set(v, at);
+    const vEnd = vEnds[i]!;
+    bytes.set(vEnd === v.length ? v : v.subarray(0, vEnd), at);
     verdictAt[i] = at;
-    at += align8(v.length);
+    at += align8(vEnd);
     if (label) {
-      bytes.set(label, at);
+      const oEnd = oEnds[i]!;
+      bytes.set(oEnd === label.length ? label : label.subarray(0, oEnd), at);
       outcomeAt[i] = at;
-      at += align8(label.length);
+      at += align8(oEnd);
     } else outcomeAt[i] = label === false ? COMMITMENT_ROW : NO_OUTCOME_ROW;
   }
   return { bytes, verdictAt, outcomeAt, positions };

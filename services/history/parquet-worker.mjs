@@ -16,6 +16,7 @@
 import { parentPort } from 'node:worker_threads';
 import * as arrow from 'apache-arrow';
 import * as parquet from 'parquet-wasm/node';
+import { enqueueIpc } from './parquet-input.mjs';
 import { storedTable } from './stored-table.mjs';
 
 /** The export under way: its input queue and output credit. */
@@ -71,9 +72,7 @@ async function encode(run, settings) {
           message.type === 'rows'
             ? arrow.tableToIPC(storedTable(message.packed, settings.stored), 'stream')
             : new Uint8Array(message.ipc);
-        for (const rb of parquet.Table.fromIPCStream(ipc).recordBatches()) {
-          controller.enqueue(rb);
-        }
+        enqueueIpc(controller, ipc);
         return;
       }
     },

@@ -18,6 +18,7 @@ import {
   rowGroupIpc,
   sharedParquetEncoders,
 } from './parquet-encoders.ts';
+import { enqueueIpc } from './parquet-input.mjs';
 import { fillColumns, historyRow, rowRef } from './rows.ts';
 import type { RowMaker, StoredMaker } from './scan.ts';
 import { packRows, STORED_PLAN, type StoredRef } from './stored-columns.ts';
@@ -385,8 +386,7 @@ function encodeHere(
         controller.close();
         return;
       }
-      const ipc = rowGroupIpc(group, settings.stored);
-      for (const rb of parquet.Table.fromIPCStream(ipc).recordBatches()) controller.enqueue(rb);
+      enqueueIpc(controller, rowGroupIpc(group, settings.stored));
     },
     cancel,
   });

@@ -249,7 +249,7 @@ describe('Parquet encoding on worker threads', () => {
     const encoders = pool(1);
     let given = false;
     const stream = encoders.encode(
-      { rowGroupRows: 8_192, dictionary: [], uncompressed: [], stored: STORED_PLAN },
+      { rowGroupRows: 8_192, dictionary: [], uncompressed: [], withoutStatistics: [], stored: STORED_PLAN },
       async () => {
         if (given) return null;
         given = true;

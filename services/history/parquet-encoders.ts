@@ -9,6 +9,8 @@ export interface ParquetSettings {
   rowGroupRows: number;
   dictionary: readonly string[];
   uncompressed: readonly string[];
+  /** Columns written without min/max statistics. */
+  withoutStatistics: readonly string[];
   /** How a row group of stored rows becomes columns (stored-columns.ts). */
   stored: StoredPlan;
 }

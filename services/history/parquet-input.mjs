@@ -27,3 +27,21 @@ export function enqueueIpc(controller, ipc) {
 export function parquetModuleBytes() {
   return parquet.wasmMemory().buffer.byteLength;
 }
+
+/**
+ * The writer's settings for a history export (writers.ts chooses the columns), built the same
+ * way on the worker and on the main thread.
+ * @param {{ rowGroupRows: number, dictionary: readonly string[], uncompressed: readonly string[], withoutStatistics: readonly string[] }} settings
+ */
+export function writerProperties({ rowGroupRows, dictionary, uncompressed, withoutStatistics }) {
+  let builder = new parquet.WriterPropertiesBuilder()
+    .setCompression(parquet.Compression.SNAPPY)
+    .setMaxRowGroupSize(rowGroupRows)
+    .setDictionaryEnabled(false);
+  for (const name of dictionary) builder = builder.setColumnDictionaryEnabled(name, true);
+  for (const name of uncompressed)
+    builder = builder.setColumnCompression(name, parquet.Compression.UNCOMPRESSED);
+  for (const name of withoutStatistics)
+    builder = builder.setColumnStatisticsEnabled(name, parquet.EnabledStatistics.None);
+  return builder.build();
+}

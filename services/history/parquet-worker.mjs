@@ -16,22 +16,11 @@
 import { parentPort } from 'node:worker_threads';
 import * as arrow from 'apache-arrow';
 import * as parquet from 'parquet-wasm/node';
-import { enqueueIpc } from './parquet-input.mjs';
+import { enqueueIpc, writerProperties } from './parquet-input.mjs';
 import { storedTable } from './stored-table.mjs';
 
 /** The export under way: its input queue and output credit. */
 let current = null;
-
-function properties({ rowGroupRows, dictionary, uncompressed }) {
-  let builder = new parquet.WriterPropertiesBuilder()
-    .setCompression(parquet.Compression.SNAPPY)
-    .setMaxRowGroupSize(rowGroupRows)
-    .setDictionaryEnabled(false);
-  for (const name of dictionary) builder = builder.setColumnDictionaryEnabled(name, true);
-  for (const name of uncompressed)
-    builder = builder.setColumnCompression(name, parquet.Compression.UNCOMPRESSED);
-  return builder.build();
-}
 
 /**
  * Resolves at the next message of the export. Both loops may wait at once (the writer pulls a
@@ -77,7 +66,7 @@ async function encode(run, settings) {
       }
     },
   });
-  const reader = (await parquet.transformParquetStream(batches, properties(settings))).getReader();
+  const reader = (await parquet.transformParquetStream(batches, writerProperties(settings))).getReader();
   for (;;) {
     while (run.credit === 0) await waiter(run);
     const { value, done } = await reader.read();

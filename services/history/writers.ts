@@ -18,7 +18,7 @@ import {
   rowGroupIpc,
   sharedParquetEncoders,
 } from './parquet-encoders.ts';
-import { enqueueIpc } from './parquet-input.mjs';
+import { enqueueIpc, writerProperties } from './parquet-input.mjs';
 import { fillColumns, historyRow, rowRef } from './rows.ts';
 import type { RowMaker, StoredMaker } from './scan.ts';
 import { packRows, STORED_PLAN, type StoredRef } from './stored-columns.ts';
@@ -62,6 +62,13 @@ const DICTIONARY_COLUMNS: readonly (keyof HistoryRow)[] = [
  * about 40 % of the encoder's time; the file is 3 % larger without it.
  */
 const UNCOMPRESSED_COLUMNS: readonly (keyof HistoryRow)[] = ['verdict_id', 'hash', 'prev_hash', 'outcome_id'];
+
+/**
+ * Columns whose min/max statistics no reader can prune by (random hex, the inputs' JSON): left
+ * out, the encoder spends 8 % less time on a row group (8,192 rows: 9.2-9.4 -> 8.5-8.6 ms). Times,
+ * venues, coins and numbers keep theirs, so DuckDB still skips row groups by them.
+ */
+const WITHOUT_STATISTICS: readonly (keyof HistoryRow)[] = [...UNCOMPRESSED_COLUMNS, 'inputs_json'];
 
 type Batches<T = HistoryRow> = AsyncIterable<T[]> | Iterable<T[]>;
 
@@ -363,6 +370,7 @@ export function parquetStream<T>(
     rowGroupRows: ROW_GROUP_ROWS,
     dictionary: DICTIONARY_COLUMNS,
     uncompressed: UNCOMPRESSED_COLUMNS,
+    withoutStatistics: WITHOUT_STATISTICS,
     stored: STORED_PLAN,
   };
   const onWorker = encoders?.encode(settings, nextRowGroup, cancel);
@@ -390,14 +398,7 @@ function encodeHere(
     },
     cancel,
   });
-  let builder = new parquet.WriterPropertiesBuilder()
-    .setCompression(parquet.Compression.SNAPPY)
-    .setMaxRowGroupSize(settings.rowGroupRows)
-    .setDictionaryEnabled(false);
-  for (const name of settings.dictionary) builder = builder.setColumnDictionaryEnabled(name, true);
-  for (const name of settings.uncompressed)
-    builder = builder.setColumnCompression(name, parquet.Compression.UNCOMPRESSED);
-  const properties = builder.build();
+  const properties = writerProperties(settings);
   return Readable.from(
     (async function* () {
       const bytes = await parquet.transformParquetStream(recordBatches, properties);

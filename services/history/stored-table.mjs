@@ -40,8 +40,12 @@ import * as arrow from 'apache-arrow';
  * @property {Float64Array} positions per row: its log position
  */
 
-/** Strings up to this many bytes are copied by a loop: below it, a typed-array view per copy costs more. */
-const LOOP_COPY_MAX = 96;
+/**
+ * Strings up to this many bytes are copied by a loop: below it, a typed-array view per copy costs
+ * more. Measured on 8,192 stored rows: 24 (names, venues and labels by loop; ids, hashes, times by
+ * view) 5.6-6.0 ms; 96 (every id and hash by loop) 7.4-7.8 ms; 0 (all by view) 7.6-7.8 ms.
+ */
+const LOOP_COPY_MAX = 24;
 const COMMITMENT = -1;
 
 /**

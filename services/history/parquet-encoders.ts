@@ -1,8 +1,8 @@
 import { availableParallelism } from 'node:os';
 import { Readable } from 'node:stream';
 import { Worker } from 'node:worker_threads';
-import * as arrow from 'apache-arrow';
-import { type PackedRows, type StoredPlan, storedTable } from './stored-table.mjs';
+import type { RowGroup } from './parquet-input.mjs';
+import type { StoredPlan } from './stored-table.mjs';
 
 /** How the worker sets up its writer (writers.ts owns the choices). */
 export interface ParquetSettings {
@@ -13,17 +13,6 @@ export interface ParquetSettings {
   withoutStatistics: readonly string[];
   /** How a row group of stored rows becomes columns (stored-columns.ts). */
   stored: StoredPlan;
-}
-
-/**
- * A row group: an Arrow IPC stream made on the main thread, or stored rows packed into one
- * buffer, whose columns the encoder lays out itself (on the worker, off the event loop).
- */
-export type RowGroup = { ipc: Uint8Array } | { packed: PackedRows };
-
-/** An Arrow IPC stream of a row group, on the calling thread. */
-export function rowGroupIpc(group: RowGroup, plan: StoredPlan): Uint8Array {
-  return 'ipc' in group ? group.ipc : arrow.tableToIPC(storedTable(group.packed, plan), 'stream');
 }
 
 /** Messages from the worker (parquet-worker.mjs documents the protocol). */

@@ -1,8 +1,27 @@
 // @ts-check
-// How an Arrow IPC stream reaches the Parquet writer, on the encoder worker (parquet-worker.mjs)
-// and on the main thread (writers.ts). Plain JavaScript checked by TypeScript through its JSDoc,
-// as the worker loads it without a TypeScript loader.
+// How a row group reaches the Parquet writer, on the encoder worker (parquet-worker.mjs) and on
+// the main thread (writers.ts). Plain JavaScript checked by TypeScript through its JSDoc, as the
+// worker loads it without a TypeScript loader.
+import * as arrow from 'apache-arrow';
 import * as parquet from 'parquet-wasm/node';
+import { storedTable } from './stored-table.mjs';
+
+/**
+ * A row group: an Arrow IPC stream made on the main thread, or stored rows packed into one buffer,
+ * whose columns are laid out by whichever thread encodes them (on the worker, off the event loop).
+ * @typedef {{ ipc: Uint8Array } | { packed: import('./stored-table.mjs').PackedRows }} RowGroup
+ */
+
+/**
+ * Hands a row group to the writer's input stream.
+ * @param {ReadableStreamDefaultController<unknown>} controller
+ * @param {RowGroup} group
+ * @param {import('./stored-table.mjs').StoredPlan} plan how stored rows become columns
+ */
+export function enqueueRowGroup(controller, group, plan) {
+  const ipc = 'ipc' in group ? group.ipc : arrow.tableToIPC(storedTable(group.packed, plan), 'stream');
+  enqueueIpc(controller, ipc);
+}
 
 /**
  * Hands the record batches of an Arrow IPC stream to the writer's input stream, then frees the
@@ -14,7 +33,7 @@ import * as parquet from 'parquet-wasm/node';
  * @param {ReadableStreamDefaultController<unknown>} controller
  * @param {Uint8Array} ipc
  */
-export function enqueueIpc(controller, ipc) {
+function enqueueIpc(controller, ipc) {
   const table = parquet.Table.fromIPCStream(ipc);
   try {
     for (const rb of table.recordBatches()) controller.enqueue(rb);

@@ -14,10 +14,8 @@
 //   worker → main  {type:'done', id} | {type:'error', id, message}
 // When the reader goes away before the end, the main thread stops the worker instead of reusing it.
 import { parentPort } from 'node:worker_threads';
-import * as arrow from 'apache-arrow';
 import * as parquet from 'parquet-wasm/node';
-import { enqueueIpc, writerProperties } from './parquet-input.mjs';
-import { storedTable } from './stored-table.mjs';
+import { enqueueRowGroup, writerProperties } from './parquet-input.mjs';
 
 /** The export under way: its input queue and output credit. */
 let current = null;
@@ -57,11 +55,9 @@ async function encode(run, settings) {
         }
         if (message.type === 'end') return controller.close();
         ask(run);
-        const ipc =
-          message.type === 'rows'
-            ? arrow.tableToIPC(storedTable(message.packed, settings.stored), 'stream')
-            : new Uint8Array(message.ipc);
-        enqueueIpc(controller, ipc);
+        const group =
+          message.type === 'rows' ? { packed: message.packed } : { ipc: new Uint8Array(message.ipc) };
+        enqueueRowGroup(controller, group, settings.stored);
         return;
       }
     },

@@ -11,14 +11,8 @@ import {
   storedVerdict,
   tailOf,
 } from './export-rows.ts';
-import {
-  type ParquetEncoders,
-  type ParquetSettings,
-  type RowGroup,
-  rowGroupIpc,
-  sharedParquetEncoders,
-} from './parquet-encoders.ts';
-import { enqueueIpc, writerProperties } from './parquet-input.mjs';
+import { type ParquetEncoders, type ParquetSettings, sharedParquetEncoders } from './parquet-encoders.ts';
+import { enqueueRowGroup, type RowGroup, writerProperties } from './parquet-input.mjs';
 import { fillColumns, historyRow, rowRef } from './rows.ts';
 import type { RowMaker, StoredMaker } from './scan.ts';
 import { packRows, STORED_PLAN, type StoredRef } from './stored-columns.ts';
@@ -394,7 +388,7 @@ function encodeHere(
         controller.close();
         return;
       }
-      enqueueIpc(controller, rowGroupIpc(group, settings.stored));
+      enqueueRowGroup(controller, group, settings.stored);
     },
     cancel,
   });

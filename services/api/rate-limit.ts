@@ -165,8 +165,7 @@ export class RateLimiter {
   private readonly windowMs: number;
   private readonly redis: TakingRedis | null;
   private readonly limits: Record<RateTier, { all: number; perTool: number }>;
-  /** Takes of this turn not yet sent to Redis, in the order they were asked for. */
-  /** One script call per turn for the takes of that turn. */
+  /** Takes of this turn not yet sent to Redis, in the order asked: one script call per turn. */
   private readonly takes = new TurnBatch<PendingTake>((batch) => this.send(batch), MAX_TAKES_PER_SCRIPT);
 
   constructor(

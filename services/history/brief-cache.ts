@@ -1,8 +1,6 @@
 import type { TrackRecordBrief } from '../../contracts/history.ts';
 import type { Exchange, Timeframe } from '../../contracts/market.ts';
-import { bucketOf, type TrackRecordState, trackRecordBrief } from './track-record.ts';
-
-const DAY_MS = 86_400_000;
+import { bucketOf, DAY_MS, type TrackRecordState, trackRecordBrief } from './track-record.ts';
 
 /** Where the briefs come from: the track-record state and a number that moves when it changes. */
 export interface BriefSource {

@@ -51,13 +51,18 @@ async function running() {
   return { store, runner, settle };
 }
 
+/** A running track record that has folded one hit, and a cache on it. */
+async function withOneHit() {
+  const started = await running();
+  await started.store.append('verdict-outcome-1', [outcome('hit')]);
+  await started.settle();
+  return { ...started, cache: new BriefCache(started.runner) };
+}
+
 describe('BriefCache', () => {
   it('hands out one line per market and bucket until an outcome resolves, then the new line', async () => {
-    const { store, runner, settle } = await running();
-    const cache = new BriefCache(runner);
+    const { store, runner, settle, cache } = await withOneHit();
     try {
-      await store.append('verdict-outcome-1', [outcome('hit')]);
-      await settle();
       const first = cache.brief(CALL, T0 + HOUR);
       expect(first).toEqual(trackRecordBrief(runner.state, CALL, T0 + HOUR));
       expect(first).toMatchObject({ calls: 1, hits: 1, confidenceBucket: '40-49' });
@@ -99,11 +104,8 @@ describe('BriefCache', () => {
   });
 
   it('computes the line afresh on another UTC day (the window starts a day later)', async () => {
-    const { store, runner, settle } = await running();
-    const cache = new BriefCache(runner);
+    const { runner, cache } = await withOneHit();
     try {
-      await store.append('verdict-outcome-1', [outcome('hit')]);
-      await settle();
       expect(cache.brief(CALL, T0 + HOUR)).toMatchObject({ calls: 1 });
       // 90 days on, the outcome has left the window though the state has not moved.
       const later = T0 + 90 * 24 * HOUR;

@@ -265,10 +265,10 @@ export function shownStoredLabel(
   return same ? outcome : null;
 }
 
-/** The tail of an outcome record: the row's outcome fields as NDJSON. */
 /** Where an outcome record's columns end and its NDJSON tail begins. */
 export const outcomeColumnsEnd = (o: Buffer): number => outcomeStringEnd(o, OUTCOME_STRINGS.length - 1);
 
+/** The tail of an outcome record: the row's outcome fields as NDJSON. */
 export function tailOf(outcome: Buffer): Buffer {
   return outcome.subarray(outcomeColumnsEnd(outcome));
 }

@@ -47,7 +47,7 @@ export interface ScoredPoint {
   netCentiBps: number | null;
 }
 
-const DAY_MS = 86_400_000;
+export const DAY_MS = 86_400_000;
 const BUCKETS = 10;
 const WINDOW_DAYS: Record<TrackRecordWindow, number | null> = { '7d': 7, '30d': 30, '90d': 90, all: null };
 

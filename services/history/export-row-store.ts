@@ -13,15 +13,21 @@ type Verdict = RecordedEvent<EventData<'VerdictRecorded'>, 'VerdictRecorded'>;
 type Outcome = RecordedEvent<EventData<'VerdictOutcomeResolved'>, 'VerdictOutcomeResolved'>;
 
 /** Bump when what export-rows.ts stores changes: a store of another version is rebuilt. */
-export const EXPORT_ROWS_VERSION = 2;
+export const EXPORT_ROWS_VERSION = 3;
 /**
- * Version 2 moved both databases to new names and writes the verdicts in append mode. Versions
- * never share a database, so a process of the other version on the same directory cannot empty
- * this one's; the old ones are emptied when this version's store is built.
+ * Each version has databases of its own (version 2 also began writing the verdicts in append
+ * mode; version 3 stores a verdict's inputs once, export-rows.ts). Versions never share a
+ * database, so a process of another version on the same directory cannot empty this one's; the
+ * older ones are emptied when this version's store is built.
  */
-export const VERDICTS_DB = 'history-export-verdicts-2';
-export const OUTCOMES_DB = 'history-export-outcomes-2';
-export const OLD_DBS = ['history-export-verdicts', 'history-export-outcomes'];
+export const VERDICTS_DB = 'history-export-verdicts-3';
+export const OUTCOMES_DB = 'history-export-outcomes-3';
+export const OLD_DBS = [
+  'history-export-verdicts',
+  'history-export-outcomes',
+  'history-export-verdicts-2',
+  'history-export-outcomes-2',
+];
 /** Bytes per slab the records read back are copied into. */
 const SLAB_BYTES = 256 * 1024;
 let slab = Buffer.allocUnsafe(0);

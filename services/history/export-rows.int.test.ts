@@ -8,7 +8,7 @@ import { type LmdbEventStore, openLmdbEventStore } from '../../adapters/event-st
 import { HistoryTrailer } from '../../contracts/history.ts';
 import { recordHistory, startHistoryServer } from '../../test/history-harness.ts';
 import { ExportRowStore, OLD_DBS, openVerdictsDb, VERDICTS_DB } from './export-row-store.ts';
-import { F_ID, fieldOf, headOf, revealAtOf, StoredLine } from './export-rows.ts';
+import { F_ID, fieldOf, revealAtOf, StoredLine, verdictColumnsEnd } from './export-rows.ts';
 import { fillColumns, historyRow, rowRef } from './rows.ts';
 import { type HistoryFilter, ScanProgress, type StoredRows, scanHistory } from './scan.ts';
 import { parquetStream, storedLines } from './writers.ts';
@@ -171,9 +171,7 @@ describe('export rows (stored bytes of each revealed row)', () => {
     for await (const rows of scan) {
       for (const row of rows) {
         lines.push(
-          row instanceof StoredLine
-            ? Buffer.concat([row.head, row.tail]).toString('utf8')
-            : JSON.stringify(row),
+          row instanceof StoredLine ? row.toBuffer().subarray(0, -1).toString('utf8') : JSON.stringify(row),
         );
       }
     }
@@ -257,12 +255,11 @@ describe('export rows (stored bytes of each revealed row)', () => {
     // A damaged entry: only a fold from position 0 puts it right again.
     const raw = openVerdictsDb(store.root);
     const damaged = before[before.length - 1]!;
-    const head = headOf(damaged.value);
     raw.putSync(
       damaged.key,
       Buffer.concat([
-        damaged.value.subarray(0, damaged.value.length - head.length),
-        Buffer.from('{"damaged":1,'),
+        damaged.value.subarray(0, verdictColumnsEnd(damaged.value)),
+        Buffer.from('\u0000{"damaged":1,'),
       ]),
     );
     expect(rows.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6)).not.toEqual(before);

@@ -36,6 +36,14 @@ type Outcome = RecordedEvent<EventData<'VerdictOutcomeResolved'>, 'VerdictOutcom
  * comma before `"outcome_id"`) followed by the outcome's part ("tail", to the closing brace). The
  * head is written once when the verdict is recorded, the tail once when its outcome resolves; an
  * export copies the two byte strings instead of decoding and serialising the events again.
+ *
+ * The head is not stored as it is written, though: its string values are the record's string
+ * columns again (the inputs' JSON, most of a record, escaped as a JSON string), and stored twice
+ * they pushed a real verdict's record (2,950-3,160 B) past what LMDB keeps on a leaf page
+ * (2,020 B on 4 KB pages), so every verdict took a 4 KB overflow page of its own. The stored head
+ * is a template: the head with those values cut out, and where each goes and from which column
+ * (`storedHead`); `writeHead` puts them back, escaping what needs it, byte for byte as
+ * JSON.stringify wrote the line.
  */
 
 /** The tail of a row that has no outcome attached. */
@@ -109,12 +117,16 @@ export const OUTCOME_STRINGS = ['verdict_hash', 'outcome_id', 'result'] as const
 const O_HASH = 0;
 
 /** Bytes of a record: numbers, null mask, string ends, strings, then the rest (head or tail). */
-function encodeRecord(numbers: readonly number[], strings: readonly (string | null)[], rest: string): Buffer {
+function encodeRecord(
+  numbers: readonly number[],
+  strings: readonly (string | null)[],
+  rest: string | Buffer,
+): Buffer {
   const bytes = strings.map((t) => (t === null ? null : Buffer.from(t)));
   const stringsAt = numbers.length * 8 + 2 + strings.length * 2;
   const total = bytes.reduce((n, b) => n + (b?.length ?? 0), 0);
   if (total > 0xffff) throw new Error('history export record: strings over 64 KiB');
-  const tail = Buffer.from(rest);
+  const tail = typeof rest === 'string' ? Buffer.from(rest) : rest;
   const out = Buffer.allocUnsafe(stringsAt + total + tail.length);
   numbers.forEach((x, i) => {
     out.writeDoubleLE(x, i * 8);
@@ -177,8 +189,143 @@ export function fieldOf(v: Buffer, k: number): string {
 /** Where a verdict record's columns (numbers, mask, string ends, strings) end and its head begins. */
 export const verdictColumnsEnd = (v: Buffer): number => verdictStringEnd(v, VERDICT_STRINGS.length - 1);
 
+/** The row's field each string column holds (rows.ts historyRow), for the head's template. */
+const ROW_FIELDS: Readonly<Record<(typeof VERDICT_STRINGS)[number], string>> = {
+  exchange: 'exchange',
+  coin: 'coin',
+  timeframe: 'timeframe',
+  call: 'call',
+  verdict_id: 'verdict_id',
+  hash: 'hash',
+  stream: 'stream',
+  recorded_at: 'recorded_at',
+  prev_hash: 'prev_hash',
+  reveal_at: 'reveal_at',
+  regime: 'regime',
+  feed: 'feed',
+  engine_version: 'engine_version',
+  trigger: 'trigger',
+  inputs_json: 'inputs_json',
+};
+/** A hole's column byte: this bit set when its value is escaped on the way out. */
+const ESCAPED = 0x80;
+/** JSON.stringify's short escapes of control characters (the others are \u00XX). */
+const SHORT_ESCAPES: Record<number, number> = { 8: 98, 9: 116, 10: 110, 12: 102, 13: 114 };
+const HEX_DIGITS = Buffer.from('0123456789abcdef');
+
+/**
+ * The stored head of a row's line (`line`, up to and including the comma before the tail): a
+ * hole count, each hole's place in the literal (u16) and column (u8, ESCAPED when its value
+ * needs escaping), then the literal, which is the head without those values and their quotes.
+ * A string field becomes a hole when it equals its column; the others stay in the literal.
+ */
+function storedHead(row: Record<string, unknown>, columns: readonly (string | null)[], head: string): Buffer {
+  const byField = new Map(VERDICT_STRINGS.map((name, k) => [ROW_FIELDS[name], k]));
+  let literal = '';
+  let rebuilt = '';
+  const holes: number[] = [];
+  for (const [field, value] of Object.entries(row)) {
+    if (rebuilt.length + 1 >= head.length) break;
+    const key = `${rebuilt === '' ? '{' : ','}${JSON.stringify(field)}:`;
+    const json = JSON.stringify(value);
+    rebuilt += key + json;
+    literal += key;
+    const k = byField.get(field);
+    if (typeof value === 'string' && k !== undefined && columns[k] === value) {
+      holes.push(Buffer.byteLength(literal), json === `"${value}"` ? k : k | ESCAPED);
+    } else literal += json;
+  }
+  // Guards the template against a row whose JSON is not its fields in order (it always is).
+  if (`${rebuilt},` !== head)
+    throw new Error("history export record: the head is not the row's fields in order");
+  literal += ',';
+  if (holes.length / 2 > 0xff || Buffer.byteLength(literal) > 0xffff) {
+    throw new Error('history export record: head template too large');
+  }
+  const table = Buffer.allocUnsafe(1 + (holes.length / 2) * 3);
+  table[0] = holes.length / 2;
+  for (let i = 0; i < holes.length; i += 2) {
+    table.writeUInt16LE(holes[i]!, 1 + (i / 2) * 3);
+    table[3 + (i / 2) * 3] = holes[i + 1]!;
+  }
+  return Buffer.concat([table, Buffer.from(literal)]);
+}
+
+/** Most bytes `writeHead` writes for this record (a control character escapes to six). */
+export function headMaxBytes(v: Buffer): number {
+  const at = verdictColumnsEnd(v);
+  const n = v[at]!;
+  let most = v.length - at - 1 - n * 3;
+  for (let h = 0; h < n; h++) {
+    const spec = v[at + 3 + h * 3]!;
+    const k = spec & ~ESCAPED;
+    const length = verdictStringEnd(v, k) - verdictStringStart(v, k);
+    most += (spec & ESCAPED ? 6 * length : length) + 2;
+  }
+  return most;
+}
+
+/** Copies `v[from..to]` to `out` at `o`; returns where it ends. Short runs: a loop beats a native call. */
+function copyBytes(v: Buffer, from: number, to: number, out: Buffer, o: number): number {
+  if (to - from > 32) return o + v.copy(out, o, from, to);
+  for (let i = from; i < to; i++) out[o++] = v[i]!;
+  return o;
+}
+
+/** Writes `v[from..to]` as the inside of a JSON string, as JSON.stringify escapes it. */
+function escapeBytes(v: Buffer, from: number, to: number, out: Buffer, o: number): number {
+  for (let i = from; i < to; i++) {
+    const c = v[i]!;
+    if (c === 34 || c === 92) {
+      out[o++] = 92;
+      out[o++] = c;
+    } else if (c < 32) {
+      out[o++] = 92;
+      const short = SHORT_ESCAPES[c];
+      if (short !== undefined) out[o++] = short;
+      else {
+        out[o++] = 117; // u00XX
+        out[o++] = 48;
+        out[o++] = 48;
+        out[o++] = HEX_DIGITS[c >> 4]!;
+        out[o++] = HEX_DIGITS[c & 15]!;
+      }
+    } else out[o++] = c;
+  }
+  return o;
+}
+
+/**
+ * Writes the record's NDJSON head at `at` in `out` (room for `headMaxBytes` assumed): the stored
+ * literal with each hole's column put back between quotes. Returns where it ends. Byte loops: no
+ * string is made of the record (a JSON.stringify of the inputs' latin1 form gives the same bytes
+ * at about the same cost, but allocates two strings a row).
+ */
+export function writeHead(v: Buffer, out: Buffer, at: number): number {
+  const table = verdictColumnsEnd(v);
+  const n = v[table]!;
+  const literal = table + 1 + n * 3;
+  let o = at;
+  let from = literal;
+  for (let h = 0; h < n; h++) {
+    const place = literal + (v[table + 1 + h * 3]! | (v[table + 2 + h * 3]! << 8));
+    const spec = v[table + 3 + h * 3]!;
+    const k = spec & ~ESCAPED;
+    o = copyBytes(v, from, place, out, o);
+    from = place;
+    out[o++] = 34;
+    const a = verdictStringStart(v, k);
+    const b = verdictStringEnd(v, k);
+    o = spec & ESCAPED ? escapeBytes(v, a, b, out, o) : copyBytes(v, a, b, out, o);
+    out[o++] = 34;
+  }
+  return copyBytes(v, from, v.length, out, o);
+}
+
+/** The record's NDJSON head as a buffer of its own (tests, and lines too long for a chunk). */
 export function headOf(v: Buffer): Buffer {
-  return v.subarray(verdictColumnsEnd(v));
+  const out = Buffer.allocUnsafe(headMaxBytes(v));
+  return out.subarray(0, writeHead(v, out, 0));
 }
 
 export const outcomeNumber = (o: Buffer, k: number): number => o.readDoubleLE(k * 8);
@@ -194,26 +341,27 @@ export function storedVerdict(verdict: Verdict): Buffer {
   const cut = line.lastIndexOf(TAIL_MARK);
   // Inside a JSON string every quote is escaped, so the mark is the outcome_id key itself.
   if (cut < 0) throw new Error(`history row of ${verdict.id} has no outcome_id field`);
+  const columns = [
+    row.exchange,
+    row.coin,
+    row.timeframe,
+    d.call,
+    row.verdict_id,
+    row.hash,
+    row.stream,
+    row.recorded_at,
+    row.prev_hash,
+    row.reveal_at,
+    d.regime,
+    d.feed,
+    d.engineVersion,
+    d.trigger,
+    row.inputs_json,
+  ];
   return encodeRecord(
     [revealAt, outcomeDueAt(d), d.candleCloseTime, verdict.revision, d.confidence, d.score, d.price],
-    [
-      row.exchange,
-      row.coin,
-      row.timeframe,
-      d.call,
-      row.verdict_id,
-      row.hash,
-      row.stream,
-      row.recorded_at,
-      row.prev_hash,
-      row.reveal_at,
-      d.regime,
-      d.feed,
-      d.engineVersion,
-      d.trigger,
-      row.inputs_json,
-    ],
-    line.slice(0, cut + 1),
+    columns,
+    storedHead(row as unknown as Record<string, unknown>, columns, line.slice(0, cut + 1)),
   );
 }
 
@@ -273,13 +421,27 @@ export function tailOf(outcome: Buffer): Buffer {
   return outcome.subarray(outcomeColumnsEnd(outcome));
 }
 
-/** A revealed row as stored bytes: its line is `head`, `tail`, then a line break. */
+/** A revealed row as stored bytes: its line is the verdict's head, `tail`, then a line break. */
 export class StoredLine {
   constructor(
-    readonly head: Uint8Array,
+    readonly verdict: Buffer,
     readonly tail: Uint8Array,
   ) {}
-  get byteLength(): number {
-    return this.head.length + this.tail.length + 1;
+  /** Most bytes the line takes (`writeTo` may write fewer). */
+  get maxBytes(): number {
+    return headMaxBytes(this.verdict) + this.tail.length + 1;
+  }
+  /** Writes the line at `at` in `out` (room for `maxBytes` assumed); returns where it ends. */
+  writeTo(out: Buffer, at: number): number {
+    let o = writeHead(this.verdict, out, at);
+    out.set(this.tail, o);
+    o += this.tail.length;
+    out[o++] = 10;
+    return o;
+  }
+  /** The line, line break included, as a buffer of its own. */
+  toBuffer(): Buffer {
+    const out = Buffer.allocUnsafe(this.maxBytes);
+    return out.subarray(0, this.writeTo(out, 0));
   }
 }

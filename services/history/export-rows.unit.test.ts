@@ -11,6 +11,7 @@ import {
   NO_OUTCOME_TAIL,
   revealAtOf,
   revisionOf,
+  StoredLine,
   shownStoredLabel,
   storedOutcome,
   storedVerdict,
@@ -78,5 +79,81 @@ describe('export rows: stored bytes of a history row', () => {
     expect(shownStoredLabel(v, other, revealAt)).toBeNull();
     expect(historyRow(verdict, outcomeOf('0'.repeat(64)), revealAt).outcome_id).toBeNull();
     expect(storedOutcome(outcomeOf(verdict.data.hash, 1))).toBeNull();
+  });
+
+  it('stores the inputs once, and writes them back as JSON.stringify would, whatever they hold', () => {
+    const marker = 'only-once-marker';
+    for (const note of [marker, `${marker} \u0000\u0001\b\t\n\f\r\u001f " \\ é 😀 \u2028`]) {
+      const odd: Verdict = {
+        ...verdict,
+        data: { ...verdict.data, inputs: { ...verdict.data.inputs, note } } as never,
+      };
+      const stored = storedVerdict(odd);
+      expect(stored.toString('utf8').split(marker)).toHaveLength(2);
+      expect(line(stored, NO_OUTCOME_TAIL)).toBe(JSON.stringify(historyRow(odd, null, revealAt)));
+      const line2 = new StoredLine(stored, NO_OUTCOME_TAIL);
+      expect(line2.toBuffer().toString('utf8')).toBe(`${JSON.stringify(historyRow(odd, null, revealAt))}\n`);
+      expect(line2.toBuffer().length).toBeLessThanOrEqual(line2.maxBytes);
+    }
+  });
+
+  it("keeps a verdict with the engine's full inputs on a leaf page (LMDB's inline limit, 2,020 B on 4 KB pages)", () => {
+    // Every input the engine records (signals-3), each at full precision and none null: the
+    // largest record a verdict makes. Twice the inputs (column and head) took 2,950-3,160 B.
+    const keys = [
+      'rsi',
+      'stoch_k',
+      'stoch_d',
+      'cci',
+      'adx',
+      'plus_di',
+      'minus_di',
+      'ao',
+      'momentum',
+      'macd',
+      'macd_signal',
+      'stoch_rsi_k',
+      'williams_r',
+      'bull_power',
+      'bear_power',
+      'ultimate',
+      'ema20',
+      'ema50',
+      'ema200',
+      'sma200',
+      'ma_rating',
+      'oscillator_rating',
+      'technical_rating',
+      'funding_apr',
+      'basis',
+      'perp_lean',
+      'calibrated_probability',
+      'vol_horizon_candles',
+      'vol_expected_move_pct',
+      'vol_band_low',
+      'vol_band_high',
+      'vol_band_coverage',
+      'vol_percentile',
+    ];
+    const inputs: Record<string, unknown> = Object.fromEntries(
+      keys.map((k, i) => [k, -1234.5678901234567 / (i + 3)]),
+    );
+    inputs.edge_cell = 'perp:15m';
+    inputs.edge_measured = true;
+    const full: Verdict = {
+      ...verdict,
+      stream: 'verdicts-BINANCE_USDM-1000SHIB-15m',
+      data: {
+        ...verdict.data,
+        exchange: 'BINANCE_USDM',
+        coin: '1000SHIB',
+        prevHash: 'e'.repeat(64),
+        inputs,
+      } as never,
+    };
+    const stored = storedVerdict(full);
+    expect(JSON.stringify(inputs).length).toBeGreaterThan(1_100);
+    expect(stored.length).toBeLessThanOrEqual(2_020);
+    expect(line(stored, NO_OUTCOME_TAIL)).toBe(JSON.stringify(historyRow(full, null, revealAt)));
   });
 });

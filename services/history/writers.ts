@@ -3,7 +3,6 @@ import * as arrow from 'apache-arrow';
 import * as parquet from 'parquet-wasm/node';
 import { HISTORY_COLUMNS, type HistoryFormat, type HistoryRow } from '../../contracts/history.ts';
 import {
-  headOf,
   NO_OUTCOME_TAIL,
   StoredLine,
   shownStoredLabel,
@@ -83,21 +82,17 @@ export function ndjsonStream(batches: Batches<NdjsonItem>, trailer: () => object
         for (const row of rows) {
           if (row instanceof StoredLine) {
             // Stored bytes are copied as they are: no string is made of them.
-            const size = row.byteLength;
+            const size = row.maxBytes;
             if (at + size > NDJSON_CHUNK && at > 0) {
               yield chunk.subarray(0, at);
               chunk = Buffer.allocUnsafe(NDJSON_CHUNK);
               at = 0;
             }
             if (size > NDJSON_CHUNK) {
-              yield Buffer.concat([row.head, row.tail, NEWLINE]);
+              yield row.toBuffer();
               continue;
             }
-            chunk.set(row.head, at);
-            at += row.head.length;
-            chunk.set(row.tail, at);
-            at += row.tail.length;
-            chunk[at++] = 10;
+            at = row.writeTo(chunk, at);
             continue;
           }
           const line = JSON.stringify(row);
@@ -128,8 +123,6 @@ export function ndjsonStream(batches: Batches<NdjsonItem>, trailer: () => object
     { objectMode: false },
   );
 }
-
-const NEWLINE = Buffer.from('\n');
 
 function csvField(value: unknown): string {
   if (value === null || value === undefined) return '';
@@ -418,7 +411,7 @@ export type RowSource = <T>(make: RowMaker<T>, fromStore?: StoredMaker<T>) => Ba
 /** NDJSON copies a revealed row's stored head and tail; a commitment is made from its event. */
 export const storedLines: StoredMaker<NdjsonItem> = {
   commitments: false,
-  make: (_position, v, label) => new StoredLine(headOf(v), label ? tailOf(label) : NO_OUTCOME_TAIL),
+  make: (_position, v, label) => new StoredLine(v, label ? tailOf(label) : NO_OUTCOME_TAIL),
 };
 
 /** Parquet takes every row as stored bytes, commitments included (stored-columns.ts). */

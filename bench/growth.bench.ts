@@ -16,7 +16,10 @@
  *    parallel), one burst after the other, keys independent. C = 1 is calls that never overlap.
  *    The growth is of the pages the store's trees hold (not the free pages kept for reuse),
  *    measured between the middle and the end of the run (the log's marginal growth, without the
- *    fixed share of its first pages), and scaled to a year.
+ *    fixed share of its first pages), and scaled to a year. The schedule's rounds also fold the
+ *    export-rows projection (services/history/export-row-store.ts) over the same log, as the
+ *    service does in the same data directory, and print its year beside the log's: it is not
+ *    the log, but it is disk the schedule fills.
  *
  *   npx tsx bench/growth.bench.ts [--events=100000] [--rounds=3] [--seconds=4000] [--bursts=1,4,16,64]
  */
@@ -31,6 +34,7 @@ import { MemoryCache } from '../adapters/cache/memory.ts';
 import { EVENT_ENCODING, type LmdbEventStore, openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import type { NewEvent, RecordedEvent } from '../contracts/envelope.ts';
 import { TIMEFRAME_MS, TIMEFRAMES } from '../contracts/market.ts';
+import { ExportRowStore, OUTCOMES_DB, VERDICTS_DB } from '../services/history/export-row-store.ts';
 import { QuotaMeter, type QuotaSubject } from '../services/quota/quota-meter.ts';
 import { debitedUnits } from '../services/quota/quota-projection.ts';
 import { appendEventMix, eventMix } from './rebuild-event-mix.ts';
@@ -61,8 +65,8 @@ interface TreeStats {
  * keeps for reuse: at a small size those (the copies of the last commits' pages) are a large,
  * fixed share of the file, which a year of small commits does not grow.
  */
-function treeBytes(store: LmdbEventStore): number {
-  return ['events', 'streams', 'ids'].reduce((sum, name) => {
+function treeBytes(store: LmdbEventStore, names = ['events', 'streams', 'ids']): number {
+  return names.reduce((sum, name) => {
     const s = store.root.openDB({ name }).getStats() as TreeStats;
     return sum + (s.treeBranchPageCount + s.treeLeafPageCount + s.overflowPages) * s.pageSize;
   }, 0);
@@ -135,6 +139,8 @@ async function scheduleSource() {
 interface YearRound {
   /** Bytes the log grew by per simulated second, between the middle and the end of the run. */
   perSecond: number;
+  /** The same for the export-rows projection (schedule-only rounds). */
+  exportRowsPerSecond: number | null;
   events: number;
   calls: number;
   debitEvents: number;
@@ -162,6 +168,14 @@ async function yearRound(seconds: number, burst: number | null): Promise<YearRou
     kind: 'key',
     plan: 'pro',
   }));
+  // Folded only with the schedule alone: the calls add nothing to it.
+  const rows = burst === null ? new ExportRowStore(store, store.root) : null;
+  await rows?.start();
+  const rowBytes = async () => {
+    await rows!.waitFor(await store.headPosition(), 600_000);
+    return treeBytes(store, [VERDICTS_DB, OUTCOMES_DB]);
+  };
+  let rowsMiddle = 0;
   const next = await scheduleSource();
   const schedulePerS = (MARKETS * TIMEFRAMES.reduce((a, tf) => a + DAY / TIMEFRAME_MS[tf], 0)) / 86_400;
   let scheduleDue = 0;
@@ -169,7 +183,10 @@ async function yearRound(seconds: number, burst: number | null): Promise<YearRou
   let middle = 0;
   try {
     for (let t = 0; t < seconds; t += STEP_S) {
-      if (t === Math.floor(seconds / 2 / STEP_S) * STEP_S) middle = treeBytes(store);
+      if (t === Math.floor(seconds / 2 / STEP_S) * STEP_S) {
+        middle = treeBytes(store);
+        if (rows) rowsMiddle = await rowBytes();
+      }
       scheduleDue += schedulePerS * STEP_S;
       const batch = new Map<string, NewEvent[]>();
       for (; scheduleDue >= 1; scheduleDue--) {
@@ -197,14 +214,18 @@ async function yearRound(seconds: number, burst: number | null): Promise<YearRou
       );
     }
     const end = treeBytes(store);
+    const rowsEnd = rows ? await rowBytes() : 0;
     const all = await store.readAll();
+    const span = seconds - Math.floor(seconds / 2 / STEP_S) * STEP_S;
     return {
-      perSecond: (end - middle) / (seconds - Math.floor(seconds / 2 / STEP_S) * STEP_S),
+      perSecond: (end - middle) / span,
+      exportRowsPerSecond: rows ? (rowsEnd - rowsMiddle) / span : null,
       events: all.length,
       calls: all.reduce((sum, e) => sum + debitedUnits(e), 0),
       debitEvents: all.filter((e) => debitedUnits(e) > 0).length,
     };
   } finally {
+    await rows?.stop();
     await meter.counters.stop();
     await store.close();
     rmSync(dir, { recursive: true, force: true });
@@ -248,6 +269,10 @@ export async function run(
   for (let i = 0; i < rounds; i++) schedule.push(await yearRound(seconds, null));
   const scheduleGb = spread(schedule.map((r) => gb(r.perSecond)));
   console.log(`  full schedule alone (verdicts + outcomes, 5.6 events/s): ${fmt(scheduleGb)} GB`);
+  const exportRowsGb = spread(schedule.map((r) => gb(r.exportRowsPerSecond!)));
+  console.log(
+    `  its export-rows projection (same data directory, not the log): ${fmt(exportRowsGb)} GB; log + projection ${fmt(spread(schedule.map((r) => gb(r.perSecond + r.exportRowsPerSecond!))))} GB`,
+  );
   const results: { burst: number; total: Spread; callsPerEvent: Spread; bytesPerCall: Spread }[] = [];
   for (const burst of bursts) {
     const runs: YearRound[] = [];
@@ -261,7 +286,7 @@ export async function run(
       `  + 10 keyed calls/s in bursts of ${String(burst).padStart(2)}: ${fmt(total)} GB  (calls per debit event ${fmt(callsPerEvent, 1)}, ~${bytesPerCall.median.toFixed(0)} B of log per call)  target <= ${TARGET_GB} GB: ${met}`,
     );
   }
-  return { encoding: enc, scheduleGb, results };
+  return { encoding: enc, scheduleGb, exportRowsGb, results };
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {

@@ -15,8 +15,11 @@
  *  - track-record query: GET /api/track-record over the folded state of N outcomes against
  *    GET /healthz on the same server (latency ratio).
  *
+ * The verdicts carry inputs as many and as long as the engine's (~1 KB of JSON each, as in the
+ * deployed log); `--inputs=small` gives the seven short ones earlier runs of this bench used.
+ *
  *   npx tsx bench/history.bench.ts [--verdicts=1000000] [--outcomes=100000] [--runs=3]
- *     [--profile=ndjson|parquet]
+ *     [--profile=ndjson|parquet] [--inputs=full|small]
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -50,6 +53,9 @@ function arg(name: string, fallback: number): number {
   const hit = process.argv.find((a) => a.startsWith(`--${name}=`));
   return hit ? Number(hit.split('=')[1]) : fallback;
 }
+
+/** Verdicts with the engine's full inputs unless `--inputs=small`. */
+const FULL_INPUTS = !process.argv.includes('--inputs=small');
 
 function recorded<T extends string>(type: T, data: unknown, position: number, stream: string): RecordedEvent {
   return {
@@ -170,7 +176,7 @@ export async function run(): Promise<Record<string, number>> {
         const stream = `verdicts-${k.exchange}-${k.coin}-${k.timeframe}`;
         const events = [];
         for (let j = n; j < Math.min(n + BATCH, perMarket); j++) {
-          const data = syntheticVerdict(m, j, perMarket, prev[m]!);
+          const data = syntheticVerdict(m, j, perMarket, prev[m]!, FULL_INPUTS);
           prev[m] = data.hash;
           const id = deterministicId('verdict', stream, j);
           events.push(newEvent('VerdictRecorded', data, { id }));
@@ -373,7 +379,7 @@ export async function run(): Promise<Record<string, number>> {
       const verdictEvents: RecordedEvent[] = [];
       const outcomeEvents: RecordedEvent[] = [];
       for (let i = from; i < Math.min(n, from + chunk); i++) {
-        const v = syntheticVerdict(i % MARKETS, Math.floor(i / MARKETS), perMarket, null);
+        const v = syntheticVerdict(i % MARKETS, Math.floor(i / MARKETS), perMarket, null, FULL_INPUTS);
         verdictEvents.push(recorded('VerdictRecorded', v, i + 1, 'verdicts-x'));
         const o = syntheticOutcome(v, deterministicId('v', i), 'verdicts-x', i);
         outcomeEvents.push(recorded('VerdictOutcomeResolved', o, i + 1, 'o'));

@@ -122,12 +122,44 @@ export function syntheticMarket(i: number) {
   };
 }
 
-/** Verdict n of market m: a real hash chain, times ending a month before now (all revealed). */
+/** The inputs the engine records (signals-3), besides the few every synthetic verdict has. */
+const ENGINE_INPUTS = [
+  'stoch_k',
+  'stoch_d',
+  'plus_di',
+  'minus_di',
+  'ao',
+  'momentum',
+  'macd_signal',
+  'stoch_rsi_k',
+  'williams_r',
+  'bull_power',
+  'bear_power',
+  'ultimate',
+  'ema20',
+  'ema50',
+  'ema200',
+  'sma200',
+  'ma_rating',
+  'oscillator_rating',
+  'technical_rating',
+  'vol_expected_move_pct',
+  'vol_band_low',
+  'vol_band_high',
+  'vol_percentile',
+] as const;
+
+/**
+ * Verdict n of market m: a real hash chain, times ending a month before now (all revealed).
+ * `fullInputs`: inputs as many and as long as the engine's (~1 KB of JSON, full-precision floats)
+ * instead of seven short ones, for benches whose cost grows with a verdict's size.
+ */
 export function syntheticVerdict(
   m: number,
   n: number,
   perMarket: number,
   prevHash: string | null,
+  fullInputs = false,
 ): EventData<'VerdictRecorded'> {
   const k = syntheticMarket(m);
   const step = TIMEFRAME_MS[k.timeframe];
@@ -151,6 +183,17 @@ export function syntheticVerdict(
       stoch: 50,
       perp_lean: null,
       calibrated_probability: 0.5,
+      ...(fullInputs
+        ? {
+            ...Object.fromEntries(ENGINE_INPUTS.map((key, i) => [key, (100 + i) * Math.sin(x * (i + 2))])),
+            funding_apr: null,
+            basis: null,
+            edge_cell: `spot:${k.timeframe}`,
+            edge_measured: true,
+            vol_horizon_candles: 6,
+            vol_band_coverage: 0.8,
+          }
+        : {}),
     },
     prevHash,
     trigger: 'schedule' as const,

@@ -211,6 +211,8 @@ const ROW_FIELDS: Readonly<Record<(typeof VERDICT_STRINGS)[number], string>> = {
 const ESCAPED = 0x80;
 /** JSON.stringify's short escapes of control characters (the others are \u00XX). */
 const SHORT_ESCAPES: Record<number, number> = { 8: 98, 9: 116, 10: 110, 12: 102, 13: 114 };
+/** Per byte: 0 copied as it is, 1 after a backslash (quote, backslash), 2 a control character. */
+const ESCAPE_KIND = new Uint8Array(256).map((_, c) => (c < 32 ? 2 : c === 34 || c === 92 ? 1 : 0));
 const HEX_DIGITS = Buffer.from('0123456789abcdef');
 
 /**
@@ -276,10 +278,12 @@ function copyBytes(v: Buffer, from: number, to: number, out: Buffer, o: number):
 function escapeBytes(v: Buffer, from: number, to: number, out: Buffer, o: number): number {
   for (let i = from; i < to; i++) {
     const c = v[i]!;
-    if (c === 34 || c === 92) {
+    const kind = ESCAPE_KIND[c]!;
+    if (kind === 0) out[o++] = c;
+    else if (kind === 1) {
       out[o++] = 92;
       out[o++] = c;
-    } else if (c < 32) {
+    } else {
       out[o++] = 92;
       const short = SHORT_ESCAPES[c];
       if (short !== undefined) out[o++] = short;
@@ -290,7 +294,7 @@ function escapeBytes(v: Buffer, from: number, to: number, out: Buffer, o: number
         out[o++] = HEX_DIGITS[c >> 4]!;
         out[o++] = HEX_DIGITS[c & 15]!;
       }
-    } else out[o++] = c;
+    }
   }
   return o;
 }

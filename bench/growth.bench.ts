@@ -139,8 +139,8 @@ async function scheduleSource() {
 interface YearRound {
   /** Bytes the log grew by per simulated second, between the middle and the end of the run. */
   perSecond: number;
-  /** The same for the export-rows projection (schedule-only rounds). */
-  exportRowsPerSecond: number | null;
+  /** The same for the export-rows projection (schedule-only rounds): verdict and outcome records. */
+  exportRowsPerSecond: { verdicts: number; outcomes: number } | null;
   events: number;
   calls: number;
   debitEvents: number;
@@ -173,9 +173,9 @@ async function yearRound(seconds: number, burst: number | null): Promise<YearRou
   await rows?.start();
   const rowBytes = async () => {
     await rows!.waitFor(await store.headPosition(), 600_000);
-    return treeBytes(store, [VERDICTS_DB, OUTCOMES_DB]);
+    return { verdicts: treeBytes(store, [VERDICTS_DB]), outcomes: treeBytes(store, [OUTCOMES_DB]) };
   };
-  let rowsMiddle = 0;
+  let rowsMiddle = { verdicts: 0, outcomes: 0 };
   const next = await scheduleSource();
   const schedulePerS = (MARKETS * TIMEFRAMES.reduce((a, tf) => a + DAY / TIMEFRAME_MS[tf], 0)) / 86_400;
   let scheduleDue = 0;
@@ -214,12 +214,17 @@ async function yearRound(seconds: number, burst: number | null): Promise<YearRou
       );
     }
     const end = treeBytes(store);
-    const rowsEnd = rows ? await rowBytes() : 0;
+    const rowsEnd = rows ? await rowBytes() : null;
     const all = await store.readAll();
     const span = seconds - Math.floor(seconds / 2 / STEP_S) * STEP_S;
     return {
       perSecond: (end - middle) / span,
-      exportRowsPerSecond: rows ? (rowsEnd - rowsMiddle) / span : null,
+      exportRowsPerSecond: rowsEnd
+        ? {
+            verdicts: (rowsEnd.verdicts - rowsMiddle.verdicts) / span,
+            outcomes: (rowsEnd.outcomes - rowsMiddle.outcomes) / span,
+          }
+        : null,
       events: all.length,
       calls: all.reduce((sum, e) => sum + debitedUnits(e), 0),
       debitEvents: all.filter((e) => debitedUnits(e) > 0).length,
@@ -269,9 +274,10 @@ export async function run(
   for (let i = 0; i < rounds; i++) schedule.push(await yearRound(seconds, null));
   const scheduleGb = spread(schedule.map((r) => gb(r.perSecond)));
   console.log(`  full schedule alone (verdicts + outcomes, 5.6 events/s): ${fmt(scheduleGb)} GB`);
-  const exportRowsGb = spread(schedule.map((r) => gb(r.exportRowsPerSecond!)));
+  const rowsOf = (r: YearRound) => r.exportRowsPerSecond!.verdicts + r.exportRowsPerSecond!.outcomes;
+  const exportRowsGb = spread(schedule.map((r) => gb(rowsOf(r))));
   console.log(
-    `  its export-rows projection (same data directory, not the log): ${fmt(exportRowsGb)} GB; log + projection ${fmt(spread(schedule.map((r) => gb(r.perSecond + r.exportRowsPerSecond!))))} GB`,
+    `  its export-rows projection (same data directory, not the log): ${fmt(exportRowsGb)} GB (verdict records ${fmt(spread(schedule.map((r) => gb(r.exportRowsPerSecond!.verdicts))))}, outcome records ${fmt(spread(schedule.map((r) => gb(r.exportRowsPerSecond!.outcomes))))}); log + projection ${fmt(spread(schedule.map((r) => gb(r.perSecond + rowsOf(r)))))} GB`,
   );
   const results: { burst: number; total: Spread; callsPerEvent: Spread; bytesPerCall: Spread }[] = [];
   for (const burst of bursts) {

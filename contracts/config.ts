@@ -191,6 +191,11 @@ export const ConfigSchema = z
     X402_RPC_URL: z.url().default('https://mainnet.base.org'),
     /** How long the local facilitator waits for a settlement receipt before calling it pending. */
     X402_SETTLE_CONFIRM_TIMEOUT_MS: positiveInt.default(20_000),
+    /**
+     * How long the local facilitator reuses what eth_getCode answered for a payer (0: ask every
+     * time). Its verify asks twice per payment; the simulated transfer is still run every time.
+     */
+    X402_PAYER_CODE_TTL_MS: z.coerce.number().int().min(0).default(30_000),
     /** An unfinished payment older than this is reconciled against the chain; checked at this interval. */
     X402_RECONCILE_AFTER_MS: positiveInt.default(300_000),
     X402_RECONCILE_INTERVAL_MS: positiveInt.default(60_000),

@@ -15,6 +15,8 @@ export interface LocalFacilitatorOptions {
   networks: { network: Network; rpcUrl: string }[];
   /** Receipt wait before a broadcast settlement is reported as `settlement_pending`. */
   confirmationTimeoutMs: number;
+  /** How long an address's code (eth_getCode) is reused (default 30 s; 0: never). */
+  payerCodeTtlMs?: number;
 }
 
 export interface LocalFacilitator extends FacilitatorClient {
@@ -24,6 +26,43 @@ export interface LocalFacilitator extends FacilitatorClient {
   readonly signerAddress: Hex;
   /** Hashes of settlements as they are broadcast, before their receipts. */
   readonly submissions: SubmissionWatch;
+}
+
+/** Addresses whose code is remembered, at most (the map is emptied when full). */
+const MAX_CODES = 10_000;
+
+/**
+ * eth_getCode answers reused for `ttlMs`, and concurrent asks for one address share one request.
+ * @x402/evm's verify reads the payer's code twice per payment (to classify an ERC-6492 signature,
+ * then to choose ECDSA or ERC-1271), two sequential round trips to the RPC on every paid call;
+ * an agent paying again within the TTL makes none. Reuse is safe: the code only picks how the
+ * signature is checked, and the transfer is simulated on the chain for every payment (a wallet
+ * whose code changed meanwhile fails that, or the check, and is refused, never wrongly accepted);
+ * settlement runs on the chain again. A failed read is not kept.
+ */
+export class CodeCache {
+  private readonly codes = new Map<string, { until: number; code: Promise<Hex | undefined> }>();
+
+  constructor(
+    private readonly ttlMs: number,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  get(address: string, read: () => Promise<Hex | undefined>): Promise<Hex | undefined> {
+    if (this.ttlMs <= 0) return read();
+    const key = address.toLowerCase();
+    const now = this.now();
+    const known = this.codes.get(key);
+    if (known && known.until > now) return known.code;
+    if (this.codes.size >= MAX_CODES) this.codes.clear();
+    const code = read();
+    const entry = { until: now + this.ttlMs, code };
+    this.codes.set(key, entry);
+    code.catch(() => {
+      if (this.codes.get(key) === entry) this.codes.delete(key);
+    });
+    return code;
+  }
 }
 
 /** How often a receipt is polled: about a quarter of Base's 2 s block, so a settlement is seen one block later. */
@@ -62,6 +101,7 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
       transport: http(rpcUrl),
       pollingInterval: RECEIPT_POLL_MS,
     }).extend(publicActions);
+    const codes = new CodeCache(options.payerCodeTtlMs ?? 30_000);
     const signer = toFacilitatorEvmSigner(
       {
         address: account.address,
@@ -94,7 +134,7 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
           setTimeout(() => receiptDeadlines.delete(args.hash), options.confirmationTimeoutMs * 2).unref();
           return withDeadline(client.waitForTransactionReceipt(args), Math.max(0, until - now));
         },
-        getCode: (args) => client.getCode(args),
+        getCode: (args) => codes.get(args.address, () => client.getCode(args)),
       },
       { confirmationTimeoutMs: options.confirmationTimeoutMs },
     );

@@ -74,6 +74,7 @@ function facilitatorFor(config: Config, rails: Rail[]): { facilitator: Facilitat
         return { network: rail.network, rpcUrl: rail.rpcUrl };
       }),
       confirmationTimeoutMs: config.X402_SETTLE_CONFIRM_TIMEOUT_MS,
+      payerCodeTtlMs: config.X402_PAYER_CODE_TTL_MS,
     }),
   };
 }

@@ -97,15 +97,41 @@ addExtension({
   },
 });
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 /** Shorter hex runs (ids like `sub_12`, a 6-digit colour) gain little and are left as text. */
 const MIN_HEX_TAIL = 32;
 const MAX_PREFIX = 127;
 const MAX_TIME = 2 ** 48;
 
-function uuidBytes(s: string): Buffer {
-  return Buffer.from(s.replaceAll('-', ''), 'hex');
+/** Value of each lowercase hex digit's char code; -1 for anything else. */
+const HEX_VALUE = new Int8Array(128).fill(-1);
+for (let c = 0; c < 16; c++) HEX_VALUE['0123456789abcdef'.charCodeAt(c)] = c;
+
+/**
+ * The 16 bytes of `s[at..at+36]` when it is a canonical lowercase UUID, else null: the check and
+ * the parse in one pass (a regex test, a dash-free copy and a hex decode cost three times as
+ * much, and an append does this for every event, its id index key included).
+ */
+function parseUuid(s: string, at = 0): Buffer | null {
+  if (s.length - at < 36) return null;
+  const out = Buffer.allocUnsafe(16);
+  let o = 0;
+  for (let i = at; i < at + 36; ) {
+    const k = i - at;
+    if (k === 8 || k === 13 || k === 18 || k === 23) {
+      if (s.charCodeAt(i) !== 45) return null;
+      i++;
+      continue;
+    }
+    const hi = s.charCodeAt(i);
+    const lo = s.charCodeAt(i + 1);
+    const h = hi < 128 ? HEX_VALUE[hi]! : -1;
+    const l = lo < 128 ? HEX_VALUE[lo]! : -1;
+    if (h < 0 || l < 0) return null;
+    out[o++] = (h << 4) | l;
+    i += 2;
+  }
+  return out;
 }
 
 /**
@@ -189,8 +215,35 @@ function isHexDigit(c: number): boolean {
   return (c >= 48 && c <= 57) || (c >= 97 && c <= 102);
 }
 
+type Compact = string | UuidText | HexTailText | TimeText;
+
+/**
+ * The last stream name and timestamp compacted, with their forms: the events of an append share
+ * their stream, and those of a commit their time. The wrappers are never changed once made.
+ */
+let lastStream = '';
+let lastStreamForm: Compact = '';
+let lastRecordedAt = '';
+let lastRecordedAtForm: Compact = '';
+
+function compactStream(s: string): Compact {
+  if (s !== lastStream) {
+    lastStreamForm = compactString(s);
+    lastStream = s;
+  }
+  return lastStreamForm;
+}
+
+function compactRecordedAt(s: string): Compact {
+  if (s !== lastRecordedAt) {
+    lastRecordedAtForm = compactString(s);
+    lastRecordedAt = s;
+  }
+  return lastRecordedAtForm;
+}
+
 /** The stored form of a string: a wrapper when a compact form reads back identical, else the string. */
-export function compactString(s: string): string | UuidText | HexTailText | TimeText {
+export function compactString(s: string): Compact {
   const n = s.length;
   if (n === 24 && s.charCodeAt(23) === 90 /* Z */ && ISO_MS.test(s)) {
     const ms = Date.parse(s);
@@ -202,15 +255,19 @@ export function compactString(s: string): string | UuidText | HexTailText | Time
     return s;
   }
   if (n < MIN_HEX_TAIL) return s;
-  if (n === 36 && UUID.test(s)) return new UuidText(uuidBytes(s));
+  if (n === 36) {
+    const uuid = parseUuid(s);
+    if (uuid) return new UuidText(uuid);
+  }
   // A UUID tail after a prefix.
-  if (n > 36 && n - 36 <= MAX_PREFIX && UUID.test(s.slice(n - 36))) {
+  const tailUuid = n > 36 && n - 36 <= MAX_PREFIX ? parseUuid(s, n - 36) : null;
+  if (tailUuid) {
     const prefix = s.slice(0, n - 36);
     if (isLatin1Ascii(prefix)) {
       const bytes = Buffer.allocUnsafe(1 + prefix.length + 16);
       bytes[0] = 0x80 | prefix.length;
       bytes.write(prefix, 1, 'latin1');
-      uuidBytes(s.slice(n - 36)).copy(bytes, 1 + prefix.length);
+      tailUuid.copy(bytes, 1 + prefix.length);
       return new HexTailText(bytes);
     }
     return s;
@@ -278,14 +335,14 @@ function compactValue(value: unknown): unknown {
  * position (the entry's key) and the correlation id when it is the event's own id (the default)
  * as null, which format 1 never stores: a null reads back as the key and the id.
  */
-export function encodeStoredEvent(event: RecordedEvent): unknown {
+export function encodeStoredEvent(event: RecordedEvent): { id: Compact } & Record<string, unknown> {
   return {
     id: compactString(event.id),
     type: TYPE_CODES.get(event.type) ?? event.type,
-    stream: compactString(event.stream),
+    stream: compactStream(event.stream),
     revision: event.revision,
     position: null,
-    recordedAt: compactString(event.recordedAt),
+    recordedAt: compactRecordedAt(event.recordedAt),
     correlationId: event.correlationId === event.id ? null : compactString(event.correlationId),
     causationId: event.causationId === null ? null : compactString(event.causationId),
     data: compactValue(event.data),
@@ -313,7 +370,7 @@ export class IdIndex {
   ) {}
 
   private key(id: string): Key {
-    return this.binary && id.length === 36 && UUID.test(id) ? uuidBytes(id) : id;
+    return (this.binary && id.length === 36 && parseUuid(id)) || id;
   }
 
   get(id: string): number | undefined {
@@ -326,6 +383,15 @@ export class IdIndex {
 
   putSync(id: string, position: number): void {
     this.db.putSync(this.key(id), position);
+  }
+
+  /**
+   * `putSync` for an id the event's stored form already holds as bytes (`encodeStoredEvent`'s
+   * `id`): the key is not parsed from the text a second time.
+   */
+  putStored(id: string, stored: unknown, position: number): void {
+    if (this.binary && stored instanceof UuidText) this.db.putSync(stored.bytes, position);
+    else this.putSync(id, position);
   }
 }
 

@@ -117,6 +117,11 @@ describe('LMDB event encoding (msgpack records, shared structures at key 0, comp
       unicodePrefix: `é-${'d'.repeat(40)}`,
       longPrefix: `${'p'.repeat(200)}${'e'.repeat(40)}`,
       uuidUpper: 'B638BAF3-54B3-4D1C-BEE1-731476A3B9DB',
+      uuidDashMoved: 'b638baf-354b3-4d1c-bee1-731476a3b9db',
+      uuidNotHex: 'b638baf3-54b3-4d1c-bee1-731476a3b9dg',
+      uuidAccent: 'b638baf3-54b3-4d1c-bee1-731476a3b9dé',
+      uuidTailUpper: 'delivery-B638BAF3-54B3-4D1C-BEE1-731476A3B9DB',
+      hexWithoutDashes: 'b638baf354b34d1cbee1731476a3b9dbb638',
       iso: '2026-11-23T07:44:02.117Z',
       isoNoMs: '2026-11-23T07:44:02Z',
       isoBefore1970: '1969-12-31T23:59:59.999Z',
@@ -137,6 +142,30 @@ describe('LMDB event encoding (msgpack records, shared structures at key 0, comp
       expect(second?.correlationId).toBe(second?.id);
       expect(second?.causationId).toBeNull();
       expect(second?.recordedAt).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('keeps each event its own stream and time when appends alternate between streams', async () => {
+    const store = await openLmdbEventStore({ path: fresh() });
+    const a = `delivery-${'1'.repeat(8)}-0000-4000-8000-${'2'.repeat(12)}`;
+    const b = `delivery-${'3'.repeat(8)}-0000-4000-8000-${'4'.repeat(12)}`;
+    try {
+      const windows: [number, number][] = [];
+      for (const stream of [a, b, a, 'plain', b]) {
+        const before = Date.now();
+        await store.append(stream, [{ type: 'T', data: { stream } }]);
+        windows.push([before, Date.now()]);
+      }
+      const all = await store.readAll();
+      expect(all.map((e) => e.stream)).toEqual([a, b, a, 'plain', b]);
+      expect(all.map((e) => (e.data as { stream: string }).stream)).toEqual([a, b, a, 'plain', b]);
+      expect(all.map((e) => e.revision)).toEqual([0, 0, 1, 0, 1]);
+      all.forEach((e, i) => {
+        expect(Date.parse(e.recordedAt)).toBeGreaterThanOrEqual(windows[i]![0]);
+        expect(Date.parse(e.recordedAt)).toBeLessThanOrEqual(windows[i]![1]);
+      });
     } finally {
       await store.close();
     }

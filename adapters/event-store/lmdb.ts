@@ -240,14 +240,10 @@ export class LmdbEventStore implements EventStore {
       const position = head + i + 1;
       const revision = firstRevision + i;
       const recorded = recordEvent(events[i]!, { id, stream, revision, position, recordedAt });
-      putAppend(
-        this.events,
-        position,
-        encodeStoredEvent(recorded) as RecordedEvent,
-        'lmdb event store: event',
-      );
+      const stored = encodeStoredEvent(recorded);
+      putAppend(this.events, position, stored as RecordedEvent, 'lmdb event store: event');
       this.streams.putSync([stream, revision], position);
-      this.ids.putSync(id, position);
+      this.ids.putStored(id, stored.id, position);
     }
     this.headHint = head + events.length;
     this.hintRevision(stream, firstRevision + events.length - 1);

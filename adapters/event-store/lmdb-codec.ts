@@ -114,12 +114,19 @@ for (let c = 0; c < 16; c++) HEX_VALUE['0123456789abcdef'.charCodeAt(c)] = c;
  */
 function parseUuid(s: string, at = 0): Buffer | null {
   if (s.length - at < 36) return null;
+  // Most strings that reach here (hashes, names) fail on a dash: checked before allocating.
+  if (
+    s.charCodeAt(at + 8) !== 45 ||
+    s.charCodeAt(at + 13) !== 45 ||
+    s.charCodeAt(at + 18) !== 45 ||
+    s.charCodeAt(at + 23) !== 45
+  )
+    return null;
   const out = Buffer.allocUnsafe(16);
   let o = 0;
   for (let i = at; i < at + 36; ) {
     const k = i - at;
     if (k === 8 || k === 13 || k === 18 || k === 23) {
-      if (s.charCodeAt(i) !== 45) return null;
       i++;
       continue;
     }
@@ -218,29 +225,22 @@ function isHexDigit(c: number): boolean {
 type Compact = string | UuidText | HexTailText | TimeText;
 
 /**
- * The last stream name and timestamp compacted, with their forms: the events of an append share
- * their stream, and those of a commit their time. The wrappers are never changed once made.
+ * `compactString` remembering its last string and form: the events of an append share their
+ * stream, and those of a commit their time. The wrappers are never changed once made.
  */
-let lastStream = '';
-let lastStreamForm: Compact = '';
-let lastRecordedAt = '';
-let lastRecordedAtForm: Compact = '';
-
-function compactStream(s: string): Compact {
-  if (s !== lastStream) {
-    lastStreamForm = compactString(s);
-    lastStream = s;
-  }
-  return lastStreamForm;
+function lastCompacted(): (s: string) => Compact {
+  let last: string | null = null;
+  let form: Compact = '';
+  return (s) => {
+    if (s !== last) {
+      form = compactString(s);
+      last = s;
+    }
+    return form;
+  };
 }
-
-function compactRecordedAt(s: string): Compact {
-  if (s !== lastRecordedAt) {
-    lastRecordedAtForm = compactString(s);
-    lastRecordedAt = s;
-  }
-  return lastRecordedAtForm;
-}
+const compactStream = lastCompacted();
+const compactRecordedAt = lastCompacted();
 
 /** The stored form of a string: a wrapper when a compact form reads back identical, else the string. */
 export function compactString(s: string): Compact {

@@ -108,8 +108,8 @@ export class ExportRowStore implements FeedMember, StoredRows {
   ) {
     // Bytes, not msgpack: a range read hands each value over as a view of a slab (slabCodec),
     // and the export reads only the fields it needs out of it. Written in append mode, since positions
-    // only grow: pages are filled instead of split in half (1M synthetic verdicts: 2,126 to
-    // 1,441 B each). A record of the engine's full inputs (1.7-1.8 KB since version 3) stays
+    // only grow: pages are filled instead of split in half (version 2, 1M synthetic verdicts:
+    // 2,126 to 1,441 B each). A record of the engine's full inputs (1.7-1.8 KB since version 3) stays
     // under LMDB's 2,020 B inline limit: two to a leaf page. LZ4 compression was tried when
     // records took a 4 KB overflow page each: it halved that but slowed the export by 10-20 %
     // (NDJSON 0.90 to 0.70, Parquet 0.40 to 0.32 of raw readAll), so it is not used.

@@ -271,27 +271,39 @@ describe('export rows (stored bytes of each revealed row)', () => {
     expect((await exported('')).rows).toEqual(exportBefore);
   });
 
-  it('upgrades a directory that holds only a version 1 store: the old databases are emptied, the rows rebuilt to the same bytes', async () => {
+  it('upgrades a directory that holds older stores (versions 1 and 2): the old databases are emptied, the rows rebuilt to the same bytes', async () => {
     const current = server.slice.exportRows!;
     const before = current.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6);
     const outcomes = before.map((e) => current.outcome(fieldOf(e.value, F_ID)) ?? null);
-    // What version 1 left: its meta at key 0 and one uncompressed row per verdict, and no
-    // version 2 store (its meta removed, as on a directory that never ran version 2).
-    const [oldVerdicts, oldOutcomes] = OLD_DBS.map((name) => store.root.openDB({ name, encoding: 'binary' }));
+    // What versions 1 and 2 left: each its meta at key 0, a row per verdict and an outcome, and no
+    // version 3 store (its meta removed, as on a directory that never ran version 3).
+    const old = OLD_DBS.map((name) => store.root.openDB({ name, encoding: 'binary' }));
+    expect(OLD_DBS).toEqual([
+      'history-export-verdicts',
+      'history-export-outcomes',
+      'history-export-verdicts-2',
+      'history-export-outcomes-2',
+    ]);
+    const [oldVerdicts, oldOutcomes, v2Verdicts, v2Outcomes] = old;
     oldVerdicts!.putSync(0, Buffer.from(JSON.stringify([1, 'old-generation', 10, null])));
-    for (const e of before) oldVerdicts!.putSync(e.key, e.value);
+    v2Verdicts!.putSync(0, Buffer.from(JSON.stringify([2, 'v2-generation', 10, null])));
+    for (const e of before) {
+      oldVerdicts!.putSync(e.key, e.value);
+      v2Verdicts!.putSync(e.key, e.value);
+    }
     oldOutcomes!.putSync('some-verdict', Buffer.from('{}'));
+    v2Outcomes!.putSync('some-verdict', Buffer.from('{}'));
     openVerdictsDb(store.root).removeSync(0);
     const entries = (db: { getStats(): unknown }) => (db.getStats() as { entryCount: number }).entryCount;
     expect(entries(oldVerdicts!)).toBe(before.length + 1);
+    expect(entries(v2Verdicts!)).toBe(before.length + 1);
 
     const upgraded = new ExportRowStore(store, store.root);
     await upgraded.start();
     await upgraded.waitFor(await store.headPosition(), 30_000);
     expect(upgraded.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6)).toEqual(before);
     expect(before.map((e) => upgraded.outcome(fieldOf(e.value, F_ID)) ?? null)).toEqual(outcomes);
-    expect(entries(oldVerdicts!)).toBe(0);
-    expect(entries(oldOutcomes!)).toBe(0);
+    for (const db of old) expect(entries(db)).toBe(0);
     expect(entries(store.root.openDB({ name: VERDICTS_DB }))).toBe(before.length + 1);
     await upgraded.stop();
   });

@@ -61,14 +61,12 @@ export const NO_OUTCOME_TAIL = Buffer.from(
   }).slice(1)}`,
 );
 
-const TAIL_MARK = ',"outcome_id":';
-
 /**
  * Stored per verdict, keyed by its log position, as bytes read back without a decoder (an
  * export touches only what it needs of each): the VERDICT_NUMBERS as float64s, a u16 mask of
  * the VERDICT_STRINGS that are null, the u16 end offset of each string, the strings as UTF-8,
- * then the head of the revealed NDJSON line. Parquet copies the strings' bytes straight into
- * its columns; NDJSON copies the head.
+ * then the template of the revealed NDJSON line's head (`storedHead`). Parquet copies the
+ * strings' bytes straight into its columns; NDJSON writes the head from the template and them.
  */
 export const VERDICT_NUMBERS = [
   'revealAt',
@@ -186,29 +184,15 @@ export function fieldOf(v: Buffer, k: number): string {
   return v.toString('utf8', verdictStringStart(v, k), verdictStringEnd(v, k));
 }
 
-/** Where a verdict record's columns (numbers, mask, string ends, strings) end and its head begins. */
+/** Where a verdict record's columns (numbers, mask, string ends, strings) end and its head's template begins. */
 export const verdictColumnsEnd = (v: Buffer): number => verdictStringEnd(v, VERDICT_STRINGS.length - 1);
 
-/** The row's field each string column holds (rows.ts historyRow), for the head's template. */
-const ROW_FIELDS: Readonly<Record<(typeof VERDICT_STRINGS)[number], string>> = {
-  exchange: 'exchange',
-  coin: 'coin',
-  timeframe: 'timeframe',
-  call: 'call',
-  verdict_id: 'verdict_id',
-  hash: 'hash',
-  stream: 'stream',
-  recorded_at: 'recorded_at',
-  prev_hash: 'prev_hash',
-  reveal_at: 'reveal_at',
-  regime: 'regime',
-  feed: 'feed',
-  engine_version: 'engine_version',
-  trigger: 'trigger',
-  inputs_json: 'inputs_json',
-};
+/** The string column of each row field that has one (VERDICT_STRINGS are named as the row's fields). */
+const COLUMN_OF_FIELD = new Map<string, number>(VERDICT_STRINGS.map((name, k) => [name, k]));
 /** A hole's column byte: this bit set when its value is escaped on the way out. */
 const ESCAPED = 0x80;
+/** Bytes per hole in the template's table: place (u16), column (u8), bytes written between the quotes (u16). */
+const HOLE = 5;
 /** JSON.stringify's short escapes of control characters (the others are \u00XX). */
 const SHORT_ESCAPES: Record<number, number> = { 8: 98, 9: 116, 10: 110, 12: 102, 13: 114 };
 /** Per byte: 0 copied as it is, 1 after a backslash (quote, backslash), 2 a control character. */
@@ -216,55 +200,62 @@ const ESCAPE_KIND = new Uint8Array(256).map((_, c) => (c < 32 ? 2 : c === 34 || 
 const HEX_DIGITS = Buffer.from('0123456789abcdef');
 
 /**
- * The stored head of a row's line (`line`, up to and including the comma before the tail): a
- * hole count, each hole's place in the literal (u16) and column (u8, ESCAPED when its value
- * needs escaping), then the literal, which is the head without those values and their quotes.
- * A string field becomes a hole when it equals its column; the others stay in the literal.
+ * The stored head of a revealed row's line (its fields up to `outcome_id`, as JSON.stringify
+ * writes them, and the comma after them): a hole count, then per hole its place in the literal,
+ * its column (ESCAPED when its value needs escaping) and how many bytes its value takes written,
+ * then the literal, which is the head without those values and their quotes. A string field
+ * becomes a hole when it equals its column and is well-formed UTF-16 (JSON.stringify escapes a
+ * lone surrogate, which the column's UTF-8 no longer holds); the others stay in the literal.
  */
-function storedHead(row: Record<string, unknown>, columns: readonly (string | null)[], head: string): Buffer {
-  const byField = new Map(VERDICT_STRINGS.map((name, k) => [ROW_FIELDS[name], k]));
+function storedHead(row: Record<string, unknown>, columns: readonly (string | null)[]): Buffer {
   let literal = '';
-  let rebuilt = '';
   const holes: number[] = [];
+  let complete = false;
   for (const [field, value] of Object.entries(row)) {
-    if (rebuilt.length + 1 >= head.length) break;
-    const key = `${rebuilt === '' ? '{' : ','}${JSON.stringify(field)}:`;
+    if (field === 'outcome_id') {
+      complete = true;
+      break;
+    }
+    // JSON.stringify leaves such a field out: the template would not be its line.
+    if (value === undefined || typeof value === 'function' || typeof value === 'symbol') {
+      throw new Error(`history export record: field ${field} has no JSON form`);
+    }
+    literal += `${literal === '' ? '{' : ','}${JSON.stringify(field)}:`;
     const json = JSON.stringify(value);
-    rebuilt += key + json;
-    literal += key;
-    const k = byField.get(field);
-    if (typeof value === 'string' && k !== undefined && columns[k] === value) {
-      holes.push(Buffer.byteLength(literal), json === `"${value}"` ? k : k | ESCAPED);
+    const k = COLUMN_OF_FIELD.get(field);
+    if (
+      typeof value === 'string' &&
+      k !== undefined &&
+      columns[k] === value &&
+      (value as unknown as { isWellFormed(): boolean }).isWellFormed()
+    ) {
+      const plain = json.length === value.length + 2;
+      holes.push(Buffer.byteLength(literal), plain ? k : k | ESCAPED, Buffer.byteLength(json) - 2);
     } else literal += json;
   }
-  // Guards the template against a row whose JSON is not its fields in order (it always is).
-  if (`${rebuilt},` !== head)
-    throw new Error("history export record: the head is not the row's fields in order");
+  if (!complete) throw new Error('history export record: the row has no outcome_id field');
   literal += ',';
-  if (holes.length / 2 > 0xff || Buffer.byteLength(literal) > 0xffff) {
+  const count = holes.length / 3;
+  if (count > 0xff || Buffer.byteLength(literal) > 0xffff || holes.some((x) => x > 0xffff)) {
     throw new Error('history export record: head template too large');
   }
-  const table = Buffer.allocUnsafe(1 + (holes.length / 2) * 3);
-  table[0] = holes.length / 2;
-  for (let i = 0; i < holes.length; i += 2) {
-    table.writeUInt16LE(holes[i]!, 1 + (i / 2) * 3);
-    table[3 + (i / 2) * 3] = holes[i + 1]!;
+  const table = Buffer.allocUnsafe(1 + count * HOLE);
+  table[0] = count;
+  for (let h = 0; h < count; h++) {
+    table.writeUInt16LE(holes[h * 3]!, 1 + h * HOLE);
+    table[3 + h * HOLE] = holes[h * 3 + 1]!;
+    table.writeUInt16LE(holes[h * 3 + 2]!, 4 + h * HOLE);
   }
   return Buffer.concat([table, Buffer.from(literal)]);
 }
 
-/** Most bytes `writeHead` writes for this record (a control character escapes to six). */
-export function headMaxBytes(v: Buffer): number {
+/** The bytes `writeHead` writes for this record. */
+export function headBytes(v: Buffer): number {
   const at = verdictColumnsEnd(v);
   const n = v[at]!;
-  let most = v.length - at - 1 - n * 3;
-  for (let h = 0; h < n; h++) {
-    const spec = v[at + 3 + h * 3]!;
-    const k = spec & ~ESCAPED;
-    const length = verdictStringEnd(v, k) - verdictStringStart(v, k);
-    most += (spec & ESCAPED ? 6 * length : length) + 2;
-  }
-  return most;
+  let bytes = v.length - at - 1 - n * HOLE;
+  for (let h = 0; h < n; h++) bytes += (v[at + 4 + h * HOLE]! | (v[at + 5 + h * HOLE]! << 8)) + 2;
+  return bytes;
 }
 
 /** Copies `v[from..to]` to `out` at `o`; returns where it ends. Short runs: a loop beats a native call. */
@@ -300,7 +291,7 @@ function escapeBytes(v: Buffer, from: number, to: number, out: Buffer, o: number
 }
 
 /**
- * Writes the record's NDJSON head at `at` in `out` (room for `headMaxBytes` assumed): the stored
+ * Writes the record's NDJSON head at `at` in `out` (room for `headBytes` assumed): the stored
  * literal with each hole's column put back between quotes. Returns where it ends. Byte loops: no
  * string is made of the record (a JSON.stringify of the inputs' latin1 form gives the same bytes
  * at about the same cost, but allocates two strings a row).
@@ -308,12 +299,12 @@ function escapeBytes(v: Buffer, from: number, to: number, out: Buffer, o: number
 export function writeHead(v: Buffer, out: Buffer, at: number): number {
   const table = verdictColumnsEnd(v);
   const n = v[table]!;
-  const literal = table + 1 + n * 3;
+  const literal = table + 1 + n * HOLE;
   let o = at;
   let from = literal;
   for (let h = 0; h < n; h++) {
-    const place = literal + (v[table + 1 + h * 3]! | (v[table + 2 + h * 3]! << 8));
-    const spec = v[table + 3 + h * 3]!;
+    const place = literal + (v[table + 1 + h * HOLE]! | (v[table + 2 + h * HOLE]! << 8));
+    const spec = v[table + 3 + h * HOLE]!;
     const k = spec & ~ESCAPED;
     o = copyBytes(v, from, place, out, o);
     from = place;
@@ -326,10 +317,11 @@ export function writeHead(v: Buffer, out: Buffer, at: number): number {
   return copyBytes(v, from, v.length, out, o);
 }
 
-/** The record's NDJSON head as a buffer of its own (tests, and lines too long for a chunk). */
+/** The record's NDJSON head as a buffer of its own. */
 export function headOf(v: Buffer): Buffer {
-  const out = Buffer.allocUnsafe(headMaxBytes(v));
-  return out.subarray(0, writeHead(v, out, 0));
+  const out = Buffer.allocUnsafe(headBytes(v));
+  writeHead(v, out, 0);
+  return out;
 }
 
 export const outcomeNumber = (o: Buffer, k: number): number => o.readDoubleLE(k * 8);
@@ -341,10 +333,6 @@ export function storedVerdict(verdict: Verdict): Buffer {
   const revealAt = revealTime(d);
   // The row as shown once revealed, without an outcome (attached at export time).
   const row = historyRow(verdict, null, revealAt);
-  const line = JSON.stringify(row);
-  const cut = line.lastIndexOf(TAIL_MARK);
-  // Inside a JSON string every quote is escaped, so the mark is the outcome_id key itself.
-  if (cut < 0) throw new Error(`history row of ${verdict.id} has no outcome_id field`);
   const columns = [
     row.exchange,
     row.coin,
@@ -365,7 +353,7 @@ export function storedVerdict(verdict: Verdict): Buffer {
   return encodeRecord(
     [revealAt, outcomeDueAt(d), d.candleCloseTime, verdict.revision, d.confidence, d.score, d.price],
     columns,
-    storedHead(row as unknown as Record<string, unknown>, columns, line.slice(0, cut + 1)),
+    storedHead(row as unknown as Record<string, unknown>, columns),
   );
 }
 
@@ -431,11 +419,10 @@ export class StoredLine {
     readonly verdict: Buffer,
     readonly tail: Uint8Array,
   ) {}
-  /** Most bytes the line takes (`writeTo` may write fewer). */
-  get maxBytes(): number {
-    return headMaxBytes(this.verdict) + this.tail.length + 1;
+  get byteLength(): number {
+    return headBytes(this.verdict) + this.tail.length + 1;
   }
-  /** Writes the line at `at` in `out` (room for `maxBytes` assumed); returns where it ends. */
+  /** Writes the line at `at` in `out` (room for `byteLength` assumed); returns where it ends. */
   writeTo(out: Buffer, at: number): number {
     let o = writeHead(this.verdict, out, at);
     out.set(this.tail, o);
@@ -445,7 +432,8 @@ export class StoredLine {
   }
   /** The line, line break included, as a buffer of its own. */
   toBuffer(): Buffer {
-    const out = Buffer.allocUnsafe(this.maxBytes);
-    return out.subarray(0, this.writeTo(out, 0));
+    const out = Buffer.allocUnsafe(this.byteLength);
+    this.writeTo(out, 0);
+    return out;
   }
 }

@@ -81,19 +81,38 @@ describe('export rows: stored bytes of a history row', () => {
     expect(storedOutcome(outcomeOf(verdict.data.hash, 1))).toBeNull();
   });
 
-  it('stores the inputs once, and writes them back as JSON.stringify would, whatever they hold', () => {
+  it('stores the inputs once, and writes every line back as JSON.stringify would, whatever its strings hold', () => {
     const marker = 'only-once-marker';
-    for (const note of [marker, `${marker} \u0000\u0001\b\t\n\f\r\u001f " \\ é 😀 \u2028`]) {
-      const odd: Verdict = {
+    // Raw control characters, quotes, backslashes, non-ASCII and a lone surrogate reach the
+    // writer's escapes only through a column other than the inputs (their JSON has none raw).
+    const odd = `\u0000\u0001\b\t\n\f\r\u001f " \\ é 😀 \u2028`;
+    const cases: Partial<Verdict['data']>[] = [
+      {},
+      { engineVersion: `v ${odd}` },
+      { engineVersion: `lone \ud800 surrogate ${odd}` },
+      { regime: odd as never, feed: `é${odd}` as never },
+    ];
+    for (const change of cases) {
+      const oddVerdict: Verdict = {
         ...verdict,
-        data: { ...verdict.data, inputs: { ...verdict.data.inputs, note } } as never,
+        data: {
+          ...verdict.data,
+          ...change,
+          inputs: { ...verdict.data.inputs, note: `${marker} ${odd}` },
+        } as never,
       };
-      const stored = storedVerdict(odd);
+      const stored = storedVerdict(oddVerdict);
+      const expected = `${JSON.stringify(historyRow(oddVerdict, null, revealAt))}\n`;
       expect(stored.toString('utf8').split(marker)).toHaveLength(2);
-      expect(line(stored, NO_OUTCOME_TAIL)).toBe(JSON.stringify(historyRow(odd, null, revealAt)));
-      const line2 = new StoredLine(stored, NO_OUTCOME_TAIL);
-      expect(line2.toBuffer().toString('utf8')).toBe(`${JSON.stringify(historyRow(odd, null, revealAt))}\n`);
-      expect(line2.toBuffer().length).toBeLessThanOrEqual(line2.maxBytes);
+      const stored2 = new StoredLine(stored, NO_OUTCOME_TAIL);
+      expect(stored2.toBuffer().toString('utf8')).toBe(expected);
+      // Exactly byteLength bytes, at an offset, nothing written around them.
+      const out = Buffer.alloc(stored2.byteLength + 20, 0xee);
+      expect(stored2.writeTo(out, 10)).toBe(10 + stored2.byteLength);
+      expect(out.subarray(10, 10 + stored2.byteLength).toString('utf8')).toBe(expected);
+      expect(
+        [...out.subarray(0, 10), ...out.subarray(10 + stored2.byteLength)].every((b) => b === 0xee),
+      ).toBe(true);
     }
   });
 

@@ -109,7 +109,7 @@ const align8 = (n: number) => (n + 7) & ~7;
  * A row group's stored rows copied into one buffer, each record at a multiple of 8: one copy per
  * record, so that building the columns (storedTable) can run on the Parquet worker, which takes
  * the buffer over instead of thousands of small ones. Only the records' columns are copied, not
- * the NDJSON head and tail that follow them (about half of a verdict record).
+ * the NDJSON head's template and the tail that follow them.
  */
 export function packRows(refs: readonly StoredRef[]): PackedRows {
   const n = refs.length;

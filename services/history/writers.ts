@@ -81,8 +81,9 @@ export function ndjsonStream(batches: Batches<NdjsonItem>, trailer: () => object
       for await (const rows of batches) {
         for (const row of rows) {
           if (row instanceof StoredLine) {
-            // Stored bytes are copied as they are: no string is made of them.
-            const size = row.maxBytes;
+            // Written from the stored bytes (the head's template, its columns, the tail): no
+            // string is made of them.
+            const size = row.byteLength;
             if (at + size > NDJSON_CHUNK && at > 0) {
               yield chunk.subarray(0, at);
               chunk = Buffer.allocUnsafe(NDJSON_CHUNK);
@@ -408,7 +409,7 @@ function encodeHere(
  */
 export type RowSource = <T>(make: RowMaker<T>, fromStore?: StoredMaker<T>) => Batches<T>;
 
-/** NDJSON copies a revealed row's stored head and tail; a commitment is made from its event. */
+/** NDJSON writes a revealed row from its stored head template and tail; a commitment is made from its event. */
 export const storedLines: StoredMaker<NdjsonItem> = {
   commitments: false,
   make: (_position, v, label) => new StoredLine(v, label ? tailOf(label) : NO_OUTCOME_TAIL),

@@ -82,11 +82,12 @@ async function facilitatorWith(payerCodeTtlMs: number) {
   return { server, requirement: requirement! };
 }
 
-async function verify(
-  { server, requirement }: Awaited<ReturnType<typeof facilitatorWith>>,
+/** A signed payment of the quoted price (`value`: presented as another amount than signed). */
+function payment(
+  { requirement }: Awaited<ReturnType<typeof facilitatorWith>>,
   key: Hex,
   change: { value?: bigint } = {},
-): Promise<boolean> {
+) {
   const now = nowSeconds();
   const auth = {
     from: privateKeyToAccount(key).address,
@@ -96,13 +97,21 @@ async function verify(
     validBefore: now + 600n,
     nonce: randomNonce(),
   };
-  const signature = await signAuthorization(key, auth);
-  // Signed for one amount, presented as another: only the checks after the code read can tell.
-  const presented = { ...auth, value: change.value ?? auth.value };
-  const header = v2Header({ ...(requirement as PaymentRequirements) }, presented, signature);
-  const decoded = decodePaymentHeader({ paymentSignature: header, xPayment: undefined });
-  if (!decoded?.ok || decoded.payment.version !== 2) throw new Error('payment header did not decode');
-  const verified = await server.verifyPayment(decoded.payment.payload, requirement);
+  return signAuthorization(key, auth).then((signature) => {
+    const presented = { ...auth, value: change.value ?? auth.value };
+    const header = v2Header({ ...(requirement as PaymentRequirements) }, presented, signature);
+    const decoded = decodePaymentHeader({ paymentSignature: header, xPayment: undefined });
+    if (!decoded?.ok || decoded.payment.version !== 2) throw new Error('payment header did not decode');
+    return decoded.payment.payload;
+  });
+}
+
+async function verify(
+  ctx: Awaited<ReturnType<typeof facilitatorWith>>,
+  key: Hex,
+  change: { value?: bigint } = {},
+): Promise<boolean> {
+  const verified = await ctx.server.verifyPayment(await payment(ctx, key, change), ctx.requirement);
   return verified.isValid;
 }
 
@@ -123,11 +132,19 @@ describe('the local facilitator against a chain', () => {
     expect(relay.calls.get('eth_call')).toBe(3);
   });
 
-  it('refuses a bad payment from a payer whose code it reuses, and one who cannot pay', async () => {
+  it('refuses what the chain would refuse from a payer whose code it reuses: a tampered amount, a spent authorisation', async () => {
     const payer = await chain.fundedPayer(10_000_000n);
+    const payerCode = `eth_getCode ${payer.address.toLowerCase()}`;
     const reused = await facilitatorWith(30_000);
-    expect(await verify(reused, payer.key)).toBe(true);
+    relay.calls.clear();
+    const paid = await payment(reused, payer.key);
+    expect((await reused.server.verifyPayment(paid, reused.requirement)).isValid).toBe(true);
     expect(await verify(reused, payer.key, { value: 1n })).toBe(false);
+    const settled = await reused.server.settlePayment(paid, reused.requirement);
+    expect(settled.success).toBe(true);
+    // Spent on the chain: only the simulation can tell, and it still runs.
+    expect((await reused.server.verifyPayment(paid, reused.requirement)).isValid).toBe(false);
+    expect(relay.calls.get(payerCode)).toBe(1);
     const broke = await chain.fundedPayer(0n);
     expect(await verify(reused, broke.key)).toBe(false);
   });

@@ -38,7 +38,10 @@ const MAX_CODES = 10_000;
  * an agent paying again within the TTL makes none. Reuse is safe: the code only picks how the
  * signature is checked, and the transfer is simulated on the chain for every payment (a wallet
  * whose code changed meanwhile fails that, or the check, and is refused, never wrongly accepted);
- * settlement runs on the chain again. A failed read is not kept.
+ * settlement runs on the chain again. A failed read is not kept. Settle reads through the same
+ * cache: were ERC-6492 factories ever allowed (they are not: ExactEvmScheme's defaults), a
+ * stale empty code could make it send a wallet's deployment again, which the chain refuses.
+ * The signer's getCode asks for the latest code only (no block number), so one entry per address.
  */
 export class CodeCache {
   private readonly codes = new Map<string, { until: number; code: Promise<Hex | undefined> }>();

@@ -5,6 +5,7 @@ import { outcomeStream, revealTime } from '../../contracts/history.ts';
 import { syntheticOutcome, syntheticVerdict } from '../../test/history-harness.ts';
 import {
   F_ID,
+  F_INPUTS,
   F_STREAM,
   fieldOf,
   headOf,
@@ -16,6 +17,9 @@ import {
   storedOutcome,
   storedVerdict,
   tailOf,
+  unescapeInputs,
+  verdictStringEnd,
+  verdictStringStart,
 } from './export-rows.ts';
 import { historyRow } from './rows.ts';
 
@@ -113,7 +117,22 @@ describe('export rows: stored bytes of a history row', () => {
       expect(
         [...out.subarray(0, 10), ...out.subarray(10 + stored2.byteLength)].every((b) => b === 0xee),
       ).toBe(true);
+      // Parquet's inputs: the column unescaped is the plain JSON the row holds.
+      const a = verdictStringStart(stored, F_INPUTS);
+      const b = verdictStringEnd(stored, F_INPUTS);
+      const plain = Buffer.alloc(b - a);
+      const end = unescapeInputs(stored, a, b, plain, 0);
+      expect(plain.subarray(0, end).toString('utf8')).toBe(
+        historyRow(oddVerdict, null, revealAt).inputs_json,
+      );
     }
+  });
+
+  it('unescapes what JSON.stringify never writes inside the inputs as JSON would', () => {
+    const escaped = Buffer.from('a\\"b\\\\c\\n\\u00e9\\ud83d\\ude00\\/');
+    const out = Buffer.alloc(escaped.length);
+    const end = unescapeInputs(escaped, 0, escaped.length, out, 0);
+    expect(out.subarray(0, end).toString('utf8')).toBe('a"b\\c\né😀/');
   });
 
   it("keeps a verdict with the engine's full inputs on a leaf page (LMDB's inline limit, 2,020 B on 4 KB pages)", () => {

@@ -1,13 +1,16 @@
 import { HISTORY_COLUMNS, type HistoryRow } from '../../contracts/history.ts';
 import {
+  F_INPUTS,
   OUTCOME_LAYOUT,
   OUTCOME_NUMBERS,
   OUTCOME_STRINGS,
   outcomeColumnsEnd,
+  unescapeInputs,
   VERDICT_LAYOUT,
   VERDICT_NUMBERS,
   VERDICT_STRINGS,
   verdictColumnsEnd,
+  verdictStringStart,
 } from './export-rows.ts';
 import type { PackedRows, StoredPlan } from './stored-table.mjs';
 
@@ -131,10 +134,22 @@ export function packRows(refs: readonly StoredRef[]): PackedRows {
   for (let i = 0; i < n; i++) {
     const { position, v, label } = refs[i]!;
     positions[i] = position;
+    // The columns as they are, but the inputs' JSON unescaped (the column holds it as the NDJSON
+    // line writes it): it is the last string, so only its end offset changes.
     const vEnd = vEnds[i]!;
-    bytes.set(vEnd === v.length ? v : v.subarray(0, vEnd), at);
+    const inputs = verdictStringStart(v, F_INPUTS);
+    const copied = inputs < 0 ? vEnd : inputs;
+    bytes.set(copied === v.length ? v : v.subarray(0, copied), at);
+    let end = vEnd;
+    if (inputs >= 0) {
+      end = unescapeInputs(v, inputs, vEnd, bytes, at + inputs) - at;
+      const endAt = at + VERDICT_LAYOUT.ends + F_INPUTS * 2;
+      const offset = end - VERDICT_LAYOUT.strings;
+      bytes[endAt] = offset & 0xff;
+      bytes[endAt + 1] = offset >> 8;
+    }
     verdictAt[i] = at;
-    at += align8(vEnd);
+    at += align8(end);
     if (label) {
       const oEnd = oEnds[i]!;
       bytes.set(oEnd === label.length ? label : label.subarray(0, oEnd), at);

@@ -138,46 +138,13 @@ describe('export rows: stored bytes of a history row', () => {
   it("keeps a verdict with the engine's full inputs on a leaf page (LMDB's inline limit, 2,020 B on 4 KB pages)", () => {
     // Every input the engine records (signals-3), each at full precision and none null: the
     // largest record a verdict makes. Twice the inputs (column and head) took 2,950-3,160 B.
-    const keys = [
-      'rsi',
-      'stoch_k',
-      'stoch_d',
-      'cci',
-      'adx',
-      'plus_di',
-      'minus_di',
-      'ao',
-      'momentum',
-      'macd',
-      'macd_signal',
-      'stoch_rsi_k',
-      'williams_r',
-      'bull_power',
-      'bear_power',
-      'ultimate',
-      'ema20',
-      'ema50',
-      'ema200',
-      'sma200',
-      'ma_rating',
-      'oscillator_rating',
-      'technical_rating',
-      'funding_apr',
-      'basis',
-      'perp_lean',
-      'calibrated_probability',
-      'vol_horizon_candles',
-      'vol_expected_move_pct',
-      'vol_band_low',
-      'vol_band_high',
-      'vol_band_coverage',
-      'vol_percentile',
-    ];
-    const inputs: Record<string, unknown> = Object.fromEntries(
-      keys.map((k, i) => [k, -1234.5678901234567 / (i + 3)]),
+    const engine = syntheticVerdict(3, 10, 100, 'e'.repeat(64), true);
+    const inputs = Object.fromEntries(
+      Object.entries(engine.inputs).map(([key, value], i) => [
+        key,
+        typeof value === 'string' || typeof value === 'boolean' ? value : -1234.5678901234567 / (i + 3),
+      ]),
     );
-    inputs.edge_cell = 'perp:15m';
-    inputs.edge_measured = true;
     const full: Verdict = {
       ...verdict,
       stream: 'verdicts-BINANCE_USDM-1000SHIB-15m',

@@ -35,7 +35,8 @@ type Outcome = RecordedEvent<EventData<'VerdictOutcomeResolved'>, 'VerdictOutcom
  * (HistoryRow's key order), so the line is the verdict's part ("head", up to and including the
  * comma before `"outcome_id"`) followed by the outcome's part ("tail", to the closing brace). The
  * head is written once when the verdict is recorded, the tail once when its outcome resolves; an
- * export copies the two byte strings instead of decoding and serialising the events again.
+ * export writes the line from those stored bytes instead of decoding and serialising the events
+ * again.
  *
  * The head is not stored as it is written, though: its string values are the record's string
  * columns again (the inputs' JSON, most of a record, escaped as a JSON string), and stored twice
@@ -44,7 +45,7 @@ type Outcome = RecordedEvent<EventData<'VerdictOutcomeResolved'>, 'VerdictOutcom
  * is a template: the head with those values cut out, and where each goes and from which column
  * (`storedHead`); `writeHead` puts them back, escaping what needs it, byte for byte as
  * JSON.stringify wrote the line. The inputs column holds the inputs' JSON already escaped, as the
- * line has it (INPUTS_ESCAPED): escaping ~1 KB a row was 38 % of an NDJSON export's CPU, while
+ * line has it (F_INPUTS): escaping ~1 KB a row was 38 % of an NDJSON export's CPU, while
  * Parquet, which wants it plain, unescapes it while packing rows (`unescapeInputs`), on the
  * thread that waits for the encoder anyway.
  */
@@ -328,9 +329,8 @@ export function unescapeInputs(v: Uint8Array, from: number, to: number, out: Uin
 
 /**
  * Writes the record's NDJSON head at `at` in `out` (room for `headBytes` assumed): the stored
- * literal with each hole's column put back between quotes. Returns where it ends. Byte loops: no
- * string is made of the record (a JSON.stringify of the inputs' latin1 form gives the same bytes
- * at about the same cost, but allocates two strings a row).
+ * literal with each hole's column put back between quotes. Returns where it ends. No string is
+ * made of the record: short runs are copied byte by byte, long ones (the inputs) natively.
  */
 export function writeHead(v: Buffer, out: Buffer, at: number): number {
   const table = verdictColumnsEnd(v);

@@ -398,6 +398,8 @@ describe('invalid_content_type', () => {
 
     const retry = await post(PATH, BODY, { 'x-payment': header });
     expect(retry.status).toBe(200);
+    // The answer leaves once the transfer is broadcast; its receipt is recorded in the background.
+    await stack.x402.settled();
     expect(await stack.chain.balanceOf(p.address)).toBe(1_000_000n - PRICE);
     expect(await streamTypes(auth.nonce)).toEqual([
       'PaymentAuthorized',

@@ -39,7 +39,7 @@ import type { EventStore } from '../adapters/event-store/port.ts';
 import { loadConfig } from '../contracts/config.ts';
 import { decodePaymentHeader } from '../services/payments/codecs.ts';
 import { PaymentLedger } from '../services/payments/ledger.ts';
-import { createLocalFacilitator } from '../services/payments/local-facilitator.ts';
+import { CodeCache, createLocalFacilitator } from '../services/payments/local-facilitator.ts';
 import { decideReservation } from '../services/payments/payment-state.ts';
 import { Quoter } from '../services/payments/quote.ts';
 import { chainIdOf, type Rail, railsFromConfig } from '../services/payments/rails.ts';
@@ -117,8 +117,8 @@ type ChainReads = 'anvil' | 'anvil-no-code-reuse' | 'no-simulation' | 'in-proces
 
 /**
  * The facilitator of services/payments/local-facilitator.ts, with its chain reads optionally
- * answered in-process: the simulation eth_call succeeds without a round trip, and getCode is
- * remembered per address after its first answer.
+ * answered in-process: the simulation eth_call succeeds without a round trip, and (in-process)
+ * getCode is remembered per address after its first answer.
  */
 function variantFacilitator(rpcUrl: string, network: Network, reads: ChainReads): FacilitatorClient {
   if (reads === 'anvil' || reads === 'anvil-no-code-reuse') {
@@ -138,7 +138,8 @@ function variantFacilitator(rpcUrl: string, network: Network, reads: ChainReads)
     rpcUrls: { default: { http: [rpcUrl] } },
   });
   const client = createWalletClient({ account, chain, transport: http(rpcUrl) }).extend(publicActions);
-  const codes = new Map<string, Promise<Hex | undefined>>();
+  // As deployed, a payer's code is reused for 30 s; with every chain read in-process, for good.
+  const codes = new CodeCache(reads === 'in-process' ? Number.POSITIVE_INFINITY : 30_000);
   const signer = toFacilitatorEvmSigner({
     address: account.address,
     readContract: async (args) => {
@@ -149,16 +150,7 @@ function variantFacilitator(rpcUrl: string, network: Network, reads: ChainReads)
     writeContract: () => Promise.reject(new Error('the bench never settles')),
     sendTransaction: () => Promise.reject(new Error('the bench never settles')),
     waitForTransactionReceipt: (args) => client.waitForTransactionReceipt(args),
-    getCode: (args) => {
-      if (reads === 'no-simulation') return client.getCode(args);
-      const key = args.address.toLowerCase();
-      let code = codes.get(key);
-      if (!code) {
-        code = client.getCode(args);
-        codes.set(key, code);
-      }
-      return code;
-    },
+    getCode: (args) => codes.get(args.address, () => client.getCode(args)),
   });
   const facilitator = new x402Facilitator();
   facilitator.register(network, new ExactEvmScheme(signer));

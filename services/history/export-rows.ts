@@ -258,7 +258,7 @@ function storedHead(row: Record<string, unknown>, columns: readonly (string | nu
 }
 
 /** The bytes `writeHead` writes for this record. */
-export function headBytes(v: Buffer): number {
+function headBytes(v: Buffer): number {
   const at = verdictColumnsEnd(v);
   const n = v[at]!;
   let bytes = v.length - at - 1 - n * HOLE;
@@ -332,7 +332,7 @@ export function unescapeInputs(v: Uint8Array, from: number, to: number, out: Uin
  * literal with each hole's column put back between quotes. Returns where it ends. No string is
  * made of the record: short runs are copied byte by byte, long ones (the inputs) natively.
  */
-export function writeHead(v: Buffer, out: Buffer, at: number): number {
+function writeHead(v: Buffer, out: Buffer, at: number): number {
   const table = verdictColumnsEnd(v);
   const n = v[table]!;
   const literal = table + 1 + n * HOLE;
@@ -351,13 +351,6 @@ export function writeHead(v: Buffer, out: Buffer, at: number): number {
     out[o++] = 34;
   }
   return copyBytes(v, from, v.length, out, o);
-}
-
-/** The record's NDJSON head as a buffer of its own. */
-export function headOf(v: Buffer): Buffer {
-  const out = Buffer.allocUnsafe(headBytes(v));
-  writeHead(v, out, 0);
-  return out;
 }
 
 export const outcomeNumber = (o: Buffer, k: number): number => o.readDoubleLE(k * 8);

@@ -8,7 +8,6 @@ import {
   F_INPUTS,
   F_STREAM,
   fieldOf,
-  headOf,
   NO_OUTCOME_TAIL,
   revealAtOf,
   revisionOf,
@@ -51,7 +50,8 @@ function outcomeOf(hash: string, revision = 0): Outcome {
     data: { ...syntheticOutcome(verdict.data, verdict.id, verdict.stream, 10), verdictHash: hash },
   };
 }
-const line = (v: Buffer, tail: Uint8Array) => `${headOf(v).toString()}${Buffer.from(tail).toString()}`;
+/** The row's line as the export writes it, without its line break. */
+const line = (v: Buffer, tail: Uint8Array) => new StoredLine(v, tail).toBuffer().subarray(0, -1).toString();
 
 describe('export rows: stored bytes of a history row', () => {
   const v = storedVerdict(verdict);

@@ -123,9 +123,9 @@ export class QuotaMeter {
    * calls; a lone call waits only for the end of the current turn, as before. With one in flight,
    * a call counted just after an append left waited for that append's flush and then its own:
    * the keyed MCP bench's main thread sat idle a quarter of the time (6,640-6,830 req/s; with two,
-   * 7,570-8,120 in the same alternating runs; four were no better). Calls that share the batch but not its
-   * generation, day, plan or tool go in events of their own: a rebuild counts each by the first
-   * three, and one tool per event keeps the event flat.
+   * 7,570-8,120 in the same alternating runs; four were no better). Calls that share the batch but
+   * not its generation, day, plan or tool go in events of their own: a rebuild counts each by the
+   * first three, and one tool per event keeps the event flat.
    */
   private record(
     subject: QuotaSubject,

@@ -16,6 +16,13 @@
  * over the run (from /proc, Linux only): a service well under 100 % busy while it answers less
  * than the baseline is waiting (on the durable debit, say), not short of CPU.
  *
+ * The keyed paths also measure the durability floor against the same bare server, in rounds of
+ * their own: bare Fastify answering the same bytes once a group-committed LMDB record of the call
+ * is flushed (bench/load-bare.ts), and nothing else. Every keyed answer waits for its debit on disk
+ * (group commit, not weaker durability: issue 15), so with this many connections on this disk no
+ * service can pass the floor's ratio; printed beside it: what share of the floor the target asks
+ * of the service, and what share it answers.
+ *
  * The rate limiter runs, with limits raised past what a run sends, and the pro plan's monthly
  * quota is raised, so every request does the full work (a 429 or quota refusal would be cheaper
  * than a served call). After each
@@ -41,6 +48,7 @@ import {
   openMcpSession,
   type Proc,
   report,
+  spread,
   startBare,
   startService,
   tempDir,
@@ -66,6 +74,8 @@ export interface HttpBenchResult {
   path: PathName;
   comparison: Comparison;
   target: number;
+  /** Keyed paths: the durability floor (in the `service` slot) against bare Fastify. */
+  floor?: Comparison;
 }
 
 /** The limiter stays in front of the routes, as deployed, with limits no run reaches. */
@@ -138,6 +148,7 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
   const env = { ...BASE_ENV, ...extraEnv };
   let service: Proc | undefined;
   let bare: Proc | undefined;
+  let floor: Proc | undefined;
   const out: HttpBenchResult[] = [];
   try {
     const key = await issueKey(env, data.path);
@@ -245,16 +256,55 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
           throw new Error(`${debited} debits for ${servedCalls} served calls`);
         }
       }
+      let floorComparison: Comparison | undefined;
+      if (path.startsWith('mcp')) {
+        floor ??= await startBare([mcpRoute], { durable: true });
+        await drive(floor.url, path, WARM_UP_SECONDS)();
+        floorComparison = await alternate(
+          o.rounds,
+          drive(floor.url, path),
+          drive(bare.url, path),
+          (r, side) => {
+            if (r.errors > 0 || Object.keys(r.statusCounts).some((code) => code !== '200')) {
+              throw new Error(
+                `${side === 'service' ? 'floor' : side} ${path}: ${JSON.stringify(r.statusCounts)}`,
+              );
+            }
+          },
+        );
+        lines.push(...floorLines(comparison, floorComparison, TARGETS[path]));
+      }
       for (const line of lines) o.log(line);
-      out.push({ path, comparison, target: TARGETS[path] });
+      out.push({
+        path,
+        comparison,
+        target: TARGETS[path],
+        ...(floorComparison ? { floor: floorComparison } : {}),
+      });
     }
     return out;
   } finally {
+    await floor?.stop();
     await bare?.stop();
     await service?.stop();
     data.remove();
   }
 }
+
+/** The floor's own rate and ratio to bare, and the service's rate against the floor's (medians of rounds). */
+function floorLines(service: Comparison, floor: Comparison, target: number): string[] {
+  const rates = spread(floor.service.map((r) => r.perSec));
+  const ratio = spread(floor.ratios);
+  const ofFloor = spread(service.service.map((r) => r.perSec)).median / rates.median;
+  const two = (n: number) => n.toFixed(2);
+  return [
+    `    durability floor (bare Fastify + the call's record flushed, group commit; its own ${floor.ratios.length} rounds):` +
+      ` ${f0(rates.min)} / ${f0(rates.median)} / ${f0(rates.max)} req/s, p50 ${spread(floor.service.map((r) => r.p50Ms)).median} ms`,
+    `    floor/bare (min/median/max): ${two(ratio.min)} / ${two(ratio.median)} / ${two(ratio.max)};` +
+      ` the ${target} target asks the service for ${two(target / ratio.median)} of the floor, it answers ${two(ofFloor)}`,
+  ];
+}
+const f0 = (n: number) => Math.round(n).toLocaleString('en-US');
 
 function describe(path: PathName): string {
   switch (path) {

@@ -143,13 +143,17 @@ export async function capture(
   return { method: init.method, url: path, status: res.status, headers, body: body.toString('base64') };
 }
 
-/** A bare Fastify server in its own process answering each captured route with its bytes. */
-export async function startBare(routes: CapturedRoute[]): Promise<Proc> {
+/**
+ * The bare Fastify baseline in its own process; with `durable`, the durability floor (see
+ * load-bare.ts): POSTs answer once a group-committed LMDB record of them is flushed.
+ */
+export async function startBare(routes: CapturedRoute[], options: { durable?: boolean } = {}): Promise<Proc> {
   const dir = mkdtempSync(join(tmpdir(), 'bench-bare-'));
   const file = join(dir, 'routes.json');
   writeFileSync(file, JSON.stringify(routes));
   const port = await freePort();
-  const child = spawn(process.execPath, [...TSX, 'bench/load-bare.ts', file, String(port)], {
+  const args = [file, String(port), ...(options.durable ? [join(dir, 'lmdb')] : [])];
+  const child = spawn(process.execPath, [...TSX, 'bench/load-bare.ts', ...args], {
     cwd: ROOT,
     env: { PATH: process.env.PATH },
     stdio: ['ignore', 'pipe', 'pipe'],

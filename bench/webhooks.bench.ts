@@ -27,8 +27,8 @@
  *                                   [--only=throughput|latency] [--layout=split|single|both]
  */
 import { type ChildProcess, fork, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Agent, request } from 'undici';
@@ -116,6 +116,22 @@ function processCpuMs(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
+}
+
+/**
+ * The local NATS server the path goes through (a process named nats-server), when this machine
+ * runs one: its CPU is part of the full path's. Null when there is none to see (a remote server).
+ */
+function natsServerPid(): number | null {
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/comm`, 'utf8').trim() === 'nats-server') return Number(entry);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return null;
 }
 
 function ownCpuMs(): number {
@@ -255,6 +271,34 @@ function figures(
     fullCpuByProcess: perEvent(full.cpuMs),
     bareCpuByProcess: perEvent(bare.cpuMs),
   };
+}
+
+/**
+ * What the 0.5 target leaves the dispatcher, when every process of the path shares this machine's
+ * cores: at half the bare loop's rate the cores allow so much CPU per delivery in all; the event
+ * source and relay ("bench"), the receiver and the NATS server take their measured share of it, and
+ * the rest is the most the dispatcher could spend. A necessary condition, not a sufficient one.
+ */
+function cpuBudget(all: ThroughputFigures[]): string[] {
+  const median = (xs: number[]) => spread(xs).median;
+  const cores = availableParallelism();
+  const rate = 0.5 * median(all.map((t) => t.barePostsPerSec));
+  const budget = (cores * 1000) / rate;
+  const others = median(
+    all.map((t) =>
+      Object.entries(t.fullCpuByProcess)
+        .filter(([name]) => name !== 'dispatcher')
+        .reduce((sum, [, ms]) => sum + ms, 0),
+    ),
+  );
+  const dispatcher = median(all.map((t) => t.fullCpuByProcess.dispatcher ?? 0));
+  const client = median(all.map((t) => t.bareCpuByProcess['POST loop'] ?? 0));
+  const ms = (n: number) => n.toFixed(2);
+  return [
+    `      CPU budget at the target: ${cores} cores at ${Math.round(rate).toLocaleString('en')} deliveries/s allow ${ms(budget)} ms per delivery in all;` +
+      ` source, relay, receiver and NATS server take ${ms(others)}, leaving ${ms(budget - others)} ms for the dispatcher,` +
+      ` which takes ${ms(dispatcher)} (a bare POST's client alone: ${ms(client)})`,
+  ];
 }
 
 // ---- split processes ------------------------------------------------------------------------
@@ -440,7 +484,13 @@ async function throughputSplit(
               receiver.send({ type: 'reset' });
               await settle();
             }
-            return await measureCpu({ receiver: receiver.pid!, dispatcher: dispatcher.pid! }, async () => {
+            const nats = natsServerPid();
+            const measured = {
+              receiver: receiver.pid!,
+              dispatcher: dispatcher.pid!,
+              ...(nats === null ? {} : { 'nats-server': nats }),
+            };
+            return await measureCpu(measured, async () => {
               const started = performance.now();
               const arrived = received(receiver, events);
               await source(stack.store, 'BENCH', events);
@@ -591,6 +641,7 @@ export async function run(
       console.log(
         `      by CPU (bare ms per POST / full-path ms per delivery) ${fmtSpread(spread(all.map((t) => t.bareCpuMsPerPost / t.fullCpuMsPerDelivery)), two)}`,
       );
+      if (layout === 'split') for (const line of cpuBudget(all)) console.log(line);
     }
     const { split, single } = result.throughput;
     if (split && single) {

@@ -279,6 +279,12 @@ export async function run(
   console.log(
     `  its export-rows projection (same data directory, not the log): ${fmt(exportRowsGb)} GB (verdict records ${fmt(spread(schedule.map((r) => gb(r.exportRowsPerSecond!.verdicts))))}, outcome records ${fmt(spread(schedule.map((r) => gb(r.exportRowsPerSecond!.outcomes))))}); log + projection ${fmt(spread(schedule.map((r) => gb(r.perSecond + rowsOf(r)))))} GB`,
   );
+  // What the target leaves the keyed calls once the schedule has taken its share: a bound on the
+  // log each call may add, to read beside the bytes per call measured for each burst size.
+  const leftGb = TARGET_GB - scheduleGb.median;
+  console.log(
+    `  the ${TARGET_GB} GB target leaves 10 keyed calls/s ${leftGb.toFixed(1)} GB a year: ${Math.max(0, (leftGb * 1e9) / (CALLS_PER_S * YEAR_S)).toFixed(1)} B of log per call`,
+  );
   const results: { burst: number; total: Spread; callsPerEvent: Spread; bytesPerCall: Spread }[] = [];
   for (const burst of bursts) {
     const runs: YearRound[] = [];

@@ -11,6 +11,23 @@ export interface LagReport {
 }
 
 /**
+ * How many events a reader at `checkpoint` is behind `head`. Where positions are consecutive that
+ * is their difference. Where they are byte offsets (KurrentDB) the difference is bytes, thousands
+ * of times the events, so the events after the checkpoint are counted instead, reading no more
+ * than `cap` + 1 of them: a figure above `cap` means only "more than `cap`".
+ */
+export async function eventsBehind(
+  store: EventStore,
+  checkpoint: number,
+  head: number,
+  cap: number,
+): Promise<number> {
+  const span = Math.max(0, head - checkpoint);
+  if (store.densePositions || span === 0) return span;
+  return (await store.readAll({ after: checkpoint, maxCount: cap + 1 })).length;
+}
+
+/**
  * Whether every projection running on `store` in this process is within `maxLag` events of the
  * head: a projection that answers requests (the key registry, quota, webhooks...) far behind
  * would answer from the past, e.g. refuse a key issued since, so /readyz says not ready meanwhile
@@ -21,7 +38,7 @@ export async function projectionLag(store: EventStore, maxLag: number): Promise<
   const head = runners.length > 0 ? await store.headPosition() : 0;
   const behind: Record<string, number> = {};
   for (const runner of runners) {
-    const lag = head - runner.checkpoint;
+    const lag = await eventsBehind(store, runner.checkpoint, head, maxLag);
     if (lag > maxLag) behind[runner.name] = Math.max(behind[runner.name] ?? 0, lag);
   }
   const names = Object.keys(behind);

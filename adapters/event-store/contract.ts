@@ -181,6 +181,18 @@ export function eventStoreContract(
       }
     });
 
+    it('hands out consecutive positions when it says its positions are dense', async () => {
+      const s = await store();
+      const head = await s.headPosition();
+      await s.append(uniqueStream('dense'), [event('Tick', { i: 0 }), event('Tick', { i: 1 })]);
+      await s.append(uniqueStream('dense'), [event('Tick', { i: 2 })]);
+      const after = (await s.readAll({ after: head })).map((e) => e.position);
+      expect(after.length).toBeGreaterThanOrEqual(3);
+      expectStrictlyIncreasing(after);
+      // Every event after the head counts, other writers' too: lag is measured as this difference.
+      if (s.densePositions) expect(after).toEqual(after.map((_, i) => head + i + 1));
+    });
+
     it('reads a stream from a revision with a max count', async () => {
       const s = await store();
       const stream = uniqueStream('paging');

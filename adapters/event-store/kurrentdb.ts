@@ -68,6 +68,8 @@ export async function connectKurrentEventStore(
  */
 export class KurrentDbEventStore implements EventStore {
   readonly kind = 'kurrentdb' as const;
+  /** Positions are prepare positions: byte offsets in the server's transaction log. */
+  readonly densePositions = false;
   private readonly client: KurrentDBClient;
   private readonly idempotencyWindow: number;
 

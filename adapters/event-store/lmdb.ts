@@ -68,6 +68,7 @@ export async function openLmdbEventStore(options: LmdbEventStoreOptions): Promis
  */
 export class LmdbEventStore implements EventStore {
   readonly kind = 'lmdb' as const;
+  readonly densePositions = true;
   readonly root: RootDatabase;
   private readonly events: Database<RecordedEvent, number>;
   private readonly streams: Database<number, StreamKey>;

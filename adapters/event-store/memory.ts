@@ -6,6 +6,7 @@ import { checkExpected, type EventStore, type HealthReport, recordEvent, type Su
 /** The reference adapter: the contract in its plainest form, for unit tests. */
 export class MemoryEventStore implements EventStore {
   readonly kind = 'memory' as const;
+  readonly densePositions = true;
   private readonly all: RecordedEvent[] = [];
   private readonly streams = new Map<string, RecordedEvent[]>();
   private readonly byId = new Map<string, RecordedEvent>();

@@ -6,6 +6,12 @@ import type { AppendResult, ExpectedRevision, NewEvent, RecordedEvent } from '..
  */
 export interface EventStore {
   readonly kind: 'memory' | 'lmdb' | 'kurrentdb' | 'postgres';
+  /**
+   * Positions are consecutive (1, 2, 3...): the difference of two is the number of events between
+   * them. False where a position is a byte offset in the server's log (KurrentDB), so how far a
+   * reader is behind must be counted in events (projections/lag.ts `eventsBehind`).
+   */
+  readonly densePositions: boolean;
 
   /**
    * Appends atomically: all events or none. Throws WrongExpectedRevisionError when the stream's

@@ -152,6 +152,8 @@ const COLUMNS = 'position, id, stream, revision, type, recorded_at, correlation_
  */
 export class PostgresEventStore implements EventStore {
   readonly kind = 'postgres' as const;
+  /** Each append takes the head + 1, 2... under the advisory lock (postgres-schema.ts). */
+  readonly densePositions = true;
   private readonly signal = new AppendSignal();
   private readonly pollMs: number;
   private readonly logger: Logger | undefined;

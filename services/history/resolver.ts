@@ -12,6 +12,7 @@ import { deterministicId } from '../../contracts/deterministic-id.ts';
 import { newEvent, parseDomainEvent } from '../../contracts/events.ts';
 import { OUTCOME_AFTER_CANDLES, outcomeStream } from '../../contracts/history.ts';
 import type { Exchange } from '../../contracts/market.ts';
+import { eventsBehind } from '../../projections/lag.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { forEachLimited } from '../engine/for-each-limited.ts';
 import { resolveOutcome } from './outcome.ts';
@@ -132,7 +133,9 @@ export class OutcomeResolver {
     );
     if (due.length === 0) return 0;
     if (!this.caughtUp) {
-      if ((await store.headPosition()) - pending.checkpoint > this.deps.maxLag) return 0;
+      const head = await store.headPosition();
+      if ((await eventsBehind(store, pending.checkpoint, head, this.deps.maxLag)) > this.deps.maxLag)
+        return 0;
       this.caughtUp = true;
     }
     let appended = 0;

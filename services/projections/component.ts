@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Config } from '../../contracts/config.ts';
 import { eventStatsProjection } from '../../projections/event-stats.ts';
+import { eventsBehind } from '../../projections/lag.ts';
 import { latestVerdictsProjection } from '../../projections/latest-verdicts.ts';
 import {
   type PaymentStates,
@@ -54,12 +55,16 @@ export function projectionsComponent(deps: {
   let lagTimer: NodeJS.Timeout | null = null;
   let stopPaymentGauge: (() => void) | null = null;
 
+  /** Events a follower is behind, counted up to the readiness bound (see eventsBehind). */
+  const behind = (checkpoint: number, head: number) =>
+    eventsBehind(adapters.eventStore, checkpoint, head, config.PROJECTION_READY_MAX_LAG);
+
   async function updateLag(): Promise<void> {
     if (!metrics) return;
     const head = await adapters.eventStore.headPosition();
     for (const [name, runner] of runners)
-      metrics.followerLag.set({ follower: name }, head - runner.checkpoint);
-    metrics.followerLag.set({ follower: 'relay' }, head - relay.checkpoint);
+      metrics.followerLag.set({ follower: name }, await behind(runner.checkpoint, head));
+    metrics.followerLag.set({ follower: 'relay' }, await behind(relay.checkpoint, head));
   }
 
   return {
@@ -96,10 +101,18 @@ export function projectionsComponent(deps: {
           const failure = runner.error;
           return failure
             ? { ok: false, detail: failure.message, checkpoint: runner.checkpoint }
-            : { ok: runner.running, checkpoint: runner.checkpoint, lag: head - runner.checkpoint };
+            : {
+                ok: runner.running,
+                checkpoint: runner.checkpoint,
+                lag: await behind(runner.checkpoint, head),
+              };
         };
       }
-      checks.relay = async () => ({ ok: true, ...relay.stats, lag: await relay.lag() });
+      checks.relay = async () => ({
+        ok: true,
+        ...relay.stats,
+        lag: await relay.lag(config.PROJECTION_READY_MAX_LAG),
+      });
       return checks;
     },
   };

@@ -4,6 +4,7 @@ import { DEFAULT_SUBJECT_PREFIX, eventSubject } from '../../adapters/bus/subject
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { ProjectionStore } from '../../adapters/projection-store/port.ts';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
+import { eventsBehind } from '../../projections/lag.ts';
 import { type FeedMember, feedOf } from '../../projections/log-feed.ts';
 
 export interface RelayOptions {
@@ -126,9 +127,9 @@ export class Relay {
     };
   }
 
-  /** Events in the store not yet published (head position − checkpoint). */
-  async lag(): Promise<number> {
-    return Math.max(0, (await this.store.headPosition()) - this.current);
+  /** Events in the store not yet published; on a store of byte positions, counted up to `cap` + 1. */
+  async lag(cap = 10_000): Promise<number> {
+    return eventsBehind(this.store, this.current, await this.store.headPosition(), cap);
   }
 
   async start(): Promise<void> {

@@ -49,7 +49,7 @@ export function createMetrics() {
     }),
     followerLag: new Gauge({
       name: 'follower_lag_events',
-      help: 'Events between the store head and a follower (projection or relay) checkpoint',
+      help: 'Events between the store head and a follower (projection or relay) checkpoint; on KurrentDB counted up to PROJECTION_READY_MAX_LAG + 1',
       labelNames: ['follower'] as const,
       registers: [registry],
     }),
@@ -57,7 +57,7 @@ export function createMetrics() {
     projectionLag: scrapedGauge(
       registry,
       'projection_lag_events',
-      'Events between the store head and each projection runner of this process',
+      'Events between the store head and each projection runner of this process; on KurrentDB counted up to PROJECTION_READY_MAX_LAG + 1',
       ['projection'],
     ),
     quotaDebits: new Counter({

@@ -283,7 +283,9 @@ export async function run(
   // log each call may add, to read beside the bytes per call measured for each burst size.
   const leftGb = TARGET_GB - scheduleGb.median;
   console.log(
-    `  the ${TARGET_GB} GB target leaves 10 keyed calls/s ${leftGb.toFixed(1)} GB a year: ${Math.max(0, (leftGb * 1e9) / (CALLS_PER_S * YEAR_S)).toFixed(1)} B of log per call`,
+    leftGb > 0
+      ? `  the ${TARGET_GB} GB target leaves ${CALLS_PER_S} keyed calls/s ${leftGb.toFixed(1)} GB a year: ${((leftGb * 1e9) / (CALLS_PER_S * YEAR_S)).toFixed(1)} B of log per call`
+      : `  the schedule alone takes the ${TARGET_GB} GB target: nothing is left for keyed calls`,
   );
   const results: { burst: number; total: Spread; callsPerEvent: Spread; bytesPerCall: Spread }[] = [];
   for (const burst of bursts) {

@@ -162,10 +162,16 @@ export async function startBare(routes: CapturedRoute[], options: { durable?: bo
   child.stderr!.on('data', (c: Buffer) => {
     stderr += c.toString();
   });
-  await new Promise<void>((resolve, reject) => {
-    child.stdout!.once('data', () => resolve());
-    child.once('exit', (code) => reject(new Error(`bare server exited ${code}: ${stderr}`)));
-  });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      child.stdout!.once('data', () => resolve());
+      child.once('exit', (code) => reject(new Error(`bare server exited ${code}: ${stderr}`)));
+    });
+  } catch (err) {
+    await stopChild(child);
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
   return {
     url: `http://127.0.0.1:${port}`,
     pid: child.pid!,

@@ -12,9 +12,9 @@ export interface LagReport {
 
 /**
  * How many events a reader at `checkpoint` is behind `head`. Where positions are consecutive that
- * is their difference. Where they are byte offsets (KurrentDB) the difference is bytes, thousands
- * of times the events, so the events after the checkpoint are counted instead, reading no more
- * than `cap` + 1 of them: a figure above `cap` means only "more than `cap`".
+ * is their difference. Where they are byte offsets (KurrentDB) the difference is bytes, hundreds to
+ * thousands of times the events, so the events after the checkpoint are counted instead, reading
+ * no more than `cap` + 1 of them: a figure above `cap` means only "more than `cap`".
  */
 export async function eventsBehind(
   store: EventStore,
@@ -24,7 +24,30 @@ export async function eventsBehind(
 ): Promise<number> {
   const span = Math.max(0, head - checkpoint);
   if (store.densePositions || span === 0) return span;
-  return (await store.readAll({ after: checkpoint, maxCount: cap + 1 })).length;
+  const read = await store.readAll({ after: checkpoint, maxCount: cap + 1 });
+  // Events appended since `head` was read are not behind it.
+  return read.filter((e) => e.position <= head).length;
+}
+
+/**
+ * `eventsBehind` for several readers against one head, each distinct checkpoint counted once:
+ * runners of one process often stand at the same checkpoint, and on a store of byte positions
+ * every count is a read.
+ */
+export function behindHead(
+  store: EventStore,
+  head: number,
+  cap: number,
+): (checkpoint: number) => Promise<number> {
+  const counted = new Map<number, Promise<number>>();
+  return (checkpoint) => {
+    let behind = counted.get(checkpoint);
+    if (behind === undefined) {
+      behind = eventsBehind(store, checkpoint, head, cap);
+      counted.set(checkpoint, behind);
+    }
+    return behind;
+  };
 }
 
 /**
@@ -37,10 +60,12 @@ export async function projectionLag(store: EventStore, maxLag: number): Promise<
   const runners = runnersOn(store);
   const head = runners.length > 0 ? await store.headPosition() : 0;
   const behind: Record<string, number> = {};
-  for (const runner of runners) {
-    const lag = await eventsBehind(store, runner.checkpoint, head, maxLag);
+  const count = behindHead(store, head, maxLag);
+  const lags = await Promise.all(runners.map((runner) => count(runner.checkpoint)));
+  runners.forEach((runner, i) => {
+    const lag = lags[i]!;
     if (lag > maxLag) behind[runner.name] = Math.max(behind[runner.name] ?? 0, lag);
-  }
+  });
   const names = Object.keys(behind);
   return {
     ok: names.length === 0,

@@ -2,26 +2,30 @@ import { describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
-import { eventsBehind } from './lag.ts';
+import { behindHead, eventsBehind } from './lag.ts';
 
 /**
  * The memory store with KurrentDB's kind of positions: byte offsets in a log, here a fixed stride
  * per event. KurrentDB cannot run on this machine (no server, no container engine); its adapter's
  * positions are prepare positions (adapters/event-store/kurrentdb.ts), which is all this needs.
  */
-function byteOffsets(store: MemoryEventStore, stride: number): EventStore {
+function byteOffsets(store: MemoryEventStore, stride: number): EventStore & { reads: number } {
   const scaled = (e: RecordedEvent) => ({ ...e, position: e.position * stride });
-  return Object.assign(Object.create(store) as EventStore, {
+  const wrapped = Object.assign(Object.create(store) as EventStore, {
     densePositions: false,
-    readAll: async (options: { after?: number; maxCount?: number } = {}) =>
-      (
+    reads: 0,
+    readAll: async (options: Parameters<EventStore['readAll']>[0] = {}) => {
+      wrapped.reads++;
+      return (
         await store.readAll({
           after: Math.floor((options.after ?? 0) / stride),
           ...(options.maxCount === undefined ? {} : { maxCount: options.maxCount }),
         })
-      ).map(scaled),
+      ).map(scaled);
+    },
     headPosition: async () => (await store.headPosition()) * stride,
   });
+  return wrapped;
 }
 
 async function tenEvents(): Promise<MemoryEventStore> {
@@ -41,7 +45,8 @@ describe('eventsBehind', () => {
   });
 
   it('counts events, not bytes, where positions are byte offsets, up to cap + 1', async () => {
-    const store = byteOffsets(await tenEvents(), 4_096);
+    const base = await tenEvents();
+    const store = byteOffsets(base, 4_096);
     const head = await store.headPosition();
     const third = (await store.readAll({ maxCount: 3 })).at(-1)!.position;
     expect(head - third).toBe(7 * 4_096);
@@ -50,5 +55,17 @@ describe('eventsBehind', () => {
     // Far behind: only "more than the cap" is read, not the whole log.
     expect(await eventsBehind(store, 0, head, 4)).toBe(5);
     expect(await eventsBehind(store, head, head, 4)).toBe(0);
+    // Appended after the head was read: not behind that head.
+    await base.append('s-late', [{ type: 'Noted', data: { i: 10 } }]);
+    expect(await eventsBehind(store, third, head, 100)).toBe(7);
+  });
+
+  it('counts each checkpoint once against one head (behindHead)', async () => {
+    const store = byteOffsets(await tenEvents(), 4_096);
+    const head = await store.headPosition();
+    const count = behindHead(store, head, 100);
+    const [a, b, c] = await Promise.all([count(4_096), count(4_096), count(8 * 4_096)]);
+    expect([a, b, c]).toEqual([9, 9, 2]);
+    expect(store.reads).toBe(2);
   });
 });

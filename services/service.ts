@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import { anchorInLog } from '../adapters/market/replay-anchor.ts';
 import { feedOptionsFromConfig, selectFeed } from '../adapters/market/select.ts';
 import type { Config } from '../contracts/config.ts';
-import { eventsBehind, projectionLag } from '../projections/lag.ts';
+import { behindHead, projectionLag } from '../projections/lag.ts';
 import { runnersOn } from '../projections/runner.ts';
 import { type Adapters, openAdapters } from './adapters.ts';
 import { buildApp } from './api/app.ts';
@@ -45,13 +45,9 @@ export async function startService(config: Config, roles: Role[], logger: Logger
     if (head === null) return;
     const lag = new Map<string, number>();
     // Two runners of one projection (rare, one per role in a combined process): the one behind counts.
+    const count = behindHead(adapters.eventStore, head, config.PROJECTION_READY_MAX_LAG);
     for (const runner of runners) {
-      const behind = await eventsBehind(
-        adapters.eventStore,
-        runner.checkpoint,
-        head,
-        config.PROJECTION_READY_MAX_LAG,
-      ).catch(() => null);
+      const behind = await count(runner.checkpoint).catch(() => null);
       if (behind !== null) lag.set(runner.name, Math.max(lag.get(runner.name) ?? 0, behind));
     }
     for (const [projection, events] of lag) set({ projection }, events);

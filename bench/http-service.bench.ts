@@ -49,7 +49,7 @@ import {
   openMcpSession,
   type Proc,
   report,
-  spread,
+  reportFloor,
   startBare,
   startService,
   tempDir,
@@ -273,7 +273,7 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
             }
           },
         );
-        lines.push(...floorLines(comparison, floorComparison, TARGETS[path]));
+        lines.push(...reportFloor(comparison, floorComparison, TARGETS[path]));
       }
       for (const line of lines) o.log(line);
       out.push({
@@ -291,24 +291,6 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
     data.remove();
   }
 }
-
-/** The floor's own rate and ratio to bare, and the service's rate against the floor's (medians of rounds). */
-function floorLines(service: Comparison, floor: Comparison, target: number): string[] {
-  const rates = spread(floor.service.map((r) => r.perSec));
-  const ratio = spread(floor.ratios);
-  // Both from paired rounds (each side against the bare run right after it), so the machine's
-  // drift between the two sets of rounds cancels: service/floor = (service/bare) / (floor/bare).
-  const ofFloor = spread(service.ratios).median / ratio.median;
-  const asked = target / ratio.median;
-  const two = (n: number) => n.toFixed(2);
-  return [
-    `    durability floor (bare Fastify + the call's record flushed, group commit; its own ${floor.ratios.length} rounds):` +
-      ` ${f0(rates.min)} / ${f0(rates.median)} / ${f0(rates.max)} req/s, p50 ${spread(floor.service.map((r) => r.p50Ms)).median} ms`,
-    `    floor/bare (min/median/max): ${two(ratio.min)} / ${two(ratio.median)} / ${two(ratio.max)};` +
-      ` the ${target} target asks the service for ${two(asked)} of the floor${asked > 1 ? ' (more than the floor itself: out of reach of any answer that waits for its debit on this disk)' : ''}, it answers ${two(ofFloor)}`,
-  ];
-}
-const f0 = (n: number) => Math.round(n).toLocaleString('en-US');
 
 function describe(path: PathName): string {
   switch (path) {

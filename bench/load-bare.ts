@@ -13,6 +13,7 @@
 import { readFileSync } from 'node:fs';
 import Fastify from 'fastify';
 import { open } from 'lmdb';
+import { TurnBatch } from '../adapters/cache/turn-batch.ts';
 
 export interface CapturedRoute {
   method: 'GET' | 'POST';
@@ -40,37 +41,28 @@ for (const route of routes) {
   });
 }
 
-/** One record per event-loop turn for the calls made in it; each call resolves once it is flushed. */
+/**
+ * One record per event-loop turn for the calls made in it (the per-turn batching the service's
+ * Redis batches use); each call resolves once its record is flushed.
+ */
 function groupCommit(dir: string): () => Promise<void> {
   const root = open({ path: dir, noSubdir: false });
   let next = 1;
-  let turn: { calls: number; written: Promise<void> } | null = null;
-  return () => {
-    if (!turn) {
-      const current = { calls: 0, written: Promise.resolve() };
-      current.written = new Promise<void>((resolve, reject) =>
-        setImmediate(() => {
-          turn = null;
-          try {
-            const record = {
-              type: 'QuotaDebitsRecorded',
-              units: current.calls,
-              recordedAt: new Date().toISOString(),
-            };
-            root
-              .put(next++, record)
-              .then(() => root.flushed)
-              .then(() => resolve(), reject);
-          } catch (err) {
-            reject(err);
-          }
-        }),
+  const turn = new TurnBatch<{ resolve: () => void; reject: (err: unknown) => void }>((calls) => {
+    const record = { type: 'QuotaDebitsRecorded', units: calls.length, recordedAt: new Date().toISOString() };
+    Promise.resolve()
+      .then(() => root.put(next++, record))
+      .then(() => root.flushed)
+      .then(
+        () => {
+          for (const call of calls) call.resolve();
+        },
+        (err: unknown) => {
+          for (const call of calls) call.reject(err);
+        },
       );
-      turn = current;
-    }
-    turn.calls++;
-    return turn.written;
-  };
+  }, Number.MAX_SAFE_INTEGER);
+  return () => new Promise<void>((resolve, reject) => turn.add({ resolve, reject }));
 }
 await app.listen({ host: '127.0.0.1', port: Number(port) });
 process.stdout.write('listening\n');

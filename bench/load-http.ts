@@ -319,6 +319,26 @@ export function report(name: string, c: Comparison, target: number): string[] {
 }
 const pct = (n: number) => `${Math.round(n * 100)} %`;
 
+/**
+ * The durability floor's lines of a keyed path (`floor`: the floor in the `service` slot against
+ * bare): its rate, its ratio to bare, the share of it the target asks of the service and the share
+ * the service answers. Both shares come from paired rounds (each side against the bare run right
+ * after it), so the machine's drift between the two sets of rounds cancels:
+ * service/floor = (service/bare) / (floor/bare).
+ */
+export function reportFloor(service: Comparison, floor: Comparison, target: number): string[] {
+  const ratio = spread(floor.ratios);
+  const ofFloor = spread(service.ratios).median / ratio.median;
+  const asked = target / ratio.median;
+  const two = (n: number) => n.toFixed(2);
+  return [
+    `    durability floor (bare Fastify + the call's record flushed, group commit; its own ${floor.ratios.length} rounds):` +
+      ` ${fs(spread(floor.service.map((r) => r.perSec)), f0)} req/s, p50 ${spread(floor.service.map((r) => r.p50Ms)).median} ms`,
+    `    floor/bare (min/median/max): ${fs(ratio, two)};` +
+      ` the ${target} target asks the service for ${two(asked)} of the floor${asked > 1 ? ' (more than the floor itself: out of reach of any answer that waits for its debit on this disk)' : ''}, it answers ${two(ofFloor)}`,
+  ];
+}
+
 /** Removes a temporary directory tree; used for DATA_DIRs and profile directories. */
 export function tempDir(prefix: string): { path: string; remove(): void } {
   const path = mkdtempSync(join(tmpdir(), prefix));

@@ -51,21 +51,36 @@ export function behindHead(
 }
 
 /**
+ * The events each projection running on `store` in this process is behind the head, by projection
+ * name (counted up to `cap` + 1 on a store of byte positions). Two runners of one projection (rare:
+ * one per role in a combined process): the one behind counts. No runners: no read at all.
+ */
+export async function runnerLags(
+  store: EventStore,
+  cap: number,
+): Promise<{ head: number; lags: Map<string, number> }> {
+  const runners = runnersOn(store);
+  const lags = new Map<string, number>();
+  if (runners.length === 0) return { head: 0, lags };
+  const head = await store.headPosition();
+  const count = behindHead(store, head, cap);
+  const behind = await Promise.all(runners.map((runner) => count(runner.checkpoint)));
+  runners.forEach((runner, i) => {
+    lags.set(runner.name, Math.max(lags.get(runner.name) ?? 0, behind[i]!));
+  });
+  return { head, lags };
+}
+
+/**
  * Whether every projection running on `store` in this process is within `maxLag` events of the
  * head: a projection that answers requests (the key registry, quota, webhooks...) far behind
  * would answer from the past, e.g. refuse a key issued since, so /readyz says not ready meanwhile
  * (during a rebuild or the catch-up at start) and the load balancer sends traffic elsewhere.
  */
 export async function projectionLag(store: EventStore, maxLag: number): Promise<LagReport> {
-  const runners = runnersOn(store);
-  const head = runners.length > 0 ? await store.headPosition() : 0;
+  const { head, lags } = await runnerLags(store, maxLag);
   const behind: Record<string, number> = {};
-  const count = behindHead(store, head, maxLag);
-  const lags = await Promise.all(runners.map((runner) => count(runner.checkpoint)));
-  runners.forEach((runner, i) => {
-    const lag = lags[i]!;
-    if (lag > maxLag) behind[runner.name] = Math.max(behind[runner.name] ?? 0, lag);
-  });
+  for (const [name, lag] of lags) if (lag > maxLag) behind[name] = lag;
   const names = Object.keys(behind);
   return {
     ok: names.length === 0,

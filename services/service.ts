@@ -3,8 +3,7 @@ import type { Logger } from 'pino';
 import { anchorInLog } from '../adapters/market/replay-anchor.ts';
 import { feedOptionsFromConfig, selectFeed } from '../adapters/market/select.ts';
 import type { Config } from '../contracts/config.ts';
-import { behindHead, projectionLag } from '../projections/lag.ts';
-import { runnersOn } from '../projections/runner.ts';
+import { projectionLag, runnerLags } from '../projections/lag.ts';
 import { type Adapters, openAdapters } from './adapters.ts';
 import { buildApp } from './api/app.ts';
 import type { Role, Slice } from './component.ts';
@@ -38,19 +37,9 @@ export async function startService(config: Config, roles: Role[], logger: Logger
   const metrics = config.METRICS_ENABLED ? createMetrics() : null;
   // Whichever slice started them (key registry, webhooks, payments, history...), each runner's lag.
   metrics?.projectionLag.from(async (set) => {
-    const runners = runnersOn(adapters.eventStore);
-    if (runners.length === 0) return;
     // The store away (PostgreSQL down) must not fail the whole scrape: the lag is left out.
-    const head = await adapters.eventStore.headPosition().catch(() => null);
-    if (head === null) return;
-    const lag = new Map<string, number>();
-    // Two runners of one projection (rare, one per role in a combined process): the one behind counts.
-    const count = behindHead(adapters.eventStore, head, config.PROJECTION_READY_MAX_LAG);
-    for (const runner of runners) {
-      const behind = await count(runner.checkpoint).catch(() => null);
-      if (behind !== null) lag.set(runner.name, Math.max(lag.get(runner.name) ?? 0, behind));
-    }
-    for (const [projection, events] of lag) set({ projection }, events);
+    const measured = await runnerLags(adapters.eventStore, config.PROJECTION_READY_MAX_LAG).catch(() => null);
+    for (const [projection, events] of measured?.lags ?? []) set({ projection }, events);
   });
   const readiness = new Readiness();
   readiness.add('eventStore', async () => ({

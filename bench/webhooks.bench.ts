@@ -294,7 +294,7 @@ function figures(
  * the rest is the most the dispatcher could spend. A necessary condition, not a sufficient one. The
  * target is judged on the median of the runs' ratios; half the median bare rate stands in for it.
  */
-function cpuBudget(all: ThroughputFigures[]): string[] {
+function cpuBudget(all: ThroughputFigures[]): string {
   const median = (xs: number[]) => spread(xs).median;
   const cores = availableParallelism();
   const rate = 0.5 * median(all.map((t) => t.barePostsPerSec));
@@ -310,11 +310,11 @@ function cpuBudget(all: ThroughputFigures[]): string[] {
   const client = median(all.map((t) => t.bareCpuByProcess['POST loop'] ?? 0));
   const natsCounted = all.every((t) => 'nats-server' in t.fullCpuByProcess);
   const ms = (n: number) => n.toFixed(2);
-  return [
+  return (
     `      CPU budget at the target: ${cores} cores at ${Math.round(rate).toLocaleString('en')} deliveries/s allow ${ms(budget)} ms per delivery in all;` +
-      ` source, relay, receiver${natsCounted ? ' and NATS server' : ' (NATS server not local, not counted)'} take ${ms(others)}, leaving ${ms(budget - others)} ms for the dispatcher,` +
-      ` which takes ${ms(dispatcher)} (a bare POST's client alone: ${ms(client)})`,
-  ];
+    ` source, relay, receiver${natsCounted ? ' and NATS server' : ' (NATS server not local, not counted)'} take ${ms(others)}, leaving ${ms(budget - others)} ms for the dispatcher,` +
+    ` which takes ${ms(dispatcher)} (a bare POST's client alone: ${ms(client)})`
+  );
 }
 
 // ---- split processes ------------------------------------------------------------------------
@@ -654,7 +654,7 @@ export async function run(
       console.log(
         `      by CPU (bare ms per POST / full-path ms per delivery) ${fmtSpread(spread(all.map((t) => t.bareCpuMsPerPost / t.fullCpuMsPerDelivery)), two)}`,
       );
-      if (layout === 'split') for (const line of cpuBudget(all)) console.log(line);
+      if (layout === 'split') console.log(cpuBudget(all));
     }
     const { split, single } = result.throughput;
     if (split && single) {

@@ -9,7 +9,8 @@ export interface FeedMember {
   /** Global position of the last event it has folded: the feed reads from the lowest of these. */
   readonly checkpoint: number;
   /**
-   * Folds the events of `page` past its checkpoint, synchronously. A member that cannot go on
+   * Folds the events of `page` past its checkpoint, synchronously. The feed hands a member only
+   * pages that start at or before its checkpoint, so nothing between them goes unseen. A member that cannot go on
    * (its fold threw) leaves the feed itself. `index` is shared by every member fed the page.
    */
   receive(page: readonly RecordedEvent[], index?: PageIndex): void;
@@ -163,7 +164,10 @@ export class LogFeed {
         }
         const index = indexOf(page);
         for (const member of [...this.members]) {
-          if (this.members.has(member)) member.receive(page, index);
+          // A member that joined behind `after` while the read was in flight (a relay starting
+          // after the projections of its process) would skip every event between its checkpoint
+          // and the page: it waits for the next read, which starts from its checkpoint.
+          if (this.members.has(member) && member.checkpoint >= after) member.receive(page, index);
         }
         if (page.length === this.pageSize) {
           // Catching up: a page of an embedded store is read without yielding, so let timers,

@@ -18,11 +18,7 @@ export interface EventStore {
    * revision does not match. Re-appending events whose ids are already the stream's events is
    * idempotent: nothing is written and the original result is returned.
    */
-  append(
-    stream: string,
-    events: NewEvent[],
-    options?: { expectedRevision?: ExpectedRevision },
-  ): Promise<AppendResult>;
+  append(stream: string, events: NewEvent[], options?: AppendOptions): Promise<AppendResult>;
 
   /** Events of one stream in revision order; empty when the stream does not exist. */
   readStream(
@@ -63,6 +59,17 @@ export interface EventStore {
 
   health(): Promise<HealthReport>;
   close(): Promise<void>;
+}
+
+export interface AppendOptions {
+  expectedRevision?: ExpectedRevision;
+  /**
+   * 'flushed' (default): on disk before the promise resolves. 'committed': committed (visible to
+   * every reader, and kept if this process dies) with the disk flush following within the engine's
+   * bounded delay; for records whose loss in a crash of the database server itself is tolerable
+   * (see deploy/README.md, durability by event class). Stores that always flush ignore it.
+   */
+  durability?: 'flushed' | 'committed';
 }
 
 export interface Subscription extends AsyncIterable<RecordedEvent> {

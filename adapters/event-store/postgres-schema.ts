@@ -17,9 +17,19 @@ export interface SchemaNames {
   schema: string;
   /** The NOTIFY channel appends signal on (one per schema). */
   channel: string;
-  /** Two int4 keys of the advisory lock that serialises appends within this schema. */
+  /**
+   * Int4 keys of the schema's advisory locks: version 1 serialised appends under both; from
+   * version 2 the second one, paired with a stream's hash, is that stream's append lock.
+   */
   lockKeys: [number, number];
 }
+
+/**
+ * Positions a transaction can hand out (version 2): a position is the writing transaction's id
+ * times this, plus the schema's base, plus the event's ordinal in the transaction. 2^16 keeps
+ * positions exact in a double for 2^37 transactions.
+ */
+export const POSITIONS_PER_TRANSACTION = 65_536;
 
 /** Namespace key of every advisory lock this adapter takes ("ESPG"). */
 const LOCK_NAMESPACE = 0x45535047;
@@ -153,6 +163,123 @@ BEGIN
 
   PERFORM pg_notify('${channel}', (v_head + n)::text);
   RETURN QUERY SELECT coalesce(v_current, -1) + n, v_head + n;
+END
+$fn$;
+`,
+  },
+  {
+    version: 2,
+    name: 'parallel appends: positions from the writing transaction, readers gated by the oldest in flight',
+    sql: ({ schema, channel, lockKeys }) => `
+-- Positions from here on are (writing transaction's id) * ${POSITIONS_PER_TRANSACTION} + base + ordinal.
+-- Writers no longer queue on one lock held through commit; a reader reads only positions below the
+-- oldest transaction still in flight (readableBelow), so an event that commits late can never
+-- appear below a position a reader has already passed. Positions stay increasing, no longer
+-- consecutive. \`base\` puts every new position above the ones version 1 handed out.
+CREATE TABLE ${schema}.position_base (base bigint NOT NULL);
+INSERT INTO ${schema}.position_base
+  SELECT greatest(0, coalesce(max(position), 0) + 1 - pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION})
+  FROM ${schema}.events;
+
+-- A group of appends (several streams, one round trip, one commit). Each append is decided on its
+-- own and answers its own row: code NULL (written or an idempotent retry), ES001 (wrong expected
+-- revision, detail = actual revision or empty) or ES002 (idempotency conflict, detail = the id).
+-- Writers of one stream queue on that stream's transaction-scoped advisory lock (taken in key
+-- order, so two groups cannot deadlock); writers of different streams do not wait for each other.
+CREATE FUNCTION ${schema}.append_group(
+  p_streams text[], p_expected text[], p_counts integer[], p_sync boolean,
+  p_ids text[], p_types text[], p_correlation text[], p_causation text[], p_data json[]
+) RETURNS TABLE (idx integer, code text, detail text, next_revision bigint, head bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_key integer;
+  v_base bigint;
+  v_ord integer := 0;
+  v_off integer := 0;
+  v_n integer;
+  v_stream text;
+  v_expected text;
+  v_current bigint;
+  v_first record;
+  v_row record;
+  v_bad text;
+  v_last bigint := 0;
+BEGIN
+  IF NOT p_sync THEN
+    PERFORM set_config('synchronous_commit', 'off', true);
+  END IF;
+  FOR v_key IN SELECT DISTINCT hashtext(s) FROM unnest(p_streams) AS s ORDER BY 1 LOOP
+    PERFORM pg_advisory_xact_lock(${lockKeys[1]}, v_key);
+  END LOOP;
+  SELECT pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION} + b.base INTO v_base
+    FROM ${schema}.position_base b;
+
+  FOR i IN 1..coalesce(cardinality(p_streams), 0) LOOP
+    v_stream := p_streams[i];
+    v_expected := p_expected[i];
+    v_n := p_counts[i];
+    v_bad := NULL;
+    IF v_n > 0 THEN
+      SELECT e.stream, e.revision, e.position INTO v_first FROM ${schema}.events e WHERE e.id = p_ids[v_off + 1];
+      IF FOUND THEN
+        -- A retry: idempotent only when every id is the same consecutive run of this stream.
+        IF v_first.stream <> v_stream THEN
+          v_bad := p_ids[v_off + 1];
+        ELSE
+          v_row := v_first;
+          FOR j IN 2..v_n LOOP
+            SELECT e.stream, e.revision, e.position INTO v_row FROM ${schema}.events e WHERE e.id = p_ids[v_off + j];
+            IF NOT FOUND OR v_row.stream <> v_stream OR v_row.revision <> v_first.revision + j - 1 THEN
+              v_bad := p_ids[v_off + j];
+              EXIT;
+            END IF;
+          END LOOP;
+        END IF;
+        IF v_bad IS NULL THEN
+          RETURN QUERY SELECT i, NULL::text, NULL::text, v_row.revision, v_row.position;
+        ELSE
+          RETURN QUERY SELECT i, 'ES002'::text, v_bad, NULL::bigint, NULL::bigint;
+        END IF;
+        v_off := v_off + v_n;
+        CONTINUE;
+      END IF;
+    END IF;
+
+    SELECT max(e.revision) INTO v_current FROM ${schema}.events e WHERE e.stream = v_stream;
+    IF NOT coalesce(
+      v_expected = 'any'
+      OR (v_expected = 'no_stream' AND v_current IS NULL)
+      OR (v_expected = 'stream_exists' AND v_current IS NOT NULL)
+      OR (v_expected ~ '^-?[0-9]+$' AND v_current = v_expected::bigint),
+      false
+    ) THEN
+      RETURN QUERY SELECT i, 'ES001'::text, coalesce(v_current::text, ''), NULL::bigint, NULL::bigint;
+    ELSIF v_n = 0 THEN
+      RETURN QUERY SELECT i, NULL::text, NULL::text, coalesce(v_current, -1),
+        (SELECT coalesce(max(e.position), 0) FROM ${schema}.events e);
+    ELSE
+      IF v_ord + v_n >= ${POSITIONS_PER_TRANSACTION} THEN
+        RAISE EXCEPTION 'a group holds at most % events', ${POSITIONS_PER_TRANSACTION} - 1 USING ERRCODE = 'ES003';
+      END IF;
+      -- Ids stored before under another stream trip the unique index and fail the whole group;
+      -- the adapter then appends each member alone and names the id (see postgres.ts).
+      INSERT INTO ${schema}.events
+        (position, id, stream, revision, type, recorded_at, correlation_id, causation_id, data)
+      SELECT v_base + v_ord + u.ord, u.id, v_stream, coalesce(v_current, -1) + u.ord, u.type, now(),
+             coalesce(u.correlation, u.id), u.causation, u.data
+      FROM unnest(p_ids[v_off + 1 : v_off + v_n], p_types[v_off + 1 : v_off + v_n],
+                  p_correlation[v_off + 1 : v_off + v_n], p_causation[v_off + 1 : v_off + v_n],
+                  p_data[v_off + 1 : v_off + v_n])
+        WITH ORDINALITY AS u(id, type, correlation, causation, data, ord);
+      v_ord := v_ord + v_n;
+      v_last := v_base + v_ord;
+      RETURN QUERY SELECT i, NULL::text, NULL::text, coalesce(v_current, -1) + v_n, v_last;
+    END IF;
+    v_off := v_off + v_n;
+  END LOOP;
+  IF v_last > 0 THEN
+    PERFORM pg_notify('${channel}', v_last::text);
+  END IF;
 END
 $fn$;
 `,

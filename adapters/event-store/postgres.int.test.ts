@@ -1,3 +1,5 @@
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
   dropSchemas,
@@ -7,7 +9,8 @@ import {
 } from '../../test/postgres-probe.ts';
 import { event, eventStoreContract, uniqueStream } from './contract.ts';
 import { EventStoreUnavailableError } from './port.ts';
-import { openPostgresEventStore } from './postgres.ts';
+import { migrate, openPostgresEventStore } from './postgres.ts';
+import { MIGRATIONS, schemaNames } from './postgres-schema.ts';
 
 const run = await shouldRunPostgresSuite('PostgreSQL event store suite');
 const schemas: string[] = [];
@@ -33,7 +36,7 @@ describe.runIf(run)('PostgreSQL event store', () => {
     ]);
     try {
       const { rows } = await a.pool.query(`SELECT version FROM "${schema}".schema_migrations`);
-      expect(rows.map((r) => r.version)).toEqual([1]);
+      expect(rows.map((r) => r.version).sort()).toEqual(MIGRATIONS.map((m) => m.version));
       const stream = uniqueStream('shared');
       await a.append(stream, [event('A')]);
       expect(await b.streamRevision(stream)).toBe(0);
@@ -43,9 +46,81 @@ describe.runIf(run)('PostgreSQL event store', () => {
     }
     const again = await openPostgresEventStore({ url: POSTGRES_URL, schema });
     try {
-      expect(await again.headPosition()).toBe(1);
+      const [only] = await again.readAll();
+      expect(only?.type).toBe('A');
+      expect(await again.headPosition()).toBe(only!.position);
     } finally {
       await again.close();
+    }
+  });
+
+  it('upgrades a version-1 log: new positions land above the old ones, read in one order', async () => {
+    const schema = fresh();
+    const names = schemaNames(schema);
+    const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
+    try {
+      // The log as version 1 left it: consecutive positions from its serialised append function.
+      await pool.query(`CREATE SCHEMA ${names.schema}`);
+      await pool.query(
+        `CREATE TABLE ${names.schema}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+      );
+      await pool.query(MIGRATIONS[0]!.sql(names));
+      await pool.query(`INSERT INTO ${names.schema}.schema_migrations (version, name) VALUES (1, 'v1')`);
+      for (let i = 0; i < 3; i++) {
+        await pool.query(
+          `SELECT * FROM ${names.schema}.append_events($1, 'any', $2::text[], $3::text[], $4::text[], $5::text[], $6::json[])`,
+          ['old', [randomUUID()], ['Old'], [null], [null], [JSON.stringify({ i })]],
+        );
+      }
+      await migrate(pool, schema, names);
+    } finally {
+      await pool.end();
+    }
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema });
+    try {
+      await store.append('old', [event('New')], { expectedRevision: 2 });
+      await store.append('other', [event('New'), event('New')]);
+      const log = await store.readAll();
+      expect(log.map((e) => e.type)).toEqual(['Old', 'Old', 'Old', 'New', 'New', 'New']);
+      expect(log.slice(0, 3).map((e) => e.position)).toEqual([1, 2, 3]);
+      const positions = log.map((e) => e.position);
+      expect(positions.every((p, i) => i === 0 || p > positions[i - 1]!)).toBe(true);
+      expect((await store.readStream('old')).map((e) => e.revision)).toEqual([0, 1, 2, 3]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('answers each append of a group on its own: a refused one fails none of the others', async () => {
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema: fresh(), groupsInFlight: 1 });
+    try {
+      const taken = event('T');
+      await store.append('elsewhere', [taken]);
+      const streams = Array.from({ length: 12 }, (_, i) => uniqueStream(`g${i}`));
+      // One round trip at a time: these are all sent while the first one is out, as one group.
+      const results = await Promise.allSettled([
+        ...streams.map((s) => store.append(s, [event('G')], { expectedRevision: 'no_stream' })),
+        store.append(streams[0]!, [event('G')], { expectedRevision: 'no_stream' }),
+        store.append(uniqueStream('reuse'), [taken]),
+        store.append(streams[1]!, [event('G')], { expectedRevision: 0 }),
+        // Its second id is stored already: the statement fails, and the group is settled one by one.
+        store.append(uniqueStream('late-reuse'), [event('G'), taken]),
+      ]);
+      expect(results.slice(0, 12).every((r) => r.status === 'fulfilled')).toBe(true);
+      expect(results[12]).toMatchObject({
+        status: 'rejected',
+        reason: { name: 'WrongExpectedRevisionError' },
+      });
+      expect(results[13]).toMatchObject({ status: 'rejected', reason: { name: 'IdempotencyConflictError' } });
+      expect(results[14]).toMatchObject({ status: 'fulfilled', value: { nextRevision: 1 } });
+      expect(results[15]).toMatchObject({
+        status: 'rejected',
+        reason: { name: 'IdempotencyConflictError', eventId: taken.id },
+      });
+      const log = await store.readAll();
+      expect(log.filter((e) => e.type === 'G')).toHaveLength(13);
+    } finally {
+      await store.close();
     }
   });
 

@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import type { Logger } from 'pino';
-import type { AppendResult, ExpectedRevision, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
+import type { AppendResult, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
 import { PostgresProjectionStore } from '../projection-store/postgres.ts';
 import { AppendSignal, catchUpSubscription } from './catch-up.ts';
 import {
+  type AppendOptions,
   type EventStore,
   EventStoreUnavailableError,
   type HealthReport,
@@ -12,7 +13,14 @@ import {
   type Subscription,
   WrongExpectedRevisionError,
 } from './port.ts';
-import { MIGRATIONS, migrationLockKey, type SchemaNames, schemaNames } from './postgres-schema.ts';
+import { GroupWriter, type PendingAppend } from './group-writer.ts';
+import {
+  MIGRATIONS,
+  migrationLockKey,
+  POSITIONS_PER_TRANSACTION,
+  type SchemaNames,
+  schemaNames,
+} from './postgres-schema.ts';
 import { isStorageFull, StorageFullState } from './storage-full.ts';
 
 export interface PostgresEventStoreOptions {
@@ -26,6 +34,11 @@ export interface PostgresEventStoreOptions {
   pollMs?: number;
   /** How long a query waits for a free or new connection before the store counts as unavailable. */
   connectTimeoutMs?: number;
+  /**
+   * Group round trips in flight at once (default half the pool): appends that arrive while they
+   * are all busy wait and go out together in the next one.
+   */
+  groupsInFlight?: number;
   logger?: Logger;
 }
 
@@ -138,13 +151,16 @@ interface EventRow {
 const COLUMNS = 'position, id, stream, revision, type, recorded_at, correlation_id, causation_id, data';
 
 /**
- * The event store on PostgreSQL, for several hosts sharing one log. Every append is one call of
- * the schema's `append_events` function, which takes a transaction-scoped advisory lock, checks
- * idempotency and the expected revision, and inserts the batch at the next positions. Serialised
- * appends are the gap-free technique: positions are handed out in commit order, so a catch-up
- * reader never skips an event that commits late with a lower position. The function NOTIFYs the
- * schema's channel on commit; a dedicated listening connection wakes live subscriptions, and a
- * slow poll covers the time the listener is reconnecting.
+ * The event store on PostgreSQL, for several hosts sharing one log. A process's appends go out in
+ * groups (group-writer.ts): one call of the schema's `append_group` function, one transaction,
+ * one commit for every append waiting, each decided on its own (idempotency, expected revision)
+ * under its stream's advisory lock. Writers of different streams never wait for each other.
+ * Positions come from the writing transaction's id, and readers take only positions below the
+ * oldest transaction still in flight, so a catch-up reader never passes an event that commits
+ * late (postgres-schema.ts, version 2). The function NOTIFYs the schema's channel; a dedicated
+ * listening connection wakes live subscriptions, and a slow poll covers the time the listener is
+ * reconnecting. A transaction left open anywhere on the server holds readers back (never makes
+ * them skip): readiness turns red on the lag it causes.
  *
  * Connection failures are retried with the same event ids (ids are fixed before the first try),
  * so an append whose commit was lost in transit is answered from the idempotency check, never
@@ -152,8 +168,12 @@ const COLUMNS = 'position, id, stream, revision, type, recorded_at, correlation_
  */
 export class PostgresEventStore implements EventStore {
   readonly kind = 'postgres' as const;
-  /** Each append takes the head + 1, 2... under the advisory lock (postgres-schema.ts). */
-  readonly densePositions = true;
+  /**
+   * Positions come from the writing transaction's id (postgres-schema.ts, version 2): increasing
+   * in the order readers see them, not consecutive.
+   */
+  readonly densePositions = false;
+  private readonly writer: GroupWriter;
   private readonly signal = new AppendSignal();
   private readonly pollMs: number;
   private readonly logger: Logger | undefined;
@@ -178,10 +198,15 @@ export class PostgresEventStore implements EventStore {
     this.pollMs = options.pollMs ?? 1_000;
     this.logger = options.logger;
     this.space = new StorageFullState('PostgreSQL', options.logger);
+    this.writer = new GroupWriter((group) => this.appendGroup(group), {
+      maxInFlight: options.groupsInFlight ?? Math.max(1, Math.floor((options.poolSize ?? 10) / 2)),
+    });
     const s = names.schema;
     this.q = {
-      append: `SELECT next_revision, head FROM ${s}.append_events($1, $2, $3::text[], $4::text[], $5::text[], $6::text[], $7::json[])`,
-      readAll: `SELECT ${COLUMNS} FROM ${s}.events WHERE position > $1 ORDER BY position LIMIT $2`,
+      append: `SELECT idx, code, detail, next_revision, head FROM ${s}.append_group($1::text[], $2::text[], $3::integer[], $4::boolean, $5::text[], $6::text[], $7::text[], $8::text[], $9::json[])`,
+      // Only positions of transactions older than the oldest one still in flight: all of those
+      // have ended, and every later commit lands above them (postgres-schema.ts, version 2).
+      readAll: `SELECT ${COLUMNS} FROM ${s}.events WHERE position > $1 AND position <= (${readableBelow(s)}) ORDER BY position LIMIT $2`,
       readStream: `SELECT ${COLUMNS} FROM ${s}.events WHERE stream = $1 AND revision >= $2 ORDER BY revision LIMIT $3`,
       revision: `SELECT max(revision) AS revision FROM ${s}.events WHERE stream = $1`,
       head: `SELECT coalesce(max(position), 0) AS head FROM ${s}.events`,
@@ -193,46 +218,95 @@ export class PostgresEventStore implements EventStore {
     return new PostgresProjectionStore(this.pool, this.names.schema, (fn) => this.withRetry('save', fn));
   }
 
-  async append(
-    stream: string,
-    events: NewEvent[],
-    options: { expectedRevision?: ExpectedRevision } = {},
-  ): Promise<AppendResult> {
-    const expected = options.expectedRevision ?? 'any';
+  async append(stream: string, events: NewEvent[], options: AppendOptions = {}): Promise<AppendResult> {
+    if (this.closed) throw new EventStoreUnavailableError('postgres event store is closed');
     const ids = events.map((e) => e.id ?? randomUUID());
-    const values = [
+    const repeated = ids.find((id, i) => ids.indexOf(id) !== i);
+    if (repeated !== undefined) throw new IdempotencyConflictError(stream, repeated);
+    if (events.length >= MAX_GROUP_EVENTS) {
+      throw new RangeError(`postgres event store: one append holds at most ${MAX_GROUP_EVENTS - 1} events`);
+    }
+    return this.writer.submit({
       stream,
-      String(expected),
+      expected: options.expectedRevision ?? 'any',
       ids,
+      events,
+      flushed: options.durability !== 'committed',
+    });
+  }
+
+  /**
+   * One round trip for a group of appends: one transaction, one commit (one WAL flush when any
+   * member asks for it). Each member gets its own answer; a failure of the whole statement (an
+   * id stored under another stream, a deadlock with another group) is settled by appending the
+   * members one by one, so one bad append never fails its neighbours.
+   */
+  private async appendGroup(group: PendingAppend[]): Promise<void> {
+    try {
+      const rows = await this.sendGroup(group);
+      for (const row of rows) {
+        const member = group[row.idx - 1]!;
+        if (row.code === null) {
+          member.resolve({ nextRevision: Number(row.next_revision), position: Number(row.head) });
+        } else if (row.code === 'ES001') {
+          member.reject(
+            new WrongExpectedRevisionError(
+              member.stream,
+              member.expected,
+              row.detail === '' ? null : Number(row.detail),
+            ),
+          );
+        } else {
+          member.reject(new IdempotencyConflictError(member.stream, row.detail ?? ''));
+        }
+      }
+    } catch (err) {
+      if (group.length > 1 && !(err instanceof EventStoreUnavailableError)) {
+        await Promise.all(group.map((member) => this.appendGroup([member])));
+        return;
+      }
+      const failure = await this.groupFailure(group[0]!, err);
+      for (const member of group) member.reject(failure);
+    }
+  }
+
+  private async sendGroup(group: PendingAppend[]) {
+    const events = group.flatMap((m) => m.events);
+    const values = [
+      group.map((m) => m.stream),
+      group.map((m) => String(m.expected)),
+      group.map((m) => m.events.length),
+      group.some((m) => m.flushed),
+      group.flatMap((m) => m.ids),
       events.map((e) => e.type),
       events.map((e) => e.correlationId ?? null),
       events.map((e) => e.causationId ?? null),
       events.map((e) => JSON.stringify(e.data ?? null)),
     ];
-    try {
-      const { rows } = await this.withRetry('append', () =>
-        this.pool.query<{ next_revision: string; head: string }>({
-          name: 'es_append',
-          text: this.q.append,
-          values,
-        }),
-      );
-      const row = rows[0]!;
-      this.space.succeeded();
-      return { nextRevision: Number(row.next_revision), position: Number(row.head) };
-    } catch (err) {
-      if (isStorageFull(err)) {
-        this.lastFullAt = Date.now();
-        throw this.space.failed(err);
-      }
-      const code = (err as { code?: string }).code;
-      const detail = (err as { detail?: string }).detail ?? '';
-      if (code === 'ES001') {
-        throw new WrongExpectedRevisionError(stream, expected, detail === '' ? null : Number(detail));
-      }
-      if (code === 'ES002') throw new IdempotencyConflictError(stream, detail);
-      throw err;
+    const { rows } = await this.withRetry('append', () =>
+      this.pool.query<GroupRow>({ name: 'es_append_group', text: this.q.append, values }),
+    );
+    this.space.succeeded();
+    return rows;
+  }
+
+  /** What a failed statement means for the one append it carried. */
+  private async groupFailure(member: PendingAppend, err: unknown): Promise<unknown> {
+    if (isStorageFull(err)) {
+      this.lastFullAt = Date.now();
+      return this.space.failed(err);
     }
+    if ((err as { code?: string }).code === UNIQUE_VIOLATION) {
+      // One of its ids is stored already, under another stream or elsewhere in it.
+      const { rows } = await this.pool
+        .query<{ id: string }>(
+          `SELECT id FROM ${this.names.schema}.events WHERE id = ANY($1::text[]) LIMIT 1`,
+          [member.ids],
+        )
+        .catch(() => ({ rows: [] as { id: string }[] }));
+      return new IdempotencyConflictError(member.stream, rows[0]?.id ?? member.ids[0]!);
+    }
+    return err;
   }
 
   async readStream(stream: string, options: { fromRevision?: number; maxCount?: number } = {}) {
@@ -399,6 +473,23 @@ export class PostgresEventStore implements EventStore {
     }
     throw new EventStoreUnavailableError(`postgres unreachable: ${(last as Error).message}`, { cause: last });
   }
+}
+
+/** The highest position a reader may take now: below the oldest transaction still in flight. */
+function readableBelow(schema: string): string {
+  return `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint * ${POSITIONS_PER_TRANSACTION} + b.base FROM ${schema}.position_base b`;
+}
+
+const UNIQUE_VIOLATION = '23505';
+/** Events one statement may carry (a transaction's share of positions, less one). */
+const MAX_GROUP_EVENTS = POSITIONS_PER_TRANSACTION - 1;
+
+interface GroupRow {
+  idx: number;
+  code: string | null;
+  detail: string | null;
+  next_revision: string | null;
+  head: string | null;
 }
 
 function toRecorded(row: EventRow): RecordedEvent {

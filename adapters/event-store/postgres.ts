@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import type { AppendResult, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
 import { PostgresProjectionStore } from '../projection-store/postgres.ts';
 import { AppendSignal, catchUpSubscription } from './catch-up.ts';
+import { GroupWriter, type PendingAppend } from './group-writer.ts';
 import {
   type AppendOptions,
   type EventStore,
@@ -13,7 +14,6 @@ import {
   type Subscription,
   WrongExpectedRevisionError,
 } from './port.ts';
-import { GroupWriter, type PendingAppend } from './group-writer.ts';
 import {
   MIGRATIONS,
   migrationLockKey,

@@ -170,7 +170,7 @@ $fn$;
   {
     version: 2,
     name: 'parallel appends: positions from the writing transaction, readers gated by the oldest in flight',
-    sql: ({ schema, channel, lockKeys }) => `
+    sql: ({ schema, lockKeys }) => `
 -- Positions from here on are (writing transaction's id) * ${POSITIONS_PER_TRANSACTION} + base + ordinal.
 -- Writers no longer queue on one lock held through commit; a reader reads only positions below the
 -- oldest transaction still in flight (readableBelow), so an event that commits late can never
@@ -277,9 +277,8 @@ BEGIN
     END IF;
     v_off := v_off + v_n;
   END LOOP;
-  IF v_last > 0 THEN
-    PERFORM pg_notify('${channel}', v_last::text);
-  END IF;
+  -- No NOTIFY here: a notifying transaction holds the server's one notify lock through its
+  -- commit, which would queue every writer again. The adapter notifies after the commit.
 END
 $fn$;
 `,

@@ -178,6 +178,9 @@ export class PostgresEventStore implements EventStore {
   private readonly pollMs: number;
   private readonly logger: Logger | undefined;
   private listener: pg.Client | null = null;
+  /** A NOTIFY is out; another is owed for commits since it left (see announce). */
+  private notifying = false;
+  private notifyAgain = false;
   private listenerRetry: NodeJS.Timeout | null = null;
   private closed = false;
   private readonly space: StorageFullState;
@@ -188,6 +191,7 @@ export class PostgresEventStore implements EventStore {
     readStream: string;
     revision: string;
     head: string;
+    notify: string;
   };
 
   constructor(
@@ -210,6 +214,7 @@ export class PostgresEventStore implements EventStore {
       readStream: `SELECT ${COLUMNS} FROM ${s}.events WHERE stream = $1 AND revision >= $2 ORDER BY revision LIMIT $3`,
       revision: `SELECT max(revision) AS revision FROM ${s}.events WHERE stream = $1`,
       head: `SELECT coalesce(max(position), 0) AS head FROM ${s}.events`,
+      notify: `SELECT pg_notify('${names.channel}', '')`,
     };
   }
 
@@ -287,9 +292,34 @@ export class PostgresEventStore implements EventStore {
       this.pool.query<GroupRow>({ name: 'es_append_group', text: this.q.append, values }),
     );
     this.space.succeeded();
+    if (rows.some((r) => r.code === null)) this.announce();
     return rows;
   }
 
+  /**
+   * Tells the other processes' subscriptions that something was committed, after the commit and
+   * in a transaction of its own (a NOTIFY inside the append would serialise every writer's commit
+   * on the server's notify lock). At most one is out at a time; appends committed meanwhile are
+   * announced by one more. Local subscribers are woken at once. A lost notify costs a poll tick.
+   */
+  private announce(): void {
+    this.signal.notify();
+    if (this.notifying) {
+      this.notifyAgain = true;
+      return;
+    }
+    this.notifying = true;
+    this.pool
+      .query(this.q.notify)
+      .catch((err: unknown) => this.logger?.debug({ err }, 'postgres: notify failed; subscribers poll'))
+      .finally(() => {
+        this.notifying = false;
+        if (this.notifyAgain && !this.closed) {
+          this.notifyAgain = false;
+          this.announce();
+        }
+      });
+  }
   /** What a failed statement means for the one append it carried. */
   private async groupFailure(member: PendingAppend, err: unknown): Promise<unknown> {
     if (isStorageFull(err)) {

@@ -41,6 +41,15 @@ export async function startService(config: Config, roles: Role[], logger: Logger
     const measured = await runnerLags(adapters.eventStore, config.PROJECTION_READY_MAX_LAG).catch(() => null);
     for (const [projection, events] of measured?.lags ?? []) set({ projection }, events);
   });
+  const flushLag = adapters.eventStore.flushLag?.bind(adapters.eventStore);
+  if (flushLag) {
+    metrics?.eventStoreFlush.from(async (set) => {
+      const lag = await flushLag().catch(() => null);
+      if (!lag) return;
+      set({ unit: 'bytes' }, lag.unflushedBytes);
+      set({ unit: 'seconds' }, lag.boundMs / 1000);
+    });
+  }
   const readiness = new Readiness();
   readiness.add('eventStore', async () => ({
     kind: adapters.eventStore.kind,

@@ -268,9 +268,10 @@ describe.runIf(run)(
         expect((await ready(url)).body.checks.eventStore?.detail).toBe(`head position ${head}`);
       }
       const log = await store.readAll();
-      expect(log).toHaveLength(head);
+      expect(log.at(-1)?.position).toBe(head);
       expect(new Set(log.map((e) => e.id)).size).toBe(log.length);
-      expect(log.map((e) => e.position)).toEqual(log.map((_, i) => i + 1));
+      // Positions increase in read order (they come from the writing transactions: not consecutive).
+      expect(log.every((e, i) => i === 0 || e.position > log[i - 1]!.position)).toBe(true);
       // Every stream is gap-free 0..n as well.
       const revisions = new Map<string, number[]>();
       for (const e of log) revisions.set(e.stream, [...(revisions.get(e.stream) ?? []), e.revision]);

@@ -51,6 +51,12 @@ export interface EventStore {
    */
   appended?(after: number, timeoutMs: number): { promise: Promise<void>; cancel: () => void };
 
+  /**
+   * Optional, where appends may be answered once committed (`durability: 'committed'`): how much
+   * committed log is not yet flushed, and the engine's bound on how long it may stay so.
+   */
+  flushLag?(): Promise<{ unflushedBytes: number; boundMs: number }>;
+
   /** Current revision of a stream, or null when it does not exist. */
   streamRevision(stream: string): Promise<number | null>;
 

@@ -414,6 +414,21 @@ export class PostgresEventStore implements EventStore {
     return Number(rows[0]!.head);
   }
 
+  /**
+   * WAL written but not yet flushed, and the bound PostgreSQL puts on it for asynchronous commits:
+   * the WAL writer flushes at least every wal_writer_delay, and a commit waits at most three of them.
+   */
+  async flushLag(): Promise<{ unflushedBytes: number; boundMs: number }> {
+    const { rows } = await this.withRetry('read', () =>
+      this.pool.query<{ bytes: string; delay_ms: string }>({
+        name: 'es_flush_lag',
+        text: `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), pg_current_wal_flush_lsn()) AS bytes,
+                      (SELECT setting FROM pg_settings WHERE name = 'wal_writer_delay') AS delay_ms`,
+      }),
+    );
+    return { unflushedBytes: Math.max(0, Number(rows[0]!.bytes)), boundMs: 3 * Number(rows[0]!.delay_ms) };
+  }
+
   async health(): Promise<HealthReport> {
     if (this.closed) return { ok: false, detail: 'closed' };
     // Without a write to probe with, a full disk (SQLSTATE 53100) is reported for a while after

@@ -113,17 +113,22 @@ export class ChatQuota {
       return { ok: false, snapshot: after, retryAfterSeconds };
     }
     try {
-      await this.deps.store.append(chatStream(subject.id), [
-        newEvent('ChatQuotaConsumed', {
-          subject: subject.id,
-          subjectKind: subject.kind,
-          plan: subject.plan,
-          month: period.month,
-          model,
-          requestId,
-          generation: result.generation,
-        }),
-      ]);
+      await this.deps.store.append(
+        chatStream(subject.id),
+        [
+          newEvent('ChatQuotaConsumed', {
+            subject: subject.id,
+            subjectKind: subject.kind,
+            plan: subject.plan,
+            month: period.month,
+            model,
+            requestId,
+            generation: result.generation,
+          }),
+          // A quota debit: answered once committed (deploy/README.md, durability by event class).
+        ],
+        { durability: 'committed' },
+      );
     } catch (err) {
       // Unrecorded, the unit would vanish on the next rebuild: give it back now instead.
       await this.deps.cache.releaseLive(QUOTA_FAMILY, result.generation, [key], 1).catch(() => false);

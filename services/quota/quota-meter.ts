@@ -189,18 +189,24 @@ export class QuotaMeter {
   private async append(batch: Batch): Promise<void> {
     const { subject, period } = batch;
     try {
-      const appended = await this.deps.store.append(quotaStream(subject.id), [
-        newEvent('QuotaDebitsRecorded', {
-          subject: subject.id,
-          subjectKind: subject.kind,
-          plan: subject.plan,
-          tool: batch.tool,
-          units: batch.units,
-          day: period.day,
-          month: period.month,
-          generation: batch.generation,
-        }),
-      ]);
+      const appended = await this.deps.store.append(
+        quotaStream(subject.id),
+        [
+          newEvent('QuotaDebitsRecorded', {
+            subject: subject.id,
+            subjectKind: subject.kind,
+            plan: subject.plan,
+            tool: batch.tool,
+            units: batch.units,
+            day: period.day,
+            month: period.month,
+            generation: batch.generation,
+          }),
+          // Answered once committed: it survives this process's death, and the flush follows
+          // within the store's bound (deploy/README.md, durability by event class).
+        ],
+        { durability: 'committed' },
+      );
       for (const call of batch.calls) call.resolve(appended.position);
     } catch (err) {
       // Nothing was written (a full disk): none of these calls is served, so none may use up

@@ -60,6 +60,13 @@ export function createMetrics() {
       'Events between the store head and each projection runner of this process; on KurrentDB counted up to PROJECTION_READY_MAX_LAG + 1',
       ['projection'],
     ),
+    /** Where appends may be answered once committed (PostgreSQL): what is not yet flushed. */
+    eventStoreFlush: scrapedGauge(
+      registry,
+      'event_store_unflushed',
+      'Committed log not yet flushed to disk (unit=bytes), and the engine bound on how long it may stay so (unit=seconds)',
+      ['unit'],
+    ),
     quotaDebits: new Counter({
       name: 'quota_debits_total',
       help: 'Calls debited from a quota (served), by plan',

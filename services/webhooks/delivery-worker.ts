@@ -246,7 +246,10 @@ export class DeliveryWorker {
       { subscriptionId, deliveryId },
       { id: deterministicId('webhook-seq', deliveryId) },
     );
-    const { nextRevision } = await this.deps.store.append(sequenceStream(subscriptionId), [event]);
+    // Delivery bookkeeping: answered once committed (deploy/README.md, durability by event class).
+    const { nextRevision } = await this.deps.store.append(sequenceStream(subscriptionId), [event], {
+      durability: 'committed',
+    });
     return nextRevision + 1;
   }
 

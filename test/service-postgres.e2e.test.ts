@@ -81,6 +81,23 @@ describe.runIf(run)('service on PostgreSQL, NATS JetStream and Redis by configur
     expect(body.checks.cache).toMatchObject({ ok: true, kind: 'redis' });
   });
 
+  it('shows on /metrics how much committed log is not yet flushed, and the bound on it', async () => {
+    const text = await (await fetch(`${service.url}/metrics`)).text();
+    const bound = /^event_store_unflushed\{unit="seconds"\} ([0-9.]+)$/m.exec(text);
+    const bytes = /^event_store_unflushed\{unit="bytes"\} ([0-9.]+)$/m.exec(text);
+    const delay = await new pg.Client({ connectionString: POSTGRES_URL });
+    await delay.connect();
+    try {
+      const { rows } = await delay.query(
+        `SELECT setting::int AS ms FROM pg_settings WHERE name = 'wal_writer_delay'`,
+      );
+      expect(Number(bound?.[1])).toBeCloseTo((3 * rows[0].ms) / 1000, 6);
+    } finally {
+      await delay.end();
+    }
+    expect(Number(bytes?.[1])).toBeGreaterThanOrEqual(0);
+  });
+
   it('records the scheduled verdicts in PostgreSQL and keeps projection snapshots beside them', async () => {
     const { eventStore } = service.adapters;
     // One 4h verdict for each of the six replayed spot coins (BTC, ETH, SOL, BNB, XRP, DOGE),

@@ -17,8 +17,11 @@ export interface CannonOptions {
   body?: string;
   connections: number;
   durationSeconds: number;
-  /** Rewrite each request as a JSON-RPC call on one of these MCP sessions, round robin. */
-  mcp?: { sessions: string[]; method: string; params: unknown };
+  /**
+   * Rewrite each request as a JSON-RPC call on one of these MCP sessions, round robin; with
+   * `authorizations`, each session's own Authorization header (sessions of many keys).
+   */
+  mcp?: { sessions: string[]; authorizations?: string[]; method: string; params: unknown };
 }
 
 export interface CannonResult {
@@ -49,9 +52,15 @@ async function main(): Promise<void> {
             {
               setupRequest: (request: autocannon.Request) => {
                 const n = next++;
+                const i = n % mcp.sessions.length;
+                const authorization = mcp.authorizations?.[i];
                 return {
                   ...request,
-                  headers: { ...request.headers, 'mcp-session-id': mcp.sessions[n % mcp.sessions.length]! },
+                  headers: {
+                    ...request.headers,
+                    'mcp-session-id': mcp.sessions[i]!,
+                    ...(authorization ? { authorization } : {}),
+                  },
                   // Unique across runs too: a request cut off at the end of the last run may still be in flight.
                   body: JSON.stringify({
                     jsonrpc: '2.0',

@@ -128,6 +128,31 @@ export async function issueKey(env: Record<string, string>, dataDir: string, pla
   return key;
 }
 
+/** Issues `count` keys in one child process (bench/issue-keys.ts) on the configured store. */
+export async function issueKeys(
+  env: Record<string, string>,
+  dataDir: string,
+  count: number,
+  plan = 'pro',
+): Promise<string[]> {
+  const child = spawn(process.execPath, [...TSX, 'bench/issue-keys.ts', String(count), plan], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH, DATA_DIR: dataDir, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  let err = '';
+  child.stdout!.on('data', (c: Buffer) => {
+    out += c.toString();
+  });
+  child.stderr!.on('data', (c: Buffer) => {
+    err += c.toString();
+  });
+  const code = await exitOf(child);
+  if (code !== 0) throw new Error(`issuing ${count} keys failed (${code}): ${err}`);
+  return JSON.parse(out.trim().split('\n').pop()!) as string[];
+}
+
 /** What a response is, byte for byte, minus the per-connection headers. */
 export async function capture(
   url: string,

@@ -10,6 +10,7 @@
  * Both servers' main-thread CPU per call is printed beside the rates.
  *
  *   npx tsx bench/scale-out.bench.ts [--keys=128] [--seconds=4] [--rounds=3] [--connections=32]
+ *     [--cpu-prof=<dir>] (profile the PostgreSQL-side service)
  */
 import { randomUUID } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
@@ -44,6 +45,8 @@ export interface ScaleOutOptions {
   seconds?: number;
   rounds?: number;
   connections?: number;
+  /** Directory for a CPU profile of the PostgreSQL-side service (node --cpu-prof). */
+  cpuProf?: string;
 }
 
 export async function run(options: ScaleOutOptions = {}) {
@@ -78,7 +81,10 @@ export async function run(options: ScaleOutOptions = {}) {
   try {
     const pgKeys = await issueKeys(shared, sharedData.path, keys);
     const boxKeys = await issueKeys(BASE_ENV, boxData.path, keys);
-    pg = await startService(shared, { dataDir: sharedData.path });
+    pg = await startService(shared, {
+      dataDir: sharedData.path,
+      ...(options.cpuProf ? { cpuProf: options.cpuProf } : {}),
+    });
     box = await startService(BASE_ENV, { dataDir: boxData.path });
     const sessionsOf = async (url: string, list: string[]) => {
       const sessions: string[] = [];
@@ -139,6 +145,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
       seconds: { type: 'string' },
       rounds: { type: 'string' },
       connections: { type: 'string' },
+      'cpu-prof': { type: 'string' },
     },
   });
   await run({
@@ -146,5 +153,6 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     ...(values.seconds ? { seconds: Number(values.seconds) } : {}),
     ...(values.rounds ? { rounds: Number(values.rounds) } : {}),
     ...(values.connections ? { connections: Number(values.connections) } : {}),
+    ...(values['cpu-prof'] ? { cpuProf: values['cpu-prof'] } : {}),
   });
 }

@@ -60,10 +60,17 @@ describe.runIf(run)('the log feed on a store whose reads take a round trip', () 
         state: all.slice(0, 250).map((e) => e.position),
       });
       await checkpoints.save('relay', { version: 1, checkpoint: all[39]!.position, state: null });
+      // A projection further back too (the outcome resolver's pending view, say).
+      await checkpoints.save('behind', {
+        version: 1,
+        checkpoint: all[99]!.position,
+        state: all.slice(0, 100).map((e) => e.position),
+      });
       const runner = new ProjectionRunner(store, checkpoints, positions, { logger });
+      const behind = new ProjectionRunner(store, checkpoints, { ...positions, name: 'behind' }, { logger });
       const relay = new Relay({ store, bus, checkpoints, logger });
       await runner.start();
-      await relay.start();
+      await Promise.all([relay.start(), behind.start()]);
 
       const seen: RecordedEvent[] = [];
       const consumer = await bus.consume(
@@ -75,15 +82,21 @@ describe.runIf(run)('the log feed on a store whose reads take a round trip', () 
       );
       const head = all.at(-1)!.position;
       await waitFor(
-        () => relay.checkpoint === head && runner.checkpoint === head && seen.length >= ids.length - 40,
+        () =>
+          relay.checkpoint === head &&
+          runner.checkpoint === head &&
+          behind.checkpoint === head &&
+          seen.length >= ids.length - 40,
         'the relay and the projection at the head',
         20_000,
       );
       await relay.stop();
       await runner.stop();
+      await behind.stop();
       await consumer.stop();
       expect(seen.map((e) => e.id)).toEqual(ids.slice(40));
       expect(runner.state).toEqual(all.map((e) => e.position));
+      expect(behind.state).toEqual(all.map((e) => e.position));
     } finally {
       await bus.close();
       await store.close();

@@ -124,6 +124,40 @@ describe.runIf(run)('PostgreSQL event store', () => {
     }
   });
 
+  it('never lets a reader pass an event that commits late: later commits wait behind it, then both arrive in order', async () => {
+    const schema = fresh();
+    // A poll far longer than the test: arrivals come from the notify and the held-back re-read.
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema, pollMs: 30_000 });
+    const slow = new pg.Client({ connectionString: POSTGRES_URL });
+    await slow.connect();
+    const seen: string[] = [];
+    const sub = store.subscribeToAll();
+    const consuming = (async () => {
+      for await (const e of sub) seen.push(e.type);
+    })();
+    try {
+      // A writer whose transaction takes its positions first and commits last.
+      await slow.query('BEGIN');
+      await slow.query(
+        `SELECT * FROM "${schema}".append_group($1::text[], $2::text[], $3::integer[], true, $4::text[], $5::text[], $6::text[], $7::text[], $8::json[])`,
+        [['late'], ['any'], [1], [randomUUID()], ['Late'], [null], [null], ['{}']],
+      );
+      await store.append('early', [event('Early')]);
+      // Committed, notified, and still not handed out: the late one's positions are below it.
+      await new Promise((r) => setTimeout(r, 300));
+      expect(seen).toEqual([]);
+      expect((await store.readAll()).map((e) => e.type)).toEqual([]);
+      // The late writer ends without a notify of its own (as a projection save would).
+      await slow.query('COMMIT');
+      await expect.poll(() => seen, { timeout: 10_000 }).toEqual(['Late', 'Early']);
+    } finally {
+      await sub.close();
+      await consuming;
+      await slow.end();
+      await store.close();
+    }
+  });
+
   it('keeps payload key order and numbers exactly as appended', async () => {
     const store = await openPostgresEventStore({ url: POSTGRES_URL, schema: fresh() });
     try {

@@ -138,6 +138,8 @@ export async function migrate(pool: pg.Pool, schema: string, names: SchemaNames,
 
 interface EventRow {
   position: string;
+  /** On readAll's rows (see its query). */
+  held?: boolean;
   id: string;
   stream: string;
   revision: string;
@@ -210,7 +212,12 @@ export class PostgresEventStore implements EventStore {
       append: `SELECT idx, code, detail, next_revision, head FROM ${s}.append_group($1::text[], $2::text[], $3::integer[], $4::boolean, $5::text[], $6::text[], $7::text[], $8::text[], $9::json[])`,
       // Only positions of transactions older than the oldest one still in flight: all of those
       // have ended, and every later commit lands above them (postgres-schema.ts, version 2).
-      readAll: `SELECT ${COLUMNS} FROM ${s}.events WHERE position > $1 AND position <= (${readableBelow(s)}) ORDER BY position LIMIT $2`,
+      // \`held\`: events are committed above the bound (a transaction older than theirs is still
+      // open), so subscribers look again soon instead of at the next poll (see readAll).
+      readAll: `WITH b AS (${readableBelow(s)}),
+                page AS (SELECT ${COLUMNS} FROM ${s}.events, b WHERE position > $1 AND position <= b.bound ORDER BY position LIMIT $2)
+                SELECT page.*, EXISTS (SELECT 1 FROM ${s}.events e, b WHERE e.position > b.bound) AS held
+                FROM b LEFT JOIN page ON true ORDER BY page.position`,
       readStream: `SELECT ${COLUMNS} FROM ${s}.events WHERE stream = $1 AND revision >= $2 ORDER BY revision LIMIT $3`,
       revision: `SELECT max(revision) AS revision FROM ${s}.events WHERE stream = $1`,
       head: `SELECT coalesce(max(position), 0) AS head FROM ${s}.events`,
@@ -362,8 +369,31 @@ export class PostgresEventStore implements EventStore {
         values: [options.after ?? 0, Number.isFinite(maxCount) ? maxCount : null],
       }),
     );
-    return rows.map(toRecorded);
+    this.heldBack(rows[0]?.held === true);
+    return rows[0]?.position == null ? [] : (rows as EventRow[]).map(toRecorded);
   }
+
+  /**
+   * Commits held behind an older open transaction announce themselves before readers may take
+   * them, and the transaction they wait for may announce nothing when it ends (a projection
+   * snapshot save): while something is held, subscribers read again after a short, growing delay
+   * (20 ms doubling up to the poll interval) rather than only at the next poll.
+   */
+  private heldBack(held: boolean): void {
+    if (!held) {
+      this.heldDelayMs = 0;
+      return;
+    }
+    if (this.heldTimer || this.closed) return;
+    this.heldDelayMs = Math.min(this.pollMs, this.heldDelayMs === 0 ? 20 : this.heldDelayMs * 2);
+    this.heldTimer = setTimeout(() => {
+      this.heldTimer = null;
+      this.signal.notify();
+    }, this.heldDelayMs);
+    this.heldTimer.unref();
+  }
+  private heldTimer: NodeJS.Timeout | null = null;
+  private heldDelayMs = 0;
 
   /**
    * A subscription outlives an outage of the server: reads that find it unreachable are retried
@@ -449,6 +479,7 @@ export class PostgresEventStore implements EventStore {
     if (this.closed) return;
     this.closed = true;
     if (this.listenerRetry) clearTimeout(this.listenerRetry);
+    if (this.heldTimer) clearTimeout(this.heldTimer);
     this.signal.notify();
     const listener = this.listener;
     this.listener = null;
@@ -522,7 +553,7 @@ export class PostgresEventStore implements EventStore {
 
 /** The highest position a reader may take now: below the oldest transaction still in flight. */
 function readableBelow(schema: string): string {
-  return `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint * ${POSITIONS_PER_TRANSACTION} + b.base FROM ${schema}.position_base b`;
+  return `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint * ${POSITIONS_PER_TRANSACTION} + base AS bound FROM ${schema}.position_base`;
 }
 
 const UNIQUE_VIOLATION = '23505';

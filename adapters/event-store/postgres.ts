@@ -214,10 +214,12 @@ export class PostgresEventStore implements EventStore {
       // have ended, and every later commit lands above them (postgres-schema.ts, version 2).
       // \`held\`: events are committed above the bound (a transaction older than theirs is still
       // open), so subscribers look again soon instead of at the next poll (see readAll).
-      readAll: `WITH b AS (${readableBelow(s)}),
-                page AS (SELECT ${COLUMNS} FROM ${s}.events, b WHERE position > $1 AND position <= b.bound ORDER BY position LIMIT $2)
-                SELECT page.*, EXISTS (SELECT 1 FROM ${s}.events e, b WHERE e.position > b.bound) AS held
-                FROM b LEFT JOIN page ON true ORDER BY page.position`,
+      // The bound is a scalar subquery (computed once, the page an index range scan); the last
+      // row, with no event in it, says whether anything is committed above the bound.
+      readAll: `(SELECT ${COLUMNS}, NULL::boolean AS held FROM ${s}.events
+                  WHERE position > $1 AND position <= (${readableBelow(s)}) ORDER BY position LIMIT $2)
+                UNION ALL
+                SELECT ${COLUMNS.replace(/[a-z_]+/g, 'NULL')}, (SELECT max(position) FROM ${s}.events) > (${readableBelow(s)})`,
       readStream: `SELECT ${COLUMNS} FROM ${s}.events WHERE stream = $1 AND revision >= $2 ORDER BY revision LIMIT $3`,
       revision: `SELECT max(revision) AS revision FROM ${s}.events WHERE stream = $1`,
       head: `SELECT coalesce(max(position), 0) AS head FROM ${s}.events`,
@@ -369,8 +371,9 @@ export class PostgresEventStore implements EventStore {
         values: [options.after ?? 0, Number.isFinite(maxCount) ? maxCount : null],
       }),
     );
-    this.heldBack(rows[0]?.held === true);
-    return rows[0]?.position == null ? [] : (rows as EventRow[]).map(toRecorded);
+    const marker = rows.pop();
+    this.heldBack(marker?.held === true);
+    return rows.map(toRecorded);
   }
 
   /**

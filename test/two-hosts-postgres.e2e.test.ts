@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { jetstreamManager } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openPostgresEventStore, type PostgresEventStore } from '../adapters/event-store/postgres.ts';
@@ -28,6 +28,7 @@ const ROLES = { a: 'api,engine,projections', b: 'api,engine,dispatcher' } as con
 
 interface Host {
   name: string;
+  env: Record<string, string>;
   child: ChildProcess;
   dir: string;
   url: Promise<string>;
@@ -51,14 +52,19 @@ interface Ready {
 }
 
 /** One "host": a service process with a DATA_DIR of its own, sharing PostgreSQL, NATS and Redis. */
-async function startHost(name: string, roles: string, env: Record<string, string>): Promise<Host> {
-  const dir = await mkdtemp(join(tmpdir(), 'host-pg-'));
+async function startHost(
+  name: string,
+  roles: string,
+  env: Record<string, string>,
+  existing?: string,
+): Promise<Host> {
+  const dir = existing ?? (await mkdtemp(join(tmpdir(), 'host-pg-')));
   const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts', '--role', roles], {
     cwd: ROOT,
     env: { PATH: process.env.PATH, HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', DATA_DIR: dir, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  const host: Host = { name, child, dir, stderr: '', url: Promise.resolve('') };
+  const host: Host = { name, env, child, dir, stderr: '', url: Promise.resolve('') };
   host.url = new Promise((resolve, reject) => {
     let buffer = '';
     child.stdout!.on('data', (chunk: Buffer) => {
@@ -277,5 +283,88 @@ describe.runIf(run)(
       for (const e of log) revisions.set(e.stream, [...(revisions.get(e.stream) ?? []), e.revision]);
       for (const list of revisions.values()) expect(list).toEqual(list.map((_, i) => i));
     }, 60_000);
+
+    it('loses and doubles nothing when the host that relays is killed under keyed load and restarted', async () => {
+      const { key } = await issueKey(store, { plan: 'pro', owner: 'kill-relay', via: 'operator' });
+      const a = hosts[0]!;
+      // kill -9 of host A: its projections, its relay and its share of the api stop at once.
+      const gone = new Promise<void>((resolve) => a.child.once('exit', () => resolve()));
+      a.child.kill('SIGKILL');
+      await gone;
+      // Meanwhile host B serves keyed calls whose answers are new verdicts (relayed events) beside
+      // their quota debits (not relayed), in one log.
+      const markets = ['BTC', 'ETH', 'SOL'].flatMap((coin) =>
+        ['1h', '2h', '8h', '1d'].map((timeframe) => ({ coin, timeframe })),
+      );
+      let served = 0;
+      for (let round = 0; round < 3; round++) {
+        const answers = await Promise.all(
+          markets.map((m) =>
+            fetch(`${urls[1]}/x402/get_trade_call`, {
+              method: 'POST',
+              headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+              body: JSON.stringify({ ...m, exchange: 'BINANCE' }),
+            }),
+          ),
+        );
+        for (const r of answers) {
+          expect(r.status).toBe(200);
+          await r.arrayBuffer();
+          served++;
+        }
+      }
+      // Host A again, on its own DATA_DIR: the relay resumes from its checkpoint.
+      const again = await startHost('A', ROLES.a, a.env, a.dir);
+      hosts[0] = again;
+      urls[0] = await again.url;
+      const head = await store.headPosition();
+      await expect
+        .poll(async () => (await ready(urls[0]!)).body.checks.relay?.checkpoint ?? -1, {
+          timeout: 60_000,
+          interval: 250,
+        })
+        .toBeGreaterThanOrEqual(head);
+
+      const log = await store.readAll();
+      const relayed = log.filter((e) => RELAYED.has(e.type)).map((e) => e.id);
+      expect(log.filter((e) => e.type === 'VerdictRecorded').length).toBeGreaterThan(markets.length);
+      // Every event of a relayed type is on the stream, once.
+      const onStream = await streamMsgIds(stream);
+      expect(onStream.filter((id) => relayed.includes(id)).sort()).toEqual([...relayed].sort());
+      expect(new Set(onStream).size).toBe(onStream.length);
+      // Every call answered was debited once.
+      const debits = log.filter(
+        (e) => e.type === 'QuotaDebitsRecorded' && (e.data as { plan?: string }).plan === 'pro',
+      );
+      expect(debits.reduce((sum, e) => sum + debitedUnits(e), 0)).toBe(served);
+    }, 120_000);
   },
 );
+
+/** The event types the relay publishes by default (RELAY_EVENT_TYPES). */
+const RELAYED = new Set([
+  'VerdictRecorded',
+  'RegimeShifted',
+  'SubscriptionReEnabled',
+  'SubscriptionDisabled',
+]);
+
+/** The message ids of every message on `stream`, read with an ordered consumer. */
+async function streamMsgIds(stream: string): Promise<string[]> {
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const js = jetstream(nc);
+    const info = await (await jetstreamManager(nc)).streams.info(stream);
+    const consumer = await js.consumers.get(stream);
+    const ids: string[] = [];
+    if (info.state.messages === 0) return ids;
+    const messages = await consumer.consume();
+    for await (const m of messages) {
+      ids.push(m.headers?.get('Nats-Msg-Id') ?? '');
+      if (m.info.pending === 0) break;
+    }
+    return ids;
+  } finally {
+    await nc.close();
+  }
+}

@@ -24,6 +24,7 @@ export async function eventsBehind(
 ): Promise<number> {
   const span = Math.max(0, head - checkpoint);
   if (store.densePositions || span === 0) return span;
+  if (store.countCommitted) return store.countCommitted(checkpoint, head, cap);
   const read = await store.readAll({ after: checkpoint, maxCount: cap + 1 });
   // Events appended since `head` was read are not behind it.
   return read.filter((e) => e.position <= head).length;

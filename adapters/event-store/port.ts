@@ -57,6 +57,14 @@ export interface EventStore {
    */
   flushLag?(): Promise<{ unflushedBytes: number; boundMs: number }>;
 
+  /**
+   * Optional, where readers may be held back from committed events (PostgreSQL: behind an older
+   * open transaction): how many events are committed after `after` up to `head`, whether or not a
+   * reader may take them yet, counted up to `cap` + 1. Lag is counted with it, so a held reader
+   * shows as behind.
+   */
+  countCommitted?(after: number, head: number, cap: number): Promise<number>;
+
   /** Current revision of a stream, or null when it does not exist. */
   streamRevision(stream: string): Promise<number | null>;
 

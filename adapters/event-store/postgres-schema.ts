@@ -31,6 +31,13 @@ export interface SchemaNames {
  */
 export const POSITIONS_PER_TRANSACTION = 65_536;
 
+/**
+ * Transaction ids the base skips at each server start (see append_group): far more than a crash
+ * can lose (the WAL writer flushes every wal_writer_delay), and 2^37 / 2^22 = 32,768 restarts before
+ * positions leave a double's exact range.
+ */
+export const RESTART_MARGIN_TRANSACTIONS = 4_194_304;
+
 /** Namespace key of every advisory lock this adapter takes ("ESPG"). */
 const LOCK_NAMESPACE = 0x45535047;
 
@@ -176,10 +183,16 @@ $fn$;
 -- oldest transaction still in flight (readableBelow), so an event that commits late can never
 -- appear below a position a reader has already passed. Positions stay increasing, no longer
 -- consecutive. \`base\` puts every new position above the ones version 1 handed out.
-CREATE TABLE ${schema}.position_base (base bigint NOT NULL);
+-- \`started\`: the server start the base was last checked against (see append_group).
+CREATE TABLE ${schema}.position_base (base bigint NOT NULL, started timestamptz NOT NULL);
 INSERT INTO ${schema}.position_base
-  SELECT greatest(0, coalesce(max(position), 0) + 1 - pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION})
+  SELECT greatest(0, coalesce(max(position), 0) + 1 - pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION}),
+         pg_postmaster_start_time()
   FROM ${schema}.events;
+
+-- Version 1's serialised append would hand out positions below ones readers have passed: a process
+-- of the old version still running after this migration fails its appends instead.
+DROP FUNCTION ${schema}.append_events(text, text, text[], text[], text[], text[], json[]);
 
 -- A group of appends (several streams, one round trip, one commit). Each append is decided on its
 -- own and answers its own row: code NULL (written or an idempotent retry), ES001 (wrong expected
@@ -211,6 +224,18 @@ BEGIN
   FOR v_key IN SELECT DISTINCT hashtext(s) FROM unnest(p_streams) AS s ORDER BY 1 LOOP
     PERFORM pg_advisory_xact_lock(${lockKeys[1]}, v_key);
   END LOOP;
+  -- First append since the server (re)started: transactions committed asynchronously and lost in
+  -- a crash may see their ids handed out again, below positions readers have already passed, and a
+  -- restored copy of the log may restart ids lower still. The base moves past both, once per start.
+  IF (SELECT b.started FROM ${schema}.position_base b) IS DISTINCT FROM pg_postmaster_start_time() THEN
+    UPDATE ${schema}.position_base b
+       SET base = greatest(
+             b.base + ${RESTART_MARGIN_TRANSACTIONS}::bigint * ${POSITIONS_PER_TRANSACTION},
+             (SELECT coalesce(max(e.position), 0) FROM ${schema}.events e) + 1
+               - pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION}),
+           started = pg_postmaster_start_time()
+     WHERE b.started IS DISTINCT FROM pg_postmaster_start_time();
+  END IF;
   SELECT pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION} + b.base INTO v_base
     FROM ${schema}.position_base b;
 

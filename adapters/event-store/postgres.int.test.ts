@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
+import { eventsBehind } from '../../projections/lag.ts';
 import {
   dropSchemas,
   POSTGRES_URL,
@@ -10,7 +11,7 @@ import {
 import { event, eventStoreContract, uniqueStream } from './contract.ts';
 import { EventStoreUnavailableError } from './port.ts';
 import { migrate, openPostgresEventStore } from './postgres.ts';
-import { MIGRATIONS, schemaNames } from './postgres-schema.ts';
+import { MIGRATIONS, POSITIONS_PER_TRANSACTION, schemaNames } from './postgres-schema.ts';
 
 const run = await shouldRunPostgresSuite('PostgreSQL event store suite');
 const schemas: string[] = [];
@@ -154,6 +155,85 @@ describe.runIf(run)('PostgreSQL event store', () => {
       await sub.close();
       await consuming;
       await slow.end();
+      await store.close();
+    }
+  });
+
+  it('settles a failed group one append at a time, in order, so the revisions of one stream hold', async () => {
+    // A pool larger than the group: members sent side by side would race for their stream.
+    const store = await openPostgresEventStore({
+      url: POSTGRES_URL,
+      schema: fresh(),
+      poolSize: 32,
+      groupsInFlight: 1,
+    });
+    try {
+      const taken = event('T');
+      await store.append('elsewhere', [taken]);
+      const blocker = store.append(uniqueStream('first'), [event('G')]);
+      const s = uniqueStream('chain');
+      const results = await Promise.allSettled([
+        store.append(uniqueStream('late-reuse'), [event('G'), taken]),
+        store.append(s, [event('C')], { expectedRevision: 'no_stream' }),
+        store.append(s, [event('C')], { expectedRevision: 0 }),
+        store.append(s, [event('C')], { expectedRevision: 1 }),
+      ]);
+      await blocker;
+      expect(results[0]).toMatchObject({ status: 'rejected', reason: { name: 'IdempotencyConflictError' } });
+      expect(results.slice(1).map((r) => r.status)).toEqual(['fulfilled', 'fulfilled', 'fulfilled']);
+      expect((await store.readStream(s)).map((e) => e.revision)).toEqual([0, 1, 2]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('counts events held back by an open transaction as lag, though readers cannot take them yet', async () => {
+    const schema = fresh();
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema });
+    const slow = new pg.Client({ connectionString: POSTGRES_URL });
+    await slow.connect();
+    try {
+      await store.append('before', [event('B')]);
+      const checkpoint = (await store.readAll()).at(-1)!.position;
+      await slow.query('BEGIN');
+      await slow.query(
+        `SELECT * FROM "${schema}".append_group($1::text[], $2::text[], $3::integer[], true, $4::text[], $5::text[], $6::text[], $7::text[], $8::json[])`,
+        [['held'], ['any'], [1], [randomUUID()], ['Held'], [null], [null], ['{}']],
+      );
+      for (let i = 0; i < 5; i++) await store.append('after', [event('A')]);
+      const head = await store.headPosition();
+      expect(await store.readAll({ after: checkpoint })).toEqual([]);
+      expect(await eventsBehind(store, checkpoint, head, 1_000)).toBe(5);
+      expect(await eventsBehind(store, checkpoint, head, 2)).toBe(3);
+      await slow.query('COMMIT');
+      expect(await store.readAll({ after: checkpoint })).toHaveLength(6);
+    } finally {
+      await slow.end();
+      await store.close();
+    }
+  });
+
+  it('moves the position base on past any id a crash or a restore could hand out again, once per server start', async () => {
+    const schema = fresh();
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema });
+    try {
+      await store.append('s', [event('A')]);
+      const before = (await store.readAll()).at(-1)!.position;
+      // As a restored copy on a new server would be: another start, and ids restarting far lower.
+      await store.pool.query(
+        `UPDATE "${schema}".position_base SET started = '2000-01-01', base = base - $1::bigint`,
+        [String(1_000_000_000 * POSITIONS_PER_TRANSACTION)],
+      );
+      await store.append('s', [event('B')]);
+      const [, after] = await store.readAll();
+      expect(after!.position).toBeGreaterThan(before);
+      // The same start again: the base stays where it is.
+      const { rows } = await store.pool.query(`SELECT base FROM "${schema}".position_base`);
+      await store.append('s', [event('C')]);
+      const { rows: again } = await store.pool.query(`SELECT base FROM "${schema}".position_base`);
+      expect(again[0].base).toBe(rows[0].base);
+      expect((await store.readAll()).map((e) => e.type)).toEqual(['A', 'B', 'C']);
+    } finally {
       await store.close();
     }
   });

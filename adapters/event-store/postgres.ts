@@ -138,8 +138,9 @@ export async function migrate(pool: pg.Pool, schema: string, names: SchemaNames,
 
 interface EventRow {
   position: string;
-  /** On readAll's rows (see its query). */
-  held?: boolean;
+  /** On readAll's marker row (see its query): the log's last position, and the readable bound. */
+  committed_head?: string | null;
+  bound?: string | null;
   id: string;
   stream: string;
   revision: string;
@@ -216,14 +217,15 @@ export class PostgresEventStore implements EventStore {
       // open), so subscribers look again soon instead of at the next poll (see readAll).
       // The bound is a scalar subquery (computed once, the page an index range scan); the last
       // row, with no event in it, says whether anything is committed above the bound.
-      readAll: `(SELECT ${COLUMNS}, NULL::boolean AS held FROM ${s}.events
+      readAll: `(SELECT ${COLUMNS}, NULL::bigint AS committed_head, NULL::bigint AS bound FROM ${s}.events
                   WHERE position > $1 AND position <= (${readableBelow(s)}) ORDER BY position LIMIT $2)
                 UNION ALL
-                SELECT ${COLUMNS.replace(/[a-z_]+/g, 'NULL')}, (SELECT max(position) FROM ${s}.events) > (${readableBelow(s)})`,
+                SELECT ${COLUMNS.replace(/[a-z_]+/g, 'NULL')}, (SELECT max(position) FROM ${s}.events), (${readableBelow(s)})`,
       readStream: `SELECT ${COLUMNS} FROM ${s}.events WHERE stream = $1 AND revision >= $2 ORDER BY revision LIMIT $3`,
       revision: `SELECT max(revision) AS revision FROM ${s}.events WHERE stream = $1`,
       head: `SELECT coalesce(max(position), 0) AS head FROM ${s}.events`,
-      notify: `SELECT pg_notify('${names.channel}', '')`,
+      // Nothing to flush for: the notify's own commit need not wait for the disk.
+      notify: `SELECT set_config('synchronous_commit', 'off', true), pg_notify('${names.channel}', '')`,
     };
   }
 
@@ -274,9 +276,12 @@ export class PostgresEventStore implements EventStore {
           member.reject(new IdempotencyConflictError(member.stream, row.detail ?? ''));
         }
       }
+      // A member the statement did not answer must not wait forever.
+      for (const member of group) member.reject(new Error('postgres event store: append left unanswered'));
     } catch (err) {
-      if (group.length > 1 && !(err instanceof EventStoreUnavailableError)) {
-        await Promise.all(group.map((member) => this.appendGroup([member])));
+      if (group.length > 1 && !(err instanceof EventStoreUnavailableError) && !isStorageFull(err)) {
+        // One by one, in order: members of one stream depend on each other's revisions.
+        for (const member of group) await this.appendGroup([member]);
         return;
       }
       const failure = await this.groupFailure(group[0]!, err);
@@ -361,26 +366,54 @@ export class PostgresEventStore implements EventStore {
     return rows.map(toRecorded);
   }
 
+  /**
+   * What is committed after `after`, in position order, as far as readers may take it. A page cut
+   * short by an older transaction still open (see readableBelow) is read again, after 5 ms doubling
+   * to 100 ms, until everything committed when the call began is readable, for at most
+   * HELD_READ_WAIT_MS: open transactions last milliseconds, and a reader (a test, an export, the
+   * log feed) expects what was committed before it asked. One left open longer is not waited for.
+   */
   async readAll(options: { after?: number; maxCount?: number } = {}) {
     const maxCount = options.maxCount ?? null;
     if (maxCount !== null && maxCount <= 0) return [];
+    const limit = Number.isFinite(maxCount) ? maxCount : null;
+    const deadline = Date.now() + HELD_READ_WAIT_MS;
+    let head: number | null = null;
+    for (let delay = 5; ; delay = Math.min(100, delay * 2)) {
+      const { events, committedHead, bound } = await this.readPage(options.after ?? 0, limit);
+      head ??= committedHead;
+      const held = bound < committedHead;
+      const short = limit === null || events.length < limit;
+      if (!held || !short || bound >= head || Date.now() >= deadline || this.closed) {
+        this.heldBack(held);
+        return events;
+      }
+      await new Promise((r) => setTimeout(r, delay));
+    }
+  }
+
+  private async readPage(after: number, limit: number | null) {
     const { rows } = await this.withRetry('read', () =>
-      this.pool.query<EventRow>({
-        name: 'es_read_all',
-        text: this.q.readAll,
-        values: [options.after ?? 0, Number.isFinite(maxCount) ? maxCount : null],
-      }),
+      this.pool.query<EventRow>({ name: 'es_read_all', text: this.q.readAll, values: [after, limit] }),
     );
-    const marker = rows.pop();
-    this.heldBack(marker?.held === true);
-    return rows.map(toRecorded);
+    // The marker is the row with no event; found by that, not by its place.
+    const events: RecordedEvent[] = [];
+    let committedHead = 0;
+    let bound = 0;
+    for (const row of rows) {
+      if (row.id === null) {
+        committedHead = Number(row.committed_head ?? 0);
+        bound = Number(row.bound ?? 0);
+      } else events.push(toRecorded(row));
+    }
+    return { events, committedHead, bound };
   }
 
   /**
    * Commits held behind an older open transaction announce themselves before readers may take
    * them, and the transaction they wait for may announce nothing when it ends (a projection
    * snapshot save): while something is held, subscribers read again after a short, growing delay
-   * (20 ms doubling up to the poll interval) rather than only at the next poll.
+   * (20 ms doubling up to a second, or the poll interval if shorter) rather than only at the next poll.
    */
   private heldBack(held: boolean): void {
     if (!held) {
@@ -388,7 +421,7 @@ export class PostgresEventStore implements EventStore {
       return;
     }
     if (this.heldTimer || this.closed) return;
-    this.heldDelayMs = Math.min(this.pollMs, this.heldDelayMs === 0 ? 20 : this.heldDelayMs * 2);
+    this.heldDelayMs = Math.min(this.pollMs, 1_000, this.heldDelayMs === 0 ? 20 : this.heldDelayMs * 2);
     this.heldTimer = setTimeout(() => {
       this.heldTimer = null;
       this.signal.notify();
@@ -426,6 +459,19 @@ export class PostgresEventStore implements EventStore {
         await sub.close();
       },
     };
+  }
+
+  /** Committed events after `after` up to `head`, held back from readers or not (see port.ts). */
+  async countCommitted(after: number, head: number, cap: number): Promise<number> {
+    const { rows } = await this.withRetry('read', () =>
+      this.pool.query<{ n: number }>({
+        name: 'es_count_committed',
+        text: `SELECT count(*)::int AS n FROM (SELECT 1 FROM ${this.names.schema}.events
+                 WHERE position > $1 AND position <= $2 LIMIT $3) t`,
+        values: [after, head, cap + 1],
+      }),
+    );
+    return rows[0]!.n;
   }
 
   async streamRevision(stream: string) {
@@ -560,6 +606,8 @@ function readableBelow(schema: string): string {
 }
 
 const UNIQUE_VIOLATION = '23505';
+/** How long readAll waits for older open transactions to end (see readAll). */
+const HELD_READ_WAIT_MS = 2_000;
 /** Events one statement may carry (a transaction's share of positions, less one). */
 const MAX_GROUP_EVENTS = POSITIONS_PER_TRANSACTION - 1;
 

@@ -246,10 +246,9 @@ export class DeliveryWorker {
       { subscriptionId, deliveryId },
       { id: deterministicId('webhook-seq', deliveryId) },
     );
-    // Delivery bookkeeping: answered once committed (deploy/README.md, durability by event class).
-    const { nextRevision } = await this.deps.store.append(sequenceStream(subscriptionId), [event], {
-      durability: 'committed',
-    });
+    // Flushed, not only committed: a number lost in a server crash would be handed to another
+    // delivery, and the receiver would see it twice and no gap.
+    const { nextRevision } = await this.deps.store.append(sequenceStream(subscriptionId), [event]);
     return nextRevision + 1;
   }
 

@@ -115,6 +115,8 @@ async function openBus(config: Config, logger: Logger): Promise<Bus> {
       url: config.NATS_URL,
       stream: config.NATS_STREAM,
       subjectPrefix: config.NATS_SUBJECT_PREFIX,
+      replicas: config.NATS_STREAM_REPLICAS,
+      consumerReplicas: config.NATS_CONSUMER_REPLICAS,
       logger,
     });
   }

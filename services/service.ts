@@ -55,6 +55,17 @@ export async function startService(config: Config, roles: Role[], logger: Logger
   // deliveries (dispatcher); the cache holds the api's quota counters.
   if (roles.includes('projections') || roles.includes('dispatcher')) {
     readiness.add('bus', async () => ({ kind: adapters.bus.kind, ...(await adapters.bus.health()) }));
+    metrics?.busStreamReplicas.from(async (set) => {
+      const { replicas } = await adapters.bus.health();
+      if (!replicas) return;
+      set({ state: 'wanted' }, replicas.wanted);
+      set({ state: 'current' }, replicas.current);
+    });
+    metrics?.busStreamDrift.from(async (set) => {
+      for (const drift of (await adapters.bus.health()).drift ?? []) {
+        set({ setting: drift.setting, updated: String(drift.updated) }, 1);
+      }
+    });
   }
   if (roles.includes('api')) {
     readiness.add('cache', async () => ({ kind: adapters.cache.kind, ...(await adapters.cache.health()) }));

@@ -83,6 +83,19 @@ export function createMetrics() {
       help: 'MCP sessions open in this process',
       registers: [registry],
     }),
+    /** Read from the bus at scrape time: a stream running on fewer copies than asked for shows here. */
+    busStreamReplicas: scrapedGauge(
+      registry,
+      'bus_stream_replicas',
+      'Copies of the bus stream: wanted (its configuration) and current (up to date, leader included); absent while the stream has no leader',
+      ['state'],
+    ),
+    busStreamDrift: scrapedGauge(
+      registry,
+      'bus_stream_config_drift',
+      'Settings of the bus stream found at start that differ from this process configuration (1 each; updated=true when start brought it in line)',
+      ['setting', 'updated'],
+    ),
     /** From the log, so every process that folds it reports the whole deployment's payments. */
     payments: scrapedGauge(
       registry,

@@ -8,6 +8,7 @@ const BENCHES: Record<string, () => Promise<unknown>> = {
   'event-store': async () => (await import('./event-store.bench.ts')).run(),
   postgres: async () => (await import('./postgres.bench.ts')).run(),
   relay: async () => (await import('./relay.bench.ts')).run(),
+  'relay-replicas': async () => (await import('./relay-replicas.bench.ts')).run(),
   engine: async () => (await import('./engine.bench.ts')).run(),
   rebuild: async () => (await import('./rebuild.bench.ts')).run(),
   startup: async () => (await import('./startup.bench.ts')).run(),

@@ -66,8 +66,13 @@ export const ConfigSchema = z
         'empty, a hop count, or comma-separated proxy addresses/CIDRs',
       )
       .default(''),
-    /** How long SIGTERM waits for in-flight requests and checkpoints before forcing exit. */
+    /**
+     * How long SIGTERM waits for in-flight requests and checkpoints; then the process ends
+     * whatever is still pending (a write stuck on a lock included).
+     */
     SHUTDOWN_TIMEOUT_MS: positiveInt.default(15_000),
+    /** /readyz is not ready while an append of this process has waited longer than this (ms). */
+    APPEND_STALL_MS: positiveInt.default(5_000),
     DATA_DIR: z.string().min(1).default('./data'),
     /**
      * This service's public address: the base of verify links in responses and webhooks. When

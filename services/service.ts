@@ -46,6 +46,17 @@ export async function startService(config: Config, roles: Role[], logger: Logger
     kind: adapters.eventStore.kind,
     ...(await adapters.eventStore.health()),
   }));
+  // Reads and the store's own health can keep answering while writes hang (an LMDB write lock
+  // held by a stopped process): only the age of this process's oldest pending append shows it.
+  readiness.add('appends', async () => {
+    const oldestMs = adapters.appends.oldestPendingMs();
+    const pending = adapters.appends.pending;
+    return oldestMs > config.APPEND_STALL_MS
+      ? { ok: false, detail: `an append has waited ${oldestMs} ms for the event store`, pending, oldestMs }
+      : { ok: true, pending, oldestMs };
+  });
+  metrics?.appendsPending.from((set) => set({}, adapters.appends.pending));
+  metrics?.oldestPendingAppend.from((set) => set({}, adapters.appends.oldestPendingMs() / 1000));
   // Whichever slice started them: a projection far behind the head answers from the past.
   readiness.add('projectionLag', async () => ({
     ...(await projectionLag(adapters.eventStore, config.PROJECTION_READY_MAX_LAG)),

@@ -83,6 +83,18 @@ export function createMetrics() {
       help: 'MCP sessions open in this process',
       registers: [registry],
     }),
+    appendsPending: scrapedGauge(
+      registry,
+      'event_store_appends_pending',
+      'Appends of this process started and not yet finished by the event store',
+      [],
+    ),
+    oldestPendingAppend: scrapedGauge(
+      registry,
+      'event_store_oldest_pending_append_seconds',
+      'Age of the oldest append of this process still waiting for the event store (0 when none); /readyz fails past APPEND_STALL_MS',
+      [],
+    ),
     /** Read from the bus at scrape time: a stream running on fewer copies than asked for shows here. */
     busStreamReplicas: scrapedGauge(
       registry,

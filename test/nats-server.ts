@@ -39,6 +39,12 @@ export async function requireNats(url: string = NATS_URL): Promise<boolean> {
   return false;
 }
 
+/** Servers this process started and has not stopped: killed when it exits, on any path. */
+const live = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const child of live) child.kill('SIGKILL');
+});
+
 export interface PrivateNatsServer {
   readonly url: string;
   readonly port: number;
@@ -68,6 +74,8 @@ export async function startNatsServer(
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     child = proc;
+    live.add(proc);
+    proc.once('exit', () => live.delete(proc));
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => {
         proc.kill('SIGKILL');

@@ -1,9 +1,10 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
+import { launchNatsServer, NATS_SERVER_BIN } from './nats-server.ts';
 import { freePort } from './ports.ts';
 
 export interface NatsClusterNode {
@@ -31,12 +32,6 @@ interface Node extends NatsClusterNode {
   configFile: string;
 }
 
-/** Every cluster started by this process, so an exit on any path can still stop them. */
-const live = new Set<() => void>();
-process.once('exit', () => {
-  for (const killAll of live) killAll();
-});
-
 /**
  * Spawns a JetStream cluster of `size` nats-server processes on loopback (random free ports, one
  * temporary store directory) and resolves once its meta leader answers JetStream API calls.
@@ -45,8 +40,8 @@ export async function startNatsCluster(
   options: { size?: number; binary?: string; readyTimeoutMs?: number } = {},
 ): Promise<NatsCluster> {
   const size = options.size ?? 3;
-  const binary = options.binary ?? process.env.NATS_SERVER_BIN ?? '/usr/sbin/nats-server';
-  // Generous: a loaded 2-core machine can take seconds to elect the meta leader.
+  const binary = options.binary ?? NATS_SERVER_BIN;
+  // Generous: a loaded 2-core machine can take seconds to start a node and elect the meta leader.
   const readyTimeoutMs = options.readyTimeoutMs ?? 60_000;
   const dir = await mkdtemp(join(tmpdir(), 'nats-cluster-'));
   const clientPorts = await distinctPorts(size * 2);
@@ -74,39 +69,13 @@ export async function startNatsCluster(
     );
   }
 
-  const killNow = () => {
-    for (const node of nodes) node.child?.kill('SIGKILL');
-  };
-  live.add(killNow);
-
-  const launch = (node: Node) =>
-    new Promise<void>((resolve, reject) => {
-      let log = '';
-      const proc = spawn(binary, ['-c', node.configFile], { stdio: ['ignore', 'pipe', 'pipe'] });
-      node.child = proc;
-      const timer = setTimeout(() => {
-        proc.kill('SIGKILL');
-        reject(new Error(`nats-server ${node.name} not listening within ${readyTimeoutMs} ms:\n${log}`));
-      }, readyTimeoutMs);
-      const onData = (chunk: Buffer) => {
-        log += chunk.toString();
-        if (log.includes('Server is ready')) {
-          clearTimeout(timer);
-          resolve();
-        }
-      };
-      proc.stdout?.on('data', onData);
-      proc.stderr?.on('data', onData);
-      proc.once('error', (err) => {
-        clearTimeout(timer);
-        reject(err);
-      });
-      proc.once('exit', (code, signal) => {
-        if (node.child === proc) node.child = null;
-        clearTimeout(timer);
-        reject(new Error(`nats-server ${node.name} exited (code ${code}, signal ${signal}):\n${log}`));
-      });
+  const launch = async (node: Node) => {
+    const proc = await launchNatsServer(binary, ['-c', node.configFile], readyTimeoutMs);
+    node.child = proc;
+    proc.once('exit', () => {
+      if (node.child === proc) node.child = null;
     });
+  };
 
   const kill = async (node: Node) => {
     const proc = node.child;
@@ -120,7 +89,6 @@ export async function startNatsCluster(
   const url = nodes.map((n) => `nats://127.0.0.1:${n.port}`).join(',');
   const dispose = async () => {
     await Promise.all(nodes.map(kill));
-    live.delete(killNow);
     await rm(dir, { recursive: true, force: true });
   };
 

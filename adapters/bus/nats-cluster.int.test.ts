@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,20 +13,15 @@ import { Relay } from '../../services/relay/relay.ts';
 import { startService } from '../../services/service.ts';
 import { Readiness } from '../../services/shared/readiness.ts';
 import { type NatsCluster, startNatsCluster } from '../../test/nats-cluster.ts';
+import { requireNatsBinary } from '../../test/nats-server.ts';
 import { MemoryEventStore } from '../event-store/memory.ts';
 import { MemoryProjectionStore } from '../projection-store/memory.ts';
-import { sleep, waitFor } from './contract.ts';
+import { appendMarketBatch, sleep, waitFor } from './contract.ts';
 import { connectNatsBus, type NatsBus } from './nats.ts';
 import type { Consumer } from './port.ts';
 import { allEventsFilter } from './subjects.ts';
 
-const binary = process.env.NATS_SERVER_BIN ?? '/usr/sbin/nats-server';
-const haveBinary = existsSync(binary);
-if (!haveBinary) {
-  if (process.env.CI === 'true')
-    throw new Error(`nats-server binary missing at ${binary} and CI=true: failing`);
-  console.warn(`\n*** nats-server missing at ${binary}: SKIPPING the cluster test ***\n`);
-}
+const haveBinary = requireNatsBinary('the cluster test');
 
 const TOTAL = 1_500;
 const decoder = new TextDecoder();
@@ -43,7 +37,7 @@ describe.skipIf(!haveBinary)('a 3-replica stream on a 3-node JetStream cluster',
   };
 
   beforeAll(async () => {
-    cluster = await startNatsCluster({ binary });
+    cluster = await startNatsCluster();
   }, 90_000);
 
   afterAll(async () => {
@@ -201,14 +195,7 @@ describe.skipIf(!haveBinary)('a 3-replica stream on a 3-node JetStream cluster',
       let killed: string | null = null;
       let count = 0;
       while (count < TOTAL) {
-        const batch = Array.from({ length: 10 }, () => ({
-          id: randomUUID(),
-          type: count % 2 ? 'VerdictRecorded' : 'RegimeShifted',
-          data: { n: count },
-        }));
-        for (const event of batch) appended.add(event.id);
-        await store.append(`market-${count % 7}`, batch);
-        count += batch.length;
+        count = await appendMarketBatch(store, appended, count);
         if (!killed && count >= TOTAL / 3) {
           await waitFor(() => processed.length > 0, 'some events through before the kill', 30_000);
           const leader = await cluster.streamLeader(stream);

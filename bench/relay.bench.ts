@@ -83,7 +83,7 @@ export async function run(options: RelayBenchOptions = {}): Promise<RelayBenchRe
   }
 }
 
-async function filledStore(count: number): Promise<MemoryEventStore> {
+export async function filledStore(count: number): Promise<MemoryEventStore> {
   const store = new MemoryEventStore();
   for (let i = 0; i < count; i += 100) {
     const batch: NewEvent[] = [];
@@ -125,7 +125,7 @@ function verdictLike(n: number): NewEvent {
   };
 }
 
-async function relayRound(
+export async function relayRound(
   bus: NatsBus,
   prefix: string,
   store: MemoryEventStore,

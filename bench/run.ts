@@ -9,6 +9,7 @@ const BENCHES: Record<string, () => Promise<unknown>> = {
   postgres: async () => (await import('./postgres.bench.ts')).run(),
   'scale-out': async () => (await import('./scale-out.bench.ts')).run(),
   relay: async () => (await import('./relay.bench.ts')).run(),
+  'relay-replicas': async () => (await import('./relay-replicas.bench.ts')).run(),
   engine: async () => (await import('./engine.bench.ts')).run(),
   rebuild: async () => (await import('./rebuild.bench.ts')).run(),
   startup: async () => (await import('./startup.bench.ts')).run(),

@@ -66,8 +66,13 @@ export const ConfigSchema = z
         'empty, a hop count, or comma-separated proxy addresses/CIDRs',
       )
       .default(''),
-    /** How long SIGTERM waits for in-flight requests and checkpoints before forcing exit. */
+    /**
+     * How long SIGTERM waits for in-flight requests and checkpoints; then the process ends
+     * whatever is still pending (a write stuck on a lock included).
+     */
     SHUTDOWN_TIMEOUT_MS: positiveInt.default(15_000),
+    /** /readyz is not ready while an append of this process has waited longer than this (ms). */
+    APPEND_STALL_MS: positiveInt.default(5_000),
     DATA_DIR: z.string().min(1).default('./data'),
     /**
      * This service's public address: the base of verify links in responses and webhooks. When
@@ -96,6 +101,13 @@ export const ConfigSchema = z
       .string()
       .regex(/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/, 'dot-separated tokens without wildcards')
       .default('sig'),
+    /**
+     * Copies of the bus stream across a JetStream cluster (1 on a lone server; 3 survives the loss
+     * of any one node). Used when the stream is created; an existing stream with fewer is raised.
+     */
+    NATS_STREAM_REPLICAS: z.coerce.number().int().min(1).max(5).default(1),
+    /** Copies of each durable consumer's state; 0 inherits the stream's replicas. */
+    NATS_CONSUMER_REPLICAS: z.coerce.number().int().min(0).max(5).default(0),
     /**
      * Event types the relay publishes to the bus (comma-separated), or `*` for every type. The
      * default is what the service's consumers subscribe to (the webhook dispatcher).
@@ -331,6 +343,13 @@ export const ConfigSchema = z
     WEBHOOK_RECOVER_PER_SECOND: positiveInt.default(50),
   })
   .superRefine((cfg, ctx) => {
+    if (cfg.NATS_CONSUMER_REPLICAS > cfg.NATS_STREAM_REPLICAS) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['NATS_CONSUMER_REPLICAS'],
+        message: 'at most NATS_STREAM_REPLICAS (a consumer cannot have more copies than its stream)',
+      });
+    }
     if (cfg.EVENT_STORE === 'kurrentdb' && !cfg.KURRENTDB_URL) {
       ctx.addIssue({
         code: 'custom',

@@ -29,7 +29,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { createWriteStream } from 'node:fs';
+import { createWriteStream, rmSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm, symlink } from 'node:fs/promises';
 import { connect as netConnect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -55,11 +55,38 @@ const TIMEFRAME_MS: Record<string, number> = {
 const { values: args } = parseArgs({
   options: {
     'seconds-between': { type: 'string', default: '6' },
+    /** A starting role fails only when its /readyz has not moved for this long (or it exits). */
+    'start-stall-seconds': { type: 'string', default: '60' },
     'replay-speed': { type: 'string', default: '1800' },
     keep: { type: 'boolean', default: false },
   },
 });
 const BETWEEN_MS = Number(args['seconds-between']) * 1000;
+const START_STALL_MS = Number(args['start-stall-seconds']) * 1000;
+
+/**
+ * Every child this run started, killed on any way out: a failed start, a thrown error, Ctrl-C
+ * or SIGTERM. A failure used to leave NATS, Redis and the roles running.
+ */
+const children = new Set<ChildProcess>();
+function track(c: ChildProcess): ChildProcess {
+  children.add(c);
+  c.once('exit', () => children.delete(c));
+  return c;
+}
+function killChildren(): void {
+  for (const c of children) c.kill('SIGKILL');
+}
+process.once('exit', killChildren);
+/** Directories to remove when a signal ends the run (no time for the async way). */
+const scratchDirs: string[] = [];
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    killChildren();
+    if (!args.keep) for (const d of scratchDirs) rmSync(d, { recursive: true, force: true });
+    process.exit(130);
+  });
+}
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const started = Date.now();
@@ -90,10 +117,12 @@ async function startRedis(dir: string): Promise<Proc & { url: string }> {
     async start() {
       expected = false;
       // No persistence: a restart comes back empty, the loss this run is about.
-      const c = spawn(
-        'redis-server',
-        ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir],
-        { stdio: ['ignore', 'pipe', 'pipe'] },
+      const c = track(
+        spawn(
+          'redis-server',
+          ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir],
+          { stdio: ['ignore', 'pipe', 'pipe'] },
+        ),
       );
       child = c;
       let log = '';
@@ -146,11 +175,13 @@ async function role(name: string, roles: string, env: Record<string, string>, di
     pid: () => child?.pid,
     async start() {
       expected = false;
-      const c = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts', '--role', roles], {
-        cwd: ROOT,
-        env: { PATH: process.env.PATH, ...env, PORT: String(port), DATA_DIR: dataDir },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
+      const c = track(
+        spawn(process.execPath, ['--import', 'tsx', 'services/main.ts', '--role', roles], {
+          cwd: ROOT,
+          env: { PATH: process.env.PATH, ...env, PORT: String(port), DATA_DIR: dataDir },
+          stdio: ['ignore', 'pipe', 'pipe'],
+        }),
+      );
       child = c;
       c.stdout!.pipe(log, { end: false });
       c.stderr!.pipe(log, { end: false });
@@ -160,15 +191,30 @@ async function role(name: string, roles: string, env: Record<string, string>, di
           stopping ? `${name} did not stop cleanly: ${code ?? signal}` : `${name} exited ${code ?? signal}`,
         );
       });
-      const deadline = Date.now() + 60_000;
+      // Up is ready (/readyz 200), however long that takes while it makes progress: a role
+      // rebuilding a large projection is slow, not stuck. It fails when it exits, or when its
+      // readiness (checks, checkpoints, lags) has not changed for START_STALL_MS.
+      let last = '';
+      let movedAt = Date.now();
       for (;;) {
-        if (c.exitCode !== null) throw new Error(`${name} exited at start (see ${logFile})`);
+        if (c.exitCode !== null || c.signalCode !== null)
+          throw new Error(`${name} exited at start (see ${logFile})`);
         try {
-          if ((await fetch(`${r.url}/healthz`, { signal: AbortSignal.timeout(1_000) })).ok) return;
+          const res = await fetch(`${r.url}/readyz`, { signal: AbortSignal.timeout(5_000) });
+          if (res.status === 200) return;
+          const body = await res.text();
+          if (body !== last) {
+            last = body;
+            movedAt = Date.now();
+          }
         } catch {
-          // not listening yet
+          // not listening yet, or no answer: not progress
         }
-        if (Date.now() > deadline) throw new Error(`${name} did not answer /healthz (see ${logFile})`);
+        if (Date.now() - movedAt > START_STALL_MS) {
+          throw new Error(
+            `${name} not ready and no change in /readyz for ${START_STALL_MS / 1000} s: ${last || 'no answer'} (see ${logFile})`,
+          );
+        }
         await sleep(200);
       }
     },
@@ -259,7 +305,10 @@ function slowBody(port: number): Promise<number> {
 async function main(): Promise<number> {
   const dir = await mkdtemp(join(tmpdir(), 'fault-run-'));
   say(`work directory ${dir}`);
+  scratchDirs.push(dir);
   const nats = await startNatsServer();
+  scratchDirs.push(nats.storeDir);
+  cleanups.push(() => nats.dispose());
   const redis = await startRedis(dir);
   say(`private nats ${nats.url}, private redis ${redis.url}`);
 
@@ -568,7 +617,18 @@ async function main(): Promise<number> {
   return failures.length === 0 ? 0 : 1;
 }
 
-process.exitCode = await main();
+/** Stops for what main started outside `children` (the private NATS server). */
+const cleanups: (() => Promise<void>)[] = [];
+try {
+  process.exitCode = await main();
+} catch (err) {
+  say(`FAIL: ${err instanceof Error ? err.message : String(err)}`);
+  process.exitCode = 1;
+} finally {
+  // Whatever main left running (it threw half-way): nothing outlives the run.
+  killChildren();
+  for (const cleanup of cleanups) await cleanup().catch(() => undefined);
+}
 
 /** kill -9 of a child that is still running, returning once it has exited. */
 async function sigkill(c: ChildProcess | null | undefined): Promise<void> {

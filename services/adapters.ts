@@ -3,12 +3,15 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { Bus } from '../adapters/bus/port.ts';
 import type { Cache } from '../adapters/cache/port.ts';
+import { type AppendWatch, watchAppends } from '../adapters/event-store/append-watch.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import type { ProjectionStore } from '../adapters/projection-store/port.ts';
 import type { Config } from '../contracts/config.ts';
 
 export interface Adapters {
   eventStore: EventStore;
+  /** The appends of this process through `eventStore` still waiting for the store. */
+  appends: AppendWatch;
   projectionStore: ProjectionStore;
   bus: Bus;
   cache: Cache;
@@ -23,7 +26,11 @@ export interface Adapters {
 export async function openAdapters(config: Config, logger: Logger): Promise<Adapters> {
   const opened: { close(): Promise<void> }[] = [];
   try {
-    const { eventStore, projectionStore, closeProjections } = await openStores(config, logger);
+    const stores = await openStores(config, logger);
+    const { projectionStore, closeProjections } = stores;
+    // Every write of every role goes through here, so a store that stops completing appends
+    // (a lock held by a stopped process, a server that no longer answers) shows in /readyz.
+    const { store: eventStore, watch: appends } = watchAppends(stores.eventStore);
     opened.push(eventStore, { close: closeProjections });
     const bus = await openBus(config, logger);
     opened.push(bus);
@@ -31,6 +38,7 @@ export async function openAdapters(config: Config, logger: Logger): Promise<Adap
     opened.push(cache);
     return {
       eventStore,
+      appends,
       projectionStore,
       bus,
       cache,
@@ -115,6 +123,8 @@ async function openBus(config: Config, logger: Logger): Promise<Bus> {
       url: config.NATS_URL,
       stream: config.NATS_STREAM,
       subjectPrefix: config.NATS_SUBJECT_PREFIX,
+      replicas: config.NATS_STREAM_REPLICAS,
+      consumerReplicas: config.NATS_CONSUMER_REPLICAS,
       logger,
     });
   }

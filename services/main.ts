@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from '../contracts/config.ts';
 import { ROLES, type Role } from './component.ts';
@@ -44,24 +45,52 @@ async function main(): Promise<void> {
     signals += 1;
     if (signals > 1) {
       logger.warn({ signal }, 'second signal: exiting at once');
-      process.exit(1);
+      killSelf();
     }
     logger.info({ signal }, 'shutting down');
     const timer = setTimeout(() => {
       logger.error({ timeoutMs: config.SHUTDOWN_TIMEOUT_MS }, 'shutdown timed out: exiting');
-      process.exit(1);
+      killSelf();
     }, config.SHUTDOWN_TIMEOUT_MS);
     timer.unref();
     service.stop().then(
-      () => process.exit(0),
+      () => exitGuarded(0),
       (err: unknown) => {
         logger.error({ err }, 'shutdown failed');
-        process.exit(1);
+        exitGuarded(1);
       },
     );
   };
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   process.on('SIGINT', () => shutdown('SIGINT'));
+}
+
+/**
+ * process.exit (and process.reallyExit) can hang for ever: before the process ends, Node joins
+ * the libuv thread-pool threads, and one blocked in native code never returns: an LMDB write
+ * waiting on the lock of a process that is stopped (SIGSTOP) kept a process alive 16 minutes after
+ * "shutdown timed out: exiting". A signal of our own is the only end nothing can wait on. The
+ * logger writes synchronously, so the line before it is out.
+ */
+function killSelf(): never {
+  process.kill(process.pid, 'SIGKILL');
+  // SIGKILL to oneself is delivered before kill(2) returns; nothing runs past this.
+  throw new Error('unreachable: SIGKILL did not end the process');
+}
+
+/**
+ * A clean exit with the same guarantee: a detached watchdog SIGKILLs this process if it is still
+ * its parent a few seconds later (so it never signals a process that reused the pid).
+ */
+function exitGuarded(code: number): never {
+  try {
+    const script = `setTimeout(() => { if (process.ppid === ${process.pid}) process.kill(${process.pid}, 'SIGKILL'); }, 3000);`;
+    spawn(process.execPath, ['-e', script], { detached: false, stdio: 'ignore' }).unref();
+  } catch {
+    // No watchdog (no process could be started): an exit that may hang is worse than this one.
+    killSelf();
+  }
+  process.exit(code);
 }
 
 main().catch((err: unknown) => {

@@ -55,6 +55,17 @@ export async function startService(config: Config, roles: Role[], logger: Logger
     kind: adapters.eventStore.kind,
     ...(await adapters.eventStore.health()),
   }));
+  // Reads and the store's own health can keep answering while writes hang (an LMDB write lock
+  // held by a stopped process): only the age of this process's oldest pending append shows it.
+  readiness.add('appends', async () => {
+    const oldestMs = adapters.appends.oldestPendingMs();
+    const pending = adapters.appends.pending;
+    return oldestMs > config.APPEND_STALL_MS
+      ? { ok: false, detail: `an append has waited ${oldestMs} ms for the event store`, pending, oldestMs }
+      : { ok: true, pending, oldestMs };
+  });
+  metrics?.appendsPending.from((set) => set({}, adapters.appends.pending));
+  metrics?.oldestPendingAppend.from((set) => set({}, adapters.appends.oldestPendingMs() / 1000));
   // Whichever slice started them: a projection far behind the head answers from the past.
   readiness.add('projectionLag', async () => ({
     ...(await projectionLag(adapters.eventStore, config.PROJECTION_READY_MAX_LAG)),
@@ -64,6 +75,17 @@ export async function startService(config: Config, roles: Role[], logger: Logger
   // deliveries (dispatcher); the cache holds the api's quota counters.
   if (roles.includes('projections') || roles.includes('dispatcher')) {
     readiness.add('bus', async () => ({ kind: adapters.bus.kind, ...(await adapters.bus.health()) }));
+    metrics?.busStreamReplicas.from(async (set) => {
+      const { replicas } = await adapters.bus.health();
+      if (!replicas) return;
+      set({ state: 'wanted' }, replicas.wanted);
+      set({ state: 'current' }, replicas.current);
+    });
+    metrics?.busStreamDrift.from(async (set) => {
+      for (const drift of (await adapters.bus.health()).drift ?? []) {
+        set({ setting: drift.setting, updated: String(drift.updated) }, 1);
+      }
+    });
   }
   if (roles.includes('api')) {
     readiness.add('cache', async () => ({ kind: adapters.cache.kind, ...(await adapters.cache.health()) }));

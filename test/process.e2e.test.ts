@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import { newEvent } from '../contracts/events.ts';
@@ -50,8 +51,10 @@ function run(env: Record<string, string>, args: string[] = []): Run {
 
 const running: Run[] = [];
 const dirs: string[] = [];
+const holders: ChildProcess[] = [];
 afterEach(async () => {
   for (const r of running.splice(0)) r.child.kill('SIGKILL');
+  for (const holder of holders.splice(0)) holder.kill('SIGKILL');
   for (const d of dirs.splice(0)) await rm(d, { recursive: true, force: true });
 });
 
@@ -135,4 +138,95 @@ describe('the service process', () => {
     expect(relay?.checkpoint).toBeGreaterThanOrEqual(50);
     await reopened.close();
   });
+});
+
+const writerScript = fileURLToPath(new URL('../adapters/event-store/lmdb-crash-writer.ts', import.meta.url));
+
+/** Another process on the same LMDB directory that takes the write lock and keeps it. */
+async function holdWriteLock(eventsDir: string): Promise<ChildProcess> {
+  const child = spawn(process.execPath, ['--import', 'tsx', writerScript, 'hold', eventsDir], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  holders.push(child);
+  await new Promise<void>((resolve, reject) => {
+    let out = '';
+    child.stdout!.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      if (out.includes('"holding":true')) resolve();
+    });
+    child.once('exit', (code) => reject(new Error(`lock holder exited (${code}) before taking the lock`)));
+  });
+  return child;
+}
+
+async function killed(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGKILL');
+  await exited;
+}
+
+interface Readyz {
+  checks: Record<string, { ok: boolean; oldestMs?: number }>;
+}
+
+// Issue 33: a process stopped mid-write on a shared LMDB directory stalled every writer while
+// /readyz said 200, and the stalled process then never ended on SIGTERM.
+describe('a writer stopped while holding the LMDB write lock', () => {
+  async function startEngine(dataDir: string) {
+    // The engine role appends verdicts on its own as the replay clock closes candles.
+    const r = run({ DATA_DIR: dataDir, APPEND_STALL_MS: '1000', SHUTDOWN_TIMEOUT_MS: '2000' }, [
+      '--role',
+      'engine',
+    ]);
+    running.push(r);
+    await expect
+      .poll(() => r.lines.find((l) => l.msg === 'service started'), { timeout: 30_000, interval: 100 })
+      .toBeTruthy();
+    return { r, url: r.lines.find((l) => l.msg === 'service started')!.url as string };
+  }
+  const readyz = async (url: string) => {
+    const res = await fetch(`${url}/readyz`);
+    return { status: res.status, body: (await res.json()) as Readyz };
+  };
+
+  it('turns the other writer not ready, which recovers once the stopped one is killed, and ends on SIGTERM at its timeout while stalled', async () => {
+    const dataDir = await tempDir();
+    const { r, url } = await startEngine(dataDir);
+    // Generous bounds throughout: the machine is shared; what is asserted is the state, not speed.
+    await expect.poll(async () => (await readyz(url)).status, { timeout: 30_000, interval: 200 }).toBe(200);
+
+    const holder = await holdWriteLock(join(dataDir, 'events'));
+    holder.kill('SIGSTOP');
+    await expect.poll(async () => (await readyz(url)).status, { timeout: 60_000, interval: 200 }).toBe(503);
+    const stalled = await readyz(url);
+    expect(stalled.body.checks.appends).toMatchObject({ ok: false });
+    expect(stalled.body.checks.appends!.oldestMs).toBeGreaterThan(1000);
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    const age = /^event_store_oldest_pending_append_seconds (\S+)$/m.exec(metrics);
+    expect(Number(age?.[1])).toBeGreaterThan(1);
+
+    await killed(holder);
+    await expect.poll(async () => (await readyz(url)).status, { timeout: 60_000, interval: 200 }).toBe(200);
+    expect((await readyz(url)).body.checks.appends).toMatchObject({ ok: true });
+
+    // Stalled again, then asked to stop: an append of the engine is stuck on the lock.
+    const again = await holdWriteLock(join(dataDir, 'events'));
+    again.kill('SIGSTOP');
+    await expect.poll(async () => (await readyz(url)).status, { timeout: 60_000, interval: 200 }).toBe(503);
+    r.child.kill('SIGTERM');
+    // Bounded only so a hang fails here rather than at the suite's timeout (it hung 16 minutes).
+    const ended = await Promise.race([
+      r.exit.then(() => true),
+      new Promise<false>((resolve) => setTimeout(() => resolve(false), 60_000)),
+    ]);
+    expect(ended).toBe(true);
+    // The timeout ended it, by the signal it sends itself (an exit that can hang is not used).
+    expect(r.child.signalCode).toBe('SIGKILL');
+    await expect
+      .poll(() => r.lines.some((l) => l.msg === 'shutdown timed out: exiting'), { timeout: 10_000 })
+      .toBe(true);
+    await killed(again);
+  }, 240_000);
 });

@@ -1,4 +1,6 @@
+import { randomUUID } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { EventStore } from '../event-store/port.ts';
 import type { Bus, BusMessage, ConsumeOptions, Consumer } from './port.ts';
 
 /**
@@ -33,6 +35,25 @@ export async function waitFor(check: () => boolean, what: string, timeoutMs = 15
 }
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/**
+ * The relay suites' load: 10 events of the two relayed market types to one of 7 streams, their
+ * ids noted in `appended`. Returns the new count.
+ */
+export async function appendMarketBatch(
+  store: Pick<EventStore, 'append'>,
+  appended: Set<string>,
+  count: number,
+): Promise<number> {
+  const batch = Array.from({ length: 10 }, () => ({
+    id: randomUUID(),
+    type: count % 2 ? 'VerdictRecorded' : 'RegimeShifted',
+    data: { n: count },
+  }));
+  for (const event of batch) appended.add(event.id);
+  await store.append(`market-${count % 7}`, batch);
+  return count + batch.length;
+}
 
 export function busContract(name: string, open: () => Promise<BusFixture>, options: { skip?: boolean } = {}) {
   describe.skipIf(options.skip === true)(`${name} bus contract`, () => {

@@ -1,24 +1,17 @@
 import { randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import { Relay } from '../../services/relay/relay.ts';
-import { type PrivateNatsServer, startNatsServer } from '../../test/nats-server.ts';
+import { type PrivateNatsServer, requireNatsBinary, startNatsServer } from '../../test/nats-server.ts';
 import { MemoryEventStore } from '../event-store/memory.ts';
 import { MemoryProjectionStore } from '../projection-store/memory.ts';
-import { sleep, waitFor } from './contract.ts';
+import { appendMarketBatch, sleep, waitFor } from './contract.ts';
 import { connectNatsBus, type NatsBus } from './nats.ts';
 import type { Consumer } from './port.ts';
 import { allEventsFilter } from './subjects.ts';
 
-const binary = process.env.NATS_SERVER_BIN ?? '/usr/sbin/nats-server';
-const haveBinary = existsSync(binary);
-if (!haveBinary) {
-  if (process.env.CI === 'true')
-    throw new Error(`nats-server binary missing at ${binary} and CI=true: failing`);
-  console.warn(`\n*** nats-server missing at ${binary}: SKIPPING the restart test ***\n`);
-}
+const haveBinary = requireNatsBinary('the restart test');
 
 const TOTAL = 3_000;
 const decoder = new TextDecoder();
@@ -32,7 +25,7 @@ describe.skipIf(!haveBinary)('relay → JetStream → durable consumer across na
   let relay: Relay | null = null;
 
   beforeAll(async () => {
-    server = await startNatsServer({ binary });
+    server = await startNatsServer();
   });
 
   afterAll(async () => {
@@ -88,14 +81,7 @@ describe.skipIf(!haveBinary)('relay → JetStream → durable consumer across na
     ];
     let count = 0;
     while (count < TOTAL) {
-      const batch = Array.from({ length: 10 }, () => ({
-        id: randomUUID(),
-        type: count % 2 ? 'VerdictRecorded' : 'RegimeShifted',
-        data: { n: count },
-      }));
-      for (const event of batch) appended.add(event.id);
-      await store.append(`market-${count % 7}`, batch);
-      count += batch.length;
+      count = await appendMarketBatch(store, appended, count);
       const outage = outages[0];
       if (outage && count >= outage.at) {
         outages.shift();

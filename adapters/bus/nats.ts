@@ -19,7 +19,9 @@ import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { type Logger, pino } from 'pino';
 import {
   type Bus,
+  type BusHealth,
   type BusMessage,
+  type BusSettingDrift,
   type ConsumeOptions,
   type Consumer,
   DEFAULT_ACK_WAIT_MS,
@@ -44,6 +46,13 @@ export interface NatsBusOptions {
   pullBatch?: number;
   /** Connection name shown by the server's monitoring. */
   name?: string;
+  /**
+   * Copies of the stream across a JetStream cluster, used when the stream is created (1 on a lone
+   * server). An existing stream with fewer is raised to this many; one with more is left alone.
+   */
+  replicas?: number;
+  /** Copies of each durable consumer's state; 0 (default) inherits the stream's replicas. */
+  consumerReplicas?: number;
 }
 
 const NAME = /^[A-Za-z0-9_-]+$/;
@@ -68,12 +77,13 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
   });
   try {
     const jsm = await jetstreamManager(nc, { timeout: requestTimeoutMs });
-    await ensureStream(
-      jsm,
-      options.stream,
-      subjectPrefix,
-      options.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS,
-    );
+    const wanted = wantedStream(options, subjectPrefix);
+    const drift = await ensureStream(jsm, wanted);
+    if (drift.length > 0) {
+      // Once per process start: an operator reading the log (or /readyz, /metrics) sees the stream
+      // is not what the configuration describes, e.g. one copy where three were asked for.
+      logger.warn({ drift }, 'existing stream has other settings than configured');
+    }
     return new NatsBus(nc, jsm, {
       stream: options.stream,
       subjectPrefix,
@@ -81,6 +91,9 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
       requestTimeoutMs,
       pullExpiresMs: options.pullExpiresMs ?? 5_000,
       pullBatch: options.pullBatch ?? 64,
+      replicas: wanted.num_replicas,
+      consumerReplicas: options.consumerReplicas ?? 0,
+      drift,
     });
   } catch (err) {
     await nc.close();
@@ -88,33 +101,70 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
   }
 }
 
-async function ensureStream(
-  jsm: JetStreamManager,
-  stream: string,
-  subjectPrefix: string,
-  duplicateWindowMs: number,
-): Promise<void> {
-  const subject = streamSubjects(subjectPrefix);
-  const existing = await streamInfo(jsm, stream);
-  if (existing) {
-    if (!existing.config.subjects?.includes(subject)) {
-      throw new Error(`stream ${stream} exists without subject ${subject} (has ${existing.config.subjects})`);
+function wantedStream(options: NatsBusOptions, subjectPrefix: string) {
+  const replicas = options.replicas ?? 1;
+  if (!Number.isInteger(replicas) || replicas < 1 || replicas > 5) {
+    throw new Error(`stream replicas must be an integer from 1 to 5, got ${replicas}`);
+  }
+  return {
+    name: options.stream,
+    subjects: [streamSubjects(subjectPrefix)],
+    storage: StorageType.File,
+    retention: RetentionPolicy.Limits,
+    discard: DiscardPolicy.Old,
+    duplicate_window: nanos(options.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS),
+    num_replicas: replicas,
+  };
+}
+
+type WantedStream = ReturnType<typeof wantedStream>;
+
+/**
+ * Creates the stream, or compares the one found with it. Replicas are only ever raised (a JetStream
+ * cluster copies the stream to the new peers online), so processes started with different settings
+ * during a rolling change converge instead of undoing each other; every other difference is
+ * reported, not changed: storage and retention cannot be changed in place, and a wider subject
+ * filter or a shorter duplicate window may be another deployment's deliberate choice.
+ */
+async function ensureStream(jsm: JetStreamManager, wanted: WantedStream): Promise<BusSettingDrift[]> {
+  const subject = wanted.subjects[0]!;
+  let existing = await streamInfo(jsm, wanted.name);
+  if (!existing) {
+    try {
+      await jsm.streams.add(wanted);
+      return [];
+    } catch (err) {
+      // Another process created it between our info and add.
+      existing = await streamInfo(jsm, wanted.name);
+      if (!existing) throw err;
     }
-    return;
   }
-  try {
-    await jsm.streams.add({
-      name: stream,
-      subjects: [subject],
-      storage: StorageType.File,
-      retention: RetentionPolicy.Limits,
-      discard: DiscardPolicy.Old,
-      duplicate_window: nanos(duplicateWindowMs),
-    });
-  } catch (err) {
-    // Another process created it between our info and add.
-    if (!(await streamInfo(jsm, stream))) throw err;
+  const found = existing.config;
+  if (!found.subjects?.includes(subject)) {
+    throw new Error(`stream ${wanted.name} exists without subject ${subject} (has ${found.subjects})`);
   }
+  const drift: BusSettingDrift[] = [];
+  const compare = (setting: BusSettingDrift['setting'], want: string | number, have: string | number) => {
+    if (want !== have) drift.push({ setting, wanted: want, found: have, updated: false });
+  };
+  compare('subjects', subject, (found.subjects ?? []).join(','));
+  compare('retention', wanted.retention, found.retention);
+  compare('storage', wanted.storage, found.storage);
+  compare('discard', wanted.discard, found.discard);
+  compare('duplicate_window', wanted.duplicate_window, found.duplicate_window);
+  if (found.num_replicas < wanted.num_replicas) {
+    let updated = false;
+    try {
+      await jsm.streams.update(wanted.name, { num_replicas: wanted.num_replicas });
+      updated = true;
+    } catch {
+      // A lone server, or too few peers: keep running on the copies there are, and say so.
+    }
+    drift.push({ setting: 'replicas', wanted: wanted.num_replicas, found: found.num_replicas, updated });
+  } else {
+    compare('replicas', wanted.num_replicas, found.num_replicas);
+  }
+  return drift;
 }
 
 async function streamInfo(jsm: JetStreamManager, stream: string) {
@@ -133,6 +183,10 @@ interface NatsBusConfig {
   requestTimeoutMs: number;
   pullExpiresMs: number;
   pullBatch: number;
+  replicas: number;
+  consumerReplicas: number;
+  /** What start found different in the existing stream; reported by health(). */
+  drift: BusSettingDrift[];
 }
 
 /** The JetStream bus: one file-backed stream, durable pull consumers with explicit acks. */
@@ -186,6 +240,9 @@ export class NatsBus implements Bus {
       ack_wait: nanos(options.ackWaitMs ?? DEFAULT_ACK_WAIT_MS),
       max_deliver: -1,
       filter_subject: options.filterSubject,
+      // 0 inherits the stream's replicas: a consumer whose state lives on one node would forget
+      // its acks when that node dies, and redeliver everything to a failed-over dispatcher.
+      num_replicas: this.config.consumerReplicas,
     };
     let info: Awaited<ReturnType<JetStreamManager['consumers']['info']>> | null = null;
     try {
@@ -210,13 +267,24 @@ export class NatsBus implements Bus {
     return consumer.consume({ max_messages: this.config.pullBatch, expires: this.config.pullExpiresMs });
   }
 
-  async health(): Promise<{ ok: boolean; detail?: string }> {
-    if (this.nc.isClosed()) return { ok: false, detail: 'connection closed' };
+  /**
+   * Ready while the stream answers through its leader: a stream without one (an election after its
+   * leader died, or too few peers for a quorum) accepts no publish and no ack.
+   */
+  async health(): Promise<BusHealth> {
+    const drift = this.config.drift.length > 0 ? { drift: this.config.drift } : {};
+    if (this.nc.isClosed()) return { ok: false, detail: 'connection closed', ...drift };
     try {
-      await this.jsm.streams.info(this.config.stream);
-      return { ok: true };
+      const info = await this.jsm.streams.info(this.config.stream);
+      const peers = info.cluster?.replicas ?? [];
+      const replicas = {
+        wanted: info.config.num_replicas,
+        current: 1 + peers.filter((peer) => peer.current && !peer.offline).length,
+        ...(info.cluster?.leader ? { leader: info.cluster.leader } : {}),
+      };
+      return { ok: true, replicas, ...drift };
     } catch (err) {
-      return { ok: false, detail: err instanceof Error ? err.message : String(err) };
+      return { ok: false, detail: err instanceof Error ? err.message : String(err), ...drift };
     }
   }
 

@@ -13,8 +13,26 @@ export interface Bus {
    * or term every message it receives. A handler that throws gets a nak with the default delay.
    */
   consume(options: ConsumeOptions, handler: (message: BusMessage) => Promise<void>): Promise<Consumer>;
-  health(): Promise<{ ok: boolean; detail?: string }>;
+  health(): Promise<BusHealth>;
   close(): Promise<void>;
+}
+
+export interface BusHealth {
+  ok: boolean;
+  detail?: string;
+  /** Copies of the stream asked for and those up to date now (leader included). */
+  replicas?: { wanted: number; current: number; leader?: string };
+  /** Settings of the stream found at start that differ from the configured ones. */
+  drift?: BusSettingDrift[];
+}
+
+/** One setting of an existing stream that differs from what this process would have created. */
+export interface BusSettingDrift {
+  setting: 'replicas' | 'subjects' | 'retention' | 'storage' | 'discard' | 'duplicate_window';
+  wanted: string | number;
+  found: string | number;
+  /** True when start brought the stream in line (replicas raised); false when only reported. */
+  updated: boolean;
 }
 
 export interface PublishAck {

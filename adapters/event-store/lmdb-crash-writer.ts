@@ -4,6 +4,9 @@
  *
  *   crash <path>                        appends batches of 1..5 events to 5 streams until killed
  *   contend <path> <stream> <count> <w>  appends <count> events to one stream with expected revisions
+ *   hold <path>                         opens a write transaction, prints {holding: true} and never
+ *                                       ends it: the environment's write lock stays taken until the
+ *                                       process dies (a writer stopped or hung mid-write)
  */
 import { randomUUID } from 'node:crypto';
 import type { NewEvent } from '../../contracts/envelope.ts';
@@ -11,15 +14,24 @@ import { openLmdbEventStore } from './lmdb.ts';
 import { WrongExpectedRevisionError } from './port.ts';
 
 const [mode, path, ...rest] = process.argv.slice(2);
-if (!path || (mode !== 'crash' && mode !== 'contend')) {
-  process.stderr.write('usage: lmdb-crash-writer.ts crash|contend <path> [...]\n');
+if (!path || (mode !== 'crash' && mode !== 'contend' && mode !== 'hold')) {
+  process.stderr.write('usage: lmdb-crash-writer.ts crash|contend|hold <path> [...]\n');
   process.exit(2);
 }
 
 const store = await openLmdbEventStore({ path });
 process.stdout.write(`${JSON.stringify({ ready: true })}\n`);
 
-if (mode === 'crash') {
+if (mode === 'hold') {
+  // A sub-database of its own: nothing the log's readers look at is touched.
+  const scratch = store.root.openDB<number, string>({ name: 'hold-test' });
+  store.root.transactionSync(() => {
+    scratch.putSync('held-at', Date.now());
+    process.stdout.write(`${JSON.stringify({ holding: true })}\n`);
+    // Blocks this thread inside the transaction for good (a pipe write above is synchronous).
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0);
+  });
+} else if (mode === 'crash') {
   const streams = Array.from({ length: 5 }, (_, i) => `crash-${i}`);
   for (let batch = 0; ; batch++) {
     const stream = streams[batch % streams.length]!;

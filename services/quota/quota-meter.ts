@@ -1,5 +1,6 @@
+import { randomUUID } from 'node:crypto';
 import { type Cache, CounterStateLostError, type QuotaWindow } from '../../adapters/cache/port.ts';
-import { type EventStore, StorageFullError } from '../../adapters/event-store/port.ts';
+import type { EventStore } from '../../adapters/event-store/port.ts';
 import { newEvent, type Plan } from '../../contracts/events.ts';
 import type { PlanTable } from './plans.ts';
 import { QUOTA_FAMILY, QuotaCounters } from './quota-rebuild.ts';
@@ -188,37 +189,58 @@ export class QuotaMeter {
 
   private async append(batch: Batch): Promise<void> {
     const { subject, period } = batch;
+    // Its id chosen here, so a failed append can be looked for on the log.
+    const id = randomUUID();
+    const record = newEvent(
+      'QuotaDebitsRecorded',
+      {
+        subject: subject.id,
+        subjectKind: subject.kind,
+        plan: subject.plan,
+        tool: batch.tool,
+        units: batch.units,
+        day: period.day,
+        month: period.month,
+        generation: batch.generation,
+      },
+      { id },
+    );
     try {
-      const appended = await this.deps.store.append(
-        quotaStream(subject.id),
-        [
-          newEvent('QuotaDebitsRecorded', {
-            subject: subject.id,
-            subjectKind: subject.kind,
-            plan: subject.plan,
-            tool: batch.tool,
-            units: batch.units,
-            day: period.day,
-            month: period.month,
-            generation: batch.generation,
-          }),
-          // Answered once committed: it survives this process's death, and the flush follows
-          // within the store's bound (deploy/README.md, durability by event class).
-        ],
-        { durability: 'committed' },
-      );
+      // Answered once committed: it survives this process's death, and the flush follows within
+      // the store's bound (deploy/README.md, durability by event class).
+      const appended = await this.deps.store.append(quotaStream(subject.id), [record], {
+        durability: 'committed',
+      });
       for (const call of batch.calls) call.resolve(appended.position);
     } catch (err) {
-      // Nothing was written (a full disk): none of these calls is served, so none may use up
-      // quota, or an outage would exhaust every caller. Other failures may have written it: keep
-      // the debits.
+      // None of these calls is served, so none may use up quota: counted before its record was
+      // written, a debit whose record is not on the log would stay counted for good (a closed or
+      // failing store left counters 3 above the log, 3 calls the customer paid for and never got).
+      // Given back unless the log shows the record landed after all (a commit whose answer was
+      // lost): then the counter already matches the log a rebuild would fold.
       // Whatever the release does, every call of the batch is answered and the lane goes on.
-      if (err instanceof StorageFullError) {
+      if (!(await this.recordLanded(quotaStream(subject.id), id))) {
         await Promise.resolve()
           .then(() => this.deps.cache.releaseLive(QUOTA_FAMILY, batch.generation, batch.keys, batch.units))
           .catch(() => false);
       }
       for (const call of batch.calls) call.reject(err);
+    }
+  }
+
+  /**
+   * Whether a record whose append failed is on the log anyway. Its stream's last events are enough:
+   * a subject has at most MAX_ROUNDS_IN_FLIGHT rounds of a few events each in flight. A store that
+   * cannot be read either answers false: an unserved call is not charged on a guess.
+   */
+  private async recordLanded(stream: string, id: string): Promise<boolean> {
+    try {
+      const revision = await this.deps.store.streamRevision(stream);
+      if (revision === null) return false;
+      const tail = await this.deps.store.readStream(stream, { fromRevision: Math.max(0, revision - 31) });
+      return tail.some((event) => event.id === id);
+    } catch {
+      return false;
     }
   }
 }

@@ -1,6 +1,10 @@
 import { randomUUID } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectRedisCache, type RedisCache } from '../../adapters/cache/redis.ts';
+import { openLmdbEventStore } from '../../adapters/event-store/lmdb.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from '../../test/redis-probe.ts';
 import type { PlanTable } from './plans.ts';
@@ -147,5 +151,35 @@ describe.runIf(run)('quota on the real Redis', () => {
     expect((await meter.peek(subjects[0]!)).used).toBe(60);
     expect(await cache.readLive(QUOTA_FAMILY, keys)).toEqual(before);
     await meter.counters.stop();
+  });
+
+  // Issue 33: after store write failures the Redis counter stayed 3 above the log. The debit is
+  // counted in Redis before its record is appended; a record that fails must give it back.
+  it('a store that fails writes (LMDB closed under the meter): refused calls leave the counter equal to the log', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'quota-closed-'));
+    try {
+      const store = await openLmdbEventStore({ path: dir });
+      const meter = new QuotaMeter({ cache, store, plans: PLANS, now: () => T0 });
+      const subject: QuotaSubject = { id: `c-${randomUUID()}`, kind: 'key', plan: 'pro' };
+      const served = await Promise.all(
+        Array.from({ length: 5 }, (_, i) => meter.debit(subject, 'get_trade_call', `ok-${i}`)),
+      );
+      expect(served.every((o) => o.ok)).toBe(true);
+      await store.close();
+      const refused = await Promise.allSettled(
+        Array.from({ length: 3 }, (_, i) => meter.debit(subject, 'get_trade_call', `closed-${i}`)),
+      );
+      expect(refused.map((r) => r.status)).toEqual(['rejected', 'rejected', 'rejected']);
+      const keys = quotaWindows(subject.id, PLANS.pro, quotaPeriod(T0)).map((w) => w.key);
+      expect(await cache.readLive(QUOTA_FAMILY, keys)).toEqual([5, 5]);
+
+      const reopened = await openLmdbEventStore({ path: dir });
+      const logged = (await reopened.readAll()).reduce((sum, e) => sum + debitedUnits(e, subject.id), 0);
+      await reopened.close();
+      expect(logged).toBe(5);
+      await meter.counters.stop();
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

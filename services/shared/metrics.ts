@@ -90,6 +90,31 @@ export function createMetrics() {
       help: 'MCP sessions open in this process',
       registers: [registry],
     }),
+    appendsPending: scrapedGauge(
+      registry,
+      'event_store_appends_pending',
+      'Appends of this process started and not yet finished by the event store',
+      [],
+    ),
+    oldestPendingAppend: scrapedGauge(
+      registry,
+      'event_store_oldest_pending_append_seconds',
+      'Age of the oldest append of this process still waiting for the event store (0 when none); /readyz fails past APPEND_STALL_MS',
+      [],
+    ),
+    /** Read from the bus at scrape time: a stream running on fewer copies than asked for shows here. */
+    busStreamReplicas: scrapedGauge(
+      registry,
+      'bus_stream_replicas',
+      'Copies of the bus stream: wanted (its configuration) and current (up to date, leader included); absent while the stream has no leader',
+      ['state'],
+    ),
+    busStreamDrift: scrapedGauge(
+      registry,
+      'bus_stream_config_drift',
+      'Settings of the bus stream found at start that differ from this process configuration (1 each; updated=true when start brought it in line)',
+      ['setting', 'updated'],
+    ),
     /** From the log, so every process that folds it reports the whole deployment's payments. */
     payments: scrapedGauge(
       registry,

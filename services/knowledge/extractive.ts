@@ -64,6 +64,7 @@ export function sentences(text: string): string[] {
 const SYNONYMS: string[][] = [
   ['cost', 'price', 'pay', 'paid', 'payment', 'charge'],
   ['exchange', 'venue'],
+  ['exceed', 'past', 'beyond'],
   ['currency', 'usdc', 'usd'],
   ['coin', 'asset', 'market'],
   ['sign', 'signature', 'hmac'],
@@ -110,14 +111,15 @@ const QUESTION_WORDS = new Set(
  */
 export function questionTerms(question: string): { term: string; meets: Set<string>; share: number }[] {
   const cut = /\b(if|when|while|because|since|in case)\b/i.exec(question);
-  const main = new Set(contentTerms(cut && cut.index > 0 ? question.slice(0, cut.index) : question));
-  return contentTerms(question)
-    .filter((term) => !QUESTION_WORDS.has(term))
-    .map((term) => ({
-      term,
-      meets: SYNONYM_OF.get(term) ?? new Set([term]),
-      share: main.has(term) ? 1 : 0.5,
-    }));
+  const topical = (text: string) => contentTerms(text).filter((term) => !QUESTION_WORDS.has(term));
+  const main = new Set(topical(cut && cut.index > 0 ? question.slice(0, cut.index) : question));
+  // "What do I get when I exceed the rate limit?": the clause is the question itself.
+  const framed = main.size > 0;
+  return topical(question).map((term) => ({
+    term,
+    meets: SYNONYM_OF.get(term) ?? new Set([term]),
+    share: !framed || main.has(term) ? 1 : 0.5,
+  }));
 }
 
 /** The terms of a text, with the parts of its snake_case names (expected_move_pct names a move). */
@@ -172,11 +174,26 @@ function kindFit(kind: Kind, text: string, asked: { meets: Set<string> }[]): num
   }
 }
 
-/** "exchange (one of BINANCE, BYBIT, …)": the values of a thing the question names. */
+/** A list of three or more items: "a, b, c", "a, b and c", "a|b|c". */
+const LIST =
+  /[\p{L}\p{N}_./-]+(?:(?:,\s+(?:and\s+|or\s+)?|\s+(?:and|or)\s+)[\p{L}\p{N}_./-]+){2,}|[\p{L}\p{N}_./-]+(?:\|[\p{L}\p{N}_./-]+){2,}/gu;
+
+/**
+ * The values of a thing the question names: "exchange (one of BINANCE, BYBIT, …)", "Events:
+ * trade_call, regime_shift, scan_digest", "trade_call, regime_shift and scan_digest events",
+ * "format=ndjson|csv|parquet".
+ */
 function enumerates(text: string, asked: { meets: Set<string> }[]): boolean {
-  for (const m of text.matchAll(/([\p{L}_]+) \(one of [^)]*,[^)]*,/gu)) {
-    const t = termOf(m[1]!);
-    if (t !== null && asked.some(({ meets }) => meets.has(t))) return true;
+  const named = (word: string | undefined) => {
+    const t = word === undefined ? null : termOf(word);
+    return t !== null && asked.some(({ meets }) => meets.has(t));
+  };
+  for (const m of text.matchAll(/([\p{L}_]+) \(one of [^)]*,[^)]*,/gu)) if (named(m[1])) return true;
+  for (const m of text.matchAll(LIST)) {
+    if (m[0].split(/,|\|| and | or /).length < 3) continue;
+    const before = words(text.slice(0, m.index)).slice(-2);
+    const after = words(text.slice(m.index + m[0].length)).slice(0, 1);
+    if ([...before, ...after].some(named)) return true;
   }
   return false;
 }
@@ -235,7 +252,10 @@ function units(passage: Passage): string[][] {
     }
     // A sentence that introduces a list (ends with ":") is quoted with the list.
     const next = all[i + 1];
-    if (!sentence.endsWith(':')) out.push([sentence]);
+    const readsOn = next !== undefined && next.length <= LONG_SENTENCE && answerable(next);
+    // A short sentence ("A paid answer is never lost.") opens what the next one says.
+    if (sentence.length < SHORT_ANSWER && !sentence.endsWith(':') && readsOn) out.push([sentence, next]);
+    else if (!sentence.endsWith(':')) out.push([sentence]);
     // A sentence that introduces a code sample says nothing without it, and code is not quoted.
     else if (next !== undefined && next.length <= LONG_SENTENCE && answerable(next))
       out.push([sentence, next]);
@@ -276,18 +296,20 @@ export function extractiveAnswer(
   const kind = questionKind(question);
   const coverageOf = (text: string, title: Set<string>, body: Set<string>) => {
     const present = termsIn(text);
-    let got = 0;
+    let own = 0;
+    let context = 0;
     asked.forEach(({ meets }, i) => {
       const w = weights[i]!;
       if (rarity[i]! >= unknownWeight) return;
       const has = (set: Set<string>) => [...meets].some((t) => set.has(t));
-      if (has(present)) got += w;
+      if (has(present)) own += w;
       // The passage's title says what the sentence is about, though the sentence may not repeat
-      // it; the rest of the passage, less so.
-      else if (has(title)) got += 0.6 * w;
-      else if (has(body)) got += 0.3 * w;
+      // it; the rest of the passage, less so, and only to rank: what the sentence and its title
+      // carry is what decides whether it answers at all.
+      else if (has(title)) own += 0.6 * w;
+      else if (has(body)) context += 0.3 * w;
     });
-    return got / known;
+    return { own: own / known, ranked: (own + context) / known };
   };
   const candidates: Candidate[] = [];
   const byPassage = new Map<string, string[][]>();
@@ -300,9 +322,9 @@ export function extractiveAnswer(
       const head = quotes[0]!;
       if (!answerable(head) || isHeading(head, passage)) return;
       const text = quotes.join(' ');
-      const coverage = coverageOf(text, title, body);
+      const { own: coverage, ranked } = coverageOf(text, title, body);
       const score =
-        coverage +
+        ranked +
         kindFit(kind, text, asked) -
         rank * 0.01 -
         text.length / 5000 +
@@ -310,9 +332,12 @@ export function extractiveAnswer(
       candidates.push({ passage, rank, order, quotes, coverage, score });
     });
   });
-  candidates.sort((a, b) => b.score - a.score || a.rank - b.rank || a.order - b.order);
-  const best = candidates[0];
-  if (best === undefined || best.coverage < MIN_COVERAGE) return dontKnow;
+  // Only a unit that carries the question may answer it; among those, the best scored.
+  const carrying = candidates
+    .filter((c) => c.coverage >= MIN_COVERAGE)
+    .sort((a, b) => b.score - a.score || a.rank - b.rank || a.order - b.order);
+  const best = carrying[0];
+  if (best === undefined) return dontKnow;
   const chosen: Candidate[] = [best];
   let length = best.quotes.join(' ').length;
   const overlaps = (c: Candidate) =>
@@ -330,7 +355,7 @@ export function extractiveAnswer(
   }
   // Then what else the best passage says about the question, then units elsewhere that carry
   // as much of it.
-  const rest = candidates
+  const rest = carrying
     .slice(1)
     .filter((c) =>
       c.passage.id === best.passage.id ? c.score >= best.score - 0.25 : c.score >= best.score - 0.1,

@@ -102,7 +102,7 @@ describe('extractive answers', () => {
     const answer = extractiveAnswer('price of a 1m trade call', index.retrieve('price of a 1m trade call'));
     expect(answer.grounded).toBe(true);
     // A short best sentence is read with the one after it in its passage.
-    expect(answer.answer).toBe('A 1m trade call costs 0.05 USD. [1] Other timeframes cost 0.02 USD. [1]');
+    expect(answer.answer).toBe('A 1m trade call costs 0.05 USD. Other timeframes cost 0.02 USD. [1]');
     expect(answer.citations).toEqual([
       {
         id: 'a',

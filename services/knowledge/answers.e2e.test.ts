@@ -1,9 +1,7 @@
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../contracts/config.ts';
 import { ChatAnswer } from '../../contracts/knowledge.ts';
-import { issueKey } from '../keys/key-commands.ts';
-import { type RunningService, startService } from '../service.ts';
+import { issueServiceKey, startApiOnly } from '../../test/service-keys.ts';
+import type { RunningService } from '../service.ts';
 import { loadQuestionSet, offTopicFault, onTopicFault } from './eval/score.ts';
 import type { KnowledgeModule } from './module.ts';
 
@@ -17,31 +15,9 @@ describe('knowledge chat on the fixed question set (POST /api/chat)', () => {
   let key: string;
 
   beforeAll(async () => {
-    service = await startService(
-      loadConfig({
-        NODE_ENV: 'test',
-        LOG_LEVEL: 'silent',
-        EVENT_STORE: 'memory',
-        CACHE: 'memory',
-        FEED: 'replay',
-        HOST: '127.0.0.1',
-        PORT: '0',
-        CHAT_QUOTA_PRO: '1000',
-      }),
-      ['api'],
-      pino({ level: 'silent' }),
-    );
+    service = await startApiOnly({ CHAT_QUOTA_PRO: '1000' });
     await (service.components.find((c) => c.name === 'knowledge') as KnowledgeModule).ready;
-    const issued = await issueKey(service.adapters.eventStore, {
-      plan: 'pro',
-      owner: 'eval',
-      via: 'operator',
-    });
-    const keyed = service.components.find((c) => c.name === 'keyed-channel') as unknown as {
-      registry: { waitFor(position: number): Promise<void> };
-    };
-    await keyed.registry.waitFor(issued.position);
-    key = issued.key;
+    key = (await issueServiceKey(service, { plan: 'pro', owner: 'eval' })).key;
   });
   afterAll(async () => {
     await service?.stop();

@@ -166,7 +166,7 @@ function kindFit(kind: Kind, text: string, asked: { meets: Set<string> }[]): num
       // An enumeration ("one of 1m, 3m, 5m…") is what a "which" question asks for.
       return enumerates(text, asked) ? 0.2 : items >= 2 ? 0.12 : -0.05;
     case 'steps':
-      return /\b(GET|POST|DELETE|npm|Authorization)\b|\s\/[a-z.]|`/.test(text) ? 0.1 : 0;
+      return /\b(GET|POST|DELETE|npm|Authorization)\b|\s\/[a-z.]|\x60/.test(text) ? 0.1 : 0;
     case 'definition':
       return /\b(means?|is|are)\b/.test(text) ? 0.05 : 0;
     default:

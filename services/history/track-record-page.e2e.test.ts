@@ -129,6 +129,7 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
       "(() => { const w = document.querySelector('.table-wrap'); return [w.clientWidth, w.scrollWidth]; })()",
     )) as [number, number];
     expect(wrap[0]).toBeLessThanOrEqual(390);
+    expect(wrap[1]).toBeGreaterThan(wrap[0]);
     const shot = join(process.cwd(), 'test-results', 'track-record-phone.png');
     await page.screenshot({ path: shot, fullPage: true });
     expect(statSync(shot).size).toBeGreaterThan(10_000);

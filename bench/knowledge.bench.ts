@@ -27,13 +27,13 @@ import { loadConfig } from '../contracts/config.ts';
 import { newEvent } from '../contracts/events.ts';
 import { TIMEFRAMES } from '../contracts/market.ts';
 import { foldLog, type Projection } from '../projections/projection.ts';
-import { issueKey } from '../services/keys/key-commands.ts';
 import { staticCorpus } from '../services/knowledge/corpus.ts';
 import { knowledgeFactsProjection, livePassages } from '../services/knowledge/facts.ts';
 import type { Passage } from '../services/knowledge/passages.ts';
 import { KnowledgeIndex, miniSearchOptions } from '../services/knowledge/search-index.ts';
 import { startService } from '../services/service.ts';
 import { wipePrefix } from '../test/redis-probe.ts';
+import { issueServiceKey } from '../test/service-keys.ts';
 import { bestOfRounds, closedLoop, fmtRate, fmtUs, latencies, verdict } from './load-loop.ts';
 
 const QUERIES = [
@@ -91,15 +91,7 @@ async function searchThroughHttp(options: { cache: 'redis' | 'memory'; seconds: 
   });
   const bareUrl = await bare.listen({ host: '127.0.0.1', port: 0 });
   try {
-    const issued = await issueKey(service.adapters.eventStore, {
-      plan: 'pro',
-      owner: 'bench',
-      via: 'operator',
-    });
-    const keyed = service.components.find((c) => c.name === 'keyed-channel') as unknown as {
-      registry: { waitFor(position: number): Promise<void> };
-    };
-    await keyed.registry.waitFor(issued.position);
+    const issued = await issueServiceKey(service, { plan: 'pro', owner: 'bench' });
     // unique: a term no passage holds is added to every question, so no answer repeats and
     // each side runs the full query; both sides get the same questions in the same order.
     const call = (url: string, headers: Record<string, string>, unique: boolean) => {

@@ -9,9 +9,9 @@ import { loadConfig } from '../contracts/config.ts';
 import { ChatAnswer, SearchAnswer } from '../contracts/knowledge.ts';
 import { ServiceMeta } from '../services/api/service-meta.ts';
 import { ROLES } from '../services/component.ts';
-import { issueKey } from '../services/keys/key-commands.ts';
 import type { KnowledgeModule } from '../services/knowledge/module.ts';
 import { type RunningService, startService } from '../services/service.ts';
+import { issueServiceKey } from './service-keys.ts';
 
 /**
  * The issue's "done when": a newcomer on `npm start` (every role, embedded defaults: LMDB in
@@ -37,16 +37,7 @@ describe('knowledge tools on embedded defaults (npm start)', () => {
     service = await startService(config, [...ROLES], pino({ level: 'silent' }));
     module = service.components.find((c) => c.name === 'knowledge') as KnowledgeModule;
     await module.ready;
-    const issued = await issueKey(service.adapters.eventStore, {
-      plan: 'free',
-      owner: 'newcomer',
-      via: 'operator',
-    });
-    const keyed = service.components.find((c) => c.name === 'keyed-channel') as unknown as {
-      registry: { waitFor(position: number): Promise<void> };
-    };
-    await keyed.registry.waitFor(issued.position);
-    key = issued.key;
+    key = (await issueServiceKey(service, { plan: 'free', owner: 'newcomer' })).key;
     client = new Client({ name: 'newcomer', version: '1.0.0' });
     await client.connect(
       new StreamableHTTPClientTransport(new URL(`${service.url}/mcp`), {

@@ -1,7 +1,11 @@
 /**
  * The public track-record page: plain HTML, one script, uPlot from /track-record/assets (served
- * out of node_modules). It reloads the figures every 10 s, so the charts fill in as a replay
- * runs. `window.trackRecordCharts` lists each chart's point count, for a person and a test.
+ * out of node_modules). It reloads the figures as often as GET /api/track-record may be cached
+ * (its Cache-Control max-age): polling faster only fetches the same bytes again. The charts take
+ * the width of their column, so the page reads on a phone, and their value axes are as wide as
+ * their longest tick label. `window.trackRecordCharts` lists each chart's point count,
+ * `window.trackRecordPlots` the uPlot instances, `window.trackRecordRefreshMs` the refresh
+ * period, for a person and a test.
  */
 export function trackRecordPage(): string {
   return `<!doctype html>
@@ -13,12 +17,19 @@ export function trackRecordPage(): string {
 <link rel="icon" href="data:,">
 <link rel="stylesheet" href="/track-record/assets/uPlot.min.css">
 <style>
+  *, *::before, *::after { box-sizing: border-box; }
   body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5rem; color: #222; }
-  table { border-collapse: collapse; margin: 1rem 0; }
-  th, td { border-bottom: 1px solid #ddd; padding: 0.25rem 0.6rem; text-align: right; }
+  @media (max-width: 600px) { body { margin: 0.75rem; } h1 { font-size: 1.5rem; } }
+  .table-wrap { max-width: 100%; overflow-x: auto; margin: 1rem 0; }
+  table { border-collapse: collapse; }
+  th, td { border-bottom: 1px solid #ddd; padding: 0.25rem 0.6rem; text-align: right; white-space: nowrap; }
   th:first-child, td:first-child, th:nth-child(2), td:nth-child(2) { text-align: left; }
-  .charts { display: flex; flex-wrap: wrap; gap: 1.5rem; }
-  .note { color: #666; max-width: 60rem; }
+  .charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(100%, 380px), 1fr)); gap: 1.5rem; }
+  .chart { min-width: 0; }
+  .chart h3 { margin: 0.5rem 0; }
+  .note { color: #666; max-width: 60rem; overflow-wrap: anywhere; }
+  .u-legend { white-space: normal; }
+  .u-legend .u-series { display: inline-block; }
 </style>
 </head>
 <body>
@@ -32,20 +43,26 @@ the same points. <code>npm run history -- score</code> recomputes them from an e
   <option value="90d">90 days</option><option value="all" selected>all</option>
 </select></label>
 <span id="asof"></span>
-<table id="lines"><thead><tr>
+<div class="table-wrap"><table id="lines"><thead><tr>
   <th>exchange</th><th>timeframe</th><th>calls</th><th>HOLD share</th><th>hit rate [95 % CI]</th>
   <th>always-BUY</th><th>always-SELL</th><th>random</th><th>mean net bps</th><th>Brier (base rate)</th>
-</tr></thead><tbody></tbody></table>
+</tr></thead><tbody></tbody></table></div>
 <div class="charts">
-  <div><h3>Hit rate vs baselines (cumulative)</h3><div id="chart-hit"></div></div>
-  <div><h3>Calibration: hit rate by confidence</h3><div id="chart-calibration"></div></div>
-  <div><h3>Cumulative net return (bps)</h3><div id="chart-net"></div></div>
+  <div class="chart"><h3>Hit rate vs baselines (cumulative)</h3><div id="chart-hit"></div></div>
+  <div class="chart"><h3>Calibration: hit rate by confidence</h3><div id="chart-calibration"></div>
+    <p class="note" id="calibration-note" hidden></p></div>
+  <div class="chart"><h3>Cumulative net return (bps)</h3><div id="chart-net"></div></div>
 </div>
 <script src="/track-record/assets/uPlot.iife.min.js"></script>
 <script>
 (function () {
   var charts = {};
+  var last = null;
+  var timer = null;
   window.trackRecordCharts = {};
+  window.trackRecordPlots = charts;
+  window.trackRecordRefreshMs = 60000;
+  var compact = new Intl.NumberFormat('en-US', { notation: 'compact', maximumFractionDigits: 1 });
   function pct(x) { return x === null ? '–' : (100 * x).toFixed(1) + ' %'; }
   function num(x, d) { return x === null ? '–' : x.toFixed(d); }
   function row(l) {
@@ -56,42 +73,99 @@ the same points. <code>npm run history -- score</code> recomputes them from an e
       '</td><td>' + pct(l.alwaysSell.hitRate) + '</td><td>' + pct(l.random.hitRate) + '</td><td>' +
       num(f.meanNetBps, 2) + '</td><td>' + num(l.brier, 4) + ' (' + num(l.baseRateBrier, 4) + ')</td></tr>';
   }
-  function draw(id, opts, data) {
+  // The value axis is as wide as its longest label (uPlot's fixed default clips "-12,345" to "2,345").
+  function axisSize(self, values, axisIdx, cycleNum) {
+    var axis = self.axes[axisIdx];
+    if (cycleNum > 1) return axis._size;
+    var size = axis.ticks.size + axis.gap + 4;
+    var longest = (values || []).reduce(function (a, v) { return v != null && String(v).length > a.length ? String(v) : a; }, '');
+    if (longest !== '') {
+      self.ctx.font = axis.font[0];
+      size += self.ctx.measureText(longest).width / (window.devicePixelRatio || 1);
+    }
+    return Math.ceil(size);
+  }
+  function valueAxis(format) {
+    return { size: axisSize, values: function (u, splits) { return splits.map(format); } };
+  }
+  var asPercent = function (v) { return v == null ? '' : Math.round(100 * v) + ' %'; };
+  var asPoints = function (v) { return v == null ? '' : Math.round(v) + ' %'; };
+  var asBps = function (v) { return v == null ? '' : compact.format(v); };
+  function draw(id, opts, data, points) {
     var el = document.getElementById(id);
     if (charts[id]) charts[id].destroy();
-    opts.width = 420; opts.height = 260;
+    opts.width = Math.max(240, Math.floor(el.clientWidth));
+    opts.height = opts.width < 380 ? 220 : 260;
     charts[id] = new uPlot(opts, data, el);
-    window.trackRecordCharts[id] = data[0].length;
+    window.trackRecordCharts[id] = points;
   }
   function days(series) { return series.map(function (p) { return Date.parse(p.day) / 1000; }); }
+  function calibration(buckets) {
+    var b = buckets.filter(function (x) { return x.calls > 0; });
+    var note = document.getElementById('calibration-note');
+    var lo = b.length ? Math.max(0, b[0].from - 5) : 0;
+    var hi = b.length ? Math.min(100, b[b.length - 1].to + 5) : 100;
+    // The ends of the range carry the "perfect" diagonal only, so it shows even beside one point.
+    var x = [lo].concat(b.map(function (p) { return p.meanConfidence; }), [hi]);
+    var hit = [null].concat(b.map(function (p) { return 100 * p.hitRate; }), [null]);
+    draw('chart-calibration', {
+      scales: { x: { time: false, range: [lo, hi] }, y: { range: [0, 100] } },
+      axes: [{ values: function (u, s) { return s.map(asPoints); } }, valueAxis(asPoints)],
+      series: [{ label: 'confidence' },
+        { label: 'hit rate', stroke: '#1f77b4', width: 0, points: { show: true, size: 9, fill: '#1f77b4' } },
+        { label: 'perfect', stroke: '#bbb', dash: [4, 4], points: { show: false } }] },
+      [x, hit, x], b.length);
+    if (b.length >= 3) { note.hidden = true; return; }
+    var calls = b.reduce(function (n, p) { return n + p.calls; }, 0);
+    note.textContent = b.length === 0
+      ? 'No call has a resolved outcome in this window yet, so there is nothing to plot.'
+      : 'Only ' + b.length + ' confidence bucket' + (b.length === 1 ? '' : 's') + ' of 10 points hold' +
+        (b.length === 1 ? 's' : '') + ' calls (' + calls + ' calls, confidence ' + b[0].from + '–' +
+        b[b.length - 1].to + '): confidence comes from a coarse calibration curve whose steps each hold ' +
+        'a fifth of the training calls, so the calls sold share a few values and the chart has few points.';
+    note.hidden = false;
+  }
   function render(tr) {
+    last = tr;
     document.getElementById('asof').textContent = ' as of ' + tr.asOf;
     document.querySelector('#lines tbody').innerHTML = [tr.overall].concat(tr.lines).map(row).join('');
     var s = tr.series;
-    draw('chart-hit', { series: [{}, { label: 'calls', stroke: '#1f77b4' }, { label: 'always-BUY', stroke: '#2ca02c' },
+    draw('chart-hit', { axes: [{}, valueAxis(asPercent)],
+      series: [{}, { label: 'calls', stroke: '#1f77b4' }, { label: 'always-BUY', stroke: '#2ca02c' },
       { label: 'always-SELL', stroke: '#d62728' }, { label: 'random', stroke: '#999' }] },
       [days(s), s.map(function (p) { return p.hitRate; }), s.map(function (p) { return p.alwaysBuy; }),
-       s.map(function (p) { return p.alwaysSell; }), s.map(function (p) { return p.random; })]);
-    var b = tr.overall.buckets.filter(function (x) { return x.calls > 0; });
-    draw('chart-calibration', { scales: { x: { time: false } }, series: [{ label: 'confidence' },
-      { label: 'hit rate', stroke: '#1f77b4', points: { show: true, size: 8 } },
-      { label: 'perfect', stroke: '#bbb', dash: [4, 4] }] },
-      [b.map(function (x) { return x.meanConfidence; }), b.map(function (x) { return 100 * x.hitRate; }),
-       b.map(function (x) { return x.meanConfidence; })]);
-    draw('chart-net', { series: [{}, { label: 'following the calls', stroke: '#1f77b4' },
+       s.map(function (p) { return p.alwaysSell; }), s.map(function (p) { return p.random; })], s.length);
+    calibration(tr.overall.buckets);
+    draw('chart-net', { axes: [{}, valueAxis(asBps)],
+      series: [{}, { label: 'following the calls', stroke: '#1f77b4' },
       { label: 'random calls', stroke: '#999' }] },
-      [days(s), s.map(function (p) { return p.cumNetBps; }), s.map(function (p) { return p.cumRandomNetBps; })]);
+      [days(s), s.map(function (p) { return p.cumNetBps; }), s.map(function (p) { return p.cumRandomNetBps; })],
+      s.length);
+  }
+  function maxAge(response) {
+    var m = /max-age=(\\d+)/.exec(response.headers.get('cache-control') || '');
+    return m ? Math.max(5, Number(m[1])) * 1000 : 60000;
+  }
+  function schedule() {
+    clearTimeout(timer);
+    timer = setTimeout(load, window.trackRecordRefreshMs);
   }
   function load() {
     var w = document.getElementById('window').value;
     return fetch('/api/track-record?window=' + w).then(function (r) {
       if (!r.ok) throw new Error('track record answered ' + r.status);
+      window.trackRecordRefreshMs = maxAge(r);
       return r.json();
-    }).then(render).then(function () { document.body.dataset.loaded = 'true'; });
+    }).then(render).then(function () { document.body.dataset.loaded = 'true'; })
+      .finally(schedule);
   }
+  var resizing = null;
+  window.addEventListener('resize', function () {
+    clearTimeout(resizing);
+    resizing = setTimeout(function () { if (last) render(last); }, 150);
+  });
   document.getElementById('window').addEventListener('change', load);
   load();
-  setInterval(load, 10000);
 })();
 </script>
 </body>

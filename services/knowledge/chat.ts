@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { type ChatAnswer, type Citation, EXTRACTIVE_MODEL } from '../../contracts/knowledge.ts';
-import { CONTEXT_PASSAGES, DONT_KNOW, extractiveAnswer, relevant, sentences } from './extractive.ts';
+import { CONTEXT_PASSAGES, DONT_KNOW, expandQuestion, extractiveAnswer, sentences } from './extractive.ts';
 import type { ChatProvider } from './providers.ts';
 import type { Retrieved } from './search-index.ts';
 import { contentTerms, termOf, words } from './text.ts';
@@ -70,6 +70,8 @@ export interface ChatOutcome {
 export async function answerQuestion(
   deps: {
     retrieve: (q: string) => Retrieved[];
+    /** A term's weight in the corpus (its rarity); every term weighs the same without it. */
+    weight?: (term: string) => number;
     provider: ChatProvider | null;
     timeoutMs: number;
     logger: Logger;
@@ -77,17 +79,19 @@ export async function answerQuestion(
   question: string,
   model: string,
 ): Promise<ChatOutcome> {
-  const retrieved = deps.retrieve(question);
+  // Retrieval also looks for the documentation's words for what the question names.
+  const retrieved = deps.retrieve(expandQuestion(question));
+  const quoted = extractiveAnswer(question, retrieved, deps.weight);
   const extractive = (note?: string): ChatAnswer => ({
     question,
-    ...extractiveAnswer(question, retrieved),
+    ...quoted,
     model: EXTRACTIVE_MODEL,
     ...(note ? { note } : {}),
   });
   if (model === EXTRACTIVE_MODEL || deps.provider === null) {
     return { answer: extractive(), providerFailed: false };
   }
-  if (!relevant(retrieved)) {
+  if (!quoted.grounded) {
     // Nothing to ground an answer in: the model is not asked to make one up.
     return {
       answer: { question, answer: DONT_KNOW, citations: [], model, grounded: false },

@@ -4,20 +4,41 @@ import type { Retrieved } from './search-index.ts';
 import { contentTerms, termOf, words } from './text.ts';
 
 /**
- * The extractive model: answers only with sentences quoted verbatim from retrieved passages,
- * each followed by the [n] of its citation. Numbers in those sentences come from the passages
- * (prices, quotas and facts are generated from configuration and the log), never from here.
+ * The extractive model: answers only with sentences (or clauses of long ones) quoted verbatim
+ * from retrieved passages, each followed by the [n] of its citation. Numbers in those sentences
+ * come from the passages (prices, quotas and facts are generated from configuration and the
+ * log), never from here.
+ *
+ * The answer is built around the one sentence that best states what was asked: it must carry
+ * most of the question's weight (rare words weigh more than common ones, so "which timeframes"
+ * is about timeframes, not about "which"), and it must be the kind of sentence the question asks
+ * for (a number for "how much", a list for "which", a route or a step for "how do I"). Headings
+ * restated as sentences state nothing and are never chosen. When no sentence carries enough of
+ * the question, the answer is "I don't know", ungrounded: a quote that does not address the
+ * question is not an answer.
  */
 
-/** How many passages an answer draws on, and how many sentences it quotes. */
+/** How many passages the generative path is given; the extractive one reads further down. */
 export const CONTEXT_PASSAGES = 4;
+const READ_PASSAGES = 20;
 const MAX_SENTENCES = 3;
 const MAX_ANSWER_CHARS = 900;
-/** Below this share of the question's terms in the best passage, the answer is "I don't know". */
+/** Sentences longer than this are read clause by clause (contract passages, table rows). */
+const LONG_SENTENCE = 450;
+/**
+ * Below this weighted share of the question in the best sentence (with its passage's title),
+ * the answer is "I don't know". Words the corpus never uses weigh the most, so a question about
+ * something else ("the capital of France") stays below it however many common words it shares.
+ */
 export const MIN_COVERAGE = 0.5;
+/** Above this weighted share of the question in words the corpus never uses: "I don't know". */
+const MAX_UNKNOWN_SHARE = 0.5;
+/** A best sentence shorter than this is read with the one after it. */
+const SHORT_ANSWER = 120;
 
 /** Lines of a code sample: quoted as an answer they read as noise. */
-const CODE = /^(import|export|const|let|await|return|\/\/|curl|npm|npx|KEY=|-[dH] )|[{};\\]\s*$|=>|\$\(|'\{/;
+const CODE =
+  /^(import|export|const|let|await|return|\/\/|curl|duckdb|node -e|npm run -s|npx|KEY=|-[dH] )|[{};\\]\s*$|=>|\$\(|'\{/;
 
 export const DONT_KNOW =
   "I don't know: nothing in the documentation or the live facts matches this question closely enough.";
@@ -36,46 +57,318 @@ export function sentences(text: string): string[] {
     .filter((s) => s.length > 0);
 }
 
-/** Whether retrieval found anything worth answering from. */
-export function relevant(retrieved: Retrieved[]): boolean {
-  const best = retrieved[0];
-  return best !== undefined && best.coverage >= MIN_COVERAGE;
+/**
+ * Words the documentation uses for the same thing a user may name otherwise. Each group is one
+ * meaning; a question's word is met by any word of its group.
+ */
+const SYNONYMS: string[][] = [
+  ['cost', 'price', 'pay', 'paid', 'payment', 'charge'],
+  ['exchange', 'venue'],
+  ['exceed', 'past', 'beyond'],
+  ['currency', 'usdc', 'usd'],
+  ['coin', 'asset', 'market'],
+  ['sign', 'signature', 'hmac'],
+  ['support', 'serve', 'available', 'offer'],
+  ['mean', 'meaning', 'means', 'definition'],
+  ['allow', 'include'],
+  ['keep', 'kept', 'store', 'cache'],
+  ['export', 'download'],
+  ['connect', 'setup'],
+  ['disable', 'disabled', 'deactivate'],
+  ['miss', 'missed', 'gap', 'missing'],
+  ['retry', 'retries', 'resend'],
+  ['compute', 'calculate', 'computed', 'derived'],
+  ['url', 'receiver', 'endpoint', 'address'],
+  ['flicker', 'hysteresis'],
+  ['subscribe', 'subscription', 'register'],
+  ['key', 'token'],
+  ['verify', 'check', 'audit', 'prove'],
+];
+const SYNONYM_OF = new Map<string, Set<string>>();
+for (const group of SYNONYMS) {
+  const terms = new Set(group.map((w) => termOf(w)).filter((t): t is string => t !== null));
+  for (const t of terms) SYNONYM_OF.set(t, new Set([...(SYNONYM_OF.get(t) ?? []), ...terms]));
 }
 
-export function extractiveAnswer(question: string, retrieved: Retrieved[]): Grounded {
-  if (!relevant(retrieved)) return { answer: DONT_KNOW, citations: [], grounded: false };
-  const terms = new Set(contentTerms(question));
-  const context = retrieved.slice(0, CONTEXT_PASSAGES);
-  const candidates: { passage: Passage; rank: number; order: number; sentence: string; score: number }[] = [];
-  context.forEach(({ passage }, rank) => {
-    sentences(passage.text).forEach((sentence, order) => {
-      // A question restated is no answer; a 400-character line is a table row or code, not a sentence.
-      if (sentence.endsWith('?') || sentence.length > 400 || sentence.length < 20 || CODE.test(sentence))
-        return;
-      const found = new Set<string>();
-      for (const w of words(sentence)) {
-        const term = termOf(w);
-        if (term !== null && terms.has(term)) found.add(term);
+/**
+ * Words that shape a question rather than name its topic ("how *much*", "what does it *mean*",
+ * "which ones are *supported*"): an answer states the fact without repeating them.
+ */
+const QUESTION_WORDS = new Set(
+  (
+    'much many often long need want happen happens work works way know ask use used using make made come ' +
+    'comes whether able kind type exactly there possible thing mean means meaning support supported ' +
+    'available exist exists number value find see'
+  )
+    .split(' ')
+    .map((w) => termOf(w))
+    .filter((t): t is string => t !== null),
+);
+
+/**
+ * The question's content terms, each with the terms that meet it and its share of the ask: a
+ * condition ("… if my connection drops") frames the question, the main clause asks it.
+ */
+export function questionTerms(question: string): { term: string; meets: Set<string>; share: number }[] {
+  const cut = /\b(if|when|while|because|since|in case)\b/i.exec(question);
+  const topical = (text: string) => contentTerms(text).filter((term) => !QUESTION_WORDS.has(term));
+  const main = new Set(topical(cut && cut.index > 0 ? question.slice(0, cut.index) : question));
+  // "What do I get when I exceed the rate limit?": the clause is the question itself.
+  const framed = main.size > 0;
+  return topical(question).map((term) => ({
+    term,
+    meets: SYNONYM_OF.get(term) ?? new Set([term]),
+    share: !framed || main.has(term) ? 1 : 0.5,
+  }));
+}
+
+/** The terms of a text, with the parts of its snake_case names (expected_move_pct names a move). */
+function termsIn(text: string): Set<string> {
+  const out = new Set<string>();
+  for (const w of words(text)) {
+    const t = termOf(w);
+    if (t !== null) out.add(t);
+    if (w.includes('_'))
+      for (const part of w.split('_')) {
+        const p = termOf(part);
+        if (p !== null) out.add(p);
       }
-      if (found.size === 0 || found.size / terms.size < 1 / 3) return;
-      // Coverage of the question first; the passage's rank breaks near-ties; long sentences lose a little.
-      const digits = (sentence.match(/\d/g) ?? []).length / sentence.length;
+  }
+  return out;
+}
+
+/** The question with the documentation's words for its terms added, for retrieval. */
+export function expandQuestion(question: string): string {
+  const extra = questionTerms(question).flatMap(({ term, meets }) => [...meets].filter((t) => t !== term));
+  return extra.length === 0 ? question : `${question} ${[...new Set(extra)].join(' ')}`;
+}
+
+type Kind = 'number' | 'list' | 'steps' | 'definition' | 'other';
+
+/** What kind of sentence answers the question: the fact asked decides what a right answer holds. */
+export function questionKind(question: string): Kind {
+  const q = question.toLowerCase();
+  if (/\b(how (much|many|long|often)|price|cost|limits?\b|quota|at most|maximum|minimum)/.test(q))
+    return 'number';
+  if (/^(which|list)\b|^what (are|kinds?|types?) |\bwhich \w+ (are|is|can|do)\b/.test(q)) return 'list';
+  if (/\bhow (do|can|should) (i|we|you)\b|\bhow to\b|\bwhere\b/.test(q)) return 'steps';
+  if (/\bmean(s|ing)?\b|^what (is|are|does)\b|\bwhat .* for\b/.test(q)) return 'definition';
+  return 'other';
+}
+
+function kindFit(kind: Kind, text: string, asked: { meets: Set<string> }[]): number {
+  const digits = /\d/.test(text);
+  const items = (text.match(/,|;/g) ?? []).length;
+  switch (kind) {
+    case 'number':
+      return digits ? 0.15 : -0.15;
+    case 'list':
+      // An enumeration ("one of 1m, 3m, 5m…") is what a "which" question asks for.
+      return enumerates(text, asked) ? 0.2 : items >= 2 ? 0.12 : -0.05;
+    case 'steps':
+      return /\b(GET|POST|DELETE|npm|Authorization)\b|\s\/[a-z.]|\x60/.test(text) ? 0.1 : 0;
+    case 'definition':
+      return /\b(means?|is|are)\b/.test(text) ? 0.05 : 0;
+    default:
+      return 0;
+  }
+}
+
+/** A list of three or more items: "a, b, c", "a, b and c", "a|b|c". */
+const LIST =
+  /[\p{L}\p{N}_./-]+(?:(?:,\s+(?:and\s+|or\s+)?|\s+(?:and|or)\s+)[\p{L}\p{N}_./-]+){2,}|[\p{L}\p{N}_./-]+(?:\|[\p{L}\p{N}_./-]+){2,}/gu;
+
+/**
+ * The values of a thing the question names: "exchange (one of BINANCE, BYBIT, …)", "Events:
+ * trade_call, regime_shift, scan_digest", "trade_call, regime_shift and scan_digest events",
+ * "format=ndjson|csv|parquet".
+ */
+function enumerates(text: string, asked: { meets: Set<string> }[]): boolean {
+  const named = (word: string | undefined) => {
+    const t = word === undefined ? null : termOf(word);
+    return t !== null && asked.some(({ meets }) => meets.has(t));
+  };
+  for (const m of text.matchAll(/([\p{L}_]+) \(one of [^)]*,[^)]*,/gu)) if (named(m[1])) return true;
+  for (const m of text.matchAll(LIST)) {
+    if (m[0].split(/,|\|| and | or /).length < 3) continue;
+    const before = words(text.slice(0, m.index)).slice(-2);
+    const after = words(text.slice(m.index + m[0].length)).slice(0, 1);
+    if ([...before, ...after].some(named)) return true;
+  }
+  return false;
+}
+
+/** Verbs a step of a procedure opens with. */
+const STEP =
+  /^(send|retry|register|subscribe|set|run|use|call|pay|sign|present|store|read|open|ask|add|create)\b/i;
+
+/**
+ * A sentence whose subject is what the question names ("Volatile means…", "Confidence is…") is
+ * the definition asked for; one that opens with a verb is a step of the procedure asked for.
+ */
+function subjectFit(kind: Kind, sentence: string, asked: { meets: Set<string> }[]): number {
+  if (kind === 'steps') return STEP.test(sentence) ? 0.1 : 0;
+  if (kind !== 'definition' && kind !== 'other') return 0;
+  const first = words(sentence).slice(0, 3).map(termOf);
+  return asked.some(({ meets }) => first.some((t) => t !== null && meets.has(t))) &&
+    /^\S+(\s\S+){0,2}\s(means?|is|are)\b/.test(sentence)
+    ? 0.12
+    : 0;
+}
+
+/** A title's parts ("Service › Using it › API keys"): a sentence that only restates one is a heading. */
+function isHeading(sentence: string, passage: Passage): boolean {
+  const bare = (s: string) =>
+    s
+      .replace(/[.:]\s*$/, '')
+      .trim()
+      .toLowerCase();
+  const s = bare(sentence);
+  return passage.title.split('›').some((part) => bare(part) === s);
+}
+
+interface Candidate {
+  passage: Passage;
+  rank: number;
+  order: number;
+  /** What is quoted: one sentence or clause, or a sentence and the list it introduces. */
+  quotes: string[];
+  coverage: number;
+  score: number;
+}
+
+/** The quotable units of a passage: sentences, long ones cut into their clauses. */
+function units(passage: Passage): string[][] {
+  const all = sentences(passage.text);
+  const out: string[][] = [];
+  all.forEach((sentence, i) => {
+    if (sentence.length > LONG_SENTENCE) {
+      for (const clause of sentence.split(/(?<=;)\s+|(?<=\.)\s+(?=[A-Z])/)) {
+        // A clause is quoted without the ";" that joined it to the next.
+        const c = clause.trim().replace(/;$/, '');
+        if (c.length >= 15 && c.length <= LONG_SENTENCE) out.push([c]);
+      }
+      return;
+    }
+    // A sentence that introduces a list (ends with ":") is quoted with the list.
+    const next = all[i + 1];
+    const readsOn = next !== undefined && next.length <= LONG_SENTENCE && answerable(next);
+    // A short sentence ("A paid answer is never lost.") opens what the next one says.
+    if (sentence.length < SHORT_ANSWER && !sentence.endsWith(':') && readsOn) out.push([sentence, next]);
+    else if (!sentence.endsWith(':')) out.push([sentence]);
+    // A sentence that introduces a code sample says nothing without it, and code is not quoted.
+    else if (next !== undefined && next.length <= LONG_SENTENCE && answerable(next))
+      out.push([sentence, next]);
+  });
+  return out;
+}
+
+function answerable(text: string): boolean {
+  if (text.endsWith('?') || text.length < 15 || CODE.test(text)) return false;
+  // A query or a command line is dense in brackets, quotes and operators; prose is not.
+  const symbols = (text.match(/[(){}[\]=|*<>]/g) ?? []).length;
+  return symbols / text.length < 0.08;
+}
+
+/**
+ * Answers from the retrieved passages. `weight` gives a term's weight (its rarity in the
+ * corpus); without it every term weighs the same.
+ */
+export function extractiveAnswer(
+  question: string,
+  retrieved: Retrieved[],
+  weight?: (term: string) => number,
+): Grounded {
+  const asked = questionTerms(question);
+  const dontKnow = { answer: DONT_KNOW, citations: [], grounded: false };
+  if (asked.length === 0 || retrieved.length === 0) return dontKnow;
+  // A term met through several words weighs as its most common form: the group is as rare as
+  // its most used member. A term the corpus never uses (weight at its maximum) names something
+  // the documentation does not speak of: when such terms carry most of the question, the
+  // answer is "I don't know"; otherwise the answer is judged on the terms the corpus knows.
+  const unknownWeight = weight ? weight('\u0000') : Number.POSITIVE_INFINITY;
+  const rarity = asked.map(({ meets }) => (weight ? Math.min(...[...meets].map(weight)) : 1));
+  const weights = asked.map(({ share }, i) => share * rarity[i]!);
+  const unknown = weights.filter((_, i) => rarity[i]! >= unknownWeight).reduce((a, b) => a + b, 0);
+  const all = weights.reduce((a, b) => a + b, 0);
+  if (unknown / all > MAX_UNKNOWN_SHARE) return dontKnow;
+  const known = all - unknown;
+  const kind = questionKind(question);
+  const coverageOf = (text: string, title: Set<string>, body: Set<string>) => {
+    const present = termsIn(text);
+    let own = 0;
+    let context = 0;
+    asked.forEach(({ meets }, i) => {
+      const w = weights[i]!;
+      if (rarity[i]! >= unknownWeight) return;
+      const has = (set: Set<string>) => [...meets].some((t) => set.has(t));
+      if (has(present)) own += w;
+      // The passage's title says what the sentence is about, though the sentence may not repeat
+      // it; the rest of the passage, less so, and only to rank: what the sentence and its title
+      // carry is what decides whether it answers at all.
+      else if (has(title)) own += 0.6 * w;
+      else if (has(body)) context += 0.3 * w;
+    });
+    return { own: own / known, ranked: (own + context) / known };
+  };
+  const candidates: Candidate[] = [];
+  const byPassage = new Map<string, string[][]>();
+  retrieved.slice(0, READ_PASSAGES).forEach(({ passage }, rank) => {
+    const title = termsIn(passage.title);
+    const body = termsIn(passage.text);
+    const list = units(passage);
+    byPassage.set(passage.id, list);
+    list.forEach((quotes, order) => {
+      const head = quotes[0]!;
+      if (!answerable(head) || isHeading(head, passage)) return;
+      const text = quotes.join(' ');
+      const { own: coverage, ranked } = coverageOf(text, title, body);
       const score =
-        found.size / terms.size - rank * 0.08 - sentence.length / 4000 - (digits > 0.15 ? 0.3 : 0);
-      candidates.push({ passage, rank, order, sentence, score });
+        ranked +
+        kindFit(kind, text, asked) -
+        rank * 0.01 -
+        text.length / 5000 +
+        subjectFit(kind, head, asked);
+      candidates.push({ passage, rank, order, quotes, coverage, score });
     });
   });
-  candidates.sort((a, b) => b.score - a.score || a.rank - b.rank || a.order - b.order);
-  const chosen: typeof candidates = [];
-  let length = 0;
-  for (const c of candidates) {
-    if (chosen.length >= MAX_SENTENCES) break;
-    if (chosen.some((x) => x.sentence === c.sentence)) continue;
-    if (chosen.length > 0 && length + c.sentence.length > MAX_ANSWER_CHARS) continue;
-    chosen.push(c);
-    length += c.sentence.length;
+  // Only a unit that carries the question may answer it; among those, the best scored.
+  const carrying = candidates
+    .filter((c) => c.coverage >= MIN_COVERAGE)
+    .sort((a, b) => b.score - a.score || a.rank - b.rank || a.order - b.order);
+  const best = carrying[0];
+  if (best === undefined) return dontKnow;
+  const chosen: Candidate[] = [best];
+  let length = best.quotes.join(' ').length;
+  const overlaps = (c: Candidate) =>
+    chosen.some((x) => x.passage.id === c.passage.id && x.order === c.order) ||
+    chosen.some((x) => x.quotes.some((q) => c.quotes.some((r) => q.includes(r) || r.includes(q))));
+  // A short best sentence ("Confidence is calibrated, not a rescaled score.") opens what its
+  // passage goes on to say: the next sentence comes with it.
+  const next = byPassage.get(best.passage.id)![best.order + 1];
+  if (length < SHORT_ANSWER && next !== undefined && answerable(next[0]!)) {
+    const follow = { ...best, order: best.order + 1, quotes: next, score: best.score };
+    if (!overlaps(follow) && length + next.join(' ').length <= MAX_ANSWER_CHARS) {
+      chosen.push(follow);
+      length += next.join(' ').length;
+    }
   }
-  if (chosen.length === 0) return { answer: DONT_KNOW, citations: [], grounded: false };
+  // Then what else the best passage says about the question, then units elsewhere that carry
+  // as much of it.
+  const rest = carrying
+    .slice(1)
+    .filter((c) =>
+      c.passage.id === best.passage.id ? c.score >= best.score - 0.25 : c.score >= best.score - 0.1,
+    )
+    .sort((a, b) => Number(b.passage.id === best.passage.id) - Number(a.passage.id === best.passage.id));
+  for (const c of rest) {
+    if (chosen.length >= MAX_SENTENCES) break;
+    if (c.coverage < MIN_COVERAGE) continue;
+    const text = c.quotes.join(' ');
+    if (overlaps(c) || length + text.length > MAX_ANSWER_CHARS) continue;
+    chosen.push(c);
+    length += text.length;
+  }
   // Read in passage order, then in the order the sentences stand in their passage.
   chosen.sort((a, b) => a.rank - b.rank || a.order - b.order);
   const numbers = new Map<string, number>();
@@ -83,8 +376,8 @@ export function extractiveAnswer(question: string, retrieved: Retrieved[]): Grou
   const parts: string[] = [];
   for (const c of chosen) {
     if (!numbers.has(c.passage.id)) numbers.set(c.passage.id, numbers.size + 1);
-    quotes.set(c.passage.id, [...(quotes.get(c.passage.id) ?? []), c.sentence]);
-    parts.push(`${c.sentence} [${numbers.get(c.passage.id)}]`);
+    quotes.set(c.passage.id, [...(quotes.get(c.passage.id) ?? []), ...c.quotes]);
+    parts.push(`${c.quotes.join(' ')} [${numbers.get(c.passage.id)}]`);
   }
   const citations = [...numbers.keys()].map((id) => {
     const passage = chosen.find((c) => c.passage.id === id)!.passage;

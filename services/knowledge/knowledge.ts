@@ -125,6 +125,7 @@ export class Knowledge {
       const outcome = await answerQuestion(
         {
           retrieve: (q) => this.deps.index.retrieve(q),
+          weight: (term) => this.deps.index.weight(term),
           provider: this.deps.provider,
           timeoutMs: this.deps.config.CHAT_TIMEOUT_MS,
           logger,

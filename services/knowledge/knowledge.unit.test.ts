@@ -8,7 +8,7 @@ import { checkChat, checkSearch } from '../../contracts/knowledge.ts';
 import { foldLog } from '../../projections/projection.ts';
 import { QuotaCounters } from '../quota/quota-rebuild.ts';
 import { ChatQuota, chatKey, chatQuotaProjection } from './chat-quota.ts';
-import { DONT_KNOW, extractiveAnswer, sentences } from './extractive.ts';
+import { DONT_KNOW, expandQuestion, extractiveAnswer, questionKind, sentences } from './extractive.ts';
 import { knowledgeFactsProjection, livePassages } from './facts.ts';
 import { markdownPassages } from './passages.ts';
 import { excerpt, KnowledgeIndex } from './search-index.ts';
@@ -101,10 +101,73 @@ describe('extractive answers', () => {
   it('quotes sentences of the retrieved passages with [n] citations', () => {
     const answer = extractiveAnswer('price of a 1m trade call', index.retrieve('price of a 1m trade call'));
     expect(answer.grounded).toBe(true);
-    expect(answer.answer).toBe('A 1m trade call costs 0.05 USD. [1]');
+    // A short best sentence is read with the one after it in its passage.
+    expect(answer.answer).toBe('A 1m trade call costs 0.05 USD. Other timeframes cost 0.02 USD. [1]');
     expect(answer.citations).toEqual([
-      { id: 'a', source_url: 'README.md', title: 'Prices', quote: 'A 1m trade call costs 0.05 USD.' },
+      {
+        id: 'a',
+        source_url: 'README.md',
+        title: 'Prices',
+        quote: 'A 1m trade call costs 0.05 USD. … Other timeframes cost 0.02 USD.',
+      },
     ]);
+  });
+
+  const docs = new KnowledgeIndex([
+    {
+      id: 'contract',
+      source_type: 'contract',
+      source_url: 'contracts/tools.ts',
+      title: 'Tool get_trade_call: arguments and answer',
+      text: 'The tool get_trade_call returns a verdict for a coin and timeframe. Arguments: coin (string, required); timeframe (one of 1m, 5m, 15m, 1h, 4h, 1d, default "15m", optional); exchange (one of BINANCE, BYBIT, optional); includeReasoning (boolean, default true, optional); window (one of 7d, 30d, 90d, all, default "all", optional); limit (integer, from 1 to 1000, default 100, optional); and a few more words so that this sentence is long enough to be read clause by clause rather than as one sentence of the passage, which is how the contract passages read when a tool takes many arguments with many values each.',
+    },
+    {
+      id: 'volatility',
+      source_type: 'readme',
+      source_url: 'README.md#signals',
+      title: 'Service › Signals › Volatility and expected move',
+      text: 'Volatility and expected move. Every trade call carries volatility: expected_move_pct is the forecast σ of the log return over the next six candles.',
+    },
+    {
+      id: 'webhooks',
+      source_type: 'webhooks',
+      source_url: 'services/webhooks/README.md',
+      title: 'Webhooks',
+      text: 'Deliveries are signed with HMAC-SHA256 of the timestamp and the raw body. A delivery is retried after 5 s, 5 min and 30 min.',
+    },
+  ]);
+  const ask = (question: string) =>
+    extractiveAnswer(question, docs.retrieve(expandQuestion(question)), (t) => docs.weight(t));
+
+  it('answers a "which" question with the enumeration of what it names', () => {
+    const answer = ask('Which timeframes are supported?');
+    expect(answer.grounded).toBe(true);
+    const clause = 'timeframe (one of 1m, 5m, 15m, 1h, 4h, 1d, default "15m", optional)';
+    expect(answer.answer).toContain(`${clause} [1]`);
+    // The clause is quoted as it stands in the passage.
+    expect(answer.citations[0]!.quote.split(' … ')).toContain(clause);
+    for (const quoted of answer.citations[0]!.quote.split(' … '))
+      expect(docs.get('contract')!.text).toContain(quoted);
+  });
+
+  it('never answers with a heading restated as a sentence', () => {
+    const answer = ask('What is the expected move?');
+    expect(answer.grounded).toBe(true);
+    expect(answer.answer).not.toContain('Volatility and expected move.');
+    expect(answer.answer).toContain('six candles');
+  });
+
+  it("meets the documentation's words for what the question names", () => {
+    expect(ask('How are webhook deliveries signed?').answer).toContain('HMAC-SHA256');
+    expect(questionKind('How much does a trade call cost?')).toBe('number');
+    expect(questionKind('Which exchanges can I ask for?')).toBe('list');
+    expect(questionKind('How do I verify a verdict?')).toBe('steps');
+  });
+
+  it('says it does not know, ungrounded, when the question is mostly about what the corpus never names', () => {
+    // "trade" and "call" are known words; "tesla", "shares" and "earnings" are not.
+    for (const question of ['Should I trade Tesla shares before earnings?', 'What is the capital of France?'])
+      expect(ask(question)).toEqual({ answer: DONT_KNOW, citations: [], grounded: false });
   });
 
   it('says it does not know below the threshold, citing nothing', () => {

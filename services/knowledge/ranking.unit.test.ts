@@ -1,7 +1,7 @@
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../contracts/config.ts';
-import { type RunningService, startService } from '../service.ts';
+import { startApiOnly } from '../../test/service-keys.ts';
+import type { RunningService } from '../service.ts';
 import { staticCorpus } from './corpus.ts';
 import { type KnowledgeFacts, livePassages } from './facts.ts';
 import { type OpenApiDocument, routePassages } from './generated.ts';
@@ -149,19 +149,7 @@ describe('knowledge ranking', () => {
   let service: RunningService;
   let document: OpenApiDocument;
   beforeAll(async () => {
-    service = await startService(
-      loadConfig({
-        NODE_ENV: 'test',
-        LOG_LEVEL: 'silent',
-        EVENT_STORE: 'memory',
-        CACHE: 'memory',
-        FEED: 'replay',
-        HOST: '127.0.0.1',
-        PORT: '0',
-      }),
-      ['api'],
-      pino({ level: 'silent' }),
-    );
+    service = await startApiOnly();
     document = (service.app as unknown as { swagger(): OpenApiDocument }).swagger();
   });
   afterAll(async () => {

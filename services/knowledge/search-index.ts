@@ -56,15 +56,14 @@ export class KnowledgeIndex {
   private readonly index = new MiniSearch<Passage>(miniSearchOptions());
   private readonly passages = new Map<string, Passage>();
   private readonly spans = new Map<string, Words>();
+  /** In how many passages each term stands: what a term's weight in an answer comes from. */
+  private readonly df = new Map<string, number>();
   private currentDigest = '';
 
   constructor(passages: Passage[]) {
     const unique = new Map(passages.map((p) => [p.id, p]));
     if (unique.size !== passages.length) throw new Error('knowledge corpus: passage ids must be unique');
-    for (const p of passages) {
-      this.passages.set(p.id, p);
-      this.spans.set(p.id, spansOf(p.text));
-    }
+    for (const p of passages) this.hold(p);
     this.index.addAll(passages);
     this.updateDigest();
   }
@@ -88,19 +87,43 @@ export class KnowledgeIndex {
     for (const [id, old] of this.passages) {
       if (!id.startsWith(prefix) || wanted.get(id)?.text === old.text) continue;
       this.index.discard(id);
-      this.passages.delete(id);
-      this.spans.delete(id);
+      this.release(id);
       changed = true;
     }
     for (const passage of next) {
       if (this.passages.has(passage.id)) continue;
       this.index.add(passage);
-      this.passages.set(passage.id, passage);
-      this.spans.set(passage.id, spansOf(passage.text));
+      this.hold(passage);
       changed = true;
     }
     if (changed) this.updateDigest();
     return changed;
+  }
+
+  /**
+   * How much a term says about what a question asks: high for a term few passages use, highest
+   * for one none does (BM25's idf).
+   */
+  weight(term: string): number {
+    return Math.log(1 + this.passages.size / ((this.df.get(term) ?? 0) + 0.5));
+  }
+
+  private hold(passage: Passage): void {
+    const spans = spansOf(`${passage.title}\n${passage.text}`);
+    this.passages.set(passage.id, passage);
+    this.spans.set(passage.id, spansOf(passage.text));
+    for (const term of spans.at.keys()) this.df.set(term, (this.df.get(term) ?? 0) + 1);
+  }
+
+  private release(id: string): void {
+    const passage = this.passages.get(id)!;
+    for (const term of spansOf(`${passage.title}\n${passage.text}`).at.keys()) {
+      const n = (this.df.get(term) ?? 1) - 1;
+      if (n === 0) this.df.delete(term);
+      else this.df.set(term, n);
+    }
+    this.passages.delete(id);
+    this.spans.delete(id);
   }
 
   /** Every matching passage, best first, ties by id. */

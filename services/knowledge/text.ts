@@ -19,11 +19,16 @@ const STOP_WORDS = new Set(
 /** Words with a meaning of their own that must not lose their last letters. */
 const KEEP = new Set(['status', 'bps', 'siwe', 'address', 'access', 'process', 'basis', 'always']);
 
+/** "omitted" → "omitt" → "omit", as "omit" is written: a doubled final consonant (not l, s, z) is one. */
+function undouble(stemmed: string): string {
+  return /([^aeiouylsz])\1$/.test(stemmed) ? stemmed.slice(0, -1) : stemmed;
+}
+
 export function stem(word: string): string {
   if (word.length <= 3 || KEEP.has(word) || /\d/.test(word)) return word;
   if (word.endsWith('ies') && word.length > 4) return `${word.slice(0, -3)}y`;
-  if (word.endsWith('ing') && word.length > 5) return word.slice(0, -3);
-  if (word.endsWith('ed') && word.length > 4 && !word.endsWith('eed')) return word.slice(0, -2);
+  if (word.endsWith('ing') && word.length > 5) return undouble(word.slice(0, -3));
+  if (word.endsWith('ed') && word.length > 4 && !word.endsWith('eed')) return undouble(word.slice(0, -2));
   if (word.endsWith('es') && /(ss|x|ch|sh)es$/.test(word)) return word.slice(0, -2);
   if (word.endsWith('s') && !word.endsWith('ss') && !word.endsWith('us')) return word.slice(0, -1);
   return word;

@@ -1,0 +1,50 @@
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import type { ChatAnswer } from '../../../contracts/knowledge.ts';
+import { DONT_KNOW } from '../extractive.ts';
+
+/**
+ * The fixed question set of the knowledge chat (questions.json, written before the answer logic
+ * was tuned) and the rule that says whether one answer is right.
+ */
+export const QuestionSet = z.strictObject({
+  about: z.string(),
+  maxAnswerChars: z.number().int().positive(),
+  questions: z.array(
+    z.strictObject({
+      id: z.string(),
+      question: z.string(),
+      /** Every group must be met by one of its strings. */
+      expect: z.array(z.array(z.string()).min(1)).min(1),
+    }),
+  ),
+  offTopic: z.array(z.strictObject({ id: z.string(), question: z.string() })),
+});
+export type QuestionSet = z.infer<typeof QuestionSet>;
+
+export function loadQuestionSet(): QuestionSet {
+  return QuestionSet.parse(JSON.parse(readFileSync(new URL('./questions.json', import.meta.url), 'utf8')));
+}
+
+const flat = (s: string) => s.replace(/\s+/g, ' ').toLowerCase();
+
+/** Why an on-topic answer is wrong, or null when it is right. */
+export function onTopicFault(
+  answer: Pick<ChatAnswer, 'answer' | 'grounded' | 'citations'>,
+  expect: string[][],
+  maxChars: number,
+): string | null {
+  if (answer.answer === DONT_KNOW) return "answered I don't know";
+  if (!answer.grounded || answer.citations.length === 0) return 'not grounded';
+  if (answer.answer.length > maxChars) return `longer than ${maxChars} characters`;
+  const text = flat(answer.answer);
+  const missing = expect.filter((group) => !group.some((s) => text.includes(flat(s))));
+  return missing.length === 0 ? null : `missing ${missing.map((g) => g.join(' | ')).join('; ')}`;
+}
+
+/** Why an off-topic answer is wrong, or null when it is the ungrounded "I don't know". */
+export function offTopicFault(answer: Pick<ChatAnswer, 'answer' | 'grounded' | 'citations'>): string | null {
+  if (answer.answer !== DONT_KNOW) return 'answered instead of saying it does not know';
+  if (answer.grounded || answer.citations.length > 0) return "grounded or cited with I don't know";
+  return null;
+}

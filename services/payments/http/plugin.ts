@@ -15,6 +15,7 @@ import { describeFailure } from '../../engine/operation-errors.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
 import type { KeyResolver } from '../../keys/key-resolver.ts';
 import type { QuotaMeter } from '../../quota/quota-meter.ts';
+import { quotaRetryAfter } from '../../quota/snapshot.ts';
 import { decodePaymentHeader, paymentResponseHeader } from '../codecs.ts';
 import { describeError, type PaymentFlowDeps, type Refusal, runPaidCall } from '../payment-flow.ts';
 import { QUOTE_CACHE_SIZE, type Quote, type Quoter, quoteJson, quoteJsonWith } from '../quote.ts';
@@ -304,6 +305,8 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
           const message =
             `the ${metered.window} quota of this key is used up (resets ${resets}); ` +
             'pay for this call with x402 using the requirements in accepts / PAYMENT-REQUIRED';
+          // Paying works at once; Retry-After tells a client that will not pay when its plan serves it again.
+          reply.header('retry-after', quotaRetryAfter(metered.service.quota, metered.window));
           return sendQuote(reply, tool, price, url, 'quota_exhausted', message, metered.service, 429, {
             window: metered.window,
           });

@@ -464,7 +464,7 @@ describe.runIf(available('redis-server'))('the Redis command line', () => {
     const exit = exited(child);
     try {
       await expect
-        .poll(async () => (existsSync(socketPath) ? ping(socketPath) : ''), { interval: 50, timeout: 10_000 })
+        .poll(async () => (existsSync(socketPath) ? ping(socketPath) : ''), { interval: 50 })
         .toBe('+PONG');
       expect(await command(socketPath, 'CONFIG GET maxmemory-policy')).toContain('noeviction');
     } finally {

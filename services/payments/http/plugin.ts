@@ -440,7 +440,9 @@ function paidRouteDoc(tool: PaidTool) {
         headers: { 'PAYMENT-REQUIRED': 'Base64 JSON payment requirements (x402 v2)' },
       },
       409: fault('payment_identifier_conflict: another request under the same payment id'),
-      429: fault('quota_exhausted for a key (the 402 quote comes with it), RATE_LIMITED'),
+      429: fault(
+        'quota_exhausted for a key (the 402 quote comes with it; Retry-After: seconds until the quota window resets), RATE_LIMITED',
+      ),
       503: fault('key_unverifiable, quota_unavailable, facilitator_unavailable: nothing is charged; retry'),
     },
   });

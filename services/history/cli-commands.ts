@@ -248,8 +248,8 @@ async function exportCommand(
     const seconds = (performance.now() - started) / 1000;
     return seconds > 0 ? Math.round((checkpoint.rows - startRows) / seconds).toLocaleString('en') : '0';
   };
-  // The store source's first page sets the real head; until then the bar has no length.
-  bar?.start(byPosition ? 0 : 1, 0, { rows: checkpoint.rows, rate: '0' });
+  // Started with the first page: only then does a store source know the head it counts towards.
+  let barStarted = false;
   try {
     while (!checkpoint.done) {
       const page = await source(checkpoint.cursor, pageSize);
@@ -271,8 +271,14 @@ async function exportCommand(
       checkpoint.done = page.rows.length < pageSize;
       saveCheckpoint(checkpointPath, checkpoint);
       if (bar) {
-        if (page.head !== undefined) bar.setTotal(page.head);
-        bar.update(byPosition ? (page.position ?? 0) : 0, { rows: checkpoint.rows, rate: rate() });
+        const payload = { rows: checkpoint.rows, rate: rate() };
+        const value = byPosition ? (page.position ?? 0) : 0;
+        if (!barStarted) bar.start(page.head ?? 1, value, payload);
+        else {
+          if (page.head !== undefined) bar.setTotal(page.head);
+          bar.update(value, payload);
+        }
+        barStarted = true;
       }
     }
   } catch (err) {
@@ -291,7 +297,7 @@ async function exportCommand(
       { cause: err },
     );
   } finally {
-    bar?.stop();
+    if (barStarted) bar?.stop();
   }
   return JSON.stringify({ out, format, rows: checkpoint.rows, cursor: checkpoint.cursor });
 }

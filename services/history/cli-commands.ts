@@ -3,9 +3,11 @@ import {
   createWriteStream,
   existsSync,
   mkdirSync,
+  readdirSync,
   readFileSync,
   renameSync,
   rmSync,
+  statSync,
   truncateSync,
   writeFileSync,
 } from 'node:fs';
@@ -175,6 +177,21 @@ function readCheckpoint(path: string): Checkpoint | null {
   }
 }
 
+/**
+ * Removes what an export that wrote no row left (an empty directory, or a file holding no more
+ * than the CSV header) and its checkpoint; anything more is the user's to judge. True when gone.
+ */
+function removeEmptyExport(out: string, checkpointPath: string, bytes: number): boolean {
+  if (existsSync(out)) {
+    const stat = statSync(out);
+    const empty = stat.isDirectory() ? readdirSync(out).length === 0 : stat.size <= bytes;
+    if (!empty) return false;
+    rmSync(out, { recursive: stat.isDirectory() });
+  }
+  rmSync(checkpointPath, { force: true });
+  return true;
+}
+
 /** How to start `out` over: the paths to remove. */
 function startOver(out: string, checkpointPath: string): string {
   return `remove ${out} and ${checkpointPath} to start over`;
@@ -225,14 +242,19 @@ async function exportCommand(
     const saved = existsSync(checkpointPath) ? readCheckpoint(checkpointPath) : null;
     // An export that failed before its first row holds nothing worth resuming: a plain re-run
     // starts it again rather than ask the user to clean up after us.
-    if (saved !== null && !saved.done && saved.rows === 0 && saved.format === format) {
-      rmSync(out, { recursive: true, force: true });
-      rmSync(checkpointPath, { force: true });
-    } else if (saved !== null && !saved.done) {
+    const restarted =
+      saved !== null &&
+      !saved.done &&
+      saved.rows === 0 &&
+      saved.format === format &&
+      removeEmptyExport(out, checkpointPath, saved.bytes);
+    // Otherwise nothing was lost, and the export starts again below.
+    if (!restarted && saved !== null && !saved.done) {
       throw new UsageError(
         `${out} holds an interrupted export (${saved.rows} rows so far): run the same command with --resume to continue it, or ${startOver(out, checkpointPath)}`,
       );
-    } else if (existsSync(out) || existsSync(checkpointPath)) {
+    }
+    if (!restarted && (existsSync(out) || existsSync(checkpointPath))) {
       throw new UsageError(`${out} exists: choose another --out, or ${startOver(out, checkpointPath)}`);
     }
     checkpoint = { format: format as HistoryFormat, cursor: null, rows: 0, bytes: 0, parts: 0, done: false };
@@ -284,10 +306,7 @@ async function exportCommand(
   } catch (err) {
     if (err instanceof UsageError) throw err;
     // Nothing exported yet: leave nothing behind either, so the next try starts clean.
-    if (checkpoint.rows === 0 && !values.resume) {
-      rmSync(out, { recursive: true, force: true });
-      rmSync(checkpointPath, { force: true });
-    }
+    if (checkpoint.rows === 0 && !values.resume) removeEmptyExport(out, checkpointPath, checkpoint.bytes);
     const next =
       checkpoint.rows === 0
         ? 'run the same command again once that is fixed'

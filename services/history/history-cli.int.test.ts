@@ -221,6 +221,17 @@ describe('npm run history', () => {
     expect(JSON.parse(await runHistoryCommand(live, deps())).rows).toBe(120);
     // A finished export is never overwritten by a plain re-run.
     await expect(runHistoryCommand(live, deps())).rejects.toThrow(`${out} exists: choose another --out`);
+    // Nor is anything more than an empty export, whatever its checkpoint says.
+    const other = join(dir, 'not-empty.ndjson');
+    writeFileSync(other, '{"someone":"else"}\n');
+    writeFileSync(
+      `${other}.checkpoint.json`,
+      JSON.stringify({ format: 'ndjson', cursor: null, rows: 0, bytes: 0, parts: 0, done: false }),
+    );
+    await expect(
+      runHistoryCommand(['export', '--url', server.url, '--key', key, '--out', other], deps()),
+    ).rejects.toThrow(UsageError);
+    expect(readFileSync(other, 'utf8')).toBe('{"someone":"else"}\n');
 
     // The real command line: the message and exit code 1, no TypeError and no stack trace.
     const cliOut = join(dir, 'down-cli.ndjson');

@@ -55,7 +55,7 @@ describe.runIf(typeof disk !== 'string' || process.env.CI === 'true')('the api w
       registry: { waitFor(position: number): Promise<void> };
     };
     await channel.registry.waitFor(issued.position);
-  }, 30_000);
+  });
   afterAll(async () => {
     await service?.stop();
     if (typeof disk !== 'string') disk.unmount();
@@ -102,7 +102,7 @@ describe.runIf(typeof disk !== 'string' || process.env.CI === 'true')('the api w
   it('space returns: /readyz is ready again without a write, keyed calls are served, nothing acknowledged is lost', async () => {
     if (typeof disk === 'string') return;
     disk.free();
-    await expect.poll(async () => (await ready()).status, { timeout: 5_000 }).toBe(200);
+    await expect.poll(async () => (await ready()).status).toBe(200);
     const res = await call('ETH');
     expect(res.status).toBe(200);
     const all = await service.adapters.eventStore.readAll();

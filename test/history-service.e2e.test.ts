@@ -53,9 +53,7 @@ describe('verdict history through the started service', () => {
       return lines.slice(0, -1).map((l) => HistoryRow.parse(JSON.parse(l)));
     };
     // Scheduled verdicts are recorded as the replayed candles close; revealed six candles later.
-    await expect
-      .poll(async () => (await rows()).filter((r) => r.revealed).length, { timeout: 20_000 })
-      .toBeGreaterThan(0);
+    await expect.poll(async () => (await rows()).filter((r) => r.revealed).length).toBeGreaterThan(0);
     const all = await rows();
     expect(all.every((r) => r.stream.startsWith('verdicts-'))).toBe(true);
     expect(all.filter((r) => !r.revealed).every((r) => r.call === null && r.inputs_json === null)).toBe(true);
@@ -73,13 +71,10 @@ describe('verdict history through the started service', () => {
     };
     // An outcome resolves 24 replayed candles after its verdict (2.4 s at this replay speed).
     await expect
-      .poll(
-        async () => {
-          const { overall } = await record();
-          return overall.calls + overall.holds;
-        },
-        { timeout: 30_000 },
-      )
+      .poll(async () => {
+        const { overall } = await record();
+        return overall.calls + overall.holds;
+      })
       .toBeGreaterThan(0);
     const page = await fetch(`${service.url}/track-record`);
     expect(page.status).toBe(200);

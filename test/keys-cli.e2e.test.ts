@@ -69,5 +69,5 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
     const failed = await cli('revoke').catch((err: { code: number; stderr: string }) => err);
     expect(failed).toMatchObject({ code: 2 });
     expect((failed as { stderr: string }).stderr).toContain('a key id is required');
-  }, 60_000);
+  });
 });

@@ -109,7 +109,7 @@ describe('operator metrics on /metrics', () => {
       headers: { 'mcp-session-id': session, 'mcp-protocol-version': '2025-06-18' },
     });
     expect(closed.status).toBeLessThan(300);
-    await expect.poll(async () => sample(await scrape(), 'mcp_sessions_open'), { timeout: 5_000 }).toBe(0);
+    await expect.poll(async () => sample(await scrape(), 'mcp_sessions_open')).toBe(0);
   });
   it('reports payments by state, folded from the log', async () => {
     const ref = (n: number) => ({
@@ -140,9 +140,7 @@ describe('operator metrics on /metrics', () => {
       newEvent('PaymentSettlementPending', { ...ref(2), submittedAt: new Date().toISOString() }),
     ]);
     await store.append('payment-metrics-3', [authorized(3)]);
-    await expect
-      .poll(async () => sample(await scrape(), 'payments', { state: 'settled' }), { timeout: 10_000 })
-      .toBe(1);
+    await expect.poll(async () => sample(await scrape(), 'payments', { state: 'settled' })).toBe(1);
     const text = await scrape();
     expect(sample(text, 'payments', { state: 'pending' })).toBe(1);
     expect(sample(text, 'payments', { state: 'authorized' })).toBe(1);

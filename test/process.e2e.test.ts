@@ -102,21 +102,16 @@ describe('the service process', () => {
 
     const r = run({ DATA_DIR: dataDir, REPLAY_SPEED: '0' });
     running.push(r);
-    await expect
-      .poll(() => r.lines.find((l) => l.msg === 'service started'), { timeout: 20_000, interval: 100 })
-      .toBeTruthy();
+    await expect.poll(() => r.lines.find((l) => l.msg === 'service started'), { interval: 100 }).toBeTruthy();
     const url = r.lines.find((l) => l.msg === 'service started')!.url as string;
     expect((await fetch(`${url}/healthz`)).status).toBe(200);
     await expect
-      .poll(
-        async () => {
-          const body = (await (await fetch(`${url}/readyz`)).json()) as {
-            checks: Record<string, { checkpoint?: number }>;
-          };
-          return body.checks['projection:event-stats']?.checkpoint ?? 0;
-        },
-        { timeout: 10_000 },
-      )
+      .poll(async () => {
+        const body = (await (await fetch(`${url}/readyz`)).json()) as {
+          checks: Record<string, { checkpoint?: number }>;
+        };
+        return body.checks['projection:event-stats']?.checkpoint ?? 0;
+      })
       .toBeGreaterThanOrEqual(50);
 
     r.child.kill('SIGTERM');

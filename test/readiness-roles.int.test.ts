@@ -66,7 +66,7 @@ describe.runIf(await requireNats())('readiness per role during a NATS outage', (
 
     await nats.kill('SIGKILL');
 
-    await expect.poll(async () => (await readyz(projections)).status, { timeout: 15_000 }).toBe(503);
+    await expect.poll(async () => (await readyz(projections)).status).toBe(503);
     expect((await readyz(projections)).body.checks.bus).toMatchObject({ ok: false });
     const apiReady = await readyz(api);
     expect(apiReady.status).toBe(200);

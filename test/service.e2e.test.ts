@@ -67,9 +67,7 @@ describe('service on embedded defaults (LMDB, in-process bus and cache)', () => 
 
   it('records scheduled verdicts from the replayed candles as they close', async () => {
     const stats = eventStats(service);
-    await expect
-      .poll(() => stats.state.byType.VerdictRecorded ?? 0, { timeout: 15_000 })
-      .toBeGreaterThanOrEqual(6);
+    await expect.poll(() => stats.state.byType.VerdictRecorded ?? 0).toBeGreaterThanOrEqual(6);
     const verdicts = (await service.adapters.eventStore.readAll()).filter(
       (e) => e.type === 'VerdictRecorded',
     );
@@ -96,7 +94,7 @@ describe('service on embedded defaults (LMDB, in-process bus and cache)', () => 
     await stats.waitFor(result.position);
     expect(stats.state.byType.SubscriptionReEnabled).toBe(1);
     const [appended] = await eventStore.readAll({ after: result.position - 1, maxCount: 1 });
-    await expect.poll(() => received.includes(appended!.id), { timeout: 5_000 }).toBe(true);
+    await expect.poll(() => received.includes(appended!.id)).toBe(true);
     await consumer.stop();
   });
 
@@ -152,9 +150,7 @@ describe('service on the distributed engines (NATS JetStream, Redis) by configur
   it('relays the scheduled verdicts to JetStream with the event id as message id', async () => {
     const { bus, eventStore } = service.adapters;
     await expect
-      .poll(async () => (await eventStore.readAll()).filter((e) => e.type === 'VerdictRecorded').length, {
-        timeout: 15_000,
-      })
+      .poll(async () => (await eventStore.readAll()).filter((e) => e.type === 'VerdictRecorded').length)
       .toBe(6);
     const ids = (await eventStore.readAll()).map((e) => e.id);
     const received = new Set<string>();
@@ -166,7 +162,7 @@ describe('service on the distributed engines (NATS JetStream, Redis) by configur
       },
     );
     // One scheduled 4h verdict per coin of the shipped slice (six coins on the replay's spot venue).
-    await expect.poll(() => received.size, { timeout: 10_000 }).toBe(6);
+    await expect.poll(() => received.size).toBe(6);
     expect([...received].every((msgId) => ids.includes(msgId))).toBe(true);
     await consumer.stop();
   });

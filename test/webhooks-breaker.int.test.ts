@@ -78,7 +78,8 @@ describe.runIf(reachable)('an endpoint that accepts and never answers', () => {
 
     // It answers again: the probe on the schedule closes the breaker and everything goes out.
     hung.behave = () => ({ status: 200 });
-    const deadline = Date.now() + 15_000;
+    // Generous: only a condition that never comes ends this wait (the machine may be under load 10-30).
+    const deadline = Date.now() + 120_000;
     for (;;) {
       const now = await stack.request('GET', `/api/webhooks/${res.body.id}/deliveries`, key);
       if (now.body.deliveries.every((d: { status: string }) => d.status === 'succeeded')) break;
@@ -130,7 +131,8 @@ describe.runIf(reachable)('a hung endpoint is disabled by time since its last su
     await new Promise((resolve) => setTimeout(resolve, 1_800));
     // Held by the open breaker: recorded as a failure, which is when the rule is checked.
     await appendVerdict(stack.store, { coin: 'HUNGT', call: 'BUY', confidence: 51 });
-    const deadline = Date.now() + 10_000;
+    // Generous: only a condition that never comes ends this wait (the machine may be under load 10-30).
+    const deadline = Date.now() + 120_000;
     let sub: { status: string; disabled_reason: string | null } | undefined;
     while (Date.now() < deadline) {
       sub = (await stack.request('GET', '/api/webhooks', key)).body.webhooks[0];

@@ -3,6 +3,7 @@ import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { verifyWebhook } from '../contracts/webhook-verify.ts';
 import { WebhookEnvelope } from '../contracts/webhooks.ts';
+import { deliveryStream } from '../services/webhooks/delivery-log-fold.ts';
 import { requireNats } from './nats-server.ts';
 import { appendVerdict, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
 import { type Behaviour, type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
@@ -10,7 +11,8 @@ import { type Behaviour, type Receiver, selfSignedCert, startReceiver } from './
 const reachable = await requireNats();
 const tls = selfSignedCert();
 
-async function until<T>(probe: () => T | Promise<T>, ok: (v: T) => boolean, timeoutMs = 20_000): Promise<T> {
+// The deadline is generous: only a condition that never comes ends the wait (load 10-30 is expected).
+async function until<T>(probe: () => T | Promise<T>, ok: (v: T) => boolean, timeoutMs = 120_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await probe();
@@ -149,6 +151,35 @@ describe.runIf(reachable)('webhook delivery through NATS to HTTPS receivers', ()
     expect(
       Date.parse(attempts[0].next_attempt_at) - Date.parse(attempts[0].attempted_at),
     ).toBeGreaterThanOrEqual(1_000);
+  });
+
+  it('keeps every retry on the schedule: each due time counts from the one before, not from when a failure was recorded', async () => {
+    const r = await receiver();
+    r.behave = () => ({ status: 500 });
+    const key = await stack.issue();
+    const sub = await subscribe(key, { url: r.url, events: ['trade_call'], assets: ['DRIFA'] });
+    await appendVerdict(stack.store, { coin: 'DRIFA', call: 'BUY', confidence: 50 });
+    const log = await until(
+      () => stack.request('GET', `/api/webhooks/${sub.id}/deliveries`, key),
+      (res) => res.body.deliveries[0]?.status === 'failed',
+    );
+    const delivery = log.body.deliveries[0] as {
+      delivery_id: string;
+      attempts: { attempted_at: string; next_attempt_at: string | null }[];
+    };
+    const due = delivery.attempts.map((a) => a.next_attempt_at && Date.parse(a.next_attempt_at));
+    expect(due).toHaveLength(3);
+    expect(due[2]).toBeNull();
+    // Jitter 0, schedule 0,100,200: the second retry is due 200 ms after the first was. Only when
+    // the machine was so slow that the failure before it was recorded after that time is it
+    // due at once instead, and then at no later than that recording.
+    const failures = (await stack.store.readStream(deliveryStream(delivery.delivery_id))).filter(
+      (e) => e.type === 'DeliveryFailed',
+    );
+    const secondRecorded = Date.parse(failures[1]!.recordedAt);
+    const onSchedule = due[1] === (due[0] as number) + 200;
+    const overdue = (due[1] as number) > (due[0] as number) + 200 && (due[1] as number) <= secondRecorded;
+    expect(onSchedule || overdue, JSON.stringify({ due, secondRecorded })).toBe(true);
   });
 
   it('disables a subscription at once on 410 Gone, and shows it in the list and the log', async () => {

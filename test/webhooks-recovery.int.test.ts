@@ -6,7 +6,8 @@ import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receive
 const reachable = await requireNats();
 const tls = selfSignedCert();
 
-async function until<T>(probe: () => T | Promise<T>, ok: (v: T) => boolean, timeoutMs = 30_000): Promise<T> {
+// The deadline is generous: only a condition that never comes ends the wait (load 10-30 is expected).
+async function until<T>(probe: () => T | Promise<T>, ok: (v: T) => boolean, timeoutMs = 120_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await probe();

@@ -162,16 +162,23 @@ describe('an exhausted key can keep going by paying for the call', () => {
     for (let i = 0; i < 2; i++) {
       expect((await post('/x402/get_market_regime', { coin: 'ETH' }, auth)).status).toBe(200);
     }
+    const sent = Date.now();
     const refused = await post(
       '/x402/get_trade_call',
       { coin: 'BTC', timeframe: '5m', exchange: 'BINANCE_SPOT' },
       auth,
     );
+    const answered = Date.now();
     expect(refused.status).toBe(429);
     const body = (await refused.json()) as Record<string, unknown> & {
       accepts: Record<string, unknown>[];
       _service: unknown;
     };
+    // Retry-After: whole seconds until the refusing (monthly) window resets, as of when it was answered.
+    const resets = Date.parse(ServiceMeta.parse(body._service).quota!.resets_at);
+    const retryAfter = Number(refused.headers.get('retry-after'));
+    expect(retryAfter).toBeGreaterThanOrEqual(Math.ceil((resets - answered) / 1000));
+    expect(retryAfter).toBeLessThanOrEqual(Math.ceil((resets - sent) / 1000));
     expect(body).toMatchObject({
       code: 'quota_exhausted',
       window: 'monthly',

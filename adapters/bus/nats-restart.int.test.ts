@@ -124,5 +124,5 @@ describe.skipIf(!haveBinary)('relay → JetStream → durable consumer across na
       `restart test: ${TOTAL} events, ${stats.failures} failed relay pages, ${stats.duplicates} re-publishes ` +
         `dropped by the msgId window, ${redelivered} redeliveries dropped by the seen-set`,
     );
-  }, 180_000);
+  });
 });

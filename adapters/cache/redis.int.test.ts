@@ -171,15 +171,11 @@ describe.runIf(unreachable === null || CI)(`redis cache against ${REDIS_URL}`, (
         expect((await cache.debitWindows([window], 1)).ok).toBe(true);
         expect(reconnects).toBe(0);
         await proxy.stop();
-        await expect
-          .poll(async () => (await cache.health()).ok, { interval: 50, timeout: 5_000 })
-          .toBe(false);
+        await expect.poll(async () => (await cache.health()).ok, { interval: 50 }).toBe(false);
         await expect(cache.debitWindows([window], 1)).rejects.toThrow(CacheUnavailableError);
         await expect(cache.readWindows([window.key])).rejects.toThrow(/not connected/);
         await proxy.start(port);
-        await expect
-          .poll(async () => (await cache.health()).ok, { interval: 100, timeout: 15_000 })
-          .toBe(true);
+        await expect.poll(async () => (await cache.health()).ok, { interval: 100 }).toBe(true);
         expect(await cache.debitWindows([window], 1)).toEqual({ ok: true, counts: [2], refusedBy: null });
         // Told once per reconnection, so the owners of counters can check their marker.
         expect(reconnects).toBe(1);
@@ -187,7 +183,7 @@ describe.runIf(unreachable === null || CI)(`redis cache against ${REDIS_URL}`, (
         await cache.close();
         await proxy.stop();
       }
-    }, 30_000);
+    });
   });
 });
 
@@ -209,7 +205,7 @@ describe('redis cache when Redis cannot be reached', () => {
     expect(health.ok).toBe(false);
     expect(health.detail).toMatch(/ECONNREFUSED/);
     expect(health.detail).not.toMatch(/s3cret/);
-  }, 10_000);
+  });
 
   it('every operation rejects with CacheUnavailableError instead of waiting for Redis', async () => {
     const window = { key: 'quota:q', limit: 5, expiresAt: Date.now() + 60_000 };
@@ -226,7 +222,7 @@ describe('redis cache when Redis cannot be reached', () => {
     await expect(cache.setWindows([{ key: 'k', count: 1, expiresAt: Date.now() + 1_000 }])).rejects.toThrow(
       CacheUnavailableError,
     );
-  }, 10_000);
+  });
 
   it('a server that accepts connections but never answers is reported, not waited on forever', async () => {
     const sockets: net.Socket[] = [];
@@ -252,7 +248,7 @@ describe('redis cache when Redis cannot be reached', () => {
       for (const socket of sockets) socket.destroy();
       await new Promise<void>((resolve) => silent.close(() => resolve()));
     }
-  }, 10_000);
+  });
 
   it('rejects a URL that is not a Redis URL and an empty prefix', async () => {
     await expect(connectRedisCache({ url: 'http://127.0.0.1:6379', prefix: 'p:' })).rejects.toThrow(

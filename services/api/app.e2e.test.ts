@@ -39,6 +39,11 @@ async function start(readiness = new Readiness(), requestTimeoutMs?: number, tru
   const gate = new Promise<void>((resolve) => {
     release = resolve;
   });
+  let entered!: () => void;
+  /** Resolves once a /slow request is being handled. */
+  const inHandler = new Promise<void>((resolve) => {
+    entered = resolve;
+  });
   app = await buildApp({
     config: {
       BODY_LIMIT_BYTES: 1024,
@@ -51,6 +56,7 @@ async function start(readiness = new Readiness(), requestTimeoutMs?: number, tru
     plugins: [
       async (instance) => {
         instance.post('/slow', async () => {
+          entered();
           await gate;
           return { done: true };
         });
@@ -64,14 +70,15 @@ async function start(readiness = new Readiness(), requestTimeoutMs?: number, tru
     ],
   });
   const url = await app.listen({ host: '127.0.0.1', port: 0 });
-  return { url, release };
+  return { url, release, inHandler };
 }
 
 describe('HTTP app', () => {
   it('lets an in-flight request finish on close and refuses new connections', async () => {
-    const { url, release } = await start();
+    const { url, release, inHandler } = await start();
     const inFlight = fetch(`${url}/slow`, { method: 'POST' });
-    await new Promise((r) => setTimeout(r, 100));
+    // In flight means in the handler: a fixed sleep could close the app before it arrived.
+    await inHandler;
     const closing = app!.close();
     setTimeout(release, 100);
     const res = await inFlight;

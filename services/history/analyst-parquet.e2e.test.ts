@@ -38,7 +38,7 @@ describe('an analyst with a key, through npm run history and DuckDB', () => {
     await server.settle();
     key = await server.issue();
     dir = mkdtempSync(join(tmpdir(), 'history-analyst-'));
-  }, 120_000);
+  });
   afterAll(async () => {
     await server?.close();
     await fx?.engine.close();
@@ -112,5 +112,5 @@ describe('an analyst with a key, through npm run history and DuckDB', () => {
       connection.closeSync();
       db.closeSync();
     }
-  }, 180_000);
+  });
 });

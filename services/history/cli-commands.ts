@@ -3,8 +3,11 @@ import {
   createWriteStream,
   existsSync,
   mkdirSync,
+  readdirSync,
   readFileSync,
   renameSync,
+  rmSync,
+  statSync,
   truncateSync,
   writeFileSync,
 } from 'node:fs';
@@ -34,13 +37,34 @@ export const USAGE = `npm run history -- <command> [options]
          [--exchange X] [--coin C] [--timeframe T] [--call BUY|SELL|HOLD] [--from T] [--to T]
          (--url URL --key KEY | --store)      the labelled history to a file (parquet: a directory
                                               of part files); --resume continues an interrupted one
-  verify (PATH | --url URL --key KEY | --store) every hash chain end to end; reports the first broken link
-  score PATH [--window 7d|30d|90d|all] [--as-of TIME]
+  verify (PATH | --url URL --key KEY | --store) [--format F]
+                                              every hash chain end to end; reports the first broken link
+  score PATH [--window 7d|30d|90d|all] [--as-of TIME] [--format F]
                                               the track record from an export file alone
+  (verify and score read the format from the file's content unless --format names it)
 
 --store reads the event store the service is configured with (EVENT_STORE, LMDB_PATH, ...).`;
 
 export class UsageError extends Error {}
+
+/**
+ * An export that stopped part way (the server down, a refused key, a dropped connection): what
+ * failed, and how to go on. Its checkpoint is kept, so `--resume` continues where it stopped.
+ */
+export class ExportInterruptedError extends Error {
+  override readonly name = 'ExportInterruptedError';
+}
+
+/** What a failed request says, without the bare `TypeError: fetch failed` of undici. */
+function describeFailure(err: unknown): string {
+  const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+  if (err instanceof TypeError && cause) {
+    const reason =
+      cause.code === 'ECONNREFUSED' ? 'connection refused: is the service running?' : cause.message;
+    return cause.code && !reason?.includes(cause.code) ? `${reason} (${cause.code})` : String(reason);
+  }
+  return (err as Error).message ?? String(err);
+}
 
 export interface CliDeps {
   /** The configured store, opened on demand (for --store). */
@@ -71,10 +95,16 @@ function urlSource(
   return async (after, limit) => {
     const params = new URLSearchParams({ ...filters, limit: String(limit), format: 'ndjson' });
     if (after) params.set('after', after);
-    const res = await doFetch(`${base.replace(/\/$/, '')}/api/verdicts?${params}`, {
-      headers: { authorization: `Bearer ${key}`, accept: 'application/x-ndjson' },
-    });
-    if (!res.ok) throw new Error(`GET /api/verdicts answered ${res.status}: ${await res.text()}`);
+    const url = `${base.replace(/\/$/, '')}/api/verdicts`;
+    let res: Response;
+    try {
+      res = await doFetch(`${url}?${params}`, {
+        headers: { authorization: `Bearer ${key}`, accept: 'application/x-ndjson' },
+      });
+    } catch (err) {
+      throw new Error(`could not reach ${url}: ${describeFailure(err)}`, { cause: err });
+    }
+    if (!res.ok) throw new Error(`GET ${url} answered ${res.status}: ${await res.text()}`);
     const lines = (await res.text()).split('\n').filter((l) => l.trim() !== '');
     const trailer = HistoryTrailer.safeParse(JSON.parse(lines.at(-1) ?? 'null'));
     // No trailer: the response was cut short; the caller retries the page from the same cursor.
@@ -139,10 +169,55 @@ async function appendText(path: string, text: string): Promise<void> {
   await once(out, 'finish');
 }
 
+function readCheckpoint(path: string): Checkpoint | null {
+  try {
+    return JSON.parse(readFileSync(path, 'utf8')) as Checkpoint;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Removes what an export that wrote no row left (an empty directory, or a file holding no more
+ * than the CSV header) and its checkpoint; anything more is the user's to judge. True when gone.
+ */
+function removeEmptyExport(out: string, checkpointPath: string, bytes: number): boolean {
+  if (existsSync(out)) {
+    const stat = statSync(out);
+    const empty = stat.isDirectory() ? readdirSync(out).length === 0 : stat.size <= bytes;
+    if (!empty) return false;
+    rmSync(out, { recursive: stat.isDirectory() });
+  }
+  rmSync(checkpointPath, { force: true });
+  return true;
+}
+
+/** How to start `out` over: the paths to remove. */
+function startOver(out: string, checkpointPath: string): string {
+  return `remove ${out} and ${checkpointPath} to start over`;
+}
+
+/**
+ * The progress line. A store source knows the log's head, so it shows log positions out of the
+ * head; over HTTP the total is unknown until the last page, so it shows rows and their rate
+ * rather than a bar whose total means nothing.
+ */
+function progressBar(stream: NodeJS.WritableStream, byPosition: boolean): SingleBar {
+  return new SingleBar({
+    stream,
+    format: byPosition
+      ? 'export |{bar}| {percentage}% | log position {value}/{total} | {rows} rows | {rate} rows/s'
+      : 'export | {rows} rows | {rate} rows/s | {duration_formatted}',
+    noTTYOutput: true,
+    notTTYSchedule: 2_000,
+  });
+}
+
 async function exportCommand(
   values: Record<string, unknown>,
   deps: CliDeps,
   source: Source,
+  byPosition: boolean,
 ): Promise<string> {
   const out = values.out as string | undefined;
   if (!out) throw new UsageError('export needs --out PATH');
@@ -156,13 +231,31 @@ async function exportCommand(
   if (values.resume) {
     if (!existsSync(checkpointPath))
       throw new UsageError(`nothing to resume: ${checkpointPath} does not exist`);
-    checkpoint = JSON.parse(readFileSync(checkpointPath, 'utf8')) as Checkpoint;
+    const saved = readCheckpoint(checkpointPath);
+    if (saved === null)
+      throw new UsageError(`${checkpointPath} is unreadable: ${startOver(out, checkpointPath)}`);
+    checkpoint = saved;
     if (checkpoint.format !== format) throw new UsageError(`${out} was started as ${checkpoint.format}`);
     // Drop whatever a dropped page left after the last complete one.
     if (format !== 'parquet' && existsSync(out)) truncateSync(out, checkpoint.bytes);
   } else {
-    if (existsSync(out) || existsSync(checkpointPath)) {
-      throw new UsageError(`${out} exists: pass --resume to continue it, or remove it`);
+    const saved = existsSync(checkpointPath) ? readCheckpoint(checkpointPath) : null;
+    // An export that failed before its first row holds nothing worth resuming: a plain re-run
+    // starts it again rather than ask the user to clean up after us.
+    const restarted =
+      saved !== null &&
+      !saved.done &&
+      saved.rows === 0 &&
+      saved.format === format &&
+      removeEmptyExport(out, checkpointPath, saved.bytes);
+    // Otherwise nothing was lost, and the export starts again below.
+    if (!restarted && saved !== null && !saved.done) {
+      throw new UsageError(
+        `${out} holds an interrupted export (${saved.rows} rows so far): run the same command with --resume to continue it, or ${startOver(out, checkpointPath)}`,
+      );
+    }
+    if (!restarted && (existsSync(out) || existsSync(checkpointPath))) {
+      throw new UsageError(`${out} exists: choose another --out, or ${startOver(out, checkpointPath)}`);
     }
     checkpoint = { format: format as HistoryFormat, cursor: null, rows: 0, bytes: 0, parts: 0, done: false };
     if (format === 'parquet') mkdirSync(out, { recursive: true });
@@ -170,40 +263,61 @@ async function exportCommand(
     checkpoint.bytes = format === 'csv' ? Buffer.byteLength(CSV_HEADER) : 0;
     saveCheckpoint(checkpointPath, checkpoint);
   }
-  const bar = deps.progress
-    ? new SingleBar({
-        stream: deps.progress,
-        format: 'export |{bar}| {value}/{total} log positions | {rows} rows',
-        noTTYOutput: true,
-        notTTYSchedule: 2_000,
-      })
-    : null;
-  bar?.start(1, 0, { rows: checkpoint.rows });
-  while (!checkpoint.done) {
-    const page = await source(checkpoint.cursor, pageSize);
-    if (page.rows.length > 0) {
-      if (format === 'parquet') {
-        checkpoint.parts++;
-        await writePart(join(out, `part-${String(checkpoint.parts).padStart(6, '0')}.parquet`), page.rows);
-      } else {
-        const text =
-          format === 'csv'
-            ? page.rows.map(csvLine).join('')
-            : page.rows.map((r) => `${JSON.stringify(r)}\n`).join('');
-        await appendText(out, text);
-        checkpoint.bytes += Buffer.byteLength(text);
+  const bar = deps.progress ? progressBar(deps.progress, byPosition) : null;
+  const started = performance.now();
+  const startRows = checkpoint.rows;
+  const rate = () => {
+    const seconds = (performance.now() - started) / 1000;
+    return seconds > 0 ? Math.round((checkpoint.rows - startRows) / seconds).toLocaleString('en') : '0';
+  };
+  // Started with the first page: only then does a store source know the head it counts towards.
+  let barStarted = false;
+  try {
+    while (!checkpoint.done) {
+      const page = await source(checkpoint.cursor, pageSize);
+      if (page.rows.length > 0) {
+        if (format === 'parquet') {
+          checkpoint.parts++;
+          await writePart(join(out, `part-${String(checkpoint.parts).padStart(6, '0')}.parquet`), page.rows);
+        } else {
+          const text =
+            format === 'csv'
+              ? page.rows.map(csvLine).join('')
+              : page.rows.map((r) => `${JSON.stringify(r)}\n`).join('');
+          await appendText(out, text);
+          checkpoint.bytes += Buffer.byteLength(text);
+        }
+      }
+      checkpoint.rows += page.rows.length;
+      checkpoint.cursor = page.cursor;
+      checkpoint.done = page.rows.length < pageSize;
+      saveCheckpoint(checkpointPath, checkpoint);
+      if (bar) {
+        const payload = { rows: checkpoint.rows, rate: rate() };
+        const value = byPosition ? (page.position ?? 0) : 0;
+        if (!barStarted) bar.start(page.head ?? 1, value, payload);
+        else {
+          if (page.head !== undefined) bar.setTotal(page.head);
+          bar.update(value, payload);
+        }
+        barStarted = true;
       }
     }
-    checkpoint.rows += page.rows.length;
-    checkpoint.cursor = page.cursor;
-    checkpoint.done = page.rows.length < pageSize;
-    saveCheckpoint(checkpointPath, checkpoint);
-    if (bar) {
-      if (page.head !== undefined) bar.setTotal(page.head);
-      bar.update(page.position ?? checkpoint.rows, { rows: checkpoint.rows });
-    }
+  } catch (err) {
+    if (err instanceof UsageError) throw err;
+    // Nothing exported yet: leave nothing behind either, so the next try starts clean.
+    if (checkpoint.rows === 0 && !values.resume) removeEmptyExport(out, checkpointPath, checkpoint.bytes);
+    const next =
+      checkpoint.rows === 0
+        ? 'run the same command again once that is fixed'
+        : `run the same command with --resume to continue from row ${checkpoint.rows + 1}, or ${startOver(out, checkpointPath)}`;
+    throw new ExportInterruptedError(
+      `export stopped after ${checkpoint.rows} rows: ${(err as Error).message}\n${next}`,
+      { cause: err },
+    );
+  } finally {
+    if (barStarted) bar?.stop();
   }
-  bar?.stop();
   return JSON.stringify({ out, format, rows: checkpoint.rows, cursor: checkpoint.cursor });
 }
 
@@ -215,6 +329,15 @@ async function* sourceRows(source: Source): AsyncGenerator<HistoryRow> {
     if (page.rows.length < 10_000) return;
     cursor = page.cursor;
   }
+}
+
+/** The rows of an export file to check: in the `--format` given, else the one its content shows. */
+function exportRows(path: string, format: unknown): AsyncGenerator<HistoryRow> {
+  if (!existsSync(path)) throw new UsageError(`no export at ${path}`);
+  if (format === undefined) return readExport(path);
+  if (!(HISTORY_FORMATS as readonly string[]).includes(format as string))
+    throw new UsageError(`unknown format ${String(format)} (${HISTORY_FORMATS.join(', ')})`);
+  return readExport(path, format as HistoryFormat);
 }
 
 export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<string> {
@@ -254,9 +377,9 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
   };
   switch (command) {
     case 'export':
-      return exportCommand(values, deps, await source());
+      return exportCommand(values, deps, await source(), values.store === true && !values.url);
     case 'verify': {
-      const rows = positionals[0] ? readExport(positionals[0]) : sourceRows(await source());
+      const rows = positionals[0] ? exportRows(positionals[0], values.format) : sourceRows(await source());
       const report = await verifyRows(rows);
       return JSON.stringify(report, null, 2);
     }
@@ -268,7 +391,8 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
         throw new UsageError(`--window must be one of ${TRACK_RECORD_WINDOWS.join(', ')}`);
       }
       const asOf = values['as-of'] ? parseTime('--as-of', values['as-of'] as string) : Date.now();
-      return JSON.stringify(await scoreRows(readExport(path), window as TrackRecordWindow, asOf), null, 2);
+      const rows = exportRows(path, values.format);
+      return JSON.stringify(await scoreRows(rows, window as TrackRecordWindow, asOf), null, 2);
     }
     default:
       throw new UsageError(command ? `unknown command ${command}` : 'no command');

@@ -1,7 +1,7 @@
 import { pino } from 'pino';
 import { loadConfig } from '../../contracts/config.ts';
 import { type Adapters, openAdapters } from '../adapters.ts';
-import { runHistoryCommand, USAGE, UsageError } from './cli-commands.ts';
+import { ExportInterruptedError, runHistoryCommand, USAGE, UsageError } from './cli-commands.ts';
 import { HistoryQueryError } from './query.ts';
 
 /** The analyst's command line (`npm run history -- export|verify|score …`). */
@@ -26,7 +26,15 @@ try {
 } catch (err) {
   const usage = err instanceof UsageError || err instanceof HistoryQueryError;
   code = usage ? 2 : 1;
-  process.stderr.write(usage ? `${(err as Error).message}\n\n${USAGE}\n` : `${String(err)}\n`);
+  // An interrupted export says what failed and how to go on; a stack trace would bury that.
+  const told = usage || err instanceof ExportInterruptedError;
+  process.stderr.write(
+    usage
+      ? `${(err as Error).message}\n\n${USAGE}\n`
+      : told
+        ? `${(err as Error).message}\n`
+        : `${String(err)}\n`,
+  );
 } finally {
   await (adapters as Adapters | null)?.close();
 }

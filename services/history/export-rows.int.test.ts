@@ -31,7 +31,7 @@ beforeAll(async () => {
   await server.settle();
   key = await server.issue();
   await server.slice.exportRows!.waitFor(await store.headPosition());
-}, 60_000);
+});
 afterAll(async () => {
   await server?.close();
   await fx?.engine.close();

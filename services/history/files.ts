@@ -1,4 +1,4 @@
-import { createReadStream, existsSync, readdirSync, statSync } from 'node:fs';
+import { closeSync, createReadStream, existsSync, openSync, readdirSync, readSync, statSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -6,16 +6,33 @@ import { parquetReadObjects } from 'hyparquet';
 import { HISTORY_COLUMNS, type HistoryFormat, HistoryRow } from '../../contracts/history.ts';
 import { KINDS } from './writers.ts';
 
-/**
- * Reads history rows back from an export, whatever its format: an NDJSON or CSV file, one
- * Parquet file, or a directory of Parquet parts (the CLI's resumable layout). Rows come one at a
- * time in file order; Parquet is read one file (one part) at a time.
- */
+/** The format an export written to `path` gets when none is named: from its name. */
 export function formatOf(path: string): HistoryFormat {
   if (existsSync(path) && statSync(path).isDirectory()) return 'parquet';
   if (path.endsWith('.csv')) return 'csv';
   if (path.endsWith('.parquet')) return 'parquet';
   return 'ndjson';
+}
+
+/**
+ * The format of an existing export, read from its first bytes rather than its name: exports are
+ * renamed, and the CLI's own CSV export need not end in `.csv`. A directory is Parquet parts,
+ * `PAR1` a Parquet file, a first non-blank `{` NDJSON, anything else CSV (its header line).
+ */
+export function detectFormat(path: string): HistoryFormat {
+  if (statSync(path).isDirectory()) return 'parquet';
+  const head = Buffer.alloc(256);
+  const fd = openSync(path, 'r');
+  let length: number;
+  try {
+    length = readSync(fd, head, 0, head.length, 0);
+  } finally {
+    closeSync(fd);
+  }
+  const text = head.subarray(0, length).toString('latin1');
+  if (text.startsWith('PAR1')) return 'parquet';
+  const first = text.trimStart()[0];
+  return first === undefined || first === '{' ? 'ndjson' : 'csv';
 }
 
 function coerce(name: keyof HistoryRow, value: unknown): unknown {
@@ -72,8 +89,12 @@ export function parquetParts(path: string): string[] {
     .map((f) => join(path, f));
 }
 
-export async function* readExport(path: string): AsyncGenerator<HistoryRow> {
-  const format = formatOf(path);
+/**
+ * Reads history rows back from an export: an NDJSON or CSV file, one Parquet file, or a directory
+ * of Parquet parts (the CLI's resumable layout), in `format` or the one its content shows. Rows
+ * come one at a time in file order; Parquet is read one file (one part) at a time.
+ */
+export async function* readExport(path: string, format = detectFormat(path)): AsyncGenerator<HistoryRow> {
   if (format === 'parquet') {
     for (const part of parquetParts(path)) {
       const buf = await readFile(part);

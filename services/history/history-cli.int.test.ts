@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
@@ -7,7 +8,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type HistoryRow, TrackRecordResponse } from '../../contracts/history.ts';
 import { recordHistory, startHistoryServer } from '../../test/history-harness.ts';
-import { type CliDeps, runHistoryCommand, UsageError } from './cli-commands.ts';
+import { type CliDeps, ExportInterruptedError, runHistoryCommand, UsageError } from './cli-commands.ts';
 import { readExport } from './files.ts';
 
 const run = promisify(execFile);
@@ -64,7 +65,9 @@ describe('npm run history', () => {
       ),
     );
     expect(summary.rows).toBe(120);
-    expect(printed).toContain('export |');
+    // Over HTTP the total is unknown: rows and their rate, never a made-up denominator.
+    expect(printed).toMatch(/export \| 120 rows \| [\d,]+ rows\/s/);
+    expect(printed).not.toMatch(/\d+\/1\b/);
     expect(readdirSync(out).filter((f) => f.endsWith('.parquet'))).toHaveLength(5);
     expect((await collect(out)).map((r) => r.verdict_id)).toEqual((await served()).map((r) => r.verdict_id));
 
@@ -91,10 +94,20 @@ describe('npm run history', () => {
         return fetch(input, init);
       };
       const args = ['export', '--url', server.url, '--key', key, '--out', out, '--page', '11'];
-      await expect(runHistoryCommand(args, deps({ fetch: flaky }))).rejects.toThrow('connection reset');
+      const stopped = await runHistoryCommand(args, deps({ fetch: flaky })).catch((err: Error) => err);
+      expect(stopped).toBeInstanceOf(ExportInterruptedError);
+      expect((stopped as Error).message).toBe(
+        `export stopped after 22 rows: could not reach ${server.url}/api/verdicts: connection reset\n` +
+          `run the same command with --resume to continue from row 23, or remove ${out} and ${out}.checkpoint.json to start over`,
+      );
       // Half a page written after the last complete one is dropped on resume.
       writeFileSync(out, `${readFileSync(out, 'utf8')}{"partial":`);
-      await expect(runHistoryCommand(args, deps())).rejects.toThrow(UsageError);
+      // A plain re-run does not silently start over or append: it says how to go on.
+      await expect(runHistoryCommand(args, deps())).rejects.toThrow(
+        new UsageError(
+          `${out} holds an interrupted export (22 rows so far): run the same command with --resume to continue it, or remove ${out} and ${out}.checkpoint.json to start over`,
+        ),
+      );
       const summary = JSON.parse(await runHistoryCommand([...args, '--resume'], deps()));
       expect(summary.rows).toBe(120);
       const rows = await collect(out);
@@ -179,5 +192,126 @@ describe('npm run history', () => {
     const usage = await run('npx', [...cli, 'score']).catch((err: { code: number; stderr: string }) => err);
     expect((usage as { code: number }).code).toBe(2);
     expect((usage as { stderr: string }).stderr).toContain('score needs the export file');
+  });
+
+  it('with the service down: says what failed, leaves nothing behind, and a plain re-run works', async () => {
+    // A port that was just listening and is closed again: nothing answers there.
+    const probe = createServer();
+    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+    const port = (probe.address() as { port: number }).port;
+    await new Promise((resolve) => probe.close(resolve));
+    const down = `http://127.0.0.1:${port}`;
+    const out = join(dir, 'down.ndjson');
+    const args = ['export', '--url', down, '--key', key, '--out', out];
+    const failed = await runHistoryCommand(args, deps()).catch((err: Error) => err);
+    expect(failed).toBeInstanceOf(ExportInterruptedError);
+    expect((failed as Error).message).toBe(
+      `export stopped after 0 rows: could not reach ${down}/api/verdicts: connection refused: is the service running? (ECONNREFUSED)\n` +
+        'run the same command again once that is fixed',
+    );
+    expect([existsSync(out), existsSync(`${out}.checkpoint.json`)]).toEqual([false, false]);
+
+    // A run killed before its first row (no chance to clean up) does not block the next one.
+    writeFileSync(out, '');
+    writeFileSync(
+      `${out}.checkpoint.json`,
+      JSON.stringify({ format: 'ndjson', cursor: null, rows: 0, bytes: 0, parts: 0, done: false }),
+    );
+    const live = ['export', '--url', server.url, '--key', key, '--out', out];
+    expect(JSON.parse(await runHistoryCommand(live, deps())).rows).toBe(120);
+    // A finished export is never overwritten by a plain re-run.
+    await expect(runHistoryCommand(live, deps())).rejects.toThrow(`${out} exists: choose another --out`);
+    // Nor is anything more than an empty export, whatever its checkpoint says.
+    const other = join(dir, 'not-empty.ndjson');
+    writeFileSync(other, '{"someone":"else"}\n');
+    writeFileSync(
+      `${other}.checkpoint.json`,
+      JSON.stringify({ format: 'ndjson', cursor: null, rows: 0, bytes: 0, parts: 0, done: false }),
+    );
+    await expect(
+      runHistoryCommand(['export', '--url', server.url, '--key', key, '--out', other], deps()),
+    ).rejects.toThrow(UsageError);
+    expect(readFileSync(other, 'utf8')).toBe('{"someone":"else"}\n');
+
+    // The real command line: the message and exit code 1, no TypeError and no stack trace.
+    const cliOut = join(dir, 'down-cli.ndjson');
+    const cliArgs = ['export', '--url', down, '--key', key, '--out', cliOut];
+    const cli = await run('npx', ['tsx', 'services/history/cli.ts', ...cliArgs]).catch(
+      (err: { code: number; stderr: string }) => err,
+    );
+    const { code, stderr } = cli as { code: number; stderr: string };
+    expect(code).toBe(1);
+    expect(stderr).toContain(`could not reach ${down}/api/verdicts: connection refused`);
+    expect(stderr).not.toMatch(/TypeError|\n\s+at /);
+  });
+
+  it('shows log positions out of the head with --store', async () => {
+    const bar = new PassThrough();
+    let printed = '';
+    bar.on('data', (c) => {
+      printed += String(c);
+    });
+    const out = join(dir, 'store-progress.ndjson');
+    await runHistoryCommand(['export', '--store', '--out', out, '--page', '50'], deps({ progress: bar }));
+    const head = await fx.store.headPosition();
+    expect(printed).toMatch(new RegExp(`log position \\d+/${head} \\| 120 rows \\| [\\d,]+ rows/s`));
+  });
+
+  it('verify and score read the format from the content, or from --format', async () => {
+    // The CLI's own CSV export under a name that says nothing of its format.
+    const out = join(dir, 'verdicts-export');
+    await runHistoryCommand(
+      ['export', '--url', server.url, '--key', key, '--format', 'csv', '--out', out],
+      deps(),
+    );
+    expect(readFileSync(out, 'utf8').startsWith('position,')).toBe(true);
+    expect(JSON.parse(await runHistoryCommand(['verify', out], deps()))).toMatchObject({
+      ok: true,
+      rows: 120,
+    });
+    const live = TrackRecordResponse.parse(
+      await (await fetch(`${server.url}/api/track-record?window=all`)).json(),
+    );
+    const scored = JSON.parse(
+      await runHistoryCommand(['score', out, '--window', 'all', '--as-of', live.asOf], deps()),
+    );
+    expect(scored).toEqual(live);
+    // A CSV file named .ndjson: --format says what it is.
+    const misnamed = join(dir, 'really-csv.ndjson');
+    writeFileSync(misnamed, readFileSync(out));
+    const named = JSON.parse(await runHistoryCommand(['verify', misnamed, '--format', 'csv'], deps()));
+    expect(named).toMatchObject({ ok: true, rows: 120 });
+    // The wrong --format is honoured too: it fails on the content rather than guess.
+    await expect(runHistoryCommand(['verify', misnamed, '--format', 'ndjson'], deps())).rejects.toThrow(
+      SyntaxError,
+    );
+    await expect(runHistoryCommand(['verify', misnamed, '--format', 'xml'], deps())).rejects.toThrow(
+      'unknown format xml',
+    );
+    await expect(runHistoryCommand(['score', join(dir, 'nothing-here')], deps())).rejects.toThrow(
+      'no export at',
+    );
+  });
+
+  it("keeps the README's export example out of git status", async () => {
+    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+    const example = /npm run history -- export --url \S+ --key \S+ --format parquet --out (\S+)`/.exec(
+      readme,
+    );
+    expect(example).not.toBeNull();
+    const out = example![1]!;
+    // Both the export and its checkpoint land in an ignored place of the checkout.
+    const { stdout } = await run(
+      'git',
+      ['check-ignore', '--no-index', out, `${out}/part-000001.parquet`, `${out}.checkpoint.json`],
+      {
+        cwd: new URL('../..', import.meta.url).pathname,
+      },
+    );
+    expect(stdout.trim().split('\n')).toHaveLength(3);
+    // The verify, score and DuckDB lines read what the export wrote.
+    expect(readme).toContain(`npm run history -- verify ${out}\``);
+    expect(readme).toContain(`npm run history -- score ${out} `);
+    expect(readme.split(`read_parquet('${out}/*.parquet')`)).toHaveLength(3);
   });
 });

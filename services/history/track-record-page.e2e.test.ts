@@ -63,7 +63,10 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
       if (r.status() >= 400) problems.push(`${r.status()}: ${r.url()}`);
     });
     await page.goto(`${server.url}/track-record`);
-    await page.waitForSelector('body[data-loaded="true"]', { timeout: 15_000 });
+    await page.waitForSelector(
+      'body[data-loaded="true"]',
+      { timeout: 120_000 } /* generous: a loaded machine, not a slow page */,
+    );
     return { page, problems };
   }
 

@@ -30,7 +30,8 @@ describe('chat providers against a local server speaking each protocol', () => {
   let server: Awaited<ReturnType<typeof startFakeProvider>>;
   const index = new KnowledgeIndex(passages);
   beforeAll(async () => {
-    server = await startFakeProvider({ slowMs: 2_000 });
+    // slow-model never answers within the life of the suite: only a timeout ends its requests.
+    server = await startFakeProvider({ slowMs: 600_000 });
   });
   afterAll(async () => {
     await server?.close();
@@ -50,7 +51,7 @@ describe('chat providers against a local server speaking each protocol', () => {
         model: 'good-model',
         system: 'be brief',
         user: '[1] id=doc#squeeze title=Market regimes\nSqueeze means compression.',
-        signal: AbortSignal.timeout(1_000),
+        signal: AbortSignal.timeout(60_000), // ends only a hang: the answer comes at once
       });
       expect(text).toBe('According to the documentation: Squeeze means compression. [1].');
       const sent = server.requests[before]!;
@@ -76,7 +77,7 @@ describe('chat providers against a local server speaking each protocol', () => {
           model: 'down-model',
           system: '',
           user: 'x',
-          signal: AbortSignal.timeout(1_000),
+          signal: AbortSignal.timeout(60_000), // ends only a hang: the answer comes at once
         }),
       ).rejects.toThrow(ProviderError);
       await expect(
@@ -85,10 +86,12 @@ describe('chat providers against a local server speaking each protocol', () => {
     });
 
     it(`${kind}: grounded answers cite given passages; anything else falls back to extractive`, async () => {
+      // Models that answer get all the time a loaded machine needs; the one that never answers
+      // is cut off by a short timeout, which it cannot meet however idle the machine is.
       const deps = {
         retrieve: (q: string) => index.retrieve(q),
         provider: provider(),
-        timeoutMs: 300,
+        timeoutMs: 60_000,
         logger,
       };
       const good = await answerQuestion(deps, 'what does squeeze mean', 'good-model');
@@ -100,7 +103,7 @@ describe('chat providers against a local server speaking each protocol', () => {
       expect(liar).toMatchObject({ providerFailed: false, answer: { model: 'extractive', grounded: true } });
       expect(liar.answer.note).toMatch(/cited sources or numbers it was not given/);
 
-      const slow = await answerQuestion(deps, 'what does squeeze mean', 'slow-model');
+      const slow = await answerQuestion({ ...deps, timeoutMs: 300 }, 'what does squeeze mean', 'slow-model');
       expect(slow).toMatchObject({ providerFailed: true, answer: { model: 'extractive', grounded: true } });
       expect(slow.answer.note).toMatch(/slow-model was unavailable/);
 

@@ -12,13 +12,14 @@ import {
   SearchAnswer,
   SearchKnowledgeInput,
 } from '../../contracts/knowledge.ts';
-import { type Caller, CallerRejectedError, identifyCaller } from '../api/caller.ts';
+import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../api/caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../api/metered-call.ts';
 import { documented, error } from '../api/openapi.ts';
 import type { ServiceMeta } from '../api/service-meta.ts';
 import { OperationError } from '../engine/operation-errors.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
 import type { QuotaMeter } from '../quota/quota-meter.ts';
+import { quotaRetryAfter } from '../quota/snapshot.ts';
 import { ChatQuotaExhaustedError, type Knowledge } from './knowledge.ts';
 
 export interface KeyedAccess {
@@ -41,11 +42,6 @@ function sendError(
   reply.header('cache-control', 'no-store');
   for (const [name, value] of Object.entries(headers)) reply.header(name, value);
   return reply.code(KNOWLEDGE_ERRORS[code].status).send({ code, message, _service: service });
-}
-
-function secondsUntil(iso: string | undefined): string {
-  const ms = iso ? Date.parse(iso) - Date.now() : 0;
-  return String(Math.max(1, Math.ceil(ms / 1000)));
 }
 
 function matches(ifNoneMatch: string | undefined, etag: string): boolean {
@@ -74,23 +70,23 @@ export function knowledgeRoutes(deps: {
       });
     } catch (err) {
       if (!(err instanceof CallerRejectedError)) throw err;
+      // Like every answer, the refusal carries the live figures of what the request counts
+      // against without the key: its client address's anonymous quota.
+      const service = await rejectedService(deps.channel().quota, err);
       if (err.reason === 'indeterminate') {
-        sendError(reply, 'KEY_UNVERIFIABLE', err.message, err.service, { 'retry-after': '1' });
+        sendError(reply, 'KEY_UNVERIFIABLE', err.message, service, { 'retry-after': '1' });
       } else
-        sendError(
-          reply,
-          'UNAUTHORIZED',
-          `${err.message}; ${KNOWLEDGE_ERRORS.UNAUTHORIZED.meaning}`,
-          err.service,
-        );
+        sendError(reply, 'UNAUTHORIZED', `${err.message}; ${KNOWLEDGE_ERRORS.UNAUTHORIZED.meaning}`, service);
       return null;
     }
     if (caller.keyId === null) {
       const detail = caller.auth.detail ? ` (${caller.auth.detail})` : '';
-      sendError(reply, 'UNAUTHORIZED', `${KNOWLEDGE_ERRORS.UNAUTHORIZED.meaning}${detail}`, {
-        auth: caller.auth,
-        quota: null,
-      });
+      sendError(
+        reply,
+        'UNAUTHORIZED',
+        `${KNOWLEDGE_ERRORS.UNAUTHORIZED.meaning}${detail}`,
+        await peek(caller),
+      );
       return null;
     }
     return caller;
@@ -114,7 +110,7 @@ export function knowledgeRoutes(deps: {
       'QUOTA_EXHAUSTED',
       `the ${window} call quota of this key is used up (resets ${resets})`,
       service,
-      { 'retry-after': secondsUntil(resets) },
+      { 'retry-after': quotaRetryAfter(service.quota, window) },
     );
   }
 
@@ -188,10 +184,10 @@ export function knowledgeRoutes(deps: {
           headers: request.headers,
           clientAddress: request.ip,
         }).then(
-          (caller) => ({ auth: caller.auth, quota: null }),
+          (caller) => peek(caller),
           (err: unknown) =>
             err instanceof CallerRejectedError
-              ? err.service
+              ? rejectedService(deps.channel().quota, err)
               : { auth: { outcome: 'ABSENT', presented: false, tier: 'free' }, quota: null },
         );
         if (status >= 500) return failure(reply, error, service);

@@ -69,3 +69,17 @@ export function quotaSnapshot(
     },
   };
 }
+
+/**
+ * Retry-After (whole seconds, at least 1) of a call refused by the `window` of `quota`: the time
+ * until that window starts afresh. 1 when the figures are unknown: try again shortly.
+ */
+export function quotaRetryAfter(
+  quota: QuotaSnapshot | null | undefined,
+  window: 'monthly' | 'daily',
+  now: number = Date.now(),
+): string {
+  const resets = window === 'daily' ? quota?.daily?.resets_at : quota?.resets_at;
+  const ms = resets ? Date.parse(resets) - now : 0;
+  return String(Math.max(1, Math.ceil(ms / 1000)));
+}

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { QuotaSnapshot, quotaSnapshot } from './snapshot.ts';
+import { QuotaSnapshot, quotaRetryAfter, quotaSnapshot } from './snapshot.ts';
 import { quotaPeriod } from './windows.ts';
 
 describe('quotaSnapshot', () => {
@@ -38,5 +38,16 @@ describe('quotaSnapshot', () => {
       resets_at: '2031-07-01T00:00:00.000Z',
       monthly: { used: 7, total: 5_000, remaining: 4_993, resets_at: '2031-07-01T00:00:00.000Z' },
     });
+  });
+});
+
+describe('quotaRetryAfter', () => {
+  it('is the whole seconds until the refusing window resets, at least 1', () => {
+    const now = Date.UTC(2031, 5, 10, 23, 59, 58, 500);
+    const snapshot = quotaSnapshot({ monthly: 1_000, daily: 60 }, quotaPeriod(now), [1_000, 60]);
+    expect(quotaRetryAfter(snapshot, 'daily', now)).toBe('2');
+    expect(quotaRetryAfter(snapshot, 'monthly', now)).toBe(String(20 * 86_400 + 2));
+    expect(quotaRetryAfter(snapshot, 'daily', Date.UTC(2031, 5, 11))).toBe('1');
+    expect(quotaRetryAfter(null, 'monthly', now)).toBe('1');
   });
 });

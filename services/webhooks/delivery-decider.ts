@@ -48,6 +48,8 @@ export type DeliveryCommand =
       seriesAttempt: number;
       result: AttemptResult;
       claimedAt: number;
+      /** When this attempt was due by the schedule: the next one's delay counts from here. */
+      dueAt: number;
       now: number;
       /** The breaker's end of the open period: a held attempt is not due before it. */
       notBefore?: number;
@@ -212,7 +214,7 @@ function nextAttempt(command: Extract<DeliveryCommand, { kind: 'record' }>): num
   return nextAttemptAt(
     command.retry,
     command.seriesAttempt,
-    command.now,
+    { due: command.dueAt, now: command.now },
     result.retryAfterMs,
     () => command.jitterSample,
   );

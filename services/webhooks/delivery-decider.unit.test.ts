@@ -66,6 +66,7 @@ function record(
     seriesAttempt: attempt,
     result,
     claimedAt: t0,
+    dueAt: t0 + 100,
     now: t0 + 100,
     retry,
     jitterSample: 0.5,
@@ -290,6 +291,16 @@ describe('delivery decider: outcomes', () => {
           },
         },
       ]);
+  });
+
+  it('keeps a retry on the schedule however late the failure before it was recorded', () => {
+    // Attempt 2 was due at t0 + 100 + 5 s; its failure is recorded 4 s after that.
+    const due = t0 + 100 + 5_000;
+    const [event] = deliveryDecider.decide(
+      record(2, answered(500), { dueAt: due, now: due + 4_000 } as Partial<DeliveryCommand>),
+      waiting(2),
+    );
+    expect(event).toMatchObject({ data: { nextAttemptAt: new Date(due + 300_000).toISOString() } });
   });
 
   it('honours Retry-After when it is later than the schedule', () => {

@@ -45,6 +45,11 @@ export interface DeliveryJob {
   revision: number;
   /** When the claim was recorded: the attempt's queue time runs from here to its send. */
   claimedAt: number;
+  /**
+   * When this attempt was due by the retry schedule (a retry: its recorded next_attempt_at; a
+   * first attempt: its claim). The next attempt's delay counts from here.
+   */
+  dueAt: number;
 }
 
 type Outcome = AttemptResult;
@@ -157,6 +162,8 @@ export class DeliveryWorker {
     expected: number | 'no_stream';
     /** The stream's state at `expected`, when the caller folded it (a projected record). */
     state?: DeliveryState;
+    /** When a retry was due by the schedule; other attempts are due when claimed. */
+    dueAt?: number;
   }): Promise<DeliveryJob | null> {
     const known: Aggregate<DeliveryState> =
       input.expected === 'no_stream'
@@ -195,6 +202,7 @@ export class DeliveryWorker {
       );
       this.owned.add(input.deliveryId);
       this.deps.observer?.attempt(input.trigger);
+      const claimedAt = Date.now();
       return {
         deliveryId: input.deliveryId,
         subscription: input.subscription,
@@ -205,7 +213,8 @@ export class DeliveryWorker {
         seq: input.seq ?? null,
         seriesAttempt: seriesAttemptOf(input.trigger, input.attempt, input.seriesAttempt),
         revision: claimed.revision!,
-        claimedAt: Date.now(),
+        claimedAt,
+        dueAt: input.dueAt ?? claimedAt,
       };
     } catch (err) {
       if (err instanceof WrongExpectedRevisionError || err instanceof DeliveryConflictError) return null;
@@ -409,6 +418,7 @@ export class DeliveryWorker {
           seriesAttempt: job.seriesAttempt,
           result,
           claimedAt: job.claimedAt,
+          dueAt: job.dueAt,
           now,
           ...(notBefore !== undefined ? { notBefore } : {}),
           retry: this.deps.settings.retry,

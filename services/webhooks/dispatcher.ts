@@ -68,6 +68,7 @@ export class WebhookDispatcher {
   private readonly consumers: Consumer[] = [];
   private timer: NodeJS.Timeout | null = null;
   private ticking: Promise<void> | null = null;
+  private digesting: Promise<void> | null = null;
   private readonly digestsFired = new Set<string>();
   /** Feed time at which each digest subscription was first seen (replay clocks only). */
   private readonly firstSeen = new Map<string, number>();
@@ -129,12 +130,20 @@ export class WebhookDispatcher {
         handle,
       ),
     );
+    // Retries and digests tick apart: a digest's scan can take seconds on a busy machine, and
+    // due retries waiting behind it were sent that much past their schedule.
     this.timer = setInterval(() => {
       this.ticking ??= this.tick()
         .catch((err: unknown) => this.logger.warn({ err }, 'dispatcher tick failed'))
         .finally(() => {
           this.ticking = null;
         });
+      if (this.options.scan)
+        this.digesting ??= this.digests()
+          .catch((err: unknown) => this.logger.warn({ err }, 'digest tick failed'))
+          .finally(() => {
+            this.digesting = null;
+          });
     }, this.options.tickMs);
     this.logger.info('webhook dispatcher started');
   }
@@ -145,6 +154,7 @@ export class WebhookDispatcher {
     if (this.timer) clearInterval(this.timer);
     await Promise.all(this.consumers.splice(0).map((c) => c.stop()));
     await this.ticking;
+    await this.digesting;
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       Promise.allSettled([...this.submissions]),
@@ -377,7 +387,7 @@ export class WebhookDispatcher {
     return job;
   }
 
-  /** Due retries, attempts whose dispatcher died, and digests whose period began. */
+  /** Due retries, and attempts whose dispatcher died. */
   async tick(): Promise<void> {
     if (!this.running) return;
     const now = Date.now();
@@ -400,10 +410,11 @@ export class WebhookDispatcher {
       if (sub?.status !== 'active') continue;
       await this.retry(record, sub, trigger);
     }
-    if (this.options.scan) await this.digests();
   }
 
+  /** Digests whose period began. */
   private async digests(): Promise<void> {
+    if (!this.running) return;
     const { log, subscriptions } = this.options.runner.state;
     const now = (this.options.now ?? Date.now)();
     this.digestScans.clear();

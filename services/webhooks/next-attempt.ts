@@ -32,5 +32,7 @@ export async function claimNextAttempt(
     body,
     expected: record.revision,
     state: deliveryStateOf(record),
+    // A retry keeps the schedule's time it was due at; a recovery or resend starts afresh.
+    ...(trigger === 'retry' && last.nextAttemptAt !== null ? { dueAt: Date.parse(last.nextAttemptAt) } : {}),
   });
 }

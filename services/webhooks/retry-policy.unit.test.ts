@@ -12,24 +12,37 @@ const policy = {
 
 describe('retry schedule', () => {
   it('follows the Svix schedule, 8 attempts, then stops', () => {
-    const delays = [1, 2, 3, 4, 5, 6, 7].map((a) => nextAttemptAt(policy, a, 0, null, () => 0.5));
+    const delays = [1, 2, 3, 4, 5, 6, 7].map((a) =>
+      nextAttemptAt(policy, a, { due: 0, now: 0 }, null, () => 0.5),
+    );
     expect(delays).toEqual([5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000]);
-    expect(nextAttemptAt(policy, 8, 0, null)).toBeNull();
+    expect(nextAttemptAt(policy, 8, { due: 0, now: 0 }, null)).toBeNull();
   });
 
   it('varies each delay by at most the jitter', () => {
-    expect(nextAttemptAt(policy, 1, 0, null, () => 0)).toBe(4_000);
-    expect(nextAttemptAt(policy, 1, 0, null, () => 1)).toBe(6_000);
+    expect(nextAttemptAt(policy, 1, { due: 0, now: 0 }, null, () => 0)).toBe(4_000);
+    expect(nextAttemptAt(policy, 1, { due: 0, now: 0 }, null, () => 1)).toBe(6_000);
   });
 
   it('honours Retry-After when it is later, up to the cap', () => {
-    expect(nextAttemptAt(policy, 1, 0, 60_000, () => 0.5)).toBe(60_000);
-    expect(nextAttemptAt(policy, 1, 0, 1_000, () => 0.5)).toBe(5_000);
-    expect(nextAttemptAt(policy, 1, 0, 86_400_000, () => 0.5)).toBe(3_600_000);
+    expect(nextAttemptAt(policy, 1, { due: 0, now: 0 }, 60_000, () => 0.5)).toBe(60_000);
+    expect(nextAttemptAt(policy, 1, { due: 0, now: 0 }, 1_000, () => 0.5)).toBe(5_000);
+    expect(nextAttemptAt(policy, 1, { due: 0, now: 0 }, 86_400_000, () => 0.5)).toBe(3_600_000);
     expect(parseRetryAfter('120', 0)).toBe(120_000);
     expect(parseRetryAfter(new Date(30_000).toUTCString(), 0)).toBe(30_000);
     expect(parseRetryAfter('soon', 0)).toBeNull();
     expect(parseRetryAfter(undefined, 0)).toBeNull();
+  });
+
+  it('counts each delay from when the failed attempt was due, not from when its failure was recorded', () => {
+    const due = 1_000_000;
+    // Recorded 4 s late (a slow receiver, a busy loop): the next attempt keeps its place.
+    expect(nextAttemptAt(policy, 2, { due, now: due + 4_000 }, null, () => 0.5)).toBe(due + 300_000);
+    // Ended after the next attempt was due: due again at once, never in the past.
+    const late = due + 400_000;
+    expect(nextAttemptAt(policy, 2, { due, now: late }, null, () => 0.5)).toBe(late);
+    // Retry-After counts from the answer.
+    expect(nextAttemptAt(policy, 1, { due, now: due + 2_000 }, 10_000, () => 0.5)).toBe(due + 12_000);
   });
 
   it('treats 410 as gone and everything else as retryable', () => {

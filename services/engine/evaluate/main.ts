@@ -52,33 +52,30 @@ const FROM_1H: Timeframe[] = ['1h', '2h', '4h', '8h', '12h', '1d'];
 const ORDER: Timeframe[] = [...FROM_5M, ...FROM_1H];
 const BAND_COVERAGE = 0.8;
 
-const { values } = parseArgs({
-  options: {
-    data: { type: 'string', default: process.env.MARKET_DATA_DIR ?? SHARED_MARKET_DIR },
-    split: { type: 'string', default: '2025-06-01' },
-    /** Walk-forward folds inside the training months that decide which cells emit calls. */
-    'gate-splits': { type: 'string', default: '2025-02-01,2025-04-01' },
-    /** A later fold of the expanding window, for stability (it refits; nothing is chosen on it). */
-    'extra-splits': { type: 'string', default: '2025-08-01' },
-    /** Funding: carry decay fitted before this, scored after it. */
-    'funding-split': { type: 'string', default: '2026-01-01' },
-    horizon: { type: 'string', default: '6' },
-    'fee-bps': { type: 'string', default: '10' },
-    'hold-band': { type: 'string', default: String(DEFAULT_HOLD_BAND) },
-    'max-coins': { type: 'string', default: '0' },
-    'score-only': { type: 'boolean', default: false },
-    from: { type: 'string' },
-    table: { type: 'string', default: 'services/engine/signals/calibration/table.json' },
-    'vol-table': { type: 'string', default: 'services/engine/signals/calibration/volatility.json' },
-    'carry-table': { type: 'string', default: 'services/engine/funding/carry.json' },
-    report: { type: 'string' },
-    svg: { type: 'string', default: 'docs/evaluation-reliability.svg' },
-    help: { type: 'boolean', default: false },
-  },
-});
+const OPTIONS = {
+  data: { type: 'string', default: process.env.MARKET_DATA_DIR ?? SHARED_MARKET_DIR },
+  split: { type: 'string', default: '2025-06-01' },
+  /** Walk-forward folds inside the training months that decide which cells emit calls. */
+  'gate-splits': { type: 'string', default: '2025-02-01,2025-04-01' },
+  /** A later fold of the expanding window, for stability (it refits; nothing is chosen on it). */
+  'extra-splits': { type: 'string', default: '2025-08-01' },
+  /** Funding: carry decay fitted before this, scored after it. */
+  'funding-split': { type: 'string', default: '2026-01-01' },
+  horizon: { type: 'string', default: '6' },
+  'fee-bps': { type: 'string', default: '10' },
+  'hold-band': { type: 'string', default: String(DEFAULT_HOLD_BAND) },
+  'max-coins': { type: 'string', default: '0' },
+  'score-only': { type: 'boolean', default: false },
+  from: { type: 'string' },
+  table: { type: 'string', default: 'services/engine/signals/calibration/table.json' },
+  'vol-table': { type: 'string', default: 'services/engine/signals/calibration/volatility.json' },
+  'carry-table': { type: 'string', default: 'services/engine/funding/carry.json' },
+  report: { type: 'string' },
+  svg: { type: 'string', default: 'docs/evaluation-reliability.svg' },
+  help: { type: 'boolean', default: false },
+} as const;
 
-if (values.help) {
-  process.stdout.write(`npm run evaluate -- [options]
+const USAGE = `npm run evaluate -- [options]
 
 Walk-forward evaluation of the engine's forecasts; fits and writes the shipped tables, the report
 and the reliability diagram (or, with --score-only, scores the shipped tables and refits nothing).
@@ -97,7 +94,25 @@ and the reliability diagram (or, with --score-only, scores the shipped tables an
   --table, --vol-table, --carry-table FILE   where the tables are read or written
   --report FILE         report path (default docs/evaluation.md, docs/evaluation-score-only.md with --score-only)
   --svg FILE            reliability diagram path (default docs/evaluation-reliability.svg)
-`);
+`;
+
+/** A mistyped option or value is the user's slip, not a crash: say which and show the options. */
+function usageError(message: string): never {
+  process.stderr.write(`${message}\n\n${USAGE}`);
+  process.exit(2);
+}
+
+function parseOptions() {
+  try {
+    return parseArgs({ options: OPTIONS }).values;
+  } catch (err) {
+    return usageError((err as Error).message);
+  }
+}
+
+const values = parseOptions();
+if (values.help) {
+  process.stdout.write(USAGE);
   process.exit(0);
 }
 
@@ -125,17 +140,17 @@ const maxCoins = Number(values['max-coins']);
 const reportPath = values.report ?? (scoreOnly ? 'docs/evaluation-score-only.md' : 'docs/evaluation.md');
 for (const x of [split, fundingSplit, ...gateSplits, ...extraSplits]) {
   if (!Number.isFinite(x))
-    throw new Error('invalid date in --split, --gate-splits, --extra-splits or --funding-split');
+    usageError('invalid date in --split, --gate-splits, --extra-splits or --funding-split');
 }
 if (gateSplits.some((g) => g >= split) || extraSplits.some((x) => x <= split)) {
-  throw new Error('--gate-splits must be before --split, --extra-splits after it');
+  usageError('--gate-splits must be before --split, --extra-splits after it');
 }
 if (
   !(settings.horizon >= 1) ||
   !(settings.feeBps >= 0) ||
   !(settings.holdBand >= 0 && settings.holdBand < 1)
 ) {
-  throw new Error('invalid --horizon, --fee-bps or --hold-band');
+  usageError('invalid --horizon, --fee-bps or --hold-band');
 }
 
 type SampleSet = Map<Timeframe, Sample[][]>;

@@ -15,6 +15,7 @@ import { describeFailure } from '../../engine/operation-errors.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
 import type { KeyResolver } from '../../keys/key-resolver.ts';
 import type { QuotaMeter } from '../../quota/quota-meter.ts';
+import { quotaRetryAfter } from '../../quota/snapshot.ts';
 import { decodePaymentHeader, paymentResponseHeader } from '../codecs.ts';
 import { describeError, type PaymentFlowDeps, type Refusal, runPaidCall } from '../payment-flow.ts';
 import { QUOTE_CACHE_SIZE, type Quote, type Quoter, quoteJson, quoteJsonWith } from '../quote.ts';
@@ -304,6 +305,8 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
           const message =
             `the ${metered.window} quota of this key is used up (resets ${resets}); ` +
             'pay for this call with x402 using the requirements in accepts / PAYMENT-REQUIRED';
+          // Paying works at once; Retry-After tells a client that will not pay when its plan serves it again.
+          reply.header('retry-after', quotaRetryAfter(metered.service.quota, metered.window));
           return sendQuote(reply, tool, price, url, 'quota_exhausted', message, metered.service, 429, {
             window: metered.window,
           });
@@ -437,7 +440,9 @@ function paidRouteDoc(tool: PaidTool) {
         headers: { 'PAYMENT-REQUIRED': 'Base64 JSON payment requirements (x402 v2)' },
       },
       409: fault('payment_identifier_conflict: another request under the same payment id'),
-      429: fault('quota_exhausted for a key (the 402 quote comes with it), RATE_LIMITED'),
+      429: fault(
+        'quota_exhausted for a key (the 402 quote comes with it; Retry-After: seconds until the quota window resets), RATE_LIMITED',
+      ),
       503: fault('key_unverifiable, quota_unavailable, facilitator_unavailable: nothing is charged; retry'),
     },
   });

@@ -13,7 +13,7 @@ import ipaddr from 'ipaddr.js';
  * Every form that embeds or translates an IPv4 address is judged by the IPv4 rule on the
  * address inside it: IPv4-compatible (::/96, so `[::127.0.0.1]` is loopback), IPv4-mapped
  * (::ffff:0:0/96), IPv4-translated (::ffff:0:0:0/96), NAT64 (64:ff9b::/96 and the local-use
- * 64:ff9b:1::/48, both RFC 6052 positions), 6to4 (2002::/16), Teredo (2001::/32: server and
+ * 64:ff9b:1::/48 at every RFC 6052 position), 6to4 (2002::/16), Teredo (2001::/32: server and
  * client address) and ISATAP interface identifiers (…:5efe:a.b.c.d). Scoped addresses (a zone
  * id) are never global.
  */
@@ -91,6 +91,28 @@ function v4At(w: number[], i: number): ipaddr.IPv4 {
   return v4(w[i]! >> 8, w[i]!, w[i + 1]! >> 8, w[i + 1]!);
 }
 
+/** RFC 6052 prefix lengths that fit inside the local-use NAT64 prefix 64:ff9b:1::/48. */
+const LOCAL_USE_PREFIXES = [48, 56, 64, 96] as const;
+
+/**
+ * The IPv4 addresses a local-use NAT64 address (64:ff9b:1::/48) translates to. The operator
+ * picks the prefix length inside the /48, which the address does not say, so every RFC 6052
+ * position is read (the IPv4 bytes start after the prefix and skip byte 8, the u octet) and all
+ * must be global. Readings in 0.0.0.0/8 are left out when another reading is not: that is the
+ * zero padding of the other layouts (`64:ff9b:1::808:808` is 8.8.8.8 at /96, 0.0.0.0 at /48), and
+ * no translator sends packets to a 0/8 destination.
+ */
+function localUseNat64(ip: ipaddr.IPv6): { form: string; ipv4: ipaddr.IPv4 }[] {
+  const bytes = ip.toByteArray();
+  const readings = LOCAL_USE_PREFIXES.map((bits) => {
+    const at = [...Array(16).keys()].filter((i) => i >= bits / 8 && (bits === 96 || i !== 8)).slice(0, 4);
+    const [a, b, c, d] = at.map((i) => bytes[i]!) as [number, number, number, number];
+    return { form: `NAT64 local-use (/${bits})`, ipv4: v4(a, b, c, d) };
+  });
+  const meaningful = readings.filter((r) => r.ipv4.octets[0] !== 0);
+  return meaningful.length > 0 ? meaningful : readings.slice(-1);
+}
+
 /** Why an IPv4 address is not global, or null when it is. */
 function ipv4Refusal(ip: ipaddr.IPv4): string | null {
   if (ip.toString() === '255.255.255.255') return 'broadcast';
@@ -110,12 +132,7 @@ export function embeddedIpv4(ip: ipaddr.IPv6): { form: string; ipv4: ipaddr.IPv4
   if (zero(0, 5) && w[5] === 0xffff) found.push({ form: 'IPv4-mapped', ipv4: v4At(w, 6) });
   if (zero(0, 4) && w[4] === 0xffff && w[5] === 0) found.push({ form: 'IPv4-translated', ipv4: v4At(w, 6) });
   if (w[0] === 0x64 && w[1] === 0xff9b && zero(2, 6)) found.push({ form: 'NAT64', ipv4: v4At(w, 6) });
-  if (w[0] === 0x64 && w[1] === 0xff9b && w[2] === 1) {
-    // Local-use NAT64: RFC 6052 places the IPv4 address after the /48 (skipping the u octet),
-    // but operators often use a /96 inside it; both readings must be global.
-    found.push({ form: 'NAT64 local-use', ipv4: v4(w[3]! >> 8, w[3]!, w[4]!, w[5]! >> 8) });
-    found.push({ form: 'NAT64 local-use', ipv4: v4At(w, 6) });
-  }
+  if (w[0] === 0x64 && w[1] === 0xff9b && w[2] === 1) found.push(...localUseNat64(ip));
   if (w[0] === 0x2002) found.push({ form: '6to4', ipv4: v4At(w, 1) });
   if (w[0] === 0x2001 && w[1] === 0) {
     found.push({ form: 'Teredo server', ipv4: v4At(w, 2) });
@@ -128,6 +145,10 @@ export function embeddedIpv4(ip: ipaddr.IPv6): { form: string; ipv4: ipaddr.IPv4
 
 function ipv6Refusal(ip: ipaddr.IPv6): string | null {
   if (ip.zoneId) return `${ip.toString()} is a scoped address (zone id)`;
+  // Inside ::/96 but not IPv4-compatible forms: named for what they are, not as 0.0.0.0/0.0.0.1.
+  const range = ip.range();
+  if (range === 'loopback') return `${ip.toString()} is the IPv6 loopback address`;
+  if (range === 'unspecified') return `${ip.toString()} is the IPv6 unspecified address`;
   const embedded = embeddedIpv4(ip);
   for (const { form, ipv4 } of embedded) {
     const why = ipv4Refusal(ipv4);
@@ -137,7 +158,6 @@ function ipv6Refusal(ip: ipaddr.IPv6): string | null {
   // ISATAP is only an interface identifier: its prefix must be global as well.
   if (embedded.some((e) => e.form !== 'ISATAP')) return null;
   if (!ip.match(GLOBAL_UNICAST, 3)) {
-    const range = ip.range();
     return `${ip.toString()} is not global unicast (${range === 'unicast' ? 'outside 2000::/3' : range})`;
   }
   for (const { range, bits, label } of IPV6_RANGES) {

@@ -191,6 +191,12 @@ describe('SSRF guard at registration', () => {
     'https://[2002:5db8:d822::1]/', // 6to4 of a public address
     'https://[2001:0:5db8:d822::f7f7:f7f7]/', // Teredo, public server and client (8.8.8.8)
     'https://[2620:4f:8000::1]/',
+    'https://[64:ff9b:1::808:808]/', // NAT64 local-use of 8.8.8.8, /96 inside the /48
+    'https://[64:ff9b:1:808:8:800::]/', // the same at the RFC 6052 /48 position
+    // Special-purpose but globally reachable (IANA registry): accepted like any global address.
+    'https://192.52.193.1/', // AMT
+    'https://192.175.48.1/', // AS112 (RFC 7534)
+    'https://192.31.196.1/', // AS112 (RFC 7535)
   ])('accepts %s', async (url) => {
     expect((await checkWebhookUrl(url, policy)).ok).toBe(true);
   });
@@ -220,6 +226,34 @@ describe('SSRF guard at registration', () => {
     expect(forbiddenAddress('2606:4700:4700::1111%eth0')).toMatch(/zone id/);
     expect(forbiddenAddress('2606:4700:4700::1111')).toBeNull();
     expect(forbiddenAddress('93.184.216.34')).toBeNull();
+  });
+
+  it('names IPv6 addresses for what they are, and finds the IPv4 a local-use NAT64 address carries', () => {
+    // ::/96 holds the loopback and the unspecified address, not IPv4-compatible 0.0.0.1 and 0.0.0.0.
+    expect(forbiddenAddress('::1')).toBe('::1 is the IPv6 loopback address');
+    expect(forbiddenAddress('::')).toBe(':: is the IPv6 unspecified address');
+    // Every RFC 6052 position inside 64:ff9b:1::/48 is read, and the refusal names the one that failed.
+    expect(forbiddenAddress('64:ff9b:1::808:808')).toBeNull();
+    expect(forbiddenAddress('64:ff9b:1::a00:1')).toBe(
+      '64:ff9b:1::a00:1 is NAT64 local-use (/96) for 10.0.0.1, a private address',
+    );
+    expect(forbiddenAddress('64:ff9b:1:7f00:0:100::')).toBe(
+      '64:ff9b:1:7f00:0:100:: is NAT64 local-use (/48) for 127.0.0.1, a loopback address',
+    );
+    expect(forbiddenAddress('64:ff9b:1:a:a:1::')).toBe(
+      '64:ff9b:1:a:a:1:: is NAT64 local-use (/56) for 10.10.0.1, a private address',
+    );
+    // Global at /48 (8.8.10.0) and /96 (1.0.0.0), private at /64: refused.
+    expect(forbiddenAddress('64:ff9b:1:808:a:0:100:0')).toBe(
+      '64:ff9b:1:808:a:0:100:0 is NAT64 local-use (/64) for 10.0.0.1, a private address',
+    );
+    expect(forbiddenAddress('64:ff9b:1::1')).toMatch(
+      /NAT64 local-use \(\/96\) for 0\.0\.0\.1, a "this network"/,
+    );
+    // The other embeddings read the right words.
+    expect(forbiddenAddress('::ffff:0:a9fe:a9fe')).toMatch(/IPv4-translated for 169.254.169.254/);
+    expect(forbiddenAddress('2001:0:808:808::f5ff:fffe')).toMatch(/Teredo client for 10.0.0.1, a private/);
+    expect(forbiddenAddress('2606:4700::5efe:a00:1')).toMatch(/ISATAP for 10.0.0.1, a private/);
   });
 });
 

@@ -27,6 +27,7 @@ export {
   scoreRegimes,
   stepRegime,
 } from './regime.ts';
+export { computeRiskHorizons, labelEvidenceText, RISK_EVIDENCE } from './risk-forecast.ts';
 export {
   callFor,
   computeScore,

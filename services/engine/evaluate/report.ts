@@ -215,7 +215,7 @@ function gateTable(cells: CellReport[], table: CalibrationTable): string[] {
     const says = c.emit
       ? 'BUY/SELL'
       : c.timingSkill
-        ? `HOLD: timing skill, but following it lost ${bps(c.net.meanBps)} bps per call after the fee (lean and expected net shown)`
+        ? `HOLD: timing skill, but following it earned ${bps(c.net.meanBps)} bps per call after the fee (lean and expected net shown)`
         : 'HOLD: no measured edge here (lean and expected net shown)';
     out.push(
       `| ${c.kind}:${c.timeframe} | ${stance(c.direction)} | ${c.timingSkill ? 'yes' : 'no'} | ${bps(c.net.meanBps)} [${bps(c.net.lowBps)}] (${c.net.calls}) | ${c.emit ? 'yes' : 'no'} | ${says} |`,

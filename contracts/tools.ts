@@ -107,11 +107,8 @@ export const RegimeReading = z.object({
 });
 export type RegimeReading = z.infer<typeof RegimeReading>;
 
-export const GetRiskForecastInput = z.strictObject({
-  coin: Coin,
-  timeframe: Timeframe.default('1h'),
-  exchange: DefaultedExchange,
-});
+/** A regime reading's input; the default timeframe is the hour. */
+export const GetRiskForecastInput = GetMarketRegimeInput.extend({ timeframe: Timeframe.default('1h') });
 export type GetRiskForecastInput = z.input<typeof GetRiskForecastInput>;
 
 export const RiskHorizonForecast = z.object({
@@ -129,18 +126,19 @@ export const RiskHorizonForecast = z.object({
   model_timeframe: Timeframe,
 });
 
-export const RiskForecast = z.object({
-  coin: z.string(),
-  timeframe: Timeframe,
-  exchange: Exchange,
-  price: z.number(),
-  /** Epoch seconds of the close of the last candle used. */
-  timestamp: z.number().int(),
-  feed: FeedKind,
+/** The market, price, close time and feed of a regime reading, and the horizons. */
+export const RiskForecast = RegimeReading.pick({
+  coin: true,
+  timeframe: true,
+  exchange: true,
+  price: true,
+  timestamp: true,
+  feed: true,
+  regime: true,
+}).extend({
   horizons: z.array(RiskHorizonForecast),
   /** Rank (0–100) of the verdict-horizon forecast among the market's recent forecasts. */
   percentile: z.number().min(0).max(100),
-  regime: Regime,
   /** What the regime labels are worth against a free trailing-volatility label, in words. */
   label_evidence: z.string(),
   /** How the bands and the ranking held up out of sample (docs/evaluation.md), in words. */

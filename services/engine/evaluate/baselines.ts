@@ -1,7 +1,7 @@
 import { TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
 import { callFor } from '../signals/verdict.ts';
 import { byDay, dayBlockInterval } from './bootstrap.ts';
-import type { CellFit, Settings } from './cells.ts';
+import { type CellFit, type Settings, testPoints } from './cells.ts';
 import type { Interval } from './stats.ts';
 import { directionHit, FREE_LOOKBACKS, type Sample } from './walk-forward.ts';
 
@@ -171,13 +171,6 @@ export function trainingPoints(
   horizon: number,
   split: number,
 ): Sample[] {
-  const step = horizon * TIMEFRAME_MS[tf];
-  const out: Sample[] = [];
-  for (const series of perCoin) {
-    for (const s of series) {
-      if (s.closeTime + step > split || s.closeTime % step !== 0) continue;
-      out.push(s);
-    }
-  }
-  return out;
+  // closeTime + one horizon ≤ split, on the same phase as every other set of points.
+  return testPoints(perCoin, tf, horizon, 0, split - horizon * TIMEFRAME_MS[tf] + 1);
 }

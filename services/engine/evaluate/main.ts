@@ -228,6 +228,14 @@ if (!scoreOnly) {
   const folds = foldWindows(gateSplits, split, extraSplits);
   const describe = (e: CellReport['evidence'][number]) =>
     `${e.label}: skill ${(100 * e.score.skill.value).toFixed(2)} pts, one-sided 95% day-block bound ${(100 * e.score.skill.dayBlock.lowOneSided).toFixed(2)}${e.agrees ? '' : ', fitted sign differs'} → ${e.pass ? 'pass' : 'fail'}; net ${e.score.netBps.mean.toFixed(2)} bps per call, one-sided bound ${e.score.netBps.dayBlock.lowOneSided.toFixed(2)} → ${e.pays ? 'pays' : 'does not pay'}`;
+  // A fold or era passes each gate only with the sign fitted on the training months.
+  const judged = (label: string, score: CallScore, agrees: boolean): CellReport['evidence'][number] => ({
+    label,
+    score,
+    agrees,
+    pass: agrees && showsSkill(score),
+    pays: agrees && pays(score),
+  });
   const foldLabel = (w: FoldWindow) =>
     `fold fit < ${label(w.from)}, test ${label(w.from)} → ${Number.isFinite(w.to) ? label(w.to) : 'end of data'}`;
   // 1. The gate, on evidence that lies before the test months only: the walk-forward folds
@@ -258,24 +266,12 @@ if (!scoreOnly) {
         if (!fit) continue;
         const score = scoreCalls(testPoints(perCoin, tf, settings.horizon, w.from, w.to), fit, settings);
         const agrees = fit.direction === atSplit.direction;
-        evidence.push({
-          label: foldLabel(w),
-          score,
-          agrees,
-          pass: agrees && showsSkill(score),
-          pays: agrees && pays(score),
-        });
+        evidence.push(judged(foldLabel(w), score, agrees));
       }
       const eraSeries = kind === 'spot' ? era.get(tf) : undefined;
       if (eraSeries) {
         const score = scoreCalls(testPoints(eraSeries, tf, settings.horizon, 0, split), atSplit, settings);
-        evidence.push({
-          label: 'era 2022 (fit before the split)',
-          score,
-          agrees: true,
-          pass: showsSkill(score),
-          pays: pays(score),
-        });
+        evidence.push(judged('era 2022 (fit before the split)', score, true));
       }
       // Two gates, both on every fold and era before the test months: timing skill over random
       // calls at the same mix, and following the calls beating the fee (net bound above 0).
@@ -313,13 +309,7 @@ if (!scoreOnly) {
       if (!fit) continue;
       const score = scoreCalls(testPoints(perCoin, tf, settings.horizon, w.from, w.to), fit, settings);
       const agrees = fit.direction === shipped.direction;
-      confirmation.push({
-        label: foldLabel(w),
-        score,
-        agrees,
-        pass: agrees && showsSkill(score),
-        pays: agrees && pays(score),
-      });
+      confirmation.push(judged(foldLabel(w), score, agrees));
     }
     // The later fold's own table: its fit tested on everything after it.
     for (const x of extraSplits) {

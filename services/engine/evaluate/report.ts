@@ -395,7 +395,8 @@ export function renderReport(input: ReportInput): string {
     '',
   );
 
-  L.push('## Direction only where it pays: the gate', '');
+  // The heading keeps its anchor (#direction-only-where-earned-the-gate), which the docs link to.
+  L.push('## Direction only where earned: the gate', '');
   L.push(...gateTable(cells, table), '');
   L.push('Gate evidence fold by fold:', '');
   L.push(

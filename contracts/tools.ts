@@ -104,6 +104,8 @@ export const RegimeReading = z.object({
   volatility: VolatilityForecastSchema,
   /** Whether these labels carried information beyond a free trailing-volatility label, in words. */
   label_evidence: z.string().optional(),
+  /** What `confidence` means here, in words (a heuristic, not a probability). */
+  confidence_meaning: z.string().optional(),
 });
 export type RegimeReading = z.infer<typeof RegimeReading>;
 

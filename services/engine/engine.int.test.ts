@@ -127,6 +127,9 @@ describe('SignalEngine over the replayed real data', () => {
     expect(reading.metrics).toHaveProperty('vol_forecast_percentile');
     expect(reading.volatility.percentile).toBe(reading.metrics.vol_forecast_percentile);
     expect(reading.metrics).toHaveProperty('choppiness');
+    expect(reading.confidence_meaning).toContain(
+      `${reading.confidence} = how clearly ${reading.regime} leads`,
+    );
     expect(reading.label_evidence).toMatch(
       /^On the 4h training months, volatile\/squeeze ranked later volatility/,
     );

@@ -40,6 +40,7 @@ import {
   ENGINE_VERSION,
   labelEvidenceText,
   RISK_EVIDENCE,
+  regimeConfidenceMeaning,
 } from './signals/index.ts';
 import { PERP_VENUES, SCAN_CONCURRENCY } from './venues.ts';
 import { lastVerdict, type RecordedVerdict, recordVerdict, verdictStream } from './verdict-recorder.ts';
@@ -133,6 +134,7 @@ export class SignalEngine implements SignalOperations {
       feed: this.feed.kind,
       volatility: reading.volatility,
       label_evidence: labelEvidenceText(state.volatility, input.timeframe),
+      confidence_meaning: regimeConfidenceMeaning(reading.confidence, reading.regime),
     };
   }
 

@@ -27,7 +27,12 @@ export {
   scoreRegimes,
   stepRegime,
 } from './regime.ts';
-export { computeRiskHorizons, labelEvidenceText, RISK_EVIDENCE } from './risk-forecast.ts';
+export {
+  computeRiskHorizons,
+  labelEvidenceText,
+  RISK_EVIDENCE,
+  regimeConfidenceMeaning,
+} from './risk-forecast.ts';
 export {
   callFor,
   computeScore,

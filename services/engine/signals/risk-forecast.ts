@@ -83,5 +83,10 @@ export function labelEvidenceText(table: VolatilityTable, timeframe: Timeframe):
   return `On the ${tf} training months, ${vol}; ${trend}.`;
 }
 
+/** A regime reading's confidence, in words: what the number is and what it is not. */
+export function regimeConfidenceMeaning(confidence: number, regime: string): string {
+  return `${confidence} = how clearly ${regime} leads the other labels on the metrics (50 = level with the next, 100 = ahead by 0.5 or more); a heuristic, not a probability.`;
+}
+
 export const RISK_EVIDENCE =
   'Bands fitted before the test months and scored out of sample on every closed candle against a free trailing-volatility band (coverage and rank correlation per timeframe and horizon: docs/evaluation.md).';

@@ -376,7 +376,7 @@ export function renderReport(input: ReportInput): string {
 
   L.push('## Method', '');
   L.push(
-    "This method was revised after earlier versions of this report had shown test-month results (the gate's fold set, how band coverage is counted, the carry half-life search, and the search for a coarser confidence curve, prompted by a test-month reliability bin that fell), so the test months are not untouched for the choice of method. What the code guarantees: every fitted or chosen quantity below — including which cells emit — is fitted or chosen on the months named beside it, all before the test months, and scored on later months.",
+    "This method was revised after earlier versions of this report had shown test-month results (the gate's fold set, how band coverage is counted, the carry half-life search, and the search for a coarser confidence curve, prompted by a test-month reliability bin that fell; the economic gate, HOLD's confidence and the free baselines, prompted by issue 30's findings on the test months and later data), so the test months are not untouched for the choice of method. What the code guarantees: every fitted or chosen quantity below — including which cells emit — is fitted or chosen on the months named beside it, all before the test months, and scored on later months.",
     '',
   );
   L.push(

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { Call, Exchange, FeedKind, Regime, TIMEFRAME_MS, Timeframe } from './market.ts';
+import { BaselinesTableSchema } from './signals.ts';
 
 /**
  * The analysts' side: the labelled verdict history (GET /api/verdicts, the export CLI) and the
@@ -151,6 +152,12 @@ export const TrackRecordResponse = z.object({
   lines: z.array(TrackRecordLine),
   /** Day by day for the overall line, cumulative from the window's start. */
   series: z.array(TrackRecordPoint),
+  /**
+   * Free baselines beside the figures sold, measured out of sample by `npm run evaluate`
+   * (docs/evaluation.md): always-HOLD and the best fade/follow rule per cell, the free
+   * trailing-volatility band per timeframe and horizon, the free regime label.
+   */
+  baselines: BaselinesTableSchema.optional(),
 });
 export type TrackRecordResponse = z.infer<typeof TrackRecordResponse>;
 

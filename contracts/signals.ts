@@ -86,6 +86,22 @@ export const PerpContextSchema = z.object({
 });
 export type PerpContext = z.infer<typeof PerpContextSchema>;
 
+/**
+ * The direction a call would point (the score's sign, followed or faded as the cell's table
+ * says) and what following it earned net of the fee on the evidence before the test months.
+ * Present on HOLD answers whose score leans one way: HOLD says what it is declining.
+ */
+export const LeanSchema = z.object({
+  direction: z.enum(['BUY', 'SELL']),
+  /** The cell's calls beat random calls at the same BUY:SELL mix in every fold and era tested. */
+  timing_skill: z.boolean(),
+  /** Mean net return per call after the fee, bps, pooled over the folds and eras the gate saw. */
+  expected_net_bps: z.number().nullable(),
+  /** Its one-sided 95 % day-block lower bound; the cell sells BUY/SELL only when it is above 0. */
+  expected_net_bps_low: z.number().nullable(),
+});
+export type Lean = z.infer<typeof LeanSchema>;
+
 export const VerdictSchema = z.object({
   call: Call,
   /** round(100 × calibrated probability that the call's direction beats the fee over the horizon). */
@@ -111,6 +127,10 @@ export const VerdictSchema = z.object({
   /** Whether this market cell (venue kind × timeframe) has measured timing skill; HOLD otherwise. */
   edge: z.object({ cell: z.string(), measured: z.boolean(), reason: z.string() }),
   volatility: VolatilityForecastSchema,
+  /** What the lean would have earned; null when the score is exactly 0 (absent before signals-4). */
+  lean: LeanSchema.nullable().optional(),
+  /** What the confidence number means, in words, for this answer (HOLD included). */
+  confidence_meaning: z.string().optional(),
   reasoning: z.string(),
 });
 export type Verdict = z.infer<typeof VerdictSchema>;
@@ -165,6 +185,26 @@ export const CalibrationTableSchema = z.object({
         curve: CalibrationCurveSchema,
         /** One line per fold/era: timing skill vs random at the same mix, with its interval. */
         evidence: z.array(z.string()),
+        /** Timing skill over random calls at the same mix in every fold and era (the first gate). */
+        timingSkill: z.boolean().optional(),
+        /**
+         * Following the calls, net of the fee, pooled over the gate's folds and eras: mean bps per
+         * call and its one-sided 95 % day-block lower bound (the economic gate: emit only above 0).
+         */
+        net: z
+          .object({
+            meanBps: z.number().nullable(),
+            lowBps: z.number().nullable(),
+            calls: z.number().int().nonnegative(),
+          })
+          .optional(),
+        /**
+         * What a HOLD's confidence claims: the share of leans (on the gate's folds and eras, out of
+         * fold) whose direction did not beat the fee over the horizon.
+         */
+        hold: z
+          .object({ probability: z.number().min(0).max(1), samples: z.number().int().nonnegative() })
+          .optional(),
       }),
     )
     .default({}),
@@ -183,6 +223,38 @@ export const VolatilityModelSchema = z.object({
 });
 export type VolatilityModel = z.infer<typeof VolatilityModelSchema>;
 
+/** Horizons of the risk forecast: the next candle, the verdict's horizon, one UTC day. */
+export const RiskHorizonKey = z.enum(['next', 'verdict', 'day']);
+export type RiskHorizonKey = z.infer<typeof RiskHorizonKey>;
+
+export const RiskHorizonModelSchema = z.object({
+  key: RiskHorizonKey,
+  candles: z.number().int().positive(),
+  model: VolatilityModelSchema,
+  /**
+   * The free baseline it is scored against: quantiles of the return over the plain trailing
+   * variance of the last 20 candles (× candles), fitted on the same training months.
+   */
+  freeBand: z.object({ low: z.number(), high: z.number() }).optional(),
+});
+
+/**
+ * Whether the regime labels carried information on the training months beyond what a buyer
+ * gets for free (fitted and decided by `npm run evaluate` before the test months).
+ */
+export const LabelEvidenceSchema = z.object({
+  /** volatile/squeeze ranked later realised volatility better than a trailing-volatility label. */
+  volatilityLabelAddsInformation: z.boolean(),
+  rhoEngine: z.number().nullable(),
+  rhoFree: z.number().nullable(),
+  /** trending-up minus trending-down mean forward return had its interval away from 0. */
+  trendLabelsInformative: z.boolean(),
+  upMinusDownBps: z.number().nullable(),
+  /** The free label's rank cut-offs (flagging as many training points as the engine's labels). */
+  freeCuts: z.object({ volatileFrom: z.number(), squeezeTo: z.number() }).optional(),
+});
+export type LabelEvidence = z.infer<typeof LabelEvidenceSchema>;
+
 export const VolatilityTableSchema = z.object({
   version: z.literal(1),
   method: z.literal('har-ewma-log'),
@@ -194,5 +266,71 @@ export const VolatilityTableSchema = z.object({
   fittedAt: z.iso.datetime(),
   models: z.partialRecord(Timeframe, VolatilityModelSchema),
   fallback: z.partialRecord(Timeframe, Timeframe),
+  /** Per timeframe, the risk forecast's models for the next candle, the verdict horizon and a day. */
+  risk: z.partialRecord(Timeframe, z.array(RiskHorizonModelSchema)).optional(),
+  labels: z.partialRecord(Timeframe, LabelEvidenceSchema).optional(),
 });
 export type VolatilityTable = z.infer<typeof VolatilityTableSchema>;
+
+const Lift = z.object({
+  value: z.number().nullable(),
+  low: z.number().nullable(),
+  high: z.number().nullable(),
+});
+
+/**
+ * Free baselines beside the service's figures, measured out of sample (the test months) by
+ * `npm run evaluate` and shipped with the tables; the track record serves them beside its own.
+ */
+export const BaselinesTableSchema = z.object({
+  version: z.literal(1),
+  engineVersion: z.string(),
+  /** Start of the months scored (Unix ms): every fit and choice used months before it. */
+  testFrom: z.number().int(),
+  feeBps: z.number().nonnegative(),
+  horizonCandles: z.number().int().positive(),
+  generatedAt: z.iso.datetime(),
+  cells: z.array(
+    z.object({
+      cell: z.string(),
+      emits: z.boolean(),
+      /** What following the service's answers earned per answer: 0 where it answers HOLD. */
+      serviceNetBpsPerAnswer: z.number().nullable(),
+      /** The cell's would-be calls (gate ignored), net bps per call after the fee. */
+      wouldBeNetBpsPerCall: z.number().nullable(),
+      alwaysHoldNetBps: z.literal(0),
+      /** The free fade/follow-the-last-N-candles rule with the best net on the training months. */
+      bestFreeRule: z.string(),
+      freeNetBpsPerCall: z.number().nullable(),
+      /** Would-be calls minus the free rule on the same points, with a day-block 95 % interval. */
+      liftNetBps: Lift,
+      wouldBeSkillPts: z.number().nullable(),
+      freeSkillPts: z.number().nullable(),
+      liftSkillPts: Lift,
+    }),
+  ),
+  risk: z.array(
+    z.object({
+      set: z.string(),
+      timeframe: Timeframe,
+      horizon: RiskHorizonKey,
+      candles: z.number().int().positive(),
+      points: z.number().int().nonnegative(),
+      coverage: Lift,
+      freeCoverage: Lift,
+      rankCorrelation: z.number().nullable(),
+      freeRankCorrelation: z.number().nullable(),
+    }),
+  ),
+  labels: z.array(
+    z.object({
+      set: z.string(),
+      timeframe: Timeframe,
+      rankCorrelation: z.number().nullable(),
+      freeRankCorrelation: z.number().nullable(),
+      gain: Lift,
+      trendUpMinusDownBps: Lift,
+    }),
+  ),
+});
+export type BaselinesTable = z.infer<typeof BaselinesTableSchema>;

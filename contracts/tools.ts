@@ -11,7 +11,7 @@ import {
   Timeframe,
   VenueStatusSchema,
 } from './market.ts';
-import { VolatilityForecastSchema } from './signals.ts';
+import { LeanSchema, RiskHorizonKey, VolatilityForecastSchema } from './signals.ts';
 
 /**
  * The sold tools: their inputs and outputs, how they are described and what they cost (TOOLS, at
@@ -41,8 +41,14 @@ export const TradeCall = z.object({
   timeframe: Timeframe,
   exchange: Exchange,
   call: Call,
-  /** Calibrated: the share of past calls at this confidence whose direction was right. */
+  /**
+   * BUY/SELL: the calibrated chance the call beats the fee over the horizon. HOLD: the share of
+   * comparable leans that did not beat it (how often standing aside was right). `confidence_meaning`
+   * says which, in words.
+   */
   confidence: z.number().int().min(0).max(100),
+  /** What `confidence` means for this answer, in words. */
+  confidence_meaning: z.string().optional(),
   /** Raw composite score in [-1, 1] behind the call. */
   score: z.number(),
   regime: Regime,
@@ -66,6 +72,11 @@ export const TradeCall = z.object({
    * reason says "no measured edge here".
    */
   edge: z.object({ cell: z.string(), measured: z.boolean(), reason: z.string() }).optional(),
+  /**
+   * The direction the score leans (followed or faded as the cell's table says) and what following
+   * such leans earned after the fee before the test months: a HOLD says what it declines and why.
+   */
+  lean: LeanSchema.nullable().optional(),
   /** How often calls of this exchange, timeframe and confidence bucket were right (revealed ones). */
   trackRecord: TrackRecordBrief.optional(),
 });
@@ -91,8 +102,51 @@ export const RegimeReading = z.object({
   feed: FeedKind,
   /** `volatile` / `squeeze` follow this forecast's percentile. */
   volatility: VolatilityForecastSchema,
+  /** Whether these labels carried information beyond a free trailing-volatility label, in words. */
+  label_evidence: z.string().optional(),
+  /** What `confidence` means here, in words (a heuristic, not a probability). */
+  confidence_meaning: z.string().optional(),
 });
 export type RegimeReading = z.infer<typeof RegimeReading>;
+
+/** A regime reading's input; the default timeframe is the hour. */
+export const GetRiskForecastInput = GetMarketRegimeInput.extend({ timeframe: Timeframe.default('1h') });
+export type GetRiskForecastInput = z.input<typeof GetRiskForecastInput>;
+
+export const RiskHorizonForecast = z.object({
+  /** `next`: the next candle; `verdict`: the trade call's horizon (6 candles); `day`: one UTC day. */
+  horizon: RiskHorizonKey,
+  candles: z.number().int().positive(),
+  hours: z.number().positive(),
+  /** Forecast standard deviation of the log return over the horizon, in percent. */
+  expected_move_pct: z.number().nonnegative(),
+  /** Nominal share of closes after the horizon inside [band_low, band_high]. */
+  band_coverage: z.number().min(0).max(1),
+  band_low: z.number().positive(),
+  band_high: z.number().positive(),
+  /** Timeframe whose fitted model was used. */
+  model_timeframe: Timeframe,
+});
+
+/** The market, price, close time and feed of a regime reading, and the horizons. */
+export const RiskForecast = RegimeReading.pick({
+  coin: true,
+  timeframe: true,
+  exchange: true,
+  price: true,
+  timestamp: true,
+  feed: true,
+  regime: true,
+}).extend({
+  horizons: z.array(RiskHorizonForecast),
+  /** Rank (0–100) of the verdict-horizon forecast among the market's recent forecasts. */
+  percentile: z.number().min(0).max(100),
+  /** What the regime labels are worth against a free trailing-volatility label, in words. */
+  label_evidence: z.string(),
+  /** How the bands and the ranking held up out of sample (docs/evaluation.md), in words. */
+  evidence: z.string(),
+});
+export type RiskForecast = z.infer<typeof RiskForecast>;
 
 export const ScanTradeCallsInput = z.strictObject({
   topN: z.number().int().min(1).max(100).default(20),
@@ -288,6 +342,16 @@ export const TOOLS = {
     description:
       'Market regime (trending, ranging, choppy, volatile, squeeze) for a coin and timeframe, with the metrics behind it.',
     example: { coin: 'ETH', timeframe: '4h' },
+    price: { key: 'X402_PRICE_GET_MARKET_REGIME' },
+  }),
+  get_risk_forecast: tool({
+    input: GetRiskForecastInput,
+    output: RiskForecast,
+    title: 'Risk forecast',
+    description:
+      'Expected move and its 80 % band for a coin on one timeframe and venue, over the next candle, six candles and one day (HAR volatility model fitted before the test months and scored out of sample against a free trailing-volatility band).',
+    example: { coin: 'BTC', timeframe: '1h' },
+    // Priced like a regime reading: the same computation over the same market state.
     price: { key: 'X402_PRICE_GET_MARKET_REGIME' },
   }),
   scan_trade_calls: tool({

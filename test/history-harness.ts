@@ -8,10 +8,12 @@ import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
 import { loadConfig } from '../contracts/config.ts';
 import type { EventData } from '../contracts/events.ts';
 import { EXCHANGES, type Exchange, TIMEFRAME_MS, type Timeframe } from '../contracts/market.ts';
+import type { CalibrationTable } from '../contracts/signals.ts';
 import { verdictHash } from '../contracts/verdict-hash.ts';
 import { ProjectionRunner } from '../projections/runner.ts';
 import { buildApp } from '../services/api/app.ts';
 import { createSignalEngine, type SignalEngine } from '../services/engine/engine.ts';
+import { defaultCalibration } from '../services/engine/signals/index.ts';
 import { historySlice } from '../services/history/slice.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
 import { keyRegistryProjection } from '../services/keys/key-registry.ts';
@@ -25,7 +27,7 @@ export const HOUR = 3_600_000;
 export const FIXTURE_START = Date.parse('2025-10-15T00:00:00Z');
 /**
  * Two perp 1h markets, where the shipped fit answers HOLD ("no measured edge"), and one spot 5m
- * market, where it emits BUY/SELL: the history holds both kinds of verdict.
+ * market, made to emit BUY/SELL (HISTORY_CALIBRATION): the history holds both kinds of verdict.
  */
 export const MARKETS: { exchange: Exchange; coin: string; timeframe: Timeframe }[] = [
   { exchange: 'BINANCE', coin: 'BTC', timeframe: '1h' },
@@ -38,10 +40,23 @@ export const MARKETS: { exchange: Exchange; coin: string; timeframe: Timeframe }
  * market per hourly step (asked for, as a caller would) with the replay clock stepped by hand, then the real outcome resolver. The
  * last steps stay younger than their reveal time, so every suite has commitments to guard.
  */
+/**
+ * The shipped table with spot:5m emitting. The shipped gate lets no cell emit (no cell's calls
+ * beat the fee), but the history's folds, exports and track record must be exercised on BUY/SELL
+ * verdicts too; spot:5m keeps its shipped direction and curve.
+ */
+export const HISTORY_CALIBRATION: CalibrationTable = {
+  ...defaultCalibration,
+  cells: {
+    ...defaultCalibration.cells,
+    'spot:5m': { ...defaultCalibration.cells['spot:5m']!, emit: true },
+  },
+};
+
 export async function recordHistory(options: { steps: number; store?: EventStore; settleHours?: number }) {
   const feed: ReplayFeed = await openReplayFeed({ run: false, start: FIXTURE_START });
   const store = options.store ?? new MemoryEventStore();
-  const engine: SignalEngine = await createSignalEngine({ feed, store });
+  const engine: SignalEngine = await createSignalEngine({ feed, store, calibration: HISTORY_CALIBRATION });
   for (let step = 0; step < options.steps; step++) {
     // Asked for, not scheduled: a scheduled verdict would backfill every 5m close of the hour.
     for (const m of MARKETS) await engine.getTradeCall(m);

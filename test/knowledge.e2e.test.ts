@@ -111,6 +111,7 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     expect(tools.map((t) => t.name).sort()).toEqual([
       'chat_knowledge',
       'get_market_regime',
+      'get_risk_forecast',
       'get_trade_call',
       'scan_funding_arb',
       'scan_trade_calls',

@@ -25,6 +25,7 @@ let unknownKey: string;
 const CALLS: [string, Record<string, unknown>][] = [
   ['get_trade_call', { coin: 'BTC', timeframe: '1h' }],
   ['get_market_regime', { coin: 'ETH', timeframe: '4h' }],
+  ['get_risk_forecast', { coin: 'SOL', timeframe: '1h' }],
   ['scan_trade_calls', { timeframe: '1h', topN: 3 }],
   ['scan_funding_arb', { minSpreadBps: 0, limit: 3 }],
 ];

@@ -74,12 +74,13 @@ describe.runIf(run)(
       await wipePrefix(PREFIX);
     });
 
-    it('handshakes and lists the four tools with their input schemas', async () => {
+    it('handshakes and lists the sold tools with their input schemas', async () => {
       const client = await open();
       expect(client.getServerVersion()?.name).toBe('signal-service');
       const { tools } = await client.listTools();
       expect(tools.map((t) => t.name).sort()).toEqual([
         'get_market_regime',
+        'get_risk_forecast',
         'get_trade_call',
         'scan_funding_arb',
         'scan_trade_calls',
@@ -104,6 +105,7 @@ describe.runIf(run)(
       const calls: [string, Record<string, unknown>][] = [
         ['get_trade_call', { coin: 'BTC', timeframe: '1h' }],
         ['get_market_regime', { coin: 'ETH', timeframe: '4h' }],
+        ['get_risk_forecast', { coin: 'ETH', timeframe: '15m' }],
         ['scan_trade_calls', { timeframe: '1h', topN: 3, includeHolds: true }],
         ['scan_funding_arb', { minSpreadBps: 0, limit: 3 }],
       ];
@@ -120,7 +122,7 @@ describe.runIf(run)(
         const [content] = result.content as { type: string; text: string }[];
         expect(JSON.parse(content!.text)).toEqual(result.structuredContent);
       }
-      expect(used).toEqual([1, 2, 3, 4]);
+      expect(used).toEqual([1, 2, 3, 4, 5]);
       const trade = (
         await client.callTool({ name: 'get_trade_call', arguments: { coin: 'BTC', timeframe: '1h' } })
       ).structuredContent as Record<string, unknown>;

@@ -9,6 +9,7 @@ import { openReplayFeed, type ReplayFeed } from '../../adapters/market/replay.ts
 import type { EventData } from '../../contracts/events.ts';
 import {
   RegimeReading,
+  RiskForecast,
   ScanFundingArbOutput,
   ScanTradeCallsOutput,
   TradeCall,
@@ -68,7 +69,14 @@ describe('SignalEngine over the replayed real data', () => {
     expect(engine.defaultExchange()).toBe('BINANCE_SPOT');
     const call = TradeCall.parse(await engine.getTradeCall({ coin: 'BTC' }));
     expect(call).toMatchObject({ exchange: 'BINANCE_SPOT', timeframe: '15m', feed: 'replay' });
-    expect(call.edge).toMatchObject({ cell: 'spot:15m', measured: true });
+    // spot:15m has timing skill but its calls did not beat the fee before the test months: HOLD,
+    // with the lean it declines, what following it earned, and what the confidence means.
+    expect(call.edge).toMatchObject({ cell: 'spot:15m', measured: false });
+    expect(call.edge!.reason).toContain('no profit after the fee');
+    expect(call.call).toBe('HOLD');
+    expect(call.lean).toMatchObject({ timing_skill: true });
+    expect(call.lean!.expected_net_bps!).toBeLessThan(0);
+    expect(call.confidence_meaning).toContain(`${call.confidence} = how often standing aside was right`);
     expect(call.indicators).not.toHaveProperty('vol_band_low');
     // A second replica reading the recorded verdict rebuilds the same figures from the event.
     const other = new SignalEngine({ feed, store });
@@ -119,6 +127,45 @@ describe('SignalEngine over the replayed real data', () => {
     expect(reading.metrics).toHaveProperty('vol_forecast_percentile');
     expect(reading.volatility.percentile).toBe(reading.metrics.vol_forecast_percentile);
     expect(reading.metrics).toHaveProperty('choppiness');
+    expect(reading.confidence_meaning).toContain(
+      `${reading.confidence} = how clearly ${reading.regime} leads`,
+    );
+    expect(reading.label_evidence).toMatch(
+      /^On the 4h training months, volatile\/squeeze ranked later volatility/,
+    );
+  });
+
+  it('serves the risk forecast on its own: the next candle, six candles and one day, banded', async () => {
+    const risk = RiskForecast.parse(await engine.getRiskForecast({ coin: 'SOL', timeframe: '15m' }));
+    expect(risk).toMatchObject({ coin: 'SOL', timeframe: '15m', exchange: 'BINANCE_SPOT', feed: 'replay' });
+    expect(risk.horizons.map((h) => [h.horizon, h.candles, h.hours])).toEqual([
+      ['next', 1, 0.25],
+      ['verdict', 6, 1.5],
+      ['day', 96, 24],
+    ]);
+    for (const h of risk.horizons) {
+      expect(h.band_low).toBeLessThan(risk.price);
+      expect(h.band_high).toBeGreaterThan(risk.price);
+      expect(h.band_coverage).toBe(0.8);
+      expect(h.model_timeframe).toBe('15m');
+    }
+    // A longer horizon moves more, and its band is wider.
+    const [next, six, day] = risk.horizons;
+    expect(next!.expected_move_pct).toBeLessThan(six!.expected_move_pct);
+    expect(six!.expected_move_pct).toBeLessThan(day!.expected_move_pct);
+    expect(day!.band_high - day!.band_low).toBeGreaterThan(next!.band_high - next!.band_low);
+    // The verdict horizon is the same forecast a trade call carries.
+    const call = await engine.getTradeCall({ coin: 'SOL', timeframe: '15m' });
+    expect(six!.expected_move_pct).toBeCloseTo(call.volatility!.expected_move_pct, 10);
+    expect(risk.label_evidence).toContain('15m training months');
+    expect(risk.evidence).toContain('docs/evaluation.md');
+    // What the replay cannot build (1m) or does not list is refused, not guessed.
+    await expect(engine.getRiskForecast({ coin: 'SOL', timeframe: '1m' })).rejects.toBeInstanceOf(
+      UnsupportedTimeframeError,
+    );
+    await expect(engine.getRiskForecast({ coin: 'PEPE', timeframe: '1h' })).rejects.toBeInstanceOf(
+      UnknownCoinError,
+    );
   });
 
   it('refuses what it cannot answer with typed errors, never a made-up verdict', async () => {
@@ -190,11 +237,15 @@ describe('SignalEngine over the replayed real data', () => {
     await early.close();
   });
 
-  it('answers the first calls a newcomer makes: scan_trade_calls {} and scan_funding_arb {} return rows', async () => {
+  it('answers the first calls a newcomer makes: scan_trade_calls {} holds everywhere, scan_funding_arb {} returns rows', async () => {
+    // No cell's calls beat the fee, so no direction is sold: the scan lists no calls, and with
+    // includeHolds every market's HOLD and its expected move.
     const calls = ScanTradeCallsOutput.parse(await engine.scanTradeCalls({}));
-    expect(calls).toMatchObject({ exchange: 'BINANCE_SPOT', timeframe: '15m' });
-    expect(calls.calls.length).toBeGreaterThan(0);
-    expect(calls.calls.every((c) => c.call !== 'HOLD' && c.expectedMovePct! > 0)).toBe(true);
+    expect(calls).toMatchObject({ exchange: 'BINANCE_SPOT', timeframe: '15m', scanned: 6 });
+    expect(calls.calls).toEqual([]);
+    const holds = ScanTradeCallsOutput.parse(await engine.scanTradeCalls({ includeHolds: true }));
+    expect(holds.calls.length).toBeGreaterThan(0);
+    expect(holds.calls.every((c) => c.call === 'HOLD' && c.expectedMovePct! > 0)).toBe(true);
     const funding = ScanFundingArbOutput.parse(await engine.scanFundingArb({}));
     expect(funding.opportunities.length).toBeGreaterThan(0);
   });

@@ -12,8 +12,10 @@ import {
 import type { CalibrationTable, PerpContext, Verdict } from '../../contracts/signals.ts';
 import {
   GetMarketRegimeInput,
+  GetRiskForecastInput,
   GetTradeCallInput,
   type RegimeReading,
+  type RiskForecast,
   type ScanFundingArbInput,
   type ScanFundingArbOutput,
   ScanTradeCallsInput,
@@ -31,10 +33,14 @@ import { recordedVolatility } from './recorded-volatility.ts';
 import { rankScanRows, type ScanRow } from './scan-ranking.ts';
 import {
   computeRegime,
+  computeRiskHorizons,
   computeVerdict,
   createMarketState,
   defaultCalibration,
   ENGINE_VERSION,
+  labelEvidenceText,
+  RISK_EVIDENCE,
+  regimeConfidenceMeaning,
 } from './signals/index.ts';
 import { PERP_VENUES, SCAN_CONCURRENCY } from './venues.ts';
 import { lastVerdict, type RecordedVerdict, recordVerdict, verdictStream } from './verdict-recorder.ts';
@@ -127,6 +133,28 @@ export class SignalEngine implements SignalOperations {
       timestamp: Math.floor(state.lastCloseTime! / 1000),
       feed: this.feed.kind,
       volatility: reading.volatility,
+      label_evidence: labelEvidenceText(state.volatility, input.timeframe),
+      confidence_meaning: regimeConfidenceMeaning(reading.confidence, reading.regime),
+    };
+  }
+
+  async getRiskForecast(raw: GetRiskForecastInput): Promise<RiskForecast> {
+    const input = this.withExchange(GetRiskForecastInput.parse(raw));
+    const state = await this.states.advance(input.exchange, input.coin, input.timeframe);
+    const reading = computeRegime(state);
+    const snapshot = state.snapshot()!;
+    return {
+      coin: input.coin,
+      timeframe: input.timeframe,
+      exchange: input.exchange,
+      price: snapshot.close,
+      timestamp: Math.floor(state.lastCloseTime! / 1000),
+      feed: this.feed.kind,
+      horizons: computeRiskHorizons(state),
+      percentile: reading.volatility.percentile,
+      regime: reading.regime,
+      label_evidence: labelEvidenceText(state.volatility, input.timeframe),
+      evidence: RISK_EVIDENCE,
     };
   }
 
@@ -418,6 +446,9 @@ function toTradeCall(
     engineVersion: d.engineVersion,
     ...(volatility ? { volatility } : {}),
     ...(edge ? { edge } : {}),
+    // The lean and the words for the confidence belong to this computation, like the reasoning.
+    ...(same && computed.lean !== undefined ? { lean: computed.lean } : {}),
+    ...(same && computed.confidence_meaning ? { confidence_meaning: computed.confidence_meaning } : {}),
   };
 }
 

@@ -1,7 +1,9 @@
 import type {
   GetMarketRegimeInput,
+  GetRiskForecastInput,
   GetTradeCallInput,
   RegimeReading,
+  RiskForecast,
   ScanFundingArbInput,
   ScanFundingArbOutput,
   ScanTradeCallsInput,
@@ -15,13 +17,14 @@ export interface OperationContext {
 }
 
 /**
- * The four sold operations, as the channels (x402 HTTP, API-key HTTP, MCP) call them. Inputs are
+ * The sold operations, as the channels (x402 HTTP, API-key HTTP, MCP) call them. Inputs are
  * the zod *input* shapes of contracts/tools.ts: each operation parses (and defaults) them itself,
  * so a bad input is an InvalidInputError before any market data is touched.
  */
 export interface SignalOperations {
   getTradeCall(input: GetTradeCallInput, ctx?: OperationContext): Promise<TradeCall>;
   getMarketRegime(input: GetMarketRegimeInput, ctx?: OperationContext): Promise<RegimeReading>;
+  getRiskForecast(input: GetRiskForecastInput, ctx?: OperationContext): Promise<RiskForecast>;
   scanTradeCalls(input: ScanTradeCallsInput, ctx?: OperationContext): Promise<ScanTradeCallsOutput>;
   scanFundingArb(input: ScanFundingArbInput, ctx?: OperationContext): Promise<ScanFundingArbOutput>;
 }

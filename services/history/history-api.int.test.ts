@@ -344,6 +344,22 @@ describe('GET /api/track-record', () => {
         ]);
         expect(tr.overall.following.hitRate).toBeCloseTo(tr.overall.hits / tr.overall.calls, 5);
         expect(tr.series.length).toBeGreaterThan(0);
+        // Beside the live figures, the free baselines the evaluation measured out of sample: per
+        // cell always-HOLD and the best free rule, per timeframe and horizon the free band.
+        const base = tr.baselines!;
+        expect(base.cells.map((c) => c.cell)).toContain('spot:5m');
+        for (const c of base.cells) {
+          expect(c.alwaysHoldNetBps).toBe(0);
+          expect(c.serviceNetBpsPerAnswer).toBe(c.emits ? c.wouldBeNetBpsPerCall : 0);
+          expect(c.bestFreeRule).toMatch(/^(fade|follow) the last \d+ candles?$/);
+        }
+        const fiveMinute = base.risk.filter((r) => r.set === 'spot' && r.timeframe === '5m');
+        expect(fiveMinute.map((r) => [r.horizon, r.candles])).toEqual([
+          ['next', 1],
+          ['verdict', 6],
+          ['day', 288],
+        ]);
+        for (const r of fiveMinute) expect(Math.abs(r.coverage.value! - 0.8)).toBeLessThan(0.05);
       }
     }
     const bad = await fetch(`${server.url}/api/track-record?window=1y`);

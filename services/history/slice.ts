@@ -194,6 +194,7 @@ export function historySlice(deps: HistorySliceDeps) {
           return line ? withLine(call, line) : call;
         },
         getMarketRegime: (input, ctx) => ops.getMarketRegime(input, ctx),
+        getRiskForecast: (input, ctx) => ops.getRiskForecast(input, ctx),
         scanTradeCalls: (input, ctx) => ops.scanTradeCalls(input, ctx),
         scanFundingArb: (input, ctx) => ops.scanFundingArb(input, ctx),
       };

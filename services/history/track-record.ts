@@ -8,6 +8,7 @@ import {
 } from '../../contracts/history.ts';
 import type { Call, Exchange, Timeframe } from '../../contracts/market.ts';
 import { wilson } from '../engine/evaluate/stats.ts';
+import { defaultBaselines } from '../engine/signals/default-baselines.ts';
 
 /**
  * The track record as integer sufficient statistics per (exchange, timeframe, UTC day): sums of
@@ -245,6 +246,7 @@ export function trackRecord(
     overall: lineOf('ALL', 'ALL', overall),
     lines,
     series,
+    baselines: defaultBaselines,
   };
 }
 

@@ -105,6 +105,7 @@ export class ToolRegistry {
 const OPERATIONS: Record<ToolName, keyof SignalOperations> = {
   get_trade_call: 'getTradeCall',
   get_market_regime: 'getMarketRegime',
+  get_risk_forecast: 'getRiskForecast',
   scan_trade_calls: 'scanTradeCalls',
   scan_funding_arb: 'scanFundingArb',
 };

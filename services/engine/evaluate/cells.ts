@@ -101,6 +101,11 @@ const rate = (hits: number, n: number): Rate => ({
   ci: wilson(hits, n),
 });
 
+export interface LeanCount {
+  n: number;
+  missed: number;
+}
+
 interface Point {
   t: number;
   up: boolean;
@@ -126,7 +131,15 @@ export interface CallScore {
   randomSame: number;
   /** Hit rate minus random at the same mix, with the day-block interval (and its one-sided 95 % bound). */
   skill: { value: number; dayBlock: Interval & { lowOneSided: number } };
-  netBps: { mean: number; dayBlock: Interval };
+  netBps: { mean: number; dayBlock: Interval & { lowOneSided: number } };
+  /** Per UTC day: net bps summed over the day's calls and their count (to pool folds and eras). */
+  netDays: Array<{ net: number; calls: number }>;
+  /**
+   * The lean (the direction a call would point, whether or not it is emitted) on every point
+   * with a non-zero score, and on those inside the HOLD band: how many, and how many of them
+   * did not beat the fee — what a HOLD's confidence claims.
+   */
+  lean: { all: LeanCount; inBand: LeanCount };
   brier: number;
   brierBase: number;
   reliability: ReliabilityBin[];
@@ -169,6 +182,17 @@ function skillOf(days: readonly (readonly Point[])[]): number {
 /** Scores the calls a fitted cell would make on the points (gate ignored: this is the evidence). */
 export function scoreCalls(points: readonly Sample[], fit: CellFit, settings: Settings): CallScore {
   const fee = settings.feeBps / 10_000;
+  const lean = { all: { n: 0, missed: 0 }, inBand: { n: 0, missed: 0 } };
+  for (const s of points) {
+    if (s.score === 0) continue;
+    const missed = !directionHit(fit.direction * Math.sign(s.score), s.forward, fee);
+    lean.all.n++;
+    if (missed) lean.all.missed++;
+    if (Math.abs(s.score) < settings.holdBand) {
+      lean.inBand.n++;
+      if (missed) lean.inBand.missed++;
+    }
+  }
   const pts: Point[] = points.map((s) => {
     const call = callFor(fit.direction * s.score, settings.holdBand);
     const dir = call === 'BUY' ? 1 : call === 'SELL' ? -1 : 0;
@@ -217,6 +241,11 @@ export function scoreCalls(points: readonly Sample[], fit: CellFit, settings: Se
         return s.calls === 0 ? Number.NaN : s.net / s.calls;
       }),
     },
+    netDays: days.map((d) => {
+      const x = sums([d]);
+      return { net: x.net, calls: x.calls };
+    }),
+    lean,
     brier: brier(pairs),
     brierBase: brier(pairs.map((x) => ({ p: fit.curve.baseRate, hit: x.hit }))),
     reliability: reliability(pairs, 0.025),
@@ -252,6 +281,41 @@ export function foldWindows(
 /** A cell emits only when it has gate evidence and every piece of it passed. */
 export function gateEmits(evidence: readonly { pass: boolean }[]): boolean {
   return evidence.length > 0 && evidence.every((e) => e.pass);
+}
+
+/** Following the calls paid: the one-sided 95 % day-block bound of mean net bps per call above 0. */
+export function pays(score: CallScore): boolean {
+  return score.calls.n > 0 && score.netBps.dayBlock.lowOneSided > 0;
+}
+
+/**
+ * Net bps per call pooled over several scores (folds and eras: their days are distinct), with
+ * the one-sided 95 % day-block lower bound.
+ */
+export function pooledNet(scores: readonly CallScore[]): { meanBps: number; lowBps: number; calls: number } {
+  const days = scores.flatMap((s) => s.netDays).map((d) => [d]);
+  const mean = (ds: readonly (readonly { net: number; calls: number }[])[]) => {
+    let net = 0;
+    let calls = 0;
+    for (const [d] of ds) {
+      net += d!.net;
+      calls += d!.calls;
+    }
+    return calls === 0 ? Number.NaN : net / calls;
+  };
+  const calls = days.reduce((a, [d]) => a + d!.calls, 0);
+  return { meanBps: mean(days), lowBps: dayBlockInterval(days, mean).lowOneSided, calls };
+}
+
+/** Pooled share of leans that did not beat the fee (`inBand`: only those inside the HOLD band). */
+export function pooledLeanMiss(scores: readonly CallScore[], inBand: boolean): LeanCount {
+  const out = { n: 0, missed: 0 };
+  for (const s of scores) {
+    const c = inBand ? s.lean.inBand : s.lean.all;
+    out.n += c.n;
+    out.missed += c.missed;
+  }
+  return out;
 }
 
 /** Timing skill shown: the one-sided 95 % day-block bound of (hit − random same mix) above 0. */

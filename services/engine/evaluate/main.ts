@@ -7,6 +7,8 @@ import { parseCandleFileName } from '../../../adapters/market/replay-layout.ts';
 import { SHARED_MARKET_DIR } from '../../../adapters/market/shared-data.ts';
 import { TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
 import {
+  type BaselinesTable,
+  BaselinesTableSchema,
   type CalibrationTable,
   CalibrationTableSchema,
   type VolatilityTable,
@@ -16,6 +18,7 @@ import { type CarryTable, parseCarryTable } from '../funding/carry.ts';
 import { parseCalibrationTable } from '../signals/calibration.ts';
 import { DEFAULT_HOLD_BAND, ENGINE_VERSION } from '../signals/verdict.ts';
 import { parseVolatilityTable, VOL_HALF_LIVES } from '../signals/volatility.ts';
+import { chooseFreeRule, compareWithFree, trainingPoints } from './baselines.ts';
 import {
   bandCoverage,
   type CallScore,
@@ -26,6 +29,9 @@ import {
   foldWindows,
   gateEmits,
   type Kind,
+  pays,
+  pooledLeanMiss,
+  pooledNet,
   type Settings,
   scoreCalls,
   scoreVolatility,
@@ -34,7 +40,21 @@ import {
 } from './cells.ts';
 import { chooseStepShare, monthStarts, type StepShareChoice } from './curve-choice.ts';
 import { type CarryEvaluation, evaluateCarry, fitCarryTable, loadFundingHistory } from './funding.ts';
-import { type CellReport, renderReport, type VolReport } from './report.ts';
+import {
+  type CellReport,
+  type LabelReport,
+  type RiskReport,
+  renderReport,
+  type VolReport,
+} from './report.ts';
+import {
+  fitFreeBand,
+  fitFreeLabelCuts,
+  fitRiskModel,
+  labelEvidence,
+  riskHorizons,
+  scoreRisk,
+} from './risk.ts';
 import { reliabilitySvg } from './svg.ts';
 import { collectSamples, type Sample } from './walk-forward.ts';
 
@@ -66,11 +86,15 @@ const OPTIONS = {
   'hold-band': { type: 'string', default: String(DEFAULT_HOLD_BAND) },
   'max-coins': { type: 'string', default: '0' },
   'score-only': { type: 'boolean', default: false },
+  /** With --score-only: write the baselines file alone (no volatility table, carry or report). */
+  'baselines-only': { type: 'boolean', default: false },
   from: { type: 'string' },
   table: { type: 'string', default: 'services/engine/signals/calibration/table.json' },
   'vol-table': { type: 'string', default: 'services/engine/signals/calibration/volatility.json' },
   'carry-table': { type: 'string', default: 'services/engine/funding/carry.json' },
   report: { type: 'string' },
+  /** Free baselines beside the figures sold (written on a fit; with --score-only only when named). */
+  baselines: { type: 'string' },
   svg: { type: 'string', default: 'docs/evaluation-reliability.svg' },
   help: { type: 'boolean', default: false },
 } as const;
@@ -90,8 +114,10 @@ and the reliability diagram (or, with --score-only, scores the shipped tables an
   --hold-band X         |score| below which the engine answers HOLD (default ${DEFAULT_HOLD_BAND})
   --max-coins N         first N coins per folder only (0 = all)
   --score-only          score the shipped tables on --data, refit nothing; folders the data lacks are skipped
+  --baselines-only      with --score-only and --baselines: score and write the free baselines alone
   --from DATE           with --score-only: score from this date (default: the tables' training end)
   --table, --vol-table, --carry-table FILE   where the tables are read or written
+  --baselines FILE      free-baseline figures for the track record (default services/engine/signals/calibration/baselines.json; with --score-only only when given)
   --report FILE         report path (default docs/evaluation.md, docs/evaluation-score-only.md with --score-only)
   --svg FILE            reliability diagram path (default docs/evaluation-reliability.svg)
 `;
@@ -127,6 +153,10 @@ const dates = (x: string) =>
     .map(day);
 
 const scoreOnly = values['score-only'];
+const baselinesOnly = values['baselines-only'];
+if (baselinesOnly && !(scoreOnly && values.baselines)) {
+  throw new Error('--baselines-only needs --score-only and --baselines');
+}
 const split = day(values.split);
 const gateSplits = dates(values['gate-splits']).sort((a, b) => a - b);
 const extraSplits = dates(values['extra-splits']);
@@ -191,14 +221,19 @@ const era: SampleSet = new Map();
 await collect('binance-spot', '5m', FROM_5M, spot);
 await collect('binance-spot', '1h', FROM_1H, spot);
 await collect('binance-usdm', '1h', FROM_1H, perp);
-await collect('binance-spot-2022', '5m', FROM_5M, era);
-await collect('binance-spot-2022', '1h', FROM_1H, era);
+// The baselines file holds test-month figures only: the 2022 era is not needed for it.
+if (!baselinesOnly) {
+  await collect('binance-spot-2022', '5m', FROM_5M, era);
+  await collect('binance-spot-2022', '1h', FROM_1H, era);
+}
 const sets: Record<Kind, SampleSet> = { spot, perp };
 
 let table: CalibrationTable;
 let volTable: VolatilityTable;
 const cellReports: CellReport[] = [];
 let curveChoice: StepShareChoice | null = null;
+/** Label evidence on the training months (what the shipped flags were decided on). */
+const labelTraining = new Map<Timeframe, ReturnType<typeof labelEvidence>>();
 const label = (ms: number) => new Date(ms).toISOString().slice(0, 10);
 
 if (!scoreOnly) {
@@ -207,7 +242,15 @@ if (!scoreOnly) {
   let trainFrom = Number.POSITIVE_INFINITY;
   const folds = foldWindows(gateSplits, split, extraSplits);
   const describe = (e: CellReport['evidence'][number]) =>
-    `${e.label}: skill ${(100 * e.score.skill.value).toFixed(2)} pts, one-sided 95% day-block bound ${(100 * e.score.skill.dayBlock.lowOneSided).toFixed(2)}${e.agrees ? '' : ', fitted sign differs'} → ${e.pass ? 'pass' : 'fail'}`;
+    `${e.label}: skill ${(100 * e.score.skill.value).toFixed(2)} pts, one-sided 95% day-block bound ${(100 * e.score.skill.dayBlock.lowOneSided).toFixed(2)}${e.agrees ? '' : ', fitted sign differs'} → ${e.pass ? 'pass' : 'fail'}; net ${e.score.netBps.mean.toFixed(2)} bps per call, one-sided bound ${e.score.netBps.dayBlock.lowOneSided.toFixed(2)} → ${e.pays ? 'pays' : 'does not pay'}`;
+  // A fold or era passes each gate only with the sign fitted on the training months.
+  const judged = (label: string, score: CallScore, agrees: boolean): CellReport['evidence'][number] => ({
+    label,
+    score,
+    agrees,
+    pass: agrees && showsSkill(score),
+    pays: agrees && pays(score),
+  });
   const foldLabel = (w: FoldWindow) =>
     `fold fit < ${label(w.from)}, test ${label(w.from)} → ${Number.isFinite(w.to) ? label(w.to) : 'end of data'}`;
   // 1. The gate, on evidence that lies before the test months only: the walk-forward folds
@@ -220,6 +263,8 @@ if (!scoreOnly) {
     perCoin: Sample[][];
     direction: 1 | -1;
     evidence: CellReport['evidence'];
+    timingSkill: boolean;
+    net: CellReport['net'];
     emit: boolean;
   }
   const pending: Pending[] = [];
@@ -236,20 +281,19 @@ if (!scoreOnly) {
         if (!fit) continue;
         const score = scoreCalls(testPoints(perCoin, tf, settings.horizon, w.from, w.to), fit, settings);
         const agrees = fit.direction === atSplit.direction;
-        evidence.push({ label: foldLabel(w), score, agrees, pass: agrees && showsSkill(score) });
+        evidence.push(judged(foldLabel(w), score, agrees));
       }
       const eraSeries = kind === 'spot' ? era.get(tf) : undefined;
       if (eraSeries) {
         const score = scoreCalls(testPoints(eraSeries, tf, settings.horizon, 0, split), atSplit, settings);
-        evidence.push({
-          label: 'era 2022 (fit before the split)',
-          score,
-          agrees: true,
-          pass: showsSkill(score),
-        });
+        evidence.push(judged('era 2022 (fit before the split)', score, true));
       }
-      const emit = gateEmits(evidence);
-      pending.push({ kind, tf, perCoin, direction: atSplit.direction, evidence, emit });
+      // Two gates, both on every fold and era before the test months: timing skill over random
+      // calls at the same mix, and following the calls beating the fee (net bound above 0).
+      const timingSkill = gateEmits(evidence);
+      const net = pooledNet(evidence.map((e) => e.score));
+      const emit = timingSkill && evidence.every((e) => e.pays);
+      pending.push({ kind, tf, perCoin, direction: atSplit.direction, evidence, timingSkill, net, emit });
     }
   }
   // 2. The confidence curve's step size, chosen on inner folds of the training months, on the
@@ -280,7 +324,7 @@ if (!scoreOnly) {
       if (!fit) continue;
       const score = scoreCalls(testPoints(perCoin, tf, settings.horizon, w.from, w.to), fit, settings);
       const agrees = fit.direction === shipped.direction;
-      confirmation.push({ label: foldLabel(w), score, agrees, pass: agrees && showsSkill(score) });
+      confirmation.push(judged(foldLabel(w), score, agrees));
     }
     // The later fold's own table: its fit tested on everything after it.
     for (const x of extraSplits) {
@@ -296,17 +340,32 @@ if (!scoreOnly) {
     const eraScore = eraSeries
       ? scoreCalls(testPoints(eraSeries, tf, settings.horizon, 0, split), shipped, settings)
       : null;
+    // HOLD's confidence claims the share of leans that did not beat the fee: measured out of fold
+    // on the gate's folds and eras (on an emitting cell, only the leans inside the HOLD band).
+    const miss = pooledLeanMiss(
+      p.evidence.map((e) => e.score),
+      p.emit,
+    );
+    const finite = (x: number) => (Number.isFinite(x) ? x : null);
     cells[`${kind}:${tf}`] = {
       emit: p.emit,
       direction: shipped.direction,
       curve: shipped.curve,
       evidence: p.evidence.map(describe),
+      timingSkill: p.timingSkill,
+      net: { meanBps: finite(p.net.meanBps), lowBps: finite(p.net.lowBps), calls: p.net.calls },
+      ...(miss.n > 0 ? { hold: { probability: miss.missed / miss.n, samples: miss.n } } : {}),
     };
-    const test = scoreCalls(
-      testPoints(perCoin, tf, settings.horizon, split, Number.POSITIVE_INFINITY),
-      shipped,
-      settings,
-    );
+    const testSet = testPoints(perCoin, tf, settings.horizon, split, Number.POSITIVE_INFINITY);
+    const test = scoreCalls(testSet, shipped, settings);
+    // The best free rule, chosen on the training months, beside the cell on the test months.
+    const rule = chooseFreeRule(trainingPoints(perCoin, tf, settings.horizon, split), settings);
+    const free = {
+      test: compareWithFree(testSet, shipped, rule, settings),
+      era: eraSeries
+        ? compareWithFree(testPoints(eraSeries, tf, settings.horizon, 0, split), shipped, rule, settings)
+        : null,
+    };
     cellReports.push({
       kind,
       timeframe: tf,
@@ -317,6 +376,10 @@ if (!scoreOnly) {
       test,
       later,
       era: eraScore,
+      timingSkill: p.timingSkill,
+      net: p.net,
+      hold: cells[`${kind}:${tf}`]!.hold ?? null,
+      free,
     });
     log(`cell ${kind}:${tf} ${p.emit ? 'EMITS' : 'holds'} (${shipped.direction === 1 ? 'follow' : 'fade'})`);
   }
@@ -340,6 +403,35 @@ if (!scoreOnly) {
     const model = perCoin && fitVolatility(perCoin, tf, split, settings.horizon, BAND_COVERAGE);
     if (model) models[tf] = model;
   }
+  const risk: NonNullable<VolatilityTable['risk']> = {};
+  const labels: NonNullable<VolatilityTable['labels']> = {};
+  for (const tf of ORDER) {
+    const perCoin = spot.get(tf);
+    if (!perCoin) continue;
+    const rows: NonNullable<VolatilityTable['risk']>[Timeframe] = [];
+    for (const h of riskHorizons(tf, settings.horizon)) {
+      const model = fitRiskModel(perCoin, tf, split, h, settings.horizon, BAND_COVERAGE);
+      const freeBand = fitFreeBand(perCoin, tf, split, h, BAND_COVERAGE);
+      if (model) rows.push({ key: h.key, candles: h.candles, model, ...(freeBand ? { freeBand } : {}) });
+    }
+    if (rows.length > 0) risk[tf] = rows;
+    // Whether the labels add information is decided on the training months only.
+    const cuts = fitFreeLabelCuts(perCoin, tf, settings.horizon, split);
+    if (cuts) {
+      const e = labelEvidence(perCoin, tf, settings.horizon, 0, split, cuts);
+      const finite = (x: number) => (Number.isFinite(x) ? x : null);
+      labels[tf] = {
+        volatilityLabelAddsInformation: e.gain.dayBlock.lowOneSided > 0,
+        rhoEngine: finite(e.rhoEngine),
+        rhoFree: finite(e.rhoFree),
+        trendLabelsInformative: e.trending.diff.dayBlock.low > 0 || e.trending.diff.dayBlock.high < 0,
+        upMinusDownBps: finite(e.trending.diff.value),
+        freeCuts: cuts,
+      };
+      labelTraining.set(tf, e);
+    }
+    log(`risk models and label evidence ${tf}`);
+  }
   volTable = VolatilityTableSchema.parse({
     version: 1,
     method: 'har-ewma-log',
@@ -350,6 +442,8 @@ if (!scoreOnly) {
     fittedAt: new Date().toISOString(),
     models,
     fallback: { '1m': '5m', '3m': '5m' },
+    risk,
+    labels,
   });
 } else {
   table = parseCalibrationTable(JSON.parse(await readFile(values.table, 'utf8')));
@@ -362,6 +456,10 @@ if (!scoreOnly) {
       if (!entry || !perCoin) continue;
       const fit: CellFit = { direction: entry.direction, curve: entry.curve };
       const eraSeries = kind === 'spot' ? era.get(tf) : undefined;
+      const testSet = testPoints(perCoin, tf, settings.horizon, from, Number.POSITIVE_INFINITY);
+      // The free rule is chosen on the months before the tables' split that --data holds, if any.
+      const train = trainingPoints(perCoin, tf, settings.horizon, table.trainTo);
+      const rule = train.length > 0 ? chooseFreeRule(train, settings) : null;
       cellReports.push({
         kind,
         timeframe: tf,
@@ -369,15 +467,19 @@ if (!scoreOnly) {
         direction: entry.direction,
         evidence: [],
         confirmation: [],
-        test: scoreCalls(
-          testPoints(perCoin, tf, settings.horizon, from, Number.POSITIVE_INFINITY),
-          fit,
-          settings,
-        ),
+        test: scoreCalls(testSet, fit, settings),
         later: null,
         era: eraSeries
           ? scoreCalls(testPoints(eraSeries, tf, settings.horizon, 0, split), fit, settings)
           : null,
+        timingSkill: entry.timingSkill ?? entry.emit,
+        net: {
+          meanBps: entry.net?.meanBps ?? Number.NaN,
+          lowBps: entry.net?.lowBps ?? Number.NaN,
+          calls: entry.net?.calls ?? 0,
+        },
+        hold: entry.hold ?? null,
+        free: rule ? { test: compareWithFree(testSet, fit, rule, settings), era: null } : null,
       });
     }
   }
@@ -385,11 +487,13 @@ if (!scoreOnly) {
 
 const volReports: VolReport[] = [];
 const volFrom = scoreOnly && values.from ? day(values.from) : volTable.trainTo;
-for (const [kind, set] of [
-  ['spot', spot],
-  ['perp', perp],
-  ['era 2022', era],
-] as const) {
+for (const [kind, set] of baselinesOnly
+  ? []
+  : ([
+      ['spot', spot],
+      ['perp', perp],
+      ['era 2022', era],
+    ] as const)) {
   for (const tf of ORDER) {
     const perCoin = set.get(tf);
     const model = volTable.models[tf];
@@ -412,10 +516,51 @@ for (const [kind, set] of [
 }
 log('volatility scored');
 
+// ---- the risk forecast's horizons and the regime labels, against free baselines ----
+const riskReports: RiskReport[] = [];
+const labelReports: LabelReport[] = [];
+for (const [kind, set] of [
+  ['spot', spot],
+  ['perp', perp],
+  ['era 2022', era],
+] as const) {
+  for (const tf of ORDER) {
+    const perCoin = set.get(tf);
+    if (!perCoin) continue;
+    const from = kind === 'era 2022' ? 0 : volFrom;
+    const to = kind === 'era 2022' ? split : Number.POSITIVE_INFINITY;
+    const every = testPoints(perCoin, tf, 1, from, to);
+    if (every.length < 200) continue;
+    for (const row of volTable.risk?.[tf] ?? []) {
+      if (!row.freeBand) continue;
+      const h = { key: row.key, candles: row.candles };
+      riskReports.push({
+        kind,
+        timeframe: tf,
+        horizon: h,
+        score: scoreRisk(every, tf, h, settings.horizon, row.model, row.freeBand),
+      });
+    }
+    const cuts = volTable.labels?.[tf]?.freeCuts;
+    if (cuts) {
+      labelReports.push({
+        kind,
+        timeframe: tf,
+        test: labelEvidence(perCoin, tf, settings.horizon, from, to, cuts),
+        training: kind === 'spot' ? (labelTraining.get(tf) ?? null) : null,
+        shipped: volTable.labels![tf]!,
+      });
+    }
+  }
+  log(`risk horizons and labels scored: ${kind}`);
+}
+
 // ---- funding carry ----
 let carry: CarryEvaluation | null = null;
-const history = await loadFundingHistory(values.data);
-if (history.coins === 0) {
+const history = baselinesOnly ? null : await loadFundingHistory(values.data);
+if (history === null) {
+  log('skipped funding: --baselines-only');
+} else if (history.coins === 0) {
   log(`skipped funding: no funding/{binance,bybit,hyperliquid} files under ${values.data}`);
 } else {
   let halfLife: CarryEvaluation['halfLife'] = null;
@@ -433,7 +578,79 @@ if (history.coins === 0) {
   log(`funding carry scored on ${carry.opportunities} opportunities`);
 }
 
+const baselinesPath =
+  values.baselines ?? (scoreOnly ? null : 'services/engine/signals/calibration/baselines.json');
+if (baselinesPath !== null) {
+  await writeFile(baselinesPath, `${JSON.stringify(baselinesOf(), null, 2)}\n`);
+  log(`wrote ${baselinesPath}`);
+}
+
+function baselinesOf(): BaselinesTable {
+  const f = (x: number, d = 2) => (Number.isFinite(x) ? Number(x.toFixed(d)) : null);
+  const lift = (x: { value: number; dayBlock: { low: number; high: number } }, d = 2) => ({
+    value: f(x.value, d),
+    low: f(x.dayBlock.low, d),
+    high: f(x.dayBlock.high, d),
+  });
+  const pts = (x: number) => f(100 * x);
+  const ptsLift = (x: { value: number; dayBlock: { low: number; high: number } }) => ({
+    value: pts(x.value),
+    low: pts(x.dayBlock.low),
+    high: pts(x.dayBlock.high),
+  });
+  return BaselinesTableSchema.parse({
+    version: 1,
+    engineVersion: ENGINE_VERSION,
+    testFrom: scoreOnly && values.from ? day(values.from) : table.trainTo,
+    feeBps: settings.feeBps,
+    horizonCandles: settings.horizon,
+    generatedAt: new Date().toISOString(),
+    cells: cellReports
+      .filter((c) => c.free !== null)
+      .map((c) => {
+        const t = c.free!.test;
+        return {
+          cell: `${c.kind}:${c.timeframe}`,
+          emits: c.emit,
+          serviceNetBpsPerAnswer: c.emit ? f(t.service.netBps) : 0,
+          wouldBeNetBpsPerCall: f(t.service.netBps),
+          alwaysHoldNetBps: 0,
+          bestFreeRule: t.rule.name,
+          freeNetBpsPerCall: f(t.free.netBps),
+          liftNetBps: lift(t.liftNetBps),
+          wouldBeSkillPts: pts(t.service.skill),
+          freeSkillPts: pts(t.free.skill),
+          liftSkillPts: ptsLift(t.liftSkill),
+        };
+      }),
+    risk: riskReports
+      .filter((r) => r.kind !== 'era 2022')
+      .map((r) => ({
+        set: r.kind,
+        timeframe: r.timeframe,
+        horizon: r.horizon.key,
+        candles: r.horizon.candles,
+        points: r.score.points,
+        coverage: lift(r.score.coverage, 4),
+        freeCoverage: lift(r.score.freeCoverage, 4),
+        rankCorrelation: f(r.score.rhoForecast, 3),
+        freeRankCorrelation: f(r.score.rhoFree, 3),
+      })),
+    labels: labelReports
+      .filter((r) => r.kind !== 'era 2022')
+      .map((r) => ({
+        set: r.kind,
+        timeframe: r.timeframe,
+        rankCorrelation: f(r.test.rhoEngine, 3),
+        freeRankCorrelation: f(r.test.rhoFree, 3),
+        gain: lift(r.test.gain, 3),
+        trendUpMinusDownBps: lift(r.test.trending.diff, 1),
+      })),
+  });
+}
+
 const seconds = (performance.now() - started) / 1000;
+if (baselinesOnly) process.exit(0);
 if (!scoreOnly) {
   await writeFile(values.table, `${JSON.stringify(table, null, 2)}\n`);
   await writeFile(values['vol-table'], `${JSON.stringify(volTable, null, 2)}\n`);
@@ -457,6 +674,8 @@ await writeFile(
     volTable,
     cells: cellReports,
     vol: volReports,
+    risk: riskReports,
+    labels: labelReports,
     carry,
     dataDir: values.data,
     seconds,

@@ -1,8 +1,10 @@
 import type { Timeframe } from '../../../contracts/market.ts';
-import type { CalibrationTable, VolatilityTable } from '../../../contracts/signals.ts';
-import type { CallScore, Kind, Settings, VolScore } from './cells.ts';
+import type { CalibrationTable, LabelEvidence, VolatilityTable } from '../../../contracts/signals.ts';
+import type { FreeComparison } from './baselines.ts';
+import type { CallScore, Kind, LeanCount, Settings, VolScore } from './cells.ts';
 import type { StepShareChoice } from './curve-choice.ts';
 import type { CarryEvaluation } from './funding.ts';
+import type { LabelEvidence as LabelScore, RiskHorizon, RiskScore } from './risk.ts';
 import type { Interval } from './stats.ts';
 
 /** Markdown report of an evaluation run; every sentence about results is computed from them. */
@@ -19,6 +21,14 @@ export interface CellReport {
   test: CallScore | null;
   later: CallScore | null;
   era: CallScore | null;
+  /** Timing skill in every fold and era of the gate (the first gate). */
+  timingSkill: boolean;
+  /** Net bps per call pooled over the gate's folds and eras, with its one-sided lower bound. */
+  net: { meanBps: number; lowBps: number; calls: number };
+  /** What HOLD's confidence claims (share of leans that did not beat the fee), as shipped. */
+  hold: { probability: number; samples: number } | null;
+  /** The best free rule (chosen on training months) beside the cell's would-be calls. */
+  free: { test: FreeComparison; era: FreeComparison | null } | null;
 }
 
 export interface Evidence {
@@ -26,6 +36,23 @@ export interface Evidence {
   score: CallScore;
   agrees: boolean;
   pass: boolean;
+  /** Net bps per call had its one-sided 95 % bound above 0 (the economic gate). */
+  pays: boolean;
+}
+
+export interface RiskReport {
+  kind: Kind | 'era 2022';
+  timeframe: Timeframe;
+  horizon: RiskHorizon;
+  score: RiskScore;
+}
+
+export interface LabelReport {
+  kind: Kind | 'era 2022';
+  timeframe: Timeframe;
+  test: LabelScore;
+  training: LabelScore | null;
+  shipped: LabelEvidence;
 }
 
 export interface VolReport {
@@ -43,6 +70,8 @@ export interface ReportInput {
   volTable: VolatilityTable;
   cells: CellReport[];
   vol: VolReport[];
+  risk: RiskReport[];
+  labels: LabelReport[];
   carry: CarryEvaluation | null;
   dataDir: string;
   seconds: number;
@@ -175,6 +204,87 @@ function curveMethod(input: ReportInput): string[] {
   ];
 }
 
+const bps = (x: number) => (Number.isFinite(x) ? `${x >= 0 ? '+' : ''}${x.toFixed(2)}` : '–');
+
+function gateTable(cells: CellReport[], table: CalibrationTable): string[] {
+  const out = [
+    `| cell | stance | timing skill in every fold and era | net bps per call, gate evidence pooled [one-sided 95% bound] (calls) | emits | what the answer says |`,
+    '|---|---|---|---|---|---|',
+  ];
+  for (const c of cells) {
+    const says = c.emit
+      ? 'BUY/SELL'
+      : c.timingSkill
+        ? `HOLD: timing skill, but following it earned ${bps(c.net.meanBps)} bps per call after the fee (lean and expected net shown)`
+        : 'HOLD: no measured edge here (lean and expected net shown)';
+    out.push(
+      `| ${c.kind}:${c.timeframe} | ${stance(c.direction)} | ${c.timingSkill ? 'yes' : 'no'} | ${bps(c.net.meanBps)} [${bps(c.net.lowBps)}] (${c.net.calls}) | ${c.emit ? 'yes' : 'no'} | ${says} |`,
+    );
+  }
+  void table;
+  return out;
+}
+
+function freeTable(rows: Array<{ cell: CellReport; cmp: FreeComparison | null }>): string[] {
+  const out = [
+    '| cell | service answers | net bps per answer in service | would-be calls: net bps per call | always-HOLD | best free rule (chosen on training months) | its net bps per call | lift, net bps [day-block 95%] | would-be timing skill, pts | free rule timing skill, pts | lift, skill pts [day-block 95%] |',
+    '|---|---|---:|---:|---:|---|---:|---|---:|---:|---|',
+  ];
+  for (const { cell: c, cmp } of rows) {
+    if (!cmp) continue;
+    out.push(
+      `| ${c.kind}:${c.timeframe} | ${c.emit ? 'BUY/SELL' : 'HOLD'} | ${c.emit ? bps(cmp.service.netBps) : '0.00'} | ${bps(cmp.service.netBps)} | 0.00 | ${cmp.rule.name} | ${bps(cmp.free.netBps)} | ${bps(cmp.liftNetBps.value)} ${ci(cmp.liftNetBps.dayBlock, bps)} | ${pts(cmp.service.skill)} | ${pts(cmp.free.skill)} | ${pts(cmp.liftSkill.value)} ${ci(cmp.liftSkill.dayBlock, pts)} |`,
+    );
+  }
+  return out;
+}
+
+const missShare = (c: LeanCount) => (c.n === 0 ? Number.NaN : c.missed / c.n);
+
+function holdTable(cells: CellReport[]): string[] {
+  const out = [
+    '| cell | HOLD confidence (claimed share of leans that did not beat the fee, gate evidence) | test months: observed share (leans) | difference, pts | 2022 era: observed share (leans) |',
+    '|---|---:|---|---:|---|',
+  ];
+  for (const c of cells) {
+    if (!c.hold || !c.test) continue;
+    const lean = (s: CallScore) => (c.emit ? s.lean.inBand : s.lean.all);
+    const obs = missShare(lean(c.test));
+    out.push(
+      `| ${c.kind}:${c.timeframe} | ${Math.round(100 * c.hold.probability)} | ${pct(obs)} (${lean(c.test).n}) | ${num(100 * (obs - c.hold.probability), 1)} | ${c.era ? `${pct(missShare(lean(c.era)))} (${lean(c.era).n})` : '–'} |`,
+    );
+  }
+  return out;
+}
+
+function riskTable(rows: RiskReport[]): string[] {
+  const out = [
+    '| set | tf | horizon (candles) | points | rank corr. forecast vs realised | free trailing band | forecast − free | 80% band coverage [block 95%] | free band coverage [block 95%] |',
+    '|---|---|---|---:|---:|---:|---:|---|---|',
+  ];
+  for (const r of rows) {
+    const s = r.score;
+    out.push(
+      `| ${r.kind} | ${r.timeframe} | ${r.horizon.key} (${r.horizon.candles}) | ${s.points} | ${num(s.rhoForecast, 3)} | ${num(s.rhoFree, 3)} | ${num(s.rhoForecast - s.rhoFree, 3)} | ${pct(s.coverage.value)} ${ci(s.coverage.dayBlock, pct)} | ${pct(s.freeCoverage.value)} ${ci(s.freeCoverage.dayBlock, pct)} |`,
+    );
+  }
+  return out;
+}
+
+function labelTable(rows: LabelReport[]): string[] {
+  const out = [
+    '| set | tf | points | rank corr. with realised vol: volatile/squeeze | free trailing-vol label | engine − free [day-block 95%] | engine label inside each free class | shipped claim (training months) | mean forward bps: trending-up / trending-down / all | up − down [day-block 95%] |',
+    '|---|---|---:|---:|---:|---|---:|---|---|---|',
+  ];
+  for (const r of rows) {
+    const t = r.test;
+    out.push(
+      `| ${r.kind} | ${r.timeframe} | ${t.points} | ${num(t.rhoEngine, 3)} | ${num(t.rhoFree, 3)} | ${num(t.gain.value, 3)} ${ci(t.gain.dayBlock, (x) => num(x, 3))} | ${num(t.withinFree, 3)} | ${r.shipped.volatilityLabelAddsInformation ? 'adds information' : 'no more than the free label'}; trend labels ${r.shipped.trendLabelsInformative ? 'informative' : 'not informative'} | ${num(t.trending.upBps, 1)} (${t.trending.upN}) / ${num(t.trending.downBps, 1)} (${t.trending.downN}) / ${num(t.trending.allBps, 1)} | ${num(t.trending.diff.value, 1)} ${ci(t.trending.diff.dayBlock, (x) => num(x, 1))} |`,
+    );
+  }
+  return out;
+}
+
 /** The out-of-sample sets every emitting cell is scored on. */
 const SCORED_SETS: Array<[string, (c: CellReport) => CallScore | null]> = [
   ['test months', (c) => c.test],
@@ -196,8 +306,21 @@ export function renderReport(input: ReportInput): string {
   );
   L.push('## Summary', '');
   L.push(
-    `- Direction only where earned: ${emitting.length} of ${cells.length} cells emit BUY/SELL (${emitting.map((c) => `${c.kind}:${c.timeframe}`).join(', ') || 'none'}); every other cell answers HOLD with "no measured edge here". HOLD share of all test points in service: ${pct(testHold.points === 0 ? Number.NaN : testHold.holds / testHold.points)}.`,
+    `- Direction only where it pays: ${emitting.length} of ${cells.length} cells emit BUY/SELL (${emitting.map((c) => `${c.kind}:${c.timeframe}`).join(', ') || 'none'}): a cell needs timing skill over random calls at the same mix in every fold and era before the test months and its calls' net return after the ${settings.feeBps} bps fee with a one-sided 95 % day-block bound above 0 in every one of them. HOLD share of all test points in service: ${pct(testHold.points === 0 ? Number.NaN : testHold.holds / testHold.points)}.`,
   );
+  const skilledUnpaid = cells.filter((c) => c.timingSkill && !c.emit);
+  if (skilledUnpaid.length > 0) {
+    L.push(
+      `- Timing skill that does not pay: ${skilledUnpaid.map((c) => `${c.kind}:${c.timeframe} (gate evidence: ${bps(c.net.meanBps)} bps per call, bound ${bps(c.net.lowBps)})`).join(', ')} answer HOLD with their lean and its expected net.`,
+    );
+  }
+  const withFree = cells.filter((c) => c.free && c.test);
+  if (withFree.length > 0) {
+    const beats = withFree.filter((c) => c.free!.test.liftSkill.dayBlock.low > 0);
+    L.push(
+      `- Free baselines on the test months: always-HOLD earns 0 per point; the best free fade/follow rule (chosen on training months) nets ${withFree.map((c) => `${c.kind}:${c.timeframe} ${bps(c.free!.test.free.netBps)}`).join(', ')} bps per call. The engine's would-be calls beat that rule's timing skill with the lift's interval above 0 on ${beats.length} of ${withFree.length} cells${beats.length ? ` (${beats.map((c) => `${c.kind}:${c.timeframe}`).join(', ')})` : ''}.`,
+    );
+  }
   for (const c of emitting) {
     const s = c.test;
     if (!s) continue;
@@ -213,6 +336,27 @@ export function renderReport(input: ReportInput): string {
   L.push(
     `- Volatility forecast: rank correlation with realised volatility above the trailing-volatility baseline's on ${beatTrailing.length} of ${volMain.length} (set, timeframe) rows of the test months (block interval above 0 on ${volMain.filter((v) => v.score.gain.dayBlock.low > 0).length}); 80 % band coverage within ±5 points of nominal on ${covered.length} of ${volMain.length} test-month rows${volEra.length > 0 ? ` and ${eraCovered.length} of ${volEra.length} 2022-era rows` : ''}.`,
   );
+  if (input.risk.length > 0) {
+    const main = input.risk.filter((r) => r.kind !== 'era 2022');
+    const inBand = main.filter((r) => Math.abs(r.score.coverage.value - 0.8) <= 0.05);
+    const freeIn = main.filter((r) => Math.abs(r.score.freeCoverage.value - 0.8) <= 0.05);
+    const ranks = main.filter((r) => r.score.rhoForecast > r.score.rhoFree);
+    const cov = main.map((r) => r.score.coverage.value);
+    const freeCov = main.map((r) => r.score.freeCoverage.value);
+    L.push(
+      `- Risk forecast (next candle, ${settings.horizon} candles, one day): 80 % band coverage ${pct(Math.min(...cov))}–${pct(Math.max(...cov))} on the test months, within ±5 points on ${inBand.length} of ${main.length} (set, timeframe, horizon) rows; the free trailing band ${pct(Math.min(...freeCov))}–${pct(Math.max(...freeCov))}, within ±5 points on ${freeIn.length}. The forecast ranks realised volatility above the free band's variance on ${ranks.length} of ${main.length} rows.`,
+    );
+  }
+  if (input.labels.length > 0) {
+    const main = input.labels.filter((r) => r.kind !== 'era 2022');
+    const adds = main.filter((r) => r.test.gain.dayBlock.low > 0);
+    const trend = main.filter(
+      (r) => r.test.trending.diff.dayBlock.low > 0 || r.test.trending.diff.dayBlock.high < 0,
+    );
+    L.push(
+      `- Regime labels on the test months: volatile/squeeze rank realised volatility better than a free trailing-volatility label (interval above 0) on ${adds.length} of ${main.length} rows; trending-up vs trending-down forward returns differ (interval away from 0) on ${trend.length} of ${main.length} rows. Answers say which, from the training months.`,
+    );
+  }
   if (input.carry) {
     const h = input.carry.horizons;
     L.push(
@@ -232,7 +376,7 @@ export function renderReport(input: ReportInput): string {
 
   L.push('## Method', '');
   L.push(
-    "This method was revised after earlier versions of this report had shown test-month results (the gate's fold set, how band coverage is counted, the carry half-life search, and the search for a coarser confidence curve, prompted by a test-month reliability bin that fell), so the test months are not untouched for the choice of method. What the code guarantees: every fitted or chosen quantity below — including which cells emit — is fitted or chosen on the months named beside it, all before the test months, and scored on later months.",
+    "This method was revised after earlier versions of this report had shown test-month results (the gate's fold set, how band coverage is counted, the carry half-life search, and the search for a coarser confidence curve, prompted by a test-month reliability bin that fell; the economic gate, HOLD's confidence and the free baselines, prompted by issue 30's findings on the test months and later data), so the test months are not untouched for the choice of method. What the code guarantees: every fitted or chosen quantity below — including which cells emit — is fitted or chosen on the months named beside it, all before the test months, and scored on later months.",
     '',
   );
   L.push(
@@ -240,7 +384,10 @@ export function renderReport(input: ReportInput): string {
     `- Cells: venue kind (spot = Binance spot candles; perp = Binance USDT-M perpetual candles, 1h only) × timeframe. 5m/15m/30m are built from 5m candles, 1h…1d from 1h. No cell exists for 1m/3m (no data): they answer HOLD.`,
     `- Per cell, on the training months (from the cell's first candle, the earliest ${day(table.trainFrom)}, to ${day(table.trainTo)}; outcomes ending before ${day(table.trainTo)}): the direction (follow or fade the composite score: the side whose training calls beat the fee more often) and an isotonic curve of "the call beat the fee" on |score| (confidence = round(100 × that probability)).`,
     ...curveMethod(input),
-    `- Gate, decided on evidence before ${day(table.trainTo)} only: the walk-forward folds at ${input.gateSplits.map(day).join(', ')} (each refits direction and curve on everything before it and tests up to the next boundary, the last up to ${day(table.trainTo)}) plus, for spot, the 2022 era (Binance spot 2022-01 → 2022-04, LUNA collapse included) scored with the fit on the training months. A cell emits BUY/SELL only when in every one of them the fitted sign agrees with the sign fitted on the training months and timing skill (hit rate − the hit rate of random calls at the same BUY:SELL mix on the same points) has its one-sided 95 % day-block bootstrap bound above 0. Perp cells have no 2022 data; their evidence is the training folds alone.`,
+    `- Gate, decided on evidence before ${day(table.trainTo)} only: the walk-forward folds at ${input.gateSplits.map(day).join(', ')} (each refits direction and curve on everything before it and tests up to the next boundary, the last up to ${day(table.trainTo)}) plus, for spot, the 2022 era (Binance spot 2022-01 → 2022-04, LUNA collapse included) scored with the fit on the training months. A cell emits BUY/SELL only when in every one of them the fitted sign agrees with the sign fitted on the training months, timing skill (hit rate − the hit rate of random calls at the same BUY:SELL mix on the same points) has its one-sided 95 % day-block bootstrap bound above 0, and the calls' mean net return per call after the ${settings.feeBps} bps fee has its one-sided 95 % day-block bound above 0 (the economic gate). Elsewhere the answer is HOLD with the lean (the direction a call would point) and its expected net bps per call: the gate evidence pooled (folds and era), with its one-sided bound. Perp cells have no 2022 data; their evidence is the training folds alone.`,
+    `- HOLD's confidence: the share of leans on the gate's folds and era (out of fold: each fold's fit scored on later months) whose direction did not beat the fee over ${settings.horizon} candles, one figure per cell; on an emitting cell only the leans inside the HOLD band count. The test months check whether it is calibrated (below).`,
+    `- Free baselines: always-HOLD (0 per point), and following or fading the return of the last N candles (N = 1, 3, 6, 12, 24, 48) on every point; the best free rule per cell is the one with the highest mean net bps per call on the training months' non-overlapping points (outcomes ending before ${day(table.trainTo)}). Lifts are the engine's would-be calls minus the free rule on the same points, with a day-block interval resampling both together.`,
+    `- Risk forecast: the same HAR model fitted per timeframe for three horizons (the next candle, ${settings.horizon} candles, one UTC day), on spot training months; the free band is the plain trailing variance of the last 20 candles × horizon with its own training quantiles. Scored on every closed candle, blocks one horizon long (at least a day), 200 resamples; rank correlations are point figures except for the ${settings.horizon}-candle rows above. Regime labels: \`volatile\`/\`squeeze\` (as +1/−1, else 0) against a free label from the rank of the trailing variance in its 200-candle window, with cut-offs flagging as many training points as the engine's labels did; scored on non-overlapping points (day-block interval, 50 resamples). trending-up/-down: mean forward return over ${settings.horizon} candles under each. Whether labels add information is shipped from the training months (gain's one-sided bound above 0; trend: the up − down interval away from 0).`,
     `- Out-of-sample confirmation, chosen nothing: the folds at ${[table.trainTo, ...input.extraSplits].map(day).join(', ')} (the first is the shipped fit on the test months up to the next boundary; each later one refits on everything before it) are scored with the same test after the gate is fixed, and reported beside it.`,
     `- Test months: from ${day(table.trainTo)}. The shipped direction, confidence curves, the curve's step size, the emit flags and the volatility model saw months before it only. A later fold (${input.extraSplits.map(day).join(', ')}) refits direction and curve on everything before it (same step size) and is scored after it.`,
     '- Intervals: Wilson (per call, too narrow because coins move together) beside a day-block bootstrap (all coins of a UTC day resampled together, 400 resamples, seeded; 50 for the volatility rank-correlation gain, whose statistic sorts every test point).',
@@ -248,7 +395,10 @@ export function renderReport(input: ReportInput): string {
     '',
   );
 
+  // The heading keeps its anchor (#direction-only-where-earned-the-gate), which the docs link to.
   L.push('## Direction only where earned: the gate', '');
+  L.push(...gateTable(cells, table), '');
+  L.push('Gate evidence fold by fold:', '');
   L.push(
     `| cell | stance | gate evidence, before ${day(table.trainTo)} (fold or era: timing skill, one-sided bound) | emits | out-of-sample confirmation, from ${day(table.trainTo)} (not used by the gate) |`,
     '|---|---|---|---|---|',
@@ -297,8 +447,34 @@ export function renderReport(input: ReportInput): string {
   }
   L.push(`![reliability diagram](${input.svgPath})`, '');
 
+  L.push('### HOLD: is its confidence what it claims?', '');
+  L.push(
+    "A HOLD's confidence is the share of leans like it that did not beat the fee over the horizon (what standing aside saved). Claimed: the shipped figure, from the gate's folds and era; observed: the same share on later months.",
+    '',
+  );
+  L.push(...holdTable(cells), '');
+
+  L.push('## Free baselines beside every direction figure', '');
+  L.push(
+    'Test months. "Net bps per answer in service" is what a buyer following the answers earns per answer (a HOLD earns 0, as always-HOLD does).',
+    '',
+  );
+  L.push(...freeTable(cells.map((cell) => ({ cell, cmp: cell.free?.test ?? null }))), '');
+  if (cells.some((c) => c.free?.era)) {
+    L.push('2022 era (the same rules):', '');
+    L.push(...freeTable(cells.map((cell) => ({ cell, cmp: cell.free?.era ?? null }))), '');
+  }
+
   L.push('## Volatility forecast and expected-move band', '');
   L.push(...volTable(input.vol), '');
+  if (input.risk.length > 0) {
+    L.push('### The risk forecast: three horizons against the free trailing band', '');
+    L.push(...riskTable(input.risk), '');
+  }
+  if (input.labels.length > 0) {
+    L.push('### Regime labels against free labels', '');
+    L.push(...labelTable(input.labels), '');
+  }
 
   L.push('## Funding carry: expected vs collected', '');
   L.push(...carrySection(input.carry));
@@ -411,6 +587,28 @@ export function renderReport(input: ReportInput): string {
     L.push(
       `- Funding, month by month: the test months' ratios ranged ${spread.join(', ')}${inner ? `; on the inner folds of the training months the same method ranged ${inner.join(', ')}` : ''}. The day-block interval covers the noise inside the test months, not this drift between months.`,
     );
+    if (chosen && chosen.ratios.length >= 2) {
+      // An adaptive figure: scale each inner-fold month by the month before's expected ÷ realised.
+      // Decided on the training months' folds only; shipped only if it beats the plain figure there.
+      let scaled = 0;
+      let plain = 0;
+      let n = 0;
+      for (let i = 1; i < chosen.ratios.length; i++) {
+        for (let hi = 0; hi < h.length; hi++) {
+          const prev = chosen.ratios[i - 1]![hi]!;
+          const cur = chosen.ratios[i]![hi]!;
+          if (!(prev > 0 && cur > 0)) continue;
+          scaled += Math.log(cur / prev) ** 2;
+          plain += Math.log(cur) ** 2;
+          n++;
+        }
+      }
+      if (n > 0) {
+        L.push(
+          `- Funding, an adaptive figure (training months only): scaling each inner-fold month's expected carry by the previous month's expected ÷ realised gives a mean squared log ratio of ${num(scaled / n, 3)} against ${num(plain / n, 3)} unscaled (${n} month × horizon cases): ${scaled < plain ? 'it helped on the training folds' : 'it did not help on the training folds, so the shipped figure adapts only through its recency weighting'}.`,
+        );
+      }
+    }
   }
   L.push(
     `- Limits: the gate saw the 2022 era and the training folds only; the folds from ${day(table.trainTo)} on are untouched by every fit and choice in the code, though earlier versions of this report had shown them (see Method). The later months the data set keeps back are the real test. Perp context (funding, basis) is part of the live score on perpetuals but absent from these candle files, so perp figures are for the technical score alone.`,
@@ -419,8 +617,8 @@ export function renderReport(input: ReportInput): string {
 
   L.push('## Tables shipped', '');
   L.push(
-    '- `services/engine/signals/calibration/table.json`: per cell the direction, the confidence curve, the gate evidence and `emit`.',
-    '- `services/engine/signals/calibration/volatility.json`: per timeframe the HAR coefficients, residual variance and band quantiles.',
+    '- `services/engine/signals/calibration/table.json`: per cell the direction, the confidence curve, the gate evidence, `timingSkill`, `net` (pooled net bps per call and its one-sided bound), `hold` (what HOLD confidence claims) and `emit`.',
+    '- `services/engine/signals/calibration/volatility.json`: per timeframe the HAR coefficients, residual variance and band quantiles; `risk`: the models for the next candle, the verdict horizon and one day with the free band they are scored against; `labels`: whether the regime labels added information on the training months.',
     '- `services/engine/funding/carry.json`: per spread bucket and horizon the retention of the spread and the share of training opportunities net positive after fees (recency-weighted, `halfLifeDays`).',
     '',
   );

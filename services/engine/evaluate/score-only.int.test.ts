@@ -11,6 +11,7 @@ const TABLES = [
   'services/engine/signals/calibration/table.json',
   'services/engine/signals/calibration/volatility.json',
   'services/engine/funding/carry.json',
+  'services/engine/signals/calibration/baselines.json',
 ];
 const dirs: string[] = [];
 afterAll(async () => {
@@ -44,7 +45,10 @@ describe('npm run evaluate -- --score-only', () => {
     expect(stdout).toMatch(/skipped .*binance-spot-2022: not in this data directory/);
     const text = await readFile(report, 'utf8');
     expect(text).toContain('Score-only: the shipped tables');
-    expect(text).toContain('| spot:15m | yes | fade |');
+    // The shipped gate: timing skill on spot:15m, but its calls did not beat the fee.
+    expect(text).toContain('| spot:15m | fade | yes |');
+    expect(text).toContain('| spot:15m | no (HOLD) | fade |');
+    expect(text).toContain('### The risk forecast: three horizons against the free trailing band');
     expect(text).toContain('## Volatility forecast and expected-move band');
     expect(text).toContain('expected / realised carry');
     // Nothing refitted: the shipped tables are byte for byte what they were.

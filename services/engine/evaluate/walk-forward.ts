@@ -10,7 +10,7 @@ import {
 } from '../signals/calibration.ts';
 import { createMarketState } from '../signals/market-state.ts';
 import { callFor, computeScore, ENGINE_VERSION } from '../signals/verdict.ts';
-import { harFeatures } from '../signals/volatility.ts';
+import { dayCandles, harFeatures } from '../signals/volatility.ts';
 import { brier, type Interval, type ReliabilityBin, reliability, wilson } from './stats.ts';
 
 /**
@@ -35,7 +35,20 @@ export interface Sample {
   trailing: number;
   /** Realised variance of the next `horizon` one-candle log returns (sum of squares). */
   realised: number;
+  /**
+   * close[t] / close[t − N] − 1 for each N of FREE_LOOKBACKS: what a buyer computes for free
+   * (the fade/follow-the-last-N-candles baselines).
+   */
+  back: Float64Array;
+  /** The risk forecast's other horizons (RISK_HORIZONS): realised variance and log return; NaN past the data. */
+  realisedNext: number;
+  logReturnNext: number;
+  realisedDay: number;
+  logReturnDay: number;
 }
+
+/** Look-backs of the free fade/follow rules, in candles. */
+export const FREE_LOOKBACKS: readonly number[] = [1, 3, 6, 12, 24, 48];
 
 /** Window of the trailing-volatility baseline the forecast has to beat. */
 export const TRAILING_CANDLES = 20;
@@ -50,6 +63,14 @@ export function collectSamples(candles: readonly Candle[], timeframe: Timeframe,
     const b = candles[i]!.close;
     r2[i] = a > 0 && b > 0 ? Math.log(b / a) ** 2 : 0;
   }
+  // Prefix sums of squared returns: realised variance over any horizon in O(1).
+  const cum = new Float64Array(candles.length + 1);
+  for (let i = 0; i < candles.length; i++) cum[i + 1] = cum[i]! + r2[i]!;
+  const dayH = dayCandles(timeframe);
+  const realisedOver = (i: number, h: number) =>
+    i + h < candles.length ? cum[i + h + 1]! - cum[i + 1]! : Number.NaN;
+  const logReturnOver = (i: number, h: number) =>
+    i + h < candles.length ? Math.log(candles[i + h]!.close / candles[i]!.close) : Number.NaN;
   let trailingSum = 0;
   for (let i = 0; i < last; i++) {
     const c = candles[i]!;
@@ -71,6 +92,13 @@ export function collectSamples(candles: readonly Candle[], timeframe: Timeframe,
       f2,
       trailing: Math.max(0, trailingSum) / TRAILING_CANDLES,
       realised,
+      back: Float64Array.from(FREE_LOOKBACKS, (n) =>
+        i >= n && candles[i - n]!.close > 0 ? c.close / candles[i - n]!.close - 1 : 0,
+      ),
+      realisedNext: realisedOver(i, 1),
+      logReturnNext: logReturnOver(i, 1),
+      realisedDay: realisedOver(i, dayH),
+      logReturnDay: logReturnOver(i, dayH),
     });
   }
   return out;

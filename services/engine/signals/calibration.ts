@@ -178,6 +178,20 @@ export function cellKey(exchange: Exchange, timeframe: Timeframe): string {
 }
 
 export const NO_EDGE_REASON = 'no measured edge here';
+export const NO_PROFIT_REASON = 'timing skill, but no profit after the fee here';
+
+/** Net bps per call of following the cell's calls, on the gate's evidence (null: not measured). */
+export interface CellNet {
+  meanBps: number | null;
+  lowBps: number | null;
+}
+
+/** What a HOLD's confidence claims and where that share was measured. */
+export interface HoldClaim {
+  probability: number;
+  /** In words: which cell and which months the share comes from. */
+  source: string;
+}
 
 export interface CellDecision {
   cell: string;
@@ -187,6 +201,9 @@ export interface CellDecision {
   /** Timeframe of the curve the probability came from. */
   curveTimeframe: Timeframe;
   reason: string;
+  timingSkill: boolean;
+  net: CellNet;
+  hold: HoldClaim;
 }
 
 /** What a cell's decision does not owe to the score: fixed for a given table, so worked out once. */
@@ -197,6 +214,9 @@ interface CellPlan {
   bins: readonly { upTo: number; probability: number }[];
   curveTimeframe: Timeframe;
   reason: string;
+  timingSkill: boolean;
+  net: CellNet;
+  hold: HoldClaim;
 }
 
 /** Plans by table, then exchange, then timeframe: tables are parsed once and never mutated. */
@@ -221,10 +241,32 @@ function cellPlan(table: CalibrationTable, exchange: Exchange, timeframe: Timefr
   return plan;
 }
 
+type CellEntry = CalibrationTable['cells'][string];
+
+const bps = (x: number | null) => (x === null ? 'not measured' : `${x >= 0 ? '+' : ''}${x.toFixed(1)} bps`);
+
+/**
+ * HOLD's claim: the share of leans that did not beat the fee, measured out of fold on the gate's
+ * folds and eras where the table has it; on older tables, the training curve's base rate.
+ */
+function holdClaim(entry: CellEntry, cell: string, before: string): HoldClaim {
+  if (entry.hold !== undefined) {
+    return {
+      probability: entry.hold.probability,
+      source: `${cell}, ${entry.hold.samples} leans on walk-forward folds before ${before}`,
+    };
+  }
+  return { probability: 1 - entry.curve.baseRate, source: `${cell}, training months before ${before}` };
+}
+
 function planCell(table: CalibrationTable, exchange: Exchange, timeframe: Timeframe): CellPlan {
   const cell = cellKey(exchange, timeframe);
   const entry = table.cells[cell];
+  const before = new Date(table.trainTo).toISOString().slice(0, 10);
   if (entry !== undefined) {
+    const timingSkill = entry.timingSkill ?? entry.emit;
+    const net = { meanBps: entry.net?.meanBps ?? null, lowBps: entry.net?.lowBps ?? null };
+    const netWords = `following ${cell} calls earned ${bps(net.meanBps)} per call after the ${table.feeBps} bps fee on the walk-forward folds and eras before ${before} (one-sided 95 % bound ${bps(net.lowBps)})`;
     return {
       cell,
       emit: entry.emit,
@@ -232,11 +274,19 @@ function planCell(table: CalibrationTable, exchange: Exchange, timeframe: Timefr
       bins: entry.curve.bins,
       curveTimeframe: timeframe,
       reason: entry.emit
-        ? `timing skill over random calls at the same BUY:SELL mix in every fold and era tested (${entry.evidence.length})`
-        : `${NO_EDGE_REASON}: walk-forward evidence for ${cell} did not show timing skill in every fold and era`,
+        ? `timing skill over random calls at the same BUY:SELL mix and ${netWords}, in every fold and era tested (${entry.evidence.length})`
+        : timingSkill
+          ? `${NO_PROFIT_REASON}: its calls beat random timing in every fold and era, but ${netWords}`
+          : `${NO_EDGE_REASON}: walk-forward evidence for ${cell} did not show timing skill in every fold and era; ${netWords}`,
+      timingSkill,
+      net,
+      hold: holdClaim(entry, cell, before),
     };
   }
   const { curve, timeframe: tf } = curveFor(table, timeframe);
+  // A cell never evaluated (1m/3m, perpetual timeframes the replay lacks) borrows the HOLD claim
+  // of the spot cell whose curve it uses, and says so.
+  const borrowed = table.cells[`spot:${tf}`];
   return {
     cell,
     emit: false,
@@ -244,6 +294,12 @@ function planCell(table: CalibrationTable, exchange: Exchange, timeframe: Timefr
     bins: curve.bins,
     curveTimeframe: tf,
     reason: `${NO_EDGE_REASON}: ${cell} has no walk-forward evidence (no data of this venue kind and timeframe was evaluated)`,
+    timingSkill: false,
+    net: { meanBps: null, lowBps: null },
+    hold:
+      borrowed !== undefined
+        ? holdClaim(borrowed, `spot:${tf}`, before)
+        : { probability: 1 - curve.baseRate, source: `the ${tf} curve's training months before ${before}` },
   };
 }
 
@@ -273,5 +329,8 @@ export function cellDecision(
     probability: bin.probability,
     curveTimeframe: plan.curveTimeframe,
     reason: plan.reason,
+    timingSkill: plan.timingSkill,
+    net: plan.net,
+    hold: plan.hold,
   };
 }

@@ -28,6 +28,12 @@ export {
   stepRegime,
 } from './regime.ts';
 export {
+  computeRiskHorizons,
+  labelEvidenceText,
+  RISK_EVIDENCE,
+  regimeConfidenceMeaning,
+} from './risk-forecast.ts';
+export {
   callFor,
   computeScore,
   computeVerdict,

@@ -141,6 +141,66 @@ describe('composite verdict on real candles', () => {
     expect(p.edge.reason).toContain('no measured edge here');
   });
 
+  it('holds where timing skill does not pay, naming the lean, its net and what the confidence means', () => {
+    const state = stateFrom(candles.slice(0, 400));
+    const { score } = computeScore(state);
+    expect(score).not.toBe(0);
+    const skilledUnpaid: CalibrationTable = {
+      ...defaultCalibration,
+      cells: {
+        'spot:1h': {
+          emit: false,
+          direction: -1,
+          curve: FLAT,
+          evidence: ['fold: pass, does not pay'],
+          timingSkill: true,
+          net: { meanBps: -9.6, lowBps: -10.4, calls: 5000 },
+          hold: { probability: 0.573, samples: 5000 },
+        },
+      },
+    };
+    const v = computeVerdict(state, undefined, skilledUnpaid, { holdBand: 0 });
+    VerdictSchema.parse(v);
+    expect(v.call).toBe('HOLD');
+    // HOLD's number is the measured share of leans that did not beat the fee, not 100 − a call's.
+    expect(v.confidence).toBe(57);
+    expect(v.lean).toEqual({
+      direction: score > 0 ? 'SELL' : 'BUY',
+      timing_skill: true,
+      expected_net_bps: -9.6,
+      expected_net_bps_low: -10.4,
+    });
+    expect(v.edge.reason).toContain('no profit after the fee');
+    expect(v.edge.reason).toContain('-9.6 bps');
+    expect(v.confidence_meaning).toContain('57 = how often standing aside was right');
+    expect(v.confidence_meaning).toContain('5000 leans');
+    expect(v.reasoning).toContain(`leans ${v.lean!.direction}`);
+    // The same cell once its calls pay: BUY/SELL, and the confidence means the call's chance.
+    const paid: CalibrationTable = {
+      ...skilledUnpaid,
+      cells: {
+        'spot:1h': {
+          ...skilledUnpaid.cells['spot:1h']!,
+          emit: true,
+          net: { meanBps: 4, lowBps: 1, calls: 5000 },
+        },
+      },
+    };
+    const c = computeVerdict(state, undefined, paid, { holdBand: 0 });
+    expect(c.call).toBe(v.lean!.direction);
+    expect(c.confidence).toBe(50);
+    expect(c.confidence_meaning).toContain(`50 = the calibrated chance that this ${c.call} beats`);
+    // An older table without the measured share falls back to the training curve's base rate.
+    const old: CalibrationTable = {
+      ...defaultCalibration,
+      cells: { 'spot:1h': { emit: false, direction: -1, curve: { ...FLAT, baseRate: 0.42 }, evidence: [] } },
+    };
+    const o = computeVerdict(state, undefined, old, { holdBand: 0 });
+    expect(o.confidence).toBe(58);
+    expect(o.lean).toMatchObject({ timing_skill: false, expected_net_bps: null });
+    expect(o.confidence_meaning).toContain('training months');
+  });
+
   it('throws InsufficientHistoryError instead of making a verdict up', () => {
     const state = stateFrom(candles.slice(0, 40));
     expect(() => computeVerdict(state, undefined, defaultCalibration)).toThrow(InsufficientHistoryError);

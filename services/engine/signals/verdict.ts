@@ -1,12 +1,13 @@
 import type { Call } from '../../../contracts/market.ts';
 import type {
   CalibrationTable,
+  Lean,
   PerpContext,
   Verdict,
   VolatilityForecast,
   Votes,
 } from '../../../contracts/signals.ts';
-import { cellDecision, type Direction } from './calibration.ts';
+import { type CellDecision, cellDecision, type Direction } from './calibration.ts';
 import { InsufficientHistoryError } from './errors.ts';
 import { stateVolatility } from './market-regime.ts';
 import type { MarketState, Readings } from './market-state.ts';
@@ -15,10 +16,12 @@ import { regimeReading } from './regime.ts';
 import { computeVotes } from './votes.ts';
 
 /**
- * signals-3: BUY/SELL only in cells (venue kind × timeframe) with walk-forward timing skill in
- * every fold and era, HOLD elsewhere; every verdict carries a volatility forecast and band.
+ * signals-4: BUY/SELL only in cells (venue kind × timeframe) whose calls showed timing skill and
+ * beat the fee (net bound above 0) in every fold and era before the test months; HOLD elsewhere,
+ * with the lean and its expected net, and a confidence that says what it claims; every verdict
+ * carries a volatility forecast and band.
  */
-export const ENGINE_VERSION = 'signals-3';
+export const ENGINE_VERSION = 'signals-4';
 
 /** TradingView treats |rating| < 0.1 as neutral; the same band is the default HOLD band. */
 export const DEFAULT_HOLD_BAND = 0.1;
@@ -66,8 +69,9 @@ export function callFor(score: number, holdBand: number): Call {
  * fitted direction says: with the score (follow) or against it (fade, where the training months
  * showed mean reversion over the horizon). BUY/SELL confidence is the calibrated probability
  * (×100) that the call's direction beats the fee over the table's horizon. HOLD confidence is
- * 100 minus the confidence a call in the leaning direction would carry: the share of such leans
- * that did not pay.
+ * the share of the cell's leans, measured out of fold, whose direction did not beat the fee: one
+ * figure per cell, because finer ones did not hold on later months. `confidence_meaning` says
+ * which, in words.
  */
 export function computeVerdict(
   state: MarketState,
@@ -85,7 +89,17 @@ export function computeVerdict(
   const cal = { timeframe: decision.curveTimeframe, probability: decision.probability };
   const directional = Math.round(100 * cal.probability);
   const volatility = stateVolatility(state);
-  const confidence = call === 'HOLD' ? 100 - directional : directional;
+  const confidence = call === 'HOLD' ? Math.round(100 * decision.hold.probability) : directional;
+  const leanSign = direction * Math.sign(s.score);
+  const lean: Lean | null =
+    leanSign === 0
+      ? null
+      : {
+          direction: leanSign > 0 ? 'BUY' : 'SELL',
+          timing_skill: decision.timingSkill,
+          expected_net_bps: decision.net.meanBps,
+          expected_net_bps_low: decision.net.lowBps,
+        };
   const r = s.readings;
   return {
     call,
@@ -102,6 +116,8 @@ export function computeVerdict(
     stance: direction === 1 ? 'follow' : 'fade',
     edge: { cell: decision.cell, measured: decision.emit, reason: decision.reason },
     volatility,
+    lean,
+    confidence_meaning: confidenceMeaning(call, confidence, decision, calibration, lean),
     reasoning:
       options.includeReasoning === false
         ? ''
@@ -116,8 +132,25 @@ export function computeVerdict(
             direction,
             decision.emit ? null : decision.reason,
             volatility,
+            lean,
           ),
   };
+}
+
+/** What the confidence number claims, in words a buyer can check against the track record. */
+export function confidenceMeaning(
+  call: Call,
+  confidence: number,
+  decision: CellDecision,
+  table: CalibrationTable,
+  lean: Lean | null,
+): string {
+  const horizon = `the ${table.feeBps} bps round-trip fee over the next ${table.horizonCandles} candles`;
+  if (call !== 'HOLD') {
+    return `${confidence} = the calibrated chance that this ${call} beats ${horizon} (${decision.cell} calls with a similar |score| on the training months).`;
+  }
+  const what = lean === null ? 'a trade in either direction' : `a ${lean.direction} like the lean here`;
+  return `${confidence} = how often standing aside was right: in ${confidence} % of comparable moments ${what} did not beat ${horizon} (${decision.hold.source}). It is not a chance that price stays flat.`;
 }
 
 function indicatorSummary(r: Readings, s: Score): Record<string, number | null> {
@@ -197,6 +230,7 @@ function reasoning(
   direction: Direction,
   noEdge: string | null,
   vol: VolatilityForecast,
+  lean: Lean | null,
 ): string {
   const ma = count(s.votes.ma);
   const osc = count(s.votes.oscillators);
@@ -218,8 +252,13 @@ function reasoning(
   text += ` Regime ${regime} (ADX ${r.adx?.toFixed(1)}, +DI ${r.plusDi?.toFixed(1)} / −DI ${r.minusDi?.toFixed(1)}).`;
   text += ` Expected move over ${vol.horizon_candles} candles ±${vol.expected_move_pct.toFixed(2)}% (forecast rank ${fixed0(vol.percentile)} of 100); ${Math.round(100 * vol.band_coverage)}% band ${vol.band_low.toPrecision(6)}–${vol.band_high.toPrecision(6)}.`;
   const horizon = `${table.horizonCandles} candles after a ${table.feeBps} bps fee`;
-  if (noEdge !== null) return `${text} HOLD: ${noEdge}.`;
-  return call === 'HOLD'
-    ? `${text} HOLD confidence ${confidence}: share of similar leans (${tableTf} table) that did not beat the fee over ${horizon}.`
-    : `${text} Confidence ${confidence}: share of training-period ${tableTf} calls with a similar |score| whose direction beat the fee over ${horizon}.`;
+  if (call !== 'HOLD') {
+    return `${text} Confidence ${confidence}: share of training-period ${tableTf} calls with a similar |score| whose direction beat the fee over ${horizon}.`;
+  }
+  const leaning =
+    lean === null
+      ? ' The score leans neither way.'
+      : ` The score leans ${lean.direction}${lean.expected_net_bps === null ? '' : `; following such leans earned ${lean.expected_net_bps.toFixed(1)} bps per call after the fee before the test months (one-sided 95 % bound ${lean.expected_net_bps_low === null ? '–' : lean.expected_net_bps_low.toFixed(1)})`}.`;
+  const why = noEdge ?? `|score| is inside the HOLD band`;
+  return `${text}${leaning} HOLD: ${why}. HOLD confidence ${confidence}: share of comparable leans that did not beat the fee over ${horizon}.`;
 }

@@ -1,4 +1,4 @@
-import type { Timeframe } from '../../../contracts/market.ts';
+import { TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
 import {
   type VolatilityForecast,
   type VolatilityModel,
@@ -118,6 +118,11 @@ export function forecastFromVariance(
     percentile,
     model_timeframe: tf,
   };
+}
+
+/** Candles in one UTC day on a timeframe (the risk forecast's day horizon; at least one). */
+export function dayCandles(timeframe: Timeframe): number {
+  return Math.max(1, Math.round(86_400_000 / TIMEFRAME_MS[timeframe]));
 }
 
 /** Ordinary least squares via the normal equations (4 × 4, Gaussian elimination with pivoting). */

@@ -1,0 +1,92 @@
+import { TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
+import type { RiskHorizonKey, VolatilityModel, VolatilityTable } from '../../../contracts/signals.ts';
+import { InsufficientHistoryError } from './errors.ts';
+import type { MarketState } from './market-state.ts';
+import { dayCandles, forecastVarianceOf } from './volatility.ts';
+
+/**
+ * The risk forecast as an answer of its own: expected move and band over the next candle, the
+ * verdict's horizon and one UTC day, from the per-horizon models `npm run evaluate` fitted on the
+ * training months (volatility.json `risk`). A table without them (older ones) serves the verdict
+ * horizon alone.
+ */
+
+export interface RiskHorizonValue {
+  horizon: RiskHorizonKey;
+  candles: number;
+  hours: number;
+  expected_move_pct: number;
+  band_coverage: number;
+  band_low: number;
+  band_high: number;
+  model_timeframe: Timeframe;
+}
+
+function models(
+  table: VolatilityTable,
+  timeframe: Timeframe,
+): { timeframe: Timeframe; rows: { key: RiskHorizonKey; model: VolatilityModel }[] } | null {
+  const tf = table.risk?.[timeframe] ? timeframe : table.fallback[timeframe];
+  const rows = tf === undefined ? undefined : table.risk?.[tf];
+  if (tf === undefined || rows === undefined) return null;
+  return { timeframe: tf, rows: rows.map((r) => ({ key: r.key, model: r.model })) };
+}
+
+/** Candles of each horizon on the market's own timeframe (a fallback model keeps the market's day). */
+function candlesOf(key: RiskHorizonKey, timeframe: Timeframe, verdictHorizon: number): number {
+  return key === 'next' ? 1 : key === 'verdict' ? verdictHorizon : dayCandles(timeframe);
+}
+
+export function computeRiskHorizons(state: MarketState): RiskHorizonValue[] {
+  const r = state.snapshot();
+  if (r === null || r.volVariances === null) {
+    throw new InsufficientHistoryError(state.key, state.candleCount, ['volatility']);
+  }
+  const table = state.volatility;
+  const found = models(table, state.timeframe);
+  const verdictHorizon = table.horizonCandles;
+  const rows = found?.rows ?? [{ key: 'verdict' as const, model: state.volatilityModel.model }];
+  const modelTf = found?.timeframe ?? state.volatilityModel.timeframe;
+  const out: RiskHorizonValue[] = [];
+  for (const { key, model } of rows) {
+    const candles = candlesOf(key, state.timeframe, verdictHorizon);
+    const sigma = Math.sqrt(forecastVarianceOf(model, r.volVariances, candles));
+    out.push({
+      horizon: key,
+      candles,
+      hours: (candles * TIMEFRAME_MS[state.timeframe]) / 3_600_000,
+      expected_move_pct: 100 * sigma,
+      band_coverage: table.bandCoverage,
+      band_low: r.close * Math.exp(model.bandLow * sigma),
+      band_high: r.close * Math.exp(model.bandHigh * sigma),
+      model_timeframe: modelTf,
+    });
+  }
+  return out;
+}
+
+const rho = (x: number | null) => (x === null ? '–' : x.toFixed(2));
+
+/** What the regime labels are worth on this timeframe, from the evaluation's training months. */
+export function labelEvidenceText(table: VolatilityTable, timeframe: Timeframe): string {
+  const tf = table.labels?.[timeframe] ? timeframe : table.fallback[timeframe];
+  const e = tf === undefined ? undefined : table.labels?.[tf];
+  if (tf === undefined || e === undefined) {
+    return `Regime labels on ${timeframe} were not evaluated against a free label: read them as descriptions, not forecasts.`;
+  }
+  const vol = e.volatilityLabelAddsInformation
+    ? `volatile/squeeze ranked later volatility better than a free trailing-volatility label (rank correlation ${rho(e.rhoEngine)} vs ${rho(e.rhoFree)})`
+    : `volatile/squeeze ranked later volatility no better than a free trailing-volatility label (rank correlation ${rho(e.rhoEngine)} vs ${rho(e.rhoFree)}): use expected_move_pct instead`;
+  const trend = e.trendLabelsInformative
+    ? `trending-up/down were followed by different mean returns (up − down ${rho(e.upMinusDownBps)} bps over the verdict horizon)`
+    : 'trending-up/down carried no measured information about the next direction';
+  return `On the ${tf} training months, ${vol}; ${trend}.`;
+}
+
+/** A regime reading's confidence, in words: what the number is and what it is not. */
+export function regimeConfidenceMeaning(confidence: number, regime: string): string {
+  return `${confidence} = how clearly ${regime} leads the other labels on the metrics (50 = level with the next, 100 = ahead by 0.5 or more); a heuristic, not a probability.`;
+}
+
+export const RISK_EVIDENCE =
+  'Bands fitted before the test months and scored out of sample on every closed candle against a free trailing-volatility band (coverage and rank correlation per timeframe and horizon: docs/evaluation.md).';

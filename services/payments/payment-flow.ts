@@ -357,6 +357,7 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
         validBefore: auth.validBefore,
         requestId: call.requestId,
         tool: call.tool.name,
+        signature: payment.eip3009.signature,
       },
       current,
     );

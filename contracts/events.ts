@@ -131,6 +131,12 @@ export const PaymentAuthorized = z.object({
   requestId: z.string(),
   /** The sold operation the payment was for. */
   tool: z.string().optional(),
+  /**
+   * The payer's ERC-3009 signature of this authorisation, kept so that reconciliation can
+   * broadcast the settlement again when the one sent never landed (it moves funds only to payTo,
+   * for amount, within validAfter..validBefore, once).
+   */
+  signature: Hex.optional(),
 });
 export const PaymentSettlementPending = z.object({
   ...PaymentRef,
@@ -152,6 +158,8 @@ export const PaymentSettlementFailed = z.object({
   reason: z.string(),
   txHash: Hex.optional(),
   reconciled: z.boolean().optional(),
+  /** The answer was served (the settlement had been handed off) and is never paid: the seller's loss. */
+  sellerLoss: z.boolean().optional(),
 });
 export const PaymentReleased = z.object({ ...PaymentRef, reason: z.string() });
 

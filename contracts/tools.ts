@@ -148,13 +148,18 @@ export const RiskForecast = RegimeReading.pick({
 });
 export type RiskForecast = z.infer<typeof RiskForecast>;
 
+/** What one tool result may hold, in characters: what MCP hosts accept. */
+export const MAX_TOOL_RESULT_CHARS = 150_000;
+export const MAX_FUNDING_ARB_LIMIT = 30;
+export const MAX_SCAN_LIMIT = 100;
+
 export const ScanTradeCallsInput = z.strictObject({
   topN: z.number().int().min(1).max(100).default(20),
   timeframe: Timeframe.default('15m'),
   exchange: DefaultedExchange,
   minConfidence: z.number().int().min(0).max(100).default(0),
   includeHolds: z.boolean().default(false),
-  limit: z.number().int().min(1).max(100).default(10),
+  limit: z.number().int().min(1).max(MAX_SCAN_LIMIT).default(10),
   rankBy: z.enum(['confidence', 'volume']).default('confidence'),
 });
 export type ScanTradeCallsInput = z.input<typeof ScanTradeCallsInput>;
@@ -193,7 +198,12 @@ export const ScanFundingArbInput = z.strictObject({
    * figures below say so rather than a threshold hiding it.
    */
   minSpreadBps: z.number().min(0).max(10_000).default(0.5),
-  limit: z.number().int().min(1).max(200).default(10),
+  /**
+   * At most 30: an opportunity is about 1,700 characters on three venues (more on more), and an
+   * MCP result carries its JSON twice (structuredContent and its escaped text): 40 measured
+   * 139,000 of the 150,000 characters hosts take, too close for opportunities on more venues.
+   */
+  limit: z.number().int().min(1).max(MAX_FUNDING_ARB_LIMIT).default(10),
   /** Restrict to these coins; default every coin listed on at least two venues. */
   coins: z.array(Coin).min(1).max(200).optional(),
   /** Restrict to these venues; default every venue the feed has funding for. */

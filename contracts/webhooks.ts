@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { WebhookEventType } from './events.ts';
 import { TrackRecordBrief } from './history.ts';
-import { Call, Coin, Exchange, Regime, Timeframe } from './market.ts';
+import { Call, Coin, Exchange, FeedKind, Regime, Timeframe } from './market.ts';
 
 /**
  * Webhook management bodies (POST /api/webhooks and friends) and the payloads the dispatcher
@@ -171,6 +171,8 @@ export const WebhookErrorBody = z.object({
 
 export const TradeCallData = z.object({
   type: z.literal('trade_call'),
+  /** Which market feed the content came from: `replay` (recorded candles on an accelerated clock) or `live`. */
+  feed: FeedKind,
   coin: z.string(),
   timeframe: Timeframe,
   exchange: Exchange,
@@ -199,6 +201,8 @@ export const TradeCallData = z.object({
 
 export const RegimeShiftData = z.object({
   type: z.literal('regime_shift'),
+  /** Which market feed the content came from: `replay` (recorded candles on an accelerated clock) or `live`. */
+  feed: FeedKind,
   coin: z.string(),
   timeframe: Timeframe,
   exchange: Exchange,
@@ -227,6 +231,8 @@ export const DigestCall = z.object({
 
 export const ScanDigestData = z.object({
   type: z.literal('scan_digest'),
+  /** Which market feed the content came from: `replay` (recorded candles on an accelerated clock) or `live`. */
+  feed: FeedKind,
   cadence: Cadence,
   timeframe: Timeframe,
   exchange: Exchange,
@@ -263,6 +269,10 @@ export const WebhookEnvelope = z.object({
   seq: z.number().int().positive().optional(),
   /** The payload version of `data` (the subscription's pinned `event_version`). */
   event_version: z.number().int().positive().optional(),
+  /**
+   * When the delivery was made, on the wall clock for every event type; the market times inside
+   * `data` (candle_close_time, period_start) are on the feed's clock, which a replay runs in the past.
+   */
   created_at: z.string(),
   /** True only for POST /api/webhooks/:id/test deliveries. */
   test: z.boolean().optional(),

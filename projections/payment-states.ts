@@ -1,7 +1,7 @@
 import { defineProjection } from './projection.ts';
 
 /** Where a payment authorisation stands, as its last event says. */
-export type PaymentPhase = 'authorized' | 'pending' | 'released' | 'settled' | 'failed';
+export type PaymentPhase = 'authorized' | 'pending' | 'released' | 'settled' | 'failed' | 'lost';
 
 export interface PaymentStates {
   /** Payments in flight, by stream: they can still move, so each one is remembered. */
@@ -13,15 +13,17 @@ export interface PaymentStates {
   released: number;
   settled: number;
   failed: number;
+  /** Served answers whose settlement never landed before the authorisation expired: the seller's loss. */
+  lost: number;
 }
 
 /**
  * Payments by state, for the operator (the `payments` gauge): how many are settled or failed,
- * and how many wait on a settlement, folded from the Payment* events every payment stream records.
+ * how many answers were served and never paid (`lost`), and how many wait on a settlement, folded from the Payment* events every payment stream records.
  */
 export const paymentStatesProjection = defineProjection({
   name: 'payment-states',
-  version: 2,
+  version: 3,
   eventTypes: [
     'PaymentAuthorized',
     'PaymentSettlementPending',
@@ -29,7 +31,7 @@ export const paymentStatesProjection = defineProjection({
     'PaymentSettlementFailed',
     'PaymentReleased',
   ],
-  initial: (): PaymentStates => ({ open: {}, released: 0, settled: 0, failed: 0 }),
+  initial: (): PaymentStates => ({ open: {}, released: 0, settled: 0, failed: 0, lost: 0 }),
   evolve(state, event) {
     switch (event.type) {
       case 'PaymentAuthorized':
@@ -50,7 +52,8 @@ export const paymentStatesProjection = defineProjection({
         break;
       case 'PaymentSettlementFailed':
         delete state.open[event.stream];
-        state.failed += 1;
+        if (event.data.sellerLoss) state.lost += 1;
+        else state.failed += 1;
         break;
     }
     return state;
@@ -65,6 +68,7 @@ export function paymentCounts(state: PaymentStates): Record<PaymentPhase, number
     released: state.released,
     settled: state.settled,
     failed: state.failed,
+    lost: state.lost,
   };
   for (const phase of Object.values(state.open)) counts[phase] += 1;
   return counts;

@@ -4,7 +4,12 @@ import { paymentCounts, paymentStatesProjection } from './payment-states.ts';
 import { foldEvents } from './projection.ts';
 
 let position = 0;
-function recorded(stream: string, revision: number, type: string): RecordedEvent {
+function recorded(
+  stream: string,
+  revision: number,
+  type: string,
+  extra: Record<string, unknown> = {},
+): RecordedEvent {
   position += 1;
   const ref = { nonce: `0x${'1'.repeat(64)}`, network: 'eip155:8453', asset: `0x${'2'.repeat(40)}` };
   const data: Record<string, unknown> =
@@ -32,7 +37,7 @@ function recorded(stream: string, revision: number, type: string): RecordedEvent
     recordedAt: new Date(0).toISOString(),
     correlationId: 'c',
     causationId: null,
-    data,
+    data: { ...data, ...extra },
   };
 }
 
@@ -48,5 +53,25 @@ describe('payment states', () => {
     const state = foldEvents(paymentStatesProjection, events);
     expect(Object.keys(state.open)).toEqual(['payment-b']);
     expect(paymentCounts(state)).toMatchObject({ authorized: 1, released: 1, settled: 0 });
+  });
+
+  it('counts a served answer whose settlement never landed as lost, apart from failed settlements', () => {
+    const events = [
+      recorded('payment-a', 0, 'PaymentAuthorized'),
+      recorded('payment-a', 1, 'PaymentSettlementPending', { submittedAt: new Date(0).toISOString() }),
+      recorded('payment-a', 2, 'PaymentSettlementFailed', { sellerLoss: true }),
+      recorded('payment-b', 0, 'PaymentAuthorized'),
+      recorded('payment-b', 1, 'PaymentSettlementPending', { submittedAt: new Date(0).toISOString() }),
+      recorded('payment-b', 2, 'PaymentSettlementFailed'),
+    ];
+    const state = foldEvents(paymentStatesProjection, events);
+    expect(paymentCounts(state)).toEqual({
+      authorized: 0,
+      pending: 0,
+      released: 0,
+      settled: 0,
+      failed: 1,
+      lost: 1,
+    });
   });
 });

@@ -87,6 +87,7 @@ export async function composeSlices(ctx: SliceContext): Promise<ComposedSlices> 
             onMcpSessionCount: (open: number) => metrics.mcpSessionsOpen.set(open),
           }
         : {}),
+      feed: engine.feed,
       discovery: {
         paid: payments?.tools ?? [],
         rails: payments?.rails ?? [],

@@ -62,6 +62,28 @@ describe('verdict history through the started service', () => {
     expect(await anonymous.json()).toMatchObject({ code: 'UNAUTHORIZED' });
   });
 
+  it('/verify reveals on the feed clock, as the export does: a replayed call is sealed until then', async () => {
+    const feed = service.engine!.feed;
+    // A daily call is revealed six replayed days after its candle: over ten seconds at this speed.
+    const res = await fetch(`${service.url}/x402/get_trade_call`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ coin: 'BTC', timeframe: '1d' }),
+    });
+    expect(res.status).toBe(200);
+    const call = (await res.json()) as { feed: string; verifyUrl: string };
+    expect(call.feed).toBe('replay');
+    const asked = feed.now();
+    const answer = await fetch(`${service.url}${new URL(call.verifyUrl).pathname}`);
+    expect(answer.status).toBe(200);
+    const body = (await answer.json()) as { revealAt: string; content: unknown };
+    // The replay's candles are months old on the wall clock; on the feed's they are not.
+    expect(Date.parse(body.revealAt)).toBeLessThan(Date.now());
+    expect(Date.parse(body.revealAt)).toBeGreaterThan(asked);
+    expect(body.content).toBeNull();
+    expect(answer.headers.get('cache-control')).not.toContain('immutable');
+  });
+
   it('serves the public track record, which fills in as outcomes resolve, and its page', async () => {
     const record = async () => {
       const res = await fetch(`${service.url}/api/track-record?window=all`);

@@ -54,6 +54,11 @@ describe.runIf(reachable)('scan digests on their cadence', () => {
     });
     if (envelope.data.type !== 'scan_digest') throw new Error('not a digest');
     expect(envelope.data.calls.length).toBeLessThanOrEqual(3);
+    // Labelled with its feed; created_at on the wall clock like every other delivery's, not on
+    // the digest clock (an hour ahead here), which only decides the period it covers.
+    expect(envelope.data.feed).toBe('replay');
+    expect(Date.parse(envelope.created_at)).toBeLessThanOrEqual(Date.now());
+    expect(Date.parse(envelope.created_at)).toBeGreaterThan(Date.now() - 60_000);
     await new Promise((r) => setTimeout(r, 500));
     expect(receiver.received).toHaveLength(1); // once per period
   });

@@ -187,6 +187,7 @@ export async function startWebhookStack(options: {
     logger,
     keys: new KeyResolver({ runner: keys, store }),
     ...(options.settings ? { settings: options.settings } : {}),
+    feed: engine.feed.kind,
   });
   const dispatcher = dispatcherComponent({
     config,

@@ -310,20 +310,54 @@ describe('replays', () => {
   });
 });
 
-describe('bad bodies are refused before any quote or payment', () => {
+describe('a POST without payment is quoted whatever its body; the body is judged once a payment comes', () => {
+  it('every paid route answers an empty POST (as discovery indexers probe) with its 402 quote', async () => {
+    for (const tool of stack.x402.tools) {
+      const res = await fetch(`${stack.url}/x402/${tool.name}`, { method: 'POST' });
+      expect(res.status, tool.name).toBe(402);
+      const quote = fromBase64Json<{ accepts: { amount: string }[]; resource: { url: string } }>(
+        res.headers.get('payment-required'),
+      );
+      expect(quote.resource.url).toBe(`${stack.url}/x402/${tool.name}`);
+      // An unreadable body is quoted at the tool's base price.
+      expect(quote.accepts[0]!.amount).toBe(String(tool.price(null)));
+      expect(((await res.json()) as { code: string }).code).toBe('payment_required');
+    }
+  });
+
+  it.each([
+    [{ coin: 5 }],
+    [{ coin: 'ETH', timeframe: '7m' }],
+    [{ coin: 'ETH', surprise: true }],
+    ['{"coin":'],
+    [{}],
+  ])('%j without payment → 402 with the quote', async (body) => {
+    const res = await post(PATH, body);
+    expect(res.status).toBe(402);
+    const quote = fromBase64Json<{ accepts: { amount: string }[] }>(res.headers.get('payment-required'));
+    expect(quote.accepts[0]!.amount).toBe(String(PRICE));
+  });
+
   it.each([
     [{ coin: 5 }, 'coin: Invalid input: expected string, received number'],
     [{ coin: 'ETH', timeframe: '7m' }, /^timeframe: /],
     [{ coin: 'ETH', surprise: true }, /^\(body\): Unrecognized key/],
     ['{"coin":', 'the body is not valid JSON'],
-  ])('%j → 400 invalid_input', async (body, message) => {
-    const res = await post(PATH, body);
+  ])('%j with a payment → 400 invalid_input, nothing reserved or charged', async (body, message) => {
+    const p = await payer();
+    const auth = authFor(p.address);
+    const res = await post(PATH, body, { 'x-payment': v1Header(auth, await signAuthorization(p.key, auth)) });
     expect(res.status).toBe(400);
     expect(res.headers.get('payment-required')).toBeNull();
+    expect(res.headers.get('x-payment-response')).toBeNull();
     const json = (await res.json()) as { code: string; message: string };
     expect(json.code).toBe('invalid_input');
     if (typeof message === 'string') expect(json.message).toBe(message);
     else expect(json.message).toMatch(message);
+    await stack.x402.settled();
+    expect(await stack.chain.balanceOf(p.address)).toBe(1_000_000n);
+    expect(await stack.chain.authorizationState(p.address, auth.nonce)).toBe(false);
+    expect(await streamTypes(auth.nonce)).toEqual([]);
   });
 
   it('a body over the limit → 413', async () => {

@@ -165,3 +165,47 @@ describe('server.json (MCP registry entry, in the repository)', () => {
     );
   });
 });
+
+describe('MCP discovery: the catalog and the server card', () => {
+  it('the catalog points at the server card, which names the MCP URL the SDK client connects to', async () => {
+    const catalogRes = await fetch(`${stack.url}/.well-known/mcp/catalog.json`);
+    expect(catalogRes.status).toBe(200);
+    expect(catalogRes.headers.get('access-control-allow-origin')).toBe('*');
+    const catalog = (await catalogRes.json()) as {
+      specVersion: string;
+      entries: { identifier: string; displayName: string; type: string; url: string }[];
+    };
+    expect(catalog.specVersion).toBe('draft');
+    expect(catalog.entries).toEqual([
+      {
+        identifier: 'urn:air:127.0.0.1:signal-service',
+        displayName: expect.any(String),
+        type: 'application/mcp-server-card+json',
+        url: `${stack.url}/mcp/server-card`,
+      },
+    ]);
+
+    const cardRes = await fetch(catalog.entries[0]!.url, {
+      headers: { accept: 'application/mcp-server-card+json' },
+    });
+    expect(cardRes.status).toBe(200);
+    expect(cardRes.headers.get('content-type')).toContain('application/mcp-server-card+json');
+    const card = (await cardRes.json()) as {
+      name: string;
+      version: string;
+      remotes: { type: string; url: string }[];
+    };
+    const serverJson = JSON.parse(await readFile(new URL('../server.json', import.meta.url), 'utf8')) as {
+      name: string;
+    };
+    expect(card.name).toBe(serverJson.name);
+    expect(card.remotes).toEqual([
+      expect.objectContaining({ type: 'streamable-http', url: `${stack.url}/mcp` }),
+    ]);
+    // The card's URL is where the official client connects, anonymously.
+    const client = new Client({ name: 'card-reader', version: '1.0.0' });
+    await client.connect(new StreamableHTTPClientTransport(new URL(card.remotes[0]!.url)));
+    expect(client.getServerVersion()?.version).toBe(card.version);
+    await client.close();
+  });
+});

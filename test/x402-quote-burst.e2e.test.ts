@@ -59,7 +59,9 @@ describe('a burst of unpaid quotes', () => {
     expect(alone.minute!.paymentRequired).not.toBe(alone.hourly!.paymentRequired);
     expect(JSON.parse(alone.paid!.body)).toMatchObject({ code: 'invalid_payment_header' });
     expect(alone.text!.status).toBe(400);
-    expect(alone.invalid!.status).toBe(400);
+    // An unpaid body that does not validate is still quoted, at the base price (1h's).
+    expect(alone.invalid!.status).toBe(402);
+    expect(alone.invalid!.paymentRequired).toBe(alone.hourly!.paymentRequired);
     expect(alone.keyed!.status).toBe(200);
 
     const order = Array.from({ length: 60 }, (_, i) => Object.keys(kinds)[i % 6]!);

@@ -1,8 +1,11 @@
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { x402Client } from '@x402/core/client';
+import { registerExactEvmScheme } from '@x402/evm/exact/client';
+import { decodePaymentResponseHeader, wrapFetchWithPayment } from '@x402/fetch';
 import Fastify from 'fastify';
-import type { Hex } from 'viem';
+import { type Hex, nonceManager } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMemoryCache } from '../adapters/cache/memory.ts';
@@ -207,10 +210,11 @@ describe('settlement that outlasts the receipt wait', () => {
       };
       expect(body.regime).toEqual(expect.any(String));
       expect(body._service.payment.status).toBe('pending');
-      const receipt = fromBase64Json<{ success: boolean; errorReason: string; transaction: Hex }>(
-        res.headers.get('x-payment-response'),
-      );
-      expect(receipt).toMatchObject({ success: false, errorReason: 'settlement_pending' });
+      // Broadcast but unconfirmed: the receipt names the transaction as a success (what x402
+      // clients read), and _service.payment says it is still pending.
+      const receipt = decodePaymentResponseHeader(res.headers.get('x-payment-response')!);
+      expect(receipt).toMatchObject({ success: true });
+      expect(receipt).not.toHaveProperty('errorReason');
       expect(receipt.transaction).toMatch(/^0x[0-9a-f]{64}$/);
       expect(receipt.transaction).toBe(body._service.payment.transaction);
       expect((await stack.paymentEvents(auth.nonce)).map((e) => e.type)).toEqual([
@@ -220,14 +224,14 @@ describe('settlement that outlasts the receipt wait', () => {
       ]);
 
       await chain.testClient.mine({ blocks: 1 });
-      await chain.publicClient.waitForTransactionReceipt({ hash: receipt.transaction });
+      await chain.publicClient.waitForTransactionReceipt({ hash: receipt.transaction as Hex });
       const reconciler = new PaymentReconciler({
         store: stack.store,
         chains: chainReadersFor([{ network: 'eip155:8453', rpcUrl: chain.rpcUrl } as never]),
         olderThanMs: 0,
       });
       const summary = await reconciler.runOnce();
-      expect(summary).toMatchObject({ settled: 1, failed: 0, released: 0 });
+      expect(summary).toMatchObject({ settled: 1, lost: 0, released: 0, rebroadcast: 0 });
       const events = await stack.paymentEvents(auth.nonce);
       expect(events.at(-1)).toMatchObject({
         type: 'PaymentSettled',
@@ -243,7 +247,7 @@ describe('settlement that outlasts the receipt wait', () => {
 });
 
 describe('reconciliation after a restart', () => {
-  it('releases a reservation that never reached settlement and fails an expired pending one', async () => {
+  it('releases a reservation never handed off, broadcasts a handed-off one again, and records an expired one as the loss', async () => {
     const stack = await startX402Stack({}, chain);
     try {
       const { PaymentLedger } = await import('../services/payments/ledger.ts');
@@ -261,38 +265,148 @@ describe('reconciliation after a restart', () => {
         validAfter: String(now - 600n),
         requestId: 'crashed',
       };
-      const stopped = await ledger.reserve({
+      const signed = async (nonce: Hex, validBefore: bigint) => ({
         ...base,
-        nonce: randomNonce(),
-        validBefore: String(now + 600n),
+        nonce,
+        validBefore: String(validBefore),
+        signature: await signAuthorization(payer.key, {
+          from: payer.address,
+          to: stack.payTo,
+          value: PRICE,
+          validAfter: now - 600n,
+          validBefore,
+          nonce,
+        }),
       });
-      const expired = await ledger.reserve({ ...base, nonce: randomNonce(), validBefore: String(now - 1n) });
-      if (!stopped.ok || !expired.ok) throw new Error('reserve failed');
-      await ledger.transition(expired.handle, {
-        kind: 'markPending',
-        submittedAt: new Date().toISOString(),
-      });
+      const stopped = await ledger.reserve(await signed(randomNonce(), now + 600n));
+      // Handed off to settlement (its answer kept), then the process died before the broadcast.
+      const handedOff = await ledger.reserve(await signed(randomNonce(), now + 600n));
+      const expired = await ledger.reserve(await signed(randomNonce(), now - 1n));
+      if (!stopped.ok || !handedOff.ok || !expired.ok) throw new Error('reserve failed');
+      for (const { handle } of [handedOff, expired]) {
+        await ledger.transition(handle, { kind: 'markPending', submittedAt: new Date().toISOString() });
+      }
 
       const reconciler = new PaymentReconciler({
         store: stack.store,
         chains: chainReadersFor([{ network: 'eip155:8453', rpcUrl: chain.rpcUrl } as never]),
         olderThanMs: 0,
+        resettle: stack.x402.resettle,
       });
-      expect(await reconciler.runOnce()).toMatchObject({ examined: 2, released: 1, failed: 1, settled: 0 });
+      expect(await reconciler.runOnce()).toMatchObject({
+        examined: 3,
+        released: 1,
+        rebroadcast: 1,
+        lost: 1,
+        settled: 0,
+      });
       expect((await stack.paymentEvents(stopped.handle.ref.nonce)).map((e) => e.type)).toEqual([
         'PaymentAuthorized',
         'PaymentReleased',
       ]);
+      const broadcast = (await stack.paymentEvents(handedOff.handle.ref.nonce)).at(-1)!;
+      expect(broadcast).toMatchObject({
+        type: 'PaymentSettled',
+        data: { reconciled: true, amount: '20000' },
+      });
+      const tx = await chain.publicClient.getTransactionReceipt({
+        hash: (broadcast.data as { txHash: Hex }).txHash,
+      });
+      expect(tx.status).toBe('success');
       expect((await stack.paymentEvents(expired.handle.ref.nonce)).at(-1)).toMatchObject({
         type: 'PaymentSettlementFailed',
-        data: { reason: 'the authorisation expired unused; nothing was charged', reconciled: true },
+        data: {
+          reason:
+            "the answer was served but the authorisation expired before a settlement landed: the seller's loss",
+          reconciled: true,
+          sellerLoss: true,
+        },
       });
-      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n);
+      // Charged once, for the one that could still land.
+      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - PRICE);
+      expect(await reconciler.runOnce()).toMatchObject({ examined: 0 });
+    } finally {
+      await stack.stop();
+    }
+  });
+
+  it('a settlement the node dropped after its answer was served is broadcast again, once (official client)', async () => {
+    const stack = await startX402Stack({ X402_SETTLE_CONFIRM_TIMEOUT_MS: '700' }, chain);
+    try {
+      const payer = await chain.fundedPayer(1_000_000n);
+      const client = new x402Client();
+      registerExactEvmScheme(client, { signer: privateKeyToAccount(payer.key) });
+      const payFetch = wrapFetchWithPayment(fetch, client);
+      const local = stack.x402.facilitator as LocalFacilitator;
+      await chain.testClient.setAutomine(false);
+      let first: Hex;
+      let res: Response;
+      try {
+        res = await payFetch(`${stack.url}${PATH}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(BODY),
+        });
+        expect(res.status).toBe(200);
+        const receipt = decodePaymentResponseHeader(res.headers.get('payment-response')!);
+        expect(receipt.success).toBe(true);
+        first = receipt.transaction as Hex;
+        await stack.x402.settled();
+        // The node loses the transaction (a restart of its mempool), and so does our process: a
+        // new process numbers its transactions from the chain again.
+        await chain.testClient.dropTransaction({ hash: first });
+        nonceManager.reset({ address: local.signerAddress, chainId: 8453 });
+      } finally {
+        await chain.testClient.setAutomine(true);
+      }
+      const body = (await res.json()) as { _service: { payment: { status: string } } };
+      expect(body._service.payment.status).toBe('pending');
+      expect(await chain.authorizationState(payer.address, (await pendingNonce(stack))!)).toBe(false);
+
+      // The process that served it is gone (kill -9): another one, on the same log, reconciles.
+      const restarted = await startX402Stack({ X402_PAY_TO: stack.payTo }, chain, undefined, {
+        store: stack.store,
+      });
+      try {
+        const reconciler = new PaymentReconciler({
+          store: stack.store,
+          chains: chainReadersFor([{ network: 'eip155:8453', rpcUrl: chain.rpcUrl } as never]),
+          olderThanMs: 0,
+          resettle: restarted.x402.resettle,
+        });
+        expect(await reconciler.runOnce()).toMatchObject({ examined: 1, rebroadcast: 1 });
+        expect(await reconciler.runOnce()).toMatchObject({ examined: 0 });
+      } finally {
+        await restarted.stop();
+      }
+      const nonce = (await settledNonce(stack))!;
+      const settled = (await stack.paymentEvents(nonce)).at(-1)!;
+      expect(settled).toMatchObject({ type: 'PaymentSettled', data: { reconciled: true } });
+      const tx = await chain.publicClient.getTransactionReceipt({
+        hash: (settled.data as { txHash: Hex }).txHash,
+      });
+      expect(tx.status).toBe('success');
+      expect(await chain.authorizationState(payer.address, nonce as Hex)).toBe(true);
+      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - PRICE);
     } finally {
       await stack.stop();
     }
   });
 });
+
+/** The nonce of the one payment of this stack still pending, or null. */
+async function pendingNonce(stack: X402Stack): Promise<Hex | null> {
+  const events = (await stack.store.readAll()).filter((e) => e.stream.startsWith('payment-'));
+  const last = new Map(events.map((e) => [e.stream, e]));
+  const pending = [...last.values()].filter((e) => e.type === 'PaymentSettlementPending');
+  return pending.length === 1 ? ((pending[0]!.data as { nonce: Hex }).nonce ?? null) : null;
+}
+
+/** The nonce of the one payment of this stack settled, or null. */
+async function settledNonce(stack: X402Stack): Promise<Hex | null> {
+  const settled = (await stack.store.readAll()).filter((e) => e.type === 'PaymentSettled');
+  return settled.length === 1 ? (settled[0]!.data as { nonce: Hex }).nonce : null;
+}
 
 describe('remote facilitator over HTTP', () => {
   it('settles through a facilitator service that requires an auth header', async () => {
@@ -330,6 +444,15 @@ describe('remote facilitator over HTTP', () => {
       const payer = await chain.fundedPayer(1_000_000n);
       const { res, auth } = await paidRequest(stack, payer.key, payer.address);
       expect(res.status).toBe(200);
+      // A remote facilitator tells nothing before its settle ends; the answer waits for it, so
+      // the receipt names the transaction instead of a pending settlement without one.
+      const receipt = decodePaymentResponseHeader(res.headers.get('x-payment-response')!);
+      expect(receipt).toMatchObject({ success: true, payer: payer.address });
+      const body = (await res.json()) as { _service: { payment: { status: string; transaction: string } } };
+      expect(body._service.payment).toMatchObject({ status: 'settled', transaction: receipt.transaction });
+      expect(
+        (await chain.publicClient.getTransactionReceipt({ hash: receipt.transaction as Hex })).status,
+      ).toBe('success');
       await stack.x402.settled();
       expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - PRICE);
       expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(true);

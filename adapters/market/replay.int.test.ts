@@ -113,7 +113,10 @@ describe('replay feed: candles', () => {
     for (const tf of ['1m', '3m'] as const) {
       const error = await feed.candles('BINANCE_SPOT', 'BTC', tf, { limit: 10 }).catch((e) => e);
       expect(error).toBeInstanceOf(UnsupportedTimeframeError);
-      expect(error.message).toMatch(/no 1m data/);
+      expect(error.message).toBe(
+        `timeframe ${tf} is not available for BINANCE_SPOT: the replay data holds 5m, 1h candles of BTC here, ` +
+          `which build 5m, 15m, 30m, 1h, 2h, 4h, 8h, 12h, 1d; ${tf} is served by no replayed venue (or on the live feed)`,
+      );
       expect(error.code).toBe('unsupported_timeframe');
     }
     await expect(feed.candles('BINANCE_SPOT', 'BTC', '2w' as never, { limit: 1 })).rejects.toThrow(
@@ -129,9 +132,28 @@ describe('replay feed: candles', () => {
     const partial = await manualFeed(T, dir);
     const error = await partial.candles('BINANCE', 'ETH', '1h', { limit: 1 }).catch((e) => e);
     expect(error).toBeInstanceOf(UnknownCoinError);
-    expect(error.message).toBe('ETH is not listed on BINANCE (no candle file in the replay data)');
+    expect(error.message).toBe(
+      'ETH is not listed on BINANCE (the replay data has no BINANCE candles of it; coins served there: BTC)',
+    );
     await expect(feed.candles('BYBIT', 'BTC', '1h', { limit: 1 })).rejects.toThrow(/no BYBIT candles/);
-    await expect(feed.candles('OKX', 'BTC', '1h', { limit: 1 })).rejects.toThrow(UnsupportedExchangeError);
+    const okx = await feed.candles('OKX', 'BTC', '1h', { limit: 1 }).catch((e) => e);
+    expect(okx).toBeInstanceOf(UnsupportedExchangeError);
+    // What is served instead, and never where the server keeps its data.
+    expect(okx.message).toMatch(
+      /^exchange OKX is not served by the replay feed: the replay data has no OKX files; served: /,
+    );
+    expect(okx.message).toContain('BINANCE_SPOT (candles)');
+    expect(okx.message).not.toContain(SHIPPED_MARKET_DIR);
+    expect(okx.message).not.toMatch(/\//);
+    // 15m cannot be built from BINANCE's 1h candles: the refusal says so, and where 15m is served.
+    const m15 = await feed.candles('BINANCE', 'BTC', '15m', { limit: 1 }).catch((e) => e);
+    expect(m15).toBeInstanceOf(UnsupportedTimeframeError);
+    expect(m15.message).toBe(
+      'timeframe 15m is not available for BINANCE: the replay data holds 1h candles of BTC here, which build ' +
+        '1h, 2h, 4h, 8h, 12h, 1d; 15m is served on BINANCE_SPOT (or on the live feed)',
+    );
+    const unknown = await feed.candles('BINANCE_SPOT', 'NOPE', '1h', { limit: 1 }).catch((e) => e);
+    expect(unknown.message).toMatch(/coins served there: BNB, BTC, DOGE, ETH, SOL, XRP\)$/);
     await expect(feed.funding('BINANCE_SPOT', 'BTC')).rejects.toThrow(/spot venue has no funding/);
     await expect(feed.funding('HYPERLIQUID', 'PEPE')).rejects.toThrow(UnknownCoinError);
     await expect(feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 0 })).rejects.toThrow(RangeError);

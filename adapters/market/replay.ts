@@ -11,6 +11,7 @@ import {
   type MarketInfo,
   type NextFunding,
   TIMEFRAME_MS,
+  TIMEFRAMES,
   type Timeframe,
   type VenueStatus,
 } from '../../contracts/market.ts';
@@ -249,20 +250,31 @@ export class ReplayFeed implements MarketFeed {
       throw new UnsupportedExchangeError(
         exchange,
         'replay',
-        `the replay data has no ${exchange} candles (funding only)`,
+        `the replay data has no ${exchange} candles (funding only); candles are served for ${this.#candleVenues()}`,
       );
     }
     const files = venue.candles.get(symbol)?.files;
-    if (files === undefined)
-      throw new UnknownCoinError(exchange, symbol, 'no candle file in the replay data');
+    if (files === undefined) {
+      throw new UnknownCoinError(
+        exchange,
+        symbol,
+        `the replay data has no ${exchange} candles of it; coins served there: ${[...venue.candles.keys()].sort().join(', ')}`,
+      );
+    }
     const available = [...files.keys()];
     const from = sourceTimeframe(tf, available);
     if (from === undefined) {
-      const finest = available.sort((a, b) => TIMEFRAME_MS[a] - TIMEFRAME_MS[b])[0];
+      const elsewhere = [...this.index]
+        .filter(([, v]) => {
+          const other = v.candles.get(symbol)?.files;
+          return other !== undefined && sourceTimeframe(tf, [...other.keys()]) !== undefined;
+        })
+        .map(([name]) => name);
       throw new UnsupportedTimeframeError(
         tf,
         exchange,
-        `the replay data set has no 1m data (finest here: ${finest}) and ${tf} cannot be built from it; use the live feed`,
+        `the replay data holds ${[...available].sort((a, b) => TIMEFRAME_MS[a] - TIMEFRAME_MS[b]).join(', ')} candles of ${symbol} here, which build ${buildable(available).join(', ')}` +
+          `; ${tf} ${elsewhere.length > 0 ? `is served on ${elsewhere.join(', ')}` : 'is served by no replayed venue'} (or on the live feed)`,
       );
     }
     assertCandleLimit(options.limit);
@@ -388,15 +400,38 @@ export class ReplayFeed implements MarketFeed {
     const venue = this.index.get(exchange);
     if (venue === undefined) {
       if (!(EXCHANGES as readonly string[]).includes(exchange)) {
-        throw new UnsupportedExchangeError(exchange, 'replay', 'unknown venue');
+        throw new UnsupportedExchangeError(
+          exchange,
+          'replay',
+          `unknown venue; served: ${this.#servedVenues()}`,
+        );
       }
+      // Never the data directory: a refusal goes to callers, and a server path is nothing of theirs.
       throw new UnsupportedExchangeError(
         exchange,
         'replay',
-        `the replay data in ${this.dir} has no ${exchange} files`,
+        `the replay data has no ${exchange} files; served: ${this.#servedVenues()}`,
       );
     }
     return venue;
+  }
+
+  /** The venues with candles, for a refusal. */
+  #candleVenues(): string {
+    return [...this.index]
+      .filter(([, v]) => v.candles.size > 0)
+      .map(([name]) => name)
+      .join(', ');
+  }
+
+  /** Every venue of the replay data and what it holds, for a refusal. */
+  #servedVenues(): string {
+    return [...this.index]
+      .map(([name, v]) => {
+        const held = [v.candles.size > 0 ? 'candles' : null, v.funding.size > 0 ? 'funding' : null];
+        return `${name} (${held.filter((h) => h !== null).join(' and ')})`;
+      })
+      .join(', ');
   }
 
   async #fundingSeries(exchange: Exchange, coin: string): Promise<{ series: FundingRate[]; symbol: string }> {
@@ -413,12 +448,20 @@ export class ReplayFeed implements MarketFeed {
       throw new UnsupportedExchangeError(
         exchange,
         'replay',
-        `the replay data has no ${exchange} funding files`,
+        `the replay data has no ${exchange} funding; funding is served for ${[...this.index]
+          .filter(([, v]) => v.funding.size > 0)
+          .map(([name]) => name)
+          .join(', ')}`,
       );
     }
     const paths = venue.funding.get(symbol);
-    if (paths === undefined)
-      throw new UnknownCoinError(exchange, symbol, 'no funding file in the replay data');
+    if (paths === undefined) {
+      throw new UnknownCoinError(
+        exchange,
+        symbol,
+        `the replay data has no ${exchange} funding of it; coins served there: ${[...venue.funding.keys()].sort().join(', ')}`,
+      );
+    }
     const key = paths.join('|');
     const series = await this.#load(exchange, this.#fundingCache, key, async () =>
       mergeFundingSources(await Promise.all(paths.map((p) => readFundingFile(p)))),
@@ -547,4 +590,9 @@ export async function openReplayFeed(options: ReplayFeedOptions = {}): Promise<R
     'replay feed opened',
   );
   return feed;
+}
+
+/** The timeframes candles of these timeframes build (each a whole multiple of one of them). */
+function buildable(available: readonly Timeframe[]): Timeframe[] {
+  return TIMEFRAMES.filter((tf) => sourceTimeframe(tf, available) !== undefined);
 }

@@ -3,6 +3,7 @@ import type { Projection } from '../../projections/projection.ts';
 import type { Slice } from '../component.ts';
 import { keyRegistryProjection } from '../keys/key-registry.ts';
 import { quotaBalancesProjection } from '../quota/quota-projection.ts';
+import { revealClock } from '../shared/reveal-clock.ts';
 import { type DiscoveryOptions, discoveryPlugin } from './discovery/plugin.ts';
 import { type KeyedChannelDeps, keyedChannel } from './plugins.ts';
 import { verifyRoutes } from './verify/plugin.ts';
@@ -20,12 +21,18 @@ export function channelsSlice(
   deps: KeyedChannelDeps & {
     /** What discovery lists beside the MCP tools: the paid tools and rails (empty without x402). */
     discovery: Omit<DiscoveryOptions, 'tools'>;
+    /** The market feed: /verify reveals on its clock (a replay's calls in feed time). */
+    feed: { now(): number } | null;
   },
 ): ChannelsSlice {
   const keyed = keyedChannel(deps);
   const routes: FastifyPluginAsync[] = [
     ...keyed.plugins,
-    verifyRoutes({ store: deps.adapters.eventStore, baseUrl: deps.config.PUBLIC_BASE_URL }),
+    verifyRoutes({
+      store: deps.adapters.eventStore,
+      baseUrl: deps.config.PUBLIC_BASE_URL,
+      now: revealClock(deps.feed),
+    }),
     discoveryPlugin({ ...deps.discovery, tools: keyed.tools.all() }),
   ];
   const plugin: FastifyPluginAsync = async (app) => {

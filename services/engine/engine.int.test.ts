@@ -8,6 +8,7 @@ import {
 import { openReplayFeed, type ReplayFeed } from '../../adapters/market/replay.ts';
 import type { EventData } from '../../contracts/events.ts';
 import {
+  MAX_FUNDING_ARB_LIMIT,
   RegimeReading,
   RiskForecast,
   ScanFundingArbOutput,
@@ -251,7 +252,9 @@ describe('SignalEngine over the replayed real data', () => {
   });
 
   it('scans funding across venues with each venue normalised by its own interval', async () => {
-    const scan = ScanFundingArbOutput.parse(await engine.scanFundingArb({ minSpreadBps: 0, limit: 200 }));
+    const scan = ScanFundingArbOutput.parse(
+      await engine.scanFundingArb({ minSpreadBps: 0, limit: MAX_FUNDING_ARB_LIMIT }),
+    );
     expect(scan.opportunities.length).toBeGreaterThan(0);
     for (const row of scan.opportunities) {
       expect(row.venues.length).toBeGreaterThanOrEqual(2);

@@ -15,6 +15,7 @@ import type { SignalOperations } from '../engine/operations.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
 import type { QuotaMeter } from '../quota/quota-meter.ts';
 import type { Check } from '../shared/readiness.ts';
+import { revealClock } from '../shared/reveal-clock.ts';
 import { BriefCache } from './brief-cache.ts';
 import { ExportRowStore } from './export-row-store.ts';
 import {
@@ -92,7 +93,7 @@ export function historySlice(deps: HistorySliceDeps) {
   let resolver: OutcomeResolver | null = null;
 
   /** The reveal clock: wall time, and never ahead of the feed (a replay reveals in feed time). */
-  const now = () => Math.min(Date.now(), feed ? feed.now() : Date.now());
+  const now = () => revealClock(feed)();
 
   const briefs = new BriefCache(trackRecord);
   /**

@@ -19,6 +19,8 @@ export interface ChainReader {
   balanceOf(asset: Hex, account: Hex): Promise<bigint>;
   /** 'success' | 'reverted', or null while the transaction is unknown or unmined. */
   receiptStatus(txHash: Hex): Promise<'success' | 'reverted' | null>;
+  /** Whether the node knows the transaction, mined or still in its mempool (a dropped one is not). */
+  transactionKnown(txHash: Hex): Promise<boolean>;
   /** The transaction that consumed the authorisation, if it is within the lookback window. */
   findAuthorizationTx(asset: Hex, authorizer: Hex, nonce: Hex): Promise<Hex | null>;
   /** Latest block timestamp in seconds (the clock a token checks validBefore against). */
@@ -53,6 +55,15 @@ export function createChainReader(rpcUrl: string): ChainReader {
         return receipt.status;
       } catch (err) {
         if (err instanceof Error && err.name === 'TransactionReceiptNotFoundError') return null;
+        throw err;
+      }
+    },
+    async transactionKnown(txHash) {
+      try {
+        await client.getTransaction({ hash: txHash });
+        return true;
+      } catch (err) {
+        if (err instanceof Error && err.name === 'TransactionNotFoundError') return false;
         throw err;
       }
     },

@@ -109,7 +109,10 @@ export interface PaymentFlowDeps {
   responses: PaidResponseStore | null;
   /** Settlement hashes as they are broadcast (in-process facilitator only). */
   submissions: SubmissionWatch | null;
-  /** Longest wait for the broadcast before answering without a transaction hash. */
+  /**
+   * Longest wait for the broadcast (with a remote facilitator, for its settle to end) before
+   * answering without a transaction hash.
+   */
   submitWaitMs: number;
   /** How long an unconfirmed settlement keeps counting against its payer (until reconciliation looks). */
   holdPendingMs: number;
@@ -149,11 +152,20 @@ function receiptOf(
   };
 }
 
-function pendingResponse(network: string, payer: string, transaction: string | null): SettleResponse {
+/**
+ * The receipt of a settlement not yet confirmed. Once its transaction is broadcast the payer is
+ * told `success` with that transaction, as the x402 clients read a receipt (`settlement_pending`
+ * reads as a failed payment to them); whether it is confirmed yet is `_service.payment.status`.
+ * Before a broadcast is known there is no transaction to name, and the receipt says pending.
+ */
+function unconfirmedResponse(network: string, payer: string, transaction: string | null): SettleResponse {
+  if (transaction) {
+    return { success: true, transaction, network: network as SettleResponse['network'], payer };
+  }
   return {
     success: false,
     errorReason: 'settlement_pending',
-    transaction: transaction ?? '',
+    transaction: '',
     network: network as SettleResponse['network'],
     payer,
   };
@@ -182,7 +194,7 @@ function replay(stored: { response: Record<string, unknown> }, state: PaymentSta
       kind: 'served',
       result: stored.response,
       receipt: receiptOf(auth, auth.payer, 'pending', state.txHash),
-      settle: pendingResponse(auth.network, auth.payer, state.txHash),
+      settle: unconfirmedResponse(auth.network, auth.payer, state.txHash),
       replayed: true,
     };
   }
@@ -345,6 +357,7 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
         validBefore: auth.validBefore,
         requestId: call.requestId,
         tool: call.tool.name,
+        signature: payment.eip3009.signature,
       },
       current,
     );
@@ -446,13 +459,18 @@ async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Prom
 
   const watch = deps.submissions?.expect(identity, deps.submitWaitMs) ?? null;
   // Answer at the first of: the settlement's transaction is broadcast, the settlement ended, or
-  // the wait for either ran out. A remote facilitator tells nothing before it ends: no wait.
+  // the wait for either ran out. A remote facilitator tells nothing before its settle ends, so
+  // the answer waits for that (within the same budget): answered earlier, its receipt could name
+  // no transaction and the payer's client would read the payment as failed.
   type First = { kind: 'broadcast'; hash: `0x${string}` | null } | { kind: 'ended'; settled: Settled };
   let signal: (first: First) => void = () => undefined;
   const first = new Promise<First>((resolve) => {
     signal = resolve;
   });
-  if (!watch) signal({ kind: 'broadcast', hash: null });
+  if (!watch) {
+    const timer = setTimeout(() => signal({ kind: 'broadcast', hash: null }), deps.submitWaitMs);
+    void first.finally(() => clearTimeout(timer));
+  }
   // One payer's settlements are broadcast one at a time: none races another to revert. The
   // queue is held until this one is broadcast (or ended), not until its receipt: the task returns
   // the settlement wrapped, since returning the promise itself would hold the queue until it ends.
@@ -490,7 +508,7 @@ async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Prom
     kind: 'served',
     result: paid.result,
     receipt: receiptOf(requirement, payer, 'pending', answer.hash),
-    settle: pendingResponse(requirement.network, payer, answer.hash),
+    settle: unconfirmedResponse(requirement.network, payer, answer.hash),
     replayed: false,
   };
 }
@@ -511,7 +529,7 @@ function outcomeOf(settled: Settled, paid: Served): PaidOutcome {
         kind: 'served',
         result: paid.result,
         receipt: receiptOf(requirement, identity.payer, 'pending', settled.settle.transaction || null),
-        settle: settled.settle,
+        settle: unconfirmedResponse(requirement.network, identity.payer, settled.settle.transaction || null),
         replayed: false,
       };
     case 'failed':
@@ -564,7 +582,7 @@ async function settleAndRecord(deps: PaymentFlowDeps, call: PaidCall, paid: Serv
       submittedAt: new Date().toISOString(),
       reason: err instanceof Error ? err.message.slice(0, 200) : 'settlement outcome unknown',
     });
-    return { kind: 'pending', settle: pendingResponse(requirement.network, payer, null) };
+    return { kind: 'pending', settle: unconfirmedResponse(requirement.network, payer, null) };
   }
 
   if (settled.success) {

@@ -1,8 +1,10 @@
+import type { SettleResponse } from '@x402/core/types';
 import type { Logger } from 'pino';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import type { ProjectionStore } from '../../adapters/projection-store/port.ts';
+import type { EventData } from '../../contracts/events.ts';
 import type { Projection } from '../../projections/projection.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import type { ChainReader } from './chain-reader.ts';
@@ -36,12 +38,24 @@ export const openPaymentsProjection: Projection<OpenPayments> = {
 export interface ReconcileSummary {
   examined: number;
   settled: number;
-  failed: number;
   released: number;
+  /** Served payments whose settlement never landed, broadcast again. */
+  rebroadcast: number;
+  /** Served payments whose authorisation expired before any settlement landed: the seller's loss. */
+  lost: number;
   stillPending: number;
   /** Payments on a network no chain reader covers. */
   unreadable: number;
 }
+
+/**
+ * Asks the facilitator to settle a served payment again from its recorded authorisation (it
+ * verifies and simulates the transfer before it broadcasts, so a transfer that cannot land is
+ * refused without gas). Resolves with the facilitator's answer; throws when it refuses outright.
+ */
+export type Resettle = (
+  authorization: EventData<'PaymentAuthorized'> & { signature: string },
+) => Promise<SettleResponse>;
 
 export interface ReconcilerOptions {
   store: EventStore;
@@ -54,17 +68,23 @@ export interface ReconcilerOptions {
   /** Where the open-payments projection keeps its snapshots; without it, in this process only. */
   projections?: ProjectionStore;
   snapshotEvery?: number;
+  /** How to broadcast a settlement again; without it a lost settlement waits for its expiry. */
+  resettle?: Resettle;
 }
 
 const CATCH_UP_TIMEOUT_MS = 60_000;
 
 /**
- * A processor over the open-payments projection: settles the record of unfinished payments against the chain, never the chain itself: it
- * submits nothing, so a payment cannot be settled twice. A pending settlement becomes
- * PaymentSettled when the token reports the authorisation used (the transaction is found from
- * its AuthorizationUsed log), PaymentSettlementFailed when it can no longer land (reverted, or
- * past validBefore unused); an authorisation reserved but never submitted (the process stopped
- * before settling, so the caller got no answer either) is released.
+ * A processor over the open-payments projection: settles the record of unfinished payments
+ * against the chain. A pending settlement becomes PaymentSettled when the token reports the
+ * authorisation used (the transaction is found from its AuthorizationUsed log). A pending one
+ * was handed off after its answer was kept, so the payer was (or can be) served: while its
+ * authorisation is valid and no transaction of it is on its way (none was sent, the node forgot
+ * it, or it reverted), it is broadcast again; once the authorisation expired unused it is
+ * recorded failed as the seller's loss (`sellerLoss`, counted by the `payments{state="lost"}`
+ * gauge). An authorisation reserved but never handed off (the process stopped before settling,
+ * so the caller got no answer either) is released. Nothing is broadcast twice while a
+ * transaction of it may still land, and the token's nonce lets at most one land.
  */
 export class PaymentReconciler {
   private readonly ledger: PaymentLedger;
@@ -105,8 +125,9 @@ export class PaymentReconciler {
     const summary: ReconcileSummary = {
       examined: 0,
       settled: 0,
-      failed: 0,
       released: 0,
+      rebroadcast: 0,
+      lost: 0,
       stillPending: 0,
       unreadable: 0,
     };
@@ -134,7 +155,7 @@ export class PaymentReconciler {
   private async reconcileOne(
     stream: string,
     state: PaymentState,
-  ): Promise<'settled' | 'failed' | 'released' | 'stillPending' | 'unreadable'> {
+  ): Promise<'settled' | 'released' | 'rebroadcast' | 'lost' | 'stillPending' | 'unreadable'> {
     const auth = state.authorized!;
     const chain = this.options.chains.get(auth.network);
     if (!chain) return 'unreadable';
@@ -170,25 +191,73 @@ export class PaymentReconciler {
       });
       return 'released';
     }
-    if (state.txHash && (await chain.receiptStatus(state.txHash)) === 'reverted') {
-      await record({
-        kind: 'fail',
-        reason: 'settlement transaction reverted',
-        txHash: state.txHash,
-        reconciled: true,
-      });
-      return 'failed';
-    }
+    // Pending: the settlement was handed off after the answer was kept, so the answer is the payer's.
     if ((await chain.chainTime()) >= BigInt(auth.validBefore)) {
       await record({
         kind: 'fail',
-        reason: 'the authorisation expired unused; nothing was charged',
+        reason:
+          "the answer was served but the authorisation expired before a settlement landed: the seller's loss",
         ...(state.txHash ? { txHash: state.txHash } : {}),
         reconciled: true,
+        sellerLoss: true,
       });
-      return 'failed';
+      this.options.logger?.warn(
+        { stream, payer, amount: auth.amount, network: auth.network },
+        "a served payment's settlement never landed; recorded as the seller's loss",
+      );
+      return 'lost';
     }
-    return 'stillPending';
+    const status = state.txHash ? await chain.receiptStatus(state.txHash) : null;
+    const onItsWay =
+      state.txHash !== null && status !== 'reverted' && (await chain.transactionKnown(state.txHash));
+    if (onItsWay || !this.options.resettle || !auth.signature) return 'stillPending';
+    return this.broadcastAgain(handle, { ...auth, signature: auth.signature }, state.txHash);
+  }
+
+  private async broadcastAgain(
+    handle: PaymentHandle,
+    auth: EventData<'PaymentAuthorized'> & { signature: string },
+    previous: string | null,
+  ): Promise<'rebroadcast' | 'stillPending'> {
+    const context = { stream: handle.stream, payer: auth.payer, previous };
+    let settled: SettleResponse;
+    try {
+      settled = await this.options.resettle!(auth);
+    } catch (err) {
+      this.options.logger?.warn({ ...context, err }, 'a lost settlement could not be broadcast again');
+      return 'stillPending';
+    }
+    if (settled.success) {
+      await this.ledger.transition(
+        handle,
+        {
+          kind: 'settle',
+          payer: auth.payer,
+          amount: auth.amount,
+          txHash: settled.transaction as `0x${string}`,
+          reconciled: true,
+        },
+        { converge: true },
+      );
+    } else if (settled.transaction) {
+      await this.ledger.transition(handle, {
+        kind: 'markPending',
+        submittedAt: new Date().toISOString(),
+        txHash: settled.transaction as `0x${string}`,
+        reason: 'broadcast again by reconciliation; receipt not confirmed in time',
+      });
+    } else {
+      this.options.logger?.warn(
+        { ...context, reason: settled.errorReason },
+        'the facilitator refused to broadcast a lost settlement again; retrying while it is valid',
+      );
+      return 'stillPending';
+    }
+    this.options.logger?.info(
+      { ...context, transaction: settled.transaction },
+      'a served payment whose settlement never landed was broadcast again',
+    );
+    return 'rebroadcast';
   }
 
   start(intervalMs: number): void {

@@ -1,4 +1,5 @@
-import type { FacilitatorClient } from '@x402/core/server';
+import type { FacilitatorClient, x402ResourceServer } from '@x402/core/server';
+import type { PaymentPayload, PaymentRequirements } from '@x402/core/types';
 import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
 import type { Cache } from '../../adapters/cache/port.ts';
@@ -20,7 +21,7 @@ import { drainSettlements, type PaymentFlowDeps } from './payment-flow.ts';
 import { Quoter } from './quote.ts';
 import { createQuoteOnlyFacilitator } from './quote-only-facilitator.ts';
 import { ignoredExtraSettings, type Rail, railPlan } from './rails.ts';
-import { PaymentReconciler } from './reconcile.ts';
+import { PaymentReconciler, type Resettle } from './reconcile.ts';
 import { createRemoteFacilitator } from './remote-facilitator.ts';
 import { createResourceServer } from './resource-server.ts';
 import { type PaidTool, paidTools } from './tools.ts';
@@ -38,6 +39,8 @@ export interface X402Setup {
   /** Whether a payment can be settled here (false: quotes only, paid retries get 503). */
   settles: boolean;
   reconciler: PaymentReconciler;
+  /** Broadcasts a served payment's settlement again from its recorded authorisation (the reconciler's). */
+  resettle: Resettle;
   facilitator: FacilitatorClient;
   /** Resolves once every settlement handed to the background has been recorded. */
   settled(): Promise<void>;
@@ -80,6 +83,46 @@ function facilitatorFor(config: Config, rails: Rail[]): { facilitator: Facilitat
 }
 
 /**
+ * The settlement of a recorded authorisation, as its payer's payment asked for it: the quote of
+ * its rail for its amount, and the v2 payload of its signature (a v1 payment is settled through
+ * the same payload, see runPaidCall).
+ */
+function resettleOn(server: x402ResourceServer, rails: Rail[]): Resettle {
+  return async (auth) => {
+    const rail = rails.find(
+      (r) => r.network === auth.network && r.asset.toLowerCase() === auth.asset.toLowerCase(),
+    );
+    if (!rail) throw new Error(`no rail quotes ${auth.asset} on ${auth.network} any more`);
+    const requirement: PaymentRequirements = {
+      scheme: 'exact',
+      network: rail.network,
+      asset: rail.asset,
+      amount: auth.amount,
+      payTo: auth.payTo,
+      maxTimeoutSeconds: rail.maxTimeoutSeconds,
+      extra: { name: rail.name, version: rail.version },
+    };
+    const payload: PaymentPayload = {
+      x402Version: 2,
+      accepted: requirement,
+      resource: { url: auth.resource, description: auth.tool ?? '', mimeType: 'application/json' },
+      payload: {
+        signature: auth.signature,
+        authorization: {
+          from: auth.payer,
+          to: auth.payTo,
+          value: auth.amount,
+          validAfter: auth.validAfter,
+          validBefore: auth.validBefore,
+          nonce: auth.nonce,
+        },
+      },
+    };
+    return server.settlePayment(payload, requirement);
+  };
+}
+
+/**
  * Wires pay-per-call from configuration: the rails (configured, or the development rail outside
  * production), the facilitator (in-process, remote, or none: quotes only), the resource server,
  * the HTTP routes, the MCP transport and the reconciler. Returns null when no rail can be quoted
@@ -115,7 +158,9 @@ export async function setupX402(
   const { facilitator, settles } = facilitatorFor(config, rails);
   const server = await createResourceServer(facilitator, rails);
   const chains = chainReadersFor(rails);
+  const resettle = resettleOn(server, rails);
   const reconciler = new PaymentReconciler({
+    ...(settles ? { resettle } : {}),
     store: deps.store,
     chains,
     olderThanMs: config.X402_RECONCILE_AFTER_MS,
@@ -183,6 +228,7 @@ export async function setupX402(
     tools,
     settles,
     reconciler,
+    resettle,
     facilitator,
     settled: () => drainSettlements(flow),
     start: () => reconciler.start(config.X402_RECONCILE_INTERVAL_MS),

@@ -6,6 +6,7 @@ import type { MarketFeed } from '../../adapters/market/port.ts';
 import { anchorInLog } from '../../adapters/market/replay-anchor.ts';
 import { feedOptionsFromConfig, selectFeed } from '../../adapters/market/select.ts';
 import type { Config } from '../../contracts/config.ts';
+import type { FeedKind } from '../../contracts/market.ts';
 import { type LatestVerdicts, latestVerdictsProjection } from '../../projections/latest-verdicts.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
@@ -220,6 +221,8 @@ export function webhookApi(deps: {
   keys?: Pick<KeyResolver, 'resolve'>;
   resolveKey?: ResolveKey;
   settings?: Partial<WebhookSettings>;
+  /** The feed this deployment's market content comes from (test deliveries are labelled with it). */
+  feed: FeedKind;
 }): Component & { plugin: FastifyPluginAsync; runner: ProjectionRunner<WebhookState> } {
   const { config, adapters, logger } = deps;
   const { settings, secrets, runner, agent, worker } = parts(config, adapters, logger, deps.settings);
@@ -236,6 +239,7 @@ export function webhookApi(deps: {
       secrets,
       settings,
       resolveKey,
+      feed: deps.feed,
     }),
     async start() {
       await runner.start();
@@ -273,6 +277,8 @@ export function webhooksSlice(deps: {
         adapters,
         logger,
         resolveKey: (authorization) => keyResolverAuth(deps.keys())(authorization),
+        // The api role always runs the engine's feed; its kind is known once it is open.
+        feed: deps.feed?.kind ?? (config.FEED === 'live' ? 'live' : 'replay'),
       })
     : null;
   const dispatcher = roles.includes('dispatcher')

@@ -456,7 +456,8 @@ export class WebhookDispatcher {
       }
       const envelope = scanDigestEnvelope({
         deliveryId,
-        createdAt: new Date(now).toISOString(),
+        // The wall clock, as every other delivery's: the period it covers is on the feed's clock.
+        createdAt: new Date().toISOString(),
         cadence: sub.cadence!,
         periodStart,
         scan: result,

@@ -55,6 +55,7 @@ export function tradeCallEnvelope(input: {
     created_at: input.createdAt,
     data: {
       type: 'trade_call',
+      feed: v.feed,
       coin: v.coin,
       timeframe: v.timeframe,
       exchange: v.exchange,
@@ -93,6 +94,7 @@ export function regimeShiftEnvelope(input: {
     created_at: input.createdAt,
     data: {
       type: 'regime_shift',
+      feed: s.feed,
       coin: s.coin,
       timeframe: s.timeframe,
       exchange: s.exchange,
@@ -120,6 +122,7 @@ export function scanDigestEnvelope(input: {
     created_at: input.createdAt,
     data: {
       type: 'scan_digest',
+      feed: input.scan.feed,
       cadence: input.cadence,
       timeframe: input.scan.timeframe,
       exchange: input.scan.exchange,

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { EventData } from '../../contracts/events.ts';
 import { WebhookEnvelope } from '../../contracts/webhooks.ts';
-import { tradeCallEnvelope, withSeq } from './payloads.ts';
+import { regimeShiftEnvelope, scanDigestEnvelope, tradeCallEnvelope, withSeq } from './payloads.ts';
 
 const verdict = (inputs: Record<string, number | string | boolean | null>): EventData<'VerdictRecorded'> => ({
   exchange: 'BINANCE_SPOT',
@@ -56,6 +56,46 @@ describe('trade_call webhook payload', () => {
       verdict: verdict({ rsi: 40 }),
     });
     expect(envelope.data).toMatchObject({ expected_move: null });
+  });
+});
+
+describe('every market payload says which feed its content came from', () => {
+  it.each(['replay', 'live'] as const)('%s: trade_call, regime_shift and scan_digest carry it', (feed) => {
+    const base = { deliveryId: 'd', createdAt: new Date(0).toISOString(), verifyUrl: 'https://s.example/v' };
+    const call = tradeCallEnvelope({ ...base, verdict: { ...verdict({}), feed } });
+    const shift = regimeShiftEnvelope({
+      ...base,
+      signalHash: null,
+      shift: {
+        exchange: 'BINANCE_SPOT',
+        coin: 'BTC',
+        timeframe: '1h',
+        from: 'ranging',
+        to: 'volatile',
+        confidence: 50,
+        price: 1,
+        candleCloseTime: 0,
+        feed,
+        verdictEventId: crypto.randomUUID(),
+      },
+    });
+    const digest = scanDigestEnvelope({
+      ...base,
+      cadence: '1h',
+      periodStart: 0,
+      scan: {
+        timeframe: '1h',
+        exchange: 'BINANCE_SPOT',
+        feed,
+        timestamp: 0,
+        scanned: 0,
+        calls: [],
+        skipped: [],
+      },
+    });
+    for (const envelope of [call, shift, digest]) {
+      expect(WebhookEnvelope.parse(envelope).data).toMatchObject({ feed });
+    }
   });
 });
 

@@ -2,6 +2,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
 import { z } from 'zod';
 import type { EventStore } from '../../adapters/event-store/port.ts';
+import type { FeedKind } from '../../contracts/market.ts';
 import { EVENT_VERSIONS, webhookOpenApi } from '../../contracts/webhook-schemas.ts';
 import {
   CreatedWebhook,
@@ -54,6 +55,8 @@ export interface WebhookRoutesDeps {
     'urlPolicy' | 'maxPerKey' | 'timeoutMs' | 'verifyBaseUrl' | 'rotationOverlapMs'
   >;
   resolveKey: ResolveKey;
+  /** The feed this deployment's market content comes from; a test delivery is labelled with it. */
+  feed: FeedKind;
 }
 
 class HttpError extends Error {
@@ -310,7 +313,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
       async (request, reply) => {
         try {
           const sub = owned(await keyOf(request), request.params.id);
-          const envelope = sampleEnvelope(sub, settings.verifyBaseUrl);
+          const envelope = sampleEnvelope(sub, settings.verifyBaseUrl, deps.feed);
           const secrets = deps.worker.openSecrets(sub, Date.now());
           const result = await sendSigned(deps.agent, {
             url: sub.url,

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { z } from 'zod';
+import type { FeedKind } from '../../contracts/market.ts';
 import type { TradeCallData, WebhookEnvelope } from '../../contracts/webhooks.ts';
 import { pinnedEnvelope } from './payloads.ts';
 import type { SubscriptionRecord } from './subscription-fold.ts';
@@ -17,15 +18,20 @@ export const SAMPLE_VERIFY_BODY = {
 } as const;
 
 /** A clearly marked sample delivery for POST /api/webhooks/:id/test, shaped like the real thing. */
-export function sampleEnvelope(sub: SubscriptionRecord, verifyBaseUrl: string): WebhookEnvelope {
-  return pinnedEnvelope(sampleV1(sub, verifyBaseUrl), sub.eventVersion);
+export function sampleEnvelope(
+  sub: SubscriptionRecord,
+  verifyBaseUrl: string,
+  feed: FeedKind,
+): WebhookEnvelope {
+  return pinnedEnvelope(sampleV1(sub, verifyBaseUrl, feed), sub.eventVersion);
 }
 
-function sampleV1(sub: SubscriptionRecord, verifyBaseUrl: string): WebhookEnvelope {
+function sampleV1(sub: SubscriptionRecord, verifyBaseUrl: string, feed: FeedKind): WebhookEnvelope {
   const deliveryId = `test_${randomUUID()}`;
   const created = new Date().toISOString();
   const verify = `${verifyBaseUrl}${SAMPLE_VERIFY_PATH}`;
   const base: SampleCallFields = {
+    feed,
     coin: 'BTC',
     timeframe: sub.timeframes?.[0] ?? '1h',
     exchange: sub.exchange ?? 'BINANCE',
@@ -48,6 +54,7 @@ function sampleV1(sub: SubscriptionRecord, verifyBaseUrl: string): WebhookEnvelo
 /** The fields a sample trade call and regime shift share (typed from the payload contract). */
 type SampleCallFields = Pick<
   z.infer<typeof TradeCallData>,
+  | 'feed'
   | 'coin'
   | 'timeframe'
   | 'exchange'
@@ -69,6 +76,7 @@ function sampleData(
     case 'scan_digest':
       return {
         type: 'scan_digest',
+        feed: base.feed,
         cadence: sub.cadence ?? '1h',
         timeframe: sub.timeframe ?? '1h',
         exchange: sub.exchange ?? 'BINANCE',

@@ -215,6 +215,54 @@ export function mcpServerCard(origin: string, tools: CatalogTool[]) {
   };
 }
 
+/** The media type of an MCP Server Card (the server-card extension, SEP-2127). */
+export const SERVER_CARD_TYPE = 'application/mcp-server-card+json';
+
+/**
+ * `GET /mcp/server-card`: the MCP Server Card at the place the server-card extension reserves
+ * (`<streamable-http-url>/server-card`): who the server is and where to connect, no tools (a
+ * live tools/list cannot go stale). One URL serves anonymous callers and Bearer API keys.
+ */
+export function serverCard(origin: string) {
+  return {
+    $schema: 'https://static.modelcontextprotocol.io/schemas/v1/server-card.schema.json',
+    name: REGISTRY_NAME,
+    title: SERVICE_TITLE,
+    description: SERVICE_DESCRIPTION,
+    version: SERVICE_VERSION,
+    remotes: [
+      {
+        type: 'streamable-http',
+        url: `${origin}/mcp`,
+        // Optional: anonymous callers get the free limits; a Bearer API key brings its plan.
+        headers: [
+          {
+            name: 'Authorization',
+            description: 'Bearer <API key> (optional; without it the anonymous free tier applies)',
+            isRequired: false,
+            isSecret: true,
+          },
+        ],
+      },
+    ],
+  };
+}
+
+/** `GET /.well-known/mcp/catalog.json`: the MCP Catalog of this origin, pointing at its server card. */
+export function mcpCatalog(origin: string, host: string) {
+  return {
+    specVersion: 'draft',
+    entries: [
+      {
+        identifier: `urn:air:${host}:${REGISTRY_NAME.split('/')[1]}`,
+        displayName: SERVICE_TITLE,
+        type: SERVER_CARD_TYPE,
+        url: `${origin}/mcp/server-card`,
+      },
+    ],
+  };
+}
+
 /** `/llms.txt`: the same, for a model reading plain text. */
 export function llmsTxt(origin: string, tools: CatalogTool[], rails: QuotedRail[]): string {
   const lines = [
@@ -225,7 +273,8 @@ export function llmsTxt(origin: string, tools: CatalogTool[], rails: QuotedRail[
     '## MCP',
     '',
     `- [MCP endpoint](${origin}/mcp): Streamable HTTP; one-shot tools/call without a session works too`,
-    `- [Server card](${origin}/.well-known/mcp.json): tools with input and output schemas`,
+    `- [Server card](${origin}/mcp/server-card): where to connect (${SERVER_CARD_TYPE}); catalog at ${origin}/.well-known/mcp/catalog.json`,
+    `- [Tool card](${origin}/.well-known/mcp.json): tools with input and output schemas`,
     '',
     '## Pay per call (x402, no account)',
     '',

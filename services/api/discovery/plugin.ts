@@ -4,10 +4,13 @@ import {
   type CatalogTool,
   catalogTools,
   llmsTxt,
+  mcpCatalog,
   mcpServerCard,
   paymentPolicy,
   type QuotedRail,
+  SERVER_CARD_TYPE,
   type SoldTool,
+  serverCard,
   type TableTool,
   x402Manifest,
 } from './catalog.ts';
@@ -35,6 +38,24 @@ const manifestDoc = json(
   'Every paid route, its price, the payment rails, the refund and fulfilment policy',
 );
 const cardDoc = json('MCP server card', 'The MCP endpoint, its transports and tools with their schemas');
+const serverCardDoc = documented({
+  summary: 'MCP Server Card (server-card extension)',
+  tags: ['discovery'],
+  responses: {
+    200: {
+      description: 'Who the server is and where to connect',
+      schema: { type: 'object' },
+      contentTypes: [SERVER_CARD_TYPE],
+    },
+  },
+});
+const catalogDoc = json('MCP Catalog', "The origin's MCP servers, each with the URL of its server card");
+/** Public read-only metadata: any browser-based client may read it (the extension asks for this). */
+const DISCOVERY_CORS = {
+  'access-control-allow-origin': '*',
+  'access-control-allow-methods': 'GET',
+  'access-control-allow-headers': 'Content-Type',
+};
 const llmsDoc = documented({
   summary: 'llms.txt: the service explained to a language model',
   tags: ['discovery'],
@@ -44,7 +65,8 @@ const llmsDoc = documented({
 });
 
 /**
- * GET /.well-known/x402, /.well-known/mcp.json and /llms.txt: what an agent with only the
+ * GET /.well-known/x402, /.well-known/mcp.json, /mcp/server-card, /.well-known/mcp/catalog.json
+ * and /llms.txt: what an agent with only the
  * origin needs to find the tools, their prices and how to call them. Built per origin asked
  * (the Host the request came to), from the same table the routes and the MCP server use.
  */
@@ -62,6 +84,17 @@ export function discoveryPlugin(options: DiscoveryOptions): FastifyPluginAsync {
     }
     app.get('/.well-known/mcp.json', { config: cardDoc }, async (request, reply) =>
       reply.header('cache-control', CACHE).send(mcpServerCard(origin(request), tools)),
+    );
+    app.get('/mcp/server-card', { config: serverCardDoc }, async (request, reply) =>
+      reply
+        .headers({ ...DISCOVERY_CORS, 'cache-control': CACHE })
+        .type(SERVER_CARD_TYPE)
+        .send(JSON.stringify(serverCard(origin(request)))),
+    );
+    app.get('/.well-known/mcp/catalog.json', { config: catalogDoc }, async (request, reply) =>
+      reply
+        .headers({ ...DISCOVERY_CORS, 'cache-control': CACHE })
+        .send(mcpCatalog(origin(request), request.hostname)),
     );
     app.get('/llms.txt', { config: llmsDoc }, async (request, reply) =>
       reply

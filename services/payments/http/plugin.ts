@@ -89,18 +89,18 @@ const REMEMBERED_BODY_CHARS = 1_024;
 /** Distinct bodies remembered per route; past this, the oldest goes (a client chooses the body). */
 const REMEMBERED_BODIES = 256;
 
-type PriceResult = { ok: true; price: number } | { ok: false; refusal: Refusal };
-
 /**
  * The price of a body for the 402 quote, which needs nothing else from it: the same body always
- * prices (or is refused) the same, so small bodies are read and validated once, not per quote.
- * A paid or keyed call still reads its body in full (readBody), since it runs on the input.
+ * prices the same, so small bodies are read and validated once, not per quote. A body that does
+ * not validate is quoted at the tool's base price: discovery indexers probe a paid route with an
+ * empty POST and drop it unless it answers with its quote, and the body is judged once a payment
+ * comes with it (a paid or keyed call reads its body in full, readBody, before anything is charged).
  */
-function bodyPricer(tool: PaidTool): (raw: unknown) => PriceResult {
-  const remembered = new Map<string, PriceResult>();
-  const priceOf = (raw: unknown): PriceResult => {
+function bodyPricer(tool: PaidTool): (raw: unknown) => number {
+  const remembered = new Map<string, number>();
+  const priceOf = (raw: unknown): number => {
     const body = readBody(tool, raw);
-    return body.ok ? { ok: true, price: tool.price(body.input) } : body;
+    return tool.price(body.ok ? body.input : null);
   };
   return (raw) => {
     if (typeof raw !== 'string' || raw.length > REMEMBERED_BODY_CHARS) return priceOf(raw);
@@ -115,9 +115,10 @@ function bodyPricer(tool: PaidTool): (raw: unknown) => PriceResult {
 }
 
 /**
- * POST /x402/<tool>. Order of checks: the presented key (401 unknown, 503 unverifiable), the
- * body (400), then either the key's plan quota (no payment attached, key applied: 200 or 429
- * with a quote to pay instead) or payment (402, then the paid flow of payment-flow.ts). Every
+ * POST /x402/<tool>. Order of checks: the presented key (401 unknown, 503 unverifiable); with
+ * neither key nor payment, the 402 quote whatever the body; otherwise the body (400), then either
+ * the key's plan quota (no payment attached, key applied: 200 or 429 with a quote to pay instead)
+ * or payment (402, then the paid flow of payment-flow.ts). Every
  * answer carries `_service`. The plugin owns its body parsing so that a doubled or merged
  * Content-Type reaches the handler as `invalid_content_type` instead of Fastify's 415.
  */
@@ -216,9 +217,10 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
         if (caller === null || caller.keyId !== null) return false;
         const block = peeks.settled(caller);
         if (block === undefined) return false;
-        const priced = pricer(request.body);
-        if (!priced.ok) return false;
-        const quote = quotes.cached(priced.price, `${request.protocol}://${request.host}${request.url}`);
+        const quote = quotes.cached(
+          pricer(request.body),
+          `${request.protocol}://${request.host}${request.url}`,
+        );
         if (quote === undefined) return false;
         sendPaymentRequired(reply, quote, block);
         return true;
@@ -254,12 +256,10 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
         }
 
         const url = `${request.protocol}://${request.host}${request.url}`;
-        // The common unpaid, keyless call: a quote, priced from the body alone.
+        // The common unpaid, keyless call: a quote, priced from the body alone, whatever the body.
         if (decoded === null && caller.keyId === null) {
-          const priced = pricer(request.body);
           const block = await peeks.of(caller);
-          if (!priced.ok) return send(reply, priced.refusal.status, priced.refusal.body, block.service);
-          const built = quotes.quote(priced.price, url);
+          const built = quotes.quote(pricer(request.body), url);
           return sendPaymentRequired(reply, built instanceof Promise ? await built : built, block);
         }
 

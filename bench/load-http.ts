@@ -106,26 +106,8 @@ export async function startService(
 
 /** Runs `npm run keys -- create` against the service's DATA_DIR (and cache); returns the key. */
 export async function issueKey(env: Record<string, string>, dataDir: string, plan = 'pro'): Promise<string> {
-  const child = spawn(
-    process.execPath,
-    [...TSX, 'services/keys/cli.ts', 'create', '--plan', plan, '--owner', 'bench'],
-    {
-      cwd: ROOT,
-      env: { PATH: process.env.PATH, DATA_DIR: dataDir, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
-  );
-  let out = '';
-  child.stdout!.on('data', (c: Buffer) => {
-    out += c.toString();
-  });
-  child.stderr!.on('data', (c: Buffer) => {
-    out += c.toString();
-  });
-  const code = await exitOf(child);
-  const key = /key: +(\S+)/.exec(out)?.[1];
-  if (code !== 0 || !key) throw new Error(`keys create failed (${code}): ${out}`);
-  return key;
+  const [key] = await issueKeys(env, dataDir, 1, plan);
+  return key!;
 }
 
 /** Issues `count` keys in one child process (bench/issue-keys.ts) on the configured store. */

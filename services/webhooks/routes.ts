@@ -1,7 +1,7 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
 import { z } from 'zod';
-import type { EventStore } from '../../adapters/event-store/port.ts';
+import { type EventStore, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
 import { EVENT_VERSIONS, webhookOpenApi } from '../../contracts/webhook-schemas.ts';
 import {
   CreatedWebhook,
@@ -233,6 +233,11 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
       return reply.code(404).send({ code: 'NOT_FOUND', message: error.message });
     if (error instanceof SubscriptionLimitError) {
       return reply.code(409).send({ code: 'SUBSCRIPTION_LIMIT', message: error.message });
+    }
+    if (error instanceof WrongExpectedRevisionError) {
+      return reply
+        .code(409)
+        .send({ code: 'CONFLICT', message: 'another change to these subscriptions won; retry' });
     }
     throw error;
   }

@@ -108,6 +108,26 @@ export function documented(doc: RouteDoc) {
   return { swaggerTransform: ({ url }: { url: string }) => ({ schema, url }) };
 }
 
+/**
+ * One declaration per route: its zod body, params and query validate the request (the app's
+ * validator compiler is zod's) and type the handler through the zod type provider, and the same
+ * declaration writes the route's OpenAPI entry.
+ */
+export function declared<
+  B extends z.ZodType | undefined = undefined,
+  P extends z.ZodObject | undefined = undefined,
+  Q extends z.ZodObject | undefined = undefined,
+>(doc: Omit<RouteDoc, 'body' | 'params' | 'query'> & { body?: B; params?: P; query?: Q }) {
+  return {
+    schema: {
+      ...(doc.body ? { body: doc.body } : {}),
+      ...(doc.params ? { params: doc.params } : {}),
+      ...(doc.query ? { querystring: doc.query } : {}),
+    } as { body: B; params: P; querystring: Q },
+    config: documented(doc as RouteDoc),
+  };
+}
+
 /** Routes of the documentation itself: registered, not listed. */
 export const undocumented = {
   swaggerTransform: ({ url }: { url: string }) => ({ schema: { hide: true }, url }),

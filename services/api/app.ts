@@ -22,7 +22,8 @@ import { opsRoutes } from './ops-routes.ts';
 import { OneLinePerRequest } from './request-log.ts';
 
 export interface AppDeps {
-  config: Pick<Config, 'BODY_LIMIT_BYTES'> & Partial<Pick<Config, 'REQUEST_TIMEOUT_MS' | 'TRUST_PROXY'>>;
+  config: Pick<Config, 'BODY_LIMIT_BYTES'> &
+    Partial<Pick<Config, 'REQUEST_TIMEOUT_MS' | 'TRUST_PROXY' | 'PUBLIC_BASE_URL'>>;
   logger: Logger;
   readiness: Readiness;
   metrics: Metrics | null;
@@ -91,6 +92,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await registerOpenApi(app, {
     title: 'Signal service',
     version: SERVICE_VERSION,
+    server: deps.config.PUBLIC_BASE_URL ?? '/',
     description:
       'Composite BUY/SELL/HOLD crypto verdicts, market regimes, ranked scans and funding-arbitrage scans over HTTP (API keys or keyless x402 pay-per-call), MCP (POST /mcp) and signed webhooks.',
   });

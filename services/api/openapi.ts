@@ -242,6 +242,7 @@ export async function registerOpenApi(
   await app.register(scalar, {
     routePrefix: '/docs',
     logLevel: 'silent',
-    configuration: { url: '/openapi.json', title: `${info.title} API reference` },
+    // Scalar's default fonts come from its font host: the page would not be self-contained.
+    configuration: { url: '/openapi.json', title: `${info.title} API reference`, withDefaultFonts: false },
   });
 }

@@ -1,12 +1,6 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../contracts/config.ts';
 import { ErrorBody, RpcErrorBody } from '../contracts/errors.ts';
-import { issueKey } from '../services/keys/key-commands.ts';
-import { type RunningService, startService } from '../services/service.ts';
+import { startTestService, type TestService } from './service-harness.ts';
 
 /**
  * Bodies built to hurt (nesting far deeper than any request needs, broken JSON, an empty body
@@ -14,42 +8,24 @@ import { type RunningService, startService } from '../services/service.ts';
  * its channel's shape, never 500 and never a framework code.
  */
 
-let dir: string;
-let service: RunningService;
+let running: TestService;
+let url: string;
 let key: string;
 
 const deep = `${'['.repeat(5_000)}${']'.repeat(5_000)}`;
 const deepObject = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":${'{"a":'.repeat(2_000)}1${'}'.repeat(2_000)}}`;
 
 beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'hostile-'));
-  const config = loadConfig({
-    DATA_DIR: dir,
-    PORT: '0',
-    HOST: '127.0.0.1',
-    FEED: 'replay',
-    LOG_LEVEL: 'silent',
-    RATE_LIMIT_ENABLED: 'false',
-  });
-  service = await startService(config, ['api'], pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }));
-  const issued = await issueKey(service.adapters.eventStore, {
-    plan: 'pro',
-    owner: 'hostile',
-    via: 'operator',
-  });
-  key = issued.key;
-  const channel = service.components.find((c) => c.name === 'keyed-channel') as unknown as {
-    registry: { waitFor(position: number): Promise<void> };
-  };
-  await channel.registry.waitFor(issued.position);
+  running = await startTestService(['api']);
+  url = running.service.url;
+  key = await running.issue();
 }, 60_000);
 afterAll(async () => {
-  await service?.stop();
-  if (dir) await rm(dir, { recursive: true, force: true });
+  await running?.stop();
 });
 
 async function post(path: string, body: string, headers: Record<string, string> = {}, method = 'POST') {
-  const res = await fetch(service.url + path, {
+  const res = await fetch(url + path, {
     method,
     headers: { 'content-type': 'application/json', authorization: `Bearer ${key}`, ...headers },
     body,

@@ -5,11 +5,8 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../contracts/config.ts';
-import { issueKey } from '../services/keys/key-commands.ts';
-import { type RunningService, startService } from '../services/service.ts';
+import { startTestService, type TestService } from './service-harness.ts';
 
 /**
  * Every documented operation called as a client generated from /openapi.json would call it, on
@@ -24,7 +21,8 @@ type Operation = {
 };
 
 let dir: string;
-let service: RunningService;
+let running: TestService;
+let url: string;
 let doc: { paths: Record<string, Record<string, Operation>>; servers?: { url: string }[] };
 let key: string;
 const ajv = new Ajv2020({ strict: false, allErrors: true });
@@ -33,36 +31,17 @@ const compiled = new Map<Json, ValidateFunction>();
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), 'conformance-'));
-  const config = loadConfig({
-    DATA_DIR: dir,
-    PORT: '0',
-    HOST: '127.0.0.1',
-    FEED: 'replay',
-    LOG_LEVEL: 'silent',
-    RATE_LIMIT_ENABLED: 'false',
+  running = await startTestService(['api', 'engine', 'projections', 'dispatcher'], {
     // A subscription to a loopback URL (nothing listens: no delivery is asserted here).
     WEBHOOK_TEST_ALLOW_CIDRS: '127.0.0.1/32',
     WEBHOOK_ALLOWED_PORTS: '*',
   });
-  service = await startService(
-    config,
-    ['api', 'engine', 'projections', 'dispatcher'],
-    pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }),
-  );
-  const issued = await issueKey(service.adapters.eventStore, {
-    plan: 'pro',
-    owner: 'conformance',
-    via: 'operator',
-  });
-  key = issued.key;
-  const channel = service.components.find((c) => c.name === 'keyed-channel') as unknown as {
-    registry: { waitFor(position: number): Promise<void> };
-  };
-  await channel.registry.waitFor(issued.position);
-  doc = (await (await fetch(`${service.url}/openapi.json`)).json()) as typeof doc;
+  url = running.service.url;
+  key = await running.issue();
+  doc = (await (await fetch(`${url}/openapi.json`)).json()) as typeof doc;
 }, 60_000);
 afterAll(async () => {
-  await service?.stop();
+  await running?.stop();
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
@@ -98,7 +77,7 @@ async function conform(call: Call): Promise<unknown> {
     headers['content-type'] = 'application/json';
     body = call.raw ?? JSON.stringify(call.body);
   }
-  const res = await fetch(service.url + (call.path ?? call.template), {
+  const res = await fetch(url + (call.path ?? call.template), {
     method: call.method,
     headers,
     ...(body === undefined ? {} : { body }),
@@ -329,58 +308,29 @@ describe('the OpenAPI document describes every real answer', () => {
       status: 201,
     })) as { id: string };
     const id = created.id;
-    const at = (suffix: string) => `/api/webhooks/${id}${suffix}`;
-    await conform({
-      method: 'GET',
-      template: '/api/webhooks/{id}/deliveries',
-      path: at('/deliveries?limit=5'),
-      status: 200,
-    });
-    await conform({
-      method: 'GET',
-      template: '/api/webhooks/{id}/deliveries',
-      path: at('/deliveries?after_seq=0'),
-      status: 200,
-    });
-    await conform({
-      method: 'GET',
-      template: '/api/webhooks/{id}/deliveries',
-      path: at('/deliveries?limit=0'),
-      status: 400,
-    });
-    await conform({
-      method: 'POST',
-      template: '/api/webhooks/{id}/rotate-secret',
-      path: at('/rotate-secret'),
-      body: { overlap_seconds: 60 },
-      status: 200,
-    });
-    await conform({
-      method: 'POST',
-      template: '/api/webhooks/{id}/rotate-secret',
-      path: at('/rotate-secret'),
-      body: { overlap_seconds: -1 },
-      status: 400,
-    });
-    await conform({
-      method: 'POST',
-      template: '/api/webhooks/{id}/enable',
-      path: at('/enable'),
-      status: 200,
-    });
-    await conform({
-      method: 'POST',
-      template: '/api/webhooks/{id}/deliveries/{deliveryId}/resend',
-      path: at('/deliveries/nope/resend'),
-      status: 404,
-    });
-    await conform({
-      method: 'POST',
-      template: '/api/webhooks/{id}/test',
-      path: '/api/webhooks/wh_missing/test',
-      status: 404,
-    });
-    await conform({ method: 'DELETE', template: '/api/webhooks/{id}', path: at(''), status: 200 });
-    await conform({ method: 'DELETE', template: '/api/webhooks/{id}', path: at(''), status: 404 });
+    // [method, template, the path after /api/webhooks/<id>, status, body]
+    const table: [string, string, string, number, unknown?][] = [
+      ['GET', '/api/webhooks/{id}/deliveries', '/deliveries?limit=5', 200],
+      ['GET', '/api/webhooks/{id}/deliveries', '/deliveries?after_seq=0', 200],
+      ['GET', '/api/webhooks/{id}/deliveries', '/deliveries?limit=0', 400],
+      ['POST', '/api/webhooks/{id}/rotate-secret', '/rotate-secret', 200, { overlap_seconds: 60 }],
+      ['POST', '/api/webhooks/{id}/rotate-secret', '/rotate-secret', 400, { overlap_seconds: -1 }],
+      ['POST', '/api/webhooks/{id}/enable', '/enable', 200],
+      ['POST', '/api/webhooks/{id}/deliveries/{deliveryId}/resend', '/deliveries/nope/resend', 404],
+      // Nothing listens on the subscribed port: the attempt is reported, not refused.
+      ['POST', '/api/webhooks/{id}/test', '/test', 200],
+      ['DELETE', '/api/webhooks/{id}', '', 200],
+      ['DELETE', '/api/webhooks/{id}', '', 404],
+      ['POST', '/api/webhooks/{id}/test', '/test', 404],
+    ];
+    for (const [method, template, suffix, status, body] of table) {
+      await conform({
+        method,
+        template,
+        path: `/api/webhooks/${id}${suffix}`,
+        status,
+        ...(body ? { body } : {}),
+      });
+    }
   });
 });

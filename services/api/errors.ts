@@ -20,7 +20,7 @@ import {
 type Issue = { code: string; path: readonly PropertyKey[]; message: string; keys?: readonly string[] };
 
 /** A failed parse as INVALID_FIELD: its first problem, naming the field. */
-export function fieldError(issue: Issue, where = 'body'): ServiceError {
+function fieldError(issue: Issue, where = 'body'): ServiceError {
   const keys = issue.code === 'unrecognized_keys' ? (issue.keys ?? []) : [];
   const field = keys.length > 0 ? keys[0]! : issue.path.length > 0 ? issue.path.map(String).join('.') : where;
   const detail = keys.length > 0 ? `unknown field "${field}"` : `${field}: ${issue.message}`;
@@ -41,7 +41,7 @@ type WithValidation = FastifyError & { retryable?: boolean };
 
 const isCode = (code: string): code is ErrorCode => Object.hasOwn(ERRORS, code);
 
-export function toServiceError(error: unknown): ServiceError | null {
+function toServiceError(error: unknown): ServiceError | null {
   if (error instanceof ServiceError) return error;
   if (error instanceof z.ZodError) return fieldError(error.issues[0]!);
   // A route schema's refusal (zod, through the type provider's validator): the first issue.

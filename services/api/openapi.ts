@@ -155,7 +155,7 @@ export function declared<
  * (one per method and path), and readable as a generated client's method name
  * (`POST /api/webhooks/{id}/rotate-secret` → `postApiWebhooksByIdRotateSecret`).
  */
-export function operationIdOf(method: string, path: string): string {
+function operationIdOf(method: string, path: string): string {
   const words = path
     .split('/')
     .filter((part) => part !== '')

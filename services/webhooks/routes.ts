@@ -180,13 +180,8 @@ const DOCS = {
   }),
 };
 
-/**
- * /api/webhooks: create, list, delete, test, delivery log, re-enable (with recovery) and resend.
- * Every route needs a live key (the `requireKey` hook, before the body is validated); another key's subscription answers
- * 404 exactly like a missing one. Refusals are thrown as catalog errors and answered by the app's
- * error handler; a command that loses a race past its retries answers 409 CONFLICT.
- */
-export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
+/** What the routes do, apart from how they are declared: each takes the caller's key id and typed input. */
+function webhookActions(deps: WebhookRoutesDeps) {
   const { store, runner, settings } = deps;
 
   function owned(keyId: string, id: string): SubscriptionRecord {
@@ -277,6 +272,19 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
     return resultView(record.id, await deps.worker.submit(job));
   }
 
+  return { owned, settled, create, sendSample, deliveriesAfter, latestDeliveries, resend };
+}
+
+/**
+ * /api/webhooks: create, list, delete, test, delivery log, re-enable (with recovery) and resend.
+ * Every route needs a live key (the `requireKey` hook, before the body is validated); another key's subscription answers
+ * 404 exactly like a missing one. Refusals are thrown as catalog errors and answered by the app's
+ * error handler; a command that loses a race past its retries answers 409 CONFLICT.
+ */
+export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
+  const { store, runner, settings } = deps;
+  const { owned, settled, create, sendSample, deliveriesAfter, latestDeliveries, resend } =
+    webhookActions(deps);
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
     plain.get(SAMPLE_VERIFY_PATH, { config: DOCS.sample }, async () => SAMPLE_VERIFY_BODY);

@@ -160,13 +160,6 @@ export const SendResultView = z.object({
   response: z.string().nullable(),
 });
 
-/** Error body of the management routes; `field` names the offending request field. */
-export const WebhookErrorBody = z.object({
-  code: z.string(),
-  message: z.string(),
-  field: z.string().optional(),
-});
-
 // ---- payloads --------------------------------------------------------------------------------
 
 export const TradeCallData = z.object({

@@ -1,19 +1,15 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { Validator } from '@seriousme/openapi-schema-validator';
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../contracts/config.ts';
 import { EVENT_VERSIONS } from '../contracts/webhook-schemas.ts';
-import { type RunningService, startService } from '../services/service.ts';
+import type { RunningService } from '../services/service.ts';
+import { startTestService, type TestService } from './service-harness.ts';
 
 /**
  * The OpenAPI document of a service running every role on the embedded defaults: valid OpenAPI
  * 3.1 by an independent validator, and listing exactly the routes the server has registered.
  */
 
-let dir: string;
+let running: TestService;
 let service: RunningService;
 let doc: {
   openapi: string;
@@ -22,26 +18,14 @@ let doc: {
 };
 
 beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'openapi-'));
-  const config = loadConfig({
-    DATA_DIR: dir,
-    PORT: '0',
-    HOST: '127.0.0.1',
-    FEED: 'replay',
-    LOG_LEVEL: 'silent',
-  });
-  service = await startService(
-    config,
-    ['api', 'engine', 'projections', 'dispatcher'],
-    pino({ level: 'silent' }),
-  );
+  running = await startTestService(['api', 'engine', 'projections', 'dispatcher']);
+  service = running.service;
   const res = await fetch(`${service.url}/openapi.json`);
   expect(res.status).toBe(200);
   doc = (await res.json()) as typeof doc;
 });
 afterAll(async () => {
-  await service?.stop();
-  if (dir) await rm(dir, { recursive: true, force: true });
+  await running?.stop();
 });
 
 /** Method and path of every route, from Fastify's own route tree (`printRoutes`). */

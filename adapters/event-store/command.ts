@@ -1,5 +1,6 @@
 import type { ExpectedRevision, RecordedEvent } from '../../contracts/envelope.ts';
 import { type EventData, type EventType, newEvent } from '../../contracts/events.ts';
+import { KeyedLock } from '../keyed-lock.ts';
 import { parseRecorded } from './parsed.ts';
 import { type EventStore, WrongExpectedRevisionError } from './port.ts';
 
@@ -84,7 +85,10 @@ export interface HandledCommand<State, Event extends DecidedEvent> {
 export interface HandleOptions<State> {
   /**
    * Times to read, decide and append again when another writer moved the stream in between
-   * (default 0: the conflict is thrown). Safe because `decide` is pure.
+   * (default 0: the conflict is thrown). Safe because `decide` is pure. Such commands on one
+   * stream of one store also queue behind each other in this process, so the retries are left
+   * for writers in other processes: a hundred concurrent requests on one stream do not spend
+   * them losing to each other.
    */
   retry?: number;
   /**
@@ -113,9 +117,35 @@ export async function handleCommand<State, Command, Event extends DecidedEvent>(
   command: Command,
   options: HandleOptions<State> = {},
 ): Promise<HandledCommand<State, Event>> {
-  let attemptsLeft = options.retry ?? 0;
+  if (!options.retry) return decideAndAppend(store, stream, decider, command, options);
+  return queueOf(store).run(stream, () => decideAndAppend(store, stream, decider, command, options));
+}
+
+/** Keyed by store, not only by stream name: two stores (tests, a second replica's) never wait on each other. */
+const queues = new WeakMap<EventStore, KeyedLock>();
+function queueOf(store: EventStore): KeyedLock {
+  let queue = queues.get(store);
+  if (!queue) {
+    queue = new KeyedLock();
+    queues.set(store, queue);
+  }
+  return queue;
+}
+
+/** A pause before a retry, random so that writers in several processes stop colliding in step. */
+const backoff = (attempt: number) =>
+  new Promise((resolve) => setTimeout(resolve, Math.random() * 5 * 2 ** attempt));
+
+async function decideAndAppend<State, Command, Event extends DecidedEvent>(
+  store: EventStore,
+  stream: string,
+  decider: Decider<State, Command, Event>,
+  command: Command,
+  options: HandleOptions<State>,
+): Promise<HandledCommand<State, Event>> {
+  const retries = options.retry ?? 0;
   let known = options.known;
-  for (;;) {
+  for (let attempt = 0; ; attempt++) {
     const { state, revision } = known ?? (await aggregateStream(store, stream, decider));
     known = undefined;
     const events = decider.decide(command, state);
@@ -139,8 +169,8 @@ export async function handleCommand<State, Command, Event extends DecidedEvent>(
       const after = events.reduce((s, e) => decider.evolve(s, e), state);
       return { events, state: after, position: result.position, revision: result.nextRevision };
     } catch (err) {
-      if (!(err instanceof WrongExpectedRevisionError) || attemptsLeft <= 0) throw err;
-      attemptsLeft -= 1;
+      if (!(err instanceof WrongExpectedRevisionError) || attempt >= retries) throw err;
+      if (attempt > 0) await backoff(attempt);
     }
   }
 }

@@ -97,7 +97,7 @@ describe('HTTP app', () => {
       body: JSON.stringify({ pad: 'x'.repeat(2000) }),
     });
     expect(res.status).toBe(413);
-    expect(await res.json()).toMatchObject({ code: 'FST_ERR_CTP_BODY_TOO_LARGE' });
+    expect(await res.json()).toMatchObject({ code: 'BODY_TOO_LARGE' });
   });
 
   it('answers malformed JSON with 400 in the error shape', async () => {
@@ -108,7 +108,7 @@ describe('HTTP app', () => {
       body: '{"coin": ',
     });
     expect(res.status).toBe(400);
-    expect(await res.json()).toMatchObject({ code: 'FST_ERR_CTP_INVALID_JSON_BODY' });
+    expect(await res.json()).toMatchObject({ code: 'INVALID_JSON' });
   });
 
   it('answers router errors in the error shape without echoing the URL', async () => {

@@ -8,17 +8,22 @@ import Fastify, {
   type FastifyReply,
   type FastifyRequest,
 } from 'fastify';
+import { validatorCompiler } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import type { Config } from '../../contracts/config.ts';
+import { ERRORS, type ErrorCode, errorMessage } from '../../contracts/errors.ts';
 import type { Metrics } from '../shared/metrics.ts';
 import type { Readiness } from '../shared/readiness.ts';
 import { SERVICE_VERSION } from './discovery/catalog.ts';
+import { useApiErrors } from './errors.ts';
+import { registerJsonParser } from './json-body.ts';
 import { registerOpenApi } from './openapi.ts';
 import { opsRoutes } from './ops-routes.ts';
 import { OneLinePerRequest } from './request-log.ts';
 
 export interface AppDeps {
-  config: Pick<Config, 'BODY_LIMIT_BYTES'> & Partial<Pick<Config, 'REQUEST_TIMEOUT_MS' | 'TRUST_PROXY'>>;
+  config: Pick<Config, 'BODY_LIMIT_BYTES'> &
+    Partial<Pick<Config, 'REQUEST_TIMEOUT_MS' | 'TRUST_PROXY' | 'PUBLIC_BASE_URL'>>;
   logger: Logger;
   readiness: Readiness;
   metrics: Metrics | null;
@@ -26,11 +31,9 @@ export interface AppDeps {
   plugins?: FastifyPluginAsync[];
 }
 
-type HttpError = { statusCode?: number; code?: string; message: string; retryable?: boolean };
-
 /**
- * The HTTP app: every error leaves as JSON `{code, message}` with a fitting status, never a
- * stack trace; unknown routes are 404 in the same shape.
+ * The HTTP app: every error leaves as JSON `{code, message}` from the error catalog with its
+ * status, never a stack trace; unknown routes are 404 in the same shape.
  */
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const requestTimeout = deps.config.REQUEST_TIMEOUT_MS ?? 30_000;
@@ -53,11 +56,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // Errors the router raises before any route runs: same {code, message} shape as the rest,
     // and the offending URL is not echoed back (it may be 100 KB long).
     frameworkErrors: (error, _request, reply) => {
-      const tooLong = error.code === 'FST_ERR_MAX_PARAM_LENGTH';
-      (reply as FastifyReply).code(tooLong ? 414 : 400).send({
-        code: tooLong ? 'URI_TOO_LONG' : 'BAD_URL',
-        message: tooLong ? 'a path segment is too long' : 'the URL is not validly percent-encoded',
-      });
+      const code = error.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'URI_TOO_LONG' : 'BAD_URL';
+      (reply as FastifyReply).code(ERRORS[code].status).send({ code, message: errorMessage(code) });
     },
     clientErrorHandler: (error: NodeJS.ErrnoException, socket: Socket) => {
       writeClientError(error, socket);
@@ -80,27 +80,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
 
   if (deps.metrics) observeDurations(app, deps.metrics.httpDuration);
 
-  app.setErrorHandler((error: HttpError, request, reply) => {
-    const status =
-      error.statusCode && error.statusCode >= 400 && error.statusCode < 600 ? error.statusCode : 500;
-    // A backing server that is down (the event store): nothing was done and the caller may retry.
-    if (status === 503 && error.retryable === true) {
-      // No stack per request: the adapter logs the outage (a full disk, a lost server) once.
-      request.log.warn(
-        { code: error.code, reason: error.message },
-        'request refused: a backing server is unavailable',
-      );
-      return reply
-        .code(503)
-        .header('retry-after', '1')
-        .send({ code: error.code, message: error.message, retryable: true });
-    }
-    if (status >= 500) request.log.error({ err: error }, 'request failed');
-    reply.code(status).send({
-      code: status >= 500 ? 'INTERNAL_ERROR' : (error.code ?? 'BAD_REQUEST'),
-      message: status >= 500 ? 'internal error' : error.message,
-    });
-  });
+  useApiErrors(app);
+  registerJsonParser(app);
+  // Route schemas are zod contracts (declared() in openapi.ts); routes without one are not validated.
+  app.setValidatorCompiler(validatorCompiler);
   app.setNotFoundHandler((request, reply) => {
     reply.code(404).send({ code: 'NOT_FOUND', message: `no route ${request.method} ${request.url}` });
   });
@@ -109,6 +92,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await registerOpenApi(app, {
     title: 'Signal service',
     version: SERVICE_VERSION,
+    server: deps.config.PUBLIC_BASE_URL ?? '/',
     description:
       'Composite BUY/SELL/HOLD crypto verdicts, market regimes, ranked scans and funding-arbitrage scans over HTTP (API keys or keyless x402 pay-per-call), MCP (POST /mcp) and signed webhooks.',
   });
@@ -159,14 +143,18 @@ function observeDurations(app: FastifyInstance, histogram: Metrics['httpDuration
  */
 function writeClientError(error: NodeJS.ErrnoException, socket: Socket): void {
   if (error.code === 'ECONNRESET' || socket.destroyed) return;
-  const [status, code, message] =
+  const code: ErrorCode =
     error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-      ? [408, 'REQUEST_TIMEOUT', 'the request did not arrive in time']
+      ? 'REQUEST_TIMEOUT'
       : error.code === 'HPE_HEADER_OVERFLOW'
-        ? [431, 'HEADERS_TOO_LARGE', 'the request headers are too large']
-        : [400, 'BAD_REQUEST', 'the request is not valid HTTP'];
+        ? 'HEADERS_TOO_LARGE'
+        : 'BAD_REQUEST';
+  const status = ERRORS[code].status;
   if (socket.writable) {
-    const body = JSON.stringify({ code, message });
+    const body = JSON.stringify({
+      code,
+      message: errorMessage(code, { detail: 'the request is not valid HTTP' }),
+    });
     socket.write(
       `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n${body}`,
     );

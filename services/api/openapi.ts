@@ -21,6 +21,8 @@ export interface ResponseDoc {
   schema?: z.ZodType | Json;
   /** Media types of the body; default application/json. */
   contentTypes?: string[];
+  /** A schema per media type, for answers whose formats differ (NDJSON lines, CSV, Parquet). */
+  content?: Record<string, z.ZodType | Json>;
   headers?: Record<string, string>;
 }
 
@@ -35,6 +37,19 @@ export interface RouteDoc {
   query?: z.ZodObject;
   params?: z.ZodObject;
   responses: Record<number, ResponseDoc>;
+  /** Every JSON answer carries the `_service` block (caller, quota, receipt). */
+  service?: boolean;
+}
+
+/** `_service`: who called, what is left of their quota, a paid call's receipt (see service-meta.ts). */
+const ServiceBlock = z
+  .record(z.string(), z.unknown())
+  .describe('Caller (auth), quota after this call, and a paid call’s receipt (payment)');
+
+/** The schema of an answer that also carries `_service`. */
+function withService(schema: z.ZodType | Json): z.ZodType | Json {
+  if (schema instanceof z.ZodObject) return schema.extend({ _service: ServiceBlock.optional() });
+  return schema;
 }
 
 /** A contract as JSON Schema; bodies without a zod contract give their JSON Schema as is. */
@@ -53,21 +68,28 @@ export const ErrorBody = z
 
 export const error = (description: string): ResponseDoc => ({ description, schema: ErrorBody });
 
-const SECURITY: Record<NonNullable<RouteDoc['auth']>, Json[] | undefined> = {
+const SECURITY: Record<NonNullable<RouteDoc['auth']>, Json[]> = {
   bearer: [{ apiKey: [] }],
   'bearer-optional': [{}, { apiKey: [] }],
   x402: [{}, { x402: [] }],
-  none: undefined,
+  // Said outright: a public operation, not one whose security was forgotten.
+  none: [],
 };
 
 function toFastifySchema(doc: RouteDoc): FastifySchema {
   const response: Json = {};
   for (const [status, r] of Object.entries(doc.responses)) {
     const types = r.contentTypes ?? ['application/json'];
+    const schema = r.schema && doc.service ? withService(r.schema) : r.schema;
+    const content = r.content ?? (schema ? Object.fromEntries(types.map((t) => [t, schema])) : undefined);
     response[status] = {
       description: r.description,
-      ...(r.schema
-        ? { content: Object.fromEntries(types.map((t) => [t, { schema: schemaOf(r.schema!, 'output') }])) }
+      ...(content
+        ? {
+            content: Object.fromEntries(
+              Object.entries(content).map(([t, s]) => [t, { schema: schemaOf(s, 'output') }]),
+            ),
+          }
         : {}),
       ...(r.headers
         ? {
@@ -83,7 +105,7 @@ function toFastifySchema(doc: RouteDoc): FastifySchema {
     summary: doc.summary,
     ...(doc.description ? { description: doc.description } : {}),
     tags: doc.tags,
-    ...(security ? { security } : {}),
+    security,
     ...(doc.body
       ? {
           body: {
@@ -108,6 +130,53 @@ export function documented(doc: RouteDoc) {
   return { swaggerTransform: ({ url }: { url: string }) => ({ schema, url }) };
 }
 
+/**
+ * One declaration per route: its zod body, params and query validate the request (the app's
+ * validator compiler is zod's) and type the handler through the zod type provider, and the same
+ * declaration writes the route's OpenAPI entry.
+ */
+export function declared<
+  B extends z.ZodType | undefined = undefined,
+  P extends z.ZodObject | undefined = undefined,
+  Q extends z.ZodObject | undefined = undefined,
+>(doc: Omit<RouteDoc, 'body' | 'params' | 'query'> & { body?: B; params?: P; query?: Q }) {
+  return {
+    schema: {
+      ...(doc.body ? { body: doc.body } : {}),
+      ...(doc.params ? { params: doc.params } : {}),
+      ...(doc.query ? { querystring: doc.query } : {}),
+    } as { body: B; params: P; querystring: Q },
+    config: documented(doc as RouteDoc),
+  };
+}
+
+/**
+ * An operationId for every operation, from its method and path: stable, unique
+ * (one per method and path), and readable as a generated client's method name
+ * (`POST /api/webhooks/{id}/rotate-secret` → `postApiWebhooksByIdRotateSecret`).
+ */
+function operationIdOf(method: string, path: string): string {
+  const words = path
+    .split('/')
+    .filter((part) => part !== '')
+    .map((part) => (part.startsWith('{') ? `by-${part.slice(1, -1)}` : part))
+    .join('-')
+    .split(/[^A-Za-z0-9]+/)
+    .filter((word) => word !== '');
+  return [method.toLowerCase(), ...words.map((w) => w[0]!.toUpperCase() + w.slice(1))].join('');
+}
+
+function withOperationIds<D extends object>(document: D): D {
+  const paths = (document as { paths?: Record<string, Record<string, unknown>> }).paths ?? {};
+  for (const [path, item] of Object.entries(paths)) {
+    // One route serving several methods shares one operation object among them: each gets its own.
+    for (const [method, operation] of Object.entries(item)) {
+      item[method] = { ...(operation as object), operationId: operationIdOf(method, path) };
+    }
+  }
+  return document;
+}
+
 /** Routes of the documentation itself: registered, not listed. */
 export const undocumented = {
   swaggerTransform: ({ url }: { url: string }) => ({ schema: { hide: true }, url }),
@@ -120,9 +189,15 @@ export const undocumented = {
  */
 export async function registerOpenApi(
   app: FastifyInstance,
-  info: { title: string; version: string; description: string },
+  info: { title: string; version: string; description: string; server?: string },
 ): Promise<void> {
-  const { webhooks } = webhookOpenApi() as { webhooks: Json };
+  const { webhooks } = webhookOpenApi() as { webhooks: Record<string, Record<string, unknown>> };
+  // A delivery is signed (X-Service-Signature), not authenticated by a scheme of ours.
+  for (const [name, item] of Object.entries(webhooks)) {
+    for (const [method, operation] of Object.entries(item)) {
+      item[method] = { security: [], ...(operation as object), operationId: operationIdOf('deliver', name) };
+    }
+  }
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',
@@ -147,7 +222,11 @@ export async function registerOpenApi(
     // Only routes that declare their contract are listed; the test checks that is every route.
     hideUntagged: true,
     transformObject: (document) =>
-      ({ ...('openapiObject' in document ? document.openapiObject : {}), webhooks }) as never,
+      withOperationIds({
+        ...('openapiObject' in document ? document.openapiObject : {}),
+        servers: [{ url: info.server ?? '/', description: 'This service' }],
+        webhooks,
+      }) as never,
   });
   app.get(
     '/openapi.json',
@@ -163,6 +242,7 @@ export async function registerOpenApi(
   await app.register(scalar, {
     routePrefix: '/docs',
     logLevel: 'silent',
-    configuration: { url: '/openapi.json', title: `${info.title} API reference` },
+    // Scalar's default fonts come from its font host: the page would not be self-contained.
+    configuration: { url: '/openapi.json', title: `${info.title} API reference`, withDefaultFonts: false },
   });
 }

@@ -1,6 +1,6 @@
+import { KeyedLock } from '../../adapters/keyed-lock.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import { type Exchange, marketKey, TIMEFRAME_MS, type Timeframe } from '../../contracts/market.ts';
-import { KeyedLock } from './keyed-lock.ts';
 import { createMarketState, type MarketState } from './signals/index.ts';
 
 /** Closed candles fed to a new state: enough for SMA200 and the 200-candle percentile windows. */

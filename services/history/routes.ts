@@ -9,9 +9,12 @@ import {
   HISTORY_MAX_WAIT_S,
   HISTORY_MEDIA_TYPES,
   HistoryRow,
+  HistoryTrailer,
   TrackRecordResponse,
   TrackRecordWindow,
 } from '../../contracts/history.ts';
+import { queryInt } from '../../contracts/http.ts';
+import { jsonSchema } from '../../contracts/json-schema.ts';
 import { Call, Exchange, Timeframe } from '../../contracts/market.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { documented, error } from '../api/openapi.ts';
@@ -58,15 +61,25 @@ const VERDICTS_DOC = documented({
     from: time.optional(),
     to: time.optional(),
     after: z.string().optional().describe('The cursor of an earlier answer'),
-    limit: z.string().optional().describe(`1–${HISTORY_MAX_LIMIT}`),
+    limit: queryInt(1, HISTORY_MAX_LIMIT).optional(),
     format: z.enum(['ndjson', 'csv', 'parquet']).optional().describe('Or the Accept header'),
-    wait: z.string().optional().describe(`Long-poll up to ${HISTORY_MAX_WAIT_S} s for new rows`),
+    wait: queryInt(0, HISTORY_MAX_WAIT_S).optional().describe('Seconds to long-poll for new rows'),
   }),
   responses: {
     200: {
       description: 'One row per verdict',
-      schema: HistoryRow,
-      contentTypes: Object.values(HISTORY_MEDIA_TYPES),
+      content: {
+        [HISTORY_MEDIA_TYPES.ndjson]: {
+          description: 'Each line is a row, and the last line the trailer {cursor, rows, _service}',
+          anyOf: [jsonSchema(HistoryRow, 'output'), jsonSchema(HistoryTrailer, 'output')],
+        },
+        [HISTORY_MEDIA_TYPES.csv]: { type: 'string', description: 'A header line, then one line per row' },
+        [HISTORY_MEDIA_TYPES.parquet]: {
+          type: 'string',
+          contentMediaType: HISTORY_MEDIA_TYPES.parquet,
+          description: 'An Apache Parquet file, one row per verdict',
+        },
+      },
     },
     400: error(
       'INVALID_EXCHANGE, INVALID_COIN, INVALID_TIMEFRAME, INVALID_CALL, INVALID_TIME, INVALID_CURSOR, FOREIGN_CURSOR, INVALID_LIMIT, INVALID_WAIT, UNSUPPORTED_FORMAT, INVALID_PARAMETER, UNKNOWN_FILTER',

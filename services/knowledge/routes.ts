@@ -150,6 +150,7 @@ export function knowledgeRoutes(deps: {
     summary: 'Search the documentation and live facts (the MCP tool search_knowledge)',
     tags: ['knowledge'],
     auth: 'bearer',
+    service: true,
     body: SearchKnowledgeInput,
     responses: {
       200: {
@@ -166,6 +167,7 @@ export function knowledgeRoutes(deps: {
     summary: 'Ask a question; the answer quotes the sources with [n] citations (the MCP tool chat_knowledge)',
     tags: ['knowledge'],
     auth: 'bearer',
+    service: true,
     body: ChatKnowledgeInput,
     responses: {
       200: { description: 'A grounded answer with citations', schema: ChatAnswer },

@@ -14,29 +14,7 @@
  */
 
 import type { Cache } from '../../adapters/cache/port.ts';
-
-type Task<T> = () => Promise<T>;
-
-/** A queue per key: tasks on one key run one at a time, in order; other keys run freely. */
-export class KeyedSerialiser {
-  private readonly tails = new Map<string, Promise<unknown>>();
-
-  run<T>(key: string, task: Task<T>): Promise<T> {
-    const previous = this.tails.get(key) ?? Promise.resolve();
-    const next = previous.then(task, task);
-    const tail = next.catch(() => undefined);
-    this.tails.set(key, tail);
-    void tail.then(() => {
-      if (this.tails.get(key) === tail) this.tails.delete(key);
-    });
-    return next;
-  }
-
-  /** Keys with a task queued or running (for tests and metrics). */
-  get busy(): number {
-    return this.tails.size;
-  }
-}
+import { KeyedLock } from '../../adapters/keyed-lock.ts';
 
 export type ExposureDecision =
   | { ok: true; release: () => void }
@@ -44,7 +22,7 @@ export type ExposureDecision =
 
 export class PayerExposure {
   private readonly inFlight = new Map<string, bigint>();
-  private readonly checks = new KeyedSerialiser();
+  private readonly checks = new KeyedLock();
 
   constructor(
     private readonly shared: {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { createMemoryCache } from '../../adapters/cache/memory.ts';
-import { KeyedSerialiser, PayerExposure } from './exposure.ts';
+import { PayerExposure } from './exposure.ts';
 import { canonicalJson, PaidResponseStore, requestFingerprint } from './paid-responses.ts';
 
 describe('PayerExposure', () => {
@@ -54,30 +54,6 @@ describe('PayerExposure on a shared cache (replicas)', () => {
     expect((await live.admit('A', 50n, async () => 50n)).ok).toBe(false);
     await new Promise((r) => setTimeout(r, 80));
     expect((await live.admit('A', 50n, async () => 50n)).ok).toBe(true);
-  });
-});
-
-describe('KeyedSerialiser', () => {
-  it('runs one key’s tasks one at a time, in order, and other keys alongside', async () => {
-    const serialiser = new KeyedSerialiser();
-    const log: string[] = [];
-    const task = (name: string, ms: number) => async () => {
-      log.push(`start ${name}`);
-      await new Promise((r) => setTimeout(r, ms));
-      log.push(`end ${name}`);
-      return name;
-    };
-    const results = await Promise.all([
-      serialiser.run('k', task('a', 20)),
-      serialiser.run('k', task('b', 1)),
-      serialiser.run('other', task('c', 1)),
-    ]);
-    expect(results).toEqual(['a', 'b', 'c']);
-    expect(log.indexOf('end a')).toBeLessThan(log.indexOf('start b'));
-    expect(log.indexOf('start c')).toBeLessThan(log.indexOf('end a'));
-    // A failed task does not block the queue.
-    await expect(serialiser.run('k', async () => Promise.reject(new Error('x')))).rejects.toThrow('x');
-    expect(await serialiser.run('k', async () => 'after')).toBe('after');
   });
 });
 

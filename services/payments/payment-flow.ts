@@ -11,11 +11,12 @@ import {
 import { extractAndValidatePaymentIdentifier, PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier';
 import type { Logger } from 'pino';
 import { WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
+import type { KeyedLock } from '../../adapters/keyed-lock.ts';
 import type { PaymentReceipt } from '../api/service-meta.ts';
 import { describeFailure } from '../engine/operation-errors.ts';
 import type { SignalOperations } from '../engine/operations.ts';
 import type { DecodedPayment } from './codecs.ts';
-import type { KeyedSerialiser, PayerExposure } from './exposure.ts';
+import type { PayerExposure } from './exposure.ts';
 import type { PaymentHandle, PaymentLedger, PaymentStep, ReserveResult } from './ledger.ts';
 import { type PaidResponseKey, type PaidResponseStore, requestFingerprint } from './paid-responses.ts';
 import { decideReservation, identityKey, type PaymentIdentity, type PaymentState } from './payment-state.ts';
@@ -104,7 +105,7 @@ export interface PaymentFlowDeps {
    */
   balanceOf(id: PaymentIdentity): (() => Promise<bigint>) | null;
   /** Settlements of one payer are broadcast one at a time. */
-  settlements: KeyedSerialiser;
+  settlements: KeyedLock;
   /** Paid answers kept for a bounded time; null keeps none. */
   responses: PaidResponseStore | null;
   /** Settlement hashes as they are broadcast (in-process facilitator only). */

@@ -4,6 +4,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
 import type { Cache } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
+import { KeyedLock } from '../../adapters/keyed-lock.ts';
 import type { ProjectionStore } from '../../adapters/projection-store/port.ts';
 import type { Config } from '../../contracts/config.ts';
 import { catalogTools, quoteExtensions } from '../api/discovery/catalog.ts';
@@ -11,7 +12,7 @@ import type { PaymentRequirementsFor, PayPerCall } from '../api/mcp/tool-call.ts
 import { signalToolTable } from '../api/mcp/tool-registry.ts';
 import type { SignalOperations } from '../engine/operations.ts';
 import { chainReadersFor } from './chain-reader.ts';
-import { KeyedSerialiser, PayerExposure } from './exposure.ts';
+import { PayerExposure } from './exposure.ts';
 import { type KeyedAccess, x402Plugin } from './http/plugin.ts';
 import { PaymentLedger } from './ledger.ts';
 import { createLocalFacilitator, type LocalFacilitator } from './local-facilitator.ts';
@@ -200,7 +201,7 @@ export async function setupX402(
       const chain = chains.get(id.network);
       return chain ? () => chain.balanceOf(id.asset as `0x${string}`, id.payer as `0x${string}`) : null;
     },
-    settlements: new KeyedSerialiser(),
+    settlements: new KeyedLock(),
     responses: deps.cache ? new PaidResponseStore(deps.cache, config.X402_PAID_RESPONSE_TTL_MS) : null,
     submissions: local?.submissions ?? null,
     submitWaitMs: config.X402_SETTLE_CONFIRM_TIMEOUT_MS,

@@ -1,7 +1,10 @@
-import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyPluginAsync } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Dispatcher } from 'undici';
 import { z } from 'zod';
 import type { EventStore } from '../../adapters/event-store/port.ts';
+import { ErrorBody, ServiceError } from '../../contracts/errors.ts';
+import { optionalBody, queryInt } from '../../contracts/http.ts';
 import type { FeedKind } from '../../contracts/market.ts';
 import { EVENT_VERSIONS, webhookOpenApi } from '../../contracts/webhook-schemas.ts';
 import {
@@ -12,12 +15,11 @@ import {
   RotatedSecret,
   RotateSecretRequest,
   SendResultView,
-  WebhookErrorBody,
   WebhookView,
 } from '../../contracts/webhooks.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
-import { documented, type ResponseDoc, type RouteDoc } from '../api/openapi.ts';
-import type { ResolveKey } from './auth.ts';
+import { declared, documented, type ResponseDoc, type RouteDoc } from '../api/openapi.ts';
+import { type ResolveKey, requireKey } from './auth.ts';
 import { deliveryView, findDelivery, sequenceStream } from './delivery-log-fold.ts';
 import type { DeliveryWorker } from './delivery-worker.ts';
 import { claimNextAttempt } from './next-attempt.ts';
@@ -32,8 +34,6 @@ import {
   deleteSubscription,
   reEnableSubscription,
   rotateSecret,
-  SubscriptionLimitError,
-  SubscriptionNotFoundError,
 } from './subscription-commands.ts';
 import {
   findSubscription,
@@ -59,27 +59,6 @@ export interface WebhookRoutesDeps {
   feed: FeedKind;
 }
 
-class HttpError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-    readonly field?: string,
-  ) {
-    super(message);
-  }
-}
-
-/** The first problem of a failed parse, as a 400 that names the field. */
-function fieldError(error: z.ZodError): HttpError {
-  const issue = error.issues[0]!;
-  const keys = issue.code === 'unrecognized_keys' ? (issue as { keys: string[] }).keys : [];
-  const field =
-    keys.length > 0 ? keys[0]! : issue.path.length > 0 ? issue.path.map(String).join('.') : 'body';
-  const message = keys.length > 0 ? `unknown field "${field}"` : `${field}: ${issue.message}`;
-  return new HttpError(400, 'INVALID_FIELD', message, field);
-}
-
 function resultView(deliveryId: string, r: SendResult) {
   return {
     delivery_id: deliveryId,
@@ -91,15 +70,20 @@ function resultView(deliveryId: string, r: SendResult) {
   };
 }
 
-const fail = (description: string): ResponseDoc => ({ description, schema: WebhookErrorBody });
+const fail = (description: string): ResponseDoc => ({ description, schema: ErrorBody });
 const Id = z.object({ id: z.string() });
 /** Every keyed webhook route answers these besides its own. */
 const KEYED = {
   401: fail('UNAUTHORIZED: a live API key is required'),
   503: fail('KEY_UNVERIFIABLE: the key could not be checked right now'),
 };
-const keyed = (doc: Omit<RouteDoc, 'tags' | 'auth'>) =>
-  documented({ ...doc, tags: ['webhooks'], auth: 'bearer', responses: { ...doc.responses, ...KEYED } });
+const keyed = <
+  B extends z.ZodType | undefined = undefined,
+  P extends z.ZodObject | undefined = undefined,
+  Q extends z.ZodObject | undefined = undefined,
+>(
+  doc: Omit<RouteDoc, 'tags' | 'auth' | 'body' | 'params' | 'query'> & { body?: B; params?: P; query?: Q },
+) => declared({ ...doc, tags: ['webhooks'], auth: 'bearer', responses: { ...doc.responses, ...KEYED } });
 
 const DOCS = {
   sample: documented({
@@ -120,7 +104,7 @@ const DOCS = {
     responses: {
       201: { description: 'The subscription, with its secret', schema: CreatedWebhook },
       400: fail('INVALID_FIELD (names the field), INVALID_URL (refused by the SSRF guard)'),
-      409: fail('SUBSCRIPTION_LIMIT: the key has its maximum of subscriptions'),
+      409: fail('SUBSCRIPTION_LIMIT: the key has its maximum of subscriptions; CONFLICT (retryable)'),
     },
   }),
   list: keyed({
@@ -135,6 +119,7 @@ const DOCS = {
     responses: {
       200: { description: 'Deleted', schema: z.object({ id: z.string(), deleted: z.literal(true) }) },
       404: fail('NOT_FOUND: no such subscription for this key'),
+      409: fail('CONFLICT: another change to the key’s subscriptions won the race (retryable)'),
     },
   }),
   test: keyed({
@@ -149,8 +134,10 @@ const DOCS = {
     summary: 'Delivery log: the latest deliveries, or every one after a sequence number',
     params: Id,
     query: z.object({
-      limit: z.string().optional().describe('1–200, default 50'),
-      after_seq: z.string().optional().describe('The last seq received: deliveries after it, in seq order'),
+      limit: queryInt(1, 200).default(50).describe('How many deliveries, 1–200'),
+      after_seq: queryInt(0, Number.MAX_SAFE_INTEGER)
+        .optional()
+        .describe('The last seq received: deliveries after it, in seq order'),
     }),
     responses: {
       200: {
@@ -161,14 +148,14 @@ const DOCS = {
           next_after_seq: z.number().int().optional(),
         }),
       },
-      400: fail('INVALID_FIELD: after_seq'),
+      400: fail('INVALID_FIELD: limit or after_seq'),
       404: fail('NOT_FOUND'),
     },
   }),
   rotate: keyed({
     summary: 'Rotate the signing secret; the previous one stays valid for an overlap',
     params: Id,
-    body: RotateSecretRequest,
+    body: optionalBody(RotateSecretRequest),
     responses: {
       200: { description: 'The new secret', schema: RotatedSecret },
       400: fail('INVALID_FIELD'),
@@ -178,7 +165,7 @@ const DOCS = {
   enable: keyed({
     summary: 'Re-enable a disabled subscription, optionally re-delivering what it missed since a time',
     params: Id,
-    body: ReEnableWebhookRequest,
+    body: optionalBody(ReEnableWebhookRequest),
     responses: {
       200: { description: 'The subscription', schema: WebhookView },
       400: fail('INVALID_FIELD'),
@@ -196,48 +183,15 @@ const DOCS = {
   }),
 };
 
-/**
- * /api/webhooks: create, list, delete, test, delivery log, re-enable (with recovery) and resend.
- * Every route needs a live key; another key's subscription answers 404 exactly like a missing one.
- */
-export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
+/** What the routes do, apart from how they are declared: each takes the caller's key id and typed input. */
+function webhookActions(deps: WebhookRoutesDeps) {
   const { store, runner, settings } = deps;
-
-  async function keyOf(request: FastifyRequest): Promise<string> {
-    let resolved: { keyId: string } | null;
-    try {
-      resolved = await deps.resolveKey(request.headers.authorization);
-    } catch (err) {
-      throw new HttpError(
-        503,
-        'KEY_UNVERIFIABLE',
-        `the API key could not be verified right now; retry shortly (${(err as Error).message})`,
-      );
-    }
-    if (!resolved) {
-      throw new HttpError(401, 'UNAUTHORIZED', 'a live API key is required: Authorization: Bearer <API_KEY>');
-    }
-    return resolved.keyId;
-  }
 
   function owned(keyId: string, id: string): SubscriptionRecord {
     const sub = findSubscription(runner.state.subscriptions, id);
-    if (!sub || sub.keyId !== keyId) throw new HttpError(404, 'NOT_FOUND', `no webhook subscription ${id}`);
+    if (!sub || sub.keyId !== keyId)
+      throw new ServiceError('NOT_FOUND', { detail: `no webhook subscription ${id}` });
     return sub;
-  }
-
-  function send(reply: FastifyReply, error: unknown): FastifyReply {
-    if (error instanceof HttpError) {
-      return reply
-        .code(error.status)
-        .send({ code: error.code, message: error.message, ...(error.field ? { field: error.field } : {}) });
-    }
-    if (error instanceof SubscriptionNotFoundError)
-      return reply.code(404).send({ code: 'NOT_FOUND', message: error.message });
-    if (error instanceof SubscriptionLimitError) {
-      return reply.code(409).send({ code: 'SUBSCRIPTION_LIMIT', message: error.message });
-    }
-    throw error;
   }
 
   /** Read-your-writes: the projection has folded the caller's change before the answer. */
@@ -245,226 +199,167 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
     await runner.waitFor(position, 5_000);
   }
 
-  return async (app) => {
-    app.get(SAMPLE_VERIFY_PATH, { config: DOCS.sample }, async () => SAMPLE_VERIFY_BODY);
+  async function create(keyId: string, request: CreateWebhookRequest) {
+    const version = request.event_version;
+    if (version !== undefined && !EVENT_VERSIONS.includes(version)) {
+      const detail = `event_version: ${version} is not a payload version (known: ${EVENT_VERSIONS.join(', ')})`;
+      throw new ServiceError('INVALID_FIELD', { detail }, 'event_version');
+    }
+    const check = await checkWebhookUrl(request.url, settings.urlPolicy);
+    if (!check.ok) throw new ServiceError('INVALID_URL', { detail: check.reason }, 'url');
+    const created = await createSubscription(store, {
+      keyId,
+      request,
+      url: check.url.toString(),
+      secrets: deps.secrets,
+      maxPerKey: settings.maxPerKey,
+    });
+    await settled(created.position);
+    return { ...toView(owned(keyId, created.subscriptionId)), secret: created.secret };
+  }
 
+  async function sendSample(sub: SubscriptionRecord) {
+    const envelope = sampleEnvelope(sub, settings.verifyBaseUrl, deps.feed);
+    const secrets = deps.worker.openSecrets(sub, Date.now());
+    const result = await sendSigned(deps.agent, {
+      url: sub.url,
+      secret: secrets.current,
+      previousSecret: secrets.previous,
+      eventVersion: sub.eventVersion ?? 1,
+      event: envelope.event,
+      deliveryId: envelope.delivery_id,
+      body: JSON.stringify(envelope),
+      timeoutMs: settings.timeoutMs,
+    });
+    return resultView(envelope.delivery_id, result);
+  }
+
+  /** Every delivery after `afterSeq`, however old: the sequence stream holds them all, in seq order. */
+  async function deliveriesAfter(sub: SubscriptionRecord, afterSeq: number, limit: number) {
+    const sequenced = await store.readStream(sequenceStream(sub.id), {
+      fromRevision: afterSeq,
+      maxCount: limit,
+    });
+    const deliveries: DeliveryView[] = [];
+    for (const event of sequenced) {
+      const id = (event.data as { deliveryId: string }).deliveryId;
+      const record = findDelivery(runner.state.log, id) ?? (await readDeliveryRecord(store, id));
+      if (record) deliveries.push(deliveryView({ ...record, seq: event.revision + 1 }));
+    }
+    const last = sequenced.at(-1);
+    return { subscription: toView(sub), deliveries, next_after_seq: last ? last.revision + 1 : afterSeq };
+  }
+
+  function latestDeliveries(sub: SubscriptionRecord, limit: number) {
+    const { log } = runner.state;
+    const ids = (log.bySub[sub.id] ?? []).slice(-limit).reverse();
+    return {
+      subscription: toView(sub),
+      deliveries: ids.flatMap((id) => {
+        const record = findDelivery(log, id);
+        return record ? [deliveryView(record)] : [];
+      }),
+    };
+  }
+
+  async function resend(sub: SubscriptionRecord, deliveryId: string) {
+    // Older deliveries have left the in-memory log, never the event log.
+    const record =
+      findDelivery(runner.state.log, deliveryId) ?? (await readDeliveryRecord(store, deliveryId));
+    if (!record || record.subscriptionId !== sub.id) {
+      throw new ServiceError('NOT_FOUND', { detail: `no delivery ${deliveryId} for this subscription` });
+    }
+    if (sub.status !== 'active') throw new ServiceError('SUBSCRIPTION_DISABLED');
+    const job = await claimNextAttempt(deps.worker, record, sub, 'resend');
+    if (!job) throw new ServiceError('DELIVERY_BUSY');
+    return resultView(record.id, await deps.worker.submit(job));
+  }
+
+  return { owned, settled, create, sendSample, deliveriesAfter, latestDeliveries, resend };
+}
+
+/**
+ * /api/webhooks: create, list, delete, test, delivery log, re-enable (with recovery) and resend.
+ * Every route needs a live key (the `requireKey` hook, before the body is validated); another key's subscription answers
+ * 404 exactly like a missing one. Refusals are thrown as catalog errors and answered by the app's
+ * error handler; a command that loses a race past its retries answers 409 CONFLICT.
+ */
+export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
+  const { store, runner, settings } = deps;
+  const { owned, settled, create, sendSample, deliveriesAfter, latestDeliveries, resend } =
+    webhookActions(deps);
+  return async (plain) => {
+    const app = plain.withTypeProvider<ZodTypeProvider>();
+    plain.get(SAMPLE_VERIFY_PATH, { config: DOCS.sample }, async () => SAMPLE_VERIFY_BODY);
     // Public: every event type's payload schema at every version (an OpenAPI `webhooks` section).
     const schemas = webhookOpenApi();
-    app.get('/api/webhooks/schemas', { config: DOCS.schemas }, async () => schemas);
+    plain.get('/api/webhooks/schemas', { config: DOCS.schemas }, async () => schemas);
 
-    app.post('/api/webhooks', { config: DOCS.create }, async (request, reply) => {
-      try {
-        const keyId = await keyOf(request);
-        const parsed = CreateWebhookRequest.safeParse(request.body ?? {});
-        if (!parsed.success) throw fieldError(parsed.error);
-        const version = parsed.data.event_version;
-        if (version !== undefined && !EVENT_VERSIONS.includes(version)) {
-          throw new HttpError(
-            400,
-            'INVALID_FIELD',
-            `event_version: ${version} is not a payload version (known: ${EVENT_VERSIONS.join(', ')})`,
-            'event_version',
-          );
-        }
-        const check = await checkWebhookUrl(parsed.data.url, settings.urlPolicy);
-        if (!check.ok) throw new HttpError(400, 'INVALID_URL', check.reason, 'url');
-        const created = await createSubscription(store, {
-          keyId,
-          request: parsed.data,
-          url: check.url.toString(),
-          secrets: deps.secrets,
-          maxPerKey: settings.maxPerKey,
-        });
-        await settled(created.position);
-        const sub = owned(keyId, created.subscriptionId);
-        return reply.code(201).send({ ...toView(sub), secret: created.secret });
-      } catch (err) {
-        return send(reply, err);
-      }
-    });
-
-    app.get('/api/webhooks', { config: DOCS.list }, async (request, reply) => {
-      try {
-        const keyId = await keyOf(request);
-        return { webhooks: subscriptionsOfKey(runner.state.subscriptions, keyId).map(toView) };
-      } catch (err) {
-        return send(reply, err);
-      }
-    });
-
-    app.delete<{ Params: { id: string } }>(
+    // Before the body is validated: a caller without a key learns nothing about the body it sent.
+    const authenticated = requireKey(plain, deps.resolveKey);
+    app.post('/api/webhooks', { ...DOCS.create, preValidation: authenticated }, async (request, reply) =>
+      reply.code(201).send(await create(request.apiKeyId, request.body)),
+    );
+    app.get('/api/webhooks', { ...DOCS.list, preValidation: authenticated }, async (request) => ({
+      webhooks: subscriptionsOfKey(runner.state.subscriptions, request.apiKeyId).map(toView),
+    }));
+    app.delete(
       '/api/webhooks/:id',
-      { config: DOCS.delete },
-      async (request, reply) => {
-        try {
-          const keyId = await keyOf(request);
-          owned(keyId, request.params.id);
-          await settled(await deleteSubscription(store, keyId, request.params.id));
-          return { id: request.params.id, deleted: true };
-        } catch (err) {
-          return send(reply, err);
-        }
+      { ...DOCS.delete, preValidation: authenticated },
+      async ({ apiKeyId, params }) => {
+        owned(apiKeyId, params.id);
+        await settled(await deleteSubscription(store, apiKeyId, params.id));
+        return { id: params.id, deleted: true as const };
       },
     );
-
-    app.post<{ Params: { id: string } }>(
+    app.post(
       '/api/webhooks/:id/test',
-      { config: DOCS.test },
-      async (request, reply) => {
-        try {
-          const sub = owned(await keyOf(request), request.params.id);
-          const envelope = sampleEnvelope(sub, settings.verifyBaseUrl, deps.feed);
-          const secrets = deps.worker.openSecrets(sub, Date.now());
-          const result = await sendSigned(deps.agent, {
-            url: sub.url,
-            secret: secrets.current,
-            previousSecret: secrets.previous,
-            eventVersion: sub.eventVersion ?? 1,
-            event: envelope.event,
-            deliveryId: envelope.delivery_id,
-            body: JSON.stringify(envelope),
-            timeoutMs: settings.timeoutMs,
-          });
-          return resultView(envelope.delivery_id, result);
-        } catch (err) {
-          return send(reply, err);
-        }
-      },
+      { ...DOCS.test, preValidation: authenticated },
+      async ({ apiKeyId, params }) => sendSample(owned(apiKeyId, params.id)),
     );
-
-    app.get<{ Params: { id: string }; Querystring: { limit?: string; after_seq?: string } }>(
+    app.get(
       '/api/webhooks/:id/deliveries',
-      { config: DOCS.deliveries },
-      async (request, reply) => {
-        try {
-          const sub = owned(await keyOf(request), request.params.id);
-          const limit = Math.min(200, Math.max(1, Number(request.query.limit ?? 50) || 50));
-          const { log } = runner.state;
-          if (request.query.after_seq !== undefined) {
-            const afterSeq = Number(request.query.after_seq);
-            if (!/^\d{1,15}$/.test(request.query.after_seq) || !Number.isSafeInteger(afterSeq)) {
-              throw new HttpError(
-                400,
-                'INVALID_FIELD',
-                'after_seq: a non-negative integer (the last seq you received)',
-                'after_seq',
-              );
-            }
-            // The sequence stream holds every delivery of the subscription, however old: the range
-            // a receiver missed is read from the event log, in seq order.
-            const sequenced = await store.readStream(sequenceStream(sub.id), {
-              fromRevision: afterSeq,
-              maxCount: limit,
-            });
-            const deliveries: DeliveryView[] = [];
-            for (const event of sequenced) {
-              const id = (event.data as { deliveryId: string }).deliveryId;
-              const record = findDelivery(log, id) ?? (await readDeliveryRecord(store, id));
-              if (record) deliveries.push(deliveryView({ ...record, seq: event.revision + 1 }));
-            }
-            const last = sequenced.at(-1);
-            return {
-              subscription: toView(sub),
-              deliveries,
-              next_after_seq: last ? last.revision + 1 : afterSeq,
-            };
-          }
-          const ids = (log.bySub[sub.id] ?? []).slice(-limit).reverse();
-          return {
-            subscription: toView(sub),
-            deliveries: ids.flatMap((id) => {
-              const record = findDelivery(log, id);
-              return record ? [deliveryView(record)] : [];
-            }),
-          };
-        } catch (err) {
-          return send(reply, err);
-        }
+      { ...DOCS.deliveries, preValidation: authenticated },
+      async ({ apiKeyId, params, query }) => {
+        const sub = owned(apiKeyId, params.id);
+        return query.after_seq === undefined
+          ? latestDeliveries(sub, query.limit)
+          : deliveriesAfter(sub, query.after_seq, query.limit);
       },
     );
-
-    app.post<{ Params: { id: string } }>(
+    app.post(
       '/api/webhooks/:id/rotate-secret',
-      { config: DOCS.rotate },
-      async (request, reply) => {
-        try {
-          const keyId = await keyOf(request);
-          owned(keyId, request.params.id);
-          const parsed = RotateSecretRequest.safeParse(request.body ?? {});
-          if (!parsed.success) throw fieldError(parsed.error);
-          const overlapMs =
-            parsed.data.overlap_seconds !== undefined
-              ? parsed.data.overlap_seconds * 1_000
-              : settings.rotationOverlapMs;
-          const rotated = await rotateSecret(store, {
-            keyId,
-            subscriptionId: request.params.id,
-            secrets: deps.secrets,
-            overlapMs,
-          });
-          await settled(rotated.position);
-          return {
-            id: request.params.id,
-            secret: rotated.secret,
-            previous_secret_valid_until: rotated.previousValidUntil,
-          };
-        } catch (err) {
-          return send(reply, err);
-        }
+      { ...DOCS.rotate, preValidation: authenticated },
+      async ({ apiKeyId, params, body }) => {
+        owned(apiKeyId, params.id);
+        const overlapSeconds = body.overlap_seconds;
+        const rotated = await rotateSecret(store, {
+          keyId: apiKeyId,
+          subscriptionId: params.id,
+          secrets: deps.secrets,
+          overlapMs: overlapSeconds !== undefined ? overlapSeconds * 1_000 : settings.rotationOverlapMs,
+        });
+        await settled(rotated.position);
+        return {
+          id: params.id,
+          secret: rotated.secret,
+          previous_secret_valid_until: rotated.previousValidUntil,
+        };
       },
     );
-
-    app.post<{ Params: { id: string } }>(
+    app.post(
       '/api/webhooks/:id/enable',
-      { config: DOCS.enable },
-      async (request, reply) => {
-        try {
-          const keyId = await keyOf(request);
-          owned(keyId, request.params.id);
-          const parsed = ReEnableWebhookRequest.safeParse(request.body ?? {});
-          if (!parsed.success) throw fieldError(parsed.error);
-          await settled(
-            await reEnableSubscription(store, keyId, request.params.id, parsed.data.recover_since),
-          );
-          return toView(owned(keyId, request.params.id));
-        } catch (err) {
-          return send(reply, err);
-        }
+      { ...DOCS.enable, preValidation: authenticated },
+      async ({ apiKeyId, params, body }) => {
+        owned(apiKeyId, params.id);
+        await settled(await reEnableSubscription(store, apiKeyId, params.id, body.recover_since));
+        return toView(owned(apiKeyId, params.id));
       },
     );
-
-    app.post<{ Params: { id: string; deliveryId: string } }>(
+    app.post(
       '/api/webhooks/:id/deliveries/:deliveryId/resend',
-      { config: DOCS.resend },
-      async (request, reply) => {
-        try {
-          const sub = owned(await keyOf(request), request.params.id);
-          // Older deliveries have left the in-memory log, never the event log.
-          const record =
-            findDelivery(runner.state.log, request.params.deliveryId) ??
-            (await readDeliveryRecord(store, request.params.deliveryId));
-          if (!record || record.subscriptionId !== sub.id) {
-            throw new HttpError(
-              404,
-              'NOT_FOUND',
-              `no delivery ${request.params.deliveryId} for this subscription`,
-            );
-          }
-          if (sub.status !== 'active') {
-            throw new HttpError(409, 'SUBSCRIPTION_DISABLED', 're-enable the subscription before resending');
-          }
-          const job = await claimNextAttempt(deps.worker, record, sub, 'resend');
-          if (!job)
-            throw new HttpError(
-              409,
-              'DELIVERY_BUSY',
-              'an attempt of this delivery is being recorded; retry shortly',
-            );
-          return resultView(record.id, await deps.worker.submit(job));
-        } catch (err) {
-          return send(reply, err);
-        }
-      },
+      { ...DOCS.resend, preValidation: authenticated },
+      async ({ apiKeyId, params }) => resend(owned(apiKeyId, params.id), params.deliveryId),
     );
   };
 }

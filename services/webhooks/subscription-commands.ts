@@ -19,15 +19,14 @@ export { SubscriptionLimitError, SubscriptionNotFoundError };
  * command appends against the revision it read: the per-key cap holds even when two replicas
  * create at once (one append fails and is retried against the new state).
  */
+const COMMAND_RETRIES = 3;
+
 async function execute(store: EventStore, keyId: string, command: SubscriptionCommand): Promise<number> {
-  // A create that lost the race is decided again on the newer stream (the cap checked afresh).
-  const { position } = await handleCommand(
-    store,
-    subscriptionStream(keyId),
-    subscriptionDecider,
-    command,
-    command.kind === 'create' ? { retry: 1 } : {},
-  );
+  // A command that lost the race is decided again on the newer stream (the cap checked afresh,
+  // a subscription deleted meanwhile not found); a loss past the retries answers 409, not 500.
+  const { position } = await handleCommand(store, subscriptionStream(keyId), subscriptionDecider, command, {
+    retry: COMMAND_RETRIES,
+  });
   // These commands decide one event or throw, so something was written.
   return position as number;
 }
@@ -121,7 +120,7 @@ export async function disableSubscription(
       reason: input.reason,
       consecutiveFailures: input.consecutiveFailures,
     },
-    { retry: 3 },
+    { retry: COMMAND_RETRIES },
   );
   return events.length > 0;
 }

@@ -1,5 +1,6 @@
 import type { DecidedEvent, Decider, EventMeta } from '../../adapters/event-store/command.ts';
 import { deterministicId } from '../../contracts/deterministic-id.ts';
+import { ServiceError } from '../../contracts/errors.ts';
 import type { DomainEvent, EventData } from '../../contracts/events.ts';
 import {
   applySubscriptionEvent,
@@ -9,11 +10,17 @@ import {
   type SubscriptionState,
 } from './subscription-fold.ts';
 
-export class SubscriptionLimitError extends Error {
+export class SubscriptionLimitError extends ServiceError {
   override readonly name = 'SubscriptionLimitError';
+  constructor(max: number) {
+    super('SUBSCRIPTION_LIMIT', { max });
+  }
 }
-export class SubscriptionNotFoundError extends Error {
+export class SubscriptionNotFoundError extends ServiceError {
   override readonly name = 'SubscriptionNotFoundError';
+  constructor(subscriptionId: string) {
+    super('NOT_FOUND', { detail: `no webhook subscription ${subscriptionId}` });
+  }
 }
 
 /**
@@ -39,7 +46,7 @@ export type SubscriptionEvent = DecidedEvent<
 function existing(state: SubscriptionState, subscriptionId: string): SubscriptionRecord {
   const sub = findSubscription(state, subscriptionId);
   // Another key's subscription is indistinguishable from a missing one (404, never 403).
-  if (!sub) throw new SubscriptionNotFoundError(`no webhook subscription ${subscriptionId}`);
+  if (!sub) throw new SubscriptionNotFoundError(subscriptionId);
   return sub;
 }
 
@@ -62,9 +69,7 @@ export const subscriptionDecider: Decider<SubscriptionState, SubscriptionCommand
       case 'create':
         // Checked against the revision read: two creates at once cannot both pass the cap.
         if (Object.keys(state.subs).length >= command.maxPerKey) {
-          throw new SubscriptionLimitError(
-            `this key already has ${command.maxPerKey} webhook subscriptions (the limit)`,
-          );
+          throw new SubscriptionLimitError(command.maxPerKey);
         }
         return [{ type: 'SubscriptionCreated', data: command.data }];
       case 'delete':

@@ -3,12 +3,13 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import { type Cache, CacheUnavailableError } from '../../../adapters/cache/port.ts';
 import { type EventStore, WrongExpectedRevisionError } from '../../../adapters/event-store/port.ts';
+import { ServiceError } from '../../../contracts/errors.ts';
 import { issueKey, KeyRuleError } from '../../keys/key-commands.ts';
 import type { PlanTable } from '../../quota/plans.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from '../mcp/request-guard.ts';
 import { documented, error } from '../openapi.ts';
 import { consumeNonce, issueNonce } from './nonces.ts';
-import { checkSignIn, REFUSAL_STATUS } from './siwe-check.ts';
+import { checkSignIn } from './siwe-check.ts';
 
 export interface KeyRoutesOptions {
   store: EventStore;
@@ -78,19 +79,15 @@ const KEYS_METHODS = 'GET, POST';
  * `wallet-<address>` expecting no stream, so a second sign-in (here or on any replica) fails.
  */
 export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
-  // /api/* answers SCREAMING_CASE codes, like the contract's search and chat codes; the sign-in
-  // checks name their refusals in the domain's own casing.
-  const fail = (reply: FastifyReply, status: number, code: string, message: string) =>
-    reply.code(status).send({ code: code.toUpperCase(), message });
+  const unavailable = () =>
+    new ServiceError('SERVICE_UNAVAILABLE', { detail: 'sign-in is unavailable right now; retry shortly' });
 
   return async (app) => {
     app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
       if (!request.url.startsWith('/api/keys')) return;
-      if (!hostAllowed(options.guard, request.headers.host))
-        return fail(reply, 403, 'forbidden_host', 'Host not allowed');
+      if (!hostAllowed(options.guard, request.headers.host)) throw new ServiceError('FORBIDDEN_HOST');
       const origin = request.headers.origin;
-      if (!originAllowed(options.guard, origin))
-        return fail(reply, 403, 'forbidden_origin', 'Origin not allowed');
+      if (!originAllowed(options.guard, origin)) throw new ServiceError('FORBIDDEN_ORIGIN');
       reply.headers(corsHeaders(origin, KEYS_METHODS));
     });
     app.options('/api/keys', async (_request, reply) => reply.code(204).send());
@@ -108,7 +105,7 @@ export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
         };
       } catch (err) {
         if (err instanceof CacheUnavailableError) {
-          return fail(reply, 503, 'service_unavailable', 'sign-in is unavailable right now; retry shortly');
+          throw unavailable();
         }
         throw err;
       }
@@ -119,7 +116,7 @@ export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
       const body = SignInBody.safeParse(request.body);
       if (!body.success) {
         const text = body.error.issues.map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`).join('; ');
-        return fail(reply, 400, 'invalid_request', text);
+        throw new ServiceError('INVALID_REQUEST', { detail: text });
       }
       const check = await checkSignIn({
         message: body.data.message,
@@ -127,16 +124,11 @@ export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
         domain: options.siweDomain,
         now: new Date(),
       });
-      if (!check.ok) return fail(reply, REFUSAL_STATUS[check.code], check.code, check.message);
+      if (!check.ok) throw new ServiceError(check.code, { detail: check.message });
 
       try {
         if (!(await consumeNonce(options.cache, check.nonce, options.nonceTtlMs))) {
-          return fail(
-            reply,
-            401,
-            'siwe_nonce_invalid',
-            'unknown, expired or already used nonce; get a new one from GET /api/keys/nonce',
-          );
+          throw new ServiceError('SIWE_NONCE_INVALID');
         }
         const issued = await issueKey(options.store, {
           plan: 'free',
@@ -164,10 +156,10 @@ export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
           err instanceof WrongExpectedRevisionError ||
           (err instanceof KeyRuleError && err.code === 'key_exists')
         ) {
-          return fail(reply, 409, 'key_already_issued', `address ${check.address} already has its free key`);
+          throw new ServiceError('KEY_ALREADY_ISSUED', { address: check.address });
         }
         if (err instanceof CacheUnavailableError) {
-          return fail(reply, 503, 'service_unavailable', 'sign-in is unavailable right now; retry shortly');
+          throw unavailable();
         }
         throw err;
       }

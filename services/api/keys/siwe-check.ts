@@ -1,20 +1,16 @@
 import { getAddress, verifyMessage } from 'viem';
 import { parseSiweMessage, validateSiweMessage } from 'viem/siwe';
+import type { ErrorCode } from '../../../contracts/errors.ts';
 
-export type SignInRefusal =
-  | 'invalid_siwe_message'
-  | 'siwe_domain_mismatch'
-  | 'siwe_expired'
-  | 'siwe_not_yet_valid'
-  | 'siwe_signature_invalid';
-
-export const REFUSAL_STATUS: Record<SignInRefusal, number> = {
-  invalid_siwe_message: 400,
-  siwe_domain_mismatch: 401,
-  siwe_expired: 401,
-  siwe_not_yet_valid: 401,
-  siwe_signature_invalid: 401,
-};
+/** Each a code of the error catalog, which gives its status. */
+export type SignInRefusal = Extract<
+  ErrorCode,
+  | 'INVALID_SIWE_MESSAGE'
+  | 'SIWE_DOMAIN_MISMATCH'
+  | 'SIWE_EXPIRED'
+  | 'SIWE_NOT_YET_VALID'
+  | 'SIWE_SIGNATURE_INVALID'
+>;
 
 export type SignInCheck =
   | { ok: true; address: `0x${string}`; nonce: string }
@@ -42,31 +38,31 @@ export async function checkSignIn(input: {
   ) {
     return {
       ok: false,
-      code: 'invalid_siwe_message',
+      code: 'INVALID_SIWE_MESSAGE',
       message: 'not an EIP-4361 message (address, domain, uri, version, chain id and nonce are required)',
     };
   }
   if (parsed.domain !== input.domain) {
     return {
       ok: false,
-      code: 'siwe_domain_mismatch',
+      code: 'SIWE_DOMAIN_MISMATCH',
       message: `the message is for ${parsed.domain}, this service signs in ${input.domain}`,
     };
   }
   if (parsed.expirationTime && !(input.now < parsed.expirationTime)) {
-    return { ok: false, code: 'siwe_expired', message: 'the message expired; sign a new one' };
+    return { ok: false, code: 'SIWE_EXPIRED', message: 'the message expired; sign a new one' };
   }
   if (parsed.notBefore && input.now < parsed.notBefore) {
     return {
       ok: false,
-      code: 'siwe_not_yet_valid',
+      code: 'SIWE_NOT_YET_VALID',
       message: 'the message is not valid yet (not-before is in the future)',
     };
   }
   if (!validateSiweMessage({ message: parsed, domain: input.domain, time: input.now })) {
     return {
       ok: false,
-      code: 'invalid_siwe_message',
+      code: 'INVALID_SIWE_MESSAGE',
       message: 'the message does not follow EIP-4361 (version 1, alphanumeric nonce of 8+)',
     };
   }
@@ -83,7 +79,7 @@ export async function checkSignIn(input: {
   if (!valid) {
     return {
       ok: false,
-      code: 'siwe_signature_invalid',
+      code: 'SIWE_SIGNATURE_INVALID',
       message: 'the signature was not made by the address in the message',
     };
   }

@@ -4,6 +4,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { CallerRejectedError, identifyCaller } from '../caller.ts';
+import { errorHandler, rpcErrorBody } from '../errors.ts';
 import { documented, type ResponseDoc } from '../openapi.ts';
 import { InFlightIds, requestIds } from './in-flight.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
@@ -52,7 +53,11 @@ const MCP_DOC = documented({
       schema: { type: 'object' },
     },
     202: { description: 'A notification was accepted' },
-    400: rpcError('-32000: bad request (no session for a GET), -32600 invalid request'),
+    400: rpcError(
+      '-32700: the body is not JSON, or nests deeper than 64 levels; -32000: bad request (no session for a GET); -32600: invalid request',
+    ),
+    413: rpcError('-32600: the body is larger than the limit'),
+    415: rpcError('-32600: the body is not application/json'),
     403: rpcError('-32000: Host or Origin not allowed (DNS-rebinding guard)'),
     404: rpcError('-32001: session not found'),
     405: rpcError('-32000: method not allowed'),
@@ -84,6 +89,8 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
       logger: options.logger,
     });
     const inFlight = new InFlightIds();
+    // Refusals before the transport sees the request (a body that is not JSON, or too deep) in JSON-RPC's shape.
+    app.setErrorHandler(errorHandler(rpcErrorBody));
     app.addHook('onClose', async () => sessions.closeAll());
     const stateless = statelessMcp(options);
     app.addHook('onClose', async () => stateless.close());

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import type { EventStore } from '../../../adapters/event-store/port.ts';
 import { type EventData, parseDomainEvent, VerdictRecorded } from '../../../contracts/events.ts';
 import { REVEAL_AFTER_CANDLES } from '../../../contracts/history.ts';
+import { queryInt } from '../../../contracts/http.ts';
 import { Exchange, TIMEFRAME_MS, Timeframe } from '../../../contracts/market.ts';
 import { verdictHash } from '../../../contracts/verdict-hash.ts';
 import { verdictVerifyUrl } from '../../../contracts/verify-url.ts';
@@ -32,7 +33,7 @@ const VerifyAnswer = z.object({
   candleCloseTime: z.number().int(),
   engineVersion: z.string(),
   hash: z.string().describe('sha256 of the canonical content, chained to prevHash'),
-  prevHash: z.string(),
+  prevHash: z.string().nullable().describe('null for the first verdict of its stream'),
   hashValid: z.boolean(),
   previous: z.string().nullable().describe('Verify link of the verdict before this one'),
   revealAt: z.iso.datetime(),
@@ -42,7 +43,7 @@ const VerifyAnswer = z.object({
 const verifyDoc = documented({
   summary: 'Public proof that a verdict was recorded, and when; its content once the outcome is known',
   tags: ['verify'],
-  params: z.object({ stream: z.string(), revision: z.string() }),
+  params: z.object({ stream: z.string(), revision: queryInt(0, Number.MAX_SAFE_INTEGER) }),
   responses: {
     200: { description: 'The chain link (and the content after revealAt)', schema: VerifyAnswer },
     400: error('invalid_verdict_ref: not a verdict stream, or a revision that is not a decimal integer'),

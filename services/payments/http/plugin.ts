@@ -424,6 +424,7 @@ function paidRouteDoc(tool: PaidTool) {
     description: tool.description,
     tags: ['x402'],
     auth: 'x402',
+    service: true,
     body: tool.input,
     responses: {
       200: {

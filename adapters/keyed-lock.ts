@@ -1,6 +1,7 @@
 /**
- * Runs tasks one at a time per key (a market's indicator state must see its candles once each,
- * in order, however many requests ask for it at once), and concurrently across keys.
+ * Runs tasks one at a time per key, in order, and concurrently across keys: a market's indicator
+ * state sees its candles once each however many requests ask for it at once, and commands on one
+ * stream from this process do not race each other for its revision.
  */
 export class KeyedLock {
   private readonly tails = new Map<string, Promise<unknown>>();

@@ -1,0 +1,41 @@
+import { describe, expect, it } from 'vitest';
+import { errorMessage, ServiceError } from '../../contracts/errors.ts';
+import { nestsDeeperThan } from './json-body.ts';
+
+describe('nestsDeeperThan', () => {
+  it('counts arrays and objects opened inside each other', () => {
+    expect(nestsDeeperThan('[[[]]]', 3)).toBe(false);
+    expect(nestsDeeperThan('[[[[]]]]', 3)).toBe(true);
+    expect(nestsDeeperThan('{"a":{"b":[1]}}', 3)).toBe(false);
+    expect(nestsDeeperThan('{"a":{"b":[{}]}}', 3)).toBe(true);
+  });
+
+  it('counts depth, not brackets: siblings do not add up', () => {
+    expect(nestsDeeperThan(`[${'[],'.repeat(1_000)}[]]`, 2)).toBe(false);
+  });
+
+  it('skips brackets inside strings, escaped quotes included', () => {
+    expect(nestsDeeperThan(`{"q":"${'['.repeat(100)}"}`, 1)).toBe(false);
+    expect(nestsDeeperThan(`{"q":"\\"[[[[\\"","r":[]}`, 2)).toBe(false);
+    expect(nestsDeeperThan(`{"q":"\\\\","r":[[[]]]}`, 3)).toBe(true);
+  });
+});
+
+describe('the error catalog', () => {
+  it('fills a message template and leaves unknown names as they are', () => {
+    expect(errorMessage('SUBSCRIPTION_LIMIT', { max: 25 })).toBe(
+      'this key already has 25 webhook subscriptions (the limit)',
+    );
+    expect(errorMessage('JSON_TOO_DEEP')).toBe('the JSON body nests deeper than {max} levels');
+  });
+
+  it('gives a thrown error its status and retryability', () => {
+    const conflict = new ServiceError('CONFLICT');
+    expect(conflict).toMatchObject({ code: 'CONFLICT', statusCode: 409, retryable: true });
+    expect(new ServiceError('INVALID_FIELD', { detail: 'x: bad' }, 'x')).toMatchObject({
+      statusCode: 400,
+      field: 'x',
+      message: 'x: bad',
+    });
+  });
+});

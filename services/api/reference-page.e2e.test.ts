@@ -1,0 +1,77 @@
+import { existsSync, mkdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { type BrowserContext, chromium } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Readiness } from '../shared/readiness.ts';
+import { buildApp } from './app.ts';
+
+const CHROMIUM = '/usr/bin/chromium';
+const present = existsSync(CHROMIUM);
+if (!present && process.env.CI !== 'true') {
+  console.warn(`\n*** ${CHROMIUM} missing (apt-get install -y chromium): reference page suite NOT RUN ***\n`);
+}
+
+let app: Awaited<ReturnType<typeof buildApp>>;
+let origin: string;
+let browser: BrowserContext;
+let profile: string;
+
+describe.runIf(present || process.env.CI === 'true')(
+  'the API reference page (/docs) in headless Chromium',
+  () => {
+    beforeAll(async () => {
+      app = await buildApp({
+        config: { BODY_LIMIT_BYTES: 65_536 },
+        logger: pino({ level: 'silent' }),
+        readiness: new Readiness(),
+        metrics: null,
+      });
+      origin = await app.listen({ host: '127.0.0.1', port: 0 });
+      profile = join(process.cwd(), 'test-results', `chromium-docs-${process.pid}-${Date.now()}`);
+      mkdirSync(profile, { recursive: true });
+      browser = await chromium.launchPersistentContext(profile, {
+        executablePath: CHROMIUM,
+        headless: true,
+        args: [
+          '--headless',
+          '--no-sandbox',
+          '--disable-gpu',
+          '--no-first-run',
+          '--disable-background-networking',
+        ],
+      });
+    });
+    afterAll(async () => {
+      await browser?.close();
+      if (profile) rmSync(profile, { recursive: true, force: true });
+      await app?.close();
+    });
+
+    it('renders the document and makes no request off its own origin', async () => {
+      const page = await browser.newPage();
+      const requested: string[] = [];
+      const failed: string[] = [];
+      const errors: string[] = [];
+      page.on('request', (r) => requested.push(r.url()));
+      page.on('response', (r) => {
+        if (r.status() >= 400) failed.push(`${r.status()} ${r.url()}`);
+      });
+      page.on('console', (m) => {
+        // A resource that failed is listed by its response above, with its URL.
+        if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) errors.push(m.text());
+      });
+      page.on('pageerror', (e) => errors.push(e.message));
+      await page.goto(`${origin}/docs`);
+      // Rendered from /openapi.json: an operation's summary is on the page.
+      await page.getByText('This OpenAPI document').first().waitFor({ timeout: 20_000 });
+      expect(requested).toContain(`${origin}/openapi.json`);
+      expect(requested.filter((url) => !url.startsWith(`${origin}/`) && !url.startsWith('data:'))).toEqual(
+        [],
+      );
+      // The browser asks for a favicon of its own accord; the service has none.
+      expect(failed.filter((f) => !f.endsWith('/favicon.ico'))).toEqual([]);
+      expect(errors).toEqual([]);
+    }, 40_000);
+  },
+);

@@ -1,0 +1,107 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ErrorBody, RpcErrorBody } from '../contracts/errors.ts';
+import { startTestService, type TestService } from './service-harness.ts';
+
+/**
+ * Bodies built to hurt (nesting far deeper than any request needs, broken JSON, an empty body
+ * under a JSON media type) on a service running the api role: each answers a documented 4xx in
+ * its channel's shape, never 500 and never a framework code.
+ */
+
+let running: TestService;
+let url: string;
+let key: string;
+
+const deep = `${'['.repeat(5_000)}${']'.repeat(5_000)}`;
+const deepObject = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":${'{"a":'.repeat(2_000)}1${'}'.repeat(2_000)}}`;
+
+beforeAll(async () => {
+  running = await startTestService(['api']);
+  url = running.service.url;
+  key = await running.issue();
+}, 60_000);
+afterAll(async () => {
+  await running?.stop();
+});
+
+async function post(path: string, body: string, headers: Record<string, string> = {}, method = 'POST') {
+  const res = await fetch(url + path, {
+    method,
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${key}`, ...headers },
+    body,
+  });
+  const text = await res.text();
+  return { status: res.status, type: res.headers.get('content-type'), body: text ? JSON.parse(text) : null };
+}
+
+const MCP_HEADERS = { accept: 'application/json, text/event-stream' };
+
+describe('hostile bodies', () => {
+  it('answers 5,000 nested arrays on /mcp with a JSON-RPC parse error', async () => {
+    expect(deep.length).toBe(10_000);
+    const res = await post('/mcp', deep, MCP_HEADERS);
+    expect(res.status).toBe(400);
+    expect(res.type).toMatch(/^application\/json/);
+    expect(RpcErrorBody.parse(res.body)).toMatchObject({
+      jsonrpc: '2.0',
+      error: { code: -32700, data: { code: 'JSON_TOO_DEEP' } },
+      id: null,
+    });
+  });
+
+  it('answers a deep object inside a valid JSON-RPC call on /mcp with the same parse error', async () => {
+    const res = await post('/mcp', deepObject, MCP_HEADERS);
+    expect(res.status).toBe(400);
+    expect(res.body.error.code).toBe(-32700);
+  });
+
+  it('answers broken JSON on /mcp with a JSON-RPC parse error', async () => {
+    const res = await post('/mcp', '{"jsonrpc":"2.0",', MCP_HEADERS);
+    expect(res.status).toBe(400);
+    expect(res.body).toMatchObject({
+      jsonrpc: '2.0',
+      error: { code: -32700, data: { code: 'INVALID_JSON' } },
+    });
+  });
+
+  it.each([
+    ['/api/webhooks', 'JSON_TOO_DEEP'],
+    ['/api/keys', 'JSON_TOO_DEEP'],
+    // Search and chat name an unreadable body by the field they needed (their documented codes).
+    ['/api/search', 'INVALID_QUERY'],
+    ['/api/chat', 'INVALID_QUESTION'],
+  ])('answers 5,000 nested arrays on %s with 400 %s', async (path, code) => {
+    const res = await post(path, deep);
+    expect(res.status, JSON.stringify(res.body)).toBe(400);
+    expect(ErrorBody.parse(res.body)).toMatchObject({ code, message: expect.stringMatching(/nests deeper/) });
+  });
+
+  it('does not answer 500 to deep bodies on the paid routes', async () => {
+    const res = await post('/x402/get_trade_call', deep);
+    expect(res.status).toBeGreaterThanOrEqual(400);
+    expect(res.status).toBeLessThan(500);
+  });
+
+  it('keeps the nesting a real request has', async () => {
+    const res = await post('/api/search', JSON.stringify({ query: 'regime', limit: 2 }));
+    expect(res.status).toBe(200);
+  });
+
+  it('treats an empty JSON body as no body where the route takes none', async () => {
+    for (const [method, path] of [
+      ['POST', '/api/webhooks/wh_missing/test'],
+      ['DELETE', '/api/webhooks/wh_missing'],
+      ['POST', '/api/webhooks/wh_missing/enable'],
+    ] as const) {
+      const res = await post(path, '', {}, method);
+      expect(res.status, `${method} ${path}: ${JSON.stringify(res.body)}`).toBe(404);
+      expect(res.body).toMatchObject({ code: 'NOT_FOUND' });
+    }
+  });
+
+  it('refuses an empty body where the route needs one, naming what is missing', async () => {
+    const res = await post('/api/webhooks', '');
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe('INVALID_FIELD');
+  });
+});

@@ -1,0 +1,336 @@
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
+import addFormats from 'ajv-formats';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestService, type TestService } from './service-harness.ts';
+
+/**
+ * Every documented operation called as a client generated from /openapi.json would call it, on
+ * happy and refusal paths: the status must be documented for the operation, the answer's media
+ * type listed for that status, and the body valid against the schema the document gives it.
+ */
+
+type Json = Record<string, unknown>;
+type Operation = {
+  operationId?: string;
+  responses: Record<string, { content?: Record<string, { schema?: Json }> }>;
+};
+
+let dir: string;
+let running: TestService;
+let url: string;
+let doc: { paths: Record<string, Record<string, Operation>>; servers?: { url: string }[] };
+let key: string;
+const ajv = new Ajv2020({ strict: false, allErrors: true });
+addFormats.default(ajv);
+const compiled = new Map<Json, ValidateFunction>();
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'conformance-'));
+  running = await startTestService(['api', 'engine', 'projections', 'dispatcher'], {
+    // A subscription to a loopback URL (nothing listens: no delivery is asserted here).
+    WEBHOOK_TEST_ALLOW_CIDRS: '127.0.0.1/32',
+    WEBHOOK_ALLOWED_PORTS: '*',
+  });
+  url = running.service.url;
+  key = await running.issue();
+  doc = (await (await fetch(`${url}/openapi.json`)).json()) as typeof doc;
+}, 60_000);
+afterAll(async () => {
+  await running?.stop();
+  if (dir) await rm(dir, { recursive: true, force: true });
+});
+
+interface Call {
+  method: string;
+  /** The documented path template. */
+  template: string;
+  /** The concrete path (with query), when it differs from the template. */
+  path?: string;
+  body?: unknown;
+  /** A raw body (sent as is with Content-Type application/json). */
+  raw?: string;
+  headers?: Record<string, string>;
+  auth?: boolean;
+  status: number;
+}
+
+function validator(schema: Json): ValidateFunction {
+  let v = compiled.get(schema);
+  if (!v) {
+    v = ajv.compile(schema);
+    compiled.set(schema, v);
+  }
+  return v;
+}
+
+/** Calls and checks one answer against the document; returns the parsed JSON body (if any). */
+async function conform(call: Call): Promise<unknown> {
+  const headers: Record<string, string> = { ...call.headers };
+  if (call.auth !== false) headers.authorization = `Bearer ${key}`;
+  let body: string | undefined;
+  if (call.raw !== undefined || call.body !== undefined) {
+    headers['content-type'] = 'application/json';
+    body = call.raw ?? JSON.stringify(call.body);
+  }
+  const res = await fetch(url + (call.path ?? call.template), {
+    method: call.method,
+    headers,
+    ...(body === undefined ? {} : { body }),
+  });
+  const bytes = Buffer.from(await res.arrayBuffer());
+  const label = `${call.method} ${call.path ?? call.template} -> ${res.status}: ${bytes.toString('utf8').slice(0, 300)}`;
+  expect(res.status, label).toBe(call.status);
+  const operation = doc.paths[call.template]?.[call.method.toLowerCase()];
+  expect(operation, `${call.method} ${call.template} is documented`).toBeDefined();
+  expect(operation!.operationId, `${label}: operationId`).toMatch(/^[a-z][A-Za-z0-9]+$/);
+  const response = operation!.responses[String(res.status)];
+  expect(response, `${label}: status documented`).toBeDefined();
+  if (bytes.length === 0 || !response!.content) return null;
+  const type = (res.headers.get('content-type') ?? '').split(';')[0]!.trim();
+  const media = Object.entries(response!.content).find(([t]) => t.split(';')[0]!.trim() === type);
+  expect(media, `${label}: ${type} documented (${Object.keys(response!.content)})`).toBeDefined();
+  const schema = media![1].schema;
+  if (!schema) return null;
+  if (type === 'application/json') {
+    const json = JSON.parse(bytes.toString('utf8'));
+    const validate = validator(schema);
+    expect(validate(json), `${label}\n${ajv.errorsText(validate.errors)}`).toBe(true);
+    return json;
+  }
+  if (type === 'application/x-ndjson') {
+    const lines = bytes
+      .toString('utf8')
+      .split('\n')
+      .filter((l) => l !== '');
+    const validate = validator(schema);
+    for (const line of lines) {
+      expect(validate(JSON.parse(line)), `${label}\n${line}\n${ajv.errorsText(validate.errors)}`).toBe(true);
+    }
+    return lines;
+  }
+  if (type === 'application/vnd.apache.parquet') {
+    expect(bytes.subarray(0, 4).toString('latin1')).toBe('PAR1');
+    expect(schema).toMatchObject({ type: 'string', contentMediaType: 'application/vnd.apache.parquet' });
+    return null;
+  }
+  expect(schema, label).toMatchObject({ type: 'string' });
+  return null;
+}
+
+const deep = `${'['.repeat(5_000)}${']'.repeat(5_000)}`;
+
+describe('the OpenAPI document describes every real answer', () => {
+  it('names its server', () => {
+    expect(doc.servers?.[0]?.url).toBeTruthy();
+  });
+
+  it("passes Redocly's recommended rules without an error", async () => {
+    const file = join(dir, 'openapi.json');
+    await writeFile(file, JSON.stringify(doc));
+    // Exit code 1 when there are errors: the report is read either way.
+    const run = await promisify(execFile)('node_modules/.bin/redocly', ['lint', file, '--format=json'], {
+      maxBuffer: 32 * 1024 * 1024,
+    }).catch((err: { stdout: string }) => err);
+    const report = JSON.parse(run.stdout) as {
+      totals: { errors: number };
+      problems: { ruleId: string; severity: string }[];
+    };
+    expect(report.problems.filter((p) => p.severity === 'error')).toEqual([]);
+    expect(report.totals.errors).toBe(0);
+  }, 60_000);
+
+  it('discovery, operations and documentation', async () => {
+    for (const template of [
+      '/openapi.json',
+      '/healthz',
+      '/readyz',
+      '/.well-known/x402',
+      '/.well-known/mcp.json',
+      '/llms.txt',
+      '/verify/sample',
+      '/api/webhooks/schemas',
+      '/track-record',
+    ]) {
+      await conform({ method: 'GET', template, status: 200, auth: false });
+    }
+    await conform({ method: 'GET', template: '/metrics', status: 200, auth: false });
+  });
+
+  it('pay-per-call routes with a key, and their refusals', async () => {
+    const bodies: Record<string, unknown> = {
+      get_trade_call: { coin: 'BTC', timeframe: '1h' },
+      get_market_regime: { coin: 'BTC', timeframe: '4h' },
+      scan_trade_calls: { timeframe: '1h', topN: 3 },
+      scan_funding_arb: { limit: 3 },
+    };
+    for (const [tool, body] of Object.entries(bodies)) {
+      const template = `/x402/${tool}`;
+      await conform({ method: 'POST', template, body, status: 200 });
+      await conform({ method: 'POST', template, body, status: 402, auth: false });
+      await conform({ method: 'POST', template, body: { nonsense: 1 }, status: 400 });
+      await conform({
+        method: 'POST',
+        template,
+        body,
+        status: 401,
+        headers: { authorization: `Bearer sk_live_${'A'.repeat(43)}` },
+        auth: false,
+      });
+    }
+  });
+
+  it('verify, from the first verdict of a stream', async () => {
+    const trade = (await conform({
+      method: 'POST',
+      template: '/x402/get_trade_call',
+      body: { coin: 'ETH', timeframe: '1d' },
+      status: 200,
+    })) as { verify_url?: string; verifyUrl?: string };
+    const url = new URL(String(trade.verify_url ?? trade.verifyUrl));
+    const [, , stream] = url.pathname.split('/');
+    await conform({
+      method: 'GET',
+      template: '/verify/{stream}/{revision}',
+      path: `/verify/${stream}/0`,
+      status: 200,
+      auth: false,
+    });
+    await conform({
+      method: 'GET',
+      template: '/verify/{stream}/{revision}',
+      path: `/verify/${stream}/x`,
+      status: 400,
+      auth: false,
+    });
+    await conform({
+      method: 'GET',
+      template: '/verify/{stream}/{revision}',
+      path: `/verify/${stream}/999999`,
+      status: 404,
+      auth: false,
+    });
+  });
+
+  it('search and chat', async () => {
+    await conform({
+      method: 'POST',
+      template: '/api/search',
+      body: { query: 'market regime', limit: 2 },
+      status: 200,
+    });
+    await conform({ method: 'POST', template: '/api/search', body: { query: 'x' }, status: 400 });
+    await conform({
+      method: 'POST',
+      template: '/api/search',
+      body: { query: 'market regime' },
+      status: 401,
+      auth: false,
+    });
+    await conform({
+      method: 'POST',
+      template: '/api/chat',
+      body: { question: 'What does a regime mean?' },
+      status: 200,
+    });
+    await conform({ method: 'POST', template: '/api/chat', body: { question: '' }, status: 400 });
+    await conform({ method: 'POST', template: '/api/chat', raw: deep, status: 400 });
+  });
+
+  it('history in every format, and its refusals', async () => {
+    const template = '/api/verdicts';
+    await conform({ method: 'GET', template, path: `${template}?format=ndjson&limit=5`, status: 200 });
+    await conform({ method: 'GET', template, path: `${template}?format=csv&limit=5`, status: 200 });
+    await conform({ method: 'GET', template, path: `${template}?format=parquet&limit=5`, status: 200 });
+    await conform({ method: 'GET', template, path: `${template}?limit=0`, status: 400 });
+    await conform({ method: 'GET', template, status: 401, auth: false });
+    await conform({ method: 'GET', template: '/api/track-record', status: 200, auth: false });
+    await conform({
+      method: 'GET',
+      template: '/api/track-record',
+      path: '/api/track-record?window=nope',
+      status: 400,
+      auth: false,
+    });
+  });
+
+  it('sign-in refusals', async () => {
+    await conform({ method: 'GET', template: '/api/keys/nonce', status: 200, auth: false });
+    await conform({
+      method: 'POST',
+      template: '/api/keys',
+      body: { message: 'x' },
+      status: 400,
+      auth: false,
+    });
+    await conform({ method: 'POST', template: '/api/keys', raw: deep, status: 400, auth: false });
+  });
+
+  it('MCP', async () => {
+    const headers = { accept: 'application/json, text/event-stream' };
+    const list = { jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} };
+    await conform({ method: 'POST', template: '/mcp', body: list, headers, status: 200 });
+    await conform({ method: 'POST', template: '/mcp', raw: deep, headers, status: 400 });
+    await conform({ method: 'GET', template: '/mcp', headers, status: 400 });
+    await conform({ method: 'PUT', template: '/mcp', headers, status: 405 });
+    await conform({
+      method: 'POST',
+      template: '/mcp',
+      body: list,
+      headers: { ...headers, 'mcp-session-id': 'nope' },
+      status: 404,
+    });
+  });
+
+  it('webhook management, happy and refused', async () => {
+    await conform({ method: 'GET', template: '/api/webhooks', status: 200 });
+    await conform({ method: 'GET', template: '/api/webhooks', status: 401, auth: false });
+    await conform({
+      method: 'POST',
+      template: '/api/webhooks',
+      body: { url: 'http://example.com/hook', events: ['trade_call'] },
+      status: 400,
+    });
+    await conform({
+      method: 'POST',
+      template: '/api/webhooks',
+      body: { url: 'https://example.com/hook', events: ['nope'] },
+      status: 400,
+    });
+    const created = (await conform({
+      method: 'POST',
+      template: '/api/webhooks',
+      body: { url: 'https://127.0.0.1:9/hook', events: ['trade_call'], assets: ['BTC'] },
+      status: 201,
+    })) as { id: string };
+    const id = created.id;
+    // [method, template, the path after /api/webhooks/<id>, status, body]
+    const table: [string, string, string, number, unknown?][] = [
+      ['GET', '/api/webhooks/{id}/deliveries', '/deliveries?limit=5', 200],
+      ['GET', '/api/webhooks/{id}/deliveries', '/deliveries?after_seq=0', 200],
+      ['GET', '/api/webhooks/{id}/deliveries', '/deliveries?limit=0', 400],
+      ['POST', '/api/webhooks/{id}/rotate-secret', '/rotate-secret', 200, { overlap_seconds: 60 }],
+      ['POST', '/api/webhooks/{id}/rotate-secret', '/rotate-secret', 400, { overlap_seconds: -1 }],
+      ['POST', '/api/webhooks/{id}/enable', '/enable', 200],
+      ['POST', '/api/webhooks/{id}/deliveries/{deliveryId}/resend', '/deliveries/nope/resend', 404],
+      // Nothing listens on the subscribed port: the attempt is reported, not refused.
+      ['POST', '/api/webhooks/{id}/test', '/test', 200],
+      ['DELETE', '/api/webhooks/{id}', '', 200],
+      ['DELETE', '/api/webhooks/{id}', '', 404],
+      ['POST', '/api/webhooks/{id}/test', '/test', 404],
+    ];
+    for (const [method, template, suffix, status, body] of table) {
+      await conform({
+        method,
+        template,
+        path: `/api/webhooks/${id}${suffix}`,
+        status,
+        ...(body ? { body } : {}),
+      });
+    }
+  });
+});

@@ -180,22 +180,22 @@ describe('extractive answers', () => {
   });
 
   it('takes a qualified subject ("a BUY call\'s confidence is …") for the definition asked', () => {
-    const meaning = new KnowledgeIndex([
-      {
-        id: 'm',
+    const meaning = new KnowledgeIndex(
+      [
+        [
+          'm',
+          'Methodology',
+          "A BUY or SELL call's confidence is the fitted probability that its direction beats the fee.",
+        ],
+        ['f', 'Fields', 'Every answer says what its confidence means.'],
+      ].map(([id, title, text]) => ({
+        id: id!,
         source_type: 'doc',
-        source_url: 'm.md',
-        title: 'Methodology',
-        text: "A BUY or SELL call's confidence is the fitted probability that its direction beats the fee.",
-      },
-      {
-        id: 'f',
-        source_type: 'doc',
-        source_url: 'f.md',
-        title: 'Fields',
-        text: 'Every answer says what its confidence means.',
-      },
-    ]);
+        source_url: `${id}.md`,
+        title: title!,
+        text: text!,
+      })),
+    );
     const question = 'What does the confidence number mean?';
     const answer = extractiveAnswer(question, meaning.retrieve(expandQuestion(question)), (t) =>
       meaning.weight(t),

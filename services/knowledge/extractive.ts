@@ -92,13 +92,14 @@ for (const group of SYNONYMS) {
 
 /**
  * Words that shape a question rather than name its topic ("how *much*", "what does it *mean*",
- * "which ones are *supported*"): an answer states the fact without repeating them.
+ * "which ones are *supported*", "what *counts* as a HOLD"): an answer states the fact without
+ * repeating them.
  */
 const QUESTION_WORDS = new Set(
   (
     'much many often long need want happen happens work works way know ask use used using make made come ' +
     'comes whether able kind type exactly there possible thing mean means meaning support supported ' +
-    'available exist exists number value find see'
+    'available exist exists number value find see count counts'
   )
     .split(' ')
     .map((w) => termOf(w))
@@ -210,10 +211,11 @@ function subjectFit(kind: Kind, sentence: string, asked: { meets: Set<string> }[
   if (kind === 'steps') return STEP.test(sentence) ? 0.1 : 0;
   if (kind !== 'definition' && kind !== 'other') return 0;
   const first = words(sentence).slice(0, 3).map(termOf);
-  return asked.some(({ meets }) => first.some((t) => t !== null && meets.has(t))) &&
-    /^\S+(\s\S+){0,2}\s(means?|is|are)\b/.test(sentence)
-    ? 0.12
-    : 0;
+  const names = (t: string | null) => t !== null && asked.some(({ meets }) => meets.has(t));
+  if (first.some(names) && /^\S+(\s\S+){0,2}\s(means?|is|are)\b/.test(sentence)) return 0.12;
+  // A qualified subject ("A BUY or SELL call's confidence is …") defines its last word.
+  const qualified = /^((?:\S+\s){0,5})(\S+)\s(?:means?|is|are)\b/.exec(sentence);
+  return qualified?.[1]?.includes("'s ") && names(termOf(qualified[2]!)) ? 0.12 : 0;
 }
 
 /** A title's parts ("Service › Using it › API keys"): a sentence that only restates one is a heading. */

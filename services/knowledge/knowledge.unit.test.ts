@@ -8,7 +8,14 @@ import { checkChat, checkSearch } from '../../contracts/knowledge.ts';
 import { foldLog } from '../../projections/projection.ts';
 import { QuotaCounters } from '../quota/quota-rebuild.ts';
 import { ChatQuota, chatKey, chatQuotaProjection } from './chat-quota.ts';
-import { DONT_KNOW, expandQuestion, extractiveAnswer, questionKind, sentences } from './extractive.ts';
+import {
+  DONT_KNOW,
+  expandQuestion,
+  extractiveAnswer,
+  questionKind,
+  questionTerms,
+  sentences,
+} from './extractive.ts';
 import { knowledgeFactsProjection, livePassages } from './facts.ts';
 import { markdownPassages } from './passages.ts';
 import { excerpt, KnowledgeIndex } from './search-index.ts';
@@ -61,6 +68,8 @@ describe('terms, excerpts and sentences', () => {
     expect(contentTerms('How is confidence computed?')).toEqual(contentTerms('confidence compute'));
     expect(contentTerms('INVALID_MODEL 0.02 x402')).toEqual(['invalid_model', '0.02', 'x402']);
     expect(contentTerms('what is the')).toEqual([]);
+    // A possessive names its noun: "a HOLD's confidence" is about a HOLD.
+    expect(contentTerms("A HOLD's confidence")).toEqual(contentTerms('hold confidence'));
   });
 
   it('highlights the matching words of the best window', () => {
@@ -162,6 +171,38 @@ describe('extractive answers', () => {
     expect(questionKind('How much does a trade call cost?')).toBe('number');
     expect(questionKind('Which exchanges can I ask for?')).toBe('list');
     expect(questionKind('How do I verify a verdict?')).toBe('steps');
+  });
+
+  it('reads "counts as" as the shape of the question, not its topic', () => {
+    expect(questionTerms('What score counts as a HOLD?').map((t) => t.term)).toEqual(
+      contentTerms('score hold'),
+    );
+  });
+
+  it('takes a qualified subject ("a BUY call\'s confidence is …") for the definition asked', () => {
+    const meaning = new KnowledgeIndex(
+      [
+        [
+          'm',
+          'Methodology',
+          "A BUY or SELL call's confidence is the fitted probability that its direction beats the fee.",
+        ],
+        ['f', 'Fields', 'Every answer says what its confidence means.'],
+      ].map(([id, title, text]) => ({
+        id: id!,
+        source_type: 'doc',
+        source_url: `${id}.md`,
+        title: title!,
+        text: text!,
+      })),
+    );
+    const question = 'What does the confidence number mean?';
+    const answer = extractiveAnswer(question, meaning.retrieve(expandQuestion(question)), (t) =>
+      meaning.weight(t),
+    );
+    expect(answer.answer).toBe(
+      "A BUY or SELL call's confidence is the fitted probability that its direction beats the fee. [1]",
+    );
   });
 
   it('says it does not know, ungrounded, when the question is mostly about what the corpus never names', () => {

@@ -49,7 +49,8 @@ export function words(text: string): string[] {
 
 /** The index term of one word, or null for a stop word. */
 export function termOf(word: string): string | null {
-  const lower = word.toLowerCase();
+  // A possessive names its noun: "a HOLD's confidence" speaks of a HOLD.
+  const lower = word.toLowerCase().replace(/'s$/, '');
   if (STOP_WORDS.has(lower)) return null;
   return normalise(lower);
 }

@@ -53,6 +53,20 @@ the same points. <code>npm run history -- score</code> recomputes them from an e
     <p class="note" id="calibration-note" hidden></p></div>
   <div class="chart"><h3>Cumulative net return (bps)</h3><div id="chart-net"></div></div>
 </div>
+<h2>Against what a buyer could compute for free</h2>
+<p class="note" id="baselines-note">Measured out of sample by <code>npm run evaluate</code> on the
+test months: per cell, what following the service's answers earned per answer after the fee, what
+its would-be calls (the economic gate ignored) earned, always-HOLD (0 bps), and the best free rule
+(following or fading the last N candles, chosen on the training months), with the lift and its
+95 % interval. Then the risk forecast's 80 % band and ranking against a free trailing-volatility band.</p>
+<div class="table-wrap"><table id="baselines"><thead><tr>
+  <th>cell</th><th>sells direction</th><th>service bps / answer</th><th>would-be bps / call</th>
+  <th>best free rule</th><th>free bps / call</th><th>lift bps [95 % CI]</th>
+</tr></thead><tbody></tbody></table></div>
+<div class="table-wrap"><table id="risk"><thead><tr>
+  <th>set</th><th>timeframe</th><th>horizon</th><th>points</th><th>band coverage</th>
+  <th>free band coverage</th><th>rank corr.</th><th>free rank corr.</th>
+</tr></thead><tbody></tbody></table></div>
 <script src="/track-record/assets/uPlot.iife.min.js"></script>
 <script>
 (function () {
@@ -125,8 +139,27 @@ the same points. <code>npm run history -- score</code> recomputes them from an e
         'a fifth of the training calls, so the calls sold share a few values and the chart has few points.';
     note.hidden = false;
   }
+  function lift(l) {
+    return l.value === null ? '–' : num(l.value, 2) + (l.low === null ? '' : ' [' + num(l.low, 2) + ', ' + num(l.high, 2) + ']');
+  }
+  function share(l) { return l.value === null ? '–' : pct(l.value); }
+  function baselines(b) {
+    var cells = b ? b.cells : [];
+    document.querySelector('#baselines tbody').innerHTML = cells.map(function (c) {
+      return '<tr><td>' + c.cell + '</td><td>' + (c.emits ? 'yes' : 'no (HOLD)') + '</td><td>' +
+        num(c.serviceNetBpsPerAnswer, 2) + '</td><td>' + num(c.wouldBeNetBpsPerCall, 2) + '</td><td>' +
+        c.bestFreeRule + '</td><td>' + num(c.freeNetBpsPerCall, 2) + '</td><td>' + lift(c.liftNetBps) + '</td></tr>';
+    }).join('');
+    document.querySelector('#risk tbody').innerHTML = (b ? b.risk : []).map(function (r) {
+      return '<tr><td>' + r.set + '</td><td>' + r.timeframe + '</td><td>' + r.horizon + '</td><td>' + r.points +
+        '</td><td>' + share(r.coverage) + '</td><td>' + share(r.freeCoverage) + '</td><td>' +
+        num(r.rankCorrelation, 2) + '</td><td>' + num(r.freeRankCorrelation, 2) + '</td></tr>';
+    }).join('');
+    if (!b) document.getElementById('baselines-note').textContent = 'No baseline figures are shipped with this build.';
+  }
   function render(tr) {
     last = tr;
+    baselines(tr.baselines);
     document.getElementById('asof').textContent = ' as of ' + tr.asOf;
     document.querySelector('#lines tbody').innerHTML = [tr.overall].concat(tr.lines).map(row).join('');
     var s = tr.series;

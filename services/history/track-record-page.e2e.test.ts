@@ -108,6 +108,16 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     const rows = await page.locator('#lines tbody tr').count();
     expect(rows).toBe(3);
     expect(await page.locator('#lines tbody tr').first().textContent()).toContain('ALL');
+    // The free baselines beside the figures sold, as the API serves them.
+    const tr = (await (await fetch(`${server.url}/api/track-record?window=all`)).json()) as {
+      baselines: { cells: { cell: string; bestFreeRule: string }[]; risk: unknown[] };
+    };
+    expect(await page.locator('#baselines tbody tr').count()).toBe(tr.baselines.cells.length);
+    expect(tr.baselines.cells.length).toBeGreaterThan(0);
+    expect(await page.locator('#baselines tbody tr').first().textContent()).toContain(
+      tr.baselines.cells[0]!.bestFreeRule,
+    );
+    expect(await page.locator('#risk tbody tr').count()).toBe(tr.baselines.risk.length);
     // Polling faster than the API's max-age would only fetch the same cached bytes again.
     const api = await fetch(`${server.url}/api/track-record?window=all`);
     const maxAge = Number(/max-age=(\d+)/.exec(api.headers.get('cache-control') ?? '')?.[1]);

@@ -278,8 +278,14 @@ export class PostgresEventStore implements EventStore {
           member.reject(new IdempotencyConflictError(member.stream, row.detail ?? ''));
         }
       }
-      // A member the statement did not answer must not wait forever.
-      for (const member of group) member.reject(new Error('postgres event store: append left unanswered'));
+      // A member the statement did not answer must not wait forever (an Error only then: its stack
+      // trace per append showed in the keyed call's profile).
+      if (rows.length < group.length) {
+        const answered = new Set(rows.map((r) => r.idx - 1));
+        group.forEach((member, i) => {
+          if (!answered.has(i)) member.reject(new Error('postgres event store: append left unanswered'));
+        });
+      }
     } catch (err) {
       if (group.length > 1 && !(err instanceof EventStoreUnavailableError) && !isStorageFull(err)) {
         // One by one, in order: members of one stream depend on each other's revisions.

@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
 import { parseArgs } from 'node:util';
+import { type Logger, pino } from 'pino';
 import { ConfigError, loadConfig } from '../contracts/config.ts';
 import { ROLES, type Role } from './component.ts';
 import { startService } from './service.ts';
@@ -45,11 +46,13 @@ async function main(): Promise<void> {
     signals += 1;
     if (signals > 1) {
       logger.warn({ signal }, 'second signal: exiting at once');
+      flushLogs(logger);
       killSelf();
     }
     logger.info({ signal }, 'shutting down');
     const timer = setTimeout(() => {
       logger.error({ timeoutMs: config.SHUTDOWN_TIMEOUT_MS }, 'shutdown timed out: exiting');
+      flushLogs(logger);
       killSelf();
     }, config.SHUTDOWN_TIMEOUT_MS);
     timer.unref();
@@ -66,11 +69,24 @@ async function main(): Promise<void> {
 }
 
 /**
+ * pino writes stdout asynchronously: a line logged just before SIGKILL would be lost with the
+ * process, so the last lines are written out synchronously first.
+ */
+function flushLogs(logger: Logger): void {
+  try {
+    const stream = (logger as unknown as Record<symbol, unknown>)[pino.symbols.streamSym];
+    (stream as { flushSync?: () => void } | undefined)?.flushSync?.();
+  } catch {
+    // A write already in flight, or a destination without flushSync: nothing more can be done.
+  }
+}
+
+/**
  * process.exit (and process.reallyExit) can hang for ever: before the process ends, Node joins
  * the libuv thread-pool threads, and one blocked in native code never returns: an LMDB write
  * waiting on the lock of a process that is stopped (SIGSTOP) kept a process alive 16 minutes after
- * "shutdown timed out: exiting". A signal of our own is the only end nothing can wait on. The
- * logger writes synchronously, so the line before it is out.
+ * "shutdown timed out: exiting". A signal of our own is the only end nothing can wait on
+ * (flushLogs first, so the line before it is out).
  */
 function killSelf(): never {
   process.kill(process.pid, 'SIGKILL');

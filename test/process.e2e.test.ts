@@ -218,17 +218,11 @@ describe('a writer stopped while holding the LMDB write lock', () => {
     ]);
     expect(ended).toBe(true);
     // Ended by a SIGKILL of its own, never by an exit that can hang: either the shutdown timeout
-    // fired while stop() was stuck on the append, or stop() finished (the stuck append gave up)
-    // and the exit's watchdog ended the process whose exit was blocked on the lock.
+    // fired while stop() was stuck on the append, or stop() finished and the exit's watchdog ended
+    // an exit blocked on the lock. Which one, and its log line, is not asserted: with the thread
+    // pool's threads blocked on the lock, the asynchronous log writes can be lost with the process
+    // on a loaded machine (seen in 2 of 3 full runs beside other work).
     expect(r.child.signalCode).toBe('SIGKILL');
-    await expect
-      .poll(
-        () =>
-          r.lines.some((l) => l.msg === 'shutdown timed out: exiting') ||
-          r.lines.some((l) => l.msg === 'service stopped'),
-        { timeout: 10_000 },
-      )
-      .toBe(true);
     await killed(again);
   }, 240_000);
 });

@@ -70,7 +70,9 @@ describe.runIf(reachable)('an endpoint that accepts and never answers', () => {
     expect(Math.max(...sent.map((a) => a.queued_ms!))).toBeGreaterThanOrEqual(250);
     expect(held).toHaveLength(8);
     expect(held.every((a) => a.outcome === 'failed' && /circuit open/.test(a.error ?? ''))).toBe(true);
-    expect(await metric('webhook_delivery_outcomes_total', 'outcome="held"')).toBe(8);
+    // The 8 first attempts held (exactly, from the log above); on a loaded machine their retries
+    // (1.5 s on) may come due and be held again before this reads the counter.
+    expect(await metric('webhook_delivery_outcomes_total', 'outcome="held"')).toBeGreaterThanOrEqual(8);
     expect(await metric('webhook_delivery_outcomes_total', 'outcome="failed"')).toBe(2);
     expect(await metric('webhook_delivery_attempts_total', 'trigger="event"')).toBe(10);
     expect(await metric('webhook_endpoints', 'breaker_state="open"')).toBe(1);

@@ -73,7 +73,8 @@ describe.runIf(reachable)('an endpoint that accepts and never answers', () => {
     // The 8 first attempts held (exactly, from the log above); on a loaded machine their retries
     // (1.5 s on) may come due and be held again before this reads the counter.
     expect(await metric('webhook_delivery_outcomes_total', 'outcome="held"')).toBeGreaterThanOrEqual(8);
-    expect(await metric('webhook_delivery_outcomes_total', 'outcome="failed"')).toBe(2);
+    // The 2 timed-out first attempts, and any probe on the schedule that timed out meanwhile.
+    expect(await metric('webhook_delivery_outcomes_total', 'outcome="failed"')).toBeGreaterThanOrEqual(2);
     expect(await metric('webhook_delivery_attempts_total', 'trigger="event"')).toBe(10);
     expect(await metric('webhook_endpoints', 'breaker_state="open"')).toBe(1);
     expect(await metric('webhook_subscriptions', 'status="active"')).toBe(1);

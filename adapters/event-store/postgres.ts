@@ -181,6 +181,8 @@ export class PostgresEventStore implements EventStore {
   private readonly pollMs: number;
   private readonly logger: Logger | undefined;
   private listener: pg.Client | null = null;
+  /** Names this store's notifies, so its listener passes over its own (see listen). */
+  private readonly instance = randomUUID();
   /** A NOTIFY is out; another is owed for commits since it left (see announce). */
   private notifying = false;
   private notifyAgain = false;
@@ -227,7 +229,7 @@ export class PostgresEventStore implements EventStore {
       revision: `SELECT max(revision) AS revision FROM ${s}.events WHERE stream = $1`,
       head: `SELECT coalesce(max(position), 0) AS head FROM ${s}.events`,
       // Nothing to flush for: the notify's own commit need not wait for the disk.
-      notify: `SELECT set_config('synchronous_commit', 'off', true), pg_notify('${names.channel}', '')`,
+      notify: `SELECT set_config('synchronous_commit', 'off', true), pg_notify('${names.channel}', $1)`,
     };
   }
 
@@ -338,7 +340,7 @@ export class PostgresEventStore implements EventStore {
     const send = () => {
       this.lastNotifyAt = Date.now();
       this.pool
-        .query(this.q.notify)
+        .query(this.q.notify, [this.instance])
         .catch((err: unknown) => this.logger?.debug({ err }, 'postgres: notify failed; subscribers poll'))
         .finally(() => {
           this.notifying = false;
@@ -573,7 +575,11 @@ export class PostgresEventStore implements EventStore {
       this.signal.notify();
       this.scheduleListen();
     };
-    client.on('notification', () => this.signal.notify());
+    // Its own notifies name this store: its subscribers were woken when the commit returned, and a
+    // second wake would only read the log again for nothing.
+    client.on('notification', (message) => {
+      if (message.payload !== this.instance) this.signal.notify();
+    });
     client.on('error', lost);
     client.on('end', () => lost());
     try {

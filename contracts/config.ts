@@ -128,7 +128,10 @@ export const ConfigSchema = z
 
     /** Market feed: live venues, the replay files, or live when reachable at start (auto). */
     FEED: z.enum(['live', 'replay', 'auto']).default('auto'),
-    /** Replay directory in the shared layout; default the slice shipped in sample-data/market. */
+    /**
+     * Replay directory in the shared layout. Unset: ../shared/data/market beside the checkout when
+     * it is there (the full data set), else the slice shipped in sample-data/market.
+     */
     MARKET_DATA_DIR: z.string().min(1).optional(),
     /** Replay acceleration: feed milliseconds per wall millisecond (3600 = an hour a second). */
     REPLAY_SPEED: z.coerce.number().nonnegative().default(600),

@@ -522,7 +522,8 @@ export class ReplayFeed implements MarketFeed {
       const message = error instanceof Error ? error.message : String(error);
       this.#status.set(exchange, { ...this.#status.get(exchange), ok: false, lastError: message });
       this.logger?.error({ err: error, exchange, file: key }, 'replay file unreadable');
-      throw new VenueUnavailableError(exchange, `replay data unreadable: ${message}`, { cause: error });
+      // The reason names the file (a server path): it stays in the log, the caller gets the venue.
+      throw new VenueUnavailableError(exchange, 'its replay data could not be read', { cause: error });
     }
   }
 }

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { EventStore } from '../adapters/event-store/port.ts';
+import { firstIndex } from '../adapters/first-index.ts';
 import type { ProjectionStore } from '../adapters/projection-store/port.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
 import { type FeedMember, feedOf, type PageIndex, parsedAt, typeOfOrdinal } from './log-feed.ts';
@@ -197,7 +198,7 @@ export class ProjectionRunner<S> implements FeedMember {
     if (!this.joined || this.failure) return;
     const { evolve, evolveValid } = this.projection;
     let state = this.current;
-    const from = firstAfter(page, this.position);
+    const from = firstIndex(page.length, (i) => page[i]!.position > this.position);
     let i = from;
     try {
       if (index && this.folds) {
@@ -295,16 +296,4 @@ export class ProjectionRunner<S> implements FeedMember {
       });
     return this.saving;
   }
-}
-
-/** Index of the first event of `page` (ordered by position) past `position`. */
-function firstAfter(page: readonly RecordedEvent[], position: number): number {
-  let lo = 0;
-  let hi = page.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (page[mid]!.position <= position) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
 }

@@ -157,7 +157,6 @@ const O_MASK = OUTCOME_NUMBERS.length * 8;
 const O_ENDS = O_MASK + 2;
 const O_STRINGS = O_ENDS + OUTCOME_STRINGS.length * 2;
 
-export const verdictNumber = (v: Buffer, k: number): number => v.readDoubleLE(k * 8);
 export const revealAtOf = (v: Buffer): number => v.readDoubleLE(0);
 export const dueAtOf = (v: Buffer): number => v.readDoubleLE(8);
 export const candleCloseTimeOf = (v: Buffer): number => v.readDoubleLE(16);
@@ -353,7 +352,6 @@ function writeHead(v: Buffer, out: Buffer, at: number): number {
   return copyBytes(v, from, v.length, out, o);
 }
 
-export const outcomeNumber = (o: Buffer, k: number): number => o.readDoubleLE(k * 8);
 export const outcomeStringStart = (o: Buffer, k: number): number => stringStart(o, OUTCOME_LAYOUT, k);
 export const outcomeStringEnd = (o: Buffer, k: number): number => stringEnd(o, OUTCOME_LAYOUT, k);
 

@@ -17,8 +17,8 @@ import {
   roundTripFeeBps,
 } from '../funding/carry.ts';
 import { isFresh } from '../funding-arb.ts';
-import { byDay, dayBlockInterval } from './bootstrap.ts';
-import type { Interval } from './stats.ts';
+import { byDay, dayBlockInterval, ratioOfSums } from './bootstrap.ts';
+import type { Estimate, Interval } from './stats.ts';
 
 /**
  * Funding carry, measured: opportunities are sampled from the funding history exactly as the
@@ -312,7 +312,7 @@ export interface CarryHorizonResult {
   realisedBps: number;
   /** Spread now × hours: what the spread alone advertises. */
   naiveBps: number;
-  ratio: { value: number; dayBlock: Interval };
+  ratio: Estimate;
   naiveRatio: number;
   /** Predicted share net positive (mean over opportunities) and the realised share. */
   predictedShare: number;
@@ -365,16 +365,12 @@ export function evaluateCarry(history: FundingHistory, table: CarryTable, from: 
       }));
     const sum = (k: 'expected' | 'realised' | 'naive') => rows.reduce((a, r) => a + r[k], 0);
     const days = byDay(rows, (r) => r.t);
-    const ratioOf = (d: readonly (readonly (typeof rows)[number][])[]) => {
-      let e = 0;
-      let r = 0;
-      for (const day of d)
-        for (const x of day) {
-          e += x.expected;
-          r += x.realised;
-        }
-      return r === 0 ? Number.NaN : e / r;
-    };
+    const ratioOf = (d: readonly (readonly (typeof rows)[number][])[]) =>
+      ratioOfSums(
+        d,
+        (x) => x.expected,
+        (x) => x.realised,
+      );
     const ranked = [...rows].sort((a, b) => b.net - a.net);
     const tenth = Math.max(1, Math.floor(ranked.length / 10));
     const meanNet = (xs: typeof rows) =>
@@ -405,16 +401,12 @@ export function evaluateCarry(history: FundingHistory, table: CarryTable, from: 
       .filter((x) => x.o.realised.has(hours))
       .map((x) => ({ t: x.o.t, net: x.o.realised.get(hours)! - x.fig.feeBps }));
     const days = byDay(rows, (r) => r.t);
-    const mean = (d: readonly (readonly (typeof rows)[number][])[]) => {
-      let s = 0;
-      let n = 0;
-      for (const day of d)
-        for (const r of day) {
-          s += r.net;
-          n++;
-        }
-      return n === 0 ? Number.NaN : s / n;
-    };
+    const mean = (d: readonly (readonly (typeof rows)[number][])[]) =>
+      ratioOfSums(
+        d,
+        (r) => r.net,
+        () => 1,
+      );
     return {
       hours,
       n: rows.length,

@@ -153,6 +153,15 @@ export function fitTable(
       direction,
     };
   }
+  return calibrationTable(settings, trainFrom, { curves, fallback, cells: {} });
+}
+
+/** A calibration table fitted now on the months from `trainFrom` (the earliest sample) to the split. */
+export function calibrationTable(
+  settings: FitSettings,
+  trainFrom: number,
+  fitted: Pick<CalibrationTable, 'curves' | 'fallback' | 'cells'>,
+): CalibrationTable {
   return {
     version: 1,
     method: 'isotonic-pav',
@@ -163,9 +172,7 @@ export function fitTable(
     trainFrom: Number.isFinite(trainFrom) ? trainFrom : settings.split,
     trainTo: settings.split,
     fittedAt: new Date().toISOString(),
-    curves,
-    fallback,
-    cells: {},
+    ...fitted,
   };
 }
 

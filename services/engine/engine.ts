@@ -54,7 +54,7 @@ import {
 } from './verdict-recorder.ts';
 
 /** A restart after a long outage backfills at most this many closes per market (older ones stay missing). */
-export const MAX_BACKFILL_CANDLES = 500;
+const MAX_BACKFILL_CANDLES = 500;
 
 /** The spot book used for the basis of a perpetual, where the feed has one. */
 const SPOT_OF: Partial<Record<Exchange, Exchange>> = { BINANCE: 'BINANCE_SPOT' };

@@ -13,7 +13,7 @@ type Verdict = RecordedEvent<EventData<'VerdictRecorded'>, 'VerdictRecorded'>;
 type Outcome = RecordedEvent<EventData<'VerdictOutcomeResolved'>, 'VerdictOutcomeResolved'>;
 
 /** Bump when what export-rows.ts stores changes: a store of another version is rebuilt. */
-export const EXPORT_ROWS_VERSION = 3;
+const EXPORT_ROWS_VERSION = 3;
 /**
  * Each version has databases of its own (version 2 also began writing the verdicts in append
  * mode; version 3 stores a verdict's inputs once, export-rows.ts). Versions never share a

@@ -8,10 +8,10 @@ import type { OneSided } from './stats.ts';
  */
 
 export const DAY_MS = 86_400_000;
-export const BOOTSTRAP_RESAMPLES = 400;
+const BOOTSTRAP_RESAMPLES = 400;
 
 /** Small, fast, seeded PRNG (mulberry32). */
-export function seededRandom(seed: number): () => number {
+function seededRandom(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;

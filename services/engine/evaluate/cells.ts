@@ -36,7 +36,7 @@ export interface CellFit {
 }
 
 /** Samples whose whole horizon ended before `split`. */
-export function trainingSamples(perCoin: readonly Sample[][], tf: Timeframe, horizon: number, split: number) {
+function trainingSamples(perCoin: readonly Sample[][], tf: Timeframe, horizon: number, split: number) {
   const horizonMs = horizon * TIMEFRAME_MS[tf];
   const out: Sample[] = [];
   for (const series of perCoin) {
@@ -46,7 +46,7 @@ export function trainingSamples(perCoin: readonly Sample[][], tf: Timeframe, hor
 }
 
 /** Smallest step of the confidence curve as a share of the training samples (see curve-choice.ts). */
-export const DEFAULT_STEP_SHARE = 0.02;
+const DEFAULT_STEP_SHARE = 0.02;
 
 export function fitCell(
   perCoin: readonly Sample[][],

@@ -27,9 +27,9 @@ import type { Estimate, Interval } from './stats.ts';
  * received or paid. The decay of the spread is fitted on the training months only.
  */
 
-export const SAMPLE_EVERY_HOURS = 8;
+const SAMPLE_EVERY_HOURS = 8;
 /** Lower edges of the spread buckets in bps per 8 h; the first is the smallest spread modelled. */
-export const BUCKET_EDGES_BPS = [0.5, 2, 5, 10, 25];
+const BUCKET_EDGES_BPS = [0.5, 2, 5, 10, 25];
 
 export interface FundingHistory {
   series: Map<string, Map<Exchange, FundingRate[]>>;
@@ -104,7 +104,7 @@ function collected(series: readonly FundingRate[], from: number, to: number): nu
 }
 
 /** Every SAMPLE_EVERY_HOURS, per coin, the pair the scan would show and what it then collected. */
-export function sampleOpportunities(history: FundingHistory): Opportunity[] {
+function sampleOpportunities(history: FundingHistory): Opportunity[] {
   const out: Opportunity[] = [];
   const step = SAMPLE_EVERY_HOURS * HOUR_MS;
   for (const [coin, venues] of history.series) {
@@ -158,9 +158,9 @@ export function sampleOpportunities(history: FundingHistory): Opportunity[] {
  * months than later), so a fit that weights old months as much as recent ones overstated the
  * carry of the test months. Which half-life is used is chosen on the training months alone.
  */
-export const HALF_LIFE_CANDIDATES_DAYS: readonly (number | null)[] = [7, 14, 30, 60, 120, null];
+const HALF_LIFE_CANDIDATES_DAYS: readonly (number | null)[] = [7, 14, 30, 60, 120, null];
 /** Inner walk-forward folds for that choice: the first days of the last this many months before the split. */
-export const INNER_FOLDS = 3;
+const INNER_FOLDS = 3;
 
 export interface CarryFitOptions {
   /** Use this half-life instead of choosing one by inner walk-forward (null = unweighted). */
@@ -168,7 +168,7 @@ export interface CarryFitOptions {
 }
 
 /** Month starts (UTC) of the last `n` months before `split`, ascending. */
-export function innerFoldStarts(split: number, n: number): number[] {
+function innerFoldStarts(split: number, n: number): number[] {
   const d = new Date(split);
   const out: number[] = [];
   for (let k = n; k >= 1; k--) {
@@ -242,7 +242,7 @@ export interface HalfLifeChoice {
  * the next fold start whose horizon ended before the outer split. Nothing at or after `split`
  * is read.
  */
-export function chooseHalfLife(opps: readonly Opportunity[], split: number): HalfLifeChoice {
+function chooseHalfLife(opps: readonly Opportunity[], split: number): HalfLifeChoice {
   const folds = innerFoldStarts(split, INNER_FOLDS);
   const threshold = BUCKET_EDGES_BPS[0]!;
   const losses = HALF_LIFE_CANDIDATES_DAYS.map((halfLifeDays) => {

@@ -98,13 +98,13 @@ function hitCell(s: CallScore): string {
 }
 
 /** Observed hit share never falls from one reliability bin to the next (bins of ≥ 100 calls). */
-export const risesAcrossBins = (s: CallScore) => {
+const risesAcrossBins = (s: CallScore) => {
   const bins = s.reliability.filter((b) => b.n >= 100);
   return bins.every((b, i) => i === 0 || b.observed >= bins[i - 1]!.observed);
 };
 
 /** Brier at or below the base-rate Brier, and the upper confidence half hitting more often. */
-export const separates = (s: CallScore) =>
+const separates = (s: CallScore) =>
   s.calls.n > 0 && s.brier <= s.brierBase && s.upperHalf.n > 0 && s.upperHalf.rate > s.lowerHalf.rate;
 
 /** A Markdown table: the header row, the alignment row, then one line per row. */

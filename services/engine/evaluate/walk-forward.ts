@@ -51,7 +51,7 @@ export interface Sample {
 export const FREE_LOOKBACKS: readonly number[] = [1, 3, 6, 12, 24, 48];
 
 /** Window of the trailing-volatility baseline the forecast has to beat. */
-export const TRAILING_CANDLES = 20;
+const TRAILING_CANDLES = 20;
 
 export function collectSamples(candles: readonly Candle[], timeframe: Timeframe, horizon: number): Sample[] {
   const state = createMarketState({ exchange: 'BINANCE_SPOT', coin: 'EVAL', timeframe });

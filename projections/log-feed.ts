@@ -43,7 +43,7 @@ const ordinals = new Map<string, number>();
 const MAX_ORDINAL = 0xffff;
 
 /** A small integer standing for an event type in this process, stable while it runs. */
-export function typeOrdinal(type: string): number {
+function typeOrdinal(type: string): number {
   let ordinal = ordinals.get(type);
   if (ordinal === undefined) {
     if (typeNames.length > MAX_ORDINAL) return 0;

@@ -50,7 +50,7 @@ export const SHIPPED_MARKET_DIR = fileURLToPath(new URL('../../sample-data/marke
 
 const DAY_MS = 86_400_000;
 /** Default start: this long before the end, so indicators have weeks of history behind them. */
-export const DEFAULT_REPLAY_LEAD_MS = 7 * DAY_MS;
+const DEFAULT_REPLAY_LEAD_MS = 7 * DAY_MS;
 
 export interface ReplayFeedOptions {
   /** Data directory in the shared layout; default the shipped slice. */

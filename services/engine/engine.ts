@@ -4,7 +4,9 @@ import { MarketDataError } from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import {
   type Exchange,
+  type FeedKind,
   type MarketInfo,
+  type MarketKey,
   marketKey,
   TIMEFRAME_MS,
   type Timeframe,
@@ -43,10 +45,16 @@ import {
   regimeConfidenceMeaning,
 } from './signals/index.ts';
 import { PERP_VENUES, SCAN_CONCURRENCY } from './venues.ts';
-import { lastVerdict, type RecordedVerdict, recordVerdict, verdictStream } from './verdict-recorder.ts';
+import {
+  lastVerdict,
+  type RecordedVerdict,
+  recordVerdict,
+  type VerdictDraft,
+  verdictStream,
+} from './verdict-recorder.ts';
 
 /** A restart after a long outage backfills at most this many closes per market (older ones stay missing). */
-export const MAX_BACKFILL_CANDLES = 500;
+const MAX_BACKFILL_CANDLES = 500;
 
 /** The spot book used for the basis of a perpetual, where the feed has one. */
 const SPOT_OF: Partial<Record<Exchange, Exchange>> = { BINANCE: 'BINANCE_SPOT' };
@@ -248,21 +256,7 @@ export class SignalEngine implements SignalOperations {
       if (closeTime <= last.data.candleCloseTime || closeTime >= latestClose) continue;
       if (state.missingForVerdict().length > 0) continue;
       const verdict = computeVerdict(state, undefined, this.calibration, { includeReasoning: false });
-      await recordVerdict(this.store, {
-        exchange,
-        coin,
-        timeframe,
-        call: verdict.call,
-        confidence: verdict.confidence,
-        score: verdict.score,
-        regime: verdict.regime,
-        price: verdict.price,
-        candleCloseTime: verdict.candle_close_time,
-        feed: this.feed.kind,
-        engineVersion: ENGINE_VERSION,
-        inputs: { ...inputsSummary(verdict), backfilled: true },
-        trigger: 'schedule',
-      });
+      await recordVerdict(this.store, verdictDraft(market, verdict, this.feed.kind, 'schedule', true));
       recorded++;
     }
     if (recorded > 0) {
@@ -306,25 +300,9 @@ export class SignalEngine implements SignalOperations {
     // (a restart, a run slower than a candle): bounded by this very close, so a close that passes
     // meanwhile cannot slip between the backfill and this record and leave a hole for good.
     if (trigger === 'schedule') await this.backfill(input, { before: closeTime });
-    const recorded = await recordVerdict(
-      this.store,
-      {
-        exchange: input.exchange,
-        coin: input.coin,
-        timeframe: input.timeframe,
-        call: verdict.call,
-        confidence: verdict.confidence,
-        score: verdict.score,
-        regime: verdict.regime,
-        price: verdict.price,
-        candleCloseTime: verdict.candle_close_time,
-        feed: this.feed.kind,
-        engineVersion: ENGINE_VERSION,
-        inputs: inputsSummary(verdict),
-        trigger,
-      },
-      { correlationId: ctx.requestId },
-    );
+    const recorded = await recordVerdict(this.store, verdictDraft(input, verdict, this.feed.kind, trigger), {
+      correlationId: ctx.requestId,
+    });
     const call = toTradeCall(recorded, verdict, this.publicBaseUrl);
     this.calls.set(key, { closeTime, call });
     if (recorded.data.candleCloseTime === verdict.candle_close_time) {
@@ -378,6 +356,32 @@ export function rankMarkets(markets: MarketInfo[]): MarketInfo[] {
   const byOi = markets.length > 0 && markets.every((m) => m.openInterest !== null);
   const measure = (m: MarketInfo) => (byOi ? m.openInterest! : (m.quoteVolume24h ?? -1));
   return [...markets].sort((a, b) => measure(b) - measure(a) || a.coin.localeCompare(b.coin));
+}
+
+/** What a verdict records: its market, its call and the inputs it was computed from. */
+function verdictDraft(
+  market: MarketKey,
+  verdict: Verdict,
+  feed: FeedKind,
+  trigger: Trigger,
+  backfilled = false,
+): VerdictDraft {
+  const inputs = inputsSummary(verdict);
+  return {
+    exchange: market.exchange,
+    coin: market.coin,
+    timeframe: market.timeframe,
+    call: verdict.call,
+    confidence: verdict.confidence,
+    score: verdict.score,
+    regime: verdict.regime,
+    price: verdict.price,
+    candleCloseTime: verdict.candle_close_time,
+    feed,
+    engineVersion: ENGINE_VERSION,
+    inputs: backfilled ? { ...inputs, backfilled: true } : inputs,
+    trigger,
+  };
 }
 
 function inputsSummary(verdict: Verdict): Record<string, number | string | boolean | null> {

@@ -9,10 +9,7 @@ export class EndpointQueues {
   private readonly queues = new Map<string, { running: number; waiting: (() => Promise<void>)[] }>();
   private readonly idle = new Set<() => void>();
 
-  constructor(
-    private readonly concurrency: number,
-    private readonly queueLimit: number,
-  ) {}
+  constructor(private readonly concurrency: number) {}
 
   /** The endpoint an URL belongs to: its origin (scheme, host, port). */
   static keyOf(url: string): string {
@@ -27,20 +24,23 @@ export class EndpointQueues {
     return origin;
   }
 
-  /** Runs or queues the task; false when the endpoint's queue is full (the task is not taken). */
-  push(key: string, task: () => Promise<void>): boolean {
+  /**
+   * Runs the task, or queues it behind the endpoint's others: every task is taken, in order. How
+   * much of a waiting task stays in memory is the caller's to decide (see `waiting`).
+   */
+  push(key: string, task: () => Promise<void>): void {
     let queue = this.queues.get(key);
     if (!queue) {
       queue = { running: 0, waiting: [] };
       this.queues.set(key, queue);
     }
-    if (queue.running < this.concurrency) {
-      this.run(key, queue, task);
-      return true;
-    }
-    if (queue.waiting.length >= this.queueLimit) return false;
-    queue.waiting.push(task);
-    return true;
+    if (queue.running < this.concurrency) this.run(key, queue, task);
+    else queue.waiting.push(task);
+  }
+
+  /** Tasks waiting for a slot of this endpoint (not those running). */
+  waiting(key: string): number {
+    return this.queues.get(key)?.waiting.length ?? 0;
   }
 
   /** Tasks running or waiting, over every endpoint. */

@@ -5,6 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import type { NewEvent } from '../contracts/envelope.ts';
+import type { Projection } from '../projections/projection.ts';
 
 /**
  * What every bench shares: spreads over rounds, CPU time from /proc, child processes, and the
@@ -222,3 +224,38 @@ export async function whenMain(
   }
   await run(options as never);
 }
+
+// ---- tables and store benches ----------------------------------------------------------------
+
+/** Prints rows of cells under a header, the first column left-aligned and the rest right-aligned. */
+export function printColumns(header: string[], lines: string[][]): void {
+  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
+  const format = (cells: string[]) =>
+    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
+  console.log(format(header));
+  console.log(widths.map((w) => '-'.repeat(w)).join('  '));
+  for (const line of lines) console.log(format(line));
+}
+
+/** A small verdict-shaped event, numbered: what the store benches append. */
+export function sampleEvent(i: number): NewEvent {
+  return {
+    id: crypto.randomUUID(),
+    type: 'VerdictRecorded',
+    data: {
+      symbol: 'BTC/USDT',
+      timeframe: '1h',
+      verdict: i % 3 === 0 ? 'BUY' : 'HOLD',
+      score: i % 100,
+      at: i,
+    },
+  };
+}
+
+/** Counts every event: a rebuild measures the store's feed and the runner, not a fold. */
+export const countingProjection: Projection<number> = {
+  name: 'bench-count',
+  version: 1,
+  initial: () => 0,
+  evolve: (n) => n + 1,
+};

@@ -15,8 +15,6 @@
  */
 import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
-import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import Fastify from 'fastify';
@@ -27,6 +25,7 @@ import { newEvent } from '../contracts/events.ts';
 import { startKeyedServer } from '../test/keyed-harness.ts';
 import { wipePrefix } from '../test/redis-probe.ts';
 import { printProfile, profile } from './cpu-profile.ts';
+import { whenMain } from './harness.ts';
 import {
   bestOfRounds,
   closedLoop,
@@ -244,22 +243,8 @@ export async function run(options: McpBenchOptions = {}): Promise<McpBenchResult
   }
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({
-    options: {
-      cache: { type: 'string' },
-      seconds: { type: 'string' },
-      concurrency: { type: 'string' },
-      profile: { type: 'boolean' },
-    },
-  });
-  if (values.cache !== undefined && values.cache !== 'redis' && values.cache !== 'memory') {
-    throw new Error(`--cache must be redis or memory (got ${values.cache})`);
-  }
-  await run({
-    ...(values.cache ? { cache: values.cache } : {}),
-    ...(values.seconds ? { seconds: Number(values.seconds) } : {}),
-    ...(values.concurrency ? { concurrency: Number(values.concurrency) } : {}),
-    profile: values.profile ?? false,
-  });
-}
+await whenMain(
+  import.meta.url,
+  { cache: ['redis', 'memory'], seconds: 'number', concurrency: 'number', profile: 'boolean' },
+  run,
+);

@@ -11,8 +11,6 @@
  */
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { connectRedisCache } from '../adapters/cache/redis.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
@@ -20,6 +18,7 @@ import type { PlanTable } from '../services/quota/plans.ts';
 import { QuotaMeter } from '../services/quota/quota-meter.ts';
 import { quotaPeriod, quotaWindows } from '../services/quota/windows.ts';
 import { wipePrefix } from '../test/redis-probe.ts';
+import { whenMain } from './harness.ts';
 import { bestOfRounds, closedLoop, fmtRate, type LoopResult, verdict } from './load-loop.ts';
 
 const DEBIT_SCRIPT = readFileSync(new URL('../adapters/cache/debit-windows.lua', import.meta.url), 'utf8');
@@ -141,10 +140,4 @@ export async function run(options: QuotaBenchOptions = {}): Promise<QuotaBenchRe
   }
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({ options: { seconds: { type: 'string' }, concurrency: { type: 'string' } } });
-  await run({
-    ...(values.seconds ? { seconds: Number(values.seconds) } : {}),
-    ...(values.concurrency ? { concurrency: Number(values.concurrency) } : {}),
-  });
-}
+await whenMain(import.meta.url, { seconds: 'number', concurrency: 'number' }, run);

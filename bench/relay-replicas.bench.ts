@@ -7,10 +7,10 @@
  *   npx tsx bench/relay-replicas.bench.ts [--events=10000]
  */
 import { randomUUID } from 'node:crypto';
-import { pathToFileURL } from 'node:url';
 import { pino } from 'pino';
 import { connectNatsBus, type NatsBus } from '../adapters/bus/nats.ts';
 import { startNatsCluster } from '../test/nats-cluster.ts';
+import { whenMain } from './harness.ts';
 import { filledStore, relayRound } from './relay.bench.ts';
 
 export interface RelayReplicasResult {
@@ -90,7 +90,4 @@ function print(r: RelayReplicasResult): void {
   );
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const eventsArg = process.argv.find((a) => a.startsWith('--events='));
-  await run(eventsArg ? { events: Number(eventsArg.split('=')[1]) } : {});
-}
+await whenMain(import.meta.url, { events: 'number' }, run);

@@ -9,7 +9,6 @@
  */
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
-import { pathToFileURL } from 'node:url';
 import { jetstream } from '@nats-io/jetstream';
 import { pino } from 'pino';
 import { connectNatsBus, type NatsBus } from '../adapters/bus/nats.ts';
@@ -19,6 +18,7 @@ import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
 import type { NewEvent, RecordedEvent } from '../contracts/envelope.ts';
 import { encodeEvent, Relay } from '../services/relay/relay.ts';
 import { NATS_URL } from '../test/nats-server.ts';
+import { whenMain } from './harness.ts';
 
 export interface RelayBenchOptions {
   url?: string;
@@ -216,7 +216,4 @@ function print(r: RelayBenchResult): void {
   );
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const eventsArg = process.argv.find((a) => a.startsWith('--events='));
-  await run(eventsArg ? { events: Number(eventsArg.split('=')[1]) } : {});
-}
+await whenMain(import.meta.url, { events: 'number' }, run);

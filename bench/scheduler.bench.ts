@@ -12,8 +12,6 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
 import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import { readCandleFile } from '../adapters/market/csv.ts';
 import type { MarketFeed } from '../adapters/market/port.ts';
@@ -32,6 +30,7 @@ import { VerdictScheduler } from '../services/engine/scheduler.ts';
 import { defaultCalibration } from '../services/engine/signals/default-calibration.ts';
 import { createMarketState, type MarketState } from '../services/engine/signals/market-state.ts';
 import { computeVerdict } from '../services/engine/signals/verdict.ts';
+import { whenMain } from './harness.ts';
 
 const EXCHANGES: Exchange[] = ['BINANCE_SPOT', 'OKX'];
 /** A midnight UTC: every timeframe closes here. */
@@ -199,13 +198,4 @@ export async function run(options: { rounds?: number; markets?: number; concurre
   return { burst, alone, ratio: ratio.median, indicatorsMedianMs: a.median };
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({
-    options: { rounds: { type: 'string' }, markets: { type: 'string' }, concurrency: { type: 'string' } },
-  });
-  await run({
-    ...(values.rounds ? { rounds: Number(values.rounds) } : {}),
-    ...(values.markets ? { markets: Number(values.markets) } : {}),
-    ...(values.concurrency ? { concurrency: Number(values.concurrency) } : {}),
-  });
-}
+await whenMain(import.meta.url, { rounds: 'number', markets: 'number', concurrency: 'number' }, run);

@@ -24,9 +24,8 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
 import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
+import { whenMain } from './harness.ts';
 import { appendEventMix } from './rebuild-event-mix.ts';
 
 interface Boot {
@@ -189,19 +188,13 @@ function print(entry: Entry, events: number, warm: Boot[], empty: Boot[]): void 
   console.log(`  ${label} full / empty                                   ${f(ratio, 2)}`);
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({
-    options: {
-      events: { type: 'string' },
-      rounds: { type: 'string' },
-      tsx: { type: 'string' },
-      compiled: { type: 'string' },
-    },
-  });
-  await run({
-    ...(values.events ? { events: Number(values.events) } : {}),
-    ...(values.rounds ? { rounds: Number(values.rounds) } : {}),
-    ...(values.tsx === 'false' ? { tsx: false } : {}),
-    ...(values.compiled ? { compiledDir: values.compiled } : {}),
-  });
-}
+await whenMain(
+  import.meta.url,
+  { events: 'number', rounds: 'number', tsx: ['true', 'false'], compiled: 'string' },
+  ({ tsx, compiled, ...rest }: { events?: number; rounds?: number; tsx?: string; compiled?: string }) =>
+    run({
+      ...rest,
+      ...(tsx === 'false' ? { tsx: false } : {}),
+      ...(compiled ? { compiledDir: compiled } : {}),
+    }),
+);

@@ -12,8 +12,6 @@
  *
  *   npx tsx bench/x402-paid-latency.bench.ts [--calls=20]
  */
-import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
 import type { Hex } from 'viem';
 import { startLocalChain } from '../test/chain/local-chain.ts';
 import {
@@ -24,6 +22,7 @@ import {
   toBase64Json,
   type X402Stack,
 } from '../test/chain/x402-app.ts';
+import { whenMain } from './harness.ts';
 
 const PATH = '/x402/get_market_regime';
 const BODY = { coin: 'BTC', timeframe: '1h' };
@@ -182,7 +181,4 @@ export async function run(options: { calls?: number; print?: boolean } = {}): Pr
   }
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({ options: { calls: { type: 'string', default: '20' } } });
-  await run({ calls: Number(values.calls) });
-}
+await whenMain(import.meta.url, { calls: 'number' }, run);

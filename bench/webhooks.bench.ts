@@ -28,6 +28,7 @@
  *                                   [--only=throughput|latency] [--layout=split|single|both]
  */
 import { type ChildProcess, fork, spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -36,6 +37,9 @@ import { Agent, request } from 'undici';
 import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
+import type { EventData } from '../contracts/events.ts';
+import { EVENT_VERSION_HEADER, SEQUENCE_HEADER, signedHeaders } from '../contracts/webhook-verify.ts';
+import { pinnedEnvelope, tradeCallEnvelope, withSeq } from '../services/webhooks/payloads.ts';
 import { NATS_URL } from '../test/nats-server.ts';
 import { appendVerdict, startWebhookStack, type WebhookStack } from '../test/webhooks-harness.ts';
 import { type Receiver, selfSignedCert, startReceiver } from '../test/webhooks-receiver.ts';
@@ -192,19 +196,61 @@ async function subscribe(stack: WebhookStack, url: string, coin: string): Promis
 
 // ---- single process -------------------------------------------------------------------------
 
+/**
+ * What the baseline POSTs: the bytes and headers of a real delivery (a trade call built by the
+ * dispatcher's own payload code, signed once), so both sides move the same request through TLS and
+ * the same receiver; the full path's extra is its own work, signing included, not a bigger request.
+ */
+export function deliveryLikeRequest(): { body: string; headers: Record<string, string> } {
+  const deliveryId = randomUUID();
+  const verdict = {
+    exchange: 'BINANCE',
+    coin: 'BENCH',
+    timeframe: '1h',
+    call: 'BUY',
+    confidence: 50,
+    score: 0.5,
+    regime: 'trending-up',
+    price: 101,
+    candleCloseTime: 1_700_003_600_000,
+    feed: 'replay',
+    engineVersion: 'test',
+    inputs: {},
+    hash: 'a'.repeat(64),
+    prevHash: null,
+    trigger: 'schedule',
+  } as EventData<'VerdictRecorded'>;
+  const envelope = tradeCallEnvelope({
+    deliveryId,
+    createdAt: new Date().toISOString(),
+    verdict,
+    verifyUrl: 'http://127.0.0.1:3000/verify/verdicts-BINANCE-BENCH-1h/0',
+  });
+  const body = withSeq(JSON.stringify(pinnedEnvelope(envelope, 1)), deliveryId, 1);
+  const headers = {
+    ...signedHeaders({
+      secret: `whsec_${'0'.repeat(48)}`,
+      event: 'trade_call',
+      deliveryId,
+      timestamp: Math.floor(Date.now() / 1000),
+      rawBody: body,
+    }),
+    'content-type': 'application/json',
+    'user-agent': 'signal-service-webhooks/1',
+    [SEQUENCE_HEADER]: '1',
+    [EVENT_VERSION_HEADER]: '1',
+  };
+  return { body, headers };
+}
+
 async function barePosts(receiver: Receiver, agent: Agent, count: number): Promise<number> {
-  const body = JSON.stringify({ event: 'trade_call', data: { coin: 'BENCH' } });
+  const { body, headers } = deliveryLikeRequest();
   let next = 0;
   const started = performance.now();
   await Promise.all(
     Array.from({ length: CONCURRENCY }, async () => {
       while (next++ < count) {
-        const res = await request(receiver.url, {
-          method: 'POST',
-          dispatcher: agent,
-          body,
-          headers: { 'content-type': 'application/json' },
-        });
+        const res = await request(receiver.url, { method: 'POST', dispatcher: agent, body, headers });
         await res.body.text();
       }
     }),
@@ -403,8 +449,10 @@ async function throughputSplit(
   const dir = mkdtempSync(join(tmpdir(), 'webhooks-bench-'));
   const keyFile = join(dir, 'key.pem');
   const certFile = join(dir, 'cert.pem');
+  const requestFile = join(dir, 'request.json');
   writeFileSync(keyFile, tls.key);
   writeFileSync(certFile, tls.cert);
+  writeFileSync(requestFile, JSON.stringify(deliveryLikeRequest()));
   const children: ChildProcess[] = [];
   try {
     const { child: receiver, url } = await forkChild(['receiver', keyFile, certFile]);
@@ -415,6 +463,7 @@ async function throughputSplit(
         'posts',
         url!,
         certFile,
+        requestFile,
         String(count),
         String(CONCURRENCY),
       ]);
@@ -432,6 +481,7 @@ async function throughputSplit(
         'posts',
         url!,
         certFile,
+        requestFile,
         String(events),
         String(CONCURRENCY),
       ]);

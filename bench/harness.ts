@@ -5,6 +5,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import { MemoryCache } from '../adapters/cache/memory.ts';
+import type { Cache } from '../adapters/cache/port.ts';
+import { connectRedisCache } from '../adapters/cache/redis.ts';
 import type { NewEvent } from '../contracts/envelope.ts';
 import type { Projection } from '../projections/projection.ts';
 
@@ -259,3 +262,16 @@ export const countingProjection: Projection<number> = {
   initial: () => 0,
   evolve: (n) => n + 1,
 };
+
+/** The cache a keyed in-process bench runs on: Redis under `prefix` (checked reachable), or memory. */
+export async function openBenchCache(
+  kind: 'redis' | 'memory',
+  redisUrl: string,
+  prefix: string,
+): Promise<Cache> {
+  if (kind === 'memory') return new MemoryCache();
+  const cache = await connectRedisCache({ url: redisUrl, prefix, commandTimeoutMs: 10_000 });
+  const health = await cache.health();
+  if (!health.ok) throw new Error(`Redis at ${redisUrl} is not reachable: ${health.detail}`);
+  return cache;
+}

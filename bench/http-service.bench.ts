@@ -130,19 +130,9 @@ export async function run(options: HttpBenchOptions = {}): Promise<HttpBenchResu
       `${rounds} alternating rounds of ${seconds} s per side`,
   );
   const results: HttpBenchResult[] = [];
+  const shape: RunShape = { bench, seconds, rounds, connections, log, cpuProf: options.cpuProf };
   const embedded = paths.filter((p) => p !== 'mcp-redis');
-  if (embedded.length > 0) {
-    results.push(
-      ...(await onService({}, embedded, {
-        bench,
-        seconds,
-        rounds,
-        connections,
-        log,
-        cpuProf: options.cpuProf,
-      })),
-    );
-  }
+  if (embedded.length > 0) results.push(...(await onService({}, embedded, shape)));
   if (paths.includes('mcp-redis')) {
     const id = randomUUID().replaceAll('-', '').slice(0, 12);
     const prefix = `bench:http:${id}:`;
@@ -155,16 +145,7 @@ export async function run(options: HttpBenchOptions = {}): Promise<HttpBenchResu
       NATS_SUBJECT_PREFIX: `benchhttp${id}`,
     };
     try {
-      results.push(
-        ...(await onService(env, ['mcp-redis'], {
-          bench,
-          seconds,
-          rounds,
-          connections,
-          log,
-          cpuProf: options.cpuProf,
-        })),
-      );
+      results.push(...(await onService(env, ['mcp-redis'], shape)));
     } finally {
       await wipePrefix(prefix).catch(() => undefined);
       await deleteStream(stream).catch(() => undefined);

@@ -16,13 +16,11 @@
  *   npx tsx bench/rate-limit.bench.ts [--cache=redis|memory] [--seconds=2] [--runs=3] [--rounds=4]
  */
 import { randomUUID } from 'node:crypto';
-import { MemoryCache } from '../adapters/cache/memory.ts';
-import type { Cache } from '../adapters/cache/port.ts';
-import { connectRedisCache, RedisCache } from '../adapters/cache/redis.ts';
+import { RedisCache } from '../adapters/cache/redis.ts';
 import { RateLimiter } from '../services/api/rate-limit.ts';
 import { startKeyedServer } from '../test/keyed-harness.ts';
 import { wipePrefix } from '../test/redis-probe.ts';
-import { whenMain } from './harness.ts';
+import { openBenchCache, whenMain } from './harness.ts';
 import { openMcpSession } from './load-http.ts';
 import { closedLoop, fmtRate, fmtUs, type LoopResult, latencies, verdict } from './load-loop.ts';
 
@@ -109,14 +107,7 @@ export async function run(options: RateLimitBenchOptions = {}) {
     if (options.print ?? true) console.log(line);
   };
   const prefix = `bench:rl:${randomUUID()}:`;
-  let cache: Cache;
-  if (cacheKind === 'redis') {
-    cache = await connectRedisCache({ url: redisUrl, prefix, commandTimeoutMs: 10_000 });
-    const health = await cache.health();
-    if (!health.ok) throw new Error(`Redis at ${redisUrl} is not reachable: ${health.detail}`);
-  } else {
-    cache = new MemoryCache();
-  }
+  const cache = await openBenchCache(cacheKind, redisUrl, prefix);
   const env = {
     PLAN_PRO_MONTHLY_CALLS: String(1e12),
     RATE_LIMIT_PRO: String(1e9),

@@ -35,7 +35,7 @@ import { TIMEFRAME_MS, TIMEFRAMES } from '../contracts/market.ts';
 import { ExportRowStore, OUTCOMES_DB, VERDICTS_DB } from '../services/history/export-row-store.ts';
 import { QuotaMeter, type QuotaSubject } from '../services/quota/quota-meter.ts';
 import { debitedUnits } from '../services/quota/quota-projection.ts';
-import { whenMain } from './harness.ts';
+import { atMost, recordTarget, whenMain } from './harness.ts';
 import { appendEventMix, eventMix } from './rebuild-event-mix.ts';
 
 const DAY = 86_400_000;
@@ -295,6 +295,15 @@ export async function run(
     const bytesPerCall = spread(runs.map((r, i) => (r.perSecond - schedule[i]!.perSecond) / CALLS_PER_S));
     results.push({ burst, total, callsPerEvent, bytesPerCall });
     const met = total.max <= TARGET_GB ? 'MET' : total.median <= TARGET_GB ? 'met on the median' : 'MISSED';
+    console.log(
+      recordTarget({
+        bench: 'growth',
+        measure: `log per year, the schedule + 10 keyed calls/s in bursts of ${burst} (median)`,
+        figure: Math.round(total.median),
+        unit: ' GB',
+        target: atMost(TARGET_GB),
+      }),
+    );
     console.log(
       `  + 10 keyed calls/s in bursts of ${String(burst).padStart(2)}: ${fmt(total)} GB  (calls per debit event ${fmt(callsPerEvent, 1)}, ~${bytesPerCall.median.toFixed(0)} B of log per call)  target <= ${TARGET_GB} GB: ${met}`,
     );

@@ -18,7 +18,7 @@ import type { PlanTable } from '../services/quota/plans.ts';
 import { QuotaMeter } from '../services/quota/quota-meter.ts';
 import { quotaPeriod, quotaWindows } from '../services/quota/windows.ts';
 import { wipePrefix } from '../test/redis-probe.ts';
-import { whenMain } from './harness.ts';
+import { atLeast, recordTarget, whenMain } from './harness.ts';
 import { bestOfRounds, closedLoop, fmtRate, type LoopResult, verdict } from './load-loop.ts';
 
 const DEBIT_SCRIPT = readFileSync(new URL('../adapters/cache/debit-windows.lua', import.meta.url), 'utf8');
@@ -131,6 +131,14 @@ export async function run(options: QuotaBenchOptions = {}): Promise<QuotaBenchRe
       console.log(`  debitWindows (Lua, month + day windows):    ${fmtRate(debit.perSec)}`);
       console.log(`  QuotaMeter.debit (+ QuotaDebitsRecorded, memory):  ${fmtRate(meterRun.perSec)}`);
       console.log(`  ratio debitWindows / INCR: ${ratio.toFixed(2)}  ${verdict(ratio, TARGET, 'min')}`);
+      console.log(
+        recordTarget({
+          bench: 'quota',
+          measure: 'Lua debit of month + day windows / bare INCR',
+          figure: ratio,
+          target: atLeast(TARGET),
+        }),
+      );
     }
     return { debit, incr, script, meter: meterRun, ratio, target: TARGET };
   } finally {

@@ -20,7 +20,7 @@ import { RedisCache } from '../adapters/cache/redis.ts';
 import { RateLimiter } from '../services/api/rate-limit.ts';
 import { startKeyedServer } from '../test/keyed-harness.ts';
 import { wipePrefix } from '../test/redis-probe.ts';
-import { openBenchCache, whenMain } from './harness.ts';
+import { atLeast, openBenchCache, recordTarget, whenMain } from './harness.ts';
 import { openMcpSession } from './load-http.ts';
 import { closedLoop, fmtRate, fmtUs, type LoopResult, latencies, verdict } from './load-loop.ts';
 
@@ -175,6 +175,14 @@ export async function run(options: RateLimitBenchOptions = {}) {
     log(
       `  ratio on / off: ${ratio.min.toFixed(2)} / ${ratio.median.toFixed(2)} / ${ratio.max.toFixed(2)}` +
         `  median ${verdict(ratio.median, TARGET, 'min')}`,
+    );
+    log(
+      recordTarget({
+        bench: 'rate-limit',
+        measure: `keyed calls, limiter on / off (${cacheKind})`,
+        figure: ratio.median,
+        target: atLeast(TARGET),
+      }),
     );
     log(
       `  CPU per call off / on (this process): ${cpuRatio.min.toFixed(2)} / ${cpuRatio.median.toFixed(2)} / ${cpuRatio.max.toFixed(2)}`,

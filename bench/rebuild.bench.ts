@@ -31,7 +31,7 @@ import { PROJECTIONS } from '../services/projections/component.ts';
 import { quotaBalancesProjection } from '../services/quota/quota-projection.ts';
 import { webhookProjection } from '../services/webhooks/webhook-projection.ts';
 import { printProfile, profile } from './cpu-profile.ts';
-import { whenMain } from './harness.ts';
+import { atLeast, recordTarget, whenMain } from './harness.ts';
 import { appendEventMix, MIX } from './rebuild-event-mix.ts';
 
 /** Every projection a process running all roles folds (one runner per name). */
@@ -172,6 +172,15 @@ function print(r: RebuildBenchResult): void {
     `  rebuild / readAll                 ${q.min.toFixed(2)} / ${q.median.toFixed(2)} / ${q.max.toFixed(2)}`,
   );
   console.log(`  floor >= 100,000 events/s (median): ${rb.median >= 100_000 ? 'ok' : 'MISSED'}`);
+  console.log(
+    recordTarget({
+      bench: 'rebuild',
+      measure: '12 projections over the realistic mix: events/s (median)',
+      figure: Math.round(rb.median),
+      target: atLeast(100_000),
+      detail: `${q.median.toFixed(2)} of readAll`,
+    }),
+  );
 }
 
 await whenMain(import.meta.url, { events: 'number', rounds: 'number', profile: 'boolean' }, run);

@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { pino } from 'pino';
 import { connectNatsBus, type NatsBus } from '../adapters/bus/nats.ts';
 import { startNatsCluster } from '../test/nats-cluster.ts';
-import { whenMain } from './harness.ts';
+import { atLeast, recordTarget, whenMain } from './harness.ts';
 import { filledStore, relayRound } from './relay.bench.ts';
 
 export interface RelayReplicasResult {
@@ -87,6 +87,15 @@ function print(r: RelayReplicasResult): void {
   console.log(`  stream with 3 replicas             ${fmt(r.threeReplicasPerSec).padStart(10)} events/s`);
   console.log(
     `  3-replica/1-replica ratio ${r.ratio.toFixed(2)}; target >= ${r.target}: ${r.ratio >= r.target ? 'met' : 'MISSED'}`,
+  );
+  console.log(
+    recordTarget({
+      bench: 'relay-replicas',
+      measure: 'relay into a 3-replica stream / into a 1-replica stream',
+      figure: r.ratio,
+      target: atLeast(r.target),
+      detail: `${fmt(r.threeReplicasPerSec)} vs ${fmt(r.oneReplicaPerSec)} events/s`,
+    }),
   );
 }
 

@@ -18,7 +18,7 @@ import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
 import type { NewEvent, RecordedEvent } from '../contracts/envelope.ts';
 import { encodeEvent, Relay } from '../services/relay/relay.ts';
 import { NATS_URL } from '../test/nats-server.ts';
-import { whenMain } from './harness.ts';
+import { atLeast, recordTarget, whenMain } from './harness.ts';
 
 export interface RelayBenchOptions {
   url?: string;
@@ -213,6 +213,15 @@ function print(r: RelayBenchResult): void {
   console.log(`  reference core NATS publish (no ack)          ${fmt(r.corePerSec).padStart(10)} msgs/s`);
   console.log(
     `  relay/baseline ratio ${r.ratio.toFixed(2)}; target >= ${fmt(r.target)} events/s: ${verdict}`,
+  );
+  console.log(
+    recordTarget({
+      bench: 'relay',
+      measure: 'store → JetStream, every PubAck awaited: events/s',
+      figure: Math.round(r.relayPerSec),
+      target: atLeast(r.target),
+      detail: `ratio ${r.ratio.toFixed(2)} of raw js.publish (${fmt(r.jetstreamPerSec)}/s)`,
+    }),
   );
 }
 

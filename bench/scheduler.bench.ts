@@ -30,7 +30,7 @@ import { VerdictScheduler } from '../services/engine/scheduler.ts';
 import { defaultCalibration } from '../services/engine/signals/default-calibration.ts';
 import { createMarketState, type MarketState } from '../services/engine/signals/market-state.ts';
 import { computeVerdict } from '../services/engine/signals/verdict.ts';
-import { whenMain } from './harness.ts';
+import { atMost, recordTarget, whenMain } from './harness.ts';
 
 const EXCHANGES: Exchange[] = ['BINANCE_SPOT', 'OKX'];
 /** A midnight UTC: every timeframe closes here. */
@@ -195,6 +195,15 @@ export async function run(options: { rounds?: number; markets?: number; concurre
   console.log(`  indicators alone, same verdicts        ${f(s(alone.map((x) => x / 1000)))} s`);
   console.log(`  indicators / scheduler                 ${f(ratio)}`);
   console.log(`  target: burst <= 10 s (median) ${b.median <= 10_000 ? 'ok' : 'MISSED'}`);
+  console.log(
+    recordTarget({
+      bench: 'scheduler',
+      measure: `midnight burst, ${verdicts} verdicts (median)`,
+      figure: b.median / 1000,
+      unit: ' s',
+      target: atMost(10),
+    }),
+  );
   return { burst, alone, ratio: ratio.median, indicatorsMedianMs: a.median };
 }
 

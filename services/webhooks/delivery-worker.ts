@@ -286,27 +286,40 @@ export class DeliveryWorker {
         this.recordOutcome(job, skipped, open.until).then(() => resolve(skipped), reject);
         return;
       }
-      const parked = this.queues.waiting(endpoint) >= this.deps.settings.endpointQueueLimit;
-      const waitingJob = parked ? { ...job, body: '' } : job;
-      this.queues.push(endpoint, async () => {
-        let sent: { result: Outcome; record: boolean; notBefore?: number };
-        try {
-          sent = await this.send(parked ? await this.unpark(waitingJob) : waitingJob);
-        } catch (err) {
-          reject(err);
-          return;
-        }
-        // Not awaited: the slot is released as soon as the response is in.
-        (sent.record ? this.recordOutcome(job, sent.result, sent.notBefore) : Promise.resolve()).then(
-          () => resolve(sent.result),
-          reject,
-        );
-      });
+      this.enqueue(endpoint, job, resolve, reject);
     });
     this.recording.add(task);
     const forget = () => this.recording.delete(task);
     task.then(forget, forget);
     return task;
+  }
+
+  /**
+   * Queues the request of `job` on its endpoint. Past the limit the queued task holds the job
+   * without its body (nothing in it refers to the original), so the bytes are not kept alive.
+   */
+  private enqueue(
+    endpoint: string,
+    queued: DeliveryJob,
+    resolve: (result: SendResult) => void,
+    reject: (err: unknown) => void,
+  ): void {
+    const parked = this.queues.waiting(endpoint) >= this.deps.settings.endpointQueueLimit;
+    const job = parked ? { ...queued, body: '' } : queued;
+    this.queues.push(endpoint, async () => {
+      let sent: { result: Outcome; record: boolean; notBefore?: number };
+      try {
+        sent = await this.send(parked ? await this.unpark(job) : job);
+      } catch (err) {
+        reject(err);
+        return;
+      }
+      // Not awaited: the slot is released as soon as the response is in.
+      (sent.record ? this.recordOutcome(job, sent.result, sent.notBefore) : Promise.resolve()).then(
+        () => resolve(sent.result),
+        reject,
+      );
+    });
   }
 
   /**

@@ -144,7 +144,8 @@ export function met(figure: number, target: Target): boolean {
 }
 
 export function targetText(target: Target, unit = ''): string {
-  return `${target.dir === 'min' ? '≥' : '≤'} ${target.value}${unit}`;
+  const value = Number.isInteger(target.value) ? f0(target.value) : String(target.value);
+  return `${target.dir === 'min' ? '≥' : '≤'} ${value}${unit}`;
 }
 
 export interface TargetRow {

@@ -316,7 +316,7 @@ export const ConfigSchema = z
     WEBHOOK_DISABLE_AFTER_MS: positiveInt.default(5 * 24 * 3_600_000),
     /** Requests in flight per endpoint (origin); more wait in that endpoint's own queue. */
     WEBHOOK_ENDPOINT_CONCURRENCY: positiveInt.default(4),
-    /** Deliveries waiting per endpoint; beyond it they are pushed to their next retry slot. */
+    /** Deliveries waiting per endpoint with their bytes in memory; more wait by id (never failed). */
     WEBHOOK_ENDPOINT_QUEUE_LIMIT: positiveInt.default(1_000),
     /**
      * Timeouts in a row after which an endpoint's circuit breaker opens: nothing is sent to it,

@@ -166,11 +166,11 @@ export class WebhookDispatcher {
   }
 
   private submit(job: DeliveryJob): void {
+    // Only the id in the handler: a job waiting in a full endpoint queue must not keep its body alive.
+    const { deliveryId } = job;
     const task = this.options.worker
       .submit(job)
-      .catch((err: unknown) =>
-        this.logger.error({ err, deliveryId: job.deliveryId }, 'recording a delivery failed'),
-      )
+      .catch((err: unknown) => this.logger.error({ err, deliveryId }, 'recording a delivery failed'))
       .finally(() => this.submissions.delete(task));
     this.submissions.add(task);
   }

@@ -107,6 +107,11 @@ export class DeliveryWorker {
   private readonly claiming = new Set<string>();
   /** Opened secrets by subscription, with the sealed form they came from (a new one misses). */
   private readonly opened = new Map<string, { sealed: SubscriptionRecord['secret']; secret: string }>();
+  /**
+   * Told the due time of each retry this process schedules, so the dispatcher wakes for it
+   * instead of finding it on its next periodic scan (up to a tick late, 20-30 % of a short step).
+   */
+  onRetryScheduled: ((dueMs: number) => void) | null = null;
   /** Submitted jobs whose outcome is not recorded yet. */
   private readonly recording = new Set<Promise<SendResult>>();
   private readonly logger: Logger;
@@ -435,8 +440,12 @@ export class DeliveryWorker {
       result.sentAt === undefined ? null : Math.max(0, result.sentAt - job.claimedAt),
     );
     let position: number;
+    let nextAttemptAt: string | null;
     try {
-      ({ position } = (await handleCommand(
+      ({
+        position,
+        state: { nextAttemptAt },
+      } = (await handleCommand(
         this.deps.store,
         deliveryStream(job.deliveryId),
         deliveryDecider,
@@ -461,7 +470,7 @@ export class DeliveryWorker {
           },
           trusted: true,
         },
-      )) as { position: number });
+      )) as { position: number; state: { nextAttemptAt: string | null } });
     } catch (err) {
       if (err instanceof WrongExpectedRevisionError) {
         this.logger.info(
@@ -474,6 +483,7 @@ export class DeliveryWorker {
     } finally {
       this.owned.delete(job.deliveryId);
     }
+    if (nextAttemptAt !== null) this.onRetryScheduled?.(Date.parse(nextAttemptAt));
     if (result.ok) return;
     const gone = goneReason(result);
     if (gone) {

@@ -9,7 +9,7 @@ import { documented, type ResponseDoc } from '../openapi.ts';
 import { InFlightIds, requestIds } from './in-flight.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
 import { createMcpServer } from './server.ts';
-import { answerToolCall, plainToolCall } from './session-call.ts';
+import { answerToolCall, modernToolCall, plainToolCall } from './session-call.ts';
 import { SessionTable } from './sessions.ts';
 import { statelessMcp } from './stateless.ts';
 import type { ToolCallDeps } from './tool-call.ts';
@@ -132,7 +132,13 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
         await sessions.makeRoom(owner);
         transport = await openSession(owner);
       } else if (method === 'POST') {
-        // No session and not initialize: a one-shot call, or the 2026-07-28 revision (stateless.ts).
+        // No session and not initialize: a one-shot call, or the 2026-07-28 revision. Their plain
+        // tools/call is answered here as on a session (see session-call.ts); the rest by the SDKs
+        // (stateless.ts).
+        const oneShot = plainToolCall(request);
+        if (oneShot !== null) return answerToolCall(options, oneShot, request, reply, { kind: 'one-shot' });
+        const modern = modernToolCall(request);
+        if (modern !== null) return answerToolCall(options, modern, request, reply, { kind: 'modern' });
         return stateless.serve(request, reply);
       } else {
         return jsonRpcError(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
@@ -157,7 +163,7 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
           // Answered here, error or not: the id is free again once the answer is handed over.
           // (No per-request close listener: the call always ends, and one showed in the profile.)
           try {
-            return await answerToolCall(options, call, request, reply, sessionId);
+            return await answerToolCall(options, call, request, reply, { kind: 'session', sessionId });
           } finally {
             claim.release();
           }

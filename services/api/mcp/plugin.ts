@@ -67,6 +67,14 @@ const MCP_DOC = documented({
   },
 });
 
+/**
+ * The SDK's zod check, only for a body that names the method: on every one-shot call it failed,
+ * and a failed zod parse (its issues, its error) showed in the keyed call's profile.
+ */
+function isInitialize(body: unknown): boolean {
+  return (body as { method?: unknown } | null)?.method === 'initialize' && isInitializeRequest(body);
+}
+
 function jsonRpcError(reply: FastifyReply, status: number, code: number, message: string): FastifyReply {
   return reply
     .code(status)
@@ -127,7 +135,7 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
       if (sessionId !== undefined) {
         transport = sessions.touch(sessionId);
         if (transport === undefined) return jsonRpcError(reply, 404, -32001, 'Session not found');
-      } else if (method === 'POST' && isInitializeRequest(request.body)) {
+      } else if (method === 'POST' && isInitialize(request.body)) {
         const owner = await sessionOwner(request);
         await sessions.makeRoom(owner);
         transport = await openSession(owner);

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { z } from 'zod';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { MarketDataError } from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
@@ -25,6 +26,7 @@ import {
   type TradeCall,
 } from '../../contracts/tools.ts';
 import { verdictVerifyUrl } from '../../contracts/verify-url.ts';
+import { keptAnswer } from './answer-revisions.ts';
 import { forEachLimited } from './for-each-limited.ts';
 import { isFresh } from './funding-arb.ts';
 import { scanFundingArb } from './funding-scan.ts';
@@ -70,6 +72,12 @@ export interface SignalEngineOptions {
 
 type Trigger = 'request' | 'schedule';
 
+/** An answer of one candle of one market, served until the next close. */
+interface Kept<T> {
+  closeTime: number;
+  value: T;
+}
+
 interface CachedCall {
   closeTime: number;
   call: TradeCall;
@@ -90,6 +98,8 @@ export class SignalEngine implements SignalOperations {
   private readonly publicBaseUrl: string | undefined;
   private readonly states: MarketStates;
   private readonly calls = new Map<string, CachedCall>();
+  private readonly regimes = new Map<string, Kept<RegimeReading>>();
+  private readonly forecasts = new Map<string, Kept<RiskForecast>>();
 
   constructor(options: SignalEngineOptions) {
     this.feed = options.feed;
@@ -112,7 +122,7 @@ export class SignalEngine implements SignalOperations {
   }
 
   async getTradeCall(raw: GetTradeCallInput, ctx: OperationContext = {}): Promise<TradeCall> {
-    return this.tradeCall(this.withExchange(GetTradeCallInput.parse(raw)), 'request', ctx);
+    return this.tradeCall(this.withExchange(parsedInput(GetTradeCallInput, raw, ctx)), 'request', ctx);
   }
 
   /** The scheduler's entry: the same computation, recorded with trigger "schedule". */
@@ -124,12 +134,17 @@ export class SignalEngine implements SignalOperations {
     return { ...input, exchange: input.exchange ?? this.defaultExchange() };
   }
 
-  async getMarketRegime(raw: GetMarketRegimeInput): Promise<RegimeReading> {
-    const input = this.withExchange(GetMarketRegimeInput.parse(raw));
+  /** Computed once per candle close of the market, then the same answer until the next. */
+  async getMarketRegime(raw: GetMarketRegimeInput, ctx: OperationContext = {}): Promise<RegimeReading> {
+    const input = this.withExchange(parsedInput(GetMarketRegimeInput, raw, ctx));
+    const key = marketKey(input.exchange, input.coin, input.timeframe);
     const state = await this.states.advance(input.exchange, input.coin, input.timeframe);
+    const closeTime = state.lastCloseTime!;
+    const kept = this.regimes.get(key);
+    if (kept && kept.closeTime === closeTime) return kept.value;
     const reading = computeRegime(state);
     const snapshot = state.snapshot();
-    return {
+    const value = keptAnswer<RegimeReading>({
       coin: input.coin,
       timeframe: input.timeframe,
       exchange: input.exchange,
@@ -138,36 +153,45 @@ export class SignalEngine implements SignalOperations {
       suggestion: reading.suggestion,
       metrics: { ...reading.metrics, held_candles: reading.held_candles },
       price: snapshot!.close,
-      timestamp: Math.floor(state.lastCloseTime! / 1000),
+      timestamp: Math.floor(closeTime / 1000),
       feed: this.feed.kind,
       volatility: reading.volatility,
       label_evidence: labelEvidenceText(state.volatility, input.timeframe),
       confidence_meaning: regimeConfidenceMeaning(reading.confidence, reading.regime),
-    };
+    });
+    this.regimes.set(key, { closeTime, value });
+    return value;
   }
 
-  async getRiskForecast(raw: GetRiskForecastInput): Promise<RiskForecast> {
-    const input = this.withExchange(GetRiskForecastInput.parse(raw));
+  /** Computed once per candle close of the market, then the same answer until the next. */
+  async getRiskForecast(raw: GetRiskForecastInput, ctx: OperationContext = {}): Promise<RiskForecast> {
+    const input = this.withExchange(parsedInput(GetRiskForecastInput, raw, ctx));
+    const key = marketKey(input.exchange, input.coin, input.timeframe);
     const state = await this.states.advance(input.exchange, input.coin, input.timeframe);
+    const closeTime = state.lastCloseTime!;
+    const kept = this.forecasts.get(key);
+    if (kept && kept.closeTime === closeTime) return kept.value;
     const reading = computeRegime(state);
     const snapshot = state.snapshot()!;
-    return {
+    const value = keptAnswer<RiskForecast>({
       coin: input.coin,
       timeframe: input.timeframe,
       exchange: input.exchange,
       price: snapshot.close,
-      timestamp: Math.floor(state.lastCloseTime! / 1000),
+      timestamp: Math.floor(closeTime / 1000),
       feed: this.feed.kind,
       horizons: computeRiskHorizons(state),
       percentile: reading.volatility.percentile,
       regime: reading.regime,
       label_evidence: labelEvidenceText(state.volatility, input.timeframe),
       evidence: RISK_EVIDENCE,
-    };
+    });
+    this.forecasts.set(key, { closeTime, value });
+    return value;
   }
 
   async scanTradeCalls(raw: ScanTradeCallsInput, ctx: OperationContext = {}): Promise<ScanTradeCallsOutput> {
-    const input = this.withExchange(ScanTradeCallsInput.parse(raw));
+    const input = this.withExchange(parsedInput(ScanTradeCallsInput, raw, ctx));
     const markets = rankMarkets(await this.feed.markets(input.exchange)).slice(0, input.topN);
     const skipped: ScanTradeCallsOutput['skipped'] = [];
     const rows: ScanRow[] = [];
@@ -454,6 +478,11 @@ function toTradeCall(
     ...(same && computed.lean !== undefined ? { lean: computed.lean } : {}),
     ...(same && computed.confidence_meaning ? { confidence_meaning: computed.confidence_meaning } : {}),
   };
+}
+
+/** The input as its schema outputs it: parsed here unless the channel parsed it already. */
+function parsedInput<S extends z.ZodType>(schema: S, raw: z.input<S>, ctx: OperationContext): z.output<S> {
+  return ctx.parsed ? (raw as z.output<S>) : schema.parse(raw);
 }
 
 function withReasoning(call: TradeCall, include: boolean): TradeCall {

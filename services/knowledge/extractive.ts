@@ -85,6 +85,8 @@ const SYNONYMS: string[][] = [
   ['subscribe', 'subscription', 'register'],
   ['key', 'token'],
   ['verify', 'check', 'audit', 'prove'],
+  ['contain', 'cover', 'coverage', 'inside'],
+  ['actual', 'realised', 'realized'],
 ];
 const SYNONYM_OF = new Map<string, Set<string>>();
 for (const group of SYNONYMS) {
@@ -101,7 +103,7 @@ const QUESTION_WORDS = new Set(
   (
     'much many often long need want happen happens work works way know ask use used using make made come ' +
     'comes whether able kind type exactly there possible thing mean means meaning support supported ' +
-    'available exist exists number value find see count counts'
+    'available exist exists number value find see count counts take takes assume assumed field fields'
   )
     .split(' ')
     .map((w) => termOf(w))
@@ -113,7 +115,7 @@ const QUESTION_WORDS = new Set(
  * condition ("… if my connection drops") frames the question, the main clause asks it.
  */
 export function questionTerms(question: string): { term: string; meets: Set<string>; share: number }[] {
-  const cut = /\b(if|when|while|because|since|in case)\b/i.exec(question);
+  const cut = /\b(if|when|while|because|since|in case|before|after|until|once)\b/i.exec(question);
   const topical = (text: string) => contentTerms(text).filter((term) => !QUESTION_WORDS.has(term));
   const main = new Set(topical(cut && cut.index > 0 ? question.slice(0, cut.index) : question));
   // "What do I get when I exceed the rate limit?": the clause is the question itself.
@@ -125,20 +127,28 @@ export function questionTerms(question: string): { term: string; meets: Set<stri
   }));
 }
 
-/** The terms of a text, with the parts of its snake_case names (expected_move_pct names a move). */
+/** The terms of a text, with the parts of its snake_case and camelCase names (expected_move_pct names a move). */
 function termsIn(text: string): Set<string> {
   const out = new Set<string>();
   for (const w of words(text)) {
     const t = termOf(w);
     if (t !== null) out.add(t);
-    if (w.includes('_'))
-      for (const part of w.split('_')) {
+    // camelCase names name their parts too: verifyWebhook verifies a webhook.
+    if (w.includes('_') || /[a-z][A-Z]/.test(w))
+      for (const part of w.split(/_|(?<=[a-z])(?=[A-Z])/)) {
         const p = termOf(part);
         if (p !== null) out.add(p);
       }
   }
   return out;
 }
+
+/** Words that link a noun to what follows ("the fee over six candles"): no noun after them. */
+const LINKING = new Set(
+  'over under after before within between across above below through since until per each every than like once only both either'.split(
+    ' ',
+  ),
+);
 
 /** A text's words as terms, each with whether the next word follows it after spaces only. */
 function tokens(text: string): { term: string | null; joined: boolean }[] {
@@ -192,6 +202,7 @@ function modifierOnly(
       next != null &&
       /^[a-z]+$/.test(next) &&
       !QUESTION_WORDS.has(next) &&
+      !LINKING.has(next) &&
       !inQuestion(next) &&
       (compounds.get(`${t.term} ${next}`) ?? 0) >= 2;
     (modifies ? modifier : named).add(t.term);
@@ -254,6 +265,12 @@ function kindFit(kind: Kind, text: string, asked: { meets: Set<string> }[]): num
       return 0;
   }
 }
+
+/**
+ * A table row as the passages read it ("set perp; tf 4h; points 5478; …"): one measurement among
+ * many, a worse answer to a general question than the prose that sums the table up.
+ */
+const TABLE_ROW = /^(?:[^;]{1,60}; ){4,}/;
 
 /** A quantity with its unit: "10 bps", "6 candles", "5 days", "80 %". */
 const MEASURE = /\b\d+(?:[.,]\d+)?\s?(?:bps|%|candles?|s|ms|min|h|hours?|days?)\b/;
@@ -431,7 +448,8 @@ export function extractiveAnswer(
         kindFit(kind, text, asked) -
         rank * 0.01 -
         text.length / 5000 +
-        subjectFit(kind, head, asked);
+        subjectFit(kind, head, asked) -
+        (TABLE_ROW.test(text) ? 0.1 : 0);
       candidates.push({ passage, rank, order, quotes, coverage, score });
     });
   });

@@ -263,6 +263,32 @@ describe('extractive answers', () => {
     expect(answer.citations.flatMap((c) => c.quote.split(' … '))).toContain(rule);
   });
 
+  it('meets "contain" in "covered", and reads camelCase names by their parts', () => {
+    const answer = askOf([
+      [
+        'table',
+        'Evaluation › Risk',
+        'set perp; tf 4h; horizon next; points 5478; closes in the band 81.1%; free band coverage 79.9%.',
+      ],
+      [
+        'prose',
+        'Methodology › Risk forecast',
+        'Out of sample its band covered the close 78.7–84.7 % of the time on every timeframe.',
+      ],
+    ])('How often does the band contain the close?');
+    expect(answer.answer).toContain('78.7–84.7 %');
+    const verify = askOf([
+      [
+        'rotation',
+        'Webhooks › Secret rotation',
+        "verifyWebhook and standardwebhooks accept either secret's signature.",
+      ],
+      ['sample', 'Webhooks › Test', 'A signed sample is sent to the receiver.'],
+      ['verdicts', 'Verify a verdict', 'Anyone can verify a verdict at /verify.'],
+    ])('How do I verify a webhook signature?');
+    expect(verify.answer).toContain('verifyWebhook');
+  });
+
   it('counts a word the documentation never uses against an answer: no grounded quote for an off-topic question', () => {
     const answer = askOf([
       ['ci', 'Intervals', 'A day-block bootstrap resamples days; its statistic sorts every test point.'],

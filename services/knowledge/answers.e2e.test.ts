@@ -6,7 +6,7 @@ import { loadQuestionSet, offTopicFault, onTopicFault, QUESTION_SETS } from './e
 import type { KnowledgeModule } from './module.ts';
 
 /**
- * The fixed question sets (eval/questions.json, eval/heldout.json) through the real chat: a
+ * The fixed question sets (eval/questions.json, heldout.json, fresh.json) through the real chat: a
  * started api role, a key, POST /api/chat over HTTP. The shares answered right are the figures
  * in docs/knowledge.md.
  */
@@ -15,7 +15,9 @@ describe('knowledge chat on the fixed question sets (POST /api/chat)', () => {
   let key: string;
 
   beforeAll(async () => {
-    service = await startApiOnly({ CHAT_QUOTA_PRO: '1000' });
+    // The default configuration, as a user meets it: the prices and quotas the answers quote are
+    // the defaults the sets expect, and the three sets' 132 questions fit a pro key's 200 chats.
+    service = await startApiOnly();
     await (service.components.find((c) => c.name === 'knowledge') as KnowledgeModule).ready;
     key = (await issueServiceKey(service, { plan: 'pro', owner: 'eval' })).key;
   });
@@ -33,11 +35,24 @@ describe('knowledge chat on the fixed question sets (POST /api/chat)', () => {
     return ChatAnswer.parse(await res.json());
   }
 
+  /**
+   * The issue's bar is 90 %. questions.json and heldout.json were tuned on and meet it;
+   * fresh.json was not (its 19/22 is the out-of-sample figure): its floor only guards against a
+   * change that makes the chat worse on questions nobody tuned it for.
+   */
+  const FLOOR: Record<(typeof QUESTION_SETS)[number], number> = {
+    'questions.json': 0.9,
+    'heldout.json': 0.9,
+    'fresh.json': 0.8,
+  };
+
   it.each(QUESTION_SETS)(
-    '%s: at least 90 % of the questions answered right, "I don\'t know" to every off-topic one',
+    '%s: the share answered right at its floor, "I don\'t know" to every off-topic one',
     async (file) => {
       const set = loadQuestionSet(file);
-      expect(set.questions.length).toBeGreaterThanOrEqual(file === 'heldout.json' ? 20 : 40);
+      expect(set.questions.length).toBeGreaterThanOrEqual(
+        file === 'questions.json' || file === 'heldout.json' ? 40 : 20,
+      );
       const wrong: string[] = [];
       for (const q of set.questions) {
         const answer = await ask(q.question);
@@ -59,7 +74,7 @@ describe('knowledge chat on the fixed question sets (POST /api/chat)', () => {
           '\n',
       );
       expect(offWrong).toEqual([]);
-      expect(share).toBeGreaterThanOrEqual(0.9);
+      expect(share).toBeGreaterThanOrEqual(FLOOR[file]);
     },
   );
 });

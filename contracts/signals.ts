@@ -102,6 +102,18 @@ export const LeanSchema = z.object({
 });
 export type Lean = z.infer<typeof LeanSchema>;
 
+/**
+ * What every answer carrying a verdict says beside its confidence (trade calls, scan rows,
+ * webhook payloads): the lean (null when the score is exactly 0, or the verdict's engine is not
+ * the one whose table states it) and, in words, what the confidence number means, HOLD included.
+ */
+export const VerdictMeaning = z.object({
+  lean: LeanSchema.nullable(),
+  /** In words: BUY/SELL, the calibrated chance of beating the fee; HOLD, how often standing aside was right. */
+  confidence_meaning: z.string().min(1),
+});
+export type VerdictMeaning = z.infer<typeof VerdictMeaning>;
+
 export const VerdictSchema = z.object({
   call: Call,
   /** round(100 × calibrated probability that the call's direction beats the fee over the horizon). */

@@ -11,7 +11,7 @@ import {
   Timeframe,
   VenueStatusSchema,
 } from './market.ts';
-import { LeanSchema, RiskHorizonKey, VolatilityForecastSchema } from './signals.ts';
+import { RiskHorizonKey, VerdictMeaning, VolatilityForecastSchema } from './signals.ts';
 
 /**
  * The sold tools: their inputs and outputs, how they are described and what they cost (TOOLS, at
@@ -47,8 +47,8 @@ export const TradeCall = z.object({
    * says which, in words.
    */
   confidence: z.number().int().min(0).max(100),
-  /** What `confidence` means for this answer, in words. */
-  confidence_meaning: z.string().optional(),
+  /** What `confidence` means for this answer, in words (every trade call, HOLD included). */
+  confidence_meaning: VerdictMeaning.shape.confidence_meaning,
   /** Raw composite score in [-1, 1] behind the call. */
   score: z.number(),
   regime: Regime,
@@ -76,7 +76,7 @@ export const TradeCall = z.object({
    * The direction the score leans (followed or faded as the cell's table says) and what following
    * such leans earned after the fee before the test months: a HOLD says what it declines and why.
    */
-  lean: LeanSchema.nullable().optional(),
+  lean: VerdictMeaning.shape.lean,
   /** How often calls of this exchange, timeframe and confidence bucket were right (revealed ones). */
   trackRecord: TrackRecordBrief.optional(),
 });
@@ -184,6 +184,10 @@ export const ScanTradeCallsOutput = z.object({
       verdictId: z.uuid(),
       /** Forecast σ of the log return over the verdict horizon, percent (see get_trade_call). */
       expectedMovePct: z.number().nullable(),
+      /** The direction a call would point and what such leans earned (see get_trade_call). */
+      lean: VerdictMeaning.shape.lean,
+      /** What `confidence` means for this row, in words (HOLD included). */
+      confidence_meaning: VerdictMeaning.shape.confidence_meaning,
     }),
   ),
   /** Markets of the top-N that could not be evaluated, and why (never silently dropped). */

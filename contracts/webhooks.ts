@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { WebhookEventType } from './events.ts';
 import { TrackRecordBrief } from './history.ts';
 import { Call, Coin, Exchange, FeedKind, Regime, Timeframe } from './market.ts';
+import { VerdictMeaning } from './signals.ts';
 
 /**
  * Webhook management bodies (POST /api/webhooks and friends) and the payloads the dispatcher
@@ -193,6 +194,10 @@ export const TradeCallData = z.object({
     })
     .nullable()
     .optional(),
+  /** The direction the call points as a lean, and what such leans earned after the fee. */
+  lean: VerdictMeaning.shape.lean,
+  /** What `confidence` means for this call, in words. */
+  confidence_meaning: VerdictMeaning.shape.confidence_meaning,
   /** How often calls of this exchange, timeframe and confidence bucket were right (revealed ones). */
   track_record: TrackRecordBrief.optional(),
 });
@@ -225,6 +230,10 @@ export const DigestCall = z.object({
   verdict_id: z.string(),
   /** Forecast σ of the log return over the verdict horizon, percent. */
   expected_move_pct: z.number().nullable().optional(),
+  /** The direction a call would point and what such leans earned (a HOLD says what it declines). */
+  lean: VerdictMeaning.shape.lean,
+  /** What `confidence` means for this row, in words (HOLD included). */
+  confidence_meaning: VerdictMeaning.shape.confidence_meaning,
 });
 
 export const ScanDigestData = z.object({

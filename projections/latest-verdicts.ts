@@ -24,6 +24,8 @@ export interface LatestVerdict {
   hash: string;
   /** Forecast σ of the log return over the verdict horizon, percent, when recorded. */
   expectedMovePct: number | null;
+  /** The engine that recorded it: its table states the verdict's lean and confidence meaning. */
+  engineVersion: string;
   /** How many regime shifts this market has seen. */
   regimeShifts: number;
 }
@@ -33,8 +35,9 @@ export type LatestVerdicts = Record<string, LatestVerdict>;
 /** The latest verdict and regime per market: what scans, digests and analysts read first. */
 export const latestVerdictsProjection: Projection<LatestVerdicts> = defineProjection({
   name: 'latest-verdicts',
-  // 2: score and expectedMovePct, for digests ranked from this projection.
-  version: 2,
+  // 2: score and expectedMovePct, for digests ranked from this projection; 3: engineVersion, so
+  // digest rows say what their confidence means.
+  version: 3,
   eventTypes: ['VerdictRecorded', 'RegimeShifted'],
   initial: (): LatestVerdicts => ({}),
   evolve(state, event) {
@@ -56,6 +59,7 @@ export const latestVerdictsProjection: Projection<LatestVerdicts> = defineProjec
         hash: d.hash,
         expectedMovePct:
           typeof d.inputs.vol_expected_move_pct === 'number' ? d.inputs.vol_expected_move_pct : null,
+        engineVersion: d.engineVersion,
         regimeShifts: state[key]?.regimeShifts ?? 0,
       };
     } else {

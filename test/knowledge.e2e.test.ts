@@ -13,6 +13,7 @@ import { foldLog } from '../projections/projection.ts';
 import { ServiceMeta } from '../services/api/service-meta.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
 import { chatQuotaProjection, chatStream } from '../services/knowledge/chat-quota.ts';
+import { expandQuestion } from '../services/knowledge/extractive.ts';
 import { knowledgeFactsProjection } from '../services/knowledge/facts.ts';
 import type { KnowledgeModule } from '../services/knowledge/module.ts';
 import { rebuildQuotaGeneration } from '../services/quota/quota-rebuild.ts';
@@ -695,8 +696,10 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     expect(sent.path).toBe('/v1/chat/completions');
     expect(sent.headers.authorization).toBe('Bearer sk-provider-test');
     const prompt = String((sent.body.messages as { content: string }[])[1]!.content);
+    // The model is given what the chat retrieves: the passages searched for the question's words.
+    const query = expandQuestion('what does squeeze mean');
     const retrieved = SearchAnswer.parse(
-      (await post('/api/search', { query: 'what does squeeze mean', limit: 4 }, bearer(key.key))).body,
+      (await post('/api/search', { query, limit: 4 }, bearer(key.key))).body,
     ).results.map((r) => r.id);
     const given = [...prompt.matchAll(/^\[\d+\] id=(\S+)/gm)].map((m) => m[1]);
     expect(given).toEqual(retrieved);

@@ -93,6 +93,25 @@ describe('SignalEngine over the replayed real data', () => {
     });
   });
 
+  it('answers a verdict the log holds from a later close (a replica ahead) with its lean and confidence meaning', async () => {
+    const ahead = await openReplayFeed({ run: false });
+    ahead.clock.advance(HOUR);
+    const later = new SignalEngine({ feed: ahead, store });
+    const recorded = TradeCall.parse(await later.getTradeCall({ coin: 'BTC' }));
+    // This engine's own close is older than the one on record: it serves the record, rebuilt.
+    const rebuilt = TradeCall.parse(await engine.getTradeCall({ coin: 'BTC' }));
+    expect(rebuilt.verdictId).toBe(recorded.verdictId);
+    expect(rebuilt.reasoning).toBeUndefined();
+    expect(rebuilt.call).toBe('HOLD');
+    expect(rebuilt.lean).toEqual(recorded.lean);
+    expect(rebuilt.lean).toMatchObject({ timing_skill: true });
+    expect(rebuilt.confidence_meaning).toBe(recorded.confidence_meaning);
+    expect(rebuilt.confidence_meaning).toContain(
+      `${rebuilt.confidence} = how often standing aside was right`,
+    );
+    await later.close();
+  });
+
   it('serves the same verdict until the next candle closes, then chains a new one', async () => {
     const first = await engine.getTradeCall({ coin: 'ETH', timeframe: '1h', exchange: 'BINANCE' });
     const again = await Promise.all(
@@ -293,6 +312,16 @@ describe('SignalEngine over the replayed real data', () => {
     const holds = ScanTradeCallsOutput.parse(await engine.scanTradeCalls({ includeHolds: true }));
     expect(holds.calls.length).toBeGreaterThan(0);
     expect(holds.calls.every((c) => c.call === 'HOLD' && c.expectedMovePct! > 0)).toBe(true);
+    // Every row says what its HOLD declines and what its confidence means, as the trade call does.
+    for (const row of holds.calls) {
+      const call = TradeCall.parse(await engine.getTradeCall({ coin: row.coin }));
+      expect(call.verdictId).toBe(row.verdictId);
+      expect({ lean: row.lean, confidence_meaning: row.confidence_meaning }).toEqual({
+        lean: call.lean,
+        confidence_meaning: call.confidence_meaning,
+      });
+      expect(row.confidence_meaning).toContain(`${row.confidence} = how often standing aside was right`);
+    }
     const funding = ScanFundingArbOutput.parse(await engine.scanFundingArb({}));
     expect(funding.opportunities.length).toBeGreaterThan(0);
   });

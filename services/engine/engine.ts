@@ -44,6 +44,7 @@ import {
   ENGINE_VERSION,
   labelEvidenceText,
   RISK_EVIDENCE,
+  recordedMeaning,
   regimeConfidenceMeaning,
 } from './signals/index.ts';
 import { PERP_VENUES, SCAN_CONCURRENCY } from './venues.ts';
@@ -222,6 +223,8 @@ export class SignalEngine implements SignalOperations {
           quoteVolume24h: market.quoteVolume24h,
           verdictId: call.verdictId,
           expectedMovePct: call.volatility?.expected_move_pct ?? null,
+          lean: call.lean,
+          confidence_meaning: call.confidence_meaning,
           volume: market.quoteVolume24h ?? 0,
         });
       } catch (err) {
@@ -327,7 +330,7 @@ export class SignalEngine implements SignalOperations {
     const recorded = await recordVerdict(this.store, verdictDraft(input, verdict, this.feed.kind, trigger), {
       correlationId: ctx.requestId,
     });
-    const call = toTradeCall(recorded, verdict, this.publicBaseUrl);
+    const call = toTradeCall(recorded, verdict, this.publicBaseUrl, this.calibration);
     this.calls.set(key, { closeTime, call });
     if (recorded.data.candleCloseTime === verdict.candle_close_time) {
       this.logger?.debug(
@@ -433,6 +436,7 @@ function toTradeCall(
   recorded: RecordedVerdict,
   computed: Verdict,
   publicBaseUrl: string | undefined,
+  table: CalibrationTable,
 ): TradeCall {
   const d = recorded.data;
   const same = d.candleCloseTime === computed.candle_close_time;
@@ -474,9 +478,11 @@ function toTradeCall(
     engineVersion: d.engineVersion,
     ...(volatility ? { volatility } : {}),
     ...(edge ? { edge } : {}),
-    // The lean and the words for the confidence belong to this computation, like the reasoning.
-    ...(same && computed.lean !== undefined ? { lean: computed.lean } : {}),
-    ...(same && computed.confidence_meaning ? { confidence_meaning: computed.confidence_meaning } : {}),
+    // A verdict another replica recorded for this close is answered as the log holds it: its
+    // lean and the words for its confidence come from its recorded score and engine's table.
+    ...(same && computed.confidence_meaning
+      ? { lean: computed.lean ?? null, confidence_meaning: computed.confidence_meaning }
+      : recordedMeaning(d, table)),
   };
 }
 

@@ -2,20 +2,22 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ChatAnswer } from '../../contracts/knowledge.ts';
 import { issueServiceKey, startApiOnly } from '../../test/service-keys.ts';
 import type { RunningService } from '../service.ts';
-import { loadQuestionSet, offTopicFault, onTopicFault } from './eval/score.ts';
+import { loadQuestionSet, offTopicFault, onTopicFault, QUESTION_SETS } from './eval/score.ts';
 import type { KnowledgeModule } from './module.ts';
 
 /**
- * The fixed question set (eval/questions.json) through the real chat: a started api role,
- * a key, POST /api/chat over HTTP. The share answered right is the figure in docs/knowledge.md.
+ * The fixed question sets (eval/questions.json, heldout.json, fresh.json) through the real chat: a
+ * started api role, a key, POST /api/chat over HTTP. The shares answered right are the figures
+ * in docs/knowledge.md.
  */
-describe('knowledge chat on the fixed question set (POST /api/chat)', () => {
-  const set = loadQuestionSet();
+describe('knowledge chat on the fixed question sets (POST /api/chat)', () => {
   let service: RunningService;
   let key: string;
 
   beforeAll(async () => {
-    service = await startApiOnly({ CHAT_QUOTA_PRO: '1000' });
+    // The default configuration, as a user meets it: the prices and quotas the answers quote are
+    // the defaults the sets expect, and the three sets' 132 questions fit a pro key's 200 chats.
+    service = await startApiOnly();
     await (service.components.find((c) => c.name === 'knowledge') as KnowledgeModule).ready;
     key = (await issueServiceKey(service, { plan: 'pro', owner: 'eval' })).key;
   });
@@ -33,27 +35,46 @@ describe('knowledge chat on the fixed question set (POST /api/chat)', () => {
     return ChatAnswer.parse(await res.json());
   }
 
-  it('answers at least 90 % of the questions right and says it does not know to every off-topic one', async () => {
-    expect(set.questions.length).toBeGreaterThanOrEqual(40);
-    const wrong: string[] = [];
-    for (const q of set.questions) {
-      const answer = await ask(q.question);
-      const fault = onTopicFault(answer, q.expect, set.maxAnswerChars);
-      if (fault) wrong.push(`${q.id}: ${fault}\n      → ${answer.answer.slice(0, 300)}`);
-    }
-    const offWrong: string[] = [];
-    for (const q of set.offTopic) {
-      const fault = offTopicFault(await ask(q.question));
-      if (fault) offWrong.push(`${q.id}: ${fault}`);
-    }
-    const right = set.questions.length - wrong.length;
-    const share = right / set.questions.length;
-    console.log(
-      `knowledge chat: ${right}/${set.questions.length} = ${(100 * share).toFixed(1)} % answered right; ` +
-        `off-topic ${set.offTopic.length - offWrong.length}/${set.offTopic.length} "I don't know"` +
-        (wrong.length + offWrong.length ? `\n  wrong:\n  ${[...wrong, ...offWrong].join('\n  ')}` : ''),
-    );
-    expect(offWrong).toEqual([]);
-    expect(share).toBeGreaterThanOrEqual(0.9);
-  });
+  /**
+   * The issue's bar is 90 %. questions.json and heldout.json were tuned on and meet it;
+   * fresh.json was not (its 19/22 is the out-of-sample figure): its floor only guards against a
+   * change that makes the chat worse on questions nobody tuned it for.
+   */
+  const FLOOR: Record<(typeof QUESTION_SETS)[number], number> = {
+    'questions.json': 0.9,
+    'heldout.json': 0.9,
+    'fresh.json': 0.8,
+  };
+
+  it.each(QUESTION_SETS)(
+    '%s: the share answered right at its floor, "I don\'t know" to every off-topic one',
+    async (file) => {
+      const set = loadQuestionSet(file);
+      expect(set.questions.length).toBeGreaterThanOrEqual(
+        file === 'questions.json' || file === 'heldout.json' ? 40 : 20,
+      );
+      const wrong: string[] = [];
+      for (const q of set.questions) {
+        const answer = await ask(q.question);
+        const fault = onTopicFault(answer, q.expect, set.maxAnswerChars);
+        if (fault) wrong.push(`${q.id}: ${fault}\n      → ${answer.answer.slice(0, 300)}`);
+      }
+      const offWrong: string[] = [];
+      for (const q of set.offTopic) {
+        const fault = offTopicFault(await ask(q.question));
+        if (fault) offWrong.push(`${q.id}: ${fault}`);
+      }
+      const right = set.questions.length - wrong.length;
+      const share = right / set.questions.length;
+      // The figures docs/knowledge.md reports, and what was wrong, for whoever runs it.
+      process.stdout.write(
+        `knowledge chat, ${file}: ${right}/${set.questions.length} = ${(100 * share).toFixed(1)} % answered right; ` +
+          `off-topic ${set.offTopic.length - offWrong.length}/${set.offTopic.length} "I don't know"` +
+          (wrong.length + offWrong.length ? `\n  wrong:\n  ${[...wrong, ...offWrong].join('\n  ')}` : '') +
+          '\n',
+      );
+      expect(offWrong).toEqual([]);
+      expect(share).toBeGreaterThanOrEqual(FLOOR[file]);
+    },
+  );
 });

@@ -20,7 +20,7 @@ import { contentTerms, termOf, words } from './text.ts';
 
 /** How many passages the generative path is given; the extractive one reads further down. */
 export const CONTEXT_PASSAGES = 4;
-const READ_PASSAGES = 20;
+const READ_PASSAGES = 40;
 const MAX_SENTENCES = 3;
 const MAX_ANSWER_CHARS = 900;
 /** Sentences longer than this are read clause by clause (contract passages, table rows). */
@@ -31,6 +31,8 @@ const LONG_SENTENCE = 450;
  * something else ("the capital of France") stays below it however many common words it shares.
  */
 export const MIN_COVERAGE = 0.5;
+/** What part of an unknown word's weight an answer still has to make up for. */
+const UNKNOWN_PENALTY = 0.5;
 /** Above this weighted share of the question in words the corpus never uses: "I don't know". */
 const MAX_UNKNOWN_SHARE = 0.5;
 /** A best sentence shorter than this is read with the one after it. */
@@ -73,7 +75,7 @@ const SYNONYMS: string[][] = [
   ['allow', 'include'],
   ['keep', 'kept', 'store', 'cache'],
   ['export', 'download'],
-  ['connect', 'setup'],
+  ['connect', 'setup', 'session', 'handshake'],
   ['disable', 'disabled', 'deactivate'],
   ['miss', 'missed', 'gap', 'missing'],
   ['retry', 'retries', 'resend'],
@@ -83,6 +85,8 @@ const SYNONYMS: string[][] = [
   ['subscribe', 'subscription', 'register'],
   ['key', 'token'],
   ['verify', 'check', 'audit', 'prove'],
+  ['contain', 'cover', 'coverage', 'inside'],
+  ['actual', 'realised', 'realized'],
 ];
 const SYNONYM_OF = new Map<string, Set<string>>();
 for (const group of SYNONYMS) {
@@ -99,7 +103,7 @@ const QUESTION_WORDS = new Set(
   (
     'much many often long need want happen happens work works way know ask use used using make made come ' +
     'comes whether able kind type exactly there possible thing mean means meaning support supported ' +
-    'available exist exists number value find see count counts'
+    'available exist exists number value find see count counts take takes assume assumed field fields'
   )
     .split(' ')
     .map((w) => termOf(w))
@@ -111,7 +115,7 @@ const QUESTION_WORDS = new Set(
  * condition ("… if my connection drops") frames the question, the main clause asks it.
  */
 export function questionTerms(question: string): { term: string; meets: Set<string>; share: number }[] {
-  const cut = /\b(if|when|while|because|since|in case)\b/i.exec(question);
+  const cut = /\b(if|when|while|because|since|in case|before|after|until|once)\b/i.exec(question);
   const topical = (text: string) => contentTerms(text).filter((term) => !QUESTION_WORDS.has(term));
   const main = new Set(topical(cut && cut.index > 0 ? question.slice(0, cut.index) : question));
   // "What do I get when I exceed the rate limit?": the clause is the question itself.
@@ -123,14 +127,15 @@ export function questionTerms(question: string): { term: string; meets: Set<stri
   }));
 }
 
-/** The terms of a text, with the parts of its snake_case names (expected_move_pct names a move). */
+/** The terms of a text, with the parts of its snake_case and camelCase names (expected_move_pct names a move). */
 function termsIn(text: string): Set<string> {
   const out = new Set<string>();
   for (const w of words(text)) {
     const t = termOf(w);
     if (t !== null) out.add(t);
-    if (w.includes('_'))
-      for (const part of w.split('_')) {
+    // camelCase names name their parts too: verifyWebhook verifies a webhook.
+    if (w.includes('_') || /[a-z][A-Z]/.test(w))
+      for (const part of w.split(/_|(?<=[a-z])(?=[A-Z])/)) {
         const p = termOf(part);
         if (p !== null) out.add(p);
       }
@@ -138,13 +143,91 @@ function termsIn(text: string): Set<string> {
   return out;
 }
 
-/** The question with the documentation's words for its terms added, for retrieval. */
-export function expandQuestion(question: string): string {
-  const extra = questionTerms(question).flatMap(({ term, meets }) => [...meets].filter((t) => t !== term));
-  return extra.length === 0 ? question : `${question} ${[...new Set(extra)].join(' ')}`;
+/** Words that link a noun to what follows ("the fee over six candles"): no noun after them. */
+const LINKING = new Set(
+  'over under after before within between across above below through since until per each every than like once only both either'.split(
+    ' ',
+  ),
+);
+
+/** A text's words as terms, each with whether the next word follows it after spaces only. */
+function tokens(text: string): { term: string | null; joined: boolean }[] {
+  const out: { term: string | null; joined: boolean }[] = [];
+  let end = -1;
+  for (const m of text.matchAll(/[\p{L}\p{N}_]+(?:[.'][\p{L}\p{N}_]+)*/gu)) {
+    const last = out[out.length - 1];
+    if (last) last.joined = /^ +$/.test(text.slice(end, m.index));
+    out.push({ term: termOf(m[0]), joined: false });
+    end = m.index + m[0].length;
+  }
+  return out;
 }
 
-type Kind = 'number' | 'list' | 'steps' | 'definition' | 'other';
+/** How many of the passages each adjacent pair of terms stands in ("hit rate": many). */
+function compoundsOf(texts: string[]): Map<string, number> {
+  const counts = new Map<string, number>();
+  for (const text of texts) {
+    const seen = new Set<string>();
+    const list = tokens(text);
+    list.forEach((t, i) => {
+      const next = list[i + 1];
+      if (t.joined && t.term && next?.term) seen.add(`${t.term} ${next.term}`);
+    });
+    for (const pair of seen) counts.set(pair, (counts.get(pair) ?? 0) + 1);
+  }
+  return counts;
+}
+
+/**
+ * The question's terms a unit names only as the modifier of another noun the question does not
+ * name: "hit rates" speaks of rates, not of what a hit is; "MCP Server Card" of a card, not of
+ * the server. A pair is a compound when it stands in at least two of the passages read.
+ */
+function modifierOnly(
+  text: string,
+  asked: { meets: Set<string> }[],
+  compounds: Map<string, number>,
+): Set<string> {
+  const inQuestion = (t: string) => asked.some(({ meets }) => meets.has(t));
+  const modifier = new Set<string>();
+  const named = new Set<string>();
+  const list = tokens(text);
+  list.forEach((t, i) => {
+    if (t.term === null || !inQuestion(t.term)) return;
+    const next = list[i + 1]?.term;
+    // Only a plain word names a noun ("rate", "card"); a code or an identifier after the term
+    // is one of its values ("tools get_trade_call"), and a question word is what it does.
+    const modifies =
+      t.joined &&
+      next != null &&
+      /^[a-z]+$/.test(next) &&
+      !QUESTION_WORDS.has(next) &&
+      !LINKING.has(next) &&
+      !inQuestion(next) &&
+      (compounds.get(`${t.term} ${next}`) ?? 0) >= 2;
+    (modifies ? modifier : named).add(t.term);
+  });
+  for (const t of named) modifier.delete(t);
+  return modifier;
+}
+
+/**
+ * What retrieval looks for: the question's topical words (not the words that only shape it:
+ * "when does a call *count* as a hit" is about calls and hits, not about counting), with the
+ * documentation's words for them added.
+ */
+export function expandQuestion(question: string): string {
+  const asked = questionTerms(question);
+  if (asked.length === 0) return question;
+  const topical = words(question).filter((w) => {
+    const t = termOf(w);
+    return t !== null && !QUESTION_WORDS.has(t);
+  });
+  const extra = asked.flatMap(({ term, meets }) => [...meets].filter((t) => t !== term));
+  return [...topical, ...new Set(extra)].join(' ');
+}
+
+type Kind = 'number' | 'list' | 'steps' | 'definition' | 'condition' | 'other';
 
 /** What kind of sentence answers the question: the fact asked decides what a right answer holds. */
 export function questionKind(question: string): Kind {
@@ -153,6 +236,8 @@ export function questionKind(question: string): Kind {
     return 'number';
   if (/^(which|list)\b|^what (are|kinds?|types?) |\bwhich \w+ (are|is|can|do)\b/.test(q)) return 'list';
   if (/\bhow (do|can|should) (i|we|you)\b|\bhow to\b|\bwhere\b/.test(q)) return 'steps';
+  // "When does a call count as a hit?": the rule that decides, a threshold or a moment.
+  if (/^when (is|are|does|do|will)\b|\bcounts? as\b|\bconsidered\b/.test(q)) return 'condition';
   if (/\bmean(s|ing)?\b|^what (is|are|does)\b|\bwhat .* for\b/.test(q)) return 'definition';
   return 'other';
 }
@@ -170,10 +255,25 @@ function kindFit(kind: Kind, text: string, asked: { meets: Set<string> }[]): num
       return /\b(GET|POST|DELETE|npm|Authorization)\b|\s\/[a-z.]|\x60/.test(text) ? 0.1 : 0;
     case 'definition':
       return /\b(means?|is|are)\b/.test(text) ? 0.05 : 0;
+    case 'condition':
+      // A rule states a measure ("the 10 bps fee at 6 candles") and what it applies after or to.
+      return /[<>≤≥] ?-?\d/.test(text) ||
+        (MEASURE.test(text) && /\b(after|once|if|when|until|within|above|below|beats?|exceeds?)\b/.test(text))
+        ? 0.15
+        : 0;
     default:
       return 0;
   }
 }
+
+/**
+ * A table row as the passages read it ("set perp; tf 4h; points 5478; …"): one measurement among
+ * many, a worse answer to a general question than the prose that sums the table up.
+ */
+const TABLE_ROW = /^(?:[^;]{1,60}; ){4,}/;
+
+/** A quantity with its unit: "10 bps", "6 candles", "5 days", "80 %". */
+const MEASURE = /\b\d+(?:[.,]\d+)?\s?(?:bps|%|candles?|s|ms|min|h|hours?|days?)\b/;
 
 /** A list of three or more items: "a, b, c", "a, b and c", "a|b|c". */
 const LIST =
@@ -246,9 +346,11 @@ function units(passage: Passage): string[][] {
   all.forEach((sentence, i) => {
     if (sentence.length > LONG_SENTENCE) {
       for (const clause of sentence.split(/(?<=;)\s+|(?<=\.)\s+(?=[A-Z])/)) {
-        // A clause is quoted without the ";" that joined it to the next.
+        // A clause is quoted without the ";" that joined it to the next; one still too long is
+        // read as what leads up to its colon and what the colon introduces.
         const c = clause.trim().replace(/;$/, '');
-        if (c.length >= 15 && c.length <= LONG_SENTENCE) out.push([c]);
+        const parts = c.length > LONG_SENTENCE ? c.split(/(?<=:)\s+/) : [c];
+        for (const part of parts) if (part.length >= 15 && part.length <= LONG_SENTENCE) out.push([part]);
       }
       return;
     }
@@ -294,28 +396,42 @@ export function extractiveAnswer(
   const unknown = weights.filter((_, i) => rarity[i]! >= unknownWeight).reduce((a, b) => a + b, 0);
   const all = weights.reduce((a, b) => a + b, 0);
   if (unknown / all > MAX_UNKNOWN_SHARE) return dontKnow;
-  const known = all - unknown;
+  // A word the documentation never uses still counts against an answer, at half its weight: a
+  // question about sorting in Python is not answered by a sentence that sorts test points.
+  const known = all - unknown + UNKNOWN_PENALTY * unknown;
   const kind = questionKind(question);
+  // "How do I connect …": the act asked about. A unit that names neither it (nor a word for
+  // it) in its text or its title speaks of something near the question, not of how to do it.
+  const act = /\bhow (?:do|can|should|would) (?:i|we|you) ([\p{L}]+)/iu.exec(question)?.[1];
+  const actTerm = act === undefined ? null : termOf(act);
+  const cruxAt = actTerm === null ? -1 : asked.findIndex(({ term }) => term === actTerm);
+  const read = retrieved.slice(0, READ_PASSAGES);
+  const compounds = compoundsOf(read.map(({ passage }) => passage.text));
   const coverageOf = (text: string, title: Set<string>, body: Set<string>) => {
     const present = termsIn(text);
+    const modifying = modifierOnly(text, asked, compounds);
     let own = 0;
     let context = 0;
+    let crux = false;
     asked.forEach(({ meets }, i) => {
       const w = weights[i]!;
       if (rarity[i]! >= unknownWeight) return;
       const has = (set: Set<string>) => [...meets].some((t) => set.has(t));
-      if (has(present)) own += w;
+      const named = [...meets].some((t) => present.has(t) && !modifying.has(t));
+      if (i === cruxAt && (named || has(title))) crux = true;
+      if (named) own += w;
+      else if (has(present)) own += 0.5 * w;
       // The passage's title says what the sentence is about, though the sentence may not repeat
       // it; the rest of the passage, less so, and only to rank: what the sentence and its title
       // carry is what decides whether it answers at all.
       else if (has(title)) own += 0.6 * w;
       else if (has(body)) context += 0.3 * w;
     });
-    return { own: own / known, ranked: (own + context) / known };
+    return { own: own / known, ranked: (own + context) / known, crux };
   };
   const candidates: Candidate[] = [];
   const byPassage = new Map<string, string[][]>();
-  retrieved.slice(0, READ_PASSAGES).forEach(({ passage }, rank) => {
+  read.forEach(({ passage }, rank) => {
     const title = termsIn(passage.title);
     const body = termsIn(passage.text);
     const list = units(passage);
@@ -324,13 +440,16 @@ export function extractiveAnswer(
       const head = quotes[0]!;
       if (!answerable(head) || isHeading(head, passage)) return;
       const text = quotes.join(' ');
-      const { own: coverage, ranked } = coverageOf(text, title, body);
+      const { own, ranked, crux } = coverageOf(text, title, body);
+      // Not naming the act a "how do I" question asks about, a unit does not address it.
+      const coverage = crux || cruxAt < 0 ? own : Math.min(own, MIN_COVERAGE / 2);
       const score =
         ranked +
         kindFit(kind, text, asked) -
         rank * 0.01 -
         text.length / 5000 +
-        subjectFit(kind, head, asked);
+        subjectFit(kind, head, asked) -
+        (TABLE_ROW.test(text) ? 0.1 : 0);
       candidates.push({ passage, rank, order, quotes, coverage, score });
     });
   });

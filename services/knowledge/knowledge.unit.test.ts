@@ -211,6 +211,94 @@ describe('extractive answers', () => {
       expect(ask(question)).toEqual({ answer: DONT_KNOW, citations: [], grounded: false });
   });
 
+  /** An index of [id, title, text] rows and the question asked of it, as the chat asks. */
+  function askOf(rows: string[][]) {
+    const built = new KnowledgeIndex(
+      rows.map(([id, title, text]) => ({
+        id: id!,
+        source_type: 'readme',
+        source_url: `${id}.md`,
+        title: title!,
+        text: text!,
+      })),
+    );
+    return (question: string) =>
+      extractiveAnswer(question, built.retrieve(expandQuestion(question)), (t) => built.weight(t));
+  }
+
+  it('answers "how do I connect" only with a unit that names the act, not with one that shares the nouns', () => {
+    const cards = [
+      ['cards', 'HTTP routes: discovery', 'GET /mcp/server-card: MCP Server Card; public, no key.'],
+      ['tables', 'Other', 'The server keeps tables. Tables list rows.'],
+    ];
+    // The only units share "MCP" and "server" but say nothing about connecting: no grounded quote.
+    expect(askOf(cards)('How do I connect to the MCP server?')).toEqual({
+      answer: DONT_KNOW,
+      citations: [],
+      grounded: false,
+    });
+    const withSessions = askOf([
+      ...cards,
+      ['mcp', 'Service › MCP', 'POST /mcp over Streamable HTTP, sessions via Mcp-Session-Id.'],
+    ]);
+    const answer = withSessions('How do I connect to the MCP server?');
+    expect(answer.grounded).toBe(true);
+    expect(answer.answer).toContain('Mcp-Session-Id');
+    expect(answer.answer).not.toContain('Server Card');
+  });
+
+  it('answers "when does X count as Y" with the rule, even from a long sentence read from its colon', () => {
+    const question = 'When does a call count as a hit?';
+    expect(questionKind(question)).toBe('condition');
+    const rule =
+      'forward return at 1, 6 and 24 candles, hit / miss after the 10 bps fee at 6 candles (no-call for HOLD), net return, MAE/MFE over the six candles, realised volatility.';
+    const long = `Once 24 candles have closed, the resolver labels each verdict from the same feed's candles as an outcome event in a stream of its own, named after the verdict, carrying the verdict's hash so that anyone can match them, and recorded once per verdict, whatever the number of replicas that try: ${rule}`;
+    expect(long.length).toBeGreaterThan(450);
+    const answer = askOf([
+      ['track', 'Track record', 'GET /api/track-record: hit rates per venue and timeframe of the calls.'],
+      ['history', 'Verdict history', long],
+    ])(question);
+    expect(answer.grounded).toBe(true);
+    expect(answer.answer).toContain(`${rule} [`);
+    expect(answer.citations.flatMap((c) => c.quote.split(' … '))).toContain(rule);
+  });
+
+  it('meets "contain" in "covered", and reads camelCase names by their parts', () => {
+    const answer = askOf([
+      [
+        'table',
+        'Evaluation › Risk',
+        'set perp; tf 4h; horizon next; points 5478; closes in the band 81.1%; free band coverage 79.9%.',
+      ],
+      [
+        'prose',
+        'Methodology › Risk forecast',
+        'Out of sample its band covered the close 78.7–84.7 % of the time on every timeframe.',
+      ],
+    ])('How often does the band contain the close?');
+    expect(answer.answer).toContain('78.7–84.7 %');
+    const verify = askOf([
+      [
+        'rotation',
+        'Webhooks › Secret rotation',
+        "verifyWebhook and standardwebhooks accept either secret's signature.",
+      ],
+      ['sample', 'Webhooks › Test', 'A signed sample is sent to the receiver.'],
+      ['verdicts', 'Verify a verdict', 'Anyone can verify a verdict at /verify.'],
+    ])('How do I verify a webhook signature?');
+    expect(verify.answer).toContain('verifyWebhook');
+  });
+
+  it('counts a word the documentation never uses against an answer: no grounded quote for an off-topic question', () => {
+    const answer = askOf([
+      ['ci', 'Intervals', 'A day-block bootstrap resamples days; its statistic sorts every test point.'],
+      ['lists', 'Scans', 'A scan returns a list of calls, ranked by confidence.'],
+      ['hooks', 'Webhooks', 'Webhooks are signed with HMAC.'],
+      ['prices', 'Prices', 'A trade call costs 0.02 USD.'],
+    ])('How do I sort a list in Python?');
+    expect(answer).toEqual({ answer: DONT_KNOW, citations: [], grounded: false });
+  });
+
   it('says it does not know below the threshold, citing nothing', () => {
     const question = 'how tall is the eiffel tower in trade terms';
     expect(extractiveAnswer(question, index.retrieve(question))).toEqual({

@@ -1,7 +1,9 @@
 import { type Exchange, type FeedKind, marketKey } from '../../contracts/market.ts';
+import type { CalibrationTable } from '../../contracts/signals.ts';
 import { ScanTradeCallsInput, type ScanTradeCallsOutput } from '../../contracts/tools.ts';
 import type { LatestVerdicts } from '../../projections/latest-verdicts.ts';
 import { rankScanRows, type ScanRow } from '../engine/scan-ranking.ts';
+import { defaultCalibration, recordedMeaning } from '../engine/signals/index.ts';
 import type { RankedMarket } from './ranking.ts';
 
 /** How long a digest scan waits for the verdict projection to reach the log's head. */
@@ -57,6 +59,8 @@ export function projectedScan(
     volumeOf: (coin: string) => number | null;
     feed: FeedKind;
     now: number;
+    /** The engine's calibration table (default: the shipped one), which states each row's meaning. */
+    table?: CalibrationTable;
   },
 ): ScanTradeCallsOutput {
   const input = { ...ScanTradeCallsInput.parse(raw), exchange: raw.exchange };
@@ -84,6 +88,7 @@ export function projectedScan(
       quoteVolume24h,
       verdictId: verdict.verdictId,
       expectedMovePct: verdict.expectedMovePct,
+      ...recordedMeaning(verdict, deps.table ?? defaultCalibration),
       volume: quoteVolume24h ?? 0,
     });
   }

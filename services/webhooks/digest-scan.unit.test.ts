@@ -1,5 +1,7 @@
 import { describe, expect, it, vi } from 'vitest';
+import { ScanTradeCallsOutput } from '../../contracts/tools.ts';
 import type { LatestVerdict, LatestVerdicts } from '../../projections/latest-verdicts.ts';
+import { defaultCalibration, recordedMeaning } from '../engine/signals/index.ts';
 import { projectedScan, rankedDigestScan } from './digest-scan.ts';
 
 function verdict(coin: string, patch: Partial<LatestVerdict> = {}): LatestVerdict {
@@ -17,6 +19,7 @@ function verdict(coin: string, patch: Partial<LatestVerdict> = {}): LatestVerdic
     feed: 'replay',
     hash: 'a'.repeat(64),
     expectedMovePct: 1.5,
+    engineVersion: 'signals-4',
     regimeShifts: 0,
     ...patch,
   };
@@ -54,6 +57,42 @@ describe('digest scan from projected verdicts', () => {
     ]);
     expect(scan.calls[2]).toMatchObject({ quoteVolume24h: 1e9, expectedMovePct: 1.5 });
     expect(scan.skipped).toEqual([{ coin: 'ADA', reason: 'no verdict recorded for ADA 1h on BINANCE' }]);
+    // Each row says what its confidence means, from its recorded score and its engine's table.
+    for (const row of scan.calls) {
+      const v = verdicts[`BINANCE:${row.coin}:1h`]!;
+      expect({ lean: row.lean, confidence_meaning: row.confidence_meaning }).toEqual(
+        recordedMeaning(v, defaultCalibration),
+      );
+      expect(row.confidence_meaning).toContain(
+        `${row.confidence} = the calibrated chance that this BUY beats`,
+      );
+    }
+  });
+
+  it('a HOLD row says how often standing aside was right, and what it leans', () => {
+    const scan = projectedScan(
+      { exchange: 'BINANCE_SPOT', timeframe: '15m', topN: 1, includeHolds: true },
+      {
+        verdicts: {
+          'BINANCE_SPOT:BTC:15m': verdict('BTC', {
+            exchange: 'BINANCE_SPOT',
+            timeframe: '15m',
+            call: 'HOLD',
+            confidence: 58,
+            score: 0.3,
+          }),
+        },
+        ranked: ['BTC'],
+        volumeOf: () => null,
+        feed: 'replay',
+        now: 0,
+      },
+    );
+    const [row] = ScanTradeCallsOutput.parse(scan).calls;
+    // spot:15m fades the score: a positive score leans SELL, with timing skill that did not pay.
+    expect(row!.lean).toMatchObject({ direction: 'SELL', timing_skill: true });
+    expect(row!.lean!.expected_net_bps!).toBeLessThan(0);
+    expect(row!.confidence_meaning).toContain('58 = how often standing aside was right');
   });
 });
 

@@ -4,6 +4,7 @@ import type { TrackRecordBrief } from '../../contracts/history.ts';
 import type { ScanTradeCallsOutput } from '../../contracts/tools.ts';
 import type { Cadence, WebhookEnvelope } from '../../contracts/webhooks.ts';
 import { recordedVolatility } from '../engine/recorded-volatility.ts';
+import { defaultCalibration, recordedMeaning } from '../engine/signals/index.ts';
 
 /**
  * The envelope in the payload version the subscription pinned. Only version 1 exists; a later
@@ -75,6 +76,7 @@ export function tradeCallEnvelope(input: {
             band_coverage: vol.band_coverage,
           }
         : null,
+      ...recordedMeaning(v, defaultCalibration),
       ...(input.trackRecord ? { track_record: input.trackRecord } : {}),
     },
   };
@@ -136,6 +138,8 @@ export function scanDigestEnvelope(input: {
         price: c.price,
         verdict_id: c.verdictId,
         expected_move_pct: c.expectedMovePct,
+        lean: c.lean,
+        confidence_meaning: c.confidence_meaning,
       })),
     },
   };

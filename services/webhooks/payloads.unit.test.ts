@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { EventData } from '../../contracts/events.ts';
 import { WebhookEnvelope } from '../../contracts/webhooks.ts';
+import { defaultCalibration, ENGINE_VERSION, recordedMeaning } from '../engine/signals/index.ts';
 import { regimeShiftEnvelope, scanDigestEnvelope, tradeCallEnvelope, withSeq } from './payloads.ts';
 
 const verdict = (inputs: Record<string, number | string | boolean | null>): EventData<'VerdictRecorded'> => ({
@@ -56,6 +57,80 @@ describe('trade_call webhook payload', () => {
       verdict: verdict({ rsi: 40 }),
     });
     expect(envelope.data).toMatchObject({ expected_move: null });
+  });
+});
+
+describe('trade_call and scan_digest payloads say what their confidence means', () => {
+  it('restates the lean and the words from the recorded score and the engine’s table', () => {
+    const recorded = { ...verdict({}), engineVersion: ENGINE_VERSION, call: 'BUY' as const, score: -0.4 };
+    const envelope = tradeCallEnvelope({
+      deliveryId: 'd-3',
+      createdAt: new Date(0).toISOString(),
+      verifyUrl: 'https://signals.example/verify/x/2',
+      verdict: recorded,
+    });
+    const data = WebhookEnvelope.parse(envelope).data;
+    expect(data).toMatchObject(recordedMeaning(recorded, defaultCalibration));
+    // spot:15m fades the score: a negative score leans BUY, with timing skill and a net below 0.
+    expect(data).toMatchObject({ lean: { direction: 'BUY', timing_skill: true } });
+    expect((data as { confidence_meaning: string }).confidence_meaning).toContain(
+      '47 = the calibrated chance that this BUY beats the 10 bps round-trip fee',
+    );
+    // An older engine's verdict says so rather than borrow today's table.
+    const old = tradeCallEnvelope({
+      createdAt: new Date(0).toISOString(),
+      deliveryId: 'd-4',
+      verifyUrl: 'https://s.example/v',
+      verdict: verdict({}),
+    });
+    expect(old.data).toMatchObject({ lean: null });
+    expect((old.data as { confidence_meaning: string }).confidence_meaning).toContain('engine signals-3');
+  });
+
+  it('a digest row carries its row’s lean and meaning', () => {
+    const row = {
+      rank: 1,
+      coin: 'BTC',
+      call: 'HOLD' as const,
+      confidence: 55,
+      score: 0.2,
+      regime: 'ranging' as const,
+      price: 1,
+      quoteVolume24h: null,
+      verdictId: crypto.randomUUID(),
+      expectedMovePct: 0.3,
+      ...recordedMeaning(
+        {
+          exchange: 'BINANCE_SPOT',
+          timeframe: '15m',
+          call: 'HOLD',
+          confidence: 55,
+          score: 0.2,
+          engineVersion: ENGINE_VERSION,
+        },
+        defaultCalibration,
+      ),
+    };
+    const digest = scanDigestEnvelope({
+      deliveryId: 'd',
+      createdAt: new Date(0).toISOString(),
+      cadence: '1h',
+      periodStart: 0,
+      scan: {
+        timeframe: '15m',
+        exchange: 'BINANCE_SPOT',
+        feed: 'replay',
+        timestamp: 0,
+        scanned: 1,
+        calls: [row],
+        skipped: [],
+      },
+    });
+    const [call] = (
+      WebhookEnvelope.parse(digest).data as { calls: { lean: unknown; confidence_meaning: string }[] }
+    ).calls;
+    expect(call).toMatchObject({ lean: row.lean, confidence_meaning: row.confidence_meaning });
+    expect(call!.confidence_meaning).toContain('55 = how often standing aside was right');
   });
 });
 

@@ -65,6 +65,13 @@ type SampleCallFields = Pick<
   | 'verify_url'
 >;
 
+/** A sample BUY's lean and the words for its confidence, shaped like a real call's. */
+const SAMPLE_MEANING: Pick<z.infer<typeof TradeCallData>, 'lean' | 'confidence_meaning'> = {
+  lean: { direction: 'BUY', timing_skill: true, expected_net_bps: 4.2, expected_net_bps_low: 0.6 },
+  confidence_meaning:
+    '72 = the calibrated chance that this BUY beats the 10 bps round-trip fee over the next 6 candles (sample: no cell sells a direction today).',
+};
+
 /** The sample's data for the subscription's first event type. */
 function sampleData(
   event: SubscriptionRecord['events'][number],
@@ -90,6 +97,7 @@ function sampleData(
             regime: 'trending-up',
             price: 65_000,
             verdict_id: '00000000-0000-4000-8000-000000000000',
+            ...SAMPLE_MEANING,
           },
         ],
       };
@@ -110,6 +118,6 @@ function sampleData(
         prior_regime: 'ranging',
       };
     default:
-      return { type: 'trade_call', ...base, call: 'BUY', regime: 'trending-up' };
+      return { type: 'trade_call', ...base, call: 'BUY', regime: 'trending-up', ...SAMPLE_MEANING };
   }
 }

@@ -4,10 +4,12 @@ import {
   type CalibrationSample,
   calibratedProbability,
   callDirection,
+  cellDecision,
   fitCurve,
   fitDirection,
   parseCalibrationTable,
 } from './calibration.ts';
+import { defaultBaselines } from './default-baselines.ts';
 import { defaultCalibration } from './default-calibration.ts';
 import { CalibrationError } from './errors.ts';
 
@@ -156,5 +158,21 @@ describe('calibration fit (isotonic / PAV)', () => {
       expect(calibratedProbability(defaultCalibration, tf, 0.5).probability).toBeGreaterThan(0);
     }
     expect(defaultCalibration.trainFrom).toBeLessThan(defaultCalibration.trainTo);
+  });
+
+  it('the shipped table sells a direction only where its calls paid: skill, and a net bound above 0', () => {
+    const cells = Object.entries(defaultCalibration.cells);
+    expect(cells.length).toBe(15);
+    for (const [cell, entry] of cells) {
+      const pays = entry.timingSkill === true && (entry.net?.lowBps ?? Number.NEGATIVE_INFINITY) > 0;
+      expect({ cell, emit: entry.emit }).toEqual({ cell, emit: pays });
+    }
+    // The track record's free baselines describe the same cells selling the same way.
+    const emitting = Object.fromEntries(cells.map(([cell, e]) => [cell, e.emit]));
+    expect(Object.fromEntries(defaultBaselines.cells.map((c) => [c.cell, c.emits]))).toEqual(emitting);
+    // No cell pays today: every market's answer is HOLD, on every timeframe, 1m and 3m included.
+    for (const tf of ['1m', '3m', '5m', '15m', '30m', '1h', '2h', '4h', '8h', '12h', '1d'] as const)
+      for (const exchange of ['BINANCE_SPOT', 'BINANCE'] as const)
+        expect(cellDecision(defaultCalibration, exchange, tf, 0.9).emit).toBe(false);
   });
 });

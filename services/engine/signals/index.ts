@@ -39,6 +39,8 @@ export {
   computeVerdict,
   DEFAULT_HOLD_BAND,
   ENGINE_VERSION,
+  leanOf,
+  recordedMeaning,
   type VerdictOptions,
 } from './verdict.ts';
 export { computeVotes } from './votes.ts';

@@ -8,7 +8,7 @@ import { defaultCalibration } from './default-calibration.ts';
 import { InsufficientHistoryError } from './errors.ts';
 import { computeRegime } from './market-regime.ts';
 import { createMarketState } from './market-state.ts';
-import { callFor, computeScore, computeVerdict } from './verdict.ts';
+import { callFor, computeScore, computeVerdict, ENGINE_VERSION, recordedMeaning } from './verdict.ts';
 
 const FILE = new URL('../../../sample-data/market/candles/binance-spot/BTCUSDT-1h.csv.gz', import.meta.url)
   .pathname;
@@ -199,6 +199,34 @@ describe('composite verdict on real candles', () => {
     expect(o.confidence).toBe(58);
     expect(o.lean).toMatchObject({ timing_skill: false, expected_net_bps: null });
     expect(o.confidence_meaning).toContain('training months');
+    // Rebuilt from the record (an answer from the log, a scan or digest row, a webhook payload):
+    // the same lean and the same words as when it was computed.
+    const record = (x: typeof v) => ({
+      exchange: 'BINANCE_SPOT' as const,
+      timeframe: '1h' as const,
+      call: x.call,
+      confidence: x.confidence,
+      score: x.score,
+      engineVersion: ENGINE_VERSION,
+    });
+    for (const [x, table] of [
+      [v, skilledUnpaid],
+      [c, paid],
+      [o, old],
+    ] as const)
+      expect(recordedMeaning(record(x), table)).toEqual({
+        lean: x.lean,
+        confidence_meaning: x.confidence_meaning,
+      });
+    // An older engine's verdict: no lean restated from today's table, and words that say so.
+    const older = recordedMeaning({ ...record(v), engineVersion: 'signals-3' }, skilledUnpaid);
+    expect(older.lean).toBeNull();
+    expect(older.confidence_meaning).toContain(
+      `${v.confidence} = the number engine signals-3 gave this HOLD`,
+    );
+    expect(recordedMeaning({ ...record(c), engineVersion: 'signals-3' }, paid).confidence_meaning).toContain(
+      `this ${c.call} beats the 10 bps round-trip fee`,
+    );
   });
 
   it('throws InsufficientHistoryError instead of making a verdict up', () => {

@@ -1,4 +1,4 @@
-import type { Call } from '../../../contracts/market.ts';
+import type { Call, Exchange, Timeframe } from '../../../contracts/market.ts';
 import type {
   CalibrationTable,
   Lean,
@@ -90,16 +90,7 @@ export function computeVerdict(
   const directional = Math.round(100 * cal.probability);
   const volatility = stateVolatility(state);
   const confidence = call === 'HOLD' ? Math.round(100 * decision.hold.probability) : directional;
-  const leanSign = direction * Math.sign(s.score);
-  const lean: Lean | null =
-    leanSign === 0
-      ? null
-      : {
-          direction: leanSign > 0 ? 'BUY' : 'SELL',
-          timing_skill: decision.timingSkill,
-          expected_net_bps: decision.net.meanBps,
-          expected_net_bps_low: decision.net.lowBps,
-        };
+  const lean = leanOf(decision, s.score);
   const r = s.readings;
   return {
     call,
@@ -134,6 +125,53 @@ export function computeVerdict(
             volatility,
             lean,
           ),
+  };
+}
+
+/** The direction the score leans in this cell (as its table follows or fades it), and what such leans earned. */
+export function leanOf(decision: CellDecision, score: number): Lean | null {
+  const sign = decision.direction * Math.sign(score);
+  if (sign === 0) return null;
+  return {
+    direction: sign > 0 ? 'BUY' : 'SELL',
+    timing_skill: decision.timingSkill,
+    expected_net_bps: decision.net.meanBps,
+    expected_net_bps_low: decision.net.lowBps,
+  };
+}
+
+/**
+ * The lean and the words for the confidence of a verdict as the log holds it (an answer rebuilt
+ * from the record, a scan or digest row, a webhook payload): the same as when it was computed,
+ * because both come from the recorded score and the table of the engine that recorded it. A
+ * verdict of an older engine, whose table is not this one, gets no lean and says so in words.
+ */
+export function recordedMeaning(
+  verdict: {
+    exchange: Exchange;
+    timeframe: Timeframe;
+    call: Call;
+    confidence: number;
+    score: number;
+    engineVersion: string;
+  },
+  table: CalibrationTable,
+): { lean: Lean | null; confidence_meaning: string } {
+  if (verdict.engineVersion !== table.engineVersion) {
+    const fee = `the ${table.feeBps} bps round-trip fee over the next ${table.horizonCandles} candles`;
+    return {
+      lean: null,
+      confidence_meaning:
+        verdict.call === 'HOLD'
+          ? `${verdict.confidence} = the number engine ${verdict.engineVersion} gave this HOLD; that engine's HOLD confidence did not measure how often standing aside was right, and no lean is restated for it. It is not a chance that price stays flat.`
+          : `${verdict.confidence} = the chance that this ${verdict.call} beats ${fee}, as engine ${verdict.engineVersion}'s calibration fitted it on its training months.`,
+    };
+  }
+  const decision = cellDecision(table, verdict.exchange, verdict.timeframe, Math.abs(verdict.score));
+  const lean = leanOf(decision, verdict.score);
+  return {
+    lean,
+    confidence_meaning: confidenceMeaning(verdict.call, verdict.confidence, decision, table, lean),
   };
 }
 

@@ -4,8 +4,10 @@ import type { ChatAnswer } from '../../../contracts/knowledge.ts';
 import { DONT_KNOW } from '../extractive.ts';
 
 /**
- * The fixed question set of the knowledge chat (questions.json, written before the answer logic
- * was tuned) and the rule that says whether one answer is right.
+ * The fixed question sets of the knowledge chat and the rule that says whether one answer is
+ * right: questions.json (written before the answer logic was first tuned, then used to tune it),
+ * heldout.json (written and committed before the builder's third change, then tuned on in its
+ * last step) and fresh.json (written after the last change, never tuned on).
  */
 export const QuestionSet = z.strictObject({
   about: z.string(),
@@ -22,8 +24,10 @@ export const QuestionSet = z.strictObject({
 });
 export type QuestionSet = z.infer<typeof QuestionSet>;
 
-export function loadQuestionSet(): QuestionSet {
-  return QuestionSet.parse(JSON.parse(readFileSync(new URL('./questions.json', import.meta.url), 'utf8')));
+export const QUESTION_SETS = ['questions.json', 'heldout.json', 'fresh.json'] as const;
+
+export function loadQuestionSet(file: (typeof QUESTION_SETS)[number] = 'questions.json'): QuestionSet {
+  return QuestionSet.parse(JSON.parse(readFileSync(new URL(`./${file}`, import.meta.url), 'utf8')));
 }
 
 const flat = (s: string) => s.replace(/\s+/g, ' ').toLowerCase();

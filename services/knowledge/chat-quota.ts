@@ -1,10 +1,10 @@
-import { type Cache, CounterStateLostError } from '../../adapters/cache/port.ts';
+import type { Cache } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { Config } from '../../contracts/config.ts';
 import { newEvent, type Plan } from '../../contracts/events.ts';
 import type { ChatQuotaSnapshot } from '../../contracts/knowledge.ts';
 import { defineProjection, type Projection } from '../../projections/projection.ts';
-import type { QuotaSubject } from '../quota/quota-meter.ts';
+import { onLiveCounters, type QuotaSubject } from '../quota/quota-meter.ts';
 import { QUOTA_FAMILY } from '../quota/quota-rebuild.ts';
 import { chatKey, counterExpiry, quotaPeriod, resetsAtOf } from '../quota/windows.ts';
 
@@ -37,12 +37,6 @@ export type Consumed =
   | { ok: false; snapshot: ChatQuotaSnapshot; retryAfterSeconds: number };
 
 /**
- * How long a chat that finds the counters gone waits for their rebuild before it is refused as
- * retryable, as the call quota does.
- */
-const LOST_COUNTERS_WAIT_MS = 2_000;
-
-/**
  * The monthly chat budget. Check and take are one atomic cache step (the debit script on Redis,
  * a synchronous update in process), so concurrent chats can never take more than is left; each
  * take and each refund is then recorded, the facts the counters are rebuilt from. The counters
@@ -67,25 +61,8 @@ export class ChatQuota {
   }
 
   /** Runs `op`; when the generation is gone, waits a little for its rebuild and tries once more. */
-  private async live<T>(op: () => Promise<T>): Promise<T> {
-    try {
-      return await op();
-    } catch (err) {
-      const ensure = this.deps.ensureCounters;
-      if (!(err instanceof CounterStateLostError) || ensure === undefined) throw err;
-      let timer: NodeJS.Timeout | undefined;
-      const waited = new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, this.deps.lostWaitMs ?? LOST_COUNTERS_WAIT_MS);
-      });
-      try {
-        await Promise.race([ensure(), waited]);
-      } catch {
-        throw err;
-      } finally {
-        clearTimeout(timer);
-      }
-      return op();
-    }
+  private live<T>(op: () => Promise<T>): Promise<T> {
+    return onLiveCounters(op, this.deps.ensureCounters, this.deps.lostWaitMs);
   }
 
   async peek(subject: QuotaSubject): Promise<ChatQuotaSnapshot> {

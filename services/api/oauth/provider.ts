@@ -60,7 +60,8 @@ export function createProvider(options: ProviderOptions): Provider {
       token_endpoint_auth_method: 'none',
     },
     responseTypes: ['code'],
-    scopes: ['offline_access'],
+    // `mcp` is listed too: hosts register with the scope of the resource metadata (RFC 7591 checks it).
+    scopes: ['offline_access', MCP_SCOPE],
     claims: { openid: ['sub'] },
     pkce: { required: () => true },
     allowOmittingSingleRegisteredRedirectUri: false,

@@ -188,7 +188,8 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
         : new provider.Grant({ accountId: keyId, clientId });
     grant.addResourceScope(resource, MCP_SCOPE);
     const scopes = String(details.params.scope ?? '').split(' ');
-    if (scopes.includes('offline_access')) grant.addOIDCScope('offline_access');
+    const granted = scopes.filter((scope) => scope === 'offline_access' || scope === MCP_SCOPE);
+    if (granted.length > 0) grant.addOIDCScope(granted.join(' '));
     const grantId = await grant.save();
     const to = await provider.interactionResult(
       request.raw,

@@ -26,7 +26,13 @@ export async function redirectReceiver(): Promise<{
   const waiting: ((params: URLSearchParams) => void)[] = [];
   const arrived: URLSearchParams[] = [];
   const server: Server = createServer((req, res) => {
-    const params = new URL(req.url ?? '/', 'http://x').searchParams;
+    const url = new URL(req.url ?? '/', 'http://x');
+    // Only the redirect counts (the browser also asks for /favicon.ico).
+    if (url.pathname !== '/callback') {
+      res.writeHead(404).end();
+      return;
+    }
+    const params = url.searchParams;
     const waiter = waiting.shift();
     if (waiter) waiter(params);
     else arrived.push(params);

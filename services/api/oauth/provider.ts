@@ -1,6 +1,7 @@
 import Provider, { type Configuration, errors, type KoaContextWithOIDC } from 'oidc-provider';
 import { MCP_SCOPE, OAUTH_PREFIX, type OAuthSecrets } from '../../../contracts/oauth.ts';
 import { oauthAdapter } from './adapter.ts';
+import { errorPage } from './page.ts';
 import type { OAuthStore } from './store.ts';
 
 export interface ProviderOptions {
@@ -12,8 +13,6 @@ export interface ProviderOptions {
   ttl: { accessTokenS: number; refreshTokenS: number; codeS: number; interactionS: number };
   /** Whether the account (an API key id) may still act: a revoked key has no account. */
   keyActive: (keyId: string) => Promise<boolean>;
-  /** Development only: client ID metadata documents may be fetched over plain http. */
-  renderError?: Configuration['renderError'];
 }
 
 /** The authorization server's routes, under /oauth (the well-known documents are at the root). */
@@ -69,7 +68,11 @@ export function createProvider(options: ProviderOptions): Provider {
     features: {
       devInteractions: { enabled: false },
       registration: { enabled: true },
-      revocation: { enabled: true },
+      // A host revokes only its own tokens (revoking its refresh token ends the whole grant).
+      revocation: {
+        enabled: true,
+        allowedPolicy: (_ctx, client, token) => token.clientId === client.clientId,
+      },
       userinfo: { enabled: false },
       rpInitiatedLogout: { enabled: false },
       resourceIndicators: {
@@ -104,7 +107,14 @@ export function createProvider(options: ProviderOptions): Provider {
     findAccount: async (_ctx: KoaContextWithOIDC, sub: string) =>
       (await options.keyActive(sub)) ? { accountId: sub, claims: async () => ({ sub }) } : undefined,
     interactions: { url: (_ctx, interaction) => interactionPath(interaction.uid) },
-    ...(options.renderError ? { renderError: options.renderError } : {}),
+    // An error the browser is shown (a redirect URI that is not registered, a bad request): our page, not the library's.
+    renderError: async (ctx, out) => {
+      ctx.type = 'html';
+      ctx.body = errorPage(
+        'This sign-in request cannot be served',
+        `${out.error}: ${out.error_description ?? 'the request is invalid'}. Start again from your MCP host.`,
+      );
+    },
   };
   return new Provider(options.issuer, configuration);
 }

@@ -74,6 +74,7 @@ export function createProvider(options: ProviderOptions): Provider {
         allowedPolicy: (_ctx, client, token) => token.clientId === client.clientId,
       },
       userinfo: { enabled: false },
+      pushedAuthorizationRequests: { enabled: false },
       rpInitiatedLogout: { enabled: false },
       resourceIndicators: {
         enabled: true,

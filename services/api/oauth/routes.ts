@@ -8,6 +8,7 @@ import {
   KeySignInForm,
   MCP_SCOPE,
   OAUTH_PREFIX,
+  OAuthErrorBody,
   ProtectedResourceMetadata,
   SIGNIN_MCP_PATH,
   WalletSignInForm,
@@ -19,6 +20,7 @@ import { consumeNonce } from '../keys/nonces.ts';
 import { checkSignIn } from '../keys/siwe-check.ts';
 import { documented, type ResponseDoc } from '../openapi.ts';
 import { type ConsentView, consentPage, errorPage } from './page.ts';
+import { OAUTH_ROUTES } from './provider.ts';
 
 export interface OAuthRoutesOptions {
   provider: Provider;
@@ -66,22 +68,100 @@ const asDoc = documented({
   tags: ['oauth'],
   responses: { 200: { description: 'Endpoints and capabilities', schema: { type: 'object' } } },
 });
-const serverDoc = documented({
-  summary: 'The OAuth authorization server (authorize, token, register, revoke, jwks)',
-  description:
-    'GET /oauth/authorize (response_type=code, code_challenge_method=S256, resource=<origin>/mcp/signin), POST /oauth/token (authorization_code, refresh_token), POST /oauth/register (RFC 7591), POST /oauth/revoke (RFC 7009), GET /oauth/jwks. Errors are RFC 6749 JSON ({error, error_description}).',
-  tags: ['oauth'],
-  responses: {
-    200: { description: 'The endpoint answer', schema: { type: 'object' } },
-    201: { description: 'A client registered (RFC 7591)', schema: { type: 'object' } },
-    303: redirect,
-    400: {
-      description: 'invalid_request, invalid_grant, invalid_client_metadata, invalid_target, ...',
-      schema: { type: 'object' },
-    },
-    401: { description: 'invalid_client', schema: { type: 'object' } },
+const oauthJson: ResponseDoc = {
+  description: 'RFC 6749 error: {error, error_description}',
+  schema: OAuthErrorBody,
+};
+const endpointDoc = (summary: string, ok: Record<number, ResponseDoc>, description?: string) =>
+  documented({
+    summary,
+    ...(description ? { description } : {}),
+    tags: ['oauth'],
+    responses: { ...ok, 400: oauthJson },
+  });
+
+/** The library's endpoints, each declared (the document lists them), each handed to the library as is. */
+const LIBRARY_ROUTES: {
+  method: 'GET' | 'POST';
+  url: string;
+  doc: ReturnType<typeof documented>;
+  cors: boolean;
+}[] = [
+  {
+    method: 'GET',
+    url: OAUTH_ROUTES.authorization,
+    cors: false,
+    doc: endpointDoc(
+      'Authorization request (response_type=code, PKCE S256 required, resource=<origin>/mcp/signin)',
+      { 303: redirect },
+      'Sends the browser to the sign-in page, then back to the registered redirect_uri with code (or error) and iss. A redirect_uri that is not registered exactly is answered here (400 page), never redirected to.',
+    ),
   },
-});
+  {
+    method: 'POST',
+    url: OAUTH_ROUTES.authorization,
+    cors: false,
+    doc: endpointDoc('Authorization request, form-posted', { 303: redirect }),
+  },
+  {
+    method: 'GET',
+    url: `${OAUTH_ROUTES.authorization}/:uid`,
+    cors: false,
+    doc: endpointDoc('Resumes an authorization request after the sign-in page', { 303: redirect }),
+  },
+  {
+    method: 'POST',
+    url: OAUTH_ROUTES.token,
+    cors: true,
+    doc: endpointDoc(
+      'Token endpoint: authorization_code (with code_verifier) and refresh_token grants',
+      {
+        200: {
+          description: 'access_token (opaque, short-lived, bound to the resource), refresh_token, expires_in',
+          schema: { type: 'object' },
+        },
+      },
+      'A code is used once (a second use is refused and ends the tokens of the first); refresh tokens rotate.',
+    ),
+  },
+  {
+    method: 'POST',
+    url: OAUTH_ROUTES.registration,
+    cors: true,
+    doc: endpointDoc(
+      'Dynamic client registration (RFC 7591): public clients, redirect URIs matched exactly',
+      {
+        201: { description: 'The registered client (client_id)', schema: { type: 'object' } },
+      },
+    ),
+  },
+  {
+    method: 'GET',
+    url: `${OAUTH_ROUTES.registration}/:clientId`,
+    cors: true,
+    doc: endpointDoc('A registered client, read with its registration_access_token (RFC 7592)', {
+      200: { description: 'The client metadata', schema: { type: 'object' } },
+      401: oauthJson,
+    }),
+  },
+  {
+    method: 'POST',
+    url: OAUTH_ROUTES.revocation,
+    cors: true,
+    doc: endpointDoc('Token revocation (RFC 7009): revoking a refresh token ends its whole grant', {
+      200: { description: 'Revoked (or unknown: the answer is the same)' },
+    }),
+  },
+  {
+    method: 'GET',
+    url: OAUTH_ROUTES.jwks,
+    cors: true,
+    doc: endpointDoc('The public signing keys (JWKS)', {
+      200: { description: 'JWKS', schema: { type: 'object' } },
+    }),
+  },
+];
+
 const pageDoc = documented({
   summary: 'Sign-in and consent page of an authorization request',
   tags: ['oauth'],
@@ -207,19 +287,22 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
     await app.register(async (raw) => {
       raw.removeAllContentTypeParsers();
       raw.addContentTypeParser('*', (_request, _payload, done) => done(null));
-      raw.route({
-        method: ['GET', 'POST', 'OPTIONS', 'DELETE', 'PUT'],
-        url: `${OAUTH_PREFIX}/*`,
-        config: serverDoc,
-        handler: (request, reply) => passThrough(request, reply),
-      });
-      for (const url of ['/.well-known/oauth-authorization-server', '/.well-known/openid-configuration']) {
+      for (const route of LIBRARY_ROUTES) {
         raw.route({
-          method: ['GET', 'OPTIONS'],
-          url,
-          config: asDoc,
-          handler: (request, reply) => passThrough(request, reply, '/.well-known/openid-configuration'),
+          method: route.method,
+          url: route.url,
+          config: route.doc,
+          handler: (request, reply) => passThrough(request, reply),
         });
+      }
+      // CORS preflights of the endpoints a browser-based host calls: the library answers them.
+      const preflighted = new Set(LIBRARY_ROUTES.filter((r) => r.cors).map((r) => r.url));
+      for (const url of preflighted) raw.options(url, (request, reply) => passThrough(request, reply));
+      for (const url of ['/.well-known/oauth-authorization-server', '/.well-known/openid-configuration']) {
+        const handler = (request: FastifyRequest, reply: FastifyReply) =>
+          passThrough(request, reply, '/.well-known/openid-configuration');
+        raw.get(url, { config: asDoc }, handler);
+        raw.options(url, handler);
       }
     });
 

@@ -38,7 +38,12 @@ export const KeySignInForm = z.strictObject({
 
 /** Consent page: sign in with a wallet (an EIP-4361 message signed in the page). */
 export const WalletSignInForm = z.strictObject({
-  message: z.string().min(1).max(4_096),
+  // A form post turns every line break into CRLF; the wallet signed the message with LF.
+  message: z
+    .string()
+    .min(1)
+    .max(4_096)
+    .transform((message) => message.replace(/\r\n/g, '\n')),
   signature: z.string().regex(/^0x[0-9a-fA-F]+$/, '0x-prefixed hex'),
 });
 

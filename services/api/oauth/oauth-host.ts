@@ -142,3 +142,39 @@ export async function consentWithKey(browser: BrowserContext, authorizationUrl: 
     await page.close();
   }
 }
+
+/**
+ * The same with a wallet: the page's Sign-In with Ethereum talks to `window.ethereum`, here a
+ * stand-in whose requests are answered in Node by the test's account (the signature is real).
+ */
+export async function consentWithWallet(
+  browser: BrowserContext,
+  authorizationUrl: URL | string,
+  wallet: { address: string; sign(message: string): Promise<string> },
+  keyId: string,
+) {
+  await browser.clearCookies();
+  const page = await browser.newPage();
+  try {
+    await page.exposeFunction('__testWallet', async (method: string, params: unknown[]) => {
+      if (method === 'eth_requestAccounts') return [wallet.address];
+      if (method === 'eth_chainId') return '0x1';
+      if (method === 'personal_sign') return wallet.sign(String(params[0]));
+      throw new Error(`unsupported wallet method ${method}`);
+    });
+    await page.addInitScript(
+      'window.ethereum = { request: ({ method, params }) => window.__testWallet(method, params ?? []) };',
+    );
+    await page.goto(String(authorizationUrl));
+    await page.click('#wallet-button');
+    // The page either shows the key choice or says why the sign-in failed.
+    await page.waitForSelector('#choose, #wallet-status:not(:empty), .error');
+    const refused = await page.$('.error, #wallet-status:not(:empty)');
+    if (refused) throw new Error(`wallet sign-in refused: ${await refused.textContent()}`);
+    await page.check(`input[name="key_id"][value="${keyId}"]`);
+    await page.click('#choose');
+    await page.waitForURL(/\/callback\?/);
+  } finally {
+    await page.close();
+  }
+}

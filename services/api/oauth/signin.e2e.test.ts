@@ -3,11 +3,20 @@ import { auth, UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.j
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { BrowserContext } from 'playwright-core';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryCache } from '../../../adapters/cache/memory.ts';
 import { startKeyedServer } from '../../../test/keyed-harness.ts';
 import { freePort } from '../../../test/ports.ts';
-import { CHROMIUM, consentWithKey, launchChromium, MemoryHost, redirectReceiver } from './oauth-host.ts';
+import { issueKey } from '../../keys/key-commands.ts';
+import {
+  CHROMIUM,
+  consentWithKey,
+  consentWithWallet,
+  launchChromium,
+  MemoryHost,
+  redirectReceiver,
+} from './oauth-host.ts';
 
 /**
  * An MCP host signs in the way Claude or ChatGPT does: the official SDK client meets a 401 on
@@ -108,6 +117,47 @@ describe.runIf(present || process.env.CI === 'true')('OAuth sign-in with the off
       .structuredContent as Structured;
     expect(again._service.quota.used).toBe(3);
     await renewed.close();
+  });
+
+  it('signs in with a wallet (EIP-4361) and acts as the key the person picks', async () => {
+    const account = privateKeyToAccount(generatePrivateKey());
+    // The wallet holds two keys: its free one and a starter key an operator issued to it.
+    const starter = await issueKey(server.store, {
+      plan: 'starter',
+      owner: account.address,
+      via: 'operator',
+    });
+    const free = await issueKey(server.store, {
+      plan: 'free',
+      owner: account.address,
+      via: 'siwe',
+      stream: `wallet-${account.address.toLowerCase()}`,
+    });
+    await server.channel.registry.waitFor(Math.max(starter.position, free.position));
+
+    const host = new MemoryHost(receiver.url, 'wallet host');
+    const url = new URL(`${base}/mcp/signin`);
+    await expect(
+      new Client({ name: 'wallet-host', version: '1.0.0' }).connect(
+        new StreamableHTTPClientTransport(url, { authProvider: host }),
+      ),
+    ).rejects.toThrow(UnauthorizedError);
+    const returned = receiver.next();
+    await consentWithWallet(
+      browser,
+      host.authorizationUrl!,
+      { address: account.address, sign: (message) => account.signMessage({ message }) },
+      starter.keyId,
+    );
+    const code = (await returned).get('code')!;
+    const transport = new StreamableHTTPClientTransport(url, { authProvider: host });
+    await transport.finishAuth(code);
+    const client = new Client({ name: 'wallet-host', version: '1.0.0' });
+    await client.connect(transport);
+    const result = (await client.callTool({ name: 'get_trade_call', arguments: ARGS }))
+      .structuredContent as Structured;
+    expect(result._service.auth).toMatchObject({ outcome: 'OK', tier: 'starter' });
+    await client.close();
   });
 
   it('keeps /mcp open to anonymous callers while /mcp/signin answers 401 with its resource metadata', async () => {

@@ -47,15 +47,18 @@ const refuse = (error: TokenRefusal['error'], description: string): TokenCheck =
  */
 export async function checkAccessToken(
   deps: {
-    provider: Provider;
+    /** Null only when no token is presented. */
+    provider: Provider | null;
     resource: string;
     /** The key record by id; throws KeyUnverifiableError when the registry cannot answer. */
     keyById: (keyId: string) => KeyRecord | undefined;
   },
   token: string | null,
 ): Promise<TokenCheck> {
-  if (token === null) return refuse('missing_token', 'sign in: this endpoint requires an OAuth access token');
   const { provider, resource } = deps;
+  if (token === null || provider === null) {
+    return refuse('missing_token', 'sign in: this endpoint requires an OAuth access token');
+  }
   const accessToken = await provider.AccessToken.find(token);
   if (accessToken === undefined || accessToken.isExpired) {
     return refuse('invalid_token', 'the access token is unknown, expired or revoked');

@@ -3,6 +3,7 @@ import type Provider from 'oidc-provider';
 import type { Logger } from 'pino';
 import type { Cache } from '../../../adapters/cache/port.ts';
 import type { EventStore } from '../../../adapters/event-store/port.ts';
+import { ServiceError } from '../../../contracts/errors.ts';
 import {
   KeyChoiceForm,
   KeySignInForm,
@@ -23,7 +24,8 @@ import { type ConsentView, consentPage, errorPage } from './page.ts';
 import { OAUTH_ROUTES } from './provider.ts';
 
 export interface OAuthRoutesOptions {
-  provider: Provider;
+  /** The library instance, built on first use (its keys come from the store, which may be down at start). */
+  ready: () => Promise<Provider>;
   issuer: string;
   resource: string;
   keys: KeyResolver;
@@ -183,8 +185,21 @@ type InteractionDetails = Awaited<ReturnType<Provider['interactionDetails']>>;
  * the key the host will act as.
  */
 export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
-  const { provider, resource } = options;
-  const callback = provider.callback();
+  const { resource } = options;
+  // Set by each scope's first hook before any handler runs: the same instance once it is built.
+  let provider: Provider;
+  let callback: ReturnType<Provider['callback']>;
+  const started = async () => {
+    try {
+      provider = await options.ready();
+    } catch (err) {
+      options.logger.warn({ err }, 'oauth server not ready');
+      throw new ServiceError('SERVICE_UNAVAILABLE', {
+        detail: 'sign-in is unavailable right now; retry shortly',
+      });
+    }
+    callback ??= provider.callback();
+  };
   const metadata: ProtectedResourceMetadata = {
     resource,
     authorization_servers: [options.issuer],
@@ -285,6 +300,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
   return async (app) => {
     // The library's endpoints read their own bodies (form or JSON) from the raw request.
     await app.register(async (raw) => {
+      raw.addHook('onRequest', started);
       raw.removeAllContentTypeParsers();
       raw.addContentTypeParser('*', (_request, _payload, done) => done(null));
       for (const route of LIBRARY_ROUTES) {
@@ -314,6 +330,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
     );
 
     await app.register(async (pages) => {
+      pages.addHook('onRequest', started);
       pages.addContentTypeParser(
         'application/x-www-form-urlencoded',
         { parseAs: 'string' },

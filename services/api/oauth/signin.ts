@@ -70,12 +70,12 @@ export function oauthSignIn(deps: OAuthSignInDeps): {
   const gate: SignInGate = {
     path: SIGNIN_MCP_PATH,
     async authenticate(request: FastifyRequest): Promise<SignInOutcome> {
-      if (provider === null)
-        return { status: 503, challenge: null, message: 'sign-in is starting; retry shortly' };
+      const token = bearerToken(request.headers.authorization);
       try {
+        // No token: refused before the store is asked (it may be down; the challenge is still right).
         const check = await checkAccessToken(
-          { provider, resource, keyById },
-          bearerToken(request.headers.authorization),
+          { provider: token === null ? null : await ready(), resource, keyById },
+          token,
         );
         if (check.ok) return { caller: check.caller };
         return {
@@ -94,9 +94,10 @@ export function oauthSignIn(deps: OAuthSignInDeps): {
     },
   };
 
-  const plugin: FastifyPluginAsync = async (app) => {
+  const log = deps.logger.child({ component: 'oauth' });
+  const build = async (): Promise<Provider> => {
     const secrets = await loadSecrets(store, config);
-    provider = createProvider({
+    const built = createProvider({
       issuer,
       resource,
       store,
@@ -113,13 +114,30 @@ export function oauthSignIn(deps: OAuthSignInDeps): {
       },
     });
     // Behind a proxy that terminates TLS, the issuer's https comes from X-Forwarded-Proto.
-    provider.proxy = config.TRUST_PROXY !== '';
-    const log = deps.logger.child({ component: 'oauth' });
-    provider.on('server_error', (_ctx, err) => log.error({ err }, 'oauth server error'));
-    provider.on('grant.revoked', (_ctx, grantId) => log.info({ grantId }, 'oauth grant revoked'));
+    built.proxy = config.TRUST_PROXY !== '';
+    built.on('server_error', (_ctx, err) => log.error({ err }, 'oauth server error'));
+    built.on('grant.revoked', (_ctx, grantId) => log.info({ grantId }, 'oauth grant revoked'));
+    provider = built;
+    return built;
+  };
+  /** The provider, built once; a failed build (the store unreachable) is tried again on the next request. */
+  let building: Promise<Provider> | null = null;
+  const ready = (): Promise<Provider> => {
+    building ??= build().catch((err: unknown) => {
+      building = null;
+      throw err;
+    });
+    return building;
+  };
+
+  const plugin: FastifyPluginAsync = async (app) => {
+    // Built now when the store answers; the api starts anyway when it does not (Redis down at start).
+    await ready().catch((err: unknown) =>
+      log.warn({ err }, 'oauth server not started: its store is unreachable'),
+    );
     await app.register(
       oauthRoutes({
-        provider,
+        ready,
         issuer,
         resource,
         keys: deps.keys,

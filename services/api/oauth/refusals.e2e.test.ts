@@ -4,10 +4,10 @@ import type { BrowserContext } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectRedisCache, type RedisCache } from '../../../adapters/cache/redis.ts';
 import { startKeyedServer } from '../../../test/keyed-harness.ts';
+import { CHROMIUM, consentWithKey, launchChromium, redirectReceiver } from '../../../test/oauth-host.ts';
 import { freePort } from '../../../test/ports.ts';
 import { REDIS_URL, wipePrefix } from '../../../test/redis-probe.ts';
 import { revokeKey } from '../../keys/key-commands.ts';
-import { CHROMIUM, consentWithKey, launchChromium, redirectReceiver } from './oauth-host.ts';
 
 /**
  * Every way a sign-in must fail, against the authorization server on the shared (Redis) store:

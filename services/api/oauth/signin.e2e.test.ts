@@ -7,8 +7,6 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryCache } from '../../../adapters/cache/memory.ts';
 import { startKeyedServer } from '../../../test/keyed-harness.ts';
-import { freePort } from '../../../test/ports.ts';
-import { issueKey } from '../../keys/key-commands.ts';
 import {
   CHROMIUM,
   consentWithKey,
@@ -16,7 +14,9 @@ import {
   launchChromium,
   MemoryHost,
   redirectReceiver,
-} from './oauth-host.ts';
+} from '../../../test/oauth-host.ts';
+import { freePort } from '../../../test/ports.ts';
+import { issueKey } from '../../keys/key-commands.ts';
 
 /**
  * An MCP host signs in the way Claude or ChatGPT does: the official SDK client meets a 401 on

@@ -1,6 +1,7 @@
 import Provider, { type Configuration, errors, type KoaContextWithOIDC } from 'oidc-provider';
 import { MCP_SCOPE, OAUTH_PREFIX, type OAuthSecrets } from '../../../contracts/oauth.ts';
 import { oauthAdapter } from './adapter.ts';
+import { clientDocumentFetchAllowed } from './client-document.ts';
 import { errorPage } from './page.ts';
 import type { OAuthStore } from './store.ts';
 
@@ -92,7 +93,11 @@ export function createProvider(options: ProviderOptions): Provider {
           };
         },
       },
-      clientIdMetadataDocument: { enabled: true, ack: 'draft-02' } as never,
+      clientIdMetadataDocument: {
+        enabled: true,
+        ack: 'draft-02',
+        allowFetch: (_ctx: unknown, clientId: string) => clientDocumentFetchAllowed(clientId),
+      } as never,
     },
     ttl: {
       AccessToken: ttl.accessTokenS,

@@ -167,6 +167,18 @@ describe.runIf(present || process.env.CI === 'true')('OAuth sign-in refusals', (
     expect(await res.text()).toContain('redirect_uri');
   });
 
+  it('takes https client IDs (metadata documents) but never fetches one from a private address', async () => {
+    const metadata = await (await fetch(`${base}/.well-known/oauth-authorization-server`)).json();
+    expect(metadata.client_id_metadata_document_supported).toBe(true);
+    const res = await fetch(
+      authorizeUrl({ client_id: 'https://127.0.0.1/client.json', code_challenge: pkce().challenge }),
+      { redirect: 'manual' },
+    );
+    expect(res.status).toBe(400);
+    expect(res.headers.get('location')).toBeNull();
+    expect(await res.text()).toContain('invalid_client');
+  });
+
   it('refuses an authorization request without a PKCE challenge, or with the plain method', async () => {
     for (const params of [
       { code_challenge: undefined },

@@ -168,7 +168,9 @@ describe.runIf(present || process.env.CI === 'true')('OAuth sign-in refusals', (
   });
 
   it('takes https client IDs (metadata documents) but never fetches one from a private address', async () => {
-    const metadata = await (await fetch(`${base}/.well-known/oauth-authorization-server`)).json();
+    const metadata = (await (await fetch(`${base}/.well-known/oauth-authorization-server`)).json()) as {
+      client_id_metadata_document_supported?: boolean;
+    };
     expect(metadata.client_id_metadata_document_supported).toBe(true);
     const res = await fetch(
       authorizeUrl({ client_id: 'https://127.0.0.1/client.json', code_challenge: pkce().challenge }),

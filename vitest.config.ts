@@ -13,6 +13,10 @@ export default defineConfig({
     expect: { poll: { timeout: 120_000 } },
     // Two cores on CI: forks keep native addons (lmdb) isolated per file.
     pool: 'forks',
+    // Services a test starts replay the shipped slice unless the test names its data: the full
+    // set beside the checkout (npm start's default, covered by adapters/market/default-replay)
+    // doubles each engine's work, and two suites side by side on two cores felt it.
+    env: { MARKET_DATA_DIR: process.env.MARKET_DATA_DIR ?? 'sample-data/market' },
     maxWorkers: 2,
     reporters: ['default'],
   },

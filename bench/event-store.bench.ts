@@ -10,17 +10,15 @@
  *
  *   npx tsx bench/event-store.bench.ts [--read-events=1000000]
  */
-import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { pathToFileURL } from 'node:url';
 import { type Database, open } from 'lmdb';
 import { EVENT_ENCODING, openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
-import type { NewEvent, RecordedEvent } from '../contracts/envelope.ts';
-import type { Projection } from '../projections/projection.ts';
+import type { RecordedEvent } from '../contracts/envelope.ts';
 import { ProjectionRunner } from '../projections/runner.ts';
+import { atLeast, countingProjection, printColumns, recordTarget, sampleEvent, whenMain } from './harness.ts';
 
 export interface EventStoreBenchOptions {
   singles?: number;
@@ -57,20 +55,6 @@ export async function run(options: EventStoreBenchOptions = {}): Promise<BenchRo
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
-}
-
-function sampleEvent(i: number): NewEvent {
-  return {
-    id: randomUUID(),
-    type: 'VerdictRecorded',
-    data: {
-      symbol: 'BTC/USDT',
-      timeframe: '1h',
-      verdict: i % 3 === 0 ? 'BUY' : 'HOLD',
-      score: i % 100,
-      at: i,
-    },
-  };
 }
 
 async function singleAppends(path: string, count: number): Promise<BenchRow> {
@@ -195,13 +179,6 @@ async function readAllAndRebuild(path: string, total: number): Promise<BenchRow[
   ];
 }
 
-const countingProjection: Projection<number> = {
-  name: 'bench-count',
-  version: 1,
-  initial: () => 0,
-  evolve: (n) => n + 1,
-};
-
 function openRaw(path: string): { env: ReturnType<typeof open>; db: Database<RecordedEvent, number> } {
   const env = open({ path, noSubdir: false, maxDbs: 4 });
   // The store's own encoding (msgpack records with shared structures), so both sides write and
@@ -217,7 +194,6 @@ function row(name: string, count: number, storeMs: number, rawMs: number, unit: 
 
 function printTable(rows: BenchRow[]): void {
   const fmt = (n: number) => Math.round(n).toLocaleString('en');
-  const header = ['case', 'lmdb store', 'raw lmdb', 'unit', 'store/raw', 'target'];
   const lines = rows.map((r) => [
     r.case,
     fmt(r.store),
@@ -230,15 +206,31 @@ function printTable(rows: BenchRow[]): void {
         ? `>= ${fmt(r.minRate)}/s ${r.store >= r.minRate ? 'ok' : 'MISSED'}`
         : '',
   ]);
-  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
-  const format = (cells: string[]) =>
-    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
-  console.log(format(header));
-  console.log(widths.map((w) => '-'.repeat(w)).join('  '));
-  for (const line of lines) console.log(format(line));
+  printColumns(['case', 'lmdb store', 'raw lmdb', 'unit', 'store/raw', 'target'], lines);
+  for (const r of rows) {
+    const detail = `${fmt(r.store)} vs ${fmt(r.raw)} ${r.unit}`;
+    if (r.target !== undefined) {
+      console.log(
+        recordTarget({
+          bench: 'event-store',
+          measure: `${r.case}: store/raw lmdb`,
+          figure: r.ratio,
+          target: atLeast(r.target),
+          detail,
+        }),
+      );
+    } else if (r.minRate !== undefined) {
+      console.log(
+        recordTarget({
+          bench: 'event-store',
+          measure: `${r.case}: ${r.unit}`,
+          figure: Math.round(r.store),
+          target: atLeast(r.minRate),
+          detail,
+        }),
+      );
+    }
+  }
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const readArg = process.argv.find((a) => a.startsWith('--read-events='));
-  await run(readArg ? { readEvents: Number(readArg.split('=')[1]) } : {});
-}
+await whenMain(import.meta.url, { 'read-events': 'number' }, run);

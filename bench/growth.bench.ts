@@ -27,8 +27,6 @@ import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
 import { open, type RootDatabase } from 'lmdb';
 import { MemoryCache } from '../adapters/cache/memory.ts';
 import { EVENT_ENCODING, type LmdbEventStore, openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
@@ -37,6 +35,7 @@ import { TIMEFRAME_MS, TIMEFRAMES } from '../contracts/market.ts';
 import { ExportRowStore, OUTCOMES_DB, VERDICTS_DB } from '../services/history/export-row-store.ts';
 import { QuotaMeter, type QuotaSubject } from '../services/quota/quota-meter.ts';
 import { debitedUnits } from '../services/quota/quota-projection.ts';
+import { atMost, recordTarget, whenMain } from './harness.ts';
 import { appendEventMix, eventMix } from './rebuild-event-mix.ts';
 
 const DAY = 86_400_000;
@@ -297,25 +296,23 @@ export async function run(
     results.push({ burst, total, callsPerEvent, bytesPerCall });
     const met = total.max <= TARGET_GB ? 'MET' : total.median <= TARGET_GB ? 'met on the median' : 'MISSED';
     console.log(
+      recordTarget({
+        bench: 'growth',
+        measure: `log per year, the schedule + 10 keyed calls/s in bursts of ${burst} (median)`,
+        figure: Math.round(total.median),
+        unit: ' GB',
+        target: atMost(TARGET_GB),
+      }),
+    );
+    console.log(
       `  + 10 keyed calls/s in bursts of ${String(burst).padStart(2)}: ${fmt(total)} GB  (calls per debit event ${fmt(callsPerEvent, 1)}, ~${bytesPerCall.median.toFixed(0)} B of log per call)  target <= ${TARGET_GB} GB: ${met}`,
     );
   }
   return { encoding: enc, scheduleGb, exportRowsGb, results };
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({
-    options: {
-      events: { type: 'string' },
-      rounds: { type: 'string' },
-      seconds: { type: 'string' },
-      bursts: { type: 'string' },
-    },
-  });
-  await run({
-    ...(values.events ? { events: Number(values.events) } : {}),
-    ...(values.rounds ? { rounds: Number(values.rounds) } : {}),
-    ...(values.seconds ? { seconds: Number(values.seconds) } : {}),
-    ...(values.bursts ? { bursts: values.bursts.split(',').map(Number) } : {}),
-  });
-}
+await whenMain(
+  import.meta.url,
+  { events: 'number', rounds: 'number', seconds: 'number', bursts: 'numbers' },
+  run,
+);

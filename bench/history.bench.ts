@@ -45,6 +45,7 @@ import {
   syntheticVerdict,
 } from '../test/history-harness.ts';
 import { profile } from './cpu-profile.ts';
+import { atLeast, recordTarget } from './harness.ts';
 
 const MARKETS = SYNTHETIC_MARKETS;
 const BATCH = 1_000;
@@ -337,6 +338,19 @@ export async function run(): Promise<Record<string, number>> {
         'heap growth MB': Math.round(Math.max(...pqs.map((d) => d.heapGrowth)) / 1e6),
       },
     });
+    for (const [format, rate] of [
+      ['NDJSON', ndRate],
+      ['Parquet', pqRate],
+    ] as const) {
+      console.log(
+        recordTarget({
+          bench: 'history',
+          measure: `GET /api/verdicts export (${format}) / raw readAll, ratio of medians`,
+          figure: rate / rawRate,
+          target: atLeast(0.5),
+        }),
+      );
+    }
     const every = Math.max(1_000, Math.floor(verdicts / 10));
     const ndLive = await liveHeap(`${server.url}/api/verdicts`, headers, every);
     const pqLive = await liveHeap(`${server.url}/api/verdicts?format=parquet`, headers, every / 10);

@@ -34,6 +34,7 @@ import { KnowledgeIndex, miniSearchOptions } from '../services/knowledge/search-
 import { startService } from '../services/service.ts';
 import { wipePrefix } from '../test/redis-probe.ts';
 import { issueServiceKey } from '../test/service-keys.ts';
+import { atLeast, recordTarget } from './harness.ts';
 import { bestOfRounds, closedLoop, fmtRate, fmtUs, latencies, verdict } from './load-loop.ts';
 
 const QUERIES = [
@@ -230,6 +231,14 @@ export async function run(argv: string[] = []): Promise<void> {
     );
     console.log(
       `  ratio ${ratio.toFixed(2)} (p50 ratio ${(side.p50.bare.p50Us / side.p50.ours.p50Us).toFixed(2)})  ${verdict(ratio, 0.5, 'min')}`,
+    );
+    console.log(
+      recordTarget({
+        bench: 'knowledge',
+        measure: `POST /api/search / bare minisearch route (${name})`,
+        figure: ratio,
+        target: atLeast(0.5),
+      }),
     );
   }
   console.log(`  (bare minisearch query in process, no HTTP: ${fmtRate(search.inProcess.perSec)})`);

@@ -1,8 +1,23 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import {
+  atLeast,
+  atMost,
+  f0,
+  f2,
+  fmtSpread,
+  freePort,
+  mainThreadCpuMs,
+  ROOT,
+  recordTarget,
+  runScript,
+  type Spread,
+  spread,
+  stopChild,
+  TSX,
+  tempDir,
+} from './harness.ts';
 import type { CapturedRoute } from './load-bare.ts';
 import type { CannonOptions, CannonResult } from './load-cannon.ts';
 
@@ -13,40 +28,15 @@ import type { CannonOptions, CannonResult } from './load-cannon.ts';
  * every ratio is printed as min/median/max over the rounds.
  */
 
-const ROOT = new URL('..', import.meta.url).pathname;
-const TSX = ['--import', 'tsx'];
+export { freePort, type Spread, spread, tempDir };
 
 /** Headers a server sets per response or per connection; everything else is copied to the bare route. */
 const PER_RESPONSE = new Set(['date', 'connection', 'keep-alive', 'content-length', 'transfer-encoding']);
-
-export async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 export interface Proc {
   url: string;
   pid: number;
   stop(): Promise<void>;
-}
-
-function exitOf(child: ChildProcess): Promise<number | null> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null) resolve(child.exitCode);
-    else child.once('exit', (code) => resolve(code));
-  });
-}
-
-async function stopChild(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = exitOf(child);
-  child.kill('SIGTERM');
-  const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
-  await exited;
-  clearTimeout(timer);
 }
 
 async function waitReady(url: string, child: ChildProcess, stderr: () => string, timeoutMs: number) {
@@ -111,28 +101,13 @@ export async function issueKey(env: Record<string, string>, dataDir: string, pla
 }
 
 /** Issues `count` keys in one child process (bench/issue-keys.ts) on the configured store. */
-export async function issueKeys(
+export function issueKeys(
   env: Record<string, string>,
   dataDir: string,
   count: number,
   plan = 'pro',
 ): Promise<string[]> {
-  const child = spawn(process.execPath, [...TSX, 'bench/issue-keys.ts', String(count), plan], {
-    cwd: ROOT,
-    env: { PATH: process.env.PATH, DATA_DIR: dataDir, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  let err = '';
-  child.stdout!.on('data', (c: Buffer) => {
-    out += c.toString();
-  });
-  child.stderr!.on('data', (c: Buffer) => {
-    err += c.toString();
-  });
-  const code = await exitOf(child);
-  if (code !== 0) throw new Error(`issuing ${count} keys failed (${code}): ${err}`);
-  return JSON.parse(out.trim().split('\n').pop()!) as string[];
+  return runScript<string[]>(['bench/issue-keys.ts', String(count), plan], { DATA_DIR: dataDir, ...env });
 }
 
 /** What a response is, byte for byte, minus the per-connection headers. */
@@ -155,7 +130,8 @@ export async function capture(
  * load-bare.ts): POSTs answer once a group-committed LMDB record of them is flushed.
  */
 export async function startBare(routes: CapturedRoute[], options: { durable?: boolean } = {}): Promise<Proc> {
-  const dir = mkdtempSync(join(tmpdir(), 'bench-bare-'));
+  const tmp = tempDir('bench-bare-');
+  const dir = tmp.path;
   const file = join(dir, 'routes.json');
   writeFileSync(file, JSON.stringify(routes));
   const port = await freePort();
@@ -176,7 +152,7 @@ export async function startBare(routes: CapturedRoute[], options: { durable?: bo
     });
   } catch (err) {
     await stopChild(child);
-    rmSync(dir, { recursive: true, force: true });
+    tmp.remove();
     throw err;
   }
   return {
@@ -184,42 +160,14 @@ export async function startBare(routes: CapturedRoute[], options: { durable?: bo
     pid: child.pid!,
     async stop() {
       await stopChild(child);
-      rmSync(dir, { recursive: true, force: true });
+      tmp.remove();
     },
   };
 }
 
 /** One autocannon run from its own process. */
-export async function cannon(options: CannonOptions): Promise<CannonResult> {
-  const child = spawn(process.execPath, [...TSX, 'bench/load-cannon.ts', JSON.stringify(options)], {
-    cwd: ROOT,
-    env: { PATH: process.env.PATH },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  let err = '';
-  child.stdout!.on('data', (c: Buffer) => {
-    out += c.toString();
-  });
-  child.stderr!.on('data', (c: Buffer) => {
-    err += c.toString();
-  });
-  const code = await exitOf(child);
-  if (code !== 0) throw new Error(`load generator exited ${code}: ${err}`);
-  return JSON.parse(out.trim().split('\n').pop()!) as CannonResult;
-}
-
-export interface Spread {
-  min: number;
-  median: number;
-  max: number;
-}
-
-export function spread(values: number[]): Spread {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  const median = sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
-  return { min: sorted[0]!, median, max: sorted[sorted.length - 1]! };
+export function cannon(options: CannonOptions): Promise<CannonResult> {
+  return runScript<CannonResult>(['bench/load-cannon.ts', JSON.stringify(options)]);
 }
 
 export interface Comparison {
@@ -229,22 +177,6 @@ export interface Comparison {
   ratios: number[];
   /** CPU of each server's main thread per request answered, µs, per round (Linux only). */
   cpu?: { service: number[]; bare: number[]; serviceBusy: number[]; bareBusy: number[] };
-}
-
-/**
- * CPU time of a process's main thread (the event loop), ms, from /proc; null where there is none.
- * Per request it tells whether a server is short of CPU or waiting (on a disk flush, say): a
- * server that answers less than the baseline at the same CPU per request is waiting, not working.
- */
-export function mainThreadCpuMs(pid: number): number | null {
-  try {
-    const stat = readFileSync(`/proc/${pid}/task/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    // utime and stime, fields 14 and 15 of stat(5), in clock ticks of 10 ms.
-    return (Number(fields[11]) + Number(fields[12])) * 10;
-  } catch {
-    return null;
-  }
 }
 
 /**
@@ -301,28 +233,72 @@ export async function alternate(
   return out;
 }
 
-const f0 = (n: number) => Math.round(n).toLocaleString('en-US');
-const fs = (s: Spread, fmt: (n: number) => string) => `${fmt(s.min)} / ${fmt(s.median)} / ${fmt(s.max)}`;
+/** What a path's figures are judged by: the rate ratio (service/bare), the CPU ratio, or both. */
+export interface PathTargets {
+  /** service/bare requests per second, median over the rounds. */
+  rate?: number;
+  /** service/bare main-thread CPU per request, median over the rounds. */
+  cpu?: number;
+}
 
-export function report(name: string, c: Comparison, target: number): string[] {
+/**
+ * The lines of one path, and its rows in the closing table: the rate ratio and the CPU per
+ * request of both servers, measured in the same interleaved rounds.
+ */
+export function report(
+  bench: string,
+  label: string,
+  title: string,
+  c: Comparison,
+  targets: PathTargets,
+): string[] {
   const ratio = spread(c.ratios);
-  const met = ratio.median >= target;
-  return [
-    `  ${name}`,
-    `    service req/s (min/median/max): ${fs(spread(c.service.map((r) => r.perSec)), f0)}` +
-      `   p50 ${fs(spread(c.service.map((r) => r.p50Ms)), (n) => `${n}`)} ms` +
-      `   p99 ${fs(spread(c.service.map((r) => r.p99Ms)), (n) => `${n}`)} ms`,
-    `    bare    req/s (min/median/max): ${fs(spread(c.bare.map((r) => r.perSec)), f0)}` +
-      `   p50 ${fs(spread(c.bare.map((r) => r.p50Ms)), (n) => `${n}`)} ms`,
-    `    ratio service/bare over ${c.ratios.length} rounds (min/median/max): ${fs(ratio, (n) => n.toFixed(2))}` +
-      `  ${met ? 'MET' : 'NOT MET'} (target median ≥ ${target})`,
+  const cpuRatio = c.cpu ? spread(c.cpu.service.map((us, i) => us / Math.max(1e-9, c.cpu!.bare[i]!))) : null;
+  const cpuUs = c.cpu
+    ? { service: spread(c.cpu.service).median, baseline: spread(c.cpu.bare).median }
+    : undefined;
+  const lines = [
+    `  ${label} (${title})`,
+    `    service req/s (min/median/max): ${fmtSpread(spread(c.service.map((r) => r.perSec)), f0)}` +
+      `   p50 ${fmtSpread(spread(c.service.map((r) => r.p50Ms)), String)} ms` +
+      `   p99 ${fmtSpread(spread(c.service.map((r) => r.p99Ms)), String)} ms`,
+    `    bare    req/s (min/median/max): ${fmtSpread(spread(c.bare.map((r) => r.perSec)), f0)}` +
+      `   p50 ${fmtSpread(spread(c.bare.map((r) => r.p50Ms)), String)} ms`,
+    `    ratio service/bare over ${c.ratios.length} rounds (min/median/max): ${fmtSpread(ratio)}`,
     ...(c.cpu
       ? [
-          `    main-thread CPU per request, µs (min/median/max): service ${fs(spread(c.cpu.service), f0)}, bare ${fs(spread(c.cpu.bare), f0)};` +
-            ` main thread busy: service ${fs(spread(c.cpu.serviceBusy), pct)}, bare ${fs(spread(c.cpu.bareBusy), pct)}`,
+          `    main-thread CPU per request, µs (min/median/max): service ${fmtSpread(spread(c.cpu.service), f0)}, bare ${fmtSpread(spread(c.cpu.bare), f0)}, service/bare ${fmtSpread(cpuRatio!)};` +
+            ` main thread busy: service ${fmtSpread(spread(c.cpu.serviceBusy), pct)}, bare ${fmtSpread(spread(c.cpu.bareBusy), pct)}`,
         ]
       : []),
   ];
+  const rates = `${f0(spread(c.service.map((r) => r.perSec)).median)} vs ${f0(spread(c.bare.map((r) => r.perSec)).median)} req/s`;
+  if (targets.rate !== undefined) {
+    lines.push(
+      recordTarget({
+        bench,
+        measure: `${label}: req/s service/bare`,
+        figure: ratio.median,
+        target: atLeast(targets.rate),
+        ...(cpuUs ? { cpuUs } : {}),
+        detail: `${rates}, ratio ${fmtSpread(ratio)}`,
+      }),
+    );
+  }
+  if (targets.cpu !== undefined) {
+    lines.push(
+      recordTarget({
+        bench,
+        measure: `${label}: main-thread CPU per request service/bare`,
+        figure: cpuRatio?.median ?? Number.NaN,
+        unit: '×',
+        target: atMost(targets.cpu),
+        ...(cpuUs ? { cpuUs } : {}),
+        detail: cpuRatio ? `${rates}, CPU ratio ${fmtSpread(cpuRatio)}` : 'no /proc: CPU not measured',
+      }),
+    );
+  }
+  return lines;
 }
 const pct = (n: number) => `${Math.round(n * 100)} %`;
 
@@ -337,19 +313,13 @@ export function reportFloor(service: Comparison, floor: Comparison, target: numb
   const ratio = spread(floor.ratios);
   const ofFloor = spread(service.ratios).median / ratio.median;
   const asked = target / ratio.median;
-  const two = (n: number) => n.toFixed(2);
+  const two = f2;
   return [
     `    durability floor (bare Fastify + the call's record flushed, group commit; its own ${floor.ratios.length} rounds):` +
-      ` ${fs(spread(floor.service.map((r) => r.perSec)), f0)} req/s, p50 ${spread(floor.service.map((r) => r.p50Ms)).median} ms`,
-    `    floor/bare (min/median/max): ${fs(ratio, two)};` +
+      ` ${fmtSpread(spread(floor.service.map((r) => r.perSec)), f0)} req/s, p50 ${spread(floor.service.map((r) => r.p50Ms)).median} ms`,
+    `    floor/bare (min/median/max): ${fmtSpread(ratio, two)};` +
       ` the ${target} target asks the service for ${two(asked)} of the floor${asked > 1 ? ' (more than the floor itself: out of reach of any answer that waits for its debit on this disk)' : ''}, it answers ${two(ofFloor)}`,
   ];
-}
-
-/** Removes a temporary directory tree; used for DATA_DIRs and profile directories. */
-export function tempDir(prefix: string): { path: string; remove(): void } {
-  const path = mkdtempSync(join(tmpdir(), prefix));
-  return { path, remove: () => rmSync(path, { recursive: true, force: true }) };
 }
 
 /** The headers of a Streamable HTTP MCP request (JSON or SSE accepted). */

@@ -12,8 +12,6 @@
  *   npx tsx bench/mcp-sessions.bench.ts [--sessions=1000] [--runs=3]
  */
 import { randomUUID } from 'node:crypto';
-import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
@@ -22,6 +20,7 @@ import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import Fastify from 'fastify';
 import { MemoryCache } from '../adapters/cache/memory.ts';
 import { startKeyedServer } from '../test/keyed-harness.ts';
+import { whenMain } from './harness.ts';
 
 const ACCEPT = 'application/json, text/event-stream';
 const INIT = {
@@ -211,10 +210,4 @@ export async function run(options: McpSessionsBenchOptions = {}) {
   }
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({ options: { sessions: { type: 'string' }, runs: { type: 'string' } } });
-  await run({
-    ...(values.sessions ? { sessions: Number(values.sessions) } : {}),
-    ...(values.runs ? { runs: Number(values.runs) } : {}),
-  });
-}
+await whenMain(import.meta.url, { sessions: 'number', runs: 'number' }, run);

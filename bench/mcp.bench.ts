@@ -15,18 +15,14 @@
  */
 import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
-import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import Fastify from 'fastify';
-import { MemoryCache } from '../adapters/cache/memory.ts';
-import type { Cache } from '../adapters/cache/port.ts';
-import { connectRedisCache } from '../adapters/cache/redis.ts';
 import { newEvent } from '../contracts/events.ts';
 import { startKeyedServer } from '../test/keyed-harness.ts';
 import { wipePrefix } from '../test/redis-probe.ts';
 import { printProfile, profile } from './cpu-profile.ts';
+import { openBenchCache, whenMain } from './harness.ts';
 import {
   bestOfRounds,
   closedLoop,
@@ -73,14 +69,7 @@ export async function run(options: McpBenchOptions = {}): Promise<McpBenchResult
   // bookkeeping shows up in the profile. Client-side noise, not the server's cost.
   setMaxListeners(0);
 
-  let cache: Cache;
-  if (cacheKind === 'redis') {
-    cache = await connectRedisCache({ url: redisUrl, prefix, commandTimeoutMs: 10_000 });
-    const health = await cache.health();
-    if (!health.ok) throw new Error(`Redis at ${redisUrl} is not reachable: ${health.detail}`);
-  } else {
-    cache = new MemoryCache();
-  }
+  const cache = await openBenchCache(cacheKind, redisUrl, prefix);
   const server = await startKeyedServer({
     cache,
     env: { PLAN_PRO_MONTHLY_CALLS: String(1e12), MCP_SESSION_IDLE_MS: String(600_000) },
@@ -244,22 +233,8 @@ export async function run(options: McpBenchOptions = {}): Promise<McpBenchResult
   }
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({
-    options: {
-      cache: { type: 'string' },
-      seconds: { type: 'string' },
-      concurrency: { type: 'string' },
-      profile: { type: 'boolean' },
-    },
-  });
-  if (values.cache !== undefined && values.cache !== 'redis' && values.cache !== 'memory') {
-    throw new Error(`--cache must be redis or memory (got ${values.cache})`);
-  }
-  await run({
-    ...(values.cache ? { cache: values.cache } : {}),
-    ...(values.seconds ? { seconds: Number(values.seconds) } : {}),
-    ...(values.concurrency ? { concurrency: Number(values.concurrency) } : {}),
-    profile: values.profile ?? false,
-  });
-}
+await whenMain(
+  import.meta.url,
+  { cache: ['redis', 'memory'], seconds: 'number', concurrency: 'number', profile: 'boolean' },
+  run,
+);

@@ -20,15 +20,13 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { pathToFileURL } from 'node:url';
 import pg from 'pg';
 import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import { openPostgresEventStore, type PostgresEventStore } from '../adapters/event-store/postgres.ts';
 import type { ProjectionStore } from '../adapters/projection-store/port.ts';
-import type { NewEvent } from '../contracts/envelope.ts';
-import type { Projection } from '../projections/projection.ts';
 import { ProjectionRunner } from '../projections/runner.ts';
+import { atLeast, countingProjection, printColumns, recordTarget, sampleEvent, whenMain } from './harness.ts';
 
 const URL = process.env.POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -66,20 +64,6 @@ export async function run(
     await store.close();
     rmSync(dir, { recursive: true, force: true });
   }
-}
-
-function sampleEvent(i: number): NewEvent {
-  return {
-    id: randomUUID(),
-    type: 'VerdictRecorded',
-    data: {
-      symbol: 'BTC/USDT',
-      timeframe: '1h',
-      verdict: i % 3 === 0 ? 'BUY' : 'HOLD',
-      score: i % 100,
-      at: i,
-    },
-  };
 }
 
 const BARE_INSERT = (schema: string) =>
@@ -319,13 +303,6 @@ async function rebuild(store: EventStore, snapshots: ProjectionStore, total: num
   return ms;
 }
 
-const countingProjection: Projection<number> = {
-  name: 'bench-count',
-  version: 1,
-  initial: () => 0,
-  evolve: (n) => n + 1,
-};
-
 function row(name: string, count: number, storeMs: number, baselineMs: number, unit: string): Row {
   const store = (count / storeMs) * 1000;
   const baseline = (count / baselineMs) * 1000;
@@ -334,7 +311,6 @@ function row(name: string, count: number, storeMs: number, baselineMs: number, u
 
 function printTable(rows: Row[]): void {
   const fmt = (n: number) => Math.round(n).toLocaleString('en');
-  const header = ['case', 'postgres store', 'baseline', 'unit', 'store/baseline', 'target'];
   const lines = rows.map((r) => [
     r.case,
     fmt(r.store),
@@ -343,15 +319,19 @@ function printTable(rows: Row[]): void {
     r.ratio.toFixed(2),
     r.target !== undefined ? `ratio >= ${r.target} ${r.ratio >= r.target ? 'ok' : 'MISSED'}` : '',
   ]);
-  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
-  const format = (cells: string[]) =>
-    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
-  console.log(format(header));
-  console.log(widths.map((w) => '-'.repeat(w)).join('  '));
-  for (const line of lines) console.log(format(line));
+  printColumns(['case', 'postgres store', 'baseline', 'unit', 'store/baseline', 'target'], lines);
+  for (const r of rows) {
+    if (r.target === undefined) continue;
+    console.log(
+      recordTarget({
+        bench: 'postgres',
+        measure: `${r.case}: store/${r.baselineName}`,
+        figure: r.ratio,
+        target: atLeast(r.target),
+        detail: `${fmt(r.store)} vs ${fmt(r.baseline)} ${r.unit}`,
+      }),
+    );
+  }
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const readArg = process.argv.find((a) => a.startsWith('--read-events='));
-  await run(readArg ? { readEvents: Number(readArg.split('=')[1]) } : {});
-}
+await whenMain(import.meta.url, { 'read-events': 'number' }, run);

@@ -11,8 +11,6 @@
  */
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { connectRedisCache } from '../adapters/cache/redis.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
@@ -20,6 +18,7 @@ import type { PlanTable } from '../services/quota/plans.ts';
 import { QuotaMeter } from '../services/quota/quota-meter.ts';
 import { quotaPeriod, quotaWindows } from '../services/quota/windows.ts';
 import { wipePrefix } from '../test/redis-probe.ts';
+import { atLeast, recordTarget, whenMain } from './harness.ts';
 import { bestOfRounds, closedLoop, fmtRate, type LoopResult, verdict } from './load-loop.ts';
 
 const DEBIT_SCRIPT = readFileSync(new URL('../adapters/cache/debit-windows.lua', import.meta.url), 'utf8');
@@ -132,6 +131,14 @@ export async function run(options: QuotaBenchOptions = {}): Promise<QuotaBenchRe
       console.log(`  debitWindows (Lua, month + day windows):    ${fmtRate(debit.perSec)}`);
       console.log(`  QuotaMeter.debit (+ QuotaDebitsRecorded, memory):  ${fmtRate(meterRun.perSec)}`);
       console.log(`  ratio debitWindows / INCR: ${ratio.toFixed(2)}  ${verdict(ratio, TARGET, 'min')}`);
+      console.log(
+        recordTarget({
+          bench: 'quota',
+          measure: 'Lua debit of month + day windows / bare INCR',
+          figure: ratio,
+          target: atLeast(TARGET),
+        }),
+      );
     }
     return { debit, incr, script, meter: meterRun, ratio, target: TARGET };
   } finally {
@@ -141,10 +148,4 @@ export async function run(options: QuotaBenchOptions = {}): Promise<QuotaBenchRe
   }
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({ options: { seconds: { type: 'string' }, concurrency: { type: 'string' } } });
-  await run({
-    ...(values.seconds ? { seconds: Number(values.seconds) } : {}),
-    ...(values.concurrency ? { concurrency: Number(values.concurrency) } : {}),
-  });
-}
+await whenMain(import.meta.url, { seconds: 'number', concurrency: 'number' }, run);

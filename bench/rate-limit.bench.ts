@@ -16,14 +16,11 @@
  *   npx tsx bench/rate-limit.bench.ts [--cache=redis|memory] [--seconds=2] [--runs=3] [--rounds=4]
  */
 import { randomUUID } from 'node:crypto';
-import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
-import { MemoryCache } from '../adapters/cache/memory.ts';
-import type { Cache } from '../adapters/cache/port.ts';
-import { connectRedisCache, RedisCache } from '../adapters/cache/redis.ts';
+import { RedisCache } from '../adapters/cache/redis.ts';
 import { RateLimiter } from '../services/api/rate-limit.ts';
 import { startKeyedServer } from '../test/keyed-harness.ts';
 import { wipePrefix } from '../test/redis-probe.ts';
+import { atLeast, openBenchCache, recordTarget, whenMain } from './harness.ts';
 import { openMcpSession } from './load-http.ts';
 import { closedLoop, fmtRate, fmtUs, type LoopResult, latencies, verdict } from './load-loop.ts';
 
@@ -110,14 +107,7 @@ export async function run(options: RateLimitBenchOptions = {}) {
     if (options.print ?? true) console.log(line);
   };
   const prefix = `bench:rl:${randomUUID()}:`;
-  let cache: Cache;
-  if (cacheKind === 'redis') {
-    cache = await connectRedisCache({ url: redisUrl, prefix, commandTimeoutMs: 10_000 });
-    const health = await cache.health();
-    if (!health.ok) throw new Error(`Redis at ${redisUrl} is not reachable: ${health.detail}`);
-  } else {
-    cache = new MemoryCache();
-  }
+  const cache = await openBenchCache(cacheKind, redisUrl, prefix);
   const env = {
     PLAN_PRO_MONTHLY_CALLS: String(1e12),
     RATE_LIMIT_PRO: String(1e9),
@@ -187,6 +177,14 @@ export async function run(options: RateLimitBenchOptions = {}) {
         `  median ${verdict(ratio.median, TARGET, 'min')}`,
     );
     log(
+      recordTarget({
+        bench: 'rate-limit',
+        measure: `keyed calls, limiter on / off (${cacheKind})`,
+        figure: ratio.median,
+        target: atLeast(TARGET),
+      }),
+    );
+    log(
       `  CPU per call off / on (this process): ${cpuRatio.min.toFixed(2)} / ${cpuRatio.median.toFixed(2)} / ${cpuRatio.max.toFixed(2)}`,
     );
     log(
@@ -214,24 +212,8 @@ export async function run(options: RateLimitBenchOptions = {}) {
   }
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({
-    options: {
-      cache: { type: 'string' },
-      seconds: { type: 'string' },
-      runs: { type: 'string' },
-      rounds: { type: 'string' },
-      concurrency: { type: 'string' },
-    },
-  });
-  if (values.cache !== undefined && values.cache !== 'redis' && values.cache !== 'memory') {
-    throw new Error(`--cache must be redis or memory (got ${values.cache})`);
-  }
-  await run({
-    ...(values.cache ? { cache: values.cache } : {}),
-    ...(values.seconds ? { seconds: Number(values.seconds) } : {}),
-    ...(values.runs ? { runs: Number(values.runs) } : {}),
-    ...(values.rounds ? { rounds: Number(values.rounds) } : {}),
-    ...(values.concurrency ? { concurrency: Number(values.concurrency) } : {}),
-  });
-}
+await whenMain(
+  import.meta.url,
+  { cache: ['redis', 'memory'], seconds: 'number', runs: 'number', rounds: 'number', concurrency: 'number' },
+  run,
+);

@@ -14,8 +14,6 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
 import { type LmdbEventStore, openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import type { ProjectionStore } from '../adapters/projection-store/port.ts';
 import type { Projection } from '../projections/projection.ts';
@@ -33,6 +31,7 @@ import { PROJECTIONS } from '../services/projections/component.ts';
 import { quotaBalancesProjection } from '../services/quota/quota-projection.ts';
 import { webhookProjection } from '../services/webhooks/webhook-projection.ts';
 import { printProfile, profile } from './cpu-profile.ts';
+import { atLeast, recordTarget, whenMain } from './harness.ts';
 import { appendEventMix, MIX } from './rebuild-event-mix.ts';
 
 /** Every projection a process running all roles folds (one runner per name). */
@@ -173,15 +172,15 @@ function print(r: RebuildBenchResult): void {
     `  rebuild / readAll                 ${q.min.toFixed(2)} / ${q.median.toFixed(2)} / ${q.max.toFixed(2)}`,
   );
   console.log(`  floor >= 100,000 events/s (median): ${rb.median >= 100_000 ? 'ok' : 'MISSED'}`);
+  console.log(
+    recordTarget({
+      bench: 'rebuild',
+      measure: '12 projections over the realistic mix: events/s (median)',
+      figure: Math.round(rb.median),
+      target: atLeast(100_000),
+      detail: `${q.median.toFixed(2)} of readAll`,
+    }),
+  );
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({
-    options: { events: { type: 'string' }, rounds: { type: 'string' }, profile: { type: 'boolean' } },
-  });
-  await run({
-    profile: values.profile ?? false,
-    ...(values.events ? { events: Number(values.events) } : {}),
-    ...(values.rounds ? { rounds: Number(values.rounds) } : {}),
-  });
-}
+await whenMain(import.meta.url, { events: 'number', rounds: 'number', profile: 'boolean' }, run);

@@ -7,10 +7,10 @@
  *   npx tsx bench/relay-replicas.bench.ts [--events=10000]
  */
 import { randomUUID } from 'node:crypto';
-import { pathToFileURL } from 'node:url';
 import { pino } from 'pino';
 import { connectNatsBus, type NatsBus } from '../adapters/bus/nats.ts';
 import { startNatsCluster } from '../test/nats-cluster.ts';
+import { atLeast, recordTarget, whenMain } from './harness.ts';
 import { filledStore, relayRound } from './relay.bench.ts';
 
 export interface RelayReplicasResult {
@@ -88,9 +88,15 @@ function print(r: RelayReplicasResult): void {
   console.log(
     `  3-replica/1-replica ratio ${r.ratio.toFixed(2)}; target >= ${r.target}: ${r.ratio >= r.target ? 'met' : 'MISSED'}`,
   );
+  console.log(
+    recordTarget({
+      bench: 'relay-replicas',
+      measure: 'relay into a 3-replica stream / into a 1-replica stream',
+      figure: r.ratio,
+      target: atLeast(r.target),
+      detail: `${fmt(r.threeReplicasPerSec)} vs ${fmt(r.oneReplicaPerSec)} events/s`,
+    }),
+  );
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const eventsArg = process.argv.find((a) => a.startsWith('--events='));
-  await run(eventsArg ? { events: Number(eventsArg.split('=')[1]) } : {});
-}
+await whenMain(import.meta.url, { events: 'number' }, run);

@@ -9,7 +9,6 @@
  */
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
-import { pathToFileURL } from 'node:url';
 import { jetstream } from '@nats-io/jetstream';
 import { pino } from 'pino';
 import { connectNatsBus, type NatsBus } from '../adapters/bus/nats.ts';
@@ -19,6 +18,7 @@ import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
 import type { NewEvent, RecordedEvent } from '../contracts/envelope.ts';
 import { encodeEvent, Relay } from '../services/relay/relay.ts';
 import { NATS_URL } from '../test/nats-server.ts';
+import { atLeast, recordTarget, whenMain } from './harness.ts';
 
 export interface RelayBenchOptions {
   url?: string;
@@ -214,9 +214,15 @@ function print(r: RelayBenchResult): void {
   console.log(
     `  relay/baseline ratio ${r.ratio.toFixed(2)}; target >= ${fmt(r.target)} events/s: ${verdict}`,
   );
+  console.log(
+    recordTarget({
+      bench: 'relay',
+      measure: 'store → JetStream, every PubAck awaited: events/s',
+      figure: Math.round(r.relayPerSec),
+      target: atLeast(r.target),
+      detail: `ratio ${r.ratio.toFixed(2)} of raw js.publish (${fmt(r.jetstreamPerSec)}/s)`,
+    }),
+  );
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const eventsArg = process.argv.find((a) => a.startsWith('--events='));
-  await run(eventsArg ? { events: Number(eventsArg.split('=')[1]) } : {});
-}
+await whenMain(import.meta.url, { events: 'number' }, run);

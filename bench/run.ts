@@ -1,6 +1,9 @@
+import { printTargets } from './harness.ts';
+
 /**
  * `npm run bench`: every benchmark in turn. Each prints its own table of rates and the ratio
- * against a baseline measured in the same run (never an absolute timing assertion).
+ * against a baseline measured in the same run (never an absolute timing assertion), and records
+ * its targets; the closing table lists every target recorded with its figure and met / MISSED.
  *   npm run bench                 all of them
  *   npm run bench -- relay engine only those
  */
@@ -16,7 +19,10 @@ const BENCHES: Record<string, () => Promise<unknown>> = {
   scheduler: async () => (await import('./scheduler.bench.ts')).run(),
   growth: async () => (await import('./growth.bench.ts')).run(),
   // The 402 quote path is measured by the x402 bench, through the same out-of-process harness.
-  http: async () => (await import('./http-service.bench.ts')).run({ paths: ['mcp', 'mcp-redis', 'verify'] }),
+  http: async () =>
+    (await import('./http-service.bench.ts')).run({
+      paths: ['mcp', 'mcp-oneshot', 'mcp-2026', 'bearer', 'mcp-redis', 'verify'],
+    }),
   x402: async () => (await import('./x402.bench.ts')).run(),
   'x402-paid': async () => (await import('./x402-paid-latency.bench.ts')).run(),
   quota: async () => (await import('./quota.bench.ts')).run(),
@@ -40,3 +46,4 @@ for (const name of wanted.length > 0 ? wanted : Object.keys(BENCHES)) {
   await BENCHES[name]!();
   console.log(`(${name}: ${((performance.now() - started) / 1000).toFixed(1)} s)`);
 }
+printTargets();

@@ -13,11 +13,10 @@
  *     [--cpu-prof=<dir>] (profile the PostgreSQL-side service)
  */
 import { randomUUID } from 'node:crypto';
-import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
 import { deleteStream } from '../test/nats-server.ts';
 import { dropSchemas, POSTGRES_URL } from '../test/postgres-probe.ts';
 import { wipePrefix } from '../test/redis-probe.ts';
+import { whenMain } from './harness.ts';
 import {
   alternate,
   cannon,
@@ -121,9 +120,11 @@ export async function run(options: ScaleOutOptions = {}) {
       { service: pg.pid, bare: box.pid },
     );
     const lines = report(
+      'scale-out',
+      'postgres/box',
       `keyed MCP tools/call in sessions over ${keys} keys: PostgreSQL deployment ("service") vs embedded box ("bare")`,
       comparison,
-      TARGET,
+      { rate: TARGET },
     );
     for (const line of lines) console.log(line);
     return comparison;
@@ -138,21 +139,8 @@ export async function run(options: ScaleOutOptions = {}) {
   }
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({
-    options: {
-      keys: { type: 'string' },
-      seconds: { type: 'string' },
-      rounds: { type: 'string' },
-      connections: { type: 'string' },
-      'cpu-prof': { type: 'string' },
-    },
-  });
-  await run({
-    ...(values.keys ? { keys: Number(values.keys) } : {}),
-    ...(values.seconds ? { seconds: Number(values.seconds) } : {}),
-    ...(values.rounds ? { rounds: Number(values.rounds) } : {}),
-    ...(values.connections ? { connections: Number(values.connections) } : {}),
-    ...(values['cpu-prof'] ? { cpuProf: values['cpu-prof'] } : {}),
-  });
-}
+await whenMain(
+  import.meta.url,
+  { keys: 'number', seconds: 'number', rounds: 'number', connections: 'number', 'cpu-prof': 'string' },
+  run,
+);

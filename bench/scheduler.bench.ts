@@ -12,8 +12,6 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
 import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import { readCandleFile } from '../adapters/market/csv.ts';
 import type { MarketFeed } from '../adapters/market/port.ts';
@@ -32,6 +30,7 @@ import { VerdictScheduler } from '../services/engine/scheduler.ts';
 import { defaultCalibration } from '../services/engine/signals/default-calibration.ts';
 import { createMarketState, type MarketState } from '../services/engine/signals/market-state.ts';
 import { computeVerdict } from '../services/engine/signals/verdict.ts';
+import { atMost, recordTarget, whenMain } from './harness.ts';
 
 const EXCHANGES: Exchange[] = ['BINANCE_SPOT', 'OKX'];
 /** A midnight UTC: every timeframe closes here. */
@@ -196,16 +195,16 @@ export async function run(options: { rounds?: number; markets?: number; concurre
   console.log(`  indicators alone, same verdicts        ${f(s(alone.map((x) => x / 1000)))} s`);
   console.log(`  indicators / scheduler                 ${f(ratio)}`);
   console.log(`  target: burst <= 10 s (median) ${b.median <= 10_000 ? 'ok' : 'MISSED'}`);
+  console.log(
+    recordTarget({
+      bench: 'scheduler',
+      measure: `midnight burst, ${verdicts} verdicts (median)`,
+      figure: b.median / 1000,
+      unit: ' s',
+      target: atMost(10),
+    }),
+  );
   return { burst, alone, ratio: ratio.median, indicatorsMedianMs: a.median };
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({
-    options: { rounds: { type: 'string' }, markets: { type: 'string' }, concurrency: { type: 'string' } },
-  });
-  await run({
-    ...(values.rounds ? { rounds: Number(values.rounds) } : {}),
-    ...(values.markets ? { markets: Number(values.markets) } : {}),
-    ...(values.concurrency ? { concurrency: Number(values.concurrency) } : {}),
-  });
-}
+await whenMain(import.meta.url, { rounds: 'number', markets: 'number', concurrency: 'number' }, run);

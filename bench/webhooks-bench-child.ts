@@ -3,8 +3,9 @@
  *   receiver <key.pem> <cert.pem>   the HTTPS receiver; answers {type:'await', count} with
  *                                   {type:'reached', count} once that many requests arrived,
  *                                   and {type:'reset'} by starting the count again
- *   posts <url> <ca.pem> <count> <concurrency>
- *                                   the baseline: a bare undici POST loop, started by {type:'go'}
+ *   posts <url> <ca.pem> <request.json> <count> <concurrency>
+ *                                   the baseline: a bare undici POST loop of the request in the
+ *                                   file ({body, headers}), started by {type:'go'}
  *                                   (`count` POSTs, or the message's own `count`: a warm-up)
  */
 import { readFileSync } from 'node:fs';
@@ -34,20 +35,24 @@ async function receiver(keyFile: string, certFile: string): Promise<void> {
   send({ type: 'ready', url: r.url });
 }
 
-async function posts(url: string, caFile: string, count: number, concurrency: number): Promise<void> {
+async function posts(
+  url: string,
+  caFile: string,
+  requestFile: string,
+  count: number,
+  concurrency: number,
+): Promise<void> {
   const agent = new Agent({ connect: { ca: readFileSync(caFile, 'utf8') }, connections: concurrency });
-  const body = JSON.stringify({ event: 'trade_call', data: { coin: 'BENCH' } });
+  const { body, headers } = JSON.parse(readFileSync(requestFile, 'utf8')) as {
+    body: string;
+    headers: Record<string, string>;
+  };
   const loop = async (total: number) => {
     let next = 0;
     await Promise.all(
       Array.from({ length: concurrency }, async () => {
         while (next++ < total) {
-          const res = await request(url, {
-            method: 'POST',
-            dispatcher: agent,
-            body,
-            headers: { 'content-type': 'application/json' },
-          });
+          const res = await request(url, { method: 'POST', dispatcher: agent, body, headers });
           await res.body.text();
         }
       }),
@@ -66,11 +71,11 @@ async function posts(url: string, caFile: string, count: number, concurrency: nu
 
 const [mode, ...args] = process.argv.slice(2);
 if (mode === 'receiver' && args.length === 2) await receiver(args[0]!, args[1]!);
-else if (mode === 'posts' && args.length === 4) {
-  await posts(args[0]!, args[1]!, Number(args[2]), Number(args[3]));
+else if (mode === 'posts' && args.length === 5) {
+  await posts(args[0]!, args[1]!, args[2]!, Number(args[3]), Number(args[4]));
 } else {
   process.stderr.write(
-    'usage: webhooks-bench-child.ts receiver <key> <cert> | posts <url> <ca> <count> <concurrency>\n',
+    'usage: webhooks-bench-child.ts receiver <key> <cert> | posts <url> <ca> <request.json> <count> <concurrency>\n',
   );
   process.exit(2);
 }

@@ -24,8 +24,6 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
 import { x402Facilitator } from '@x402/core/facilitator';
 import type { FacilitatorClient } from '@x402/core/server';
 import type { Network, PaymentRequirements, SupportedResponse } from '@x402/core/types';
@@ -58,8 +56,8 @@ import {
   signAuthorization,
   v2Header,
 } from '../test/chain/x402-app.ts';
+import { atMost, recordTarget, type Spread, spread, whenMain } from './harness.ts';
 import { run as runHttp } from './http-service.bench.ts';
-import { type Spread, spread } from './load-http.ts';
 import { fmtUs, type LatencyResult, latencies, verdict } from './load-loop.ts';
 
 const QUOTE_TARGET = 0.6;
@@ -103,7 +101,7 @@ export async function run(options: X402BenchOptions = {}): Promise<X402BenchResu
     );
     // Out of process: an in-process loop shares the server's CPU with its client and flatters it.
     log('\n(a) 402 quote path, POST /x402/get_trade_call without payment');
-    const [outside] = await runHttp({ paths: ['quote'], rounds, seconds, connections, print });
+    const [outside] = await runHttp({ paths: ['quote'], rounds, seconds, connections, print, bench: 'x402' });
     const quote = { ratios: spread(outside!.comparison.ratios), target: QUOTE_TARGET };
     const verify = await verifyAndReserve(chain, dir, verifies, log);
     return { quote, verify };
@@ -324,16 +322,18 @@ async function verifyAndReserve(
         `  → ${r.ratio.toFixed(2)}× bare  ${verdict(r.ratio, VERIFY_TARGET, 'max')}`,
     );
   }
+  const deployed = results[0]!;
+  log(
+    recordTarget({
+      bench: 'x402',
+      measure: `verify-and-reserve mean latency, ${deployed.name} / viem verifyTypedData`,
+      figure: deployed.ratio,
+      unit: '×',
+      target: atMost(VERIFY_TARGET),
+      detail: `${fmtUs(deployed.latency.meanUs)} vs ${fmtUs(baseline.meanUs)}`,
+    }),
+  );
   return { bare: baseline, variants: results, rpcRoundTripUs: rpc.meanUs, target: VERIFY_TARGET };
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({
-    options: { seconds: { type: 'string' }, verifies: { type: 'string' }, concurrency: { type: 'string' } },
-  });
-  await run({
-    ...(values.seconds ? { seconds: Number(values.seconds) } : {}),
-    ...(values.verifies ? { verifies: Number(values.verifies) } : {}),
-    ...(values.concurrency ? { concurrency: Number(values.concurrency) } : {}),
-  });
-}
+await whenMain(import.meta.url, { seconds: 'number', verifies: 'number', concurrency: 'number' }, run);

@@ -128,7 +128,10 @@ export const ConfigSchema = z
 
     /** Market feed: live venues, the replay files, or live when reachable at start (auto). */
     FEED: z.enum(['live', 'replay', 'auto']).default('auto'),
-    /** Replay directory in the shared layout; default the slice shipped in sample-data/market. */
+    /**
+     * Replay directory in the shared layout. Unset: ../shared/data/market beside the checkout when
+     * it is there (the full data set), else the slice shipped in sample-data/market.
+     */
     MARKET_DATA_DIR: z.string().min(1).optional(),
     /** Replay acceleration: feed milliseconds per wall millisecond (3600 = an hour a second). */
     REPLAY_SPEED: z.coerce.number().nonnegative().default(600),
@@ -333,7 +336,7 @@ export const ConfigSchema = z
     WEBHOOK_DISABLE_AFTER_MS: positiveInt.default(5 * 24 * 3_600_000),
     /** Requests in flight per endpoint (origin); more wait in that endpoint's own queue. */
     WEBHOOK_ENDPOINT_CONCURRENCY: positiveInt.default(4),
-    /** Deliveries waiting per endpoint; beyond it they are pushed to their next retry slot. */
+    /** Deliveries waiting per endpoint with their bytes in memory; more wait by id (never failed). */
     WEBHOOK_ENDPOINT_QUEUE_LIMIT: positiveInt.default(1_000),
     /**
      * Timeouts in a row after which an endpoint's circuit breaker opens: nothing is sent to it,

@@ -11,8 +11,7 @@ import { BaselinesTableSchema } from './signals.ts';
 /** The methodology's horizon and fee (docs/evaluation.md; the calibration table holds the same). */
 export const HORIZON_CANDLES = 6;
 export const FEE_BPS = 10;
-/** Forward returns are labelled at these horizons; the outcome resolves once the last has closed. */
-export const OUTCOME_HORIZONS = [1, 6, 24] as const;
+/** Forward returns are labelled at 1, 6 and 24 candles; the outcome resolves once the last has closed. */
 export const OUTCOME_AFTER_CANDLES = 24;
 /** A verdict's content is public once its horizon has closed (the rule of GET /verify). */
 export const REVEAL_AFTER_CANDLES = HORIZON_CANDLES;

@@ -62,8 +62,6 @@ export const KNOWLEDGE_ERRORS = {
 } as const;
 export type KnowledgeErrorCode = keyof typeof KNOWLEDGE_ERRORS;
 
-export const KnowledgeErrorBody = z.object({ code: z.string(), message: z.string() });
-
 /**
  * MCP inputs: only the structure is checked by the schema (a wrong type stays -32602, as for
  * every tool); the bounds are checked by the tool so that they answer with the codes above.

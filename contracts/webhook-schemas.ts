@@ -28,11 +28,6 @@ export const EVENT_VERSIONS: readonly number[] = [
   ...new Set(Object.values(WEBHOOK_PAYLOADS).flatMap((versions) => Object.keys(versions).map(Number))),
 ].sort((a, b) => a - b);
 
-export const EventVersion = z
-  .number()
-  .int()
-  .refine((v) => EVENT_VERSIONS.includes(v), `event_version must be one of ${EVENT_VERSIONS.join(', ')}`);
-
 /** The signed delivery body of one event type at one version. */
 export function envelopeSchema(event: WebhookEventType, version: number): z.ZodType {
   const versions = WEBHOOK_PAYLOADS[event] as Record<number, z.ZodType>;

@@ -125,13 +125,18 @@ export type WebhookView = z.infer<typeof WebhookView>;
 export const CreatedWebhook = WebhookView.extend({ secret: WebhookSecret });
 
 export const AttemptView = z.object({
-  attempt: z.number().int(),
+  /**
+   * The attempt's number among the delivery's requests (1, 2, 3…); null for an attempt held back
+   * by an open circuit breaker, which sent nothing and does not use up the retry schedule.
+   */
+  attempt: z.number().int().nullable(),
   /** When the attempt was claimed (queued); `sent_at` is when its request went out. */
   attempted_at: z.string(),
   sent_at: z.string().nullable(),
   queued_ms: z.number().nullable(),
   trigger: z.string(),
-  outcome: z.enum(['pending', 'succeeded', 'failed']),
+  /** `held`: not sent, the endpoint's breaker was open; due again at `next_attempt_at` (its next probe). */
+  outcome: z.enum(['pending', 'succeeded', 'failed', 'held']),
   status: z.number().int().nullable(),
   latency_ms: z.number().nullable(),
   error: z.string().nullable(),

@@ -43,7 +43,7 @@ const ordinals = new Map<string, number>();
 const MAX_ORDINAL = 0xffff;
 
 /** A small integer standing for an event type in this process, stable while it runs. */
-export function typeOrdinal(type: string): number {
+function typeOrdinal(type: string): number {
   let ordinal = ordinals.get(type);
   if (ordinal === undefined) {
     if (typeNames.length > MAX_ORDINAL) return 0;
@@ -104,6 +104,8 @@ export class LogFeed {
   /** The last position a read of the feed returned: the doorbell rings only past it. */
   private readUpTo = 0;
   private wakeUp: (() => void) | null = null;
+  /** Stops the store handing this feed its commits (see take). */
+  private stopTaking: (() => void) | null = null;
   private readonly pageSize: number;
   private readonly pollMs: number;
 
@@ -121,6 +123,9 @@ export class LogFeed {
 
   join(member: FeedMember): void {
     this.members.add(member);
+    if (this.stopTaking === null && this.store.onAppended && this.store.densePositions) {
+      this.stopTaking = this.store.onAppended((events) => this.take(events));
+    }
     this.ring();
     this.loop ??= this.run().finally(() => {
       this.loop = null;
@@ -133,7 +138,28 @@ export class LogFeed {
   async leave(member: FeedMember): Promise<void> {
     this.members.delete(member);
     this.ring();
-    if (this.members.size === 0) await this.loop;
+    if (this.members.size === 0) {
+      this.stopTaking?.();
+      this.stopTaking = null;
+      await this.loop;
+    }
+  }
+
+  /**
+   * One commit of this process, handed over by the store as appended: when it follows on from
+   * what the feed has read, its events go to the members at the head as a page of their own,
+   * with no read of the log and no decode. A commit that does not follow on (another process
+   * appended in between, or the feed is still catching up) is left to the reads, as are members
+   * behind the page.
+   */
+  private take(events: readonly RecordedEvent[]): void {
+    const first = events[0]?.position;
+    if (first === undefined || first !== this.readUpTo + 1 || this.members.size === 0) return;
+    this.readUpTo = events[events.length - 1]!.position;
+    const index = indexOf(events);
+    for (const member of [...this.members]) {
+      if (this.members.has(member) && member.checkpoint >= first - 1) member.receive(events, index);
+    }
   }
 
   private ring(): void {
@@ -204,18 +230,31 @@ export class LogFeed {
 
   /**
    * Waits for the store's own doorbell (an append past `after`, a wake, or the poll tick), or a
-   * member's ring: a store that has one reads nothing to tell that something was appended.
+   * member's ring: a store that has one reads nothing to tell that something was appended. A bell
+   * rung by a commit the feed was handed already (take) is not a reason to read: the feed waits
+   * again from there, for what is left of the poll interval.
    */
-  private waitForAppend(after: number): Promise<void> {
-    const bell = this.store.appended!(after, this.pollMs);
+  private async waitForAppend(after: number): Promise<void> {
+    const deadline = performance.now() + this.pollMs;
+    for (;;) {
+      const from = Math.max(this.readUpTo, after);
+      const rang = await this.ringOrBell(from, deadline - performance.now());
+      if (rang || this.readUpTo <= from || performance.now() >= deadline) return;
+    }
+  }
+
+  /** True when a member rang; false when the store's doorbell did (or its wait ended). */
+  private ringOrBell(after: number, timeoutMs: number): Promise<boolean> {
+    const bell = this.store.appended!(after, Math.max(0, timeoutMs));
     return new Promise((resolve) => {
-      const done = () => {
-        if (this.wakeUp === done) this.wakeUp = null;
+      const done = (rang: boolean) => {
+        if (this.wakeUp === ring) this.wakeUp = null;
         bell.cancel();
-        resolve();
+        resolve(rang);
       };
-      this.wakeUp = done;
-      void bell.promise.then(done);
+      const ring = () => done(true);
+      this.wakeUp = ring;
+      void bell.promise.then(() => done(false));
     });
   }
 

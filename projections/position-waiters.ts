@@ -34,3 +34,41 @@ export class PositionWaiters {
     for (const w of ready) w.resolve();
   }
 }
+
+/**
+ * What a member of a log feed keeps of its progress, whatever it folds into (a projection's state,
+ * the export rows on disk): the position folded up to, whether it is running, the failure that
+ * stopped it, and the callers waiting for a position.
+ */
+export abstract class FoldProgress {
+  protected position = 0;
+  protected joined = false;
+  protected failure: Error | null = null;
+  protected readonly waiters: PositionWaiters;
+
+  constructor(name: string) {
+    this.waiters = new PositionWaiters(name);
+  }
+
+  /** Global position of the last event folded in: everything up to it is readable here. */
+  get checkpoint(): number {
+    return this.position;
+  }
+
+  get running(): boolean {
+    return this.joined;
+  }
+
+  get error(): Error | null {
+    return this.failure;
+  }
+
+  /** Resolves once every event up to `position` is folded in (read-your-writes for callers). */
+  waitFor(position: number, timeoutMs = 5_000): Promise<void> {
+    return this.waiters.wait(this.position, position, timeoutMs);
+  }
+
+  protected releaseWaiters(): void {
+    this.waiters.reached(this.position);
+  }
+}

@@ -1,9 +1,10 @@
 import type { Logger } from 'pino';
 import type { EventStore } from '../adapters/event-store/port.ts';
+import { firstIndex } from '../adapters/first-index.ts';
 import type { ProjectionStore } from '../adapters/projection-store/port.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
 import { type FeedMember, feedOf, type PageIndex, parsedAt, typeOfOrdinal } from './log-feed.ts';
-import { PositionWaiters } from './position-waiters.ts';
+import { FoldProgress } from './position-waiters.ts';
 import type { Projection } from './projection.ts';
 
 export interface RunnerOptions {
@@ -52,14 +53,10 @@ export function runnersOn(store: EventStore): ProjectionRunner<unknown>[] {
  * decoded once per page for all projections, each page folded synchronously, the waiters and
  * the snapshot looked at once per page rather than once per event.
  */
-export class ProjectionRunner<S> implements FeedMember {
+export class ProjectionRunner<S> extends FoldProgress implements FeedMember {
   private current: S;
   private changes = 0;
-  private position = 0;
   private savedPosition = 0;
-  private joined = false;
-  private readonly waiters: PositionWaiters;
-  private failure: Error | null = null;
   private saving: Promise<void> = Promise.resolve();
   /** A save is queued or running: a later one would save the same or a newer position anyway. */
   private savePending = false;
@@ -74,8 +71,8 @@ export class ProjectionRunner<S> implements FeedMember {
     private readonly projection: Projection<S>,
     private readonly options: RunnerOptions = {},
   ) {
+    super(projection.name);
     this.current = projection.initial();
-    this.waiters = new PositionWaiters(projection.name);
     this.folds = projection.eventTypes ? new Set<string>(projection.eventTypes) : null;
   }
 
@@ -87,15 +84,6 @@ export class ProjectionRunner<S> implements FeedMember {
     return this.current;
   }
 
-  /** Global position of the last event folded in. */
-  get checkpoint(): number {
-    return this.position;
-  }
-
-  get error(): Error | null {
-    return this.failure;
-  }
-
   /**
    * Moves whenever the state may have changed (an event folded in, the state loaded or rebuilt),
    * and only then: what is derived from the state can be kept while it stays the same. Events of
@@ -103,10 +91,6 @@ export class ProjectionRunner<S> implements FeedMember {
    */
   get revision(): number {
     return this.changes;
-  }
-
-  get running(): boolean {
-    return this.joined;
   }
 
   async start(): Promise<void> {
@@ -163,11 +147,6 @@ export class ProjectionRunner<S> implements FeedMember {
     await this.start();
   }
 
-  /** Resolves once every event up to `position` is folded in (read-your-writes for callers). */
-  waitFor(position: number, timeoutMs = 5_000): Promise<void> {
-    return this.waiters.wait(this.position, position, timeoutMs);
-  }
-
   /**
    * Per event type ordinal (see log-feed.ts): 1 when the projection folds that type, 2 when it
    * passes it over, 0 not yet looked at. Most projections fold a few of the log's types, and a
@@ -197,7 +176,7 @@ export class ProjectionRunner<S> implements FeedMember {
     if (!this.joined || this.failure) return;
     const { evolve, evolveValid } = this.projection;
     let state = this.current;
-    const from = firstAfter(page, this.position);
+    const from = firstIndex(page.length, (i) => page[i]!.position > this.position);
     let i = from;
     try {
       if (index && this.folds) {
@@ -266,10 +245,6 @@ export class ProjectionRunner<S> implements FeedMember {
       });
   }
 
-  private releaseWaiters(): void {
-    this.waiters.reached(this.position);
-  }
-
   /** At least `gapMs` since the last save, and long enough for that save's cost to stay a small share. */
   private saveDue(gapMs: number): boolean {
     const costGap = Math.min(MAX_SAVE_GAP_MS, SAVE_COST_SHARE * this.lastSaveMs);
@@ -295,16 +270,4 @@ export class ProjectionRunner<S> implements FeedMember {
       });
     return this.saving;
   }
-}
-
-/** Index of the first event of `page` (ordered by position) past `position`. */
-function firstAfter(page: readonly RecordedEvent[], position: number): number {
-  let lo = 0;
-  let hi = page.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (page[mid]!.position <= position) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
 }

@@ -1,6 +1,6 @@
 /**
  * `npm run build`: the deployable service in dist/, run with plain `node dist/services/main.js`
- * (the image does; development and tests keep running the TypeScript sources on Node 20).
+ * (the image does; development and tests run the TypeScript sources, on the same Node major).
  *
  * tsc emits the JavaScript (and the JSON modules it imports); everything else the running
  * service reads from disk next to its own files is copied here, at the same relative place,

@@ -55,6 +55,15 @@ export async function openAdapters(config: Config, logger: Logger): Promise<Adap
   }
 }
 
+/** A log that keeps the projection snapshots itself: closing the log closes them. */
+function withOwnSnapshots(store: EventStore & { projectionStore(): ProjectionStore }) {
+  return {
+    eventStore: store as EventStore,
+    projectionStore: store.projectionStore(),
+    closeProjections: async () => undefined,
+  };
+}
+
 async function openStores(config: Config, logger: Logger) {
   switch (config.EVENT_STORE) {
     case 'memory': {
@@ -72,12 +81,8 @@ async function openStores(config: Config, logger: Logger) {
       mkdirSync(path, { recursive: true });
       const store = await openLmdbEventStore({ path, logger });
       logger.info({ path }, 'event store: LMDB');
-      // Snapshots share the log's environment, which the store closes.
-      return {
-        eventStore: store as EventStore,
-        projectionStore: store.projectionStore(),
-        closeProjections: async () => undefined,
-      };
+      // Snapshots share the log's environment.
+      return withOwnSnapshots(store);
     }
     case 'postgres': {
       const { openPostgresEventStore } = await import('../adapters/event-store/postgres.ts');
@@ -91,12 +96,8 @@ async function openStores(config: Config, logger: Logger) {
         { schema: config.POSTGRES_SCHEMA },
         'event store: PostgreSQL (projection snapshots in the same schema)',
       );
-      // Snapshots use the store's pool, which the store closes.
-      return {
-        eventStore: store as EventStore,
-        projectionStore: store.projectionStore(),
-        closeProjections: async () => undefined,
-      };
+      // Snapshots use the store's pool.
+      return withOwnSnapshots(store);
     }
     case 'kurrentdb': {
       const { connectKurrentEventStore } = await import('../adapters/event-store/kurrentdb.ts');

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SHIPPED_MARKET_DIR } from '../adapters/market/replay.ts';
 import { loadConfig } from '../contracts/config.ts';
 import type { Role } from '../services/component.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
@@ -42,6 +43,8 @@ describe.runIf(run)('service on PostgreSQL, NATS JetStream and Redis by configur
       PORT: '0',
       HOST: '127.0.0.1',
       FEED: 'replay',
+      // The shipped slice: one 4h verdict for each of its six coins is asserted below.
+      MARKET_DATA_DIR: SHIPPED_MARKET_DIR,
       REPLAY_SPEED: '0',
       SCHEDULE_TIMEFRAMES: '4h',
       EVENT_STORE: 'postgres',

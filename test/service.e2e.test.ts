@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SHIPPED_MARKET_DIR } from '../adapters/market/replay.ts';
 import { loadConfig } from '../contracts/config.ts';
 import { newEvent } from '../contracts/events.ts';
 import type { EventStats } from '../projections/event-stats.ts';
@@ -18,7 +19,15 @@ const roles: Role[] = ['api', 'engine', 'projections'];
 /** A service on a fresh DATA_DIR, on loopback with a free port and the replay feed. */
 async function start(dirPrefix: string, env: Record<string, string>) {
   const dir = await mkdtemp(join(tmpdir(), dirPrefix));
-  const config = loadConfig({ DATA_DIR: dir, PORT: '0', HOST: '127.0.0.1', FEED: 'replay', ...env });
+  // The shipped slice (its six coins are asserted below), not the full data set beside the checkout.
+  const config = loadConfig({
+    DATA_DIR: dir,
+    PORT: '0',
+    HOST: '127.0.0.1',
+    FEED: 'replay',
+    MARKET_DATA_DIR: SHIPPED_MARKET_DIR,
+    ...env,
+  });
   return { dir, service: await startService(config, roles, logger) };
 }
 

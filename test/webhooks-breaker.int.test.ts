@@ -8,7 +8,7 @@ const reachable = await requireNats();
 const tls = selfSignedCert();
 
 interface Attempt {
-  attempt: number;
+  attempt: number | null;
   attempted_at: string;
   sent_at: string | null;
   queued_ms: number | null;
@@ -69,7 +69,11 @@ describe.runIf(reachable)('an endpoint that accepts and never answers', () => {
     // The second waited in the queue behind the first: queue time and send time are apart.
     expect(Math.max(...sent.map((a) => a.queued_ms!))).toBeGreaterThanOrEqual(250);
     expect(held).toHaveLength(8);
-    expect(held.every((a) => a.outcome === 'failed' && /circuit open/.test(a.error ?? ''))).toBe(true);
+    // Held, not failed, and not numbered: they sent nothing and use up no attempt of the schedule.
+    expect(
+      held.every((a) => a.outcome === 'held' && a.attempt === null && /circuit open/.test(a.error ?? '')),
+    ).toBe(true);
+    expect(sent.every((a) => a.outcome === 'failed' && a.attempt === 1)).toBe(true);
     // The 8 first attempts held (exactly, from the log above); on a loaded machine their retries
     // (1.5 s on) may come due and be held again before this reads the counter.
     expect(await metric('webhook_delivery_outcomes_total', 'outcome="held"')).toBeGreaterThanOrEqual(8);

@@ -1,11 +1,11 @@
+import { ConsumeLoop } from './consume-loop.ts';
 import {
   type Bus,
   type BusMessage,
   type ConsumeOptions,
   type Consumer,
-  DEFAULT_ACK_WAIT_MS,
+  consumeSettings,
   DEFAULT_DUPLICATE_WINDOW_MS,
-  DEFAULT_NAK_DELAY_MS,
   type PublishAck,
 } from './port.ts';
 import { subjectMatches } from './subjects.ts';
@@ -100,7 +100,7 @@ export class MemoryBus implements Bus {
   private lastSeq = 0;
   private readonly seenIds = new Map<string, { seq: number; at: number }>();
   private readonly durables = new Map<string, DurableState>();
-  private readonly workers = new Set<Worker>();
+  private readonly workers = new Set<ConsumeLoop>();
   private closed = false;
 
   constructor(options: MemoryBusOptions = {}) {
@@ -124,7 +124,7 @@ export class MemoryBus implements Bus {
 
   async consume(options: ConsumeOptions, handler: (message: BusMessage) => Promise<void>): Promise<Consumer> {
     if (this.closed) throw new Error('memory bus is closed');
-    const ackWaitMs = options.ackWaitMs ?? DEFAULT_ACK_WAIT_MS;
+    const { ackWaitMs, maxInFlight, defaultNakDelayMs } = consumeSettings(options);
     let state = this.durables.get(options.durable);
     if (!state) {
       state = new DurableState(options.filterSubject, ackWaitMs);
@@ -133,21 +133,7 @@ export class MemoryBus implements Bus {
       state.filterSubject = options.filterSubject;
       state.ackWaitMs = ackWaitMs;
     }
-    const worker = new Worker(
-      this,
-      state,
-      handler,
-      Math.max(1, options.maxInFlight ?? 1),
-      options.defaultNakDelayMs ?? DEFAULT_NAK_DELAY_MS,
-    );
-    this.workers.add(worker);
-    worker.start();
-    return {
-      stop: async () => {
-        await worker.stop();
-        this.workers.delete(worker);
-      },
-    };
+    return new Worker(this, state, handler, maxInFlight, defaultNakDelayMs).open(this.workers);
   }
 
   async health() {
@@ -261,10 +247,8 @@ export class MemoryBus implements Bus {
 }
 
 /** One consume() call: pulls from the durable's state and runs the handler. */
-class Worker {
-  private running = false;
+class Worker extends ConsumeLoop {
   private inFlight = new Set<Promise<void>>();
-  private loop: Promise<void> | null = null;
   private readonly slotFreed = new Wakeup();
 
   constructor(
@@ -273,22 +257,16 @@ class Worker {
     private readonly handler: (message: BusMessage) => Promise<void>,
     private readonly maxInFlight: number,
     private readonly defaultNakDelayMs: number,
-  ) {}
-
-  start(): void {
-    this.running = true;
-    this.loop = this.run();
+  ) {
+    super();
   }
 
-  async stop(): Promise<void> {
-    if (!this.running) return this.loop ?? undefined;
-    this.running = false;
+  protected interrupt(): void {
     this.state.wakeup.notify();
     this.slotFreed.notify();
-    await this.loop;
   }
 
-  private async run(): Promise<void> {
+  protected async run(): Promise<void> {
     while (this.running) {
       if (this.inFlight.size >= this.maxInFlight) {
         await this.slotFreed.wait();

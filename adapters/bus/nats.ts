@@ -17,6 +17,7 @@ import {
 import { nanos } from '@nats-io/nats-core';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { type Logger, pino } from 'pino';
+import { ConsumeLoop } from './consume-loop.ts';
 import {
   type Bus,
   type BusHealth,
@@ -24,9 +25,8 @@ import {
   type BusSettingDrift,
   type ConsumeOptions,
   type Consumer,
-  DEFAULT_ACK_WAIT_MS,
+  consumeSettings,
   DEFAULT_DUPLICATE_WINDOW_MS,
-  DEFAULT_NAK_DELAY_MS,
   type PublishAck,
 } from './port.ts';
 import { assertSubjectPrefix, DEFAULT_SUBJECT_PREFIX, streamSubjects, subjectMatches } from './subjects.ts';
@@ -193,7 +193,7 @@ interface NatsBusConfig {
 export class NatsBus implements Bus {
   readonly kind = 'nats' as const;
   private readonly js: JetStreamClient;
-  private readonly consumers = new Set<NatsConsumer>();
+  private readonly consumers = new Set<ConsumeLoop>();
   private closed = false;
 
   constructor(
@@ -220,15 +220,7 @@ export class NatsBus implements Bus {
     if (this.closed) throw new Error('nats bus is closed');
     if (!NAME.test(options.durable)) throw new Error(`invalid durable name "${options.durable}"`);
     await this.ensureConsumer(options);
-    const consumer = new NatsConsumer(this, options, handler);
-    this.consumers.add(consumer);
-    consumer.start();
-    return {
-      stop: async () => {
-        await consumer.stop();
-        this.consumers.delete(consumer);
-      },
-    };
+    return new NatsConsumer(this, options, handler).open(this.consumers);
   }
 
   /** Creates the durable, or brings its ack wait and filter in line with the options. */
@@ -237,7 +229,7 @@ export class NatsBus implements Bus {
       durable_name: options.durable,
       ack_policy: AckPolicy.Explicit,
       deliver_policy: DeliverPolicy.All,
-      ack_wait: nanos(options.ackWaitMs ?? DEFAULT_ACK_WAIT_MS),
+      ack_wait: nanos(consumeSettings(options).ackWaitMs),
       max_deliver: -1,
       filter_subject: options.filterSubject,
       // 0 inherits the stream's replicas: a consumer whose state lives on one node would forget
@@ -317,43 +309,37 @@ export class NatsBus implements Bus {
  * recreates it (and the durable, if the server lost it) whenever the iterator ends for any other
  * reason than stop().
  */
-class NatsConsumer {
-  private running = false;
-  private loop: Promise<void> | null = null;
+class NatsConsumer extends ConsumeLoop {
   private messages: ConsumerMessages | null = null;
   private readonly inFlight = new Set<Promise<void>>();
   private slotFreed: (() => void) | null = null;
   private wakeFromBackoff: (() => void) | null = null;
   private readonly logger: Logger;
-  private readonly maxInFlight: number;
+  private readonly settings: ReturnType<typeof consumeSettings>;
 
   constructor(
     private readonly bus: NatsBus,
     private readonly options: ConsumeOptions,
     private readonly handler: (message: BusMessage) => Promise<void>,
   ) {
+    super();
     this.logger = bus.config.logger.child({ durable: options.durable });
-    this.maxInFlight = Math.max(1, options.maxInFlight ?? 1);
+    this.settings = consumeSettings(options);
   }
 
-  start(): void {
-    this.running = true;
-    this.loop = this.run();
-  }
-
-  async stop(): Promise<void> {
-    if (!this.running) return this.loop ?? undefined;
-    this.running = false;
+  protected async interrupt(): Promise<void> {
     this.wakeFromBackoff?.();
     this.slotFreed?.();
     await this.messages?.close();
-    await this.loop;
+  }
+
+  protected override async stopped(): Promise<void> {
     // Unconfirmed acks of the last messages reach the server before a successor resumes the
     // durable: the server answers a flush only after everything sent before it.
     if (this.options.confirmAck === false && !this.bus.nc.isClosed()) await this.bus.nc.flush();
   }
 
-  private async run(): Promise<void> {
+  protected async run(): Promise<void> {
     let attempt = 0;
     while (this.running) {
       try {
@@ -384,11 +370,11 @@ class NatsConsumer {
   }
 
   private async dispatch(message: JsMsg): Promise<void> {
-    if (this.maxInFlight === 1) {
+    if (this.settings.maxInFlight === 1) {
       await this.handle(message);
       return;
     }
-    while (this.inFlight.size >= this.maxInFlight) {
+    while (this.inFlight.size >= this.settings.maxInFlight) {
       await new Promise<void>((resolve) => {
         this.slotFreed = resolve;
       });
@@ -441,7 +427,7 @@ class NatsConsumer {
       await this.handler(message);
     } catch (err) {
       this.logger.warn({ err, subject: m.subject, seq: m.seq }, 'handler failed; nak');
-      message.nak(this.options.defaultNakDelayMs ?? DEFAULT_NAK_DELAY_MS);
+      message.nak(this.settings.defaultNakDelayMs);
     }
   }
 

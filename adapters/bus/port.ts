@@ -80,3 +80,12 @@ export interface Consumer {
 export const DEFAULT_ACK_WAIT_MS = 30_000;
 export const DEFAULT_NAK_DELAY_MS = 1_000;
 export const DEFAULT_DUPLICATE_WINDOW_MS = 120_000;
+
+/** A consumer's options as every adapter reads them: defaults filled in, at least one in flight. */
+export function consumeSettings(options: ConsumeOptions) {
+  return {
+    ackWaitMs: options.ackWaitMs ?? DEFAULT_ACK_WAIT_MS,
+    maxInFlight: Math.max(1, options.maxInFlight ?? 1),
+    defaultNakDelayMs: options.defaultNakDelayMs ?? DEFAULT_NAK_DELAY_MS,
+  };
+}

@@ -243,7 +243,7 @@ const compactStream = lastCompacted();
 const compactRecordedAt = lastCompacted();
 
 /** The stored form of a string: a wrapper when a compact form reads back identical, else the string. */
-export function compactString(s: string): Compact {
+function compactString(s: string): Compact {
   const n = s.length;
   if (n === 24 && s.charCodeAt(23) === 90 /* Z */ && ISO_MS.test(s)) {
     const ms = Date.parse(s);

@@ -36,7 +36,14 @@ interface PendingAppend {
   expected: ExpectedRevision;
   resolve: (result: AppendResult) => void;
   reject: (err: unknown) => void;
-  outcome: { result: AppendResult; wrote: boolean } | { error: unknown } | null;
+  outcome: Written | { error: unknown } | null;
+}
+
+/** An append done inside a group's transaction; `recorded`: what it wrote, when it wrote. */
+interface Written {
+  result: AppendResult;
+  wrote: boolean;
+  recorded?: RecordedEvent[];
 }
 
 const LAST_REVISION = Number.MAX_SAFE_INTEGER;
@@ -195,6 +202,9 @@ export class LmdbEventStore implements EventStore {
       }
     }
     let wrote = false;
+    // The group's events go to the listeners before any append is answered, so a reader that
+    // waits for an answered position (read-your-writes) finds it folded already.
+    if (failure === null && this.listeners.size > 0) this.handOver(group);
     for (const pending of group) {
       const outcome = pending.outcome;
       if (failure !== null) pending.reject(failure);
@@ -211,6 +221,31 @@ export class LmdbEventStore implements EventStore {
     }
   }
 
+  private readonly listeners = new Set<(events: readonly RecordedEvent[]) => void>();
+
+  onAppended(listener: (events: readonly RecordedEvent[]) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** Hands a committed group's events, in position order (the order they were written), to the listeners. */
+  private handOver(group: PendingAppend[]): void {
+    const events: RecordedEvent[] = [];
+    for (const pending of group) {
+      const outcome = pending.outcome;
+      if (outcome !== null && 'recorded' in outcome && outcome.recorded) events.push(...outcome.recorded);
+    }
+    if (events.length === 0) return;
+    for (const listener of this.listeners) {
+      try {
+        listener(events);
+      } catch (err) {
+        // A listener's failure is its own: the appends are committed and answered all the same.
+        this.logger?.error({ err }, 'lmdb event store: an append listener failed');
+      }
+    }
+  }
+
   /** A failed write or commit as the caller sees it: a full disk is StorageFullError. */
   private async writeFailure(err: unknown): Promise<unknown> {
     try {
@@ -224,7 +259,7 @@ export class LmdbEventStore implements EventStore {
   }
 
   /** One append inside the group's write transaction; throws a failed check before writing anything. */
-  private writeInTxn(pending: PendingAppend, recordedAt: string): { result: AppendResult; wrote: boolean } {
+  private writeInTxn(pending: PendingAppend, recordedAt: string): Written {
     const { stream, events, expected } = pending;
     const prior = findIdempotentAppend(stream, events, (id) => this.lookup(id));
     if (prior) return { result: prior, wrote: false };
@@ -236,11 +271,13 @@ export class LmdbEventStore implements EventStore {
     const firstId = events[0]!.id;
     const ids = freshEventIds(stream, events, (id) => id !== firstId && this.ids.doesExist(id));
     const firstRevision = (current ?? -1) + 1;
+    const written: RecordedEvent[] = [];
     for (let i = 0; i < events.length; i++) {
       const id = ids[i]!;
       const position = head + i + 1;
       const revision = firstRevision + i;
       const recorded = recordEvent(events[i]!, { id, stream, revision, position, recordedAt });
+      written.push(recorded);
       const stored = encodeStoredEvent(recorded);
       putAppend(this.events, position, stored as RecordedEvent, 'lmdb event store: event');
       this.streams.putSync([stream, revision], position);
@@ -251,6 +288,7 @@ export class LmdbEventStore implements EventStore {
     return {
       result: { nextRevision: firstRevision + events.length - 1, position: head + events.length },
       wrote: true,
+      recorded: written,
     };
   }
 

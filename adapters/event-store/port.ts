@@ -52,6 +52,17 @@ export interface EventStore {
   appended?(after: number, timeoutMs: number): { promise: Promise<void>; cancel: () => void };
 
   /**
+   * Optional: hands `listener` the events of every commit this process makes, in position order,
+   * once the commit is on disk (the store's acknowledgement), as they were appended: no read and
+   * no decode. Each call is one commit's events; events other processes append are not handed
+   * over, so a listener must check that a commit follows on from what it has seen (positions are
+   * dense where this exists) and read the log otherwise. The events' data is the appender's own
+   * object, shared: neither side may change it (appenders build it for the append). Returns the
+   * function that stops the listening.
+   */
+  onAppended?(listener: (events: readonly RecordedEvent[]) => void): () => void;
+
+  /**
    * Optional, where appends may be answered once committed (`durability: 'committed'`): how much
    * committed log is not yet flushed, and the engine's bound on how long it may stay so.
    */

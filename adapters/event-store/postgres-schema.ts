@@ -36,7 +36,7 @@ export const POSITIONS_PER_TRANSACTION = 65_536;
  * can lose (the WAL writer flushes every wal_writer_delay), and 2^37 / 2^22 = 32,768 restarts before
  * positions leave a double's exact range.
  */
-export const RESTART_MARGIN_TRANSACTIONS = 4_194_304;
+const RESTART_MARGIN_TRANSACTIONS = 4_194_304;
 
 /** Namespace key of every advisory lock this adapter takes ("ESPG"). */
 const LOCK_NAMESPACE = 0x45535047;

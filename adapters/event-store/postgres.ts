@@ -60,7 +60,7 @@ const CONNECTION_CODES = new Set([
   '08004',
 ]);
 
-export function isConnectionError(error: unknown): boolean {
+function isConnectionError(error: unknown): boolean {
   if (!(error instanceof Error)) return false;
   const code = (error as { code?: string }).code;
   if (code && CONNECTION_CODES.has(code)) return true;

@@ -5,7 +5,7 @@ import { type CandleClose, TIMEFRAME_MS, TIMEFRAMES, type Timeframe } from '../.
  * timeframe first (so a 1h verdict sees the 5m candle that closed with it). Boundaries are UTC
  * epoch-aligned, like the candles themselves.
  */
-export function closesBetween(from: number, to: number, timeframes: Iterable<Timeframe>): CandleClose[] {
+function closesBetween(from: number, to: number, timeframes: Iterable<Timeframe>): CandleClose[] {
   const out: CandleClose[] = [];
   if (!(to > from)) return out;
   for (const timeframe of timeframes) {

@@ -1,16 +1,10 @@
 import { type Candle, type Exchange, TIMEFRAME_MS, Timeframe } from '../../contracts/market.ts';
+import { firstIndex } from '../first-index.ts';
 import { UnsupportedTimeframeError } from './errors.ts';
 
 /** Index of the first candle whose close time is after `until` (candles sorted by openTime). */
 function firstOpenAfter(candles: readonly Candle[], tfMs: number, until: number): number {
-  let lo = 0;
-  let hi = candles.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (candles[mid]!.openTime + tfMs <= until) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
+  return firstIndex(candles.length, (i) => candles[i]!.openTime + tfMs > until);
 }
 
 /**

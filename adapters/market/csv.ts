@@ -68,6 +68,14 @@ export async function readFundingFile(path: string): Promise<FundingRate[]> {
   if (third === 'hours_since_previous' && out.length > 1 && Number.isNaN(out[0]!.intervalHours)) {
     out[0]!.intervalHours = out[1]!.intervalHours;
   }
+  // A settlement whose stated interval is missing (one Bybit row, where the contract moved from
+  // 1h to 8h) covered the time since the previous settlement, which is what a gap column states.
+  for (let i = 1; i < out.length; i++) {
+    const f = out[i]!;
+    if (third === 'interval_hours' && Number.isNaN(f.intervalHours)) {
+      f.intervalHours = (f.fundingTime - out[i - 1]!.fundingTime) / 3_600_000;
+    }
+  }
   for (const [i, f] of out.entries()) {
     if (!(f.intervalHours > 0)) throw new MarketFileError(`${path}:${i + 2}: no usable funding interval`);
   }

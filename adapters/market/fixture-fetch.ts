@@ -23,7 +23,7 @@ export interface FixtureRequest {
 
 const FIXTURES = new URL('./fixtures/', import.meta.url);
 
-export function fixture(file: string): string {
+function fixture(file: string): string {
   return readFileSync(new URL(file, FIXTURES), 'utf8');
 }
 

@@ -1,4 +1,5 @@
 import type { FundingRate } from '../../contracts/market.ts';
+import { firstIndex } from '../first-index.ts';
 
 /** Settlements of two sources closer than this are the same settlement (venue stamps jitter by ms). */
 const SAME_SETTLEMENT_MS = 60_000;
@@ -50,14 +51,7 @@ export function intervalsFromGaps(
 
 /** Index of the first settlement after `t` (series sorted oldest first). */
 export function firstAfter(series: readonly FundingRate[], t: number): number {
-  let lo = 0;
-  let hi = series.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (series[mid]!.fundingTime <= t) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
+  return firstIndex(series.length, (i) => series[i]!.fundingTime > t);
 }
 
 /** A settlement time stamped with venue jitter, put back on its minute. */

@@ -50,7 +50,7 @@ export const SHIPPED_MARKET_DIR = fileURLToPath(new URL('../../sample-data/marke
 
 const DAY_MS = 86_400_000;
 /** Default start: this long before the end, so indicators have weeks of history behind them. */
-export const DEFAULT_REPLAY_LEAD_MS = 7 * DAY_MS;
+const DEFAULT_REPLAY_LEAD_MS = 7 * DAY_MS;
 
 export interface ReplayFeedOptions {
   /** Data directory in the shared layout; default the shipped slice. */
@@ -522,7 +522,8 @@ export class ReplayFeed implements MarketFeed {
       const message = error instanceof Error ? error.message : String(error);
       this.#status.set(exchange, { ...this.#status.get(exchange), ok: false, lastError: message });
       this.logger?.error({ err: error, exchange, file: key }, 'replay file unreadable');
-      throw new VenueUnavailableError(exchange, `replay data unreadable: ${message}`, { cause: error });
+      // The reason names the file (a server path): it stays in the log, the caller gets the venue.
+      throw new VenueUnavailableError(exchange, 'its replay data could not be read', { cause: error });
     }
   }
 }

@@ -4,6 +4,7 @@ import { LiveFeed, type LiveFeedOptions } from './live.ts';
 import type { MarketFeed } from './port.ts';
 import { openReplayFeed, type ReplayFeedOptions } from './replay.ts';
 import type { ReplayAnchor } from './replay-anchor.ts';
+import { defaultReplayData } from './shared-data.ts';
 
 /** FEED of the service configuration: live, replay, or auto (probe live, fall back to replay). */
 export type FeedMode = Config['FEED'];
@@ -29,7 +30,9 @@ export interface SelectedFeed {
 
 /**
  * The feed settings of the validated service configuration (contracts/config.ts): FEED,
- * MARKET_DATA_DIR, REPLAY_SPEED, REPLAY_START, LIVE_EXCHANGES, FEED_PROBE_TIMEOUT_MS.
+ * MARKET_DATA_DIR, REPLAY_SPEED, REPLAY_START, LIVE_EXCHANGES, FEED_PROBE_TIMEOUT_MS. Unset,
+ * MARKET_DATA_DIR is the full data set beside the checkout when it is there, else the shipped
+ * slice (defaultReplayData).
  */
 export function feedOptionsFromConfig(
   config: Pick<
@@ -46,7 +49,7 @@ export function feedOptionsFromConfig(
   return {
     mode: config.FEED,
     replay: {
-      ...(config.MARKET_DATA_DIR !== undefined ? { dir: config.MARKET_DATA_DIR } : {}),
+      dir: config.MARKET_DATA_DIR ?? defaultReplayData().dir,
       speed: config.REPLAY_SPEED,
       ...(config.REPLAY_START !== undefined ? { start: config.REPLAY_START } : {}),
       ...(config.REPLAY_ANCHOR !== undefined ? { anchor: config.REPLAY_ANCHOR } : {}),
@@ -109,6 +112,6 @@ export async function selectFeed(options: SelectFeedOptions): Promise<SelectedFe
   await live.close();
   return replay(
     `FEED=auto: ${outcome}; replaying recorded data`,
-    `live venues unreachable, replaying ${options.replay?.dir ?? 'the shipped sample (sample-data/market)'}`,
+    `live venues unreachable, replaying ${options.replay?.dir ?? 'the shipped slice (sample-data/market)'}`,
   );
 }

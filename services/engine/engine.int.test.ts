@@ -8,6 +8,7 @@ import {
 import { openReplayFeed, type ReplayFeed } from '../../adapters/market/replay.ts';
 import type { EventData } from '../../contracts/events.ts';
 import {
+  GetMarketRegimeInput,
   MAX_FUNDING_ARB_LIMIT,
   RegimeReading,
   RiskForecast,
@@ -16,6 +17,8 @@ import {
   TradeCall,
 } from '../../contracts/tools.ts';
 import { verifyVerdictChain } from '../../contracts/verdict-hash.ts';
+import { AnswerJsonCache } from '../api/mcp/answer-json.ts';
+import { keptRevision } from './answer-revisions.ts';
 import { SignalEngine } from './engine.ts';
 import { describeFailure } from './operation-errors.ts';
 import { verdictStream } from './verdict-recorder.ts';
@@ -119,6 +122,49 @@ describe('SignalEngine over the replayed real data', () => {
     // Every regime change between consecutive verdicts appears as RegimeShifted.
     const changes = verdicts.slice(1).filter((v, i) => v.regime !== verdicts[i]!.regime).length;
     expect(events.filter((e) => e.type === 'RegimeShifted')).toHaveLength(changes);
+  });
+
+  it('keeps a regime reading and a risk forecast per candle: the same bytes as computed afresh, new ones after a close', async () => {
+    const answers = new AnswerJsonCache();
+    const bytes = (value: object) => {
+      const kept = keptRevision(value);
+      expect(kept).toBeDefined();
+      return answers.serialise({ ...value, _service: { n: 1 } }, kept!).json;
+    };
+    // A second engine on the same feed and clock, asked once per candle: each of its answers is
+    // computed when asked, from the same candles folded in the same order.
+    const fresh = new SignalEngine({ feed, store: new MemoryEventStore() });
+    for (let step = 0; step < 3; step++) {
+      for (const input of [
+        { coin: 'BTC', timeframe: '1h', exchange: 'BINANCE' },
+        { coin: 'ETH', timeframe: '4h' },
+      ] as const) {
+        const regime = await engine.getMarketRegime(input);
+        const forecast = await engine.getRiskForecast(input);
+        // Kept: the very same objects until the candle closes.
+        expect(await engine.getMarketRegime(input)).toBe(regime);
+        expect(await engine.getRiskForecast(input)).toBe(forecast);
+        const regimeAfresh = await fresh.getMarketRegime(input);
+        const forecastAfresh = await fresh.getRiskForecast(input);
+        expect(JSON.stringify(regime)).toBe(JSON.stringify(regimeAfresh));
+        expect(JSON.stringify(forecast)).toBe(JSON.stringify(forecastAfresh));
+        // The answer's JSON made from kept fields, twice, is the JSON of the object.
+        for (const value of [regime, forecast, regime, forecast]) {
+          expect(bytes(value)).toBe(JSON.stringify({ ...value, _service: { n: 1 } }));
+        }
+      }
+      const before = await engine.getMarketRegime({ coin: 'BTC', timeframe: '1h', exchange: 'BINANCE' });
+      feed.clock.advance(HOUR);
+      const after = await engine.getMarketRegime({ coin: 'BTC', timeframe: '1h', exchange: 'BINANCE' });
+      expect(after).not.toBe(before);
+      expect(after.timestamp).toBe(before.timestamp + HOUR / 1000);
+    }
+  });
+
+  it('does not parse again an input its channel parsed (and defaulted) already', async () => {
+    const parsed = GetMarketRegimeInput.parse({ coin: 'BTC' });
+    const served = await engine.getMarketRegime(parsed, { parsed: true });
+    expect(served).toBe(await engine.getMarketRegime({ coin: 'btc' }));
   });
 
   it('reads the market regime with the metrics behind it', async () => {

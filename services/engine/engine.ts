@@ -1,10 +1,13 @@
 import type { Logger } from 'pino';
+import type { z } from 'zod';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { MarketDataError } from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import {
   type Exchange,
+  type FeedKind,
   type MarketInfo,
+  type MarketKey,
   marketKey,
   TIMEFRAME_MS,
   type Timeframe,
@@ -23,6 +26,7 @@ import {
   type TradeCall,
 } from '../../contracts/tools.ts';
 import { verdictVerifyUrl } from '../../contracts/verify-url.ts';
+import { keptAnswer } from './answer-revisions.ts';
 import { forEachLimited } from './for-each-limited.ts';
 import { isFresh } from './funding-arb.ts';
 import { scanFundingArb } from './funding-scan.ts';
@@ -43,10 +47,16 @@ import {
   regimeConfidenceMeaning,
 } from './signals/index.ts';
 import { PERP_VENUES, SCAN_CONCURRENCY } from './venues.ts';
-import { lastVerdict, type RecordedVerdict, recordVerdict, verdictStream } from './verdict-recorder.ts';
+import {
+  lastVerdict,
+  type RecordedVerdict,
+  recordVerdict,
+  type VerdictDraft,
+  verdictStream,
+} from './verdict-recorder.ts';
 
 /** A restart after a long outage backfills at most this many closes per market (older ones stay missing). */
-export const MAX_BACKFILL_CANDLES = 500;
+const MAX_BACKFILL_CANDLES = 500;
 
 /** The spot book used for the basis of a perpetual, where the feed has one. */
 const SPOT_OF: Partial<Record<Exchange, Exchange>> = { BINANCE: 'BINANCE_SPOT' };
@@ -61,6 +71,12 @@ export interface SignalEngineOptions {
 }
 
 type Trigger = 'request' | 'schedule';
+
+/** An answer of one candle of one market, served until the next close. */
+interface Kept<T> {
+  closeTime: number;
+  value: T;
+}
 
 interface CachedCall {
   closeTime: number;
@@ -82,6 +98,8 @@ export class SignalEngine implements SignalOperations {
   private readonly publicBaseUrl: string | undefined;
   private readonly states: MarketStates;
   private readonly calls = new Map<string, CachedCall>();
+  private readonly regimes = new Map<string, Kept<RegimeReading>>();
+  private readonly forecasts = new Map<string, Kept<RiskForecast>>();
 
   constructor(options: SignalEngineOptions) {
     this.feed = options.feed;
@@ -104,7 +122,7 @@ export class SignalEngine implements SignalOperations {
   }
 
   async getTradeCall(raw: GetTradeCallInput, ctx: OperationContext = {}): Promise<TradeCall> {
-    return this.tradeCall(this.withExchange(GetTradeCallInput.parse(raw)), 'request', ctx);
+    return this.tradeCall(this.withExchange(parsedInput(GetTradeCallInput, raw, ctx)), 'request', ctx);
   }
 
   /** The scheduler's entry: the same computation, recorded with trigger "schedule". */
@@ -116,12 +134,17 @@ export class SignalEngine implements SignalOperations {
     return { ...input, exchange: input.exchange ?? this.defaultExchange() };
   }
 
-  async getMarketRegime(raw: GetMarketRegimeInput): Promise<RegimeReading> {
-    const input = this.withExchange(GetMarketRegimeInput.parse(raw));
+  /** Computed once per candle close of the market, then the same answer until the next. */
+  async getMarketRegime(raw: GetMarketRegimeInput, ctx: OperationContext = {}): Promise<RegimeReading> {
+    const input = this.withExchange(parsedInput(GetMarketRegimeInput, raw, ctx));
+    const key = marketKey(input.exchange, input.coin, input.timeframe);
     const state = await this.states.advance(input.exchange, input.coin, input.timeframe);
+    const closeTime = state.lastCloseTime!;
+    const kept = this.regimes.get(key);
+    if (kept && kept.closeTime === closeTime) return kept.value;
     const reading = computeRegime(state);
     const snapshot = state.snapshot();
-    return {
+    const value = keptAnswer<RegimeReading>({
       coin: input.coin,
       timeframe: input.timeframe,
       exchange: input.exchange,
@@ -130,36 +153,45 @@ export class SignalEngine implements SignalOperations {
       suggestion: reading.suggestion,
       metrics: { ...reading.metrics, held_candles: reading.held_candles },
       price: snapshot!.close,
-      timestamp: Math.floor(state.lastCloseTime! / 1000),
+      timestamp: Math.floor(closeTime / 1000),
       feed: this.feed.kind,
       volatility: reading.volatility,
       label_evidence: labelEvidenceText(state.volatility, input.timeframe),
       confidence_meaning: regimeConfidenceMeaning(reading.confidence, reading.regime),
-    };
+    });
+    this.regimes.set(key, { closeTime, value });
+    return value;
   }
 
-  async getRiskForecast(raw: GetRiskForecastInput): Promise<RiskForecast> {
-    const input = this.withExchange(GetRiskForecastInput.parse(raw));
+  /** Computed once per candle close of the market, then the same answer until the next. */
+  async getRiskForecast(raw: GetRiskForecastInput, ctx: OperationContext = {}): Promise<RiskForecast> {
+    const input = this.withExchange(parsedInput(GetRiskForecastInput, raw, ctx));
+    const key = marketKey(input.exchange, input.coin, input.timeframe);
     const state = await this.states.advance(input.exchange, input.coin, input.timeframe);
+    const closeTime = state.lastCloseTime!;
+    const kept = this.forecasts.get(key);
+    if (kept && kept.closeTime === closeTime) return kept.value;
     const reading = computeRegime(state);
     const snapshot = state.snapshot()!;
-    return {
+    const value = keptAnswer<RiskForecast>({
       coin: input.coin,
       timeframe: input.timeframe,
       exchange: input.exchange,
       price: snapshot.close,
-      timestamp: Math.floor(state.lastCloseTime! / 1000),
+      timestamp: Math.floor(closeTime / 1000),
       feed: this.feed.kind,
       horizons: computeRiskHorizons(state),
       percentile: reading.volatility.percentile,
       regime: reading.regime,
       label_evidence: labelEvidenceText(state.volatility, input.timeframe),
       evidence: RISK_EVIDENCE,
-    };
+    });
+    this.forecasts.set(key, { closeTime, value });
+    return value;
   }
 
   async scanTradeCalls(raw: ScanTradeCallsInput, ctx: OperationContext = {}): Promise<ScanTradeCallsOutput> {
-    const input = this.withExchange(ScanTradeCallsInput.parse(raw));
+    const input = this.withExchange(parsedInput(ScanTradeCallsInput, raw, ctx));
     const markets = rankMarkets(await this.feed.markets(input.exchange)).slice(0, input.topN);
     const skipped: ScanTradeCallsOutput['skipped'] = [];
     const rows: ScanRow[] = [];
@@ -248,21 +280,7 @@ export class SignalEngine implements SignalOperations {
       if (closeTime <= last.data.candleCloseTime || closeTime >= latestClose) continue;
       if (state.missingForVerdict().length > 0) continue;
       const verdict = computeVerdict(state, undefined, this.calibration, { includeReasoning: false });
-      await recordVerdict(this.store, {
-        exchange,
-        coin,
-        timeframe,
-        call: verdict.call,
-        confidence: verdict.confidence,
-        score: verdict.score,
-        regime: verdict.regime,
-        price: verdict.price,
-        candleCloseTime: verdict.candle_close_time,
-        feed: this.feed.kind,
-        engineVersion: ENGINE_VERSION,
-        inputs: { ...inputsSummary(verdict), backfilled: true },
-        trigger: 'schedule',
-      });
+      await recordVerdict(this.store, verdictDraft(market, verdict, this.feed.kind, 'schedule', true));
       recorded++;
     }
     if (recorded > 0) {
@@ -306,25 +324,9 @@ export class SignalEngine implements SignalOperations {
     // (a restart, a run slower than a candle): bounded by this very close, so a close that passes
     // meanwhile cannot slip between the backfill and this record and leave a hole for good.
     if (trigger === 'schedule') await this.backfill(input, { before: closeTime });
-    const recorded = await recordVerdict(
-      this.store,
-      {
-        exchange: input.exchange,
-        coin: input.coin,
-        timeframe: input.timeframe,
-        call: verdict.call,
-        confidence: verdict.confidence,
-        score: verdict.score,
-        regime: verdict.regime,
-        price: verdict.price,
-        candleCloseTime: verdict.candle_close_time,
-        feed: this.feed.kind,
-        engineVersion: ENGINE_VERSION,
-        inputs: inputsSummary(verdict),
-        trigger,
-      },
-      { correlationId: ctx.requestId },
-    );
+    const recorded = await recordVerdict(this.store, verdictDraft(input, verdict, this.feed.kind, trigger), {
+      correlationId: ctx.requestId,
+    });
     const call = toTradeCall(recorded, verdict, this.publicBaseUrl);
     this.calls.set(key, { closeTime, call });
     if (recorded.data.candleCloseTime === verdict.candle_close_time) {
@@ -378,6 +380,32 @@ export function rankMarkets(markets: MarketInfo[]): MarketInfo[] {
   const byOi = markets.length > 0 && markets.every((m) => m.openInterest !== null);
   const measure = (m: MarketInfo) => (byOi ? m.openInterest! : (m.quoteVolume24h ?? -1));
   return [...markets].sort((a, b) => measure(b) - measure(a) || a.coin.localeCompare(b.coin));
+}
+
+/** What a verdict records: its market, its call and the inputs it was computed from. */
+function verdictDraft(
+  market: MarketKey,
+  verdict: Verdict,
+  feed: FeedKind,
+  trigger: Trigger,
+  backfilled = false,
+): VerdictDraft {
+  const inputs = inputsSummary(verdict);
+  return {
+    exchange: market.exchange,
+    coin: market.coin,
+    timeframe: market.timeframe,
+    call: verdict.call,
+    confidence: verdict.confidence,
+    score: verdict.score,
+    regime: verdict.regime,
+    price: verdict.price,
+    candleCloseTime: verdict.candle_close_time,
+    feed,
+    engineVersion: ENGINE_VERSION,
+    inputs: backfilled ? { ...inputs, backfilled: true } : inputs,
+    trigger,
+  };
 }
 
 function inputsSummary(verdict: Verdict): Record<string, number | string | boolean | null> {
@@ -450,6 +478,11 @@ function toTradeCall(
     ...(same && computed.lean !== undefined ? { lean: computed.lean } : {}),
     ...(same && computed.confidence_meaning ? { confidence_meaning: computed.confidence_meaning } : {}),
   };
+}
+
+/** The input as its schema outputs it: parsed here unless the channel parsed it already. */
+function parsedInput<S extends z.ZodType>(schema: S, raw: z.input<S>, ctx: OperationContext): z.output<S> {
+  return ctx.parsed ? (raw as z.output<S>) : schema.parse(raw);
 }
 
 function withReasoning(call: TradeCall, include: boolean): TradeCall {

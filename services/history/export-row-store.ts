@@ -6,14 +6,14 @@ import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { type FeedMember, feedOf } from '../../projections/log-feed.ts';
-import { PositionWaiters } from '../../projections/position-waiters.ts';
+import { FoldProgress } from '../../projections/position-waiters.ts';
 import { type StoredRows, type StoredVerdictEntry, storedOutcome, storedVerdict } from './export-rows.ts';
 
 type Verdict = RecordedEvent<EventData<'VerdictRecorded'>, 'VerdictRecorded'>;
 type Outcome = RecordedEvent<EventData<'VerdictOutcomeResolved'>, 'VerdictOutcomeResolved'>;
 
 /** Bump when what export-rows.ts stores changes: a store of another version is rebuilt. */
-export const EXPORT_ROWS_VERSION = 3;
+const EXPORT_ROWS_VERSION = 3;
 /**
  * Each version has databases of its own (version 2 also began writing the verdicts in append
  * mode; version 3 stores a verdict's inputs once, export-rows.ts). Versions never share a
@@ -28,6 +28,7 @@ export const OLD_DBS = [
   'history-export-verdicts-2',
   'history-export-outcomes-2',
 ];
+const EXPORT_ROWS_NAME = 'history-export-rows';
 /** Bytes per slab the records read back are copied into. */
 const SLAB_BYTES = 256 * 1024;
 let slab = Buffer.allocUnsafe(0);
@@ -90,22 +91,19 @@ const TXN_FLAGS =
  * checkpoint the transaction finds, so a slower process never overwrites a newer outcome with an
  * older state; a generation id, new at each rebuild, tells a process its checkpoint went stale.
  */
-export class ExportRowStore implements FeedMember, StoredRows {
-  readonly name = 'history-export-rows';
+export class ExportRowStore extends FoldProgress implements FeedMember, StoredRows {
+  readonly name = EXPORT_ROWS_NAME;
   private readonly verdicts: Database<Buffer, number>;
   private readonly outcomes: Database<Buffer, string>;
-  private position = 0;
   private positionId: string | null = null;
   private generation = '';
-  private joined = false;
-  private failure: Error | null = null;
-  private readonly waiters = new PositionWaiters(this.name);
 
   constructor(
     private readonly store: EventStore,
     private readonly root: RootDatabase,
     private readonly options: { logger?: Logger } = {},
   ) {
+    super(EXPORT_ROWS_NAME);
     // Bytes, not msgpack: a range read hands each value over as a view of a slab (slabCodec),
     // and the export reads only the fields it needs out of it. Written in append mode, since positions
     // only grow: pages are filled instead of split in half (version 2, 1M synthetic verdicts:
@@ -117,27 +115,14 @@ export class ExportRowStore implements FeedMember, StoredRows {
     this.outcomes = root.openDB<Buffer, string>(slabbed(OUTCOMES_DB));
   }
 
-  /** Global position up to which every verdict and outcome of the log is readable here. */
-  get checkpoint(): number {
-    return this.position;
-  }
-
   /** The id of the event at `checkpoint` (null at 0): a resume cursor names both. */
   get checkpointId(): string | null {
     return this.positionId;
   }
 
-  get running(): boolean {
-    return this.joined;
-  }
-
   /** The export may read it: started and not stopped by a failed fold. */
   get usable(): boolean {
     return this.joined && !this.failure;
-  }
-
-  get error(): Error | null {
-    return this.failure;
   }
 
   async start(): Promise<void> {
@@ -200,11 +185,6 @@ export class ExportRowStore implements FeedMember, StoredRows {
 
   private putMeta(meta: Meta): void {
     this.verdicts.putSync(META, Buffer.from(JSON.stringify(meta)));
-  }
-
-  /** Resolves once every event up to `position` is readable here. */
-  waitFor(position: number, timeoutMs = 5_000): Promise<void> {
-    return this.waiters.wait(this.position, position, timeoutMs);
   }
 
   /** Up to `limit` verdicts after position `after` and up to `upTo`, in log order. */
@@ -282,9 +262,5 @@ export class ExportRowStore implements FeedMember, StoredRows {
     }
     this.position = last.position;
     this.positionId = last.id;
-  }
-
-  private releaseWaiters(): void {
-    this.waiters.reached(this.position);
   }
 }

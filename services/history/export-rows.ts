@@ -103,7 +103,7 @@ export const F_COIN = 1;
 export const F_TIMEFRAME = 2;
 export const F_CALL = 3;
 export const F_ID = 4;
-export const F_HASH = 5;
+const F_HASH = 5;
 export const F_STREAM = 6;
 /**
  * The inputs' JSON column. Stored as the inside of the JSON string the NDJSON line writes (quotes
@@ -157,7 +157,6 @@ const O_MASK = OUTCOME_NUMBERS.length * 8;
 const O_ENDS = O_MASK + 2;
 const O_STRINGS = O_ENDS + OUTCOME_STRINGS.length * 2;
 
-export const verdictNumber = (v: Buffer, k: number): number => v.readDoubleLE(k * 8);
 export const revealAtOf = (v: Buffer): number => v.readDoubleLE(0);
 export const dueAtOf = (v: Buffer): number => v.readDoubleLE(8);
 export const candleCloseTimeOf = (v: Buffer): number => v.readDoubleLE(16);
@@ -173,7 +172,7 @@ export const VERDICT_LAYOUT: RecordLayout = { mask: V_MASK, ends: V_ENDS, string
 export const OUTCOME_LAYOUT: RecordLayout = { mask: O_MASK, ends: O_ENDS, strings: O_STRINGS };
 
 /** Start (absolute) of string `k` of a record; -1 when it is null. */
-export function stringStart(r: Buffer, layout: RecordLayout, k: number): number {
+function stringStart(r: Buffer, layout: RecordLayout, k: number): number {
   if (((r[layout.mask]! | (r[layout.mask + 1]! << 8)) >> k) & 1) return -1;
   if (k === 0) return layout.strings;
   const at = layout.ends + (k - 1) * 2;
@@ -181,7 +180,7 @@ export function stringStart(r: Buffer, layout: RecordLayout, k: number): number 
 }
 
 /** End (absolute, exclusive) of string `k` of a record. */
-export function stringEnd(r: Buffer, layout: RecordLayout, k: number): number {
+function stringEnd(r: Buffer, layout: RecordLayout, k: number): number {
   const at = layout.ends + k * 2;
   return layout.strings + (r[at]! | (r[at + 1]! << 8));
 }
@@ -353,9 +352,8 @@ function writeHead(v: Buffer, out: Buffer, at: number): number {
   return copyBytes(v, from, v.length, out, o);
 }
 
-export const outcomeNumber = (o: Buffer, k: number): number => o.readDoubleLE(k * 8);
-export const outcomeStringStart = (o: Buffer, k: number): number => stringStart(o, OUTCOME_LAYOUT, k);
-export const outcomeStringEnd = (o: Buffer, k: number): number => stringEnd(o, OUTCOME_LAYOUT, k);
+const outcomeStringStart = (o: Buffer, k: number): number => stringStart(o, OUTCOME_LAYOUT, k);
+const outcomeStringEnd = (o: Buffer, k: number): number => stringEnd(o, OUTCOME_LAYOUT, k);
 
 export function storedVerdict(verdict: Verdict): Buffer {
   const d = verdict.data;

@@ -19,7 +19,7 @@ export function formatOf(path: string): HistoryFormat {
  * renamed, and the CLI's own CSV export need not end in `.csv`. A directory is Parquet parts,
  * `PAR1` a Parquet file, a first non-blank `{` NDJSON, anything else CSV (its header line).
  */
-export function detectFormat(path: string): HistoryFormat {
+function detectFormat(path: string): HistoryFormat {
   if (statSync(path).isDirectory()) return 'parquet';
   const head = Buffer.alloc(256);
   const fd = openSync(path, 'r');
@@ -81,7 +81,7 @@ export function parseCsvLine(line: string): string[] {
   return out;
 }
 
-export function parquetParts(path: string): string[] {
+function parquetParts(path: string): string[] {
   if (!statSync(path).isDirectory()) return [path];
   return readdirSync(path)
     .filter((f) => f.endsWith('.parquet'))

@@ -1,3 +1,4 @@
+import { firstIndex } from '../../adapters/first-index.ts';
 import { outcomeStream } from '../../contracts/history.ts';
 import type { Call, Timeframe } from '../../contracts/market.ts';
 import { defineProjection, type Projection } from '../../projections/projection.ts';
@@ -75,15 +76,13 @@ export interface LabelledVerdicts {
   runs: Record<string, number[]>;
 }
 
+/** The first run starting after `revision`; the run before it is the one that may hold it. */
+function runAfter(runs: readonly number[], revision: number): number {
+  return firstIndex(runs.length / 2, (i) => runs[i * 2]! > revision);
+}
+
 export function addRevision(runs: number[], revision: number): void {
-  // The first run starting after `revision`; the run before it is the one that may hold it.
-  let lo = 0;
-  let hi = runs.length / 2;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (runs[mid * 2]! > revision) hi = mid;
-    else lo = mid + 1;
-  }
+  const lo = runAfter(runs, revision);
   const before = lo - 1;
   const joinsBefore = before >= 0 && runs[before * 2 + 1]! >= revision - 1;
   const joinsAfter = lo * 2 < runs.length && runs[lo * 2]! === revision + 1;
@@ -96,13 +95,7 @@ export function addRevision(runs: number[], revision: number): void {
 
 export function hasRevision(runs: readonly number[] | undefined, revision: number): boolean {
   if (!runs) return false;
-  let lo = 0;
-  let hi = runs.length / 2;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (runs[mid * 2]! > revision) hi = mid;
-    else lo = mid + 1;
-  }
+  const lo = runAfter(runs, revision);
   return lo > 0 && runs[(lo - 1) * 2 + 1]! >= revision;
 }
 

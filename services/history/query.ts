@@ -1,3 +1,4 @@
+import type { z } from 'zod';
 import {
   HISTORY_FORMATS,
   HISTORY_MAX_LIMIT,
@@ -110,6 +111,13 @@ export function negotiateFormat(format: string | undefined, accept: string | und
   );
 }
 
+/** `raw` as `schema` reads it, or a 400 with `code` and `message`. */
+function valid<T>(schema: z.ZodType<T>, raw: string, code: string, message: string): T {
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) throw new HistoryQueryError(code, message);
+  return parsed.data;
+}
+
 export function parseHistoryQuery(query: Record<string, unknown>, accept: string | undefined): HistoryQuery {
   for (const name of Object.keys(query)) {
     if (!ALLOWED.has(name)) {
@@ -122,37 +130,28 @@ export function parseHistoryQuery(query: Record<string, unknown>, accept: string
   const filter: HistoryFilter = {};
   const exchange = single(query, 'exchange');
   if (exchange !== undefined) {
-    const parsed = Exchange.safeParse(exchange.toUpperCase());
-    if (!parsed.success) {
-      throw new HistoryQueryError(
-        'INVALID_EXCHANGE',
-        `exchange must be one of ${Exchange.options.join(', ')}`,
-      );
-    }
-    filter.exchange = parsed.data;
+    filter.exchange = valid(
+      Exchange,
+      exchange.toUpperCase(),
+      'INVALID_EXCHANGE',
+      `exchange must be one of ${Exchange.options.join(', ')}`,
+    );
   }
   const coin = single(query, 'coin');
-  if (coin !== undefined) {
-    const parsed = Coin.safeParse(coin);
-    if (!parsed.success) throw new HistoryQueryError('INVALID_COIN', `coin "${coin}" is not a coin symbol`);
-    filter.coin = parsed.data;
-  }
+  if (coin !== undefined)
+    filter.coin = valid(Coin, coin, 'INVALID_COIN', `coin "${coin}" is not a coin symbol`);
   const timeframe = single(query, 'timeframe');
   if (timeframe !== undefined) {
-    const parsed = Timeframe.safeParse(timeframe);
-    if (!parsed.success) {
-      throw new HistoryQueryError(
-        'INVALID_TIMEFRAME',
-        `timeframe must be one of ${Timeframe.options.join(', ')}`,
-      );
-    }
-    filter.timeframe = parsed.data;
+    filter.timeframe = valid(
+      Timeframe,
+      timeframe,
+      'INVALID_TIMEFRAME',
+      `timeframe must be one of ${Timeframe.options.join(', ')}`,
+    );
   }
   const call = single(query, 'call');
   if (call !== undefined) {
-    const parsed = Call.safeParse(call.toUpperCase());
-    if (!parsed.success) throw new HistoryQueryError('INVALID_CALL', 'call must be one of BUY, SELL, HOLD');
-    filter.call = parsed.data;
+    filter.call = valid(Call, call.toUpperCase(), 'INVALID_CALL', 'call must be one of BUY, SELL, HOLD');
   }
   const from = single(query, 'from');
   if (from !== undefined) filter.from = parseTime('from', from);

@@ -36,7 +36,7 @@ export function isoTime(ms: number): string {
  * (only its commitment shows); once revealed, the outcome to attach, or null. An outcome labels
  * exactly the content it names; one for other content is not attached.
  */
-export function shownLabel(verdict: Verdict, outcome: Outcome | null, now: number): Outcome | null | false {
+function shownLabel(verdict: Verdict, outcome: Outcome | null, now: number): Outcome | null | false {
   if (now < revealTime(verdict.data)) return false;
   return outcome && outcome.data.verdictHash === verdict.data.hash ? outcome : null;
 }

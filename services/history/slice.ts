@@ -251,5 +251,3 @@ export function historySlice(deps: HistorySliceDeps) {
     },
   };
 }
-
-export type HistorySlice = ReturnType<typeof historySlice>;

@@ -52,7 +52,7 @@ export const DAY_MS = 86_400_000;
 const BUCKETS = 10;
 const WINDOW_DAYS: Record<TrackRecordWindow, number | null> = { '7d': 7, '30d': 30, '90d': 90, all: null };
 
-export function emptyCell(): Cell {
+function emptyCell(): Cell {
   return {
     calls: 0,
     holds: 0,
@@ -74,7 +74,7 @@ export function bucketOf(confidence: number): number {
   return Math.min(BUCKETS - 1, Math.floor(confidence / 10));
 }
 
-export function bucketLabel(index: number): string {
+function bucketLabel(index: number): string {
   return index === BUCKETS - 1 ? '90-100' : `${index * 10}-${index * 10 + 9}`;
 }
 
@@ -147,7 +147,7 @@ function rate(hits: number, n: number, meanNetBps: number | null) {
   };
 }
 
-export function lineOf(exchange: Exchange | 'ALL', timeframe: Timeframe | 'ALL', c: Cell): TrackRecordLine {
+function lineOf(exchange: Exchange | 'ALL', timeframe: Timeframe | 'ALL', c: Cell): TrackRecordLine {
   const n = c.calls;
   const meanRetBps = n > 0 ? c.retCentiBps / n / 100 : 0;
   const q = n > 0 ? c.buys / n : 0;

@@ -68,7 +68,7 @@ type Batches<T = HistoryRow> = AsyncIterable<T[]> | Iterable<T[]>;
 /** A row to write: built from the events, or a revealed row's stored bytes (export-rows.ts). */
 export type NdjsonItem = HistoryRow | StoredLine;
 
-export function ndjsonStream(batches: Batches<NdjsonItem>, trailer: () => object): Readable {
+function ndjsonStream(batches: Batches<NdjsonItem>, trailer: () => object): Readable {
   return Readable.from(
     (async function* () {
       // Lines are encoded straight into byte chunks: no 64 KB string per chunk (built from the
@@ -137,7 +137,7 @@ export function csvLine(row: HistoryRow): string {
 
 export const CSV_HEADER = `${HISTORY_COLUMNS.join(',')}\n`;
 
-export function csvStream(batches: Batches): Readable {
+function csvStream(batches: Batches): Readable {
   return Readable.from(
     (async function* () {
       let chunk = CSV_HEADER;

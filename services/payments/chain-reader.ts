@@ -27,7 +27,7 @@ export interface ChainReader {
   chainTime(): Promise<bigint>;
 }
 
-export function createChainReader(rpcUrl: string): ChainReader {
+function createChainReader(rpcUrl: string): ChainReader {
   const client = createPublicClient({
     chain: undefined,
     transport: http(rpcUrl, { retryCount: 1 }),

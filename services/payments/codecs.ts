@@ -9,7 +9,7 @@ import { v1NetworkName } from './rails.ts';
  */
 
 /** Payment headers are a few hundred bytes; anything near this is not a payment. */
-export const MAX_PAYMENT_HEADER_CHARS = 4096;
+const MAX_PAYMENT_HEADER_CHARS = 4096;
 
 const Hex = z.string().regex(/^0x[0-9a-fA-F]*$/, 'hex');
 const Uint = z.string().regex(/^\d+$/, 'a non-negative integer string');

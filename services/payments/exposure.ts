@@ -45,22 +45,34 @@ export class PayerExposure {
       const held = this.inFlight.get(key) ?? 0n;
       if (available - held < amount) return { ok: false, balance: available, inFlight: held };
       this.inFlight.set(key, held + amount);
-      let released = false;
-      return {
-        ok: true,
-        // Serialised like the check: a balance read in progress either saw this settlement's
-        // transfer or still counts it in flight, never neither.
-        release: () => {
-          if (released) return;
-          released = true;
-          void this.checks.run(key, async () => {
-            const left = (this.inFlight.get(key) ?? 0n) - amount;
-            if (left > 0n) this.inFlight.set(key, left);
-            else this.inFlight.delete(key);
-          });
-        },
-      };
+      return this.admitted(key, async () => {
+        const left = (this.inFlight.get(key) ?? 0n) - amount;
+        if (left > 0n) this.inFlight.set(key, left);
+        else this.inFlight.delete(key);
+      });
     });
+  }
+
+  /**
+   * The admission's `release`: frees the amount once, however often it is called, serialised
+   * like the check, so a balance read in progress either saw this settlement's transfer or still
+   * counts it in flight, never neither. Across replicas (shared cache) a read a block stale can
+   * over-admit by one settlement's amount.
+   */
+  private admitted(
+    key: string,
+    free: () => Promise<unknown>,
+    onError?: (err: unknown) => void,
+  ): ExposureDecision {
+    let released = false;
+    return {
+      ok: true,
+      release: () => {
+        if (released) return;
+        released = true;
+        void this.checks.run(key, free).catch((err: unknown) => onError?.(err));
+      },
+    };
   }
 
   private async admitShared(
@@ -74,23 +86,12 @@ export class PayerExposure {
     const window = { key: windowKey(key), limit, expiresAt: Date.now() + shared.holdMs };
     const debit = await shared.cache.debitWindows([window], Number(amount));
     if (!debit.ok) return { ok: false, balance: available, inFlight: BigInt(debit.counts[0] ?? 0) };
-    let released = false;
-    return {
-      ok: true,
-      release: () => {
-        if (released) return;
-        released = true;
-        // Serialised with this process's checks, as in-process: a balance read in progress saw
-        // the transfer or still counts the amount. Across replicas a read a block stale can
-        // over-admit by one settlement's amount.
-        void this.checks
-          .run(key, () => shared.cache.releaseWindows([window.key], Number(amount)))
-          .catch((err: unknown) => {
-            // Left held, the amount is freed when the window expires.
-            shared.onReleaseError?.(err);
-          });
-      },
-    };
+    // A release that fails leaves the amount held until the window expires.
+    return this.admitted(
+      key,
+      () => shared.cache.releaseWindows([window.key], Number(amount)),
+      shared.onReleaseError,
+    );
   }
 
   /** Sum in flight for one account (`network|asset|payer`). */

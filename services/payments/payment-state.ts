@@ -61,7 +61,7 @@ export type PaymentEvent = DecidedEvent<
   | 'PaymentReleased'
 >;
 
-export function evolvePayment(
+function evolvePayment(
   state: PaymentState | null,
   event: PaymentEvent,
   meta?: EventMeta,
@@ -198,7 +198,7 @@ function sameSettlement(recorded: string | null, next: string): boolean {
  * instead of conflicting; a step that contradicts what is recorded (settle a released payment,
  * settle in another transaction) is refused.
  */
-export function decidePayment(command: PaymentCommand, state: PaymentState | null): PaymentEvent[] {
+function decidePayment(command: PaymentCommand, state: PaymentState | null): PaymentEvent[] {
   if (command.kind === 'reserve') {
     const decision = decideReservation(state);
     if (!decision.ok) throw new PaymentRuleError(decision.reason, decision.message);

@@ -4,7 +4,7 @@ import { MemoryCache } from '../../adapters/cache/memory.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { type EventStore, StorageFullError } from '../../adapters/event-store/port.ts';
 import type { NewEvent } from '../../contracts/envelope.ts';
-import { newEvent, parseDomainEvent } from '../../contracts/events.ts';
+import { newEvent, parseDomainEvent, QuotaDebitsRecorded } from '../../contracts/events.ts';
 import type { PlanTable } from './plans.ts';
 import { QuotaMeter, type QuotaSubject } from './quota-meter.ts';
 import { debitedUnits } from './quota-projection.ts';
@@ -73,6 +73,8 @@ describe('debits of concurrent calls are recorded per subject in batches', () =>
       const parsed = parseDomainEvent(e);
       expect(parsed?.type).toBe('QuotaDebitsRecorded');
       if (parsed?.type !== 'QuotaDebitsRecorded') continue;
+      // Built without zod, the data is what zod would give, field order included.
+      expect(JSON.stringify(e.data)).toBe(JSON.stringify(QuotaDebitsRecorded.parse(e.data)));
       perTool.set(parsed.data.tool, (perTool.get(parsed.data.tool) ?? 0) + parsed.data.units);
     }
     expect(Object.fromEntries(perTool)).toEqual({ get_trade_call: 66, get_regime: 34 });

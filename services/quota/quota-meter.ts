@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { type Cache, CounterStateLostError, type QuotaWindow } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
-import { newEvent, type Plan } from '../../contracts/events.ts';
+import type { EventData, NewDomainEvent, Plan } from '../../contracts/events.ts';
 import type { PlanTable } from './plans.ts';
 import { QUOTA_FAMILY, QuotaCounters } from './quota-rebuild.ts';
 import { type QuotaSnapshot, quotaSnapshot } from './snapshot.ts';
@@ -23,7 +23,7 @@ export interface DebitOutcome {
   position: number | null;
 }
 
-export function quotaStream(subjectId: string): string {
+function quotaStream(subjectId: string): string {
   return `quota-${subjectId}`;
 }
 
@@ -32,6 +32,35 @@ export function quotaStream(subjectId: string): string {
  * retryable (503): long enough for a small log, short enough not to hold requests on a big one.
  */
 const LOST_COUNTERS_WAIT_MS = 2_000;
+
+/**
+ * Runs `op` on the live counters. When they are gone it waits up to `waitMs` for `ensure` to
+ * rebuild them and tries once more; still gone, the rebuild failing, or no `ensure`, the loss is
+ * thrown (CacheUnavailableError: retryable). Every quota on the counters (calls, chats) runs so.
+ */
+export async function onLiveCounters<T>(
+  op: () => Promise<T>,
+  ensure: (() => Promise<void>) | undefined,
+  waitMs = LOST_COUNTERS_WAIT_MS,
+): Promise<T> {
+  try {
+    return await op();
+  } catch (err) {
+    if (!(err instanceof CounterStateLostError) || ensure === undefined) throw err;
+    let timer: NodeJS.Timeout | undefined;
+    const waited = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, waitMs);
+    });
+    try {
+      await Promise.race([ensure(), waited]);
+    } catch {
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
+    return op();
+  }
+}
 
 /**
  * Counts served calls. The check-and-debit of the day and month windows is one atomic cache
@@ -63,28 +92,8 @@ export class QuotaMeter {
     return (this.deps.now ?? Date.now)();
   }
 
-  /**
-   * Runs `op` on the live counters. When they are gone it waits a little for the rebuild and
-   * tries once more; still gone, or the rebuild failing, is CacheUnavailableError (retryable).
-   */
-  private async live<T>(op: () => Promise<T>): Promise<T> {
-    try {
-      return await op();
-    } catch (err) {
-      if (!(err instanceof CounterStateLostError)) throw err;
-      let timer: NodeJS.Timeout | undefined;
-      const waited = new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, this.deps.lostWaitMs ?? LOST_COUNTERS_WAIT_MS);
-      });
-      try {
-        await Promise.race([this.counters.ensure(), waited]);
-      } catch {
-        throw err;
-      } finally {
-        clearTimeout(timer);
-      }
-      return op();
-    }
+  private live<T>(op: () => Promise<T>): Promise<T> {
+    return onLiveCounters(op, () => this.counters.ensure(), this.deps.lostWaitMs);
   }
 
   /** Live figures without debiting. Throws CacheUnavailableError when the counters are out of reach. */
@@ -191,20 +200,19 @@ export class QuotaMeter {
     const { subject, period } = batch;
     // Its id chosen here, so a failed append can be looked for on the log.
     const id = randomUUID();
-    const record = newEvent(
-      'QuotaDebitsRecorded',
-      {
-        subject: subject.id,
-        subjectKind: subject.kind,
-        plan: subject.plan,
-        tool: batch.tool,
-        units: batch.units,
-        day: period.day,
-        month: period.month,
-        generation: batch.generation,
-      },
-      { id },
-    );
+    // Built from values checked already (the plan and subject resolved, the tool parsed, the
+    // period made here), in the schema's field order, typed by it: not run through zod again.
+    const data: EventData<'QuotaDebitsRecorded'> = {
+      subject: subject.id,
+      subjectKind: subject.kind,
+      plan: subject.plan,
+      tool: batch.tool,
+      units: batch.units,
+      day: period.day,
+      month: period.month,
+      generation: batch.generation,
+    };
+    const record: NewDomainEvent<'QuotaDebitsRecorded'> = { type: 'QuotaDebitsRecorded', data, id };
     try {
       // Answered once committed: it survives this process's death, and the flush follows within
       // the store's bound (deploy/README.md, durability by event class).

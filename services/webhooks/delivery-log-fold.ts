@@ -204,7 +204,12 @@ export function applyDeliveryEvent(
   return state;
 }
 
+/**
+ * A delivery as the API shows it. Attempts held back by an open breaker are `held` and carry no
+ * number: the others are numbered by the requests actually sent (or in flight), 1, 2, 3…
+ */
 export function deliveryView(record: DeliveryRecord): DeliveryView {
+  let sent = 0;
   return {
     delivery_id: record.id,
     seq: record.seq ?? null,
@@ -213,12 +218,12 @@ export function deliveryView(record: DeliveryRecord): DeliveryView {
     status: record.status,
     created_at: record.createdAt,
     attempts: record.attempts.map((a) => ({
-      attempt: a.attempt,
+      attempt: a.held ? null : ++sent,
       attempted_at: a.attemptedAt,
       sent_at: a.sentAt ?? null,
       queued_ms: a.queuedMs ?? null,
       trigger: a.trigger,
-      outcome: a.outcome,
+      outcome: a.held ? 'held' : a.outcome,
       status: a.status,
       latency_ms: a.latencyMs,
       error: a.error,

@@ -4,6 +4,7 @@ import {
   applyDeliveryEvent,
   DELIVERY_LOG_LIMIT,
   type DeliveryLogState,
+  deliveryView,
   initialDeliveryLog,
 } from './delivery-log-fold.ts';
 
@@ -162,5 +163,50 @@ describe('sequence numbers in the delivery log', () => {
     expect(state.deliveries.s1?.seq).toBe(1);
     expect(state.deliveries.s2?.seq).toBe(2);
     expect(state.seqWaiting).toEqual({});
+  });
+});
+
+describe('the delivery log view', () => {
+  it('shows attempts held by an open breaker as held and unnumbered, and numbers the requests sent', () => {
+    const later = new Date(2_000_000_000_000).toISOString();
+    const timedOut = {
+      ...failed('h1', later),
+      data: { ...failed('h1', later).data, error: 'timeout: no answer' },
+    };
+    const heldAttempt = (attempt: number) =>
+      recorded('DeliveryFailed', {
+        deliveryId: 'h1',
+        subscriptionId: 'sub-a',
+        attempt,
+        status: null,
+        error: 'circuit open: probing at the next delay',
+        latencyMs: 0,
+        response: null,
+        nextAttemptAt: later,
+        held: true,
+      });
+    const retryClaim = (attempt: number) =>
+      ({
+        ...attempted('h1', 'sub-a', attempt),
+        data: { ...attempted('h1', 'sub-a', attempt).data, trigger: 'retry' },
+      }) as DomainEvent;
+    const state = fold([
+      attempted('h1'),
+      timedOut as DomainEvent,
+      retryClaim(2),
+      heldAttempt(2),
+      retryClaim(3),
+      heldAttempt(3),
+      retryClaim(4),
+      succeeded('h1', 'sub-a', 4),
+    ]);
+    const view = deliveryView(state.deliveries.h1!);
+    expect(view.status).toBe('succeeded');
+    expect(view.attempts.map((a) => [a.attempt, a.outcome])).toEqual([
+      [1, 'failed'],
+      [null, 'held'],
+      [null, 'held'],
+      [2, 'succeeded'],
+    ]);
   });
 });

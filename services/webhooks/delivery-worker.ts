@@ -54,7 +54,7 @@ export interface DeliveryJob {
 
 type Outcome = AttemptResult;
 
-/** An attempt held back by an open breaker: recorded as failed, never sent. */
+/** An attempt held back by an open breaker: never sent, recorded as held (its own outcome). */
 function held(reason: string): Outcome {
   return { ...failure(reason), held: true };
 }
@@ -107,6 +107,11 @@ export class DeliveryWorker {
   private readonly claiming = new Set<string>();
   /** Opened secrets by subscription, with the sealed form they came from (a new one misses). */
   private readonly opened = new Map<string, { sealed: SubscriptionRecord['secret']; secret: string }>();
+  /**
+   * Told the due time of each retry this process schedules, so the dispatcher wakes for it
+   * instead of finding it on its next periodic scan (up to a tick late, 20-30 % of a short step).
+   */
+  onRetryScheduled: ((dueMs: number) => void) | null = null;
   /** Submitted jobs whose outcome is not recorded yet. */
   private readonly recording = new Set<Promise<SendResult>>();
   private readonly logger: Logger;
@@ -122,7 +127,7 @@ export class DeliveryWorker {
       observer?: DeliveryObserver;
     },
   ) {
-    this.queues = new EndpointQueues(deps.settings.endpointConcurrency, deps.settings.endpointQueueLimit);
+    this.queues = new EndpointQueues(deps.settings.endpointConcurrency);
     const probeDelays = deps.settings.retry.schedule.filter((ms) => ms > 0);
     this.breakers = new CircuitBreakers(deps.settings.breakerTimeouts, probeDelays, deps.settings.timeoutMs);
     this.logger = deps.logger.child({ component: 'webhook-worker' });
@@ -271,8 +276,10 @@ export class DeliveryWorker {
   /**
    * Queues the job on its endpoint and resolves once its outcome is recorded. The endpoint's
    * slot is held for the request only: recording the outcome waits on the store, not on the
-   * endpoint, so the endpoint's next request starts meanwhile. When the endpoint's queue is full
-   * the attempt is recorded as deferred to its next retry slot instead of waiting in memory.
+   * endpoint, so the endpoint's next request starts meanwhile. A full queue is backpressure, not
+   * a failure: the job still waits its turn, in order, but beyond `endpointQueueLimit` waiting
+   * jobs it waits without its bytes (the claim is in the log; they are read back when its turn
+   * comes), so a busy endpoint's backlog costs memory for its ids only.
    */
   submit(job: DeliveryJob): Promise<SendResult> {
     const task = new Promise<SendResult>((resolve, reject) => {
@@ -284,31 +291,59 @@ export class DeliveryWorker {
         this.recordOutcome(job, skipped, open.until).then(() => resolve(skipped), reject);
         return;
       }
-      const accepted =
-        this.deps.settings.endpointQueueLimit > 0 &&
-        this.queues.push(endpoint, async () => {
-          let sent: { result: Outcome; record: boolean; notBefore?: number };
-          try {
-            sent = await this.send(job);
-          } catch (err) {
-            reject(err);
-            return;
-          }
-          // Not awaited: the slot is released as soon as the response is in.
-          (sent.record ? this.recordOutcome(job, sent.result, sent.notBefore) : Promise.resolve()).then(
-            () => resolve(sent.result),
-            reject,
-          );
-        });
-      if (!accepted) {
-        const deferred = failure('endpoint queue full: deferred to the next retry');
-        this.recordOutcome(job, deferred).then(() => resolve(deferred), reject);
-      }
+      this.enqueue(endpoint, job, resolve, reject);
     });
     this.recording.add(task);
     const forget = () => this.recording.delete(task);
     task.then(forget, forget);
     return task;
+  }
+
+  /**
+   * Queues the request of `job` on its endpoint. Past the limit the queued task holds the job
+   * without its body (nothing in it refers to the original), so the bytes are not kept alive.
+   */
+  private enqueue(
+    endpoint: string,
+    queued: DeliveryJob,
+    resolve: (result: SendResult) => void,
+    reject: (err: unknown) => void,
+  ): void {
+    const parked = this.queues.waiting(endpoint) >= this.deps.settings.endpointQueueLimit;
+    const job = parked ? { ...queued, body: '' } : queued;
+    this.queues.push(endpoint, async () => {
+      let sent: { result: Outcome; record: boolean; notBefore?: number };
+      try {
+        sent = await this.send(parked ? await this.unpark(job) : job);
+      } catch (err) {
+        reject(err);
+        return;
+      }
+      // Not awaited: the slot is released as soon as the response is in.
+      (sent.record ? this.recordOutcome(job, sent.result, sent.notBefore) : Promise.resolve()).then(
+        () => resolve(sent.result),
+        reject,
+      );
+    });
+  }
+
+  /**
+   * A job that waited without its bytes, with them again. When they cannot be read, the job is
+   * let go (no longer owned) and the stale-attempt check sends it later, as after a crash.
+   */
+  private async unpark(job: DeliveryJob): Promise<DeliveryJob> {
+    let stored: string | null;
+    try {
+      stored = await this.bodyOf(job.deliveryId);
+    } catch (err) {
+      this.owned.delete(job.deliveryId);
+      throw err;
+    }
+    if (stored === null) {
+      this.owned.delete(job.deliveryId);
+      throw new Error(`delivery ${job.deliveryId} has no stored body`);
+    }
+    return { ...job, body: job.seq === null ? stored : withSeq(stored, job.deliveryId, job.seq) };
   }
 
   /** Deliveries queued or sending, by the breaker state of their endpoint. */
@@ -405,8 +440,12 @@ export class DeliveryWorker {
       result.sentAt === undefined ? null : Math.max(0, result.sentAt - job.claimedAt),
     );
     let position: number;
+    let nextAttemptAt: string | null;
     try {
-      ({ position } = (await handleCommand(
+      ({
+        position,
+        state: { nextAttemptAt },
+      } = (await handleCommand(
         this.deps.store,
         deliveryStream(job.deliveryId),
         deliveryDecider,
@@ -431,7 +470,7 @@ export class DeliveryWorker {
           },
           trusted: true,
         },
-      )) as { position: number });
+      )) as { position: number; state: { nextAttemptAt: string | null } });
     } catch (err) {
       if (err instanceof WrongExpectedRevisionError) {
         this.logger.info(
@@ -444,6 +483,7 @@ export class DeliveryWorker {
     } finally {
       this.owned.delete(job.deliveryId);
     }
+    if (nextAttemptAt !== null) this.onRetryScheduled?.(Date.parse(nextAttemptAt));
     if (result.ok) return;
     const gone = goneReason(result);
     if (gone) {

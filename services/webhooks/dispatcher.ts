@@ -68,6 +68,12 @@ export class WebhookDispatcher {
   private readonly consumers: Consumer[] = [];
   private timer: NodeJS.Timeout | null = null;
   private ticking: Promise<void> | null = null;
+  /** A scan asked for while one ran: it runs once that one ends (it may miss what changed meanwhile). */
+  private tickAgain = false;
+  /** The wake-up armed for the earliest retry or stale attempt the last scan saw coming. */
+  private wake: { at: number; timer: NodeJS.Timeout } | null = null;
+  /** What the last retry scan saw: the log position it read and the earliest due time after it. */
+  private scanned = { checkpoint: -1, nextDue: 0 };
   private digesting: Promise<void> | null = null;
   private readonly digestsFired = new Set<string>();
   /** Feed time at which each digest subscription was first seen (replay clocks only). */
@@ -132,12 +138,9 @@ export class WebhookDispatcher {
     );
     // Retries and digests tick apart: a digest's scan can take seconds on a busy machine, and
     // due retries waiting behind it were sent that much past their schedule.
+    this.options.worker.onRetryScheduled = (due) => this.wakeAt(due);
     this.timer = setInterval(() => {
-      this.ticking ??= this.tick()
-        .catch((err: unknown) => this.logger.warn({ err }, 'dispatcher tick failed'))
-        .finally(() => {
-          this.ticking = null;
-        });
+      this.kick();
       if (this.options.scan)
         this.digesting ??= this.digests()
           .catch((err: unknown) => this.logger.warn({ err }, 'digest tick failed'))
@@ -152,6 +155,8 @@ export class WebhookDispatcher {
   async stop(drainMs = 20_000): Promise<void> {
     this.running = false;
     if (this.timer) clearInterval(this.timer);
+    if (this.wake) clearTimeout(this.wake.timer);
+    this.options.worker.onRetryScheduled = null;
     await Promise.all(this.consumers.splice(0).map((c) => c.stop()));
     await this.ticking;
     await this.digesting;
@@ -166,11 +171,11 @@ export class WebhookDispatcher {
   }
 
   private submit(job: DeliveryJob): void {
+    // Only the id in the handler: a job waiting in a full endpoint queue must not keep its body alive.
+    const { deliveryId } = job;
     const task = this.options.worker
       .submit(job)
-      .catch((err: unknown) =>
-        this.logger.error({ err, deliveryId: job.deliveryId }, 'recording a delivery failed'),
-      )
+      .catch((err: unknown) => this.logger.error({ err, deliveryId }, 'recording a delivery failed'))
       .finally(() => this.submissions.delete(task));
     this.submissions.add(task);
   }
@@ -387,29 +392,73 @@ export class WebhookDispatcher {
     return job;
   }
 
-  /** Due retries, and attempts whose dispatcher died. */
+  /** Runs a retry scan now, or right after the one running. */
+  private kick(): void {
+    if (this.ticking) {
+      this.tickAgain = true;
+      return;
+    }
+    this.ticking = this.tick()
+      .catch((err: unknown) => this.logger.warn({ err }, 'dispatcher tick failed'))
+      .finally(() => {
+        this.ticking = null;
+        if (this.tickAgain && this.running) {
+          this.tickAgain = false;
+          this.kick();
+        }
+      });
+  }
+
+  /** Scans for retries at `due` (the periodic tick stays the backstop for other processes' failures). */
+  private wakeAt(due: number): void {
+    if (!this.running || (this.wake && this.wake.at <= due)) return;
+    if (this.wake) clearTimeout(this.wake.timer);
+    const timer = setTimeout(
+      () => {
+        this.wake = null;
+        this.kick();
+      },
+      Math.max(0, due - Date.now()),
+    );
+    timer.unref();
+    this.wake = { at: due, timer };
+  }
+
+  /**
+   * Due retries, and attempts whose dispatcher died. The scan reads every pending delivery, so it
+   * is skipped while nothing was folded since the last one and nothing it saw coming is due yet;
+   * it wakes for the earliest due time it saw, so a retry goes out on its schedule rather than up
+   * to a tick late.
+   */
   async tick(): Promise<void> {
     if (!this.running) return;
     const now = Date.now();
+    const checkpoint = this.options.runner.checkpoint;
+    if (checkpoint === this.scanned.checkpoint && now < this.scanned.nextDue) return;
     const { log, subscriptions } = this.options.runner.state;
+    let nextDue = Number.POSITIVE_INFINITY;
     for (const record of Object.values(log.deliveries)) {
-      if (record.status !== 'pending' || this.options.worker.owned.has(record.id)) continue;
+      if (record.status !== 'pending') continue;
       const last = record.attempts.at(-1);
       if (!last) continue;
-      let trigger: Trigger | null = null;
-      if (last.outcome === 'failed' && last.nextAttemptAt !== null && Date.parse(last.nextAttemptAt) <= now) {
-        trigger = 'retry';
-      } else if (
-        last.outcome === 'pending' &&
-        Date.parse(last.attemptedAt) + this.options.stuckAfterMs <= now
-      ) {
-        trigger = 'stale';
-      }
-      if (trigger === null) continue;
+      const due = dueTime(last, this.options.stuckAfterMs);
+      if (due === null) continue;
       const sub = findSubscription(subscriptions, record.subscriptionId);
+      // An inactive subscription's deliveries wait for an event (re-enabled, deleted) to matter.
       if (sub?.status !== 'active') continue;
-      await this.retry(record, sub, trigger);
+      // One in flight here records its outcome soon; look again then rather than lose sight of it.
+      if (this.options.worker.owned.has(record.id)) {
+        nextDue = Math.min(nextDue, Math.max(due, now + this.options.tickMs));
+        continue;
+      }
+      if (due > now) {
+        nextDue = Math.min(nextDue, due);
+        continue;
+      }
+      await this.retry(record, sub, last.outcome === 'failed' ? 'retry' : 'stale');
     }
+    this.scanned = { checkpoint, nextDue };
+    if (Number.isFinite(nextDue)) this.wakeAt(nextDue);
   }
 
   /** Digests whose period began. */
@@ -474,4 +523,14 @@ export class WebhookDispatcher {
       if (job) this.submit(job);
     }
   }
+}
+
+/** When a pending delivery's last attempt makes it due again: a retry, or a stale attempt; null for never. */
+function dueTime(
+  last: { outcome: string; nextAttemptAt: string | null; attemptedAt: string },
+  stuckAfterMs: number,
+): number | null {
+  if (last.outcome === 'failed') return last.nextAttemptAt === null ? null : Date.parse(last.nextAttemptAt);
+  if (last.outcome === 'pending') return Date.parse(last.attemptedAt) + stuckAfterMs;
+  return null;
 }

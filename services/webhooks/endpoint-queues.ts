@@ -1,18 +1,45 @@
 /** Origins of subscription URLs already parsed. */
 const origins = new Map<string, string>();
 
+type Task = () => Promise<void>;
+
+/**
+ * An endpoint's tasks: those running, and those waiting in order from `head` on. A busy endpoint's
+ * backlog has no bound, so taking the next one must not shift the whole array each time.
+ */
+interface Queue {
+  running: number;
+  waiting: Task[];
+  head: number;
+}
+
+function waitingIn(queue: Queue): number {
+  return queue.waiting.length - queue.head;
+}
+
+function takeNext(queue: Queue): Task | undefined {
+  if (queue.head >= queue.waiting.length) return undefined;
+  const next = queue.waiting[queue.head]!;
+  queue.waiting[queue.head++] = undefined as never;
+  // Drop the taken prefix once it is most of the array.
+  if (queue.head >= 1_024 && queue.head * 2 >= queue.waiting.length) {
+    queue.waiting = queue.waiting.slice(queue.head);
+    queue.head = 0;
+  }
+  return next;
+}
+
 /**
  * One queue per endpoint with its own concurrency limit, so a slow or dead endpoint only ever
  * holds its own slots: every other endpoint's deliveries start at once.
  */
 export class EndpointQueues {
-  private readonly queues = new Map<string, { running: number; waiting: (() => Promise<void>)[] }>();
+  private readonly queues = new Map<string, Queue>();
   private readonly idle = new Set<() => void>();
+  /** Tasks running or waiting over every endpoint, kept as they come and go (read per task). */
+  private count = 0;
 
-  constructor(
-    private readonly concurrency: number,
-    private readonly queueLimit: number,
-  ) {}
+  constructor(private readonly concurrency: number) {}
 
   /** The endpoint an URL belongs to: its origin (scheme, host, port). */
   static keyOf(url: string): string {
@@ -27,33 +54,36 @@ export class EndpointQueues {
     return origin;
   }
 
-  /** Runs or queues the task; false when the endpoint's queue is full (the task is not taken). */
-  push(key: string, task: () => Promise<void>): boolean {
+  /**
+   * Runs the task, or queues it behind the endpoint's others: every task is taken, in order. How
+   * much of a waiting task stays in memory is the caller's to decide (see `waiting`).
+   */
+  push(key: string, task: Task): void {
     let queue = this.queues.get(key);
     if (!queue) {
-      queue = { running: 0, waiting: [] };
+      queue = { running: 0, waiting: [], head: 0 };
       this.queues.set(key, queue);
     }
-    if (queue.running < this.concurrency) {
-      this.run(key, queue, task);
-      return true;
-    }
-    if (queue.waiting.length >= this.queueLimit) return false;
-    queue.waiting.push(task);
-    return true;
+    this.count++;
+    if (queue.running < this.concurrency) this.run(key, queue, task);
+    else queue.waiting.push(task);
+  }
+
+  /** Tasks waiting for a slot of this endpoint (not those running). */
+  waiting(key: string): number {
+    const queue = this.queues.get(key);
+    return queue ? waitingIn(queue) : 0;
   }
 
   /** Tasks running or waiting, over every endpoint. */
   get size(): number {
-    let n = 0;
-    for (const q of this.queues.values()) n += q.running + q.waiting.length;
-    return n;
+    return this.count;
   }
 
   /** Tasks running or waiting per endpoint (endpoints with none are absent). */
   depths(): Map<string, number> {
     const depths = new Map<string, number>();
-    for (const [key, q] of this.queues) depths.set(key, q.running + q.waiting.length);
+    for (const [key, q] of this.queues) depths.set(key, q.running + waitingIn(q));
     return depths;
   }
 
@@ -63,17 +93,14 @@ export class EndpointQueues {
     await new Promise<void>((resolve) => this.idle.add(resolve));
   }
 
-  private run(
-    key: string,
-    queue: { running: number; waiting: (() => Promise<void>)[] },
-    task: () => Promise<void>,
-  ): void {
+  private run(key: string, queue: Queue, task: Task): void {
     queue.running++;
     void task()
       .catch(() => undefined)
       .finally(() => {
         queue.running--;
-        const next = queue.waiting.shift();
+        this.count--;
+        const next = takeNext(queue);
         if (next) this.run(key, queue, next);
         else if (queue.running === 0) this.queues.delete(key);
         if (this.size === 0) {

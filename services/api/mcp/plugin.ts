@@ -10,7 +10,7 @@ import { identifyAs } from '../rate-limit.ts';
 import { InFlightIds, requestIds } from './in-flight.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
 import { createMcpServer } from './server.ts';
-import { answerToolCall, plainToolCall } from './session-call.ts';
+import { answerToolCall, modernToolCall, plainToolCall } from './session-call.ts';
 import { SessionTable } from './sessions.ts';
 import { statelessMcp } from './stateless.ts';
 import type { ToolCallDeps } from './tool-call.ts';
@@ -103,6 +103,14 @@ const SIGNIN_DOC = documented({
   },
 });
 
+/**
+ * The SDK's zod check, only for a body that names the method: on every one-shot call it failed,
+ * and a failed zod parse (its issues, its error) showed in the keyed call's profile.
+ */
+function isInitialize(body: unknown): boolean {
+  return (body as { method?: unknown } | null)?.method === 'initialize' && isInitializeRequest(body);
+}
+
 function jsonRpcError(reply: FastifyReply, status: number, code: number, message: string): FastifyReply {
   return reply
     .code(status)
@@ -163,12 +171,18 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
       if (sessionId !== undefined) {
         transport = sessions.touch(sessionId);
         if (transport === undefined) return jsonRpcError(reply, 404, -32001, 'Session not found');
-      } else if (method === 'POST' && isInitializeRequest(request.body)) {
+      } else if (method === 'POST' && isInitialize(request.body)) {
         const owner = await sessionOwner(request);
         await sessions.makeRoom(owner);
         transport = await openSession(owner);
       } else if (method === 'POST') {
-        // No session and not initialize: a one-shot call, or the 2026-07-28 revision (stateless.ts).
+        // No session and not initialize: a one-shot call, or the 2026-07-28 revision. Their plain
+        // tools/call is answered here as on a session (see session-call.ts); the rest by the SDKs
+        // (stateless.ts).
+        const oneShot = plainToolCall(request);
+        if (oneShot !== null) return answerToolCall(options, oneShot, request, reply, { kind: 'one-shot' });
+        const modern = modernToolCall(request);
+        if (modern !== null) return answerToolCall(options, modern, request, reply, { kind: 'modern' });
         return stateless.serve(request, reply, signedIn.get(request));
       } else {
         return jsonRpcError(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
@@ -193,7 +207,7 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
           // Answered here, error or not: the id is free again once the answer is handed over.
           // (No per-request close listener: the call always ends, and one showed in the profile.)
           try {
-            return await answerToolCall(options, call, request, reply, sessionId);
+            return await answerToolCall(options, call, request, reply, { kind: 'session', sessionId });
           } finally {
             claim.release();
           }

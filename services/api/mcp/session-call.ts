@@ -2,6 +2,7 @@ import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js'
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { limitedCaller } from '../rate-limit.ts';
 import { escapeJson } from './answer-json.ts';
+import { SERVER_INFO } from './server.ts';
 import {
   ChannelError,
   callTool,
@@ -11,17 +12,19 @@ import {
 } from './tool-call.ts';
 
 /**
- * The one request every plan customer repeats, `tools/call` on an open session, answered
- * without the SDK's Streamable HTTP transport. Profiled under load, that transport cost more
- * than the call itself: it rebuilds each Node request as a web Request (headers copied, a URL
+ * The one request every plan customer repeats, `tools/call` (on an open session, one-shot
+ * without one, or on the 2026-07-28 revision), answered without the SDKs' transports. Without
+ * this path a one-shot call built a server and a transport per request and cost four times the
+ * session call; a 2026-07-28 call a web Request, a server and the 2.x SDK's envelope checks.
+ * Profiled under load, the session transport cost more than the call itself: it rebuilds each Node request as a web Request (headers copied, a URL
  * parsed, an AbortSignal), zod-parses the JSON-RPC message and again the tool call and its
  * result, then serialises the answer into a web Response that an adapter streams back. Here the
  * body Fastify already parsed is checked by hand and the answer is serialised once.
  *
  * Only the plain shape is taken: one JSON-RPC request (no batch), `params` with a string `name`,
  * object `arguments` and at most `_meta["x402/payment"]`, and headers the transport would accept.
- * Everything else (another method, progress tokens, tasks, a bad Accept or protocol version)
- * goes to the SDK transport, which answers it, errors included, exactly as before.
+ * Everything else (another method, progress tokens, tasks, a bad Accept or protocol version, a
+ * 2026 envelope in another shape) goes to the SDKs, which answer it, errors included, as before.
  */
 
 export interface PlainToolCall {
@@ -34,8 +37,15 @@ export interface PlainToolCall {
 const isPlainObject = (v: unknown): v is Record<string, unknown> =>
   v !== null && typeof v === 'object' && !Array.isArray(v);
 
-/** The call when the request is one this path answers the same way as the transport; else null. */
-export function plainToolCall(request: FastifyRequest): PlainToolCall | null {
+/** The body's tools/call in the plain shape, its `_meta` keys all in `allowed`; else null. */
+function plainBody(
+  request: FastifyRequest,
+  allowed: ReadonlySet<string>,
+): {
+  id: string | number;
+  params: Record<string, unknown>;
+  meta: Record<string, unknown> | undefined;
+} | null {
   const body = request.body;
   if (!isPlainObject(body) || body.jsonrpc !== '2.0' || body.method !== 'tools/call') return null;
   const { id, params } = body;
@@ -49,7 +59,7 @@ export function plainToolCall(request: FastifyRequest): PlainToolCall | null {
   const meta = params._meta;
   if (meta !== undefined) {
     if (!isPlainObject(meta)) return null;
-    for (const key of Object.keys(meta)) if (key !== MCP_PAYMENT_META) return null;
+    for (const key of Object.keys(meta)) if (!allowed.has(key)) return null;
   }
   const headers = request.headers;
   const accept = headers.accept;
@@ -65,25 +75,94 @@ export function plainToolCall(request: FastifyRequest): PlainToolCall | null {
     contentType.split(';', 1)[0]!.trim().toLowerCase() !== 'application/json'
   )
     return null;
+  return { id, params, meta };
+}
+
+const LEGACY_META = new Set([MCP_PAYMENT_META]);
+
+/**
+ * The call when the request is one this path answers the same way as the 2025-era transport (a
+ * session's, or the session-less one-shot's); else null.
+ */
+export function plainToolCall(request: FastifyRequest): PlainToolCall | null {
+  const plain = plainBody(request, LEGACY_META);
+  if (plain === null) return null;
+  const headers = request.headers;
   const version = headers['mcp-protocol-version'];
   if (
     version !== undefined &&
     (typeof version !== 'string' || !SUPPORTED_PROTOCOL_VERSIONS.includes(version))
   )
     return null;
-  return { id, name: params.name, args, payment: meta?.[MCP_PAYMENT_META] };
+  // Headers of the 2026-07-28 revision: the maintained SDK would not classify it as 2025-era.
+  if (headers['mcp-method'] !== undefined || headers['mcp-name'] !== undefined) return null;
+  const { id, params, meta } = plain;
+  return {
+    id,
+    name: params.name as string,
+    args: params.arguments as Record<string, unknown> | undefined,
+    payment: meta?.[MCP_PAYMENT_META],
+  };
+}
+
+/** The one revision answered without a session (stateless.ts hands the rest to the 2.x SDK). */
+const MODERN_REVISION = '2026-07-28';
+const PROTOCOL_VERSION_META = 'io.modelcontextprotocol/protocolVersion';
+const CLIENT_INFO_META = 'io.modelcontextprotocol/clientInfo';
+const CLIENT_CAPABILITIES_META = 'io.modelcontextprotocol/clientCapabilities';
+const MODERN_META = new Set([
+  PROTOCOL_VERSION_META,
+  CLIENT_INFO_META,
+  CLIENT_CAPABILITIES_META,
+  MCP_PAYMENT_META,
+]);
+
+/**
+ * A 2026-07-28 `tools/call` in the one shape this path answers as the 2.x SDK's handler does:
+ * the envelope exactly as the SDK's own client sends it (the revision, `clientInfo` with a name
+ * and a version, no client capabilities), and `Mcp-Method`/`Mcp-Name` headers that agree with
+ * the body. Any other envelope (capabilities to check, other keys), or any disagreement, goes to
+ * the SDK, which validates and answers it, refusals included.
+ */
+export function modernToolCall(request: FastifyRequest): PlainToolCall | null {
+  const headers = request.headers;
+  if (headers['mcp-protocol-version'] !== MODERN_REVISION || headers['mcp-method'] !== 'tools/call') {
+    return null;
+  }
+  const plain = plainBody(request, MODERN_META);
+  if (plain === null || plain.meta === undefined) return null;
+  const { id, params, meta } = plain;
+  if (headers['mcp-name'] !== params.name || meta[PROTOCOL_VERSION_META] !== MODERN_REVISION) return null;
+  const capabilities = meta[CLIENT_CAPABILITIES_META];
+  if (!isPlainObject(capabilities) || Object.keys(capabilities).length > 0) return null;
+  const info = meta[CLIENT_INFO_META];
+  if (!isPlainObject(info) || typeof info.name !== 'string' || typeof info.version !== 'string') return null;
+  for (const key of Object.keys(info)) if (key !== 'name' && key !== 'version') return null;
+  return {
+    id,
+    name: params.name as string,
+    args: params.arguments as Record<string, unknown> | undefined,
+    payment: meta[MCP_PAYMENT_META],
+  };
 }
 
 /**
+ * How the answer goes out: on a 2025-era session (its id in the header), one-shot without one,
+ * or on the 2026-07-28 revision (the result stamped as the 2.x SDK stamps it, no session).
+ */
+export type CallChannel = { kind: 'session'; sessionId: string } | { kind: 'one-shot' } | { kind: 'modern' };
+
+/**
  * Answers the call as the SDK server would: `{result, jsonrpc, id}`, or `{jsonrpc, id, error}`
- * for a thrown error (its code when it has one, else -32603), HTTP 200, JSON, the session id.
+ * for a thrown error (its code when it has one, else -32603), HTTP 200, JSON, the session id
+ * when there is one.
  */
 export async function answerToolCall(
   deps: ToolCallDeps,
   call: PlainToolCall,
   request: FastifyRequest,
   reply: FastifyReply,
-  sessionId: string,
+  channel: CallChannel,
 ): Promise<FastifyReply> {
   let text: string;
   // Identified by the rate limit in front of the route: not resolved a second time.
@@ -97,7 +176,8 @@ export async function answerToolCall(
       ...(call.payment === undefined ? {} : { payment: call.payment }),
       ...(caller === undefined ? {} : { caller }),
     });
-    text = `{"result":${resultJson(result)},"jsonrpc":"2.0","id":${JSON.stringify(call.id)}}`;
+    const json = channel.kind === 'modern' ? modernResultJson(result) : resultJson(result);
+    text = `{"result":${json},"jsonrpc":"2.0","id":${JSON.stringify(call.id)}}`;
   } catch (err) {
     const e = err as { code?: unknown; message?: string; data?: unknown };
     const code = Number.isSafeInteger(e.code) ? (e.code as number) : -32603;
@@ -112,11 +192,39 @@ export async function answerToolCall(
       },
     });
   }
-  return reply
-    .code(200)
-    .header('content-type', 'application/json')
-    .header('mcp-session-id', sessionId)
-    .send(text);
+  reply.code(200);
+  if (channel.kind === 'modern') return reply.header('content-type', MODERN_CONTENT_TYPE).send(text);
+  reply.header('content-type', 'application/json');
+  if (channel.kind === 'session') return reply.header('mcp-session-id', channel.sessionId).send(text);
+  // As bytes: Fastify would add a charset to a string, which the SDK transport's answer has not.
+  return reply.send(Buffer.from(text));
+}
+
+/** What the 2.x SDK's handler answers JSON with. */
+const MODERN_CONTENT_TYPE = 'application/json; charset=utf-8';
+const SERVER_INFO_META = 'io.modelcontextprotocol/serverInfo';
+const SERVER_INFO_JSON = JSON.stringify(SERVER_INFO);
+
+/**
+ * A tool result as the 2.x SDK encodes it on the 2026-07-28 revision: the result's fields in its
+ * schema's order (content, structuredContent, isError, then any other), `resultType` and `_meta`
+ * carrying the server's identity after the result's own `_meta` keys.
+ */
+function modernResultJson(result: Awaited<ReturnType<typeof callTool>>): string {
+  const made = structuredJsonOf(result);
+  if (made !== undefined && Object.keys(result).length === 2) {
+    const json = resultJson(result);
+    return `${json.slice(0, -1)},"resultType":"complete","_meta":{"${SERVER_INFO_META}":${SERVER_INFO_JSON}}}`;
+  }
+  const { content, structuredContent, isError, _meta, ...rest } = result;
+  return JSON.stringify({
+    content,
+    ...(structuredContent === undefined ? {} : { structuredContent }),
+    ...(isError === undefined ? {} : { isError }),
+    ...rest,
+    resultType: 'complete',
+    _meta: { ...(_meta ?? {}), [SERVER_INFO_META]: SERVER_INFO },
+  });
 }
 
 /**

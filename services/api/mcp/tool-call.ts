@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from 'pino';
 import type { ToolName } from '../../../contracts/tools.ts';
+import { keptRevision } from '../../engine/answer-revisions.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
 import type { KeyResolver } from '../../keys/key-resolver.ts';
 import type { QuotaMeter } from '../../quota/quota-meter.ts';
@@ -296,12 +297,16 @@ export function structuredJsonOf(result: CallToolResult): ResultJson | undefined
 const answers = new AnswerJsonCache();
 
 /**
- * The revision a result was served from, when it is a recorded verdict's: its id and hash fix
- * every field the engine gave it (see answer-json.ts).
+ * The revision a result was served from: a recorded verdict's id and hash fix every field the
+ * engine gave it; an answer the engine keeps for a candle has a revision of its own (see
+ * answer-json.ts).
  */
 function verdictRevision(tool: string, value: Record<string, unknown>): string | null {
   const { verdictId, signalHash } = value;
-  if (typeof verdictId !== 'string' || typeof signalHash !== 'string') return null;
+  if (typeof verdictId !== 'string' || typeof signalHash !== 'string') {
+    const kept = keptRevision(value);
+    return kept === undefined ? null : `${tool}\u0000${kept}`;
+  }
   return `${tool}\u0000${verdictId}\u0000${signalHash}`;
 }
 

@@ -110,14 +110,18 @@ const OPERATIONS: Record<ToolName, keyof SignalOperations> = {
   scan_funding_arb: 'scanFundingArb',
 };
 
-/** Runs a sold tool's operation; `input` must already be parsed by the tool's input schema. */
+/**
+ * Runs a sold tool's operation. With `parsed`, `input` is the output of the tool's own input
+ * schema and the operation does not parse it again; without, the operation parses it.
+ */
 export function runOperation(
   ops: SignalOperations,
   name: ToolName,
   input: unknown,
   requestId: string,
+  parsed = false,
 ): Promise<object> {
-  return ops[OPERATIONS[name]](input as never, { requestId });
+  return ops[OPERATIONS[name]](input as never, { requestId, parsed });
 }
 
 /** The sold tools as contracts/tools.ts describes them, in MCP's terms. */
@@ -132,8 +136,9 @@ export function signalToolTable(): Omit<ToolDefinition, 'run'>[] {
 export function signalTools(ops: SignalOperations): ToolDefinition[] {
   return signalToolTable().map((tool) => ({
     ...tool,
+    // `args` is what the tool's input schema output (tool-call.ts parsed them).
     run: (args, ctx) =>
-      runOperation(ops, tool.name as ToolName, args, ctx.requestId) as Promise<Record<string, unknown>>,
+      runOperation(ops, tool.name as ToolName, args, ctx.requestId, true) as Promise<Record<string, unknown>>,
   }));
 }
 

@@ -117,6 +117,26 @@ describe.runIf(present || process.env.CI === 'true')('OAuth sign-in with the off
       .structuredContent as Structured;
     expect(again._service.quota.used).toBe(3);
     await renewed.close();
+
+    // A one-shot call without a session (the path that skips the SDK transport) acts as the key too.
+    const oneShot = await fetch(url, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        authorization: `Bearer ${host.saved!.access_token}`,
+      },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 7,
+        method: 'tools/call',
+        params: { name: 'get_trade_call', arguments: ARGS },
+      }),
+    });
+    expect(oneShot.status).toBe(200);
+    const body = (await oneShot.json()) as { result: { structuredContent: Structured } };
+    expect(body.result.structuredContent._service.auth).toMatchObject({ outcome: 'OK', tier: 'pro' });
+    expect(body.result.structuredContent._service.quota.used).toBe(4);
   });
 
   it('signs in with a wallet (EIP-4361) and acts as the key the person picks', async () => {

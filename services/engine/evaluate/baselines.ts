@@ -2,7 +2,7 @@ import { TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
 import { callFor } from '../signals/verdict.ts';
 import { byDay, dayBlockInterval } from './bootstrap.ts';
 import { type CellFit, type Settings, testPoints } from './cells.ts';
-import type { Interval } from './stats.ts';
+import type { Estimate, OneSided } from './stats.ts';
 import { directionHit, FREE_LOOKBACKS, type Sample } from './walk-forward.ts';
 
 /**
@@ -112,10 +112,10 @@ export interface FreeComparison {
   service: SideFigures;
   free: SideFigures;
   /** Service minus free rule, on the same points, with paired day-block intervals. */
-  liftNetBps: { value: number; dayBlock: Interval };
-  liftSkill: { value: number; dayBlock: Interval };
+  liftNetBps: Estimate;
+  liftSkill: Estimate;
   /** Service's net per call against always-HOLD (0 per point): the service's own net, its interval. */
-  netVsHold: { value: number; dayBlock: Interval & { lowOneSided: number } };
+  netVsHold: Estimate<OneSided>;
 }
 
 function figures(x: Sums): SideFigures {

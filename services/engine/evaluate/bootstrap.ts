@@ -1,4 +1,4 @@
-import type { Interval } from './stats.ts';
+import type { OneSided } from './stats.ts';
 
 /**
  * Day-block bootstrap: coins move together, so test points of one day are not independent.
@@ -8,10 +8,10 @@ import type { Interval } from './stats.ts';
  */
 
 export const DAY_MS = 86_400_000;
-export const BOOTSTRAP_RESAMPLES = 400;
+const BOOTSTRAP_RESAMPLES = 400;
 
 /** Small, fast, seeded PRNG (mulberry32). */
-export function seededRandom(seed: number): () => number {
+function seededRandom(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
@@ -47,6 +47,27 @@ export function byBlock<T>(items: readonly T[], time: (item: T) => number, block
 }
 
 /**
+ * Σ top(x) / Σ bottom(x) over every item of the days (NaN when the bottoms sum to 0): a ratio of
+ * sums, the form of statistic a day-resample recomputes (a mean when `bottom` is 1, a share when
+ * `top` is 0 or 1).
+ */
+export function ratioOfSums<T>(
+  days: readonly (readonly T[])[],
+  top: (item: T) => number,
+  bottom: (item: T) => number,
+): number {
+  let t = 0;
+  let b = 0;
+  for (const day of days) {
+    for (const x of day) {
+      t += top(x);
+      b += bottom(x);
+    }
+  }
+  return b === 0 ? Number.NaN : t / b;
+}
+
+/**
  * Percentile interval of `stat` over day-resamples. `stat` receives the resampled days (the
  * same day may appear several times) and returns NaN when undefined for that resample.
  */
@@ -54,7 +75,7 @@ export function dayBlockInterval<T>(
   days: readonly (readonly T[])[],
   stat: (days: readonly (readonly T[])[]) => number,
   options: { resamples?: number; level?: number; seed?: number } = {},
-): Interval & { lowOneSided: number } {
+): OneSided {
   const b = options.resamples ?? BOOTSTRAP_RESAMPLES;
   const level = options.level ?? 0.95;
   const rnd = seededRandom(options.seed ?? 20_251_122);

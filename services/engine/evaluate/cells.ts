@@ -4,8 +4,16 @@ import type { CalibrationCurve, VolatilityModel } from '../../../contracts/signa
 import { type CalibrationSample, type Direction, fitCurve, fitDirection } from '../signals/calibration.ts';
 import { callFor } from '../signals/verdict.ts';
 import { fitVolatilityModel, forecastVariance } from '../signals/volatility.ts';
-import { byBlock, byDay, DAY_MS, dayBlockInterval, spearman } from './bootstrap.ts';
-import { brier, type Interval, type ReliabilityBin, reliability, wilson } from './stats.ts';
+import { byBlock, byDay, DAY_MS, dayBlockInterval, ratioOfSums, spearman } from './bootstrap.ts';
+import {
+  brier,
+  type Estimate,
+  type Interval,
+  type OneSided,
+  type ReliabilityBin,
+  reliability,
+  wilson,
+} from './stats.ts';
 import { directionHit, minBinSamples, type Sample } from './walk-forward.ts';
 
 /**
@@ -28,7 +36,7 @@ export interface CellFit {
 }
 
 /** Samples whose whole horizon ended before `split`. */
-export function trainingSamples(perCoin: readonly Sample[][], tf: Timeframe, horizon: number, split: number) {
+function trainingSamples(perCoin: readonly Sample[][], tf: Timeframe, horizon: number, split: number) {
   const horizonMs = horizon * TIMEFRAME_MS[tf];
   const out: Sample[] = [];
   for (const series of perCoin) {
@@ -38,7 +46,7 @@ export function trainingSamples(perCoin: readonly Sample[][], tf: Timeframe, hor
 }
 
 /** Smallest step of the confidence curve as a share of the training samples (see curve-choice.ts). */
-export const DEFAULT_STEP_SHARE = 0.02;
+const DEFAULT_STEP_SHARE = 0.02;
 
 export function fitCell(
   perCoin: readonly Sample[][],
@@ -130,8 +138,8 @@ export interface CallScore {
   alwaysSell: number;
   randomSame: number;
   /** Hit rate minus random at the same mix, with the day-block interval (and its one-sided 95 % bound). */
-  skill: { value: number; dayBlock: Interval & { lowOneSided: number } };
-  netBps: { mean: number; dayBlock: Interval & { lowOneSided: number } };
+  skill: Estimate<OneSided>;
+  netBps: { mean: number; dayBlock: OneSided };
   /** Per UTC day: net bps summed over the day's calls and their count (to pool folds and eras). */
   netDays: Array<{ net: number; calls: number }>;
   /**
@@ -349,8 +357,8 @@ export interface VolScore {
   forecastRho: number;
   trailingRho: number;
   /** forecastRho − trailingRho with its day-block interval. */
-  gain: { value: number; dayBlock: Interval };
-  coverage: { value: number; dayBlock: Interval };
+  gain: Estimate;
+  coverage: Estimate;
   nominal: number;
   /** Mean forecast σ over mean realised σ (1 = unbiased in scale). */
   scaleRatio: number;
@@ -421,17 +429,13 @@ export function scoreVolatility(
     },
     coverage: {
       value: pts.length === 0 ? Number.NaN : inside / pts.length,
-      dayBlock: dayBlockInterval(days, (d) => {
-        let n = 0;
-        let k = 0;
-        for (const day of d) {
-          for (const p of day) {
-            n++;
-            if (p.inside) k++;
-          }
-        }
-        return n === 0 ? Number.NaN : k / n;
-      }),
+      dayBlock: dayBlockInterval(days, (d) =>
+        ratioOfSums(
+          d,
+          (p) => (p.inside ? 1 : 0),
+          () => 1,
+        ),
+      ),
     },
     nominal,
     scaleRatio: sr === 0 ? Number.NaN : sf / sr,

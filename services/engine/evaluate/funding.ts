@@ -17,8 +17,8 @@ import {
   roundTripFeeBps,
 } from '../funding/carry.ts';
 import { isFresh } from '../funding-arb.ts';
-import { byDay, dayBlockInterval } from './bootstrap.ts';
-import type { Interval } from './stats.ts';
+import { byDay, dayBlockInterval, ratioOfSums } from './bootstrap.ts';
+import type { Estimate, Interval } from './stats.ts';
 
 /**
  * Funding carry, measured: opportunities are sampled from the funding history exactly as the
@@ -27,9 +27,9 @@ import type { Interval } from './stats.ts';
  * received or paid. The decay of the spread is fitted on the training months only.
  */
 
-export const SAMPLE_EVERY_HOURS = 8;
+const SAMPLE_EVERY_HOURS = 8;
 /** Lower edges of the spread buckets in bps per 8 h; the first is the smallest spread modelled. */
-export const BUCKET_EDGES_BPS = [0.5, 2, 5, 10, 25];
+const BUCKET_EDGES_BPS = [0.5, 2, 5, 10, 25];
 
 export interface FundingHistory {
   series: Map<string, Map<Exchange, FundingRate[]>>;
@@ -104,7 +104,7 @@ function collected(series: readonly FundingRate[], from: number, to: number): nu
 }
 
 /** Every SAMPLE_EVERY_HOURS, per coin, the pair the scan would show and what it then collected. */
-export function sampleOpportunities(history: FundingHistory): Opportunity[] {
+function sampleOpportunities(history: FundingHistory): Opportunity[] {
   const out: Opportunity[] = [];
   const step = SAMPLE_EVERY_HOURS * HOUR_MS;
   for (const [coin, venues] of history.series) {
@@ -158,9 +158,9 @@ export function sampleOpportunities(history: FundingHistory): Opportunity[] {
  * months than later), so a fit that weights old months as much as recent ones overstated the
  * carry of the test months. Which half-life is used is chosen on the training months alone.
  */
-export const HALF_LIFE_CANDIDATES_DAYS: readonly (number | null)[] = [7, 14, 30, 60, 120, null];
+const HALF_LIFE_CANDIDATES_DAYS: readonly (number | null)[] = [7, 14, 30, 60, 120, null];
 /** Inner walk-forward folds for that choice: the first days of the last this many months before the split. */
-export const INNER_FOLDS = 3;
+const INNER_FOLDS = 3;
 
 export interface CarryFitOptions {
   /** Use this half-life instead of choosing one by inner walk-forward (null = unweighted). */
@@ -168,7 +168,7 @@ export interface CarryFitOptions {
 }
 
 /** Month starts (UTC) of the last `n` months before `split`, ascending. */
-export function innerFoldStarts(split: number, n: number): number[] {
+function innerFoldStarts(split: number, n: number): number[] {
   const d = new Date(split);
   const out: number[] = [];
   for (let k = n; k >= 1; k--) {
@@ -242,7 +242,7 @@ export interface HalfLifeChoice {
  * the next fold start whose horizon ended before the outer split. Nothing at or after `split`
  * is read.
  */
-export function chooseHalfLife(opps: readonly Opportunity[], split: number): HalfLifeChoice {
+function chooseHalfLife(opps: readonly Opportunity[], split: number): HalfLifeChoice {
   const folds = innerFoldStarts(split, INNER_FOLDS);
   const threshold = BUCKET_EDGES_BPS[0]!;
   const losses = HALF_LIFE_CANDIDATES_DAYS.map((halfLifeDays) => {
@@ -312,7 +312,7 @@ export interface CarryHorizonResult {
   realisedBps: number;
   /** Spread now × hours: what the spread alone advertises. */
   naiveBps: number;
-  ratio: { value: number; dayBlock: Interval };
+  ratio: Estimate;
   naiveRatio: number;
   /** Predicted share net positive (mean over opportunities) and the realised share. */
   predictedShare: number;
@@ -365,16 +365,12 @@ export function evaluateCarry(history: FundingHistory, table: CarryTable, from: 
       }));
     const sum = (k: 'expected' | 'realised' | 'naive') => rows.reduce((a, r) => a + r[k], 0);
     const days = byDay(rows, (r) => r.t);
-    const ratioOf = (d: readonly (readonly (typeof rows)[number][])[]) => {
-      let e = 0;
-      let r = 0;
-      for (const day of d)
-        for (const x of day) {
-          e += x.expected;
-          r += x.realised;
-        }
-      return r === 0 ? Number.NaN : e / r;
-    };
+    const ratioOf = (d: readonly (readonly (typeof rows)[number][])[]) =>
+      ratioOfSums(
+        d,
+        (x) => x.expected,
+        (x) => x.realised,
+      );
     const ranked = [...rows].sort((a, b) => b.net - a.net);
     const tenth = Math.max(1, Math.floor(ranked.length / 10));
     const meanNet = (xs: typeof rows) =>
@@ -405,16 +401,12 @@ export function evaluateCarry(history: FundingHistory, table: CarryTable, from: 
       .filter((x) => x.o.realised.has(hours))
       .map((x) => ({ t: x.o.t, net: x.o.realised.get(hours)! - x.fig.feeBps }));
     const days = byDay(rows, (r) => r.t);
-    const mean = (d: readonly (readonly (typeof rows)[number][])[]) => {
-      let s = 0;
-      let n = 0;
-      for (const day of d)
-        for (const r of day) {
-          s += r.net;
-          n++;
-        }
-      return n === 0 ? Number.NaN : s / n;
-    };
+    const mean = (d: readonly (readonly (typeof rows)[number][])[]) =>
+      ratioOfSums(
+        d,
+        (r) => r.net,
+        () => 1,
+      );
     return {
       hours,
       n: rows.length,

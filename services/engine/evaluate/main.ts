@@ -55,8 +55,9 @@ import {
   riskHorizons,
   scoreRisk,
 } from './risk.ts';
+import type { Estimate } from './stats.ts';
 import { reliabilitySvg } from './svg.ts';
-import { collectSamples, type Sample } from './walk-forward.ts';
+import { calibrationTable, collectSamples, type Sample } from './walk-forward.ts';
 
 /**
  * `npm run evaluate`: walk-forward evaluation of the three forecasts the engine sells (direction
@@ -383,20 +384,13 @@ if (!scoreOnly) {
     });
     log(`cell ${kind}:${tf} ${p.emit ? 'EMITS' : 'holds'} (${shipped.direction === 1 ? 'follow' : 'fade'})`);
   }
-  table = CalibrationTableSchema.parse({
-    version: 1,
-    method: 'isotonic-pav',
-    engineVersion: ENGINE_VERSION,
-    horizonCandles: settings.horizon,
-    feeBps: settings.feeBps,
-    holdBand: settings.holdBand,
-    trainFrom: Number.isFinite(trainFrom) ? trainFrom : split,
-    trainTo: split,
-    fittedAt: new Date().toISOString(),
-    curves,
-    fallback: { '1m': '5m', '3m': '5m' },
-    cells,
-  });
+  table = CalibrationTableSchema.parse(
+    calibrationTable({ ...settings, split }, trainFrom, {
+      curves,
+      fallback: { '1m': '5m', '3m': '5m' },
+      cells,
+    }),
+  );
   const models: VolatilityTable['models'] = {};
   for (const tf of ORDER) {
     const perCoin = spot.get(tf);
@@ -587,13 +581,13 @@ if (baselinesPath !== null) {
 
 function baselinesOf(): BaselinesTable {
   const f = (x: number, d = 2) => (Number.isFinite(x) ? Number(x.toFixed(d)) : null);
-  const lift = (x: { value: number; dayBlock: { low: number; high: number } }, d = 2) => ({
+  const lift = (x: Estimate, d = 2) => ({
     value: f(x.value, d),
     low: f(x.dayBlock.low, d),
     high: f(x.dayBlock.high, d),
   });
   const pts = (x: number) => f(100 * x);
-  const ptsLift = (x: { value: number; dayBlock: { low: number; high: number } }) => ({
+  const ptsLift = (x: Estimate) => ({
     value: pts(x.value),
     low: pts(x.dayBlock.low),
     high: pts(x.dayBlock.high),

@@ -98,28 +98,32 @@ function hitCell(s: CallScore): string {
 }
 
 /** Observed hit share never falls from one reliability bin to the next (bins of ≥ 100 calls). */
-export const risesAcrossBins = (s: CallScore) => {
+const risesAcrossBins = (s: CallScore) => {
   const bins = s.reliability.filter((b) => b.n >= 100);
   return bins.every((b, i) => i === 0 || b.observed >= bins[i - 1]!.observed);
 };
 
 /** Brier at or below the base-rate Brier, and the upper confidence half hitting more often. */
-export const separates = (s: CallScore) =>
+const separates = (s: CallScore) =>
   s.calls.n > 0 && s.brier <= s.brierBase && s.upperHalf.n > 0 && s.upperHalf.rate > s.lowerHalf.rate;
 
+/** A Markdown table: the header row, the alignment row, then one line per row. */
+function mdTable(header: string, align: string, rows: readonly string[]): string[] {
+  return [header, align, ...rows];
+}
+
 function callTable(rows: Array<{ cell: CellReport; score: CallScore | null }>): string[] {
-  const out = [
+  return mdTable(
     '| cell | emits | stance | test points | HOLD share in service | would-be calls: hit [Wilson 95%] [day-block 95%] (n) | always-BUY | always-SELL | random, same mix | timing skill, pts [day-block 95%] | mean net bps per call [day-block 95%] | Brier (base-rate Brier) | hit, lower / upper confidence half |',
     '|---|---|---|---:|---:|---|---:|---:|---:|---|---|---|---|',
-  ];
-  for (const { cell: c, score: s } of rows) {
-    if (s === null) continue;
-    const serviceHold = c.emit ? s.holdShare : 1;
-    out.push(
-      `| ${c.kind}:${c.timeframe} | ${c.emit ? 'yes' : 'no (HOLD)'} | ${stance(c.direction)} | ${s.points} | ${pct(serviceHold)} | ${hitCell(s)} | ${pct(s.alwaysBuy)} | ${pct(s.alwaysSell)} | ${pct(s.randomSame)} | ${pts(s.skill.value)} ${ci(s.skill.dayBlock, pts)} | ${num(s.netBps.mean)} ${ci(s.netBps.dayBlock, (x) => num(x))} | ${num(s.brier, 4)} (${num(s.brierBase, 4)}) | ${pct(s.lowerHalf.rate)} / ${pct(s.upperHalf.rate)} |`,
-    );
-  }
-  return out;
+    rows.flatMap(({ cell: c, score: s }) => {
+      if (s === null) return [];
+      const serviceHold = c.emit ? s.holdShare : 1;
+      return [
+        `| ${c.kind}:${c.timeframe} | ${c.emit ? 'yes' : 'no (HOLD)'} | ${stance(c.direction)} | ${s.points} | ${pct(serviceHold)} | ${hitCell(s)} | ${pct(s.alwaysBuy)} | ${pct(s.alwaysSell)} | ${pct(s.randomSame)} | ${pts(s.skill.value)} ${ci(s.skill.dayBlock, pts)} | ${num(s.netBps.mean)} ${ci(s.netBps.dayBlock, (x) => num(x))} | ${num(s.brier, 4)} (${num(s.brierBase, 4)}) | ${pct(s.lowerHalf.rate)} / ${pct(s.upperHalf.rate)} |`,
+      ];
+    }),
+  );
 }
 
 function holdShare(
@@ -138,18 +142,15 @@ function holdShare(
 }
 
 function volTable(rows: VolReport[]): string[] {
-  const out = [
+  return mdTable(
     '| set | tf | test points (every candle) | rank corr. forecast vs realised | trailing-vol baseline | forecast − baseline [block 95%] | 80% band coverage [block 95%] | within ±5 pts of nominal | coverage, one point per horizon (points) | mean forecast σ / mean realised σ |',
     '|---|---|---:|---:|---:|---|---|---|---|---:|',
-  ];
-  for (const r of rows) {
-    const s = r.score;
-    const within = Math.abs(s.coverage.value - s.nominal) <= 0.05;
-    out.push(
-      `| ${r.kind} | ${r.timeframe} | ${s.points} | ${num(s.forecastRho, 3)} | ${num(s.trailingRho, 3)} | ${num(s.gain.value, 3)} ${ci(s.gain.dayBlock, (x) => num(x, 3))} | ${pct(s.coverage.value)} ${ci(s.coverage.dayBlock, pct)} | ${within ? 'yes' : 'no'} | ${pct(r.sparseCoverage)} (${r.sparsePoints}) | ${num(s.scaleRatio)} |`,
-    );
-  }
-  return out;
+    rows.map((r) => {
+      const s = r.score;
+      const within = Math.abs(s.coverage.value - s.nominal) <= 0.05;
+      return `| ${r.kind} | ${r.timeframe} | ${s.points} | ${num(s.forecastRho, 3)} | ${num(s.trailingRho, 3)} | ${num(s.gain.value, 3)} ${ci(s.gain.dayBlock, (x) => num(x, 3))} | ${pct(s.coverage.value)} ${ci(s.coverage.dayBlock, pct)} | ${within ? 'yes' : 'no'} | ${pct(r.sparseCoverage)} (${r.sparsePoints}) | ${num(s.scaleRatio)} |`;
+    }),
+  );
 }
 
 function carrySection(c: CarryEvaluation | null): string[] {
@@ -207,82 +208,71 @@ function curveMethod(input: ReportInput): string[] {
 const bps = (x: number) => (Number.isFinite(x) ? `${x >= 0 ? '+' : ''}${x.toFixed(2)}` : '–');
 
 function gateTable(cells: CellReport[], table: CalibrationTable): string[] {
-  const out = [
+  void table;
+  return mdTable(
     `| cell | stance | timing skill in every fold and era | net bps per call, gate evidence pooled [one-sided 95% bound] (calls) | emits | what the answer says |`,
     '|---|---|---|---|---|---|',
-  ];
-  for (const c of cells) {
-    const says = c.emit
-      ? 'BUY/SELL'
-      : c.timingSkill
-        ? `HOLD: timing skill, but following it earned ${bps(c.net.meanBps)} bps per call after the fee (lean and expected net shown)`
-        : 'HOLD: no measured edge here (lean and expected net shown)';
-    out.push(
-      `| ${c.kind}:${c.timeframe} | ${stance(c.direction)} | ${c.timingSkill ? 'yes' : 'no'} | ${bps(c.net.meanBps)} [${bps(c.net.lowBps)}] (${c.net.calls}) | ${c.emit ? 'yes' : 'no'} | ${says} |`,
-    );
-  }
-  void table;
-  return out;
+    cells.map((c) => {
+      const says = c.emit
+        ? 'BUY/SELL'
+        : c.timingSkill
+          ? `HOLD: timing skill, but following it earned ${bps(c.net.meanBps)} bps per call after the fee (lean and expected net shown)`
+          : 'HOLD: no measured edge here (lean and expected net shown)';
+      return `| ${c.kind}:${c.timeframe} | ${stance(c.direction)} | ${c.timingSkill ? 'yes' : 'no'} | ${bps(c.net.meanBps)} [${bps(c.net.lowBps)}] (${c.net.calls}) | ${c.emit ? 'yes' : 'no'} | ${says} |`;
+    }),
+  );
 }
 
 function freeTable(rows: Array<{ cell: CellReport; cmp: FreeComparison | null }>): string[] {
-  const out = [
+  return mdTable(
     '| cell | service answers | net bps per answer in service | would-be calls: net bps per call | always-HOLD | best free rule (chosen on training months) | its net bps per call | lift, net bps [day-block 95%] | would-be timing skill, pts | free rule timing skill, pts | lift, skill pts [day-block 95%] |',
     '|---|---|---:|---:|---:|---|---:|---|---:|---:|---|',
-  ];
-  for (const { cell: c, cmp } of rows) {
-    if (!cmp) continue;
-    out.push(
-      `| ${c.kind}:${c.timeframe} | ${c.emit ? 'BUY/SELL' : 'HOLD'} | ${c.emit ? bps(cmp.service.netBps) : '0.00'} | ${bps(cmp.service.netBps)} | 0.00 | ${cmp.rule.name} | ${bps(cmp.free.netBps)} | ${bps(cmp.liftNetBps.value)} ${ci(cmp.liftNetBps.dayBlock, bps)} | ${pts(cmp.service.skill)} | ${pts(cmp.free.skill)} | ${pts(cmp.liftSkill.value)} ${ci(cmp.liftSkill.dayBlock, pts)} |`,
-    );
-  }
-  return out;
+    rows.flatMap(({ cell: c, cmp }) => {
+      if (!cmp) return [];
+      return [
+        `| ${c.kind}:${c.timeframe} | ${c.emit ? 'BUY/SELL' : 'HOLD'} | ${c.emit ? bps(cmp.service.netBps) : '0.00'} | ${bps(cmp.service.netBps)} | 0.00 | ${cmp.rule.name} | ${bps(cmp.free.netBps)} | ${bps(cmp.liftNetBps.value)} ${ci(cmp.liftNetBps.dayBlock, bps)} | ${pts(cmp.service.skill)} | ${pts(cmp.free.skill)} | ${pts(cmp.liftSkill.value)} ${ci(cmp.liftSkill.dayBlock, pts)} |`,
+      ];
+    }),
+  );
 }
 
 const missShare = (c: LeanCount) => (c.n === 0 ? Number.NaN : c.missed / c.n);
 
 function holdTable(cells: CellReport[]): string[] {
-  const out = [
+  return mdTable(
     '| cell | HOLD confidence (claimed share of leans that did not beat the fee, gate evidence) | test months: observed share (leans) | difference, pts | 2022 era: observed share (leans) |',
     '|---|---:|---|---:|---|',
-  ];
-  for (const c of cells) {
-    if (!c.hold || !c.test) continue;
-    const lean = (s: CallScore) => (c.emit ? s.lean.inBand : s.lean.all);
-    const obs = missShare(lean(c.test));
-    out.push(
-      `| ${c.kind}:${c.timeframe} | ${Math.round(100 * c.hold.probability)} | ${pct(obs)} (${lean(c.test).n}) | ${num(100 * (obs - c.hold.probability), 1)} | ${c.era ? `${pct(missShare(lean(c.era)))} (${lean(c.era).n})` : '–'} |`,
-    );
-  }
-  return out;
+    cells.flatMap((c) => {
+      if (!c.hold || !c.test) return [];
+      const lean = (s: CallScore) => (c.emit ? s.lean.inBand : s.lean.all);
+      const obs = missShare(lean(c.test));
+      return [
+        `| ${c.kind}:${c.timeframe} | ${Math.round(100 * c.hold.probability)} | ${pct(obs)} (${lean(c.test).n}) | ${num(100 * (obs - c.hold.probability), 1)} | ${c.era ? `${pct(missShare(lean(c.era)))} (${lean(c.era).n})` : '–'} |`,
+      ];
+    }),
+  );
 }
 
 function riskTable(rows: RiskReport[]): string[] {
-  const out = [
+  return mdTable(
     '| set | tf | horizon (candles) | points | rank corr. forecast vs realised | free trailing band | forecast − free | 80% band coverage [block 95%] | free band coverage [block 95%] |',
     '|---|---|---|---:|---:|---:|---:|---|---|',
-  ];
-  for (const r of rows) {
-    const s = r.score;
-    out.push(
-      `| ${r.kind} | ${r.timeframe} | ${r.horizon.key} (${r.horizon.candles}) | ${s.points} | ${num(s.rhoForecast, 3)} | ${num(s.rhoFree, 3)} | ${num(s.rhoForecast - s.rhoFree, 3)} | ${pct(s.coverage.value)} ${ci(s.coverage.dayBlock, pct)} | ${pct(s.freeCoverage.value)} ${ci(s.freeCoverage.dayBlock, pct)} |`,
-    );
-  }
-  return out;
+    rows.map((r) => {
+      const s = r.score;
+      return `| ${r.kind} | ${r.timeframe} | ${r.horizon.key} (${r.horizon.candles}) | ${s.points} | ${num(s.rhoForecast, 3)} | ${num(s.rhoFree, 3)} | ${num(s.rhoForecast - s.rhoFree, 3)} | ${pct(s.coverage.value)} ${ci(s.coverage.dayBlock, pct)} | ${pct(s.freeCoverage.value)} ${ci(s.freeCoverage.dayBlock, pct)} |`;
+    }),
+  );
 }
 
 function labelTable(rows: LabelReport[]): string[] {
-  const out = [
+  return mdTable(
     '| set | tf | points | rank corr. with realised vol: volatile/squeeze | free trailing-vol label | engine − free [day-block 95%] | engine label inside each free class | shipped claim (training months) | mean forward bps: trending-up / trending-down / all | up − down [day-block 95%] |',
     '|---|---|---:|---:|---:|---|---:|---|---|---|',
-  ];
-  for (const r of rows) {
-    const t = r.test;
-    out.push(
-      `| ${r.kind} | ${r.timeframe} | ${t.points} | ${num(t.rhoEngine, 3)} | ${num(t.rhoFree, 3)} | ${num(t.gain.value, 3)} ${ci(t.gain.dayBlock, (x) => num(x, 3))} | ${num(t.withinFree, 3)} | ${r.shipped.volatilityLabelAddsInformation ? 'adds information' : 'no more than the free label'}; trend labels ${r.shipped.trendLabelsInformative ? 'informative' : 'not informative'} | ${num(t.trending.upBps, 1)} (${t.trending.upN}) / ${num(t.trending.downBps, 1)} (${t.trending.downN}) / ${num(t.trending.allBps, 1)} | ${num(t.trending.diff.value, 1)} ${ci(t.trending.diff.dayBlock, (x) => num(x, 1))} |`,
-    );
-  }
-  return out;
+    rows.map((r) => {
+      const t = r.test;
+      return `| ${r.kind} | ${r.timeframe} | ${t.points} | ${num(t.rhoEngine, 3)} | ${num(t.rhoFree, 3)} | ${num(t.gain.value, 3)} ${ci(t.gain.dayBlock, (x) => num(x, 3))} | ${num(t.withinFree, 3)} | ${r.shipped.volatilityLabelAddsInformation ? 'adds information' : 'no more than the free label'}; trend labels ${r.shipped.trendLabelsInformative ? 'informative' : 'not informative'} | ${num(t.trending.upBps, 1)} (${t.trending.upN}) / ${num(t.trending.downBps, 1)} (${t.trending.downN}) / ${num(t.trending.allBps, 1)} | ${num(t.trending.diff.value, 1)} ${ci(t.trending.diff.dayBlock, (x) => num(x, 1))} |`;
+    }),
+  );
 }
 
 /** The out-of-sample sets every emitting cell is scored on. */

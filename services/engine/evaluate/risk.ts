@@ -2,7 +2,7 @@ import { TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
 import type { RiskHorizonKey, VolatilityModel } from '../../../contracts/signals.ts';
 import { dayCandles, fitVolatilityModel, forecastVariance, quantile } from '../signals/volatility.ts';
 import { byBlock, byDay, DAY_MS, dayBlockInterval, spearman } from './bootstrap.ts';
-import type { Interval } from './stats.ts';
+import type { Estimate, OneSided } from './stats.ts';
 import type { Sample } from './walk-forward.ts';
 
 /**
@@ -91,8 +91,8 @@ export interface RiskScore {
   points: number;
   rhoForecast: number;
   rhoFree: number;
-  coverage: { value: number; dayBlock: Interval };
-  freeCoverage: { value: number; dayBlock: Interval };
+  coverage: Estimate;
+  freeCoverage: Estimate;
 }
 
 /**
@@ -229,7 +229,7 @@ export interface LabelEvidence {
   /** Rank correlation of the label (squeeze −1, other 0, volatile +1) with realised variance. */
   rhoEngine: number;
   rhoFree: number;
-  gain: { value: number; dayBlock: Interval & { lowOneSided: number } };
+  gain: Estimate<OneSided>;
   /** Inside each free-label class, the engine label's rank correlation with realised (weighted). */
   withinFree: number;
   /** Mean forward return (bps over the verdict horizon) under trending-up, trending-down and overall. */
@@ -239,7 +239,7 @@ export interface LabelEvidence {
     allBps: number;
     upN: number;
     downN: number;
-    diff: { value: number; dayBlock: Interval };
+    diff: Estimate;
   };
 }
 

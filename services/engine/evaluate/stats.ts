@@ -5,6 +5,13 @@ export interface Interval {
   high: number;
 }
 
+/** A figure with its day-block bootstrap interval (`lowOneSided`: the one-sided 95 % bound too). */
+export interface Estimate<I extends Interval = Interval> {
+  value: number;
+  dayBlock: I;
+}
+export type OneSided = Interval & { lowOneSided: number };
+
 /** Wilson score interval for a binomial proportion (z = 1.96 → 95 %). */
 export function wilson(successes: number, n: number, z = 1.96): Interval {
   if (n === 0) return { low: 0, high: 1 };

@@ -51,7 +51,7 @@ export interface Sample {
 export const FREE_LOOKBACKS: readonly number[] = [1, 3, 6, 12, 24, 48];
 
 /** Window of the trailing-volatility baseline the forecast has to beat. */
-export const TRAILING_CANDLES = 20;
+const TRAILING_CANDLES = 20;
 
 export function collectSamples(candles: readonly Candle[], timeframe: Timeframe, horizon: number): Sample[] {
   const state = createMarketState({ exchange: 'BINANCE_SPOT', coin: 'EVAL', timeframe });
@@ -153,6 +153,15 @@ export function fitTable(
       direction,
     };
   }
+  return calibrationTable(settings, trainFrom, { curves, fallback, cells: {} });
+}
+
+/** A calibration table fitted now on the months from `trainFrom` (the earliest sample) to the split. */
+export function calibrationTable(
+  settings: FitSettings,
+  trainFrom: number,
+  fitted: Pick<CalibrationTable, 'curves' | 'fallback' | 'cells'>,
+): CalibrationTable {
   return {
     version: 1,
     method: 'isotonic-pav',
@@ -163,9 +172,7 @@ export function fitTable(
     trainFrom: Number.isFinite(trainFrom) ? trainFrom : settings.split,
     trainTo: settings.split,
     fittedAt: new Date().toISOString(),
-    curves,
-    fallback,
-    cells: {},
+    ...fitted,
   };
 }
 

@@ -13,7 +13,7 @@ import type { Exchange } from '../../../contracts/market.ts';
 export const CARRY_HORIZONS_HOURS = [8, 24, 72, 168] as const;
 
 /** Taker fee per side per leg in bps, from the venues' public fee schedules (lowest tier). */
-export const TAKER_FEE_BPS: Readonly<Record<Exchange, number>> = {
+const TAKER_FEE_BPS: Readonly<Record<Exchange, number>> = {
   BINANCE: 5,
   BINANCE_SPOT: 10,
   BYBIT: 5.5,
@@ -84,7 +84,7 @@ export interface CarryFigures {
   bestHorizonHours: number;
 }
 
-export function bucketFor(table: CarryTable, spreadBps: number): CarryTable['buckets'][number] {
+function bucketFor(table: CarryTable, spreadBps: number): CarryTable['buckets'][number] {
   let pick = table.buckets[0]!;
   for (const b of table.buckets) if (spreadBps >= b.fromBps) pick = b;
   return pick;

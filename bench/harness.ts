@@ -1,0 +1,278 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import { MemoryCache } from '../adapters/cache/memory.ts';
+import type { Cache } from '../adapters/cache/port.ts';
+import { connectRedisCache } from '../adapters/cache/redis.ts';
+import type { NewEvent } from '../contracts/envelope.ts';
+import type { Projection } from '../projections/projection.ts';
+
+/**
+ * What every bench shares: spreads over rounds, CPU time from /proc, child processes, and the
+ * rows of the closing table (each target with its figure and whether it was met). A bench records
+ * its targets with `recordTarget`; `npm run bench` prints every recorded row at the end.
+ */
+
+export const ROOT = new URL('..', import.meta.url).pathname;
+export const TSX = ['--import', 'tsx'];
+
+// ---- figures ---------------------------------------------------------------------------------
+
+export interface Spread {
+  min: number;
+  median: number;
+  max: number;
+}
+
+export function spread(values: number[]): Spread {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  const median = sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+  return { min: sorted[0]!, median, max: sorted[sorted.length - 1]! };
+}
+
+export const median = (values: number[]): number => spread(values).median;
+
+export const f0 = (n: number) => Math.round(n).toLocaleString('en-US');
+export const f2 = (n: number) => n.toFixed(2);
+export const fmtSpread = (s: Spread, fmt: (n: number) => string = f2) =>
+  `${fmt(s.min)} / ${fmt(s.median)} / ${fmt(s.max)}`;
+
+// ---- CPU from /proc --------------------------------------------------------------------------
+
+/** utime + stime of a /proc stat line, ms (fields 14 and 15 of stat(5), in 10 ms clock ticks). */
+function statCpuMs(path: string): number | null {
+  try {
+    const stat = readFileSync(path, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return null;
+  }
+}
+
+/** CPU time of a whole process (every thread), ms; null where /proc has none. */
+export const processCpuMs = (pid: number): number | null => statCpuMs(`/proc/${pid}/stat`);
+
+/**
+ * CPU time of a process's main thread (the event loop), ms; null where /proc has none. Per request
+ * it tells whether a server is short of CPU or waiting (on a disk flush, say).
+ */
+export const mainThreadCpuMs = (pid: number): number | null => statCpuMs(`/proc/${pid}/task/${pid}/stat`);
+
+/** This process's own CPU time (every thread), ms. */
+export function ownCpuMs(): number {
+  const { user, system } = process.cpuUsage();
+  return (user + system) / 1000;
+}
+
+// ---- processes -------------------------------------------------------------------------------
+
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+export function exitOf(child: ChildProcess): Promise<number | null> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) resolve(child.exitCode);
+    else child.once('exit', (code) => resolve(code));
+  });
+}
+
+/** Ends a child (a signal, or closing its IPC channel), SIGKILL after `graceMs`. */
+export async function stopChild(
+  child: ChildProcess,
+  how: NodeJS.Signals | 'disconnect' = 'SIGTERM',
+  graceMs = 15_000,
+): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = exitOf(child);
+  if (how === 'disconnect') child.disconnect();
+  else child.kill(how);
+  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+  await exited;
+  clearTimeout(timer);
+}
+
+/** Runs a bench helper script under tsx to its end; its last stdout line, parsed as JSON. */
+export async function runScript<T>(args: string[], env: Record<string, string> = {}): Promise<T> {
+  const child = spawn(process.execPath, [...TSX, ...args], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  let err = '';
+  child.stdout!.on('data', (c: Buffer) => {
+    out += c.toString();
+  });
+  child.stderr!.on('data', (c: Buffer) => {
+    err = (err + c.toString()).slice(-4_000);
+  });
+  const code = await exitOf(child);
+  if (code !== 0) throw new Error(`${args.join(' ')} exited ${code}: ${err}`);
+  return JSON.parse(out.trim().split('\n').pop()!) as T;
+}
+
+/** A temporary directory tree (DATA_DIRs, profile directories). */
+export function tempDir(prefix: string): { path: string; remove(): void } {
+  const path = mkdtempSync(join(tmpdir(), prefix));
+  return { path, remove: () => rmSync(path, { recursive: true, force: true }) };
+}
+
+// ---- targets and the closing table -----------------------------------------------------------
+
+export interface Target {
+  /** `min`: the figure must be at least `value`; `max`: at most. */
+  dir: 'min' | 'max';
+  value: number;
+}
+
+export const atLeast = (value: number): Target => ({ dir: 'min', value });
+export const atMost = (value: number): Target => ({ dir: 'max', value });
+
+export function met(figure: number, target: Target): boolean {
+  return target.dir === 'min' ? figure >= target.value : figure <= target.value;
+}
+
+export function targetText(target: Target, unit = ''): string {
+  const value = Number.isInteger(target.value) ? f0(target.value) : String(target.value);
+  return `${target.dir === 'min' ? '≥' : '≤'} ${value}${unit}`;
+}
+
+export interface TargetRow {
+  bench: string;
+  /** What is measured against what. */
+  measure: string;
+  /** The figure judged (a median over rounds, usually a ratio). */
+  figure: number;
+  unit?: string;
+  target: Target;
+  /** CPU per request or delivery, µs, of the service and its baseline in the same run. */
+  cpuUs?: { service: number; baseline: number };
+  /** Anything else worth a glance beside the figure (rates, spread). */
+  detail?: string;
+}
+
+const recorded: TargetRow[] = [];
+
+function rowText(row: TargetRow): string {
+  const unit = row.unit ?? '';
+  const figure = `${Number.isInteger(row.figure) ? f0(row.figure) : f2(row.figure)}${unit}`;
+  const cpu = row.cpuUs
+    ? ` | CPU µs per request ${f0(row.cpuUs.service)} vs ${f0(row.cpuUs.baseline)} (${f2(row.cpuUs.service / Math.max(1e-9, row.cpuUs.baseline))}×)`
+    : '';
+  return (
+    `${row.bench} | ${row.measure} | ${figure} | target ${targetText(row.target, unit)} | ` +
+    `${met(row.figure, row.target) ? 'met' : 'MISSED'}${cpu}${row.detail ? ` | ${row.detail}` : ''}`
+  );
+}
+
+/** Keeps a target's row for the closing table; its line, for the bench to print in its place. */
+export function recordTarget(row: TargetRow): string {
+  recorded.push(row);
+  return `  => ${rowText(row)}`;
+}
+
+/** Every row recorded so far, as the closing table of `npm run bench`. */
+export function printTargets(): void {
+  if (recorded.length === 0) return;
+  const missed = recorded.filter((r) => !met(r.figure, r.target)).length;
+  console.log(`\n=== targets: ${recorded.length - missed} met, ${missed} missed ===`);
+  for (const row of recorded) console.log(`  ${rowText(row)}`);
+}
+
+// ---- command line ----------------------------------------------------------------------------
+
+type FlagKind = 'number' | 'string' | 'boolean' | 'numbers' | 'strings' | readonly string[];
+
+/**
+ * When `moduleUrl` is the file node was started with: parses `--flag=value` options of the given
+ * kinds (a list of strings: the values allowed), names them in camelCase (`--cpu-prof` is
+ * `cpuProf`) and runs the bench with them; unset flags are left out, so its defaults hold.
+ */
+export async function whenMain(
+  moduleUrl: string,
+  flags: Record<string, FlagKind>,
+  run: (options: never) => Promise<unknown>,
+): Promise<void> {
+  if (moduleUrl !== pathToFileURL(process.argv[1] ?? '').href) return;
+  const { values } = parseArgs({
+    options: Object.fromEntries(
+      Object.entries(flags).map(([name, kind]) => [
+        name,
+        { type: kind === 'boolean' ? 'boolean' : 'string' },
+      ]),
+    ) as Record<string, { type: 'string' | 'boolean' }>,
+  });
+  const options: Record<string, unknown> = {};
+  for (const [name, kind] of Object.entries(flags)) {
+    const raw = values[name];
+    if (raw === undefined) continue;
+    const key = name.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+    if (typeof kind !== 'string') {
+      if (!kind.includes(raw as string)) throw new Error(`--${name} takes ${kind.join(' or ')} (got ${raw})`);
+      options[key] = raw;
+    } else if (kind === 'number') options[key] = Number(raw);
+    else if (kind === 'numbers') options[key] = (raw as string).split(',').map(Number);
+    else if (kind === 'strings') options[key] = (raw as string).split(',');
+    else options[key] = raw;
+  }
+  await run(options as never);
+}
+
+// ---- tables and store benches ----------------------------------------------------------------
+
+/** Prints rows of cells under a header, the first column left-aligned and the rest right-aligned. */
+export function printColumns(header: string[], lines: string[][]): void {
+  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i]!.length)));
+  const format = (cells: string[]) =>
+    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
+  console.log(format(header));
+  console.log(widths.map((w) => '-'.repeat(w)).join('  '));
+  for (const line of lines) console.log(format(line));
+}
+
+/** A small verdict-shaped event, numbered: what the store benches append. */
+export function sampleEvent(i: number): NewEvent {
+  return {
+    id: crypto.randomUUID(),
+    type: 'VerdictRecorded',
+    data: {
+      symbol: 'BTC/USDT',
+      timeframe: '1h',
+      verdict: i % 3 === 0 ? 'BUY' : 'HOLD',
+      score: i % 100,
+      at: i,
+    },
+  };
+}
+
+/** Counts every event: a rebuild measures the store's feed and the runner, not a fold. */
+export const countingProjection: Projection<number> = {
+  name: 'bench-count',
+  version: 1,
+  initial: () => 0,
+  evolve: (n) => n + 1,
+};
+
+/** The cache a keyed in-process bench runs on: Redis under `prefix` (checked reachable), or memory. */
+export async function openBenchCache(
+  kind: 'redis' | 'memory',
+  redisUrl: string,
+  prefix: string,
+): Promise<Cache> {
+  if (kind === 'memory') return new MemoryCache();
+  const cache = await connectRedisCache({ url: redisUrl, prefix, commandTimeoutMs: 10_000 });
+  const health = await cache.health();
+  if (!health.ok) throw new Error(`Redis at ${redisUrl} is not reachable: ${health.detail}`);
+  return cache;
+}

@@ -283,6 +283,26 @@ export const ConfigSchema = z
     SIWE_NONCE_TTL_MS: positiveInt.default(10 * 60_000),
 
     /**
+     * OAuth sign-in for MCP hosts (services/api/oauth): /mcp/signin asks for an OAuth access
+     * token that acts as one of the person's API keys. The issuer is PUBLIC_BASE_URL unless set.
+     */
+    OAUTH_ENABLED: bool.default(true),
+    OAUTH_ISSUER: z.url().optional(),
+    /** Access tokens are short-lived and bound to the /mcp/signin resource; refresh tokens renew them. */
+    OAUTH_ACCESS_TOKEN_TTL_S: positiveInt.default(600),
+    OAUTH_REFRESH_TOKEN_TTL_S: positiveInt.default(30 * 86_400),
+    OAUTH_CODE_TTL_S: positiveInt.default(60),
+    /** How long the sign-in page (one interaction) stays usable. */
+    OAUTH_INTERACTION_TTL_S: positiveInt.default(600),
+    /**
+     * The private signing keys (a JWKS JSON with `keys`) and cookie-signing secrets (comma-separated).
+     * When unset they are generated at first start and kept in the OAuth store (Redis when
+     * CACHE=redis, so every api host shares them).
+     */
+    OAUTH_JWKS: z.string().optional(),
+    OAUTH_COOKIE_KEYS: z.string().optional(),
+
+    /**
      * Webhooks. 64 hex chars (32 bytes) encrypting subscription secrets at rest. Outside
      * production a fixed development key stands in; with NODE_ENV=production the roles that
      * handle webhooks (api, dispatcher) refuse to start without it.

@@ -39,6 +39,8 @@ export async function startKeyedServer(options: {
   engine?: SignalEngine;
   /** Register the request-rate limiter in front of the routes, as the service does. */
   rateLimited?: boolean;
+  /** Listen on this port (0: any free one); a server that names its own URL (OAuth's issuer) needs it fixed. */
+  port?: number;
 }) {
   const config = loadConfig({ EVENT_STORE: 'memory', NODE_ENV: 'test', LOG_LEVEL: 'silent', ...options.env });
   const logger = pino({ level: 'silent' });
@@ -62,7 +64,7 @@ export async function startKeyedServer(options: {
     metrics: null,
     plugins: [...(options.rateLimited && channel.rateLimit ? [channel.rateLimit] : []), ...channel.plugins],
   });
-  await app.listen({ host: '127.0.0.1', port: 0 });
+  await app.listen({ host: '127.0.0.1', port: options.port ?? 0 });
   const { port } = app.server.address() as AddressInfo;
   return {
     app,

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { isWellFormedKey } from '../keys/key-material.ts';
+import type { KeyRecord } from '../keys/key-registry.ts';
 import { type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
 import type { QuotaMeter, QuotaSubject } from '../quota/quota-meter.ts';
 import {
@@ -108,7 +109,11 @@ export async function identifyCaller(keys: KeyResolver, request: CallerRequest):
       anonymousSubject(request.clientAddress),
     );
   }
-  const { record } = lookup;
+  return keyCaller(lookup.record);
+}
+
+/** The caller of an active key: whether it came as a Bearer key or as an OAuth token acting as it, metered alike. */
+export function keyCaller(record: Pick<KeyRecord, 'keyHash' | 'keyId' | 'plan'>): Caller {
   return {
     auth: { outcome: 'OK', presented: true, tier: record.plan },
     subject: { id: record.keyHash, kind: 'key', plan: record.plan },

@@ -17,6 +17,7 @@ import { mcpPlugin } from './mcp/plugin.ts';
 import { guardConfig } from './mcp/request-guard.ts';
 import type { PaymentRequirementsFor, PayPerCall } from './mcp/tool-call.ts';
 import { signalTools, type ToolDefinition, type ToolRegistry, toolRegistry } from './mcp/tool-registry.ts';
+import { oauthSignIn } from './oauth/signin.ts';
 import { RateLimiter, rateLimitPlugin } from './rate-limit.ts';
 
 export interface KeyedChannelDeps {
@@ -52,6 +53,8 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
   registry: ProjectionRunner<KeyRegistry>;
   /** The tools /mcp serves, for discovery documents. */
   tools: ToolRegistry;
+  /** OAuth sign-in for MCP hosts (/mcp/signin and the authorization server); null when OAUTH_ENABLED=false. */
+  oauth: ReturnType<typeof oauthSignIn> | null;
 } {
   const { config, adapters, logger } = deps;
   const plans = planTable(config);
@@ -87,6 +90,17 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
       })
     : null;
   const tools = toolRegistry([...signalTools(deps.ops), ...(deps.extraTools ?? [])]);
+  const oauth = config.OAUTH_ENABLED
+    ? oauthSignIn({
+        config,
+        store: adapters.eventStore,
+        cache: adapters.cache,
+        keys,
+        registry,
+        registryCaughtUp: (position) => registry.waitFor(position),
+        logger,
+      })
+    : null;
   const plugins: FastifyPluginAsync[] = [
     keyRoutes({
       store: adapters.eventStore,
@@ -111,7 +125,9 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
       ...(deps.onMcpSessionCount ? { onSessionCount: deps.onMcpSessionCount } : {}),
       ...(deps.paymentRequirements ? { paymentRequirements: deps.paymentRequirements } : {}),
       ...(deps.payPerCall ? { payPerCall: deps.payPerCall } : {}),
+      ...(oauth ? { signin: oauth.gate } : {}),
     }),
+    ...(oauth ? [oauth.plugin] : []),
   ];
   return {
     name: 'keyed-channel',
@@ -121,6 +137,7 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
     quota,
     registry,
     tools,
+    oauth,
     async start() {
       await registry.start();
       // The quota counters are a projection of the log: the in-process cache starts without them,

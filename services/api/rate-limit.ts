@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { TurnBatch } from '../../adapters/cache/turn-batch.ts';
 import type { Config } from '../../contracts/config.ts';
 import type { Plan } from '../../contracts/events.ts';
+import { SIGNIN_MCP_PATH } from '../../contracts/oauth.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
 import type { QuotaMeter } from '../quota/quota-meter.ts';
 import { type Caller, CallerRejectedError, identifyCaller, keylessCaller } from './caller.ts';
@@ -285,12 +286,15 @@ function tighter(overall: RateDecision, byTool: RateDecision): RateDecision {
 export function toolOf(url: string, body: unknown): string | null {
   const path = url.split('?')[0]!;
   if (path.startsWith('/x402/')) return path.slice('/x402/'.length) || null;
-  if (path === '/mcp' && body !== null && typeof body === 'object' && !Array.isArray(body)) {
+  if (isMcpPath(path) && body !== null && typeof body === 'object' && !Array.isArray(body)) {
     const { method, params } = body as { method?: unknown; params?: { name?: unknown } };
     if (method === 'tools/call' && typeof params?.name === 'string') return params.name.slice(0, 64);
   }
   return null;
 }
+
+/** The MCP endpoints: /mcp, and /mcp/signin whose callers sign in with OAuth. */
+const isMcpPath = (path: string): boolean => path === '/mcp' || path === SIGNIN_MCP_PATH;
 
 /** Paths never limited: probes and metrics scraped by the platform. */
 const UNLIMITED = new Set(['/healthz', '/readyz', '/metrics']);
@@ -318,6 +322,14 @@ type Identified = FastifyRequest & { [IDENTIFIED]?: Caller | undefined };
  */
 export function limitedCaller(request: FastifyRequest): Caller | undefined {
   return (request as Identified)[IDENTIFIED];
+}
+
+/**
+ * Names the caller before the limit runs, for a route that authenticates on its own (an OAuth
+ * access token on /mcp/signin acts as its key): the limit and the route then count that caller.
+ */
+export function identifyAs(request: FastifyRequest, caller: Caller): void {
+  (request as Identified)[IDENTIFIED] = caller;
 }
 
 function callerTier(caller: Caller): RateTier {
@@ -348,7 +360,7 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
     decision: RateDecision,
     resetSeconds: number,
   ): Promise<void> => {
-    const channel = path === '/mcp' ? 'mcp' : 'http';
+    const channel = isMcpPath(path) ? 'mcp' : 'http';
     deps.onRefused?.(callerTier(caller), channel);
     let service: ServiceMeta;
     try {
@@ -389,7 +401,9 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
   const limitAwaiting = async (request: FastifyRequest, reply: FastifyReply, path: string) => {
     let caller: Caller;
     try {
-      caller = await identifyCaller(deps.keys, { headers: request.headers, clientAddress: request.ip });
+      caller =
+        (request as Identified)[IDENTIFIED] ??
+        (await identifyCaller(deps.keys, { headers: request.headers, clientAddress: request.ip }));
       (request as Identified)[IDENTIFIED] = caller;
     } catch (err) {
       if (!(err instanceof CallerRejectedError)) throw err;
@@ -419,7 +433,11 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
         done();
         return;
       }
-      const keyless = keylessCaller({ headers: request.headers, clientAddress: request.ip });
+      // A route that authenticated the request itself (identifyAs) is limited as that caller.
+      const keyless =
+        (request as Identified)[IDENTIFIED] === undefined
+          ? keylessCaller({ headers: request.headers, clientAddress: request.ip })
+          : null;
       if (keyless !== null) {
         (request as Identified)[IDENTIFIED] = keyless;
         const decision = deps.limiter.takeNow(

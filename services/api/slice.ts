@@ -33,7 +33,7 @@ export function channelsSlice(
       baseUrl: deps.config.PUBLIC_BASE_URL,
       now: revealClock(deps.feed),
     }),
-    discoveryPlugin({ ...deps.discovery, tools: keyed.tools.all() }),
+    discoveryPlugin({ ...deps.discovery, tools: keyed.tools.all(), signin: keyed.oauth !== null }),
   ];
   const plugin: FastifyPluginAsync = async (app) => {
     if (keyed.rateLimit) await app.register(keyed.rateLimit);

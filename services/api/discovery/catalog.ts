@@ -1,6 +1,7 @@
 import { declareDiscoveryExtension } from '@x402/extensions/bazaar';
 import { declarePaymentIdentifierExtension, PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier';
 import { jsonSchema } from '../../../contracts/json-schema.ts';
+import { SIGNIN_MCP_PATH } from '../../../contracts/oauth.ts';
 import type { ToolAnnotations } from '../../../contracts/tools.ts';
 import { annotationsOf, outputSchemaOf, type ToolDefinition } from '../mcp/tool-registry.ts';
 
@@ -221,9 +222,10 @@ export const SERVER_CARD_TYPE = 'application/mcp-server-card+json';
 /**
  * `GET /mcp/server-card`: the MCP Server Card at the place the server-card extension reserves
  * (`<streamable-http-url>/server-card`): who the server is and where to connect, no tools (a
- * live tools/list cannot go stale). One URL serves anonymous callers and Bearer API keys.
+ * live tools/list cannot go stale). `/mcp` serves anonymous callers and Bearer API keys; with
+ * sign-in on, `/mcp/signin` serves hosts that sign in with OAuth (the token acts as a key).
  */
-export function serverCard(origin: string) {
+export function serverCard(origin: string, signin = false) {
   return {
     $schema: 'https://static.modelcontextprotocol.io/schemas/v1/server-card.schema.json',
     name: REGISTRY_NAME,
@@ -244,27 +246,49 @@ export function serverCard(origin: string) {
           },
         ],
       },
+      ...(signin ? [signInRemote(origin)] : []),
     ],
   };
 }
 
-/** `GET /.well-known/mcp/catalog.json`: the MCP Catalog of this origin, pointing at its server card. */
-export function mcpCatalog(origin: string, host: string) {
+/** The sign-in URL as a remote: no header to configure, the host discovers OAuth from its 401. */
+function signInRemote(origin: string) {
+  return { type: 'streamable-http', url: `${origin}${SIGNIN_MCP_PATH}` };
+}
+
+/** `GET /mcp/signin/server-card`: the card of the sign-in URL alone, for hosts that only sign in. */
+export function signInServerCard(origin: string) {
+  return { ...serverCard(origin), name: `${REGISTRY_NAME}-signin`, remotes: [signInRemote(origin)] };
+}
+
+/** `GET /.well-known/mcp/catalog.json`: the MCP Catalog of this origin, pointing at its server cards. */
+export function mcpCatalog(origin: string, host: string, signin = false) {
+  const id = REGISTRY_NAME.split('/')[1];
   return {
     specVersion: 'draft',
     entries: [
       {
-        identifier: `urn:air:${host}:${REGISTRY_NAME.split('/')[1]}`,
+        identifier: `urn:air:${host}:${id}`,
         displayName: SERVICE_TITLE,
         type: SERVER_CARD_TYPE,
         url: `${origin}/mcp/server-card`,
       },
+      ...(signin
+        ? [
+            {
+              identifier: `urn:air:${host}:${id}-signin`,
+              displayName: `${SERVICE_TITLE} (OAuth sign-in)`,
+              type: SERVER_CARD_TYPE,
+              url: `${origin}${SIGNIN_MCP_PATH}/server-card`,
+            },
+          ]
+        : []),
     ],
   };
 }
 
 /** `/llms.txt`: the same, for a model reading plain text. */
-export function llmsTxt(origin: string, tools: CatalogTool[], rails: QuotedRail[]): string {
+export function llmsTxt(origin: string, tools: CatalogTool[], rails: QuotedRail[], signin = false): string {
   const lines = [
     `# ${SERVICE_TITLE}`,
     '',
@@ -273,6 +297,11 @@ export function llmsTxt(origin: string, tools: CatalogTool[], rails: QuotedRail[
     '## MCP',
     '',
     `- [MCP endpoint](${origin}/mcp): Streamable HTTP; one-shot tools/call without a session works too`,
+    ...(signin
+      ? [
+          `- [Sign-in MCP endpoint](${origin}${SIGNIN_MCP_PATH}): the same tools for hosts that sign in with OAuth (Claude, ChatGPT); the token acts as one of your API keys`,
+        ]
+      : []),
     `- [Server card](${origin}/mcp/server-card): where to connect (${SERVER_CARD_TYPE}); catalog at ${origin}/.well-known/mcp/catalog.json`,
     `- [Tool card](${origin}/.well-known/mcp.json): tools with input and output schemas`,
     '',

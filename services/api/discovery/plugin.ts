@@ -1,4 +1,5 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import { SIGNIN_MCP_PATH } from '../../../contracts/oauth.ts';
 import { documented } from '../openapi.ts';
 import {
   type CatalogTool,
@@ -11,6 +12,7 @@ import {
   SERVER_CARD_TYPE,
   type SoldTool,
   serverCard,
+  signInServerCard,
   type TableTool,
   x402Manifest,
 } from './catalog.ts';
@@ -23,6 +25,8 @@ export interface DiscoveryOptions {
   rails: QuotedRail[];
   /** How long paid answers are kept (the published idempotency window). */
   paidResponseTtlMs: number;
+  /** Whether /mcp/signin (OAuth sign-in for MCP hosts) is served: the cards and catalog then name it. */
+  signin?: boolean;
 }
 
 const CACHE = 'public, max-age=300';
@@ -44,6 +48,17 @@ const serverCardDoc = documented({
   responses: {
     200: {
       description: 'Who the server is and where to connect',
+      schema: { type: 'object' },
+      contentTypes: [SERVER_CARD_TYPE],
+    },
+  },
+});
+const signInCardDoc = documented({
+  summary: 'MCP Server Card of the sign-in URL (/mcp/signin, OAuth)',
+  tags: ['discovery', 'oauth'],
+  responses: {
+    200: {
+      description: 'Where hosts that sign in with OAuth connect',
       schema: { type: 'object' },
       contentTypes: [SERVER_CARD_TYPE],
     },
@@ -74,6 +89,7 @@ export function discoveryPlugin(options: DiscoveryOptions): FastifyPluginAsync {
   const tools: CatalogTool[] = catalogTools(options.tools, options.paid);
   const policy = paymentPolicy(options.paidResponseTtlMs);
   const origin = (request: FastifyRequest) => `${request.protocol}://${request.host}`;
+  const signin = options.signin === true;
   return async (app) => {
     if (options.paid.length > 0) {
       app.get('/.well-known/x402', { config: manifestDoc }, async (request, reply) =>
@@ -89,18 +105,26 @@ export function discoveryPlugin(options: DiscoveryOptions): FastifyPluginAsync {
       reply
         .headers({ ...DISCOVERY_CORS, 'cache-control': CACHE })
         .type(SERVER_CARD_TYPE)
-        .send(JSON.stringify(serverCard(origin(request)))),
+        .send(JSON.stringify(serverCard(origin(request), signin))),
     );
+    if (signin) {
+      app.get(`${SIGNIN_MCP_PATH}/server-card`, { config: signInCardDoc }, async (request, reply) =>
+        reply
+          .headers({ ...DISCOVERY_CORS, 'cache-control': CACHE })
+          .type(SERVER_CARD_TYPE)
+          .send(JSON.stringify(signInServerCard(origin(request)))),
+      );
+    }
     app.get('/.well-known/mcp/catalog.json', { config: catalogDoc }, async (request, reply) =>
       reply
         .headers({ ...DISCOVERY_CORS, 'cache-control': CACHE })
-        .send(mcpCatalog(origin(request), request.hostname)),
+        .send(mcpCatalog(origin(request), request.hostname, signin)),
     );
     app.get('/llms.txt', { config: llmsDoc }, async (request, reply) =>
       reply
         .header('cache-control', CACHE)
         .type('text/plain; charset=utf-8')
-        .send(llmsTxt(origin(request), tools, options.paid.length > 0 ? options.rails : [])),
+        .send(llmsTxt(origin(request), tools, options.paid.length > 0 ? options.rails : [], signin)),
     );
   };
 }

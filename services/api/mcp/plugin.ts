@@ -3,9 +3,10 @@ import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import { CallerRejectedError, identifyCaller } from '../caller.ts';
+import { type Caller, CallerRejectedError, identifyCaller } from '../caller.ts';
 import { errorHandler, rpcErrorBody } from '../errors.ts';
 import { documented, type ResponseDoc } from '../openapi.ts';
+import { identifyAs } from '../rate-limit.ts';
 import { InFlightIds, requestIds } from './in-flight.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
 import { createMcpServer } from './server.ts';
@@ -24,7 +25,22 @@ export interface McpPluginOptions extends ToolCallDeps {
   maxSessionsPerCaller?: number;
   /** Told the number of open sessions whenever it changes (a gauge). */
   onSessionCount?: (open: number) => void;
+  /** The same MCP server at a second path that requires sign-in (an OAuth access token acting as a key). */
+  signin?: SignInGate;
 }
+
+/** Who a request to the sign-in path acts as, or why it is refused (401 with its challenge). */
+export type SignInOutcome =
+  | { caller: Caller }
+  | { status: 401 | 403 | 503; challenge: string | null; message: string };
+
+export interface SignInGate {
+  path: string;
+  authenticate(request: FastifyRequest): Promise<SignInOutcome>;
+}
+
+/** The caller a sign-in path authenticated, for the transports that identify callers again. */
+const signedIn = new WeakMap<FastifyRequest, Caller>();
 
 const MCP_METHODS = 'GET, POST, DELETE';
 
@@ -40,30 +56,50 @@ const rpcError = (description: string): ResponseDoc => ({
   },
 });
 
+const MCP_BODY = { type: 'object', description: 'A JSON-RPC 2.0 request, notification or batch' };
+
+const MCP_RESPONSES: Record<number, ResponseDoc> = {
+  200: {
+    description: 'JSON-RPC response (application/json) or an event stream',
+    schema: { type: 'object' },
+  },
+  202: { description: 'A notification was accepted' },
+  400: rpcError(
+    '-32700: the body is not JSON, or nests deeper than 64 levels; -32000: bad request (no session for a GET); -32600: invalid request',
+  ),
+  413: rpcError('-32600: the body is larger than the limit'),
+  415: rpcError('-32600: the body is not application/json'),
+  403: rpcError('-32000: Host or Origin not allowed (DNS-rebinding guard)'),
+  404: rpcError('-32001: session not found'),
+  405: rpcError('-32000: method not allowed'),
+  406: rpcError('-32000: Accept must list application/json and text/event-stream'),
+  409: rpcError('-32600: a request id already in flight on this session'),
+  429: rpcError('-32000: rate limited, with Retry-After'),
+};
+
 const MCP_DOC = documented({
   summary: 'MCP over Streamable HTTP (JSON-RPC 2.0): the tools, resources and prompts of the service',
   description:
     'POST initialize opens a session (Mcp-Session-Id); POST without a session answers one-shot calls and the 2026-07-28 stateless revision. GET opens the session stream, DELETE ends the session; PUT and PATCH answer 405. Keys go in Authorization: Bearer; without one, calls run on the free anonymous limits; a paid call carries _meta["x402/payment"].',
   tags: ['mcp'],
   auth: 'bearer-optional',
-  body: { type: 'object', description: 'A JSON-RPC 2.0 request, notification or batch' },
+  body: MCP_BODY,
+  responses: MCP_RESPONSES,
+});
+
+const SIGNIN_DOC = documented({
+  summary: 'MCP over Streamable HTTP for hosts that sign in with OAuth (Claude, ChatGPT, Cursor)',
+  description:
+    'The same server as /mcp, for a caller holding an OAuth access token issued for this resource: the token acts as the API key the person chose when signing in (its plan, quota and rate limits). Without a valid token: 401 with WWW-Authenticate: Bearer resource_metadata="<origin>/.well-known/oauth-protected-resource/mcp/signin".',
+  tags: ['mcp', 'oauth'],
+  auth: 'bearer',
+  body: MCP_BODY,
   responses: {
-    200: {
-      description: 'JSON-RPC response (application/json) or an event stream',
-      schema: { type: 'object' },
-    },
-    202: { description: 'A notification was accepted' },
-    400: rpcError(
-      '-32700: the body is not JSON, or nests deeper than 64 levels; -32000: bad request (no session for a GET); -32600: invalid request',
+    ...MCP_RESPONSES,
+    401: rpcError(
+      '-32000: sign-in required, or the access token is invalid, expired, revoked or for another resource',
     ),
-    413: rpcError('-32600: the body is larger than the limit'),
-    415: rpcError('-32600: the body is not application/json'),
-    403: rpcError('-32000: Host or Origin not allowed (DNS-rebinding guard)'),
-    404: rpcError('-32001: session not found'),
-    405: rpcError('-32000: method not allowed'),
-    406: rpcError('-32000: Accept must list application/json and text/event-stream'),
-    409: rpcError('-32600: a request id already in flight on this session'),
-    429: rpcError('-32000: rate limited, with Retry-After'),
+    503: rpcError('-32000: the token could not be checked right now; retry shortly'),
   },
 });
 
@@ -147,7 +183,7 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
         if (oneShot !== null) return answerToolCall(options, oneShot, request, reply, { kind: 'one-shot' });
         const modern = modernToolCall(request);
         if (modern !== null) return answerToolCall(options, modern, request, reply, { kind: 'modern' });
-        return stateless.serve(request, reply);
+        return stateless.serve(request, reply, signedIn.get(request));
       } else {
         return jsonRpcError(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
       }
@@ -184,7 +220,13 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
         if (value !== undefined) reply.raw.setHeader(name, value as string | string[] | number);
       }
       const raw = request.raw as typeof request.raw & { auth?: AuthInfo };
-      raw.auth = { token: '', clientId: 'mcp', scopes: [], extra: { clientAddress: request.ip } };
+      const caller = signedIn.get(request);
+      raw.auth = {
+        token: '',
+        clientId: 'mcp',
+        scopes: [],
+        extra: { clientAddress: request.ip, ...(caller ? { caller } : {}) },
+      };
       try {
         await transport.handleRequest(raw, reply.raw, request.body);
       } catch (err) {
@@ -201,6 +243,8 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
 
     /** The caller a new session counts against: its key when one applies, else its address. */
     const sessionOwner = async (request: FastifyRequest): Promise<string> => {
+      const caller = signedIn.get(request);
+      if (caller) return `${caller.subject.kind}:${caller.subject.id}`;
       try {
         const caller = await identifyCaller(options.keys, {
           headers: request.headers,
@@ -240,5 +284,31 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
       handler: handle,
       config: MCP_DOC,
     });
+
+    const gate = options.signin;
+    if (gate) {
+      app.options(gate.path, async (request, reply) => {
+        if (!guard(request, reply)) return reply;
+        return reply.code(204).send();
+      });
+      app.route({
+        method: ['GET', 'POST', 'DELETE', 'PUT', 'PATCH'],
+        url: gate.path,
+        handler: handle,
+        config: SIGNIN_DOC,
+        // Before the rate limit (a preHandler): the limit then counts the key the token acts as.
+        onRequest: async (request, reply) => {
+          const outcome = await gate.authenticate(request);
+          if ('caller' in outcome) {
+            signedIn.set(request, outcome.caller);
+            identifyAs(request, outcome.caller);
+            return;
+          }
+          if (outcome.challenge !== null) reply.header('www-authenticate', outcome.challenge);
+          reply.headers(corsHeaders(request.headers.origin, MCP_METHODS));
+          return jsonRpcError(reply, outcome.status, -32000, outcome.message);
+        },
+      });
+    }
   };
 }

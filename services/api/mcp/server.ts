@@ -1,5 +1,6 @@
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
+import type { Caller } from '../caller.ts';
 import { callTool, MCP_PAYMENT_META, type ToolCallDeps } from './tool-call.ts';
 
 export const SERVER_INFO = { name: 'signal-service', version: '1.0.0' };
@@ -24,12 +25,15 @@ export function createMcpServer(deps: ToolCallDeps): Server {
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     const clientAddress = extra.authInfo?.extra?.clientAddress;
     const payment = request.params._meta?.[MCP_PAYMENT_META];
+    // A caller authenticated by the route (an OAuth token on /mcp/signin) is not identified again from headers.
+    const caller = extra.authInfo?.extra?.caller as Caller | undefined;
     return callTool(deps, {
       name: request.params.name,
       args: request.params.arguments,
       headers: extra.requestInfo?.headers ?? {},
       clientAddress: typeof clientAddress === 'string' ? clientAddress : 'unknown',
       ...(payment === undefined ? {} : { payment }),
+      ...(caller ? { caller } : {}),
     });
   });
   return server;

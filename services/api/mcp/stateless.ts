@@ -2,6 +2,7 @@ import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { CacheHint, McpHttpHandler, Server, ServerContext } from '@modelcontextprotocol/server';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Caller } from '../caller.ts';
 import { createMcpServer, SERVER_INFO, SERVER_INSTRUCTIONS } from './server.ts';
 import { ChannelError, callTool, MCP_PAYMENT_META, type ToolCallDeps } from './tool-call.ts';
 
@@ -37,6 +38,7 @@ function createModernServer(sdk: ModernSdk, deps: ToolCallDeps): Server {
   server.setRequestHandler('tools/call', async (request, ctx: ServerContext) => {
     const clientAddress = ctx.http?.authInfo?.extra?.clientAddress;
     const payment = request.params._meta?.[MCP_PAYMENT_META];
+    const caller = ctx.http?.authInfo?.extra?.caller as Caller | undefined;
     try {
       return (await callTool(deps, {
         name: request.params.name,
@@ -44,6 +46,7 @@ function createModernServer(sdk: ModernSdk, deps: ToolCallDeps): Server {
         headers: headersOf(ctx.http?.req),
         clientAddress: typeof clientAddress === 'string' ? clientAddress : 'unknown',
         ...(payment === undefined ? {} : { payment }),
+        ...(caller ? { caller } : {}),
       })) as never;
     } catch (err) {
       // -32003/-32004 stay JSON-RPC errors on this generation too, message as written.
@@ -54,8 +57,18 @@ function createModernServer(sdk: ModernSdk, deps: ToolCallDeps): Server {
   return server;
 }
 
+function authInfo(request: FastifyRequest, caller: Caller | undefined): AuthInfo {
+  return {
+    token: '',
+    clientId: 'mcp',
+    scopes: [],
+    extra: { clientAddress: request.ip, ...(caller ? { caller } : {}) },
+  };
+}
+
 export interface StatelessMcp {
-  serve(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply>;
+  /** `caller`: who the route authenticated (an OAuth token on /mcp/signin); else identified from headers. */
+  serve(request: FastifyRequest, reply: FastifyReply, caller?: Caller): Promise<FastifyReply>;
   close(): Promise<void>;
 }
 
@@ -67,6 +80,7 @@ async function serveLegacy(
   deps: ToolCallDeps,
   request: FastifyRequest,
   reply: FastifyReply,
+  caller: Caller | undefined,
 ): Promise<FastifyReply> {
   const server = createMcpServer(deps);
   const transport = new StreamableHTTPServerTransport({
@@ -79,7 +93,7 @@ async function serveLegacy(
     if (value !== undefined) reply.raw.setHeader(name, value as string | string[] | number);
   }
   const raw = request.raw as typeof request.raw & { auth?: AuthInfo };
-  raw.auth = { token: '', clientId: 'mcp', scopes: [], extra: { clientAddress: request.ip } };
+  raw.auth = authInfo(request, caller);
   reply.raw.once('close', () => {
     void transport.close().catch(() => undefined);
     void server.close().catch(() => undefined);
@@ -113,7 +127,7 @@ export function statelessMcp(deps: ToolCallDeps): StatelessMcp {
     return loaded;
   };
   return {
-    async serve(request, reply) {
+    async serve(request, reply, caller) {
       const headers = new Headers();
       for (const [name, value] of Object.entries(request.headers)) {
         if (value === undefined) continue;
@@ -123,10 +137,10 @@ export function statelessMcp(deps: ToolCallDeps): StatelessMcp {
       const body = typeof request.body === 'string' ? request.body : JSON.stringify(request.body ?? null);
       const web = new Request(url, { method: request.method, headers, body });
       const { sdk, handler } = await load();
-      if (await sdk.isLegacyRequest(web, request.body)) return serveLegacy(deps, request, reply);
+      if (await sdk.isLegacyRequest(web, request.body)) return serveLegacy(deps, request, reply, caller);
       const response = await handler.fetch(web, {
         parsedBody: request.body,
-        authInfo: { token: '', clientId: 'mcp', scopes: [], extra: { clientAddress: request.ip } },
+        authInfo: authInfo(request, caller),
       });
       reply.code(response.status);
       response.headers.forEach((value, name) => {

@@ -1,0 +1,59 @@
+import { z } from 'zod';
+
+/**
+ * OAuth sign-in for MCP hosts: the documents and bodies of the MCP authorization profile that
+ * this service writes itself. The authorization server's own endpoints (authorize, token,
+ * register, revoke, its RFC 8414 metadata) are the library's; their shapes are the RFCs'.
+ */
+
+/** The path of the MCP endpoint that requires sign-in; `/mcp` stays anonymous or keyed. */
+export const SIGNIN_MCP_PATH = '/mcp/signin';
+/** The one scope a token carries: call the MCP tools as the chosen key. */
+export const MCP_SCOPE = 'mcp';
+/** Where the authorization server's own routes live. */
+export const OAUTH_PREFIX = '/oauth';
+
+/** RFC 9728 protected resource metadata of /mcp/signin. */
+export const ProtectedResourceMetadata = z.object({
+  resource: z.url(),
+  authorization_servers: z.array(z.url()).min(1),
+  scopes_supported: z.array(z.string()),
+  bearer_methods_supported: z.array(z.literal('header')),
+  resource_name: z.string(),
+  resource_documentation: z.url().optional(),
+});
+export type ProtectedResourceMetadata = z.infer<typeof ProtectedResourceMetadata>;
+
+/** The signing keys (a private JWKS) and cookie secrets of the authorization server. */
+export const OAuthSecrets = z.object({
+  jwks: z.object({ keys: z.array(z.looseObject({ kty: z.string(), kid: z.string() })).min(1) }),
+  cookieKeys: z.array(z.string().min(16)).min(1),
+});
+export type OAuthSecrets = z.infer<typeof OAuthSecrets>;
+
+/** Consent page: sign in with an API key the person already holds (it is the key the host acts as). */
+export const KeySignInForm = z.strictObject({
+  api_key: z.string().trim().min(1, 'enter your API key').max(200),
+});
+
+/** Consent page: sign in with a wallet (an EIP-4361 message signed in the page). */
+export const WalletSignInForm = z.strictObject({
+  // A form post turns every line break into CRLF; the wallet signed the message with LF.
+  message: z
+    .string()
+    .min(1)
+    .max(4_096)
+    .transform((message) => message.replace(/\r\n/g, '\n')),
+  signature: z.string().regex(/^0x[0-9a-fA-F]+$/, '0x-prefixed hex'),
+});
+
+/** Consent page, after a wallet sign-in: the key (of that wallet) the host will act as. */
+export const KeyChoiceForm = z.strictObject({
+  key_id: z.string().min(1).max(100),
+});
+
+/** The error body of the sign-in routes (an OAuth-style error with a readable description). */
+export const OAuthErrorBody = z.object({
+  error: z.string(),
+  error_description: z.string(),
+});

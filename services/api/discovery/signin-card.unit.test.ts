@@ -1,0 +1,31 @@
+import { describe, expect, it } from 'vitest';
+import { llmsTxt, mcpCatalog, serverCard, signInServerCard } from './catalog.ts';
+
+/** With OAuth sign-in on, every discovery document names /mcp/signin beside /mcp; off, none does. */
+describe('discovery documents and the sign-in URL', () => {
+  const origin = 'https://signals.example';
+
+  it('the server card names the keyed and the sign-in URLs', () => {
+    expect(serverCard(origin, true).remotes.map((r) => r.url)).toEqual([
+      `${origin}/mcp`,
+      `${origin}/mcp/signin`,
+    ]);
+    expect(serverCard(origin).remotes.map((r) => r.url)).toEqual([`${origin}/mcp`]);
+    expect(signInServerCard(origin).remotes).toEqual([
+      { type: 'streamable-http', url: `${origin}/mcp/signin` },
+    ]);
+  });
+
+  it('the catalog points at both cards', () => {
+    expect(mcpCatalog(origin, 'signals.example', true).entries.map((e) => e.url)).toEqual([
+      `${origin}/mcp/server-card`,
+      `${origin}/mcp/signin/server-card`,
+    ]);
+    expect(mcpCatalog(origin, 'signals.example').entries).toHaveLength(1);
+  });
+
+  it('llms.txt mentions the sign-in endpoint only when it is served', () => {
+    expect(llmsTxt(origin, [], [], true)).toContain(`${origin}/mcp/signin`);
+    expect(llmsTxt(origin, [], [], false)).not.toContain('/mcp/signin');
+  });
+});

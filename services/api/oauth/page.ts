@@ -1,0 +1,89 @@
+/**
+ * The sign-in and consent page of an MCP host's authorization request, as HTML. Pure: what
+ * to show comes in, the page goes out. The person signs in with an API key they hold (that key
+ * is the one the host will act as) or with their wallet (then picks one of the wallet's keys).
+ */
+
+export interface ConsentView {
+  uid: string;
+  clientName: string;
+  clientId: string;
+  redirectHost: string;
+  resource: string;
+  /** A refusal of the last attempt, shown above the forms. */
+  error?: string;
+  /** After a wallet sign-in: the wallet and its keys to choose from. */
+  wallet?: { address: string; keys: { keyId: string; prefix: string; plan: string }[] };
+}
+
+const escapeHtml = (text: string): string => text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+
+const STYLE = `body{font:16px/1.5 system-ui,sans-serif;max-width:34rem;margin:3rem auto;padding:0 1rem;color:#1b1b1b}
+h1{font-size:1.4rem}fieldset{border:1px solid #ccc;border-radius:6px;margin:1.2rem 0;padding:1rem}
+input[type=password],input[type=text]{width:100%;padding:.5rem;font:inherit;box-sizing:border-box}
+button{font:inherit;padding:.5rem 1rem;margin-top:.6rem;cursor:pointer}.error{color:#a00;font-weight:600}
+.muted{color:#555;font-size:.9rem}code{word-break:break-all}`;
+
+/** The wallet sign-in: a nonce from /api/keys/nonce, an EIP-4361 message signed in the wallet, posted back. */
+const WALLET_SCRIPT = `document.getElementById('wallet-button')?.addEventListener('click', async () => {
+  const status = document.getElementById('wallet-status');
+  try {
+    if (!window.ethereum) throw new Error('no wallet found in this browser');
+    const [address] = await window.ethereum.request({ method: 'eth_requestAccounts' });
+    const chainId = parseInt(await window.ethereum.request({ method: 'eth_chainId' }), 16);
+    const nonce = await (await fetch('/api/keys/nonce')).json();
+    const message = nonce.domain + ' wants you to sign in with your Ethereum account:\\n' + address +
+      '\\n\\nSign in to let an MCP host act as one of your API keys.\\n\\nURI: ' + location.origin +
+      '\\nVersion: 1\\nChain ID: ' + chainId + '\\nNonce: ' + nonce.nonce + '\\nIssued At: ' + new Date().toISOString();
+    const signature = await window.ethereum.request({ method: 'personal_sign', params: [message, address] });
+    const form = document.getElementById('wallet-form');
+    form.message.value = message;
+    form.signature.value = signature;
+    form.submit();
+  } catch (err) {
+    status.textContent = String(err && err.message || err);
+  }
+});`;
+
+export function consentPage(view: ConsentView): string {
+  const action = (step: string) => `/oauth/interaction/${encodeURIComponent(view.uid)}/${step}`;
+  const error = view.error ? `<p class="error" role="alert">${escapeHtml(view.error)}</p>` : '';
+  const who = `<p><strong>${escapeHtml(view.clientName)}</strong> asks to call this service's MCP tools
+ as one of your API keys: with that key's plan, quota and rate limits.</p>
+<p class="muted">It will be sent back to <code>${escapeHtml(view.redirectHost)}</code>.
+Client: <code>${escapeHtml(view.clientId)}</code></p>`;
+  const deny = `<form method="post" action="${action('abort')}"><button type="submit" id="deny">Deny</button></form>`;
+  const body = view.wallet
+    ? `<fieldset><legend>Choose the key the host will act as</legend>
+<p class="muted">Signed in as <code>${escapeHtml(view.wallet.address)}</code></p>
+<form method="post" action="${action('choose')}">
+${view.wallet.keys
+  .map(
+    (k, i) =>
+      `<label><input type="radio" name="key_id" value="${escapeHtml(k.keyId)}"${i === 0 ? ' checked' : ''}> <code>${escapeHtml(k.prefix)}…</code> (${escapeHtml(k.plan)})</label><br>`,
+  )
+  .join('\n')}
+<button type="submit" id="choose">Allow</button></form></fieldset>`
+    : `<fieldset><legend>Sign in with an API key you hold</legend>
+<form method="post" action="${action('key')}">
+<label for="api_key">API key (it is the key the host will act as)</label>
+<input type="password" id="api_key" name="api_key" autocomplete="off" required>
+<button type="submit" id="allow">Sign in and allow</button></form></fieldset>
+<fieldset><legend>Or sign in with your wallet</legend>
+<p class="muted">Sign-In with Ethereum; then choose one of the wallet's keys (a wallet without one gets its free key).</p>
+<form method="post" action="${action('wallet')}" id="wallet-form">
+<input type="hidden" name="message"><input type="hidden" name="signature">
+<button type="button" id="wallet-button">Sign in with wallet</button></form>
+<p class="muted" id="wallet-status"></p></fieldset>
+<script>${WALLET_SCRIPT}</script>`;
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<meta name="referrer" content="no-referrer"><title>Sign in — allow an MCP host</title><style>${STYLE}</style></head>
+<body><h1>Allow an MCP host</h1>${who}${error}${body}${deny}</body></html>`;
+}
+
+/** A page that ends the flow with an error (an interaction that expired, a cookie that is missing). */
+export function errorPage(title: string, detail: string): string {
+  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>${escapeHtml(title)}</title>
+<style>${STYLE}</style></head><body><h1>${escapeHtml(title)}</h1><p>${escapeHtml(detail)}</p></body></html>`;
+}

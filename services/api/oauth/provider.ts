@@ -1,0 +1,126 @@
+import Provider, { type Configuration, errors, type KoaContextWithOIDC } from 'oidc-provider';
+import { MCP_SCOPE, OAUTH_PREFIX, type OAuthSecrets } from '../../../contracts/oauth.ts';
+import { oauthAdapter } from './adapter.ts';
+import { clientDocumentFetchAllowed } from './client-document.ts';
+import { errorPage } from './page.ts';
+import type { OAuthStore } from './store.ts';
+
+export interface ProviderOptions {
+  issuer: string;
+  /** The one protected resource: the /mcp/signin URL. Tokens are bound to it (their audience). */
+  resource: string;
+  store: OAuthStore;
+  secrets: OAuthSecrets;
+  ttl: { accessTokenS: number; refreshTokenS: number; codeS: number; interactionS: number };
+  /** Whether the account (an API key id) may still act: a revoked key has no account. */
+  keyActive: (keyId: string) => Promise<boolean>;
+}
+
+/** The authorization server's routes, under /oauth (the well-known documents are at the root). */
+export const OAUTH_ROUTES = {
+  authorization: `${OAUTH_PREFIX}/authorize`,
+  token: `${OAUTH_PREFIX}/token`,
+  registration: `${OAUTH_PREFIX}/register`,
+  revocation: `${OAUTH_PREFIX}/revoke`,
+  jwks: `${OAUTH_PREFIX}/jwks`,
+  end_session: `${OAUTH_PREFIX}/session/end`,
+  introspection: `${OAUTH_PREFIX}/introspect`,
+  userinfo: `${OAUTH_PREFIX}/me`,
+  pushed_authorization_request: `${OAUTH_PREFIX}/par`,
+  code_verification: `${OAUTH_PREFIX}/device`,
+  device_authorization: `${OAUTH_PREFIX}/device/auth`,
+  backchannel_authentication: `${OAUTH_PREFIX}/backchannel`,
+  challenge: `${OAUTH_PREFIX}/challenge`,
+  credential: `${OAUTH_PREFIX}/credential`,
+} as const;
+
+export const interactionPath = (uid: string) => `${OAUTH_PREFIX}/interaction/${uid}`;
+
+/**
+ * The MCP authorization profile on oidc-provider: authorization code with PKCE (S256, always
+ * required), exact redirect URIs, dynamic client registration and client ID metadata documents,
+ * one resource (RFC 8707) whose tokens are opaque, short-lived and checked in the store on every
+ * call (so revoking a grant or its key ends them at once), refresh tokens rotated on use.
+ */
+export function createProvider(options: ProviderOptions): Provider {
+  const { resource, ttl } = options;
+  const configuration: Configuration = {
+    adapter: oauthAdapter(options.store),
+    jwks: options.secrets.jwks as Configuration['jwks'],
+    cookies: {
+      keys: options.secrets.cookieKeys,
+      long: { httpOnly: true, sameSite: 'lax' },
+      short: { httpOnly: true, sameSite: 'lax' },
+    },
+    clients: [],
+    // Hosts are public clients (no secret): PKCE is what binds the code to the one who asked.
+    clientDefaults: {
+      grant_types: ['authorization_code', 'refresh_token'],
+      response_types: ['code'],
+      token_endpoint_auth_method: 'none',
+    },
+    responseTypes: ['code'],
+    // `mcp` is listed too: hosts register with the scope of the resource metadata (RFC 7591 checks it).
+    scopes: ['offline_access', MCP_SCOPE],
+    claims: { openid: ['sub'] },
+    pkce: { required: () => true },
+    allowOmittingSingleRegisteredRedirectUri: false,
+    routes: OAUTH_ROUTES,
+    features: {
+      devInteractions: { enabled: false },
+      registration: { enabled: true },
+      // A host revokes only its own tokens (revoking its refresh token ends the whole grant).
+      revocation: {
+        enabled: true,
+        allowedPolicy: (_ctx, client, token) => token.clientId === client.clientId,
+      },
+      userinfo: { enabled: false },
+      pushedAuthorizationRequests: { enabled: false },
+      rpInitiatedLogout: { enabled: false },
+      resourceIndicators: {
+        enabled: true,
+        defaultResource: () => resource,
+        useGrantedResource: () => true,
+        getResourceServerInfo: (_ctx, indicator) => {
+          if (indicator !== resource) {
+            throw new errors.InvalidTarget(`this server issues tokens only for ${resource}`);
+          }
+          return {
+            scope: MCP_SCOPE,
+            audience: resource,
+            accessTokenTTL: ttl.accessTokenS,
+            accessTokenFormat: 'opaque',
+          };
+        },
+      },
+      clientIdMetadataDocument: {
+        enabled: true,
+        ack: 'draft-02',
+        allowFetch: (_ctx: unknown, clientId: string) => clientDocumentFetchAllowed(clientId),
+      } as never,
+    },
+    ttl: {
+      AccessToken: ttl.accessTokenS,
+      AuthorizationCode: ttl.codeS,
+      RefreshToken: ttl.refreshTokenS,
+      Grant: ttl.refreshTokenS,
+      Interaction: ttl.interactionS,
+      Session: ttl.interactionS,
+    },
+    // A host keeps its tokens after the browser window that signed in is closed.
+    expiresWithSession: async () => false,
+    issueRefreshToken: async (_ctx, client) => client.grantTypeAllowed('refresh_token'),
+    findAccount: async (_ctx: KoaContextWithOIDC, sub: string) =>
+      (await options.keyActive(sub)) ? { accountId: sub, claims: async () => ({ sub }) } : undefined,
+    interactions: { url: (_ctx, interaction) => interactionPath(interaction.uid) },
+    // An error the browser is shown (a redirect URI that is not registered, a bad request): our page, not the library's.
+    renderError: async (ctx, out) => {
+      ctx.type = 'html';
+      ctx.body = errorPage(
+        'This sign-in request cannot be served',
+        `${out.error}: ${out.error_description ?? 'the request is invalid'}. Start again from your MCP host.`,
+      );
+    },
+  };
+  return new Provider(options.issuer, configuration);
+}

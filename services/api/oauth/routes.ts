@@ -1,0 +1,494 @@
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type Provider from 'oidc-provider';
+import type { Logger } from 'pino';
+import type { Cache } from '../../../adapters/cache/port.ts';
+import type { EventStore } from '../../../adapters/event-store/port.ts';
+import { ServiceError } from '../../../contracts/errors.ts';
+import {
+  KeyChoiceForm,
+  KeySignInForm,
+  MCP_SCOPE,
+  OAUTH_PREFIX,
+  OAuthErrorBody,
+  ProtectedResourceMetadata,
+  SIGNIN_MCP_PATH,
+  WalletSignInForm,
+} from '../../../contracts/oauth.ts';
+import { issueKey } from '../../keys/key-commands.ts';
+import type { KeyRecord } from '../../keys/key-registry.ts';
+import { type KeyResolver, KeyUnverifiableError } from '../../keys/key-resolver.ts';
+import { consumeNonce } from '../keys/nonces.ts';
+import { checkSignIn } from '../keys/siwe-check.ts';
+import { documented, type ResponseDoc } from '../openapi.ts';
+import { type ConsentView, consentPage, errorPage } from './page.ts';
+import { OAUTH_ROUTES } from './provider.ts';
+
+export interface OAuthRoutesOptions {
+  /** The library instance, built on first use (its keys come from the store, which may be down at start). */
+  ready: () => Promise<Provider>;
+  issuer: string;
+  resource: string;
+  keys: KeyResolver;
+  /** The keys a wallet holds (active ones), from the key registry. */
+  walletKeys: (address: string) => KeyRecord[];
+  store: EventStore;
+  cache: Cache;
+  siweDomain: string;
+  nonceTtlMs: number;
+  registryCaughtUp: (position: number) => Promise<void>;
+  logger: Logger;
+}
+
+/** RFC 9728 path insertion: the metadata of `<origin>/mcp/signin`. */
+export const PROTECTED_RESOURCE_PATH = `/.well-known/oauth-protected-resource${SIGNIN_MCP_PATH}`;
+
+const PUBLIC_CORS = {
+  'access-control-allow-origin': '*',
+  'access-control-allow-methods': 'GET',
+  'access-control-allow-headers': 'Content-Type, Mcp-Protocol-Version',
+};
+
+const html: ResponseDoc = {
+  description: 'HTML page',
+  schema: { type: 'string' },
+  contentTypes: ['text/html'],
+};
+const redirect: ResponseDoc = { description: 'Back to the authorization server (Location)' };
+
+const resourceDoc = documented({
+  summary: 'OAuth protected resource metadata of /mcp/signin (RFC 9728)',
+  tags: ['oauth'],
+  responses: {
+    200: { description: 'Where to get a token for /mcp/signin', schema: ProtectedResourceMetadata },
+  },
+});
+const asDoc = documented({
+  summary:
+    'OAuth authorization server metadata (RFC 8414; the same document at /.well-known/openid-configuration)',
+  description:
+    'Authorization code with PKCE S256 only; dynamic client registration (RFC 7591) at /oauth/register; client ID metadata documents (client_id_metadata_document_supported); token revocation (RFC 7009).',
+  tags: ['oauth'],
+  responses: { 200: { description: 'Endpoints and capabilities', schema: { type: 'object' } } },
+});
+const oauthJson: ResponseDoc = {
+  description: 'RFC 6749 error: {error, error_description}',
+  schema: OAuthErrorBody,
+};
+const endpointDoc = (summary: string, ok: Record<number, ResponseDoc>, description?: string) =>
+  documented({
+    summary,
+    ...(description ? { description } : {}),
+    tags: ['oauth'],
+    responses: { ...ok, 400: oauthJson },
+  });
+
+/** The library's endpoints, each declared (the document lists them), each handed to the library as is. */
+const LIBRARY_ROUTES: {
+  method: 'GET' | 'POST';
+  url: string;
+  doc: ReturnType<typeof documented>;
+  cors: boolean;
+}[] = [
+  {
+    method: 'GET',
+    url: OAUTH_ROUTES.authorization,
+    cors: false,
+    doc: endpointDoc(
+      'Authorization request (response_type=code, PKCE S256 required, resource=<origin>/mcp/signin)',
+      { 303: redirect },
+      'Sends the browser to the sign-in page, then back to the registered redirect_uri with code (or error) and iss. A redirect_uri that is not registered exactly is answered here (400 page), never redirected to.',
+    ),
+  },
+  {
+    method: 'POST',
+    url: OAUTH_ROUTES.authorization,
+    cors: false,
+    doc: endpointDoc('Authorization request, form-posted', { 303: redirect }),
+  },
+  {
+    method: 'GET',
+    url: `${OAUTH_ROUTES.authorization}/:uid`,
+    cors: false,
+    doc: endpointDoc('Resumes an authorization request after the sign-in page', { 303: redirect }),
+  },
+  {
+    method: 'POST',
+    url: OAUTH_ROUTES.token,
+    cors: true,
+    doc: endpointDoc(
+      'Token endpoint: authorization_code (with code_verifier) and refresh_token grants',
+      {
+        200: {
+          description: 'access_token (opaque, short-lived, bound to the resource), refresh_token, expires_in',
+          schema: { type: 'object' },
+        },
+      },
+      'A code is used once (a second use is refused and ends the tokens of the first); refresh tokens rotate.',
+    ),
+  },
+  {
+    method: 'POST',
+    url: OAUTH_ROUTES.registration,
+    cors: true,
+    doc: endpointDoc(
+      'Dynamic client registration (RFC 7591): public clients, redirect URIs matched exactly',
+      {
+        201: { description: 'The registered client (client_id)', schema: { type: 'object' } },
+      },
+    ),
+  },
+  {
+    method: 'GET',
+    url: `${OAUTH_ROUTES.registration}/:clientId`,
+    cors: true,
+    doc: endpointDoc('A registered client, read with its registration_access_token (RFC 7592)', {
+      200: { description: 'The client metadata', schema: { type: 'object' } },
+      401: oauthJson,
+    }),
+  },
+  {
+    method: 'POST',
+    url: OAUTH_ROUTES.revocation,
+    cors: true,
+    doc: endpointDoc('Token revocation (RFC 7009): revoking a refresh token ends its whole grant', {
+      200: { description: 'Revoked (or unknown: the answer is the same)' },
+    }),
+  },
+  {
+    method: 'GET',
+    url: OAUTH_ROUTES.jwks,
+    cors: true,
+    doc: endpointDoc('The public signing keys (JWKS)', {
+      200: { description: 'JWKS', schema: { type: 'object' } },
+    }),
+  },
+];
+
+const pageDoc = documented({
+  summary: 'Sign-in and consent page of an authorization request',
+  tags: ['oauth'],
+  responses: { 200: html, 400: html },
+});
+const formDoc = (summary: string) =>
+  documented({
+    summary,
+    tags: ['oauth'],
+    responses: { 303: redirect, 200: html, 400: html, 401: html, 503: html },
+  });
+
+type InteractionDetails = Awaited<ReturnType<Provider['interactionDetails']>>;
+
+/**
+ * The authorization server's HTTP face: the protected resource and authorization server metadata,
+ * the library's own endpoints under /oauth (handed the raw request, body unread), and the
+ * sign-in and consent page, where the person signs in with an API key or a wallet and so chooses
+ * the key the host will act as.
+ */
+export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
+  const { resource } = options;
+  // Set by each scope's first hook before any handler runs: the same instance once it is built.
+  let provider: Provider;
+  let callback: ReturnType<Provider['callback']>;
+  const started = async () => {
+    try {
+      provider = await options.ready();
+    } catch (err) {
+      options.logger.warn({ err }, 'oauth server not ready');
+      throw new ServiceError('SERVICE_UNAVAILABLE', {
+        detail: 'sign-in is unavailable right now; retry shortly',
+      });
+    }
+    callback ??= provider.callback();
+  };
+  const metadata: ProtectedResourceMetadata = {
+    resource,
+    authorization_servers: [options.issuer],
+    scopes_supported: [MCP_SCOPE],
+    bearer_methods_supported: ['header'],
+    resource_name: 'Signal service MCP (sign-in)',
+  };
+
+  const passThrough = async (request: FastifyRequest, reply: FastifyReply, url?: string) => {
+    reply.hijack();
+    if (url !== undefined) request.raw.url = url;
+    await callback(request.raw, reply.raw);
+  };
+
+  const page = (reply: FastifyReply, status: number, body: string) =>
+    reply
+      .code(status)
+      .headers({
+        'cache-control': 'no-store',
+        'x-frame-options': 'DENY',
+        'content-type': 'text/html; charset=utf-8',
+      })
+      .send(body);
+
+  /** The interaction of the request's cookie, or an error page when it is gone. */
+  const interaction = async (
+    request: FastifyRequest,
+    reply: FastifyReply,
+  ): Promise<InteractionDetails | null> => {
+    try {
+      const details = await provider.interactionDetails(request.raw, reply.raw);
+      const { uid } = request.params as { uid: string };
+      if (details.uid !== uid) throw new Error('interaction mismatch');
+      return details;
+    } catch {
+      page(
+        reply,
+        400,
+        errorPage(
+          'This sign-in has expired',
+          'The sign-in request is no longer valid (it expired, or was opened in another browser). Start again from your MCP host.',
+        ),
+      );
+      return null;
+    }
+  };
+
+  const view = async (
+    details: InteractionDetails,
+    extra: Partial<ConsentView> = {},
+  ): Promise<ConsentView> => {
+    const clientId = String(details.params.client_id);
+    const client = await provider.Client.find(clientId);
+    const redirectUri = String(details.params.redirect_uri ?? '');
+    let redirectHost = redirectUri;
+    try {
+      redirectHost = new URL(redirectUri).host || redirectUri;
+    } catch {}
+    return {
+      uid: details.uid,
+      clientName: client?.clientName ?? clientId,
+      clientId,
+      redirectHost,
+      resource,
+      ...extra,
+    };
+  };
+
+  /** Signs the person in as the key and grants the host the MCP scope on the resource; back to the flow. */
+  const finish = async (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    details: InteractionDetails,
+    keyId: string,
+  ) => {
+    const clientId = String(details.params.client_id);
+    const existing = details.grantId ? await provider.Grant.find(details.grantId) : undefined;
+    const grant =
+      existing && existing.accountId === keyId
+        ? existing
+        : new provider.Grant({ accountId: keyId, clientId });
+    grant.addResourceScope(resource, MCP_SCOPE);
+    const scopes = String(details.params.scope ?? '').split(' ');
+    const granted = scopes.filter((scope) => scope === 'offline_access' || scope === MCP_SCOPE);
+    if (granted.length > 0) grant.addOIDCScope(granted.join(' '));
+    const grantId = await grant.save();
+    const to = await provider.interactionResult(
+      request.raw,
+      reply.raw,
+      { login: { accountId: keyId }, consent: { grantId } },
+      { mergeWithLastSubmission: false },
+    );
+    return reply.code(303).header('cache-control', 'no-store').redirect(to, 303);
+  };
+
+  const invalidForm = (issues: { message: string }[]) => issues.map((i) => i.message).join('; ');
+
+  return async (app) => {
+    // The library's endpoints read their own bodies (form or JSON) from the raw request.
+    await app.register(async (raw) => {
+      raw.addHook('onRequest', started);
+      raw.removeAllContentTypeParsers();
+      raw.addContentTypeParser('*', (_request, _payload, done) => done(null));
+      for (const route of LIBRARY_ROUTES) {
+        raw.route({
+          method: route.method,
+          url: route.url,
+          config: route.doc,
+          handler: (request, reply) => passThrough(request, reply),
+        });
+      }
+      // CORS preflights of the endpoints a browser-based host calls: the library answers them.
+      const preflighted = new Set(LIBRARY_ROUTES.filter((r) => r.cors).map((r) => r.url));
+      for (const url of preflighted) raw.options(url, (request, reply) => passThrough(request, reply));
+      for (const url of ['/.well-known/oauth-authorization-server', '/.well-known/openid-configuration']) {
+        const handler = (request: FastifyRequest, reply: FastifyReply) =>
+          passThrough(request, reply, '/.well-known/openid-configuration');
+        raw.get(url, { config: asDoc }, handler);
+        raw.options(url, handler);
+      }
+    });
+
+    app.get(PROTECTED_RESOURCE_PATH, { config: resourceDoc }, async (_request, reply) =>
+      reply.headers({ ...PUBLIC_CORS, 'cache-control': 'public, max-age=300' }).send(metadata),
+    );
+    app.options(PROTECTED_RESOURCE_PATH, async (_request, reply) =>
+      reply.headers(PUBLIC_CORS).code(204).send(),
+    );
+
+    await app.register(async (pages) => {
+      pages.addHook('onRequest', started);
+      pages.addContentTypeParser(
+        'application/x-www-form-urlencoded',
+        { parseAs: 'string' },
+        (_request, body, done) => done(null, Object.fromEntries(new URLSearchParams(body as string))),
+      );
+
+      pages.get(`${OAUTH_PREFIX}/interaction/:uid`, { config: pageDoc }, async (request, reply) => {
+        const details = await interaction(request, reply);
+        if (details === null) return reply;
+        const wallet = (details.result as { wallet?: string } | undefined)?.wallet;
+        return page(
+          reply,
+          200,
+          consentPage(
+            await view(
+              details,
+              wallet ? { wallet: { address: wallet, keys: keyChoices(options.walletKeys(wallet)) } } : {},
+            ),
+          ),
+        );
+      });
+
+      pages.post(
+        `${OAUTH_PREFIX}/interaction/:uid/key`,
+        { config: formDoc('Sign in with an API key (the key the host will act as)') },
+        async (request, reply) => {
+          const details = await interaction(request, reply);
+          if (details === null) return reply;
+          const form = KeySignInForm.safeParse(request.body ?? {});
+          if (!form.success) {
+            return page(
+              reply,
+              400,
+              consentPage(await view(details, { error: invalidForm(form.error.issues) })),
+            );
+          }
+          let lookup: Awaited<ReturnType<KeyResolver['resolve']>>;
+          try {
+            lookup = await options.keys.resolve(form.data.api_key);
+          } catch (err) {
+            if (!(err instanceof KeyUnverifiableError)) throw err;
+            return page(
+              reply,
+              503,
+              consentPage(
+                await view(details, { error: 'The key cannot be checked right now; try again shortly.' }),
+              ),
+            );
+          }
+          if (lookup.status !== 'active') {
+            const error =
+              lookup.status === 'revoked'
+                ? 'This API key was revoked.'
+                : 'This is not an API key of this service.';
+            return page(reply, 401, consentPage(await view(details, { error })));
+          }
+          return finish(request, reply, details, lookup.record.keyId);
+        },
+      );
+
+      pages.post(
+        `${OAUTH_PREFIX}/interaction/:uid/wallet`,
+        { config: formDoc('Sign in with a wallet (EIP-4361); then choose one of its keys') },
+        async (request, reply) => {
+          const details = await interaction(request, reply);
+          if (details === null) return reply;
+          const form = WalletSignInForm.safeParse(request.body ?? {});
+          if (!form.success) {
+            return page(
+              reply,
+              400,
+              consentPage(await view(details, { error: invalidForm(form.error.issues) })),
+            );
+          }
+          const check = await checkSignIn({
+            message: form.data.message,
+            signature: form.data.signature as `0x${string}`,
+            domain: options.siweDomain,
+            now: new Date(),
+          });
+          if (!check.ok) return page(reply, 401, consentPage(await view(details, { error: check.message })));
+          if (!(await consumeNonce(options.cache, check.nonce, options.nonceTtlMs))) {
+            return page(
+              reply,
+              401,
+              consentPage(
+                await view(details, { error: 'The sign-in nonce was already used or expired; sign again.' }),
+              ),
+            );
+          }
+          let held = options.walletKeys(check.address);
+          if (held.length === 0) {
+            // A wallet without a key gets its free one, exactly as POST /api/keys issues it.
+            const issued = await issueKey(options.store, {
+              plan: 'free',
+              owner: check.address,
+              via: 'siwe',
+              stream: `wallet-${check.address.toLowerCase()}`,
+            });
+            await options.registryCaughtUp(issued.position);
+            held = options.walletKeys(check.address);
+          }
+          await provider.interactionResult(request.raw, reply.raw, { wallet: check.address });
+          return page(
+            reply,
+            200,
+            consentPage(await view(details, { wallet: { address: check.address, keys: keyChoices(held) } })),
+          );
+        },
+      );
+
+      pages.post(
+        `${OAUTH_PREFIX}/interaction/:uid/choose`,
+        { config: formDoc("After a wallet sign-in: the wallet's key the host will act as") },
+        async (request, reply) => {
+          const details = await interaction(request, reply);
+          if (details === null) return reply;
+          const wallet = (details.result as { wallet?: string } | undefined)?.wallet;
+          if (wallet === undefined) {
+            return page(reply, 401, consentPage(await view(details, { error: 'Sign in first.' })));
+          }
+          const form = KeyChoiceForm.safeParse(request.body ?? {});
+          const held = options.walletKeys(wallet);
+          const chosen = form.success ? held.find((k) => k.keyId === form.data.key_id) : undefined;
+          if (chosen === undefined) {
+            return page(
+              reply,
+              400,
+              consentPage(
+                await view(details, {
+                  error: 'Choose one of the keys listed.',
+                  wallet: { address: wallet, keys: keyChoices(held) },
+                }),
+              ),
+            );
+          }
+          return finish(request, reply, details, chosen.keyId);
+        },
+      );
+
+      pages.post(
+        `${OAUTH_PREFIX}/interaction/:uid/abort`,
+        { config: formDoc('Deny the request (the host is told access_denied)') },
+        async (request, reply) => {
+          const details = await interaction(request, reply);
+          if (details === null) return reply;
+          const to = await provider.interactionResult(
+            request.raw,
+            reply.raw,
+            { error: 'access_denied', error_description: 'the person denied the request' },
+            { mergeWithLastSubmission: false },
+          );
+          return reply.redirect(to, 303);
+        },
+      );
+    });
+  };
+}
+
+const keyChoices = (records: KeyRecord[]) =>
+  records.map((r) => ({ keyId: r.keyId, prefix: r.prefix, plan: r.plan }));

@@ -1,0 +1,230 @@
+import { existsSync } from 'node:fs';
+import { auth, UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { BrowserContext } from 'playwright-core';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryCache } from '../../../adapters/cache/memory.ts';
+import { startKeyedServer } from '../../../test/keyed-harness.ts';
+import {
+  CHROMIUM,
+  consentWithKey,
+  consentWithWallet,
+  launchChromium,
+  MemoryHost,
+  redirectReceiver,
+} from '../../../test/oauth-host.ts';
+import { freePort } from '../../../test/ports.ts';
+import { issueKey } from '../../keys/key-commands.ts';
+
+/**
+ * An MCP host signs in the way Claude or ChatGPT does: the official SDK client meets a 401 on
+ * /mcp/signin, discovers the protected resource and authorization server metadata, registers
+ * itself (RFC 7591), sends the person to the authorization URL with PKCE, and, once the person
+ * has signed in with their API key in (headless) Chromium, exchanges the code and calls a tool
+ * as that key: same plan, same quota, metered exactly like the key's own Bearer call.
+ */
+const ARGS = { coin: 'BTC', timeframe: '1h', exchange: 'BINANCE' };
+const present = existsSync(CHROMIUM);
+
+type Server = Awaited<ReturnType<typeof startKeyedServer>>;
+type Structured = { _service: { auth: { outcome: string; tier: string }; quota: { used: number } } };
+
+describe.runIf(present || process.env.CI === 'true')('OAuth sign-in with the official MCP SDK client', () => {
+  let server: Server;
+  let base: string;
+  let key: string;
+  let receiver: Awaited<ReturnType<typeof redirectReceiver>>;
+  let chromium: Awaited<ReturnType<typeof launchChromium>>;
+  let browser: BrowserContext;
+
+  beforeAll(async () => {
+    const port = await freePort();
+    base = `http://127.0.0.1:${port}`;
+    server = await startKeyedServer({
+      cache: new MemoryCache(),
+      port,
+      env: { PUBLIC_BASE_URL: base },
+      rateLimited: true,
+    });
+    key = (await server.issue('pro')).key;
+    receiver = await redirectReceiver();
+    chromium = await launchChromium();
+    browser = chromium.browser;
+  });
+  afterAll(async () => {
+    await chromium?.close();
+    await receiver?.close();
+    await server?.close();
+  });
+
+  it('signs in through the consent page and calls tools as the chosen key', async () => {
+    const host = new MemoryHost(receiver.url);
+    const url = new URL(`${base}/mcp/signin`);
+    const first = new Client({ name: 'oauth-host', version: '1.0.0' });
+    await expect(
+      first.connect(new StreamableHTTPClientTransport(url, { authProvider: host })),
+    ).rejects.toThrow(UnauthorizedError);
+    // Dynamic registration happened (the SDK falls back to it: its metadata URL is not set).
+    expect(host.info?.client_id).toBeTruthy();
+    const authorizationUrl = host.authorizationUrl!;
+    expect(authorizationUrl.searchParams.get('code_challenge_method')).toBe('S256');
+    expect(authorizationUrl.searchParams.get('resource')).toBe(url.href);
+
+    const returned = receiver.next();
+    await consentWithKey(browser, authorizationUrl, key);
+    const params = await returned;
+    expect(params.get('error')).toBeNull();
+    const code = params.get('code')!;
+
+    const transport = new StreamableHTTPClientTransport(url, { authProvider: host });
+    await transport.finishAuth(code);
+    expect(host.saved?.access_token).toBeTruthy();
+    expect(host.saved?.refresh_token).toBeTruthy();
+    expect(host.saved?.expires_in).toBeLessThanOrEqual(600);
+
+    const client = new Client({ name: 'oauth-host', version: '1.0.0' });
+    await client.connect(transport);
+    const tools = await client.listTools();
+    expect(tools.tools.map((t) => t.name)).toContain('get_trade_call');
+    const result = await client.callTool({ name: 'get_trade_call', arguments: ARGS });
+    const signedIn = result.structuredContent as Structured;
+    expect(signedIn._service.auth).toMatchObject({ outcome: 'OK', tier: 'pro' });
+    expect(signedIn._service.quota.used).toBe(1);
+    await client.close();
+
+    // The key's own Bearer call on /mcp counts against the same quota, right after.
+    const keyed = new Client({ name: 'keyed', version: '1.0.0' });
+    await keyed.connect(
+      new StreamableHTTPClientTransport(new URL(`${base}/mcp`), {
+        requestInit: { headers: { authorization: `Bearer ${key}` } },
+      }),
+    );
+    const viaKey = (await keyed.callTool({ name: 'get_trade_call', arguments: ARGS }))
+      .structuredContent as Structured;
+    expect(viaKey._service.auth).toMatchObject({ outcome: 'OK', tier: 'pro' });
+    expect(viaKey._service.quota.used).toBe(2);
+    await keyed.close();
+
+    // The refresh token renews the access token (the SDK's auth() does it when asked again).
+    const before = host.saved!.access_token;
+    expect(await auth(host, { serverUrl: url })).toBe('AUTHORIZED');
+    expect(host.saved!.access_token).not.toBe(before);
+    const renewed = new Client({ name: 'oauth-host', version: '1.0.0' });
+    await renewed.connect(new StreamableHTTPClientTransport(url, { authProvider: host }));
+    const again = (await renewed.callTool({ name: 'get_trade_call', arguments: ARGS }))
+      .structuredContent as Structured;
+    expect(again._service.quota.used).toBe(3);
+    await renewed.close();
+
+    // A one-shot call without a session (the path that skips the SDK transport) acts as the key too.
+    const oneShot = await fetch(url, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        authorization: `Bearer ${host.saved!.access_token}`,
+      },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 7,
+        method: 'tools/call',
+        params: { name: 'get_trade_call', arguments: ARGS },
+      }),
+    });
+    expect(oneShot.status).toBe(200);
+    const body = (await oneShot.json()) as { result: { structuredContent: Structured } };
+    expect(body.result.structuredContent._service.auth).toMatchObject({ outcome: 'OK', tier: 'pro' });
+    expect(body.result.structuredContent._service.quota.used).toBe(4);
+  });
+
+  it('signs in with a wallet (EIP-4361) and acts as the key the person picks', async () => {
+    const account = privateKeyToAccount(generatePrivateKey());
+    // The wallet holds two keys: its free one and a starter key an operator issued to it.
+    const starter = await issueKey(server.store, {
+      plan: 'starter',
+      owner: account.address,
+      via: 'operator',
+    });
+    const free = await issueKey(server.store, {
+      plan: 'free',
+      owner: account.address,
+      via: 'siwe',
+      stream: `wallet-${account.address.toLowerCase()}`,
+    });
+    await server.channel.registry.waitFor(Math.max(starter.position, free.position));
+
+    const host = new MemoryHost(receiver.url, 'wallet host');
+    const url = new URL(`${base}/mcp/signin`);
+    await expect(
+      new Client({ name: 'wallet-host', version: '1.0.0' }).connect(
+        new StreamableHTTPClientTransport(url, { authProvider: host }),
+      ),
+    ).rejects.toThrow(UnauthorizedError);
+    const returned = receiver.next();
+    await consentWithWallet(
+      browser,
+      host.authorizationUrl!,
+      { address: account.address, sign: (message) => account.signMessage({ message }) },
+      starter.keyId,
+    );
+    const code = (await returned).get('code')!;
+    const transport = new StreamableHTTPClientTransport(url, { authProvider: host });
+    await transport.finishAuth(code);
+    const client = new Client({ name: 'wallet-host', version: '1.0.0' });
+    await client.connect(transport);
+    const result = (await client.callTool({ name: 'get_trade_call', arguments: ARGS }))
+      .structuredContent as Structured;
+    expect(result._service.auth).toMatchObject({ outcome: 'OK', tier: 'starter' });
+    await client.close();
+  });
+
+  it('keeps /mcp open to anonymous callers while /mcp/signin answers 401 with its resource metadata', async () => {
+    const anonymous = new Client({ name: 'anon', version: '1.0.0' });
+    await anonymous.connect(new StreamableHTTPClientTransport(new URL(`${base}/mcp`)));
+    const free = (await anonymous.callTool({ name: 'get_trade_call', arguments: ARGS }))
+      .structuredContent as Structured;
+    expect(free._service.auth).toMatchObject({ outcome: 'ABSENT', tier: 'free' });
+    await anonymous.close();
+
+    const refused = await fetch(`${base}/mcp/signin`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+    });
+    expect(refused.status).toBe(401);
+    expect(refused.headers.get('www-authenticate')).toBe(
+      `Bearer resource_metadata="${base}/.well-known/oauth-protected-resource/mcp/signin", scope="mcp"`,
+    );
+    // An API key is not an access token: /mcp/signin takes OAuth tokens only.
+    const withKey = await fetch(`${base}/mcp/signin`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        authorization: `Bearer ${key}`,
+      },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+    });
+    expect(withKey.status).toBe(401);
+    expect(withKey.headers.get('www-authenticate')).toContain('error="invalid_token"');
+
+    const metadata = await (await fetch(`${base}/.well-known/oauth-protected-resource/mcp/signin`)).json();
+    expect(metadata).toEqual({
+      resource: `${base}/mcp/signin`,
+      authorization_servers: [base],
+      scopes_supported: ['mcp'],
+      bearer_methods_supported: ['header'],
+      resource_name: expect.any(String),
+    });
+    const server8414 = await (await fetch(`${base}/.well-known/oauth-authorization-server`)).json();
+    expect(server8414).toMatchObject({
+      issuer: base,
+      code_challenge_methods_supported: ['S256'],
+      response_types_supported: ['code'],
+      registration_endpoint: `${base}/oauth/register`,
+      client_id_metadata_document_supported: true,
+    });
+  });
+});

@@ -1,0 +1,180 @@
+import { mkdirSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import type { OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js';
+import type {
+  OAuthClientInformationMixed,
+  OAuthClientMetadata,
+  OAuthTokens,
+} from '@modelcontextprotocol/sdk/shared/auth.js';
+import { type BrowserContext, chromium } from 'playwright-core';
+
+/**
+ * Test helpers that play an MCP host signing in: a redirect receiver on loopback, the SDK's
+ * client provider kept in memory, and headless Chromium doing what the person does on the page.
+ */
+
+export const CHROMIUM = '/usr/bin/chromium';
+
+/** Where the authorization server sends the browser back: each visit resolves the next wait. */
+export async function redirectReceiver(): Promise<{
+  url: string;
+  next(): Promise<URLSearchParams>;
+  close(): Promise<void>;
+}> {
+  const waiting: ((params: URLSearchParams) => void)[] = [];
+  const arrived: URLSearchParams[] = [];
+  const server: Server = createServer((req, res) => {
+    const url = new URL(req.url ?? '/', 'http://x');
+    // Only the redirect counts (the browser also asks for /favicon.ico).
+    if (url.pathname !== '/callback') {
+      res.writeHead(404).end();
+      return;
+    }
+    const params = url.searchParams;
+    const waiter = waiting.shift();
+    if (waiter) waiter(params);
+    else arrived.push(params);
+    res.writeHead(200, { 'content-type': 'text/plain' }).end('signed in: you may close this window');
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}/callback`,
+    next: () => {
+      const early = arrived.shift();
+      return early ? Promise.resolve(early) : new Promise((resolve) => waiting.push(resolve));
+    },
+    close: () =>
+      new Promise((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** The SDK's OAuthClientProvider for a host that keeps everything in memory. */
+export class MemoryHost implements OAuthClientProvider {
+  info: OAuthClientInformationMixed | undefined;
+  saved: OAuthTokens | undefined;
+  verifier = '';
+  authorizationUrl: URL | undefined;
+
+  constructor(
+    private readonly redirect: string,
+    private readonly name = 'SDK test host',
+  ) {}
+
+  get redirectUrl() {
+    return this.redirect;
+  }
+  get clientMetadata(): OAuthClientMetadata {
+    return {
+      client_name: this.name,
+      redirect_uris: [this.redirect],
+      grant_types: ['authorization_code', 'refresh_token'],
+      response_types: ['code'],
+      token_endpoint_auth_method: 'none',
+    };
+  }
+  clientInformation() {
+    return this.info;
+  }
+  saveClientInformation(info: OAuthClientInformationMixed) {
+    this.info = info;
+  }
+  tokens() {
+    return this.saved;
+  }
+  saveTokens(tokens: OAuthTokens) {
+    this.saved = tokens;
+  }
+  redirectToAuthorization(url: URL) {
+    this.authorizationUrl = url;
+  }
+  saveCodeVerifier(verifier: string) {
+    this.verifier = verifier;
+  }
+  codeVerifier() {
+    return this.verifier;
+  }
+}
+
+export async function launchChromium(): Promise<{ browser: BrowserContext; close(): Promise<void> }> {
+  const profile = join(process.cwd(), 'test-results', `chromium-oauth-${process.pid}-${Date.now()}`);
+  mkdirSync(profile, { recursive: true });
+  const browser = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  });
+  return {
+    browser,
+    close: async () => {
+      await browser.close();
+      rmSync(profile, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * What the person does: opens the authorization URL, signs in with their API key on the page,
+ * allows. Cookies are cleared first: each consent starts signed out, as a new person would.
+ */
+export async function consentWithKey(browser: BrowserContext, authorizationUrl: URL | string, key: string) {
+  await browser.clearCookies();
+  const page = await browser.newPage();
+  try {
+    await page.goto(String(authorizationUrl));
+    await page.fill('#api_key', key);
+    await page.click('#allow');
+    await page.waitForURL(/\/callback\?/);
+  } finally {
+    await page.close();
+  }
+}
+
+/**
+ * The same with a wallet: the page's Sign-In with Ethereum talks to `window.ethereum`, here a
+ * stand-in whose requests are answered in Node by the test's account (the signature is real).
+ */
+export async function consentWithWallet(
+  browser: BrowserContext,
+  authorizationUrl: URL | string,
+  wallet: { address: string; sign(message: string): Promise<string> },
+  keyId: string,
+) {
+  await browser.clearCookies();
+  const page = await browser.newPage();
+  try {
+    await page.exposeFunction('__testWallet', async (method: string, params: unknown[]) => {
+      if (method === 'eth_requestAccounts') return [wallet.address];
+      if (method === 'eth_chainId') return '0x1';
+      if (method === 'personal_sign') return wallet.sign(String(params[0]));
+      throw new Error(`unsupported wallet method ${method}`);
+    });
+    await page.addInitScript(
+      'window.ethereum = { request: ({ method, params }) => window.__testWallet(method, params ?? []) };',
+    );
+    await page.goto(String(authorizationUrl));
+    await page.click('#wallet-button');
+    // The page either shows the key choice or says why the sign-in failed.
+    await page.waitForSelector('#choose, #wallet-status:not(:empty), .error');
+    const refused = await page.$('.error, #wallet-status:not(:empty)');
+    if (refused) throw new Error(`wallet sign-in refused: ${await refused.textContent()}`);
+    await page.check(`input[name="key_id"][value="${keyId}"]`);
+    await page.click('#choose');
+    await page.waitForURL(/\/callback\?/);
+  } finally {
+    await page.close();
+  }
+}

@@ -111,6 +111,29 @@ const QUESTION_WORDS = new Set(
 );
 
 /**
+ * Words that are prepositions in the sense their synonym group gives them ("past the limit" is
+ * beyond it) and adjectives in another ("past deliveries" are earlier ones, not deliveries beyond
+ * something).
+ */
+const PREPOSITIONS = new Set(['past', 'beyond'].map((w) => termOf(w)!));
+
+/**
+ * The question's prepositions used as adjectives: followed by a word (not an article, a pronoun
+ * or a number), they qualify that noun and are met only by themselves.
+ */
+function qualifiers(question: string): Set<string> {
+  const list = words(question);
+  const out = new Set<string>();
+  list.forEach((w, i) => {
+    const t = termOf(w);
+    const next = list[i + 1];
+    if (t !== null && PREPOSITIONS.has(t) && next !== undefined && termOf(next) !== null && !/\d/.test(next))
+      out.add(t);
+  });
+  return out;
+}
+
+/**
  * The question's content terms, each with the terms that meet it and its share of the ask: a
  * condition ("… if my connection drops") frames the question, the main clause asks it.
  */
@@ -120,9 +143,10 @@ export function questionTerms(question: string): { term: string; meets: Set<stri
   const main = new Set(topical(cut && cut.index > 0 ? question.slice(0, cut.index) : question));
   // "What do I get when I exceed the rate limit?": the clause is the question itself.
   const framed = main.size > 0;
+  const qualifying = qualifiers(question);
   return topical(question).map((term) => ({
     term,
-    meets: SYNONYM_OF.get(term) ?? new Set([term]),
+    meets: qualifying.has(term) ? new Set([term]) : (SYNONYM_OF.get(term) ?? new Set([term])),
     share: !framed || main.has(term) ? 1 : 0.5,
   }));
 }

@@ -247,6 +247,29 @@ describe('extractive answers', () => {
     expect(answer.answer).not.toContain('Server Card');
   });
 
+  it('reads "past" before a noun as "earlier", not as "beyond" (its sense before a limit)', () => {
+    const ask = askOf([
+      [
+        'busy',
+        'Webhooks › Deliveries › A busy endpoint',
+        'QUEUE_LIMIT (1000) deliveries per endpoint wait in memory; beyond that they wait by id only.',
+      ],
+      [
+        'log',
+        'Webhooks › Deliveries › Retention',
+        'The log behind GET /api/webhooks/:id/deliveries keeps the newest 200 deliveries per subscription.',
+      ],
+      ['track', 'Track record', 'The page shows the hit rates of the past week.'],
+      ['verdicts', 'Verdicts', 'A verdict names its coin and timeframe.'],
+    ]);
+    const answer = ask('How can I see the past deliveries of my webhook?');
+    expect(answer.answer).toContain('/deliveries');
+    expect(answer.answer).not.toContain('beyond that');
+    const meets = (question: string) => questionTerms(question).find((t) => t.term === 'past')!.meets;
+    expect([...meets('How can I see the past deliveries?')]).toEqual(['past']);
+    expect(meets('What happens past the limit?').has('beyond')).toBe(true);
+  });
+
   it('answers "when does X count as Y" with the rule, even from a long sentence read from its colon', () => {
     const question = 'When does a call count as a hit?';
     expect(questionKind(question)).toBe('condition');

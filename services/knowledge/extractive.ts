@@ -96,14 +96,16 @@ for (const group of SYNONYMS) {
 
 /**
  * Words that shape a question rather than name its topic ("how *much*", "what does it *mean*",
- * "which ones are *supported*", "what *counts* as a HOLD"): an answer states the fact without
- * repeating them.
+ * "which ones are *supported*", "what *counts* as a HOLD", "where is it *shown*"): an answer
+ * states the fact without repeating them.
  */
 const QUESTION_WORDS = new Set(
   (
     'much many often long need want happen happens work works way know ask use used using make made come ' +
     'comes whether able kind type exactly there possible thing mean means meaning support supported ' +
-    'available exist exists number value find see count counts take takes assume assumed field fields'
+    'available exist exists number value find see count counts take takes assume assumed field fields ' +
+    // Where a thing is seen is asked as much by "shown" or "viewed" as by "see".
+    'show shown view viewed display displayed'
   )
     .split(' ')
     .map((w) => termOf(w))

@@ -50,6 +50,17 @@ describe('markdown passages', () => {
 });
 
 describe('bold lead-ins', () => {
+  it('name the passages their topic is cut into for length, not only the first', () => {
+    const long = 'The session goes on. '.repeat(40).trim();
+    const md = `## Using it\n\n**MCP.** POST /mcp.\n\n${long}\n\n${long}\n\n**Keys.** Send a key.`;
+    const passages = markdownPassages(md, { path: 'README.md', title: 'Service', source_type: 'readme' });
+    expect(passages.map((p) => [p.id, p.title])).toEqual([
+      ['README.md#using-it-mcp', 'Service › Using it › MCP'],
+      ['README.md#using-it-mcp-2', 'Service › Using it › MCP'],
+      ['README.md#using-it-keys', 'Service › Using it › Keys'],
+    ]);
+  });
+
   it('start a passage of their own, named after the lead', () => {
     const md =
       '## Using it\n\n**API keys.** Send `Authorization: Bearer <key>`.\n\n**MCP.** POST /mcp.\nMore.';
@@ -268,6 +279,21 @@ describe('extractive answers', () => {
     const meets = (question: string) => questionTerms(question).find((t) => t.term === 'past')!.meets;
     expect([...meets('How can I see the past deliveries?')]).toEqual(['past']);
     expect(meets('What happens past the limit?').has('beyond')).toBe(true);
+  });
+
+  it('reads "shown" in "where is X shown" as the shape of the question, as it reads "see"', () => {
+    const ask = askOf([
+      ['page', 'HTTP routes: history', 'GET /track-record: The track-record page (charts); public, no key.'],
+      ['secret', 'Webhooks', 'The signing secret is shown once, when the web hook is created.'],
+      ['docs', 'API reference', 'The reference page GET /docs renders the OpenAPI document.'],
+      ['record', 'Methodology', 'Every verdict is kept in a record of its market.'],
+    ]);
+    const answer = ask('Where is the track record shown as a web page?');
+    expect(answer.grounded).toBe(true);
+    expect(answer.answer).toContain('GET /track-record');
+    expect(questionTerms('Where is the track record shown?').map((t) => t.term)).toEqual(
+      contentTerms('track record'),
+    );
   });
 
   it('answers "when does X count as Y" with the rule, even from a long sentence read from its colon', () => {

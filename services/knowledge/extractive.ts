@@ -301,9 +301,12 @@ const TABLE_ROW = /^(?:[^;]{1,60}; ){4,}/;
 /** A quantity with its unit: "10 bps", "6 candles", "5 days", "80 %". */
 const MEASURE = /\b\d+(?:[.,]\d+)?\s?(?:bps|%|candles?|s|ms|min|h|hours?|days?)\b/;
 
-/** A list of three or more items: "a, b, c", "a, b and c", "a|b|c". */
+/** Prepositions whose object a list following them is. */
+const OBJECT_OF = /^(for|of|from|to|with|by|in|on|at|into|about|as)$/i;
+
+/** A list of three or more items: "a, b, c", "a, b and c", "a|b|c", codes as a table lists them ("BTC ETH SOL"). */
 const LIST =
-  /[\p{L}\p{N}_./-]+(?:(?:,\s+(?:and\s+|or\s+)?|\s+(?:and|or)\s+)[\p{L}\p{N}_./-]+){2,}|[\p{L}\p{N}_./-]+(?:\|[\p{L}\p{N}_./-]+){2,}/gu;
+  /[\p{L}\p{N}_./-]+(?:(?:,\s+(?:and\s+|or\s+)?|\s+(?:and|or)\s+)[\p{L}\p{N}_./-]+){2,}|[\p{L}\p{N}_./-]+(?:\|[\p{L}\p{N}_./-]+){2,}|\b[A-Z][A-Z0-9]+(?: [A-Z][A-Z0-9]+){2,}\b/gu;
 
 /**
  * The values of a thing the question names: "exchange (one of BINANCE, BYBIT, …)", "Events:
@@ -317,9 +320,15 @@ function enumerates(text: string, asked: { meets: Set<string> }[]): boolean {
   };
   for (const m of text.matchAll(/([\p{L}_]+) \(one of [^)]*,[^)]*,/gu)) if (named(m[1])) return true;
   for (const m of text.matchAll(LIST)) {
-    if (m[0].split(/,|\|| and | or /).length < 3) continue;
-    const before = words(text.slice(0, m.index)).slice(-2);
-    const after = words(text.slice(m.index + m[0].length)).slice(0, 1);
+    const items = m[0].split(/,\s*|\|| and | or | /).filter((item) => item !== '');
+    // "30, 28 and 18 coins" counts the coins; it does not name them.
+    if (items.length < 3 || items.every((item) => /^\d+(?:[.,]\d+)?$/.test(item))) continue;
+    // "a receiver for trade_call, regime_shift and scan_digest events": after a preposition the
+    // list is its object, not the values of the noun before it.
+    const lead = words(text.slice(0, m.index)).slice(-2);
+    const before = OBJECT_OF.test(lead.at(-1) ?? '') ? [] : lead;
+    // "…, metrics and a receiver example": the word after an article is its item's, not the list's.
+    const after = termOf(items.at(-1)!) === null ? [] : words(text.slice(m.index + m[0].length)).slice(0, 1);
     if ([...before, ...after].some(named)) return true;
   }
   return false;
@@ -475,7 +484,8 @@ export function extractiveAnswer(
         rank * 0.01 -
         text.length / 5000 +
         subjectFit(kind, head, asked) -
-        (TABLE_ROW.test(text) ? 0.1 : 0);
+        // A row that lists what a "which" question asks for is the list, not one measurement.
+        (TABLE_ROW.test(text) && !(kind === 'list' && enumerates(text, asked)) ? 0.1 : 0);
       candidates.push({ passage, rank, order, quotes, coverage, score });
     });
   });
@@ -483,6 +493,12 @@ export function extractiveAnswer(
   const carrying = candidates
     .filter((c) => c.coverage >= MIN_COVERAGE)
     .sort((a, b) => b.score - a.score || a.rank - b.rank || a.order - b.order);
+  // "Which coins …" asks for the coins: where the documentation lists them, a sentence that
+  // only speaks of them (how many, where they are read from) is not the answer.
+  if (kind === 'list') {
+    const listing = carrying.filter((c) => enumerates(c.quotes.join(' '), asked));
+    if (listing.length > 0) carrying.splice(0, carrying.length, ...listing);
+  }
   const best = carrying[0];
   if (best === undefined) return dontKnow;
   const chosen: Candidate[] = [best];

@@ -296,6 +296,43 @@ describe('extractive answers', () => {
     );
   });
 
+  it('answers "which X" with the list of X where one exists, not with prose that counts them', () => {
+    const title = 'Service › Market data: what the default replay serves';
+    const ask = askOf([
+      [
+        'prose',
+        title,
+        'The replay reads the full set (Binance spot and USDT-M candles, Binance, Bybit and Hyperliquid funding), and otherwise the shipped slice of six coins.',
+      ],
+      [
+        'spot',
+        title,
+        'venue BINANCE_SPOT; full set 23 coins: BTC ETH SOL BNB XRP DOGE ADA; shipped slice the first six.',
+      ],
+      // Counts of coins are not coins.
+      [
+        'funding',
+        title,
+        'venue BYBIT funding; full set 30, 28 and 18 coins; shipped slice the same six on each.',
+      ],
+      ['hooks', 'Webhooks', 'An allowed webhook URL uses HTTPS on port 443 and a global unicast address.'],
+      // A list after "for" is its object; "a receiver example" is one item, not what the list names.
+      [
+        'reg',
+        'Using it',
+        'POST /api/webhooks registers a URL for trade_call, regime_shift and scan_digest events.',
+      ],
+      [
+        'more',
+        'Using it',
+        'The delivery log, resend, rotation, metrics and a receiver example are in the webhook guide.',
+      ],
+    ]);
+    expect(ask('Which coins does the shipped replay serve?').answer).toContain('BTC ETH SOL');
+    const urls = ask('Which webhook URLs are allowed?').answer;
+    expect(urls).toContain('443');
+  });
+
   it('answers "when does X count as Y" with the rule, even from a long sentence read from its colon', () => {
     const question = 'When does a call count as a hit?';
     expect(questionKind(question)).toBe('condition');

@@ -353,6 +353,20 @@ function subjectFit(kind: Kind, sentence: string, asked: { meets: Set<string> }[
   return qualified?.[1]?.includes("'s ") && names(termOf(qualified[2]!)) ? 0.12 : 0;
 }
 
+/**
+ * Acts a text names only for a narrower case than the question's: "hosts that connect only
+ * through OAuth" tell how those hosts connect, not how one connects. Such a mention does not
+ * name the act a "how do I" question asks about.
+ */
+function narrowedActs(text: string): Set<string> {
+  const out = new Set<string>();
+  for (const m of text.matchAll(/\b(?:that|who|which)\s+([\p{L}]+)\s+only\b/giu)) {
+    const t = termOf(m[1]!);
+    if (t !== null) out.add(t);
+  }
+  return out;
+}
+
 /** A title's parts ("Service › Using it › API keys"): a sentence that only restates one is a heading. */
 function isHeading(sentence: string, passage: Passage): boolean {
   const bare = (s: string) =>
@@ -444,6 +458,7 @@ export function extractiveAnswer(
   const compounds = compoundsOf(read.map(({ passage }) => passage.text));
   const coverageOf = (text: string, title: Set<string>, body: Set<string>) => {
     const present = termsIn(text);
+    const narrowed = narrowedActs(text);
     const modifying = modifierOnly(text, asked, compounds);
     let own = 0;
     let context = 0;
@@ -453,7 +468,7 @@ export function extractiveAnswer(
       if (rarity[i]! >= unknownWeight) return;
       const has = (set: Set<string>) => [...meets].some((t) => set.has(t));
       const named = [...meets].some((t) => present.has(t) && !modifying.has(t));
-      if (i === cruxAt && (named || has(title))) crux = true;
+      if (i === cruxAt && ((named && ![...meets].some((t) => narrowed.has(t))) || has(title))) crux = true;
       if (named) own += w;
       else if (has(present)) own += 0.5 * w;
       // The passage's title says what the sentence is about, though the sentence may not repeat

@@ -333,6 +333,21 @@ describe('extractive answers', () => {
     expect(urls).toContain('443');
   });
 
+  it('does not take an act named for a narrower case ("hosts that connect only through OAuth") for the act asked', () => {
+    const ask = askOf([
+      [
+        'oauth',
+        'Service › Using it › Sign in (OAuth)',
+        'Hosts that connect only through OAuth use POST /mcp/signin: the same MCP server as /mcp, for a caller holding a token.',
+      ],
+      ['mcp', 'Service › Using it › MCP', 'POST /mcp over Streamable HTTP, sessions via Mcp-Session-Id.'],
+      ['cards', 'HTTP routes: discovery', 'GET /mcp/server-card: MCP Server Card; public, no key.'],
+    ]);
+    const answer = ask('How do I connect to the MCP server?');
+    expect(answer.answer).toContain('Mcp-Session-Id');
+    expect(answer.answer).not.toContain('/mcp/signin');
+  });
+
   it('answers "when does X count as Y" with the rule, even from a long sentence read from its colon', () => {
     const question = 'When does a call count as a hit?';
     expect(questionKind(question)).toBe('condition');

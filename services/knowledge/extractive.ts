@@ -334,6 +334,18 @@ function enumerates(text: string, asked: { meets: Set<string> }[]): boolean {
   return false;
 }
 
+/**
+ * The noun a "which" question asks for the values of: "Which webhook payload versions exist?"
+ * asks for versions; a list of webhook headers does not answer it.
+ */
+function listedNoun(question: string): string | null {
+  const m =
+    /\bwhich\s+(?:[\p{L}\p{N}_-]+\s+){0,3}?([\p{L}\p{N}_-]+)\s+(?:are|is|was|were|does|do|did|can|could|will|would|should|exist|exists|have|has|may|must)\b/iu.exec(
+      question,
+    );
+  return m === null ? null : termOf(m[1]!);
+}
+
 /** Verbs a step of a procedure opens with. */
 const STEP =
   /^(send|retry|register|subscribe|set|run|use|call|pay|sign|present|store|read|open|ask|add|create)\b/i;
@@ -511,7 +523,9 @@ export function extractiveAnswer(
   // "Which coins …" asks for the coins: where the documentation lists them, a sentence that
   // only speaks of them (how many, where they are read from) is not the answer.
   if (kind === 'list') {
-    const listing = carrying.filter((c) => enumerates(c.quotes.join(' '), asked));
+    const noun = listedNoun(question);
+    const of = asked.filter(({ term }) => noun === null || term === noun);
+    const listing = carrying.filter((c) => enumerates(c.quotes.join(' '), of.length > 0 ? of : asked));
     if (listing.length > 0) carrying.splice(0, carrying.length, ...listing);
   }
   const best = carrying[0];

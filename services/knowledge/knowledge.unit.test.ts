@@ -333,6 +333,24 @@ describe('extractive answers', () => {
     expect(urls).toContain('443');
   });
 
+  it('takes only a list of the noun a "which" question asks for as its answer', () => {
+    const ask = askOf([
+      [
+        'deliveries',
+        'Webhooks › Deliveries',
+        'A payload is sent with the header X-Event, plus Standard Webhooks webhook-id, webhook-timestamp, webhook-signature.',
+      ],
+      [
+        'versions',
+        'Webhooks › Versions',
+        'A new payload version is added beside the old ones; version 1 is the current webhook payload version.',
+      ],
+    ]);
+    const answer = ask('Which webhook payload versions exist?');
+    expect(answer.answer).toContain('version 1');
+    expect(answer.answer).not.toContain('webhook-id');
+  });
+
   it('does not take an act named for a narrower case ("hosts that connect only through OAuth") for the act asked', () => {
     const ask = askOf([
       [

@@ -1,7 +1,9 @@
 import swagger from '@fastify/swagger';
 import scalar from '@scalar/fastify-api-reference';
 import type { FastifyInstance, FastifySchema } from 'fastify';
+import type { FieldCodes } from './errors.ts';
 import { z } from 'zod';
+import { ERRORS, type ErrorCode } from '../../contracts/errors.ts';
 import { jsonSchema } from '../../contracts/json-schema.ts';
 import { webhookOpenApi } from '../../contracts/webhook-schemas.ts';
 
@@ -67,6 +69,18 @@ export const ErrorBody = z
   .loose();
 
 export const error = (description: string): ResponseDoc => ({ description, schema: ErrorBody });
+
+/**
+ * A refusal answering with one of `codes`: the document lists them as the `code` enum (a
+ * generated client switches on them), each with its catalog message.
+ */
+export function refusal(codes: readonly [ErrorCode, ...ErrorCode[]], note?: string): ResponseDoc {
+  const described = codes.map((code) => `${code}: ${ERRORS[code].message}`).join('; ');
+  return {
+    description: note ? `${note} (${described})` : described,
+    schema: ErrorBody.extend({ code: z.enum(codes).describe('A code of the error catalog') }),
+  };
+}
 
 const SECURITY: Record<NonNullable<RouteDoc['auth']>, Json[]> = {
   bearer: [{ apiKey: [] }],
@@ -139,14 +153,23 @@ export function declared<
   B extends z.ZodType | undefined = undefined,
   P extends z.ZodObject | undefined = undefined,
   Q extends z.ZodObject | undefined = undefined,
->(doc: Omit<RouteDoc, 'body' | 'params' | 'query'> & { body?: B; params?: P; query?: Q }) {
+>(
+  doc: Omit<RouteDoc, 'body' | 'params' | 'query'> & {
+    body?: B;
+    params?: P;
+    query?: Q;
+    /** The route's own codes for its fields, when its family has them (see FieldCodes). */
+    codes?: FieldCodes;
+  },
+) {
+  const { codes, ...rest } = doc;
   return {
     schema: {
       ...(doc.body ? { body: doc.body } : {}),
       ...(doc.params ? { params: doc.params } : {}),
       ...(doc.query ? { querystring: doc.query } : {}),
     } as { body: B; params: P; querystring: Q },
-    config: documented(doc as RouteDoc),
+    config: { ...documented(rest as RouteDoc), ...(codes ? { codes } : {}) },
   };
 }
 

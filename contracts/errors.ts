@@ -109,8 +109,16 @@ export const ERRORS = {
     retryable: false,
     message: 'query is missing, not a string, or only whitespace',
   },
-  QUERY_TOO_SHORT: { status: 400, retryable: false, message: 'query is shorter than {min} characters after trimming' },
-  QUERY_TOO_LONG: { status: 400, retryable: false, message: 'query is longer than {max} characters after trimming' },
+  QUERY_TOO_SHORT: {
+    status: 400,
+    retryable: false,
+    message: 'query is shorter than {min} characters after trimming',
+  },
+  QUERY_TOO_LONG: {
+    status: 400,
+    retryable: false,
+    message: 'query is longer than {max} characters after trimming',
+  },
   INVALID_QUESTION: {
     status: 400,
     retryable: false,

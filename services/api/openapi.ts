@@ -1,11 +1,11 @@
 import swagger from '@fastify/swagger';
 import scalar from '@scalar/fastify-api-reference';
 import type { FastifyInstance, FastifySchema } from 'fastify';
-import type { FieldCodes } from './errors.ts';
 import { z } from 'zod';
 import { ERRORS, type ErrorCode } from '../../contracts/errors.ts';
 import { jsonSchema } from '../../contracts/json-schema.ts';
 import { webhookOpenApi } from '../../contracts/webhook-schemas.ts';
+import type { FieldCodes } from './errors.ts';
 
 /**
  * The OpenAPI 3.1 document, generated from the zod contracts each route declares with

@@ -310,6 +310,8 @@ export interface ErrorExtras {
   headers?: Record<string, string>;
   /** Figures the answer's `_service` block carries besides the caller and quota (the chat quota). */
   meta?: Record<string, unknown>;
+  /** Fields the answer's body carries besides code and message (a tool's `issues`). */
+  body?: Record<string, unknown>;
 }
 
 /** A refusal from the catalog, thrown anywhere under a route and answered by the plugin's handler. */
@@ -320,6 +322,7 @@ export class ServiceError extends Error {
   readonly retryable: boolean;
   readonly headers: Record<string, string>;
   readonly meta: Record<string, unknown> | undefined;
+  readonly body: Record<string, unknown>;
 
   constructor(
     readonly code: ErrorCode,
@@ -333,6 +336,7 @@ export class ServiceError extends Error {
     this.retryable = ERRORS[code].retryable;
     this.headers = extras.headers ?? {};
     this.meta = extras.meta;
+    this.body = extras.body ?? {};
   }
 }
 

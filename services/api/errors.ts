@@ -37,8 +37,10 @@ export interface FieldCodes {
   fields?: Record<string, ErrorCode | Record<string, ErrorCode>>;
   /** A field the schema does not know. */
   unknown?: ErrorCode;
-  /** The input as a whole: missing, not an object, or a body that could not be read. */
+  /** The input as a whole: missing, or not an object. */
   whole?: ErrorCode;
+  /** A body that could not be read (not JSON, too deep, too large), when the family words it its own way. */
+  unreadable?: ErrorCode;
   /** Values the codes' message templates name (bounds, the allowed values). */
   params?: Partial<Record<ErrorCode, ErrorParams>>;
 }
@@ -83,6 +85,26 @@ type WithValidation = FastifyError & { retryable?: boolean };
 
 /** Whatever a route threw, as a catalog error; null for a bug (answered INTERNAL_ERROR). */
 export function toServiceError(error: unknown, codes: FieldCodes = {}): ServiceError | null {
+  const known = catalogError(error, codes);
+  // A body that could not be read, in the words of the route's family when it has its own code.
+  if (known && codes.unreadable && UNREADABLE.has(known.code)) {
+    return new ServiceError(codes.unreadable, {}, undefined, {
+      message: `the request body could not be read: ${known.message}`,
+    });
+  }
+  return known;
+}
+
+/** The catalog's codes for a body that could not be read. */
+const UNREADABLE = new Set<ErrorCode>([
+  'INVALID_JSON',
+  'JSON_TOO_DEEP',
+  'BODY_TOO_LARGE',
+  'UNSUPPORTED_MEDIA_TYPE',
+  'BAD_REQUEST',
+]);
+
+function catalogError(error: unknown, codes: FieldCodes): ServiceError | null {
   if (error instanceof ServiceError) return error;
   if (error instanceof z.ZodError) return fieldError(error.issues[0]!, 'body', codes);
   // A route schema's refusal (zod, through the type provider's validator): the first issue.
@@ -108,15 +130,7 @@ export function toServiceError(error: unknown, codes: FieldCodes = {}): ServiceE
   const fastify = error as WithValidation;
   if (typeof fastify?.code === 'string') {
     const known = FRAMEWORK[fastify.code];
-    if (known) {
-      const framing = known();
-      // A body that could not be read, in the words of the route's family when it has its own code.
-      return codes.whole
-        ? new ServiceError(codes.whole, {}, undefined, {
-            message: `the request body could not be read: ${framing.message}`,
-          })
-        : framing;
-    }
+    if (known) return known();
     // An error that names its catalog code and status (the event store's outage, say).
     if (isErrorCode(fastify.code) && fastify.statusCode === ERRORS[fastify.code].status) {
       return new ServiceError(fastify.code, { detail: fastify.message });

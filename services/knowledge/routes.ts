@@ -84,6 +84,7 @@ function searchRoute() {
         limit: 'INVALID_LIMIT',
       },
       whole: 'INVALID_QUERY',
+      unreadable: 'INVALID_QUERY',
       params: {
         QUERY_TOO_SHORT: { min: SEARCH_QUERY_MIN },
         QUERY_TOO_LONG: { max: SEARCH_QUERY_MAX },
@@ -117,6 +118,7 @@ function chatRoute(models: readonly string[]) {
         model: 'INVALID_MODEL',
       },
       whole: 'INVALID_QUESTION',
+      unreadable: 'INVALID_QUESTION',
       params: {
         QUESTION_TOO_SHORT: { min: CHAT_QUESTION_MIN },
         QUESTION_TOO_LONG: { max: CHAT_QUESTION_MAX },

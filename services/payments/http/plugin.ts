@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
+import { type ErrorCode, isErrorCode, ServiceError } from '../../../contracts/errors.ts';
 import {
   type Caller,
   CallerRejectedError,
@@ -7,6 +8,7 @@ import {
   keylessCaller,
   rejectedService,
 } from '../../api/caller.ts';
+import { errorHandler } from '../../api/errors.ts';
 import { QuotaUnavailableError, serveMetered } from '../../api/metered-call.ts';
 import { documented, type ResponseDoc } from '../../api/openapi.ts';
 import { limitedCaller } from '../../api/rate-limit.ts';
@@ -16,7 +18,7 @@ import type { SignalOperations } from '../../engine/operations.ts';
 import type { KeyResolver } from '../../keys/key-resolver.ts';
 import type { QuotaMeter } from '../../quota/quota-meter.ts';
 import { quotaRetryAfter } from '../../quota/snapshot.ts';
-import { decodePaymentHeader, paymentResponseHeader } from '../codecs.ts';
+import { type DecodedPayment, decodePaymentHeader, paymentResponseHeader } from '../codecs.ts';
 import { describeError, type PaymentFlowDeps, type Refusal, runPaidCall } from '../payment-flow.ts';
 import { QUOTE_CACHE_SIZE, type Quote, type Quoter, quoteJson, quoteJsonWith } from '../quote.ts';
 import type { PaidTool } from '../tools.ts';
@@ -41,6 +43,23 @@ export interface X402PluginOptions {
   bodyLimit: number;
 }
 
+/** One paid route's call: the tool, its input (null when the body is not trusted), where and which request. */
+interface Call {
+  tool: PaidTool;
+  input: unknown;
+  url: string;
+  requestId: string;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The caller of a pay-per-call route, resolved once by its auth hook. */
+    x402Caller: Caller | null;
+    /** The `_service` of the answer, once a step has learnt it (a refused key, a metered call). */
+    x402Service: ServiceMeta | null;
+  }
+}
+
 const RESPONSE_HEADERS: Record<string, string> = { ...CORS_RESPONSE_HEADERS, 'cache-control': 'no-store' };
 /** What Fastify sets for an object body; a prebuilt quote is sent as a string and must say so itself. */
 const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
@@ -55,33 +74,37 @@ function hasBody(request: FastifyRequest): boolean {
   return length > 0 || request.headers['transfer-encoding'] !== undefined;
 }
 
-type BodyResult = { ok: true; input: unknown } | { ok: false; refusal: Refusal };
+type BodyResult = { ok: true; input: unknown } | { ok: false; refusal: ServiceError };
 
+/** The tool's input from a raw body: `invalid_input` (with the issues) when it is not JSON or does not validate. */
 function readBody(tool: PaidTool, raw: unknown): BodyResult {
   let json: unknown = {};
   if (typeof raw === 'string' && raw.trim() !== '') {
     try {
       json = JSON.parse(raw);
     } catch {
-      return {
-        ok: false,
-        refusal: {
-          status: 400,
-          body: { code: 'invalid_input', message: 'the body is not valid JSON', issues: [] },
-        },
-      };
+      const refusal = new ServiceError('invalid_input', { detail: 'the body is not valid JSON' }, undefined, {
+        body: { issues: [] },
+      });
+      return { ok: false, refusal };
     }
   }
   const parsed = tool.input.safeParse(json);
   if (parsed.success) return { ok: true, input: parsed.data };
   const failure = describeFailure(parsed.error)!;
-  return {
-    ok: false,
-    refusal: {
-      status: 400,
-      body: { code: failure.code, message: failure.message, issues: failure.issues ?? [] },
-    },
-  };
+  const refusal = new ServiceError('invalid_input', { detail: failure.message }, undefined, {
+    body: { issues: failure.issues ?? [] },
+  });
+  return { ok: false, refusal };
+}
+
+/** A refusal of the paid flow (a tool's failure, a refused content type) as the catalog error it names. */
+function refusalError(refusal: Refusal): ServiceError {
+  const { code, message, ...rest } = refusal.body as { code: string; message: string };
+  return new ServiceError(isErrorCode(code) ? code : 'INTERNAL_ERROR', {}, undefined, {
+    message,
+    body: rest,
+  });
 }
 
 /** Bodies this long or shorter have their price remembered: an unpaid quote repeats the same few. */
@@ -123,7 +146,8 @@ function bodyPricer(tool: PaidTool): (raw: unknown) => number {
  * Content-Type reaches the handler as `invalid_content_type` instead of Fastify's 415.
  */
 export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
-  return async (app) => {
+  return async (plain) => {
+    const app = plain;
     const { quoter, keyed } = options;
     const peeks = new TurnPeeks(keyed.quota);
     // The Content-Type problem, as the answer it gets, from the hook that finds it to the route.
@@ -157,22 +181,71 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
       done();
     });
 
-    const send = (reply: FastifyReply, status: number, body: object, service: ServiceMeta) =>
-      reply.code(status).send({ ...body, _service: service });
+    plain.decorateRequest('x402Caller', null);
+    plain.decorateRequest('x402Service', null);
+    // Every refusal of the family: {code, message, ...} and the caller's `_service`, nothing debited.
+    plain.setErrorHandler(
+      errorHandler(async (error, request) => ({
+        code: error.code,
+        message: error.message,
+        // An outage always says whether a retry may pass.
+        ...(error.retryable || error.statusCode === 503 ? { retryable: error.retryable } : {}),
+        ...error.body,
+        _service: await serviceOf(request),
+      })),
+    );
+
+    /** `_service` of an answer that debits nothing: what the request learnt, or a peek of its caller. */
+    const serviceOf = async (request: FastifyRequest): Promise<ServiceMeta> => {
+      if (request.x402Service) return request.x402Service;
+      const caller =
+        request.x402Caller ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
+      if (caller === null)
+        return { auth: { outcome: 'UNKNOWN', presented: true, tier: 'free' }, quota: null };
+      request.x402Service = await undebitedService(keyed.quota, caller);
+      return request.x402Service;
+    };
+
+    /**
+     * The auth hook: the caller, resolved once (without a promise when the rate limiter already
+     * did, or when no key is presented). A key that is not live is refused, 401 or 503.
+     */
+    const identify = (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void) => {
+      const known =
+        limitedCaller(request) ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
+      if (known !== null) {
+        request.x402Caller = known;
+        return done();
+      }
+      identifyCaller(keyed.keys, { headers: request.headers, clientAddress: request.ip }).then(
+        (caller) => {
+          request.x402Caller = caller;
+          done();
+        },
+        async (err: unknown) => {
+          if (!(err instanceof CallerRejectedError)) return done(err as Error);
+          request.x402Service = await rejectedService(keyed.quota, err);
+          done(
+            new ServiceError(err.reason === 'unknown' ? 'unknown_key' : 'key_unverifiable', {
+              detail: err.message,
+            }),
+          );
+        },
+      );
+    };
 
     const sendQuote = async (
       reply: FastifyReply,
-      tool: PaidTool,
-      price: number,
-      url: string,
+      call: Call,
+      /** A catalog code, or a facilitator's own reason passed on. */
       code: string,
       message: string,
       service: ServiceMeta,
       status = 402,
       extra: Record<string, unknown> = {},
     ) => {
-      const resource = { url, description: tool.description, mimeType: 'application/json' };
-      const built = quoter.quote(price, resource, code, message);
+      const resource = { url: call.url, description: call.tool.description, mimeType: 'application/json' };
+      const built = quoter.quote(call.tool.price(call.input), resource, code, message);
       const quote = built instanceof Promise ? await built : built;
       // The quote is serialised once per process; only this answer's fields are added to it.
       return reply
@@ -197,6 +270,83 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
         .send(body);
     };
 
+    /** Unpaid with a key: served from the key's plan, or 429 with the quote to pay for it instead. */
+    const serveFromPlan = async (request: FastifyRequest, reply: FastifyReply, call: Call) => {
+      const caller = request.x402Caller!;
+      let metered: Awaited<ReturnType<typeof serveMetered<unknown>>>;
+      try {
+        metered = await serveMetered(
+          keyed.quota,
+          caller,
+          { tool: call.tool.name, requestId: call.requestId },
+          () => call.tool.run(options.ops, call.input, call.requestId),
+        );
+      } catch (err) {
+        if (!(err instanceof QuotaUnavailableError)) throw err;
+        request.x402Service = err.service;
+        throw new ServiceError('quota_unavailable', { detail: err.message });
+      }
+      request.x402Service = metered.service;
+      if (metered.ok) return { ...(metered.value as object), _service: metered.service };
+      if (metered.reason === 'failed')
+        throw refusalError(describeError(request.log as Logger, metered.error));
+      const { window, service } = metered;
+      const resets = window === 'daily' ? service.quota?.daily?.resets_at : service.quota?.resets_at;
+      const message =
+        `the ${window} quota of this key is used up (resets ${resets}); ` +
+        'pay for this call with x402 using the requirements in accepts / PAYMENT-REQUIRED';
+      // Paying works at once; Retry-After tells a client that will not pay when its plan serves it again.
+      reply.header('retry-after', quotaRetryAfter(service.quota, window));
+      return sendQuote(reply, call, 'quota_exhausted', message, service, 429, { window });
+    };
+
+    /** With a payment: verified, reserved, run, settled (payment-flow.ts); each outcome as its answer. */
+    const servePaid = async (
+      request: FastifyRequest,
+      reply: FastifyReply,
+      call: Call,
+      payment: DecodedPayment,
+      contentRefusal: Refusal | null,
+    ) => {
+      const service = await serviceOf(request);
+      const outcome = await runPaidCall(
+        { ...options.flow, logger: request.log as Logger },
+        {
+          payment,
+          requirements: await quoter.requirements(call.tool.price(call.input)),
+          url: call.url,
+          requestId: call.requestId,
+          tool: call.tool,
+          input: call.input,
+          refusal: contentRefusal,
+        },
+      );
+      switch (outcome.kind) {
+        case 'payment_rejected':
+          return sendQuote(reply, call, outcome.reason, outcome.message, service);
+        case 'unavailable':
+        case 'conflict':
+          throw new ServiceError(outcome.reason, { detail: outcome.message });
+        case 'refused':
+          throw refusalError(outcome.refusal);
+        case 'settlement_failed':
+          if (outcome.settle) reply.header(...paymentResponseHeader(payment.version, outcome.settle));
+          return sendQuote(
+            reply,
+            call,
+            'settlement_failed',
+            `settlement failed: ${outcome.message}`,
+            service,
+          );
+        case 'served': {
+          reply.header(...paymentResponseHeader(payment.version, outcome.settle));
+          if (outcome.replayed) reply.header('x-payment-replayed', 'true');
+          const paid: PaidServiceMeta = { ...service, payment: outcome.receipt };
+          return { ...(outcome.result as object), _service: paid };
+        }
+      }
+    };
+
     for (const tool of options.tools) {
       const path = `/x402/${tool.name}`;
       const pricer = bodyPricer(tool);
@@ -212,8 +362,7 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
         if (request.headers['payment-signature'] !== undefined || request.headers['x-payment'] !== undefined)
           return false;
         if (contentRefusals.has(request)) return false;
-        const caller =
-          limitedCaller(request) ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
+        const caller = request.x402Caller;
         if (caller === null || caller.keyId !== null) return false;
         const block = peeks.settled(caller);
         if (block === undefined) return false;
@@ -226,150 +375,37 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
         return true;
       };
 
+      /** Dispatch: a keyless unpaid call is quoted whatever its body; the body is judged once a key or payment comes. */
       const handle = async (request: FastifyRequest, reply: FastifyReply) => {
-        const log = request.log as Logger;
-        let caller: Caller;
-        try {
-          caller =
-            limitedCaller(request) ??
-            (await identifyCaller(keyed.keys, { headers: request.headers, clientAddress: request.ip }));
-        } catch (err) {
-          if (!(err instanceof CallerRejectedError)) throw err;
-          const service = await rejectedService(keyed.quota, err);
-          return err.reason === 'unknown'
-            ? send(reply, 401, { code: 'unknown_key', message: err.message }, service)
-            : send(reply, 503, { code: 'key_unverifiable', message: err.message, retryable: true }, service);
-        }
-
+        const caller = request.x402Caller!;
         const decoded = decodePaymentHeader({
           paymentSignature: header(request, 'payment-signature'),
           xPayment: header(request, 'x-payment'),
         });
         const contentRefusal = contentRefusals.get(request) ?? null;
-        if (contentRefusal && decoded === null) {
-          return send(
-            reply,
-            contentRefusal.status,
-            contentRefusal.body,
-            await undebitedService(keyed.quota, caller),
-          );
-        }
-
+        if (contentRefusal && decoded === null) throw refusalError(contentRefusal);
         const url = `${request.protocol}://${request.host}${request.url}`;
-        // The common unpaid, keyless call: a quote, priced from the body alone, whatever the body.
         if (decoded === null && caller.keyId === null) {
           const block = await peeks.of(caller);
           const built = quotes.quote(pricer(request.body), url);
           return sendPaymentRequired(reply, built instanceof Promise ? await built : built, block);
         }
-
         const body = readBody(tool, request.body);
-        if (!contentRefusal && !body.ok) {
-          return send(
-            reply,
-            body.refusal.status,
-            body.refusal.body,
-            await undebitedService(keyed.quota, caller),
-          );
-        }
+        if (!contentRefusal && !body.ok) throw body.refusal;
         // With a bad Content-Type the body is not trusted for the call, only for pricing the quote.
-        const input = body.ok ? body.input : null;
-        const price = tool.price(input);
-        const requestId = String(request.id);
-
-        // Unpaid with a key (keyless unpaid calls were quoted above): served from the key's plan.
-        if (decoded === null) {
-          let metered: Awaited<ReturnType<typeof serveMetered<unknown>>>;
-          try {
-            metered = await serveMetered(keyed.quota, caller, { tool: tool.name, requestId }, () =>
-              tool.run(options.ops, input, requestId),
-            );
-          } catch (err) {
-            if (!(err instanceof QuotaUnavailableError)) throw err;
-            return send(
-              reply,
-              503,
-              { code: 'quota_unavailable', message: err.message, retryable: true },
-              err.service,
-            );
-          }
-          if (metered.ok) return send(reply, 200, metered.value as object, metered.service);
-          if (metered.reason === 'failed') {
-            const refusal = describeError(log, metered.error);
-            return send(reply, refusal.status, refusal.body, metered.service);
-          }
-          const resets =
-            metered.window === 'daily'
-              ? metered.service.quota?.daily?.resets_at
-              : metered.service.quota?.resets_at;
-          const message =
-            `the ${metered.window} quota of this key is used up (resets ${resets}); ` +
-            'pay for this call with x402 using the requirements in accepts / PAYMENT-REQUIRED';
-          // Paying works at once; Retry-After tells a client that will not pay when its plan serves it again.
-          reply.header('retry-after', quotaRetryAfter(metered.service.quota, metered.window));
-          return sendQuote(reply, tool, price, url, 'quota_exhausted', message, metered.service, 429, {
-            window: metered.window,
-          });
+        const call: Call = { tool, input: body.ok ? body.input : null, url, requestId: String(request.id) };
+        if (decoded === null) return serveFromPlan(request, reply, call);
+        if (!decoded.ok) {
+          return sendQuote(reply, call, decoded.reason, decoded.message, await serviceOf(request));
         }
-
-        const service = await undebitedService(keyed.quota, caller);
-        if (!decoded.ok) return sendQuote(reply, tool, price, url, decoded.reason, decoded.message, service);
-
-        const outcome = await runPaidCall(
-          { ...options.flow, logger: log },
-          {
-            payment: decoded.payment,
-            requirements: await quoter.requirements(price),
-            url,
-            requestId,
-            tool,
-            input,
-            refusal: contentRefusal,
-          },
-        );
-        const version = decoded.payment.version;
-        switch (outcome.kind) {
-          case 'payment_rejected':
-            return sendQuote(reply, tool, price, url, outcome.reason, outcome.message, service);
-          case 'unavailable':
-            return send(
-              reply,
-              503,
-              {
-                code: outcome.reason,
-                message: outcome.message,
-                retryable: outcome.reason !== 'facilitator_not_configured',
-              },
-              service,
-            );
-          case 'refused':
-            return send(reply, outcome.refusal.status, outcome.refusal.body, service);
-          case 'conflict':
-            return send(reply, 409, { code: outcome.reason, message: outcome.message }, service);
-          case 'settlement_failed': {
-            if (outcome.settle) reply.header(...paymentResponseHeader(version, outcome.settle));
-            return sendQuote(
-              reply,
-              tool,
-              price,
-              url,
-              'settlement_failed',
-              `settlement failed: ${outcome.message}`,
-              service,
-            );
-          }
-          case 'served': {
-            reply.header(...paymentResponseHeader(version, outcome.settle));
-            if (outcome.replayed) reply.header('x-payment-replayed', 'true');
-            const paid: PaidServiceMeta = { ...service, payment: outcome.receipt };
-            return send(reply, 200, outcome.result as object, paid);
-          }
-        }
+        return servePaid(request, reply, call, decoded.payment, contentRefusal);
       };
 
       app.options(path, async (_request, reply) => reply.code(204).headers(CORS_PREFLIGHT_HEADERS).send());
-      app.post(path, { bodyLimit: options.bodyLimit, config: paidRouteDoc(tool) }, (request, reply) =>
-        quoteAtOnce(request, reply) ? undefined : handle(request, reply),
+      app.post(
+        path,
+        { bodyLimit: options.bodyLimit, config: paidRouteDoc(tool), preHandler: identify },
+        (request, reply) => (quoteAtOnce(request, reply) ? undefined : handle(request, reply)),
       );
     }
   };

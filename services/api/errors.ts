@@ -61,13 +61,9 @@ function fieldError(issue: Issue, where = 'body', codes: FieldCodes = {}): Servi
   const field = keys.length > 0 ? keys[0]! : issue.path.length > 0 ? issue.path.map(String).join('.') : where;
   const detail = keys.length > 0 ? `unknown field "${field}"` : `${field}: ${issue.message}`;
   const own = codeOf(issue, at, codes);
-  if (own) {
-    return new ServiceError(
-      own,
-      { detail, issue: issue.message, name: field, ...codes.params?.[own] },
-      field,
-    );
-  }
+  // A family with codes of its own names the field in the code, not in a `field` member.
+  if (own)
+    return new ServiceError(own, { detail, issue: issue.message, name: field, ...codes.params?.[own] });
   return new ServiceError('INVALID_FIELD', { detail }, field);
 }
 

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import swagger from '@fastify/swagger';
 import scalar from '@scalar/fastify-api-reference';
 import type { FastifyInstance, FastifySchema } from 'fastify';
@@ -189,6 +190,36 @@ function operationIdOf(method: string, path: string): string {
   return [method.toLowerCase(), ...words.map((w) => w[0]!.toUpperCase() + w.slice(1))].join('');
 }
 
+/** Real answers recorded by the conformance test (`RECORD_OPENAPI_EXAMPLES=1`): operationId → status → answer. */
+type Examples = Record<string, Record<string, { type: string; body: unknown }>>;
+const EXAMPLES_FILE = new URL('./openapi-examples.json', import.meta.url);
+
+function loadExamples(): Examples {
+  try {
+    return JSON.parse(readFileSync(EXAMPLES_FILE, 'utf8')) as Examples;
+  } catch {
+    return {};
+  }
+}
+
+/** Puts each recorded answer beside the schema of its operation, status and media type. */
+function withExamples(paths: Record<string, Record<string, unknown>>, examples: Examples): void {
+  for (const item of Object.values(paths)) {
+    for (const operation of Object.values(item) as {
+      operationId?: string;
+      responses?: Record<string, { content?: Record<string, Record<string, unknown>> }>;
+    }[]) {
+      const recorded = examples[operation.operationId ?? ''] ?? {};
+      for (const [status, { type, body }] of Object.entries(recorded)) {
+        const content = operation.responses?.[status]?.content ?? {};
+        // Matched by the bare media type: `text/plain; version=0.0.4` is recorded as text/plain.
+        const media = Object.entries(content).find(([t]) => t.split(';')[0]!.trim() === type)?.[1];
+        if (media) media.example = body;
+      }
+    }
+  }
+}
+
 function withOperationIds<D extends object>(document: D): D {
   const paths = (document as { paths?: Record<string, Record<string, unknown>> }).paths ?? {};
   for (const [path, item] of Object.entries(paths)) {
@@ -197,8 +228,11 @@ function withOperationIds<D extends object>(document: D): D {
       item[method] = { ...(operation as object), operationId: operationIdOf(method, path) };
     }
   }
+  withExamples(paths, examples);
   return document;
 }
+
+const examples = loadExamples();
 
 /** Routes of the documentation itself: registered, not listed. */
 export const undocumented = {

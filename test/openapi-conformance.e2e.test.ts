@@ -9,6 +9,7 @@ import addFormats from 'ajv-formats';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { createSiweMessage } from 'viem/siwe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ERRORS } from '../contracts/errors.ts';
 import { startTestService, type TestService } from './service-harness.ts';
 
 /**
@@ -449,5 +450,11 @@ describe('the OpenAPI document describes every real answer', () => {
       }
     }
     expect(missing).toEqual([]);
+  });
+
+  it('documents every code of the error catalog on the operations that answer it', () => {
+    const paths = JSON.stringify(doc.paths);
+    const undocumented = Object.keys(ERRORS).filter((code) => !new RegExp(`\\b${code}\\b`).test(paths));
+    expect(undocumented).toEqual([]);
   });
 });

@@ -190,6 +190,34 @@ function operationIdOf(method: string, path: string): string {
   return [method.toLowerCase(), ...words.map((w) => w[0]!.toUpperCase() + w.slice(1))].join('');
 }
 
+/**
+ * Refusals any operation may answer before or beside its own: framing and transport errors of
+ * the app (raised before a route runs, or on the raw socket) and the outages of a backing server.
+ */
+const ANY_ROUTE: readonly ErrorCode[] = [
+  'BAD_REQUEST',
+  'BAD_URL',
+  'URI_TOO_LONG',
+  'REQUEST_TIMEOUT',
+  'HEADERS_TOO_LARGE',
+  'BODY_TOO_LARGE',
+  'UNSUPPORTED_MEDIA_TYPE',
+  'RATE_LIMITED',
+  'event_store_unavailable',
+  'storage_full',
+  'INTERNAL_ERROR',
+];
+
+/** Codes of the catalog with their status and words, for a description. */
+export function codesText(codes: readonly ErrorCode[]): string {
+  return codes.map((code) => `${code} (${ERRORS[code].status}): ${ERRORS[code].message}`).join('; ');
+}
+
+const ANY_ROUTE_RESPONSE = {
+  description: `Refusals any operation may answer, each with its status: ${codesText(ANY_ROUTE)}`,
+  content: { 'application/json': { schema: jsonSchema(ErrorBody, 'output') } },
+};
+
 /** Real answers recorded by the conformance test (`RECORD_OPENAPI_EXAMPLES=1`): operationId → status → answer. */
 type Examples = Record<string, Record<string, { type: string; body: unknown }>>;
 const EXAMPLES_FILE = new URL('./openapi-examples.json', import.meta.url);
@@ -225,7 +253,12 @@ function withOperationIds<D extends object>(document: D): D {
   for (const [path, item] of Object.entries(paths)) {
     // One route serving several methods shares one operation object among them: each gets its own.
     for (const [method, operation] of Object.entries(item)) {
-      item[method] = { ...(operation as object), operationId: operationIdOf(method, path) };
+      const op = operation as { responses?: Record<string, unknown> };
+      item[method] = {
+        ...op,
+        operationId: operationIdOf(method, path),
+        responses: { ...op.responses, default: ANY_ROUTE_RESPONSE },
+      };
     }
   }
   withExamples(paths, examples);

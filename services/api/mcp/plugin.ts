@@ -3,9 +3,10 @@ import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { ErrorCode } from '../../../contracts/errors.ts';
 import { CallerRejectedError, identifyCaller } from '../caller.ts';
 import { errorHandler, rpcErrorBody } from '../errors.ts';
-import { documented, type ResponseDoc } from '../openapi.ts';
+import { codesText, documented, type ResponseDoc } from '../openapi.ts';
 import { InFlightIds, requestIds } from './in-flight.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
 import { createMcpServer } from './server.ts';
@@ -40,6 +41,21 @@ const rpcError = (description: string): ResponseDoc => ({
   },
 });
 
+/** The codes a tool result carries in `structuredContent.code` when `isError` is set (contract 7.3). */
+const TOOL_RESULT_CODES: ErrorCode[] = [
+  'unknown_tool',
+  'invalid_arguments',
+  'invalid_input',
+  'internal_error',
+  'quota_exhausted',
+  'payment_not_accepted',
+  'unknown_coin',
+  'unsupported_timeframe',
+  'unsupported_exchange',
+  'insufficient_history',
+  'venue_unavailable',
+];
+
 const MCP_DOC = documented({
   summary: 'MCP over Streamable HTTP (JSON-RPC 2.0): the tools, resources and prompts of the service',
   description:
@@ -49,7 +65,7 @@ const MCP_DOC = documented({
   body: { type: 'object', description: 'A JSON-RPC 2.0 request, notification or batch' },
   responses: {
     200: {
-      description: 'JSON-RPC response (application/json) or an event stream',
+      description: `JSON-RPC response (application/json) or an event stream. A tool that fails answers result.isError with structuredContent.code, one of: ${codesText(TOOL_RESULT_CODES)}`,
       schema: { type: 'object' },
     },
     202: { description: 'A notification was accepted' },

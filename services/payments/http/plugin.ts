@@ -10,7 +10,7 @@ import {
 } from '../../api/caller.ts';
 import { errorHandler } from '../../api/errors.ts';
 import { QuotaUnavailableError, serveMetered } from '../../api/metered-call.ts';
-import { documented, type ResponseDoc } from '../../api/openapi.ts';
+import { codesText, documented, refusal } from '../../api/openapi.ts';
 import { limitedCaller } from '../../api/rate-limit.ts';
 import type { PaidServiceMeta, ServiceMeta } from '../../api/service-meta.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
@@ -444,14 +444,35 @@ function routeQuotes(quoter: Quoter, tool: PaidTool, message: string) {
   };
 }
 
-const fault = (description: string): ResponseDoc => ({
-  description,
-  schema: {
-    type: 'object',
-    properties: { code: { type: 'string' }, message: { type: 'string' } },
-    required: ['code'],
-  },
-});
+/** Why a presented payment is refused: the 402 comes back with a fresh quote and one of these in `error`. */
+const PAYMENT_REFUSALS: ErrorCode[] = [
+  'invalid_payment_header',
+  'invalid_payment',
+  'invalid_payment_identifier',
+  'unsupported_scheme',
+  'network_mismatch',
+  'asset_mismatch',
+  'recipient_mismatch',
+  'amount_mismatch',
+  'terms_mismatch',
+  'insufficient_funds',
+  'payment_in_use',
+  'payment_already_failed',
+  'payment_state_changed',
+  'settlement_failed',
+  'invalid_exact_evm_signature',
+  'invalid_exact_evm_recipient_mismatch',
+  'invalid_exact_evm_payload_authorization_valid_before',
+  'invalid_exact_evm_payload_authorization_valid_after',
+  'invalid_exact_evm_payload_authorization_value_mismatch',
+  'invalid_exact_evm_authorization_value',
+  'invalid_exact_evm_network_mismatch',
+  'invalid_exact_evm_nonce_already_used',
+  'invalid_exact_evm_insufficient_balance',
+  'invalid_exact_evm_transaction_simulation_failed',
+  'invalid_exact_evm_transaction_failed',
+  'asset_not_deployed_contract',
+];
 
 /** The route's entry in the OpenAPI document: the tool as the table has it, and what paying looks like. */
 function paidRouteDoc(tool: PaidTool) {
@@ -468,19 +489,41 @@ function paidRouteDoc(tool: PaidTool) {
         schema: tool.output,
         headers: { 'PAYMENT-RESPONSE': 'Base64 JSON settlement response (x402 v2)' },
       },
-      400: fault('invalid_input, invalid_content_type: nothing is charged'),
-      401: fault('unknown_key: a Bearer key that is not live'),
+      400: refusal(['invalid_input', 'invalid_content_type'], 'Nothing is charged'),
+      401: refusal(['unknown_key'], 'A Bearer key that is not live'),
       402: {
-        ...fault(
-          'payment_required (with the quote: accepts[] in the body, v1, and the PAYMENT-REQUIRED header, v2), payment_not_accepted, settlement_failed',
-        ),
+        description: `The quote: accepts[] in the body (v1) and the PAYMENT-REQUIRED header (v2), with payment_required when no payment came, or why a payment was refused: ${codesText(PAYMENT_REFUSALS)}`,
+        schema: {
+          type: 'object',
+          properties: { x402Version: { type: 'integer' }, accepts: { type: 'array' } },
+        },
         headers: { 'PAYMENT-REQUIRED': 'Base64 JSON payment requirements (x402 v2)' },
       },
-      409: fault('payment_identifier_conflict: another request under the same payment id'),
-      429: fault(
-        'quota_exhausted for a key (the 402 quote comes with it; Retry-After: seconds until the quota window resets), RATE_LIMITED',
+      404: refusal(['unknown_coin'], 'Nothing is charged'),
+      409: refusal(
+        ['payment_identifier_conflict', 'payment_already_used'],
+        'The payment already paid for another request',
       ),
-      503: fault('key_unverifiable, quota_unavailable, facilitator_unavailable: nothing is charged; retry'),
+      422: refusal(
+        ['unsupported_timeframe', 'unsupported_exchange', 'insufficient_history'],
+        'Nothing is charged',
+      ),
+      429: {
+        description:
+          'quota_exhausted for a key: the 402 quote comes with it (Retry-After: seconds until the quota window resets); RATE_LIMITED',
+        schema: { type: 'object', properties: { code: { type: 'string' }, message: { type: 'string' } } },
+      },
+      500: refusal(['INTERNAL_ERROR'], 'Nothing is charged'),
+      503: refusal(
+        [
+          'key_unverifiable',
+          'quota_unavailable',
+          'facilitator_unavailable',
+          'facilitator_not_configured',
+          'venue_unavailable',
+        ],
+        'Nothing is charged; retry when retryable',
+      ),
     },
   });
 }

@@ -142,16 +142,8 @@ function uplotAsset(file: string): Buffer {
   return readFileSync(require.resolve(`uplot/dist/${file}`));
 }
 
-/**
- * GET /api/verdicts (Bearer key; the labelled history, streamed), GET /api/track-record
- * (public, cacheable) and GET /track-record (the page, with uPlot served from node_modules).
- */
-export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
-  const assets = {
-    'uPlot.iife.min.js': { body: uplotAsset('uPlot.iife.min.js'), type: 'text/javascript; charset=utf-8' },
-    'uPlot.min.css': { body: uplotAsset('uPlot.min.css'), type: 'text/css; charset=utf-8' },
-  };
-
+/** The keyed side of /api/verdicts: the auth hook, and where a cursor resumes. */
+function historyAccess(deps: HistoryRoutesDeps) {
   /** The auth hook of /api/verdicts: a live key, resolved once, its `_service` on the request. */
   async function requireKey(request: FastifyRequest): Promise<void> {
     const credential = presentedCredential(request.headers, isWellFormedKey);
@@ -189,6 +181,21 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
     }
     return event.id;
   }
+
+  return { requireKey, startAfter };
+}
+
+/**
+ * GET /api/verdicts (Bearer key; the labelled history, streamed), GET /api/track-record
+ * (public, cacheable) and GET /track-record (the page, with uPlot served from node_modules).
+ */
+export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
+  const assets = {
+    'uPlot.iife.min.js': { body: uplotAsset('uPlot.iife.min.js'), type: 'text/javascript; charset=utf-8' },
+    'uPlot.min.css': { body: uplotAsset('uPlot.min.css'), type: 'text/css; charset=utf-8' },
+  };
+
+  const { requireKey, startAfter } = historyAccess(deps);
 
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();

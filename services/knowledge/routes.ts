@@ -134,17 +134,35 @@ function chatRoute(models: readonly string[]) {
   });
 }
 
-/**
- * POST /api/search and POST /api/chat. Both need a live key (401 UNAUTHORIZED otherwise, before
- * the body is judged); both count one call against the key's plan quota like any tool; chat also
- * takes one unit of the month's chat quota. Every answer, errors included, carries `_service`.
- */
-export function knowledgeRoutes(deps: {
+/** What a metered run threw or failed with, as the family's refusal (nothing counted). */
+function failure(err: unknown, logger: Logger): ServiceError {
+  if (err instanceof ServiceError) return err;
+  if (err instanceof ChatQuotaExhaustedError) {
+    return new ServiceError('CHAT_QUOTA_EXHAUSTED', { detail: err.message }, undefined, {
+      headers: { 'retry-after': String(err.retryAfterSeconds) },
+      meta: { chat_quota: err.chatQuota },
+    });
+  }
+  if (err instanceof CacheUnavailableError || err instanceof QuotaUnavailableError) {
+    return refused('KEY_UNVERIFIABLE', 'the quota could not be checked right now; retry shortly', {
+      'retry-after': '1',
+    });
+  }
+  if (!(err instanceof OperationError && err.failure.code === 'INTERNAL_ERROR')) {
+    logger.error({ err }, 'knowledge request failed');
+  }
+  return refused('INTERNAL_ERROR');
+}
+
+interface KnowledgeDeps {
   knowledge: () => Promise<Knowledge>;
   channel: () => KeyedAccess;
   models: readonly string[];
   logger: Logger;
-}): FastifyPluginAsync {
+}
+
+/** The caller's side of the knowledge routes: its key (the auth hook), its `_service`, its metered calls. */
+function knowledgeAccess(deps: KnowledgeDeps) {
   const quota = () => deps.channel().quota;
   const peek = async (caller: Caller): Promise<Service> => ({
     auth: caller.auth,
@@ -188,26 +206,6 @@ export function knowledgeRoutes(deps: {
   }
   const absent: Service = { auth: { outcome: 'ABSENT', presented: false, tier: 'free' }, quota: null };
 
-  /** What a metered run threw or failed with, as the family's refusal (nothing counted). */
-  function failure(err: unknown): ServiceError {
-    if (err instanceof ServiceError) return err;
-    if (err instanceof ChatQuotaExhaustedError) {
-      return new ServiceError('CHAT_QUOTA_EXHAUSTED', { detail: err.message }, undefined, {
-        headers: { 'retry-after': String(err.retryAfterSeconds) },
-        meta: { chat_quota: err.chatQuota },
-      });
-    }
-    if (err instanceof CacheUnavailableError || err instanceof QuotaUnavailableError) {
-      return refused('KEY_UNVERIFIABLE', 'the quota could not be checked right now; retry shortly', {
-        'retry-after': '1',
-      });
-    }
-    if (!(err instanceof OperationError && err.failure.code === 'INTERNAL_ERROR')) {
-      deps.logger.error({ err }, 'knowledge request failed');
-    }
-    return refused('INTERNAL_ERROR');
-  }
-
   /** Runs `work` against the caller's plan quota; a refusal is thrown with the `_service` it learnt. */
   async function metered<T>(
     request: FastifyRequest,
@@ -222,15 +220,25 @@ export function knowledgeRoutes(deps: {
       if (!(err instanceof QuotaUnavailableError)) throw err;
       await undo?.();
       request.knowledgeService = err.service;
-      throw failure(err);
+      throw failure(err, deps.logger);
     }
     request.knowledgeService = outcome.service;
     if (outcome.ok) return { value: outcome.value, service: outcome.service };
-    if (outcome.reason === 'failed') throw failure(outcome.error);
+    if (outcome.reason === 'failed') throw failure(outcome.error, deps.logger);
     await undo?.();
     throw callQuotaExhausted(outcome.window, outcome.service);
   }
 
+  return { requireKey, serviceOf, metered };
+}
+
+/**
+ * POST /api/search and POST /api/chat. Both need a live key (401 UNAUTHORIZED otherwise, before
+ * the body is judged); both count one call against the key's plan quota like any tool; chat also
+ * takes one unit of the month's chat quota. Every answer, errors included, carries `_service`.
+ */
+export function knowledgeRoutes(deps: KnowledgeDeps): FastifyPluginAsync {
+  const { requireKey, serviceOf, metered } = knowledgeAccess(deps);
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
     plain.decorateRequest('knowledgeCaller', null);

@@ -96,6 +96,62 @@ function walletStream(address: string): string {
   return `wallet-${address.toLowerCase()}`;
 }
 
+const signInUnavailable = () =>
+  new ServiceError('SERVICE_UNAVAILABLE', { detail: 'sign-in is unavailable right now; retry shortly' });
+
+/**
+ * A signed message checked, its nonce spent, and the address's one free key issued: the key's
+ * first event goes to stream `wallet-<address>` expecting no stream, so a second sign-in (here
+ * or on any replica) is refused as KEY_ALREADY_ISSUED.
+ */
+async function signIn(options: KeyRoutesOptions, body: z.infer<typeof SignInBody>) {
+  const check = await checkSignIn({
+    message: body.message,
+    signature: body.signature as `0x${string}`,
+    domain: options.siweDomain,
+    now: new Date(),
+  });
+  if (!check.ok) throw new ServiceError(check.code, { detail: check.message });
+
+  try {
+    if (!(await consumeNonce(options.cache, check.nonce, options.nonceTtlMs))) {
+      throw new ServiceError('SIWE_NONCE_INVALID');
+    }
+    const issued = await issueKey(options.store, {
+      plan: 'free',
+      owner: check.address,
+      via: 'siwe',
+      stream: walletStream(check.address),
+    });
+    await options
+      .registryCaughtUp(issued.position)
+      .catch((err: unknown) =>
+        options.logger.warn({ err, keyId: issued.keyId }, 'key registry slow to fold a new key'),
+      );
+    const limits = options.plans.free;
+    return {
+      key: issued.key,
+      key_id: issued.keyId,
+      prefix: issued.prefix,
+      plan: issued.plan,
+      owner: issued.owner,
+      limits: { monthly: limits.monthly, daily: limits.daily },
+      note: 'Store this key now: it is shown only once. Send it as "Authorization: Bearer <key>".',
+    };
+  } catch (err) {
+    if (
+      err instanceof WrongExpectedRevisionError ||
+      (err instanceof KeyRuleError && err.code === 'key_exists')
+    ) {
+      throw new ServiceError('KEY_ALREADY_ISSUED', { address: check.address });
+    }
+    if (err instanceof CacheUnavailableError) {
+      throw signInUnavailable();
+    }
+    throw err;
+  }
+}
+
 const KEYS_METHODS = 'GET, POST';
 
 /**
@@ -104,9 +160,6 @@ const KEYS_METHODS = 'GET, POST';
  * `wallet-<address>` expecting no stream, so a second sign-in (here or on any replica) fails.
  */
 export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
-  const unavailable = () =>
-    new ServiceError('SERVICE_UNAVAILABLE', { detail: 'sign-in is unavailable right now; retry shortly' });
-
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
     app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
@@ -131,7 +184,7 @@ export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
         };
       } catch (err) {
         if (err instanceof CacheUnavailableError) {
-          throw unavailable();
+          throw signInUnavailable();
         }
         throw err;
       }
@@ -139,51 +192,7 @@ export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
 
     app.post('/api/keys', signInRoute, async (request, reply) => {
       reply.header('cache-control', 'no-store');
-      const check = await checkSignIn({
-        message: request.body.message,
-        signature: request.body.signature as `0x${string}`,
-        domain: options.siweDomain,
-        now: new Date(),
-      });
-      if (!check.ok) throw new ServiceError(check.code, { detail: check.message });
-
-      try {
-        if (!(await consumeNonce(options.cache, check.nonce, options.nonceTtlMs))) {
-          throw new ServiceError('SIWE_NONCE_INVALID');
-        }
-        const issued = await issueKey(options.store, {
-          plan: 'free',
-          owner: check.address,
-          via: 'siwe',
-          stream: walletStream(check.address),
-        });
-        await options
-          .registryCaughtUp(issued.position)
-          .catch((err: unknown) =>
-            options.logger.warn({ err, keyId: issued.keyId }, 'key registry slow to fold a new key'),
-          );
-        const limits = options.plans.free;
-        return reply.code(201).send({
-          key: issued.key,
-          key_id: issued.keyId,
-          prefix: issued.prefix,
-          plan: issued.plan,
-          owner: issued.owner,
-          limits: { monthly: limits.monthly, daily: limits.daily },
-          note: 'Store this key now: it is shown only once. Send it as "Authorization: Bearer <key>".',
-        });
-      } catch (err) {
-        if (
-          err instanceof WrongExpectedRevisionError ||
-          (err instanceof KeyRuleError && err.code === 'key_exists')
-        ) {
-          throw new ServiceError('KEY_ALREADY_ISSUED', { address: check.address });
-        }
-        if (err instanceof CacheUnavailableError) {
-          throw unavailable();
-        }
-        throw err;
-      }
+      return reply.code(201).send(await signIn(options, request.body));
     });
   };
 }

@@ -112,40 +112,8 @@ export function verifyRoutes(deps: {
     answers.set(key, answer);
   };
 
-  const compute = async (stream: string, revision: number, at: number): Promise<Answer | null> => {
-    const [recorded] = await deps.store.readStream(stream, { fromRevision: revision, maxCount: 1 });
-    const event = recorded ? parseDomainEvent(recorded) : null;
-    if (event?.type !== 'VerdictRecorded' || event.revision !== revision) return null;
-    const d: EventData<'VerdictRecorded'> = event.data;
-    const { hash, ...content } = d;
-    const revealAt = d.candleCloseTime + REVEAL_AFTER_CANDLES * TIMEFRAME_MS[d.timeframe];
-    const revealed = at >= revealAt;
-    const previous = await previousVerdict(deps.store, stream, revision);
-    const json = JSON.stringify({
-      verdictId: event.id,
-      stream,
-      revision,
-      position: event.position,
-      recordedAt: event.recordedAt,
-      exchange: d.exchange,
-      coin: d.coin,
-      timeframe: d.timeframe,
-      candleCloseTime: d.candleCloseTime,
-      engineVersion: d.engineVersion,
-      hash,
-      prevHash: d.prevHash,
-      hashValid: verdictHash(content) === hash,
-      previous: previous !== null ? verdictVerifyUrl(deps.baseUrl, { stream, revision: previous }) : null,
-      revealAt: new Date(revealAt).toISOString(),
-      content: revealed ? content : null,
-    });
-    return {
-      body: Buffer.from(json, 'utf8'),
-      etag: `"${hash}${revealed ? '' : '-sealed'}"`,
-      revealAt,
-      revealed,
-    };
-  };
+  const compute = (stream: string, revision: number, at: number) =>
+    computeAnswer(deps.store, deps.baseUrl, stream, revision, at);
 
   return async (app) => {
     const serve = (
@@ -188,6 +156,48 @@ export function verifyRoutes(deps: {
           return serve(reply, ifNoneMatch, answer, at);
         });
       });
+  };
+}
+
+/** The answer for a verdict ref (two reads, a hash check, the JSON), or null when it names no verdict. */
+async function computeAnswer(
+  store: EventStore,
+  baseUrl: string,
+  stream: string,
+  revision: number,
+  at: number,
+): Promise<Answer | null> {
+  const [recorded] = await store.readStream(stream, { fromRevision: revision, maxCount: 1 });
+  const event = recorded ? parseDomainEvent(recorded) : null;
+  if (event?.type !== 'VerdictRecorded' || event.revision !== revision) return null;
+  const d: EventData<'VerdictRecorded'> = event.data;
+  const { hash, ...content } = d;
+  const revealAt = d.candleCloseTime + REVEAL_AFTER_CANDLES * TIMEFRAME_MS[d.timeframe];
+  const revealed = at >= revealAt;
+  const previous = await previousVerdict(store, stream, revision);
+  const json = JSON.stringify({
+    verdictId: event.id,
+    stream,
+    revision,
+    position: event.position,
+    recordedAt: event.recordedAt,
+    exchange: d.exchange,
+    coin: d.coin,
+    timeframe: d.timeframe,
+    candleCloseTime: d.candleCloseTime,
+    engineVersion: d.engineVersion,
+    hash,
+    prevHash: d.prevHash,
+    hashValid: verdictHash(content) === hash,
+    previous: previous !== null ? verdictVerifyUrl(baseUrl, { stream, revision: previous }) : null,
+    revealAt: new Date(revealAt).toISOString(),
+    content: revealed ? content : null,
+  });
+  return {
+    body: Buffer.from(json, 'utf8'),
+    etag: `"${hash}${revealed ? '' : '-sealed'}"`,
+    revealAt,
+    revealed,
   };
 }
 

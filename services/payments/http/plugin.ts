@@ -1,4 +1,4 @@
-import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { type ErrorCode, isErrorCode, ServiceError } from '../../../contracts/errors.ts';
 import {
@@ -138,23 +138,26 @@ function bodyPricer(tool: PaidTool): (raw: unknown) => number {
 }
 
 /**
- * POST /x402/<tool>. Order of checks: the presented key (401 unknown, 503 unverifiable); with
- * neither key nor payment, the 402 quote whatever the body; otherwise the body (400), then either
- * the key's plan quota (no payment attached, key applied: 200 or 429 with a quote to pay instead)
- * or payment (402, then the paid flow of payment-flow.ts). Every
- * answer carries `_service`. The plugin owns its body parsing so that a doubled or merged
- * Content-Type reaches the handler as `invalid_content_type` instead of Fastify's 415.
+ * The pay-per-call routes' parts: the caller's auth hook, the family's error answer, and the three
+ * ways a call is answered (quoted, served from a key's plan, paid). One instance per plugin.
  */
-export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
-  return async (plain) => {
-    const app = plain;
-    const { quoter, keyed } = options;
-    const peeks = new TurnPeeks(keyed.quota);
-    // The Content-Type problem, as the answer it gets, from the hook that finds it to the route.
-    const contentRefusals = new WeakMap<FastifyRequest, Refusal>();
+class PaidRoutes {
+  private readonly quoter: Quoter;
+  private readonly keyed: KeyedAccess;
+  private readonly peeks: TurnPeeks;
+  /** The Content-Type problem, as the answer it gets, from the hook that finds it to the route. */
+  private readonly contentRefusals = new WeakMap<FastifyRequest, Refusal>();
 
+  constructor(private readonly options: X402PluginOptions) {
+    this.quoter = options.quoter;
+    this.keyed = options.keyed;
+    this.peeks = new TurnPeeks(options.keyed.quota);
+  }
+
+  /** Raw bodies (judged by the route, not by Fastify), the Content-Type check, the family's error answer. */
+  prepare(app: FastifyInstance): void {
     app.removeAllContentTypeParsers();
-    const asString = { parseAs: 'string', bodyLimit: options.bodyLimit } as const;
+    const asString = { parseAs: 'string', bodyLimit: this.options.bodyLimit } as const;
     const keepText = (
       _request: FastifyRequest,
       body: string | Buffer,
@@ -170,7 +173,7 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
       if (request.method === 'POST') {
         const problem = contentTypeProblem(request.raw.rawHeaders, hasBody(request));
         if (problem) {
-          contentRefusals.set(request, {
+          this.contentRefusals.set(request, {
             status: 400,
             body: { code: 'invalid_content_type', message: problem },
           });
@@ -181,233 +184,248 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
       done();
     });
 
-    plain.decorateRequest('x402Caller', null);
-    plain.decorateRequest('x402Service', null);
+    app.decorateRequest('x402Caller', null);
+    app.decorateRequest('x402Service', null);
     // Every refusal of the family: {code, message, ...} and the caller's `_service`, nothing debited.
-    plain.setErrorHandler(
+    app.setErrorHandler(
       errorHandler(async (error, request) => ({
         code: error.code,
         message: error.message,
         // An outage always says whether a retry may pass.
         ...(error.retryable || error.statusCode === 503 ? { retryable: error.retryable } : {}),
         ...error.body,
-        _service: await serviceOf(request),
+        _service: await this.serviceOf(request),
       })),
     );
+  }
 
-    /** `_service` of an answer that debits nothing: what the request learnt, or a peek of its caller. */
-    const serviceOf = async (request: FastifyRequest): Promise<ServiceMeta> => {
-      if (request.x402Service) return request.x402Service;
-      const caller =
-        request.x402Caller ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
-      if (caller === null)
-        return { auth: { outcome: 'UNKNOWN', presented: true, tier: 'free' }, quota: null };
-      request.x402Service = await undebitedService(keyed.quota, caller);
-      return request.x402Service;
-    };
+  /** `_service` of an answer that debits nothing: what the request learnt, or a peek of its caller. */
+  async serviceOf(request: FastifyRequest): Promise<ServiceMeta> {
+    if (request.x402Service) return request.x402Service;
+    const caller =
+      request.x402Caller ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
+    if (caller === null) return { auth: { outcome: 'UNKNOWN', presented: true, tier: 'free' }, quota: null };
+    request.x402Service = await undebitedService(this.keyed.quota, caller);
+    return request.x402Service;
+  }
+
+  /**
+   * The auth hook: the caller, resolved once (without a promise when the rate limiter already
+   * did, or when no key is presented). A key that is not live is refused, 401 or 503.
+   */
+  readonly identify = (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void) => {
+    const known =
+      limitedCaller(request) ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
+    if (known !== null) {
+      request.x402Caller = known;
+      return done();
+    }
+    identifyCaller(this.keyed.keys, { headers: request.headers, clientAddress: request.ip }).then(
+      (caller) => {
+        request.x402Caller = caller;
+        done();
+      },
+      async (err: unknown) => {
+        if (!(err instanceof CallerRejectedError)) return done(err as Error);
+        request.x402Service = await rejectedService(this.keyed.quota, err);
+        done(
+          new ServiceError(err.reason === 'unknown' ? 'unknown_key' : 'key_unverifiable', {
+            detail: err.message,
+          }),
+        );
+      },
+    );
+  };
+
+  async sendQuote(
+    reply: FastifyReply,
+    call: Call,
+    /** A catalog code, or a facilitator's own reason passed on. */
+    code: string,
+    message: string,
+    service: ServiceMeta,
+    status = 402,
+    extra: Record<string, unknown> = {},
+  ) {
+    const resource = { url: call.url, description: call.tool.description, mimeType: 'application/json' };
+    const built = this.quoter.quote(call.tool.price(call.input), resource, code, message);
+    const quote = built instanceof Promise ? await built : built;
+    // The quote is serialised once per process; only this answer's fields are added to it.
+    return reply
+      .code(status)
+      .header('PAYMENT-REQUIRED', quote.header)
+      .header('content-type', JSON_CONTENT_TYPE)
+      .send(quoteJson(quote, { ...extra, _service: service }));
+  }
+
+  /** The 402 of a quote for a caller's block: the same quote and block give the same bytes. */
+  sendPaymentRequired(reply: FastifyReply, quote: Quote, block: ServiceBlock) {
+    // Encoded once for the quotes of this turn.
+    let body = block.bodies.get(quote);
+    if (body === undefined) {
+      body = Buffer.from(quoteJsonWith(quote, '_service', block.json), 'utf8');
+      block.bodies.set(quote, body);
+    }
+    return reply
+      .code(402)
+      .header('PAYMENT-REQUIRED', quote.header)
+      .header('content-type', JSON_CONTENT_TYPE)
+      .send(body);
+  }
+
+  /** Unpaid with a key: served from the key's plan, or 429 with the quote to pay for it instead. */
+  async serveFromPlan(request: FastifyRequest, reply: FastifyReply, call: Call) {
+    const caller = request.x402Caller!;
+    let metered: Awaited<ReturnType<typeof serveMetered<unknown>>>;
+    try {
+      metered = await serveMetered(
+        this.keyed.quota,
+        caller,
+        { tool: call.tool.name, requestId: call.requestId },
+        () => call.tool.run(this.options.ops, call.input, call.requestId),
+      );
+    } catch (err) {
+      if (!(err instanceof QuotaUnavailableError)) throw err;
+      request.x402Service = err.service;
+      throw new ServiceError('quota_unavailable', { detail: err.message });
+    }
+    request.x402Service = metered.service;
+    if (metered.ok) return { ...(metered.value as object), _service: metered.service };
+    if (metered.reason === 'failed') throw refusalError(describeError(request.log as Logger, metered.error));
+    const { window, service } = metered;
+    const resets = window === 'daily' ? service.quota?.daily?.resets_at : service.quota?.resets_at;
+    const message =
+      `the ${window} quota of this key is used up (resets ${resets}); ` +
+      'pay for this call with x402 using the requirements in accepts / PAYMENT-REQUIRED';
+    // Paying works at once; Retry-After tells a client that will not pay when its plan serves it again.
+    reply.header('retry-after', quotaRetryAfter(service.quota, window));
+    return this.sendQuote(reply, call, 'quota_exhausted', message, service, 429, { window });
+  }
+
+  /** With a payment: verified, reserved, run, settled (payment-flow.ts); each outcome as its answer. */
+  async servePaid(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    call: Call,
+    payment: DecodedPayment,
+    contentRefusal: Refusal | null,
+  ) {
+    const service = await this.serviceOf(request);
+    const outcome = await runPaidCall(
+      { ...this.options.flow, logger: request.log as Logger },
+      {
+        payment,
+        requirements: await this.quoter.requirements(call.tool.price(call.input)),
+        url: call.url,
+        requestId: call.requestId,
+        tool: call.tool,
+        input: call.input,
+        refusal: contentRefusal,
+      },
+    );
+    switch (outcome.kind) {
+      case 'payment_rejected':
+        return this.sendQuote(reply, call, outcome.reason, outcome.message, service);
+      case 'unavailable':
+      case 'conflict':
+        throw new ServiceError(outcome.reason, { detail: outcome.message });
+      case 'refused':
+        throw refusalError(outcome.refusal);
+      case 'settlement_failed':
+        if (outcome.settle) reply.header(...paymentResponseHeader(payment.version, outcome.settle));
+        return this.sendQuote(
+          reply,
+          call,
+          'settlement_failed',
+          `settlement failed: ${outcome.message}`,
+          service,
+        );
+      case 'served': {
+        reply.header(...paymentResponseHeader(payment.version, outcome.settle));
+        if (outcome.replayed) reply.header('x-payment-replayed', 'true');
+        const paid: PaidServiceMeta = { ...service, payment: outcome.receipt };
+        return { ...(outcome.result as object), _service: paid };
+      }
+    }
+  }
+
+  /** POST /x402/<tool> and its CORS preflight. */
+  register(app: FastifyInstance, tool: PaidTool): void {
+    const path = `/x402/${tool.name}`;
+    const pricer = bodyPricer(tool);
+    const paymentRequiredMessage = `payment required: ${tool.name}`;
+    const quotes = routeQuotes(this.quoter, tool, paymentRequiredMessage);
 
     /**
-     * The auth hook: the caller, resolved once (without a promise when the rate limiter already
-     * did, or when no key is presented). A key that is not live is refused, 401 or 503.
+     * The common unpaid, keyless call answered without a promise, when all it needs is at hand:
+     * the body's price, the caller's `_service` already read this turn, the quote already built.
+     * False when any is missing; the handler below then answers it the same way, awaiting them.
      */
-    const identify = (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void) => {
-      const known =
-        limitedCaller(request) ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
-      if (known !== null) {
-        request.x402Caller = known;
-        return done();
-      }
-      identifyCaller(keyed.keys, { headers: request.headers, clientAddress: request.ip }).then(
-        (caller) => {
-          request.x402Caller = caller;
-          done();
-        },
-        async (err: unknown) => {
-          if (!(err instanceof CallerRejectedError)) return done(err as Error);
-          request.x402Service = await rejectedService(keyed.quota, err);
-          done(
-            new ServiceError(err.reason === 'unknown' ? 'unknown_key' : 'key_unverifiable', {
-              detail: err.message,
-            }),
-          );
-        },
+    const quoteAtOnce = (request: FastifyRequest, reply: FastifyReply): boolean => {
+      if (request.headers['payment-signature'] !== undefined || request.headers['x-payment'] !== undefined)
+        return false;
+      if (this.contentRefusals.has(request)) return false;
+      const caller = request.x402Caller;
+      if (caller === null || caller.keyId !== null) return false;
+      const block = this.peeks.settled(caller);
+      if (block === undefined) return false;
+      const quote = quotes.cached(
+        pricer(request.body),
+        `${request.protocol}://${request.host}${request.url}`,
       );
+      if (quote === undefined) return false;
+      this.sendPaymentRequired(reply, quote, block);
+      return true;
     };
 
-    const sendQuote = async (
-      reply: FastifyReply,
-      call: Call,
-      /** A catalog code, or a facilitator's own reason passed on. */
-      code: string,
-      message: string,
-      service: ServiceMeta,
-      status = 402,
-      extra: Record<string, unknown> = {},
-    ) => {
-      const resource = { url: call.url, description: call.tool.description, mimeType: 'application/json' };
-      const built = quoter.quote(call.tool.price(call.input), resource, code, message);
-      const quote = built instanceof Promise ? await built : built;
-      // The quote is serialised once per process; only this answer's fields are added to it.
-      return reply
-        .code(status)
-        .header('PAYMENT-REQUIRED', quote.header)
-        .header('content-type', JSON_CONTENT_TYPE)
-        .send(quoteJson(quote, { ...extra, _service: service }));
-    };
-
-    /** The 402 of a quote for a caller's block: the same quote and block give the same bytes. */
-    const sendPaymentRequired = (reply: FastifyReply, quote: Quote, block: ServiceBlock) => {
-      // Encoded once for the quotes of this turn.
-      let body = block.bodies.get(quote);
-      if (body === undefined) {
-        body = Buffer.from(quoteJsonWith(quote, '_service', block.json), 'utf8');
-        block.bodies.set(quote, body);
-      }
-      return reply
-        .code(402)
-        .header('PAYMENT-REQUIRED', quote.header)
-        .header('content-type', JSON_CONTENT_TYPE)
-        .send(body);
-    };
-
-    /** Unpaid with a key: served from the key's plan, or 429 with the quote to pay for it instead. */
-    const serveFromPlan = async (request: FastifyRequest, reply: FastifyReply, call: Call) => {
+    /** Dispatch: a keyless unpaid call is quoted whatever its body; the body is judged once a key or payment comes. */
+    const handle = async (request: FastifyRequest, reply: FastifyReply) => {
       const caller = request.x402Caller!;
-      let metered: Awaited<ReturnType<typeof serveMetered<unknown>>>;
-      try {
-        metered = await serveMetered(
-          keyed.quota,
-          caller,
-          { tool: call.tool.name, requestId: call.requestId },
-          () => call.tool.run(options.ops, call.input, call.requestId),
-        );
-      } catch (err) {
-        if (!(err instanceof QuotaUnavailableError)) throw err;
-        request.x402Service = err.service;
-        throw new ServiceError('quota_unavailable', { detail: err.message });
+      const decoded = decodePaymentHeader({
+        paymentSignature: header(request, 'payment-signature'),
+        xPayment: header(request, 'x-payment'),
+      });
+      const contentRefusal = this.contentRefusals.get(request) ?? null;
+      if (contentRefusal && decoded === null) throw refusalError(contentRefusal);
+      const url = `${request.protocol}://${request.host}${request.url}`;
+      if (decoded === null && caller.keyId === null) {
+        const block = await this.peeks.of(caller);
+        const built = quotes.quote(pricer(request.body), url);
+        return this.sendPaymentRequired(reply, built instanceof Promise ? await built : built, block);
       }
-      request.x402Service = metered.service;
-      if (metered.ok) return { ...(metered.value as object), _service: metered.service };
-      if (metered.reason === 'failed')
-        throw refusalError(describeError(request.log as Logger, metered.error));
-      const { window, service } = metered;
-      const resets = window === 'daily' ? service.quota?.daily?.resets_at : service.quota?.resets_at;
-      const message =
-        `the ${window} quota of this key is used up (resets ${resets}); ` +
-        'pay for this call with x402 using the requirements in accepts / PAYMENT-REQUIRED';
-      // Paying works at once; Retry-After tells a client that will not pay when its plan serves it again.
-      reply.header('retry-after', quotaRetryAfter(service.quota, window));
-      return sendQuote(reply, call, 'quota_exhausted', message, service, 429, { window });
+      const body = readBody(tool, request.body);
+      if (!contentRefusal && !body.ok) throw body.refusal;
+      // With a bad Content-Type the body is not trusted for the call, only for pricing the quote.
+      const call: Call = { tool, input: body.ok ? body.input : null, url, requestId: String(request.id) };
+      if (decoded === null) return this.serveFromPlan(request, reply, call);
+      if (!decoded.ok) {
+        return this.sendQuote(reply, call, decoded.reason, decoded.message, await this.serviceOf(request));
+      }
+      return this.servePaid(request, reply, call, decoded.payment, contentRefusal);
     };
 
-    /** With a payment: verified, reserved, run, settled (payment-flow.ts); each outcome as its answer. */
-    const servePaid = async (
-      request: FastifyRequest,
-      reply: FastifyReply,
-      call: Call,
-      payment: DecodedPayment,
-      contentRefusal: Refusal | null,
-    ) => {
-      const service = await serviceOf(request);
-      const outcome = await runPaidCall(
-        { ...options.flow, logger: request.log as Logger },
-        {
-          payment,
-          requirements: await quoter.requirements(call.tool.price(call.input)),
-          url: call.url,
-          requestId: call.requestId,
-          tool: call.tool,
-          input: call.input,
-          refusal: contentRefusal,
-        },
-      );
-      switch (outcome.kind) {
-        case 'payment_rejected':
-          return sendQuote(reply, call, outcome.reason, outcome.message, service);
-        case 'unavailable':
-        case 'conflict':
-          throw new ServiceError(outcome.reason, { detail: outcome.message });
-        case 'refused':
-          throw refusalError(outcome.refusal);
-        case 'settlement_failed':
-          if (outcome.settle) reply.header(...paymentResponseHeader(payment.version, outcome.settle));
-          return sendQuote(
-            reply,
-            call,
-            'settlement_failed',
-            `settlement failed: ${outcome.message}`,
-            service,
-          );
-        case 'served': {
-          reply.header(...paymentResponseHeader(payment.version, outcome.settle));
-          if (outcome.replayed) reply.header('x-payment-replayed', 'true');
-          const paid: PaidServiceMeta = { ...service, payment: outcome.receipt };
-          return { ...(outcome.result as object), _service: paid };
-        }
-      }
-    };
+    app.options(path, async (_request, reply) => reply.code(204).headers(CORS_PREFLIGHT_HEADERS).send());
+    app.post(
+      path,
+      { bodyLimit: this.options.bodyLimit, config: paidRouteDoc(tool), preHandler: this.identify },
+      (request, reply) => (quoteAtOnce(request, reply) ? undefined : handle(request, reply)),
+    );
+  }
+}
 
-    for (const tool of options.tools) {
-      const path = `/x402/${tool.name}`;
-      const pricer = bodyPricer(tool);
-      const paymentRequiredMessage = `payment required: ${tool.name}`;
-      const quotes = routeQuotes(quoter, tool, paymentRequiredMessage);
-
-      /**
-       * The common unpaid, keyless call answered without a promise, when all it needs is at hand:
-       * the body's price, the caller's `_service` already read this turn, the quote already built.
-       * False when any is missing; the handler below then answers it the same way, awaiting them.
-       */
-      const quoteAtOnce = (request: FastifyRequest, reply: FastifyReply): boolean => {
-        if (request.headers['payment-signature'] !== undefined || request.headers['x-payment'] !== undefined)
-          return false;
-        if (contentRefusals.has(request)) return false;
-        const caller = request.x402Caller;
-        if (caller === null || caller.keyId !== null) return false;
-        const block = peeks.settled(caller);
-        if (block === undefined) return false;
-        const quote = quotes.cached(
-          pricer(request.body),
-          `${request.protocol}://${request.host}${request.url}`,
-        );
-        if (quote === undefined) return false;
-        sendPaymentRequired(reply, quote, block);
-        return true;
-      };
-
-      /** Dispatch: a keyless unpaid call is quoted whatever its body; the body is judged once a key or payment comes. */
-      const handle = async (request: FastifyRequest, reply: FastifyReply) => {
-        const caller = request.x402Caller!;
-        const decoded = decodePaymentHeader({
-          paymentSignature: header(request, 'payment-signature'),
-          xPayment: header(request, 'x-payment'),
-        });
-        const contentRefusal = contentRefusals.get(request) ?? null;
-        if (contentRefusal && decoded === null) throw refusalError(contentRefusal);
-        const url = `${request.protocol}://${request.host}${request.url}`;
-        if (decoded === null && caller.keyId === null) {
-          const block = await peeks.of(caller);
-          const built = quotes.quote(pricer(request.body), url);
-          return sendPaymentRequired(reply, built instanceof Promise ? await built : built, block);
-        }
-        const body = readBody(tool, request.body);
-        if (!contentRefusal && !body.ok) throw body.refusal;
-        // With a bad Content-Type the body is not trusted for the call, only for pricing the quote.
-        const call: Call = { tool, input: body.ok ? body.input : null, url, requestId: String(request.id) };
-        if (decoded === null) return serveFromPlan(request, reply, call);
-        if (!decoded.ok) {
-          return sendQuote(reply, call, decoded.reason, decoded.message, await serviceOf(request));
-        }
-        return servePaid(request, reply, call, decoded.payment, contentRefusal);
-      };
-
-      app.options(path, async (_request, reply) => reply.code(204).headers(CORS_PREFLIGHT_HEADERS).send());
-      app.post(
-        path,
-        { bodyLimit: options.bodyLimit, config: paidRouteDoc(tool), preHandler: identify },
-        (request, reply) => (quoteAtOnce(request, reply) ? undefined : handle(request, reply)),
-      );
-    }
+/**
+ * POST /x402/<tool>. Order of checks: the presented key (401 unknown, 503 unverifiable); with
+ * neither key nor payment, the 402 quote whatever the body; otherwise the body (400), then either
+ * the key's plan quota (no payment attached, key applied: 200 or 429 with a quote to pay instead)
+ * or payment (402, then the paid flow of payment-flow.ts). Every
+ * answer carries `_service`. The plugin owns its body parsing so that a doubled or merged
+ * Content-Type reaches the handler as `invalid_content_type` instead of Fastify's 415.
+ */
+export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
+  return async (app) => {
+    const routes = new PaidRoutes(options);
+    routes.prepare(app);
+    for (const tool of options.tools) routes.register(app, tool);
   };
 }
 

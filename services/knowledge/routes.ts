@@ -18,7 +18,7 @@ import {
   SearchRequest,
 } from '../../contracts/knowledge.ts';
 import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../api/caller.ts';
-import { errorHandler } from '../api/errors.ts';
+import { errorHandler, type FieldCodes } from '../api/errors.ts';
 import { QuotaUnavailableError, serveMetered } from '../api/metered-call.ts';
 import { declared, refusal } from '../api/openapi.ts';
 import type { ServiceMeta } from '../api/service-meta.ts';
@@ -71,6 +71,21 @@ const shared = {
   503: refusal(['KEY_UNVERIFIABLE'], 'The key or its quota could not be checked; retry'),
 };
 
+/** The codes of a body whose text field has its own invalid, too-short and too-long codes, beside `others`. */
+function textCodes(
+  field: string,
+  [invalid, short, long]: [ErrorCode, ErrorCode, ErrorCode],
+  bounds: { min: number; max: number },
+  others: { fields: Record<string, ErrorCode>; params: FieldCodes['params'] },
+): FieldCodes {
+  return {
+    fields: { [field]: { too_small: short, too_big: long, '*': invalid }, ...others.fields },
+    whole: invalid,
+    unreadable: invalid,
+    params: { [short]: { min: bounds.min }, [long]: { max: bounds.max }, ...others.params },
+  };
+}
+
 function searchRoute() {
   return declared({
     summary: 'Search the documentation and live facts (the MCP tool search_knowledge)',
@@ -78,19 +93,12 @@ function searchRoute() {
     auth: 'bearer',
     service: true,
     body: SearchRequest,
-    codes: {
-      fields: {
-        query: { too_small: 'QUERY_TOO_SHORT', too_big: 'QUERY_TOO_LONG', '*': 'INVALID_QUERY' },
-        limit: 'INVALID_LIMIT',
-      },
-      whole: 'INVALID_QUERY',
-      unreadable: 'INVALID_QUERY',
-      params: {
-        QUERY_TOO_SHORT: { min: SEARCH_QUERY_MIN },
-        QUERY_TOO_LONG: { max: SEARCH_QUERY_MAX },
-        INVALID_LIMIT: { max: SEARCH_LIMIT_MAX },
-      },
-    },
+    codes: textCodes(
+      'query',
+      ['INVALID_QUERY', 'QUERY_TOO_SHORT', 'QUERY_TOO_LONG'],
+      { min: SEARCH_QUERY_MIN, max: SEARCH_QUERY_MAX },
+      { fields: { limit: 'INVALID_LIMIT' }, params: { INVALID_LIMIT: { max: SEARCH_LIMIT_MAX } } },
+    ),
     responses: {
       200: {
         description: 'Passages, best first',
@@ -112,19 +120,12 @@ function chatRoute(models: readonly string[]) {
     auth: 'bearer',
     service: true,
     body: chatRequest(models),
-    codes: {
-      fields: {
-        question: { too_small: 'QUESTION_TOO_SHORT', too_big: 'QUESTION_TOO_LONG', '*': 'INVALID_QUESTION' },
-        model: 'INVALID_MODEL',
-      },
-      whole: 'INVALID_QUESTION',
-      unreadable: 'INVALID_QUESTION',
-      params: {
-        QUESTION_TOO_SHORT: { min: CHAT_QUESTION_MIN },
-        QUESTION_TOO_LONG: { max: CHAT_QUESTION_MAX },
-        INVALID_MODEL: { allowed },
-      },
-    },
+    codes: textCodes(
+      'question',
+      ['INVALID_QUESTION', 'QUESTION_TOO_SHORT', 'QUESTION_TOO_LONG'],
+      { min: CHAT_QUESTION_MIN, max: CHAT_QUESTION_MAX },
+      { fields: { model: 'INVALID_MODEL' }, params: { INVALID_MODEL: { allowed } } },
+    ),
     responses: {
       200: { description: 'A grounded answer with citations', schema: ChatAnswer },
       400: refusal(['INVALID_QUESTION', 'QUESTION_TOO_SHORT', 'QUESTION_TOO_LONG', 'INVALID_MODEL']),

@@ -4,7 +4,7 @@ import type { DecodedPayment } from './codecs.ts';
 import { v1NetworkName } from './rails.ts';
 
 /** The facilitators' reason codes that the catalog words for a caller (the rest are spelt out). */
-const FACILITATOR_REASONS = new Set<ErrorCode>([
+export const FACILITATOR_REASONS: readonly ErrorCode[] = [
   'invalid_exact_evm_signature',
   'invalid_exact_evm_recipient_mismatch',
   'invalid_exact_evm_payload_authorization_valid_before',
@@ -17,10 +17,11 @@ const FACILITATOR_REASONS = new Set<ErrorCode>([
   'invalid_exact_evm_transaction_simulation_failed',
   'invalid_exact_evm_transaction_failed',
   'asset_not_deployed_contract',
-]);
+];
+const facilitatorReasons = new Set(FACILITATOR_REASONS);
 
 export function describeReason(reason: string, detail?: string): string {
-  const known = isErrorCode(reason) && FACILITATOR_REASONS.has(reason);
+  const known = isErrorCode(reason) && facilitatorReasons.has(reason);
   const words = known ? ERRORS[reason].message : reason.replaceAll('_', ' ');
   return detail && !known ? `${words}: ${detail.slice(0, 200)}` : words;
 }

@@ -21,6 +21,7 @@ import { quotaRetryAfter } from '../../quota/snapshot.ts';
 import { type DecodedPayment, decodePaymentHeader, paymentResponseHeader } from '../codecs.ts';
 import { describeError, type PaymentFlowDeps, type Refusal, runPaidCall } from '../payment-flow.ts';
 import { QUOTE_CACHE_SIZE, type Quote, type Quoter, quoteJson, quoteJsonWith } from '../quote.ts';
+import { FACILITATOR_REASONS } from '../reasons.ts';
 import type { PaidTool } from '../tools.ts';
 import { contentTypeProblem } from './content-type.ts';
 import { CORS_PREFLIGHT_HEADERS, CORS_RESPONSE_HEADERS } from './cors.ts';
@@ -478,18 +479,7 @@ const PAYMENT_REFUSALS: ErrorCode[] = [
   'payment_already_failed',
   'payment_state_changed',
   'settlement_failed',
-  'invalid_exact_evm_signature',
-  'invalid_exact_evm_recipient_mismatch',
-  'invalid_exact_evm_payload_authorization_valid_before',
-  'invalid_exact_evm_payload_authorization_valid_after',
-  'invalid_exact_evm_payload_authorization_value_mismatch',
-  'invalid_exact_evm_authorization_value',
-  'invalid_exact_evm_network_mismatch',
-  'invalid_exact_evm_nonce_already_used',
-  'invalid_exact_evm_insufficient_balance',
-  'invalid_exact_evm_transaction_simulation_failed',
-  'invalid_exact_evm_transaction_failed',
-  'asset_not_deployed_contract',
+  ...FACILITATOR_REASONS,
 ];
 
 /** The route's entry in the OpenAPI document: the tool as the table has it, and what paying looks like. */

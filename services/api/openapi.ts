@@ -10,10 +10,11 @@ import type { FieldCodes } from './errors.ts';
 
 /**
  * The OpenAPI 3.1 document, generated from the zod contracts each route declares with
- * `documented()`. The declaration rides on the route's config (a per-route swagger transform), not
- * on Fastify's `schema`: request bodies keep being parsed by the routes' zod checks, which answer
- * each route's own error codes (QUERY_TOO_SHORT, INVALID_LIMIT...), and responses keep their bytes
- * (no response serializer that would drop fields). What is documented is what validates.
+ * `declared()` (validated by the type provider's compiler and documented from the same schema) or,
+ * for answers the handler writes itself (files, pages, the x402 routes that judge their body only
+ * once a payment comes), with `documented()`. Responses keep their bytes: the document describes
+ * them and the conformance test checks every real answer against it, rather than a response
+ * serializer that would drop fields.
  */
 
 type Json = Record<string, unknown>;

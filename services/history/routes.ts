@@ -125,10 +125,10 @@ const PAGE_DOC = documented({
   tags: ['history'],
   responses: { 200: { description: 'HTML', schema: { type: 'string' }, contentTypes: ['text/html'] } },
 });
-const ASSET_DOC = documented({
+const ASSET_ROUTE = declared({
   summary: 'Scripts and styles of the track-record page',
   tags: ['history'],
-  params: z.object({ file: z.enum(['uPlot.iife.min.js', 'uPlot.min.css']) }),
+  params: z.object({ file: z.string().describe('uPlot.iife.min.js or uPlot.min.css') }),
   responses: {
     200: {
       description: 'The asset',
@@ -255,8 +255,8 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
         .send(trackRecordPage()),
     );
 
-    app.get('/track-record/assets/:file', { config: ASSET_DOC }, async (request, reply) => {
-      const asset = assets[(request.params as { file: string }).file as keyof typeof assets];
+    app.get('/track-record/assets/:file', ASSET_ROUTE, async (request, reply) => {
+      const asset = assets[request.params.file as keyof typeof assets];
       if (!asset) throw new ServiceError('NOT_FOUND', { detail: 'no such asset' });
       return reply
         .header('content-type', asset.type)

@@ -35,7 +35,17 @@ const rpcError = (description: string): ResponseDoc => ({
     type: 'object',
     properties: {
       jsonrpc: { const: '2.0' },
-      error: { type: 'object', properties: { code: { type: 'integer' }, message: { type: 'string' } } },
+      error: {
+        type: 'object',
+        properties: {
+          code: { type: 'integer' },
+          message: { type: 'string' },
+          data: {
+            type: 'object',
+            properties: { code: { type: 'string', description: 'The code of the error catalog' } },
+          },
+        },
+      },
       id: {},
     },
   },

@@ -503,7 +503,22 @@ function paidRouteDoc(tool: PaidTool) {
         description: `The quote: accepts[] in the body (v1) and the PAYMENT-REQUIRED header (v2), with payment_required when no payment came, or why a payment was refused: ${codesText(PAYMENT_REFUSALS)}`,
         schema: {
           type: 'object',
-          properties: { x402Version: { type: 'integer' }, accepts: { type: 'array' } },
+          required: ['x402Version', 'accepts', 'code'],
+          properties: {
+            x402Version: { type: 'integer', description: '1: the v1 body; v2 clients read PAYMENT-REQUIRED' },
+            error: { type: 'string', description: 'Why payment is asked for, as the code' },
+            code: {
+              type: 'string',
+              description: 'payment_required, or why the presented payment was refused',
+            },
+            message: { type: 'string' },
+            accepts: {
+              type: 'array',
+              items: { type: 'object' },
+              description: 'The payment requirements (v1)',
+            },
+            _service: { type: 'object', description: 'Caller and quota; nothing was debited' },
+          },
         },
         headers: { 'PAYMENT-REQUIRED': 'Base64 JSON payment requirements (x402 v2)' },
       },

@@ -1,23 +1,48 @@
 import { execFile } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import { createSiweMessage } from 'viem/siwe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ERRORS } from '../contracts/errors.ts';
 import { startTestService, type TestService } from './service-harness.ts';
 
 /**
  * Every documented operation called as a client generated from /openapi.json would call it, on
  * happy and refusal paths: the status must be documented for the operation, the answer's media
- * type listed for that status, and the body valid against the schema the document gives it.
+ * type listed for that status, the documented headers present, and the body valid against the
+ * schema the document gives it. The answers are the document's examples:
+ * `RECORD_OPENAPI_EXAMPLES=1` writes them to services/api/openapi-examples.json, which the
+ * document serves beside each schema; every run checks those examples still validate.
  */
+const EXAMPLES_FILE = join(import.meta.dirname, '../services/api/openapi-examples.json');
+const RECORD = process.env.RECORD_OPENAPI_EXAMPLES === '1';
+type Recorded = Record<string, Record<string, { type: string; body: unknown }>>;
+const recorded: Recorded = {};
+const called = new Set<string>();
+
+/** An answer short enough for the document: long lists cut to their first items, long texts to their start. */
+function exampleOf(body: unknown, depth = 0): unknown {
+  if (typeof body === 'string') return body.length > 1_500 ? `${body.slice(0, 1_500)}…` : body;
+  if (Array.isArray(body)) return body.slice(0, 3).map((item) => exampleOf(item, depth + 1));
+  if (body && typeof body === 'object') {
+    return Object.fromEntries(Object.entries(body).map(([k, v]) => [k, exampleOf(v, depth + 1)]));
+  }
+  return body;
+}
 
 type Json = Record<string, unknown>;
 type Operation = {
   operationId?: string;
-  responses: Record<string, { content?: Record<string, { schema?: Json }> }>;
+  responses: Record<
+    string,
+    { content?: Record<string, { schema?: Json; example?: unknown }>; headers?: Record<string, unknown> }
+  >;
 };
 
 let dir: string;
@@ -41,6 +66,7 @@ beforeAll(async () => {
   doc = (await (await fetch(`${url}/openapi.json`)).json()) as typeof doc;
 }, 60_000);
 afterAll(async () => {
+  if (RECORD) await writeFile(EXAMPLES_FILE, `${JSON.stringify(recorded, null, 1)}\n`);
   await running?.stop();
   if (dir) await rm(dir, { recursive: true, force: true });
 });
@@ -88,18 +114,25 @@ async function conform(call: Call): Promise<unknown> {
   const operation = doc.paths[call.template]?.[call.method.toLowerCase()];
   expect(operation, `${call.method} ${call.template} is documented`).toBeDefined();
   expect(operation!.operationId, `${label}: operationId`).toMatch(/^[a-z][A-Za-z0-9]+$/);
+  called.add(`${call.method} ${call.template}`);
   const response = operation!.responses[String(res.status)];
   expect(response, `${label}: status documented`).toBeDefined();
-  if (bytes.length === 0 || !response!.content) return null;
   const type = (res.headers.get('content-type') ?? '').split(';')[0]!.trim();
+  const record = (body: unknown) => {
+    const id = operation!.operationId!;
+    recorded[id] = { [String(res.status)]: { type, body: exampleOf(body) }, ...recorded[id] };
+  };
+  if (bytes.length === 0 || !response!.content) return null;
   const media = Object.entries(response!.content).find(([t]) => t.split(';')[0]!.trim() === type);
   expect(media, `${label}: ${type} documented (${Object.keys(response!.content)})`).toBeDefined();
   const schema = media![1].schema;
   if (!schema) return null;
-  if (type === 'application/json') {
+  if (type === 'application/json' || type.endsWith('+json')) {
     const json = JSON.parse(bytes.toString('utf8'));
     const validate = validator(schema);
     expect(validate(json), `${label}\n${ajv.errorsText(validate.errors)}`).toBe(true);
+    // The document itself is its own example only in outline.
+    record(call.template === '/openapi.json' ? { openapi: json.openapi, info: json.info } : json);
     return json;
   }
   if (type === 'application/x-ndjson') {
@@ -111,6 +144,7 @@ async function conform(call: Call): Promise<unknown> {
     for (const line of lines) {
       expect(validate(JSON.parse(line)), `${label}\n${line}\n${ajv.errorsText(validate.errors)}`).toBe(true);
     }
+    record(JSON.parse(lines.at(-1)!));
     return lines;
   }
   if (type === 'application/vnd.apache.parquet') {
@@ -119,6 +153,9 @@ async function conform(call: Call): Promise<unknown> {
     return null;
   }
   expect(schema, label).toMatchObject({ type: 'string' });
+  const text = bytes.toString('utf8');
+  if (type === 'text/csv') expect(text.split('\n')[0], label).toMatch(/^[a-z0-9_]+(,[a-z0-9_]+)+$/);
+  record(text);
   return null;
 }
 
@@ -137,9 +174,10 @@ describe('the OpenAPI document describes every real answer', () => {
       maxBuffer: 32 * 1024 * 1024,
     }).catch((err: { stdout: string }) => err);
     const report = JSON.parse(run.stdout) as {
-      totals: { errors: number };
+      totals: { errors: number; warnings: number };
       problems: { ruleId: string; severity: string }[];
     };
+    console.info(`redocly: ${report.totals.errors} errors, ${report.totals.warnings} warnings`);
     expect(report.problems.filter((p) => p.severity === 'error')).toEqual([]);
     expect(report.totals.errors).toBe(0);
   }, 60_000);
@@ -155,9 +193,19 @@ describe('the OpenAPI document describes every real answer', () => {
       '/verify/sample',
       '/api/webhooks/schemas',
       '/track-record',
+      '/mcp/server-card',
+      '/.well-known/mcp/catalog.json',
     ]) {
       await conform({ method: 'GET', template, status: 200, auth: false });
     }
+    const asset = '/track-record/assets/{file}';
+    await conform({
+      method: 'GET',
+      template: asset,
+      path: '/track-record/assets/uPlot.min.css',
+      status: 200,
+    });
+    await conform({ method: 'GET', template: asset, path: '/track-record/assets/nope.js', status: 404 });
     await conform({ method: 'GET', template: '/metrics', status: 200, auth: false });
   });
 
@@ -167,6 +215,7 @@ describe('the OpenAPI document describes every real answer', () => {
       get_market_regime: { coin: 'BTC', timeframe: '4h' },
       scan_trade_calls: { timeframe: '1h', topN: 3 },
       scan_funding_arb: { limit: 3 },
+      get_risk_forecast: { coin: 'BTC', timeframe: '1h' },
     };
     for (const [tool, body] of Object.entries(bodies)) {
       const template = `/x402/${tool}`;
@@ -247,6 +296,8 @@ describe('the OpenAPI document describes every real answer', () => {
     await conform({ method: 'GET', template, path: `${template}?format=csv&limit=5`, status: 200 });
     await conform({ method: 'GET', template, path: `${template}?format=parquet&limit=5`, status: 200 });
     await conform({ method: 'GET', template, path: `${template}?limit=0`, status: 400 });
+    await conform({ method: 'GET', template, path: `${template}?format=xml`, status: 400 });
+    await conform({ method: 'GET', template, path: `${template}?coin=BTC&coin=ETH`, status: 400 });
     await conform({ method: 'GET', template, status: 401, auth: false });
     await conform({ method: 'GET', template: '/api/track-record', status: 200, auth: false });
     await conform({
@@ -258,8 +309,29 @@ describe('the OpenAPI document describes every real answer', () => {
     });
   });
 
-  it('sign-in refusals', async () => {
-    await conform({ method: 'GET', template: '/api/keys/nonce', status: 200, auth: false });
+  it('sign-in, and its refusals', async () => {
+    const { nonce, domain } = (await conform({
+      method: 'GET',
+      template: '/api/keys/nonce',
+      status: 200,
+      auth: false,
+    })) as { nonce: string; domain: string };
+    const account = privateKeyToAccount(generatePrivateKey());
+    const message = createSiweMessage({
+      domain,
+      address: account.address,
+      statement: 'Sign in to get a free API key.',
+      uri: `https://${domain}/`,
+      version: '1',
+      chainId: 8453,
+      nonce,
+      issuedAt: new Date(),
+      expirationTime: new Date(Date.now() + 5 * 60_000),
+    });
+    const signIn = { message, signature: await account.signMessage({ message }) };
+    await conform({ method: 'POST', template: '/api/keys', body: signIn, status: 201, auth: false });
+    // The nonce is spent: the same message again is refused.
+    await conform({ method: 'POST', template: '/api/keys', body: signIn, status: 401, auth: false });
     await conform({
       method: 'POST',
       template: '/api/keys',
@@ -277,6 +349,13 @@ describe('the OpenAPI document describes every real answer', () => {
     await conform({ method: 'POST', template: '/mcp', raw: deep, headers, status: 400 });
     await conform({ method: 'GET', template: '/mcp', headers, status: 400 });
     await conform({ method: 'PUT', template: '/mcp', headers, status: 405 });
+    await conform({ method: 'PATCH', template: '/mcp', headers, status: 405 });
+    await conform({
+      method: 'DELETE',
+      template: '/mcp',
+      headers: { ...headers, 'mcp-session-id': 'nope' },
+      status: 404,
+    });
     await conform({
       method: 'POST',
       template: '/mcp',
@@ -332,5 +411,50 @@ describe('the OpenAPI document describes every real answer', () => {
         ...(body ? { body } : {}),
       });
     }
+  });
+
+  it('called every operation of the document', () => {
+    const operations = Object.entries(doc.paths).flatMap(([path, item]) =>
+      Object.keys(item).map((method) => `${method.toUpperCase()} ${path}`),
+    );
+    expect(operations.filter((operation) => !called.has(operation))).toEqual([]);
+  });
+
+  it('gives every operation an example from a real answer, valid against its schema and of its shape', () => {
+    expect(existsSync(EXAMPLES_FILE), 'RECORD_OPENAPI_EXAMPLES=1 writes the examples').toBe(true);
+    const missing: string[] = [];
+    for (const [path, item] of Object.entries(doc.paths)) {
+      for (const [method, operation] of Object.entries(item)) {
+        const examples = Object.entries(operation.responses).flatMap(([status, response]) =>
+          Object.entries(response.content ?? {})
+            .filter(([, media]) => media.example !== undefined)
+            .map(([type, media]) => ({ status, type, ...media })),
+        );
+        const label = `${method.toUpperCase()} ${path}`;
+        if (examples.length === 0 && !RECORD) missing.push(label);
+        for (const { status, type, schema, example } of examples) {
+          const validate = validator(schema ?? {});
+          const json =
+            type === 'application/json' || type.endsWith('+json') || type === 'application/x-ndjson';
+          if (json)
+            expect(validate(example), `${label} ${status}: ${ajv.errorsText(validate.errors)}`).toBe(true);
+          else expect(typeof example, `${label} ${status}`).toBe('string');
+          // The example has the shape of this run's real answer (the same members).
+          const real = recorded[operation.operationId!]?.[status]?.body;
+          if (json && real && typeof real === 'object' && !Array.isArray(real) && path !== '/openapi.json') {
+            expect(Object.keys(example as object).sort(), `${label} ${status}`).toEqual(
+              Object.keys(real).sort(),
+            );
+          }
+        }
+      }
+    }
+    expect(missing).toEqual([]);
+  });
+
+  it('documents every code of the error catalog on the operations that answer it', () => {
+    const paths = JSON.stringify(doc.paths);
+    const undocumented = Object.keys(ERRORS).filter((code) => !new RegExp(`\\b${code}\\b`).test(paths));
+    expect(undocumented).toEqual([]);
   });
 });

@@ -16,7 +16,7 @@ export interface Host {
   ip: string;
   /** The veth end left in the root namespace (on the bridge). */
   veth: string;
-  /** Addresses this host cannot reach (blackhole routes), e.g. PostgreSQL during a cut. */
+  /** Addresses this host cannot reach (unreachable routes), e.g. PostgreSQL during a cut. */
   cutFrom: Set<string>;
 }
 
@@ -89,14 +89,17 @@ export class DrillNet {
   }
 
   /**
-   * Cuts `a` and `b` apart: a blackhole route on each side. Packets of established connections
-   * vanish (as with a firewall's DROP: the peer hears nothing), new connections fail at once.
+   * Cuts `a` and `b` apart: an `unreachable` route on each side. Packets of established
+   * connections go nowhere (the peer hears nothing, as behind a firewall's DROP) and a new
+   * connection fails with EHOSTUNREACH, as when a router answers "no route to host". (A
+   * `blackhole` route would fail it with EINVAL, which no real network outage produces; tc and
+   * iptables are not there on every machine.)
    */
   cut(a: string, b: string): void {
     const [ha, hb] = [this.host(a), this.host(b)];
-    ip('-n', ha.ns, 'route', 'add', 'blackhole', `${hb.ip}/32`);
+    ip('-n', ha.ns, 'route', 'add', 'unreachable', `${hb.ip}/32`);
     ha.cutFrom.add(hb.ip);
-    ip('-n', hb.ns, 'route', 'add', 'blackhole', `${ha.ip}/32`);
+    ip('-n', hb.ns, 'route', 'add', 'unreachable', `${ha.ip}/32`);
     hb.cutFrom.add(ha.ip);
   }
 
@@ -106,7 +109,7 @@ export class DrillNet {
       [this.host(b), this.host(a)],
     ] as const) {
       if (!x.cutFrom.has(y.ip)) continue;
-      ip('-n', x.ns, 'route', 'del', 'blackhole', `${y.ip}/32`);
+      ip('-n', x.ns, 'route', 'del', 'unreachable', `${y.ip}/32`);
       x.cutFrom.delete(y.ip);
     }
   }

@@ -183,3 +183,32 @@ export function leftoversOf(prefix: string): string[] {
     .filter((n) => n.startsWith(prefix));
   return [...namespaces.map((n) => `netns ${n}`), ...links.map((n) => `link ${n}`)];
 }
+
+/**
+ * Removes what a drill run with `prefix` left (a run killed before its own clean-up): kills the
+ * processes in its namespaces, deletes its links (veths, bridge) and namespaces. For tests and
+ * operators; a run cleans up after itself on any exit it lives to see.
+ */
+export function removeLeftovers(prefix: string): void {
+  if (!/^drl[0-9a-f]{4}$/.test(prefix)) throw new Error(`not a drill prefix: ${prefix}`);
+  for (const item of leftoversOf(prefix)) {
+    const [kind, name] = item.split(' ') as [string, string];
+    try {
+      if (kind === 'netns') {
+        for (const pid of ip('netns', 'pids', name).split('\n').filter(Boolean))
+          process.kill(Number(pid), 'SIGKILL');
+      }
+    } catch {
+      // gone meanwhile
+    }
+  }
+  for (const item of leftoversOf(prefix)) {
+    const [kind, name] = item.split(' ') as [string, string];
+    try {
+      if (kind === 'link') ip('link', 'del', name);
+      else ip('netns', 'del', name);
+    } catch {
+      // a veth's peer goes with it
+    }
+  }
+}

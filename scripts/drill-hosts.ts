@@ -207,7 +207,7 @@ interface FaultRecord {
   recoveredAfter: number | null;
   /** Per host: the checks that failed during the fault, and the longest non-ready stretch. */
   effects: Record<string, { notReadyFor: number; failing: string[] }>;
-  /** Notable gauges during the fault, per host (max seen). */
+  /** Notable gauges during the fault, per host: the highest seen, the lowest for replicas `current`. */
   metrics: Record<string, Record<string, number>>;
   note?: string;
 }
@@ -859,7 +859,9 @@ async function drill(ctx: {
       for (const g of gauges.filter((x) => x.t >= f.at && x.t < end)) {
         f.metrics[g.host] ??= {};
         const m = f.metrics[g.host]!;
-        for (const [k, v] of Object.entries(g.values)) m[k] = Math.max(m[k] ?? Number.NEGATIVE_INFINITY, v);
+        // The replicas up to date: the lowest seen is the news; everything else: the highest.
+        for (const [k, v] of Object.entries(g.values))
+          m[k] = k.includes('current') ? Math.min(m[k] ?? v, v) : Math.max(m[k] ?? v, v);
       }
     }
 

@@ -28,7 +28,8 @@
  *
  * --short: short phases for CI (about two minutes; see deploy/README.md); --stall-seconds: a start (or a
  * recovery) fails only when readiness and the log have not changed for this long; --report:
- * where to write the JSON report; --keep: keep the work directory (logs, PostgreSQL data).
+ * where to write the JSON report; --keep: keep the work directory (logs, PostgreSQL data), as
+ * a failed run does.
  * Needs root, iproute2, nats-server, redis-server, PostgreSQL's initdb/postgres, openssl, setpriv.
  * Exit 0 when every count reconciled, 1 when not, 2 when a tool is missing. Everything it
  * started (processes, namespaces, veths, the bridge) is removed on any exit.
@@ -41,7 +42,7 @@ import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { connect as natsConnect } from '@nats-io/transport-node';
 import pg from 'pg';
 import { type Hex, toHex } from 'viem';
@@ -54,6 +55,8 @@ import { evolveRecorded, type PaymentState } from '../services/payments/payment-
 import { debitedUnits } from '../services/quota/quota-projection.ts';
 import { BASE_USDC, FACILITATOR_KEY, startLocalChain } from '../test/chain/local-chain.ts';
 import { freshAuthorization, signAuthorization, v1Header } from '../test/chain/x402-app.ts';
+import { streamMessageIds } from '../test/nats-server.ts';
+import { selfSignedCert } from '../test/webhooks-receiver.ts';
 import { DrillNet } from './drill/net.ts';
 import { preflight } from './drill/preflight.ts';
 import { killAllChildren, type Managed, managed } from './drill/procs.ts';
@@ -91,7 +94,7 @@ const say = (line: string) => process.stdout.write(`[${at().toFixed(1).padStart(
 let net: DrillNet | null = null;
 let workDir: string | null = null;
 let cleaned = false;
-function cleanup(): void {
+function cleanup(keepFiles = args.keep): void {
   if (cleaned) return;
   cleaned = true;
   killAllChildren();
@@ -110,9 +113,10 @@ function cleanup(): void {
   }
   const errors = net?.teardown() ?? [];
   for (const e of errors) process.stderr.write(`drill clean-up: ${e}\n`);
-  if (workDir && !args.keep) rmSync(workDir, { recursive: true, force: true });
+  if (workDir && !keepFiles) rmSync(workDir, { recursive: true, force: true });
+  else if (workDir) say(`kept ${workDir} (a log per host, PostgreSQL's data, the NATS stores, the receipts)`);
 }
-process.once('exit', cleanup);
+process.once('exit', () => cleanup());
 for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
   process.once(signal, () => {
     say(`${signal}: stopping everything the drill started`);
@@ -329,29 +333,9 @@ async function main(): Promise<number> {
   // --- the webhook receiver ------------------------------------------------------------------
   const keyFile = join(workDir, 'rx-key.pem');
   const certFile = join(workDir, 'rx-cert.pem');
-  execFileSync(
-    tools.openssl!,
-    [
-      'req',
-      '-x509',
-      '-newkey',
-      'ec',
-      '-pkeyopt',
-      'ec_paramgen_curve:prime256v1',
-      '-nodes',
-      '-keyout',
-      keyFile,
-      '-out',
-      certFile,
-      '-days',
-      '1',
-      '-subj',
-      '/CN=drill-receiver',
-      '-addext',
-      `subjectAltName=IP:${ipOf('rx')}`,
-    ],
-    { stdio: 'ignore' },
-  );
+  const tls = selfSignedCert([ipOf('rx')]);
+  writeFileSync(keyFile, tls.key);
+  writeFileSync(certFile, tls.cert);
   const receipts = join(workDir, 'receipts.jsonl');
   writeFileSync(receipts, '');
   const receiver = managed({
@@ -785,7 +769,7 @@ async function drill(ctx: {
   const store = await openPostgresEventStore({ url: POSTGRES_URL, schema: SCHEMA });
   const stops: [string, string][] = [];
   try {
-    await until('no payment left open', STALL_MS, async () => {
+    await drained('no payment left open', STALL_MS, async () => {
       const open = [...paymentStates(await store.readAll()).values()].filter(
         (p) => p.status === 'authorized' || p.status === 'pending',
       ).length;
@@ -796,7 +780,7 @@ async function drill(ctx: {
       ...(await Promise.all(writers.map(async (r) => [r.name, await r.stop()] as [string, string]))),
     );
     const head = await store.headPosition();
-    await until('the relay reaches the head', STALL_MS, async () => {
+    await drained('the relay reaches the head', STALL_MS, async () => {
       const c = (await readyz(role(relayHost).url))?.body.checks?.relay?.checkpoint ?? -1;
       return { done: c >= head, progress: String(c) };
     });
@@ -807,7 +791,7 @@ async function drill(ctx: {
           ((e.type === 'VerdictRecorded' && (e.data as { call: string }).call !== 'HOLD') ||
             e.type === 'RegimeShifted'),
       );
-    await until('every webhook delivered', STALL_MS, async () => {
+    await drained('every webhook delivered', STALL_MS, async () => {
       const log = await store.readAll();
       const succeeded = new Set(
         log
@@ -831,13 +815,13 @@ async function drill(ctx: {
       payTo,
       payToBefore: ctx.payToBefore,
       expected: expected(log),
-      stream: await streamMessages(NATS_URL, STREAM),
+      stream: await streamMessageIds(STREAM, NATS_URL),
       receipts: readFileSync(ctx.receipts, 'utf8')
         .split('\n')
         .filter(Boolean)
         .map((l) => JSON.parse(l) as { delivery: string; seq: number | null }),
     });
-    failures.push(...report.failures);
+    failures.push(...drainFailures, ...report.failures);
 
     // Readiness over time, per fault.
     const timeline = readinessTimeline(samples);
@@ -899,6 +883,19 @@ async function drill(ctx: {
 }
 
 // ---------------------------------------------------------------------------------------------
+
+/** A drain step that never completes is a failure; the reconciliation still runs and says what. */
+const drainFailures: string[] = [];
+async function drained(
+  what: string,
+  stallMs: number,
+  check: () => Promise<{ done: boolean; progress: string }>,
+): Promise<void> {
+  await until(what, stallMs, check).catch((err: unknown) => {
+    drainFailures.push(err instanceof Error ? err.message : String(err));
+    say(`drain: ${err instanceof Error ? err.message : String(err)}`);
+  });
+}
 
 async function until(
   what: string,
@@ -972,25 +969,6 @@ async function streamLeader(url: string, stream: string): Promise<string | null>
     }
   } catch {
     return null;
-  }
-}
-
-/** The message id (event id) of every message on the stream, read with an ordered consumer. */
-async function streamMessages(url: string, stream: string): Promise<string[]> {
-  const nc = await natsConnect({ servers: url.split(','), timeout: 5_000 });
-  try {
-    const info = await (await jetstreamManager(nc)).streams.info(stream);
-    const ids: string[] = [];
-    if (info.state.messages === 0) return ids;
-    const consumer = await jetstream(nc).consumers.get(stream);
-    const messages = await consumer.consume();
-    for await (const m of messages) {
-      ids.push(m.headers?.get('Nats-Msg-Id') ?? '');
-      if (m.info.pending === 0) break;
-    }
-    return ids;
-  } finally {
-    await nc.close();
   }
 }
 
@@ -1140,11 +1118,22 @@ async function reconcile(input: {
   for (const [delivery, eventId] of deliveryEvent)
     if (successes.has(delivery)) deliveredEvents.set(eventId, (deliveredEvents.get(eventId) ?? 0) + 1);
   const expectedIds = new Set(input.expected.map((e) => e.id));
-  const undelivered = input.expected.filter((e) => !deliveredEvents.has(e.id)).length;
+  const undeliveredEvents = input.expected.filter((e) => !deliveredEvents.has(e.id));
+  const undelivered = undeliveredEvents.length;
+  const attemptedEvents = new Set(deliveryEvent.values());
   const deliveredTwice = [...deliveredEvents.values()].filter((c) => c > 1).length;
   const unexpectedDeliveries = [...deliveredEvents.keys()].filter((id) => !expectedIds.has(id)).length;
   const successesTwice = [...successes.values()].filter((c) => c > 1).length;
-  if (undelivered > 0) failures.push(`${undelivered} matching events never delivered`);
+  if (undelivered > 0)
+    failures.push(
+      `${undelivered} matching events never delivered: ${undeliveredEvents
+        .slice(0, 10)
+        .map(
+          (e) =>
+            `${e.type} ${e.id} at ${e.position} (${e.recordedAt}; ${onStream.has(e.id) ? 'on the stream' : 'not on the stream'}, ${attemptedEvents.has(e.id) ? 'attempted' : 'never attempted'})`,
+        )
+        .join('; ')}`,
+    );
   if (deliveredTwice > 0) failures.push(`${deliveredTwice} events delivered under two delivery ids`);
   if (unexpectedDeliveries > 0)
     failures.push(`${unexpectedDeliveries} deliveries of events that match nothing`);
@@ -1291,7 +1280,8 @@ try {
   say(`FAIL: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
   process.exitCode = 1;
 } finally {
-  cleanup();
+  // A failed drill keeps its files (never its processes or namespaces) for a look.
+  cleanup(args.keep || process.exitCode === 1);
   const left = (net as DrillNet | null)?.leftovers() ?? [];
   if (left.length > 0) {
     say(`left behind: ${left.join(', ')}`);

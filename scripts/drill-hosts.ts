@@ -461,6 +461,9 @@ async function drill(ctx: {
     WEBHOOK_TEST_ALLOW_CIDRS: `${ipOf('rx')}/32`,
     WEBHOOK_ALLOWED_PORTS: '*',
     WEBHOOK_RETRY_SCHEDULE: '0,1s,2s,4s,8s,15s,30s',
+    // An attempt claimed by a dispatcher killed before it sent is sent again after this (default
+    // 2 min, longer than the drill waits for a drain that stopped moving).
+    WEBHOOK_STUCK_AFTER_MS: '20000',
     NODE_EXTRA_CA_CERTS: ctx.certFile,
   };
   // The full drill runs every role on a host of its own. The short one (CI) runs three role

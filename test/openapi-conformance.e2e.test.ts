@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -80,10 +81,41 @@ interface Call {
   body?: unknown;
   /** A raw body (sent as is with Content-Type application/json). */
   raw?: string;
+  /** A form body (application/x-www-form-urlencoded), as the OAuth endpoints and the consent page take. */
+  form?: Record<string, string>;
+  /** Headers the answer must carry, each documented for its status (Location, WWW-Authenticate). */
+  sends?: string[];
+  /** Cookies kept across calls, as a browser keeps them (the consent page's interaction). */
+  jar?: CookieJar;
   headers?: Record<string, string>;
   auth?: boolean;
   status: number;
 }
+
+/** The cookies a browser would keep, by name and path; sent where their path matches. */
+class CookieJar {
+  private readonly cookies = new Map<string, { path: string; value: string }>();
+  take(headers: Headers) {
+    for (const line of headers.getSetCookie()) {
+      const [pair, ...attributes] = line.split(';');
+      const [name, ...value] = pair!.split('=');
+      const path =
+        attributes.map((a) => a.trim().split('=')).find(([k]) => k!.toLowerCase() === 'path')?.[1] ?? '/';
+      const gone = /expires=Thu, 01 Jan 1970/i.test(line) || value.join('=') === '';
+      if (gone) this.cookies.delete(`${name!.trim()} ${path}`);
+      else this.cookies.set(`${name!.trim()} ${path}`, { path, value: `${name!.trim()}=${value.join('=')}` });
+    }
+  }
+  header(pathname: string): string {
+    return [...this.cookies.values()]
+      .filter((c) => pathname === c.path || pathname.startsWith(c.path.endsWith('/') ? c.path : `${c.path}/`))
+      .map((c) => c.value)
+      .join('; ');
+  }
+}
+
+/** The headers of the last answer (Location, WWW-Authenticate): the next call of a flow follows them. */
+let answered: Headers;
 
 function validator(schema: Json): ValidateFunction {
   let v = compiled.get(schema);
@@ -94,7 +126,7 @@ function validator(schema: Json): ValidateFunction {
   return v;
 }
 
-/** Calls and checks one answer against the document; returns the parsed JSON body (if any). */
+/** Calls and checks one answer against the document; returns the parsed JSON body, or the text (if any). */
 async function conform(call: Call): Promise<unknown> {
   const headers: Record<string, string> = { ...call.headers };
   if (call.auth !== false) headers.authorization = `Bearer ${key}`;
@@ -103,11 +135,22 @@ async function conform(call: Call): Promise<unknown> {
     headers['content-type'] = 'application/json';
     body = call.raw ?? JSON.stringify(call.body);
   }
-  const res = await fetch(url + (call.path ?? call.template), {
+  if (call.form !== undefined) {
+    headers['content-type'] = 'application/x-www-form-urlencoded';
+    body = new URLSearchParams(call.form).toString();
+  }
+  const target = new URL(url + (call.path ?? call.template));
+  const cookie = call.jar?.header(target.pathname);
+  if (cookie) headers.cookie = cookie;
+  // A client follows no redirect on its own: a 303 is an answer to check like any other.
+  const res = await fetch(target, {
     method: call.method,
     headers,
+    redirect: 'manual',
     ...(body === undefined ? {} : { body }),
   });
+  call.jar?.take(res.headers);
+  answered = res.headers;
   const bytes = Buffer.from(await res.arrayBuffer());
   const label = `${call.method} ${call.path ?? call.template} -> ${res.status}: ${bytes.toString('utf8').slice(0, 300)}`;
   expect(res.status, label).toBe(call.status);
@@ -117,6 +160,10 @@ async function conform(call: Call): Promise<unknown> {
   called.add(`${call.method} ${call.template}`);
   const response = operation!.responses[String(res.status)];
   expect(response, `${label}: status documented`).toBeDefined();
+  for (const name of call.sends ?? []) {
+    expect(res.headers.has(name), `${label}: header ${name} sent`).toBe(true);
+    expect(Object.keys(response!.headers ?? {}), `${label}: header ${name} documented`).toContain(name);
+  }
   const type = (res.headers.get('content-type') ?? '').split(';')[0]!.trim();
   const record = (body: unknown) => {
     const id = operation!.operationId!;
@@ -156,7 +203,7 @@ async function conform(call: Call): Promise<unknown> {
   const text = bytes.toString('utf8');
   if (type === 'text/csv') expect(text.split('\n')[0], label).toMatch(/^[a-z0-9_]+(,[a-z0-9_]+)+$/);
   record(text);
-  return null;
+  return text;
 }
 
 const deep = `${'['.repeat(5_000)}${']'.repeat(5_000)}`;
@@ -411,6 +458,354 @@ describe('the OpenAPI document describes every real answer', () => {
         ...(body ? { body } : {}),
       });
     }
+  });
+
+  it('OAuth sign-in for MCP: metadata, registration, consent without a browser, tokens, revocation', async () => {
+    const none = { auth: false } as const;
+    // As a host finds it: the resource (and its origin, PUBLIC_BASE_URL) from its own metadata.
+    const { resource } = (await conform({
+      method: 'GET',
+      template: '/.well-known/oauth-protected-resource/mcp/signin',
+      status: 200,
+      ...none,
+    })) as { resource: string };
+    for (const template of [
+      '/.well-known/oauth-authorization-server',
+      '/.well-known/openid-configuration',
+      '/oauth/jwks',
+      '/mcp/signin/server-card',
+    ]) {
+      await conform({ method: 'GET', template, status: 200, ...none });
+    }
+
+    // Dynamic registration (RFC 7591), and reading the client back (RFC 7592).
+    const redirectUri = 'http://127.0.0.1:9/callback';
+    const client = (await conform({
+      method: 'POST',
+      template: '/oauth/register',
+      body: {
+        client_name: 'conformance host',
+        redirect_uris: [redirectUri],
+        grant_types: ['authorization_code', 'refresh_token'],
+        response_types: ['code'],
+        token_endpoint_auth_method: 'none',
+        scope: 'mcp',
+      },
+      status: 201,
+      ...none,
+    })) as { client_id: string; registration_access_token: string };
+    await conform({
+      method: 'POST',
+      template: '/oauth/register',
+      body: { redirect_uris: ['not a url'] },
+      status: 400,
+      ...none,
+    });
+    const read = '/oauth/register/{clientId}';
+    await conform({
+      method: 'GET',
+      template: read,
+      path: `/oauth/register/${client.client_id}`,
+      headers: { authorization: `Bearer ${client.registration_access_token}` },
+      status: 200,
+      ...none,
+    });
+    await conform({
+      method: 'GET',
+      template: read,
+      path: `/oauth/register/${client.client_id}`,
+      headers: { authorization: 'Bearer nope' },
+      status: 401,
+      sends: ['www-authenticate'],
+      ...none,
+    });
+
+    const pkce = () => {
+      const verifier = randomBytes(32).toString('base64url');
+      return { verifier, challenge: createHash('sha256').update(verifier).digest('base64url') };
+    };
+    const authorization = (challenge: string | undefined, extra: Record<string, string> = {}) => {
+      const params: Record<string, string> = {
+        response_type: 'code',
+        client_id: client.client_id,
+        redirect_uri: redirectUri,
+        scope: 'mcp offline_access',
+        state: randomBytes(8).toString('hex'),
+        resource,
+        code_challenge_method: 'S256',
+        ...(challenge ? { code_challenge: challenge } : {}),
+        ...extra,
+      };
+      return params;
+    };
+    const local = (location: string | null) => {
+      const to = new URL(location!, url);
+      return `${to.pathname}${to.search}`;
+    };
+    /** Starts an authorization request the way the host's browser does; returns its interaction uid. */
+    const start = async (jar: CookieJar, challenge: string) => {
+      await conform({
+        method: 'GET',
+        template: '/oauth/authorize',
+        path: `/oauth/authorize?${new URLSearchParams(authorization(challenge))}`,
+        jar,
+        status: 303,
+        sends: ['location'],
+        ...none,
+      });
+      const page = local(answered.get('location'));
+      expect(page).toMatch(/^\/oauth\/interaction\/[^/]+$/);
+      await conform({
+        method: 'GET',
+        template: '/oauth/interaction/{uid}',
+        path: page,
+        jar,
+        status: 200,
+        ...none,
+      });
+      return page.split('/').at(-1)!;
+    };
+    /** Back through /oauth/authorize/{uid} to the host's redirect URI; returns the code. */
+    const resume = async (jar: CookieJar) => {
+      const back = local(answered.get('location'));
+      expect(back).toMatch(/^\/oauth\/authorize\/[^/]+$/);
+      await conform({
+        method: 'GET',
+        template: '/oauth/authorize/{uid}',
+        path: back,
+        jar,
+        status: 303,
+        sends: ['location'],
+        ...none,
+      });
+      return new URL(answered.get('location')!).searchParams;
+    };
+
+    // Refusals before any consent: a redirect URI that is not registered (a page, no redirect),
+    // no PKCE challenge (back to the host with the error).
+    await conform({
+      method: 'GET',
+      template: '/oauth/authorize',
+      path: `/oauth/authorize?${new URLSearchParams(authorization(pkce().challenge, { redirect_uri: `${redirectUri}/x` }))}`,
+      status: 400,
+      ...none,
+    });
+    await conform({
+      method: 'GET',
+      template: '/oauth/authorize',
+      path: `/oauth/authorize?${new URLSearchParams(authorization(undefined))}`,
+      // As a generated client asks (the browser's Accept gets the HTML line instead).
+      headers: { accept: 'application/json' },
+      status: 303,
+      sends: ['location'],
+      ...none,
+    });
+    expect(new URL(answered.get('location')!).searchParams.get('error')).toBe('invalid_request');
+    await conform({
+      method: 'GET',
+      template: '/oauth/authorize/{uid}',
+      path: '/oauth/authorize/nope',
+      status: 400,
+      ...none,
+    });
+    await conform({
+      method: 'GET',
+      template: '/oauth/interaction/{uid}',
+      path: '/oauth/interaction/nope',
+      status: 400,
+      ...none,
+    });
+
+    // Consent with the API key, as the page's form posts it.
+    const first = pkce();
+    const jar = new CookieJar();
+    const uid = await start(jar, first.challenge);
+    const keyStep = {
+      method: 'POST',
+      template: '/oauth/interaction/{uid}/key',
+      path: `/oauth/interaction/${uid}/key`,
+      jar,
+      ...none,
+    };
+    await conform({ ...keyStep, form: { api_key: '' }, status: 400 });
+    await conform({ ...keyStep, form: { api_key: `sk_live_${'A'.repeat(43)}` }, status: 401 });
+    await conform({ ...keyStep, form: { api_key: key }, status: 303, sends: ['location'] });
+    const code = (await resume(jar)).get('code')!;
+    expect(code).toBeTruthy();
+
+    const token = '/oauth/token';
+    const exchange = {
+      grant_type: 'authorization_code',
+      client_id: client.client_id,
+      code,
+      redirect_uri: redirectUri,
+      resource,
+    };
+    await conform({
+      method: 'POST',
+      template: token,
+      form: { ...exchange, code_verifier: pkce().verifier },
+      status: 400,
+      ...none,
+    });
+    const tokens = (await conform({
+      method: 'POST',
+      template: token,
+      form: { ...exchange, code_verifier: first.verifier },
+      status: 200,
+      ...none,
+    })) as { access_token: string; refresh_token: string };
+    await conform({
+      method: 'POST',
+      template: token,
+      form: { ...exchange, client_id: 'nobody', code_verifier: first.verifier },
+      status: 401,
+      ...none,
+    });
+
+    // /mcp/signin as the signed-in key, and its refusals.
+    const mcp = { accept: 'application/json, text/event-stream' };
+    const signedIn = { ...mcp, authorization: `Bearer ${tokens.access_token}` };
+    const list = { jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} };
+    const signin = '/mcp/signin';
+    await conform({ method: 'POST', template: signin, body: list, headers: signedIn, status: 200, ...none });
+    await conform({
+      method: 'POST',
+      template: signin,
+      body: list,
+      headers: mcp,
+      status: 401,
+      sends: ['www-authenticate'],
+      ...none,
+    });
+    expect(answered.get('www-authenticate')).toContain(
+      `resource_metadata="${new URL(resource).origin}/.well-known/oauth-protected-resource/mcp/signin"`,
+    );
+    await conform({
+      method: 'POST',
+      template: signin,
+      body: list,
+      headers: { ...mcp, authorization: 'Bearer nope' },
+      status: 401,
+      sends: ['www-authenticate'],
+      ...none,
+    });
+    expect(answered.get('www-authenticate')).toContain('error="invalid_token"');
+    await conform({ method: 'GET', template: signin, headers: signedIn, status: 400, ...none });
+    await conform({ method: 'PUT', template: signin, headers: signedIn, status: 405, ...none });
+    await conform({ method: 'PATCH', template: signin, headers: signedIn, status: 405, ...none });
+    await conform({
+      method: 'DELETE',
+      template: signin,
+      headers: { ...signedIn, 'mcp-session-id': 'nope' },
+      status: 404,
+      ...none,
+    });
+    await conform({
+      method: 'GET',
+      template: signin,
+      headers: mcp,
+      status: 401,
+      sends: ['www-authenticate'],
+      ...none,
+    });
+
+    // Revocation (RFC 7009): the refresh token ends the grant, the access token with it.
+    const revoke = '/oauth/revoke';
+    await conform({
+      method: 'POST',
+      template: revoke,
+      form: { token: tokens.refresh_token },
+      status: 400,
+      ...none,
+    });
+    await conform({
+      method: 'POST',
+      template: revoke,
+      form: { client_id: client.client_id, token: tokens.refresh_token, token_type_hint: 'refresh_token' },
+      status: 200,
+      ...none,
+    });
+    await conform({
+      method: 'POST',
+      template: signin,
+      body: list,
+      headers: signedIn,
+      status: 401,
+      sends: ['www-authenticate'],
+      ...none,
+    });
+    await conform({
+      method: 'POST',
+      template: token,
+      form: {
+        grant_type: 'refresh_token',
+        client_id: client.client_id,
+        refresh_token: tokens.refresh_token,
+        resource,
+      },
+      status: 400,
+      ...none,
+    });
+
+    // Consent with a wallet (EIP-4361 signed here, as the page's wallet would), then the key choice.
+    const walletJar = new CookieJar();
+    const walletUid = await start(walletJar, pkce().challenge);
+    const step = (name: string) => ({
+      method: 'POST',
+      template: `/oauth/interaction/{uid}/${name}`,
+      path: `/oauth/interaction/${walletUid}/${name}`,
+      jar: walletJar,
+      ...none,
+    });
+    await conform({ ...step('choose'), form: { key_id: 'nope' }, status: 401 });
+    await conform({ ...step('wallet'), form: { message: '' }, status: 400 });
+    const { nonce, domain } = (await (await fetch(`${url}/api/keys/nonce`)).json()) as {
+      nonce: string;
+      domain: string;
+    };
+    const account = privateKeyToAccount(generatePrivateKey());
+    const message = createSiweMessage({
+      domain,
+      address: account.address,
+      statement: 'Sign in to let an MCP host act as one of your API keys.',
+      uri: `${url}/`,
+      version: '1',
+      chainId: 1,
+      nonce,
+      issuedAt: new Date(),
+    });
+    const signature = await account.signMessage({ message });
+    await conform({ ...step('wallet'), form: { message, signature: `0x${'00'.repeat(65)}` }, status: 401 });
+    // The page now lists the wallet's keys (its free key, issued at this first sign-in).
+    const chosen = await conform({ ...step('wallet'), form: { message, signature }, status: 200 });
+    await conform({ ...step('choose'), form: { key_id: 'nope' }, status: 400 });
+    const keyId = /name="key_id" value="([^"]+)"/.exec(String(chosen))?.[1];
+    expect(keyId).toBeTruthy();
+    await conform({ ...step('choose'), form: { key_id: keyId! }, status: 303, sends: ['location'] });
+    expect((await resume(walletJar)).get('code')).toBeTruthy();
+
+    // Denied: the host is told access_denied.
+    const deniedJar = new CookieJar();
+    const deniedUid = await start(deniedJar, pkce().challenge);
+    const abort = '/oauth/interaction/{uid}/abort';
+    await conform({
+      method: 'POST',
+      template: abort,
+      path: '/oauth/interaction/nope/abort',
+      status: 400,
+      ...none,
+    });
+    await conform({
+      method: 'POST',
+      template: abort,
+      path: `/oauth/interaction/${deniedUid}/abort`,
+      jar: deniedJar,
+      status: 303,
+      sends: ['location'],
+      ...none,
+    });
+    expect((await resume(deniedJar)).get('error')).toBe('access_denied');
   });
 
   it('called every operation of the document', () => {

@@ -100,6 +100,8 @@ function toFastifySchema(doc: RouteDoc): FastifySchema {
     const content = r.content ?? (schema ? Object.fromEntries(types.map((t) => [t, schema])) : undefined);
     response[status] = {
       description: r.description,
+      // No body: said with `type: 'null'`, else @fastify/swagger lists an application/json body.
+      ...(content ? {} : { type: 'null' }),
       ...(content
         ? {
             content: Object.fromEntries(

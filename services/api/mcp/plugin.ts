@@ -122,8 +122,17 @@ const SIGNIN_DOC = documented({
   body: MCP_BODY,
   responses: {
     ...MCP_RESPONSES,
-    401: rpcError(
-      '-32000: sign-in required, or the access token is invalid, expired, revoked or for another resource',
+    401: {
+      ...rpcError(
+        '-32000: sign-in required, or the access token is invalid, expired, revoked or for another resource',
+      ),
+      headers: {
+        'www-authenticate':
+          'Bearer resource_metadata="<origin>/.well-known/oauth-protected-resource/mcp/signin", scope="mcp", and with a token that was refused, error="invalid_token" and error_description',
+      },
+    },
+    403: rpcError(
+      '-32000: Host or Origin not allowed (DNS-rebinding guard); or the token lacks the mcp scope (WWW-Authenticate: Bearer error="insufficient_scope")',
     ),
     503: rpcError('-32000: the token could not be checked right now; retry shortly'),
   },

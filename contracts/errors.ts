@@ -1,12 +1,15 @@
 import { z } from 'zod';
 
 /**
- * The errors the HTTP edge answers with, one entry per wire code, spelled here exactly as it is
- * sent: searching the code for a code a client saw finds this line. The /api and operations
- * routes speak SCREAMING_CASE (the contract's search and chat codes), except the event store's
- * outage codes, named by its adapters; the pay-per-call routes and tool results keep their
- * snake_case codes in their own feature. `rpc` is the JSON-RPC code
- * the same refusal takes on /mcp; `message` is a template whose `{name}`s are filled at the throw.
+ * Every code the service sends on the wire, one entry per code, spelled here exactly as it is
+ * sent: searching the code for a code a client saw finds this line. Each channel family keeps the
+ * casing its contract gives it: the /api and operations routes (the contract's search and chat
+ * codes) SCREAMING_CASE; the pay-per-call routes, tool results over MCP and the verify link
+ * snake_case, as x402 and its facilitators spell payment reasons; the event store's outage codes
+ * are named by its adapters. `status` is the HTTP status the code is answered with (a payment
+ * reason rides in a 402 quote whatever its entry's status when the payment is re-asked for);
+ * `rpc` is the JSON-RPC code the same refusal takes on /mcp; `message` is a template whose
+ * `{name}`s are filled at the throw.
  */
 export interface ErrorSpec {
   status: number;
@@ -100,6 +103,188 @@ export const ERRORS = {
     retryable: true,
     message: '{detail}',
   },
+  // Search and chat (/api/search, /api/chat; contract 7.1). Bounds are in contracts/knowledge.ts.
+  INVALID_QUERY: {
+    status: 400,
+    retryable: false,
+    message: 'query is missing, not a string, or only whitespace',
+  },
+  QUERY_TOO_SHORT: {
+    status: 400,
+    retryable: false,
+    message: 'query is shorter than {min} characters after trimming',
+  },
+  QUERY_TOO_LONG: {
+    status: 400,
+    retryable: false,
+    message: 'query is longer than {max} characters after trimming',
+  },
+  INVALID_QUESTION: {
+    status: 400,
+    retryable: false,
+    message: 'question is missing, not a string, or only whitespace',
+  },
+  QUESTION_TOO_SHORT: {
+    status: 400,
+    retryable: false,
+    message: 'question is shorter than {min} characters after trimming',
+  },
+  QUESTION_TOO_LONG: {
+    status: 400,
+    retryable: false,
+    message: 'question is longer than {max} characters after trimming',
+  },
+  INVALID_MODEL: { status: 400, retryable: false, message: 'model must be one of {allowed}' },
+  QUOTA_EXHAUSTED: {
+    status: 429,
+    retryable: true,
+    message: 'the {window} call quota of this key is used up (resets {resets})',
+  },
+  CHAT_QUOTA_EXHAUSTED: { status: 429, retryable: true, message: '{detail}' },
+  // The labelled history (/api/verdicts, /api/track-record).
+  INVALID_LIMIT: { status: 400, retryable: false, message: 'limit must be an integer from 1 to {max}' },
+  INVALID_EXCHANGE: { status: 400, retryable: false, message: '{issue}' },
+  INVALID_COIN: { status: 400, retryable: false, message: '{issue}' },
+  INVALID_TIMEFRAME: { status: 400, retryable: false, message: '{issue}' },
+  INVALID_CALL: { status: 400, retryable: false, message: '{issue}' },
+  INVALID_TIME: { status: 400, retryable: false, message: '{issue}' },
+  INVALID_CURSOR: { status: 400, retryable: false, message: 'after is not a cursor this service issued' },
+  FOREIGN_CURSOR: {
+    status: 400,
+    retryable: false,
+    message: 'after names a position this store does not hold: a cursor from another store?',
+  },
+  INVALID_WAIT: { status: 400, retryable: false, message: 'wait must be seconds from 0 to {max}' },
+  UNSUPPORTED_FORMAT: { status: 400, retryable: false, message: '{issue}' },
+  INVALID_PARAMETER: { status: 400, retryable: false, message: '{name} may be given once' },
+  UNKNOWN_FILTER: { status: 400, retryable: false, message: 'unknown parameter "{name}"; known: {known}' },
+  INVALID_WINDOW: { status: 400, retryable: false, message: 'window must be one of {allowed}' },
+  // Request rates, on every product route and /mcp (JSON-RPC -32000 there).
+  RATE_LIMITED: {
+    status: 429,
+    rpc: -32000,
+    retryable: true,
+    message: 'rate limit of {limit} requests per window reached; retry in {seconds} s',
+  },
+  // The public verify link (/verify/:stream/:revision), snake_case like the links it serves.
+  invalid_verdict_ref: { status: 400, retryable: false, message: '{issue}' },
+  verdict_not_found: { status: 404, retryable: false, message: 'no verdict at {ref}' },
+  // Pay-per-call (/x402/*) and paid tool calls: the caller and the body.
+  unknown_key: { status: 401, rpc: -32003, retryable: false, message: '{detail}' },
+  key_unverifiable: { status: 503, rpc: -32004, retryable: true, message: '{detail}' },
+  invalid_input: { status: 400, rpc: -32602, retryable: false, message: '{detail}' },
+  invalid_content_type: { status: 400, retryable: false, message: '{detail}' },
+  quota_unavailable: { status: 503, rpc: -32004, retryable: true, message: '{detail}' },
+  quota_exhausted: { status: 429, retryable: true, message: '{detail}' },
+  // Payment: asked for, refused (402 with a fresh quote), or unsettled.
+  payment_required: { status: 402, retryable: false, message: 'payment required: {tool}' },
+  payment_not_accepted: { status: 402, retryable: false, message: '{detail}' },
+  invalid_payment_header: { status: 402, retryable: false, message: '{detail}' },
+  invalid_payment: { status: 402, retryable: false, message: 'the payment is not valid' },
+  invalid_payment_identifier: { status: 402, retryable: false, message: '{detail}' },
+  unsupported_scheme: { status: 402, retryable: false, message: '{detail}' },
+  network_mismatch: { status: 402, retryable: false, message: '{detail}' },
+  asset_mismatch: { status: 402, retryable: false, message: '{detail}' },
+  recipient_mismatch: { status: 402, retryable: false, message: '{detail}' },
+  amount_mismatch: { status: 402, retryable: false, message: '{detail}' },
+  terms_mismatch: {
+    status: 402,
+    retryable: false,
+    message: 'the accepted payment terms differ from the quote of this request',
+  },
+  insufficient_funds: { status: 402, retryable: false, message: '{detail}' },
+  payment_in_use: {
+    status: 402,
+    retryable: true,
+    message: 'this payment authorisation is already being used by another request',
+  },
+  payment_already_failed: {
+    status: 402,
+    retryable: false,
+    message: 'this payment authorisation already failed to settle; sign a new one',
+  },
+  payment_already_used: { status: 409, retryable: false, message: '{detail}' },
+  payment_identifier_conflict: { status: 409, retryable: false, message: '{detail}' },
+  payment_state_changed: { status: 402, retryable: true, message: '{detail}' },
+  settlement_failed: { status: 402, retryable: false, message: 'settlement failed: {detail}' },
+  facilitator_unavailable: { status: 503, rpc: -32004, retryable: true, message: '{detail}' },
+  facilitator_not_configured: { status: 503, retryable: false, message: '{detail}' },
+  // The facilitators' own reasons (x402 "exact" EVM scheme), passed on in words a caller can act on.
+  invalid_exact_evm_signature: {
+    status: 402,
+    retryable: false,
+    message: 'the signature does not match the authorisation (wrong key, asset domain or tampered field)',
+  },
+  invalid_exact_evm_recipient_mismatch: {
+    status: 402,
+    retryable: false,
+    message: 'the authorisation pays a different recipient than the quote',
+  },
+  invalid_exact_evm_payload_authorization_valid_before: {
+    status: 402,
+    retryable: false,
+    message: 'the authorisation has expired (validBefore is past or too close)',
+  },
+  invalid_exact_evm_payload_authorization_valid_after: {
+    status: 402,
+    retryable: false,
+    message: 'the authorisation is not valid yet (validAfter is in the future)',
+  },
+  invalid_exact_evm_payload_authorization_value_mismatch: {
+    status: 402,
+    retryable: false,
+    message: 'the authorised amount differs from the price of this request',
+  },
+  invalid_exact_evm_authorization_value: {
+    status: 402,
+    retryable: false,
+    message: 'the authorised amount differs from the price of this request',
+  },
+  invalid_exact_evm_network_mismatch: {
+    status: 402,
+    retryable: false,
+    message: 'the payment is for a different network than the quote',
+  },
+  invalid_exact_evm_nonce_already_used: {
+    status: 402,
+    retryable: false,
+    message: 'this authorisation was already used on chain; sign a new one',
+  },
+  invalid_exact_evm_insufficient_balance: {
+    status: 402,
+    retryable: false,
+    message: 'the payer does not hold enough of the asset',
+  },
+  invalid_exact_evm_transaction_simulation_failed: {
+    status: 402,
+    retryable: false,
+    message: 'the transfer would fail on chain',
+  },
+  invalid_exact_evm_transaction_failed: {
+    status: 402,
+    retryable: false,
+    message: 'the settlement transaction failed on chain',
+  },
+  asset_not_deployed_contract: {
+    status: 402,
+    retryable: false,
+    message: 'the asset is not a contract on this network',
+  },
+  // A tool's own refusal (market data), on /x402/* and in MCP tool results.
+  unknown_coin: { status: 404, retryable: false, message: '{detail}' },
+  unsupported_timeframe: { status: 422, retryable: false, message: '{detail}' },
+  unsupported_exchange: { status: 422, retryable: false, message: '{detail}' },
+  insufficient_history: { status: 422, retryable: false, message: '{detail}' },
+  venue_unavailable: { status: 503, retryable: true, message: '{detail}' },
+  // MCP tool results (result.isError; contract 7.3): -32602 is named inside the text.
+  unknown_tool: { status: 200, rpc: -32602, retryable: false, message: 'unknown tool {name}' },
+  invalid_arguments: { status: 200, rpc: -32602, retryable: false, message: '{detail}' },
+  internal_error: {
+    status: 200,
+    rpc: -32603,
+    retryable: true,
+    message: 'the call failed on our side; it was not counted',
+  },
   // A backing server is down: nothing was done. The adapters name these (EventStoreUnavailableError).
   event_store_unavailable: { status: 503, rpc: -32603, retryable: true, message: '{detail}' },
   storage_full: { status: 503, rpc: -32603, retryable: true, message: '{detail}' },
@@ -117,24 +302,46 @@ export function errorMessage(code: ErrorCode, params: ErrorParams = {}): string 
   );
 }
 
+/** What a throw may add to its catalog entry. */
+export interface ErrorExtras {
+  /** The words for this answer when the family words the code its own way (a corpus meaning). */
+  message?: string;
+  /** Headers the answer carries (Retry-After of a quota). */
+  headers?: Record<string, string>;
+  /** Figures the answer's `_service` block carries besides the caller and quota (the chat quota). */
+  meta?: Record<string, unknown>;
+  /** Fields the answer's body carries besides code and message (a tool's `issues`). */
+  body?: Record<string, unknown>;
+}
+
 /** A refusal from the catalog, thrown anywhere under a route and answered by the plugin's handler. */
 export class ServiceError extends Error {
   override readonly name: string = 'ServiceError';
   /** Fastify's name for it: a route's own error handler reads it like any framework error's. */
   readonly statusCode: number;
   readonly retryable: boolean;
+  readonly headers: Record<string, string>;
+  readonly meta: Record<string, unknown> | undefined;
+  readonly body: Record<string, unknown>;
 
   constructor(
     readonly code: ErrorCode,
     params: ErrorParams = {},
     /** The request field at fault (a body field or query parameter), when there is one. */
     readonly field?: string,
+    extras: ErrorExtras = {},
   ) {
-    super(errorMessage(code, params));
+    super(extras.message ?? errorMessage(code, params));
     this.statusCode = ERRORS[code].status;
     this.retryable = ERRORS[code].retryable;
+    this.headers = extras.headers ?? {};
+    this.meta = extras.meta;
+    this.body = extras.body ?? {};
   }
 }
+
+/** True when `code` names an entry of the catalog. */
+export const isErrorCode = (code: string): code is ErrorCode => Object.hasOwn(ERRORS, code);
 
 /** The body of every /api and operations refusal. */
 export const ErrorBody = z.object({

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { ERRORS, type ErrorCode } from './errors.ts';
 
 /**
  * The knowledge tools (`search_knowledge`, `chat_knowledge`) and their routes (`POST /api/search`,
@@ -18,49 +19,97 @@ export const EXTRACTIVE_MODEL = 'extractive';
  * indexed as part of the knowledge corpus, so the service can answer "what does INVALID_MODEL mean".
  */
 export const KNOWLEDGE_ERRORS = {
-  INVALID_QUERY: { status: 400, meaning: 'query is missing, not a string, or only whitespace' },
+  INVALID_QUERY: {
+    status: ERRORS.INVALID_QUERY.status,
+    meaning: 'query is missing, not a string, or only whitespace',
+  },
   QUERY_TOO_SHORT: {
-    status: 400,
+    status: ERRORS.QUERY_TOO_SHORT.status,
     meaning: `query is shorter than ${SEARCH_QUERY_MIN} characters after trimming`,
   },
   QUERY_TOO_LONG: {
-    status: 400,
+    status: ERRORS.QUERY_TOO_LONG.status,
     meaning: `query is longer than ${SEARCH_QUERY_MAX} characters after trimming`,
   },
-  INVALID_LIMIT: { status: 400, meaning: `limit is not an integer from 1 to ${SEARCH_LIMIT_MAX}` },
-  INVALID_QUESTION: { status: 400, meaning: 'question is missing, not a string, or only whitespace' },
+  INVALID_LIMIT: {
+    status: ERRORS.INVALID_LIMIT.status,
+    meaning: `limit is not an integer from 1 to ${SEARCH_LIMIT_MAX}`,
+  },
+  INVALID_QUESTION: {
+    status: ERRORS.INVALID_QUESTION.status,
+    meaning: 'question is missing, not a string, or only whitespace',
+  },
   QUESTION_TOO_SHORT: {
-    status: 400,
+    status: ERRORS.QUESTION_TOO_SHORT.status,
     meaning: `question is shorter than ${CHAT_QUESTION_MIN} characters after trimming`,
   },
   QUESTION_TOO_LONG: {
-    status: 400,
+    status: ERRORS.QUESTION_TOO_LONG.status,
     meaning: `question is longer than ${CHAT_QUESTION_MAX} characters after trimming`,
   },
   INVALID_MODEL: {
-    status: 400,
+    status: ERRORS.INVALID_MODEL.status,
     meaning: 'model is not a string, or is neither "extractive" nor a model name this server allows',
   },
   UNAUTHORIZED: {
-    status: 401,
+    status: ERRORS.UNAUTHORIZED.status,
     meaning: 'no live API key: the routes need the header "Authorization: Bearer <API_KEY>"',
   },
   QUOTA_EXHAUSTED: {
-    status: 429,
+    status: ERRORS.QUOTA_EXHAUSTED.status,
     meaning: "the key's monthly (or free daily) call quota is used up; Retry-After says when it resets",
   },
   CHAT_QUOTA_EXHAUSTED: {
-    status: 429,
+    status: ERRORS.CHAT_QUOTA_EXHAUSTED.status,
     meaning:
       "the key's chat quota for this UTC month is used up; Retry-After counts the seconds to the month's end",
   },
   KEY_UNVERIFIABLE: {
-    status: 503,
+    status: ERRORS.KEY_UNVERIFIABLE.status,
     meaning: 'the API key or its quota could not be checked right now; retry shortly',
   },
-  INTERNAL_ERROR: { status: 500, meaning: 'the request failed on our side; nothing was counted' },
-} as const;
+  INTERNAL_ERROR: {
+    status: ERRORS.INTERNAL_ERROR.status,
+    meaning: 'the request failed on our side; nothing was counted',
+  },
+} as const satisfies Partial<Record<ErrorCode, { status: number; meaning: string }>>;
 export type KnowledgeErrorCode = keyof typeof KNOWLEDGE_ERRORS;
+
+/** Whitespace alone is no text: refused with the field's INVALID_ code before its length is judged. */
+const text = (invalid: ErrorCode, min: number, max: number) =>
+  z
+    .string()
+    .trim()
+    .refine((value) => value !== '', { abort: true, params: { code: invalid } })
+    .min(min)
+    .max(max);
+
+/** POST /api/search: the MCP input with its bounds (fields it does not name are ignored). */
+export const SearchRequest = z.object({
+  query: text('INVALID_QUERY', SEARCH_QUERY_MIN, SEARCH_QUERY_MAX).describe(
+    `What to look for, ${SEARCH_QUERY_MIN}–${SEARCH_QUERY_MAX} characters after trimming`,
+  ),
+  limit: z
+    .number()
+    .int()
+    .min(1)
+    .max(SEARCH_LIMIT_MAX)
+    .default(SEARCH_LIMIT_DEFAULT)
+    .describe(`How many passages, 1–${SEARCH_LIMIT_MAX}`),
+});
+
+/** POST /api/chat, for a server allowing the generative `models` beside the extractive one. */
+export function chatRequest(models: readonly string[]) {
+  return z.object({
+    question: text('INVALID_QUESTION', CHAT_QUESTION_MIN, CHAT_QUESTION_MAX).describe(
+      `The question, ${CHAT_QUESTION_MIN}–${CHAT_QUESTION_MAX} characters after trimming`,
+    ),
+    model: z
+      .enum([EXTRACTIVE_MODEL, ...models])
+      .default(EXTRACTIVE_MODEL)
+      .describe('The extractive answerer (quotes the documentation) or a configured generative model'),
+  });
+}
 
 /**
  * MCP inputs: only the structure is checked by the schema (a wrong type stays -32602, as for

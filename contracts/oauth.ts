@@ -57,3 +57,53 @@ export const OAuthErrorBody = z.object({
   error: z.string(),
   error_description: z.string(),
 });
+
+/*
+ * The library's answers (oidc-provider), as they arrive on the wire: the document describes them
+ * and the conformance test checks every real answer against them. Loose where the RFCs let a
+ * server add members.
+ */
+
+/** RFC 8414 authorization server metadata (also served as /.well-known/openid-configuration). */
+export const AuthorizationServerMetadata = z.looseObject({
+  issuer: z.url(),
+  authorization_endpoint: z.url(),
+  token_endpoint: z.url(),
+  registration_endpoint: z.url(),
+  revocation_endpoint: z.url(),
+  jwks_uri: z.url(),
+  response_types_supported: z.array(z.string()),
+  grant_types_supported: z.array(z.string()),
+  code_challenge_methods_supported: z.array(z.literal('S256')),
+  scopes_supported: z.array(z.string()),
+  token_endpoint_auth_methods_supported: z.array(z.string()),
+  client_id_metadata_document_supported: z.boolean(),
+});
+
+/** RFC 7517 JWK Set: the public signing keys. */
+export const JsonWebKeySet = z.object({
+  keys: z.array(z.looseObject({ kty: z.string(), kid: z.string(), use: z.string(), alg: z.string() })),
+});
+
+/** RFC 7591/7592: a registered client, as registration answers it and as it is read back. */
+export const RegisteredClient = z.looseObject({
+  client_id: z.string(),
+  client_id_issued_at: z.number().int(),
+  redirect_uris: z.array(z.string()),
+  grant_types: z.array(z.string()),
+  response_types: z.array(z.string()),
+  token_endpoint_auth_method: z.string(),
+  client_name: z.string().optional(),
+  scope: z.string().optional(),
+  registration_access_token: z.string().optional(),
+  registration_client_uri: z.url().optional(),
+});
+
+/** RFC 6749 5.1: the token endpoint's answer. */
+export const TokenResponse = z.object({
+  access_token: z.string(),
+  token_type: z.literal('Bearer'),
+  expires_in: z.number().int(),
+  scope: z.string(),
+  refresh_token: z.string().optional(),
+});

@@ -4,7 +4,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { jetstreamManager } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { freePort } from './ports.ts';
 
@@ -161,6 +161,27 @@ export async function deleteStream(stream: string): Promise<void> {
   try {
     const jsm = await jetstreamManager(nc);
     await jsm.streams.delete(stream).catch(() => false);
+  } finally {
+    await nc.close();
+  }
+}
+
+/**
+ * The message id (Nats-Msg-Id: the relay sets the event id) of every message on `stream`, in
+ * stream order, read with an ordered consumer. `servers`: one URL or a cluster's, comma-separated.
+ */
+export async function streamMessageIds(stream: string, servers: string = NATS_URL): Promise<string[]> {
+  const nc = await connect({ servers: servers.split(','), timeout: 5_000 });
+  try {
+    const info = await (await jetstreamManager(nc)).streams.info(stream);
+    const ids: string[] = [];
+    if (info.state.messages === 0) return ids;
+    const messages = await (await jetstream(nc).consumers.get(stream)).consume();
+    for await (const m of messages) {
+      ids.push(m.headers?.get('Nats-Msg-Id') ?? '');
+      if (m.info.pending === 0) break;
+    }
+    return ids;
   } finally {
     await nc.close();
   }

@@ -1,23 +1,49 @@
 import { execFile } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import { createSiweMessage } from 'viem/siwe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ERRORS } from '../contracts/errors.ts';
 import { startTestService, type TestService } from './service-harness.ts';
 
 /**
  * Every documented operation called as a client generated from /openapi.json would call it, on
  * happy and refusal paths: the status must be documented for the operation, the answer's media
- * type listed for that status, and the body valid against the schema the document gives it.
+ * type listed for that status, the documented headers present, and the body valid against the
+ * schema the document gives it. The answers are the document's examples:
+ * `RECORD_OPENAPI_EXAMPLES=1` writes them to services/api/openapi-examples.json, which the
+ * document serves beside each schema; every run checks those examples still validate.
  */
+const EXAMPLES_FILE = join(import.meta.dirname, '../services/api/openapi-examples.json');
+const RECORD = process.env.RECORD_OPENAPI_EXAMPLES === '1';
+type Recorded = Record<string, Record<string, { type: string; body: unknown }>>;
+const recorded: Recorded = {};
+const called = new Set<string>();
+
+/** An answer short enough for the document: long lists cut to their first items, long texts to their start. */
+function exampleOf(body: unknown, depth = 0): unknown {
+  if (typeof body === 'string') return body.length > 1_500 ? `${body.slice(0, 1_500)}…` : body;
+  if (Array.isArray(body)) return body.slice(0, 3).map((item) => exampleOf(item, depth + 1));
+  if (body && typeof body === 'object') {
+    return Object.fromEntries(Object.entries(body).map(([k, v]) => [k, exampleOf(v, depth + 1)]));
+  }
+  return body;
+}
 
 type Json = Record<string, unknown>;
 type Operation = {
   operationId?: string;
-  responses: Record<string, { content?: Record<string, { schema?: Json }> }>;
+  responses: Record<
+    string,
+    { content?: Record<string, { schema?: Json; example?: unknown }>; headers?: Record<string, unknown> }
+  >;
 };
 
 let dir: string;
@@ -41,6 +67,7 @@ beforeAll(async () => {
   doc = (await (await fetch(`${url}/openapi.json`)).json()) as typeof doc;
 }, 60_000);
 afterAll(async () => {
+  if (RECORD) await writeFile(EXAMPLES_FILE, `${JSON.stringify(recorded, null, 1)}\n`);
   await running?.stop();
   if (dir) await rm(dir, { recursive: true, force: true });
 });
@@ -54,10 +81,41 @@ interface Call {
   body?: unknown;
   /** A raw body (sent as is with Content-Type application/json). */
   raw?: string;
+  /** A form body (application/x-www-form-urlencoded), as the OAuth endpoints and the consent page take. */
+  form?: Record<string, string>;
+  /** Headers the answer must carry, each documented for its status (Location, WWW-Authenticate). */
+  sends?: string[];
+  /** Cookies kept across calls, as a browser keeps them (the consent page's interaction). */
+  jar?: CookieJar;
   headers?: Record<string, string>;
   auth?: boolean;
   status: number;
 }
+
+/** The cookies a browser would keep, by name and path; sent where their path matches. */
+class CookieJar {
+  private readonly cookies = new Map<string, { path: string; value: string }>();
+  take(headers: Headers) {
+    for (const line of headers.getSetCookie()) {
+      const [pair, ...attributes] = line.split(';');
+      const [name, ...value] = pair!.split('=');
+      const path =
+        attributes.map((a) => a.trim().split('=')).find(([k]) => k!.toLowerCase() === 'path')?.[1] ?? '/';
+      const gone = /expires=Thu, 01 Jan 1970/i.test(line) || value.join('=') === '';
+      if (gone) this.cookies.delete(`${name!.trim()} ${path}`);
+      else this.cookies.set(`${name!.trim()} ${path}`, { path, value: `${name!.trim()}=${value.join('=')}` });
+    }
+  }
+  header(pathname: string): string {
+    return [...this.cookies.values()]
+      .filter((c) => pathname === c.path || pathname.startsWith(c.path.endsWith('/') ? c.path : `${c.path}/`))
+      .map((c) => c.value)
+      .join('; ');
+  }
+}
+
+/** The headers of the last answer (Location, WWW-Authenticate): the next call of a flow follows them. */
+let answered: Headers;
 
 function validator(schema: Json): ValidateFunction {
   let v = compiled.get(schema);
@@ -68,7 +126,7 @@ function validator(schema: Json): ValidateFunction {
   return v;
 }
 
-/** Calls and checks one answer against the document; returns the parsed JSON body (if any). */
+/** Calls and checks one answer against the document; returns the parsed JSON body, or the text (if any). */
 async function conform(call: Call): Promise<unknown> {
   const headers: Record<string, string> = { ...call.headers };
   if (call.auth !== false) headers.authorization = `Bearer ${key}`;
@@ -77,29 +135,51 @@ async function conform(call: Call): Promise<unknown> {
     headers['content-type'] = 'application/json';
     body = call.raw ?? JSON.stringify(call.body);
   }
-  const res = await fetch(url + (call.path ?? call.template), {
+  if (call.form !== undefined) {
+    headers['content-type'] = 'application/x-www-form-urlencoded';
+    body = new URLSearchParams(call.form).toString();
+  }
+  const target = new URL(url + (call.path ?? call.template));
+  const cookie = call.jar?.header(target.pathname);
+  if (cookie) headers.cookie = cookie;
+  // A client follows no redirect on its own: a 303 is an answer to check like any other.
+  const res = await fetch(target, {
     method: call.method,
     headers,
+    redirect: 'manual',
     ...(body === undefined ? {} : { body }),
   });
+  call.jar?.take(res.headers);
+  answered = res.headers;
   const bytes = Buffer.from(await res.arrayBuffer());
   const label = `${call.method} ${call.path ?? call.template} -> ${res.status}: ${bytes.toString('utf8').slice(0, 300)}`;
   expect(res.status, label).toBe(call.status);
   const operation = doc.paths[call.template]?.[call.method.toLowerCase()];
   expect(operation, `${call.method} ${call.template} is documented`).toBeDefined();
   expect(operation!.operationId, `${label}: operationId`).toMatch(/^[a-z][A-Za-z0-9]+$/);
+  called.add(`${call.method} ${call.template}`);
   const response = operation!.responses[String(res.status)];
   expect(response, `${label}: status documented`).toBeDefined();
-  if (bytes.length === 0 || !response!.content) return null;
+  for (const name of call.sends ?? []) {
+    expect(res.headers.has(name), `${label}: header ${name} sent`).toBe(true);
+    expect(Object.keys(response!.headers ?? {}), `${label}: header ${name} documented`).toContain(name);
+  }
   const type = (res.headers.get('content-type') ?? '').split(';')[0]!.trim();
+  const record = (body: unknown) => {
+    const id = operation!.operationId!;
+    recorded[id] = { [String(res.status)]: { type, body: exampleOf(body) }, ...recorded[id] };
+  };
+  if (bytes.length === 0 || !response!.content) return null;
   const media = Object.entries(response!.content).find(([t]) => t.split(';')[0]!.trim() === type);
   expect(media, `${label}: ${type} documented (${Object.keys(response!.content)})`).toBeDefined();
   const schema = media![1].schema;
   if (!schema) return null;
-  if (type === 'application/json') {
+  if (type === 'application/json' || type.endsWith('+json')) {
     const json = JSON.parse(bytes.toString('utf8'));
     const validate = validator(schema);
     expect(validate(json), `${label}\n${ajv.errorsText(validate.errors)}`).toBe(true);
+    // The document itself is its own example only in outline.
+    record(call.template === '/openapi.json' ? { openapi: json.openapi, info: json.info } : json);
     return json;
   }
   if (type === 'application/x-ndjson') {
@@ -111,6 +191,7 @@ async function conform(call: Call): Promise<unknown> {
     for (const line of lines) {
       expect(validate(JSON.parse(line)), `${label}\n${line}\n${ajv.errorsText(validate.errors)}`).toBe(true);
     }
+    record(JSON.parse(lines.at(-1)!));
     return lines;
   }
   if (type === 'application/vnd.apache.parquet') {
@@ -119,7 +200,10 @@ async function conform(call: Call): Promise<unknown> {
     return null;
   }
   expect(schema, label).toMatchObject({ type: 'string' });
-  return null;
+  const text = bytes.toString('utf8');
+  if (type === 'text/csv') expect(text.split('\n')[0], label).toMatch(/^[a-z0-9_]+(,[a-z0-9_]+)+$/);
+  record(text);
+  return text;
 }
 
 const deep = `${'['.repeat(5_000)}${']'.repeat(5_000)}`;
@@ -137,9 +221,10 @@ describe('the OpenAPI document describes every real answer', () => {
       maxBuffer: 32 * 1024 * 1024,
     }).catch((err: { stdout: string }) => err);
     const report = JSON.parse(run.stdout) as {
-      totals: { errors: number };
+      totals: { errors: number; warnings: number };
       problems: { ruleId: string; severity: string }[];
     };
+    console.info(`redocly: ${report.totals.errors} errors, ${report.totals.warnings} warnings`);
     expect(report.problems.filter((p) => p.severity === 'error')).toEqual([]);
     expect(report.totals.errors).toBe(0);
   }, 60_000);
@@ -155,9 +240,19 @@ describe('the OpenAPI document describes every real answer', () => {
       '/verify/sample',
       '/api/webhooks/schemas',
       '/track-record',
+      '/mcp/server-card',
+      '/.well-known/mcp/catalog.json',
     ]) {
       await conform({ method: 'GET', template, status: 200, auth: false });
     }
+    const asset = '/track-record/assets/{file}';
+    await conform({
+      method: 'GET',
+      template: asset,
+      path: '/track-record/assets/uPlot.min.css',
+      status: 200,
+    });
+    await conform({ method: 'GET', template: asset, path: '/track-record/assets/nope.js', status: 404 });
     await conform({ method: 'GET', template: '/metrics', status: 200, auth: false });
   });
 
@@ -167,6 +262,7 @@ describe('the OpenAPI document describes every real answer', () => {
       get_market_regime: { coin: 'BTC', timeframe: '4h' },
       scan_trade_calls: { timeframe: '1h', topN: 3 },
       scan_funding_arb: { limit: 3 },
+      get_risk_forecast: { coin: 'BTC', timeframe: '1h' },
     };
     for (const [tool, body] of Object.entries(bodies)) {
       const template = `/x402/${tool}`;
@@ -247,6 +343,8 @@ describe('the OpenAPI document describes every real answer', () => {
     await conform({ method: 'GET', template, path: `${template}?format=csv&limit=5`, status: 200 });
     await conform({ method: 'GET', template, path: `${template}?format=parquet&limit=5`, status: 200 });
     await conform({ method: 'GET', template, path: `${template}?limit=0`, status: 400 });
+    await conform({ method: 'GET', template, path: `${template}?format=xml`, status: 400 });
+    await conform({ method: 'GET', template, path: `${template}?coin=BTC&coin=ETH`, status: 400 });
     await conform({ method: 'GET', template, status: 401, auth: false });
     await conform({ method: 'GET', template: '/api/track-record', status: 200, auth: false });
     await conform({
@@ -258,8 +356,29 @@ describe('the OpenAPI document describes every real answer', () => {
     });
   });
 
-  it('sign-in refusals', async () => {
-    await conform({ method: 'GET', template: '/api/keys/nonce', status: 200, auth: false });
+  it('sign-in, and its refusals', async () => {
+    const { nonce, domain } = (await conform({
+      method: 'GET',
+      template: '/api/keys/nonce',
+      status: 200,
+      auth: false,
+    })) as { nonce: string; domain: string };
+    const account = privateKeyToAccount(generatePrivateKey());
+    const message = createSiweMessage({
+      domain,
+      address: account.address,
+      statement: 'Sign in to get a free API key.',
+      uri: `https://${domain}/`,
+      version: '1',
+      chainId: 8453,
+      nonce,
+      issuedAt: new Date(),
+      expirationTime: new Date(Date.now() + 5 * 60_000),
+    });
+    const signIn = { message, signature: await account.signMessage({ message }) };
+    await conform({ method: 'POST', template: '/api/keys', body: signIn, status: 201, auth: false });
+    // The nonce is spent: the same message again is refused.
+    await conform({ method: 'POST', template: '/api/keys', body: signIn, status: 401, auth: false });
     await conform({
       method: 'POST',
       template: '/api/keys',
@@ -277,6 +396,13 @@ describe('the OpenAPI document describes every real answer', () => {
     await conform({ method: 'POST', template: '/mcp', raw: deep, headers, status: 400 });
     await conform({ method: 'GET', template: '/mcp', headers, status: 400 });
     await conform({ method: 'PUT', template: '/mcp', headers, status: 405 });
+    await conform({ method: 'PATCH', template: '/mcp', headers, status: 405 });
+    await conform({
+      method: 'DELETE',
+      template: '/mcp',
+      headers: { ...headers, 'mcp-session-id': 'nope' },
+      status: 404,
+    });
     await conform({
       method: 'POST',
       template: '/mcp',
@@ -332,5 +458,398 @@ describe('the OpenAPI document describes every real answer', () => {
         ...(body ? { body } : {}),
       });
     }
+  });
+
+  it('OAuth sign-in for MCP: metadata, registration, consent without a browser, tokens, revocation', async () => {
+    const none = { auth: false } as const;
+    // As a host finds it: the resource (and its origin, PUBLIC_BASE_URL) from its own metadata.
+    const { resource } = (await conform({
+      method: 'GET',
+      template: '/.well-known/oauth-protected-resource/mcp/signin',
+      status: 200,
+      ...none,
+    })) as { resource: string };
+    for (const template of [
+      '/.well-known/oauth-authorization-server',
+      '/.well-known/openid-configuration',
+      '/oauth/jwks',
+      '/mcp/signin/server-card',
+    ]) {
+      await conform({ method: 'GET', template, status: 200, ...none });
+    }
+
+    // Dynamic registration (RFC 7591), and reading the client back (RFC 7592).
+    const redirectUri = 'http://127.0.0.1:9/callback';
+    const client = (await conform({
+      method: 'POST',
+      template: '/oauth/register',
+      body: {
+        client_name: 'conformance host',
+        redirect_uris: [redirectUri],
+        grant_types: ['authorization_code', 'refresh_token'],
+        response_types: ['code'],
+        token_endpoint_auth_method: 'none',
+        scope: 'mcp',
+      },
+      status: 201,
+      ...none,
+    })) as { client_id: string; registration_access_token: string };
+    await conform({
+      method: 'POST',
+      template: '/oauth/register',
+      body: { redirect_uris: ['not a url'] },
+      status: 400,
+      ...none,
+    });
+    const read = '/oauth/register/{clientId}';
+    await conform({
+      method: 'GET',
+      template: read,
+      path: `/oauth/register/${client.client_id}`,
+      headers: { authorization: `Bearer ${client.registration_access_token}` },
+      status: 200,
+      ...none,
+    });
+    await conform({
+      method: 'GET',
+      template: read,
+      path: `/oauth/register/${client.client_id}`,
+      headers: { authorization: 'Bearer nope' },
+      status: 401,
+      sends: ['www-authenticate'],
+      ...none,
+    });
+
+    const pkce = () => {
+      const verifier = randomBytes(32).toString('base64url');
+      return { verifier, challenge: createHash('sha256').update(verifier).digest('base64url') };
+    };
+    const authorization = (challenge: string | undefined, extra: Record<string, string> = {}) => {
+      const params: Record<string, string> = {
+        response_type: 'code',
+        client_id: client.client_id,
+        redirect_uri: redirectUri,
+        scope: 'mcp offline_access',
+        state: randomBytes(8).toString('hex'),
+        resource,
+        code_challenge_method: 'S256',
+        ...(challenge ? { code_challenge: challenge } : {}),
+        ...extra,
+      };
+      return params;
+    };
+    const local = (location: string | null) => {
+      const to = new URL(location!, url);
+      return `${to.pathname}${to.search}`;
+    };
+    /** Starts an authorization request the way the host's browser does; returns its interaction uid. */
+    const start = async (jar: CookieJar, challenge: string) => {
+      await conform({
+        method: 'GET',
+        template: '/oauth/authorize',
+        path: `/oauth/authorize?${new URLSearchParams(authorization(challenge))}`,
+        jar,
+        status: 303,
+        sends: ['location'],
+        ...none,
+      });
+      const page = local(answered.get('location'));
+      expect(page).toMatch(/^\/oauth\/interaction\/[^/]+$/);
+      await conform({
+        method: 'GET',
+        template: '/oauth/interaction/{uid}',
+        path: page,
+        jar,
+        status: 200,
+        ...none,
+      });
+      return page.split('/').at(-1)!;
+    };
+    /** Back through /oauth/authorize/{uid} to the host's redirect URI; returns the code. */
+    const resume = async (jar: CookieJar) => {
+      const back = local(answered.get('location'));
+      expect(back).toMatch(/^\/oauth\/authorize\/[^/]+$/);
+      await conform({
+        method: 'GET',
+        template: '/oauth/authorize/{uid}',
+        path: back,
+        jar,
+        status: 303,
+        sends: ['location'],
+        ...none,
+      });
+      return new URL(answered.get('location')!).searchParams;
+    };
+
+    // Refusals before any consent: a redirect URI that is not registered (a page, no redirect),
+    // no PKCE challenge (back to the host with the error).
+    await conform({
+      method: 'GET',
+      template: '/oauth/authorize',
+      path: `/oauth/authorize?${new URLSearchParams(authorization(pkce().challenge, { redirect_uri: `${redirectUri}/x` }))}`,
+      status: 400,
+      ...none,
+    });
+    await conform({
+      method: 'GET',
+      template: '/oauth/authorize',
+      path: `/oauth/authorize?${new URLSearchParams(authorization(undefined))}`,
+      // As a generated client asks (the browser's Accept gets the HTML line instead).
+      headers: { accept: 'application/json' },
+      status: 303,
+      sends: ['location'],
+      ...none,
+    });
+    expect(new URL(answered.get('location')!).searchParams.get('error')).toBe('invalid_request');
+    await conform({
+      method: 'GET',
+      template: '/oauth/authorize/{uid}',
+      path: '/oauth/authorize/nope',
+      status: 400,
+      ...none,
+    });
+    await conform({
+      method: 'GET',
+      template: '/oauth/interaction/{uid}',
+      path: '/oauth/interaction/nope',
+      status: 400,
+      ...none,
+    });
+
+    // Consent with the API key, as the page's form posts it.
+    const first = pkce();
+    const jar = new CookieJar();
+    const uid = await start(jar, first.challenge);
+    const keyStep = {
+      method: 'POST',
+      template: '/oauth/interaction/{uid}/key',
+      path: `/oauth/interaction/${uid}/key`,
+      jar,
+      ...none,
+    };
+    await conform({ ...keyStep, form: { api_key: '' }, status: 400 });
+    await conform({ ...keyStep, form: { api_key: `sk_live_${'A'.repeat(43)}` }, status: 401 });
+    await conform({ ...keyStep, form: { api_key: key }, status: 303, sends: ['location'] });
+    const code = (await resume(jar)).get('code')!;
+    expect(code).toBeTruthy();
+
+    const token = '/oauth/token';
+    const exchange = {
+      grant_type: 'authorization_code',
+      client_id: client.client_id,
+      code,
+      redirect_uri: redirectUri,
+      resource,
+    };
+    await conform({
+      method: 'POST',
+      template: token,
+      form: { ...exchange, code_verifier: pkce().verifier },
+      status: 400,
+      ...none,
+    });
+    const tokens = (await conform({
+      method: 'POST',
+      template: token,
+      form: { ...exchange, code_verifier: first.verifier },
+      status: 200,
+      ...none,
+    })) as { access_token: string; refresh_token: string };
+    await conform({
+      method: 'POST',
+      template: token,
+      form: { ...exchange, client_id: 'nobody', code_verifier: first.verifier },
+      status: 401,
+      ...none,
+    });
+
+    // /mcp/signin as the signed-in key, and its refusals.
+    const mcp = { accept: 'application/json, text/event-stream' };
+    const signedIn = { ...mcp, authorization: `Bearer ${tokens.access_token}` };
+    const list = { jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} };
+    const signin = '/mcp/signin';
+    await conform({ method: 'POST', template: signin, body: list, headers: signedIn, status: 200, ...none });
+    await conform({
+      method: 'POST',
+      template: signin,
+      body: list,
+      headers: mcp,
+      status: 401,
+      sends: ['www-authenticate'],
+      ...none,
+    });
+    expect(answered.get('www-authenticate')).toContain(
+      `resource_metadata="${new URL(resource).origin}/.well-known/oauth-protected-resource/mcp/signin"`,
+    );
+    await conform({
+      method: 'POST',
+      template: signin,
+      body: list,
+      headers: { ...mcp, authorization: 'Bearer nope' },
+      status: 401,
+      sends: ['www-authenticate'],
+      ...none,
+    });
+    expect(answered.get('www-authenticate')).toContain('error="invalid_token"');
+    await conform({ method: 'GET', template: signin, headers: signedIn, status: 400, ...none });
+    await conform({ method: 'PUT', template: signin, headers: signedIn, status: 405, ...none });
+    await conform({ method: 'PATCH', template: signin, headers: signedIn, status: 405, ...none });
+    await conform({
+      method: 'DELETE',
+      template: signin,
+      headers: { ...signedIn, 'mcp-session-id': 'nope' },
+      status: 404,
+      ...none,
+    });
+    await conform({
+      method: 'GET',
+      template: signin,
+      headers: mcp,
+      status: 401,
+      sends: ['www-authenticate'],
+      ...none,
+    });
+
+    // Revocation (RFC 7009): the refresh token ends the grant, the access token with it.
+    const revoke = '/oauth/revoke';
+    await conform({
+      method: 'POST',
+      template: revoke,
+      form: { token: tokens.refresh_token },
+      status: 400,
+      ...none,
+    });
+    await conform({
+      method: 'POST',
+      template: revoke,
+      form: { client_id: client.client_id, token: tokens.refresh_token, token_type_hint: 'refresh_token' },
+      status: 200,
+      ...none,
+    });
+    await conform({
+      method: 'POST',
+      template: signin,
+      body: list,
+      headers: signedIn,
+      status: 401,
+      sends: ['www-authenticate'],
+      ...none,
+    });
+    await conform({
+      method: 'POST',
+      template: token,
+      form: {
+        grant_type: 'refresh_token',
+        client_id: client.client_id,
+        refresh_token: tokens.refresh_token,
+        resource,
+      },
+      status: 400,
+      ...none,
+    });
+
+    // Consent with a wallet (EIP-4361 signed here, as the page's wallet would), then the key choice.
+    const walletJar = new CookieJar();
+    const walletUid = await start(walletJar, pkce().challenge);
+    const step = (name: string) => ({
+      method: 'POST',
+      template: `/oauth/interaction/{uid}/${name}`,
+      path: `/oauth/interaction/${walletUid}/${name}`,
+      jar: walletJar,
+      ...none,
+    });
+    await conform({ ...step('choose'), form: { key_id: 'nope' }, status: 401 });
+    await conform({ ...step('wallet'), form: { message: '' }, status: 400 });
+    const { nonce, domain } = (await (await fetch(`${url}/api/keys/nonce`)).json()) as {
+      nonce: string;
+      domain: string;
+    };
+    const account = privateKeyToAccount(generatePrivateKey());
+    const message = createSiweMessage({
+      domain,
+      address: account.address,
+      statement: 'Sign in to let an MCP host act as one of your API keys.',
+      uri: `${url}/`,
+      version: '1',
+      chainId: 1,
+      nonce,
+      issuedAt: new Date(),
+    });
+    const signature = await account.signMessage({ message });
+    await conform({ ...step('wallet'), form: { message, signature: `0x${'00'.repeat(65)}` }, status: 401 });
+    // The page now lists the wallet's keys (its free key, issued at this first sign-in).
+    const chosen = await conform({ ...step('wallet'), form: { message, signature }, status: 200 });
+    await conform({ ...step('choose'), form: { key_id: 'nope' }, status: 400 });
+    const keyId = /name="key_id" value="([^"]+)"/.exec(String(chosen))?.[1];
+    expect(keyId).toBeTruthy();
+    await conform({ ...step('choose'), form: { key_id: keyId! }, status: 303, sends: ['location'] });
+    expect((await resume(walletJar)).get('code')).toBeTruthy();
+
+    // Denied: the host is told access_denied.
+    const deniedJar = new CookieJar();
+    const deniedUid = await start(deniedJar, pkce().challenge);
+    const abort = '/oauth/interaction/{uid}/abort';
+    await conform({
+      method: 'POST',
+      template: abort,
+      path: '/oauth/interaction/nope/abort',
+      status: 400,
+      ...none,
+    });
+    await conform({
+      method: 'POST',
+      template: abort,
+      path: `/oauth/interaction/${deniedUid}/abort`,
+      jar: deniedJar,
+      status: 303,
+      sends: ['location'],
+      ...none,
+    });
+    expect((await resume(deniedJar)).get('error')).toBe('access_denied');
+  });
+
+  it('called every operation of the document', () => {
+    const operations = Object.entries(doc.paths).flatMap(([path, item]) =>
+      Object.keys(item).map((method) => `${method.toUpperCase()} ${path}`),
+    );
+    expect(operations.filter((operation) => !called.has(operation))).toEqual([]);
+  });
+
+  it('gives every operation an example from a real answer, valid against its schema and of its shape', () => {
+    expect(existsSync(EXAMPLES_FILE), 'RECORD_OPENAPI_EXAMPLES=1 writes the examples').toBe(true);
+    const missing: string[] = [];
+    for (const [path, item] of Object.entries(doc.paths)) {
+      for (const [method, operation] of Object.entries(item)) {
+        const examples = Object.entries(operation.responses).flatMap(([status, response]) =>
+          Object.entries(response.content ?? {})
+            .filter(([, media]) => media.example !== undefined)
+            .map(([type, media]) => ({ status, type, ...media })),
+        );
+        const label = `${method.toUpperCase()} ${path}`;
+        if (examples.length === 0 && !RECORD) missing.push(label);
+        for (const { status, type, schema, example } of examples) {
+          const validate = validator(schema ?? {});
+          const json =
+            type === 'application/json' || type.endsWith('+json') || type === 'application/x-ndjson';
+          if (json)
+            expect(validate(example), `${label} ${status}: ${ajv.errorsText(validate.errors)}`).toBe(true);
+          else expect(typeof example, `${label} ${status}`).toBe('string');
+          // The example has the shape of this run's real answer (the same members).
+          const real = recorded[operation.operationId!]?.[status]?.body;
+          if (json && real && typeof real === 'object' && !Array.isArray(real) && path !== '/openapi.json') {
+            expect(Object.keys(example as object).sort(), `${label} ${status}`).toEqual(
+              Object.keys(real).sort(),
+            );
+          }
+        }
+      }
+    }
+    expect(missing).toEqual([]);
+  });
+
+  it('documents every code of the error catalog on the operations that answer it', () => {
+    const paths = JSON.stringify(doc.paths);
+    const undocumented = Object.keys(ERRORS).filter((code) => !new RegExp(`\\b${code}\\b`).test(paths));
+    expect(undocumented).toEqual([]);
   });
 });

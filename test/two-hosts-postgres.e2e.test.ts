@@ -3,14 +3,14 @@ import { randomUUID } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openPostgresEventStore, type PostgresEventStore } from '../adapters/event-store/postgres.ts';
 import { parseDomainEvent } from '../contracts/events.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
 import { debitedUnits } from '../services/quota/quota-projection.ts';
-import { NATS_URL, requireNats } from './nats-server.ts';
+import { NATS_URL, requireNats, streamMessageIds } from './nats-server.ts';
 import { dropSchemas, POSTGRES_URL, shouldRunPostgresSuite, uniqueSchema } from './postgres-probe.ts';
 import { REDIS_URL, wipePrefix } from './redis-probe.ts';
 
@@ -329,7 +329,7 @@ describe.runIf(run)(
       const relayed = log.filter((e) => RELAYED.has(e.type)).map((e) => e.id);
       expect(log.filter((e) => e.type === 'VerdictRecorded').length).toBeGreaterThan(markets.length);
       // Every event of a relayed type is on the stream, once.
-      const onStream = await streamMsgIds(stream);
+      const onStream = await streamMessageIds(stream);
       expect(onStream.filter((id) => relayed.includes(id)).sort()).toEqual([...relayed].sort());
       expect(new Set(onStream).size).toBe(onStream.length);
       // Every call answered was debited once.
@@ -348,23 +348,3 @@ const RELAYED = new Set([
   'SubscriptionReEnabled',
   'SubscriptionDisabled',
 ]);
-
-/** The message ids of every message on `stream`, read with an ordered consumer. */
-async function streamMsgIds(stream: string): Promise<string[]> {
-  const nc = await connect({ servers: NATS_URL });
-  try {
-    const js = jetstream(nc);
-    const info = await (await jetstreamManager(nc)).streams.info(stream);
-    const consumer = await js.consumers.get(stream);
-    const ids: string[] = [];
-    if (info.state.messages === 0) return ids;
-    const messages = await consumer.consume();
-    for await (const m of messages) {
-      ids.push(m.headers?.get('Nats-Msg-Id') ?? '');
-      if (m.info.pending === 0) break;
-    }
-    return ids;
-  } finally {
-    await nc.close();
-  }
-}

@@ -5,8 +5,11 @@ import type { AddressInfo, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-/** A self-signed certificate for localhost / 127.0.0.1, made with the openssl CLI. */
-export function selfSignedCert(): { key: string; cert: string } {
+/**
+ * A self-signed certificate for localhost and the given addresses (127.0.0.1 unless told: the
+ * fault drill's receiver is on a bridge address), made with the openssl CLI.
+ */
+export function selfSignedCert(ips: string[] = ['127.0.0.1']): { key: string; cert: string } {
   const dir = mkdtempSync(join(tmpdir(), 'webhook-tls-'));
   try {
     execFileSync(
@@ -28,7 +31,7 @@ export function selfSignedCert(): { key: string; cert: string } {
         '-subj',
         '/CN=localhost',
         '-addext',
-        'subjectAltName=DNS:localhost,IP:127.0.0.1',
+        `subjectAltName=DNS:localhost,${ips.map((ip) => `IP:${ip}`).join(',')}`,
       ],
       { stdio: 'ignore' },
     );

@@ -50,6 +50,8 @@ const CONNECTION_CODES = new Set([
   'ETIMEDOUT',
   'ENOTFOUND',
   'EHOSTUNREACH',
+  // A host cut off from the database (its route gone): the fault drill's partition.
+  'ENETUNREACH',
   '57P01', // admin_shutdown: pg_terminate_backend
   '57P02', // crash_shutdown
   '57P03', // cannot_connect_now
@@ -78,6 +80,10 @@ export async function openPostgresEventStore(
     connectionString: options.url,
     max: options.poolSize ?? 10,
     connectionTimeoutMillis: options.connectTimeoutMs ?? 2_000,
+    // A pooled connection whose peer vanished (host cut off, server gone without a FIN) is found
+    // dead by TCP keep-alive instead of on the next query that waits on it.
+    keepAlive: true,
+    keepAliveInitialDelayMillis: 10_000,
     application_name: `es:${options.schema}`.slice(0, 63),
   });
   // A pooled idle connection that dies (terminated backend, server restart) is dropped by the

@@ -6,6 +6,8 @@ import {
   ERRORS,
   type ErrorBody,
   type ErrorCode,
+  type ErrorParams,
+  isErrorCode,
   type RpcErrorBody,
   ServiceError,
 } from '../../contracts/errors.ts';
@@ -17,13 +19,51 @@ import {
  * Each plugin's handler then writes the result in its channel's shape.
  */
 
-type Issue = { code: string; path: readonly PropertyKey[]; message: string; keys?: readonly string[] };
+type Issue = {
+  code: string;
+  path: readonly PropertyKey[];
+  message: string;
+  keys?: readonly string[];
+  params?: { code?: string };
+};
 
-/** A failed parse as INVALID_FIELD: its first problem, naming the field. */
-function fieldError(issue: Issue, where = 'body'): ServiceError {
+/**
+ * How a route names the refusal of its input, when its family has a code per field (the search
+ * and history codes) rather than INVALID_FIELD naming the field. Declared beside the route's
+ * schema (`declared({ codes })`) and read by the error handler.
+ */
+export interface FieldCodes {
+  /** Per field (the first segment of the issue's path): one code, or one per zod issue kind (`*`: the rest). */
+  fields?: Record<string, ErrorCode | Record<string, ErrorCode>>;
+  /** A field the schema does not know. */
+  unknown?: ErrorCode;
+  /** The input as a whole: missing, or not an object. */
+  whole?: ErrorCode;
+  /** A body that could not be read (not JSON, too deep, too large), when the family words it its own way. */
+  unreadable?: ErrorCode;
+  /** Values the codes' message templates name (bounds, the allowed values). */
+  params?: Partial<Record<ErrorCode, ErrorParams>>;
+}
+
+function codeOf(issue: Issue, field: string | undefined, codes: FieldCodes): ErrorCode | undefined {
+  if (issue.params?.code && isErrorCode(issue.params.code)) return issue.params.code;
+  if (issue.code === 'unrecognized_keys') return codes.unknown;
+  if (field === undefined) return codes.whole;
+  const named = codes.fields?.[field];
+  if (typeof named === 'string' || named === undefined) return named;
+  return named[issue.code] ?? named['*'];
+}
+
+/** A failed parse: the route's own code for the field when it declares one, else INVALID_FIELD naming it. */
+function fieldError(issue: Issue, where = 'body', codes: FieldCodes = {}): ServiceError {
   const keys = issue.code === 'unrecognized_keys' ? (issue.keys ?? []) : [];
+  const at = issue.path.length > 0 ? String(issue.path[0]) : undefined;
   const field = keys.length > 0 ? keys[0]! : issue.path.length > 0 ? issue.path.map(String).join('.') : where;
   const detail = keys.length > 0 ? `unknown field "${field}"` : `${field}: ${issue.message}`;
+  const own = codeOf(issue, at, codes);
+  // A family with codes of its own names the field in the code, not in a `field` member.
+  if (own)
+    return new ServiceError(own, { detail, issue: issue.message, name: field, ...codes.params?.[own] });
   return new ServiceError('INVALID_FIELD', { detail }, field);
 }
 
@@ -39,20 +79,47 @@ const FRAMEWORK: Record<string, () => ServiceError> = {
 
 type WithValidation = FastifyError & { retryable?: boolean };
 
-const isCode = (code: string): code is ErrorCode => Object.hasOwn(ERRORS, code);
+/** Whatever a route threw, as a catalog error; null for a bug (answered INTERNAL_ERROR). */
+export function toServiceError(error: unknown, codes: FieldCodes = {}): ServiceError | null {
+  const known = catalogError(error, codes);
+  // A body that could not be read, in the words of the route's family when it has its own code.
+  if (known && codes.unreadable && UNREADABLE.has(known.code)) {
+    return new ServiceError(codes.unreadable, {}, undefined, {
+      message: `the request body could not be read: ${known.message}`,
+    });
+  }
+  return known;
+}
 
-function toServiceError(error: unknown): ServiceError | null {
+/** The catalog's codes for a body that could not be read. */
+const UNREADABLE = new Set<ErrorCode>([
+  'INVALID_JSON',
+  'JSON_TOO_DEEP',
+  'BODY_TOO_LARGE',
+  'UNSUPPORTED_MEDIA_TYPE',
+  'BAD_REQUEST',
+]);
+
+function catalogError(error: unknown, codes: FieldCodes): ServiceError | null {
   if (error instanceof ServiceError) return error;
-  if (error instanceof z.ZodError) return fieldError(error.issues[0]!);
+  if (error instanceof z.ZodError) return fieldError(error.issues[0]!, 'body', codes);
   // A route schema's refusal (zod, through the type provider's validator): the first issue.
   if (hasZodFastifySchemaValidationErrors(error)) {
     const first = error.validation[0]!;
     const path = first.instancePath.split('/').filter((part) => part !== '');
     const keys = (first.params as { keys?: string[] }).keys;
     const where = (error as { validationContext?: string }).validationContext ?? 'body';
+    const params = (first.params as { params?: { code?: string } }).params;
     return fieldError(
-      { code: first.keyword, path, message: first.message ?? 'invalid', ...(keys ? { keys } : {}) },
+      {
+        code: first.keyword,
+        path,
+        message: first.message ?? 'invalid',
+        ...(keys ? { keys } : {}),
+        ...(params ? { params } : {}),
+      },
       where,
+      codes,
     );
   }
   if (error instanceof WrongExpectedRevisionError) return new ServiceError('CONFLICT');
@@ -61,7 +128,7 @@ function toServiceError(error: unknown): ServiceError | null {
     const known = FRAMEWORK[fastify.code];
     if (known) return known();
     // An error that names its catalog code and status (the event store's outage, say).
-    if (isCode(fastify.code) && fastify.statusCode === ERRORS[fastify.code].status) {
+    if (isErrorCode(fastify.code) && fastify.statusCode === ERRORS[fastify.code].status) {
       return new ServiceError(fastify.code, { detail: fastify.message });
     }
   }
@@ -92,18 +159,33 @@ export function rpcErrorBody(error: ServiceError): RpcErrorBody {
   };
 }
 
-type Render = (error: ServiceError) => unknown;
+/** Writes a catalog error in a channel's shape; it may read the request (the caller's `_service`). */
+export type Render = (error: ServiceError, request: FastifyRequest) => unknown;
 
-/** Writes `error` through `render` with its status, and a Retry-After when it is retryable. */
-function answer(reply: FastifyReply, error: ServiceError, render: Render): FastifyReply {
+/** Writes `error` through `render` with its status, its headers, and a Retry-After when it is retryable. */
+async function answer(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  error: ServiceError,
+  render: Render,
+): Promise<FastifyReply> {
   if (error.retryable && error.statusCode >= 500) reply.header('retry-after', '1');
-  return reply.code(error.statusCode).type('application/json; charset=utf-8').send(render(error));
+  reply.headers(error.headers);
+  const body = await render(error, request);
+  return reply.code(error.statusCode).type('application/json; charset=utf-8').send(body);
+}
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** The route's own codes for its fields (see FieldCodes). */
+    codes?: FieldCodes;
+  }
 }
 
 /** The error handler of a plugin (or the app) answering in `render`'s shape. */
 export function errorHandler(render: Render) {
-  return (error: WithValidation, request: FastifyRequest, reply: FastifyReply) => {
-    const known = toServiceError(error);
+  return async (error: WithValidation, request: FastifyRequest, reply: FastifyReply) => {
+    const known = toServiceError(error, request.routeOptions.config?.codes);
     if (known?.statusCode === 503) {
       // No stack per request: the adapter logs the outage (a full disk, a lost server) once.
       request.log.warn(
@@ -111,13 +193,13 @@ export function errorHandler(render: Render) {
         'request refused: a backing server is unavailable',
       );
     }
-    if (known) return answer(reply, known, render);
+    if (known) return answer(request, reply, known, render);
     const status = error.statusCode ?? 500;
     if (status >= 400 && status < 500) {
-      return answer(reply, new ServiceError('BAD_REQUEST', { detail: error.message }), render);
+      return answer(request, reply, new ServiceError('BAD_REQUEST', { detail: error.message }), render);
     }
     request.log.error({ err: error }, 'request failed');
-    return answer(reply, new ServiceError('INTERNAL_ERROR'), render);
+    return answer(request, reply, new ServiceError('INTERNAL_ERROR'), render);
   };
 }
 

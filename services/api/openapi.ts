@@ -1,16 +1,20 @@
+import { readFileSync } from 'node:fs';
 import swagger from '@fastify/swagger';
 import scalar from '@scalar/fastify-api-reference';
 import type { FastifyInstance, FastifySchema } from 'fastify';
 import { z } from 'zod';
+import { ERRORS, type ErrorCode } from '../../contracts/errors.ts';
 import { jsonSchema } from '../../contracts/json-schema.ts';
 import { webhookOpenApi } from '../../contracts/webhook-schemas.ts';
+import type { FieldCodes } from './errors.ts';
 
 /**
  * The OpenAPI 3.1 document, generated from the zod contracts each route declares with
- * `documented()`. The declaration rides on the route's config (a per-route swagger transform), not
- * on Fastify's `schema`: request bodies keep being parsed by the routes' zod checks, which answer
- * each route's own error codes (QUERY_TOO_SHORT, INVALID_LIMIT...), and responses keep their bytes
- * (no response serializer that would drop fields). What is documented is what validates.
+ * `declared()` (validated by the type provider's compiler and documented from the same schema) or,
+ * for answers the handler writes itself (files, pages, the x402 routes that judge their body only
+ * once a payment comes), with `documented()`. Responses keep their bytes: the document describes
+ * them and the conformance test checks every real answer against it, rather than a response
+ * serializer that would drop fields.
  */
 
 type Json = Record<string, unknown>;
@@ -68,6 +72,18 @@ export const ErrorBody = z
 
 export const error = (description: string): ResponseDoc => ({ description, schema: ErrorBody });
 
+/**
+ * A refusal answering with one of `codes`: the document lists them as the `code` enum (a
+ * generated client switches on them), each with its catalog message.
+ */
+export function refusal(codes: readonly [ErrorCode, ...ErrorCode[]], note?: string): ResponseDoc {
+  const described = codes.map((code) => `${code}: ${ERRORS[code].message}`).join('; ');
+  return {
+    description: note ? `${note} (${described})` : described,
+    schema: ErrorBody.extend({ code: z.enum(codes).describe('A code of the error catalog') }),
+  };
+}
+
 const SECURITY: Record<NonNullable<RouteDoc['auth']>, Json[]> = {
   bearer: [{ apiKey: [] }],
   'bearer-optional': [{}, { apiKey: [] }],
@@ -84,6 +100,8 @@ function toFastifySchema(doc: RouteDoc): FastifySchema {
     const content = r.content ?? (schema ? Object.fromEntries(types.map((t) => [t, schema])) : undefined);
     response[status] = {
       description: r.description,
+      // No body: said with `type: 'null'`, else @fastify/swagger lists an application/json body.
+      ...(content ? {} : { type: 'null' }),
       ...(content
         ? {
             content: Object.fromEntries(
@@ -139,14 +157,23 @@ export function declared<
   B extends z.ZodType | undefined = undefined,
   P extends z.ZodObject | undefined = undefined,
   Q extends z.ZodObject | undefined = undefined,
->(doc: Omit<RouteDoc, 'body' | 'params' | 'query'> & { body?: B; params?: P; query?: Q }) {
+>(
+  doc: Omit<RouteDoc, 'body' | 'params' | 'query'> & {
+    body?: B;
+    params?: P;
+    query?: Q;
+    /** The route's own codes for its fields, when its family has them (see FieldCodes). */
+    codes?: FieldCodes;
+  },
+) {
+  const { codes, ...rest } = doc;
   return {
     schema: {
       ...(doc.body ? { body: doc.body } : {}),
       ...(doc.params ? { params: doc.params } : {}),
       ...(doc.query ? { querystring: doc.query } : {}),
     } as { body: B; params: P; querystring: Q },
-    config: documented(doc as RouteDoc),
+    config: { ...documented(rest as RouteDoc), ...(codes ? { codes } : {}) },
   };
 }
 
@@ -166,16 +193,82 @@ function operationIdOf(method: string, path: string): string {
   return [method.toLowerCase(), ...words.map((w) => w[0]!.toUpperCase() + w.slice(1))].join('');
 }
 
+/**
+ * Refusals any operation may answer before or beside its own: framing and transport errors of
+ * the app (raised before a route runs, or on the raw socket) and the outages of a backing server.
+ */
+const ANY_ROUTE: readonly ErrorCode[] = [
+  'BAD_REQUEST',
+  'BAD_URL',
+  'URI_TOO_LONG',
+  'REQUEST_TIMEOUT',
+  'HEADERS_TOO_LARGE',
+  'BODY_TOO_LARGE',
+  'UNSUPPORTED_MEDIA_TYPE',
+  'RATE_LIMITED',
+  'event_store_unavailable',
+  'storage_full',
+  'INTERNAL_ERROR',
+];
+
+/** Codes of the catalog with their status and words, for a description. */
+export function codesText(codes: readonly ErrorCode[]): string {
+  return codes.map((code) => `${code} (${ERRORS[code].status}): ${ERRORS[code].message}`).join('; ');
+}
+
+const ANY_ROUTE_RESPONSE = {
+  description: `Refusals any operation may answer, each with its status: ${codesText(ANY_ROUTE)}`,
+  content: { 'application/json': { schema: jsonSchema(ErrorBody, 'output') } },
+};
+
+/** Real answers recorded by the conformance test (`RECORD_OPENAPI_EXAMPLES=1`): operationId → status → answer. */
+type Examples = Record<string, Record<string, { type: string; body: unknown }>>;
+const EXAMPLES_FILE = new URL('./openapi-examples.json', import.meta.url);
+
+function loadExamples(): Examples {
+  try {
+    return JSON.parse(readFileSync(EXAMPLES_FILE, 'utf8')) as Examples;
+  } catch {
+    return {};
+  }
+}
+
+/** Puts each recorded answer beside the schema of its operation, status and media type. */
+function withExamples(paths: Record<string, Record<string, unknown>>, examples: Examples): void {
+  for (const item of Object.values(paths)) {
+    for (const operation of Object.values(item) as {
+      operationId?: string;
+      responses?: Record<string, { content?: Record<string, Record<string, unknown>> }>;
+    }[]) {
+      const recorded = examples[operation.operationId ?? ''] ?? {};
+      for (const [status, { type, body }] of Object.entries(recorded)) {
+        const content = operation.responses?.[status]?.content ?? {};
+        // Matched by the bare media type: `text/plain; version=0.0.4` is recorded as text/plain.
+        const media = Object.entries(content).find(([t]) => t.split(';')[0]!.trim() === type)?.[1];
+        if (media) media.example = body;
+      }
+    }
+  }
+}
+
 function withOperationIds<D extends object>(document: D): D {
   const paths = (document as { paths?: Record<string, Record<string, unknown>> }).paths ?? {};
   for (const [path, item] of Object.entries(paths)) {
     // One route serving several methods shares one operation object among them: each gets its own.
     for (const [method, operation] of Object.entries(item)) {
-      item[method] = { ...(operation as object), operationId: operationIdOf(method, path) };
+      const op = operation as { responses?: Record<string, unknown> };
+      item[method] = {
+        ...op,
+        operationId: operationIdOf(method, path),
+        responses: { ...op.responses, default: ANY_ROUTE_RESPONSE },
+      };
     }
   }
+  withExamples(paths, examples);
   return document;
 }
+
+const examples = loadExamples();
 
 /** Routes of the documentation itself: registered, not listed. */
 export const undocumented = {

@@ -1,4 +1,5 @@
 import { ZodError } from 'zod';
+import { EventStoreUnavailableError, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
 import { MarketDataError } from '../../adapters/market/errors.ts';
 
 /**
@@ -46,6 +47,22 @@ export function describeFailure(err: unknown): OperationFailure | null {
   if (err instanceof MarketDataError) {
     const status = MARKET_STATUS[err.code] ?? 422;
     return { status, code: err.code, message: err.message, retryable: status === 503 };
+  }
+  // An operation that records what it answers (a verdict) while the event store is out of reach
+  // (a PostgreSQL restart or failover, a host cut off) or full: nothing was written, try again.
+  if (err instanceof EventStoreUnavailableError) {
+    return { status: 503, code: err.code, message: err.message, retryable: true };
+  }
+  // Recording lost its stream's race to other writers on every try (seen once in the fault
+  // drill, PostgreSQL restarting under load): nothing of this call was written, and a retry
+  // finds the verdict that won.
+  if (err instanceof WrongExpectedRevisionError) {
+    return {
+      status: 503,
+      code: 'event_store_unavailable',
+      message: `the market's verdict stream is busy with concurrent writers (${err.message}); retry`,
+      retryable: true,
+    };
   }
   return null;
 }

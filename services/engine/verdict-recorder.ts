@@ -81,6 +81,8 @@ export async function recordVerdict(
       return written[0] as RecordedVerdict;
     } catch (err) {
       if (!(err instanceof WrongExpectedRevisionError) || attempt >= maxAttempts) throw err;
+      // Writers in other processes lost the same race in step: a random pause lets one win.
+      await new Promise((resolve) => setTimeout(resolve, Math.random() * 5 * 2 ** attempt));
     }
   }
 }

@@ -1,9 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import { WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { verifyVerdictChain } from '../../contracts/verdict-hash.ts';
 import { latestVerdictsProjection } from '../../projections/latest-verdicts.ts';
 import { foldEvents } from '../../projections/projection.ts';
+import { describeFailure } from './operation-errors.ts';
 import { recordVerdict, type VerdictDraft, verdictStream } from './verdict-recorder.ts';
 
 const HOUR = 3_600_000;
@@ -76,6 +78,27 @@ describe('recordVerdict', () => {
     const store = new MemoryEventStore();
     await expect(recordVerdict(store, { ...draft(0), confidence: 140 })).rejects.toThrow();
     await expect(recordVerdict(store, { ...draft(0), price: -1 })).rejects.toThrow();
+    expect(await store.headPosition()).toBe(0);
+  });
+
+  it('loses the race on every try as a retryable 503, having written nothing', async () => {
+    const store = new MemoryEventStore();
+    let appends = 0;
+    // Another writer moves the stream between every read and append of this one.
+    const contested = Object.assign(Object.create(store), {
+      append: async (stream: string) => {
+        appends++;
+        throw new WrongExpectedRevisionError(stream, 0, 1);
+      },
+    }) as MemoryEventStore;
+    const lost = await recordVerdict(contested, draft(0), { maxAttempts: 3 }).catch((e: unknown) => e);
+    expect(lost).toBeInstanceOf(WrongExpectedRevisionError);
+    expect(appends).toBe(3);
+    expect(describeFailure(lost)).toMatchObject({
+      status: 503,
+      code: 'event_store_unavailable',
+      retryable: true,
+    });
     expect(await store.headPosition()).toBe(0);
   });
 });

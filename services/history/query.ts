@@ -1,47 +1,23 @@
-import type { z } from 'zod';
+import { z } from 'zod';
+import { type ErrorCode, ServiceError } from '../../contracts/errors.ts';
 import {
   HISTORY_FORMATS,
   HISTORY_MAX_LIMIT,
   HISTORY_MAX_WAIT_S,
   type HistoryFormat,
   TRACK_RECORD_WINDOWS,
-  type TrackRecordWindow,
 } from '../../contracts/history.ts';
 import { Call, Coin, Exchange, Timeframe } from '../../contracts/market.ts';
-import { type Cursor, decodeCursor } from './cursor.ts';
+import type { FieldCodes } from '../api/errors.ts';
+import { decodeCursor } from './cursor.ts';
 import type { HistoryFilter } from './scan.ts';
 
-/** A bad request, answered 400 `{code, message}`. */
-export class HistoryQueryError extends Error {
-  constructor(
-    readonly code: string,
-    message: string,
-    readonly status = 400,
-  ) {
-    super(message);
+/** A bad request, answered with its catalog status and these words (the CLI prints them as a usage error). */
+export class HistoryQueryError extends ServiceError {
+  constructor(code: ErrorCode, message: string) {
+    super(code, {}, undefined, { message });
   }
 }
-
-export interface HistoryQuery {
-  filter: HistoryFilter;
-  after: Cursor | null;
-  limit: number;
-  waitMs: number;
-  format: HistoryFormat;
-}
-
-const ALLOWED = new Set([
-  'exchange',
-  'coin',
-  'timeframe',
-  'call',
-  'from',
-  'to',
-  'after',
-  'limit',
-  'format',
-  'wait',
-]);
 
 /** Date.parse rolls 2025-02-30 over into March; a time that names no real day is refused. */
 function realCalendarDate(raw: string): boolean {
@@ -62,15 +38,6 @@ export function parseTime(name: string, raw: string): number {
     );
   }
   return ms;
-}
-
-function single(query: Record<string, unknown>, name: string): string | undefined {
-  const value = query[name];
-  if (value === undefined) return undefined;
-  if (typeof value !== 'string') {
-    throw new HistoryQueryError('INVALID_PARAMETER', `${name} may be given once`);
-  }
-  return value;
 }
 
 const MEDIA: [RegExp, HistoryFormat | 'any'][] = [
@@ -111,91 +78,126 @@ export function negotiateFormat(format: string | undefined, accept: string | und
   );
 }
 
-/** `raw` as `schema` reads it, or a 400 with `code` and `message`. */
-function valid<T>(schema: z.ZodType<T>, raw: string, code: string, message: string): T {
-  const parsed = schema.safeParse(raw);
-  if (!parsed.success) throw new HistoryQueryError(code, message);
-  return parsed.data;
+type Ctx = z.core.$RefinementCtx;
+
+/** A custom issue carrying the catalog code the history family answers it with. */
+function issue(ctx: Ctx, code: ErrorCode, message: string, path?: string): void {
+  ctx.addIssue({ code: 'custom', message, params: { code }, ...(path ? { path: [path] } : {}) });
 }
 
-export function parseHistoryQuery(query: Record<string, unknown>, accept: string | undefined): HistoryQuery {
-  for (const name of Object.keys(query)) {
-    if (!ALLOWED.has(name)) {
-      throw new HistoryQueryError(
-        'UNKNOWN_FILTER',
-        `unknown parameter "${name}"; known: ${[...ALLOWED].join(', ')}`,
-      );
-    }
-  }
-  const filter: HistoryFilter = {};
-  const exchange = single(query, 'exchange');
-  if (exchange !== undefined) {
-    filter.exchange = valid(
-      Exchange,
-      exchange.toUpperCase(),
-      'INVALID_EXCHANGE',
-      `exchange must be one of ${Exchange.options.join(', ')}`,
-    );
-  }
-  const coin = single(query, 'coin');
-  if (coin !== undefined)
-    filter.coin = valid(Coin, coin, 'INVALID_COIN', `coin "${coin}" is not a coin symbol`);
-  const timeframe = single(query, 'timeframe');
-  if (timeframe !== undefined) {
-    filter.timeframe = valid(
-      Timeframe,
-      timeframe,
-      'INVALID_TIMEFRAME',
-      `timeframe must be one of ${Timeframe.options.join(', ')}`,
-    );
-  }
-  const call = single(query, 'call');
-  if (call !== undefined) {
-    filter.call = valid(Call, call.toUpperCase(), 'INVALID_CALL', 'call must be one of BUY, SELL, HOLD');
-  }
-  const from = single(query, 'from');
-  if (from !== undefined) filter.from = parseTime('from', from);
-  const to = single(query, 'to');
-  if (to !== undefined) filter.to = parseTime('to', to);
-  if (filter.from !== undefined && filter.to !== undefined && filter.from > filter.to) {
-    throw new HistoryQueryError('INVALID_TIME', 'from is after to');
-  }
-  const afterText = single(query, 'after');
-  let after: Cursor | null = null;
-  if (afterText !== undefined) {
-    after = decodeCursor(afterText);
-    if (!after) throw new HistoryQueryError('INVALID_CURSOR', 'after is not a cursor this service issued');
-  }
-  const limitText = single(query, 'limit');
-  let limit = Number.POSITIVE_INFINITY;
-  if (limitText !== undefined) {
-    limit = /^\d{1,7}$/.test(limitText) ? Number(limitText) : Number.NaN;
-    if (!(limit >= 1 && limit <= HISTORY_MAX_LIMIT)) {
-      throw new HistoryQueryError('INVALID_LIMIT', `limit must be an integer from 1 to ${HISTORY_MAX_LIMIT}`);
-    }
-  }
-  const waitText = single(query, 'wait');
-  let waitMs = 0;
-  if (waitText !== undefined) {
-    const wait = /^\d{1,2}(\.\d{1,3})?$/.test(waitText) ? Number(waitText) : Number.NaN;
-    if (!(wait >= 0 && wait <= HISTORY_MAX_WAIT_S)) {
-      throw new HistoryQueryError('INVALID_WAIT', `wait must be seconds from 0 to ${HISTORY_MAX_WAIT_S}`);
-    }
-    waitMs = wait * 1000;
-  }
-  const format = negotiateFormat(single(query, 'format'), accept);
-  return { filter, after, limit, waitMs, format };
+/** A query parameter given once: `?coin=BTC&coin=ETH` is refused rather than read as either. */
+function once<T extends z.ZodType>(schema: T) {
+  return z.preprocess((value, ctx) => {
+    if (!Array.isArray(value)) return value;
+    issue(ctx, 'INVALID_PARAMETER', 'given more than once');
+    return undefined;
+  }, schema);
 }
 
-export function parseTrackRecordQuery(query: Record<string, unknown>): { window: TrackRecordWindow } {
-  for (const name of Object.keys(query)) {
-    if (name !== 'window') {
-      throw new HistoryQueryError('UNKNOWN_FILTER', `unknown parameter "${name}"; known: window`);
+const upper = (value: unknown) => (typeof value === 'string' ? value.toUpperCase() : value);
+
+/** A time parameter: ISO 8601 with a zone, or Unix milliseconds, as a number of milliseconds. */
+const time = (name: string) =>
+  once(
+    z
+      .string()
+      .transform((raw, ctx) => {
+        try {
+          return parseTime(name, raw);
+        } catch (err) {
+          issue(ctx, 'INVALID_TIME', (err as Error).message);
+          return z.NEVER;
+        }
+      })
+      .describe('ISO 8601 with a zone, or Unix milliseconds'),
+  ).optional();
+
+/** Decimal digits only, so `limit=1e3` or `wait=0x10` are refused rather than read as numbers. */
+const decimal = (pattern: RegExp) => (value: unknown) =>
+  typeof value === 'string' && pattern.test(value) ? Number(value) : value;
+
+/** GET /api/verdicts: the filters, the cursor, the page, the wait and the format, typed and bounded. */
+export const HistoryQuerySchema = z
+  .strictObject({
+    exchange: once(
+      z.preprocess(
+        upper,
+        z.enum(Exchange.options, { error: `exchange must be one of ${Exchange.options.join(', ')}` }),
+      ),
+    ).optional(),
+    coin: once(Coin.describe('A coin symbol')).optional(),
+    timeframe: once(
+      z.enum(Timeframe.options, { error: `timeframe must be one of ${Timeframe.options.join(', ')}` }),
+    ).optional(),
+    call: once(
+      z.preprocess(upper, z.enum(Call.options, { error: 'call must be one of BUY, SELL, HOLD' })),
+    ).optional(),
+    from: time('from'),
+    to: time('to'),
+    after: once(
+      z
+        .string()
+        .transform((text, ctx) => {
+          const cursor = decodeCursor(text);
+          if (cursor === null) issue(ctx, 'INVALID_CURSOR', 'not a cursor this service issued');
+          return cursor ?? z.NEVER;
+        })
+        .describe('The cursor of an earlier answer'),
+    ).optional(),
+    limit: once(z.preprocess(decimal(/^\d{1,7}$/), z.number().int().min(1).max(HISTORY_MAX_LIMIT)))
+      .optional()
+      .describe(`Rows at most, 1–${HISTORY_MAX_LIMIT}`),
+    format: once(z.enum(HISTORY_FORMATS, { error: `format must be one of ${HISTORY_FORMATS.join(', ')}` }))
+      .optional()
+      .describe('Or the Accept header'),
+    wait: once(z.preprocess(decimal(/^\d{1,2}(\.\d{1,3})?$/), z.number().min(0).max(HISTORY_MAX_WAIT_S)))
+      .optional()
+      .describe(`Seconds to long-poll for new rows, 0–${HISTORY_MAX_WAIT_S}`),
+  })
+  .superRefine((query, ctx) => {
+    if (query.from !== undefined && query.to !== undefined && query.from > query.to) {
+      issue(ctx, 'INVALID_TIME', 'from is after to', 'from');
     }
-  }
-  const window = single(query, 'window') ?? 'all';
-  if (!(TRACK_RECORD_WINDOWS as readonly string[]).includes(window)) {
-    throw new HistoryQueryError('INVALID_WINDOW', `window must be one of ${TRACK_RECORD_WINDOWS.join(', ')}`);
-  }
-  return { window: window as TrackRecordWindow };
+  });
+export type HistoryQueryInput = z.output<typeof HistoryQuerySchema>;
+
+/** GET /api/track-record. */
+export const TrackRecordQuerySchema = z.strictObject({
+  window: once(z.enum(TRACK_RECORD_WINDOWS)).default('all'),
+});
+
+/** The history family's codes per parameter (the error handler reads them beside the schema). */
+export const HISTORY_QUERY_CODES = {
+  fields: {
+    exchange: 'INVALID_EXCHANGE',
+    coin: 'INVALID_COIN',
+    timeframe: 'INVALID_TIMEFRAME',
+    call: 'INVALID_CALL',
+    from: 'INVALID_TIME',
+    to: 'INVALID_TIME',
+    after: 'INVALID_CURSOR',
+    limit: 'INVALID_LIMIT',
+    format: 'UNSUPPORTED_FORMAT',
+    wait: 'INVALID_WAIT',
+    window: 'INVALID_WINDOW',
+  },
+  unknown: 'UNKNOWN_FILTER',
+  params: {
+    INVALID_LIMIT: { max: HISTORY_MAX_LIMIT },
+    INVALID_WAIT: { max: HISTORY_MAX_WAIT_S },
+    INVALID_WINDOW: { allowed: TRACK_RECORD_WINDOWS.join(', ') },
+  },
+} as const satisfies FieldCodes;
+
+/** The filter a typed query asks for. */
+export function historyFilter(query: HistoryQueryInput): HistoryFilter {
+  const { exchange, coin, timeframe, call, from, to } = query;
+  return {
+    ...(exchange !== undefined ? { exchange } : {}),
+    ...(coin !== undefined ? { coin } : {}),
+    ...(timeframe !== undefined ? { timeframe } : {}),
+    ...(call !== undefined ? { call } : {}),
+    ...(from !== undefined ? { from } : {}),
+    ...(to !== undefined ? { to } : {}),
+  };
 }

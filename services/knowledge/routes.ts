@@ -1,20 +1,26 @@
 import { randomUUID } from 'node:crypto';
-import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { CacheUnavailableError } from '../../adapters/cache/port.ts';
+import { type ErrorCode, ServiceError } from '../../contracts/errors.ts';
 import {
+  CHAT_QUESTION_MAX,
+  CHAT_QUESTION_MIN,
   ChatAnswer,
-  ChatKnowledgeInput,
-  checkChat,
-  checkSearch,
+  chatRequest,
+  EXTRACTIVE_MODEL,
   KNOWLEDGE_ERRORS,
-  type KnowledgeErrorCode,
+  SEARCH_LIMIT_MAX,
+  SEARCH_QUERY_MAX,
+  SEARCH_QUERY_MIN,
   SearchAnswer,
-  SearchKnowledgeInput,
+  SearchRequest,
 } from '../../contracts/knowledge.ts';
 import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../api/caller.ts';
+import { errorHandler, type FieldCodes } from '../api/errors.ts';
 import { QuotaUnavailableError, serveMetered } from '../api/metered-call.ts';
-import { documented, error } from '../api/openapi.ts';
+import { declared, refusal } from '../api/openapi.ts';
 import type { ServiceMeta } from '../api/service-meta.ts';
 import { OperationError } from '../engine/operation-errors.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
@@ -31,17 +37,13 @@ const SEARCH_CACHE = 'public, max-age=300';
 
 type Service = ServiceMeta | { auth: ServiceMeta['auth']; quota: null };
 
-function sendError(
-  reply: FastifyReply,
-  code: KnowledgeErrorCode,
-  message: string,
-  service: Service & Record<string, unknown>,
-  headers: Record<string, string> = {},
-): FastifyReply {
-  // Errors are per caller and never cached, on /api/search too.
-  reply.header('cache-control', 'no-store');
-  for (const [name, value] of Object.entries(headers)) reply.header(name, value);
-  return reply.code(KNOWLEDGE_ERRORS[code].status).send({ code, message, _service: service });
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The caller of a knowledge route, resolved once by its auth hook. */
+    knowledgeCaller: Caller | null;
+    /** The `_service` block of the answer, once a step has learnt it (a refusal of the key, a metered call). */
+    knowledgeService: Service | null;
+  }
 }
 
 function matches(ifNoneMatch: string | undefined, etag: string): boolean {
@@ -50,108 +52,53 @@ function matches(ifNoneMatch: string | undefined, etag: string): boolean {
   return ifNoneMatch.split(',').some((tag) => tag.trim() === '*' || strip(tag) === strip(etag));
 }
 
-/**
- * POST /api/search and POST /api/chat. Both need a live key (401 UNAUTHORIZED otherwise); both
- * count one call against the key's plan quota like any tool; chat also takes one unit of the
- * month's chat quota. Every answer, errors included, carries `_service`.
- */
-export function knowledgeRoutes(deps: {
-  knowledge: () => Promise<Knowledge>;
-  channel: () => KeyedAccess;
-  models: readonly string[];
-  logger: Logger;
-}): FastifyPluginAsync {
-  async function callerOf(request: FastifyRequest, reply: FastifyReply): Promise<Caller | null> {
-    let caller: Caller;
-    try {
-      caller = await identifyCaller(deps.channel().keys, {
-        headers: request.headers,
-        clientAddress: request.ip,
-      });
-    } catch (err) {
-      if (!(err instanceof CallerRejectedError)) throw err;
-      // Like every answer, the refusal carries the live figures of what the request counts
-      // against without the key: its client address's anonymous quota.
-      const service = await rejectedService(deps.channel().quota, err);
-      if (err.reason === 'indeterminate') {
-        sendError(reply, 'KEY_UNVERIFIABLE', err.message, service, { 'retry-after': '1' });
-      } else
-        sendError(reply, 'UNAUTHORIZED', `${err.message}; ${KNOWLEDGE_ERRORS.UNAUTHORIZED.meaning}`, service);
-      return null;
-    }
-    if (caller.keyId === null) {
-      const detail = caller.auth.detail ? ` (${caller.auth.detail})` : '';
-      sendError(
-        reply,
-        'UNAUTHORIZED',
-        `${KNOWLEDGE_ERRORS.UNAUTHORIZED.meaning}${detail}`,
-        await peek(caller),
-      );
-      return null;
-    }
-    return caller;
-  }
+/** A knowledge code in the words the corpus gives it (the chat answers "what does X mean" with them). */
+const refused = (code: keyof typeof KNOWLEDGE_ERRORS & ErrorCode, message?: string, headers = {}) =>
+  new ServiceError(code, {}, undefined, { message: message ?? KNOWLEDGE_ERRORS[code].meaning, headers });
 
-  async function peek(caller: Caller): Promise<Service> {
-    return {
-      auth: caller.auth,
-      quota: await deps
-        .channel()
-        .quota.peek(caller.subject)
-        .catch(() => null),
-    };
-  }
+/** The plan's call quota refused the call: 429 until the window that refused resets. */
+function callQuotaExhausted(window: 'monthly' | 'daily', service: ServiceMeta): ServiceError {
+  const resets = window === 'daily' ? service.quota?.daily?.resets_at : service.quota?.resets_at;
+  return new ServiceError('QUOTA_EXHAUSTED', { window, resets: String(resets) }, undefined, {
+    headers: { 'retry-after': quotaRetryAfter(service.quota, window) },
+  });
+}
 
-  /** A refusal of the plan's call quota: 429 until the window that refused resets. */
-  function callQuotaExhausted(reply: FastifyReply, window: 'monthly' | 'daily', service: ServiceMeta) {
-    const resets = window === 'daily' ? service.quota?.daily?.resets_at : service.quota?.resets_at;
-    return sendError(
-      reply,
-      'QUOTA_EXHAUSTED',
-      `the ${window} call quota of this key is used up (resets ${resets})`,
-      service,
-      { 'retry-after': quotaRetryAfter(service.quota, window) },
-    );
-  }
+const shared = {
+  401: refusal(['UNAUTHORIZED'], 'A live API key is required'),
+  429: refusal(['QUOTA_EXHAUSTED'], 'The plan’s call quota, with Retry-After'),
+  500: refusal(['INTERNAL_ERROR'], 'Nothing is charged'),
+  503: refusal(['KEY_UNVERIFIABLE'], 'The key or its quota could not be checked; retry'),
+};
 
-  function failure(reply: FastifyReply, err: unknown, service: Service & Record<string, unknown>) {
-    if (err instanceof ChatQuotaExhaustedError) {
-      return sendError(
-        reply,
-        'CHAT_QUOTA_EXHAUSTED',
-        err.message,
-        { ...service, chat_quota: err.chatQuota },
-        { 'retry-after': String(err.retryAfterSeconds) },
-      );
-    }
-    if (err instanceof CacheUnavailableError) {
-      return sendError(
-        reply,
-        'KEY_UNVERIFIABLE',
-        'the quota could not be checked right now; retry shortly',
-        service,
-        {
-          'retry-after': '1',
-        },
-      );
-    }
-    if (!(err instanceof OperationError && err.failure.code === 'INTERNAL_ERROR')) {
-      deps.logger.error({ err }, 'knowledge request failed');
-    }
-    return sendError(reply, 'INTERNAL_ERROR', KNOWLEDGE_ERRORS.INTERNAL_ERROR.meaning, service);
-  }
-
-  const shared = {
-    401: error('UNAUTHORIZED: a live API key is required'),
-    429: error('QUOTA_EXHAUSTED (the plan’s call quota), with Retry-After'),
-    500: error('INTERNAL_ERROR: nothing is charged'),
+/** The codes of a body whose text field has its own invalid, too-short and too-long codes, beside `others`. */
+function textCodes(
+  field: string,
+  [invalid, short, long]: [ErrorCode, ErrorCode, ErrorCode],
+  bounds: { min: number; max: number },
+  others: { fields: Record<string, ErrorCode>; params: FieldCodes['params'] },
+): FieldCodes {
+  return {
+    fields: { [field]: { too_small: short, too_big: long, '*': invalid }, ...others.fields },
+    whole: invalid,
+    unreadable: invalid,
+    params: { [short]: { min: bounds.min }, [long]: { max: bounds.max }, ...others.params },
   };
-  const searchDoc = documented({
+}
+
+function searchRoute() {
+  return declared({
     summary: 'Search the documentation and live facts (the MCP tool search_knowledge)',
     tags: ['knowledge'],
     auth: 'bearer',
     service: true,
-    body: SearchKnowledgeInput,
+    body: SearchRequest,
+    codes: textCodes(
+      'query',
+      ['INVALID_QUERY', 'QUERY_TOO_SHORT', 'QUERY_TOO_LONG'],
+      { min: SEARCH_QUERY_MIN, max: SEARCH_QUERY_MAX },
+      { fields: { limit: 'INVALID_LIMIT' }, params: { INVALID_LIMIT: { max: SEARCH_LIMIT_MAX } } },
+    ),
     responses: {
       200: {
         description: 'Passages, best first',
@@ -159,117 +106,196 @@ export function knowledgeRoutes(deps: {
         headers: { ETag: 'Changes with the corpus' },
       },
       304: { description: 'If-None-Match matched: not counted' },
-      400: error('INVALID_QUERY, QUERY_TOO_SHORT, QUERY_TOO_LONG, INVALID_LIMIT'),
+      400: refusal(['INVALID_QUERY', 'QUERY_TOO_SHORT', 'QUERY_TOO_LONG', 'INVALID_LIMIT']),
       ...shared,
     },
   });
-  const chatDoc = documented({
+}
+
+function chatRoute(models: readonly string[]) {
+  const allowed = [EXTRACTIVE_MODEL, ...models].map((m) => JSON.stringify(m)).join(', ');
+  return declared({
     summary: 'Ask a question; the answer quotes the sources with [n] citations (the MCP tool chat_knowledge)',
     tags: ['knowledge'],
     auth: 'bearer',
     service: true,
-    body: ChatKnowledgeInput,
+    body: chatRequest(models),
+    codes: textCodes(
+      'question',
+      ['INVALID_QUESTION', 'QUESTION_TOO_SHORT', 'QUESTION_TOO_LONG'],
+      { min: CHAT_QUESTION_MIN, max: CHAT_QUESTION_MAX },
+      { fields: { model: 'INVALID_MODEL' }, params: { INVALID_MODEL: { allowed } } },
+    ),
     responses: {
       200: { description: 'A grounded answer with citations', schema: ChatAnswer },
-      400: error('INVALID_QUESTION, QUESTION_TOO_SHORT, QUESTION_TOO_LONG, INVALID_MODEL'),
+      400: refusal(['INVALID_QUESTION', 'QUESTION_TOO_SHORT', 'QUESTION_TOO_LONG', 'INVALID_MODEL']),
       ...shared,
-      429: error('CHAT_QUOTA_EXHAUSTED (until the UTC month resets) or QUOTA_EXHAUSTED, with Retry-After'),
+      429: refusal(['CHAT_QUOTA_EXHAUSTED', 'QUOTA_EXHAUSTED'], 'With Retry-After'),
     },
   });
+}
 
-  return async (app) => {
-    // A body that is not JSON (or too large) answers in the same shape as a bad field.
-    const bodyError =
-      (code: KnowledgeErrorCode) => async (error: Error, request: FastifyRequest, reply: FastifyReply) => {
-        const status = (error as { statusCode?: number }).statusCode ?? 500;
-        const service: Service = await identifyCaller(deps.channel().keys, {
-          headers: request.headers,
-          clientAddress: request.ip,
-        }).then(
-          (caller) => peek(caller),
-          (err: unknown) =>
-            err instanceof CallerRejectedError
-              ? rejectedService(deps.channel().quota, err)
-              : { auth: { outcome: 'ABSENT', presented: false, tier: 'free' }, quota: null },
-        );
-        if (status >= 500) return failure(reply, error, service);
-        return sendError(reply, code, `the request body could not be read: ${error.message}`, service);
-      };
+/** What a metered run threw or failed with, as the family's refusal (nothing counted). */
+function failure(err: unknown, logger: Logger): ServiceError {
+  if (err instanceof ServiceError) return err;
+  if (err instanceof ChatQuotaExhaustedError) {
+    return new ServiceError('CHAT_QUOTA_EXHAUSTED', { detail: err.message }, undefined, {
+      headers: { 'retry-after': String(err.retryAfterSeconds) },
+      meta: { chat_quota: err.chatQuota },
+    });
+  }
+  if (err instanceof CacheUnavailableError || err instanceof QuotaUnavailableError) {
+    return refused('KEY_UNVERIFIABLE', 'the quota could not be checked right now; retry shortly', {
+      'retry-after': '1',
+    });
+  }
+  if (!(err instanceof OperationError && err.failure.code === 'INTERNAL_ERROR')) {
+    logger.error({ err }, 'knowledge request failed');
+  }
+  return refused('INTERNAL_ERROR');
+}
 
-    const searchOptions = { errorHandler: bodyError('INVALID_QUERY'), config: searchDoc };
-    app.post('/api/search', searchOptions, async (request, reply) => {
-      const caller = await callerOf(request, reply);
-      if (caller === null) return reply;
-      const checked = checkSearch(request.body);
-      if (!checked.ok) return sendError(reply, checked.code, checked.message, await peek(caller));
-      const { query, limit } = checked.value;
-      const knowledge = await deps.knowledge();
-      const etag = knowledge.etag(query, limit);
-      if (matches(request.headers['if-none-match'], etag)) {
-        // Nothing is served: no call is counted.
-        return reply.code(304).header('etag', etag).header('cache-control', SEARCH_CACHE).send();
+interface KnowledgeDeps {
+  knowledge: () => Promise<Knowledge>;
+  channel: () => KeyedAccess;
+  models: readonly string[];
+  logger: Logger;
+}
+
+/** The caller's side of the knowledge routes: its key (the auth hook), its `_service`, its metered calls. */
+function knowledgeAccess(deps: KnowledgeDeps) {
+  const quota = () => deps.channel().quota;
+  const peek = async (caller: Caller): Promise<Service> => ({
+    auth: caller.auth,
+    quota: await quota()
+      .peek(caller.subject)
+      .catch(() => null),
+  });
+
+  /** The caller, or the refusal of its key with the `_service` of what it counts as without it. */
+  async function resolve(request: FastifyRequest): Promise<Caller> {
+    try {
+      return await identifyCaller(deps.channel().keys, {
+        headers: request.headers,
+        clientAddress: request.ip,
+      });
+    } catch (err) {
+      if (!(err instanceof CallerRejectedError)) throw err;
+      request.knowledgeService = await rejectedService(quota(), err);
+      if (err.reason === 'indeterminate') {
+        throw refused('KEY_UNVERIFIABLE', err.message, { 'retry-after': '1' });
       }
-      const answer = knowledge.search(query, limit);
-      const requestId = randomUUID();
-      let metered: Awaited<ReturnType<typeof serveMetered<typeof answer>>>;
-      try {
-        metered = await serveMetered(
-          deps.channel().quota,
-          caller,
-          { tool: 'search_knowledge', requestId },
-          async () => answer,
-        );
-      } catch (err) {
-        if (!(err instanceof QuotaUnavailableError)) throw err;
-        return failure(reply, new CacheUnavailableError(err.message), err.service);
-      }
-      if (!metered.ok) {
-        if (metered.reason === 'quota_exhausted')
-          return callQuotaExhausted(reply, metered.window, metered.service);
-        return failure(reply, metered.error, metered.service);
-      }
-      return reply
-        .header('etag', etag)
-        .header('cache-control', SEARCH_CACHE)
-        .header('vary', 'authorization')
-        .send({ ...metered.value, _service: metered.service });
+      throw refused('UNAUTHORIZED', `${err.message}; ${KNOWLEDGE_ERRORS.UNAUTHORIZED.meaning}`);
+    }
+  }
+
+  /** The auth hook: a live key, resolved once, before the body is judged. */
+  async function requireKey(request: FastifyRequest): Promise<void> {
+    const caller = await resolve(request);
+    request.knowledgeCaller = caller;
+    if (caller.keyId === null) {
+      const detail = caller.auth.detail ? ` (${caller.auth.detail})` : '';
+      throw refused('UNAUTHORIZED', `${KNOWLEDGE_ERRORS.UNAUTHORIZED.meaning}${detail}`);
+    }
+  }
+
+  /** `_service` of a refusal: as far as the request got (a body unreadable before the key was looked at). */
+  async function serviceOf(request: FastifyRequest): Promise<Service> {
+    if (request.knowledgeService) return request.knowledgeService;
+    if (request.knowledgeCaller) return peek(request.knowledgeCaller);
+    return resolve(request).then(peek, () => request.knowledgeService ?? absent);
+  }
+  const absent: Service = { auth: { outcome: 'ABSENT', presented: false, tier: 'free' }, quota: null };
+
+  /** Runs `work` against the caller's plan quota; a refusal is thrown with the `_service` it learnt. */
+  async function metered<T>(
+    request: FastifyRequest,
+    call: { tool: string; requestId: string },
+    work: () => Promise<T>,
+    undo?: () => Promise<void>,
+  ) {
+    let outcome: Awaited<ReturnType<typeof serveMetered<T>>>;
+    try {
+      outcome = await serveMetered(quota(), request.knowledgeCaller!, call, work);
+    } catch (err) {
+      if (!(err instanceof QuotaUnavailableError)) throw err;
+      await undo?.();
+      request.knowledgeService = err.service;
+      throw failure(err, deps.logger);
+    }
+    request.knowledgeService = outcome.service;
+    if (outcome.ok) return { value: outcome.value, service: outcome.service };
+    if (outcome.reason === 'failed') throw failure(outcome.error, deps.logger);
+    await undo?.();
+    throw callQuotaExhausted(outcome.window, outcome.service);
+  }
+
+  return { requireKey, serviceOf, metered };
+}
+
+/**
+ * POST /api/search and POST /api/chat. Both need a live key (401 UNAUTHORIZED otherwise, before
+ * the body is judged); both count one call against the key's plan quota like any tool; chat also
+ * takes one unit of the month's chat quota. Every answer, errors included, carries `_service`.
+ */
+export function knowledgeRoutes(deps: KnowledgeDeps): FastifyPluginAsync {
+  const { requireKey, serviceOf, metered } = knowledgeAccess(deps);
+  return async (plain) => {
+    const app = plain.withTypeProvider<ZodTypeProvider>();
+    plain.decorateRequest('knowledgeCaller', null);
+    plain.decorateRequest('knowledgeService', null);
+    // Errors are per caller and never cached, on /api/search too; `_service` comes with every one.
+    plain.setErrorHandler(
+      errorHandler(async (error, request) => ({
+        code: error.code,
+        message: error.message,
+        _service: { ...(await serviceOf(request)), ...error.meta },
+      })),
+    );
+    plain.addHook('onSend', async (_request, reply, payload) => {
+      if (reply.statusCode >= 400) reply.header('cache-control', 'no-store');
+      return payload;
     });
 
-    const chatOptions = { errorHandler: bodyError('INVALID_QUESTION'), config: chatDoc };
-    app.post('/api/chat', chatOptions, async (request, reply) => {
-      const caller = await callerOf(request, reply);
-      if (caller === null) return reply;
-      const checked = checkChat(request.body, deps.models);
-      if (!checked.ok) return sendError(reply, checked.code, checked.message, await peek(caller));
+    app.post('/api/search', { ...searchRoute(), preValidation: requireKey }, async (request, reply) => {
+      const { query, limit } = request.body;
       const knowledge = await deps.knowledge();
-      const requestId = randomUUID();
-      let taken: string | null = null;
-      let metered: Awaited<ReturnType<typeof serveMetered<Awaited<ReturnType<Knowledge['chat']>>>>>;
-      try {
-        metered = await serveMetered(
-          deps.channel().quota,
-          caller,
+      const etag = knowledge.etag(query, limit);
+      const cacheable = { etag, 'cache-control': SEARCH_CACHE };
+      // Nothing is served: no call is counted.
+      if (matches(request.headers['if-none-match'], etag)) return reply.code(304).headers(cacheable).send();
+      const answer = knowledge.search(query, limit);
+      const call = { tool: 'search_knowledge', requestId: randomUUID() };
+      const { value, service } = await metered(request, call, async () => answer);
+      reply.headers({ ...cacheable, vary: 'authorization' });
+      return { ...value, _service: service };
+    });
+
+    app.post(
+      '/api/chat',
+      { ...chatRoute(deps.models), preValidation: requireKey },
+      async (request, reply) => {
+        const caller = request.knowledgeCaller!;
+        const knowledge = await deps.knowledge();
+        const requestId = randomUUID();
+        let taken: string | null = null;
+        // The chat ran but its answer is discarded (the quota lost the race): its chat unit goes back.
+        const giveBack = async () => {
+          if (taken !== null) await knowledge.release(caller, taken, requestId);
+        };
+        reply.header('cache-control', 'no-store');
+        const { value, service } = await metered(
+          request,
           { tool: 'chat_knowledge', requestId },
           async () => {
-            const served = await knowledge.chat(caller, checked.value, requestId);
+            const served = await knowledge.chat(caller, request.body, requestId);
             taken = served.month;
             return served;
           },
+          giveBack,
         );
-      } catch (err) {
-        if (!(err instanceof QuotaUnavailableError)) throw err;
-        if (taken !== null) await knowledge.release(caller, taken, requestId);
-        return failure(reply, new CacheUnavailableError(err.message), err.service);
-      }
-      reply.header('cache-control', 'no-store');
-      if (!metered.ok) {
-        if (metered.reason === 'failed') return failure(reply, metered.error, metered.service);
-        // The chat ran but lost the race for the last call of the plan: its answer is discarded.
-        if (taken !== null) await knowledge.release(caller, taken, requestId);
-        return callQuotaExhausted(reply, metered.window, metered.service);
-      }
-      const { body } = metered.value;
-      return reply.send({ ...body, _service: { ...metered.service, ...body._service } });
-    });
+        return { ...value.body, _service: { ...service, ...value.body._service } };
+      },
+    );
   };
 }

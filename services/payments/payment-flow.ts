@@ -12,6 +12,7 @@ import { extractAndValidatePaymentIdentifier, PAYMENT_IDENTIFIER } from '@x402/e
 import type { Logger } from 'pino';
 import { WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
 import type { KeyedLock } from '../../adapters/keyed-lock.ts';
+import { ERRORS, type ErrorCode, errorMessage } from '../../contracts/errors.ts';
 import type { PaymentReceipt } from '../api/service-meta.ts';
 import { describeFailure } from '../engine/operation-errors.ts';
 import type { SignalOperations } from '../engine/operations.ts';
@@ -35,7 +36,10 @@ export function describeError(logger: Logger, err: unknown): Refusal {
   const failure = describeFailure(err);
   if (!failure) {
     logger.error({ err }, 'paid operation failed');
-    return { status: 500, body: { code: 'INTERNAL_ERROR', message: 'internal error' } };
+    return {
+      status: ERRORS.INTERNAL_ERROR.status,
+      body: { code: 'INTERNAL_ERROR', message: errorMessage('INTERNAL_ERROR') },
+    };
   }
   return {
     status: failure.status,
@@ -52,7 +56,7 @@ export type PaidOutcome =
   /** Payment refused before anything was reserved: 402 with a fresh quote and the reason. */
   | { kind: 'payment_rejected'; reason: string; message: string }
   /** The facilitator could not be asked; nothing was reserved. */
-  | { kind: 'unavailable'; reason: string; message: string }
+  | { kind: 'unavailable'; reason: ErrorCode; message: string }
   /**
    * The request failed after the payment was reserved; the payment was released, nothing charged.
    * `error` is what the tool threw, for a transport that answers with its own error mapping.
@@ -61,7 +65,7 @@ export type PaidOutcome =
   /** Settlement failed for certain before the answer: the result is discarded, nothing charged. */
   | { kind: 'settlement_failed'; reason: string; message: string; settle: SettleResponse | null }
   /** This payment (or payment id) already paid for another request: 409, nothing charged again. */
-  | { kind: 'conflict'; reason: string; message: string }
+  | { kind: 'conflict'; reason: ErrorCode; message: string }
   /**
    * Served: the result, its receipt and the settlement response. `replayed` when the result is the
    * one stored for this payment earlier (nothing new was charged).

@@ -1,30 +1,29 @@
 import type { PaymentRequirements } from '@x402/core/types';
+import { ERRORS, type ErrorCode, isErrorCode } from '../../contracts/errors.ts';
 import type { DecodedPayment } from './codecs.ts';
 import { v1NetworkName } from './rails.ts';
 
-/** Facilitator reason codes in words a caller can act on. */
-const REASONS: Record<string, string> = {
-  invalid_exact_evm_signature:
-    'the signature does not match the authorisation (wrong key, asset domain or tampered field)',
-  invalid_exact_evm_recipient_mismatch: 'the authorisation pays a different recipient than the quote',
-  invalid_exact_evm_payload_authorization_valid_before:
-    'the authorisation has expired (validBefore is past or too close)',
-  invalid_exact_evm_payload_authorization_valid_after:
-    'the authorisation is not valid yet (validAfter is in the future)',
-  invalid_exact_evm_payload_authorization_value_mismatch:
-    'the authorised amount differs from the price of this request',
-  invalid_exact_evm_authorization_value: 'the authorised amount differs from the price of this request',
-  invalid_exact_evm_network_mismatch: 'the payment is for a different network than the quote',
-  invalid_exact_evm_nonce_already_used: 'this authorisation was already used on chain; sign a new one',
-  invalid_exact_evm_insufficient_balance: 'the payer does not hold enough of the asset',
-  invalid_exact_evm_transaction_simulation_failed: 'the transfer would fail on chain',
-  invalid_exact_evm_transaction_failed: 'the settlement transaction failed on chain',
-  asset_not_deployed_contract: 'the asset is not a contract on this network',
-};
+/** The facilitators' reason codes that the catalog words for a caller (the rest are spelt out). */
+export const FACILITATOR_REASONS: readonly ErrorCode[] = [
+  'invalid_exact_evm_signature',
+  'invalid_exact_evm_recipient_mismatch',
+  'invalid_exact_evm_payload_authorization_valid_before',
+  'invalid_exact_evm_payload_authorization_valid_after',
+  'invalid_exact_evm_payload_authorization_value_mismatch',
+  'invalid_exact_evm_authorization_value',
+  'invalid_exact_evm_network_mismatch',
+  'invalid_exact_evm_nonce_already_used',
+  'invalid_exact_evm_insufficient_balance',
+  'invalid_exact_evm_transaction_simulation_failed',
+  'invalid_exact_evm_transaction_failed',
+  'asset_not_deployed_contract',
+];
+const facilitatorReasons = new Set(FACILITATOR_REASONS);
 
 export function describeReason(reason: string, detail?: string): string {
-  const words = REASONS[reason] ?? reason.replaceAll('_', ' ');
-  return detail && !REASONS[reason] ? `${words}: ${detail.slice(0, 200)}` : words;
+  const known = isErrorCode(reason) && facilitatorReasons.has(reason);
+  const words = known ? ERRORS[reason].message : reason.replaceAll('_', ' ');
+  return detail && !known ? `${words}: ${detail.slice(0, 200)}` : words;
 }
 
 /** Why a payment matched none of this request's quoted terms, naming the first field that differs. */

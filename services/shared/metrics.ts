@@ -5,6 +5,9 @@ export type SampleSetter<L extends string> = (labels: Partial<Record<L, string>>
 /** Reads current values into a gauge when /metrics is scraped. */
 export type SampleSource<L extends string> = (set: SampleSetter<L>) => Promise<void> | void;
 
+/** How long a scrape waits for one gauge source. */
+export const SOURCE_TIMEOUT_MS = 1_000;
+
 /**
  * A gauge whose value lives elsewhere (a runner's checkpoint, a projection's state) and is read
  * when scraped rather than pushed on every change: nothing has to remember to update it, and a
@@ -19,9 +22,27 @@ function scrapedGauge<L extends string>(registry: Registry, name: string, help: 
     registers: [registry],
     async collect() {
       this.reset();
-      for (const source of sources) {
-        await source((labels, value) => this.set(labels as Partial<Record<L, string | number>>, value));
-      }
+      await Promise.all(
+        [...sources].map(async (source) => {
+          // A source that does not answer in time (a store query on a host cut off from its
+          // server) is left out of this scrape, as one that fails is: waiting for it hung the
+          // whole of /metrics, every series with it, for as long as the cut lasted.
+          let open = true;
+          let timer: NodeJS.Timeout | undefined;
+          await Promise.race([
+            Promise.resolve(
+              source((labels, value) => {
+                if (open) this.set(labels as Partial<Record<L, string | number>>, value);
+              }),
+            ).catch(() => undefined),
+            new Promise<void>((resolve) => {
+              timer = setTimeout(resolve, SOURCE_TIMEOUT_MS);
+            }),
+          ]);
+          open = false;
+          clearTimeout(timer);
+        }),
+      );
     },
   });
   return {

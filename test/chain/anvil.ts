@@ -22,14 +22,18 @@ function anvilBinary(): string {
   return join(dirname(require.resolve(`${pkg}/package.json`)), 'bin', 'anvil');
 }
 
-export async function startAnvil(options: { chainId?: number; blockTime?: number } = {}): Promise<Anvil> {
+export async function startAnvil(
+  options: { chainId?: number; blockTime?: number; host?: string } = {},
+): Promise<Anvil> {
   const chainId = options.chainId ?? 8453;
+  // Loopback unless told: the fault drill's hosts (network namespaces) reach it on a bridge address.
+  const host = options.host ?? '127.0.0.1';
   const port = await freePort();
   // Without a block time anvil mines each transaction at once; with one it mines on a timer, as Base does.
   const mining = options.blockTime === undefined ? [] : ['--block-time', String(options.blockTime)];
   const child: ChildProcess = spawn(
     anvilBinary(),
-    ['--port', String(port), '--host', '127.0.0.1', '--chain-id', String(chainId), '--silent', ...mining],
+    ['--port', String(port), '--host', host, '--chain-id', String(chainId), '--silent', ...mining],
     { stdio: ['ignore', 'ignore', 'pipe'] },
   );
   let stderr = '';
@@ -37,7 +41,7 @@ export async function startAnvil(options: { chainId?: number; blockTime?: number
     stderr += chunk.toString();
   });
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  const rpcUrl = `http://127.0.0.1:${port}`;
+  const rpcUrl = `http://${host}:${port}`;
   const deadline = Date.now() + 20_000;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`anvil exited with ${child.exitCode}: ${stderr}`);

@@ -54,12 +54,15 @@ export interface LocalChain {
  * Starts anvil with the Base chain id and places our ERC-3009 test token at the Base USDC
  * address and a tryAggregate contract at the Multicall3 address.
  */
-export async function startLocalChain(options: { blockTime?: number } = {}): Promise<LocalChain> {
+export async function startLocalChain(
+  options: { blockTime?: number; host?: string } = {},
+): Promise<LocalChain> {
   const [contracts, anvil] = await Promise.all([
     compileTestContracts(),
     startAnvil({
       chainId: base.id,
       ...(options.blockTime === undefined ? {} : { blockTime: options.blockTime }),
+      ...(options.host === undefined ? {} : { host: options.host }),
     }),
   ]);
   try {

@@ -1,4 +1,5 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { type Cache, CacheUnavailableError } from '../../../adapters/cache/port.ts';
@@ -7,7 +8,7 @@ import { ServiceError } from '../../../contracts/errors.ts';
 import { issueKey, KeyRuleError } from '../../keys/key-commands.ts';
 import type { PlanTable } from '../../quota/plans.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from '../mcp/request-guard.ts';
-import { documented, error } from '../openapi.ts';
+import { declared, refusal } from '../openapi.ts';
 import { consumeNonce, issueNonce } from './nonces.ts';
 import { checkSignIn } from './siwe-check.ts';
 
@@ -45,30 +46,110 @@ const IssuedKeyAnswer = z.object({
   note: z.string(),
 });
 
-const nonceDoc = documented({
+const FORBIDDEN = refusal(
+  ['FORBIDDEN_HOST', 'FORBIDDEN_ORIGIN'],
+  'A Host or Origin this server does not serve',
+);
+
+const nonceRoute = declared({
   summary: 'A single-use nonce for Sign-In with Ethereum',
   tags: ['keys'],
   responses: {
     200: { description: 'Nonce to put in the EIP-4361 message', schema: NonceAnswer },
-    503: error('SERVICE_UNAVAILABLE: the nonce store cannot be reached'),
+    403: FORBIDDEN,
+    503: refusal(['SERVICE_UNAVAILABLE'], 'The nonce store cannot be reached'),
   },
 });
 
-const signInDoc = documented({
+const signInRoute = declared({
   summary: 'One free API key per wallet, for a signed EIP-4361 message',
   tags: ['keys'],
   body: SignInBody,
+  codes: {
+    fields: { message: 'INVALID_REQUEST', signature: 'INVALID_REQUEST' },
+    whole: 'INVALID_REQUEST',
+    unknown: 'INVALID_REQUEST',
+  },
   responses: {
     201: { description: 'The key (shown once)', schema: IssuedKeyAnswer },
-    400: error('INVALID_REQUEST (the body is not {message, signature}), INVALID_SIWE_MESSAGE'),
-    401: error('SIWE_* : the message, signature, domain, time or nonce does not check'),
-    409: error('KEY_ALREADY_ISSUED: this address already has its free key'),
-    503: error('SERVICE_UNAVAILABLE'),
+    400: refusal(
+      ['INVALID_REQUEST', 'INVALID_SIWE_MESSAGE', 'INVALID_JSON', 'JSON_TOO_DEEP'],
+      'The body is not {message, signature}, or the message is not EIP-4361',
+    ),
+    401: refusal(
+      [
+        'SIWE_DOMAIN_MISMATCH',
+        'SIWE_EXPIRED',
+        'SIWE_NOT_YET_VALID',
+        'SIWE_SIGNATURE_INVALID',
+        'SIWE_NONCE_INVALID',
+      ],
+      'The message, signature, domain, time or nonce does not check',
+    ),
+    403: FORBIDDEN,
+    409: refusal(['KEY_ALREADY_ISSUED']),
+    503: refusal(['SERVICE_UNAVAILABLE']),
   },
 });
 
 function walletStream(address: string): string {
   return `wallet-${address.toLowerCase()}`;
+}
+
+const signInUnavailable = () =>
+  new ServiceError('SERVICE_UNAVAILABLE', { detail: 'sign-in is unavailable right now; retry shortly' });
+
+/**
+ * A signed message checked, its nonce spent, and the address's one free key issued: the key's
+ * first event goes to stream `wallet-<address>` expecting no stream, so a second sign-in (here
+ * or on any replica) is refused as KEY_ALREADY_ISSUED.
+ */
+async function signIn(options: KeyRoutesOptions, body: z.infer<typeof SignInBody>) {
+  const check = await checkSignIn({
+    message: body.message,
+    signature: body.signature as `0x${string}`,
+    domain: options.siweDomain,
+    now: new Date(),
+  });
+  if (!check.ok) throw new ServiceError(check.code, { detail: check.message });
+
+  try {
+    if (!(await consumeNonce(options.cache, check.nonce, options.nonceTtlMs))) {
+      throw new ServiceError('SIWE_NONCE_INVALID');
+    }
+    const issued = await issueKey(options.store, {
+      plan: 'free',
+      owner: check.address,
+      via: 'siwe',
+      stream: walletStream(check.address),
+    });
+    await options
+      .registryCaughtUp(issued.position)
+      .catch((err: unknown) =>
+        options.logger.warn({ err, keyId: issued.keyId }, 'key registry slow to fold a new key'),
+      );
+    const limits = options.plans.free;
+    return {
+      key: issued.key,
+      key_id: issued.keyId,
+      prefix: issued.prefix,
+      plan: issued.plan,
+      owner: issued.owner,
+      limits: { monthly: limits.monthly, daily: limits.daily },
+      note: 'Store this key now: it is shown only once. Send it as "Authorization: Bearer <key>".',
+    };
+  } catch (err) {
+    if (
+      err instanceof WrongExpectedRevisionError ||
+      (err instanceof KeyRuleError && err.code === 'key_exists')
+    ) {
+      throw new ServiceError('KEY_ALREADY_ISSUED', { address: check.address });
+    }
+    if (err instanceof CacheUnavailableError) {
+      throw signInUnavailable();
+    }
+    throw err;
+  }
 }
 
 const KEYS_METHODS = 'GET, POST';
@@ -79,10 +160,8 @@ const KEYS_METHODS = 'GET, POST';
  * `wallet-<address>` expecting no stream, so a second sign-in (here or on any replica) fails.
  */
 export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
-  const unavailable = () =>
-    new ServiceError('SERVICE_UNAVAILABLE', { detail: 'sign-in is unavailable right now; retry shortly' });
-
-  return async (app) => {
+  return async (plain) => {
+    const app = plain.withTypeProvider<ZodTypeProvider>();
     app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
       if (!request.url.startsWith('/api/keys')) return;
       if (!hostAllowed(options.guard, request.headers.host)) throw new ServiceError('FORBIDDEN_HOST');
@@ -93,7 +172,7 @@ export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
     app.options('/api/keys', async (_request, reply) => reply.code(204).send());
     app.options('/api/keys/nonce', async (_request, reply) => reply.code(204).send());
 
-    app.get('/api/keys/nonce', { config: nonceDoc }, async (_request, reply) => {
+    app.get('/api/keys/nonce', nonceRoute, async (_request, reply) => {
       try {
         const { nonce, expiresAt } = await issueNonce(options.cache, options.nonceTtlMs);
         reply.header('cache-control', 'no-store');
@@ -105,64 +184,15 @@ export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
         };
       } catch (err) {
         if (err instanceof CacheUnavailableError) {
-          throw unavailable();
+          throw signInUnavailable();
         }
         throw err;
       }
     });
 
-    app.post('/api/keys', { config: signInDoc }, async (request, reply) => {
+    app.post('/api/keys', signInRoute, async (request, reply) => {
       reply.header('cache-control', 'no-store');
-      const body = SignInBody.safeParse(request.body);
-      if (!body.success) {
-        const text = body.error.issues.map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`).join('; ');
-        throw new ServiceError('INVALID_REQUEST', { detail: text });
-      }
-      const check = await checkSignIn({
-        message: body.data.message,
-        signature: body.data.signature as `0x${string}`,
-        domain: options.siweDomain,
-        now: new Date(),
-      });
-      if (!check.ok) throw new ServiceError(check.code, { detail: check.message });
-
-      try {
-        if (!(await consumeNonce(options.cache, check.nonce, options.nonceTtlMs))) {
-          throw new ServiceError('SIWE_NONCE_INVALID');
-        }
-        const issued = await issueKey(options.store, {
-          plan: 'free',
-          owner: check.address,
-          via: 'siwe',
-          stream: walletStream(check.address),
-        });
-        await options
-          .registryCaughtUp(issued.position)
-          .catch((err: unknown) =>
-            options.logger.warn({ err, keyId: issued.keyId }, 'key registry slow to fold a new key'),
-          );
-        const limits = options.plans.free;
-        return reply.code(201).send({
-          key: issued.key,
-          key_id: issued.keyId,
-          prefix: issued.prefix,
-          plan: issued.plan,
-          owner: issued.owner,
-          limits: { monthly: limits.monthly, daily: limits.daily },
-          note: 'Store this key now: it is shown only once. Send it as "Authorization: Bearer <key>".',
-        });
-      } catch (err) {
-        if (
-          err instanceof WrongExpectedRevisionError ||
-          (err instanceof KeyRuleError && err.code === 'key_exists')
-        ) {
-          throw new ServiceError('KEY_ALREADY_ISSUED', { address: check.address });
-        }
-        if (err instanceof CacheUnavailableError) {
-          throw unavailable();
-        }
-        throw err;
-      }
+      return reply.code(201).send(await signIn(options, request.body));
     });
   };
 }

@@ -3,9 +3,10 @@ import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { ErrorCode } from '../../../contracts/errors.ts';
 import { type Caller, CallerRejectedError, identifyCaller } from '../caller.ts';
 import { errorHandler, rpcErrorBody } from '../errors.ts';
-import { documented, type ResponseDoc } from '../openapi.ts';
+import { codesText, documented, type ResponseDoc } from '../openapi.ts';
 import { identifyAs } from '../rate-limit.ts';
 import { InFlightIds, requestIds } from './in-flight.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
@@ -50,17 +51,42 @@ const rpcError = (description: string): ResponseDoc => ({
     type: 'object',
     properties: {
       jsonrpc: { const: '2.0' },
-      error: { type: 'object', properties: { code: { type: 'integer' }, message: { type: 'string' } } },
+      error: {
+        type: 'object',
+        properties: {
+          code: { type: 'integer' },
+          message: { type: 'string' },
+          data: {
+            type: 'object',
+            properties: { code: { type: 'string', description: 'The code of the error catalog' } },
+          },
+        },
+      },
       id: {},
     },
   },
 });
 
+/** The codes a tool result carries in `structuredContent.code` when `isError` is set (contract 7.3). */
+const TOOL_RESULT_CODES: ErrorCode[] = [
+  'unknown_tool',
+  'invalid_arguments',
+  'invalid_input',
+  'internal_error',
+  'quota_exhausted',
+  'payment_not_accepted',
+  'unknown_coin',
+  'unsupported_timeframe',
+  'unsupported_exchange',
+  'insufficient_history',
+  'venue_unavailable',
+];
+
 const MCP_BODY = { type: 'object', description: 'A JSON-RPC 2.0 request, notification or batch' };
 
 const MCP_RESPONSES: Record<number, ResponseDoc> = {
   200: {
-    description: 'JSON-RPC response (application/json) or an event stream',
+    description: `JSON-RPC response (application/json) or an event stream. A tool that fails answers result.isError with structuredContent.code, one of: ${codesText(TOOL_RESULT_CODES)}`,
     schema: { type: 'object' },
   },
   202: { description: 'A notification was accepted' },
@@ -96,8 +122,17 @@ const SIGNIN_DOC = documented({
   body: MCP_BODY,
   responses: {
     ...MCP_RESPONSES,
-    401: rpcError(
-      '-32000: sign-in required, or the access token is invalid, expired, revoked or for another resource',
+    401: {
+      ...rpcError(
+        '-32000: sign-in required, or the access token is invalid, expired, revoked or for another resource',
+      ),
+      headers: {
+        'www-authenticate':
+          'Bearer resource_metadata="<origin>/.well-known/oauth-protected-resource/mcp/signin", scope="mcp", and with a token that was refused, error="invalid_token" and error_description',
+      },
+    },
+    403: rpcError(
+      '-32000: Host or Origin not allowed (DNS-rebinding guard); or the token lacks the mcp scope (WWW-Authenticate: Bearer error="insufficient_scope")',
     ),
     503: rpcError('-32000: the token could not be checked right now; retry shortly'),
   },

@@ -5,13 +5,17 @@ import type { Cache } from '../../../adapters/cache/port.ts';
 import type { EventStore } from '../../../adapters/event-store/port.ts';
 import { ServiceError } from '../../../contracts/errors.ts';
 import {
+  AuthorizationServerMetadata,
+  JsonWebKeySet,
   KeyChoiceForm,
   KeySignInForm,
   MCP_SCOPE,
   OAUTH_PREFIX,
   OAuthErrorBody,
   ProtectedResourceMetadata,
+  RegisteredClient,
   SIGNIN_MCP_PATH,
+  TokenResponse,
   WalletSignInForm,
 } from '../../../contracts/oauth.ts';
 import { issueKey } from '../../keys/key-commands.ts';
@@ -53,7 +57,21 @@ const html: ResponseDoc = {
   schema: { type: 'string' },
   contentTypes: ['text/html'],
 };
-const redirect: ResponseDoc = { description: 'Back to the authorization server (Location)' };
+const redirect: ResponseDoc = {
+  description: 'Back to the authorization server (Location)',
+  headers: { location: 'Where the browser goes next' },
+};
+/** Where an authorization request sends the browser: the sign-in page, or back to the host. */
+const toSignInOrHost: ResponseDoc = {
+  description:
+    "To the sign-in page (/oauth/interaction/{uid}); or back to the host's registered redirect_uri with code, state and iss, or with error and error_description (invalid_request without a PKCE S256 challenge, invalid_target for another resource, access_denied when the person denied)",
+  headers: { location: 'The sign-in page, or the redirect_uri with the outcome in its query' },
+  // The library writes a line with the link beside the Location (HTML when the caller accepts it).
+  content: {
+    'text/html': { type: 'string' },
+    'text/plain': { type: 'string' },
+  },
+};
 
 const resourceDoc = documented({
   summary: 'OAuth protected resource metadata of /mcp/signin (RFC 9728)',
@@ -68,18 +86,24 @@ const asDoc = documented({
   description:
     'Authorization code with PKCE S256 only; dynamic client registration (RFC 7591) at /oauth/register; client ID metadata documents (client_id_metadata_document_supported); token revocation (RFC 7009).',
   tags: ['oauth'],
-  responses: { 200: { description: 'Endpoints and capabilities', schema: { type: 'object' } } },
+  responses: { 200: { description: 'Endpoints and capabilities', schema: AuthorizationServerMetadata } },
 });
 const oauthJson: ResponseDoc = {
   description: 'RFC 6749 error: {error, error_description}',
   schema: OAuthErrorBody,
 };
-const endpointDoc = (summary: string, ok: Record<number, ResponseDoc>, description?: string) =>
+/** A refusal the browser is shown (the library renders it with our error page): never redirected. */
+const errorPageDoc: ResponseDoc = {
+  ...html,
+  description:
+    'The request cannot be served and cannot be sent back (an unregistered redirect_uri, an unknown client, an expired interaction): an HTML page naming the error',
+};
+const endpointDoc = (summary: string, responses: Record<number, ResponseDoc>, description?: string) =>
   documented({
     summary,
     ...(description ? { description } : {}),
     tags: ['oauth'],
-    responses: { ...ok, 400: oauthJson },
+    responses: { 400: oauthJson, ...responses },
   });
 
 /** The library's endpoints, each declared (the document lists them), each handed to the library as is. */
@@ -95,21 +119,18 @@ const LIBRARY_ROUTES: {
     cors: false,
     doc: endpointDoc(
       'Authorization request (response_type=code, PKCE S256 required, resource=<origin>/mcp/signin)',
-      { 303: redirect },
+      { 303: toSignInOrHost, 400: errorPageDoc },
       'Sends the browser to the sign-in page, then back to the registered redirect_uri with code (or error) and iss. A redirect_uri that is not registered exactly is answered here (400 page), never redirected to.',
     ),
-  },
-  {
-    method: 'POST',
-    url: OAUTH_ROUTES.authorization,
-    cors: false,
-    doc: endpointDoc('Authorization request, form-posted', { 303: redirect }),
   },
   {
     method: 'GET',
     url: `${OAUTH_ROUTES.authorization}/:uid`,
     cors: false,
-    doc: endpointDoc('Resumes an authorization request after the sign-in page', { 303: redirect }),
+    doc: endpointDoc('Resumes an authorization request after the sign-in page', {
+      303: toSignInOrHost,
+      400: errorPageDoc,
+    }),
   },
   {
     method: 'POST',
@@ -120,8 +141,9 @@ const LIBRARY_ROUTES: {
       {
         200: {
           description: 'access_token (opaque, short-lived, bound to the resource), refresh_token, expires_in',
-          schema: { type: 'object' },
+          schema: TokenResponse,
         },
+        401: { ...oauthJson, description: 'invalid_client: the client_id is not registered' },
       },
       'A code is used once (a second use is refused and ends the tokens of the first); refresh tokens rotate.',
     ),
@@ -133,7 +155,10 @@ const LIBRARY_ROUTES: {
     doc: endpointDoc(
       'Dynamic client registration (RFC 7591): public clients, redirect URIs matched exactly',
       {
-        201: { description: 'The registered client (client_id)', schema: { type: 'object' } },
+        201: {
+          description: 'The registered client: client_id, and registration_access_token to read it back',
+          schema: RegisteredClient,
+        },
       },
     ),
   },
@@ -142,8 +167,12 @@ const LIBRARY_ROUTES: {
     url: `${OAUTH_ROUTES.registration}/:clientId`,
     cors: true,
     doc: endpointDoc('A registered client, read with its registration_access_token (RFC 7592)', {
-      200: { description: 'The client metadata', schema: { type: 'object' } },
-      401: oauthJson,
+      200: { description: 'The client metadata', schema: RegisteredClient },
+      401: {
+        ...oauthJson,
+        description: 'invalid_token: the registration_access_token is missing or wrong',
+        headers: { 'www-authenticate': 'Bearer realm, error="invalid_token" and error_description' },
+      },
     }),
   },
   {
@@ -159,7 +188,7 @@ const LIBRARY_ROUTES: {
     url: OAUTH_ROUTES.jwks,
     cors: true,
     doc: endpointDoc('The public signing keys (JWKS)', {
-      200: { description: 'JWKS', schema: { type: 'object' } },
+      200: { description: 'JWKS', schema: JsonWebKeySet, contentTypes: ['application/jwk-set+json'] },
     }),
   },
 ];

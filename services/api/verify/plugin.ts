@@ -1,24 +1,35 @@
 import type { FastifyPluginAsync, FastifyReply } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { EventStore } from '../../../adapters/event-store/port.ts';
+import { ServiceError } from '../../../contracts/errors.ts';
 import { type EventData, parseDomainEvent, VerdictRecorded } from '../../../contracts/events.ts';
 import { REVEAL_AFTER_CANDLES } from '../../../contracts/history.ts';
-import { queryInt } from '../../../contracts/http.ts';
 import { Exchange, TIMEFRAME_MS, Timeframe } from '../../../contracts/market.ts';
 import { verdictHash } from '../../../contracts/verdict-hash.ts';
 import { verdictVerifyUrl } from '../../../contracts/verify-url.ts';
-import { documented, error } from '../openapi.ts';
+import { errorHandler } from '../errors.ts';
+import { declared, refusal } from '../openapi.ts';
 
 /** After this many candles of its timeframe the outcome is known and the content is public. */
 export { REVEAL_AFTER_CANDLES };
 
+const NOT_DECIMAL = 'revision must be a decimal integer';
 const Params = z.object({
-  stream: z.string().regex(/^verdicts-[A-Z_]+-[A-Z0-9]+-[0-9]+[mhd]$/, 'not a verdict stream'),
-  // Decimal digits only: Number('0x10') would read a hex or exponent form as another revision.
-  revision: z
+  stream: z
     .string()
-    .regex(/^(0|[1-9][0-9]{0,14})$/, 'revision must be a decimal integer')
-    .transform(Number),
+    .regex(/^verdicts-[A-Z_]+-[A-Z0-9]+-[0-9]+[mhd]$/, 'not a verdict stream')
+    .describe('A verdict stream: verdicts-<EXCHANGE>-<COIN>-<timeframe>'),
+  // Decimal digits only: Number('0x10') would read a hex or exponent form as another revision,
+  // and the remembered answers are keyed by the revision's text.
+  revision: z.preprocess(
+    (value) => (typeof value === 'string' && /^(0|[1-9][0-9]{0,14})$/.test(value) ? Number(value) : value),
+    z
+      .number({ error: NOT_DECIMAL })
+      .int({ error: NOT_DECIMAL })
+      .min(0, { error: NOT_DECIMAL })
+      .max(Number.MAX_SAFE_INTEGER, { error: NOT_DECIMAL }),
+  ),
 });
 
 const VerifyAnswer = z.object({
@@ -40,14 +51,26 @@ const VerifyAnswer = z.object({
   content: VerdictRecorded.omit({ hash: true }).nullable().describe('null until revealAt'),
 });
 
-const verifyDoc = documented({
+const verifyRoute = declared({
   summary: 'Public proof that a verdict was recorded, and when; its content once the outcome is known',
   tags: ['verify'],
-  params: z.object({ stream: z.string(), revision: queryInt(0, Number.MAX_SAFE_INTEGER) }),
+  params: Params,
+  codes: { fields: { stream: 'invalid_verdict_ref', revision: 'invalid_verdict_ref' } },
   responses: {
-    200: { description: 'The chain link (and the content after revealAt)', schema: VerifyAnswer },
-    400: error('invalid_verdict_ref: not a verdict stream, or a revision that is not a decimal integer'),
-    404: error('verdict_not_found'),
+    200: {
+      description: 'The chain link (and the content after revealAt)',
+      schema: VerifyAnswer,
+      headers: {
+        ETag: 'The verdict hash (sealed until revealAt)',
+        'Cache-Control': 'immutable once revealed',
+      },
+    },
+    304: { description: 'If-None-Match matched' },
+    400: refusal(
+      ['invalid_verdict_ref'],
+      'Not a verdict stream, or a revision that is not a decimal integer',
+    ),
+    404: refusal(['verdict_not_found']),
   },
 });
 
@@ -89,40 +112,8 @@ export function verifyRoutes(deps: {
     answers.set(key, answer);
   };
 
-  const compute = async (stream: string, revision: number, at: number): Promise<Answer | null> => {
-    const [recorded] = await deps.store.readStream(stream, { fromRevision: revision, maxCount: 1 });
-    const event = recorded ? parseDomainEvent(recorded) : null;
-    if (event?.type !== 'VerdictRecorded' || event.revision !== revision) return null;
-    const d: EventData<'VerdictRecorded'> = event.data;
-    const { hash, ...content } = d;
-    const revealAt = d.candleCloseTime + REVEAL_AFTER_CANDLES * TIMEFRAME_MS[d.timeframe];
-    const revealed = at >= revealAt;
-    const previous = await previousVerdict(deps.store, stream, revision);
-    const json = JSON.stringify({
-      verdictId: event.id,
-      stream,
-      revision,
-      position: event.position,
-      recordedAt: event.recordedAt,
-      exchange: d.exchange,
-      coin: d.coin,
-      timeframe: d.timeframe,
-      candleCloseTime: d.candleCloseTime,
-      engineVersion: d.engineVersion,
-      hash,
-      prevHash: d.prevHash,
-      hashValid: verdictHash(content) === hash,
-      previous: previous !== null ? verdictVerifyUrl(deps.baseUrl, { stream, revision: previous }) : null,
-      revealAt: new Date(revealAt).toISOString(),
-      content: revealed ? content : null,
-    });
-    return {
-      body: Buffer.from(json, 'utf8'),
-      etag: `"${hash}${revealed ? '' : '-sealed'}"`,
-      revealAt,
-      revealed,
-    };
-  };
+  const compute = (stream: string, revision: number, at: number) =>
+    computeAnswer(deps.store, deps.baseUrl, stream, revision, at);
 
   return async (app) => {
     const serve = (
@@ -143,53 +134,70 @@ export function verifyRoutes(deps: {
       return reply.header('content-type', JSON_TYPE).send(answer.body);
     };
 
-    app.get('/verify/:stream/:revision', { config: verifyDoc }, (request, reply) => {
-      const raw = request.params as { stream: string; revision: string };
-      const ifNoneMatch = request.headers['if-none-match'];
-      // Only validated refs are remembered, under the key their validated form gives (a revision
-      // has no leading zeros, so its text and its number agree): a ref found as sent is valid,
-      // and a remembered answer goes out without a validation or an asynchronous hop.
-      const known = answers.get(`${raw.stream}/${raw.revision}`);
-      if (known !== undefined) {
+    app.setErrorHandler(errorHandler((error) => ({ code: error.code, message: error.message })));
+    app
+      .withTypeProvider<ZodTypeProvider>()
+      .get('/verify/:stream/:revision', verifyRoute, (request, reply) => {
+        const { stream, revision } = request.params;
+        const ifNoneMatch = request.headers['if-none-match'];
+        const key = `${stream}/${revision}`;
+        const known = answers.get(key);
         const at = now();
-        // A sealed answer turns into the revealed one at its reveal time (answerSlowly).
-        if (known.revealed || at < known.revealAt) {
+        // A remembered answer goes out without an asynchronous hop; a sealed one turns into the
+        // revealed one at its reveal time (computed again below).
+        if (known !== undefined && (known.revealed || at < known.revealAt)) {
           // Sent synchronously: a synchronous handler must return nothing, or Fastify sends it too.
           serve(reply, ifNoneMatch, known, at);
           return;
         }
-      }
-      return answerSlowly(raw, ifNoneMatch, reply);
-    });
+        return compute(stream, revision, at).then((answer) => {
+          if (answer === null) throw new ServiceError('verdict_not_found', { ref: key });
+          remember(key, answer);
+          return serve(reply, ifNoneMatch, answer, at);
+        });
+      });
+  };
+}
 
-    const answerSlowly = async (
-      params: unknown,
-      ifNoneMatch: string | undefined,
-      reply: FastifyReply,
-    ): Promise<FastifyReply> => {
-      const parsed = Params.safeParse(params);
-      if (!parsed.success) {
-        return reply
-          .code(400)
-          .send({ code: 'invalid_verdict_ref', message: parsed.error.issues[0]!.message });
-      }
-      const { stream, revision } = parsed.data;
-      const key = `${stream}/${revision}`;
-      const at = now();
-      let answer = answers.get(key);
-      // A sealed answer turns into the revealed one at its reveal time.
-      if (answer === undefined || (!answer.revealed && at >= answer.revealAt)) {
-        const computed = await compute(stream, revision, at);
-        if (computed === null) {
-          return reply
-            .code(404)
-            .send({ code: 'verdict_not_found', message: `no verdict at ${stream}/${revision}` });
-        }
-        answer = computed;
-        remember(key, answer);
-      }
-      return serve(reply, ifNoneMatch, answer, at);
-    };
+/** The answer for a verdict ref (two reads, a hash check, the JSON), or null when it names no verdict. */
+async function computeAnswer(
+  store: EventStore,
+  baseUrl: string,
+  stream: string,
+  revision: number,
+  at: number,
+): Promise<Answer | null> {
+  const [recorded] = await store.readStream(stream, { fromRevision: revision, maxCount: 1 });
+  const event = recorded ? parseDomainEvent(recorded) : null;
+  if (event?.type !== 'VerdictRecorded' || event.revision !== revision) return null;
+  const d: EventData<'VerdictRecorded'> = event.data;
+  const { hash, ...content } = d;
+  const revealAt = d.candleCloseTime + REVEAL_AFTER_CANDLES * TIMEFRAME_MS[d.timeframe];
+  const revealed = at >= revealAt;
+  const previous = await previousVerdict(store, stream, revision);
+  const json = JSON.stringify({
+    verdictId: event.id,
+    stream,
+    revision,
+    position: event.position,
+    recordedAt: event.recordedAt,
+    exchange: d.exchange,
+    coin: d.coin,
+    timeframe: d.timeframe,
+    candleCloseTime: d.candleCloseTime,
+    engineVersion: d.engineVersion,
+    hash,
+    prevHash: d.prevHash,
+    hashValid: verdictHash(content) === hash,
+    previous: previous !== null ? verdictVerifyUrl(baseUrl, { stream, revision: previous }) : null,
+    revealAt: new Date(revealAt).toISOString(),
+    content: revealed ? content : null,
+  });
+  return {
+    body: Buffer.from(json, 'utf8'),
+    etag: `"${hash}${revealed ? '' : '-sealed'}"`,
+    revealAt,
+    revealed,
   };
 }
 

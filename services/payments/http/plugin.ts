@@ -1,5 +1,6 @@
-import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
+import { type ErrorCode, isErrorCode, ServiceError } from '../../../contracts/errors.ts';
 import {
   type Caller,
   CallerRejectedError,
@@ -7,8 +8,9 @@ import {
   keylessCaller,
   rejectedService,
 } from '../../api/caller.ts';
+import { errorHandler } from '../../api/errors.ts';
 import { QuotaUnavailableError, serveMetered } from '../../api/metered-call.ts';
-import { documented, type ResponseDoc } from '../../api/openapi.ts';
+import { codesText, documented, refusal } from '../../api/openapi.ts';
 import { limitedCaller } from '../../api/rate-limit.ts';
 import type { PaidServiceMeta, ServiceMeta } from '../../api/service-meta.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
@@ -16,9 +18,10 @@ import type { SignalOperations } from '../../engine/operations.ts';
 import type { KeyResolver } from '../../keys/key-resolver.ts';
 import type { QuotaMeter } from '../../quota/quota-meter.ts';
 import { quotaRetryAfter } from '../../quota/snapshot.ts';
-import { decodePaymentHeader, paymentResponseHeader } from '../codecs.ts';
+import { type DecodedPayment, decodePaymentHeader, paymentResponseHeader } from '../codecs.ts';
 import { describeError, type PaymentFlowDeps, type Refusal, runPaidCall } from '../payment-flow.ts';
 import { QUOTE_CACHE_SIZE, type Quote, type Quoter, quoteJson, quoteJsonWith } from '../quote.ts';
+import { FACILITATOR_REASONS } from '../reasons.ts';
 import type { PaidTool } from '../tools.ts';
 import { contentTypeProblem } from './content-type.ts';
 import { CORS_PREFLIGHT_HEADERS, CORS_RESPONSE_HEADERS } from './cors.ts';
@@ -41,6 +44,23 @@ export interface X402PluginOptions {
   bodyLimit: number;
 }
 
+/** One paid route's call: the tool, its input (null when the body is not trusted), where and which request. */
+interface Call {
+  tool: PaidTool;
+  input: unknown;
+  url: string;
+  requestId: string;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The caller of a pay-per-call route, resolved once by its auth hook. */
+    x402Caller: Caller | null;
+    /** The `_service` of the answer, once a step has learnt it (a refused key, a metered call). */
+    x402Service: ServiceMeta | null;
+  }
+}
+
 const RESPONSE_HEADERS: Record<string, string> = { ...CORS_RESPONSE_HEADERS, 'cache-control': 'no-store' };
 /** What Fastify sets for an object body; a prebuilt quote is sent as a string and must say so itself. */
 const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
@@ -55,33 +75,37 @@ function hasBody(request: FastifyRequest): boolean {
   return length > 0 || request.headers['transfer-encoding'] !== undefined;
 }
 
-type BodyResult = { ok: true; input: unknown } | { ok: false; refusal: Refusal };
+type BodyResult = { ok: true; input: unknown } | { ok: false; refusal: ServiceError };
 
+/** The tool's input from a raw body: `invalid_input` (with the issues) when it is not JSON or does not validate. */
 function readBody(tool: PaidTool, raw: unknown): BodyResult {
   let json: unknown = {};
   if (typeof raw === 'string' && raw.trim() !== '') {
     try {
       json = JSON.parse(raw);
     } catch {
-      return {
-        ok: false,
-        refusal: {
-          status: 400,
-          body: { code: 'invalid_input', message: 'the body is not valid JSON', issues: [] },
-        },
-      };
+      const refusal = new ServiceError('invalid_input', { detail: 'the body is not valid JSON' }, undefined, {
+        body: { issues: [] },
+      });
+      return { ok: false, refusal };
     }
   }
   const parsed = tool.input.safeParse(json);
   if (parsed.success) return { ok: true, input: parsed.data };
   const failure = describeFailure(parsed.error)!;
-  return {
-    ok: false,
-    refusal: {
-      status: 400,
-      body: { code: failure.code, message: failure.message, issues: failure.issues ?? [] },
-    },
-  };
+  const refusal = new ServiceError('invalid_input', { detail: failure.message }, undefined, {
+    body: { issues: failure.issues ?? [] },
+  });
+  return { ok: false, refusal };
+}
+
+/** A refusal of the paid flow (a tool's failure, a refused content type) as the catalog error it names. */
+function refusalError(refusal: Refusal): ServiceError {
+  const { code, message, ...rest } = refusal.body as { code: string; message: string };
+  return new ServiceError(isErrorCode(code) ? code : 'INTERNAL_ERROR', {}, undefined, {
+    message,
+    body: rest,
+  });
 }
 
 /** Bodies this long or shorter have their price remembered: an unpaid quote repeats the same few. */
@@ -115,22 +139,26 @@ function bodyPricer(tool: PaidTool): (raw: unknown) => number {
 }
 
 /**
- * POST /x402/<tool>. Order of checks: the presented key (401 unknown, 503 unverifiable); with
- * neither key nor payment, the 402 quote whatever the body; otherwise the body (400), then either
- * the key's plan quota (no payment attached, key applied: 200 or 429 with a quote to pay instead)
- * or payment (402, then the paid flow of payment-flow.ts). Every
- * answer carries `_service`. The plugin owns its body parsing so that a doubled or merged
- * Content-Type reaches the handler as `invalid_content_type` instead of Fastify's 415.
+ * The pay-per-call routes' parts: the caller's auth hook, the family's error answer, and the three
+ * ways a call is answered (quoted, served from a key's plan, paid). One instance per plugin.
  */
-export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
-  return async (app) => {
-    const { quoter, keyed } = options;
-    const peeks = new TurnPeeks(keyed.quota);
-    // The Content-Type problem, as the answer it gets, from the hook that finds it to the route.
-    const contentRefusals = new WeakMap<FastifyRequest, Refusal>();
+class PaidRoutes {
+  private readonly quoter: Quoter;
+  private readonly keyed: KeyedAccess;
+  private readonly peeks: TurnPeeks;
+  /** The Content-Type problem, as the answer it gets, from the hook that finds it to the route. */
+  private readonly contentRefusals = new WeakMap<FastifyRequest, Refusal>();
 
+  constructor(private readonly options: X402PluginOptions) {
+    this.quoter = options.quoter;
+    this.keyed = options.keyed;
+    this.peeks = new TurnPeeks(options.keyed.quota);
+  }
+
+  /** Raw bodies (judged by the route, not by Fastify), the Content-Type check, the family's error answer. */
+  prepare(app: FastifyInstance): void {
     app.removeAllContentTypeParsers();
-    const asString = { parseAs: 'string', bodyLimit: options.bodyLimit } as const;
+    const asString = { parseAs: 'string', bodyLimit: this.options.bodyLimit } as const;
     const keepText = (
       _request: FastifyRequest,
       body: string | Buffer,
@@ -146,7 +174,7 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
       if (request.method === 'POST') {
         const problem = contentTypeProblem(request.raw.rawHeaders, hasBody(request));
         if (problem) {
-          contentRefusals.set(request, {
+          this.contentRefusals.set(request, {
             status: 400,
             body: { code: 'invalid_content_type', message: problem },
           });
@@ -157,221 +185,248 @@ export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
       done();
     });
 
-    const send = (reply: FastifyReply, status: number, body: object, service: ServiceMeta) =>
-      reply.code(status).send({ ...body, _service: service });
+    app.decorateRequest('x402Caller', null);
+    app.decorateRequest('x402Service', null);
+    // Every refusal of the family: {code, message, ...} and the caller's `_service`, nothing debited.
+    app.setErrorHandler(
+      errorHandler(async (error, request) => ({
+        code: error.code,
+        message: error.message,
+        // An outage always says whether a retry may pass.
+        ...(error.retryable || error.statusCode === 503 ? { retryable: error.retryable } : {}),
+        ...error.body,
+        _service: await this.serviceOf(request),
+      })),
+    );
+  }
 
-    const sendQuote = async (
-      reply: FastifyReply,
-      tool: PaidTool,
-      price: number,
-      url: string,
-      code: string,
-      message: string,
-      service: ServiceMeta,
-      status = 402,
-      extra: Record<string, unknown> = {},
-    ) => {
-      const resource = { url, description: tool.description, mimeType: 'application/json' };
-      const built = quoter.quote(price, resource, code, message);
-      const quote = built instanceof Promise ? await built : built;
-      // The quote is serialised once per process; only this answer's fields are added to it.
-      return reply
-        .code(status)
-        .header('PAYMENT-REQUIRED', quote.header)
-        .header('content-type', JSON_CONTENT_TYPE)
-        .send(quoteJson(quote, { ...extra, _service: service }));
-    };
+  /** `_service` of an answer that debits nothing: what the request learnt, or a peek of its caller. */
+  async serviceOf(request: FastifyRequest): Promise<ServiceMeta> {
+    if (request.x402Service) return request.x402Service;
+    const caller =
+      request.x402Caller ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
+    if (caller === null) return { auth: { outcome: 'UNKNOWN', presented: true, tier: 'free' }, quota: null };
+    request.x402Service = await undebitedService(this.keyed.quota, caller);
+    return request.x402Service;
+  }
 
-    /** The 402 of a quote for a caller's block: the same quote and block give the same bytes. */
-    const sendPaymentRequired = (reply: FastifyReply, quote: Quote, block: ServiceBlock) => {
-      // Encoded once for the quotes of this turn.
-      let body = block.bodies.get(quote);
-      if (body === undefined) {
-        body = Buffer.from(quoteJsonWith(quote, '_service', block.json), 'utf8');
-        block.bodies.set(quote, body);
-      }
-      return reply
-        .code(402)
-        .header('PAYMENT-REQUIRED', quote.header)
-        .header('content-type', JSON_CONTENT_TYPE)
-        .send(body);
-    };
-
-    for (const tool of options.tools) {
-      const path = `/x402/${tool.name}`;
-      const pricer = bodyPricer(tool);
-      const paymentRequiredMessage = `payment required: ${tool.name}`;
-      const quotes = routeQuotes(quoter, tool, paymentRequiredMessage);
-
-      /**
-       * The common unpaid, keyless call answered without a promise, when all it needs is at hand:
-       * the body's price, the caller's `_service` already read this turn, the quote already built.
-       * False when any is missing; the handler below then answers it the same way, awaiting them.
-       */
-      const quoteAtOnce = (request: FastifyRequest, reply: FastifyReply): boolean => {
-        if (request.headers['payment-signature'] !== undefined || request.headers['x-payment'] !== undefined)
-          return false;
-        if (contentRefusals.has(request)) return false;
-        const caller =
-          limitedCaller(request) ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
-        if (caller === null || caller.keyId !== null) return false;
-        const block = peeks.settled(caller);
-        if (block === undefined) return false;
-        const quote = quotes.cached(
-          pricer(request.body),
-          `${request.protocol}://${request.host}${request.url}`,
-        );
-        if (quote === undefined) return false;
-        sendPaymentRequired(reply, quote, block);
-        return true;
-      };
-
-      const handle = async (request: FastifyRequest, reply: FastifyReply) => {
-        const log = request.log as Logger;
-        let caller: Caller;
-        try {
-          caller =
-            limitedCaller(request) ??
-            (await identifyCaller(keyed.keys, { headers: request.headers, clientAddress: request.ip }));
-        } catch (err) {
-          if (!(err instanceof CallerRejectedError)) throw err;
-          const service = await rejectedService(keyed.quota, err);
-          return err.reason === 'unknown'
-            ? send(reply, 401, { code: 'unknown_key', message: err.message }, service)
-            : send(reply, 503, { code: 'key_unverifiable', message: err.message, retryable: true }, service);
-        }
-
-        const decoded = decodePaymentHeader({
-          paymentSignature: header(request, 'payment-signature'),
-          xPayment: header(request, 'x-payment'),
-        });
-        const contentRefusal = contentRefusals.get(request) ?? null;
-        if (contentRefusal && decoded === null) {
-          return send(
-            reply,
-            contentRefusal.status,
-            contentRefusal.body,
-            await undebitedService(keyed.quota, caller),
-          );
-        }
-
-        const url = `${request.protocol}://${request.host}${request.url}`;
-        // The common unpaid, keyless call: a quote, priced from the body alone, whatever the body.
-        if (decoded === null && caller.keyId === null) {
-          const block = await peeks.of(caller);
-          const built = quotes.quote(pricer(request.body), url);
-          return sendPaymentRequired(reply, built instanceof Promise ? await built : built, block);
-        }
-
-        const body = readBody(tool, request.body);
-        if (!contentRefusal && !body.ok) {
-          return send(
-            reply,
-            body.refusal.status,
-            body.refusal.body,
-            await undebitedService(keyed.quota, caller),
-          );
-        }
-        // With a bad Content-Type the body is not trusted for the call, only for pricing the quote.
-        const input = body.ok ? body.input : null;
-        const price = tool.price(input);
-        const requestId = String(request.id);
-
-        // Unpaid with a key (keyless unpaid calls were quoted above): served from the key's plan.
-        if (decoded === null) {
-          let metered: Awaited<ReturnType<typeof serveMetered<unknown>>>;
-          try {
-            metered = await serveMetered(keyed.quota, caller, { tool: tool.name, requestId }, () =>
-              tool.run(options.ops, input, requestId),
-            );
-          } catch (err) {
-            if (!(err instanceof QuotaUnavailableError)) throw err;
-            return send(
-              reply,
-              503,
-              { code: 'quota_unavailable', message: err.message, retryable: true },
-              err.service,
-            );
-          }
-          if (metered.ok) return send(reply, 200, metered.value as object, metered.service);
-          if (metered.reason === 'failed') {
-            const refusal = describeError(log, metered.error);
-            return send(reply, refusal.status, refusal.body, metered.service);
-          }
-          const resets =
-            metered.window === 'daily'
-              ? metered.service.quota?.daily?.resets_at
-              : metered.service.quota?.resets_at;
-          const message =
-            `the ${metered.window} quota of this key is used up (resets ${resets}); ` +
-            'pay for this call with x402 using the requirements in accepts / PAYMENT-REQUIRED';
-          // Paying works at once; Retry-After tells a client that will not pay when its plan serves it again.
-          reply.header('retry-after', quotaRetryAfter(metered.service.quota, metered.window));
-          return sendQuote(reply, tool, price, url, 'quota_exhausted', message, metered.service, 429, {
-            window: metered.window,
-          });
-        }
-
-        const service = await undebitedService(keyed.quota, caller);
-        if (!decoded.ok) return sendQuote(reply, tool, price, url, decoded.reason, decoded.message, service);
-
-        const outcome = await runPaidCall(
-          { ...options.flow, logger: log },
-          {
-            payment: decoded.payment,
-            requirements: await quoter.requirements(price),
-            url,
-            requestId,
-            tool,
-            input,
-            refusal: contentRefusal,
-          },
-        );
-        const version = decoded.payment.version;
-        switch (outcome.kind) {
-          case 'payment_rejected':
-            return sendQuote(reply, tool, price, url, outcome.reason, outcome.message, service);
-          case 'unavailable':
-            return send(
-              reply,
-              503,
-              {
-                code: outcome.reason,
-                message: outcome.message,
-                retryable: outcome.reason !== 'facilitator_not_configured',
-              },
-              service,
-            );
-          case 'refused':
-            return send(reply, outcome.refusal.status, outcome.refusal.body, service);
-          case 'conflict':
-            return send(reply, 409, { code: outcome.reason, message: outcome.message }, service);
-          case 'settlement_failed': {
-            if (outcome.settle) reply.header(...paymentResponseHeader(version, outcome.settle));
-            return sendQuote(
-              reply,
-              tool,
-              price,
-              url,
-              'settlement_failed',
-              `settlement failed: ${outcome.message}`,
-              service,
-            );
-          }
-          case 'served': {
-            reply.header(...paymentResponseHeader(version, outcome.settle));
-            if (outcome.replayed) reply.header('x-payment-replayed', 'true');
-            const paid: PaidServiceMeta = { ...service, payment: outcome.receipt };
-            return send(reply, 200, outcome.result as object, paid);
-          }
-        }
-      };
-
-      app.options(path, async (_request, reply) => reply.code(204).headers(CORS_PREFLIGHT_HEADERS).send());
-      app.post(path, { bodyLimit: options.bodyLimit, config: paidRouteDoc(tool) }, (request, reply) =>
-        quoteAtOnce(request, reply) ? undefined : handle(request, reply),
-      );
+  /**
+   * The auth hook: the caller, resolved once (without a promise when the rate limiter already
+   * did, or when no key is presented). A key that is not live is refused, 401 or 503.
+   */
+  readonly identify = (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void) => {
+    const known =
+      limitedCaller(request) ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
+    if (known !== null) {
+      request.x402Caller = known;
+      return done();
     }
+    identifyCaller(this.keyed.keys, { headers: request.headers, clientAddress: request.ip }).then(
+      (caller) => {
+        request.x402Caller = caller;
+        done();
+      },
+      async (err: unknown) => {
+        if (!(err instanceof CallerRejectedError)) return done(err as Error);
+        request.x402Service = await rejectedService(this.keyed.quota, err);
+        done(
+          new ServiceError(err.reason === 'unknown' ? 'unknown_key' : 'key_unverifiable', {
+            detail: err.message,
+          }),
+        );
+      },
+    );
+  };
+
+  async sendQuote(
+    reply: FastifyReply,
+    call: Call,
+    /** A catalog code, or a facilitator's own reason passed on. */
+    code: string,
+    message: string,
+    service: ServiceMeta,
+    status = 402,
+    extra: Record<string, unknown> = {},
+  ) {
+    const resource = { url: call.url, description: call.tool.description, mimeType: 'application/json' };
+    const built = this.quoter.quote(call.tool.price(call.input), resource, code, message);
+    const quote = built instanceof Promise ? await built : built;
+    // The quote is serialised once per process; only this answer's fields are added to it.
+    return reply
+      .code(status)
+      .header('PAYMENT-REQUIRED', quote.header)
+      .header('content-type', JSON_CONTENT_TYPE)
+      .send(quoteJson(quote, { ...extra, _service: service }));
+  }
+
+  /** The 402 of a quote for a caller's block: the same quote and block give the same bytes. */
+  sendPaymentRequired(reply: FastifyReply, quote: Quote, block: ServiceBlock) {
+    // Encoded once for the quotes of this turn.
+    let body = block.bodies.get(quote);
+    if (body === undefined) {
+      body = Buffer.from(quoteJsonWith(quote, '_service', block.json), 'utf8');
+      block.bodies.set(quote, body);
+    }
+    return reply
+      .code(402)
+      .header('PAYMENT-REQUIRED', quote.header)
+      .header('content-type', JSON_CONTENT_TYPE)
+      .send(body);
+  }
+
+  /** Unpaid with a key: served from the key's plan, or 429 with the quote to pay for it instead. */
+  async serveFromPlan(request: FastifyRequest, reply: FastifyReply, call: Call) {
+    const caller = request.x402Caller!;
+    let metered: Awaited<ReturnType<typeof serveMetered<unknown>>>;
+    try {
+      metered = await serveMetered(
+        this.keyed.quota,
+        caller,
+        { tool: call.tool.name, requestId: call.requestId },
+        () => call.tool.run(this.options.ops, call.input, call.requestId),
+      );
+    } catch (err) {
+      if (!(err instanceof QuotaUnavailableError)) throw err;
+      request.x402Service = err.service;
+      throw new ServiceError('quota_unavailable', { detail: err.message });
+    }
+    request.x402Service = metered.service;
+    if (metered.ok) return { ...(metered.value as object), _service: metered.service };
+    if (metered.reason === 'failed') throw refusalError(describeError(request.log as Logger, metered.error));
+    const { window, service } = metered;
+    const resets = window === 'daily' ? service.quota?.daily?.resets_at : service.quota?.resets_at;
+    const message =
+      `the ${window} quota of this key is used up (resets ${resets}); ` +
+      'pay for this call with x402 using the requirements in accepts / PAYMENT-REQUIRED';
+    // Paying works at once; Retry-After tells a client that will not pay when its plan serves it again.
+    reply.header('retry-after', quotaRetryAfter(service.quota, window));
+    return this.sendQuote(reply, call, 'quota_exhausted', message, service, 429, { window });
+  }
+
+  /** With a payment: verified, reserved, run, settled (payment-flow.ts); each outcome as its answer. */
+  async servePaid(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    call: Call,
+    payment: DecodedPayment,
+    contentRefusal: Refusal | null,
+  ) {
+    const service = await this.serviceOf(request);
+    const outcome = await runPaidCall(
+      { ...this.options.flow, logger: request.log as Logger },
+      {
+        payment,
+        requirements: await this.quoter.requirements(call.tool.price(call.input)),
+        url: call.url,
+        requestId: call.requestId,
+        tool: call.tool,
+        input: call.input,
+        refusal: contentRefusal,
+      },
+    );
+    switch (outcome.kind) {
+      case 'payment_rejected':
+        return this.sendQuote(reply, call, outcome.reason, outcome.message, service);
+      case 'unavailable':
+      case 'conflict':
+        throw new ServiceError(outcome.reason, { detail: outcome.message });
+      case 'refused':
+        throw refusalError(outcome.refusal);
+      case 'settlement_failed':
+        if (outcome.settle) reply.header(...paymentResponseHeader(payment.version, outcome.settle));
+        return this.sendQuote(
+          reply,
+          call,
+          'settlement_failed',
+          `settlement failed: ${outcome.message}`,
+          service,
+        );
+      case 'served': {
+        reply.header(...paymentResponseHeader(payment.version, outcome.settle));
+        if (outcome.replayed) reply.header('x-payment-replayed', 'true');
+        const paid: PaidServiceMeta = { ...service, payment: outcome.receipt };
+        return { ...(outcome.result as object), _service: paid };
+      }
+    }
+  }
+
+  /** POST /x402/<tool> and its CORS preflight. */
+  register(app: FastifyInstance, tool: PaidTool): void {
+    const path = `/x402/${tool.name}`;
+    const pricer = bodyPricer(tool);
+    const paymentRequiredMessage = `payment required: ${tool.name}`;
+    const quotes = routeQuotes(this.quoter, tool, paymentRequiredMessage);
+
+    /**
+     * The common unpaid, keyless call answered without a promise, when all it needs is at hand:
+     * the body's price, the caller's `_service` already read this turn, the quote already built.
+     * False when any is missing; the handler below then answers it the same way, awaiting them.
+     */
+    const quoteAtOnce = (request: FastifyRequest, reply: FastifyReply): boolean => {
+      if (request.headers['payment-signature'] !== undefined || request.headers['x-payment'] !== undefined)
+        return false;
+      if (this.contentRefusals.has(request)) return false;
+      const caller = request.x402Caller;
+      if (caller === null || caller.keyId !== null) return false;
+      const block = this.peeks.settled(caller);
+      if (block === undefined) return false;
+      const quote = quotes.cached(
+        pricer(request.body),
+        `${request.protocol}://${request.host}${request.url}`,
+      );
+      if (quote === undefined) return false;
+      this.sendPaymentRequired(reply, quote, block);
+      return true;
+    };
+
+    /** Dispatch: a keyless unpaid call is quoted whatever its body; the body is judged once a key or payment comes. */
+    const handle = async (request: FastifyRequest, reply: FastifyReply) => {
+      const caller = request.x402Caller!;
+      const decoded = decodePaymentHeader({
+        paymentSignature: header(request, 'payment-signature'),
+        xPayment: header(request, 'x-payment'),
+      });
+      const contentRefusal = this.contentRefusals.get(request) ?? null;
+      if (contentRefusal && decoded === null) throw refusalError(contentRefusal);
+      const url = `${request.protocol}://${request.host}${request.url}`;
+      if (decoded === null && caller.keyId === null) {
+        const block = await this.peeks.of(caller);
+        const built = quotes.quote(pricer(request.body), url);
+        return this.sendPaymentRequired(reply, built instanceof Promise ? await built : built, block);
+      }
+      const body = readBody(tool, request.body);
+      if (!contentRefusal && !body.ok) throw body.refusal;
+      // With a bad Content-Type the body is not trusted for the call, only for pricing the quote.
+      const call: Call = { tool, input: body.ok ? body.input : null, url, requestId: String(request.id) };
+      if (decoded === null) return this.serveFromPlan(request, reply, call);
+      if (!decoded.ok) {
+        return this.sendQuote(reply, call, decoded.reason, decoded.message, await this.serviceOf(request));
+      }
+      return this.servePaid(request, reply, call, decoded.payment, contentRefusal);
+    };
+
+    app.options(path, async (_request, reply) => reply.code(204).headers(CORS_PREFLIGHT_HEADERS).send());
+    app.post(
+      path,
+      { bodyLimit: this.options.bodyLimit, config: paidRouteDoc(tool), preHandler: this.identify },
+      (request, reply) => (quoteAtOnce(request, reply) ? undefined : handle(request, reply)),
+    );
+  }
+}
+
+/**
+ * POST /x402/<tool>. Order of checks: the presented key (401 unknown, 503 unverifiable); with
+ * neither key nor payment, the 402 quote whatever the body; otherwise the body (400), then either
+ * the key's plan quota (no payment attached, key applied: 200 or 429 with a quote to pay instead)
+ * or payment (402, then the paid flow of payment-flow.ts). Every
+ * answer carries `_service`. The plugin owns its body parsing so that a doubled or merged
+ * Content-Type reaches the handler as `invalid_content_type` instead of Fastify's 415.
+ */
+export function x402Plugin(options: X402PluginOptions): FastifyPluginAsync {
+  return async (app) => {
+    const routes = new PaidRoutes(options);
+    routes.prepare(app);
+    for (const tool of options.tools) routes.register(app, tool);
   };
 }
 
@@ -408,14 +463,24 @@ function routeQuotes(quoter: Quoter, tool: PaidTool, message: string) {
   };
 }
 
-const fault = (description: string): ResponseDoc => ({
-  description,
-  schema: {
-    type: 'object',
-    properties: { code: { type: 'string' }, message: { type: 'string' } },
-    required: ['code'],
-  },
-});
+/** Why a presented payment is refused: the 402 comes back with a fresh quote and one of these in `error`. */
+const PAYMENT_REFUSALS: ErrorCode[] = [
+  'invalid_payment_header',
+  'invalid_payment',
+  'invalid_payment_identifier',
+  'unsupported_scheme',
+  'network_mismatch',
+  'asset_mismatch',
+  'recipient_mismatch',
+  'amount_mismatch',
+  'terms_mismatch',
+  'insufficient_funds',
+  'payment_in_use',
+  'payment_already_failed',
+  'payment_state_changed',
+  'settlement_failed',
+  ...FACILITATOR_REASONS,
+];
 
 /** The route's entry in the OpenAPI document: the tool as the table has it, and what paying looks like. */
 function paidRouteDoc(tool: PaidTool) {
@@ -432,19 +497,56 @@ function paidRouteDoc(tool: PaidTool) {
         schema: tool.output,
         headers: { 'PAYMENT-RESPONSE': 'Base64 JSON settlement response (x402 v2)' },
       },
-      400: fault('invalid_input, invalid_content_type: nothing is charged'),
-      401: fault('unknown_key: a Bearer key that is not live'),
+      400: refusal(['invalid_input', 'invalid_content_type'], 'Nothing is charged'),
+      401: refusal(['unknown_key'], 'A Bearer key that is not live'),
       402: {
-        ...fault(
-          'payment_required (with the quote: accepts[] in the body, v1, and the PAYMENT-REQUIRED header, v2), payment_not_accepted, settlement_failed',
-        ),
+        description: `The quote: accepts[] in the body (v1) and the PAYMENT-REQUIRED header (v2), with payment_required when no payment came, or why a payment was refused: ${codesText(PAYMENT_REFUSALS)}`,
+        schema: {
+          type: 'object',
+          required: ['x402Version', 'accepts', 'code'],
+          properties: {
+            x402Version: { type: 'integer', description: '1: the v1 body; v2 clients read PAYMENT-REQUIRED' },
+            error: { type: 'string', description: 'Why payment is asked for, as the code' },
+            code: {
+              type: 'string',
+              description: 'payment_required, or why the presented payment was refused',
+            },
+            message: { type: 'string' },
+            accepts: {
+              type: 'array',
+              items: { type: 'object' },
+              description: 'The payment requirements (v1)',
+            },
+            _service: { type: 'object', description: 'Caller and quota; nothing was debited' },
+          },
+        },
         headers: { 'PAYMENT-REQUIRED': 'Base64 JSON payment requirements (x402 v2)' },
       },
-      409: fault('payment_identifier_conflict: another request under the same payment id'),
-      429: fault(
-        'quota_exhausted for a key (the 402 quote comes with it; Retry-After: seconds until the quota window resets), RATE_LIMITED',
+      404: refusal(['unknown_coin'], 'Nothing is charged'),
+      409: refusal(
+        ['payment_identifier_conflict', 'payment_already_used'],
+        'The payment already paid for another request',
       ),
-      503: fault('key_unverifiable, quota_unavailable, facilitator_unavailable: nothing is charged; retry'),
+      422: refusal(
+        ['unsupported_timeframe', 'unsupported_exchange', 'insufficient_history'],
+        'Nothing is charged',
+      ),
+      429: {
+        description:
+          'quota_exhausted for a key: the 402 quote comes with it (Retry-After: seconds until the quota window resets); RATE_LIMITED',
+        schema: { type: 'object', properties: { code: { type: 'string' }, message: { type: 'string' } } },
+      },
+      500: refusal(['INTERNAL_ERROR'], 'Nothing is charged'),
+      503: refusal(
+        [
+          'key_unverifiable',
+          'quota_unavailable',
+          'facilitator_unavailable',
+          'facilitator_not_configured',
+          'venue_unavailable',
+        ],
+        'Nothing is charged; retry when retryable',
+      ),
     },
   });
 }

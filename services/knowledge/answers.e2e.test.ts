@@ -37,7 +37,7 @@ describe('knowledge chat on the fixed question sets (POST /api/chat)', () => {
 
   /**
    * The issue's bar is 90 %. questions.json and heldout.json were tuned on and meet it;
-   * fresh.json was not (its 19/22 is the out-of-sample figure): its floor only guards against a
+   * fresh.json was not (its 20/22 is the out-of-sample figure): its floor only guards against a
    * change that makes the chat worse on questions nobody tuned it for.
    */
   const FLOOR: Record<(typeof QUESTION_SETS)[number], number> = {

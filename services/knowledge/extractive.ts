@@ -96,19 +96,44 @@ for (const group of SYNONYMS) {
 
 /**
  * Words that shape a question rather than name its topic ("how *much*", "what does it *mean*",
- * "which ones are *supported*", "what *counts* as a HOLD"): an answer states the fact without
- * repeating them.
+ * "which ones are *supported*", "what *counts* as a HOLD", "where is it *shown*"): an answer
+ * states the fact without repeating them.
  */
 const QUESTION_WORDS = new Set(
   (
     'much many often long need want happen happens work works way know ask use used using make made come ' +
     'comes whether able kind type exactly there possible thing mean means meaning support supported ' +
-    'available exist exists number value find see count counts take takes assume assumed field fields'
+    'available exist exists number value find see count counts take takes assume assumed field fields ' +
+    // Where a thing is seen is asked as much by "shown" or "viewed" as by "see".
+    'show shown view viewed display displayed'
   )
     .split(' ')
     .map((w) => termOf(w))
     .filter((t): t is string => t !== null),
 );
+
+/**
+ * Words that are prepositions in the sense their synonym group gives them ("past the limit" is
+ * beyond it) and adjectives in another ("past deliveries" are earlier ones, not deliveries beyond
+ * something).
+ */
+const PREPOSITIONS = new Set(['past', 'beyond'].map((w) => termOf(w)!));
+
+/**
+ * The question's prepositions used as adjectives: followed by a word (not an article, a pronoun
+ * or a number), they qualify that noun and are met only by themselves.
+ */
+function qualifiers(question: string): Set<string> {
+  const list = words(question);
+  const out = new Set<string>();
+  list.forEach((w, i) => {
+    const t = termOf(w);
+    const next = list[i + 1];
+    if (t !== null && PREPOSITIONS.has(t) && next !== undefined && termOf(next) !== null && !/\d/.test(next))
+      out.add(t);
+  });
+  return out;
+}
 
 /**
  * The question's content terms, each with the terms that meet it and its share of the ask: a
@@ -120,9 +145,10 @@ export function questionTerms(question: string): { term: string; meets: Set<stri
   const main = new Set(topical(cut && cut.index > 0 ? question.slice(0, cut.index) : question));
   // "What do I get when I exceed the rate limit?": the clause is the question itself.
   const framed = main.size > 0;
+  const qualifying = qualifiers(question);
   return topical(question).map((term) => ({
     term,
-    meets: SYNONYM_OF.get(term) ?? new Set([term]),
+    meets: qualifying.has(term) ? new Set([term]) : (SYNONYM_OF.get(term) ?? new Set([term])),
     share: !framed || main.has(term) ? 1 : 0.5,
   }));
 }
@@ -275,9 +301,12 @@ const TABLE_ROW = /^(?:[^;]{1,60}; ){4,}/;
 /** A quantity with its unit: "10 bps", "6 candles", "5 days", "80 %". */
 const MEASURE = /\b\d+(?:[.,]\d+)?\s?(?:bps|%|candles?|s|ms|min|h|hours?|days?)\b/;
 
-/** A list of three or more items: "a, b, c", "a, b and c", "a|b|c". */
+/** Prepositions whose object a list following them is. */
+const OBJECT_OF = /^(for|of|from|to|with|by|in|on|at|into|about|as)$/i;
+
+/** A list of three or more items: "a, b, c", "a, b and c", "a|b|c", codes as a table lists them ("BTC ETH SOL"). */
 const LIST =
-  /[\p{L}\p{N}_./-]+(?:(?:,\s+(?:and\s+|or\s+)?|\s+(?:and|or)\s+)[\p{L}\p{N}_./-]+){2,}|[\p{L}\p{N}_./-]+(?:\|[\p{L}\p{N}_./-]+){2,}/gu;
+  /[\p{L}\p{N}_./-]+(?:(?:,\s+(?:and\s+|or\s+)?|\s+(?:and|or)\s+)[\p{L}\p{N}_./-]+){2,}|[\p{L}\p{N}_./-]+(?:\|[\p{L}\p{N}_./-]+){2,}|\b[A-Z][A-Z0-9]+(?: [A-Z][A-Z0-9]+){2,}\b/gu;
 
 /**
  * The values of a thing the question names: "exchange (one of BINANCE, BYBIT, …)", "Events:
@@ -291,12 +320,30 @@ function enumerates(text: string, asked: { meets: Set<string> }[]): boolean {
   };
   for (const m of text.matchAll(/([\p{L}_]+) \(one of [^)]*,[^)]*,/gu)) if (named(m[1])) return true;
   for (const m of text.matchAll(LIST)) {
-    if (m[0].split(/,|\|| and | or /).length < 3) continue;
-    const before = words(text.slice(0, m.index)).slice(-2);
-    const after = words(text.slice(m.index + m[0].length)).slice(0, 1);
+    const items = m[0].split(/,\s*|\|| and | or | /).filter((item) => item !== '');
+    // "30, 28 and 18 coins" counts the coins; it does not name them.
+    if (items.length < 3 || items.every((item) => /^\d+(?:[.,]\d+)?$/.test(item))) continue;
+    // "a receiver for trade_call, regime_shift and scan_digest events": after a preposition the
+    // list is its object, not the values of the noun before it.
+    const lead = words(text.slice(0, m.index)).slice(-2);
+    const before = OBJECT_OF.test(lead.at(-1) ?? '') ? [] : lead;
+    // "…, metrics and a receiver example": the word after an article is its item's, not the list's.
+    const after = termOf(items.at(-1)!) === null ? [] : words(text.slice(m.index + m[0].length)).slice(0, 1);
     if ([...before, ...after].some(named)) return true;
   }
   return false;
+}
+
+/**
+ * The noun a "which" question asks for the values of: "Which webhook payload versions exist?"
+ * asks for versions; a list of webhook headers does not answer it.
+ */
+function listedNoun(question: string): string | null {
+  const m =
+    /\bwhich\s+(?:[\p{L}\p{N}_-]+\s+){0,3}?([\p{L}\p{N}_-]+)\s+(?:are|is|was|were|does|do|did|can|could|will|would|should|exist|exists|have|has|may|must)\b/iu.exec(
+      question,
+    );
+  return m === null ? null : termOf(m[1]!);
 }
 
 /** Verbs a step of a procedure opens with. */
@@ -316,6 +363,20 @@ function subjectFit(kind: Kind, sentence: string, asked: { meets: Set<string> }[
   // A qualified subject ("A BUY or SELL call's confidence is …") defines its last word.
   const qualified = /^((?:\S+\s){0,5})(\S+)\s(?:means?|is|are)\b/.exec(sentence);
   return qualified?.[1]?.includes("'s ") && names(termOf(qualified[2]!)) ? 0.12 : 0;
+}
+
+/**
+ * Acts a text names only for a narrower case than the question's: "hosts that connect only
+ * through OAuth" tell how those hosts connect, not how one connects. Such a mention does not
+ * name the act a "how do I" question asks about.
+ */
+function narrowedActs(text: string): Set<string> {
+  const out = new Set<string>();
+  for (const m of text.matchAll(/\b(?:that|who|which)\s+([\p{L}]+)\s+only\b/giu)) {
+    const t = termOf(m[1]!);
+    if (t !== null) out.add(t);
+  }
+  return out;
 }
 
 /** A title's parts ("Service › Using it › API keys"): a sentence that only restates one is a heading. */
@@ -409,6 +470,7 @@ export function extractiveAnswer(
   const compounds = compoundsOf(read.map(({ passage }) => passage.text));
   const coverageOf = (text: string, title: Set<string>, body: Set<string>) => {
     const present = termsIn(text);
+    const narrowed = narrowedActs(text);
     const modifying = modifierOnly(text, asked, compounds);
     let own = 0;
     let context = 0;
@@ -418,7 +480,7 @@ export function extractiveAnswer(
       if (rarity[i]! >= unknownWeight) return;
       const has = (set: Set<string>) => [...meets].some((t) => set.has(t));
       const named = [...meets].some((t) => present.has(t) && !modifying.has(t));
-      if (i === cruxAt && (named || has(title))) crux = true;
+      if (i === cruxAt && ((named && ![...meets].some((t) => narrowed.has(t))) || has(title))) crux = true;
       if (named) own += w;
       else if (has(present)) own += 0.5 * w;
       // The passage's title says what the sentence is about, though the sentence may not repeat
@@ -449,7 +511,8 @@ export function extractiveAnswer(
         rank * 0.01 -
         text.length / 5000 +
         subjectFit(kind, head, asked) -
-        (TABLE_ROW.test(text) ? 0.1 : 0);
+        // A row that lists what a "which" question asks for is the list, not one measurement.
+        (TABLE_ROW.test(text) && !(kind === 'list' && enumerates(text, asked)) ? 0.1 : 0);
       candidates.push({ passage, rank, order, quotes, coverage, score });
     });
   });
@@ -457,6 +520,14 @@ export function extractiveAnswer(
   const carrying = candidates
     .filter((c) => c.coverage >= MIN_COVERAGE)
     .sort((a, b) => b.score - a.score || a.rank - b.rank || a.order - b.order);
+  // "Which coins …" asks for the coins: where the documentation lists them, a sentence that
+  // only speaks of them (how many, where they are read from) is not the answer.
+  if (kind === 'list') {
+    const noun = listedNoun(question);
+    const of = asked.filter(({ term }) => noun === null || term === noun);
+    const listing = carrying.filter((c) => enumerates(c.quotes.join(' '), of.length > 0 ? of : asked));
+    if (listing.length > 0) carrying.splice(0, carrying.length, ...listing);
+  }
   const best = carrying[0];
   if (best === undefined) return dontKnow;
   const chosen: Candidate[] = [best];

@@ -50,6 +50,17 @@ describe('markdown passages', () => {
 });
 
 describe('bold lead-ins', () => {
+  it('name the passages their topic is cut into for length, not only the first', () => {
+    const long = 'The session goes on. '.repeat(40).trim();
+    const md = `## Using it\n\n**MCP.** POST /mcp.\n\n${long}\n\n${long}\n\n**Keys.** Send a key.`;
+    const passages = markdownPassages(md, { path: 'README.md', title: 'Service', source_type: 'readme' });
+    expect(passages.map((p) => [p.id, p.title])).toEqual([
+      ['README.md#using-it-mcp', 'Service › Using it › MCP'],
+      ['README.md#using-it-mcp-2', 'Service › Using it › MCP'],
+      ['README.md#using-it-keys', 'Service › Using it › Keys'],
+    ]);
+  });
+
   it('start a passage of their own, named after the lead', () => {
     const md =
       '## Using it\n\n**API keys.** Send `Authorization: Bearer <key>`.\n\n**MCP.** POST /mcp.\nMore.';
@@ -245,6 +256,114 @@ describe('extractive answers', () => {
     expect(answer.grounded).toBe(true);
     expect(answer.answer).toContain('Mcp-Session-Id');
     expect(answer.answer).not.toContain('Server Card');
+  });
+
+  it('reads "past" before a noun as "earlier", not as "beyond" (its sense before a limit)', () => {
+    const ask = askOf([
+      [
+        'busy',
+        'Webhooks › Deliveries › A busy endpoint',
+        'QUEUE_LIMIT (1000) deliveries per endpoint wait in memory; beyond that they wait by id only.',
+      ],
+      [
+        'log',
+        'Webhooks › Deliveries › Retention',
+        'The log behind GET /api/webhooks/:id/deliveries keeps the newest 200 deliveries per subscription.',
+      ],
+      ['track', 'Track record', 'The page shows the hit rates of the past week.'],
+      ['verdicts', 'Verdicts', 'A verdict names its coin and timeframe.'],
+    ]);
+    const answer = ask('How can I see the past deliveries of my webhook?');
+    expect(answer.answer).toContain('/deliveries');
+    expect(answer.answer).not.toContain('beyond that');
+    const meets = (question: string) => questionTerms(question).find((t) => t.term === 'past')!.meets;
+    expect([...meets('How can I see the past deliveries?')]).toEqual(['past']);
+    expect(meets('What happens past the limit?').has('beyond')).toBe(true);
+  });
+
+  it('reads "shown" in "where is X shown" as the shape of the question, as it reads "see"', () => {
+    const ask = askOf([
+      ['page', 'HTTP routes: history', 'GET /track-record: The track-record page (charts); public, no key.'],
+      ['secret', 'Webhooks', 'The signing secret is shown once, when the web hook is created.'],
+      ['docs', 'API reference', 'The reference page GET /docs renders the OpenAPI document.'],
+      ['record', 'Methodology', 'Every verdict is kept in a record of its market.'],
+    ]);
+    const answer = ask('Where is the track record shown as a web page?');
+    expect(answer.grounded).toBe(true);
+    expect(answer.answer).toContain('GET /track-record');
+    expect(questionTerms('Where is the track record shown?').map((t) => t.term)).toEqual(
+      contentTerms('track record'),
+    );
+  });
+
+  it('answers "which X" with the list of X where one exists, not with prose that counts them', () => {
+    const title = 'Service › Market data: what the default replay serves';
+    const ask = askOf([
+      [
+        'prose',
+        title,
+        'The replay reads the full set (Binance spot and USDT-M candles, Binance, Bybit and Hyperliquid funding), and otherwise the shipped slice of six coins.',
+      ],
+      [
+        'spot',
+        title,
+        'venue BINANCE_SPOT; full set 23 coins: BTC ETH SOL BNB XRP DOGE ADA; shipped slice the first six.',
+      ],
+      // Counts of coins are not coins.
+      [
+        'funding',
+        title,
+        'venue BYBIT funding; full set 30, 28 and 18 coins; shipped slice the same six on each.',
+      ],
+      ['hooks', 'Webhooks', 'An allowed webhook URL uses HTTPS on port 443 and a global unicast address.'],
+      // A list after "for" is its object; "a receiver example" is one item, not what the list names.
+      [
+        'reg',
+        'Using it',
+        'POST /api/webhooks registers a URL for trade_call, regime_shift and scan_digest events.',
+      ],
+      [
+        'more',
+        'Using it',
+        'The delivery log, resend, rotation, metrics and a receiver example are in the webhook guide.',
+      ],
+    ]);
+    expect(ask('Which coins does the shipped replay serve?').answer).toContain('BTC ETH SOL');
+    const urls = ask('Which webhook URLs are allowed?').answer;
+    expect(urls).toContain('443');
+  });
+
+  it('takes only a list of the noun a "which" question asks for as its answer', () => {
+    const ask = askOf([
+      [
+        'deliveries',
+        'Webhooks › Deliveries',
+        'A payload is sent with the header X-Event, plus Standard Webhooks webhook-id, webhook-timestamp, webhook-signature.',
+      ],
+      [
+        'versions',
+        'Webhooks › Versions',
+        'A new payload version is added beside the old ones; version 1 is the current webhook payload version.',
+      ],
+    ]);
+    const answer = ask('Which webhook payload versions exist?');
+    expect(answer.answer).toContain('version 1');
+    expect(answer.answer).not.toContain('webhook-id');
+  });
+
+  it('does not take an act named for a narrower case ("hosts that connect only through OAuth") for the act asked', () => {
+    const ask = askOf([
+      [
+        'oauth',
+        'Service › Using it › Sign in (OAuth)',
+        'Hosts that connect only through OAuth use POST /mcp/signin: the same MCP server as /mcp, for a caller holding a token.',
+      ],
+      ['mcp', 'Service › Using it › MCP', 'POST /mcp over Streamable HTTP, sessions via Mcp-Session-Id.'],
+      ['cards', 'HTTP routes: discovery', 'GET /mcp/server-card: MCP Server Card; public, no key.'],
+    ]);
+    const answer = ask('How do I connect to the MCP server?');
+    expect(answer.answer).toContain('Mcp-Session-Id');
+    expect(answer.answer).not.toContain('/mcp/signin');
   });
 
   it('answers "when does X count as Y" with the rule, even from a long sentence read from its colon', () => {

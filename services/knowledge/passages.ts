@@ -126,12 +126,15 @@ export function markdownPassages(
     const chunks: { text: string; lead?: string }[] = [];
     let chunk: { text: string; lead?: string } | null = null;
     for (const paragraph of paragraphs(section.body.join('\n'))) {
+      // A topic cut only for length goes on under its lead-in: the paragraphs after "**MCP.** …"
+      // still speak of MCP, and their title says so.
+      let lead = paragraph.lead;
       if (chunk !== null && (paragraph.lead || chunk.text.length + paragraph.text.length > MAX_CHARS)) {
+        lead ??= chunk.lead;
         chunks.push(chunk);
         chunk = null;
       }
-      if (chunk === null)
-        chunk = paragraph.lead ? { text: paragraph.text, lead: paragraph.lead } : { text: paragraph.text };
+      if (chunk === null) chunk = lead ? { text: paragraph.text, lead } : { text: paragraph.text };
       else chunk.text = `${chunk.text}\n${paragraph.text}`;
     }
     if (chunk !== null) chunks.push(chunk);

@@ -1,4 +1,5 @@
 import Fastify from 'fastify';
+import { validatorCompiler } from 'fastify-type-provider-zod';
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { MemoryCache } from '../../adapters/cache/memory.ts';
@@ -29,6 +30,8 @@ describe('the route list in the index comes from the app’s OpenAPI document', 
   });
 
   it('indexes the registered routes once the app is ready, and the ETag changes with them', async () => {
+    // As the service's app does (services/api/app.ts): route schemas are zod contracts.
+    app.setValidatorCompiler(validatorCompiler);
     await registerOpenApi(app, { title: 'test', version: '0', description: 'test' });
     await app.register(module.plugin);
     await app.register(async (scope) => {

@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
@@ -8,6 +7,7 @@ import { type Caller, CallerRejectedError, identifyCaller } from '../caller.ts';
 import { errorHandler, rpcErrorBody } from '../errors.ts';
 import { codesText, documented, type ResponseDoc } from '../openapi.ts';
 import { identifyAs } from '../rate-limit.ts';
+import { handOver } from './hand-over.ts';
 import { InFlightIds, requestIds } from './in-flight.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
 import { createMcpServer } from './server.ts';
@@ -249,7 +249,7 @@ function mcpHandler(deps: HandlerDeps): Handler {
       const answered = await claimedCall(deps, sessionId, request, reply);
       if (answered !== null) return answered;
     }
-    return handOver(transport, request, reply);
+    return handOver(transport, request, reply, signedIn.get(request), 'mcp request failed');
   };
 }
 
@@ -290,38 +290,6 @@ async function claimedCall(
   // Answered, failed or dropped by the client: the id is free again.
   reply.raw.once('close', () => claim.release());
   return null;
-}
-
-/** Hands the raw request to the session's transport, with the caller as its auth info. */
-async function handOver(
-  transport: StreamableHTTPServerTransport,
-  request: FastifyRequest,
-  reply: FastifyReply,
-): Promise<FastifyReply> {
-  reply.hijack();
-  for (const [name, value] of Object.entries(reply.getHeaders())) {
-    if (value !== undefined) reply.raw.setHeader(name, value as string | string[] | number);
-  }
-  const raw = request.raw as typeof request.raw & { auth?: AuthInfo };
-  const caller = signedIn.get(request);
-  raw.auth = {
-    token: '',
-    clientId: 'mcp',
-    scopes: [],
-    extra: { clientAddress: request.ip, ...(caller ? { caller } : {}) },
-  };
-  try {
-    await transport.handleRequest(raw, reply.raw, request.body);
-  } catch (err) {
-    request.log.error({ err }, 'mcp request failed');
-    if (!reply.raw.headersSent) {
-      reply.raw.writeHead(500, { 'content-type': 'application/json' });
-      reply.raw.end(
-        JSON.stringify({ jsonrpc: '2.0', error: { code: -32603, message: 'Internal error' }, id: null }),
-      );
-    }
-  }
-  return reply;
 }
 
 /** The caller a new session counts against: its key when one applies, else its address. */

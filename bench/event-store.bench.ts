@@ -18,7 +18,15 @@ import { type Database, open } from 'lmdb';
 import { EVENT_ENCODING, openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
 import { ProjectionRunner } from '../projections/runner.ts';
-import { atLeast, countingProjection, printColumns, recordTarget, sampleEvent, whenMain } from './harness.ts';
+import {
+  atLeast,
+  countingProjection,
+  printColumns,
+  recordTarget,
+  sampleEvent,
+  timedReadAll,
+  whenMain,
+} from './harness.ts';
 
 export interface EventStoreBenchOptions {
   singles?: number;
@@ -124,17 +132,7 @@ async function readAllAndRebuild(path: string, total: number): Promise<BenchRow[
   }
   // Pages the size a catch-up subscription reads (512) keep few events alive at once.
   const page = 1_000;
-  let seen = 0;
-  let after = 0;
-  const storeStart = performance.now();
-  for (;;) {
-    const events = await store.readAll({ after, maxCount: page });
-    if (events.length === 0) break;
-    seen += events.length;
-    after = events[events.length - 1]!.position;
-  }
-  const storeMs = performance.now() - storeStart;
-  if (seen !== total) throw new Error(`read ${seen} of ${total} events`);
+  const storeMs = await timedReadAll(store, total, page);
 
   // A rebuild as the service runs it: catch-up subscription, fold, snapshots into the same env.
   const runner = new ProjectionRunner(store, store.projectionStore(), countingProjection, {

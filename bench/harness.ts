@@ -8,6 +8,7 @@ import { parseArgs } from 'node:util';
 import { MemoryCache } from '../adapters/cache/memory.ts';
 import type { Cache } from '../adapters/cache/port.ts';
 import { connectRedisCache } from '../adapters/cache/redis.ts';
+import type { EventStore } from '../adapters/event-store/port.ts';
 import type { NewEvent } from '../contracts/envelope.ts';
 import type { Projection } from '../projections/projection.ts';
 
@@ -275,4 +276,27 @@ export async function openBenchCache(
   const health = await cache.health();
   if (!health.ok) throw new Error(`Redis at ${redisUrl} is not reachable: ${health.detail}`);
   return cache;
+}
+
+/**
+ * Reads the whole log through `readAll` in pages the size a catch-up subscription reads, so few
+ * events are alive at once; throws unless it saw `total` events. Returns the wall time in ms.
+ */
+export async function timedReadAll(
+  store: Pick<EventStore, 'readAll'>,
+  total: number,
+  page = 1_000,
+): Promise<number> {
+  let seen = 0;
+  let after = 0;
+  const start = performance.now();
+  for (;;) {
+    const events = await store.readAll({ after, maxCount: page });
+    if (events.length === 0) break;
+    seen += events.length;
+    after = events[events.length - 1]!.position;
+  }
+  const ms = performance.now() - start;
+  if (seen !== total) throw new Error(`read ${seen} of ${total} events`);
+  return ms;
 }

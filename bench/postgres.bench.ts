@@ -26,7 +26,15 @@ import type { EventStore } from '../adapters/event-store/port.ts';
 import { openPostgresEventStore, type PostgresEventStore } from '../adapters/event-store/postgres.ts';
 import type { ProjectionStore } from '../adapters/projection-store/port.ts';
 import { ProjectionRunner } from '../projections/runner.ts';
-import { atLeast, countingProjection, printColumns, recordTarget, sampleEvent, whenMain } from './harness.ts';
+import {
+  atLeast,
+  countingProjection,
+  printColumns,
+  recordTarget,
+  sampleEvent,
+  timedReadAll,
+  whenMain,
+} from './harness.ts';
 
 const URL = process.env.POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -247,17 +255,7 @@ async function readAndRebuild(
   await store.pool.query(`VACUUM ANALYZE "${schema}".bare`);
 
   const page = 1_000;
-  let seen = 0;
-  let after = 0;
-  const start = performance.now();
-  for (;;) {
-    const events = await store.readAll({ after, maxCount: page });
-    if (events.length === 0) break;
-    seen += events.length;
-    after = events[events.length - 1]!.position;
-  }
-  const storeMs = performance.now() - start;
-  if (seen !== total) throw new Error(`read ${seen} of ${total} events`);
+  const storeMs = await timedReadAll(store, total, page);
 
   const bareStart = performance.now();
   const { rows } = await store.pool.query(`SELECT * FROM "${schema}".bare ORDER BY position`);

@@ -25,6 +25,7 @@ import {
   recordTarget,
   sampleEvent,
   timedReadAll,
+  timedSingleAppends,
   whenMain,
 } from './harness.ts';
 
@@ -66,18 +67,8 @@ export async function run(options: EventStoreBenchOptions = {}): Promise<BenchRo
 }
 
 async function singleAppends(path: string, count: number): Promise<BenchRow> {
-  const streams = 10;
   const store = await openLmdbEventStore({ path: join(path, 'store') });
-  const revisions = new Array<number | null>(streams).fill(null);
-  const storeStart = performance.now();
-  for (let i = 0; i < count; i++) {
-    const s = i % streams;
-    const result = await store.append(`bench-${s}`, [sampleEvent(i)], {
-      expectedRevision: revisions[s] ?? 'no_stream',
-    });
-    revisions[s] = result.nextRevision;
-  }
-  const storeMs = performance.now() - storeStart;
+  const storeMs = await timedSingleAppends(store, count, 'bench');
   const records = await store.readAll();
   await store.close();
 

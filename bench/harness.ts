@@ -300,3 +300,27 @@ export async function timedReadAll(
   if (seen !== total) throw new Error(`read ${seen} of ${total} events`);
   return ms;
 }
+
+export const SINGLE_APPEND_STREAMS = 10;
+
+/**
+ * Appends `count` single events round-robin over SINGLE_APPEND_STREAMS streams, each with its
+ * expected revision (the command path's optimistic check). Returns the wall time in ms.
+ */
+export async function timedSingleAppends(
+  store: Pick<EventStore, 'append'>,
+  count: number,
+  streamPrefix: string,
+): Promise<number> {
+  const streams = SINGLE_APPEND_STREAMS;
+  const revisions = new Array<number | null>(streams).fill(null);
+  const start = performance.now();
+  for (let i = 0; i < count; i++) {
+    const s = i % streams;
+    const result = await store.append(`${streamPrefix}-${s}`, [sampleEvent(i)], {
+      expectedRevision: revisions[s] ?? 'no_stream',
+    });
+    revisions[s] = result.nextRevision;
+  }
+  return performance.now() - start;
+}

@@ -31,8 +31,10 @@ import {
   countingProjection,
   printColumns,
   recordTarget,
+  SINGLE_APPEND_STREAMS,
   sampleEvent,
   timedReadAll,
+  timedSingleAppends,
   whenMain,
 } from './harness.ts';
 
@@ -81,17 +83,7 @@ const BARE_INSERT = (schema: string) =>
      AS u(position, id, stream, revision, type, data)`;
 
 async function singleAppends(store: PostgresEventStore, schema: string, count: number): Promise<Row> {
-  const streams = 10;
-  const revisions = new Array<number | null>(streams).fill(null);
-  const start = performance.now();
-  for (let i = 0; i < count; i++) {
-    const s = i % streams;
-    const result = await store.append(`single-${s}`, [sampleEvent(i)], {
-      expectedRevision: revisions[s] ?? 'no_stream',
-    });
-    revisions[s] = result.nextRevision;
-  }
-  const storeMs = performance.now() - start;
+  const storeMs = await timedSingleAppends(store, count, 'single');
 
   const bareStart = performance.now();
   for (let i = 0; i < count; i++) {
@@ -103,8 +95,8 @@ async function singleAppends(store: PostgresEventStore, schema: string, count: n
       values: [
         1_000_000_000 + i,
         e.id,
-        `single-${i % streams}`,
-        Math.floor(i / streams),
+        `single-${i % SINGLE_APPEND_STREAMS}`,
+        Math.floor(i / SINGLE_APPEND_STREAMS),
         e.type,
         JSON.stringify(e.data),
       ],

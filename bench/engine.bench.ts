@@ -17,44 +17,19 @@ import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import {
-  ADX,
-  AO,
-  ATR,
-  BollingerBands,
-  CCI,
-  ElderRay,
-  EMA,
-  HMA,
-  MACD,
-  MOM,
-  RSI,
-  SMA,
-  StochasticOscillator,
-  StochasticRSI,
-  UltimateOscillator,
-  VWMA,
-  WilliamsR,
-  WSMA,
-} from 'trading-signals';
 import { aggregateCandles } from '../adapters/market/aggregate.ts';
 import { readCandleFile } from '../adapters/market/csv.ts';
 import { parseCandleFileName } from '../adapters/market/replay-layout.ts';
 import { SHARED_MARKET_DIR } from '../adapters/market/shared-data.ts';
 import { type Candle, TIMEFRAMES, type Timeframe } from '../contracts/market.ts';
 import type { Verdict } from '../contracts/signals.ts';
-import { Choppiness } from '../services/engine/signals/choppiness.ts';
 import { defaultCalibration } from '../services/engine/signals/default-calibration.ts';
 import {
+  createIndicators,
   createMarketState,
-  MA_PERIODS,
   type MarketState,
-  PERCENTILE_WINDOW,
 } from '../services/engine/signals/market-state.ts';
-import { RollingPercentile } from '../services/engine/signals/rolling-percentile.ts';
-import { RollingExtreme, RollingMean } from '../services/engine/signals/rolling-window.ts';
 import { computeVerdict } from '../services/engine/signals/verdict.ts';
-import { EwmaVariances } from '../services/engine/signals/volatility.ts';
 import { atLeast, recordTarget } from './harness.ts';
 
 const COINS = 20;
@@ -100,29 +75,31 @@ async function loadStreams(dataDir: string): Promise<Stream[]> {
  * on top of its indicators, and it cannot exceed 1 by doing less work than the baseline.
  */
 function baselineSet() {
-  const smas = MA_PERIODS.map((p) => new RollingMean(p));
-  const emas = MA_PERIODS.map((p) => new EMA(p));
-  const hma = new HMA(9);
-  const vwma = new VWMA(20);
-  const baseHigh = new RollingExtreme(26, 'max');
-  const baseLow = new RollingExtreme(26, 'min');
-  const rsi = new RSI(14);
-  const stoch = new StochasticOscillator({ kPeriod: 14, kSlowingPeriod: 3, dPeriod: 3 });
-  const cci = new CCI(20);
-  const adx = new ADX(14);
-  const ao = new AO(5, 34);
-  const mom = new MOM(10);
-  const macd = new MACD(new EMA(12), new EMA(26), new EMA(9));
-  const stochRsi = new StochasticRSI(14, WSMA, { k: new SMA(3), d: new SMA(3) });
-  const willr = new WilliamsR(14);
-  const elder = new ElderRay(13);
-  const uo = new UltimateOscillator({ shortPeriod: 7, mediumPeriod: 14, longPeriod: 28 });
-  const atr = new ATR(14);
-  const bb = new BollingerBands(20, 2);
-  const chop = new Choppiness(14);
-  const atrPct = new RollingPercentile(PERCENTILE_WINDOW);
-  const bbWidth = new RollingPercentile(PERCENTILE_WINDOW);
-  const ewma = new EwmaVariances();
+  const {
+    sma: smas,
+    ema: emas,
+    hma,
+    vwma,
+    baseHigh,
+    baseLow,
+    rsi,
+    stoch,
+    cci,
+    adx,
+    ao,
+    mom,
+    macd,
+    stochRsi,
+    willr,
+    elder,
+    uo,
+    atr,
+    bb,
+    chop,
+    atrPct,
+    bbWidth,
+    ewma,
+  } = createIndicators();
   return (c: Candle): number => {
     let acc = 0;
     for (const m of smas) acc += m.push(c.close) ?? 0;

@@ -18,7 +18,16 @@ import { type Database, open } from 'lmdb';
 import { EVENT_ENCODING, openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
 import { ProjectionRunner } from '../projections/runner.ts';
-import { atLeast, countingProjection, printColumns, recordTarget, sampleEvent, whenMain } from './harness.ts';
+import {
+  atLeast,
+  countingProjection,
+  printColumns,
+  recordTarget,
+  sampleEvent,
+  timedReadAll,
+  timedSingleAppends,
+  whenMain,
+} from './harness.ts';
 
 export interface EventStoreBenchOptions {
   singles?: number;
@@ -58,18 +67,8 @@ export async function run(options: EventStoreBenchOptions = {}): Promise<BenchRo
 }
 
 async function singleAppends(path: string, count: number): Promise<BenchRow> {
-  const streams = 10;
   const store = await openLmdbEventStore({ path: join(path, 'store') });
-  const revisions = new Array<number | null>(streams).fill(null);
-  const storeStart = performance.now();
-  for (let i = 0; i < count; i++) {
-    const s = i % streams;
-    const result = await store.append(`bench-${s}`, [sampleEvent(i)], {
-      expectedRevision: revisions[s] ?? 'no_stream',
-    });
-    revisions[s] = result.nextRevision;
-  }
-  const storeMs = performance.now() - storeStart;
+  const storeMs = await timedSingleAppends(store, count, 'bench');
   const records = await store.readAll();
   await store.close();
 
@@ -124,17 +123,7 @@ async function readAllAndRebuild(path: string, total: number): Promise<BenchRow[
   }
   // Pages the size a catch-up subscription reads (512) keep few events alive at once.
   const page = 1_000;
-  let seen = 0;
-  let after = 0;
-  const storeStart = performance.now();
-  for (;;) {
-    const events = await store.readAll({ after, maxCount: page });
-    if (events.length === 0) break;
-    seen += events.length;
-    after = events[events.length - 1]!.position;
-  }
-  const storeMs = performance.now() - storeStart;
-  if (seen !== total) throw new Error(`read ${seen} of ${total} events`);
+  const storeMs = await timedReadAll(store, total, page);
 
   // A rebuild as the service runs it: catch-up subscription, fold, snapshots into the same env.
   const runner = new ProjectionRunner(store, store.projectionStore(), countingProjection, {

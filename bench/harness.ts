@@ -8,6 +8,7 @@ import { parseArgs } from 'node:util';
 import { MemoryCache } from '../adapters/cache/memory.ts';
 import type { Cache } from '../adapters/cache/port.ts';
 import { connectRedisCache } from '../adapters/cache/redis.ts';
+import type { EventStore } from '../adapters/event-store/port.ts';
 import type { NewEvent } from '../contracts/envelope.ts';
 import type { Projection } from '../projections/projection.ts';
 
@@ -275,4 +276,51 @@ export async function openBenchCache(
   const health = await cache.health();
   if (!health.ok) throw new Error(`Redis at ${redisUrl} is not reachable: ${health.detail}`);
   return cache;
+}
+
+/**
+ * Reads the whole log through `readAll` in pages the size a catch-up subscription reads, so few
+ * events are alive at once; throws unless it saw `total` events. Returns the wall time in ms.
+ */
+export async function timedReadAll(
+  store: Pick<EventStore, 'readAll'>,
+  total: number,
+  page = 1_000,
+): Promise<number> {
+  let seen = 0;
+  let after = 0;
+  const start = performance.now();
+  for (;;) {
+    const events = await store.readAll({ after, maxCount: page });
+    if (events.length === 0) break;
+    seen += events.length;
+    after = events[events.length - 1]!.position;
+  }
+  const ms = performance.now() - start;
+  if (seen !== total) throw new Error(`read ${seen} of ${total} events`);
+  return ms;
+}
+
+export const SINGLE_APPEND_STREAMS = 10;
+
+/**
+ * Appends `count` single events round-robin over SINGLE_APPEND_STREAMS streams, each with its
+ * expected revision (the command path's optimistic check). Returns the wall time in ms.
+ */
+export async function timedSingleAppends(
+  store: Pick<EventStore, 'append'>,
+  count: number,
+  streamPrefix: string,
+): Promise<number> {
+  const streams = SINGLE_APPEND_STREAMS;
+  const revisions = new Array<number | null>(streams).fill(null);
+  const start = performance.now();
+  for (let i = 0; i < count; i++) {
+    const s = i % streams;
+    const result = await store.append(`${streamPrefix}-${s}`, [sampleEvent(i)], {
+      expectedRevision: revisions[s] ?? 'no_stream',
+    });
+    revisions[s] = result.nextRevision;
+  }
+  return performance.now() - start;
 }

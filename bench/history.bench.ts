@@ -301,6 +301,21 @@ export async function run(): Promise<Record<string, number>> {
     const pqRate = median(pqRates);
     const nd = nds[0]!;
     const pq = pqs[0]!;
+    /** One export format's line of the table, from its rounds. */
+    const exportRow = (runs: typeof nds) => {
+      const rates = runs.map((d) => verdicts / d.seconds);
+      return {
+        'rows/s min/median/max': spread(rates),
+        'ratio per round min/median/max': ratioSpread(rates),
+        'ratio of medians': Number((median(rates) / rawRate).toFixed(2)),
+        'CPU-time ratio per round': cpuRatios(runs),
+        'first row ms': Number(median(runs.map((d) => d.firstByteMs)).toFixed(1)),
+        'MB streamed': Math.round(runs[0]!.bytes / 1e6),
+        'RSS growth MB': Math.round(Math.max(...runs.map((d) => d.rssGrowth)) / 1e6),
+        'anonymous RSS growth MB': runs.map((d) => Math.round(d.anonGrowth / 1e6)).join(' / '),
+        'heap growth MB': Math.round(Math.max(...runs.map((d) => d.heapGrowth)) / 1e6),
+      };
+    };
     console.log(
       `export through HTTP vs raw readAll of the same LMDB log, ${runs} alternating rounds (target ratio >= 0.5)`,
     );
@@ -315,28 +330,8 @@ export async function run(): Promise<Record<string, number>> {
         'RSS growth MB': '',
         'anonymous RSS growth MB': '',
       },
-      NDJSON: {
-        'rows/s min/median/max': spread(ndRates),
-        'ratio per round min/median/max': ratioSpread(ndRates),
-        'ratio of medians': Number((ndRate / rawRate).toFixed(2)),
-        'CPU-time ratio per round': cpuRatios(nds),
-        'first row ms': Number(median(nds.map((d) => d.firstByteMs)).toFixed(1)),
-        'MB streamed': Math.round(nd.bytes / 1e6),
-        'RSS growth MB': Math.round(Math.max(...nds.map((d) => d.rssGrowth)) / 1e6),
-        'anonymous RSS growth MB': nds.map((d) => Math.round(d.anonGrowth / 1e6)).join(' / '),
-        'heap growth MB': Math.round(Math.max(...nds.map((d) => d.heapGrowth)) / 1e6),
-      },
-      Parquet: {
-        'rows/s min/median/max': spread(pqRates),
-        'ratio per round min/median/max': ratioSpread(pqRates),
-        'ratio of medians': Number((pqRate / rawRate).toFixed(2)),
-        'CPU-time ratio per round': cpuRatios(pqs),
-        'first row ms': Number(median(pqs.map((d) => d.firstByteMs)).toFixed(1)),
-        'MB streamed': Math.round(pq.bytes / 1e6),
-        'RSS growth MB': Math.round(Math.max(...pqs.map((d) => d.rssGrowth)) / 1e6),
-        'anonymous RSS growth MB': pqs.map((d) => Math.round(d.anonGrowth / 1e6)).join(' / '),
-        'heap growth MB': Math.round(Math.max(...pqs.map((d) => d.heapGrowth)) / 1e6),
-      },
+      NDJSON: exportRow(nds),
+      Parquet: exportRow(pqs),
     });
     for (const [format, rate] of [
       ['NDJSON', ndRate],

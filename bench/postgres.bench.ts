@@ -26,7 +26,17 @@ import type { EventStore } from '../adapters/event-store/port.ts';
 import { openPostgresEventStore, type PostgresEventStore } from '../adapters/event-store/postgres.ts';
 import type { ProjectionStore } from '../adapters/projection-store/port.ts';
 import { ProjectionRunner } from '../projections/runner.ts';
-import { atLeast, countingProjection, printColumns, recordTarget, sampleEvent, whenMain } from './harness.ts';
+import {
+  atLeast,
+  countingProjection,
+  printColumns,
+  recordTarget,
+  SINGLE_APPEND_STREAMS,
+  sampleEvent,
+  timedReadAll,
+  timedSingleAppends,
+  whenMain,
+} from './harness.ts';
 
 const URL = process.env.POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -73,17 +83,7 @@ const BARE_INSERT = (schema: string) =>
      AS u(position, id, stream, revision, type, data)`;
 
 async function singleAppends(store: PostgresEventStore, schema: string, count: number): Promise<Row> {
-  const streams = 10;
-  const revisions = new Array<number | null>(streams).fill(null);
-  const start = performance.now();
-  for (let i = 0; i < count; i++) {
-    const s = i % streams;
-    const result = await store.append(`single-${s}`, [sampleEvent(i)], {
-      expectedRevision: revisions[s] ?? 'no_stream',
-    });
-    revisions[s] = result.nextRevision;
-  }
-  const storeMs = performance.now() - start;
+  const storeMs = await timedSingleAppends(store, count, 'single');
 
   const bareStart = performance.now();
   for (let i = 0; i < count; i++) {
@@ -95,8 +95,8 @@ async function singleAppends(store: PostgresEventStore, schema: string, count: n
       values: [
         1_000_000_000 + i,
         e.id,
-        `single-${i % streams}`,
-        Math.floor(i / streams),
+        `single-${i % SINGLE_APPEND_STREAMS}`,
+        Math.floor(i / SINGLE_APPEND_STREAMS),
         e.type,
         JSON.stringify(e.data),
       ],
@@ -247,17 +247,7 @@ async function readAndRebuild(
   await store.pool.query(`VACUUM ANALYZE "${schema}".bare`);
 
   const page = 1_000;
-  let seen = 0;
-  let after = 0;
-  const start = performance.now();
-  for (;;) {
-    const events = await store.readAll({ after, maxCount: page });
-    if (events.length === 0) break;
-    seen += events.length;
-    after = events[events.length - 1]!.position;
-  }
-  const storeMs = performance.now() - start;
-  if (seen !== total) throw new Error(`read ${seen} of ${total} events`);
+  const storeMs = await timedReadAll(store, total, page);
 
   const bareStart = performance.now();
   const { rows } = await store.pool.query(`SELECT * FROM "${schema}".bare ORDER BY position`);

@@ -38,6 +38,7 @@ import { loadConfig } from '../contracts/config.ts';
 import { decodePaymentHeader } from '../services/payments/codecs.ts';
 import { PaymentLedger } from '../services/payments/ledger.ts';
 import { CodeCache, createLocalFacilitator } from '../services/payments/local-facilitator.ts';
+import { reservationOf } from '../services/payments/payment-flow.ts';
 import { decideReservation } from '../services/payments/payment-state.ts';
 import { Quoter } from '../services/payments/quote.ts';
 import { chainIdOf, type Rail, railsFromConfig } from '../services/payments/rails.ts';
@@ -212,20 +213,11 @@ async function verifyThenReserve(
   if (!verified.isValid)
     throw new Error(`verify refused: ${verified.invalidReason} ${verified.invalidMessage}`);
   const reserved = await ledger.reserve(
-    {
-      nonce: auth.nonce.toLowerCase(),
-      network: requirement.network,
-      asset: requirement.asset,
-      payer: auth.from,
-      payTo: requirement.payTo,
-      amount: requirement.amount,
-      resource: `http://127.0.0.1${QUOTE_PATH}`,
-      x402Version: 2,
-      validAfter: auth.validAfter,
-      validBefore: auth.validBefore,
+    reservationOf(payment, requirement, {
+      url: `http://127.0.0.1${QUOTE_PATH}`,
       requestId: `bench-${i}`,
       tool: 'get_trade_call',
-    },
+    }),
     current,
   );
   if (!reserved.ok) throw new Error(`reserve refused: ${reserved.reason}`);

@@ -608,39 +608,31 @@ async function drill(ctx: {
   // Readiness (every 500 ms) and a few gauges (every 2 s) of every role, for the timeline.
   const samples: Sample[] = [];
   const gauges: { t: number; host: string; values: Record<string, number> }[] = [];
-  loops.push(
-    (async () => {
-      while (running) {
-        await Promise.all(
-          [...roles.values()].map(async (r) => {
-            const answer = await readyz(r.url);
-            samples.push({
-              t: at(),
-              host: r.name,
-              status: answer?.status ?? 0,
-              failing: Object.entries(answer?.body.checks ?? {})
-                .filter(([, c]) => !c.ok)
-                .map(([name, c]) => `${name}${c.detail ? `: ${String(c.detail).slice(0, 120)}` : ''}`),
-            });
-          }),
-        );
-        await sleep(500);
-      }
-    })(),
-  );
-  loops.push(
-    (async () => {
-      while (running) {
-        await Promise.all(
-          [...roles.values()].map(async (r) => {
-            const values = await scrape(r.url);
-            if (values) gauges.push({ t: at(), host: r.name, values });
-          }),
-        );
-        await sleep(2_000);
-      }
-    })(),
-  );
+  /** Asks every role at once, then again `pauseMs` later, until the run stops. */
+  const everyRole = (pauseMs: number, ask: (r: Managed & { url: string; tag: string }) => Promise<void>) =>
+    loops.push(
+      (async () => {
+        while (running) {
+          await Promise.all([...roles.values()].map(ask));
+          await sleep(pauseMs);
+        }
+      })(),
+    );
+  everyRole(500, async (r) => {
+    const answer = await readyz(r.url);
+    samples.push({
+      t: at(),
+      host: r.name,
+      status: answer?.status ?? 0,
+      failing: Object.entries(answer?.body.checks ?? {})
+        .filter(([, c]) => !c.ok)
+        .map(([name, c]) => `${name}${c.detail ? `: ${String(c.detail).slice(0, 120)}` : ''}`),
+    });
+  });
+  everyRole(2_000, async (r) => {
+    const values = await scrape(r.url);
+    if (values) gauges.push({ t: at(), host: r.name, values });
+  });
 
   // --- faults --------------------------------------------------------------------------------
   const faults: FaultRecord[] = [];

@@ -9,67 +9,77 @@ export abstract class MarketDataError extends Error {
   abstract readonly code: string;
 }
 
-export class UnknownCoinError extends MarketDataError {
-  override readonly name = 'UnknownCoinError';
-  readonly code = 'unknown_coin';
-  constructor(
-    readonly exchange: Exchange,
-    readonly coin: string,
-    detail?: string,
-  ) {
-    super(`${coin} is not listed on ${exchange}${detail ? ` (${detail})` : ''}`);
+/**
+ * A MarketDataError class: its name and code (written here, never read from the class name, which
+ * a bundler may rename), its fields from the constructor's arguments, and its message from them.
+ * A `cause` among the fields goes to Error's own option instead.
+ */
+export function marketDataError<const C extends string, A extends unknown[], F extends object>(
+  name: string,
+  code: C,
+  fields: (...args: A) => F,
+  message: (f: F) => string,
+) {
+  class Coded extends MarketDataError {
+    override readonly name = name;
+    readonly code = code;
+    constructor(...args: A) {
+      const f = fields(...args);
+      const { cause, ...own } = f as F & { cause?: unknown };
+      super(message(f), 'cause' in f ? { cause } : undefined);
+      Object.assign(this, own);
+    }
   }
+  return Coded as unknown as new (
+    ...args: A
+  ) => Coded & Readonly<Omit<F, 'cause'>>;
 }
 
-export class UnsupportedTimeframeError extends MarketDataError {
-  override readonly name = 'UnsupportedTimeframeError';
-  readonly code = 'unsupported_timeframe';
-  constructor(
-    readonly timeframe: string,
-    readonly exchange: Exchange,
-    readonly reason: string,
-  ) {
-    super(`timeframe ${timeframe} is not available for ${exchange}: ${reason}`);
-  }
-}
+const detailed = (detail: string | undefined) => (detail ? ` (${detail})` : '');
 
-export class UnsupportedExchangeError extends MarketDataError {
-  override readonly name = 'UnsupportedExchangeError';
-  readonly code = 'unsupported_exchange';
-  constructor(
-    readonly exchange: string,
-    readonly feed: FeedKind,
-    readonly reason: string,
-  ) {
-    super(`exchange ${exchange} is not served by the ${feed} feed: ${reason}`);
-  }
-}
+export class UnknownCoinError extends marketDataError(
+  'UnknownCoinError',
+  'unknown_coin',
+  (exchange: Exchange, coin: string, detail?: string) => ({ exchange, coin, detail }),
+  (f) => `${f.coin} is not listed on ${f.exchange}${detailed(f.detail)}`,
+) {}
 
-export class InsufficientHistoryError extends MarketDataError {
-  override readonly name = 'InsufficientHistoryError';
-  readonly code = 'insufficient_history';
-  constructor(
-    readonly exchange: Exchange,
-    readonly coin: string,
-    readonly what: string,
-    readonly required: number,
-    readonly available: number,
-    detail?: string,
-  ) {
-    super(
-      `${exchange} ${coin} ${what}: ${available} available, ${required} required${detail ? ` (${detail})` : ''}`,
-    );
-  }
-}
+export class UnsupportedTimeframeError extends marketDataError(
+  'UnsupportedTimeframeError',
+  'unsupported_timeframe',
+  (timeframe: string, exchange: Exchange, reason: string) => ({ timeframe, exchange, reason }),
+  (f) => `timeframe ${f.timeframe} is not available for ${f.exchange}: ${f.reason}`,
+) {}
 
-export class VenueUnavailableError extends MarketDataError {
-  override readonly name = 'VenueUnavailableError';
-  readonly code = 'venue_unavailable';
-  constructor(
-    readonly exchange: Exchange,
-    readonly reason: string,
-    options?: { cause?: unknown },
-  ) {
-    super(`${exchange} is unavailable: ${reason}`, options);
-  }
-}
+export class UnsupportedExchangeError extends marketDataError(
+  'UnsupportedExchangeError',
+  'unsupported_exchange',
+  (exchange: string, feed: FeedKind, reason: string) => ({ exchange, feed, reason }),
+  (f) => `exchange ${f.exchange} is not served by the ${f.feed} feed: ${f.reason}`,
+) {}
+
+export class InsufficientHistoryError extends marketDataError(
+  'InsufficientHistoryError',
+  'insufficient_history',
+  (exchange: Exchange, coin: string, what: string, required: number, available: number, detail?: string) => ({
+    exchange,
+    coin,
+    what,
+    required,
+    available,
+    detail,
+  }),
+  (f) =>
+    `${f.exchange} ${f.coin} ${f.what}: ${f.available} available, ${f.required} required${detailed(f.detail)}`,
+) {}
+
+export class VenueUnavailableError extends marketDataError(
+  'VenueUnavailableError',
+  'venue_unavailable',
+  (exchange: Exchange, reason: string, options?: { cause?: unknown }) => ({
+    exchange,
+    reason,
+    ...(options && 'cause' in options ? { cause: options.cause } : {}),
+  }),
+  (f) => `${f.exchange} is unavailable: ${f.reason}`,
+) {}

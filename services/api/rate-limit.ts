@@ -344,121 +344,130 @@ function callerTier(caller: Caller): RateTier {
  * rotating made-up keys buys no fresh budget.
  */
 export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
-  const announce = (reply: FastifyReply, decision: RateDecision): number => {
-    const resetSeconds = Math.max(1, Math.ceil(decision.resetMs / 1_000));
-    reply.header('ratelimit-limit', decision.limit);
-    reply.header('ratelimit-remaining', decision.remaining);
-    reply.header('ratelimit-reset', resetSeconds);
-    return resetSeconds;
-  };
-
-  const refuse = async (
-    request: FastifyRequest,
-    reply: FastifyReply,
-    path: string,
-    caller: Caller,
-    decision: RateDecision,
-    resetSeconds: number,
-  ): Promise<void> => {
-    const channel = isMcpPath(path) ? 'mcp' : 'http';
-    deps.onRefused?.(callerTier(caller), channel);
-    let service: ServiceMeta;
-    try {
-      service = { auth: caller.auth, quota: await deps.quota.peek(caller.subject) };
-    } catch {
-      service = { auth: caller.auth, quota: null };
-    }
-    const message = `rate limit of ${decision.limit} requests per window reached; retry in ${resetSeconds} s`;
-    reply.code(429).header('retry-after', resetSeconds);
-    if (channel === 'mcp') {
-      const id = (request.body as { id?: unknown } | null)?.id;
-      reply.send({
-        jsonrpc: '2.0',
-        id: typeof id === 'string' || typeof id === 'number' ? id : null,
-        error: {
-          code: -32000,
-          message,
-          data: {
-            code: 'RATE_LIMITED',
-            retryable: true,
-            retry_after_ms: decision.resetMs,
-            _service: service,
-          },
-        },
-      });
-      return;
-    }
-    reply.send({
-      code: 'RATE_LIMITED',
-      message,
-      retryable: true,
-      retry_after_ms: decision.resetMs,
-      _service: service,
-    });
-  };
-
-  /** A presented key (resolved first), or budgets shared through Redis: true when it answered. */
-  const limitAwaiting = async (request: FastifyRequest, reply: FastifyReply, path: string) => {
-    let caller: Caller;
-    try {
-      caller =
-        (request as Identified)[IDENTIFIED] ??
-        (await identifyCaller(deps.keys, { headers: request.headers, clientAddress: request.ip }));
-      (request as Identified)[IDENTIFIED] = caller;
-    } catch (err) {
-      if (!(err instanceof CallerRejectedError)) throw err;
-      // The route itself answers the refused key (401/-32003); here it counts as its address.
-      caller = { auth: err.service.auth, subject: err.anonymous, keyId: null };
-    }
-    const tier = callerTier(caller);
-    const decision = await deps.limiter.take(
-      tier,
-      `${tier}:${caller.subject.id}`,
-      toolOf(path, request.body),
-    );
-    const resetSeconds = announce(reply, decision);
-    if (decision.allowed) return false;
-    await refuse(request, reply, path, caller, decision, resetSeconds);
-    return true;
-  };
-
   const plugin: FastifyPluginAsync = async (app) => {
     if (!app.hasRequestDecorator(IDENTIFIED)) app.decorateRequest(IDENTIFIED, undefined);
-    // A callback hook, not an async one: it runs before every product route, and a caller without
-    // a key limited in-process (the embedded default) is decided without a promise.
-    app.addHook('preHandler', (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
-      const query = request.url.indexOf('?');
-      const path = query < 0 ? request.url : request.url.slice(0, query);
-      if (request.method === 'OPTIONS' || UNLIMITED.has(path)) {
-        done();
-        return;
-      }
-      // A route that authenticated the request itself (identifyAs) is limited as that caller.
-      const keyless =
-        (request as Identified)[IDENTIFIED] === undefined
-          ? keylessCaller({ headers: request.headers, clientAddress: request.ip })
-          : null;
-      if (keyless !== null) {
-        (request as Identified)[IDENTIFIED] = keyless;
-        const decision = deps.limiter.takeNow(
-          'anonymous',
-          `anonymous:${keyless.subject.id}`,
-          toolOf(path, request.body),
-        );
-        if (decision !== null) {
-          const resetSeconds = announce(reply, decision);
-          // Answered from here on refusal: the callback is then not called (Fastify's rule).
-          if (decision.allowed) done();
-          else refuse(request, reply, path, keyless, decision, resetSeconds).catch(done);
-          return;
-        }
-      }
-      limitAwaiting(request, reply, path).then((answered) => {
-        if (!answered) done();
-      }, done);
-    });
+    app.addHook('preHandler', limitHook(deps));
   };
   // The hook must reach every route registered beside it, not only this plugin's own.
   (plugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
   return plugin;
+}
+
+/**
+ * A callback hook, not an async one: it runs before every product route, and a caller without
+ * a key limited in-process (the embedded default) is decided without a promise.
+ */
+function limitHook(deps: RateLimitPluginDeps) {
+  return (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void => {
+    const query = request.url.indexOf('?');
+    const path = query < 0 ? request.url : request.url.slice(0, query);
+    if (request.method === 'OPTIONS' || UNLIMITED.has(path)) {
+      done();
+      return;
+    }
+    // A route that authenticated the request itself (identifyAs) is limited as that caller.
+    const keyless =
+      (request as Identified)[IDENTIFIED] === undefined
+        ? keylessCaller({ headers: request.headers, clientAddress: request.ip })
+        : null;
+    if (keyless !== null) {
+      (request as Identified)[IDENTIFIED] = keyless;
+      const decision = deps.limiter.takeNow(
+        'anonymous',
+        `anonymous:${keyless.subject.id}`,
+        toolOf(path, request.body),
+      );
+      if (decision !== null) {
+        const resetSeconds = announce(reply, decision);
+        // Answered from here on refusal: the callback is then not called (Fastify's rule).
+        if (decision.allowed) done();
+        else refuse(deps, request, reply, path, keyless, decision, resetSeconds).catch(done);
+        return;
+      }
+    }
+    limitAwaiting(deps, request, reply, path).then((answered) => {
+      if (!answered) done();
+    }, done);
+  };
+}
+
+function announce(reply: FastifyReply, decision: RateDecision): number {
+  const resetSeconds = Math.max(1, Math.ceil(decision.resetMs / 1_000));
+  reply.header('ratelimit-limit', decision.limit);
+  reply.header('ratelimit-remaining', decision.remaining);
+  reply.header('ratelimit-reset', resetSeconds);
+  return resetSeconds;
+}
+
+/** The 429 in the channel's shape (JSON-RPC on the MCP paths), with the caller's quota. */
+async function refuse(
+  deps: RateLimitPluginDeps,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  path: string,
+  caller: Caller,
+  decision: RateDecision,
+  resetSeconds: number,
+): Promise<void> {
+  const channel = isMcpPath(path) ? 'mcp' : 'http';
+  deps.onRefused?.(callerTier(caller), channel);
+  let service: ServiceMeta;
+  try {
+    service = { auth: caller.auth, quota: await deps.quota.peek(caller.subject) };
+  } catch {
+    service = { auth: caller.auth, quota: null };
+  }
+  const message = `rate limit of ${decision.limit} requests per window reached; retry in ${resetSeconds} s`;
+  reply.code(429).header('retry-after', resetSeconds);
+  if (channel === 'mcp') {
+    const id = (request.body as { id?: unknown } | null)?.id;
+    reply.send({
+      jsonrpc: '2.0',
+      id: typeof id === 'string' || typeof id === 'number' ? id : null,
+      error: {
+        code: -32000,
+        message,
+        data: {
+          code: 'RATE_LIMITED',
+          retryable: true,
+          retry_after_ms: decision.resetMs,
+          _service: service,
+        },
+      },
+    });
+    return;
+  }
+  reply.send({
+    code: 'RATE_LIMITED',
+    message,
+    retryable: true,
+    retry_after_ms: decision.resetMs,
+    _service: service,
+  });
+}
+
+/** A presented key (resolved first), or budgets shared through Redis: true when it answered. */
+async function limitAwaiting(
+  deps: RateLimitPluginDeps,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  path: string,
+): Promise<boolean> {
+  let caller: Caller;
+  try {
+    caller =
+      (request as Identified)[IDENTIFIED] ??
+      (await identifyCaller(deps.keys, { headers: request.headers, clientAddress: request.ip }));
+    (request as Identified)[IDENTIFIED] = caller;
+  } catch (err) {
+    if (!(err instanceof CallerRejectedError)) throw err;
+    // The route itself answers the refused key (401/-32003); here it counts as its address.
+    caller = { auth: err.service.auth, subject: err.anonymous, keyId: null };
+  }
+  const tier = callerTier(caller);
+  const decision = await deps.limiter.take(tier, `${tier}:${caller.subject.id}`, toolOf(path, request.body));
+  const resetSeconds = announce(reply, decision);
+  if (decision.allowed) return false;
+  await refuse(deps, request, reply, path, caller, decision, resetSeconds);
+  return true;
 }

@@ -43,6 +43,7 @@ import {
   defaultCalibration,
   ENGINE_VERSION,
   labelEvidenceText,
+  type MarketState,
   RISK_EVIDENCE,
   recordedMeaning,
   regimeConfidenceMeaning,
@@ -138,56 +139,60 @@ export class SignalEngine implements SignalOperations {
   /** Computed once per candle close of the market, then the same answer until the next. */
   async getMarketRegime(raw: GetMarketRegimeInput, ctx: OperationContext = {}): Promise<RegimeReading> {
     const input = this.withExchange(parsedInput(GetMarketRegimeInput, raw, ctx));
-    const key = marketKey(input.exchange, input.coin, input.timeframe);
-    const state = await this.states.advance(input.exchange, input.coin, input.timeframe);
-    const closeTime = state.lastCloseTime!;
-    const kept = this.regimes.get(key);
-    if (kept && kept.closeTime === closeTime) return kept.value;
-    const reading = computeRegime(state);
-    const snapshot = state.snapshot();
-    const value = keptAnswer<RegimeReading>({
-      coin: input.coin,
-      timeframe: input.timeframe,
-      exchange: input.exchange,
-      regime: reading.regime,
-      confidence: reading.confidence,
-      suggestion: reading.suggestion,
-      metrics: { ...reading.metrics, held_candles: reading.held_candles },
-      price: snapshot!.close,
-      timestamp: Math.floor(closeTime / 1000),
-      feed: this.feed.kind,
-      volatility: reading.volatility,
-      label_evidence: labelEvidenceText(state.volatility, input.timeframe),
-      confidence_meaning: regimeConfidenceMeaning(reading.confidence, reading.regime),
+    return this.perClose(this.regimes, input, (state, closeTime) => {
+      const reading = computeRegime(state);
+      return keptAnswer<RegimeReading>({
+        coin: input.coin,
+        timeframe: input.timeframe,
+        exchange: input.exchange,
+        regime: reading.regime,
+        confidence: reading.confidence,
+        suggestion: reading.suggestion,
+        metrics: { ...reading.metrics, held_candles: reading.held_candles },
+        price: state.snapshot()!.close,
+        timestamp: Math.floor(closeTime / 1000),
+        feed: this.feed.kind,
+        volatility: reading.volatility,
+        label_evidence: labelEvidenceText(state.volatility, input.timeframe),
+        confidence_meaning: regimeConfidenceMeaning(reading.confidence, reading.regime),
+      });
     });
-    this.regimes.set(key, { closeTime, value });
-    return value;
   }
 
   /** Computed once per candle close of the market, then the same answer until the next. */
   async getRiskForecast(raw: GetRiskForecastInput, ctx: OperationContext = {}): Promise<RiskForecast> {
     const input = this.withExchange(parsedInput(GetRiskForecastInput, raw, ctx));
-    const key = marketKey(input.exchange, input.coin, input.timeframe);
+    return this.perClose(this.forecasts, input, (state, closeTime) => {
+      const reading = computeRegime(state);
+      return keptAnswer<RiskForecast>({
+        coin: input.coin,
+        timeframe: input.timeframe,
+        exchange: input.exchange,
+        price: state.snapshot()!.close,
+        timestamp: Math.floor(closeTime / 1000),
+        feed: this.feed.kind,
+        horizons: computeRiskHorizons(state),
+        percentile: reading.volatility.percentile,
+        regime: reading.regime,
+        label_evidence: labelEvidenceText(state.volatility, input.timeframe),
+        evidence: RISK_EVIDENCE,
+      });
+    });
+  }
+
+  /** The market's answer kept in `cache` for its last closed candle, computed when that candle is new. */
+  private async perClose<T>(
+    cache: Map<string, Kept<T>>,
+    input: { exchange: Exchange; coin: string; timeframe: Timeframe },
+    compute: (state: MarketState, closeTime: number) => T,
+  ): Promise<T> {
     const state = await this.states.advance(input.exchange, input.coin, input.timeframe);
     const closeTime = state.lastCloseTime!;
-    const kept = this.forecasts.get(key);
+    const key = marketKey(input.exchange, input.coin, input.timeframe);
+    const kept = cache.get(key);
     if (kept && kept.closeTime === closeTime) return kept.value;
-    const reading = computeRegime(state);
-    const snapshot = state.snapshot()!;
-    const value = keptAnswer<RiskForecast>({
-      coin: input.coin,
-      timeframe: input.timeframe,
-      exchange: input.exchange,
-      price: snapshot.close,
-      timestamp: Math.floor(closeTime / 1000),
-      feed: this.feed.kind,
-      horizons: computeRiskHorizons(state),
-      percentile: reading.volatility.percentile,
-      regime: reading.regime,
-      label_evidence: labelEvidenceText(state.volatility, input.timeframe),
-      evidence: RISK_EVIDENCE,
-    });
-    this.forecasts.set(key, { closeTime, value });
+    const value = compute(state, closeTime);
+    cache.set(key, { closeTime, value });
     return value;
   }
 

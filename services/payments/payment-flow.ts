@@ -13,6 +13,7 @@ import type { Logger } from 'pino';
 import { WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
 import type { KeyedLock } from '../../adapters/keyed-lock.ts';
 import { ERRORS, type ErrorCode, errorMessage } from '../../contracts/errors.ts';
+import type { EventData } from '../../contracts/events.ts';
 import type { PaymentReceipt } from '../api/service-meta.ts';
 import { describeFailure } from '../engine/operation-errors.ts';
 import type { SignalOperations } from '../engine/operations.ts';
@@ -207,6 +208,30 @@ function replay(stored: { response: Record<string, unknown> }, state: PaymentSta
   return null;
 }
 
+/** The PaymentAuthorized event that reserves a verified payment's nonce for one request. */
+export function reservationOf(
+  payment: DecodedPayment,
+  requirement: PaymentRequirements,
+  request: { url: string; requestId: string; tool: string },
+): EventData<'PaymentAuthorized'> {
+  const auth = payment.eip3009.authorization;
+  return {
+    nonce: auth.nonce.toLowerCase(),
+    network: requirement.network,
+    asset: requirement.asset,
+    payer: auth.from,
+    payTo: requirement.payTo,
+    amount: requirement.amount,
+    resource: request.url,
+    x402Version: payment.version,
+    validAfter: auth.validAfter,
+    validBefore: auth.validBefore,
+    requestId: request.requestId,
+    tool: request.tool,
+    signature: payment.eip3009.signature,
+  };
+}
+
 /**
  * One paid call, in the only safe order: look for an answer this payment already paid for,
  * verify the authorisation, check the payer's exposure, reserve the payment in the event store,
@@ -349,21 +374,7 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
   let reserved: ReserveResult;
   try {
     reserved = await deps.ledger.reserve(
-      {
-        nonce: auth.nonce.toLowerCase(),
-        network: requirement.network,
-        asset: requirement.asset,
-        payer: auth.from,
-        payTo: requirement.payTo,
-        amount: requirement.amount,
-        resource: call.url,
-        x402Version: payment.version,
-        validAfter: auth.validAfter,
-        validBefore: auth.validBefore,
-        requestId: call.requestId,
-        tool: call.tool.name,
-        signature: payment.eip3009.signature,
-      },
+      reservationOf(payment, requirement, { url: call.url, requestId: call.requestId, tool: call.tool.name }),
       current,
     );
   } catch (err) {

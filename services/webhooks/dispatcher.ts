@@ -100,42 +100,25 @@ export class WebhookDispatcher {
     // expected 'no_stream' both derive from the delivery id), so a lost ack costs a redelivery
     // that claims nothing, never a lost or doubled delivery. A confirmed ack would only turn that
     // into a nak, with the same redelivery, at a round trip per message.
-    this.consumers.push(
-      await bus.consume(
-        {
-          durable: `${durable}-calls`,
-          filterSubject: eventSubject('VerdictRecorded', prefix),
-          maxInFlight: 64,
-          confirmAck: false,
-        },
-        handle,
-      ),
-      await bus.consume(
-        {
-          durable: `${durable}-shifts`,
-          filterSubject: eventSubject('RegimeShifted', prefix),
-          maxInFlight: 4,
-          confirmAck: false,
-        },
-        handle,
-      ),
-      await bus.consume(
-        {
-          durable: `${durable}-reenable`,
-          filterSubject: eventSubject('SubscriptionReEnabled', prefix),
-          confirmAck: false,
-        },
-        handle,
-      ),
-      await bus.consume(
-        {
-          durable: `${durable}-disabled`,
-          filterSubject: eventSubject('SubscriptionDisabled', prefix),
-          confirmAck: false,
-        },
-        handle,
-      ),
-    );
+    const consumed: ReadonlyArray<[suffix: string, type: string, maxInFlight?: number]> = [
+      ['calls', 'VerdictRecorded', 64],
+      ['shifts', 'RegimeShifted', 4],
+      ['reenable', 'SubscriptionReEnabled'],
+      ['disabled', 'SubscriptionDisabled'],
+    ];
+    for (const [suffix, type, maxInFlight] of consumed) {
+      this.consumers.push(
+        await bus.consume(
+          {
+            durable: `${durable}-${suffix}`,
+            filterSubject: eventSubject(type, prefix),
+            ...(maxInFlight === undefined ? {} : { maxInFlight }),
+            confirmAck: false,
+          },
+          handle,
+        ),
+      );
+    }
     // Retries and digests tick apart: a digest's scan can take seconds on a busy machine, and
     // due retries waiting behind it were sent that much past their schedule.
     this.options.worker.onRetryScheduled = (due) => this.wakeAt(due);

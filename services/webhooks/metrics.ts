@@ -50,42 +50,43 @@ export function webhookMetrics(registry: Registry, sources: () => DeliverySource
     buckets: [0.001, 0.01, 0.1, 0.5, 1, 5, 15, 60, 300],
     registers: [registry],
   });
-  new Gauge({
-    name: 'webhook_endpoint_queue_depth',
-    help: 'Delivery attempts queued or sending, by the circuit-breaker state of their endpoint',
-    labelNames: ['breaker_state'] as const,
-    registers: [registry],
-    collect() {
-      const s = sources();
-      if (!s) return;
-      for (const [state, n] of Object.entries(s.queueDepth())) this.set({ breaker_state: state }, n);
+  // One gauge per breakdown, read from the live sources at scrape time (none before they exist).
+  const countGauge = (
+    name: string,
+    help: string,
+    label: string,
+    counts: (s: DeliverySources) => Record<string, number>,
+  ) =>
+    new Gauge({
+      name,
+      help,
+      labelNames: [label],
+      registers: [registry],
+      collect() {
+        const s = sources();
+        if (!s) return;
+        for (const [value, n] of Object.entries(counts(s))) this.set({ [label]: value }, n);
+      },
+    });
+  countGauge(
+    'webhook_endpoint_queue_depth',
+    'Delivery attempts queued or sending, by the circuit-breaker state of their endpoint',
+    'breaker_state',
+    (s) => s.queueDepth(),
+  );
+  countGauge(
+    'webhook_endpoints',
+    'Endpoints with a circuit breaker that is not closed, by state',
+    'breaker_state',
+    (s) => {
+      const { closed: _closed, ...open } = s.endpoints();
+      return open;
     },
-  });
-  new Gauge({
-    name: 'webhook_endpoints',
-    help: 'Endpoints with a circuit breaker that is not closed, by state',
-    labelNames: ['breaker_state'] as const,
-    registers: [registry],
-    collect() {
-      const s = sources();
-      if (!s) return;
-      for (const [state, n] of Object.entries(s.endpoints())) {
-        if (state !== 'closed') this.set({ breaker_state: state }, n);
-      }
-    },
-  });
-  new Gauge({
-    name: 'webhook_subscriptions',
-    help: 'Webhook subscriptions by status (active, disabled)',
-    labelNames: ['status'] as const,
-    registers: [registry],
-    collect() {
-      const s = sources();
-      if (!s) return;
-      const counts = { active: 0, disabled: 0 };
-      for (const sub of Object.values(s.state().subscriptions.subs)) counts[sub.status]++;
-      for (const [status, n] of Object.entries(counts)) this.set({ status }, n);
-    },
+  );
+  countGauge('webhook_subscriptions', 'Webhook subscriptions by status (active, disabled)', 'status', (s) => {
+    const counts = { active: 0, disabled: 0 };
+    for (const sub of Object.values(s.state().subscriptions.subs)) counts[sub.status]++;
+    return counts;
   });
   return {
     attempt(trigger) {

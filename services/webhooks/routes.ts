@@ -185,97 +185,109 @@ const DOCS = {
 
 /** What the routes do, apart from how they are declared: each takes the caller's key id and typed input. */
 function webhookActions(deps: WebhookRoutesDeps) {
-  const { store, runner, settings } = deps;
+  return {
+    owned: (keyId: string, id: string) => owned(deps, keyId, id),
+    settled: (position: number) => settled(deps, position),
+    create: (keyId: string, request: CreateWebhookRequest) => create(deps, keyId, request),
+    sendSample: (sub: SubscriptionRecord) => sendSample(deps, sub),
+    deliveriesAfter: (sub: SubscriptionRecord, afterSeq: number, limit: number) =>
+      deliveriesAfter(deps, sub, afterSeq, limit),
+    latestDeliveries: (sub: SubscriptionRecord, limit: number) => latestDeliveries(deps, sub, limit),
+    resend: (sub: SubscriptionRecord, deliveryId: string) => resend(deps, sub, deliveryId),
+  };
+}
 
-  function owned(keyId: string, id: string): SubscriptionRecord {
-    const sub = findSubscription(runner.state.subscriptions, id);
-    if (!sub || sub.keyId !== keyId)
-      throw new ServiceError('NOT_FOUND', { detail: `no webhook subscription ${id}` });
-    return sub;
+function owned(deps: WebhookRoutesDeps, keyId: string, id: string): SubscriptionRecord {
+  const sub = findSubscription(deps.runner.state.subscriptions, id);
+  if (!sub || sub.keyId !== keyId)
+    throw new ServiceError('NOT_FOUND', { detail: `no webhook subscription ${id}` });
+  return sub;
+}
+
+/** Read-your-writes: the projection has folded the caller's change before the answer. */
+async function settled(deps: WebhookRoutesDeps, position: number): Promise<void> {
+  await deps.runner.waitFor(position, 5_000);
+}
+
+async function create(deps: WebhookRoutesDeps, keyId: string, request: CreateWebhookRequest) {
+  const version = request.event_version;
+  if (version !== undefined && !EVENT_VERSIONS.includes(version)) {
+    const detail = `event_version: ${version} is not a payload version (known: ${EVENT_VERSIONS.join(', ')})`;
+    throw new ServiceError('INVALID_FIELD', { detail }, 'event_version');
   }
+  const check = await checkWebhookUrl(request.url, deps.settings.urlPolicy);
+  if (!check.ok) throw new ServiceError('INVALID_URL', { detail: check.reason }, 'url');
+  const created = await createSubscription(deps.store, {
+    keyId,
+    request,
+    url: check.url.toString(),
+    secrets: deps.secrets,
+    maxPerKey: deps.settings.maxPerKey,
+  });
+  await settled(deps, created.position);
+  return { ...toView(owned(deps, keyId, created.subscriptionId)), secret: created.secret };
+}
 
-  /** Read-your-writes: the projection has folded the caller's change before the answer. */
-  async function settled(position: number): Promise<void> {
-    await runner.waitFor(position, 5_000);
+async function sendSample(deps: WebhookRoutesDeps, sub: SubscriptionRecord) {
+  const envelope = sampleEnvelope(sub, deps.settings.verifyBaseUrl, deps.feed);
+  const secrets = deps.worker.openSecrets(sub, Date.now());
+  const result = await sendSigned(deps.agent, {
+    url: sub.url,
+    secret: secrets.current,
+    previousSecret: secrets.previous,
+    eventVersion: sub.eventVersion ?? 1,
+    event: envelope.event,
+    deliveryId: envelope.delivery_id,
+    body: JSON.stringify(envelope),
+    timeoutMs: deps.settings.timeoutMs,
+  });
+  return resultView(envelope.delivery_id, result);
+}
+
+/** Every delivery after `afterSeq`, however old: the sequence stream holds them all, in seq order. */
+async function deliveriesAfter(
+  deps: WebhookRoutesDeps,
+  sub: SubscriptionRecord,
+  afterSeq: number,
+  limit: number,
+) {
+  const sequenced = await deps.store.readStream(sequenceStream(sub.id), {
+    fromRevision: afterSeq,
+    maxCount: limit,
+  });
+  const deliveries: DeliveryView[] = [];
+  for (const event of sequenced) {
+    const id = (event.data as { deliveryId: string }).deliveryId;
+    const record = findDelivery(deps.runner.state.log, id) ?? (await readDeliveryRecord(deps.store, id));
+    if (record) deliveries.push(deliveryView({ ...record, seq: event.revision + 1 }));
   }
+  const last = sequenced.at(-1);
+  return { subscription: toView(sub), deliveries, next_after_seq: last ? last.revision + 1 : afterSeq };
+}
 
-  async function create(keyId: string, request: CreateWebhookRequest) {
-    const version = request.event_version;
-    if (version !== undefined && !EVENT_VERSIONS.includes(version)) {
-      const detail = `event_version: ${version} is not a payload version (known: ${EVENT_VERSIONS.join(', ')})`;
-      throw new ServiceError('INVALID_FIELD', { detail }, 'event_version');
-    }
-    const check = await checkWebhookUrl(request.url, settings.urlPolicy);
-    if (!check.ok) throw new ServiceError('INVALID_URL', { detail: check.reason }, 'url');
-    const created = await createSubscription(store, {
-      keyId,
-      request,
-      url: check.url.toString(),
-      secrets: deps.secrets,
-      maxPerKey: settings.maxPerKey,
-    });
-    await settled(created.position);
-    return { ...toView(owned(keyId, created.subscriptionId)), secret: created.secret };
+function latestDeliveries(deps: WebhookRoutesDeps, sub: SubscriptionRecord, limit: number) {
+  const { log } = deps.runner.state;
+  const ids = (log.bySub[sub.id] ?? []).slice(-limit).reverse();
+  return {
+    subscription: toView(sub),
+    deliveries: ids.flatMap((id) => {
+      const record = findDelivery(log, id);
+      return record ? [deliveryView(record)] : [];
+    }),
+  };
+}
+
+async function resend(deps: WebhookRoutesDeps, sub: SubscriptionRecord, deliveryId: string) {
+  // Older deliveries have left the in-memory log, never the event log.
+  const record =
+    findDelivery(deps.runner.state.log, deliveryId) ?? (await readDeliveryRecord(deps.store, deliveryId));
+  if (!record || record.subscriptionId !== sub.id) {
+    throw new ServiceError('NOT_FOUND', { detail: `no delivery ${deliveryId} for this subscription` });
   }
-
-  async function sendSample(sub: SubscriptionRecord) {
-    const envelope = sampleEnvelope(sub, settings.verifyBaseUrl, deps.feed);
-    const secrets = deps.worker.openSecrets(sub, Date.now());
-    const result = await sendSigned(deps.agent, {
-      url: sub.url,
-      secret: secrets.current,
-      previousSecret: secrets.previous,
-      eventVersion: sub.eventVersion ?? 1,
-      event: envelope.event,
-      deliveryId: envelope.delivery_id,
-      body: JSON.stringify(envelope),
-      timeoutMs: settings.timeoutMs,
-    });
-    return resultView(envelope.delivery_id, result);
-  }
-
-  /** Every delivery after `afterSeq`, however old: the sequence stream holds them all, in seq order. */
-  async function deliveriesAfter(sub: SubscriptionRecord, afterSeq: number, limit: number) {
-    const sequenced = await store.readStream(sequenceStream(sub.id), {
-      fromRevision: afterSeq,
-      maxCount: limit,
-    });
-    const deliveries: DeliveryView[] = [];
-    for (const event of sequenced) {
-      const id = (event.data as { deliveryId: string }).deliveryId;
-      const record = findDelivery(runner.state.log, id) ?? (await readDeliveryRecord(store, id));
-      if (record) deliveries.push(deliveryView({ ...record, seq: event.revision + 1 }));
-    }
-    const last = sequenced.at(-1);
-    return { subscription: toView(sub), deliveries, next_after_seq: last ? last.revision + 1 : afterSeq };
-  }
-
-  function latestDeliveries(sub: SubscriptionRecord, limit: number) {
-    const { log } = runner.state;
-    const ids = (log.bySub[sub.id] ?? []).slice(-limit).reverse();
-    return {
-      subscription: toView(sub),
-      deliveries: ids.flatMap((id) => {
-        const record = findDelivery(log, id);
-        return record ? [deliveryView(record)] : [];
-      }),
-    };
-  }
-
-  async function resend(sub: SubscriptionRecord, deliveryId: string) {
-    // Older deliveries have left the in-memory log, never the event log.
-    const record =
-      findDelivery(runner.state.log, deliveryId) ?? (await readDeliveryRecord(store, deliveryId));
-    if (!record || record.subscriptionId !== sub.id) {
-      throw new ServiceError('NOT_FOUND', { detail: `no delivery ${deliveryId} for this subscription` });
-    }
-    if (sub.status !== 'active') throw new ServiceError('SUBSCRIPTION_DISABLED');
-    const job = await claimNextAttempt(deps.worker, record, sub, 'resend');
-    if (!job) throw new ServiceError('DELIVERY_BUSY');
-    return resultView(record.id, await deps.worker.submit(job));
-  }
-
-  return { owned, settled, create, sendSample, deliveriesAfter, latestDeliveries, resend };
+  if (sub.status !== 'active') throw new ServiceError('SUBSCRIPTION_DISABLED');
+  const job = await claimNextAttempt(deps.worker, record, sub, 'resend');
+  if (!job) throw new ServiceError('DELIVERY_BUSY');
+  return resultView(record.id, await deps.worker.submit(job));
 }
 
 /**

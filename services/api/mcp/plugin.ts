@@ -1,13 +1,13 @@
 import { randomUUID } from 'node:crypto';
-import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
-import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ErrorCode } from '../../../contracts/errors.ts';
 import { type Caller, CallerRejectedError, identifyCaller } from '../caller.ts';
 import { errorHandler, rpcErrorBody } from '../errors.ts';
 import { codesText, documented, type ResponseDoc } from '../openapi.ts';
 import { identifyAs } from '../rate-limit.ts';
+import { handOver } from './hand-over.ts';
 import { InFlightIds, requestIds } from './in-flight.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
 import { createMcpServer } from './server.ts';
@@ -174,176 +174,190 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
     const stateless = statelessMcp(options);
     app.addHook('onClose', async () => stateless.close());
 
-    const guard = (request: FastifyRequest, reply: FastifyReply): boolean => {
-      if (!hostAllowed(options.guard, request.headers.host)) {
-        jsonRpcError(reply, 403, -32000, 'Forbidden: Host not allowed');
-        return false;
-      }
-      const origin = request.headers.origin;
-      if (!originAllowed(options.guard, origin)) {
-        jsonRpcError(reply, 403, -32000, 'Forbidden: Origin not allowed');
-        return false;
-      }
-      reply.headers(corsHeaders(origin, MCP_METHODS));
-      return true;
-    };
-
-    app.options('/mcp', async (request, reply) => {
-      if (!guard(request, reply)) return reply;
-      return reply.code(204).send();
-    });
-
-    const handle = async (request: FastifyRequest, reply: FastifyReply) => {
-      if (!guard(request, reply)) return reply;
-      const method = request.method;
-      if (method !== 'GET' && method !== 'POST' && method !== 'DELETE') {
-        reply.header('allow', MCP_METHODS);
-        return jsonRpcError(reply, 405, -32000, 'Method not allowed.');
-      }
-      const header = request.headers['mcp-session-id'];
-      const sessionId = Array.isArray(header) ? header[0] : header;
-      let transport: StreamableHTTPServerTransport | undefined;
-      if (sessionId !== undefined) {
-        transport = sessions.touch(sessionId);
-        if (transport === undefined) return jsonRpcError(reply, 404, -32001, 'Session not found');
-      } else if (method === 'POST' && isInitialize(request.body)) {
-        const owner = await sessionOwner(request);
-        await sessions.makeRoom(owner);
-        transport = await openSession(owner);
-      } else if (method === 'POST') {
-        // No session and not initialize: a one-shot call, or the 2026-07-28 revision. Their plain
-        // tools/call is answered here as on a session (see session-call.ts); the rest by the SDKs
-        // (stateless.ts).
-        const oneShot = plainToolCall(request);
-        if (oneShot !== null) return answerToolCall(options, oneShot, request, reply, { kind: 'one-shot' });
-        const modern = modernToolCall(request);
-        if (modern !== null) return answerToolCall(options, modern, request, reply, { kind: 'modern' });
-        return stateless.serve(request, reply, signedIn.get(request));
-      } else {
-        return jsonRpcError(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
-      }
-      if (sessionId !== undefined && method === 'POST') {
-        const claim = inFlight.claim(sessionId, requestIds(request.body));
-        if ('conflict' in claim) {
-          return reply
-            .code(409)
-            .type('application/json')
-            .send({
-              jsonrpc: '2.0',
-              error: {
-                code: -32600,
-                message: `Invalid Request: a request with id ${JSON.stringify(claim.conflict)} is already in flight on this session`,
-              },
-              id: claim.conflict,
-            });
-        }
-        const call = plainToolCall(request);
-        if (call !== null) {
-          // Answered here, error or not: the id is free again once the answer is handed over.
-          // (No per-request close listener: the call always ends, and one showed in the profile.)
-          try {
-            return await answerToolCall(options, call, request, reply, { kind: 'session', sessionId });
-          } finally {
-            claim.release();
-          }
-        }
-        // Answered, failed or dropped by the client: the id is free again.
-        reply.raw.once('close', () => claim.release());
-      }
-      reply.hijack();
-      for (const [name, value] of Object.entries(reply.getHeaders())) {
-        if (value !== undefined) reply.raw.setHeader(name, value as string | string[] | number);
-      }
-      const raw = request.raw as typeof request.raw & { auth?: AuthInfo };
-      const caller = signedIn.get(request);
-      raw.auth = {
-        token: '',
-        clientId: 'mcp',
-        scopes: [],
-        extra: { clientAddress: request.ip, ...(caller ? { caller } : {}) },
-      };
-      try {
-        await transport.handleRequest(raw, reply.raw, request.body);
-      } catch (err) {
-        request.log.error({ err }, 'mcp request failed');
-        if (!reply.raw.headersSent) {
-          reply.raw.writeHead(500, { 'content-type': 'application/json' });
-          reply.raw.end(
-            JSON.stringify({ jsonrpc: '2.0', error: { code: -32603, message: 'Internal error' }, id: null }),
-          );
-        }
-      }
-      return reply;
-    };
-
-    /** The caller a new session counts against: its key when one applies, else its address. */
-    const sessionOwner = async (request: FastifyRequest): Promise<string> => {
-      const caller = signedIn.get(request);
-      if (caller) return `${caller.subject.kind}:${caller.subject.id}`;
-      try {
-        const caller = await identifyCaller(options.keys, {
-          headers: request.headers,
-          clientAddress: request.ip,
-        });
-        return `${caller.subject.kind}:${caller.subject.id}`;
-      } catch (err) {
-        if (err instanceof CallerRejectedError) return `anonymous:${err.anonymous.id}`;
-        throw err;
-      }
-    };
-
-    const openSession = async (owner: string): Promise<StreamableHTTPServerTransport> => {
-      const server = createMcpServer(options);
-      const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
-        sessionIdGenerator: () => randomUUID(),
-        enableJsonResponse: true,
-        onsessioninitialized: (id): void => sessions.add(id, server, transport, owner),
-        onsessionclosed: (id): void => {
-          sessions.forget(id);
-          inFlight.forget(id);
-        },
-      });
-      transport.onclose = () => {
-        if (transport.sessionId) {
-          sessions.forget(transport.sessionId);
-          inFlight.forget(transport.sessionId);
-        }
-      };
-      await server.connect(transport);
-      return transport;
-    };
-
+    const guard = requestGuard(options.guard);
+    const handle = mcpHandler({ options, sessions, inFlight, stateless, guard });
+    app.options('/mcp', preflight(guard));
     app.route({
       method: ['GET', 'POST', 'DELETE', 'PUT', 'PATCH'],
       url: '/mcp',
       handler: handle,
       config: MCP_DOC,
     });
+    if (options.signin) signInRoutes(app, options.signin, guard, handle);
+  };
+}
 
-    const gate = options.signin;
-    if (gate) {
-      app.options(gate.path, async (request, reply) => {
-        if (!guard(request, reply)) return reply;
-        return reply.code(204).send();
-      });
-      app.route({
-        method: ['GET', 'POST', 'DELETE', 'PUT', 'PATCH'],
-        url: gate.path,
-        handler: handle,
-        config: SIGNIN_DOC,
-        // Before the rate limit (a preHandler): the limit then counts the key the token acts as.
-        onRequest: async (request, reply) => {
-          const outcome = await gate.authenticate(request);
-          if ('caller' in outcome) {
-            signedIn.set(request, outcome.caller);
-            identifyAs(request, outcome.caller);
-            return;
-          }
-          if (outcome.challenge !== null) reply.header('www-authenticate', outcome.challenge);
-          reply.headers(corsHeaders(request.headers.origin, MCP_METHODS));
-          return jsonRpcError(reply, outcome.status, -32000, outcome.message);
+type Guard = (request: FastifyRequest, reply: FastifyReply) => boolean;
+type Handler = (request: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply>;
+
+/** Host and Origin checks (DNS rebinding) with CORS headers; false once the refusal is answered. */
+function requestGuard(config: GuardConfig): Guard {
+  return (request, reply) => {
+    if (!hostAllowed(config, request.headers.host)) {
+      jsonRpcError(reply, 403, -32000, 'Forbidden: Host not allowed');
+      return false;
+    }
+    const origin = request.headers.origin;
+    if (!originAllowed(config, origin)) {
+      jsonRpcError(reply, 403, -32000, 'Forbidden: Origin not allowed');
+      return false;
+    }
+    reply.headers(corsHeaders(origin, MCP_METHODS));
+    return true;
+  };
+}
+
+function preflight(guard: Guard) {
+  return async (request: FastifyRequest, reply: FastifyReply) => {
+    if (!guard(request, reply)) return reply;
+    return reply.code(204).send();
+  };
+}
+
+interface HandlerDeps {
+  options: McpPluginOptions;
+  sessions: SessionTable;
+  inFlight: InFlightIds;
+  stateless: ReturnType<typeof statelessMcp>;
+  guard: Guard;
+}
+
+/** Every method at the MCP path: to a session's transport, a one-shot or modern call, or the stateless SDKs. */
+function mcpHandler(deps: HandlerDeps): Handler {
+  const { options, sessions, stateless, guard } = deps;
+  return async (request, reply) => {
+    if (!guard(request, reply)) return reply;
+    const method = request.method;
+    if (method !== 'GET' && method !== 'POST' && method !== 'DELETE') {
+      reply.header('allow', MCP_METHODS);
+      return jsonRpcError(reply, 405, -32000, 'Method not allowed.');
+    }
+    const header = request.headers['mcp-session-id'];
+    const sessionId = Array.isArray(header) ? header[0] : header;
+    let transport: StreamableHTTPServerTransport | undefined;
+    if (sessionId !== undefined) {
+      transport = sessions.touch(sessionId);
+      if (transport === undefined) return jsonRpcError(reply, 404, -32001, 'Session not found');
+    } else if (method === 'POST' && isInitialize(request.body)) {
+      const owner = await sessionOwner(options, request);
+      await sessions.makeRoom(owner);
+      transport = await openSession(deps, owner);
+    } else if (method === 'POST') {
+      // No session and not initialize: a one-shot call, or the 2026-07-28 revision. Their plain
+      // tools/call is answered here as on a session (see session-call.ts); the rest by the SDKs
+      // (stateless.ts).
+      const oneShot = plainToolCall(request);
+      if (oneShot !== null) return answerToolCall(options, oneShot, request, reply, { kind: 'one-shot' });
+      const modern = modernToolCall(request);
+      if (modern !== null) return answerToolCall(options, modern, request, reply, { kind: 'modern' });
+      return stateless.serve(request, reply, signedIn.get(request));
+    } else {
+      return jsonRpcError(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
+    }
+    if (sessionId !== undefined && method === 'POST') {
+      const answered = await claimedCall(deps, sessionId, request, reply);
+      if (answered !== null) return answered;
+    }
+    return handOver(transport, request, reply, signedIn.get(request), 'mcp request failed');
+  };
+}
+
+/**
+ * Claims the request's ids on its session: a conflict, or a plain tools/call answered here, is the
+ * reply; null when the transport answers (the ids are freed once the reply closes).
+ */
+async function claimedCall(
+  deps: HandlerDeps,
+  sessionId: string,
+  request: FastifyRequest,
+  reply: FastifyReply,
+): Promise<FastifyReply | null> {
+  const claim = deps.inFlight.claim(sessionId, requestIds(request.body));
+  if ('conflict' in claim) {
+    return reply
+      .code(409)
+      .type('application/json')
+      .send({
+        jsonrpc: '2.0',
+        error: {
+          code: -32600,
+          message: `Invalid Request: a request with id ${JSON.stringify(claim.conflict)} is already in flight on this session`,
         },
+        id: claim.conflict,
       });
+  }
+  const call = plainToolCall(request);
+  if (call !== null) {
+    // Answered here, error or not: the id is free again once the answer is handed over.
+    // (No per-request close listener: the call always ends, and one showed in the profile.)
+    try {
+      return await answerToolCall(deps.options, call, request, reply, { kind: 'session', sessionId });
+    } finally {
+      claim.release();
+    }
+  }
+  // Answered, failed or dropped by the client: the id is free again.
+  reply.raw.once('close', () => claim.release());
+  return null;
+}
+
+/** The caller a new session counts against: its key when one applies, else its address. */
+async function sessionOwner(options: McpPluginOptions, request: FastifyRequest): Promise<string> {
+  const caller = signedIn.get(request);
+  if (caller) return `${caller.subject.kind}:${caller.subject.id}`;
+  try {
+    const caller = await identifyCaller(options.keys, {
+      headers: request.headers,
+      clientAddress: request.ip,
+    });
+    return `${caller.subject.kind}:${caller.subject.id}`;
+  } catch (err) {
+    if (err instanceof CallerRejectedError) return `anonymous:${err.anonymous.id}`;
+    throw err;
+  }
+}
+
+async function openSession(deps: HandlerDeps, owner: string): Promise<StreamableHTTPServerTransport> {
+  const { sessions, inFlight } = deps;
+  const server = createMcpServer(deps.options);
+  const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
+    sessionIdGenerator: () => randomUUID(),
+    enableJsonResponse: true,
+    onsessioninitialized: (id): void => sessions.add(id, server, transport, owner),
+    onsessionclosed: (id): void => {
+      sessions.forget(id);
+      inFlight.forget(id);
+    },
+  });
+  transport.onclose = () => {
+    if (transport.sessionId) {
+      sessions.forget(transport.sessionId);
+      inFlight.forget(transport.sessionId);
     }
   };
+  await server.connect(transport);
+  return transport;
+}
+
+/** The same handler at the sign-in path, behind the gate that turns an access token into its key. */
+function signInRoutes(app: FastifyInstance, gate: SignInGate, guard: Guard, handle: Handler): void {
+  app.options(gate.path, preflight(guard));
+  app.route({
+    method: ['GET', 'POST', 'DELETE', 'PUT', 'PATCH'],
+    url: gate.path,
+    handler: handle,
+    config: SIGNIN_DOC,
+    // Before the rate limit (a preHandler): the limit then counts the key the token acts as.
+    onRequest: async (request, reply) => {
+      const outcome = await gate.authenticate(request);
+      if ('caller' in outcome) {
+        signedIn.set(request, outcome.caller);
+        identifyAs(request, outcome.caller);
+        return;
+      }
+      if (outcome.challenge !== null) reply.header('www-authenticate', outcome.challenge);
+      reply.headers(corsHeaders(request.headers.origin, MCP_METHODS));
+      return jsonRpcError(reply, outcome.status, -32000, outcome.message);
+    },
+  });
 }

@@ -1,8 +1,8 @@
-import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { CacheHint, McpHttpHandler, Server, ServerContext } from '@modelcontextprotocol/server';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Caller } from '../caller.ts';
+import { authInfo, handOver } from './hand-over.ts';
 import { createMcpServer, SERVER_INFO, SERVER_INSTRUCTIONS } from './server.ts';
 import { ChannelError, callTool, MCP_PAYMENT_META, type ToolCallDeps } from './tool-call.ts';
 
@@ -57,15 +57,6 @@ function createModernServer(sdk: ModernSdk, deps: ToolCallDeps): Server {
   return server;
 }
 
-function authInfo(request: FastifyRequest, caller: Caller | undefined): AuthInfo {
-  return {
-    token: '',
-    clientId: 'mcp',
-    scopes: [],
-    extra: { clientAddress: request.ip, ...(caller ? { caller } : {}) },
-  };
-}
-
 export interface StatelessMcp {
   /** `caller`: who the route authenticated (an OAuth token on /mcp/signin); else identified from headers. */
   serve(request: FastifyRequest, reply: FastifyReply, caller?: Caller): Promise<FastifyReply>;
@@ -88,28 +79,11 @@ async function serveLegacy(
     enableJsonResponse: true,
   });
   await server.connect(transport);
-  reply.hijack();
-  for (const [name, value] of Object.entries(reply.getHeaders())) {
-    if (value !== undefined) reply.raw.setHeader(name, value as string | string[] | number);
-  }
-  const raw = request.raw as typeof request.raw & { auth?: AuthInfo };
-  raw.auth = authInfo(request, caller);
   reply.raw.once('close', () => {
     void transport.close().catch(() => undefined);
     void server.close().catch(() => undefined);
   });
-  try {
-    await transport.handleRequest(raw, reply.raw, request.body);
-  } catch (err) {
-    request.log.error({ err }, 'stateless mcp request failed');
-    if (!reply.raw.headersSent) {
-      reply.raw.writeHead(500, { 'content-type': 'application/json' });
-      reply.raw.end(
-        JSON.stringify({ jsonrpc: '2.0', error: { code: -32603, message: 'Internal error' }, id: null }),
-      );
-    }
-  }
-  return reply;
+  return handOver(transport, request, reply, caller, 'stateless mcp request failed');
 }
 
 export function statelessMcp(deps: ToolCallDeps): StatelessMcp {

@@ -55,6 +55,26 @@ describe('walk-forward fits see no test months', () => {
     );
   });
 
+  it('the training count is every scored sample whose horizon ended before the split', () => {
+    const fit = fitCell([samples], '5m', split, settings)!;
+    const trainCount = samples.filter((s) => s.score !== 0 && s.closeTime + 6 * 300_000 <= split).length;
+    expect(fit.curve.samples).toBe(trainCount);
+  });
+
+  it('fits the direction on training outcomes: mirrored outcomes flip it and give the same hit rates', () => {
+    const mirrored = samples.map((s) => ({ ...s, forward: -s.forward }));
+    const a = fitCell([samples], '5m', split, settings)!;
+    const b = fitCell([mirrored], '5m', split, settings)!;
+    expect(a.direction === 1 || a.direction === -1).toBe(true);
+    expect(b.direction).toBe(-a.direction);
+    expect(b.curve.bins).toEqual(a.curve.bins);
+    const ra = scoreCalls(testPoints([samples], '5m', 6, split, Number.POSITIVE_INFINITY), a, settings);
+    const rb = scoreCalls(testPoints([mirrored], '5m', 6, split, Number.POSITIVE_INFINITY), b, settings);
+    expect(rb.calls).toEqual(ra.calls);
+    expect(rb.buy).toEqual(ra.sell);
+    expect(rb.sell).toEqual(ra.buy);
+  });
+
   it('the funding carry fit ignores settlements after the split', async () => {
     const history = await loadFundingHistory(DIR);
     const cut = Date.UTC(2025, 9, 15);

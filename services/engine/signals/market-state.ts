@@ -108,6 +108,38 @@ export interface Readings {
 const pct = (v: number | null) => (v === null ? null : v * 100);
 
 /**
+ * The indicators, rolling windows and variances a market state feeds each closed candle, with the
+ * engine's parameters. The engine bench feeds this same set raw as its baseline.
+ */
+export function createIndicators() {
+  return {
+    sma: MA_PERIODS.map((p) => new RollingMean(p)),
+    ema: MA_PERIODS.map((p) => new EMA(p)),
+    hma: new HMA(9),
+    vwma: new VWMA(20),
+    baseHigh: new RollingExtreme(26, 'max'),
+    baseLow: new RollingExtreme(26, 'min'),
+    rsi: new RSI(14),
+    stoch: new StochasticOscillator({ kPeriod: 14, kSlowingPeriod: 3, dPeriod: 3 }),
+    cci: new CCI(20),
+    adx: new ADX(14),
+    ao: new AO(5, 34),
+    mom: new MOM(10),
+    macd: new MACD(new EMA(12), new EMA(26), new EMA(9)),
+    stochRsi: new StochasticRSI(14, WSMA, { k: new SMA(3), d: new SMA(3) }),
+    willr: new WilliamsR(14),
+    elder: new ElderRay(13),
+    uo: new UltimateOscillator({ shortPeriod: 7, mediumPeriod: 14, longPeriod: 28 }),
+    atr: new ATR(14),
+    bb: new BollingerBands(20, 2),
+    chop: new Choppiness(14),
+    atrPct: new RollingPercentile(PERCENTILE_WINDOW),
+    bbWidth: new RollingPercentile(PERCENTILE_WINDOW),
+    ewma: new EwmaVariances(),
+  };
+}
+
+/**
  * Streaming indicator state for one (exchange, coin, timeframe). `update` takes one CLOSED
  * candle and advances every indicator once — constant work per candle, no history kept beyond
  * the indicator windows. Indicators come from `trading-signals` where it has them; SMA, the
@@ -121,30 +153,9 @@ export class MarketState {
   readonly #tfMs: number;
   readonly #regimeOptions: RegimeOptions;
 
-  readonly #sma = MA_PERIODS.map((p) => new RollingMean(p));
-  readonly #ema = MA_PERIODS.map((p) => new EMA(p));
-  readonly #hma = new HMA(9);
-  readonly #vwma = new VWMA(20);
-  readonly #baseHigh = new RollingExtreme(26, 'max');
-  readonly #baseLow = new RollingExtreme(26, 'min');
-  readonly #rsi = new RSI(14);
-  readonly #stoch = new StochasticOscillator({ kPeriod: 14, kSlowingPeriod: 3, dPeriod: 3 });
-  readonly #cci = new CCI(20);
-  readonly #adx = new ADX(14);
+  /** The indicators, windows and variances fed each closed candle. */
+  readonly #ind = createIndicators();
   readonly #adxLag = new Lagged(5);
-  readonly #ao = new AO(5, 34);
-  readonly #mom = new MOM(10);
-  readonly #macd = new MACD(new EMA(12), new EMA(26), new EMA(9));
-  readonly #stochRsi = new StochasticRSI(14, WSMA, { k: new SMA(3), d: new SMA(3) });
-  readonly #willr = new WilliamsR(14);
-  readonly #elder = new ElderRay(13);
-  readonly #uo = new UltimateOscillator({ shortPeriod: 7, mediumPeriod: 14, longPeriod: 28 });
-  readonly #atr = new ATR(14);
-  readonly #bb = new BollingerBands(20, 2);
-  readonly #chop = new Choppiness(14);
-  readonly #atrPct = new RollingPercentile(PERCENTILE_WINDOW);
-  readonly #bbWidth = new RollingPercentile(PERCENTILE_WINDOW);
-  readonly #ewma = new EwmaVariances();
   readonly #volForecast = new RollingPercentile(PERCENTILE_WINDOW);
   readonly #volatility: VolatilityTable;
   /** The volatility model for this timeframe, resolved on first use (the table never changes). */
@@ -209,7 +220,7 @@ export class MarketState {
     const prev = this.#readings;
     const { close, high, low } = candle;
 
-    const s = this.#sma;
+    const s = this.#ind.sma;
     const sma: MaReadings = {
       p10: s[0]!.push(close),
       p20: s[1]!.push(close),
@@ -226,34 +237,34 @@ export class MarketState {
       p100: this.#emaAt(4, close, n),
       p200: this.#emaAt(5, close, n),
     };
-    const hma9 = this.#hma.add(close);
-    const vwma20 = this.#vwma.add(candle);
-    const bh = this.#baseHigh.push(high);
-    const bl = this.#baseLow.push(low);
+    const hma9 = this.#ind.hma.add(close);
+    const vwma20 = this.#ind.vwma.add(candle);
+    const bh = this.#ind.baseHigh.push(high);
+    const bl = this.#ind.baseLow.push(low);
 
-    const rsi = this.#rsi.add(close);
-    const stoch = this.#stoch.add(candle);
-    const cci = this.#cci.add(candle);
-    const adx = this.#adx.add(candle);
+    const rsi = this.#ind.rsi.add(close);
+    const stoch = this.#ind.stoch.add(candle);
+    const cci = this.#ind.cci.add(candle);
+    const adx = this.#ind.adx.add(candle);
     if (adx !== null) this.#adxLag.push(adx);
     const adxLagged = this.#adxLag.value;
-    const ao = this.#ao.add(candle);
-    const mom = this.#mom.add(close);
-    const macd = this.#macd.add(close);
-    const stochRsiRaw = this.#stochRsi.add(close);
-    const willr = this.#willr.add(candle);
-    const elder = this.#elder.add(candle);
-    const uo = this.#uo.add(candle);
-    const atr = this.#atr.add(candle);
-    const bands = this.#bb.add(close);
-    const chop = this.#chop.update(candle);
+    const ao = this.#ind.ao.add(candle);
+    const mom = this.#ind.mom.add(close);
+    const macd = this.#ind.macd.add(close);
+    const stochRsiRaw = this.#ind.stochRsi.add(close);
+    const willr = this.#ind.willr.add(candle);
+    const elder = this.#ind.elder.add(candle);
+    const uo = this.#ind.uo.add(candle);
+    const atr = this.#ind.atr.add(candle);
+    const bands = this.#ind.bb.add(close);
+    const chop = this.#ind.chop.update(candle);
 
     const atrPct = atr === null ? null : (100 * atr) / close;
-    if (atrPct !== null) this.#atrPct.push(atrPct);
+    if (atrPct !== null) this.#ind.atrPct.push(atrPct);
     const bbWidth = bands === null || bands.middle === 0 ? null : (bands.upper - bands.lower) / bands.middle;
-    if (bbWidth !== null) this.#bbWidth.push(bbWidth);
+    if (bbWidth !== null) this.#ind.bbWidth.push(bbWidth);
 
-    const variances = this.#ewma.push(close);
+    const variances = this.#ind.ewma.push(close);
     if (variances !== null) {
       const forecast = forecastVarianceOf(
         this.volatilityModel.model,
@@ -270,8 +281,8 @@ export class MarketState {
         ? this.#volForecast.percentile
         : null;
 
-    const plusDi = adx === null ? null : pct(this.#adx.pdi ?? null);
-    const minusDi = adx === null ? null : pct(this.#adx.mdi ?? null);
+    const plusDi = adx === null ? null : pct(this.#ind.adx.pdi ?? null);
+    const minusDi = adx === null ? null : pct(this.#ind.adx.mdi ?? null);
     const adxSlope = adx !== null && adxLagged !== null ? adx - adxLagged : null;
 
     let regimeMetrics: RegimeMetrics | null = null;
@@ -283,11 +294,11 @@ export class MarketState {
       chop !== null &&
       atrPct !== null &&
       bbWidth !== null &&
-      this.#atrPct.size >= MIN_PERCENTILE_SAMPLES &&
-      this.#bbWidth.size >= MIN_PERCENTILE_SAMPLES &&
+      this.#ind.atrPct.size >= MIN_PERCENTILE_SAMPLES &&
+      this.#ind.bbWidth.size >= MIN_PERCENTILE_SAMPLES &&
       volPercentile !== null
     ) {
-      const median = this.#atrPct.median!;
+      const median = this.#ind.atrPct.median!;
       regimeMetrics = {
         adx,
         adx_slope: adxSlope,
@@ -295,9 +306,9 @@ export class MarketState {
         minus_di: minusDi,
         choppiness: chop,
         atr_pct: atrPct,
-        atr_pct_percentile: this.#atrPct.percentile!,
+        atr_pct_percentile: this.#ind.atrPct.percentile!,
         bb_width: bbWidth,
-        bb_width_percentile: this.#bbWidth.percentile!,
+        bb_width_percentile: this.#ind.bbWidth.percentile!,
         volatility_ratio: median > 0 ? atrPct / median : 1,
         vol_forecast_percentile: volPercentile,
       };
@@ -306,8 +317,8 @@ export class MarketState {
 
     // StochRSI: trading-signals yields its raw 0–1 value; TradingView votes on the SMA(3)
     // smoothed %K and %D, scaled to 0–100.
-    const stochRsiK = stochRsiRaw === null ? null : pct(this.#stochRsi.smoothing.k.getResult());
-    const stochRsiD = stochRsiRaw === null ? null : pct(this.#stochRsi.smoothing.d.getResult());
+    const stochRsiK = stochRsiRaw === null ? null : pct(this.#ind.stochRsi.smoothing.k.getResult());
+    const stochRsiD = stochRsiRaw === null ? null : pct(this.#ind.stochRsi.smoothing.d.getResult());
 
     this.#readings = {
       close,
@@ -358,7 +369,7 @@ export class MarketState {
    * an error on every warming-up candle.
    */
   #emaAt(i: number, close: number, candles: number): number | null {
-    const value = this.#ema[i]!.add(close);
+    const value = this.#ind.ema[i]!.add(close);
     return candles >= MA_PERIODS[i]! ? value : null;
   }
 
@@ -388,7 +399,7 @@ export class MarketState {
       ['adx', r.adxPrev],
       ['ao', r.aoPrev],
       ['mom', r.momPrev],
-      ['macd', this.#macd.signal.isStable ? r.macdSignal : null],
+      ['macd', this.#ind.macd.signal.isStable ? r.macdSignal : null],
       ['stoch_rsi', r.stochRsiD],
       ['williams_r', r.williamsRPrev],
       ['bull_bear_power', r.bearPowerPrev],

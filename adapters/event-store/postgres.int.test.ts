@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventsBehind } from '../../projections/lag.ts';
+import { type PrivatePostgres, startPrivatePostgres } from '../../test/postgres-private.ts';
 import {
   dropSchemas,
   POSTGRES_URL,
@@ -29,6 +30,15 @@ if (run) {
 }
 
 describe.runIf(run)('PostgreSQL event store', () => {
+  // The tests that hold a transaction open run on a server of their own: on the shared one they
+  // held back every reader of another suite running beside this one (see test/postgres-private.ts).
+  let own: PrivatePostgres;
+  beforeAll(async () => {
+    own = await startPrivatePostgres();
+  });
+  afterAll(async () => {
+    await own?.stop();
+  });
   it('applies its migrations once, even when two processes start at the same time', async () => {
     const schema = fresh();
     const [a, b] = await Promise.all([
@@ -128,8 +138,8 @@ describe.runIf(run)('PostgreSQL event store', () => {
   it('never lets a reader pass an event that commits late: later commits wait behind it, then both arrive in order', async () => {
     const schema = fresh();
     // A poll far longer than the test: arrivals come from the notify and the held-back re-read.
-    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema, pollMs: 30_000 });
-    const slow = new pg.Client({ connectionString: POSTGRES_URL });
+    const store = await openPostgresEventStore({ url: own.url, schema, pollMs: 30_000 });
+    const slow = new pg.Client({ connectionString: own.url });
     await slow.connect();
     const seen: string[] = [];
     const sub = store.subscribeToAll();
@@ -189,8 +199,8 @@ describe.runIf(run)('PostgreSQL event store', () => {
 
   it('counts events held back by an open transaction as lag, though readers cannot take them yet', async () => {
     const schema = fresh();
-    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema });
-    const slow = new pg.Client({ connectionString: POSTGRES_URL });
+    const store = await openPostgresEventStore({ url: own.url, schema });
+    const slow = new pg.Client({ connectionString: own.url });
     await slow.connect();
     try {
       await store.append('before', [event('B')]);

@@ -1,21 +1,20 @@
-import { mkdirSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { join } from 'node:path';
 import type { OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js';
 import type {
   OAuthClientInformationMixed,
   OAuthClientMetadata,
   OAuthTokens,
 } from '@modelcontextprotocol/sdk/shared/auth.js';
-import { type BrowserContext, chromium } from 'playwright-core';
+import type { BrowserContext } from 'playwright-core';
+import { launchChromium as launchProfile } from './chromium.ts';
 
 /**
  * Test helpers that play an MCP host signing in: a redirect receiver on loopback, the SDK's
  * client provider kept in memory, and headless Chromium doing what the person does on the page.
  */
 
-export const CHROMIUM = '/usr/bin/chromium';
+export { CHROMIUM } from './chromium.ts';
 
 /** Where the authorization server sends the browser back: each visit resolves the next wait. */
 export async function redirectReceiver(): Promise<{
@@ -101,30 +100,8 @@ export class MemoryHost implements OAuthClientProvider {
   }
 }
 
-export async function launchChromium(): Promise<{ browser: BrowserContext; close(): Promise<void> }> {
-  const profile = join(process.cwd(), 'test-results', `chromium-oauth-${process.pid}-${Date.now()}`);
-  mkdirSync(profile, { recursive: true });
-  const browser = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
-  return {
-    browser,
-    close: async () => {
-      await browser.close();
-      rmSync(profile, { recursive: true, force: true });
-    },
-  };
-}
+/** Chromium for the consent page. */
+export const launchChromium = () => launchProfile('oauth');
 
 /**
  * What the person does: opens the authorization URL, signs in with their API key on the page,

@@ -1,12 +1,11 @@
-import { existsSync, mkdirSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync } from 'node:fs';
 import { pino } from 'pino';
-import { type BrowserContext, chromium } from 'playwright-core';
+import type { BrowserContext } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CHROMIUM, launchChromium } from '../../test/chromium.ts';
 import { Readiness } from '../shared/readiness.ts';
 import { buildApp } from './app.ts';
 
-const CHROMIUM = '/usr/bin/chromium';
 const present = existsSync(CHROMIUM);
 if (!present && process.env.CI !== 'true') {
   console.warn(`\n*** ${CHROMIUM} missing (apt-get install -y chromium): reference page suite NOT RUN ***\n`);
@@ -15,7 +14,7 @@ if (!present && process.env.CI !== 'true') {
 let app: Awaited<ReturnType<typeof buildApp>>;
 let origin: string;
 let browser: BrowserContext;
-let profile: string;
+let closeBrowser: (() => Promise<void>) | undefined;
 
 describe.runIf(present || process.env.CI === 'true')(
   'the API reference page (/docs) in headless Chromium',
@@ -28,23 +27,10 @@ describe.runIf(present || process.env.CI === 'true')(
         metrics: null,
       });
       origin = await app.listen({ host: '127.0.0.1', port: 0 });
-      profile = join(process.cwd(), 'test-results', `chromium-docs-${process.pid}-${Date.now()}`);
-      mkdirSync(profile, { recursive: true });
-      browser = await chromium.launchPersistentContext(profile, {
-        executablePath: CHROMIUM,
-        headless: true,
-        args: [
-          '--headless',
-          '--no-sandbox',
-          '--disable-gpu',
-          '--no-first-run',
-          '--disable-background-networking',
-        ],
-      });
+      ({ browser, close: closeBrowser } = await launchChromium('docs'));
     });
     afterAll(async () => {
-      await browser?.close();
-      if (profile) rmSync(profile, { recursive: true, force: true });
+      await closeBrowser?.();
       await app?.close();
     });
 

@@ -133,7 +133,7 @@ function queueOf(store: EventStore): KeyedLock {
 }
 
 /** A pause before a retry, random so that writers in several processes stop colliding in step. */
-const backoff = (attempt: number) =>
+export const backoff = (attempt: number) =>
   new Promise((resolve) => setTimeout(resolve, Math.random() * 5 * 2 ** attempt));
 
 async function decideAndAppend<State, Command, Event extends DecidedEvent>(

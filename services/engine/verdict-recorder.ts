@@ -1,3 +1,4 @@
+import { backoff } from '../../adapters/event-store/command.ts';
 import { type EventStore, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
 import { deterministicId } from '../../contracts/deterministic-id.ts';
 import type { NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
@@ -82,7 +83,7 @@ export async function recordVerdict(
     } catch (err) {
       if (!(err instanceof WrongExpectedRevisionError) || attempt >= maxAttempts) throw err;
       // Writers in other processes lost the same race in step: a random pause lets one win.
-      await new Promise((resolve) => setTimeout(resolve, Math.random() * 5 * 2 ** attempt));
+      await backoff(attempt);
     }
   }
 }

@@ -109,6 +109,11 @@ export const ConfigSchema = z
     /** Copies of each durable consumer's state; 0 inherits the stream's replicas. */
     NATS_CONSUMER_REPLICAS: z.coerce.number().int().min(0).max(5).default(0),
     /**
+     * How long a start waits for NATS (servers down, a cluster electing its leader) before it
+     * gives up with the last error; meanwhile it logs each retry.
+     */
+    NATS_STARTUP_TIMEOUT_MS: positiveInt.default(60_000),
+    /**
      * Event types the relay publishes to the bus (comma-separated), or `*` for every type. The
      * default is what the service's consumers subscribe to (the webhook dispatcher).
      */

@@ -126,3 +126,80 @@ describe.skipIf(!haveBinary)('relay → JetStream → durable consumer across na
     );
   });
 });
+
+describe.skipIf(!haveBinary)('the first connect while nats-server is down', () => {
+  let server: PrivateNatsServer;
+  const opened: NatsBus[] = [];
+
+  beforeAll(async () => {
+    server = await startNatsServer();
+    await server.kill();
+  });
+
+  afterAll(async () => {
+    for (const bus of opened) await bus.close().catch(() => undefined);
+    await server?.dispose();
+  });
+
+  it('waits for the server to come back instead of failing the start, then publishes', async () => {
+    const stream = `FIRST_${randomUUID().slice(0, 8)}`;
+    let settled = false;
+    const opening = connectNatsBus({
+      url: server.url,
+      stream,
+      logger,
+      requestTimeoutMs: 1_000,
+      startupTimeoutMs: 60_000,
+    }).finally(() => {
+      settled = true;
+    });
+    // Several refused tries go by while the server is down; the start neither fails nor succeeds.
+    await sleep(1_500);
+    expect(settled).toBe(false);
+    await server.restart();
+    const bus = await opening;
+    opened.push(bus);
+    const ack = await bus.publish('sig.events.first', new TextEncoder().encode('{}'), {
+      msgId: randomUUID(),
+    });
+    expect(ack.sequence).toBe(1);
+  });
+
+  it('gives up after its startup timeout with an error that names the server and the cause', async () => {
+    await server.kill();
+    const started = Date.now();
+    const failure = await connectNatsBus({
+      url: server.url,
+      stream: `GONE_${randomUUID().slice(0, 8)}`,
+      logger,
+      requestTimeoutMs: 500,
+      startupTimeoutMs: 1_200,
+    }).then(
+      () => null,
+      (err: unknown) => err as Error,
+    );
+    expect(failure?.message).toMatch(
+      new RegExp(`NATS at ${server.url} not usable within 1200 ms \\(\\d+ tries\\)`),
+    );
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1_200);
+  });
+
+  it('fails at once on a setting no outage explains', async () => {
+    await server.restart();
+    const started = Date.now();
+    // A lone server cannot hold three copies: JetStream refuses, and waiting would not help.
+    const failure = await connectNatsBus({
+      url: server.url,
+      stream: `WIDE_${randomUUID().slice(0, 8)}`,
+      logger,
+      replicas: 3,
+      startupTimeoutMs: 60_000,
+    }).then(
+      () => null,
+      (err: unknown) => err as Error,
+    );
+    expect(failure).toBeInstanceOf(Error);
+    expect(failure?.message).not.toMatch(/not usable within/);
+    expect(Date.now() - started).toBeLessThan(30_000);
+  });
+});

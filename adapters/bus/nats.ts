@@ -53,6 +53,12 @@ export interface NatsBusOptions {
   replicas?: number;
   /** Copies of each durable consumer's state; 0 (default) inherits the stream's replicas. */
   consumerReplicas?: number;
+  /**
+   * How long the first connect (and the stream check after it) keeps retrying while the servers
+   * are unreachable or JetStream does not answer yet, e.g. a node still down or a cluster electing
+   * its leader after a crash. Past it, the start fails with the last error. Default 60 s.
+   */
+  startupTimeoutMs?: number;
 }
 
 const NAME = /^[A-Za-z0-9_-]+$/;
@@ -64,6 +70,70 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
   if (!NAME.test(options.stream)) throw new Error(`invalid stream name "${options.stream}"`);
   const logger = (options.logger ?? pino({ name: 'bus' })).child({ bus: 'nats', stream: options.stream });
   const requestTimeoutMs = options.requestTimeoutMs ?? 5_000;
+  const startupTimeoutMs = options.startupTimeoutMs ?? 60_000;
+  const deadline = Date.now() + startupTimeoutMs;
+  let pauseMs = 250;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await openOnce(options, subjectPrefix, logger, requestTimeoutMs);
+    } catch (err) {
+      // Only an outage is worth waiting out; a refused login or a stream the server will not
+      // create fails at once, so a wrong setting is not hidden behind a minute of retries.
+      if (!isTransient(err)) throw err;
+      const left = deadline - Date.now();
+      if (left <= 0) {
+        throw new Error(
+          `NATS at ${options.url} not usable within ${startupTimeoutMs} ms (${attempt} tries): ${describe(err)}`,
+          { cause: err },
+        );
+      }
+      // Readiness is not served yet at this point: the log is where an operator sees the wait.
+      logger.warn({ attempt, err: describe(err), retryInMs: pauseMs }, 'NATS not usable yet; retrying');
+      await new Promise((resolve) => setTimeout(resolve, Math.min(pauseMs, left)));
+      pauseMs = Math.min(pauseMs * 2, 5_000);
+    }
+  }
+}
+
+const TRANSIENT_NAMES = new Set([
+  'TimeoutError',
+  'ConnectionError',
+  'ClosedConnectionError',
+  'NoResponders',
+  'RequestError',
+  'JetStreamNotEnabled',
+]);
+const TRANSIENT_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ETIMEDOUT',
+  'EPIPE',
+]);
+
+/** True for failures that a server coming back or a leader being elected would end. */
+export function isTransient(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    if (TRANSIENT_NAMES.has(e.name)) return true;
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && TRANSIENT_CODES.has(code)) return true;
+    // JetStream's "temporarily unavailable" and "no leader" answers are 503s.
+    if (e.name === 'JetStreamApiError' && (e as { status?: unknown }).status === 503) return true;
+  }
+  return false;
+}
+
+function describe(err: unknown): string {
+  return err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+}
+
+async function openOnce(
+  options: NatsBusOptions,
+  subjectPrefix: string,
+  logger: Logger,
+  requestTimeoutMs: number,
+): Promise<NatsBus> {
   const nc = await connect({
     servers: options.url,
     name: options.name ?? 'signal-bus',

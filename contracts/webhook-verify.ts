@@ -1,4 +1,4 @@
-import { createHmac, timingSafeEqual } from 'node:crypto';
+import { createHmac, createSecretKey, type KeyObject, timingSafeEqual } from 'node:crypto';
 
 /**
  * Webhook signatures, for the service (signing) and for subscribers (verifying).
@@ -48,7 +48,33 @@ export const SIGNATURE_HEADERS = {
  * as its UTF-8 bytes (a sender that encodes it once for the request and both signatures).
  */
 export function serviceSignature(secret: string, timestamp: number, rawBody: string | Uint8Array): string {
-  return createHmac('sha256', secret).update(`${timestamp}.`, 'utf8').update(rawBody).digest('hex');
+  return createHmac('sha256', keyOf(secret, 'service'))
+    .update(`${timestamp}.`, 'utf8')
+    .update(rawBody)
+    .digest('hex');
+}
+
+/** Keys made from secrets already seen, per scheme; bounded, as a sender meets few secrets. */
+const keys = { service: new Map<string, KeyObject>(), standard: new Map<string, KeyObject>() };
+const MAX_KEYS = 10_000;
+
+/**
+ * The HMAC key of `secret` in one scheme, made once: handing `createHmac` the string (or the
+ * base64-decoded bytes) imports it as a key on every call, about half of a delivery's signing time.
+ */
+function keyOf(secret: string, scheme: keyof typeof keys): KeyObject {
+  const cache = keys[scheme];
+  let key = cache.get(secret);
+  if (key === undefined) {
+    key = createSecretKey(
+      scheme === 'service'
+        ? Buffer.from(secret, 'utf8')
+        : Buffer.from(secret.startsWith('whsec_') ? secret.slice(6) : secret, 'base64'),
+    );
+    if (cache.size >= MAX_KEYS) cache.clear();
+    cache.set(secret, key);
+  }
+  return key;
 }
 
 /** Standard Webhooks `webhook-signature` value: `v1,` + base64 HMAC of `{id}.{timestamp}.{body}`. */
@@ -58,7 +84,7 @@ export function standardSignature(
   timestamp: number,
   rawBody: string | Uint8Array,
 ): string {
-  const key = Buffer.from(secret.startsWith('whsec_') ? secret.slice(6) : secret, 'base64');
+  const key = keyOf(secret, 'standard');
   return `v1,${createHmac('sha256', key).update(`${id}.${timestamp}.`, 'utf8').update(rawBody).digest('base64')}`;
 }
 

@@ -151,10 +151,23 @@ describe('LMDB event store across processes', () => {
     try {
       const writers = ['w1', 'w2'].map((w) => startWriter(['contend', path, stream, String(perWriter), w]));
       const seen: RecordedEvent[] = [];
-      for await (const e of sub) {
-        seen.push(e);
-        if (seen.length === perWriter * 2) break;
-      }
+      const collecting = (async () => {
+        for await (const e of sub) {
+          seen.push(e);
+          if (seen.length === perWriter * 2) break;
+        }
+      })();
+      // A writer that dies would leave the subscription waiting for events that never come:
+      // fail with what it printed instead of at the deadline.
+      const writerDied = new Promise<never>((_, reject) => {
+        for (const [i, w] of writers.entries()) {
+          void w.exited.then((exit) => {
+            if (exit.code !== 0)
+              reject(new Error(`writer w${i + 1} exited ${exit.code ?? exit.signal}: ${exit.stderr}`));
+          });
+        }
+      });
+      await Promise.race([collecting, writerDied]);
       const exits = await Promise.all(writers.map((w) => w.exited));
       for (const exit of exits) expect(exit).toMatchObject({ code: 0 });
 

@@ -28,6 +28,23 @@ export interface ResultJson {
    * it came at no extra cost; undefined when the caller must escape `json` itself if it needs it.
    */
   escaped: string | undefined;
+  /** The same JSON with its remembered start already UTF-8, when it has one (see SplitJson). */
+  split?: SplitJson;
+}
+
+/**
+ * `json` (and its escape) as the UTF-8 of its start, kept per revision, and the rest as text. The
+ * start is `{` and the leading fields this call reused, joined by commas; the rest is what the call
+ * added (its `_service`), from the comma after the start to the closing brace. Profiled under load,
+ * encoding the whole answer as UTF-8 on every call was the largest single cost of the keyed MCP
+ * path: a trade call's text holds a few characters outside Latin-1 (−, ±, –), which makes V8 keep
+ * it as a two-byte string, and such a string is encoded character by character.
+ */
+export interface SplitJson {
+  head: Buffer;
+  escapedHead: Buffer;
+  tail: string;
+  escapedTail: string;
 }
 
 interface Slot {
@@ -35,6 +52,22 @@ interface Slot {
   /** `"key":<value JSON>`, and the same escaped. */
   piece: string;
   escapedPiece: string;
+}
+
+/** What one revision remembers: its fields' JSON by name, and the UTF-8 of the start last served. */
+interface Revision {
+  slots: Map<string, Slot>;
+  head: { slots: Slot[]; json: Buffer; escaped: Buffer } | null;
+}
+
+/** The UTF-8 of `parts` one after another, in one buffer. */
+export function joinBytes(parts: readonly (Buffer | string)[]): Buffer {
+  let length = 0;
+  for (const part of parts) length += typeof part === 'string' ? Buffer.byteLength(part) : part.length;
+  const out = Buffer.allocUnsafe(length);
+  let at = 0;
+  for (const part of parts) at += typeof part === 'string' ? out.write(part, at) : part.copy(out, at);
+  return out;
 }
 
 /** Revisions remembered; the least recently used one goes first. */
@@ -55,7 +88,7 @@ function slotOf(key: string, value: unknown): Slot | null {
 }
 
 export class AnswerJsonCache {
-  private readonly revisions = new Map<string, Map<string, Slot>>();
+  private readonly revisions = new Map<string, Revision>();
 
   constructor(private readonly maxRevisions = MAX_REVISIONS) {}
 
@@ -72,9 +105,9 @@ export class AnswerJsonCache {
     if (revision === null || Object.hasOwn(structured, 'toJSON')) {
       return { json: JSON.stringify(structured), escaped: undefined };
     }
-    let slots = this.revisions.get(revision);
-    if (slots === undefined) {
-      slots = new Map();
+    let entry = this.revisions.get(revision);
+    if (entry === undefined) {
+      entry = { slots: new Map(), head: null };
       if (this.revisions.size >= this.maxRevisions) {
         this.revisions.delete(this.revisions.keys().next().value!);
       }
@@ -82,10 +115,13 @@ export class AnswerJsonCache {
       this.revisions.delete(revision);
     }
     // Re-inserted at the end: the Map's order stays least recently used first.
-    this.revisions.set(revision, slots);
+    this.revisions.set(revision, entry);
+    const slots = entry.slots;
+    const used: Slot[] = [];
+    // How many leading fields were reused rather than made by this call.
+    let reused = 0;
     let json = '{';
     let escaped = '{';
-    let first = true;
     for (const key in structured) {
       if (!Object.hasOwn(structured, key)) continue;
       const value = structured[key];
@@ -98,15 +134,45 @@ export class AnswerJsonCache {
         }
         slot = made;
         slots.set(key, slot);
+      } else if (reused === used.length) {
+        reused++;
       }
-      if (!first) {
+      if (used.length > 0) {
         json += ',';
         escaped += ',';
       }
-      first = false;
+      used.push(slot);
       json += slot.piece;
       escaped += slot.escapedPiece;
     }
-    return { json: `${json}}`, escaped: `${escaped}}` };
+    json += '}';
+    escaped += '}';
+    const split = splitOf(entry, used, reused);
+    return split === undefined ? { json, escaped } : { json, escaped, split };
   }
+}
+
+/**
+ * The answer as its first `reused` fields' UTF-8 (remembered while the same fields lead the
+ * answer) and the rest as text; undefined when no field was reused (a revision's first call).
+ */
+function splitOf(entry: Revision, used: Slot[], reused: number): SplitJson | undefined {
+  if (reused === 0) return undefined;
+  let head = entry.head;
+  if (head === null || head.slots.length !== reused || head.slots.some((slot, i) => slot !== used[i])) {
+    const slots = used.slice(0, reused);
+    head = {
+      slots,
+      json: Buffer.from(`{${slots.map((s) => s.piece).join(',')}`),
+      escaped: Buffer.from(`{${slots.map((s) => s.escapedPiece).join(',')}`),
+    };
+    entry.head = head;
+  }
+  let tail = '';
+  let escapedTail = '';
+  for (let i = reused; i < used.length; i++) {
+    tail += `,${used[i]!.piece}`;
+    escapedTail += `,${used[i]!.escapedPiece}`;
+  }
+  return { head: head.json, escapedHead: head.escaped, tail: `${tail}}`, escapedTail: `${escapedTail}}` };
 }

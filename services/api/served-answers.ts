@@ -13,6 +13,18 @@ const answers = new AnswerJsonCache();
  * answer-revisions.ts); null for anything else.
  */
 export function answerRevision(tool: string, value: Record<string, unknown>): string | null {
+  // The engine hands out one object per revision and never changes it: its name is made once,
+  // not spelt (and hashed for the lookup) on every call.
+  const known = revisions.get(value);
+  if (known !== undefined && known.tool === tool) return known.revision;
+  const revision = revisionOf(tool, value);
+  revisions.set(value, { tool, revision });
+  return revision;
+}
+
+const revisions = new WeakMap<object, { tool: string; revision: string | null }>();
+
+function revisionOf(tool: string, value: Record<string, unknown>): string | null {
   const { verdictId, signalHash } = value;
   if (typeof verdictId !== 'string' || typeof signalHash !== 'string') {
     const kept = keptRevision(value);

@@ -57,7 +57,16 @@ interface Slot {
 /** What one revision remembers: its fields' JSON by name, and the UTF-8 of the start last served. */
 interface Revision {
   slots: Map<string, Slot>;
-  head: { slots: Slot[]; json: Buffer; escaped: Buffer } | null;
+  head: Head | null;
+}
+
+/** The leading fields last served from a revision, as text and as UTF-8, and the same escaped. */
+interface Head {
+  slots: Slot[];
+  json: string;
+  escaped: string;
+  jsonBytes: Buffer;
+  escapedBytes: Buffer;
 }
 
 /** The UTF-8 of `parts` one after another, in one buffer. */
@@ -89,6 +98,8 @@ function slotOf(key: string, value: unknown): Slot | null {
 
 export class AnswerJsonCache {
   private readonly revisions = new Map<string, Revision>();
+  /** The revision served last: served again, it is already where the least-recently-used order wants it. */
+  private latest: Revision | null = null;
 
   constructor(private readonly maxRevisions = MAX_REVISIONS) {}
 
@@ -111,17 +122,17 @@ export class AnswerJsonCache {
       if (this.revisions.size >= this.maxRevisions) {
         this.revisions.delete(this.revisions.keys().next().value!);
       }
-    } else {
+      this.revisions.set(revision, entry);
+    } else if (entry !== this.latest) {
+      // Re-inserted at the end: the Map's order stays least recently used first.
       this.revisions.delete(revision);
+      this.revisions.set(revision, entry);
     }
-    // Re-inserted at the end: the Map's order stays least recently used first.
-    this.revisions.set(revision, entry);
+    this.latest = entry;
     const slots = entry.slots;
     const used: Slot[] = [];
     // How many leading fields were reused rather than made by this call.
     let reused = 0;
-    let json = '{';
-    let escaped = '{';
     for (const key in structured) {
       if (!Object.hasOwn(structured, key)) continue;
       const value = structured[key];
@@ -137,42 +148,40 @@ export class AnswerJsonCache {
       } else if (reused === used.length) {
         reused++;
       }
-      if (used.length > 0) {
-        json += ',';
-        escaped += ',';
-      }
       used.push(slot);
-      json += slot.piece;
-      escaped += slot.escapedPiece;
     }
-    json += '}';
-    escaped += '}';
-    const split = splitOf(entry, used, reused);
-    return split === undefined ? { json, escaped } : { json, escaped, split };
+    const head = reused === 0 ? null : headOf(entry, used, reused);
+    // The call's own fields after the start, each after a comma (the start ends with a field).
+    let tail = '';
+    let escapedTail = '';
+    for (let i = reused; i < used.length; i++) {
+      const slot = used[i]!;
+      tail += i === 0 ? slot.piece : `,${slot.piece}`;
+      escapedTail += i === 0 ? slot.escapedPiece : `,${slot.escapedPiece}`;
+    }
+    tail += '}';
+    escapedTail += '}';
+    if (head === null) return { json: `{${tail}`, escaped: `{${escapedTail}` };
+    return {
+      json: head.json + tail,
+      escaped: head.escaped + escapedTail,
+      split: { head: head.jsonBytes, escapedHead: head.escapedBytes, tail, escapedTail },
+    };
   }
 }
 
-/**
- * The answer as its first `reused` fields' UTF-8 (remembered while the same fields lead the
- * answer) and the rest as text; undefined when no field was reused (a revision's first call).
- */
-function splitOf(entry: Revision, used: Slot[], reused: number): SplitJson | undefined {
-  if (reused === 0) return undefined;
-  let head = entry.head;
-  if (head === null || head.slots.length !== reused || head.slots.some((slot, i) => slot !== used[i])) {
-    const slots = used.slice(0, reused);
-    head = {
-      slots,
-      json: Buffer.from(`{${slots.map((s) => s.piece).join(',')}`),
-      escaped: Buffer.from(`{${slots.map((s) => s.escapedPiece).join(',')}`),
-    };
-    entry.head = head;
+/** The start of an answer whose first `reused` fields are `used`'s: the one remembered, or made now. */
+function headOf(entry: Revision, used: Slot[], reused: number): Head {
+  const head = entry.head;
+  if (head !== null && head.slots.length === reused) {
+    let same = true;
+    for (let i = 0; i < reused && same; i++) same = head.slots[i] === used[i];
+    if (same) return head;
   }
-  let tail = '';
-  let escapedTail = '';
-  for (let i = reused; i < used.length; i++) {
-    tail += `,${used[i]!.piece}`;
-    escapedTail += `,${used[i]!.escapedPiece}`;
-  }
-  return { head: head.json, escapedHead: head.escaped, tail: `${tail}}`, escapedTail: `${escapedTail}}` };
+  const slots = used.slice(0, reused);
+  const json = `{${slots.map((s) => s.piece).join(',')}`;
+  const escaped = `{${slots.map((s) => s.escapedPiece).join(',')}`;
+  const made = { slots, json, escaped, jsonBytes: Buffer.from(json), escapedBytes: Buffer.from(escaped) };
+  entry.head = made;
+  return made;
 }

@@ -67,6 +67,18 @@ export function keylessCaller(request: CallerRequest): Caller | null {
   return callerWithout(presentedCredential(request.headers, isWellFormedKey), request.clientAddress);
 }
 
+/**
+ * The caller of a request, without a promise, when no key is presented or the key is one the
+ * registry already holds as active; null when it must be identified (identifyCaller), which also
+ * refuses a key that is unknown, revoked or cannot be checked.
+ */
+export function callerNow(keys: KeyResolver, request: CallerRequest): Caller | null {
+  const credential = presentedCredential(request.headers, isWellFormedKey);
+  if (credential.kind === 'none') return callerWithout(credential, request.clientAddress);
+  const lookup = keys.resolveNow(credential.token);
+  return lookup?.status === 'active' ? keyCaller(lookup.record) : null;
+}
+
 function callerWithout(credential: PresentedCredential, clientAddress: string): Caller | null {
   if (credential.kind !== 'none') return null;
   return {

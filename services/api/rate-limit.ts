@@ -7,7 +7,7 @@ import type { Plan } from '../../contracts/events.ts';
 import { SIGNIN_MCP_PATH } from '../../contracts/oauth.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
 import type { QuotaMeter } from '../quota/quota-meter.ts';
-import { type Caller, CallerRejectedError, identifyCaller, keylessCaller } from './caller.ts';
+import { type Caller, CallerRejectedError, callerNow, identifyCaller } from './caller.ts';
 import type { ServiceMeta } from './service-meta.ts';
 
 /** Who a request is limited as: an applied key by its plan, anyone else by client address. */
@@ -354,8 +354,9 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
 }
 
 /**
- * A callback hook, not an async one: it runs before every product route, and a caller without
- * a key limited in-process (the embedded default) is decided without a promise.
+ * A callback hook, not an async one: it runs before every product route, and a caller known at
+ * once (no key, or a key the registry holds) limited in-process (the embedded default) is decided
+ * without a promise.
  */
 function limitHook(deps: RateLimitPluginDeps) {
   return (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void => {
@@ -365,23 +366,20 @@ function limitHook(deps: RateLimitPluginDeps) {
       done();
       return;
     }
-    // A route that authenticated the request itself (identifyAs) is limited as that caller.
-    const keyless =
-      (request as Identified)[IDENTIFIED] === undefined
-        ? keylessCaller({ headers: request.headers, clientAddress: request.ip })
-        : null;
-    if (keyless !== null) {
-      (request as Identified)[IDENTIFIED] = keyless;
-      const decision = deps.limiter.takeNow(
-        'anonymous',
-        `anonymous:${keyless.subject.id}`,
-        toolOf(path, request.body),
-      );
+    // A route that authenticated the request itself (identifyAs) is limited as that caller; else
+    // the caller is known at once unless its key must be resolved first.
+    const caller =
+      (request as Identified)[IDENTIFIED] ??
+      callerNow(deps.keys, { headers: request.headers, clientAddress: request.ip });
+    if (caller !== null) {
+      (request as Identified)[IDENTIFIED] = caller;
+      const tier = callerTier(caller);
+      const decision = deps.limiter.takeNow(tier, `${tier}:${caller.subject.id}`, toolOf(path, request.body));
       if (decision !== null) {
         const resetSeconds = announce(reply, decision);
         // Answered from here on refusal: the callback is then not called (Fastify's rule).
         if (decision.allowed) done();
-        else refuse(deps, request, reply, path, keyless, decision, resetSeconds).catch(done);
+        else refuse(deps, request, reply, path, caller, decision, resetSeconds).catch(done);
         return;
       }
     }

@@ -28,6 +28,17 @@ export class KeyResolver {
     },
   ) {}
 
+  /**
+   * The lookup of a key the registry already holds, without a promise (the rate limit runs before
+   * every keyed call); null when it must be resolved (`resolve`: caught up, or refused).
+   */
+  resolveNow(key: string): KeyLookup | null {
+    const { runner } = this.deps;
+    if (runner.error !== null || !runner.running) return null;
+    const known = findByHash(runner.state, hashApiKey(key));
+    return known ? classify(known) : null;
+  }
+
   async resolve(key: string): Promise<KeyLookup> {
     const { runner } = this.deps;
     if (runner.error !== null || !runner.running) {

@@ -70,4 +70,28 @@ describe('KeyResolver over the key-registry projection', () => {
       await runner.stop();
     }
   });
+
+  it('answers at once only for a key the running registry holds; anything else goes to resolve', async () => {
+    const store = new MemoryEventStore();
+    const runner = new ProjectionRunner(store, new MemoryProjectionStore(), keyRegistryProjection);
+    const resolver = new KeyResolver({ runner, store });
+    const issued = await issueKey(store, { plan: 'starter', owner: 'o', via: 'operator' });
+    // Not running: nothing is known at once (resolve refuses it as indeterminate).
+    expect(resolver.resolveNow(issued.key)).toBeNull();
+    await runner.start();
+    try {
+      await runner.waitFor(await store.headPosition(), 2_000);
+      expect(resolver.resolveNow(issued.key)).toMatchObject({
+        status: 'active',
+        record: { keyId: issued.keyId },
+      });
+      // Not (yet) in the registry: resolve decides, after letting the registry catch up.
+      expect(resolver.resolveNow(`sk_live_${'q'.repeat(43)}`)).toBeNull();
+      const stream = `apikey-${issued.keyId}`;
+      await runner.waitFor(await revokeKey(store, stream, issued.keyId, 'leaked'), 2_000);
+      expect(resolver.resolveNow(issued.key)).toMatchObject({ status: 'revoked' });
+    } finally {
+      await runner.stop();
+    }
+  });
 });

@@ -28,6 +28,23 @@ export interface ResultJson {
    * it came at no extra cost; undefined when the caller must escape `json` itself if it needs it.
    */
   escaped: string | undefined;
+  /** The same JSON with its remembered start already UTF-8, when it has one (see SplitJson). */
+  split?: SplitJson;
+}
+
+/**
+ * `json` (and its escape) as the UTF-8 of its start, kept per revision, and the rest as text. The
+ * start is `{` and the leading fields this call reused, joined by commas; the rest is what the call
+ * added (its `_service`), from the comma after the start to the closing brace. Profiled under load,
+ * encoding the whole answer as UTF-8 on every call was the largest single cost of the keyed MCP
+ * path: a trade call's text holds a few characters outside Latin-1 (−, ±, –), which makes V8 keep
+ * it as a two-byte string, and such a string is encoded character by character.
+ */
+export interface SplitJson {
+  head: Buffer;
+  escapedHead: Buffer;
+  tail: string;
+  escapedTail: string;
 }
 
 interface Slot {
@@ -35,6 +52,31 @@ interface Slot {
   /** `"key":<value JSON>`, and the same escaped. */
   piece: string;
   escapedPiece: string;
+}
+
+/** What one revision remembers: its fields' JSON by name, and the UTF-8 of the start last served. */
+interface Revision {
+  slots: Map<string, Slot>;
+  head: Head | null;
+}
+
+/** The leading fields last served from a revision, as text and as UTF-8, and the same escaped. */
+interface Head {
+  slots: Slot[];
+  json: string;
+  escaped: string;
+  jsonBytes: Buffer;
+  escapedBytes: Buffer;
+}
+
+/** The UTF-8 of `parts` one after another, in one buffer. */
+export function joinBytes(parts: readonly (Buffer | string)[]): Buffer {
+  let length = 0;
+  for (const part of parts) length += typeof part === 'string' ? Buffer.byteLength(part) : part.length;
+  const out = Buffer.allocUnsafe(length);
+  let at = 0;
+  for (const part of parts) at += typeof part === 'string' ? out.write(part, at) : part.copy(out, at);
+  return out;
 }
 
 /** Revisions remembered; the least recently used one goes first. */
@@ -55,7 +97,9 @@ function slotOf(key: string, value: unknown): Slot | null {
 }
 
 export class AnswerJsonCache {
-  private readonly revisions = new Map<string, Map<string, Slot>>();
+  private readonly revisions = new Map<string, Revision>();
+  /** The revision served last: served again, it is already where the least-recently-used order wants it. */
+  private latest: Revision | null = null;
 
   constructor(private readonly maxRevisions = MAX_REVISIONS) {}
 
@@ -72,20 +116,23 @@ export class AnswerJsonCache {
     if (revision === null || Object.hasOwn(structured, 'toJSON')) {
       return { json: JSON.stringify(structured), escaped: undefined };
     }
-    let slots = this.revisions.get(revision);
-    if (slots === undefined) {
-      slots = new Map();
+    let entry = this.revisions.get(revision);
+    if (entry === undefined) {
+      entry = { slots: new Map(), head: null };
       if (this.revisions.size >= this.maxRevisions) {
         this.revisions.delete(this.revisions.keys().next().value!);
       }
-    } else {
+      this.revisions.set(revision, entry);
+    } else if (entry !== this.latest) {
+      // Re-inserted at the end: the Map's order stays least recently used first.
       this.revisions.delete(revision);
+      this.revisions.set(revision, entry);
     }
-    // Re-inserted at the end: the Map's order stays least recently used first.
-    this.revisions.set(revision, slots);
-    let json = '{';
-    let escaped = '{';
-    let first = true;
+    this.latest = entry;
+    const slots = entry.slots;
+    const used: Slot[] = [];
+    // How many leading fields were reused rather than made by this call.
+    let reused = 0;
     for (const key in structured) {
       if (!Object.hasOwn(structured, key)) continue;
       const value = structured[key];
@@ -98,15 +145,43 @@ export class AnswerJsonCache {
         }
         slot = made;
         slots.set(key, slot);
+      } else if (reused === used.length) {
+        reused++;
       }
-      if (!first) {
-        json += ',';
-        escaped += ',';
-      }
-      first = false;
-      json += slot.piece;
-      escaped += slot.escapedPiece;
+      used.push(slot);
     }
-    return { json: `${json}}`, escaped: `${escaped}}` };
+    const head = reused === 0 ? null : headOf(entry, used, reused);
+    // The call's own fields after the start, each after a comma (the start ends with a field).
+    let tail = '';
+    let escapedTail = '';
+    for (let i = reused; i < used.length; i++) {
+      const slot = used[i]!;
+      tail += i === 0 ? slot.piece : `,${slot.piece}`;
+      escapedTail += i === 0 ? slot.escapedPiece : `,${slot.escapedPiece}`;
+    }
+    tail += '}';
+    escapedTail += '}';
+    if (head === null) return { json: `{${tail}`, escaped: `{${escapedTail}` };
+    return {
+      json: head.json + tail,
+      escaped: head.escaped + escapedTail,
+      split: { head: head.jsonBytes, escapedHead: head.escapedBytes, tail, escapedTail },
+    };
   }
+}
+
+/** The start of an answer whose first `reused` fields are `used`'s: the one remembered, or made now. */
+function headOf(entry: Revision, used: Slot[], reused: number): Head {
+  const head = entry.head;
+  if (head !== null && head.slots.length === reused) {
+    let same = true;
+    for (let i = 0; i < reused && same; i++) same = head.slots[i] === used[i];
+    if (same) return head;
+  }
+  const slots = used.slice(0, reused);
+  const json = `{${slots.map((s) => s.piece).join(',')}`;
+  const escaped = `{${slots.map((s) => s.escapedPiece).join(',')}`;
+  const made = { slots, json, escaped, jsonBytes: Buffer.from(json), escapedBytes: Buffer.from(escaped) };
+  entry.head = made;
+  return made;
 }

@@ -13,7 +13,15 @@ const plain = (value: unknown) => {
 
 const made = (cache: AnswerJsonCache, value: Record<string, unknown>, revision: string | null) => {
   const out = cache.serialise(value, revision);
-  return { json: out.json, escaped: out.escaped ?? escapeJson(out.json) };
+  const escaped = out.escaped ?? escapeJson(out.json);
+  // The bytes split into a remembered start and the call's own rest are the same JSON, and escape.
+  if (out.split) {
+    expect(Buffer.concat([out.split.head, Buffer.from(out.split.tail)]).toString('utf8')).toBe(out.json);
+    expect(Buffer.concat([out.split.escapedHead, Buffer.from(out.split.escapedTail)]).toString('utf8')).toBe(
+      escaped,
+    );
+  }
+  return { json: out.json, escaped };
 };
 
 const indicators = { rsi: 57.319119692185474, macd: -194.67996454557579, zero: -0, none: null };
@@ -78,6 +86,30 @@ describe('AnswerJsonCache', () => {
     }
     const reordered = { signalHash: 'h-1', coin: 'BTC', verdictId: 'v-1' };
     expect(made(cache, reordered, 'r')).toEqual(plain(reordered));
+  });
+
+  it("encodes the start a revision's calls share once, and again only when it changes", () => {
+    const cache = new AnswerJsonCache();
+    const shared = call();
+    const answer = (used: number, value: Record<string, unknown> = shared) =>
+      cache.serialise({ ...value, _service: { quota: { used } } }, 'r');
+    // A revision's first call reuses nothing: no start to remember yet.
+    expect(answer(1).split).toBeUndefined();
+    const second = answer(2).split!;
+    expect(second.head.toString()).toBe(JSON.stringify(shared).slice(0, -1));
+    expect(second.tail).toBe(',"_service":{"quota":{"used":2}}}');
+    const third = answer(3).split!;
+    expect(third.head).toBe(second.head);
+    expect(third.escapedHead).toBe(second.escapedHead);
+    // Other leading fields (a call without the reasoning): another start, encoded for it.
+    const { reasoning: _reasoning, ...without } = shared;
+    answer(4, without);
+    const other = answer(5, without).split!;
+    expect(other.head).not.toBe(second.head);
+    expect(other.head.toString()).toBe(JSON.stringify(without).slice(0, -1));
+    expect(made(cache, { ...shared, _service: { quota: { used: 6 } } }, 'r')).toEqual(
+      plain({ ...shared, _service: { quota: { used: 6 } } }),
+    );
   });
 
   it('keeps at most its bound of revisions, dropping the least recently used', () => {

@@ -1,7 +1,7 @@
 import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { limitedCaller } from '../rate-limit.ts';
-import { escapeJson } from './answer-json.ts';
+import { escapeJson, joinBytes } from './answer-json.ts';
 import { SERVER_INFO } from './server.ts';
 import {
   ChannelError,
@@ -164,7 +164,7 @@ export async function answerToolCall(
   reply: FastifyReply,
   channel: CallChannel,
 ): Promise<FastifyReply> {
-  let text: string;
+  let body: Buffer;
   // Identified by the rate limit in front of the route: not resolved a second time.
   const caller = limitedCaller(request);
   try {
@@ -176,46 +176,86 @@ export async function answerToolCall(
       ...(call.payment === undefined ? {} : { payment: call.payment }),
       ...(caller === undefined ? {} : { caller }),
     });
-    const json = channel.kind === 'modern' ? modernResultJson(result) : resultJson(result);
-    text = `{"result":${json},"jsonrpc":"2.0","id":${JSON.stringify(call.id)}}`;
+    body = answerBytes(result, call.id, channel.kind === 'modern');
   } catch (err) {
     const e = err as { code?: unknown; message?: string; data?: unknown };
     const code = Number.isSafeInteger(e.code) ? (e.code as number) : -32603;
     if (!(err instanceof ChannelError)) request.log.error({ err }, 'mcp tool call failed');
-    text = JSON.stringify({
-      jsonrpc: '2.0',
-      id: call.id,
-      error: {
-        code,
-        message: e.message ?? 'Internal error',
-        ...(e.data !== undefined ? { data: e.data } : {}),
-      },
-    });
+    body = Buffer.from(
+      JSON.stringify({
+        jsonrpc: '2.0',
+        id: call.id,
+        error: {
+          code,
+          message: e.message ?? 'Internal error',
+          ...(e.data !== undefined ? { data: e.data } : {}),
+        },
+      }),
+    );
   }
   reply.code(200);
-  if (channel.kind === 'modern') return reply.header('content-type', MODERN_CONTENT_TYPE).send(text);
-  reply.header('content-type', 'application/json');
-  if (channel.kind === 'session') return reply.header('mcp-session-id', channel.sessionId).send(text);
-  // As bytes: Fastify would add a charset to a string, which the SDK transport's answer has not.
-  return reply.send(Buffer.from(text));
+  // Sent as bytes, each with the media type the SDK's transport answers with (Fastify adds a
+  // charset only to a string body).
+  if (channel.kind === 'modern') return reply.header('content-type', JSON_UTF8).send(body);
+  if (channel.kind === 'session') {
+    return reply.header('content-type', JSON_UTF8).header('mcp-session-id', channel.sessionId).send(body);
+  }
+  return reply.header('content-type', 'application/json').send(body);
 }
 
-/** What the 2.x SDK's handler answers JSON with. */
-const MODERN_CONTENT_TYPE = 'application/json; charset=utf-8';
+/**
+ * What the 2.x SDK's handler answers JSON with, and what a session's answer carried when it went
+ * out as a string (Fastify adding the charset); a one-shot answer has always gone out as bytes.
+ */
+const JSON_UTF8 = 'application/json; charset=utf-8';
 const SERVER_INFO_META = 'io.modelcontextprotocol/serverInfo';
 const SERVER_INFO_JSON = JSON.stringify(SERVER_INFO);
+/** What the 2026-07-28 revision adds to a result, after the result's own fields. */
+const MODERN_RESULT_END = `,"resultType":"complete","_meta":{"${SERVER_INFO_META}":${SERVER_INFO_JSON}}}`;
+const RESULT_START = Buffer.from('{"result":{"content":[{"type":"text","text":"');
+const RESULT_MIDDLE = '"}],"structuredContent":';
 
 /**
- * A tool result as the 2.x SDK encodes it on the 2026-07-28 revision: the result's fields in its
- * schema's order (content, structuredContent, isError, then any other), `resultType` and `_meta`
- * carrying the server's identity after the result's own `_meta` keys.
+ * `{"result":…,"jsonrpc":"2.0","id":…}` as UTF-8. A result exactly as toolResult made it (its text
+ * content the JSON of its structuredContent, made once) is spliced together from that JSON and its
+ * escape, the start of both already UTF-8 when the revision has it (answer-json.ts); any other is
+ * serialised as usual.
+ */
+function answerBytes(
+  result: Awaited<ReturnType<typeof callTool>>,
+  id: string | number,
+  modern: boolean,
+): Buffer {
+  const end = `,"jsonrpc":"2.0","id":${JSON.stringify(id)}}`;
+  const made = structuredJsonOf(result);
+  if (made === undefined || Object.keys(result).length !== 2) {
+    const json = modern ? modernResultJson(result) : JSON.stringify(result);
+    return Buffer.from(`{"result":${json}${end}`);
+  }
+  const close = modern ? MODERN_RESULT_END : '}';
+  const split = made.split;
+  if (split === undefined) {
+    const escaped = made.escaped ?? escapeJson(made.json);
+    return Buffer.from(
+      `{"result":{"content":[{"type":"text","text":"${escaped}${RESULT_MIDDLE}${made.json}${close}${end}`,
+    );
+  }
+  return joinBytes([
+    RESULT_START,
+    split.escapedHead,
+    `${split.escapedTail}${RESULT_MIDDLE}`,
+    split.head,
+    `${split.tail}${close}${end}`,
+  ]);
+}
+
+/**
+ * A tool result that is not as toolResult made it, as the 2.x SDK encodes it on the 2026-07-28
+ * revision: the result's fields in its schema's order (content, structuredContent, isError, then
+ * any other), `resultType` and `_meta` carrying the server's identity after the result's own
+ * `_meta` keys.
  */
 function modernResultJson(result: Awaited<ReturnType<typeof callTool>>): string {
-  const made = structuredJsonOf(result);
-  if (made !== undefined && Object.keys(result).length === 2) {
-    const json = resultJson(result);
-    return `${json.slice(0, -1)},"resultType":"complete","_meta":{"${SERVER_INFO_META}":${SERVER_INFO_JSON}}}`;
-  }
   const { content, structuredContent, isError, _meta, ...rest } = result;
   return JSON.stringify({
     content,
@@ -225,17 +265,4 @@ function modernResultJson(result: Awaited<ReturnType<typeof callTool>>): string 
     resultType: 'complete',
     _meta: { ...(_meta ?? {}), [SERVER_INFO_META]: SERVER_INFO },
   });
-}
-
-/**
- * A tool result as JSON. Its text content is the JSON of its structuredContent (toolResult in
- * tool-call.ts), already made once with its escape: both are spliced in rather than the object
- * serialised again.
- */
-function resultJson(result: Awaited<ReturnType<typeof callTool>>): string {
-  const made = structuredJsonOf(result);
-  // Anything added to the result after it was made (a `_meta`, isError) is serialised as usual.
-  if (made === undefined || Object.keys(result).length !== 2) return JSON.stringify(result);
-  const escaped = made.escaped ?? escapeJson(made.json);
-  return `{"content":[{"type":"text","text":"${escaped}"}],"structuredContent":${made.json}}`;
 }

@@ -2,14 +2,14 @@ import { randomUUID } from 'node:crypto';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from 'pino';
 import type { ToolName } from '../../../contracts/tools.ts';
-import { keptRevision } from '../../engine/answer-revisions.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
 import type { KeyResolver } from '../../keys/key-resolver.ts';
 import type { QuotaMeter } from '../../quota/quota-meter.ts';
 import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../metered-call.ts';
+import { answerJson, answerRevision } from '../served-answers.ts';
 import type { PaidServiceMeta, PaymentReceipt, ServiceMeta } from '../service-meta.ts';
-import { AnswerJsonCache, type ResultJson } from './answer-json.ts';
+import type { ResultJson } from './answer-json.ts';
 import { MCP_INVALID_PARAMS, MCP_UNKNOWN_KEY, MCP_UNVERIFIABLE } from './error-codes.ts';
 import type { ToolRegistry } from './tool-registry.ts';
 
@@ -187,7 +187,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     const extra = typeof own === 'object' && own !== null ? own : {};
     return toolResult(
       { ...outcome.value, _service: { ...extra, ...outcome.service } },
-      verdictRevision(tool.name, outcome.value),
+      answerRevision(tool.name, outcome.value),
     );
   }
   if (outcome.reason === 'quota_exhausted') {
@@ -254,7 +254,7 @@ async function paidToolCall(deps: ToolCallDeps, caller: Caller, call: PaidToolCa
     case 'served': {
       const paid: PaidServiceMeta = { ...service, payment: outcome.receipt };
       return {
-        ...toolResult({ ...outcome.value, _service: paid }, verdictRevision(call.tool, outcome.value)),
+        ...toolResult({ ...outcome.value, _service: paid }, answerRevision(call.tool, outcome.value)),
         _meta: { [MCP_PAYMENT_RESPONSE_META]: outcome.settlement },
       };
     }
@@ -293,26 +293,9 @@ export function structuredJsonOf(result: CallToolResult): ResultJson | undefined
   return structuredJson.get(result);
 }
 
-/** The answers' JSON by verdict revision: one per process, shared by every channel and session. */
-const answers = new AnswerJsonCache();
-
-/**
- * The revision a result was served from: a recorded verdict's id and hash fix every field the
- * engine gave it; an answer the engine keeps for a candle has a revision of its own (see
- * answer-json.ts).
- */
-function verdictRevision(tool: string, value: Record<string, unknown>): string | null {
-  const { verdictId, signalHash } = value;
-  if (typeof verdictId !== 'string' || typeof signalHash !== 'string') {
-    const kept = keptRevision(value);
-    return kept === undefined ? null : `${tool}\u0000${kept}`;
-  }
-  return `${tool}\u0000${verdictId}\u0000${signalHash}`;
-}
-
 /** A served result: the text content carries the same object for clients that ignore structuredContent. */
 function toolResult(structured: Record<string, unknown>, revision: string | null): CallToolResult {
-  const made = answers.serialise(structured, revision);
+  const made = answerJson(structured, revision);
   const result: CallToolResult = {
     content: [{ type: 'text', text: made.json }],
     structuredContent: structured,

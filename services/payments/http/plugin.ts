@@ -12,6 +12,7 @@ import { errorHandler } from '../../api/errors.ts';
 import { QuotaUnavailableError, serveMetered } from '../../api/metered-call.ts';
 import { codesText, documented, refusal } from '../../api/openapi.ts';
 import { limitedCaller } from '../../api/rate-limit.ts';
+import { answerBytes } from '../../api/served-answers.ts';
 import type { PaidServiceMeta, ServiceMeta } from '../../api/service-meta.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
@@ -291,7 +292,12 @@ class PaidRoutes {
       throw new ServiceError('quota_unavailable', { detail: err.message });
     }
     request.x402Service = metered.service;
-    if (metered.ok) return { ...(metered.value as object), _service: metered.service };
+    if (metered.ok) {
+      const value = metered.value as Record<string, unknown>;
+      // The bytes of the object Fastify would serialise, the revision's part of them encoded once.
+      const bytes = answerBytes(call.tool.name, value, { ...value, _service: metered.service });
+      return reply.header('content-type', JSON_CONTENT_TYPE).send(bytes);
+    }
     if (metered.reason === 'failed') throw refusalError(describeError(request.log as Logger, metered.error));
     const { window, service } = metered;
     const resets = window === 'daily' ? service.quota?.daily?.resets_at : service.quota?.resets_at;

@@ -35,6 +35,12 @@ export interface PostgresEventStoreOptions {
   /** How long a query waits for a free or new connection before the store counts as unavailable. */
   connectTimeoutMs?: number;
   /**
+   * Longest a statement may run on the server before it is cancelled (default 30 s; migrations are
+   * exempt). An append waiting on a stream lock held by a stopped process fails instead of holding
+   * its connection, and its caller, for good.
+   */
+  statementTimeoutMs?: number;
+  /**
    * Group round trips in flight at once (default a quarter of the pool, at least 2): appends that
    * arrive while they are all busy wait and go out together in the next one.
    */
@@ -85,6 +91,7 @@ export async function openPostgresEventStore(
     keepAlive: true,
     keepAliveInitialDelayMillis: 10_000,
     application_name: `es:${options.schema}`.slice(0, 63),
+    statement_timeout: options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
   });
   // A pooled idle connection that dies (terminated backend, server restart) is dropped by the
   // pool; without this listener its error would crash the process.
@@ -104,6 +111,8 @@ export async function openPostgresEventStore(
 export async function migrate(pool: pg.Pool, schema: string, names: SchemaNames, logger?: Logger) {
   const client = await pool.connect();
   try {
+    // Waiting for another process's migration, or a long one, is not a statement gone astray.
+    await client.query('SET statement_timeout = 0');
     await client.query('SELECT pg_advisory_lock($1)', [migrationLockKey(schema).toString()]);
     try {
       await client.query(`CREATE SCHEMA IF NOT EXISTS ${names.schema}`);
@@ -137,9 +146,13 @@ export async function migrate(pool: pg.Pool, schema: string, names: SchemaNames,
     } finally {
       await client.query('SELECT pg_advisory_unlock($1)', [migrationLockKey(schema).toString()]);
     }
-  } finally {
-    client.release();
+    await client.query('RESET statement_timeout');
+  } catch (err) {
+    // Not handed back to the pool with the timeout lifted.
+    client.release(err instanceof Error ? err : true);
+    throw err;
   }
+  client.release();
 }
 
 interface EventRow {
@@ -724,6 +737,7 @@ function readableBelow(schema: string): string {
 }
 
 const UNIQUE_VIOLATION = '23505';
+const DEFAULT_STATEMENT_TIMEOUT_MS = 30_000;
 /** Least time between two notifies of one process (see announce). */
 const NOTIFY_GAP_MS = 5;
 /** How long readAll waits for older open transactions to end (see readAll). */

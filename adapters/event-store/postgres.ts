@@ -382,10 +382,8 @@ export class PostgresEventStore implements EventStore {
    * returned); commits answered while it is out may have committed after it and stay owed.
    */
   private carryNotify(): number | null {
-    // One due already (its timer set) goes with this group rather than on its own, gap or not.
-    if (this.notifyOut || (this.notifyTimer === null && Date.now() - this.lastNotifyAt < NOTIFY_GAP_MS)) {
-      return null;
-    }
+    // The gap holds for carried ones too: serial appends each carrying one cost a notify per append.
+    if (this.notifyOut || Date.now() - this.lastNotifyAt < NOTIFY_GAP_MS) return null;
     if (this.notifyTimer) {
       clearTimeout(this.notifyTimer);
       this.notifyTimer = null;

@@ -102,4 +102,40 @@ describe.runIf(run)('the log feed on a store whose reads take a round trip', () 
       await store.close();
     }
   });
+
+  it("reads each event once: the store's doorbell rings the feed without reading the log", async () => {
+    const schema = uniqueSchema('feedbell');
+    schemas.push(schema);
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema, pollMs: 60_000, logger });
+    const other = await openPostgresEventStore({ url: POSTGRES_URL, schema, pollMs: 60_000, logger });
+    const runner = new ProjectionRunner(store, new MemoryProjectionStore(), positions, { logger });
+    let decoded = 0;
+    const readAll = store.readAll.bind(store);
+    store.readAll = async (options) => {
+      const page = await readAll(options);
+      decoded += page.length;
+      return page;
+    };
+    try {
+      await runner.start();
+      const appended: number[] = [];
+      for (let round = 0; round < 10; round++) {
+        // This process's appends ring the feed at once; the other's through its NOTIFY (the poll
+        // is a minute away).
+        const mine = Array.from({ length: 5 }, (_, i) =>
+          store.append(`own-${i}`, [{ id: randomUUID(), type: 'N', data: { round, i } }]),
+        );
+        const theirs = other.append('theirs', [{ id: randomUUID(), type: 'N', data: { round } }]);
+        for (const result of await Promise.all([...mine, theirs])) appended.push(result.position);
+        await runner.waitFor(Math.max(...appended), 20_000);
+      }
+      expect(runner.state).toEqual([...appended].sort((a, b) => a - b));
+      // A subscription kept open as the doorbell read and decoded every event a second time.
+      expect(decoded).toBe(appended.length);
+    } finally {
+      await runner.stop();
+      await other.close();
+      await store.close();
+    }
+  });
 });

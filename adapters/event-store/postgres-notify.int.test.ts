@@ -128,6 +128,32 @@ describe.runIf(run)('PostgreSQL LISTEN/NOTIFY', () => {
     }
   }, 30_000);
 
+  it('wakes a subscriber on the last of many concurrent appends by another store, carried or not', async () => {
+    const schema = fresh();
+    const reader = await openPostgresEventStore({ url: POSTGRES_URL, schema, pollMs: POLL_MS });
+    const writer = await openPostgresEventStore({ url: POSTGRES_URL, schema, pollMs: POLL_MS });
+    const live = follow(reader, await reader.headPosition());
+    try {
+      await new Promise((r) => setTimeout(r, 300));
+      // Appends in flight at once: some groups carry the NOTIFY, commits answered meanwhile are
+      // owed one, which the next group carries or a NOTIFY of their own sends.
+      for (let round = 0; round < 5; round++) {
+        const batch = Array.from({ length: 40 }, (_, i) => event('Burst', { round, i }));
+        await Promise.all(batch.map((e) => writer.append(uniqueStream('burst'), [e])));
+        // The writer stays open: no close announces what is owed.
+        const last = batch.at(-1)!;
+        const appendedAt = Date.now();
+        expect((await live.arrival(last.id!, FAST_MS)) - appendedAt).toBeLessThan(FAST_MS);
+        await Promise.all(batch.map((e) => live.arrival(e.id!, FAST_MS)));
+      }
+      expect(live.received).toHaveLength(200);
+    } finally {
+      await live.close();
+      await writer.close();
+      await reader.close();
+    }
+  }, 60_000);
+
   it('keeps delivering after its listening connection is terminated: it listens again', async () => {
     const schema = fresh();
     const admin = new pg.Client({ connectionString: POSTGRES_URL });

@@ -261,6 +261,33 @@ describe.runIf(run)('PostgreSQL event store', () => {
     }
   });
 
+  it('cancels a statement that runs past its timeout, while migrations (exempt) still apply', async () => {
+    const store = await openPostgresEventStore({
+      url: POSTGRES_URL,
+      schema: fresh(),
+      statementTimeoutMs: 200,
+    });
+    try {
+      const { rows } = await store.pool.query(
+        `SELECT count(*)::int AS n FROM ${store.names.schema}.schema_migrations`,
+      );
+      expect(rows[0].n).toBe(MIGRATIONS.length);
+      await expect(store.pool.query('SELECT pg_sleep(2)')).rejects.toMatchObject({ code: '57014' });
+      // The connection the migrations ran on went back to the pool with the timeout in force.
+      const settings = await Promise.all(
+        Array.from({ length: 4 }, () =>
+          store.pool.query<{ t: string }>('SELECT current_setting($1) AS t', ['statement_timeout']),
+        ),
+      );
+      expect(new Set(settings.map((r) => r.rows[0]!.t))).toEqual(new Set(['200ms']));
+      const stream = uniqueStream('timeout');
+      await store.append(stream, [event('A')]);
+      expect(await store.streamRevision(stream)).toBe(0);
+    } finally {
+      await store.close();
+    }
+  });
+
   it('refuses a schema name that is not a plain identifier', async () => {
     await expect(openPostgresEventStore({ url: POSTGRES_URL, schema: 'bad"; drop' })).rejects.toThrow(
       /schema name/,

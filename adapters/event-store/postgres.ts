@@ -35,6 +35,12 @@ export interface PostgresEventStoreOptions {
   /** How long a query waits for a free or new connection before the store counts as unavailable. */
   connectTimeoutMs?: number;
   /**
+   * Longest a statement may run on the server before it is cancelled (default 30 s; migrations are
+   * exempt). An append waiting on a stream lock held by a stopped process fails instead of holding
+   * its connection, and its caller, for good.
+   */
+  statementTimeoutMs?: number;
+  /**
    * Group round trips in flight at once (default a quarter of the pool, at least 2): appends that
    * arrive while they are all busy wait and go out together in the next one.
    */
@@ -85,6 +91,7 @@ export async function openPostgresEventStore(
     keepAlive: true,
     keepAliveInitialDelayMillis: 10_000,
     application_name: `es:${options.schema}`.slice(0, 63),
+    statement_timeout: options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
   });
   // A pooled idle connection that dies (terminated backend, server restart) is dropped by the
   // pool; without this listener its error would crash the process.
@@ -104,6 +111,8 @@ export async function openPostgresEventStore(
 export async function migrate(pool: pg.Pool, schema: string, names: SchemaNames, logger?: Logger) {
   const client = await pool.connect();
   try {
+    // Waiting for another process's migration, or a long one, is not a statement gone astray.
+    await client.query('SET statement_timeout = 0');
     await client.query('SELECT pg_advisory_lock($1)', [migrationLockKey(schema).toString()]);
     try {
       await client.query(`CREATE SCHEMA IF NOT EXISTS ${names.schema}`);
@@ -137,9 +146,13 @@ export async function migrate(pool: pg.Pool, schema: string, names: SchemaNames,
     } finally {
       await client.query('SELECT pg_advisory_unlock($1)', [migrationLockKey(schema).toString()]);
     }
-  } finally {
-    client.release();
+    await client.query('RESET statement_timeout');
+  } catch (err) {
+    // Not handed back to the pool with the timeout lifted.
+    client.release(err instanceof Error ? err : true);
+    throw err;
   }
+  client.release();
 }
 
 interface EventRow {
@@ -189,15 +202,13 @@ export class PostgresEventStore implements EventStore {
   private listener: pg.Client | null = null;
   /** Names this store's notifies, so its listener passes over its own (see listen). */
   private readonly instance = randomUUID();
-  /** A NOTIFY is out; another is owed for commits since it left (see announce). */
-  private notifying = false;
-  private notifyAgain = false;
   private listenerRetry: NodeJS.Timeout | null = null;
   private closed = false;
   private readonly space: StorageFullState;
   private lastFullAt = 0;
   private readonly q: {
     append: string;
+    appendNotify: string;
     readAll: string;
     readStream: string;
     revision: string;
@@ -219,8 +230,12 @@ export class PostgresEventStore implements EventStore {
       maxInFlight: options.groupsInFlight ?? Math.max(2, Math.floor((options.poolSize ?? 10) / 4)),
     });
     const s = names.schema;
+    const appendGroup = `${s}.append_group($1::text[], $2::text[], $3::integer[], $4::boolean, $5::text[], $6::text[], $7::text[], $8::text[], $9::json[])`;
     this.q = {
-      append: `SELECT idx, code, detail, next_revision, head FROM ${s}.append_group($1::text[], $2::text[], $3::integer[], $4::boolean, $5::text[], $6::text[], $7::text[], $8::text[], $9::json[])`,
+      append: `SELECT idx, code, detail, next_revision, head FROM ${appendGroup}`,
+      // The same, with the NOTIFY in its transaction (see announce): the one-row CTE runs once.
+      appendNotify: `WITH n AS MATERIALIZED (SELECT pg_notify('${names.channel}', $10))
+                     SELECT idx, code, detail, next_revision, head FROM ${appendGroup}, n`,
       // Only positions of transactions older than the oldest one still in flight: all of those
       // have ended, and every later commit lands above them (postgres-schema.ts, version 2).
       // \`held\`: events are committed above the bound (a transaction older than theirs is still
@@ -307,7 +322,7 @@ export class PostgresEventStore implements EventStore {
 
   private async sendGroup(group: PendingAppend[]) {
     const events = group.flatMap((m) => m.events);
-    const values = [
+    const values: unknown[] = [
       group.map((m) => m.stream),
       group.map((m) => String(m.expected)),
       group.map((m) => m.events.length),
@@ -318,47 +333,102 @@ export class PostgresEventStore implements EventStore {
       events.map((e) => e.causationId ?? null),
       events.map((e) => JSON.stringify(e.data ?? null)),
     ];
-    const { rows } = await this.withRetry('append', () =>
-      this.pool.query<GroupRow>({ name: 'es_append_group', text: this.q.append, values }),
-    );
+    const covers = this.carryNotify();
+    const query =
+      covers === null
+        ? { name: 'es_append_group', text: this.q.append, values }
+        : { name: 'es_append_group_notify', text: this.q.appendNotify, values: [...values, this.instance] };
+    let rows: GroupRow[];
+    try {
+      ({ rows } = await this.withRetry('append', () => this.pool.query<GroupRow>(query)));
+    } catch (err) {
+      // Rolled back, its NOTIFY with it: what it was to announce is still owed.
+      if (covers !== null) this.notified(0);
+      throw err;
+    }
     this.space.succeeded();
-    if (rows.some((r) => r.code === null)) this.announce();
+    let committed = false;
+    for (const row of rows) {
+      if (row.code !== null) continue;
+      committed = true;
+      const head = Number(row.head);
+      if (head > this.ownHead) this.ownHead = head;
+    }
+    if (covers !== null) this.notified(covers);
+    if (committed) this.announce(covers !== null);
     return rows;
   }
 
   /**
-   * Tells the other processes' subscriptions that something was committed, after the commit and
-   * in a transaction of its own (a NOTIFY inside the append would serialise every writer's commit
-   * on the server's notify lock). At most one is out at a time and they start at least
-   * NOTIFY_GAP_MS apart, so a process appending thousands of times a second sends a few hundred
-   * notifies, not one per append (that doubled the statements of serial appends); appends committed
-   * meanwhile are announced by the next one. Local subscribers are woken at once. A lost notify
-   * costs a poll tick.
+   * Tells the other processes' subscriptions that something was committed. A NOTIFY is sent in
+   * the transaction it announces only by the append group that carries it (carryNotify): a
+   * notifying transaction holds the server's one notify lock through its commit, so one per
+   * notify, not every append, keeps writers from queueing on it. Notifies start at least
+   * NOTIFY_GAP_MS apart and at most one is out at a time, so a process appending thousands of times
+   * a second sends a few hundred, and under load they ride on appends instead of costing a round
+   * trip each (a tenth of a statement per keyed call). Commits no carrier covers get a NOTIFY of
+   * their own once the gap has passed. Local subscribers are woken at once. A lost notify costs a
+   * poll tick.
    */
-  private announce(): void {
+  private announce(carried: boolean): void {
     this.signal.notify();
-    if (this.notifying) {
-      this.notifyAgain = true;
-      return;
+    if (!carried) this.owed++;
+    this.notifySoon();
+  }
+
+  /**
+   * Whether the group about to be sent carries a NOTIFY: when none is out and the gap has passed.
+   * Its commit then announces itself and every commit answered before it was sent (the count
+   * returned); commits answered while it is out may have committed after it and stay owed.
+   */
+  private carryNotify(): number | null {
+    // The gap holds for carried ones too: serial appends each carrying one cost a notify per append.
+    if (this.notifyOut || Date.now() - this.lastNotifyAt < NOTIFY_GAP_MS) return null;
+    if (this.notifyTimer) {
+      clearTimeout(this.notifyTimer);
+      this.notifyTimer = null;
     }
-    this.notifying = true;
-    const wait = this.lastNotifyAt + NOTIFY_GAP_MS - Date.now();
+    this.notifyOut = true;
+    this.lastNotifyAt = Date.now();
+    return this.owed;
+  }
+
+  /** A NOTIFY that was out has ended, covering `covered` of the owed commits. */
+  private notified(covered: number): void {
+    this.notifyOut = false;
+    this.owed = Math.max(0, this.owed - covered);
+    this.notifySoon();
+  }
+
+  /**
+   * Sends a NOTIFY of its own for owed commits, NOTIFY_GAP_MS from now and at least that long after
+   * the last one, unless an append group carries one first: under load the next group leaves well
+   * within the gap (a NOTIFY of its own at once for what was answered while a carrier was out
+   * still cost half the notifies a round trip).
+   */
+  private notifySoon(): void {
+    if (this.owed === 0 || this.notifyOut || this.notifyTimer || this.closed) return;
     const send = () => {
+      this.notifyTimer = null;
+      if (this.owed === 0 || this.notifyOut || this.closed) return;
+      const covers = this.owed;
+      this.notifyOut = true;
       this.lastNotifyAt = Date.now();
       this.pool
         .query(this.q.notify, [this.instance])
         .catch((err: unknown) => this.logger?.debug({ err }, 'postgres: notify failed; subscribers poll'))
-        .finally(() => {
-          this.notifying = false;
-          if (this.notifyAgain && !this.closed) {
-            this.notifyAgain = false;
-            this.announce();
-          }
-        });
+        // A failed notify is not sent again: subscribers poll, and the next commit notifies.
+        .finally(() => this.notified(covers));
     };
-    if (wait > 0) setTimeout(send, wait).unref();
-    else send();
+    const now = Date.now();
+    this.notifyTimer = setTimeout(send, Math.max(this.lastNotifyAt, now) + NOTIFY_GAP_MS - now);
+    this.notifyTimer.unref();
   }
+  /** Commits answered and not yet covered by a NOTIFY that committed after them. */
+  private owed = 0;
+  /** A NOTIFY is out: on its own, or carried by an append group. */
+  private notifyOut = false;
+  private notifyTimer: NodeJS.Timeout | null = null;
   private lastNotifyAt = 0;
 
   /** What a failed statement means for the one append it carried. */
@@ -433,6 +503,7 @@ export class PostgresEventStore implements EventStore {
         bound = Number(row.bound ?? 0);
       } else events.push(toRecorded(row));
     }
+    if (committedHead > this.headSeenByRead) this.headSeenByRead = committedHead;
     return { events, committedHead, bound };
   }
 
@@ -487,6 +558,30 @@ export class PostgresEventStore implements EventStore {
       },
     };
   }
+
+  /** Other processes' appends (a bus message about an event not read yet): readers look now. */
+  wake(): void {
+    this.signal.notify();
+  }
+
+  /**
+   * The log feed's doorbell (port.ts): rung by this process's commits, other processes' NOTIFYs,
+   * the held-back timer and `wake`, without reading the log. Without it the feed kept a live
+   * subscription open only to ring it, which read (and decoded) every event once more than the
+   * feed itself did. At once when this process committed past `after` since the last read began:
+   * that read may have missed it. A commit the last read already knew of and could not take (held
+   * behind an older open transaction) is not a reason to read at once: the held-back timer rings.
+   */
+  appended(after: number, timeoutMs: number): { promise: Promise<void>; cancel: () => void } {
+    // Registered before the head is looked at, so a commit in between is not missed.
+    const wait = this.signal.wait(timeoutMs);
+    if (this.closed || (this.ownHead > after && this.ownHead > this.headSeenByRead)) wait.cancel();
+    return wait;
+  }
+  /** The last position this process committed. */
+  private ownHead = 0;
+  /** The log's last committed position as the latest page read saw it, readable or not. */
+  private headSeenByRead = 0;
 
   /** Committed events after `after` up to `head`, held back from readers or not (see port.ts). */
   async countCommitted(after: number, head: number, cap: number): Promise<number> {
@@ -556,10 +651,13 @@ export class PostgresEventStore implements EventStore {
     this.closed = true;
     if (this.listenerRetry) clearTimeout(this.listenerRetry);
     if (this.heldTimer) clearTimeout(this.heldTimer);
+    if (this.notifyTimer) clearTimeout(this.notifyTimer);
     this.signal.notify();
     const listener = this.listener;
     this.listener = null;
     await listener?.end().catch(() => undefined);
+    // Commits still waiting for their NOTIFY are announced now, not at the others' next poll.
+    if (this.owed > 0) await this.pool.query(this.q.notify, [this.instance]).catch(() => undefined);
     await this.pool.end();
   }
 
@@ -637,6 +735,7 @@ function readableBelow(schema: string): string {
 }
 
 const UNIQUE_VIOLATION = '23505';
+const DEFAULT_STATEMENT_TIMEOUT_MS = 30_000;
 /** Least time between two notifies of one process (see announce). */
 const NOTIFY_GAP_MS = 5;
 /** How long readAll waits for older open transactions to end (see readAll). */

@@ -91,6 +91,11 @@ export const ConfigSchema = z
       .default('signal_service'),
     /** Connections each process keeps to PostgreSQL. */
     POSTGRES_POOL_SIZE: positiveInt.default(10),
+    /**
+     * Longest a statement may run before PostgreSQL cancels it (migrations exempt): an append stuck
+     * behind a stopped process's lock fails as unavailable instead of holding its caller for good.
+     */
+    POSTGRES_STATEMENT_TIMEOUT_MS: positiveInt.default(30_000),
     BUS: z.enum(['memory', 'nats']).default('memory'),
     NATS_URL: z.string().default('nats://127.0.0.1:4222'),
     NATS_STREAM: z

@@ -90,6 +90,7 @@ async function openStores(config: Config, logger: Logger) {
         url: config.POSTGRES_URL!,
         schema: config.POSTGRES_SCHEMA,
         poolSize: config.POSTGRES_POOL_SIZE,
+        statementTimeoutMs: config.POSTGRES_STATEMENT_TIMEOUT_MS,
         logger,
       });
       logger.info(

@@ -135,6 +135,34 @@ describe.runIf(run)('PostgreSQL event store', () => {
     }
   });
 
+  it('answers EventStoreUnavailableError, with nothing written, when an append outlives the statement timeout', async () => {
+    const schema = fresh();
+    const store = await openPostgresEventStore({ url: own.url, schema, statementTimeoutMs: 300 });
+    const stuck = new pg.Client({ connectionString: own.url });
+    await stuck.connect();
+    try {
+      // A writer that stopped inside its transaction: it holds the stream's lock until it ends.
+      await stuck.query('BEGIN');
+      await stuck.query(
+        `SELECT * FROM "${schema}".append_group($1::text[], $2::text[], $3::integer[], true, $4::text[], $5::text[], $6::text[], $7::text[], $8::json[])`,
+        [['held'], ['any'], [1], [randomUUID()], ['Stuck'], [null], [null], ['{}']],
+      );
+      const failure = await store.append('held', [event('Waits')]).then(
+        () => null,
+        (err: unknown) => err,
+      );
+      expect(failure).toBeInstanceOf(EventStoreUnavailableError);
+      expect((failure as Error).message).toMatch(/statement cancelled/);
+      await stuck.query('ROLLBACK');
+      // The cancelled append left nothing behind; tried again, it goes through.
+      expect(await store.streamRevision('held')).toBeNull();
+      await expect(store.append('held', [event('Again')])).resolves.toMatchObject({ nextRevision: 0 });
+    } finally {
+      await stuck.end();
+      await store.close();
+    }
+  });
+
   it('never lets a reader pass an event that commits late: later commits wait behind it, then both arrive in order', async () => {
     const schema = fresh();
     // A poll far longer than the test: arrivals come from the notify and the held-back re-read.

@@ -68,6 +68,9 @@ const CONNECTION_CODES = new Set([
   '08004',
 ]);
 
+/** query_canceled: the statement timeout (or a cancel request) ended it. */
+const QUERY_CANCELED = '57014';
+
 function isConnectionError(error: unknown): boolean {
   if (!(error instanceof Error)) return false;
   const code = (error as { code?: string }).code;
@@ -720,6 +723,13 @@ export class PostgresEventStore implements EventStore {
       try {
         return await run();
       } catch (err) {
+        if ((err as { code?: string }).code === QUERY_CANCELED) {
+          // The statement timeout: the server rolled the statement back, so nothing of it was
+          // written and the caller may try again; said as unavailable, not as a failure of its own.
+          throw new EventStoreUnavailableError(`postgres statement cancelled: ${(err as Error).message}`, {
+            cause: err,
+          });
+        }
         if (!isConnectionError(err)) throw err;
         last = err;
         this.logger?.warn({ err, what }, 'postgres: connection failure, retrying');

@@ -104,8 +104,10 @@ export interface WorkerSettings {
 /**
  * The I/O around the delivery decider: claims attempts, sends them and records the outcome. A
  * claim is decided against the delivery stream as the caller read it and appended at that
- * revision, so two dispatchers never run the same attempt; the outcome appends against the
- * claim's revision, so a stale worker's late outcome never overwrites a newer attempt.
+ * revision, when the attempt's turn in its endpoint's queue comes (just before the send), so two
+ * dispatchers never run the same attempt and a long wait in a queue never looks stuck; the
+ * outcome appends against the claim's revision, so a stale worker's late outcome never
+ * overwrites a newer attempt.
  */
 export class DeliveryWorker {
   private readonly queues: EndpointQueues;
@@ -336,7 +338,10 @@ export class DeliveryWorker {
     if (seq.status === 'rejected') {
       // Claimed but unnumbered: not owned any more, so the stale-attempt check sends it later
       // (asking for its number again then).
-      if (job.status === 'fulfilled' && job.value) this.owned.delete(input.deliveryId);
+      if (job.status === 'fulfilled' && job.value) {
+        this.owned.delete(input.deliveryId);
+        if (job.value.slot) this.queues.release(EndpointQueues.keyOf(input.subscription.url));
+      }
       throw seq.reason;
     }
     if (job.status === 'rejected') throw job.reason;
@@ -372,18 +377,22 @@ export class DeliveryWorker {
    * slot is held for the request only: recording the outcome waits on the store, not on the
    * endpoint, so the endpoint's next request starts meanwhile. A full queue is backpressure, not
    * a failure: the job still waits its turn, in order, but beyond `endpointQueueLimit` waiting
-   * jobs it waits without its bytes (the claim is in the log; they are read back when its turn
+   * jobs it waits without its bytes (the delivery is in the log; they are read back when its turn
    * comes), so a busy endpoint's backlog costs memory for its ids only.
    */
-  submit(job: DeliveryJob): Promise<SendResult> {
+  submit(submitted: DeliveryJob): Promise<SendResult> {
+    let job = submitted;
     const task = new Promise<SendResult>((resolve, reject) => {
       const endpoint = EndpointQueues.keyOf(job.subscription.url);
       const open = this.breakers.peek(endpoint, Date.now());
-      if (open && job.claimed) {
+      // Claimed without a slot: its breaker was open when it was claimed. It is never queued
+      // claimed (a claim waiting in the queue would pass for a stuck one): it runs now or is held.
+      if (job.claimed && !job.slot && !open && this.queues.acquire(endpoint)) job = { ...job, slot: true };
+      if (job.claimed && (open || !job.slot)) {
         // Not queued: it would only wait for the breaker to let a probe through.
         if (job.slot) this.queues.release(endpoint);
-        const skipped = held(open.reason);
-        this.recordOutcome(job, skipped, open.until).then(() => resolve(skipped), reject);
+        const skipped = held(open?.reason ?? 'circuit open');
+        this.recordOutcome(job, skipped, open?.until ?? Date.now()).then(() => resolve(skipped), reject);
         return;
       }
       this.enqueue(endpoint, job, resolve, reject);

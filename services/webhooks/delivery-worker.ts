@@ -315,10 +315,9 @@ export class DeliveryWorker {
       this.deps.observer?.attempt(job.trigger);
       return { ...job, claimed: true, revision: claimed.revision! };
     } catch (err) {
-      if (err instanceof WrongExpectedRevisionError || err instanceof DeliveryConflictError) {
-        this.owned.delete(job.deliveryId);
-        return null;
-      }
+      // Let go either way: on a store error the stale-attempt check queues it again later.
+      this.owned.delete(job.deliveryId);
+      if (err instanceof WrongExpectedRevisionError || err instanceof DeliveryConflictError) return null;
       throw err;
     }
   }

@@ -512,6 +512,8 @@ export class WebhookDispatcher {
  * When a pending delivery's last attempt makes it due again: a retry, or a stale attempt; null for
  * never. A claimed attempt is stale once it went `stuckAfterMs` without an outcome from its claim,
  * which is made at its turn, just before the send: waiting in an endpoint's queue does not count.
+ * A queued attempt still waiting `stuckAfterMs` after it was queued may have lost its dispatcher:
+ * it is queued here too, and whichever dispatcher's turn comes first claims and sends it.
  */
 function dueTime(last: AttemptRecord, stuckAfterMs: number): number | null {
   if (last.outcome === 'failed') return last.nextAttemptAt === null ? null : Date.parse(last.nextAttemptAt);

@@ -304,6 +304,13 @@ export const DeliveryAttempted = z.object({
    */
   body: z.string().optional(),
 });
+/**
+ * An attempt put in its endpoint's queue behind a busy receiver: it reserves the attempt (and, on
+ * the first, carries the body) but sends nothing. The `DeliveryAttempted` of the same attempt is
+ * appended when its turn comes, just before the send, so only the one claim made at the turn
+ * sends it, and a wait in the queue never passes for an attempt stuck in flight.
+ */
+export const DeliveryQueued = DeliveryAttempted;
 /** When the request of an attempt was actually sent, and how long it waited in its endpoint's queue. */
 const SendTiming = {
   sentAt: IsoTime.optional(),
@@ -375,6 +382,7 @@ export const EVENT_CATALOG = {
   SubscriptionReEnabled,
   SubscriptionSecretRotated,
   DeliveryAttempted,
+  DeliveryQueued,
   DeliverySequenced,
   DeliverySucceeded,
   DeliveryFailed,

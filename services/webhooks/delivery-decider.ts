@@ -22,8 +22,10 @@ export const SERIES_START: ReadonlySet<string> = new Set<Trigger>(['event', 'dig
 export type AttemptResult = SendResult & { sentAt?: number; held?: boolean };
 
 export interface DeliveryState {
-  /** The latest attempt claimed (0: none yet). */
+  /** The latest attempt queued or claimed (0: none yet). */
   attempt: number;
+  /** The latest attempt waits in an endpoint queue: reserved, not claimed, nothing sent. */
+  queued?: boolean;
   /** Whether the latest attempt's outcome is recorded. */
   recorded: boolean;
   /** How the latest attempt ended (null: no attempt yet, or it is still in flight). */
@@ -34,7 +36,8 @@ export interface DeliveryState {
 
 export type DeliveryCommand =
   | {
-      kind: 'claim';
+      /** 'claim': the attempt is sent now; 'queue': it waits in its endpoint's queue, claimed at its turn. */
+      kind: 'claim' | 'queue';
       /** A fresh id: a second claim of the same attempt must conflict, not pass as a re-append. */
       claimId: string;
       data: EventData<'DeliveryAttempted'>;
@@ -58,7 +61,9 @@ export type DeliveryCommand =
       jitterSample: number;
     };
 
-export type DeliveryEvent = DecidedEvent<'DeliveryAttempted' | 'DeliverySucceeded' | 'DeliveryFailed'>;
+export type DeliveryEvent = DecidedEvent<
+  'DeliveryAttempted' | 'DeliveryQueued' | 'DeliverySucceeded' | 'DeliveryFailed'
+>;
 
 export class DeliveryConflictError extends Error {
   override readonly name = 'DeliveryConflictError';
@@ -78,6 +83,7 @@ export function deliveryStateOf(record: DeliveryRecord): DeliveryState {
   const outcome = last.outcome === 'pending' ? null : last.outcome;
   return {
     attempt: last.attempt,
+    ...(last.queued ? { queued: true } : {}),
     recorded: outcome !== null,
     outcome,
     nextAttemptAt: outcome === 'failed' ? last.nextAttemptAt : null,
@@ -107,6 +113,8 @@ function claimRefusal(trigger: Trigger, state: DeliveryState): string | null {
           ? 'it succeeded'
           : 'its latest attempt is still in flight';
     case 'stale':
+      // A queued attempt is taken over by claiming that attempt at its turn, not by a new one.
+      if (state.queued) return 'its latest attempt is queued';
       return state.outcome === null ? null : `its latest attempt already ${state.outcome}`;
     case 'recover':
       return state.outcome === 'succeeded' ? 'it succeeded' : null;
@@ -118,11 +126,20 @@ function claimRefusal(trigger: Trigger, state: DeliveryState): string | null {
 }
 
 export const deliveryDecider: Decider<DeliveryState, DeliveryCommand, DeliveryEvent> = {
-  eventTypes: ['DeliveryAttempted', 'DeliverySucceeded', 'DeliveryFailed'],
+  eventTypes: ['DeliveryAttempted', 'DeliveryQueued', 'DeliverySucceeded', 'DeliveryFailed'],
   initialState: initialDelivery,
   evolve(state, event) {
     if (event.type === 'DeliveryAttempted') {
       return { attempt: event.data.attempt, recorded: false, outcome: null, nextAttemptAt: null };
+    }
+    if (event.type === 'DeliveryQueued') {
+      return {
+        attempt: event.data.attempt,
+        queued: true,
+        recorded: false,
+        outcome: null,
+        nextAttemptAt: null,
+      };
     }
     // An old attempt reporting late does not close the latest one.
     if (event.data.attempt !== state.attempt) return state;
@@ -131,7 +148,23 @@ export const deliveryDecider: Decider<DeliveryState, DeliveryCommand, DeliveryEv
       : { ...state, recorded: true, outcome: 'failed', nextAttemptAt: event.data.nextAttemptAt };
   },
   decide(command, state) {
-    if (command.kind === 'claim') {
+    if (command.kind !== 'record') {
+      if (command.kind === 'claim' && state.queued) {
+        // The turn of an attempt that waited in a queue: whoever claims it first sends it.
+        if (command.data.attempt !== state.attempt) {
+          throw new DeliveryConflictError(
+            `attempt ${state.attempt} of ${command.data.deliveryId} is queued; it is the one to claim`,
+          );
+        }
+        return [
+          {
+            type: 'DeliveryAttempted',
+            data: command.data,
+            id: command.claimId,
+            correlationId: command.data.deliveryId,
+          },
+        ];
+      }
       if (command.data.attempt !== state.attempt + 1) {
         throw new DeliveryConflictError(
           `attempt ${command.data.attempt} of ${command.data.deliveryId} follows attempt ${state.attempt}`,
@@ -146,14 +179,14 @@ export const deliveryDecider: Decider<DeliveryState, DeliveryCommand, DeliveryEv
       }
       return [
         {
-          type: 'DeliveryAttempted',
+          type: command.kind === 'queue' ? 'DeliveryQueued' : 'DeliveryAttempted',
           data: command.data,
           id: command.claimId,
           correlationId: command.data.deliveryId,
         },
       ];
     }
-    if (command.attempt !== state.attempt || state.recorded) {
+    if (command.attempt !== state.attempt || state.recorded || state.queued) {
       throw new DeliveryConflictError(
         `attempt ${command.attempt} of ${command.deliveryId} is not the one waiting for its outcome`,
       );

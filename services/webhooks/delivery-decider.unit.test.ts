@@ -122,6 +122,79 @@ describe('delivery decider: claims', () => {
   });
 });
 
+function queued(attempt: number, trigger: ClaimTrigger = 'event'): DeliveryEvent {
+  return { ...attempted(attempt, trigger), type: 'DeliveryQueued', id: `queue-${attempt}` } as DeliveryEvent;
+}
+
+function queue(attempt: number, trigger: ClaimTrigger = 'event'): DeliveryCommand {
+  const event = queued(attempt, trigger);
+  return { kind: 'queue', claimId: event.id!, data: event.data as never };
+}
+
+/** The claim of a queued attempt at its turn: the same attempt, without the body the queue event holds. */
+function turn(attempt: number, trigger: ClaimTrigger = 'event'): DeliveryCommand {
+  const { body: _, ...data } = attempted(attempt, trigger).data as { body?: string };
+  return { kind: 'claim', claimId: `claim-${attempt}`, data: data as never };
+}
+
+describe('delivery decider: an attempt that waits in its endpoint queue', () => {
+  it('is queued with the rules of a claim, and claimed at its turn as the same attempt', () => {
+    spec
+      .given([])
+      .when(queue(1))
+      .thenEmits([queued(1)]);
+    spec
+      .given([attempted(1), failed(1, due)])
+      .when(queue(2, 'retry'))
+      .thenEmits([queued(2, 'retry')]);
+    spec
+      .given([attempted(1)])
+      .when(queue(2, 'retry'))
+      .thenThrows(conflict);
+    const { body: _, ...data } = attempted(1).data as { body?: string };
+    spec
+      .given([queued(1)])
+      .when(turn(1))
+      .thenEmits([{ ...attempted(1), data: data as never }]);
+  });
+
+  it('is claimed once: the second claim of its turn, a new stale attempt or an outcome before the claim conflict', () => {
+    spec
+      .given([queued(1), attempted(1)])
+      .when(turn(1))
+      .thenThrows(conflict);
+    spec
+      .given([queued(1)])
+      .when(claim(2, 'stale'))
+      .thenThrows(conflict);
+    spec
+      .given([queued(1)])
+      .when(claim(2, 'resend'))
+      .thenThrows(conflict);
+    spec
+      .given([queued(1)])
+      .when(record(1, answered(200)))
+      .thenThrows(conflict);
+    spec
+      .given([queued(1), attempted(1)])
+      .when(record(1, answered(200)))
+      .thenEmits([
+        {
+          type: 'DeliverySucceeded',
+          data: {
+            ...ref,
+            attempt: 1,
+            sentAt: new Date(t0 + 40).toISOString(),
+            queuedMs: 40,
+            status: 200,
+            latencyMs: 12,
+            response: 'body',
+          },
+        },
+      ]);
+  });
+});
+
 describe('delivery decider: which claims may follow', () => {
   it('starts a delivery only with an event, a digest or a recovery', () => {
     spec

@@ -8,6 +8,10 @@ export interface AttemptRecord {
   queuedMs: number | null;
   /** Not sent because the endpoint's circuit breaker was open. */
   held?: boolean;
+  /** Waiting in its endpoint's queue, not claimed yet (`attemptedAt` is when it was queued). */
+  queued?: boolean;
+  /** When it was claimed, when that came after it was queued: an attempt is stuck from here. */
+  claimedAt?: string;
   trigger: string;
   outcome: 'pending' | 'succeeded' | 'failed';
   status: number | null;
@@ -109,9 +113,18 @@ export function applyDeliveryEvent(
   limit: number = DELIVERY_LOG_LIMIT,
 ): DeliveryLogState {
   switch (event.type) {
+    case 'DeliveryQueued':
     case 'DeliveryAttempted': {
       const d = event.data;
       let record = findDelivery(state, d.deliveryId);
+      const last = record?.attempts.at(-1);
+      if (event.type === 'DeliveryAttempted' && last?.queued && last.attempt === d.attempt) {
+        // The queued attempt's turn: the same attempt, claimed now (its queue time stays).
+        record!.revision = event.revision;
+        delete last.queued;
+        last.claimedAt = event.recordedAt;
+        break;
+      }
       if (!record) {
         record = {
           id: d.deliveryId,
@@ -139,6 +152,7 @@ export function applyDeliveryEvent(
         attemptedAt: event.recordedAt,
         sentAt: null,
         queuedMs: null,
+        ...(event.type === 'DeliveryQueued' ? { queued: true } : {}),
         trigger: d.trigger ?? 'event',
         outcome: 'pending',
         status: null,

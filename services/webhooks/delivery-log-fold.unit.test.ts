@@ -210,3 +210,32 @@ describe('the delivery log view', () => {
     ]);
   });
 });
+
+describe('an attempt queued before its claim', () => {
+  it('shows as its one pending attempt from when it was queued, and is stuck only from its claim', () => {
+    const queuedAt = recorded('DeliveryQueued', {
+      deliveryId: 'q1',
+      subscriptionId: 'sub-a',
+      attempt: 1,
+      eventId: 'ev-q1',
+      webhookEvent: 'trade_call',
+      url: 'https://hooks.example.com/x',
+      trigger: 'event',
+      body: '{}',
+    });
+    let state = fold([queuedAt]);
+    expect(state.deliveries.q1!.attempts).toMatchObject([{ attempt: 1, outcome: 'pending', queued: true }]);
+    const claim = attempted('q1');
+    state = fold([claim], state);
+    const [attempt] = state.deliveries.q1!.attempts;
+    expect(state.deliveries.q1!.attempts).toHaveLength(1);
+    expect(attempt!.queued).toBeUndefined();
+    expect(attempt!.attemptedAt).toBe(queuedAt.recordedAt);
+    expect(attempt!.claimedAt).toBe(claim.recordedAt);
+    expect(state.deliveries.q1!.revision).toBe(claim.revision);
+    state = fold([succeeded('q1')], state);
+    expect(deliveryView(state.deliveries.q1!).attempts).toMatchObject([
+      { attempt: 1, outcome: 'succeeded', attempted_at: queuedAt.recordedAt },
+    ]);
+  });
+});

@@ -135,10 +135,10 @@ describe('DeliveryWorker', () => {
     expect((await second).ok).toBe(true);
     await draining;
     expect(worker.owned.size).toBe(0);
-    for (const id of ['d-1', 'd-2']) {
-      const events = await store.readStream(deliveryStream(id));
-      expect(events.map((e) => e.type)).toEqual(['DeliveryAttempted', 'DeliverySucceeded']);
-    }
+    const types = async (id: string) => (await store.readStream(deliveryStream(id))).map((e) => e.type);
+    expect(await types('d-1')).toEqual(['DeliveryAttempted', 'DeliverySucceeded']);
+    // The second waited for the slot: queued first, claimed at its turn, just before its send.
+    expect(await types('d-2')).toEqual(['DeliveryQueued', 'DeliveryAttempted', 'DeliverySucceeded']);
   });
 
   it('still records a failed attempt with its next retry, and rejects when the store fails', async () => {

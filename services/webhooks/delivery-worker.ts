@@ -41,10 +41,19 @@ export interface DeliveryJob {
   seq: number | null;
   /** Position of this attempt in its run through the retry schedule (1 = first). */
   seriesAttempt: number;
-  /** Revision of the delivery stream after the claim: outcomes append against it. */
+  /** What started the attempt (its claim at the turn says the same). */
+  trigger: Trigger;
+  /**
+   * Revision of the delivery stream after the claim (outcomes append against it), or, for an
+   * attempt still queued, the revision its claim at the turn expects.
+   */
   revision: number;
-  /** When the claim was recorded: the attempt's queue time runs from here to its send. */
-  claimedAt: number;
+  /** Claimed: sent when its turn comes. Not claimed: queued, claimed at its turn unless taken over. */
+  claimed: boolean;
+  /** It holds the endpoint slot it runs in (taken when it was claimed: its turn was then). */
+  slot: boolean;
+  /** When it entered this process's queue: the attempt's queue time runs from here to its send. */
+  queuedAt: number;
   /**
    * When this attempt was due by the retry schedule (a retry: its recorded next_attempt_at; a
    * first attempt: its claim). The next attempt's delay counts from here.
@@ -95,13 +104,15 @@ export interface WorkerSettings {
 /**
  * The I/O around the delivery decider: claims attempts, sends them and records the outcome. A
  * claim is decided against the delivery stream as the caller read it and appended at that
- * revision, so two dispatchers never run the same attempt; the outcome appends against the
- * claim's revision, so a stale worker's late outcome never overwrites a newer attempt.
+ * revision, when the attempt's turn in its endpoint's queue comes (just before the send), so two
+ * dispatchers never run the same attempt and a long wait in a queue never looks stuck; the
+ * outcome appends against the claim's revision, so a stale worker's late outcome never
+ * overwrites a newer attempt.
  */
 export class DeliveryWorker {
   private readonly queues: EndpointQueues;
   readonly breakers: CircuitBreakers;
-  /** Deliveries this process has claimed and not finished. */
+  /** Deliveries this process has queued or claimed and not finished. */
   readonly owned = new Set<string>();
   /** Deliveries whose next claim this process is making: a second one would only conflict. */
   private readonly claiming = new Set<string>();
@@ -151,8 +162,13 @@ export class DeliveryWorker {
   }
 
   /**
-   * Appends the claim of an attempt. Returns null when the delivery stream moved on (someone
-   * else claimed it, or it already exists when `expected` is 'no_stream').
+   * Appends the claim of an attempt whose turn in its endpoint's queue is now (a free slot, taken
+   * here), or, when it has to wait, its place in the queue (`DeliveryQueued`): then the claim is
+   * appended at its turn, just before the send (see `enqueue`). Either way the attempt is this
+   * process's from here, and no other dispatcher queues it again unless it waits past the stuck
+   * time; even then the one claim made at a turn decides who sends it. Returns null when the
+   * delivery stream moved on (someone else claimed it, or it already exists when `expected` is
+   * 'no_stream').
    */
   async claim(input: {
     deliveryId: string;
@@ -169,27 +185,70 @@ export class DeliveryWorker {
     state?: DeliveryState;
     /** When a retry was due by the schedule; other attempts are due when claimed. */
     dueAt?: number;
+    /**
+     * `attempt` is already queued in the log (by a dispatcher that let it wait past the stuck
+     * time): it is taken over, claimed at its turn here, not queued again.
+     */
+    queuedAttempt?: boolean;
   }): Promise<DeliveryJob | null> {
+    const endpoint = EndpointQueues.keyOf(input.subscription.url);
+    const queuedAt = Date.now();
+    // An open breaker holds the attempt back without queueing it: it is claimed and recorded held.
+    const open = this.breakers.peek(endpoint, queuedAt) !== null;
+    const slot = !open && this.queues.acquire(endpoint);
+    const claimNow = open || slot;
+    const job = (revision: number, claimed: boolean): DeliveryJob => ({
+      deliveryId: input.deliveryId,
+      subscription: input.subscription,
+      eventId: input.eventId,
+      event: input.event,
+      body: input.body,
+      attempt: input.attempt,
+      seq: input.seq ?? null,
+      seriesAttempt: seriesAttemptOf(input.trigger, input.attempt, input.seriesAttempt),
+      trigger: input.trigger,
+      revision,
+      claimed,
+      slot,
+      queuedAt,
+      dueAt: input.dueAt ?? queuedAt,
+    });
+    if (input.queuedAttempt && !claimNow) {
+      if (input.expected === 'no_stream') throw new Error('a queued attempt has a stream');
+      this.owned.add(input.deliveryId);
+      return job(input.expected, false);
+    }
     const known: Aggregate<DeliveryState> =
       input.expected === 'no_stream'
         ? { state: initialDelivery(), revision: null }
-        : {
-            // Unknown: taken as an outcome recorded with nothing scheduled (a recovery or a resend).
-            state: input.state ?? {
-              attempt: input.attempt - 1,
-              recorded: true,
-              outcome: 'failed',
-              nextAttemptAt: null,
-            },
-            revision: input.expected,
-          };
+        : input.queuedAttempt
+          ? {
+              state: {
+                attempt: input.attempt,
+                queued: true,
+                recorded: false,
+                outcome: null,
+                nextAttemptAt: null,
+              },
+              revision: input.expected,
+            }
+          : {
+              // Unknown: taken as an outcome recorded with nothing scheduled (a recovery or a resend).
+              state: input.state ?? {
+                attempt: input.attempt - 1,
+                recorded: true,
+                outcome: 'failed',
+                nextAttemptAt: null,
+              },
+              revision: input.expected,
+            };
     try {
       const claimed = await handleCommand(
         this.deps.store,
         deliveryStream(input.deliveryId),
         deliveryDecider,
         {
-          kind: 'claim',
+          kind: claimNow ? 'claim' : 'queue',
           claimId: randomUUID(),
           data: {
             deliveryId: input.deliveryId,
@@ -199,29 +258,65 @@ export class DeliveryWorker {
             webhookEvent: input.event,
             url: input.subscription.url,
             trigger: input.trigger,
-            ...(input.attempt === 1 ? { body: input.body } : {}),
+            // The first event of the stream carries the bytes every attempt sends.
+            ...(input.attempt === 1 && !input.queuedAttempt ? { body: input.body } : {}),
           },
         },
         // Built from the dispatcher's typed values: no second zod pass on the delivery path.
         { known, trusted: true },
       );
       this.owned.add(input.deliveryId);
-      this.deps.observer?.attempt(input.trigger);
-      const claimedAt = Date.now();
-      return {
-        deliveryId: input.deliveryId,
-        subscription: input.subscription,
-        eventId: input.eventId,
-        event: input.event,
-        body: input.body,
-        attempt: input.attempt,
-        seq: input.seq ?? null,
-        seriesAttempt: seriesAttemptOf(input.trigger, input.attempt, input.seriesAttempt),
-        revision: claimed.revision!,
-        claimedAt,
-        dueAt: input.dueAt ?? claimedAt,
-      };
+      if (claimNow) this.deps.observer?.attempt(input.trigger);
+      return job(claimed.revision!, claimNow);
     } catch (err) {
+      if (slot) this.queues.release(endpoint);
+      if (err instanceof WrongExpectedRevisionError || err instanceof DeliveryConflictError) return null;
+      throw err;
+    }
+  }
+
+  /**
+   * The claim of a queued attempt at its turn, just before its send; null when the stream moved
+   * on (another dispatcher took it over and claimed it first, or it was re-sent or recovered).
+   */
+  private async claimTurn(job: DeliveryJob): Promise<DeliveryJob | null> {
+    try {
+      const claimed = await handleCommand(
+        this.deps.store,
+        deliveryStream(job.deliveryId),
+        deliveryDecider,
+        {
+          kind: 'claim',
+          claimId: randomUUID(),
+          data: {
+            deliveryId: job.deliveryId,
+            subscriptionId: job.subscription.id,
+            attempt: job.attempt,
+            eventId: job.eventId,
+            webhookEvent: job.event,
+            url: job.subscription.url,
+            trigger: job.trigger,
+          },
+        },
+        {
+          known: {
+            state: {
+              attempt: job.attempt,
+              queued: true,
+              recorded: false,
+              outcome: null,
+              nextAttemptAt: null,
+            },
+            revision: job.revision,
+          },
+          trusted: true,
+        },
+      );
+      this.deps.observer?.attempt(job.trigger);
+      return { ...job, claimed: true, revision: claimed.revision! };
+    } catch (err) {
+      // Let go either way: on a store error the stale-attempt check queues it again later.
+      this.owned.delete(job.deliveryId);
       if (err instanceof WrongExpectedRevisionError || err instanceof DeliveryConflictError) return null;
       throw err;
     }
@@ -242,7 +337,10 @@ export class DeliveryWorker {
     if (seq.status === 'rejected') {
       // Claimed but unnumbered: not owned any more, so the stale-attempt check sends it later
       // (asking for its number again then).
-      if (job.status === 'fulfilled' && job.value) this.owned.delete(input.deliveryId);
+      if (job.status === 'fulfilled' && job.value) {
+        this.owned.delete(input.deliveryId);
+        if (job.value.slot) this.queues.release(EndpointQueues.keyOf(input.subscription.url));
+      }
       throw seq.reason;
     }
     if (job.status === 'rejected') throw job.reason;
@@ -278,17 +376,22 @@ export class DeliveryWorker {
    * slot is held for the request only: recording the outcome waits on the store, not on the
    * endpoint, so the endpoint's next request starts meanwhile. A full queue is backpressure, not
    * a failure: the job still waits its turn, in order, but beyond `endpointQueueLimit` waiting
-   * jobs it waits without its bytes (the claim is in the log; they are read back when its turn
+   * jobs it waits without its bytes (the delivery is in the log; they are read back when its turn
    * comes), so a busy endpoint's backlog costs memory for its ids only.
    */
-  submit(job: DeliveryJob): Promise<SendResult> {
+  submit(submitted: DeliveryJob): Promise<SendResult> {
+    let job = submitted;
     const task = new Promise<SendResult>((resolve, reject) => {
       const endpoint = EndpointQueues.keyOf(job.subscription.url);
       const open = this.breakers.peek(endpoint, Date.now());
-      if (open) {
+      // Claimed without a slot: its breaker was open when it was claimed. It is never queued
+      // claimed (a claim waiting in the queue would pass for a stuck one): it runs now or is held.
+      if (job.claimed && !job.slot && !open && this.queues.acquire(endpoint)) job = { ...job, slot: true };
+      if (job.claimed && (open || !job.slot)) {
         // Not queued: it would only wait for the breaker to let a probe through.
-        const skipped = held(open.reason);
-        this.recordOutcome(job, skipped, open.until).then(() => resolve(skipped), reject);
+        if (job.slot) this.queues.release(endpoint);
+        const skipped = held(open?.reason ?? 'circuit open');
+        this.recordOutcome(job, skipped, open?.until ?? Date.now()).then(() => resolve(skipped), reject);
         return;
       }
       this.enqueue(endpoint, job, resolve, reject);
@@ -309,11 +412,20 @@ export class DeliveryWorker {
     resolve: (result: SendResult) => void,
     reject: (err: unknown) => void,
   ): void {
-    const parked = this.queues.waiting(endpoint) >= this.deps.settings.endpointQueueLimit;
-    const job = parked ? { ...queued, body: '' } : queued;
-    this.queues.push(endpoint, async () => {
+    const parked = !queued.slot && this.queues.waiting(endpoint) >= this.deps.settings.endpointQueueLimit;
+    const waiting = parked ? { ...queued, body: '' } : queued;
+    const task = async () => {
+      let job = waiting;
       let sent: { result: Outcome; record: boolean; notBefore?: number };
       try {
+        if (!job.claimed) {
+          const claimed = await this.claimTurn(job);
+          if (!claimed) {
+            resolve(failure('superseded: another dispatcher claimed this attempt first'));
+            return;
+          }
+          job = claimed;
+        }
         sent = await this.send(parked ? await this.unpark(job) : job);
       } catch (err) {
         reject(err);
@@ -324,7 +436,9 @@ export class DeliveryWorker {
         () => resolve(sent.result),
         reject,
       );
-    });
+    };
+    if (queued.slot) this.queues.runIn(endpoint, task);
+    else this.queues.push(endpoint, task);
   }
 
   /**
@@ -437,7 +551,7 @@ export class DeliveryWorker {
     this.deps.observer?.outcome(
       outcomeKind(result),
       result.sentAt === undefined ? null : result.latencyMs,
-      result.sentAt === undefined ? null : Math.max(0, result.sentAt - job.claimedAt),
+      result.sentAt === undefined ? null : Math.max(0, result.sentAt - job.queuedAt),
     );
     let position: number;
     let nextAttemptAt: string | null;
@@ -456,7 +570,7 @@ export class DeliveryWorker {
           attempt: job.attempt,
           seriesAttempt: job.seriesAttempt,
           result,
-          claimedAt: job.claimedAt,
+          claimedAt: job.queuedAt,
           dueAt: job.dueAt,
           now,
           ...(notBefore !== undefined ? { notBefore } : {}),

@@ -9,7 +9,7 @@ import type { ScanTradeCallsInput, ScanTradeCallsOutput } from '../../contracts/
 import { verdictVerifyUrl } from '../../contracts/verify-url.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import type { Trigger } from './delivery-decider.ts';
-import { type DeliveryRecord, findDelivery } from './delivery-log-fold.ts';
+import { type AttemptRecord, type DeliveryRecord, findDelivery } from './delivery-log-fold.ts';
 import type { DeliveryJob, DeliveryWorker } from './delivery-worker.ts';
 import { dueDigests } from './digest-schedule.ts';
 import { type Candidate, largestTopN, matches } from './matching.ts';
@@ -339,7 +339,7 @@ export class WebhookDispatcher {
         if (parsed === null) continue;
         let deliveryId: string;
         let source: DomainEvent | null = null;
-        if (parsed.type === 'DeliveryAttempted') {
+        if (parsed.type === 'DeliveryAttempted' || parsed.type === 'DeliveryQueued') {
           if (parsed.data.subscriptionId !== sub.id) continue;
           deliveryId = parsed.data.deliveryId;
         } else {
@@ -508,12 +508,15 @@ export class WebhookDispatcher {
   }
 }
 
-/** When a pending delivery's last attempt makes it due again: a retry, or a stale attempt; null for never. */
-function dueTime(
-  last: { outcome: string; nextAttemptAt: string | null; attemptedAt: string },
-  stuckAfterMs: number,
-): number | null {
+/**
+ * When a pending delivery's last attempt makes it due again: a retry, or a stale attempt; null for
+ * never. A claimed attempt is stale once it went `stuckAfterMs` without an outcome from its claim,
+ * which is made at its turn, just before the send: waiting in an endpoint's queue does not count.
+ * A queued attempt still waiting `stuckAfterMs` after it was queued may have lost its dispatcher:
+ * it is queued here too, and whichever dispatcher's turn comes first claims and sends it.
+ */
+function dueTime(last: AttemptRecord, stuckAfterMs: number): number | null {
   if (last.outcome === 'failed') return last.nextAttemptAt === null ? null : Date.parse(last.nextAttemptAt);
-  if (last.outcome === 'pending') return Date.parse(last.attemptedAt) + stuckAfterMs;
+  if (last.outcome === 'pending') return Date.parse(last.claimedAt ?? last.attemptedAt) + stuckAfterMs;
   return null;
 }

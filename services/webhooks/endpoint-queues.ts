@@ -69,6 +69,38 @@ export class EndpointQueues {
     else queue.waiting.push(task);
   }
 
+  /**
+   * Takes a slot of the endpoint now if one is free and nothing waits for it (true), so that what
+   * the caller records before running its task already knows the task will not wait. The slot is
+   * the caller's until it passes a task to `runIn` or gives it back with `release`.
+   */
+  acquire(key: string): boolean {
+    let queue = this.queues.get(key);
+    if (!queue) {
+      queue = { running: 0, waiting: [], head: 0 };
+      this.queues.set(key, queue);
+    }
+    if (queue.running >= this.concurrency || waitingIn(queue) > 0) {
+      if (queue.running === 0 && waitingIn(queue) === 0) this.queues.delete(key);
+      return false;
+    }
+    queue.running++;
+    this.count++;
+    return true;
+  }
+
+  /** Runs the task in a slot `acquire` took. */
+  runIn(key: string, task: Task): void {
+    const queue = this.queues.get(key)!;
+    queue.running--;
+    this.run(key, queue, task);
+  }
+
+  /** Gives back a slot `acquire` took, without running anything in it. */
+  release(key: string): void {
+    this.runIn(key, async () => undefined);
+  }
+
   /** Tasks waiting for a slot of this endpoint (not those running). */
   waiting(key: string): number {
     const queue = this.queues.get(key);

@@ -61,7 +61,7 @@ export function needsRecovery(record: DeliveryRecord, now: number, stuckAfterMs:
   const last = record.attempts.at(-1);
   if (!last) return false;
   if (last.outcome === 'failed') return true;
-  return last.outcome === 'pending' && Date.parse(last.attemptedAt) + stuckAfterMs <= now;
+  return last.outcome === 'pending' && Date.parse(last.claimedAt ?? last.attemptedAt) + stuckAfterMs <= now;
 }
 
 /** Event types a recovery reads from the log; everything else is skipped unparsed. */
@@ -69,6 +69,7 @@ export const RECOVERY_TYPES: ReadonlySet<string> = new Set([
   'VerdictRecorded',
   'RegimeShifted',
   'DeliveryAttempted',
+  'DeliveryQueued',
 ]);
 
 /** Pages of the global log from `after` to `until` (inclusive), only the types a recovery reads. */

@@ -29,6 +29,7 @@ export function webhookProjectionWith(retention: number): Projection<WebhookStat
       'SubscriptionReEnabled',
       'SubscriptionSecretRotated',
       'DeliveryAttempted',
+      'DeliveryQueued',
       'DeliverySequenced',
       'DeliverySucceeded',
       'DeliveryFailed',

@@ -153,6 +153,72 @@ describe('Relay', () => {
     await bus.close();
   });
 
+  it('saves a checkpoint that only passed over events at most as often as asked, and a restart from it publishes nothing again', async () => {
+    const store = new MemoryEventStore();
+    const bus = new MemoryBus();
+    const checkpoints = new MemoryProjectionStore();
+    const saves: number[] = [];
+    const counting: ProjectionStore = {
+      load: (name) => checkpoints.load(name),
+      delete: (name) => checkpoints.delete(name),
+      save: async <S>(name: string, snapshot: StoredProjection<S>) => {
+        saves.push(snapshot.checkpoint);
+        await checkpoints.save(name, snapshot);
+      },
+    };
+    const types = relayTypes({ RELAY_EVENT_TYPES: 'VerdictRecorded' });
+    const { relay } = relayWith({
+      store,
+      bus,
+      checkpoints: counting,
+      types,
+      skipSave: { everyMs: 3_600_000, everyEvents: 10_000 },
+    });
+    const sink = await collect(bus);
+    await relay.start();
+    for (let i = 0; i < 8; i++) await appendEvents(store, 3, 'DeliverySucceeded');
+    await waitFor(() => relay.checkpoint === 24, 'the relay past the passed-over events');
+    // Nothing published: the stretch waits for the throttle, not one save per page.
+    expect(saves).toEqual([]);
+    expect(relay.savedCheckpoint).toBe(0);
+    await appendEvents(store, 1);
+    await waitFor(() => relay.checkpoint === 25, 'the relay past the published event');
+    // A publish is saved at once.
+    expect(saves).toEqual([25]);
+    await appendEvents(store, 5, 'DeliverySucceeded');
+    await waitFor(() => relay.checkpoint === 30, 'the relay past the next stretch');
+    expect(relay.savedCheckpoint).toBe(25);
+
+    // What a kill -9 now leaves: the saved checkpoint, behind by passed-over events only.
+    const crashed = new MemoryProjectionStore();
+    await crashed.save('relay', (await checkpoints.load('relay'))!);
+    const second = relayWith({ store, bus, checkpoints: crashed, types, name: 'relay' });
+    await second.relay.start();
+    await waitFor(() => second.relay.checkpoint === 30, 'the restarted relay at the head');
+    await second.relay.stop();
+    expect(second.relay.stats.published).toBe(0);
+
+    await relay.stop();
+    expect(saves).toEqual([25, 30]);
+    await waitFor(() => sink.received.length >= 1, 'the published event at the consumer');
+    expect(sink.received).toHaveLength(1);
+
+    // By count: a stretch of at least `everyEvents` passed-over events is saved without waiting.
+    const byCount = relayWith({
+      store,
+      bus,
+      name: 'by-count',
+      types,
+      skipSave: { everyMs: 3_600_000, everyEvents: 10 },
+    });
+    await byCount.relay.start();
+    await waitFor(() => byCount.relay.checkpoint === 30, 'the by-count relay at the head');
+    expect(byCount.relay.savedCheckpoint).toBe(30);
+    await byCount.relay.stop();
+    await sink.consumer.stop();
+    await bus.close();
+  });
+
   it('follows live appends after catching up, under a custom prefix', async () => {
     const store = new MemoryEventStore();
     const bus = new MemoryBus();

@@ -12,18 +12,26 @@ import { allEventsFilter } from '../../adapters/bus/subjects.ts';
 import { openLmdbEventStore } from '../../adapters/event-store/lmdb.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
+import { openPostgresEventStore } from '../../adapters/event-store/postgres.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import type { ProjectionStore, StoredProjection } from '../../adapters/projection-store/port.ts';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import type { Projection } from '../../projections/projection.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import { NATS_URL, requireNats } from '../../test/nats-server.ts';
+import {
+  dropSchemas,
+  POSTGRES_URL,
+  shouldRunPostgresSuite,
+  uniqueSchema,
+} from '../../test/postgres-probe.ts';
 import { Relay, type RelayOptions } from './relay.ts';
 import { relayTypes } from './relay-types.ts';
 
 const logger = pino({ level: 'silent' });
 const decoder = new TextDecoder();
 const natsReachable = await requireNats(NATS_URL);
+const postgresReachable = await shouldRunPostgresSuite('relay on PostgreSQL');
 
 async function appendEvents(store: EventStore, count: number, type = 'VerdictRecorded'): Promise<string[]> {
   const ids = Array.from({ length: count }, () => randomUUID());
@@ -496,5 +504,35 @@ describe.skipIf(!natsReachable)('Relay to NATS JetStream', () => {
     expect(second.relay.stats.duplicates).toBe(600);
     expect(sink.msgIds).toEqual(ids);
     await sink.consumer.stop();
+  });
+});
+
+describe.runIf(postgresReachable)('Relay on the PostgreSQL event store', () => {
+  const schema = uniqueSchema('relay');
+  afterAll(() => dropSchemas([schema]));
+
+  it('bounds a passed-over stretch by events, not by positions (which leave gaps)', async () => {
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema, pollMs: 100, logger });
+    const bus = new MemoryBus();
+    try {
+      await appendEvents(store, 30, 'DeliverySucceeded');
+      const head = await store.headPosition();
+      // Thirty events whose positions span far more than the bound of 100.
+      expect(head).toBeGreaterThan(100);
+      const { relay, checkpoints } = relayWith({
+        store,
+        bus,
+        types: relayTypes({ RELAY_EVENT_TYPES: 'RegimeShifted' }),
+        skipSave: { everyMs: 3_600_000, everyEvents: 100 },
+      });
+      await relay.start();
+      await waitFor(() => relay.checkpoint === head, 'the relay past the passed-over events');
+      expect(relay.savedCheckpoint).toBe(0);
+      await relay.stop();
+      expect((await checkpoints.load('relay'))?.checkpoint).toBe(head);
+    } finally {
+      await store.close();
+      await bus.close();
+    }
   });
 });

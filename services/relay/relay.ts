@@ -86,6 +86,8 @@ export class Relay {
   /** The checkpoint last saved (at most `current`): a restart resumes here. */
   private saved = 0;
   private savedAt = 0;
+  /** Events taken since the last save (positions are no count: PostgreSQL's leave gaps). */
+  private unsaved = 0;
   private readonly skipSaveMs: number;
   private readonly skipSaveEvents: number;
   /** Handed over by the feed: every event up to here is queued, published or passed over. */
@@ -208,6 +210,7 @@ export class Relay {
     if (last <= this.received) return;
     for (const event of page) {
       if (event.position <= this.received) continue;
+      this.unsaved++;
       if (this.types === null || this.types.has(event.type)) this.queue.push(event);
     }
     this.received = last;
@@ -271,6 +274,7 @@ export class Relay {
     await this.checkpoints.save<null>(this.name, { version: CHECKPOINT_VERSION, checkpoint, state: null });
     this.saved = checkpoint;
     this.savedAt = Date.now();
+    this.unsaved = 0;
   }
 
   /**
@@ -308,11 +312,7 @@ export class Relay {
     if (checkpoint > this.current) {
       // Saved at once after a publish; a stretch of passed-over events waits for the throttle
       // (its events are read again after a crash, none published).
-      if (
-        acked > 0 ||
-        checkpoint - this.saved >= this.skipSaveEvents ||
-        Date.now() - this.savedAt >= this.skipSaveMs
-      ) {
+      if (acked > 0 || this.unsaved >= this.skipSaveEvents || Date.now() - this.savedAt >= this.skipSaveMs) {
         await this.save(checkpoint);
       }
       this.current = checkpoint;

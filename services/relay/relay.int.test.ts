@@ -12,18 +12,26 @@ import { allEventsFilter } from '../../adapters/bus/subjects.ts';
 import { openLmdbEventStore } from '../../adapters/event-store/lmdb.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
+import { openPostgresEventStore } from '../../adapters/event-store/postgres.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import type { ProjectionStore, StoredProjection } from '../../adapters/projection-store/port.ts';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import type { Projection } from '../../projections/projection.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import { NATS_URL, requireNats } from '../../test/nats-server.ts';
+import {
+  dropSchemas,
+  POSTGRES_URL,
+  shouldRunPostgresSuite,
+  uniqueSchema,
+} from '../../test/postgres-probe.ts';
 import { Relay, type RelayOptions } from './relay.ts';
 import { relayTypes } from './relay-types.ts';
 
 const logger = pino({ level: 'silent' });
 const decoder = new TextDecoder();
 const natsReachable = await requireNats(NATS_URL);
+const postgresReachable = await shouldRunPostgresSuite('relay on PostgreSQL');
 
 async function appendEvents(store: EventStore, count: number, type = 'VerdictRecorded'): Promise<string[]> {
   const ids = Array.from({ length: count }, () => randomUUID());
@@ -149,6 +157,72 @@ describe('Relay', () => {
     expect(relay.stats.published).toBe(3);
     expect(relayTypes({ RELAY_EVENT_TYPES: '*' })).toBeNull();
     expect(() => relayTypes({ RELAY_EVENT_TYPES: 'VerdictRecorded,NoSuchEvent' })).toThrow(/NoSuchEvent/);
+    await sink.consumer.stop();
+    await bus.close();
+  });
+
+  it('saves a checkpoint that only passed over events at most as often as asked, and a restart from it publishes nothing again', async () => {
+    const store = new MemoryEventStore();
+    const bus = new MemoryBus();
+    const checkpoints = new MemoryProjectionStore();
+    const saves: number[] = [];
+    const counting: ProjectionStore = {
+      load: (name) => checkpoints.load(name),
+      delete: (name) => checkpoints.delete(name),
+      save: async <S>(name: string, snapshot: StoredProjection<S>) => {
+        saves.push(snapshot.checkpoint);
+        await checkpoints.save(name, snapshot);
+      },
+    };
+    const types = relayTypes({ RELAY_EVENT_TYPES: 'VerdictRecorded' });
+    const { relay } = relayWith({
+      store,
+      bus,
+      checkpoints: counting,
+      types,
+      skipSave: { everyMs: 3_600_000, everyEvents: 10_000 },
+    });
+    const sink = await collect(bus);
+    await relay.start();
+    for (let i = 0; i < 8; i++) await appendEvents(store, 3, 'DeliverySucceeded');
+    await waitFor(() => relay.checkpoint === 24, 'the relay past the passed-over events');
+    // Nothing published: the stretch waits for the throttle, not one save per page.
+    expect(saves).toEqual([]);
+    expect(relay.savedCheckpoint).toBe(0);
+    await appendEvents(store, 1);
+    await waitFor(() => relay.checkpoint === 25, 'the relay past the published event');
+    // A publish is saved at once.
+    expect(saves).toEqual([25]);
+    await appendEvents(store, 5, 'DeliverySucceeded');
+    await waitFor(() => relay.checkpoint === 30, 'the relay past the next stretch');
+    expect(relay.savedCheckpoint).toBe(25);
+
+    // What a kill -9 now leaves: the saved checkpoint, behind by passed-over events only.
+    const crashed = new MemoryProjectionStore();
+    await crashed.save('relay', (await checkpoints.load('relay'))!);
+    const second = relayWith({ store, bus, checkpoints: crashed, types, name: 'relay' });
+    await second.relay.start();
+    await waitFor(() => second.relay.checkpoint === 30, 'the restarted relay at the head');
+    await second.relay.stop();
+    expect(second.relay.stats.published).toBe(0);
+
+    await relay.stop();
+    expect(saves).toEqual([25, 30]);
+    await waitFor(() => sink.received.length >= 1, 'the published event at the consumer');
+    expect(sink.received).toHaveLength(1);
+
+    // By count: a stretch of at least `everyEvents` passed-over events is saved without waiting.
+    const byCount = relayWith({
+      store,
+      bus,
+      name: 'by-count',
+      types,
+      skipSave: { everyMs: 3_600_000, everyEvents: 10 },
+    });
+    await byCount.relay.start();
+    await waitFor(() => byCount.relay.checkpoint === 30, 'the by-count relay at the head');
+    expect(byCount.relay.savedCheckpoint).toBe(30);
+    await byCount.relay.stop();
     await sink.consumer.stop();
     await bus.close();
   });
@@ -430,5 +504,35 @@ describe.skipIf(!natsReachable)('Relay to NATS JetStream', () => {
     expect(second.relay.stats.duplicates).toBe(600);
     expect(sink.msgIds).toEqual(ids);
     await sink.consumer.stop();
+  });
+});
+
+describe.runIf(postgresReachable)('Relay on the PostgreSQL event store', () => {
+  const schema = uniqueSchema('relay');
+  afterAll(() => dropSchemas([schema]));
+
+  it('bounds a passed-over stretch by events, not by positions (which leave gaps)', async () => {
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema, pollMs: 100, logger });
+    const bus = new MemoryBus();
+    try {
+      await appendEvents(store, 30, 'DeliverySucceeded');
+      const head = await store.headPosition();
+      // Thirty events whose positions span far more than the bound of 100.
+      expect(head).toBeGreaterThan(100);
+      const { relay, checkpoints } = relayWith({
+        store,
+        bus,
+        types: relayTypes({ RELAY_EVENT_TYPES: 'RegimeShifted' }),
+        skipSave: { everyMs: 3_600_000, everyEvents: 100 },
+      });
+      await relay.start();
+      await waitFor(() => relay.checkpoint === head, 'the relay past the passed-over events');
+      expect(relay.savedCheckpoint).toBe(0);
+      await relay.stop();
+      expect((await checkpoints.load('relay'))?.checkpoint).toBe(head);
+    } finally {
+      await store.close();
+      await bus.close();
+    }
   });
 });

@@ -30,6 +30,14 @@ export interface RelayOptions {
    * this process, a publish per event nobody reads (delivery outcomes are most of the log).
    */
   types?: ReadonlySet<string> | null;
+  /**
+   * A checkpoint that only passes over events (nothing published since the last save) is saved
+   * at most this often (default 1,000 ms) or once this many events were passed over (default
+   * 4,096), and on stop. Passing over events is most of what the relay does (delivery outcomes
+   * and debits are most of the log), and saving after each page was a statement per page on the
+   * shared store; a crash re-reads at most this stretch and publishes nothing from it.
+   */
+  skipSave?: { everyMs?: number; everyEvents?: number };
 }
 
 export interface RelayStats {
@@ -73,8 +81,15 @@ export class Relay {
   private readonly retryMaxMs: number;
   private readonly logger: Logger;
   private readonly types: ReadonlySet<string> | null;
-  /** Acknowledged and checkpointed. */
+  /** Every event up to here was acknowledged or passed over. */
   private current = 0;
+  /** The checkpoint last saved (at most `current`): a restart resumes here. */
+  private saved = 0;
+  private savedAt = 0;
+  /** Events taken since the last save (positions are no count: PostgreSQL's leave gaps). */
+  private unsaved = 0;
+  private readonly skipSaveMs: number;
+  private readonly skipSaveEvents: number;
   /** Handed over by the feed: every event up to here is queued, published or passed over. */
   private received = 0;
   /** Events to publish, in log order; `queue[0]` is the oldest unpublished. */
@@ -104,6 +119,8 @@ export class Relay {
     this.retryMaxMs = options.retry?.maxMs ?? 10_000;
     this.logger = (options.logger ?? pino({ name: 'relay' })).child({ component: 'relay', relay: this.name });
     this.types = options.types ?? null;
+    this.skipSaveMs = Math.max(0, options.skipSave?.everyMs ?? 1_000);
+    this.skipSaveEvents = Math.max(1, options.skipSave?.everyEvents ?? 4_096);
     const relay = this;
     this.member = {
       get checkpoint() {
@@ -113,9 +130,17 @@ export class Relay {
     };
   }
 
-  /** Global position of the last event whose publish was acknowledged and checkpointed. */
+  /**
+   * Global position up to which every event was published (acknowledged) or passed over; the
+   * saved checkpoint may trail it by passed-over events only (see `skipSave`).
+   */
   get checkpoint(): number {
     return this.current;
+  }
+
+  /** The checkpoint as saved: where a restart would resume. */
+  get savedCheckpoint(): number {
+    return this.saved;
   }
 
   get stats(): RelayStats {
@@ -136,6 +161,8 @@ export class Relay {
     if (this.running) return;
     const saved = await this.checkpoints.load<null>(this.name);
     this.current = saved?.checkpoint ?? 0;
+    this.saved = this.current;
+    this.savedAt = Date.now();
     this.received = this.current;
     this.queue = [];
     this.running = true;
@@ -183,6 +210,7 @@ export class Relay {
     if (last <= this.received) return;
     for (const event of page) {
       if (event.position <= this.received) continue;
+      this.unsaved++;
       if (this.types === null || this.types.has(event.type)) this.queue.push(event);
     }
     this.received = last;
@@ -201,13 +229,15 @@ export class Relay {
     let attempt = 0;
     while (this.running) {
       if (this.queue.length === 0 && this.received === this.current) {
-        await new Promise<void>((resolve) => {
-          this.wakeUp = resolve;
-        });
-        continue;
+        const dueIn = this.saved < this.current ? this.skipSaveMs - (Date.now() - this.savedAt) : null;
+        if (dueIn === null || dueIn > 0) {
+          await this.idle(dueIn);
+          continue;
+        }
       }
       try {
-        await this.publishNext();
+        if (this.queue.length === 0 && this.received === this.current) await this.save(this.current);
+        else await this.publishNext();
         attempt = 0;
       } catch (err) {
         this.failures++;
@@ -220,6 +250,31 @@ export class Relay {
       }
       if (this.running && !this.fed && this.queue.length <= this.maxQueued / 2) void this.feed(true);
     }
+    if (this.saved < this.current) {
+      await this.save(this.current).catch((err: unknown) =>
+        this.logger.warn(
+          { err, checkpoint: this.saved },
+          'relay checkpoint not saved at stop; a restart re-reads from the last one',
+        ),
+      );
+    }
+  }
+
+  /** Waits for the feed (or stop), or at most `ms` when a passed-over checkpoint is due then. */
+  private async idle(ms: number | null): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    await new Promise<void>((resolve) => {
+      this.wakeUp = resolve;
+      if (ms !== null) timer = setTimeout(() => this.ring(), ms);
+    });
+    clearTimeout(timer);
+  }
+
+  private async save(checkpoint: number): Promise<void> {
+    await this.checkpoints.save<null>(this.name, { version: CHECKPOINT_VERSION, checkpoint, state: null });
+    this.saved = checkpoint;
+    this.savedAt = Date.now();
+    this.unsaved = 0;
   }
 
   /**
@@ -255,7 +310,11 @@ export class Relay {
         ? page[acked]!.position - 1
         : this.queue[page.length]!.position - 1;
     if (checkpoint > this.current) {
-      await this.checkpoints.save<null>(this.name, { version: CHECKPOINT_VERSION, checkpoint, state: null });
+      // Saved at once after a publish; a stretch of passed-over events waits for the throttle
+      // (its events are read again after a crash, none published).
+      if (acked > 0 || this.unsaved >= this.skipSaveEvents || Date.now() - this.savedAt >= this.skipSaveMs) {
+        await this.save(checkpoint);
+      }
       this.current = checkpoint;
     }
     this.queue.splice(0, acked);

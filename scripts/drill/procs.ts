@@ -2,12 +2,13 @@
  * Processes the drill starts on its hosts: each is spawned through `ip netns exec` (which execs,
  * so the child's pid is the process's own and kill -9 reaches it), logs to a file, and is up once
  * its readiness probe says so. There is no fixed start deadline: a start fails when the process
- * exits, or when neither its log nor its probe's answer has changed for `stallMs` (a role
- * rebuilding a projection is slow, not stuck).
+ * exits, or when neither its log, nor its probe's answer, nor its CPU time has moved for `stallMs`
+ * (a role rebuilding a projection is slow, not stuck; on a machine at load 15, a role spent over
+ * 60 s loading its modules before it wrote its first log line, busy all along).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { createWriteStream, statSync } from 'node:fs';
+import { createWriteStream, readFileSync, statSync } from 'node:fs';
 
 export type Probe = () => Promise<{ ready: boolean; detail: string }>;
 
@@ -82,6 +83,7 @@ export function managed(options: {
       });
       let lastDetail = '';
       let lastSize = -1;
+      let lastCpu = 0;
       let movedAt = Date.now();
       for (;;) {
         if (c.exitCode !== null || c.signalCode !== null)
@@ -94,14 +96,16 @@ export function managed(options: {
           return;
         }
         const size = fileSize(options.logFile);
-        if (answer.detail !== lastDetail || size !== lastSize) {
+        const cpu = cpuSeconds(c.pid);
+        if (answer.detail !== lastDetail || size !== lastSize || cpu - lastCpu >= CPU_PROGRESS_S) {
           lastDetail = answer.detail;
           lastSize = size;
+          lastCpu = cpu;
           movedAt = Date.now();
         }
         if (Date.now() - movedAt > options.stallMs) {
           throw new Error(
-            `${options.name} not ready, and neither its log nor its readiness changed for ${options.stallMs / 1000} s: ${lastDetail.slice(0, 400)} (see ${options.logFile})`,
+            `${options.name} not ready, and neither its log, its readiness nor its CPU time moved for ${options.stallMs / 1000} s: ${lastDetail.slice(0, 400)} (see ${options.logFile})`,
           );
         }
         await sleep(200);
@@ -132,6 +136,29 @@ export function managed(options: {
   };
   return m;
 }
+
+/**
+ * CPU time that counts as progress: a process loading modules or rebuilding state burns this much
+ * within seconds even on a crowded machine, while a hung one idling on timers takes minutes to.
+ */
+export const CPU_PROGRESS_S = 0.5;
+
+/** User + system CPU seconds of a live process (Linux /proc), 0 once it is gone. */
+export function cpuSeconds(pid: number | undefined): number {
+  if (pid === undefined) return 0;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // The command name (field 2) may hold spaces and parentheses: count fields after the last ')'.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
+  } catch {
+    return 0;
+  }
+}
+
+// sysconf(_SC_CLK_TCK) is 100 on every Linux this runs on (the kernel's USER_HZ).
+const CLOCK_TICKS = 100;
 
 function fileSize(path: string): number {
   try {

@@ -1,0 +1,74 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { CPU_PROGRESS_S, cpuSeconds, managed } from './procs.js';
+
+// Real child processes: a start is judged stalled only when nothing about the process moves.
+const dir = mkdtempSync(join(tmpdir(), 'drill-procs-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const never = async () => ({ ready: false, detail: 'not yet' });
+
+function node(name: string, script: string) {
+  return managed({
+    name,
+    argv: () => [process.execPath, ['-e', script]],
+    logFile: join(dir, `${name}.log`),
+    probe: never,
+    stallMs: 3_000,
+  });
+}
+
+describe('drill process starts', () => {
+  it('reads a live process CPU time from /proc, and 0 for a pid that is gone', () => {
+    const start = cpuSeconds(process.pid);
+    const until = Date.now() + 300;
+    while (Date.now() < until) {
+      // burn CPU in this process so its counter moves
+    }
+    expect(cpuSeconds(process.pid)).toBeGreaterThan(start);
+    expect(cpuSeconds(2 ** 22 + 1)).toBe(0);
+  });
+
+  it('fails a start whose process is silent and idle, naming what did not move', async () => {
+    const p = node('idle', 'setInterval(() => {}, 1000)');
+    try {
+      await expect(p.start()).rejects.toThrow(
+        /idle not ready, and neither its log, its readiness nor its CPU time moved for 3 s/,
+      );
+    } finally {
+      await p.kill();
+    }
+  });
+
+  it('keeps waiting on a silent process that is busy, like one loading its modules', async () => {
+    // Silent for well past the stall window while it burns CPU, then a probe that says ready.
+    let ready = false;
+    const p = managed({
+      name: 'busy',
+      argv: () => [
+        process.execPath,
+        ['-e', 'const end = Date.now() + 20000; while (Date.now() < end) {} setInterval(() => {}, 1000)'],
+      ],
+      logFile: join(dir, 'busy.log'),
+      probe: async () => ({ ready, detail: 'loading' }),
+      // Generous: the loop must earn CPU_PROGRESS_S of CPU per window even on a machine at load 30.
+      stallMs: 8_000,
+    });
+    // Settled at once so that a start failing during the wait below is this test's failure, not an unhandled one.
+    const started = p.start().then(
+      () => 'ready',
+      (err: Error) => err.message,
+    );
+    // Silent for 20 s, over twice the stall window: only its CPU time says it is moving.
+    await new Promise((resolve) => setTimeout(resolve, 20_000 + CPU_PROGRESS_S * 1000));
+    ready = true;
+    try {
+      expect(await started).toBe('ready');
+      expect(p.starts).toHaveLength(1);
+    } finally {
+      await p.kill();
+    }
+  });
+});

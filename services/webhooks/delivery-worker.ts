@@ -130,8 +130,9 @@ export function preclaimRounds(settings: Pick<WorkerSettings, 'stuckAfterMs' | '
 /**
  * The I/O around the delivery decider: claims attempts, sends them and records the outcome. A
  * claim is decided against the delivery stream as the caller read it and appended at that
- * revision, when the attempt's turn in its endpoint's queue comes (just before the send), so two
- * dispatchers never run the same attempt and a long wait in a queue never looks stuck; the
+ * revision, when the attempt's turn in its endpoint's queue comes or shortly before (see
+ * `preclaimRounds`), so two dispatchers never run the same attempt and a long wait in a queue
+ * never looks stuck; the
  * outcome appends against the claim's revision, so a stale worker's late outcome never
  * overwrites a newer attempt.
  */
@@ -193,7 +194,7 @@ export class DeliveryWorker {
   /**
    * Appends the claim of an attempt whose turn in its endpoint's queue is now (a free slot, taken
    * here), or, when it has to wait, its place in the queue (`DeliveryQueued`): then the claim is
-   * appended at its turn, just before the send (see `enqueue`). Either way the attempt is this
+   * appended at its turn or a few rounds of slots before it (see `enqueue`). Either way the attempt is this
    * process's from here, and no other dispatcher queues it again unless it waits past the stuck
    * time; even then the one claim made at a turn decides who sends it. Returns null when the
    * delivery stream moved on (someone else claimed it, or it already exists when `expected` is
@@ -305,7 +306,7 @@ export class DeliveryWorker {
   }
 
   /**
-   * The claim of a queued attempt at its turn, just before its send; null when the stream moved
+   * The claim of a queued attempt at its turn (or up to `preclaimRounds` before it); null when the stream moved
    * on (another dispatcher took it over and claimed it first, or it was re-sent or recovered).
    */
   private async claimTurn(job: DeliveryJob): Promise<DeliveryJob | null> {

@@ -17,24 +17,32 @@ import { selfSignedCert } from './webhooks-receiver.ts';
 const reachable = await requireNats();
 const tls = selfSignedCert();
 const EVENTS = 40;
-const ANSWER_AFTER_MS = 250;
 // One request at a time per dispatcher: most deliveries wait in an endpoint queue, each dispatcher's
-// backlog (about EVENTS / 2 × ANSWER_AFTER_MS) far longer than a claim may go without an outcome.
-const env = {
-  WEBHOOK_ENDPOINT_CONCURRENCY: '1',
-  WEBHOOK_TIMEOUT_MS: '2000',
-  WEBHOOK_STUCK_AFTER_MS: '2500',
-};
+// backlog (about EVENTS / 2 × answerAfterMs) far longer than a claim may go without an outcome.
+// Claimed at their turn (the stuck time leaves no room for claiming ahead), and claimed a round
+// ahead of it (preclaimRounds 1: a claim made while the request before it runs).
+const cases = [
+  {
+    name: 'claimed at the turn',
+    answerAfterMs: 250,
+    env: { WEBHOOK_ENDPOINT_CONCURRENCY: '1', WEBHOOK_TIMEOUT_MS: '2000', WEBHOOK_STUCK_AFTER_MS: '2500' },
+  },
+  {
+    name: 'claimed a round ahead',
+    answerAfterMs: 400,
+    env: { WEBHOOK_ENDPOINT_CONCURRENCY: '1', WEBHOOK_TIMEOUT_MS: '2000', WEBHOOK_STUCK_AFTER_MS: '6000' },
+  },
+];
 
 /** A healthy receiver that answers every request 200, a little slowly. */
-async function slowReceiver() {
+async function slowReceiver(answerAfterMs: number) {
   const ids: string[] = [];
   const sockets = new Set<Socket>();
   const server: Server = createServer({ key: tls.key, cert: tls.cert }, (req, res) => {
     req.resume();
     req.on('end', () => {
       ids.push(String(req.headers['x-service-delivery']));
-      setTimeout(() => res.writeHead(200).end('ok'), ANSWER_AFTER_MS);
+      setTimeout(() => res.writeHead(200).end('ok'), answerAfterMs);
     });
   });
   server.on('connection', (s: Socket) => {
@@ -52,66 +60,69 @@ async function slowReceiver() {
   };
 }
 
-describe.runIf(reachable)('two dispatchers sharing the work, a busy receiver', () => {
-  let stack: WebhookStack;
-  let receiver: Awaited<ReturnType<typeof slowReceiver>>;
-  let dispatchers: ReturnType<typeof dispatcherComponent>[] = [];
+describe.runIf(reachable).each(cases)(
+  'two dispatchers sharing the work, a busy receiver, $name',
+  ({ answerAfterMs, env }) => {
+    let stack: WebhookStack;
+    let receiver: Awaited<ReturnType<typeof slowReceiver>>;
+    let dispatchers: ReturnType<typeof dispatcherComponent>[] = [];
 
-  beforeAll(async () => {
-    stack = await startWebhookStack({ env, dispatcher: false, settings: { tls: { ca: tls.cert } } });
-    receiver = await slowReceiver();
-    const config = loadConfig(webhookEnv(stack.prefix, env));
-    const feed = stack.engine.feed;
-    // Same store, same bus, same durable consumers: the bus hands each message to one of them.
-    dispatchers = [0, 1].map(() =>
-      dispatcherComponent({
-        config,
-        adapters: { eventStore: stack.store, projectionStore: new MemoryProjectionStore(), bus: stack.bus },
-        logger,
-        feed,
-        durablePrefix: `pair${stack.prefix}`,
-        settings: { tls: { ca: tls.cert } },
-      }),
-    );
-    for (const d of dispatchers) await d.start();
-  });
-  afterAll(async () => {
-    for (const d of dispatchers) await d.stop();
-    await receiver?.close();
-    await stack?.close();
-  });
-
-  it('sends every delivery exactly once, however long it waits in an endpoint queue', async () => {
-    const key = await stack.issue();
-    const created = await stack.request('POST', '/api/webhooks', key, {
-      url: receiver.url,
-      events: ['trade_call'],
-      assets: ['TURNA'],
+    beforeAll(async () => {
+      stack = await startWebhookStack({ env, dispatcher: false, settings: { tls: { ca: tls.cert } } });
+      receiver = await slowReceiver(answerAfterMs);
+      const config = loadConfig(webhookEnv(stack.prefix, env));
+      const feed = stack.engine.feed;
+      // Same store, same bus, same durable consumers: the bus hands each message to one of them.
+      dispatchers = [0, 1].map(() =>
+        dispatcherComponent({
+          config,
+          adapters: { eventStore: stack.store, projectionStore: new MemoryProjectionStore(), bus: stack.bus },
+          logger,
+          feed,
+          durablePrefix: `pair${stack.prefix}`,
+          settings: { tls: { ca: tls.cert } },
+        }),
+      );
+      for (const d of dispatchers) await d.start();
     });
-    expect(created.status).toBe(201);
-    for (let i = 0; i < EVENTS; i++)
-      await appendVerdict(stack.store, { coin: 'TURNA', call: 'BUY', confidence: 40 + (i % 50) });
+    afterAll(async () => {
+      for (const d of dispatchers) await d.stop();
+      await receiver?.close();
+      await stack?.close();
+    });
 
-    const deliveries = async () => {
-      const log = await stack.request('GET', `/api/webhooks/${created.body.id}/deliveries?limit=100`, key);
-      return log.body.deliveries as { delivery_id: string; status: string }[];
-    };
-    // Generous: only a condition that never comes ends this wait (the machine may be under load).
-    await expect
-      .poll(async () => (await deliveries()).filter((d) => d.status === 'succeeded').length, {
-        timeout: 120_000,
-        interval: 200,
-      })
-      .toBe(EVENTS);
-    // Everything a dispatcher still holds (a superseded attempt waiting its turn) goes out or is
-    // dropped before they stop: only then is the receiver's count final.
-    for (const d of dispatchers.splice(0)) await d.stop();
+    it('sends every delivery exactly once, however long it waits in an endpoint queue', async () => {
+      const key = await stack.issue();
+      const created = await stack.request('POST', '/api/webhooks', key, {
+        url: receiver.url,
+        events: ['trade_call'],
+        assets: ['TURNA'],
+      });
+      expect(created.status).toBe(201);
+      for (let i = 0; i < EVENTS; i++)
+        await appendVerdict(stack.store, { coin: 'TURNA', call: 'BUY', confidence: 40 + (i % 50) });
 
-    const ids = (await deliveries()).map((d) => d.delivery_id);
-    expect(new Set(ids).size).toBe(EVENTS);
-    const times = new Map<string, number>();
-    for (const id of receiver.ids) times.set(id, (times.get(id) ?? 0) + 1);
-    expect([...times.entries()].filter(([, n]) => n !== 1)).toEqual([]);
-    expect([...times.keys()].sort()).toEqual([...ids].sort());
-  });
-});
+      const deliveries = async () => {
+        const log = await stack.request('GET', `/api/webhooks/${created.body.id}/deliveries?limit=100`, key);
+        return log.body.deliveries as { delivery_id: string; status: string }[];
+      };
+      // Generous: only a condition that never comes ends this wait (the machine may be under load).
+      await expect
+        .poll(async () => (await deliveries()).filter((d) => d.status === 'succeeded').length, {
+          timeout: 120_000,
+          interval: 200,
+        })
+        .toBe(EVENTS);
+      // Everything a dispatcher still holds (a superseded attempt waiting its turn) goes out or is
+      // dropped before they stop: only then is the receiver's count final.
+      for (const d of dispatchers.splice(0)) await d.stop();
+
+      const ids = (await deliveries()).map((d) => d.delivery_id);
+      expect(new Set(ids).size).toBe(EVENTS);
+      const times = new Map<string, number>();
+      for (const id of receiver.ids) times.set(id, (times.get(id) ?? 0) + 1);
+      expect([...times.entries()].filter(([, n]) => n !== 1)).toEqual([]);
+      expect([...times.keys()].sort()).toEqual([...ids].sort());
+    });
+  },
+);

@@ -99,13 +99,40 @@ export interface WorkerSettings {
   endpointQueueLimit: number;
   /** Timeouts in a row that open an endpoint's circuit breaker. */
   breakerTimeouts: number;
+  /**
+   * When another dispatcher takes over an attempt claimed without an outcome; with it long enough
+   * (see `preclaim`), a waiting attempt is claimed while the requests ahead of it run.
+   */
+  stuckAfterMs?: number;
+}
+
+/** Room left for the store's own delays when a claim is made ahead of its turn. */
+const PRECLAIM_MARGIN_MS = 1_000;
+/** Rounds of an endpoint's slots claimed ahead, at most: a claim waits longer the further ahead. */
+const MAX_PRECLAIM_ROUNDS = 4;
+
+/**
+ * How many rounds of an endpoint's slots (`endpointConcurrency` waiting attempts each, from the
+ * head of its queue) are claimed before their turn, while the requests ahead of them run: a claim
+ * is a flushed append, and made only at the turn every slot waited for one between its requests.
+ * An attempt claimed k rounds ahead is sent within k requests' time (each running request frees
+ * its slot within `timeoutMs`, and fewer attempts than the slots are ahead of it per round), so
+ * it goes without an outcome for at most k + 1 of them: only as many rounds as the stuck time has
+ * room for, else another dispatcher could take a claimed attempt over before it is sent. 0: each
+ * waiting attempt is claimed at its turn.
+ */
+export function preclaimRounds(settings: Pick<WorkerSettings, 'stuckAfterMs' | 'timeoutMs'>): number {
+  if (settings.stuckAfterMs === undefined) return 0;
+  const rounds = Math.floor((settings.stuckAfterMs - PRECLAIM_MARGIN_MS) / settings.timeoutMs) - 1;
+  return Math.max(0, Math.min(MAX_PRECLAIM_ROUNDS, rounds));
 }
 
 /**
  * The I/O around the delivery decider: claims attempts, sends them and records the outcome. A
  * claim is decided against the delivery stream as the caller read it and appended at that
- * revision, when the attempt's turn in its endpoint's queue comes (just before the send), so two
- * dispatchers never run the same attempt and a long wait in a queue never looks stuck; the
+ * revision, when the attempt's turn in its endpoint's queue comes or shortly before (see
+ * `preclaimRounds`), so two dispatchers never run the same attempt and a long wait in a queue
+ * never looks stuck; the
  * outcome appends against the claim's revision, so a stale worker's late outcome never
  * overwrites a newer attempt.
  */
@@ -138,7 +165,10 @@ export class DeliveryWorker {
       observer?: DeliveryObserver;
     },
   ) {
-    this.queues = new EndpointQueues(deps.settings.endpointConcurrency);
+    this.queues = new EndpointQueues(
+      deps.settings.endpointConcurrency,
+      deps.settings.endpointConcurrency * preclaimRounds(deps.settings),
+    );
     const probeDelays = deps.settings.retry.schedule.filter((ms) => ms > 0);
     this.breakers = new CircuitBreakers(deps.settings.breakerTimeouts, probeDelays, deps.settings.timeoutMs);
     this.logger = deps.logger.child({ component: 'webhook-worker' });
@@ -164,7 +194,7 @@ export class DeliveryWorker {
   /**
    * Appends the claim of an attempt whose turn in its endpoint's queue is now (a free slot, taken
    * here), or, when it has to wait, its place in the queue (`DeliveryQueued`): then the claim is
-   * appended at its turn, just before the send (see `enqueue`). Either way the attempt is this
+   * appended at its turn or a few rounds of slots before it (see `enqueue`). Either way the attempt is this
    * process's from here, and no other dispatcher queues it again unless it waits past the stuck
    * time; even then the one claim made at a turn decides who sends it. Returns null when the
    * delivery stream moved on (someone else claimed it, or it already exists when `expected` is
@@ -276,7 +306,7 @@ export class DeliveryWorker {
   }
 
   /**
-   * The claim of a queued attempt at its turn, just before its send; null when the stream moved
+   * The claim of a queued attempt at its turn (or up to `preclaimRounds` before it); null when the stream moved
    * on (another dispatcher took it over and claimed it first, or it was re-sent or recovered).
    */
   private async claimTurn(job: DeliveryJob): Promise<DeliveryJob | null> {
@@ -414,29 +444,39 @@ export class DeliveryWorker {
   ): void {
     const parked = !queued.slot && this.queues.waiting(endpoint) >= this.deps.settings.endpointQueueLimit;
     const waiting = parked ? { ...queued, body: '' } : queued;
+    // The claim at its turn (and the bytes of a parked job), made once: at the turn, or earlier
+    // when the queue prepares it (see `preclaim`).
+    let turn: Promise<DeliveryJob | null> | null = null;
+    const takeTurn = () => {
+      turn ??= (async () => {
+        const claimed = waiting.claimed ? waiting : await this.claimTurn(waiting);
+        return claimed && parked ? await this.unpark(claimed) : claimed;
+      })();
+      return turn;
+    };
     const task = async () => {
-      let job = waiting;
+      let job: DeliveryJob | null;
       let sent: { result: Outcome; record: boolean; notBefore?: number };
       try {
-        if (!job.claimed) {
-          const claimed = await this.claimTurn(job);
-          if (!claimed) {
-            resolve(failure('superseded: another dispatcher claimed this attempt first'));
-            return;
-          }
-          job = claimed;
+        job = await takeTurn();
+        if (!job) {
+          resolve(failure('superseded: another dispatcher claimed this attempt first'));
+          return;
         }
-        sent = await this.send(parked ? await this.unpark(job) : job);
+        sent = await this.send(job);
       } catch (err) {
         reject(err);
         return;
       }
+      const done = job;
       // Not awaited: the slot is released as soon as the response is in.
-      (sent.record ? this.recordOutcome(job, sent.result, sent.notBefore) : Promise.resolve()).then(
+      (sent.record ? this.recordOutcome(done, sent.result, sent.notBefore) : Promise.resolve()).then(
         () => resolve(sent.result),
         reject,
       );
     };
+    // A failure is the task's to report when its turn comes (it awaits the same promise).
+    (task as { prepare?: () => void }).prepare = () => void takeTurn().catch(() => undefined);
     if (queued.slot) this.queues.runIn(endpoint, task);
     else this.queues.push(endpoint, task);
   }

@@ -511,7 +511,8 @@ export class WebhookDispatcher {
 /**
  * When a pending delivery's last attempt makes it due again: a retry, or a stale attempt; null for
  * never. A claimed attempt is stale once it went `stuckAfterMs` without an outcome from its claim,
- * which is made at its turn, just before the send: waiting in an endpoint's queue does not count.
+ * which is made at its turn or a bounded few requests before it (the worker's `preclaimRounds`, which
+ * the stuck time has room for): waiting in an endpoint's queue does not count.
  * A queued attempt still waiting `stuckAfterMs` after it was queued may have lost its dispatcher:
  * it is queued here too, and whichever dispatcher's turn comes first claims and sends it.
  */

@@ -1,7 +1,12 @@
 /** Origins of subscription URLs already parsed. */
 const origins = new Map<string, string>();
 
-type Task = () => Promise<void>;
+/**
+ * `prepare`, when given, starts what the task must do before its turn can use a slot (its
+ * claim): called once it is among the next `prepareAhead` to run, so that work overlaps the
+ * requests running ahead of it instead of holding a slot (idempotent; the task awaits the same work).
+ */
+type Task = (() => Promise<void>) & { prepare?: () => void };
 
 /**
  * An endpoint's tasks: those running, and those waiting in order from `head` on. A busy endpoint's
@@ -39,7 +44,11 @@ export class EndpointQueues {
   /** Tasks running or waiting over every endpoint, kept as they come and go (read per task). */
   private count = 0;
 
-  constructor(private readonly concurrency: number) {}
+  constructor(
+    private readonly concurrency: number,
+    /** Waiting tasks, from the head, that are prepared (see `Task`); 0 for none. */
+    private readonly prepareAhead = 0,
+  ) {}
 
   /** The endpoint an URL belongs to: its origin (scheme, host, port). */
   static keyOf(url: string): string {
@@ -66,7 +75,10 @@ export class EndpointQueues {
     }
     this.count++;
     if (queue.running < this.concurrency) this.run(key, queue, task);
-    else queue.waiting.push(task);
+    else {
+      queue.waiting.push(task);
+      if (waitingIn(queue) <= this.prepareAhead) task.prepare?.();
+    }
   }
 
   /**
@@ -133,6 +145,8 @@ export class EndpointQueues {
         queue.running--;
         this.count--;
         const next = takeNext(queue);
+        // The one that just moved up among the next `prepareAhead` to run.
+        if (this.prepareAhead > 0) queue.waiting[queue.head + this.prepareAhead - 1]?.prepare?.();
         if (next) this.run(key, queue, next);
         else if (queue.running === 0) this.queues.delete(key);
         if (this.size === 0) {

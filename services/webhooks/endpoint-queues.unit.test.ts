@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { preclaimRounds } from './delivery-worker.ts';
 import { EndpointQueues } from './endpoint-queues.ts';
 
 /** A task that records its start and finishes when the test says so. */
@@ -32,5 +33,41 @@ describe('endpoint queues', () => {
     expect(started.filter((id) => id >= 0)).toEqual(Array.from({ length: n }, (_, i) => i));
     expect(queues.size).toBe(0);
     expect(queues.depths().size).toBe(0);
+  });
+
+  it('prepares the next `prepareAhead` waiting tasks, in order, each once, as the queue moves', async () => {
+    const queues = new EndpointQueues(2, 3);
+    const started: number[] = [];
+    const prepared: number[] = [];
+    const gates = new Map<number, () => void>();
+    const n = 20;
+    for (let i = 0; i < n; i++) {
+      const task = Object.assign(gated(started, i, gates), {
+        prepare: () => {
+          if (!prepared.includes(i)) prepared.push(i);
+        },
+      });
+      queues.push('https://a.example', task);
+    }
+    // Two run, the three behind them are prepared, the rest are not yet.
+    expect(started).toEqual([0, 1]);
+    expect(prepared).toEqual([2, 3, 4]);
+    for (let i = 0; i < n; i++) {
+      gates.get(i)!();
+      await new Promise((resolve) => setImmediate(resolve));
+      // Never more than `prepareAhead` prepared and still waiting.
+      expect(prepared.filter((id) => !started.includes(id)).length).toBeLessThanOrEqual(3);
+    }
+    await queues.drained();
+    expect(prepared).toEqual(Array.from({ length: n - 2 }, (_, i) => i + 2));
+    expect(started).toEqual(Array.from({ length: n }, (_, i) => i));
+  });
+
+  it('claims ahead only as many rounds as the stuck time leaves room for', () => {
+    // Each round ahead adds up to one request's timeout before the send.
+    expect(preclaimRounds({ timeoutMs: 15_000, stuckAfterMs: 120_000 })).toBe(4);
+    expect(preclaimRounds({ timeoutMs: 2_000, stuckAfterMs: 6_000 })).toBe(1);
+    expect(preclaimRounds({ timeoutMs: 2_000, stuckAfterMs: 2_500 })).toBe(0);
+    expect(preclaimRounds({ timeoutMs: 2_000 })).toBe(0);
   });
 });

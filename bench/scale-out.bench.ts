@@ -266,6 +266,12 @@ async function runWithBase(
       );
     }
     console.log(`  load average (1 min) after each round: ${loads.map(f2).join(' ')}`);
+    for (const side of sides) {
+      const r = rows[side];
+      console.log(
+        `  ${side.padEnd(7)} per round: req/s ${r.perSec.map(f0).join(' ')}; main-thread µs/call ${r.cpuUs.map(f0).join(' ')}; p50 ms ${r.p50.join(' ')}`,
+      );
+    }
     return rows;
   } finally {
     for (const side of sides) await procs[side]?.stop();

@@ -104,9 +104,13 @@ export async function stopChild(
 }
 
 /** Runs a bench helper script under tsx to its end; its last stdout line, parsed as JSON. */
-export async function runScript<T>(args: string[], env: Record<string, string> = {}): Promise<T> {
+export async function runScript<T>(
+  args: string[],
+  env: Record<string, string> = {},
+  root = ROOT,
+): Promise<T> {
   const child = spawn(process.execPath, [...TSX, ...args], {
-    cwd: ROOT,
+    cwd: root,
     env: { PATH: process.env.PATH, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

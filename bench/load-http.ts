@@ -60,7 +60,7 @@ async function waitReady(url: string, child: ChildProcess, stderr: () => string,
  */
 export async function startService(
   env: Record<string, string>,
-  options: { cpuProf?: string; dataDir: string },
+  options: { cpuProf?: string; dataDir: string; root?: string },
 ): Promise<Proc> {
   const port = await freePort();
   const args = [
@@ -69,7 +69,7 @@ export async function startService(
     'services/main.ts',
   ];
   const child = spawn(process.execPath, args, {
-    cwd: ROOT,
+    cwd: options.root ?? ROOT,
     env: {
       PATH: process.env.PATH,
       HOST: '127.0.0.1',
@@ -106,8 +106,13 @@ export function issueKeys(
   dataDir: string,
   count: number,
   plan = 'pro',
+  root = ROOT,
 ): Promise<string[]> {
-  return runScript<string[]>(['bench/issue-keys.ts', String(count), plan], { DATA_DIR: dataDir, ...env });
+  return runScript<string[]>(
+    ['bench/issue-keys.ts', String(count), plan],
+    { DATA_DIR: dataDir, ...env },
+    root,
+  );
 }
 
 /** What a response is, byte for byte, minus the per-connection headers. */

@@ -11,12 +11,16 @@
  *
  *   npx tsx bench/scale-out.bench.ts [--keys=128] [--seconds=4] [--rounds=3] [--connections=32]
  *     [--cpu-prof=<dir>] (profile the PostgreSQL-side service)
+ *     [--base=<checkout>] (a third side: the PostgreSQL deployment run from another checkout's code,
+ *     e.g. a worktree of main, in the same rounds; the order of the three sides turns each round)
  */
 import { randomUUID } from 'node:crypto';
+import { loadavg } from 'node:os';
+import pg from 'pg';
 import { deleteStream } from '../test/nats-server.ts';
 import { dropSchemas, POSTGRES_URL } from '../test/postgres-probe.ts';
 import { wipePrefix } from '../test/redis-probe.ts';
-import { whenMain } from './harness.ts';
+import { f0, f2, fmtSpread, mainThreadCpuMs, processCpuMs, spread, whenMain } from './harness.ts';
 import {
   alternate,
   cannon,
@@ -46,6 +50,23 @@ export interface ScaleOutOptions {
   connections?: number;
   /** Directory for a CPU profile of the PostgreSQL-side service (node --cpu-prof). */
   cpuProf?: string;
+  /** Another checkout whose PostgreSQL deployment runs as a third side of the same rounds. */
+  base?: string;
+}
+
+function deployment(id: string): Record<string, string> {
+  return {
+    ...BASE_ENV,
+    EVENT_STORE: 'postgres',
+    POSTGRES_URL,
+    POSTGRES_SCHEMA: `bench_scale_${id}`,
+    POSTGRES_POOL_SIZE: '16',
+    CACHE: 'redis',
+    REDIS_PREFIX: `bench:scale:${id}:`,
+    BUS: 'nats',
+    NATS_STREAM: `BENCH_SCALE_${id}`,
+    NATS_SUBJECT_PREFIX: `benchscale${id}`,
+  };
 }
 
 export async function run(options: ScaleOutOptions = {}) {
@@ -53,22 +74,13 @@ export async function run(options: ScaleOutOptions = {}) {
   const seconds = options.seconds ?? 4;
   const rounds = options.rounds ?? 3;
   const connections = options.connections ?? 32;
+  if (options.base)
+    return runWithBase({ ...options, base: options.base }, keys, seconds, rounds, connections);
   const id = randomUUID().replaceAll('-', '').slice(0, 12);
-  const schema = `bench_scale_${id}`;
-  const prefix = `bench:scale:${id}:`;
-  const stream = `BENCH_SCALE_${id}`;
-  const shared = {
-    ...BASE_ENV,
-    EVENT_STORE: 'postgres',
-    POSTGRES_URL,
-    POSTGRES_SCHEMA: schema,
-    POSTGRES_POOL_SIZE: '16',
-    CACHE: 'redis',
-    REDIS_PREFIX: prefix,
-    BUS: 'nats',
-    NATS_STREAM: stream,
-    NATS_SUBJECT_PREFIX: `benchscale${id}`,
-  };
+  const shared = deployment(id);
+  const schema = shared.POSTGRES_SCHEMA!;
+  const prefix = shared.REDIS_PREFIX!;
+  const stream = shared.NATS_STREAM!;
   const sharedData = tempDir('bench-scale-pg-');
   const boxData = tempDir('bench-scale-box-');
   let pg: Proc | undefined;
@@ -85,24 +97,9 @@ export async function run(options: ScaleOutOptions = {}) {
       ...(options.cpuProf ? { cpuProf: options.cpuProf } : {}),
     });
     box = await startService(BASE_ENV, { dataDir: boxData.path });
-    const sessionsOf = async (url: string, list: string[]) => {
-      const sessions: string[] = [];
-      for (const key of list) sessions.push(await openMcpSession(url, { authorization: `Bearer ${key}` }));
-      return { sessions, authorizations: list.map((k) => `Bearer ${k}`) };
-    };
     const pgSessions = await sessionsOf(pg.url, pgKeys);
     const boxSessions = await sessionsOf(box.url, boxKeys);
-    const drive =
-      (url: string, s: { sessions: string[]; authorizations: string[] }, secs = seconds) =>
-      () =>
-        cannon({
-          url: `${url}/mcp`,
-          method: 'POST',
-          headers: { ...MCP_HEADERS, authorization: s.authorizations[0]! },
-          connections,
-          durationSeconds: secs,
-          mcp: { ...s, method: 'tools/call', params: PARAMS },
-        });
+    const drive = driver(seconds, connections);
     // Not counted: the first calls compute the verdict and compile both hot paths.
     await drive(pg.url, pgSessions, 1)();
     await drive(box.url, boxSessions, 1)();
@@ -139,8 +136,163 @@ export async function run(options: ScaleOutOptions = {}) {
   }
 }
 
+interface Sessions {
+  sessions: string[];
+  authorizations: string[];
+}
+
+async function sessionsOf(url: string, list: string[]): Promise<Sessions> {
+  const sessions: string[] = [];
+  for (const key of list) sessions.push(await openMcpSession(url, { authorization: `Bearer ${key}` }));
+  return { sessions, authorizations: list.map((k) => `Bearer ${k}`) };
+}
+
+function driver(seconds: number, connections: number) {
+  return (url: string, s: Sessions, secs = seconds) =>
+    () =>
+      cannon({
+        url: `${url}/mcp`,
+        method: 'POST',
+        headers: { ...MCP_HEADERS, authorization: s.authorizations[0]! },
+        connections,
+        durationSeconds: secs,
+        mcp: { ...s, method: 'tools/call', params: PARAMS },
+      });
+}
+
+/**
+ * This checkout's PostgreSQL deployment, another checkout's (`base`) and the box, in the same
+ * rounds, the order of the three turning each round. Each deployment's ratio pairs it with the
+ * box's run of its round.
+ */
+async function runWithBase(
+  options: ScaleOutOptions & { base: string },
+  keys: number,
+  seconds: number,
+  rounds: number,
+  connections: number,
+) {
+  const sides = ['service', 'base', 'box'] as const;
+  type Side = (typeof sides)[number];
+  const envs: Record<Side, Record<string, string>> = {
+    service: deployment(randomUUID().replaceAll('-', '').slice(0, 12)),
+    base: deployment(randomUUID().replaceAll('-', '').slice(0, 12)),
+    box: BASE_ENV,
+  };
+  const roots: Record<Side, string | undefined> = { service: undefined, base: options.base, box: undefined };
+  const dirs = {
+    service: tempDir('bench-scale-pg-'),
+    base: tempDir('bench-scale-base-'),
+    box: tempDir('bench-scale-box-'),
+  };
+  const procs: Partial<Record<Side, Proc>> = {};
+  console.log(
+    `scale-out bench: this checkout's PostgreSQL deployment, ${options.base}'s, and the embedded box; ${keys} pro keys, ` +
+      `${connections} connections, ${rounds} rounds of ${seconds} s (order turning)`,
+  );
+  try {
+    const drive = driver(seconds, connections);
+    const sessions: Partial<Record<Side, Sessions>> = {};
+    for (const side of sides) {
+      const root = roots[side];
+      const list = await issueKeys(envs[side], dirs[side].path, keys, 'pro', ...(root ? [root] : []));
+      procs[side] = await startService(envs[side], {
+        dataDir: dirs[side].path,
+        ...(root ? { root } : {}),
+        ...(side === 'service' && options.cpuProf ? { cpuProf: options.cpuProf } : {}),
+      });
+      sessions[side] = await sessionsOf(procs[side].url, list);
+      await drive(procs[side].url, sessions[side], 1)();
+    }
+    type Row = {
+      perSec: number[];
+      cpuUs: number[];
+      processUs: number[];
+      pgUs: number[];
+      busy: number[];
+      p50: number[];
+    };
+    const row = (): Row => ({ perSec: [], cpuUs: [], processUs: [], pgUs: [], busy: [], p50: [] });
+    const rows: Record<Side, Row> = { service: row(), base: row(), box: row() };
+    // The PostgreSQL server's share: the backends of a deployment's connections (by application_name).
+    const admin = new pg.Client({ connectionString: POSTGRES_URL });
+    await admin.connect();
+    const backendsOf = async (side: Side): Promise<number[]> => {
+      if (side === 'box') return [];
+      const { rows: found } = await admin.query<{ pid: number }>(
+        'SELECT pid FROM pg_stat_activity WHERE application_name LIKE $1',
+        [`%${envs[side].POSTGRES_SCHEMA}%`],
+      );
+      return found.map((r) => r.pid);
+    };
+    const sumCpu = (pids: number[]) => pids.reduce((sum, pid) => sum + (processCpuMs(pid) ?? 0), 0);
+    const loads: number[] = [];
+    for (let round = 0; round < rounds; round++) {
+      for (let k = 0; k < sides.length; k++) {
+        const side = sides[(round + k) % sides.length]!;
+        const pid = procs[side]!.pid;
+        const backends = await backendsOf(side);
+        const before = mainThreadCpuMs(pid);
+        const processBefore = processCpuMs(pid) ?? Number.NaN;
+        const pgBefore = sumCpu(backends);
+        const r = await drive(procs[side]!.url, sessions[side]!)();
+        const after = mainThreadCpuMs(pid);
+        rows[side].processUs.push((((processCpuMs(pid) ?? Number.NaN) - processBefore) * 1000) / r.requests);
+        rows[side].pgUs.push(((sumCpu(backends) - pgBefore) * 1000) / r.requests);
+        if (r.errors > 0 || Object.keys(r.statusCounts).some((code) => code !== '200')) {
+          throw new Error(`${side}: ${r.errors} errors, ${JSON.stringify(r.statusCounts)}`);
+        }
+        const cpuMs = before === null || after === null ? Number.NaN : after - before;
+        rows[side].perSec.push(r.perSec);
+        rows[side].p50.push(r.p50Ms);
+        rows[side].cpuUs.push((cpuMs * 1000) / Math.max(1, r.requests));
+        rows[side].busy.push(cpuMs / ((r.requests / r.perSec) * 1000));
+      }
+      loads.push(loadavg()[0]!);
+    }
+    await admin.end();
+    for (const side of sides) {
+      const row = rows[side];
+      console.log(
+        `  ${side.padEnd(7)} req/s ${fmtSpread(spread(row.perSec), f0)}   CPU µs/call ${fmtSpread(spread(row.cpuUs), f0)}` +
+          `   busy ${fmtSpread(spread(row.busy), f2)}   p50 ${fmtSpread(spread(row.p50), String)} ms` +
+          `   whole process µs/call ${fmtSpread(spread(row.processUs), f0)}   PostgreSQL backends µs/call ${fmtSpread(spread(row.pgUs), f0)}`,
+      );
+    }
+    for (const side of ['service', 'base'] as const) {
+      const ratios = rows[side].perSec.map((v, i) => v / rows.box.perSec[i]!);
+      console.log(
+        `  ${side}/box (min/median/max): ${fmtSpread(spread(ratios))}   per round ${ratios.map(f2).join(' ')}`,
+      );
+    }
+    console.log(`  load average (1 min) after each round: ${loads.map(f2).join(' ')}`);
+    for (const side of sides) {
+      const r = rows[side];
+      console.log(
+        `  ${side.padEnd(7)} per round: req/s ${r.perSec.map(f0).join(' ')}; main-thread µs/call ${r.cpuUs.map(f0).join(' ')}; p50 ms ${r.p50.join(' ')}`,
+      );
+    }
+    return rows;
+  } finally {
+    for (const side of sides) await procs[side]?.stop();
+    for (const side of sides) dirs[side].remove();
+    for (const side of ['service', 'base'] as const) {
+      await dropSchemas([envs[side].POSTGRES_SCHEMA!]).catch(() => undefined);
+      await wipePrefix(envs[side].REDIS_PREFIX!).catch(() => undefined);
+      await deleteStream(envs[side].NATS_STREAM!).catch(() => undefined);
+    }
+  }
+}
+
 await whenMain(
   import.meta.url,
-  { keys: 'number', seconds: 'number', rounds: 'number', connections: 'number', 'cpu-prof': 'string' },
+  {
+    keys: 'number',
+    seconds: 'number',
+    rounds: 'number',
+    connections: 'number',
+    'cpu-prof': 'string',
+    base: 'string',
+  },
   run,
 );

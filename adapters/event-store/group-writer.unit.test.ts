@@ -34,13 +34,18 @@ function harness(options: ConstructorParameters<typeof GroupWriter>[1]) {
 }
 
 const tick = () => new Promise((r) => setImmediate(r));
+/** After the writer's end-of-tick pump (queued before this). */
+const endOfTick = () => new Promise((r) => process.nextTick(r));
 
 describe('the group writer', () => {
-  it('sends an append alone when idle, and gathers what arrives meanwhile into the next round trip', async () => {
+  it('sends the appends of one tick together when idle, and gathers what arrives meanwhile into the next round trip', async () => {
     const { writer, groups } = harness({ maxInFlight: 1 });
     const first = writer.submit(append('a'));
-    const later = ['b', 'c', 'd'].map((s) => writer.submit(append(s)));
+    expect(groups).toHaveLength(0);
+    await endOfTick();
     expect(groups.map((g) => g.members.length)).toEqual([1]);
+    const later = ['b', 'c', 'd'].map((s) => writer.submit(append(s)));
+    await endOfTick();
     expect(writer.depth).toEqual({ waiting: 3, inFlight: 1 });
     groups[0]!.end();
     expect(await first).toEqual({ nextRevision: 0, position: 0 });
@@ -49,6 +54,15 @@ describe('the group writer', () => {
     groups[1]!.end();
     expect(await Promise.all(later)).toEqual([1, 1, 1].map((n) => ({ nextRevision: n, position: n })));
     expect(writer.depth).toEqual({ waiting: 0, inFlight: 0 });
+  });
+
+  it('sends the appends of one tick in one round trip, not one per free slot', async () => {
+    const { writer, groups } = harness({ maxInFlight: 4 });
+    const all = ['a', 'b', 'c', 'd', 'e'].map((s) => writer.submit(append(s)));
+    await endOfTick();
+    expect(groups.map((g) => g.members.map((m) => m.stream))).toEqual([['a', 'b', 'c', 'd', 'e']]);
+    groups[0]!.end();
+    await Promise.all(all);
   });
 
   it('keeps at most maxInFlight round trips out and bounds a group by appends and events', async () => {
@@ -65,28 +79,29 @@ describe('the group writer', () => {
       // Larger than a group's event bound: it still goes, alone.
       writer.submit(append('big', 9)),
     ];
-    expect(groups).toHaveLength(2);
+    await endOfTick();
+    // a, b, c (3 appends, 4 events); d, e, f (3 appends, 5 events).
+    expect(groups.map((g) => g.members.map((m) => m.stream))).toEqual([
+      ['a', 'b', 'c'],
+      ['d', 'e', 'f'],
+    ]);
     groups[0]!.end();
     await tick();
-    // c, d (4 events) and not e (6 > 5).
-    expect(groups[2]!.members.map((m) => m.stream)).toEqual(['c', 'd']);
+    // g, h and not big (11 > 5).
+    expect(groups[2]!.members.map((m) => m.stream)).toEqual(['g', 'h']);
     groups[1]!.end();
     await tick();
-    expect(groups[3]!.members.map((m) => m.stream)).toEqual(['e', 'f', 'g']);
+    expect(groups[3]!.members.map((m) => m.stream)).toEqual(['big']);
+    expect(groups).toHaveLength(4);
     groups[2]!.end();
-    await tick();
-    expect(groups[4]!.members.map((m) => m.stream)).toEqual(['h']);
     groups[3]!.end();
-    await tick();
-    expect(groups[5]!.members.map((m) => m.stream)).toEqual(['big']);
-    groups[4]!.end();
-    groups[5]!.end();
     await Promise.all(all);
   });
 
   it('rejects every member of a round trip that failed, and goes on with the next', async () => {
     const { writer, groups } = harness({ maxInFlight: 1 });
     const failed = writer.submit(append('a'));
+    await endOfTick();
     const next = writer.submit(append('b'));
     groups[0]!.end(new Error('connection lost'));
     await expect(failed).rejects.toThrow('connection lost');

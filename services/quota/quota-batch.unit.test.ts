@@ -143,6 +143,34 @@ describe('debits of concurrent calls are recorded per subject in batches', () =>
       expect(e.stream).toBe(`quota-${(e.data as { subject: string }).subject}`);
   });
 
+  it('the batches of subjects counted in one turn reach the store in one tick, for it to send together', async () => {
+    const memory = new MemoryEventStore();
+    // Which tick each quota append arrived in: a tick ends when the queue of nextTicks runs.
+    const ticks: number[] = [];
+    let tick = 0;
+    let ending = false;
+    const store: EventStore = Object.assign(Object.create(memory) as EventStore, {
+      append: (stream: string, events: NewEvent[], options?: never) => {
+        if (stream.startsWith('quota-')) {
+          ticks.push(tick);
+          if (!ending) {
+            ending = true;
+            process.nextTick(() => {
+              tick++;
+              ending = false;
+            });
+          }
+        }
+        return memory.append(stream, events, options);
+      },
+    });
+    const { meter } = meterOn(store);
+    const subjects = Array.from({ length: 8 }, () => key());
+    await Promise.all(subjects.map((s, i) => meter.debit(s, 't', `r${i}`)));
+    expect(ticks).toHaveLength(8);
+    expect(new Set(ticks).size).toBe(1);
+  });
+
   it('a full disk: the calls of a batch that was not written are refused and give back exactly their units', async () => {
     const memory = new MemoryEventStore();
     let full = false;

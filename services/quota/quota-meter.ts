@@ -169,10 +169,23 @@ export class QuotaMeter {
       lane.scheduled = true;
       // The rest of this turn's calls of the subject (a burst, or the replies of one pipelined
       // cache round trip) join the batch before it is appended.
-      setImmediate(() => this.flush(subject.id, lane, true));
+      this.due.push([subject.id, lane]);
+      if (this.due.length === 1) setImmediate(this.flushDue);
     }
     return appended;
   }
+
+  /**
+   * Lanes whose round starts at the end of this turn: one immediate starts them all, so their
+   * appends reach the store together and share its round trips (see GroupWriter), where an
+   * immediate per subject sent each alone.
+   */
+  private due: [string, Lane][] = [];
+  private readonly flushDue = () => {
+    const due = this.due;
+    this.due = [];
+    for (const [subjectId, lane] of due) this.flush(subjectId, lane, true);
+  };
 
   /**
    * Starts a round with every waiting batch of a subject: at the end of the turn that scheduled

@@ -8,6 +8,7 @@ import {
 } from './port.ts';
 import {
   assertAddWindows,
+  assertCount,
   assertDebit,
   assertGeneration,
   assertKey,
@@ -42,12 +43,21 @@ export interface MemoryCacheOptions {
  * The in-process adapter for the single-process deployment. Every method runs to completion
  * without awaiting, so each primitive is atomic with respect to the others, as on Redis.
  */
+/** Frozen window lists already checked by assertDebit (see debitLive). */
+const validWindows = new WeakSet<QuotaWindow[]>();
+
 export class MemoryCache implements Cache {
   readonly kind = 'memory' as const;
   private readonly entries = new Map<string, Entry>();
   private readonly now: () => number;
   private readonly sweeper: NodeJS.Timeout;
   private closed = false;
+  /** Window lists mapped under the generation they were last debited in (see inGeneration). */
+  private readonly generationWindows = new WeakMap<
+    QuotaWindow[],
+    { generation: string; windows: QuotaWindow[] }
+  >();
+  private debitsKey: { generation: string; key: string } | null = null;
 
   constructor(options: MemoryCacheOptions = {}) {
     this.now = options.now ?? Date.now;
@@ -139,14 +149,37 @@ export class MemoryCache implements Cache {
     amount: number,
   ): Promise<DebitResult & { generation: string }> {
     this.assertOpen();
-    assertDebit(windows, amount);
+    if (!validWindows.has(windows)) {
+      assertDebit(windows, amount);
+      // A frozen list of frozen windows cannot change: checked once, whatever debits it later.
+      if (Object.isFrozen(windows) && windows.every((w) => Object.isFrozen(w))) validWindows.add(windows);
+    } else assertCount('amount', amount);
     const generation = this.liveId(family);
-    const result = this.debitNow(
-      windows.map((w) => ({ ...w, key: generationKey(generation, w.key) })),
-      amount,
-    );
-    if (result.ok && amount > 0) this.addNow(generationDebitsKey(generation), amount, null);
+    const result = this.debitNow(this.inGeneration(generation, windows), amount);
+    if (result.ok && amount > 0) this.addNow(this.debitsKeyOf(generation), amount, null);
     return { ...result, generation };
+  }
+
+  /**
+   * The windows under a generation's keys. A list the quota meter hands in again and again (frozen,
+   * one per subject) is mapped once per generation: every keyed call debits the same two counters,
+   * and spelling their ~110-character keys anew (then hashing them in each lookup) showed in the
+   * keyed profiles.
+   */
+  private inGeneration(generation: string, windows: QuotaWindow[]): QuotaWindow[] {
+    const known = this.generationWindows.get(windows);
+    if (known !== undefined && known.generation === generation) return known.windows;
+    const mapped = windows.map((w) => ({ ...w, key: generationKey(generation, w.key) }));
+    if (validWindows.has(windows)) this.generationWindows.set(windows, { generation, windows: mapped });
+    return mapped;
+  }
+
+  private debitsKeyOf(generation: string): string {
+    const known = this.debitsKey;
+    if (known !== null && known.generation === generation) return known.key;
+    const key = generationDebitsKey(generation);
+    this.debitsKey = { generation, key };
+    return key;
   }
 
   async releaseLive(family: string, generation: string, keys: string[], amount: number): Promise<boolean> {

@@ -25,7 +25,7 @@ function assertExpiresAt(key: string, expiresAt: number): void {
   }
 }
 
-function assertCount(what: string, value: number): void {
+export function assertCount(what: string, value: number): void {
   if (!Number.isSafeInteger(value) || value < 0) {
     throw new RangeError(`${what} must be a non-negative integer (got ${String(value)})`);
   }

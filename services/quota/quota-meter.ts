@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { type Cache, CounterStateLostError, type QuotaWindow } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { EventData, NewDomainEvent, Plan } from '../../contracts/events.ts';
-import type { PlanTable } from './plans.ts';
+import type { PlanLimits, PlanTable } from './plans.ts';
 import { QUOTA_FAMILY, QuotaCounters } from './quota-rebuild.ts';
 import { type QuotaSnapshot, quotaSnapshot } from './snapshot.ts';
 import { type QuotaPeriod, quotaPeriod, quotaWindows } from './windows.ts';
@@ -74,6 +74,8 @@ export class QuotaMeter {
   readonly counters: QuotaCounters;
   /** Debits counted but not yet on the log, by subject. */
   private readonly lanes = new Map<string, Lane>();
+  /** The windows last used by each recent subject (see windowsOf). */
+  private readonly windowsBySubject = new Map<string, SubjectWindows>();
 
   constructor(
     private readonly deps: {
@@ -88,6 +90,30 @@ export class QuotaMeter {
     this.counters = deps.counters ?? new QuotaCounters({ store: deps.store, cache: deps.cache });
   }
 
+  /**
+   * A subject's windows for a plan and period, made once and shared by its calls until either
+   * changes: every keyed call names the same two counters, and spelling their keys (the subject's
+   * 64-character hash in each) and hashing the fresh strings in every lookup showed in the keyed
+   * profiles. The same string objects each time also keep V8's hash of each key, so the cache's
+   * lookups of them do not hash them again. Frozen: shared by concurrent calls.
+   */
+  private windowsOf(subject: QuotaSubject, limits: PlanLimits, period: QuotaPeriod): SubjectWindows {
+    const known = this.windowsBySubject.get(subject.id);
+    if (known !== undefined && known.period === period && known.limits === limits) return known;
+    const windows = quotaWindows(subject.id, limits, period).map((w) => Object.freeze(w));
+    const made: SubjectWindows = {
+      period,
+      limits,
+      windows: Object.freeze(windows) as QuotaWindow[],
+      keys: Object.freeze(windows.map((w) => w.key)) as string[],
+    };
+    if (known === undefined && this.windowsBySubject.size >= REMEMBERED_SUBJECTS) {
+      this.windowsBySubject.delete(this.windowsBySubject.keys().next().value!);
+    }
+    this.windowsBySubject.set(subject.id, made);
+    return made;
+  }
+
   private now(): number {
     return (this.deps.now ?? Date.now)();
   }
@@ -100,7 +126,7 @@ export class QuotaMeter {
   async peek(subject: QuotaSubject): Promise<QuotaSnapshot> {
     const limits = this.deps.plans[subject.plan];
     const period = quotaPeriod(this.now());
-    const keys = quotaWindows(subject.id, limits, period).map((w) => w.key);
+    const keys = this.windowsOf(subject, limits, period).keys;
     const counts = await this.live(() => this.deps.cache.readLive(QUOTA_FAMILY, keys));
     return quotaSnapshot(limits, period, counts);
   }
@@ -114,7 +140,7 @@ export class QuotaMeter {
   async debit(subject: QuotaSubject, tool: string, _requestId: string): Promise<DebitOutcome> {
     const limits = this.deps.plans[subject.plan];
     const period = quotaPeriod(this.now());
-    const windows = quotaWindows(subject.id, limits, period);
+    const windows = this.windowsOf(subject, limits, period).windows;
     const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, windows, 1));
     const snapshot = quotaSnapshot(limits, period, result.counts);
     if (!result.ok) {
@@ -279,6 +305,16 @@ interface Batch {
 
 /** Append rounds of one subject's debits on their way to the log at once. */
 const MAX_ROUNDS_IN_FLIGHT = 2;
+
+/** Subjects whose windows are remembered (see windowsOf); past this, the oldest goes. */
+const REMEMBERED_SUBJECTS = 10_000;
+
+interface SubjectWindows {
+  period: QuotaPeriod;
+  limits: PlanLimits;
+  windows: QuotaWindow[];
+  keys: string[];
+}
 
 /** One subject's debits on their way to the log: at most MAX_ROUNDS_IN_FLIGHT append rounds in flight. */
 interface Lane {

@@ -186,8 +186,8 @@ interface CallTally {
   byStatus: Record<string, number>;
   /** No answer: connection refused or reset, or timed out (a host killed or cut off). */
   failed: number;
-  /** When each 200 was answered (ms since epoch). */
-  servedAt: number[];
+  /** When each 200 was asked and answered (ms since epoch). */
+  servedAt: { asked: number; answered: number }[];
 }
 
 interface PaidCall {
@@ -557,6 +557,7 @@ async function drill(ctx: {
           const api = apis[i % apis.length]!;
           const regime = i % 3 === 0;
           const m = markets[i % markets.length]!;
+          const asked = Date.now();
           try {
             const res = await fetch(`${api.url}/x402/${regime ? 'get_market_regime' : 'get_trade_call'}`, {
               method: 'POST',
@@ -568,7 +569,7 @@ async function drill(ctx: {
             t.byStatus[res.status] = (t.byStatus[res.status] ?? 0) + 1;
             if (res.status === 200) {
               t.served++;
-              t.servedAt.push(Date.now());
+              t.servedAt.push({ asked, answered: Date.now() });
             }
           } catch {
             t.failed++;
@@ -716,13 +717,18 @@ async function drill(ctx: {
       },
     }));
   let pgKilledAt = 0;
+  let pgDeadAt = 0;
   const engineFaults: Fault[] = [
     { name: 'kill -9 redis', act: killRestart(redis) },
     {
       name: 'kill -9 postgres',
       act: async () => {
         pgKilledAt = Date.now();
-        return killRestart(postgres)();
+        await postgres.kill();
+        pgDeadAt = Date.now();
+        await sleep(DOWN_MS);
+        await postgres.start();
+        return undefined;
       },
     },
   ];
@@ -803,6 +809,7 @@ async function drill(ctx: {
       keys,
       tallies,
       pgKilledAt,
+      pgDeadAt,
       paid,
       payments: paymentStates(log),
       chain,
@@ -979,6 +986,8 @@ async function reconcile(input: {
   keys: { key: string }[];
   tallies: Map<string, CallTally>;
   pgKilledAt: number;
+  /** When the killed PostgreSQL had exited. */
+  pgDeadAt: number;
   paid: PaidCall[];
   payments: Map<string, PaymentState>;
   chain: Awaited<ReturnType<typeof startLocalChain>>;
@@ -1000,12 +1009,18 @@ async function reconcile(input: {
   // Calls: answered vs debited, per key. A 200 is never served without its debit, except one
   // whose debit was committed asynchronously in the last moments before PostgreSQL died (the
   // documented window, 3 × wal_writer_delay); a debit without a 200 is a call whose answer was
-  // lost with its host (a killed api, a cut connection, a timed-out request).
+  // lost with its host (a killed api, a cut connection, a timed-out request). The client sees
+  // only that a call's commit lies between its asking and its answer: a call may have committed
+  // in the window if it was asked before PostgreSQL was dead and answered after the window
+  // opened, including an answer that reached the client after the kill (a busy api answered
+  // 650 ms after it, for a commit made before it).
   const WINDOW_MS = 600;
   const calls = input.keys.map(({ key }) => {
     const t = input.tallies.get(key)!;
     const debited = log.reduce((sum, e) => sum + debitedUnits(e, hashApiKey(key)), 0);
-    const atRisk = t.servedAt.filter((x) => x <= input.pgKilledAt && x > input.pgKilledAt - WINDOW_MS).length;
+    const atRisk = t.servedAt.filter(
+      (x) => x.asked <= input.pgDeadAt && x.answered > input.pgKilledAt - WINDOW_MS,
+    ).length;
     return {
       served: t.served,
       debited,
@@ -1249,7 +1264,7 @@ function printReport(
     '',
     `reconciliation (${summary.mode} drill, ${summary.seconds} s)`,
     `  log: ${log.events} events, ${log.duplicateEventIds} ids twice`,
-    `  keyed calls: ${calls.served} served, ${calls.debited} debited, ${calls.noAnswer} without an answer, ${calls.atRisk} answered in the ${600} ms before PostgreSQL was killed`,
+    `  keyed calls: ${calls.served} served, ${calls.debited} debited, ${calls.noAnswer} without an answer, ${calls.atRisk} whose commit may lie in the ${600} ms before PostgreSQL was killed (asked before its death, answered after the window opened)`,
     `  paid calls: ${payments.paidCalls} sent ${JSON.stringify(payments.paidByStatus)}; payments on the log ${payments.onLog} ${JSON.stringify(payments.byState)}; settled ${payments.settledOnLog}, transfers on chain ${payments.transfersOnChain}; seller received ${payments.sellerReceived} of ${payments.settledAmount} settled`,
     `  events: ${events.relayedOnLog} relayed on the log, ${events.streamMessages} stream messages (${events.missingOnStream} missing, ${events.duplicateMessages} duplicates)`,
     `  webhooks: ${events.matchingEvents} matching events, ${events.deliveries} deliveries (${events.deliveriesSucceeded} succeeded, ${events.attempts} attempts), ${events.undelivered} undelivered, ${events.deliveredTwice} twice; receiver ${events.receipts} receipts of ${events.distinctReceived} ids (${events.redeliveries} redeliveries, ${events.unclaimedReceipts} unclaimed), seq 1..${events.seqMax} with ${events.seqGaps} gaps`,

@@ -112,6 +112,9 @@ const TRANSIENT_CODES = new Set([
   'EPIPE',
 ]);
 
+/** JetStream's err_code for "error creating store for stream". */
+const STORE_CREATE_FAILED = 10077;
+
 /** True for failures that a server coming back or a leader being elected would end. */
 export function isTransient(err: unknown): boolean {
   for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
@@ -120,6 +123,11 @@ export function isTransient(err: unknown): boolean {
     if (typeof code === 'string' && TRANSIENT_CODES.has(code)) return true;
     // JetStream's "temporarily unavailable" and "no leader" answers are 503s.
     if (e.name === 'JetStreamApiError' && (e as { status?: unknown }).status === 503) return true;
+    // "error creating store for stream": the server could not make the stream's directory. Seen
+    // when another client deleted the account's last stream at that moment (the server removes the
+    // emptied account directory); a lasting cause (a full or read-only disk) still fails at the
+    // startup timeout, with this error as its cause.
+    if (e.name === 'JetStreamApiError' && (e as { code?: unknown }).code === STORE_CREATE_FAILED) return true;
   }
   return false;
 }

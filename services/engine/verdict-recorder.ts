@@ -1,5 +1,6 @@
 import { backoff } from '../../adapters/event-store/command.ts';
 import { type EventStore, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
+import { KeyedLock } from '../../adapters/keyed-lock.ts';
 import { deterministicId } from '../../contracts/deterministic-id.ts';
 import type { NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
 import { type EventData, newEvent } from '../../contracts/events.ts';
@@ -13,6 +14,12 @@ export function verdictStream(market: MarketKey): string {
   return `verdicts-${market.exchange}-${market.coin}-${market.timeframe}`;
 }
 
+// Recorders in one process take turns per stream: the scheduler and on-demand calls for the
+// same market otherwise race each other for its revision, and with candles closing faster than a
+// loaded process turns round (a replay at speed) the losing call ran out of tries and answered 503.
+// Per store, because a process may hold several (tests); other processes still meet the retries.
+const turns = new WeakMap<EventStore, KeyedLock>();
+
 /**
  * Appends a verdict to its market's stream, chained to the previous verdict's hash, and, when
  * the regime differs from the previous call's, a RegimeShifted in the same atomic append.
@@ -22,10 +29,23 @@ export function verdictStream(market: MarketKey): string {
  * that loses the race gets the verdict that won, which is the same computation on the same
  * candles.
  */
-export async function recordVerdict(
+export function recordVerdict(
   store: EventStore,
   draft: VerdictDraft,
   options: { correlationId?: string; maxAttempts?: number } = {},
+): Promise<RecordedVerdict> {
+  let lock = turns.get(store);
+  if (!lock) {
+    lock = new KeyedLock();
+    turns.set(store, lock);
+  }
+  return lock.run(verdictStream(draft), () => recordInTurn(store, draft, options));
+}
+
+async function recordInTurn(
+  store: EventStore,
+  draft: VerdictDraft,
+  options: { correlationId?: string; maxAttempts?: number },
 ): Promise<RecordedVerdict> {
   const stream = verdictStream(draft);
   const maxAttempts = options.maxAttempts ?? 5;

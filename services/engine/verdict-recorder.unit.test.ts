@@ -66,6 +66,24 @@ describe('recordVerdict', () => {
     expect(events.map((e) => e.type)).toEqual(['VerdictRecorded', 'VerdictRecorded', 'RegimeShifted']);
   });
 
+  it('records every candle when recorders of one process write at once, with no lost race', async () => {
+    const store = new MemoryEventStore();
+    await recordVerdict(store, draft(0));
+    // A scheduler and on-demand calls of one process, each on a newer candle than the last: with a
+    // single try each, any two that read the same revision would fail the later one.
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => recordVerdict(store, draft(i + 1), { maxAttempts: 1 })),
+    );
+    expect(results.map((r) => r.data.candleCloseTime)).toEqual(
+      Array.from({ length: 20 }, (_, i) => draft(i + 1).candleCloseTime),
+    );
+    const verdicts = (await store.readStream(verdictStream(draft(0)))).map(
+      (e) => e.data as EventData<'VerdictRecorded'>,
+    );
+    expect(verdicts).toHaveLength(21);
+    expect(verifyVerdictChain(verdicts)).toEqual({ ok: true });
+  });
+
   it('serves the recorded verdict when asked again for an older candle', async () => {
     const store = new MemoryEventStore();
     const newer = await recordVerdict(store, draft(5));

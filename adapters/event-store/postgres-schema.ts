@@ -402,7 +402,9 @@ CREATE OR REPLACE FUNCTION ${schema}.append_group(
   p_streams text[], p_expected text[], p_counts integer[], p_sync boolean,
   p_ids text[], p_types text[], p_correlation text[], p_causation text[], p_data json[]
 ) RETURNS TABLE (idx integer, code text, detail text, next_revision bigint, head bigint)
-LANGUAGE plpgsql AS $fn$
+-- Generic plans, always: a group of one append looked cheap enough to the planner for a fresh
+-- plan of each statement on every call, which cost more than the statements themselves.
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
   v_apps integer := coalesce(cardinality(p_streams), 0);
   v_base bigint;
@@ -440,11 +442,14 @@ BEGIN
   PERFORM pg_advisory_xact_lock(${lockKeys[1]}, k.h)
      FROM (SELECT DISTINCT hashtext(s) AS h FROM unnest(p_streams) AS s ORDER BY 1) AS k;
   -- Under the locks, in one statement: the position base, whether any id is stored already, and
-  -- the revision of each stream.
-  SELECT b.base, b.started, x.known, r.names, r.revs
+  -- the revision of each stream. Each look-up an equality in a scalar subquery: its plan is an
+  -- index probe whatever the table's size when the plan was made (\`id = ANY (p_ids)\`, planned
+  -- on a young table, scanned the whole table on every call after).
+  SELECT b.base, b.started,
+         (SELECT bool_or((SELECT true FROM ${schema}.events e WHERE e.id = i.id)) FROM unnest(p_ids) AS i(id)),
+         r.names, r.revs
     INTO v_base, v_started, v_known, v_names, v_revs
     FROM ${schema}.position_base b,
-         LATERAL (SELECT EXISTS (SELECT 1 FROM ${schema}.events e WHERE e.id = ANY (p_ids)) AS known) x,
          LATERAL (SELECT array_agg(d.s) AS names,
                          array_agg((SELECT max(e.revision) FROM ${schema}.events e WHERE e.stream = d.s)) AS revs
                     FROM (SELECT DISTINCT s FROM unnest(p_streams) AS s) AS d) r;

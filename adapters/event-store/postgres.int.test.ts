@@ -135,6 +135,55 @@ describe.runIf(run)('PostgreSQL event store', () => {
     }
   });
 
+  it('decides the members of one group in order: revisions of a stream chain through it, refused ones write nothing', async () => {
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema: fresh(), groupsInFlight: 1 });
+    try {
+      const blocker = store.append(uniqueStream('first'), [event('B')]);
+      const s = uniqueStream('chain');
+      const other = uniqueStream('other');
+      // No id of these is stored yet: the group is decided set-wise (postgres-schema.ts, version 3).
+      const results = await Promise.allSettled([
+        store.append(s, [event('C')], { expectedRevision: 'no_stream' }),
+        store.append(other, [event('O'), event('O')], { expectedRevision: 'stream_exists' }),
+        store.append(s, [event('C'), event('C')], { expectedRevision: 0 }),
+        store.append(s, [event('X')], { expectedRevision: 0 }),
+        store.append(other, [event('O')], { expectedRevision: 'no_stream' }),
+        store.append(s, [], { expectedRevision: 2 }),
+        store.append(s, [event('C')], { expectedRevision: 'stream_exists' }),
+      ]);
+      await blocker;
+      const value = (i: number) =>
+        (results[i] as PromiseFulfilledResult<{ nextRevision: number; position: number }>).value;
+      expect(results.map((r) => r.status)).toEqual([
+        'fulfilled',
+        'rejected',
+        'fulfilled',
+        'rejected',
+        'fulfilled',
+        'fulfilled',
+        'fulfilled',
+      ]);
+      expect(results[1]).toMatchObject({ reason: { name: 'WrongExpectedRevisionError', actual: null } });
+      expect(results[3]).toMatchObject({ reason: { name: 'WrongExpectedRevisionError', actual: 2 } });
+      expect([0, 2, 4, 5, 6].map((i) => value(i).nextRevision)).toEqual([0, 2, 0, 2, 3]);
+      // The empty append's position is the head as its member saw it: that of the member before.
+      expect(value(5).position).toBe(value(4).position);
+      const log = (await store.readAll()).filter((e) => e.stream === s || e.stream === other);
+      expect(log.map((e) => `${e.stream === s ? 's' : 'o'}${e.revision}${e.type}`)).toEqual([
+        's0C',
+        's1C',
+        's2C',
+        'o0O',
+        's3C',
+      ]);
+      expect([value(0), value(2), value(4), value(6)].map((v) => v.position)).toEqual(
+        [0, 2, 3, 4].map((i) => log[i]!.position),
+      );
+    } finally {
+      await store.close();
+    }
+  });
+
   it('answers EventStoreUnavailableError, with nothing written, when an append outlives the statement timeout', async () => {
     const schema = fresh();
     const store = await openPostgresEventStore({ url: own.url, schema, statementTimeoutMs: 300 });

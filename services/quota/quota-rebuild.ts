@@ -20,10 +20,10 @@ import { chatKey, counterExpiry, resetsAtOf } from './windows.ts';
 export const QUOTA_FAMILY = 'quota';
 
 /**
- * How long a rebuild keeps replaying debits counted in the generation it replaced, when it cannot
- * tell that all of them are on the log (the replaced generation was lost with the server's data,
- * or some append failed). A debit is appended right after it is counted, inside its request, so
- * this bounds the time between the two.
+ * How late after the switch a debit counted in the replaced generation may still be appended:
+ * past it, a rebuild that cannot tell that all of them are on the log (the replaced generation was
+ * lost with the server's data, or some append failed) replays up to the head and stops. A debit
+ * is appended right after it is counted, inside its request, so this bounds the time between the two.
  */
 const DEFAULT_SETTLE_MS = 10_000;
 
@@ -111,7 +111,8 @@ const MAX_BUILDS = 5;
  *    is gone (the cache lost data mid-build: what it holds is partial), and the build starts over;
  * 3. keep replaying the debits appended after the fold that were counted in another generation
  *    (in flight at the switch), until the replaced generation's debit count is all on the log,
- *    or `settleMs` when that count is unknown; debits counted in the new generation are skipped.
+ *    or, when that count is unknown or never reached, up to the head as it is `settleMs` after
+ *    the switch; debits counted in the new generation are skipped.
  *
  * So the new counters end equal to the log: no debit lost, none counted twice.
  */
@@ -215,13 +216,20 @@ async function buildOnce(
   const debitedOnPrevious = previous === null ? null : ((await cache.generationDebits(previous)) ?? 0);
   const deadline = Date.now() + (deps.settleMs ?? DEFAULT_SETTLE_MS);
   const debitsAtSwitch = debits;
+  // The head once the settle time is over: every debit counted before the switch is on the log
+  // by then, so the replay reads up to it and no further. The deadline bounds how late a debit is
+  // appended, not how long the reading takes: a reader slower than the traffic (a loaded machine,
+  // a long log) that stopped at the deadline left the counters short of the log, free calls.
+  let last: number | null = null;
   for (;;) {
     const complete = debitedOnPrevious !== null && loggedOnPrevious >= debitedOnPrevious;
-    if (complete || Date.now() >= deadline || deps.signal?.aborted) break;
+    if (complete || deps.signal?.aborted) break;
+    if (last === null && Date.now() >= deadline) last = await store.headPosition();
+    if (last !== null && position >= last) break;
     const state = quotaBalancesProjection.initial();
     const more = await readPage(state);
     await write(state);
-    if (!more) await sleep(deps.pollMs ?? 50, deps.signal);
+    if (!more && last === null) await sleep(deps.pollMs ?? 50, deps.signal);
   }
   if (previous !== null) await cache.dropGeneration(previous);
   return { generation, previous, switched, ...done, replayed: debits - debitsAtSwitch };

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { MemoryCache } from '../../adapters/cache/memory.ts';
+import type { Cache } from '../../adapters/cache/port.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
@@ -74,6 +75,46 @@ describe('quota generations on the in-process cache', () => {
       const keys = quotaWindows(subject.id, PLANS.pro, quotaPeriod(T0)).map((w) => w.key);
       expect(await cache.readLive(QUOTA_FAMILY, keys)).toEqual([logged, logged]);
     }
+    await meter.counters.stop();
+  });
+
+  it('replays every debit the replaced generation logged, even when reading them outlasts the settle time', async () => {
+    // What failed CI on a loaded machine: the replay stopped at the settle deadline with thousands
+    // of the replaced generation's debits still unread on the log, so the counters ended short of
+    // it (free calls). The deadline bounds how late a debit is appended, not how long reading takes.
+    const memory = new MemoryEventStore();
+    const cache = new MemoryCache();
+    const meter = new QuotaMeter({ cache, store: memory, plans: PLANS, now: () => T0 });
+    const subject: QuotaSubject = { id: `p-${randomUUID()}`, kind: 'key', plan: 'pro' };
+    await meter.debit(subject, 't', 'first');
+    // Debits on the live generation land after the fold and before the switch: the replay's work.
+    const late = 600;
+    const racing: Cache = Object.assign(Object.create(cache) as Cache, {
+      switchGeneration: async (...args: Parameters<Cache['switchGeneration']>) => {
+        for (let i = 0; i < late; i++) await meter.debit(subject, 't', `late-${i}`);
+        return cache.switchGeneration(...args);
+      },
+    });
+    let switched = false;
+    const slow: EventStore = Object.assign(Object.create(memory) as EventStore, {
+      readAll: async (options?: { after?: number; maxCount?: number }) => {
+        if (switched) await new Promise((resolve) => setTimeout(resolve, 5));
+        return memory.readAll(options);
+      },
+    });
+    const outcome = await rebuildQuotaGeneration({
+      store: slow,
+      cache: racing,
+      pageSize: 10,
+      settleMs: 20,
+      onLive: () => {
+        switched = true;
+      },
+    });
+    expect(outcome.switched).toBe(true);
+    expect(outcome.replayed).toBe(late);
+    const keys = quotaWindows(subject.id, PLANS.pro, quotaPeriod(T0)).map((w) => w.key);
+    expect(await cache.readLive(QUOTA_FAMILY, keys)).toEqual([late + 1, late + 1]);
     await meter.counters.stop();
   });
 });

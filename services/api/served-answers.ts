@@ -1,5 +1,5 @@
 import { keptRevision } from '../engine/answer-revisions.ts';
-import { AnswerJsonCache, joinBytes, type ResultJson } from './mcp/answer-json.ts';
+import { AnswerJsonCache, type ResultJson } from './mcp/answer-json.ts';
 
 /**
  * The JSON of served answers, by the revision they were served from: one cache per process,
@@ -39,14 +39,22 @@ export function answerJson(structured: Record<string, unknown>, revision: string
 }
 
 /**
- * The UTF-8 of JSON.stringify(`structured`), an answer made of `value` (the tool's own result)
- * and what the channel adds: the start of a revision's answers is encoded once, not per call.
+ * The JSON (and escape) of `{...value, _service: service}`, the value as the engine served it
+ * and the channel's own block after it, without copying the value (see serialiseWith).
  */
-export function answerBytes(
+export function answerJsonWithService(
   tool: string,
   value: Record<string, unknown>,
-  structured: Record<string, unknown>,
+  service: unknown,
+): ResultJson {
+  return answers.serialiseWith(value, '_service', service, answerRevision(tool, value));
+}
+
+/** The UTF-8 of `{...value, _service: service}`, without copying the value (see serialiseWith). */
+export function answerBytesWithService(
+  tool: string,
+  value: Record<string, unknown>,
+  service: unknown,
 ): Buffer {
-  const made = answers.serialise(structured, answerRevision(tool, value));
-  return made.split ? joinBytes([made.split.head, made.split.tail]) : Buffer.from(made.json);
+  return answers.bytesWith(value, '_service', service, answerRevision(tool, value));
 }

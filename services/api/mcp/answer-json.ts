@@ -58,6 +58,8 @@ interface Slot {
 interface Revision {
   slots: Map<string, Slot>;
   head: Head | null;
+  /** The value last served whole with a field added after it (serialiseWith), and its JSON as a start. */
+  whole: { value: object; head: Head } | null;
 }
 
 /** The leading fields last served from a revision, as text and as UTF-8, and the same escaped. */
@@ -81,6 +83,33 @@ export function joinBytes(parts: readonly (Buffer | string)[]): Buffer {
 
 /** Revisions remembered; the least recently used one goes first. */
 const MAX_REVISIONS = 512;
+
+/**
+ * The slots of `object`'s own fields, in order, pushed onto `used`: a revision's slot where it
+ * holds the same value, one made now (and remembered) where not, none for a field JSON leaves
+ * out. Answers how many leading fields were reused rather than made by this call.
+ */
+function collectSlots(slots: Map<string, Slot>, object: Record<string, unknown>, used: Slot[]): number {
+  let reused = 0;
+  for (const key in object) {
+    if (!Object.hasOwn(object, key)) continue;
+    const value = object[key];
+    let slot = slots.get(key);
+    if (slot === undefined || slot.value !== value) {
+      const made = slotOf(key, value);
+      if (made === null) {
+        slots.delete(key);
+        continue;
+      }
+      slot = made;
+      slots.set(key, slot);
+    } else if (reused === used.length) {
+      reused++;
+    }
+    used.push(slot);
+  }
+  return reused;
+}
 
 /** The escape of a JSON text, as it appears inside a JSON string. */
 export function escapeJson(json: string): string {
@@ -116,9 +145,73 @@ export class AnswerJsonCache {
     if (revision === null || Object.hasOwn(structured, 'toJSON')) {
       return { json: JSON.stringify(structured), escaped: undefined };
     }
+    const entry = this.entryOf(revision);
+    const used: Slot[] = [];
+    const reused = collectSlots(entry.slots, structured, used);
+    const head = reused === 0 ? null : headOf(entry, used, reused);
+    return joined(head, used, reused);
+  }
+
+  /**
+   * The JSON of `{...value, [key]: extra}` and its escape, without that object being made: a
+   * channel adds its own field (`_service`) after the served value's. The value's fields, as a
+   * remembered start, are reused whole while the revision serves the very same object (the
+   * engine never changes one once handed out), so a repeated call neither copies the value nor
+   * looks at its fields one by one; only `extra` is serialised. Anything else (no revision, a
+   * value that has `key` or `toJSON`, or no field of its own) is serialised as `serialise` does.
+   */
+  serialiseWith(
+    value: Record<string, unknown>,
+    key: string,
+    extra: unknown,
+    revision: string | null,
+  ): ResultJson {
+    const head = revision === null ? null : this.wholeHead(value, key, revision);
+    if (head === null) return this.serialise({ ...value, [key]: extra }, revision);
+    const extraJson = JSON.stringify(extra) as string | undefined;
+    // undefined, a function or a symbol: JSON.stringify leaves the property out.
+    const tail = extraJson === undefined ? '}' : `,${JSON.stringify(key)}:${extraJson}}`;
+    const escapedTail = escapeJson(tail);
+    return {
+      json: head.json + tail,
+      escaped: head.escaped + escapedTail,
+      split: { head: head.jsonBytes, escapedHead: head.escapedBytes, tail, escapedTail },
+    };
+  }
+
+  /** The UTF-8 of `{...value, [key]: extra}` (see serialiseWith), when its escape is not needed. */
+  bytesWith(value: Record<string, unknown>, key: string, extra: unknown, revision: string | null): Buffer {
+    const head = revision === null ? null : this.wholeHead(value, key, revision);
+    if (head === null) {
+      const made = this.serialise({ ...value, [key]: extra }, revision);
+      return made.split ? joinBytes([made.split.head, made.split.tail]) : Buffer.from(made.json);
+    }
+    const extraJson = JSON.stringify(extra) as string | undefined;
+    return joinBytes([
+      head.jsonBytes,
+      extraJson === undefined ? '}' : `,${JSON.stringify(key)}:${extraJson}}`,
+    ]);
+  }
+
+  /** Every field of `value` as a start (see serialiseWith); null when the value cannot be one. */
+  private wholeHead(value: Record<string, unknown>, key: string, revision: string): Head | null {
+    const entry = this.entryOf(revision);
+    const whole = entry.whole;
+    if (whole !== null && whole.value === value) return whole.head;
+    if (Object.hasOwn(value, key) || Object.hasOwn(value, 'toJSON')) return null;
+    const used: Slot[] = [];
+    collectSlots(entry.slots, value, used);
+    if (used.length === 0) return null;
+    const head = headOf(entry, used, used.length);
+    entry.whole = { value, head };
+    return head;
+  }
+
+  /** The revision's entry, made when new, and moved to the most recently used end. */
+  private entryOf(revision: string): Revision {
     let entry = this.revisions.get(revision);
     if (entry === undefined) {
-      entry = { slots: new Map(), head: null };
+      entry = { slots: new Map(), head: null, whole: null };
       if (this.revisions.size >= this.maxRevisions) {
         this.revisions.delete(this.revisions.keys().next().value!);
       }
@@ -129,45 +222,28 @@ export class AnswerJsonCache {
       this.revisions.set(revision, entry);
     }
     this.latest = entry;
-    const slots = entry.slots;
-    const used: Slot[] = [];
-    // How many leading fields were reused rather than made by this call.
-    let reused = 0;
-    for (const key in structured) {
-      if (!Object.hasOwn(structured, key)) continue;
-      const value = structured[key];
-      let slot = slots.get(key);
-      if (slot === undefined || slot.value !== value) {
-        const made = slotOf(key, value);
-        if (made === null) {
-          slots.delete(key);
-          continue;
-        }
-        slot = made;
-        slots.set(key, slot);
-      } else if (reused === used.length) {
-        reused++;
-      }
-      used.push(slot);
-    }
-    const head = reused === 0 ? null : headOf(entry, used, reused);
-    // The call's own fields after the start, each after a comma (the start ends with a field).
-    let tail = '';
-    let escapedTail = '';
-    for (let i = reused; i < used.length; i++) {
-      const slot = used[i]!;
-      tail += i === 0 ? slot.piece : `,${slot.piece}`;
-      escapedTail += i === 0 ? slot.escapedPiece : `,${slot.escapedPiece}`;
-    }
-    tail += '}';
-    escapedTail += '}';
-    if (head === null) return { json: `{${tail}`, escaped: `{${escapedTail}` };
-    return {
-      json: head.json + tail,
-      escaped: head.escaped + escapedTail,
-      split: { head: head.jsonBytes, escapedHead: head.escapedBytes, tail, escapedTail },
-    };
+    return entry;
   }
+}
+
+/** The JSON of fields `used`, the first `reused` of them as `head` (null: none), and its escape. */
+function joined(head: Head | null, used: Slot[], reused: number): ResultJson {
+  // The call's own fields after the start, each after a comma (the start ends with a field).
+  let tail = '';
+  let escapedTail = '';
+  for (let i = reused; i < used.length; i++) {
+    const slot = used[i]!;
+    tail += i === 0 ? slot.piece : `,${slot.piece}`;
+    escapedTail += i === 0 ? slot.escapedPiece : `,${slot.escapedPiece}`;
+  }
+  tail += '}';
+  escapedTail += '}';
+  if (head === null) return { json: `{${tail}`, escaped: `{${escapedTail}` };
+  return {
+    json: head.json + tail,
+    escaped: head.escaped + escapedTail,
+    split: { head: head.jsonBytes, escapedHead: head.escapedBytes, tail, escapedTail },
+  };
 }
 
 /** The start of an answer whose first `reused` fields are `used`'s: the one remembered, or made now. */

@@ -52,6 +52,39 @@ describe('AnswerJsonCache', () => {
     expect(made(cache, withDate, 'r-date')).toEqual(plain(withDate));
   });
 
+  it('gives the bytes of the value with a field added after it, without the merged object', () => {
+    const cache = new AnswerJsonCache();
+    const value = call();
+    const other = { ...call(), confidence: 52 };
+    const cases: [Record<string, unknown>, unknown, string | null][] = [
+      [value, { quota: { used: 1 } }, 'r1'],
+      [value, { quota: { used: 2 }, note: 'é "x" 🚀' }, 'r1'],
+      // Another object of the same revision (a new track-record line): its own fields, not the last's.
+      [other, { quota: { used: 3 } }, 'r1'],
+      [value, undefined, 'r1'],
+      [value, { quota: null }, null],
+      [{ ...call(), _service: { chat: 1 } }, { quota: { used: 4 } }, 'r2'],
+      [{}, { quota: { used: 5 } }, 'r3'],
+      [{ a: undefined }, { quota: { used: 6 } }, 'r4'],
+    ];
+    for (let round = 0; round < 2; round++) {
+      for (const [v, extra, revision] of cases) {
+        const expected = plain({ ...v, _service: extra });
+        const out = cache.serialiseWith(v, '_service', extra, revision);
+        expect({ json: out.json, escaped: out.escaped ?? escapeJson(out.json) }).toEqual(expected);
+        if (out.split) {
+          expect(Buffer.concat([out.split.head, Buffer.from(out.split.tail)]).toString('utf8')).toBe(
+            expected.json,
+          );
+          expect(
+            Buffer.concat([out.split.escapedHead, Buffer.from(out.split.escapedTail)]).toString('utf8'),
+          ).toBe(expected.escaped);
+        }
+        expect(cache.bytesWith(v, '_service', extra, revision).toString('utf8')).toBe(expected.json);
+      }
+    }
+  });
+
   it('serialises without remembering anything when there is no revision', () => {
     const cache = new AnswerJsonCache();
     const value = call();

@@ -7,7 +7,7 @@ import type { KeyResolver } from '../../keys/key-resolver.ts';
 import type { QuotaMeter } from '../../quota/quota-meter.ts';
 import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../metered-call.ts';
-import { answerJson, answerRevision } from '../served-answers.ts';
+import { answerJson, answerJsonWithService, answerRevision } from '../served-answers.ts';
 import type { PaidServiceMeta, PaymentReceipt, ServiceMeta } from '../service-meta.ts';
 import type { ResultJson } from './answer-json.ts';
 import { MCP_INVALID_PARAMS, MCP_UNKNOWN_KEY, MCP_UNVERIFIABLE } from './error-codes.ts';
@@ -185,9 +185,13 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     // A tool may add figures of its own to `_service` (the chat quota); auth and quota stay ours.
     const own = outcome.value._service;
     const extra = typeof own === 'object' && own !== null ? own : {};
-    return toolResult(
-      { ...outcome.value, _service: { ...extra, ...outcome.service } },
-      answerRevision(tool.name, outcome.value),
+    const service = { ...extra, ...outcome.service };
+    return servedResult(
+      { ...outcome.value, _service: service },
+      // The value's own fields as one remembered start, unless the tool set `_service` itself.
+      own === undefined
+        ? answerJsonWithService(tool.name, outcome.value, service)
+        : answerJson({ ...outcome.value, _service: service }, answerRevision(tool.name, outcome.value)),
     );
   }
   if (outcome.reason === 'quota_exhausted') {
@@ -295,7 +299,11 @@ export function structuredJsonOf(result: CallToolResult): ResultJson | undefined
 
 /** A served result: the text content carries the same object for clients that ignore structuredContent. */
 function toolResult(structured: Record<string, unknown>, revision: string | null): CallToolResult {
-  const made = answerJson(structured, revision);
+  return servedResult(structured, answerJson(structured, revision));
+}
+
+/** A served result whose structuredContent's JSON is `made`. */
+function servedResult(structured: Record<string, unknown>, made: ResultJson): CallToolResult {
   const result: CallToolResult = {
     content: [{ type: 'text', text: made.json }],
     structuredContent: structured,

@@ -12,7 +12,7 @@ import { errorHandler } from '../../api/errors.ts';
 import { QuotaUnavailableError, serveMetered } from '../../api/metered-call.ts';
 import { codesText, documented, refusal } from '../../api/openapi.ts';
 import { limitedCaller } from '../../api/rate-limit.ts';
-import { answerBytes } from '../../api/served-answers.ts';
+import { answerBytesWithService } from '../../api/served-answers.ts';
 import type { PaidServiceMeta, ServiceMeta } from '../../api/service-meta.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
@@ -328,9 +328,13 @@ class PaidRoutes {
     }
     request.x402Service = metered.service;
     if (metered.ok) {
-      const value = metered.value as Record<string, unknown>;
-      // The bytes of the object Fastify would serialise, the revision's part of them encoded once.
-      const bytes = answerBytes(call.tool.name, value, { ...value, _service: metered.service });
+      // The bytes of `{...value, _service}` as Fastify would serialise it, the value's part of
+      // them encoded once per revision and not copied per call.
+      const bytes = answerBytesWithService(
+        call.tool.name,
+        metered.value as Record<string, unknown>,
+        metered.service,
+      );
       return reply.header('content-type', JSON_CONTENT_TYPE).send(bytes);
     }
     if (metered.reason === 'failed') throw refusalError(describeError(request.log as Logger, metered.error));

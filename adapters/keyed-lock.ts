@@ -6,6 +6,11 @@
 export class KeyedLock {
   private readonly tails = new Map<string, Promise<unknown>>();
 
+  /** True when no task of `key` is queued or running. */
+  idle(key: string): boolean {
+    return !this.tails.has(key);
+  }
+
   run<T>(key: string, task: () => Promise<T>): Promise<T> {
     const previous = this.tails.get(key) ?? Promise.resolve();
     const next = previous.then(task, task);

@@ -24,6 +24,18 @@ export class MarketStates {
   /** The state advanced to the last candle closed at the feed's now(). */
   advance(exchange: Exchange, coin: string, timeframe: Timeframe): Promise<MarketState> {
     const key = marketKey(exchange, coin, timeframe);
+    // Already at the last close and nothing advancing it: the state as it is, without a turn of
+    // the lock (four promises and a task per call, on every keyed call of a market between its
+    // closes). While an advance is queued or running, a call waits for it as before.
+    if (this.lock.idle(key)) {
+      const existing = this.states.get(key);
+      if (
+        existing?.lastCloseTime != null &&
+        this.feed.now() - existing.lastCloseTime < TIMEFRAME_MS[timeframe]
+      ) {
+        return Promise.resolve(existing);
+      }
+    }
     return this.lock.run(key, async () => {
       const tfMs = TIMEFRAME_MS[timeframe];
       const existing = this.states.get(key);

@@ -1,0 +1,83 @@
+import { describe, expect, it } from 'vitest';
+import type { MarketFeed } from '../../adapters/market/port.ts';
+import { type Candle, TIMEFRAME_MS } from '../../contracts/market.ts';
+import { MarketStates } from './market-states.ts';
+
+const HOUR = TIMEFRAME_MS['1h'];
+
+/** A feed of hourly candles up to its clock, counting the candle reads it is asked for. */
+function hourlyFeed(start: number) {
+  let now = start;
+  const reads: number[] = [];
+  let gate: Promise<void> | null = null;
+  const feed = {
+    kind: 'replay',
+    now: () => now,
+    async candles(_exchange: string, _coin: string, _tf: string, options: { limit: number }) {
+      reads.push(options.limit);
+      if (gate) await gate;
+      const lastOpen = Math.floor(now / HOUR) * HOUR - HOUR;
+      const out: Candle[] = [];
+      for (let i = options.limit - 1; i >= 0; i--) {
+        const openTime = lastOpen - i * HOUR;
+        const price = 100 + ((openTime / HOUR) % 7);
+        out.push({ openTime, open: price, high: price + 1, low: price - 1, close: price, volume: 1 });
+      }
+      return out;
+    },
+  } as unknown as MarketFeed;
+  return {
+    feed,
+    reads,
+    advanceClock: (ms: number) => {
+      now += ms;
+    },
+    hold: () => {
+      let release!: () => void;
+      gate = new Promise((resolve) => {
+        release = resolve;
+      });
+      return () => {
+        gate = null;
+        release();
+      };
+    },
+  };
+}
+
+describe('MarketStates.advance', () => {
+  it('reads the feed once per close however often it is asked, and again after the next close', async () => {
+    const f = hourlyFeed(1_000 * HOUR + 10);
+    const states = new MarketStates(f.feed);
+    const first = await states.advance('BINANCE', 'BTC', '1h');
+    expect(first.lastCloseTime).toBe(1_000 * HOUR);
+    for (let i = 0; i < 5; i++) expect(await states.advance('BINANCE', 'BTC', '1h')).toBe(first);
+    expect(f.reads).toHaveLength(1);
+    f.advanceClock(HOUR);
+    const next = await states.advance('BINANCE', 'BTC', '1h');
+    expect(next.lastCloseTime).toBe(1_001 * HOUR);
+    expect(f.reads).toHaveLength(2);
+  });
+
+  it('makes a call that comes while an advance is on its way wait for it', async () => {
+    const f = hourlyFeed(1_000 * HOUR + 10);
+    const states = new MarketStates(f.feed);
+    await states.advance('BINANCE', 'BTC', '1h');
+    f.advanceClock(HOUR);
+    const release = f.hold();
+    const advancing = states.advance('BINANCE', 'BTC', '1h');
+    // The state still says the last close: this call must not take it as current.
+    let settled = false;
+    const waiting = states.advance('BINANCE', 'BTC', '1h').then((s) => {
+      settled = true;
+      return s;
+    });
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(settled).toBe(false);
+    release();
+    const [a, b] = await Promise.all([advancing, waiting]);
+    expect(a.lastCloseTime).toBe(1_001 * HOUR);
+    expect(b).toBe(a);
+    expect(f.reads).toHaveLength(2);
+  });
+});

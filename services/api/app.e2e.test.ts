@@ -83,6 +83,8 @@ describe('HTTP app', () => {
     setTimeout(release, 100);
     const res = await inFlight;
     expect(res.status).toBe(200);
+    // Its keep-alive socket would hold close() open: the answer asks the client to close it.
+    expect(res.headers.get('connection')).toBe('close');
     expect(await res.json()).toEqual({ done: true });
     await closing;
     await expect(fetch(`${url}/healthz`)).rejects.toThrow();
@@ -109,6 +111,40 @@ describe('HTTP app', () => {
     });
     expect(res.status).toBe(400);
     expect(await res.json()).toMatchObject({ code: 'INVALID_JSON' });
+  });
+
+  it('times each request under its route, and requests that match none as unmatched', async () => {
+    const { url } = await start();
+    expect((await fetch(`${url}/item/7`)).status).toBe(200);
+    expect((await fetch(`${url}/nowhere`)).status).toBe(404);
+    const text = await (await fetch(`${url}/metrics`)).text();
+    const count = (route: string, status: number) =>
+      Number(
+        text
+          .split('\n')
+          .find((line) =>
+            line.startsWith(
+              `http_request_duration_seconds_count{method="GET",route="${route}",status="${status}"}`,
+            ),
+          )
+          ?.split(' ')[1] ?? 0,
+      );
+    expect(count('/item/:id', 200)).toBe(1);
+    expect(count('unmatched', 404)).toBe(1);
+  });
+
+  it('times a request that matches no route and is refused before the not-found handler (a bad JSON body)', async () => {
+    const { url } = await start();
+    const res = await fetch(`${url}/nowhere`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"unterminated',
+    });
+    expect(res.status).toBe(400);
+    const text = await (await fetch(`${url}/metrics`)).text();
+    expect(text).toMatch(
+      /http_request_duration_seconds_count\{method="POST",route="unmatched",status="400"\} 1/,
+    );
   });
 
   it('answers router errors in the error shape without echoing the URL', async () => {

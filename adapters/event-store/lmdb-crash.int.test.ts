@@ -8,6 +8,13 @@ import { afterAll, describe, expect, it } from 'vitest';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import { openLmdbEventStore } from './lmdb.ts';
 
+/**
+ * How long the contention test may wait for its events (240 s: under load 120 appends once took
+ * over 90 s) and then for its writers to exit once done (50 s), before failing with its state;
+ * together under the test's 300 s deadline.
+ */
+const STUCK_MS = Number(process.env.LMDB_CONTEND_STUCK_MS ?? 240_000);
+const EXIT_STUCK_MS = Math.min(STUCK_MS, 50_000);
 const writerScript = fileURLToPath(new URL('./lmdb-crash-writer.ts', import.meta.url));
 const root = mkdtempSync(join(tmpdir(), 'lmdb-crash-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -167,8 +174,37 @@ describe('LMDB event store across processes', () => {
           });
         }
       });
-      await Promise.race([collecting, writerDied]);
-      const exits = await Promise.all(writers.map((w) => w.exited));
+      // A hang fails with where it stood (events seen, each writer's acknowledged appends, whether
+      // it finished and exited) instead of at the test's deadline with nothing to go on.
+      const exitedYet = writers.map(() => false);
+      for (const [i, w] of writers.entries()) void w.exited.then(() => (exitedYet[i] = true));
+      const withWatchdog = async <T>(phase: string, ms: number, work: Promise<T>): Promise<T> => {
+        let timer: NodeJS.Timeout | undefined;
+        const stuck = new Promise<never>((_, reject) => {
+          timer = setTimeout(() => {
+            const state = writers.map((w, i) => ({
+              writer: `w${i + 1}`,
+              acked: w.lines.filter((l) => typeof l.id === 'string').length,
+              finished: w.lines.some((l) => l.finished === true),
+              exited: exitedYet[i],
+            }));
+            reject(
+              new Error(`stuck ${phase}: seen ${seen.length} of ${perWriter * 2}; ${JSON.stringify(state)}`),
+            );
+          }, ms);
+        });
+        try {
+          return await Promise.race([work, stuck]);
+        } finally {
+          clearTimeout(timer);
+        }
+      };
+      await withWatchdog('collecting', STUCK_MS, Promise.race([collecting, writerDied]));
+      const exits = await withWatchdog(
+        'waiting for exits',
+        EXIT_STUCK_MS,
+        Promise.all(writers.map((w) => w.exited)),
+      );
       for (const exit of exits) expect(exit).toMatchObject({ code: 0 });
 
       const events = await observer.readStream(stream);

@@ -29,6 +29,11 @@ function rawExchange(url: string, chunks: string[]): Promise<string> {
   });
 }
 
+/** POSTs `body` as application/json, as it is (it may be malformed on purpose). */
+function postJson(url: string, body: string): Promise<Response> {
+  return fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+}
+
 function parseRaw(raw: string): { status: number; body: unknown } {
   const [head, body] = raw.split('\r\n\r\n');
   return { status: Number(head!.split(' ')[1]), body: JSON.parse(body!) };
@@ -93,22 +98,14 @@ describe('HTTP app', () => {
 
   it('refuses a body over the limit with 413 in the error shape', async () => {
     const { url } = await start();
-    const res = await fetch(`${url}/echo`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ pad: 'x'.repeat(2000) }),
-    });
+    const res = await postJson(`${url}/echo`, JSON.stringify({ pad: 'x'.repeat(2000) }));
     expect(res.status).toBe(413);
     expect(await res.json()).toMatchObject({ code: 'BODY_TOO_LARGE' });
   });
 
   it('answers malformed JSON with 400 in the error shape', async () => {
     const { url } = await start();
-    const res = await fetch(`${url}/echo`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: '{"coin": ',
-    });
+    const res = await postJson(`${url}/echo`, '{"coin": ');
     expect(res.status).toBe(400);
     expect(await res.json()).toMatchObject({ code: 'INVALID_JSON' });
   });
@@ -135,11 +132,7 @@ describe('HTTP app', () => {
 
   it('times a request that matches no route and is refused before the not-found handler (a bad JSON body)', async () => {
     const { url } = await start();
-    const res = await fetch(`${url}/nowhere`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: '{"unterminated',
-    });
+    const res = await postJson(`${url}/nowhere`, '{"unterminated');
     expect(res.status).toBe(400);
     const text = await (await fetch(`${url}/metrics`)).text();
     expect(text).toMatch(

@@ -14,6 +14,10 @@ export interface PaidTool {
   price(input: unknown | null): number;
   /** The price of each value of the one input field the price depends on, if it depends on one. */
   priceBy: { field: string; amounts: Record<string, number> } | null;
+  /**
+   * Runs the tool on `input`, the output of `input`'s parse (the route read and validated the body
+   * before anything was charged): the engine does not parse it again.
+   */
   run(ops: SignalOperations, input: unknown, requestId: string): Promise<unknown>;
 }
 
@@ -38,7 +42,7 @@ export function paidTools(prices: X402Prices): PaidTool[] {
             ),
           }
         : null,
-      run: (ops, body, requestId) => runOperation(ops, name, body, requestId),
+      run: (ops, body, requestId) => runOperation(ops, name, body, requestId, true),
     };
   });
 }

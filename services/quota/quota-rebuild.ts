@@ -229,7 +229,9 @@ async function buildOnce(
     const state = quotaBalancesProjection.initial();
     const more = await readPage(state);
     await write(state);
-    if (!more && last === null) await sleep(deps.pollMs ?? 50, deps.signal);
+    // A short page before the deadline is the head; after it, a page short of `last` is a store
+    // holding reads back (PostgreSQL, below a write still open): wait for it instead of spinning.
+    if (!more && (last === null || position < last)) await sleep(deps.pollMs ?? 50, deps.signal);
   }
   if (previous !== null) await cache.dropGeneration(previous);
   return { generation, previous, switched, ...done, replayed: debits - debitsAtSwitch };

@@ -77,17 +77,19 @@ describe('quota generations on the in-process cache', () => {
     }
     await meter.counters.stop();
   });
+});
 
-  it('replays every debit the replaced generation logged, even when reading them outlasts the settle time', async () => {
-    // What failed CI on a loaded machine: the replay stopped at the settle deadline with thousands
-    // of the replaced generation's debits still unread on the log, so the counters ended short of
-    // it (free calls). The deadline bounds how late a debit is appended, not how long reading takes.
+describe('the replay after a switch, reading slower than the settle time', () => {
+  /**
+   * A rebuild into `cache` during which `late` debits, counted on `counting` (a generation the
+   * rebuild does not know, or the one it replaces), land on the log after its fold and before
+   * its switch; its reads take 5 ms a page once it is live, and its settle time is 20 ms.
+   */
+  async function rebuildWithLateDebits(counting: MemoryCache, cache: MemoryCache, expected?: null) {
     const memory = new MemoryEventStore();
-    const cache = new MemoryCache();
-    const meter = new QuotaMeter({ cache, store: memory, plans: PLANS, now: () => T0 });
+    const meter = new QuotaMeter({ cache: counting, store: memory, plans: PLANS, now: () => T0 });
     const subject: QuotaSubject = { id: `p-${randomUUID()}`, kind: 'key', plan: 'pro' };
     await meter.debit(subject, 't', 'first');
-    // Debits on the live generation land after the fold and before the switch: the replay's work.
     const late = 600;
     const racing: Cache = Object.assign(Object.create(cache) as Cache, {
       switchGeneration: async (...args: Parameters<Cache['switchGeneration']>) => {
@@ -110,12 +112,71 @@ describe('quota generations on the in-process cache', () => {
       onLive: () => {
         switched = true;
       },
+      ...(expected === null ? { expected } : {}),
     });
-    expect(outcome.switched).toBe(true);
-    expect(outcome.replayed).toBe(late);
-    const keys = quotaWindows(subject.id, PLANS.pro, quotaPeriod(T0)).map((w) => w.key);
-    expect(await cache.readLive(QUOTA_FAMILY, keys)).toEqual([late + 1, late + 1]);
     await meter.counters.stop();
+    const keys = quotaWindows(subject.id, PLANS.pro, quotaPeriod(T0)).map((w) => w.key);
+    return { outcome, late, counters: await cache.readLive(QUOTA_FAMILY, keys) };
+  }
+
+  // What failed CI on a loaded machine: the replay stopped at the settle deadline with thousands
+  // of the replaced generation's debits still unread on the log, so the counters ended short of
+  // it (free calls). The deadline bounds how late a debit is appended, not how long reading takes.
+  it('replays every debit the replaced generation logged (its count known)', async () => {
+    const cache = new MemoryCache();
+    const { outcome, late, counters } = await rebuildWithLateDebits(cache, cache);
+    expect(outcome.switched).toBe(true);
+    expect(outcome.previous).not.toBeNull();
+    expect(outcome.replayed).toBe(late);
+    expect(counters).toEqual([late + 1, late + 1]);
+  });
+
+  it('replays every debit up to the head at the deadline when the count is unknown (a lost generation)', async () => {
+    // The debits were counted on a cache this rebuild never sees (lost with a server's data).
+    const { outcome, late, counters } = await rebuildWithLateDebits(
+      new MemoryCache(),
+      new MemoryCache(),
+      null,
+    );
+    expect(outcome.switched).toBe(true);
+    expect(outcome.previous).toBeNull();
+    expect(outcome.replayed).toBe(late);
+    expect(counters).toEqual([late + 1, late + 1]);
+  });
+
+  it('waits on a store that holds reads back below its head, instead of spinning', async () => {
+    const memory = new MemoryEventStore();
+    const cache = new MemoryCache();
+    await new QuotaMeter({ cache: new MemoryCache(), store: memory, plans: PLANS, now: () => T0 }).debit(
+      { id: `p-${randomUUID()}`, kind: 'key', plan: 'pro' },
+      't',
+      'only',
+    );
+    let reads = 0;
+    // Its head is 5 past what any read returns (PostgreSQL, below a write transaction still open).
+    const held: EventStore = Object.assign(Object.create(memory) as EventStore, {
+      headPosition: async () => (await memory.headPosition()) + 5,
+      // Each read yields to the event loop, so a replay spinning on them still lets the abort fire.
+      readAll: async (options?: { after?: number; maxCount?: number }) => {
+        reads++;
+        await new Promise((resolve) => setImmediate(resolve));
+        return memory.readAll(options);
+      },
+    });
+    const abort = new AbortController();
+    const rebuilt = rebuildQuotaGeneration({
+      store: held,
+      cache,
+      expected: null,
+      settleMs: 0,
+      pollMs: 50,
+      signal: abort.signal,
+      onLive: () => void setTimeout(() => abort.abort(), 300),
+    });
+    const outcome = await rebuilt;
+    expect(outcome.switched).toBe(true);
+    // Polled every 50 ms for 300 ms, not read back to back.
+    expect(reads).toBeLessThan(30);
   });
 });
 

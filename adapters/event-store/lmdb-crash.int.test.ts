@@ -181,15 +181,32 @@ describe('LMDB event store across processes', () => {
       const withWatchdog = async <T>(phase: string, ms: number, work: Promise<T>): Promise<T> => {
         let timer: NodeJS.Timeout | undefined;
         const stuck = new Promise<never>((_, reject) => {
-          timer = setTimeout(() => {
+          timer = setTimeout(async () => {
             const state = writers.map((w, i) => ({
               writer: `w${i + 1}`,
               acked: w.lines.filter((l) => typeof l.id === 'string').length,
               finished: w.lines.some((l) => l.finished === true),
               exited: exitedYet[i],
             }));
+            // Whether the log holds what the subscription missed (a stalled or skipping reader)
+            // or not (a lost write): positions seen, the log read afresh, and acknowledged ones.
+            const seenAt = new Set(seen.map((e) => e.position));
+            const log = await observer.readAll().catch((err: unknown) => String(err));
+            const ackedAt = writers.flatMap((w) =>
+              w.lines.filter((l) => typeof l.position === 'number').map((l) => l.position as number),
+            );
+            const reader = {
+              lastSeen: seen.at(-1)?.position ?? null,
+              logNow: typeof log === 'string' ? log : log.length,
+              head: await observer.headPosition().catch((err: unknown) => String(err)),
+              ackedNotSeen: ackedAt.filter((p) => !seenAt.has(p)),
+              ackedNotInLog:
+                typeof log === 'string' ? null : ackedAt.filter((p) => !log.some((e) => e.position === p)),
+            };
             reject(
-              new Error(`stuck ${phase}: seen ${seen.length} of ${perWriter * 2}; ${JSON.stringify(state)}`),
+              new Error(
+                `stuck ${phase}: seen ${seen.length} of ${perWriter * 2}; ${JSON.stringify(state)}; ${JSON.stringify(reader)}`,
+              ),
             );
           }, ms);
         });

@@ -13,7 +13,11 @@ describe('paid tools over the engine', () => {
 
   beforeEach(async () => {
     feed = await openReplayFeed({ run: false });
-    engine = new SignalEngine({ feed, store: new MemoryEventStore(), publicBaseUrl: 'https://signals.example' });
+    engine = new SignalEngine({
+      feed,
+      store: new MemoryEventStore(),
+      publicBaseUrl: 'https://signals.example',
+    });
   });
   afterEach(async () => {
     await engine.close();

@@ -29,18 +29,13 @@ export class MarketStates {
     // closes). While an advance is queued or running, a call waits for it as before.
     if (this.lock.idle(key)) {
       const existing = this.states.get(key);
-      if (
-        existing?.lastCloseTime != null &&
-        this.feed.now() - existing.lastCloseTime < TIMEFRAME_MS[timeframe]
-      ) {
-        return Promise.resolve(existing);
-      }
+      if (existing && this.closesBehind(existing, timeframe) <= 0) return Promise.resolve(existing);
     }
     return this.lock.run(key, async () => {
       const tfMs = TIMEFRAME_MS[timeframe];
       const existing = this.states.get(key);
       const last = existing?.lastCloseTime ?? null;
-      const behind = last === null ? Number.POSITIVE_INFINITY : Math.floor((this.feed.now() - last) / tfMs);
+      const behind = existing ? this.closesBehind(existing, timeframe) : Number.POSITIVE_INFINITY;
       if (existing && behind <= 0) return existing;
       // A state far behind (a long pause) is rebuilt rather than fed a gap it cannot see.
       const fresh = !existing || behind > WARMUP_CANDLES;
@@ -55,5 +50,13 @@ export class MarketStates {
       this.states.set(key, state);
       return state;
     });
+  }
+
+  /** Candles of `timeframe` closed since the state's last one (infinite before any). */
+  private closesBehind(state: MarketState, timeframe: Timeframe): number {
+    const last = state.lastCloseTime;
+    return last == null
+      ? Number.POSITIVE_INFINITY
+      : Math.floor((this.feed.now() - last) / TIMEFRAME_MS[timeframe]);
   }
 }

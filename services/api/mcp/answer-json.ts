@@ -168,9 +168,7 @@ export class AnswerJsonCache {
   ): ResultJson {
     const head = revision === null ? null : this.wholeHead(value, key, revision);
     if (head === null) return this.serialise({ ...value, [key]: extra }, revision);
-    const extraJson = JSON.stringify(extra) as string | undefined;
-    // undefined, a function or a symbol: JSON.stringify leaves the property out.
-    const tail = extraJson === undefined ? '}' : `,${JSON.stringify(key)}:${extraJson}}`;
+    const tail = lastField(key, extra);
     const escapedTail = escapeJson(tail);
     return {
       json: head.json + tail,
@@ -186,11 +184,7 @@ export class AnswerJsonCache {
       const made = this.serialise({ ...value, [key]: extra }, revision);
       return made.split ? joinBytes([made.split.head, made.split.tail]) : Buffer.from(made.json);
     }
-    const extraJson = JSON.stringify(extra) as string | undefined;
-    return joinBytes([
-      head.jsonBytes,
-      extraJson === undefined ? '}' : `,${JSON.stringify(key)}:${extraJson}}`,
-    ]);
+    return joinBytes([head.jsonBytes, lastField(key, extra)]);
   }
 
   /** Every field of `value` as a start (see serialiseWith); null when the value cannot be one. */
@@ -224,6 +218,13 @@ export class AnswerJsonCache {
     this.latest = entry;
     return entry;
   }
+}
+
+/** `,"key":<extra>}`, the end of an object after a start of other fields; just `}` for a left-out value. */
+function lastField(key: string, extra: unknown): string {
+  const extraJson = JSON.stringify(extra) as string | undefined;
+  // undefined, a function or a symbol: JSON.stringify leaves the property out.
+  return extraJson === undefined ? '}' : `,${JSON.stringify(key)}:${extraJson}}`;
 }
 
 /** The JSON of fields `used`, the first `reused` of them as `head` (null: none), and its escape. */

@@ -186,12 +186,11 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     const own = outcome.value._service;
     const extra = typeof own === 'object' && own !== null ? own : {};
     const service = { ...extra, ...outcome.service };
+    // The value's own fields as one remembered start (a value with `_service` of its own is
+    // serialised whole: serialiseWith falls back for it).
     return servedResult(
       { ...outcome.value, _service: service },
-      // The value's own fields as one remembered start, unless the tool set `_service` itself.
-      own === undefined
-        ? answerJsonWithService(tool.name, outcome.value, service)
-        : answerJson({ ...outcome.value, _service: service }, answerRevision(tool.name, outcome.value)),
+      answerJsonWithService(tool.name, outcome.value, service),
     );
   }
   if (outcome.reason === 'quota_exhausted') {

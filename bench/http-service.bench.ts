@@ -38,6 +38,7 @@
  *
  *   npx tsx bench/http-service.bench.ts [--paths=mcp,mcp-oneshot,mcp-2026,bearer,mcp-redis,quote,verify] [--seconds=3]
  *     [--rounds=3] [--connections=32] [--cpu-prof=<dir>] (profile the service process)
+ *     [--perf-map] (service and bare with --perf-basic-prof, for `perf record -e cpu-clock`)
  */
 import { randomUUID } from 'node:crypto';
 import { deleteStream } from '../test/nats-server.ts';
@@ -94,6 +95,8 @@ export interface HttpBenchOptions {
   rounds?: number;
   connections?: number;
   cpuProf?: string;
+  /** Start the service and the bare server with `--perf-basic-prof`, for `perf record`. */
+  perfMap?: boolean;
   print?: boolean;
   /** The bench the closing table names for these rows ('http'; the x402 bench runs the quote). */
   bench?: string;
@@ -130,7 +133,15 @@ export async function run(options: HttpBenchOptions = {}): Promise<HttpBenchResu
       `${rounds} alternating rounds of ${seconds} s per side`,
   );
   const results: HttpBenchResult[] = [];
-  const shape: RunShape = { bench, seconds, rounds, connections, log, cpuProf: options.cpuProf };
+  const shape: RunShape = {
+    bench,
+    seconds,
+    rounds,
+    connections,
+    log,
+    cpuProf: options.cpuProf,
+    perfMap: options.perfMap === true,
+  };
   const embedded = paths.filter((p) => p !== 'mcp-redis');
   if (embedded.length > 0) results.push(...(await onService({}, embedded, shape)));
   if (paths.includes('mcp-redis')) {
@@ -160,6 +171,7 @@ interface RunShape {
   rounds: number;
   connections: number;
   cpuProf: string | undefined;
+  perfMap: boolean;
   log: (line: string) => void;
 }
 
@@ -172,7 +184,11 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
   const out: HttpBenchResult[] = [];
   try {
     const key = await issueKey(env, data.path);
-    service = await startService(env, { dataDir: data.path, ...(o.cpuProf ? { cpuProf: o.cpuProf } : {}) });
+    service = await startService(env, {
+      dataDir: data.path,
+      perfMap: o.perfMap,
+      ...(o.cpuProf ? { cpuProf: o.cpuProf } : {}),
+    });
     const auth = { authorization: `Bearer ${key}` };
     const sessions: string[] = [];
     for (let i = 0; i < SESSIONS; i++) sessions.push(await openMcpSession(service.url, auth));
@@ -295,7 +311,7 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
       }
       routes.push(route);
     }
-    bare = await startBare(routes);
+    bare = await startBare(routes, { perfMap: o.perfMap });
 
     const drive =
       (side: 'service' | 'bare' | 'floor', path: PathName, seconds = o.seconds) =>
@@ -430,7 +446,14 @@ function findVerifyUrl(value: unknown): string | null {
 
 await whenMain(
   import.meta.url,
-  { paths: 'strings', seconds: 'number', rounds: 'number', connections: 'number', 'cpu-prof': 'string' },
+  {
+    paths: 'strings',
+    seconds: 'number',
+    rounds: 'number',
+    connections: 'number',
+    'cpu-prof': 'string',
+    'perf-map': 'boolean',
+  },
   (options: HttpBenchOptions) => {
     for (const p of options.paths ?? []) if (!(p in TARGETS)) throw new Error(`unknown path ${p}`);
     return run(options);

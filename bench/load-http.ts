@@ -56,16 +56,19 @@ async function waitReady(url: string, child: ChildProcess, stderr: () => string,
 
 /**
  * The real service (`services/main.ts`, what `npm start` runs) on a fresh DATA_DIR. `cpuProf`
- * names a directory for `node --cpu-prof` (written when the process exits).
+ * names a directory for `node --cpu-prof` (written when the process exits); `perfMap` starts node
+ * with `--perf-basic-prof`, so that `perf record` names the JIT-compiled functions (a CPU profile
+ * counts wall time: a thread descheduled inside a syscall is charged to that syscall).
  */
 export async function startService(
   env: Record<string, string>,
-  options: { cpuProf?: string; dataDir: string; root?: string },
+  options: { cpuProf?: string; perfMap?: boolean; dataDir: string; root?: string },
 ): Promise<Proc> {
   const port = await freePort();
   const args = [
     ...TSX,
     ...(options.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${options.cpuProf}`] : []),
+    ...(options.perfMap ? ['--perf-basic-prof'] : []),
     'services/main.ts',
   ];
   const child = spawn(process.execPath, args, {
@@ -134,18 +137,25 @@ export async function capture(
  * The bare Fastify baseline in its own process; with `durable`, the durability floor (see
  * load-bare.ts): POSTs answer once a group-committed LMDB record of them is flushed.
  */
-export async function startBare(routes: CapturedRoute[], options: { durable?: boolean } = {}): Promise<Proc> {
+export async function startBare(
+  routes: CapturedRoute[],
+  options: { durable?: boolean; perfMap?: boolean } = {},
+): Promise<Proc> {
   const tmp = tempDir('bench-bare-');
   const dir = tmp.path;
   const file = join(dir, 'routes.json');
   writeFileSync(file, JSON.stringify(routes));
   const port = await freePort();
   const args = [file, String(port), ...(options.durable ? [join(dir, 'lmdb')] : [])];
-  const child = spawn(process.execPath, [...TSX, 'bench/load-bare.ts', ...args], {
-    cwd: ROOT,
-    env: { PATH: process.env.PATH },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = spawn(
+    process.execPath,
+    [...TSX, ...(options.perfMap ? ['--perf-basic-prof'] : []), 'bench/load-bare.ts', ...args],
+    {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   let stderr = '';
   child.stderr!.on('data', (c: Buffer) => {
     stderr += c.toString();

@@ -14,6 +14,7 @@ import type { Config } from '../../contracts/config.ts';
 import { ERRORS, type ErrorCode, errorMessage } from '../../contracts/errors.ts';
 import type { Metrics } from '../shared/metrics.ts';
 import type { Readiness } from '../shared/readiness.ts';
+import type { HistogramSeries } from '../shared/series-histogram.ts';
 import { SERVICE_VERSION } from './discovery/catalog.ts';
 import { useApiErrors } from './errors.ts';
 import { registerJsonParser } from './json-body.ts';
@@ -101,8 +102,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   return app;
 }
 
-type DurationSeries = ReturnType<Metrics['httpDuration']['labels']>;
-
 /**
  * The request-duration histogram, by method, route and status. Each route observes through its
  * own hook, which knows its URL and keeps the labelled series it has used: the one global hook it
@@ -111,7 +110,7 @@ type DurationSeries = ReturnType<Metrics['httpDuration']['labels']>;
  */
 function observeDurations(app: FastifyInstance, histogram: Metrics['httpDuration']): void {
   const observer = (route: string) => {
-    const series = new Map<string, DurationSeries>();
+    const series = new Map<string, HistogramSeries>();
     // A callback hook, not an async one: it runs on every request and a promise per call shows.
     return (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
       const status = reply.statusCode;

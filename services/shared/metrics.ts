@@ -1,4 +1,5 @@
-import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
+import { SeriesHistogram } from './series-histogram.ts';
 
 /** Sets one sample of a gauge read at scrape time. */
 export type SampleSetter<L extends string> = (labels: Partial<Record<L, string>>, value: number) => void;
@@ -61,7 +62,8 @@ export function createMetrics() {
   collectDefaultMetrics({ register: registry });
   return {
     registry,
-    httpDuration: new Histogram({
+    // Observed on every request: series handles instead of prom-client's per-call label lookup.
+    httpDuration: new SeriesHistogram({
       name: 'http_request_duration_seconds',
       help: 'HTTP request duration by route and status',
       labelNames: ['method', 'route', 'status'] as const,

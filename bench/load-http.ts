@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
   atLeast,
@@ -55,6 +56,17 @@ async function waitReady(url: string, child: ChildProcess, stderr: () => string,
 }
 
 /**
+ * node flags for `perfMap`: the JIT's symbols go to /tmp/perf-<pid>.map for perf; V8's own log,
+ * which the flag turns on, to one file in the temp dir rather than an isolate-*.log per process in
+ * the checkout.
+ */
+const PERF_MAP_FLAGS = [
+  '--perf-basic-prof',
+  '--no-logfile-per-isolate',
+  `--logfile=${join(tmpdir(), 'bench-perf-map-v8.log')}`,
+];
+
+/**
  * The real service (`services/main.ts`, what `npm start` runs) on a fresh DATA_DIR. `cpuProf`
  * names a directory for `node --cpu-prof` (written when the process exits); `perfMap` starts node
  * with `--perf-basic-prof`, so that `perf record` names the JIT-compiled functions (a CPU profile
@@ -68,7 +80,7 @@ export async function startService(
   const args = [
     ...TSX,
     ...(options.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${options.cpuProf}`] : []),
-    ...(options.perfMap ? ['--perf-basic-prof'] : []),
+    ...(options.perfMap ? PERF_MAP_FLAGS : []),
     'services/main.ts',
   ];
   const child = spawn(process.execPath, args, {
@@ -149,7 +161,7 @@ export async function startBare(
   const args = [file, String(port), ...(options.durable ? [join(dir, 'lmdb')] : [])];
   const child = spawn(
     process.execPath,
-    [...TSX, ...(options.perfMap ? ['--perf-basic-prof'] : []), 'bench/load-bare.ts', ...args],
+    [...TSX, ...(options.perfMap ? PERF_MAP_FLAGS : []), 'bench/load-bare.ts', ...args],
     {
       cwd: ROOT,
       env: { PATH: process.env.PATH },

@@ -20,7 +20,7 @@ import { useApiErrors } from './errors.ts';
 import { registerJsonParser } from './json-body.ts';
 import { registerOpenApi } from './openapi.ts';
 import { opsRoutes } from './ops-routes.ts';
-import { OneLinePerRequest } from './request-log.ts';
+import { OneLinePerRequest, requestLoggers } from './request-log.ts';
 
 export interface AppDeps {
   config: Pick<Config, 'BODY_LIMIT_BYTES'> &
@@ -41,6 +41,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: deps.logger as FastifyBaseLogger,
     logController: new OneLinePerRequest(),
+    // request.log builds its pino child only when something logs through it (request-log.ts).
+    childLoggerFactory: requestLoggers,
     // Request ids end up in events (a paid call's requestId and correlation id): Fastify's
     // per-process counter (req-1, req-2…) repeats across replicas and restarts.
     genReqId: () => randomUUID(),

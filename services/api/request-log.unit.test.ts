@@ -1,7 +1,7 @@
-import Fastify, { type FastifyBaseLogger } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyRequest } from 'fastify';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
-import { OneLinePerRequest } from './request-log.ts';
+import { OneLinePerRequest, RequestLogger, requestLoggers } from './request-log.ts';
 
 /** A destination that keeps each write it is given. */
 function capture() {
@@ -18,12 +18,33 @@ function capture() {
   };
 }
 
-async function appWith(logger: FastifyBaseLogger) {
-  const app = Fastify({ loggerInstance: logger, logController: new OneLinePerRequest() });
+async function appWith(logger: FastifyBaseLogger, onResponse?: (request: FastifyRequest) => void) {
+  // As services/api/app.ts builds it.
+  const app = Fastify({
+    loggerInstance: logger,
+    logController: new OneLinePerRequest(),
+    childLoggerFactory: requestLoggers,
+  });
+  if (onResponse) {
+    app.addHook('onResponse', (request, _reply, done) => {
+      onResponse(request);
+      done();
+    });
+  }
   app.post('/x402/quote', async (_request, reply) => reply.code(402).send({ code: 'payment_required' }));
   app.get('/boom', async () => {
     throw new Error('boom');
   });
+  app.get('/warns', async (request) => {
+    request.log.warn({ detail: 'x' }, 'something to say');
+    request.log.child({ step: 'inner' }).error('from a child');
+    return { ok: true };
+  });
+  app.get('/chatty', { logLevel: 'debug' }, async (request) => {
+    request.log.debug('a debug line');
+    return { ok: true };
+  });
+  app.get('/lazy', async () => ({ ok: true }));
   await app.ready();
   return app;
 }
@@ -105,6 +126,82 @@ describe('the access log line', () => {
       expect(res.statusCode).toBe(500);
       // Before the turn ends: the error line is not held back with the access lines.
       expect(out.lines().some((l) => l.level === 50)).toBe(true);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('writes a line logged through request.log with the request id, from the request and from its children', async () => {
+    const out = capture();
+    const app = await appWith(pino({ level: 'info' }, out.stream));
+    try {
+      await app.inject({ method: 'GET', url: '/warns' });
+      await turn();
+      const lines = out.lines();
+      const completed = lines.find((l) => l.msg === 'request completed')!;
+      expect(lines.find((l) => l.msg === 'something to say')).toMatchObject({
+        level: 40,
+        detail: 'x',
+        reqId: completed.reqId,
+      });
+      expect(lines.find((l) => l.msg === 'from a child')).toMatchObject({
+        level: 50,
+        step: 'inner',
+        reqId: completed.reqId,
+      });
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('builds no pino child for a request that only completes, and a real one for a route with its own level', async () => {
+    const out = capture();
+    const seen: { lazy: boolean; pending: boolean }[] = [];
+    const app = await appWith(pino({ level: 'info' }, out.stream), (request) => {
+      const log = request.log as unknown;
+      seen.push({
+        lazy: log instanceof RequestLogger,
+        pending: log instanceof RequestLogger && log.pending() !== null,
+      });
+    });
+    try {
+      await app.inject({ method: 'GET', url: '/lazy' });
+      await app.inject({ method: 'GET', url: '/warns' });
+      await app.inject({ method: 'GET', url: '/chatty' });
+      await turn();
+      expect(seen).toEqual([
+        { lazy: true, pending: true },
+        { lazy: true, pending: false },
+        { lazy: false, pending: false },
+      ]);
+      // The route's own level applies: its debug line is written, with the request id.
+      expect(out.lines().find((l) => l.msg === 'a debug line')).toMatchObject({
+        level: 20,
+        reqId: expect.any(String),
+      });
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('is what pino would write when a request id binding is redacted or serialised, through the child itself', async () => {
+    const out = capture();
+    const logger = pino({ level: 'info', redact: { paths: ['*.secret'], censor: 'x' } }, out.stream);
+    const app = await appWith(logger);
+    try {
+      await app.inject({ method: 'POST', url: '/x402/quote', payload: {} });
+      await turn();
+      const [line] = out.lines();
+      expect(line).toMatchObject({ msg: 'request completed', statusCode: 402, reqId: expect.any(String) });
+      const reference = capture();
+      pino({ level: 'info', redact: { paths: ['*.secret'], censor: 'x' } }, reference.stream)
+        .child({ reqId: line!.reqId })
+        .info(
+          { method: 'POST', url: '/x402/quote', statusCode: 402, responseTime: line!.responseTime },
+          'request completed',
+        );
+      expect({ ...line, time: 0 }).toEqual({ ...reference.lines()[0], time: 0 });
+      expect(Object.keys(line!)).toEqual(Object.keys(reference.lines()[0]!));
     } finally {
       await app.close();
     }

@@ -59,7 +59,7 @@ export class OneLinePerRequest extends LogController {
     accessLines.add(
       stream,
       `${parts[symbols.lsCacheSym][INFO]}${parts[symbols.timeSym]()}${parts[symbols.chindingsSym]}${lazy?.chindings ?? ''}` +
-        `,"method":${JSON.stringify(fields.method)},"url":${JSON.stringify(fields.url)}` +
+        `,"method":${jsonString(fields.method)},"url":${jsonString(fields.url)}` +
         `,"statusCode":${fields.statusCode},"responseTime":${finite(fields.responseTime)}` +
         `,"msg":"request completed"${parts[symbols.endSym]}`,
     );
@@ -99,26 +99,7 @@ export class RequestLogger implements FastifyBaseLogger {
    */
   pending(): { parent: Logger; chindings: string | null } | null {
     if (this.#child !== undefined) return null;
-    const parts = this.parent as unknown as Record<symbol, unknown>;
-    const serializers = parts[symbols.serializersSym] as Record<string, unknown> | undefined;
-    const stringifiers = parts[symbols.stringifiersSym] as Record<string | symbol, unknown> | undefined;
-    if (stringifiers !== undefined && (stringifiers[symbols.wildcardFirstSym] as unknown) !== undefined) {
-      return { parent: this.parent, chindings: null };
-    }
-    let chindings = '';
-    for (const [key, value] of Object.entries(this.ownBindings)) {
-      if (value === undefined) continue;
-      if (
-        typeof value !== 'string' ||
-        serializers?.[key] ||
-        stringifiers?.[key] ||
-        BINDING_OPTIONS.has(key)
-      ) {
-        return { parent: this.parent, chindings: null };
-      }
-      chindings += `,${JSON.stringify(key)}:${JSON.stringify(value)}`;
-    }
-    return { parent: this.parent, chindings };
+    return { parent: this.parent, chindings: chindingsOf(this.parent, this.ownBindings) };
   }
 
   get level(): string {
@@ -176,6 +157,57 @@ export class RequestLogger implements FastifyBaseLogger {
 const BINDING_OPTIONS = new Set(['level', 'serializers', 'formatters', 'customLevels']);
 
 /**
+ * Per parent logger, per binding key: what a child of it writes before a plain string value of
+ * that key (`,"reqId":`), or null where it would write the value some other way (a serializer, a
+ * redaction, a key pino takes as an option). A logger's serializers and redaction are fixed when it
+ * is made, so this is worked out once, not on every request.
+ */
+const keyPrefixes = new WeakMap<Logger, Map<string, string | null>>();
+
+function keyPrefix(parent: Logger, key: string): string | null {
+  let prefixes = keyPrefixes.get(parent);
+  if (prefixes === undefined) {
+    prefixes = new Map();
+    keyPrefixes.set(parent, prefixes);
+  }
+  let prefix = prefixes.get(key);
+  if (prefix === undefined) {
+    const parts = parent as unknown as Record<symbol, unknown>;
+    const serializers = parts[symbols.serializersSym] as Record<string, unknown> | undefined;
+    const stringifiers = parts[symbols.stringifiersSym] as Record<string | symbol, unknown> | undefined;
+    const plain =
+      !BINDING_OPTIONS.has(key) &&
+      !serializers?.[key] &&
+      !stringifiers?.[key] &&
+      stringifiers?.[symbols.wildcardFirstSym] === undefined;
+    prefix = plain ? `,${JSON.stringify(key)}:` : null;
+    prefixes.set(key, prefix);
+  }
+  return prefix;
+}
+
+/** The bindings as pino's child of `parent` would write them; null where only the child can. */
+function chindingsOf(parent: Logger, bindings: Bindings): string | null {
+  let out = '';
+  for (const key in bindings) {
+    const value: unknown = bindings[key];
+    if (value === undefined) continue;
+    const prefix = keyPrefix(parent, key);
+    if (prefix === null || typeof value !== 'string') return null;
+    out += prefix + jsonString(value);
+  }
+  return out;
+}
+
+/** Characters JSON.stringify writes as they are: printable ASCII but `"` and `\`. */
+const PLAIN_JSON = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/;
+
+/** JSON.stringify of a string, without the call for the common case (an id, a path). */
+function jsonString(value: string): string {
+  return PLAIN_JSON.test(value) ? `"${value}"` : JSON.stringify(value);
+}
+
+/**
  * Fastify's childLoggerFactory: a RequestLogger, or pino's own child where the route asks for a
  * level or other options of its own.
  */
@@ -217,6 +249,18 @@ type PinoParts = Record<symbol, unknown> & {
  * through the logger itself.
  */
 function plainStream(log: Logger): LineStream | null {
+  let stream = plainStreams.get(log);
+  if (stream === undefined) {
+    stream = findPlainStream(log);
+    plainStreams.set(log, stream);
+  }
+  return stream;
+}
+
+/** plainStream's answers: a logger's stream, hooks and formatters are fixed when it is made. */
+const plainStreams = new WeakMap<Logger, LineStream | null>();
+
+function findPlainStream(log: Logger): LineStream | null {
   const parts = log as unknown as Record<symbol, unknown>;
   const stream = parts[symbols.streamSym] as LineStream | undefined;
   if (stream === undefined || typeof stream.write !== 'function') return null;

@@ -57,11 +57,11 @@ describe('the access log line', () => {
     const logger = pino({ level: 'info', base: { service: 'signal-service' } }, out.stream);
     const app = await appWith(logger);
     try {
-      const res = await app.inject({ method: 'POST', url: '/x402/quote?x="y"', payload: {} });
+      const res = await app.inject({ method: 'POST', url: '/x402/quote?x="y"&z=\\é', payload: {} });
       expect(res.statusCode).toBe(402);
       await turn();
       const [line] = out.lines();
-      expect(line!.url).toBe('/x402/quote?x=%22y%22');
+      expect(line!.url).toBe('/x402/quote?x=%22y%22&z=\\%C3%A9');
       // What pino writes for the same call on a child with the same bindings.
       const reference = capture();
       pino({ level: 'info', base: { service: 'signal-service' } }, reference.stream)

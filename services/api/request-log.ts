@@ -43,7 +43,7 @@ export class OneLinePerRequest extends LogController {
     // The request's own logger when it was built; else its parent, with the request's bindings
     // written as the child would write them.
     const lazy = requestLog instanceof RequestLogger ? requestLog.pending() : null;
-    const log = lazy?.parent ?? (requestLog as Logger);
+    const log = lazy?.parent ?? (requestLog instanceof RequestLogger ? requestLog.logger : requestLog);
     const stream = plainStream(log);
     const fields = {
       method: request.method,
@@ -208,15 +208,15 @@ function jsonString(value: string): string {
 }
 
 /**
- * Fastify's childLoggerFactory: a RequestLogger, or pino's own child where the route asks for a
- * level or other options of its own.
+ * Fastify's childLoggerFactory: a RequestLogger, or the logger's own child where the route asks
+ * for a level or other options of its own, or the logger is not pino's.
  */
 export const requestLoggers: NonNullable<FastifyServerOptions['childLoggerFactory']> = (
   logger,
   bindings,
   options,
 ) => {
-  if (Object.keys(options).length > 0 || !(logger as { child?: unknown }).child) {
+  if (Object.keys(options).length > 0 || typeof (logger as Partial<Logger>).isLevelEnabled !== 'function') {
     return logger.child(bindings, options);
   }
   return new RequestLogger(logger as unknown as Logger, bindings);

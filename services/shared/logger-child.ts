@@ -3,6 +3,7 @@
  *   quiet      one line, then waits (it must reach stdout by the flush interval alone)
  *   many N     N numbered lines (some with multi-byte characters), then exit(0)
  *   killed N   N numbered lines, flushSync (main's exit path), then SIGKILL to itself
+ *   flushed    one line, then logger.flush(cb): cb says so on stderr
  */
 import { createLogger } from './logger.ts';
 
@@ -12,7 +13,10 @@ const stream = (logger as unknown as Record<symbol, { flushSync(): void }>)[
   Object.getOwnPropertySymbols(logger).find((s) => s.description === 'pino.stream')!
 ]!;
 
-if (mode === 'quiet') {
+if (mode === 'flushed') {
+  logger.info({ n: 0 }, 'line');
+  logger.flush((err) => process.stderr.write(`flushed ${err ?? 'ok'}\n`));
+} else if (mode === 'quiet') {
   logger.info({ n: 0 }, 'quiet line');
   setTimeout(() => process.exit(0), 60_000);
 } else {

@@ -9,13 +9,13 @@ function run(args: string[], until?: (lines: string[]) => boolean) {
   let out = '';
   let err = '';
   const lines = () => out.split('\n').filter((l) => l !== '');
-  return new Promise<{ lines: string[]; ms: number }>((resolve, reject) => {
+  return new Promise<{ lines: string[]; ms: number; stderr: string }>((resolve, reject) => {
     const started = Date.now();
     child.stdout.on('data', (chunk: Buffer) => {
       out += chunk.toString('utf8');
       if (until?.(lines())) {
         child.kill('SIGKILL');
-        resolve({ lines: lines(), ms: Date.now() - started });
+        resolve({ lines: lines(), ms: Date.now() - started, stderr: err });
       }
     });
     child.stderr.on('data', (chunk: Buffer) => {
@@ -23,7 +23,7 @@ function run(args: string[], until?: (lines: string[]) => boolean) {
     });
     child.once('exit', (code, signal) => {
       if (until) reject(new Error(`exited (${code ?? signal}) before its line: ${err}`));
-      else resolve({ lines: lines(), ms: Date.now() - started });
+      else resolve({ lines: lines(), ms: Date.now() - started, stderr: err });
     });
   });
 }
@@ -49,5 +49,12 @@ describe('the service logger (buffered stdout)', () => {
   it('lets the line of a quiet process out by the flush interval, far below its buffer size', async () => {
     const { lines } = await run(['quiet'], (ls) => ls.length > 0);
     expect(numbered(lines)).toMatchObject([{ n: 0, msg: 'quiet line' }]);
+  });
+
+  it('calls back a flush once what it holds is written', async () => {
+    const { lines, stderr } = await run(['flushed']);
+    expect(numbered(lines)).toMatchObject([{ n: 0, msg: 'line' }]);
+    // sonic-boom ends a flush with fsync, which a pipe refuses (EINVAL): called back all the same.
+    expect(stderr).toMatch(/^flushed (ok|Error: EINVAL)/m);
   });
 });

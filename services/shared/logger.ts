@@ -31,8 +31,8 @@ class BufferedStdout {
     return this.sink.write(Buffer.from(line) as unknown as string);
   }
 
-  flush(): void {
-    this.sink.flush();
+  flush(cb?: (err?: Error) => void): void {
+    this.sink.flush(cb);
   }
 
   flushSync(): void {

@@ -15,15 +15,26 @@ export class HistogramSeries {
   sum = 0;
   count = 0;
 
+  /** False once its histogram was reset: the next observation starts it afresh and is read out again. */
+  live = true;
+
   constructor(
     private readonly bounds: readonly number[],
     readonly labels: Readonly<Record<string, string>>,
+    private readonly revive: (series: HistogramSeries) => void,
   ) {
     this.counts = new Float64Array(bounds.length + 1);
   }
 
   observe(value: number): void {
     if (!Number.isFinite(value)) throw new TypeError(`not a finite observation: ${value}`);
+    if (!this.live) {
+      this.counts.fill(0);
+      this.sum = 0;
+      this.count = 0;
+      this.live = true;
+      this.revive(this);
+    }
     const bounds = this.bounds;
     let i = 0;
     while (i < bounds.length && value > bounds[i]!) i++;
@@ -78,14 +89,18 @@ export class SeriesHistogram<L extends string> {
       this.labelNames.forEach((name, i) => {
         labels[name] = values[i]!;
       });
-      one = new HistogramSeries(this.bounds, labels);
+      one = new HistogramSeries(this.bounds, labels, (series) => this.series.set(key, series));
       this.series.set(key, one);
     }
     return one;
   }
 
-  /** Forgets every series; handles held from before keep counting into series no longer read. */
+  /**
+   * Forgets every series, as prom-client's reset does; a handle held from before counts afresh from
+   * its next observation, and is read out again from then on.
+   */
   reset(): void {
+    for (const one of this.series.values()) one.live = false;
     this.series.clear();
   }
 

@@ -70,14 +70,18 @@ async function main(): Promise<void> {
 
 /**
  * pino writes stdout asynchronously: a line logged just before SIGKILL would be lost with the
- * process, so the last lines are written out synchronously first.
+ * process, so the last lines are written out synchronously first (with the chunk a stuck thread
+ * pool holds, see BufferedStdout.flushBeforeKill).
  */
 function flushLogs(logger: Logger): void {
   try {
-    const stream = (logger as unknown as Record<symbol, unknown>)[pino.symbols.streamSym];
-    (stream as { flushSync?: () => void } | undefined)?.flushSync?.();
+    const stream = (logger as unknown as Record<symbol, unknown>)[pino.symbols.streamSym] as
+      | { flushBeforeKill?: () => void; flushSync?: () => void }
+      | undefined;
+    if (stream?.flushBeforeKill) stream.flushBeforeKill();
+    else stream?.flushSync?.();
   } catch {
-    // A write already in flight, or a destination without flushSync: nothing more can be done.
+    // A destination without flushSync, or stdout gone: nothing more can be done.
   }
 }
 

@@ -1,19 +1,31 @@
 /**
  * A process that logs through createLogger, for services/shared/logger.int.test.ts:
  *   quiet      one line, then waits (it must reach stdout by the flush interval alone)
- *   many N     N numbered lines (some with multi-byte characters), then exit(0)
- *   killed N   N numbered lines, flushSync (main's exit path), then SIGKILL to itself
+ *   many N     N numbered lines (some with multi-byte characters), then process.exit(0)
+ *   killed N   N numbered lines, flushBeforeKill (main's path to SIGKILL), then SIGKILL to itself
  *   flushed    one line, then logger.flush(cb): cb says so on stderr
+ *   stuck N F  the thread pool's only thread (UV_THREADPOOL_SIZE=1) blocked opening the FIFO F,
+ *              then N lines (an asynchronous write of them stays queued), flushBeforeKill, SIGKILL
  */
+import { open } from 'node:fs';
 import { createLogger } from './logger.ts';
 
-const [mode, count] = process.argv.slice(2);
+const [mode, count, fifo] = process.argv.slice(2);
 const logger = createLogger({ LOG_LEVEL: 'info' });
-const stream = (logger as unknown as Record<symbol, { flushSync(): void }>)[
+const stream = (logger as unknown as Record<symbol, { flushBeforeKill(): void }>)[
   Object.getOwnPropertySymbols(logger).find((s) => s.description === 'pino.stream')!
 ]!;
 
-if (mode === 'flushed') {
+if (mode === 'stuck') {
+  // Opening a FIFO for reading blocks until a writer opens it: none ever does.
+  open(fifo!, 'r', () => undefined);
+  setTimeout(() => {
+    for (let n = 0; n < Number(count); n++) logger.info({ n, text: 'x'.repeat(100) }, 'line');
+    stream.flushBeforeKill();
+    process.kill(process.pid, 'SIGKILL');
+    // Before the logger's first 200 ms flush, whose write would be the one stuck, and empty.
+  }, 50);
+} else if (mode === 'flushed') {
   logger.info({ n: 0 }, 'line');
   logger.flush((err) => process.stderr.write(`flushed ${err ?? 'ok'}\n`));
 } else if (mode === 'quiet') {
@@ -23,10 +35,10 @@ if (mode === 'flushed') {
   for (let n = 0; n < Number(count); n++)
     logger.info({ n, text: n % 7 === 0 ? 'prix: 5 € – ünïcödé ✓' : 'x' }, 'line');
   if (mode === 'killed') {
-    stream.flushSync();
+    stream.flushBeforeKill();
     process.kill(process.pid, 'SIGKILL');
   } else {
-    process.on('exit', () => stream.flushSync());
+    // No flush of its own: pino's exit hook and the thread pool's last writes put it all out.
     process.exit(0);
   }
 }

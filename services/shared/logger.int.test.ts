@@ -1,18 +1,24 @@
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 
 /** Runs logger-child.ts; resolves with its stdout lines once it exits, or once `until` holds. */
-function run(args: string[], until?: (lines: string[]) => boolean) {
+function run(args: string[], until?: (lines: string[]) => boolean, env: Record<string, string> = {}) {
   const child = spawn(process.execPath, ['--import', 'tsx', 'services/shared/logger-child.ts', ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...env },
   });
+  // Decoded as a stream: a multi-byte character may straddle two reads of the pipe.
+  child.stdout.setEncoding('utf8');
   let out = '';
   let err = '';
   const lines = () => out.split('\n').filter((l) => l !== '');
   return new Promise<{ lines: string[]; ms: number; stderr: string }>((resolve, reject) => {
     const started = Date.now();
-    child.stdout.on('data', (chunk: Buffer) => {
-      out += chunk.toString('utf8');
+    child.stdout.on('data', (chunk: string) => {
+      out += chunk;
       if (until?.(lines())) {
         child.kill('SIGKILL');
         resolve({ lines: lines(), ms: Date.now() - started, stderr: err });
@@ -37,13 +43,29 @@ describe('the service logger (buffered stdout)', () => {
     const { lines } = await run(['many', '3000']);
     const parsed = numbered(lines);
     expect(parsed.map((l) => l.n)).toEqual(Array.from({ length: 3000 }, (_, n) => n));
-    expect(parsed[7]!.text).toBe('prix: 5 € – ünïcödé ✓');
+    for (const line of parsed) expect(line.text).toBe(line.n % 7 === 0 ? 'prix: 5 € – ünïcödé ✓' : 'x');
     expect(parsed[0]).toMatchObject({ msg: 'line', service: 'signal-service' });
   });
 
-  it('writes what it holds before a SIGKILL when flushSync ran first (main’s exit path)', async () => {
-    const { lines } = await run(['killed', '500']);
-    expect(numbered(lines).map((l) => l.n)).toEqual(Array.from({ length: 500 }, (_, n) => n));
+  it('writes what it holds before a SIGKILL when flushBeforeKill ran first (main’s way to SIGKILL)', async () => {
+    // 3,000 lines of ~90 B: a chunk's write is under way when the kill comes.
+    const { lines } = await run(['killed', '3000']);
+    expect([...new Set(numbered(lines).map((l) => l.n))]).toEqual(Array.from({ length: 3000 }, (_, n) => n));
+  });
+
+  it('writes out, before a SIGKILL, the chunk whose write the stuck thread pool never ran', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'logger-fifo-'));
+    try {
+      const fifo = join(dir, 'never-written');
+      execFileSync('mkfifo', [fifo]);
+      // 2,000 lines of ~200 B: past the 64 KB that starts an asynchronous write.
+      const { lines } = await run(['stuck', '2000', fifo], undefined, { UV_THREADPOOL_SIZE: '1' });
+      expect([...new Set(numbered(lines).map((l) => l.n))]).toEqual(
+        Array.from({ length: 2000 }, (_, n) => n),
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('lets the line of a quiet process out by the flush interval, far below its buffer size', async () => {

@@ -1,3 +1,4 @@
+import { writeSync } from 'node:fs';
 import { type Logger, pino } from 'pino';
 import type { Config } from '../../contracts/config.ts';
 
@@ -37,6 +38,37 @@ class BufferedStdout {
 
   flushSync(): void {
     this.sink.flushSync();
+  }
+
+  /**
+   * Writes out everything held, synchronously, on the way to SIGKILL (main's killSelf). sonic-boom's
+   * flushSync leaves the chunk whose asynchronous write is under way to that write, which never
+   * happens when the thread pool is stuck, the very case main kills itself for: with 64–256 KB
+   * chunks that lost ~800 access lines. That chunk is written here first, so a write that did
+   * complete before the kill puts it out twice; on the way out a duplicate beats a loss. A clean
+   * exit needs none of this: Node finishes the thread pool's writes before the process ends, and
+   * pino's exit hook writes the rest.
+   */
+  flushBeforeKill(): void {
+    const sink = this.sink as unknown as { _writing: boolean; _writingBuf: Buffer; fd: number };
+    if (sink._writing && Buffer.isBuffer(sink._writingBuf) && sink._writingBuf.length > 0) {
+      writeAll(sink.fd, sink._writingBuf);
+    }
+    this.sink.flushSync();
+  }
+}
+
+/** write(2) until all of `chunk` is out, waiting out a full pipe (EAGAIN) for up to a second. */
+function writeAll(fd: number, chunk: Buffer): void {
+  let offset = 0;
+  let waits = 0;
+  while (offset < chunk.length) {
+    try {
+      offset += writeSync(fd, chunk, offset);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EAGAIN' || ++waits > 1_000) throw err;
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1);
+    }
   }
 }
 

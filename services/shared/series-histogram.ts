@@ -1,46 +1,61 @@
 import type { Registry } from 'prom-client';
 
-/** One line of a read-out, in the shape prom-client's registry formats (its `Histogram.get()`'s). */
+/** One line of a read-out, in the shape prom-client's registry formats (its `Histogram`'s). */
 interface ReadOutValue {
   metricName: string;
   labels: Record<string, string | number>;
+  sharedLabels?: Record<string, string>;
   value: number;
   exemplar?: null;
 }
 
-/** One labelled series of a SeriesHistogram: counts per bucket, their sum and count. */
-export class HistogramSeries {
+interface ReadOut {
+  name: string;
+  help: string;
+  type: 'histogram';
+  aggregator: 'sum';
+  values: ReadOutValue[];
+}
+
+/** What one label set has counted since it was (re)started. */
+class Cell {
   /** Observations per bucket, not cumulative; the last slot holds those above every bound. */
   readonly counts: Float64Array;
   sum = 0;
   count = 0;
-
-  /** False once its histogram was reset: the next observation starts it afresh and is read out again. */
+  /** False once its histogram was reset: a handle then moves to its label set's new cell. */
   live = true;
 
   constructor(
-    private readonly bounds: readonly number[],
+    buckets: number,
     readonly labels: Readonly<Record<string, string>>,
-    private readonly revive: (series: HistogramSeries) => void,
   ) {
-    this.counts = new Float64Array(bounds.length + 1);
+    this.counts = new Float64Array(buckets + 1);
+  }
+}
+
+/** One label set of a SeriesHistogram, as a handle its caller keeps. */
+export class HistogramSeries {
+  constructor(
+    private readonly bounds: readonly number[],
+    private cell: Cell,
+    private readonly current: () => Cell,
+  ) {}
+
+  get count(): number {
+    return this.cell.live ? this.cell.count : 0;
   }
 
   observe(value: number): void {
     if (!Number.isFinite(value)) throw new TypeError(`not a finite observation: ${value}`);
-    if (!this.live) {
-      this.counts.fill(0);
-      this.sum = 0;
-      this.count = 0;
-      this.live = true;
-      this.revive(this);
-    }
+    if (!this.cell.live) this.cell = this.current();
     const bounds = this.bounds;
     let i = 0;
     while (i < bounds.length && value > bounds[i]!) i++;
-    this.counts[i]! += 1;
-    this.sum += value;
-    this.count += 1;
+    const cell = this.cell;
+    cell.counts[i]! += 1;
+    cell.sum += value;
+    cell.count += 1;
   }
 }
 
@@ -49,10 +64,10 @@ export class HistogramSeries {
  * histogram is observed on every request, and prom-client's `Histogram` did per observation what
  * only needs doing once per series: it validated the labels again, built a hash string of them
  * and looked it up, and found the bucket through string property keys (the bounds are not
- * integers). Profiled with perf on `/verify`, that was ~1 µs of a 36 µs request; here a series
- * is found once (by the caller) and an observation is a short scan of the bounds and three
- * additions. It registers in a prom-client registry and reads out exactly as prom-client's
- * `Histogram` does (same lines, same order: a unit test compares the two).
+ * integers): 400 ns an observation, against 20 ns here, where a series is found once (by the
+ * caller) and an observation is a short scan of the bounds and three additions. It registers in a
+ * prom-client registry and reads out exactly as prom-client's `Histogram` does, default labels and
+ * resets included (unit tests compare the two).
  */
 export class SeriesHistogram<L extends string> {
   readonly type = 'histogram';
@@ -61,7 +76,7 @@ export class SeriesHistogram<L extends string> {
   readonly help: string;
   private readonly labelNames: readonly L[];
   private readonly bounds: number[];
-  private readonly series = new Map<string, HistogramSeries>();
+  private readonly cells = new Map<string, Cell>();
 
   constructor(options: {
     name: string;
@@ -77,68 +92,72 @@ export class SeriesHistogram<L extends string> {
     for (const registry of options.registers ?? []) registry.registerMetric(this as never);
   }
 
-  /** The series for these label values (in `labelNames` order), created on first use. */
+  /** A handle on the series of these label values (in `labelNames` order). */
   labels(...values: string[]): HistogramSeries {
     if (values.length !== this.labelNames.length) {
       throw new Error(`${this.name}: ${this.labelNames.length} label values expected, got ${values.length}`);
     }
     const key = values.join('\u0000');
-    let one = this.series.get(key);
-    if (one === undefined) {
+    const current = () => this.cellFor(key, values);
+    return new HistogramSeries(this.bounds, current(), current);
+  }
+
+  private cellFor(key: string, values: readonly string[]): Cell {
+    let cell = this.cells.get(key);
+    if (cell === undefined) {
       const labels: Record<string, string> = {};
       this.labelNames.forEach((name, i) => {
         labels[name] = values[i]!;
       });
-      one = new HistogramSeries(this.bounds, labels, (series) => this.series.set(key, series));
-      this.series.set(key, one);
+      cell = new Cell(this.bounds.length, labels);
+      this.cells.set(key, cell);
     }
-    return one;
+    return cell;
   }
 
-  /**
-   * Forgets every series, as prom-client's reset does; a handle held from before counts afresh from
-   * its next observation, and is read out again from then on.
-   */
+  /** Forgets every series, as prom-client's reset does: a handle counts afresh from its next observation. */
   reset(): void {
-    for (const one of this.series.values()) one.live = false;
-    this.series.clear();
+    for (const cell of this.cells.values()) cell.live = false;
+    this.cells.clear();
   }
 
-  async get(): Promise<{
-    name: string;
-    help: string;
-    type: 'histogram';
-    aggregator: 'sum';
-    values: ReadOutValue[];
-  }> {
+  /** The registry's text read-out: bucket bounds as labels, the series' labels as shared ones. */
+  async getForPromString(): Promise<ReadOut> {
     const values: ReadOutValue[] = [];
     const bucket = `${this.name}_bucket`;
-    for (const one of this.series.values()) {
+    for (const cell of this.cells.values()) {
+      const sharedLabels = cell.labels;
       let cumulative = 0;
       this.bounds.forEach((bound, i) => {
-        cumulative += one.counts[i]!;
+        cumulative += cell.counts[i]!;
         values.push({
           metricName: bucket,
-          labels: { le: bound, ...one.labels },
+          labels: { le: bound },
+          sharedLabels,
           value: cumulative,
           exemplar: null,
         });
       });
       values.push({
         metricName: bucket,
-        labels: { le: '+Inf', ...one.labels },
-        value: one.count,
+        labels: { le: '+Inf' },
+        sharedLabels,
+        value: cell.count,
         exemplar: null,
       });
-      values.push({ metricName: `${this.name}_sum`, labels: { ...one.labels }, value: one.sum });
-      values.push({ metricName: `${this.name}_count`, labels: { ...one.labels }, value: one.count });
+      values.push({ metricName: `${this.name}_sum`, labels: {}, sharedLabels, value: cell.sum });
+      values.push({ metricName: `${this.name}_count`, labels: {}, sharedLabels, value: cell.count });
     }
-    return {
-      name: this.name,
-      help: this.help,
-      type: this.type as never,
-      values,
-      aggregator: this.aggregator,
-    };
+    return { name: this.name, help: this.help, type: this.type, values, aggregator: this.aggregator };
+  }
+
+  /** The JSON read-out: each value's labels with the series' own merged in. */
+  async get(): Promise<ReadOut> {
+    const out = await this.getForPromString();
+    out.values = out.values.map(({ sharedLabels, ...value }) => ({
+      ...value,
+      labels: { ...value.labels, ...sharedLabels },
+    }));
+    return out;
   }
 }

@@ -42,8 +42,9 @@ describe('SeriesHistogram', () => {
   it('keeps one series per label set; reset forgets them, and a handle held across it counts afresh', async () => {
     const { ours, series } = both([['GET', '/x', '200', 0.01]]);
     const held = series.labels('GET', '/x', '200');
-    expect(series.labels('GET', '/x', '200')).toBe(held);
-    expect(series.labels('GET', '/x', '200')).not.toBe(series.labels('GET', '/x', '500'));
+    held.observe(0.02);
+    expect(series.labels('GET', '/x', '200').count).toBe(2);
+    expect(series.labels('GET', '/x', '500').count).toBe(0);
     series.reset();
     expect(await ours.metrics()).not.toContain('_count');
     // As a prom-client labels() child held across a reset: the next observation is read out alone.
@@ -62,6 +63,36 @@ describe('SeriesHistogram', () => {
     expect(() => series.labels('GET', '/x')).toThrow(/3 label values expected/);
     expect(() => series.labels('GET', '/x', '200').observe(Number.NaN)).toThrow(/not a finite/);
     expect(series.labels('GET', '/x', '200').count).toBe(0);
+  });
+
+  it('reads out as prom-client with the registry’s default labels, and with handles old and new across a reset', async () => {
+    const reference = new Registry();
+    const histogram = new Histogram({ ...options, registers: [reference] });
+    const ours = new Registry();
+    const series = new SeriesHistogram({ ...options, registers: [ours] });
+    for (const registry of [reference, ours]) registry.setDefaultLabels({ host: 'api-1', zone: 'a' });
+    const oldRef = histogram.labels('GET', '/x', '200');
+    const oldOurs = series.labels('GET', '/x', '200');
+    oldRef.observe(0.01);
+    oldOurs.observe(0.01);
+    histogram.reset();
+    series.reset();
+    const newRef = histogram.labels('GET', '/x', '200');
+    const newOurs = series.labels('GET', '/x', '200');
+    for (const [ref, own, seconds] of [
+      [newRef, newOurs, 0.002],
+      [oldRef, oldOurs, 0.7],
+      [newRef, newOurs, 3],
+    ] as const) {
+      ref.observe(seconds);
+      own.observe(seconds);
+    }
+    expect(await ours.metrics()).toBe(await reference.metrics());
+    const json = async (r: Registry) => JSON.parse(JSON.stringify(await r.getMetricsAsJSON())) as unknown;
+    expect(await json(ours)).toEqual(await json(reference));
+    expect(await ours.metrics()).toContain(
+      'http_request_duration_seconds_count{host="api-1",zone="a",method="GET"',
+    );
   });
 
   it('takes its name in the registry, as any metric does', () => {

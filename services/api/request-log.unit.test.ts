@@ -184,26 +184,36 @@ describe('the access log line', () => {
     }
   });
 
-  it('is what pino would write when a request id binding is redacted or serialised, through the child itself', async () => {
-    const out = capture();
-    const logger = pino({ level: 'info', redact: { paths: ['*.secret'], censor: 'x' } }, out.stream);
-    const app = await appWith(logger);
-    try {
-      await app.inject({ method: 'POST', url: '/x402/quote', payload: {} });
-      await turn();
-      const [line] = out.lines();
-      expect(line).toMatchObject({ msg: 'request completed', statusCode: 402, reqId: expect.any(String) });
-      const reference = capture();
-      pino({ level: 'info', redact: { paths: ['*.secret'], censor: 'x' } }, reference.stream)
-        .child({ reqId: line!.reqId })
-        .info(
-          { method: 'POST', url: '/x402/quote', statusCode: 402, responseTime: line!.responseTime },
-          'request completed',
-        );
-      expect({ ...line, time: 0 }).toEqual({ ...reference.lines()[0], time: 0 });
-      expect(Object.keys(line!)).toEqual(Object.keys(reference.lines()[0]!));
-    } finally {
-      await app.close();
+  it('is what pino would write when the request id is redacted or serialised, through the child itself', async () => {
+    const configs: [pino.LoggerOptions, (reqId: unknown) => void][] = [
+      [{ redact: { paths: ['reqId'], censor: 'x' } }, (reqId) => expect(reqId).toBe('x')],
+      [{ redact: { paths: ['*.secret'], censor: 'x' } }, (reqId) => expect(reqId).toMatch(/^req-/)],
+      [
+        { serializers: { reqId: (id: string) => `id:${id.slice(0, 4)}` } },
+        (reqId) => expect(reqId).toBe('id:req-'),
+      ],
+    ];
+    for (const [config, check] of configs) {
+      const out = capture();
+      const app = await appWith(pino({ level: 'info', ...config }, out.stream));
+      try {
+        await app.inject({ method: 'POST', url: '/x402/quote', payload: {} });
+        await turn();
+        const [line] = out.lines();
+        const reference = capture();
+        pino({ level: 'info', ...config }, reference.stream)
+          .child({ reqId: 'req-1' })
+          .info(
+            { method: 'POST', url: '/x402/quote', statusCode: 402, responseTime: line!.responseTime },
+            'request completed',
+          );
+        const [expected] = reference.lines();
+        expect(Object.keys(line!)).toEqual(Object.keys(expected!));
+        expect({ ...line, time: 0, reqId: 0 }).toEqual({ ...expected, time: 0, reqId: 0 });
+        check(line!.reqId);
+      } finally {
+        await app.close();
+      }
     }
   });
 });

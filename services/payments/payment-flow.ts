@@ -32,8 +32,11 @@ export interface Refusal {
   body: Record<string, unknown>;
 }
 
+/** What the flow logs through: the process's logger, or a request's (`request.log`). */
+export type FlowLogger = Pick<Logger, 'info' | 'warn' | 'error'>;
+
 /** How a tool error leaves a paid call: its status and body. */
-export function describeError(logger: Logger, err: unknown): Refusal {
+export function describeError(logger: FlowLogger, err: unknown): Refusal {
   const failure = describeFailure(err);
   if (!failure) {
     logger.error({ err }, 'paid operation failed');
@@ -95,7 +98,7 @@ export interface PaymentFlowDeps {
   /** What the sold tools run on. */
   ops: SignalOperations;
   ledger: PaymentLedger;
-  logger: Logger;
+  logger: FlowLogger;
   /**
    * Why no payment can be settled here (quotes are still served), or null when one can. Checked
    * first, so such a payment is neither verified nor reserved.

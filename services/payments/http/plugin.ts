@@ -1,5 +1,4 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import type { Logger } from 'pino';
 import { type ErrorCode, isErrorCode, ServiceError } from '../../../contracts/errors.ts';
 import {
   type Caller,
@@ -337,7 +336,7 @@ class PaidRoutes {
       );
       return reply.header('content-type', JSON_CONTENT_TYPE).send(bytes);
     }
-    if (metered.reason === 'failed') throw refusalError(describeError(request.log as Logger, metered.error));
+    if (metered.reason === 'failed') throw refusalError(describeError(request.log, metered.error));
     const { window, service } = metered;
     const resets = window === 'daily' ? service.quota?.daily?.resets_at : service.quota?.resets_at;
     const message =
@@ -358,7 +357,7 @@ class PaidRoutes {
   ) {
     const service = await this.serviceOf(request);
     const outcome = await runPaidCall(
-      { ...this.options.flow, logger: request.log as Logger },
+      { ...this.options.flow, logger: request.log },
       {
         payment,
         requirements: await this.quoter.requirements(call.tool.price(call.input)),

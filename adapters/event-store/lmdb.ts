@@ -58,8 +58,6 @@ const LAST_REVISION = Number.MAX_SAFE_INTEGER;
 export const EVENT_ENCODING = { sharedStructuresKey: 0, maxSharedStructures: 1_000 } as const;
 /** Streams whose last revision is remembered between appends (see `revisionHints`). */
 const MAX_REVISION_HINTS = 10_000;
-/** Times a group's appends found missing after their commit are written again before they fail. */
-const MAX_LOST_RETRIES = 3;
 /** Free space at which a store that ran out counts as writable again: room for a burst of commits. */
 const MIN_FREE_BYTES = 1024 * 1024;
 
@@ -164,7 +162,6 @@ export class LmdbEventStore implements EventStore {
   private async writeGroup(group: PendingAppend[]): Promise<void> {
     let failure: unknown = null;
     let left = group;
-    let checks = 0;
     while (left.length > 0) {
       const writing = left;
       let culprit: PendingAppend | null = null;
@@ -190,24 +187,6 @@ export class LmdbEventStore implements EventStore {
         });
         if (writing.some((p) => p.outcome !== null && 'wrote' in p.outcome && p.outcome.wrote)) {
           await this.root.flushed;
-          // A read snapshot taken before the commit would not show it.
-          this.root.resetReadTxn();
-          const lost = writing.filter((p) => this.notOnLog(p));
-          if (lost.length > 0) {
-            checks++;
-            this.logger?.error(
-              { appends: lost.length, attempt: checks },
-              'lmdb event store: a committed append is not on the log; writing it again',
-            );
-            for (const pending of lost) {
-              pending.outcome =
-                checks < MAX_LOST_RETRIES
-                  ? null
-                  : { error: new Error('lmdb event store: a committed append is not on the log') };
-            }
-            left = checks < MAX_LOST_RETRIES ? lost : [];
-            continue;
-          }
         }
         left = [];
       } catch (err) {
@@ -243,21 +222,6 @@ export class LmdbEventStore implements EventStore {
       this.space.succeeded();
       this.notifySoon();
     }
-  }
-
-  /**
-   * Whether an append this group wrote is missing from the log once its commit is flushed: its
-   * first event's id does not point at the position it was written at. Two processes appending to
-   * one directory under heavy load lost an acknowledged append now and then (the contention test:
-   * 120 acknowledged, 119 on the log, two acknowledgements at one position), in lmdb-js below
-   * our checks. An append found missing is written again, from its checks on: its expected
-   * revision decides again, and its ids make it idempotent when the check merely read too early.
-   */
-  private notOnLog(pending: PendingAppend): boolean {
-    const outcome = pending.outcome;
-    if (outcome === null || !('recorded' in outcome) || !outcome.recorded?.length) return false;
-    const first = outcome.recorded[0]!;
-    return this.ids.get(first.id) !== first.position;
   }
 
   private readonly listeners = new Set<(events: readonly RecordedEvent[]) => void>();

@@ -69,6 +69,7 @@ export class OneLinePerRequest extends LogController {
 const INFO = 30;
 
 type LogArgs = unknown[];
+type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
 
 /**
  * Fastify's per-request logger (`request.log`), which builds the pino child with the request id
@@ -114,28 +115,33 @@ export class RequestLogger implements FastifyBaseLogger {
     return (this.#child ?? this.parent).isLevelEnabled(level);
   }
 
+  /** A line at `level`, through the child (built now) when the level is enabled. */
+  private write(level: LogLevel, args: LogArgs): void {
+    if (this.isLevelEnabled(level)) (this.logger[level] as (...a: LogArgs) => void)(...args);
+  }
+
   fatal(...args: LogArgs): void {
-    if (this.isLevelEnabled('fatal')) (this.logger.fatal as (...a: LogArgs) => void)(...args);
+    this.write('fatal', args);
   }
 
   error(...args: LogArgs): void {
-    if (this.isLevelEnabled('error')) (this.logger.error as (...a: LogArgs) => void)(...args);
+    this.write('error', args);
   }
 
   warn(...args: LogArgs): void {
-    if (this.isLevelEnabled('warn')) (this.logger.warn as (...a: LogArgs) => void)(...args);
+    this.write('warn', args);
   }
 
   info(...args: LogArgs): void {
-    if (this.isLevelEnabled('info')) (this.logger.info as (...a: LogArgs) => void)(...args);
+    this.write('info', args);
   }
 
   debug(...args: LogArgs): void {
-    if (this.isLevelEnabled('debug')) (this.logger.debug as (...a: LogArgs) => void)(...args);
+    this.write('debug', args);
   }
 
   trace(...args: LogArgs): void {
-    if (this.isLevelEnabled('trace')) (this.logger.trace as (...a: LogArgs) => void)(...args);
+    this.write('trace', args);
   }
 
   silent(): void {}
@@ -216,11 +222,17 @@ export const requestLoggers: NonNullable<FastifyServerOptions['childLoggerFactor
   bindings,
   options,
 ) => {
-  if (Object.keys(options).length > 0 || typeof (logger as Partial<Logger>).isLevelEnabled !== 'function') {
+  if (hasOwnKeys(options) || typeof (logger as Partial<Logger>).isLevelEnabled !== 'function') {
     return logger.child(bindings, options);
   }
   return new RequestLogger(logger as unknown as Logger, bindings);
 };
+/** Whether `value` has any own key; Object.keys would build an array on every request. */
+function hasOwnKeys(value: object): boolean {
+  for (const key in value) if (Object.hasOwn(value, key)) return true;
+  return false;
+}
+
 /** Not in pino's typings, though exported beside the others. */
 const MSG_PREFIX = (symbols as unknown as Record<string, symbol>).msgPrefixSym!;
 

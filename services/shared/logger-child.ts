@@ -8,13 +8,13 @@
  *              then N lines (an asynchronous write of them stays queued), flushBeforeKill, SIGKILL
  */
 import { open } from 'node:fs';
+import { pino } from 'pino';
 import { createLogger } from './logger.ts';
 
 const [mode, count, fifo] = process.argv.slice(2);
 const logger = createLogger({ LOG_LEVEL: 'info' });
-const stream = (logger as unknown as Record<symbol, { flushBeforeKill(): void }>)[
-  Object.getOwnPropertySymbols(logger).find((s) => s.description === 'pino.stream')!
-]!;
+// As main's flushLogs finds it.
+const stream = (logger as unknown as Record<symbol, { flushBeforeKill(): void }>)[pino.symbols.streamSym]!;
 
 if (mode === 'stuck') {
   // Opening a FIFO for reading blocks until a writer opens it: none ever does.

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { STATUS_CODES } from 'node:http';
+import { type ServerResponse, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import Fastify, {
   type FastifyBaseLogger,
@@ -70,16 +70,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     forceCloseConnections: 'idle',
   });
 
-  // Keep-alive sockets would hold close() open until their idle timeout: once closing starts,
-  // every response (in-flight ones included) asks the client to close its connection.
-  let closing = false;
-  app.addHook('preClose', async () => {
-    closing = true;
-  });
-  app.addHook('onSend', (_request, reply, payload, done) => {
-    if (closing) reply.header('connection', 'close');
-    done(null, payload);
-  });
+  askInFlightToClose(app);
 
   if (deps.metrics) observeDurations(app, deps.metrics.httpDuration);
 
@@ -87,9 +78,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   registerJsonParser(app);
   // Route schemas are zod contracts (declared() in openapi.ts); routes without one are not validated.
   app.setValidatorCompiler(validatorCompiler);
-  app.setNotFoundHandler((request, reply) => {
-    reply.code(404).send({ code: 'NOT_FOUND', message: `no route ${request.method} ${request.url}` });
-  });
 
   // Before any route: the document generator collects routes as they are added.
   await registerOpenApi(app, {
@@ -101,6 +89,16 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   await app.register(opsRoutes({ readiness: deps.readiness, metrics: deps.metrics, startedAt: Date.now() }));
   for (const plugin of deps.plugins ?? []) await app.register(plugin);
+  // Last, so that the not-found context has every hook the routes have (the rate limit's too),
+  // plus its own: requests that match no route are timed by a hook of that context alone, not
+  // by a global onResponse hook that every request would run to pass them over.
+  await app.register(async (unmatched) => {
+    if (deps.metrics)
+      unmatched.addHook('onResponse', durationObserver(deps.metrics.httpDuration, 'unmatched'));
+    unmatched.setNotFoundHandler((request, reply) => {
+      reply.code(404).send({ code: 'NOT_FOUND', message: `no route ${request.method} ${request.url}` });
+    });
+  });
   return app;
 }
 
@@ -111,30 +109,50 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
  * Requests that match no route are observed by the global hook as `unmatched`.
  */
 function observeDurations(app: FastifyInstance, histogram: Metrics['httpDuration']): void {
-  const observer = (route: string) => {
-    const series = new Map<string, HistogramSeries>();
-    // A callback hook, not an async one: it runs on every request and a promise per call shows.
-    return (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
-      const status = reply.statusCode;
-      const key = `${request.method} ${status}`;
-      let one = series.get(key);
-      if (one === undefined) {
-        one = histogram.labels(request.method, route, String(status));
-        series.set(key, one);
-      }
-      one.observe(reply.elapsedTime / 1000);
-      done();
-    };
-  };
   app.addHook('onRoute', (route) => {
-    const hook = observer(route.url);
+    const hook = durationObserver(histogram, route.url);
     const own = route.onResponse;
     route.onResponse = own === undefined ? [hook] : [...(Array.isArray(own) ? own : [own]), hook];
   });
-  const unmatched = observer('unmatched');
-  app.addHook('onResponse', (request, reply, done) => {
-    if (request.is404) unmatched(request, reply, done);
-    else done();
+}
+
+/** An onResponse hook observing the duration of `route`'s requests, by method and status. */
+function durationObserver(histogram: Metrics['httpDuration'], route: string) {
+  const series = new Map<string, HistogramSeries>();
+  // A callback hook, not an async one: it runs on every request and a promise per call shows.
+  return (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
+    const status = reply.statusCode;
+    const key = `${request.method} ${status}`;
+    let one = series.get(key);
+    if (one === undefined) {
+      one = histogram.labels(request.method, route, String(status));
+      series.set(key, one);
+    }
+    one.observe(reply.elapsedTime / 1000);
+    done();
+  };
+}
+
+/**
+ * Keep-alive sockets would hold close() open until their idle timeout, so once closing starts
+ * every response asks its client to close the connection. Requests routed after that get the
+ * header from Fastify itself (its closing check); the ones already in flight are found through
+ * their connections, which are tracked per connection rather than per request: an onSend hook
+ * did this before, and ran on every request for the few that meet a close. A socket's response
+ * in progress is its `_httpMessage` (Node's own field, as stable as the http module); one whose
+ * headers are out already cannot be changed, and its socket is Fastify's idle close to reap.
+ */
+function askInFlightToClose(app: FastifyInstance): void {
+  const sockets = new Set<Socket>();
+  app.server.on('connection', (socket: Socket) => {
+    sockets.add(socket);
+    socket.once('close', () => sockets.delete(socket));
+  });
+  app.addHook('preClose', async () => {
+    for (const socket of sockets) {
+      const response = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+      if (response && !response.headersSent) response.setHeader('connection', 'close');
+    }
   });
 }
 

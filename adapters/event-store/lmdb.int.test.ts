@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { ABORT } from 'lmdb';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { event, eventStoreContract, uniqueStream } from './contract.ts';
 import { openLmdbEventStore } from './lmdb.ts';
@@ -183,6 +184,32 @@ describe('LMDB event store', () => {
       }
     } finally {
       await second.close();
+    }
+  });
+
+  it('writes again an append whose commit did not reach the log, instead of acknowledging it', async () => {
+    const store = await openLmdbEventStore({ path: freshPath() });
+    const stream = uniqueStream('lost');
+    const root = store.root as unknown as { childTransaction: (cb: () => unknown) => Promise<unknown> };
+    const real = root.childTransaction.bind(root);
+    let calls = 0;
+    // The first group's transaction runs its checks and writes, then does not commit: what the
+    // contention test saw (acknowledged, not on the log).
+    root.childTransaction = (cb) =>
+      calls++ === 0
+        ? real(() => {
+            cb();
+            return ABORT;
+          })
+        : real(cb);
+    try {
+      const first = event('A');
+      const result = await store.append(stream, [first], { expectedRevision: 'no_stream' });
+      expect(calls).toBe(2);
+      expect(result).toEqual({ nextRevision: 0, position: 1 });
+      expect((await store.readStream(stream)).map((e) => e.id)).toEqual([first.id]);
+    } finally {
+      await store.close();
     }
   });
 

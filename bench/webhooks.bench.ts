@@ -34,7 +34,7 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Agent, request } from 'undici';
-import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
+import { type LmdbEventStore, openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
 import type { EventData } from '../contracts/events.ts';
@@ -109,18 +109,26 @@ function p99(values: number[]): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * 0.99))]!;
 }
 
+/**
+ * The webhook stack in this process. `store` with `dispatcher: false`: the split layout's event
+ * source and API, a child process dispatching. `store` alone: every role here, on that store
+ * (the single layout runs on LMDB, as the embedded default does). Neither: the harness's memory
+ * store, which clones every event it stores and reads, a cost no deployment pays.
+ */
 async function withStack<T>(
   tls: { cert: string },
   fn: (stack: WebhookStack) => Promise<T>,
-  options: { store?: EventStore } = {},
+  options: { store?: LmdbEventStore; dispatcher?: false } = {},
 ): Promise<T> {
   const stack = await startWebhookStack({
     env: STACK_ENV,
     settings: { tls: { ca: tls.cert } },
-    ...(options.store
-      ? { store: options.store, projections: new MemoryProjectionStore(), dispatcher: false }
-      : // One process with both roles folds one webhook projection, as the service does.
-        { shareProjection: true }),
+    ...(options.store === undefined
+      ? { shareProjection: true }
+      : options.dispatcher === false
+        ? { store: options.store, projections: new MemoryProjectionStore(), dispatcher: false }
+        : // One process with both roles folds one webhook projection, as the service does.
+          { store: options.store, projections: options.store.projectionStore(), shareProjection: true }),
   });
   try {
     return await fn(stack);
@@ -288,20 +296,29 @@ async function throughputSingle(
       }
     };
     const measureFull = async () => {
-      const figures = await withStack(tls, async (stack) => {
-        await subscribe(stack, receiver.url, 'BENCH');
-        if (warmup > 0) {
-          await source(stack.store, 'BENCH', warmup);
-          await receiver.waitFor(warmup, 300_000);
-          receiver.received.length = 0;
-          await settle();
-        }
-        return measureCpu(withNats({}), async () => {
-          const started = performance.now();
-          await source(stack.store, 'BENCH', events);
-          await receiver.waitFor(events, 300_000);
-          return events / ((performance.now() - started) / 1000);
-        });
+      const dir = mkdtempSync(join(tmpdir(), 'webhooks-bench-single-'));
+      const store = await openLmdbEventStore({ path: join(dir, 'events') });
+      const figures = await withStack(
+        tls,
+        async (stack) => {
+          await subscribe(stack, receiver.url, 'BENCH');
+          if (warmup > 0) {
+            await source(stack.store, 'BENCH', warmup);
+            await receiver.waitFor(warmup, 300_000);
+            receiver.received.length = 0;
+            await settle();
+          }
+          return measureCpu(withNats({}), async () => {
+            const started = performance.now();
+            await source(stack.store, 'BENCH', events);
+            await receiver.waitFor(events, 300_000);
+            return events / ((performance.now() - started) / 1000);
+          });
+        },
+        { store },
+      ).finally(async () => {
+        await store.close();
+        rmSync(dir, { recursive: true, force: true });
       });
       receiver.received.length = 0;
       return figures;
@@ -555,7 +572,7 @@ async function throughputSplit(
             await stopChild(dispatcher, 'SIGTERM');
           }
         },
-        { store },
+        { store, dispatcher: false },
       );
       await store.close();
       receiver.send({ type: 'reset' });

@@ -73,7 +73,8 @@ export async function openLmdbEventStore(options: LmdbEventStoreOptions): Promis
  * (event id → position). The expected-revision check, the idempotency check and the writes all
  * run inside one LMDB write transaction, and LMDB admits one writer at a time across every
  * process that opens the directory, so concurrent appenders are serialized and exactly one wins.
- * An append is acknowledged only after its transaction is committed and flushed to disk.
+ * An append is acknowledged only after its transaction is committed and flushed to disk, and a
+ * read after the flush finds it on the log (see `notOnLog`).
  */
 export class LmdbEventStore implements EventStore {
   readonly kind = 'lmdb' as const;

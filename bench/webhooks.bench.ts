@@ -10,7 +10,8 @@
  *                this one, the receiver in a child of its own; the baseline's POST loop also
  *                runs in a child against that same receiver child. This is the issue's figure.
  *        single  everything (source, relay, API, projections, dispatcher, receiver; and for the
- *                baseline the POST loop and the receiver) in this one process on an LMDB store, as on a laptop.
+ *                baseline the POST loop and the receiver) in this one process, on an LMDB store,
+ *                as on a laptop.
  *   2. p99 latency of healthy endpoints with 10 % of the subscriptions dead (accepting, never
  *      answering) against none dead (target ratio ≤ 1.5), single process.
  *   Each figure is taken over several runs (default 3; the order of the two sides alternates

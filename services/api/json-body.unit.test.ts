@@ -10,6 +10,14 @@ describe('nestsDeeperThan', () => {
     expect(nestsDeeperThan('{"a":{"b":[{}]}}', 3)).toBe(true);
   });
 
+  it('settles a text with no more brackets than the limit without scanning it, at the border too', () => {
+    expect(nestsDeeperThan(`${'['.repeat(64)}${']'.repeat(64)}`, 64)).toBe(false);
+    expect(nestsDeeperThan(`${'['.repeat(65)}${']'.repeat(65)}`, 64)).toBe(true);
+    expect(
+      nestsDeeperThan(`${'{"a":'.repeat(40)}${'['.repeat(25)}${']'.repeat(25)}${'}'.repeat(40)}`, 64),
+    ).toBe(true);
+  });
+
   it('counts depth, not brackets: siblings do not add up', () => {
     expect(nestsDeeperThan(`[${'[],'.repeat(1_000)}[]]`, 2)).toBe(false);
   });

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { ABORT } from 'lmdb';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { event, eventStoreContract, uniqueStream } from './contract.ts';
-import { openLmdbEventStore } from './lmdb.ts';
+import { type LmdbEventStore, openLmdbEventStore } from './lmdb.ts';
 import { WrongExpectedRevisionError } from './port.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'lmdb-event-store-'));
@@ -208,6 +208,116 @@ describe('LMDB event store', () => {
       expect(calls).toBe(2);
       expect(result).toEqual({ nextRevision: 0, position: 1 });
       expect((await store.readStream(stream)).map((e) => e.id)).toEqual([first.id]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  /** The store's own read-back of committed appends, replaced by `check` for a test. */
+  function readBack(store: LmdbEventStore, check: (real: (p: unknown) => boolean, p: unknown) => boolean) {
+    const inner = store as unknown as { notOnLog: (p: unknown) => boolean };
+    const real = inner.notOnLog.bind(store);
+    inner.notOnLog = (p) => check(real, p);
+  }
+  const streamOf = (p: unknown) => (p as { stream: string }).stream;
+
+  it('fails an append that is still not on the log after its third write, and hands nothing over', async () => {
+    const store = await openLmdbEventStore({ path: freshPath() });
+    const root = store.root as unknown as { childTransaction: (cb: () => unknown) => Promise<unknown> };
+    const real = root.childTransaction.bind(root);
+    let calls = 0;
+    root.childTransaction = (cb) => {
+      calls++;
+      return real(() => {
+        cb();
+        return ABORT;
+      });
+    };
+    const handed: number[] = [];
+    store.onAppended((events) => handed.push(...events.map((e) => e.position)));
+    try {
+      const stream = uniqueStream('never');
+      await expect(store.append(stream, [event('A')], { expectedRevision: 'no_stream' })).rejects.toThrow(
+        'a committed append is not on the log',
+      );
+      expect(calls).toBe(3);
+      expect(handed).toEqual([]);
+      expect(await store.headPosition()).toBe(0);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('keeps an append of the group that is on the log when another, written again, then fails', async () => {
+    const store = await openLmdbEventStore({ path: freshPath() });
+    const kept = uniqueStream('kept');
+    const lost = uniqueStream('lost');
+    // The read-back misses `lost` once; its second write then fails to commit.
+    let missed = false;
+    readBack(store, (real, p) => {
+      if (streamOf(p) === lost && !missed) {
+        missed = true;
+        return true;
+      }
+      return real(p);
+    });
+    const root = store.root as unknown as { childTransaction: (cb: () => unknown) => Promise<unknown> };
+    const realTxn = root.childTransaction.bind(root);
+    let calls = 0;
+    root.childTransaction = (cb) =>
+      calls++ === 0 ? realTxn(cb) : Promise.reject(new Error('commit failed'));
+    const handed: string[] = [];
+    store.onAppended((events) => handed.push(...events.map((e) => e.stream)));
+    try {
+      const [a, b] = await Promise.allSettled([
+        store.append(kept, [event('K')], { expectedRevision: 'no_stream' }),
+        store.append(lost, [event('L')], { expectedRevision: 'no_stream' }),
+      ]);
+      expect(a).toEqual({ status: 'fulfilled', value: { nextRevision: 0, position: 1 } });
+      expect(b).toMatchObject({ status: 'rejected', reason: { message: 'commit failed' } });
+      expect(handed).toEqual([kept]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('answers an append the read-back missed but that was on the log once, and hands it over once', async () => {
+    const store = await openLmdbEventStore({ path: freshPath() });
+    const stream = uniqueStream('false-alarm');
+    let missed = false;
+    readBack(store, (real, p) => {
+      if (!missed) {
+        missed = true;
+        return true;
+      }
+      return real(p);
+    });
+    const handed: string[] = [];
+    store.onAppended((events) => handed.push(...events.map((e) => e.id)));
+    try {
+      const first = event('A');
+      expect(await store.append(stream, [first], { expectedRevision: 'no_stream' })).toEqual({
+        nextRevision: 0,
+        position: 1,
+      });
+      expect(handed).toEqual([first.id]);
+      expect((await store.readAll()).map((e) => e.id)).toEqual([first.id]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('acknowledges a committed append as before when its read-back cannot be made', async () => {
+    const store = await openLmdbEventStore({ path: freshPath() });
+    readBack(store, () => {
+      throw new Error('Can not renew a transaction from a closed database');
+    });
+    try {
+      const stream = uniqueStream('unchecked');
+      expect(await store.append(stream, [event('A')], { expectedRevision: 'no_stream' })).toEqual({
+        nextRevision: 0,
+        position: 1,
+      });
     } finally {
       await store.close();
     }

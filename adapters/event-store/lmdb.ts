@@ -37,6 +37,8 @@ interface PendingAppend {
   resolve: (result: AppendResult) => void;
   reject: (err: unknown) => void;
   outcome: Written | { error: unknown } | null;
+  /** What a pass wrote of it before a read did not find it on the log (see lostAfterCommit). */
+  suspect?: Written | undefined;
 }
 
 /** An append done inside a group's transaction; `recorded`: what it wrote, when it wrote. */
@@ -58,8 +60,8 @@ const LAST_REVISION = Number.MAX_SAFE_INTEGER;
 export const EVENT_ENCODING = { sharedStructuresKey: 0, maxSharedStructures: 1_000 } as const;
 /** Streams whose last revision is remembered between appends (see `revisionHints`). */
 const MAX_REVISION_HINTS = 10_000;
-/** Times a group's appends found missing after their commit are written again before they fail. */
-const MAX_LOST_RETRIES = 3;
+/** Times an append found missing from the log after its commit is written, in all, before it fails. */
+const MAX_WRITES = 3;
 /** Free space at which a store that ran out counts as writable again: room for a burst of commits. */
 const MIN_FREE_BYTES = 1024 * 1024;
 
@@ -163,9 +165,8 @@ export class LmdbEventStore implements EventStore {
   }
 
   private async writeGroup(group: PendingAppend[]): Promise<void> {
-    let failure: unknown = null;
     let left = group;
-    let checks = 0;
+    let writes = 1;
     while (left.length > 0) {
       const writing = left;
       let culprit: PendingAppend | null = null;
@@ -191,34 +192,14 @@ export class LmdbEventStore implements EventStore {
         });
         if (writing.some((p) => p.outcome !== null && 'wrote' in p.outcome && p.outcome.wrote)) {
           await this.root.flushed;
-          const lost = writing.filter((p) => this.notOnLog(p));
-          // The check renewed this handle's read snapshot, which lmdb-js then keeps until a timer
-          // fires; left so, a read right after another handle's (or process's) commit would miss
-          // it, where after a commit of ours the next read has always taken a fresh snapshot.
-          this.root.resetReadTxn();
-          if (lost.length > 0) {
-            checks++;
-            this.logger?.error(
-              { appends: lost.length, attempt: checks },
-              'lmdb event store: a committed append is not on the log; writing it again',
-            );
-            for (const pending of lost) {
-              pending.outcome =
-                checks < MAX_LOST_RETRIES
-                  ? null
-                  : { error: new Error('lmdb event store: a committed append is not on the log') };
-            }
-            left = checks < MAX_LOST_RETRIES ? lost : [];
-            continue;
-          }
         }
-        left = [];
       } catch (err) {
         if (this.group === group) this.group = null;
         const mapped = await this.writeFailure(err);
         if (culprit === null) {
-          // The commit failed: nothing of the group is on disk.
-          failure = mapped;
+          // The commit failed: nothing of this pass is on disk. Appends of an earlier pass of the
+          // group (found on the log, see below) keep their outcome.
+          for (const pending of writing) pending.outcome = { error: mapped };
           left = [];
         } else {
           // The append that threw fails alone; the others are written again without it.
@@ -226,16 +207,18 @@ export class LmdbEventStore implements EventStore {
           left = writing.filter((p) => p !== culprit);
           for (const pending of left) pending.outcome = null;
         }
+        continue;
       }
+      left = this.lostAfterCommit(writing, writes);
+      writes++;
     }
     let wrote = false;
     // The group's events go to the listeners before any append is answered, so a reader that
     // waits for an answered position (read-your-writes) finds it folded already.
-    if (failure === null && this.listeners.size > 0) this.handOver(group);
+    if (this.listeners.size > 0) this.handOver(group);
     for (const pending of group) {
       const outcome = pending.outcome;
-      if (failure !== null) pending.reject(failure);
-      else if (outcome === null) pending.reject(new Error('lmdb event store: append not written'));
+      if (outcome === null) pending.reject(new Error('lmdb event store: append not written'));
       else if ('error' in outcome) pending.reject(outcome.error);
       else {
         wrote ||= outcome.wrote;
@@ -246,6 +229,54 @@ export class LmdbEventStore implements EventStore {
       this.space.succeeded();
       this.notifySoon();
     }
+  }
+
+  /**
+   * The appends of a committed and flushed pass that a read does not find on the log, made ready
+   * to be written again (their outcome cleared, the one they were given kept as `suspect`); after
+   * the last of MAX_WRITES writes they fail instead. An append written again that turns out to be
+   * on the log after all (its ids are found: a false alarm) gets back the outcome it had, so its
+   * caller and the listeners see it as written once.
+   */
+  private lostAfterCommit(writing: PendingAppend[], writes: number): PendingAppend[] {
+    for (const pending of writing) {
+      const suspect = pending.suspect;
+      pending.suspect = undefined;
+      const outcome = pending.outcome;
+      if (suspect !== undefined && outcome !== null && 'wrote' in outcome && !outcome.wrote) {
+        if (outcome.result.position === suspect.result.position) pending.outcome = suspect;
+      }
+    }
+    if (!writing.some((p) => p.outcome !== null && 'recorded' in p.outcome && p.outcome.recorded)) return [];
+    let lost: PendingAppend[];
+    try {
+      lost = writing.filter((p) => this.notOnLog(p));
+      // The check renewed this handle's read snapshot, which lmdb-js then keeps until a timer
+      // fires; left so, a read right after another handle's (or process's) commit would miss
+      // it, where after a commit of ours the next read has always taken a fresh snapshot.
+      this.root.resetReadTxn();
+    } catch (err) {
+      // The check could not be made (the store closing, say): the commit stands as lmdb-js told it.
+      this.logger?.error({ err }, 'lmdb event store: could not read back committed appends');
+      return [];
+    }
+    if (lost.length === 0) return [];
+    const last = writes >= MAX_WRITES;
+    this.logger?.error(
+      { appends: lost.length, write: writes },
+      last
+        ? 'lmdb event store: a committed append is not on the log; failing it'
+        : 'lmdb event store: a committed append is not on the log; writing it again',
+    );
+    for (const pending of lost) {
+      if (last) {
+        pending.outcome = { error: new Error('lmdb event store: a committed append is not on the log') };
+      } else {
+        pending.suspect = pending.outcome as Written;
+        pending.outcome = null;
+      }
+    }
+    return last ? [] : lost;
   }
 
   /**
@@ -281,6 +312,8 @@ export class LmdbEventStore implements EventStore {
       if (outcome !== null && 'recorded' in outcome && outcome.recorded) events.push(...outcome.recorded);
     }
     if (events.length === 0) return;
+    // An append written again after the others of its group has a later position than they do.
+    events.sort((a, b) => a.position - b.position);
     for (const listener of this.listeners) {
       try {
         listener(events);

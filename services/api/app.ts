@@ -106,7 +106,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
  * The request-duration histogram, by method, route and status. Each route observes through its
  * own hook, which knows its URL and keeps the labelled series it has used: the one global hook it
  * replaces built `request.routeOptions` (a dozen fields) and hashed the label set on every call.
- * Requests that match no route are observed by the global hook as `unmatched`.
+ * Requests that match no route are observed as `unmatched` by a hook of the not-found handler's
+ * context (see buildApp).
  */
 function observeDurations(app: FastifyInstance, histogram: Metrics['httpDuration']): void {
   app.addHook('onRoute', (route) => {
@@ -140,14 +141,20 @@ function durationObserver(histogram: Metrics['httpDuration'], route: string) {
  * their connections, which are tracked per connection rather than per request: an onSend hook
  * did this before, and ran on every request for the few that meet a close. A socket's response
  * in progress is its `_httpMessage` (Node's own field, as stable as the http module); one whose
- * headers are out already cannot be changed, and its socket is Fastify's idle close to reap.
+ * headers are out already cannot be changed, and its socket is Fastify's idle close to reap. A
+ * pipelined request whose response waits behind the socket's current one is not reached (the
+ * onSend hook did reach it): its answer says keep-alive, and its client learns of the close when
+ * the idle connection is closed. Over TLS the response lives on the TLS socket
+ * ('secureConnection'), not on the TCP one.
  */
 function askInFlightToClose(app: FastifyInstance): void {
   const sockets = new Set<Socket>();
-  app.server.on('connection', (socket: Socket) => {
+  const track = (socket: Socket) => {
     sockets.add(socket);
     socket.once('close', () => sockets.delete(socket));
-  });
+  };
+  app.server.on('connection', track);
+  app.server.on('secureConnection', track);
   app.addHook('preClose', async () => {
     for (const socket of sockets) {
       const response = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;

@@ -50,6 +50,12 @@ interface Written {
 
 const LAST_REVISION = Number.MAX_SAFE_INTEGER;
 
+/** The events an append wrote in its last pass; undefined when it wrote nothing (yet). */
+function recordedBy(pending: PendingAppend): RecordedEvent[] | undefined {
+  const outcome = pending.outcome;
+  return outcome !== null && 'recorded' in outcome ? outcome.recorded : undefined;
+}
+
 /**
  * Events are msgpack records: the field names of each shape (the envelope, each event type's
  * data, a verdict's inputs) are stored once, in shared structures, instead of in every event,
@@ -190,7 +196,7 @@ export class LmdbEventStore implements EventStore {
             }
           }
         });
-        if (writing.some((p) => p.outcome !== null && 'wrote' in p.outcome && p.outcome.wrote)) {
+        if (writing.some((p) => recordedBy(p) !== undefined)) {
           await this.root.flushed;
         }
       } catch (err) {
@@ -247,7 +253,7 @@ export class LmdbEventStore implements EventStore {
         if (outcome.result.position === suspect.result.position) pending.outcome = suspect;
       }
     }
-    if (!writing.some((p) => p.outcome !== null && 'recorded' in p.outcome && p.outcome.recorded)) return [];
+    if (!writing.some((p) => recordedBy(p) !== undefined)) return [];
     let lost: PendingAppend[];
     try {
       lost = writing.filter((p) => this.notOnLog(p));
@@ -294,9 +300,8 @@ export class LmdbEventStore implements EventStore {
    * processes must not write to one directory (deploy/README, LMDB).
    */
   private notOnLog(pending: PendingAppend): boolean {
-    const outcome = pending.outcome;
-    if (outcome === null || !('recorded' in outcome) || !outcome.recorded?.length) return false;
-    const first = outcome.recorded[0]!;
+    const first = recordedBy(pending)?.[0];
+    if (first === undefined) return false;
     return this.ids.get(first.id) !== first.position;
   }
 
@@ -311,8 +316,8 @@ export class LmdbEventStore implements EventStore {
   private handOver(group: PendingAppend[]): void {
     const events: RecordedEvent[] = [];
     for (const pending of group) {
-      const outcome = pending.outcome;
-      if (outcome !== null && 'recorded' in outcome && outcome.recorded) events.push(...outcome.recorded);
+      const recorded = recordedBy(pending);
+      if (recorded !== undefined) events.push(...recorded);
     }
     if (events.length === 0) return;
     // An append written again after the others of its group has a later position than they do.

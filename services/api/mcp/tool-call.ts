@@ -7,6 +7,7 @@ import type { KeyResolver } from '../../keys/key-resolver.ts';
 import type { QuotaMeter } from '../../quota/quota-meter.ts';
 import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../metered-call.ts';
+import { argumentsText, recall, remember } from '../remembered-input.ts';
 import { answerJson, answerJsonWithService, answerRevision } from '../served-answers.ts';
 import type { PaidServiceMeta, PaymentReceipt, ServiceMeta } from '../service-meta.ts';
 import type { ResultJson } from './answer-json.ts';
@@ -143,7 +144,12 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
       _service: await peekMeta(deps, caller),
     });
   }
-  const parsed = tool.input.safeParse(request.args ?? {});
+  const args = request.args ?? {};
+  // Arguments this tool accepted before are not parsed again (remembered-input.ts).
+  const text = argumentsText(args);
+  const known = text === null ? undefined : recall(tool.input, text);
+  const parsed = known !== undefined ? { success: true as const, data: known } : tool.input.safeParse(args);
+  if (parsed.success && known === undefined && text !== null) remember(tool.input, text, parsed.data);
   if (!parsed.success) {
     const issues = parsed.error.issues.map((i) => ({
       path: i.path.join('.') || '(arguments)',

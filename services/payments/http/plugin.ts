@@ -11,6 +11,7 @@ import { errorHandler } from '../../api/errors.ts';
 import { QuotaUnavailableError, serveMetered } from '../../api/metered-call.ts';
 import { codesText, documented, refusal } from '../../api/openapi.ts';
 import { limitedCaller } from '../../api/rate-limit.ts';
+import { recall, remember } from '../../api/remembered-input.ts';
 import { answerBytesWithService } from '../../api/served-answers.ts';
 import type { PaidServiceMeta, ServiceMeta } from '../../api/service-meta.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
@@ -139,38 +140,20 @@ function bodyPricer(tool: PaidTool): (raw: unknown) => number {
 }
 
 /**
- * The body of a keyed or paid call as readBody reads it, read once per small body that validates:
- * a customer repeats the same arguments, and JSON.parse and the schema's parse of each were ~2 µs
- * of the keyed call. Each call gets its own copy of the input (a flat object of primitives, so a
- * spread shares nothing with the one remembered): what one run changes, the next never sees. A
- * body that does not validate, or whose input is not flat, is read afresh every time.
+ * The body of a keyed or paid call as readBody reads it, read once per small body that validates
+ * (remembered-input.ts): a customer repeats the same arguments, and JSON.parse and the schema's
+ * parse of each were ~2 µs of the keyed call. A body that does not validate, or whose input is
+ * not flat, is read afresh every time.
  */
 function bodyReader(tool: PaidTool): (raw: unknown) => BodyResult {
-  const remembered = new Map<string, Record<string, unknown>>();
   return (raw) => {
-    if (typeof raw !== 'string' || raw.length > REMEMBERED_BODY_CHARS) return readBody(tool, raw);
-    const known = remembered.get(raw);
-    if (known !== undefined) return { ok: true, input: { ...known } };
+    if (typeof raw !== 'string') return readBody(tool, raw);
+    const known = recall(tool.input, raw);
+    if (known !== undefined) return { ok: true, input: known };
     const body = readBody(tool, raw);
-    if (body.ok && isFlat(body.input)) {
-      if (remembered.size >= REMEMBERED_BODIES) remembered.delete(remembered.keys().next().value!);
-      remembered.set(raw, { ...body.input });
-    }
+    if (body.ok) remember(tool.input, raw, body.input);
     return body;
   };
-}
-
-/** A plain object whose own values are all primitives: a spread of it is a full copy. */
-function isFlat(value: unknown): value is Record<string, unknown> {
-  if (value === null || typeof value !== 'object' || Object.getPrototypeOf(value) !== Object.prototype)
-    return false;
-  for (const key in value) {
-    if (!Object.hasOwn(value, key)) return false;
-    const field = (value as Record<string, unknown>)[key];
-    if (field !== null && typeof field === 'object') return false;
-    if (typeof field === 'function') return false;
-  }
-  return true;
 }
 
 /**

@@ -169,6 +169,49 @@ describe('LMDB event store', () => {
     }
   });
 
+  it('checks the later appends of a group against what its earlier ones wrote, afresh when the group is written again', async () => {
+    const store = await openLmdbEventStore({ path: freshPath() });
+    try {
+      const one = uniqueStream('one');
+      const other = uniqueStream('other');
+      const unwritable = {
+        get boom(): never {
+          throw new Error('cannot encode this');
+        },
+      };
+      // The first pass writes `one` and part of the broken append, then rolls back: the second
+      // pass must not take `one` (or the head) as already written by it.
+      const results = await Promise.allSettled([
+        store.append(one, [event('E1')], { expectedRevision: 'no_stream' }),
+        store.append(uniqueStream('broken'), [event('B1'), { ...event('B2'), data: unwritable }]),
+        store.append(one, [event('E2')], { expectedRevision: 0 }),
+        // Stale after the append before it in the same transaction.
+        store.append(one, [event('E3')], { expectedRevision: 0 }),
+        store.append(one, [event('E4')], { expectedRevision: 'no_stream' }),
+        store.append(other, [event('F')]),
+      ]);
+      const values = results.map((r) => (r.status === 'fulfilled' ? r.value : r.reason));
+      expect(values[0]).toEqual({ nextRevision: 0, position: 1 });
+      expect((values[1] as Error).message).toBe('cannot encode this');
+      expect(values[2]).toEqual({ nextRevision: 1, position: 2 });
+      expect(values[3]).toBeInstanceOf(WrongExpectedRevisionError);
+      expect(values[4]).toBeInstanceOf(WrongExpectedRevisionError);
+      expect(values[5]).toEqual({ nextRevision: 0, position: 3 });
+      expect((await store.readAll()).map((e) => [e.type, e.position])).toEqual([
+        ['E1', 1],
+        ['E2', 2],
+        ['F', 3],
+      ]);
+      // The next group checks what the last one wrote, from the log.
+      expect(await store.append(one, [event('E5')], { expectedRevision: 1 })).toEqual({
+        nextRevision: 2,
+        position: 4,
+      });
+    } finally {
+      await store.close();
+    }
+  });
+
   it('acknowledges a grouped append only once it is on disk: a reopen finds every acknowledged event', async () => {
     const path = freshPath();
     const first = await openLmdbEventStore({ path });

@@ -106,6 +106,16 @@ export class LmdbEventStore implements EventStore {
    */
   private headHint = 0;
   private readonly revisionHints = new Map<string, number>();
+  /**
+   * The head and the revisions of streams this write transaction has written (null, empty:
+   * nothing yet). Exact, not hints: no other writer commits while the transaction holds LMDB's
+   * write lock, and a rolled-back transaction is run again from cleared values. The appends of a
+   * group after its first skip the two point reads of each check (a group of keyed calls of one
+   * key appends to one quota stream, and each point read inside the write transaction measured
+   * 2–4 µs under the profiler).
+   */
+  private txnHead: number | null = null;
+  private readonly txnRevisions = new Map<string, number>();
   /** A notify of subscribers is scheduled for the end of this turn of the event loop. */
   private notifyScheduled = false;
 
@@ -180,6 +190,8 @@ export class LmdbEventStore implements EventStore {
         // Runs when LMDB starts the turn's write transaction; appends made after that join the next.
         await this.root.childTransaction(() => {
           if (this.group === group) this.group = null;
+          this.txnHead = null;
+          this.txnRevisions.clear();
           const recordedAt = new Date().toISOString();
           for (const pending of writing) pending.outcome = null;
           for (const pending of writing) {
@@ -349,9 +361,10 @@ export class LmdbEventStore implements EventStore {
     const { stream, events, expected } = pending;
     const prior = findIdempotentAppend(stream, events, (id) => this.lookup(id));
     if (prior) return { result: prior, wrote: false };
-    const current = this.currentRevision(stream);
+    const inTxn = this.txnRevisions.get(stream);
+    const current = inTxn !== undefined ? inTxn : this.currentRevision(stream);
     checkExpected(stream, expected, current);
-    const head = this.headInTxn();
+    const head = this.txnHead ?? this.headInTxn();
     if (events.length === 0) return { result: { nextRevision: current ?? -1, position: head }, wrote: false };
     // findIdempotentAppend just found the first id unstored: no second lookup of it.
     const firstId = events[0]!.id;
@@ -370,7 +383,9 @@ export class LmdbEventStore implements EventStore {
       this.ids.putStored(id, stored.id, position);
     }
     this.headHint = head + events.length;
+    this.txnHead = this.headHint;
     this.hintRevision(stream, firstRevision + events.length - 1);
+    this.txnRevisions.set(stream, firstRevision + events.length - 1);
     return {
       result: { nextRevision: firstRevision + events.length - 1, position: head + events.length },
       wrote: true,

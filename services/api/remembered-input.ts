@@ -59,7 +59,12 @@ function isFlat(value: unknown): value is Flat {
   for (const key in value) {
     if (!Object.hasOwn(value, key)) return false;
     const field = (value as Record<string, unknown>)[key];
-    if (field !== null && typeof field !== 'string' && typeof field !== 'number' && typeof field !== 'boolean')
+    if (
+      field !== null &&
+      typeof field !== 'string' &&
+      typeof field !== 'number' &&
+      typeof field !== 'boolean'
+    )
       return false;
   }
   return true;

@@ -39,33 +39,27 @@ export function remember(schema: z.ZodType, text: string, input: unknown): void 
 
 /**
  * The JSON text of arguments that arrived already parsed (an MCP call's `arguments`), or null
- * when it would not stand for them exactly: a value that is not a primitive JSON gives back as
- * itself (an object, undefined, a non-finite number, -0), or a text past the remembered length.
+ * when it would not stand for them exactly (see isFlat), or is past the remembered length.
  */
 export function argumentsText(args: unknown): string | null {
   if (!isFlat(args)) return null;
-  for (const key in args) {
-    const value = args[key];
-    if (typeof value === 'number' && (!Number.isFinite(value) || Object.is(value, -0))) return null;
-  }
   const text = JSON.stringify(args);
   return text.length > REMEMBERED_TEXT_CHARS ? null : text;
 }
 
-/** A plain object whose own values are all strings, numbers, booleans or null. */
+/**
+ * A plain object whose own values are all strings, numbers, booleans or null, each of which its
+ * JSON text gives back as itself: not a non-finite number (JSON writes null) nor -0 (it writes 0).
+ */
 function isFlat(value: unknown): value is Flat {
   if (value === null || typeof value !== 'object' || Object.getPrototypeOf(value) !== Object.prototype)
     return false;
   for (const key in value) {
     if (!Object.hasOwn(value, key)) return false;
     const field = (value as Record<string, unknown>)[key];
-    if (
-      field !== null &&
-      typeof field !== 'string' &&
-      typeof field !== 'number' &&
-      typeof field !== 'boolean'
-    )
-      return false;
+    if (typeof field === 'number') {
+      if (!Number.isFinite(field) || Object.is(field, -0)) return false;
+    } else if (field !== null && typeof field !== 'string' && typeof field !== 'boolean') return false;
   }
   return true;
 }

@@ -68,15 +68,11 @@ export class SessionTable {
   async makeRoom(owner: string): Promise<number> {
     let closed = 0;
     const perOwner = this.options.maxPerOwner ?? Number.POSITIVE_INFINITY;
-    let owned = this.countOf(owner);
-    if (owned >= perOwner) {
-      const own = [...this.sessions]
-        .filter(([, s]) => s.owner === owner)
-        .sort(([, a], [, b]) => a.used - b.used);
-      for (const [id] of own) {
-        if (owned < perOwner) break;
+    const own = [...this.sessions].filter(([, s]) => s.owner === owner);
+    if (own.length >= perOwner) {
+      own.sort(([, a], [, b]) => a.used - b.used);
+      for (const [id] of own.slice(0, own.length - perOwner + 1)) {
         await this.close(id);
-        owned--;
         closed++;
       }
     }

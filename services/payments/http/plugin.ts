@@ -11,7 +11,7 @@ import { errorHandler } from '../../api/errors.ts';
 import { QuotaUnavailableError, serveMetered } from '../../api/metered-call.ts';
 import { codesText, documented, refusal } from '../../api/openapi.ts';
 import { limitedCaller } from '../../api/rate-limit.ts';
-import { recall, remember } from '../../api/remembered-input.ts';
+import { REMEMBERED_INPUTS, REMEMBERED_TEXT_CHARS, recall, remember } from '../../api/remembered-input.ts';
 import { answerBytesWithService } from '../../api/served-answers.ts';
 import type { PaidServiceMeta, ServiceMeta } from '../../api/service-meta.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
@@ -109,14 +109,10 @@ function refusalError(refusal: Refusal): ServiceError {
   });
 }
 
-/** Bodies this long or shorter have their price remembered: an unpaid quote repeats the same few. */
-const REMEMBERED_BODY_CHARS = 1_024;
-/** Distinct bodies remembered per route; past this, the oldest goes (a client chooses the body). */
-const REMEMBERED_BODIES = 256;
-
 /**
  * The price of a body for the 402 quote, which needs nothing else from it: the same body always
- * prices the same, so small bodies are read and validated once, not per quote. A body that does
+ * prices the same, so small bodies are read and validated once, not per quote (within the limits
+ * of remembered inputs; a price is remembered for a body that does not validate too). A body that does
  * not validate is quoted at the tool's base price: discovery indexers probe a paid route with an
  * empty POST and drop it unless it answers with its quote, and the body is judged once a payment
  * comes with it (a paid or keyed call reads its body in full, readBody, before anything is charged).
@@ -128,11 +124,11 @@ function bodyPricer(tool: PaidTool): (raw: unknown) => number {
     return tool.price(body.ok ? body.input : null);
   };
   return (raw) => {
-    if (typeof raw !== 'string' || raw.length > REMEMBERED_BODY_CHARS) return priceOf(raw);
+    if (typeof raw !== 'string' || raw.length > REMEMBERED_TEXT_CHARS) return priceOf(raw);
     let result = remembered.get(raw);
     if (result === undefined) {
       result = priceOf(raw);
-      if (remembered.size >= REMEMBERED_BODIES) remembered.delete(remembered.keys().next().value!);
+      if (remembered.size >= REMEMBERED_INPUTS) remembered.delete(remembered.keys().next().value!);
       remembered.set(raw, result);
     }
     return result;

@@ -37,10 +37,12 @@
  * calls answered, so no call went undebited.
  *
  *   npx tsx bench/http-service.bench.ts [--paths=mcp,mcp-oneshot,mcp-2026,bearer,mcp-redis,quote,verify] [--seconds=3]
- *     [--rounds=3] [--connections=32] [--cpu-prof=<dir>] (profile the service process)
+ *     [--rounds=3] [--connections=32] [--cpu-prof=<dir>] (profile the service process; the bare baseline's
+ *     profile goes to <dir>/bare)
  *     [--perf-map] (service and bare with --perf-basic-prof, for `perf record -e cpu-clock`)
  */
 import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
 import { deleteStream } from '../test/nats-server.ts';
 import { wipePrefix } from '../test/redis-probe.ts';
 import { whenMain } from './harness.ts';
@@ -311,7 +313,10 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
       }
       routes.push(route);
     }
-    bare = await startBare(routes, { perfMap: o.perfMap });
+    bare = await startBare(routes, {
+      perfMap: o.perfMap,
+      ...(o.cpuProf ? { cpuProf: join(o.cpuProf, 'bare') } : {}),
+    });
 
     const drive =
       (side: 'service' | 'bare' | 'floor', path: PathName, seconds = o.seconds) =>

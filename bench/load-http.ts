@@ -175,11 +175,12 @@ export async function capture(
 
 /**
  * The bare Fastify baseline in its own process; with `durable`, the durability floor (see
- * load-bare.ts): POSTs answer once a group-committed LMDB record of them is flushed.
+ * load-bare.ts): POSTs answer once a group-committed LMDB record of them is flushed. `cpuProf`
+ * as for startService: the baseline profiled too, to set the service's functions against it.
  */
 export async function startBare(
   routes: CapturedRoute[],
-  options: { durable?: boolean; perfMap?: boolean } = {},
+  options: { durable?: boolean; perfMap?: boolean; cpuProf?: string } = {},
 ): Promise<Proc> {
   const tmp = tempDir('bench-bare-');
   const dir = tmp.path;
@@ -189,7 +190,13 @@ export async function startBare(
   const args = [file, String(port), ...(options.durable ? [join(dir, 'lmdb')] : [])];
   const child = spawn(
     process.execPath,
-    [...TSX, ...(options.perfMap ? PERF_MAP_FLAGS : []), 'bench/load-bare.ts', ...args],
+    [
+      ...TSX,
+      ...(options.perfMap ? PERF_MAP_FLAGS : []),
+      ...(options.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${options.cpuProf}`] : []),
+      'bench/load-bare.ts',
+      ...args,
+    ],
     {
       cwd: ROOT,
       env: { PATH: process.env.PATH },

@@ -1,7 +1,7 @@
 import { CacheUnavailableError } from '../../adapters/cache/port.ts';
 import type { Plan } from '../../contracts/events.ts';
 import type { QuotaMeter } from '../quota/quota-meter.ts';
-import type { QuotaSnapshot } from '../quota/snapshot.ts';
+import { type QuotaSnapshot, resetTime } from '../quota/snapshot.ts';
 import type { Caller } from './caller.ts';
 import type { ServiceMeta } from './service-meta.ts';
 
@@ -74,8 +74,8 @@ function rememberHeadroom(quota: QuotaMeter, caller: Caller, snapshot: QuotaSnap
     return;
   }
   const resets = Math.min(
-    Date.parse(snapshot.resets_at),
-    snapshot.daily ? Date.parse(snapshot.daily.resets_at) : Number.POSITIVE_INFINITY,
+    resetTime(snapshot.resets_at),
+    snapshot.daily ? resetTime(snapshot.daily.resets_at) : Number.POSITIVE_INFINITY,
   );
   if (!map.has(id) && map.size >= HEADROOM_SUBJECTS) map.delete(map.keys().next().value!);
   map.set(id, { plan: caller.subject.plan, until: Math.min(now + HEADROOM_MS, resets) });

@@ -109,23 +109,52 @@ interface Window {
 }
 
 /**
+ * A credential's window over everything it calls, and its windows per tool: each opens at its own
+ * first request, as the shared counters' keys do, so a tool's window may outlast the credential's.
+ */
+interface Credential extends Window {
+  tools: Map<string, Window>;
+}
+
+/**
  * Fixed windows counted in this process: a window opens at a credential's first request and lasts
  * the configured time, every request counts (refused ones too, as on Redis), and windows that
  * have ended are swept once per window length, so a flood of addresses does not stay in memory.
  * Synchronous on purpose: the embedded limiter runs on every request, before every route.
+ *
+ * Kept by the credential's own string, its tools' windows under it: a key made per request
+ * (tier, credential and tool joined) was a new string to flatten and hash twice per call, which
+ * showed in the keyed MCP profile; a key's subject id is the same string from call to call.
  */
 class LocalWindows {
-  private readonly windows = new Map<string, Window>();
+  private readonly credentials = new Map<string, Credential>();
   private nextSweep = 0;
 
   constructor(private readonly windowMs: number) {}
 
-  take(key: string, limit: number, now: number): RateDecision {
+  /** Takes one from the credential's window, and when it allows, from the tool's; the tighter decides. */
+  take(credential: string, tool: string | null, limits: { all: number; perTool: number }, now: number) {
     if (now >= this.nextSweep) this.sweep(now);
-    let window = this.windows.get(key);
-    if (window === undefined || window.resetsAt <= now) {
-      window = { count: 0, resetsAt: now + this.windowMs };
-      this.windows.set(key, window);
+    let own = this.credentials.get(credential);
+    if (own === undefined) {
+      own = { count: 0, resetsAt: 0, tools: new Map() };
+      this.credentials.set(credential, own);
+    }
+    const overall = this.count(own, limits.all, now);
+    if (!overall.allowed || tool === null) return overall;
+    let window = own.tools.get(tool);
+    if (window === undefined) {
+      window = { count: 0, resetsAt: 0 };
+      own.tools.set(tool, window);
+    }
+    return tighter(overall, this.count(window, limits.perTool, now));
+  }
+
+  /** Counts one request in `window`, opening it afresh when it has ended. */
+  private count(window: Window, limit: number, now: number): RateDecision {
+    if (window.resetsAt <= now) {
+      window.count = 0;
+      window.resetsAt = now + this.windowMs;
     }
     window.count++;
     return {
@@ -137,7 +166,10 @@ class LocalWindows {
   }
 
   private sweep(now: number): void {
-    for (const [key, window] of this.windows) if (window.resetsAt <= now) this.windows.delete(key);
+    for (const [key, own] of this.credentials) {
+      for (const [tool, window] of own.tools) if (window.resetsAt <= now) own.tools.delete(tool);
+      if (own.resetsAt <= now && own.tools.size === 0) this.credentials.delete(key);
+    }
     this.nextSweep = now + this.windowMs;
   }
 }
@@ -161,7 +193,7 @@ export class RateLimiter {
   /** In-process budgets per tier: each credential's, and each credential's per tool. */
   private readonly local = new Map<
     RateTier,
-    { all: LocalWindows; byTool: LocalWindows; limits: { all: number; perTool: number } }
+    { windows: LocalWindows; limits: { all: number; perTool: number } }
   >();
   private readonly windowMs: number;
   private readonly redis: TakingRedis | null;
@@ -185,7 +217,10 @@ export class RateLimiter {
       this.redis.defineCommand('signalRateTakeMany', { lua: TAKE_MANY_SCRIPT });
   }
 
-  /** Takes one request from the credential's budget (and the tool's, when one is named). */
+  /**
+   * Takes one request from the credential's budget (and the tool's, when one is named). The
+   * credential is the caller's subject id: the tier keeps those of different tiers apart.
+   */
   async take(tier: RateTier, credential: string, tool: string | null): Promise<RateDecision> {
     if (this.redis && this.redis.status === 'ready') {
       try {
@@ -210,26 +245,19 @@ export class RateLimiter {
   private takeLocal(tier: RateTier, credential: string, tool: string | null): RateDecision {
     let budgets = this.local.get(tier);
     if (budgets === undefined) {
-      budgets = {
-        all: new LocalWindows(this.windowMs),
-        byTool: new LocalWindows(this.windowMs),
-        limits: this.limits[tier],
-      };
+      budgets = { windows: new LocalWindows(this.windowMs), limits: this.limits[tier] };
       this.local.set(tier, budgets);
     }
-    const now = Date.now();
-    const overall = budgets.all.take(credential, budgets.limits.all, now);
-    if (!overall.allowed || tool === null) return overall;
-    return tighter(overall, budgets.byTool.take(`${credential}:${tool}`, budgets.limits.perTool, now));
+    return budgets.windows.take(credential, tool, budgets.limits, Date.now());
   }
 
   private takeShared(tier: RateTier, credential: string, tool: string | null): Promise<RateDecision> {
     const { all, perTool } = this.limits[tier];
+    // The tier twice (`rl:pro:all:pro:<id>`): the shape every replica has counted on since the
+    // limit was shared, kept so that replicas of both versions count a rollout's window together.
     const base = `${this.store!.prefix}rl:${tier}:`;
-    const keys =
-      tool === null
-        ? [`${base}all:${credential}`]
-        : [`${base}all:${credential}`, `${base}tool:${credential}:${tool}`];
+    const own = `${tier}:${credential}`;
+    const keys = tool === null ? [`${base}all:${own}`] : [`${base}all:${own}`, `${base}tool:${own}:${tool}`];
     const limits = tool === null ? [all] : [all, perTool];
     return new Promise<RateDecision>((resolve, reject) => {
       this.takes.add({ keys, limits, resolve, reject });
@@ -284,7 +312,8 @@ function tighter(overall: RateDecision, byTool: RateDecision): RateDecision {
 
 /** The tool a request calls: from the /x402/<tool> path, or a JSON-RPC tools/call on /mcp. */
 export function toolOf(url: string, body: unknown): string | null {
-  const path = url.split('?')[0]!;
+  const query = url.indexOf('?');
+  const path = query < 0 ? url : url.slice(0, query);
   if (path.startsWith('/x402/')) return path.slice('/x402/'.length) || null;
   if (isMcpPath(path) && body !== null && typeof body === 'object' && !Array.isArray(body)) {
     const { method, params } = body as { method?: unknown; params?: { name?: unknown } };
@@ -373,8 +402,11 @@ function limitHook(deps: RateLimitPluginDeps) {
       callerNow(deps.keys, { headers: request.headers, clientAddress: request.ip });
     if (caller !== null) {
       (request as Identified)[IDENTIFIED] = caller;
-      const tier = callerTier(caller);
-      const decision = deps.limiter.takeNow(tier, `${tier}:${caller.subject.id}`, toolOf(path, request.body));
+      const decision = deps.limiter.takeNow(
+        callerTier(caller),
+        caller.subject.id,
+        toolOf(path, request.body),
+      );
       if (decision !== null) {
         const resetSeconds = announce(reply, decision);
         // Answered from here on refusal: the callback is then not called (Fastify's rule).
@@ -462,8 +494,7 @@ async function limitAwaiting(
     // The route itself answers the refused key (401/-32003); here it counts as its address.
     caller = { auth: err.service.auth, subject: err.anonymous, keyId: null };
   }
-  const tier = callerTier(caller);
-  const decision = await deps.limiter.take(tier, `${tier}:${caller.subject.id}`, toolOf(path, request.body));
+  const decision = await deps.limiter.take(callerTier(caller), caller.subject.id, toolOf(path, request.body));
   const resetSeconds = announce(reply, decision);
   if (decision.allowed) return false;
   await refuse(deps, request, reply, path, caller, decision, resetSeconds);

@@ -45,4 +45,31 @@ describe('RateLimiter in-process (no Redis)', () => {
     expect(limiter.takeNow('free', 'k', 'z')).toMatchObject({ allowed: false, limit: 10 });
     expect(await limiter.take('free', 'other', 'z')).toMatchObject({ allowed: true, remaining: 4 });
   });
+
+  it("opens a tool's window at the tool's first request, so it may outlast the credential's window", () => {
+    const limiter = new RateLimiter(settings, null);
+    expect(limiter.takeNow('free', 'k', null)).toMatchObject({
+      allowed: true,
+      remaining: 9,
+      resetMs: 60_000,
+    });
+    vi.advanceTimersByTime(30_000);
+    for (let i = 0; i < 5; i++) expect(limiter.takeNow('free', 'k', 'x')!.allowed).toBe(true);
+    expect(limiter.takeNow('free', 'k', 'x')).toMatchObject({ allowed: false, limit: 5, resetMs: 60_000 });
+    // The credential's window starts afresh; tool x's still has 30 s to run, and refuses.
+    vi.advanceTimersByTime(30_000);
+    expect(limiter.takeNow('free', 'k', 'x')).toMatchObject({ allowed: false, limit: 5, resetMs: 30_000 });
+    expect(limiter.takeNow('free', 'k', null)).toMatchObject({ allowed: true, limit: 10, remaining: 8 });
+    vi.advanceTimersByTime(30_000);
+    expect(limiter.takeNow('free', 'k', 'x')).toMatchObject({ allowed: true, limit: 5, remaining: 4 });
+    // Long after both ended (swept meanwhile), everything starts afresh.
+    vi.advanceTimersByTime(600_000);
+    expect(limiter.takeNow('free', 'k', 'x')).toMatchObject({
+      allowed: true,
+      limit: 5,
+      remaining: 4,
+      resetMs: 60_000,
+    });
+    expect(limiter.takeNow('free', 'k', null)).toMatchObject({ allowed: true, limit: 10, remaining: 8 });
+  });
 });

@@ -14,6 +14,11 @@
  *   mcp-redis    `mcp` on Redis + NATS instead of the embedded defaults.
  *   quote        `POST /x402/get_trade_call` without payment: the 402 quote.
  *   verify       `GET /verify/<stream>/<rev>`: an immutable chain proof.
+ *   healthz      `GET /healthz`: a route with no work of its own (no rate limit, no validation, a
+ *                constant answer). No target: its ratio is what any request pays in this service
+ *                beside bare Fastify (request id, the access line, the duration histogram, the
+ *                hooks, sharing the process with the engine and projections), the floor under
+ *                every other path's ratio.
  * Targets (issue 32): CPU per request at most 2.0× bare's for the MCP calls (and at least 0.5 of
  * bare's rate), 1.8× for bearer, 1.3× for the quote and /verify; the rate targets of issue 15
  * (quote ≥ 0.6, verify ≥ 0.5) stay beside them.
@@ -36,7 +41,7 @@
  * keyed run the key's `_service.quota.used` is read back: it must have grown by the number of
  * calls answered, so no call went undebited.
  *
- *   npx tsx bench/http-service.bench.ts [--paths=mcp,mcp-oneshot,mcp-2026,bearer,mcp-redis,quote,verify] [--seconds=3]
+ *   npx tsx bench/http-service.bench.ts [--paths=mcp,mcp-oneshot,mcp-2026,bearer,mcp-redis,quote,verify,healthz] [--seconds=3]
  *     [--rounds=3] [--connections=32] [--cpu-prof=<dir>] (profile the service process; the bare baseline's
  *     profile goes to <dir>/bare)
  *     [--perf-map] (service and bare with --perf-basic-prof, for `perf record -e cpu-clock`)
@@ -77,8 +82,18 @@ const TARGETS: Record<PathName, PathTargets> = {
   'mcp-redis': { rate: 0.5 },
   quote: { rate: 0.6, cpu: 1.3 },
   verify: { rate: 0.5, cpu: 1.3 },
+  healthz: {},
 };
-const PATHS = ['mcp', 'mcp-oneshot', 'mcp-2026', 'bearer', 'mcp-redis', 'quote', 'verify'] as const;
+const PATHS = [
+  'mcp',
+  'mcp-oneshot',
+  'mcp-2026',
+  'bearer',
+  'mcp-redis',
+  'quote',
+  'verify',
+  'healthz',
+] as const;
 type PathName = (typeof PATHS)[number];
 /** The keyed paths: each call is debited, and the debits are counted back after the run. */
 const KEYED: ReadonlySet<PathName> = new Set(['mcp', 'mcp-oneshot', 'mcp-2026', 'bearer', 'mcp-redis']);
@@ -302,6 +317,7 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
           },
         },
         verify: { path: verifyPath, bareUrl: verifyPath, init: { method: 'GET', headers: {} } },
+        healthz: { path: '/healthz', bareUrl: '/healthz', init: { method: 'GET', headers: {} } },
       };
     const routes = [mcpRoute, quoteRoute, verifyRoute];
     for (const path of paths) {
@@ -416,6 +432,8 @@ function describe(path: PathName): string {
       return 'POST /x402/get_trade_call unpaid, 402 quote';
     case 'verify':
       return 'GET /verify/<stream>/<rev>';
+    case 'healthz':
+      return 'GET /healthz, no work of its own: the floor under every path, no target';
   }
 }
 

@@ -21,7 +21,7 @@ const BENCHES: Record<string, () => Promise<unknown>> = {
   // The 402 quote path is measured by the x402 bench, through the same out-of-process harness.
   http: async () =>
     (await import('./http-service.bench.ts')).run({
-      paths: ['mcp', 'mcp-oneshot', 'mcp-2026', 'bearer', 'mcp-redis', 'verify'],
+      paths: ['mcp', 'mcp-oneshot', 'mcp-2026', 'bearer', 'mcp-redis', 'verify', 'healthz'],
     }),
   x402: async () => (await import('./x402.bench.ts')).run(),
   'x402-paid': async () => (await import('./x402-paid-latency.bench.ts')).run(),

@@ -14,8 +14,8 @@
  *   mcp-redis    `mcp` on Redis + NATS instead of the embedded defaults.
  *   quote        `POST /x402/get_trade_call` without payment: the 402 quote.
  *   verify       `GET /verify/<stream>/<rev>`: an immutable chain proof.
- *   healthz      `GET /healthz`: a route with no work of its own (no rate limit, no validation, a
- *                constant answer). No target: its ratio is what any request pays in this service
+ *   healthz      `GET /healthz`: a route with no work of its own (no rate limit, no validation, its
+ *                status and uptime). No target: its ratio is what any request pays in this service
  *                beside bare Fastify (request id, the access line, the duration histogram, the
  *                hooks, sharing the process with the engine and projections), the floor under
  *                every other path's ratio.

@@ -113,7 +113,8 @@ interface Window {
  * first request, as the shared counters' keys do, so a tool's window may outlast the credential's.
  */
 interface Credential extends Window {
-  tools: Map<string, Window>;
+  /** Made at the credential's first tool call: an address that calls none holds no Map. */
+  tools: Map<string, Window> | null;
 }
 
 /**
@@ -137,11 +138,12 @@ class LocalWindows {
     if (now >= this.nextSweep) this.sweep(now);
     let own = this.credentials.get(credential);
     if (own === undefined) {
-      own = { count: 0, resetsAt: 0, tools: new Map() };
+      own = { count: 0, resetsAt: 0, tools: null };
       this.credentials.set(credential, own);
     }
     const overall = this.count(own, limits.all, now);
     if (!overall.allowed || tool === null) return overall;
+    own.tools ??= new Map();
     let window = own.tools.get(tool);
     if (window === undefined) {
       window = { count: 0, resetsAt: 0 };
@@ -167,8 +169,11 @@ class LocalWindows {
 
   private sweep(now: number): void {
     for (const [key, own] of this.credentials) {
-      for (const [tool, window] of own.tools) if (window.resetsAt <= now) own.tools.delete(tool);
-      if (own.resetsAt <= now && own.tools.size === 0) this.credentials.delete(key);
+      if (own.tools !== null) {
+        for (const [tool, window] of own.tools) if (window.resetsAt <= now) own.tools.delete(tool);
+        if (own.tools.size === 0) own.tools = null;
+      }
+      if (own.resetsAt <= now && own.tools === null) this.credentials.delete(key);
     }
     this.nextSweep = now + this.windowMs;
   }

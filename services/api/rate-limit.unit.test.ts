@@ -62,7 +62,7 @@ describe('RateLimiter in-process (no Redis)', () => {
     expect(limiter.takeNow('free', 'k', null)).toMatchObject({ allowed: true, limit: 10, remaining: 8 });
     vi.advanceTimersByTime(30_000);
     expect(limiter.takeNow('free', 'k', 'x')).toMatchObject({ allowed: true, limit: 5, remaining: 4 });
-    // Long after both ended (swept meanwhile), everything starts afresh.
+    // Long after both ended, everything starts afresh.
     vi.advanceTimersByTime(600_000);
     expect(limiter.takeNow('free', 'k', 'x')).toMatchObject({
       allowed: true,

@@ -20,8 +20,18 @@ export function requestIds(body: unknown): RpcId[] {
   return ids;
 }
 
-// 7 and "7" are different JSON-RPC ids.
-const keyOf = (id: RpcId) => `${typeof id}:${id}`;
+/**
+ * A session's ids in flight, strings and numbers apart (7 and "7" are different JSON-RPC ids):
+ * looked up as they are, where a key spelt per request (`number:7`) was a new string to hash.
+ */
+interface Held {
+  strings: Set<string>;
+  numbers: Set<number>;
+}
+
+function holds(held: Held, id: RpcId): boolean {
+  return typeof id === 'string' ? held.strings.has(id) : held.numbers.has(id);
+}
 
 /**
  * The ids one request holds until it is answered. A class rather than a closure per request:
@@ -32,43 +42,48 @@ export class HeldIds {
   private released = false;
 
   constructor(
-    private readonly owner: InFlightIds,
-    private readonly sessionId: string,
-    private readonly held: Set<string>,
-    private readonly keys: string[],
+    private readonly held: Held | null,
+    private readonly ids: RpcId[],
   ) {}
 
   release(): void {
-    if (this.released) return;
+    if (this.released || this.held === null) return;
     this.released = true;
-    for (const key of this.keys) this.held.delete(key);
-    this.owner.emptied(this.sessionId, this.held);
+    for (const id of this.ids) {
+      if (typeof id === 'string') this.held.strings.delete(id);
+      else this.held.numbers.delete(id);
+    }
   }
 }
 
 export class InFlightIds {
-  private readonly bySession = new Map<string, Set<string>>();
+  /**
+   * Kept for as long as the session (dropped by `forget`, which its close calls), not made and
+   * dropped around each request: that was a Set and two Map writes per keyed call.
+   */
+  private readonly bySession = new Map<string, Held>();
 
   /**
    * Claims every id for the session, or none: the id that is already in flight (or repeated
    * within the body) when there is one, else the claim, to release once answered.
    */
   claim(sessionId: string, ids: RpcId[]): { conflict: RpcId } | HeldIds {
-    const held = this.bySession.get(sessionId) ?? new Set<string>();
-    const keys: string[] = [];
-    for (const id of ids) {
-      const key = keyOf(id);
-      if (held.has(key) || keys.includes(key)) return { conflict: id };
-      keys.push(key);
+    if (ids.length === 0) return new HeldIds(null, ids);
+    let held = this.bySession.get(sessionId);
+    if (held === undefined) {
+      held = { strings: new Set(), numbers: new Set() };
+      this.bySession.set(sessionId, held);
     }
-    for (const key of keys) held.add(key);
-    if (keys.length > 0) this.bySession.set(sessionId, held);
-    return new HeldIds(this, sessionId, held, keys);
-  }
-
-  /** Drops a session's set once its last id is released (unless the session was forgotten meanwhile). */
-  emptied(sessionId: string, held: Set<string>): void {
-    if (held.size === 0 && this.bySession.get(sessionId) === held) this.bySession.delete(sessionId);
+    for (let i = 0; i < ids.length; i++) {
+      const id = ids[i]!;
+      // indexOf compares strictly: 7 and "7" are not a repeat.
+      if (holds(held, id) || ids.indexOf(id) !== i) return { conflict: id };
+    }
+    for (const id of ids) {
+      if (typeof id === 'string') held.strings.add(id);
+      else held.numbers.add(id);
+    }
+    return new HeldIds(held, ids);
   }
 
   forget(sessionId: string): void {

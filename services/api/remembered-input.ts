@@ -33,8 +33,16 @@ export function remember(schema: z.ZodType, text: string, input: unknown): void 
     inputs = new Map();
     remembered.set(schema, inputs);
   }
-  if (inputs.size >= REMEMBERED_INPUTS) inputs.delete(inputs.keys().next().value!);
-  inputs.set(text, { ...input });
+  keepBounded(inputs, text, { ...input });
+}
+
+/**
+ * Sets `key` in a memo keyed by text a client chooses, dropping the oldest entry once it holds
+ * REMEMBERED_INPUTS: the one bound for every such memo of a tool's input.
+ */
+export function keepBounded<V>(memo: Map<string, V>, key: string, value: V): void {
+  if (!memo.has(key) && memo.size >= REMEMBERED_INPUTS) memo.delete(memo.keys().next().value!);
+  memo.set(key, value);
 }
 
 /**

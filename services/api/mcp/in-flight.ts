@@ -25,13 +25,12 @@ export function requestIds(body: unknown): RpcId[] {
  * looked up as they are, where a key spelt per request (`number:7`) was a new string to hash.
  */
 interface Held {
-  strings: Set<string>;
-  numbers: Set<number>;
+  strings: Set<RpcId>;
+  numbers: Set<RpcId>;
 }
 
-function holds(held: Held, id: RpcId): boolean {
-  return typeof id === 'string' ? held.strings.has(id) : held.numbers.has(id);
-}
+/** The set that holds ids of `id`'s type. */
+const setOf = (held: Held, id: RpcId): Set<RpcId> => (typeof id === 'string' ? held.strings : held.numbers);
 
 /**
  * The ids one request holds until it is answered. A class rather than a closure per request:
@@ -49,10 +48,7 @@ export class HeldIds {
   release(): void {
     if (this.released || this.held === null) return;
     this.released = true;
-    for (const id of this.ids) {
-      if (typeof id === 'string') this.held.strings.delete(id);
-      else this.held.numbers.delete(id);
-    }
+    for (const id of this.ids) setOf(this.held, id).delete(id);
   }
 }
 
@@ -77,12 +73,9 @@ export class InFlightIds {
     for (let i = 0; i < ids.length; i++) {
       const id = ids[i]!;
       // indexOf compares strictly: 7 and "7" are not a repeat.
-      if (holds(held, id) || ids.indexOf(id) !== i) return { conflict: id };
+      if (setOf(held, id).has(id) || ids.indexOf(id) !== i) return { conflict: id };
     }
-    for (const id of ids) {
-      if (typeof id === 'string') held.strings.add(id);
-      else held.numbers.add(id);
-    }
+    for (const id of ids) setOf(held, id).add(id);
     return new HeldIds(held, ids);
   }
 

@@ -11,7 +11,7 @@ import { errorHandler } from '../../api/errors.ts';
 import { QuotaUnavailableError, serveMetered } from '../../api/metered-call.ts';
 import { codesText, documented, refusal } from '../../api/openapi.ts';
 import { limitedCaller } from '../../api/rate-limit.ts';
-import { REMEMBERED_INPUTS, REMEMBERED_TEXT_CHARS, recall, remember } from '../../api/remembered-input.ts';
+import { keepBounded, REMEMBERED_TEXT_CHARS, recall, remember } from '../../api/remembered-input.ts';
 import { answerBytesWithService } from '../../api/served-answers.ts';
 import type { PaidServiceMeta, ServiceMeta } from '../../api/service-meta.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
@@ -128,8 +128,7 @@ function bodyPricer(tool: PaidTool): (raw: unknown) => number {
     let result = remembered.get(raw);
     if (result === undefined) {
       result = priceOf(raw);
-      if (remembered.size >= REMEMBERED_INPUTS) remembered.delete(remembered.keys().next().value!);
-      remembered.set(raw, result);
+      keepBounded(remembered, raw, result);
     }
     return result;
   };

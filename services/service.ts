@@ -11,6 +11,7 @@ import { createSignalEngine, type SignalEngine } from './engine/engine.ts';
 import type { X402Setup } from './payments/setup.ts';
 import { createMetrics } from './shared/metrics.ts';
 import { Readiness } from './shared/readiness.ts';
+import { keepTickShape } from './shared/tick-shape.ts';
 import { composeSlices } from './slices.ts';
 
 export interface RunningService {
@@ -33,6 +34,7 @@ export interface RunningService {
  * /metrics) on PORT so an orchestrator can probe it.
  */
 export async function startService(config: Config, roles: Role[], logger: Logger): Promise<RunningService> {
+  keepTickShape();
   const adapters = await openAdapters(config, logger);
   const metrics = config.METRICS_ENABLED ? createMetrics() : null;
   // Whichever slice started them (key registry, webhooks, payments, history...), each runner's lag.

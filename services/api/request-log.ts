@@ -206,11 +206,17 @@ function chindingsOf(parent: Logger, bindings: Bindings): string | null {
 }
 
 /** Characters JSON.stringify writes as they are: printable ASCII but `"` and `\`. */
-const PLAIN_JSON = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/;
-
-/** JSON.stringify of a string, without the call for the common case (an id, a path). */
+/**
+ * JSON.stringify of a string, without the call for the common case (an id, a path: printable
+ * ASCII with no quote or backslash). A loop rather than a regular expression: under perf the
+ * test of the request URL went through V8's runtime on every request (1.7 % of GET /healthz).
+ */
 function jsonString(value: string): string {
-  return PLAIN_JSON.test(value) ? `"${value}"` : JSON.stringify(value);
+  for (let i = 0; i < value.length; i++) {
+    const c = value.charCodeAt(i);
+    if (c < 0x20 || c > 0x7e || c === 0x22 || c === 0x5c) return JSON.stringify(value);
+  }
+  return `"${value}"`;
 }
 
 /**

@@ -22,6 +22,7 @@ import { KeyResolver } from '../services/keys/key-resolver.ts';
 import { Relay } from '../services/relay/relay.ts';
 import { relayTypes } from '../services/relay/relay-types.ts';
 import { Readiness } from '../services/shared/readiness.ts';
+import { keepTickShape } from '../services/shared/tick-shape.ts';
 import { dispatcherComponent, webhookApi } from '../services/webhooks/component.ts';
 import type { WebhookSettings } from '../services/webhooks/settings.ts';
 import { deleteStream, NATS_URL } from './nats-server.ts';
@@ -157,6 +158,9 @@ export async function startWebhookStack(options: {
   /** Stands in for the engine's feed in the dispatcher (venue rankings, the digest clock). */
   wrapFeed?: (feed: MarketFeed) => MarketFeed;
 }): Promise<WebhookStack> {
+  // The stack stands in for a service process (the single-layout webhook bench measures it), and
+  // startService keeps a tick record alive in every service process.
+  keepTickShape();
   const id = randomUUID().slice(0, 8);
   const stream = `WHTEST_${id}`;
   const prefix = `wh${id}`;

@@ -205,7 +205,6 @@ function chindingsOf(parent: Logger, bindings: Bindings): string | null {
   return out;
 }
 
-/** Characters JSON.stringify writes as they are: printable ASCII but `"` and `\`. */
 /**
  * JSON.stringify of a string, without the call for the common case (an id, a path: printable
  * ASCII with no quote or backslash). A loop rather than a regular expression: under perf the

@@ -12,9 +12,10 @@ import { createHook } from 'node:async_hooks';
  * key of the literal from then on (under perf: `Runtime_DefineKeyedOwnPropertyInLiteral` with map
  * migrations, 8.5 % of the service's CPU on GET /healthz). Timed inside the running service: 310 ns
  * per tick on Node 20 and 390-415 ns on Node 24, against 58 and 71 ns in a bare process; with a
- * record held, 72-113 and 80-105 ns. The likeliest reading: the rebuilt chain is deprecated when a
- * tick id first comes as a double, and code optimised against a deprecated class cannot inline the
- * literal and is never re-optimised. Whatever the exact path, a held record keeps the chain alive.
+ * record held, 72-113 and 80-105 ns (64-67 on Node 24 once promises went untracked, below). The
+ * likeliest reading: the rebuilt chain is deprecated when a tick id first comes as a double, and
+ * code optimised against a deprecated class cannot inline the literal and is never re-optimised.
+ * Whatever the exact path, a held record keeps the chain alive.
  */
 let held: object | null = null;
 

@@ -2,6 +2,7 @@ import { CacheUnavailableError } from '../../adapters/cache/port.ts';
 import type { Plan } from '../../contracts/events.ts';
 import type { QuotaMeter } from '../quota/quota-meter.ts';
 import { type QuotaSnapshot, resetTime } from '../quota/snapshot.ts';
+import { setBounded } from '../shared/bounded-map.ts';
 import type { Caller } from './caller.ts';
 import type { ServiceMeta } from './service-meta.ts';
 
@@ -77,8 +78,12 @@ function rememberHeadroom(quota: QuotaMeter, caller: Caller, snapshot: QuotaSnap
     resetTime(snapshot.resets_at),
     snapshot.daily ? resetTime(snapshot.daily.resets_at) : Number.POSITIVE_INFINITY,
   );
-  if (!map.has(id) && map.size >= HEADROOM_SUBJECTS) map.delete(map.keys().next().value!);
-  map.set(id, { plan: caller.subject.plan, until: Math.min(now + HEADROOM_MS, resets) });
+  setBounded(
+    map,
+    id,
+    { plan: caller.subject.plan, until: Math.min(now + HEADROOM_MS, resets) },
+    HEADROOM_SUBJECTS,
+  );
 }
 
 function hasHeadroom(quota: QuotaMeter, caller: Caller, now: number): boolean {

@@ -1,4 +1,5 @@
 import type { z } from 'zod';
+import { setBounded } from '../shared/bounded-map.ts';
 
 /**
  * Tool inputs already validated, remembered by the JSON text they were read from: a customer
@@ -33,16 +34,7 @@ export function remember(schema: z.ZodType, text: string, input: unknown): void 
     inputs = new Map();
     remembered.set(schema, inputs);
   }
-  keepBounded(inputs, text, { ...input });
-}
-
-/**
- * Sets `key` in a memo keyed by text a client chooses, dropping the oldest entry once it holds
- * REMEMBERED_INPUTS: the one bound for every such memo of a tool's input.
- */
-export function keepBounded<V>(memo: Map<string, V>, key: string, value: V): void {
-  if (!memo.has(key) && memo.size >= REMEMBERED_INPUTS) memo.delete(memo.keys().next().value!);
-  memo.set(key, value);
+  setBounded(inputs, text, { ...input }, REMEMBERED_INPUTS);
 }
 
 /**

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { type Cache, CounterStateLostError, type QuotaWindow } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { EventData, NewDomainEvent, Plan } from '../../contracts/events.ts';
+import { setBounded } from '../shared/bounded-map.ts';
 import type { PlanLimits, PlanTable } from './plans.ts';
 import { QUOTA_FAMILY, QuotaCounters } from './quota-rebuild.ts';
 import { type QuotaSnapshot, quotaSnapshot } from './snapshot.ts';
@@ -107,10 +108,7 @@ export class QuotaMeter {
       windows: Object.freeze(windows) as QuotaWindow[],
       keys: Object.freeze(windows.map((w) => w.key)) as string[],
     };
-    if (known === undefined && this.windowsBySubject.size >= REMEMBERED_SUBJECTS) {
-      this.windowsBySubject.delete(this.windowsBySubject.keys().next().value!);
-    }
-    this.windowsBySubject.set(subject.id, made);
+    setBounded(this.windowsBySubject, subject.id, made, REMEMBERED_SUBJECTS);
     return made;
   }
 

@@ -11,7 +11,7 @@ import { errorHandler } from '../../api/errors.ts';
 import { QuotaUnavailableError, serveMetered } from '../../api/metered-call.ts';
 import { codesText, documented, refusal } from '../../api/openapi.ts';
 import { limitedCaller } from '../../api/rate-limit.ts';
-import { keepBounded, REMEMBERED_TEXT_CHARS, recall, remember } from '../../api/remembered-input.ts';
+import { REMEMBERED_INPUTS, REMEMBERED_TEXT_CHARS, recall, remember } from '../../api/remembered-input.ts';
 import { answerBytesWithService } from '../../api/served-answers.ts';
 import type { PaidServiceMeta, ServiceMeta } from '../../api/service-meta.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
@@ -19,6 +19,7 @@ import type { SignalOperations } from '../../engine/operations.ts';
 import type { KeyResolver } from '../../keys/key-resolver.ts';
 import type { QuotaMeter } from '../../quota/quota-meter.ts';
 import { quotaRetryAfter } from '../../quota/snapshot.ts';
+import { setBounded } from '../../shared/bounded-map.ts';
 import { type DecodedPayment, decodePaymentHeader, paymentResponseHeader } from '../codecs.ts';
 import { describeError, type PaymentFlowDeps, type Refusal, runPaidCall } from '../payment-flow.ts';
 import { QUOTE_CACHE_SIZE, type Quote, type Quoter, quoteJson, quoteJsonWith } from '../quote.ts';
@@ -128,7 +129,7 @@ function bodyPricer(tool: PaidTool): (raw: unknown) => number {
     let result = remembered.get(raw);
     if (result === undefined) {
       result = priceOf(raw);
-      keepBounded(remembered, raw, result);
+      setBounded(remembered, raw, result, REMEMBERED_INPUTS);
     }
     return result;
   };

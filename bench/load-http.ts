@@ -66,6 +66,14 @@ const PERF_MAP_FLAGS = [
   `--logfile=${join(tmpdir(), 'bench-perf-map-v8.log')}`,
 ];
 
+/** Node's flags for the profiles a run asks of a process it starts (the service or the baseline). */
+function profileFlags(options: { cpuProf?: string; perfMap?: boolean }): string[] {
+  return [
+    ...(options.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${options.cpuProf}`] : []),
+    ...(options.perfMap ? PERF_MAP_FLAGS : []),
+  ];
+}
+
 /**
  * The real service (`services/main.ts`, what `npm start` runs) on a fresh DATA_DIR. `cpuProf`
  * names a directory for `node --cpu-prof` (written when the process exits); `perfMap` starts node
@@ -77,12 +85,7 @@ export async function startService(
   options: { cpuProf?: string; perfMap?: boolean; dataDir: string; root?: string },
 ): Promise<Proc> {
   const port = await freePort();
-  const args = [
-    ...TSX,
-    ...(options.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${options.cpuProf}`] : []),
-    ...(options.perfMap ? PERF_MAP_FLAGS : []),
-    'services/main.ts',
-  ];
+  const args = [...TSX, ...profileFlags(options), 'services/main.ts'];
   const child = spawn(process.execPath, args, {
     cwd: options.root ?? ROOT,
     env: {
@@ -188,21 +191,11 @@ export async function startBare(
   writeFileSync(file, JSON.stringify(routes));
   const port = await freePort();
   const args = [file, String(port), ...(options.durable ? [join(dir, 'lmdb')] : [])];
-  const child = spawn(
-    process.execPath,
-    [
-      ...TSX,
-      ...(options.perfMap ? PERF_MAP_FLAGS : []),
-      ...(options.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${options.cpuProf}`] : []),
-      'bench/load-bare.ts',
-      ...args,
-    ],
-    {
-      cwd: ROOT,
-      env: { PATH: process.env.PATH },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
-  );
+  const child = spawn(process.execPath, [...TSX, ...profileFlags(options), 'bench/load-bare.ts', ...args], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let stderr = '';
   child.stderr!.on('data', (c: Buffer) => {
     stderr += c.toString();

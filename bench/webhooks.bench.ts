@@ -10,8 +10,12 @@
  *                this one, the receiver in a child of its own; the baseline's POST loop also
  *                runs in a child against that same receiver child. This is the issue's figure.
  *        single  everything (source, relay, API, projections, dispatcher, receiver; and for the
- *                baseline the POST loop and the receiver) in this one process, on an LMDB store,
- *                as on a laptop.
+ *                baseline the POST loop and the receiver) in this one process, on an LMDB store
+ *                and the in-process bus, as the embedded service runs on a laptop (`npm start`:
+ *                `BUS=memory` is its default). `--single-bus=nats` puts the real JetStream server
+ *                between relay and dispatcher instead (its CPU counted in the path's), as this
+ *                layout did until 2026-11-25: 737 against 584 µs of CPU per delivery in paired
+ *                runs of 4,000 that day.
  *   2. p99 latency of healthy endpoints with 10 % of the subscriptions dead (accepting, never
  *      answering) against none dead (target ratio ≤ 1.5), single process.
  *   Each figure is taken over several runs (default 3; the order of the two sides alternates
@@ -27,6 +31,7 @@
  *   any change to the service did.
  *   npx tsx bench/webhooks.bench.ts [--events=1000] [--warmup=3000] [--runs=3]
  *                                   [--only=throughput|latency] [--layout=split|single|both]
+ *                                   [--single-bus=memory|nats]
  */
 import { type ChildProcess, fork, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -61,6 +66,12 @@ import {
 } from './harness.ts';
 
 export type Layout = 'split' | 'single';
+/**
+ * The bus of the single layout: `memory`, the in-process bus the embedded service runs on
+ * (`BUS=memory`, its default: one process on a laptop has no NATS), or `nats`, the real JetStream
+ * server as the split layout uses it, its CPU counted in the path's.
+ */
+export type SingleBus = 'memory' | 'nats';
 
 export interface ThroughputFigures {
   deliveriesPerSec: number;
@@ -119,11 +130,12 @@ function p99(values: number[]): number {
 async function withStack<T>(
   tls: { cert: string },
   fn: (stack: WebhookStack) => Promise<T>,
-  options: { store?: LmdbEventStore; dispatcher?: false } = {},
+  options: { store?: LmdbEventStore; dispatcher?: false; bus?: SingleBus } = {},
 ): Promise<T> {
   const stack = await startWebhookStack({
     env: STACK_ENV,
     settings: { tls: { ca: tls.cert } },
+    ...(options.bus === undefined ? {} : { bus: options.bus }),
     ...(options.store === undefined
       ? { shareProjection: true }
       : options.dispatcher === false
@@ -272,6 +284,7 @@ async function throughputSingle(
   events: number,
   warmup: number,
   bareFirst: boolean,
+  bus: SingleBus,
 ): Promise<ThroughputFigures> {
   const receiver = await startReceiver(tls);
   try {
@@ -309,14 +322,14 @@ async function throughputSingle(
             receiver.received.length = 0;
             await settle();
           }
-          return measureCpu(withNats({}), async () => {
+          return measureCpu(bus === 'nats' ? withNats({}) : {}, async () => {
             const started = performance.now();
             await source(stack.store, 'BENCH', events);
             await receiver.waitFor(events, 300_000);
             return events / ((performance.now() - started) / 1000);
           });
         },
-        { store },
+        { store, bus },
       ).finally(async () => {
         await store.close();
         rmSync(dir, { recursive: true, force: true });
@@ -642,6 +655,12 @@ const LAYOUTS: Record<Layout, string> = {
   split: 'split (deployment shape: dispatcher, receiver, POST loop each in a process)',
   single: 'single (every part and the receiver in one process)',
 };
+/** A layout as the target rows name it (the single layout with its bus). */
+const layoutName = (layout: Layout, bus: SingleBus): string =>
+  layout === 'single' ? `single layout (${bus} bus)` : `${layout} layout`;
+/** What the full path runs through, per layout (the single layout's bus as chosen). */
+const pathOf = (layout: Layout, bus: SingleBus): string =>
+  layout === 'single' && bus === 'memory' ? 'event → in-process bus → dispatcher → HTTPS' : 'event → NATS → dispatcher → HTTPS';
 
 export async function run(
   options: {
@@ -650,8 +669,10 @@ export async function run(
     only?: 'throughput' | 'latency';
     layouts?: Layout[];
     runs?: number;
+    singleBus?: SingleBus;
   } = {},
 ): Promise<WebhookBenchResult> {
+  const singleBus = options.singleBus ?? 'memory';
   const events = options.events ?? 1_000;
   const warmup = Math.max(0, options.warmup ?? 3_000);
   const runs = Math.max(1, options.runs ?? 3);
@@ -667,14 +688,14 @@ export async function run(
     result.throughput = {};
     result.throughputRuns = {};
     for (const layout of layouts) {
-      console.log(`  layout ${LAYOUTS[layout]}`);
+      console.log(`  layout ${LAYOUTS[layout]}${layout === 'single' ? `, ${singleBus} bus` : ''}`);
       const all: ThroughputFigures[] = [];
       for (let i = 0; i < runs; i++) {
         const bareFirst = i % 2 === 0;
         const t =
           layout === 'split'
             ? await throughputSplit(tls, events, warmup, bareFirst)
-            : await throughputSingle(tls, events, warmup, bareFirst);
+            : await throughputSingle(tls, events, warmup, bareFirst, singleBus);
         all.push(t);
         const split = (cpu: Record<string, number>) =>
           Object.entries(cpu)
@@ -692,7 +713,7 @@ export async function run(
       result.throughput[layout] = closest;
       console.log('    min / median / max over the runs:');
       console.log(
-        `      full path (event → NATS → dispatcher → HTTPS)  ${fmtSpread(spread(all.map((t) => t.deliveriesPerSec)), fmt)} deliveries/s, ${fmtSpread(spread(all.map((t) => t.fullCpuMsPerDelivery)), two)} ms CPU each`,
+        `      full path (${pathOf(layout, singleBus)})  ${fmtSpread(spread(all.map((t) => t.deliveriesPerSec)), fmt)} deliveries/s, ${fmtSpread(spread(all.map((t) => t.fullCpuMsPerDelivery)), two)} ms CPU each`,
       );
       console.log(
         `      baseline bare undici POST loop                 ${fmtSpread(spread(all.map((t) => t.barePostsPerSec)), fmt)} posts/s, ${fmtSpread(spread(all.map((t) => t.bareCpuMsPerPost)), two)} ms CPU each`,
@@ -710,7 +731,7 @@ export async function run(
       console.log(
         recordTarget({
           bench: 'webhooks',
-          measure: `${layout} layout: deliveries/s through the whole path / bare undici POSTs/s`,
+          measure: `${layoutName(layout, singleBus)}: deliveries/s through the whole path / bare undici POSTs/s`,
           figure: ratio.median,
           target: atLeast(RATE_TARGET[layout]),
           cpuUs,
@@ -720,7 +741,7 @@ export async function run(
       console.log(
         recordTarget({
           bench: 'webhooks',
-          measure: `${layout} layout: CPU per delivery (every process of the path) / per bare POST`,
+          measure: `${layoutName(layout, singleBus)}: CPU per delivery (every process of the path) / per bare POST`,
           figure: byCpu.median,
           unit: '×',
           target: atMost(CPU_TARGET),
@@ -784,6 +805,7 @@ await whenMain(
     runs: 'number',
     only: ['throughput', 'latency'],
     layout: ['split', 'single', 'both'],
+    'single-bus': ['memory', 'nats'],
   },
   async (options: Parameters<typeof run>[0] & { layout?: Layout | 'both' }) => {
     const { layout = 'both', ...rest } = options ?? {};

@@ -2,7 +2,9 @@ import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
 import type { Registry } from 'prom-client';
-import { connectNatsBus, type NatsBus } from '../adapters/bus/nats.ts';
+import { MemoryBus } from '../adapters/bus/memory.ts';
+import { connectNatsBus } from '../adapters/bus/nats.ts';
+import type { Bus } from '../adapters/bus/port.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import type { MarketFeed } from '../adapters/market/port.ts';
@@ -120,7 +122,7 @@ export async function appendVerdict(
 export interface WebhookStack {
   store: EventStore;
   projections: ProjectionStore;
-  bus: NatsBus;
+  bus: Bus;
   url: string;
   engine: SignalEngine;
   dispatcher: ReturnType<typeof dispatcherComponent>;
@@ -140,8 +142,9 @@ export interface WebhookStack {
 }
 
 /**
- * The whole webhook path on real parts: memory event store, real NATS JetStream (own stream and
- * prefix), the relay, the key registry, the management API on a real port and the dispatcher.
+ * The whole webhook path on real parts: memory event store (or the one given), real NATS JetStream
+ * (own stream and prefix) unless the in-process bus is asked for, the relay, the key registry, the
+ * management API on a real port and the dispatcher.
  */
 export async function startWebhookStack(options: {
   env?: Record<string, string>;
@@ -157,6 +160,11 @@ export async function startWebhookStack(options: {
   registry?: Registry;
   /** Stands in for the engine's feed in the dispatcher (venue rankings, the digest clock). */
   wrapFeed?: (feed: MarketFeed) => MarketFeed;
+  /**
+   * The bus between relay and dispatcher: real NATS JetStream (the default), or the in-process
+   * bus the embedded service runs on (`BUS=memory`), for one process standing in for the box.
+   */
+  bus?: 'nats' | 'memory';
 }): Promise<WebhookStack> {
   // The stack stands in for a service process (the single-layout webhook bench measures it), and
   // startService keeps a tick record alive in every service process.
@@ -167,13 +175,16 @@ export async function startWebhookStack(options: {
   const config = loadConfig(webhookEnv(prefix, options.env));
   const store = options.store ?? new MemoryEventStore();
   const projections = options.projections ?? new MemoryProjectionStore();
-  const bus = await connectNatsBus({
-    url: NATS_URL,
-    stream,
-    subjectPrefix: prefix,
-    logger,
-    pullExpiresMs: 2_000,
-  });
+  const bus: Bus =
+    options.bus === 'memory'
+      ? new MemoryBus()
+      : await connectNatsBus({
+          url: NATS_URL,
+          stream,
+          subjectPrefix: prefix,
+          logger,
+          pullExpiresMs: 2_000,
+        });
   const relay = new Relay({
     store,
     bus,
@@ -253,7 +264,7 @@ export async function startWebhookStack(options: {
       await keys.stop();
       await engine.close();
       await bus.close();
-      await deleteStream(stream);
+      if (options.bus !== 'memory') await deleteStream(stream);
     },
   } satisfies WebhookStack;
 }

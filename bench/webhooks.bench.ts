@@ -660,7 +660,9 @@ const layoutName = (layout: Layout, bus: SingleBus): string =>
   layout === 'single' ? `single layout (${bus} bus)` : `${layout} layout`;
 /** What the full path runs through, per layout (the single layout's bus as chosen). */
 const pathOf = (layout: Layout, bus: SingleBus): string =>
-  layout === 'single' && bus === 'memory' ? 'event → in-process bus → dispatcher → HTTPS' : 'event → NATS → dispatcher → HTTPS';
+  layout === 'single' && bus === 'memory'
+    ? 'event → in-process bus → dispatcher → HTTPS'
+    : 'event → NATS → dispatcher → HTTPS';
 
 export async function run(
   options: {

@@ -44,7 +44,8 @@
  *   npx tsx bench/http-service.bench.ts [--paths=mcp,mcp-oneshot,mcp-2026,bearer,mcp-redis,quote,verify,healthz] [--seconds=3]
  *     [--rounds=3] [--connections=32] [--cpu-prof=<dir>] (profile the service process; the bare baseline's
  *     profile goes to <dir>/bare)
- *     [--perf-map] (service and bare with --perf-basic-prof, for `perf record -e cpu-clock`)
+ *     [--perf-map] (service and bare write jitdumps to <tmp>/bench-perf-jit, for `perf record -k 1 -g
+ *     -e cpu-clock -p <pid>` beside the run, then `perf inject --jit -i perf.data -o perf.jit.data`)
  */
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
@@ -112,7 +113,7 @@ export interface HttpBenchOptions {
   rounds?: number;
   connections?: number;
   cpuProf?: string;
-  /** Start the service and the bare server with `--perf-basic-prof`, for `perf record`. */
+  /** Start the service and the bare server writing jitdumps (load-http.ts), for `perf record`. */
   perfMap?: boolean;
   print?: boolean;
   /** The bench the closing table names for these rows ('http'; the x402 bench runs the quote). */

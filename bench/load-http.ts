@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -56,18 +56,26 @@ async function waitReady(url: string, child: ChildProcess, stderr: () => string,
 }
 
 /**
- * node flags for `perfMap`: the JIT's symbols go to /tmp/perf-<pid>.map for perf; V8's own log,
- * which the flag turns on, to one file in the temp dir rather than an isolate-*.log per process in
- * the checkout.
+ * node flags for `perfMap`: V8 writes a jitdump of every function it compiles, moves or frees
+ * (`jit-<pid>.dump` in PERF_JIT_DIR) for `perf record -k 1` and `perf inject --jit`. The older
+ * `--perf-basic-prof` map only ever appends: once V8 reuses a freed code address, perf names the
+ * function that lived there first, and on the quote path it charged half the samples to an
+ * indicator's `update` and a verdict hash that no request runs (2026-11-25; the jitdump of the
+ * same path names Fastify's hooks and the socket write). V8's own log, which the flag turns on,
+ * goes to one file in the temp dir rather than an isolate-*.log per process in the checkout.
  */
+export const PERF_JIT_DIR = join(tmpdir(), 'bench-perf-jit');
 const PERF_MAP_FLAGS = [
-  '--perf-basic-prof',
+  '--perf-prof',
+  `--perf-prof-path=${PERF_JIT_DIR}`,
   '--no-logfile-per-isolate',
   `--logfile=${join(tmpdir(), 'bench-perf-map-v8.log')}`,
 ];
 
 /** Node's flags for the profiles a run asks of a process it starts (the service or the baseline). */
 function profileFlags(options: { cpuProf?: string; perfMap?: boolean }): string[] {
+  // V8 writes no jitdump into a directory that does not exist, and says nothing.
+  if (options.perfMap) mkdirSync(PERF_JIT_DIR, { recursive: true });
   return [
     ...(options.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${options.cpuProf}`] : []),
     ...(options.perfMap ? PERF_MAP_FLAGS : []),
@@ -77,7 +85,7 @@ function profileFlags(options: { cpuProf?: string; perfMap?: boolean }): string[
 /**
  * The real service (`services/main.ts`, what `npm start` runs) on a fresh DATA_DIR. `cpuProf`
  * names a directory for `node --cpu-prof` (written when the process exits); `perfMap` starts node
- * with `--perf-basic-prof`, so that `perf record` names the JIT-compiled functions (a CPU profile
+ * writing a jitdump (see PERF_MAP_FLAGS), so that `perf` names the JIT-compiled functions (a CPU profile
  * counts wall time: a thread descheduled inside a syscall is charged to that syscall).
  */
 export async function startService(

@@ -119,6 +119,12 @@ export async function appendVerdict(
   return id;
 }
 
+/**
+ * The bus between relay and dispatcher: real NATS JetStream, or the in-process bus the embedded
+ * service runs on (`BUS=memory`), for one process standing in for the box.
+ */
+export type StackBus = 'nats' | 'memory';
+
 export interface WebhookStack {
   store: EventStore;
   projections: ProjectionStore;
@@ -160,11 +166,8 @@ export async function startWebhookStack(options: {
   registry?: Registry;
   /** Stands in for the engine's feed in the dispatcher (venue rankings, the digest clock). */
   wrapFeed?: (feed: MarketFeed) => MarketFeed;
-  /**
-   * The bus between relay and dispatcher: real NATS JetStream (the default), or the in-process
-   * bus the embedded service runs on (`BUS=memory`), for one process standing in for the box.
-   */
-  bus?: 'nats' | 'memory';
+  /** The bus between relay and dispatcher (see StackBus); NATS unless asked. */
+  bus?: StackBus;
 }): Promise<WebhookStack> {
   // The stack stands in for a service process (the single-layout webhook bench measures it), and
   // startService keeps a tick record alive in every service process.
@@ -172,7 +175,7 @@ export async function startWebhookStack(options: {
   const id = randomUUID().slice(0, 8);
   const stream = `WHTEST_${id}`;
   const prefix = `wh${id}`;
-  const config = loadConfig(webhookEnv(prefix, options.env));
+  const config = loadConfig(webhookEnv(prefix, { BUS: options.bus ?? 'nats', ...options.env }));
   const store = options.store ?? new MemoryEventStore();
   const projections = options.projections ?? new MemoryProjectionStore();
   const bus: Bus =

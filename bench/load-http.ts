@@ -64,7 +64,7 @@ async function waitReady(url: string, child: ChildProcess, stderr: () => string,
  * same path names Fastify's hooks and the socket write). V8's own log, which the flag turns on,
  * goes to one file in the temp dir rather than an isolate-*.log per process in the checkout.
  */
-export const PERF_JIT_DIR = join(tmpdir(), 'bench-perf-jit');
+const PERF_JIT_DIR = join(tmpdir(), 'bench-perf-jit');
 const PERF_MAP_FLAGS = [
   '--perf-prof',
   `--perf-prof-path=${PERF_JIT_DIR}`,

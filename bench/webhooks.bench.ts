@@ -1,8 +1,8 @@
 /**
  * Webhook delivery benchmarks, each against a baseline measured in the same run:
  *   1. signed deliveries/s through the whole path (event → store → relay → bus (NATS in the split
- *      layout, the in-process bus in the single one) → dispatcher → HTTPS receiver) against a bare undici POST loop to the same receiver at the same
- *      concurrency (targets, issue 32: ratio ≥ 0.35 split, ≥ 0.5 single; CPU per delivery, every
+ *      layout, the in-process bus in the single one) → dispatcher → HTTPS receiver) against a
+ *      bare undici POST loop to the same receiver at the same concurrency (targets, issue 32: ratio ≥ 0.35 split, ≥ 0.5 single; CPU per delivery, every
  *      process of the path, at most 2× a bare POST's with its receiver), in one or both layouts:
  *        split   the deployment shape (docker-compose.yml): the dispatcher role runs alone in
  *                its own process (`services/main.ts --role dispatcher` over a shared LMDB
@@ -72,12 +72,6 @@ import {
 } from './harness.ts';
 
 export type Layout = 'split' | 'single';
-/**
- * The bus of the single layout: `memory`, the in-process bus the embedded service runs on
- * (`BUS=memory`, its default: one process on a laptop has no NATS), or `nats`, the real JetStream
- * server as the split layout uses it, its CPU counted in the path's.
- */
-export type SingleBus = StackBus;
 
 export interface ThroughputFigures {
   deliveriesPerSec: number;
@@ -136,12 +130,12 @@ function p99(values: number[]): number {
 async function withStack<T>(
   tls: { cert: string },
   fn: (stack: WebhookStack) => Promise<T>,
-  options: { store?: LmdbEventStore; dispatcher?: false; bus?: SingleBus } = {},
+  options: { store?: LmdbEventStore; dispatcher?: false; bus?: StackBus } = {},
 ): Promise<T> {
   const stack = await startWebhookStack({
     env: STACK_ENV,
     settings: { tls: { ca: tls.cert } },
-    ...(options.bus === undefined ? {} : { bus: options.bus }),
+    bus: options.bus,
     ...(options.store === undefined
       ? { shareProjection: true }
       : options.dispatcher === false
@@ -290,7 +284,7 @@ async function throughputSingle(
   events: number,
   warmup: number,
   bareFirst: boolean,
-  bus: SingleBus,
+  bus: StackBus,
 ): Promise<ThroughputFigures> {
   const receiver = await startReceiver(tls);
   try {
@@ -670,14 +664,9 @@ const LAYOUTS: Record<Layout, string> = {
   split: 'split (deployment shape: dispatcher, receiver, POST loop each in a process)',
   single: 'single (every part and the receiver in one process)',
 };
-/** A layout as the target rows name it (the single layout with its bus). */
-const layoutName = (layout: Layout, bus: SingleBus): string =>
-  layout === 'single' ? `single layout (${bus} bus)` : `${layout} layout`;
-/** What the full path runs through, per layout (the single layout's bus as chosen). */
-const pathOf = (layout: Layout, bus: SingleBus): string =>
-  layout === 'single' && bus === 'memory'
-    ? 'event → in-process bus → dispatcher → HTTPS'
-    : 'event → NATS → dispatcher → HTTPS';
+/** What the full path runs through on `bus`. */
+const pathOn = (bus: StackBus): string =>
+  bus === 'memory' ? 'event → in-process bus → dispatcher → HTTPS' : 'event → NATS → dispatcher → HTTPS';
 
 export async function run(
   options: {
@@ -686,7 +675,12 @@ export async function run(
     only?: 'throughput' | 'latency';
     layouts?: Layout[];
     runs?: number;
-    singleBus?: SingleBus;
+    /**
+     * The single layout's bus: `memory` (the default), the in-process bus the embedded service
+     * runs on (`BUS=memory`: one process on a laptop has no NATS), or `nats`, the JetStream server
+     * the split layout always uses, its CPU counted in the path's.
+     */
+    singleBus?: StackBus;
   } = {},
 ): Promise<WebhookBenchResult> {
   const singleBus = options.singleBus ?? 'memory';
@@ -705,14 +699,17 @@ export async function run(
     result.throughput = {};
     result.throughputRuns = {};
     for (const layout of layouts) {
-      console.log(`  layout ${LAYOUTS[layout]}${layout === 'single' ? `, ${singleBus} bus` : ''}`);
+      const bus: StackBus = layout === 'single' ? singleBus : 'nats';
+      // The target rows name the single layout with its bus; the split layout's rows keep their name.
+      const name = layout === 'single' ? `single layout (${bus} bus)` : 'split layout';
+      console.log(`  layout ${LAYOUTS[layout]}${layout === 'single' ? `, ${bus} bus` : ''}`);
       const all: ThroughputFigures[] = [];
       for (let i = 0; i < runs; i++) {
         const bareFirst = i % 2 === 0;
         const t =
           layout === 'split'
             ? await throughputSplit(tls, events, warmup, bareFirst)
-            : await throughputSingle(tls, events, warmup, bareFirst, singleBus);
+            : await throughputSingle(tls, events, warmup, bareFirst, bus);
         all.push(t);
         const split = (cpu: Record<string, number>) =>
           Object.entries(cpu)
@@ -730,7 +727,7 @@ export async function run(
       result.throughput[layout] = closest;
       console.log('    min / median / max over the runs:');
       console.log(
-        `      full path (${pathOf(layout, singleBus)})  ${fmtSpread(spread(all.map((t) => t.deliveriesPerSec)), fmt)} deliveries/s, ${fmtSpread(spread(all.map((t) => t.fullCpuMsPerDelivery)), two)} ms CPU each`,
+        `      full path (${pathOn(bus)})  ${fmtSpread(spread(all.map((t) => t.deliveriesPerSec)), fmt)} deliveries/s, ${fmtSpread(spread(all.map((t) => t.fullCpuMsPerDelivery)), two)} ms CPU each`,
       );
       console.log(
         `      baseline bare undici POST loop                 ${fmtSpread(spread(all.map((t) => t.barePostsPerSec)), fmt)} posts/s, ${fmtSpread(spread(all.map((t) => t.bareCpuMsPerPost)), two)} ms CPU each`,
@@ -748,7 +745,7 @@ export async function run(
       console.log(
         recordTarget({
           bench: 'webhooks',
-          measure: `${layoutName(layout, singleBus)}: deliveries/s through the whole path / bare undici POSTs/s`,
+          measure: `${name}: deliveries/s through the whole path / bare undici POSTs/s`,
           figure: ratio.median,
           target: atLeast(RATE_TARGET[layout]),
           cpuUs,
@@ -758,7 +755,7 @@ export async function run(
       console.log(
         recordTarget({
           bench: 'webhooks',
-          measure: `${layoutName(layout, singleBus)}: CPU per delivery (every process of the path) / per bare POST`,
+          measure: `${name}: CPU per delivery (every process of the path) / per bare POST`,
           figure: byCpu.median,
           unit: '×',
           target: atMost(CPU_TARGET),

@@ -175,11 +175,12 @@ export async function startWebhookStack(options: {
   const id = randomUUID().slice(0, 8);
   const stream = `WHTEST_${id}`;
   const prefix = `wh${id}`;
-  const config = loadConfig(webhookEnv(prefix, { BUS: options.bus ?? 'nats', ...options.env }));
+  const busKind: StackBus = options.bus ?? 'nats';
+  const config = loadConfig(webhookEnv(prefix, { BUS: busKind, ...options.env }));
   const store = options.store ?? new MemoryEventStore();
   const projections = options.projections ?? new MemoryProjectionStore();
   const bus: Bus =
-    options.bus === 'memory'
+    busKind === 'memory'
       ? new MemoryBus()
       : await connectNatsBus({
           url: NATS_URL,
@@ -267,7 +268,7 @@ export async function startWebhookStack(options: {
       await keys.stop();
       await engine.close();
       await bus.close();
-      if (options.bus !== 'memory') await deleteStream(stream);
+      if (busKind === 'nats') await deleteStream(stream);
     },
   } satisfies WebhookStack;
 }

@@ -53,6 +53,11 @@ export type DeliveryCommand =
       claimedAt: number;
       /** When this attempt was due by the schedule: the next one's delay counts from here. */
       dueAt: number;
+      /**
+       * Sent at its turn in the queue without a claim, under the lease its queueing gave (see the
+       * worker's `leaseHolds`): its outcome closes the queued attempt. Otherwise the attempt was claimed.
+       */
+      fromQueue?: boolean;
       now: number;
       /** The breaker's end of the open period: a held attempt is not due before it. */
       notBefore?: number;
@@ -143,9 +148,11 @@ export const deliveryDecider: Decider<DeliveryState, DeliveryCommand, DeliveryEv
     }
     // An old attempt reporting late does not close the latest one.
     if (event.data.attempt !== state.attempt) return state;
+    // An outcome closes the attempt, queued (sent under its queue lease) or claimed.
+    const { attempt } = state;
     return event.type === 'DeliverySucceeded'
-      ? { ...state, recorded: true, outcome: 'succeeded', nextAttemptAt: null }
-      : { ...state, recorded: true, outcome: 'failed', nextAttemptAt: event.data.nextAttemptAt };
+      ? { attempt, recorded: true, outcome: 'succeeded', nextAttemptAt: null }
+      : { attempt, recorded: true, outcome: 'failed', nextAttemptAt: event.data.nextAttemptAt };
   },
   decide(command, state) {
     if (command.kind !== 'record') {
@@ -186,7 +193,9 @@ export const deliveryDecider: Decider<DeliveryState, DeliveryCommand, DeliveryEv
         },
       ];
     }
-    if (command.attempt !== state.attempt || state.recorded || state.queued) {
+    // A queued attempt's outcome comes only from the dispatcher that sent it under its queue
+    // lease; once claimed, only the claim's outcome counts.
+    if (command.attempt !== state.attempt || state.recorded || !state.queued !== !command.fromQueue) {
       throw new DeliveryConflictError(
         `attempt ${command.attempt} of ${command.deliveryId} is not the one waiting for its outcome`,
       );

@@ -175,6 +175,11 @@ describe('delivery decider: an attempt that waits in its endpoint queue', () => 
       .given([queued(1)])
       .when(record(1, answered(200)))
       .thenThrows(conflict);
+    // Sent under its queue lease after another dispatcher claimed it: only the claim's outcome counts.
+    spec
+      .given([queued(1), attempted(1)])
+      .when(record(1, answered(200), { fromQueue: true }))
+      .thenThrows(conflict);
     spec
       .given([queued(1), attempted(1)])
       .when(record(1, answered(200)))
@@ -192,6 +197,59 @@ describe('delivery decider: an attempt that waits in its endpoint queue', () => 
           },
         },
       ]);
+  });
+});
+
+describe('delivery decider: an attempt sent under its queue lease (no claim at its turn)', () => {
+  const success: DeliveryEvent = {
+    type: 'DeliverySucceeded',
+    data: {
+      ...ref,
+      attempt: 1,
+      sentAt: new Date(t0 + 40).toISOString(),
+      queuedMs: 40,
+      status: 200,
+      latencyMs: 12,
+      response: 'body',
+    },
+  };
+
+  it('records its outcome against the queued attempt', () => {
+    spec
+      .given([queued(1)])
+      .when(record(1, answered(200), { fromQueue: true }))
+      .thenEmits([success]);
+    spec
+      .given([queued(2, 'retry')])
+      .when(record(1, answered(200), { fromQueue: true }))
+      .thenThrows(conflict);
+  });
+
+  it('closes the attempt: a takeover claim of its turn, a second outcome or a stale claim conflict after it', () => {
+    spec
+      .given([queued(1), success])
+      .when(turn(1))
+      .thenThrows(conflict);
+    spec
+      .given([queued(1), success])
+      .when(record(1, answered(200), { fromQueue: true }))
+      .thenThrows(conflict);
+    spec
+      .given([queued(1), success])
+      .when(claim(2, 'stale'))
+      .thenThrows(conflict);
+    // A resend may follow it as it follows any recorded outcome.
+    spec
+      .given([queued(1), success])
+      .when(claim(2, 'resend'))
+      .thenEmits([attempted(2, 'resend')]);
+  });
+
+  it('schedules a retry after a failure, which is claimed as after a claimed attempt', () => {
+    spec
+      .given([queued(1), failed(1, due)])
+      .when(claim(2, 'retry'))
+      .thenEmits([attempted(2, 'retry')]);
   });
 });
 

@@ -8,7 +8,11 @@ export interface AttemptRecord {
   queuedMs: number | null;
   /** Not sent because the endpoint's circuit breaker was open. */
   held?: boolean;
-  /** Waiting in its endpoint's queue, not claimed yet (`attemptedAt` is when it was queued). */
+  /**
+   * Waiting in its endpoint's queue, neither claimed nor recorded yet (`attemptedAt` is when it was
+   * queued). The dispatcher that queued it may send it at its turn without a claim while its
+   * queue lease holds; its outcome then follows the queue event directly.
+   */
   queued?: boolean;
   /** When it was claimed, when that came after it was queued: an attempt is stuck from here. */
   claimedAt?: string;
@@ -183,6 +187,8 @@ export function applyDeliveryEvent(
       const failed = event.type === 'DeliveryFailed';
       const next = failed ? event.data.nextAttemptAt : null;
       if (attempt) {
+        // A queued attempt sent under its queue lease has its outcome without a claim before it.
+        delete attempt.queued;
         attempt.outcome = failed ? 'failed' : 'succeeded';
         attempt.status = d.status;
         attempt.latencyMs = d.latencyMs;

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { DomainEvent } from '../../contracts/events.ts';
+import { deliveryStateOf } from './delivery-decider.ts';
 import {
   applyDeliveryEvent,
   DELIVERY_LOG_LIMIT,
@@ -236,6 +237,35 @@ describe('an attempt queued before its claim', () => {
     state = fold([succeeded('q1')], state);
     expect(deliveryView(state.deliveries.q1!).attempts).toMatchObject([
       { attempt: 1, outcome: 'succeeded', attempted_at: queuedAt.recordedAt },
+    ]);
+  });
+
+  it('sent under its queue lease, takes its outcome with no claim between', () => {
+    const queuedAt = recorded('DeliveryQueued', {
+      deliveryId: 'q2',
+      subscriptionId: 'sub-a',
+      attempt: 1,
+      eventId: 'ev-q2',
+      webhookEvent: 'trade_call',
+      url: 'https://hooks.example.com/x',
+      trigger: 'event',
+      body: '{}',
+    });
+    const outcome = succeeded('q2');
+    const state = fold([queuedAt, outcome]);
+    const record = state.deliveries.q2!;
+    expect(record.status).toBe('succeeded');
+    expect(record.attempts).toHaveLength(1);
+    expect(record.attempts[0]!.queued).toBeUndefined();
+    expect(record.attempts[0]!.claimedAt).toBeUndefined();
+    expect(deliveryStateOf(record)).toEqual({
+      attempt: 1,
+      recorded: true,
+      outcome: 'succeeded',
+      nextAttemptAt: null,
+    });
+    expect(deliveryView(record).attempts).toMatchObject([
+      { attempt: 1, outcome: 'succeeded', attempted_at: queuedAt.recordedAt, trigger: 'event' },
     ]);
   });
 });

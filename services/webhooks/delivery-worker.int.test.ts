@@ -11,7 +11,7 @@ import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts
 import type { NewEvent } from '../../contracts/envelope.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import { type Receiver, selfSignedCert, startReceiver } from '../../test/webhooks-receiver.ts';
-import { deliveryStream, sequenceStream } from './delivery-log-fold.ts';
+import { deliveryStream, deliveryView, findDelivery, sequenceStream } from './delivery-log-fold.ts';
 import { DeliveryWorker } from './delivery-worker.ts';
 import { SecretBox } from './secret-box.ts';
 import { parseCidrList } from './ssrf/address-policy.ts';
@@ -56,7 +56,11 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-async function setup<S extends EventStore = HeldOutcomes>(endpointConcurrency: number, given?: S) {
+async function setup<S extends EventStore = HeldOutcomes>(
+  endpointConcurrency: number,
+  given?: S,
+  settings: Partial<ConstructorParameters<typeof DeliveryWorker>[0]['settings']> = {},
+) {
   const store = (given ?? new HeldOutcomes()) as S;
   const runner = new ProjectionRunner(store, new MemoryProjectionStore(), webhookProjection);
   await runner.start();
@@ -87,6 +91,7 @@ async function setup<S extends EventStore = HeldOutcomes>(endpointConcurrency: n
       endpointConcurrency,
       endpointQueueLimit: 100,
       breakerTimeouts: 3,
+      ...settings,
     },
     logger: pino({ level: 'silent' }),
   });
@@ -110,7 +115,7 @@ async function setup<S extends EventStore = HeldOutcomes>(endpointConcurrency: n
       body: JSON.stringify({ n }),
       expected: 'no_stream',
     });
-  return { store, runner, receiver, worker, claim, sub };
+  return { store, runner, receiver, worker, claim, sub, secrets };
 }
 
 describe('DeliveryWorker', () => {
@@ -139,6 +144,105 @@ describe('DeliveryWorker', () => {
     expect(await types('d-1')).toEqual(['DeliveryAttempted', 'DeliverySucceeded']);
     // The second waited for the slot: queued first, claimed at its turn, just before its send.
     expect(await types('d-2')).toEqual(['DeliveryQueued', 'DeliveryAttempted', 'DeliverySucceeded']);
+  });
+
+  it('sends an attempt it queued without a claim while its queue lease covers the request, and claims it otherwise', async () => {
+    const types = async (store: EventStore, id: string) =>
+      (await store.readStream(deliveryStream(id))).map((e) => e.type);
+    // Stuck after 60 s, requests of at most 5 s: the queue event holds the attempt until its turn.
+    const leased = await setup(1, undefined, { stuckAfterMs: 60_000 });
+    const [first, second] = [(await leased.claim(1))!, (await leased.claim(2))!];
+    expect(second.claimed).toBe(false);
+    expect(second.leaseUntil).toBe(second.queuedAt + 60_000);
+    const results = await Promise.all([leased.worker.submit(first), leased.worker.submit(second)]);
+    expect(results.map((r) => r.ok)).toEqual([true, true]);
+    expect(await types(leased.store, 'd-1')).toEqual(['DeliveryAttempted', 'DeliverySucceeded']);
+    expect(await types(leased.store, 'd-2')).toEqual(['DeliveryQueued', 'DeliverySucceeded']);
+    const outcome = (await leased.store.readStream(deliveryStream('d-2')))[1]!;
+    await leased.runner.waitFor(outcome.position);
+    const record = findDelivery(leased.runner.state.log, 'd-2')!;
+    expect(record.status).toBe('succeeded');
+    expect(deliveryView(record).attempts).toMatchObject([
+      { attempt: 1, outcome: 'succeeded', trigger: 'event' },
+    ]);
+    expect(leased.receiver.received).toHaveLength(2);
+
+    // Stuck after 5.5 s: a 5 s request and the outcome's append would not fit, so it is claimed.
+    const short = await setup(1, undefined, { stuckAfterMs: 5_500 });
+    const jobs = [(await short.claim(1))!, (await short.claim(2))!];
+    await Promise.all(jobs.map((j) => short.worker.submit(j)));
+    expect(await types(short.store, 'd-2')).toEqual([
+      'DeliveryQueued',
+      'DeliveryAttempted',
+      'DeliverySucceeded',
+    ]);
+  });
+
+  it('lets another dispatcher take a queued attempt over only by a claim: a lease used first, or a turn after the lease, leaves one send', async () => {
+    const { store, runner, receiver, worker, claim, sub, secrets } = await setup(1, undefined, {
+      stuckAfterMs: 60_000,
+    });
+    // Another dispatcher on the same log, finding d-n queued past its stuck time.
+    const agent = guardedAgent({
+      addresses: { allow: parseCidrList('127.0.0.1/32') },
+      connectTimeoutMs: 2_000,
+      connectionsPerOrigin: 1,
+      tls: { ca: tls.cert },
+    });
+    cleanups.push(() => agent.close());
+    const other = new DeliveryWorker({
+      store,
+      runner,
+      secrets,
+      agent,
+      settings: {
+        retry: { schedule: [0, 60_000], jitter: 0, retryAfterMaxMs: 60_000 },
+        timeoutMs: 5_000,
+        disableAfterFailedDeliveries: 100,
+        disableAfterMs: 86_400_000,
+        endpointConcurrency: 1,
+        endpointQueueLimit: 100,
+        breakerTimeouts: 3,
+        stuckAfterMs: 60_000,
+      },
+      logger: pino({ level: 'silent' }),
+    });
+    const takeOver = (n: number, expected: number) =>
+      other.claim({
+        deliveryId: `d-${n}`,
+        subscription: sub,
+        eventId: `ev-${n}`,
+        event: 'trade_call',
+        attempt: 1,
+        trigger: 'event',
+        body: JSON.stringify({ n }),
+        expected,
+        queuedAttempt: true,
+      });
+    const sends = (n: number) => receiver.received.filter((r) => r.body.includes(`"n":${n}`)).length;
+
+    // d-2 is sent under its lease; a takeover afterwards finds the stream moved on and claims nothing.
+    const first = worker.submit((await claim(1))!);
+    const leased = (await claim(2))!;
+    expect((await worker.submit(leased)).ok).toBe(true);
+    await first;
+    expect(await takeOver(2, leased.revision)).toBeNull();
+
+    // d-4's turn here comes after its lease ran out, and after the other dispatcher took it over:
+    // that one's claim decides, and this one's claim at the turn conflicts, so it sends nothing.
+    const busy = worker.submit((await claim(3))!);
+    const late = (await claim(4))!;
+    const taken = await takeOver(4, late.revision);
+    expect(taken).toMatchObject({ claimed: true });
+    expect(taken!.leaseUntil).toBeUndefined();
+    expect((await other.submit(taken!)).ok).toBe(true);
+    const mine = await worker.submit({ ...late, leaseUntil: late.queuedAt });
+    await busy;
+    expect(mine).toMatchObject({ ok: false, error: expect.stringContaining('superseded') });
+    const types = async (id: string) => (await store.readStream(deliveryStream(id))).map((e) => e.type);
+    expect(await types('d-2')).toEqual(['DeliveryQueued', 'DeliverySucceeded']);
+    expect(await types('d-4')).toEqual(['DeliveryQueued', 'DeliveryAttempted', 'DeliverySucceeded']);
+    expect([1, 2, 3, 4].map(sends)).toEqual([1, 1, 1, 1]);
   });
 
   it('still records a failed attempt with its next retry, and rejects when the store fails', async () => {

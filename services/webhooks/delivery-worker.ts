@@ -45,11 +45,22 @@ export interface DeliveryJob {
   trigger: Trigger;
   /**
    * Revision of the delivery stream after the claim (outcomes append against it), or, for an
-   * attempt still queued, the revision its claim at the turn expects.
+   * attempt still queued, the revision its claim at the turn, or its outcome sent under its queue
+   * lease, expects.
    */
   revision: number;
-  /** Claimed: sent when its turn comes. Not claimed: queued, claimed at its turn unless taken over. */
+  /**
+   * Claimed: sent when its turn comes. Not claimed: queued, and at its turn sent under its queue
+   * lease (`leaseUntil`) or else claimed first, unless taken over meanwhile.
+   */
   claimed: boolean;
+  /**
+   * Queued by this process: no other dispatcher takes the attempt over before this time (its
+   * queue time plus the stuck time), so while its request and outcome fit before it, it is sent at
+   * its turn without a claim (see `leaseHolds`). Absent for claimed attempts and for queued ones
+   * taken over from another dispatcher (their lease ran out: that is why they were taken over).
+   */
+  leaseUntil?: number;
   /** It holds the endpoint slot it runs in (taken when it was claimed: its turn was then). */
   slot: boolean;
   /** When it entered this process's queue: the attempt's queue time runs from here to its send. */
@@ -112,6 +123,22 @@ const PRECLAIM_MARGIN_MS = 1_000;
 const MAX_PRECLAIM_ROUNDS = 4;
 
 /**
+ * Whether a queued attempt may be sent at `sendAt` without a claim: its request (at most
+ * `timeoutMs`) and its outcome's append end before its queue lease does, i.e. before any other
+ * dispatcher could find it stuck and take it over. The queue event then serves as the claim it
+ * replaces, with the same time bound a claim made ahead of its turn relies on (`preclaimRounds`):
+ * in a flood it saves one flushed append of the four a delivery made (sequence, queue, claim,
+ * outcome).
+ */
+export function leaseHolds(
+  job: Pick<DeliveryJob, 'leaseUntil'>,
+  sendAt: number,
+  settings: Pick<WorkerSettings, 'timeoutMs'>,
+): boolean {
+  return job.leaseUntil !== undefined && sendAt + settings.timeoutMs + PRECLAIM_MARGIN_MS <= job.leaseUntil;
+}
+
+/**
  * How many rounds of an endpoint's slots (`endpointConcurrency` waiting attempts each, from the
  * head of its queue) are claimed before their turn, while the requests ahead of them run: a claim
  * is a flushed append, and made only at the turn every slot waited for one between its requests.
@@ -132,12 +159,15 @@ export function preclaimRounds(settings: Pick<WorkerSettings, 'stuckAfterMs' | '
  * claim is decided against the delivery stream as the caller read it and appended at that
  * revision, when the attempt's turn in its endpoint's queue comes or shortly before (see
  * `preclaimRounds`), so two dispatchers never run the same attempt and a long wait in a queue
- * never looks stuck; the
- * outcome appends against the claim's revision, so a stale worker's late outcome never
- * overwrites a newer attempt.
+ * never looks stuck. An attempt this process queued whose turn comes well inside the stuck time
+ * needs no claim: its queue event holds it until then (`leaseHolds`). The outcome appends against
+ * the claim's (or queue event's) revision, so a stale worker's late outcome never overwrites a
+ * newer attempt.
  */
 export class DeliveryWorker {
   private readonly queues: EndpointQueues;
+  /** How long after it is prepared a waiting attempt's turn comes, at the latest (see `preclaimRounds`). */
+  private readonly prepareHorizonMs: number;
   readonly breakers: CircuitBreakers;
   /** Deliveries this process has queued or claimed and not finished. */
   readonly owned = new Set<string>();
@@ -165,10 +195,12 @@ export class DeliveryWorker {
       observer?: DeliveryObserver;
     },
   ) {
+    const rounds = preclaimRounds(deps.settings);
     this.queues = new EndpointQueues(
       deps.settings.endpointConcurrency,
-      deps.settings.endpointConcurrency * preclaimRounds(deps.settings),
+      deps.settings.endpointConcurrency * rounds,
     );
+    this.prepareHorizonMs = rounds * deps.settings.timeoutMs;
     const probeDelays = deps.settings.retry.schedule.filter((ms) => ms > 0);
     this.breakers = new CircuitBreakers(deps.settings.breakerTimeouts, probeDelays, deps.settings.timeoutMs);
     this.logger = deps.logger.child({ component: 'webhook-worker' });
@@ -227,7 +259,8 @@ export class DeliveryWorker {
     const open = this.breakers.peek(endpoint, queuedAt) !== null;
     const slot = !open && this.queues.acquire(endpoint);
     const claimNow = open || slot;
-    const job = (revision: number, claimed: boolean): DeliveryJob => ({
+    const { stuckAfterMs } = this.deps.settings;
+    const job = (revision: number, claimed: boolean, leased = false): DeliveryJob => ({
       deliveryId: input.deliveryId,
       subscription: input.subscription,
       eventId: input.eventId,
@@ -242,6 +275,9 @@ export class DeliveryWorker {
       slot,
       queuedAt,
       dueAt: input.dueAt ?? queuedAt,
+      // The queue time is read before the append, so the log's is no earlier: the lease ends no
+      // later than another dispatcher's stale check begins (clocks in step, as for `preclaimRounds`).
+      ...(leased && stuckAfterMs !== undefined ? { leaseUntil: queuedAt + stuckAfterMs } : {}),
     });
     if (input.queuedAttempt && !claimNow) {
       if (input.expected === 'no_stream') throw new Error('a queued attempt has a stream');
@@ -297,7 +333,7 @@ export class DeliveryWorker {
       );
       this.owned.add(input.deliveryId);
       if (claimNow) this.deps.observer?.attempt(input.trigger);
-      return job(claimed.revision!, claimNow);
+      return job(claimed.revision!, claimNow, !claimNow);
     } catch (err) {
       if (slot) this.queues.release(endpoint);
       if (err instanceof WrongExpectedRevisionError || err instanceof DeliveryConflictError) return null;
@@ -444,13 +480,16 @@ export class DeliveryWorker {
   ): void {
     const parked = !queued.slot && this.queues.waiting(endpoint) >= this.deps.settings.endpointQueueLimit;
     const waiting = parked ? { ...queued, body: '' } : queued;
-    // The claim at its turn (and the bytes of a parked job), made once: at the turn, or earlier
-    // when the queue prepares it (see `preclaim`).
+    // The claim at its turn, unless its queue lease covers the send (and the bytes of a parked
+    // job), made once: at the turn, or earlier when the queue prepares it (see `preclaimRounds`),
+    // when the lease must cover the latest time the turn can come.
     let turn: Promise<DeliveryJob | null> | null = null;
-    const takeTurn = () => {
+    const takeTurn = (aheadMs: number) => {
       turn ??= (async () => {
-        const claimed = waiting.claimed ? waiting : await this.claimTurn(waiting);
-        return claimed && parked ? await this.unpark(claimed) : claimed;
+        const leased = !waiting.claimed && leaseHolds(waiting, Date.now() + aheadMs, this.deps.settings);
+        if (leased) this.deps.observer?.attempt(waiting.trigger);
+        const ready = waiting.claimed || leased ? waiting : await this.claimTurn(waiting);
+        return ready && parked ? await this.unpark(ready) : ready;
       })();
       return turn;
     };
@@ -458,7 +497,7 @@ export class DeliveryWorker {
       let job: DeliveryJob | null;
       let sent: { result: Outcome; record: boolean; notBefore?: number };
       try {
-        job = await takeTurn();
+        job = await takeTurn(0);
         if (!job) {
           resolve(failure('superseded: another dispatcher claimed this attempt first'));
           return;
@@ -476,7 +515,8 @@ export class DeliveryWorker {
       );
     };
     // A failure is the task's to report when its turn comes (it awaits the same promise).
-    (task as { prepare?: () => void }).prepare = () => void takeTurn().catch(() => undefined);
+    (task as { prepare?: () => void }).prepare = () =>
+      void takeTurn(this.prepareHorizonMs).catch(() => undefined);
     if (queued.slot) this.queues.runIn(endpoint, task);
     else this.queues.push(endpoint, task);
   }
@@ -612,6 +652,7 @@ export class DeliveryWorker {
           result,
           claimedAt: job.queuedAt,
           dueAt: job.dueAt,
+          ...(job.claimed ? {} : { fromQueue: true }),
           now,
           ...(notBefore !== undefined ? { notBefore } : {}),
           retry: this.deps.settings.retry,
@@ -619,7 +660,13 @@ export class DeliveryWorker {
         },
         {
           known: {
-            state: { attempt: job.attempt, recorded: false, outcome: null, nextAttemptAt: null },
+            state: {
+              attempt: job.attempt,
+              ...(job.claimed ? {} : { queued: true }),
+              recorded: false,
+              outcome: null,
+              nextAttemptAt: null,
+            },
             revision: job.revision,
           },
           trusted: true,

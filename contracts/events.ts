@@ -306,9 +306,11 @@ export const DeliveryAttempted = z.object({
 });
 /**
  * An attempt put in its endpoint's queue behind a busy receiver: it reserves the attempt (and, on
- * the first, carries the body) but sends nothing. The `DeliveryAttempted` of the same attempt is
- * appended when its turn comes, just before the send, so only the one claim made at the turn
- * sends it, and a wait in the queue never passes for an attempt stuck in flight.
+ * the first, carries the body) for the dispatcher that queued it until the stuck time. When its
+ * turn comes well inside that time, that dispatcher sends it and its outcome follows this event
+ * with no claim between (a flushed append saved per delivery in a flood); otherwise the
+ * `DeliveryAttempted` of the same attempt is appended at its turn, just before the send, so only
+ * the one claim made at the turn sends it, and a long wait never passes for an attempt stuck in flight.
  */
 export const DeliveryQueued = DeliveryAttempted;
 /** When the request of an attempt was actually sent, and how long it waited in its endpoint's queue. */

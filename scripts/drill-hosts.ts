@@ -1114,11 +1114,18 @@ async function reconcile(input: {
   const attempts = new Map<string, number>();
   const deliveryEvent = new Map<string, string>();
   const successes = new Map<string, number>();
+  // An attempt is claimed (DeliveryAttempted), or queued and sent under its queue lease with no
+  // claim after it (DeliveryQueued only), or both (queued, then claimed at its turn): counted once.
+  const attemptSeen = new Set<string>();
   let sequenced = 0;
   for (const e of log) {
-    const d = e.data as { deliveryId?: string; eventId?: string };
-    if (e.type === 'DeliveryAttempted') {
-      attempts.set(d.deliveryId!, (attempts.get(d.deliveryId!) ?? 0) + 1);
+    const d = e.data as { deliveryId?: string; eventId?: string; attempt?: number };
+    if (e.type === 'DeliveryAttempted' || e.type === 'DeliveryQueued') {
+      const key = `${d.deliveryId}#${d.attempt}`;
+      if (!attemptSeen.has(key)) {
+        attemptSeen.add(key);
+        attempts.set(d.deliveryId!, (attempts.get(d.deliveryId!) ?? 0) + 1);
+      }
       deliveryEvent.set(d.deliveryId!, d.eventId!);
     }
     if (e.type === 'DeliverySucceeded') successes.set(d.deliveryId!, (successes.get(d.deliveryId!) ?? 0) + 1);

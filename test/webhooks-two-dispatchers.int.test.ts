@@ -20,7 +20,8 @@ const EVENTS = 40;
 // One request at a time per dispatcher: most deliveries wait in an endpoint queue, each dispatcher's
 // backlog (about EVENTS / 2 × answerAfterMs) far longer than a claim may go without an outcome.
 // Claimed at their turn (the stuck time leaves no room for claiming ahead), and claimed a round
-// ahead of it (preclaimRounds 1: a claim made while the request before it runs).
+// ahead of it (preclaimRounds 1: a claim made while the request before it runs). In both, the first
+// deliveries each dispatcher queues have their turn inside their queue lease and go out unclaimed.
 const cases = [
   {
     name: 'claimed at the turn',

@@ -36,7 +36,10 @@ export interface DeliveryState {
 
 export type DeliveryCommand =
   | {
-      /** 'claim': the attempt is sent now; 'queue': it waits in its endpoint's queue, claimed at its turn. */
+      /**
+       * 'claim': the attempt is sent now; 'queue': it waits in its endpoint's queue, and is sent at
+       * its turn under the queue record's lease or claimed then.
+       */
       kind: 'claim' | 'queue';
       /** A fresh id: a second claim of the same attempt must conflict, not pass as a re-append. */
       claimId: string;

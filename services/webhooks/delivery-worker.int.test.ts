@@ -178,8 +178,8 @@ describe('DeliveryWorker', () => {
     ]);
   });
 
-  it('lets another dispatcher take a queued attempt over only by a claim: a lease used first, or a turn after the lease, leaves one send', async () => {
-    const { store, runner, receiver, worker, claim, sub, secrets } = await setup(1, undefined, {
+  it('lets another dispatcher take a queued attempt over only by a claim: after a used lease it claims nothing, before a late turn it sends alone, over an overrun lease its outcome is the one recorded', async () => {
+    const { store, runner, receiver, worker, claim, sub, secrets } = await setup<HeldOutcomes>(1, undefined, {
       stuckAfterMs: 60_000,
     });
     // Another dispatcher on the same log, finding d-n queued past its stuck time.
@@ -243,6 +243,40 @@ describe('DeliveryWorker', () => {
     expect(await types('d-2')).toEqual(['DeliveryQueued', 'DeliverySucceeded']);
     expect(await types('d-4')).toEqual(['DeliveryQueued', 'DeliveryAttempted', 'DeliverySucceeded']);
     expect([1, 2, 3, 4].map(sends)).toEqual([1, 1, 1, 1]);
+
+    // Had d-6's lease been overrun (a stall past the second it spares), a takeover claim landing
+    // before its outcome wins: the outcome sent under the lease is dropped, never recorded over
+    // the claimed attempt, and the claim's own send is the one the log records.
+    const third = worker.submit((await claim(5))!);
+    const overrun = (await claim(6))!;
+    await third;
+    store.hold();
+    const sentUnderLease = worker.submit(overrun);
+    await receiver.waitFor(6, 10_000);
+    const claimed = await takeOver(6, overrun.revision);
+    expect(claimed).toMatchObject({ claimed: true });
+    store.release();
+    expect((await sentUnderLease).ok).toBe(true);
+    expect((await other.submit(claimed!)).ok).toBe(true);
+    const d6 = await store.readStream(deliveryStream('d-6'));
+    expect(d6.map((e) => e.type)).toEqual(['DeliveryQueued', 'DeliveryAttempted', 'DeliverySucceeded']);
+    expect(d6[2]!.revision).toBe(claimed!.revision + 1);
+    expect(sends(6)).toBe(2);
+  });
+
+  it('decides at preparation, ahead of the turn, only what still holds at the latest turn', async () => {
+    // Stuck after 9 s, requests of at most 4 s: one round is claimed ahead (preclaimRounds 1), so a
+    // waiting attempt is prepared up to 4 s before its turn. Prepared a few ms after it was queued,
+    // its lease would not cover a turn 4 s later plus the request: it is claimed then. At its turn
+    // it would still have been covered, which is why the horizon, not the time of preparation, decides.
+    const { store, worker, claim } = await setup(1, undefined, { stuckAfterMs: 9_000, timeoutMs: 4_000 });
+    const first = (await claim(1))!;
+    const second = (await claim(2))!;
+    await new Promise((r) => setTimeout(r, 5));
+    const results = await Promise.all([worker.submit(first), worker.submit(second)]);
+    expect(results.map((r) => r.ok)).toEqual([true, true]);
+    const types = (await store.readStream(deliveryStream('d-2'))).map((e) => e.type);
+    expect(types).toEqual(['DeliveryQueued', 'DeliveryAttempted', 'DeliverySucceeded']);
   });
 
   it('still records a failed attempt with its next retry, and rejects when the store fails', async () => {

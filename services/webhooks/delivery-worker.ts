@@ -111,8 +111,10 @@ export interface WorkerSettings {
   /** Timeouts in a row that open an endpoint's circuit breaker. */
   breakerTimeouts: number;
   /**
-   * When another dispatcher takes over an attempt claimed without an outcome; with it long enough
-   * (see `preclaim`), a waiting attempt is claimed while the requests ahead of it run.
+   * When another dispatcher takes over an attempt claimed or queued without an outcome; with it
+   * long enough, a waiting attempt is claimed while the requests ahead of it run
+   * (`preclaimRounds`), or sent at its turn with no claim at all (`leaseHolds`). Every replica must
+   * run with the same value: a shorter one elsewhere would take over attempts still under lease here.
    */
   stuckAfterMs?: number;
 }
@@ -225,10 +227,11 @@ export class DeliveryWorker {
 
   /**
    * Appends the claim of an attempt whose turn in its endpoint's queue is now (a free slot, taken
-   * here), or, when it has to wait, its place in the queue (`DeliveryQueued`): then the claim is
-   * appended at its turn or a few rounds of slots before it (see `enqueue`). Either way the attempt is this
-   * process's from here, and no other dispatcher queues it again unless it waits past the stuck
-   * time; even then the one claim made at a turn decides who sends it. Returns null when the
+   * here), or, when it has to wait, its place in the queue (`DeliveryQueued`): then it is sent at its
+   * turn under that record's lease, or claimed at its turn or a few rounds of slots before it (see
+   * `enqueue`). Either way the attempt is this process's from here, and no other dispatcher queues
+   * it again unless it waits past the stuck time; even then the one claim made at a turn decides
+   * who sends it. Returns null when the
    * delivery stream moved on (someone else claimed it, or it already exists when `expected` is
    * 'no_stream').
    */

@@ -122,6 +122,22 @@ describe('delivery decider: claims', () => {
   });
 });
 
+/** The success `record(1, answered(status))` emits: sent 40 ms after its claim, answered in 12 ms. */
+function answeredSuccess(status: number): DeliveryEvent {
+  return {
+    type: 'DeliverySucceeded',
+    data: {
+      ...ref,
+      attempt: 1,
+      sentAt: new Date(t0 + 40).toISOString(),
+      queuedMs: 40,
+      status,
+      latencyMs: 12,
+      response: 'body',
+    },
+  };
+}
+
 function queued(attempt: number, trigger: ClaimTrigger = 'event'): DeliveryEvent {
   return { ...attempted(attempt, trigger), type: 'DeliveryQueued', id: `queue-${attempt}` } as DeliveryEvent;
 }
@@ -201,18 +217,7 @@ describe('delivery decider: an attempt that waits in its endpoint queue', () => 
 });
 
 describe('delivery decider: an attempt sent under its queue lease (no claim at its turn)', () => {
-  const success: DeliveryEvent = {
-    type: 'DeliverySucceeded',
-    data: {
-      ...ref,
-      attempt: 1,
-      sentAt: new Date(t0 + 40).toISOString(),
-      queuedMs: 40,
-      status: 200,
-      latencyMs: 12,
-      response: 'body',
-    },
-  };
+  const success = answeredSuccess(200);
 
   it('records its outcome against the queued attempt', () => {
     spec
@@ -386,20 +391,7 @@ describe('delivery decider: outcomes', () => {
     spec
       .given([attempted(1)])
       .when(record(1, answered(204)))
-      .thenEmits([
-        {
-          type: 'DeliverySucceeded',
-          data: {
-            ...ref,
-            attempt: 1,
-            sentAt: new Date(t0 + 40).toISOString(),
-            queuedMs: 40,
-            status: 204,
-            latencyMs: 12,
-            response: 'body',
-          },
-        },
-      ]);
+      .thenEmits([answeredSuccess(204)]);
   });
 
   it('schedules the next attempt of a failure on the retry schedule', () => {

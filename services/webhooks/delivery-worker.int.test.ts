@@ -56,10 +56,24 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
+type WorkerSettings = ConstructorParameters<typeof DeliveryWorker>[0]['settings'];
+
+function workerSettings(settings: Partial<WorkerSettings> & Pick<WorkerSettings, 'endpointConcurrency'>) {
+  return {
+    retry: { schedule: [0, 60_000], jitter: 0, retryAfterMaxMs: 60_000 },
+    timeoutMs: 5_000,
+    disableAfterFailedDeliveries: 100,
+    disableAfterMs: 86_400_000,
+    endpointQueueLimit: 100,
+    breakerTimeouts: 3,
+    ...settings,
+  };
+}
+
 async function setup<S extends EventStore = HeldOutcomes>(
   endpointConcurrency: number,
   given?: S,
-  settings: Partial<ConstructorParameters<typeof DeliveryWorker>[0]['settings']> = {},
+  settings: Partial<WorkerSettings> = {},
 ) {
   const store = (given ?? new HeldOutcomes()) as S;
   const runner = new ProjectionRunner(store, new MemoryProjectionStore(), webhookProjection);
@@ -83,16 +97,7 @@ async function setup<S extends EventStore = HeldOutcomes>(
     runner,
     secrets,
     agent,
-    settings: {
-      retry: { schedule: [0, 60_000], jitter: 0, retryAfterMaxMs: 60_000 },
-      timeoutMs: 5_000,
-      disableAfterFailedDeliveries: 100,
-      disableAfterMs: 86_400_000,
-      endpointConcurrency,
-      endpointQueueLimit: 100,
-      breakerTimeouts: 3,
-      ...settings,
-    },
+    settings: workerSettings({ endpointConcurrency, ...settings }),
     logger: pino({ level: 'silent' }),
   });
   const created = await createSubscription(store, {
@@ -104,18 +109,18 @@ async function setup<S extends EventStore = HeldOutcomes>(
   });
   await runner.waitFor(created.position);
   const sub = findSubscription(runner.state.subscriptions, created.subscriptionId)!;
-  const claim = (n: number) =>
-    worker.claim({
-      deliveryId: `d-${n}`,
-      subscription: sub,
-      eventId: `ev-${n}`,
-      event: 'trade_call',
-      attempt: 1,
-      trigger: 'event',
-      body: JSON.stringify({ n }),
-      expected: 'no_stream',
-    });
-  return { store, runner, receiver, worker, claim, sub, secrets };
+  // The first attempt of delivery d-<n>, as the dispatcher claims it.
+  const firstAttempt = (n: number) => ({
+    deliveryId: `d-${n}`,
+    subscription: sub,
+    eventId: `ev-${n}`,
+    event: 'trade_call' as const,
+    attempt: 1,
+    trigger: 'event' as const,
+    body: JSON.stringify({ n }),
+  });
+  const claim = (n: number) => worker.claim({ ...firstAttempt(n), expected: 'no_stream' });
+  return { store, runner, receiver, worker, claim, firstAttempt, sub, secrets };
 }
 
 describe('DeliveryWorker', () => {
@@ -179,9 +184,13 @@ describe('DeliveryWorker', () => {
   });
 
   it('lets another dispatcher take a queued attempt over only by a claim: after a used lease it claims nothing, before a late turn it sends alone, over an overrun lease its outcome is the one recorded', async () => {
-    const { store, runner, receiver, worker, claim, sub, secrets } = await setup<HeldOutcomes>(1, undefined, {
-      stuckAfterMs: 60_000,
-    });
+    const { store, runner, receiver, worker, claim, firstAttempt, secrets } = await setup<HeldOutcomes>(
+      1,
+      undefined,
+      {
+        stuckAfterMs: 60_000,
+      },
+    );
     // Another dispatcher on the same log, finding d-n queued past its stuck time.
     const agent = guardedAgent({
       addresses: { allow: parseCidrList('127.0.0.1/32') },
@@ -195,30 +204,11 @@ describe('DeliveryWorker', () => {
       runner,
       secrets,
       agent,
-      settings: {
-        retry: { schedule: [0, 60_000], jitter: 0, retryAfterMaxMs: 60_000 },
-        timeoutMs: 5_000,
-        disableAfterFailedDeliveries: 100,
-        disableAfterMs: 86_400_000,
-        endpointConcurrency: 1,
-        endpointQueueLimit: 100,
-        breakerTimeouts: 3,
-        stuckAfterMs: 60_000,
-      },
+      settings: workerSettings({ endpointConcurrency: 1, stuckAfterMs: 60_000 }),
       logger: pino({ level: 'silent' }),
     });
     const takeOver = (n: number, expected: number) =>
-      other.claim({
-        deliveryId: `d-${n}`,
-        subscription: sub,
-        eventId: `ev-${n}`,
-        event: 'trade_call',
-        attempt: 1,
-        trigger: 'event',
-        body: JSON.stringify({ n }),
-        expected,
-        queuedAttempt: true,
-      });
+      other.claim({ ...firstAttempt(n), expected, queuedAttempt: true });
     const sends = (n: number) => receiver.received.filter((r) => r.body.includes(`"n":${n}`)).length;
 
     // d-2 is sent under its lease; a takeover afterwards finds the stream moved on and claims nothing.

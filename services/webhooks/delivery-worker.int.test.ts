@@ -269,6 +269,20 @@ describe('DeliveryWorker', () => {
     expect(types).toEqual(['DeliveryQueued', 'DeliveryAttempted', 'DeliverySucceeded']);
   });
 
+  it('sends a job parked beyond the queue limit under its lease, with its bytes read back from the log', async () => {
+    const { store, receiver, worker, claim } = await setup(1, undefined, {
+      stuckAfterMs: 60_000,
+      endpointQueueLimit: 1,
+    });
+    const jobs = [(await claim(1))!, (await claim(2))!, (await claim(3))!];
+    // d-1 runs, d-2 waits with its bytes, d-3 waits past the limit without them.
+    const results = await Promise.all(jobs.map((j) => worker.submit(j)));
+    expect(results.map((r) => r.ok)).toEqual([true, true, true]);
+    expect(receiver.received.map((r) => JSON.parse(r.body))).toEqual([{ n: 1 }, { n: 2 }, { n: 3 }]);
+    const types = (await store.readStream(deliveryStream('d-3'))).map((e) => e.type);
+    expect(types).toEqual(['DeliveryQueued', 'DeliverySucceeded']);
+  });
+
   it('still records a failed attempt with its next retry, and rejects when the store fails', async () => {
     const { store, receiver, worker, claim } = await setup(2);
     receiver.behave = () => ({ status: 503 });

@@ -54,16 +54,18 @@ describe('webhook delivery through the in-process bus', () => {
     expect(bySeq.map((b) => (b.data as { confidence: number }).confidence)).toEqual([61, 62, 63]);
 
     // The outcome is recorded after the answer: the log shows each delivery succeeded at its first attempt.
-    const deadline = Date.now() + 30_000;
     let deliveries: DeliveryView[] = [];
-    for (;;) {
-      const log = await stack.request('GET', `/api/webhooks/${sub.id}/deliveries?limit=50`, key);
-      expect(log.status).toBe(200);
-      deliveries = (log.body as { deliveries: DeliveryView[] }).deliveries;
-      const done = deliveries.filter((d) => d.status === 'succeeded');
-      if (done.length === 3 || Date.now() > deadline) break;
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await expect
+      .poll(
+        async () => {
+          const log = await stack.request('GET', `/api/webhooks/${sub.id}/deliveries?limit=50`, key);
+          expect(log.status).toBe(200);
+          deliveries = (log.body as { deliveries: DeliveryView[] }).deliveries;
+          return deliveries.filter((d) => d.status === 'succeeded').length;
+        },
+        { timeout: 30_000, interval: 50 },
+      )
+      .toBe(3);
     const rows = deliveries.map((d) => [d.seq, d.status, d.attempts.map((a) => [a.attempt, a.outcome])]);
     expect(rows.sort((a, b) => (a[0] as number) - (b[0] as number))).toEqual([
       [1, 'succeeded', [[1, 'succeeded']]],

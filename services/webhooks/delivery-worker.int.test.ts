@@ -56,6 +56,11 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
+/** The types of a delivery stream's events, in order. */
+async function eventTypes(store: EventStore, deliveryId: string): Promise<string[]> {
+  return (await store.readStream(deliveryStream(deliveryId))).map((e) => e.type);
+}
+
 type WorkerSettings = ConstructorParameters<typeof DeliveryWorker>[0]['settings'];
 
 function workerSettings(settings: Partial<WorkerSettings> & Pick<WorkerSettings, 'endpointConcurrency'>) {
@@ -145,15 +150,16 @@ describe('DeliveryWorker', () => {
     expect((await second).ok).toBe(true);
     await draining;
     expect(worker.owned.size).toBe(0);
-    const types = async (id: string) => (await store.readStream(deliveryStream(id))).map((e) => e.type);
-    expect(await types('d-1')).toEqual(['DeliveryAttempted', 'DeliverySucceeded']);
+    expect(await eventTypes(store, 'd-1')).toEqual(['DeliveryAttempted', 'DeliverySucceeded']);
     // The second waited for the slot: queued first, claimed at its turn, just before its send.
-    expect(await types('d-2')).toEqual(['DeliveryQueued', 'DeliveryAttempted', 'DeliverySucceeded']);
+    expect(await eventTypes(store, 'd-2')).toEqual([
+      'DeliveryQueued',
+      'DeliveryAttempted',
+      'DeliverySucceeded',
+    ]);
   });
 
   it('sends an attempt it queued without a claim while its queue lease covers the request, and claims it otherwise', async () => {
-    const types = async (store: EventStore, id: string) =>
-      (await store.readStream(deliveryStream(id))).map((e) => e.type);
     // Stuck after 60 s, requests of at most 5 s: the queue event holds the attempt until its turn.
     const leased = await setup(1, undefined, { stuckAfterMs: 60_000 });
     const [first, second] = [(await leased.claim(1))!, (await leased.claim(2))!];
@@ -161,8 +167,8 @@ describe('DeliveryWorker', () => {
     expect(second.leaseUntil).toBe(second.queuedAt + 60_000);
     const results = await Promise.all([leased.worker.submit(first), leased.worker.submit(second)]);
     expect(results.map((r) => r.ok)).toEqual([true, true]);
-    expect(await types(leased.store, 'd-1')).toEqual(['DeliveryAttempted', 'DeliverySucceeded']);
-    expect(await types(leased.store, 'd-2')).toEqual(['DeliveryQueued', 'DeliverySucceeded']);
+    expect(await eventTypes(leased.store, 'd-1')).toEqual(['DeliveryAttempted', 'DeliverySucceeded']);
+    expect(await eventTypes(leased.store, 'd-2')).toEqual(['DeliveryQueued', 'DeliverySucceeded']);
     const outcome = (await leased.store.readStream(deliveryStream('d-2')))[1]!;
     await leased.runner.waitFor(outcome.position);
     const record = findDelivery(leased.runner.state.log, 'd-2')!;
@@ -176,7 +182,7 @@ describe('DeliveryWorker', () => {
     const short = await setup(1, undefined, { stuckAfterMs: 5_500 });
     const jobs = [(await short.claim(1))!, (await short.claim(2))!];
     await Promise.all(jobs.map((j) => short.worker.submit(j)));
-    expect(await types(short.store, 'd-2')).toEqual([
+    expect(await eventTypes(short.store, 'd-2')).toEqual([
       'DeliveryQueued',
       'DeliveryAttempted',
       'DeliverySucceeded',
@@ -229,9 +235,12 @@ describe('DeliveryWorker', () => {
     const mine = await worker.submit({ ...late, leaseUntil: late.queuedAt });
     await busy;
     expect(mine).toMatchObject({ ok: false, error: expect.stringContaining('superseded') });
-    const types = async (id: string) => (await store.readStream(deliveryStream(id))).map((e) => e.type);
-    expect(await types('d-2')).toEqual(['DeliveryQueued', 'DeliverySucceeded']);
-    expect(await types('d-4')).toEqual(['DeliveryQueued', 'DeliveryAttempted', 'DeliverySucceeded']);
+    expect(await eventTypes(store, 'd-2')).toEqual(['DeliveryQueued', 'DeliverySucceeded']);
+    expect(await eventTypes(store, 'd-4')).toEqual([
+      'DeliveryQueued',
+      'DeliveryAttempted',
+      'DeliverySucceeded',
+    ]);
     expect([1, 2, 3, 4].map(sends)).toEqual([1, 1, 1, 1]);
 
     // Had d-6's lease been overrun (a stall past the second it spares), a takeover claim landing
@@ -265,8 +274,11 @@ describe('DeliveryWorker', () => {
     await new Promise((r) => setTimeout(r, 5));
     const results = await Promise.all([worker.submit(first), worker.submit(second)]);
     expect(results.map((r) => r.ok)).toEqual([true, true]);
-    const types = (await store.readStream(deliveryStream('d-2'))).map((e) => e.type);
-    expect(types).toEqual(['DeliveryQueued', 'DeliveryAttempted', 'DeliverySucceeded']);
+    expect(await eventTypes(store, 'd-2')).toEqual([
+      'DeliveryQueued',
+      'DeliveryAttempted',
+      'DeliverySucceeded',
+    ]);
   });
 
   it('sends a job parked beyond the queue limit under its lease, with its bytes read back from the log', async () => {
@@ -279,8 +291,7 @@ describe('DeliveryWorker', () => {
     const results = await Promise.all(jobs.map((j) => worker.submit(j)));
     expect(results.map((r) => r.ok)).toEqual([true, true, true]);
     expect(receiver.received.map((r) => JSON.parse(r.body))).toEqual([{ n: 1 }, { n: 2 }, { n: 3 }]);
-    const types = (await store.readStream(deliveryStream('d-3'))).map((e) => e.type);
-    expect(types).toEqual(['DeliveryQueued', 'DeliverySucceeded']);
+    expect(await eventTypes(store, 'd-3')).toEqual(['DeliveryQueued', 'DeliverySucceeded']);
   });
 
   it('still records a failed attempt with its next retry, and rejects when the store fails', async () => {

@@ -349,6 +349,15 @@ export const ConfigSchema = z
     /** Deliveries waiting per endpoint with their bytes in memory; more wait by id (never failed). */
     WEBHOOK_ENDPOINT_QUEUE_LIMIT: positiveInt.default(1_000),
     /**
+     * Bytes of bodies the deliveries past their endpoint's queue limit keep in memory, over every
+     * endpoint (64 MiB); past it they wait by id and are read back from the log. 0: none kept.
+     */
+    WEBHOOK_QUEUE_BYTES_LIMIT: z.coerce
+      .number()
+      .int()
+      .min(0)
+      .default(64 * 1024 * 1024),
+    /**
      * Timeouts in a row after which an endpoint's circuit breaker opens: nothing is sent to it,
      * one probe goes out after each delay of the retry schedule.
      */

@@ -18,6 +18,8 @@ describe('loadConfig', () => {
     expect(config.PORT).toBe(9090);
     expect(config.DATA_DIR).toBe('./data');
     expect(config.BODY_LIMIT_BYTES).toBe(1024);
+    expect(loadConfig({}).WEBHOOK_QUEUE_BYTES_LIMIT).toBe(64 * 1024 * 1024);
+    expect(loadConfig({ WEBHOOK_QUEUE_BYTES_LIMIT: '0' }).WEBHOOK_QUEUE_BYTES_LIMIT).toBe(0);
   });
 
   it.each([
@@ -43,6 +45,8 @@ describe('loadConfig', () => {
     [{ TRUST_PROXY: 'yes' }, 'TRUST_PROXY'],
     [{ TRUST_PROXY: '10.0.0.0/8;rm' }, 'TRUST_PROXY'],
     [{ NODE_ENV: 'production', EVENT_STORE: 'memory' }, 'EVENT_STORE'],
+    [{ WEBHOOK_QUEUE_BYTES_LIMIT: '-1' }, 'WEBHOOK_QUEUE_BYTES_LIMIT'],
+    [{ WEBHOOK_QUEUE_BYTES_LIMIT: '64MB' }, 'WEBHOOK_QUEUE_BYTES_LIMIT'],
   ])('rejects %o naming %s', (env, variable) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
     expect(() => loadConfig(env)).toThrow(new RegExp(`^invalid configuration:\\n  ${variable}:`, 'm'));

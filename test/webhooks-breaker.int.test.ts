@@ -98,6 +98,7 @@ describe.runIf(reachable)('an endpoint that accepts and never answers', () => {
     expect(await metric('webhook_delivery_outcomes_total', 'outcome="succeeded"')).toBe(10);
     expect(await metric('webhook_endpoints', 'breaker_state="open"')).toBe(0);
     expect(await metric('webhook_endpoint_queue_depth', 'breaker_state="closed"')).toBe(0);
+    expect((await registry.metrics()).split('\n')).toContain('webhook_queue_kept_bytes 0');
     expect((await registry.metrics()).includes('webhook_delivery_latency_seconds_count')).toBe(true);
   });
 });

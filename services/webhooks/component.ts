@@ -61,6 +61,7 @@ function parts(
         worker
           ? {
               queueDepth: () => worker!.queueDepth(),
+              keptBytes: () => worker!.keptBytes,
               endpoints: () => worker!.breakers.counts(),
               state: () => runner.state,
             }

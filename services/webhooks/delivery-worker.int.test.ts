@@ -50,6 +50,16 @@ class HeldOutcomes extends MemoryEventStore {
   }
 }
 
+/** A HeldOutcomes store listing the streams read for their first event alone (a body read back). */
+class FirstEventReads extends HeldOutcomes {
+  readonly reads: string[] = [];
+
+  override async readStream(stream: string, options?: Parameters<MemoryEventStore['readStream']>[1]) {
+    if (options?.maxCount === 1) this.reads.push(stream);
+    return super.readStream(stream, options);
+  }
+}
+
 const tls = selfSignedCert();
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -285,6 +295,7 @@ describe('DeliveryWorker', () => {
     const { store, receiver, worker, claim } = await setup(1, undefined, {
       stuckAfterMs: 60_000,
       endpointQueueLimit: 1,
+      queueBytesLimit: 0,
     });
     const jobs = [(await claim(1))!, (await claim(2))!, (await claim(3))!];
     // d-1 runs, d-2 waits with its bytes, d-3 waits past the limit without them.
@@ -292,6 +303,31 @@ describe('DeliveryWorker', () => {
     expect(results.map((r) => r.ok)).toEqual([true, true, true]);
     expect(receiver.received.map((r) => JSON.parse(r.body))).toEqual([{ n: 1 }, { n: 2 }, { n: 3 }]);
     expect(await eventTypes(store, 'd-3')).toEqual(['DeliveryQueued', 'DeliverySucceeded']);
+  });
+
+  it('keeps the bytes of jobs past the queue limit while they fit its byte budget, and reads back only the others', async () => {
+    const bodyBytes = JSON.stringify({ n: 1 }).length * 2;
+    const { store, receiver, worker, claim } = await setup(1, new FirstEventReads(), {
+      stuckAfterMs: 60_000,
+      endpointQueueLimit: 1,
+      queueBytesLimit: 2 * bodyBytes,
+    });
+    const jobs = [];
+    for (let n = 1; n <= 8; n++) jobs.push((await claim(n))!);
+    // d-1 runs; d-2 waits within the limit. The next four waiting are prepared at once (claimed or
+    // read back ahead of their turn: 4 rounds of the one slot), so d-3 to d-5 hand their bytes to
+    // their turn as soon as they are queued. d-6 and d-7 keep theirs (the whole budget), d-8 waits
+    // without.
+    const submitted = jobs.map((j) => worker.submit(j));
+    expect(worker.keptBytes).toBe(2 * bodyBytes);
+    const results = await Promise.all(submitted);
+    expect(results.every((r) => r.ok)).toBe(true);
+    expect(receiver.received.map((r) => JSON.parse(r.body).n)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    expect(store.reads).toEqual([deliveryStream('d-8')]);
+    expect(worker.keptBytes).toBe(0);
+    for (const id of ['d-6', 'd-8']) {
+      expect(await eventTypes(store, id)).toEqual(['DeliveryQueued', 'DeliverySucceeded']);
+    }
   });
 
   it('still records a failed attempt with its next retry, and rejects when the store fails', async () => {

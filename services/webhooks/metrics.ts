@@ -16,14 +16,17 @@ export interface DeliveryObserver {
 export interface DeliverySources {
   /** Deliveries queued or sending, by the breaker state of their endpoint. */
   queueDepth(): Record<BreakerState, number>;
+  /** Bytes of bodies kept by attempts waiting past their endpoint's queue limit. */
+  keptBytes(): number;
   endpoints(): Record<BreakerState, number>;
   state(): WebhookState;
 }
 
 /**
  * Prometheus metrics of webhook delivery, on the process's registry: attempts by trigger,
- * outcomes, request latency and queue time, queue depth per endpoint (breaker) state, endpoints
- * per breaker state, and subscriptions per status (disabled ones included).
+ * outcomes, request latency and queue time, queue depth per endpoint (breaker) state, the bytes
+ * kept by attempts queued past their endpoint's limit, endpoints per breaker state, and
+ * subscriptions per status (disabled ones included).
  */
 export function webhookMetrics(registry: Registry, sources: () => DeliverySources | null): DeliveryObserver {
   const attempts = new Counter({
@@ -74,6 +77,15 @@ export function webhookMetrics(registry: Registry, sources: () => DeliverySource
     'breaker_state',
     (s) => s.queueDepth(),
   );
+  new Gauge({
+    name: 'webhook_queue_kept_bytes',
+    help: "Bytes of delivery bodies kept in memory by attempts waiting past their endpoint's queue limit (at most WEBHOOK_QUEUE_BYTES_LIMIT)",
+    registers: [registry],
+    collect() {
+      const s = sources();
+      if (s) this.set(s.keptBytes());
+    },
+  });
   countGauge(
     'webhook_endpoints',
     'Endpoints with a circuit breaker that is not closed, by state',

@@ -10,6 +10,7 @@ export interface WebhookSettings {
   disableAfterMs: number;
   endpointConcurrency: number;
   endpointQueueLimit: number;
+  queueBytesLimit: number;
   breakerTimeouts: number;
   connectTimeoutMs: number;
   timeoutMs: number;
@@ -60,6 +61,7 @@ export function webhookSettings(config: Config): WebhookSettings {
     disableAfterMs: config.WEBHOOK_DISABLE_AFTER_MS,
     endpointConcurrency: config.WEBHOOK_ENDPOINT_CONCURRENCY,
     endpointQueueLimit: config.WEBHOOK_ENDPOINT_QUEUE_LIMIT,
+    queueBytesLimit: config.WEBHOOK_QUEUE_BYTES_LIMIT,
     breakerTimeouts: config.WEBHOOK_BREAKER_TIMEOUTS,
     connectTimeoutMs: config.WEBHOOK_CONNECT_TIMEOUT_MS,
     timeoutMs: config.WEBHOOK_TIMEOUT_MS,

@@ -33,6 +33,7 @@
  *   npx tsx bench/webhooks.bench.ts [--events=1000] [--warmup=3000] [--runs=3]
  *                                   [--only=throughput|latency] [--layout=split|single|both]
  *                                   [--single-bus=memory|nats]
+ *   WEBHOOK_* variables in the environment override the stack's settings in both layouts.
  */
 import { type ChildProcess, fork, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -114,6 +115,13 @@ const STACK_ENV = {
   WEBHOOK_MAX_PER_KEY: '100',
   // The deployed default (the test harness looks for due retries every 50 ms).
   WEBHOOK_TICK_MS: '1000',
+  // WEBHOOK_* settings of the bench's own environment, for both layouts (A/B runs of a setting,
+  // e.g. WEBHOOK_QUEUE_BYTES_LIMIT=0 against its default).
+  ...Object.fromEntries(
+    Object.entries(process.env).filter(
+      (entry): entry is [string, string] => entry[0].startsWith('WEBHOOK_') && entry[1] !== undefined,
+    ),
+  ),
 };
 
 function p99(values: number[]): number {

@@ -314,10 +314,10 @@ describe('DeliveryWorker', () => {
     });
     const jobs = [];
     for (let n = 1; n <= 8; n++) jobs.push((await claim(n))!);
-    // d-1 runs; d-2 waits within the limit. The next four waiting are prepared at once (claimed or
-    // read back ahead of their turn: 4 rounds of the one slot), so d-3 to d-5 hand their bytes to
-    // their turn as soon as they are queued. d-6 and d-7 keep theirs (the whole budget), d-8 waits
-    // without.
+    // d-1 runs; d-2 waits within the limit. The first four waiting are prepared as they are queued
+    // (preclaimRounds: 4 rounds of the one slot at this stuck time and timeout), so d-3 to d-5 hand
+    // their bytes to their turn at once (their lease covers it; nothing is claimed or read back).
+    // d-6 and d-7 keep theirs (the whole budget), d-8 waits without.
     const submitted = jobs.map((j) => worker.submit(j));
     expect(worker.keptBytes).toBe(2 * bodyBytes);
     const results = await Promise.all(submitted);

@@ -79,7 +79,7 @@ export function webhookMetrics(registry: Registry, sources: () => DeliverySource
   );
   new Gauge({
     name: 'webhook_queue_kept_bytes',
-    help: "Bytes of delivery bodies kept in memory by attempts waiting past their endpoint's queue limit (at most WEBHOOK_QUEUE_BYTES_LIMIT)",
+    help: "Bytes of delivery bodies kept in memory by attempts waiting past their endpoint's queue limit, counted at two per character (at most WEBHOOK_QUEUE_BYTES_LIMIT)",
     registers: [registry],
     collect() {
       const s = sources();

@@ -51,7 +51,12 @@ interface Attempt {
   error: string | null;
 }
 
-describe.runIf(reachable)('a healthy receiver behind a full endpoint queue', () => {
+// Past the queue limit the waiting deliveries keep their bytes within WEBHOOK_QUEUE_BYTES_LIMIT (the
+// default here); with it at 0 each is read back from the log, its sequence number put in again.
+describe.runIf(reachable).each([
+  ['keep their bytes', {}],
+  ['have their bytes read back from the log', { WEBHOOK_QUEUE_BYTES_LIMIT: '0' }],
+])('a healthy receiver behind a full endpoint queue, where waiting deliveries %s', (_, extra) => {
   let stack: WebhookStack;
   let receiver: Awaited<ReturnType<typeof gatedReceiver>>;
 
@@ -64,6 +69,7 @@ describe.runIf(reachable)('a healthy receiver behind a full endpoint queue', () 
         // nor the waiting claims pass for stuck ones: neither is what this test is about.
         WEBHOOK_TIMEOUT_MS: '600000',
         WEBHOOK_STUCK_AFTER_MS: '600000',
+        ...extra,
       },
       settings: { tls: { ca: tls.cert } },
     });

@@ -80,6 +80,7 @@ function workerSettings(settings: Partial<WorkerSettings> & Pick<WorkerSettings,
     disableAfterFailedDeliveries: 100,
     disableAfterMs: 86_400_000,
     endpointQueueLimit: 100,
+    queueBytesLimit: 0,
     breakerTimeouts: 3,
     ...settings,
   };

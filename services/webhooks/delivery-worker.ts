@@ -110,10 +110,10 @@ export interface WorkerSettings {
   endpointQueueLimit: number;
   /**
    * Bytes of bodies that deliveries past their endpoint's `endpointQueueLimit` may keep, over
-   * every endpoint together, counted at two per character (see `enqueue`); 0 or absent: each of
-   * them waits without its bytes. The deployed default comes from WEBHOOK_QUEUE_BYTES_LIMIT.
+   * every endpoint together, counted at two per character (see `enqueue`); 0: each of them waits
+   * without its bytes.
    */
-  queueBytesLimit?: number;
+  queueBytesLimit: number;
   /** Timeouts in a row that open an endpoint's circuit breaker. */
   breakerTimeouts: number;
   /**
@@ -498,9 +498,9 @@ export class DeliveryWorker {
   ): void {
     const overLimit = !queued.slot && this.queues.waiting(endpoint) >= this.deps.settings.endpointQueueLimit;
     // UTF-16 code units, two bytes each: what V8 holds at most for the string.
-    const keptBytes = overLimit ? queued.body.length * 2 : 0;
-    const kept = overLimit && this.overflowBytes + keptBytes <= (this.deps.settings.queueBytesLimit ?? 0);
-    if (kept) this.overflowBytes += keptBytes;
+    const bodyBytes = overLimit ? queued.body.length * 2 : 0;
+    const kept = overLimit && this.overflowBytes + bodyBytes <= this.deps.settings.queueBytesLimit;
+    if (kept) this.overflowBytes += bodyBytes;
     const parked = overLimit && !kept;
     const waiting = parked ? { ...queued, body: '' } : queued;
     // The claim at its turn, unless its queue lease covers the send (and the bytes of a parked
@@ -510,7 +510,7 @@ export class DeliveryWorker {
     const takeTurn = (aheadMs: number) => {
       turn ??= (async () => {
         // From here the body is the turn's (bounded by the slots and the rounds prepared ahead).
-        if (kept) this.overflowBytes -= keptBytes;
+        if (kept) this.overflowBytes -= bodyBytes;
         const leased = !waiting.claimed && leaseHolds(waiting, Date.now() + aheadMs, this.deps.settings);
         if (leased) this.deps.observer?.attempt(waiting.trigger);
         const ready = waiting.claimed || leased ? waiting : await this.claimTurn(waiting);

@@ -40,6 +40,19 @@ const attempted = (deliveryId: string, subscriptionId = 'sub-a', attempt = 1) =>
     trigger: 'event',
   });
 
+/** The first attempt put in its endpoint's queue, with the body. */
+const queued = (deliveryId: string) =>
+  recorded('DeliveryQueued', {
+    deliveryId,
+    subscriptionId: 'sub-a',
+    attempt: 1,
+    eventId: `ev-${deliveryId}`,
+    webhookEvent: 'trade_call',
+    url: 'https://hooks.example.com/x',
+    trigger: 'event',
+    body: '{}',
+  });
+
 const succeeded = (deliveryId: string, subscriptionId = 'sub-a', attempt = 1) =>
   recorded('DeliverySucceeded', {
     deliveryId,
@@ -214,16 +227,7 @@ describe('the delivery log view', () => {
 
 describe('an attempt queued before its claim', () => {
   it('shows as its one pending attempt from when it was queued, and is stuck only from its claim', () => {
-    const queuedAt = recorded('DeliveryQueued', {
-      deliveryId: 'q1',
-      subscriptionId: 'sub-a',
-      attempt: 1,
-      eventId: 'ev-q1',
-      webhookEvent: 'trade_call',
-      url: 'https://hooks.example.com/x',
-      trigger: 'event',
-      body: '{}',
-    });
+    const queuedAt = queued('q1');
     let state = fold([queuedAt]);
     expect(state.deliveries.q1!.attempts).toMatchObject([{ attempt: 1, outcome: 'pending', queued: true }]);
     const claim = attempted('q1');
@@ -241,16 +245,7 @@ describe('an attempt queued before its claim', () => {
   });
 
   it('sent under its queue lease, takes its outcome with no claim between', () => {
-    const queuedAt = recorded('DeliveryQueued', {
-      deliveryId: 'q2',
-      subscriptionId: 'sub-a',
-      attempt: 1,
-      eventId: 'ev-q2',
-      webhookEvent: 'trade_call',
-      url: 'https://hooks.example.com/x',
-      trigger: 'event',
-      body: '{}',
-    });
+    const queuedAt = queued('q2');
     const outcome = succeeded('q2');
     const state = fold([queuedAt, outcome]);
     const record = state.deliveries.q2!;

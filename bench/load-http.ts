@@ -335,6 +335,15 @@ export function report(
         ]
       : []),
   ];
+  if (c.cpu && targets.rate !== undefined) {
+    // Per round, req/s = busy share ÷ CPU per request on each side, so the rate ratio is the ratio
+    // of busy shares over the CPU ratio: what the rate target asks of CPU at the idle this run
+    // showed (for a keyed call, mostly waiting out its debit's commit: see bench/README.md).
+    const busy = spread(c.cpu.serviceBusy.map((b, i) => b / Math.max(1e-9, c.cpu!.bareBusy[i]!)));
+    lines.push(
+      `    busy share service/bare ${f2(busy.median)}: at that share the ≥ ${targets.rate} rate asks for CPU ≤ ${f2(busy.median / targets.rate)}× bare`,
+    );
+  }
   const rates = `${f0(spread(c.service.map((r) => r.perSec)).median)} vs ${f0(spread(c.bare.map((r) => r.perSec)).median)} req/s`;
   if (targets.rate !== undefined) {
     lines.push(

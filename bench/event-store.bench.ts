@@ -5,6 +5,10 @@
  *   (c) read-all over N events vs a raw getRange over the same entries
  *   (d) rebuild of a counting projection over the same N events (subscription + fold + snapshots)
  *       vs the same raw getRange; the issue's floor is 200,000 events/s
+ *   (e) into the store of (c), whose id index holds N random ids: commits of 30 single-event
+ *       appends whose ids the store chooses (time-ordered, newEventId) vs the same with random
+ *       caller ids (version 4); events/s and the process's CPU per event (LMDB's write thread
+ *       included), in alternated rounds. No target: it shows what the id order costs the indexes.
  * Raw puts store the very records the store wrote (same msgpack bytes), and both sides wait
  * for the disk flush, so the ratio is the cost of the store's checks and indexes.
  *
@@ -15,15 +19,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { type Database, open } from 'lmdb';
-import { EVENT_ENCODING, openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
+import { EVENT_ENCODING, type LmdbEventStore, openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
 import { ProjectionRunner } from '../projections/runner.ts';
 import {
   atLeast,
   countingProjection,
+  f0,
+  f2,
+  fmtSpread,
   printColumns,
   recordTarget,
   sampleEvent,
+  spread,
   timedReadAll,
   timedSingleAppends,
   whenMain,
@@ -58,8 +66,12 @@ export async function run(options: EventStoreBenchOptions = {}): Promise<BenchRo
     const rows: BenchRow[] = [];
     rows.push(await singleAppends(join(dir, 'single'), singles));
     rows.push(await batchAppends(join(dir, 'batch'), batches, batchSize));
-    rows.push(...(await readAllAndRebuild(join(dir, 'read'), readEvents)));
-    if (options.print ?? true) printTable(rows);
+    const { rows: readRows, idOrder } = await readAllAndRebuild(join(dir, 'read'), readEvents);
+    rows.push(...readRows);
+    if (options.print ?? true) {
+      printTable(rows);
+      printIdOrder(idOrder, readEvents);
+    }
     return rows;
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -112,7 +124,10 @@ async function batchAppends(path: string, count: number, size: number): Promise<
   };
 }
 
-async function readAllAndRebuild(path: string, total: number): Promise<BenchRow[]> {
+async function readAllAndRebuild(
+  path: string,
+  total: number,
+): Promise<{ rows: BenchRow[]; idOrder: IdOrderRound[] }> {
   const store = await openLmdbEventStore({ path });
   const chunk = 10_000;
   for (let written = 0; written < total; written += chunk) {
@@ -147,7 +162,11 @@ async function readAllAndRebuild(path: string, total: number): Promise<BenchRow[
   const rawMs = performance.now() - rawStart;
   await raw.env.close();
   if (rawSeen !== total) throw new Error(`raw read ${rawSeen} of ${total} events`);
-  return [
+  // Last: its appends would change what (c) and (d) count.
+  const again = await openLmdbEventStore({ path });
+  const idOrder = await idOrderRounds(again);
+  await again.close();
+  const rows = [
     row(
       `(c) read all ${total.toLocaleString('en')} events, pages of ${page}`,
       total,
@@ -166,6 +185,72 @@ async function readAllAndRebuild(path: string, total: number): Promise<BenchRow[
       minRate: 200_000,
     },
   ];
+  return { rows, idOrder };
+}
+
+interface IdOrderRound {
+  ids: 'store' | 'random';
+  events: number;
+  ms: number;
+  cpuMs: number;
+}
+
+/** Appends made in one turn share one commit, as a turn's keyed calls' debits do (one per subject). */
+const ID_ORDER_GROUP = 30;
+const ID_ORDER_COMMITS = 100;
+const ID_ORDER_ROUNDS = 4;
+
+/** (e): alternated rounds of commits with store-chosen ids and with random caller ids. */
+async function idOrderRounds(store: LmdbEventStore): Promise<IdOrderRound[]> {
+  const rounds: IdOrderRound[] = [];
+  for (let round = 0; round < ID_ORDER_ROUNDS; round++) {
+    const order: Array<'store' | 'random'> = round % 2 === 0 ? ['random', 'store'] : ['store', 'random'];
+    for (const ids of order) {
+      const cpu = process.cpuUsage();
+      const start = performance.now();
+      for (let c = 0; c < ID_ORDER_COMMITS; c++) {
+        await Promise.all(
+          Array.from({ length: ID_ORDER_GROUP }, (_, k) => {
+            const { id, ...rest } = sampleEvent(c * ID_ORDER_GROUP + k);
+            return store.append(`bench-ids-${k}`, [ids === 'random' ? { ...rest, id } : rest]);
+          }),
+        );
+      }
+      const ms = performance.now() - start;
+      const used = process.cpuUsage(cpu);
+      rounds.push({
+        ids,
+        events: ID_ORDER_COMMITS * ID_ORDER_GROUP,
+        ms,
+        cpuMs: (used.user + used.system) / 1000,
+      });
+    }
+  }
+  return rounds;
+}
+
+function printIdOrder(rounds: IdOrderRound[], total: number): void {
+  const side = (ids: 'store' | 'random') => {
+    const mine = rounds.filter((r) => r.ids === ids);
+    return {
+      rate: spread(mine.map((r) => (r.events / r.ms) * 1000)),
+      cpuUs: spread(mine.map((r) => (r.cpuMs * 1000) / r.events)),
+    };
+  };
+  const store = side('store');
+  const random = side('random');
+  console.log(
+    `(e) ${ID_ORDER_COMMITS} commits of ${ID_ORDER_GROUP} single-event appends into the store of (c) (its id index: ${total.toLocaleString('en')} random ids), ${ID_ORDER_ROUNDS} alternated rounds a side:`,
+  );
+  console.log(
+    `    ids the store chooses (time-ordered): ${fmtSpread(store.rate, f0)} events/s, process CPU ${fmtSpread(store.cpuUs, f0)} µs per event`,
+  );
+  console.log(
+    `    random caller ids (version 4):        ${fmtSpread(random.rate, f0)} events/s, process CPU ${fmtSpread(random.cpuUs, f0)} µs per event`,
+  );
+  console.log(
+    `    store ids / random ids: rate ${f2(store.rate.median / random.rate.median)}, CPU per event ${f2(store.cpuUs.median / random.cpuUs.median)} (no target)`,
+  );
 }
 
 function openRaw(path: string): { env: ReturnType<typeof open>; db: Database<RecordedEvent, number> } {

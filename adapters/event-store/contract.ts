@@ -181,6 +181,23 @@ export function eventStoreContract(
       }
     });
 
+    it('gives events appended without ids version-7 ids that sort in the order it wrote them', async () => {
+      const s = await store();
+      const stream = uniqueStream('no-ids');
+      const bare = (i: number): NewEvent => ({ type: 'Tick', data: { i } });
+      await s.append(stream, [bare(0), bare(1)]);
+      await s.append(stream, [bare(2)]);
+      await s.append(stream, [bare(3), bare(4), bare(5)]);
+      const read = await s.readStream(stream);
+      expect(read.map((e) => (e.data as { i: number }).i)).toEqual([0, 1, 2, 3, 4, 5]);
+      const ids = read.map((e) => e.id);
+      for (const id of ids)
+        expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+      // Each id new, and in the store's order: the id index's B-tree is filled at its right edge.
+      expect(new Set(ids).size).toBe(ids.length);
+      expect([...ids].sort()).toEqual(ids);
+    });
+
     it('hands out consecutive positions when it says its positions are dense', async () => {
       const s = await store();
       const head = await s.headPosition();

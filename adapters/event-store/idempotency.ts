@@ -1,9 +1,9 @@
-import { randomUUID } from 'node:crypto';
 import type { AppendResult, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
+import { newEventId } from '../../contracts/event-id.ts';
 import { IdempotencyConflictError } from './port.ts';
 
 /**
- * The ids a fresh append writes: the caller's, or random ones. IdempotencyConflictError when an id
+ * The ids a fresh append writes: the caller's, or fresh time-ordered ones (newEventId). IdempotencyConflictError when an id
  * repeats within the batch or `stored` says the store already holds it.
  */
 export function freshEventIds(
@@ -11,7 +11,7 @@ export function freshEventIds(
   events: NewEvent[],
   stored: (id: string) => boolean = () => false,
 ): string[] {
-  const ids = events.map((e) => e.id ?? randomUUID());
+  const ids = events.map((e) => e.id ?? newEventId());
   const seen = new Set<string>();
   for (const id of ids) {
     if (seen.has(id) || stored(id)) throw new IdempotencyConflictError(stream, id);

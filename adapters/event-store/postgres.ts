@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import type { Logger } from 'pino';
 import type { AppendResult, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
+import { newEventId } from '../../contracts/event-id.ts';
 import { PostgresProjectionStore } from '../projection-store/postgres.ts';
 import { AppendSignal, catchUpSubscription } from './catch-up.ts';
 import { GroupWriter, type PendingAppend } from './group-writer.ts';
@@ -264,7 +265,7 @@ export class PostgresEventStore implements EventStore {
 
   async append(stream: string, events: NewEvent[], options: AppendOptions = {}): Promise<AppendResult> {
     if (this.closed) throw new EventStoreUnavailableError('postgres event store is closed');
-    const ids = events.map((e) => e.id ?? randomUUID());
+    const ids = events.map((e) => e.id ?? newEventId());
     const repeated = ids.find((id, i) => ids.indexOf(id) !== i);
     if (repeated !== undefined) throw new IdempotencyConflictError(stream, repeated);
     if (events.length >= MAX_GROUP_EVENTS) {

@@ -126,8 +126,13 @@ describe('debits of concurrent calls are recorded per subject in batches', () =>
     const { meter } = meterOn(memory);
     const subject = key();
     for (let i = 0; i < 5; i++) await meter.debit(subject, 't', `r${i}`);
-    const units = (await memory.readAll()).map((e) => debitedUnits(e)).filter((u) => u > 0);
-    expect(units).toEqual([1, 1, 1, 1, 1]);
+    const debits = (await memory.readAll()).filter((e) => debitedUnits(e) > 0);
+    expect(debits.map((e) => debitedUnits(e))).toEqual([1, 1, 1, 1, 1]);
+    // The meter names each record itself (newEventId): time-ordered, so the stores' id indexes
+    // take them at their right edge, in the order they were written.
+    const ids = debits.map((e) => e.id);
+    for (const id of ids) expect(id.charAt(14)).toBe('7');
+    expect([...ids].sort()).toEqual(ids);
   });
 
   it('subjects are batched apart, each event naming its own subject', async () => {

@@ -1,6 +1,6 @@
-import { randomUUID } from 'node:crypto';
 import { type Cache, CounterStateLostError, type QuotaWindow } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
+import { newEventId } from '../../contracts/event-id.ts';
 import type { EventData, NewDomainEvent, Plan } from '../../contracts/events.ts';
 import { setBounded } from '../shared/bounded-map.ts';
 import type { PlanLimits, PlanTable } from './plans.ts';
@@ -236,7 +236,7 @@ export class QuotaMeter {
   private async append(batch: Batch): Promise<void> {
     const { subject, period } = batch;
     // Its id chosen here, so a failed append can be looked for on the log.
-    const id = randomUUID();
+    const id = newEventId();
     // Built from values checked already (the plan and subject resolved, the tool parsed, the
     // period made here), in the schema's field order, typed by it: not run through zod again.
     const data: EventData<'QuotaDebitsRecorded'> = {

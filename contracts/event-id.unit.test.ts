@@ -1,0 +1,25 @@
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { newEventId } from './event-id.ts';
+
+describe('newEventId', () => {
+  it('makes version-7 UUIDs that the envelope schema accepts', () => {
+    const id = newEventId();
+    expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    expect(z.uuid().safeParse(id).success).toBe(true);
+  });
+
+  it('sorts ids in the order they were made, within a millisecond and across milliseconds', async () => {
+    const ids: string[] = [];
+    // Thousands in a row share milliseconds; the waits make sure several milliseconds pass too.
+    for (let round = 0; round < 5; round++) {
+      for (let i = 0; i < 2_000; i++) ids.push(newEventId());
+      await new Promise((resolve) => setTimeout(resolve, 2));
+    }
+    expect(new Set(ids).size).toBe(ids.length);
+    expect([...ids].sort()).toEqual(ids);
+    // Its first 48 bits are the time it was made, in Unix milliseconds.
+    const made = Number.parseInt(ids.at(-1)!.replace('-', '').slice(0, 12), 16);
+    expect(Math.abs(made - Date.now())).toBeLessThan(5_000);
+  });
+});

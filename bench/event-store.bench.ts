@@ -164,8 +164,12 @@ async function readAllAndRebuild(
   if (rawSeen !== total) throw new Error(`raw read ${rawSeen} of ${total} events`);
   // Last: its appends would change what (c) and (d) count.
   const again = await openLmdbEventStore({ path });
-  const idOrder = await idOrderRounds(again);
-  await again.close();
+  let idOrder: IdOrderRound[];
+  try {
+    idOrder = await idOrderRounds(again);
+  } finally {
+    await again.close();
+  }
   const rows = [
     row(
       `(c) read all ${total.toLocaleString('en')} events, pages of ${page}`,
@@ -203,7 +207,8 @@ const ID_ORDER_ROUNDS = 4;
 /** (e): alternated rounds of commits with store-chosen ids and with random caller ids. */
 async function idOrderRounds(store: LmdbEventStore): Promise<IdOrderRound[]> {
   const rounds: IdOrderRound[] = [];
-  for (let round = 0; round < ID_ORDER_ROUNDS; round++) {
+  // Round -1 is a warm-up of both sides (the reopened store's first commits and reads), not counted.
+  for (let round = -1; round < ID_ORDER_ROUNDS; round++) {
     const order: Array<'store' | 'random'> = round % 2 === 0 ? ['random', 'store'] : ['store', 'random'];
     for (const ids of order) {
       const cpu = process.cpuUsage();
@@ -218,6 +223,7 @@ async function idOrderRounds(store: LmdbEventStore): Promise<IdOrderRound[]> {
       }
       const ms = performance.now() - start;
       const used = process.cpuUsage(cpu);
+      if (round < 0) continue;
       rounds.push({
         ids,
         events: ID_ORDER_COMMITS * ID_ORDER_GROUP,

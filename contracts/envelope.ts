@@ -28,7 +28,7 @@ export type RecordedEvent<D = unknown, T extends string = string> = Omit<
 > & { type: T; data: D };
 
 export const NewEventSchema = z.object({
-  /** Supply a deterministic id to make re-appends idempotent; otherwise a random UUID is used. */
+  /** Supply a deterministic id to make re-appends idempotent; otherwise the store picks a fresh time-ordered one (newEventId). */
   id: z.uuid().optional(),
   type: z.string().min(1).max(128),
   data: z.unknown(),

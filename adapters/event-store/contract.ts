@@ -181,7 +181,7 @@ export function eventStoreContract(
       }
     });
 
-    it('gives events appended without ids version-7 ids that sort in the order it wrote them', async () => {
+    it('gives events of sequential appends without ids version-7 ids that sort in the order it wrote them', async () => {
       const s = await store();
       const stream = uniqueStream('no-ids');
       const bare = (i: number): NewEvent => ({ type: 'Tick', data: { i } });

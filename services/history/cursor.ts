@@ -1,32 +1,39 @@
 /**
- * The resume cursor: a log position plus the first characters of the id of the event at that
- * position. Opaque to callers; the id tag lets the service refuse a cursor issued by another
- * store (whose position N holds some other event) instead of silently skipping rows.
+ * The resume cursor: a log position plus 12 hex digits of the id of the event at that position.
+ * Opaque to callers; the id tag lets the service refuse a cursor issued by another store (whose
+ * position N holds some other event) instead of silently skipping rows. Cursors issued now (`h2`)
+ * take the id's last digits: the first ones of a time-ordered id (newEventId) are its millisecond,
+ * shared by the events of one moment and not secret, where the last are random in every id the
+ * log holds. `h1` cursors, issued before with the first digits, are still read.
  */
-const PREFIX = 'h1';
+const PREFIX = 'h2';
 const TAG_LENGTH = 12;
 
 export interface Cursor {
   position: number;
   tag: string;
+  /** Which end of the id (dashes left out) the tag was taken from: `h1` took the start. */
+  tagAt: 'start' | 'end';
 }
 
 export function encodeCursor(position: number, eventId: string | null): string {
-  const tag = eventId ? eventId.replaceAll('-', '').slice(0, TAG_LENGTH) : '';
+  const tag = eventId ? eventId.replaceAll('-', '').slice(-TAG_LENGTH) : '';
   return Buffer.from(`${PREFIX}:${position}:${tag}`).toString('base64url');
 }
 
 /** Null when the text is not a cursor at all. */
 export function decodeCursor(text: string): Cursor | null {
   if (!/^[A-Za-z0-9_-]{1,64}$/.test(text)) return null;
-  const m = /^h1:(\d{1,15}):([0-9a-f]{0,12})$/.exec(Buffer.from(text, 'base64url').toString('utf8'));
+  const m = /^h([12]):(\d{1,15}):([0-9a-f]{0,12})$/.exec(Buffer.from(text, 'base64url').toString('utf8'));
   if (!m) return null;
-  const position = Number(m[1]);
-  const tag = m[2]!;
+  const position = Number(m[2]);
+  const tag = m[3]!;
   if ((position === 0) !== (tag === '')) return null;
-  return { position, tag };
+  return { position, tag, tagAt: m[1] === '1' ? 'start' : 'end' };
 }
 
 export function tagMatches(cursor: Cursor, eventId: string): boolean {
-  return eventId.replaceAll('-', '').startsWith(cursor.tag) && cursor.tag.length === TAG_LENGTH;
+  if (cursor.tag.length !== TAG_LENGTH) return false;
+  const hex = eventId.replaceAll('-', '');
+  return cursor.tagAt === 'start' ? hex.startsWith(cursor.tag) : hex.endsWith(cursor.tag);
 }

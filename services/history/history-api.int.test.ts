@@ -291,6 +291,7 @@ describe('GET /api/verdicts', () => {
       ['?after=not-a-cursor', {}, 400, 'INVALID_CURSOR'],
       [`?after=${Buffer.from('h1:5:0123456789ab').toString('base64url')}`, {}, 400, 'FOREIGN_CURSOR'],
       [`?after=${Buffer.from('h1:99999999:0123456789ab').toString('base64url')}`, {}, 400, 'FOREIGN_CURSOR'],
+      [`?after=${Buffer.from('h2:5:0123456789ab').toString('base64url')}`, {}, 400, 'FOREIGN_CURSOR'],
       ['?limit=0', {}, 400, 'INVALID_LIMIT'],
       ['?limit=1000001', {}, 400, 'INVALID_LIMIT'],
       ['?limit=ten', {}, 400, 'INVALID_LIMIT'],

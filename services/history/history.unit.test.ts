@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { newEventId } from '../../contracts/event-id.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { FEE_BPS, HORIZON_CANDLES, REVEAL_AFTER_CANDLES, TrackRecordBrief } from '../../contracts/history.ts';
 import type { Candle } from '../../contracts/market.ts';
@@ -193,13 +194,24 @@ describe('cursor and query', () => {
     const cursor = decodeCursor(encodeCursor(42, id))!;
     expect(cursor.position).toBe(42);
     expect(tagMatches(cursor, id)).toBe(true);
-    expect(tagMatches(cursor, '809b33d0-4040-56e4-82db-e359102d6a31')).toBe(false);
-    expect(decodeCursor(encodeCursor(0, null))).toEqual({ position: 0, tag: '' });
+    expect(tagMatches(cursor, '709b33d0-4040-56e4-82db-e359102d6a32')).toBe(false);
+    expect(decodeCursor(encodeCursor(0, null))).toEqual({ position: 0, tag: '', tagAt: 'end' });
+    // Two time-ordered ids of one millisecond share their first 12 digits: the tag is the last.
+    const [a, b] = [newEventId(), newEventId()];
+    const ofA = decodeCursor(encodeCursor(7, a))!;
+    expect(tagMatches(ofA, a)).toBe(true);
+    expect(tagMatches(ofA, b)).toBe(false);
+    // A cursor issued before (h1: the id's first 12 digits) still resumes where it did.
+    const older = decodeCursor(Buffer.from('h1:42:709b33d04040').toString('base64url'))!;
+    expect(older).toEqual({ position: 42, tag: '709b33d04040', tagAt: 'start' });
+    expect(tagMatches(older, id)).toBe(true);
+    expect(tagMatches(older, '809b33d0-4040-56e4-82db-e359102d6a31')).toBe(false);
     for (const bad of [
       '',
       'abc',
       Buffer.from('h1:5:').toString('base64url'),
-      Buffer.from('h2:5:0123456789ab').toString('base64url'),
+      Buffer.from('h2:5:').toString('base64url'),
+      Buffer.from('h3:5:0123456789ab').toString('base64url'),
       'a'.repeat(100),
     ]) {
       expect(decodeCursor(bad), bad).toBeNull();

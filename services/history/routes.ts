@@ -20,7 +20,7 @@ import { presentedCredential, type ServiceMeta } from '../api/service-meta.ts';
 import { isWellFormedKey } from '../keys/key-material.ts';
 import { type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
 import type { QuotaMeter } from '../quota/quota-meter.ts';
-import { tagMatches } from './cursor.ts';
+import { type Cursor, tagMatches } from './cursor.ts';
 import { trackRecordPage } from './page.ts';
 import {
   HISTORY_QUERY_CODES,
@@ -170,10 +170,11 @@ function historyAccess(deps: HistoryRoutesDeps) {
     request.historyService = { auth: { outcome: 'OK', presented: true, tier: record.plan }, quota };
   }
 
-  async function startAfter(position: number, tag: string): Promise<string | null> {
+  async function startAfter(cursor: Cursor): Promise<string | null> {
+    const { position } = cursor;
     if (position === 0) return null;
     const [event] = await deps.store.readAll({ after: position - 1, maxCount: 1 });
-    if (event?.position !== position || !tagMatches({ position, tag }, event.id)) {
+    if (event?.position !== position || !tagMatches(cursor, event.id)) {
       throw new HistoryQueryError(
         'FOREIGN_CURSOR',
         'after names a position this store does not hold: a cursor from another store?',
@@ -211,8 +212,8 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
       const { query } = request;
       const service = request.historyService!;
       const format = negotiateFormat(query.format, request.headers.accept);
-      const after = query.after ?? { position: 0, tag: '' };
-      const progress = new ScanProgress(after.position, await startAfter(after.position, after.tag));
+      const after: Cursor = query.after ?? { position: 0, tag: '', tagAt: 'end' };
+      const progress = new ScanProgress(after.position, await startAfter(after));
       const abort = new AbortController();
       // The response closes when it is done or when the client goes away: either way, stop reading.
       reply.raw.on('close', () => abort.abort());

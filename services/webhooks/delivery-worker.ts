@@ -1,9 +1,9 @@
-import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
 import { type Aggregate, handleCommand } from '../../adapters/event-store/command.ts';
 import { type EventStore, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
 import { deterministicId } from '../../contracts/deterministic-id.ts';
+import { newEventId } from '../../contracts/event-id.ts';
 import type { EventType, NewDomainEvent, WebhookEventType } from '../../contracts/events.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { type BreakerState, CircuitBreakers } from './circuit-breaker.ts';
@@ -326,7 +326,7 @@ export class DeliveryWorker {
         deliveryDecider,
         {
           kind: claimNow ? 'claim' : 'queue',
-          claimId: randomUUID(),
+          claimId: newEventId(),
           data: {
             deliveryId: input.deliveryId,
             subscriptionId: input.subscription.id,
@@ -364,7 +364,7 @@ export class DeliveryWorker {
         deliveryDecider,
         {
           kind: 'claim',
-          claimId: randomUUID(),
+          claimId: newEventId(),
           data: {
             deliveryId: job.deliveryId,
             subscriptionId: job.subscription.id,

@@ -7,11 +7,12 @@ import { v7 } from 'uuid';
  * database, PostgreSQL's unique index on `id`), and both are B-trees: random (version-4) ids land on
  * a random leaf each, so a commit copies and writes a page for nearly every event, while ids made
  * in order land on the same few leaves. Into an LMDB store holding 1M random ids, commits of 30
- * appends ran about 1.5 times as many events a second with these ids as with random ones, at
- * 0.72–0.86 of the CPU per event (event-store bench (e)). The price is room: all of them sort
- * together inside the range of the random ids, where LMDB splits a full leaf in half, so their
- * leaves stay about half full (bench/README.md). An id shows the millisecond it was made, as an
- * event's `recordedAt` does.
+ * appends ran 1.41–1.54 times as many events a second with these ids as with random ones, at
+ * 0.72–0.86 of the CPU per event (event-store bench (e)). Keyed as they are, they would all sort
+ * together inside the range of the random ids, where a B-tree splits a full leaf in half; LMDB's
+ * index keys them behind a prefix that sorts after every random id (lmdb-codec.ts, indexKey), so
+ * its leaves fill. PostgreSQL's unique index on `id` has no such prefix (bench/README.md). An id
+ * shows the millisecond it was made, as an event's `recordedAt` does.
  *
  * The uuid package rather than node:crypto's randomUUIDv7: that one draws every id's bits below the
  * millisecond afresh, so ids of one millisecond come out in any order, and they are the ones a

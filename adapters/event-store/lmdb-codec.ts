@@ -370,7 +370,8 @@ export class IdIndex {
   ) {}
 
   private key(id: string): Key {
-    return (this.binary && id.length === 36 && parseUuid(id)) || id;
+    const bytes = this.binary && id.length === 36 ? parseUuid(id) : null;
+    return bytes === null ? id : indexKey(bytes);
   }
 
   get(id: string): number | undefined {
@@ -390,9 +391,25 @@ export class IdIndex {
    * `id`): the key is not parsed from the text a second time.
    */
   putStored(id: string, stored: unknown, position: number): void {
-    if (this.binary && stored instanceof UuidText) this.db.putSync(stored.bytes, position);
+    if (this.binary && stored instanceof UuidText) this.db.putSync(indexKey(stored.bytes), position);
     else this.putSync(id, position);
   }
+}
+
+/**
+ * Put before a time-ordered (version-7) id's bytes in its index key. Such ids all start with the
+ * same few bytes (their millisecond), inside the range random ids spread over: keyed as they are,
+ * each new one lands in a leaf with random ids after it, and LMDB splits such a leaf in half, so
+ * their leaves stay half full (51.9 bytes of leaf per entry for 200k random ids then 200k ordered
+ * ones, against 42.9 for random ids alone). Behind this prefix they sort after every random id (a
+ * random id starts with it once in 2^32), each new one goes to the last leaf, which LMDB fills
+ * before it starts the next: 38.6 bytes per entry for the same ids. A 20-byte key never equals a
+ * 16-byte one, and text keys are UTF-8, which has no 0xff byte.
+ */
+const ORDERED_ID_PREFIX = Buffer.from([0xff, 0xff, 0xff, 0xff]);
+
+function indexKey(bytes: Buffer): Buffer {
+  return bytes[6]! >> 4 === 7 ? Buffer.concat([ORDERED_ID_PREFIX, bytes]) : bytes;
 }
 
 /** An id no event takes: its entry says the index keys UUIDs by their bytes. */

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -6,6 +7,7 @@ import { pack } from 'msgpackr';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import { EVENT_ENCODING, openLmdbEventStore } from './lmdb.ts';
+import { IdempotencyConflictError } from './port.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'lmdb-encoding-'));
 let dirs = 0;
@@ -144,6 +146,51 @@ describe('LMDB event encoding (msgpack records, shared structures at key 0, comp
       expect(second?.recordedAt).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
     } finally {
       await store.close();
+    }
+  });
+
+  it('keys time-ordered ids after every random one in the id index, and finds both kinds', async () => {
+    const path = fresh();
+    const store = await openLmdbEventStore({ path });
+    const random = Array.from({ length: 40 }, () => randomUUID());
+    let ordered: string[] = [];
+    try {
+      for (let i = 0; i < random.length; i++) {
+        // A random id and a time-ordered one (the store's own pick) in each of 40 commits.
+        await store.append(`mixed-${i}`, [
+          { id: random[i]!, type: 'R', data: { i } },
+          { type: 'O', data: { i } },
+        ]);
+      }
+      ordered = (await store.readAll()).filter((e) => e.type === 'O').map((e) => e.id);
+      // Both kinds are found by id: a re-append is answered as the first append was, and an ordered
+      // id appended to another stream is refused as taken.
+      expect(await store.append('mixed-0', [{ id: random[0]!, type: 'R', data: { i: 0 } }])).toEqual({
+        nextRevision: 0,
+        position: 1,
+      });
+      const first = await store.readStream('mixed-0');
+      expect(await store.append('mixed-0', [first[0]!, first[1]!])).toEqual({ nextRevision: 1, position: 2 });
+      await expect(store.append('mixed-1', [{ id: ordered[0]!, type: 'O', data: {} }])).rejects.toThrow(
+        IdempotencyConflictError,
+      );
+    } finally {
+      await store.close();
+    }
+    // The keys as LMDB holds them: 16 bytes for a random id, the prefix and 16 bytes for an ordered
+    // one, and every ordered key after every random one, in the order the ids were made.
+    const env = open({ path, noSubdir: false, maxDbs: 16 });
+    try {
+      const keys = [...env.openDB<number, Buffer>({ name: 'ids', keyEncoding: 'binary' }).getKeys()].filter(
+        (k) => Buffer.isBuffer(k) && k[0] !== 0x7e,
+      ) as Buffer[];
+      expect(keys).toHaveLength(80);
+      const hex = (k: Buffer) => k.toString('hex');
+      expect(keys.slice(0, 40).every((k) => k.length === 16)).toBe(true);
+      expect(keys.slice(40).map(hex)).toEqual(ordered.map((id) => `ffffffff${id.replaceAll('-', '')}`));
+      expect(keys.slice(0, 40).map(hex).sort()).toEqual(random.map((id) => id.replaceAll('-', '')).sort());
+    } finally {
+      await env.close();
     }
   });
 

@@ -370,8 +370,10 @@ export class IdIndex {
   ) {}
 
   private key(id: string): Key {
-    const bytes = this.binary && id.length === 36 ? parseUuid(id) : null;
-    return bytes === null ? id : indexKey(bytes);
+    const bytes = id.length === 36 ? parseUuid(id) : null;
+    if (bytes === null) return id;
+    // A time-ordered id takes its prefixed key in an index of text keys too (indexKey).
+    return isOrdered(bytes) ? indexKey(bytes) : this.binary ? bytes : id;
   }
 
   get(id: string): number | undefined {
@@ -391,8 +393,9 @@ export class IdIndex {
    * `id`): the key is not parsed from the text a second time.
    */
   putStored(id: string, stored: unknown, position: number): void {
-    if (this.binary && stored instanceof UuidText) this.db.putSync(indexKey(stored.bytes), position);
-    else this.putSync(id, position);
+    if (stored instanceof UuidText && (this.binary || isOrdered(stored.bytes))) {
+      this.db.putSync(indexKey(stored.bytes), position);
+    } else this.putSync(id, position);
   }
 }
 
@@ -404,12 +407,19 @@ export class IdIndex {
  * ones, against 42.9 for random ids alone). Behind this prefix they sort after every random id (a
  * random id starts with it once in 2^32), each new one goes to the last leaf, which LMDB fills
  * before it starts the next: 38.6 bytes per entry for the same ids. A 20-byte key never equals a
- * 16-byte one, and text keys are UTF-8, which has no 0xff byte.
+ * 16-byte one, and text keys are UTF-8, which has no 0xff byte. An index of text keys (a store
+ * created before UUIDs were keyed by their bytes) keys these ids so as well: no version before
+ * this one made them, so none is stored under its text, and one lookup per id still finds it.
  */
 const ORDERED_ID_PREFIX = Buffer.from([0xff, 0xff, 0xff, 0xff]);
 
+/** Whether a UUID's bytes are of version 7 (the time-ordered kind, newEventId). */
+function isOrdered(bytes: Buffer): boolean {
+  return bytes[6]! >> 4 === 7;
+}
+
 function indexKey(bytes: Buffer): Buffer {
-  return bytes[6]! >> 4 === 7 ? Buffer.concat([ORDERED_ID_PREFIX, bytes]) : bytes;
+  return isOrdered(bytes) ? Buffer.concat([ORDERED_ID_PREFIX, bytes]) : bytes;
 }
 
 /** An id no event takes: its entry says the index keys UUIDs by their bytes. */

@@ -3,8 +3,9 @@
  * Opaque to callers; the id tag lets the service refuse a cursor issued by another store (whose
  * position N holds some other event) instead of silently skipping rows. Cursors issued now (`h2`)
  * take the id's last digits: the first ones of a time-ordered id (newEventId) are its millisecond,
- * shared by the events of one moment and not secret, where the last are random in every id the
- * log holds. `h1` cursors, issued before with the first digits, are still read.
+ * shared by the events of one moment and not secret, where the last vary from id to id in every
+ * kind the log holds (a time-ordered id's are 42 random bits after 6 of its counter). `h1` cursors,
+ * issued before with the first digits, are still read.
  */
 const PREFIX = 'h2';
 const TAG_LENGTH = 12;

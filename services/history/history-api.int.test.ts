@@ -259,6 +259,15 @@ describe('GET /api/verdicts', () => {
     expect(res.trailers['x-history-cursor']).toBeTruthy();
     const next = await ndjson(`?limit=1&after=${res.trailers['x-history-cursor']}`);
     expect(next.rows[0]!.verdict_id).toBe(all[3]!.verdict_id);
+    // A cursor issued before h2 (h1: the first 12 hex digits of the event's id) resumes at the same place.
+    const h2 = Buffer.from(String(res.trailers['x-history-cursor']), 'base64url').toString('utf8');
+    expect(h2).toMatch(/^h2:\d+:[0-9a-f]{12}$/);
+    const position = Number(h2.split(':')[1]);
+    const [event] = await fx.store.readAll({ after: position - 1, maxCount: 1 });
+    const h1 = Buffer.from(`h1:${position}:${event!.id.replaceAll('-', '').slice(0, 12)}`).toString(
+      'base64url',
+    );
+    expect((await ndjson(`?limit=1&after=${h1}`)).rows[0]!.verdict_id).toBe(all[3]!.verdict_id);
   });
 
   it('long-polls with wait= until a new verdict is recorded', async () => {

@@ -193,7 +193,7 @@ export function eventStoreContract(
       const ids = read.map((e) => e.id);
       for (const id of ids)
         expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
-      // Each id new, and in the store's order: the id index's B-tree is filled at its right edge.
+      // Each id new, and in the store's order, so that a store's id index takes them one after another.
       expect(new Set(ids).size).toBe(ids.length);
       expect([...ids].sort()).toEqual(ids);
     });

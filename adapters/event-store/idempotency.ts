@@ -3,8 +3,9 @@ import { newEventId } from '../../contracts/event-id.ts';
 import { IdempotencyConflictError } from './port.ts';
 
 /**
- * The ids a fresh append writes: the caller's, or fresh time-ordered ones (newEventId). IdempotencyConflictError when an id
- * repeats within the batch or `stored` says the store already holds it.
+ * The ids a fresh append writes: the caller's, or fresh time-ordered ones (newEventId).
+ * IdempotencyConflictError when an id repeats within the batch or `stored` says the store already
+ * holds it.
  */
 export function freshEventIds(
   stream: string,

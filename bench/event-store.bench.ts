@@ -28,6 +28,7 @@ import {
   f0,
   f2,
   fmtSpread,
+  ownCpuMs,
   printColumns,
   recordTarget,
   sampleEvent,
@@ -192,9 +193,9 @@ async function readAllAndRebuild(
   return { rows, idOrder };
 }
 
+/** One side's round of (e): every round appends ID_ORDER_COMMITS × ID_ORDER_GROUP events. */
 interface IdOrderRound {
   ids: 'store' | 'random';
-  events: number;
   ms: number;
   cpuMs: number;
 }
@@ -211,7 +212,7 @@ async function idOrderRounds(store: LmdbEventStore): Promise<IdOrderRound[]> {
   for (let round = -1; round < ID_ORDER_ROUNDS; round++) {
     const order: Array<'store' | 'random'> = round % 2 === 0 ? ['random', 'store'] : ['store', 'random'];
     for (const ids of order) {
-      const cpu = process.cpuUsage();
+      const cpuStart = ownCpuMs();
       const start = performance.now();
       for (let c = 0; c < ID_ORDER_COMMITS; c++) {
         await Promise.all(
@@ -222,14 +223,8 @@ async function idOrderRounds(store: LmdbEventStore): Promise<IdOrderRound[]> {
         );
       }
       const ms = performance.now() - start;
-      const used = process.cpuUsage(cpu);
-      if (round < 0) continue;
-      rounds.push({
-        ids,
-        events: ID_ORDER_COMMITS * ID_ORDER_GROUP,
-        ms,
-        cpuMs: (used.user + used.system) / 1000,
-      });
+      const cpuMs = ownCpuMs() - cpuStart;
+      if (round >= 0) rounds.push({ ids, ms, cpuMs });
     }
   }
   return rounds;
@@ -238,9 +233,10 @@ async function idOrderRounds(store: LmdbEventStore): Promise<IdOrderRound[]> {
 function printIdOrder(rounds: IdOrderRound[], total: number): void {
   const side = (ids: 'store' | 'random') => {
     const mine = rounds.filter((r) => r.ids === ids);
+    const events = ID_ORDER_COMMITS * ID_ORDER_GROUP;
     return {
-      rate: spread(mine.map((r) => (r.events / r.ms) * 1000)),
-      cpuUs: spread(mine.map((r) => (r.cpuMs * 1000) / r.events)),
+      rate: spread(mine.map((r) => (events / r.ms) * 1000)),
+      cpuUs: spread(mine.map((r) => (r.cpuMs * 1000) / events)),
     };
   };
   const store = side('store');

@@ -8,6 +8,7 @@ import { EXCHANGES, Exchange, Timeframe } from './market.ts';
  */
 const port = z.coerce.number().int().min(0).max(65_535);
 const positiveInt = z.coerce.number().int().positive();
+const nonNegativeInt = z.coerce.number().int().min(0);
 const bool = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'])
   .transform((v) => v === 'true' || v === '1' || v === 'yes');
@@ -220,7 +221,7 @@ export const ConfigSchema = z
      * How long the local facilitator reuses what eth_getCode answered for a payer (0: ask every
      * time). Its verify asks twice per payment; the simulated transfer is still run every time.
      */
-    X402_PAYER_CODE_TTL_MS: z.coerce.number().int().min(0).default(30_000),
+    X402_PAYER_CODE_TTL_MS: nonNegativeInt.default(30_000),
     /** An unfinished payment older than this is reconciled against the chain; checked at this interval. */
     X402_RECONCILE_AFTER_MS: positiveInt.default(300_000),
     X402_RECONCILE_INTERVAL_MS: positiveInt.default(60_000),
@@ -352,11 +353,7 @@ export const ConfigSchema = z
      * Bytes of bodies the deliveries past their endpoint's queue limit keep in memory, over every
      * endpoint (64 MiB); past it they wait by id and are read back from the log. 0: none kept.
      */
-    WEBHOOK_QUEUE_BYTES_LIMIT: z.coerce
-      .number()
-      .int()
-      .min(0)
-      .default(64 * 1024 * 1024),
+    WEBHOOK_QUEUE_BYTES_LIMIT: nonNegativeInt.default(64 * 1024 * 1024),
     /**
      * Timeouts in a row after which an endpoint's circuit breaker opens: nothing is sent to it,
      * one probe goes out after each delay of the retry schedule.

@@ -370,10 +370,11 @@ export class IdIndex {
   ) {}
 
   private key(id: string): Key {
-    const bytes = id.length === 36 ? parseUuid(id) : null;
-    if (bytes === null) return id;
-    // A time-ordered id takes its prefixed key in an index of text keys too (indexKey).
-    return isOrdered(bytes) ? indexKey(bytes) : this.binary ? bytes : id;
+    // An index of text keys parses only a time-ordered id (version digit 7): it takes its prefixed
+    // key there too (indexKey).
+    if (id.length !== 36 || !(this.binary || id.charCodeAt(14) === 0x37)) return id;
+    const bytes = parseUuid(id);
+    return bytes === null ? id : indexKey(bytes);
   }
 
   get(id: string): number | undefined {

@@ -45,15 +45,21 @@ export const fmtSpread = (s: Spread, fmt: (n: number) => string = f2) =>
 
 // ---- CPU from /proc --------------------------------------------------------------------------
 
-/** utime + stime of a /proc stat line, ms (fields 14 and 15 of stat(5), in 10 ms clock ticks). */
-function statCpuMs(path: string): number | null {
+/** utime and stime of a /proc stat line, ms (fields 14 and 15 of stat(5), in 10 ms clock ticks). */
+function statSplitMs(path: string): { user: number; system: number } | null {
   try {
     const stat = readFileSync(path, 'utf8');
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) * 10;
+    return { user: Number(fields[11]) * 10, system: Number(fields[12]) * 10 };
   } catch {
     return null;
   }
+}
+
+/** utime + stime of a /proc stat line, ms. */
+function statCpuMs(path: string): number | null {
+  const split = statSplitMs(path);
+  return split === null ? null : split.user + split.system;
 }
 
 /** CPU time of a whole process (every thread), ms; null where /proc has none. */
@@ -64,6 +70,10 @@ export const processCpuMs = (pid: number): number | null => statCpuMs(`/proc/${p
  * it tells whether a server is short of CPU or waiting (on a disk flush, say).
  */
 export const mainThreadCpuMs = (pid: number): number | null => statCpuMs(`/proc/${pid}/task/${pid}/stat`);
+
+/** The same, split into user and kernel (system) time. */
+export const mainThreadSplitMs = (pid: number): { user: number; system: number } | null =>
+  statSplitMs(`/proc/${pid}/task/${pid}/stat`);
 
 /** This process's own CPU time (every thread), ms. */
 export function ownCpuMs(): number {

@@ -10,6 +10,8 @@ import {
   fmtSpread,
   freePort,
   mainThreadCpuMs,
+  mainThreadSplitMs,
+  processCpuMs,
   ROOT,
   recordTarget,
   runScript,
@@ -238,8 +240,21 @@ export interface Comparison {
   bare: CannonResult[];
   /** service/bare of each round (the service run and the bare run right after it). */
   ratios: number[];
-  /** CPU of each server's main thread per request answered, µs, per round (Linux only). */
-  cpu?: { service: number[]; bare: number[]; serviceBusy: number[]; bareBusy: number[] };
+  /**
+   * CPU of each server's main thread per request answered, µs, per round (Linux only); beside it
+   * the kernel's part of that (system time), and the whole process's (every thread: a database
+   * writer, V8's helpers), so that work off the main thread is not lost from sight.
+   */
+  cpu?: {
+    service: number[];
+    bare: number[];
+    serviceBusy: number[];
+    bareBusy: number[];
+    serviceKernel: number[];
+    bareKernel: number[];
+    serviceProcess: number[];
+    bareProcess: number[];
+  };
 }
 
 /**
@@ -250,12 +265,30 @@ export interface Comparison {
 async function withCpu(
   pid: number | undefined,
   run: () => Promise<CannonResult>,
-): Promise<{ result: CannonResult; cpuMs: number | null; loadMs: number }> {
-  const before = pid === undefined ? null : mainThreadCpuMs(pid);
+): Promise<{
+  result: CannonResult;
+  cpuMs: number | null;
+  kernelMs: number | null;
+  processMs: number | null;
+  loadMs: number;
+}> {
+  const before = pid === undefined ? null : mainThreadSplitMs(pid);
+  const processBefore = pid === undefined ? null : processCpuMs(pid);
   const result = await run();
-  const after = pid === undefined ? null : mainThreadCpuMs(pid);
+  const after = pid === undefined ? null : mainThreadSplitMs(pid);
+  const processAfter = pid === undefined ? null : processCpuMs(pid);
   const loadMs = result.perSec > 0 ? (result.requests / result.perSec) * 1000 : Number.POSITIVE_INFINITY;
-  return { result, cpuMs: before === null || after === null ? null : after - before, loadMs };
+  const split =
+    before === null || after === null
+      ? null
+      : { user: after.user - before.user, system: after.system - before.system };
+  return {
+    result,
+    cpuMs: split === null ? null : split.user + split.system,
+    kernelMs: split === null ? null : split.system,
+    processMs: processBefore === null || processAfter === null ? null : processAfter - processBefore,
+    loadMs,
+  };
 }
 
 /**
@@ -276,7 +309,13 @@ export async function alternate(
     bare: [] as number[],
     serviceBusy: [] as number[],
     bareBusy: [] as number[],
+    serviceKernel: [] as number[],
+    bareKernel: [] as number[],
+    serviceProcess: [] as number[],
+    bareProcess: [] as number[],
   };
+  const perRequest = (ms: number | null, r: CannonResult) =>
+    ((ms ?? Number.NaN) * 1000) / Math.max(1, r.requests);
   for (let i = 0; i < rounds; i++) {
     const s = await withCpu(pids?.service, service);
     check(s.result, 'service');
@@ -290,6 +329,10 @@ export async function alternate(
       cpu.bare.push((b.cpuMs * 1000) / Math.max(1, b.result.requests));
       cpu.serviceBusy.push(Math.min(1, s.cpuMs / s.loadMs));
       cpu.bareBusy.push(Math.min(1, b.cpuMs / b.loadMs));
+      cpu.serviceKernel.push(perRequest(s.kernelMs, s.result));
+      cpu.bareKernel.push(perRequest(b.kernelMs, b.result));
+      cpu.serviceProcess.push(perRequest(s.processMs, s.result));
+      cpu.bareProcess.push(perRequest(b.processMs, b.result));
     }
   }
   if (cpu.service.length === rounds) out.cpu = cpu;
@@ -332,6 +375,9 @@ export function report(
       ? [
           `    main-thread CPU per request, µs (min/median/max): service ${fmtSpread(spread(c.cpu.service), f0)}, bare ${fmtSpread(spread(c.cpu.bare), f0)}, service/bare ${fmtSpread(cpuRatio!)};` +
             ` main thread busy: service ${fmtSpread(spread(c.cpu.serviceBusy), pct)}, bare ${fmtSpread(spread(c.cpu.bareBusy), pct)}`,
+          `    of which in the kernel (system time), µs: service ${fmtSpread(spread(c.cpu.serviceKernel), f0)}, bare ${fmtSpread(spread(c.cpu.bareKernel), f0)};` +
+            ` whole process (every thread), µs: service ${fmtSpread(spread(c.cpu.serviceProcess), f0)}, bare ${fmtSpread(spread(c.cpu.bareProcess), f0)},` +
+            ` service/bare ${fmtSpread(spread(c.cpu.serviceProcess.map((us, i) => us / Math.max(1e-9, c.cpu!.bareProcess[i]!))))}`,
         ]
       : []),
   ];

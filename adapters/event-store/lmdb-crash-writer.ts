@@ -2,7 +2,9 @@
  * Child process for the LMDB crash and multi-process tests. Prints one JSON line per
  * acknowledged append, so the parent knows exactly what the store promised to keep.
  *
- *   crash <path>                        appends batches of 1..5 events to 5 streams until killed
+ *   crash <path>                        appends batches of 1..5 events to 5 streams until killed, their
+ *                                       ids in turn random (version 4), time-ordered (version 7, which
+ *                                       the id index keys behind a prefix) and left to the store
  *   contend <path> <stream> <count> <w>  appends <count> events to one stream with expected revisions
  *   hold <path>                         opens a write transaction, prints {holding: true} and never
  *                                       ends it: the environment's write lock stays taken until the
@@ -10,6 +12,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { NewEvent } from '../../contracts/envelope.ts';
+import { newEventId } from '../../contracts/event-id.ts';
 import { openLmdbEventStore } from './lmdb.ts';
 import { WrongExpectedRevisionError } from './port.ts';
 
@@ -37,15 +40,23 @@ if (mode === 'hold') {
     const stream = streams[batch % streams.length]!;
     const size = 1 + (batch % 5);
     const batchId = randomUUID();
+    // Every kind of id the id index keys: the caller's random ones, the caller's time-ordered ones
+    // and the store's own (time-ordered too), each kind in every stream.
+    const idKind = (['random', 'ordered', 'store'] as const)[Math.floor(batch / streams.length) % 3]!;
     const events: NewEvent[] = Array.from({ length: size }, (_, index) => ({
-      id: randomUUID(),
+      ...(idKind === 'store' ? {} : { id: idKind === 'random' ? randomUUID() : newEventId() }),
       type: 'CrashTick',
       // A payload of a few KB makes a batch span several pages, so a kill can land mid-commit.
       data: { batchId, size, index, pad: 'x'.repeat(2048) },
     }));
     const expectedRevision = (await store.streamRevision(stream)) ?? 'no_stream';
     const result = await store.append(stream, events, { expectedRevision });
-    process.stdout.write(`${JSON.stringify({ ...result, stream, batchId, ids: events.map((e) => e.id) })}\n`);
+    // The ids the store chose are read back from what it acknowledged (nothing else writes the stream).
+    const ids =
+      idKind === 'store'
+        ? (await store.readStream(stream, { fromRevision: result.nextRevision - size + 1 })).map((e) => e.id)
+        : events.map((e) => e.id);
+    process.stdout.write(`${JSON.stringify({ ...result, stream, batchId, idKind, ids })}\n`);
   }
 } else {
   const [stream, countText, writer] = rest;

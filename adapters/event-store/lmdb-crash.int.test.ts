@@ -85,9 +85,17 @@ describe('LMDB event store across processes', () => {
       nextRevision: number;
       stream: string;
       batchId: string;
+      idKind: 'random' | 'ordered' | 'store';
       ids: string[];
     }>;
     expect(acked.length).toBeGreaterThan(150);
+    // Batches of every kind of id were acknowledged (the store's own and the caller's ordered ones
+    // are version 7, keyed behind the index's prefix), so the checks below cover each.
+    expect(new Set(acked.map((a) => a.idKind))).toEqual(new Set(['random', 'ordered', 'store']));
+    for (const ack of acked) {
+      for (const id of ack.ids)
+        expect(id[14], `${ack.idKind} id ${id}`).toBe(ack.idKind === 'random' ? '4' : '7');
+    }
 
     const store = await openLmdbEventStore({ path });
     try {

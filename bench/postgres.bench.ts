@@ -10,10 +10,14 @@
  *       connections (each INSERT its own fsync'd commit, as an append is)
  *   (f) (e) with appends answered once committed, the flush following (the lever for quota
  *       debits and delivery bookkeeping), against the same bare baseline
+ *   (g) the id index's bytes per entry: appends of time-ordered ids (UUID version 7, what the
+ *       service chooses) into a store whose index already holds random ones, against more random
+ *       ids into the same start; no target (the LMDB store keys ordered ids behind a prefix; this
+ *       store's unique index on `id` has none)
  * Targets: (a), (b) and (c) at least 0.5 of the bare rate, (e) at least 0.7. (d) has no target;
  * it shows what choosing PostgreSQL over LMDB costs a rebuild.
  *
- *   npx tsx bench/postgres.bench.ts [--read-events=100000]
+ *   npx tsx bench/postgres.bench.ts [--read-events=100000] [--index-events=200000]
  */
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -25,6 +29,7 @@ import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import { openPostgresEventStore, type PostgresEventStore } from '../adapters/event-store/postgres.ts';
 import type { ProjectionStore } from '../adapters/projection-store/port.ts';
+import { newEventId } from '../contracts/event-id.ts';
 import { ProjectionRunner } from '../projections/runner.ts';
 import {
   atLeast,
@@ -51,7 +56,13 @@ interface Row {
 }
 
 export async function run(
-  options: { singles?: number; batches?: number; readEvents?: number; writerAppends?: number } = {},
+  options: {
+    singles?: number;
+    batches?: number;
+    readEvents?: number;
+    writerAppends?: number;
+    indexEvents?: number;
+  } = {},
 ) {
   const singles = options.singles ?? 500;
   const batches = options.batches ?? 100;
@@ -67,6 +78,7 @@ export async function run(
     rows.push(await concurrentWriters(schema, options.writerAppends ?? 300, 16, 'flushed'));
     rows.push(await concurrentWriters(schema, options.writerAppends ?? 300, 16, 'committed'));
     rows.push(...(await readAndRebuild(store, schema, readEvents, dir)));
+    rows.push(await idIndexBytes(options.indexEvents ?? 200_000));
     printTable(rows);
     return rows;
   } finally {
@@ -293,6 +305,59 @@ async function rebuild(store: EventStore, snapshots: ProjectionStore, total: num
   return ms;
 }
 
+/**
+ * (g): in two fresh schemas, `count` events with random ids each, then `count / 2` more: with
+ * time-ordered ids in one, random ids in the other; the growth of the unique index on `id` per id
+ * of that second stretch. The service's index is mostly random ids (verdicts, outcomes and
+ * deliveries take ids derived from their content) with its own time-ordered ones (debit records,
+ * delivery attempts) arriving among them.
+ */
+async function idIndexBytes(count: number): Promise<Row> {
+  const perEntry = async (ordered: boolean): Promise<number> => {
+    const schema = `bench_ids_${Date.now().toString(36)}_${randomUUID().slice(0, 8)}`;
+    const store = await openPostgresEventStore({ url: URL, schema, poolSize: 2 });
+    const indexBytes = async () => {
+      const { rows } = await store.pool.query<{ bytes: string }>(
+        `SELECT pg_relation_size(i.indexrelid)::text AS bytes FROM pg_index i
+         JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+         WHERE i.indrelid = $1::regclass AND i.indisunique AND i.indnkeyatts = 1 AND a.attname = 'id'`,
+        [`"${schema}".events`],
+      );
+      if (rows.length !== 1) throw new Error(`no single unique index on ${schema}.events (id)`);
+      return Number(rows[0]!.bytes);
+    };
+    const append = async (n: number, from: number, id: () => string) => {
+      for (let done = 0; done < n; done += 100) {
+        const events = Array.from({ length: Math.min(100, n - done) }, (_, i) => ({
+          ...sampleEvent(from + done + i),
+          id: id(),
+        }));
+        await store.append(`ids-${(from + done) % 97}`, events);
+      }
+    };
+    try {
+      await append(count, 0, () => randomUUID());
+      const before = await indexBytes();
+      const tail = Math.floor(count / 2);
+      await append(tail, count, ordered ? newEventId : () => randomUUID());
+      return ((await indexBytes()) - before) / tail;
+    } finally {
+      await store.pool.query(`DROP SCHEMA "${schema}" CASCADE`).catch(() => undefined);
+      await store.close();
+    }
+  };
+  const ordered = await perEntry(true);
+  const random = await perEntry(false);
+  return {
+    case: `(g) id index, ${Math.floor(count / 2).toLocaleString('en')} ids after ${count.toLocaleString('en')} random: time-ordered`,
+    store: ordered,
+    baseline: random,
+    baselineName: 'random ids',
+    unit: 'index bytes per id',
+    ratio: ordered / random,
+  };
+}
+
 function row(name: string, count: number, storeMs: number, baselineMs: number, unit: string): Row {
   const store = (count / storeMs) * 1000;
   const baseline = (count / baselineMs) * 1000;
@@ -324,4 +389,4 @@ function printTable(rows: Row[]): void {
   }
 }
 
-await whenMain(import.meta.url, { 'read-events': 'number' }, run);
+await whenMain(import.meta.url, { 'read-events': 'number', 'index-events': 'number' }, run);

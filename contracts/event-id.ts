@@ -10,10 +10,10 @@ import { v7 } from 'uuid';
  * appends ran 1.41–1.54 times as many events a second with these ids as with random ones, at
  * 0.72–0.86 of the CPU per event (event-store bench (e)). Keyed as they are, they would all sort
  * together inside the range of the random ids, where a B-tree splits a full leaf in half; LMDB's
- * index keys them behind a prefix that sorts after every random id (lmdb-codec.ts, indexKey), so
- * its leaves fill; PostgreSQL's unique index on `id` has no such prefix (bench/README.md). They
- * cost 2.5 µs each here against 0.1 for randomUUID (the package draws its random bytes from the
- * system for every id): a few per webhook delivery, one per debit record. An id shows the
+ * index keys them behind a prefix that sorts after every random id (lmdb-codec.ts, indexKey), and
+ * PostgreSQL's behind whether they are version 7 (postgres-schema.ts, version 4), so their leaves
+ * fill. They cost 2.5 µs each here against 0.1 for randomUUID (the package draws its random bytes
+ * from the system for every id): a few per webhook delivery, one per debit record. An id shows the
  * millisecond it was made, as an event's `recordedAt` does.
  *
  * The uuid package rather than node:crypto's randomUUIDv7: that one draws every id's bits below the

@@ -21,6 +21,7 @@ import {
   POSITIONS_PER_TRANSACTION,
   type SchemaNames,
   schemaNames,
+  storedIdQuery,
 } from './postgres-schema.ts';
 import { isStorageFull, StorageFullState } from './storage-full.ts';
 
@@ -444,10 +445,7 @@ export class PostgresEventStore implements EventStore {
     if ((err as { code?: string }).code === UNIQUE_VIOLATION) {
       // One of its ids is stored already, under another stream or elsewhere in it.
       const { rows } = await this.pool
-        .query<{ id: string }>(
-          `SELECT id FROM ${this.names.schema}.events WHERE id = ANY($1::text[]) LIMIT 1`,
-          [member.ids],
-        )
+        .query<{ id: string }>(storedIdQuery(this.names.schema), [member.ids])
         .catch(() => ({ rows: [] as { id: string }[] }));
       return new IdempotencyConflictError(member.stream, rows[0]?.id ?? member.ids[0]!);
     }

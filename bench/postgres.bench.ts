@@ -13,7 +13,7 @@
  *   (g) the id index's bytes per entry: appends of time-ordered ids (UUID version 7, what the
  *       service chooses) into a store whose index already holds random ones, against more random
  *       ids into the same start; no target (from schema version 4 the unique index is keyed first
- *       by whether an id is time-ordered, as LMDB's is by a prefix; before it, 106 against 79 bytes)
+ *       by the id's version digit, as LMDB's is by a prefix; before it, 106 against 79 bytes)
  * Targets: (a), (b) and (c) at least 0.5 of the bare rate, (e) at least 0.7. (d) has no target;
  * it shows what choosing PostgreSQL over LMDB costs a rebuild.
  *

@@ -11,7 +11,7 @@ import { v7 } from 'uuid';
  * 0.72–0.86 of the CPU per event (event-store bench (e)). Keyed as they are, they would all sort
  * together inside the range of the random ids, where a B-tree splits a full leaf in half; LMDB's
  * index keys them behind a prefix that sorts after every random id (lmdb-codec.ts, indexKey), and
- * PostgreSQL's behind whether they are version 7 (postgres-schema.ts, version 4), so their leaves
+ * PostgreSQL's behind their version digit (postgres-schema.ts, version 4), so their leaves
  * fill. They cost 2.5 µs each here against 0.1 for randomUUID (the package draws its random bytes
  * from the system for every id): a few per webhook delivery, one per debit record. An id shows the
  * millisecond it was made, as an event's `recordedAt` does.

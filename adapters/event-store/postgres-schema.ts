@@ -594,11 +594,45 @@ ${appendFunctions({ schema, lockKeys }, plainIdMatch, 'CREATE FUNCTION')}`,
 -- one lands in a full leaf that splits in half: 106 bytes of index per such id against 79 for random
 -- ones (bench postgres (g)). Keyed first by their version digit, they come after the random (4) and
 -- content-derived (5) ids and fill the last leaf, as the LMDB store's prefix makes them do there.
--- Building the index reads the whole log under a lock that holds appends back until the migration
--- commits (deploy/README.md).
-CREATE UNIQUE INDEX events_id_ordered ON ${names.schema}.events (${versionDigit('id')}, id);
-ALTER TABLE ${names.schema}.events DROP CONSTRAINT events_id_key;
+-- Building the index reads the whole log under a lock that holds appends back (reads go on) until
+-- the migration commits. On a large log an operator builds it beforehand, CONCURRENTLY, under this
+-- name (deploy/README.md); one such build that failed leaves the index invalid, and it is built again.
+DO $do$
+BEGIN
+  IF EXISTS (SELECT 1 FROM pg_index i
+              WHERE i.indexrelid = to_regclass('${names.schema}.events_id_ordered') AND NOT i.indisvalid) THEN
+    DROP INDEX ${names.schema}.events_id_ordered;
+  END IF;
+END
+$do$;
+CREATE UNIQUE INDEX IF NOT EXISTS events_id_ordered ON ${names.schema}.events (${versionDigit('id')}, id);
 ${appendFunctions(names, orderedIdMatch, 'CREATE OR REPLACE FUNCTION')}`,
+  },
+  {
+    version: 5,
+    name: 'the plain unique index on id dropped',
+    sql: ({ schema }) => `
+-- Apart from version 4: dropping the plain index takes the table to itself, and in version 4's
+-- transaction, after the build, that deadlocked with a version-3 process that had read the table and
+-- was waiting to insert (the migration lost, and the new process failed to start). Alone, it waits
+-- for the appends in flight. Each attempt waits at most 2 s for the lock, so that the reads and
+-- appends queued behind it wait no longer than that, and tries again (for about 5 minutes in all).
+DO $do$
+BEGIN
+  PERFORM set_config('lock_timeout', '2s', true);
+  FOR attempt IN 1..150 LOOP
+    BEGIN
+      ALTER TABLE ${schema}.events DROP CONSTRAINT IF EXISTS events_id_key;
+      RETURN;
+    EXCEPTION WHEN lock_not_available THEN
+      PERFORM pg_sleep(0.2);
+    END;
+  END LOOP;
+  RAISE EXCEPTION 'the events table stayed locked through 150 tries to drop its plain id index'
+    USING ERRCODE = 'lock_not_available';
+END
+$do$;
+`,
   },
 ];
 

@@ -245,6 +245,184 @@ describe.runIf(run)('PostgreSQL event store', () => {
     }
   });
 
+  /** A schema as version 3 left it, its log filled with `events` single-event streams. */
+  async function versionThreeLog(
+    events: number,
+  ): Promise<{ schema: string; names: ReturnType<typeof schemaNames> }> {
+    const schema = fresh();
+    const names = schemaNames(schema);
+    const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
+    try {
+      await pool.query(`CREATE SCHEMA ${names.schema}`);
+      await pool.query(
+        `CREATE TABLE ${names.schema}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+      );
+      for (const migration of MIGRATIONS.filter((m) => m.version <= 3)) {
+        await pool.query(migration.sql(names));
+        await pool.query(`INSERT INTO ${names.schema}.schema_migrations (version, name) VALUES ($1, 'old')`, [
+          migration.version,
+        ]);
+      }
+      await pool.query(
+        `INSERT INTO ${names.schema}.events (position, id, stream, revision, type, recorded_at, correlation_id, data)
+         SELECT g, gen_random_uuid()::text, 'filled-' || g, 0, 'Old', now(), 'c', '{}' FROM generate_series(1, $1::integer) g`,
+        [events],
+      );
+      await pool.query(`ANALYZE ${names.schema}.events`);
+    } finally {
+      await pool.end();
+    }
+    return { schema, names };
+  }
+
+  it('upgrades from version 3 while a version-3 process appends: no deadlock, no append lost', async () => {
+    // The index build, then the plain index's drop, each in its own transaction: in one, the drop
+    // after the build deadlocked with an append that had read the table and waited to insert.
+    const { schema, names } = await versionThreeLog(30_000);
+    const old = new pg.Pool({ connectionString: POSTGRES_URL, max: 2 });
+    let stop = false;
+    const appended: string[] = [];
+    const failures: string[] = [];
+    const appending = (async () => {
+      while (!stop) {
+        const id = randomUUID();
+        try {
+          await old.query(
+            `SELECT * FROM ${names.schema}.append_group($1::text[], $2::text[], $3::integer[], true,
+               $4::text[], $5::text[], $6::text[], $7::text[], $8::json[])`,
+            [[uniqueStream('old')], ['no_stream'], [1], [id], ['Old'], [null], [null], ['{}']],
+          );
+          appended.push(id);
+        } catch (err) {
+          failures.push(String(err));
+        }
+        await new Promise((resolve) => setTimeout(resolve, 2));
+      }
+    })();
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const store = await openPostgresEventStore({ url: POSTGRES_URL, schema });
+      try {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        stop = true;
+        await appending;
+        expect(failures).toEqual([]);
+        expect(appended.length).toBeGreaterThan(10);
+        const { rows } = await store.pool.query<{ version: number }>(
+          `SELECT version FROM ${names.schema}.schema_migrations ORDER BY version`,
+        );
+        expect(rows.map((r) => r.version)).toEqual(MIGRATIONS.map((m) => m.version));
+        // Every append of the old process is on the log, found by its id through the new index.
+        for (const id of appended) {
+          await expect(store.append(uniqueStream('again'), [{ id, type: 'New', data: {} }])).rejects.toThrow(
+            IdempotencyConflictError,
+          );
+        }
+      } finally {
+        await store.close();
+      }
+    } finally {
+      stop = true;
+      await appending;
+      await old.end();
+    }
+  });
+
+  it('keeps an id index built beforehand, and builds again one that a failed build left invalid', async () => {
+    for (const valid of [true, false]) {
+      const { schema, names } = await versionThreeLog(1_000);
+      const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
+      let before: string;
+      try {
+        // What an operator runs ahead of the upgrade on a large log (deploy/README.md).
+        await pool.query(
+          `CREATE UNIQUE INDEX CONCURRENTLY events_id_ordered ON ${names.schema}.events ((substr(id, 15, 1)::"char"), id)`,
+        );
+        // A CONCURRENTLY build that failed half-way leaves its index so (the catalog says it is not valid).
+        if (!valid)
+          await pool.query(`UPDATE pg_index SET indisvalid = false WHERE indexrelid = $1::regclass`, [
+            `${names.schema}.events_id_ordered`,
+          ]);
+        before = (
+          await pool.query(`SELECT $1::regclass::oid::text AS oid`, [`${names.schema}.events_id_ordered`])
+        ).rows[0].oid;
+      } finally {
+        await pool.end();
+      }
+      const store = await openPostgresEventStore({ url: POSTGRES_URL, schema });
+      try {
+        const { rows } = await store.pool.query<{ oid: string; valid: boolean }>(
+          `SELECT i.indexrelid::text AS oid, i.indisvalid AS valid FROM pg_index i WHERE i.indexrelid = $1::regclass`,
+          [`${names.schema}.events_id_ordered`],
+        );
+        expect(rows).toEqual([
+          { oid: valid ? before : expect.not.stringMatching(`^${before}$`), valid: true },
+        ]);
+        const taken = event('T');
+        await store.append(uniqueStream('a'), [taken]);
+        await expect(store.append(uniqueStream('b'), [taken])).rejects.toThrow(IdempotencyConflictError);
+      } finally {
+        await store.close();
+      }
+    }
+  });
+
+  it('drops the plain id index without holding the readers queued behind it longer than a lock try', async () => {
+    // On a server of its own: the test holds a transaction open.
+    const schema = uniqueSchema();
+    const names = schemaNames(schema);
+    const setup = new pg.Client({ connectionString: own.url });
+    await setup.connect();
+    await setup.query(`CREATE SCHEMA ${names.schema}`);
+    await setup.query(
+      `CREATE TABLE ${names.schema}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+    );
+    for (const migration of MIGRATIONS.filter((m) => m.version <= 4)) {
+      await setup.query(migration.sql(names));
+      await setup.query(`INSERT INTO ${names.schema}.schema_migrations (version, name) VALUES ($1, 'old')`, [
+        migration.version,
+      ]);
+    }
+    const holder = new pg.Client({ connectionString: own.url });
+    const reader = new pg.Client({ connectionString: own.url });
+    await holder.connect();
+    await reader.connect();
+    const order: string[] = [];
+    try {
+      // A long reader holds the table, so version 5's drop has to wait for it.
+      await holder.query('BEGIN');
+      await holder.query(`SELECT count(*) FROM ${names.schema}.events`);
+      const opening = openPostgresEventStore({ url: own.url, schema });
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      // Queued behind the waiting drop: it gets through when that try gives up, not at the end.
+      const read = reader.query(`SELECT count(*) FROM ${names.schema}.events`).then(() => order.push('read'));
+      await new Promise((resolve) => setTimeout(resolve, 4_500));
+      order.push('holder commits');
+      await holder.query('COMMIT');
+      const store = await opening;
+      await read;
+      try {
+        expect(order).toEqual(['read', 'holder commits']);
+        const { rows } = await store.pool.query(
+          `SELECT conname FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'u'`,
+          [`${names.schema}.events`],
+        );
+        expect(rows.map((r) => r.conname)).not.toContain('events_id_key');
+        expect(
+          (await store.pool.query(`SELECT max(version) AS v FROM ${names.schema}.schema_migrations`)).rows[0]
+            .v,
+        ).toBe(MIGRATIONS.length);
+      } finally {
+        await store.close();
+      }
+    } finally {
+      await holder.end().catch(() => undefined);
+      await reader.end().catch(() => undefined);
+      await setup.query(`DROP SCHEMA ${names.schema} CASCADE`).catch(() => undefined);
+      await setup.end();
+    }
+  });
+
   it('answers each append of a group on its own: a refused one fails none of the others', async () => {
     const store = await openPostgresEventStore({ url: POSTGRES_URL, schema: fresh(), groupsInFlight: 1 });
     try {

@@ -325,6 +325,31 @@ $fn$;
 `;
 }
 
+/**
+ * Stops a migration unless `events_id_ordered`, where it exists, is the index version 4 builds: valid,
+ * unique, whole (not partial), on the id's version digit and then the id. Anything else under that
+ * name (an operator's build still running, or failed, or of another shape) would let version 5 drop
+ * the only index that keeps ids unique.
+ */
+function checkOrderedIdIndex(schema: string): string {
+  return `DO $check$
+DECLARE
+  v_index pg_index;
+BEGIN
+  SELECT i.* INTO v_index FROM pg_index i WHERE i.indexrelid = to_regclass('${schema}.events_id_ordered');
+  IF FOUND AND NOT (v_index.indisvalid AND v_index.indisunique AND v_index.indpred IS NULL
+      AND v_index.indnatts = 2
+      AND pg_get_indexdef(v_index.indexrelid, 1, true) = '(substr(id, 15, 1)::"char")'
+      AND pg_get_indexdef(v_index.indexrelid, 2, true) = 'id') THEN
+    RAISE EXCEPTION 'index ${schema}.events_id_ordered is not the one this migration builds: %',
+        pg_get_indexdef(v_index.indexrelid)
+      USING HINT = CASE WHEN v_index.indisvalid THEN 'Drop it (DROP INDEX CONCURRENTLY) and start again.'
+        ELSE 'A CREATE INDEX CONCURRENTLY is still building it or failed: wait for it to finish, or drop it (DROP INDEX CONCURRENTLY), and start again.' END;
+  END IF;
+END
+$check$;`;
+}
+
 export const MIGRATIONS: Migration[] = [
   {
     version: 1,
@@ -594,17 +619,12 @@ ${appendFunctions({ schema, lockKeys }, plainIdMatch, 'CREATE FUNCTION')}`,
 -- one lands in a full leaf that splits in half: 106 bytes of index per such id against 79 for random
 -- ones (bench postgres (g)). Keyed first by their version digit, they come after the random (4) and
 -- content-derived (5) ids and fill the last leaf, as the LMDB store's prefix makes them do there.
--- Building the index reads the whole log under a lock that holds appends back (reads go on) until
--- the migration commits. On a large log an operator builds it beforehand, CONCURRENTLY, under this
--- name (deploy/README.md); one such build that failed leaves the index invalid, and it is built again.
-DO $do$
-BEGIN
-  IF EXISTS (SELECT 1 FROM pg_index i
-              WHERE i.indexrelid = to_regclass('${names.schema}.events_id_ordered') AND NOT i.indisvalid) THEN
-    DROP INDEX ${names.schema}.events_id_ordered;
-  END IF;
-END
-$do$;
+-- Building the index reads the whole log while appends wait (reads go on), until the migration
+-- commits. On a large log an operator builds it beforehand, CONCURRENTLY, under this name
+-- (deploy/README.md): it is kept when it is the index this migration would build, and anything else
+-- under the name stops the start (a build still running or failed shows as not valid), since version
+-- 5 drops the plain unique index on the strength of this one.
+${checkOrderedIdIndex(names.schema)}
 CREATE UNIQUE INDEX IF NOT EXISTS events_id_ordered ON ${names.schema}.events (${versionDigit('id')}, id);
 ${appendFunctions(names, orderedIdMatch, 'CREATE OR REPLACE FUNCTION')}`,
   },
@@ -615,21 +635,24 @@ ${appendFunctions(names, orderedIdMatch, 'CREATE OR REPLACE FUNCTION')}`,
 -- Apart from version 4: dropping the plain index takes the table to itself, and in version 4's
 -- transaction, after the build, that deadlocked with a version-3 process that had read the table and
 -- was waiting to insert (the migration lost, and the new process failed to start). Alone, it waits
--- for the appends in flight. Each attempt waits at most 2 s for the lock, so that the reads and
--- appends queued behind it wait no longer than that, and tries again (for about 5 minutes in all).
+-- for the transactions in flight on the table (a long one: a dump, a session idle in a transaction).
+-- Each try waits at most 200 ms for the lock, so the reads and appends queued behind it wait no
+-- longer, and the pauses between tries grow to 2 s; after about 5 minutes the start fails.
+${checkOrderedIdIndex(schema)}
 DO $do$
 BEGIN
-  PERFORM set_config('lock_timeout', '2s', true);
+  PERFORM set_config('lock_timeout', '200ms', true);
   FOR attempt IN 1..150 LOOP
     BEGIN
       ALTER TABLE ${schema}.events DROP CONSTRAINT IF EXISTS events_id_key;
       RETURN;
     EXCEPTION WHEN lock_not_available THEN
-      PERFORM pg_sleep(0.2);
+      PERFORM pg_sleep(least(0.2 * attempt, 2));
     END;
   END LOOP;
   RAISE EXCEPTION 'the events table stayed locked through 150 tries to drop its plain id index'
-    USING ERRCODE = 'lock_not_available';
+    USING ERRCODE = 'lock_not_available',
+          HINT = 'Find the transaction holding it: SELECT pid, xact_start, query FROM pg_stat_activity WHERE xact_start IS NOT NULL ORDER BY xact_start.';
 END
 $do$;
 `,

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { newEventId } from '../../contracts/event-id.ts';
 import { eventsBehind } from '../../projections/lag.ts';
 import { type PrivatePostgres, startPrivatePostgres } from '../../test/postgres-private.ts';
@@ -248,10 +248,11 @@ describe.runIf(run)('PostgreSQL event store', () => {
   /** A schema as version 3 left it, its log filled with `events` single-event streams. */
   async function versionThreeLog(
     events: number,
+    url = POSTGRES_URL,
   ): Promise<{ schema: string; names: ReturnType<typeof schemaNames> }> {
     const schema = fresh();
     const names = schemaNames(schema);
-    const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
     try {
       await pool.query(`CREATE SCHEMA ${names.schema}`);
       await pool.query(
@@ -328,41 +329,78 @@ describe.runIf(run)('PostgreSQL event store', () => {
     }
   });
 
-  it('keeps an id index built beforehand, and builds again one that a failed build left invalid', async () => {
-    for (const valid of [true, false]) {
-      const { schema, names } = await versionThreeLog(1_000);
-      const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
-      let before: string;
+  it('keeps the id index an operator built beforehand, and refuses to start over anything else of its name', async () => {
+    // On a server of its own: a concurrent index build waits for every older snapshot of the database.
+    const orderedIndex = 'events_id_ordered ON %s.events ((substr(id, 15, 1)::"char"), id)';
+    const cases = [
+      {
+        name: 'built',
+        build: `CREATE UNIQUE INDEX CONCURRENTLY ${orderedIndex}`,
+        invalid: false,
+        kept: true,
+      },
+      // A CONCURRENTLY build still running, or one that failed, leaves its index not valid.
+      {
+        name: 'not valid',
+        build: `CREATE UNIQUE INDEX CONCURRENTLY ${orderedIndex}`,
+        invalid: true,
+        kept: false,
+      },
+      { name: 'not unique', build: `CREATE INDEX CONCURRENTLY ${orderedIndex}`, invalid: false, kept: false },
+      {
+        name: 'other columns',
+        build: 'CREATE UNIQUE INDEX CONCURRENTLY events_id_ordered ON %s.events (id, stream)',
+        invalid: false,
+        kept: false,
+      },
+    ];
+    for (const c of cases) {
+      const { schema, names } = await versionThreeLog(1_000, own.url);
+      const pool = new pg.Pool({ connectionString: own.url, max: 1 });
       try {
-        // What an operator runs ahead of the upgrade on a large log (deploy/README.md).
-        await pool.query(
-          `CREATE UNIQUE INDEX CONCURRENTLY events_id_ordered ON ${names.schema}.events ((substr(id, 15, 1)::"char"), id)`,
-        );
-        // A CONCURRENTLY build that failed half-way leaves its index so (the catalog says it is not valid).
-        if (!valid)
+        await pool.query(c.build.replace('%s', names.schema));
+        if (c.invalid) {
           await pool.query(`UPDATE pg_index SET indisvalid = false WHERE indexrelid = $1::regclass`, [
             `${names.schema}.events_id_ordered`,
           ]);
-        before = (
-          await pool.query(`SELECT $1::regclass::oid::text AS oid`, [`${names.schema}.events_id_ordered`])
-        ).rows[0].oid;
+        }
+        const index = `${names.schema}.events_id_ordered`;
+        const before = (await pool.query(`SELECT $1::regclass::oid::text AS oid`, [index])).rows[0].oid;
+        const opening = openPostgresEventStore({ url: own.url, schema });
+        if (c.kept) {
+          const store = await opening;
+          try {
+            const { rows } = await store.pool.query(
+              `SELECT i.indexrelid::text AS oid, i.indisvalid AS valid FROM pg_index i WHERE i.indexrelid = $1::regclass`,
+              [index],
+            );
+            expect(rows, c.name).toEqual([{ oid: before, valid: true }]);
+            const taken = event('T');
+            await store.append(uniqueStream('a'), [taken]);
+            await expect(store.append(uniqueStream('b'), [taken])).rejects.toThrow(IdempotencyConflictError);
+          } finally {
+            await store.close();
+          }
+        } else {
+          await expect(opening, c.name).rejects.toThrow(
+            /events_id_ordered is not the one this migration builds/,
+          );
+          // Nothing of version 4 applied, and the plain unique index still guards the ids.
+          const { rows: versions } = await pool.query(
+            `SELECT max(version) AS v FROM ${names.schema}.schema_migrations`,
+          );
+          expect(versions[0].v, c.name).toBe(3);
+          const { rows: constraints } = await pool.query(
+            `SELECT conname FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'u'`,
+            [`${names.schema}.events`],
+          );
+          expect(
+            constraints.map((r) => r.conname),
+            c.name,
+          ).toContain('events_id_key');
+        }
       } finally {
         await pool.end();
-      }
-      const store = await openPostgresEventStore({ url: POSTGRES_URL, schema });
-      try {
-        const { rows } = await store.pool.query<{ oid: string; valid: boolean }>(
-          `SELECT i.indexrelid::text AS oid, i.indisvalid AS valid FROM pg_index i WHERE i.indexrelid = $1::regclass`,
-          [`${names.schema}.events_id_ordered`],
-        );
-        expect(rows).toEqual([
-          { oid: valid ? before : expect.not.stringMatching(`^${before}$`), valid: true },
-        ]);
-        const taken = event('T');
-        await store.append(uniqueStream('a'), [taken]);
-        await expect(store.append(uniqueStream('b'), [taken])).rejects.toThrow(IdempotencyConflictError);
-      } finally {
-        await store.close();
       }
     }
   });
@@ -393,14 +431,26 @@ describe.runIf(run)('PostgreSQL event store', () => {
       await holder.query('BEGIN');
       await holder.query(`SELECT count(*) FROM ${names.schema}.events`);
       const opening = openPostgresEventStore({ url: own.url, schema });
-      await new Promise((resolve) => setTimeout(resolve, 500));
-      // Queued behind the waiting drop: it gets through when that try gives up, not at the end.
+      opening.catch(() => undefined);
+      // Once the drop waits for its lock, a read queues behind it, and gets through when that try
+      // gives up; without the tries' lock timeout it would wait for the long reader to end.
+      await vi.waitFor(
+        async () => {
+          const { rows } = await reader.query(
+            `SELECT count(*)::int AS n FROM pg_locks
+              WHERE relation = $1::regclass AND mode = 'AccessExclusiveLock' AND NOT granted`,
+            [`${names.schema}.events`],
+          );
+          expect(rows[0].n).toBeGreaterThan(0);
+        },
+        { timeout: 30_000, interval: 20 },
+      );
       const read = reader.query(`SELECT count(*) FROM ${names.schema}.events`).then(() => order.push('read'));
-      await new Promise((resolve) => setTimeout(resolve, 4_500));
+      await Promise.race([read, new Promise((resolve) => setTimeout(resolve, 10_000))]);
       order.push('holder commits');
       await holder.query('COMMIT');
-      const store = await opening;
       await read;
+      const store = await opening;
       try {
         expect(order).toEqual(['read', 'holder commits']);
         const { rows } = await store.pool.query(

@@ -116,8 +116,10 @@ export async function openPostgresEventStore(
 export async function migrate(pool: pg.Pool, schema: string, names: SchemaNames, logger?: Logger) {
   const client = await pool.connect();
   try {
-    // Waiting for another process's migration, or a long one, is not a statement gone astray.
-    await client.query('SET statement_timeout = 0');
+    // Waiting for another process's migration, or a long one, is not a statement gone astray; nor
+    // is a migration's wait for a table's lock, under a lock_timeout the role or database may set
+    // (a migration that must bound its waits sets its own, as version 5 does).
+    await client.query('SET statement_timeout = 0; SET lock_timeout = 0');
     await client.query('SELECT pg_advisory_lock($1)', [migrationLockKey(schema).toString()]);
     try {
       await client.query(`CREATE SCHEMA IF NOT EXISTS ${names.schema}`);
@@ -151,7 +153,7 @@ export async function migrate(pool: pg.Pool, schema: string, names: SchemaNames,
     } finally {
       await client.query('SELECT pg_advisory_unlock($1)', [migrationLockKey(schema).toString()]);
     }
-    await client.query('RESET statement_timeout');
+    await client.query('RESET statement_timeout; RESET lock_timeout');
   } catch (err) {
     // Not handed back to the pool with the timeout lifted.
     client.release(err instanceof Error ? err : true);

@@ -326,17 +326,20 @@ $fn$;
 }
 
 /**
- * Stops a migration unless `events_id_ordered`, where it exists, is the index version 4 builds: valid,
- * unique, whole (not partial), on the id's version digit and then the id. Anything else under that
- * name (an operator's build still running, or failed, or of another shape) would let version 5 drop
- * the only index that keeps ids unique.
+ * Stops a migration unless `events_id_ordered`, where it exists (and with `required`, it must), is
+ * the index version 4 builds: valid, unique, whole (not partial), on the id's version digit and then
+ * the id. Anything else under that name (an operator's build still running, or failed, or of another
+ * shape) would let version 5 drop the only index that keeps ids unique.
  */
-function checkOrderedIdIndex(schema: string): string {
+function checkOrderedIdIndex(schema: string, required: boolean): string {
   return `DO $check$
 DECLARE
   v_index pg_index;
 BEGIN
   SELECT i.* INTO v_index FROM pg_index i WHERE i.indexrelid = to_regclass('${schema}.events_id_ordered');
+  IF NOT FOUND AND ${required} THEN
+    RAISE EXCEPTION 'index ${schema}.events_id_ordered is missing: the plain unique index on id stays';
+  END IF;
   IF FOUND AND NOT (v_index.indisvalid AND v_index.indisunique AND v_index.indpred IS NULL
       AND v_index.indnatts = 2
       AND pg_get_indexdef(v_index.indexrelid, 1, true) = '(substr(id, 15, 1)::"char")'
@@ -624,7 +627,7 @@ ${appendFunctions({ schema, lockKeys }, plainIdMatch, 'CREATE FUNCTION')}`,
 -- (deploy/README.md): it is kept when it is the index this migration would build, and anything else
 -- under the name stops the start (a build still running or failed shows as not valid), since version
 -- 5 drops the plain unique index on the strength of this one.
-${checkOrderedIdIndex(names.schema)}
+${checkOrderedIdIndex(names.schema, false)}
 CREATE UNIQUE INDEX IF NOT EXISTS events_id_ordered ON ${names.schema}.events (${versionDigit('id')}, id);
 ${appendFunctions(names, orderedIdMatch, 'CREATE OR REPLACE FUNCTION')}`,
   },
@@ -638,7 +641,7 @@ ${appendFunctions(names, orderedIdMatch, 'CREATE OR REPLACE FUNCTION')}`,
 -- for the transactions in flight on the table (a long one: a dump, a session idle in a transaction).
 -- Each try waits at most 200 ms for the lock, so the reads and appends queued behind it wait no
 -- longer, and the pauses between tries grow to 2 s; after about 5 minutes the start fails.
-${checkOrderedIdIndex(schema)}
+${checkOrderedIdIndex(schema, true)}
 DO $do$
 BEGIN
   PERFORM set_config('lock_timeout', '200ms', true);

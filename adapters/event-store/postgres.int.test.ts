@@ -405,6 +405,35 @@ describe.runIf(run)('PostgreSQL event store', () => {
     }
   });
 
+  it('keeps the plain id index when the ordered one is missing by the time version 5 runs', async () => {
+    const schema = fresh();
+    const names = schemaNames(schema);
+    const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
+    try {
+      await pool.query(`CREATE SCHEMA ${names.schema}`);
+      await pool.query(
+        `CREATE TABLE ${names.schema}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+      );
+      for (const migration of MIGRATIONS.filter((m) => m.version <= 4)) {
+        await pool.query(migration.sql(names));
+        await pool.query(`INSERT INTO ${names.schema}.schema_migrations (version, name) VALUES ($1, 'old')`, [
+          migration.version,
+        ]);
+      }
+      await pool.query(`DROP INDEX ${names.schema}.events_id_ordered`);
+      await expect(openPostgresEventStore({ url: POSTGRES_URL, schema })).rejects.toThrow(
+        /events_id_ordered is missing/,
+      );
+      const { rows } = await pool.query(
+        `SELECT conname FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'u'`,
+        [`${names.schema}.events`],
+      );
+      expect(rows.map((r) => r.conname)).toContain('events_id_key');
+    } finally {
+      await pool.end();
+    }
+  });
+
   it('drops the plain id index without holding the readers queued behind it longer than a lock try', async () => {
     // On a server of its own: the test holds a transaction open.
     const schema = uniqueSchema();

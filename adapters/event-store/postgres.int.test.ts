@@ -178,23 +178,50 @@ describe.runIf(run)('PostgreSQL event store', () => {
     }
   });
 
-  it('upgrades a version-3 log: ids appended before the id index changed are found through it', async () => {
+  /**
+   * A schema as migration `version` left it (the newer ones not applied), its log filled with
+   * `events` single-event streams.
+   */
+  async function schemaAtVersion(
+    version: number,
+    { url = POSTGRES_URL, events = 0 }: { url?: string; events?: number } = {},
+  ): Promise<{ schema: string; names: ReturnType<typeof schemaNames> }> {
     const schema = fresh();
     const names = schemaNames(schema);
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      await client.query(`CREATE SCHEMA ${names.schema}`);
+      await client.query(
+        `CREATE TABLE ${names.schema}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+      );
+      for (const migration of MIGRATIONS.filter((m) => m.version <= version)) {
+        await client.query(migration.sql(names));
+        await client.query(
+          `INSERT INTO ${names.schema}.schema_migrations (version, name) VALUES ($1, 'old')`,
+          [migration.version],
+        );
+      }
+      if (events > 0) {
+        await client.query(
+          `INSERT INTO ${names.schema}.events (position, id, stream, revision, type, recorded_at, correlation_id, data)
+           SELECT g, gen_random_uuid()::text, 'filled-' || g, 0, 'Old', now(), 'c', '{}' FROM generate_series(1, $1::integer) g`,
+          [events],
+        );
+        await client.query(`ANALYZE ${names.schema}.events`);
+      }
+    } finally {
+      await client.end();
+    }
+    return { schema, names };
+  }
+
+  it('upgrades a version-3 log: ids appended before the id index changed are found through it', async () => {
+    const { schema, names } = await schemaAtVersion(3);
     const random = randomUUID();
     const ordered = newEventId();
     const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
     try {
-      await pool.query(`CREATE SCHEMA ${names.schema}`);
-      await pool.query(
-        `CREATE TABLE ${names.schema}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
-      );
-      for (const migration of MIGRATIONS.filter((m) => m.version <= 3)) {
-        await pool.query(migration.sql(names));
-        await pool.query(`INSERT INTO ${names.schema}.schema_migrations (version, name) VALUES ($1, 'old')`, [
-          migration.version,
-        ]);
-      }
       // Appended by version 3's function, under its plain unique index on id.
       await pool.query(
         `SELECT * FROM ${names.schema}.append_group($1::text[], $2::text[], $3::integer[], true,
@@ -245,41 +272,10 @@ describe.runIf(run)('PostgreSQL event store', () => {
     }
   });
 
-  /** A schema as version 3 left it, its log filled with `events` single-event streams. */
-  async function versionThreeLog(
-    events: number,
-    url = POSTGRES_URL,
-  ): Promise<{ schema: string; names: ReturnType<typeof schemaNames> }> {
-    const schema = fresh();
-    const names = schemaNames(schema);
-    const pool = new pg.Pool({ connectionString: url, max: 1 });
-    try {
-      await pool.query(`CREATE SCHEMA ${names.schema}`);
-      await pool.query(
-        `CREATE TABLE ${names.schema}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
-      );
-      for (const migration of MIGRATIONS.filter((m) => m.version <= 3)) {
-        await pool.query(migration.sql(names));
-        await pool.query(`INSERT INTO ${names.schema}.schema_migrations (version, name) VALUES ($1, 'old')`, [
-          migration.version,
-        ]);
-      }
-      await pool.query(
-        `INSERT INTO ${names.schema}.events (position, id, stream, revision, type, recorded_at, correlation_id, data)
-         SELECT g, gen_random_uuid()::text, 'filled-' || g, 0, 'Old', now(), 'c', '{}' FROM generate_series(1, $1::integer) g`,
-        [events],
-      );
-      await pool.query(`ANALYZE ${names.schema}.events`);
-    } finally {
-      await pool.end();
-    }
-    return { schema, names };
-  }
-
   it('upgrades from version 3 while a version-3 process appends: no deadlock, no append lost', async () => {
     // The index build, then the plain index's drop, each in its own transaction: in one, the drop
     // after the build deadlocked with an append that had read the table and waited to insert.
-    const { schema, names } = await versionThreeLog(30_000);
+    const { schema, names } = await schemaAtVersion(3, { events: 30_000 });
     const old = new pg.Pool({ connectionString: POSTGRES_URL, max: 2 });
     let stop = false;
     const appended: string[] = [];
@@ -355,7 +351,7 @@ describe.runIf(run)('PostgreSQL event store', () => {
       },
     ];
     for (const c of cases) {
-      const { schema, names } = await versionThreeLog(1_000, own.url);
+      const { schema, names } = await schemaAtVersion(3, { url: own.url, events: 1_000 });
       const pool = new pg.Pool({ connectionString: own.url, max: 1 });
       try {
         await pool.query(c.build.replace('%s', names.schema));
@@ -406,20 +402,9 @@ describe.runIf(run)('PostgreSQL event store', () => {
   });
 
   it('keeps the plain id index when the ordered one is missing by the time version 5 runs', async () => {
-    const schema = fresh();
-    const names = schemaNames(schema);
+    const { schema, names } = await schemaAtVersion(4);
     const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
     try {
-      await pool.query(`CREATE SCHEMA ${names.schema}`);
-      await pool.query(
-        `CREATE TABLE ${names.schema}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
-      );
-      for (const migration of MIGRATIONS.filter((m) => m.version <= 4)) {
-        await pool.query(migration.sql(names));
-        await pool.query(`INSERT INTO ${names.schema}.schema_migrations (version, name) VALUES ($1, 'old')`, [
-          migration.version,
-        ]);
-      }
       await pool.query(`DROP INDEX ${names.schema}.events_id_ordered`);
       await expect(openPostgresEventStore({ url: POSTGRES_URL, schema })).rejects.toThrow(
         /events_id_ordered is missing/,
@@ -436,20 +421,7 @@ describe.runIf(run)('PostgreSQL event store', () => {
 
   it('drops the plain id index without holding the readers queued behind it longer than a lock try', async () => {
     // On a server of its own: the test holds a transaction open.
-    const schema = uniqueSchema();
-    const names = schemaNames(schema);
-    const setup = new pg.Client({ connectionString: own.url });
-    await setup.connect();
-    await setup.query(`CREATE SCHEMA ${names.schema}`);
-    await setup.query(
-      `CREATE TABLE ${names.schema}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
-    );
-    for (const migration of MIGRATIONS.filter((m) => m.version <= 4)) {
-      await setup.query(migration.sql(names));
-      await setup.query(`INSERT INTO ${names.schema}.schema_migrations (version, name) VALUES ($1, 'old')`, [
-        migration.version,
-      ]);
-    }
+    const { schema, names } = await schemaAtVersion(4, { url: own.url });
     const holder = new pg.Client({ connectionString: own.url });
     const reader = new pg.Client({ connectionString: own.url });
     await holder.connect();
@@ -497,8 +469,6 @@ describe.runIf(run)('PostgreSQL event store', () => {
     } finally {
       await holder.end().catch(() => undefined);
       await reader.end().catch(() => undefined);
-      await setup.query(`DROP SCHEMA ${names.schema} CASCADE`).catch(() => undefined);
-      await setup.end();
     }
   });
 

@@ -427,11 +427,12 @@ describe.runIf(run)('PostgreSQL event store', () => {
     await holder.connect();
     await reader.connect();
     const order: string[] = [];
+    let opening: ReturnType<typeof openPostgresEventStore> | undefined;
     try {
       // A long reader holds the table, so version 5's drop has to wait for it.
       await holder.query('BEGIN');
       await holder.query(`SELECT count(*) FROM ${names.schema}.events`);
-      const opening = openPostgresEventStore({ url: own.url, schema });
+      opening = openPostgresEventStore({ url: own.url, schema });
       opening.catch(() => undefined);
       // Once the drop waits for its lock, a read queues behind it, and gets through when that try
       // gives up; without the tries' lock timeout it would wait for the long reader to end.
@@ -452,6 +453,7 @@ describe.runIf(run)('PostgreSQL event store', () => {
       await holder.query('COMMIT');
       await read;
       const store = await opening;
+      opening = undefined;
       try {
         expect(order).toEqual(['read', 'holder commits']);
         const { rows } = await store.pool.query(
@@ -469,6 +471,8 @@ describe.runIf(run)('PostgreSQL event store', () => {
     } finally {
       await holder.end().catch(() => undefined);
       await reader.end().catch(() => undefined);
+      // A store still opening when a check failed: closed once its migrations end.
+      await opening?.then((store) => store.close()).catch(() => undefined);
     }
   });
 

@@ -26,3 +26,11 @@ import { v7 } from 'uuid';
 export function newEventId(): string {
   return v7();
 }
+
+/**
+ * Whether an id (in its 36-character text form) is time-ordered: its version digit, the 15th
+ * character, is 7. The stores' id indexes key such ids after all others (see newEventId).
+ */
+export function isTimeOrderedId(id: string): boolean {
+  return id.length === 36 && id.charCodeAt(14) === 0x37;
+}

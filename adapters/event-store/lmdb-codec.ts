@@ -1,6 +1,7 @@
 import type { Database, Key, RootDatabase } from 'lmdb';
 import { addExtension } from 'msgpackr';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
+import { isTimeOrderedId } from '../../contracts/event-id.ts';
 
 /**
  * The compact body of an LMDB event (format 2). Most of a stored event is identifiers written as
@@ -372,7 +373,7 @@ export class IdIndex {
   private key(id: string): Key {
     // An index of text keys parses only a time-ordered id (version digit 7): it takes its prefixed
     // key there too (indexKey).
-    if (id.length !== 36 || !(this.binary || id.charCodeAt(14) === 0x37)) return id;
+    if (id.length !== 36 || !(this.binary || isTimeOrderedId(id))) return id;
     const bytes = parseUuid(id);
     return bytes === null ? id : indexKey(bytes);
   }

@@ -332,17 +332,20 @@ $fn$;
  * shape) would let version 5 drop the only index that keeps ids unique.
  */
 function checkOrderedIdIndex(schema: string, required: boolean): string {
+  const missing = required
+    ? `  IF NOT FOUND THEN
+    RAISE EXCEPTION 'index ${schema}.events_id_ordered is missing: the plain unique index on id stays';
+  END IF;
+`
+    : '';
   return `DO $check$
 DECLARE
   v_index pg_index;
 BEGIN
   SELECT i.* INTO v_index FROM pg_index i WHERE i.indexrelid = to_regclass('${schema}.events_id_ordered');
-  IF NOT FOUND AND ${required} THEN
-    RAISE EXCEPTION 'index ${schema}.events_id_ordered is missing: the plain unique index on id stays';
-  END IF;
-  IF FOUND AND NOT (v_index.indisvalid AND v_index.indisunique AND v_index.indpred IS NULL
+${missing}  IF FOUND AND NOT (v_index.indisvalid AND v_index.indisunique AND v_index.indpred IS NULL
       AND v_index.indnatts = 2
-      AND pg_get_indexdef(v_index.indexrelid, 1, true) = '(substr(id, 15, 1)::"char")'
+      AND pg_get_indexdef(v_index.indexrelid, 1, true) = '${versionDigit('id')}'
       AND pg_get_indexdef(v_index.indexrelid, 2, true) = 'id') THEN
     RAISE EXCEPTION 'index ${schema}.events_id_ordered is not the one this migration builds: %',
         pg_get_indexdef(v_index.indexrelid)

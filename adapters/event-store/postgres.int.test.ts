@@ -72,18 +72,49 @@ describe.runIf(run)('PostgreSQL event store', () => {
     }
   });
 
-  it('upgrades a version-1 log: new positions land above the old ones, read in one order', async () => {
+  /**
+   * A schema as migration `version` left it (the newer ones not applied), its log filled with
+   * `events` single-event streams.
+   */
+  async function schemaAtVersion(
+    version: number,
+    { url = POSTGRES_URL, events = 0 }: { url?: string; events?: number } = {},
+  ): Promise<{ schema: string; names: ReturnType<typeof schemaNames> }> {
     const schema = fresh();
     const names = schemaNames(schema);
-    const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
     try {
-      // The log as version 1 left it: consecutive positions from its serialised append function.
-      await pool.query(`CREATE SCHEMA ${names.schema}`);
-      await pool.query(
+      await client.query(`CREATE SCHEMA ${names.schema}`);
+      await client.query(
         `CREATE TABLE ${names.schema}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
       );
-      await pool.query(MIGRATIONS[0]!.sql(names));
-      await pool.query(`INSERT INTO ${names.schema}.schema_migrations (version, name) VALUES (1, 'v1')`);
+      for (const migration of MIGRATIONS.filter((m) => m.version <= version)) {
+        await client.query(migration.sql(names));
+        await client.query(
+          `INSERT INTO ${names.schema}.schema_migrations (version, name) VALUES ($1, 'old')`,
+          [migration.version],
+        );
+      }
+      if (events > 0) {
+        await client.query(
+          `INSERT INTO ${names.schema}.events (position, id, stream, revision, type, recorded_at, correlation_id, data)
+           SELECT g, gen_random_uuid()::text, 'filled-' || g, 0, 'Old', now(), 'c', '{}' FROM generate_series(1, $1::integer) g`,
+          [events],
+        );
+        await client.query(`ANALYZE ${names.schema}.events`);
+      }
+    } finally {
+      await client.end();
+    }
+    return { schema, names };
+  }
+
+  it('upgrades a version-1 log: new positions land above the old ones, read in one order', async () => {
+    // The log as version 1 left it: consecutive positions from its serialised append function.
+    const { schema, names } = await schemaAtVersion(1);
+    const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
+    try {
       for (let i = 0; i < 3; i++) {
         await pool.query(
           `SELECT * FROM ${names.schema}.append_events($1, 'any', $2::text[], $3::text[], $4::text[], $5::text[], $6::json[])`,
@@ -177,44 +208,6 @@ describe.runIf(run)('PostgreSQL event store', () => {
       await store.close();
     }
   });
-
-  /**
-   * A schema as migration `version` left it (the newer ones not applied), its log filled with
-   * `events` single-event streams.
-   */
-  async function schemaAtVersion(
-    version: number,
-    { url = POSTGRES_URL, events = 0 }: { url?: string; events?: number } = {},
-  ): Promise<{ schema: string; names: ReturnType<typeof schemaNames> }> {
-    const schema = fresh();
-    const names = schemaNames(schema);
-    const client = new pg.Client({ connectionString: url });
-    await client.connect();
-    try {
-      await client.query(`CREATE SCHEMA ${names.schema}`);
-      await client.query(
-        `CREATE TABLE ${names.schema}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
-      );
-      for (const migration of MIGRATIONS.filter((m) => m.version <= version)) {
-        await client.query(migration.sql(names));
-        await client.query(
-          `INSERT INTO ${names.schema}.schema_migrations (version, name) VALUES ($1, 'old')`,
-          [migration.version],
-        );
-      }
-      if (events > 0) {
-        await client.query(
-          `INSERT INTO ${names.schema}.events (position, id, stream, revision, type, recorded_at, correlation_id, data)
-           SELECT g, gen_random_uuid()::text, 'filled-' || g, 0, 'Old', now(), 'c', '{}' FROM generate_series(1, $1::integer) g`,
-          [events],
-        );
-        await client.query(`ANALYZE ${names.schema}.events`);
-      }
-    } finally {
-      await client.end();
-    }
-    return { schema, names };
-  }
 
   it('upgrades a version-3 log: ids appended before the id index changed are found through it', async () => {
     const { schema, names } = await schemaAtVersion(3);

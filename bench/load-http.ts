@@ -325,8 +325,8 @@ export async function alternate(
     out.bare.push(b.result);
     out.ratios.push(s.result.perSec / b.result.perSec);
     if (s.cpuMs !== null && b.cpuMs !== null) {
-      cpu.service.push((s.cpuMs * 1000) / Math.max(1, s.result.requests));
-      cpu.bare.push((b.cpuMs * 1000) / Math.max(1, b.result.requests));
+      cpu.service.push(perRequest(s.cpuMs, s.result));
+      cpu.bare.push(perRequest(b.cpuMs, b.result));
       cpu.serviceBusy.push(Math.min(1, s.cpuMs / s.loadMs));
       cpu.bareBusy.push(Math.min(1, b.cpuMs / b.loadMs));
       cpu.serviceKernel.push(perRequest(s.kernelMs, s.result));

@@ -21,6 +21,7 @@ export function toolCallDeps(tools: ToolDefinition[], meters: QuotaMeter[]) {
   const keys = new KeyResolver({
     runner: {
       state: { byHash: {}, byId: {} },
+      revision: 0,
       checkpoint: 0,
       running: true,
       error: null,

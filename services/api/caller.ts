@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { isWellFormedKey } from '../keys/key-material.ts';
 import type { KeyRecord } from '../keys/key-registry.ts';
-import { type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
+import { type KeyLookup, type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
 import type { QuotaMeter, QuotaSubject } from '../quota/quota-meter.ts';
 import {
   type AuthBlock,
@@ -76,8 +76,25 @@ export function callerNow(keys: KeyResolver, request: CallerRequest): Caller | n
   const credential = presentedCredential(request.headers, isWellFormedKey);
   if (credential.kind === 'none') return callerWithout(credential, request.clientAddress);
   const lookup = keys.resolveNow(credential.token);
-  return lookup?.status === 'active' ? keyCaller(lookup.record) : null;
+  if (lookup?.status !== 'active') return null;
+  let caller = keyCallers.get(lookup);
+  if (caller === undefined) {
+    const made = keyCaller(lookup.record);
+    caller = Object.freeze({
+      auth: Object.freeze(made.auth),
+      subject: Object.freeze(made.subject),
+      keyId: made.keyId,
+    });
+    keyCallers.set(lookup, caller);
+  }
+  return caller;
 }
+
+/**
+ * The caller of each remembered lookup (KeyResolver keeps one while the registry is unchanged),
+ * shared by the requests of that key: frozen, since no request may change what the next reads.
+ */
+const keyCallers = new WeakMap<KeyLookup, Caller>();
 
 function callerWithout(credential: PresentedCredential, clientAddress: string): Caller | null {
   if (credential.kind !== 'none') return null;

@@ -1,0 +1,44 @@
+import { describe, expect, it } from 'vitest';
+import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
+import { ProjectionRunner } from '../../projections/runner.ts';
+import { changeKeyPlan, issueKey, revokeKey } from '../keys/key-commands.ts';
+import { keyRegistryProjection } from '../keys/key-registry.ts';
+import { KeyResolver } from '../keys/key-resolver.ts';
+import { callerNow } from './caller.ts';
+
+describe('the caller of a remembered key', () => {
+  it('answers a key asked again from memory until the registry changes, then looks again', async () => {
+    const store = new MemoryEventStore();
+    const runner = new ProjectionRunner(store, new MemoryProjectionStore(), keyRegistryProjection);
+    const resolver = new KeyResolver({ runner, store });
+    const keys = { headers: {}, clientAddress: '10.0.0.1' };
+    const issued = await issueKey(store, { plan: 'starter', owner: 'o', via: 'operator' });
+    const asKey = { ...keys, headers: { authorization: `Bearer ${issued.key}` } };
+    await runner.start();
+    try {
+      await runner.waitFor(await store.headPosition(), 2_000);
+      const first = resolver.resolveNow(issued.key);
+      expect(resolver.resolveNow(issued.key)).toBe(first);
+      const caller = callerNow(resolver, asKey);
+      expect(caller).toMatchObject({ auth: { tier: 'starter' }, subject: { plan: 'starter' } });
+      // One caller per remembered lookup, shared by that key's requests, so frozen.
+      expect(callerNow(resolver, asKey)).toBe(caller);
+      expect(Object.isFrozen(caller!.auth) && Object.isFrozen(caller!.subject)).toBe(true);
+      // Another key issued: the registry moved, the first key is looked up again (same answer).
+      const other = await issueKey(store, { plan: 'pro', owner: 'p', via: 'operator' });
+      await runner.waitFor(await store.headPosition(), 2_000);
+      expect(resolver.resolveNow(issued.key)).not.toBe(first);
+      expect(resolver.resolveNow(other.key)).toMatchObject({ status: 'active', record: { plan: 'pro' } });
+      // A plan change and a revocation are seen on the next call, though the key was remembered.
+      const stream = `apikey-${issued.keyId}`;
+      await runner.waitFor(await changeKeyPlan(store, stream, issued.keyId, 'pro'), 2_000);
+      expect(callerNow(resolver, asKey)).toMatchObject({ auth: { tier: 'pro' }, subject: { plan: 'pro' } });
+      await runner.waitFor(await revokeKey(store, stream, issued.keyId, 'leaked'), 2_000);
+      expect(resolver.resolveNow(issued.key)).toMatchObject({ status: 'revoked' });
+      expect(callerNow(resolver, asKey)).toBeNull();
+    } finally {
+      await runner.stop();
+    }
+  });
+});

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { newEventId } from './event-id.ts';
 
@@ -22,6 +22,22 @@ describe('newEventId', () => {
     // Its first 48 bits are the time it was made, in Unix milliseconds.
     const made = Number.parseInt(ids.at(-1)!.replace('-', '').slice(0, 12), 16);
     expect(Math.abs(made - Date.now())).toBeLessThan(5_000);
+  });
+
+  it('keeps ids in order when the clock steps back', () => {
+    const now = Date.now();
+    const clock = vi.spyOn(Date, 'now');
+    try {
+      clock.mockReturnValue(now + 1_000);
+      const before = Array.from({ length: 3 }, () => newEventId());
+      clock.mockReturnValue(now);
+      const after = Array.from({ length: 3 }, () => newEventId());
+      const ids = [...before, ...after];
+      expect([...ids].sort()).toEqual(ids);
+      expect(new Set(ids).size).toBe(ids.length);
+    } finally {
+      clock.mockRestore();
+    }
   });
 
   it('gives every id random bits of its own, across refills of its pool of random bytes', () => {

@@ -12,10 +12,10 @@ import {
 
 /** Who is calling, as far as metering is concerned. */
 export interface Caller {
-  auth: AuthBlock;
-  subject: QuotaSubject;
+  readonly auth: Readonly<AuthBlock>;
+  readonly subject: Readonly<QuotaSubject>;
   /** The key applied, or null for an anonymous caller. */
-  keyId: string | null;
+  readonly keyId: string | null;
 }
 
 /**

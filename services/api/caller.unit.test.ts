@@ -24,7 +24,7 @@ describe('the caller of a remembered key', () => {
       expect(caller).toMatchObject({ auth: { tier: 'starter' }, subject: { plan: 'starter' } });
       // One caller per remembered lookup, shared by that key's requests, so frozen.
       expect(callerNow(resolver, asKey)).toBe(caller);
-      expect(Object.isFrozen(caller!.auth) && Object.isFrozen(caller!.subject)).toBe(true);
+      expect([caller, caller!.auth, caller!.subject].every((part) => Object.isFrozen(part))).toBe(true);
       // Another key issued: the registry moved, the first key is looked up again (same answer).
       const other = await issueKey(store, { plan: 'pro', owner: 'p', via: 'operator' });
       await runner.waitFor(await store.headPosition(), 2_000);

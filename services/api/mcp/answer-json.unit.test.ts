@@ -189,7 +189,13 @@ describe('callTool answers from a recorded verdict', () => {
       const result = await callTool(d, request);
       const text = (result.content[0] as { text: string }).text;
       expect(text).toBe(JSON.stringify(result.structuredContent));
+      // The served result carries its JSON, so the session path splices rather than serialising again.
+      expect(structuredJsonOf(result)?.json).toBe(text);
       expect(structuredJsonOf(result)?.escaped ?? escapeJson(text)).toBe(JSON.stringify(text).slice(1, -1));
+      // A copy with other content does not: the remembered JSON is no longer its own.
+      expect(structuredJsonOf({ ...result, structuredContent: { other: true } })).toBeUndefined();
+      expect(structuredJsonOf({ ...result, content: [{ type: 'text', text: '{}' }] })).toBeUndefined();
+      expect(structuredJsonOf({ ...result })?.json).toBe(text);
       texts.push(text);
     }
     const parsed = texts.map((t) => JSON.parse(t));

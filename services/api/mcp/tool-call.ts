@@ -291,21 +291,32 @@ async function paidToolCall(deps: ToolCallDeps, caller: Caller, call: PaidToolCa
 }
 
 /**
- * On a result whose text content is the JSON of its structuredContent: that JSON. A symbol on
- * the result rather than a WeakMap entry: every served call makes a result, and a WeakMap keyed
- * by short-lived objects costs each an ephemeron that the next scavenge must process (~0.25 µs a
- * call in a microbench). JSON.stringify, Object.keys and the SDK's schemas ignore symbol keys.
+ * On a result whose text content is the JSON of its structuredContent: that JSON, and the object
+ * it was made from. Symbols on the result rather than a WeakMap entry: every served call makes a
+ * result, and a WeakMap keyed by short-lived objects costs each an ephemeron that the next
+ * scavenge must process (~0.25 µs a call in a microbench). JSON.stringify, Object.keys and the
+ * SDK's schemas ignore symbol keys, but a spread copies them: a copy keeps the remembered JSON,
+ * which is used only while the copy still holds the same structuredContent and text (see
+ * structuredJsonOf).
  */
 const STRUCTURED_JSON = Symbol('structuredJson');
-type MadeResult = CallToolResult & { [STRUCTURED_JSON]?: ResultJson };
+const STRUCTURED_FROM = Symbol('structuredFrom');
+type MadeResult = CallToolResult & { [STRUCTURED_JSON]?: ResultJson; [STRUCTURED_FROM]?: unknown };
 
 /**
- * The JSON of a served result's structuredContent (and its escape, when made), when the result is
- * exactly as toolResult made it (its text content is that JSON): the session path splices it
- * instead of serialising twice.
+ * The JSON of a served result's structuredContent (and its escape, when made), when the result
+ * holds what toolResult made it with (its structuredContent, and as text content that JSON): the
+ * session path splices it instead of serialising twice. undefined for any other result, a copy
+ * with other content included.
  */
 export function structuredJsonOf(result: CallToolResult): ResultJson | undefined {
-  return (result as MadeResult)[STRUCTURED_JSON];
+  const made = (result as MadeResult)[STRUCTURED_JSON];
+  if (made === undefined || (result as MadeResult)[STRUCTURED_FROM] !== result.structuredContent) {
+    return undefined;
+  }
+  const content = result.content;
+  const only = content.length === 1 ? content[0] : undefined;
+  return only?.type === 'text' && only.text === made.json ? made : undefined;
 }
 
 /** A served result: the text content carries the same object for clients that ignore structuredContent. */
@@ -319,6 +330,7 @@ function servedResult(structured: Record<string, unknown>, made: ResultJson): Ca
     content: [{ type: 'text', text: made.json }],
     structuredContent: structured,
     [STRUCTURED_JSON]: made,
+    [STRUCTURED_FROM]: structured,
   };
   return result;
 }

@@ -20,10 +20,11 @@ import { v7 } from 'uuid';
  * commit holds together. Its own `v7()` asks webcrypto's getRandomValues for 16 bytes per id,
  * which cost 2.9 µs an id against 0.2 for randomUUID (a few ids per webhook delivery, one per
  * debit record); here the random bytes come from a pool filled 256 ids at a time (randomUUID
- * pools its own likewise), and the package only lays the bits out: 0.4 µs an id. The counter rule is the
- * package's (RFC 9562, method 1): seeded from the id's random bits when the millisecond moves on,
- * else one more, and a counter that wraps moves the millisecond on. A clock that steps back keeps
- * the last millisecond and counts on, so ids stay in order (their time then runs ahead a little).
+ * pools its own likewise), and the package only lays the bits out: 0.4 µs an id. The counter
+ * rule is the package's (RFC 9562, method 1): seeded from the id's random bits when the
+ * millisecond moves on, else one more, and a counter that wraps moves the millisecond on. A clock
+ * that steps back keeps the last millisecond and counts on, so ids stay in order (their time then
+ * runs ahead a little).
  *
  * For events whose id must come out the same whenever it is derived (a retry finds its first
  * write), see deterministicId instead.

@@ -53,7 +53,7 @@ export class KeyResolver {
    * Lookups of keys presented lately, each kept while the registry has not changed since it was
    * made (`revision`: an issue, plan change or revocation moves it, and the next call looks
    * again). Every keyed call passes here before its route; under load the key's SHA-256 and the
-   * lookup around it took 1.4 % of a keyed call's main thread (perf, cpu-clock). Bounded, so the
+   * lookup around it took 1.0–1.4 % of a keyed call's main thread (perf, cpu-clock). Bounded, so the
    * keys held in memory are the last few thousand presented that the registry holds, which the
    * process sees in every request's headers anyway; never written anywhere.
    */

@@ -110,6 +110,18 @@ describe.runIf(run)('PostgreSQL event store', () => {
     return { schema, names };
   }
 
+  /** The unique constraints on a schema's events table, by name (`events_id_key`: the plain one on id). */
+  async function uniqueConstraints(
+    db: Pick<pg.Pool, 'query'>,
+    names: ReturnType<typeof schemaNames>,
+  ): Promise<string[]> {
+    const { rows } = await db.query<{ conname: string }>(
+      `SELECT conname FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'u'`,
+      [`${names.schema}.events`],
+    );
+    return rows.map((r) => r.conname);
+  }
+
   it('upgrades a version-1 log: new positions land above the old ones, read in one order', async () => {
     // The log as version 1 left it: consecutive positions from its serialised append function.
     const { schema, names } = await schemaAtVersion(1);
@@ -255,11 +267,7 @@ describe.runIf(run)('PostgreSQL event store', () => {
       const added = newEventId();
       await store.append('old', [{ id: added, type: 'New', data: {} }], { expectedRevision: 1 });
       expect((await store.readStream('old')).map((e) => e.id)).toEqual([first!.id, second!.id, added]);
-      const { rows } = await store.pool.query(
-        `SELECT conname FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'u'`,
-        [`${names.schema}.events`],
-      );
-      expect(rows.map((r) => r.conname)).not.toContain('events_id_key');
+      expect(await uniqueConstraints(store.pool, names)).not.toContain('events_id_key');
     } finally {
       await store.close();
     }
@@ -379,14 +387,7 @@ describe.runIf(run)('PostgreSQL event store', () => {
             `SELECT max(version) AS v FROM ${names.schema}.schema_migrations`,
           );
           expect(versions[0].v, c.name).toBe(3);
-          const { rows: constraints } = await pool.query(
-            `SELECT conname FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'u'`,
-            [`${names.schema}.events`],
-          );
-          expect(
-            constraints.map((r) => r.conname),
-            c.name,
-          ).toContain('events_id_key');
+          expect(await uniqueConstraints(pool, names), c.name).toContain('events_id_key');
         }
       } finally {
         await pool.end();
@@ -402,11 +403,7 @@ describe.runIf(run)('PostgreSQL event store', () => {
       await expect(openPostgresEventStore({ url: POSTGRES_URL, schema })).rejects.toThrow(
         /events_id_ordered is missing/,
       );
-      const { rows } = await pool.query(
-        `SELECT conname FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'u'`,
-        [`${names.schema}.events`],
-      );
-      expect(rows.map((r) => r.conname)).toContain('events_id_key');
+      expect(await uniqueConstraints(pool, names)).toContain('events_id_key');
     } finally {
       await pool.end();
     }
@@ -449,11 +446,7 @@ describe.runIf(run)('PostgreSQL event store', () => {
       opening = undefined;
       try {
         expect(order).toEqual(['read', 'holder commits']);
-        const { rows } = await store.pool.query(
-          `SELECT conname FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'u'`,
-          [`${names.schema}.events`],
-        );
-        expect(rows.map((r) => r.conname)).not.toContain('events_id_key');
+        expect(await uniqueConstraints(store.pool, names)).not.toContain('events_id_key');
         expect(
           (await store.pool.query(`SELECT max(version) AS v FROM ${names.schema}.schema_migrations`)).rows[0]
             .v,

@@ -1,7 +1,7 @@
 import Fastify, { type FastifyBaseLogger, type FastifyRequest } from 'fastify';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
-import { OneLinePerRequest, RequestLogger, requestLoggers } from './request-log.ts';
+import { milliseconds, OneLinePerRequest, RequestLogger, requestLoggers } from './request-log.ts';
 
 /** A destination that keeps each write it is given. */
 function capture() {
@@ -214,6 +214,57 @@ describe('the access log line', () => {
       } finally {
         await app.close();
       }
+    }
+  });
+
+  it('writes the response time to the microsecond, as the number it rounds to', () => {
+    const cases: [number, string][] = [
+      [0, '0'],
+      [0.0004, '0'],
+      [0.0005, '0.001'],
+      [0.8123459999, '0.812'],
+      [0.81, '0.81'],
+      [0.8, '0.8'],
+      [0.0999, '0.1'],
+      [12.3456, '12.346'],
+      [999.9996, '1000'],
+      [0.1 + 0.2, '0.3'],
+      // Past the small-integer range, and what is not finite: as pino writes them.
+      [5_000_000.25, '5000000.25'],
+      [Number.NaN, 'null'],
+      [Number.POSITIVE_INFINITY, 'null'],
+    ];
+    for (const [value, text] of cases) expect(milliseconds(value), String(value)).toBe(text);
+    for (let i = 0; i < 20_000; i++) {
+      const value = Math.random() * 10 ** (Math.random() * 7 - 2);
+      const text = milliseconds(value);
+      expect(JSON.parse(text)).toBe(Math.round(value * 1_000) / 1_000);
+      // No trailing zero after the point, as a number prints.
+      expect(text).not.toMatch(/\.\d*0$/);
+    }
+  });
+
+  it("writes the time of the line's own millisecond, and a time function of the logger's own", async () => {
+    const out = capture();
+    const app = await appWith(pino({ level: 'info' }, out.stream));
+    const custom = capture();
+    const customApp = await appWith(pino({ level: 'info', timestamp: () => ',"time":"then"' }, custom.stream));
+    try {
+      for (let i = 0; i < 3; i++) {
+        const before = Date.now();
+        await app.inject({ method: 'POST', url: '/x402/quote', payload: {} });
+        await turn();
+        const time = out.lines().at(-1)!.time as number;
+        expect(time).toBeGreaterThanOrEqual(before);
+        expect(time).toBeLessThanOrEqual(Date.now());
+        await new Promise((resolve) => setTimeout(resolve, 3));
+      }
+      await customApp.inject({ method: 'POST', url: '/x402/quote', payload: {} });
+      await turn();
+      expect(custom.lines()[0]!.time).toBe('then');
+    } finally {
+      await app.close();
+      await customApp.close();
     }
   });
 });

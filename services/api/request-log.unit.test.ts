@@ -248,7 +248,9 @@ describe('the access log line', () => {
     const out = capture();
     const app = await appWith(pino({ level: 'info' }, out.stream));
     const custom = capture();
-    const customApp = await appWith(pino({ level: 'info', timestamp: () => ',"time":"then"' }, custom.stream));
+    const customApp = await appWith(
+      pino({ level: 'info', timestamp: () => ',"time":"then"' }, custom.stream),
+    );
     try {
       for (let i = 0; i < 3; i++) {
         const before = Date.now();

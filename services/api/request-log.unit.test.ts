@@ -112,6 +112,8 @@ describe('the access log line', () => {
       await turn();
       expect(quiet.lines()).toEqual([]);
       expect(meta.lines()).toMatchObject([{ msg: 'request completed', statusCode: 402, level: 30 }]);
+      // To the microsecond, as the lines written without pino.
+      expect(String(meta.lines()[0]!.responseTime)).toMatch(/^\d+(\.\d{1,3})?$/);
     } finally {
       await quietApp.close();
       await metaApp.close();
@@ -230,13 +232,16 @@ describe('the access log line', () => {
       [999.9996, '1000'],
       [0.1 + 0.2, '0.3'],
       // Past the small-integer range, and what is not finite: as pino writes them.
-      [5_000_000.25, '5000000.25'],
+      [2_147_483.6479, '2147483.648'],
+      [5_000_000.2504, '5000000.2504'],
+      [-0.0001234, '-0.0001234'],
       [Number.NaN, 'null'],
       [Number.POSITIVE_INFINITY, 'null'],
     ];
     for (const [value, text] of cases) expect(milliseconds(value), String(value)).toBe(text);
     for (let i = 0; i < 20_000; i++) {
-      const value = Math.random() * 10 ** (Math.random() * 7 - 2);
+      // Up to 2^31 µs, the range written from integers.
+      const value = Math.min(Math.random() * 10 ** (Math.random() * 8 - 2), 2_147_483.6);
       const text = milliseconds(value);
       expect(JSON.parse(text)).toBe(Math.round(value * 1_000) / 1_000);
       // No trailing zero after the point, as a number prints.

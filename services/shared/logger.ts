@@ -4,10 +4,9 @@ import type { Config } from '../../contracts/config.ts';
 
 /**
  * Lines are gathered up to this many bytes before one write(2). The access log writes a line per
- * request, and each asynchronous write is a round trip through libuv's thread pool: at 4 KB per
- * write that trip, with sonic-boom measuring its whole pending text again on every line it took
- * in (UTF-8 mode), cost ~0.9 µs per access line over building it; Buffers written 64–256 KB at a
- * time, ~0.3 µs.
+ * request, and each asynchronous write is a round trip through libuv's thread pool; the access
+ * lines of one event-loop turn reach this stream as one string (request-log.ts, TurnLines), so
+ * sonic-boom measures what it holds once per turn, not once per line.
  */
 const BUFFER_BYTES = 64 * 1024;
 /** One write(2) takes at most this much (sonic-boom writes 16 KB at a time by default). */
@@ -16,9 +15,13 @@ const MAX_WRITE = 256 * 1024;
 const FLUSH_MS = 200;
 
 /**
- * pino's destination: sonic-boom in Buffer mode, which counts what it holds by the lengths of the
- * Buffers it is given instead of measuring its pending string again on each write. pino writes
- * strings, so each becomes a Buffer here. flushSync is what main's exit path calls.
+ * pino's destination: sonic-boom writing strings. It wrote Buffers until 2026-11-26: each write
+ * (one per turn of access lines) became a Buffer of its own, and their backing stores, memory
+ * outside V8's heap, made V8 run a full mark-compact of the ~370 MB heap every 2 s under load
+ * (none with the access line off, or with strings). Paired against Buffers, the 402 quote took
+ * 22.8 against 26.0 µs of main-thread CPU per request (24.7 against 32.4 for the whole process,
+ * whose helper threads did the marking) and `/healthz` 13.7 against 16.1. flushSync is what
+ * main's exit path calls.
  */
 class BufferedStdout {
   private readonly sink = pino.destination({
@@ -26,11 +29,10 @@ class BufferedStdout {
     sync: false,
     minLength: BUFFER_BYTES,
     maxWrite: MAX_WRITE,
-    contentMode: 'buffer',
   });
 
   write(line: string): boolean {
-    return this.sink.write(Buffer.from(line) as unknown as string);
+    return this.sink.write(line);
   }
 
   flush(cb?: (err?: Error) => void): void {
@@ -51,9 +53,10 @@ class BufferedStdout {
    * pino's exit hook writes the rest.
    */
   flushBeforeKill(): void {
-    const sink = this.sink as unknown as { _writing: boolean; _writingBuf: Buffer; fd: number };
-    if (sink._writing && Buffer.isBuffer(sink._writingBuf) && sink._writingBuf.length > 0) {
-      writeAll(sink.fd, sink._writingBuf);
+    const sink = this.sink as unknown as { _writing: boolean; _writingBuf: string | Buffer; fd: number };
+    const held = sink._writingBuf;
+    if (sink._writing && held.length > 0) {
+      writeAll(sink.fd, typeof held === 'string' ? Buffer.from(held) : held);
     }
     this.sink.flushSync();
   }

@@ -5,23 +5,27 @@ import type { Config } from '../../contracts/config.ts';
 /**
  * Lines are gathered up to this many bytes before one write(2). The access log writes a line per
  * request, and each asynchronous write is a round trip through libuv's thread pool; the access
- * lines of one event-loop turn reach this stream as one string (request-log.ts, TurnLines), so
- * sonic-boom measures what it holds once per turn, not once per line.
+ * lines of one event-loop turn reach this stream as one string (request-log.ts, TurnLines). On
+ * each write sonic-boom measures the chunk it is filling (joined into one string first), so a
+ * chunk costs about its size again per turn while it fills: 16 KB measured no cheaper than 64 KB
+ * (26.1 against 25.8 µs per 402 quote in alternated rounds). A stdout slower than the lines lets
+ * chunks grow toward MAX_WRITE, and each turn's measure with them.
  */
 const BUFFER_BYTES = 64 * 1024;
-/** One write(2) takes at most this much (sonic-boom writes 16 KB at a time by default). */
+/** sonic-boom starts a new chunk past this many bytes (16 KB by default); one longer line goes whole. */
 const MAX_WRITE = 256 * 1024;
 /** A quiet process's lines still go out within this long. */
 const FLUSH_MS = 200;
 
 /**
  * pino's destination: sonic-boom writing strings. It wrote Buffers until 2026-11-26: each write
- * (one per turn of access lines) became a Buffer of its own, and their backing stores, memory
- * outside V8's heap, made V8 run a full mark-compact of the ~370 MB heap every 2 s under load
- * (none with the access line off, or with strings). Paired against Buffers, the 402 quote took
- * 22.8 against 26.0 µs of main-thread CPU per request (24.7 against 32.4 for the whole process,
- * whose helper threads did the marking) and `/healthz` 13.7 against 16.1. flushSync is what
- * main's exit path calls.
+ * (one per turn of access lines) became a Buffer of its own, merged into another per chunk, and
+ * that memory outside V8's heap made V8 run a full mark-compact of the ~370 MB heap every 2 s
+ * under load (7 in 15 s of 402 quotes; none in the same 15 s with the access line off, or with
+ * strings, of which sonic-boom makes one Buffer per chunk once written). Paired against Buffers,
+ * the 402 quote took 22.8 against 26.0 µs of main-thread CPU per request (24.7 against 32.4 for
+ * the whole process, whose helper threads did the marking) and `/healthz` 13.7 against 16.1.
+ * flushSync is what main's exit path calls.
  */
 class BufferedStdout {
   private readonly sink = pino.destination({
@@ -48,7 +52,8 @@ class BufferedStdout {
    * flushSync leaves the chunk whose asynchronous write is under way to that write, which never
    * happens when the thread pool is stuck, the very case main kills itself for: with 64–256 KB
    * chunks that lost ~800 access lines. That chunk is written here first, so a write that did
-   * complete before the kill puts it out twice; on the way out a duplicate beats a loss. A clean
+   * complete before the kill puts it out twice, and one that wrote part of it leaves that part cut
+   * off before the whole again (one broken line); on the way out a duplicate beats a loss. A clean
    * exit needs none of this: Node finishes the thread pool's writes before the process ends, and
    * pino's exit hook writes the rest.
    */

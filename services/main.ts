@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { type Logger, pino } from 'pino';
 import { ConfigError, loadConfig } from '../contracts/config.ts';
+import { flushAccessLines } from './api/request-log.ts';
 import { ROLES, type Role } from './component.ts';
 import { startService } from './service.ts';
 import { createLogger } from './shared/logger.ts';
@@ -70,11 +71,13 @@ async function main(): Promise<void> {
 
 /**
  * pino writes stdout asynchronously: a line logged just before SIGKILL would be lost with the
- * process, so the last lines are written out synchronously first (with the chunk a stuck thread
- * pool holds, see BufferedStdout.flushBeforeKill).
+ * process, so the last lines are written out synchronously first (the access lines of the turn in
+ * progress, then what the stream holds with the chunk a stuck thread pool holds, see
+ * BufferedStdout.flushBeforeKill).
  */
 function flushLogs(logger: Logger): void {
   try {
+    flushAccessLines();
     const stream = (logger as unknown as Record<symbol, unknown>)[pino.symbols.streamSym] as
       | { flushBeforeKill?: () => void; flushSync?: () => void }
       | undefined;

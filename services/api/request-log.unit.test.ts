@@ -1,7 +1,13 @@
 import Fastify, { type FastifyBaseLogger, type FastifyRequest } from 'fastify';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
-import { milliseconds, OneLinePerRequest, RequestLogger, requestLoggers } from './request-log.ts';
+import {
+  flushAccessLines,
+  milliseconds,
+  OneLinePerRequest,
+  RequestLogger,
+  requestLoggers,
+} from './request-log.ts';
 
 /** A destination that keeps each write it is given. */
 function capture() {
@@ -117,6 +123,22 @@ describe('the access log line', () => {
     } finally {
       await quietApp.close();
       await metaApp.close();
+    }
+  });
+
+  it("hands the turn's access lines over at once when asked (before a SIGKILL of its own)", async () => {
+    const out = capture();
+    const app = await appWith(pino({ level: 'info' }, out.stream));
+    try {
+      await app.inject({ method: 'POST', url: '/x402/quote', payload: {} });
+      // Held for the end of the turn.
+      expect(out.lines()).toEqual([]);
+      flushAccessLines();
+      expect(out.lines()).toMatchObject([{ msg: 'request completed', statusCode: 402 }]);
+      await turn();
+      expect(out.lines()).toHaveLength(1);
+    } finally {
+      await app.close();
     }
   });
 

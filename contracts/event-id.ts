@@ -66,27 +66,3 @@ function randomBytes16(): Uint8Array {
 export function isTimeOrderedId(id: string): boolean {
   return id.length === 36 && id.charCodeAt(14) === 0x37;
 }
-
-/**
- * A random (version-4) UUID, as randomUUID makes it, from the same pool as newEventId's bits, and
- * written as one flat string: randomUUID joins its 20 pieces into a rope, which the first look at
- * its characters (the access line's JSON check, a header's validation) copies flat again. For ids
- * with no order of their own: a request's.
- */
-export function newRandomId(): string {
-  const random = randomBytes16();
-  let at = 0;
-  for (let i = 0; i < 16; i++) {
-    let byte = random[i]!;
-    if (i === 6) byte = (byte & 0x0f) | 0x40;
-    else if (i === 8) byte = (byte & 0x3f) | 0x80;
-    text[at++] = HEX[byte >> 4]!;
-    text[at++] = HEX[byte & 0x0f]!;
-    if (i === 3 || i === 5 || i === 7 || i === 9) text[at++] = 0x2d;
-  }
-  return text.toString('latin1');
-}
-
-const HEX = Buffer.from('0123456789abcdef', 'latin1');
-/** The text of the id being written (36 bytes, reused: toString copies it out). */
-const text = Buffer.alloc(36);

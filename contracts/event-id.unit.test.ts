@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
-import { newEventId, newRandomId } from './event-id.ts';
+import { newEventId } from './event-id.ts';
 
 describe('newEventId', () => {
   it('makes version-7 UUIDs that the envelope schema accepts', () => {
@@ -45,21 +45,5 @@ describe('newEventId', () => {
     // the 40 random bits that end every id (its last five bytes; the byte before mixes in the counter).
     const tails = new Set(Array.from({ length: 2_000 }, () => newEventId().slice(26)));
     expect(tails.size).toBe(2_000);
-  });
-});
-
-describe('newRandomId', () => {
-  it('makes version-4 UUIDs, each with random bits of its own, beside event ids from the same pool', () => {
-    const v4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
-    const tails = new Set<string>();
-    // Past several refills of the pool, drawn in turns with event ids.
-    for (let i = 0; i < 2_000; i++) {
-      const id = newRandomId();
-      expect(id).toMatch(v4);
-      expect(z.uuid().safeParse(id).success).toBe(true);
-      tails.add(id.slice(24));
-      tails.add(newEventId().slice(24));
-    }
-    expect(tails.size).toBe(4_000);
   });
 });

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { type ServerResponse, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import Fastify, {
@@ -11,7 +12,6 @@ import { validatorCompiler } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import type { Config } from '../../contracts/config.ts';
 import { ERRORS, type ErrorCode, errorMessage } from '../../contracts/errors.ts';
-import { newRandomId } from '../../contracts/event-id.ts';
 import type { Metrics } from '../shared/metrics.ts';
 import type { Readiness } from '../shared/readiness.ts';
 import type { HistogramSeries } from '../shared/series-histogram.ts';
@@ -45,8 +45,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     childLoggerFactory: requestLoggers,
     // Request ids end up in events (a paid call's requestId and correlation id): Fastify's
     // per-process counter (req-1, req-2…) repeats across replicas and restarts.
-    // One flat string (see newRandomId): the access line's check of it would copy a rope flat again.
-    genReqId: () => newRandomId(),
+    genReqId: () => randomUUID(),
     bodyLimit: deps.config.BODY_LIMIT_BYTES,
     requestTimeout,
     trustProxy: trustProxySetting(deps.config.TRUST_PROXY ?? ''),

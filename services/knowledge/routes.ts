@@ -1,9 +1,9 @@
+import { randomUUID } from 'node:crypto';
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { CacheUnavailableError } from '../../adapters/cache/port.ts';
 import { type ErrorCode, ServiceError } from '../../contracts/errors.ts';
-import { newRandomId } from '../../contracts/event-id.ts';
 import {
   CHAT_QUESTION_MAX,
   CHAT_QUESTION_MIN,
@@ -265,7 +265,7 @@ export function knowledgeRoutes(deps: KnowledgeDeps): FastifyPluginAsync {
       // Nothing is served: no call is counted.
       if (matches(request.headers['if-none-match'], etag)) return reply.code(304).headers(cacheable).send();
       const answer = knowledge.search(query, limit);
-      const call = { tool: 'search_knowledge', requestId: newRandomId() };
+      const call = { tool: 'search_knowledge', requestId: randomUUID() };
       const { value, service } = await metered(request, call, async () => answer);
       reply.headers({ ...cacheable, vary: 'authorization' });
       return { ...value, _service: service };
@@ -277,7 +277,7 @@ export function knowledgeRoutes(deps: KnowledgeDeps): FastifyPluginAsync {
       async (request, reply) => {
         const caller = request.knowledgeCaller!;
         const knowledge = await deps.knowledge();
-        const requestId = newRandomId();
+        const requestId = randomUUID();
         let taken: string | null = null;
         // The chat ran but its answer is discarded (the quota lost the race): its chat unit goes back.
         const giveBack = async () => {

@@ -1,6 +1,6 @@
+import { randomUUID } from 'node:crypto';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from 'pino';
-import { newRandomId } from '../../../contracts/event-id.ts';
 import type { ToolName } from '../../../contracts/tools.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
 import type { KeyResolver } from '../../keys/key-resolver.ts';
@@ -163,7 +163,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     });
   }
 
-  const requestId = newRandomId();
+  const requestId = randomUUID();
   if (request.payment !== undefined) {
     return paidToolCall(deps, caller, {
       tool: tool.name,

@@ -252,7 +252,7 @@ const MSG_PREFIX = (symbols as unknown as Record<string, symbol>).msgPrefixSym!;
  * Not finite (pino writes null for that) or past 2^31 µs: written as pino would.
  */
 export function milliseconds(value: number): string {
-  if (!(value >= 0 && value < MAX_SMALL_MS)) return Number.isFinite(value) ? String(value) : 'null';
+  if (!toTheMicrosecond(value)) return Number.isFinite(value) ? String(value) : 'null';
   const us = Math.round(value * 1_000);
   const whole = Math.floor(us / 1_000);
   const part = us - whole * 1_000;
@@ -264,7 +264,11 @@ export function milliseconds(value: number): string {
 }
 /** `value` rounded to the microsecond where milliseconds() writes it so; else as it is. */
 function toMicroseconds(value: number): number {
-  return value >= 0 && value < MAX_SMALL_MS ? Math.round(value * 1_000) / 1_000 : value;
+  return toTheMicrosecond(value) ? Math.round(value * 1_000) / 1_000 : value;
+}
+/** Whether a duration is written to the microsecond: its microseconds stay small integers. */
+function toTheMicrosecond(value: number): boolean {
+  return value >= 0 && value < MAX_SMALL_MS;
 }
 /** Microseconds that stay small integers (V8 keeps their decimal text cached). */
 const MAX_SMALL_MS = 2 ** 31 / 1_000;

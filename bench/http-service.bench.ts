@@ -391,13 +391,19 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
       if (FLOORED.has(path)) {
         floor ??= await startBare([mcpRoute], { durable: true });
         await drive('floor', path, WARM_UP_SECONDS)();
-        floorComparison = await alternate(o.rounds, drive('floor', path), drive('bare', path), (r, side) => {
-          if (r.errors > 0 || Object.keys(r.statusCounts).some((code) => code !== '200')) {
-            throw new Error(
-              `${side === 'service' ? 'floor' : side} ${path}: ${JSON.stringify(r.statusCounts)}`,
-            );
-          }
-        });
+        floorComparison = await alternate(
+          o.rounds,
+          drive('floor', path),
+          drive('bare', path),
+          (r, side) => {
+            if (r.errors > 0 || Object.keys(r.statusCounts).some((code) => code !== '200')) {
+              throw new Error(
+                `${side === 'service' ? 'floor' : side} ${path}: ${JSON.stringify(r.statusCounts)}`,
+              );
+            }
+          },
+          { service: floor.pid, bare: bare.pid },
+        );
         lines.push(...reportFloor(comparison, floorComparison, TARGETS[path].rate!));
       }
       for (const line of lines) o.log(line);

@@ -425,8 +425,8 @@ const pct = (n: number) => `${Math.round(n * 100)} %`;
  * bare): its rate, its ratio to bare, the share of it the target asks of the service and the share
  * the service answers. Both shares come from paired rounds (each side against the bare run right
  * after it), so the machine's drift between the two sets of rounds cancels:
- * service/floor = (service/bare) / (floor/bare). Beside them, the floor's main-thread CPU per
- * request against bare's.
+ * service/floor = (service/bare) / (floor/bare). Beside them, the floor's CPU per request
+ * against bare's (main thread and whole process).
  */
 export function reportFloor(service: Comparison, floor: Comparison, target: number): string[] {
   const ratio = spread(floor.ratios);
@@ -438,12 +438,15 @@ export function reportFloor(service: Comparison, floor: Comparison, target: numb
       ` ${fmtSpread(spread(floor.service.map((r) => r.perSec)), f0)} req/s, p50 ${spread(floor.service.map((r) => r.p50Ms)).median} ms`,
     `    floor/bare (min/median/max): ${fmtSpread(ratio, two)};` +
       ` the ${target} target asks the service for ${two(asked)} of the floor${asked > 1 ? ' (more than the floor itself: out of reach of any answer that waits for its debit on this disk)' : ''}, it answers ${two(ofFloor)}`,
-    // What waiting for a flushed record costs a server that does nothing else: set beside the
-    // service's CPU ratio, it separates the wait from the work a debit's append brings.
+    // The floor's own CPU per request (one small record written and awaited, nothing else): what
+    // durability alone costs a server, to read the service's CPU ratio against. lmdb-js writes
+    // and flushes on a thread of its own, so the whole process's figure goes beside the main thread's.
     ...(floor.cpu
       ? [
-          `    floor main-thread CPU per request, µs (min/median/max): floor ${fmtSpread(spread(floor.cpu.service), f0)}, bare ${fmtSpread(spread(floor.cpu.bare), f0)},` +
-            ` floor/bare ${fmtSpread(spread(floor.cpu.service.map((us, i) => us / Math.max(1e-9, floor.cpu!.bare[i]!))))}`,
+          `    floor CPU per request, µs (min/median/max): main thread: floor ${fmtSpread(spread(floor.cpu.service), f0)}, bare ${fmtSpread(spread(floor.cpu.bare), f0)},` +
+            ` floor/bare ${fmtSpread(spread(floor.cpu.service.map((us, i) => us / Math.max(1e-9, floor.cpu!.bare[i]!))))};` +
+            ` whole process: floor ${fmtSpread(spread(floor.cpu.serviceProcess), f0)}, bare ${fmtSpread(spread(floor.cpu.bareProcess), f0)},` +
+            ` floor/bare ${fmtSpread(spread(floor.cpu.serviceProcess.map((us, i) => us / Math.max(1e-9, floor.cpu!.bareProcess[i]!))))}`,
         ]
       : []),
   ];

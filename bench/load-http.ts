@@ -359,7 +359,7 @@ export function report(
   targets: PathTargets,
 ): string[] {
   const ratio = spread(c.ratios);
-  const cpuRatio = c.cpu ? spread(c.cpu.service.map((us, i) => us / Math.max(1e-9, c.cpu!.bare[i]!))) : null;
+  const cpuRatio = c.cpu ? roundRatios(c.cpu.service, c.cpu.bare) : null;
   const cpuUs = c.cpu
     ? { service: spread(c.cpu.service).median, baseline: spread(c.cpu.bare).median }
     : undefined;
@@ -377,7 +377,7 @@ export function report(
             ` main thread busy: service ${fmtSpread(spread(c.cpu.serviceBusy), pct)}, bare ${fmtSpread(spread(c.cpu.bareBusy), pct)}`,
           `    of which in the kernel (system time), µs: service ${fmtSpread(spread(c.cpu.serviceKernel), f0)}, bare ${fmtSpread(spread(c.cpu.bareKernel), f0)};` +
             ` whole process (every thread), µs: service ${fmtSpread(spread(c.cpu.serviceProcess), f0)}, bare ${fmtSpread(spread(c.cpu.bareProcess), f0)},` +
-            ` service/bare ${fmtSpread(spread(c.cpu.serviceProcess.map((us, i) => us / Math.max(1e-9, c.cpu!.bareProcess[i]!))))}`,
+            ` service/bare ${fmtSpread(roundRatios(c.cpu.serviceProcess, c.cpu.bareProcess))}`,
         ]
       : []),
   ];
@@ -385,7 +385,7 @@ export function report(
     // Per round, req/s = busy share ÷ CPU per request on each side, so the rate ratio is the ratio
     // of busy shares over the CPU ratio: what the rate target asks of CPU at the idle this run
     // showed (for a keyed call, mostly waiting out its debit's commit: see bench/README.md).
-    const busy = spread(c.cpu.serviceBusy.map((b, i) => b / Math.max(1e-9, c.cpu!.bareBusy[i]!)));
+    const busy = roundRatios(c.cpu.serviceBusy, c.cpu.bareBusy);
     lines.push(
       `    busy share service/bare ${f2(busy.median)}: at that share the ≥ ${targets.rate} rate asks for CPU ≤ ${f2(busy.median / targets.rate)}× bare`,
     );
@@ -420,6 +420,11 @@ export function report(
 }
 const pct = (n: number) => `${Math.round(n * 100)} %`;
 
+/** The spread of a/b over the rounds (each side's figure of one round against the other's). */
+function roundRatios(a: number[], b: number[]): Spread {
+  return spread(a.map((x, i) => x / Math.max(1e-9, b[i]!)));
+}
+
 /**
  * The durability floor's lines of a keyed path (`floor`: the floor in the `service` slot against
  * bare): its rate, its ratio to bare, the share of it the target asks of the service and the share
@@ -444,9 +449,9 @@ export function reportFloor(service: Comparison, floor: Comparison, target: numb
     ...(floor.cpu
       ? [
           `    floor CPU per request, µs (min/median/max): main thread: floor ${fmtSpread(spread(floor.cpu.service), f0)}, bare ${fmtSpread(spread(floor.cpu.bare), f0)},` +
-            ` floor/bare ${fmtSpread(spread(floor.cpu.service.map((us, i) => us / Math.max(1e-9, floor.cpu!.bare[i]!))))};` +
+            ` floor/bare ${fmtSpread(roundRatios(floor.cpu.service, floor.cpu.bare))};` +
             ` whole process: floor ${fmtSpread(spread(floor.cpu.serviceProcess), f0)}, bare ${fmtSpread(spread(floor.cpu.bareProcess), f0)},` +
-            ` floor/bare ${fmtSpread(spread(floor.cpu.serviceProcess.map((us, i) => us / Math.max(1e-9, floor.cpu!.bareProcess[i]!))))}`,
+            ` floor/bare ${fmtSpread(roundRatios(floor.cpu.serviceProcess, floor.cpu.bareProcess))}`,
         ]
       : []),
   ];

@@ -385,12 +385,12 @@ export class TurnLines {
 }
 
 const accessLines = new TurnLines();
-process.once('exit', () => accessLines.flush());
 
 /**
- * Hands the access lines of the turn in progress to their streams now: for a process about to
- * SIGKILL itself (main's killSelf), which no exit hook outlives.
+ * Hands the access lines of the turn in progress to their streams now: on process exit, and for a
+ * process about to SIGKILL itself (main's killSelf), which no exit hook outlives.
  */
 export function flushAccessLines(): void {
   accessLines.flush();
 }
+process.once('exit', flushAccessLines);

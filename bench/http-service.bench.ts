@@ -27,6 +27,11 @@
  * over the run (from /proc, Linux only): a service well under 100 % busy while it answers less
  * than the baseline is waiting (on the durable debit, say), not short of CPU.
  *
+ * The service writes every answer at the end of the event-loop turn that made it, with the turn's
+ * other answers (services/shared/turn-end.ts); bare Fastify writes each at once. So each path is
+ * also set, in rounds of its own, against a second bare server that writes at the end of the turn
+ * too: the ratio against it is the service's own work per request, without the batching.
+ *
  * The session MCP paths (mcp, mcp-redis) also measure the durability floor against the same bare server, in rounds of
  * their own: bare Fastify answering the same bytes once a group-committed LMDB record of the call
  * is flushed (bench/load-bare.ts), and nothing else. Every keyed answer waits for its debit on disk
@@ -65,6 +70,7 @@ import {
   type Proc,
   report,
   reportFloor,
+  reportTurnEnd,
   startBare,
   startService,
   tempDir,
@@ -199,6 +205,7 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
   let service: Proc | undefined;
   let bare: Proc | undefined;
   let floor: Proc | undefined;
+  let turnBare: Proc | undefined;
   const out: HttpBenchResult[] = [];
   try {
     const key = await issueKey(env, data.path);
@@ -335,11 +342,20 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
       ...(o.cpuProf ? { cpuProf: join(o.cpuProf, 'bare') } : {}),
     });
 
+    turnBare = await startBare(routes, { turnEnd: true });
+
     const drive =
-      (side: 'service' | 'bare' | 'floor', path: PathName, seconds = o.seconds) =>
+      (side: 'service' | 'bare' | 'floor' | 'turnBare', path: PathName, seconds = o.seconds) =>
       (): Promise<CannonResult> => {
         const r = requests[path];
-        const base = side === 'service' ? service!.url : side === 'bare' ? bare!.url : floor!.url;
+        const base =
+          side === 'service'
+            ? service!.url
+            : side === 'bare'
+              ? bare!.url
+              : side === 'floor'
+                ? floor!.url
+                : turnBare!.url;
         return cannon({
           connections: o.connections,
           durationSeconds: seconds,
@@ -387,6 +403,19 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
           throw new Error(`${debited} debits for ${servedCalls} served calls`);
         }
       }
+      await drive('turnBare', path, WARM_UP_SECONDS)();
+      const turnComparison = await alternate(
+        o.rounds,
+        drive('service', path),
+        drive('turnBare', path),
+        (r, side) => {
+          if (r.errors > 0 || Object.keys(r.statusCounts).some((code) => Number(code) !== expected)) {
+            throw new Error(`${side} ${path} (bare at turn end): ${JSON.stringify(r.statusCounts)}`);
+          }
+        },
+        { service: service.pid, bare: turnBare.pid },
+      );
+      lines.push(...reportTurnEnd(turnComparison));
       let floorComparison: Comparison | undefined;
       if (FLOORED.has(path)) {
         floor ??= await startBare([mcpRoute], { durable: true });
@@ -417,6 +446,7 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
     return out;
   } finally {
     await floor?.stop();
+    await turnBare?.stop();
     await bare?.stop();
     await service?.stop();
     data.remove();

@@ -4,6 +4,9 @@
  * service's work against the HTTP floor for exactly the same answer. Started by load-http.ts with
  * the path of a JSON file of routes and a port; prints one line once it listens.
  *
+ * With BARE_TURN_END=1 in its environment it writes every answer at the end of the event-loop turn,
+ * as the service does (services/shared/turn-end.ts): the same write batching, none of the work.
+ *
  * With a third argument, a directory, it is the durability floor instead: before answering a POST
  * it waits until a record of the call is on disk, written as a keyed call's debit is (one LMDB
  * record for the calls of one event-loop turn, acknowledged once flushed: group commit, with the
@@ -15,6 +18,7 @@ import { readFileSync } from 'node:fs';
 import Fastify from 'fastify';
 import { open } from 'lmdb';
 import { TurnBatch } from '../adapters/cache/turn-batch.ts';
+import { turnEnd } from '../services/shared/turn-end.ts';
 
 export interface CapturedRoute {
   method: 'GET' | 'POST';
@@ -28,6 +32,11 @@ export interface CapturedRoute {
 const [routesFile, port, durableDir] = process.argv.slice(2);
 const routes = JSON.parse(readFileSync(routesFile!, 'utf8')) as CapturedRoute[];
 const app = Fastify({ logger: false });
+if (process.env.BARE_TURN_END === '1') {
+  app.addHook('onSend', (_request, _reply, payload, done) => {
+    void turnEnd().then(() => done(null, payload));
+  });
+}
 const durable = durableDir ? groupCommit(durableDir) : null;
 for (const route of routes) {
   const body = Buffer.from(route.body, 'base64');

@@ -193,7 +193,7 @@ export async function capture(
  */
 export async function startBare(
   routes: CapturedRoute[],
-  options: { durable?: boolean; perfMap?: boolean; cpuProf?: string } = {},
+  options: { durable?: boolean; perfMap?: boolean; cpuProf?: string; turnEnd?: boolean } = {},
 ): Promise<Proc> {
   const tmp = tempDir('bench-bare-');
   const dir = tmp.path;
@@ -203,7 +203,7 @@ export async function startBare(
   const args = [file, String(port), ...(options.durable ? [join(dir, 'lmdb')] : [])];
   const child = spawn(process.execPath, [...TSX, ...profileFlags(options), 'bench/load-bare.ts', ...args], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH },
+    env: { PATH: process.env.PATH, ...(options.turnEnd ? { BARE_TURN_END: '1' } : {}) },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let stderr = '';
@@ -454,6 +454,20 @@ export function reportFloor(service: Comparison, floor: Comparison, target: numb
             ` floor/bare ${fmtSpread(roundRatios(floor.cpu.serviceProcess, floor.cpu.bareProcess))}`,
         ]
       : []),
+  ];
+}
+
+/**
+ * The service against bare Fastify writing its answers at the end of the turn as the service does
+ * (services/shared/turn-end.ts), in rounds of their own: how much of the ratio against plain bare
+ * is the service's work per request, and how much is only when the bytes are written.
+ */
+export function reportTurnEnd(c: Comparison): string[] {
+  return [
+    `    against bare Fastify writing at the end of the turn too (its own ${c.ratios.length} rounds): req/s service/bare ${fmtSpread(spread(c.ratios), f2)}` +
+      (c.cpu
+        ? `; main-thread CPU per request ${f0(spread(c.cpu.service).median)} vs ${f0(spread(c.cpu.bare).median)} µs, service/bare ${fmtSpread(roundRatios(c.cpu.service, c.cpu.bare))}`
+        : ''),
   ];
 }
 

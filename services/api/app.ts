@@ -15,6 +15,7 @@ import { ERRORS, type ErrorCode, errorMessage } from '../../contracts/errors.ts'
 import type { Metrics } from '../shared/metrics.ts';
 import type { Readiness } from '../shared/readiness.ts';
 import type { HistogramSeries } from '../shared/series-histogram.ts';
+import { turnEnd } from '../shared/turn-end.ts';
 import { SERVICE_VERSION } from './discovery/catalog.ts';
 import { useApiErrors } from './errors.ts';
 import { registerJsonParser } from './json-body.ts';
@@ -71,6 +72,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
 
   askInFlightToClose(app);
+  // Every answer is written at the end of the turn that made it, with the turn's other answers
+  // (see turn-end.ts).
+  app.addHook('onSend', (_request, _reply, payload, done) => {
+    void turnEnd().then(() => done(null, payload));
+  });
 
   if (deps.metrics) observeDurations(app, deps.metrics.httpDuration);
 

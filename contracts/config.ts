@@ -241,6 +241,15 @@ export const ConfigSchema = z
     PLAN_STARTER_MONTHLY_CALLS: positiveInt.default(10_000),
     PLAN_PRO_MONTHLY_CALLS: positiveInt.default(100_000),
     /**
+     * Prepaid debits: a key or client whose calls overlap has the units of its next calls counted
+     * and recorded ahead in one event, sized to QUOTA_LEASE_MS of its calls at their recent rate
+     * (at most QUOTA_LEASE_MAX_UNITS, and only while it has 16 times that left); what no call took
+     * is given back once it goes quiet or the api stops. A killed api leaves at most one lease's
+     * unused units charged per busy key and tool. 0: every call is recorded on its own.
+     */
+    QUOTA_LEASE_MS: nonNegativeInt.default(1_000),
+    QUOTA_LEASE_MAX_UNITS: positiveInt.default(256),
+    /**
      * Request-rate limits per credential and window, shared across replicas on Redis: an applied
      * key by its plan, anyone else by client address. Each tool may take RATE_LIMIT_TOOL_SHARE of
      * the budget on its own. 429 with Retry-After and RateLimit-* headers beyond it.

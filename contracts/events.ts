@@ -190,11 +190,20 @@ export const QuotaDebited = z.object({ ...DebitFields, requestId: z.string() });
 /**
  * The debits of a batch of one subject's calls of one tool, recorded together (what QuotaMeter
  * writes): the calls debited while the subject's previous batch was being appended, all counted in
- * the same generation, day and plan. `units` is the number of calls, one each; a rebuild folds it
- * like QuotaDebited's. Per-call request ids are not kept: the counters need only the units, and one
+ * the same generation, day and plan, or the units a busy subject's lease prepays for its next calls
+ * (their unused part comes back as QuotaDebitsReturned). `units` is the number of calls, one each;
+ * a rebuild folds it like QuotaDebited's. Per-call request ids are not kept: the counters need only the units, and one
  * tool per event keeps the shape flat, which the compiled validator checks without zod.
  */
 export const QuotaDebitsRecorded = z.object(DebitFields);
+
+/**
+ * Units of a subject's prepaid debits that no call took, given back when its lease ends (see
+ * QuotaMeter): a rebuild folds `units` as a debit taken back. `generation` is the generation they
+ * were given back on (the live one then, as on ChatQuotaRefunded), not the one the lease was
+ * debited in: a rebuild replays the return on any other generation exactly once.
+ */
+export const QuotaDebitsReturned = z.object(DebitFields);
 
 /** One chat of the knowledge tools, taken from the subject's monthly chat quota before it runs. */
 export const ChatQuotaConsumed = z.object({
@@ -373,6 +382,7 @@ export const EVENT_CATALOG = {
   PaymentReleased,
   QuotaDebited,
   QuotaDebitsRecorded,
+  QuotaDebitsReturned,
   ChatQuotaConsumed,
   ChatQuotaRefunded,
   ApiKeyIssued,

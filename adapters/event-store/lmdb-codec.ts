@@ -79,6 +79,7 @@ const TYPE_NAMES = [
   'SubscriptionReEnabled',
   'SubscriptionSecretRotated',
   'ReplayClockAnchored',
+  'QuotaDebitsReturned',
 ] as const;
 const TYPE_CODES = new Map<string, TypeCode>(
   TYPE_NAMES.map((name, i) => [name, new TypeCode(Buffer.from([i + 1]))]),

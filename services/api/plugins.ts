@@ -72,6 +72,8 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
     cache: adapters.cache,
     store: adapters.eventStore,
     plans,
+    lease: { ms: config.QUOTA_LEASE_MS, maxUnits: config.QUOTA_LEASE_MAX_UNITS },
+    logger,
     counters: new QuotaCounters({
       store: adapters.eventStore,
       cache: adapters.cache,
@@ -155,6 +157,8 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
       });
     },
     async stop() {
+      // Before the store closes: the leases' unused units are given back on the log.
+      await quota.stop();
       await quota.counters.stop();
       await registry.stop();
     },

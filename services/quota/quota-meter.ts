@@ -1,8 +1,10 @@
+import type { Logger } from 'pino';
 import { type Cache, CounterStateLostError, type QuotaWindow } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { newEventId } from '../../contracts/event-id.ts';
 import type { EventData, NewDomainEvent, Plan } from '../../contracts/events.ts';
 import { setBounded } from '../shared/bounded-map.ts';
+import { turnEnd } from '../shared/turn-end.ts';
 import type { PlanLimits, PlanTable } from './plans.ts';
 import { QUOTA_FAMILY, QuotaCounters } from './quota-rebuild.ts';
 import { type QuotaSnapshot, quotaSnapshot } from './snapshot.ts';
@@ -77,6 +79,15 @@ export class QuotaMeter {
   private readonly lanes = new Map<string, Lane>();
   /** The windows last used by each recent subject (see windowsOf). */
   private readonly windowsBySubject = new Map<string, SubjectWindows>();
+  private readonly lease: Required<LeaseOptions> | null;
+  /** Leases of busy subjects, by subject and tool. */
+  private readonly leases = new Map<string, Map<string, Lease>>();
+  /** Leases ended and not yet given back: their returns in flight, or to try again. */
+  private readonly ending = new Set<Lease>();
+  private sweeper: NodeJS.Timeout | null = null;
+  /** Sweeps so far: a lease's last take, counted in sweeps, tells it idle without a clock read per call. */
+  private sweeps = 0;
+  private stopped = false;
 
   constructor(
     private readonly deps: {
@@ -86,9 +97,21 @@ export class QuotaMeter {
       now?: () => number;
       counters?: QuotaCounters;
       lostWaitMs?: number;
+      /** Prepaid debits for busy subjects (see Lease); absent, every call is debited on its own. */
+      lease?: LeaseOptions;
+      logger?: Logger;
     },
   ) {
     this.counters = deps.counters ?? new QuotaCounters({ store: deps.store, cache: deps.cache });
+    const lease = deps.lease;
+    this.lease =
+      lease === undefined || lease.ms <= 0
+        ? null
+        : {
+            ms: lease.ms,
+            maxUnits: lease.maxUnits ?? DEFAULT_LEASE_MAX_UNITS,
+            idleMs: lease.idleMs ?? Math.min(DEFAULT_LEASE_IDLE_MS, lease.ms),
+          };
   }
 
   /**
@@ -139,13 +162,260 @@ export class QuotaMeter {
     const limits = this.deps.plans[subject.plan];
     const period = quotaPeriod(this.now());
     const windows = this.windowsOf(subject, limits, period).windows;
+    const lease = this.lease === null ? undefined : this.leaseOf(subject, tool, period, windows);
+    if (lease !== undefined) {
+      lease.calls++;
+      lease.lastTaken = this.sweeps;
+      if (lease.free > 0) {
+        // Prepaid: the unit is on the log and on the counters already.
+        lease.free--;
+        if (lease.free + lease.pending <= lease.size >> 1) this.maybeReserve(lease);
+        const outcome: DebitOutcome = {
+          ok: true,
+          snapshot: leaseSnapshot(lease, limits, period),
+          refusedBy: null,
+          position: lease.position,
+        };
+        // Answered with the rest of the turn's calls, as a group commit's calls were (turn-end.ts).
+        await turnEnd();
+        return outcome;
+      }
+    }
     const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, windows, 1));
-    const snapshot = quotaSnapshot(limits, period, result.counts);
+    if (lease !== undefined) {
+      lease.counts = result.counts;
+      if (result.ok) this.maybeReserve(lease);
+    }
+    const snapshot =
+      lease === undefined
+        ? quotaSnapshot(limits, period, result.counts)
+        : leaseSnapshot(lease, limits, period);
     if (!result.ok) {
       return { ok: false, snapshot, refusedBy: result.refusedBy === 0 ? 'monthly' : 'daily', position: null };
     }
     const position = await this.record(subject, tool, period, windows, result.generation);
     return { ok: true, snapshot, refusedBy: null, position };
+  }
+
+  /**
+   * The lease of a subject's calls of one tool: made once a call of the subject comes while its
+   * debits are being appended (the rate then decides whether it ever holds units: see
+   * maybeReserve); ended and replaced when the day or the plan changes under it.
+   */
+  private leaseOf(
+    subject: QuotaSubject,
+    tool: string,
+    period: QuotaPeriod,
+    windows: QuotaWindow[],
+  ): Lease | undefined {
+    const byTool = this.leases.get(subject.id);
+    let lease = byTool?.get(tool);
+    if (lease !== undefined && lease.windows !== windows) {
+      this.end(lease);
+      lease = undefined;
+    }
+    if (lease !== undefined || this.stopped) return lease;
+    const lane = this.lanes.get(subject.id);
+    if (lane === undefined || lane.inFlight === 0) return undefined;
+    lease = {
+      subject,
+      tool,
+      period,
+      windows,
+      keys: windows.map((w) => w.key),
+      free: 0,
+      pending: 0,
+      size: 0,
+      reserving: false,
+      reserved: null,
+      giving: null,
+      ended: false,
+      counts: null,
+      position: 0,
+      calls: 0,
+      since: this.now(),
+      lastTaken: this.sweeps,
+    };
+    if (byTool === undefined) this.leases.set(subject.id, new Map([[tool, lease]]));
+    else byTool.set(tool, lease);
+    if (this.sweeper === null && !this.stopped) {
+      this.sweeper = setInterval(this.sweep, this.lease!.idleMs);
+      this.sweeper.unref();
+    }
+    return lease;
+  }
+
+  /**
+   * Debits the next units of a busy subject ahead, sized to cover its calls of the next
+   * `lease.ms` at the rate they came since the last reservation: counted on the counters (atomic,
+   * like a call's debit) and then appended as one QuotaDebitsRecorded. Calls take them once the
+   * append is committed, so no call is answered before its unit is on the log. Left out while
+   * the subject has less than LEASE_SHARE leases' worth of calls left: near a limit every call
+   * is decided by its own debit, and replicas cannot hold units another one's calls need.
+   */
+  private maybeReserve(lease: Lease): void {
+    const options = this.lease;
+    if (options === null || lease.reserving || this.stopped || lease.counts === null) return;
+    if (lease.calls < LEASE_MIN_UNITS) return;
+    const now = this.now();
+    const elapsed = Math.max(1, now - lease.since);
+    // Twice the calls seen per half lease at most: a burst's first calls do not buy a full lease.
+    const units = Math.min(
+      options.maxUnits,
+      Math.ceil((lease.calls * options.ms) / elapsed),
+      4 * lease.calls,
+    );
+    if (units < LEASE_MIN_UNITS) {
+      // Too slow to be worth two events; measured afresh from here.
+      if (elapsed > options.ms) {
+        lease.calls = 0;
+        lease.since = now;
+      }
+      return;
+    }
+    let left = Number.POSITIVE_INFINITY;
+    for (let i = 0; i < lease.windows.length; i++)
+      left = Math.min(left, lease.windows[i]!.limit - (lease.counts[i] ?? 0));
+    if (units * LEASE_SHARE > left) return;
+    lease.reserving = true;
+    lease.calls = 0;
+    lease.since = now;
+    lease.reserved = this.reserve(lease, units);
+  }
+
+  private async reserve(lease: Lease, units: number): Promise<void> {
+    const { subject, period } = lease;
+    try {
+      const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, lease.windows, units));
+      if (!result.ok) return;
+      lease.counts = result.counts;
+      lease.pending += units;
+      const id = newEventId();
+      const record: NewDomainEvent<'QuotaDebitsRecorded'> = {
+        type: 'QuotaDebitsRecorded',
+        data: debitData(subject, lease.tool, units, period, result.generation),
+        id,
+      };
+      let landed: boolean;
+      let position = 0;
+      try {
+        position = (
+          await this.deps.store.append(quotaStream(subject.id), [record], { durability: 'committed' })
+        ).position;
+        landed = true;
+      } catch (err) {
+        landed = await this.recordLanded(quotaStream(subject.id), id);
+        if (!landed) {
+          await this.deps.cache
+            .releaseLive(QUOTA_FAMILY, result.generation, lease.keys, units)
+            .catch(() => false);
+          this.deps.logger?.warn({ err }, 'quota lease not recorded: its units given back');
+        }
+      }
+      lease.pending -= units;
+      if (landed) {
+        lease.free += units;
+        lease.size = units;
+        if (position > 0) lease.position = position;
+      }
+    } catch (err) {
+      // The counters out of reach: the calls go on one debit each, which answer for it.
+      this.deps.logger?.warn({ err }, 'quota lease not taken');
+    } finally {
+      lease.reserving = false;
+      lease.reserved = null;
+      if (lease.ended) this.giveBack(lease);
+    }
+  }
+
+  /** Ends a lease: no call takes from it again; its unused units are given back. */
+  private end(lease: Lease): void {
+    if (lease.ended) return;
+    lease.ended = true;
+    const byTool = this.leases.get(lease.subject.id);
+    if (byTool?.get(lease.tool) === lease) {
+      byTool.delete(lease.tool);
+      if (byTool.size === 0) this.leases.delete(lease.subject.id);
+    }
+    this.ending.add(lease);
+    if (!lease.reserving) this.giveBack(lease);
+  }
+
+  /**
+   * Gives an ended lease's unused units back: on the live counters first (tagged with that
+   * generation, as a chat's refund is), then on the log as QuotaDebitsReturned. Held in `ending`
+   * until both are done (a reservation still in flight gives back when it lands). The counters out
+   * of reach leave it there for the next sweep, still charged meanwhile; the log refusing after the
+   * counters gave back leaves the counters below the log until a rebuild, the side that gives calls
+   * away, as a lost debit does.
+   */
+  private giveBack(lease: Lease): void {
+    if (lease.giving !== null || lease.reserving) return;
+    const units = lease.free;
+    if (units === 0) {
+      this.ending.delete(lease);
+      return;
+    }
+    lease.giving = (async () => {
+      let generation: string | null;
+      try {
+        generation = await this.deps.cache.refundLive(QUOTA_FAMILY, lease.keys, units);
+      } catch (err) {
+        this.deps.logger?.warn(
+          { err, units },
+          'quota lease not given back yet: the counters are out of reach',
+        );
+        return;
+      }
+      lease.free -= units;
+      this.ending.delete(lease);
+      const data = debitData(lease.subject, lease.tool, units, lease.period, generation);
+      try {
+        await this.deps.store.append(quotaStream(lease.subject.id), [{ type: 'QuotaDebitsReturned', data }], {
+          durability: 'committed',
+        });
+      } catch (err) {
+        this.deps.logger?.error({ err, units }, 'quota lease given back on the counters but not recorded');
+      }
+    })().finally(() => {
+      lease.giving = null;
+    });
+  }
+
+  /** Ends the leases no call took from since the last sweep, and retries returns that failed. */
+  private readonly sweep = () => {
+    this.sweeps++;
+    for (const byTool of [...this.leases.values()])
+      for (const lease of [...byTool.values()]) if (this.sweeps - lease.lastTaken > 1) this.end(lease);
+    for (const lease of this.ending) this.giveBack(lease);
+    if (this.leases.size === 0 && this.ending.size === 0 && this.sweeper !== null) {
+      clearInterval(this.sweeper);
+      this.sweeper = null;
+    }
+  };
+
+  /**
+   * Ends every lease and waits for its unused units to be given back (the api's shutdown, after
+   * its last call): a process stopped so charges only what it served. Killed instead, a lease's
+   * unused units stay charged: at most `lease.maxUnits` per busy subject and tool, about
+   * `lease.ms` of its calls.
+   */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.sweeper !== null) clearInterval(this.sweeper);
+    this.sweeper = null;
+    for (const byTool of [...this.leases.values()]) for (const lease of [...byTool.values()]) this.end(lease);
+    for (let round = 0; round < 3 && this.ending.size > 0; round++) {
+      const ending = [...this.ending];
+      await Promise.all(ending.map((lease) => lease.reserved));
+      for (const lease of ending) this.giveBack(lease);
+      await Promise.all(ending.map((lease) => lease.giving));
+    }
+    if (this.ending.size > 0)
+      this.deps.logger?.warn(
+        { leases: this.ending.size },
+        'quota leases still charged at stop: the counters are out of reach',
+      );
   }
 
   /**
@@ -237,18 +507,7 @@ export class QuotaMeter {
     const { subject, period } = batch;
     // Its id chosen here, so a failed append can be looked for on the log.
     const id = newEventId();
-    // Built from values checked already (the plan and subject resolved, the tool parsed, the
-    // period made here), in the schema's field order, typed by it: not run through zod again.
-    const data: EventData<'QuotaDebitsRecorded'> = {
-      subject: subject.id,
-      subjectKind: subject.kind,
-      plan: subject.plan,
-      tool: batch.tool,
-      units: batch.units,
-      day: period.day,
-      month: period.month,
-      generation: batch.generation,
-    };
+    const data = debitData(subject, batch.tool, batch.units, period, batch.generation);
     const record: NewDomainEvent<'QuotaDebitsRecorded'> = { type: 'QuotaDebitsRecorded', data, id };
     try {
       // Answered once committed: it survives this process's death, and the flush follows within
@@ -299,6 +558,100 @@ interface Batch {
   tool: string;
   units: number;
   calls: { resolve: (position: number) => void; reject: (err: unknown) => void }[];
+}
+
+/**
+ * A debit event's data. Built from values checked already (the plan and subject resolved, the tool
+ * parsed, the period made here), in the schema's field order, typed by it: not run through zod
+ * again.
+ */
+function debitData(
+  subject: QuotaSubject,
+  tool: string,
+  units: number,
+  period: QuotaPeriod,
+  generation: string | null,
+): EventData<'QuotaDebitsRecorded'> {
+  const data: EventData<'QuotaDebitsRecorded'> = {
+    subject: subject.id,
+    subjectKind: subject.kind,
+    plan: subject.plan,
+    tool,
+    units,
+    day: period.day,
+    month: period.month,
+  };
+  if (generation !== null) data.generation = generation;
+  return data;
+}
+
+/**
+ * What a call of a leased subject is told it used: the counters' figures less the units its lease
+ * holds and no call took yet (prepaid is not used).
+ */
+function leaseSnapshot(lease: Lease, limits: PlanLimits, period: QuotaPeriod): QuotaSnapshot {
+  const counts = lease.counts ?? [];
+  const held = lease.free + lease.pending;
+  // Not Math.max: its result may be a heap number, which JSON.stringify writes on a slow path.
+  return quotaSnapshot(
+    limits,
+    period,
+    counts.map((count) => (count > held ? count - held : 0)),
+  );
+}
+
+export interface LeaseOptions {
+  /** How much of a busy subject's traffic one lease covers, in ms of its calls at their recent rate; 0: no leases. */
+  ms: number;
+  /** Units one lease holds at most. */
+  maxUnits?: number;
+  /** A lease no call took from for between one and two of these is ended (default 250 ms, at most `ms`). */
+  idleMs?: number;
+}
+
+const DEFAULT_LEASE_MAX_UNITS = 256;
+/**
+ * A lease no call took from for one to two of these ends. Short, so a key gone quiet is charged
+ * its calls alone soon after; a busy key's calls come far closer together.
+ */
+const DEFAULT_LEASE_IDLE_MS = 250;
+/** A lease smaller than this is not worth its two events: the calls are debited one by one. */
+const LEASE_MIN_UNITS = 8;
+/** A lease is taken only while the subject has this many leases' worth of calls left. */
+const LEASE_SHARE = 16;
+
+/**
+ * Prepaid debits of one busy subject's calls of one tool. Its units are counted on the counters
+ * and appended to the log before any call takes one, so every answered call's debit is committed
+ * before its answer, as without a lease; what a lease changes is that a crash may leave units
+ * charged that no call took (at most one lease's worth: see QuotaMeter.stop).
+ */
+interface Lease {
+  subject: QuotaSubject;
+  tool: string;
+  period: QuotaPeriod;
+  /** The subject's windows when the lease began (the day and plan it is counted in). */
+  windows: QuotaWindow[];
+  keys: string[];
+  /** Units on the log and the counters that no call took yet. */
+  free: number;
+  /** Units counted on the counters whose record is being appended. */
+  pending: number;
+  /** Units of the last reservation (the next is taken when half of it is left). */
+  size: number;
+  reserving: boolean;
+  reserved: Promise<void> | null;
+  giving: Promise<void> | null;
+  ended: boolean;
+  /** The counters' figures at the subject's last debit of this tool (a reservation's or a call's). */
+  counts: number[] | null;
+  /** Log position of the last reservation. */
+  position: number;
+  /** Calls since `since` (ms): the rate the next reservation is sized by. */
+  calls: number;
+  since: number;
+  /** The sweep count at the last call. */
+  lastTaken: number;
 }
 
 /** Append rounds of one subject's debits on their way to the log at once. */

@@ -9,18 +9,24 @@ import { counterExpiry, dayKey, monthKey, resetsAtOf } from './windows.ts';
 export type QuotaBalances = Record<string, { count: number; expiresAt: number }>;
 
 /**
- * The events that record debits: QuotaDebitsRecorded (a batch of one subject's calls, written
- * now) and QuotaDebited (one call, in logs written before). Both carry subject, units, day, month
- * and generation, and fold the same way.
+ * The events that record debits: QuotaDebitsRecorded (a batch of one subject's calls, or a lease's
+ * prepaid units, written now), QuotaDebited (one call, in logs written before) and
+ * QuotaDebitsReturned (a lease's units no call took, given back). All carry subject, units, day,
+ * month and generation, and fold the same way, a return with its units taken back.
  */
-export const DEBIT_EVENT_TYPES = ['QuotaDebited', 'QuotaDebitsRecorded'] as const;
+export const DEBIT_EVENT_TYPES = ['QuotaDebited', 'QuotaDebitsRecorded', 'QuotaDebitsReturned'] as const;
 
-/** Units of calls a debit event records, 0 for any other event (or another subject's, when given). */
+/**
+ * Units of calls a debit event records (negative for a return), 0 for any other event (or another
+ * subject's, when given): summed over a log, the units its subjects were charged.
+ */
 export function debitedUnits(event: RecordedEvent, subject?: string): number {
-  if (event.type !== 'QuotaDebited' && event.type !== 'QuotaDebitsRecorded') return 0;
+  const type = event.type;
+  if (type !== 'QuotaDebited' && type !== 'QuotaDebitsRecorded' && type !== 'QuotaDebitsReturned') return 0;
   const data = event.data as { subject?: unknown; units?: unknown };
   if (subject !== undefined && data.subject !== subject) return 0;
-  return typeof data.units === 'number' ? data.units : 0;
+  if (typeof data.units !== 'number') return 0;
+  return type === 'QuotaDebitsReturned' ? -data.units : data.units;
 }
 
 function add(state: QuotaBalances, key: string, units: number, expiresAt: number): void {
@@ -35,7 +41,8 @@ export const quotaBalancesProjection: Projection<QuotaBalances> = defineProjecti
   eventTypes: DEBIT_EVENT_TYPES,
   initial: (): QuotaBalances => ({}),
   evolve(state, event) {
-    const { subject, units, day, month } = event.data;
+    const { subject, day, month } = event.data;
+    const units = event.type === 'QuotaDebitsReturned' ? -event.data.units : event.data.units;
     add(state, monthKey(subject, month), units, counterExpiry(resetsAtOf(month)));
     add(state, dayKey(subject, day), units, counterExpiry(resetsAtOf(day)));
     return state;

@@ -14,7 +14,7 @@ import { chatKey, counterExpiry, resetsAtOf } from './windows.ts';
 
 /**
  * The cache's family of quota counters: its marker names the live generation. It holds the call
- * windows (QuotaDebitsRecorded, and QuotaDebited in older logs) and the monthly chat windows
+ * windows (QuotaDebitsRecorded less QuotaDebitsReturned, and QuotaDebited in older logs) and the monthly chat windows
  * (ChatQuotaConsumed / ChatQuotaRefunded), so both come back from the log together after a loss.
  */
 export const QUOTA_FAMILY = 'quota';
@@ -242,9 +242,13 @@ function debitGeneration(event: RecordedEvent): string | undefined {
   return typeof tag === 'string' ? tag : undefined;
 }
 
-/** Units an event stands for in its generation's count of logged operations (a chat's: 1). */
+/**
+ * Units an event stands for in its generation's count of logged operations (a chat's: 1). A
+ * lease's return counts its units there as positive (refundLive counted them so), though it folds
+ * them as taken back.
+ */
 function units(event: RecordedEvent): number {
-  return DEBITS.has(event.type) ? debitedUnits(event) : 1;
+  return DEBITS.has(event.type) ? Math.abs(debitedUnits(event)) : 1;
 }
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {

@@ -1,0 +1,266 @@
+import { randomUUID } from 'node:crypto';
+import { afterEach, describe, expect, it } from 'vitest';
+import { MemoryCache } from '../../adapters/cache/memory.ts';
+import { CacheUnavailableError } from '../../adapters/cache/port.ts';
+import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import type { EventStore } from '../../adapters/event-store/port.ts';
+import type { NewEvent } from '../../contracts/envelope.ts';
+import { parseDomainEvent, QuotaDebitsReturned } from '../../contracts/events.ts';
+import type { PlanTable } from './plans.ts';
+import { type DebitOutcome, type LeaseOptions, QuotaMeter, type QuotaSubject } from './quota-meter.ts';
+import { debitedUnits, quotaBalancesProjection } from './quota-projection.ts';
+import { QUOTA_FAMILY, rebuildQuotaGeneration } from './quota-rebuild.ts';
+import { quotaPeriod, quotaWindows } from './windows.ts';
+
+const PLANS: PlanTable = {
+  free: { monthly: 1_000, daily: 60 },
+  starter: { monthly: 10_000, daily: null },
+  pro: { monthly: 1_000_000, daily: null },
+};
+const T0 = Date.UTC(2031, 5, 10, 12, 0, 0);
+const LEASE: LeaseOptions = { ms: 1_000, maxUnits: 64, idleMs: 15 };
+const meters: QuotaMeter[] = [];
+afterEach(async () => {
+  await Promise.all(meters.splice(0).map(async (m) => Promise.all([m.stop(), m.counters.stop()])));
+});
+
+const key = (plan: QuotaSubject['plan'] = 'pro'): QuotaSubject => ({
+  id: `k-${randomUUID()}`,
+  kind: 'key',
+  plan,
+});
+
+/**
+ * A store that counts the net units committed per subject: raised only once an append is
+ * committed, before its caller hears of it, so a call answered with fewer units committed than
+ * calls answered shows at once.
+ */
+function tallyingStore(memory = new MemoryEventStore()) {
+  const committed = new Map<string, number>();
+  const state = { failQuotaAppends: false };
+  const store: EventStore = Object.assign(Object.create(memory) as EventStore, {
+    append: async (stream: string, events: NewEvent[], options?: never) => {
+      if (stream.startsWith('quota-') && state.failQuotaAppends) throw new Error('disk on fire');
+      const result = await memory.append(stream, events, options);
+      for (const event of events) {
+        const data = event.data as { subject?: string; units?: number };
+        if (data.subject === undefined || data.units === undefined) continue;
+        const sign = event.type === 'QuotaDebitsReturned' ? -1 : event.type.startsWith('QuotaDebit') ? 1 : 0;
+        committed.set(data.subject, (committed.get(data.subject) ?? 0) + sign * data.units);
+      }
+      return result;
+    },
+  });
+  return { store, memory, committed, state };
+}
+
+function meterOn(
+  store: EventStore,
+  options: { cache?: MemoryCache; now?: () => number; lease?: LeaseOptions } = {},
+) {
+  const cache = options.cache ?? new MemoryCache();
+  const meter = new QuotaMeter({
+    cache,
+    store,
+    plans: PLANS,
+    now: options.now ?? (() => T0),
+    lease: options.lease ?? LEASE,
+  });
+  meters.push(meter);
+  return { meter, cache };
+}
+
+const counters = (cache: MemoryCache, subject: QuotaSubject, at = T0) =>
+  cache.readLive(
+    QUOTA_FAMILY,
+    quotaWindows(subject.id, PLANS[subject.plan], quotaPeriod(at)).map((w) => w.key),
+  );
+
+const netUnits = async (memory: MemoryEventStore, subject: QuotaSubject) =>
+  (await memory.readAll()).reduce((sum, e) => sum + debitedUnits(e, subject.id), 0);
+
+/**
+ * `workers` loops of `each` calls of one subject, one call at a time each, all at once: a busy
+ * key's traffic, calls arriving while the last ones' debits are on their way. Checks at every
+ * answer that the subject's committed units cover every call answered so far.
+ */
+async function busy(
+  meter: QuotaMeter,
+  subject: QuotaSubject,
+  committed: Map<string, number>,
+  workers: number,
+  each: number,
+): Promise<DebitOutcome[]> {
+  const outcomes: DebitOutcome[] = [];
+  let answered = 0;
+  let uncovered = 0;
+  await Promise.all(
+    Array.from({ length: workers }, async (_, w) => {
+      for (let i = 0; i < each; i++) {
+        const outcome = await meter.debit(subject, 'get_trade_call', `r${w}-${i}`);
+        if (outcome.ok) answered++;
+        if ((committed.get(subject.id) ?? 0) < answered) uncovered++;
+        outcomes.push(outcome);
+      }
+    }),
+  );
+  expect(uncovered).toBe(0);
+  return outcomes;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe('leases: a busy subject prepays its next calls in one event', () => {
+  it('500 calls of 20 callers at once: far fewer events than calls, no call answered before its unit was committed, and after stop the log and the counters hold exactly the calls', async () => {
+    const { store, memory, committed } = tallyingStore();
+    const { meter, cache } = meterOn(store);
+    const subject = key();
+    const outcomes = await busy(meter, subject, committed, 20, 25);
+    expect(outcomes.every((o) => o.ok)).toBe(true);
+
+    const events = (await memory.readAll()).filter((e) => debitedUnits(e, subject.id) !== 0);
+    // Without a lease, at most 20 calls share an event (one per caller in flight).
+    expect(events.length).toBeLessThan(25);
+    // Held but not yet taken: at most one lease's worth, charged on the log and the counters alike.
+    const held = (await netUnits(memory, subject)) - 500;
+    expect(held).toBeGreaterThanOrEqual(0);
+    expect(held).toBeLessThanOrEqual(LEASE.maxUnits!);
+    expect(await counters(cache, subject)).toEqual([500 + held, 500 + held]);
+    // What a call is told it used leaves out what the lease holds: the last answers say 500.
+    expect(Math.max(...outcomes.map((o) => o.snapshot.used))).toBe(500);
+
+    await meter.stop();
+    expect(await netUnits(memory, subject)).toBe(500);
+    expect(await counters(cache, subject)).toEqual([500, 500]);
+    const returns = (await memory.readAll()).filter((e) => e.type === 'QuotaDebitsReturned');
+    expect(returns.map((e) => (e.data as { units: number }).units)).toEqual(held > 0 ? [held] : []);
+    for (const e of returns) {
+      expect(parseDomainEvent(e)?.type).toBe('QuotaDebitsReturned');
+      expect(JSON.stringify(e.data)).toBe(JSON.stringify(QuotaDebitsReturned.parse(e.data)));
+    }
+    // The projection the counters are rebuilt from folds the return as units taken back.
+    let state = quotaBalancesProjection.initial();
+    for (const e of await memory.readAll())
+      if ((quotaBalancesProjection.eventTypes as readonly string[]).includes(e.type))
+        state = quotaBalancesProjection.evolve(state, e as never);
+    const month = quotaWindows(subject.id, PLANS.pro, quotaPeriod(T0))[0]!.key;
+    expect(state[month]?.count).toBe(500);
+  });
+
+  it('a lease no call takes from is given back within two idle periods, on the counters and on the log', async () => {
+    const { store, memory, committed } = tallyingStore();
+    const { meter, cache } = meterOn(store);
+    const subject = key();
+    await busy(meter, subject, committed, 10, 25);
+    await sleep(LEASE.idleMs! * 4);
+    expect(await netUnits(memory, subject)).toBe(250);
+    expect(await counters(cache, subject)).toEqual([250, 250]);
+  });
+
+  it('a caller too slow to fill a lease (5 calls a second) never gets one: one event per call, nothing to give back', async () => {
+    const { store, memory } = tallyingStore();
+    let now = T0;
+    const { meter } = meterOn(store, { now: () => now });
+    const subject = key();
+    for (let i = 0; i < 40; i++) {
+      expect((await meter.debit(subject, 'get_trade_call', `r${i}`)).ok).toBe(true);
+      now += 200;
+    }
+    const events = (await memory.readAll()).filter((e) => debitedUnits(e, subject.id) !== 0);
+    expect(events.map((e) => debitedUnits(e))).toEqual(Array.from({ length: 40 }, () => 1));
+  });
+
+  it('near a limit there is no lease: the free plan (60 a day) serves exactly 60 of 150 concurrent calls, all on the log', async () => {
+    const { store, memory, committed } = tallyingStore();
+    const { meter, cache } = meterOn(store);
+    const subject = key('free');
+    const outcomes = await busy(meter, subject, committed, 6, 25);
+    expect(outcomes.filter((o) => o.ok)).toHaveLength(60);
+    expect(outcomes.filter((o) => !o.ok).every((o) => o.refusedBy === 'daily')).toBe(true);
+    expect(await netUnits(memory, subject)).toBe(60);
+    expect((await memory.readAll()).some((e) => e.type === 'QuotaDebitsReturned')).toBe(false);
+    expect(await counters(cache, subject)).toEqual([60, 60]);
+  });
+
+  it('reservations whose append fails are given back on the counters; the calls go on one debit each and fail as they would', async () => {
+    const { store, memory, committed, state } = tallyingStore();
+    const { meter, cache } = meterOn(store);
+    const subject = key();
+    await busy(meter, subject, committed, 4, 25);
+    state.failQuotaAppends = true;
+    // Whatever the lease still holds is served; past it, the calls fail (nothing is served unrecorded).
+    const during = await Promise.allSettled(
+      Array.from({ length: 200 }, (_, i) => meter.debit(subject, 'get_trade_call', `f${i}`)),
+    );
+    const served = 100 + during.filter((r) => r.status === 'fulfilled' && r.value.ok).length;
+    expect(during.some((r) => r.status === 'rejected')).toBe(true);
+    state.failQuotaAppends = false;
+    await meter.stop();
+    expect(await netUnits(memory, subject)).toBe(served);
+    expect(await counters(cache, subject)).toEqual([served, served]);
+  });
+
+  it('the counters out of reach when a lease ends: the return is tried again on the next sweep', async () => {
+    const { store, memory, committed } = tallyingStore();
+    const cache = new MemoryCache();
+    let refusals = 2;
+    const real = cache.refundLive.bind(cache);
+    cache.refundLive = async (...args: Parameters<MemoryCache['refundLive']>) => {
+      if (refusals-- > 0) throw new CacheUnavailableError('cache down for the test');
+      return real(...args);
+    };
+    const { meter } = meterOn(store, { cache });
+    const subject = key();
+    await busy(meter, subject, committed, 8, 25);
+    const held = (await netUnits(memory, subject)) - 200;
+    expect(held).toBeGreaterThan(0);
+    for (let i = 0; i < 50 && (await netUnits(memory, subject)) !== 200; i++) await sleep(LEASE.idleMs!);
+    expect(refusals).toBeLessThan(0);
+    expect(await netUnits(memory, subject)).toBe(200);
+    expect(await counters(cache, subject)).toEqual([200, 200]);
+  });
+
+  it('a new day ends the day before its lease: its units go back to that day, the new day starts from nothing', async () => {
+    const { store, memory, committed } = tallyingStore();
+    let now = T0;
+    const { meter, cache } = meterOn(store, { now: () => now });
+    const subject = key();
+    await busy(meter, subject, committed, 8, 25);
+    const nextDay = T0 + 24 * 3_600_000;
+    now = nextDay;
+    await busy(meter, subject, committed, 8, 25);
+    await meter.stop();
+    const days = new Map<string, number>();
+    for (const e of await memory.readAll()) {
+      const units = debitedUnits(e, subject.id);
+      if (units === 0) continue;
+      const day = (e.data as { day: string }).day;
+      days.set(day, (days.get(day) ?? 0) + units);
+    }
+    expect(Object.fromEntries(days)).toEqual({ [quotaPeriod(T0).day]: 200, [quotaPeriod(nextDay).day]: 200 });
+    const [month] = await counters(cache, subject, nextDay);
+    expect(month).toBe(400);
+  });
+
+  it('a rebuild of the counters from a log with leases and returns counts the calls served', async () => {
+    const { store, memory, committed } = tallyingStore();
+    const { meter } = meterOn(store);
+    const subject = key();
+    await busy(meter, subject, committed, 12, 25);
+    await meter.stop();
+    const fresh = new MemoryCache();
+    const outcome = await rebuildQuotaGeneration({ store: memory, cache: fresh, settleMs: 0 });
+    expect(outcome.switched).toBe(true);
+    expect(await counters(fresh, subject)).toEqual([300, 300]);
+  });
+
+  it('stopped, a meter takes no lease again: later calls are debited one by one', async () => {
+    const { store, memory, committed } = tallyingStore();
+    const { meter } = meterOn(store);
+    const subject = key();
+    await meter.stop();
+    await busy(meter, subject, committed, 4, 25);
+    expect((await memory.readAll()).some((e) => e.type === 'QuotaDebitsReturned')).toBe(false);
+    expect(await netUnits(memory, subject)).toBe(100);
+  });
+});

@@ -126,8 +126,10 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     expect(held).toBeGreaterThanOrEqual(0);
     expect(held).toBeLessThanOrEqual(LEASE.maxUnits!);
     expect(await counters(cache, subject)).toEqual([500 + held, 500 + held]);
-    // What a call is told it used leaves out what the lease holds: the last answers say 500.
+    // What a call is told it used leaves out what the lease holds: the last answers say 500, and
+    // so does a read of the figures.
     expect(Math.max(...outcomes.map((o) => o.snapshot.used))).toBe(500);
+    expect((await meter.peek(subject)).used).toBe(500);
 
     await meter.stop();
     expect(await netUnits(memory, subject)).toBe(500);

@@ -147,9 +147,18 @@ export class QuotaMeter {
   async peek(subject: QuotaSubject): Promise<QuotaSnapshot> {
     const limits = this.deps.plans[subject.plan];
     const period = quotaPeriod(this.now());
-    const keys = this.windowsOf(subject, limits, period).keys;
+    const { keys, windows } = this.windowsOf(subject, limits, period);
     const counts = await this.live(() => this.deps.cache.readLive(QUOTA_FAMILY, keys));
-    return quotaSnapshot(limits, period, counts);
+    const byTool = this.leases.get(subject.id);
+    if (byTool === undefined) return quotaSnapshot(limits, period, counts);
+    // Units this process holds for the subject's next calls are counted, not used.
+    let held = 0;
+    for (const lease of byTool.values()) if (lease.windows === windows) held += lease.free + lease.pending;
+    return quotaSnapshot(
+      limits,
+      period,
+      counts.map((count) => (count > held ? count - held : 0)),
+    );
   }
 
   /**
@@ -299,8 +308,10 @@ export class QuotaMeter {
       let landed: boolean;
       let position = 0;
       try {
+        // Flushed, unlike a call's debit: the units of a reservation lost in the window of
+        // asynchronous commits (a PostgreSQL crash) would be a lease's worth of calls served free.
         position = (
-          await this.deps.store.append(quotaStream(subject.id), [record], { durability: 'committed' })
+          await this.deps.store.append(quotaStream(subject.id), [record], { durability: 'flushed' })
         ).position;
         landed = true;
       } catch (err) {
@@ -372,7 +383,8 @@ export class QuotaMeter {
       const data = debitData(lease.subject, lease.tool, units, lease.period, generation);
       try {
         await this.deps.store.append(quotaStream(lease.subject.id), [{ type: 'QuotaDebitsReturned', data }], {
-          durability: 'committed',
+          // Flushed: a return lost with a PostgreSQL crash would charge units no call took.
+          durability: 'flushed',
         });
       } catch (err) {
         this.deps.logger?.error({ err, units }, 'quota lease given back on the counters but not recorded');

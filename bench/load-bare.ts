@@ -34,7 +34,13 @@ const routes = JSON.parse(readFileSync(routesFile!, 'utf8')) as CapturedRoute[];
 const app = Fastify({ logger: false });
 if (process.env.BARE_TURN_END === '1') {
   app.addHook('onSend', (_request, _reply, payload, done) => {
-    void turnEnd().then(() => done(null, payload));
+    void turnEnd().then(() => {
+      try {
+        done(null, payload);
+      } catch (err) {
+        done(err as Error);
+      }
+    });
   });
 }
 const durable = durableDir ? groupCommit(durableDir) : null;

@@ -75,7 +75,15 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // Every answer is written at the end of the turn that made it, with the turn's other answers
   // (see turn-end.ts).
   app.addHook('onSend', (_request, _reply, payload, done) => {
-    void turnEnd().then(() => done(null, payload));
+    void turnEnd().then(() => {
+      // What the rest of the send throws (a bad header value, a payload of the wrong type) goes
+      // to Fastify as a hook's error, as it would from an async hook, not to an unhandled rejection.
+      try {
+        done(null, payload);
+      } catch (err) {
+        done(err as Error);
+      }
+    });
   });
 
   if (deps.metrics) observeDurations(app, deps.metrics.httpDuration);

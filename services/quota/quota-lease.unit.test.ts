@@ -37,10 +37,19 @@ const key = (plan: QuotaSubject['plan'] = 'pro'): QuotaSubject => ({
  */
 function tallyingStore(memory = new MemoryEventStore()) {
   const committed = new Map<string, number>();
-  const state = { failQuotaAppends: false };
+  const state = {
+    failQuotaAppends: false,
+    /** Returns wait for this (a slow append), and say so in `returnWaiting`. */
+    returnGate: Promise.resolve(),
+    returnWaiting: false,
+  };
   const store: EventStore = Object.assign(Object.create(memory) as EventStore, {
     append: async (stream: string, events: NewEvent[], options?: never) => {
       if (stream.startsWith('quota-') && state.failQuotaAppends) throw new Error('disk on fire');
+      if (events.some((e) => e.type === 'QuotaDebitsReturned')) {
+        state.returnWaiting = true;
+        await state.returnGate;
+      }
       const result = await memory.append(stream, events, options);
       for (const event of events) {
         const data = event.data as { subject?: string; units?: number };
@@ -121,11 +130,14 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     const events = (await memory.readAll()).filter((e) => debitedUnits(e, subject.id) !== 0);
     // Without a lease, at most 20 calls share an event (one per caller in flight).
     expect(events.length).toBeLessThan(25);
-    // Held but not yet taken: at most one lease's worth, charged on the log and the counters alike.
+    // Held but not yet taken: at most one lease's worth, on the log; the counters may hold a
+    // reservation on its way to the log besides, within the same bound.
     const held = (await netUnits(memory, subject)) - 500;
     expect(held).toBeGreaterThanOrEqual(0);
     expect(held).toBeLessThanOrEqual(LEASE.maxUnits!);
-    expect(await counters(cache, subject)).toEqual([500 + held, 500 + held]);
+    const [counted] = await counters(cache, subject);
+    expect(counted).toBeGreaterThanOrEqual(500 + held);
+    expect(counted).toBeLessThanOrEqual(500 + LEASE.maxUnits!);
     // What a call is told it used leaves out what the lease holds: the last answers say 500, and
     // so does a read of the figures.
     expect(Math.max(...outcomes.map((o) => o.snapshot.used))).toBe(500);
@@ -154,8 +166,7 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     const { meter, cache } = meterOn(store);
     const subject = key();
     await busy(meter, subject, committed, 10, 25);
-    await sleep(LEASE.idleMs! * 4);
-    expect(await netUnits(memory, subject)).toBe(250);
+    await expect.poll(() => netUnits(memory, subject), { timeout: 5_000, interval: LEASE.idleMs! }).toBe(250);
     expect(await counters(cache, subject)).toEqual([250, 250]);
   });
 
@@ -254,6 +265,40 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     const outcome = await rebuildQuotaGeneration({ store: memory, cache: fresh, settleMs: 0 });
     expect(outcome.switched).toBe(true);
     expect(await counters(fresh, subject)).toEqual([300, 300]);
+  });
+
+  it('a return counted in the generation a rebuild replaces and appended after its switch is replayed at once, not waited for', async () => {
+    const { store, memory, committed, state } = tallyingStore();
+    const { meter, cache } = meterOn(store);
+    const subject = key();
+    await busy(meter, subject, committed, 12, 25);
+    const held = (await netUnits(memory, subject)) - 300;
+    expect(held).toBeGreaterThan(0);
+    const previous = (await cache.liveGeneration(QUOTA_FAMILY))?.id;
+    expect(previous).toBeDefined();
+    // The return is given back on the live generation, and its record held back until the rebuild
+    // has switched to a new one.
+    let release = () => {};
+    state.returnGate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const stopping = meter.stop();
+    await expect.poll(() => state.returnWaiting, { timeout: 5_000, interval: 5 }).toBe(true);
+    const started = Date.now();
+    const outcome = await rebuildQuotaGeneration({
+      store: memory,
+      cache,
+      settleMs: 30_000,
+      onLive: () => release(),
+    });
+    await stopping;
+    expect(outcome.switched).toBe(true);
+    expect(outcome.previous).toBe(previous);
+    // The replaced generation's count (its debits and the refund) matched the log as soon as the
+    // return landed: no wait for the settle deadline.
+    expect(Date.now() - started).toBeLessThan(15_000);
+    expect(await netUnits(memory, subject)).toBe(300);
+    expect(await counters(cache, subject)).toEqual([300, 300]);
   });
 
   it('stopped, a meter takes no lease again: later calls are debited one by one', async () => {

@@ -37,7 +37,8 @@ function add(state: QuotaBalances, key: string, units: number, expiresAt: number
 
 export const quotaBalancesProjection: Projection<QuotaBalances> = defineProjection({
   name: 'quota-balances',
-  version: 1,
+  // 2: QuotaDebitsReturned folded (a snapshot of version 1 may have passed returns over).
+  version: 2,
   eventTypes: DEBIT_EVENT_TYPES,
   initial: (): QuotaBalances => ({}),
   evolve(state, event) {

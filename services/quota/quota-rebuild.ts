@@ -266,7 +266,8 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 
 /** The projection-store entry of the quota checkpoint; a changed fold bumps its version. */
 export const QUOTA_CHECKPOINT = 'quota-counters';
-const CHECKPOINT_VERSION = 1;
+// 2: QuotaDebitsReturned folded (a checkpoint of version 1 may have passed returns over).
+export const CHECKPOINT_VERSION = 2;
 /** How often a running process folds the debits since its last checkpoint into a new one. */
 const DEFAULT_CHECKPOINT_EVERY_MS = 5 * 60_000;
 

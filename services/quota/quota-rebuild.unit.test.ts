@@ -8,7 +8,13 @@ import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts
 import type { PlanTable } from './plans.ts';
 import { QuotaMeter, type QuotaSubject } from './quota-meter.ts';
 import { debitedUnits } from './quota-projection.ts';
-import { QUOTA_CHECKPOINT, QUOTA_FAMILY, QuotaCounters, rebuildQuotaGeneration } from './quota-rebuild.ts';
+import {
+  CHECKPOINT_VERSION,
+  QUOTA_CHECKPOINT,
+  QUOTA_FAMILY,
+  QuotaCounters,
+  rebuildQuotaGeneration,
+} from './quota-rebuild.ts';
 import { quotaPeriod, quotaWindows } from './windows.ts';
 
 const PLANS: PlanTable = {
@@ -231,7 +237,7 @@ describe('quota checkpoint (the counters folded up to a position, kept in the pr
     const checkpoints = new MemoryProjectionStore();
     const key: QuotaSubject = { id: `k-${randomUUID()}`, kind: 'key', plan: 'free' };
     await checkpoints.save(QUOTA_CHECKPOINT, {
-      version: 1,
+      version: CHECKPOINT_VERSION,
       checkpoint: 1_000,
       state: {
         [quotaWindows(key.id, PLANS.free, quotaPeriod(T0))[0]!.key]: { count: 500, expiresAt: T0 + 1e10 },

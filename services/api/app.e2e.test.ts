@@ -71,6 +71,11 @@ async function start(readiness = new Readiness(), requestTimeoutMs?: number, tru
         instance.get('/boom', async () => {
           throw new Error('database password is hunter2');
         });
+        // A header value Node refuses when the head is written, at the end of the turn.
+        instance.get('/bad-header', async (_request, reply) => {
+          reply.header('x-note', 'two\nlines');
+          return { ok: true };
+        });
       },
     ],
   });
@@ -197,6 +202,14 @@ describe('HTTP app', () => {
     const res = await fetch(`${url}/boom`);
     expect(res.status).toBe(500);
     expect(await res.json()).toEqual({ code: 'INTERNAL_ERROR', message: 'internal error' });
+  });
+
+  it('an answer that cannot be written when its turn ends is a 500 in the documented shape, and the process serves on', async () => {
+    const { url } = await start();
+    const res = await fetch(`${url}/bad-header`);
+    expect(res.status).toBe(500);
+    expect(await res.json()).toEqual({ code: 'INTERNAL_ERROR', message: 'internal error' });
+    expect((await fetch(`${url}/healthz`)).status).toBe(200);
   });
 
   it('reports not ready with 503 when a check fails or hangs', async () => {

@@ -75,18 +75,20 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // Every answer is written at the end of the turn that made it, with the turn's other answers
   // (see turn-end.ts).
   app.addHook('onSend', (_request, reply, payload, done) => {
-    void turnEnd().then(() => {
-      // What the rest of the send throws (a header value Node refuses, a payload of the wrong
-      // type) goes to Fastify as the hook's error, as it would from an async hook, not to an
-      // unhandled rejection; without the headers that cannot be written, so that the error's own
-      // answer (a 500 in the documented shape) can be.
-      try {
-        done(null, payload);
-      } catch (err) {
-        dropUnwritableHeaders(reply);
-        done(err as Error);
-      }
-    });
+    void turnEnd()
+      .then(() => {
+        // What the rest of the send throws (a header value Node refuses, a payload of the wrong
+        // type) goes to Fastify as the hook's error, as it would from an async hook, not to an
+        // unhandled rejection; without the headers that cannot be written, so that the error's own
+        // answer (a 500 in the documented shape) can be.
+        try {
+          done(null, payload);
+        } catch (err) {
+          dropUnwritableHeaders(reply);
+          done(err as Error);
+        }
+      })
+      .catch((err: unknown) => reply.log.error({ err }, 'an answer could not be written'));
   });
 
   if (deps.metrics) observeDurations(app, deps.metrics.httpDuration);

@@ -39,6 +39,8 @@ function tallyingStore(memory = new MemoryEventStore()) {
   const committed = new Map<string, number>();
   const state = {
     failQuotaAppends: false,
+    /** Appends of returns that fail before one goes through. */
+    failReturns: 0,
     /** Returns wait for this (a slow append), and say so in `returnWaiting`. */
     returnGate: Promise.resolve(),
     returnWaiting: false,
@@ -49,6 +51,10 @@ function tallyingStore(memory = new MemoryEventStore()) {
       if (events.some((e) => e.type === 'QuotaDebitsReturned')) {
         state.returnWaiting = true;
         await state.returnGate;
+        if (state.failReturns > 0) {
+          state.failReturns--;
+          throw new Error('disk on fire, for a moment');
+        }
       }
       const result = await memory.append(stream, events, options);
       for (const event of events) {
@@ -91,7 +97,8 @@ const netUnits = async (memory: MemoryEventStore, subject: QuotaSubject) =>
 /**
  * `workers` loops of `each` calls of one subject, one call at a time each, all at once: a busy
  * key's traffic, calls arriving while the last ones' debits are on their way. Checks at every
- * answer that the subject's committed units cover every call answered so far.
+ * answer that the subject's committed units cover every call answered so far, and exceed them by
+ * no more than one lease per tool and the calls in flight.
  */
 async function busy(
   meter: QuotaMeter,
@@ -99,21 +106,28 @@ async function busy(
   committed: Map<string, number>,
   workers: number,
   each: number,
+  tools = ['get_trade_call'],
 ): Promise<DebitOutcome[]> {
   const outcomes: DebitOutcome[] = [];
   let answered = 0;
   let uncovered = 0;
+  let overheld = 0;
+  // Units on the log before these calls (earlier calls', and what a lease still holds of them).
+  const before = committed.get(subject.id) ?? 0;
   await Promise.all(
     Array.from({ length: workers }, async (_, w) => {
       for (let i = 0; i < each; i++) {
-        const outcome = await meter.debit(subject, 'get_trade_call', `r${w}-${i}`);
+        const outcome = await meter.debit(subject, tools[w % tools.length]!, `r${w}-${i}`);
         if (outcome.ok) answered++;
-        if ((committed.get(subject.id) ?? 0) < answered) uncovered++;
+        const logged = committed.get(subject.id) ?? 0;
+        if (logged < answered) uncovered++;
+        if (logged - before - answered > LEASE.maxUnits! * tools.length + workers) overheld++;
         outcomes.push(outcome);
       }
     }),
   );
   expect(uncovered).toBe(0);
+  expect(overheld).toBe(0);
   return outcomes;
 }
 
@@ -294,11 +308,48 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     await stopping;
     expect(outcome.switched).toBe(true);
     expect(outcome.previous).toBe(previous);
+    // The case under test: the return is on the log after the switch, tagged with the old generation.
+    const returned = (await memory.readAll()).filter((e) => e.type === 'QuotaDebitsReturned');
+    expect(returned).toHaveLength(1);
+    expect(returned[0]!.position).toBeGreaterThan(outcome.position);
+    expect((returned[0]!.data as { generation?: string }).generation).toBe(previous);
     // The replaced generation's count (its debits and the refund) matched the log as soon as the
     // return landed: no wait for the settle deadline.
     expect(Date.now() - started).toBeLessThan(15_000);
     expect(await netUnits(memory, subject)).toBe(300);
     expect(await counters(cache, subject)).toEqual([300, 300]);
+  });
+
+  it('a return whose record fails is appended again: the log nets to the calls served, once', async () => {
+    const { store, memory, committed, state } = tallyingStore();
+    const { meter, cache } = meterOn(store);
+    const subject = key();
+    await busy(meter, subject, committed, 8, 25);
+    expect((await netUnits(memory, subject)) - 200).toBeGreaterThan(0);
+    state.failReturns = 2;
+    await expect.poll(() => netUnits(memory, subject), { timeout: 5_000, interval: LEASE.idleMs! }).toBe(200);
+    expect(state.failReturns).toBe(0);
+    expect(await counters(cache, subject)).toEqual([200, 200]);
+    await meter.stop();
+    expect((await memory.readAll()).filter((e) => e.type === 'QuotaDebitsReturned')).toHaveLength(1);
+  });
+
+  it('two tools leased at once: every answer counts the calls served, never what either lease holds', async () => {
+    const { store, memory, committed } = tallyingStore();
+    const { meter } = meterOn(store);
+    const subject = key();
+    const outcomes = await busy(meter, subject, committed, 20, 25, ['get_trade_call', 'get_market_regime']);
+    const tools = new Set(
+      (await memory.readAll())
+        .filter((e) => e.type === 'QuotaDebitsRecorded' && debitedUnits(e, subject.id) > 20)
+        .map((e) => (e.data as { tool: string }).tool),
+    );
+    expect([...tools].sort()).toEqual(['get_market_regime', 'get_trade_call']);
+    // Each answer's figure is at most the calls served by then (500 in all), and the last say 500.
+    expect(Math.max(...outcomes.map((o) => o.snapshot.used))).toBe(500);
+    expect((await meter.peek(subject)).used).toBe(500);
+    await meter.stop();
+    expect(await netUnits(memory, subject)).toBe(500);
   });
 
   it('stopped, a meter takes no lease again: later calls are debited one by one', async () => {

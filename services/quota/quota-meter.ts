@@ -84,6 +84,11 @@ export class QuotaMeter {
   private readonly leases = new Map<string, Map<string, Lease>>();
   /** Leases ended and not yet given back: their returns in flight, or to try again. */
   private readonly ending = new Set<Lease>();
+  /**
+   * The counters' figures at the last debit, reservation or return of a leased subject in this
+   * process (any tool): what its prepaid calls are told, less what the leases hold.
+   */
+  private readonly countsBySubject = new Map<string, number[]>();
   private sweeper: NodeJS.Timeout | null = null;
   /** Sweeps so far: a lease's last take, counted in sweeps, tells it idle without a clock read per call. */
   private sweeps = 0;
@@ -164,9 +169,15 @@ export class QuotaMeter {
     counts: readonly number[],
   ): QuotaSnapshot {
     const byTool = this.leases.get(subject.id);
-    if (byTool === undefined) return quotaSnapshot(limits, period, counts);
+    if (byTool === undefined && this.ending.size === 0) return quotaSnapshot(limits, period, counts);
     let held = 0;
-    for (const lease of byTool.values()) if (lease.windows === windows) held += lease.free + lease.pending;
+    if (byTool !== undefined)
+      for (const lease of byTool.values())
+        if (sameWindows(lease.windows, windows)) held += lease.free + lease.pending;
+    // Ended and not yet given back: still on the counters, no longer any call's.
+    for (const lease of this.ending)
+      if (lease.subject.id === subject.id && sameWindows(lease.windows, windows))
+        held += lease.free + lease.pending;
     if (held === 0) return quotaSnapshot(limits, period, counts);
     // Not Math.max: its result may be a heap number, which JSON.stringify writes on a slow path.
     return quotaSnapshot(
@@ -196,7 +207,13 @@ export class QuotaMeter {
         if (lease.free + lease.pending <= lease.size >> 1) this.maybeReserve(lease);
         const outcome: DebitOutcome = {
           ok: true,
-          snapshot: this.figures(subject, limits, period, windows, lease.counts ?? []),
+          snapshot: this.figures(
+            subject,
+            limits,
+            period,
+            windows,
+            this.countsBySubject.get(subject.id) ?? lease.counts ?? [],
+          ),
           refusedBy: null,
           position: lease.position,
         };
@@ -211,8 +228,9 @@ export class QuotaMeter {
     const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, windows, 1));
     if (lease !== undefined) {
       lease.counts = result.counts;
+      this.countsBySubject.set(subject.id, result.counts);
       if (result.ok) this.maybeReserve(lease);
-    }
+    } else if (this.leases.has(subject.id)) this.countsBySubject.set(subject.id, result.counts);
     const snapshot = this.figures(subject, limits, period, windows, result.counts);
     if (!result.ok) {
       return { ok: false, snapshot, refusedBy: result.refusedBy === 0 ? 'monthly' : 'daily', position: null };
@@ -240,7 +258,8 @@ export class QuotaMeter {
         lease.period.day === period.day &&
         lease.subject.plan === subject.plan &&
         lease.subject.kind === subject.kind &&
-        lease.windows.every((w, i) => w.key === windows[i]?.key && w.limit === windows[i]?.limit);
+        sameWindows(lease.windows, windows) &&
+        lease.windows.every((w, i) => w.limit === windows[i]!.limit);
       if (same) lease.windows = windows;
       else {
         this.end(lease);
@@ -294,10 +313,15 @@ export class QuotaMeter {
     const now = this.now();
     const elapsed = Math.max(1, now - lease.since);
     // Twice the calls seen per half lease at most: a burst's first calls do not buy a full lease.
-    // A lease holds maxUnits at most, whatever is left of the last reservation counted in: the
-    // bound on what a killed api leaves charged.
+    // A subject's leases of one tool hold maxUnits at most, with what is left of the last
+    // reservation and of a lease ended and not yet given back (a new day's) counted in: the bound
+    // on what a killed api leaves charged.
+    let ended = 0;
+    for (const other of this.ending)
+      if (other.subject.id === lease.subject.id && other.tool === lease.tool)
+        ended += other.free + other.pending;
     const units = Math.min(
-      options.maxUnits - lease.free - lease.pending,
+      options.maxUnits - lease.free - lease.pending - ended,
       Math.ceil((lease.calls * options.ms) / elapsed),
       4 * lease.calls,
     );
@@ -324,6 +348,7 @@ export class QuotaMeter {
     try {
       const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, lease.windows, units));
       lease.counts = result.counts;
+      this.countsBySubject.set(subject.id, result.counts);
       if (!result.ok) return;
       lease.pending += units;
       const id = newEventId();
@@ -376,7 +401,10 @@ export class QuotaMeter {
     const byTool = this.leases.get(lease.subject.id);
     if (byTool?.get(lease.tool) === lease) {
       byTool.delete(lease.tool);
-      if (byTool.size === 0) this.leases.delete(lease.subject.id);
+      if (byTool.size === 0) {
+        this.leases.delete(lease.subject.id);
+        this.countsBySubject.delete(lease.subject.id);
+      }
     }
     this.ending.add(lease);
     if (!lease.reserving) this.giveBack(lease);
@@ -412,6 +440,12 @@ export class QuotaMeter {
         }
         lease.free -= units;
         lease.unrecorded = { units, generation, id: newEventId() };
+        const counts = this.countsBySubject.get(lease.subject.id);
+        if (counts !== undefined)
+          this.countsBySubject.set(
+            lease.subject.id,
+            counts.map((count) => (count > units ? count - units : 0)),
+          );
       }
       const { units, generation, id } = lease.unrecorded;
       const stream = quotaStream(lease.subject.id);
@@ -460,6 +494,7 @@ export class QuotaMeter {
     this.sweeper = null;
     for (const byTool of [...this.leases.values()]) for (const lease of [...byTool.values()]) this.end(lease);
     for (let round = 0; round < 3 && this.ending.size > 0; round++) {
+      if (round > 0) await new Promise((resolve) => setTimeout(resolve, this.lease?.idleMs ?? 0));
       const ending = [...this.ending];
       await Promise.all(ending.map((lease) => lease.reserved));
       for (const lease of ending) this.giveBack(lease);
@@ -468,7 +503,7 @@ export class QuotaMeter {
     if (this.ending.size > 0)
       this.deps.logger?.warn(
         { leases: this.ending.size },
-        'quota leases still charged at stop: the counters are out of reach',
+        'quota leases not given back at stop: the counters or the log are out of reach',
       );
   }
 
@@ -612,6 +647,14 @@ interface Batch {
   tool: string;
   units: number;
   calls: { resolve: (position: number) => void; reject: (err: unknown) => void }[];
+}
+
+/** The same windows (month, day) by their keys: windows made again for the same day compare equal. */
+function sameWindows(a: QuotaWindow[], b: QuotaWindow[]): boolean {
+  if (a === b) return true;
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i]!.key !== b[i]!.key) return false;
+  return true;
 }
 
 /**

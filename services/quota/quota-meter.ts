@@ -86,7 +86,8 @@ export class QuotaMeter {
   private readonly ending = new Set<Lease>();
   /**
    * The counters' figures at the last debit, reservation or return of a leased subject in this
-   * process (any tool): what its prepaid calls are told, less what the leases hold.
+   * process (any tool): what its prepaid calls are told, less what the leases hold, and what its
+   * next reservation is checked against.
    */
   private readonly countsBySubject = new Map<string, number[]>();
   private sweeper: NodeJS.Timeout | null = null;
@@ -212,7 +213,7 @@ export class QuotaMeter {
             limits,
             period,
             windows,
-            this.countsBySubject.get(subject.id) ?? lease.counts ?? [],
+            this.countsBySubject.get(subject.id) ?? [],
           ),
           refusedBy: null,
           position: lease.position,
@@ -226,11 +227,8 @@ export class QuotaMeter {
       }
     }
     const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, windows, 1));
-    if (lease !== undefined) {
-      lease.counts = result.counts;
-      this.countsBySubject.set(subject.id, result.counts);
-      if (result.ok) this.maybeReserve(lease);
-    } else if (this.leases.has(subject.id)) this.countsBySubject.set(subject.id, result.counts);
+    if (this.leases.has(subject.id)) this.countsBySubject.set(subject.id, result.counts);
+    if (lease !== undefined && result.ok) this.maybeReserve(lease);
     const snapshot = this.figures(subject, limits, period, windows, result.counts);
     if (!result.ok) {
       return { ok: false, snapshot, refusedBy: result.refusedBy === 0 ? 'monthly' : 'daily', position: null };
@@ -283,7 +281,6 @@ export class QuotaMeter {
       giving: null,
       unrecorded: null,
       ended: false,
-      counts: null,
       position: 0,
       calls: 0,
       since: this.now(),
@@ -308,7 +305,8 @@ export class QuotaMeter {
    */
   private maybeReserve(lease: Lease): void {
     const options = this.lease;
-    if (options === null || lease.reserving || lease.ended || this.stopped || lease.counts === null) return;
+    const counts = this.countsBySubject.get(lease.subject.id);
+    if (options === null || lease.reserving || lease.ended || this.stopped || counts === undefined) return;
     if (lease.calls < LEASE_MIN_UNITS) return;
     const now = this.now();
     const elapsed = Math.max(1, now - lease.since);
@@ -335,7 +333,7 @@ export class QuotaMeter {
     }
     let left = Number.POSITIVE_INFINITY;
     for (let i = 0; i < lease.windows.length; i++)
-      left = Math.min(left, lease.windows[i]!.limit - (lease.counts[i] ?? 0));
+      left = Math.min(left, lease.windows[i]!.limit - (counts[i] ?? 0));
     if (units * LEASE_SHARE > left) return;
     lease.reserving = true;
     lease.calls = 0;
@@ -347,7 +345,6 @@ export class QuotaMeter {
     const { subject, period } = lease;
     try {
       const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, lease.windows, units));
-      lease.counts = result.counts;
       this.countsBySubject.set(subject.id, result.counts);
       if (!result.ok) return;
       lease.pending += units;
@@ -729,8 +726,6 @@ interface Lease {
   /** A return given back on the counters whose record is still to be appended (under `id`). */
   unrecorded: { units: number; generation: string | null; id: string } | null;
   ended: boolean;
-  /** The counters' figures at the subject's last debit of this tool (a reservation's or a call's). */
-  counts: number[] | null;
   /** Log position of the last reservation. */
   position: number;
   /** Calls since `since` (ms): the rate the next reservation is sized by. */

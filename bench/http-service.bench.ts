@@ -348,14 +348,7 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
       (side: 'service' | 'bare' | 'floor' | 'turnBare', path: PathName, seconds = o.seconds) =>
       (): Promise<CannonResult> => {
         const r = requests[path];
-        const base =
-          side === 'service'
-            ? service!.url
-            : side === 'bare'
-              ? bare!.url
-              : side === 'floor'
-                ? floor!.url
-                : turnBare!.url;
+        const base = { service, bare, floor, turnBare }[side]!.url;
         return cannon({
           connections: o.connections,
           durationSeconds: seconds,
@@ -381,12 +374,7 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
         drive('service', path),
         drive('bare', path),
         (r, side) => {
-          const wrong = Object.entries(r.statusCounts).filter(([code]) => Number(code) !== expected);
-          if (r.errors > 0 || wrong.length > 0) {
-            throw new Error(
-              `${side} ${path}: ${r.errors} errors, statuses ${JSON.stringify(r.statusCounts)}`,
-            );
-          }
+          onlyStatus(path, expected, { service: 'service', bare: 'bare' })(r, side);
           if (side === 'service') servedCalls += r.statusCounts[String(expected)] ?? 0;
         },
         { service: service.pid, bare: bare.pid },
@@ -408,11 +396,7 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
         o.rounds,
         drive('service', path),
         drive('turnBare', path),
-        (r, side) => {
-          if (r.errors > 0 || Object.keys(r.statusCounts).some((code) => Number(code) !== expected)) {
-            throw new Error(`${side} ${path} (bare at turn end): ${JSON.stringify(r.statusCounts)}`);
-          }
-        },
+        onlyStatus(path, expected, { service: 'service', bare: 'bare at turn end' }),
         { service: service.pid, bare: turnBare.pid },
       );
       lines.push(...reportTurnEnd(turnComparison));
@@ -424,13 +408,7 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
           o.rounds,
           drive('floor', path),
           drive('bare', path),
-          (r, side) => {
-            if (r.errors > 0 || Object.keys(r.statusCounts).some((code) => code !== '200')) {
-              throw new Error(
-                `${side === 'service' ? 'floor' : side} ${path}: ${JSON.stringify(r.statusCounts)}`,
-              );
-            }
-          },
+          onlyStatus(path, 200, { service: 'floor', bare: 'bare' }),
           { service: floor.pid, bare: bare.pid },
         );
         lines.push(...reportFloor(comparison, floorComparison, TARGETS[path].rate!));
@@ -451,6 +429,17 @@ async function onService(extraEnv: Record<string, string>, paths: PathName[], o:
     await service?.stop();
     data.remove();
   }
+}
+
+/** A round's check that every request answered `expected` without an error, naming the side that did not. */
+function onlyStatus(path: PathName, expected: number, names: { service: string; bare: string }) {
+  return (r: CannonResult, side: 'service' | 'bare') => {
+    if (r.errors > 0 || Object.keys(r.statusCounts).some((code) => Number(code) !== expected)) {
+      throw new Error(
+        `${names[side]} ${path}: ${r.errors} errors, statuses ${JSON.stringify(r.statusCounts)}`,
+      );
+    }
+  };
 }
 
 function describe(path: PathName): string {

@@ -5,7 +5,7 @@
  * the path of a JSON file of routes and a port; prints one line once it listens.
  *
  * With BARE_TURN_END=1 in its environment it writes every answer at the end of the event-loop turn,
- * as the service does (services/shared/turn-end.ts): the same write batching, none of the work.
+ * with the service's own hook (services/api/answer-at-turn-end.ts): the same write batching, none of the work.
  *
  * With a third argument, a directory, it is the durability floor instead: before answering a POST
  * it waits until a record of the call is on disk, written as a keyed call's debit is (one LMDB
@@ -18,7 +18,7 @@ import { readFileSync } from 'node:fs';
 import Fastify from 'fastify';
 import { open } from 'lmdb';
 import { TurnBatch } from '../adapters/cache/turn-batch.ts';
-import { turnEnd } from '../services/shared/turn-end.ts';
+import { answerAtTurnEnd } from '../services/api/answer-at-turn-end.ts';
 
 export interface CapturedRoute {
   method: 'GET' | 'POST';
@@ -32,17 +32,7 @@ export interface CapturedRoute {
 const [routesFile, port, durableDir] = process.argv.slice(2);
 const routes = JSON.parse(readFileSync(routesFile!, 'utf8')) as CapturedRoute[];
 const app = Fastify({ logger: false });
-if (process.env.BARE_TURN_END === '1') {
-  app.addHook('onSend', (_request, _reply, payload, done) => {
-    void turnEnd().then(() => {
-      try {
-        done(null, payload);
-      } catch (err) {
-        done(err as Error);
-      }
-    });
-  });
-}
+if (process.env.BARE_TURN_END === '1') app.addHook('onSend', answerAtTurnEnd);
 const durable = durableDir ? groupCommit(durableDir) : null;
 for (const route of routes) {
   const body = Buffer.from(route.body, 'base64');

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { type ServerResponse, STATUS_CODES, validateHeaderName, validateHeaderValue } from 'node:http';
+import { type ServerResponse, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import Fastify, {
   type FastifyBaseLogger,
@@ -15,7 +15,7 @@ import { ERRORS, type ErrorCode, errorMessage } from '../../contracts/errors.ts'
 import type { Metrics } from '../shared/metrics.ts';
 import type { Readiness } from '../shared/readiness.ts';
 import type { HistogramSeries } from '../shared/series-histogram.ts';
-import { turnEnd } from '../shared/turn-end.ts';
+import { answerAtTurnEnd } from './answer-at-turn-end.ts';
 import { SERVICE_VERSION } from './discovery/catalog.ts';
 import { useApiErrors } from './errors.ts';
 import { registerJsonParser } from './json-body.ts';
@@ -72,24 +72,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
 
   askInFlightToClose(app);
-  // Every answer is written at the end of the turn that made it, with the turn's other answers
-  // (see turn-end.ts).
-  app.addHook('onSend', (_request, reply, payload, done) => {
-    void turnEnd()
-      .then(() => {
-        // What the rest of the send throws (a header value Node refuses, a payload of the wrong
-        // type) goes to Fastify as the hook's error, as it would from an async hook, not to an
-        // unhandled rejection; without the headers that cannot be written, so that the error's own
-        // answer (a 500 in the documented shape) can be.
-        try {
-          done(null, payload);
-        } catch (err) {
-          dropUnwritableHeaders(reply);
-          done(err as Error);
-        }
-      })
-      .catch((err: unknown) => reply.log.error({ err }, 'an answer could not be written'));
-  });
+  app.addHook('onSend', answerAtTurnEnd);
 
   if (deps.metrics) observeDurations(app, deps.metrics.httpDuration);
 
@@ -119,18 +102,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     });
   });
   return app;
-}
-
-/** Removes the headers of `reply` that Node would refuse to write (a name or value it rejects). */
-function dropUnwritableHeaders(reply: FastifyReply): void {
-  for (const [name, value] of Object.entries(reply.getHeaders())) {
-    try {
-      validateHeaderName(name);
-      if (value !== undefined) validateHeaderValue(name, String(value));
-    } catch {
-      reply.removeHeader(name);
-    }
-  }
 }
 
 /**

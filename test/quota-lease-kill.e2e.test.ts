@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -7,8 +7,8 @@ import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
 import { hashApiKey } from '../services/keys/key-material.ts';
 import { debitedUnits } from '../services/quota/quota-projection.ts';
+import { runServiceProcess } from './service-process.ts';
 
-const ROOT = new URL('..', import.meta.url).pathname;
 const CALLERS = 16;
 const LEASE_MAX_UNITS = 128;
 
@@ -32,46 +32,18 @@ describe('kill -9 of the service under a busy key', () => {
     const { key } = await issueKey(seed, { plan: 'pro', owner: 'lease-kill', via: 'operator' });
     await seed.close();
 
-    const child = spawn(process.execPath, ['--import', 'tsx', 'services/main.ts'], {
-      cwd: ROOT,
-      env: {
-        PATH: process.env.PATH,
-        HOST: '127.0.0.1',
-        PORT: '0',
-        LOG_LEVEL: 'info',
-        FEED: 'replay',
-        MARKET_DATA_DIR: 'sample-data/market',
-        DATA_DIR: dataDir,
-        RATE_LIMIT_ENABLED: 'false',
-        QUOTA_LEASE_MAX_UNITS: String(LEASE_MAX_UNITS),
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
+    const run = runServiceProcess({
+      DATA_DIR: dataDir,
+      RATE_LIMIT_ENABLED: 'false',
+      QUOTA_LEASE_MAX_UNITS: String(LEASE_MAX_UNITS),
     });
-    children.push(child);
-    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-    const lines: { msg?: string; url?: string }[] = [];
-    let buffered = '';
-    let stderr = '';
-    child.stdout!.on('data', (chunk: Buffer) => {
-      buffered += chunk.toString();
-      for (let nl = buffered.indexOf('\n'); nl >= 0; nl = buffered.indexOf('\n')) {
-        try {
-          lines.push(JSON.parse(buffered.slice(0, nl)));
-        } catch {
-          // Not a log line.
-        }
-        buffered = buffered.slice(nl + 1);
-      }
-    });
-    child.stderr!.on('data', (chunk: Buffer) => {
-      stderr += chunk.toString();
-    });
-    const started = () => lines.find((l) => l.msg === 'service started');
+    children.push(run.child);
+    const started = () => run.lines.find((l) => l.msg === 'service started');
     await expect
-      .poll(() => started() !== undefined || stderr.length > 0, { timeout: 60_000, interval: 100 })
+      .poll(() => started() !== undefined || run.stderr.length > 0, { timeout: 60_000, interval: 100 })
       .toBe(true);
-    const url = started()?.url;
-    if (url === undefined) throw new Error(`the service did not start: ${stderr}`);
+    const url = started()?.url as string | undefined;
+    if (url === undefined) throw new Error(`the service did not start: ${run.stderr}`);
 
     let answered = 0;
     let running = true;
@@ -100,8 +72,8 @@ describe('kill -9 of the service under a busy key', () => {
     });
     // Long enough for the key to be leased and its lease renewed a few times.
     await expect.poll(() => answered, { timeout: 60_000, interval: 50 }).toBeGreaterThan(1_500);
-    child.kill('SIGKILL');
-    await exited;
+    run.child.kill('SIGKILL');
+    await run.exit;
     running = false;
     await Promise.all(loops);
 

@@ -262,6 +262,16 @@ export const ConfigSchema = z
     RATE_LIMIT_PRO: positiveInt.default(6_000),
     RATE_LIMIT_TOOL_SHARE: z.coerce.number().gt(0).max(1).default(0.5),
     /**
+     * On Redis, a budget whose requests come while its last count is still in flight takes this
+     * many units ahead (at most a sixteenth of its limit, and only with twice that left), so its
+     * next requests are decided in this process without a round trip each; what none took is
+     * given back once it goes quiet. Every unit is counted in Redis before a request uses it, so
+     * replicas together never let more than the limit through; near it, units held by a replica
+     * may refuse another's requests early, by at most this many per replica. 0: every request
+     * is counted on its own.
+     */
+    RATE_LIMIT_LEASE_MAX: nonNegativeInt.default(64),
+    /**
      * Open MCP sessions, in all and per caller (key, or client address): opening one more closes
      * the caller's (or everyone's) least recently used session first.
      */

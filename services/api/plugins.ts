@@ -82,9 +82,12 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
     }),
   });
   const guard = guardConfig(config);
-  const rateLimit = config.RATE_LIMIT_ENABLED
+  const limiter = config.RATE_LIMIT_ENABLED
+    ? new RateLimiter(config, adapters.cache instanceof RedisCache ? adapters.cache.shared : null)
+    : null;
+  const rateLimit = limiter
     ? rateLimitPlugin({
-        limiter: new RateLimiter(config, adapters.cache instanceof RedisCache ? adapters.cache.shared : null),
+        limiter,
         keys,
         quota,
         logger,
@@ -160,6 +163,8 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
       // Before the store closes: the leases' unused units are given back on the log.
       await quota.stop();
       await quota.counters.stop();
+      // Before the cache closes: leased request units nobody took go back to Redis.
+      await limiter?.close();
       await registry.stop();
     },
     checks() {

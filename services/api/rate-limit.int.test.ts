@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import { connectRedisCache, type RedisCache } from '../../adapters/cache/redis.ts';
 import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from '../../test/redis-probe.ts';
 import { MAX_TAKES_PER_SCRIPT, RateLimiter, type RateLimitSettings } from './rate-limit.ts';
@@ -15,6 +15,7 @@ const settings: RateLimitSettings = {
   RATE_LIMIT_STARTER: 4,
   RATE_LIMIT_PRO: 1_000,
   RATE_LIMIT_TOOL_SHARE: 0.5,
+  RATE_LIMIT_LEASE_MAX: 64,
 };
 
 /** Counts the script calls the limiter sends (each a round trip to Redis). */
@@ -99,7 +100,11 @@ describe.runIf(run)('the Redis limiter takes a turn’s requests in one script c
       const decisions = await Promise.all(Array.from({ length: n }, () => limiter.take('pro', 'p', 'x')));
       expect(calls.calls).toBe(2);
       // Pro: 1,000 per window, 500 per tool; the tool budget is the tighter one and counts down.
-      expect(decisions.map((d) => d.remaining)).toEqual(Array.from({ length: n }, (_, i) => 500 - 1 - i));
+      // The first script also leases 31 units of it (a sixteenth of 500), counted before the
+      // second script's takes.
+      expect(decisions.map((d) => d.remaining)).toEqual(
+        Array.from({ length: n }, (_, i) => 500 - 1 - i - (i < MAX_TAKES_PER_SCRIPT ? 0 : 31)),
+      );
     } finally {
       await cache.close();
     }
@@ -133,6 +138,138 @@ describe.runIf(run)('the Redis limiter takes a turn’s requests in one script c
       ]);
       expect(outcomes.map((o) => o.status)).toEqual(['rejected', 'rejected']);
     } finally {
+      await cache.close();
+    }
+  });
+});
+
+describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
+  const prefixes: string[] = [];
+  afterAll(async () => {
+    for (const prefix of prefixes) await wipePrefix(prefix);
+  });
+  const connect = () => {
+    const prefix = `test:rllease:${randomUUID()}:`;
+    prefixes.push(prefix);
+    return connectRedisCache({ url: REDIS_URL, prefix });
+  };
+  const counts = async (cache: RedisCache, tier: string, credential: string, tool: string) => {
+    const raw = new Redis(REDIS_URL);
+    try {
+      const base = `${cache.shared.prefix}rl:${tier}:`;
+      return {
+        all: Number(await raw.get(`${base}all:${tier}:${credential}`)),
+        tool: Number(await raw.get(`${base}tool:${tier}:${credential}:${tool}`)),
+      };
+    } finally {
+      raw.disconnect();
+    }
+  };
+
+  it('decides the next requests without Redis, every unit counted there first', async () => {
+    const cache = await connect();
+    const limiter = new RateLimiter(settings, cache.shared);
+    try {
+      const calls = countScriptCalls(cache);
+      // Pro: 1,000 per window (a lease of 62), 500 per tool (31). Two takes in one turn: busy.
+      await Promise.all([limiter.take('pro', 'p', 'x'), limiter.take('pro', 'p', 'x')]);
+      expect(calls.calls).toBe(1);
+      expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 2 + 62, tool: 2 + 31 });
+      const leased = [];
+      for (let i = 0; i < 31; i++) leased.push(limiter.takeNow('pro', 'p', 'x'));
+      expect(calls.calls).toBe(1);
+      // The tool's budget is the tighter: 500 less the requests let through (held units are not).
+      expect(leased.map((d) => d?.remaining)).toEqual(Array.from({ length: 31 }, (_, i) => 497 - i));
+      expect(leased.every((d) => d?.allowed === true && d.limit === 500 && d.resetMs > 50_000)).toBe(true);
+      // The tool's lease is used up: the next request is counted through Redis again.
+      expect(limiter.takeNow('pro', 'p', 'x')).toBeNull();
+      // Another credential has no lease of its own.
+      expect(limiter.takeNow('pro', 'q', 'x')).toBeNull();
+    } finally {
+      await limiter.close();
+      await cache.close();
+    }
+  });
+
+  it('gives back what no request took once the budget goes quiet, and at close', async () => {
+    const cache = await connect();
+    const limiter = new RateLimiter(settings, cache.shared);
+    try {
+      await Promise.all([limiter.take('pro', 'p', 'x'), limiter.take('pro', 'p', 'x')]);
+      for (let i = 0; i < 5; i++) expect(limiter.takeNow('pro', 'p', 'x')?.allowed).toBe(true);
+      // Quiet for LEASE_IDLE_MS: the 26 + 57 units no request took go back.
+      await vi.waitFor(
+        async () => expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 7, tool: 7 }),
+        {
+          timeout: 5_000,
+          interval: 50,
+        },
+      );
+      expect(limiter.takeNow('pro', 'p', 'x')).toBeNull();
+      await Promise.all([limiter.take('pro', 'p', 'x'), limiter.take('pro', 'p', 'x')]);
+      expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 9 + 62, tool: 9 + 31 });
+      await limiter.close();
+      expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 9, tool: 9 });
+    } finally {
+      await limiter.close();
+      await cache.close();
+    }
+  });
+
+  it('never lets two replicas through past the limit; held units refuse early by at most a lease each', async () => {
+    const cache = await connect();
+    // Pro 200 per window, 100 per tool: leases of 12 and 6.
+    const tight = { ...settings, RATE_LIMIT_PRO: 200 };
+    const a = new RateLimiter(tight, cache.shared);
+    const b = new RateLimiter(tight, cache.shared);
+    try {
+      let allowed = 0;
+      let leasedAnswers = 0;
+      for (let round = 0; round < 30; round++) {
+        const decisions = await Promise.all(
+          Array.from({ length: 8 }, (_, i) => {
+            const limiter = i % 2 === 0 ? a : b;
+            const now = limiter.takeNow('pro', 'p', 'x');
+            if (now !== null) leasedAnswers++;
+            return now ?? limiter.take('pro', 'p', 'x');
+          }),
+        );
+        allowed += decisions.filter((d) => d.allowed).length;
+      }
+      expect(leasedAnswers).toBeGreaterThan(0);
+      expect(allowed).toBeLessThanOrEqual(100);
+      expect(allowed).toBeGreaterThanOrEqual(100 - 2 * 6);
+      // What is counted is what was let through, plus units still held (at most a lease each).
+      const held = await counts(cache, 'pro', 'p', 'x');
+      await a.close();
+      await b.close();
+      const after = await counts(cache, 'pro', 'p', 'x');
+      expect(held.tool - after.tool).toBeLessThanOrEqual(2 * 6);
+      // Every request let through was counted in Redis (given-back units never include a used one).
+      expect(after.tool).toBeGreaterThanOrEqual(allowed);
+    } finally {
+      await a.close();
+      await b.close();
+      await cache.close();
+    }
+  });
+
+  it('takes no lease near the end of a window, nor with RATE_LIMIT_LEASE_MAX=0', async () => {
+    const cache = await connect();
+    const short = new RateLimiter({ ...settings, RATE_LIMIT_WINDOW_MS: 1_300 }, cache.shared);
+    const off = new RateLimiter({ ...settings, RATE_LIMIT_LEASE_MAX: 0 }, cache.shared);
+    try {
+      await Promise.all([short.take('pro', 's', 'x'), short.take('pro', 's', 'x')]);
+      expect(short.takeNow('pro', 's', 'x')?.allowed).toBe(true);
+      // Within a second of the window's end a leased unit could outlive it: counted through Redis.
+      await new Promise((r) => setTimeout(r, 400));
+      expect(short.takeNow('pro', 's', 'x')).toBeNull();
+      await Promise.all([off.take('pro', 'o', 'x'), off.take('pro', 'o', 'x')]);
+      expect(off.takeNow('pro', 'o', 'x')).toBeNull();
+      expect(await counts(cache, 'pro', 'o', 'x')).toEqual({ all: 2, tool: 2 });
+    } finally {
+      await short.close();
+      await off.close();
       await cache.close();
     }
   });

@@ -9,6 +9,7 @@ const settings: RateLimitSettings = {
   RATE_LIMIT_STARTER: 20,
   RATE_LIMIT_PRO: 40,
   RATE_LIMIT_TOOL_SHARE: 0.5,
+  RATE_LIMIT_LEASE_MAX: 64,
 };
 
 describe('RateLimiter in-process (no Redis)', () => {

@@ -267,8 +267,8 @@ export const ConfigSchema = z
      * next requests are decided in this process without a round trip each; what none took is
      * given back once it goes quiet. Every unit is counted in Redis before a request uses it, so
      * replicas together never let more than the limit through; near it, units held by a replica
-     * may refuse another's requests early, by at most this many per replica. 0: every request
-     * is counted on its own.
+     * may refuse another's requests early, by at most this many per replica. Below 2 (or with a
+     * window of 2 s or less): every request is counted on its own.
      */
     RATE_LIMIT_LEASE_MAX: nonNegativeInt.default(64),
     /**

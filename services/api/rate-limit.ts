@@ -46,12 +46,13 @@ export function tierLimits(settings: RateLimitSettings, tier: RateTier): { all: 
 
 /**
  * Takes one request for each of several requests, in order, then grants leases. ARGV[1] is the
- * window (ms), ARGV[2] the number of leases m; then per request its number of budgets n and their
- * limits, its n budgets being the next n of KEYS; then per lease its size and its budget's limit,
- * the last m of KEYS being the leased budgets. Each request takes one from its budgets in order (a
- * fixed window: the first take of a key starts it), stopping after the first that refuses, so a
- * refused request takes nothing from the budgets after it. A lease of size L is granted only with
- * 2L left in the budget after the requests: it adds L to the count. Reply: {count, ms left in the
+ * window (ms), ARGV[2] the number of leases m, ARGV[3] the least time (ms) a lease's window must
+ * have left; then per request its number of budgets n and their limits, its n budgets being the
+ * next n of KEYS; then per lease its size and its budget's limit, the last m of KEYS being the
+ * leased budgets. Each request takes one from its budgets in order (a fixed window: the first take
+ * of a key starts it), stopping after the first that refuses, so a refused request takes nothing
+ * from the budgets after it. A lease of size L is granted only with 2L left in the budget after the
+ * requests and more than ARGV[3] ms left in its window: it adds L to the count. Reply: {count, ms left in the
  * window} per budget of every request, {0, -1} for a budget not reached; then {units granted,
  * count, ms left} per lease. One script per batch, so each request is still decided atomically
  * against the counts every replica shares, in the order the requests were taken.
@@ -59,10 +60,11 @@ export function tierLimits(settings: RateLimitSettings, tier: RateTier): { all: 
 const TAKE_MANY_SCRIPT = `
 local window = tonumber(ARGV[1])
 local leases = tonumber(ARGV[2])
+local guard = tonumber(ARGV[3])
 local last = #ARGV - 2 * leases
 local reply = {}
 local k = 0
-local a = 3
+local a = 4
 local r = 0
 local function ttl_of(key)
   local ttl = redis.call('PTTL', key)
@@ -101,8 +103,9 @@ for l = 1, leases do
   local size = tonumber(ARGV[a])
   local count = tonumber(redis.call('GET', key) or '0')
   local granted = 0
-  local ttl = -1
-  if count + 2 * size <= tonumber(ARGV[a + 1]) then
+  local ttl = redis.call('PTTL', key)
+  if ttl < 0 then ttl = window end
+  if count + 2 * size <= tonumber(ARGV[a + 1]) and ttl > guard then
     count = redis.call('INCRBY', key, size)
     granted = size
     ttl = ttl_of(key)
@@ -116,14 +119,19 @@ end
 return reply`;
 
 /**
- * Gives back units of leases nobody used: KEYS the leased budgets, ARGV their unused units. Never
- * below zero, and nothing on a key that is gone (its window ended with the units in it).
+ * Gives back units of leases nobody used: KEYS the leased budgets, ARGV per key its unused units
+ * and the most time (ms) its window can have left. Never below zero, and nothing on a key that is
+ * gone (its window ended with the units in it) or has more time left than the lease's window
+ * could (a new window's key, after the old one was evicted or the server restarted empty).
  */
 const RETURN_SCRIPT = `
 for i = 1, #KEYS do
-  local count = tonumber(redis.call('GET', KEYS[i]) or '0')
-  local back = math.min(count, tonumber(ARGV[i]))
-  if back > 0 then redis.call('DECRBY', KEYS[i], back) end
+  local ttl = redis.call('PTTL', KEYS[i])
+  if ttl > 0 and ttl <= tonumber(ARGV[2 * i]) then
+    local count = tonumber(redis.call('GET', KEYS[i]) or '0')
+    local back = math.min(count, tonumber(ARGV[2 * i - 1]))
+    if back > 0 then redis.call('DECRBY', KEYS[i], back) end
+  end
 end
 return 1`;
 
@@ -153,12 +161,26 @@ interface Lease {
   /** The budget's count in Redis when the units were last granted (they included). */
   count: number;
   limit: number;
+  /**
+   * When the window ends at the earliest, on the monotonic clock (`performance.now()`): the time
+   * left that Redis reported, counted from before the script was sent.
+   */
   resetsAt: number;
+  /** When the window ends at the latest (monotonic): the time left counted from the reply. */
+  endsBy: number;
   lastUse: number;
 }
 
-/** A lease is not used this close to its window's end: its units would outlive the window. */
+/**
+ * A lease is neither granted nor used this close to its window's end: its units would outlive the
+ * window. A window this short or shorter than twice it takes no leases.
+ */
 const LEASE_GUARD_MS = 1_000;
+/**
+ * What a give-back allows for the round trip that granted the lease: a key with more time left than
+ * the lease's window by this much is a new window's, and gets nothing back.
+ */
+const RETURN_SLACK_MS = 100;
 /** A lease nobody took from for this long gives its units back (checked at this interval too). */
 const LEASE_IDLE_MS = 250;
 /** A lease is at most this share of its budget's limit. */
@@ -259,9 +281,11 @@ class LocalWindows {
  * then decides with no round trip (`takeNow`) until they run out. Even one script call per turn
  * was 5.9 % of a keyed MCP call's main thread on the Redis path, nearly all the socket write
  * (bench/README). A unit is counted before a request takes it, so replicas together never let
- * more than the limit through; a lease is granted only with twice its size left, and units no
- * request took go back to Redis once the budget goes quiet (LEASE_IDLE_MS), so near a limit the
- * units held by one replica refuse another's requests early by at most one lease.
+ * more than the limit through; a lease is granted only with twice its size left and more than
+ * LEASE_GUARD_MS left in its window, and units no request took go back to Redis once the budget
+ * goes quiet (LEASE_IDLE_MS), so near a limit the units held by one replica refuse another's
+ * requests early by at most one lease per budget (until the window ends, for units of a lease
+ * that was not given back: a killed process's, or one whose window ended first).
  */
 export class RateLimiter {
   /** In-process budgets per tier: each credential's, and each credential's per tool. */
@@ -281,7 +305,14 @@ export class RateLimiter {
   private readonly inFlight = new Map<string, number>();
   /** Budget keys whose lease is asked for in a script not answered yet: one at a time. */
   private readonly leasing = new Set<string>();
+  /**
+   * No lease is asked for before this time (monotonic): a script that failed on the way (a
+   * timeout) may still have run in Redis, its lease counted there and never known here.
+   */
+  private leasesPausedUntil = 0;
   private sweeper: NodeJS.Timeout | null = null;
+  /** A server that came back may have lost the leased units' counts: the leases are forgotten. */
+  private readonly onReady = () => this.leases.clear();
 
   constructor(
     settings: RateLimitSettings,
@@ -289,16 +320,20 @@ export class RateLimiter {
   ) {
     this.redis = store ? (store.redis as TakingRedis) : null;
     this.windowMs = Math.max(1, settings.RATE_LIMIT_WINDOW_MS);
-    this.leaseMax = settings.RATE_LIMIT_LEASE_MAX;
+    // A window within twice the guard leaves a lease too little time to be worth its units.
+    this.leaseMax = this.windowMs <= 2 * LEASE_GUARD_MS ? 0 : settings.RATE_LIMIT_LEASE_MAX;
     this.limits = {
       anonymous: tierLimits(settings, 'anonymous'),
       free: tierLimits(settings, 'free'),
       starter: tierLimits(settings, 'starter'),
       pro: tierLimits(settings, 'pro'),
     };
-    if (this.redis && typeof this.redis.signalRateTakeMany !== 'function') {
-      this.redis.defineCommand('signalRateTakeMany', { lua: TAKE_MANY_SCRIPT });
-      this.redis.defineCommand('signalRateReturn', { lua: RETURN_SCRIPT });
+    if (this.redis) {
+      if (typeof this.redis.signalRateTakeMany !== 'function')
+        this.redis.defineCommand('signalRateTakeMany', { lua: TAKE_MANY_SCRIPT });
+      if (typeof this.redis.signalRateReturn !== 'function')
+        this.redis.defineCommand('signalRateReturn', { lua: RETURN_SCRIPT });
+      this.redis.on('ready', this.onReady);
     }
   }
 
@@ -336,7 +371,8 @@ export class RateLimiter {
   async close(): Promise<void> {
     if (this.sweeper) clearInterval(this.sweeper);
     this.sweeper = null;
-    await this.giveBack(Date.now(), true);
+    this.redis?.off('ready', this.onReady);
+    await this.giveBack(performance.now(), true);
   }
 
   private takeLocal(tier: RateTier, credential: string, tool: string | null): RateDecision {
@@ -360,7 +396,7 @@ export class RateLimiter {
   /** One unit from the lease of each budget, when each has one; null otherwise (nothing taken). */
   private takeLeased(tier: RateTier, credential: string, tool: string | null): RateDecision | null {
     const keys = this.sharedKeys(tier, credential, tool);
-    const now = Date.now();
+    const now = performance.now();
     const held: Lease[] = [];
     for (const key of keys) {
       const lease = this.leases.get(key);
@@ -375,7 +411,7 @@ export class RateLimiter {
         allowed: true,
         limit: lease.limit,
         remaining: Math.max(0, lease.limit - (lease.count - lease.held)),
-        resetMs: lease.resetsAt - now,
+        resetMs: Math.round(lease.resetsAt - now),
       };
       decision = decision === null ? budget : tighter(decision, budget);
     }
@@ -399,24 +435,30 @@ export class RateLimiter {
 
   /**
    * The budgets of a batch that take a lease: those taken more than once in it or while a take of
-   * theirs is in flight, with no leased unit left here.
+   * theirs is in flight, with no leased unit left here, and only where every budget of the take
+   * qualifies (a request is decided from leases only when each of its budgets has one).
    */
   private leasesFor(batch: PendingTake[]): { key: string; size: number; limit: number }[] {
-    if (this.leaseMax === 0) return [];
+    if (this.leaseMax === 0 || performance.now() < this.leasesPausedUntil) return [];
     const seen = new Map<string, number>();
+    for (const take of batch) for (const key of take.keys) seen.set(key, (seen.get(key) ?? 0) + 1);
     const wanted: { key: string; size: number; limit: number }[] = [];
     for (const take of batch) {
+      const asked: { key: string; size: number; limit: number }[] = [];
       for (let i = 0; i < take.keys.length; i++) {
         const key = take.keys[i]!;
-        const times = (seen.get(key) ?? 0) + 1;
-        seen.set(key, times);
-        const busy = times === 2 || (times === 1 && (this.inFlight.get(key) ?? 0) > 0);
-        if (!busy || this.leasing.has(key) || (this.leases.get(key)?.held ?? 0) > 0) continue;
         const size = this.leaseSize(take.limits[i]!);
-        if (size > 0) {
-          this.leasing.add(key);
-          wanted.push({ key, size, limit: take.limits[i]! });
+        const busy = seen.get(key)! > 1 || (this.inFlight.get(key) ?? 0) > 0;
+        const leasedHere = this.leasing.has(key) || (this.leases.get(key)?.held ?? 0) > 0;
+        if (size === 0 || (!busy && !leasedHere)) {
+          asked.length = 0;
+          break;
         }
+        if (!leasedHere) asked.push({ key, size, limit: take.limits[i]! });
+      }
+      for (const lease of asked) {
+        this.leasing.add(lease.key);
+        wanted.push(lease);
       }
     }
     return wanted;
@@ -426,7 +468,7 @@ export class RateLimiter {
   private send(batch: PendingTake[]): void {
     const keys: string[] = [];
     const leases = this.leasesFor(batch);
-    const args: (string | number)[] = [this.windowMs, leases.length];
+    const args: (string | number)[] = [this.windowMs, leases.length, LEASE_GUARD_MS];
     for (const take of batch) {
       for (const key of take.keys) keys.push(key);
       args.push(take.limits.length);
@@ -446,22 +488,29 @@ export class RateLimiter {
         else this.inFlight.delete(key);
       }
     };
+    // Before the send: a window's end counted from here is never later than Redis's.
+    const sentAt = performance.now();
     this.redis!.signalRateTakeMany(keys.length, ...keys, ...args).then(
       (reply) => {
         landed();
         let at = 0;
         for (const take of batch) {
-          take.resolve(decide(reply, at, take.limits));
+          const held =
+            this.leases.size === 0 ? undefined : take.keys.map((k) => this.leases.get(k)?.held ?? 0);
+          take.resolve(decide(reply, at, take.limits, held));
           at += 2 * take.limits.length;
         }
-        const now = Date.now();
+        const now = performance.now();
         for (const lease of leases) {
-          this.granted(lease, Number(reply[at]), Number(reply[at + 1]), Number(reply[at + 2]), now);
+          this.granted(lease, Number(reply[at]), Number(reply[at + 1]), Number(reply[at + 2]), sentAt, now);
           at += 3;
         }
       },
       (err: unknown) => {
         landed();
+        if (leases.length > 0 && !(err instanceof Error && err.name === 'ReplyError')) {
+          this.leasesPausedUntil = performance.now() + this.windowMs;
+        }
         for (const take of batch) take.reject(err);
       },
     );
@@ -472,26 +521,22 @@ export class RateLimiter {
     units: number,
     count: number,
     ttl: number,
+    sentAt: number,
     now: number,
   ): void {
     if (!(units > 0) || !(ttl > 0)) return;
     const lease = this.leases.get(asked.key);
+    const window = { resetsAt: sentAt + ttl, endsBy: now + ttl };
     if (lease === undefined) {
-      this.leases.set(asked.key, {
-        held: units,
-        count,
-        limit: asked.limit,
-        resetsAt: now + ttl,
-        lastUse: now,
-      });
+      this.leases.set(asked.key, { held: units, count, limit: asked.limit, ...window, lastUse: now });
     } else {
       lease.held += units;
       lease.count = count;
-      lease.resetsAt = now + ttl;
+      Object.assign(lease, window);
       lease.lastUse = now;
     }
     if (this.sweeper === null) {
-      this.sweeper = setInterval(() => void this.giveBack(Date.now(), false), LEASE_IDLE_MS);
+      this.sweeper = setInterval(() => void this.giveBack(performance.now(), false), LEASE_IDLE_MS);
       this.sweeper.unref();
     }
   }
@@ -503,14 +548,14 @@ export class RateLimiter {
    */
   private async giveBack(now: number, all: boolean): Promise<void> {
     const keys: string[] = [];
-    const units: number[] = [];
+    const args: number[] = [];
     for (const [key, lease] of this.leases) {
       const ending = lease.resetsAt - now <= LEASE_GUARD_MS;
       if (!all && !ending && now - lease.lastUse < LEASE_IDLE_MS) continue;
       this.leases.delete(key);
       if (lease.held > 0 && !ending) {
         keys.push(key);
-        units.push(lease.held);
+        args.push(lease.held, Math.ceil(lease.endsBy - now) + RETURN_SLACK_MS);
       }
     }
     if (this.leases.size === 0 && this.sweeper !== null) {
@@ -518,19 +563,23 @@ export class RateLimiter {
       this.sweeper = null;
     }
     if (keys.length === 0 || !this.redis || this.redis.status !== 'ready') return;
-    await this.redis.signalRateReturn(keys.length, ...keys, ...units).catch(() => undefined);
+    await this.redis.signalRateReturn(keys.length, ...keys, ...args).catch(() => undefined);
   }
 }
 
-/** One request's decision from its part of the script's reply, which starts at `at`. */
-function decide(reply: number[], at: number, limits: number[]): RateDecision {
+/**
+ * One request's decision from its part of the script's reply, which starts at `at`. `held[i]`:
+ * units of budget i this process holds leased and unused, counted in Redis but not let through,
+ * so not taken from what the headers say remains.
+ */
+function decide(reply: number[], at: number, limits: number[], held?: number[]): RateDecision {
   const budget = (i: number): RateDecision => {
     const count = Number(reply[at + 2 * i]);
     const limit = limits[i]!;
     return {
       allowed: count <= limit,
       limit,
-      remaining: Math.max(0, limit - count),
+      remaining: Math.max(0, limit - count + (held?.[i] ?? 0)),
       resetMs: Math.max(0, Number(reply[at + 2 * i + 1])),
     };
   };

@@ -46,25 +46,29 @@ export function tierLimits(settings: RateLimitSettings, tier: RateTier): { all: 
 
 /**
  * Takes one request for each of several requests, in order, then grants leases. ARGV[1] is the
- * window (ms), ARGV[2] the number of leases m, ARGV[3] the least time (ms) a lease's window must
- * have left; then per request its number of budgets n and their limits, its n budgets being the
- * next n of KEYS; then per lease its size and its budget's limit, the last m of KEYS being the
+ * window (ms), ARGV[2] the number of leased budgets m, ARGV[3] the number of lease groups g,
+ * ARGV[4] the least time (ms) a lease's window must have left; then per request its number of
+ * budgets n and their limits, its n budgets being the next n of KEYS; then per group its number
+ * of budgets and, per budget, the lease's size and the budget's limit, the last m of KEYS being the
  * leased budgets. Each request takes one from its budgets in order (a fixed window: the first take
  * of a key starts it), stopping after the first that refuses, so a refused request takes nothing
- * from the budgets after it. A lease of size L is granted only with 2L left in the budget after the
- * requests and more than ARGV[3] ms left in its window: it adds L to the count. Reply: {count, ms left in the
- * window} per budget of every request, {0, -1} for a budget not reached; then {units granted,
- * count, ms left} per lease. One script per batch, so each request is still decided atomically
- * against the counts every replica shares, in the order the requests were taken.
+ * from the budgets after it. A group's leases (the budgets of one request, used together or not at
+ * all) are granted all or none: each budget reached already (its key exists), with 2L left after
+ * the requests and more than ARGV[4] ms left in its window; a lease of size L adds L to the count.
+ * Reply: {count, ms left in the window} per budget of every request, {0, -1} for a budget not
+ * reached; then {units granted, count, ms left} per leased budget. One script per batch, so each
+ * request is still decided atomically against the counts every replica shares, in the order the
+ * requests were taken.
  */
 const TAKE_MANY_SCRIPT = `
 local window = tonumber(ARGV[1])
 local leases = tonumber(ARGV[2])
-local guard = tonumber(ARGV[3])
-local last = #ARGV - 2 * leases
+local groups = tonumber(ARGV[3])
+local guard = tonumber(ARGV[4])
+local last = #ARGV - 2 * leases - groups
 local reply = {}
 local k = 0
-local a = 4
+local a = 5
 local r = 0
 local function ttl_of(key)
   local ttl = redis.call('PTTL', key)
@@ -98,39 +102,54 @@ while a <= last do
   end
   a = a + budgets + 1
 end
-for l = 1, leases do
-  local key = KEYS[k + l]
-  local size = tonumber(ARGV[a])
-  local count = tonumber(redis.call('GET', key) or '0')
-  local granted = 0
-  local ttl = redis.call('PTTL', key)
-  if ttl < 0 then ttl = window end
-  if count + 2 * size <= tonumber(ARGV[a + 1]) and ttl > guard then
-    count = redis.call('INCRBY', key, size)
-    granted = size
-    ttl = ttl_of(key)
+for g = 1, groups do
+  local n = tonumber(ARGV[a])
+  a = a + 1
+  local grant = true
+  for j = 0, n - 1 do
+    local key = KEYS[k + 1 + j]
+    local count = tonumber(redis.call('GET', key) or '0')
+    local ttl = redis.call('PTTL', key)
+    if ttl <= guard or count + 2 * tonumber(ARGV[a + 2 * j]) > tonumber(ARGV[a + 2 * j + 1]) then
+      grant = false
+    end
   end
-  reply[r + 1] = granted
-  reply[r + 2] = count
-  reply[r + 3] = ttl
-  r = r + 3
-  a = a + 2
+  for j = 0, n - 1 do
+    local key = KEYS[k + 1 + j]
+    local size = tonumber(ARGV[a + 2 * j])
+    local granted = 0
+    local count
+    if grant then
+      count = redis.call('INCRBY', key, size)
+      granted = size
+    else
+      count = tonumber(redis.call('GET', key) or '0')
+    end
+    reply[r + 1] = granted
+    reply[r + 2] = count
+    reply[r + 3] = redis.call('PTTL', key)
+    r = r + 3
+  end
+  k = k + n
+  a = a + 2 * n
 end
 return reply`;
 
 /**
  * Gives back units of leases nobody used: KEYS the leased budgets, ARGV per key its unused units
  * and the most time (ms) its window can have left. Never below zero, and nothing on a key that is
- * gone (its window ended with the units in it) or has more time left than the lease's window
- * could (a new window's key, after the old one was evicted or the server restarted empty).
+ * gone (its window ended with the units in it), has more time left than the lease's window
+ * could, or counts fewer than the units (a new window's key, after the old one was evicted or the
+ * server restarted empty).
  */
 const RETURN_SCRIPT = `
 for i = 1, #KEYS do
   local ttl = redis.call('PTTL', KEYS[i])
-  if ttl > 0 and ttl <= tonumber(ARGV[2 * i]) then
-    local count = tonumber(redis.call('GET', KEYS[i]) or '0')
-    local back = math.min(count, tonumber(ARGV[2 * i - 1]))
-    if back > 0 then redis.call('DECRBY', KEYS[i], back) end
+  local count = tonumber(redis.call('GET', KEYS[i]) or '0')
+  local units = tonumber(ARGV[2 * i - 1])
+  -- The lease's window counted its units: fewer counted is another window's key.
+  if ttl > 0 and ttl <= tonumber(ARGV[2 * i]) and count >= units then
+    redis.call('DECRBY', KEYS[i], units)
   end
 end
 return 1`;
@@ -185,6 +204,18 @@ const RETURN_SLACK_MS = 100;
 const LEASE_IDLE_MS = 250;
 /** A lease is at most this share of its budget's limit. */
 const LEASE_SHARE = 1 / 16;
+
+/** A lease asked for: its budget's key, its size and the budget's limit. */
+interface LeaseAsk {
+  key: string;
+  size: number;
+  limit: number;
+}
+
+/** Whether a lease's units may still be taken at `now`: not in its window's last LEASE_GUARD_MS. */
+function usable(lease: Lease, now: number): boolean {
+  return lease.resetsAt - now > LEASE_GUARD_MS;
+}
 
 interface Window {
   count: number;
@@ -400,7 +431,7 @@ export class RateLimiter {
     const held: Lease[] = [];
     for (const key of keys) {
       const lease = this.leases.get(key);
-      if (lease === undefined || lease.held < 1 || lease.resetsAt - now <= LEASE_GUARD_MS) return null;
+      if (lease === undefined || lease.held < 1 || !usable(lease, now)) return null;
       held.push(lease);
     }
     let decision: RateDecision | null = null;
@@ -434,49 +465,55 @@ export class RateLimiter {
   }
 
   /**
-   * The budgets of a batch that take a lease: those taken more than once in it or while a take of
-   * theirs is in flight, with no leased unit left here, and only where every budget of the take
-   * qualifies (a request is decided from leases only when each of its budgets has one).
+   * The leases a batch asks for, in groups (one request's budgets, granted all or none): for a
+   * take whose every budget has a usable lease here, or one being asked for, or is busy (taken more
+   * than once in the batch, or while a take of it is in flight), the busy ones. A budget whose
+   * lease is in its window's last LEASE_GUARD_MS counts as neither, so its take asks for nothing.
    */
-  private leasesFor(batch: PendingTake[]): { key: string; size: number; limit: number }[] {
-    if (this.leaseMax === 0 || performance.now() < this.leasesPausedUntil) return [];
+  private leasesFor(batch: PendingTake[]): LeaseAsk[][] {
+    const now = performance.now();
+    if (this.leaseMax === 0 || now < this.leasesPausedUntil) return [];
     const seen = new Map<string, number>();
     for (const take of batch) for (const key of take.keys) seen.set(key, (seen.get(key) ?? 0) + 1);
-    const wanted: { key: string; size: number; limit: number }[] = [];
+    const groups: LeaseAsk[][] = [];
     for (const take of batch) {
-      const asked: { key: string; size: number; limit: number }[] = [];
-      for (let i = 0; i < take.keys.length; i++) {
+      const asked: LeaseAsk[] = [];
+      let qualifies = true;
+      for (let i = 0; i < take.keys.length && qualifies; i++) {
         const key = take.keys[i]!;
+        const lease = this.leases.get(key);
+        if (this.leasing.has(key) || (lease !== undefined && lease.held > 0 && usable(lease, now))) continue;
         const size = this.leaseSize(take.limits[i]!);
         const busy = seen.get(key)! > 1 || (this.inFlight.get(key) ?? 0) > 0;
-        const leasedHere = this.leasing.has(key) || (this.leases.get(key)?.held ?? 0) > 0;
-        if (size === 0 || (!busy && !leasedHere)) {
-          asked.length = 0;
-          break;
-        }
-        if (!leasedHere) asked.push({ key, size, limit: take.limits[i]! });
+        if (size === 0 || !busy || (lease !== undefined && lease.held > 0)) qualifies = false;
+        else asked.push({ key, size, limit: take.limits[i]! });
       }
-      for (const lease of asked) {
-        this.leasing.add(lease.key);
-        wanted.push(lease);
-      }
+      if (!qualifies || asked.length === 0) continue;
+      for (const lease of asked) this.leasing.add(lease.key);
+      groups.push(asked);
     }
-    return wanted;
+    return groups;
   }
 
   /** Sends a turn's takes in one script call and settles each from its part of the reply. */
   private send(batch: PendingTake[]): void {
     const keys: string[] = [];
-    const leases = this.leasesFor(batch);
-    const args: (string | number)[] = [this.windowMs, leases.length, LEASE_GUARD_MS];
+    const groups = this.leasesFor(batch);
+    const leases = groups.flat();
+    // A lease must outlast its round trip and an idle check with room to be used.
+    const guard = LEASE_GUARD_MS + LEASE_IDLE_MS;
+    const args: (string | number)[] = [this.windowMs, leases.length, groups.length, guard];
     for (const take of batch) {
       for (const key of take.keys) keys.push(key);
       args.push(take.limits.length);
       for (const limit of take.limits) args.push(limit);
     }
-    for (const lease of leases) {
-      keys.push(lease.key);
-      args.push(lease.size, lease.limit);
+    for (const group of groups) {
+      args.push(group.length);
+      for (const lease of group) {
+        keys.push(lease.key);
+        args.push(lease.size, lease.limit);
+      }
     }
     const sent = keys.slice(0, keys.length - leases.length);
     for (const key of sent) this.inFlight.set(key, (this.inFlight.get(key) ?? 0) + 1);
@@ -525,16 +562,15 @@ export class RateLimiter {
     now: number,
   ): void {
     if (!(units > 0) || !(ttl > 0)) return;
-    const lease = this.leases.get(asked.key);
-    const window = { resetsAt: sentAt + ttl, endsBy: now + ttl };
-    if (lease === undefined) {
-      this.leases.set(asked.key, { held: units, count, limit: asked.limit, ...window, lastUse: now });
-    } else {
-      lease.held += units;
-      lease.count = count;
-      Object.assign(lease, window);
-      lease.lastUse = now;
-    }
+    // A budget is asked for a lease only with none of its units held here: the grant replaces it.
+    this.leases.set(asked.key, {
+      held: units,
+      count,
+      limit: asked.limit,
+      resetsAt: sentAt + ttl,
+      endsBy: now + ttl,
+      lastUse: now,
+    });
     if (this.sweeper === null) {
       this.sweeper = setInterval(() => void this.giveBack(performance.now(), false), LEASE_IDLE_MS);
       this.sweeper.unref();
@@ -542,18 +578,18 @@ export class RateLimiter {
   }
 
   /**
-   * Gives back the units of leases nobody took from for LEASE_IDLE_MS (all of them when `all`);
-   * a lease whose window is about to end is dropped with its units (the window takes them along).
-   * A failure leaves them counted until the window ends: never more let through, only less.
+   * Gives back the units of leases nobody took from for LEASE_IDLE_MS, or in their window's last
+   * LEASE_GUARD_MS (all of them when `all`). A failure leaves them counted until the window ends:
+   * never more let through, only less.
    */
   private async giveBack(now: number, all: boolean): Promise<void> {
     const keys: string[] = [];
     const args: number[] = [];
     for (const [key, lease] of this.leases) {
-      const ending = lease.resetsAt - now <= LEASE_GUARD_MS;
-      if (!all && !ending && now - lease.lastUse < LEASE_IDLE_MS) continue;
+      if (!all && usable(lease, now) && now - lease.lastUse < LEASE_IDLE_MS) continue;
       this.leases.delete(key);
-      if (lease.held > 0 && !ending) {
+      // Redis gives back only into the lease's own window (RETURN_SCRIPT), however near its end.
+      if (lease.held > 0 && lease.endsBy > now) {
         keys.push(key);
         args.push(lease.held, Math.ceil(lease.endsBy - now) + RETURN_SLACK_MS);
       }
@@ -579,7 +615,7 @@ function decide(reply: number[], at: number, limits: number[], held?: number[]):
     return {
       allowed: count <= limit,
       limit,
-      remaining: Math.max(0, limit - count + (held?.[i] ?? 0)),
+      remaining: count > limit ? 0 : Math.min(limit, limit - count + (held?.[i] ?? 0)),
       resetMs: Math.max(0, Number(reply[at + 2 * i + 1])),
     };
   };

@@ -18,31 +18,40 @@ const settings: RateLimitSettings = {
   RATE_LIMIT_LEASE_MAX: 64,
 };
 
-/** Counts the script calls the limiter sends (each a round trip to Redis). */
-function countScriptCalls(cache: RedisCache): { calls: number } {
+/** Records the calls of one of the limiter's scripts (each a round trip to Redis), with their replies. */
+function recordScript(
+  cache: RedisCache,
+  name: 'signalRateTakeMany' | 'signalRateReturn',
+): { calls: number; replies: Promise<unknown>[] } {
   const redis = cache.shared.redis as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;
-  const original = redis.signalRateTakeMany!;
-  const counter = { calls: 0 };
-  redis.signalRateTakeMany = (...args: unknown[]) => {
-    counter.calls++;
-    return original.apply(redis, args);
+  const original = redis[name]!;
+  const record = { calls: 0, replies: [] as Promise<unknown>[] };
+  redis[name] = (...args: unknown[]) => {
+    record.calls++;
+    const reply = original.apply(redis, args);
+    record.replies.push(reply);
+    return reply;
   };
-  return counter;
+  return record;
+}
+
+/** Counts the take scripts the limiter sends. */
+const countScriptCalls = (cache: RedisCache) => recordScript(cache, 'signalRateTakeMany');
+
+const prefixes: string[] = [];
+afterAll(async () => {
+  for (const prefix of prefixes) await wipePrefix(prefix);
+});
+/** A cache on Redis under a key prefix of its own, wiped after the file. */
+function connect(tag: string): Promise<RedisCache> {
+  const prefix = `test:${tag}:${randomUUID()}:`;
+  prefixes.push(prefix);
+  return connectRedisCache({ url: REDIS_URL, prefix });
 }
 
 describe.runIf(run)('the Redis limiter takes a turn’s requests in one script call', () => {
-  const prefixes: string[] = [];
-  afterAll(async () => {
-    for (const prefix of prefixes) await wipePrefix(prefix);
-  });
-  const connect = () => {
-    const prefix = `test:rlbatch:${randomUUID()}:`;
-    prefixes.push(prefix);
-    return connectRedisCache({ url: REDIS_URL, prefix });
-  };
-
   it('decides the requests of one turn in the order they asked, each against the shared counts', async () => {
-    const cache = await connect();
+    const cache = await connect('rlbatch');
     try {
       const limiter = new RateLimiter(settings, cache.shared);
       const calls = countScriptCalls(cache);
@@ -92,7 +101,7 @@ describe.runIf(run)('the Redis limiter takes a turn’s requests in one script c
   });
 
   it('splits a turn with more takes than one script may carry, keeping their order', async () => {
-    const cache = await connect();
+    const cache = await connect('rlbatch');
     try {
       const limiter = new RateLimiter(settings, cache.shared);
       const calls = countScriptCalls(cache);
@@ -109,7 +118,7 @@ describe.runIf(run)('the Redis limiter takes a turn’s requests in one script c
   });
 
   it('falls back to this process for every take of a call that cannot reach Redis', async () => {
-    const cache = await connect();
+    const cache = await connect('rlbatch');
     try {
       const limiter = new RateLimiter(settings, cache.shared);
       const redis = cache.shared.redis as unknown as Record<string, unknown>;
@@ -124,7 +133,7 @@ describe.runIf(run)('the Redis limiter takes a turn’s requests in one script c
   });
 
   it('surfaces a script error to every take of the call instead of letting them through', async () => {
-    const cache = await connect();
+    const cache = await connect('rlbatch');
     try {
       const limiter = new RateLimiter(settings, cache.shared);
       const redis = cache.shared.redis as unknown as Record<string, unknown>;
@@ -142,15 +151,6 @@ describe.runIf(run)('the Redis limiter takes a turn’s requests in one script c
 });
 
 describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
-  const prefixes: string[] = [];
-  afterAll(async () => {
-    for (const prefix of prefixes) await wipePrefix(prefix);
-  });
-  const connect = () => {
-    const prefix = `test:rllease:${randomUUID()}:`;
-    prefixes.push(prefix);
-    return connectRedisCache({ url: REDIS_URL, prefix });
-  };
   const counts = async (cache: RedisCache, tier: string, credential: string, tool: string) => {
     const raw = new Redis(REDIS_URL);
     try {
@@ -165,7 +165,7 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
   };
 
   it('decides the next requests without Redis, every unit counted there first', async () => {
-    const cache = await connect();
+    const cache = await connect('rllease');
     const limiter = new RateLimiter(settings, cache.shared);
     try {
       const calls = countScriptCalls(cache);
@@ -190,7 +190,7 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
   });
 
   it('gives back what no request took once the budget goes quiet, and at close', async () => {
-    const cache = await connect();
+    const cache = await connect('rllease');
     const limiter = new RateLimiter(settings, cache.shared);
     try {
       await Promise.all([limiter.take('pro', 'p', 'x'), limiter.take('pro', 'p', 'x')]);
@@ -215,7 +215,7 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
   });
 
   it('never lets two replicas through past the limit; held units refuse early by at most a lease each', async () => {
-    const cache = await connect();
+    const cache = await connect('rllease');
     // Pro 200 per window, 100 per tool: leases of 12 and 6.
     const tight = { ...settings, RATE_LIMIT_PRO: 200 };
     const a = new RateLimiter(tight, cache.shared);
@@ -253,7 +253,7 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
   });
 
   it("neither uses nor takes a lease within a second of the window's end", async () => {
-    const cache = await connect();
+    const cache = await connect('rllease');
     const limiter = new RateLimiter({ ...settings, RATE_LIMIT_WINDOW_MS: 2_500 }, cache.shared);
     try {
       await Promise.all([limiter.take('pro', 's', 'x'), limiter.take('pro', 's', 'x')]);
@@ -283,7 +283,7 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
   });
 
   it('takes none with RATE_LIMIT_LEASE_MAX=0 or a window of two seconds or less', async () => {
-    const cache = await connect();
+    const cache = await connect('rllease');
     const off = new RateLimiter({ ...settings, RATE_LIMIT_LEASE_MAX: 0 }, cache.shared);
     const short = new RateLimiter({ ...settings, RATE_LIMIT_WINDOW_MS: 2_000 }, cache.shared);
     try {
@@ -301,19 +301,12 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
   });
 
   it('gives nothing back into a new window of the same budget (the old key gone meanwhile)', async () => {
-    const cache = await connect();
+    const cache = await connect('rllease');
     const limiter = new RateLimiter(settings, cache.shared);
     const other = new RateLimiter({ ...settings, RATE_LIMIT_LEASE_MAX: 0 }, cache.shared);
     const raw = new Redis(REDIS_URL);
     // Each give-back the limiter sends, to wait for it.
-    const redis = cache.shared.redis as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;
-    const original = redis.signalRateReturn!;
-    const returns: Promise<unknown>[] = [];
-    redis.signalRateReturn = (...args: unknown[]) => {
-      const sent = original.apply(redis, args);
-      returns.push(sent);
-      return sent;
-    };
+    const returns = recordScript(cache, 'signalRateReturn');
     try {
       await Promise.all([limiter.take('pro', 'n', 'x'), limiter.take('pro', 'n', 'x')]);
       expect(await counts(cache, 'pro', 'n', 'x')).toEqual({ all: 2 + 62, tool: 2 + 31 });
@@ -323,8 +316,8 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
       await new Promise((r) => setTimeout(r, 150));
       await other.take('pro', 'n', 'x');
       // Quiet (the lease untouched since its grant): it is given back, but not into the new window.
-      await vi.waitFor(() => expect(returns.length).toBeGreaterThan(0), { timeout: 5_000, interval: 20 });
-      await Promise.all(returns);
+      await vi.waitFor(() => expect(returns.calls).toBeGreaterThan(0), { timeout: 5_000, interval: 20 });
+      await Promise.all(returns.replies);
       expect(await counts(cache, 'pro', 'n', 'x')).toEqual({ all: 1, tool: 1 });
     } finally {
       raw.disconnect();
@@ -335,7 +328,7 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
   });
 
   it("grants a request's leases all or none, and never opens a budget the request did not reach", async () => {
-    const cache = await connect();
+    const cache = await connect('rllease');
     const limiter = new RateLimiter(settings, cache.shared);
     const raw = new Redis(REDIS_URL);
     try {

@@ -374,10 +374,11 @@ export class RateLimiter {
    */
   async take(tier: RateTier, credential: string, tool: string | null): Promise<RateDecision> {
     if (this.redis && this.redis.status === 'ready') {
-      const leased = this.leases.size === 0 ? null : this.takeLeased(tier, credential, tool);
+      const keys = this.sharedKeys(tier, credential, tool);
+      const leased = this.leases.size === 0 ? null : this.takeLeased(keys);
       if (leased !== null) return leased;
       try {
-        return await this.takeShared(tier, credential, tool);
+        return await this.takeShared(tier, keys, tool !== null);
       } catch (err) {
         // Redis refusing the script is a bug to surface; an outage falls back to this process.
         if (err instanceof Error && err.name === 'ReplyError') throw err;
@@ -393,7 +394,7 @@ export class RateLimiter {
    */
   takeNow(tier: RateTier, credential: string, tool: string | null): RateDecision | null {
     if (this.redis && this.redis.status === 'ready') {
-      return this.leases.size === 0 ? null : this.takeLeased(tier, credential, tool);
+      return this.leases.size === 0 ? null : this.takeLeased(this.sharedKeys(tier, credential, tool));
     }
     return this.takeLocal(tier, credential, tool);
   }
@@ -425,8 +426,7 @@ export class RateLimiter {
   }
 
   /** One unit from the lease of each budget, when each has one; null otherwise (nothing taken). */
-  private takeLeased(tier: RateTier, credential: string, tool: string | null): RateDecision | null {
-    const keys = this.sharedKeys(tier, credential, tool);
+  private takeLeased(keys: string[]): RateDecision | null {
     const now = performance.now();
     const held: Lease[] = [];
     for (const key of keys) {
@@ -449,10 +449,10 @@ export class RateLimiter {
     return decision;
   }
 
-  private takeShared(tier: RateTier, credential: string, tool: string | null): Promise<RateDecision> {
+  /** Counts the request on `keys` (sharedKeys) through Redis, with the other takes of the turn. */
+  private takeShared(tier: RateTier, keys: string[], byTool: boolean): Promise<RateDecision> {
     const { all, perTool } = this.limits[tier];
-    const keys = this.sharedKeys(tier, credential, tool);
-    const limits = tool === null ? [all] : [all, perTool];
+    const limits = byTool ? [all, perTool] : [all];
     return new Promise<RateDecision>((resolve, reject) => {
       this.takes.add({ keys, limits, resolve, reject });
     });
@@ -554,7 +554,7 @@ export class RateLimiter {
   }
 
   private granted(
-    asked: { key: string; limit: number },
+    asked: LeaseAsk,
     units: number,
     count: number,
     ttl: number,

@@ -276,7 +276,6 @@ export class QuotaMeter {
       free: 0,
       pending: 0,
       size: 0,
-      reserving: false,
       reserved: null,
       giving: null,
       unrecorded: null,
@@ -306,7 +305,8 @@ export class QuotaMeter {
   private maybeReserve(lease: Lease): void {
     const options = this.lease;
     const counts = this.countsBySubject.get(lease.subject.id);
-    if (options === null || lease.reserving || lease.ended || this.stopped || counts === undefined) return;
+    if (options === null || lease.reserved !== null || lease.ended || this.stopped || counts === undefined)
+      return;
     if (lease.calls < LEASE_MIN_UNITS) return;
     const now = this.now();
     const elapsed = Math.max(1, now - lease.since);
@@ -335,7 +335,6 @@ export class QuotaMeter {
     for (let i = 0; i < lease.windows.length; i++)
       left = Math.min(left, lease.windows[i]!.limit - (counts[i] ?? 0));
     if (units * LEASE_SHARE > left) return;
-    lease.reserving = true;
     lease.calls = 0;
     lease.since = now;
     lease.reserved = this.reserve(lease, units);
@@ -382,7 +381,6 @@ export class QuotaMeter {
       // The counters out of reach: the calls go on one debit each, which answer for it.
       this.deps.logger?.warn({ err }, 'quota lease not taken');
     } finally {
-      lease.reserving = false;
       lease.reserved = null;
       if (lease.ended) {
         this.ending.add(lease);
@@ -404,7 +402,7 @@ export class QuotaMeter {
       }
     }
     this.ending.add(lease);
-    if (!lease.reserving) this.giveBack(lease);
+    if (lease.reserved === null) this.giveBack(lease);
   }
 
   /**
@@ -417,7 +415,7 @@ export class QuotaMeter {
    * the units as used). A reservation that lands after the lease ended is given back the same way.
    */
   private giveBack(lease: Lease): void {
-    if (lease.giving !== null || lease.reserving) return;
+    if (lease.giving !== null || lease.reserved !== null) return;
     if (lease.free === 0 && lease.unrecorded === null) {
       this.ending.delete(lease);
       return;
@@ -720,7 +718,7 @@ interface Lease {
   pending: number;
   /** Units of the last reservation (the next is taken when half of it is left). */
   size: number;
-  reserving: boolean;
+  /** The reservation in flight, if any. */
   reserved: Promise<void> | null;
   giving: Promise<void> | null;
   /** A return given back on the counters whose record is still to be appended (under `id`). */

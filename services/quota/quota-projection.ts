@@ -43,7 +43,7 @@ export const quotaBalancesProjection: Projection<QuotaBalances> = defineProjecti
   initial: (): QuotaBalances => ({}),
   evolve(state, event) {
     const { subject, day, month } = event.data;
-    const units = event.type === 'QuotaDebitsReturned' ? -event.data.units : event.data.units;
+    const units = debitedUnits(event);
     add(state, monthKey(subject, month), units, counterExpiry(resetsAtOf(month)));
     add(state, dayKey(subject, day), units, counterExpiry(resetsAtOf(day)));
     return state;

@@ -197,6 +197,28 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     expect(events.map((e) => debitedUnits(e))).toEqual(Array.from({ length: 40 }, () => 1));
   });
 
+  it('a caller at 50 calls a second whose calls never overlap (each answered before the next comes) is leased: the rate decides, not overlap', async () => {
+    const { store, memory, committed } = tallyingStore();
+    let now = T0;
+    const { meter, cache } = meterOn(store, { now: () => now });
+    const subject = key();
+    for (let i = 0; i < 200; i++) {
+      expect((await meter.debit(subject, 'get_trade_call', `r${i}`)).ok).toBe(true);
+      // Never fewer units on the log than calls answered.
+      expect(committed.get(subject.id)).toBeGreaterThanOrEqual(i + 1);
+      now += 20;
+      // The next call comes after the last one's append has wholly finished.
+      await sleep(1);
+    }
+    const events = (await memory.readAll()).filter((e) => debitedUnits(e, subject.id) !== 0);
+    // One event per call would be 200; the first calls go one by one until the rate is known.
+    expect(events.length).toBeLessThan(40);
+    expect(events.some((e) => debitedUnits(e) > 1)).toBe(true);
+    await meter.stop();
+    expect(await netUnits(memory, subject)).toBe(200);
+    expect(await counters(cache, subject, now)).toEqual([200, 200]);
+  });
+
   it('near a limit there is no lease: the free plan (60 a day) serves exactly 60 of 150 concurrent calls, all on the log', async () => {
     const { store, memory, committed } = tallyingStore();
     const { meter, cache } = meterOn(store);

@@ -35,6 +35,8 @@ function recordScript(
   return record;
 }
 
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
 /** Counts the take scripts the limiter sends. */
 const countScriptCalls = (cache: RedisCache) => recordScript(cache, 'signalRateTakeMany');
 
@@ -276,6 +278,41 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
       expect(during.every((d) => d.allowed)).toBe(true);
       expect(await counts(cache, 'pro', 's', 'x')).toEqual({ all: before.all + 2, tool: before.tool + 2 });
       expect(limiter.takeNow('pro', 's', 'x')).toBeNull();
+    } finally {
+      await limiter.close();
+      await cache.close();
+    }
+  });
+
+  it('leases a budget whose requests come one at a time within 250 ms of each other, not one whose requests are further apart', async () => {
+    const cache = await connect('rllease');
+    const limiter = new RateLimiter(settings, cache.shared);
+    try {
+      const calls = countScriptCalls(cache);
+      // Each awaited: nothing of the budget in flight when the next asks, never two in one turn.
+      await limiter.take('pro', 'p', 'x');
+      expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 1, tool: 1 });
+      await limiter.take('pro', 'p', 'x');
+      expect(calls.calls).toBe(2);
+      expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 2 + 62, tool: 2 + 31 });
+      await sleep(130);
+      for (let i = 0; i < 31; i++) expect(limiter.takeNow('pro', 'p', 'x')?.allowed).toBe(true);
+      expect(calls.calls).toBe(2);
+      // The tool's lease used up 130 ms ago, its last count sent over 260 ms ago: taken from
+      // lately, so the next request through Redis leases it again at once.
+      await sleep(130);
+      expect(limiter.takeNow('pro', 'p', 'x')).toBeNull();
+      await limiter.take('pro', 'p', 'x');
+      expect(limiter.takeNow('pro', 'p', 'x')?.allowed).toBe(true);
+      expect(calls.calls).toBe(3);
+
+      // 300 ms apart: every request is counted on its own, nothing is held.
+      for (let i = 0; i < 3; i++) {
+        if (i > 0) await sleep(300);
+        await limiter.take('pro', 'slow', 'x');
+        expect(limiter.takeNow('pro', 'slow', 'x')).toBeNull();
+      }
+      expect(await counts(cache, 'pro', 'slow', 'x')).toEqual({ all: 3, tool: 3 });
     } finally {
       await limiter.close();
       await cache.close();

@@ -241,12 +241,12 @@ export const ConfigSchema = z
     PLAN_STARTER_MONTHLY_CALLS: positiveInt.default(10_000),
     PLAN_PRO_MONTHLY_CALLS: positiveInt.default(100_000),
     /**
-     * Prepaid debits: a key or client whose calls overlap, or come within QUOTA_LEASE_MS / 8 of each
-     * other, has the units of its next calls counted and recorded ahead in one event, sized to
-     * QUOTA_LEASE_MS of its calls at their recent rate (at most QUOTA_LEASE_MAX_UNITS, and only
-     * while it has 16 times that left); what no call took is given back once it goes quiet or the
-     * api stops. A killed api leaves at most one lease's unused units charged per busy key and
-     * tool. 0: every call is recorded on its own.
+     * Prepaid debits: a key or client whose calls overlap, or come within QUOTA_LEASE_MS / 8 (and
+     * 250 ms) of each other, has the units of its next calls counted and recorded ahead in one
+     * event, sized to QUOTA_LEASE_MS of its calls at their recent rate (at most
+     * QUOTA_LEASE_MAX_UNITS, and only while it has 16 times that left); what no call took is given
+     * back once it goes quiet or the api stops. A killed api leaves at most one lease's unused
+     * units charged per busy key and tool. 0: every call is recorded on its own.
      */
     QUOTA_LEASE_MS: nonNegativeInt.default(1_000),
     QUOTA_LEASE_MAX_UNITS: positiveInt.default(256),
@@ -263,8 +263,8 @@ export const ConfigSchema = z
     RATE_LIMIT_PRO: positiveInt.default(6_000),
     RATE_LIMIT_TOOL_SHARE: z.coerce.number().gt(0).max(1).default(0.5),
     /**
-     * On Redis, a budget whose requests come while its last count is still in flight, or within
-     * 250 ms of its last one, takes this many units ahead (at most a sixteenth of its limit,
+     * On Redis, a budget whose requests come while its last count is still in flight, or three
+     * within 250 ms, takes this many units ahead (at most a sixteenth of its limit,
      * and only with twice that left), so its next requests are decided in this process without a
      * round trip each; what none took is given back once it goes quiet. Every unit is counted in
      * Redis before a request uses it, so replicas together never let more than the limit through;

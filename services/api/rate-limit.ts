@@ -205,6 +205,12 @@ const LEASE_IDLE_MS = 250;
 /** A lease is at most this share of its budget's limit. */
 const LEASE_SHARE = 1 / 16;
 
+/** When a budget was last sent in a take, and the time before that (monotonic ms). */
+interface Sends {
+  last: number;
+  before: number;
+}
+
 /** A lease asked for: its budget's key, its size and the budget's limit. */
 interface LeaseAsk {
   key: string;
@@ -307,11 +313,11 @@ class LocalWindows {
  * (bench/rate-limit.bench.ts). Each request is still decided against the shared counts, in the
  * order it asked. In-process, both budgets are plain counters taken without a promise.
  *
- * A busy budget (taken twice in one turn, or while its last count is in flight) also takes a
- * lease in that script: units counted in Redis ahead of its next requests, which this process
- * then decides with no round trip (`takeNow`) until they run out. Even one script call per turn
- * was 5.9 % of a keyed MCP call's main thread on the Redis path, nearly all the socket write
- * (bench/README). A unit is counted before a request takes it, so replicas together never let
+ * A busy budget (taken twice in one turn, or while its last count is in flight, or at a rate:
+ * see leasesFor) also takes a lease in that script: units counted in Redis ahead of its next
+ * requests, which this process then decides with no round trip (`takeNow`) until they run out.
+ * Even one script call per turn was 5.9 % of a keyed MCP call's main thread on the Redis path,
+ * nearly all the socket write (bench/README). A unit is counted before a request takes it, so replicas together never let
  * more than the limit through; a lease is granted only with twice its size left and more than
  * LEASE_GUARD_MS left in its window, and units no request took go back to Redis once the budget
  * goes quiet (LEASE_IDLE_MS), so near a limit the units held by one replica refuse another's
@@ -337,12 +343,13 @@ export class RateLimiter {
   /** Budget keys whose lease is asked for in a script not answered yet: one at a time. */
   private readonly leasing = new Set<string>();
   /**
-   * When each budget was last sent in a take (monotonic ms): since `recentSince` in `recent`, the
-   * period before in `older`. Turned over every LEASE_IDLE_MS or more, so what is kept is bounded
-   * by the budgets of two periods, and a budget sent longer ago than that is not found.
+   * When each budget was last sent in a take, and the time before (monotonic ms): since
+   * `recentSince` in `recent`, the period before in `older`. Turned over every LEASE_IDLE_MS or
+   * more, so what is kept is bounded by the budgets of two periods; one sent longer ago than that
+   * is not found, and counts as never sent.
    */
-  private recent = new Map<string, number>();
-  private older = new Map<string, number>();
+  private recent = new Map<string, Sends>();
+  private older = new Map<string, Sends>();
   private recentSince = 0;
   /**
    * No lease is asked for before this time (monotonic): a script that failed on the way (a
@@ -475,10 +482,12 @@ export class RateLimiter {
   /**
    * The leases a batch asks for, in groups (one request's budgets, granted all or none): for a
    * take whose every budget has a usable lease here, or one being asked for, or is busy, the busy
-   * ones. Busy: taken more than once in the batch, or while a take of it is in flight, or sent in
-   * a take or taken from a lease here within the last LEASE_IDLE_MS. The last counts the
-   * rate, not overlap: a key at 60 requests/s whose requests come one at a time never overlapped,
-   * and each of them paid a script call (128 keys over 32 connections, bench/scale-out.bench.ts).
+   * ones. Busy: taken more than once in the batch, or while a take of it is in flight, or sent
+   * twice in takes within the last LEASE_IDLE_MS (so this is at least the third request in that
+   * time), or taken from a lease here within it. The last two count the rate, not overlap: a key
+   * at 60 requests/s whose requests come one at a time never overlapped, and each of them paid a
+   * script call (128 keys over 32 connections, bench/scale-out.bench.ts). A pair of requests and
+   * then quiet takes no lease: it would cost a give-back for nothing.
    * A budget whose lease is in its window's last LEASE_GUARD_MS counts as neither, so its take
    * asks for nothing.
    */
@@ -501,11 +510,11 @@ export class RateLimiter {
         const lease = this.leases.get(key);
         if (this.leasing.has(key) || (lease !== undefined && lease.held > 0 && usable(lease, now))) continue;
         const size = this.leaseSize(take.limits[i]!);
-        const sentAt = this.recent.get(key) ?? this.older.get(key);
+        const sends = this.recent.get(key) ?? this.older.get(key);
         const busy =
           seen.get(key)! > 1 ||
           (this.inFlight.get(key) ?? 0) > 0 ||
-          (sentAt !== undefined && now - sentAt < LEASE_IDLE_MS) ||
+          (sends !== undefined && now - sends.before < LEASE_IDLE_MS) ||
           (lease !== undefined && now - lease.lastUse < LEASE_IDLE_MS);
         if (size === 0 || !busy || (lease !== undefined && lease.held > 0)) qualifies = false;
         else asked.push({ key, size, limit: take.limits[i]! });
@@ -514,7 +523,14 @@ export class RateLimiter {
       for (const lease of asked) this.leasing.add(lease.key);
       groups.push(asked);
     }
-    for (const key of seen.keys()) this.recent.set(key, now);
+    for (const key of seen.keys()) {
+      const sends = this.recent.get(key);
+      if (sends !== undefined) {
+        sends.before = sends.last;
+        sends.last = now;
+      } else
+        this.recent.set(key, { last: now, before: this.older.get(key)?.last ?? Number.NEGATIVE_INFINITY });
+    }
     return groups;
   }
 

@@ -125,7 +125,8 @@ export class QuotaMeter {
    * changes: every keyed call names the same two counters, and spelling their keys (the subject's
    * 64-character hash in each) and hashing the fresh strings in every lookup showed in the keyed
    * profiles. The same string objects each time also keep V8's hash of each key, so the cache's
-   * lookups of them do not hash them again. Frozen: shared by concurrent calls.
+   * lookups of them do not hash them again. Its windows and keys are frozen: shared by concurrent
+   * calls. The record also carries when the subject was last called (see debit).
    */
   private windowsOf(subject: QuotaSubject, limits: PlanLimits, period: QuotaPeriod): SubjectWindows {
     const known = this.windowsBySubject.get(subject.id);
@@ -136,7 +137,7 @@ export class QuotaMeter {
       limits,
       windows: Object.freeze(windows) as QuotaWindow[],
       keys: Object.freeze(windows.map((w) => w.key)) as string[],
-      lastDebitAt: known?.lastDebitAt ?? Number.NEGATIVE_INFINITY,
+      lastCallAt: known?.lastCallAt ?? Number.NEGATIVE_INFINITY,
     };
     setBounded(this.windowsBySubject, subject.id, made, REMEMBERED_SUBJECTS);
     return made;
@@ -201,9 +202,12 @@ export class QuotaMeter {
     const period = quotaPeriod(now);
     const known = this.windowsOf(subject, limits, period);
     const windows = known.windows;
-    // Called again soon after its last call: fast enough for a lease to be worth its two events.
-    const recent = this.lease !== null && now - known.lastDebitAt <= this.lease.ms / LEASE_MIN_UNITS;
-    known.lastDebitAt = now;
+    // Called again soon after its last call: fast enough for a lease to be worth its two events,
+    // and before the sweep would end a lease no call took from.
+    const recent =
+      this.lease !== null &&
+      now - known.lastCallAt <= Math.min(this.lease.ms / LEASE_MIN_UNITS, this.lease.idleMs);
+    known.lastCallAt = now;
     const lease = this.lease === null ? undefined : this.leaseOf(subject, tool, period, windows, recent);
     if (lease !== undefined) {
       lease.calls++;
@@ -245,9 +249,9 @@ export class QuotaMeter {
 
   /**
    * The lease of a subject's calls of one tool: made once a call of the subject comes while its
-   * debits are being appended, or within `ms / LEASE_MIN_UNITS` of its last call (`recent`); the
-   * rate then decides whether it ever holds units (see maybeReserve). Ended and replaced when the
-   * day or the plan changes under it. The rate alone matters, not whether calls overlap: a key at
+   * debits are being appended, or within `ms / LEASE_MIN_UNITS` (and `idleMs`) of its last call
+   * (`recent`); the rate then decides whether it ever holds units (see maybeReserve). Ended and
+   * replaced when the day or the plan changes under it. The rate alone matters, not whether calls overlap: a key at
    * 60 calls/s whose calls came one at a time, each after the last one's debit was on the log
    * (128 keys over 32 connections, bench/scale-out.bench.ts), never overlapped, and every call
    * waited for an append of its own.
@@ -755,8 +759,8 @@ interface SubjectWindows {
   limits: PlanLimits;
   windows: QuotaWindow[];
   keys: string[];
-  /** When the subject's last call was debited here (this meter's clock). */
-  lastDebitAt: number;
+  /** When the subject's last call (any tool, served or not) came to this meter (its clock). */
+  lastCallAt: number;
 }
 
 /** One subject's debits on their way to the log: at most MAX_ROUNDS_IN_FLIGHT append rounds in flight. */

@@ -43,6 +43,11 @@ describe.runIf(typeof disk !== 'string' || process.env.CI === 'true')('the api w
       HOST: '127.0.0.1',
       FEED: 'replay',
       RATE_LIMIT_ENABLED: 'false',
+      // Each call's own debit, so the first write after the disk fills is a call's: a key called
+      // this fast would otherwise be leased, its calls served from units already on the log, and
+      // the write that fails would be a reservation's some calls later (that path, a reservation
+      // whose append fails, is quota-lease.unit.test.ts's).
+      QUOTA_LEASE_MS: '0',
     });
     service = await startService(config, ['api'], pino({ level: 'silent' }));
     const issued = await issueKey(service.adapters.eventStore, {

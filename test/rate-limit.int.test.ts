@@ -128,30 +128,36 @@ describe.runIf(run)('request-rate limits on real Redis (HTTP and MCP, shared by 
   });
 
   it('decides a busy key from a lease through the request hook: counted in Redis ahead, headers count what was let through, the rest given back at stop', async () => {
-    fresh();
-    // Pro 320 a minute: a lease is a sixteenth, 20 units.
-    const s = await server({ RATE_LIMIT_PRO: '320' });
-    const { key } = await s.issue('pro');
     const raw = new Redis(REDIS_URL);
     try {
-      const budget = async () => {
-        const [found] = await raw.keys(`${prefix}rl:pro:all:*`);
-        return Number(await raw.get(found!));
-      };
-      const remaining: number[] = [];
-      // One at a time: the third within 250 ms makes the budget busy and takes the lease.
-      for (let i = 0; i < 13; i++) {
-        const res = await quote(s, { authorization: `Bearer ${key}` });
-        expect(res.status).toBe(200);
-        remaining.push(Number(res.headers.get('ratelimit-remaining')));
+      // The lease needs three requests within 250 ms: a stall of the test machine can miss that,
+      // so the burst is tried again (on a fresh server and budget) before that counts as failed.
+      let leased = false;
+      for (let attempt = 0; attempt < 3 && !leased; attempt++) {
+        fresh();
+        // Pro 320 a minute: a lease is a sixteenth, 20 units.
+        const s = await server({ RATE_LIMIT_PRO: '320' });
+        const { key } = await s.issue('pro');
+        const budget = async () => {
+          const [found] = await raw.keys(`${prefix}rl:pro:all:*`);
+          return Number(await raw.get(found!));
+        };
+        const remaining: number[] = [];
+        for (let i = 0; i < 13; i++) {
+          const res = await quote(s, { authorization: `Bearer ${key}` });
+          expect(res.status).toBe(200);
+          remaining.push(Number(res.headers.get('ratelimit-remaining')));
+        }
+        // Whatever was leased, the headers count the requests let through, never the units held.
+        expect(remaining).toEqual(Array.from({ length: 13 }, (_, i) => 320 - 1 - i));
+        // Leased at the third: 13 let through, 20 more counted ahead, 10 of them taken in-process.
+        leased = (await budget()) === 3 + 20;
+        await s.close();
+        servers.splice(servers.indexOf(s), 1);
+        // Stopping gives back what no request took: the budget holds the requests, exactly.
+        expect(await budget()).toBe(13);
       }
-      expect(remaining).toEqual(Array.from({ length: 13 }, (_, i) => 320 - 1 - i));
-      // 13 let through, 20 more counted ahead: 10 of them taken by requests decided in-process.
-      expect(await budget()).toBe(3 + 20);
-      await s.close();
-      servers.splice(servers.indexOf(s), 1);
-      // Stopping gives back the 10 no request took.
-      expect(await budget()).toBe(13);
+      expect(leased).toBe(true);
     } finally {
       raw.disconnect();
     }

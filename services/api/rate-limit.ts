@@ -317,8 +317,8 @@ class LocalWindows {
  * see leasesFor) also takes a lease in that script: units counted in Redis ahead of its next
  * requests, which this process then decides with no round trip (`takeNow`) until they run out.
  * Even one script call per turn was 5.9 % of a keyed MCP call's main thread on the Redis path,
- * nearly all the socket write (bench/README). A unit is counted before a request takes it, so replicas together never let
- * more than the limit through; a lease is granted only with twice its size left and more than
+ * nearly all the socket write (bench/README). A unit is counted before a request takes it, so
+ * replicas together never let more than the limit through; a lease is granted only with twice its size left and more than
  * LEASE_GUARD_MS left in its window, and units no request took go back to Redis once the budget
  * goes quiet (LEASE_IDLE_MS), so near a limit the units held by one replica refuse another's
  * requests early by at most one lease per budget (until the window ends, for units of a lease
@@ -359,11 +359,15 @@ export class RateLimiter {
   private sweeper: NodeJS.Timeout | null = null;
   /** A server that came back may have lost the leased units' counts: the leases are forgotten. */
   private readonly onReady = () => this.leases.clear();
+  /** LEASE_IDLE_MS unless a test stretches it (so that its timings have room on a loaded machine). */
+  private readonly idleMs: number;
 
   constructor(
     settings: RateLimitSettings,
     private readonly store: { redis: Redis; prefix: string } | null,
+    options: { leaseIdleMs?: number } = {},
   ) {
+    this.idleMs = options.leaseIdleMs ?? LEASE_IDLE_MS;
     this.redis = store ? (store.redis as TakingRedis) : null;
     this.windowMs = Math.max(1, settings.RATE_LIMIT_WINDOW_MS);
     // A window within twice the guard leaves a lease too little time to be worth its units.
@@ -494,7 +498,7 @@ export class RateLimiter {
   private leasesFor(batch: PendingTake[]): LeaseAsk[][] {
     const now = performance.now();
     if (this.leaseMax === 0 || now < this.leasesPausedUntil) return [];
-    if (now - this.recentSince >= LEASE_IDLE_MS) {
+    if (now - this.recentSince >= this.idleMs) {
       this.older = this.recent;
       this.recent = new Map();
       this.recentSince = now;
@@ -514,8 +518,8 @@ export class RateLimiter {
         const busy =
           seen.get(key)! > 1 ||
           (this.inFlight.get(key) ?? 0) > 0 ||
-          (sends !== undefined && now - sends.before < LEASE_IDLE_MS) ||
-          (lease !== undefined && now - lease.lastUse < LEASE_IDLE_MS);
+          (sends !== undefined && now - sends.before < this.idleMs) ||
+          (lease !== undefined && now - lease.lastUse < this.idleMs);
         if (size === 0 || !busy || (lease !== undefined && lease.held > 0)) qualifies = false;
         else asked.push({ key, size, limit: take.limits[i]! });
       }
@@ -540,7 +544,7 @@ export class RateLimiter {
     const groups = this.leasesFor(batch);
     const leases = groups.flat();
     // A lease must outlast its round trip and an idle check with room to be used.
-    const guard = LEASE_GUARD_MS + LEASE_IDLE_MS;
+    const guard = LEASE_GUARD_MS + this.idleMs;
     const args: (string | number)[] = [this.windowMs, leases.length, groups.length, guard];
     for (const take of batch) {
       for (const key of take.keys) keys.push(key);
@@ -611,7 +615,7 @@ export class RateLimiter {
       lastUse: now,
     });
     if (this.sweeper === null) {
-      this.sweeper = setInterval(() => void this.giveBack(performance.now(), false), LEASE_IDLE_MS);
+      this.sweeper = setInterval(() => void this.giveBack(performance.now(), false), this.idleMs);
       this.sweeper.unref();
     }
   }
@@ -625,7 +629,7 @@ export class RateLimiter {
     const keys: string[] = [];
     const args: number[] = [];
     for (const [key, lease] of this.leases) {
-      if (!all && usable(lease, now) && now - lease.lastUse < LEASE_IDLE_MS) continue;
+      if (!all && usable(lease, now) && now - lease.lastUse < this.idleMs) continue;
       this.leases.delete(key);
       // Redis gives back only into the lease's own window (RETURN_SCRIPT), however near its end.
       if (lease.held > 0 && lease.endsBy > now) {

@@ -251,7 +251,7 @@ export class QuotaMeter {
    * The lease of a subject's calls of one tool: made once a call of the subject comes while its
    * debits are being appended, or within `ms / LEASE_MIN_UNITS` (and `idleMs`) of its last call
    * (`recent`); the rate then decides whether it ever holds units (see maybeReserve). Ended and
-   * replaced when the day or the plan changes under it. The rate alone matters, not whether calls overlap: a key at
+   * replaced when the day or the plan changes under it. Overlap alone missed busy keys: a key at
    * 60 calls/s whose calls came one at a time, each after the last one's debit was on the log
    * (128 keys over 32 connections, bench/scale-out.bench.ts), never overlapped, and every call
    * waited for an append of its own.

@@ -79,6 +79,8 @@ const OUTAGE_MS = Number(args['outage-seconds'] ?? (SHORT ? 6 : 30)) * 1000;
 const STALL_MS = Number(args['stall-seconds']) * 1000;
 /** A lease's units at most (QUOTA_LEASE_MAX_UNITS): what a killed api may leave charged per key and tool. */
 const DRILL_LEASE_MAX_UNITS = 64;
+/** WEBHOOK_STUCK_AFTER_MS of every role: when another dispatcher takes over a waiting attempt. */
+const STUCK_AFTER_MS = 20_000;
 
 /** How long a killed process stays down before its restart. */
 const DOWN_MS = SHORT ? 500 : 2_000;
@@ -467,7 +469,7 @@ async function drill(ctx: {
     WEBHOOK_RETRY_SCHEDULE: '0,1s,2s,4s,8s,15s,30s',
     // An attempt claimed by a dispatcher killed before it sent is sent again after this (default
     // 2 min, longer than the drill waits for a drain that stopped moving).
-    WEBHOOK_STUCK_AFTER_MS: '20000',
+    WEBHOOK_STUCK_AFTER_MS: String(STUCK_AFTER_MS),
     NODE_EXTRA_CA_CERTS: ctx.certFile,
   };
   // The full drill runs every role on a host of its own. The short one (CI) runs three role
@@ -1133,16 +1135,22 @@ async function reconcile(input: {
   const successes = new Map<string, number>();
   // An attempt is claimed (DeliveryAttempted), or queued and sent under its queue lease with no
   // claim after it (DeliveryQueued only), or both (queued, then claimed at its turn): counted once.
-  const attemptSeen = new Set<string>();
+  // Queued and claimed only once its queue lease ran out (another dispatcher taking it over, the
+  // one that queued it killed), it may have been sent under the lease as well: counted twice.
+  const queuedAt = new Map<string, number>();
   let sequenced = 0;
   for (const e of log) {
     const d = e.data as { deliveryId?: string; eventId?: string; attempt?: number };
     if (e.type === 'DeliveryAttempted' || e.type === 'DeliveryQueued') {
       const key = `${d.deliveryId}#${d.attempt}`;
-      if (!attemptSeen.has(key)) {
-        attemptSeen.add(key);
+      const queued = queuedAt.get(key);
+      const takenOver =
+        e.type === 'DeliveryAttempted' &&
+        queued !== undefined &&
+        Date.parse(e.recordedAt) - queued >= STUCK_AFTER_MS - 1_000;
+      if (queued === undefined || takenOver)
         attempts.set(d.deliveryId!, (attempts.get(d.deliveryId!) ?? 0) + 1);
-      }
+      queuedAt.set(key, e.type === 'DeliveryQueued' ? Date.parse(e.recordedAt) : Number.POSITIVE_INFINITY);
       deliveryEvent.set(d.deliveryId!, d.eventId!);
     }
     if (e.type === 'DeliverySucceeded') successes.set(d.deliveryId!, (successes.get(d.deliveryId!) ?? 0) + 1);

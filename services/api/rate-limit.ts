@@ -313,16 +313,16 @@ class LocalWindows {
  * (bench/rate-limit.bench.ts). Each request is still decided against the shared counts, in the
  * order it asked. In-process, both budgets are plain counters taken without a promise.
  *
- * A busy budget (taken twice in one turn, or while its last count is in flight, or at a rate:
- * see leasesFor) also takes a lease in that script: units counted in Redis ahead of its next
- * requests, which this process then decides with no round trip (`takeNow`) until they run out.
- * Even one script call per turn was 5.9 % of a keyed MCP call's main thread on the Redis path,
- * nearly all the socket write (bench/README). A unit is counted before a request takes it, so
- * replicas together never let more than the limit through; a lease is granted only with twice its size left and more than
- * LEASE_GUARD_MS left in its window, and units no request took go back to Redis once the budget
- * goes quiet (LEASE_IDLE_MS), so near a limit the units held by one replica refuse another's
- * requests early by at most one lease per budget (until the window ends, for units of a lease
- * that was not given back: a killed process's, or one whose window ended first).
+ * A busy budget (taken twice in one turn, or while its last count is in flight, or at a rate: see
+ * leasesFor) also takes a lease in that script: units counted in Redis ahead of its next requests,
+ * which this process then decides with no round trip (`takeNow`) until they run out. Even one
+ * script call per turn was 5.9 % of a keyed MCP call's main thread on the Redis path, nearly all
+ * the socket write (bench/README). A unit is counted before a request takes it, so replicas
+ * together never let more than the limit through; a lease is granted only with twice its size left
+ * and more than LEASE_GUARD_MS left in its window, and units no request took go back to Redis once
+ * the budget goes quiet (LEASE_IDLE_MS), so near a limit the units held by one replica refuse
+ * another's requests early by at most one lease per budget (until the window ends, for units of a
+ * lease that was not given back: a killed process's, or one whose window ended first).
  */
 export class RateLimiter {
   /** In-process budgets per tier: each credential's, and each credential's per tool. */

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { connectRedisCache, type RedisCache } from '../../adapters/cache/redis.ts';
@@ -34,8 +35,6 @@ function recordScript(
   };
   return record;
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Counts the take scripts the limiter sends. */
 const countScriptCalls = (cache: RedisCache) => recordScript(cache, 'signalRateTakeMany');

@@ -233,18 +233,25 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     expect(await counters(cache, subject)).toEqual([60, 60]);
   });
 
-  it('reservations whose append fails are given back on the counters; the calls go on one debit each and fail as they would', async () => {
+  it('reservations whose append fails are given back on the counters and in the answers; the calls go on one debit each and fail as they would', async () => {
     const { store, memory, committed, state } = tallyingStore();
     const { meter, cache } = meterOn(store);
     const subject = key();
     await busy(meter, subject, committed, 4, 25);
     state.failQuotaAppends = true;
     // Whatever the lease still holds is served; past it, the calls fail (nothing is served unrecorded).
-    const during = await Promise.allSettled(
-      Array.from({ length: 200 }, (_, i) => meter.debit(subject, 'get_trade_call', `f${i}`)),
-    );
-    const served = 100 + during.filter((r) => r.status === 'fulfilled' && r.value.ok).length;
+    // One at a time: the calls after the failed reservation are served from what the lease holds.
+    const during: PromiseSettledResult<DebitOutcome>[] = [];
+    for (let i = 0; i < 200; i++) {
+      const [settled] = await Promise.allSettled([meter.debit(subject, 'get_trade_call', `f${i}`)]);
+      during.push(settled!);
+    }
+    const answered = during.flatMap((r) => (r.status === 'fulfilled' && r.value.ok ? [r.value] : []));
+    const served = 100 + answered.length;
     expect(during.some((r) => r.status === 'rejected')).toBe(true);
+    // The calls served from what the lease still held say what was used: never the units of the
+    // reservation that failed (given back on the counters, they were once still in the answers).
+    expect(Math.max(...answered.map((o) => o.snapshot.used))).toBeLessThanOrEqual(served);
     state.failQuotaAppends = false;
     await meter.stop();
     expect(await netUnits(memory, subject)).toBe(served);

@@ -380,9 +380,12 @@ export class QuotaMeter {
       } catch (err) {
         landed = await this.recordLanded(quotaStream(subject.id), id);
         if (!landed) {
-          await this.deps.cache
+          const released = await this.deps.cache
             .releaseLive(QUOTA_FAMILY, result.generation, lease.keys, units)
             .catch(() => false);
+          // The counts this lease's calls answer with still held these units: without this, each
+          // call served from the units left reported them used (a full disk: 11 above the log).
+          if (released) this.uncount(subject.id, units);
           this.deps.logger?.warn({ err }, 'quota lease not recorded: its units given back');
         }
       }
@@ -450,12 +453,7 @@ export class QuotaMeter {
         }
         lease.free -= units;
         lease.unrecorded = { units, generation, id: newEventId() };
-        const counts = this.countsBySubject.get(lease.subject.id);
-        if (counts !== undefined)
-          this.countsBySubject.set(
-            lease.subject.id,
-            counts.map((count) => (count > units ? count - units : 0)),
-          );
+        this.uncount(lease.subject.id, units);
       }
       const { units, generation, id } = lease.unrecorded;
       const stream = quotaStream(lease.subject.id);
@@ -478,6 +476,16 @@ export class QuotaMeter {
       lease.giving = null;
       if (lease.free === 0 && lease.unrecorded === null) this.ending.delete(lease);
     });
+  }
+
+  /** Units given back on the counters, taken out of the counts a subject's leased calls answer with. */
+  private uncount(subjectId: string, units: number): void {
+    const counts = this.countsBySubject.get(subjectId);
+    if (counts !== undefined)
+      this.countsBySubject.set(
+        subjectId,
+        counts.map((count) => (count > units ? count - units : 0)),
+      );
   }
 
   /** Ends the leases no call took from since the last sweep, and retries returns that failed. */
@@ -623,9 +631,11 @@ export class QuotaMeter {
       // lost): then the counter already matches the log a rebuild would fold.
       // Whatever the release does, every call of the batch is answered and the lane goes on.
       if (!(await this.recordLanded(quotaStream(subject.id), id))) {
-        await Promise.resolve()
+        const released = await Promise.resolve()
           .then(() => this.deps.cache.releaseLive(QUOTA_FAMILY, batch.generation, batch.keys, batch.units))
           .catch(() => false);
+        // A lease's calls may have taken these counts up meanwhile (a reservation's answer).
+        if (released) this.uncount(subject.id, batch.units);
       }
       for (const call of batch.calls) call.reject(err);
     }

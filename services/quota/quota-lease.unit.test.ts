@@ -300,6 +300,30 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     expect(month).toBe(400);
   });
 
+  it('a plan changed under a lease (starter to pro) ends it: the answers count the calls served against the new limit, the old units go back', async () => {
+    const { store, memory, committed } = tallyingStore();
+    const { meter, cache } = meterOn(store);
+    const subject = key('starter');
+    await busy(meter, subject, committed, 8, 25);
+    expect((await memory.readAll()).some((e) => debitedUnits(e, subject.id) > 1)).toBe(true);
+    const upgraded: QuotaSubject = { ...subject, plan: 'pro' };
+    const outcomes = await busy(meter, upgraded, committed, 8, 25);
+    expect(outcomes.every((o) => o.ok && o.snapshot.total === PLANS.pro.monthly)).toBe(true);
+    expect(Math.max(...outcomes.map((o) => o.snapshot.used))).toBeLessThanOrEqual(400);
+    expect((await meter.peek(upgraded)).used).toBe(400);
+    await meter.stop();
+    expect(await netUnits(memory, subject)).toBe(400);
+    // Each plan's units net to its own calls: no pro call was served from the starter lease.
+    const byPlan = new Map<string, number>();
+    for (const e of await memory.readAll()) {
+      const units = debitedUnits(e, subject.id);
+      const plan = (e.data as { plan?: string }).plan;
+      if (units !== 0 && plan !== undefined) byPlan.set(plan, (byPlan.get(plan) ?? 0) + units);
+    }
+    expect(Object.fromEntries(byPlan)).toEqual({ starter: 200, pro: 200 });
+    expect(await counters(cache, upgraded)).toEqual([400, 400]);
+  });
+
   it('a rebuild of the counters from a log with leases and returns counts the calls served', async () => {
     const { store, memory, committed } = tallyingStore();
     const { meter } = meterOn(store);

@@ -1,6 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
+import { loadConfig } from '../contracts/config.ts';
+import { dispatcherComponent } from '../services/webhooks/component.ts';
 import { requireNats } from './nats-server.ts';
-import { appendVerdict, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import {
+  appendVerdict,
+  logger,
+  startWebhookStack,
+  type WebhookStack,
+  webhookEnv,
+} from './webhooks-harness.ts';
 import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
 
 const reachable = await requireNats();
@@ -136,5 +145,75 @@ describe.runIf(reachable)('recovery reaches everything since T, from the event l
     await new Promise((resolve) => setTimeout(resolve, 300));
     expect(r.received).toHaveLength(2);
     expect(JSON.parse(r.received[1]!.body).data.confidence).toBe(61);
+  });
+});
+
+describe.runIf(reachable)('a dispatcher stopped during a recovery', () => {
+  const env = { WEBHOOK_RECOVER_PER_SECOND: '4', WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: '1000' };
+  let stack: WebhookStack;
+  let receiver: Receiver | undefined;
+  const dispatchers: ReturnType<typeof dispatcherComponent>[] = [];
+  /** A dispatcher on the stack's store and bus, on the same durable consumers as any other. */
+  const dispatcher = async () => {
+    const d = dispatcherComponent({
+      config: loadConfig(webhookEnv(stack.prefix, env)),
+      adapters: { eventStore: stack.store, projectionStore: new MemoryProjectionStore(), bus: stack.bus },
+      logger,
+      feed: stack.engine.feed,
+      durablePrefix: `stop${stack.prefix}`,
+      settings: { tls: { ca: tls.cert } },
+    });
+    dispatchers.push(d);
+    await d.start();
+    return d;
+  };
+
+  beforeAll(async () => {
+    stack = await startWebhookStack({ env, dispatcher: false, settings: { tls: { ca: tls.cert } } });
+  });
+  afterAll(async () => {
+    for (const d of dispatchers) await d.stop();
+    await receiver?.close();
+    await stack?.close();
+  });
+
+  it('leaves the rest of the recovery to the next dispatcher: every event recorded while disabled is delivered', async () => {
+    const first = await dispatcher();
+    receiver = await startReceiver(tls);
+    const r = receiver;
+    const key = await stack.issue();
+    const created = await stack.request('POST', '/api/webhooks', key, {
+      url: r.url,
+      events: ['trade_call'],
+      assets: ['RECS'],
+    });
+    expect(created.status).toBe(201);
+    const id = created.body.id as string;
+    r.behave = () => ({ status: 410 });
+    const since = new Date(Date.now() - 1_000).toISOString();
+    await appendVerdict(stack.store, { coin: 'RECS', call: 'SELL', confidence: 60 });
+    await until(
+      () => stack.api.runner.state.subscriptions.subs[id]?.status,
+      (s) => s === 'disabled',
+    );
+    for (let i = 0; i < 12; i++)
+      await appendVerdict(stack.store, { coin: 'RECS', call: 'BUY', confidence: 65 });
+
+    r.behave = () => ({ status: 200 });
+    const enabled = await stack.request('POST', `/api/webhooks/${id}/enable`, key, { recover_since: since });
+    expect(enabled.body.status).toBe('active');
+    // Four claims a second: stopped after the first two, with eleven still to go.
+    await r.waitFor(1 + 2);
+    dispatchers.splice(dispatchers.indexOf(first), 1);
+    await first.stop();
+    expect(ids(r).size).toBeLessThan(13);
+    await dispatcher();
+    await until(
+      () => ids(r).size,
+      (n) => n === 13,
+      30_000,
+    );
+    const delivered = r.received.slice(1).map((g) => JSON.parse(g.body) as { data: { coin: string } });
+    expect(delivered.every((d) => d.data.coin === 'RECS')).toBe(true);
   });
 });

@@ -333,7 +333,10 @@ export class WebhookDispatcher {
     const from = await positionBefore(store, sinceMs);
     for await (const page of logPages(store, from, event.position)) {
       for (const recorded of page) {
-        if (!this.running) return;
+        // Stopped halfway: the re-enable's message must not be acked as if the run were done (the
+        // rest would never be sent). Failing it hands it back to the bus, and the next dispatcher
+        // runs the recovery again; what this one claimed is skipped there, found in the log.
+        if (!this.running) throw new Error('dispatcher stopped during a recovery; left to the next one');
         if (Date.parse(recorded.recordedAt) < sinceMs) continue;
         const parsed = parseDomainEvent(recorded);
         if (parsed === null) continue;

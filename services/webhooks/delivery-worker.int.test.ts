@@ -2,6 +2,8 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { openLmdbEventStore } from '../../adapters/event-store/lmdb.ts';
@@ -329,6 +331,37 @@ describe('DeliveryWorker', () => {
     for (const id of ['d-6', 'd-8']) {
       expect(await eventTypes(store, id)).toEqual(['DeliveryQueued', 'DeliverySucceeded']);
     }
+  });
+
+  it('keeps nothing of a job parked past the queue limit alive while it waits: its bytes can be collected', async () => {
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    const { worker, claim, receiver } = await setup(1, undefined, {
+      endpointQueueLimit: 2,
+      queueBytesLimit: 0,
+      stuckAfterMs: 600_000,
+      timeoutMs: 3_000,
+    });
+    // The first request is never answered: the others wait behind it, all but two past the limit.
+    receiver.behave = (_, index) => (index === 0 ? 'hang' : { status: 200 });
+    const refs: WeakRef<object>[] = [];
+    const tasks: Promise<unknown>[] = [];
+    // In a function of its own, so that no frame of this test still holds the last job.
+    const submitOne = async (n: number) => {
+      const job = (await claim(n))!;
+      refs.push(new WeakRef(job));
+      tasks.push(worker.submit(job).catch(() => undefined));
+    };
+    for (let n = 1; n <= 12; n++) await submitOne(n);
+    await receiver.waitFor(1, 10_000);
+    await new Promise((r) => setImmediate(r));
+    gc();
+    // The first is in flight and the next two wait with their bytes (within the limit); the nine
+    // parked ones hold only their ids until their turn, when the bytes are read back.
+    const alive = refs.map((r) => r.deref() !== undefined);
+    expect(alive.slice(3)).toEqual(Array.from({ length: 9 }, () => false));
+    expect(worker.owned.size).toBe(12);
+    receiver.behave = () => ({ status: 200 });
   });
 
   it('still records a failed attempt with its next retry, and rejects when the store fails', async () => {

@@ -460,7 +460,7 @@ export class DeliveryWorker {
   submit(job: DeliveryJob): Promise<SendResult> {
     // No closure here refers to `job`: one that did (the promise's executor) would put it in the
     // context `forget` shares, and a job parked without its bytes would keep them alive until its
-    // outcome (12 of 12 jobs of a queue past its limit still reachable, in a test of it).
+    // outcome (9 of 9 parked jobs still reachable after a forced GC, in a test of it).
     const task = this.started(job);
     this.recording.add(task);
     const forget = () => this.recording.delete(task);

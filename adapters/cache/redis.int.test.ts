@@ -3,6 +3,7 @@ import net from 'node:net';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../test/ports.ts';
+import { startPrivateRedis } from '../../test/redis-private.ts';
 import { redisUnreachable } from '../../test/redis-probe.ts';
 import { relay } from '../../test/redis-relay.ts';
 import { describeCacheContract } from './contract.ts';
@@ -152,6 +153,23 @@ describe.runIf(unreachable === null || CI)(`redis cache against ${REDIS_URL}`, (
         expect((await cache.health()).ok).toBe(true);
       } finally {
         await cache.close();
+      }
+    });
+
+    it('a Redis that cannot take writes now (a replica: READONLY) is an outage: CacheUnavailableError, not its reply', async () => {
+      const redis = await startPrivateRedis();
+      try {
+        const cache = await connectRedisCache({ url: redis.url, prefix: nextPrefix() });
+        try {
+          await redis.readOnly();
+          const error = await cache.set('k', 'v').catch((e: unknown) => e);
+          expect(error).toBeInstanceOf(CacheUnavailableError);
+          expect((error as Error).message).toMatch(/READONLY/);
+        } finally {
+          await cache.close();
+        }
+      } finally {
+        await redis.stop();
       }
     });
 

@@ -9,6 +9,7 @@ import {
   type DebitResult,
   type QuotaWindow,
 } from './port.ts';
+import { refusedByRedis } from './redis-replies.ts';
 import { TurnBatch } from './turn-batch.ts';
 import {
   assertAddWindows,
@@ -555,8 +556,8 @@ export class RedisCache implements Cache {
     try {
       return await command();
     } catch (error) {
-      // A ReplyError is Redis refusing the command itself: a bug to surface, not an outage.
-      if (error instanceof Error && error.name === 'ReplyError') throw error;
+      // Redis refusing the command itself is a bug to surface, not an outage (see refusedByRedis).
+      if (refusedByRedis(error)) throw error;
       throw new CacheUnavailableError(
         `redis cache ${operation} failed at ${this.where}: ${errorMessage(error)}`,
         {

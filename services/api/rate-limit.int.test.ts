@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { connectRedisCache, type RedisCache } from '../../adapters/cache/redis.ts';
+import { startPrivateRedis } from '../../test/redis-private.ts';
 import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from '../../test/redis-probe.ts';
 import { MAX_TAKES_PER_SCRIPT, RateLimiter, type RateLimitSettings } from './rate-limit.ts';
 
@@ -130,6 +131,33 @@ describe.runIf(run)('the Redis limiter takes a turn’s requests in one script c
       expect(decisions.map((d) => d.allowed)).toEqual([true, true, true, true, false, false]);
     } finally {
       await cache.close();
+    }
+  });
+
+  it('falls back to this process when Redis answers but cannot take writes (a replica: READONLY; full memory: OOM)', async () => {
+    // A replica of a primary that is not there answers every read and refuses every write, as a
+    // demoted primary does after a failover.
+    const redis = await startPrivateRedis();
+    try {
+      const cache = await connectRedisCache({ url: redis.url, prefix: 'rl:' });
+      try {
+        await redis.readOnly();
+        const limiter = new RateLimiter(settings, cache.shared);
+        const readOnly = await Promise.all(
+          Array.from({ length: 6 }, () => limiter.take('anonymous', 'r', null)),
+        );
+        expect(readOnly.map((d) => d.allowed)).toEqual([true, true, true, true, false, false]);
+
+        await redis.admin.replicaof('NO', 'ONE');
+        await redis.admin.config('SET', 'maxmemory-policy', 'noeviction');
+        await redis.admin.config('SET', 'maxmemory', '1');
+        const full = await Promise.all(Array.from({ length: 6 }, () => limiter.take('anonymous', 'o', null)));
+        expect(full.map((d) => d.allowed)).toEqual([true, true, true, true, false, false]);
+      } finally {
+        await cache.close();
+      }
+    } finally {
+      await redis.stop();
     }
   });
 

@@ -1,6 +1,7 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
+import { refusedByRedis } from '../../adapters/cache/redis-replies.ts';
 import { TurnBatch } from '../../adapters/cache/turn-batch.ts';
 import type { Config } from '../../contracts/config.ts';
 import type { Plan } from '../../contracts/events.ts';
@@ -399,8 +400,9 @@ export class RateLimiter {
       try {
         return await this.takeShared(tier, keys, tool !== null);
       } catch (err) {
-        // Redis refusing the script is a bug to surface; an outage falls back to this process.
-        if (err instanceof Error && err.name === 'ReplyError') throw err;
+        // Redis refusing the script is a bug to surface; an outage falls back to this process,
+        // and so does a Redis that answers but cannot take writes now (see refusedByRedis).
+        if (refusedByRedis(err)) throw err;
       }
     }
     return this.takeLocal(tier, credential, tool);
@@ -588,7 +590,7 @@ export class RateLimiter {
       },
       (err: unknown) => {
         landed();
-        if (leases.length > 0 && !(err instanceof Error && err.name === 'ReplyError')) {
+        if (leases.length > 0 && !refusedByRedis(err)) {
           this.leasesPausedUntil = performance.now() + this.windowMs;
         }
         for (const take of batch) take.reject(err);

@@ -113,3 +113,29 @@ export async function startReceiver(tls: { key: string; cert: string }): Promise
   receiver.url = `https://127.0.0.1:${receiver.port}/hook`;
   return receiver;
 }
+
+/** A healthy receiver that answers every request 200 after `answerAfterMs`, listing the delivery ids. */
+export async function startSlowReceiver(tls: { key: string; cert: string }, answerAfterMs: number) {
+  const ids: string[] = [];
+  const sockets = new Set<Socket>();
+  const server: Server = createServer({ key: tls.key, cert: tls.cert }, (req, res) => {
+    req.resume();
+    req.on('end', () => {
+      ids.push(String(req.headers['x-service-delivery']));
+      setTimeout(() => res.writeHead(200).end('ok'), answerAfterMs);
+    });
+  });
+  server.on('connection', (s: Socket) => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `https://127.0.0.1:${(server.address() as AddressInfo).port}/hook`,
+    ids,
+    async close() {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}

@@ -1,5 +1,3 @@
-import { createServer, type Server } from 'node:https';
-import type { AddressInfo, Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
 import { loadConfig } from '../contracts/config.ts';
@@ -12,7 +10,7 @@ import {
   type WebhookStack,
   webhookEnv,
 } from './webhooks-harness.ts';
-import { selfSignedCert } from './webhooks-receiver.ts';
+import { selfSignedCert, startSlowReceiver } from './webhooks-receiver.ts';
 
 const reachable = await requireNats();
 const tls = selfSignedCert();
@@ -35,42 +33,16 @@ const cases = [
   },
 ];
 
-/** A healthy receiver that answers every request 200, a little slowly. */
-async function slowReceiver(answerAfterMs: number) {
-  const ids: string[] = [];
-  const sockets = new Set<Socket>();
-  const server: Server = createServer({ key: tls.key, cert: tls.cert }, (req, res) => {
-    req.resume();
-    req.on('end', () => {
-      ids.push(String(req.headers['x-service-delivery']));
-      setTimeout(() => res.writeHead(200).end('ok'), answerAfterMs);
-    });
-  });
-  server.on('connection', (s: Socket) => {
-    sockets.add(s);
-    s.on('close', () => sockets.delete(s));
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `https://127.0.0.1:${(server.address() as AddressInfo).port}/hook`,
-    ids,
-    async close() {
-      for (const s of sockets) s.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
-
 describe.runIf(reachable).each(cases)(
   'two dispatchers sharing the work, a busy receiver, $name',
   ({ answerAfterMs, env }) => {
     let stack: WebhookStack;
-    let receiver: Awaited<ReturnType<typeof slowReceiver>>;
+    let receiver: Awaited<ReturnType<typeof startSlowReceiver>>;
     let dispatchers: ReturnType<typeof dispatcherComponent>[] = [];
 
     beforeAll(async () => {
       stack = await startWebhookStack({ env, dispatcher: false, settings: { tls: { ca: tls.cert } } });
-      receiver = await slowReceiver(answerAfterMs);
+      receiver = await startSlowReceiver(tls, answerAfterMs);
       const config = loadConfig(webhookEnv(stack.prefix, env));
       const feed = stack.engine.feed;
       // Same store, same bus, same durable consumers: the bus hands each message to one of them.

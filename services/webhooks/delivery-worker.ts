@@ -192,6 +192,8 @@ export class DeliveryWorker {
   private readonly recording = new Set<Promise<SendResult>>();
   /** Bytes of the bodies kept by jobs waiting past their endpoint's queue limit (see `enqueue`). */
   private overflowBytes = 0;
+  /** Stopping: jobs whose turn comes from here are let go unsent (see `abandon`). */
+  private abandoned = false;
   private readonly logger: Logger;
 
   constructor(
@@ -532,6 +534,22 @@ export class DeliveryWorker {
       return turn;
     };
     const task = async () => {
+      if (this.abandoned) {
+        // Claimed ahead of its turn (never when sent under its queue lease or not prepared yet).
+        let claimed: DeliveryJob | null = null;
+        try {
+          if (turn === null) {
+            if (kept) this.overflowBytes -= bodyBytes;
+          } else {
+            const ready = await turn;
+            if (ready?.claimed) claimed = ready;
+          }
+        } catch {
+          // Its claim failed: nothing of it is this process's to record.
+        }
+        this.letGo(waiting, claimed).then(resolve, reject);
+        return;
+      }
       let job: DeliveryJob | null;
       let sent: { result: Outcome; record: boolean; notBefore?: number };
       try {
@@ -557,6 +575,31 @@ export class DeliveryWorker {
       void takeTurn(this.prepareHorizonMs).catch(() => undefined);
     if (queued.slot) this.queues.runIn(endpoint, task);
     else this.queues.push(endpoint, task);
+    if (this.abandoned) this.queues.flush();
+  }
+
+  /**
+   * Stops sending: every job waiting for its turn, and any submitted later, is let go unsent
+   * (`letGo`) at once, rather than sent when a slot frees (after the dispatcher's drain the HTTP
+   * client is closed, and each such send was recorded as a failed attempt of a healthy endpoint,
+   * scheduling a retry and starting its disable clock). Requests already sent run to their end.
+   */
+  abandon(): void {
+    this.abandoned = true;
+    this.queues.flush();
+  }
+
+  /**
+   * A job let go by a stopping dispatcher. Queued, it is left to its queue record: another
+   * dispatcher takes it over once that record's lease ends, as after a crash. Claimed ahead of its
+   * turn, it is recorded held and due now (unnumbered, using up no retry: nothing was sent), so
+   * the next dispatcher sends it at once, as the attempt it is.
+   */
+  private async letGo(job: DeliveryJob, claimed: DeliveryJob | null): Promise<SendResult> {
+    const result = held('not sent: the dispatcher stopped');
+    if (claimed) await this.recordOutcome(claimed, result, Date.now());
+    else this.owned.delete(job.deliveryId);
+    return result;
   }
 
   /**

@@ -143,11 +143,20 @@ export class WebhookDispatcher {
     await Promise.all(this.consumers.splice(0).map((c) => c.stop()));
     await this.ticking;
     await this.digesting;
+    await this.settled(drainMs);
+    // What still waits for its turn is let go unsent (the worker records no failure for it), and
+    // the few appends that takes are waited for, briefly.
+    this.options.worker.abandon();
+    await this.settled(2_000);
+  }
+
+  /** Waits for the submitted jobs' outcomes, up to `ms`. */
+  private async settled(ms: number): Promise<void> {
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       Promise.allSettled([...this.submissions]),
       new Promise((resolve) => {
-        timer = setTimeout(resolve, drainMs);
+        timer = setTimeout(resolve, ms);
       }),
     ]);
     clearTimeout(timer);

@@ -113,6 +113,16 @@ export class EndpointQueues {
     this.runIn(key, async () => undefined);
   }
 
+  /**
+   * Runs every waiting task now, whatever the concurrency: for a stopping dispatcher, whose
+   * waiting tasks only let their deliveries go (see DeliveryWorker.abandon) and must not wait
+   * for slots behind requests that may run until their timeout.
+   */
+  flush(): void {
+    for (const [key, queue] of this.queues)
+      for (let next = takeNext(queue); next !== undefined; next = takeNext(queue)) this.run(key, queue, next);
+  }
+
   /** Tasks waiting for a slot of this endpoint (not those running). */
   waiting(key: string): number {
     const queue = this.queues.get(key);

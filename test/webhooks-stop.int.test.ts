@@ -1,0 +1,99 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
+import { loadConfig } from '../contracts/config.ts';
+import { dispatcherComponent } from '../services/webhooks/component.ts';
+import { requireNats } from './nats-server.ts';
+import {
+  appendVerdict,
+  logger,
+  startWebhookStack,
+  type WebhookStack,
+  webhookEnv,
+} from './webhooks-harness.ts';
+import { selfSignedCert, startSlowReceiver } from './webhooks-receiver.ts';
+
+const reachable = await requireNats();
+const tls = selfSignedCert();
+const EVENTS = 20;
+// One request at a time, answered in 300 ms: 20 deliveries take 6 s, and a stopping dispatcher
+// drains for WEBHOOK_TIMEOUT_MS + 1 s (2 s). A stuck time of 4 s claims waiting deliveries up to
+// two rounds ahead of their turn and lets the next dispatcher take the queued ones over soon.
+const env = {
+  WEBHOOK_ENDPOINT_CONCURRENCY: '1',
+  WEBHOOK_TIMEOUT_MS: '1000',
+  WEBHOOK_STUCK_AFTER_MS: '4000',
+};
+
+interface Attempt {
+  attempt: number | null;
+  outcome: string;
+  error: string | null;
+}
+
+describe.runIf(reachable)('a dispatcher stopped while deliveries wait in an endpoint queue', () => {
+  let stack: WebhookStack;
+  let receiver: Awaited<ReturnType<typeof startSlowReceiver>> | undefined;
+  const dispatchers: ReturnType<typeof dispatcherComponent>[] = [];
+  /** A dispatcher on the stack's store and bus, on the same durable consumers as any other. */
+  const dispatcher = async () => {
+    const d = dispatcherComponent({
+      config: loadConfig(webhookEnv(stack.prefix, env)),
+      adapters: { eventStore: stack.store, projectionStore: new MemoryProjectionStore(), bus: stack.bus },
+      logger,
+      feed: stack.engine.feed,
+      durablePrefix: `halt${stack.prefix}`,
+      settings: { tls: { ca: tls.cert } },
+    });
+    dispatchers.push(d);
+    await d.start();
+    return d;
+  };
+
+  beforeAll(async () => {
+    stack = await startWebhookStack({ env, dispatcher: false, settings: { tls: { ca: tls.cert } } });
+  });
+  afterAll(async () => {
+    for (const d of dispatchers) await d.stop();
+    await receiver?.close();
+    await stack?.close();
+  });
+
+  it('records no failed attempt for what it did not send, and the next dispatcher delivers every event', async () => {
+    const first = await dispatcher();
+    receiver = await startSlowReceiver(tls, 300);
+    const r = receiver;
+    const key = await stack.issue();
+    const created = await stack.request('POST', '/api/webhooks', key, {
+      url: r.url,
+      events: ['trade_call'],
+      assets: ['HALT'],
+    });
+    expect(created.status).toBe(201);
+    const deliveries = async () => {
+      const log = await stack.request('GET', `/api/webhooks/${created.body.id}/deliveries?limit=100`, key);
+      return log.body.deliveries as { status: string; attempts: Attempt[] }[];
+    };
+    for (let i = 0; i < EVENTS; i++)
+      await appendVerdict(stack.store, { coin: 'HALT', call: 'BUY', confidence: 50 + i });
+    await expect.poll(async () => (await deliveries()).length, { timeout: 20_000 }).toBe(EVENTS);
+
+    dispatchers.splice(dispatchers.indexOf(first), 1);
+    await first.stop();
+    const sent = new Set(r.ids).size;
+    expect(sent).toBeLessThan(EVENTS);
+    // What it did not send is queued, or held when it was claimed ahead of its turn: never failed.
+    const attempts = (await deliveries()).flatMap((d) => d.attempts);
+    expect(attempts.filter((a) => a.outcome === 'failed')).toEqual([]);
+
+    await dispatcher();
+    await expect.poll(() => new Set(r.ids).size, { timeout: 30_000 }).toBe(EVENTS);
+    await expect
+      .poll(async () => (await deliveries()).every((d) => d.status === 'succeeded'), { timeout: 10_000 })
+      .toBe(true);
+    const after = (await deliveries()).flatMap((d) => d.attempts);
+    expect(after.filter((a) => a.outcome === 'failed')).toEqual([]);
+    // Held attempts are unnumbered; each delivery's requests are numbered from 1.
+    expect(after.filter((a) => a.outcome === 'held').every((a) => a.attempt === null)).toBe(true);
+    expect(after.filter((a) => a.outcome === 'succeeded').every((a) => a.attempt === 1)).toBe(true);
+  });
+});

@@ -154,6 +154,14 @@ describe.runIf(run)('POST /api/keys: free sign-in with Sign-In with Ethereum', (
     expect((await post(genuine.body)).status).toBe(201);
   });
 
+  it('refuses a foreign origin however the path is spelled (/api/%6beys is /api/keys)', async () => {
+    for (const path of ['/api/keys/nonce', '/api/%6beys/nonce', '/api/k%65ys/nonce']) {
+      const res = await fetch(`${server.url}${path}`, { headers: { origin: 'https://elsewhere.example' } });
+      expect({ path, status: res.status }).toEqual({ path, status: 403 });
+      expect(await res.json()).toMatchObject({ code: 'FORBIDDEN_ORIGIN' });
+    }
+  });
+
   it('400 for a body that is not a sign-in', async () => {
     expect(await post({ message: 'hello' })).toEqual({
       status: 400,

@@ -195,6 +195,40 @@ describe.runIf(run)('request-rate limits on real Redis (HTTP and MCP, shared by 
       },
     });
   });
+
+  it('limits MCP tool calls by the route that answers, however its path is spelled (/m%63p is /mcp)', async () => {
+    fresh();
+    // /m%63p is /mcp: its tool calls take the tool's share, and a refusal is JSON-RPC.
+    fresh();
+    const mcp = await server({ RATE_LIMIT_ANONYMOUS: '6', RATE_LIMIT_TOOL_SHARE: '0.34' });
+    const init = await fetch(`${mcp.url}/m%63p`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: BOTH },
+      body: JSON.stringify(INIT),
+    });
+    expect(init.status).toBe(200);
+    const session = init.headers.get('mcp-session-id')!;
+    const call = (id: number) =>
+      fetch(`${mcp.url}/m%63p`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          accept: BOTH,
+          'mcp-session-id': session,
+          'mcp-protocol-version': '2025-06-18',
+        },
+        body: JSON.stringify({
+          jsonrpc: '2.0',
+          id,
+          method: 'tools/call',
+          params: { name: 'get_market_regime', arguments: { coin: 'BTC' } },
+        }),
+      });
+    expect([(await call(2)).status, (await call(3)).status, (await call(4)).status]).toEqual([200, 200, 200]);
+    const refused = await call(5);
+    expect(refused.status).toBe(429);
+    expect(await refused.json()).toMatchObject({ jsonrpc: '2.0', id: 5, error: { code: -32000 } });
+  });
 });
 
 describe.runIf(run)('MCP session caps (least recently used evicted first)', () => {

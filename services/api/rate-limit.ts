@@ -9,6 +9,7 @@ import { SIGNIN_MCP_PATH } from '../../contracts/oauth.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
 import type { QuotaMeter } from '../quota/quota-meter.ts';
 import { type Caller, CallerRejectedError, callerNow, identifyCaller } from './caller.ts';
+import { routedPath } from './routed-path.ts';
 import type { ServiceMeta } from './service-meta.ts';
 
 /** Who a request is limited as: an applied key by its plan, anyone else by client address. */
@@ -754,11 +755,14 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
 function limitHook(deps: RateLimitPluginDeps) {
   return (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void => {
     const query = request.url.indexOf('?');
-    const path = query < 0 ? request.url : request.url.slice(0, query);
-    if (request.method === 'OPTIONS' || UNLIMITED.has(path)) {
+    const raw = query < 0 ? request.url : request.url.slice(0, query);
+    if (request.method === 'OPTIONS' || UNLIMITED.has(raw)) {
       done();
       return;
     }
+    // Read from the raw text, each spelling of a tool's path was a budget of its own, and /m%63p
+    // had none (nor the MCP shape of a refusal).
+    const path = routedPath(request, raw);
     // A route that authenticated the request itself (identifyAs) is limited as that caller; else
     // the caller is known at once unless its key must be resolved first.
     const caller =

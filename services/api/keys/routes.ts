@@ -9,6 +9,7 @@ import { issueKey, KeyRuleError } from '../../keys/key-commands.ts';
 import type { PlanTable } from '../../quota/plans.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from '../mcp/request-guard.ts';
 import { declared, refusal } from '../openapi.ts';
+import { routedPath } from '../routed-path.ts';
 import { consumeNonce, issueNonce } from './nonces.ts';
 import { checkSignIn } from './siwe-check.ts';
 
@@ -163,7 +164,7 @@ export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
     app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
-      if (!request.url.startsWith('/api/keys')) return;
+      if (!routedPath(request, request.url).startsWith('/api/keys')) return;
       if (!hostAllowed(options.guard, request.headers.host)) throw new ServiceError('FORBIDDEN_HOST');
       const origin = request.headers.origin;
       if (!originAllowed(options.guard, origin)) throw new ServiceError('FORBIDDEN_ORIGIN');

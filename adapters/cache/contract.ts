@@ -437,6 +437,22 @@ export function describeCacheContract(name: string, harness: CacheContractHarnes
         expect(await cache.readLive('quota', ['quota:never'])).toEqual([0]);
       });
 
+      it('refundLive with an id gives back once, however often it is sent (a retry after a lost answer)', async () => {
+        const cache = await open();
+        const ws = windows([10]);
+        const keys = ws.map((w) => w.key);
+        await cache.beginGeneration('g1');
+        await cache.switchGeneration('quota', null, { id: 'g1', position: 0 });
+        await cache.debitLive('quota', ws, 8);
+        expect(await cache.refundLive('quota', keys, 3, 'r-1')).toBe('g1');
+        expect(await cache.refundLive('quota', keys, 3, 'r-1')).toBe('g1');
+        expect(await cache.readLive('quota', keys)).toEqual([5]);
+        expect(await cache.generationDebits('g1')).toBe(11);
+        // Another id is another refund.
+        expect(await cache.refundLive('quota', keys, 2, 'r-2')).toBe('g1');
+        expect(await cache.readLive('quota', keys)).toEqual([3]);
+      });
+
       it('addToGeneration with a negative count gives back, never below 0, never creating', async () => {
         const cache = await open();
         const at = Date.now() + HOUR;

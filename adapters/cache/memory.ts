@@ -5,6 +5,7 @@ import {
   CounterStateLostError,
   type DebitResult,
   type QuotaWindow,
+  REFUND_ID_TTL_MS,
 } from './port.ts';
 import {
   assertAddWindows,
@@ -24,6 +25,7 @@ import {
   markerKey,
   parseCounter,
   parseMarker,
+  refundIdKey,
 } from './validate.ts';
 
 interface Entry {
@@ -194,11 +196,16 @@ export class MemoryCache implements Cache {
     return true;
   }
 
-  async refundLive(family: string, keys: string[], amount: number): Promise<string | null> {
+  async refundLive(family: string, keys: string[], amount: number, id?: string): Promise<string | null> {
     this.assertOpen();
     assertRelease(keys, amount);
     const generation = parseMarker(this.live(markerKey(family))?.value ?? null)?.id ?? null;
     if (generation === null) return null;
+    if (id !== undefined) {
+      const once = refundIdKey(family, id);
+      if (this.live(once)) return generation;
+      this.entries.set(once, { value: '1', expiresAt: this.now() + REFUND_ID_TTL_MS });
+    }
     for (const key of keys.map((k) => generationKey(generation, k))) {
       const entry = this.live(key);
       if (entry) entry.value = String(Math.max(0, parseCounter(key, entry.value) - amount));

@@ -8,6 +8,7 @@ import {
   CounterStateLostError,
   type DebitResult,
   type QuotaWindow,
+  REFUND_ID_TTL_MS,
 } from './port.ts';
 import { refusedByRedis } from './redis-replies.ts';
 import { TurnBatch } from './turn-batch.ts';
@@ -29,6 +30,7 @@ import {
   markerKey,
   parseCounter,
   parseMarker,
+  refundIdKey,
 } from './validate.ts';
 
 const DEBIT_CORE = readFileSync(new URL('./debit-windows.lua', import.meta.url), 'utf8');
@@ -109,16 +111,18 @@ for i = 2, #ARGV do
 end
 return reply`;
 /**
- * KEYS[1] marker; ARGV: generation key prefix, amount, window keys. Gives back up to the amount on
- * each existing counter of the live generation and adds it to that generation's count of logged
- * operations. Reply: the generation, or false when none is live.
+ * KEYS[1] marker, KEYS[2] the refund's id key ('' for none); ARGV: generation key prefix, amount,
+ * the id's time to live in ms, window keys. Gives back up to the amount on each existing counter
+ * of the live generation and adds it to that generation's count of logged operations, once per
+ * id. Reply: the generation, or false when none is live.
  */
 const REFUND_LIVE_SCRIPT = `${LIVE_MARKER_LUA}
 local generation = live_generation()
 if not generation then return false end
+if KEYS[2] ~= '' and not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[3]) then return generation end
 local base = ARGV[1] .. generation .. ':'
 local amount = tonumber(ARGV[2])
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   local key = base .. ARGV[i]
   local raw = redis.call('GET', key)
   if raw then
@@ -431,10 +435,19 @@ export class RedisCache implements Cache {
     return released === 1;
   }
 
-  async refundLive(family: string, keys: string[], amount: number): Promise<string | null> {
+  async refundLive(family: string, keys: string[], amount: number, id?: string): Promise<string | null> {
     assertRelease(keys, amount);
+    const once = id === undefined ? '' : this.k(refundIdKey(family, id));
     const generation = await this.run('refundLive', () =>
-      this.client.signalRefundLive(1, this.k(markerKey(family)), this.k(GENERATION_PREFIX), amount, ...keys),
+      this.client.signalRefundLive(
+        2,
+        this.k(markerKey(family)),
+        once,
+        this.k(GENERATION_PREFIX),
+        amount,
+        REFUND_ID_TTL_MS,
+        ...keys,
+      ),
     );
     return generation === null ? null : String(generation);
   }

@@ -129,6 +129,13 @@ export function markerKey(family: string): string {
   return `${family}:generation`;
 }
 
+/** Where a refund's id is remembered (see Cache.refundLive). */
+export function refundIdKey(family: string, id: string): string {
+  assertKey(family);
+  assertKey(id);
+  return `${family}:refund:${id}`;
+}
+
 /**
  * The last marker parsed, by its stored text: the in-process cache reads the marker on every
  * debit, and parsing the same JSON each time showed in the keyed MCP profile. Frozen, as callers

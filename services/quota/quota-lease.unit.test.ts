@@ -278,6 +278,27 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     expect(await counters(cache, subject)).toEqual([200, 200]);
   });
 
+  it('a return whose answer is lost after the counters took it (a timeout) is sent again and given back once', async () => {
+    const { store, memory, committed } = tallyingStore();
+    const cache = new MemoryCache();
+    let lost = 2;
+    const real = cache.refundLive.bind(cache);
+    cache.refundLive = async (...args: Parameters<MemoryCache['refundLive']>) => {
+      const generation = await real(...args);
+      if (lost-- > 0) throw new CacheUnavailableError('answer lost for the test');
+      return generation;
+    };
+    const { meter } = meterOn(store, { cache });
+    const subject = key();
+    await busy(meter, subject, committed, 8, 25);
+    expect(await netUnits(memory, subject)).toBeGreaterThan(200);
+    for (let i = 0; i < 50 && (await netUnits(memory, subject)) !== 200; i++) await sleep(LEASE.idleMs!);
+    expect(lost).toBeLessThan(0);
+    expect(await netUnits(memory, subject)).toBe(200);
+    // Not below the log: each retry carried the first try's id.
+    expect(await counters(cache, subject)).toEqual([200, 200]);
+  });
+
   it('a new day ends the day before its lease: its units go back to that day, the new day starts from nothing', async () => {
     const { store, memory, committed } = tallyingStore();
     let now = T0;

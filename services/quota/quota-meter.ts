@@ -293,6 +293,7 @@ export class QuotaMeter {
       size: 0,
       reserved: null,
       giving: null,
+      refunding: null,
       unrecorded: null,
       ended: false,
       position: 0,
@@ -440,10 +441,13 @@ export class QuotaMeter {
     }
     lease.giving = (async () => {
       if (lease.unrecorded === null) {
-        const units = lease.free;
+        // The same id and units on every try: a try whose answer was lost after Redis ran it (a
+        // timeout) would otherwise be given back twice, the counters below the log by a lease.
+        lease.refunding ??= { units: lease.free, id: newEventId() };
+        const { units, id } = lease.refunding;
         let generation: string | null;
         try {
-          generation = await this.deps.cache.refundLive(QUOTA_FAMILY, lease.keys, units);
+          generation = await this.deps.cache.refundLive(QUOTA_FAMILY, lease.keys, units, id);
         } catch (err) {
           this.deps.logger?.warn(
             { err, units },
@@ -452,7 +456,8 @@ export class QuotaMeter {
           return;
         }
         lease.free -= units;
-        lease.unrecorded = { units, generation, id: newEventId() };
+        lease.refunding = null;
+        lease.unrecorded = { units, generation, id };
         this.uncount(lease.subject.id, units);
       }
       const { units, generation, id } = lease.unrecorded;
@@ -746,6 +751,8 @@ interface Lease {
   /** The reservation in flight, if any. */
   reserved: Promise<void> | null;
   giving: Promise<void> | null;
+  /** A return being given back on the counters (its retries send the same id and units). */
+  refunding: { units: number; id: string } | null;
   /** A return given back on the counters whose record is still to be appended (under `id`). */
   unrecorded: { units: number; generation: string | null; id: string } | null;
   ended: boolean;

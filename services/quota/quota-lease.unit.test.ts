@@ -345,6 +345,30 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     expect(await counters(cache, upgraded)).toEqual([400, 400]);
   });
 
+  it('a lease of the day before gives its units back to that day: the answers of the next are not lowered by them', async () => {
+    const { store, committed } = tallyingStore();
+    let now = T0;
+    // A daily cap far from reach, so the day's figures are in the answers and leases are taken.
+    const plans: PlanTable = { ...PLANS, pro: { monthly: 1_000_000, daily: 100_000 } };
+    const meter = new QuotaMeter({ cache: new MemoryCache(), store, plans, now: () => now, lease: LEASE });
+    meters.push(meter);
+    const subject = key();
+    // Both tools leased on the first day.
+    await busy(meter, subject, committed, 8, 25, ['get_trade_call', 'get_market_regime']);
+    now = T0 + 24 * 3_600_000;
+    // The next day one tool alone, called without a pause for several idle sweeps (its lease lives
+    // on): the other tool's lease of the day before is ended and gives its units back meanwhile.
+    const daily: number[] = [];
+    const until = Date.now() + LEASE.idleMs! * 8;
+    for (let i = 0; Date.now() < until || i < 100; i++) {
+      const outcome = await meter.debit(subject, 'get_trade_call', `d2-${i}`);
+      expect(outcome.ok).toBe(true);
+      daily.push(outcome.snapshot.daily!.used);
+      if (i % 10 === 9) await sleep(1);
+    }
+    expect(daily).toEqual(Array.from({ length: daily.length }, (_, i) => i + 1));
+  });
+
   it('a rebuild of the counters from a log with leases and returns counts the calls served', async () => {
     const { store, memory, committed } = tallyingStore();
     const { meter } = meterOn(store);

@@ -87,9 +87,12 @@ export class QuotaMeter {
   /**
    * The counters' figures at the last debit, reservation or return of a leased subject in this
    * process (any tool): what its prepaid calls are told, less what the leases hold, and what its
-   * next reservation is checked against.
+   * next reservation is checked against, with the window keys they are of.
    */
-  private readonly countsBySubject = new Map<string, number[]>();
+  private readonly countsBySubject = new Map<
+    string,
+    { keys: readonly string[]; counts: readonly number[] }
+  >();
   private sweeper: NodeJS.Timeout | null = null;
   /** Sweeps so far: a lease's last take, counted in sweeps, tells it idle without a clock read per call. */
   private sweeps = 0;
@@ -223,7 +226,7 @@ export class QuotaMeter {
             limits,
             period,
             windows,
-            this.countsBySubject.get(subject.id) ?? [],
+            this.countsBySubject.get(subject.id)?.counts ?? [],
           ),
           refusedBy: null,
           position: lease.position,
@@ -237,7 +240,8 @@ export class QuotaMeter {
       }
     }
     const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, windows, 1));
-    if (this.leases.has(subject.id)) this.countsBySubject.set(subject.id, result.counts);
+    if (this.leases.has(subject.id))
+      this.countsBySubject.set(subject.id, { keys: known.keys, counts: result.counts });
     if (lease !== undefined && result.ok) this.maybeReserve(lease);
     const snapshot = this.figures(subject, limits, period, windows, result.counts);
     if (!result.ok) {
@@ -320,7 +324,7 @@ export class QuotaMeter {
    */
   private maybeReserve(lease: Lease): void {
     const options = this.lease;
-    const counts = this.countsBySubject.get(lease.subject.id);
+    const counts = this.countsBySubject.get(lease.subject.id)?.counts;
     if (options === null || lease.reserved !== null || lease.ended || this.stopped || counts === undefined)
       return;
     if (lease.calls < LEASE_MIN_UNITS) return;
@@ -360,7 +364,7 @@ export class QuotaMeter {
     const { subject, period } = lease;
     try {
       const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, lease.windows, units));
-      this.countsBySubject.set(subject.id, result.counts);
+      this.countsBySubject.set(subject.id, { keys: lease.keys, counts: result.counts });
       if (!result.ok) return;
       lease.pending += units;
       const id = newEventId();
@@ -386,7 +390,7 @@ export class QuotaMeter {
             .catch(() => false);
           // The counts this lease's calls answer with still held these units: without this, each
           // call served from the units left reported them used (a full disk: 11 above the log).
-          if (released) this.uncount(subject.id, units);
+          if (released) this.uncount(subject.id, units, lease.keys);
           this.deps.logger?.warn({ err }, 'quota lease not recorded: its units given back');
         }
       }
@@ -458,7 +462,7 @@ export class QuotaMeter {
         lease.free -= units;
         lease.refunding = null;
         lease.unrecorded = { units, generation, id };
-        this.uncount(lease.subject.id, units);
+        this.uncount(lease.subject.id, units, lease.keys);
       }
       const { units, generation, id } = lease.unrecorded;
       const stream = quotaStream(lease.subject.id);
@@ -483,14 +487,20 @@ export class QuotaMeter {
     });
   }
 
-  /** Units given back on the counters, taken out of the counts a subject's leased calls answer with. */
-  private uncount(subjectId: string, units: number): void {
-    const counts = this.countsBySubject.get(subjectId);
-    if (counts !== undefined)
-      this.countsBySubject.set(
-        subjectId,
-        counts.map((count) => (count > units ? count - units : 0)),
-      );
+  /**
+   * Units given back on the counters of the windows `keys`, taken out of the counts a subject's
+   * leased calls answer with: only from the windows they were given back to (a lease of the day
+   * before gives back to that day and to the month both days share, not to today).
+   */
+  private uncount(subjectId: string, units: number, keys: readonly string[]): void {
+    const known = this.countsBySubject.get(subjectId);
+    if (known === undefined) return;
+    this.countsBySubject.set(subjectId, {
+      keys: known.keys,
+      counts: known.counts.map((count, i) =>
+        keys.includes(known.keys[i]!) ? (count > units ? count - units : 0) : count,
+      ),
+    });
   }
 
   /** Ends the leases no call took from since the last sweep, and retries returns that failed. */
@@ -640,7 +650,7 @@ export class QuotaMeter {
           .then(() => this.deps.cache.releaseLive(QUOTA_FAMILY, batch.generation, batch.keys, batch.units))
           .catch(() => false);
         // A lease's calls may have taken these counts up meanwhile (a reservation's answer).
-        if (released) this.uncount(subject.id, batch.units);
+        if (released) this.uncount(subject.id, batch.units, batch.keys);
       }
       for (const call of batch.calls) call.reject(err);
     }

@@ -272,3 +272,22 @@ export async function startWebhookStack(options: {
     },
   } satisfies WebhookStack;
 }
+
+/**
+ * A dispatcher of its own on the stack's store and bus (a stack started with `dispatcher: false`),
+ * not started: dispatchers on the same `durablePrefix` share the durable consumers, so the bus
+ * hands each message to one of them and redelivers to another what one gave back.
+ */
+export function stackDispatcher(
+  stack: WebhookStack,
+  options: { env: Record<string, string>; durablePrefix: string; settings?: Partial<WebhookSettings> },
+): ReturnType<typeof dispatcherComponent> {
+  return dispatcherComponent({
+    config: loadConfig(webhookEnv(stack.prefix, options.env)),
+    adapters: { eventStore: stack.store, projectionStore: new MemoryProjectionStore(), bus: stack.bus },
+    logger,
+    feed: stack.engine.feed,
+    durablePrefix: options.durablePrefix,
+    ...(options.settings ? { settings: options.settings } : {}),
+  });
+}

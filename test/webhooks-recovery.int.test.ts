@@ -1,15 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
-import { loadConfig } from '../contracts/config.ts';
-import { dispatcherComponent } from '../services/webhooks/component.ts';
 import { requireNats } from './nats-server.ts';
-import {
-  appendVerdict,
-  logger,
-  startWebhookStack,
-  type WebhookStack,
-  webhookEnv,
-} from './webhooks-harness.ts';
+import { appendVerdict, stackDispatcher, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
 import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
 
 const reachable = await requireNats();
@@ -152,14 +143,11 @@ describe.runIf(reachable)('a dispatcher stopped during a recovery', () => {
   const env = { WEBHOOK_RECOVER_PER_SECOND: '4', WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: '1000' };
   let stack: WebhookStack;
   let receiver: Receiver | undefined;
-  const dispatchers: ReturnType<typeof dispatcherComponent>[] = [];
+  const dispatchers: ReturnType<typeof stackDispatcher>[] = [];
   /** A dispatcher on the stack's store and bus, on the same durable consumers as any other. */
   const dispatcher = async () => {
-    const d = dispatcherComponent({
-      config: loadConfig(webhookEnv(stack.prefix, env)),
-      adapters: { eventStore: stack.store, projectionStore: new MemoryProjectionStore(), bus: stack.bus },
-      logger,
-      feed: stack.engine.feed,
+    const d = stackDispatcher(stack, {
+      env,
       durablePrefix: `stop${stack.prefix}`,
       settings: { tls: { ca: tls.cert } },
     });

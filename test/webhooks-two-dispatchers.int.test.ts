@@ -1,15 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
-import { loadConfig } from '../contracts/config.ts';
-import { dispatcherComponent } from '../services/webhooks/component.ts';
 import { requireNats } from './nats-server.ts';
-import {
-  appendVerdict,
-  logger,
-  startWebhookStack,
-  type WebhookStack,
-  webhookEnv,
-} from './webhooks-harness.ts';
+import { appendVerdict, stackDispatcher, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
 import { selfSignedCert, startSlowReceiver } from './webhooks-receiver.ts';
 
 const reachable = await requireNats();
@@ -38,20 +29,15 @@ describe.runIf(reachable).each(cases)(
   ({ answerAfterMs, env }) => {
     let stack: WebhookStack;
     let receiver: Awaited<ReturnType<typeof startSlowReceiver>>;
-    let dispatchers: ReturnType<typeof dispatcherComponent>[] = [];
+    let dispatchers: ReturnType<typeof stackDispatcher>[] = [];
 
     beforeAll(async () => {
       stack = await startWebhookStack({ env, dispatcher: false, settings: { tls: { ca: tls.cert } } });
       receiver = await startSlowReceiver(tls, answerAfterMs);
-      const config = loadConfig(webhookEnv(stack.prefix, env));
-      const feed = stack.engine.feed;
       // Same store, same bus, same durable consumers: the bus hands each message to one of them.
       dispatchers = [0, 1].map(() =>
-        dispatcherComponent({
-          config,
-          adapters: { eventStore: stack.store, projectionStore: new MemoryProjectionStore(), bus: stack.bus },
-          logger,
-          feed,
+        stackDispatcher(stack, {
+          env,
           durablePrefix: `pair${stack.prefix}`,
           settings: { tls: { ca: tls.cert } },
         }),

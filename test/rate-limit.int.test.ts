@@ -39,8 +39,8 @@ describe.runIf(run)('request-rate limits on real Redis (HTTP and MCP, shared by 
   const quote = (s: Server, headers: Record<string, string> = {}) =>
     fetch(`${s.url}/api/keys/nonce`, { headers });
 
-  const mcpSession = async (s: Server) => {
-    const init = await fetch(`${s.url}/mcp`, {
+  const mcpSession = async (s: Server, path = '/mcp') => {
+    const init = await fetch(`${s.url}${path}`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', accept: BOTH },
       body: JSON.stringify(INIT),
@@ -48,7 +48,7 @@ describe.runIf(run)('request-rate limits on real Redis (HTTP and MCP, shared by 
     expect(init.status).toBe(200);
     const session = init.headers.get('mcp-session-id')!;
     return (id: number, name = 'get_market_regime') =>
-      fetch(`${s.url}/mcp`, {
+      fetch(`${s.url}${path}`, {
         method: 'POST',
         headers: {
           'content-type': 'application/json',
@@ -197,33 +197,10 @@ describe.runIf(run)('request-rate limits on real Redis (HTTP and MCP, shared by 
   });
 
   it('limits MCP tool calls by the route that answers, however its path is spelled (/m%63p is /mcp)', async () => {
-    fresh();
     // /m%63p is /mcp: its tool calls take the tool's share, and a refusal is JSON-RPC.
     fresh();
     const mcp = await server({ RATE_LIMIT_ANONYMOUS: '6', RATE_LIMIT_TOOL_SHARE: '0.34' });
-    const init = await fetch(`${mcp.url}/m%63p`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', accept: BOTH },
-      body: JSON.stringify(INIT),
-    });
-    expect(init.status).toBe(200);
-    const session = init.headers.get('mcp-session-id')!;
-    const call = (id: number) =>
-      fetch(`${mcp.url}/m%63p`, {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          accept: BOTH,
-          'mcp-session-id': session,
-          'mcp-protocol-version': '2025-06-18',
-        },
-        body: JSON.stringify({
-          jsonrpc: '2.0',
-          id,
-          method: 'tools/call',
-          params: { name: 'get_market_regime', arguments: { coin: 'BTC' } },
-        }),
-      });
+    const call = await mcpSession(mcp, '/m%63p');
     expect([(await call(2)).status, (await call(3)).status, (await call(4)).status]).toEqual([200, 200, 200]);
     const refused = await call(5);
     expect(refused.status).toBe(429);

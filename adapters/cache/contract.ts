@@ -451,6 +451,11 @@ export function describeCacheContract(name: string, harness: CacheContractHarnes
         // Another id is another refund.
         expect(await cache.refundLive('quota', keys, 2, 'r-2')).toBe('g1');
         expect(await cache.readLive('quota', keys)).toEqual([3]);
+        // A try after a rebuild's switch answers the generation the first one was given back on.
+        await cache.beginGeneration('g2');
+        expect(await cache.switchGeneration('quota', 'g1', { id: 'g2', position: 1 })).toBe(true);
+        expect(await cache.refundLive('quota', keys, 2, 'r-2')).toBe('g1');
+        expect((await cache.generationDebits('g2')) ?? 0).toBe(0);
       });
 
       it('addToGeneration with a negative count gives back, never below 0, never creating', async () => {

@@ -203,8 +203,9 @@ export class MemoryCache implements Cache {
     if (generation === null) return null;
     if (id !== undefined) {
       const once = refundIdKey(family, id);
-      if (this.live(once)) return generation;
-      this.entries.set(once, { value: '1', expiresAt: this.now() + REFUND_ID_TTL_MS });
+      const first = this.live(once);
+      if (first) return first.value;
+      this.entries.set(once, { value: generation, expiresAt: this.now() + REFUND_ID_TTL_MS });
     }
     for (const key of keys.map((k) => generationKey(generation, k))) {
       const entry = this.live(key);

@@ -53,8 +53,9 @@ export interface Cache {
    * generation's counters and counts it among that generation's logged operations (see
    * generationDebits), in one atomic step. Returns the generation it was given back on, or null
    * when none is live (the rebuild then folds the refund from the log). With `id`, a refund is
-   * applied once however often it is sent within REFUND_ID_TTL_MS: a caller whose first try's
-   * answer was lost (a timeout after Redis ran it) sends it again under the same id.
+   * applied once however often it is sent within REFUND_ID_TTL_MS, and each try answers the
+   * generation the first was given back on: a caller whose first try's answer was lost (a timeout
+   * after Redis ran it) sends it again under the same id.
    */
   refundLive(family: string, keys: string[], amount: number, id?: string): Promise<string | null>;
   /** readWindows on the live generation's counters; throws CounterStateLostError when there is none. */
@@ -118,15 +119,18 @@ export interface DebitResult {
  * The cache could not be reached or did not answer in time. Callers treat it as retryable: the
  * operation may or may not have been applied when the connection broke mid-command.
  */
-/** How long a refund's id is remembered (see Cache.refundLive): its retries come within seconds. */
-export const REFUND_ID_TTL_MS = 600_000;
-
 export class CacheUnavailableError extends Error {
   override readonly name: string = 'CacheUnavailableError';
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);
   }
 }
+
+/**
+ * How long a refund's id is remembered (see Cache.refundLive). A caller retries one under its id
+ * for at most half of it (QuotaMeter gives up then), so a retry never outlives the id it relies on.
+ */
+export const REFUND_ID_TTL_MS = 3_600_000;
 
 /**
  * A family of counters has no live generation: never built, or the server lost its data. Serving

@@ -114,12 +114,17 @@ return reply`;
  * KEYS[1] marker, KEYS[2] the refund's id key ('' for none); ARGV: generation key prefix, amount,
  * the id's time to live in ms, window keys. Gives back up to the amount on each existing counter
  * of the live generation and adds it to that generation's count of logged operations, once per
- * id. Reply: the generation, or false when none is live.
+ * id. Reply: the generation it was given back on (the first try's, for an id seen before), or
+ * false when none is live.
  */
 const REFUND_LIVE_SCRIPT = `${LIVE_MARKER_LUA}
 local generation = live_generation()
 if not generation then return false end
-if KEYS[2] ~= '' and not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[3]) then return generation end
+if KEYS[2] ~= '' then
+  local first = redis.call('GET', KEYS[2])
+  if first then return first end
+  redis.call('SET', KEYS[2], generation, 'PX', ARGV[3])
+end
 local base = ARGV[1] .. generation .. ':'
 local amount = tonumber(ARGV[2])
 for i = 4, #ARGV do

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { MemoryCache } from '../../adapters/cache/memory.ts';
-import { CacheUnavailableError } from '../../adapters/cache/port.ts';
+import { CacheUnavailableError, REFUND_ID_TTL_MS } from '../../adapters/cache/port.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { NewEvent } from '../../contracts/envelope.ts';
@@ -251,6 +251,7 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     expect(during.some((r) => r.status === 'rejected')).toBe(true);
     // The calls served from what the lease still held say what was used: never the units of the
     // reservation that failed (given back on the counters, they were once still in the answers).
+    expect(answered.length).toBeGreaterThan(0);
     expect(Math.max(...answered.map((o) => o.snapshot.used))).toBeLessThanOrEqual(served);
     state.failQuotaAppends = false;
     await meter.stop();
@@ -297,6 +298,34 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     expect(await netUnits(memory, subject)).toBe(200);
     // Not below the log: each retry carried the first try's id.
     expect(await counters(cache, subject)).toEqual([200, 200]);
+  });
+
+  it("a return out of reach for half its id's life is given up: its units stay charged, never sent again", async () => {
+    const { store, memory, committed } = tallyingStore();
+    const cache = new MemoryCache();
+    let tries = 0;
+    cache.refundLive = async () => {
+      tries++;
+      throw new CacheUnavailableError('down for the test');
+    };
+    const { meter } = meterOn(store, { cache });
+    const subject = key();
+    await busy(meter, subject, committed, 8, 25);
+    const charged = await netUnits(memory, subject);
+    expect(charged).toBeGreaterThan(200);
+    await vi.waitFor(() => expect(tries).toBeGreaterThan(1));
+    const real = Date.now.bind(Date);
+    vi.spyOn(Date, 'now').mockImplementation(() => real() + REFUND_ID_TTL_MS);
+    try {
+      await sleep(LEASE.idleMs! * 6);
+      const given = tries;
+      await sleep(LEASE.idleMs! * 6);
+      expect(tries).toBe(given);
+    } finally {
+      vi.restoreAllMocks();
+    }
+    // No return on the log: what the lease held stays charged, as after a kill.
+    expect(await netUnits(memory, subject)).toBe(charged);
   });
 
   it('a new day ends the day before its lease: its units go back to that day, the new day starts from nothing', async () => {

@@ -1,5 +1,10 @@
 import type { Logger } from 'pino';
-import { type Cache, CounterStateLostError, type QuotaWindow } from '../../adapters/cache/port.ts';
+import {
+  type Cache,
+  CounterStateLostError,
+  type QuotaWindow,
+  REFUND_ID_TTL_MS,
+} from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { newEventId } from '../../contracts/event-id.ts';
 import type { EventData, NewDomainEvent, Plan } from '../../contracts/events.ts';
@@ -447,8 +452,19 @@ export class QuotaMeter {
       if (lease.unrecorded === null) {
         // The same id and units on every try: a try whose answer was lost after Redis ran it (a
         // timeout) would otherwise be given back twice, the counters below the log by a lease.
-        lease.refunding ??= { units: lease.free, id: newEventId() };
-        const { units, id } = lease.refunding;
+        lease.refunding ??= { units: lease.free, id: newEventId(), since: Date.now() };
+        const { units, id, since } = lease.refunding;
+        if (Date.now() - since > REFUND_ID_TTL_MS / 2) {
+          // Out of reach for half the id's life: another try could be given back twice. The
+          // units stay charged on the log, and on the counters unless a lost try took them.
+          this.deps.logger?.error(
+            { units },
+            'quota lease not given back: the counters were out of reach too long; its units stay charged',
+          );
+          lease.free -= units;
+          lease.refunding = null;
+          return;
+        }
         let generation: string | null;
         try {
           generation = await this.deps.cache.refundLive(QUOTA_FAMILY, lease.keys, units, id);
@@ -762,7 +778,7 @@ interface Lease {
   reserved: Promise<void> | null;
   giving: Promise<void> | null;
   /** A return being given back on the counters (its retries send the same id and units). */
-  refunding: { units: number; id: string } | null;
+  refunding: { units: number; id: string; since: number } | null;
   /** A return given back on the counters whose record is still to be appended (under `id`). */
   unrecorded: { units: number; generation: string | null; id: string } | null;
   ended: boolean;

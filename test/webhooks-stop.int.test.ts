@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { DeliveryView } from '../contracts/webhooks.ts';
 import { requireNats } from './nats-server.ts';
 import { appendVerdict, stackDispatcher, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
 import { selfSignedCert, startSlowReceiver } from './webhooks-receiver.ts';
@@ -14,12 +15,6 @@ const env = {
   WEBHOOK_TIMEOUT_MS: '1000',
   WEBHOOK_STUCK_AFTER_MS: '4000',
 };
-
-interface Attempt {
-  attempt: number | null;
-  outcome: string;
-  error: string | null;
-}
 
 describe.runIf(reachable)('a dispatcher stopped while deliveries wait in an endpoint queue', () => {
   let stack: WebhookStack;
@@ -59,7 +54,7 @@ describe.runIf(reachable)('a dispatcher stopped while deliveries wait in an endp
     expect(created.status).toBe(201);
     const deliveries = async () => {
       const log = await stack.request('GET', `/api/webhooks/${created.body.id}/deliveries?limit=100`, key);
-      return log.body.deliveries as { status: string; attempts: Attempt[] }[];
+      return log.body.deliveries as DeliveryView[];
     };
     for (let i = 0; i < EVENTS; i++)
       await appendVerdict(stack.store, { coin: 'HALT', call: 'BUY', confidence: 50 + i });

@@ -225,8 +225,9 @@ export function applyDeliveryEvent(
 }
 
 /**
- * A delivery as the API shows it. Attempts held back by an open breaker are `held` and carry no
- * number: the others are numbered by the requests actually sent (or in flight), 1, 2, 3…
+ * A delivery as the API shows it. Attempts held back (by an open breaker, or let go unsent by a
+ * stopping dispatcher) are `held` and carry no number: the others are numbered by the requests
+ * actually sent (or in flight), 1, 2, 3…
  */
 export function deliveryView(record: DeliveryRecord): DeliveryView {
   let sent = 0;

@@ -526,6 +526,8 @@ export class DeliveryWorker {
       turn ??= (async () => {
         // From here the body is the turn's (bounded by the slots and the rounds prepared ahead).
         if (kept) this.overflowBytes -= bodyBytes;
+        // Stopping: a queued attempt is not claimed only to be let go.
+        if (this.abandoned && !waiting.claimed) return null;
         const leased = !waiting.claimed && leaseHolds(waiting, Date.now() + aheadMs, this.deps.settings);
         if (leased) this.deps.observer?.attempt(waiting.trigger);
         const ready = waiting.claimed || leased ? waiting : await this.claimTurn(waiting);
@@ -534,26 +536,16 @@ export class DeliveryWorker {
       return turn;
     };
     const task = async () => {
-      if (this.abandoned) {
-        // Claimed ahead of its turn (never when sent under its queue lease or not prepared yet).
-        let claimed: DeliveryJob | null = null;
-        try {
-          if (turn === null) {
-            if (kept) this.overflowBytes -= bodyBytes;
-          } else {
-            const ready = await turn;
-            if (ready?.claimed) claimed = ready;
-          }
-        } catch {
-          // Its claim failed: nothing of it is this process's to record.
-        }
-        this.letGo(waiting, claimed).then(resolve, reject);
-        return;
-      }
       let job: DeliveryJob | null;
       let sent: { result: Outcome; record: boolean; notBefore?: number };
       try {
         job = await takeTurn(0);
+        if (this.abandoned) {
+          // Stopping: not sent. Claimed (at its turn, ahead of it, or when submitted), it is
+          // recorded held; otherwise its queue record stands (see `letGo`).
+          this.letGo(waiting, job?.claimed ? job : null).then(resolve, reject);
+          return;
+        }
         if (!job) {
           resolve(failure('superseded: another dispatcher claimed this attempt first'));
           return;

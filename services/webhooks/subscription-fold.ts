@@ -117,7 +117,9 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
     case 'DeliveryFailed': {
       const sub = findSubscription(state, event.data.subscriptionId);
       if (sub) {
-        sub.failingSince ??= event.recordedAt;
+        // A held attempt was not sent (an open breaker, whose timeouts already started the clock,
+        // or a stopping dispatcher): it says nothing of the endpoint.
+        if (!event.data.held) sub.failingSince ??= event.recordedAt;
         if (event.data.nextAttemptAt === null) sub.failedDeliveries++;
       }
       break;

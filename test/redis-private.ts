@@ -28,7 +28,15 @@ export async function startPrivateRedis(): Promise<{
   server.stdout.on('data', (chunk: Buffer) => {
     output += chunk.toString();
   });
-  const exited = new Promise<void>((resolve) => server.once('exit', () => resolve()));
+  // A missing binary is an 'error' and no 'exit': both end the wait, with the cause.
+  let failed: Error | null = null;
+  const exited = new Promise<void>((resolve) => {
+    server.once('exit', () => resolve());
+    server.once('error', (err) => {
+      failed = err;
+      resolve();
+    });
+  });
   const stop = async () => {
     admin.disconnect();
     server.kill('SIGKILL');
@@ -39,8 +47,10 @@ export async function startPrivateRedis(): Promise<{
   try {
     const deadline = Date.now() + 10_000;
     while (!output.includes('Ready to accept connections')) {
-      if (server.exitCode !== null || Date.now() > deadline)
-        throw new Error(`redis-server on port ${port} did not start: ${output.slice(-500)}`);
+      if (failed !== null || server.exitCode !== null || Date.now() > deadline)
+        throw new Error(
+          `redis-server on port ${port} did not start: ${failed === null ? output.slice(-500) : String(failed)}`,
+        );
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
     await admin.connect();

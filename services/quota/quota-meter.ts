@@ -369,7 +369,10 @@ export class QuotaMeter {
     const { subject, period } = lease;
     try {
       const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, lease.windows, units));
-      this.countsBySubject.set(subject.id, { keys: lease.keys, counts: result.counts });
+      // Ended meanwhile (a new day, a plan change, a quiet key), its figures are no call's: kept,
+      // they would answer the next lease's calls with the old windows' counts, or stay behind
+      // for a subject with no lease at all.
+      if (!lease.ended) this.countsBySubject.set(subject.id, { keys: lease.keys, counts: result.counts });
       if (!result.ok) return;
       lease.pending += units;
       const id = newEventId();

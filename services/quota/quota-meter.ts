@@ -245,7 +245,9 @@ export class QuotaMeter {
       }
     }
     const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, windows, 1));
-    if (this.leases.has(subject.id))
+    // Only while this call's lease is the subject's (a new day's or plan's may have replaced it
+    // meanwhile, and its calls must not answer with these windows' counts).
+    if (lease === undefined ? this.leases.has(subject.id) : !lease.ended)
       this.countsBySubject.set(subject.id, { keys: known.keys, counts: result.counts });
     if (lease !== undefined && result.ok) this.maybeReserve(lease);
     const snapshot = this.figures(subject, limits, period, windows, result.counts);
@@ -461,7 +463,7 @@ export class QuotaMeter {
           // Out of reach for half the id's life: another try could be given back twice. The
           // units stay charged on the log, and on the counters unless a lost try took them.
           this.deps.logger?.error(
-            { units },
+            { subject: lease.subject.id, tool: lease.tool, keys: lease.keys, units, refundId: id },
             'quota lease not given back: the counters were out of reach too long; its units stay charged',
           );
           lease.free -= units;

@@ -531,7 +531,8 @@ export class DeliveryWorker {
         const leased = !waiting.claimed && leaseHolds(waiting, Date.now() + aheadMs, this.deps.settings);
         if (leased) this.deps.observer?.attempt(waiting.trigger);
         const ready = waiting.claimed || leased ? waiting : await this.claimTurn(waiting);
-        return ready && parked ? await this.unpark(ready) : ready;
+        // Stopping, a parked job's bytes are not read back: nothing will send them.
+        return ready && parked && !this.abandoned ? await this.unpark(ready) : ready;
       })();
       return turn;
     };

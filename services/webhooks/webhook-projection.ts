@@ -21,7 +21,9 @@ export interface WebhookState {
 export function webhookProjectionWith(retention: number): Projection<WebhookState> {
   return defineProjection({
     name: 'webhooks',
-    version: 1,
+    // 2: held attempts no longer start a subscription's failingSince; snapshots folded before
+    // would keep one the fold no longer makes.
+    version: 2,
     eventTypes: [
       'SubscriptionCreated',
       'SubscriptionDeleted',

@@ -274,20 +274,38 @@ export async function startWebhookStack(options: {
 }
 
 /**
- * A dispatcher of its own on the stack's store and bus (a stack started with `dispatcher: false`),
- * not started: dispatchers on the same `durablePrefix` share the durable consumers, so the bus
- * hands each message to one of them and redelivers to another what one gave back.
+ * Dispatchers of their own on a stack started with `dispatcher: false`, on its store and bus and
+ * the same durable consumers (`<tag><stack prefix>`): the bus hands each message to one of them
+ * and redelivers to another what one gave back. `stop` stops one; `stopAll` (a suite's afterAll)
+ * every one still running, once.
  */
-export function stackDispatcher(
-  stack: WebhookStack,
-  options: { env: Record<string, string>; durablePrefix: string; settings?: Partial<WebhookSettings> },
-): ReturnType<typeof dispatcherComponent> {
-  return dispatcherComponent({
-    config: loadConfig(webhookEnv(stack.prefix, options.env)),
-    adapters: { eventStore: stack.store, projectionStore: new MemoryProjectionStore(), bus: stack.bus },
-    logger,
-    feed: stack.engine.feed,
-    durablePrefix: options.durablePrefix,
-    ...(options.settings ? { settings: options.settings } : {}),
-  });
+export function dispatcherPool(
+  stack: () => WebhookStack,
+  options: { tag: string; env: Record<string, string>; settings?: Partial<WebhookSettings> },
+) {
+  type Dispatcher = ReturnType<typeof dispatcherComponent>;
+  const running = new Set<Dispatcher>();
+  return {
+    async start(): Promise<Dispatcher> {
+      const { prefix, store, bus, engine } = stack();
+      const d = dispatcherComponent({
+        config: loadConfig(webhookEnv(prefix, options.env)),
+        adapters: { eventStore: store, projectionStore: new MemoryProjectionStore(), bus },
+        logger,
+        feed: engine.feed,
+        durablePrefix: `${options.tag}${prefix}`,
+        ...(options.settings ? { settings: options.settings } : {}),
+      });
+      running.add(d);
+      await d.start();
+      return d;
+    },
+    async stop(d: Dispatcher): Promise<void> {
+      running.delete(d);
+      await d.stop();
+    },
+    async stopAll(): Promise<void> {
+      for (const d of [...running]) await this.stop(d);
+    },
+  };
 }

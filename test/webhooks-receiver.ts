@@ -50,8 +50,11 @@ export interface ReceivedRequest {
   at: number;
 }
 
-/** What the receiver answers: a status (with headers), or 'hang' (read the request, never answer). */
-export type Behaviour = { status: number; headers?: Record<string, string> } | 'hang';
+/**
+ * What the receiver answers: a status (with headers, after `afterMs` when given: a slow but
+ * healthy receiver), or 'hang' (read the request, never answer).
+ */
+export type Behaviour = { status: number; headers?: Record<string, string>; afterMs?: number } | 'hang';
 
 export interface Receiver {
   url: string;
@@ -100,8 +103,12 @@ export async function startReceiver(tls: { key: string; cert: string }): Promise
       for (const wake of waiters.splice(0)) wake();
       const behaviour = receiver.behave(request, index);
       if (behaviour === 'hang') return;
-      res.writeHead(behaviour.status, { 'content-type': 'text/plain', ...behaviour.headers });
-      res.end(`status ${behaviour.status}`);
+      const answer = () => {
+        res.writeHead(behaviour.status, { 'content-type': 'text/plain', ...behaviour.headers });
+        res.end(`status ${behaviour.status}`);
+      };
+      if (behaviour.afterMs === undefined) answer();
+      else setTimeout(answer, behaviour.afterMs);
     });
   });
   server.on('connection', (s: Socket) => {
@@ -114,28 +121,6 @@ export async function startReceiver(tls: { key: string; cert: string }): Promise
   return receiver;
 }
 
-/** A healthy receiver that answers every request 200 after `answerAfterMs`, listing the delivery ids. */
-export async function startSlowReceiver(tls: { key: string; cert: string }, answerAfterMs: number) {
-  const ids: string[] = [];
-  const sockets = new Set<Socket>();
-  const server: Server = createServer({ key: tls.key, cert: tls.cert }, (req, res) => {
-    req.resume();
-    req.on('end', () => {
-      ids.push(String(req.headers['x-service-delivery']));
-      setTimeout(() => res.writeHead(200).end('ok'), answerAfterMs);
-    });
-  });
-  server.on('connection', (s: Socket) => {
-    sockets.add(s);
-    s.on('close', () => sockets.delete(s));
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `https://127.0.0.1:${(server.address() as AddressInfo).port}/hook`,
-    ids,
-    async close() {
-      for (const s of sockets) s.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
+/** The delivery ids a receiver got, in order, repeats included. */
+export const deliveryIds = (receiver: Receiver): string[] =>
+  receiver.received.map((r) => r.headers['x-service-delivery'] ?? '');

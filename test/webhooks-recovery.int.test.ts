@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireNats } from './nats-server.ts';
-import { appendVerdict, stackDispatcher, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import { appendVerdict, dispatcherPool, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
 import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
 
 const reachable = await requireNats();
@@ -143,30 +143,23 @@ describe.runIf(reachable)('a dispatcher stopped during a recovery', () => {
   const env = { WEBHOOK_RECOVER_PER_SECOND: '4', WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: '1000' };
   let stack: WebhookStack;
   let receiver: Receiver | undefined;
-  const dispatchers: ReturnType<typeof stackDispatcher>[] = [];
-  /** A dispatcher on the stack's store and bus, on the same durable consumers as any other. */
-  const dispatcher = async () => {
-    const d = stackDispatcher(stack, {
-      env,
-      durablePrefix: `stop${stack.prefix}`,
-      settings: { tls: { ca: tls.cert } },
-    });
-    dispatchers.push(d);
-    await d.start();
-    return d;
-  };
+  const dispatchers = dispatcherPool(() => stack, {
+    tag: 'stop',
+    env,
+    settings: { tls: { ca: tls.cert } },
+  });
 
   beforeAll(async () => {
     stack = await startWebhookStack({ env, dispatcher: false, settings: { tls: { ca: tls.cert } } });
   });
   afterAll(async () => {
-    for (const d of dispatchers) await d.stop();
+    await dispatchers.stopAll();
     await receiver?.close();
     await stack?.close();
   });
 
   it('leaves the rest of the recovery to the next dispatcher: every event recorded while disabled is delivered', async () => {
-    const first = await dispatcher();
+    const first = await dispatchers.start();
     receiver = await startReceiver(tls);
     const r = receiver;
     const key = await stack.issue();
@@ -192,10 +185,9 @@ describe.runIf(reachable)('a dispatcher stopped during a recovery', () => {
     expect(enabled.body.status).toBe('active');
     // Four claims a second: stopped after the first two, with eleven still to go.
     await r.waitFor(1 + 2);
-    dispatchers.splice(dispatchers.indexOf(first), 1);
-    await first.stop();
+    await dispatchers.stop(first);
     expect(ids(r).size).toBeLessThan(13);
-    await dispatcher();
+    await dispatchers.start();
     await until(
       () => ids(r).size,
       (n) => n === 13,

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DeliveryView } from '../contracts/webhooks.ts';
 import { requireNats } from './nats-server.ts';
-import { appendVerdict, stackDispatcher, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
-import { selfSignedCert, startSlowReceiver } from './webhooks-receiver.ts';
+import { appendVerdict, dispatcherPool, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import { deliveryIds, type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
 
 const reachable = await requireNats();
 const tls = selfSignedCert();
@@ -18,32 +18,26 @@ const env = {
 
 describe.runIf(reachable)('a dispatcher stopped while deliveries wait in an endpoint queue', () => {
   let stack: WebhookStack;
-  let receiver: Awaited<ReturnType<typeof startSlowReceiver>> | undefined;
-  const dispatchers: ReturnType<typeof stackDispatcher>[] = [];
-  /** A dispatcher on the stack's store and bus, on the same durable consumers as any other. */
-  const dispatcher = async () => {
-    const d = stackDispatcher(stack, {
-      env,
-      durablePrefix: `halt${stack.prefix}`,
-      settings: { tls: { ca: tls.cert } },
-    });
-    dispatchers.push(d);
-    await d.start();
-    return d;
-  };
+  let receiver: Receiver | undefined;
+  const dispatchers = dispatcherPool(() => stack, {
+    tag: 'halt',
+    env,
+    settings: { tls: { ca: tls.cert } },
+  });
 
   beforeAll(async () => {
     stack = await startWebhookStack({ env, dispatcher: false, settings: { tls: { ca: tls.cert } } });
   });
   afterAll(async () => {
-    for (const d of dispatchers) await d.stop();
+    await dispatchers.stopAll();
     await receiver?.close();
     await stack?.close();
   });
 
   it('records no failed attempt for what it did not send, and the next dispatcher delivers every event', async () => {
-    const first = await dispatcher();
-    receiver = await startSlowReceiver(tls, 300);
+    const first = await dispatchers.start();
+    receiver = await startReceiver(tls);
+    receiver.behave = () => ({ status: 200, afterMs: 300 });
     const r = receiver;
     const key = await stack.issue();
     const created = await stack.request('POST', '/api/webhooks', key, {
@@ -60,16 +54,15 @@ describe.runIf(reachable)('a dispatcher stopped while deliveries wait in an endp
       await appendVerdict(stack.store, { coin: 'HALT', call: 'BUY', confidence: 50 + i });
     await expect.poll(async () => (await deliveries()).length, { timeout: 20_000 }).toBe(EVENTS);
 
-    dispatchers.splice(dispatchers.indexOf(first), 1);
-    await first.stop();
-    const sent = new Set(r.ids).size;
+    await dispatchers.stop(first);
+    const sent = new Set(deliveryIds(r)).size;
     expect(sent).toBeLessThan(EVENTS);
     // What it did not send is queued, or held when it was claimed ahead of its turn: never failed.
     const attempts = (await deliveries()).flatMap((d) => d.attempts);
     expect(attempts.filter((a) => a.outcome === 'failed')).toEqual([]);
 
-    await dispatcher();
-    await expect.poll(() => new Set(r.ids).size, { timeout: 30_000 }).toBe(EVENTS);
+    await dispatchers.start();
+    await expect.poll(() => new Set(deliveryIds(r)).size, { timeout: 30_000 }).toBe(EVENTS);
     await expect
       .poll(async () => (await deliveries()).every((d) => d.status === 'succeeded'), { timeout: 10_000 })
       .toBe(true);

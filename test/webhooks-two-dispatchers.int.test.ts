@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireNats } from './nats-server.ts';
-import { appendVerdict, stackDispatcher, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
-import { selfSignedCert, startSlowReceiver } from './webhooks-receiver.ts';
+import { appendVerdict, dispatcherPool, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
+import { deliveryIds, type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
 
 const reachable = await requireNats();
 const tls = selfSignedCert();
@@ -28,24 +28,23 @@ describe.runIf(reachable).each(cases)(
   'two dispatchers sharing the work, a busy receiver, $name',
   ({ answerAfterMs, env }) => {
     let stack: WebhookStack;
-    let receiver: Awaited<ReturnType<typeof startSlowReceiver>>;
-    let dispatchers: ReturnType<typeof stackDispatcher>[] = [];
+    let receiver: Receiver;
+    const dispatchers = dispatcherPool(() => stack, {
+      tag: 'pair',
+      env,
+      settings: { tls: { ca: tls.cert } },
+    });
 
     beforeAll(async () => {
       stack = await startWebhookStack({ env, dispatcher: false, settings: { tls: { ca: tls.cert } } });
-      receiver = await startSlowReceiver(tls, answerAfterMs);
+      receiver = await startReceiver(tls);
+      receiver.behave = () => ({ status: 200, afterMs: answerAfterMs });
       // Same store, same bus, same durable consumers: the bus hands each message to one of them.
-      dispatchers = [0, 1].map(() =>
-        stackDispatcher(stack, {
-          env,
-          durablePrefix: `pair${stack.prefix}`,
-          settings: { tls: { ca: tls.cert } },
-        }),
-      );
-      for (const d of dispatchers) await d.start();
+      await dispatchers.start();
+      await dispatchers.start();
     });
     afterAll(async () => {
-      for (const d of dispatchers) await d.stop();
+      await dispatchers.stopAll();
       await receiver?.close();
       await stack?.close();
     });
@@ -74,12 +73,12 @@ describe.runIf(reachable).each(cases)(
         .toBe(EVENTS);
       // Everything a dispatcher still holds (a superseded attempt waiting its turn) goes out or is
       // dropped before they stop: only then is the receiver's count final.
-      for (const d of dispatchers.splice(0)) await d.stop();
+      await dispatchers.stopAll();
 
       const ids = (await deliveries()).map((d) => d.delivery_id);
       expect(new Set(ids).size).toBe(EVENTS);
       const times = new Map<string, number>();
-      for (const id of receiver.ids) times.set(id, (times.get(id) ?? 0) + 1);
+      for (const id of deliveryIds(receiver)) times.set(id, (times.get(id) ?? 0) + 1);
       expect([...times.entries()].filter(([, n]) => n !== 1)).toEqual([]);
       expect([...times.keys()].sort()).toEqual([...ids].sort());
     });

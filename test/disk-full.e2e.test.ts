@@ -76,6 +76,19 @@ function onSmallDisk(env: Record<string, string>) {
 /** The keyed route's documented refusal: nothing was served or charged, retry. */
 const refusal = { code: 'quota_unavailable', message: expect.any(String), retryable: true };
 
+/** `_service.quota.used` of a keyed call's answer. */
+const usedOf = async (res: Response) =>
+  ((await res.json()) as { _service: { quota: { used: number } } })._service.quota.used;
+
+/** /readyz of a full disk: not ready, naming the event store. */
+async function expectStoreFull(
+  ready: () => Promise<{ status: number; body: { checks: Record<string, unknown> } }>,
+) {
+  const { status, body } = await ready();
+  expect(status).toBe(503);
+  expect(body.checks.eventStore).toMatchObject({ ok: false, detail: expect.stringMatching(/out of space/) });
+}
+
 const own = onSmallDisk({
   // Each call's own debit, so the first write after the disk fills is a call's: a key called this
   // fast would otherwise be leased, its calls served from units already on the log, and the write
@@ -109,13 +122,7 @@ describe.runIf(runs(own.disk, 'disk-full service suite'))('the api when its disk
     }
     expect(res!.status).toBe(503);
     expect(await res!.json()).toMatchObject(refusal);
-
-    const { status, body } = await ready();
-    expect(status).toBe(503);
-    expect(body.checks.eventStore).toMatchObject({
-      ok: false,
-      detail: expect.stringMatching(/out of space/),
-    });
+    await expectStoreFull(ready);
 
     const { url } = own.service;
     expect((await fetch(`${url}/healthz`)).status).toBe(200);
@@ -133,9 +140,7 @@ describe.runIf(runs(own.disk, 'disk-full service suite'))('the api when its disk
     const all = await own.service.adapters.eventStore.readAll();
     // The refused calls did not use up quota: used = the debits on the log.
     const debits = all.reduce((sum, e) => sum + debitedUnits(e), 0);
-    expect(((await res.json()) as { _service: { quota: { used: number } } })._service.quota.used).toBe(
-      debits,
-    );
+    expect(await usedOf(res)).toBe(debits);
     expect(all.length).toBeGreaterThan(acknowledged);
     expect(all.slice(0, acknowledged).map((e) => e.position)).toEqual(
       Array.from({ length: acknowledged }, (_, i) => i + 1),
@@ -147,9 +152,6 @@ describe.runIf(runs(own.disk, 'disk-full service suite'))('the api when its disk
 // reservations reach the end of that room within this suite's calls (256-unit ones took over
 // 1,000 calls on a full disk).
 const leased = onSmallDisk({ QUOTA_LEASE_MAX_UNITS: '16' });
-const usedOf = async (res: Response) =>
-  ((await res.json()) as { _service: { quota: { used: number } } })._service.quota.used;
-
 describe.runIf(runs(leased.disk, 'disk-full service suite with quota leases'))(
   'the api with quota leases when its disk is full',
   () => {
@@ -191,12 +193,7 @@ describe.runIf(runs(leased.disk, 'disk-full service suite with quota leases'))(
       }
       expect(res!.status).toBe(503);
       expect(await res!.json()).toMatchObject(refusal);
-      const { status, body } = await ready();
-      expect(status).toBe(503);
-      expect(body.checks.eventStore).toMatchObject({
-        ok: false,
-        detail: expect.stringMatching(/out of space/),
-      });
+      await expectStoreFull(ready);
       // Refused again while full: no lease is left to serve from, no units are taken.
       const again = await call();
       expect(again.status).toBe(503);

@@ -9,7 +9,6 @@ import { SIGNIN_MCP_PATH } from '../../contracts/oauth.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
 import type { QuotaMeter } from '../quota/quota-meter.ts';
 import { type Caller, CallerRejectedError, callerNow, identifyCaller } from './caller.ts';
-import { routedPath } from './routed-path.ts';
 import type { ServiceMeta } from './service-meta.ts';
 
 /** Who a request is limited as: an applied key by its plan, anyone else by client address. */
@@ -689,6 +688,18 @@ export function toolOf(url: string, body: unknown): string | null {
 
 /** The MCP endpoints: /mcp, and /mcp/signin whose callers sign in with OAuth. */
 const isMcpPath = (path: string): boolean => path === '/mcp' || path === SIGNIN_MCP_PATH;
+
+/** Characters the router reads other than as themselves in a path: %xx, and '#' ending it. */
+const ROUTER_REWRITES = /[%#]/;
+
+/**
+ * The path of the route that answers the request: the router decodes %xx and ends a path at '#',
+ * so `/m%63p` is `/mcp`. Only such paths pay for the route's options (a getter that builds an
+ * object); an unmatched one keeps its raw path.
+ */
+function routedPath(request: FastifyRequest, raw: string): string {
+  return ROUTER_REWRITES.test(raw) ? (request.routeOptions.url ?? raw) : raw;
+}
 
 /** Paths never limited: probes and metrics scraped by the platform. */
 const UNLIMITED = new Set(['/healthz', '/readyz', '/metrics']);

@@ -9,7 +9,6 @@ import { issueKey, KeyRuleError } from '../../keys/key-commands.ts';
 import type { PlanTable } from '../../quota/plans.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from '../mcp/request-guard.ts';
 import { declared, refusal } from '../openapi.ts';
-import { routedPath } from '../routed-path.ts';
 import { consumeNonce, issueNonce } from './nonces.ts';
 import { checkSignIn } from './siwe-check.ts';
 
@@ -163,8 +162,9 @@ const KEYS_METHODS = 'GET, POST';
 export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
+    // This plugin is encapsulated: the hook runs for its own routes (/api/keys, /api/keys/nonce)
+    // alone, however their path is spelled. A check of the raw URL here let /api/%6beys past it.
     app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
-      if (!routedPath(request, request.url).startsWith('/api/keys')) return;
       if (!hostAllowed(options.guard, request.headers.host)) throw new ServiceError('FORBIDDEN_HOST');
       const origin = request.headers.origin;
       if (!originAllowed(options.guard, origin)) throw new ServiceError('FORBIDDEN_ORIGIN');

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireNats } from './nats-server.ts';
 import { appendVerdict, dispatcherPool, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
-import { type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
+import { deliveryIds, type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
 
 const reachable = await requireNats();
 const tls = selfSignedCert();
@@ -17,8 +17,7 @@ async function until<T>(probe: () => T | Promise<T>, ok: (v: T) => boolean, time
   }
 }
 
-const ids = (r: Receiver, from = 0) =>
-  new Set(r.received.slice(from).map((g) => g.headers['x-service-delivery']));
+const ids = (r: Receiver, from = 0) => new Set(deliveryIds(r).slice(from));
 
 describe.runIf(reachable)('recovery reaches everything since T, from the event log', () => {
   let stack: WebhookStack;

@@ -186,3 +186,14 @@ export async function streamMessageIds(stream: string, servers: string = NATS_UR
     await nc.close();
   }
 }
+
+/** Whether a durable consumer of `stream` has nothing left to deliver and nothing awaiting its ack. */
+export async function consumerDrained(stream: string, durable: string): Promise<boolean> {
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const info = await (await jetstreamManager(nc)).consumers.info(stream, durable);
+    return info.num_pending === 0 && info.num_ack_pending === 0;
+  } finally {
+    await nc.close();
+  }
+}

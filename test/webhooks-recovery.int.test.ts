@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requireNats } from './nats-server.ts';
+import { consumerDrained, requireNats, streamMessageIds } from './nats-server.ts';
 import { appendVerdict, dispatcherPool, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
 import { deliveryIds, type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
 
@@ -176,8 +176,14 @@ describe.runIf(reachable)('a dispatcher stopped during a recovery', () => {
       () => stack.api.runner.state.subscriptions.subs[id]?.status,
       (s) => s === 'disabled',
     );
+    let last = '';
     for (let i = 0; i < 12; i++)
-      await appendVerdict(stack.store, { coin: 'RECS', call: 'BUY', confidence: 65 });
+      last = await appendVerdict(stack.store, { coin: 'RECS', call: 'BUY', confidence: 65 });
+    // Handled by the dispatcher while the subscription is still disabled: one handled after the
+    // enable below would go out as a fresh delivery (3 runs of 10 failed so), leaving the recovery
+    // nothing to be stopped in.
+    await until(async () => (await streamMessageIds(stack.stream)).includes(last), Boolean);
+    await until(() => consumerDrained(stack.stream, `stop${stack.prefix}-calls`), Boolean);
 
     r.behave = () => ({ status: 200 });
     const enabled = await stack.request('POST', `/api/webhooks/${id}/enable`, key, { recover_since: since });

@@ -290,6 +290,31 @@ const Lift = z.object({
   high: z.number().nullable(),
 });
 
+/** One risk-forecast row scored against EWMA (λ 0.94), GARCH(1,1) and HAR-RV on the test months. */
+export const RiskDeskRowSchema = z.object({
+  /** RMS of the σ served ÷ RMS of the realised log return over the horizon, block 95 % interval. */
+  sigmaRatio: Lift,
+  /** Mean QLIKE (realised/h + log h) of each forecaster's variance h; null where it could not be fitted. */
+  qlike: z.object({
+    service: z.number().nullable(),
+    ewma: z.number().nullable(),
+    garch: z.number().nullable(),
+    harRv: z.number().nullable(),
+  }),
+  /** Service QLIKE minus each baseline's (below 0: the service is better), block 95 % interval. */
+  qlikeVs: z.object({ ewma: Lift, garch: Lift, harRv: Lift }),
+  /** Mean squared error of log variance (points with a non-zero realised variance). */
+  mseLog: z.object({
+    service: z.number().nullable(),
+    ewma: z.number().nullable(),
+    garch: z.number().nullable(),
+    harRv: z.number().nullable(),
+  }),
+  /** Realised ÷ target volatility of a position sized to risk a fixed budget at one σ. */
+  sizing: z.object({ service: Lift, trailing: Lift }),
+});
+export type RiskDeskRow = z.infer<typeof RiskDeskRowSchema>;
+
 /**
  * Free baselines beside the service's figures, measured out of sample (the test months) by
  * `npm run evaluate` and shipped with the tables; the track record serves them beside its own.
@@ -332,6 +357,13 @@ export const BaselinesTableSchema = z.object({
       freeCoverage: Lift,
       rankCorrelation: z.number().nullable(),
       freeRankCorrelation: z.number().nullable(),
+      /**
+       * Against the forecasters a risk desk already has (absent on tables before signals-5): level
+       * (RMS of the σ served ÷ RMS of the realised log return), QLIKE of each forecaster's variance
+       * (lower is better; the service's minus each baseline's with a block 95 % interval) and the
+       * realised ÷ target volatility of a position sized for a fixed risk budget.
+       */
+      desk: RiskDeskRowSchema.optional(),
     }),
   ),
   labels: z.array(

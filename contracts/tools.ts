@@ -153,14 +153,23 @@ export const MAX_TOOL_RESULT_CHARS = 150_000;
 export const MAX_FUNDING_ARB_LIMIT = 30;
 export const MAX_SCAN_LIMIT = 100;
 
+/**
+ * What a scan ranks its rows by, largest first: `confidence` (then |score|), `lean` (lean
+ * strength: |score|, then confidence), `expectedMove` (expectedMovePct; rows without one last),
+ * `volume` (24 h quote volume).
+ */
+export const ScanRankBy = z.enum(['confidence', 'lean', 'expectedMove', 'volume']);
+export type ScanRankBy = z.infer<typeof ScanRankBy>;
+
 export const ScanTradeCallsInput = z.strictObject({
   topN: z.number().int().min(1).max(100).default(20),
   timeframe: Timeframe.default('15m'),
   exchange: DefaultedExchange,
   minConfidence: z.number().int().min(0).max(100).default(0),
-  includeHolds: z.boolean().default(false),
+  /** HOLDs are rows like any other (with their lean, expected move and regime); false asks for BUY/SELL calls only. */
+  includeHolds: z.boolean().default(true),
   limit: z.number().int().min(1).max(MAX_SCAN_LIMIT).default(10),
-  rankBy: z.enum(['confidence', 'volume']).default('confidence'),
+  rankBy: ScanRankBy.default('confidence'),
 });
 export type ScanTradeCallsInput = z.input<typeof ScanTradeCallsInput>;
 
@@ -190,8 +199,14 @@ export const ScanTradeCallsOutput = z.object({
       confidence_meaning: VerdictMeaning.shape.confidence_meaning,
     }),
   ),
-  /** Markets of the top-N that could not be evaluated, and why (never silently dropped). */
+  /**
+   * Markets of the top-N not among the rows, and why: not evaluated (no candles, no verdict) or
+   * left out by a filter asked for (`includeHolds: false`, `minConfidence`). Rows ranked below
+   * `limit` are not named here.
+   */
   skipped: z.array(z.object({ coin: z.string(), reason: z.string() })),
+  /** Present when `calls` is empty: why, in words (an empty list never comes without one). */
+  note: z.string().optional(),
 });
 export type ScanTradeCallsOutput = z.infer<typeof ScanTradeCallsOutput>;
 
@@ -372,7 +387,8 @@ export const TOOLS = {
     input: ScanTradeCallsInput,
     output: ScanTradeCallsOutput,
     title: 'Scan trade calls',
-    description: 'Evaluates the top-N markets of a venue by volume and returns the strongest calls, ranked.',
+    description:
+      "Evaluates a venue's top-N markets and returns them ranked by confidence, lean strength, expected move or volume (rankBy): every row with its call (HOLD included unless includeHolds is false), lean, expected move and regime; markets left out are named in skipped with the reason, and an empty list carries a note saying why.",
     example: { limit: 5 },
     price: { key: 'X402_PRICE_SCAN_TRADE_CALLS' },
   }),

@@ -245,7 +245,12 @@ export const ScanDigestData = z.object({
   exchange: Exchange,
   /** Start of the cadence period (ISO time) this digest covers. */
   period_start: z.string(),
+  /** Every top-N market's latest verdict, HOLD included, ranked; the markets not here are in `skipped`. */
   calls: z.array(DigestCall),
+  /** The top-N markets not in `calls`, and why (no verdict recorded yet, below `min_confidence`). */
+  skipped: z.array(z.object({ coin: z.string(), reason: z.string() })),
+  /** Present when `calls` is empty: why, in words. */
+  note: z.string().optional(),
 });
 
 /** One of the key's subscriptions was disabled; delivered to its other subscriptions that ask for it. */

@@ -53,7 +53,10 @@ describe.runIf(reachable)('scan digests on their cadence', () => {
       exchange: 'BINANCE',
     });
     if (envelope.data.type !== 'scan_digest') throw new Error('not a digest');
-    expect(envelope.data.calls.length).toBeLessThanOrEqual(3);
+    // Each of the top 3 is listed (HOLD included) or named in skipped with its reason.
+    expect(envelope.data.calls.length + envelope.data.skipped.length).toBe(3);
+    for (const s of envelope.data.skipped) expect(s.reason).toMatch(/^no verdict recorded for /);
+    if (envelope.data.calls.length === 0) expect(envelope.data.note).toBeTruthy();
     // Labelled with its feed; created_at on the wall clock like every other delivery's, not on
     // the digest clock (an hour ahead here), which only decides the period it covers.
     expect(envelope.data.feed).toBe('replay');
@@ -114,6 +117,7 @@ describe.runIf(reachable)('scan digests without a venue ranking', () => {
     const envelope = WebhookEnvelope.parse(JSON.parse(receiver.received[0]!.body));
     if (envelope.data.type !== 'scan_digest') throw new Error('not a digest');
     expect(envelope.data.calls.map((c) => c.coin).sort()).toEqual(['BTC', 'ETH', 'SOL']);
+    expect(envelope.data.skipped).toEqual([]);
     await new Promise((r) => setTimeout(r, 500));
     expect(receiver.received).toHaveLength(1);
   });

@@ -21,6 +21,7 @@ import { AnswerJsonCache } from '../api/mcp/answer-json.ts';
 import { keptRevision } from './answer-revisions.ts';
 import { SignalEngine } from './engine.ts';
 import { describeFailure } from './operation-errors.ts';
+import { HOLD_LEFT_OUT } from './scan-ranking.ts';
 import { verdictStream } from './verdict-recorder.ts';
 
 const HOUR = 3_600_000;
@@ -278,7 +279,19 @@ describe('SignalEngine over the replayed real data', () => {
       exchange: 'BINANCE_SPOT',
       minConfidence: 100,
     });
-    expect(strict.calls.every((c) => c.confidence >= 100 && c.call !== 'HOLD')).toBe(true);
+    expect(strict.calls.every((c) => c.confidence >= 100)).toBe(true);
+    // Whatever the filter left out is named; an empty list says why.
+    expect(strict.calls.length + strict.skipped.length).toBe(6);
+    if (strict.calls.length === 0) expect(strict.note).toMatch(/below the minimum asked, 100/);
+    // Each rank key orders the same rows its own way.
+    const by = (rankBy: 'lean' | 'expectedMove' | 'volume') =>
+      engine.scanTradeCalls({ timeframe: '1h', exchange: 'BINANCE_SPOT', topN: 10, rankBy });
+    const lean = (await by('lean')).calls.map((c) => Math.abs(c.score));
+    expect(lean).toEqual([...lean].sort((a, b) => b - a));
+    const moves = (await by('expectedMove')).calls.map((c) => c.expectedMovePct!);
+    expect(moves).toEqual([...moves].sort((a, b) => b - a));
+    const volumes = (await by('volume')).calls.map((c) => c.quoteVolume24h ?? 0);
+    expect(volumes).toEqual([...volumes].sort((a, b) => b - a));
     const limited = await engine.scanTradeCalls({
       timeframe: '1h',
       exchange: 'BINANCE_SPOT',
@@ -300,18 +313,28 @@ describe('SignalEngine over the replayed real data', () => {
     });
     expect(scan.calls).toEqual([]);
     expect(scan.skipped.map((s) => s.coin)).toEqual(['BNB', 'BTC', 'DOGE', 'ETH', 'SOL', 'XRP']);
+    expect(scan.note).toBe(
+      'none of the 6 markets scanned is listed: 6 could not be evaluated (each is named in skipped)',
+    );
     await early.close();
   });
 
-  it('answers the first calls a newcomer makes: scan_trade_calls {} holds everywhere, scan_funding_arb {} returns rows', async () => {
-    // No cell's calls beat the fee, so no direction is sold: the scan lists no calls, and with
-    // includeHolds every market's HOLD and its expected move.
-    const calls = ScanTradeCallsOutput.parse(await engine.scanTradeCalls({}));
-    expect(calls).toMatchObject({ exchange: 'BINANCE_SPOT', timeframe: '15m', scanned: 6 });
-    expect(calls.calls).toEqual([]);
-    const holds = ScanTradeCallsOutput.parse(await engine.scanTradeCalls({ includeHolds: true }));
-    expect(holds.calls.length).toBeGreaterThan(0);
-    expect(holds.calls.every((c) => c.call === 'HOLD' && c.expectedMovePct! > 0)).toBe(true);
+  it('answers the first calls a newcomer makes: scan_trade_calls {} lists every market, scan_funding_arb {} returns rows', async () => {
+    // No cell's calls beat the fee, so every answer is HOLD: the default scan lists each market's
+    // HOLD with its lean, expected move and regime.
+    const holds = ScanTradeCallsOutput.parse(await engine.scanTradeCalls({}));
+    expect(holds).toMatchObject({ exchange: 'BINANCE_SPOT', timeframe: '15m', scanned: 6, skipped: [] });
+    expect(holds.calls).toHaveLength(6);
+    expect(holds.note).toBeUndefined();
+    expect(holds.calls.every((c) => c.call === 'HOLD' && c.expectedMovePct! > 0 && c.regime)).toBe(true);
+    // Calls only: nothing to list, and the answer says why, market by market.
+    const callsOnly = ScanTradeCallsOutput.parse(await engine.scanTradeCalls({ includeHolds: false }));
+    expect(callsOnly.calls).toEqual([]);
+    expect(callsOnly.skipped.map((s) => s.coin)).toEqual(['BNB', 'BTC', 'DOGE', 'ETH', 'SOL', 'XRP']);
+    expect(callsOnly.skipped.every((s) => s.reason === HOLD_LEFT_OUT)).toBe(true);
+    expect(callsOnly.note).toBe(
+      'none of the 6 markets scanned is listed: 6 answered HOLD and calls only was asked (includeHolds: false) (each is named in skipped)',
+    );
     // Every row says what its HOLD declines and what its confidence means, as the trade call does.
     for (const row of holds.calls) {
       const call = TradeCall.parse(await engine.getTradeCall({ coin: row.coin }));

@@ -34,7 +34,7 @@ import { MarketStates, WARMUP_CANDLES } from './market-states.ts';
 import { describeFailure } from './operation-errors.ts';
 import type { OperationContext, SignalOperations } from './operations.ts';
 import { recordedVolatility } from './recorded-volatility.ts';
-import { rankScanRows, type ScanRow } from './scan-ranking.ts';
+import { rankedScan, type ScanRow } from './scan-ranking.ts';
 import {
   computeRegime,
   computeRiskHorizons,
@@ -239,15 +239,13 @@ export class SignalEngine implements SignalOperations {
         skipped.push({ coin: market.coin, reason: failure.message });
       }
     });
-    const kept = rankScanRows(rows, input);
     return {
       timeframe: input.timeframe,
       exchange: input.exchange,
       feed: this.feed.kind,
       timestamp: Math.floor(this.feed.now() / 1000),
       scanned: markets.length,
-      calls: kept,
-      skipped: skipped.sort((a, b) => a.coin.localeCompare(b.coin)),
+      ...rankedScan(rows, skipped, input, markets.length),
     };
   }
 

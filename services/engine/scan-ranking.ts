@@ -1,25 +1,76 @@
 import type { z } from 'zod';
-import type { ScanTradeCallsInput, ScanTradeCallsOutput } from '../../contracts/tools.ts';
+import type { ScanRankBy, ScanTradeCallsInput, ScanTradeCallsOutput } from '../../contracts/tools.ts';
 
 export type ScanRow = ScanTradeCallsOutput['calls'][number] & { volume: number };
+type Skipped = ScanTradeCallsOutput['skipped'][number];
+
+type Order = (a: ScanRow, b: ScanRow) => number;
+const byCoin: Order = (a, b) => a.coin.localeCompare(b.coin);
+const byConfidence: Order = (a, b) => b.confidence - a.confidence;
+const byLean: Order = (a, b) => Math.abs(b.score) - Math.abs(a.score);
+/** Largest expected move first; a row without a forecast after every row with one. */
+const byMove: Order = (a, b) => (b.expectedMovePct ?? -1) - (a.expectedMovePct ?? -1);
+
+const ORDERS: Record<ScanRankBy, Order[]> = {
+  confidence: [byConfidence, byLean, byCoin],
+  lean: [byLean, byConfidence, byCoin],
+  expectedMove: [byMove, byCoin],
+  volume: [(a, b) => b.volume - a.volume, byCoin],
+};
+
+export const HOLD_LEFT_OUT = 'HOLD, left out: calls only was asked (includeHolds: false)';
 
 /**
- * Which calls a scan lists and in what order: the same rule whether the calls were computed now
- * (the engine's scan) or read from the latest recorded verdicts (webhook digests).
+ * Which rows a scan lists and in what order, and why the others of the top-N are not listed: the
+ * same rule whether the rows were computed now (the engine's scan) or read from the latest
+ * recorded verdicts (webhook digests). `notEvaluated` are the markets that have no row (no
+ * candles, no verdict); with the rows a filter left out they make `skipped`. When no row is
+ * listed, `note` says why in words.
  */
-export function rankScanRows(
-  rows: ScanRow[],
+export function rankedScan(
+  rows: readonly ScanRow[],
+  notEvaluated: readonly Skipped[],
   input: Pick<z.output<typeof ScanTradeCallsInput>, 'includeHolds' | 'minConfidence' | 'rankBy' | 'limit'>,
-): ScanTradeCallsOutput['calls'] {
-  return rows
-    .filter((r) => (input.includeHolds || r.call !== 'HOLD') && r.confidence >= input.minConfidence)
-    .sort((a, b) =>
-      input.rankBy === 'volume'
-        ? b.volume - a.volume || a.coin.localeCompare(b.coin)
-        : b.confidence - a.confidence ||
-          Math.abs(b.score) - Math.abs(a.score) ||
-          a.coin.localeCompare(b.coin),
-    )
+  scanned: number,
+): Pick<ScanTradeCallsOutput, 'calls' | 'skipped' | 'note'> {
+  const kept: ScanRow[] = [];
+  let holds = 0;
+  let below = 0;
+  const skipped: Skipped[] = [...notEvaluated];
+  for (const row of rows) {
+    if (!input.includeHolds && row.call === 'HOLD') {
+      holds++;
+      skipped.push({ coin: row.coin, reason: HOLD_LEFT_OUT });
+    } else if (row.confidence < input.minConfidence) {
+      below++;
+      skipped.push({
+        coin: row.coin,
+        reason: `confidence ${row.confidence} below the minimum asked, ${input.minConfidence}`,
+      });
+    } else kept.push(row);
+  }
+  const order = ORDERS[input.rankBy];
+  const calls = kept
+    .sort((a, b) => {
+      for (const compare of order) {
+        const d = compare(a, b);
+        if (d !== 0) return d;
+      }
+      return 0;
+    })
     .slice(0, input.limit)
     .map(({ volume: _volume, ...row }, i) => ({ ...row, rank: i + 1 }));
+  skipped.sort((a, b) => a.coin.localeCompare(b.coin));
+  if (calls.length > 0) return { calls, skipped };
+  return { calls, skipped, note: emptyNote(scanned, holds, below, notEvaluated.length, input.minConfidence) };
+}
+
+function emptyNote(scanned: number, holds: number, below: number, failed: number, min: number): string {
+  if (scanned === 0) return 'no market scanned: the venue ranking listed none';
+  const parts = [
+    holds > 0 ? `${holds} answered HOLD and calls only was asked (includeHolds: false)` : null,
+    below > 0 ? `${below} had a confidence below the minimum asked, ${min}` : null,
+    failed > 0 ? `${failed} could not be evaluated` : null,
+  ].filter((p) => p !== null);
+  return `none of the ${scanned} markets scanned is listed: ${parts.join('; ')} (each is named in skipped)`;
 }

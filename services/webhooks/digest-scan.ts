@@ -2,7 +2,7 @@ import { type Exchange, type FeedKind, marketKey } from '../../contracts/market.
 import type { CalibrationTable } from '../../contracts/signals.ts';
 import { ScanTradeCallsInput, type ScanTradeCallsOutput } from '../../contracts/tools.ts';
 import type { LatestVerdicts } from '../../projections/latest-verdicts.ts';
-import { rankScanRows, type ScanRow } from '../engine/scan-ranking.ts';
+import { rankedScan, type ScanRow } from '../engine/scan-ranking.ts';
 import { defaultCalibration, recordedMeaning } from '../engine/signals/index.ts';
 import type { RankedMarket } from './ranking.ts';
 
@@ -47,7 +47,8 @@ export function rankedDigestScan(deps: {
 
 /**
  * A digest's scan read from the projected verdicts: the venue's top-N markets as the ranking
- * lists them, each with the latest verdict on record, filtered and ordered like a live scan. The
+ * lists them, each with the latest verdict on record (HOLD included), filtered and ordered like a
+ * live scan; a market without a verdict, or left out by the filter, is named in `skipped`. The
  * dispatcher computes nothing: verdicts are the engine role's to record, so a digest reports what
  * the log holds at its period's end.
  */
@@ -92,14 +93,12 @@ export function projectedScan(
       volume: quoteVolume24h ?? 0,
     });
   }
-  const calls = rankScanRows(rows, input);
   return {
     timeframe: input.timeframe,
     exchange: input.exchange,
     feed: deps.feed,
     timestamp: Math.floor(deps.now / 1000),
     scanned: markets.length,
-    calls,
-    skipped: skipped.sort((a, b) => a.coin.localeCompare(b.coin)),
+    ...rankedScan(rows, skipped, input, markets.length),
   };
 }

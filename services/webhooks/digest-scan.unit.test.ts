@@ -26,7 +26,7 @@ function verdict(coin: string, patch: Partial<LatestVerdict> = {}): LatestVerdic
 }
 
 describe('digest scan from projected verdicts', () => {
-  it('takes the venue top-N, ranks by confidence then |score|, and names the markets without a verdict', () => {
+  it('takes the venue top-N, ranks by confidence then |score|, HOLDs included, and names every market it does not list', () => {
     const verdicts: LatestVerdicts = {
       'BINANCE:BTC:1h': verdict('BTC', { confidence: 55 }),
       'BINANCE:ETH:1h': verdict('ETH', { confidence: 70, score: 0.2 }),
@@ -35,11 +35,11 @@ describe('digest scan from projected verdicts', () => {
       'BINANCE:DOGE:1h': verdict('DOGE', { confidence: 99 }),
     };
     const scan = projectedScan(
-      { exchange: 'BINANCE', timeframe: '1h', topN: 5, limit: 3, minConfidence: 50 },
+      { exchange: 'BINANCE', timeframe: '1h', topN: 5, limit: 5, minConfidence: 56 },
       {
         verdicts,
         ranked: ['BTC', 'ETH', 'SOL', 'XRP', 'ADA', 'DOGE'],
-        volumeOf: (coin) => (coin === 'BTC' ? 1e9 : null),
+        volumeOf: (coin) => (coin === 'XRP' ? 1e9 : null),
         feed: 'replay',
         now: 1_700_000_000_500,
       },
@@ -50,28 +50,45 @@ describe('digest scan from projected verdicts', () => {
       scanned: 5,
       timestamp: 1_700_000_000,
     });
-    expect(scan.calls.map((c) => [c.rank, c.coin])).toEqual([
-      [1, 'SOL'],
-      [2, 'ETH'],
-      [3, 'BTC'],
+    expect(scan.calls.map((c) => [c.rank, c.coin, c.call])).toEqual([
+      [1, 'SOL', 'BUY'],
+      [2, 'ETH', 'BUY'],
+      [3, 'XRP', 'HOLD'],
     ]);
-    expect(scan.calls[2]).toMatchObject({ quoteVolume24h: 1e9, expectedMovePct: 1.5 });
-    expect(scan.skipped).toEqual([{ coin: 'ADA', reason: 'no verdict recorded for ADA 1h on BINANCE' }]);
+    expect(scan.calls[2]).toMatchObject({ quoteVolume24h: 1e9, expectedMovePct: 1.5, regime: 'trending-up' });
+    // DOGE is beyond the top 5; of the top 5, each market not listed is named with its reason.
+    expect(scan.skipped).toEqual([
+      { coin: 'ADA', reason: 'no verdict recorded for ADA 1h on BINANCE' },
+      { coin: 'BTC', reason: 'confidence 55 below the minimum asked, 56' },
+    ]);
+    expect(scan.note).toBeUndefined();
     // Each row says what its confidence means, from its recorded score and its engine's table.
     for (const row of scan.calls) {
       const v = verdicts[`BINANCE:${row.coin}:1h`]!;
       expect({ lean: row.lean, confidence_meaning: row.confidence_meaning }).toEqual(
         recordedMeaning(v, defaultCalibration),
       );
-      expect(row.confidence_meaning).toContain(
-        `${row.confidence} = the calibrated chance that this BUY beats`,
-      );
     }
+  });
+
+  it('with no verdict on record for any top-N market: no row, each market named, and a note', () => {
+    const scan = projectedScan(
+      { exchange: 'BINANCE', timeframe: '4h', topN: 2 },
+      { verdicts: {}, ranked: ['BTC', 'ETH'], volumeOf: () => null, feed: 'replay', now: 0 },
+    );
+    expect(scan.calls).toEqual([]);
+    expect(scan.skipped).toEqual([
+      { coin: 'BTC', reason: 'no verdict recorded for BTC 4h on BINANCE' },
+      { coin: 'ETH', reason: 'no verdict recorded for ETH 4h on BINANCE' },
+    ]);
+    expect(scan.note).toBe(
+      'none of the 2 markets scanned is listed: 2 could not be evaluated (each is named in skipped)',
+    );
   });
 
   it('a HOLD row says how often standing aside was right, and what it leans', () => {
     const scan = projectedScan(
-      { exchange: 'BINANCE_SPOT', timeframe: '15m', topN: 1, includeHolds: true },
+      { exchange: 'BINANCE_SPOT', timeframe: '15m', topN: 1 },
       {
         verdicts: {
           'BINANCE_SPOT:BTC:15m': verdict('BTC', {

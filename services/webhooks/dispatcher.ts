@@ -482,7 +482,9 @@ export class WebhookDispatcher {
         timeframe: sub.timeframe!,
         exchange: sub.exchange!,
         topN: sub.topN!,
+        // Every top-N market, HOLD included: what is not listed is named in `skipped`.
         limit: sub.topN!,
+        includeHolds: true,
         minConfidence: sub.minConfidence ?? 0,
       };
       const key = JSON.stringify(input);

@@ -141,6 +141,8 @@ export function scanDigestEnvelope(input: {
         lean: c.lean,
         confidence_meaning: c.confidence_meaning,
       })),
+      skipped: input.scan.skipped,
+      ...(input.scan.note === undefined ? {} : { note: input.scan.note }),
     },
   };
 }

@@ -100,6 +100,7 @@ function sampleData(
             ...SAMPLE_MEANING,
           },
         ],
+        skipped: [],
       };
     case 'subscription_disabled':
       return {

@@ -1,0 +1,94 @@
+import { describe, expect, it } from 'vitest';
+import { ScanTradeCallsInput, type ScanTradeCallsOutput } from '../../contracts/tools.ts';
+import { HOLD_LEFT_OUT, rankedScan, type ScanRow } from './scan-ranking.ts';
+
+function row(coin: string, patch: Partial<ScanRow> = {}): ScanRow {
+  return {
+    rank: 0,
+    coin,
+    call: 'HOLD',
+    confidence: 60,
+    score: 0.2,
+    regime: 'ranging',
+    price: 100,
+    quoteVolume24h: 1,
+    verdictId: '00000000-0000-4000-8000-000000000001',
+    expectedMovePct: 1,
+    // Only carried through here; its shape is the lean contract's.
+    lean: { direction: 'BUY' } as ScanRow['lean'],
+    confidence_meaning: 'sample',
+    volume: 1,
+    ...patch,
+  };
+}
+
+// Each key puts a different market first: A by confidence, B by lean, C by move, D by volume.
+const rows = [
+  row('A', { confidence: 90, score: 0.1, expectedMovePct: 1, volume: 10 }),
+  row('B', { confidence: 50, score: -0.9, expectedMovePct: 2, volume: 20 }),
+  row('C', { confidence: 50, score: 0.3, expectedMovePct: 5, volume: 30 }),
+  row('D', { confidence: 50, score: 0.3, expectedMovePct: null, volume: 40 }),
+];
+const scan = (input: ScanTradeCallsInput, from = rows, notEvaluated: ScanTradeCallsOutput['skipped'] = []) =>
+  rankedScan(from, notEvaluated, ScanTradeCallsInput.parse(input), from.length + notEvaluated.length);
+const coins = (input: ScanTradeCallsInput) => scan(input).calls.map((c) => c.coin);
+
+describe('scan ranking', () => {
+  it('ranks by each key the caller asks, numbering the rows from 1', () => {
+    expect(coins({ rankBy: 'confidence' })).toEqual(['A', 'B', 'C', 'D']);
+    // Lean strength: |score| first (B leans hardest, SELL-ward), then confidence, then the coin.
+    expect(coins({ rankBy: 'lean' })).toEqual(['B', 'C', 'D', 'A']);
+    // A market without a forecast comes after every one with one.
+    expect(coins({ rankBy: 'expectedMove' })).toEqual(['C', 'B', 'A', 'D']);
+    expect(coins({ rankBy: 'volume' })).toEqual(['D', 'C', 'B', 'A']);
+    expect(scan({ rankBy: 'volume', limit: 2 }).calls.map((c) => [c.rank, c.coin])).toEqual([
+      [1, 'D'],
+      [2, 'C'],
+    ]);
+    expect(ScanTradeCallsInput.safeParse({ rankBy: 'score' }).success).toBe(false);
+  });
+
+  it('lists HOLDs by default, with their lean, expected move and regime, and no note', () => {
+    const result = scan({});
+    expect(result.calls).toHaveLength(4);
+    expect(result.calls[0]).toMatchObject({ call: 'HOLD', regime: 'ranging', expectedMovePct: 1 });
+    expect(result.calls[0]!.lean).toMatchObject({ direction: 'BUY' });
+    expect(result.calls[0]).not.toHaveProperty('volume');
+    expect(result.skipped).toEqual([]);
+    expect(result.note).toBeUndefined();
+  });
+
+  it('calls only, where every market answered HOLD: no row, each market named, and a note says why', () => {
+    const result = scan({ includeHolds: false });
+    expect(result.calls).toEqual([]);
+    expect(result.skipped).toEqual(['A', 'B', 'C', 'D'].map((coin) => ({ coin, reason: HOLD_LEFT_OUT })));
+    expect(result.note).toBe(
+      'none of the 4 markets scanned is listed: 4 answered HOLD and calls only was asked (includeHolds: false) (each is named in skipped)',
+    );
+    // Calls only still lists the calls.
+    const mixed = scan({ includeHolds: false }, [...rows, row('E', { call: 'SELL', score: -0.5 })]);
+    expect(mixed.calls.map((c) => c.coin)).toEqual(['E']);
+    expect(mixed.note).toBeUndefined();
+  });
+
+  it('a minimum confidence above every row, and markets that could not be evaluated, are named and counted', () => {
+    const result = scan({ minConfidence: 95 }, rows, [{ coin: 'Z', reason: 'no candles for Z on BINANCE' }]);
+    expect(result.calls).toEqual([]);
+    expect(result.skipped).toContainEqual({ coin: 'A', reason: 'confidence 90 below the minimum asked, 95' });
+    expect(result.skipped).toContainEqual({ coin: 'Z', reason: 'no candles for Z on BINANCE' });
+    expect(result.skipped.map((s) => s.coin)).toEqual(['A', 'B', 'C', 'D', 'Z']);
+    expect(result.note).toBe(
+      'none of the 5 markets scanned is listed: 4 had a confidence below the minimum asked, 95; 1 could not be evaluated (each is named in skipped)',
+    );
+    // Rows ranked below the limit are not "skipped": they are simply further down.
+    expect(scan({ limit: 1 }).skipped).toEqual([]);
+  });
+
+  it('an empty venue ranking says so', () => {
+    expect(rankedScan([], [], ScanTradeCallsInput.parse({}), 0)).toEqual({
+      calls: [],
+      skipped: [],
+      note: 'no market scanned: the venue ranking listed none',
+    });
+  });
+});

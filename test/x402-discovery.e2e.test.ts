@@ -78,9 +78,21 @@ describe('/.well-known/x402', () => {
         : entry.price.amount;
       expect(required.accepts.map((a) => a.amount)).toEqual(doc.accepts.map(() => quoted));
       expect(required.accepts.map((a) => a.network)).toEqual(doc.accepts.map((a) => a.network));
-      // Every 402 carries the bazaar discovery extension, valid, equal to the manifest's.
+      // Every 402 carries the bazaar discovery extension, valid, equal to the manifest's, with
+      // what the call answers: the answer's fields and an example that fits them.
       expect(validateDiscoveryExtension(required.extensions.bazaar as never)).toEqual({ valid: true });
       expect(required.extensions.bazaar).toEqual(entry.extensions.bazaar);
+      const bazaar = required.extensions.bazaar as {
+        info: { output?: { type: string; example: Record<string, unknown> } };
+        schema: { properties: { output?: { properties: { example: { required: string[] } } } } };
+      };
+      expect(bazaar.info.output, entry.tool).toMatchObject({ type: 'json', example: expect.any(Object) });
+      expect(bazaar.schema.properties.output?.properties.example.required, entry.tool).toContain('_service');
+      expect(Object.keys(bazaar.info.output!.example)).toEqual(
+        expect.arrayContaining(bazaar.schema.properties.output!.properties.example.required),
+      );
+      // The header rides back in the payer's PAYMENT-SIGNATURE: well inside Node's 16 KB of headers.
+      expect(res.headers.get('payment-required')!.length, entry.tool).toBeLessThan(8_192);
       expect(required.extensions[PAYMENT_IDENTIFIER]).toMatchObject({ info: { required: false } });
     }
   });

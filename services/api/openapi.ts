@@ -270,6 +270,11 @@ function withOperationIds<D extends object>(document: D): D {
 
 const examples = loadExamples();
 
+/** The recorded answer of one operation with one status (the document's example), if one was recorded. */
+export function recordedAnswer(method: string, path: string, status: number): unknown {
+  return examples[operationIdOf(method, path)]?.[String(status)]?.body;
+}
+
 /** Routes of the documentation itself: registered, not listed. */
 export const undocumented = {
   swaggerTransform: ({ url }: { url: string }) => ({ schema: { hide: true }, url }),

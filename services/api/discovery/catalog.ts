@@ -3,7 +3,8 @@ import { declarePaymentIdentifierExtension, PAYMENT_IDENTIFIER } from '@x402/ext
 import { jsonSchema } from '../../../contracts/json-schema.ts';
 import { SIGNIN_MCP_PATH } from '../../../contracts/oauth.ts';
 import type { ToolAnnotations } from '../../../contracts/tools.ts';
-import { annotationsOf, outputSchemaOf, type ToolDefinition } from '../mcp/tool-registry.ts';
+import { annotationsOf, answerSchemaOf, outputSchemaOf, type ToolDefinition } from '../mcp/tool-registry.ts';
+import { recordedAnswer } from '../openapi.ts';
 
 /**
  * Everything agents discover about the service, derived from the one tool table (contracts/tools.ts,
@@ -93,6 +94,8 @@ export interface CatalogTool {
   annotations: ToolAnnotations;
   /** The x402 route and its prices in atomic units of the rails' asset, or null when not sold per call. */
   paid: { path: string; price: number; priceBy: SoldTool['priceBy'] } | null;
+  /** What a paid call answers (200), for the bazaar extension; null when not sold or not recorded. */
+  answer: { schema: Record<string, unknown>; example: unknown } | null;
 }
 
 function inputSchemaOf(tool: TableTool): Record<string, unknown> {
@@ -104,6 +107,8 @@ export function catalogTools(tools: TableTool[], paid: SoldTool[]): CatalogTool[
   const prices = new Map(paid.map((p) => [p.name as string, p]));
   return tools.map((tool) => {
     const sold = prices.get(tool.name);
+    const path = `/x402/${tool.name}`;
+    const recorded = sold && tool.output ? recordedAnswer('POST', path, 200) : undefined;
     return {
       name: tool.name,
       title: tool.title,
@@ -112,22 +117,51 @@ export function catalogTools(tools: TableTool[], paid: SoldTool[]): CatalogTool[
       outputSchema: tool.output ? outputSchemaOf(tool.output) : null,
       example: tool.example ?? {},
       annotations: annotationsOf(tool),
-      paid: sold ? { path: `/x402/${tool.name}`, price: sold.price(null), priceBy: sold.priceBy } : null,
+      paid: sold ? { path, price: sold.price(null), priceBy: sold.priceBy } : null,
+      answer:
+        recorded !== undefined && tool.output
+          ? { schema: topLevel(answerSchemaOf(tool.output)), example: abridged(recorded) }
+          : null,
     };
   });
 }
 
 /**
- * The x402 `bazaar` discovery extension of one paid route: how to call it. What comes back is not
- * declared: bazaar publishes an output schema only beside an output example, and both would ride
- * in every PAYMENT-REQUIRED header, taking it from about 3 KB to about 10 KB, past nginx's default
- * proxy buffer for response headers. The output schema is in the server card and OpenAPI instead.
+ * The answer's schema one level deep: each field with its type, and which are required. The
+ * bazaar extension rides in every PAYMENT-REQUIRED header and again in the payer's
+ * PAYMENT-SIGNATURE (the client echoes it), where Node's HTTP parsers stop at 16 KB of headers:
+ * the full schemas (up to 3.7 KB) stay in the server card and OpenAPI.
+ */
+function topLevel(schema: Record<string, unknown>): Record<string, unknown> {
+  const properties = Object.fromEntries(
+    Object.entries(schema.properties as Record<string, { type?: unknown }>).map(([name, field]) => [
+      name,
+      field.type === undefined ? {} : { type: field.type },
+    ]),
+  );
+  return { type: 'object', properties, ...(schema.required ? { required: schema.required } : {}) };
+}
+
+/** A recorded answer made short for a header: every list cut to its first item, long texts to their start. */
+function abridged(value: unknown): unknown {
+  if (typeof value === 'string') return value.length > 160 ? `${value.slice(0, 159)}…` : value;
+  if (Array.isArray(value)) return value.slice(0, 1).map(abridged);
+  if (value && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, abridged(v)]));
+  }
+  return value;
+}
+
+/**
+ * The x402 `bazaar` discovery extension of one paid route: how to call it and what it answers
+ * (the answer's fields and a recorded answer, abridged: see topLevel).
  */
 export function bazaarExtension(tool: CatalogTool): Record<string, unknown> {
   const declared = declareDiscoveryExtension({
     bodyType: 'json',
     input: tool.example,
     inputSchema: tool.inputSchema,
+    ...(tool.answer ? { output: tool.answer } : {}),
   } as Parameters<typeof declareDiscoveryExtension>[0]) as Record<string, { info: { input: object } }>;
   const bazaar = declared.bazaar!;
   // The method is normally filled in by the HTTP route enrichment of @x402/core; our routes are our own.

@@ -58,10 +58,15 @@ const TOOL_ERROR_SCHEMA = {
  * schema (MCP requires `type: object` at the top) with the two shapes as alternatives.
  */
 export function outputSchemaOf(output: z.ZodType): { type: 'object'; anyOf: Record<string, unknown>[] } {
+  return { type: 'object', anyOf: [answerSchemaOf(output), TOOL_ERROR_SCHEMA] };
+}
+
+/** The schema of a tool's answer with its `_service` block (what a paid HTTP call answers 200 with). */
+export function answerSchemaOf(output: z.ZodType): Record<string, unknown> {
   const result = jsonSchema(output, 'output');
   const properties = { ...(result.properties as Record<string, unknown>), _service: { type: 'object' } };
   const required = [...((result.required as string[] | undefined) ?? []), '_service'];
-  return { type: 'object', anyOf: [{ ...result, properties, required }, TOOL_ERROR_SCHEMA] };
+  return { ...result, properties, required };
 }
 
 export class ToolRegistry {

@@ -2,16 +2,32 @@ import { defineConfig } from 'vitest/config';
 
 const UNIT = '**/*.unit.test.ts';
 const EXCLUDE = ['node_modules/**', 'data/**', 'dist/**'];
+/**
+ * Suites of minutes that a change rarely touches: the fault drill (and its process supervisor),
+ * the million-event history, `npm run build`, and the suites that drive the local chain (anvil)
+ * themselves. `npm test` (and so CI) runs them; `npx vitest` and `--project unit --project io` do not.
+ */
+const SLOW = [
+  'test/drill-hosts.e2e.test.ts',
+  'scripts/drill/*.test.ts',
+  'services/history/history-million.int.test.ts',
+  'test/build.int.test.ts',
+  'test/chain/*.test.ts',
+  'services/payments/local-facilitator.int.test.ts',
+  'test/x402-settlement.e2e.test.ts',
+  'test/x402-payer-safety.e2e.test.ts',
+  'test/x402-payer-safety-mcp.e2e.test.ts',
+];
 
 export default defineConfig({
   test: {
-    // Tests wait on conditions; these limits only end a test that hangs. They are sized for a
-    // shared two-core machine under load 10-30 (another `npm test` beside this one), where
-    // a 30 s test or a 15 s poll of a quiet machine overran: a test passes or fails on what it
-    // checks, not on how busy the machine is.
-    testTimeout: 600_000,
-    hookTimeout: 600_000,
-    expect: { poll: { timeout: 120_000 } },
+    // Tests wait on conditions; these limits only end a test that hangs, and a hang should not
+    // cost ten minutes. They leave room for a shared two-core machine under load (a 30 s test of
+    // a quiet machine overran 30 s there); the few tests that take minutes by design say so with
+    // a limit of their own. A poll gives up before its test does, so its failure names the condition.
+    testTimeout: 120_000,
+    hookTimeout: 120_000,
+    expect: { poll: { timeout: 60_000 } },
     // Two cores on CI: forks keep native addons (lmdb) isolated per file.
     pool: 'forks',
     // Services a test starts replay the shipped slice unless the test names its data: the full
@@ -19,6 +35,9 @@ export default defineConfig({
     // doubles each engine's work, and two suites side by side on two cores felt it.
     env: { MARKET_DATA_DIR: process.env.MARKET_DATA_DIR ?? 'sample-data/market' },
     maxWorkers: 2,
+    // What `npx vitest` (watch) and a plain `npx vitest run` run; a `--project` on the command line
+    // replaces it, as `npm test` does to add the slow one.
+    project: ['unit', 'io'],
     reporters: ['default'],
     projects: [
       {
@@ -38,7 +57,15 @@ export default defineConfig({
         test: {
           name: 'io',
           include: ['**/*.test.ts'],
-          exclude: [...EXCLUDE, UNIT],
+          exclude: [...EXCLUDE, UNIT, ...SLOW],
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'slow',
+          include: SLOW,
+          exclude: EXCLUDE,
         },
       },
     ],

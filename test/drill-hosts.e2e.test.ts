@@ -108,7 +108,9 @@ describe.runIf(missing.length === 0)('the fault drill across hosts (short)', () 
     expect(existsSync(run.workDir()!)).toBe(false);
     await expect.poll(() => processesNaming(run.workDir()!)).toEqual([]);
     await expect.poll(() => processesNaming(`--host ${run.gateway()} `)).toEqual([]);
-  });
+    // The short drill runs about two minutes on a quiet machine (its phases are timed, see
+    // scripts/drill-hosts.ts) and several times that under load: this limit only ends a hang.
+  }, 1_200_000);
 
   it('stopped by SIGTERM half-way, it removes every namespace, link and process it started', async () => {
     const run = startDrill(['--short']);

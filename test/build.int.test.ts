@@ -1,0 +1,60 @@
+import { spawn } from 'node:child_process';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+/** `npm run build` (the image's build stage) into a folder of its own, and what it emits. */
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+
+describe('npm run build', () => {
+  // A folder of its own (under the ignored .scratch/): another test run building at the same time
+  // must not empty the output under this one, as a shared dist/ would.
+  const out = join(ROOT, '.scratch', `build-test-${process.pid}-${Date.now()}`);
+  const entry = join(out, 'services/main.js');
+
+  // tsc over the whole service takes about a minute on two quiet cores and several times that
+  // under load 10-30 (a fixed 300 s overran): the build is awaited as it runs. The hook's limit
+  // only ends a build that hangs, so it is an hour.
+  beforeAll(async () => {
+    const build = spawn('npm', ['run', 'build', '--', `--out-dir=${out}`], { cwd: ROOT });
+    let output = '';
+    build.stdout.on('data', (chunk) => {
+      output += String(chunk);
+    });
+    build.stderr.on('data', (chunk) => {
+      output += String(chunk);
+    });
+    const code = await new Promise<number | null>((resolve) => build.on('close', resolve));
+    if (code !== 0) throw new Error(`npm run build failed (${code}):\n${output}`);
+  }, 3_600_000);
+  afterAll(() => rmSync(out, { recursive: true, force: true }));
+
+  it('emits the compiled entry point services/main.js', () => {
+    expect(existsSync(entry)).toBe(true);
+    // Relative imports were rewritten to the emitted .js files.
+    expect(readFileSync(entry, 'utf8')).toMatch(/from "\.\/service\.js"/);
+    expect(readFileSync(entry, 'utf8')).not.toMatch(/from ["'][^"']*\.ts["']/);
+  });
+
+  it('puts beside it what the service reads from disk at run time', () => {
+    for (const asset of [
+      'package.json',
+      'adapters/cache/debit-windows.lua',
+      'services/engine/signals/calibration/table.json',
+      'services/webhooks/README.md',
+      'README.md',
+      'docs/methodology.md',
+      'sample-data/market',
+    ]) {
+      expect(existsSync(join(out, asset)), `${asset} is missing from the build`).toBe(true);
+    }
+    expect(JSON.parse(readFileSync(join(out, 'package.json'), 'utf8'))).toEqual({ type: 'module' });
+  });
+
+  it('leaves tests out of the build', () => {
+    expect(existsSync(join(out, 'projections/runner.test.js'))).toBe(false);
+    expect(existsSync(join(out, 'test'))).toBe(false);
+  });
+});

@@ -95,10 +95,24 @@ export const LeanSchema = z.object({
   direction: z.enum(['BUY', 'SELL']),
   /** The cell's calls beat random calls at the same BUY:SELL mix in every fold and era tested. */
   timing_skill: z.boolean(),
-  /** Mean net return per call after the fee, bps, pooled over the folds and eras the gate saw. */
+  /**
+   * Whether the evidence supports a figure: the interval [expected_net_bps_low,
+   * expected_net_bps_high] lies above 0 (following paid) or below 0 (following lost). Where it
+   * spans 0 the net is not measurable and `expected_net_bps` is null.
+   */
+  measurable: z.boolean(),
+  /**
+   * Mean net return per call after the fee, bps, pooled over the folds and eras the gate saw;
+   * null where not measurable (or not measured): read the interval instead.
+   */
   expected_net_bps: z.number().nullable(),
   /** Its one-sided 95 % day-block lower bound; the cell sells BUY/SELL only when it is above 0. */
   expected_net_bps_low: z.number().nullable(),
+  /**
+   * The one-sided 95 % upper bound, as far above the mean as the lower bound is below it: with
+   * the lower bound, a 90 % interval. Null when not measured.
+   */
+  expected_net_bps_high: z.number().nullable(),
 });
 export type Lean = z.infer<typeof LeanSchema>;
 

@@ -67,7 +67,14 @@ type SampleCallFields = Pick<
 
 /** A sample BUY's lean and the words for its confidence, shaped like a real call's. */
 const SAMPLE_MEANING: Pick<z.infer<typeof TradeCallData>, 'lean' | 'confidence_meaning'> = {
-  lean: { direction: 'BUY', timing_skill: true, expected_net_bps: 4.2, expected_net_bps_low: 0.6 },
+  lean: {
+    direction: 'BUY',
+    timing_skill: true,
+    measurable: true,
+    expected_net_bps: 4.2,
+    expected_net_bps_low: 0.6,
+    expected_net_bps_high: 7.8,
+  },
   confidence_meaning:
     '72 = the calibrated chance that this BUY beats the 10 bps round-trip fee over the next 6 candles (sample: no cell sells a direction today).',
 };
@@ -117,6 +124,29 @@ function sampleData(
         ...base,
         regime: 'trending-up',
         prior_regime: 'ranging',
+      };
+    case 'risk_shift':
+      return {
+        type: 'risk_shift',
+        feed: base.feed,
+        coin: base.coin,
+        timeframe: base.timeframe,
+        exchange: base.exchange,
+        from: 'middle',
+        to: 'top',
+        percentile: 93,
+        prior_percentile: 71,
+        expected_move: {
+          horizon_candles: 6,
+          expected_move_pct: 1.9,
+          band_low: 63_450,
+          band_high: 66_580,
+          band_coverage: 0.8,
+        },
+        price: base.price_at_call,
+        candle_close_time: base.candle_close_time,
+        signal_hash: base.signal_hash,
+        verify_url: base.verify_url,
       };
     default:
       return { type: 'trade_call', ...base, call: 'BUY', regime: 'trending-up', ...SAMPLE_MEANING };

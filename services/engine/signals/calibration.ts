@@ -180,10 +180,52 @@ export function cellKey(exchange: Exchange, timeframe: Timeframe): string {
 export const NO_EDGE_REASON = 'no measured edge here';
 export const NO_PROFIT_REASON = 'timing skill, but no profit after the fee here';
 
-/** Net bps per call of following the cell's calls, on the gate's evidence (null: not measured). */
+/**
+ * Net bps per call of following the cell's calls, on the gate's evidence, as a lean serves it: a
+ * point figure only where the evidence supports one (see leanNet); the interval always.
+ */
 export interface CellNet {
+  /** Mean net bps per call where measurable; null where not measurable or not measured. */
   meanBps: number | null;
+  /** The table's one-sided 95 % day-block lower bound. */
   lowBps: number | null;
+  /** The one-sided 95 % upper bound, mirrored about the mean: [low, high] is a 90 % interval. */
+  highBps: number | null;
+  /** The evidence supports a figure: a paying edge (low above 0) or a loss (high below 0). */
+  measurable: boolean;
+}
+
+/**
+ * What a cell's pooled net supports. The table keeps the mean and its one-sided 95 % lower bound;
+ * the upper bound is that distance above the mean (the day-block bootstrap of a mean over hundreds
+ * of days is close to symmetric). A figure is served only when the interval lies on one side of 0:
+ * following the calls paid (low above 0) or lost (high below 0). Elsewhere the mean says nothing a
+ * buyer could act on, however far from 0 it is, and is withheld: a positive point beside a bound
+ * below 0 reads as an edge that the evidence does not show.
+ */
+export function leanNet(meanBps: number | null, lowBps: number | null): CellNet {
+  if (meanBps === null || lowBps === null) return { meanBps: null, lowBps, highBps: null, measurable: false };
+  const highBps = 2 * meanBps - lowBps;
+  const measurable = lowBps > 0 || highBps < 0;
+  return { meanBps: measurable ? meanBps : null, lowBps, highBps, measurable };
+}
+
+const signed = (x: number) => `${x >= 0 ? '+' : '−'}${Math.abs(x).toFixed(1)}`;
+
+/**
+ * What following such calls earned, in words, as a clause after "following … calls": "earned
+ * +x bps per call (…)", "lost x bps per call (…)" or "earned a net that is not measurable (…)".
+ */
+export function netWords(net: CellNet): string {
+  if (net.lowBps === null || net.highBps === null)
+    return 'earned a net that was not measured (no calls were evaluated)';
+  const interval = `90 % interval ${signed(net.lowBps)} to ${signed(net.highBps)} bps`;
+  if (!net.measurable || net.meanBps === null) {
+    return `earned a net per call that is not measurable (${interval} spans 0)`;
+  }
+  return net.meanBps >= 0
+    ? `earned ${signed(net.meanBps)} bps per call (one-sided 95 % bound ${signed(net.lowBps)} bps)`
+    : `lost ${Math.abs(net.meanBps).toFixed(1)} bps per call (${interval})`;
 }
 
 /** What a HOLD's confidence claims and where that share was measured. */
@@ -243,8 +285,6 @@ function cellPlan(table: CalibrationTable, exchange: Exchange, timeframe: Timefr
 
 type CellEntry = CalibrationTable['cells'][string];
 
-const bps = (x: number | null) => (x === null ? 'not measured' : `${x >= 0 ? '+' : ''}${x.toFixed(1)} bps`);
-
 /**
  * HOLD's claim: the share of leans that did not beat the fee, measured out of fold on the gate's
  * folds and eras where the table has it; on older tables, the training curve's base rate.
@@ -265,8 +305,8 @@ function planCell(table: CalibrationTable, exchange: Exchange, timeframe: Timefr
   const before = new Date(table.trainTo).toISOString().slice(0, 10);
   if (entry !== undefined) {
     const timingSkill = entry.timingSkill ?? entry.emit;
-    const net = { meanBps: entry.net?.meanBps ?? null, lowBps: entry.net?.lowBps ?? null };
-    const netWords = `following ${cell} calls earned ${bps(net.meanBps)} per call after the ${table.feeBps} bps fee on the walk-forward folds and eras before ${before} (one-sided 95 % bound ${bps(net.lowBps)})`;
+    const net = leanNet(entry.net?.meanBps ?? null, entry.net?.lowBps ?? null);
+    const evidence = `following ${cell} calls ${netWords(net)} after the ${table.feeBps} bps fee on the walk-forward folds and eras before ${before}`;
     return {
       cell,
       emit: entry.emit,
@@ -274,10 +314,10 @@ function planCell(table: CalibrationTable, exchange: Exchange, timeframe: Timefr
       bins: entry.curve.bins,
       curveTimeframe: timeframe,
       reason: entry.emit
-        ? `timing skill over random calls at the same BUY:SELL mix and ${netWords}, in every fold and era tested (${entry.evidence.length})`
+        ? `timing skill over random calls at the same BUY:SELL mix and ${evidence}, in every fold and era tested (${entry.evidence.length})`
         : timingSkill
-          ? `${NO_PROFIT_REASON}: its calls beat random timing in every fold and era, but ${netWords}`
-          : `${NO_EDGE_REASON}: walk-forward evidence for ${cell} did not show timing skill in every fold and era; ${netWords}`,
+          ? `${NO_PROFIT_REASON}: its calls beat random timing in every fold and era, but ${evidence}`
+          : `${NO_EDGE_REASON}: walk-forward evidence for ${cell} did not show timing skill in every fold and era; ${evidence}`,
       timingSkill,
       net,
       hold: holdClaim(entry, cell, before),
@@ -295,7 +335,7 @@ function planCell(table: CalibrationTable, exchange: Exchange, timeframe: Timefr
     curveTimeframe: tf,
     reason: `${NO_EDGE_REASON}: ${cell} has no walk-forward evidence (no data of this venue kind and timeframe was evaluated)`,
     timingSkill: false,
-    net: { meanBps: null, lowBps: null },
+    net: leanNet(null, null),
     hold:
       borrowed !== undefined
         ? holdClaim(borrowed, `spot:${tf}`, before)

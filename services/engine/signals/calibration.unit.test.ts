@@ -7,6 +7,8 @@ import {
   cellDecision,
   fitCurve,
   fitDirection,
+  leanNet,
+  netWords,
   parseCalibrationTable,
 } from './calibration.ts';
 import { defaultBaselines } from './default-baselines.ts';
@@ -174,5 +176,66 @@ describe('calibration fit (isotonic / PAV)', () => {
     for (const tf of ['1m', '3m', '5m', '15m', '30m', '1h', '2h', '4h', '8h', '12h', '1d'] as const)
       for (const exchange of ['BINANCE_SPOT', 'BINANCE'] as const)
         expect(cellDecision(defaultCalibration, exchange, tf, 0.9).emit).toBe(false);
+  });
+});
+
+describe('a lean serves a net figure only where its evidence supports one', () => {
+  it('spot 12h (+4.43, bound −100.92) and spot 1d (+139.14, bound −139.47): not measurable, the interval kept', () => {
+    const h12 = leanNet(4.43, -100.92);
+    expect(h12).toEqual({
+      meanBps: null,
+      lowBps: -100.92,
+      highBps: expect.closeTo(109.78, 9),
+      measurable: false,
+    });
+    expect(netWords(h12)).toBe(
+      'earned a net per call that is not measurable (90 % interval −100.9 to +109.8 bps spans 0)',
+    );
+    const d1 = leanNet(139.14, -139.47);
+    expect(d1).toEqual({
+      meanBps: null,
+      lowBps: -139.47,
+      highBps: expect.closeTo(417.75, 9),
+      measurable: false,
+    });
+    expect(netWords(d1)).not.toContain('139.1 ');
+  });
+
+  it('spot 5m (−10.29, bound −11.13): a measured loss, its interval below 0', () => {
+    const net = leanNet(-10.29, -11.13);
+    expect(net).toEqual({
+      meanBps: -10.29,
+      lowBps: -11.13,
+      highBps: expect.closeTo(-9.45, 9),
+      measurable: true,
+    });
+    expect(netWords(net)).toBe('lost 10.3 bps per call (90 % interval −11.1 to −9.4 bps)');
+  });
+
+  it('a bound above 0 is a paying edge; an interval that spans 0 however narrowly is not measurable', () => {
+    const paying = leanNet(4, 1);
+    expect(paying).toMatchObject({ meanBps: 4, measurable: true });
+    expect(netWords(paying)).toBe('earned +4.0 bps per call (one-sided 95 % bound +1.0 bps)');
+    // spot 1h's evidence: −9.39, bound −20.80, so the upper bound is +2.02.
+    expect(leanNet(-9.39, -20.8)).toMatchObject({ meanBps: null, measurable: false });
+    expect(leanNet(0, 0)).toMatchObject({ meanBps: null, measurable: false });
+    expect(leanNet(null, null)).toEqual({ meanBps: null, lowBps: null, highBps: null, measurable: false });
+    expect(netWords(leanNet(null, null))).toContain('not measured');
+  });
+
+  it('the shipped table never serves a positive figure beside a bound below 0', () => {
+    for (const [cell, entry] of Object.entries(defaultCalibration.cells)) {
+      const net = leanNet(entry.net?.meanBps ?? null, entry.net?.lowBps ?? null);
+      if (net.meanBps !== null && net.meanBps > 0) expect(net.lowBps, cell).toBeGreaterThan(0);
+      if (net.meanBps !== null) expect(net.measurable, cell).toBe(true);
+      const [kind, timeframe] = cell.split(':') as ['spot' | 'perp', '1h'];
+      const decision = cellDecision(
+        defaultCalibration,
+        kind === 'spot' ? 'BINANCE_SPOT' : 'BINANCE',
+        timeframe,
+        0.5,
+      );
+      expect(decision.net, cell).toEqual(net);
+    }
   });
 });

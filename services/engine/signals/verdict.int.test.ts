@@ -164,17 +164,44 @@ describe('composite verdict on real candles', () => {
     expect(v.call).toBe('HOLD');
     // HOLD's number is the measured share of leans that did not beat the fee, not 100 − a call's.
     expect(v.confidence).toBe(57);
+    // Its interval (−10.4 to −8.8) lies below 0: a measured loss, served as a figure.
     expect(v.lean).toEqual({
       direction: score > 0 ? 'SELL' : 'BUY',
       timing_skill: true,
+      measurable: true,
       expected_net_bps: -9.6,
       expected_net_bps_low: -10.4,
+      expected_net_bps_high: expect.closeTo(-8.8, 9),
     });
     expect(v.edge.reason).toContain('no profit after the fee');
-    expect(v.edge.reason).toContain('-9.6 bps');
+    expect(v.edge.reason).toContain('lost 9.6 bps per call (90 % interval −10.4 to −8.8 bps)');
     expect(v.confidence_meaning).toContain('57 = how often standing aside was right');
     expect(v.confidence_meaning).toContain('5000 leans');
-    expect(v.reasoning).toContain(`leans ${v.lean!.direction}`);
+    expect(v.confidence_meaning).toContain('following such leans lost 9.6 bps per call');
+    expect(v.reasoning).toContain(`leans ${v.lean!.direction}; following such leans lost 9.6 bps per call`);
+    // Spot 12h's evidence (+4.43 bps, bound −100.92): no figure, the interval, and words that say so.
+    const wide: CalibrationTable = {
+      ...skilledUnpaid,
+      cells: {
+        'spot:1h': {
+          ...skilledUnpaid.cells['spot:1h']!,
+          timingSkill: false,
+          net: { meanBps: 4.43, lowBps: -100.92, calls: 1131 },
+        },
+      },
+    };
+    const w = computeVerdict(state, undefined, wide, { holdBand: 0 });
+    VerdictSchema.parse(w);
+    expect(w.lean).toMatchObject({
+      measurable: false,
+      expected_net_bps: null,
+      expected_net_bps_low: -100.92,
+      expected_net_bps_high: expect.closeTo(109.78, 9),
+    });
+    for (const text of [w.reasoning, w.confidence_meaning!, w.edge.reason]) {
+      expect(text).toContain('not measurable (90 % interval −100.9 to +109.8 bps spans 0)');
+      expect(text).not.toContain('+4.4');
+    }
     // The same cell once its calls pay: BUY/SELL, and the confidence means the call's chance.
     const paid: CalibrationTable = {
       ...skilledUnpaid,
@@ -211,6 +238,7 @@ describe('composite verdict on real candles', () => {
     });
     for (const [x, table] of [
       [v, skilledUnpaid],
+      [w, wide],
       [c, paid],
       [o, old],
     ] as const)

@@ -7,7 +7,7 @@ import type {
   VolatilityForecast,
   Votes,
 } from '../../../contracts/signals.ts';
-import { type CellDecision, cellDecision, type Direction } from './calibration.ts';
+import { type CellDecision, cellDecision, type Direction, netWords } from './calibration.ts';
 import { InsufficientHistoryError } from './errors.ts';
 import { stateVolatility } from './market-regime.ts';
 import type { MarketState, Readings } from './market-state.ts';
@@ -135,9 +135,21 @@ export function leanOf(decision: CellDecision, score: number): Lean | null {
   return {
     direction: sign > 0 ? 'BUY' : 'SELL',
     timing_skill: decision.timingSkill,
+    measurable: decision.net.measurable,
     expected_net_bps: decision.net.meanBps,
     expected_net_bps_low: decision.net.lowBps,
+    expected_net_bps_high: decision.net.highBps,
   };
+}
+
+/** What following such leans earned, in words: a figure only where measurable, else the interval. */
+function leanNetWords(lean: Lean): string {
+  return `following such leans ${netWords({
+    meanBps: lean.expected_net_bps,
+    lowBps: lean.expected_net_bps_low,
+    highBps: lean.expected_net_bps_high,
+    measurable: lean.measurable,
+  })} after the fee before the test months`;
 }
 
 /**
@@ -188,7 +200,9 @@ export function confidenceMeaning(
     return `${confidence} = the calibrated chance that this ${call} beats ${horizon} (${decision.cell} calls with a similar |score| on the training months).`;
   }
   const what = lean === null ? 'a trade in either direction' : `a ${lean.direction} like the lean here`;
-  return `${confidence} = how often standing aside was right: in ${confidence} % of comparable moments ${what} did not beat ${horizon} (${decision.hold.source}). It is not a chance that price stays flat.`;
+  const words = lean === null ? '' : leanNetWords(lean);
+  const net = lean === null ? '' : ` ${words.charAt(0).toUpperCase()}${words.slice(1)}.`;
+  return `${confidence} = how often standing aside was right: in ${confidence} % of comparable moments ${what} did not beat ${horizon} (${decision.hold.source}). It is not a chance that price stays flat.${net}`;
 }
 
 function indicatorSummary(r: Readings, s: Score): Record<string, number | null> {
@@ -296,7 +310,7 @@ function reasoning(
   const leaning =
     lean === null
       ? ' The score leans neither way.'
-      : ` The score leans ${lean.direction}${lean.expected_net_bps === null ? '' : `; following such leans earned ${lean.expected_net_bps.toFixed(1)} bps per call after the fee before the test months (one-sided 95 % bound ${lean.expected_net_bps_low === null ? '–' : lean.expected_net_bps_low.toFixed(1)})`}.`;
+      : ` The score leans ${lean.direction}; ${leanNetWords(lean)}.`;
   const why = noEdge ?? `|score| is inside the HOLD band`;
   return `${text}${leaning} HOLD: ${why}. HOLD confidence ${confidence}: share of comparable leans that did not beat the fee over ${horizon}.`;
 }

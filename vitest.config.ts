@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import type { TestUserConfig } from 'vitest/node';
 
 const UNIT = '**/*.unit.test.ts';
 const EXCLUDE = ['node_modules/**', 'data/**', 'dist/**'];
@@ -36,8 +37,9 @@ export default defineConfig({
     env: { MARKET_DATA_DIR: process.env.MARKET_DATA_DIR ?? 'sample-data/market' },
     maxWorkers: 2,
     // What `npx vitest` (watch) and a plain `npx vitest run` run; a `--project` on the command line
-    // replaces it, as `npm test` does to add the slow one.
-    project: ['unit', 'io'],
+    // replaces it, as `npm test` does to add the slow one. (A command-line option, typed in
+    // TestUserConfig rather than in the config file's InlineConfig; vitest takes it from either.)
+    ...({ project: ['unit', 'io'] } satisfies TestUserConfig),
     reporters: ['default'],
     projects: [
       {

@@ -113,15 +113,16 @@ describe.runIf(runs(own.disk, 'disk-full service suite'))('the api when its disk
   it('a full disk: keyed writes get a retryable 503 in the documented shape, /readyz names the store, reads go on', async () => {
     if (typeof own.disk === 'string') return;
     own.disk.fill();
-    let res: Response | null = null;
-    // LMDB may still find a free page or two before it needs the disk.
-    for (let i = 0; i < 200; i++) {
+    let res: Response;
+    // LMDB may still find free pages in its file before it needs the disk: how many calls they hold
+    // is no part of the guarantee, so the calls go on until the store refuses one.
+    for (;;) {
       res = await call();
       if (res.status !== 200) break;
       acknowledged = await own.service.adapters.eventStore.headPosition();
     }
-    expect(res!.status).toBe(503);
-    expect(await res!.json()).toMatchObject(refusal);
+    expect(res.status).toBe(503);
+    expect(await res.json()).toMatchObject(refusal);
     await expectStoreFull(ready);
 
     const { url } = own.service;
@@ -181,8 +182,9 @@ describe.runIf(runs(leased.disk, 'disk-full service suite with quota leases'))(
     it('a full disk: calls are answered only while their units are on the log, then a retryable 503', async () => {
       if (typeof leased.disk === 'string') return;
       leased.disk.fill();
-      let res: Response | null = null;
-      for (let i = 0; i < 5_000; i++) {
+      let res: Response;
+      // Until the store refuses a reservation, however many calls the room left in LMDB's file holds.
+      for (;;) {
         res = await call();
         if (res.status !== 200) break;
         servedWhileFull++;
@@ -191,8 +193,8 @@ describe.runIf(runs(leased.disk, 'disk-full service suite with quota leases'))(
         expect(await usedOf(res)).toBe(60 + servedWhileFull);
         expect(await charged()).toBeGreaterThanOrEqual(60 + servedWhileFull);
       }
-      expect(res!.status).toBe(503);
-      expect(await res!.json()).toMatchObject(refusal);
+      expect(res.status).toBe(503);
+      expect(await res.json()).toMatchObject(refusal);
       await expectStoreFull(ready);
       // Refused again while full: no lease is left to serve from, no units are taken.
       const again = await call();
@@ -211,7 +213,8 @@ describe.runIf(runs(leased.disk, 'disk-full service suite with quota leases'))(
       expect(used).toBe(60 + servedWhileFull + 1);
       // A quiet key's lease ends and its unused units are given back (retried until the log takes
       // them): what stays charged is what was served, no more, no less.
-      await expect.poll(charged, { timeout: 10_000, interval: 100 }).toBe(used);
+      // (How soon depends on the machine's load, so the wait is the suite's poll limit, not a guess.)
+      await expect.poll(charged, { interval: 100 }).toBe(used);
       const all = await leased.service.adapters.eventStore.readAll();
       expect(all.map((e) => e.position)).toEqual(Array.from({ length: all.length }, (_, i) => i + 1));
     });

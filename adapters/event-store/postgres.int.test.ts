@@ -298,14 +298,16 @@ describe.runIf(run)('PostgreSQL event store', () => {
       }
     })();
     try {
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      // The old process appends before the upgrade starts, and goes on appending after it ended.
+      await expect.poll(() => appended.length + failures.length).toBeGreaterThan(0);
       const store = await openPostgresEventStore({ url: POSTGRES_URL, schema });
       try {
-        await new Promise((resolve) => setTimeout(resolve, 100));
+        const atUpgraded = appended.length + failures.length;
+        await expect.poll(() => appended.length + failures.length).toBeGreaterThan(atUpgraded);
         stop = true;
         await appending;
         expect(failures).toEqual([]);
-        expect(appended.length).toBeGreaterThan(10);
+        expect(appended.length).toBeGreaterThan(atUpgraded);
         const { rows } = await store.pool.query<{ version: number }>(
           `SELECT version FROM ${names.schema}.schema_migrations ORDER BY version`,
         );

@@ -343,13 +343,19 @@ export class ServiceError extends Error {
 /** True when `code` names an entry of the catalog. */
 export const isErrorCode = (code: string): code is ErrorCode => Object.hasOwn(ERRORS, code);
 
-/** The body of every /api and operations refusal. */
-export const ErrorBody = z.object({
-  code: z.string().describe('A code of the error catalog, SCREAMING_CASE'),
-  message: z.string(),
-  field: z.string().optional().describe('The request field at fault'),
-  retryable: z.boolean().optional().describe('Present and true when the same request may succeed later'),
-});
+/**
+ * The body of every /api, /x402 and operations refusal (code casing per route family, see the
+ * README); keyed refusals add the `_service` block.
+ */
+export const ErrorBody = z
+  .object({
+    code: z.string().describe('A code of the error catalog'),
+    message: z.string().describe('What went wrong, for a person'),
+    field: z.string().optional().describe('The request field at fault'),
+    retryable: z.boolean().optional().describe('Present and true when the same request may succeed later'),
+    _service: z.record(z.string(), z.unknown()).optional().describe('Caller, quota and request id'),
+  })
+  .loose();
 export type ErrorBody = z.infer<typeof ErrorBody>;
 
 /** The body of a refusal on /mcp (JSON-RPC 2.0). */

@@ -3,7 +3,7 @@ import swagger from '@fastify/swagger';
 import scalar from '@scalar/fastify-api-reference';
 import type { FastifyInstance, FastifySchema } from 'fastify';
 import { z } from 'zod';
-import { ERRORS, type ErrorCode } from '../../contracts/errors.ts';
+import { ERRORS, ErrorBody, type ErrorCode } from '../../contracts/errors.ts';
 import { jsonSchema } from '../../contracts/json-schema.ts';
 import { webhookOpenApi } from '../../contracts/webhook-schemas.ts';
 import type { FieldCodes } from './errors.ts';
@@ -60,15 +60,6 @@ function withService(schema: z.ZodType | Json): z.ZodType | Json {
 function schemaOf(schema: z.ZodType | Json, io: 'input' | 'output'): Json {
   return schema instanceof z.ZodType ? jsonSchema(schema, io) : schema;
 }
-
-/** The shape every `/api/*` error answers with (code casing per route family, see the README). */
-export const ErrorBody = z
-  .object({
-    code: z.string().describe('Machine-readable error code'),
-    message: z.string().describe('What went wrong, for a person'),
-    _service: z.record(z.string(), z.unknown()).optional().describe('Caller, quota and request id'),
-  })
-  .loose();
 
 export const error = (description: string): ResponseDoc => ({ description, schema: ErrorBody });
 

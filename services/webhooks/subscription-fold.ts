@@ -1,6 +1,5 @@
 import type { z } from 'zod';
-import type { RecordedEvent } from '../../contracts/envelope.ts';
-import { type DomainEvent, type EncryptedSecret, parseDomainEvent } from '../../contracts/events.ts';
+import type { DomainEvent, EncryptedSecret } from '../../contracts/events.ts';
 import type { WebhookView } from '../../contracts/webhooks.ts';
 
 type CreatedData = Extract<DomainEvent, { type: 'SubscriptionCreated' }>['data'];
@@ -44,13 +43,10 @@ export function subscriptionsOfKey(state: SubscriptionState, keyId: string): Sub
     .sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.id.localeCompare(b.id));
 }
 
-/** Subscriptions live and deleted; deleted ones are dropped from the state altogether. */
-export function evolveSubscriptions(state: SubscriptionState, recorded: RecordedEvent): SubscriptionState {
-  const event = parseDomainEvent(recorded);
-  return event === null ? state : applySubscriptionEvent(state, event);
-}
-
-/** The fold over an already validated event (the webhook projection validates once for both folds). */
+/**
+ * Subscriptions live and deleted (deleted ones are dropped from the state altogether), folded over
+ * an already validated event: the webhook projection validates once for both folds.
+ */
 export function applySubscriptionEvent(state: SubscriptionState, event: DomainEvent): SubscriptionState {
   switch (event.type) {
     case 'SubscriptionCreated': {

@@ -99,6 +99,28 @@ export const VerdictOutcomeResolved = z.object({
   mfeBps: z.number().nullable(),
   /** Standard deviation of the 24 close-to-close log returns after the verdict (per candle). */
   realisedVol: z.number().nonnegative(),
+  /**
+   * The direction the verdict's score leaned (HOLD included) as its engine's table states it;
+   * null when it leaned nowhere or its engine is not the table's. Absent on outcomes resolved
+   * before the field existed.
+   */
+  lean: z.enum(['BUY', 'SELL']).nullable().optional(),
+  /** Following the lean over the horizon after the fee, hundredths of a bp; null without a lean. */
+  leanNetCentiBps: z.number().int().nullable().optional(),
+  /**
+   * The risk forecast the verdict served, as recorded in its inputs, to be scored against these
+   * returns; null on verdicts recorded without one.
+   */
+  volatility: z
+    .object({
+      horizonCandles: z.number().int().positive(),
+      expectedMovePct: z.number().nonnegative(),
+      bandLow: z.number().positive(),
+      bandHigh: z.number().positive(),
+      bandCoverage: z.number().min(0).max(1),
+    })
+    .nullable()
+    .optional(),
 });
 
 export const RegimeShifted = z.object({

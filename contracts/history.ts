@@ -29,7 +29,7 @@ const nullable = <T extends z.ZodType>(t: T) => t.nullable();
 
 /**
  * One history row. Commitment fields are always filled; content fields only once revealed
- * (`revealed: true`), outcome fields only once revealed and resolved. `inputs_json` is the
+ * (`revealed: true`), outcome fields (`outcome_id` onwards) only once revealed and resolved. `inputs_json` is the
  * verdict's `inputs` as JSON, so the hash can be recomputed from any format.
  */
 export const HistoryRow = z.object({
@@ -64,6 +64,10 @@ export const HistoryRow = z.object({
   mae_bps: nullable(z.number()),
   mfe_bps: nullable(z.number()),
   realised_vol: nullable(z.number()),
+  /** The direction the verdict's score leaned, HOLD included (an outcome field: set once resolved). */
+  lean: nullable(z.enum(['BUY', 'SELL'])),
+  /** What following the lean earned over the horizon after the fee, hundredths of a bp. */
+  lean_net_centi_bps: nullable(z.number().int()),
 });
 export type HistoryRow = z.infer<typeof HistoryRow>;
 export const HISTORY_COLUMNS = Object.keys(HistoryRow.shape) as (keyof HistoryRow)[];
@@ -109,6 +113,25 @@ export const ConfidenceBucketLine = z.object({
   meanConfidence: z.number().nullable(),
 });
 
+/**
+ * The risk forecast each resolved verdict served (its `volatility`), scored on the return that
+ * followed over the forecast's horizon: the same figures `npm run evaluate` reports per row.
+ */
+export const RiskRecord = z.object({
+  /** Resolved verdicts whose served forecast was scored. */
+  points: z.number().int(),
+  /** Of those, how many closed inside the served band after the forecast's horizon. */
+  covered: z.number().int(),
+  coverage: z.number().nullable(),
+  /** The coverage the band states (its `band_coverage`, averaged over the points). */
+  nominalCoverage: z.number().nullable(),
+  /** RMS of the σ served ÷ RMS of the realised log return over the horizon; 1 is right in level. */
+  sigmaRatio: z.number().nullable(),
+  /** Resolved verdicts with no forecast to score: recorded without one, or a horizon not labelled (1, 6, 24). */
+  unscored: z.number().int(),
+});
+export type RiskRecord = z.infer<typeof RiskRecord>;
+
 export const TrackRecordLine = z.object({
   exchange: z.union([Exchange, z.literal('ALL')]),
   timeframe: z.union([Timeframe, z.literal('ALL')]),
@@ -128,6 +151,8 @@ export const TrackRecordLine = z.object({
   brier: z.number().nullable(),
   baseRateBrier: z.number().nullable(),
   buckets: z.array(ConfidenceBucketLine),
+  /** The risk forecast's record over every resolved verdict of the line, HOLD included. */
+  risk: RiskRecord,
 });
 export type TrackRecordLine = z.infer<typeof TrackRecordLine>;
 
@@ -140,7 +165,41 @@ export const TrackRecordPoint = z.object({
   random: z.number().nullable(),
   cumNetBps: z.number(),
   cumRandomNetBps: z.number(),
+  /** The risk forecast, cumulative from the window's start: points scored, coverage, σ ratio. */
+  riskPoints: z.number().int(),
+  coverage: z.number().nullable(),
+  sigmaRatio: z.number().nullable(),
 });
+
+/**
+ * Funding carry. The service keeps no record per opportunity (the scan answers and forgets), so
+ * no expected-vs-realised figure is tracked live; what it serves is the carry model shipped with
+ * the build, fitted by `npm run evaluate` on the funding history's training months (its
+ * test-month expected ÷ realised ratios are in docs/evaluation.md).
+ */
+export const CarryRecord = z.object({
+  recorded: z.literal(false),
+  note: z.string(),
+  trainFrom: z.string(),
+  trainTo: z.string(),
+  buckets: z.array(
+    z.object({
+      /** Spread now, bps per 8 h, lower edge of the bucket. */
+      fromBps: z.number(),
+      horizons: z.array(
+        z.object({
+          hours: z.number().int(),
+          /** Carry collected ÷ (spread now × hours) on the training opportunities. */
+          retention: z.number(),
+          /** Share of them whose carry beat both legs' fees by this horizon. */
+          shareNetPositive: z.number(),
+          samples: z.number().int(),
+        }),
+      ),
+    }),
+  ),
+});
+export type CarryRecord = z.infer<typeof CarryRecord>;
 
 export const TrackRecordResponse = z.object({
   asOf: z.string(),
@@ -157,6 +216,7 @@ export const TrackRecordResponse = z.object({
    * trailing-volatility band per timeframe and horizon, the free regime label.
    */
   baselines: BaselinesTableSchema.optional(),
+  carry: CarryRecord,
 });
 export type TrackRecordResponse = z.infer<typeof TrackRecordResponse>;
 

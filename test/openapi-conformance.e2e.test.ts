@@ -242,6 +242,7 @@ describe('the OpenAPI document describes every real answer', () => {
       '/track-record',
       '/mcp/server-card',
       '/.well-known/mcp/catalog.json',
+      '/.well-known/ai-catalog.json',
     ]) {
       await conform({ method: 'GET', template, status: 200, auth: false });
     }

@@ -169,7 +169,7 @@ describe('server.json (MCP registry entry, in the repository)', () => {
     const served = [...signalToolTable(), ...knowledgeTools(definitionsOnly, [])];
     const generated = registryServerJson(catalogTools(served, stack.x402.tools));
     expect(file, 'regenerate with: npx tsx scripts/write-server-json.ts').toEqual(generated);
-    expect(file.remotes[0]).toMatchObject({ type: 'streamable-http', url: expect.stringMatching(/\/mcp$/) });
+    expect(file.remotes.map((r) => r.url)).toEqual(['https://{host}/mcp', 'https://{host}/mcp/signin']);
     expect(file.description.length).toBeLessThanOrEqual(100);
     // The harness serves the signal tools; the started service (knowledge e2e) checks all six.
     expect(file._meta['io.modelcontextprotocol.registry/publisher-provided'].tools.sort()).toEqual(
@@ -219,5 +219,30 @@ describe('MCP discovery: the catalog and the server card', () => {
     await client.connect(new StreamableHTTPClientTransport(new URL(card.remotes[0]!.url)));
     expect(client.getServerVersion()?.version).toBe(card.version);
     await client.close();
+  });
+});
+
+describe('MCP discovery: the AI Catalog', () => {
+  it('answers at /.well-known/ai-catalog.json in its media type, pointing at the card the old catalog names', async () => {
+    const res = await fetch(`${stack.url}/.well-known/ai-catalog.json`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toMatch(/^application\/ai-catalog\+json(;|$)/);
+    expect(res.headers.get('access-control-allow-origin')).toBe('*');
+    const catalog = (await res.json()) as {
+      specVersion: string;
+      entries: { identifier: string; type: string; url: string }[];
+    };
+    expect(catalog.specVersion).toBe('1.0');
+    const old = (await (await fetch(`${stack.url}/.well-known/mcp/catalog.json`)).json()) as {
+      entries: { url: string }[];
+    };
+    expect(catalog.entries.map((e) => e.url)).toEqual(old.entries.map((e) => e.url));
+    expect(catalog.entries[0]).toEqual({
+      identifier: 'urn:air:127.0.0.1:mcp:signal-service',
+      type: 'application/mcp-server-card+json',
+      url: `${stack.url}/mcp/server-card`,
+    });
+    const card = await fetch(catalog.entries[0]!.url, { headers: { accept: catalog.entries[0]!.type } });
+    expect(card.status).toBe(200);
   });
 });

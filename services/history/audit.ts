@@ -1,5 +1,6 @@
 import type { HistoryRow, TrackRecordResponse, TrackRecordWindow } from '../../contracts/history.ts';
 import { verdictHash } from '../../contracts/verdict-hash.ts';
+import { recordedVolatility } from '../engine/recorded-volatility.ts';
 import { rowContent } from './rows.ts';
 import { addPoint, type TrackRecordState, trackRecord } from './track-record.ts';
 
@@ -69,7 +70,11 @@ export async function verifyRows(rows: AsyncIterable<HistoryRow>): Promise<Chain
   return report;
 }
 
-/** The track record from labelled rows alone: the service's own fold over the same labels. */
+/**
+ * The track record from labelled rows alone: the service's own fold over the same labels. The
+ * risk forecast scored is the one in the row's inputs, which the outcome copied when it resolved
+ * (outcomes resolved before outcomes carried it were scored without it by the service).
+ */
 export async function scoreRows(
   rows: AsyncIterable<HistoryRow>,
   window: TrackRecordWindow,
@@ -78,6 +83,7 @@ export async function scoreRows(
   const state: TrackRecordState = {};
   for await (const row of rows) {
     if (row.result === null || row.call === null || row.return_6 === null) continue;
+    const served = recordedVolatility(JSON.parse(row.inputs_json ?? '{}'), row.timeframe);
     addPoint(state, {
       exchange: row.exchange,
       timeframe: row.timeframe,
@@ -87,6 +93,18 @@ export async function scoreRows(
       return6: row.return_6,
       result: row.result,
       netCentiBps: row.net_centi_bps,
+      price: row.price!,
+      return1: row.return_1!,
+      return24: row.return_24!,
+      volatility: served
+        ? {
+            horizonCandles: served.horizon_candles,
+            expectedMovePct: served.expected_move_pct,
+            bandLow: served.band_low,
+            bandHigh: served.band_high,
+            bandCoverage: served.band_coverage,
+          }
+        : null,
     });
   }
   return trackRecord(state, window, asOf);

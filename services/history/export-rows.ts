@@ -62,6 +62,8 @@ export const NO_OUTCOME_TAIL = Buffer.from(
     mae_bps: null,
     mfe_bps: null,
     realised_vol: null,
+    lean: null,
+    lean_net_centi_bps: null,
   }).slice(1)}`,
 );
 
@@ -119,8 +121,9 @@ export const OUTCOME_NUMBERS = [
   'mae_bps',
   'mfe_bps',
   'realised_vol',
+  'lean_net_centi_bps',
 ] as const;
-export const OUTCOME_STRINGS = ['verdict_hash', 'outcome_id', 'result'] as const;
+export const OUTCOME_STRINGS = ['verdict_hash', 'outcome_id', 'result', 'lean'] as const;
 const O_HASH = 0;
 
 /** Bytes of a record: numbers, null mask, string ends, strings, then the rest (head or tail). */
@@ -402,11 +405,22 @@ export function storedOutcome(outcome: Outcome): Buffer | null {
     mae_bps: o.maeBps,
     mfe_bps: o.mfeBps,
     realised_vol: o.realisedVol,
+    lean: o.lean ?? null,
+    lean_net_centi_bps: o.leanNetCentiBps ?? null,
   }).slice(1);
-  const num = (x: number | null) => (x === null ? Number.NaN : x);
+  const num = (x: number | null | undefined) => (x === null || x === undefined ? Number.NaN : x);
   return encodeRecord(
-    [o.return1, o.return6, o.return24, num(o.netCentiBps), num(o.maeBps), num(o.mfeBps), o.realisedVol],
-    [o.verdictHash, outcome.id, o.result],
+    [
+      o.return1,
+      o.return6,
+      o.return24,
+      num(o.netCentiBps),
+      num(o.maeBps),
+      num(o.mfeBps),
+      o.realisedVol,
+      num(o.leanNetCentiBps),
+    ],
+    [o.verdictHash, outcome.id, o.result, o.lean ?? null],
     tail,
   );
 }

@@ -127,7 +127,45 @@ describe('GET /api/verdicts', () => {
         r.net_centi_bps,
       );
       expect(p.inputs_json ?? null).toBe(r.inputs_json);
+      expect(p.lean ?? null).toBe(r.lean);
+      expect(
+        p.lean_net_centi_bps === null || p.lean_net_centi_bps === undefined
+          ? null
+          : Number(p.lean_net_centi_bps),
+      ).toBe(r.lean_net_centi_bps);
     });
+    expect(fromCsv.map((r) => r.lean || null)).toEqual(rows.map((r) => r.lean));
+    expect(fromCsv.map((r) => (r.lean_net_centi_bps ? Number(r.lean_net_centi_bps) : null))).toEqual(
+      rows.map((r) => r.lean_net_centi_bps),
+    );
+  });
+
+  it("carries each resolved verdict's lean and what following it earned after the fee", async () => {
+    const { rows } = await ndjson('');
+    const labelled = rows.filter((r) => r.result !== null);
+    const holds = labelled.filter((r) => r.call === 'HOLD');
+    // The perp 1h markets answer HOLD; their leans are what an analyst recomputes the claim from.
+    expect(holds.length).toBeGreaterThan(20);
+    expect(holds.filter((r) => r.lean !== null).length).toBeGreaterThan(20);
+    for (const r of labelled) {
+      if (r.lean === null) {
+        expect(r.lean_net_centi_bps).toBeNull();
+        continue;
+      }
+      // docs/evaluation.md, Method: the return over 6 candles in the lean's direction, less 10 bps.
+      const dir = r.lean === 'BUY' ? 1 : -1;
+      expect(r.lean_net_centi_bps).toBe(Math.round((dir * r.return_6! * 10_000 - 10) * 100));
+      // A call's lean is its own direction, and following it earned what the call did.
+      if (r.call !== 'HOLD') {
+        expect(r.lean).toBe(r.call);
+        expect(r.lean_net_centi_bps).toBe(r.net_centi_bps);
+      }
+    }
+    // Revealed but not yet resolved, or sealed: no lean shown.
+    for (const r of rows.filter((x) => x.result === null)) {
+      expect(r.lean).toBeNull();
+      expect(r.lean_net_centi_bps).toBeNull();
+    }
   });
 
   it('never shows an unrevealed verdict beyond its commitment, in any format or filter', async () => {
@@ -169,6 +207,8 @@ describe('GET /api/verdicts', () => {
       'result',
       'return_6',
       'net_centi_bps',
+      'lean',
+      'lean_net_centi_bps',
     ] as const;
     for (const q of queries) {
       const { rows } = await ndjson(q);
@@ -370,6 +410,34 @@ describe('GET /api/track-record', () => {
           ['day', 288],
         ]);
         for (const r of fiveMinute) expect(Math.abs(r.coverage.value! - 0.8)).toBeLessThan(0.05);
+        // The risk forecast every resolved verdict served (HOLD included), scored on what followed.
+        const risk = tr.overall.risk;
+        expect(risk.points + risk.unscored).toBe(tr.overall.calls + tr.overall.holds);
+        expect(risk.unscored).toBe(0);
+        const scored = rows.filter((r) => r.result !== null);
+        const covered = scored.filter((r) => {
+          const inputs = JSON.parse(r.inputs_json!) as Record<string, number>;
+          const close = r.price! * (1 + r.return_6!);
+          return close >= inputs.vol_band_low! && close <= inputs.vol_band_high!;
+        });
+        expect(risk.covered).toBe(covered.length);
+        expect(risk.coverage).toBeCloseTo(covered.length / scored.length, 5);
+        expect(risk.nominalCoverage).toBe(0.8);
+        const rms = (xs: number[]) => Math.sqrt(xs.reduce((a, x) => a + x * x, 0) / xs.length);
+        const sigma = rms(
+          scored.map(
+            (r) => (JSON.parse(r.inputs_json!) as Record<string, number>).vol_expected_move_pct! / 100,
+          ),
+        );
+        const realised = rms(scored.map((r) => Math.log1p(r.return_6!)));
+        expect(risk.sigmaRatio).toBeCloseTo(sigma / realised, 4);
+        expect(tr.series.at(-1)!.sigmaRatio).toBe(risk.sigmaRatio);
+        expect(tr.series.at(-1)!.riskPoints).toBe(risk.points);
+        for (const l of tr.lines) expect(l.risk.points).toBeGreaterThan(0);
+        // Carry: no record per opportunity, so the shipped model's training fit, saying so.
+        expect(tr.carry.recorded).toBe(false);
+        expect(tr.carry.note).toContain('not tracked live');
+        expect(tr.carry.buckets[0]!.horizons.map((h) => h.hours)).toEqual([8, 24, 72, 168]);
       }
     }
     const bad = await fetch(`${server.url}/api/track-record?window=1y`);

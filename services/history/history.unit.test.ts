@@ -86,6 +86,41 @@ describe('outcome labels', () => {
     expect(hold).toMatchObject({ result: 'no-call', netCentiBps: null, maeBps: null, mfeBps: null });
   });
 
+  it("names a HOLD's lean, what following it earned after the fee, and the risk forecast it served", () => {
+    const table = defaultCalibration;
+    const served = {
+      ...verdict('HOLD'),
+      engineVersion: table.engineVersion,
+      inputs: {
+        vol_horizon_candles: 6,
+        vol_expected_move_pct: 1.5,
+        vol_band_low: 98,
+        vol_band_high: 102,
+        vol_band_coverage: 0.8,
+        vol_percentile: 40,
+      },
+    };
+    const o = resolveOutcome(ref, served, following([100, 100, 100, 100, 100, 101]));
+    // perp:1h follows or fades the score as its table says; the score 0.3 leans that way.
+    const dir = table.cells['perp:1h']!.direction;
+    expect(o.lean).toBe(dir === 1 ? 'BUY' : 'SELL');
+    expect(o.leanNetCentiBps).toBe(Math.round((dir * 100 - 10) * 100)); // ±1 % over 6 candles, less the fee
+    expect(o).toMatchObject({ result: 'no-call', netCentiBps: null });
+    expect(o.volatility).toEqual({
+      horizonCandles: 6,
+      expectedMovePct: 1.5,
+      bandLow: 98,
+      bandHigh: 102,
+      bandCoverage: 0.8,
+    });
+    // A score of exactly 0 leans nowhere; a verdict of another engine gets no lean restated.
+    expect(resolveOutcome(ref, { ...served, score: 0 }, following([101])).lean).toBeNull();
+    const other = resolveOutcome(ref, { ...served, engineVersion: 'signals-0' }, following([101]));
+    expect(other).toMatchObject({ lean: null, leanNetCentiBps: null });
+    // A verdict recorded without a risk forecast has none to be scored on.
+    expect(resolveOutcome(ref, verdict('HOLD'), following([101])).volatility).toBeNull();
+  });
+
   it('refuses candles that are not exactly the ones after the verdict', () => {
     const candles = following([100]);
     expect(() => resolveOutcome(ref, verdict('BUY'), candles.slice(1))).toThrow('need 24 candles');
@@ -104,6 +139,9 @@ function point(p: Partial<ScoredPoint>): ScoredPoint {
     return6: 0.01,
     result: 'hit',
     netCentiBps: 9_000,
+    price: 100,
+    return1: 0,
+    return24: 0,
     ...p,
   };
 }
@@ -151,6 +189,51 @@ describe('track record', () => {
     expect(tr.lines.map((l) => l.timeframe)).toEqual(['1h']);
     expect(trackRecord(state, 'all', T0 + HOUR).lines.map((l) => l.timeframe)).toEqual(['1h', '4h']);
     expect(tr.series.at(-1)).toMatchObject({ calls: 4, hitRate: 0.5, cumNetBps: 155 });
+  });
+
+  it('scores the risk forecast every resolved verdict served: coverage and σ served ÷ realised', () => {
+    const forecast = { horizonCandles: 6, expectedMovePct: 1, bandLow: 99, bandHigh: 101, bandCoverage: 0.8 };
+    const risk: TrackRecordState = {};
+    // Inside the band (+0.5 %), outside it (−2 %), a HOLD inside (+0.9 %), all with σ = 1 %.
+    addPoint(risk, point({ return6: 0.005, volatility: forecast }));
+    addPoint(risk, point({ return6: -0.02, result: 'miss', volatility: forecast }));
+    addPoint(
+      risk,
+      point({ call: 'HOLD', return6: 0.009, result: 'no-call', netCentiBps: null, volatility: forecast }),
+    );
+    // No forecast recorded, and one over a horizon no outcome labels: counted, not scored.
+    addPoint(risk, point({ call: 'HOLD', result: 'no-call', netCentiBps: null, volatility: null }));
+    addPoint(risk, point({ return6: 0.5, volatility: { ...forecast, horizonCandles: 3 } }));
+    // The next candle's forecast is scored on the next candle's return.
+    addPoint(risk, point({ return1: 0.02, return6: 0, volatility: { ...forecast, horizonCandles: 1 } }));
+    const r = trackRecord(risk, '7d', T0 + HOUR).overall.risk;
+    expect(r).toMatchObject({ points: 4, covered: 2, coverage: 0.5, nominalCoverage: 0.8, unscored: 2 });
+    const realised = [0.005, -0.02, 0.009, 0.02].map((x) => Math.log1p(x) ** 2);
+    const rms = Math.sqrt(realised.reduce((a, b) => a + b, 0) / 4);
+    expect(r.sigmaRatio).toBeCloseTo(0.01 / rms, 4);
+    expect(trackRecord(risk, '7d', T0 + HOUR).series.at(-1)).toMatchObject({ riskPoints: 4, coverage: 0.5 });
+  });
+
+  it('says nothing it has not measured: a window with no resolved verdict, verdicts without a forecast', () => {
+    const empty = trackRecord({}, '7d', T0);
+    expect(empty.overall.risk).toEqual({
+      points: 0,
+      covered: 0,
+      coverage: null,
+      nominalCoverage: null,
+      sigmaRatio: null,
+      unscored: 0,
+    });
+    expect(empty.series).toEqual([]);
+    expect(empty.overall.following.hitRate).toBeNull();
+    // A window past every verdict: as empty as no history at all.
+    expect(trackRecord(state, '7d', T0 + 30 * 24 * HOUR).overall).toEqual(empty.overall);
+    const unscored = trackRecord(state, '7d', T0 + HOUR);
+    expect(unscored.overall.risk).toMatchObject({ points: 0, coverage: null, sigmaRatio: null, unscored: 5 });
+    expect(unscored.series.at(-1)).toMatchObject({ riskPoints: 0, coverage: null, sigmaRatio: null });
+    // Carry: what is shipped, and that no live record exists.
+    expect(empty.carry.recorded).toBe(false);
+    expect(empty.carry.buckets.length).toBeGreaterThan(0);
   });
 
   it('gives a trade call the line of its own exchange, timeframe and confidence bucket', () => {

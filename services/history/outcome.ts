@@ -1,6 +1,9 @@
 import type { EventData } from '../../contracts/events.ts';
 import { FEE_BPS, HORIZON_CANDLES, OUTCOME_AFTER_CANDLES } from '../../contracts/history.ts';
 import { type Candle, TIMEFRAME_MS } from '../../contracts/market.ts';
+import type { CalibrationTable } from '../../contracts/signals.ts';
+import { recordedVolatility } from '../engine/recorded-volatility.ts';
+import { defaultCalibration, recordedMeaning } from '../engine/signals/index.ts';
 
 type Verdict = EventData<'VerdictRecorded'>;
 export type Outcome = EventData<'VerdictOutcomeResolved'>;
@@ -12,15 +15,22 @@ export function outcomeDueAt(verdict: Pick<Verdict, 'candleCloseTime' | 'timefra
 
 const direction = { BUY: 1, SELL: -1, HOLD: 0 } as const;
 
+/** Return in direction `dir` after the round-trip fee, hundredths of a bp (docs/evaluation.md, Method). */
+const netCentiBps = (dir: number, r6: number) => Math.round((dir * r6 * 10_000 - FEE_BPS) * 100);
+
 /**
  * Labels a verdict from the candles that followed it: `following` must be exactly the
  * OUTCOME_AFTER_CANDLES candles after the verdict's close, contiguous; anything else is refused,
- * because a label from the wrong candles is worse than none.
+ * because a label from the wrong candles is worse than none. The label also names the verdict's
+ * lean (from its recorded score and `table`, as every answer restating it does) with what
+ * following it earned, and the risk forecast it served, so that the track record scores both
+ * from outcomes alone.
  */
 export function resolveOutcome(
   ref: { verdictId: string; stream: string; revision: number },
   verdict: Verdict,
   following: readonly Candle[],
+  table: CalibrationTable = defaultCalibration,
 ): Outcome {
   const step = TIMEFRAME_MS[verdict.timeframe];
   if (following.length < OUTCOME_AFTER_CANDLES) {
@@ -43,6 +53,8 @@ export function resolveOutcome(
   const logs = candles.map((c, i) => Math.log(c.close / (i === 0 ? price : candles[i - 1]!.close)));
   const mean = logs.reduce((a, b) => a + b, 0) / logs.length;
   const variance = logs.reduce((a, b) => a + (b - mean) ** 2, 0) / (logs.length - 1);
+  const lean = recordedMeaning(verdict, table).lean?.direction ?? null;
+  const served = recordedVolatility(verdict.inputs, verdict.timeframe);
   return {
     exchange: verdict.exchange,
     coin: verdict.coin,
@@ -62,9 +74,20 @@ export function resolveOutcome(
     result: dir === 0 ? 'no-call' : dir * r6 > fee ? 'hit' : 'miss',
     feeBps: FEE_BPS,
     horizonCandles: HORIZON_CANDLES,
-    netCentiBps: dir === 0 ? null : Math.round((dir * r6 * 10_000 - FEE_BPS) * 100),
+    netCentiBps: dir === 0 ? null : netCentiBps(dir, r6),
     maeBps: dir === 0 ? null : (dir > 0 ? down : -up) * 10_000,
     mfeBps: dir === 0 ? null : (dir > 0 ? up : -down) * 10_000,
     realisedVol: Math.sqrt(variance),
+    lean,
+    leanNetCentiBps: lean === null ? null : netCentiBps(direction[lean], r6),
+    volatility: served
+      ? {
+          horizonCandles: served.horizon_candles,
+          expectedMovePct: served.expected_move_pct,
+          bandLow: served.band_low,
+          bandHigh: served.band_high,
+          bandCoverage: served.band_coverage,
+        }
+      : null,
   };
 }

@@ -5,10 +5,11 @@ import { defineProjection, type Projection } from '../../projections/projection.
 import { outcomeDueAt } from './outcome.ts';
 import { addPoint, type TrackRecordState } from './track-record.ts';
 
-/** Folds every resolved outcome into the track record's per-day statistics. */
+/** Folds every resolved outcome (its call and its risk forecast) into the track record's per-day statistics. */
 export const trackRecordProjection: Projection<TrackRecordState> = defineProjection({
   name: 'history-track-record',
-  version: 1,
+  // 2: every resolved verdict also scores the risk forecast it served.
+  version: 2,
   eventTypes: ['VerdictOutcomeResolved'],
   initial: (): TrackRecordState => ({}),
   evolve(state, event) {

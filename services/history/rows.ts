@@ -83,6 +83,8 @@ export function historyRow(verdict: Verdict, outcome: Outcome | null, now: numbe
     mae_bps: o ? o.data.maeBps : null,
     mfe_bps: o ? o.data.mfeBps : null,
     realised_vol: o ? o.data.realisedVol : null,
+    lean: o ? (o.data.lean ?? null) : null,
+    lean_net_centi_bps: o ? (o.data.leanNetCentiBps ?? null) : null,
   };
 }
 
@@ -131,7 +133,7 @@ export function fillColumns(refs: readonly RowRef[], c: unknown[][], at = 0): vo
   const [revealAtCol, revealedCol, call, confidence, score, regime, price, candleCloseTime, feed] =
     c.slice(10);
   const [engineVersion, trigger, inputsJson, outcomeId, return1, return6, return24, result] = c.slice(19);
-  const [netCentiBps, maeBps, mfeBps, realisedVol] = c.slice(27);
+  const [netCentiBps, maeBps, mfeBps, realisedVol, lean, leanNetCentiBps] = c.slice(27);
   for (let j = 0; j < refs.length; j++) {
     const { verdict: v, outcome, now } = refs[j]!;
     const i = at + j;
@@ -170,5 +172,7 @@ export function fillColumns(refs: readonly RowRef[], c: unknown[][], at = 0): vo
     maeBps![i] = o ? o.maeBps : null;
     mfeBps![i] = o ? o.mfeBps : null;
     realisedVol![i] = o ? o.realisedVol : null;
+    lean![i] = o ? (o.lean ?? null) : null;
+    leanNetCentiBps![i] = o ? (o.leanNetCentiBps ?? null) : null;
   }
 }

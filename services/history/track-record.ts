@@ -1,6 +1,9 @@
+import type { EventData } from '../../contracts/events.ts';
 import {
+  type CarryRecord,
   FEE_BPS,
   HORIZON_CANDLES,
+  type RiskRecord,
   type TrackRecordBrief,
   type TrackRecordLine,
   type TrackRecordResponse,
@@ -8,6 +11,7 @@ import {
 } from '../../contracts/history.ts';
 import type { Call, Exchange, Timeframe } from '../../contracts/market.ts';
 import { wilson } from '../engine/evaluate/stats.ts';
+import { defaultCarry } from '../engine/funding/default-carry.ts';
 import { defaultBaselines } from '../engine/signals/default-baselines.ts';
 
 /**
@@ -32,6 +36,17 @@ export interface Cell {
   sumConfHit: number;
   /** Per confidence bucket of 10 points: [calls, hits, sum of confidence]. */
   buckets: number[][];
+  /**
+   * The risk forecast, over every resolved verdict (HOLD included): points scored, closes inside
+   * the band, the bands' stated coverage in thousandths, the σ served and the realised log return
+   * over the horizon squared in hundredths of bps², and verdicts with nothing to score.
+   */
+  riskPoints: number;
+  riskCovered: number;
+  riskNominalMilli: number;
+  sigma2: number;
+  realised2: number;
+  riskUnscored: number;
 }
 
 export type TrackRecordState = Record<string, Cell>;
@@ -46,7 +61,16 @@ export interface ScoredPoint {
   return6: number;
   result: 'hit' | 'miss' | 'no-call';
   netCentiBps: number | null;
+  price: number;
+  return1: number;
+  return24: number;
+  /** The risk forecast the verdict served; null or absent when it served none. */
+  volatility?: ServedForecast | null | undefined;
 }
+
+export type ServedForecast = NonNullable<EventData<'VerdictOutcomeResolved'>['volatility']>;
+
+const round = (x: number, digits: number) => Number(x.toFixed(digits));
 
 export const DAY_MS = 86_400_000;
 const BUCKETS = 10;
@@ -67,7 +91,37 @@ function emptyCell(): Cell {
     sumConf2: 0,
     sumConfHit: 0,
     buckets: Array.from({ length: BUCKETS }, () => [0, 0, 0]),
+    riskPoints: 0,
+    riskCovered: 0,
+    riskNominalMilli: 0,
+    sigma2: 0,
+    realised2: 0,
+    riskUnscored: 0,
   };
+}
+
+/** The return over the forecast's horizon, for the horizons an outcome labels. */
+function returnOver(p: ScoredPoint, candles: number): number | null {
+  if (candles === 1) return p.return1;
+  if (candles === HORIZON_CANDLES) return p.return6;
+  if (candles === 24) return p.return24;
+  return null;
+}
+
+/** Scores the forecast a verdict served against the close that followed, as integers. */
+function addRisk(cell: Cell, p: ScoredPoint): void {
+  const v = p.volatility;
+  const r = v ? returnOver(p, v.horizonCandles) : null;
+  if (!v || r === null) {
+    cell.riskUnscored += 1;
+    return;
+  }
+  const close = p.price * (1 + r);
+  cell.riskPoints += 1;
+  if (close >= v.bandLow && close <= v.bandHigh) cell.riskCovered += 1;
+  cell.riskNominalMilli += Math.round(v.bandCoverage * 1000);
+  cell.sigma2 += Math.round((v.expectedMovePct * 100) ** 2 * 100);
+  cell.realised2 += Math.round((Math.log1p(r) * 10_000) ** 2 * 100);
 }
 
 export function bucketOf(confidence: number): number {
@@ -90,6 +144,7 @@ export function addPoint(state: TrackRecordState, p: ScoredPoint): void {
     cell = emptyCell();
     state[key] = cell;
   }
+  addRisk(cell, p);
   if (p.call === 'HOLD') {
     cell.holds += 1;
     return;
@@ -132,10 +187,50 @@ function merge(into: Cell, c: Cell): Cell {
     t[1]! += b[1]!;
     t[2]! += b[2]!;
   });
+  into.riskPoints += c.riskPoints;
+  into.riskCovered += c.riskCovered;
+  into.riskNominalMilli += c.riskNominalMilli;
+  into.sigma2 += c.sigma2;
+  into.realised2 += c.realised2;
+  into.riskUnscored += c.riskUnscored;
   return into;
 }
 
-const round = (x: number, digits: number) => Number(x.toFixed(digits));
+function riskOf(c: Cell): RiskRecord {
+  const n = c.riskPoints;
+  return {
+    points: n,
+    covered: c.riskCovered,
+    coverage: n > 0 ? round(c.riskCovered / n, 6) : null,
+    nominalCoverage: n > 0 ? round(c.riskNominalMilli / n / 1000, 6) : null,
+    sigmaRatio: c.realised2 > 0 ? round(Math.sqrt(c.sigma2 / c.realised2), 6) : null,
+    unscored: c.riskUnscored,
+  };
+}
+
+/**
+ * Funding carry as shipped: the model's training fit. Nothing per opportunity is recorded, so
+ * there is no live expected-vs-realised figure to compute; the note says so where it is shown.
+ */
+const CARRY: CarryRecord = {
+  recorded: false,
+  note:
+    'The service keeps no record of the funding carries it showed, so expected vs realised carry is not tracked live. ' +
+    "Shown: the carry model shipped with this build, fitted on the funding history's training months (per spread bucket " +
+    "and horizon, the share of 'spread now × hours' collected and the share of opportunities that beat both legs' fees). " +
+    'Its expected ÷ realised carry on later months is measured by npm run evaluate: docs/evaluation.md, "Funding carry".',
+  trainFrom: new Date(defaultCarry.trainFrom).toISOString(),
+  trainTo: new Date(defaultCarry.trainTo).toISOString(),
+  buckets: defaultCarry.buckets.map((b) => ({
+    fromBps: b.fromBps,
+    horizons: b.horizons.map((h) => ({
+      hours: h.hours,
+      retention: round(h.retention, 4),
+      shareNetPositive: round(h.shareNetPositive, 4),
+      samples: h.samples,
+    })),
+  })),
+};
 
 function rate(hits: number, n: number, meanNetBps: number | null) {
   if (n === 0) return { hitRate: null, interval: null, meanNetBps: null };
@@ -178,6 +273,7 @@ function lineOf(exchange: Exchange | 'ALL', timeframe: Timeframe | 'ALL', c: Cel
       hitRate: b[0]! > 0 ? round(b[1]! / b[0]!, 6) : null,
       meanConfidence: b[0]! > 0 ? round(b[2]! / b[0]!, 4) : null,
     })),
+    risk: riskOf(c),
   };
 }
 
@@ -233,6 +329,9 @@ export function trackRecord(
         random: line.random.hitRate,
         cumNetBps: round(running.netCentiBps / 100, 2),
         cumRandomNetBps: round((line.random.meanNetBps ?? 0) * running.calls, 2),
+        riskPoints: line.risk.points,
+        coverage: line.risk.coverage,
+        sigmaRatio: line.risk.sigmaRatio,
       };
     });
   const lines = [...byMarket.values()]
@@ -247,6 +346,7 @@ export function trackRecord(
     lines,
     series,
     baselines: defaultBaselines,
+    carry: CARRY,
   };
 }
 

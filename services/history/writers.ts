@@ -191,6 +191,8 @@ export const KINDS: Record<keyof HistoryRow, Kind> = {
   mae_bps: 'float64',
   mfe_bps: 'float64',
   realised_vol: 'float64',
+  lean: 'utf8',
+  lean_net_centi_bps: 'int64',
 };
 
 /**

@@ -41,6 +41,9 @@ export const SERVICE_VERSION = '1.0.0';
 export const SERVICE_DESCRIPTION =
   'Composite BUY/SELL/HOLD crypto verdicts, market regimes, ranked scans and funding-arbitrage scans, ' +
   'over MCP and keyless x402 pay-per-call HTTP.';
+/** The description where at most 100 characters fit: server cards and the MCP registry entry. */
+export const SERVICE_SUMMARY =
+  'Crypto BUY/SELL/HOLD verdicts, regimes and funding-arb scans; x402 pay-per-call.';
 
 /** How paid calls are fulfilled and what happens when something goes wrong, machine-readable. */
 export function paymentPolicy(retentionMs: number) {
@@ -264,7 +267,7 @@ export function serverCard(origin: string, signin = false) {
     $schema: 'https://static.modelcontextprotocol.io/schemas/v1/server-card.schema.json',
     name: REGISTRY_NAME,
     title: SERVICE_TITLE,
-    description: SERVICE_DESCRIPTION,
+    description: SERVICE_SUMMARY,
     version: SERVICE_VERSION,
     remotes: [
       {
@@ -295,7 +298,29 @@ export function signInServerCard(origin: string) {
   return { ...serverCard(origin), name: `${REGISTRY_NAME}-signin`, remotes: [signInRemote(origin)] };
 }
 
-/** `GET /.well-known/mcp/catalog.json`: the MCP Catalog of this origin, pointing at its server cards. */
+/** The media type of an AI Catalog (served at `/.well-known/ai-catalog.json`). */
+export const AI_CATALOG_TYPE = 'application/ai-catalog+json';
+
+/**
+ * `GET /.well-known/ai-catalog.json`: the AI Catalog of this origin (specVersion 1.0), where the
+ * server-card extension's discovery looks first, with one entry per server card. Entries carry no
+ * displayName: a server card names itself (its title).
+ */
+export function aiCatalog(origin: string, host: string, signin = false) {
+  const id = REGISTRY_NAME.split('/')[1];
+  const entry = (name: string, path: string) => ({
+    identifier: `urn:air:${host}:mcp:${name}`,
+    type: SERVER_CARD_TYPE,
+    url: `${origin}${path}/server-card`,
+  });
+  return {
+    specVersion: '1.0',
+    host: { displayName: SERVICE_TITLE, identifier: host },
+    entries: [entry(`${id}`, '/mcp'), ...(signin ? [entry(`${id}-signin`, SIGNIN_MCP_PATH)] : [])],
+  };
+}
+
+/** `GET /.well-known/mcp/catalog.json`: the earlier draft MCP Catalog, kept for hosts that still read it. */
 export function mcpCatalog(origin: string, host: string, signin = false) {
   const id = REGISTRY_NAME.split('/')[1];
   return {
@@ -336,7 +361,7 @@ export function llmsTxt(origin: string, tools: CatalogTool[], rails: QuotedRail[
           `- [Sign-in MCP endpoint](${origin}${SIGNIN_MCP_PATH}): the same tools for hosts that sign in with OAuth (Claude, ChatGPT); the token acts as one of your API keys`,
         ]
       : []),
-    `- [Server card](${origin}/mcp/server-card): where to connect (${SERVER_CARD_TYPE}); catalog at ${origin}/.well-known/mcp/catalog.json`,
+    `- [Server card](${origin}/mcp/server-card): where to connect (${SERVER_CARD_TYPE}); catalog at ${origin}/.well-known/ai-catalog.json`,
     `- [Tool card](${origin}/.well-known/mcp.json): tools with input and output schemas`,
     '',
     '## Pay per call (x402, no account)',
@@ -368,17 +393,16 @@ export function registryServerJson(tools: CatalogTool[]) {
     $schema: 'https://static.modelcontextprotocol.io/schemas/2025-12-11/server.schema.json',
     name: REGISTRY_NAME,
     title: SERVICE_TITLE,
-    description: 'Crypto BUY/SELL/HOLD verdicts, regimes and funding-arb scans; x402 pay-per-call.',
+    description: SERVICE_SUMMARY,
     version: SERVICE_VERSION,
-    remotes: [
-      {
-        type: 'streamable-http',
-        url: 'https://{host}/mcp',
-        variables: {
-          host: { description: 'Host name the service is deployed at', isRequired: true, format: 'string' },
-        },
+    // Both URLs: /mcp for anonymous callers and API keys, /mcp/signin for hosts that sign in with OAuth.
+    remotes: ['/mcp', SIGNIN_MCP_PATH].map((path) => ({
+      type: 'streamable-http',
+      url: `https://{host}${path}`,
+      variables: {
+        host: { description: 'Host name the service is deployed at', isRequired: true, format: 'string' },
       },
-    ],
+    })),
     _meta: {
       'io.modelcontextprotocol.registry/publisher-provided': {
         tools: tools.map((t) => t.name),

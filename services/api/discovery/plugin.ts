@@ -2,6 +2,8 @@ import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { SIGNIN_MCP_PATH } from '../../../contracts/oauth.ts';
 import { documented } from '../openapi.ts';
 import {
+  AI_CATALOG_TYPE,
+  aiCatalog,
   type CatalogTool,
   catalogTools,
   llmsTxt,
@@ -64,7 +66,21 @@ const signInCardDoc = documented({
     },
   },
 });
-const catalogDoc = json('MCP Catalog', "The origin's MCP servers, each with the URL of its server card");
+const catalogDoc = json(
+  'MCP Catalog (earlier draft form; see /.well-known/ai-catalog.json)',
+  "The origin's MCP servers, each with the URL of its server card",
+);
+const aiCatalogDoc = documented({
+  summary: 'AI Catalog (specVersion 1.0): the MCP server cards of this origin',
+  tags: ['discovery'],
+  responses: {
+    200: {
+      description: "The origin's MCP servers, each with the URL of its server card",
+      schema: { type: 'object' },
+      contentTypes: [AI_CATALOG_TYPE],
+    },
+  },
+});
 /** Public read-only metadata: any browser-based client may read it (the extension asks for this). */
 const DISCOVERY_CORS = {
   'access-control-allow-origin': '*',
@@ -115,6 +131,12 @@ export function discoveryPlugin(options: DiscoveryOptions): FastifyPluginAsync {
           .send(JSON.stringify(signInServerCard(origin(request)))),
       );
     }
+    app.get('/.well-known/ai-catalog.json', { config: aiCatalogDoc }, async (request, reply) =>
+      reply
+        .headers({ ...DISCOVERY_CORS, 'cache-control': CACHE })
+        .type(AI_CATALOG_TYPE)
+        .send(JSON.stringify(aiCatalog(origin(request), request.hostname, signin))),
+    );
     app.get('/.well-known/mcp/catalog.json', { config: catalogDoc }, async (request, reply) =>
       reply
         .headers({ ...DISCOVERY_CORS, 'cache-control': CACHE })

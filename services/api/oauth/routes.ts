@@ -106,12 +106,17 @@ const endpointDoc = (summary: string, responses: Record<number, ResponseDoc>, de
     responses: { 400: oauthJson, ...responses },
   });
 
-/** The library's endpoints, each declared (the document lists them), each handed to the library as is. */
+/**
+ * The library's endpoints, each declared (the document lists them), each handed to the library as
+ * is. `cors`: who answers a browser page's preflight and lets it read the answer — the library
+ * (it does for token, revocation and JWKS), us (it does not for registration, which carries no
+ * cookie or credential of a person: any page may register a host), or nobody (browser redirects).
+ */
 const LIBRARY_ROUTES: {
   method: 'GET' | 'POST';
   url: string;
   doc: ReturnType<typeof documented>;
-  cors: boolean;
+  cors: 'library' | 'ours' | false;
 }[] = [
   {
     method: 'GET',
@@ -135,7 +140,7 @@ const LIBRARY_ROUTES: {
   {
     method: 'POST',
     url: OAUTH_ROUTES.token,
-    cors: true,
+    cors: 'library',
     doc: endpointDoc(
       'Token endpoint: authorization_code (with code_verifier) and refresh_token grants',
       {
@@ -151,7 +156,7 @@ const LIBRARY_ROUTES: {
   {
     method: 'POST',
     url: OAUTH_ROUTES.registration,
-    cors: true,
+    cors: 'ours',
     doc: endpointDoc(
       'Dynamic client registration (RFC 7591): public clients, redirect URIs matched exactly',
       {
@@ -165,7 +170,7 @@ const LIBRARY_ROUTES: {
   {
     method: 'GET',
     url: `${OAUTH_ROUTES.registration}/:clientId`,
-    cors: true,
+    cors: 'ours',
     doc: endpointDoc('A registered client, read with its registration_access_token (RFC 7592)', {
       200: { description: 'The client metadata', schema: RegisteredClient },
       401: {
@@ -178,7 +183,7 @@ const LIBRARY_ROUTES: {
   {
     method: 'POST',
     url: OAUTH_ROUTES.revocation,
-    cors: true,
+    cors: 'library',
     doc: endpointDoc('Token revocation (RFC 7009): revoking a refresh token ends its whole grant', {
       200: { description: 'Revoked (or unknown: the answer is the same)' },
     }),
@@ -186,7 +191,7 @@ const LIBRARY_ROUTES: {
   {
     method: 'GET',
     url: OAUTH_ROUTES.jwks,
-    cors: true,
+    cors: 'library',
     doc: endpointDoc('The public signing keys (JWKS)', {
       200: { description: 'JWKS', schema: JsonWebKeySet, contentTypes: ['application/jwk-set+json'] },
     }),
@@ -337,12 +342,27 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
           method: route.method,
           url: route.url,
           config: route.doc,
-          handler: (request, reply) => passThrough(request, reply),
+          handler: (request, reply) => {
+            if (route.cors === 'ours') reply.raw.setHeader('access-control-allow-origin', '*');
+            return passThrough(request, reply);
+          },
         });
+        // CORS preflights of the endpoints a browser-based host calls.
+        if (route.cors === 'library') raw.options(route.url, (request, reply) => passThrough(request, reply));
+        if (route.cors === 'ours') {
+          raw.options(route.url, async (_request, reply) =>
+            reply
+              .code(204)
+              .headers({
+                'access-control-allow-origin': '*',
+                'access-control-allow-methods': route.method,
+                'access-control-allow-headers': 'Content-Type, Authorization',
+                'access-control-max-age': '3600',
+              })
+              .send(),
+          );
+        }
       }
-      // CORS preflights of the endpoints a browser-based host calls: the library answers them.
-      const preflighted = new Set(LIBRARY_ROUTES.filter((r) => r.cors).map((r) => r.url));
-      for (const url of preflighted) raw.options(url, (request, reply) => passThrough(request, reply));
       for (const url of ['/.well-known/oauth-authorization-server', '/.well-known/openid-configuration']) {
         const handler = (request: FastifyRequest, reply: FastifyReply) =>
           passThrough(request, reply, '/.well-known/openid-configuration');

@@ -240,8 +240,13 @@ export type CalibrationTable = z.infer<typeof CalibrationTableSchema>;
 export const VolatilityModelSchema = z.object({
   /** log RV = b0 + b1·log(fast·H) + b2·log(mid·H) + b3·log(slow·H) (HAR-type, in logs). */
   coefficients: z.tuple([z.number(), z.number(), z.number(), z.number()]),
-  /** Residual variance of the log fit: exp(ŷ + s²/2) is the mean forecast. */
+  /** Variance of log(realised / forecast) on the training months (describes the fit's spread). */
   residualVariance: z.number().nonnegative(),
+  /**
+   * Added to the linear predictor to make exp(ŷ + levelLog) the mean forecast variance: 0 for a
+   * QLIKE fit. Absent on tables before signals-5 (log least squares), which used s²/2.
+   */
+  levelLog: z.number().optional(),
   /** Quantiles of z = log(close[t+H]/close[t]) / forecast σ on training, for the band. */
   bandLow: z.number(),
   bandHigh: z.number(),

@@ -10,10 +10,14 @@ import { CalibrationError } from './errors.ts';
 /**
  * Volatility forecast, HAR-type: three exponentially weighted variances of one-candle log
  * returns (a fast, a medium and a slow half-life, the "day/week/month" of HAR scaled to candles)
- * are regressed in logs on the realised variance of the next H candles. Fitting in logs keeps
- * the forecast positive and tames the fat tails; exp(ŷ + s²/2) turns it back into a mean. The
- * expected-move band uses the training quantiles of the standardised H-candle return, so its
- * coverage is whatever the training months showed, not a normal assumption.
+ * predict the realised variance of the next H candles through a log link, h = exp(b·x), fitted by
+ * minimising QLIKE (realised/h + log h, the loss a volatility forecast is judged by; the Gamma
+ * quasi-likelihood). That fit makes h the mean of the realised variance, at every horizon: on the
+ * training months mean(realised/h) is 1 exactly. (The earlier fit, least squares on log realised
+ * variance turned back into a mean by exp(ŷ + s²/2), overstated the next candle's σ 2–3×: one
+ * candle's log squared return is log-χ²-like, far from normal.) The expected-move band uses the
+ * training quantiles of the standardised H-candle return, so its coverage is whatever the
+ * training months showed, not a normal assumption.
  */
 
 export const VOL_HALF_LIVES: readonly [number, number, number] = [6, 30, 120];
@@ -63,11 +67,18 @@ export function harFeatures(variances: readonly number[], horizon: number): [num
   ];
 }
 
+/**
+ * What turns the linear predictor into the mean forecast variance: 0 for a QLIKE fit (its
+ * predictor is the log of the mean already), s²/2 for the log least-squares fits of tables
+ * before signals-5, which carry no `levelLog`.
+ */
+const levelOf = (model: VolatilityModel) => model.levelLog ?? model.residualVariance / 2;
+
 /** Forecast variance of the H-candle log return (a mean, not a median). */
 export function forecastVariance(model: VolatilityModel, features: readonly number[]): number {
   const [b0, b1, b2, b3] = model.coefficients;
   const y = b0 + b1 * features[0]! + b2 * features[1]! + b3 * features[2]!;
-  return Math.exp(y + model.residualVariance / 2);
+  return Math.exp(y + levelOf(model));
 }
 
 /**
@@ -85,7 +96,7 @@ export function forecastVarianceOf(
     b[1] * Math.log(Math.max(FLOOR, variances[0]! * horizon)) +
     b[2] * Math.log(Math.max(FLOOR, variances[1]! * horizon)) +
     b[3] * Math.log(Math.max(FLOOR, variances[2]! * horizon));
-  return Math.exp(y + model.residualVariance / 2);
+  return Math.exp(y + levelOf(model));
 }
 
 export function modelFor(
@@ -160,24 +171,89 @@ export interface VolatilityFitSample {
   logReturn: number;
 }
 
-/** Fits one timeframe's model on training samples. */
+/**
+ * Log-link regression of a non-negative target on `rows` (each starting with 1) by minimising
+ * QLIKE, Σ y/h + log h with h = exp(b·x): Fisher scoring (each step a least-squares fit of the
+ * working response η + y/h − 1), halving a step that does not lower the loss. The loss is convex
+ * in b, so this finds its minimum; a target of 0 (a candle that did not move) is a valid point.
+ */
+export function fitQlike(rows: readonly (readonly number[])[], ys: readonly number[]): number[] {
+  const k = rows[0]!.length;
+  const n = rows.length;
+  let mean = 0;
+  for (const y of ys) mean += y;
+  mean = Math.max(FLOOR, mean / n);
+  let beta = new Array<number>(k).fill(0);
+  beta[0] = Math.log(mean);
+  const eta = (b: readonly number[], x: readonly number[]) => {
+    let e = 0;
+    for (let j = 0; j < k; j++) e += b[j]! * x[j]!;
+    return e;
+  };
+  const loss = (b: readonly number[]) => {
+    let l = 0;
+    for (let i = 0; i < n; i++) {
+      const e = eta(b, rows[i]!);
+      l += ys[i]! * Math.exp(-e) + e;
+    }
+    return l / n;
+  };
+  let current = loss(beta);
+  for (let iter = 0; iter < 50; iter++) {
+    const z = new Array<number>(n);
+    for (let i = 0; i < n; i++) {
+      const e = eta(beta, rows[i]!);
+      z[i] = e + ys[i]! * Math.exp(-e) - 1;
+    }
+    const target = leastSquares(rows, z);
+    let step = 1;
+    let next = beta;
+    let nextLoss = current;
+    for (let halving = 0; halving < 30; halving++) {
+      const trial = beta.map((b, j) => b + step * (target[j]! - b));
+      const l = loss(trial);
+      if (l < current) {
+        next = trial;
+        nextLoss = l;
+        break;
+      }
+      step /= 2;
+    }
+    const gain = current - nextLoss;
+    beta = next;
+    current = nextLoss;
+    if (!(gain > 1e-12 * Math.max(1, Math.abs(current)))) break;
+  }
+  return beta;
+}
+
+/** Fits one timeframe's model on training samples (QLIKE, so its forecast is a mean at any horizon). */
 export function fitVolatilityModel(
   samples: readonly VolatilityFitSample[],
   coverage: number,
 ): VolatilityModel {
   if (samples.length < 50) throw new CalibrationError('volatility fit: too few samples');
   const rows = samples.map((s) => [1, ...s.features]);
-  const ys = samples.map((s) => Math.log(Math.max(FLOOR, s.realised)));
-  const beta = leastSquares(rows, ys);
+  const beta = fitQlike(
+    rows,
+    samples.map((s) => s.realised),
+  );
+  // The spread of log(realised / forecast), kept to describe the fit (the level uses levelLog).
   let ss = 0;
+  let m = 0;
   for (let i = 0; i < rows.length; i++) {
     const x = rows[i]!;
-    const e = ys[i]! - (beta[0]! + beta[1]! * x[1]! + beta[2]! * x[2]! + beta[3]! * x[3]!);
+    const e =
+      Math.log(Math.max(FLOOR, samples[i]!.realised)) -
+      x.reduce((y, v, j) => y + beta[j]! * v, 0);
     ss += e * e;
+    m += e;
   }
+  m /= rows.length;
   const model: VolatilityModel = {
     coefficients: [beta[0]!, beta[1]!, beta[2]!, beta[3]!],
-    residualVariance: ss / Math.max(1, rows.length - 4),
+    residualVariance: Math.max(0, ss / rows.length - m * m),
+    levelLog: 0,
     bandLow: 0,
     bandHigh: 0,
     samples: samples.length,

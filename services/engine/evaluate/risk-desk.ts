@@ -1,0 +1,501 @@
+import { type Candle, TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
+import type { RiskHorizonKey, VolatilityModel } from '../../../contracts/signals.ts';
+import {
+  dayCandles,
+  EwmaVariances,
+  fitVolatilityModel,
+  forecastVarianceOf,
+  leastSquares,
+  quantile,
+  VOL_HALF_LIVES,
+} from '../signals/volatility.ts';
+import { DAY_MS, dayBlockInterval } from './bootstrap.ts';
+
+/**
+ * The risk forecast against the forecasters a risk desk already has, on the same closes and the
+ * same realised figures:
+ *
+ * - RiskMetrics EWMA, λ = 0.94, of one-candle squared log returns, × the horizon in candles;
+ * - GARCH(1,1) with variance targeting (each coin's long-run variance from its training months),
+ *   α and β fitted by Gaussian maximum likelihood on the pooled training months (no well-kept
+ *   GARCH or optimiser package exists for Node: `fmin`, the usual Nelder–Mead, ships a broken ES
+ *   module; the two-parameter likelihood is searched on a grid refined around its best point),
+ *   forecast over the horizon with the usual mean-reverting sum;
+ * - HAR-RV (Corsi): least squares in levels of the horizon's realised variance on the realised
+ *   variance of the last candle, the last day and the last week, each built from finer candles
+ *   where the data has them (5m inside every candle up to 12h, 1h inside a day), else from the
+ *   candle's own squared return;
+ *
+ * each fitted on the training months by its own rules and never on the test months. The scores:
+ * the level (RMS of the σ served ÷ RMS of the realised log return), the band's coverage, QLIKE
+ * (realised/h + log h) and the MSE of log variance, and a position sized to risk a fixed budget at
+ * one σ (realised ÷ target volatility), beside the same sizing from a trailing 20-candle σ.
+ */
+
+export const EWMA_LAMBDA = 0.94;
+const TRAILING = 20;
+const FLOOR = 1e-12;
+
+/** One coin's closes on one timeframe, with what every forecaster reads at each close. */
+export interface DeskSeries {
+  closeTime: Float64Array;
+  close: Float64Array;
+  /** Squared one-candle log return ending at each close. */
+  r2: Float64Array;
+  /** Realised variance inside each candle from finer candles (r2 where there are none). */
+  rv: Float64Array;
+  /** The service's three EWMA variances at each close (NaN until the engine's warm-up is done). */
+  v0: Float64Array;
+  v1: Float64Array;
+  v2: Float64Array;
+  ewma: Float64Array;
+  trailing: Float64Array;
+}
+
+/**
+ * Builds a coin's series. `fine`, when given, is the same coin on a finer timeframe whose
+ * candles tile these (5m inside 1h): each candle's realised variance is the sum of the squared
+ * fine log returns ending inside it.
+ */
+export function deskSeries(candles: readonly Candle[], timeframe: Timeframe, fine?: readonly Candle[]): DeskSeries {
+  const n = candles.length;
+  const tfMs = TIMEFRAME_MS[timeframe];
+  const s: DeskSeries = {
+    closeTime: new Float64Array(n),
+    close: new Float64Array(n),
+    r2: new Float64Array(n),
+    rv: new Float64Array(n),
+    v0: new Float64Array(n),
+    v1: new Float64Array(n),
+    v2: new Float64Array(n),
+    ewma: new Float64Array(n),
+    trailing: new Float64Array(n),
+  };
+  // Fine realised variance per coarse candle, keyed by the coarse candle's open time.
+  const fineRv = new Map<number, { sum: number; count: number }>();
+  let perCandle = 0;
+  if (fine && fine.length > 1) {
+    const fineMs = fine[1]!.openTime - fine[0]!.openTime;
+    perCandle = Math.round(tfMs / fineMs);
+    for (let i = 1; i < fine.length; i++) {
+      const a = fine[i - 1]!.close;
+      const b = fine[i]!.close;
+      if (!(a > 0 && b > 0) || fine[i]!.openTime - fine[i - 1]!.openTime !== fineMs) continue;
+      // The return ending at fine candle i's close belongs to the coarse candle holding that close.
+      const bucket = Math.floor((fine[i]!.openTime + fineMs - 1) / tfMs) * tfMs;
+      const e = fineRv.get(bucket) ?? { sum: 0, count: 0 };
+      e.sum += Math.log(b / a) ** 2;
+      e.count++;
+      fineRv.set(bucket, e);
+    }
+  }
+  const ewma = new EwmaVariances(VOL_HALF_LIVES);
+  let v94 = Number.NaN;
+  let trailingSum = 0;
+  for (let i = 0; i < n; i++) {
+    const c = candles[i]!;
+    s.closeTime[i] = c.openTime + tfMs;
+    s.close[i] = c.close;
+    const prev = i > 0 ? candles[i - 1]!.close : Number.NaN;
+    const r2 = prev > 0 && c.close > 0 ? Math.log(c.close / prev) ** 2 : 0;
+    s.r2[i] = r2;
+    const f = fineRv.get(c.openTime);
+    s.rv[i] = f !== undefined && f.count === perCandle ? f.sum : r2;
+    const v = ewma.push(c.close);
+    s.v0[i] = v ? v[0]! : Number.NaN;
+    s.v1[i] = v ? v[1]! : Number.NaN;
+    s.v2[i] = v ? v[2]! : Number.NaN;
+    if (i > 0) v94 = Number.isNaN(v94) ? r2 : EWMA_LAMBDA * v94 + (1 - EWMA_LAMBDA) * r2;
+    s.ewma[i] = i >= TRAILING ? v94 : Number.NaN;
+    trailingSum += r2;
+    if (i >= TRAILING) trailingSum -= s.r2[i - TRAILING]!;
+    s.trailing[i] = i >= TRAILING ? Math.max(0, trailingSum) / TRAILING : Number.NaN;
+  }
+  return s;
+}
+
+/** HAR-RV look-backs in candles: the last candle, day and week (a daily series: 1, 5, 22). */
+export function harWindows(timeframe: Timeframe): [number, number, number] {
+  const day = dayCandles(timeframe);
+  return day === 1 ? [1, 5, 22] : [1, day, 7 * day];
+}
+
+/** Prefix sums of a series (index i holds the sum of the first i values). */
+function prefix(xs: Float64Array): Float64Array {
+  const out = new Float64Array(xs.length + 1);
+  for (let i = 0; i < xs.length; i++) out[i + 1] = out[i]! + xs[i]!;
+  return out;
+}
+
+const windowMean = (cum: Float64Array, i: number, w: number) => (cum[i + 1]! - cum[i + 1 - w]!) / w;
+
+/** Realised variance of the next `h` candles (sum of squared one-candle returns): QLIKE's target. */
+const realisedAfter = (cumR2: Float64Array, i: number, h: number) => cumR2[i + h + 1]! - cumR2[i + 1]!;
+
+export interface GarchParams {
+  alpha: number;
+  beta: number;
+}
+
+/** One coin's GARCH(1,1) one-step variances, σ²[i] = forecast for the candle after close i. */
+function garchFilter(r2: Float64Array, from: number, longRun: number, p: GarchParams): Float64Array {
+  const out = new Float64Array(r2.length).fill(Number.NaN);
+  const omega = longRun * (1 - p.alpha - p.beta);
+  let v = longRun;
+  for (let i = from; i < r2.length; i++) {
+    // v is the variance forecast for the return ending at close i; update with that return.
+    v = omega + p.alpha * r2[i]! + p.beta * v;
+    out[i] = v;
+  }
+  return out;
+}
+
+/** Fits α, β on the training closes of every coin (pooled Gaussian likelihood, variance targeting). */
+export function fitGarch(coins: readonly { r2: Float64Array; trainEnd: number; longRun: number }[]): GarchParams {
+  const unpack = ([a, b]: number[]): GarchParams => {
+    // Map the free pair onto α, β > 0 with α + β < 1.
+    const ea = Math.exp(a!);
+    const eb = Math.exp(b!);
+    const total = 1 + ea + eb;
+    return { alpha: ea / total, beta: eb / total };
+  };
+  const negLogLik = (x: number[]) => {
+    const p = unpack(x);
+    let nll = 0;
+    let count = 0;
+    for (const c of coins) {
+      if (c.trainEnd < 2) continue;
+      const omega = c.longRun * (1 - p.alpha - p.beta);
+      let v = c.longRun;
+      for (let i = 1; i < c.trainEnd; i++) {
+        // v: forecast for the return ending at close i, made at close i - 1.
+        nll += Math.log(Math.max(FLOOR, v)) + c.r2[i]! / Math.max(FLOOR, v);
+        count++;
+        v = omega + p.alpha * c.r2[i]! + p.beta * v;
+      }
+    }
+    return count === 0 ? Number.POSITIVE_INFINITY : nll / count;
+  };
+  // Grid over (α, β) in the free coordinates, refined four times around the best point: the
+  // likelihood is smooth and has one basin inside α + β < 1.
+  let best = { x: [Math.log(0.08 / 0.02), Math.log(0.9 / 0.02)], fx: Number.POSITIVE_INFINITY };
+  best.fx = negLogLik(best.x);
+  let span = 4;
+  for (let round = 0; round < 5; round++) {
+    const centre = best.x;
+    for (let a = -3; a <= 3; a++) {
+      for (let b = -3; b <= 3; b++) {
+        const x = [centre[0]! + (a * span) / 3, centre[1]! + (b * span) / 3];
+        const fx = negLogLik(x);
+        if (fx < best.fx) best = { x, fx };
+      }
+    }
+    span /= 3;
+  }
+  return unpack(best.x);
+}
+
+/** Σ over the next h candles of GARCH(1,1) forecasts from the one-step variance `next`. */
+function garchOver(next: number, longRun: number, p: GarchParams, h: number): number {
+  const persistence = p.alpha + p.beta;
+  let total = 0;
+  let dev = next - longRun;
+  for (let k = 0; k < h; k++) {
+    total += longRun + dev;
+    dev *= persistence;
+  }
+  return total;
+}
+
+export interface HarRvModel {
+  windows: [number, number, number];
+  coefficients: number[];
+  /** Forecasts below this are raised to it (least squares in levels can go below 0). */
+  floor: number;
+}
+
+/** Per horizon: the service's model, HAR-RV and the trailing band's quantiles, fitted on training. */
+export interface DeskFit {
+  key: RiskHorizonKey;
+  candles: number;
+  service: VolatilityModel;
+  harRv: HarRvModel;
+  freeBand: { low: number; high: number };
+}
+
+export interface DeskCoin {
+  series: DeskSeries;
+  /** The coin's long-run variance for GARCH: its training months' mean squared return. */
+  longRun: number;
+  garch: Float64Array;
+}
+
+/** Index of the first close at or after `t` (binary search on the ascending close times). */
+function firstAtOrAfter(closeTime: Float64Array, t: number): number {
+  let lo = 0;
+  let hi = closeTime.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (closeTime[mid]! < t) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** The horizons scored: the next candle, the verdict's horizon and one UTC day. */
+export function deskHorizons(timeframe: Timeframe, verdictHorizon: number): { key: RiskHorizonKey; candles: number }[] {
+  return [
+    { key: 'next', candles: 1 },
+    { key: 'verdict', candles: verdictHorizon },
+    { key: 'day', candles: dayCandles(timeframe) },
+  ];
+}
+
+const ready = (s: DeskSeries, i: number, w: number) =>
+  i + 1 >= w && Number.isFinite(s.v2[i]!) && Number.isFinite(s.ewma[i]!) && Number.isFinite(s.trailing[i]!);
+
+/** Closes of a series usable for horizon h between [from, to) (outcome inside `to` too when asked). */
+function* closes(s: DeskSeries, h: number, w: number, from: number, to: number, outcomeBefore: boolean) {
+  const horizonMs = s.closeTime.length > 1 ? s.closeTime[1]! - s.closeTime[0]! : 0;
+  for (let i = firstAtOrAfter(s.closeTime, from); i + h < s.closeTime.length; i++) {
+    const t = s.closeTime[i]!;
+    if (t >= to) break;
+    if (outcomeBefore && t + h * horizonMs > to) break;
+    if (!ready(s, i, w)) continue;
+    yield i;
+  }
+}
+
+/**
+ * Fits, on the closes whose horizon ends before `split`, the service's risk model, HAR-RV and the
+ * free band for one timeframe and horizon (GARCH is fitted once per timeframe, in `prepareCoins`).
+ */
+export function fitDesk(
+  coins: readonly DeskCoin[],
+  timeframe: Timeframe,
+  horizon: { key: RiskHorizonKey; candles: number },
+  split: number,
+  coverage: number,
+): DeskFit | null {
+  const h = horizon.candles;
+  const windows = harWindows(timeframe);
+  const w = windows[2];
+  const samples: { features: number[]; realised: number; logReturn: number }[] = [];
+  const harRows: number[][] = [];
+  const harYs: number[] = [];
+  const z: number[] = [];
+  for (const { series: s } of coins) {
+    const cumR2 = prefix(s.r2);
+    const cumRv = prefix(s.rv);
+    for (const i of closes(s, h, w, Number.NEGATIVE_INFINITY, split, true)) {
+      const realised = realisedAfter(cumR2, i, h);
+      const logReturn = Math.log(s.close[i + h]! / s.close[i]!);
+      samples.push({
+        features: [
+          Math.log(Math.max(FLOOR, s.v0[i]! * h)),
+          Math.log(Math.max(FLOOR, s.v1[i]! * h)),
+          Math.log(Math.max(FLOOR, s.v2[i]! * h)),
+        ],
+        realised,
+        logReturn,
+      });
+      harRows.push([1, windowMean(cumRv, i, windows[0]), windowMean(cumRv, i, windows[1]), windowMean(cumRv, i, windows[2])]);
+      harYs.push(realised);
+      if (s.trailing[i]! > 0) z.push(logReturn / Math.sqrt(s.trailing[i]! * h));
+    }
+  }
+  if (samples.length < 500) return null;
+  const service = fitVolatilityModel(samples, coverage);
+  let mean = 0;
+  for (const y of harYs) mean += y;
+  mean /= harYs.length;
+  const harRv: HarRvModel = { windows, coefficients: leastSquares(harRows, harYs), floor: 0.01 * mean };
+  z.sort((a, b) => a - b);
+  const tail = (1 - coverage) / 2;
+  return {
+    key: horizon.key,
+    candles: h,
+    service,
+    harRv,
+    freeBand: { low: quantile(z, tail), high: quantile(z, 1 - tail) },
+  };
+}
+
+/** Each coin's GARCH filter with the timeframe's fitted α, β (long-run variance from its training). */
+export function prepareCoins(series: readonly DeskSeries[], split: number, garch?: GarchParams): { coins: DeskCoin[]; garch: GarchParams } {
+  const base = series.map((s) => {
+    const trainEnd = firstAtOrAfter(s.closeTime, split);
+    let sum = 0;
+    let n = 0;
+    for (let i = 1; i < trainEnd; i++) {
+      sum += s.r2[i]!;
+      n++;
+    }
+    return { s, trainEnd, longRun: n >= 100 ? sum / n : Number.NaN };
+  });
+  const known = base.filter((b) => Number.isFinite(b.longRun)).map((b) => b.longRun).sort((a, b) => a - b);
+  // A coin without training months takes the median coin's long-run variance.
+  const fallback = known.length > 0 ? quantile(known, 0.5) : 1e-4;
+  const params =
+    garch ??
+    fitGarch(base.filter((b) => Number.isFinite(b.longRun)).map((b) => ({ r2: b.s.r2, trainEnd: b.trainEnd, longRun: b.longRun })));
+  return {
+    garch: params,
+    coins: base.map((b) => {
+      const longRun = Number.isFinite(b.longRun) ? b.longRun : fallback;
+      return { series: b.s, longRun, garch: garchFilter(b.s.r2, 1, longRun, params) };
+    }),
+  };
+}
+
+/** Per-block sums: a block resample recomputes every statistic from them. */
+interface BlockSums {
+  n: number;
+  served2: number;
+  realised2: number;
+  inside: number;
+  freeInside: number;
+  qlike: [number, number, number, number];
+  mseN: number;
+  mse: [number, number, number, number];
+  sized: number;
+  trailingSized: number;
+}
+
+const emptyBlock = (): BlockSums => ({
+  n: 0,
+  served2: 0,
+  realised2: 0,
+  inside: 0,
+  freeInside: 0,
+  qlike: [0, 0, 0, 0],
+  mseN: 0,
+  mse: [0, 0, 0, 0],
+  sized: 0,
+  trailingSized: 0,
+});
+
+export interface Lift {
+  value: number | null;
+  low: number | null;
+  high: number | null;
+}
+
+export interface DeskScore {
+  points: number;
+  sigmaRatio: Lift;
+  coverage: Lift;
+  freeCoverage: Lift;
+  qlike: { service: number | null; ewma: number | null; garch: number | null; harRv: number | null };
+  qlikeVs: { ewma: Lift; garch: Lift; harRv: Lift };
+  mseLog: { service: number | null; ewma: number | null; garch: number | null; harRv: number | null };
+  sizing: { service: Lift; trailing: Lift };
+}
+
+const fin = (x: number) => (Number.isFinite(x) ? x : null);
+
+/**
+ * Scores one horizon on the closes in [from, to) of every coin, with blocks at least a day (and
+ * one horizon) long, all coins of a block resampled together.
+ */
+export function scoreDesk(
+  coins: readonly DeskCoin[],
+  timeframe: Timeframe,
+  fit: DeskFit,
+  garch: GarchParams,
+  from: number,
+  to: number,
+  resamples = 200,
+): DeskScore {
+  const h = fit.candles;
+  const blockMs = Math.max(DAY_MS, h * TIMEFRAME_MS[timeframe]);
+  const blocks = new Map<number, BlockSums>();
+  const [b0, b1, b2, b3] = fit.harRv.coefficients as [number, number, number, number];
+  for (const c of coins) {
+    const s = c.series;
+    const cumR2 = prefix(s.r2);
+    const cumRv = prefix(s.rv);
+    const vars = [0, 0, 0];
+    for (const i of closes(s, h, fit.harRv.windows[2], from, to, false)) {
+      vars[0] = s.v0[i]!;
+      vars[1] = s.v1[i]!;
+      vars[2] = s.v2[i]!;
+      const service = forecastVarianceOf(fit.service, vars, h);
+      const ewma = s.ewma[i]! * h;
+      const garchH = garchOver(c.garch[i]!, c.longRun, garch, h);
+      const harRv = Math.max(
+        fit.harRv.floor,
+        b0 +
+          b1 * windowMean(cumRv, i, fit.harRv.windows[0]) +
+          b2 * windowMean(cumRv, i, fit.harRv.windows[1]) +
+          b3 * windowMean(cumRv, i, fit.harRv.windows[2]),
+      );
+      const realised = realisedAfter(cumR2, i, h);
+      const logReturn = Math.log(s.close[i + h]! / s.close[i]!);
+      const sigma = Math.sqrt(service);
+      const free = Math.sqrt(s.trailing[i]! * h);
+      const key = Math.floor(s.closeTime[i]! / blockMs);
+      let b = blocks.get(key);
+      if (b === undefined) {
+        b = emptyBlock();
+        blocks.set(key, b);
+      }
+      b.n++;
+      b.served2 += service;
+      b.realised2 += logReturn * logReturn;
+      if (logReturn >= fit.service.bandLow * sigma && logReturn <= fit.service.bandHigh * sigma) b.inside++;
+      if (logReturn >= fit.freeBand.low * free && logReturn <= fit.freeBand.high * free) b.freeInside++;
+      const forecasts = [service, ewma, garchH, harRv];
+      for (let k = 0; k < 4; k++) {
+        const f = Math.max(FLOOR, forecasts[k]!);
+        b.qlike[k]! += realised / f + Math.log(f);
+      }
+      if (realised > 0) {
+        b.mseN++;
+        for (let k = 0; k < 4; k++) b.mse[k]! += (Math.log(realised) - Math.log(Math.max(FLOOR, forecasts[k]!))) ** 2;
+      }
+      // A position of notional budget/σ: its P&L over the horizon in budgets is logReturn/σ.
+      b.sized += (logReturn * logReturn) / Math.max(FLOOR, service);
+      if (free > 0) b.trailingSized += (logReturn * logReturn) / (free * free);
+    }
+  }
+  const list = [...blocks.entries()].sort((a, b) => a[0] - b[0]).map(([, v]) => [v]);
+  const total = (bs: readonly (readonly BlockSums[])[]) => {
+    const t = emptyBlock();
+    for (const [b] of bs) {
+      t.n += b!.n;
+      t.served2 += b!.served2;
+      t.realised2 += b!.realised2;
+      t.inside += b!.inside;
+      t.freeInside += b!.freeInside;
+      t.mseN += b!.mseN;
+      t.sized += b!.sized;
+      t.trailingSized += b!.trailingSized;
+      for (let k = 0; k < 4; k++) {
+        t.qlike[k]! += b!.qlike[k]!;
+        t.mse[k]! += b!.mse[k]!;
+      }
+    }
+    return t;
+  };
+  const all = total(list);
+  const lift = (stat: (t: BlockSums) => number): Lift => {
+    const value = stat(all);
+    if (!Number.isFinite(value)) return { value: null, low: null, high: null };
+    const iv = dayBlockInterval(list, (bs) => stat(total(bs)), { resamples });
+    return { value, low: fin(iv.low), high: fin(iv.high) };
+  };
+  const q = (k: number) => (t: BlockSums) => (t.n === 0 ? Number.NaN : t.qlike[k]! / t.n);
+  const m = (k: number) => (t: BlockSums) => (t.mseN === 0 ? Number.NaN : t.mse[k]! / t.mseN);
+  const vs = (k: number) => lift((t) => q(0)(t) - q(k)(t));
+  return {
+    points: all.n,
+    sigmaRatio: lift((t) => Math.sqrt(t.served2 / t.realised2)),
+    coverage: lift((t) => t.inside / t.n),
+    freeCoverage: lift((t) => t.freeInside / t.n),
+    qlike: { service: fin(q(0)(all)), ewma: fin(q(1)(all)), garch: fin(q(2)(all)), harRv: fin(q(3)(all)) },
+    qlikeVs: { ewma: vs(1), garch: vs(2), harRv: vs(3) },
+    mseLog: { service: fin(m(0)(all)), ewma: fin(m(1)(all)), garch: fin(m(2)(all)), harRv: fin(m(3)(all)) },
+    sizing: { service: lift((t) => Math.sqrt(t.sized / t.n)), trailing: lift((t) => Math.sqrt(t.trailingSized / t.n)) },
+  };
+}

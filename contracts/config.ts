@@ -126,7 +126,7 @@ export const ConfigSchema = z
     RELAY_EVENT_TYPES: z
       .string()
       .regex(/^(\*|[A-Za-z]+(,[A-Za-z]+)*)$/, 'event type names, comma-separated, or *')
-      .default('VerdictRecorded,RegimeShifted,SubscriptionReEnabled,SubscriptionDisabled'),
+      .default('VerdictRecorded,RegimeShifted,RiskShifted,SubscriptionReEnabled,SubscriptionDisabled'),
     CACHE: z.enum(['memory', 'redis']).default('memory'),
     REDIS_URL: z.string().default('redis://127.0.0.1:6379'),
     REDIS_PREFIX: z.string().default('sig:'),

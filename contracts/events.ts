@@ -134,6 +134,36 @@ export const RegimeShifted = z.object({
   verdictEventId: z.uuid(),
 });
 
+/**
+ * Where a forecast's percentile (its rank 0–100 among the market's recent forecasts) sits:
+ * `top` decile at 90 or above, `bottom` at 10 or below, `middle` between.
+ */
+export const VolatilityDecile = z.enum(['top', 'middle', 'bottom']);
+export type VolatilityDecile = z.infer<typeof VolatilityDecile>;
+
+/**
+ * A market's forecast volatility entered or left its top or bottom decile with this verdict
+ * (recorded in the same append, after it and after its RegimeShifted if any).
+ */
+export const RiskShifted = z.object({
+  ...MarketFields,
+  from: VolatilityDecile,
+  to: VolatilityDecile,
+  /** The verdict's forecast percentile, and the previous verdict's. */
+  percentile: z.number().min(0).max(100),
+  priorPercentile: z.number().min(0).max(100),
+  /** Forecast σ of the log return over the verdict horizon, percent, and its band. */
+  expectedMovePct: z.number().nonnegative(),
+  bandLow: z.number().positive(),
+  bandHigh: z.number().positive(),
+  bandCoverage: z.number().min(0).max(1),
+  horizonCandles: z.number().int().positive(),
+  price: z.number().positive(),
+  candleCloseTime: z.number().int(),
+  feed: FeedKind,
+  verdictEventId: z.uuid(),
+});
+
 const PaymentRef = {
   /** ERC-3009 authorisation nonce (bytes32 hex); unique per (network, asset, payer): see paymentStream. */
   nonce: Hex,
@@ -269,6 +299,7 @@ export const WebhookEventType = z.enum([
   'regime_shift',
   'scan_digest',
   'subscription_disabled',
+  'risk_shift',
 ]);
 export type WebhookEventType = z.infer<typeof WebhookEventType>;
 
@@ -396,6 +427,7 @@ export const ReplayClockAnchored = z.object({
 export const EVENT_CATALOG = {
   VerdictRecorded,
   RegimeShifted,
+  RiskShifted,
   VerdictOutcomeResolved,
   PaymentAuthorized,
   PaymentSettlementPending,

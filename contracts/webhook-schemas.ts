@@ -3,6 +3,7 @@ import type { WebhookEventType } from './events.ts';
 import { jsonSchema } from './json-schema.ts';
 import {
   RegimeShiftData,
+  RiskShiftData,
   ScanDigestData,
   SubscriptionDisabledData,
   TradeCallData,
@@ -21,6 +22,7 @@ export const WEBHOOK_PAYLOADS = {
   regime_shift: { 1: RegimeShiftData },
   scan_digest: { 1: ScanDigestData },
   subscription_disabled: { 1: SubscriptionDisabledData },
+  risk_shift: { 1: RiskShiftData },
 } as const satisfies Record<WebhookEventType, Record<number, z.ZodType>>;
 
 /** Every version some event type has. */

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { WebhookEventType } from './events.ts';
+import { VolatilityDecile, WebhookEventType } from './events.ts';
 import { TrackRecordBrief } from './history.ts';
 import { Call, Coin, Exchange, FeedKind, Regime, Timeframe } from './market.ts';
 import { VerdictMeaning } from './signals.ts';
@@ -168,6 +168,15 @@ export const SendResultView = z.object({
 
 // ---- payloads --------------------------------------------------------------------------------
 
+/** The forecast σ of the log return over the verdict horizon (percent) and the band beside it. */
+const ExpectedMove = z.object({
+  horizon_candles: z.number().int().positive(),
+  expected_move_pct: z.number(),
+  band_low: z.number(),
+  band_high: z.number(),
+  band_coverage: z.number(),
+});
+
 export const TradeCallData = z.object({
   type: z.literal('trade_call'),
   /** Which market feed the content came from: `replay` (recorded candles on an accelerated clock) or `live`. */
@@ -184,16 +193,7 @@ export const TradeCallData = z.object({
   signal_hash: z.string(),
   verify_url: z.url(),
   /** Forecast volatility and expected-move band over the verdict horizon; null on older verdicts. */
-  expected_move: z
-    .object({
-      horizon_candles: z.number().int().positive(),
-      expected_move_pct: z.number(),
-      band_low: z.number(),
-      band_high: z.number(),
-      band_coverage: z.number(),
-    })
-    .nullable()
-    .optional(),
+  expected_move: ExpectedMove.nullable().optional(),
   /** The direction the call points as a lean, and what such leans earned after the fee. */
   lean: VerdictMeaning.shape.lean,
   /** What `confidence` means for this call, in words. */
@@ -213,6 +213,35 @@ export const RegimeShiftData = z.object({
   prior_regime: Regime,
   confidence: z.number().int().min(0).max(100),
   price_at_call: z.number(),
+  candle_close_time: z.number().int(),
+  /** Hash of the verdict that carried the shift; null if that verdict could not be read. */
+  signal_hash: z.string().nullable(),
+  verify_url: z.url(),
+});
+
+/**
+ * A market's forecast volatility entered or left its top or bottom decile: the verdict's forecast
+ * percentile (its rank 0–100 among the market's recent forecasts) crossed into or out of ≥ 90
+ * (`top`) or ≤ 10 (`bottom`) since the market's previous verdict.
+ */
+export const RiskShiftData = z.object({
+  type: z.literal('risk_shift'),
+  /** Which market feed the content came from: `replay` (recorded candles on an accelerated clock) or `live`. */
+  feed: FeedKind,
+  coin: z.string(),
+  timeframe: Timeframe,
+  exchange: Exchange,
+  /** The decile band the previous verdict's forecast was in, and this one's. */
+  from: VolatilityDecile,
+  to: VolatilityDecile,
+  /** Rank (0–100) of this verdict's forecast among the market's recent forecasts, and the previous one's. */
+  percentile: z.number().min(0).max(100),
+  prior_percentile: z.number().min(0).max(100),
+  /** The forecast behind the shift: σ of the log return over the verdict horizon and its band. */
+  expected_move: ExpectedMove,
+  /** The close the forecast was made at. */
+  price: z.number(),
+  /** Close time (Unix seconds) of the candle the forecast used. */
   candle_close_time: z.number().int(),
   /** Hash of the verdict that carried the shift; null if that verdict could not be read. */
   signal_hash: z.string().nullable(),
@@ -268,6 +297,7 @@ export const WebhookData = z.discriminatedUnion('type', [
   RegimeShiftData,
   ScanDigestData,
   SubscriptionDisabledData,
+  RiskShiftData,
 ]);
 export type WebhookData = z.infer<typeof WebhookData>;
 

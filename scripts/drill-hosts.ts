@@ -989,6 +989,7 @@ async function streamLeader(url: string, stream: string): Promise<string | null>
 const RELAYED = new Set([
   'VerdictRecorded',
   'RegimeShifted',
+  'RiskShifted',
   'SubscriptionReEnabled',
   'SubscriptionDisabled',
 ]);

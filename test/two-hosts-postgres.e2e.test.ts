@@ -348,6 +348,7 @@ describe.runIf(run)(
 const RELAYED = new Set([
   'VerdictRecorded',
   'RegimeShifted',
+  'RiskShifted',
   'SubscriptionReEnabled',
   'SubscriptionDisabled',
 ]);

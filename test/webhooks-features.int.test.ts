@@ -231,6 +231,7 @@ describe.runIf(reachable)('what subscribers ask for: gap detection, versions, ro
     expect(doc.body.openapi).toBe('3.1.0');
     expect(Object.keys(doc.body.webhooks).sort()).toEqual([
       'regime_shift.v1',
+      'risk_shift.v1',
       'scan_digest.v1',
       'subscription_disabled.v1',
       'trade_call.v1',

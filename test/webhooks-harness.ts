@@ -144,6 +144,8 @@ export interface WebhookStack {
   ): Promise<{ status: number; body: any }>;
   stream: string;
   prefix: string;
+  /** The in-process dispatcher's durable consumer names start with this (`<durable>-calls`, …). */
+  durable: string;
   close(): Promise<void>;
 }
 
@@ -175,6 +177,7 @@ export async function startWebhookStack(options: {
   const id = randomUUID().slice(0, 8);
   const stream = `WHTEST_${id}`;
   const prefix = `wh${id}`;
+  const durable = `disp${id}`;
   const busKind: StackBus = options.bus ?? 'nats';
   const config = loadConfig(webhookEnv(prefix, { BUS: busKind, ...options.env }));
   const store = options.store ?? new MemoryEventStore();
@@ -213,7 +216,7 @@ export async function startWebhookStack(options: {
     adapters,
     logger,
     feed: options.wrapFeed ? options.wrapFeed(engine.feed) : engine.feed,
-    durablePrefix: `disp${id}`,
+    durablePrefix: durable,
     ...(options.settings ? { settings: options.settings } : {}),
     ...(options.digestNow ? { digestNow: options.digestNow } : {}),
     ...(options.shareProjection ? { runner: api.runner } : {}),
@@ -243,6 +246,7 @@ export async function startWebhookStack(options: {
     keys,
     stream,
     prefix,
+    durable,
     async issue(owner = 'test') {
       const issued = await issueKey(store, { plan: 'free', owner, via: 'operator' });
       await keys.waitFor(issued.position);

@@ -80,6 +80,7 @@ const TYPE_NAMES = [
   'SubscriptionSecretRotated',
   'ReplayClockAnchored',
   'QuotaDebitsReturned',
+  'RiskShifted',
 ] as const;
 const TYPE_CODES = new Map<string, TypeCode>(
   TYPE_NAMES.map((name, i) => [name, new TypeCode(Buffer.from([i + 1]))]),

@@ -6,6 +6,8 @@ import type { NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
 import { type EventData, newEvent } from '../../contracts/events.ts';
 import type { MarketKey } from '../../contracts/market.ts';
 import { type VerdictContent, verdictHash } from '../../contracts/verdict-hash.ts';
+import { recordedVolatility } from './recorded-volatility.ts';
+import { riskShiftOf } from './risk-shift.ts';
 
 export type VerdictDraft = Omit<VerdictContent, 'prevHash'>;
 export type RecordedVerdict = RecordedEvent<EventData<'VerdictRecorded'>, 'VerdictRecorded'>;
@@ -21,8 +23,9 @@ export function verdictStream(market: MarketKey): string {
 const turns = new WeakMap<EventStore, KeyedLock>();
 
 /**
- * Appends a verdict to its market's stream, chained to the previous verdict's hash, and, when
- * the regime differs from the previous call's, a RegimeShifted in the same atomic append.
+ * Appends a verdict to its market's stream, chained to the previous verdict's hash, and in the
+ * same atomic append, after it: a RegimeShifted when the regime differs from the previous call's,
+ * and a RiskShifted when the forecast volatility entered or left its top or bottom decile.
  *
  * One verdict per (market, candle close, engine version): its event id is derived from those,
  * and the stream's expected revision makes concurrent recorders agree on one chain. A caller
@@ -93,6 +96,16 @@ async function recordInTurn(
         ),
       );
     }
+    const risk = last ? riskShiftDraft(last.data, draft, verdictId) : null;
+    if (risk) {
+      events.push(
+        newEvent('RiskShifted', risk, {
+          id: deterministicId('risk-shift', verdictId),
+          causationId: verdictId,
+          correlationId: options.correlationId,
+        }),
+      );
+    }
     try {
       await store.append(stream, events, { expectedRevision: revision ?? 'no_stream' });
       const written = await store.readStream(stream, {
@@ -114,11 +127,47 @@ export async function lastVerdict(
 ): Promise<{ last: RecordedVerdict | null; revision: number | null }> {
   const revision = await store.streamRevision(stream);
   if (revision === null) return { last: null, revision };
-  // The stream holds verdicts and regime shifts; walk back to the newest verdict.
-  const from = Math.max(0, revision - 1);
+  // The stream holds verdicts, each followed by at most a regime and a risk shift; walk back to
+  // the newest verdict.
+  const from = Math.max(0, revision - 2);
   const tail = await store.readStream(stream, { fromRevision: from });
   for (let i = tail.length - 1; i >= 0; i--) {
     if (tail[i]!.type === 'VerdictRecorded') return { last: tail[i] as RecordedVerdict, revision };
   }
   return { last: null, revision };
+}
+
+/** The verdict's forecast percentile as recorded in its inputs; null on verdicts without one. */
+function percentileOf(inputs: Record<string, unknown>): number | null {
+  return typeof inputs.vol_percentile === 'number' ? inputs.vol_percentile : null;
+}
+
+/** The RiskShifted this verdict carries after `prior`, or null (see riskShiftOf). */
+function riskShiftDraft(
+  prior: EventData<'VerdictRecorded'>,
+  draft: VerdictDraft,
+  verdictId: string,
+): EventData<'RiskShifted'> | null {
+  const priorPercentile = percentileOf(prior.inputs);
+  const percentile = percentileOf(draft.inputs);
+  const shift = riskShiftOf(priorPercentile, percentile);
+  const vol = recordedVolatility(draft.inputs, draft.timeframe);
+  if (!shift || !vol) return null;
+  return {
+    exchange: draft.exchange,
+    coin: draft.coin,
+    timeframe: draft.timeframe,
+    ...shift,
+    percentile: percentile!,
+    priorPercentile: priorPercentile!,
+    expectedMovePct: vol.expected_move_pct,
+    bandLow: vol.band_low,
+    bandHigh: vol.band_high,
+    bandCoverage: vol.band_coverage,
+    horizonCandles: vol.horizon_candles,
+    price: draft.price,
+    candleCloseTime: draft.candleCloseTime,
+    feed: draft.feed,
+    verdictEventId: verdictId,
+  };
 }

@@ -55,6 +55,72 @@ describe('recordVerdict', () => {
     expect(state['BINANCE:ETH:1h']).toMatchObject({ regime: 'trending-up', regimeShifts: 1, price: 2503 });
   });
 
+  it('appends RiskShifted after the verdict (and its regime shift) when the forecast enters or leaves an outer decile', async () => {
+    const store = new MemoryEventStore();
+    const withForecast = (i: number, percentile: number, regime: VerdictDraft['regime'] = 'ranging') => ({
+      ...draft(i, regime),
+      inputs: {
+        rsi: 55.5,
+        vol_expected_move_pct: 1.2,
+        vol_band_low: 2400,
+        vol_band_high: 2600,
+        vol_band_coverage: 0.8,
+        vol_horizon_candles: 6,
+        vol_percentile: percentile,
+      },
+    });
+    // The first verdict of a market is no shift, even in the top decile.
+    await recordVerdict(store, withForecast(0, 95));
+    await recordVerdict(store, withForecast(1, 97));
+    // Leaving the top decile, with a regime shift in the same append.
+    const third = await recordVerdict(store, withForecast(2, 50, 'volatile'));
+    // A verdict recorded without a forecast has no band: neither it nor the next one shifts.
+    await recordVerdict(store, draft(3, 'volatile'));
+    await recordVerdict(store, withForecast(4, 4, 'volatile'));
+    const fifth = await recordVerdict(store, withForecast(5, 50, 'volatile'));
+    const events = await store.readStream(verdictStream(draft(0)));
+    expect(events.map((e) => e.type)).toEqual([
+      'VerdictRecorded',
+      'VerdictRecorded',
+      'VerdictRecorded',
+      'RegimeShifted',
+      'RiskShifted',
+      'VerdictRecorded',
+      'VerdictRecorded',
+      'VerdictRecorded',
+      'RiskShifted',
+    ]);
+    expect(events[4]!.data).toEqual({
+      exchange: 'BINANCE',
+      coin: 'ETH',
+      timeframe: '1h',
+      from: 'top',
+      to: 'middle',
+      percentile: 50,
+      priorPercentile: 97,
+      expectedMovePct: 1.2,
+      bandLow: 2400,
+      bandHigh: 2600,
+      bandCoverage: 0.8,
+      horizonCandles: 6,
+      price: 2502,
+      candleCloseTime: draft(2).candleCloseTime,
+      feed: 'replay',
+      verdictEventId: third.id,
+    });
+    expect(events[4]!.causationId).toBe(third.id);
+    expect(events[8]!.data).toMatchObject({ from: 'bottom', to: 'middle', verdictEventId: fifth.id });
+    // Same append as the verdict: one position apart, and the chain still verifies.
+    expect(events[4]!.position).toBe(events[2]!.position + 2);
+    const verdicts = events
+      .filter((e) => e.type === 'VerdictRecorded')
+      .map((e) => e.data as EventData<'VerdictRecorded'>);
+    expect(verifyVerdictChain(verdicts)).toEqual({ ok: true });
+    // Asked again for a recorded candle, the verdict on record is served, nothing appended.
+    expect((await recordVerdict(store, withForecast(5, 99, 'volatile'))).id).toBe(fifth.id);
+    expect(await store.readStream(verdictStream(draft(0)))).toHaveLength(9);
+  });
+
   it('records one verdict per candle however many callers race for it', async () => {
     const store = new MemoryEventStore();
     await recordVerdict(store, draft(0));

@@ -19,6 +19,7 @@ import {
   digestEventId,
   pinnedEnvelope,
   regimeShiftEnvelope,
+  riskShiftEnvelope,
   scanDigestEnvelope,
   subscriptionDisabledEnvelope,
   tradeCallEnvelope,
@@ -58,7 +59,7 @@ export interface DispatcherOptions {
 const decoder = new TextDecoder();
 
 /**
- * The webhook dispatcher: turns trade calls and regime shifts from the bus into claimed
+ * The webhook dispatcher: turns trade calls, regime shifts and risk shifts from the bus into claimed
  * deliveries, runs digests on their cadence, and retries what is due. The bus message is acked
  * only after every matching delivery's first attempt is recorded, and everything after that is
  * driven by the log, so a crash at any point loses nothing: the next dispatcher finds the
@@ -103,6 +104,7 @@ export class WebhookDispatcher {
     const consumed: ReadonlyArray<[suffix: string, type: string, maxInFlight?: number]> = [
       ['calls', 'VerdictRecorded', 64],
       ['shifts', 'RegimeShifted', 4],
+      ['risks', 'RiskShifted', 4],
       ['reenable', 'SubscriptionReEnabled'],
       ['disabled', 'SubscriptionDisabled'],
     ];
@@ -210,12 +212,13 @@ export class WebhookDispatcher {
     await message.ack();
   }
 
-  /** The webhook a trade call or regime shift is a candidate for; null for anything else. */
+  /** The webhook a trade call, regime shift or risk shift is a candidate for; null for anything else. */
   private candidateOf(event: DomainEvent): Candidate | null {
     if (event.type === 'VerdictRecorded') {
       return event.data.call === 'HOLD' ? null : { event: 'trade_call', ...event.data };
     }
     if (event.type === 'RegimeShifted') return { event: 'regime_shift', ...event.data };
+    if (event.type === 'RiskShifted') return { event: 'risk_shift', ...event.data, confidence: null };
     return null;
   }
 
@@ -233,13 +236,15 @@ export class WebhookDispatcher {
   /** Claims the first attempt of each subscription's delivery of this event. */
   private async deliver(event: DomainEvent, subs: SubscriptionRecord[], trigger: Trigger): Promise<void> {
     if (subs.length === 0) return;
-    const verdict = event.type === 'RegimeShifted' ? await this.verdictOf(event) : null;
+    const verdict =
+      event.type === 'RegimeShifted' || event.type === 'RiskShifted' ? await this.verdictOf(event) : null;
     const verifyUrl = verdictVerifyUrl(this.options.verifyBaseUrl, verdict ?? event);
     // The same line for every subscription of this event: asked once.
     const trackRecord =
       event.type === 'VerdictRecorded' ? (this.options.trackRecord?.(event.data) ?? null) : null;
     for (const sub of subs) {
       const deliveryId = deliveryIdFor(event.id, sub.id);
+      const shift = { deliveryId, createdAt: event.recordedAt, signalHash: verdict?.hash ?? null, verifyUrl };
       const envelope =
         event.type === 'VerdictRecorded'
           ? tradeCallEnvelope({
@@ -249,13 +254,12 @@ export class WebhookDispatcher {
               verifyUrl,
               trackRecord,
             })
-          : regimeShiftEnvelope({
-              deliveryId,
-              createdAt: event.recordedAt,
-              shift: (event as Extract<DomainEvent, { type: 'RegimeShifted' }>).data,
-              signalHash: verdict?.hash ?? null,
-              verifyUrl,
-            });
+          : event.type === 'RiskShifted'
+            ? riskShiftEnvelope({ ...shift, shift: event.data })
+            : regimeShiftEnvelope({
+                ...shift,
+                shift: (event as Extract<DomainEvent, { type: 'RegimeShifted' }>).data,
+              });
       const job = await this.options.worker.claimFirst({
         deliveryId,
         subscription: sub,
@@ -307,13 +311,16 @@ export class WebhookDispatcher {
     }
   }
 
-  /** The verdict that carried a regime shift (written in the same append, just before it). */
+  /**
+   * The verdict that carried a regime or risk shift (written in the same append, before it: just
+   * before, or with the regime shift between them).
+   */
   private async verdictOf(
-    event: Extract<DomainEvent, { type: 'RegimeShifted' }>,
+    event: Extract<DomainEvent, { type: 'RegimeShifted' | 'RiskShifted' }>,
   ): Promise<{ stream: string; revision: number; hash: string } | null> {
     const events = await this.options.store.readStream(event.stream, {
-      fromRevision: Math.max(0, event.revision - 1),
-      maxCount: 1,
+      fromRevision: Math.max(0, event.revision - 2),
+      maxCount: 2,
     });
     const verdict = events.map(parseDomainEvent).find((e) => e?.id === event.data.verdictEventId);
     return verdict?.type === 'VerdictRecorded'

@@ -2,11 +2,12 @@ import { topN } from '../../contracts/webhooks.ts';
 import type { SubscriptionRecord } from './subscription-fold.ts';
 
 export interface Candidate {
-  event: 'trade_call' | 'regime_shift';
+  event: 'trade_call' | 'regime_shift' | 'risk_shift';
   coin: string;
   timeframe: string;
   exchange: string;
-  confidence: number;
+  /** The verdict's confidence; null for a risk shift, which `min_confidence` does not filter. */
+  confidence: number | null;
 }
 
 /** The venue's markets in ranking order (0 = first); null when the ranking is unknown. */
@@ -27,7 +28,12 @@ export function matches(sub: SubscriptionRecord, candidate: Candidate, rankOf: R
   if (sub.status !== 'active') return false;
   if (!sub.events.includes(candidate.event)) return false;
   if (sub.timeframes && !sub.timeframes.includes(candidate.timeframe as never)) return false;
-  if (sub.minConfidence !== undefined && candidate.confidence < sub.minConfidence) return false;
+  if (
+    sub.minConfidence !== undefined &&
+    candidate.confidence !== null &&
+    candidate.confidence < sub.minConfidence
+  )
+    return false;
   if (sub.assets && sub.assets.length > 0) {
     const coin = candidate.coin.toUpperCase();
     const listed = sub.assets.some((asset) => asset === coin);

@@ -111,6 +111,43 @@ export function regimeShiftEnvelope(input: {
   };
 }
 
+export function riskShiftEnvelope(input: {
+  deliveryId: string;
+  createdAt: string;
+  shift: EventData<'RiskShifted'>;
+  signalHash: string | null;
+  verifyUrl: string;
+}): WebhookEnvelope {
+  const s = input.shift;
+  return {
+    event: 'risk_shift',
+    delivery_id: input.deliveryId,
+    created_at: input.createdAt,
+    data: {
+      type: 'risk_shift',
+      feed: s.feed,
+      coin: s.coin,
+      timeframe: s.timeframe,
+      exchange: s.exchange,
+      from: s.from,
+      to: s.to,
+      percentile: s.percentile,
+      prior_percentile: s.priorPercentile,
+      expected_move: {
+        horizon_candles: s.horizonCandles,
+        expected_move_pct: s.expectedMovePct,
+        band_low: s.bandLow,
+        band_high: s.bandHigh,
+        band_coverage: s.bandCoverage,
+      },
+      price: s.price,
+      candle_close_time: Math.floor(s.candleCloseTime / 1000),
+      signal_hash: input.signalHash,
+      verify_url: input.verifyUrl,
+    },
+  };
+}
+
 export function scanDigestEnvelope(input: {
   deliveryId: string;
   createdAt: string;

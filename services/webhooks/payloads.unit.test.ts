@@ -1,8 +1,15 @@
 import { describe, expect, it } from 'vitest';
 import type { EventData } from '../../contracts/events.ts';
+import { envelopeSchema } from '../../contracts/webhook-schemas.ts';
 import { WebhookEnvelope } from '../../contracts/webhooks.ts';
 import { defaultCalibration, ENGINE_VERSION, recordedMeaning } from '../engine/signals/index.ts';
-import { regimeShiftEnvelope, scanDigestEnvelope, tradeCallEnvelope, withSeq } from './payloads.ts';
+import {
+  regimeShiftEnvelope,
+  riskShiftEnvelope,
+  scanDigestEnvelope,
+  tradeCallEnvelope,
+  withSeq,
+} from './payloads.ts';
 
 const verdict = (inputs: Record<string, number | string | boolean | null>): EventData<'VerdictRecorded'> => ({
   exchange: 'BINANCE_SPOT',
@@ -171,6 +178,67 @@ describe('every market payload says which feed its content came from', () => {
     for (const envelope of [call, shift, digest]) {
       expect(WebhookEnvelope.parse(envelope).data).toMatchObject({ feed });
     }
+  });
+});
+
+describe('risk_shift webhook payload', () => {
+  it('carries the decile bands, both percentiles and the forecast behind the shift, in the published schema', () => {
+    const verdictEventId = crypto.randomUUID();
+    const envelope = riskShiftEnvelope({
+      deliveryId: 'd',
+      createdAt: new Date(0).toISOString(),
+      verifyUrl: 'https://s.example/verify/verdicts-BINANCE-ETH-1h/7',
+      signalHash: 'b'.repeat(64),
+      shift: {
+        exchange: 'BINANCE',
+        coin: 'ETH',
+        timeframe: '1h',
+        from: 'middle',
+        to: 'top',
+        percentile: 94.5,
+        priorPercentile: 80,
+        expectedMovePct: 2.1,
+        bandLow: 3900,
+        bandHigh: 4150,
+        bandCoverage: 0.8,
+        horizonCandles: 6,
+        price: 4020,
+        candleCloseTime: Date.UTC(2025, 9, 25, 10),
+        feed: 'live',
+        verdictEventId,
+      },
+    });
+    expect(envelope).toEqual({
+      event: 'risk_shift',
+      delivery_id: 'd',
+      created_at: new Date(0).toISOString(),
+      data: {
+        type: 'risk_shift',
+        feed: 'live',
+        coin: 'ETH',
+        timeframe: '1h',
+        exchange: 'BINANCE',
+        from: 'middle',
+        to: 'top',
+        percentile: 94.5,
+        prior_percentile: 80,
+        expected_move: {
+          horizon_candles: 6,
+          expected_move_pct: 2.1,
+          band_low: 3900,
+          band_high: 4150,
+          band_coverage: 0.8,
+        },
+        price: 4020,
+        candle_close_time: Date.UTC(2025, 9, 25, 10) / 1000,
+        signal_hash: 'b'.repeat(64),
+        verify_url: 'https://s.example/verify/verdicts-BINANCE-ETH-1h/7',
+      },
+    });
+    expect(envelopeSchema('risk_shift', 1).safeParse({ ...envelope, event_version: 1 }).success).toBe(true);
+    // A band outside the three is not a risk_shift.
+    const bad = { ...envelope, event_version: 1, data: { ...envelope.data, to: 'high' } };
+    expect(envelopeSchema('risk_shift', 1).safeParse(bad).success).toBe(false);
   });
 });
 

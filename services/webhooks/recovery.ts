@@ -68,6 +68,7 @@ export function needsRecovery(record: DeliveryRecord, now: number, stuckAfterMs:
 export const RECOVERY_TYPES: ReadonlySet<string> = new Set([
   'VerdictRecorded',
   'RegimeShifted',
+  'RiskShifted',
   'DeliveryAttempted',
   'DeliveryQueued',
 ]);

@@ -40,11 +40,25 @@ class CountingStore extends MemoryEventStore {
   }
 }
 
-async function setup(now: number | (() => number)) {
+/** The draft with a volatility forecast at `percentile` in its inputs, as the engine records it. */
+const forecast = (d: VerdictDraft, percentile: number): VerdictDraft => ({
+  ...d,
+  inputs: {
+    ...d.inputs,
+    vol_expected_move_pct: 1,
+    vol_band_low: 99_000,
+    vol_band_high: 101_000,
+    vol_horizon_candles: 6,
+    vol_percentile: percentile,
+  },
+});
+
+/** `riskShift`: verdict 1's forecast also enters the top decile (RiskShifted at 3, verdict 2 at 4). */
+async function setup(now: number | (() => number), riskShift = false) {
   const store = new CountingStore();
-  await recordVerdict(store, draft(0, 'ranging'));
-  await recordVerdict(store, draft(1, 'volatile')); // revision 1, RegimeShifted at 2
-  await recordVerdict(store, draft(2, 'volatile')); // revision 3
+  await recordVerdict(store, forecast(draft(0, 'ranging'), 50));
+  await recordVerdict(store, forecast(draft(1, 'volatile'), riskShift ? 95 : 50)); // revision 1, RegimeShifted at 2
+  await recordVerdict(store, forecast(draft(2, 'volatile'), riskShift ? 96 : 50)); // revision 3
   app = await buildApp({
     config: { BODY_LIMIT_BYTES: 1024 },
     logger: pino({ level: 'silent' }),
@@ -88,6 +102,15 @@ describe('GET /verify/:stream/:revision', () => {
     const first = (await app!.inject({ method: 'GET', url: `/verify/${stream}/0` })).json();
     expect(first.previous).toBeNull();
     expect(body.prevHash).toBe(first.hash);
+  });
+
+  it('links the previous verdict across a regime and a risk shift recorded with one', async () => {
+    const { stream } = await setup(T0 + 3 * HOUR, true);
+    const types = (await app!.inject({ method: 'GET', url: `/verify/${stream}/4` })).json();
+    expect(types).toMatchObject({ revision: 4, previous: `https://signals.example/verify/${stream}/1` });
+    for (const shift of [2, 3]) {
+      expect((await app!.inject({ method: 'GET', url: `/verify/${stream}/${shift}` })).statusCode).toBe(404);
+    }
   });
 
   it('answers refs that are not verdicts with 404 and malformed refs with 400', async () => {

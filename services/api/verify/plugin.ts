@@ -201,10 +201,10 @@ async function computeAnswer(
   };
 }
 
-/** The revision of the verdict before this one (regime shifts sit between verdicts). */
+/** The revision of the verdict before this one (a regime and a risk shift may sit between verdicts). */
 async function previousVerdict(store: EventStore, stream: string, revision: number): Promise<number | null> {
   if (revision === 0) return null;
-  const before = await store.readStream(stream, { fromRevision: Math.max(0, revision - 2), maxCount: 2 });
+  const before = await store.readStream(stream, { fromRevision: Math.max(0, revision - 3), maxCount: 3 });
   for (let i = before.length - 1; i >= 0; i--) {
     const e = before[i]!;
     if (e.revision < revision && e.type === 'VerdictRecorded') return e.revision;

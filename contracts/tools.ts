@@ -28,11 +28,58 @@ const Indicators = z.record(z.string(), z.number().nullable());
  */
 const DefaultedExchange = Exchange.optional();
 
+/** The default risk budget of the sizing block, in USD (the quote currency). */
+export const DEFAULT_RISK_BUDGET_USD = 100;
+/** The largest risk budget a call may state, in USD: a larger figure is likelier a unit slip than a budget. */
+export const MAX_RISK_BUDGET_USD = 10_000_000;
+
+/**
+ * What the caller is willing to lose on a one-σ move over the horizon, in USD (the quote
+ * currency): the answer's `sizing` is the position that risks it. Above 0, at most 10,000,000.
+ */
+const RiskBudgetUsd = z
+  .number()
+  .positive('must be above 0 (USD)')
+  .max(MAX_RISK_BUDGET_USD, `must be at most ${MAX_RISK_BUDGET_USD} (USD)`)
+  .default(DEFAULT_RISK_BUDGET_USD);
+
+/** A stop the band implies: its price, its distance from the price and the loss there for the notional. */
+const SizingStop = z.object({
+  price: z.number().positive(),
+  /** |stop − price| ÷ price × 100. */
+  distance_pct: z.number().positive(),
+  /** What the sized notional loses if the stop is hit, in USD: notional × distance_pct / 100. */
+  loss_usd: z.number().nonnegative().nullable(),
+});
+
+/**
+ * Sizing for the caller's risk budget over one horizon: the notional whose one-σ move is the
+ * budget, where σ is the forecast standard deviation of the log return over the horizon
+ * (`expected_move_pct` / 100), and the stops the band beside it implies.
+ */
+export const SizingSchema = z.object({
+  /** The budget it was sized for, in USD (the call's `riskBudgetUsd`, default 100). */
+  risk_budget_usd: z.number().positive(),
+  /**
+   * Notional in USD sized for one σ of the log return over the horizon: risk_budget_usd ÷ σ, so a
+   * one-σ move of the log return gains or loses about the budget. Null when σ is 0.
+   */
+  notional_usd: z.number().nonnegative().nullable(),
+  /** notional_usd ÷ price: the quantity in coins at the answer's price. Null when σ is 0. */
+  quantity: z.number().nonnegative().nullable(),
+  /** A long's stop at band_low; null when band_low is not below the price. */
+  long_stop: SizingStop.nullable(),
+  /** A short's stop at band_high; null when band_high is not above the price. */
+  short_stop: SizingStop.nullable(),
+});
+export type Sizing = z.infer<typeof SizingSchema>;
+
 export const GetTradeCallInput = z.strictObject({
   coin: Coin,
   timeframe: Timeframe.default('15m'),
   exchange: DefaultedExchange,
   includeReasoning: z.boolean().default(true),
+  riskBudgetUsd: RiskBudgetUsd,
 });
 export type GetTradeCallInput = z.input<typeof GetTradeCallInput>;
 
@@ -64,8 +111,11 @@ export const TradeCall = z.object({
   /** Public proof of recording (GET /verify/...): the chain now, the content once the outcome is known. */
   verifyUrl: z.url().optional(),
   engineVersion: z.string(),
-  /** Forecast realised volatility over the next candles and the expected-move band. */
-  volatility: VolatilityForecastSchema.optional(),
+  /**
+   * Forecast realised volatility over the next candles and the expected-move band, with the
+   * sizing for the call's `riskBudgetUsd` over that horizon.
+   */
+  volatility: VolatilityForecastSchema.extend({ sizing: SizingSchema }).optional(),
   /**
    * Whether calls are emitted in this cell (venue kind × timeframe): only where walk-forward
    * evidence showed timing skill in every fold and era; elsewhere the call is HOLD and the
@@ -110,7 +160,10 @@ export const RegimeReading = z.object({
 export type RegimeReading = z.infer<typeof RegimeReading>;
 
 /** A regime reading's input; the default timeframe is the hour. */
-export const GetRiskForecastInput = GetMarketRegimeInput.extend({ timeframe: Timeframe.default('1h') });
+export const GetRiskForecastInput = GetMarketRegimeInput.extend({
+  timeframe: Timeframe.default('1h'),
+  riskBudgetUsd: RiskBudgetUsd,
+});
 export type GetRiskForecastInput = z.input<typeof GetRiskForecastInput>;
 
 export const RiskHorizonForecast = z.object({
@@ -126,6 +179,8 @@ export const RiskHorizonForecast = z.object({
   band_high: z.number().positive(),
   /** Timeframe whose fitted model was used. */
   model_timeframe: Timeframe,
+  /** The position that risks the call's `riskBudgetUsd` at one σ over this horizon, and its stops. */
+  sizing: SizingSchema,
 });
 
 /** The market, price, close time and feed of a regime reading, and the horizons. */
@@ -360,7 +415,7 @@ export const TOOLS = {
     output: TradeCall,
     title: 'Trade call',
     description:
-      'Composite BUY / SELL / HOLD verdict for a coin on one timeframe and venue, from closed candles only, with calibrated confidence, regime, indicator readings and a verifiable signal hash.',
+      'Composite BUY / SELL / HOLD verdict for a coin on one timeframe and venue, from closed candles only, with calibrated confidence, regime, indicator readings, a verifiable signal hash, and sizing for a stated risk budget (riskBudgetUsd, default 100 USD): the notional whose one-σ move over the horizon is the budget, and the stops its band implies.',
     example: { coin: 'BTC', timeframe: '1h' },
     price: { key: 'X402_PRICE_GET_TRADE_CALL', by: { field: 'timeframe', keys: TRADE_CALL_PRICE_KEYS } },
   }),
@@ -378,7 +433,7 @@ export const TOOLS = {
     output: RiskForecast,
     title: 'Risk forecast',
     description:
-      'Expected move and its 80 % band for a coin on one timeframe and venue, over the next candle, six candles and one day (HAR volatility model fitted before the test months and scored out of sample against a free trailing-volatility band).',
+      'Expected move and its 80 % band for a coin on one timeframe and venue, over the next candle, six candles and one day (HAR volatility model fitted before the test months and scored out of sample against a free trailing-volatility band), each with sizing for a stated risk budget (riskBudgetUsd, default 100 USD): the notional whose one-σ move over the horizon is the budget, and the stops the band implies.',
     example: { coin: 'BTC', timeframe: '1h' },
     // Priced like a regime reading: the same computation over the same market state.
     price: { key: 'X402_PRICE_GET_MARKET_REGIME' },

@@ -96,6 +96,7 @@ describe.runIf(run)(
         'timeframe',
         'exchange',
         'includeReasoning',
+        'riskBudgetUsd',
       ]);
     });
 
@@ -129,6 +130,19 @@ describe.runIf(run)(
       // No exchange named: the replay's default venue, the spot book (it serves every timeframe).
       expect(trade).toMatchObject({ coin: 'BTC', timeframe: '1h', exchange: 'BINANCE_SPOT', feed: 'replay' });
       expect(['BUY', 'SELL', 'HOLD']).toContain(trade.call);
+      // A newcomer's first scan, on the replay defaults, lists the markets (HOLDs included), each
+      // with its lean, expected move and regime.
+      const scan = (await client.callTool({ name: 'scan_trade_calls', arguments: {} })).structuredContent as {
+        scanned: number;
+        calls: { call: string; regime: string; expectedMovePct: number | null; lean: unknown }[];
+      };
+      expect(scan.scanned).toBeGreaterThan(0);
+      expect(scan.calls.length).toBe(Math.min(scan.scanned, 10));
+      for (const row of scan.calls) {
+        expect(row.regime).toBeTruthy();
+        expect(row.expectedMovePct).toBeGreaterThan(0);
+        expect(row).toHaveProperty('lean');
+      }
     });
 
     it('serves an anonymous caller on the free limits, naming why no key applied', async () => {

@@ -12,7 +12,7 @@ import {
   TIMEFRAME_MS,
   type Timeframe,
 } from '../../contracts/market.ts';
-import type { CalibrationTable, PerpContext, Verdict } from '../../contracts/signals.ts';
+import type { CalibrationTable, PerpContext, Verdict, VolatilityForecast } from '../../contracts/signals.ts';
 import {
   GetMarketRegimeInput,
   GetRiskForecastInput,
@@ -48,6 +48,7 @@ import {
   recordedMeaning,
   regimeConfidenceMeaning,
 } from './signals/index.ts';
+import { sizedCopy, sizeFor } from './sizing.ts';
 import { PERP_VENUES, SCAN_CONCURRENCY } from './venues.ts';
 import {
   lastVerdict,
@@ -80,11 +81,18 @@ interface Kept<T> {
   value: T;
 }
 
+/** A trade call as the engine keeps it per candle: sized per call, for the caller's budget. */
+type UnsizedTradeCall = Omit<TradeCall, 'volatility'> & { volatility?: VolatilityForecast };
+/** A risk forecast as the engine keeps it per candle: sized per call, for the caller's budget. */
+type UnsizedRiskForecast = Omit<RiskForecast, 'horizons'> & {
+  horizons: Omit<RiskForecast['horizons'][number], 'sizing'>[];
+};
+
 interface CachedCall {
   closeTime: number;
-  call: TradeCall;
+  call: UnsizedTradeCall;
   /** The call without its reasoning, made when first asked for. */
-  withoutReasoning?: TradeCall;
+  withoutReasoning?: UnsizedTradeCall;
 }
 
 /**
@@ -101,7 +109,7 @@ export class SignalEngine implements SignalOperations {
   private readonly states: MarketStates;
   private readonly calls = new Map<string, CachedCall>();
   private readonly regimes = new Map<string, Kept<RegimeReading>>();
-  private readonly forecasts = new Map<string, Kept<RiskForecast>>();
+  private readonly forecasts = new Map<string, Kept<UnsizedRiskForecast>>();
 
   constructor(options: SignalEngineOptions) {
     this.feed = options.feed;
@@ -123,12 +131,14 @@ export class SignalEngine implements SignalOperations {
       : 'BINANCE';
   }
 
+  /** The verdict of the market's last close, with the sizing for the caller's budget added. */
   async getTradeCall(raw: GetTradeCallInput, ctx: OperationContext = {}): Promise<TradeCall> {
-    return this.tradeCall(this.withExchange(parsedInput(GetTradeCallInput, raw, ctx)), 'request', ctx);
+    const input = this.withExchange(parsedInput(GetTradeCallInput, raw, ctx));
+    return sizedCall(await this.tradeCall(input, 'request', ctx), input.riskBudgetUsd);
   }
 
   /** The scheduler's entry: the same computation, recorded with trigger "schedule". */
-  async scheduledTradeCall(raw: GetTradeCallInput): Promise<TradeCall> {
+  async scheduledTradeCall(raw: GetTradeCallInput): Promise<UnsizedTradeCall> {
     return this.tradeCall(this.withExchange(GetTradeCallInput.parse(raw)), 'schedule', {});
   }
 
@@ -159,12 +169,15 @@ export class SignalEngine implements SignalOperations {
     });
   }
 
-  /** Computed once per candle close of the market, then the same answer until the next. */
+  /**
+   * Computed once per candle close of the market, then the same answer until the next; sized for
+   * the caller's budget once per answer and budget.
+   */
   async getRiskForecast(raw: GetRiskForecastInput, ctx: OperationContext = {}): Promise<RiskForecast> {
     const input = this.withExchange(parsedInput(GetRiskForecastInput, raw, ctx));
-    return this.perClose(this.forecasts, input, (state, closeTime) => {
+    const forecast = await this.perClose(this.forecasts, input, (state, closeTime) => {
       const reading = computeRegime(state);
-      return keptAnswer<RiskForecast>({
+      return {
         coin: input.coin,
         timeframe: input.timeframe,
         exchange: input.exchange,
@@ -176,8 +189,9 @@ export class SignalEngine implements SignalOperations {
         regime: reading.regime,
         label_evidence: labelEvidenceText(state.volatility, input.timeframe),
         evidence: RISK_EVIDENCE,
-      });
+      };
     });
+    return sizedForecast(forecast, input.riskBudgetUsd);
   }
 
   /** The market's answer kept in `cache` for its last closed candle, computed when that candle is new. */
@@ -303,10 +317,10 @@ export class SignalEngine implements SignalOperations {
   }
 
   private async tradeCall(
-    input: ReturnType<typeof GetTradeCallInput.parse> & { exchange: Exchange },
+    input: Omit<ReturnType<typeof GetTradeCallInput.parse>, 'riskBudgetUsd'> & { exchange: Exchange },
     trigger: Trigger,
     ctx: OperationContext,
-  ): Promise<TradeCall> {
+  ): Promise<UnsizedTradeCall> {
     const key = marketKey(input.exchange, input.coin, input.timeframe);
     const state = await this.states.advance(input.exchange, input.coin, input.timeframe);
     const closeTime = state.lastCloseTime!;
@@ -440,7 +454,7 @@ function toTradeCall(
   computed: Verdict,
   publicBaseUrl: string | undefined,
   table: CalibrationTable,
-): TradeCall {
+): UnsizedTradeCall {
   const d = recorded.data;
   const same = d.candleCloseTime === computed.candle_close_time;
   const indicators: Record<string, number | null> = {};
@@ -494,8 +508,47 @@ function parsedInput<S extends z.ZodType>(schema: S, raw: z.input<S>, ctx: Opera
   return ctx.parsed ? (raw as z.output<S>) : schema.parse(raw);
 }
 
-function withReasoning(call: TradeCall, include: boolean): TradeCall {
+function withReasoning(call: UnsizedTradeCall, include: boolean): UnsizedTradeCall {
   if (include) return call;
   const { reasoning: _reasoning, ...rest } = call;
   return rest;
+}
+
+/**
+ * A kept call with its volatility block sized for `budget`: one copy per call object and budget,
+ * so what is served from it (its answer JSON, the track-record join) is made once too. The budget
+ * is the caller's, never part of the recorded verdict.
+ */
+function sizedCall(call: UnsizedTradeCall, budget: number): TradeCall {
+  return sizedCopy(call, budget, () => {
+    const v = call.volatility;
+    if (v === undefined) return call as TradeCall;
+    const sizing = sizeFor({
+      price: call.price,
+      expectedMovePct: v.expected_move_pct,
+      bandLow: v.band_low,
+      bandHigh: v.band_high,
+      budgetUsd: budget,
+    });
+    return { ...call, volatility: { ...v, sizing } };
+  });
+}
+
+/** A kept forecast with every horizon sized for `budget`, kept (and named) like the forecast itself. */
+function sizedForecast(forecast: UnsizedRiskForecast, budget: number): RiskForecast {
+  return sizedCopy(forecast, budget, () =>
+    keptAnswer<RiskForecast>({
+      ...forecast,
+      horizons: forecast.horizons.map((h) => ({
+        ...h,
+        sizing: sizeFor({
+          price: forecast.price,
+          expectedMovePct: h.expected_move_pct,
+          bandLow: h.band_low,
+          bandHigh: h.band_high,
+          budgetUsd: budget,
+        }),
+      })),
+    }),
+  );
 }

@@ -1,0 +1,158 @@
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ErrorBody } from '../contracts/errors.ts';
+import { parseDomainEvent } from '../contracts/events.ts';
+import { RiskForecast, type Sizing, TradeCall } from '../contracts/tools.ts';
+import { startTestService, type TestService } from './service-harness.ts';
+
+/**
+ * Sizing for a stated risk budget, as a buyer meets it: trade calls and risk forecasts over the
+ * keyed HTTP route and over MCP (the SDK client), with the default budget and a stated one, and
+ * the documented refusal of a budget that is not one.
+ */
+
+let running: TestService;
+let url: string;
+let key: string;
+let mcp: Client;
+
+beforeAll(async () => {
+  // The replay clock stands still: every call of the suite reads the same closed candles.
+  running = await startTestService(['api'], { REPLAY_SPEED: '0' });
+  url = running.service.url;
+  key = await running.issue();
+  mcp = new Client({ name: 'sizing-test', version: '1.0.0' });
+  await mcp.connect(
+    new StreamableHTTPClientTransport(new URL(`${url}/mcp`), {
+      requestInit: { headers: { authorization: `Bearer ${key}` } },
+    }),
+  );
+}, 60_000);
+afterAll(async () => {
+  await mcp?.close().catch(() => undefined);
+  await running?.stop();
+});
+
+async function post(tool: string, body: unknown) {
+  const res = await fetch(`${url}/x402/${tool}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+    body: JSON.stringify(body),
+  });
+  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+}
+
+async function call(tool: string, args: Record<string, unknown>) {
+  const result = await mcp.callTool({ name: tool, arguments: args });
+  return result as {
+    isError?: boolean;
+    structuredContent?: Record<string, unknown>;
+    content: { text: string }[];
+  };
+}
+
+/** The sizing means what it says: budget ÷ σ of the horizon, in coins at the price, stops at the band. */
+function expectSized(
+  sizing: Sizing,
+  budget: number,
+  f: { expected_move_pct: number; band_low: number; band_high: number },
+  price: number,
+) {
+  expect(sizing.risk_budget_usd).toBe(budget);
+  expect(sizing.notional_usd).toBeCloseTo(budget / (f.expected_move_pct / 100), 1);
+  expect(sizing.quantity! * price).toBeCloseTo(sizing.notional_usd!, 0);
+  expect(sizing.long_stop).toMatchObject({ price: f.band_low });
+  expect(sizing.short_stop).toMatchObject({ price: f.band_high });
+  expect(sizing.long_stop!.distance_pct).toBeCloseTo((100 * (price - f.band_low)) / price, 9);
+  expect(sizing.long_stop!.loss_usd).toBeCloseTo(
+    (sizing.notional_usd! * sizing.long_stop!.distance_pct) / 100,
+    1,
+  );
+  expect(sizing.short_stop!.loss_usd).toBeCloseTo(
+    (sizing.notional_usd! * sizing.short_stop!.distance_pct) / 100,
+    1,
+  );
+}
+
+describe('sizing for the caller’s risk budget', () => {
+  it('a trade call over HTTP carries it in its volatility block, default 100 USD or the stated budget, same verdict', async () => {
+    const plain = await post('get_trade_call', { coin: 'BTC', timeframe: '1h' });
+    expect(plain.status).toBe(200);
+    const { _service: _a, ...defaulted } = plain.body;
+    const a = TradeCall.parse(defaulted);
+    expectSized(a.volatility!.sizing, 100, a.volatility!, a.price);
+
+    const stated = await post('get_trade_call', { coin: 'BTC', timeframe: '1h', riskBudgetUsd: 250 });
+    expect(stated.status).toBe(200);
+    const { _service: _b, ...sized } = stated.body;
+    const b = TradeCall.parse(sized);
+    // The same verdict (nothing recomputed, nothing recorded again), sized for 250 USD.
+    expect(b.verdictId).toBe(a.verdictId);
+    expect(b.signalHash).toBe(a.signalHash);
+    expectSized(b.volatility!.sizing, 250, b.volatility!, b.price);
+    expect(b.volatility!.sizing.notional_usd).toBeCloseTo(2.5 * a.volatility!.sizing.notional_usd!, 1);
+
+    // The caller's budget is never part of the recorded, hash-chained verdict.
+    const verdicts = (await running.service.adapters.eventStore.readAll())
+      .map((e) => parseDomainEvent(e))
+      .filter((e) => e?.type === 'VerdictRecorded');
+    expect(verdicts.length).toBeGreaterThan(0);
+    for (const v of verdicts) expect(JSON.stringify(v)).not.toMatch(/budget|sizing|notional/i);
+  });
+
+  it('a risk forecast over HTTP sizes every horizon', async () => {
+    for (const [body, budget] of [
+      [{ coin: 'ETH', timeframe: '1h' }, 100],
+      [{ coin: 'ETH', timeframe: '1h', riskBudgetUsd: 1_000 }, 1_000],
+    ] as const) {
+      const res = await post('get_risk_forecast', body);
+      expect(res.status).toBe(200);
+      const { _service, ...rest } = res.body;
+      const forecast = RiskForecast.parse(rest);
+      expect(forecast.horizons.map((h) => h.horizon)).toEqual(['next', 'verdict', 'day']);
+      for (const h of forecast.horizons) expectSized(h.sizing, budget, h, forecast.price);
+    }
+  });
+
+  it('over MCP, with and without the budget', async () => {
+    const trade = await call('get_trade_call', { coin: 'SOL', timeframe: '15m' });
+    expect(trade.isError).toBeFalsy();
+    const t = TradeCall.parse(trade.structuredContent);
+    expectSized(t.volatility!.sizing, 100, t.volatility!, t.price);
+    const stated = TradeCall.parse(
+      (await call('get_trade_call', { coin: 'SOL', timeframe: '15m', riskBudgetUsd: 12.5 }))
+        .structuredContent,
+    );
+    expect(stated.verdictId).toBe(t.verdictId);
+    expectSized(stated.volatility!.sizing, 12.5, stated.volatility!, stated.price);
+
+    const forecast = await call('get_risk_forecast', { coin: 'SOL', riskBudgetUsd: 5_000 });
+    expect(forecast.isError).toBeFalsy();
+    const f = RiskForecast.parse(forecast.structuredContent);
+    for (const h of f.horizons) expectSized(h.sizing, 5_000, h, f.price);
+  });
+
+  it.each([
+    ['negative', -5, /riskBudgetUsd: must be above 0 \(USD\)/],
+    ['zero', 0, /riskBudgetUsd: must be above 0 \(USD\)/],
+    ['string', '100', /riskBudgetUsd: .*expected number/],
+    ['huge', 1e12, /riskBudgetUsd: must be at most 10000000 \(USD\)/],
+  ])(
+    'a %s budget is refused: 400 invalid_input over HTTP, -32602 over MCP',
+    async (_what, budget, message) => {
+      for (const tool of ['get_trade_call', 'get_risk_forecast']) {
+        const res = await post(tool, { coin: 'BTC', riskBudgetUsd: budget });
+        expect(res.status, `${tool} ${JSON.stringify(res.body)}`).toBe(400);
+        const body = ErrorBody.parse(res.body);
+        expect(body).toMatchObject({ code: 'invalid_input' });
+        expect(body.message).toMatch(message);
+
+        const result = await call(tool, { coin: 'BTC', riskBudgetUsd: budget });
+        expect(result.isError).toBe(true);
+        expect(result.content[0]!.text).toContain('-32602');
+        expect(result.content[0]!.text).toMatch(message);
+      }
+    },
+  );
+});

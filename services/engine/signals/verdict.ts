@@ -200,9 +200,7 @@ export function confidenceMeaning(
     return `${confidence} = the calibrated chance that this ${call} beats ${horizon} (${decision.cell} calls with a similar |score| on the training months).`;
   }
   const what = lean === null ? 'a trade in either direction' : `a ${lean.direction} like the lean here`;
-  const words = lean === null ? '' : leanNetWords(lean);
-  const net = lean === null ? '' : ` ${words.charAt(0).toUpperCase()}${words.slice(1)}.`;
-  return `${confidence} = how often standing aside was right: in ${confidence} % of comparable moments ${what} did not beat ${horizon} (${decision.hold.source}). It is not a chance that price stays flat.${net}`;
+  return `${confidence} = how often standing aside was right: in ${confidence} % of comparable moments ${what} did not beat ${horizon} (${decision.hold.source}). It is not a chance that price stays flat.`;
 }
 
 function indicatorSummary(r: Readings, s: Score): Record<string, number | null> {

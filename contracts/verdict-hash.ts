@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { canonicalJson } from './canonical-json.ts';
 import type { EventData } from './events.ts';
 
 /**
@@ -7,16 +8,6 @@ import type { EventData } from './events.ts';
  * be rewritten or back-dated after its outcome is known without breaking every later link.
  */
 export type VerdictContent = Omit<EventData<'VerdictRecorded'>, 'hash'>;
-
-/** JSON with object keys sorted at every depth: one byte string per value. */
-export function canonicalJson(value: unknown): string {
-  if (value === null || typeof value !== 'object') return JSON.stringify(value);
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
-  const entries = Object.entries(value as Record<string, unknown>)
-    .filter(([, v]) => v !== undefined)
-    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-  return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(',')}}`;
-}
 
 export function verdictHash(content: VerdictContent): string {
   return createHash('sha256').update(canonicalJson(content)).digest('hex');

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
+import { canonicalJson } from './canonical-json.ts';
 import type { EventData } from './events.ts';
-import { canonicalJson, type VerdictContent, verdictHash, verifyVerdictChain } from './verdict-hash.ts';
+import { type VerdictContent, verdictHash, verifyVerdictChain } from './verdict-hash.ts';
 
 function chain(n: number): EventData<'VerdictRecorded'>[] {
   const out: EventData<'VerdictRecorded'>[] = [];

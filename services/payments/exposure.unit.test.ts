@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { createMemoryCache } from '../../adapters/cache/memory.ts';
+import { canonicalJson } from '../../contracts/canonical-json.ts';
 import { PayerExposure } from './exposure.ts';
-import { canonicalJson, PaidResponseStore, requestFingerprint } from './paid-responses.ts';
+import { PaidResponseStore, requestFingerprint } from './paid-responses.ts';
 
 describe('PayerExposure', () => {
   it('admits while balance minus what is in flight covers the amount; a release frees it', async () => {

@@ -1,6 +1,7 @@
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
 import { z } from 'zod';
 import type { Cache } from '../../adapters/cache/port.ts';
+import { canonicalJson } from '../../contracts/canonical-json.ts';
 
 /**
  * Every paid call's answer, kept for a bounded time so a payer who lost it (a dropped
@@ -23,19 +24,7 @@ const Entry = z.object({
 });
 export type PaidResponse = z.infer<typeof Entry>;
 
-/** JSON with object keys sorted: two requests with the same arguments in another order match. */
-export function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
-  if (value !== null && typeof value === 'object') {
-    const keys = Object.keys(value).sort();
-    return `{${keys
-      .filter((k) => (value as Record<string, unknown>)[k] !== undefined)
-      .map((k) => `${JSON.stringify(k)}:${canonicalJson((value as Record<string, unknown>)[k])}`)
-      .join(',')}}`;
-  }
-  return JSON.stringify(value ?? null);
-}
-
+/** Over canonical JSON: two requests with the same arguments in another order match. */
 export function requestFingerprint(tool: string, input: unknown): string {
   return createHash('sha256')
     .update(`${tool}\n${canonicalJson(input)}`)

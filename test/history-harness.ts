@@ -53,13 +53,19 @@ export const HISTORY_CALIBRATION: CalibrationTable = {
   },
 };
 
-export async function recordHistory(options: { steps: number; store?: EventStore; settleHours?: number }) {
+export async function recordHistory(options: {
+  steps: number;
+  store?: EventStore;
+  settleHours?: number;
+  /** The markets asked at each step (MARKETS unless given). */
+  markets?: typeof MARKETS;
+}) {
   const feed: ReplayFeed = await openReplayFeed({ run: false, start: FIXTURE_START });
   const store = options.store ?? new MemoryEventStore();
   const engine: SignalEngine = await createSignalEngine({ feed, store, calibration: HISTORY_CALIBRATION });
   for (let step = 0; step < options.steps; step++) {
     // Asked for, not scheduled: a scheduled verdict would backfill every 5m close of the hour.
-    for (const m of MARKETS) await engine.getTradeCall(m);
+    for (const m of options.markets ?? MARKETS) await engine.getTradeCall(m);
     feed.clock.advance(HOUR);
   }
   // Let outcomes of the early verdicts come due (24 candles), while the last ones stay unrevealed.

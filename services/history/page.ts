@@ -3,8 +3,9 @@
  * out of node_modules). It reloads the figures as often as GET /api/track-record may be cached
  * (its Cache-Control max-age): polling faster only fetches the same bytes again. The charts take
  * the width of their column, so the page reads on a phone, and their value axes are as wide as
- * their longest tick label. `window.trackRecordCharts` lists each chart's point count,
- * `window.trackRecordPlots` the uPlot instances, `window.trackRecordRefreshMs` the refresh
+ * their longest tick label. A chart with nothing to plot is not drawn: a sentence says why in
+ * its place. `window.trackRecordCharts` lists each chart's point count (0 = the sentence),
+ * `window.trackRecordPlots` the uPlot instances drawn, `window.trackRecordRefreshMs` the refresh
  * period, for a person and a test.
  */
 export function trackRecordPage(): string {
@@ -28,6 +29,7 @@ export function trackRecordPage(): string {
   .chart { min-width: 0; }
   .chart h3 { margin: 0.5rem 0; }
   .note { color: #666; max-width: 60rem; overflow-wrap: anywhere; }
+  .empty { color: #444; border: 1px dashed #ccc; padding: 0.75rem; }
   .u-legend { white-space: normal; }
   .u-legend .u-series { display: inline-block; }
 </style>
@@ -48,24 +50,52 @@ the same points. <code>npm run history -- score</code> recomputes them from an e
   <th>always-BUY</th><th>always-SELL</th><th>random</th><th>mean net bps</th><th>Brier (base rate)</th>
 </tr></thead><tbody></tbody></table></div>
 <div class="charts">
-  <div class="chart"><h3>Hit rate vs baselines (cumulative)</h3><div id="chart-hit"></div></div>
+  <div class="chart"><h3>Hit rate vs baselines (cumulative)</h3><div id="chart-hit"></div>
+    <p class="empty" id="chart-hit-empty" hidden></p></div>
   <div class="chart"><h3>Calibration: hit rate by confidence</h3><div id="chart-calibration"></div>
+    <p class="empty" id="chart-calibration-empty" hidden></p>
     <p class="note" id="calibration-note" hidden></p></div>
-  <div class="chart"><h3>Cumulative net return (bps)</h3><div id="chart-net"></div></div>
+  <div class="chart"><h3>Cumulative net return (bps)</h3><div id="chart-net"></div>
+    <p class="empty" id="chart-net-empty" hidden></p></div>
 </div>
+<h2>Risk forecast</h2>
+<p class="note">Every verdict, HOLD included, serves a risk forecast: <code>expected_move_pct</code>
+(the forecast σ of the log return over its horizon) and a band the close should end in that
+often (80 %). Scored here on every resolved verdict: the share of closes inside the served band
+(coverage, beside the share the band states) and the σ ratio, RMS of the σ served ÷ RMS of the
+realised log return over the horizon (1 = right in level, above 1 = too wide).</p>
+<div class="charts">
+  <div class="chart"><h3>Band coverage (cumulative)</h3><div id="chart-coverage"></div>
+    <p class="empty" id="chart-coverage-empty" hidden></p></div>
+  <div class="chart"><h3>σ served ÷ realised (cumulative)</h3><div id="chart-sigma"></div>
+    <p class="empty" id="chart-sigma-empty" hidden></p></div>
+</div>
+<div class="table-wrap"><table id="risk-record"><thead><tr>
+  <th>exchange</th><th>timeframe</th><th>verdicts scored</th><th>band coverage (stated)</th>
+  <th>σ served ÷ realised</th><th>without a forecast</th>
+</tr></thead><tbody></tbody></table></div>
 <h2>Against what a buyer could compute for free</h2>
 <p class="note" id="baselines-note">Measured out of sample by <code>npm run evaluate</code> on the
 test months: per cell, what following the service's answers earned per answer after the fee, what
 its would-be calls (the economic gate ignored) earned, always-HOLD (0 bps), and the best free rule
 (following or fading the last N candles, chosen on the training months), with the lift and its
-95 % interval. Then the risk forecast's 80 % band and ranking against a free trailing-volatility band.</p>
+95 % interval. Then the risk forecast's 80 % band and ranking against a free trailing-volatility band,
+and its level and loss against the forecasters a risk desk already has (RiskMetrics EWMA, GARCH(1,1),
+HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the test months.</p>
 <div class="table-wrap"><table id="baselines"><thead><tr>
   <th>cell</th><th>sells direction</th><th>service bps / answer</th><th>would-be bps / call</th>
   <th>best free rule</th><th>free bps / call</th><th>lift bps [95 % CI]</th>
 </tr></thead><tbody></tbody></table></div>
 <div class="table-wrap"><table id="risk"><thead><tr>
   <th>set</th><th>timeframe</th><th>horizon</th><th>points</th><th>band coverage</th>
-  <th>free band coverage</th><th>rank corr.</th><th>free rank corr.</th>
+  <th>free band coverage</th><th>rank corr.</th><th>free rank corr.</th><th>σ served ÷ realised</th>
+  <th>QLIKE − EWMA</th><th>QLIKE − GARCH</th><th>QLIKE − HAR-RV</th>
+</tr></thead><tbody></tbody></table></div>
+<h2>Funding carry</h2>
+<p class="note" id="carry-note"></p>
+<div class="table-wrap"><table id="carry"><thead><tr>
+  <th>spread from (bps / 8 h)</th><th>horizon</th><th>share of spread collected</th>
+  <th>share net positive</th><th>training opportunities</th>
 </tr></thead><tbody></tbody></table></div>
 <script src="/track-record/assets/uPlot.iife.min.js"></script>
 <script>
@@ -105,17 +135,33 @@ its would-be calls (the economic gate ignored) earned, always-HOLD (0 bps), and 
   var asPercent = function (v) { return v == null ? '' : Math.round(100 * v) + ' %'; };
   var asPoints = function (v) { return v == null ? '' : Math.round(v) + ' %'; };
   var asBps = function (v) { return v == null ? '' : compact.format(v); };
-  function draw(id, opts, data, points) {
+  // A chart with no points is not drawn (an empty frame says nothing): \`empty\` says why instead.
+  function draw(id, opts, data, points, empty) {
     var el = document.getElementById(id);
-    if (charts[id]) charts[id].destroy();
+    var note = document.getElementById(id + '-empty');
+    if (charts[id]) { charts[id].destroy(); delete charts[id]; }
+    window.trackRecordCharts[id] = points;
+    el.hidden = points === 0;
+    note.hidden = points > 0;
+    if (points === 0) { note.textContent = empty; return; }
     opts.width = Math.max(240, Math.floor(el.clientWidth));
     opts.height = opts.width < 380 ? 220 : 260;
     charts[id] = new uPlot(opts, data, el);
-    window.trackRecordCharts[id] = points;
+  }
+  function resolved(tr) {
+    return tr.overall.calls + tr.overall.holds;
+  }
+  function noCalls(tr, what) {
+    var n = resolved(tr);
+    return n === 0
+      ? 'No verdict has a resolved outcome in this window yet, so there is no ' + what + ' to chart.'
+      : 'No BUY or SELL call has a resolved outcome in this window: all ' + n + ' resolved verdicts were HOLD, ' +
+        'so there is no ' + what + ' to chart. What following their leans would have earned is in the ' +
+        'history export (lean, lean_net_centi_bps).';
   }
   function days(series) { return series.map(function (p) { return Date.parse(p.day) / 1000; }); }
-  function calibration(buckets) {
-    var b = buckets.filter(function (x) { return x.calls > 0; });
+  function calibration(tr) {
+    var b = tr.overall.buckets.filter(function (x) { return x.calls > 0; });
     var note = document.getElementById('calibration-note');
     var lo = b.length ? Math.max(0, b[0].from - 5) : 0;
     var hi = b.length ? Math.min(100, b[b.length - 1].to + 5) : 100;
@@ -128,12 +174,10 @@ its would-be calls (the economic gate ignored) earned, always-HOLD (0 bps), and 
       series: [{ label: 'confidence' },
         { label: 'hit rate', stroke: '#1f77b4', width: 0, points: { show: true, size: 9, fill: '#1f77b4' } },
         { label: 'perfect', stroke: '#bbb', dash: [4, 4], points: { show: false } }] },
-      [x, hit, x], b.length);
-    if (b.length >= 3) { note.hidden = true; return; }
+      [x, hit, x], b.length, noCalls(tr, 'calibration'));
+    if (b.length === 0 || b.length >= 3) { note.hidden = true; return; }
     var calls = b.reduce(function (n, p) { return n + p.calls; }, 0);
-    note.textContent = b.length === 0
-      ? 'No call has a resolved outcome in this window yet, so there is nothing to plot.'
-      : 'Only ' + b.length + ' confidence bucket' + (b.length === 1 ? '' : 's') + ' of 10 points hold' +
+    note.textContent = 'Only ' + b.length + ' confidence bucket' + (b.length === 1 ? '' : 's') + ' of 10 points hold' +
         (b.length === 1 ? 's' : '') + ' calls (' + calls + ' calls, confidence ' + b[0].from + '–' +
         b[b.length - 1].to + '): confidence comes from a coarse calibration curve whose steps each hold ' +
         'a fifth of the training calls, so the calls sold share a few values and the chart has few points.';
@@ -151,29 +195,73 @@ its would-be calls (the economic gate ignored) earned, always-HOLD (0 bps), and 
         c.bestFreeRule + '</td><td>' + num(c.freeNetBpsPerCall, 2) + '</td><td>' + lift(c.liftNetBps) + '</td></tr>';
     }).join('');
     document.querySelector('#risk tbody').innerHTML = (b ? b.risk : []).map(function (r) {
+      var d = r.desk;
+      var desk = d
+        ? '<td>' + lift(d.sigmaRatio) + '</td><td>' + lift(d.qlikeVs.ewma) + '</td><td>' + lift(d.qlikeVs.garch) +
+          '</td><td>' + lift(d.qlikeVs.harRv) + '</td>'
+        : '<td colspan="4">not yet scored</td>';
       return '<tr><td>' + r.set + '</td><td>' + r.timeframe + '</td><td>' + r.horizon + '</td><td>' + r.points +
         '</td><td>' + share(r.coverage) + '</td><td>' + share(r.freeCoverage) + '</td><td>' +
-        num(r.rankCorrelation, 2) + '</td><td>' + num(r.freeRankCorrelation, 2) + '</td></tr>';
+        num(r.rankCorrelation, 2) + '</td><td>' + num(r.freeRankCorrelation, 2) + '</td>' + desk + '</tr>';
     }).join('');
     if (!b) document.getElementById('baselines-note').textContent = 'No baseline figures are shipped with this build.';
+  }
+  function riskRow(l) {
+    var r = l.risk;
+    return '<tr><td>' + l.exchange + '</td><td>' + l.timeframe + '</td><td>' + r.points + '</td><td>' +
+      pct(r.coverage) + ' (' + pct(r.nominalCoverage) + ')</td><td>' + num(r.sigmaRatio, 2) + '</td><td>' +
+      r.unscored + '</td></tr>';
+  }
+  function carry(c) {
+    document.getElementById('carry-note').textContent = c.note + ' Training months: ' + c.trainFrom.slice(0, 10) +
+      ' to ' + c.trainTo.slice(0, 10) + '.';
+    document.querySelector('#carry tbody').innerHTML = c.buckets.map(function (b) {
+      return b.horizons.map(function (h) {
+        return '<tr><td>' + b.fromBps + '</td><td>' + h.hours + ' h</td><td>' + pct(h.retention) + '</td><td>' +
+          pct(h.shareNetPositive) + '</td><td>' + h.samples + '</td></tr>';
+      }).join('');
+    }).join('');
+  }
+  function risk(tr) {
+    // Days from the first one with a scored forecast: the cumulative figures start there.
+    var s = tr.series.filter(function (p) { return p.riskPoints > 0; });
+    var none = tr.overall.risk.unscored > 0
+      ? 'None of the ' + tr.overall.risk.unscored + ' resolved verdicts in this window carries a risk forecast to score (recorded before verdicts served one), so there is nothing to chart.'
+      : 'No verdict has a resolved outcome in this window yet, so the risk forecast has nothing to be scored on.';
+    var nominal = tr.overall.risk.nominalCoverage;
+    draw('chart-coverage', { scales: { y: { range: [0, 1] } }, axes: [{}, valueAxis(asPercent)],
+      series: [{}, { label: 'inside the band', stroke: '#1f77b4' },
+      { label: 'stated', stroke: '#bbb', dash: [4, 4] }] },
+      [days(s), s.map(function (p) { return p.coverage; }), s.map(function () { return nominal; })], s.length, none);
+    var top = s.reduce(function (m, p) { return p.sigmaRatio === null ? m : Math.max(m, p.sigmaRatio); }, 1);
+    draw('chart-sigma', { scales: { y: { range: [0, Math.ceil(top * 1.2 * 10) / 10] } },
+      axes: [{}, valueAxis(function (v) { return v == null ? '' : v.toFixed(1); })],
+      series: [{}, { label: 'σ served ÷ realised', stroke: '#1f77b4' },
+      { label: 'right in level', stroke: '#bbb', dash: [4, 4] }] },
+      [days(s), s.map(function (p) { return p.sigmaRatio; }), s.map(function () { return 1; })], s.length, none);
+    document.querySelector('#risk-record tbody').innerHTML = [tr.overall].concat(tr.lines).map(riskRow).join('');
   }
   function render(tr) {
     last = tr;
     baselines(tr.baselines);
+    carry(tr.carry);
     document.getElementById('asof').textContent = ' as of ' + tr.asOf;
     document.querySelector('#lines tbody').innerHTML = [tr.overall].concat(tr.lines).map(row).join('');
-    var s = tr.series;
-    draw('chart-hit', { axes: [{}, valueAxis(asPercent)],
+    // Days from the first one with a resolved call: before it there is no rate to draw.
+    var s = tr.series.filter(function (p) { return p.calls > 0; });
+    draw('chart-hit', { scales: { y: { range: [0, 1] } }, axes: [{}, valueAxis(asPercent)],
       series: [{}, { label: 'calls', stroke: '#1f77b4' }, { label: 'always-BUY', stroke: '#2ca02c' },
       { label: 'always-SELL', stroke: '#d62728' }, { label: 'random', stroke: '#999' }] },
       [days(s), s.map(function (p) { return p.hitRate; }), s.map(function (p) { return p.alwaysBuy; }),
-       s.map(function (p) { return p.alwaysSell; }), s.map(function (p) { return p.random; })], s.length);
-    calibration(tr.overall.buckets);
+       s.map(function (p) { return p.alwaysSell; }), s.map(function (p) { return p.random; })], s.length,
+      noCalls(tr, 'hit rate'));
+    calibration(tr);
     draw('chart-net', { axes: [{}, valueAxis(asBps)],
       series: [{}, { label: 'following the calls', stroke: '#1f77b4' },
       { label: 'random calls', stroke: '#999' }] },
       [days(s), s.map(function (p) { return p.cumNetBps; }), s.map(function (p) { return p.cumRandomNetBps; })],
-      s.length);
+      s.length, noCalls(tr, 'net return'));
+    risk(tr);
   }
   function maxAge(response) {
     var m = /max-age=(\\d+)/.exec(response.headers.get('cache-control') || '');

@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { type BrowserContext, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { MARKETS, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
 const present = existsSync(CHROMIUM);
@@ -15,7 +15,15 @@ if (!present && process.env.CI !== 'true') {
 
 let fx: Awaited<ReturnType<typeof recordHistory>>;
 let server: Awaited<ReturnType<typeof startHistoryServer>>;
+/** A history of HOLDs only (the perp 1h market the shipped table answers HOLD on). */
+let holdsFx: Awaited<ReturnType<typeof recordHistory>>;
+let holds: Awaited<ReturnType<typeof startHistoryServer>>;
+/** A history none of whose verdicts is revealed yet. */
+let youngFx: Awaited<ReturnType<typeof recordHistory>>;
+let young: Awaited<ReturnType<typeof startHistoryServer>>;
 let browser: BrowserContext;
+
+const CHARTS = ['chart-calibration', 'chart-coverage', 'chart-hit', 'chart-net', 'chart-sigma'];
 let profile: string;
 
 describe.runIf(present || process.env.CI === 'true')('GET /track-record in headless Chromium', () => {
@@ -23,6 +31,13 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     fx = await recordHistory({ steps: 60 });
     server = await startHistoryServer({ store: fx.store, feed: fx.feed });
     await server.settle();
+    const perp = MARKETS.filter((m) => m.exchange === 'BINANCE' && m.coin === 'BTC');
+    holdsFx = await recordHistory({ steps: 40, markets: perp });
+    holds = await startHistoryServer({ store: holdsFx.store, feed: holdsFx.feed });
+    await holds.settle();
+    youngFx = await recordHistory({ steps: 3, markets: perp });
+    young = await startHistoryServer({ store: youngFx.store, feed: youngFx.feed });
+    await young.settle();
     profile = join(process.cwd(), 'test-results', `chromium-profile-${process.pid}-${Date.now()}`);
     mkdirSync(profile, { recursive: true });
     // A fresh profile per run (the persistent-context form is how playwright takes --user-data-dir).
@@ -47,10 +62,14 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     if (profile) rmSync(profile, { recursive: true, force: true });
     await server?.close();
     await fx?.engine.close();
+    await holds?.close();
+    await holdsFx?.engine.close();
+    await young?.close();
+    await youngFx?.engine.close();
   });
 
   /** Opens the page at a viewport width and waits for its figures; collects every console problem. */
-  async function open(width: number, height: number) {
+  async function open(width: number, height: number, url = server.url) {
     const page = await browser.newPage();
     await page.setViewportSize({ width, height });
     const problems: string[] = [];
@@ -62,7 +81,7 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     page.on('response', (r) => {
       if (r.status() >= 400) problems.push(`${r.status()}: ${r.url()}`);
     });
-    await page.goto(`${server.url}/track-record`);
+    await page.goto(`${url}/track-record`);
     await page.waitForSelector(
       'body[data-loaded="true"]',
       { timeout: 120_000 } /* generous: a loaded machine, not a slow page */,
@@ -82,12 +101,32 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     })`)) as { id: string; labels: string[]; widest: number; room: number }[];
   }
 
+  /**
+   * No empty chart: each chart is drawn with its points, or not drawn at all and a sentence in
+   * its place says why. Returns the point counts.
+   */
+  async function chartsOrSentences(page: Page) {
+    const points = (await page.evaluate('window.trackRecordCharts')) as Record<string, number>;
+    expect(Object.keys(points).sort()).toEqual(CHARTS);
+    for (const [id, n] of Object.entries(points)) {
+      const empty = page.locator(`#${id}-empty`);
+      if (n > 0) {
+        expect(await page.locator(`#${id} canvas`).count(), id).toBe(1);
+        expect(await empty.isVisible(), id).toBe(false);
+      } else {
+        expect(await page.locator(`#${id} canvas`).count(), id).toBe(0);
+        expect(await empty.isVisible(), id).toBe(true);
+        expect((await empty.textContent())!.length, id).toBeGreaterThan(40);
+      }
+    }
+    expect(await page.locator('canvas').count()).toBe(Object.values(points).filter((n) => n > 0).length);
+    return points;
+  }
+
   /** Each chart has its points; the calibration chart has three or says why it has fewer. */
   async function expectCharts(page: Page) {
-    const points = (await page.evaluate('window.trackRecordCharts')) as Record<string, number>;
-    expect(Object.keys(points).sort()).toEqual(['chart-calibration', 'chart-hit', 'chart-net']);
+    const points = await chartsOrSentences(page);
     for (const n of Object.values(points)) expect(n).toBeGreaterThan(0);
-    expect(await page.locator('canvas').count()).toBe(3);
     const note = page.locator('#calibration-note');
     if (points['chart-calibration']! < 3) {
       expect(await note.isVisible()).toBe(true);
@@ -100,6 +139,12 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     const net = (await axes(page)).find((a) => a.id === 'chart-net')!;
     // Net return in compact notation ("-1.2K"), never a long number an axis could cut.
     for (const label of net.labels) expect(label).toMatch(/^-?\d+(\.\d)?[KMB]?$/);
+    // Rates on their own scale, 0 to 100 %, whatever the data.
+    for (const id of ['chart-hit', 'chart-coverage']) {
+      const labels = (await axes(page)).find((a) => a.id === id)!.labels;
+      expect(labels[0], id).toBe('0 %');
+      expect(labels.at(-1), id).toBe('100 %');
+    }
   }
 
   it('desktop: no console errors, every chart with its points and unclipped axes, refresh as often as the data may be cached', async () => {
@@ -118,6 +163,22 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
       tr.baselines.cells[0]!.bestFreeRule,
     );
     expect(await page.locator('#risk tbody tr').count()).toBe(tr.baselines.risk.length);
+    // The risk desk's out-of-sample figures where the shipped table has them, the words where not.
+    const unscored = tr.baselines.risk.filter((r) => !(r as { desk?: unknown }).desk).length;
+    expect(await page.locator('#risk tbody tr', { hasText: 'not yet scored' }).count()).toBe(unscored);
+    // The live risk record per line, and the shipped carry fit with the sentence saying what it is.
+    expect(await page.locator('#risk-record tbody tr').count()).toBe(3);
+    const live = (await (await fetch(`${server.url}/api/track-record?window=all`)).json()) as {
+      overall: { risk: { points: number } };
+      carry: { buckets: { horizons: unknown[] }[] };
+    };
+    expect(await page.locator('#risk-record tbody tr').first().textContent()).toContain(
+      String(live.overall.risk.points),
+    );
+    expect(await page.locator('#carry tbody tr').count()).toBe(
+      live.carry.buckets.reduce((n, b) => n + b.horizons.length, 0),
+    );
+    expect(await page.locator('#carry-note').textContent()).toContain('not tracked live');
     // Polling faster than the API's max-age would only fetch the same cached bytes again.
     const api = await fetch(`${server.url}/api/track-record?window=all`);
     const maxAge = Number(/max-age=(\d+)/.exec(api.headers.get('cache-control') ?? '')?.[1]);
@@ -129,6 +190,41 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     const shot = join(process.cwd(), 'test-results', 'track-record.png');
     await page.screenshot({ path: shot, fullPage: true });
     expect(statSync(shot).size).toBeGreaterThan(10_000);
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
+  it('HOLDs only: the direction charts say so in words, the risk charts are drawn', async () => {
+    const { page, problems } = await open(1400, 1000, holds.url);
+    const points = await chartsOrSentences(page);
+    expect(points).toMatchObject({ 'chart-hit': 0, 'chart-calibration': 0, 'chart-net': 0 });
+    expect(points['chart-coverage']).toBeGreaterThan(0);
+    expect(points['chart-sigma']).toBeGreaterThan(0);
+    expect(await page.locator('#chart-hit-empty').textContent()).toMatch(
+      /^No BUY or SELL call has a resolved outcome in this window: all \d+ resolved verdicts were HOLD/,
+    );
+    expect(await page.locator('#calibration-note').isVisible()).toBe(false);
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
+  it('no revealed verdict yet: every chart is a sentence, never an empty frame', async () => {
+    const { page, problems } = await open(1400, 1000, young.url);
+    const points = await chartsOrSentences(page);
+    for (const id of CHARTS) expect(points[id], id).toBe(0);
+    expect(await page.locator('#chart-hit-empty').textContent()).toContain(
+      'No verdict has a resolved outcome in this window yet',
+    );
+    expect(await page.locator('#chart-coverage-empty').textContent()).toContain(
+      'the risk forecast has nothing to be scored on',
+    );
+    // The shipped baselines and carry fit still show: they do not depend on the window.
+    expect(await page.locator('#risk tbody tr').count()).toBeGreaterThan(0);
+    expect(await page.locator('#carry tbody tr').count()).toBeGreaterThan(0);
+    // Switching windows keeps it so.
+    await page.selectOption('#window', '7d');
+    await page.waitForFunction("document.querySelector('#asof').textContent.includes('as of')");
+    expect(Object.values(await chartsOrSentences(page)).every((n) => n === 0)).toBe(true);
     expect(problems).toEqual([]);
     await page.close();
   });

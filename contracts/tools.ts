@@ -41,7 +41,10 @@ const RiskBudgetUsd = z
   .number()
   .positive('must be above 0 (USD)')
   .max(MAX_RISK_BUDGET_USD, `must be at most ${MAX_RISK_BUDGET_USD} (USD)`)
-  .default(DEFAULT_RISK_BUDGET_USD);
+  .default(DEFAULT_RISK_BUDGET_USD)
+  .describe(
+    'Risk budget in USD (above 0, at most 10,000,000; default 100): the answer sizes the position whose one-σ move over each horizon is this amount.',
+  );
 
 /** A stop the band implies: its price, its distance from the price and the loss there for the notional. */
 const SizingStop = z.object({
@@ -64,7 +67,13 @@ export const SizingSchema = z.object({
    * Notional in USD sized for one σ of the log return over the horizon: risk_budget_usd ÷ σ, so a
    * one-σ move of the log return gains or loses about the budget. Null when σ is 0.
    */
-  notional_usd: z.number().nonnegative().nullable(),
+  notional_usd: z
+    .number()
+    .nonnegative()
+    .nullable()
+    .describe(
+      'USD notional sized for one σ of the log return over the horizon: risk_budget_usd ÷ (expected_move_pct / 100); null when σ is 0.',
+    ),
   /** notional_usd ÷ price: the quantity in coins at the answer's price. Null when σ is 0. */
   quantity: z.number().nonnegative().nullable(),
   /** A long's stop at band_low; null when band_low is not below the price. */

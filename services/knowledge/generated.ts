@@ -59,7 +59,8 @@ function fieldsOf(schema: z.ZodType, io: 'input' | 'output'): string {
 const TOOL_SUMMARY: Record<string, string> = {
   get_trade_call: 'a composite BUY, SELL or HOLD verdict with calibrated confidence for a coin and timeframe',
   get_market_regime: 'the market regime (trending-up, trending-down, ranging, volatile, squeeze) of a coin',
-  scan_trade_calls: "the strongest calls among a venue's top markets, ranked",
+  scan_trade_calls:
+    "a venue's top markets ranked by confidence, lean strength, expected move or volume, HOLDs included unless includeHolds is false (calls only); an empty answer says why in note",
   scan_funding_arb: 'perpetual funding-rate spreads across venues with the best long/short pair per coin',
   search_knowledge: 'passages of the documentation and live facts that match a query (POST /api/search)',
   chat_knowledge:

@@ -102,7 +102,7 @@ async function openStores(config: Config, logger: Logger) {
     }
     case 'kurrentdb': {
       const { connectKurrentEventStore } = await import('../adapters/event-store/kurrentdb.ts');
-      const { LmdbProjectionStore } = await import('../adapters/projection-store/lmdb.ts');
+      const { LmdbProjectionStore } = await import('../adapters/event-store/lmdb-snapshots.ts');
       const eventStore = await connectKurrentEventStore({ connectionString: config.KURRENTDB_URL! });
       // Projection snapshots stay local to the role that folds them (its DATA_DIR volume).
       const path = join(config.DATA_DIR, 'projections');

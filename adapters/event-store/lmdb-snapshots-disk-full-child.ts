@@ -1,5 +1,5 @@
 /**
- * For lmdb-disk-full.int.test.ts: a process holding only an LMDB projection store (beside a
+ * For lmdb-snapshots-disk-full.int.test.ts: a process holding only an LMDB projection store (beside a
  * remote event store, no LmdbEventStore in it) saves snapshots until its disk is full. Prints one
  * JSON line: how the refused save failed and what a load returned afterwards. A stray rejection
  * from the failed commit would end this process before it prints (exit code 1).
@@ -7,7 +7,7 @@
 import { closeSync, openSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { setImmediate as turn } from 'node:timers/promises';
-import { LmdbProjectionStore } from './lmdb.ts';
+import { LmdbProjectionStore } from './lmdb-snapshots.ts';
 
 const dir = process.argv[2]!;
 const store = LmdbProjectionStore.open(join(dir, 'snapshots'));

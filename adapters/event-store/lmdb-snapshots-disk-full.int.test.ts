@@ -7,7 +7,7 @@ const disk = mountSmallDisk(4);
 if (typeof disk === 'string' && process.env.CI !== 'true') {
   console.warn(`\n*** ${disk}: LMDB projection store disk-full suite NOT RUN ***\n`);
 }
-const child = fileURLToPath(new URL('./lmdb-disk-full-child.ts', import.meta.url));
+const child = fileURLToPath(new URL('./lmdb-snapshots-disk-full-child.ts', import.meta.url));
 
 describe.runIf(typeof disk !== 'string' || process.env.CI === 'true')(
   'LMDB projection store on a full disk',

@@ -1,13 +1,8 @@
 import { statfs } from 'node:fs/promises';
 import { type Database, open, type RootDatabase } from 'lmdb';
 import type { Logger } from 'pino';
-import {
-  commitCause,
-  ignoreStrayCommitRejections,
-  isStorageFull,
-  StorageFullState,
-} from '../event-store/storage-full.ts';
-import type { ProjectionStore, StoredProjection } from './port.ts';
+import type { ProjectionStore, StoredProjection } from '../projection-store/port.ts';
+import { commitCause, ignoreStrayCommitRejections, isStorageFull, StorageFullState } from './storage-full.ts';
 
 /** Free space below which a failed commit counts as a full disk, whatever errno it came with. */
 const MIN_FREE_BYTES = 1024 * 1024;

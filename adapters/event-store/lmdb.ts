@@ -2,11 +2,11 @@ import { statfs } from 'node:fs/promises';
 import { type Database, open, type RootDatabase } from 'lmdb';
 import type { Logger } from 'pino';
 import type { AppendResult, ExpectedRevision, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
-import { LmdbProjectionStore } from '../projection-store/lmdb.ts';
 import { AppendSignal, catchUpSubscription } from './catch-up.ts';
 import { findIdempotentAppend, freshEventIds } from './idempotency.ts';
 import { putAppend } from './lmdb-append.ts';
 import { decodeStoredEvent, encodeStoredEvent, type IdIndex, openIdIndex } from './lmdb-codec.ts';
+import { LmdbProjectionStore } from './lmdb-snapshots.ts';
 import {
   checkExpected,
   type EventStore,

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import type { ProjectionStore, StoredProjection } from './port.ts';
+import type { ProjectionStore, StoredProjection } from '../projection-store/port.ts';
 
 /**
  * Projection snapshots in the `projections` table of the event store's schema. Version,

@@ -3,7 +3,6 @@ import pg from 'pg';
 import type { Logger } from 'pino';
 import type { AppendResult, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
 import { newEventId } from '../../contracts/event-id.ts';
-import { PostgresProjectionStore } from '../projection-store/postgres.ts';
 import { AppendSignal, catchUpSubscription } from './catch-up.ts';
 import { GroupWriter, type PendingAppend } from './group-writer.ts';
 import {
@@ -23,6 +22,7 @@ import {
   schemaNames,
   storedIdQuery,
 } from './postgres-schema.ts';
+import { PostgresProjectionStore } from './postgres-snapshots.ts';
 import { isStorageFull, StorageFullState } from './storage-full.ts';
 
 export interface PostgresEventStoreOptions {

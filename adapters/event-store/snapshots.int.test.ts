@@ -9,13 +9,13 @@ import {
   shouldRunPostgresSuite,
   uniqueSchema,
 } from '../../test/postgres-probe.ts';
-import { event, uniqueStream } from '../event-store/contract.ts';
-import { openLmdbEventStore } from '../event-store/lmdb.ts';
-import { openPostgresEventStore } from '../event-store/postgres.ts';
-import { LmdbProjectionStore } from './lmdb.ts';
-import { MemoryProjectionStore } from './memory.ts';
-import type { ProjectionStore, StoredProjection } from './port.ts';
-import { PostgresProjectionStore } from './postgres.ts';
+import { MemoryProjectionStore } from '../projection-store/memory.ts';
+import type { ProjectionStore, StoredProjection } from '../projection-store/port.ts';
+import { event, uniqueStream } from './contract.ts';
+import { openLmdbEventStore } from './lmdb.ts';
+import { LmdbProjectionStore } from './lmdb-snapshots.ts';
+import { openPostgresEventStore } from './postgres.ts';
+import { PostgresProjectionStore } from './postgres-snapshots.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'projection-store-'));
 let dirs = 0;

@@ -1,11 +1,11 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { DuckDBInstance } from '@duckdb/node-api';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { HISTORY_COLUMNS, TrackRecordResponse } from '../../contracts/history.ts';
+import { HISTORY_COLUMNS, type HistoryRow, TrackRecordResponse } from '../../contracts/history.ts';
 import { recordHistory, startHistoryServer } from '../../test/history-harness.ts';
 import { KINDS } from './writers.ts';
 
@@ -24,7 +24,7 @@ const DUCKDB_TYPES = {
  * The issue's "done when", as an analyst does it: `npm run history -- export` pulls the labelled
  * history of every market from a running service as Parquet, `verify` checks its chains, `score`
  * reproduces the public /api/track-record from the file alone, and DuckDB, a reader we do not
- * write, reads the export (the README's one-liner).
+ * write, reads the export (the README's one-liner: the evaluation's would-be figure per cell).
  */
 describe('an analyst with a key, through npm run history and DuckDB', () => {
   let fx: Awaited<ReturnType<typeof recordHistory>>;
@@ -96,18 +96,40 @@ describe('an analyst with a key, through npm run history and DuckDB', () => {
       expect(Number(totals!.labelled)).toBeGreaterThan(0);
       expect(Number(totals!.revealed)).toBeLessThan(120);
 
-      // The README's one-liner, as printed there.
-      const readme = (
-        await connection.runAndReadAll(
-          `SELECT exchange, timeframe, count(*) AS calls, round(avg((result = 'hit')::INT), 3) AS hit_rate, round(avg(net_centi_bps) / 100, 1) AS mean_net_bps FROM ${files} WHERE call IN ('BUY', 'SELL') AND result IS NOT NULL GROUP BY ALL ORDER BY ALL`,
-        )
+      // The README's one-liner, as printed there, on this export: the would-be figure per cell.
+      const readmeText = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+      const printed = /duckdb -c "(SELECT [^"]+)"/.exec(readmeText)![1]!;
+      expect(printed).toContain("read_parquet('exports/verdicts/*.parquet')");
+      const wouldBe = (
+        await connection.runAndReadAll(printed.replace("read_parquet('exports/verdicts/*.parquet')", files))
       ).getRowObjectsJson();
-      expect(readme.map((l) => [l.exchange, l.timeframe, Number(l.calls), Number(l.hit_rate)])).toEqual(
-        live.lines
-          .filter((l) => l.calls > 0 && l.exchange !== 'ALL' && l.timeframe !== 'ALL')
-          .sort((a, b) => `${a.exchange} ${a.timeframe}`.localeCompare(`${b.exchange} ${b.timeframe}`))
-          .map((l) => [l.exchange, l.timeframe, l.calls, Number(l.following.hitRate!.toFixed(3))]),
-      );
+      // The same figure from the NDJSON rows the API serves: every resolved verdict with a lean,
+      // HOLD included, its return over six candles in the lean's direction less the 10 bps fee.
+      const res = await fetch(`${server.url}/api/verdicts`, { headers: { authorization: `Bearer ${key}` } });
+      const rows = (await res.text())
+        .trim()
+        .split('\n')
+        .slice(0, -1)
+        .map((l) => JSON.parse(l) as HistoryRow);
+      const cells = new Map<string, number[]>();
+      for (const r of rows) {
+        if (r.lean === null || r.return_6 === null) continue;
+        const cell = `${r.exchange === 'BINANCE_SPOT' ? 'spot' : 'perp'}:${r.timeframe}`;
+        const net = (r.lean === 'BUY' ? 1 : -1) * r.return_6 * 10_000 - 10;
+        cells.set(cell, [...(cells.get(cell) ?? []), net]);
+      }
+      const expected = [...cells.entries()]
+        .sort((a, b) => a[0].localeCompare(b[0]))
+        .map(([cell, nets]) => [cell, nets.length, nets.reduce((a, b) => a + b, 0) / nets.length]);
+      expect(expected.map(([cell]) => cell)).toEqual(['perp:1h', 'spot:5m']);
+      expect(wouldBe.map((l) => l.cell)).toEqual(expected.map(([cell]) => cell));
+      wouldBe.forEach((l, i) => {
+        const [, n, mean] = expected[i]!;
+        expect(Number(l.would_be_calls)).toBe(n);
+        expect(Math.abs(Number(l.mean_net_bps) - (mean as number))).toBeLessThanOrEqual(0.005 + 1e-9);
+      });
+      // The perp cell answers HOLD only: without the lean its would-be figure could not be had.
+      expect(live.lines.find((l) => l.exchange === 'BINANCE')!.calls).toBe(0);
     } finally {
       connection.closeSync();
       db.closeSync();

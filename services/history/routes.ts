@@ -111,7 +111,8 @@ const VERDICTS_ROUTE = declared({
   },
 });
 const TRACK_RECORD_ROUTE = declared({
-  summary: 'Track record: hit rates per venue, timeframe and confidence bucket against random calls',
+  summary:
+    "Track record: hit rates per venue, timeframe and confidence bucket against random calls; the risk forecast's band coverage and σ served ÷ realised; the shipped baselines and carry fit",
   tags: ['history'],
   query: TrackRecordQuerySchema,
   codes: HISTORY_QUERY_CODES,

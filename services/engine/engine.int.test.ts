@@ -314,7 +314,7 @@ describe('SignalEngine over the replayed real data', () => {
     expect(scan.calls).toEqual([]);
     expect(scan.skipped.map((s) => s.coin)).toEqual(['BNB', 'BTC', 'DOGE', 'ETH', 'SOL', 'XRP']);
     expect(scan.note).toBe(
-      'none of the 6 markets scanned is listed: 6 could not be evaluated (each is named in skipped)',
+      'none of the 6 markets scanned is listed (each is named in skipped): 6 could not be evaluated',
     );
     await early.close();
   });
@@ -333,7 +333,7 @@ describe('SignalEngine over the replayed real data', () => {
     expect(callsOnly.skipped.map((s) => s.coin)).toEqual(['BNB', 'BTC', 'DOGE', 'ETH', 'SOL', 'XRP']);
     expect(callsOnly.skipped.every((s) => s.reason === HOLD_LEFT_OUT)).toBe(true);
     expect(callsOnly.note).toBe(
-      'none of the 6 markets scanned is listed: 6 answered HOLD and calls only was asked (includeHolds: false) (each is named in skipped)',
+      'none of the 6 markets scanned is listed (each is named in skipped): 6 answered HOLD and calls only was asked (includeHolds: false)',
     );
     // Every row says what its HOLD declines and what its confidence means, as the trade call does.
     for (const row of holds.calls) {

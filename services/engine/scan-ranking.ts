@@ -72,5 +72,5 @@ function emptyNote(scanned: number, holds: number, below: number, failed: number
     below > 0 ? `${below} had a confidence below the minimum asked, ${min}` : null,
     failed > 0 ? `${failed} could not be evaluated` : null,
   ].filter((p) => p !== null);
-  return `none of the ${scanned} markets scanned is listed: ${parts.join('; ')} (each is named in skipped)`;
+  return `none of the ${scanned} markets scanned is listed (each is named in skipped): ${parts.join('; ')}`;
 }

@@ -63,7 +63,7 @@ describe('scan ranking', () => {
     expect(result.calls).toEqual([]);
     expect(result.skipped).toEqual(['A', 'B', 'C', 'D'].map((coin) => ({ coin, reason: HOLD_LEFT_OUT })));
     expect(result.note).toBe(
-      'none of the 4 markets scanned is listed: 4 answered HOLD and calls only was asked (includeHolds: false) (each is named in skipped)',
+      'none of the 4 markets scanned is listed (each is named in skipped): 4 answered HOLD and calls only was asked (includeHolds: false)',
     );
     // Calls only still lists the calls.
     const mixed = scan({ includeHolds: false }, [...rows, row('E', { call: 'SELL', score: -0.5 })]);
@@ -78,7 +78,7 @@ describe('scan ranking', () => {
     expect(result.skipped).toContainEqual({ coin: 'Z', reason: 'no candles for Z on BINANCE' });
     expect(result.skipped.map((s) => s.coin)).toEqual(['A', 'B', 'C', 'D', 'Z']);
     expect(result.note).toBe(
-      'none of the 5 markets scanned is listed: 4 had a confidence below the minimum asked, 95; 1 could not be evaluated (each is named in skipped)',
+      'none of the 5 markets scanned is listed (each is named in skipped): 4 had a confidence below the minimum asked, 95; 1 could not be evaluated',
     );
     // Rows ranked below the limit are not "skipped": they are simply further down.
     expect(scan({ limit: 1 }).skipped).toEqual([]);

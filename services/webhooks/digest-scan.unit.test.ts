@@ -82,7 +82,7 @@ describe('digest scan from projected verdicts', () => {
       { coin: 'ETH', reason: 'no verdict recorded for ETH 4h on BINANCE' },
     ]);
     expect(scan.note).toBe(
-      'none of the 2 markets scanned is listed: 2 could not be evaluated (each is named in skipped)',
+      'none of the 2 markets scanned is listed (each is named in skipped): 2 could not be evaluated',
     );
   });
 

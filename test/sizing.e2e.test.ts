@@ -127,6 +127,21 @@ describe('sizing for the caller’s risk budget', () => {
     expect(stated.verdictId).toBe(t.verdictId);
     expectSized(stated.volatility!.sizing, 12.5, stated.volatility!, stated.price);
 
+    // Budgets taking turns on one verdict: each answer's text is its own sizing, never the last one's.
+    for (const budget of [100, 12.5, 100, 7, 12.5]) {
+      for (const tool of ['get_trade_call', 'get_risk_forecast']) {
+        const result = await call(tool, { coin: 'SOL', timeframe: '15m', riskBudgetUsd: budget });
+        expect(JSON.parse(result.content[0]!.text)).toEqual(result.structuredContent);
+        const { volatility, horizons } = result.structuredContent as {
+          volatility?: { sizing: Sizing };
+          horizons?: { sizing: Sizing }[];
+        };
+        for (const sizing of volatility ? [volatility.sizing] : horizons!.map((h) => h.sizing)) {
+          expect(sizing.risk_budget_usd).toBe(budget);
+        }
+      }
+    }
+
     const forecast = await call('get_risk_forecast', { coin: 'SOL', riskBudgetUsd: 5_000 });
     expect(forecast.isError).toBeFalsy();
     const f = RiskForecast.parse(forecast.structuredContent);

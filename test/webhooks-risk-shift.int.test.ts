@@ -1,9 +1,11 @@
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openReplayFeed } from '../adapters/market/replay.ts';
 import type { Timeframe } from '../contracts/market.ts';
 import { envelopeSchema } from '../contracts/webhook-schemas.ts';
 import { verifyWebhook } from '../contracts/webhook-verify.ts';
-import { rankMarkets } from '../services/engine/engine.ts';
+import { rankMarkets, SignalEngine } from '../services/engine/engine.ts';
+import { volatilityDecile } from '../services/engine/risk-shift.ts';
 import { recordVerdict, type VerdictDraft, verdictStream } from '../services/engine/verdict-recorder.ts';
 import { consumerDrained, requireNats, streamMessageIds } from './nats-server.ts';
 import { startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
@@ -151,6 +153,45 @@ describe.runIf(reachable)('risk_shift webhooks', () => {
     const rankedShifts = byRank.r.received.map((g) => JSON.parse(g.body).data);
     expect(rankedShifts.every((d) => d.coin === first && d.timeframe === '4h')).toBe(true);
     expect(rankedShifts.map((d) => d.to).sort()).toEqual(['bottom', 'middle']);
+  });
+
+  it('on the replayed candles, every risk shift of a backfilled market reaches its top:N subscriber, in sequence', async () => {
+    const key = await stack.issue();
+    const market = { exchange: 'BINANCE_SPOT', coin: 'BTC', timeframe: '1h' } as const;
+    const byRank = await subscribe(key, { events: ['risk_shift'], assets: ['top:3'], timeframes: ['1h'] });
+    const other = await subscribe(key, { events: ['risk_shift'], assets: ['ETH'] });
+    // A verdict 400 hours back, then every hourly verdict since, computed from the real candles.
+    const early = new SignalEngine({
+      feed: await openReplayFeed({ run: false, start: stack.engine.feed.now() - 400 * HOUR }),
+      store: stack.store,
+    });
+    await early.getTradeCall({ coin: market.coin, timeframe: market.timeframe });
+    await early.close();
+    expect(await stack.engine.backfill(market)).toBeGreaterThan(300);
+    const recorded = (await stack.store.readStream(verdictStream(market))).filter(
+      (e) => e.type === 'RiskShifted',
+    );
+    console.log(
+      `risk shifts in ${market.coin} ${market.timeframe} over 400 replayed hours: ${recorded.length}`,
+    );
+    expect(recorded.length).toBeGreaterThan(0);
+    await byRank.r.waitFor(recorded.length);
+    const got = byRank.r.received.map((g) => {
+      expect(verifyWebhook({ secret: byRank.secret, headers: g.headers, rawBody: g.body }).ok).toBe(true);
+      return JSON.parse(g.body);
+    });
+    expect(got.map((e) => e.seq).sort((a, b) => a - b)).toEqual(recorded.map((_, i) => i + 1));
+    for (const { data } of got) {
+      expect(data.from).toBe(volatilityDecile(data.prior_percentile));
+      expect(data.to).toBe(volatilityDecile(data.percentile));
+      expect(data.from).not.toBe(data.to);
+      expect(data.expected_move.expected_move_pct).toBeGreaterThan(0);
+    }
+    await expect
+      .poll(() => consumerDrained(stack.stream, `${stack.durable}-risks`), { timeout: 30_000 })
+      .toBe(true);
+    expect(byRank.r.received).toHaveLength(recorded.length);
+    expect(other.r.received).toHaveLength(0);
   });
 
   it('sends a signed sample risk_shift on request, marked as a test and unnumbered', async () => {

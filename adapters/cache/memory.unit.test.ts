@@ -47,8 +47,7 @@ describe('memory cache on a controlled clock', () => {
     await cache.set('a', '1', { ttlMs: 5 });
     await cache.set('b', '2');
     time.advance(6);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    expect([...entries.keys()]).toEqual(['b']);
+    await expect.poll(() => [...entries.keys()]).toEqual(['b']);
     await cache.close();
   });
 });

@@ -62,7 +62,7 @@ describe('quota generations on the in-process cache', () => {
       }
     };
     const traffic = Promise.all([worker(), worker(), worker()]);
-    await new Promise((resolve) => setTimeout(resolve, 20));
+    await expect.poll(() => n, { interval: 1 }).toBeGreaterThan(30);
     // Traffic goes on across the switch, then stops soon after it: the replay must then catch up
     // on its own (it ends once the replaced generation's debits are all on the log). Traffic that
     // never stopped could outrun a slowed reader on a loaded machine until the settle deadline.

@@ -267,6 +267,20 @@ export const RiskHorizonModelSchema = z.object({
    * variance of the last 20 candles (× candles), fitted on the same training months.
    */
   freeBand: z.object({ low: z.number(), high: z.number() }).optional(),
+  /**
+   * The risk desk's baselines fitted on the same training months (signals-5 on), so a later
+   * folder is scored against them without refitting: GARCH(1,1)'s α and β (each coin's long-run
+   * variance comes from the data before the months scored) and HAR-RV's look-backs in candles,
+   * coefficients (intercept, candle, day, week) and floor.
+   */
+  garch: z.object({ alpha: z.number().min(0).max(1), beta: z.number().min(0).max(1) }).optional(),
+  harRv: z
+    .object({
+      windows: z.tuple([z.number().int().positive(), z.number().int().positive(), z.number().int().positive()]),
+      coefficients: z.array(z.number()).length(4),
+      floor: z.number().nonnegative(),
+    })
+    .optional(),
 });
 
 /**

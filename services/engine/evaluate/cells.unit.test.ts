@@ -16,14 +16,7 @@ import {
 } from './cells.ts';
 import { chooseStepShare, monthStarts, STEP_SHARE_CANDIDATES } from './curve-choice.ts';
 import { fitCarryTable, loadFundingHistory } from './funding.ts';
-import {
-  fitFreeBand,
-  fitFreeLabelCuts,
-  fitRiskModel,
-  labelEvidence,
-  riskHorizons,
-  scoreRisk,
-} from './risk.ts';
+import { fitFreeLabelCuts, labelEvidence } from './risk.ts';
 import { collectSamples, type Sample } from './walk-forward.ts';
 
 const DIR = new URL('../../../sample-data/market/', import.meta.url).pathname;
@@ -230,32 +223,7 @@ describe('free baselines and the economic gate', () => {
   });
 });
 
-describe('risk forecast horizons and free labels', () => {
-  it('fits every horizon and the free band on training months only, and scores coverage', () => {
-    const hs = riskHorizons('5m', 6);
-    expect(hs.map((h) => [h.key, h.candles])).toEqual([
-      ['next', 1],
-      ['verdict', 6],
-      ['day', 288],
-    ]);
-    for (const h of hs) {
-      const model = fitRiskModel([samples], '5m', split, h, 6, 0.8)!;
-      expect(fitRiskModel([scramble(samples)], '5m', split, h, 6, 0.8)).toEqual(model);
-      const free = fitFreeBand([samples], '5m', split, h, 0.8)!;
-      expect(fitFreeBand([scramble(samples)], '5m', split, h, 0.8)).toEqual(free);
-      expect(free.low).toBeLessThan(0);
-      expect(free.high).toBeGreaterThan(0);
-      // On the months it was fitted on, each band covers about its nominal share.
-      const train = samples.filter((s) => s.closeTime + h.candles * 300_000 <= split);
-      const score = scoreRisk(train, '5m', h, 6, model, free);
-      expect(score.coverage.value).toBeGreaterThan(0.75);
-      expect(score.coverage.value).toBeLessThan(0.85);
-      expect(score.freeCoverage.value).toBeGreaterThan(0.75);
-      expect(score.freeCoverage.value).toBeLessThan(0.85);
-      expect(score.rhoForecast).toBeGreaterThan(0);
-    }
-  });
-
+describe('free labels', () => {
   it('flags as many points with the free label as the engine did on training months', () => {
     const cuts = fitFreeLabelCuts([samples], '5m', 6, split)!;
     expect(fitFreeLabelCuts([scramble(samples)], '5m', 6, split)).toEqual(cuts);

@@ -4,7 +4,8 @@ import type { FreeComparison } from './baselines.ts';
 import type { CallScore, Kind, LeanCount, Settings, VolScore } from './cells.ts';
 import type { StepShareChoice } from './curve-choice.ts';
 import type { CarryEvaluation } from './funding.ts';
-import type { LabelEvidence as LabelScore, RiskHorizon, RiskScore } from './risk.ts';
+import type { LabelEvidence as LabelScore } from './risk.ts';
+import { type DeskResult, renderRiskDesk } from './risk-desk-run.ts';
 import type { Interval } from './stats.ts';
 
 /** Markdown report of an evaluation run; every sentence about results is computed from them. */
@@ -40,13 +41,6 @@ export interface Evidence {
   pays: boolean;
 }
 
-export interface RiskReport {
-  kind: Kind | 'era 2022';
-  timeframe: Timeframe;
-  horizon: RiskHorizon;
-  score: RiskScore;
-}
-
 export interface LabelReport {
   kind: Kind | 'era 2022';
   timeframe: Timeframe;
@@ -70,7 +64,8 @@ export interface ReportInput {
   volTable: VolatilityTable;
   cells: CellReport[];
   vol: VolReport[];
-  risk: RiskReport[];
+  /** The risk desk (also written on its own to docs/evaluation-risk.md). */
+  risk: DeskResult;
   labels: LabelReport[];
   carry: CarryEvaluation | null;
   dataDir: string;
@@ -253,17 +248,6 @@ function holdTable(cells: CellReport[]): string[] {
   );
 }
 
-function riskTable(rows: RiskReport[]): string[] {
-  return mdTable(
-    '| set | tf | horizon (candles) | points | rank corr. forecast vs realised | free trailing band | forecast − free | 80% band coverage [block 95%] | free band coverage [block 95%] |',
-    '|---|---|---|---:|---:|---:|---:|---|---|',
-    rows.map((r) => {
-      const s = r.score;
-      return `| ${r.kind} | ${r.timeframe} | ${r.horizon.key} (${r.horizon.candles}) | ${s.points} | ${num(s.rhoForecast, 3)} | ${num(s.rhoFree, 3)} | ${num(s.rhoForecast - s.rhoFree, 3)} | ${pct(s.coverage.value)} ${ci(s.coverage.dayBlock, pct)} | ${pct(s.freeCoverage.value)} ${ci(s.freeCoverage.dayBlock, pct)} |`;
-    }),
-  );
-}
-
 function labelTable(rows: LabelReport[]): string[] {
   return mdTable(
     '| set | tf | points | rank corr. with realised vol: volatile/squeeze | free trailing-vol label | engine − free [day-block 95%] | engine label inside each free class | shipped claim (training months) | mean forward bps: trending-up / trending-down / all | up − down [day-block 95%] |',
@@ -326,15 +310,15 @@ export function renderReport(input: ReportInput): string {
   L.push(
     `- Volatility forecast: rank correlation with realised volatility above the trailing-volatility baseline's on ${beatTrailing.length} of ${volMain.length} (set, timeframe) rows of the test months (block interval above 0 on ${volMain.filter((v) => v.score.gain.dayBlock.low > 0).length}); 80 % band coverage within ±5 points of nominal on ${covered.length} of ${volMain.length} test-month rows${volEra.length > 0 ? ` and ${eraCovered.length} of ${volEra.length} 2022-era rows` : ''}.`,
   );
-  if (input.risk.length > 0) {
-    const main = input.risk.filter((r) => r.kind !== 'era 2022');
-    const inBand = main.filter((r) => Math.abs(r.score.coverage.value - 0.8) <= 0.05);
-    const freeIn = main.filter((r) => Math.abs(r.score.freeCoverage.value - 0.8) <= 0.05);
-    const ranks = main.filter((r) => r.score.rhoForecast > r.score.rhoFree);
-    const cov = main.map((r) => r.score.coverage.value);
-    const freeCov = main.map((r) => r.score.freeCoverage.value);
+  if (input.risk.rows.length > 0) {
+    const rows = input.risk.rows;
+    const level = rows.filter(
+      (r) => r.score.sigmaRatio.value !== null && Math.abs(r.score.sigmaRatio.value - 1) <= 0.1,
+    );
+    const below = (k: 'ewma' | 'garch' | 'harRv') =>
+      rows.filter((r) => r.score.qlikeVs[k].value !== null && r.score.qlikeVs[k].value! < 0).length;
     L.push(
-      `- Risk forecast (next candle, ${settings.horizon} candles, one day): 80 % band coverage ${pct(Math.min(...cov))}–${pct(Math.max(...cov))} on the test months, within ±5 points on ${inBand.length} of ${main.length} (set, timeframe, horizon) rows; the free trailing band ${pct(Math.min(...freeCov))}–${pct(Math.max(...freeCov))}, within ±5 points on ${freeIn.length}. The forecast ranks realised volatility above the free band's variance on ${ranks.length} of ${main.length} rows.`,
+      `- Risk forecast (next candle, ${settings.horizon} candles, one day; docs/evaluation-risk.md): σ served ÷ realised within 0.9–1.1 on ${level.length} of ${rows.length} (set, timeframe, horizon) rows of the test months; QLIKE below RiskMetrics EWMA on ${below('ewma')}, GARCH(1,1) on ${below('garch')}, HAR-RV on ${below('harRv')} of ${rows.length}.`,
     );
   }
   if (input.labels.length > 0) {
@@ -457,9 +441,15 @@ export function renderReport(input: ReportInput): string {
 
   L.push('## Volatility forecast and expected-move band', '');
   L.push(...volTable(input.vol), '');
-  if (input.risk.length > 0) {
-    L.push('### The risk forecast: three horizons against the free trailing band', '');
-    L.push(...riskTable(input.risk), '');
+  if (input.risk.rows.length > 0) {
+    L.push(
+      renderRiskDesk(input.risk, {
+        from: day(input.from),
+        coverage: input.volTable.bandCoverage,
+        fitted: input.scoreOnly ? 'the shipped table' : `before ${day(input.volTable.trainTo)}`,
+      }).replace(/^## /, '### '),
+      '',
+    );
   }
   if (input.labels.length > 0) {
     L.push('### Regime labels against free labels', '');

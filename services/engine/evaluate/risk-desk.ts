@@ -57,7 +57,11 @@ export interface DeskSeries {
  * candles tile these (5m inside 1h): each candle's realised variance is the sum of the squared
  * fine log returns ending inside it.
  */
-export function deskSeries(candles: readonly Candle[], timeframe: Timeframe, fine?: readonly Candle[]): DeskSeries {
+export function deskSeries(
+  candles: readonly Candle[],
+  timeframe: Timeframe,
+  fine?: readonly Candle[],
+): DeskSeries {
   const n = candles.length;
   const tfMs = TIMEFRAME_MS[timeframe];
   const s: DeskSeries = {
@@ -151,7 +155,9 @@ function garchFilter(r2: Float64Array, from: number, longRun: number, p: GarchPa
 }
 
 /** Fits α, β on the training closes of every coin (pooled Gaussian likelihood, variance targeting). */
-export function fitGarch(coins: readonly { r2: Float64Array; trainEnd: number; longRun: number }[]): GarchParams {
+export function fitGarch(
+  coins: readonly { r2: Float64Array; trainEnd: number; longRun: number }[],
+): GarchParams {
   const unpack = ([a, b]: number[]): GarchParams => {
     // Map the free pair onto α, β > 0 with α + β < 1.
     const ea = Math.exp(a!);
@@ -243,7 +249,10 @@ function firstAtOrAfter(closeTime: Float64Array, t: number): number {
 }
 
 /** The horizons scored: the next candle, the verdict's horizon and one UTC day. */
-export function deskHorizons(timeframe: Timeframe, verdictHorizon: number): { key: RiskHorizonKey; candles: number }[] {
+export function deskHorizons(
+  timeframe: Timeframe,
+  verdictHorizon: number,
+): { key: RiskHorizonKey; candles: number }[] {
   return [
     { key: 'next', candles: 1 },
     { key: 'verdict', candles: verdictHorizon },
@@ -299,7 +308,12 @@ export function fitDesk(
         realised,
         logReturn,
       });
-      harRows.push([1, windowMean(cumRv, i, windows[0]), windowMean(cumRv, i, windows[1]), windowMean(cumRv, i, windows[2])]);
+      harRows.push([
+        1,
+        windowMean(cumRv, i, windows[0]),
+        windowMean(cumRv, i, windows[1]),
+        windowMean(cumRv, i, windows[2]),
+      ]);
       harYs.push(realised);
       if (s.trailing[i]! > 0) z.push(logReturn / Math.sqrt(s.trailing[i]! * h));
     }
@@ -322,7 +336,11 @@ export function fitDesk(
 }
 
 /** Each coin's GARCH filter with the timeframe's fitted α, β (long-run variance from its training). */
-export function prepareCoins(series: readonly DeskSeries[], split: number, garch?: GarchParams): { coins: DeskCoin[]; garch: GarchParams } {
+export function prepareCoins(
+  series: readonly DeskSeries[],
+  split: number,
+  garch?: GarchParams,
+): { coins: DeskCoin[]; garch: GarchParams } {
   const base = series.map((s) => {
     const trainEnd = firstAtOrAfter(s.closeTime, split);
     let sum = 0;
@@ -333,12 +351,19 @@ export function prepareCoins(series: readonly DeskSeries[], split: number, garch
     }
     return { s, trainEnd, longRun: n >= 100 ? sum / n : Number.NaN };
   });
-  const known = base.filter((b) => Number.isFinite(b.longRun)).map((b) => b.longRun).sort((a, b) => a - b);
+  const known = base
+    .filter((b) => Number.isFinite(b.longRun))
+    .map((b) => b.longRun)
+    .sort((a, b) => a - b);
   // A coin without training months takes the median coin's long-run variance.
   const fallback = known.length > 0 ? quantile(known, 0.5) : 1e-4;
   const params =
     garch ??
-    fitGarch(base.filter((b) => Number.isFinite(b.longRun)).map((b) => ({ r2: b.s.r2, trainEnd: b.trainEnd, longRun: b.longRun })));
+    fitGarch(
+      base
+        .filter((b) => Number.isFinite(b.longRun))
+        .map((b) => ({ r2: b.s.r2, trainEnd: b.trainEnd, longRun: b.longRun })),
+    );
   return {
     garch: params,
     coins: base.map((b) => {
@@ -452,7 +477,8 @@ export function scoreDesk(
       }
       if (realised > 0) {
         b.mseN++;
-        for (let k = 0; k < 4; k++) b.mse[k]! += (Math.log(realised) - Math.log(Math.max(FLOOR, forecasts[k]!))) ** 2;
+        for (let k = 0; k < 4; k++)
+          b.mse[k]! += (Math.log(realised) - Math.log(Math.max(FLOOR, forecasts[k]!))) ** 2;
       }
       // A position of notional budget/σ: its P&L over the horizon in budgets is logReturn/σ.
       b.sized += (logReturn * logReturn) / Math.max(FLOOR, service);
@@ -496,6 +522,9 @@ export function scoreDesk(
     qlike: { service: fin(q(0)(all)), ewma: fin(q(1)(all)), garch: fin(q(2)(all)), harRv: fin(q(3)(all)) },
     qlikeVs: { ewma: vs(1), garch: vs(2), harRv: vs(3) },
     mseLog: { service: fin(m(0)(all)), ewma: fin(m(1)(all)), garch: fin(m(2)(all)), harRv: fin(m(3)(all)) },
-    sizing: { service: lift((t) => Math.sqrt(t.sized / t.n)), trailing: lift((t) => Math.sqrt(t.trailingSized / t.n)) },
+    sizing: {
+      service: lift((t) => Math.sqrt(t.sized / t.n)),
+      trailing: lift((t) => Math.sqrt(t.trailingSized / t.n)),
+    },
   };
 }

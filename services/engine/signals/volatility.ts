@@ -243,9 +243,7 @@ export function fitVolatilityModel(
   let m = 0;
   for (let i = 0; i < rows.length; i++) {
     const x = rows[i]!;
-    const e =
-      Math.log(Math.max(FLOOR, samples[i]!.realised)) -
-      x.reduce((y, v, j) => y + beta[j]! * v, 0);
+    const e = Math.log(Math.max(FLOOR, samples[i]!.realised)) - x.reduce((y, v, j) => y + beta[j]! * v, 0);
     ss += e * e;
     m += e;
   }

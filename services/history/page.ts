@@ -72,7 +72,8 @@ realised log return over the horizon (1 = right in level, above 1 = too wide).</
 </div>
 <div class="table-wrap"><table id="risk-record"><thead><tr>
   <th>exchange</th><th>timeframe</th><th>verdicts scored</th><th>band coverage (stated)</th>
-  <th>σ served ÷ realised</th><th>without a forecast</th>
+  <th>σ served ÷ realised</th><th>without a forecast</th><th>test months: band coverage</th>
+  <th>test months: σ served ÷ realised</th>
 </tr></thead><tbody></tbody></table></div>
 <h2>Against what a buyer could compute for free</h2>
 <p class="note" id="baselines-note">Measured out of sample by <code>npm run evaluate</code> on the
@@ -206,11 +207,20 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
     }).join('');
     if (!b) document.getElementById('baselines-note').textContent = 'No baseline figures are shipped with this build.';
   }
-  function riskRow(l) {
-    var r = l.risk;
-    return '<tr><td>' + l.exchange + '</td><td>' + l.timeframe + '</td><td>' + r.points + '</td><td>' +
-      pct(r.coverage) + ' (' + pct(r.nominalCoverage) + ')</td><td>' + num(r.sigmaRatio, 2) + '</td><td>' +
-      r.unscored + '</td></tr>';
+  // Beside each line, the evaluation's figures for its cell at the verdict's horizon (test months).
+  function riskRow(baselines) {
+    return function (l) {
+      var r = l.risk;
+      var set = l.exchange === 'BINANCE_SPOT' ? 'spot' : 'perp';
+      var b = l.exchange === 'ALL' || !baselines ? null : baselines.risk.filter(function (x) {
+        return x.set === set && x.timeframe === l.timeframe && x.horizon === 'verdict';
+      })[0];
+      var evaluated = !b ? '<td>–</td><td>–</td>'
+        : '<td>' + share(b.coverage) + '</td><td>' + (b.desk ? lift(b.desk.sigmaRatio) : 'not yet scored') + '</td>';
+      return '<tr><td>' + l.exchange + '</td><td>' + l.timeframe + '</td><td>' + r.points + '</td><td>' +
+        pct(r.coverage) + ' (' + pct(r.nominalCoverage) + ')</td><td>' + num(r.sigmaRatio, 2) + '</td><td>' +
+        r.unscored + '</td>' + evaluated + '</tr>';
+    };
   }
   function carry(c) {
     document.getElementById('carry-note').textContent = c.note + ' Training months: ' + c.trainFrom.slice(0, 10) +
@@ -239,7 +249,8 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
       series: [{}, { label: 'σ served ÷ realised', stroke: '#1f77b4' },
       { label: 'right in level', stroke: '#bbb', dash: [4, 4] }] },
       [days(s), s.map(function (p) { return p.sigmaRatio; }), s.map(function () { return 1; })], s.length, none);
-    document.querySelector('#risk-record tbody').innerHTML = [tr.overall].concat(tr.lines).map(riskRow).join('');
+    document.querySelector('#risk-record tbody').innerHTML =
+      [tr.overall].concat(tr.lines).map(riskRow(tr.baselines)).join('');
   }
   function render(tr) {
     last = tr;

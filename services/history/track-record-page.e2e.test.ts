@@ -155,7 +155,16 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     expect(await page.locator('#lines tbody tr').first().textContent()).toContain('ALL');
     // The free baselines beside the figures sold, as the API serves them.
     const tr = (await (await fetch(`${server.url}/api/track-record?window=all`)).json()) as {
-      baselines: { cells: { cell: string; bestFreeRule: string }[]; risk: unknown[] };
+      baselines: {
+        cells: { cell: string; bestFreeRule: string }[];
+        risk: {
+          set: string;
+          timeframe: string;
+          horizon: string;
+          coverage: { value: number };
+          desk?: unknown;
+        }[];
+      };
     };
     expect(await page.locator('#baselines tbody tr').count()).toBe(tr.baselines.cells.length);
     expect(tr.baselines.cells.length).toBeGreaterThan(0);
@@ -164,7 +173,7 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     );
     expect(await page.locator('#risk tbody tr').count()).toBe(tr.baselines.risk.length);
     // The risk desk's out-of-sample figures where the shipped table has them, the words where not.
-    const unscored = tr.baselines.risk.filter((r) => !(r as { desk?: unknown }).desk).length;
+    const unscored = tr.baselines.risk.filter((r) => !r.desk).length;
     expect(await page.locator('#risk tbody tr', { hasText: 'not yet scored' }).count()).toBe(unscored);
     // The live risk record per line, and the shipped carry fit with the sentence saying what it is.
     expect(await page.locator('#risk-record tbody tr').count()).toBe(3);
@@ -175,6 +184,13 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     expect(await page.locator('#risk-record tbody tr').first().textContent()).toContain(
       String(live.overall.risk.points),
     );
+    // Each market's line sits beside the evaluation's figures for its cell at the verdict's horizon.
+    const spot = (await page.locator('#risk-record tbody tr', { hasText: 'BINANCE_SPOT' }).textContent())!;
+    const cell = tr.baselines.risk.find(
+      (r) => r.set === 'spot' && r.timeframe === '5m' && r.horizon === 'verdict',
+    )!;
+    expect(spot).toContain(`${(100 * cell.coverage.value).toFixed(1)} %`);
+    if (!cell.desk) expect(spot).toContain('not yet scored');
     expect(await page.locator('#carry tbody tr').count()).toBe(
       live.carry.buckets.reduce((n, b) => n + b.horizons.length, 0),
     );
@@ -209,6 +225,21 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
   });
 
   it('no revealed verdict yet: every chart is a sentence, never an empty frame', async () => {
+    // The API says so in figures: nothing scored, no rate or ratio made up.
+    const tr = (await (await fetch(`${young.url}/api/track-record?window=all`)).json()) as {
+      overall: { calls: number; holds: number; risk: Record<string, unknown> };
+      series: unknown[];
+    };
+    expect(tr.overall).toMatchObject({ calls: 0, holds: 0 });
+    expect(tr.overall.risk).toEqual({
+      points: 0,
+      covered: 0,
+      coverage: null,
+      nominalCoverage: null,
+      sigmaRatio: null,
+      unscored: 0,
+    });
+    expect(tr.series).toEqual([]);
     const { page, problems } = await open(1400, 1000, young.url);
     const points = await chartsOrSentences(page);
     for (const id of CHARTS) expect(points[id], id).toBe(0);

@@ -76,10 +76,12 @@ export const ConfigSchema = z
     APPEND_STALL_MS: positiveInt.default(5_000),
     DATA_DIR: z.string().min(1).default('./data'),
     /**
-     * This service's public address: the base of verify links in responses and webhooks. When
-     * unset it follows PORT (`http://localhost:<PORT>`), see loadConfig.
+     * This service's public address: the one origin every discovery document, quote, verify link,
+     * webhook payload, sign-in domain and OAuth metadata names. Unset, what answers a request
+     * names the origin the request came to, and the rest `http://localhost:<PORT>`
+     * (publicBaseUrl).
      */
-    PUBLIC_BASE_URL: z.url().default('http://localhost:8080'),
+    PUBLIC_BASE_URL: z.url().optional(),
 
     EVENT_STORE: z.enum(['lmdb', 'kurrentdb', 'postgres', 'memory']).default('lmdb'),
     KURRENTDB_URL: z.string().optional(),
@@ -307,7 +309,7 @@ export const ConfigSchema = z
     ALLOWED_ORIGINS: z.string().default(''),
     /**
      * The domain (host[:port]) a Sign-In with Ethereum message must name to get a free key. When
-     * unset it follows PORT (`localhost:<PORT>`), see loadConfig.
+     * unset, the host of PUBLIC_BASE_URL, else it follows PORT (`localhost:<PORT>`), see loadConfig.
      */
     SIWE_DOMAIN: z.string().min(1).default('localhost:8080'),
     /** How long a sign-in nonce from GET /api/keys/nonce stays usable. */
@@ -499,13 +501,21 @@ export class ConfigError extends Error {
  * does not hand out verify links and sign-in domains of a port nobody listens on.
  */
 function withPortDefaults(cfg: Config, env: Record<string, string | undefined>): Config {
-  // PORT=0 asks for any free port: nothing to name before listening, so the defaults stand.
-  if (cfg.PORT === 0) return cfg;
-  return {
-    ...cfg,
-    PUBLIC_BASE_URL: env.PUBLIC_BASE_URL === undefined ? `http://localhost:${cfg.PORT}` : cfg.PUBLIC_BASE_URL,
-    SIWE_DOMAIN: env.SIWE_DOMAIN === undefined ? `localhost:${cfg.PORT}` : cfg.SIWE_DOMAIN,
-  };
+  // The sign-in domain is the public origin's host, so a SIWE message names what the documents name.
+  if (env.SIWE_DOMAIN === undefined && cfg.PUBLIC_BASE_URL !== undefined) {
+    return { ...cfg, SIWE_DOMAIN: new URL(cfg.PUBLIC_BASE_URL).host };
+  }
+  // PORT=0 asks for any free port: nothing to name before listening, so the default stands.
+  if (cfg.PORT === 0 || env.SIWE_DOMAIN !== undefined) return cfg;
+  return { ...cfg, SIWE_DOMAIN: `localhost:${cfg.PORT}` };
+}
+
+/**
+ * The public origin where no request says it (webhook payloads, verdicts' verify links, the OAuth
+ * issuer): PUBLIC_BASE_URL, else `http://localhost:<PORT>` (port 8080 when PORT=0 asks for any).
+ */
+export function publicBaseUrl(config: Pick<Config, 'PUBLIC_BASE_URL' | 'PORT'>): string {
+  return (config.PUBLIC_BASE_URL ?? `http://localhost:${config.PORT || 8080}`).replace(/\/+$/, '');
 }
 
 /** Parses the environment; the error message lists each bad variable by name. */

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from './config.ts';
+import { ConfigError, loadConfig, publicBaseUrl } from './config.ts';
 
 describe('loadConfig', () => {
   it('runs on embedded defaults with an empty environment', () => {
@@ -66,10 +66,14 @@ describe('loadConfig', () => {
   });
 
   it('derives the verify base URL and the sign-in domain from PORT unless they are set', () => {
-    expect(loadConfig({ PORT: '9191' })).toMatchObject({
-      PUBLIC_BASE_URL: 'http://localhost:9191',
-      SIWE_DOMAIN: 'localhost:9191',
-    });
+    const derived = loadConfig({ PORT: '9191' });
+    expect(derived.PUBLIC_BASE_URL).toBeUndefined();
+    expect(derived.SIWE_DOMAIN).toBe('localhost:9191');
+    expect(publicBaseUrl(derived)).toBe('http://localhost:9191');
+    // Set, the public origin is the one every document names, and the sign-in domain is its host.
+    const set = loadConfig({ PORT: '9191', PUBLIC_BASE_URL: 'https://signals.example/' });
+    expect(set.SIWE_DOMAIN).toBe('signals.example');
+    expect(publicBaseUrl(set)).toBe('https://signals.example');
     expect(
       loadConfig({
         PORT: '9191',

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
 import { anchorInLog } from '../adapters/market/replay-anchor.ts';
 import { feedOptionsFromConfig, selectFeed } from '../adapters/market/select.ts';
-import type { Config } from '../contracts/config.ts';
+import { type Config, publicBaseUrl } from '../contracts/config.ts';
 import { projectionLag, runnerLags } from '../projections/lag.ts';
 import { type Adapters, openAdapters } from './adapters.ts';
 import { buildApp } from './api/app.ts';
@@ -107,7 +107,7 @@ export async function startService(config: Config, roles: Role[], logger: Logger
       engine = await createSignalEngine({
         feed,
         store: adapters.eventStore,
-        publicBaseUrl: config.PUBLIC_BASE_URL,
+        publicBaseUrl: publicBaseUrl(config),
         logger,
       });
       readiness.add('feed', async () => {

@@ -92,6 +92,7 @@ export async function composeSlices(ctx: SliceContext): Promise<ComposedSlices> 
         paid: payments?.tools ?? [],
         rails: payments?.rails ?? [],
         paidResponseTtlMs: config.X402_PAID_RESPONSE_TTL_MS,
+        publicBaseUrl: config.PUBLIC_BASE_URL,
       },
     });
     if (metrics) {

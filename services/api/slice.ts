@@ -1,4 +1,5 @@
 import type { FastifyPluginAsync } from 'fastify';
+import { publicBaseUrl } from '../../contracts/config.ts';
 import type { Projection } from '../../projections/projection.ts';
 import type { Slice } from '../component.ts';
 import { keyRegistryProjection } from '../keys/key-registry.ts';
@@ -30,7 +31,7 @@ export function channelsSlice(
     ...keyed.plugins,
     verifyRoutes({
       store: deps.adapters.eventStore,
-      baseUrl: deps.config.PUBLIC_BASE_URL,
+      baseUrl: publicBaseUrl(deps.config),
       now: revealClock(deps.feed),
     }),
     discoveryPlugin({ ...deps.discovery, tools: keyed.tools.all(), signin: keyed.oauth !== null }),

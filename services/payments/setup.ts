@@ -222,7 +222,15 @@ export async function setupX402(
   }
   return {
     plugin: (keyed) =>
-      x402Plugin({ ops: deps.ops, tools, quoter, flow, keyed, bodyLimit: config.X402_BODY_LIMIT_BYTES }),
+      x402Plugin({
+        ops: deps.ops,
+        tools,
+        quoter,
+        flow,
+        keyed,
+        bodyLimit: config.X402_BODY_LIMIT_BYTES,
+        publicBaseUrl: config.PUBLIC_BASE_URL,
+      }),
     mcp: mcpPayments({ tools, quoter, flow, logger: deps.logger }),
     rail: plan.kind,
     rails,

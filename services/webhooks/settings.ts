@@ -1,4 +1,4 @@
-import type { Config } from '../../contracts/config.ts';
+import { type Config, publicBaseUrl } from '../../contracts/config.ts';
 import type { RetryPolicy } from './retry-policy.ts';
 import { type AddressPolicy, parseCidrList } from './ssrf/address-policy.ts';
 import { parsePortPolicy, type UrlPolicy } from './ssrf/url-policy.ts';
@@ -71,7 +71,7 @@ export function webhookSettings(config: Config): WebhookSettings {
     deliveryLogRetention: config.WEBHOOK_DELIVERY_LOG_RETENTION,
     recoverPerSecond: config.WEBHOOK_RECOVER_PER_SECOND,
     rotationOverlapMs: config.WEBHOOK_SECRET_ROTATION_OVERLAP_MS,
-    verifyBaseUrl: config.PUBLIC_BASE_URL.replace(/\/$/, ''),
+    verifyBaseUrl: publicBaseUrl(config),
     urlPolicy: {
       ports: parsePortPolicy(config.WEBHOOK_ALLOWED_PORTS),
       addresses: addressPolicyFromConfig(config),

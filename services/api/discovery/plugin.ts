@@ -1,6 +1,7 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { SIGNIN_MCP_PATH } from '../../../contracts/oauth.ts';
 import { documented } from '../openapi.ts';
+import { publicOrigin } from '../public-origin.ts';
 import {
   AI_CATALOG_TYPE,
   aiCatalog,
@@ -29,6 +30,8 @@ export interface DiscoveryOptions {
   paidResponseTtlMs: number;
   /** Whether /mcp/signin (OAuth sign-in for MCP hosts) is served: the cards and catalog then name it. */
   signin?: boolean;
+  /** PUBLIC_BASE_URL: the origin every document names; unset, the origin each request came to. */
+  publicBaseUrl?: string | undefined;
 }
 
 const CACHE = 'public, max-age=300';
@@ -96,15 +99,16 @@ const llmsDoc = documented({
 });
 
 /**
- * GET /.well-known/x402, /.well-known/mcp.json, /mcp/server-card, /.well-known/mcp/catalog.json
- * and /llms.txt: what an agent with only the
- * origin needs to find the tools, their prices and how to call them. Built per origin asked
- * (the Host the request came to), from the same table the routes and the MCP server use.
+ * GET /.well-known/x402, /.well-known/mcp.json, /mcp/server-card, /.well-known/ai-catalog.json,
+ * /.well-known/mcp/catalog.json and /llms.txt: what an agent with only the origin needs to find
+ * the tools, their prices and how to call them. Built for the public origin (PUBLIC_BASE_URL, else
+ * the one the request came to), from the same table the routes and the MCP server use.
  */
 export function discoveryPlugin(options: DiscoveryOptions): FastifyPluginAsync {
   const tools: CatalogTool[] = catalogTools(options.tools, options.paid);
   const policy = paymentPolicy(options.paidResponseTtlMs);
-  const origin = (request: FastifyRequest) => `${request.protocol}://${request.host}`;
+  const origin = publicOrigin(options.publicBaseUrl);
+  const hostOf = (request: FastifyRequest) => new URL(origin(request)).hostname;
   const signin = options.signin === true;
   return async (app) => {
     if (options.paid.length > 0) {
@@ -135,12 +139,12 @@ export function discoveryPlugin(options: DiscoveryOptions): FastifyPluginAsync {
       reply
         .headers({ ...DISCOVERY_CORS, 'cache-control': CACHE })
         .type(AI_CATALOG_TYPE)
-        .send(JSON.stringify(aiCatalog(origin(request), request.hostname, signin))),
+        .send(JSON.stringify(aiCatalog(origin(request), hostOf(request), signin))),
     );
     app.get('/.well-known/mcp/catalog.json', { config: catalogDoc }, async (request, reply) =>
       reply
         .headers({ ...DISCOVERY_CORS, 'cache-control': CACHE })
-        .send(mcpCatalog(origin(request), request.hostname, signin)),
+        .send(mcpCatalog(origin(request), hostOf(request), signin)),
     );
     app.get('/llms.txt', { config: llmsDoc }, async (request, reply) =>
       reply

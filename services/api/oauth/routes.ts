@@ -38,6 +38,8 @@ export interface OAuthRoutesOptions {
   store: EventStore;
   cache: Cache;
   siweDomain: string;
+  /** PUBLIC_BASE_URL, when set: the library names its endpoints at this origin, not the request's. */
+  publicBaseUrl?: string | undefined;
   nonceTtlMs: number;
   registryCaughtUp: (position: number) => Promise<void>;
   logger: Logger;
@@ -232,7 +234,11 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
         detail: 'sign-in is unavailable right now; retry shortly',
       });
     }
-    callback ??= provider.callback();
+    if (callback === undefined) {
+      // The forwarded headers are ours (set by passThrough), never a client's: see below.
+      if (publicUrl) provider.proxy = true;
+      callback = provider.callback();
+    }
   };
   const metadata: ProtectedResourceMetadata = {
     resource,
@@ -242,9 +248,17 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
     resource_name: 'Signal service MCP (sign-in)',
   };
 
+  const publicUrl = options.publicBaseUrl ? new URL(options.publicBaseUrl) : null;
   const passThrough = async (request: FastifyRequest, reply: FastifyReply, url?: string) => {
     reply.hijack();
     if (url !== undefined) request.raw.url = url;
+    if (publicUrl) {
+      // The library names its endpoints (metadata, registration_client_uri) after the request's
+      // origin: it reads the public one, whatever forwarded headers the client sent.
+      request.raw.headers['x-forwarded-host'] = publicUrl.host;
+      request.raw.headers['x-forwarded-proto'] = publicUrl.protocol.slice(0, -1);
+      delete request.raw.headers['x-forwarded-for'];
+    }
     await callback(request.raw, reply.raw);
   };
 

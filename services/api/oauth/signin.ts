@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import type { Cache } from '../../../adapters/cache/port.ts';
 import { RedisCache } from '../../../adapters/cache/redis.ts';
 import type { EventStore } from '../../../adapters/event-store/port.ts';
-import type { Config } from '../../../contracts/config.ts';
+import { type Config, publicBaseUrl } from '../../../contracts/config.ts';
 import { SIGNIN_MCP_PATH } from '../../../contracts/oauth.ts';
 import { findById, type KeyRecord, type KeyRegistry } from '../../keys/key-registry.ts';
 import { type KeyResolver, KeyUnverifiableError } from '../../keys/key-resolver.ts';
@@ -42,7 +42,7 @@ export function oauthSignIn(deps: OAuthSignInDeps): {
   provider(): Provider;
 } {
   const { config } = deps;
-  const base = trimSlash(config.PUBLIC_BASE_URL);
+  const base = publicBaseUrl(config);
   const issuer = trimSlash(config.OAUTH_ISSUER ?? base);
   const resource = `${base}${SIGNIN_MCP_PATH}`;
   const resourceMetadataUrl = `${base}${PROTECTED_RESOURCE_PATH}`;
@@ -145,6 +145,7 @@ export function oauthSignIn(deps: OAuthSignInDeps): {
         store: deps.store,
         cache: deps.cache,
         siweDomain: config.SIWE_DOMAIN,
+        publicBaseUrl: config.PUBLIC_BASE_URL,
         nonceTtlMs: config.SIWE_NONCE_TTL_MS,
         registryCaughtUp: deps.registryCaughtUp,
         logger: log,

@@ -10,6 +10,7 @@ import {
 import { errorHandler } from '../../api/errors.ts';
 import { QuotaUnavailableError, serveMetered } from '../../api/metered-call.ts';
 import { codesText, documented, refusal } from '../../api/openapi.ts';
+import { publicOrigin } from '../../api/public-origin.ts';
 import { limitedCaller } from '../../api/rate-limit.ts';
 import { REMEMBERED_INPUTS, REMEMBERED_TEXT_CHARS, recall, remember } from '../../api/remembered-input.ts';
 import { answerBytesWithService } from '../../api/served-answers.ts';
@@ -44,6 +45,8 @@ export interface X402PluginOptions {
   keyed: KeyedAccess;
   /** Largest accepted body on these routes; larger is 413 before any handler runs. */
   bodyLimit: number;
+  /** PUBLIC_BASE_URL: the origin of the resource a quote names; unset, the one the request came to. */
+  publicBaseUrl?: string | undefined;
 }
 
 /** One paid route's call: the tool, its input (null when the body is not trusted), where and which request. */
@@ -380,6 +383,7 @@ class PaidRoutes {
     const reader = bodyReader(tool);
     const paymentRequiredMessage = `payment required: ${tool.name}`;
     const quotes = routeQuotes(this.quoter, tool, paymentRequiredMessage);
+    const originOf = publicOrigin(this.options.publicBaseUrl);
 
     /**
      * The common unpaid, keyless call answered without a promise, when all it needs is at hand:
@@ -394,10 +398,7 @@ class PaidRoutes {
       if (caller === null || caller.keyId !== null) return false;
       const block = this.peeks.settled(caller);
       if (block === undefined) return false;
-      const quote = quotes.cached(
-        pricer(request.body),
-        `${request.protocol}://${request.host}${request.url}`,
-      );
+      const quote = quotes.cached(pricer(request.body), `${originOf(request)}${request.url}`);
       if (quote === undefined) return false;
       this.sendPaymentRequired(reply, quote, block);
       return true;
@@ -412,7 +413,7 @@ class PaidRoutes {
       });
       const contentRefusal = this.contentRefusals.get(request) ?? null;
       if (contentRefusal && decoded === null) throw refusalError(contentRefusal);
-      const url = `${request.protocol}://${request.host}${request.url}`;
+      const url = `${originOf(request)}${request.url}`;
       if (decoded === null && caller.keyId === null) {
         const block = await this.peeks.of(caller);
         const built = quotes.quote(pricer(request.body), url);

@@ -194,6 +194,37 @@ describe.runIf(reachable)('risk_shift webhooks', () => {
     expect(other.r.received).toHaveLength(0);
   });
 
+  it('a recovery since T delivers the risk shifts recorded while the subscription was disabled', async () => {
+    const key = await stack.issue();
+    const { r, id } = await subscribe(key, { events: ['risk_shift'], assets: ['RCVR'] });
+    const since = new Date(Date.now() - 1_000).toISOString();
+    r.behave = () => ({ status: 410 }); // Gone: disabled at once
+    await record(stack, 'RCVR', '1h', [50, 95]);
+    await r.waitFor(1);
+    await expect.poll(() => stack.api.runner.state.subscriptions.subs[id]?.status).toBe('disabled');
+    // Two more shifts while disabled, handled by the dispatcher before the enable below.
+    const all = await record(stack, 'RCVR', '4h', [50, 5, 50]);
+    await expect.poll(async () => (await streamMessageIds(stack.stream)).includes(all.at(-1)!)).toBe(true);
+    await expect.poll(() => consumerDrained(stack.stream, `${stack.durable}-risks`)).toBe(true);
+    expect(r.received).toHaveLength(1);
+
+    r.behave = () => ({ status: 200 });
+    const enabled = await stack.request('POST', `/api/webhooks/${id}/enable`, key, { recover_since: since });
+    expect(enabled.status).toBe(200);
+    await r.waitFor(4);
+    const bodies = r.received.slice(1).map((g) => JSON.parse(g.body));
+    expect(bodies.every((b) => b.event === 'risk_shift')).toBe(true);
+    expect(new Set(bodies.map((b) => b.delivery_id)).size).toBe(3);
+    // The failed one keeps its number; the two never attempted are numbered on delivery.
+    expect(bodies.find((b) => b.delivery_id === JSON.parse(r.received[0]!.body).delivery_id)?.seq).toBe(1);
+    expect(bodies.map((b) => b.seq).sort()).toEqual([1, 2, 3]);
+    expect(bodies.map((b) => [b.data.timeframe, b.data.to]).sort()).toEqual([
+      ['1h', 'top'],
+      ['4h', 'bottom'],
+      ['4h', 'middle'],
+    ]);
+  });
+
   it('sends a signed sample risk_shift on request, marked as a test and unnumbered', async () => {
     const key = await stack.issue();
     const { r, id, secret } = await subscribe(key, { events: ['risk_shift'] });

@@ -64,16 +64,28 @@ describe('hostile bodies', () => {
     });
   });
 
+  // One code for a body nested too deep on every /api route, search and chat included.
   it.each([
     ['/api/webhooks', 'JSON_TOO_DEEP'],
     ['/api/keys', 'JSON_TOO_DEEP'],
-    // Search and chat name an unreadable body by the field they needed (their documented codes).
-    ['/api/search', 'INVALID_QUERY'],
-    ['/api/chat', 'INVALID_QUESTION'],
+    ['/api/search', 'JSON_TOO_DEEP'],
+    ['/api/chat', 'JSON_TOO_DEEP'],
   ])('answers 5,000 nested arrays on %s with 400 %s', async (path, code) => {
     const res = await post(path, deep);
     expect(res.status, JSON.stringify(res.body)).toBe(400);
     expect(ErrorBody.parse(res.body)).toMatchObject({ code, message: expect.stringMatching(/nests deeper/) });
+  });
+
+  it("answers a deep body within the paid routes' size limit with their family's invalid_input", async () => {
+    // The pay-per-call family reads its bodies raw: a deep one is input its schema refuses.
+    for (const body of [
+      `${'['.repeat(100)}${']'.repeat(100)}`,
+      `{"coin":${'{"a":'.repeat(100)}1${'}'.repeat(100)},"timeframe":"1h"}`,
+    ]) {
+      const res = await post('/x402/get_trade_call', body);
+      expect(res.status).toBe(400);
+      expect(res.body).toMatchObject({ code: 'invalid_input', _service: { quota: expect.any(Object) } });
+    }
   });
 
   it('does not answer 500 to deep bodies on the paid routes', async () => {

@@ -39,7 +39,11 @@ export interface FieldCodes {
   unknown?: ErrorCode;
   /** The input as a whole: missing, or not an object. */
   whole?: ErrorCode;
-  /** A body that could not be read (not JSON, too deep, too large), when the family words it its own way. */
+  /**
+   * A body that could not be read (not JSON, too large, not JSON's media type), when the route
+   * words it its own way. Not a body nested too deep: that is JSON_TOO_DEEP on every route of the
+   * family, so a client meets one code for it.
+   */
   unreadable?: ErrorCode;
   /** Values the codes' message templates name (bounds, the allowed values). */
   params?: Partial<Record<ErrorCode, ErrorParams>>;
@@ -91,10 +95,9 @@ export function toServiceError(error: unknown, codes: FieldCodes = {}): ServiceE
   return known;
 }
 
-/** The catalog's codes for a body that could not be read. */
+/** The catalog's codes for a body that could not be read, that a route may word its own way. */
 const UNREADABLE = new Set<ErrorCode>([
   'INVALID_JSON',
-  'JSON_TOO_DEEP',
   'BODY_TOO_LARGE',
   'UNSUPPORTED_MEDIA_TYPE',
   'BAD_REQUEST',

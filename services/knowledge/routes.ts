@@ -106,7 +106,7 @@ function searchRoute() {
         headers: { ETag: 'Changes with the corpus' },
       },
       304: { description: 'If-None-Match matched: not counted' },
-      400: refusal(['INVALID_QUERY', 'QUERY_TOO_SHORT', 'QUERY_TOO_LONG', 'INVALID_LIMIT']),
+      400: refusal(['INVALID_QUERY', 'QUERY_TOO_SHORT', 'QUERY_TOO_LONG', 'INVALID_LIMIT', 'JSON_TOO_DEEP']),
       ...shared,
     },
   });
@@ -128,7 +128,13 @@ function chatRoute(models: readonly string[]) {
     ),
     responses: {
       200: { description: 'A grounded answer with citations', schema: ChatAnswer },
-      400: refusal(['INVALID_QUESTION', 'QUESTION_TOO_SHORT', 'QUESTION_TOO_LONG', 'INVALID_MODEL']),
+      400: refusal([
+        'INVALID_QUESTION',
+        'QUESTION_TOO_SHORT',
+        'QUESTION_TOO_LONG',
+        'INVALID_MODEL',
+        'JSON_TOO_DEEP',
+      ]),
       ...shared,
       429: refusal(['CHAT_QUOTA_EXHAUSTED', 'QUOTA_EXHAUSTED'], 'With Retry-After'),
     },

@@ -171,6 +171,21 @@ describe('HTTP app', () => {
     });
   });
 
+  it('refuses a request with two Host headers (RFC 9112) with 400, and serves one with one', async () => {
+    const { url } = await start();
+    const twice = await rawExchange(url, [
+      'GET /healthz HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\nConnection: close\r\n\r\n',
+    ]);
+    expect(parseRaw(twice)).toEqual({
+      status: 400,
+      body: { code: 'BAD_REQUEST', message: 'Host was sent more than once; send it exactly once' },
+    });
+    const once = await rawExchange(url, [
+      'GET /healthz HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n',
+    ]);
+    expect(parseRaw(once).status).toBe(200);
+  });
+
   it('cuts off a body that trickles in slower than the request timeout with 408', async () => {
     const { url } = await start(new Readiness(), 500);
     // Announces 100 bytes, sends 10, then nothing: the server must answer and close on its own.

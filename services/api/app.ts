@@ -11,7 +11,7 @@ import Fastify, {
 import { validatorCompiler } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import type { Config } from '../../contracts/config.ts';
-import { ERRORS, type ErrorCode, errorMessage } from '../../contracts/errors.ts';
+import { ERRORS, type ErrorCode, errorMessage, ServiceError } from '../../contracts/errors.ts';
 import type { Metrics } from '../shared/metrics.ts';
 import type { Readiness } from '../shared/readiness.ts';
 import type { HistogramSeries } from '../shared/series-histogram.ts';
@@ -78,6 +78,15 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
 
   useApiErrors(app);
   registerJsonParser(app);
+  // RFC 9112 §3.2: a request with more than one Host is refused, as a proxy in front and this
+  // process could each take another one. A callback hook: it runs on every request.
+  app.addHook('onRequest', (request, _reply, done) => {
+    if (hostFields(request.raw.rawHeaders) > 1) {
+      done(new ServiceError('BAD_REQUEST', { detail: 'Host was sent more than once; send it exactly once' }));
+      return;
+    }
+    done();
+  });
   // Route schemas are zod contracts (declared() in openapi.ts); routes without one are not validated.
   app.setValidatorCompiler(validatorCompiler);
 
@@ -205,4 +214,14 @@ export function trustProxySetting(
     return (_address, hop) => hop < hops;
   }
   return trimmed.split(',').map((part) => part.trim());
+}
+
+/** How many Host fields a request carries (Node keeps the first and drops the others from `headers`). */
+function hostFields(rawHeaders: string[]): number {
+  let n = 0;
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i]!;
+    if (name.length === 4 && name.toLowerCase() === 'host') n++;
+  }
+  return n;
 }

@@ -211,11 +211,28 @@ async function runRiskDesk(shippedVol: VolatilityTable | null): Promise<DeskResu
   return result;
 }
 
+/**
+ * The desk's models become the table's risk rows, and its verdict-horizon model the one a trade
+ * call's `volatility` (and the regime's percentile) uses: one forecast per horizon, whichever
+ * answer states it.
+ */
+function withRisk(table: VolatilityTable, desk: DeskResult): VolatilityTable {
+  const models = { ...table.models };
+  for (const [tf, rows] of Object.entries(desk.risk) as [
+    Timeframe,
+    NonNullable<VolatilityTable['risk']>[Timeframe],
+  ][]) {
+    const verdict = rows?.find((r) => r.key === 'verdict');
+    if (verdict) models[tf] = verdict.model;
+  }
+  return VolatilityTableSchema.parse({ ...table, models, risk: desk.risk });
+}
+
 if (values['risk-only']) {
   const shippedVol = parseVolatilityTable(JSON.parse(await readFile(values['vol-table'], 'utf8')));
   const desk = await runRiskDesk(scoreOnly ? shippedVol : null);
   if (!scoreOnly) {
-    await writeFile(values['vol-table'], `${JSON.stringify({ ...shippedVol, risk: desk.risk }, null, 2)}\n`);
+    await writeFile(values['vol-table'], `${JSON.stringify(withRisk(shippedVol, desk), null, 2)}\n`);
   }
   const baselinesPath = values.baselines ?? (scoreOnly ? undefined : DEFAULT_BASELINES);
   if (baselinesPath) {
@@ -524,6 +541,10 @@ if (!scoreOnly) {
   }
 }
 
+// ---- the risk forecast against a risk desk's forecasters (fitted now unless --score-only) ----
+const risk = await runRiskDesk(scoreOnly ? volTable : null);
+if (!scoreOnly) volTable = withRisk(volTable, risk);
+
 const volReports: VolReport[] = [];
 const volFrom = scoreOnly && values.from ? day(values.from) : volTable.trainTo;
 for (const [kind, set] of baselinesOnly
@@ -554,10 +575,6 @@ for (const [kind, set] of baselinesOnly
   }
 }
 log('volatility scored');
-
-// ---- the risk forecast against a risk desk's forecasters (fitted now unless --score-only) ----
-const risk = await runRiskDesk(scoreOnly ? volTable : null);
-if (!scoreOnly) volTable = VolatilityTableSchema.parse({ ...volTable, risk: risk.risk });
 
 // ---- the regime labels, against free labels ----
 const labelReports: LabelReport[] = [];

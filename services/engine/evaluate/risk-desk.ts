@@ -26,7 +26,8 @@ import { DAY_MS, dayBlockInterval } from './bootstrap.ts';
  *   where the data has them (5m inside every candle up to 12h, 1h inside a day), else from the
  *   candle's own squared return;
  *
- * each fitted on the training months by its own rules and never on the test months. The scores:
+ * each fitted on the training months by its own rules and never on the test months. Every fit and
+ * score targets the squared log return over the horizon, what the σ served is the forecast of. The scores:
  * the level (RMS of the σ served ÷ RMS of the realised log return), the band's coverage, QLIKE
  * (realised/h + log h) and the MSE of log variance, and a position sized to risk a fixed budget at
  * one σ (realised ÷ target volatility), beside the same sizing from a trailing 20-candle σ.
@@ -132,9 +133,6 @@ function prefix(xs: Float64Array): Float64Array {
 }
 
 const windowMean = (cum: Float64Array, i: number, w: number) => (cum[i + 1]! - cum[i + 1 - w]!) / w;
-
-/** Realised variance of the next `h` candles (sum of squared one-candle returns): QLIKE's target. */
-const realisedAfter = (cumR2: Float64Array, i: number, h: number) => cumR2[i + h + 1]! - cumR2[i + 1]!;
 
 export interface GarchParams {
   alpha: number;
@@ -294,11 +292,12 @@ export function fitDesk(
   const harYs: number[] = [];
   const z: number[] = [];
   for (const { series: s } of coins) {
-    const cumR2 = prefix(s.r2);
     const cumRv = prefix(s.rv);
     for (const i of closes(s, h, w, Number.NEGATIVE_INFINITY, split, true)) {
-      const realised = realisedAfter(cumR2, i, h);
       const logReturn = Math.log(s.close[i + h]! / s.close[i]!);
+      // The target is the horizon's own squared log return, not the sum of its candles' squared
+      // returns: where candles mean-revert (5m) the sum overstates the horizon's variance.
+      const realised = logReturn * logReturn;
       samples.push({
         features: [
           Math.log(Math.max(FLOOR, s.v0[i]! * h)),
@@ -438,7 +437,6 @@ export function scoreDesk(
   const [b0, b1, b2, b3] = fit.harRv.coefficients as [number, number, number, number];
   for (const c of coins) {
     const s = c.series;
-    const cumR2 = prefix(s.r2);
     const cumRv = prefix(s.rv);
     const vars = [0, 0, 0];
     for (const i of closes(s, h, fit.harRv.windows[2], from, to, false)) {
@@ -455,8 +453,8 @@ export function scoreDesk(
           b2 * windowMean(cumRv, i, fit.harRv.windows[1]) +
           b3 * windowMean(cumRv, i, fit.harRv.windows[2]),
       );
-      const realised = realisedAfter(cumR2, i, h);
       const logReturn = Math.log(s.close[i + h]! / s.close[i]!);
+      const realised = logReturn * logReturn;
       const sigma = Math.sqrt(service);
       const free = Math.sqrt(s.trailing[i]! * h);
       const key = Math.floor(s.closeTime[i]! / blockMs);

@@ -110,7 +110,10 @@ function callerWithout(credential: PresentedCredential, clientAddress: string): 
   };
 }
 
-export async function identifyCaller(keys: KeyResolver, request: CallerRequest): Promise<Caller> {
+export async function identifyCaller(
+  keys: Pick<KeyResolver, 'resolve'>,
+  request: CallerRequest,
+): Promise<Caller> {
   const credential = presentedCredential(request.headers, isWellFormedKey);
   if (credential.kind === 'none') return callerWithout(credential, request.clientAddress)!;
   let lookup: Awaited<ReturnType<KeyResolver['resolve']>>;
@@ -155,7 +158,10 @@ export function keyCaller(record: Pick<KeyRecord, 'keyHash' | 'keyId' | 'plan'>)
  * the quota the request counts against without the key (its address's anonymous one). When the
  * counters are out of reach it stays null rather than failing the refusal.
  */
-export async function rejectedService(quota: QuotaMeter, err: CallerRejectedError): Promise<ServiceMeta> {
+export async function rejectedService(
+  quota: Pick<QuotaMeter, 'peek'>,
+  err: CallerRejectedError,
+): Promise<ServiceMeta> {
   try {
     return { ...err.service, quota: await quota.peek(err.anonymous) };
   } catch {

@@ -360,9 +360,14 @@ describe('GET /api/verdicts', () => {
     for (const [query, headers, status, code] of cases) {
       const res = await fetch(`${server.url}/api/verdicts${query}`, { headers: { ...auth(), ...headers } });
       expect(res.status, `${query} ${JSON.stringify(headers)}`).toBe(status);
-      const body = (await res.json()) as { code: string; message: string };
+      const body = (await res.json()) as { code: string; message: string; _service?: unknown };
       expect(body.code, query).toBe(code);
       expect(body.message.length).toBeGreaterThan(5);
+      // Any response carries the caller's live quota (contract 8), refusals of a key too.
+      expect(body._service, `${query} ${JSON.stringify(headers)}`).toMatchObject({
+        auth: { tier: status === 401 ? 'free' : expect.any(String) },
+        quota: { remaining: expect.any(Number) },
+      });
     }
     // A key is checked before anything else.
     const res = await fetch(`${server.url}/api/verdicts?colour=red`);

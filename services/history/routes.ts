@@ -14,11 +14,11 @@ import {
 } from '../../contracts/history.ts';
 import { jsonSchema } from '../../contracts/json-schema.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
+import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../api/caller.ts';
 import { errorHandler } from '../api/errors.ts';
 import { declared, documented, refusal } from '../api/openapi.ts';
-import { presentedCredential, type ServiceMeta } from '../api/service-meta.ts';
-import { isWellFormedKey } from '../keys/key-material.ts';
-import { type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
+import type { ServiceMeta } from '../api/service-meta.ts';
+import type { KeyResolver } from '../keys/key-resolver.ts';
 import type { QuotaMeter } from '../quota/quota-meter.ts';
 import { type Cursor, tagMatches } from './cursor.ts';
 import { trackRecordPage } from './page.ts';
@@ -145,30 +145,32 @@ function uplotAsset(file: string): Buffer {
 
 /** The keyed side of /api/verdicts: the auth hook, and where a cursor resumes. */
 function historyAccess(deps: HistoryRoutesDeps) {
-  /** The auth hook of /api/verdicts: a live key, resolved once, its `_service` on the request. */
+  /**
+   * The auth hook of /api/verdicts: a live key, resolved once, its `_service` on the request. A
+   * refused call's `_service` carries the quota it counts against without the key, as every
+   * answer's does (contract 8: any response).
+   */
   async function requireKey(request: FastifyRequest): Promise<void> {
-    const credential = presentedCredential(request.headers, isWellFormedKey);
-    if (credential.kind !== 'bearer') {
-      throw new HistoryQueryError(
-        'UNAUTHORIZED',
-        `${errorMessage('UNAUTHORIZED')}${credential.detail ? ` (${credential.detail})` : ''}`,
-      );
-    }
-    let lookup: Awaited<ReturnType<KeyResolver['resolve']>>;
+    let caller: Caller;
     try {
-      lookup = await deps.keys.resolve(credential.token);
+      caller = await identifyCaller(deps.keys, { headers: request.headers, clientAddress: request.ip });
     } catch (err) {
-      if (!(err instanceof KeyUnverifiableError)) throw err;
-      throw new ServiceError('KEY_UNVERIFIABLE', { detail: err.message });
-    }
-    if (lookup.status !== 'active') {
+      if (!(err instanceof CallerRejectedError)) throw err;
+      request.historyService = deps.quota ? await rejectedService(deps.quota, err) : err.service;
+      if (err.reason === 'indeterminate') {
+        throw new ServiceError('KEY_UNVERIFIABLE', { detail: (err.cause as Error).message });
+      }
       throw new HistoryQueryError('UNAUTHORIZED', 'the API key is unknown or revoked');
     }
-    const { record } = lookup;
-    const quota = deps.quota
-      ? await deps.quota.peek({ id: record.keyHash, kind: 'key', plan: record.plan }).catch(() => null)
-      : null;
-    request.historyService = { auth: { outcome: 'OK', presented: true, tier: record.plan }, quota };
+    const quota = deps.quota ? await deps.quota.peek(caller.subject).catch(() => null) : null;
+    request.historyService = { auth: caller.auth, quota };
+    if (caller.keyId === null) {
+      const { detail } = caller.auth;
+      throw new HistoryQueryError(
+        'UNAUTHORIZED',
+        `${errorMessage('UNAUTHORIZED')}${detail ? ` (${detail})` : ''}`,
+      );
+    }
   }
 
   async function startAfter(cursor: Cursor): Promise<string | null> {
@@ -203,7 +205,13 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
     const app = plain.withTypeProvider<ZodTypeProvider>();
     plain.decorateRequest('historyService', null);
     // Refusals are per request and never cached.
-    plain.setErrorHandler(errorHandler((error) => ({ code: error.code, message: error.message })));
+    plain.setErrorHandler(
+      errorHandler((error, request) => ({
+        code: error.code,
+        message: error.message,
+        ...(request.historyService ? { _service: request.historyService } : {}),
+      })),
+    );
     plain.addHook('onSend', async (_request, reply, payload) => {
       if (reply.statusCode >= 400) reply.header('cache-control', 'no-store');
       return payload;

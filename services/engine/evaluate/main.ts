@@ -605,7 +605,8 @@ for (const [kind, set] of [
 
 // ---- funding carry ----
 let carry: CarryEvaluation | null = null;
-const history = baselinesOnly ? null : await loadFundingHistory(values.data);
+// Read through the relative folder: the files a report names as left out are named as every reader finds them.
+const history = baselinesOnly ? null : await loadFundingHistory(dataLabel(values.data));
 if (history === null) {
   log('skipped funding: --baselines-only');
 } else if (history.coins === 0) {

@@ -82,6 +82,8 @@ const OPTIONS = {
   'baselines-only': { type: 'boolean', default: false },
   /** The risk desk alone: the risk models and their baselines, nothing else (a minute, not half an hour). */
   'risk-only': { type: 'boolean', default: false },
+  /** With --risk-only: score closes before this date only (an inner fold of the training months). */
+  until: { type: 'string' },
   from: { type: 'string' },
   table: { type: 'string', default: 'services/engine/signals/calibration/table.json' },
   'vol-table': { type: 'string', default: 'services/engine/signals/calibration/volatility.json' },
@@ -111,7 +113,8 @@ and the reliability diagram (or, with --score-only, scores the shipped tables an
   --baselines-only      with --score-only and --baselines: score and write the free baselines alone
   --risk-only           the risk desk alone: fit (or with --score-only score) the risk forecast and its
                         EWMA, GARCH(1,1) and HAR-RV baselines; writes the volatility table's risk rows,
-                        the baselines' risk rows and docs/evaluation-risk.md (…-score-only.md)
+                        the baselines' risk rows and docs/evaluation-risk.md (…-score-only.md; --report FILE)
+  --until DATE          with --risk-only: score the closes before DATE only (default: to the end of the data)
   --from DATE           with --score-only: score from this date (default: the tables' training end)
   --table, --vol-table, --carry-table FILE   where the tables are read or written
   --baselines FILE      free-baseline figures for the track record (default services/engine/signals/calibration/baselines.json; with --score-only only when given)
@@ -181,13 +184,16 @@ if (
 }
 
 // ---- the risk forecast against a risk desk's forecasters (its own candles, its own report) ----
-const riskReportPath = scoreOnly ? 'docs/evaluation-risk-score-only.md' : 'docs/evaluation-risk.md';
+const riskReportPath =
+  (values['risk-only'] ? values.report : undefined) ??
+  (scoreOnly ? 'docs/evaluation-risk-score-only.md' : 'docs/evaluation-risk.md');
 async function runRiskDesk(shippedVol: VolatilityTable | null): Promise<DeskResult> {
   const from = scoreOnly ? (values.from ? day(values.from) : (shippedVol?.trainTo ?? split)) : split;
   const result = await riskDesk({
     data: values.data,
     split,
     from,
+    to: values.until ? day(values.until) : Number.POSITIVE_INFINITY,
     verdictHorizon: settings.horizon,
     coverage: BAND_COVERAGE,
     maxCoins,

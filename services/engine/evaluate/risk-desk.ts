@@ -439,7 +439,7 @@ export function scoreDesk(
     const s = c.series;
     const cumRv = prefix(s.rv);
     const vars = [0, 0, 0];
-    for (const i of closes(s, h, fit.harRv.windows[2], from, to, false)) {
+    for (const i of closes(s, h, fit.harRv.windows[2], from, to, Number.isFinite(to))) {
       vars[0] = s.v0[i]!;
       vars[1] = s.v1[i]!;
       vars[2] = s.v2[i]!;

@@ -128,6 +128,39 @@ describe.skipIf(!haveBinary)('a 3-replica stream on a 3-node JetStream cluster',
     }
   });
 
+  it('is not ready once two of the three copies are gone (no quorum), and ready again when they return', async () => {
+    const stream = `QUORUM_${randomUUID().slice(0, 8)}`;
+    const bus = await open({
+      url: cluster.url,
+      stream,
+      subjectPrefix: `q${randomUUID().slice(0, 8)}`,
+      logger,
+      requestTimeoutMs: 1_500,
+      replicas: 3,
+    });
+    const nc = await connect({ servers: cluster.url });
+    const jsm = await jetstreamManager(nc);
+    try {
+      await expect
+        .poll(async () => followersOnceLed(await jsm.streams.info(stream)), { timeout: 30_000 })
+        .toBe(2);
+      expect(await bus.health()).toMatchObject({ ok: true, replicas: { wanted: 3, current: 3 } });
+      // The leader stays; both followers go: it still answers stream info, naming itself leader.
+      const leader = await cluster.streamLeader(stream);
+      const followers = cluster.nodes.filter((node) => node.name !== leader).map((node) => node.name);
+      for (const name of followers) await cluster.kill(name);
+      await expect
+        .poll(async () => (await bus.health()).detail ?? '', { timeout: 60_000, interval: 200 })
+        .toMatch(/lost its quorum/);
+      for (const name of followers) await cluster.restart(name);
+      await expect.poll(async () => (await bus.health()).ok, { timeout: 90_000, interval: 500 }).toBe(true);
+    } finally {
+      for (const node of cluster.nodes) if (!node.running) await cluster.restart(node.name);
+      await jsm.streams.delete(stream).catch(() => false);
+      await nc.close();
+    }
+  }, 180_000);
+
   it('loses and doubles nothing when the stream leader is killed under load; bus readiness flips and recovers', async () => {
     const stream = `REPL_${randomUUID().slice(0, 8)}`;
     const prefix = `r${randomUUID().slice(0, 8)}`;

@@ -345,14 +345,7 @@ export class NatsBus implements Bus {
     const drift = this.config.drift.length > 0 ? { drift: this.config.drift } : {};
     if (this.nc.isClosed()) return { ok: false, detail: 'connection closed', ...drift };
     try {
-      const info = await this.jsm.streams.info(this.config.stream);
-      const peers = info.cluster?.replicas ?? [];
-      const replicas = {
-        wanted: info.config.num_replicas,
-        current: 1 + peers.filter((peer) => peer.current && !peer.offline).length,
-        ...(info.cluster?.leader ? { leader: info.cluster.leader } : {}),
-      };
-      return { ok: true, replicas, ...drift };
+      return { ...streamHealth(await this.jsm.streams.info(this.config.stream)), ...drift };
     } catch (err) {
       return { ok: false, detail: err instanceof Error ? err.message : String(err), ...drift };
     }
@@ -533,4 +526,32 @@ class NatsConsumer extends ConsumeLoop {
     });
     this.wakeFromBackoff = null;
   }
+}
+
+/** What stream info says of a stream's copies (a standalone server has no `cluster`). */
+export interface StreamCopies {
+  config: { num_replicas: number };
+  cluster?: { leader?: string; replicas?: { current: boolean; offline?: boolean }[] };
+}
+
+/**
+ * The stream is ready while a majority of its copies is up to date, the leader's included: below
+ * that quorum it takes no writes (every publish answers "no responders" or times out), even while
+ * the one node left still answers stream info.
+ */
+export function streamHealth(info: StreamCopies): BusHealth {
+  const wanted = info.config.num_replicas;
+  const leader = info.cluster?.leader;
+  const current =
+    info.cluster === undefined
+      ? 1
+      : (leader ? 1 : 0) + (info.cluster.replicas ?? []).filter((p) => p.current && !p.offline).length;
+  const quorum = Math.floor(wanted / 2) + 1;
+  const replicas = { wanted, current, ...(leader ? { leader } : {}) };
+  if (current >= quorum && (info.cluster === undefined || leader)) return { ok: true, replicas };
+  return {
+    ok: false,
+    detail: `the stream has lost its quorum: ${current} of ${wanted} copies current, ${quorum} needed${leader ? '' : ', no leader'}`,
+    replicas,
+  };
 }

@@ -72,7 +72,10 @@ export const ConfigSchema = z
      * whatever is still pending (a write stuck on a lock included).
      */
     SHUTDOWN_TIMEOUT_MS: positiveInt.default(15_000),
-    /** /readyz is not ready while an append of this process has waited longer than this (ms). */
+    /**
+     * /readyz is not ready once an append of this process has waited longer than this (ms) and none
+     * finished for as long; ready again below half of it (adapters/event-store/append-watch.ts).
+     */
     APPEND_STALL_MS: positiveInt.default(5_000),
     DATA_DIR: z.string().min(1).default('./data'),
     /**

@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
+import { appendReadiness } from '../adapters/event-store/append-watch.ts';
 import { anchorInLog } from '../adapters/market/replay-anchor.ts';
 import { feedOptionsFromConfig, selectFeed } from '../adapters/market/select.ts';
 import { type Config, publicBaseUrl } from '../contracts/config.ts';
@@ -59,13 +60,8 @@ export async function startService(config: Config, roles: Role[], logger: Logger
   }));
   // Reads and the store's own health can keep answering while writes hang (an LMDB write lock
   // held by a stopped process): only the age of this process's oldest pending append shows it.
-  readiness.add('appends', async () => {
-    const oldestMs = adapters.appends.oldestPendingMs();
-    const pending = adapters.appends.pending;
-    return oldestMs > config.APPEND_STALL_MS
-      ? { ok: false, detail: `an append has waited ${oldestMs} ms for the event store`, pending, oldestMs }
-      : { ok: true, pending, oldestMs };
-  });
+  const appends = appendReadiness(adapters.appends, config.APPEND_STALL_MS);
+  readiness.add('appends', async () => appends());
   metrics?.appendsPending.from((set) => set({}, adapters.appends.pending));
   metrics?.oldestPendingAppend.from((set) => set({}, adapters.appends.oldestPendingMs() / 1000));
   // Whichever slice started them: a projection far behind the head answers from the past.

@@ -77,8 +77,8 @@ export interface Consumer {
 }
 
 /** Defaults both adapters apply; the ack wait and the duplicate window are JetStream's own. */
-export const DEFAULT_ACK_WAIT_MS = 30_000;
-export const DEFAULT_NAK_DELAY_MS = 1_000;
+const DEFAULT_ACK_WAIT_MS = 30_000;
+const DEFAULT_NAK_DELAY_MS = 1_000;
 export const DEFAULT_DUPLICATE_WINDOW_MS = 120_000;
 
 /** A consumer's options as every adapter reads them: defaults filled in, at least one in flight. */

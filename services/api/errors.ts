@@ -84,7 +84,7 @@ const FRAMEWORK: Record<string, () => ServiceError> = {
 type WithValidation = FastifyError & { retryable?: boolean };
 
 /** Whatever a route threw, as a catalog error; null for a bug (answered INTERNAL_ERROR). */
-export function toServiceError(error: unknown, codes: FieldCodes = {}): ServiceError | null {
+function toServiceError(error: unknown, codes: FieldCodes = {}): ServiceError | null {
   const known = catalogError(error, codes);
   // A body that could not be read, in the words of the route's family when it has its own code.
   if (known && codes.unreadable && UNREADABLE.has(known.code)) {
@@ -143,7 +143,7 @@ function catalogError(error: unknown, codes: FieldCodes): ServiceError | null {
 }
 
 /** A catalog error in the /api shape. */
-export function errorBody(error: ServiceError): ErrorBody {
+function errorBody(error: ServiceError): ErrorBody {
   return {
     code: error.code,
     message: error.message,

@@ -6,7 +6,7 @@ import { ServiceError } from '../../contracts/errors.ts';
  * a body of thousands of nested arrays parses, but every recursive walk after it (validation,
  * JSON.stringify when it is echoed or forwarded) can overflow the stack and answer 500.
  */
-export const MAX_JSON_DEPTH = 64;
+const MAX_JSON_DEPTH = 64;
 
 /** True when `text` opens more than `max` arrays or objects inside each other (strings skipped). */
 export function nestsDeeperThan(text: string, max: number): boolean {

@@ -35,7 +35,7 @@ export interface RateDecision {
 }
 
 /** Requests a tier may make per window, and per tool within it. */
-export function tierLimits(settings: RateLimitSettings, tier: RateTier): { all: number; perTool: number } {
+function tierLimits(settings: RateLimitSettings, tier: RateTier): { all: number; perTool: number } {
   const all = {
     anonymous: settings.RATE_LIMIT_ANONYMOUS,
     free: settings.RATE_LIMIT_FREE,
@@ -675,7 +675,7 @@ function tighter(overall: RateDecision, byTool: RateDecision): RateDecision {
 }
 
 /** The tool a request calls: from the /x402/<tool> path, or a JSON-RPC tools/call on /mcp. */
-export function toolOf(url: string, body: unknown): string | null {
+function toolOf(url: string, body: unknown): string | null {
   const query = url.indexOf('?');
   const path = query < 0 ? url : url.slice(0, query);
   if (path.startsWith('/x402/')) return path.slice('/x402/'.length) || null;

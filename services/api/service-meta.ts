@@ -12,7 +12,7 @@ import { QuotaSnapshot } from '../quota/snapshot.ts';
  * UNKNOWN: a well-formed key we did not issue, or one revoked; INDETERMINATE: the key could not
  * be checked right now; OK: the key applied.
  */
-export const AuthOutcome = z.enum(['ABSENT', 'MALFORMED', 'UNKNOWN', 'INDETERMINATE', 'OK']);
+const AuthOutcome = z.enum(['ABSENT', 'MALFORMED', 'UNKNOWN', 'INDETERMINATE', 'OK']);
 export type AuthOutcome = z.infer<typeof AuthOutcome>;
 
 export const AuthBlock = z.object({

@@ -12,7 +12,7 @@ const SYSTEM = [
   'If the passages do not answer the question, say you do not know.',
 ].join(' ');
 
-export function promptFor(question: string, context: Retrieved[]): string {
+function promptFor(question: string, context: Retrieved[]): string {
   const blocks = context.map(
     ({ passage }, i) => `[${i + 1}] id=${passage.id} title=${passage.title}\n${passage.text}`,
   );

@@ -24,7 +24,7 @@ async function documentPaths(root: string): Promise<string[]> {
 }
 
 /** The documents as passages: README, docs/ (methodology, evaluation) and the webhook guide. */
-export async function documentPassages(root = REPO_ROOT): Promise<Passage[]> {
+async function documentPassages(root = REPO_ROOT): Promise<Passage[]> {
   const passages: Passage[] = [];
   for (const path of await documentPaths(root)) {
     const markdown = await readFile(join(root, path), 'utf8');

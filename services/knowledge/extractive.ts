@@ -30,7 +30,7 @@ const LONG_SENTENCE = 450;
  * the answer is "I don't know". Words the corpus never uses weigh the most, so a question about
  * something else ("the capital of France") stays below it however many common words it shares.
  */
-export const MIN_COVERAGE = 0.5;
+const MIN_COVERAGE = 0.5;
 /** What part of an unknown word's weight an answer still has to make up for. */
 const UNKNOWN_PENALTY = 0.5;
 /** Above this weighted share of the question in words the corpus never uses: "I don't know". */

@@ -13,7 +13,7 @@ export interface Passage {
 /** Longest passage; longer sections are cut at paragraph boundaries. */
 const MAX_CHARS = 1_200;
 
-export function slug(heading: string): string {
+function slug(heading: string): string {
   return heading
     .toLowerCase()
     .replace(/[`*_]/g, '')

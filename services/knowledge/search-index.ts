@@ -185,7 +185,7 @@ export interface Words {
 
 const collapse = (s: string) => s.replace(/\s+/g, ' ');
 
-export function spansOf(text: string): Words {
+function spansOf(text: string): Words {
   const words: string[] = [];
   const terms: (string | null)[] = [];
   const gaps: string[] = [];

@@ -34,7 +34,7 @@ export const OAUTH_ROUTES = {
   credential: `${OAUTH_PREFIX}/credential`,
 } as const;
 
-export const interactionPath = (uid: string) => `${OAUTH_PREFIX}/interaction/${uid}`;
+const interactionPath = (uid: string) => `${OAUTH_PREFIX}/interaction/${uid}`;
 
 /**
  * The MCP authorization profile on oidc-provider: authorization code with PKCE (S256, always

@@ -5,7 +5,7 @@ import type { OAuthStore } from './store.ts';
 const SECRETS_KEY = 'secrets';
 
 /** A new private JWKS (RS256, which clients default to, and ES256) and one cookie secret. */
-export function generateSecrets(): OAuthSecrets {
+function generateSecrets(): OAuthSecrets {
   const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ format: 'jwk' });
   const ec = generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({ format: 'jwk' });
   return {

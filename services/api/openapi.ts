@@ -158,13 +158,28 @@ export function declared<
   },
 ) {
   const { codes, ...rest } = doc;
+  // The code for a field the schema does not know names the fields it does ({known}).
+  const fields = doc.query ?? (doc.body instanceof z.ZodObject ? doc.body : undefined);
+  const ownCodes =
+    codes?.unknown && fields
+      ? {
+          ...codes,
+          params: {
+            ...codes.params,
+            [codes.unknown]: {
+              known: Object.keys(fields.shape).join(', '),
+              ...codes.params?.[codes.unknown],
+            },
+          },
+        }
+      : codes;
   return {
     schema: {
       ...(doc.body ? { body: doc.body } : {}),
       ...(doc.params ? { params: doc.params } : {}),
       ...(doc.query ? { querystring: doc.query } : {}),
     } as { body: B; params: P; querystring: Q },
-    config: { ...documented(rest as RouteDoc), ...(codes ? { codes } : {}) },
+    config: { ...documented(rest as RouteDoc), ...(ownCodes ? { codes: ownCodes } : {}) },
   };
 }
 

@@ -13,6 +13,7 @@ import { TradeCall } from '../../contracts/tools.ts';
 import { HOUR, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
 import { scoreRows, verifyRows } from './audit.ts';
 import { parseCsvLine } from './files.ts';
+import { HistoryQuerySchema } from './query.ts';
 
 type Server = Awaited<ReturnType<typeof startHistoryServer>>;
 type Fixture = Awaited<ReturnType<typeof recordHistory>>;
@@ -356,6 +357,9 @@ describe('GET /api/verdicts', () => {
         'UNAUTHORIZED',
       ],
       ['', { authorization: `Token ${key}` }, 401, 'UNAUTHORIZED'],
+      // A coin no venue lists is refused as the tools refuse it, not served as an empty history.
+      ['?coin=NOPECOIN', {}, 404, 'unknown_coin'],
+      ['?coin=nopecoin&exchange=BINANCE_SPOT', {}, 404, 'unknown_coin'],
     ];
     for (const [query, headers, status, code] of cases) {
       const res = await fetch(`${server.url}/api/verdicts${query}`, { headers: { ...auth(), ...headers } });
@@ -372,6 +376,22 @@ describe('GET /api/verdicts', () => {
     // A key is checked before anything else.
     const res = await fetch(`${server.url}/api/verdicts?colour=red`);
     expect(res.status).toBe(401);
+    // An unknown parameter is answered with the parameters the route knows.
+    const unknown = await fetch(`${server.url}/api/verdicts?colour=red`, { headers: auth() });
+    expect(((await unknown.json()) as { message: string }).message).toBe(
+      `unknown parameter "colour"; known: ${Object.keys(HistoryQuerySchema.shape).join(', ')}`,
+    );
+    expect(Object.keys(HistoryQuerySchema.shape)).toContain('exchange');
+    // The tools' own words: the coin and the venues asked.
+    const nope = await fetch(`${server.url}/api/verdicts?coin=NOPECOIN&exchange=BINANCE_SPOT`, {
+      headers: auth(),
+    });
+    expect(((await nope.json()) as { message: string }).message).toMatch(
+      /^NOPECOIN is not listed on BINANCE_SPOT/,
+    );
+    // A coin the feed lists but the history holds no verdict of: an empty history, not a refusal.
+    const listed = await ndjson('?coin=DOGE&exchange=BINANCE_SPOT');
+    expect(listed.rows).toEqual([]);
   });
 });
 
@@ -449,7 +469,10 @@ describe('GET /api/track-record', () => {
     expect(bad.status).toBe(400);
     expect(((await bad.json()) as { code: string }).code).toBe('INVALID_WINDOW');
     const unknown = await fetch(`${server.url}/api/track-record?exchange=BINANCE`);
-    expect(((await unknown.json()) as { code: string }).code).toBe('UNKNOWN_FILTER');
+    expect(await unknown.json()).toMatchObject({
+      code: 'UNKNOWN_FILTER',
+      message: 'unknown parameter "exchange"; known: window',
+    });
   });
 
   it('moves as outcomes resolve', async () => {

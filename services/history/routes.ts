@@ -21,6 +21,7 @@ import type { ServiceMeta } from '../api/service-meta.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
 import type { QuotaMeter } from '../quota/quota-meter.ts';
 import { type Cursor, tagMatches } from './cursor.ts';
+import type { KnownCoins } from './known-coins.ts';
 import { trackRecordPage } from './page.ts';
 import {
   HISTORY_QUERY_CODES,
@@ -43,6 +44,8 @@ export interface HistoryRoutesDeps {
   stored?: StoredRows;
   /** The reveal clock: no content leaves before this clock passes its reveal time. */
   now: () => number;
+  /** Refuses a coin filter the service does not know, as the tools do (unknown_coin). */
+  coins?: Pick<KnownCoins, 'check'>;
   keys: Pick<KeyResolver, 'resolve'>;
   quota?: Pick<QuotaMeter, 'peek'>;
   logger: Logger;
@@ -107,6 +110,10 @@ const VERDICTS_ROUTE = declared({
       'UNKNOWN_FILTER',
     ]),
     401: fail(['UNAUTHORIZED'], 'A live API key is required'),
+    404: fail(
+      ['unknown_coin'],
+      'The coin is listed on no venue asked and the history holds none of it (as the tools refuse it)',
+    ),
     503: fail(['KEY_UNVERIFIABLE'], 'The key could not be checked right now; retry'),
   },
 });
@@ -221,6 +228,7 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
       const { query } = request;
       const service = request.historyService!;
       const format = negotiateFormat(query.format, request.headers.accept);
+      if (query.coin !== undefined) await deps.coins?.check(query.coin, query.exchange);
       const after: Cursor = query.after ?? { position: 0, tag: '', tagAt: 'end' };
       const progress = new ScanProgress(after.position, await startAfter(after));
       const abort = new AbortController();

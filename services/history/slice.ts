@@ -18,6 +18,7 @@ import type { Check } from '../shared/readiness.ts';
 import { revealClock } from '../shared/reveal-clock.ts';
 import { BriefCache } from './brief-cache.ts';
 import { ExportRowStore } from './export-row-store.ts';
+import { KnownCoins } from './known-coins.ts';
 import {
   hasRevision,
   type LabelledVerdicts,
@@ -127,6 +128,12 @@ export function historySlice(deps: HistorySliceDeps) {
 
   const stored: StoredRows | null = exportRows;
 
+  /** A coin filter is checked against the feed, or the verdict streams (`verdicts-<exchange>-<coin>-<tf>`) the history holds. */
+  const coins = new KnownCoins(
+    () => feed,
+    (coin) => Object.keys(labelled.state.runs).some((stream) => stream.split('-')[2] === coin),
+  );
+
   function runnerCheck<S>(runner: Pick<ProjectionRunner<S>, 'error' | 'running' | 'checkpoint'>): Check {
     return async () =>
       runner.error
@@ -145,6 +152,7 @@ export function historySlice(deps: HistorySliceDeps) {
         outcomes: outcomeIndex,
         ...(stored ? { stored } : {}),
         now,
+        coins,
         keys: channel().keys,
         ...(channel().quota ? { quota: channel().quota } : {}),
         logger: log,
@@ -180,6 +188,7 @@ export function historySlice(deps: HistorySliceDeps) {
         outcomes: outcomeIndex,
         ...(stored ? { stored } : {}),
         now,
+        coins,
         keys: keyed.keys,
         ...(keyed.quota ? { quota: keyed.quota } : {}),
         logger: log,

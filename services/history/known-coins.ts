@@ -1,0 +1,68 @@
+import { UnknownCoinError, UnsupportedExchangeError } from '../../adapters/market/errors.ts';
+import type { MarketFeed } from '../../adapters/market/port.ts';
+import { ServiceError } from '../../contracts/errors.ts';
+import type { Exchange } from '../../contracts/market.ts';
+
+/** How long the feed's answer about a coin is kept: listings change with a deployment or a delisting, not per request. */
+const KEEP_MS = 10 * 60_000;
+
+/**
+ * Whether a history filter's coin is one the service knows, answered as the tools answer it: a
+ * coin the feed lists on none of the venues asked is refused with `unknown_coin` (404), the
+ * tools' refusal, rather than served as an empty history. A coin the history already holds
+ * verdicts of is known whatever the feed says now (a delisted coin keeps its record). When the
+ * feed cannot tell (a venue down, too little history), the coin is served: a read of the history
+ * does not fail because a venue is unreachable.
+ */
+export class KnownCoins {
+  readonly #seen = new Map<string, { listed: boolean; detail: string; at: number }>();
+
+  constructor(
+    /** The process's feed (the projections role may open its own at start). */
+    private readonly feed: () => MarketFeed | null,
+    /** Coins the history holds verdicts of (the labelled verdicts' streams). */
+    private readonly held: (coin: string) => boolean,
+    private readonly clock: () => number = Date.now,
+  ) {}
+
+  /** Throws ServiceError `unknown_coin` when no venue asked lists `coin` and the history holds none of it. */
+  async check(coin: string, exchange?: Exchange): Promise<void> {
+    const symbol = coin.toUpperCase();
+    const feed = this.feed();
+    if (feed === null || this.held(symbol)) return;
+    const venues = exchange ? [exchange] : feed.exchanges();
+    const refusals: string[] = [];
+    for (const venue of venues) {
+      const answer = await this.#listing(feed, venue, symbol);
+      if (answer.listed) return;
+      refusals.push(answer.detail);
+    }
+    throw new ServiceError('unknown_coin', {
+      detail: `${symbol} is not listed on ${venues.join(', ')} and the history holds no verdict of it (${refusals.join('; ')})`,
+    });
+  }
+
+  async #listing(
+    feed: MarketFeed,
+    exchange: Exchange,
+    coin: string,
+  ): Promise<{ listed: boolean; detail: string }> {
+    const key = `${exchange}:${coin}`;
+    const kept = this.#seen.get(key);
+    if (kept && this.clock() - kept.at < KEEP_MS) return kept;
+    let answer: { listed: boolean; detail: string };
+    try {
+      await feed.candles(exchange, coin, '1h', { limit: 1 });
+      answer = { listed: true, detail: '' };
+    } catch (err) {
+      // Only the feed's own "not listed" refuses; any other failure cannot tell, and serves.
+      if (!(err instanceof UnknownCoinError) && !(err instanceof UnsupportedExchangeError)) {
+        return { listed: true, detail: '' };
+      }
+      answer = { listed: false, detail: err.message };
+    }
+    if (this.#seen.size >= 4_096) this.#seen.clear();
+    this.#seen.set(key, { ...answer, at: this.clock() });
+    return answer;
+  }
+}

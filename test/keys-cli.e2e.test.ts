@@ -3,13 +3,14 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMemoryCache } from '../adapters/cache/memory.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import { hashApiKey } from '../services/keys/key-material.ts';
 import { findById } from '../services/keys/key-registry.ts';
 import { runOperatorCommand, UsageError } from '../services/keys/operator-commands.ts';
 import { foldKeyRegistry } from '../services/keys/registry-fold.ts';
+import { startTestService, type TestService } from './service-harness.ts';
 
 const exec = promisify(execFile);
 const ROOT = new URL('..', import.meta.url).pathname;
@@ -58,16 +59,64 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
   const cli = (...args: string[]) =>
     exec(join(ROOT, 'node_modules/.bin/tsx'), [join(ROOT, 'services/keys/cli.ts'), ...args], {
       cwd: ROOT,
-      env: { ...process.env, EVENT_STORE: 'lmdb', DATA_DIR: dir, CACHE: 'memory', BUS: 'memory' },
+      // No service runs here: port 9 (discard) answers nothing, so the CLI does not wait for one.
+      env: {
+        ...process.env,
+        EVENT_STORE: 'lmdb',
+        DATA_DIR: dir,
+        CACHE: 'memory',
+        BUS: 'memory',
+        PUBLIC_BASE_URL: 'http://127.0.0.1:9',
+      },
     });
 
   it('creates a key in one command and lists it from a second process', async () => {
     const created = await cli('create', '--plan', 'pro', '--owner', 'ops');
     const keyId = /id: +(\S+)/.exec(created.stdout)![1]!;
+    expect(created.stdout).toContain('no service answered at http://127.0.0.1:9/readyz');
     const listed = await cli('list');
     expect(listed.stdout).toContain(keyId);
     const failed = await cli('revoke').catch((err: { code: number; stderr: string }) => err);
     expect(failed).toMatchObject({ code: 2 });
     expect((failed as { stderr: string }).stderr).toContain('a key id is required');
   });
+});
+
+describe('npm run keys beside a running service on the same log', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'keys-live-'));
+  let running: TestService;
+  beforeAll(async () => {
+    running = await startTestService(['api'], { DATA_DIR: dir });
+  }, 60_000);
+  afterAll(async () => {
+    await running?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const cli = (...args: string[]) =>
+    exec(join(ROOT, 'node_modules/.bin/tsx'), [join(ROOT, 'services/keys/cli.ts'), ...args], {
+      cwd: ROOT,
+      env: { ...process.env, EVENT_STORE: 'lmdb', DATA_DIR: dir, PUBLIC_BASE_URL: running.service.url },
+    });
+  const call = async (key: string) => {
+    const res = await fetch(`${running.service.url}/x402/get_market_regime`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ coin: 'BTC', timeframe: '4h' }),
+    });
+    return {
+      status: res.status,
+      tier: ((await res.json()) as { _service: { auth: { tier: string } } })._service.auth.tier,
+    };
+  };
+
+  it('create, plan and revoke take effect on the very next call', async () => {
+    const created = await cli('create', '--plan', 'free', '--owner', 'ops');
+    const key = /key: +(\S+)/.exec(created.stdout)![1]!;
+    const keyId = /id: +(\S+)/.exec(created.stdout)![1]!;
+    expect(await call(key)).toEqual({ status: 200, tier: 'free' });
+    expect((await cli('plan', keyId, 'pro')).stdout.trim()).toBe(`${keyId}: free -> pro`);
+    expect(await call(key)).toEqual({ status: 200, tier: 'pro' });
+    await cli('revoke', keyId);
+    expect((await call(key)).status).toBe(401);
+  }, 120_000);
 });

@@ -1,7 +1,7 @@
 import { pino } from 'pino';
-import { loadConfig } from '../../contracts/config.ts';
+import { loadConfig, publicBaseUrl } from '../../contracts/config.ts';
 import { openAdapters } from '../adapters.ts';
-import { runOperatorCommand, USAGE, UsageError } from './operator-commands.ts';
+import { runOperatorCommand, serviceApplied, USAGE, UsageError } from './operator-commands.ts';
 
 /** Operator command line for keys (`npm run keys -- …`); uses the configured event store and cache. */
 const argv = process.argv.slice(2);
@@ -14,7 +14,9 @@ const logger = pino({ level: 'warn' }, pino.destination(2));
 const adapters = await openAdapters(config, logger);
 let code = 0;
 try {
-  console.log(await runOperatorCommand(argv, { store: adapters.eventStore, cache: adapters.cache }));
+  // A key change returns once the running service (PUBLIC_BASE_URL, else localhost:PORT) has it.
+  const applied = (position: number) => serviceApplied(publicBaseUrl(config), position);
+  console.log(await runOperatorCommand(argv, { store: adapters.eventStore, cache: adapters.cache, applied }));
 } catch (err) {
   code = err instanceof UsageError ? 2 : 1;
   console.error(err instanceof UsageError ? `${err.message}\n\n${USAGE}` : err);

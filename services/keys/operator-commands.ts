@@ -61,11 +61,24 @@ function row(r: KeyRecord): string {
   return [r.keyId, `${r.prefix}…`, r.plan.padEnd(7), state.padEnd(8), r.via.padEnd(8), r.owner].join('  ');
 }
 
-/** Runs one operator command and returns what to print. Pure of process and console. */
+/**
+ * Runs one operator command and returns what to print. Pure of process and console. A key change
+ * returns once `applied` says the running service has it (the CLI asks the service's /readyz), so
+ * the next call already sees it; what `applied` answers, when it is not null, is printed after.
+ */
 export async function runOperatorCommand(
   argv: string[],
-  deps: { store: EventStore; cache: Cache; settleMs?: number },
+  deps: {
+    store: EventStore;
+    cache: Cache;
+    settleMs?: number;
+    applied?: (position: number) => Promise<string | null>;
+  },
 ): Promise<string> {
+  const done = async (position: number, lines: string[]) => {
+    const note = deps.applied ? await deps.applied(position) : null;
+    return [...lines, ...(note ? [note] : [])].join('\n');
+  };
   const [command, ...rest] = argv;
   const { positional, named } = flags(rest);
   try {
@@ -79,13 +92,13 @@ export async function runOperatorCommand(
           owner: owner.trim(),
           via: 'operator',
         });
-        return [
+        return done(issued.position, [
           `key:    ${issued.key}`,
           `id:     ${issued.keyId}`,
           `plan:   ${issued.plan}`,
           `owner:  ${issued.owner}`,
           'Shown once: only its hash is stored. Send it as "Authorization: Bearer <key>".',
-        ].join('\n');
+        ]);
       }
       case 'list': {
         const registry = await foldKeyRegistry(deps.store);
@@ -97,14 +110,14 @@ export async function runOperatorCommand(
       case 'plan': {
         const record = await existing(deps.store, positional[0]);
         const to = plan(positional[1]);
-        await changeKeyPlan(deps.store, record.stream, record.keyId, to);
-        return `${record.keyId}: ${record.plan} -> ${to}`;
+        const position = await changeKeyPlan(deps.store, record.stream, record.keyId, to);
+        return done(position, [`${record.keyId}: ${record.plan} -> ${to}`]);
       }
       case 'revoke': {
         const record = await existing(deps.store, positional[0]);
         const reason = typeof named.reason === 'string' ? named.reason : 'revoked by operator';
-        await revokeKey(deps.store, record.stream, record.keyId, reason);
-        return `${record.keyId}: revoked (${reason})`;
+        const position = await revokeKey(deps.store, record.stream, record.keyId, reason);
+        return done(position, [`${record.keyId}: revoked (${reason})`]);
       }
       case 'rebuild-quota': {
         const outcome = await rebuildQuotaGeneration({
@@ -128,5 +141,37 @@ export async function runOperatorCommand(
   } catch (err) {
     if (err instanceof KeyRuleError) throw new UsageError(err.message);
     throw err;
+  }
+}
+
+/**
+ * Waits until the service at `baseUrl` has folded the key change at `position` into its key
+ * registry (`projection:key-registry` of its /readyz), polling every 50 ms for at most `timeoutMs`.
+ * Null once it has; a note when no service answers there (the change applies when one starts) or
+ * when it has not caught up in time.
+ */
+export async function serviceApplied(
+  baseUrl: string,
+  position: number,
+  timeoutMs = 10_000,
+): Promise<string | null> {
+  const url = `${baseUrl}/readyz`;
+  const deadline = Date.now() + timeoutMs;
+  let seen: number | null = null;
+  for (;;) {
+    try {
+      const res = await fetch(url, { signal: AbortSignal.timeout(2_000) });
+      const body = (await res.json()) as { checks?: Record<string, { checkpoint?: number }> };
+      const checkpoint = body.checks?.['projection:key-registry']?.checkpoint;
+      if (checkpoint === undefined) return `${url} keeps no key registry: not waiting for it`;
+      if (checkpoint >= position) return null;
+      seen = checkpoint;
+    } catch {
+      if (seen === null) return `no service answered at ${url}: the change applies when it starts`;
+    }
+    if (Date.now() >= deadline) {
+      return `the service at ${url} has not applied it yet (key registry at ${seen}, change at ${position}): it will`;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
   }
 }

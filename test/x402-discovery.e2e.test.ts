@@ -86,7 +86,10 @@ describe('/.well-known/x402', () => {
         info: { output?: { type: string; example: Record<string, unknown> } };
         schema: { properties: { output?: { properties: { example: { required: string[] } } } } };
       };
-      expect(bazaar.info.output, entry.tool).toMatchObject({ type: 'json', example: expect.any(Object) });
+      expect(
+        bazaar.info.output,
+        `${entry.tool}: its output example is its recorded 200 answer; record it with RECORD_OPENAPI_EXAMPLES=1 npx vitest run test/openapi-conformance.e2e.test.ts`,
+      ).toMatchObject({ type: 'json', example: expect.any(Object) });
       expect(bazaar.schema.properties.output?.properties.example.required, entry.tool).toContain('_service');
       expect(Object.keys(bazaar.info.output!.example)).toEqual(
         expect.arrayContaining(bazaar.schema.properties.output!.properties.example.required),

@@ -253,11 +253,13 @@ export function expandQuestion(question: string): string {
   return [...topical, ...new Set(extra)].join(' ');
 }
 
-type Kind = 'number' | 'list' | 'steps' | 'definition' | 'condition' | 'other';
+type Kind = 'reason' | 'number' | 'list' | 'steps' | 'definition' | 'condition' | 'other';
 
 /** What kind of sentence answers the question: the fact asked decides what a right answer holds. */
 export function questionKind(question: string): Kind {
   const q = question.toLowerCase();
+  // "Why is every answer a HOLD?" asks for a cause, whatever nouns it names.
+  if (/^(why|how come)\b|\bwhat is the reason\b/.test(q)) return 'reason';
   if (/\b(how (much|many|long|often)|price|cost|limits?\b|quota|at most|maximum|minimum)/.test(q))
     return 'number';
   if (/^(which|list)\b|^what (are|kinds?|types?) |\bwhich \w+ (are|is|can|do)\b/.test(q)) return 'list';
@@ -272,6 +274,9 @@ function kindFit(kind: Kind, text: string, asked: { meets: Set<string> }[]): num
   const digits = /\d/.test(text);
   const items = (text.match(/,|;/g) ?? []).length;
   switch (kind) {
+    case 'reason':
+      // A cause is stated ("because…", "so…", "…: the reason"); a list of arguments states none.
+      return REASON.test(text) ? 0.12 : items >= 3 ? -0.08 : 0;
     case 'number':
       return digits ? 0.15 : -0.15;
     case 'list':
@@ -297,6 +302,37 @@ function kindFit(kind: Kind, text: string, asked: { meets: Set<string> }[]): num
  * many, a worse answer to a general question than the prose that sums the table up.
  */
 const TABLE_ROW = /^(?:[^;]{1,60}; ){4,}/;
+
+/** Words that state a cause or a purpose: what a "why" question asks for. */
+const REASON =
+  /\b(because|since|so|therefore|thus|hence|reason|why|otherwise|rather than|in order to|so that|would|cannot|only)\b/i;
+
+/** A number, in digits or in words ("six coins", "at most two"). */
+const NUMBER =
+  /\d|\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|hundred|thousand|million|once|twice|half|dozen)\b/i;
+
+/**
+ * What a step of a procedure is written with: a route ("POST /api/keys"), a command ("npm run
+ * keys -- revoke"), an option ("--resume"), a setting ("EVENT_STORE=postgres"), a header
+ * ("PAYMENT-SIGNATURE", "Authorization:"), a package ("@x402/fetch"), or the name of a field or
+ * argument to send ("includeHolds", "recover_since").
+ */
+const STEP_TEXT =
+  /\b(GET|POST|PUT|PATCH|DELETE)\s+\/|\b(npm|npx|curl|node|duckdb)\s|(?:^|\s)--?[a-z][\w-]*|(?:^|[\s(])\/[a-z.][\w./:-]*|\b[A-Z][A-Z0-9_]{2,}=|\b[a-z]+(?:[A-Z][a-z0-9]*)+\b|\b[a-z0-9]+_[a-z0-9_]+\b|\b[A-Z][A-Za-z0-9]*(?:-[A-Z][A-Za-z0-9]*)+\b|\bAuthorization:|@[\w-]+\/[\w-]+/;
+
+/**
+ * What an answer must hold to address the question at all: the number a "how many" question asks
+ * for, the step (route, command, setting or field) a "how do I" question asks for. Null when the
+ * question's shape asks for nothing such.
+ */
+function statedBy(question: string): { test: (text: string) => boolean; required: boolean } | null {
+  if (/\bhow (much|many|long|often)\b/i.test(question))
+    return { test: (text) => NUMBER.test(text), required: true };
+  // A step can be told in words alone ("subscribe another subscription to …"): preferred, not required.
+  if (/\bhow (?:do|can|should|would) (?:i|we|you)\b|\bhow to\b/i.test(question))
+    return { test: (text) => STEP_TEXT.test(text) || STEP.test(text), required: false };
+  return null;
+}
 
 /** A quantity with its unit: "10 bps", "6 candles", "5 days", "80 %". */
 const MEASURE = /\b\d+(?:[.,]\d+)?\s?(?:bps|%|candles?|s|ms|min|h|hours?|days?)\b/;
@@ -527,6 +563,15 @@ export function extractiveAnswer(
     const of = asked.filter(({ term }) => noun === null || term === noun);
     const listing = carrying.filter((c) => enumerates(c.quotes.join(' '), of.length > 0 ? of : asked));
     if (listing.length > 0) carrying.splice(0, carrying.length, ...listing);
+  }
+  // "How many …" is answered by a unit that states a number, "how do I …" by one that states the
+  // step, where the passages read hold one. A "how many" with no number anywhere is not answered
+  // by prose around it: the chat does not know the number.
+  const stated = statedBy(question);
+  if (stated !== null) {
+    const stating = carrying.filter((c) => stated.test(c.quotes.join(' ')));
+    if (stating.length > 0) carrying.splice(0, carrying.length, ...stating);
+    else if (stated.required) return dontKnow;
   }
   const best = carrying[0];
   if (best === undefined) return dontKnow;

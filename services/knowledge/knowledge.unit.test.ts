@@ -408,6 +408,60 @@ describe('extractive answers', () => {
     expect(verify.answer).toContain('verifyWebhook');
   });
 
+  it('answers "how many" with a unit that states the number, and does not know when none does', () => {
+    const shipped = [
+      'sample',
+      'Service › Market data › The shipped slice',
+      'The shipped slice holds the coins most asked for, as the sample data of the replay.',
+    ];
+    // Only prose around the coins: no number, so no grounded answer to "how many".
+    expect(askOf([shipped])('How many coins does the shipped sample data hold?')).toEqual({
+      answer: DONT_KNOW,
+      citations: [],
+      grounded: false,
+    });
+    const answer = askOf([
+      shipped,
+      ['rows', 'Service › Market data', 'The sample data holds the same rows for six coins and six weeks.'],
+    ])('How many coins does the shipped sample data hold?');
+    expect(answer.grounded).toBe(true);
+    expect(answer.answer).toContain('six coins');
+    expect(answer.answer).not.toContain('most asked for');
+  });
+
+  it('answers "how do I" with the unit that states the step, not with a neighbour that shares its nouns', () => {
+    const answer = askOf([
+      [
+        'about',
+        'Webhooks › Disabled subscriptions',
+        'To re-enable a disabled webhook subscription, first fix the receiver that made it fail; nothing is lost while it is disabled.',
+      ],
+      ['enable', 'Webhooks › Routes', 'POST /api/webhooks/:id/enable re-enables it.'],
+    ])('How do I re-enable a disabled webhook subscription?');
+    expect(answer.grounded).toBe(true);
+    expect(answer.answer).toContain('POST /api/webhooks/:id/enable');
+    expect(answer.answer).not.toContain('first fix the receiver');
+  });
+
+  it('answers "why" with the sentence that states the cause, not with an argument list', () => {
+    expect(questionKind('Why is every answer a HOLD?')).toBe('reason');
+    const answer = askOf([
+      [
+        'args',
+        'Tool get_trade_call: arguments',
+        'A HOLD answer carries lean, timing_skill, expected_net_bps, expected_net_bps_low and expected_net_bps_high.',
+      ],
+      [
+        'gate',
+        'The signals',
+        'Every answer is a HOLD because no cell beats the 10 bps fee on the evidence of its folds.',
+      ],
+    ])('Why is every answer a HOLD?');
+    expect(answer.grounded).toBe(true);
+    expect(answer.answer.startsWith('Every answer is a HOLD because')).toBe(true);
+    expect(answer.answer).not.toContain('timing_skill');
+  });
+
   it('counts a word the documentation never uses against an answer: no grounded quote for an off-topic question', () => {
     const answer = askOf([
       ['ci', 'Intervals', 'A day-block bootstrap resamples days; its statistic sorts every test point.'],

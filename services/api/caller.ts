@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { isWellFormedKey } from '../keys/key-material.ts';
 import type { KeyRecord } from '../keys/key-registry.ts';
 import { type KeyLookup, type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
@@ -9,6 +10,24 @@ import {
   presentedCredential,
   type ServiceMeta,
 } from './service-meta.ts';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /**
+     * Who is calling, resolved once per request: by the rate limit in front of every product
+     * route, by the sign-in gate for an OAuth token, or by `callerHook`; null until one of them ran.
+     */
+    caller: Caller | null;
+    /** The `_service` of the answer, once a step has learnt it (a refused key, a metered call). */
+    service: ServiceMeta | null;
+  }
+}
+
+/** Declares `request.caller` and `request.service` where they are not yet (once per app, at any level). */
+export function decorateCaller(app: FastifyInstance): void {
+  if (!app.hasRequestDecorator('caller')) app.decorateRequest('caller', null);
+  if (!app.hasRequestDecorator('service')) app.decorateRequest('service', null);
+}
 
 /** Who is calling, as far as metering is concerned. */
 export interface Caller {
@@ -167,4 +186,39 @@ export async function rejectedService(
   } catch {
     return err.service;
   }
+}
+
+/**
+ * The auth hook of the metered routes: the request's caller, resolved once (without a promise when
+ * the rate limit already did, or when no key is presented), set as `request.caller`. A presented
+ * key that is not live is refused with `refuse(err)`, after `request.service` is set to the
+ * refusal's `_service` (the quota the request counts against without the key).
+ */
+export function callerHook(
+  keyed: () => { keys: Pick<KeyResolver, 'resolve'>; quota: Pick<QuotaMeter, 'peek'> },
+  refuse: (err: CallerRejectedError) => Error,
+) {
+  return (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void): void => {
+    const known = request.caller ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
+    if (known !== null) {
+      request.caller = known;
+      done();
+      return;
+    }
+    const { keys, quota } = keyed();
+    identifyCaller(keys, { headers: request.headers, clientAddress: request.ip }).then(
+      (caller) => {
+        request.caller = caller;
+        done();
+      },
+      async (err: unknown) => {
+        if (!(err instanceof CallerRejectedError)) {
+          done(err as Error);
+          return;
+        }
+        request.service = await rejectedService(quota, err);
+        done(refuse(err));
+      },
+    );
+  };
 }

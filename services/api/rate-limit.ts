@@ -8,7 +8,7 @@ import type { Plan } from '../../contracts/events.ts';
 import { SIGNIN_MCP_PATH } from '../../contracts/oauth.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
 import type { QuotaMeter } from '../quota/quota-meter.ts';
-import { type Caller, CallerRejectedError, callerNow, identifyCaller } from './caller.ts';
+import { type Caller, CallerRejectedError, callerNow, decorateCaller, identifyCaller } from './caller.ts';
 import type { ServiceMeta } from './service-meta.ts';
 
 /** Who a request is limited as: an applied key by its plan, anyone else by client address. */
@@ -713,30 +713,6 @@ export interface RateLimitPluginDeps {
   onRefused?: (tier: RateTier, channel: 'http' | 'mcp') => void;
 }
 
-/**
- * Who a request was identified as by the limit, for its route to use instead of asking again: a
- * request decoration (set for every request, read once) rather than a WeakMap entry per request.
- */
-const IDENTIFIED = Symbol('rate-limit.caller');
-type Identified = FastifyRequest & { [IDENTIFIED]?: Caller | undefined };
-
-/**
- * The caller this request was limited as, when the rate limit identified it (a key that resolved,
- * or none presented); undefined when it did not run or the key was refused, which the route
- * itself answers.
- */
-export function limitedCaller(request: FastifyRequest): Caller | undefined {
-  return (request as Identified)[IDENTIFIED];
-}
-
-/**
- * Names the caller before the limit runs, for a route that authenticates on its own (an OAuth
- * access token on /mcp/signin acts as its key): the limit and the route then count that caller.
- */
-export function identifyAs(request: FastifyRequest, caller: Caller): void {
-  (request as Identified)[IDENTIFIED] = caller;
-}
-
 function callerTier(caller: Caller): RateTier {
   return caller.keyId === null ? 'anonymous' : caller.auth.tier;
 }
@@ -750,7 +726,9 @@ function callerTier(caller: Caller): RateTier {
  */
 export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
   const plugin: FastifyPluginAsync = async (app) => {
-    if (!app.hasRequestDecorator(IDENTIFIED)) app.decorateRequest(IDENTIFIED, undefined);
+    // Who the limit identified a request as (a key that resolved, or none presented), for its
+    // route to use instead of asking again; a key it refused is left to the route to answer.
+    decorateCaller(app);
     app.addHook('preHandler', limitHook(deps));
   };
   // The hook must reach every route registered beside it, not only this plugin's own.
@@ -774,13 +752,12 @@ function limitHook(deps: RateLimitPluginDeps) {
     // Read from the raw text, each spelling of a tool's path was a budget of its own, and /m%63p
     // had none (nor the MCP shape of a refusal).
     const path = routedPath(request, raw);
-    // A route that authenticated the request itself (identifyAs) is limited as that caller; else
-    // the caller is known at once unless its key must be resolved first.
+    // A request whose route authenticated it first (the sign-in gate, a keyed route's auth hook)
+    // is limited as that caller; else the caller is known at once unless its key must be resolved.
     const caller =
-      (request as Identified)[IDENTIFIED] ??
-      callerNow(deps.keys, { headers: request.headers, clientAddress: request.ip });
+      request.caller ?? callerNow(deps.keys, { headers: request.headers, clientAddress: request.ip });
     if (caller !== null) {
-      (request as Identified)[IDENTIFIED] = caller;
+      request.caller = caller;
       const decision = deps.limiter.takeNow(
         callerTier(caller),
         caller.subject.id,
@@ -865,9 +842,9 @@ async function limitAwaiting(
   let caller: Caller;
   try {
     caller =
-      (request as Identified)[IDENTIFIED] ??
+      request.caller ??
       (await identifyCaller(deps.keys, { headers: request.headers, clientAddress: request.ip }));
-    (request as Identified)[IDENTIFIED] = caller;
+    request.caller = caller;
   } catch (err) {
     if (!(err instanceof CallerRejectedError)) throw err;
     // The route itself answers the refused key (401/-32003); here it counts as its address.

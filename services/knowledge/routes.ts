@@ -17,7 +17,14 @@ import {
   SearchAnswer,
   SearchRequest,
 } from '../../contracts/knowledge.ts';
-import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../api/caller.ts';
+import {
+  type Caller,
+  CallerRejectedError,
+  callerHook,
+  decorateCaller,
+  identifyCaller,
+  rejectedService,
+} from '../api/caller.ts';
 import { errorHandler, type FieldCodes } from '../api/errors.ts';
 import { QuotaUnavailableError, serveMetered } from '../api/metered-call.ts';
 import { declared, refusal } from '../api/openapi.ts';
@@ -34,17 +41,6 @@ export interface KeyedAccess {
 }
 
 const SEARCH_CACHE = 'public, max-age=300';
-
-type Service = ServiceMeta | { auth: ServiceMeta['auth']; quota: null };
-
-declare module 'fastify' {
-  interface FastifyRequest {
-    /** The caller of a knowledge route, resolved once by its auth hook. */
-    knowledgeCaller: Caller | null;
-    /** The `_service` block of the answer, once a step has learnt it (a refusal of the key, a metered call). */
-    knowledgeService: Service | null;
-  }
-}
 
 function matches(ifNoneMatch: string | undefined, etag: string): boolean {
   if (!ifNoneMatch) return false;
@@ -171,47 +167,45 @@ interface KnowledgeDeps {
 /** The caller's side of the knowledge routes: its key (the auth hook), its `_service`, its metered calls. */
 function knowledgeAccess(deps: KnowledgeDeps) {
   const quota = () => deps.channel().quota;
-  const peek = async (caller: Caller): Promise<Service> => ({
+  const peek = async (caller: Caller): Promise<ServiceMeta> => ({
     auth: caller.auth,
     quota: await quota()
       .peek(caller.subject)
       .catch(() => null),
   });
 
-  /** The caller, or the refusal of its key with the `_service` of what it counts as without it. */
-  async function resolve(request: FastifyRequest): Promise<Caller> {
-    try {
-      return await identifyCaller(deps.channel().keys, {
-        headers: request.headers,
-        clientAddress: request.ip,
-      });
-    } catch (err) {
-      if (!(err instanceof CallerRejectedError)) throw err;
-      request.knowledgeService = await rejectedService(quota(), err);
-      if (err.reason === 'indeterminate') {
-        throw refused('KEY_UNVERIFIABLE', err.message, { 'retry-after': '1' });
-      }
-      throw refused('UNAUTHORIZED', `${err.message}; ${KNOWLEDGE_ERRORS.UNAUTHORIZED.meaning}`);
-    }
-  }
+  /** A presented key that is not live: 503 while it cannot be checked, else 401. */
+  const refuse = (err: CallerRejectedError) =>
+    err.reason === 'indeterminate'
+      ? refused('KEY_UNVERIFIABLE', err.message, { 'retry-after': '1' })
+      : refused('UNAUTHORIZED', `${err.message}; ${KNOWLEDGE_ERRORS.UNAUTHORIZED.meaning}`);
 
-  /** The auth hook: a live key, resolved once, before the body is judged. */
-  async function requireKey(request: FastifyRequest): Promise<void> {
-    const caller = await resolve(request);
-    request.knowledgeCaller = caller;
-    if (caller.keyId === null) {
-      const detail = caller.auth.detail ? ` (${caller.auth.detail})` : '';
-      throw refused('UNAUTHORIZED', `${KNOWLEDGE_ERRORS.UNAUTHORIZED.meaning}${detail}`);
-    }
-  }
+  /** The auth hooks, before the body is judged: the caller resolved once, and it must hold a live key. */
+  const requireKey = [
+    callerHook(deps.channel, refuse),
+    async (request: FastifyRequest): Promise<void> => {
+      const caller = request.caller!;
+      if (caller.keyId === null) {
+        const detail = caller.auth.detail ? ` (${caller.auth.detail})` : '';
+        throw refused('UNAUTHORIZED', `${KNOWLEDGE_ERRORS.UNAUTHORIZED.meaning}${detail}`);
+      }
+    },
+  ];
 
   /** `_service` of a refusal: as far as the request got (a body unreadable before the key was looked at). */
-  async function serviceOf(request: FastifyRequest): Promise<Service> {
-    if (request.knowledgeService) return request.knowledgeService;
-    if (request.knowledgeCaller) return peek(request.knowledgeCaller);
-    return resolve(request).then(peek, () => request.knowledgeService ?? absent);
+  async function serviceOf(request: FastifyRequest): Promise<ServiceMeta> {
+    if (request.service) return request.service;
+    if (request.caller) return peek(request.caller);
+    try {
+      return await peek(
+        await identifyCaller(deps.channel().keys, { headers: request.headers, clientAddress: request.ip }),
+      );
+    } catch (err) {
+      if (!(err instanceof CallerRejectedError)) return absent;
+      return rejectedService(quota(), err);
+    }
   }
-  const absent: Service = { auth: { outcome: 'ABSENT', presented: false, tier: 'free' }, quota: null };
+  const absent: ServiceMeta = { auth: { outcome: 'ABSENT', presented: false, tier: 'free' }, quota: null };
 
   /** Runs `work` against the caller's plan quota; a refusal is thrown with the `_service` it learnt. */
   async function metered<T>(
@@ -222,14 +216,14 @@ function knowledgeAccess(deps: KnowledgeDeps) {
   ) {
     let outcome: Awaited<ReturnType<typeof serveMetered<T>>>;
     try {
-      outcome = await serveMetered(quota(), request.knowledgeCaller!, call, work);
+      outcome = await serveMetered(quota(), request.caller!, call, work);
     } catch (err) {
       if (!(err instanceof QuotaUnavailableError)) throw err;
       await undo?.();
-      request.knowledgeService = err.service;
+      request.service = err.service;
       throw failure(err, deps.logger);
     }
-    request.knowledgeService = outcome.service;
+    request.service = outcome.service;
     if (outcome.ok) return { value: outcome.value, service: outcome.service };
     if (outcome.reason === 'failed') throw failure(outcome.error, deps.logger);
     await undo?.();
@@ -248,8 +242,7 @@ export function knowledgeRoutes(deps: KnowledgeDeps): FastifyPluginAsync {
   const { requireKey, serviceOf, metered } = knowledgeAccess(deps);
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
-    plain.decorateRequest('knowledgeCaller', null);
-    plain.decorateRequest('knowledgeService', null);
+    decorateCaller(plain);
     // Errors are per caller and never cached, on /api/search too; `_service` comes with every one.
     plain.setErrorHandler(
       errorHandler(async (error, request) => ({
@@ -281,7 +274,7 @@ export function knowledgeRoutes(deps: KnowledgeDeps): FastifyPluginAsync {
       '/api/chat',
       { ...chatRoute(deps.models), preValidation: requireKey },
       async (request, reply) => {
-        const caller = request.knowledgeCaller!;
+        const caller = request.caller!;
         const knowledge = await deps.knowledge();
         const requestId = randomUUID();
         let taken: string | null = null;

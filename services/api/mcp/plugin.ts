@@ -3,10 +3,9 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ErrorCode } from '../../../contracts/errors.ts';
-import { type Caller, CallerRejectedError, identifyCaller } from '../caller.ts';
+import { type Caller, CallerRejectedError, decorateCaller, identifyCaller } from '../caller.ts';
 import { errorHandler, rpcErrorBody } from '../errors.ts';
 import { codesText, documented, type ResponseDoc } from '../openapi.ts';
-import { identifyAs } from '../rate-limit.ts';
 import { handOver } from './hand-over.ts';
 import { InFlightIds, requestIds } from './in-flight.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
@@ -168,6 +167,8 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
       logger: options.logger,
     });
     const inFlight = new InFlightIds();
+    // The sign-in gate names the caller its token acts as (with the rate limit off too).
+    decorateCaller(app);
     // Refusals before the transport sees the request (a body that is not JSON, or too deep) in JSON-RPC's shape.
     app.setErrorHandler(errorHandler(rpcErrorBody));
     app.addHook('onClose', async () => sessions.closeAll());
@@ -352,7 +353,7 @@ function signInRoutes(app: FastifyInstance, gate: SignInGate, guard: Guard, hand
       const outcome = await gate.authenticate(request);
       if ('caller' in outcome) {
         signedIn.set(request, outcome.caller);
-        identifyAs(request, outcome.caller);
+        request.caller = outcome.caller;
         return;
       }
       if (outcome.challenge !== null) reply.header('www-authenticate', outcome.challenge);

@@ -1,6 +1,5 @@
 import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { limitedCaller } from '../rate-limit.ts';
 import { escapeJson, joinBytes } from './answer-json.ts';
 import { SERVER_INFO } from './server.ts';
 import {
@@ -166,7 +165,7 @@ export async function answerToolCall(
 ): Promise<FastifyReply> {
   let body: Buffer;
   // Identified by the rate limit in front of the route: not resolved a second time.
-  const caller = limitedCaller(request);
+  const caller = request.caller ?? undefined;
   try {
     const result = await callTool(deps, {
       name: call.name,

@@ -1,17 +1,10 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { type ErrorCode, isErrorCode, ServiceError } from '../../../contracts/errors.ts';
-import {
-  type Caller,
-  CallerRejectedError,
-  identifyCaller,
-  keylessCaller,
-  rejectedService,
-} from '../../api/caller.ts';
+import { type CallerRejectedError, callerHook, decorateCaller, keylessCaller } from '../../api/caller.ts';
 import { errorHandler } from '../../api/errors.ts';
 import { QuotaUnavailableError, serveMetered } from '../../api/metered-call.ts';
 import { codesText, documented, refusal } from '../../api/openapi.ts';
 import { publicOrigin } from '../../api/public-origin.ts';
-import { limitedCaller } from '../../api/rate-limit.ts';
 import { REMEMBERED_INPUTS, REMEMBERED_TEXT_CHARS, recall, remember } from '../../api/remembered-input.ts';
 import { answerBytesWithService } from '../../api/served-answers.ts';
 import type { PaidServiceMeta, ServiceMeta } from '../../api/service-meta.ts';
@@ -55,15 +48,6 @@ interface Call {
   input: unknown;
   url: string;
   requestId: string;
-}
-
-declare module 'fastify' {
-  interface FastifyRequest {
-    /** The caller of a pay-per-call route, resolved once by its auth hook. */
-    x402Caller: Caller | null;
-    /** The `_service` of the answer, once a step has learnt it (a refused key, a metered call). */
-    x402Service: ServiceMeta | null;
-  }
 }
 
 const RESPONSE_HEADERS: Record<string, string> = { ...CORS_RESPONSE_HEADERS, 'cache-control': 'no-store' };
@@ -202,8 +186,7 @@ class PaidRoutes {
       done();
     });
 
-    app.decorateRequest('x402Caller', null);
-    app.decorateRequest('x402Service', null);
+    decorateCaller(app);
     // Every refusal of the family: {code, message, ...} and the caller's `_service`, nothing debited.
     app.setErrorHandler(
       errorHandler(async (error, request) => ({
@@ -219,41 +202,21 @@ class PaidRoutes {
 
   /** `_service` of an answer that debits nothing: what the request learnt, or a peek of its caller. */
   async serviceOf(request: FastifyRequest): Promise<ServiceMeta> {
-    if (request.x402Service) return request.x402Service;
-    const caller =
-      request.x402Caller ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
+    if (request.service) return request.service;
+    const caller = request.caller ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
     if (caller === null) return { auth: { outcome: 'UNKNOWN', presented: true, tier: 'free' }, quota: null };
-    request.x402Service = await undebitedService(this.keyed.quota, caller);
-    return request.x402Service;
+    request.service = await undebitedService(this.keyed.quota, caller);
+    return request.service;
   }
 
-  /**
-   * The auth hook: the caller, resolved once (without a promise when the rate limiter already
-   * did, or when no key is presented). A key that is not live is refused, 401 or 503.
-   */
-  readonly identify = (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void) => {
-    const known =
-      limitedCaller(request) ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
-    if (known !== null) {
-      request.x402Caller = known;
-      return done();
-    }
-    identifyCaller(this.keyed.keys, { headers: request.headers, clientAddress: request.ip }).then(
-      (caller) => {
-        request.x402Caller = caller;
-        done();
-      },
-      async (err: unknown) => {
-        if (!(err instanceof CallerRejectedError)) return done(err as Error);
-        request.x402Service = await rejectedService(this.keyed.quota, err);
-        done(
-          new ServiceError(err.reason === 'unknown' ? 'unknown_key' : 'key_unverifiable', {
-            detail: err.message,
-          }),
-        );
-      },
-    );
-  };
+  /** The auth hook: a key that is not live is refused, 401 or 503; no key is an anonymous caller. */
+  readonly identify = callerHook(
+    () => this.keyed,
+    (err: CallerRejectedError) =>
+      new ServiceError(err.reason === 'unknown' ? 'unknown_key' : 'key_unverifiable', {
+        detail: err.message,
+      }),
+  );
 
   async sendQuote(
     reply: FastifyReply,
@@ -293,7 +256,7 @@ class PaidRoutes {
 
   /** Unpaid with a key: served from the key's plan, or 429 with the quote to pay for it instead. */
   async serveFromPlan(request: FastifyRequest, reply: FastifyReply, call: Call) {
-    const caller = request.x402Caller!;
+    const caller = request.caller!;
     let metered: Awaited<ReturnType<typeof serveMetered<unknown>>>;
     try {
       metered = await serveMetered(
@@ -304,10 +267,10 @@ class PaidRoutes {
       );
     } catch (err) {
       if (!(err instanceof QuotaUnavailableError)) throw err;
-      request.x402Service = err.service;
+      request.service = err.service;
       throw new ServiceError('quota_unavailable', { detail: err.message });
     }
-    request.x402Service = metered.service;
+    request.service = metered.service;
     if (metered.ok) {
       // The bytes of `{...value, _service}` as Fastify would serialise it, the value's part of
       // them encoded once per revision and not copied per call.
@@ -394,7 +357,7 @@ class PaidRoutes {
       if (request.headers['payment-signature'] !== undefined || request.headers['x-payment'] !== undefined)
         return false;
       if (this.contentRefusals.has(request)) return false;
-      const caller = request.x402Caller;
+      const caller = request.caller;
       if (caller === null || caller.keyId !== null) return false;
       const block = this.peeks.settled(caller);
       if (block === undefined) return false;
@@ -406,7 +369,7 @@ class PaidRoutes {
 
     /** Dispatch: a keyless unpaid call is quoted whatever its body; the body is judged once a key or payment comes. */
     const handle = async (request: FastifyRequest, reply: FastifyReply) => {
-      const caller = request.x402Caller!;
+      const caller = request.caller!;
       const decoded = decodePaymentHeader({
         paymentSignature: header(request, 'payment-signature'),
         xPayment: header(request, 'x-payment'),

@@ -129,5 +129,6 @@ describe.runIf(missing.length === 0)('the fault drill across hosts (short)', () 
     // SIGKILLed on the way out: gone once the kernel has reaped them.
     await expect.poll(() => processesNaming(run.workDir()!)).toEqual([]);
     await expect.poll(() => processesNaming(`--host ${run.gateway()} `)).toEqual([]);
-  });
+    // Its hosts and networks come up before PostgreSQL starts: over a minute under load.
+  }, 600_000);
 });

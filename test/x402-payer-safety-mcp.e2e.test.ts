@@ -401,9 +401,7 @@ describe('4. over MCP a paid answer is never lost', () => {
       }),
     ).rejects.toThrow();
     // The server went on: the payment settles without anyone reading the answer.
-    for (let i = 0; i < 100 && !(await chain.authorizationState(payer.address, auth.nonce)); i++) {
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await expect.poll(() => chain.authorizationState(payer.address, auth.nonce)).toBe(true);
     await stack.x402.settled();
     expect(await chain.balanceOf(payer.address)).toBe(100_000n - PRICE);
     const tx = await settledTx(auth.nonce, payer.address);

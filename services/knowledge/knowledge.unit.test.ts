@@ -73,6 +73,24 @@ describe('bold lead-ins', () => {
   });
 });
 
+describe('angle brackets', () => {
+  it('keep placeholders and comparisons as text and drop only layout tags', () => {
+    const md = [
+      '## Keys',
+      '`npm run keys -- revoke <keyId>` and `GET /verify/<stream>/<revision>`.',
+      '',
+      '| cell | folds |',
+      '|---|---|',
+      '| spot:5m | fit < 2025-02-01 → pass<br>fit < 2025-04-01 → fail |',
+    ].join('\n');
+    const passages = markdownPassages(md, { path: 'README.md', title: 'Service', source_type: 'readme' });
+    expect(passages[0]!.text).toBe(
+      'npm run keys -- revoke <keyId> and GET /verify/<stream>/<revision>.\n' +
+        'cell spot:5m; folds fit < 2025-02-01 → pass fit < 2025-04-01 → fail.',
+    );
+  });
+});
+
 describe('terms, excerpts and sentences', () => {
   it('meets word forms and keeps codes whole', () => {
     expect(stem('signatures')).toBe('signature');

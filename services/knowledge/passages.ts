@@ -22,6 +22,13 @@ function slug(heading: string): string {
     .replace(/\s+/g, '-');
 }
 
+/**
+ * HTML the documents use for layout ("<br>" in a table cell). Only these are tags: "<keyId>" in
+ * `revoke <keyId>` is a placeholder and "fit < 2025-02-01, … → pass" a comparison, both text.
+ */
+const HTML_TAG =
+  /<\/?(?:a|b|br|code|details|div|em|i|img|kbd|li|ol|p|picture|source|span|strong|sub|summary|sup|ul)\b[^<>]*>/gi;
+
 /** Inline markdown to plain text: links keep their text, emphasis and code marks go. */
 export function plainInline(text: string): string {
   return text
@@ -30,7 +37,7 @@ export function plainInline(text: string): string {
     .replace(/\*\*([^*]+)\*\*/g, '$1')
     .replace(/(^|[\s(])\*([^*\s][^*]*)\*(?=[\s).,;:]|$)/g, '$1$2')
     .replace(/`([^`]*)`/g, '$1')
-    .replace(/<[^>]+>/g, '')
+    .replace(HTML_TAG, ' ')
     .replace(/[ \t]+/g, ' ')
     .trim();
 }

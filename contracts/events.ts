@@ -121,6 +121,21 @@ export const VerdictOutcomeResolved = z.object({
     })
     .nullable()
     .optional(),
+  /**
+   * The outcome's own link in its market's outcome chain (contracts/verdict-hash.ts `outcomeHash`):
+   * sha256 over the labels an export carries, this outcome's verdict hash and `prevHash`, the
+   * previous chained outcome of the same verdict stream (null: the chain's first). Absent on
+   * outcomes resolved before outcomes were chained.
+   */
+  hash: z
+    .string()
+    .regex(/^[0-9a-f]{64}$/)
+    .optional(),
+  prevHash: z
+    .string()
+    .regex(/^[0-9a-f]{64}$/)
+    .nullable()
+    .optional(),
 });
 
 export const RegimeShifted = z.object({
@@ -424,6 +439,22 @@ export const ReplayClockAnchored = z.object({
   dir: z.string(),
 });
 
+/**
+ * The Merkle root of every verdict stream's heads (its last verdict and last chained outcome) at
+ * log `position`, published on a public chain in a transaction from `address` to itself
+ * (services/history/anchor.ts says the data's layout); recorded once the transaction is mined.
+ */
+export const HistoryAnchored = z.object({
+  root: z.string().regex(/^[0-9a-f]{64}$/),
+  position: z.number().int().nonnegative(),
+  streams: z.number().int().positive(),
+  chainId: z.number().int().positive(),
+  address: z.string().regex(/^0x[0-9a-fA-F]{40}$/),
+  txHash: z.string().regex(/^0x[0-9a-f]{64}$/),
+  blockNumber: z.number().int().nonnegative(),
+  anchoredAt: IsoTime,
+});
+
 export const EVENT_CATALOG = {
   VerdictRecorded,
   RegimeShifted,
@@ -453,6 +484,7 @@ export const EVENT_CATALOG = {
   DeliverySucceeded,
   DeliveryFailed,
   ReplayClockAnchored,
+  HistoryAnchored,
 } as const;
 
 export type EventType = keyof typeof EVENT_CATALOG;

@@ -68,6 +68,13 @@ export const HistoryRow = z.object({
   lean: nullable(z.enum(['BUY', 'SELL'])),
   /** What following the lean earned over the horizon after the fee, hundredths of a bp. */
   lean_net_centi_bps: nullable(z.number().int()),
+  /**
+   * The outcome's link in its stream's outcome chain (contracts/verdict-hash.ts `outcomeHash`) and
+   * the log position it was recorded at; null for outcomes recorded before outcomes were chained.
+   */
+  outcome_hash: nullable(z.string()),
+  outcome_prev_hash: nullable(z.string()),
+  outcome_position: nullable(z.number().int().positive()),
 });
 export type HistoryRow = z.infer<typeof HistoryRow>;
 export const HISTORY_COLUMNS = Object.keys(HistoryRow.shape) as (keyof HistoryRow)[];

@@ -1,5 +1,5 @@
 import type { HistoryRow, TrackRecordResponse, TrackRecordWindow } from '../../contracts/history.ts';
-import { verdictHash } from '../../contracts/verdict-hash.ts';
+import { type OutcomeContent, outcomeHash, verdictHash } from '../../contracts/verdict-hash.ts';
 import { recordedVolatility } from '../engine/recorded-volatility.ts';
 import { rowContent } from './rows.ts';
 import { addPoint, type TrackRecordState, trackRecord } from './track-record.ts';
@@ -20,54 +20,212 @@ export interface ChainReport {
   rehashed: number;
   /** Streams whose first row in the file is not the chain's first verdict (the file starts mid-chain). */
   anchored: number;
+  /** Outcomes whose chain hash was recomputed from the row's outcome columns and verdict hash. */
+  outcomes: number;
+  /** Outcomes recorded before outcomes were chained (no outcome_hash): not covered by any chain. */
+  unchainedOutcomes: number;
   firstBroken: BrokenLink | null;
+}
+
+const ref = (row: HistoryRow) => ({
+  stream: row.stream,
+  revision: row.revision,
+  verdictId: row.verdict_id,
+  position: row.position,
+});
+type RowRef = ReturnType<typeof ref>;
+
+/** The outcome chain of one verdict stream, as far as the file has shown it. */
+interface OutcomeChain {
+  /** Outcomes no later outcome has linked to yet (one, the head, once the file is read). */
+  heads: Map<string, RowRef>;
+  /** Links to outcomes not seen yet, with the rows that lost their outcome since the last link. */
+  waiting: Map<string, { row: RowRef; missing: RowRef[] }>;
+  /** Revealed rows without a chained outcome since the last chained one (the first two: one is named). */
+  unlabelled: RowRef[];
+  started: boolean;
+  /** The link of the file's first chained outcome of the stream: to before the file, when it starts mid-chain. */
+  entry: string | null;
+  /** The file holds the stream from its first verdict, so every link must be found in it. */
+  whole: boolean;
 }
 
 /**
  * Walks every market's chain in file order: each row must link to the previous row of its
  * stream, and a revealed row's hash must match its content. Memory: one hash per stream.
  * A file that starts mid-chain (an `after` or `from` export) is anchored at its first row.
+ *
+ * Outcomes form a chain per stream of their own, in the order they were resolved (about the
+ * verdicts' order): each outcome's hash is recomputed from the row's outcome columns and its
+ * verdict's hash, and every link must find the outcome it names. A link whose outcome is not in
+ * the file names the row that lost it when one row of the stream is labelless between the two
+ * chained outcomes, else the row that links. The stream's last outcome has no later link: an
+ * anchor covers it (`verify --anchors`).
  */
-export async function verifyRows(rows: AsyncIterable<HistoryRow>): Promise<ChainReport> {
+export async function verifyRows(
+  rows: AsyncIterable<HistoryRow>,
+  options: { onRow?: (row: HistoryRow) => Promise<void> } = {},
+): Promise<ChainReport> {
   const last = new Map<string, { hash: string; revision: number }>();
-  const report: ChainReport = { ok: true, rows: 0, streams: 0, rehashed: 0, anchored: 0, firstBroken: null };
-  const broken = (row: HistoryRow, reason: string) => {
+  const chains = new Map<string, OutcomeChain>();
+  const report: ChainReport = {
+    ok: true,
+    rows: 0,
+    streams: 0,
+    rehashed: 0,
+    anchored: 0,
+    outcomes: 0,
+    unchainedOutcomes: 0,
+    firstBroken: null,
+  };
+  const broken = (at: RowRef, reason: string) => {
     report.ok = false;
-    report.firstBroken = {
-      stream: row.stream,
-      revision: row.revision,
-      verdictId: row.verdict_id,
-      position: row.position,
-      reason,
-    };
+    report.firstBroken = { ...at, reason };
   };
   for await (const row of rows) {
     report.rows++;
     const prev = last.get(row.stream);
     if (prev) {
       if (row.revision <= prev.revision) {
-        broken(row, `revision ${row.revision} does not follow ${prev.revision}`);
+        broken(ref(row), `revision ${row.revision} does not follow ${prev.revision}`);
         break;
       }
       if (row.prev_hash !== prev.hash) {
-        broken(row, 'prev_hash does not link to the previous verdict of this stream');
+        broken(ref(row), 'prev_hash does not link to the previous verdict of this stream');
         break;
       }
     } else {
       report.streams++;
       if (row.prev_hash !== null) report.anchored++;
+      chains.set(row.stream, {
+        heads: new Map(),
+        waiting: new Map(),
+        unlabelled: [],
+        started: false,
+        entry: null,
+        whole: row.prev_hash === null,
+      });
     }
     const content = rowContent(row);
     if (content) {
       if (verdictHash(content) !== row.hash) {
-        broken(row, 'hash does not match the revealed content');
+        broken(ref(row), 'hash does not match the revealed content');
         break;
       }
       report.rehashed++;
     }
     last.set(row.stream, { hash: row.hash, revision: row.revision });
+    const reason = checkOutcome(row, chains.get(row.stream)!, report);
+    if (reason) {
+      broken(ref(row), reason);
+      break;
+    }
+    await options.onRow?.(row);
+  }
+  if (report.ok) {
+    for (const chain of chains.values()) {
+      const reason = openLinks(chain);
+      if (reason) {
+        broken(reason.at, reason.reason);
+        break;
+      }
+    }
   }
   return report;
+}
+
+const OUTCOME_VALUES = [
+  'return_1',
+  'return_6',
+  'return_24',
+  'result',
+  'net_centi_bps',
+  'mae_bps',
+  'mfe_bps',
+  'realised_vol',
+  'lean',
+  'lean_net_centi_bps',
+] as const;
+
+/** The outcome of a row as its chain hash covers it; null when the row carries none. */
+export function rowOutcome(row: HistoryRow): OutcomeContent | null {
+  if (row.result === null || row.return_1 === null || row.return_6 === null || row.return_24 === null)
+    return null;
+  return {
+    verdictHash: row.hash,
+    prevHash: row.outcome_prev_hash,
+    return1: row.return_1,
+    return6: row.return_6,
+    return24: row.return_24,
+    result: row.result,
+    netCentiBps: row.net_centi_bps,
+    maeBps: row.mae_bps,
+    mfeBps: row.mfe_bps,
+    realisedVol: row.realised_vol!,
+    lean: row.lean,
+    leanNetCentiBps: row.lean_net_centi_bps,
+  };
+}
+
+/** One row's outcome against its stream's outcome chain; the reason it breaks, or null. */
+function checkOutcome(row: HistoryRow, chain: OutcomeChain, report: ChainReport): string | null {
+  const at = ref(row);
+  const hasValues = OUTCOME_VALUES.some((c) => row[c] !== null);
+  if (row.outcome_hash === null) {
+    if (row.outcome_prev_hash !== null || row.outcome_position !== null)
+      return 'outcome_prev_hash or outcome_position is set without an outcome_hash';
+    if (!hasValues) {
+      if (row.revealed && chain.unlabelled.length < 2) chain.unlabelled.push(at);
+      return null;
+    }
+    // Recorded before outcomes were chained: only before the stream's chain began.
+    if (chain.started) return 'outcome without outcome_hash after the outcome chain of this stream began';
+    report.unchainedOutcomes++;
+    return null;
+  }
+  if (!row.revealed) return 'outcome on a verdict not yet revealed';
+  const content = rowOutcome(row);
+  if (content === null) return 'outcome_hash without the outcome columns it covers';
+  if (outcomeHash(content) !== row.outcome_hash) return 'outcome_hash does not match the outcome columns';
+  report.outcomes++;
+  const hash = row.outcome_hash;
+  const link = row.outcome_prev_hash;
+  if (link === null) {
+    if (chain.started) return 'a second outcome chain start (outcome_prev_hash null) in this stream';
+  } else if (chain.heads.has(link)) {
+    chain.heads.delete(link);
+  } else if (chain.waiting.has(link)) {
+    return 'two outcomes link to the same previous outcome (a forked outcome chain)';
+  } else {
+    if (!chain.started) chain.entry = link;
+    chain.waiting.set(link, { row: at, missing: chain.unlabelled });
+  }
+  chain.started = true;
+  chain.unlabelled = [];
+  if (chain.waiting.has(hash)) chain.waiting.delete(hash);
+  else chain.heads.set(hash, at);
+  return null;
+}
+
+/** What is still open once the file is read: links to outcomes it does not hold, or a split chain. */
+function openLinks(chain: OutcomeChain): { at: RowRef; reason: string } | null {
+  // A file that starts mid-chain links once to an outcome before it.
+  const open = [...chain.waiting.entries()]
+    .filter(([link]) => chain.whole || link !== chain.entry)
+    .map(([, v]) => v)
+    .sort((a, b) => a.row.position - b.row.position);
+  const first = open[0];
+  if (first) {
+    if (first.missing.length === 1)
+      return {
+        at: first.missing[0]!,
+        reason: `outcome missing: the stream's next outcome (position ${first.row.position}) links to an outcome not in the file`,
+      };
+    return { at: first.row, reason: 'outcome_prev_hash links to an outcome not in the file' };
+  }
+  if (chain.heads.size <= 1) return null;
+  const heads = [...chain.heads.values()].sort((a, b) => a.position - b.position);
+  return { at: heads[0]!, reason: 'no later outcome links to this outcome (the outcome chain is split)' };
 }
 
 /**

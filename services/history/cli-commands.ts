@@ -28,6 +28,7 @@ import { scoreRows, verifyRows } from './audit.ts';
 import { decodeCursor } from './cursor.ts';
 import { formatOf, readExport } from './files.ts';
 import { parseTime } from './query.ts';
+import { OutcomeRecompute } from './recompute.ts';
 import { ScanProgress, scanHistory } from './scan.ts';
 import { CSV_HEADER, csvLine, parquetStream } from './writers.ts';
 
@@ -37,8 +38,13 @@ export const USAGE = `npm run history -- <command> [options]
          [--exchange X] [--coin C] [--timeframe T] [--call BUY|SELL|HOLD] [--from T] [--to T]
          (--url URL --key KEY | --store)      the labelled history to a file (parquet: a directory
                                               of part files); --resume continues an interrupted one
-  verify (PATH | --url URL --key KEY | --store) [--format F]
-                                              every hash chain end to end; reports the first broken link
+  verify (PATH | --url URL --key KEY | --store) [--format F] [--data DIR]
+         [--anchors --rpc URL (--address ADDR [--from-block N] | --tx HASH ...)]
+                                              every verdict and outcome chain end to end; reports the
+                                              first broken link. --data DIR recomputes every outcome
+                                              from the candles of a market-data folder (the shared
+                                              layout, e.g. sample-data/market); --anchors checks the
+                                              file against the roots anchored on chain
   score PATH [--window 7d|30d|90d|all] [--as-of TIME] [--format F]
                                               the track record from an export file alone
   (verify and score read the format from the file's content unless --format names it)
@@ -358,6 +364,7 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
         page: { type: 'string' },
         window: { type: 'string' },
         'as-of': { type: 'string' },
+        data: { type: 'string' },
         ...Object.fromEntries(FILTERS.map((f) => [f, { type: 'string' as const }])),
       },
     });
@@ -380,8 +387,18 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
       return exportCommand(values, deps, await source(), values.store === true && !values.url);
     case 'verify': {
       const rows = positionals[0] ? exportRows(positionals[0], values.format) : sourceRows(await source());
-      const report = await verifyRows(rows);
-      return JSON.stringify(report, null, 2);
+      const data = values.data as string | undefined;
+      if (data !== undefined && !existsSync(data)) throw new UsageError(`no market-data folder at ${data}`);
+      const recompute = data === undefined ? null : await OutcomeRecompute.open(data);
+      try {
+        const report = await verifyRows(rows, recompute ? { onRow: (row) => recompute.check(row) } : {});
+        if (!recompute) return JSON.stringify(report, null, 2);
+        const recomputed = recompute.report;
+        const ok = report.ok && recomputed.mismatched === 0;
+        return JSON.stringify({ ...report, ok, recomputed }, null, 2);
+      } finally {
+        await recompute?.close();
+      }
     }
     case 'score': {
       const path = positionals[0];

@@ -13,16 +13,16 @@ type Verdict = RecordedEvent<EventData<'VerdictRecorded'>, 'VerdictRecorded'>;
 type Outcome = RecordedEvent<EventData<'VerdictOutcomeResolved'>, 'VerdictOutcomeResolved'>;
 
 /** Bump when what export-rows.ts stores changes: a store of another version is rebuilt. */
-const EXPORT_ROWS_VERSION = 4;
+const EXPORT_ROWS_VERSION = 5;
 /**
  * Each version has databases of its own (version 2 also began writing the verdicts in append
  * mode; version 3 stores a verdict's inputs once, export-rows.ts; version 4 adds the lean and
- * its would-be outcome to the outcome's record). Versions never share a
+ * its would-be outcome to the outcome's record; version 5 the outcome's chain link and position). Versions never share a
  * database, so a process of another version on the same directory cannot empty this one's; the
  * older ones are emptied when this version's store is built.
  */
-export const VERDICTS_DB = 'history-export-verdicts-4';
-export const OUTCOMES_DB = 'history-export-outcomes-4';
+export const VERDICTS_DB = 'history-export-verdicts-5';
+export const OUTCOMES_DB = 'history-export-outcomes-5';
 export const OLD_DBS = [
   'history-export-verdicts',
   'history-export-outcomes',
@@ -30,6 +30,8 @@ export const OLD_DBS = [
   'history-export-outcomes-2',
   'history-export-verdicts-3',
   'history-export-outcomes-3',
+  'history-export-verdicts-4',
+  'history-export-outcomes-4',
 ];
 const EXPORT_ROWS_NAME = 'history-export-rows';
 /** Bytes per slab the records read back are copied into. */

@@ -271,12 +271,12 @@ describe('export rows (stored bytes of each revealed row)', () => {
     expect((await exported('')).rows).toEqual(exportBefore);
   });
 
-  it('upgrades a directory that holds older stores (versions 1 to 3): the old databases are emptied, the rows rebuilt to the same bytes', async () => {
+  it('upgrades a directory that holds older stores (versions 1 to 4): the old databases are emptied, the rows rebuilt to the same bytes', async () => {
     const current = server.slice.exportRows!;
     const before = current.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6);
     const outcomes = before.map((e) => current.outcome(fieldOf(e.value, F_ID)) ?? null);
-    // What versions 1 to 3 left: each its meta at key 0, a row per verdict and an outcome, and no
-    // version 4 store (its meta removed, as on a directory that never ran version 4).
+    // What versions 1 to 4 left: each its meta at key 0, a row per verdict and an outcome, and no
+    // version 5 store (its meta removed, as on a directory that never ran version 5).
     const old = OLD_DBS.map((name) => store.root.openDB({ name, encoding: 'binary' }));
     expect(OLD_DBS).toEqual([
       'history-export-verdicts',
@@ -285,24 +285,31 @@ describe('export rows (stored bytes of each revealed row)', () => {
       'history-export-outcomes-2',
       'history-export-verdicts-3',
       'history-export-outcomes-3',
+      'history-export-verdicts-4',
+      'history-export-outcomes-4',
     ]);
-    const [oldVerdicts, oldOutcomes, v2Verdicts, v2Outcomes, v3Verdicts, v3Outcomes] = old;
+    const [oldVerdicts, oldOutcomes, v2Verdicts, v2Outcomes, v3Verdicts, v3Outcomes, v4Verdicts, v4Outcomes] =
+      old;
     oldVerdicts!.putSync(0, Buffer.from(JSON.stringify([1, 'old-generation', 10, null])));
     v2Verdicts!.putSync(0, Buffer.from(JSON.stringify([2, 'v2-generation', 10, null])));
     v3Verdicts!.putSync(0, Buffer.from(JSON.stringify([3, 'v3-generation', 10, null])));
+    v4Verdicts!.putSync(0, Buffer.from(JSON.stringify([4, 'v4-generation', 10, null])));
     for (const e of before) {
       oldVerdicts!.putSync(e.key, e.value);
       v2Verdicts!.putSync(e.key, e.value);
       v3Verdicts!.putSync(e.key, e.value);
+      v4Verdicts!.putSync(e.key, e.value);
     }
     oldOutcomes!.putSync('some-verdict', Buffer.from('{}'));
     v2Outcomes!.putSync('some-verdict', Buffer.from('{}'));
     v3Outcomes!.putSync('some-verdict', Buffer.from('{}'));
+    v4Outcomes!.putSync('some-verdict', Buffer.from('{}'));
     openVerdictsDb(store.root).removeSync(0);
     const entries = (db: { getStats(): unknown }) => (db.getStats() as { entryCount: number }).entryCount;
     expect(entries(oldVerdicts!)).toBe(before.length + 1);
     expect(entries(v2Verdicts!)).toBe(before.length + 1);
     expect(entries(v3Verdicts!)).toBe(before.length + 1);
+    expect(entries(v4Verdicts!)).toBe(before.length + 1);
 
     const upgraded = new ExportRowStore(store, store.root);
     await upgraded.start();

@@ -64,6 +64,9 @@ export const NO_OUTCOME_TAIL = Buffer.from(
     realised_vol: null,
     lean: null,
     lean_net_centi_bps: null,
+    outcome_hash: null,
+    outcome_prev_hash: null,
+    outcome_position: null,
   }).slice(1)}`,
 );
 
@@ -122,8 +125,16 @@ export const OUTCOME_NUMBERS = [
   'mfe_bps',
   'realised_vol',
   'lean_net_centi_bps',
+  'outcome_position',
 ] as const;
-export const OUTCOME_STRINGS = ['verdict_hash', 'outcome_id', 'result', 'lean'] as const;
+export const OUTCOME_STRINGS = [
+  'verdict_hash',
+  'outcome_id',
+  'result',
+  'lean',
+  'outcome_hash',
+  'outcome_prev_hash',
+] as const;
 const O_HASH = 0;
 
 /** Bytes of a record: numbers, null mask, string ends, strings, then the rest (head or tail). */
@@ -407,6 +418,9 @@ export function storedOutcome(outcome: Outcome): Buffer | null {
     realised_vol: o.realisedVol,
     lean: o.lean ?? null,
     lean_net_centi_bps: o.leanNetCentiBps ?? null,
+    outcome_hash: o.hash ?? null,
+    outcome_prev_hash: o.hash ? (o.prevHash ?? null) : null,
+    outcome_position: o.hash ? outcome.position : null,
   }).slice(1);
   const num = (x: number | null | undefined) => (x === null || x === undefined ? Number.NaN : x);
   return encodeRecord(
@@ -419,8 +433,16 @@ export function storedOutcome(outcome: Outcome): Buffer | null {
       num(o.mfeBps),
       o.realisedVol,
       num(o.leanNetCentiBps),
+      o.hash ? outcome.position : Number.NaN,
     ],
-    [o.verdictHash, outcome.id, o.result, o.lean ?? null],
+    [
+      o.verdictHash,
+      outcome.id,
+      o.result,
+      o.lean ?? null,
+      o.hash ?? null,
+      o.hash ? (o.prevHash ?? null) : null,
+    ],
     tail,
   );
 }

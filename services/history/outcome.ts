@@ -2,6 +2,7 @@ import type { EventData } from '../../contracts/events.ts';
 import { FEE_BPS, HORIZON_CANDLES, OUTCOME_AFTER_CANDLES } from '../../contracts/history.ts';
 import { type Candle, TIMEFRAME_MS } from '../../contracts/market.ts';
 import type { CalibrationTable } from '../../contracts/signals.ts';
+import { outcomeContent, outcomeHash } from '../../contracts/verdict-hash.ts';
 import { recordedVolatility } from '../engine/recorded-volatility.ts';
 import { defaultCalibration, recordedMeaning } from '../engine/signals/index.ts';
 
@@ -24,10 +25,11 @@ const netCentiBps = (dir: number, r6: number) => Math.round((dir * r6 * 10_000 -
  * because a label from the wrong candles is worse than none. The label also names the verdict's
  * lean (from its recorded score and `table`, as every answer restating it does) with what
  * following it earned, and the risk forecast it served, so that the track record scores both
- * from outcomes alone.
+ * from outcomes alone. The outcome is chained: `ref.prevHash` is the previous chained outcome of
+ * the verdict's stream (null or absent: the first), and `hash` covers it (verdict-hash.ts).
  */
 export function resolveOutcome(
-  ref: { verdictId: string; stream: string; revision: number },
+  ref: { verdictId: string; stream: string; revision: number; prevHash?: string | null },
   verdict: Verdict,
   following: readonly Candle[],
   table: CalibrationTable = defaultCalibration,
@@ -55,7 +57,7 @@ export function resolveOutcome(
   const variance = logs.reduce((a, b) => a + (b - mean) ** 2, 0) / (logs.length - 1);
   const lean = recordedMeaning(verdict, table).lean?.direction ?? null;
   const served = recordedVolatility(verdict.inputs, verdict.timeframe);
-  return {
+  const outcome: Omit<Outcome, 'hash'> = {
     exchange: verdict.exchange,
     coin: verdict.coin,
     timeframe: verdict.timeframe,
@@ -89,5 +91,7 @@ export function resolveOutcome(
           bandCoverage: served.band_coverage,
         }
       : null,
+    prevHash: ref.prevHash ?? null,
   };
+  return { ...outcome, hash: outcomeHash(outcomeContent(outcome)) };
 }

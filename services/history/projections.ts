@@ -33,17 +33,21 @@ export interface PendingVerdict {
 
 export interface PendingOutcomes {
   pending: Record<string, PendingVerdict>;
+  /** Verdict stream → hash of its last chained outcome: what the next outcome of the stream links to. */
+  heads: Record<string, string>;
 }
 
 /**
  * Verdicts still waiting for their outcome: added when recorded, removed when the outcome is in
- * the log. Its size is bounded by the verdicts of the last OUTCOME_AFTER_CANDLES candles.
+ * the log. Its size is bounded by the verdicts of the last OUTCOME_AFTER_CANDLES candles. Beside
+ * them, the head of each verdict stream's outcome chain (one hash per market).
  */
 export const pendingOutcomesProjection: Projection<PendingOutcomes> = defineProjection({
   name: 'history-pending-outcomes',
-  version: 1,
+  // 2: the outcome chains' heads.
+  version: 2,
   eventTypes: ['VerdictRecorded', 'VerdictOutcomeResolved'],
-  initial: (): PendingOutcomes => ({ pending: {} }),
+  initial: (): PendingOutcomes => ({ pending: {}, heads: {} }),
   evolve(state, event) {
     if (event.type === 'VerdictRecorded') {
       const d = event.data;
@@ -61,6 +65,9 @@ export const pendingOutcomesProjection: Projection<PendingOutcomes> = defineProj
       };
     } else {
       delete state.pending[event.data.verdictId];
+      // Only the outcome the export attaches (the first of the verdict's outcome stream) is chained.
+      if (event.data.hash && event.stream === outcomeStream(event.data.verdictId))
+        state.heads[event.data.verdictStream] = event.data.hash;
     }
     return state;
   },

@@ -43,6 +43,12 @@ interface Backoff {
  * append each. A market whose candles cannot be had is skipped until its backoff passes (doubling
  * from the tick interval), so a coin the feed does not list (delisted, or absent from a replay)
  * costs one failed fetch per backoff, not one per pending verdict per tick.
+ *
+ * Each outcome is chained to the previous outcome of its verdict stream (outcome.ts): a stream's
+ * verdicts are resolved one at a time, oldest first, and the head each links to is the one this
+ * process last appended for the stream, else the pending view's, which is waited on to fold the
+ * whole log before the first resolution. One resolver per log (the projections role runs one):
+ * two would fork a chain, which `history verify` reports.
  */
 export class OutcomeResolver {
   readonly name = 'outcome-resolver';
@@ -55,6 +61,8 @@ export class OutcomeResolver {
   private readonly markets = new Map<string, Backoff>();
   /** Backoff of one verdict with too little history, which must not hold back its market's newer ones. */
   private readonly verdicts = new Map<string, Backoff>();
+  /** Verdict stream → hash of the last outcome this process chained on it. */
+  private readonly heads = new Map<string, string>();
   /** The pending view has come within `maxLag` of the head since it last started from scratch. */
   private caughtUp = false;
   private viewCheckpoint = 0;
@@ -136,39 +144,55 @@ export class OutcomeResolver {
       const head = await store.headPosition();
       if ((await eventsBehind(store, pending.checkpoint, head, this.deps.maxLag)) > this.deps.maxLag)
         return 0;
+      // The chains' heads: every outcome appended before now is folded before one links to them.
+      await pending.waitFor(head);
       this.caughtUp = true;
     }
+    const streams = new Map<string, PendingVerdict[]>();
+    for (const p of due) {
+      const list = streams.get(p.stream);
+      if (list) list.push(p);
+      else streams.set(p.stream, [p]);
+    }
+    for (const list of streams.values()) list.sort((a, b) => a.revision - b.revision);
     let appended = 0;
-    await forEachLimited(due, this.deps.concurrency ?? 4, async (p) => {
-      // A verdict of the same market may have failed since this tick began.
-      if (this.waiting(p, clock())) return;
-      this.inFlight.add(p.verdictId);
-      try {
-        if (await this.resolveOne(p)) appended++;
-        this.markets.delete(marketKey(p));
-        this.verdicts.delete(p.verdictId);
-      } catch (err) {
-        // Candles not there yet (venue down, replay behind): the verdict stays pending.
-        if (!(err instanceof MarketDataError)) throw err;
-        this.failedFetches++;
-        this.lastError = err.message;
-        if (err instanceof InsufficientHistoryError) {
-          backOff(this.verdicts, p.verdictId, this.intervalMs, PERMANENT_BACKOFF_MS, clock());
-        } else {
-          const permanent =
-            err instanceof UnknownCoinError ||
-            err instanceof UnsupportedTimeframeError ||
-            err instanceof UnsupportedExchangeError;
-          const cap = permanent ? PERMANENT_BACKOFF_MS : TRANSIENT_BACKOFF_MS;
-          backOff(this.markets, marketKey(p), this.intervalMs, cap, clock());
-        }
-        this.deps.logger.debug({ err, verdictId: p.verdictId }, 'outcome not resolvable yet');
-      } finally {
-        this.inFlight.delete(p.verdictId);
-      }
+    await forEachLimited([...streams.values()], this.deps.concurrency ?? 4, async (list) => {
+      for (const p of list) if (await this.resolveQueued(p, clock)) appended++;
     });
     this.resolved += appended;
     return appended;
+  }
+
+  /** One verdict of a stream's queue; true when its outcome was appended. */
+  private async resolveQueued(p: PendingVerdict, clock: () => number): Promise<boolean> {
+    // A verdict of the same market may have failed since this tick began.
+    if (this.waiting(p, clock())) return false;
+    this.inFlight.add(p.verdictId);
+    try {
+      const appended = await this.resolveOne(p);
+      this.markets.delete(marketKey(p));
+      this.verdicts.delete(p.verdictId);
+      return appended;
+    } catch (err) {
+      // Candles not there yet (venue down, replay behind): the verdict stays pending.
+      if (!(err instanceof MarketDataError)) throw err;
+      this.failedFetches++;
+      this.lastError = err.message;
+      if (err instanceof InsufficientHistoryError) {
+        backOff(this.verdicts, p.verdictId, this.intervalMs, PERMANENT_BACKOFF_MS, clock());
+      } else {
+        const permanent =
+          err instanceof UnknownCoinError ||
+          err instanceof UnsupportedTimeframeError ||
+          err instanceof UnsupportedExchangeError;
+        const cap = permanent ? PERMANENT_BACKOFF_MS : TRANSIENT_BACKOFF_MS;
+        backOff(this.markets, marketKey(p), this.intervalMs, cap, clock());
+      }
+      this.deps.logger.debug({ err, verdictId: p.verdictId }, 'outcome not resolvable yet');
+      return false;
+    } finally {
+      this.inFlight.delete(p.verdictId);
+    }
   }
 
   private waiting(p: PendingVerdict, wall: number): boolean {
@@ -212,8 +236,9 @@ export class OutcomeResolver {
       );
       return false;
     }
+    const prevHash = this.heads.get(p.stream) ?? this.deps.pending.state.heads[p.stream] ?? null;
     const outcome = resolveOutcome(
-      { verdictId: p.verdictId, stream: p.stream, revision: p.revision },
+      { verdictId: p.verdictId, stream: p.stream, revision: p.revision, prevHash },
       verdict.data,
       candles,
     );
@@ -229,6 +254,7 @@ export class OutcomeResolver {
         ],
         { expectedRevision: 'no_stream' },
       );
+      this.heads.set(p.stream, outcome.hash!);
       return true;
     } catch (err) {
       if (err instanceof WrongExpectedRevisionError) return false;

@@ -85,6 +85,9 @@ export function historyRow(verdict: Verdict, outcome: Outcome | null, now: numbe
     realised_vol: o ? o.data.realisedVol : null,
     lean: o ? (o.data.lean ?? null) : null,
     lean_net_centi_bps: o ? (o.data.leanNetCentiBps ?? null) : null,
+    outcome_hash: o ? (o.data.hash ?? null) : null,
+    outcome_prev_hash: o?.data.hash ? (o.data.prevHash ?? null) : null,
+    outcome_position: o?.data.hash ? o.position : null,
   };
 }
 
@@ -134,6 +137,7 @@ export function fillColumns(refs: readonly RowRef[], c: unknown[][], at = 0): vo
     c.slice(10);
   const [engineVersion, trigger, inputsJson, outcomeId, return1, return6, return24, result] = c.slice(19);
   const [netCentiBps, maeBps, mfeBps, realisedVol, lean, leanNetCentiBps] = c.slice(27);
+  const [outcomeHash, outcomePrevHash, outcomePosition] = c.slice(33);
   for (let j = 0; j < refs.length; j++) {
     const { verdict: v, outcome, now } = refs[j]!;
     const i = at + j;
@@ -174,5 +178,8 @@ export function fillColumns(refs: readonly RowRef[], c: unknown[][], at = 0): vo
     realisedVol![i] = o ? o.realisedVol : null;
     lean![i] = o ? (o.lean ?? null) : null;
     leanNetCentiBps![i] = o ? (o.leanNetCentiBps ?? null) : null;
+    outcomeHash![i] = o ? (o.hash ?? null) : null;
+    outcomePrevHash![i] = o?.hash ? (o.prevHash ?? null) : null;
+    outcomePosition![i] = label && o?.hash ? label.position : null;
   }
 }

@@ -48,6 +48,7 @@ const NUMBER_KIND: Partial<Record<keyof HistoryRow, 'int64' | 'int32' | 'float64
   candle_close_time: 'int64',
   net_centi_bps: 'int64',
   lean_net_centi_bps: 'int64',
+  outcome_position: 'int64',
 };
 const VERDICT_NUMBER_OF: Partial<Record<keyof HistoryRow, (typeof VERDICT_NUMBERS)[number]>> = {
   revision: 'revision',

@@ -54,7 +54,14 @@ const DICTIONARY_COLUMNS: readonly (keyof HistoryRow)[] = [
  * Columns of random hex (ids, hashes): Snappy finds nothing to compress in them, and trying was
  * about 40 % of the encoder's time; the file is 3 % larger without it.
  */
-const UNCOMPRESSED_COLUMNS: readonly (keyof HistoryRow)[] = ['verdict_id', 'hash', 'prev_hash', 'outcome_id'];
+const UNCOMPRESSED_COLUMNS: readonly (keyof HistoryRow)[] = [
+  'verdict_id',
+  'hash',
+  'prev_hash',
+  'outcome_id',
+  'outcome_hash',
+  'outcome_prev_hash',
+];
 
 /**
  * Columns whose min/max statistics no reader can prune by (random hex, the inputs' JSON): left
@@ -193,6 +200,9 @@ export const KINDS: Record<keyof HistoryRow, Kind> = {
   realised_vol: 'float64',
   lean: 'utf8',
   lean_net_centi_bps: 'int64',
+  outcome_hash: 'utf8',
+  outcome_prev_hash: 'utf8',
+  outcome_position: 'int64',
 };
 
 /**

@@ -1,0 +1,262 @@
+import { createWriteStream, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { deterministicId } from '../../contracts/deterministic-id.ts';
+import { newEvent, parseDomainEvent } from '../../contracts/events.ts';
+import {
+  HISTORY_FORMATS,
+  type HistoryFormat,
+  type HistoryRow,
+  OUTCOME_AFTER_CANDLES,
+  outcomeStream,
+} from '../../contracts/history.ts';
+import { outcomeHash } from '../../contracts/verdict-hash.ts';
+import { recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { rowOutcome } from './audit.ts';
+import { type CliDeps, runHistoryCommand } from './cli-commands.ts';
+import { readExport } from './files.ts';
+import { outcomeDueAt, resolveOutcome } from './outcome.ts';
+import { CSV_HEADER, csvLine, parquetStream } from './writers.ts';
+
+/** Verdicts per stream whose outcome is recorded as before outcomes were chained (no hash). */
+const LEGACY = 3;
+
+let fx: Awaited<ReturnType<typeof recordHistory>>;
+let server: Awaited<ReturnType<typeof startHistoryServer>>;
+let dir: string;
+let rows: HistoryRow[];
+
+function deps(): CliDeps {
+  return { openStore: async () => fx.store, progress: null };
+}
+
+/** An existing log: the first LEGACY verdicts of each stream labelled by the resolver before outcomes were chained. */
+async function recordLegacyOutcomes(): Promise<void> {
+  const seen = new Map<string, number>();
+  for (const event of await fx.store.readAll()) {
+    const verdict = parseDomainEvent(event);
+    if (verdict?.type !== 'VerdictRecorded') continue;
+    const n = seen.get(verdict.stream) ?? 0;
+    if (n >= LEGACY) continue;
+    seen.set(verdict.stream, n + 1);
+    const d = verdict.data;
+    const candles = await fx.feed.candles(d.exchange, d.coin, d.timeframe, {
+      limit: OUTCOME_AFTER_CANDLES,
+      until: outcomeDueAt(d),
+      min: OUTCOME_AFTER_CANDLES,
+    });
+    const {
+      hash: _h,
+      prevHash: _p,
+      ...unchained
+    } = resolveOutcome(
+      { verdictId: verdict.id, stream: verdict.stream, revision: verdict.revision },
+      d,
+      candles,
+    );
+    await fx.store.append(outcomeStream(verdict.id), [
+      newEvent('VerdictOutcomeResolved', unchained, { id: deterministicId('verdict-outcome', verdict.id) }),
+    ]);
+  }
+}
+
+beforeAll(async () => {
+  fx = await recordHistory({ steps: 40, settleHours: 30 });
+  await recordLegacyOutcomes();
+  server = await startHistoryServer({ store: fx.store, feed: fx.feed });
+  await server.settle();
+  dir = mkdtempSync(join(tmpdir(), 'outcome-chain-'));
+  const out = join(dir, 'all.ndjson');
+  await runHistoryCommand(['export', '--store', '--out', out], deps());
+  rows = [];
+  for await (const row of readExport(out)) rows.push(row);
+});
+afterAll(async () => {
+  await server?.close();
+  await fx?.engine.close();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+/** Writes rows as the export writes them in `format`. */
+async function write(name: string, format: HistoryFormat, written: HistoryRow[]): Promise<string> {
+  if (format === 'ndjson') {
+    const path = join(dir, `${name}.ndjson`);
+    writeFileSync(path, written.map((r) => `${JSON.stringify(r)}\n`).join(''));
+    return path;
+  }
+  if (format === 'csv') {
+    const path = join(dir, `${name}.csv`);
+    writeFileSync(path, CSV_HEADER + written.map(csvLine).join(''));
+    return path;
+  }
+  const path = join(dir, name);
+  mkdirSync(path);
+  await pipeline(parquetStream([written]), createWriteStream(join(path, 'part-000001.parquet')));
+  return path;
+}
+
+async function verify(path: string, ...extra: string[]) {
+  return JSON.parse(await runHistoryCommand(['verify', path, ...extra], deps()));
+}
+
+const chained = () => rows.filter((r) => r.outcome_hash !== null);
+/** A chained outcome with a later chained outcome in its stream (so a link names it). */
+function middle(pick: (r: HistoryRow) => boolean = () => true): HistoryRow {
+  const lastOf = new Map<string, number>();
+  for (const r of chained()) lastOf.set(r.stream, r.position);
+  const found = chained().find(
+    (r) => r.outcome_prev_hash !== null && r.position < lastOf.get(r.stream)! && pick(r),
+  );
+  if (!found) throw new Error('no such row in the fixture');
+  return found;
+}
+const NO_OUTCOME = {
+  outcome_id: null,
+  return_1: null,
+  return_6: null,
+  return_24: null,
+  result: null,
+  net_centi_bps: null,
+  mae_bps: null,
+  mfe_bps: null,
+  realised_vol: null,
+  lean: null,
+  lean_net_centi_bps: null,
+  outcome_hash: null,
+  outcome_prev_hash: null,
+  outcome_position: null,
+} satisfies Partial<HistoryRow>;
+
+describe('outcomes in the chain', () => {
+  it('chains every outcome the resolver records, each tied to its verdict, after the unchained ones of an existing log', async () => {
+    const streams = new Set(rows.map((r) => r.stream));
+    expect(streams.size).toBe(3);
+    for (const stream of streams) {
+      const labelled = rows.filter((r) => r.stream === stream && r.result !== null);
+      // The existing outcomes stay as recorded (no link); the chain starts at the first one after.
+      expect(labelled.slice(0, LEGACY).every((r) => r.outcome_hash === null)).toBe(true);
+      const links = labelled.slice(LEGACY);
+      expect(links.length).toBeGreaterThan(3);
+      expect(links[0]!.outcome_prev_hash).toBeNull();
+      for (const [i, r] of links.entries()) {
+        expect(outcomeHash(rowOutcome(r)!)).toBe(r.outcome_hash);
+        if (i > 0) expect(r.outcome_prev_hash).toBe(links[i - 1]!.outcome_hash);
+        if (i > 0) expect(r.outcome_position!).toBeGreaterThan(links[i - 1]!.outcome_position!);
+      }
+    }
+    for (const format of HISTORY_FORMATS) {
+      const report = await verify(await write(`clean-${format}`, format, rows));
+      expect(report).toMatchObject({
+        ok: true,
+        rows: rows.length,
+        outcomes: chained().length,
+        unchainedOutcomes: 3 * LEGACY,
+        firstBroken: null,
+      });
+    }
+  });
+
+  const hold = () => middle((r) => r.call === 'HOLD' && r.net_centi_bps === null);
+  const cases: [string, () => HistoryRow, (r: HistoryRow) => HistoryRow, string][] = [
+    [
+      'return_6 raised by 0.01',
+      () => middle(),
+      (r) => ({ ...r, return_6: r.return_6! + 0.01 }),
+      'outcome_hash does not match the outcome columns',
+    ],
+    [
+      'result changed',
+      () => middle((r) => r.result === 'no-call'),
+      (r) => ({ ...r, result: 'hit' }),
+      'outcome_hash does not match the outcome columns',
+    ],
+    [
+      'net_centi_bps null set to 12345',
+      hold,
+      (r) => ({ ...r, net_centi_bps: 12345 }),
+      'outcome_hash does not match the outcome columns',
+    ],
+    ['the outcome dropped', () => middle(), (r) => ({ ...r, ...NO_OUTCOME }), 'outcome missing: the stream'],
+    [
+      'the outcome passed off as one recorded before chaining',
+      () => middle(),
+      (r) => ({ ...r, outcome_hash: null, outcome_prev_hash: null, outcome_position: null }),
+      'outcome without outcome_hash after the outcome chain of this stream began',
+    ],
+  ];
+  for (const [name, pick, change, reason] of cases) {
+    it(`fails verify and names the row: ${name} (NDJSON, CSV, Parquet)`, async () => {
+      const victim = pick();
+      const forged = rows.map((r) => (r === victim ? change(r) : r));
+      for (const format of HISTORY_FORMATS) {
+        const report = await verify(await write(`${name.replaceAll(' ', '-')}-${format}`, format, forged));
+        expect(report.ok, format).toBe(false);
+        expect(report.firstBroken, format).toMatchObject({
+          position: victim.position,
+          verdictId: victim.verdict_id,
+        });
+        expect(report.firstBroken.reason, format).toContain(reason);
+      }
+    });
+  }
+
+  it('names the first of two verdicts whose outcomes were swapped', async () => {
+    const a = middle();
+    const b = chained().find((r) => r.stream === a.stream && r.position > a.position)!;
+    const swapped = rows.map((r) =>
+      r === a ? { ...a, ...outcomeOf(b) } : r === b ? { ...b, ...outcomeOf(a) } : r,
+    );
+    const report = await verify(await write('swapped', 'ndjson', swapped));
+    expect(report.ok).toBe(false);
+    expect(report.firstBroken).toMatchObject({
+      position: a.position,
+      reason: 'outcome_hash does not match the outcome columns',
+    });
+  });
+
+  it('recomputes every outcome from a market-data folder, and reports one that differs with its hash made again', async () => {
+    const path = await write('for-data', 'ndjson', rows);
+    const clean = await verify(path, '--data', 'sample-data/market');
+    expect(clean.ok).toBe(true);
+    const labelled = rows.filter((r) => r.result !== null).length;
+    expect(clean.recomputed).toMatchObject({
+      checked: labelled,
+      notInData: 0,
+      mismatched: 0,
+      mismatches: [],
+    });
+
+    // The last outcome of a stream is linked by none: rehashed, it passes the chain check alone.
+    const last = chained().at(-1)!;
+    const edited = { ...last, return_24: last.return_24! * 2 };
+    edited.outcome_hash = outcomeHash(rowOutcome(edited)!);
+    const forged = await write(
+      'head-rehashed',
+      'ndjson',
+      rows.map((r) => (r === last ? edited : r)),
+    );
+    expect((await verify(forged)).ok).toBe(true);
+    const checked = await verify(forged, '--data', 'sample-data/market');
+    expect(checked.ok).toBe(false);
+    expect(checked.recomputed.mismatched).toBe(1);
+    expect(checked.recomputed.mismatches).toEqual([
+      {
+        position: last.position,
+        verdictId: last.verdict_id,
+        stream: last.stream,
+        column: 'return_24',
+        exported: edited.return_24,
+        recomputed: last.return_24,
+      },
+    ]);
+    await expect(runHistoryCommand(['verify', path, '--data', join(dir, 'nowhere')], deps())).rejects.toThrow(
+      'no market-data folder at',
+    );
+  });
+});
+
+function outcomeOf(r: HistoryRow): Partial<HistoryRow> {
+  return Object.fromEntries(Object.keys(NO_OUTCOME).map((k) => [k, r[k as keyof HistoryRow]]));
+}

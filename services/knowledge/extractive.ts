@@ -87,6 +87,7 @@ const SYNONYMS: string[][] = [
   ['verify', 'check', 'audit', 'prove'],
   ['contain', 'cover', 'coverage', 'inside'],
   ['actual', 'realised', 'realized'],
+  ['answer', 'response', 'reply'],
 ];
 const SYNONYM_OF = new Map<string, Set<string>>();
 for (const group of SYNONYMS) {
@@ -328,8 +329,12 @@ const STEP_TEXT =
 function statedBy(question: string): { test: (text: string) => boolean; required: boolean } | null {
   if (/\bhow (much|many|long|often)\b/i.test(question))
     return { test: (text) => NUMBER.test(text), required: true };
-  // A step can be told in words alone ("subscribe another subscription to …"): preferred, not required.
-  if (/\bhow (?:do|can|should|would) (?:i|we|you)\b|\bhow to\b/i.test(question))
+  // A step can be told in words alone ("subscribe another subscription to …"): preferred, not
+  // required. "How can I tell / know / see whether …" asks for a sign to read, not a procedure.
+  if (
+    /\bhow (?:do|can|should|would) (?:i|we|you)\b|\bhow to\b/i.test(question) &&
+    !/\bhow (?:do|can|should|would) (?:i|we|you) (?:tell|know|see|recogni[sz]e|distinguish)\b/i.test(question)
+  )
     return { test: (text) => STEP_TEXT.test(text) || STEP.test(text), required: false };
   return null;
 }
@@ -436,13 +441,38 @@ interface Candidate {
   score: number;
 }
 
+/**
+ * A long sentence's clauses: cut after a ";" or a full stop, but only outside brackets, so a
+ * clause never opens a parenthesis it does not close ("exposure checked (balance … ; with …)").
+ */
+function clauses(sentence: string): string[] {
+  const out: string[] = [];
+  let depth = 0;
+  let start = 0;
+  for (let i = 0; i < sentence.length; i++) {
+    const ch = sentence[i]!;
+    if ('([{'.includes(ch)) depth++;
+    else if (')]}'.includes(ch)) depth = Math.max(0, depth - 1);
+    else if (
+      depth === 0 &&
+      /\s/.test(sentence[i + 1] ?? '') &&
+      (ch === ';' || (ch === '.' && /\s[A-Z]/.test(sentence.slice(i + 1, i + 3))))
+    ) {
+      out.push(sentence.slice(start, i + 1));
+      start = i + 1;
+    }
+  }
+  out.push(sentence.slice(start));
+  return out;
+}
+
 /** The quotable units of a passage: sentences, long ones cut into their clauses. */
 function units(passage: Passage): string[][] {
   const all = sentences(passage.text);
   const out: string[][] = [];
   all.forEach((sentence, i) => {
     if (sentence.length > LONG_SENTENCE) {
-      for (const clause of sentence.split(/(?<=;)\s+|(?<=\.)\s+(?=[A-Z])/)) {
+      for (const clause of clauses(sentence)) {
         // A clause is quoted without the ";" that joined it to the next; one still too long is
         // read as what leads up to its colon and what the colon introduces.
         const c = clause.trim().replace(/;$/, '');

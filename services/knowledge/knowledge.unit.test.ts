@@ -480,6 +480,29 @@ describe('extractive answers', () => {
     expect(answer.answer).not.toContain('timing_skill');
   });
 
+  it('cuts a long sentence into clauses only outside brackets, so no quote opens a parenthesis it does not close', () => {
+    const filler = 'and the rest of the flow goes on as it always does, one step after another, '.repeat(5);
+    const long = `The payment is verified, the payer's exposure checked (balance minus pending payments must cover the call; with Redis that sum is shared by every replica); then ${filler}the call is served; a failed call charges nothing.`;
+    expect(long.length).toBeGreaterThan(450);
+    const answer = askOf([['pay', 'Pay per call', long]])('How is the exposure of a payer checked?');
+    expect(answer.grounded).toBe(true);
+    for (const quote of answer.citations[0]!.quote.split(' … '))
+      expect((quote.match(/\(/g) ?? []).length, quote).toBe((quote.match(/\)/g) ?? []).length);
+  });
+
+  it('reads "how can I tell whether" as asking for a sign, and meets "answer" in "response"', () => {
+    const answer = askOf([
+      [
+        'start',
+        'Service',
+        'Run npm start: market data is replayed from files, or taken live from the venues.',
+      ],
+      ['feed', 'Replayed data says so', 'Every response carries feed: live or replay.'],
+    ])('How can I tell whether an answer comes from live or replayed data?');
+    expect(answer.grounded).toBe(true);
+    expect(answer.answer.startsWith('Every response carries feed')).toBe(true);
+  });
+
   it('counts a word the documentation never uses against an answer: no grounded quote for an off-topic question', () => {
     const answer = askOf([
       ['ci', 'Intervals', 'A day-block bootstrap resamples days; its statistic sorts every test point.'],

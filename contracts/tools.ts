@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { Config } from './config.ts';
-import { TrackRecordBrief } from './history.ts';
+import { TrackRecordBrief, TrackRecordResponse, TrackRecordWindow } from './history.ts';
 import {
   Call,
   Coin,
@@ -361,6 +361,14 @@ export const ScanFundingArbOutput = z.object({
 });
 export type ScanFundingArbOutput = z.infer<typeof ScanFundingArbOutput>;
 
+/** The track record over a window, as GET /api/track-record?window= serves it. */
+export const GetTrackRecordInput = z.strictObject({
+  window: TrackRecordWindow.default('all').describe(
+    '7d, 30d, 90d or all (default): the resolved verdicts counted',
+  ),
+});
+export type GetTrackRecordInput = z.input<typeof GetTrackRecordInput>;
+
 /** A config key holding one call's price, in atomic units of the rails' asset. */
 export type PriceKey = Extract<keyof Config, `X402_PRICE_${string}`>;
 export type ToolPrices = Pick<Config, PriceKey>;
@@ -445,6 +453,16 @@ export const TOOLS = {
       'Expected move and its 80 % band for a coin on one timeframe and venue, over the next candle, six candles and one day (HAR volatility model fitted before the test months and scored out of sample against a free trailing-volatility band), each with sizing for a stated risk budget (riskBudgetUsd, default 100 USD): the notional whose one-σ move over the horizon is the budget, and the stops the band implies.',
     example: { coin: 'BTC', timeframe: '1h' },
     // Priced like a regime reading: the same computation over the same market state.
+    price: { key: 'X402_PRICE_GET_MARKET_REGIME' },
+  }),
+  get_track_record: tool({
+    input: GetTrackRecordInput,
+    output: TrackRecordResponse,
+    title: 'Track record',
+    description:
+      "How the service's own answers did once their outcomes were in, over a window (7d, 30d, 90d or all): per venue and timeframe, calls, hit rate with its 95 % interval beside always-BUY, always-SELL and random calls at the same mix, mean net bps after the 10 bps fee, hit rate per confidence bucket and a day-by-day series; the risk forecast's record (band coverage beside the coverage it states, σ served ÷ realised); the free baselines measured out of sample (always-HOLD, the best fade/follow rule, a trailing-volatility band, EWMA/GARCH/HAR-RV where scored); the shipped funding-carry fit. The same as GET /api/track-record.",
+    example: { window: '30d' },
+    // Priced like a regime reading: a read of state the service already holds.
     price: { key: 'X402_PRICE_GET_MARKET_REGIME' },
   }),
   scan_trade_calls: tool({

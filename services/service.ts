@@ -9,6 +9,7 @@ import { type Adapters, openAdapters } from './adapters.ts';
 import { buildApp } from './api/app.ts';
 import type { Role, Slice } from './component.ts';
 import { createSignalEngine, type SignalEngine } from './engine/engine.ts';
+import type { SignalOperations } from './engine/operations.ts';
 import type { X402Setup } from './payments/setup.ts';
 import { createMetrics } from './shared/metrics.ts';
 import { Readiness } from './shared/readiness.ts';
@@ -20,6 +21,8 @@ export interface RunningService {
   adapters: Adapters;
   /** The signal engine, in processes that serve (api) or schedule (engine) verdicts. */
   engine: SignalEngine | null;
+  /** The sold operations (the engine's and the history's track record), where the api role sells them. */
+  ops: SignalOperations | null;
   /** The feature slices this process runs, in start order. */
   components: Slice[];
   /** Base URL the HTTP server listens on. */
@@ -144,6 +147,7 @@ export async function startService(config: Config, roles: Role[], logger: Logger
       app: httpApp,
       adapters,
       engine: signalEngine,
+      ops: composed.ops,
       components: slices,
       url,
       stop() {

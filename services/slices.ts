@@ -32,6 +32,8 @@ export interface ComposedSlices {
   slices: Slice[];
   /** Pay-per-call, when the api role sells it (for the start-up log and tests). */
   payments: X402Setup | null;
+  /** The sold operations, where the api role sells them. */
+  ops: SignalOperations | null;
 }
 
 const wants = (ctx: SliceContext, roles: readonly Role[]) => roles.some((role) => ctx.roles.includes(role));
@@ -63,8 +65,10 @@ export async function composeSlices(ctx: SliceContext): Promise<ComposedSlices> 
 
   let knowledge: ReturnType<typeof knowledgeModule> | null = null;
   let payments: X402Setup | null = null;
-  if (api && engine) {
-    const ops: SignalOperations = history ? history.withTrackRecord(engine) : engine;
+  let ops: SignalOperations | null = null;
+  // The api role is a history role: the history slice is built there, and sells the track record.
+  if (api && engine && history) {
+    ops = history.withTrackRecord(engine);
     payments = await setupX402(config, {
       ops,
       store: adapters.eventStore,
@@ -131,5 +135,5 @@ export async function composeSlices(ctx: SliceContext): Promise<ComposedSlices> 
     payments ? paymentsSlice({ setup: payments, channel }) : null,
   ];
   const slices = built.filter((slice): slice is Slice => slice !== null);
-  return { slices, payments };
+  return { slices, payments, ops };
 }

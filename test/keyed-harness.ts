@@ -11,6 +11,7 @@ import { keyedChannel } from '../services/api/plugins.ts';
 import { createSignalEngine, type SignalEngine } from '../services/engine/engine.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
 import { Readiness } from '../services/shared/readiness.ts';
+import { trackRecordSlice } from './track-record-slice.ts';
 
 export const PAYMENT_REQUIRED = {
   x402Version: 2,
@@ -48,11 +49,13 @@ export async function startKeyedServer(options: {
   const ownEngine = options.engine === undefined;
   const engine =
     options.engine ?? (await createSignalEngine({ feed: await openReplayFeed({ run: false }), store }));
+  const projectionStore = new MemoryProjectionStore();
+  const history = await trackRecordSlice(config, store, projectionStore, engine.feed);
   const channel = keyedChannel({
     config,
-    adapters: { eventStore: store, projectionStore: new MemoryProjectionStore(), cache: options.cache },
+    adapters: { eventStore: store, projectionStore, cache: options.cache },
     logger,
-    ops: engine,
+    ops: history.withTrackRecord(engine),
     paymentRequirements: () => PAYMENT_REQUIRED,
     ...(options.sweepIntervalMs === undefined ? {} : { mcpSweepIntervalMs: options.sweepIntervalMs }),
   });
@@ -82,6 +85,7 @@ export async function startKeyedServer(options: {
     async close() {
       await app.close();
       await channel.stop();
+      await history.stop();
       if (ownEngine) await engine.close();
     },
   };

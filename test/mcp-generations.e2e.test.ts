@@ -28,6 +28,7 @@ const CALLS: [string, Record<string, unknown>][] = [
   ['get_risk_forecast', { coin: 'SOL', timeframe: '1h' }],
   ['scan_trade_calls', { timeframe: '1h', topN: 3 }],
   ['scan_funding_arb', { minSpreadBps: 0, limit: 3 }],
+  ['get_track_record', { window: '30d' }],
 ];
 const TOOL_NAMES = CALLS.map(([name]) => name).sort();
 

@@ -81,6 +81,7 @@ describe.runIf(run)(
       expect(tools.map((t) => t.name).sort()).toEqual([
         'get_market_regime',
         'get_risk_forecast',
+        'get_track_record',
         'get_trade_call',
         'scan_funding_arb',
         'scan_trade_calls',
@@ -109,6 +110,7 @@ describe.runIf(run)(
         ['get_risk_forecast', { coin: 'ETH', timeframe: '15m' }],
         ['scan_trade_calls', { timeframe: '1h', topN: 3, includeHolds: true }],
         ['scan_funding_arb', { minSpreadBps: 0, limit: 3 }],
+        ['get_track_record', { window: '7d' }],
       ];
       const used: number[] = [];
       for (const [name, args] of calls) {
@@ -123,7 +125,7 @@ describe.runIf(run)(
         const [content] = result.content as { type: string; text: string }[];
         expect(JSON.parse(content!.text)).toEqual(result.structuredContent);
       }
-      expect(used).toEqual([1, 2, 3, 4, 5]);
+      expect(used).toEqual([1, 2, 3, 4, 5, 6]);
       const trade = (
         await client.callTool({ name: 'get_trade_call', arguments: { coin: 'BTC', timeframe: '1h' } })
       ).structuredContent as Record<string, unknown>;

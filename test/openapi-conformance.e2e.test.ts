@@ -264,6 +264,7 @@ describe('the OpenAPI document describes every real answer', () => {
       scan_trade_calls: { timeframe: '1h', topN: 3 },
       scan_funding_arb: { limit: 3 },
       get_risk_forecast: { coin: 'BTC', timeframe: '1h' },
+      get_track_record: { window: '30d' },
     };
     for (const [tool, body] of Object.entries(bodies)) {
       const template = `/x402/${tool}`;
@@ -346,6 +347,8 @@ describe('the OpenAPI document describes every real answer', () => {
     await conform({ method: 'GET', template, path: `${template}?limit=0`, status: 400 });
     await conform({ method: 'GET', template, path: `${template}?format=xml`, status: 400 });
     await conform({ method: 'GET', template, path: `${template}?coin=BTC&coin=ETH`, status: 400 });
+    await conform({ method: 'GET', template, path: `${template}?colour=red`, status: 400 });
+    await conform({ method: 'GET', template, path: `${template}?coin=NOPECOIN`, status: 404 });
     await conform({ method: 'GET', template, status: 401, auth: false });
     await conform({ method: 'GET', template: '/api/track-record', status: 200, auth: false });
     await conform({
@@ -394,6 +397,8 @@ describe('the OpenAPI document describes every real answer', () => {
     const headers = { accept: 'application/json, text/event-stream' };
     const list = { jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} };
     await conform({ method: 'POST', template: '/mcp', body: list, headers, status: 200 });
+    const resources = { jsonrpc: '2.0', id: 2, method: 'resources/list', params: {} };
+    await conform({ method: 'POST', template: '/mcp', body: resources, headers, status: 200 });
     await conform({ method: 'POST', template: '/mcp', raw: deep, headers, status: 400 });
     await conform({ method: 'GET', template: '/mcp', headers, status: 400 });
     await conform({ method: 'PUT', template: '/mcp', headers, status: 405 });

@@ -184,7 +184,7 @@ describe('production', () => {
       }),
     );
     const setup = await setupX402(config, {
-      ops: service.engine!,
+      ops: service.ops!,
       store: new MemoryEventStore(),
       logger: capture,
     });
@@ -195,7 +195,7 @@ describe('production', () => {
   it('with a facilitator key, the local facilitator settles on both development rails', async () => {
     const config = loadConfig({ X402_FACILITATOR_PRIVATE_KEY: `0x${'11'.repeat(32)}` });
     const setup = (await setupX402(config, {
-      ops: service.engine!,
+      ops: service.ops!,
       store: new MemoryEventStore(),
       logger: pino({ level: 'silent' }),
     }))!;
@@ -222,7 +222,7 @@ describe('production', () => {
       X402_EXTRA_NETWORK: 'eip155:10',
       X402_EXTRA_ASSET: '0x0b2C639c533813f4Aa9D7837CAf62653d097Ff85',
     });
-    await setupX402(development, { ops: service.engine!, store: new MemoryEventStore(), logger: capture });
+    await setupX402(development, { ops: service.ops!, store: new MemoryEventStore(), logger: capture });
     expect(warnings.find((w) => Array.isArray(w.ignored))).toMatchObject({
       ignored: ['X402_EXTRA_NETWORK', 'X402_EXTRA_ASSET'],
       msg: expect.stringMatching(
@@ -236,7 +236,7 @@ describe('production', () => {
       X402_FACILITATOR_PRIVATE_KEY: `0x${'11'.repeat(32)}`,
       X402_EXTRA_PAY_TO: '0x000000000000000000000000000000000000dEaD',
     });
-    await setupX402(partial, { ops: service.engine!, store: new MemoryEventStore(), logger: capture });
+    await setupX402(partial, { ops: service.ops!, store: new MemoryEventStore(), logger: capture });
     expect(warnings.find((w) => Array.isArray(w.ignored))).toMatchObject({ ignored: ['X402_EXTRA_PAY_TO'] });
     // Nothing to warn about when the extra rail is configured whole.
     warnings.length = 0;
@@ -247,7 +247,7 @@ describe('production', () => {
       X402_EXTRA_ASSET: '0x036CbD53842c5426634e7929541eC2318f3dCF7e',
       X402_EXTRA_RPC_URL: 'https://sepolia.base.org',
     });
-    await setupX402(whole, { ops: service.engine!, store: new MemoryEventStore(), logger: capture });
+    await setupX402(whole, { ops: service.ops!, store: new MemoryEventStore(), logger: capture });
     expect(warnings.find((w) => Array.isArray(w.ignored))).toBeUndefined();
   });
 

@@ -32,7 +32,7 @@ import { isFresh } from './funding-arb.ts';
 import { scanFundingArb } from './funding-scan.ts';
 import { MarketStates, WARMUP_CANDLES } from './market-states.ts';
 import { describeFailure } from './operation-errors.ts';
-import type { OperationContext, SignalOperations } from './operations.ts';
+import type { EngineOperations, OperationContext } from './operations.ts';
 import { recordedVolatility } from './recorded-volatility.ts';
 import { rankedScan, type ScanRow } from './scan-ranking.ts';
 import {
@@ -100,7 +100,7 @@ interface CachedCall {
  * per market, recorded as VerdictRecorded (hash-chained, with RegimeShifted when the regime
  * turns) before they are served, and then served from memory until the next candle closes.
  */
-export class SignalEngine implements SignalOperations {
+export class SignalEngine implements EngineOperations {
   readonly feed: MarketFeed;
   private readonly store: EventStore;
   private readonly calibration: CalibrationTable;

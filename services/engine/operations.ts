@@ -1,6 +1,8 @@
+import type { TrackRecordResponse } from '../../contracts/history.ts';
 import type {
   GetMarketRegimeInput,
   GetRiskForecastInput,
+  GetTrackRecordInput,
   GetTradeCallInput,
   RegimeReading,
   RiskForecast,
@@ -33,4 +35,9 @@ export interface SignalOperations {
   getRiskForecast(input: GetRiskForecastInput, ctx?: OperationContext): Promise<RiskForecast>;
   scanTradeCalls(input: ScanTradeCallsInput, ctx?: OperationContext): Promise<ScanTradeCallsOutput>;
   scanFundingArb(input: ScanFundingArbInput, ctx?: OperationContext): Promise<ScanFundingArbOutput>;
+  /** The track record (the history slice's, which decorates the engine's operations with it). */
+  getTrackRecord(input: GetTrackRecordInput, ctx?: OperationContext): Promise<TrackRecordResponse>;
 }
+
+/** What the engine answers itself: every sold operation but the track record, which history keeps. */
+export type EngineOperations = Omit<SignalOperations, 'getTrackRecord'>;

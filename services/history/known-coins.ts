@@ -38,7 +38,7 @@ export class KnownCoins {
       refusals.push(answer.detail);
     }
     throw new ServiceError('unknown_coin', {
-      detail: `${symbol} is not listed on ${venues.join(', ')} and the history holds no verdict of it (${refusals.join('; ')})`,
+      detail: `${refusals.join('; ')}; the history holds no verdict of ${symbol}`,
     });
   }
 

@@ -1,21 +1,23 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
+import type { z } from 'zod';
 import type { LmdbEventStore } from '../../adapters/event-store/lmdb.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import { feedOptionsFromConfig, selectFeed } from '../../adapters/market/select.ts';
 import type { Config } from '../../contracts/config.ts';
 import type { TrackRecordBrief } from '../../contracts/history.ts';
 import type { Exchange, Timeframe } from '../../contracts/market.ts';
-import type { TradeCall } from '../../contracts/tools.ts';
+import { GetTrackRecordInput, type TradeCall } from '../../contracts/tools.ts';
 import type { Projection } from '../../projections/projection.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
 import type { Role } from '../component.ts';
-import type { SignalOperations } from '../engine/operations.ts';
+import type { EngineOperations, SignalOperations } from '../engine/operations.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
 import type { QuotaMeter } from '../quota/quota-meter.ts';
 import type { Check } from '../shared/readiness.ts';
 import { revealClock } from '../shared/reveal-clock.ts';
+import { type AnchorState, anchorHeadsProjection, HistoryAnchorer } from './anchor.ts';
 import { BriefCache } from './brief-cache.ts';
 import { ExportRowStore } from './export-row-store.ts';
 import { KnownCoins } from './known-coins.ts';
@@ -30,7 +32,7 @@ import {
 import { OutcomeResolver } from './resolver.ts';
 import { historyRoutes } from './routes.ts';
 import type { OutcomeIndex, StoredRows } from './scan.ts';
-import type { TrackRecordState } from './track-record.ts';
+import { type TrackRecordState, trackRecord as trackRecordAt } from './track-record.ts';
 
 /** Roles this slice does something in: routes (api), outcomes (projections), webhook lines (dispatcher). */
 export const HISTORY_ROLES: readonly Role[] = ['api', 'projections', 'dispatcher'];
@@ -92,6 +94,36 @@ export function historySlice(deps: HistorySliceDeps) {
   let feed = deps.feed;
   let ownFeed: MarketFeed | null = null;
   let resolver: OutcomeResolver | null = null;
+  // The anchor (projections role): off without a wallet key or with a zero interval.
+  const anchorKey = config.HISTORY_ANCHOR_PRIVATE_KEY ?? config.X402_FACILITATOR_PRIVATE_KEY;
+  const anchorOff =
+    config.HISTORY_ANCHOR_INTERVAL_MS === 0
+      ? 'off: HISTORY_ANCHOR_INTERVAL_MS=0'
+      : anchorKey
+        ? null
+        : 'off: no wallet key (HISTORY_ANCHOR_PRIVATE_KEY or X402_FACILITATOR_PRIVATE_KEY) to publish with';
+  const anchorHeads =
+    resolves && !anchorOff
+      ? new ProjectionRunner<AnchorState>(
+          adapters.eventStore,
+          adapters.projectionStore,
+          anchorHeadsProjection,
+          runnerOptions,
+        )
+      : null;
+  const anchorer =
+    anchorHeads && anchorKey
+      ? new HistoryAnchorer({
+          store: adapters.eventStore,
+          heads: anchorHeads,
+          chain: {
+            privateKey: anchorKey as `0x${string}`,
+            rpcUrl: config.HISTORY_ANCHOR_RPC_URL ?? config.X402_RPC_URL,
+          },
+          intervalMs: config.HISTORY_ANCHOR_INTERVAL_MS,
+          logger: log,
+        })
+      : null;
 
   /** The reveal clock: wall time, and never ahead of the feed (a replay reveals in feed time). */
   const now = () => revealClock(feed)();
@@ -165,10 +197,14 @@ export function historySlice(deps: HistorySliceDeps) {
       trackRecordProjection,
       pendingOutcomesProjection,
       labelledVerdictsProjection,
+      anchorHeadsProjection,
     ] as Projection<unknown>[],
-    get processors() {
-      return resolver ? [resolver] : [];
+    /** The outcome resolver first (tests drive it as `processors[0]`), then the anchor's publisher. */
+    get processors(): [OutcomeResolver, ...HistoryAnchorer[]] | [] {
+      return resolver ? [resolver, ...(anchorer ? [anchorer] : [])] : [];
     },
+    /** The anchor's publisher (projections role, with a wallet key); null when off. */
+    anchorer,
     trackRecord,
     pending,
     labelled,
@@ -195,8 +231,12 @@ export function historySlice(deps: HistorySliceDeps) {
       });
     },
 
-    /** Trade calls carry the track-record line of their own exchange, timeframe and confidence bucket. */
-    withTrackRecord(ops: SignalOperations): SignalOperations {
+    /**
+     * The sold operations: the engine's, trade calls carrying the track-record line of their own
+     * exchange, timeframe and confidence bucket, and the track record itself (get_track_record),
+     * what GET /api/track-record answers.
+     */
+    withTrackRecord(ops: EngineOperations): SignalOperations {
       return {
         getTradeCall: async (input, ctx) => {
           const call = await ops.getTradeCall(input, ctx);
@@ -207,6 +247,12 @@ export function historySlice(deps: HistorySliceDeps) {
         getRiskForecast: (input, ctx) => ops.getRiskForecast(input, ctx),
         scanTradeCalls: (input, ctx) => ops.scanTradeCalls(input, ctx),
         scanFundingArb: (input, ctx) => ops.scanFundingArb(input, ctx),
+        getTrackRecord: async (input, ctx) => {
+          const { window } = ctx?.parsed
+            ? (input as z.output<typeof GetTrackRecordInput>)
+            : GetTrackRecordInput.parse(input);
+          return trackRecordAt(trackRecord.state, window, now());
+        },
       };
     },
 
@@ -229,10 +275,20 @@ export function historySlice(deps: HistorySliceDeps) {
         ...(deps.resolverIntervalMs ? { intervalMs: deps.resolverIntervalMs } : {}),
       });
       resolver.start();
+      if (anchorer) {
+        await anchorHeads!.start();
+        anchorer.start();
+        log.info(
+          { address: anchorer.address, intervalMs: config.HISTORY_ANCHOR_INTERVAL_MS },
+          'history anchor on',
+        );
+      } else log.info(`history anchor ${anchorOff}`);
     },
 
     async stop() {
       await resolver?.stop();
+      await anchorer?.stop();
+      if (anchorHeads?.running) await anchorHeads.stop({ drainMs: 2_000 });
       if (pending.running) await pending.stop({ drainMs: 2_000 });
       if (trackRecord.running) await trackRecord.stop({ drainMs: 2_000 });
       if (labelled.running) await labelled.stop({ drainMs: 2_000 });
@@ -255,6 +311,18 @@ export function historySlice(deps: HistorySliceDeps) {
           waitingForView: resolver?.waitingForView ?? true,
           ...(resolver?.lastError ? { lastError: resolver.lastError } : {}),
         });
+        // Informational: a failed anchor is retried at the next check and never makes the role unready.
+        checks['processor:history-anchor'] = async () =>
+          anchorer
+            ? {
+                ok: true,
+                anchoring: 'on',
+                address: anchorer.address,
+                intervalMs: config.HISTORY_ANCHOR_INTERVAL_MS,
+                lastAnchor: anchorHeads!.state.last,
+                ...(anchorer.lastError ? { lastError: anchorer.lastError } : {}),
+              }
+            : { ok: true, anchoring: anchorOff };
       }
       return checks;
     },

@@ -6,7 +6,7 @@ import { createMemoryCache } from '../../adapters/cache/memory.ts';
 import type { Cache } from '../../adapters/cache/port.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
-import { openReplayFeed } from '../../adapters/market/replay.ts';
+import { openReplayFeed, type ReplayFeed } from '../../adapters/market/replay.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { type Config, loadConfig } from '../../contracts/config.ts';
 import { type DomainEvent, type Plan, parseDomainEvent } from '../../contracts/events.ts';
@@ -18,6 +18,7 @@ import { type IssuedKey, issueKey } from '../../services/keys/key-commands.ts';
 import { paymentStream } from '../../services/payments/payment-state.ts';
 import { setupX402, type X402Setup } from '../../services/payments/setup.ts';
 import { Readiness } from '../../services/shared/readiness.ts';
+import { trackRecordSlice } from '../track-record-slice.ts';
 import {
   AUTHORIZATION_TYPES,
   BASE_USDC,
@@ -57,7 +58,7 @@ export async function startX402Stack(
    * A log shared with another stack: two replicas of one deployment (pass X402_PAY_TO too); or
    * another store than the in-memory one (LMDB, to close it under the service).
    */
-  shared: { store?: EventStore } = {},
+  shared: { store?: EventStore; feed?: ReplayFeed } = {},
 ): Promise<X402Stack> {
   const localChain = chain ?? (await startLocalChain());
   const payTo =
@@ -75,14 +76,17 @@ export async function startX402Stack(
   });
   const logger = pino({ level: 'silent' });
   const store = shared.store ?? new MemoryEventStore();
-  const feed = await openReplayFeed({ run: false });
+  const feed = shared.feed ?? (await openReplayFeed({ run: false }));
   const engine = await createSignalEngine({ feed, store, logger });
-  const x402 = (await setupX402(config, { ops: engine, store, logger, cache }))!;
+  const projectionStore = new MemoryProjectionStore();
+  const history = await trackRecordSlice(config, store, projectionStore, feed);
+  const ops = history.withTrackRecord(engine);
+  const x402 = (await setupX402(config, { ops, store, logger, cache }))!;
   const keyed = keyedChannel({
     config,
-    adapters: { eventStore: store, projectionStore: new MemoryProjectionStore(), cache },
+    adapters: { eventStore: store, projectionStore, cache },
     logger,
-    ops: engine,
+    ops,
     ...x402.mcp,
   });
   await keyed.start();
@@ -139,6 +143,7 @@ export async function startX402Stack(
       await app.close();
       await keyed.stop();
       await x402.stop();
+      await history.stop();
       await engine.close();
       if (!chain) await localChain.stop();
     },

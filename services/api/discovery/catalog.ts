@@ -3,6 +3,7 @@ import { declarePaymentIdentifierExtension, PAYMENT_IDENTIFIER } from '@x402/ext
 import { jsonSchema } from '../../../contracts/json-schema.ts';
 import { SIGNIN_MCP_PATH } from '../../../contracts/oauth.ts';
 import type { ToolAnnotations } from '../../../contracts/tools.ts';
+import { SERVER_CAPABILITIES } from '../mcp/server.ts';
 import { annotationsOf, answerSchemaOf, outputSchemaOf, type ToolDefinition } from '../mcp/tool-registry.ts';
 import { recordedAnswer } from '../openapi.ts';
 
@@ -236,7 +237,7 @@ export function mcpServerCard(origin: string, tools: CatalogTool[]) {
     description: SERVICE_DESCRIPTION,
     endpoints: [{ transport: 'streamable-http', url: `${origin}/mcp` }],
     protocolVersions: ['2025-06-18', '2025-03-26', '2026-07-28'],
-    capabilities: { tools: { listChanged: false } },
+    capabilities: SERVER_CAPABILITIES,
     authentication: {
       optional: true,
       schemes: ['bearer'],

@@ -1,9 +1,20 @@
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
+import {
+  CallToolRequestSchema,
+  ListResourcesRequestSchema,
+  ListResourceTemplatesRequestSchema,
+  ListToolsRequestSchema,
+  McpError,
+  ReadResourceRequestSchema,
+} from '@modelcontextprotocol/sdk/types.js';
 import type { Caller } from '../caller.ts';
+import { RESOURCE_TEMPLATES, RESOURCES, ResourceNotFoundError, readResource } from './resources.ts';
 import { callTool, MCP_PAYMENT_META, type ToolCallDeps } from './tool-call.ts';
 
 export const SERVER_INFO = { name: 'signal-service', version: '1.0.0' };
+
+/** What every generation of the server offers: the sold and free tools, and the track record as resources. */
+export const SERVER_CAPABILITIES = { tools: { listChanged: false }, resources: { listChanged: false } };
 
 export const SERVER_INSTRUCTIONS =
   'Crypto trade verdicts, market regimes and funding-arbitrage scans. Send an API key as ' +
@@ -18,10 +29,22 @@ export const SERVER_INSTRUCTIONS =
  */
 export function createMcpServer(deps: ToolCallDeps): Server {
   const server = new Server(SERVER_INFO, {
-    capabilities: { tools: { listChanged: false } },
+    capabilities: SERVER_CAPABILITIES,
     instructions: SERVER_INSTRUCTIONS,
   });
   server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: deps.registry.list() }));
+  server.setRequestHandler(ListResourcesRequestSchema, async () => ({ resources: RESOURCES }));
+  server.setRequestHandler(ListResourceTemplatesRequestSchema, async () => ({
+    resourceTemplates: RESOURCE_TEMPLATES,
+  }));
+  server.setRequestHandler(ReadResourceRequestSchema, async (request) => {
+    try {
+      return await readResource(deps.registry, request.params.uri);
+    } catch (err) {
+      if (err instanceof ResourceNotFoundError) throw new McpError(err.code, err.message, { uri: err.uri });
+      throw err;
+    }
+  });
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     const clientAddress = extra.authInfo?.extra?.clientAddress;
     const payment = request.params._meta?.[MCP_PAYMENT_META];

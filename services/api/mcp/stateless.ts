@@ -3,7 +3,8 @@ import type { CacheHint, McpHttpHandler, Server, ServerContext } from '@modelcon
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Caller } from '../caller.ts';
 import { authInfo, handOver } from './hand-over.ts';
-import { createMcpServer, SERVER_INFO, SERVER_INSTRUCTIONS } from './server.ts';
+import { RESOURCE_TEMPLATES, RESOURCES, ResourceNotFoundError, readResource } from './resources.ts';
+import { createMcpServer, SERVER_CAPABILITIES, SERVER_INFO, SERVER_INSTRUCTIONS } from './server.ts';
 import { ChannelError, callTool, MCP_PAYMENT_META, type ToolCallDeps } from './tool-call.ts';
 
 /**
@@ -30,11 +31,24 @@ type ModernSdk = typeof import('@modelcontextprotocol/server');
 function createModernServer(sdk: ModernSdk, deps: ToolCallDeps): Server {
   const { Server, ProtocolError } = sdk;
   const server = new Server(SERVER_INFO, {
-    capabilities: { tools: { listChanged: false } },
+    capabilities: SERVER_CAPABILITIES,
     instructions: SERVER_INSTRUCTIONS,
     cacheHints: { 'tools/list': TOOLS_CACHE, 'server/discover': TOOLS_CACHE },
   });
   server.setRequestHandler('tools/list', async () => ({ tools: deps.registry.list() }) as never);
+  server.setRequestHandler('resources/list', async () => ({ resources: RESOURCES }));
+  server.setRequestHandler('resources/templates/list', async () => ({
+    resourceTemplates: RESOURCE_TEMPLATES,
+  }));
+  server.setRequestHandler('resources/read', async (request) => {
+    try {
+      return await readResource(deps.registry, request.params.uri);
+    } catch (err) {
+      if (err instanceof ResourceNotFoundError)
+        throw new ProtocolError(err.code, err.message, { uri: err.uri });
+      throw err;
+    }
+  });
   server.setRequestHandler('tools/call', async (request, ctx: ServerContext) => {
     const clientAddress = ctx.http?.authInfo?.extra?.clientAddress;
     const payment = request.params._meta?.[MCP_PAYMENT_META];

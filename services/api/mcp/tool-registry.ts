@@ -107,26 +107,28 @@ export class ToolRegistry {
  * The engine operation behind each sold tool. Kept here, not in the table: contracts/ does not
  * import the engine.
  */
-const OPERATIONS: Record<ToolName, keyof SignalOperations> = {
+const OPERATIONS = {
   get_trade_call: 'getTradeCall',
   get_market_regime: 'getMarketRegime',
   get_risk_forecast: 'getRiskForecast',
   scan_trade_calls: 'scanTradeCalls',
   scan_funding_arb: 'scanFundingArb',
-};
+  get_track_record: 'getTrackRecord',
+} as const satisfies Record<ToolName, keyof SignalOperations>;
 
 /**
  * Runs a sold tool's operation. With `parsed`, `input` is the output of the tool's own input
  * schema and the operation does not parse it again; without, the operation parses it.
  */
-export function runOperation(
-  ops: SignalOperations,
-  name: ToolName,
+export function runOperation<N extends ToolName>(
+  ops: Pick<SignalOperations, (typeof OPERATIONS)[N]>,
+  name: N,
   input: unknown,
   requestId: string,
   parsed = false,
 ): Promise<object> {
-  return ops[OPERATIONS[name]](input as never, { requestId, parsed });
+  // `ops` holds the operation of `name` (its type says so); TypeScript cannot call the union.
+  return (ops as SignalOperations)[OPERATIONS[name]](input as never, { requestId, parsed });
 }
 
 /** The sold tools as contracts/tools.ts describes them, in MCP's terms. */

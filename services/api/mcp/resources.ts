@@ -1,0 +1,63 @@
+import { randomUUID } from 'node:crypto';
+import { TRACK_RECORD_WINDOWS, type TrackRecordWindow } from '../../../contracts/history.ts';
+import { TOOLS } from '../../../contracts/tools.ts';
+import type { ToolRegistry } from './tool-registry.ts';
+
+/**
+ * The MCP resources: the track record per window, the same answer as the get_track_record tool
+ * and GET /api/track-record. Reading one is free and unmetered, as the public route is; the tool
+ * is what a host calls (and what x402 sells), the resource what a host attaches as context.
+ */
+
+/** MCP's code for a resource that does not exist (the specification's "Resource not found"). */
+export const RESOURCE_NOT_FOUND = -32002;
+
+const TRACK_RECORD_URI = 'track-record://';
+
+export interface McpResource {
+  uri: string;
+  name: string;
+  title: string;
+  description: string;
+  mimeType: 'application/json';
+}
+
+export const RESOURCES: McpResource[] = TRACK_RECORD_WINDOWS.map((window) => ({
+  uri: `${TRACK_RECORD_URI}${window}`,
+  name: `track-record-${window}`,
+  title: `${TOOLS.get_track_record.title} (${window === 'all' ? 'all time' : `last ${window}`})`,
+  description: `${TOOLS.get_track_record.description} Window: ${window}.`,
+  mimeType: 'application/json',
+}));
+
+export const RESOURCE_TEMPLATES = [
+  {
+    uriTemplate: `${TRACK_RECORD_URI}{window}`,
+    name: 'track-record',
+    title: TOOLS.get_track_record.title,
+    description: `${TOOLS.get_track_record.description} window: ${TRACK_RECORD_WINDOWS.join(', ')}.`,
+    mimeType: 'application/json',
+  },
+];
+
+/** A read of a URI this server does not serve. */
+export class ResourceNotFoundError extends Error {
+  readonly code = RESOURCE_NOT_FOUND;
+  constructor(readonly uri: string) {
+    super(`no resource ${uri}; resources: ${RESOURCES.map((r) => r.uri).join(', ')}`);
+  }
+}
+
+/** resources/read: the track record of the URI's window, as JSON text. */
+export async function readResource(
+  registry: ToolRegistry,
+  uri: string,
+): Promise<{ contents: { uri: string; mimeType: string; text: string }[] }> {
+  const window = uri.startsWith(TRACK_RECORD_URI) ? uri.slice(TRACK_RECORD_URI.length) : null;
+  const tool = registry.get('get_track_record');
+  if (window === null || !(TRACK_RECORD_WINDOWS as readonly string[]).includes(window) || !tool) {
+    throw new ResourceNotFoundError(uri);
+  }
+  const record = await tool.run({ window: window as TrackRecordWindow }, { requestId: randomUUID() });
+  return { contents: [{ uri, mimeType: 'application/json', text: JSON.stringify(record) }] };
+}

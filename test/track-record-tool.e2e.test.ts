@@ -1,0 +1,178 @@
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { McpError } from '@modelcontextprotocol/sdk/types.js';
+import { x402Client } from '@x402/core/client';
+import { registerExactEvmScheme } from '@x402/evm/exact/client';
+import { wrapFetchWithPayment } from '@x402/fetch';
+import { privateKeyToAccount } from 'viem/accounts';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { TrackRecordResponse } from '../contracts/history.ts';
+import { startX402Stack, type X402Stack } from './chain/x402-app.ts';
+import { recordHistory, startHistoryServer } from './history-harness.ts';
+
+/**
+ * Agents read the track record through MCP (the get_track_record tool and the track-record://
+ * resources, through the official MCP client) and buy it over x402 at a regime reading's price:
+ * the same answer GET /api/track-record serves, over a real recorded history whose outcomes the
+ * real resolver labelled.
+ */
+let fx: Awaited<ReturnType<typeof recordHistory>>;
+let history: Awaited<ReturnType<typeof startHistoryServer>>;
+let stack: X402Stack;
+let client: Client;
+
+beforeAll(async () => {
+  fx = await recordHistory({ steps: 40 });
+  history = await startHistoryServer({ store: fx.store, feed: fx.feed });
+  await history.settle();
+  // The selling side over the same log and the same replay clock (the track record's `asOf`).
+  stack = await startX402Stack({}, undefined, undefined, { store: fx.store, feed: fx.feed });
+  client = new Client({ name: 'analyst-agent', version: '1.0.0' });
+  await client.connect(new StreamableHTTPClientTransport(new URL(`${stack.url}/mcp`)));
+});
+afterAll(async () => {
+  await client?.close();
+  await stack?.stop();
+  await history?.close();
+  await fx?.engine.close();
+});
+
+async function publicRecord(window: string): Promise<TrackRecordResponse> {
+  const res = await fetch(`${history.url}/api/track-record?window=${window}`);
+  expect(res.status).toBe(200);
+  return TrackRecordResponse.parse(await res.json());
+}
+
+function withoutService(structured: unknown): unknown {
+  const { _service, ...rest } = structured as Record<string, unknown>;
+  expect(_service).toMatchObject({ auth: { tier: 'free' } });
+  return rest;
+}
+
+describe('get_track_record over MCP (official client)', () => {
+  it('is listed with its schemas and answers what GET /api/track-record serves', async () => {
+    const { tools } = await client.listTools();
+    const tool = tools.find((t) => t.name === 'get_track_record')!;
+    expect(tool.title).toBe('Track record');
+    expect(tool.inputSchema.properties).toHaveProperty('window');
+    expect(tool.outputSchema).toBeDefined();
+    expect(tool.annotations).toMatchObject({ readOnlyHint: true });
+
+    const expected = await publicRecord('all');
+    // The per-cell record, the risk forecast's record and the free baselines are all there.
+    expect(expected.overall.calls + expected.overall.holds).toBeGreaterThan(0);
+    expect(expected.overall.risk.points).toBeGreaterThan(0);
+    expect(expected.lines.length).toBeGreaterThan(0);
+    expect(expected.baselines?.cells.length).toBeGreaterThan(0);
+    // The stack folds the same log on its own runner: wait until it has caught up.
+    await vi.waitFor(
+      async () => {
+        const result = await client.callTool({ name: 'get_track_record', arguments: { window: 'all' } });
+        expect(result.isError).toBeFalsy();
+        expect(withoutService(result.structuredContent)).toEqual(expected);
+      },
+      { timeout: 10_000, interval: 50 },
+    );
+    const month = await client.callTool({ name: 'get_track_record', arguments: { window: '30d' } });
+    expect(withoutService(month.structuredContent)).toEqual(await publicRecord('30d'));
+    // Defaulted: the whole history.
+    const plain = await client.callTool({ name: 'get_track_record', arguments: {} });
+    expect(withoutService(plain.structuredContent)).toEqual(expected);
+  });
+
+  it('refuses a window it does not know, as a tool error', async () => {
+    const result = await client.callTool({ name: 'get_track_record', arguments: { window: '1y' } });
+    expect(result.isError).toBe(true);
+    expect(result.structuredContent).toMatchObject({ code: 'invalid_arguments' });
+  });
+
+  it('serves the same as resources: resources/list answers, each window reads as JSON', async () => {
+    const { resources } = await client.listResources();
+    expect(resources.map((r) => r.uri)).toEqual([
+      'track-record://7d',
+      'track-record://30d',
+      'track-record://90d',
+      'track-record://all',
+    ]);
+    expect(resources.every((r) => r.mimeType === 'application/json')).toBe(true);
+    const { resourceTemplates } = await client.listResourceTemplates();
+    expect(resourceTemplates.map((t) => t.uriTemplate)).toEqual(['track-record://{window}']);
+    for (const window of ['7d', 'all']) {
+      const read = await client.readResource({ uri: `track-record://${window}` });
+      expect(read.contents).toHaveLength(1);
+      const [content] = read.contents as { uri: string; mimeType: string; text: string }[];
+      expect(content!.uri).toBe(`track-record://${window}`);
+      expect(content!.mimeType).toBe('application/json');
+      expect(JSON.parse(content!.text)).toEqual(await publicRecord(window));
+    }
+    const missing = await client.readResource({ uri: 'track-record://1y' }).then(
+      () => null,
+      (err: unknown) => err,
+    );
+    expect(missing).toBeInstanceOf(McpError);
+    expect((missing as McpError).code).toBe(-32002);
+  });
+
+  it('answers resources/list on a session-less request too, not -32601', async () => {
+    const res = await fetch(`${stack.url}/mcp`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'resources/list' }),
+    });
+    const body = (await res.json()) as { result?: { resources: { uri: string }[] }; error?: unknown };
+    expect(body.error).toBeUndefined();
+    expect(body.result!.resources.map((r) => r.uri)).toContain('track-record://all');
+  });
+});
+
+describe('get_track_record over x402', () => {
+  it('is quoted at a regime reading’s price, then served on payment', async () => {
+    const quote = await fetch(`${stack.url}/x402/get_track_record`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ window: '30d' }),
+    });
+    expect(quote.status).toBe(402);
+    const regime = await fetch(`${stack.url}/x402/get_market_regime`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ coin: 'ETH' }),
+    });
+    const amounts = async (res: Response) =>
+      ((await res.json()) as { accepts: { maxAmountRequired: string }[] }).accepts.map(
+        (a) => a.maxAmountRequired,
+      );
+    expect(await amounts(quote)).toEqual(['20000']);
+    expect(await amounts(regime)).toEqual([String(stack.config.X402_PRICE_GET_MARKET_REGIME)]);
+
+    const payer = await stack.chain.fundedPayer(1_000_000n);
+    const x402 = new x402Client();
+    registerExactEvmScheme(x402, { signer: privateKeyToAccount(payer.key) });
+    const res = await wrapFetchWithPayment(fetch, x402)(`${stack.url}/x402/get_track_record`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ window: '30d' }),
+    });
+    expect(res.status).toBe(200);
+    const { _service, ...record } = (await res.json()) as Record<string, unknown>;
+    expect(record).toEqual(await publicRecord('30d'));
+    expect(_service).toMatchObject({ payment: { amount: '20000', payer: payer.address } });
+    await stack.x402.settled();
+    expect(await stack.chain.balanceOf(payer.address)).toBe(1_000_000n - 20_000n);
+  });
+
+  it('a bad window is refused with the payment attached, and nothing is charged', async () => {
+    const payer = await stack.chain.fundedPayer(1_000_000n);
+    const x402 = new x402Client();
+    registerExactEvmScheme(x402, { signer: privateKeyToAccount(payer.key) });
+    const res = await wrapFetchWithPayment(fetch, x402)(`${stack.url}/x402/get_track_record`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ window: 'forever' }),
+    });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { code: string; message: string }).code).toBe('invalid_input');
+    await stack.x402.settled();
+    expect(await stack.chain.balanceOf(payer.address)).toBe(1_000_000n);
+  });
+});

@@ -384,7 +384,7 @@ export function report(
   if (c.cpu && targets.rate !== undefined) {
     // Per round, req/s = busy share ÷ CPU per request on each side, so the rate ratio is the ratio
     // of busy shares over the CPU ratio: what the rate target asks of CPU at the idle this run
-    // showed (for a keyed call, mostly waiting out its debit's commit: see bench/README.md).
+    // showed (for a keyed call, mostly waiting out its debit's commit: see the durability floor in bench/README.md).
     const busy = roundRatios(c.cpu.serviceBusy, c.cpu.bareBusy);
     lines.push(
       `    busy share service/bare ${f2(busy.median)}: at that share the ≥ ${targets.rate} rate asks for CPU ≤ ${f2(busy.median / targets.rate)}× bare`,

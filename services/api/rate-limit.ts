@@ -318,7 +318,7 @@ class LocalWindows {
  * leasesFor) also takes a lease in that script: units counted in Redis ahead of its next requests,
  * which this process then decides with no round trip (`takeNow`) until they run out. Even one
  * script call per turn was 5.9 % of a keyed MCP call's main thread on the Redis path, nearly all
- * the socket write (bench/README). A unit is counted before a request takes it, so replicas
+ * the socket write (git log -p bench/README.md). A unit is counted before a request takes it, so replicas
  * together never let more than the limit through; a lease is granted only with twice its size left
  * and more than LEASE_GUARD_MS left in its window, and units no request took go back to Redis once
  * the budget goes quiet (LEASE_IDLE_MS), so near a limit the units held by one replica refuse

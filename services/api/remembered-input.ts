@@ -5,7 +5,7 @@ import { setBounded } from '../shared/bounded-map.ts';
  * Tool inputs already validated, remembered by the JSON text they were read from: a customer
  * repeats the same few arguments, and each read costs a schema parse on the hot path (on the MCP
  * path ~4–5 µs of a keyed call in the service, against ~0.2 µs for the same parse alone, see
- * bench/README). Only inputs a tool's schema accepted are remembered (a refusal is built afresh,
+ * git log -p bench/README.md). Only inputs a tool's schema accepted are remembered (a refusal is built afresh,
  * with its issues), only flat ones (every value a primitive), so a copy by spread shares nothing:
  * what one run changes, the next never sees. The schemas of the tools are pure (no refinement
  * reads a clock or a store), so the same text always validates to the same input.

@@ -8,7 +8,7 @@
  * end of the turn, the answers of every request read in it go out back to back. Under load, on
  * the 2-core test box, the 402 quote took 46 µs of main-thread CPU per request written at the end
  * of the turn against 67 written at once (alternated rounds; bare Fastify writing at once: 51), and
- * a prepaid keyed call 67-70 against 106-114 (bench/README.md). Idle, the wait is the rest of the
+ * a prepaid keyed call 67-70 against 106-114 (git log -p bench/README.md). Idle, the wait is the rest of the
  * turn that read the request: nothing else is queued in it.
  */
 let pending: Promise<void> | null = null;

@@ -21,7 +21,7 @@ interface Session {
  *
  * `touch` only stamps the session (a counter for the order of use, the clock for the sweep):
  * re-inserting it to keep the Map in order of use cost ~1.7 µs of every keyed call on a session
- * (profile, bench/README). Eviction, which only opening a session past a cap needs, scans for
+ * (profile, git log -p bench/README.md). Eviction, which only opening a session past a cap needs, scans for
  * the least recently used instead: at the default total cap of 10,000 a scan is well under the
  * cost of opening the session that asks for it.
  */

@@ -40,14 +40,14 @@ describe('knowledge chat on the fixed question sets (POST /api/chat)', () => {
    * documentation was rewritten on 2026-11-26; after the documentation fixes its misses are the
    * picker's, and the picker is not changed by reading them, so its floor is its measured 37/42
    * (88.1 %), below the bar (docs/knowledge.md says so). fresh.json and ordinary.json were never
-   * tuned on: their floors (fresh.json's 80 %, ordinary.json's measured 36/46) only guard against
+   * tuned on: their floors (fresh.json's 80 %, ordinary.json's measured 38/46) only guard against
    * a change that makes the chat worse on questions nobody tuned it for.
    */
   const FLOOR: Record<(typeof QUESTION_SETS)[number], number> = {
     'questions.json': 0.9,
     'heldout.json': 37 / 42,
     'fresh.json': 0.8,
-    'ordinary.json': 36 / 46,
+    'ordinary.json': 38 / 46,
   };
 
   it.each(QUESTION_SETS)(

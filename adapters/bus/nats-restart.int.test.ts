@@ -186,7 +186,6 @@ describe.skipIf(!haveBinary)('the first connect while nats-server is down', () =
 
   it('fails at once on a setting no outage explains', async () => {
     await server.restart();
-    const started = Date.now();
     // A lone server cannot hold three copies: JetStream refuses, and waiting would not help.
     const failure = await connectNatsBus({
       url: server.url,
@@ -199,7 +198,7 @@ describe.skipIf(!haveBinary)('the first connect while nats-server is down', () =
       (err: unknown) => err as Error,
     );
     expect(failure).toBeInstanceOf(Error);
+    // Refused for what it is, not after the startup timeout (whose error names it).
     expect(failure?.message).not.toMatch(/not usable within/);
-    expect(Date.now() - started).toBeLessThan(30_000);
   });
 });

@@ -13,14 +13,13 @@ import { event, uniqueStream } from './contract.ts';
 import { openPostgresEventStore, type PostgresEventStore } from './postgres.ts';
 
 /**
- * LISTEN/NOTIFY between processes: the subscriber's fallback poll is set to a minute, so an
- * event that arrives within seconds can only have come through the notification. Then the
- * listening connection is killed server-side and later appends must still arrive, again within
- * seconds, so through a re-established listener rather than the poll.
+ * LISTEN/NOTIFY between processes: the subscriber's fallback poll is set to an hour, longer than
+ * any test here may run, so an event that arrives at all came through the notification. Then the
+ * listening connection is killed server-side and later appends must still arrive, so through a
+ * re-established listener rather than the poll.
  */
 const run = await shouldRunPostgresSuite('PostgreSQL LISTEN/NOTIFY suite');
-const POLL_MS = 60_000;
-const FAST_MS = 5_000;
+const POLL_MS = 3_600_000;
 const schemas: string[] = [];
 const fresh = () => {
   const schema = uniqueSchema();
@@ -29,24 +28,18 @@ const fresh = () => {
 };
 afterAll(() => dropSchemas(schemas));
 
-/** Subscribes from the current head and records each event with the time it arrived. */
+/** Subscribes from the current head and records each event it delivers. */
 function follow(store: PostgresEventStore, after: number) {
-  const received: Array<{ event: RecordedEvent; at: number }> = [];
+  const received: Array<{ event: RecordedEvent }> = [];
   const sub = store.subscribeToAll({ after });
   const consuming = (async () => {
-    for await (const e of sub) received.push({ event: e, at: Date.now() });
+    for await (const e of sub) received.push({ event: e });
   })();
   return {
     received,
-    /** Resolves with the arrival time of the event with this id, or rejects after `ms`. */
-    async arrival(id: string, ms: number): Promise<number> {
-      const deadline = Date.now() + ms;
-      for (;;) {
-        const hit = received.find((r) => r.event.id === id);
-        if (hit) return hit.at;
-        if (Date.now() > deadline) throw new Error(`event ${id} not delivered within ${ms} ms`);
-        await new Promise((r) => setTimeout(r, 20));
-      }
+    /** Resolves once the event with this id has been delivered. */
+    async arrival(id: string): Promise<void> {
+      await expect.poll(() => received.some((r) => r.event.id === id), { interval: 20 }).toBe(true);
     },
     async close() {
       await sub.close();
@@ -70,9 +63,8 @@ describe.runIf(run)('PostgreSQL LISTEN/NOTIFY', () => {
     const reader = await openPostgresEventStore({ url: POSTGRES_URL, schema, pollMs: POLL_MS });
     const live = follow(reader, await reader.headPosition());
     try {
-      // Let the subscription read the (empty) log and settle into its minute-long wait.
+      // Let the subscription read the (empty) log and settle into its hour-long wait.
       await new Promise((r) => setTimeout(r, 300));
-      const started = Date.now();
       const child = spawn(
         process.execPath,
         [
@@ -92,22 +84,17 @@ describe.runIf(run)('PostgreSQL LISTEN/NOTIFY', () => {
         stdout += chunk.toString();
       });
       const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
-      const ackedAt = Date.now();
       expect(code).toBe(0);
       const [acked] = JSON.parse(stdout) as Array<{ id: string; position: number }>;
-      // By the time the writer has exited (it closes its store after the append) the subscriber
-      // has the event, or gets it within a few seconds; the poll would take a minute.
-      const arrived = await live.arrival(acked!.id, FAST_MS);
-      expect(arrived - started).toBeLessThan(POLL_MS / 2);
-      expect(arrived - ackedAt).toBeLessThan(FAST_MS);
+      await live.arrival(acked!.id);
       expect(live.received.map((r) => r.event.position)).toEqual([acked!.position]);
     } finally {
       await live.close();
       await reader.close();
     }
-  }, 60_000);
+  });
 
-  it('wakes a subscriber within a second on an append through another connection', async () => {
+  it('wakes a subscriber on an append through another connection', async () => {
     const schema = fresh();
     const reader = await openPostgresEventStore({ url: POSTGRES_URL, schema, pollMs: POLL_MS });
     const writer = await openPostgresEventStore({ url: POSTGRES_URL, schema, pollMs: POLL_MS });
@@ -117,8 +104,7 @@ describe.runIf(run)('PostgreSQL LISTEN/NOTIFY', () => {
       for (let i = 0; i < 3; i++) {
         const e = event('Notified', { i });
         await writer.append(uniqueStream('notify'), [e]);
-        const appendedAt = Date.now();
-        expect((await live.arrival(e.id!, FAST_MS)) - appendedAt).toBeLessThan(1_000);
+        await live.arrival(e.id!);
       }
       expect(live.received).toHaveLength(3);
     } finally {
@@ -126,7 +112,7 @@ describe.runIf(run)('PostgreSQL LISTEN/NOTIFY', () => {
       await writer.close();
       await reader.close();
     }
-  }, 30_000);
+  });
 
   it('wakes a subscriber on the last of many concurrent appends by another store, carried or not', async () => {
     const schema = fresh();
@@ -141,10 +127,7 @@ describe.runIf(run)('PostgreSQL LISTEN/NOTIFY', () => {
         const batch = Array.from({ length: 40 }, (_, i) => event('Burst', { round, i }));
         await Promise.all(batch.map((e) => writer.append(uniqueStream('burst'), [e])));
         // The writer stays open: no close announces what is owed.
-        const last = batch.at(-1)!;
-        const appendedAt = Date.now();
-        expect((await live.arrival(last.id!, FAST_MS)) - appendedAt).toBeLessThan(FAST_MS);
-        await Promise.all(batch.map((e) => live.arrival(e.id!, FAST_MS)));
+        await Promise.all(batch.map((e) => live.arrival(e.id!)));
       }
       expect(live.received).toHaveLength(200);
     } finally {
@@ -152,7 +135,7 @@ describe.runIf(run)('PostgreSQL LISTEN/NOTIFY', () => {
       await writer.close();
       await reader.close();
     }
-  }, 60_000);
+  });
 
   it('keeps delivering after its listening connection is terminated: it listens again', async () => {
     const schema = fresh();
@@ -168,7 +151,7 @@ describe.runIf(run)('PostgreSQL LISTEN/NOTIFY', () => {
       await new Promise((r) => setTimeout(r, 300));
       const before = event('BeforeKill');
       await writer.append(uniqueStream('kill'), [before]);
-      await live.arrival(before.id!, FAST_MS);
+      await live.arrival(before.id!);
 
       const { rows } = await admin.query<{ ok: boolean }>('SELECT pg_terminate_backend($1) AS ok', [
         readerListener,
@@ -177,8 +160,7 @@ describe.runIf(run)('PostgreSQL LISTEN/NOTIFY', () => {
       // Appended while the listener is down: its NOTIFY reaches no one in the reader.
       const during = event('DuringOutage');
       await writer.append(uniqueStream('kill'), [during]);
-      const appendedAt = Date.now();
-      expect((await live.arrival(during.id!, FAST_MS)) - appendedAt).toBeLessThan(FAST_MS);
+      await live.arrival(during.id!);
 
       // A new listening connection replaces the killed one...
       await expect
@@ -187,16 +169,14 @@ describe.runIf(run)('PostgreSQL LISTEN/NOTIFY', () => {
             (await listenerPids(admin, schema)).filter(
               (pid) => pid !== readerListener && pid !== writerListener,
             ).length,
-          { timeout: FAST_MS },
         )
         .toBe(1);
       expect(await listenerPids(admin, schema)).not.toContain(readerListener);
-      // ...and the events after it arrive through it, again in well under the poll interval.
+      // ...and the events after it arrive through it.
       for (let i = 0; i < 3; i++) {
         const after = event('AfterKill', { i });
         await writer.append(uniqueStream('kill'), [after]);
-        const at = Date.now();
-        expect((await live.arrival(after.id!, FAST_MS)) - at).toBeLessThan(1_000);
+        await live.arrival(after.id!);
       }
       expect(live.received.map((r) => r.event.type)).toEqual([
         'BeforeKill',
@@ -212,5 +192,5 @@ describe.runIf(run)('PostgreSQL LISTEN/NOTIFY', () => {
       await reader.close();
       await admin.end();
     }
-  }, 60_000);
+  });
 });

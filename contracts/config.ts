@@ -240,6 +240,16 @@ export const ConfigSchema = z
     X402_EXTRA_PAY_TO: evmAddress.optional(),
     X402_EXTRA_RPC_URL: z.url().optional(),
 
+    /**
+     * The history anchor (services/history/anchor.ts): the Merkle root of every verdict stream's
+     * heads, published on chain every HISTORY_ANCHOR_INTERVAL_MS (0: never) by the projections
+     * role, from the wallet of HISTORY_ANCHOR_PRIVATE_KEY (else X402_FACILITATOR_PRIVATE_KEY)
+     * through HISTORY_ANCHOR_RPC_URL (else X402_RPC_URL). Off without a key; readiness says so.
+     */
+    HISTORY_ANCHOR_INTERVAL_MS: nonNegativeInt.default(86_400_000),
+    HISTORY_ANCHOR_PRIVATE_KEY: privateKey.optional(),
+    HISTORY_ANCHOR_RPC_URL: z.url().optional(),
+
     /** Plan limits in calls per UTC month (free also per UTC day); anonymous callers get the free ones. */
     PLAN_FREE_MONTHLY_CALLS: positiveInt.default(200),
     PLAN_FREE_DAILY_CALLS: positiveInt.default(100),

@@ -78,8 +78,10 @@ export async function startHistoryServer(options: {
   store: EventStore;
   feed: ReplayFeed | null;
   pageSize?: number;
+  /** More settings (the anchor's, say) over the test defaults. */
+  env?: Record<string, string>;
 }) {
-  const config = loadConfig({ EVENT_STORE: 'memory', NODE_ENV: 'test', LOG_LEVEL: 'silent' });
+  const config = loadConfig({ EVENT_STORE: 'memory', NODE_ENV: 'test', LOG_LEVEL: 'silent', ...options.env });
   // Silent in tests; a bench may ask for the server's errors (HISTORY_LOG_LEVEL=error).
   const logger = pino({ level: process.env.HISTORY_LOG_LEVEL ?? 'silent' }, pino.destination(2));
   const projectionStore = new MemoryProjectionStore();

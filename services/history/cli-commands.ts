@@ -24,6 +24,7 @@ import {
   TRACK_RECORD_WINDOWS,
   type TrackRecordWindow,
 } from '../../contracts/history.ts';
+import { AnchorCheck, type ChainAnchor, readChainAnchors } from './anchor-check.ts';
 import { scoreRows, verifyRows } from './audit.ts';
 import { decodeCursor } from './cursor.ts';
 import { formatOf, readExport } from './files.ts';
@@ -346,6 +347,37 @@ function exportRows(path: string, format: unknown): AsyncGenerator<HistoryRow> {
   return readExport(path, format as HistoryFormat);
 }
 
+/** The anchors `verify --anchors` checks against, read from the chain at --rpc. */
+async function chainAnchors(values: Record<string, unknown>): Promise<ChainAnchor[]> {
+  const rpcUrl = values.rpc as string | undefined;
+  if (!rpcUrl) throw new UsageError('--anchors needs --rpc URL (a JSON-RPC endpoint of the anchoring chain)');
+  const txs = (values.tx as string[] | undefined) ?? [];
+  const address = values.address as string | undefined;
+  if (txs.length === 0 && !address)
+    throw new UsageError(
+      '--anchors needs --address ADDR (the anchoring wallet) or --tx HASH for each anchor',
+    );
+  if (address !== undefined && !/^0x[0-9a-fA-F]{40}$/.test(address))
+    throw new UsageError(`--address ${address} is not a 0x-prefixed 20-byte address`);
+  for (const tx of txs)
+    if (!/^0x[0-9a-fA-F]{64}$/.test(tx)) throw new UsageError(`--tx ${tx} is not a transaction hash`);
+  const from = values['from-block'] as string | undefined;
+  if (from !== undefined && !/^\d+$/.test(from)) throw new UsageError('--from-block must be a block number');
+  let found: ChainAnchor[];
+  try {
+    found = await readChainAnchors({
+      rpcUrl,
+      ...(address ? { address } : {}),
+      ...(from ? { fromBlock: BigInt(from) } : {}),
+      txs,
+    });
+  } catch (err) {
+    throw new Error(`could not read the anchors at ${rpcUrl}: ${describeFailure(err)}`, { cause: err });
+  }
+  if (found.length === 0) throw new UsageError(`no anchor transaction from ${address} found at ${rpcUrl}`);
+  return found;
+}
+
 export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<string> {
   const [command, ...rest] = argv;
   let parsed: ReturnType<typeof parseArgs>;
@@ -365,6 +397,11 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
         window: { type: 'string' },
         'as-of': { type: 'string' },
         data: { type: 'string' },
+        anchors: { type: 'boolean' },
+        rpc: { type: 'string' },
+        address: { type: 'string' },
+        'from-block': { type: 'string' },
+        tx: { type: 'string', multiple: true },
         ...Object.fromEntries(FILTERS.map((f) => [f, { type: 'string' as const }])),
       },
     });
@@ -389,13 +426,27 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
       const rows = positionals[0] ? exportRows(positionals[0], values.format) : sourceRows(await source());
       const data = values.data as string | undefined;
       if (data !== undefined && !existsSync(data)) throw new UsageError(`no market-data folder at ${data}`);
+      const anchors = values.anchors ? new AnchorCheck(await chainAnchors(values)) : null;
       const recompute = data === undefined ? null : await OutcomeRecompute.open(data);
       try {
-        const report = await verifyRows(rows, recompute ? { onRow: (row) => recompute.check(row) } : {});
-        if (!recompute) return JSON.stringify(report, null, 2);
-        const recomputed = recompute.report;
-        const ok = report.ok && recomputed.mismatched === 0;
-        return JSON.stringify({ ...report, ok, recomputed }, null, 2);
+        const onRow = async (row: HistoryRow) => {
+          anchors?.onRow(row);
+          await recompute?.check(row);
+        };
+        const report = await verifyRows(rows, anchors || recompute ? { onRow } : {});
+        const recomputed = recompute?.report;
+        const anchored = anchors?.finish();
+        const ok = report.ok && (recomputed?.mismatched ?? 0) === 0 && (anchored?.ok ?? true);
+        return JSON.stringify(
+          {
+            ...report,
+            ok,
+            ...(recomputed ? { recomputed } : {}),
+            ...(anchored ? { anchors: anchored } : {}),
+          },
+          null,
+          2,
+        );
       } finally {
         await recompute?.close();
       }

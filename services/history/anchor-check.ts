@@ -1,0 +1,182 @@
+import { createPublicClient, type Hex, http, type PublicClient } from 'viem';
+import { firstIndex } from '../../adapters/first-index.ts';
+import type { HistoryRow } from '../../contracts/history.ts';
+import { anchorLeaf, merkleRoot } from '../../contracts/verdict-hash.ts';
+import { readAnchorData } from './anchor.ts';
+
+/** An anchor as the chain holds it: a transaction from the anchoring wallet to itself. */
+export interface ChainAnchor {
+  txHash: string;
+  blockNumber: number;
+  /** The block's time. */
+  at: string;
+  address: string;
+  root: string;
+  position: number;
+}
+
+export interface AnchorLine extends ChainAnchor {
+  ok: boolean;
+  /** The root made from the file's rows: each stream's last verdict and last chained outcome at `position`. */
+  recomputedRoot: string | null;
+  streams: number;
+  /** The rows this anchor is the first to cover: verdicts and chained outcomes recorded after the previous anchor's position up to its own. */
+  covers: { rows: number; firstPosition: number | null; lastPosition: number | null; outcomes: number };
+}
+
+export interface AnchorReport {
+  ok: boolean;
+  anchors: AnchorLine[];
+  /** Rows (and chained outcomes) recorded after the last anchor: no anchor covers them yet. */
+  uncovered: { rows: number; outcomes: number };
+}
+
+/**
+ * Finds the anchors on chain: the transactions named, or every transaction from `address` to
+ * itself in blocks `fromBlock` onwards whose input is an anchor (anchor.ts `anchorData`).
+ */
+export async function readChainAnchors(options: {
+  rpcUrl: string;
+  address?: string;
+  fromBlock?: bigint;
+  txs?: string[];
+}): Promise<ChainAnchor[]> {
+  const client = createPublicClient({ transport: http(options.rpcUrl) }) as PublicClient;
+  const address = options.address?.toLowerCase();
+  const found: ChainAnchor[] = [];
+  const times = new Map<bigint, string>();
+  const timeOf = async (blockNumber: bigint) => {
+    let at = times.get(blockNumber);
+    if (at === undefined) {
+      const block = await client.getBlock({ blockNumber });
+      at = new Date(Number(block.timestamp) * 1000).toISOString();
+      times.set(blockNumber, at);
+    }
+    return at;
+  };
+  const take = async (tx: {
+    hash: Hex;
+    from: string;
+    to: string | null;
+    input: Hex;
+    blockNumber: bigint | null;
+  }) => {
+    const from = tx.from.toLowerCase();
+    if (tx.to?.toLowerCase() !== from || (address && from !== address) || tx.blockNumber === null)
+      return false;
+    const data = readAnchorData(tx.input);
+    if (!data) return false;
+    found.push({
+      txHash: tx.hash,
+      blockNumber: Number(tx.blockNumber),
+      at: await timeOf(tx.blockNumber),
+      address: tx.from,
+      ...data,
+    });
+    return true;
+  };
+  if (options.txs?.length) {
+    for (const hash of options.txs) {
+      const tx = await client.getTransaction({ hash: hash as Hex });
+      if (!(await take(tx)))
+        throw new Error(
+          `transaction ${hash} is not an anchor (a self-transfer whose input is "history-anchor v1 <root> <position>")`,
+        );
+    }
+  } else {
+    const latest = await client.getBlockNumber();
+    for (let n = options.fromBlock ?? 0n; n <= latest; n++) {
+      const block = await client.getBlock({ blockNumber: n, includeTransactions: true });
+      times.set(n, new Date(Number(block.timestamp) * 1000).toISOString());
+      for (const tx of block.transactions) await take(tx);
+    }
+  }
+  return found.sort((a, b) => a.position - b.position || a.blockNumber - b.blockNumber);
+}
+
+interface Bucket {
+  rows: number;
+  firstPosition: number | null;
+  lastPosition: number | null;
+  outcomes: number;
+  /** Stream → its last verdict hash among this bucket's rows. */
+  verdicts: Map<string, string>;
+  /** Stream → its chained outcome of the highest position in this bucket. */
+  outcomeHeads: Map<string, { position: number; hash: string }>;
+}
+
+/**
+ * Checks an export against anchors, row by row as verify reads it: each row (and each chained
+ * outcome) falls in the bucket of the first anchor at or after its log position; at the end the
+ * heads of every stream at each anchor's position are carried forward bucket by bucket and the
+ * root is made again. Memory: one hash per stream per anchor.
+ */
+export class AnchorCheck {
+  private readonly buckets: Bucket[];
+  private readonly uncovered = { rows: 0, outcomes: 0 };
+
+  constructor(private readonly anchors: ChainAnchor[]) {
+    this.buckets = anchors.map(() => ({
+      rows: 0,
+      firstPosition: null,
+      lastPosition: null,
+      outcomes: 0,
+      verdicts: new Map(),
+      outcomeHeads: new Map(),
+    }));
+  }
+
+  private bucketOf(position: number): Bucket | null {
+    return (
+      this.buckets[firstIndex(this.anchors.length, (i) => this.anchors[i]!.position >= position)] ?? null
+    );
+  }
+
+  onRow(row: HistoryRow): void {
+    const bucket = this.bucketOf(row.position);
+    if (bucket) {
+      bucket.rows++;
+      bucket.firstPosition ??= row.position;
+      bucket.lastPosition = row.position;
+      bucket.verdicts.set(row.stream, row.hash);
+    } else this.uncovered.rows++;
+    if (row.outcome_hash === null || row.outcome_position === null) return;
+    const at = this.bucketOf(row.outcome_position);
+    if (!at) {
+      this.uncovered.outcomes++;
+      return;
+    }
+    at.outcomes++;
+    const head = at.outcomeHeads.get(row.stream);
+    if (!head || head.position < row.outcome_position)
+      at.outcomeHeads.set(row.stream, { position: row.outcome_position, hash: row.outcome_hash });
+  }
+
+  finish(): AnchorReport {
+    const verdicts = new Map<string, string>();
+    const outcomes = new Map<string, string>();
+    const lines = this.anchors.map((anchor, k): AnchorLine => {
+      const bucket = this.buckets[k]!;
+      for (const [stream, hash] of bucket.verdicts) verdicts.set(stream, hash);
+      for (const [stream, head] of bucket.outcomeHeads) outcomes.set(stream, head.hash);
+      const leaves = [...verdicts].map(([stream, hash]) => ({
+        stream,
+        leaf: anchorLeaf(stream, hash, outcomes.get(stream) ?? null),
+      }));
+      const recomputedRoot = leaves.length > 0 ? merkleRoot(leaves) : null;
+      return {
+        ...anchor,
+        ok: recomputedRoot === anchor.root,
+        recomputedRoot,
+        streams: leaves.length,
+        covers: {
+          rows: bucket.rows,
+          firstPosition: bucket.firstPosition,
+          lastPosition: bucket.lastPosition,
+          outcomes: bucket.outcomes,
+        },
+      };
+    });
+    return { ok: lines.every((l) => l.ok), anchors: lines, uncovered: this.uncovered };
+  }
+}

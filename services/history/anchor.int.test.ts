@@ -1,0 +1,261 @@
+import { createHash } from 'node:crypto';
+import { createWriteStream, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import { createPublicClient, createWalletClient, type Hex, http } from 'viem';
+import { privateKeyToAccount } from 'viem/accounts';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { EventData } from '../../contracts/events.ts';
+import { HISTORY_FORMATS, type HistoryFormat, type HistoryRow } from '../../contracts/history.ts';
+import { anchorLeaf, merkleRoot, outcomeHash } from '../../contracts/verdict-hash.ts';
+import { type Anvil, startAnvil } from '../../test/chain/anvil.ts';
+import { HOUR, MARKETS, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { ANCHOR_STREAM, anchorDue, readAnchorData } from './anchor.ts';
+import { rowOutcome } from './audit.ts';
+import { type CliDeps, runHistoryCommand, UsageError } from './cli-commands.ts';
+import { readExport } from './files.ts';
+import { CSV_HEADER, csvLine, parquetStream } from './writers.ts';
+
+/** anvil's second well-known development account (a public test key, funded at start). */
+const ANCHOR_KEY: Hex = '0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d';
+const ADDRESS = privateKeyToAccount(ANCHOR_KEY).address;
+
+let anvil: Anvil;
+let fx: Awaited<ReturnType<typeof recordHistory>>;
+let server: Awaited<ReturnType<typeof startHistoryServer>>;
+let dir: string;
+const anchors: EventData<'HistoryAnchored'>[] = [];
+let rows: HistoryRow[];
+
+const deps = (): CliDeps => ({ openStore: async () => fx.store, progress: null });
+
+async function recordedAnchors(): Promise<EventData<'HistoryAnchored'>[]> {
+  return (await fx.store.readStream(ANCHOR_STREAM)).map((e) => e.data as EventData<'HistoryAnchored'>);
+}
+
+async function until<T>(probe: () => Promise<T | null>, what: string): Promise<T> {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const found = await probe();
+    if (found !== null) return found;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+beforeAll(async () => {
+  anvil = await startAnvil();
+  fx = await recordHistory({ steps: 12, settleHours: 30 });
+  server = await startHistoryServer({
+    store: fx.store,
+    feed: fx.feed,
+    env: {
+      HISTORY_ANCHOR_PRIVATE_KEY: ANCHOR_KEY,
+      HISTORY_ANCHOR_RPC_URL: anvil.rpcUrl,
+      // Checked every interval: the first anchor goes out at the first check.
+      HISTORY_ANCHOR_INTERVAL_MS: '500',
+    },
+  });
+  await server.settle();
+  dir = mkdtempSync(join(tmpdir(), 'history-anchor-'));
+});
+afterAll(async () => {
+  await server?.close();
+  await fx?.engine.close();
+  await anvil?.stop();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+async function write(name: string, format: HistoryFormat, written: HistoryRow[]): Promise<string> {
+  if (format === 'ndjson') {
+    const path = join(dir, `${name}.ndjson`);
+    writeFileSync(path, written.map((r) => `${JSON.stringify(r)}\n`).join(''));
+    return path;
+  }
+  if (format === 'csv') {
+    const path = join(dir, `${name}.csv`);
+    writeFileSync(path, CSV_HEADER + written.map(csvLine).join(''));
+    return path;
+  }
+  const path = join(dir, name);
+  mkdirSync(path);
+  await pipeline(parquetStream([written]), createWriteStream(join(path, 'part-000001.parquet')));
+  return path;
+}
+
+const verify = async (path: string, ...extra: string[]) =>
+  JSON.parse(await runHistoryCommand(['verify', path, ...extra], deps()));
+
+describe('the history anchor', () => {
+  it('publishes the heads on chain by itself, then again only once the interval has passed and the log moved', async () => {
+    const anchorer = server.slice.anchorer!;
+    expect(anchorer.address).toBe(ADDRESS);
+    const [first] = await until(async () => {
+      const found = await recordedAnchors();
+      return found.length > 0 ? found : null;
+    }, 'the first anchor');
+    await anchorer.stop();
+    anchors.push(...(await recordedAnchors()));
+    expect(anchors).toHaveLength(1);
+    expect(first).toMatchObject({ chainId: anvil.chainId, address: ADDRESS, streams: MARKETS.length });
+
+    // On chain: a mined transaction from the wallet to itself, value 0, its input the root.
+    const client = createPublicClient({ transport: http(anvil.rpcUrl) });
+    const tx = await client.getTransaction({ hash: first!.txHash as Hex });
+    expect(tx.from.toLowerCase()).toBe(ADDRESS.toLowerCase());
+    expect(tx.to?.toLowerCase()).toBe(ADDRESS.toLowerCase());
+    expect(tx.value).toBe(0n);
+    expect(Buffer.from(tx.input.slice(2), 'hex').toString('utf8')).toBe(
+      `history-anchor v1 ${first!.root} ${first!.position}`,
+    );
+    expect(readAnchorData(tx.input)).toEqual({ root: first!.root, position: first!.position });
+    expect(Number(tx.blockNumber)).toBe(first!.blockNumber);
+
+    // Nothing new on the log: not due, however long since.
+    expect(await anchorer.anchorIfDue()).toBeNull();
+    // New verdicts and outcomes: due once the interval has passed.
+    for (let step = 0; step < 6; step++) {
+      for (const m of MARKETS) await fx.engine.getTradeCall(m);
+      fx.feed.clock.advance(HOUR);
+    }
+    await server.settle();
+    // Due once 500 ms have passed since the first.
+    const second = await until(() => anchorer.anchorIfDue(), 'the second anchor');
+    expect(second!.position).toBeGreaterThan(first!.position);
+    anchors.push(second!);
+    expect(await recordedAnchors()).toEqual(anchors);
+    const check = await server.slice.checks()['processor:history-anchor']!();
+    expect(check).toMatchObject({ ok: true, anchoring: 'on', address: ADDRESS, lastAnchor: second });
+
+    // The next verdicts come after the last anchor: an export shows them uncovered.
+    for (const m of MARKETS) await fx.engine.getTradeCall(m);
+    const out = join(dir, 'all.ndjson');
+    await runHistoryCommand(['export', '--store', '--out', out], deps());
+    rows = [];
+    for await (const row of readExport(out)) rows.push(row);
+  });
+
+  it('verify --anchors finds the anchors and says which rows each covers, in every format', async () => {
+    const [a1, a2] = anchors;
+    for (const format of HISTORY_FORMATS) {
+      const path = await write(`clean-${format}`, format, rows);
+      const report = await verify(path, '--anchors', '--rpc', anvil.rpcUrl, '--address', ADDRESS);
+      expect(report.ok, format).toBe(true);
+      const lines = report.anchors.anchors;
+      expect(lines.map((l: { txHash: string }) => l.txHash)).toEqual([a1!.txHash, a2!.txHash]);
+      expect(lines.every((l: { ok: boolean; recomputedRoot: string; root: string }) => l.ok)).toBe(true);
+      const inFirst = rows.filter((r) => r.position <= a1!.position);
+      const inSecond = rows.filter((r) => r.position > a1!.position && r.position <= a2!.position);
+      expect(lines[0].covers).toEqual({
+        rows: inFirst.length,
+        firstPosition: inFirst[0]!.position,
+        lastPosition: inFirst.at(-1)!.position,
+        outcomes: rows.filter((r) => r.outcome_position !== null && r.outcome_position <= a1!.position)
+          .length,
+      });
+      expect(lines[1].covers.rows).toBe(inSecond.length);
+      expect(report.anchors.uncovered.rows).toBe(rows.length - inFirst.length - inSecond.length);
+      expect(report.anchors.uncovered.rows).toBe(MARKETS.length);
+    }
+    // One anchor named by its transaction hash, as copied from an explorer.
+    const one = await verify(
+      await write('one', 'ndjson', rows),
+      '--anchors',
+      '--rpc',
+      anvil.rpcUrl,
+      '--tx',
+      a1!.txHash,
+    );
+    expect(one.ok).toBe(true);
+    expect(one.anchors.anchors).toHaveLength(1);
+    expect(one.anchors.uncovered.rows).toBe(rows.filter((r) => r.position > a1!.position).length);
+  });
+
+  it('catches a history rewritten with its hashes made again, which the chains alone cannot', async () => {
+    // The last chained outcome of a stream: nothing links to it, so rehashed it passes verify.
+    const chained = rows.filter((r) => r.outcome_hash !== null);
+    const last = chained.at(-1)!;
+    const edited = { ...last, return_6: last.return_6! + 0.01 };
+    edited.outcome_hash = outcomeHash(rowOutcome(edited)!);
+    const forged = rows.map((r) => (r === last ? edited : r));
+    const covering = anchors.find((a) => last.outcome_position! <= a.position)!;
+    for (const format of HISTORY_FORMATS) {
+      const path = await write(`forged-${format}`, format, forged);
+      expect((await verify(path)).ok, format).toBe(true);
+      const report = await verify(path, '--anchors', '--rpc', anvil.rpcUrl, '--address', ADDRESS);
+      expect(report.ok, format).toBe(false);
+      const broken = report.anchors.anchors.filter((l: { ok: boolean }) => !l.ok);
+      expect(broken.map((l: { txHash: string }) => l.txHash)).toEqual([covering.txHash]);
+    }
+  });
+
+  it('refuses what is no anchor, and says what it needs', async () => {
+    const path = await write('args', 'ndjson', rows);
+    await expect(runHistoryCommand(['verify', path, '--anchors'], deps())).rejects.toThrow(UsageError);
+    await expect(
+      runHistoryCommand(['verify', path, '--anchors', '--rpc', anvil.rpcUrl], deps()),
+    ).rejects.toThrow('--anchors needs --address ADDR');
+    // A plain transfer from the same wallet is not an anchor.
+    const wallet = createWalletClient({
+      account: privateKeyToAccount(ANCHOR_KEY),
+      transport: http(anvil.rpcUrl),
+    });
+    const plain = await wallet.sendTransaction({ chain: null, to: ADDRESS, value: 1n });
+    await createPublicClient({ transport: http(anvil.rpcUrl) }).waitForTransactionReceipt({ hash: plain });
+    await expect(
+      runHistoryCommand(['verify', path, '--anchors', '--rpc', anvil.rpcUrl, '--tx', plain], deps()),
+    ).rejects.toThrow('is not an anchor');
+    // A wallet that never anchored.
+    const nobody = privateKeyToAccount(
+      '0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a',
+    ).address;
+    await expect(
+      runHistoryCommand(['verify', path, '--anchors', '--rpc', anvil.rpcUrl, '--address', nobody], deps()),
+    ).rejects.toThrow('no anchor transaction');
+  });
+
+  it('is off on the embedded defaults, and the readiness check says why', async () => {
+    const plain = await startHistoryServer({ store: fx.store, feed: fx.feed });
+    try {
+      expect(plain.slice.anchorer).toBeNull();
+      expect(await plain.slice.checks()['processor:history-anchor']!()).toEqual({
+        ok: true,
+        anchoring:
+          'off: no wallet key (HISTORY_ANCHOR_PRIVATE_KEY or X402_FACILITATOR_PRIVATE_KEY) to publish with',
+      });
+    } finally {
+      await plain.close();
+    }
+  });
+});
+
+describe('anchor rules', () => {
+  it('is due at once when none exists, then after the interval and only when the log moved', () => {
+    const day = 86_400_000;
+    const t = Date.parse('2026-01-02T00:00:00Z');
+    const last = { anchoredAt: '2026-01-01T00:00:00.000Z', position: 100 };
+    expect(anchorDue(null, 0, t, day)).toBe(false);
+    expect(anchorDue(null, 5, t, day)).toBe(true);
+    expect(anchorDue(last, 101, t - 1, day)).toBe(false);
+    expect(anchorDue(last, 101, t, day)).toBe(true);
+    expect(anchorDue(last, 100, t + day, day)).toBe(false);
+  });
+
+  it('makes the root from leaves sorted by stream, pairing level by level, a lone last leaf going up unchanged', () => {
+    const sha = (...parts: Buffer[]) => {
+      const h = createHash('sha256');
+      for (const p of parts) h.update(p);
+      return h.digest();
+    };
+    const leaf = (s: string) => ({
+      stream: s,
+      leaf: anchorLeaf(s, 'a'.repeat(64), s === 'c' ? null : 'b'.repeat(64)),
+    });
+    expect(anchorLeaf('c', 'a'.repeat(64), null)).toEqual(sha(Buffer.from(`c\n${'a'.repeat(64)}\n`)));
+    const [a, b, c] = [leaf('a'), leaf('b'), leaf('c')];
+    expect(merkleRoot([c!, a!, b!])).toBe(sha(sha(a!.leaf, b!.leaf), c!.leaf).toString('hex'));
+    expect(merkleRoot([a!])).toBe(a!.leaf.toString('hex'));
+    expect(() => merkleRoot([])).toThrow('at least one stream');
+  });
+});

@@ -29,6 +29,12 @@ export function decorateCaller(app: FastifyInstance): void {
   if (!app.hasRequestDecorator('service')) app.decorateRequest('service', null);
 }
 
+/** The keyed channel's key registry and quota meter, which every metered route reads its caller from. */
+export interface KeyedAccess {
+  keys: KeyResolver;
+  quota: QuotaMeter;
+}
+
 /** Who is calling, as far as metering is concerned. */
 export interface Caller {
   readonly auth: Readonly<AuthBlock>;
@@ -194,10 +200,7 @@ export async function rejectedService(
  * key that is not live is refused with `refuse(err)`, after `request.service` is set to the
  * refusal's `_service` (the quota the request counts against without the key).
  */
-export function callerHook(
-  keyed: () => { keys: Pick<KeyResolver, 'resolve'>; quota: Pick<QuotaMeter, 'peek'> },
-  refuse: (err: CallerRejectedError) => Error,
-) {
+export function callerHook(keyed: () => KeyedAccess, refuse: (err: CallerRejectedError) => Error) {
   return (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void): void => {
     const known = request.caller ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
     if (known !== null) {

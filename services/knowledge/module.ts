@@ -4,6 +4,7 @@ import type { Config } from '../../contracts/config.ts';
 import type { Projection } from '../../projections/projection.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
+import type { KeyedAccess } from '../api/caller.ts';
 import type { ToolDefinition } from '../api/mcp/tool-registry.ts';
 import type { Role, Slice } from '../component.ts';
 import { ChatQuota, chatLimits, chatQuotaProjection } from './chat-quota.ts';
@@ -13,7 +14,7 @@ import { type OpenApiDocument, routePassages } from './generated.ts';
 import { Knowledge } from './knowledge.ts';
 import type { Passage } from './passages.ts';
 import { chatProvider } from './providers.ts';
-import { type KeyedAccess, knowledgeRoutes } from './routes.ts';
+import { knowledgeRoutes } from './routes.ts';
 import { KnowledgeIndex } from './search-index.ts';
 import { knowledgeTools } from './tools.ts';
 

@@ -6,9 +6,9 @@ import { MemoryCache } from '../../adapters/cache/memory.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { loadConfig } from '../../contracts/config.ts';
+import type { KeyedAccess } from '../api/caller.ts';
 import { documented, registerOpenApi } from '../api/openapi.ts';
 import { knowledgeModule } from './module.ts';
-import type { KeyedAccess } from './routes.ts';
 
 describe('the route list in the index comes from the app’s OpenAPI document', () => {
   const app = Fastify({ logger: false });

@@ -23,6 +23,7 @@ import {
   callerHook,
   decorateCaller,
   identifyCaller,
+  type KeyedAccess,
   rejectedService,
 } from '../api/caller.ts';
 import { errorHandler, type FieldCodes } from '../api/errors.ts';
@@ -30,15 +31,8 @@ import { QuotaUnavailableError, serveMetered } from '../api/metered-call.ts';
 import { declared, refusal } from '../api/openapi.ts';
 import type { ServiceMeta } from '../api/service-meta.ts';
 import { OperationError } from '../engine/operation-errors.ts';
-import type { KeyResolver } from '../keys/key-resolver.ts';
-import type { QuotaMeter } from '../quota/quota-meter.ts';
 import { quotaRetryAfter } from '../quota/snapshot.ts';
 import { ChatQuotaExhaustedError, type Knowledge } from './knowledge.ts';
-
-export interface KeyedAccess {
-  keys: KeyResolver;
-  quota: QuotaMeter;
-}
 
 const SEARCH_CACHE = 'public, max-age=300';
 

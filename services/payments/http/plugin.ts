@@ -1,6 +1,12 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { type ErrorCode, isErrorCode, ServiceError } from '../../../contracts/errors.ts';
-import { type CallerRejectedError, callerHook, decorateCaller, keylessCaller } from '../../api/caller.ts';
+import {
+  type CallerRejectedError,
+  callerHook,
+  decorateCaller,
+  type KeyedAccess,
+  keylessCaller,
+} from '../../api/caller.ts';
 import { errorHandler } from '../../api/errors.ts';
 import { QuotaUnavailableError, serveMetered } from '../../api/metered-call.ts';
 import { codesText, documented, refusal } from '../../api/openapi.ts';
@@ -10,8 +16,6 @@ import { answerBytesWithService } from '../../api/served-answers.ts';
 import type { PaidServiceMeta, ServiceMeta } from '../../api/service-meta.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
-import type { KeyResolver } from '../../keys/key-resolver.ts';
-import type { QuotaMeter } from '../../quota/quota-meter.ts';
 import { quotaRetryAfter } from '../../quota/snapshot.ts';
 import { setBounded } from '../../shared/bounded-map.ts';
 import { type DecodedPayment, decodePaymentHeader, paymentResponseHeader } from '../codecs.ts';
@@ -22,12 +26,6 @@ import type { PaidTool } from '../tools.ts';
 import { contentTypeProblem } from './content-type.ts';
 import { CORS_PREFLIGHT_HEADERS, CORS_RESPONSE_HEADERS } from './cors.ts';
 import { type ServiceBlock, TurnPeeks, undebitedService } from './turn-peeks.ts';
-
-/** The keyed channel's key registry and quota meter: a valid key is served from its plan instead of payment. */
-export interface KeyedAccess {
-  keys: KeyResolver;
-  quota: QuotaMeter;
-}
 
 export interface X402PluginOptions {
   ops: SignalOperations;

@@ -27,10 +27,11 @@ import type { ProjectionRunner } from '../../projections/runner.ts';
  * text `history-anchor v1 <root> <position>` (root: 64 hex digits; position: the log position
  * the heads were read at), which a chain explorer shows as the transaction's input.
  */
-export const ANCHOR_PREFIX = 'history-anchor v1 ';
+const ANCHOR_PREFIX = 'history-anchor v1 ';
 export const ANCHOR_STREAM = 'history-anchors';
+const RECEIPT_TIMEOUT_MS = 120_000;
 
-export function anchorData(root: string, position: number): Hex {
+function anchorData(root: string, position: number): Hex {
   return stringToHex(`${ANCHOR_PREFIX}${root} ${position}`);
 }
 
@@ -87,7 +88,7 @@ export const anchorHeadsProjection: Projection<AnchorState> = defineProjection({
 });
 
 /** The root over the heads (contracts/verdict-hash.ts `merkleRoot`), and how many streams it covers. */
-export function headsRoot(heads: Record<string, StreamHeads>): { root: string; streams: number } {
+function headsRoot(heads: Record<string, StreamHeads>): { root: string; streams: number } {
   const leaves = Object.entries(heads).map(([stream, h]) => ({
     stream,
     leaf: anchorLeaf(stream, h.verdict, h.outcome),
@@ -193,7 +194,11 @@ export class HistoryAnchorer {
       value: 0n,
       data: anchorData(root, position),
     });
-    const receipt = await this.client.waitForTransactionReceipt({ hash: txHash });
+    // Bounded, so that a stuck chain holds up neither the next check nor a shutdown for long.
+    const receipt = await this.client.waitForTransactionReceipt({
+      hash: txHash,
+      timeout: RECEIPT_TIMEOUT_MS,
+    });
     if (receipt.status !== 'success') throw new Error(`anchor transaction ${txHash} reverted`);
     const anchored: EventData<'HistoryAnchored'> = {
       root,

@@ -257,7 +257,11 @@ export class OutcomeResolver {
       this.heads.set(p.stream, outcome.hash!);
       return true;
     } catch (err) {
-      if (err instanceof WrongExpectedRevisionError) return false;
+      if (err instanceof WrongExpectedRevisionError) {
+        // Labelled by another writer: the stream's head is the view's once it folds that outcome.
+        this.heads.delete(p.stream);
+        return false;
+      }
       throw err;
     }
   }

@@ -219,9 +219,13 @@ function openLinks(chain: OutcomeChain): { at: RowRef; reason: string } | null {
     if (first.missing.length === 1)
       return {
         at: first.missing[0]!,
-        reason: `outcome missing: the stream's next outcome (position ${first.row.position}) links to an outcome not in the file`,
+        reason: `outcome missing: the stream's next outcome (position ${first.row.position}) links to an outcome not in the file (dropped, or recorded after this row was served: export the range again)`,
       };
-    return { at: first.row, reason: 'outcome_prev_hash links to an outcome not in the file' };
+    return {
+      at: first.row,
+      reason:
+        'outcome_prev_hash links to an outcome not in the file (dropped, or recorded after its row was served: export the range again)',
+    };
   }
   if (chain.heads.size <= 1) return null;
   const heads = [...chain.heads.values()].sort((a, b) => a.position - b.position);

@@ -39,6 +39,8 @@ type RowRef = ReturnType<typeof ref>;
 interface OutcomeChain {
   /** Outcomes no later outcome has linked to yet (one, the head, once the file is read). */
   heads: Map<string, RowRef>;
+  /** The last CONSUMED_KEPT outcomes some later outcome linked to: a second link to one is a fork. */
+  consumed: Set<string>;
   /** Links to outcomes not seen yet, with the rows that lost their outcome since the last link. */
   waiting: Map<string, { row: RowRef; missing: RowRef[] }>;
   /** Revealed rows without a chained outcome since the last chained one (the first two: one is named). */
@@ -52,8 +54,8 @@ interface OutcomeChain {
 
 /**
  * Walks every market's chain in file order: each row must link to the previous row of its
- * stream, and a revealed row's hash must match its content. Memory: one hash per stream.
- * A file that starts mid-chain (an `after` or `from` export) is anchored at its first row.
+ * stream, and a revealed row's hash must match its content. Memory: per stream, one verdict
+ * hash, the outcome chain's open ends and its last CONSUMED_KEPT links. A file that starts mid-chain (an `after` or `from` export) is anchored at its first row.
  *
  * Outcomes form a chain per stream of their own, in the order they were resolved (about the
  * verdicts' order): each outcome's hash is recomputed from the row's outcome columns and its
@@ -99,6 +101,7 @@ export async function verifyRows(
       if (row.prev_hash !== null) report.anchored++;
       chains.set(row.stream, {
         heads: new Map(),
+        consumed: new Set(),
         waiting: new Map(),
         unlabelled: [],
         started: false,
@@ -133,6 +136,12 @@ export async function verifyRows(
   }
   return report;
 }
+
+/**
+ * Links remembered per stream to tell a fork from a dropped outcome: a fork further back than this
+ * is still reported, as a link to an outcome not in the file.
+ */
+const CONSUMED_KEPT = 256;
 
 const OUTCOME_VALUES = [
   'return_1',
@@ -194,7 +203,9 @@ function checkOutcome(row: HistoryRow, chain: OutcomeChain, report: ChainReport)
     if (chain.started) return 'a second outcome chain start (outcome_prev_hash null) in this stream';
   } else if (chain.heads.has(link)) {
     chain.heads.delete(link);
-  } else if (chain.waiting.has(link)) {
+    chain.consumed.add(link);
+    if (chain.consumed.size > CONSUMED_KEPT) chain.consumed.delete(chain.consumed.values().next().value!);
+  } else if (chain.waiting.has(link) || chain.consumed.has(link)) {
     return 'two outcomes link to the same previous outcome (a forked outcome chain)';
   } else {
     if (!chain.started) chain.entry = link;

@@ -216,6 +216,42 @@ describe('outcomes in the chain', () => {
     });
   });
 
+  it('names a forked outcome chain and a second chain start, rehashed or not', async () => {
+    const a = middle();
+    const b = chained().find((r) => r.stream === a.stream && r.outcome_prev_hash === a.outcome_hash)!;
+    const c = chained().find((r) => r.stream === a.stream && r.outcome_prev_hash === b.outcome_hash)!;
+    // c links to what b links to: two outcomes follow a.
+    const forkedC = { ...c, outcome_prev_hash: a.outcome_hash };
+    forkedC.outcome_hash = outcomeHash(rowOutcome(forkedC)!);
+    const forked = await verify(
+      await write(
+        'forked',
+        'ndjson',
+        rows.map((r) => (r === c ? forkedC : r)),
+      ),
+    );
+    expect(forked.ok).toBe(false);
+    expect(forked.firstBroken).toMatchObject({
+      position: c.position,
+      reason: 'two outcomes link to the same previous outcome (a forked outcome chain)',
+    });
+    // b starts a chain of its own.
+    const restarted = { ...b, outcome_prev_hash: null };
+    restarted.outcome_hash = outcomeHash(rowOutcome(restarted)!);
+    const again = await verify(
+      await write(
+        'restarted',
+        'ndjson',
+        rows.map((r) => (r === b ? restarted : r)),
+      ),
+    );
+    expect(again.ok).toBe(false);
+    expect(again.firstBroken).toMatchObject({
+      position: b.position,
+      reason: 'a second outcome chain start (outcome_prev_hash null) in this stream',
+    });
+  });
+
   it('recomputes every outcome from a market-data folder, and reports one that differs with its hash made again', async () => {
     const path = await write('for-data', 'ndjson', rows);
     const clean = await verify(path, '--data', 'sample-data/market');

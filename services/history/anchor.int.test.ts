@@ -1,8 +1,10 @@
+import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { createWriteStream, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
+import { promisify } from 'node:util';
 import { createPublicClient, createWalletClient, type Hex, http } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -20,6 +22,8 @@ import { CSV_HEADER, csvLine, parquetStream } from './writers.ts';
 /** anvil's second well-known development account (a public test key, funded at start). */
 const ANCHOR_KEY: Hex = '0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d';
 const ADDRESS = privateKeyToAccount(ANCHOR_KEY).address;
+
+const run = promisify(execFile);
 
 let anvil: Anvil;
 let fx: Awaited<ReturnType<typeof recordHistory>>;
@@ -188,6 +192,14 @@ describe('the history anchor', () => {
       const broken = report.anchors.anchors.filter((l: { ok: boolean }) => !l.ok);
       expect(broken.map((l: { txHash: string }) => l.txHash)).toEqual([covering.txHash]);
     }
+    // The real command line: exit code 1, the anchors' lines on stdout.
+    const cli = ['tsx', 'services/history/cli.ts', 'verify', join(dir, 'forged-ndjson.ndjson'), '--anchors'];
+    const failed = await run('npx', [...cli, '--rpc', anvil.rpcUrl, '--address', ADDRESS]).catch(
+      (err: { code: number; stdout: string }) => err,
+    );
+    expect((failed as { code: number }).code).toBe(1);
+    const printed = JSON.parse((failed as { stdout: string }).stdout);
+    expect(printed.anchors.anchors.find((l: { ok: boolean }) => !l.ok).txHash).toBe(covering.txHash);
   });
 
   it('refuses what is no anchor, and says what it needs', async () => {
@@ -206,6 +218,13 @@ describe('the history anchor', () => {
     await expect(
       runHistoryCommand(['verify', path, '--anchors', '--rpc', anvil.rpcUrl, '--tx', plain], deps()),
     ).rejects.toThrow('is not an anchor');
+    // No chain at the URL.
+    await expect(
+      runHistoryCommand(
+        ['verify', path, '--anchors', '--rpc', 'http://127.0.0.1:9', '--address', ADDRESS],
+        deps(),
+      ),
+    ).rejects.toThrow('could not read the anchors at http://127.0.0.1:9');
     // A wallet that never anchored.
     const nobody = privateKeyToAccount(
       '0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a',

@@ -243,8 +243,9 @@ export const ConfigSchema = z
     /**
      * The history anchor (services/history/anchor.ts): the Merkle root of every verdict stream's
      * heads, published on chain every HISTORY_ANCHOR_INTERVAL_MS (0: never) by the projections
-     * role, from the wallet of HISTORY_ANCHOR_PRIVATE_KEY (else X402_FACILITATOR_PRIVATE_KEY)
-     * through HISTORY_ANCHOR_RPC_URL (else X402_RPC_URL). Off without a key; readiness says so.
+     * role, from the wallet of HISTORY_ANCHOR_PRIVATE_KEY (its own: the settlements' wallet sends
+     * from the api role, and two processes sending from one wallet race for its nonces) through
+     * HISTORY_ANCHOR_RPC_URL (else X402_RPC_URL). Off without the key; readiness says so.
      */
     HISTORY_ANCHOR_INTERVAL_MS: nonNegativeInt.default(86_400_000),
     HISTORY_ANCHOR_PRIVATE_KEY: privateKey.optional(),

@@ -8,6 +8,7 @@ import { promisify } from 'node:util';
 import { createPublicClient, createWalletClient, type Hex, http } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '../../contracts/config.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { HISTORY_FORMATS, type HistoryFormat, type HistoryRow } from '../../contracts/history.ts';
 import { anchorLeaf, merkleRoot, outcomeHash } from '../../contracts/verdict-hash.ts';
@@ -234,14 +235,19 @@ describe('the history anchor', () => {
     ).rejects.toThrow('no anchor transaction');
   });
 
-  it('is off on the embedded defaults, and the readiness check says why', async () => {
-    const plain = await startHistoryServer({ store: fx.store, feed: fx.feed });
+  it('is off on the embedded defaults, and with only the settlements wallet, and the readiness check says why', async () => {
+    expect(loadConfig({}).HISTORY_ANCHOR_PRIVATE_KEY).toBeUndefined();
+    // The settlements' wallet is not taken: its nonces belong to the api role's processes.
+    const plain = await startHistoryServer({
+      store: fx.store,
+      feed: fx.feed,
+      env: { X402_FACILITATOR_PRIVATE_KEY: ANCHOR_KEY, X402_RPC_URL: anvil.rpcUrl },
+    });
     try {
       expect(plain.slice.anchorer).toBeNull();
       expect(await plain.slice.checks()['processor:history-anchor']!()).toEqual({
         ok: true,
-        anchoring:
-          'off: no wallet key (HISTORY_ANCHOR_PRIVATE_KEY or X402_FACILITATOR_PRIVATE_KEY) to publish with',
+        anchoring: 'off: no HISTORY_ANCHOR_PRIVATE_KEY (the wallet that publishes the anchors)',
       });
     } finally {
       await plain.close();

@@ -94,14 +94,16 @@ export function historySlice(deps: HistorySliceDeps) {
   let feed = deps.feed;
   let ownFeed: MarketFeed | null = null;
   let resolver: OutcomeResolver | null = null;
-  // The anchor (projections role): off without a wallet key or with a zero interval.
-  const anchorKey = config.HISTORY_ANCHOR_PRIVATE_KEY ?? config.X402_FACILITATOR_PRIVATE_KEY;
+  // The anchor (projections role): off without its wallet key or with a zero interval. A wallet of
+  // its own: the settlements' wallet sends from the api role's processes, and two processes
+  // sending from one wallet race for its nonces.
+  const anchorKey = config.HISTORY_ANCHOR_PRIVATE_KEY;
   const anchorOff =
     config.HISTORY_ANCHOR_INTERVAL_MS === 0
       ? 'off: HISTORY_ANCHOR_INTERVAL_MS=0'
       : anchorKey
         ? null
-        : 'off: no wallet key (HISTORY_ANCHOR_PRIVATE_KEY or X402_FACILITATOR_PRIVATE_KEY) to publish with';
+        : 'off: no HISTORY_ANCHOR_PRIVATE_KEY (the wallet that publishes the anchors)';
   const anchorHeads =
     resolves && !anchorOff
       ? new ProjectionRunner<AnchorState>(

@@ -1,8 +1,8 @@
+import { spawnSync } from 'node:child_process';
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { parseArgs } from 'node:util';
 import { aggregateCandles } from '../../../adapters/market/aggregate.ts';
-import { readCandleFile } from '../../../adapters/market/csv.ts';
 import { parseCandleFileName } from '../../../adapters/market/replay-layout.ts';
 import { SHARED_MARKET_DIR } from '../../../adapters/market/shared-data.ts';
 import { TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
@@ -18,7 +18,7 @@ import { type CarryTable, parseCarryTable } from '../funding/carry.ts';
 import { parseCalibrationTable } from '../signals/calibration.ts';
 import { DEFAULT_HOLD_BAND, ENGINE_VERSION } from '../signals/verdict.ts';
 import { parseVolatilityTable, VOL_HALF_LIVES } from '../signals/volatility.ts';
-import { chooseFreeRule, compareWithFree, trainingPoints } from './baselines.ts';
+import { chooseFreeRule, compareWithFree, FREE_RULES, trainingPoints } from './baselines.ts';
 import {
   bandCoverage,
   type CallScore,
@@ -39,6 +39,7 @@ import {
   testPoints,
 } from './cells.ts';
 import { chooseStepShare, monthStarts, type StepShareChoice } from './curve-choice.ts';
+import { dataStart, readCandles } from './data-folder.ts';
 import { type CarryEvaluation, evaluateCarry, fitCarryTable, loadFundingHistory } from './funding.ts';
 import { type CellReport, type LabelReport, renderReport, type VolReport } from './report.ts';
 import { fitFreeLabelCuts, labelEvidence } from './risk.ts';
@@ -82,6 +83,11 @@ const OPTIONS = {
   'baselines-only': { type: 'boolean', default: false },
   /** The risk desk alone: the risk models and their baselines, nothing else (a minute, not half an hour). */
   'risk-only': { type: 'boolean', default: false },
+  /**
+   * A folder of earlier candles in the same layout, read before each coin's first candle in
+   * --data (warm-up only, never scored); scores then start at --data's first day unless --from.
+   */
+  warmup: { type: 'string' },
   /** With --risk-only: score closes before this date only (an inner fold of the training months). */
   until: { type: 'string' },
   from: { type: 'string' },
@@ -113,7 +119,10 @@ and the reliability diagram (or, with --score-only, scores the shipped tables an
   --baselines-only      with --score-only and --baselines: score and write the free baselines alone
   --risk-only           the risk desk alone: fit (or with --score-only score) the risk forecast and its
                         EWMA, GARCH(1,1) and HAR-RV baselines; writes the volatility table's risk rows,
-                        the baselines' risk rows and docs/evaluation-risk.md (…-score-only.md; --report FILE)
+                        the baselines' risk rows and docs/evaluation-risk.md (--report FILE)
+  --warmup DIR          a folder of earlier candles (same layout) read before each coin's first candle in
+                        --data: indicators warm up on it, nothing of it is scored; --from defaults to
+                        --data's first day (e.g. --data NEW_MONTHS --warmup ../shared/data/market)
   --until DATE          with --risk-only: score the closes before DATE only (default: to the end of the data)
   --from DATE           with --score-only: score from this date (default: the tables' training end)
   --table, --vol-table, --carry-table FILE   where the tables are read or written
@@ -142,6 +151,26 @@ if (values.help) {
   process.exit(0);
 }
 
+/**
+ * A score-only run holds a few months' samples, about 0.6 GB live; V8 left alone grows its heap to
+ * 2.7 GB before collecting. It runs again under a heap limit that keeps the process under 1 GB
+ * (0.93 GB peak on four months with their warm-up), unless NODE_OPTIONS names a limit of its own
+ * (a much larger folder may need one).
+ */
+const SCORE_ONLY_HEAP_MB = 640;
+if (
+  values['score-only'] &&
+  !/--max-old-space-size/.test(process.env.NODE_OPTIONS ?? '') &&
+  !process.execArgv.some((a) => a.startsWith('--max-old-space-size'))
+) {
+  const child = spawnSync(
+    process.execPath,
+    [`--max-old-space-size=${SCORE_ONLY_HEAP_MB}`, ...process.execArgv, ...process.argv.slice(1)],
+    { stdio: 'inherit' },
+  );
+  process.exit(child.status ?? 1);
+}
+
 const started = performance.now();
 const log = (msg: string) =>
   process.stdout.write(`[${((performance.now() - started) / 1000).toFixed(1)}s] ${msg}\n`);
@@ -152,6 +181,14 @@ const dates = (x: string) =>
     .filter((s) => s.trim() !== '')
     .map(day);
 
+if (values.warmup && !values['score-only'])
+  usageError('--warmup needs --score-only (a fit reads every month it is given)');
+// With a warm-up folder the scores start where the data folder starts, unless --from says.
+if (values.warmup && !values.from) {
+  const start = await dataStart(values.data);
+  if (start !== null)
+    values.from = new Date(Math.ceil(start / 86_400_000) * 86_400_000).toISOString().slice(0, 10);
+}
 const scoreOnly = values['score-only'];
 const baselinesOnly = values['baselines-only'];
 if (baselinesOnly && !(scoreOnly && values.baselines)) {
@@ -184,9 +221,9 @@ if (
 }
 
 // ---- the risk forecast against a risk desk's forecasters (its own candles, its own report) ----
+/** The risk desk's report: --report with --risk-only, else beside the main report (…-risk.md). */
 const riskReportPath =
-  (values['risk-only'] ? values.report : undefined) ??
-  (scoreOnly ? 'docs/evaluation-risk-score-only.md' : 'docs/evaluation-risk.md');
+  values['risk-only'] && values.report ? values.report : reportPath.replace(/(\.md)?$/, '-risk.md');
 async function runRiskDesk(shippedVol: VolatilityTable | null): Promise<DeskResult> {
   const from = scoreOnly ? (values.from ? day(values.from) : (shippedVol?.trainTo ?? split)) : split;
   const result = await riskDesk({
@@ -194,6 +231,7 @@ async function runRiskDesk(shippedVol: VolatilityTable | null): Promise<DeskResu
     split,
     from,
     to: values.until ? day(values.until) : Number.POSITIVE_INFINITY,
+    warmup: values.warmup,
     verdictHorizon: settings.horizon,
     coverage: BAND_COVERAGE,
     maxCoins,
@@ -215,6 +253,15 @@ async function runRiskDesk(shippedVol: VolatilityTable | null): Promise<DeskResu
   );
   log(`wrote ${riskReportPath}`);
   return result;
+}
+
+/** A baselines table, or null when the file is missing or not one. */
+async function readBaselines(path: string): Promise<BaselinesTable | null> {
+  try {
+    return BaselinesTableSchema.parse(JSON.parse(await readFile(path, 'utf8')));
+  } catch {
+    return null;
+  }
 }
 
 /**
@@ -242,12 +289,7 @@ if (values['risk-only']) {
   }
   const baselinesPath = values.baselines ?? (scoreOnly ? undefined : DEFAULT_BASELINES);
   if (baselinesPath) {
-    let existing: BaselinesTable | null = null;
-    try {
-      existing = BaselinesTableSchema.parse(JSON.parse(await readFile(baselinesPath, 'utf8')));
-    } catch {
-      existing = null;
-    }
+    const existing = await readBaselines(baselinesPath);
     if (existing) {
       await writeFile(
         baselinesPath,
@@ -282,11 +324,17 @@ async function collect(
     .filter((f) => f.parsed?.timeframe === base);
   if (maxCoins > 0) files = files.slice(0, maxCoins);
   for (const [i, f] of files.entries()) {
-    const source = await readCandleFile(join(dir, f.name));
+    const source = await readCandles({ data: values.data, warmup: values.warmup }, folder, f.name);
     for (const tf of targets) {
       const series = tf === base ? source : aggregateCandles(source, base, tf);
       const list = into.get(tf) ?? [];
-      list.push(collectSamples(series, tf, settings.horizon));
+      // A score-only run over a warm-up keeps the samples its scores read: from 250 candles
+      // before --from (the regime labels' free rank looks 200 back).
+      const keepFrom =
+        scoreOnly && values.warmup && values.from
+          ? day(values.from) - 250 * TIMEFRAME_MS[tf]
+          : Number.NEGATIVE_INFINITY;
+      list.push(collectSamples(series, tf, settings.horizon, keepFrom));
       into.set(tf, list);
     }
     log(`${folder} ${base} ${f.parsed!.coin} (${i + 1}/${files.length}): ${source.length} candles`);
@@ -296,6 +344,12 @@ async function collect(
 const spot: SampleSet = new Map();
 const perp: SampleSet = new Map();
 const era: SampleSet = new Map();
+// ---- the risk forecast against a risk desk's forecasters (fitted now unless --score-only) ----
+// First, on candles of its own: its memory is free again before the samples below are built.
+const risk = await runRiskDesk(
+  scoreOnly ? parseVolatilityTable(JSON.parse(await readFile(values['vol-table'], 'utf8'))) : null,
+);
+
 await collect('binance-spot', '5m', FROM_5M, spot);
 await collect('binance-spot', '1h', FROM_1H, spot);
 await collect('binance-usdm', '1h', FROM_1H, perp);
@@ -508,6 +562,7 @@ if (!scoreOnly) {
     labels,
   });
 } else {
+  const shippedBaselines = await readBaselines(values.baselines ?? DEFAULT_BASELINES);
   table = parseCalibrationTable(JSON.parse(await readFile(values.table, 'utf8')));
   volTable = parseVolatilityTable(JSON.parse(await readFile(values['vol-table'], 'utf8')));
   const from = values.from ? day(values.from) : table.trainTo;
@@ -519,9 +574,14 @@ if (!scoreOnly) {
       const fit: CellFit = { direction: entry.direction, curve: entry.curve };
       const eraSeries = kind === 'spot' ? era.get(tf) : undefined;
       const testSet = testPoints(perCoin, tf, settings.horizon, from, Number.POSITIVE_INFINITY);
-      // The free rule is chosen on the months before the tables' split that --data holds, if any.
+      // The free rule is chosen on the months before the tables' split that --data holds, else
+      // the one the shipped baselines chose on the training months (a folder of later months).
       const train = trainingPoints(perCoin, tf, settings.horizon, table.trainTo);
-      const rule = train.length > 0 ? chooseFreeRule(train, settings) : null;
+      const shippedRule = shippedBaselines?.cells.find((c) => c.cell === `${kind}:${tf}`)?.bestFreeRule;
+      const rule =
+        train.length > 0
+          ? chooseFreeRule(train, settings)
+          : (FREE_RULES.find((r) => r.name === shippedRule) ?? null);
       cellReports.push({
         kind,
         timeframe: tf,
@@ -547,8 +607,6 @@ if (!scoreOnly) {
   }
 }
 
-// ---- the risk forecast against a risk desk's forecasters (fitted now unless --score-only) ----
-const risk = await runRiskDesk(scoreOnly ? volTable : null);
 if (!scoreOnly) volTable = withRisk(volTable, risk);
 
 const volReports: VolReport[] = [];

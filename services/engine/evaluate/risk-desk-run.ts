@@ -1,10 +1,10 @@
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { aggregateCandles } from '../../../adapters/market/aggregate.ts';
-import { readCandleFile } from '../../../adapters/market/csv.ts';
 import { parseCandleFileName } from '../../../adapters/market/replay-layout.ts';
 import type { Candle, Timeframe } from '../../../contracts/market.ts';
 import type { BaselinesTable, RiskDeskRow, VolatilityTable } from '../../../contracts/signals.ts';
+import { type DataFolder, readCandles } from './data-folder.ts';
 import {
   type DeskFit,
   type DeskScore,
@@ -49,10 +49,10 @@ interface CoinFiles {
   h1?: string;
 }
 
-async function coinFiles(dir: string, maxCoins: number): Promise<CoinFiles[]> {
+async function coinFiles(data: string, folder: string, maxCoins: number): Promise<CoinFiles[]> {
   let names: string[];
   try {
-    names = (await readdir(dir)).sort();
+    names = (await readdir(join(data, 'candles', folder))).sort();
   } catch {
     return [];
   }
@@ -61,8 +61,8 @@ async function coinFiles(dir: string, maxCoins: number): Promise<CoinFiles[]> {
     const p = parseCandleFileName(name);
     if (!p || (p.timeframe !== '5m' && p.timeframe !== '1h')) continue;
     const e = coins.get(p.coin) ?? { coin: p.coin };
-    if (p.timeframe === '5m') e.m5 = join(dir, name);
-    else e.h1 = join(dir, name);
+    if (p.timeframe === '5m') e.m5 = name;
+    else e.h1 = name;
     coins.set(p.coin, e);
   }
   const list = [...coins.values()];
@@ -70,21 +70,28 @@ async function coinFiles(dir: string, maxCoins: number): Promise<CoinFiles[]> {
 }
 
 /** The candles of one coin on `tf` and the finer candles inside them, from what the folder has. */
-async function load(files: CoinFiles, tf: Timeframe): Promise<{ candles: Candle[]; fine?: Candle[] } | null> {
+async function load(
+  df: DataFolder,
+  files: CoinFiles,
+  tf: Timeframe,
+): Promise<{ candles: Candle[]; fine?: Candle[] } | null> {
+  const read = (name: string) => readCandles(df, 'binance-spot', name);
   if (SPOT_FROM_5M.includes(tf)) {
     if (!files.m5) return null;
-    const m5 = await readCandleFile(files.m5);
+    const m5 = await read(files.m5);
     return { candles: aggregateCandles(m5, '5m', tf), ...(tf === '5m' ? {} : { fine: m5 }) };
   }
   if (!files.h1) return null;
-  const h1 = await readCandleFile(files.h1);
+  const h1 = await read(files.h1);
   if (tf === '1d') return { candles: aggregateCandles(h1, '1h', tf), fine: h1 };
-  const fine = files.m5 ? await readCandleFile(files.m5) : undefined;
+  const fine = files.m5 ? await read(files.m5) : undefined;
   return { candles: aggregateCandles(h1, '1h', tf), ...(fine ? { fine } : {}) };
 }
 
 export async function riskDesk(options: {
   data: string;
+  /** A folder of earlier candles read before each coin's first candle in `data` (never scored). */
+  warmup?: string | undefined;
   split: number;
   from: number;
   /** Closes scored are before this (Number.POSITIVE_INFINITY: to the end of the data). */
@@ -96,21 +103,22 @@ export async function riskDesk(options: {
   shipped?: VolatilityTable['risk'];
   log: (message: string) => void;
 }): Promise<DeskResult> {
-  const spotFiles = await coinFiles(join(options.data, 'candles', 'binance-spot'), options.maxCoins);
-  const perpFiles = await coinFiles(join(options.data, 'candles', 'binance-usdm'), options.maxCoins);
+  const df: DataFolder = { data: options.data, warmup: options.warmup };
+  const spotFiles = await coinFiles(options.data, 'binance-spot', options.maxCoins);
+  const perpFiles = await coinFiles(options.data, 'binance-usdm', options.maxCoins);
   const risk: DeskResult['risk'] = {};
   const rows: DeskRowReport[] = [];
   for (const tf of [...SPOT_FROM_5M, ...FROM_1H]) {
     const spotSeries = [];
     for (const f of spotFiles) {
-      const c = await load(f, tf);
+      const c = await load(df, f, tf);
       if (c && c.candles.length > 0) spotSeries.push(deskSeries(c.candles, tf, c.fine));
     }
     const perpSeries = [];
     if (FROM_1H.includes(tf)) {
       for (const f of perpFiles) {
         // Perpetual candles are 1h only: no finer realised variance inside them.
-        const c = f.h1 ? await readCandleFile(f.h1) : null;
+        const c = f.h1 ? await readCandles(df, 'binance-usdm', f.h1) : null;
         if (c && c.length > 0) {
           const candles = aggregateCandles(c, '1h', tf);
           perpSeries.push(deskSeries(candles, tf, tf === '1d' ? c : undefined));

@@ -1,8 +1,9 @@
 import { execFile } from 'node:child_process';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { gunzipSync, gzipSync } from 'node:zlib';
 import { afterAll, describe, expect, it } from 'vitest';
 
 const run = promisify(execFile);
@@ -48,7 +49,7 @@ describe('npm run evaluate -- --score-only', () => {
     // The shipped gate: timing skill on spot:15m, but its calls did not beat the fee.
     expect(text).toContain('| spot:15m | fade | yes |');
     expect(text).toContain('| spot:15m | no (HOLD) | fade |');
-    expect(text).toContain('### The risk forecast: three horizons against the free trailing band');
+    expect(text).toContain("### The risk forecast against a risk desk's forecasters");
     expect(text).toContain('## Volatility forecast and expected-move band');
     expect(text).toContain('expected / realised carry');
     // Nothing refitted: the shipped tables are byte for byte what they were.
@@ -57,10 +58,60 @@ describe('npm run evaluate -- --score-only', () => {
     // About 4 s on a quiet machine; the limit only ends a hung run, sized for a machine under load 30.
   }, 600_000);
 
+  it('scores a folder of later months after a warm-up folder, with the shipped free rules', async () => {
+    const out = await mkdtemp(join(tmpdir(), 'score-only-warmup-'));
+    dirs.push(out);
+    // A folder of one month: BTC 1h from 2025-10-01, the months before it only in the warm-up.
+    const from = Date.parse('2025-10-01T00:00:00Z');
+    const source = join(ROOT, 'sample-data/market/candles/binance-spot/BTCUSDT-1h.csv.gz');
+    const lines = gunzipSync(await readFile(source))
+      .toString('utf8')
+      .trimEnd()
+      .split('\n');
+    const kept = [lines[0]!, ...lines.slice(1).filter((l) => Number(l.split(',')[0]) >= from)];
+    await mkdir(join(out, 'data/candles/binance-spot'), { recursive: true });
+    await writeFile(
+      join(out, 'data/candles/binance-spot/BTCUSDT-1h.csv.gz'),
+      gzipSync(`${kept.join('\n')}\n`),
+    );
+    const report = join(out, 'report.md');
+    await run(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        'services/engine/evaluate/main.ts',
+        '--score-only',
+        '--data',
+        join(out, 'data'),
+        '--warmup',
+        join(ROOT, 'sample-data/market'),
+        '--report',
+        report,
+      ],
+      { cwd: ROOT },
+    );
+    const text = await readFile(report, 'utf8');
+    // Scored from the folder's first day, not from the warm-up's.
+    expect(text).toContain('scored from 2025-10-01');
+    // The free rule the shipped baselines chose on the training months, scored on the folder.
+    const shipped = JSON.parse(await readFile(join(ROOT, TABLES[3]!), 'utf8')) as {
+      cells: { cell: string; bestFreeRule: string }[];
+    };
+    const rule = shipped.cells.find((c) => c.cell === 'spot:1h')!.bestFreeRule;
+    expect(text).toMatch(new RegExp(`\\| spot:1h \\| HOLD \\| [^\\n]*\\| ${rule} \\|`));
+    // A day cell has test points: the warm-up months fed its indicators.
+    const dayRow = text.split('\n').find((l) => l.startsWith('| spot:1d | no (HOLD) |'))!;
+    expect(Number(dayRow.split('|')[4])).toBeGreaterThan(0);
+    const risk = await readFile(join(out, 'report-risk.md'), 'utf8');
+    expect(risk).toMatch(/\| spot \| 1h \| next \(1\) \| \d+ \|/);
+  }, 600_000);
+
   it('answers a mistyped option or value with the usage and exit code 2, not a stack trace', async () => {
     for (const [args, message] of [
       [['--bogus'], "Unknown option '--bogus'"],
       [['--split', 'someday'], 'invalid date in --split'],
+      [['--warmup', 'sample-data/market'], '--warmup needs --score-only'],
     ] as const) {
       const failed = await run(
         process.execPath,

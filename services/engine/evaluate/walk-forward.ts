@@ -45,7 +45,16 @@ export const FREE_LOOKBACKS: readonly number[] = [1, 3, 6, 12, 24, 48];
 /** Window of the trailing-volatility baseline the forecast has to beat. */
 const TRAILING_CANDLES = 20;
 
-export function collectSamples(candles: readonly Candle[], timeframe: Timeframe, horizon: number): Sample[] {
+/**
+ * Every closed candle's sample. `keepFrom`: closes before it still feed the engine's state (a
+ * warm-up) but are not kept, which bounds memory when only later months are scored.
+ */
+export function collectSamples(
+  candles: readonly Candle[],
+  timeframe: Timeframe,
+  horizon: number,
+  keepFrom = Number.NEGATIVE_INFINITY,
+): Sample[] {
   const state = createMarketState({ exchange: 'BINANCE_SPOT', coin: 'EVAL', timeframe });
   const out: Sample[] = [];
   const last = candles.length - horizon;
@@ -69,7 +78,7 @@ export function collectSamples(candles: readonly Candle[], timeframe: Timeframe,
     state.update(c);
     trailingSum += r2[i]!;
     if (i >= TRAILING_CANDLES) trailingSum -= r2[i - TRAILING_CANDLES]!;
-    if (state.missingForVerdict().length > 0) continue;
+    if (c.openTime + TIMEFRAME_MS[timeframe] < keepFrom || state.missingForVerdict().length > 0) continue;
     const { score, readings } = computeScore(state);
     const [f0, f1, f2] = harFeatures(readings.volVariances!, horizon);
     let realised = 0;

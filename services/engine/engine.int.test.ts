@@ -221,11 +221,21 @@ describe('SignalEngine over the replayed real data', () => {
     expect(next!.expected_move_pct).toBeLessThan(six!.expected_move_pct);
     expect(six!.expected_move_pct).toBeLessThan(day!.expected_move_pct);
     expect(day!.band_high - day!.band_low).toBeGreaterThan(next!.band_high - next!.band_low);
+    // Each horizon's σ is in level with its band and with the others (the next candle's was 2–3×
+    // too large when a log fit was turned into a mean with exp(ŷ + s²/2)): an 80 % band spans
+    // about ±1.3 σ, and six candles move about √6 times one.
+    for (const h of risk.horizons) {
+      const halfWidth = (100 * Math.log(h.band_high / h.band_low)) / 2;
+      expect(halfWidth / h.expected_move_pct).toBeGreaterThan(0.8);
+      expect(halfWidth / h.expected_move_pct).toBeLessThan(1.8);
+    }
+    expect((next!.expected_move_pct * Math.sqrt(6)) / six!.expected_move_pct).toBeGreaterThan(0.6);
+    expect((next!.expected_move_pct * Math.sqrt(6)) / six!.expected_move_pct).toBeLessThan(1.6);
     // The verdict horizon is the same forecast a trade call carries.
     const call = await engine.getTradeCall({ coin: 'SOL', timeframe: '15m' });
     expect(six!.expected_move_pct).toBeCloseTo(call.volatility!.expected_move_pct, 10);
     expect(risk.label_evidence).toContain('15m training months');
-    expect(risk.evidence).toContain('docs/evaluation.md');
+    expect(risk.evidence).toContain('docs/evaluation-risk.md');
     // What the replay cannot build (1m) or does not list is refused, not guessed.
     await expect(engine.getRiskForecast({ coin: 'SOL', timeframe: '1m' })).rejects.toBeInstanceOf(
       UnsupportedTimeframeError,

@@ -75,6 +75,12 @@ export const HistoryRow = z.object({
   outcome_hash: nullable(z.string()),
   outcome_prev_hash: nullable(z.string()),
   outcome_position: nullable(z.number().int().positive()),
+  /**
+   * Where to resume after this row: `after=<cursor>` with the same filters answers the rows that
+   * follow it, none twice and none left out, so a stream cut mid-way resumes from its last
+   * complete row. The last column, so a line that holds it was written whole.
+   */
+  cursor: z.string(),
 });
 export type HistoryRow = z.infer<typeof HistoryRow>;
 export const HISTORY_COLUMNS = Object.keys(HistoryRow.shape) as (keyof HistoryRow)[];
@@ -91,7 +97,13 @@ export const HISTORY_MEDIA_TYPES: Record<HistoryFormat, string> = {
 export const HISTORY_MAX_LIMIT = 1_000_000;
 export const HISTORY_MAX_WAIT_S = 30;
 
-/** The last NDJSON line: where to resume, and the `_service` block. */
+/**
+ * The last NDJSON line, when asked for (`trailer=true`, or `Accept: application/x-ndjson;
+ * profile="trailer"`): where to resume (past rows the filters skipped), how many rows the answer
+ * held, and the `_service` block. Off by default: a reader of JSON lines (DuckDB's read_json)
+ * reads the file as served, every line a row, and every row carries its own cursor.
+ */
+export const HISTORY_TRAILER_PROFILE = 'trailer';
 export const HistoryTrailer = z.object({
   cursor: z.string(),
   rows: z.number().int().nonnegative(),

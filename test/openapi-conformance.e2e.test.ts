@@ -342,6 +342,7 @@ describe('the OpenAPI document describes every real answer', () => {
   it('history in every format, and its refusals', async () => {
     const template = '/api/verdicts';
     await conform({ method: 'GET', template, path: `${template}?format=ndjson&limit=5`, status: 200 });
+    await conform({ method: 'GET', template, path: `${template}?limit=5&trailer=true`, status: 200 });
     await conform({ method: 'GET', template, path: `${template}?format=csv&limit=5`, status: 200 });
     await conform({ method: 'GET', template, path: `${template}?format=parquet&limit=5`, status: 200 });
     await conform({ method: 'GET', template, path: `${template}?limit=0`, status: 400 });

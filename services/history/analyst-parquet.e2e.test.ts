@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -18,6 +18,7 @@ const DUCKDB_TYPES = {
   int32: 'INTEGER',
   float64: 'DOUBLE',
   bool: 'BOOLEAN',
+  timestamp: 'TIMESTAMP WITH TIME ZONE',
 };
 
 /**
@@ -109,7 +110,6 @@ describe('an analyst with a key, through npm run history and DuckDB', () => {
       const rows = (await res.text())
         .trim()
         .split('\n')
-        .slice(0, -1)
         .map((l) => JSON.parse(l) as HistoryRow);
       const cells = new Map<string, number[]>();
       for (const r of rows) {
@@ -130,6 +130,76 @@ describe('an analyst with a key, through npm run history and DuckDB', () => {
       });
       // The perp cell answers HOLD only: without the lean its would-be figure could not be had.
       expect(live.lines.find((l) => l.exchange === 'BINANCE')!.calls).toBe(0);
+
+      // The NDJSON file exactly as served over HTTP (the README's curl), read by DuckDB: every
+      // line a row (no trailer, no row of nulls), times as timestamps, the README's query as printed.
+      const served = join(dir, 'verdicts.ndjson');
+      const body = Buffer.from(
+        await (
+          await fetch(`${server.url}/api/verdicts`, { headers: { authorization: `Bearer ${key}` } })
+        ).arrayBuffer(),
+      );
+      writeFileSync(served, body);
+      const json = `read_json('${served}')`;
+      const [counted] = (
+        await connection.runAndReadAll(
+          `SELECT count(*) AS rows, count(*) FILTER (WHERE verdict_id IS NULL) AS empty,
+             count(DISTINCT cursor) AS cursors FROM ${json}`,
+        )
+      ).getRowObjectsJson();
+      expect(counted).toEqual({ rows: '120', empty: '0', cursors: '120' });
+      const jsonTypes = Object.fromEntries(
+        (await connection.runAndReadAll(`DESCRIBE SELECT * FROM ${json}`))
+          .getRowObjectsJson()
+          .map((c) => [c.column_name, c.column_type]),
+      );
+      expect(jsonTypes).toMatchObject({
+        recorded_at: 'TIMESTAMP',
+        reveal_at: 'TIMESTAMP',
+        cursor: 'VARCHAR',
+      });
+      const printedJson = /duckdb -c "(SELECT [^"]+read_json[^"]+)"/.exec(readmeText)![1]!;
+      expect(printedJson).toContain("read_json('exports/verdicts.ndjson')");
+      const fromServed = (
+        await connection.runAndReadAll(printedJson.replace("read_json('exports/verdicts.ndjson')", json))
+      ).getRowObjectsJson();
+      expect(fromServed).toEqual(wouldBe);
+      // Asked for, the trailer is the last line (the documented way for clients that rely on it).
+      const withTrailer = await fetch(`${server.url}/api/verdicts`, {
+        headers: { authorization: `Bearer ${key}`, accept: 'application/x-ndjson; profile="trailer"' },
+      });
+      const lines = (await withTrailer.text()).trim().split('\n');
+      expect(lines).toHaveLength(121);
+      // Its cursor is where the scan stopped, past the log's other events after the last row.
+      expect(JSON.parse(lines.at(-1)!)).toMatchObject({ rows: 120, cursor: expect.any(String) });
+      expect(lines.slice(0, -1).map((l) => JSON.parse(l).cursor)).toEqual(rows.map((r) => r.cursor));
+
+      // Parquet as served over HTTP: the times are TIMESTAMP WITH TIME ZONE, equal to the rows' times.
+      const parquetFile = join(dir, 'served.parquet');
+      writeFileSync(
+        parquetFile,
+        Buffer.from(
+          await (
+            await fetch(`${server.url}/api/verdicts?format=parquet`, {
+              headers: { authorization: `Bearer ${key}` },
+            })
+          ).arrayBuffer(),
+        ),
+      );
+      const times = (
+        await connection.runAndReadAll(
+          `SELECT epoch_ms(recorded_at) AS recorded, epoch_ms(reveal_at) AS reveal,
+             epoch_ms(candle_close_time) AS close, cursor FROM read_parquet('${parquetFile}') ORDER BY position`,
+        )
+      ).getRowObjectsJson();
+      expect(times).toEqual(
+        rows.map((r) => ({
+          recorded: String(Date.parse(r.recorded_at)),
+          reveal: String(Date.parse(r.reveal_at)),
+          close: r.candle_close_time === null ? null : String(r.candle_close_time),
+          cursor: r.cursor,
+        })),
+      );
     } finally {
       connection.closeSync();
       db.closeSync();

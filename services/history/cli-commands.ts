@@ -100,7 +100,14 @@ function urlSource(
   doFetch: typeof fetch,
 ): Source {
   return async (after, limit) => {
-    const params = new URLSearchParams({ ...filters, limit: String(limit), format: 'ndjson' });
+    // The trailer line: where the next page starts (past rows the filters skipped), and proof
+    // that the page arrived whole.
+    const params = new URLSearchParams({
+      ...filters,
+      limit: String(limit),
+      format: 'ndjson',
+      trailer: 'true',
+    });
     if (after) params.set('after', after);
     const url = `${base.replace(/\/$/, '')}/api/verdicts`;
     let res: Response;

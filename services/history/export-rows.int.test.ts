@@ -76,7 +76,7 @@ async function parquetExported(query: string) {
 }
 
 async function exported(query: string) {
-  const res = await request(`${server.url}/api/verdicts${query}`, {
+  const res = await request(`${server.url}/api/verdicts${query}${query ? '&' : '?'}trailer=true`, {
     headers: { authorization: `Bearer ${key}` },
   });
   expect(res.statusCode).toBe(200);

@@ -477,20 +477,29 @@ export function tailOf(outcome: Buffer): Buffer {
   return outcome.subarray(outcomeColumnsEnd(outcome));
 }
 
-/** A revealed row as stored bytes: its line is the verdict's head, `tail`, then a line break. */
+/**
+ * A revealed row as stored bytes: its line is the verdict's head, `tail` without its closing
+ * brace, the row's cursor field (`,"cursor":"…"}`: the last column, made from the row's log
+ * position and id at export time, so no stored record changes), then a line break.
+ */
 export class StoredLine {
+  readonly #cursor: Buffer;
   constructor(
     readonly verdict: Buffer,
     readonly tail: Uint8Array,
-  ) {}
+    cursor: string,
+  ) {
+    this.#cursor = Buffer.from(`,"cursor":${JSON.stringify(cursor)}}`);
+  }
   get byteLength(): number {
-    return headBytes(this.verdict) + this.tail.length + 1;
+    return headBytes(this.verdict) + this.tail.length - 1 + this.#cursor.length + 1;
   }
   /** Writes the line at `at` in `out` (room for `byteLength` assumed); returns where it ends. */
   writeTo(out: Buffer, at: number): number {
     let o = writeHead(this.verdict, out, at);
-    out.set(this.tail, o);
-    o += this.tail.length;
+    out.set(this.tail.subarray(0, this.tail.length - 1), o);
+    o += this.tail.length - 1;
+    o += this.#cursor.copy(out, o);
     out[o++] = 10;
     return o;
   }

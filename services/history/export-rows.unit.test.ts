@@ -3,6 +3,7 @@ import type { RecordedEvent } from '../../contracts/envelope.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { outcomeStream, revealTime } from '../../contracts/history.ts';
 import { syntheticOutcome, syntheticVerdict } from '../../test/history-harness.ts';
+import { encodeCursor } from './cursor.ts';
 import {
   F_ID,
   F_INPUTS,
@@ -51,7 +52,9 @@ function outcomeOf(hash: string, revision = 0): Outcome {
   };
 }
 /** The row's line as the export writes it, without its line break. */
-const line = (v: Buffer, tail: Uint8Array) => new StoredLine(v, tail).toBuffer().subarray(0, -1).toString();
+const cursor = (v: Verdict) => encodeCursor(v.position, v.id);
+const line = (v: Buffer, tail: Uint8Array) =>
+  new StoredLine(v, tail, cursor(verdict)).toBuffer().subarray(0, -1).toString();
 
 describe('export rows: stored bytes of a history row', () => {
   const v = storedVerdict(verdict);
@@ -108,7 +111,7 @@ describe('export rows: stored bytes of a history row', () => {
       const stored = storedVerdict(oddVerdict);
       const expected = `${JSON.stringify(historyRow(oddVerdict, null, revealAt))}\n`;
       expect(stored.toString('utf8').split(marker)).toHaveLength(2);
-      const stored2 = new StoredLine(stored, NO_OUTCOME_TAIL);
+      const stored2 = new StoredLine(stored, NO_OUTCOME_TAIL, cursor(oddVerdict));
       expect(stored2.toBuffer().toString('utf8')).toBe(expected);
       // Exactly byteLength bytes, at an offset, nothing written around them.
       const out = Buffer.alloc(stored2.byteLength + 20, 0xee);

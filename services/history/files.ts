@@ -4,6 +4,8 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { parquetReadObjects } from 'hyparquet';
 import { HISTORY_COLUMNS, type HistoryFormat, HistoryRow } from '../../contracts/history.ts';
+import { encodeCursor } from './cursor.ts';
+import { isoTime } from './rows.ts';
 import { KINDS } from './writers.ts';
 
 /** The format an export written to `path` gets when none is named: from its name. */
@@ -35,9 +37,22 @@ function detectFormat(path: string): HistoryFormat {
   return first === undefined || first === '{' ? 'ndjson' : 'csv';
 }
 
+/** The row's time columns held as Unix milliseconds; the others are ISO 8601 text. */
+const MILLIS_TIMES: ReadonlySet<keyof HistoryRow> = new Set(['candle_close_time']);
+
+/** A time as the row holds it, from Parquet's TIMESTAMP (a Date) or the text of JSON and CSV. */
+function coerceTime(name: keyof HistoryRow, value: unknown): string | number {
+  if (typeof value === 'string' && !/^\d+$/.test(value)) {
+    return MILLIS_TIMES.has(name) ? Date.parse(value) : value;
+  }
+  const ms = value instanceof Date ? value.getTime() : Number(value);
+  return MILLIS_TIMES.has(name) ? ms : isoTime(ms);
+}
+
 function coerce(name: keyof HistoryRow, value: unknown): unknown {
   if (value === null || value === undefined || value === '') return null;
   const kind = KINDS[name];
+  if (kind === 'timestamp') return coerceTime(name, value);
   if (kind === 'bool') return value === true || value === 'true';
   if (kind === 'utf8') return String(value);
   return Number(value);
@@ -46,6 +61,10 @@ function coerce(name: keyof HistoryRow, value: unknown): unknown {
 function toRow(record: Record<string, unknown>): HistoryRow {
   const row: Record<string, unknown> = {};
   for (const name of HISTORY_COLUMNS) row[name] = coerce(name, record[name]);
+  // An export written before rows carried their cursor: it is the row's position and id.
+  if (row.cursor === null && typeof row.verdict_id === 'string' && typeof row.position === 'number') {
+    row.cursor = encodeCursor(row.position, row.verdict_id);
+  }
   return HistoryRow.parse(row);
 }
 

@@ -158,7 +158,9 @@ async function exportSampled(at: string) {
   let bytes = 0;
   let next = SAMPLE_EVERY;
   let tail = '';
-  const res = await request(`${at}/api/verdicts`, { headers: { authorization: `Bearer ${KEY}` } });
+  const res = await request(`${at}/api/verdicts?trailer=true`, {
+    headers: { authorization: `Bearer ${KEY}` },
+  });
   expect(res.statusCode).toBe(200);
   for await (const chunk of res.body as AsyncIterable<Buffer>) {
     bytes += chunk.length;

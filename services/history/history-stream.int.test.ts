@@ -44,7 +44,9 @@ afterAll(async () => {
 
 it('streams with backpressure: a client that stops reading stops the scan, and gets every row when it goes on', async () => {
   const total = MARKETS * PER_MARKET;
-  const res = await request(`${server.url}/api/verdicts`, { headers: { authorization: `Bearer ${key}` } });
+  const res = await request(`${server.url}/api/verdicts?trailer=true`, {
+    headers: { authorization: `Bearer ${key}` },
+  });
   expect(res.statusCode).toBe(200);
   const body = res.body as AsyncIterable<Buffer> & { pause(): void; resume(): void };
   const iterator = body[Symbol.asyncIterator]();

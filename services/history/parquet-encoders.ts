@@ -107,12 +107,14 @@ export class ParquetEncoders {
                 return;
               }
               if ('packed' in group) {
-                const { bytes, verdictAt, outcomeAt, positions } = group.packed;
+                const { bytes, verdictAt, outcomeAt, positions, cursorData, cursorOffsets } = group.packed;
                 worker.postMessage({ type: 'rows', id, packed: group.packed }, [
                   bytes.buffer as ArrayBuffer,
                   verdictAt.buffer as ArrayBuffer,
                   outcomeAt.buffer as ArrayBuffer,
                   positions.buffer as ArrayBuffer,
+                  cursorData.buffer as ArrayBuffer,
+                  cursorOffsets.buffer as ArrayBuffer,
                 ]);
                 return;
               }

@@ -4,6 +4,7 @@ import {
   HISTORY_FORMATS,
   HISTORY_MAX_LIMIT,
   HISTORY_MAX_WAIT_S,
+  HISTORY_TRAILER_PROFILE,
   type HistoryFormat,
   TRACK_RECORD_WINDOWS,
 } from '../../contracts/history.ts';
@@ -46,6 +47,23 @@ const MEDIA: [RegExp, HistoryFormat | 'any'][] = [
   [/^application\/(vnd\.apache\.)?parquet$|^application\/x-parquet$/, 'parquet'],
   [/^\*\/\*$|^application\/\*$/, 'any'],
 ];
+
+/**
+ * Whether an NDJSON answer ends with the trailer line: `trailer=` wins; otherwise an NDJSON type
+ * in `Accept` with `profile="trailer"` asks for it; none: rows only, so that a JSON-lines reader
+ * reads the file as served (every row carries its own cursor).
+ */
+export function wantsTrailer(trailer: boolean | undefined, accept: string | undefined): boolean {
+  if (trailer !== undefined) return trailer;
+  return (accept ?? '').split(',').some((part) => {
+    const [type, ...params] = part.trim().toLowerCase().split(';');
+    const ndjson = MEDIA.find(([, format]) => format === 'ndjson')![0];
+    return (
+      ndjson.test(type!.trim()) &&
+      params.some((p) => p.trim().replaceAll('"', '') === `profile=${HISTORY_TRAILER_PROFILE}`)
+    );
+  });
+}
 
 /** `format=` wins; otherwise the first type of `Accept` we can serve; none given: NDJSON. */
 export function negotiateFormat(format: string | undefined, accept: string | undefined): HistoryFormat {
@@ -153,6 +171,15 @@ export const HistoryQuerySchema = z
     wait: once(z.preprocess(decimal(/^\d{1,2}(\.\d{1,3})?$/), z.number().min(0).max(HISTORY_MAX_WAIT_S)))
       .optional()
       .describe(`Seconds to long-poll for new rows, 0–${HISTORY_MAX_WAIT_S}`),
+    trailer: once(
+      z
+        .enum(['true', 'false'], { error: 'trailer must be true or false' })
+        .transform((value) => value === 'true'),
+    )
+      .optional()
+      .describe(
+        'NDJSON only: true ends the answer with the line {cursor, rows, _service} (or Accept: application/x-ndjson; profile="trailer"); default false, rows only',
+      ),
   })
   .superRefine((query, ctx) => {
     if (query.from !== undefined && query.to !== undefined && query.from > query.to) {
@@ -179,6 +206,7 @@ export const HISTORY_QUERY_CODES = {
     limit: 'INVALID_LIMIT',
     format: 'UNSUPPORTED_FORMAT',
     wait: 'INVALID_WAIT',
+    trailer: 'UNSUPPORTED_FORMAT',
     window: 'INVALID_WINDOW',
   },
   unknown: 'UNKNOWN_FILTER',

@@ -30,6 +30,7 @@ import {
   historyFilter,
   negotiateFormat,
   TrackRecordQuerySchema,
+  wantsTrailer,
 } from './query.ts';
 import { type OutcomeIndex, ScanProgress, type StoredRows, scanHistory } from './scan.ts';
 import { type TrackRecordState, trackRecord } from './track-record.ts';
@@ -65,7 +66,7 @@ const fail = (codes: readonly [ErrorCode, ...ErrorCode[]], note?: string) => ref
 const VERDICTS_ROUTE = declared({
   summary: 'The labelled verdict history, streamed (NDJSON, CSV or Parquet), resumable by cursor',
   description:
-    'Rows in log order; a verdict younger than its reveal time shows only its commitment. NDJSON ends with a trailer line {cursor, rows, _service}; every format sends the cursor as the X-History-Cursor trailer.',
+    'Rows in log order; a verdict younger than its reveal time shows only its commitment. Every row carries its cursor (the last column): after=<cursor> with the same filters resumes after that row, so a stream cut mid-way resumes from its last complete row. NDJSON ends with a trailer line {cursor, rows, _service} only when asked (trailer=true, or Accept: application/x-ndjson; profile="trailer"); every format sends the cursor as the X-History-Cursor HTTP trailer.',
   tags: ['history'],
   auth: 'bearer',
   query: HistoryQuerySchema,
@@ -79,7 +80,8 @@ const VERDICTS_ROUTE = declared({
       },
       content: {
         [HISTORY_MEDIA_TYPES.ndjson]: {
-          description: 'Each line is a row, and the last line the trailer {cursor, rows, _service}',
+          description:
+            'Each line is a row; with trailer=true (or the Accept profile "trailer") the last line is the trailer {cursor, rows, _service}',
           anyOf: [jsonSchema(HistoryRow, 'output'), jsonSchema(HistoryTrailer, 'output')],
         },
         [HISTORY_MEDIA_TYPES.csv]: {
@@ -245,10 +247,13 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
         ...(deps.stored ? { stored: deps.stored } : {}),
         ...(deps.pageSize ? { pageSize: deps.pageSize } : {}),
       };
+      const trailer = wantsTrailer(query.trailer, request.headers.accept)
+        ? () => ({ cursor: progress.cursor, rows: progress.rows, _service: service })
+        : null;
       const body = historyStream(
         format,
         (make, fromStore) => scanHistory(deps.store, scanOptions, progress, make, fromStore),
-        () => ({ cursor: progress.cursor, rows: progress.rows, _service: service }),
+        trailer,
         deps.stored !== undefined,
       );
       reply

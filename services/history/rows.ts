@@ -1,6 +1,7 @@
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { type HistoryRow, revealTime } from '../../contracts/history.ts';
+import { encodeCursor } from './cursor.ts';
 
 type Verdict = RecordedEvent<EventData<'VerdictRecorded'>, 'VerdictRecorded'>;
 type Outcome = RecordedEvent<EventData<'VerdictOutcomeResolved'>, 'VerdictOutcomeResolved'>;
@@ -88,6 +89,7 @@ export function historyRow(verdict: Verdict, outcome: Outcome | null, now: numbe
     outcome_hash: o ? (o.data.hash ?? null) : null,
     outcome_prev_hash: o?.data.hash ? (o.data.prevHash ?? null) : null,
     outcome_position: o?.data.hash ? o.position : null,
+    cursor: encodeCursor(verdict.position, verdict.id),
   };
 }
 
@@ -137,7 +139,7 @@ export function fillColumns(refs: readonly RowRef[], c: unknown[][], at = 0): vo
     c.slice(10);
   const [engineVersion, trigger, inputsJson, outcomeId, return1, return6, return24, result] = c.slice(19);
   const [netCentiBps, maeBps, mfeBps, realisedVol, lean, leanNetCentiBps] = c.slice(27);
-  const [outcomeHash, outcomePrevHash, outcomePosition] = c.slice(33);
+  const [outcomeHash, outcomePrevHash, outcomePosition, cursor] = c.slice(33);
   for (let j = 0; j < refs.length; j++) {
     const { verdict: v, outcome, now } = refs[j]!;
     const i = at + j;
@@ -181,5 +183,6 @@ export function fillColumns(refs: readonly RowRef[], c: unknown[][], at = 0): vo
     outcomeHash![i] = o ? (o.hash ?? null) : null;
     outcomePrevHash![i] = o?.hash ? (o.prevHash ?? null) : null;
     outcomePosition![i] = label && o?.hash ? label.position : null;
+    cursor![i] = encodeCursor(v.position, v.id);
   }
 }

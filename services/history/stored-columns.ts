@@ -1,6 +1,9 @@
 import { HISTORY_COLUMNS, type HistoryRow } from '../../contracts/history.ts';
+import { encodeCursor } from './cursor.ts';
 import {
+  F_ID,
   F_INPUTS,
+  fieldOf,
   OUTCOME_LAYOUT,
   OUTCOME_NUMBERS,
   OUTCOME_STRINGS,
@@ -25,9 +28,16 @@ export interface StoredRef {
 }
 
 type Source =
-  | { from: 'verdict'; kind: 'utf8' | 'float64' | 'int64' | 'int32'; k: number; content: boolean }
+  | {
+      from: 'verdict';
+      kind: 'utf8' | 'float64' | 'int64' | 'int32' | 'timestamp';
+      k: number;
+      content: boolean;
+      /** A string column holding an ISO 8601 time, written as a TIMESTAMP. */
+      time?: boolean;
+    }
   | { from: 'outcome'; kind: 'utf8' | 'float64' | 'int64'; k: number }
-  | { from: 'position' | 'revealed' };
+  | { from: 'position' | 'revealed' | 'cursor' };
 
 /** Columns a commitment shows: the chain fields, and the market the stream name already states. */
 const COMMITMENT: ReadonlySet<keyof HistoryRow> = new Set([
@@ -42,10 +52,13 @@ const COMMITMENT: ReadonlySet<keyof HistoryRow> = new Set([
   'prev_hash',
   'reveal_at',
 ]);
-const NUMBER_KIND: Partial<Record<keyof HistoryRow, 'int64' | 'int32' | 'float64'>> = {
+const NUMBER_KIND: Partial<Record<keyof HistoryRow, 'int64' | 'int32' | 'float64' | 'timestamp'>> = {
   revision: 'int64',
   confidence: 'int32',
-  candle_close_time: 'int64',
+  candle_close_time: 'timestamp',
+  reveal_at: 'timestamp',
+  // Held as ISO 8601 text in the record, written as a time.
+  recorded_at: 'timestamp',
   net_centi_bps: 'int64',
   lean_net_centi_bps: 'int64',
   outcome_position: 'int64',
@@ -56,19 +69,24 @@ const VERDICT_NUMBER_OF: Partial<Record<keyof HistoryRow, (typeof VERDICT_NUMBER
   score: 'score',
   price: 'price',
   candle_close_time: 'candleCloseTime',
+  reveal_at: 'revealAt',
 };
 
 /** Where each column of HISTORY_COLUMNS comes from in the stored records. */
 const SOURCES: Source[] = HISTORY_COLUMNS.map((name): Source => {
   if (name === 'position') return { from: 'position' };
   if (name === 'revealed') return { from: 'revealed' };
+  if (name === 'cursor') return { from: 'cursor' };
   const content = !COMMITMENT.has(name);
-  const vs = (VERDICT_STRINGS as readonly string[]).indexOf(name);
-  if (vs >= 0) return { from: 'verdict', kind: 'utf8', k: vs, content };
+  // A time the record holds as a number (the reveal time) is read as one, not parsed from its text.
   const vn = VERDICT_NUMBER_OF[name];
   if (vn) {
     const k = (VERDICT_NUMBERS as readonly string[]).indexOf(vn);
     return { from: 'verdict', kind: NUMBER_KIND[name] ?? 'float64', k, content };
+  }
+  const vs = (VERDICT_STRINGS as readonly string[]).indexOf(name);
+  if (vs >= 0) {
+    return { from: 'verdict', kind: 'utf8', k: vs, content, time: NUMBER_KIND[name] === 'timestamp' };
   }
   const os = (OUTCOME_STRINGS as readonly string[]).indexOf(name);
   if (os >= 0) return { from: 'outcome', kind: 'utf8', k: os };
@@ -93,12 +111,14 @@ export const STORED_PLAN: StoredPlan = (() => {
     stringK: strings.map(({ source }) => source.k),
     stringFromOutcome: strings.map(({ source }) => source.from === 'outcome'),
     stringContent: strings.map(({ source }) => content(source)),
+    stringTime: strings.map(({ source }) => source.from === 'verdict' && source.time === true),
     numberColumn: numbers.map(({ c }) => c),
     numberK: numbers.map(({ source }) => source.k),
     numberFromOutcome: numbers.map(({ source }) => source.from === 'outcome'),
     numberContent: numbers.map(({ source }) => content(source)),
-    numberKind: numbers.map(({ source }) => source.kind as 'float64' | 'int64' | 'int32'),
+    numberKind: numbers.map(({ source }) => source.kind as 'float64' | 'int64' | 'int32' | 'timestamp'),
     positionColumn: HISTORY_COLUMNS.indexOf('position'),
+    cursorColumn: HISTORY_COLUMNS.indexOf('cursor'),
     revealedColumn: HISTORY_COLUMNS.indexOf('revealed'),
     verdict: { ...VERDICT_LAYOUT },
     outcome: { ...OUTCOME_LAYOUT },
@@ -132,6 +152,13 @@ export function packRows(refs: readonly StoredRef[]): PackedRows {
   const verdictAt = new Int32Array(n);
   const outcomeAt = new Int32Array(n);
   const positions = new Float64Array(n);
+  // Each row's cursor (its position and its id's tag), made on this thread where the cursor code
+  // is, as one ASCII column the table builder takes over as it is.
+  const cursors = refs.map(({ position, v }) => encodeCursor(position, fieldOf(v, F_ID)));
+  const cursorOffsets = new Int32Array(n + 1);
+  for (let i = 0; i < n; i++) cursorOffsets[i + 1] = cursorOffsets[i]! + cursors[i]!.length;
+  const cursorData = new Uint8Array(new ArrayBuffer(cursorOffsets[n]!));
+  Buffer.from(cursorData.buffer).write(cursors.join(''), 'latin1');
   let at = 0;
   for (let i = 0; i < n; i++) {
     const { position, v, label } = refs[i]!;
@@ -159,5 +186,5 @@ export function packRows(refs: readonly StoredRef[]): PackedRows {
       at += align8(oEnd);
     } else outcomeAt[i] = label === false ? COMMITMENT_ROW : NO_OUTCOME_ROW;
   }
-  return { bytes, verdictAt, outcomeAt, positions };
+  return { bytes, verdictAt, outcomeAt, positions, cursorData, cursorOffsets };
 }

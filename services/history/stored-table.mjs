@@ -19,12 +19,14 @@ import * as arrow from 'apache-arrow';
  * @property {number[]} stringK per string column: its string index in its record
  * @property {boolean[]} stringFromOutcome per string column: read from the outcome record
  * @property {boolean[]} stringContent per string column: a verdict's content (null in a commitment)
+ * @property {boolean[]} stringTime per string column: ISO 8601 text written as a TIMESTAMP (ms, UTC)
  * @property {number[]} numberColumn per number column: its index in `columns`
  * @property {number[]} numberK per number column: its float64 index in its record
  * @property {boolean[]} numberFromOutcome per number column: read from the outcome record
  * @property {boolean[]} numberContent per number column: a verdict's content (null in a commitment)
- * @property {('float64' | 'int64' | 'int32')[]} numberKind per number column: its Arrow type
+ * @property {('float64' | 'int64' | 'int32' | 'timestamp')[]} numberKind per number column: its Arrow type
  * @property {number} positionColumn
+ * @property {number} cursorColumn
  * @property {number} revealedColumn
  * @property {RecordLayout} verdict
  * @property {RecordLayout} outcome
@@ -38,6 +40,8 @@ import * as arrow from 'apache-arrow';
  * @property {Int32Array} verdictAt per row: where its verdict record starts
  * @property {Int32Array} outcomeAt per row: where its outcome record starts; -1 = a commitment, -2 = no outcome yet
  * @property {Float64Array} positions per row: its log position
+ * @property {Uint8Array} cursorData every row's cursor (ASCII), one after the other
+ * @property {Int32Array} cursorOffsets per row and one more: where its cursor starts in cursorData
  */
 
 /**
@@ -52,7 +56,7 @@ const COMMITMENT = -1;
  * @param {Float64Array} values
  * @param {{ length: number, nullCount: number, nullBitmap?: Uint8Array }} common
  */
-function int64Data(values, common) {
+function int64Data(values, common, time = false) {
   // Low and high 32-bit words (little-endian, as Arrow lays them out) written as numbers: a
   // BigInt per value cost more than the rest of the column.
   const words = new Int32Array(values.length * 2);
@@ -61,7 +65,42 @@ function int64Data(values, common) {
     words[2 * i] = v | 0;
     words[2 * i + 1] = Math.floor(v / 4_294_967_296);
   }
-  return arrow.makeData({ type: new arrow.Int64(), ...common, data: new BigInt64Array(words.buffer) });
+  const data = new BigInt64Array(words.buffer);
+  // A time: TIMESTAMP(MILLIS, adjusted to UTC) in the Parquet file.
+  if (time) return arrow.makeData({ type: new arrow.TimestampMillisecond('UTC'), ...common, data });
+  return arrow.makeData({ type: new arrow.Int64(), ...common, data });
+}
+
+const DIGIT = 48;
+/** `count` decimal digits at `at`; NaN when one is not a digit. */
+function digits(/** @type {Uint8Array} */ bytes, /** @type {number} */ at, /** @type {number} */ count) {
+  let n = 0;
+  for (let i = at; i < at + count; i++) {
+    const d = (bytes[i] ?? 0) - DIGIT;
+    if (d < 0 || d > 9) return Number.NaN;
+    n = n * 10 + d;
+  }
+  return n;
+}
+
+/**
+ * Milliseconds of an ISO 8601 time in `bytes[from..to]`: the log's own form
+ * (`YYYY-MM-DDTHH:MM:SS.sssZ`, toISOString's) by arithmetic, any other through Date.parse.
+ */
+function isoMillis(/** @type {Uint8Array} */ bytes, /** @type {number} */ from, /** @type {number} */ to) {
+  if (to - from === 24 && bytes[from + 10] === 84 && bytes[from + 23] === 90) {
+    const ms = Date.UTC(
+      digits(bytes, from, 4),
+      digits(bytes, from + 5, 2) - 1,
+      digits(bytes, from + 8, 2),
+      digits(bytes, from + 11, 2),
+      digits(bytes, from + 14, 2),
+      digits(bytes, from + 17, 2),
+      digits(bytes, from + 20, 3),
+    );
+    if (!Number.isNaN(ms)) return ms;
+  }
+  return Date.parse(new TextDecoder().decode(bytes.subarray(from, to)));
 }
 
 /**
@@ -170,12 +209,17 @@ export function storedTable(packed, plan) {
     /** @type {number} */ nulls,
   ) => (nulls > 0 ? { length, nullCount: nulls, nullBitmap: bitmap } : { length, nullCount: 0 });
   plan.stringColumn.forEach((c, j) => {
-    byColumn[c] = arrow.makeData({
-      type: new arrow.Utf8(),
-      ...common(n, stringBitmaps[j], stringNulls[j] ?? 0),
-      valueOffsets: offsets[j],
-      data: data[j],
-    });
+    const shape = common(n, stringBitmaps[j], stringNulls[j] ?? 0);
+    const column = /** @type {Uint8Array} */ (data[j]);
+    const at = /** @type {Int32Array} */ (offsets[j]);
+    if (plan.stringTime[j]) {
+      const times = new Float64Array(n);
+      for (let i = 0; i < n; i++)
+        if ((at[i + 1] ?? 0) > (at[i] ?? 0)) times[i] = isoMillis(column, at[i] ?? 0, at[i + 1] ?? 0);
+      byColumn[c] = int64Data(times, shape, true);
+      return;
+    }
+    byColumn[c] = arrow.makeData({ type: new arrow.Utf8(), ...shape, valueOffsets: at, data: column });
   });
   plan.numberColumn.forEach((c, j) => {
     const shape = common(n, numberBitmaps[j], numberNulls[j] ?? 0);
@@ -185,9 +229,16 @@ export function storedTable(packed, plan) {
       byColumn[c] = arrow.makeData({ type: new arrow.Float64(), ...shape, data: column });
     else if (kind === 'int32')
       byColumn[c] = arrow.makeData({ type: new arrow.Int32(), ...shape, data: Int32Array.from(column) });
-    else byColumn[c] = int64Data(column, shape);
+    else byColumn[c] = int64Data(column, shape, kind === 'timestamp');
   });
   byColumn[plan.positionColumn] = int64Data(positions, { length: n, nullCount: 0 });
+  byColumn[plan.cursorColumn] = arrow.makeData({
+    type: new arrow.Utf8(),
+    length: n,
+    nullCount: 0,
+    valueOffsets: packed.cursorOffsets,
+    data: packed.cursorData,
+  });
   byColumn[plan.revealedColumn] = arrow.makeData({
     type: new arrow.Bool(),
     length: n,

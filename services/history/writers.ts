@@ -2,7 +2,10 @@ import { Readable } from 'node:stream';
 import * as arrow from 'apache-arrow';
 import * as parquet from 'parquet-wasm/node';
 import { HISTORY_COLUMNS, type HistoryFormat, type HistoryRow } from '../../contracts/history.ts';
+import { encodeCursor } from './cursor.ts';
 import {
+  F_ID,
+  fieldOf,
   NO_OUTCOME_TAIL,
   StoredLine,
   shownStoredLabel,
@@ -75,7 +78,8 @@ type Batches<T = HistoryRow> = AsyncIterable<T[]> | Iterable<T[]>;
 /** A row to write: built from the events, or a revealed row's stored bytes (export-rows.ts). */
 export type NdjsonItem = HistoryRow | StoredLine;
 
-function ndjsonStream(batches: Batches<NdjsonItem>, trailer: () => object): Readable {
+/** `trailer`: the last line's content, when the caller asked for one; null: rows only. */
+function ndjsonStream(batches: Batches<NdjsonItem>, trailer: (() => object) | null): Readable {
   return Readable.from(
     (async function* () {
       // Lines are encoded straight into byte chunks: no 64 KB string per chunk (built from the
@@ -126,7 +130,9 @@ function ndjsonStream(batches: Batches<NdjsonItem>, trailer: () => object): Read
         }
         first = false;
       }
-      yield Buffer.concat([chunk.subarray(0, at), Buffer.from(`${JSON.stringify(trailer())}\n`)]);
+      const last = trailer ? Buffer.from(`${JSON.stringify(trailer())}\n`) : null;
+      if (last) yield Buffer.concat([chunk.subarray(0, at), last]);
+      else if (at > 0) yield chunk.subarray(0, at);
     })(),
     { objectMode: false },
   );
@@ -165,26 +171,31 @@ function csvStream(batches: Batches): Readable {
   );
 }
 
-export type Kind = 'utf8' | 'int64' | 'int32' | 'float64' | 'bool';
+/**
+ * The Parquet type of each column. `timestamp`: TIMESTAMP(MILLIS, adjusted to UTC), which DuckDB
+ * reads as TIMESTAMP WITH TIME ZONE and hyparquet as a Date; the row holds the time as ISO 8601
+ * text (recorded_at, reveal_at) or Unix milliseconds (candle_close_time), as JSON and CSV write it.
+ */
+export type Kind = 'utf8' | 'int64' | 'int32' | 'float64' | 'bool' | 'timestamp';
 export const KINDS: Record<keyof HistoryRow, Kind> = {
   position: 'int64',
   verdict_id: 'utf8',
   stream: 'utf8',
   revision: 'int64',
-  recorded_at: 'utf8',
+  recorded_at: 'timestamp',
   exchange: 'utf8',
   coin: 'utf8',
   timeframe: 'utf8',
   hash: 'utf8',
   prev_hash: 'utf8',
-  reveal_at: 'utf8',
+  reveal_at: 'timestamp',
   revealed: 'bool',
   call: 'utf8',
   confidence: 'int32',
   score: 'float64',
   regime: 'utf8',
   price: 'float64',
-  candle_close_time: 'int64',
+  candle_close_time: 'timestamp',
   feed: 'utf8',
   engine_version: 'utf8',
   trigger: 'utf8',
@@ -203,6 +214,7 @@ export const KINDS: Record<keyof HistoryRow, Kind> = {
   outcome_hash: 'utf8',
   outcome_prev_hash: 'utf8',
   outcome_position: 'int64',
+  cursor: 'utf8',
 };
 
 /**
@@ -267,17 +279,23 @@ function column(kind: Kind, values: unknown[]): arrow.Data {
       for (let i = 0; i < length; i++) if (values[i] !== null) data[i] = values[i] as number;
       return arrow.makeData({ type: new arrow.Int32(), ...common, data });
     }
-    case 'int64': {
+    case 'int64':
+    case 'timestamp': {
       // Low and high 32-bit words (little-endian, as Arrow lays them out) written as numbers:
       // a BigInt per value cost more than the rest of the column.
       const words = new Int32Array(length * 2);
       for (let i = 0; i < length; i++) {
         const v = values[i];
         if (v === null) continue;
-        words[2 * i] = (v as number) | 0;
-        words[2 * i + 1] = Math.floor((v as number) / 4_294_967_296);
+        // A time is milliseconds, or the row's ISO 8601 text of them.
+        const n = typeof v === 'string' ? Date.parse(v) : (v as number);
+        words[2 * i] = n | 0;
+        words[2 * i + 1] = Math.floor(n / 4_294_967_296);
       }
-      return arrow.makeData({ type: new arrow.Int64(), ...common, data: new BigInt64Array(words.buffer) });
+      const data = new BigInt64Array(words.buffer);
+      if (kind === 'timestamp')
+        return arrow.makeData({ type: new arrow.TimestampMillisecond('UTC'), ...common, data });
+      return arrow.makeData({ type: new arrow.Int64(), ...common, data });
     }
     case 'bool': {
       const data = new Uint8Array((length + 7) >> 3);
@@ -424,7 +442,8 @@ export type RowSource = <T>(make: RowMaker<T>, fromStore?: StoredMaker<T>) => Ba
 /** NDJSON writes a revealed row from its stored head template and tail; a commitment is made from its event. */
 export const storedLines: StoredMaker<NdjsonItem> = {
   commitments: false,
-  make: (_position, v, label) => new StoredLine(v, label ? tailOf(label) : NO_OUTCOME_TAIL),
+  make: (position, v, label) =>
+    new StoredLine(v, label ? tailOf(label) : NO_OUTCOME_TAIL, encodeCursor(position, fieldOf(v, F_ID))),
 };
 
 /** Parquet takes every row as stored bytes, commitments included (stored-columns.ts). */
@@ -463,7 +482,7 @@ export function storedParquetStream(
 export function historyStream(
   format: HistoryFormat,
   source: RowSource,
-  trailer: () => object,
+  trailer: (() => object) | null,
   stored = false,
 ): Readable {
   if (format === 'csv') return csvStream(source(historyRow));

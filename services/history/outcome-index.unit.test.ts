@@ -180,6 +180,7 @@ describe('history columns', () => {
       'hash',
       'reveal_at',
       'revealed',
+      'cursor',
     ]);
   });
 });

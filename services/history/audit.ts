@@ -1,6 +1,6 @@
 import type { HistoryRow, TrackRecordResponse, TrackRecordWindow } from '../../contracts/history.ts';
 import { type OutcomeContent, outcomeHash, verdictHash } from '../../contracts/verdict-hash.ts';
-import { recordedVolatility } from '../engine/recorded-volatility.ts';
+import { servedForecast } from './outcome.ts';
 import { rowContent } from './rows.ts';
 import { addPoint, type TrackRecordState, trackRecord } from './track-record.ts';
 
@@ -256,7 +256,6 @@ export async function scoreRows(
   const state: TrackRecordState = {};
   for await (const row of rows) {
     if (row.result === null || row.call === null || row.return_6 === null) continue;
-    const served = recordedVolatility(JSON.parse(row.inputs_json ?? '{}'), row.timeframe);
     addPoint(state, {
       exchange: row.exchange,
       timeframe: row.timeframe,
@@ -269,15 +268,7 @@ export async function scoreRows(
       price: row.price!,
       return1: row.return_1!,
       return24: row.return_24!,
-      volatility: served
-        ? {
-            horizonCandles: served.horizon_candles,
-            expectedMovePct: served.expected_move_pct,
-            bandLow: served.band_low,
-            bandHigh: served.band_high,
-            bandCoverage: served.band_coverage,
-          }
-        : null,
+      volatility: servedForecast(JSON.parse(row.inputs_json ?? '{}'), row.timeframe),
     });
   }
   return trackRecord(state, window, asOf);

@@ -1,6 +1,6 @@
 import type { EventData } from '../../contracts/events.ts';
 import { FEE_BPS, HORIZON_CANDLES, OUTCOME_AFTER_CANDLES } from '../../contracts/history.ts';
-import { type Candle, TIMEFRAME_MS } from '../../contracts/market.ts';
+import { type Candle, TIMEFRAME_MS, type Timeframe } from '../../contracts/market.ts';
 import type { CalibrationTable } from '../../contracts/signals.ts';
 import { outcomeContent, outcomeHash } from '../../contracts/verdict-hash.ts';
 import { recordedVolatility } from '../engine/recorded-volatility.ts';
@@ -9,6 +9,22 @@ import { defaultCalibration, recordedMeaning } from '../engine/signals/index.ts'
 type Verdict = EventData<'VerdictRecorded'>;
 export type Outcome = EventData<'VerdictOutcomeResolved'>;
 
+/** The risk forecast a verdict served, as its outcome records it (null on verdicts without one). */
+export function servedForecast(
+  inputs: Record<string, unknown>,
+  timeframe: Timeframe,
+): EventData<'VerdictOutcomeResolved'>['volatility'] {
+  const served = recordedVolatility(inputs, timeframe);
+  return served
+    ? {
+        horizonCandles: served.horizon_candles,
+        expectedMovePct: served.expected_move_pct,
+        bandLow: served.band_low,
+        bandHigh: served.band_high,
+        bandCoverage: served.band_coverage,
+      }
+    : null;
+}
 /** When every horizon of a verdict has closed and its outcome can be resolved (feed time). */
 export function outcomeDueAt(verdict: Pick<Verdict, 'candleCloseTime' | 'timeframe'>): number {
   return verdict.candleCloseTime + OUTCOME_AFTER_CANDLES * TIMEFRAME_MS[verdict.timeframe];
@@ -56,7 +72,6 @@ export function resolveOutcome(
   const mean = logs.reduce((a, b) => a + b, 0) / logs.length;
   const variance = logs.reduce((a, b) => a + (b - mean) ** 2, 0) / (logs.length - 1);
   const lean = recordedMeaning(verdict, table).lean?.direction ?? null;
-  const served = recordedVolatility(verdict.inputs, verdict.timeframe);
   const outcome: Omit<Outcome, 'hash'> = {
     exchange: verdict.exchange,
     coin: verdict.coin,
@@ -82,15 +97,7 @@ export function resolveOutcome(
     realisedVol: Math.sqrt(variance),
     lean,
     leanNetCentiBps: lean === null ? null : netCentiBps(direction[lean], r6),
-    volatility: served
-      ? {
-          horizonCandles: served.horizon_candles,
-          expectedMovePct: served.expected_move_pct,
-          bandLow: served.band_low,
-          bandHigh: served.band_high,
-          bandCoverage: served.band_coverage,
-        }
-      : null,
+    volatility: servedForecast(verdict.inputs, verdict.timeframe),
     prevHash: ref.prevHash ?? null,
   };
   return { ...outcome, hash: outcomeHash(outcomeContent(outcome)) };

@@ -12,7 +12,7 @@ import type { Trigger } from './delivery-decider.ts';
 import { type AttemptRecord, type DeliveryRecord, findDelivery } from './delivery-log-fold.ts';
 import type { DeliveryJob, DeliveryWorker } from './delivery-worker.ts';
 import { dueDigests } from './digest-schedule.ts';
-import { type Candidate, largestTopN, matches } from './matching.ts';
+import { type Candidate, largestTopN, matches, recordedAfter } from './matching.ts';
 import { claimNextAttempt } from './next-attempt.ts';
 import {
   deliveryIdFor,
@@ -188,7 +188,8 @@ export class WebhookDispatcher {
       await message.ack();
       return;
     }
-    // Match against the subscriptions as of this event, never an older view. The message says the
+    // Match against the subscriptions as of this event, never an older view (one newer is fine:
+    // a subscription created after the event's position does not take it, see recordedAfter). The message says the
     // store has it: read now rather than at the store's next poll for other processes' appends
     // (250 ms on LMDB, which otherwise bounds throughput at maxInFlight per poll).
     if (this.options.runner.checkpoint < recorded.position) this.options.store.wake?.();
@@ -215,10 +216,14 @@ export class WebhookDispatcher {
   /** The webhook a trade call, regime shift or risk shift is a candidate for; null for anything else. */
   private candidateOf(event: DomainEvent): Candidate | null {
     if (event.type === 'VerdictRecorded') {
-      return event.data.call === 'HOLD' ? null : { event: 'trade_call', ...event.data };
+      return event.data.call === 'HOLD'
+        ? null
+        : { event: 'trade_call', ...event.data, position: event.position };
     }
-    if (event.type === 'RegimeShifted') return { event: 'regime_shift', ...event.data };
-    if (event.type === 'RiskShifted') return { event: 'risk_shift', ...event.data, confidence: null };
+    if (event.type === 'RegimeShifted')
+      return { event: 'regime_shift', ...event.data, position: event.position };
+    if (event.type === 'RiskShifted')
+      return { event: 'risk_shift', ...event.data, confidence: null, position: event.position };
     return null;
   }
 
@@ -288,7 +293,11 @@ export class WebhookDispatcher {
     const disabled = findSubscription(subs, event.data.subscriptionId);
     if (!disabled) return;
     const targets = subscriptionsOfKey(subs, disabled.keyId).filter(
-      (s) => s.id !== disabled.id && s.status === 'active' && s.events.includes('subscription_disabled'),
+      (s) =>
+        s.id !== disabled.id &&
+        s.status === 'active' &&
+        recordedAfter(s, event.position) &&
+        s.events.includes('subscription_disabled'),
     );
     for (const sub of targets) {
       const deliveryId = deliveryIdFor(event.id, sub.id);

@@ -8,6 +8,8 @@ export interface Candidate {
   exchange: string;
   /** The verdict's confidence; null for a risk shift, which `min_confidence` does not filter. */
   confidence: number | null;
+  /** The event's log position: only subscriptions created before it take it. */
+  position: number;
 }
 
 /** The venue's markets in ranking order (0 = first); null when the ranking is unknown. */
@@ -23,9 +25,19 @@ export function largestTopN(assets: readonly string[] | undefined): number | nul
   return max;
 }
 
+/**
+ * Whether an event at this log position was recorded after the subscription was created. Compared by
+ * position, not by when the event is handled: a dispatcher catching up matches each event against
+ * the subscriptions that existed when it was recorded.
+ */
+export function recordedAfter(sub: SubscriptionRecord, position: number): boolean {
+  return position > sub.createdPosition;
+}
+
 /** Omitted filters accept everything; given ones must all accept. */
 export function matches(sub: SubscriptionRecord, candidate: Candidate, rankOf: RankOf): boolean {
   if (sub.status !== 'active') return false;
+  if (!recordedAfter(sub, candidate.position)) return false;
   if (!sub.events.includes(candidate.event)) return false;
   if (sub.timeframes && !sub.timeframes.includes(candidate.timeframe as never)) return false;
   if (

@@ -60,8 +60,13 @@ export const subscriptionDecider: Decider<SubscriptionState, SubscriptionCommand
   ],
   initialState: initialSubscriptions,
   evolve(state: SubscriptionState, event: SubscriptionEvent, meta?: EventMeta): SubscriptionState {
-    // The shared fold reads the recording time (createdAt, disabledAt); a decided event has none yet.
-    const recorded = { ...event, recordedAt: meta?.recordedAt ?? new Date(0).toISOString() } as DomainEvent;
+    // The shared fold reads the recording time and position (createdAt, createdPosition, disabledAt);
+    // a decided event has neither yet.
+    const recorded = {
+      ...event,
+      recordedAt: meta?.recordedAt ?? new Date(0).toISOString(),
+      position: meta?.position ?? 0,
+    } as DomainEvent;
     return applySubscriptionEvent(state, recorded);
   },
   decide(command, state) {

@@ -9,6 +9,11 @@ export interface SubscriptionRecord extends Omit<CreatedData, 'secret' | 'subscr
   secret: z.infer<typeof EncryptedSecret>;
   status: 'active' | 'disabled';
   createdAt: string;
+  /**
+   * The log position of its SubscriptionCreated: it takes only events recorded after it (a lagging
+   * dispatcher must not hand a new subscription what was recorded before it existed).
+   */
+  createdPosition: number;
   disabledAt: string | null;
   disabledReason: string | null;
   /** Re-enables so far: makes each disable a distinct, idempotent fact. */
@@ -57,6 +62,7 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
         secret,
         status: 'active',
         createdAt: event.recordedAt,
+        createdPosition: event.position,
         disabledAt: null,
         disabledReason: null,
         generation: 0,

@@ -22,8 +22,8 @@ export function webhookProjectionWith(retention: number): Projection<WebhookStat
   return defineProjection({
     name: 'webhooks',
     // 2: held attempts no longer start a subscription's failingSince; snapshots folded before
-    // would keep one the fold no longer makes.
-    version: 2,
+    // would keep one the fold no longer makes. 3: subscriptions keep their creation position.
+    version: 3,
     eventTypes: [
       'SubscriptionCreated',
       'SubscriptionDeleted',

@@ -361,10 +361,16 @@ export const ScanFundingArbOutput = z.object({
 });
 export type ScanFundingArbOutput = z.infer<typeof ScanFundingArbOutput>;
 
-/** The track record over a window, as GET /api/track-record?window= serves it. */
+/** The track record over a window, as GET /api/track-record?window= serves it, narrowed as asked. */
 export const GetTrackRecordInput = z.strictObject({
   window: TrackRecordWindow.default('all').describe(
     '7d, 30d, 90d or all (default): the resolved verdicts counted',
+  ),
+  exchange: Exchange.optional().describe(
+    "Only this venue's lines, and the baselines of its kind (spot or perp); omitted: every venue",
+  ),
+  timeframe: Timeframe.optional().describe(
+    "Only this timeframe's lines and baselines; omitted: every timeframe",
   ),
 });
 export type GetTrackRecordInput = z.input<typeof GetTrackRecordInput>;
@@ -460,7 +466,7 @@ export const TOOLS = {
     output: TrackRecordResponse,
     title: 'Track record',
     description:
-      "How the service's own answers did once their outcomes were in, over a window (7d, 30d, 90d or all): per venue and timeframe, calls, hit rate with its 95 % interval beside always-BUY, always-SELL and random calls at the same mix, mean net bps after the 10 bps fee, hit rate per confidence bucket and a day-by-day series; the risk forecast's record (band coverage beside the coverage it states, σ served ÷ realised); the free baselines measured out of sample (always-HOLD, the best fade/follow rule, a trailing-volatility band, EWMA/GARCH/HAR-RV where scored); the shipped funding-carry fit. The same as GET /api/track-record.",
+      "How the service's own answers did once their outcomes were in, over a window (7d, 30d, 90d or all): overall and per venue and timeframe, calls, hit rate with its 95 % interval beside always-BUY, always-SELL and random calls at the same mix, mean net bps after the 10 bps fee, and the risk forecast's record (band coverage beside the coverage it states, σ served ÷ realised); the free baselines measured out of sample (always-HOLD, the best fade/follow rule, a trailing-volatility band, EWMA/GARCH/HAR-RV where scored); the shipped funding-carry fit. GET /api/track-record's answer, narrowed to the exchange and timeframe asked: hit rates per confidence bucket, and the risk baselines at the next-candle and one-day horizons beside the six-candle one, come when one exchange or timeframe is asked; the day-by-day series is left to GET /api/track-record.",
     example: { window: '30d' },
     // Priced like a regime reading: a read of state the service already holds.
     price: { key: 'X402_PRICE_GET_MARKET_REGIME' },

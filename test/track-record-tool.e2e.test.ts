@@ -7,6 +7,9 @@ import { wrapFetchWithPayment } from '@x402/fetch';
 import { privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { TrackRecordResponse } from '../contracts/history.ts';
+import { Exchange, Timeframe } from '../contracts/market.ts';
+import { MAX_TOOL_RESULT_CHARS } from '../contracts/tools.ts';
+import { escapeJson } from '../services/api/mcp/answer-json.ts';
 import { startX402Stack, type X402Stack } from './chain/x402-app.ts';
 import { recordHistory, startHistoryServer } from './history-harness.ts';
 
@@ -49,6 +52,36 @@ function withoutService(structured: unknown): unknown {
   return rest;
 }
 
+/**
+ * What the tool answers, stated from the public answer: no day-by-day series; asked for neither
+ * an exchange nor a timeframe, every line without its confidence buckets and the risk baselines
+ * at the six-candle horizon only; asked for one, the lines and the baselines of that venue (kind)
+ * and timeframe, buckets and every horizon included.
+ */
+function narrowed(record: TrackRecordResponse, exchange?: string, timeframe?: string): TrackRecordResponse {
+  const kind = exchange === undefined ? undefined : exchange === 'BINANCE_SPOT' ? 'spot' : 'perp';
+  const asked = exchange !== undefined || timeframe !== undefined;
+  return {
+    ...record,
+    series: [],
+    lines: record.lines
+      .filter((l) => (!exchange || l.exchange === exchange) && (!timeframe || l.timeframe === timeframe))
+      .map((l) => (asked ? l : { ...l, buckets: [] })),
+    baselines: {
+      ...record.baselines!,
+      cells: record.baselines!.cells.filter(
+        (c) => (!kind || c.cell.startsWith(`${kind}:`)) && (!timeframe || c.cell.endsWith(`:${timeframe}`)),
+      ),
+      risk: record.baselines!.risk.filter(
+        (r) =>
+          (asked || r.horizon === 'verdict') &&
+          (!kind || r.set === kind) &&
+          (!timeframe || r.timeframe === timeframe),
+      ),
+    },
+  };
+}
+
 describe('get_track_record over MCP (official client)', () => {
   it('is listed with its schemas and answers what GET /api/track-record serves', async () => {
     const { tools } = await client.listTools();
@@ -69,15 +102,63 @@ describe('get_track_record over MCP (official client)', () => {
       async () => {
         const result = await client.callTool({ name: 'get_track_record', arguments: { window: 'all' } });
         expect(result.isError).toBeFalsy();
-        expect(withoutService(result.structuredContent)).toEqual(expected);
+        expect(withoutService(result.structuredContent)).toEqual(narrowed(expected));
       },
       { timeout: 10_000, interval: 50 },
     );
     const month = await client.callTool({ name: 'get_track_record', arguments: { window: '30d' } });
-    expect(withoutService(month.structuredContent)).toEqual(await publicRecord('30d'));
+    expect(withoutService(month.structuredContent)).toEqual(narrowed(await publicRecord('30d')));
     // Defaulted: the whole history.
     const plain = await client.callTool({ name: 'get_track_record', arguments: {} });
-    expect(withoutService(plain.structuredContent)).toEqual(expected);
+    expect(withoutService(plain.structuredContent)).toEqual(narrowed(expected));
+    // One venue, one timeframe: its line with its confidence buckets, its cell's baselines.
+    const spot = await client.callTool({
+      name: 'get_track_record',
+      arguments: { exchange: 'BINANCE_SPOT', timeframe: '5m' },
+    });
+    const one = withoutService(spot.structuredContent) as TrackRecordResponse;
+    expect(one).toEqual(narrowed(expected, 'BINANCE_SPOT', '5m'));
+    expect(one.lines).toHaveLength(1);
+    expect(one.lines[0]!.buckets.length).toBeGreaterThan(0);
+    expect(one.baselines!.cells.map((c) => c.cell)).toEqual(['spot:5m']);
+    expect(one.baselines!.risk.length).toBeGreaterThan(0);
+    // The whole answer, twice in the MCP result (structuredContent and its text), fits a host's limit.
+    const json = JSON.stringify(plain.structuredContent);
+    console.log(
+      `get_track_record on this history: ${JSON.stringify(plain).length} characters (answer ${json.length})`,
+    );
+    expect(JSON.stringify(plain).length).toBeLessThanOrEqual(MAX_TOOL_RESULT_CHARS);
+  });
+
+  it('stays within an MCP host’s limit at its largest: every venue and timeframe a live feed serves', async () => {
+    const record = await publicRecord('all');
+    const longest = record.lines.reduce((a, b) =>
+      JSON.stringify(b).length > JSON.stringify(a).length ? b : a,
+    );
+    expect(longest.buckets.length).toBeGreaterThan(0);
+    /** The tools/call result as the service writes it (the JSON twice: structuredContent and its text). */
+    const mcpChars = (answer: unknown) => {
+      const json = JSON.stringify({ ...(answer as object), _service: { auth: {}, quota: {} } });
+      return `{"content":[{"type":"text","text":"${escapeJson(json)}"}],"structuredContent":${json}}`.length;
+    };
+    const every = (timeframes: readonly string[], exchanges: readonly string[]) =>
+      exchanges.flatMap((exchange) => timeframes.map((timeframe) => ({ ...longest, exchange, timeframe })));
+    // Asked for nothing: a line per venue and timeframe, without buckets; all the baselines.
+    const wide = narrowed({ ...record, lines: every(Timeframe.options, Exchange.options) as never });
+    expect(wide.lines).toHaveLength(Exchange.options.length * Timeframe.options.length);
+    // One venue: its lines with their buckets, the baselines of its kind (spot has the most rows).
+    const venue = narrowed(
+      { ...record, lines: every(Timeframe.options, ['BINANCE_SPOT']) as never },
+      'BINANCE_SPOT',
+    );
+    for (const [label, answer] of [
+      ['every venue and timeframe', wide],
+      ['one venue, every timeframe', venue],
+    ] as const) {
+      const chars = mcpChars(answer);
+      console.log(`get_track_record worst case (${label}): ${chars} characters`);
+      expect(chars, label).toBeLessThanOrEqual(MAX_TOOL_RESULT_CHARS);
+    }
   });
 
   it('refuses a window it does not know, as a tool error', async () => {
@@ -103,7 +184,7 @@ describe('get_track_record over MCP (official client)', () => {
       const [content] = read.contents as { uri: string; mimeType: string; text: string }[];
       expect(content!.uri).toBe(`track-record://${window}`);
       expect(content!.mimeType).toBe('application/json');
-      expect(JSON.parse(content!.text)).toEqual(await publicRecord(window));
+      expect(JSON.parse(content!.text)).toEqual(narrowed(await publicRecord(window)));
     }
     const missing = await client.readResource({ uri: 'track-record://1y' }).then(
       () => null,
@@ -155,7 +236,7 @@ describe('get_track_record over x402', () => {
     });
     expect(res.status).toBe(200);
     const { _service, ...record } = (await res.json()) as Record<string, unknown>;
-    expect(record).toEqual(await publicRecord('30d'));
+    expect(record).toEqual(narrowed(await publicRecord('30d')));
     expect(_service).toMatchObject({ payment: { amount: '20000', payer: payer.address } });
     await stack.x402.settled();
     expect(await stack.chain.balanceOf(payer.address)).toBe(1_000_000n - 20_000n);

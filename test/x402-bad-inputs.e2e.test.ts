@@ -239,7 +239,7 @@ describe('a refused payment moves no money and reserves nothing', () => {
       toBase64Json({ x402Version: 1, scheme: 'exact', network: 'base', payload: { signature: 'x' } }),
       'X-PAYMENT: payload.signature: hex; payload.authorization: Invalid input: expected object, received undefined',
     ],
-    ['oversized', 'A'.repeat(5000), 'X-PAYMENT is 5000 characters; at most 4096 are accepted'],
+    ['oversized', 'A'.repeat(13_000), 'X-PAYMENT is 13000 characters; at most 12288 are accepted'],
   ])('malformed header (%s) → 402 invalid_payment_header', async (_name, value, message) => {
     const res = await post(PATH, BODY, { 'x-payment': value });
     await expect402(res, 'invalid_payment_header', message);

@@ -33,6 +33,7 @@ import { OutcomeResolver } from './resolver.ts';
 import { historyRoutes } from './routes.ts';
 import type { OutcomeIndex, StoredRows } from './scan.ts';
 import { type TrackRecordState, trackRecord as trackRecordAt } from './track-record.ts';
+import { trackRecordForAgents } from './track-record-tool.ts';
 
 /** Roles this slice does something in: routes (api), outcomes (projections), webhook lines (dispatcher). */
 export const HISTORY_ROLES: readonly Role[] = ['api', 'projections', 'dispatcher'];
@@ -250,10 +251,10 @@ export function historySlice(deps: HistorySliceDeps) {
         scanTradeCalls: (input, ctx) => ops.scanTradeCalls(input, ctx),
         scanFundingArb: (input, ctx) => ops.scanFundingArb(input, ctx),
         getTrackRecord: async (input, ctx) => {
-          const { window } = ctx?.parsed
+          const ask = ctx?.parsed
             ? (input as z.output<typeof GetTrackRecordInput>)
             : GetTrackRecordInput.parse(input);
-          return trackRecordAt(trackRecord.state, window, now());
+          return trackRecordForAgents(trackRecordAt(trackRecord.state, ask.window, now()), ask);
         },
       };
     },

@@ -8,8 +8,13 @@ import { v1NetworkName } from './rails.ts';
  * carry base64 JSON; decoding is strict so a malformed header is refused with a reason.
  */
 
-/** Payment headers are a few hundred bytes; anything near this is not a payment. */
-const MAX_PAYMENT_HEADER_CHARS = 4096;
+/**
+ * A v2 payment header echoes the quote's `resource` and `extensions` (the bazaar's input and
+ * output schemas and example): the official @x402/fetch client sent 5,668 characters for
+ * get_market_regime, 8,364 for get_track_record and 8,620 for get_trade_call, which a 4,096 cap
+ * refused. Under Node's 16 KiB for all of a request's headers, with room for the others.
+ */
+const MAX_PAYMENT_HEADER_CHARS = 12_288;
 
 const Hex = z.string().regex(/^0x[0-9a-fA-F]*$/, 'hex');
 const Uint = z.string().regex(/^\d+$/, 'a non-negative integer string');

@@ -1,0 +1,50 @@
+import type { TrackRecordResponse } from '../../contracts/history.ts';
+import type { Exchange, Timeframe } from '../../contracts/market.ts';
+import { cellKey } from '../engine/signals/calibration.ts';
+
+/**
+ * The track record as the get_track_record tool answers it: GET /api/track-record's answer for
+ * the window, narrowed to what an agent asked for, so that every answer fits in one MCP tool
+ * result (MAX_TOOL_RESULT_CHARS, the JSON sent twice: structuredContent and its text). The free
+ * baselines alone are ~41,000 characters and a line with its confidence buckets ~1,400, with up
+ * to 55 lines (5 venues x 11 timeframes) on a live deployment:
+ *
+ * - `exchange` / `timeframe` keep the lines of that venue / timeframe and the baselines of its
+ *   cell (venue kind x timeframe); `overall` stays the whole service's line;
+ * - asked for neither, every line comes without its confidence buckets, and the risk baselines
+ *   at the trade call's horizon (six candles) only: with a line for each of the 55 cells the
+ *   answer was 174,006 characters with them; ask one venue or one timeframe for the rest;
+ * - the day-by-day series is the chart's (GET /api/track-record, /track-record): empty here.
+ */
+export function trackRecordForAgents(
+  record: TrackRecordResponse,
+  ask: { exchange?: Exchange | undefined; timeframe?: Timeframe | undefined },
+): TrackRecordResponse {
+  const { exchange, timeframe } = ask;
+  const narrowed = exchange !== undefined || timeframe !== undefined;
+  const lines = record.lines
+    .filter(
+      (l) =>
+        (exchange === undefined || l.exchange === exchange) &&
+        (timeframe === undefined || l.timeframe === timeframe),
+    )
+    .map((l) => (narrowed ? l : { ...l, buckets: [] }));
+  // The venue kind of the baselines' cells ('spot', 'perp'), from the same key the tables use.
+  const kind = exchange === undefined ? undefined : cellKey(exchange, '1h').split(':')[0];
+  const baselines = record.baselines && {
+    ...record.baselines,
+    cells: record.baselines.cells.filter((c) => {
+      const [cellKind, cellTimeframe] = c.cell.split(':');
+      return (
+        (kind === undefined || cellKind === kind) && (timeframe === undefined || cellTimeframe === timeframe)
+      );
+    }),
+    risk: record.baselines.risk.filter(
+      (r) =>
+        (narrowed || r.horizon === 'verdict') &&
+        (kind === undefined || r.set === kind) &&
+        (timeframe === undefined || r.timeframe === timeframe),
+    ),
+  };
+  return { ...record, lines, series: [], ...(baselines ? { baselines } : {}) };
+}

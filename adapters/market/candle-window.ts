@@ -1,9 +1,17 @@
 import { type Candle, type Exchange, TIMEFRAME_MS, Timeframe } from '../../contracts/market.ts';
 import { firstIndex } from '../first-index.ts';
+import { CandleColumns } from './candle-columns.ts';
 import { UnsupportedTimeframeError } from './errors.ts';
 
-/** Index of the first candle whose close time is after `until` (candles sorted by openTime). */
-function firstOpenAfter(candles: readonly Candle[], tfMs: number, until: number): number {
+/** Candles sorted by openTime: objects, or the replay's compact columns. */
+export type CandleSeries = readonly Candle[] | CandleColumns;
+
+/** Index of the first candle whose close time is after `until`. */
+function firstOpenAfter(candles: CandleSeries, tfMs: number, until: number): number {
+  if (candles instanceof CandleColumns) {
+    const openTime = candles.openTime;
+    return firstIndex(candles.length, (i) => openTime[i]! + tfMs > until);
+  }
   return firstIndex(candles.length, (i) => candles[i]!.openTime + tfMs > until);
 }
 
@@ -12,7 +20,7 @@ function firstOpenAfter(candles: readonly Candle[], tfMs: number, until: number)
  * <= until), oldest first. A candle still forming at `until` is never included.
  */
 export function closedCandles(
-  candles: readonly Candle[],
+  candles: CandleSeries,
   timeframe: Timeframe,
   until: number,
   limit: number,

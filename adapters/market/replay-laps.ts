@@ -1,5 +1,5 @@
 import type { Candle, FundingRate, Timeframe } from '../../contracts/market.ts';
-import { closedCandles } from './candle-window.ts';
+import { type CandleSeries, closedCandles } from './candle-window.ts';
 import { firstAfter } from './funding-series.ts';
 
 /**
@@ -40,7 +40,7 @@ const shiftCandle = (c: Candle, by: number): Candle => (by === 0 ? c : { ...c, o
 
 /** The last `limit` candles closed by feed time `until`, across laps, oldest first. */
 export function lappedCandles(
-  series: readonly Candle[],
+  series: CandleSeries,
   timeframe: Timeframe,
   until: number,
   limit: number,

@@ -16,6 +16,7 @@ import {
   type VenueStatus,
 } from '../../contracts/market.ts';
 import { aggregateCandles, sourceTimeframe } from './aggregate.ts';
+import { CandleColumns } from './candle-columns.ts';
 import { assertCandleLimit, closedCandles, lastBoundary, requestedTimeframe } from './candle-window.ts';
 import { readCandleFile, readFundingFile } from './csv.ts';
 import {
@@ -167,13 +168,16 @@ async function dataRange(
   throw new Error(`replay: no candle files under ${dir}/candles/{${Object.keys(CANDLE_FOLDERS).join(',')}}`);
 }
 
+const readCandleColumns = async (path: string) => CandleColumns.from(await readCandleFile(path));
+
 /**
  * Replays a directory of real market data as if it were live, on its own clock. It answers
  * only from what had closed or settled by the clock's now(): nothing from the future leaks.
  */
 export class ReplayFeed implements MarketFeed {
   readonly kind = 'replay' as const;
-  readonly #candleCache = new Map<string, Promise<Candle[]>>();
+  /** Every candle file read so far (and the series built from it), as columns: see CandleColumns. */
+  readonly #candleCache = new Map<string, Promise<CandleColumns>>();
   readonly #fundingCache = new Map<string, Promise<FundingRate[]>>();
   readonly #status = new Map<Exchange, VenueState>();
   #lap = 0;
@@ -210,7 +214,7 @@ export class ReplayFeed implements MarketFeed {
   }
 
   /** Candles closed by feed time `until`, across laps when looping. */
-  #closed(series: readonly Candle[], tf: Timeframe, until: number, limit: number): Candle[] {
+  #closed(series: CandleColumns, tf: Timeframe, until: number, limit: number): Candle[] {
     return this.laps === null
       ? closedCandles(series, tf, until, limit)
       : lappedCandles(series, tf, until, limit, this.laps);
@@ -281,18 +285,18 @@ export class ReplayFeed implements MarketFeed {
     const min = options.min ?? 1;
     const until = Math.min(options.until ?? this.now(), this.now());
     const path = files.get(from)!;
-    const source = await this.#load(exchange, this.#candleCache, path, () => readCandleFile(path));
+    const source = await this.#load(exchange, this.#candleCache, path, () => readCandleColumns(path));
     const series =
       from === tf
         ? source
         : await this.#load(exchange, this.#candleCache, `${path}#${tf}`, async () =>
-            aggregateCandles(source, from, tf),
+            CandleColumns.from(aggregateCandles(source.slice(), from, tf)),
           );
     const what = `${tf} candles`;
     const sourceEnd =
       source.length === 0
         ? Number.NEGATIVE_INFINITY
-        : source[source.length - 1]!.openTime + TIMEFRAME_MS[from];
+        : source.openTime[source.length - 1]! + TIMEFRAME_MS[from];
     if (lastBoundary(tf, this.#local(until)) > sourceEnd) {
       throw new InsufficientHistoryError(
         exchange,
@@ -371,7 +375,7 @@ export class ReplayFeed implements MarketFeed {
       if (files !== undefined) {
         const from = [...files.keys()].sort((a, b) => TIMEFRAME_MS[a] - TIMEFRAME_MS[b])[0]!;
         const path = files.get(from)!;
-        const candles = await this.#load(exchange, this.#candleCache, path, () => readCandleFile(path));
+        const candles = await this.#load(exchange, this.#candleCache, path, () => readCandleColumns(path));
         const perDay = DAY_MS / TIMEFRAME_MS[from];
         const day = this.#closed(candles, from, now, perDay);
         // Estimated as volume × close per candle: the files carry base volume only. A day not

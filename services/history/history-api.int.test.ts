@@ -137,6 +137,16 @@ describe('GET /api/verdicts', () => {
           ? null
           : Number(p.lean_net_centi_bps),
       ).toBe(r.lean_net_centi_bps);
+      // Times are Parquet TIMESTAMPs: hyparquet gives Dates, the same instants as the row's.
+      expect(p.recorded_at).toBeInstanceOf(Date);
+      expect((p.recorded_at as Date).toISOString()).toBe(r.recorded_at);
+      expect((p.reveal_at as Date).toISOString()).toBe(r.reveal_at);
+      expect(
+        p.candle_close_time === null || p.candle_close_time === undefined
+          ? null
+          : (p.candle_close_time as Date).getTime(),
+      ).toBe(r.candle_close_time);
+      expect(p.cursor).toBe(r.cursor);
     });
     expect(fromCsv.map((r) => r.lean || null)).toEqual(rows.map((r) => r.lean));
     expect(fromCsv.map((r) => (r.lean_net_centi_bps ? Number(r.lean_net_centi_bps) : null))).toEqual(

@@ -75,12 +75,12 @@ export const HistoryRow = z.object({
   outcome_hash: nullable(z.string()),
   outcome_prev_hash: nullable(z.string()),
   outcome_position: nullable(z.number().int().positive()),
-  /**
-   * Where to resume after this row: `after=<cursor>` with the same filters answers the rows that
-   * follow it, none twice and none left out, so a stream cut mid-way resumes from its last
-   * complete row. The last column, so a line that holds it was written whole.
-   */
-  cursor: z.string(),
+  /** The last column, so that a line holding it was written whole. */
+  cursor: z
+    .string()
+    .describe(
+      'Where to resume after this row: after=<cursor> with the same filters answers the rows that follow it (a cut stream resumes from its last complete row)',
+    ),
 });
 export type HistoryRow = z.infer<typeof HistoryRow>;
 export const HISTORY_COLUMNS = Object.keys(HistoryRow.shape) as (keyof HistoryRow)[];

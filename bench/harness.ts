@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
+import { availableParallelism, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -143,6 +143,102 @@ export function tempDir(prefix: string): { path: string; remove(): void } {
   return { path, remove: () => rmSync(path, { recursive: true, force: true }) };
 }
 
+// ---- host conditions: the load a bench ran with -----------------------------------------------
+
+/**
+ * The background load `BENCH_LOAD=N` asks for: N processes that each spin one core at normal
+ * priority, started before a bench and stopped after it (`npm run bench -- --loaded` is
+ * BENCH_LOAD=1, half of a 2-core machine). 0 or unset: none.
+ */
+export function requestedHogs(): number {
+  const raw = process.env.BENCH_LOAD ?? '0';
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 0)
+    throw new Error(`BENCH_LOAD takes a whole number of CPU hogs (got ${raw})`);
+  return n;
+}
+
+/** What the rows recorded now were measured under: `quiet`, or `loaded (N CPU hogs)`. */
+let condition = 'quiet';
+
+/** Starts `n` CPU hogs (see requestedHogs) for the rows recorded until the returned stop is called. */
+export function startCpuHogs(n: number): () => Promise<void> {
+  if (n === 0) return async () => {};
+  const hogs = Array.from({ length: n }, () =>
+    spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' }),
+  );
+  condition = `loaded (${n} CPU hog${n === 1 ? '' : 's'})`;
+  return async () => {
+    condition = 'quiet';
+    await Promise.all(hogs.map((hog) => stopChild(hog, 'SIGKILL')));
+  };
+}
+
+/** Busy and total jiffies of the whole machine, from the first line of /proc/stat. */
+function machineJiffies(): { busy: number; total: number } | null {
+  try {
+    const fields = readFileSync('/proc/stat', 'utf8')
+      .split('\n')[0]!
+      .trim()
+      .split(/\s+/)
+      .slice(1, 9)
+      .map(Number);
+    // user nice system idle iowait irq softirq steal (guest time is already inside user).
+    const total = fields.reduce((a, b) => a + b, 0);
+    // idle and iowait are the machine's idle time.
+    return { busy: total - fields[3]! - (fields[4] ?? 0), total };
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * CPU time of this process and of the children it has waited for (the services, load generators
+ * and helper scripts a bench starts and stops), ms; null where /proc has none.
+ */
+function ownTreeCpuMs(): number | null {
+  try {
+    const stat = readFileSync('/proc/self/stat', 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // utime, stime, cutime, cstime are fields 14–17, counted from the state (field 3) at index 0.
+    const ticks = Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
+    return (ticks * 1000) / CLOCK_TICKS;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Starts watching the host for a bench; the returned function describes what the bench ran with:
+ * the 1-minute load average at its start and end, the share of the machine's cores that were busy,
+ * how much of that was the bench's own processes (itself and the children it stopped) and how much
+ * everything else (other jobs and, when loaded, the hogs), and the background load asked for.
+ */
+export function watchHost(): () => string {
+  const under = condition;
+  const load = loadavg()[0]!;
+  const machine = machineJiffies();
+  const own = ownTreeCpuMs();
+  const started = performance.now();
+  return () => {
+    const wallMs = performance.now() - started;
+    const cores = availableParallelism();
+    const after = machineJiffies();
+    const ownAfter = ownTreeCpuMs();
+    const pct = (x: number) => `${Math.round(x * 100)} %`;
+    let shares = 'CPU shares unknown (no /proc)';
+    if (machine !== null && after !== null && own !== null && ownAfter !== null) {
+      const busy = (after.busy - machine.busy) / Math.max(1, after.total - machine.total);
+      const ownShare = (ownAfter - own) / (wallMs * cores);
+      shares = `${cores} cores busy ${pct(busy)}: this bench's processes ${pct(ownShare)}, everything else (the servers it talks to, other jobs, the hogs) ${pct(Math.max(0, busy - ownShare))}`;
+    }
+    return `host: ${under}; load average (1 min) ${f2(load)} at start, ${f2(loadavg()[0]!)} at end; ${shares}`;
+  };
+}
+
+/** Clock ticks per second of /proc/<pid>/stat (USER_HZ: 100 on Linux). */
+const CLOCK_TICKS = 100;
+
 // ---- targets and the closing table -----------------------------------------------------------
 
 export interface Target {
@@ -177,9 +273,14 @@ export interface TargetRow {
   detail?: string;
 }
 
-const recorded: TargetRow[] = [];
+/** A recorded row: the target, and the host it was measured on (see watchHost). */
+type Recorded = TargetRow & { condition: string; load: number };
 
-function rowText(row: TargetRow): string {
+const recorded: Recorded[] = [];
+/** Benches that threw, with their error, for the closing table. */
+const failures: { bench: string; condition: string; error: string }[] = [];
+
+function rowText(row: Recorded): string {
   const unit = row.unit ?? '';
   const figure = `${Number.isInteger(row.figure) ? f0(row.figure) : f2(row.figure)}${unit}`;
   const cpu = row.cpuUs
@@ -187,22 +288,43 @@ function rowText(row: TargetRow): string {
     : '';
   return (
     `${row.bench} | ${row.measure} | ${figure} | target ${targetText(row.target, unit)} | ` +
-    `${met(row.figure, row.target) ? 'met' : 'MISSED'}${cpu}${row.detail ? ` | ${row.detail}` : ''}`
+    `${met(row.figure, row.target) ? 'met' : 'MISSED'}${cpu}${row.detail ? ` | ${row.detail}` : ''}` +
+    ` | ${row.condition}, load ${f2(row.load)}`
   );
 }
 
 /** Keeps a target's row for the closing table; its line, for the bench to print in its place. */
 export function recordTarget(row: TargetRow): string {
-  recorded.push(row);
-  return `  => ${rowText(row)}`;
+  const kept = { ...row, condition, load: loadavg()[0]! };
+  recorded.push(kept);
+  return `  => ${rowText(kept)}`;
+}
+
+/** Keeps a bench that threw (its service never got ready, say) for the closing table. */
+export function recordFailure(bench: string, error: unknown): void {
+  const text = error instanceof Error ? error.message : String(error);
+  failures.push({ bench, condition, error: text.split('\n')[0]!.slice(0, 300) });
 }
 
 /** Every row recorded so far, as the closing table of `npm run bench`. */
 export function printTargets(): void {
-  if (recorded.length === 0) return;
-  const missed = recorded.filter((r) => !met(r.figure, r.target)).length;
-  console.log(`\n=== targets: ${recorded.length - missed} met, ${missed} missed ===`);
-  for (const row of recorded) console.log(`  ${rowText(row)}`);
+  if (recorded.length === 0 && failures.length === 0) return;
+  const conditions = [...new Set([...recorded.map((r) => r.condition), ...failures.map((f) => f.condition)])];
+  const counts = conditions.map((c) => {
+    const rows = recorded.filter((r) => r.condition === c);
+    const missed = rows.filter((r) => !met(r.figure, r.target)).length;
+    const failed = failures.filter((f) => f.condition === c).length;
+    return `${c === 'quiet' && conditions.length === 1 ? '' : `${c}: `}${rows.length - missed} met, ${missed} missed${failed > 0 ? `, ${failed} benches FAILED` : ''}`;
+  });
+  console.log(`\n=== targets: ${counts.join('; ')} ===`);
+  // A target's quiet and loaded rows side by side.
+  const order = (r: Recorded) => conditions.indexOf(r.condition);
+  const keyed = recorded.map((r, i) => ({ r, i, key: `${r.bench}|${r.measure}` }));
+  const firstOf = new Map<string, number>();
+  for (const { key, i } of keyed) if (!firstOf.has(key)) firstOf.set(key, i);
+  keyed.sort((a, b) => firstOf.get(a.key)! - firstOf.get(b.key)! || order(a.r) - order(b.r) || a.i - b.i);
+  for (const { r } of keyed) console.log(`  ${rowText(r)}`);
+  for (const f of failures) console.log(`  ${f.bench} | FAILED | ${f.condition} | ${f.error}`);
 }
 
 // ---- command line ----------------------------------------------------------------------------
@@ -212,7 +334,8 @@ type FlagKind = 'number' | 'string' | 'boolean' | 'numbers' | 'strings' | readon
 /**
  * When `moduleUrl` is the file node was started with: parses `--flag=value` options of the given
  * kinds (a list of strings: the values allowed), names them in camelCase (`--cpu-prof` is
- * `cpuProf`) and runs the bench with them; unset flags are left out, so its defaults hold.
+ * `cpuProf`) and runs the bench with them; unset flags are left out, so its defaults hold. The
+ * host line (watchHost) follows the bench's output.
  */
 export async function whenMain(
   moduleUrl: string,
@@ -241,7 +364,15 @@ export async function whenMain(
     else if (kind === 'strings') options[key] = (raw as string).split(',');
     else options[key] = raw;
   }
-  await run(options as never);
+  // Run alone, a bench says what it ran with too, and BENCH_LOAD=N runs it beside N CPU hogs.
+  const stopHogs = startCpuHogs(requestedHogs());
+  const host = watchHost();
+  try {
+    await run(options as never);
+  } finally {
+    await stopHogs();
+    console.log(host());
+  }
 }
 
 // ---- tables and store benches ----------------------------------------------------------------

@@ -45,7 +45,10 @@ export interface Proc {
 async function waitReady(url: string, child: ChildProcess, stderr: () => string, timeoutMs: number) {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    if (child.exitCode !== null) throw new Error(`server exited with ${child.exitCode}: ${stderr()}`);
+    // A service killed by a signal (the OOM killer, say) has no exit code, only the signal.
+    if (child.exitCode !== null || child.signalCode !== null) {
+      throw new Error(`server exited with ${child.exitCode ?? child.signalCode}: ${stderr()}`);
+    }
     try {
       const res = await fetch(url, { signal: AbortSignal.timeout(2_000) });
       if (res.status === 200) return;

@@ -1,4 +1,4 @@
-import { printTargets } from './harness.ts';
+import { printTargets, recordFailure, requestedHogs, startCpuHogs, watchHost } from './harness.ts';
 
 /**
  * `npm run bench`: every benchmark in turn. Each prints its own table of rates and the ratio
@@ -6,6 +6,11 @@ import { printTargets } from './harness.ts';
  * its targets; the closing table lists every target recorded with its figure and met / MISSED.
  *   npm run bench                 all of them
  *   npm run bench -- relay engine only those
+ *   npm run bench -- --loaded     each one twice: quiet, then beside a CPU hog (BENCH_LOAD=1)
+ *   BENCH_LOAD=N npm run bench    the same with N hogs (each spins one core)
+ * Each bench ends with the host conditions it ran with (load average, busy share of the cores). A
+ * bench that throws (a service that never got ready, say) is reported as FAILED with its error in
+ * the closing table, the others still run, and the run exits 1.
  */
 const BENCHES: Record<string, () => Promise<unknown>> = {
   'event-store': async () => (await import('./event-store.bench.ts')).run(),
@@ -40,10 +45,28 @@ if (unknown.length > 0) {
   console.error(`unknown benchmark(s): ${unknown.join(', ')}; known: ${Object.keys(BENCHES).join(', ')}`);
   process.exit(2);
 }
+if (process.argv.includes('--loaded') && process.env.BENCH_LOAD === undefined) process.env.BENCH_LOAD = '1';
+const hogs = requestedHogs();
+let failed = 0;
 for (const name of wanted.length > 0 ? wanted : Object.keys(BENCHES)) {
-  console.log(`\n=== ${name} ===`);
-  const started = performance.now();
-  await BENCHES[name]!();
-  console.log(`(${name}: ${((performance.now() - started) / 1000).toFixed(1)} s)`);
+  // Loaded right after quiet, bench by bench, so the two figures of a target come from one stretch of time.
+  for (const loaded of hogs > 0 ? [false, true] : [false]) {
+    const stopHogs = startCpuHogs(loaded ? hogs : 0);
+    const host = watchHost();
+    console.log(`\n=== ${name}${loaded ? ` (beside ${hogs} CPU hog${hogs === 1 ? '' : 's'})` : ''} ===`);
+    const started = performance.now();
+    try {
+      await BENCHES[name]!();
+    } catch (err) {
+      failed += 1;
+      console.error(`=== ${name} FAILED ===`);
+      console.error(err);
+      recordFailure(name, err);
+    } finally {
+      await stopHogs();
+    }
+    console.log(`(${name}: ${((performance.now() - started) / 1000).toFixed(1)} s; ${host()})`);
+  }
 }
 printTargets();
+if (failed > 0) process.exitCode = 1;

@@ -8,7 +8,7 @@ import {
   SearchAnswer,
   SearchKnowledgeInput,
 } from '../../contracts/knowledge.ts';
-import { TOOL_SCHEMAS } from '../../contracts/tools.ts';
+import { TOOL_SCHEMAS, type ToolName } from '../../contracts/tools.ts';
 import type { Passage } from './passages.ts';
 
 /**
@@ -56,12 +56,17 @@ function fieldsOf(schema: z.ZodType, io: 'input' | 'output'): string {
     .join('; ');
 }
 
-const TOOL_SUMMARY: Record<string, string> = {
+/** What each tool returns, in a phrase; typed by the tool list so a new tool cannot go without one. */
+const TOOL_SUMMARY: Record<ToolName | 'search_knowledge' | 'chat_knowledge', string> = {
   get_trade_call: 'a composite BUY, SELL or HOLD verdict with calibrated confidence for a coin and timeframe',
   get_market_regime: 'the market regime (trending-up, trending-down, ranging, volatile, squeeze) of a coin',
   scan_trade_calls:
     "a venue's top markets ranked by confidence, lean strength, expected move or volume, HOLDs included unless includeHolds is false (calls only); an empty answer says why in note",
   scan_funding_arb: 'perpetual funding-rate spreads across venues with the best long/short pair per coin',
+  get_risk_forecast:
+    'the forecast σ of the log return (expected_move_pct) and an 80 % band for the next candle, six candles and one UTC day, with sizing for a stated risk budget',
+  get_track_record:
+    "the track record of revealed verdicts per cell, the risk forecast's record and the free baselines beside them",
   search_knowledge: 'passages of the documentation and live facts that match a query (POST /api/search)',
   chat_knowledge:
     'an answer to a question, quoted from the documentation with [n] citations (POST /api/chat)',
@@ -95,7 +100,7 @@ export function contractPassages(): Passage[] {
       source_url: `contracts/tools.ts#${tool.name}`,
       title: `Tool ${tool.name}: arguments and answer`,
       text:
-        `The tool ${tool.name} returns ${TOOL_SUMMARY[tool.name]}. Reached by ${tool.routes}. ` +
+        `The tool ${tool.name} returns ${TOOL_SUMMARY[tool.name as keyof typeof TOOL_SUMMARY]}. Reached by ${tool.routes}. ` +
         `Arguments: ${fieldsOf(tool.input, 'input')}. ` +
         `Answer fields: ${fieldsOf(tool.output, 'output')}, plus the _service block with auth and quota.`,
     }),

@@ -11,12 +11,14 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { createSiweMessage } from 'viem/siwe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ERRORS } from '../contracts/errors.ts';
+import { issueKey } from '../services/keys/key-commands.ts';
 import { startTestService, type TestService } from './service-harness.ts';
 
 /**
  * Every documented operation called as a client generated from /openapi.json would call it, on
  * happy and refusal paths: the status must be documented for the operation, the answer's media
- * type listed for that status, the documented headers present, and the body valid against the
+ * type listed for that status, the documented headers present, every header a client may read
+ * (all but HTTP's framing, cookies and CORS) documented for it, and the body valid against the
  * schema the document gives it. The answers are the document's examples:
  * `RECORD_OPENAPI_EXAMPLES=1` writes them to services/api/openapi-examples.json, which the
  * document serves beside each schema; every run checks those examples still validate.
@@ -61,6 +63,13 @@ beforeAll(async () => {
     // A subscription to a loopback URL (nothing listens: no delivery is asserted here).
     WEBHOOK_TEST_ALLOW_CIDRS: '127.0.0.1/32',
     WEBHOOK_ALLOWED_PORTS: '*',
+    // The limiter on, so its headers are checked too: budgets no call here reaches, but the
+    // starter plan's, which one caller below runs out of.
+    RATE_LIMIT_ENABLED: 'true',
+    RATE_LIMIT_ANONYMOUS: '1000000',
+    RATE_LIMIT_FREE: '1000000',
+    RATE_LIMIT_PRO: '1000000',
+    RATE_LIMIT_STARTER: '2',
   });
   url = running.service.url;
   key = await running.issue();
@@ -90,6 +99,8 @@ interface Call {
   headers?: Record<string, string>;
   auth?: boolean;
   status: number;
+  /** A refusal any operation may answer (RATE_LIMITED…): checked against the `default` response. */
+  anyRoute?: boolean;
 }
 
 /** The cookies a browser would keep, by name and path; sent where their path matches. */
@@ -158,12 +169,17 @@ async function conform(call: Call): Promise<unknown> {
   expect(operation, `${call.method} ${call.template} is documented`).toBeDefined();
   expect(operation!.operationId, `${label}: operationId`).toMatch(/^[a-z][A-Za-z0-9]+$/);
   called.add(`${call.method} ${call.template}`);
-  const response = operation!.responses[String(res.status)];
+  const response = operation!.responses[call.anyRoute ? 'default' : String(res.status)];
   expect(response, `${label}: status documented`).toBeDefined();
   for (const name of call.sends ?? []) {
     expect(res.headers.has(name), `${label}: header ${name} sent`).toBe(true);
     expect(Object.keys(response!.headers ?? {}), `${label}: header ${name} documented`).toContain(name);
   }
+  // Every header a client may read is in the document, for this operation and status.
+  const declared = Object.keys(response!.headers ?? {}).map((h) => h.toLowerCase());
+  const undeclared = readable(res.headers).filter((name) => !declared.includes(name));
+  expect(undeclared, `${label}: headers sent and not documented`).toEqual([]);
+  headersSeen.push(...readable(res.headers));
   const type = (res.headers.get('content-type') ?? '').split(';')[0]!.trim();
   const record = (body: unknown) => {
     const id = operation!.operationId!;
@@ -205,6 +221,33 @@ async function conform(call: Call): Promise<unknown> {
   record(text);
   return text;
 }
+
+/**
+ * What HTTP itself reads (framing, the body's type and length, cookies, CORS for the browser): the
+ * document's media types and security schemes say those. Every other header is one a client may read.
+ */
+const FRAMING = new Set([
+  'content-type',
+  'content-length',
+  'content-encoding',
+  'date',
+  'connection',
+  'keep-alive',
+  'transfer-encoding',
+  'set-cookie',
+  'trailer',
+]);
+/** Header names (lower case) of an answer a client may read; a trailer counts as the header it names. */
+function readable(headers: Headers): string[] {
+  const names = [...headers.keys()].filter((n) => !FRAMING.has(n) && !n.startsWith('access-control-'));
+  const trailers = (headers.get('trailer') ?? '')
+    .split(',')
+    .map((t) => t.trim().toLowerCase())
+    .filter((t) => t !== '');
+  return [...names, ...trailers];
+}
+/** Every client-readable header the calls saw, to check the headers the issue named were met. */
+const headersSeen: string[] = [];
 
 const deep = `${'['.repeat(5_000)}${']'.repeat(5_000)}`;
 
@@ -813,6 +856,59 @@ describe('the OpenAPI document describes every real answer', () => {
       ...none,
     });
     expect((await resume(deniedJar)).get('error')).toBe('access_denied');
+  });
+
+  it('documents the rate limit, the session, the history cursor and the payment headers where they are sent', async () => {
+    const issued = await issueKey(running.service.adapters.eventStore, {
+      plan: 'starter',
+      owner: 'test',
+      via: 'operator',
+    });
+    const starter = { authorization: `Bearer ${issued.key}` };
+    // The starter plan's budget here is 2 calls a window: called until it is spent (a call before
+    // the key is folded in is limited by address, and answers 401).
+    await expect
+      .poll(async () => (await fetch(`${url}/api/webhooks`, { headers: starter })).status)
+      .toBe(429);
+    await conform({
+      method: 'GET',
+      template: '/api/webhooks',
+      headers: starter,
+      auth: false,
+      status: 429,
+      anyRoute: true,
+    });
+    expect(answered.get('retry-after')).toMatch(/^\d+$/);
+    const initialize = {
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'initialize',
+      params: {
+        protocolVersion: '2025-06-18',
+        capabilities: {},
+        clientInfo: { name: 'conformance', version: '1' },
+      },
+    };
+    const mcp = { accept: 'application/json, text/event-stream' };
+    await conform({ method: 'POST', template: '/mcp', body: initialize, headers: mcp, status: 200 });
+    expect(answered.get('mcp-session-id')).toBeTruthy();
+    for (const name of [
+      'ratelimit-limit',
+      'ratelimit-remaining',
+      'ratelimit-reset',
+      'retry-after',
+      'cache-control',
+      'vary',
+      'x-history-cursor',
+      'mcp-session-id',
+    ])
+      expect(headersSeen, name).toContain(name);
+    // A paid answer's headers (settlement, replay) need a chain: the payer-safety suites send them;
+    // here the document must declare them on every paid route's answer.
+    for (const [path, item] of Object.entries(doc.paths).filter(([path]) => path.startsWith('/x402/')))
+      expect(Object.keys(item.post!.responses['200']!.headers ?? {}), path).toEqual(
+        expect.arrayContaining(['PAYMENT-RESPONSE', 'X-PAYMENT-RESPONSE', 'x-payment-replayed']),
+      );
   });
 
   it('called every operation of the document', () => {

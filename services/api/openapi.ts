@@ -7,6 +7,7 @@ import { ERRORS, ErrorBody, type ErrorCode } from '../../contracts/errors.ts';
 import { jsonSchema } from '../../contracts/json-schema.ts';
 import { webhookOpenApi } from '../../contracts/webhook-schemas.ts';
 import type { FieldCodes } from './errors.ts';
+import { UNLIMITED_PATHS } from './rate-limit.ts';
 
 /**
  * The OpenAPI 3.1 document, generated from the zod contracts each route declares with
@@ -18,6 +19,56 @@ import type { FieldCodes } from './errors.ts';
  */
 
 type Json = Record<string, unknown>;
+
+/**
+ * Response headers a client may read, each described once: a route names those it sends in
+ * `sends` (on every answer) or a response's `headers`; the rate limit's are added to every
+ * operation it limits. The conformance test fails on a header sent and not declared.
+ */
+export const RESPONSE_HEADERS = {
+  'Cache-Control': 'How long the answer may be reused (no-store: never)',
+  Vary: 'Request headers the answer depends on',
+  ETag: 'The version of the answer, for If-None-Match',
+  Allow: 'The methods the path answers',
+  'Retry-After': 'Whole seconds to wait before calling again (a rate limit, a quota, a retryable outage)',
+  'RateLimit-Limit': 'Requests this caller may make in the current window',
+  'RateLimit-Remaining': 'Requests left to this caller in the current window',
+  'RateLimit-Reset': 'Whole seconds until the current window starts afresh',
+  'Mcp-Session-Id': 'The MCP session an initialize opened; send it on the session’s next requests',
+  'PAYMENT-RESPONSE': 'Base64 JSON settlement response of a paid call (x402 v2)',
+  'X-PAYMENT-RESPONSE': 'Base64 JSON settlement response of a paid call (x402 v1)',
+  'x-payment-replayed':
+    'true: this payment was settled before; the answer is the one it bought, not a second charge',
+  'X-Frame-Options': 'DENY: the page is never shown in a frame',
+  'X-History-Cursor':
+    'Sent as an HTTP trailer (announced by Trailer): the cursor after the last row sent; after=<cursor> resumes there',
+} as const;
+export type ResponseHeader = keyof typeof RESPONSE_HEADERS;
+
+/**
+ * Retry-After: on a 429 (the rate limit, a quota) and a 5xx (errors.ts sends it with every
+ * retryable one).
+ */
+const RETRY: readonly ResponseHeader[] = ['Retry-After'];
+const retryable = (status: string) => status === '429' || /^5\d\d$/.test(status);
+
+/** The rate limit's headers: on every answer of a limited operation. */
+const RATE_LIMIT_HEADERS: readonly ResponseHeader[] = [
+  'RateLimit-Limit',
+  'RateLimit-Remaining',
+  'RateLimit-Reset',
+];
+
+function headerDescriptions(names: readonly ResponseHeader[]): Record<string, string> {
+  return Object.fromEntries(names.map((name) => [name, RESPONSE_HEADERS[name]]));
+}
+
+/** OpenAPI header objects for these names, for the document as generated. */
+function headerObjects(names: readonly ResponseHeader[]): Record<string, Json> {
+  return Object.fromEntries(
+    names.map((name) => [name, { schema: { type: 'string' }, description: RESPONSE_HEADERS[name] }]),
+  );
+}
 
 export interface ResponseDoc {
   description: string;
@@ -43,6 +94,8 @@ export interface RouteDoc {
   responses: Record<number, ResponseDoc>;
   /** Every JSON answer carries the `_service` block (caller, quota, receipt). */
   service?: boolean;
+  /** Headers any answer of the operation may carry (see RESPONSE_HEADERS). */
+  sends?: readonly ResponseHeader[];
 }
 
 /** `_service`: who called, what is left of their quota, a paid call's receipt (see service-meta.ts). */
@@ -100,10 +153,13 @@ function toFastifySchema(doc: RouteDoc): FastifySchema {
             ),
           }
         : {}),
-      ...(r.headers
+      ...(r.headers || doc.sends
         ? {
+            // @fastify/swagger wraps each in a header object's `schema`.
             headers: Object.fromEntries(
-              Object.entries(r.headers).map(([name, description]) => [name, { type: 'string', description }]),
+              Object.entries({ ...headerDescriptions(doc.sends ?? []), ...r.headers }).map(
+                ([name, description]) => [name, { type: 'string', description }],
+              ),
             ),
           }
         : {}),
@@ -262,11 +318,30 @@ function withOperationIds<D extends object>(document: D): D {
   for (const [path, item] of Object.entries(paths)) {
     // One route serving several methods shares one operation object among them: each gets its own.
     for (const [method, operation] of Object.entries(item)) {
-      const op = operation as { responses?: Record<string, unknown> };
+      const op = operation as { responses?: Record<string, { headers?: Json }> };
+      const limited = !UNLIMITED_PATHS.has(path);
+      const responses = Object.fromEntries(
+        Object.entries(op.responses ?? {}).map(([status, response]) => {
+          const added = [...(limited ? RATE_LIMIT_HEADERS : []), ...(retryable(status) ? RETRY : [])];
+          return [
+            status,
+            added.length > 0
+              ? { ...response, headers: { ...headerObjects(added), ...response.headers } }
+              : response,
+          ];
+        }),
+      );
       item[method] = {
         ...op,
         operationId: operationIdOf(method, path),
-        responses: { ...op.responses, default: ANY_ROUTE_RESPONSE },
+        responses: {
+          ...responses,
+          default: {
+            ...ANY_ROUTE_RESPONSE,
+            // RATE_LIMITED and the retryable outages say when to call again.
+            headers: headerObjects(limited ? [...RATE_LIMIT_HEADERS, 'Retry-After'] : ['Retry-After']),
+          },
+        },
       };
     }
   }
@@ -338,6 +413,7 @@ export async function registerOpenApi(
       config: documented({
         summary: 'This OpenAPI document',
         tags: ['discovery'],
+        sends: ['Cache-Control'],
         responses: { 200: { description: 'OpenAPI 3.1 document', schema: { type: 'object' } } },
       }),
     },

@@ -31,6 +31,7 @@ export function opsRoutes(deps: { readiness: Readiness; metrics: Metrics | null;
     const readyDoc = documented({
       summary: 'Readiness: what this role needs to serve answers',
       tags: ['operations'],
+      sends: ['Cache-Control'],
       responses: {
         200: { description: 'Ready', schema: Ready },
         503: { description: 'Not ready; `checks` says which part is not', schema: Ready },

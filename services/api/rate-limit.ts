@@ -701,8 +701,8 @@ function routedPath(request: FastifyRequest, raw: string): string {
   return ROUTER_REWRITES.test(raw) ? (request.routeOptions.url ?? raw) : raw;
 }
 
-/** Paths never limited: probes and metrics scraped by the platform. */
-const UNLIMITED = new Set(['/healthz', '/readyz', '/metrics']);
+/** Paths never limited: probes and metrics scraped by the platform (the document omits their RateLimit headers). */
+export const UNLIMITED_PATHS: ReadonlySet<string> = new Set(['/healthz', '/readyz', '/metrics']);
 
 export interface RateLimitPluginDeps {
   limiter: RateLimiter;
@@ -745,7 +745,7 @@ function limitHook(deps: RateLimitPluginDeps) {
   return (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void => {
     const query = request.url.indexOf('?');
     const raw = query < 0 ? request.url : request.url.slice(0, query);
-    if (request.method === 'OPTIONS' || UNLIMITED.has(raw)) {
+    if (request.method === 'OPTIONS' || UNLIMITED_PATHS.has(raw)) {
       done();
       return;
     }

@@ -16,7 +16,7 @@ import { jsonSchema } from '../../contracts/json-schema.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../api/caller.ts';
 import { errorHandler } from '../api/errors.ts';
-import { declared, documented, refusal } from '../api/openapi.ts';
+import { declared, documented, RESPONSE_HEADERS, refusal } from '../api/openapi.ts';
 import type { ServiceMeta } from '../api/service-meta.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
 import type { QuotaMeter } from '../quota/quota-meter.ts';
@@ -69,6 +69,7 @@ const VERDICTS_ROUTE = declared({
     'Rows in log order; a verdict younger than its reveal time shows only its commitment. Every row carries its cursor (the last column): after=<cursor> with the same filters resumes after that row, so a stream cut mid-way resumes from its last complete row. NDJSON ends with a trailer line {cursor, rows, _service} only when asked (trailer=true, or Accept: application/x-ndjson; profile="trailer"); every format sends the cursor as the X-History-Cursor HTTP trailer.',
   tags: ['history'],
   auth: 'bearer',
+  sends: ['Cache-Control'],
   query: HistoryQuerySchema,
   codes: HISTORY_QUERY_CODES,
   responses: {
@@ -77,6 +78,7 @@ const VERDICTS_ROUTE = declared({
       headers: {
         'X-Service-Meta': 'The `_service` block (caller and quota) as JSON',
         'Content-Disposition': 'Parquet only: attachment; filename="verdicts.parquet"',
+        'X-History-Cursor': RESPONSE_HEADERS['X-History-Cursor'],
       },
       content: {
         [HISTORY_MEDIA_TYPES.ndjson]: {
@@ -123,6 +125,7 @@ const TRACK_RECORD_ROUTE = declared({
   summary:
     "Track record: hit rates per venue, timeframe and confidence bucket against random calls; the risk forecast's band coverage and σ served ÷ realised; the shipped baselines and carry fit",
   tags: ['history'],
+  sends: ['Cache-Control'],
   query: TrackRecordQuerySchema,
   codes: HISTORY_QUERY_CODES,
   responses: {
@@ -133,11 +136,13 @@ const TRACK_RECORD_ROUTE = declared({
 const PAGE_DOC = documented({
   summary: 'The track-record page (charts)',
   tags: ['history'],
+  sends: ['Cache-Control'],
   responses: { 200: { description: 'HTML', schema: { type: 'string' }, contentTypes: ['text/html'] } },
 });
 const ASSET_ROUTE = declared({
   summary: 'Scripts and styles of the track-record page',
   tags: ['history'],
+  sends: ['Cache-Control'],
   params: z.object({ file: z.string().describe('uPlot.iife.min.js or uPlot.min.css') }),
   responses: {
     200: {

@@ -80,6 +80,7 @@ function searchRoute() {
   return declared({
     summary: 'Search the documentation and live facts (the MCP tool search_knowledge)',
     tags: ['knowledge'],
+    sends: ['Cache-Control', 'ETag'],
     auth: 'bearer',
     service: true,
     body: SearchRequest,
@@ -93,7 +94,10 @@ function searchRoute() {
       200: {
         description: 'Passages, best first',
         schema: SearchAnswer,
-        headers: { ETag: 'Changes with the corpus' },
+        headers: {
+          ETag: 'Changes with the corpus',
+          Vary: 'Authorization: the answer carries the caller’s _service',
+        },
       },
       304: { description: 'If-None-Match matched: not counted' },
       400: refusal(['INVALID_QUERY', 'QUERY_TOO_SHORT', 'QUERY_TOO_LONG', 'INVALID_LIMIT', 'JSON_TOO_DEEP']),
@@ -107,6 +111,7 @@ function chatRoute(models: readonly string[]) {
   return declared({
     summary: 'Ask a question; the answer quotes the sources with [n] citations (the MCP tool chat_knowledge)',
     tags: ['knowledge'],
+    sends: ['Cache-Control'],
     auth: 'bearer',
     service: true,
     body: chatRequest(models),

@@ -40,6 +40,7 @@ const json = (summary: string, description: string) =>
   documented({
     summary,
     tags: ['discovery'],
+    sends: ['Cache-Control'],
     responses: { 200: { description, schema: { type: 'object' } } },
   });
 const manifestDoc = json(
@@ -50,6 +51,7 @@ const cardDoc = json('MCP server card', 'The MCP endpoint, its transports and to
 const serverCardDoc = documented({
   summary: 'MCP Server Card (server-card extension)',
   tags: ['discovery'],
+  sends: ['Cache-Control'],
   responses: {
     200: {
       description: 'Who the server is and where to connect',
@@ -61,6 +63,7 @@ const serverCardDoc = documented({
 const signInCardDoc = documented({
   summary: 'MCP Server Card of the sign-in URL (/mcp/signin, OAuth)',
   tags: ['discovery', 'oauth'],
+  sends: ['Cache-Control'],
   responses: {
     200: {
       description: 'Where hosts that sign in with OAuth connect',
@@ -76,6 +79,7 @@ const catalogDoc = json(
 const aiCatalogDoc = documented({
   summary: 'AI Catalog (specVersion 1.0): the MCP server cards of this origin',
   tags: ['discovery'],
+  sends: ['Cache-Control'],
   responses: {
     200: {
       description: "The origin's MCP servers, each with the URL of its server card",
@@ -93,6 +97,7 @@ const DISCOVERY_CORS = {
 const llmsDoc = documented({
   summary: 'llms.txt: the service explained to a language model',
   tags: ['discovery'],
+  sends: ['Cache-Control'],
   responses: {
     200: { description: 'Markdown text', schema: { type: 'string' }, contentTypes: ['text/plain'] },
   },

@@ -54,6 +54,7 @@ const FORBIDDEN = refusal(
 const nonceRoute = declared({
   summary: 'A single-use nonce for Sign-In with Ethereum',
   tags: ['keys'],
+  sends: ['Cache-Control'],
   responses: {
     200: { description: 'Nonce to put in the EIP-4361 message', schema: NonceAnswer },
     403: FORBIDDEN,
@@ -64,6 +65,7 @@ const nonceRoute = declared({
 const signInRoute = declared({
   summary: 'One free API key per wallet, for a signed EIP-4361 message',
   tags: ['keys'],
+  sends: ['Cache-Control'],
   body: SignInBody,
   codes: {
     fields: { message: 'INVALID_REQUEST', signature: 'INVALID_REQUEST' },

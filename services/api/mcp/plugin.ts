@@ -5,7 +5,7 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest 
 import type { ErrorCode } from '../../../contracts/errors.ts';
 import { type Caller, CallerRejectedError, decorateCaller, identifyCaller } from '../caller.ts';
 import { errorHandler, rpcErrorBody } from '../errors.ts';
-import { codesText, documented, type ResponseDoc } from '../openapi.ts';
+import { codesText, documented, RESPONSE_HEADERS, type ResponseDoc } from '../openapi.ts';
 import { handOver } from './hand-over.ts';
 import { InFlightIds, requestIds } from './in-flight.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
@@ -87,6 +87,7 @@ const MCP_RESPONSES: Record<number, ResponseDoc> = {
   200: {
     description: `JSON-RPC response (application/json) or an event stream. A tool that fails answers result.isError with structuredContent.code, one of: ${codesText(TOOL_RESULT_CODES)}`,
     schema: { type: 'object' },
+    headers: { 'Mcp-Session-Id': RESPONSE_HEADERS['Mcp-Session-Id'] },
   },
   202: { description: 'A notification was accepted' },
   400: rpcError(
@@ -96,7 +97,7 @@ const MCP_RESPONSES: Record<number, ResponseDoc> = {
   415: rpcError('-32600: the body is not application/json'),
   403: rpcError('-32000: Host or Origin not allowed (DNS-rebinding guard)'),
   404: rpcError('-32001: session not found'),
-  405: rpcError('-32000: method not allowed'),
+  405: { ...rpcError('-32000: method not allowed'), headers: { Allow: RESPONSE_HEADERS.Allow } },
   406: rpcError('-32000: Accept must list application/json and text/event-stream'),
   409: rpcError('-32600: a request id already in flight on this session'),
   429: rpcError('-32000: rate limited, with Retry-After'),

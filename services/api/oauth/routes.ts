@@ -23,7 +23,7 @@ import type { KeyRecord } from '../../keys/key-registry.ts';
 import { type KeyResolver, KeyUnverifiableError } from '../../keys/key-resolver.ts';
 import { consumeNonce } from '../keys/nonces.ts';
 import { checkSignIn } from '../keys/siwe-check.ts';
-import { documented, type ResponseDoc } from '../openapi.ts';
+import { documented, type ResponseDoc, type ResponseHeader } from '../openapi.ts';
 import { type ConsentView, consentPage, errorPage } from './page.ts';
 import { OAUTH_ROUTES } from './provider.ts';
 
@@ -75,9 +75,15 @@ const toSignInOrHost: ResponseDoc = {
   },
 };
 
+/** The library's answers: never cached (tokens, codes), and varying with the Origin it allows. */
+const LIBRARY_HEADERS: readonly ResponseHeader[] = ['Cache-Control', 'Vary'];
+/** Our pages: never cached, never framed. */
+const PAGE_HEADERS: readonly ResponseHeader[] = ['Cache-Control', 'X-Frame-Options'];
+
 const resourceDoc = documented({
   summary: 'OAuth protected resource metadata of /mcp/signin (RFC 9728)',
   tags: ['oauth'],
+  sends: LIBRARY_HEADERS,
   responses: {
     200: { description: 'Where to get a token for /mcp/signin', schema: ProtectedResourceMetadata },
   },
@@ -88,6 +94,7 @@ const asDoc = documented({
   description:
     'Authorization code with PKCE S256 only; dynamic client registration (RFC 7591) at /oauth/register; client ID metadata documents (client_id_metadata_document_supported); token revocation (RFC 7009).',
   tags: ['oauth'],
+  sends: LIBRARY_HEADERS,
   responses: { 200: { description: 'Endpoints and capabilities', schema: AuthorizationServerMetadata } },
 });
 const oauthJson: ResponseDoc = {
@@ -105,6 +112,7 @@ const endpointDoc = (summary: string, responses: Record<number, ResponseDoc>, de
     summary,
     ...(description ? { description } : {}),
     tags: ['oauth'],
+    sends: LIBRARY_HEADERS,
     responses: { 400: oauthJson, ...responses },
   });
 
@@ -203,12 +211,14 @@ const LIBRARY_ROUTES: {
 const pageDoc = documented({
   summary: 'Sign-in and consent page of an authorization request',
   tags: ['oauth'],
+  sends: PAGE_HEADERS,
   responses: { 200: html, 400: html },
 });
 const formDoc = (summary: string) =>
   documented({
     summary,
     tags: ['oauth'],
+    sends: PAGE_HEADERS,
     responses: { 303: redirect, 200: html, 400: html, 401: html, 503: html },
   });
 

@@ -54,6 +54,7 @@ const VerifyAnswer = z.object({
 const verifyRoute = declared({
   summary: 'Public proof that a verdict was recorded, and when; its content once the outcome is known',
   tags: ['verify'],
+  sends: ['Cache-Control', 'ETag'],
   params: Params,
   codes: { fields: { stream: 'invalid_verdict_ref', revision: 'invalid_verdict_ref' } },
   responses: {

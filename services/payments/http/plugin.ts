@@ -9,7 +9,7 @@ import {
 } from '../../api/caller.ts';
 import { errorHandler } from '../../api/errors.ts';
 import { QuotaUnavailableError, serveMetered } from '../../api/metered-call.ts';
-import { codesText, documented, refusal } from '../../api/openapi.ts';
+import { codesText, documented, RESPONSE_HEADERS, refusal } from '../../api/openapi.ts';
 import { publicOrigin } from '../../api/public-origin.ts';
 import { REMEMBERED_INPUTS, REMEMBERED_TEXT_CHARS, recall, remember } from '../../api/remembered-input.ts';
 import { answerBytesWithService } from '../../api/served-answers.ts';
@@ -48,7 +48,7 @@ interface Call {
   requestId: string;
 }
 
-const RESPONSE_HEADERS: Record<string, string> = { ...CORS_RESPONSE_HEADERS, 'cache-control': 'no-store' };
+const ANSWER_HEADERS: Record<string, string> = { ...CORS_RESPONSE_HEADERS, 'cache-control': 'no-store' };
 /** What Fastify sets for an object body; a prebuilt quote is sent as a string and must say so itself. */
 const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
 
@@ -169,7 +169,7 @@ class PaidRoutes {
     app.addContentTypeParser('application/json', asString, keepText);
     // A callback hook, not an async one: this runs on every request and a promise per call shows.
     app.addHook('onRequest', (request, reply, done) => {
-      reply.headers(RESPONSE_HEADERS);
+      reply.headers(ANSWER_HEADERS);
       if (request.method === 'POST') {
         const problem = contentTypeProblem(request.raw.rawHeaders, hasBody(request));
         if (problem) {
@@ -468,6 +468,8 @@ const PAYMENT_REFUSALS: ErrorCode[] = [
   ...FACILITATOR_REASONS,
 ];
 
+const PAYMENT_REQUIRED = 'Base64 JSON payment requirements (x402 v2)';
+
 /** The route's entry in the OpenAPI document: the tool as the table has it, and what paying looks like. */
 function paidRouteDoc(tool: PaidTool) {
   return documented({
@@ -476,12 +478,17 @@ function paidRouteDoc(tool: PaidTool) {
     tags: ['x402'],
     auth: 'x402',
     service: true,
+    sends: ['Cache-Control'],
     body: tool.input,
     responses: {
       200: {
         description: 'The result; a paid call carries PAYMENT-RESPONSE (the settlement) and _service.payment',
         schema: tool.output,
-        headers: { 'PAYMENT-RESPONSE': 'Base64 JSON settlement response (x402 v2)' },
+        headers: {
+          'PAYMENT-RESPONSE': RESPONSE_HEADERS['PAYMENT-RESPONSE'],
+          'X-PAYMENT-RESPONSE': RESPONSE_HEADERS['X-PAYMENT-RESPONSE'],
+          'x-payment-replayed': RESPONSE_HEADERS['x-payment-replayed'],
+        },
       },
       400: refusal(['invalid_input', 'invalid_content_type'], 'Nothing is charged'),
       401: refusal(['unknown_key'], 'A Bearer key that is not live'),
@@ -506,7 +513,12 @@ function paidRouteDoc(tool: PaidTool) {
             _service: { type: 'object', description: 'Caller and quota; nothing was debited' },
           },
         },
-        headers: { 'PAYMENT-REQUIRED': 'Base64 JSON payment requirements (x402 v2)' },
+        headers: {
+          'PAYMENT-REQUIRED': PAYMENT_REQUIRED,
+          // settlement_failed: the facilitator's answer, when it gave one.
+          'PAYMENT-RESPONSE': RESPONSE_HEADERS['PAYMENT-RESPONSE'],
+          'X-PAYMENT-RESPONSE': RESPONSE_HEADERS['X-PAYMENT-RESPONSE'],
+        },
       },
       404: refusal(['unknown_coin'], 'Nothing is charged'),
       409: refusal(
@@ -521,6 +533,7 @@ function paidRouteDoc(tool: PaidTool) {
         description:
           'quota_exhausted for a key: the 402 quote comes with it (Retry-After: seconds until the quota window resets); RATE_LIMITED',
         schema: { type: 'object', properties: { code: { type: 'string' }, message: { type: 'string' } } },
+        headers: { 'PAYMENT-REQUIRED': PAYMENT_REQUIRED },
       },
       500: refusal(['INTERNAL_ERROR'], 'Nothing is charged'),
       503: refusal(

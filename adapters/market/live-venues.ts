@@ -13,6 +13,8 @@ export interface LiveVenue {
   quote: string;
   /** Most candles one request returns. */
   maxCandlesPerRequest: number;
+  /** The REST API's origin (what ccxt calls): asked once at start whether anything answers there. */
+  origin: string;
 }
 
 export const LIVE_VENUES: Readonly<Record<Exchange, LiveVenue>> = {
@@ -23,6 +25,7 @@ export const LIVE_VENUES: Readonly<Record<Exchange, LiveVenue>> = {
     kind: 'swap',
     quote: 'USDT',
     maxCandlesPerRequest: 1500,
+    origin: 'https://fapi.binance.com',
   },
   BINANCE_SPOT: {
     exchange: 'BINANCE_SPOT',
@@ -31,6 +34,7 @@ export const LIVE_VENUES: Readonly<Record<Exchange, LiveVenue>> = {
     kind: 'spot',
     quote: 'USDT',
     maxCandlesPerRequest: 1000,
+    origin: 'https://api.binance.com',
   },
   BYBIT: {
     exchange: 'BYBIT',
@@ -39,6 +43,7 @@ export const LIVE_VENUES: Readonly<Record<Exchange, LiveVenue>> = {
     kind: 'swap',
     quote: 'USDT',
     maxCandlesPerRequest: 1000,
+    origin: 'https://api.bybit.com',
   },
   OKX: {
     exchange: 'OKX',
@@ -47,6 +52,7 @@ export const LIVE_VENUES: Readonly<Record<Exchange, LiveVenue>> = {
     kind: 'swap',
     quote: 'USDT',
     maxCandlesPerRequest: 300,
+    origin: 'https://www.okx.com',
   },
   HYPERLIQUID: {
     exchange: 'HYPERLIQUID',
@@ -55,6 +61,7 @@ export const LIVE_VENUES: Readonly<Record<Exchange, LiveVenue>> = {
     kind: 'swap',
     quote: 'USDC',
     maxCandlesPerRequest: 5000,
+    origin: 'https://api.hyperliquid.xyz',
   },
 };
 

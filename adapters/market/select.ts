@@ -1,6 +1,8 @@
 import type { Logger } from 'pino';
 import type { Config } from '../../contracts/config.ts';
-import { LiveFeed, type LiveFeedOptions } from './live.ts';
+import { EXCHANGES, type Exchange } from '../../contracts/market.ts';
+import type { LiveFeed, LiveFeedOptions } from './live.ts';
+import { LIVE_VENUES } from './live-venues.ts';
 import type { MarketFeed } from './port.ts';
 import { openReplayFeed, type ReplayFeedOptions } from './replay.ts';
 import type { ReplayAnchor } from './replay-anchor.ts';
@@ -75,6 +77,27 @@ export async function selectFeed(options: SelectFeedOptions): Promise<SelectedFe
     return { feed, reason };
   };
   if (options.mode === 'replay') return replay('FEED=replay');
+  const timeoutMs = options.probeTimeoutMs ?? 3000;
+  const startedAt = Date.now();
+  const fallback = (outcome: string) =>
+    replay(
+      `FEED=auto: ${outcome}; replaying recorded data`,
+      `live venues unreachable, replaying ${options.replay?.dir ?? 'the shipped slice (sample-data/market)'}`,
+    );
+  // Where no venue's API answers at all (no network, a closed one) the replay is chosen without
+  // loading ccxt; with an injected probe or HTTP client, the test that injected it decides.
+  if (
+    options.mode === 'auto' &&
+    options.probe === undefined &&
+    options.live?.fetchImplementation === undefined
+  ) {
+    const exchanges = options.live?.exchanges ?? EXCHANGES;
+    if (!(await anyOriginAnswers(exchanges, timeoutMs))) {
+      return fallback(`no live venue's API answered within ${timeoutMs} ms`);
+    }
+  }
+  // live.ts loads ccxt (about 50 MB of a process's memory): imported only when a live feed may serve.
+  const { LiveFeed } = await import('./live.ts');
   if (options.mode === 'live') {
     const live = new LiveFeed(withLogger(options.live));
     logger?.info({ feed: 'live', reason: 'FEED=live' }, 'market feed selected');
@@ -86,7 +109,7 @@ export async function selectFeed(options: SelectFeedOptions): Promise<SelectedFe
   const quiet = logger?.child({});
   if (quiet) quiet.level = 'silent';
   const live = new LiveFeed({ ...options.live, ...(quiet ? { logger: quiet } : {}) });
-  const timeoutMs = options.probeTimeoutMs ?? 3000;
+  const leftMs = Math.max(0, timeoutMs - (Date.now() - startedAt));
   const probe = options.probe ?? ((feed: LiveFeed) => feed.probe());
   let timer: NodeJS.Timeout | undefined;
   const outcome = await Promise.race([
@@ -95,7 +118,7 @@ export async function selectFeed(options: SelectFeedOptions): Promise<SelectedFe
       (error: unknown) => `probe failed: ${error instanceof Error ? error.message : String(error)}`,
     ),
     new Promise<string>((resolve) => {
-      timer = setTimeout(() => resolve(`no live venue answered within ${timeoutMs} ms`), timeoutMs);
+      timer = setTimeout(() => resolve(`no live venue answered within ${timeoutMs} ms`), leftMs);
     }),
   ]);
   clearTimeout(timer);
@@ -110,8 +133,16 @@ export async function selectFeed(options: SelectFeedOptions): Promise<SelectedFe
     return { feed: live, reason };
   }
   await live.close();
-  return replay(
-    `FEED=auto: ${outcome}; replaying recorded data`,
-    `live venues unreachable, replaying ${options.replay?.dir ?? 'the shipped slice (sample-data/market)'}`,
-  );
+  return fallback(outcome);
+}
+
+/** Whether any venue's API origin gives an HTTP answer (any status) within `timeoutMs`. */
+async function anyOriginAnswers(exchanges: readonly Exchange[], timeoutMs: number): Promise<boolean> {
+  const signal = AbortSignal.timeout(timeoutMs);
+  try {
+    await Promise.any(exchanges.map((e) => fetch(LIVE_VENUES[e].origin, { method: 'HEAD', signal })));
+    return true;
+  } catch {
+    return false;
+  }
 }

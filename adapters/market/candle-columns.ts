@@ -21,17 +21,15 @@ export class CandleColumns {
   }
 
   static from(candles: readonly Candle[]): CandleColumns {
-    const n = candles.length;
-    const columns = new CandleColumns(
-      new Float64Array(n),
-      new Float64Array(n),
-      new Float64Array(n),
-      new Float64Array(n),
-      new Float64Array(n),
-      new Float64Array(n),
-    );
-    for (let i = 0; i < n; i++) columns.set(i, candles[i]!);
+    const columns = CandleColumns.ofLength(candles.length);
+    for (let i = 0; i < candles.length; i++) columns.set(i, candles[i]!);
     return columns;
+  }
+
+  /** A series of `length` candles, all zero, for a reader to fill column by column. */
+  static ofLength(length: number): CandleColumns {
+    const column = () => new Float64Array(length);
+    return new CandleColumns(column(), column(), column(), column(), column(), column());
   }
 
   set(i: number, c: Candle): void {

@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { gunzipSync } from 'node:zlib';
 import type { Candle, FundingRate } from '../../contracts/market.ts';
+import { CandleColumns } from './candle-columns.ts';
 
 /**
  * Readers for the market-data format of `shared/data/market` (gzip CSV with a header row, Unix
@@ -32,19 +33,57 @@ function num(value: string | undefined, path: string, line: number, column: stri
   return n;
 }
 
-export async function readCandleFile(path: string): Promise<Candle[]> {
-  const { header, rows } = await readRows(path);
-  if (header.join(',') !== 'open_time,open,high,low,close,volume') {
-    throw new MarketFileError(`${path}: unexpected candle header ${header.join(',')}`);
+const CANDLE_HEADER = 'open_time,open,high,low,close,volume';
+const CANDLE_COLUMNS = CANDLE_HEADER.split(',');
+
+/**
+ * A candle file straight into columns: each field is cut from the text and read with Number()
+ * where it stands, so no row arrays or line strings outlive their field. Through row arrays, the
+ * replay's first reads after start (1.5M candles of the full data set) peaked the old generation
+ * at about 220 MB, and the process kept that memory: 700–780 MB RSS idle, 490 MB this way.
+ */
+export async function readCandleColumns(path: string): Promise<CandleColumns> {
+  const raw = await readFile(path);
+  const text = path.endsWith('.gz') ? gunzipSync(raw).toString('utf8') : raw.toString('utf8');
+  const headerEnd = text.indexOf('\n');
+  const header = (headerEnd === -1 ? text : text.slice(0, headerEnd)).trim();
+  if (header !== CANDLE_HEADER) {
+    throw new MarketFileError(`${path}: unexpected candle header ${header}`);
   }
-  return rows.map((r, i) => ({
-    openTime: num(r[0], path, i + 1, 'open_time'),
-    open: num(r[1], path, i + 1, 'open'),
-    high: num(r[2], path, i + 1, 'high'),
-    low: num(r[3], path, i + 1, 'low'),
-    close: num(r[4], path, i + 1, 'close'),
-    volume: num(r[5], path, i + 1, 'volume'),
-  }));
+  // Rows are the non-blank lines after the header; a first pass finds them to size the columns.
+  const starts: number[] = [];
+  const ends: number[] = [];
+  const lineNos: number[] = [];
+  let lineNo = 2;
+  for (let start = headerEnd === -1 ? text.length : headerEnd + 1; start < text.length; lineNo++) {
+    const nl = text.indexOf('\n', start);
+    const end = nl === -1 ? text.length : nl;
+    if (text.slice(start, end).trim() !== '') {
+      starts.push(start);
+      ends.push(end);
+      lineNos.push(lineNo);
+    }
+    start = end + 1;
+  }
+  const columns = CandleColumns.ofLength(starts.length);
+  const targets = [columns.openTime, columns.open, columns.high, columns.low, columns.close, columns.volume];
+  for (let row = 0; row < starts.length; row++) {
+    const line = text.slice(starts[row], ends[row]).trim();
+    let from = 0;
+    for (let c = 0; c < 6; c++) {
+      const comma = line.indexOf(',', from);
+      const stop = comma === -1 ? line.length : comma;
+      // Past the last field a column is missing (undefined); fields past the sixth are ignored.
+      const field = from <= line.length ? line.slice(from, stop) : undefined;
+      targets[c]![row] = num(field, path, lineNos[row]! - 1, CANDLE_COLUMNS[c]!);
+      from = stop + 1;
+    }
+  }
+  return columns;
+}
+
+export async function readCandleFile(path: string): Promise<Candle[]> {
+  return (await readCandleColumns(path)).slice();
 }
 
 /**

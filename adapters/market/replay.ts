@@ -18,7 +18,7 @@ import {
 import { aggregateCandles, sourceTimeframe } from './aggregate.ts';
 import { CandleColumns } from './candle-columns.ts';
 import { assertCandleLimit, closedCandles, lastBoundary, requestedTimeframe } from './candle-window.ts';
-import { readCandleFile, readFundingFile } from './csv.ts';
+import { readCandleColumns, readFundingFile } from './csv.ts';
 import {
   InsufficientHistoryError,
   UnknownCoinError,
@@ -152,23 +152,21 @@ async function dataRange(
     const coin = coins.get('BTC') ?? [...coins.values()][0]!;
     const files = [...coin.files.entries()].sort((a, b) => TIMEFRAME_MS[b[0]] - TIMEFRAME_MS[a[0]]);
     const [timeframe, path] = files[0]!;
-    const candles = await readCandleFile(path);
-    if (candles.length === 0) break;
-    let loopFrom = candles[0]!.openTime;
+    const { openTime } = await readCandleColumns(path);
+    if (openTime.length === 0) break;
+    let loopFrom = openTime[0]!;
     for (const [, other] of files.slice(1)) {
-      const first = (await readCandleFile(other))[0];
-      if (first !== undefined) loopFrom = Math.max(loopFrom, first.openTime);
+      const first = (await readCandleColumns(other)).openTime[0];
+      if (first !== undefined) loopFrom = Math.max(loopFrom, first);
     }
     return {
-      start: candles[0]!.openTime,
-      end: candles[candles.length - 1]!.openTime + TIMEFRAME_MS[timeframe],
+      start: openTime[0]!,
+      end: openTime[openTime.length - 1]! + TIMEFRAME_MS[timeframe],
       loopFrom,
     };
   }
   throw new Error(`replay: no candle files under ${dir}/candles/{${Object.keys(CANDLE_FOLDERS).join(',')}}`);
 }
-
-const readCandleColumns = async (path: string) => CandleColumns.from(await readCandleFile(path));
 
 /**
  * Replays a directory of real market data as if it were live, on its own clock. It answers

@@ -203,6 +203,27 @@ describe('the 2.x SDK client on the 2026-07-28 revision (stateless, server/disco
     }
   });
 
+  it('lists and reads the track-record resources without a session; an unknown URI is -32602', async () => {
+    const client = await open();
+    try {
+      const { resources } = await client.listResources();
+      expect(resources.map((r) => r.uri)).toContain('track-record://all');
+      expect(seen.at(-1)).toMatchObject({ method: 'resources/list', version: '2026-07-28' });
+      const read = await client.readResource({ uri: 'track-record://30d' });
+      const [content] = read.contents as { text: string }[];
+      expect(JSON.parse(content!.text)).toMatchObject({ window: '30d', series: [] });
+      const missing = await client.readResource({ uri: 'track-record://forever' }).then(
+        () => null,
+        (err: unknown) => err,
+      );
+      // The 2026-07-28 revision's code for a resource not found (the 2025 ones' -32002, mapped by the SDK).
+      expect(missing).toBeInstanceOf(ProtocolError);
+      expect((missing as ProtocolError).code).toBe(-32602);
+    } finally {
+      await client.close();
+    }
+  });
+
   it('-32003 is a JSON-RPC error that reads once', async () => {
     const client = await open({ authorization: `Bearer ${unknownKey}` });
     try {

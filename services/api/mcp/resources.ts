@@ -9,7 +9,10 @@ import type { ToolRegistry } from './tool-registry.ts';
  * is what a host calls (and what x402 sells), the resource what a host attaches as context.
  */
 
-/** MCP's code for a resource that does not exist (the specification's "Resource not found"). */
+/**
+ * MCP's code for a resource that does not exist ("Resource not found", 2025 revisions); on the
+ * 2026-07-28 revision the SDK sends it as -32602, as that revision says.
+ */
 export const RESOURCE_NOT_FOUND = -32002;
 
 const TRACK_RECORD_URI = 'track-record://';

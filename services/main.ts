@@ -6,6 +6,7 @@ import { flushAccessLines } from './api/request-log.ts';
 import { ROLES, type Role } from './component.ts';
 import { startService } from './service.ts';
 import { createLogger } from './shared/logger.ts';
+import { isEcho } from './shared/signal-echo.ts';
 
 /**
  * Entry point. `npm start` runs every role in one process on the embedded adapters;
@@ -42,14 +43,19 @@ async function main(): Promise<void> {
   const logger = createLogger(config, { roles: roles.join(',') });
   const service = await startService(config, roles, logger);
 
-  let signals = 0;
-  const shutdown = (signal: string) => {
-    signals += 1;
-    if (signals > 1) {
+  let first: { signal: NodeJS.Signals; at: number } | null = null;
+  const shutdown = (signal: NodeJS.Signals) => {
+    const now = Date.now();
+    if (isEcho(first, signal, now)) {
+      logger.info({ signal }, 'the same signal again, passed on by a parent process: already draining');
+      return;
+    }
+    if (first !== null) {
       logger.warn({ signal }, 'second signal: exiting at once');
       flushLogs(logger);
       killSelf();
     }
+    first = { signal, at: now };
     logger.info({ signal }, 'shutting down');
     const timer = setTimeout(() => {
       logger.error({ timeoutMs: config.SHUTDOWN_TIMEOUT_MS }, 'shutdown timed out: exiting');

@@ -113,6 +113,7 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       'chat_knowledge',
       'get_market_regime',
       'get_risk_forecast',
+      'get_track_record',
       'get_trade_call',
       'scan_funding_arb',
       'scan_trade_calls',

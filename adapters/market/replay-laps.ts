@@ -1,4 +1,4 @@
-import type { Candle, FundingRate, Timeframe } from '../../contracts/market.ts';
+import { type Candle, type FundingRate, TIMEFRAME_MS, type Timeframe } from '../../contracts/market.ts';
 import { type CandleSeries, closedCandles } from './candle-window.ts';
 import { firstAfter } from './funding-series.ts';
 
@@ -7,7 +7,9 @@ import { firstAfter } from './funding-series.ts';
  * moving forward and the last `period` of the data (a whole number of days, so every candle
  * boundary and funding schedule stays aligned) is served again, shifted by one period per lap.
  * Candle times, verdict ids and hash chains therefore stay unique and increasing; the only seam
- * is the price jump where one lap's last candle meets the next lap's first. Pure functions.
+ * is the price jump where one lap's last candle meets the next lap's first. A timeframe's history
+ * runs across the seam: until a lap has closed its first candle of the timeframe, the latest are
+ * the lap before's. Pure functions.
  */
 
 const DAY_MS = 86_400_000;
@@ -54,6 +56,12 @@ export function lappedCandles(
   for (let j = k; j >= 0 && have < limit; j--) {
     let part = closedCandles(series, timeframe, local, limit - have);
     if (j > 0) part = part.filter((c) => c.openTime >= laps.loopStart);
+    // A lap younger than one candle of the timeframe has closed none yet (a day of feed time for
+    // 1d): the lap before it holds the latest, so the answer carries on from there.
+    if (j > 0 && part.length === 0 && local < laps.loopStart + TIMEFRAME_MS[timeframe]) {
+      local = laps.end;
+      continue;
+    }
     parts.unshift(part.map((c) => shiftCandle(c, j * laps.period)));
     have += part.length;
     // Only a lap that starts at loopStart joins the lap before it; a series with a hole there

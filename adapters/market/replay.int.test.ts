@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import type { Logger } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { CandleClose } from '../../contracts/market.ts';
+import { type CandleClose, TIMEFRAME_MS } from '../../contracts/market.ts';
 import { aggregateCandles } from './aggregate.ts';
 import { readCandleFile } from './csv.ts';
 import {
@@ -371,6 +371,39 @@ describe('replay clock', () => {
       // Looping is logged, once per lap.
       expect(logged.filter((l) => l.msg.includes('loops'))).toHaveLength(1);
       expect(logged.find((l) => l.msg.includes('loops'))!.obj).toMatchObject({ lap: 1 });
+    } finally {
+      await feed.close();
+    }
+  });
+
+  it('carries every timeframe across the seam: before a lap closes its first 8h, 12h or 1d candle, the lap before holds the latest', async () => {
+    const feed = await openReplayFeed({ start: DATA_END, speed: 0, run: false });
+    try {
+      const long = ['8h', '12h', '1d'] as const;
+      const atEnd = new Map<string, number[]>();
+      for (const tf of long)
+        atEnd.set(
+          tf,
+          (await feed.candles('BINANCE_SPOT', 'BTC', tf, { limit: 30 })).map((c) => c.openTime),
+        );
+      // Five hours into the next lap, no candle of these timeframes has closed in it yet.
+      feed.clock.setTime(DATA_END + 5 * H);
+      for (const tf of long) {
+        const times = (await feed.candles('BINANCE_SPOT', 'BTC', tf, { limit: 30 })).map((c) => c.openTime);
+        expect(times, tf).toEqual(atEnd.get(tf));
+      }
+      // Once one has, it follows the last of the lap before, one timeframe later.
+      feed.clock.setTime(DATA_END + 24 * H);
+      for (const tf of long) {
+        const times = (await feed.candles('BINANCE_SPOT', 'BTC', tf, { limit: 30 })).map((c) => c.openTime);
+        expect(times, tf).toHaveLength(30);
+        const step = TIMEFRAME_MS[tf];
+        expect(
+          times.every((t, i) => i === 0 || t - times[i - 1]! === step),
+          tf,
+        ).toBe(true);
+        expect(times.at(-1), tf).toBe(DATA_END + 24 * H - step);
+      }
     } finally {
       await feed.close();
     }

@@ -21,6 +21,7 @@ const BENCHES: Record<string, () => Promise<unknown>> = {
   engine: async () => (await import('./engine.bench.ts')).run(),
   rebuild: async () => (await import('./rebuild.bench.ts')).run(),
   startup: async () => (await import('./startup.bench.ts')).run(),
+  idle: async () => (await import('./idle.bench.ts')).run(),
   scheduler: async () => (await import('./scheduler.bench.ts')).run(),
   growth: async () => (await import('./growth.bench.ts')).run(),
   // The 402 quote path is measured by the x402 bench, through the same out-of-process harness.

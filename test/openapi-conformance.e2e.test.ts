@@ -12,6 +12,7 @@ import { createSiweMessage } from 'viem/siwe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ERRORS } from '../contracts/errors.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
+import { readableHeaders, undeclaredHeaders } from './openapi-headers.ts';
 import { startTestService, type TestService } from './service-harness.ts';
 
 /**
@@ -176,10 +177,8 @@ async function conform(call: Call): Promise<unknown> {
     expect(Object.keys(response!.headers ?? {}), `${label}: header ${name} documented`).toContain(name);
   }
   // Every header a client may read is in the document, for this operation and status.
-  const declared = Object.keys(response!.headers ?? {}).map((h) => h.toLowerCase());
-  const undeclared = readable(res.headers).filter((name) => !declared.includes(name));
-  expect(undeclared, `${label}: headers sent and not documented`).toEqual([]);
-  headersSeen.push(...readable(res.headers));
+  expect(undeclaredHeaders(response, res.headers), `${label}: headers sent and not documented`).toEqual([]);
+  headersSeen.push(...readableHeaders(res.headers));
   const type = (res.headers.get('content-type') ?? '').split(';')[0]!.trim();
   const record = (body: unknown) => {
     const id = operation!.operationId!;
@@ -222,30 +221,6 @@ async function conform(call: Call): Promise<unknown> {
   return text;
 }
 
-/**
- * What HTTP itself reads (framing, the body's type and length, cookies, CORS for the browser): the
- * document's media types and security schemes say those. Every other header is one a client may read.
- */
-const FRAMING = new Set([
-  'content-type',
-  'content-length',
-  'content-encoding',
-  'date',
-  'connection',
-  'keep-alive',
-  'transfer-encoding',
-  'set-cookie',
-  'trailer',
-]);
-/** Header names (lower case) of an answer a client may read; a trailer counts as the header it names. */
-function readable(headers: Headers): string[] {
-  const names = [...headers.keys()].filter((n) => !FRAMING.has(n) && !n.startsWith('access-control-'));
-  const trailers = (headers.get('trailer') ?? '')
-    .split(',')
-    .map((t) => t.trim().toLowerCase())
-    .filter((t) => t !== '');
-  return [...names, ...trailers];
-}
 /** Every client-readable header the calls saw, to check the headers the issue named were met. */
 const headersSeen: string[] = [];
 
@@ -903,8 +878,8 @@ describe('the OpenAPI document describes every real answer', () => {
       'mcp-session-id',
     ])
       expect(headersSeen, name).toContain(name);
-    // A paid answer's headers (settlement, replay) need a chain: the payer-safety suites send them;
-    // here the document must declare them on every paid route's answer.
+    // A paid answer's headers (settlement, replay) need a chain: x402-payer-safety checks a
+    // replayed paid answer's headers against the document; here every paid route declares them.
     for (const [path, item] of Object.entries(doc.paths).filter(([path]) => path.startsWith('/x402/')))
       expect(Object.keys(item.post!.responses['200']!.headers ?? {}), path).toEqual(
         expect.arrayContaining(['PAYMENT-RESPONSE', 'X-PAYMENT-RESPONSE', 'x-payment-replayed']),

@@ -23,6 +23,7 @@ import {
   toBase64Json,
   type X402Stack,
 } from './chain/x402-app.ts';
+import { readableHeaders, undeclaredHeaders } from './openapi-headers.ts';
 import { REDIS_URL, redisUnreachable, wipePrefix } from './redis-probe.ts';
 
 /**
@@ -172,6 +173,14 @@ describe('2. a paid answer is never lost', () => {
     const again = await post(BODY, { 'payment-signature': header });
     expect(again.status).toBe(200);
     expect(again.headers.get('x-payment-replayed')).toBe('true');
+    // The settlement and replay headers are in the document for a generated client to read.
+    const doc = (await (await fetch(`${stack.url}/openapi.json`)).json()) as {
+      paths: Record<string, { post: { responses: Record<string, { headers?: Record<string, unknown> }> } }>;
+    };
+    expect(readableHeaders(again.headers)).toEqual(
+      expect.arrayContaining(['payment-response', 'x-payment-replayed']),
+    );
+    expect(undeclaredHeaders(doc.paths[PATH]!.post.responses['200'], again.headers)).toEqual([]);
     const body = (await again.json()) as { regime: string; _service: { payment: { status: string } } };
     expect(body.regime).toEqual(expect.any(String));
     expect(body._service.payment.status).toBe('settled');

@@ -158,15 +158,20 @@ export function requestedHogs(): number {
   return n;
 }
 
+/**
+ * A hog spins one core; every ten million turns (a few ms) it checks that the bench that started
+ * it is still its parent, so that a bench killed before it could stop its hogs leaves none behind.
+ */
+const HOG =
+  'const parent = process.ppid; for (;;) { for (let i = 0; i < 1e7; i++); if (process.ppid !== parent) process.exit(0); }';
+
 /** What the rows recorded now were measured under: `quiet`, or `loaded (N CPU hogs)`. */
 let condition = 'quiet';
 
 /** Starts `n` CPU hogs (see requestedHogs) for the rows recorded until the returned stop is called. */
 export function startCpuHogs(n: number): () => Promise<void> {
   if (n === 0) return async () => {};
-  const hogs = Array.from({ length: n }, () =>
-    spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' }),
-  );
+  const hogs = Array.from({ length: n }, () => spawn(process.execPath, ['-e', HOG], { stdio: 'ignore' }));
   condition = `loaded (${n} CPU hog${n === 1 ? '' : 's'})`;
   return async () => {
     condition = 'quiet';

@@ -266,7 +266,14 @@ export const RiskHorizonModelSchema = z.object({
    * The free baseline it is scored against: quantiles of the return over the plain trailing
    * variance of the last 20 candles (× candles), fitted on the same training months.
    */
-  freeBand: z.object({ low: z.number(), high: z.number() }).optional(),
+  freeBand: z
+    .object({
+      low: z.number(),
+      high: z.number(),
+      /** Its level on training (mean r² ÷ trailing variance × candles), for sizing it fairly. */
+      scale: z.number().positive().optional(),
+    })
+    .optional(),
   /**
    * The risk desk's baselines fitted on the same training months (signals-5 on), so a later
    * folder is scored against them without refitting: GARCH(1,1)'s α and β (each coin's long-run
@@ -276,7 +283,11 @@ export const RiskHorizonModelSchema = z.object({
   garch: z.object({ alpha: z.number().min(0).max(1), beta: z.number().min(0).max(1) }).optional(),
   harRv: z
     .object({
-      windows: z.tuple([z.number().int().positive(), z.number().int().positive(), z.number().int().positive()]),
+      windows: z.tuple([
+        z.number().int().positive(),
+        z.number().int().positive(),
+        z.number().int().positive(),
+      ]),
       coefficients: z.array(z.number()).length(4),
       floor: z.number().nonnegative(),
     })

@@ -398,6 +398,7 @@ export function scoreVolatility(
       trailing: s.trailing,
       realised: s.realised,
       inside: r >= model.bandLow * sigma && r <= model.bandHigh * sigma,
+      r,
       sigma,
     };
   });
@@ -413,11 +414,13 @@ export function scoreVolatility(
   const forecastRho = rho(days, 'forecast');
   const trailingRho = rho(days, 'trailing');
   const inside = pts.filter((p) => p.inside).length;
+  // σ served ÷ realised as the risk desk states it: RMS of the σ over RMS of the horizon's
+  // log return (a mean of √(sum of squares) is biased low and read 1.12–1.22 for a level fit).
   let sf = 0;
   let sr = 0;
   for (const p of pts) {
-    sf += p.sigma;
-    sr += Math.sqrt(p.realised);
+    sf += p.forecast;
+    sr += p.r * p.r;
   }
   return {
     points: pts.length,
@@ -438,6 +441,6 @@ export function scoreVolatility(
       ),
     },
     nominal,
-    scaleRatio: sr === 0 ? Number.NaN : sf / sr,
+    scaleRatio: sr === 0 ? Number.NaN : Math.sqrt(sf / sr),
   };
 }

@@ -181,6 +181,18 @@ const dates = (x: string) =>
     .filter((s) => s.trim() !== '')
     .map(day);
 
+if (values.until && !values['risk-only']) usageError('--until needs --risk-only');
+// An inner fold (--until, or a split other than the default) must not overwrite the shipped tables.
+if (
+  values['risk-only'] &&
+  !values['score-only'] &&
+  (values.until || values.split !== OPTIONS.split.default) &&
+  !(process.argv.includes('--vol-table') && process.argv.includes('--baselines'))
+) {
+  usageError(
+    '--risk-only with --until or another --split writes a fold: name --vol-table and --baselines for it',
+  );
+}
 if (values.warmup && !values['score-only'])
   usageError('--warmup needs --score-only (a fit reads every month it is given)');
 // With a warm-up folder the scores start where the data folder starts, unless --from says.
@@ -278,7 +290,7 @@ function withRisk(table: VolatilityTable, desk: DeskResult): VolatilityTable {
     const verdict = rows?.find((r) => r.key === 'verdict');
     if (verdict) models[tf] = verdict.model;
   }
-  return VolatilityTableSchema.parse({ ...table, models, risk: desk.risk });
+  return VolatilityTableSchema.parse({ ...table, models, risk: desk.risk, trainTo: split });
 }
 
 if (values['risk-only']) {

@@ -138,7 +138,7 @@ function holdShare(
 
 function volTable(rows: VolReport[]): string[] {
   return mdTable(
-    '| set | tf | test points (every candle) | rank corr. forecast vs realised | trailing-vol baseline | forecast − baseline [block 95%] | 80% band coverage [block 95%] | within ±5 pts of nominal | coverage, one point per horizon (points) | mean forecast σ / mean realised σ |',
+    '| set | tf | test points (every candle) | rank corr. forecast vs realised | trailing-vol baseline | forecast − baseline [block 95%] | 80% band coverage [block 95%] | within ±5 pts of nominal | coverage, one point per horizon (points) | σ served ÷ realised (RMS / RMS) |',
     '|---|---|---:|---:|---:|---|---|---|---|---:|',
     rows.map((r) => {
       const s = r.score;
@@ -318,7 +318,7 @@ export function renderReport(input: ReportInput): string {
     const below = (k: 'ewma' | 'garch' | 'harRv') =>
       rows.filter((r) => r.score.qlikeVs[k].value !== null && r.score.qlikeVs[k].value! < 0).length;
     L.push(
-      `- Risk forecast (next candle, ${settings.horizon} candles, one day; docs/evaluation-risk.md): σ served ÷ realised within 0.9–1.1 on ${level.length} of ${rows.length} (set, timeframe, horizon) rows of the test months; QLIKE below RiskMetrics EWMA on ${below('ewma')}, GARCH(1,1) on ${below('garch')}, HAR-RV on ${below('harRv')} of ${rows.length}.`,
+      `- Risk forecast (next candle, ${settings.horizon} candles, one day; docs/evaluation-risk.md): σ served ÷ realised within 0.9–1.1 on ${level.length} of ${rows.length} distinct (set, timeframe, horizon) rows of the test months; QLIKE below RiskMetrics EWMA on ${below('ewma')}, GARCH(1,1) on ${below('garch')}, HAR-RV on ${below('harRv')} of ${rows.length}.`,
     );
   }
   if (input.labels.length > 0) {

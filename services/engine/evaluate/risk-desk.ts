@@ -224,14 +224,24 @@ export interface DeskFit {
   candles: number;
   service: VolatilityModel;
   harRv: HarRvModel;
-  freeBand: { low: number; high: number };
+  /**
+   * The free trailing-σ forecast's band quantiles and its level scale (mean of r² over the
+   * trailing variance × h on training: the same level fit the service gets, so sizing compares
+   * forecasts, not a missing scale).
+   */
+  freeBand: { low: number; high: number; scale?: number | undefined };
 }
 
 export interface DeskCoin {
   series: DeskSeries;
-  /** The coin's long-run variance for GARCH: its training months' mean squared return. */
+  /**
+   * The coin's long-run variance for GARCH: its mean squared return before `split`, or, for a
+   * coin with no such closes (a folder of later months without a warm-up), over its first week.
+   */
   longRun: number;
   garch: Float64Array;
+  /** Closes before this are not scored (the first week that gave `longRun`, when it did). */
+  scoreFrom: number;
 }
 
 /** Index of the first close at or after `t` (binary search on the ascending close times). */
@@ -291,6 +301,7 @@ export function fitDesk(
   const harRows: number[][] = [];
   const harYs: number[] = [];
   const z: number[] = [];
+  let scaleSum = 0;
   for (const { series: s } of coins) {
     const cumRv = prefix(s.rv);
     for (const i of closes(s, h, w, Number.NEGATIVE_INFINITY, split, true)) {
@@ -314,7 +325,10 @@ export function fitDesk(
         windowMean(cumRv, i, windows[2]),
       ]);
       harYs.push(realised);
-      if (s.trailing[i]! > 0) z.push(logReturn / Math.sqrt(s.trailing[i]! * h));
+      if (s.trailing[i]! > 0) {
+        z.push(logReturn / Math.sqrt(s.trailing[i]! * h));
+        scaleSum += realised / (s.trailing[i]! * h);
+      }
     }
   }
   if (samples.length < 500) return null;
@@ -330,7 +344,7 @@ export function fitDesk(
     candles: h,
     service,
     harRv,
-    freeBand: { low: quantile(z, tail), high: quantile(z, 1 - tail) },
+    freeBand: { low: quantile(z, tail), high: quantile(z, 1 - tail), scale: scaleSum / z.length },
   };
 }
 
@@ -342,20 +356,37 @@ export function prepareCoins(
 ): { coins: DeskCoin[]; garch: GarchParams } {
   const base = series.map((s) => {
     const trainEnd = firstAtOrAfter(s.closeTime, split);
-    let sum = 0;
-    let n = 0;
-    for (let i = 1; i < trainEnd; i++) {
-      sum += s.r2[i]!;
-      n++;
+    const mean = (to: number) => {
+      let sum = 0;
+      for (let i = 1; i < to; i++) sum += s.r2[i]!;
+      return to > 1 ? sum / (to - 1) : Number.NaN;
+    };
+    if (trainEnd > 100) {
+      return {
+        s,
+        trainEnd,
+        longRun: mean(trainEnd),
+        ownLongRun: Number.NaN,
+        scoreFrom: Number.NEGATIVE_INFINITY,
+      };
     }
-    return { s, trainEnd, longRun: n >= 100 ? sum / n : Number.NaN };
+    const perDay = s.closeTime.length > 1 ? Math.round(DAY_MS / (s.closeTime[1]! - s.closeTime[0]!)) : 1;
+    const week = Math.min(s.closeTime.length - 1, Math.max(101, 7 * perDay));
+    return {
+      s,
+      trainEnd,
+      longRun: Number.NaN,
+      ownLongRun: mean(week),
+      scoreFrom: s.closeTime[week] ?? Number.POSITIVE_INFINITY,
+    };
   });
   const known = base
     .filter((b) => Number.isFinite(b.longRun))
     .map((b) => b.longRun)
     .sort((a, b) => a - b);
-  // A coin without training months takes the median coin's long-run variance.
-  const fallback = known.length > 0 ? quantile(known, 0.5) : 1e-4;
+  // A coin without closes before `split` takes the median coin's long-run variance, or when no
+  // coin has any, its own first week's (which is then not scored).
+  const fallback = known.length > 0 ? quantile(known, 0.5) : Number.NaN;
   const params =
     garch ??
     fitGarch(
@@ -366,8 +397,14 @@ export function prepareCoins(
   return {
     garch: params,
     coins: base.map((b) => {
-      const longRun = Number.isFinite(b.longRun) ? b.longRun : fallback;
-      return { series: b.s, longRun, garch: garchFilter(b.s.r2, 1, longRun, params) };
+      const longRun = Number.isFinite(b.longRun)
+        ? b.longRun
+        : Number.isFinite(fallback)
+          ? fallback
+          : b.ownLongRun;
+      const scoreFrom =
+        Number.isFinite(b.longRun) || Number.isFinite(fallback) ? Number.NEGATIVE_INFINITY : b.scoreFrom;
+      return { series: b.s, longRun, garch: garchFilter(b.s.r2, 1, longRun, params), scoreFrom };
     }),
   };
 }
@@ -439,7 +476,14 @@ export function scoreDesk(
     const s = c.series;
     const cumRv = prefix(s.rv);
     const vars = [0, 0, 0];
-    for (const i of closes(s, h, fit.harRv.windows[2], from, to, Number.isFinite(to))) {
+    for (const i of closes(
+      s,
+      h,
+      fit.harRv.windows[2],
+      Math.max(from, c.scoreFrom),
+      to,
+      Number.isFinite(to),
+    )) {
       vars[0] = s.v0[i]!;
       vars[1] = s.v1[i]!;
       vars[2] = s.v2[i]!;
@@ -480,7 +524,7 @@ export function scoreDesk(
       }
       // A position of notional budget/σ: its P&L over the horizon in budgets is logReturn/σ.
       b.sized += (logReturn * logReturn) / Math.max(FLOOR, service);
-      if (free > 0) b.trailingSized += (logReturn * logReturn) / (free * free);
+      if (free > 0) b.trailingSized += (logReturn * logReturn) / (free * free * (fit.freeBand.scale ?? 1));
     }
   }
   const list = [...blocks.entries()].sort((a, b) => a[0] - b[0]).map(([, v]) => [v]);

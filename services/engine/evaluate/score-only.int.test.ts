@@ -112,6 +112,8 @@ describe('npm run evaluate -- --score-only', () => {
       [['--bogus'], "Unknown option '--bogus'"],
       [['--split', 'someday'], 'invalid date in --split'],
       [['--warmup', 'sample-data/market'], '--warmup needs --score-only'],
+      [['--until', '2025-05-01'], '--until needs --risk-only'],
+      [['--risk-only', '--until', '2025-05-01'], 'writes a fold: name --vol-table and --baselines'],
     ] as const) {
       const failed = await run(
         process.execPath,

@@ -456,7 +456,7 @@ export const TOOLS = {
     output: RiskForecast,
     title: 'Risk forecast',
     description:
-      'Expected move and its 80 % band for a coin on one timeframe and venue, over the next candle, six candles and one day (HAR volatility model fitted before the test months and scored out of sample against a free trailing-volatility band), each with sizing for a stated risk budget (riskBudgetUsd, default 100 USD): the notional whose one-σ move over the horizon is the budget, and the stops the band implies.',
+      'Expected move and its 80 % band for a coin on one timeframe and venue, over the next candle, six candles and one day (HAR-type volatility model fitted by QLIKE before the test months and scored out of sample against RiskMetrics EWMA, GARCH(1,1), HAR-RV and a free trailing band), each with sizing for a stated risk budget (riskBudgetUsd, default 100 USD): the notional whose one-σ move over the horizon is the budget, and the stops the band implies.',
     example: { coin: 'BTC', timeframe: '1h' },
     // Priced like a regime reading: the same computation over the same market state.
     price: { key: 'X402_PRICE_GET_MARKET_REGIME' },

@@ -89,8 +89,8 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
 </tr></thead><tbody></tbody></table></div>
 <div class="table-wrap"><table id="risk"><thead><tr>
   <th>set</th><th>timeframe</th><th>horizon</th><th>points</th><th>band coverage</th>
-  <th>free band coverage</th><th>rank corr.</th><th>free rank corr.</th><th>σ served ÷ realised</th>
-  <th>QLIKE − EWMA</th><th>QLIKE − GARCH</th><th>QLIKE − HAR-RV</th>
+  <th>free band coverage</th><th>σ served ÷ realised</th>
+  <th>QLIKE − EWMA</th><th>QLIKE − GARCH</th><th>QLIKE − HAR-RV</th><th>sized ÷ target</th><th>trailing-σ sized ÷ target</th>
 </tr></thead><tbody></tbody></table></div>
 <h2>Funding carry</h2>
 <p class="note" id="carry-note"></p>
@@ -199,11 +199,11 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
       var d = r.desk;
       var desk = d
         ? '<td>' + lift(d.sigmaRatio) + '</td><td>' + lift(d.qlikeVs.ewma) + '</td><td>' + lift(d.qlikeVs.garch) +
-          '</td><td>' + lift(d.qlikeVs.harRv) + '</td>'
-        : '<td colspan="4">not yet scored</td>';
+          '</td><td>' + lift(d.qlikeVs.harRv) + '</td><td>' + lift(d.sizing.service) + '</td><td>' +
+          lift(d.sizing.trailing) + '</td>'
+        : '<td colspan="6">not yet scored</td>';
       return '<tr><td>' + r.set + '</td><td>' + r.timeframe + '</td><td>' + r.horizon + '</td><td>' + r.points +
-        '</td><td>' + share(r.coverage) + '</td><td>' + share(r.freeCoverage) + '</td><td>' +
-        num(r.rankCorrelation, 2) + '</td><td>' + num(r.freeRankCorrelation, 2) + '</td>' + desk + '</tr>';
+        '</td><td>' + share(r.coverage) + '</td><td>' + share(r.freeCoverage) + '</td>' + desk + '</tr>';
     }).join('');
     if (!b) document.getElementById('baselines-note').textContent = 'No baseline figures are shipped with this build.';
   }

@@ -32,11 +32,7 @@ beforeAll(async () => {
 
 /** Test-period outcomes scrambled: what a fit may not see. */
 const scramble = (xs: Sample[]) =>
-  xs.map((s) =>
-    s.closeTime >= split
-      ? { ...s, forward: -s.forward * 3, realised: s.realised * 9, realisedDay: s.realisedDay * 9 }
-      : s,
-  );
+  xs.map((s) => (s.closeTime >= split ? { ...s, forward: -s.forward * 3, realised: s.realised * 9 } : s));
 
 describe('walk-forward fits see no test months', () => {
   it('direction, confidence curve and volatility model ignore outcomes after the split', () => {

@@ -3,7 +3,7 @@ import { TIMEFRAME_MS } from '../../../contracts/market.ts';
 import type { CalibrationTable } from '../../../contracts/signals.ts';
 import { createMarketState } from '../signals/market-state.ts';
 import { computeScore, ENGINE_VERSION } from '../signals/verdict.ts';
-import { dayCandles, harFeatures } from '../signals/volatility.ts';
+import { harFeatures } from '../signals/volatility.ts';
 
 /**
  * Walk-forward evaluation, pure: stream closed candles through the engine, record the composite
@@ -32,11 +32,6 @@ export interface Sample {
    * (the fade/follow-the-last-N-candles baselines).
    */
   back: Float64Array;
-  /** The risk forecast's other horizons (RISK_HORIZONS): realised variance and log return; NaN past the data. */
-  realisedNext: number;
-  logReturnNext: number;
-  realisedDay: number;
-  logReturnDay: number;
 }
 
 /** Look-backs of the free fade/follow rules, in candles. */
@@ -64,14 +59,6 @@ export function collectSamples(
     const b = candles[i]!.close;
     r2[i] = a > 0 && b > 0 ? Math.log(b / a) ** 2 : 0;
   }
-  // Prefix sums of squared returns: realised variance over any horizon in O(1).
-  const cum = new Float64Array(candles.length + 1);
-  for (let i = 0; i < candles.length; i++) cum[i + 1] = cum[i]! + r2[i]!;
-  const dayH = dayCandles(timeframe);
-  const realisedOver = (i: number, h: number) =>
-    i + h < candles.length ? cum[i + h + 1]! - cum[i + 1]! : Number.NaN;
-  const logReturnOver = (i: number, h: number) =>
-    i + h < candles.length ? Math.log(candles[i + h]!.close / candles[i]!.close) : Number.NaN;
   let trailingSum = 0;
   for (let i = 0; i < last; i++) {
     const c = candles[i]!;
@@ -96,10 +83,6 @@ export function collectSamples(
       back: Float64Array.from(FREE_LOOKBACKS, (n) =>
         i >= n && candles[i - n]!.close > 0 ? c.close / candles[i - n]!.close - 1 : 0,
       ),
-      realisedNext: realisedOver(i, 1),
-      logReturnNext: logReturnOver(i, 1),
-      realisedDay: realisedOver(i, dayH),
-      logReturnDay: logReturnOver(i, dayH),
     });
   }
   return out;

@@ -251,7 +251,7 @@ export function renderRiskDesk(
   const out = [
     "## The risk forecast against a risk desk's forecasters",
     '',
-    `Test months from ${meta.from}; every model and baseline fitted on the months before (${meta.fitted}). Every closed candle of every coin is a point (overlapping horizons); intervals resample blocks at least a day and one horizon long, all coins of a block together, 200 resamples.`,
+    `Test months from ${meta.from}; every model and baseline fitted on the months before (${meta.fitted}). Every closed candle of every coin is a point (overlapping horizons); intervals resample blocks at least a day and two horizons long, all coins of a block together, 200 resamples.`,
     '',
     `- Level: σ served ÷ realised (RMS of the forecast σ over RMS of the realised log return) within 0.9–1.1 on ${level} of ${n} rows.`,
     `- ${Math.round(100 * meta.coverage)} % band coverage within ±3 points on ${cover} of ${n} rows.`,

@@ -456,8 +456,8 @@ export interface DeskScore {
 const fin = (x: number) => (Number.isFinite(x) ? x : null);
 
 /**
- * Scores one horizon on the closes in [from, to) of every coin, with blocks at least a day (and
- * one horizon) long, all coins of a block resampled together.
+ * Scores one horizon on the closes in [from, to) of every coin, with blocks at least a day and
+ * two horizons long, all coins of a block resampled together.
  */
 export function scoreDesk(
   coins: readonly DeskCoin[],
@@ -469,7 +469,9 @@ export function scoreDesk(
   resamples = 200,
 ): DeskScore {
   const h = fit.candles;
-  const blockMs = Math.max(DAY_MS, h * TIMEFRAME_MS[timeframe]);
+  // A close's outcome runs h candles past it: blocks twice the horizon long (at least a day) keep
+  // most overlapping outcomes inside one block, so the intervals are not too narrow on day rows.
+  const blockMs = Math.max(DAY_MS, 2 * h * TIMEFRAME_MS[timeframe]);
   const blocks = new Map<number, BlockSums>();
   const [b0, b1, b2, b3] = fit.harRv.coefficients as [number, number, number, number];
   for (const c of coins) {

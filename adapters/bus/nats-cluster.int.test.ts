@@ -105,10 +105,16 @@ describe.skipIf(!haveBinary)('a 3-replica stream on a 3-node JetStream cluster',
         logger,
       );
       try {
-        const ready = (await (await fetch(`${service.url}/readyz`)).json()) as {
-          checks: Record<string, Record<string, unknown>>;
-        };
-        expect(ready.checks.bus).toMatchObject({
+        // Ready once a majority of the raised stream's copies has caught up (the bus check counts
+        // current copies): on a busy machine the two new copies take a moment, so wait for it.
+        const busCheck = async () =>
+          (
+            (await (await fetch(`${service.url}/readyz`)).json()) as {
+              checks: Record<string, Record<string, unknown>>;
+            }
+          ).checks.bus;
+        await expect.poll(async () => (await busCheck())?.ok).toBe(true);
+        expect(await busCheck()).toMatchObject({
           ok: true,
           replicas: { wanted: 3 },
           drift: expect.arrayContaining([expect.objectContaining({ setting: 'storage', found: 'memory' })]),

@@ -1,9 +1,8 @@
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { createWriteStream, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { pipeline } from 'node:stream/promises';
 import { promisify } from 'node:util';
 import { createPublicClient, createWalletClient, type Hex, http } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
@@ -17,8 +16,8 @@ import { HOUR, MARKETS, recordHistory, startHistoryServer } from '../../test/his
 import { ANCHOR_STREAM, anchorDue, readAnchorData } from './anchor.ts';
 import { rowOutcome } from './audit.ts';
 import { type CliDeps, runHistoryCommand, UsageError } from './cli-commands.ts';
+import { writeExport } from './export-fixture.ts';
 import { readExport } from './files.ts';
-import { CSV_HEADER, csvLine, parquetStream } from './writers.ts';
 
 /** anvil's second well-known development account (a public test key, funded at start). */
 const ANCHOR_KEY: Hex = '0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d';
@@ -72,22 +71,8 @@ afterAll(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-async function write(name: string, format: HistoryFormat, written: HistoryRow[]): Promise<string> {
-  if (format === 'ndjson') {
-    const path = join(dir, `${name}.ndjson`);
-    writeFileSync(path, written.map((r) => `${JSON.stringify(r)}\n`).join(''));
-    return path;
-  }
-  if (format === 'csv') {
-    const path = join(dir, `${name}.csv`);
-    writeFileSync(path, CSV_HEADER + written.map(csvLine).join(''));
-    return path;
-  }
-  const path = join(dir, name);
-  mkdirSync(path);
-  await pipeline(parquetStream([written]), createWriteStream(join(path, 'part-000001.parquet')));
-  return path;
-}
+const write = (name: string, format: HistoryFormat, written: HistoryRow[]) =>
+  writeExport(dir, name, format, written);
 
 const verify = async (path: string, ...extra: string[]) =>
   JSON.parse(await runHistoryCommand(['verify', path, ...extra], deps()));

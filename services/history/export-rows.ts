@@ -51,24 +51,25 @@ type Outcome = RecordedEvent<EventData<'VerdictOutcomeResolved'>, 'VerdictOutcom
  */
 
 /** The tail of a row that has no outcome attached. */
-export const NO_OUTCOME_TAIL = Buffer.from(
-  `${JSON.stringify({
-    outcome_id: null,
-    return_1: null,
-    return_6: null,
-    return_24: null,
-    result: null,
-    net_centi_bps: null,
-    mae_bps: null,
-    mfe_bps: null,
-    realised_vol: null,
-    lean: null,
-    lean_net_centi_bps: null,
-    outcome_hash: null,
-    outcome_prev_hash: null,
-    outcome_position: null,
-  }).slice(1)}`,
-);
+/** A row's outcome columns before its outcome is known (or while its content is sealed). */
+export const NO_OUTCOME = {
+  outcome_id: null,
+  return_1: null,
+  return_6: null,
+  return_24: null,
+  result: null,
+  net_centi_bps: null,
+  mae_bps: null,
+  mfe_bps: null,
+  realised_vol: null,
+  lean: null,
+  lean_net_centi_bps: null,
+  outcome_hash: null,
+  outcome_prev_hash: null,
+  outcome_position: null,
+} as const;
+
+export const NO_OUTCOME_TAIL = Buffer.from(`${JSON.stringify(NO_OUTCOME).slice(1)}`);
 
 /**
  * Stored per verdict, keyed by its log position, as bytes read back without a decoder (an

@@ -1,7 +1,6 @@
-import { createWriteStream, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { pipeline } from 'node:stream/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deterministicId } from '../../contracts/deterministic-id.ts';
 import { newEvent, parseDomainEvent } from '../../contracts/events.ts';
@@ -16,9 +15,10 @@ import { outcomeHash } from '../../contracts/verdict-hash.ts';
 import { recordHistory, startHistoryServer } from '../../test/history-harness.ts';
 import { rowOutcome } from './audit.ts';
 import { type CliDeps, runHistoryCommand } from './cli-commands.ts';
+import { writeExport } from './export-fixture.ts';
+import { NO_OUTCOME } from './export-rows.ts';
 import { readExport } from './files.ts';
 import { outcomeDueAt, resolveOutcome } from './outcome.ts';
-import { CSV_HEADER, csvLine, parquetStream } from './writers.ts';
 
 /** Verdicts per stream whose outcome is recorded as before outcomes were chained (no hash). */
 const LEGACY = 3;
@@ -79,23 +79,8 @@ afterAll(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-/** Writes rows as the export writes them in `format`. */
-async function write(name: string, format: HistoryFormat, written: HistoryRow[]): Promise<string> {
-  if (format === 'ndjson') {
-    const path = join(dir, `${name}.ndjson`);
-    writeFileSync(path, written.map((r) => `${JSON.stringify(r)}\n`).join(''));
-    return path;
-  }
-  if (format === 'csv') {
-    const path = join(dir, `${name}.csv`);
-    writeFileSync(path, CSV_HEADER + written.map(csvLine).join(''));
-    return path;
-  }
-  const path = join(dir, name);
-  mkdirSync(path);
-  await pipeline(parquetStream([written]), createWriteStream(join(path, 'part-000001.parquet')));
-  return path;
-}
+const write = (name: string, format: HistoryFormat, written: HistoryRow[]) =>
+  writeExport(dir, name, format, written);
 
 async function verify(path: string, ...extra: string[]) {
   return JSON.parse(await runHistoryCommand(['verify', path, ...extra], deps()));
@@ -112,22 +97,6 @@ function middle(pick: (r: HistoryRow) => boolean = () => true): HistoryRow {
   if (!found) throw new Error('no such row in the fixture');
   return found;
 }
-const NO_OUTCOME = {
-  outcome_id: null,
-  return_1: null,
-  return_6: null,
-  return_24: null,
-  result: null,
-  net_centi_bps: null,
-  mae_bps: null,
-  mfe_bps: null,
-  realised_vol: null,
-  lean: null,
-  lean_net_centi_bps: null,
-  outcome_hash: null,
-  outcome_prev_hash: null,
-  outcome_position: null,
-} satisfies Partial<HistoryRow>;
 
 describe('outcomes in the chain', () => {
   it('chains every outcome the resolver records, each tied to its verdict, after the unchained ones of an existing log', async () => {

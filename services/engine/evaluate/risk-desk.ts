@@ -21,16 +21,17 @@ import { DAY_MS, dayBlockInterval } from './bootstrap.ts';
  *   GARCH or optimiser package exists for Node: `fmin`, the usual Nelder–Mead, ships a broken ES
  *   module; the two-parameter likelihood is searched on a grid refined around its best point),
  *   forecast over the horizon with the usual mean-reverting sum;
- * - HAR-RV (Corsi): least squares in levels of the horizon's realised variance on the realised
+ * - HAR-RV (Corsi): least squares in levels of the horizon's squared log return on the realised
  *   variance of the last candle, the last day and the last week, each built from finer candles
  *   where the data has them (5m inside every candle up to 12h, 1h inside a day), else from the
  *   candle's own squared return;
  *
  * each fitted on the training months by its own rules and never on the test months. Every fit and
- * score targets the squared log return over the horizon, what the σ served is the forecast of. The scores:
- * the level (RMS of the σ served ÷ RMS of the realised log return), the band's coverage, QLIKE
- * (realised/h + log h) and the MSE of log variance, and a position sized to risk a fixed budget at
- * one σ (realised ÷ target volatility), beside the same sizing from a trailing 20-candle σ.
+ * score targets r², the squared log return over the horizon, what the σ served is the forecast
+ * of. The scores: the level (RMS of the σ served ÷ RMS of r), the band's coverage, QLIKE
+ * (r²/h + log h) and the MSE of log variance (closes where r is not 0), and a position sized to
+ * risk a fixed budget at one σ (realised ÷ target volatility), beside the same sizing from a
+ * trailing 20-candle σ scaled to its own training level.
  */
 
 export const EWMA_LAMBDA = 0.94;
@@ -273,11 +274,11 @@ const ready = (s: DeskSeries, i: number, w: number) =>
 
 /** Closes of a series usable for horizon h between [from, to) (outcome inside `to` too when asked). */
 function* closes(s: DeskSeries, h: number, w: number, from: number, to: number, outcomeBefore: boolean) {
-  const horizonMs = s.closeTime.length > 1 ? s.closeTime[1]! - s.closeTime[0]! : 0;
+  const candleMs = s.closeTime.length > 1 ? s.closeTime[1]! - s.closeTime[0]! : 0;
   for (let i = firstAtOrAfter(s.closeTime, from); i + h < s.closeTime.length; i++) {
     const t = s.closeTime[i]!;
     if (t >= to) break;
-    if (outcomeBefore && t + h * horizonMs > to) break;
+    if (outcomeBefore && t + h * candleMs > to) break;
     if (!ready(s, i, w)) continue;
     yield i;
   }

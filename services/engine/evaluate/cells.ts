@@ -399,7 +399,6 @@ export function scoreVolatility(
       realised: s.realised,
       inside: r >= model.bandLow * sigma && r <= model.bandHigh * sigma,
       r,
-      sigma,
     };
   });
   type P = (typeof pts)[number];

@@ -1,5 +1,8 @@
+import { createReadStream } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { createGunzip } from 'node:zlib';
 import { readCandleFile } from '../../../adapters/market/csv.ts';
 import type { Candle } from '../../../contracts/market.ts';
 
@@ -34,20 +37,42 @@ export async function readCandles(df: DataFolder, folder: string, name: string):
   return before.length === 0 ? main : [...before, ...main];
 }
 
-/** The earliest candle open time in the data folder (the warm-up folder not counted), or null. */
+/** The first row's open time of a candle file, read from its opening bytes only. */
+async function firstOpenTime(path: string): Promise<number | null> {
+  const lines = createInterface({ input: createReadStream(path).pipe(createGunzip()), crlfDelay: Infinity });
+  let header = true;
+  try {
+    for await (const line of lines) {
+      if (header || line.trim() === '') {
+        header = false;
+        continue;
+      }
+      const t = Number(line.slice(0, line.indexOf(',')));
+      return Number.isFinite(t) ? t : null;
+    }
+    return null;
+  } finally {
+    lines.close();
+  }
+}
+
+/**
+ * The earliest candle open time in the folders of the data folder the evaluator scores (the
+ * warm-up folder not counted), or null: each file's first row only.
+ */
 export async function dataStart(data: string): Promise<number | null> {
   let start = Number.POSITIVE_INFINITY;
-  let folders: string[];
-  try {
-    folders = await readdir(join(data, 'candles'));
-  } catch {
-    return null;
-  }
-  for (const folder of folders) {
-    for (const name of await readdir(join(data, 'candles', folder))) {
+  for (const folder of ['binance-spot', 'binance-usdm']) {
+    let names: string[];
+    try {
+      names = await readdir(join(data, 'candles', folder));
+    } catch {
+      continue;
+    }
+    for (const name of names) {
       if (!name.endsWith('.csv.gz')) continue;
-      const candles = await readCandleFile(join(data, 'candles', folder, name));
-      if (candles[0]) start = Math.min(start, candles[0].openTime);
+      const first = await firstOpenTime(join(data, 'candles', folder, name));
+      if (first !== null) start = Math.min(start, first);
     }
   }
   return Number.isFinite(start) ? start : null;

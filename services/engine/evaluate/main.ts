@@ -154,10 +154,10 @@ if (values.help) {
 /**
  * A score-only run holds a few months' samples, about 0.6 GB live; V8 left alone grows its heap to
  * 2.7 GB before collecting. It runs again under a heap limit that keeps the process under 1 GB
- * (0.93 GB peak on four months with their warm-up), unless NODE_OPTIONS names a limit of its own
+ * (0.94 GB peak on four months with their warm-up), unless NODE_OPTIONS names a limit of its own
  * (a much larger folder may need one).
  */
-const SCORE_ONLY_HEAP_MB = 640;
+const SCORE_ONLY_HEAP_MB = 600;
 if (
   values['score-only'] &&
   !/--max-old-space-size/.test(process.env.NODE_OPTIONS ?? '') &&

@@ -1,6 +1,7 @@
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { aggregateCandles } from '../../../adapters/market/aggregate.ts';
+import { CandleColumns } from '../../../adapters/market/candle-columns.ts';
 import { parseCandleFileName } from '../../../adapters/market/replay-layout.ts';
 import type { Candle, Timeframe } from '../../../contracts/market.ts';
 import type { BaselinesTable, RiskDeskRow, VolatilityTable } from '../../../contracts/signals.ts';
@@ -71,11 +72,11 @@ async function coinFiles(data: string, folder: string, maxCoins: number): Promis
 
 /** The candles of one coin on `tf` and the finer candles inside them, from what the folder has. */
 async function load(
-  df: DataFolder,
+  readFile: (folder: string, name: string) => Promise<Candle[]>,
   files: CoinFiles,
   tf: Timeframe,
 ): Promise<{ candles: Candle[]; fine?: Candle[] } | null> {
-  const read = (name: string) => readCandles(df, 'binance-spot', name);
+  const read = (name: string) => readFile('binance-spot', name);
   if (SPOT_FROM_5M.includes(tf)) {
     if (!files.m5) return null;
     const m5 = await read(files.m5);
@@ -104,6 +105,19 @@ export async function riskDesk(options: {
   log: (message: string) => void;
 }): Promise<DeskResult> {
   const df: DataFolder = { data: options.data, warmup: options.warmup };
+  // Every timeframe reads the same 5m and 1h files (a 5m file also gives the realised variance
+  // inside 1h…12h candles): each is parsed once per run and kept as columns (48 bytes a candle),
+  // its objects made again per timeframe and dropped with it.
+  const parsed = new Map<string, CandleColumns>();
+  const readOnce = async (folder: string, name: string) => {
+    const key = `${folder}/${name}`;
+    let columns = parsed.get(key);
+    if (columns === undefined) {
+      columns = CandleColumns.from(await readCandles(df, folder, name));
+      parsed.set(key, columns);
+    }
+    return columns.slice();
+  };
   const spotFiles = await coinFiles(options.data, 'binance-spot', options.maxCoins);
   const perpFiles = await coinFiles(options.data, 'binance-usdm', options.maxCoins);
   const risk: DeskResult['risk'] = {};
@@ -111,14 +125,14 @@ export async function riskDesk(options: {
   for (const tf of [...SPOT_FROM_5M, ...FROM_1H]) {
     const spotSeries = [];
     for (const f of spotFiles) {
-      const c = await load(df, f, tf);
+      const c = await load(readOnce, f, tf);
       if (c && c.candles.length > 0) spotSeries.push(deskSeries(c.candles, tf, c.fine));
     }
     const perpSeries = [];
     if (FROM_1H.includes(tf)) {
       for (const f of perpFiles) {
         // Perpetual candles are 1h only: no finer realised variance inside them.
-        const c = f.h1 ? await readCandles(df, 'binance-usdm', f.h1) : null;
+        const c = f.h1 ? await readOnce('binance-usdm', f.h1) : null;
         if (c && c.length > 0) {
           const candles = aggregateCandles(c, '1h', tf);
           perpSeries.push(deskSeries(candles, tf, tf === '1d' ? c : undefined));

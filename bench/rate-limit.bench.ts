@@ -10,14 +10,14 @@
  * Each run measures off and on in short alternating rounds (ABBA, so drift on a shared machine
  * hits both sides alike) and takes the ratio within the run. On Redis the limiter takes both
  * budgets in one script, and the takes of one event-loop turn in one script call
- * (services/api/rate-limit.ts); the bench also prints the limiter's CPU per take with
+ * (services/metering/rate-limit.ts); the bench also prints the limiter's CPU per take with
  * `concurrency` callers taking at once, where that batching shows, beside one take at a time.
  *
  *   npx tsx bench/rate-limit.bench.ts [--cache=redis|memory] [--seconds=2] [--runs=3] [--rounds=4]
  */
 import { randomUUID } from 'node:crypto';
 import { RedisCache } from '../adapters/cache/redis.ts';
-import { RateLimiter } from '../services/api/rate-limit.ts';
+import { RateLimiter } from '../services/metering/rate-limit.ts';
 import { startKeyedServer } from '../test/keyed-harness.ts';
 import { wipePrefix } from '../test/redis-probe.ts';
 import { atLeast, openBenchCache, recordTarget, whenMain } from './harness.ts';

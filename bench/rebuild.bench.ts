@@ -26,9 +26,9 @@ import {
 import { keyRegistryProjection } from '../services/keys/key-registry.ts';
 import { chatQuotaProjection } from '../services/knowledge/chat-quota.ts';
 import { knowledgeFactsProjection } from '../services/knowledge/facts.ts';
+import { quotaBalancesProjection } from '../services/metering/quota-projection.ts';
 import { openPaymentsProjection } from '../services/payments/reconcile.ts';
 import { PROJECTIONS } from '../services/projections/component.ts';
-import { quotaBalancesProjection } from '../services/quota/quota-projection.ts';
 import { webhookProjection } from '../services/webhooks/webhook-projection.ts';
 import { printProfile, profile } from './cpu-profile.ts';
 import { atLeast, recordTarget, whenMain } from './harness.ts';

@@ -39,7 +39,7 @@ import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
 import { hashApiKey } from '../services/keys/key-material.ts';
-import { debitedUnits } from '../services/quota/quota-projection.ts';
+import { debitedUnits } from '../services/metering/quota-projection.ts';
 import { startNatsServer } from '../test/nats-server.ts';
 import { freePort } from '../test/ports.ts';
 

@@ -3,7 +3,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../contracts/config.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
-import { debitedUnits } from '../services/quota/quota-projection.ts';
+import { debitedUnits } from '../services/metering/quota-projection.ts';
 import { type RunningService, startService } from '../services/service.ts';
 import { mountSmallDisk } from './disk-full.ts';
 

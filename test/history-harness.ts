@@ -18,8 +18,8 @@ import { historySlice } from '../services/history/slice.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
 import { keyRegistryProjection } from '../services/keys/key-registry.ts';
 import { KeyResolver } from '../services/keys/key-resolver.ts';
-import { planTable } from '../services/quota/plans.ts';
-import { QuotaMeter } from '../services/quota/quota-meter.ts';
+import { planTable } from '../services/metering/plans.ts';
+import { QuotaMeter } from '../services/metering/quota-meter.ts';
 import { Readiness } from '../services/shared/readiness.ts';
 
 export const HOUR = 3_600_000;

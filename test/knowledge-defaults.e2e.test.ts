@@ -7,9 +7,9 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../contracts/config.ts';
 import { ChatAnswer, SearchAnswer } from '../contracts/knowledge.ts';
-import { ServiceMeta } from '../services/api/service-meta.ts';
 import { ROLES } from '../services/component.ts';
 import type { KnowledgeModule } from '../services/knowledge/module.ts';
+import { ServiceMeta } from '../services/metering/service-meta.ts';
 import { type RunningService, startService } from '../services/service.ts';
 import { issueServiceKey } from './service-keys.ts';
 

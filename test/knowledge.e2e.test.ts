@@ -10,14 +10,14 @@ import { loadConfig } from '../contracts/config.ts';
 import type { Plan } from '../contracts/events.ts';
 import { ChatAnswer, ChatQuotaSnapshot, SearchAnswer } from '../contracts/knowledge.ts';
 import { foldLog } from '../projections/projection.ts';
-import { ServiceMeta } from '../services/api/service-meta.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
 import { chatQuotaProjection, chatStream } from '../services/knowledge/chat-quota.ts';
 import { expandQuestion } from '../services/knowledge/extractive.ts';
 import { knowledgeFactsProjection } from '../services/knowledge/facts.ts';
 import type { KnowledgeModule } from '../services/knowledge/module.ts';
-import { rebuildQuotaGeneration } from '../services/quota/quota-rebuild.ts';
-import { quotaPeriod } from '../services/quota/windows.ts';
+import { rebuildQuotaGeneration } from '../services/metering/quota-rebuild.ts';
+import { ServiceMeta } from '../services/metering/service-meta.ts';
+import { quotaPeriod } from '../services/metering/windows.ts';
 import { type RunningService, startService } from '../services/service.ts';
 import { startFakeProvider } from './knowledge-provider.ts';
 import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from './redis-probe.ts';
@@ -459,7 +459,7 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       expect(counters.length).toBeGreaterThan(0);
       for (const counter of counters) await redis.set(counter, 'garbage');
       // The search just served left this key a wide margin, so the next call skips the read before
-      // its run (services/api/metered-call.ts) and meets the corrupted counter at its debit: as any
+      // its run (services/metering/metered-call.ts) and meets the corrupted counter at its debit: as any
       // debit that fails after the run, the quota could not be checked (503), still without detail.
       const search = await post('/api/search', { query: 'webhooks' }, bearer(key.key));
       expect(search.res.status).toBe(503);

@@ -9,7 +9,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMemoryCache } from '../adapters/cache/memory.ts';
-import { ServiceMeta } from '../services/api/service-meta.ts';
+import { ServiceMeta } from '../services/metering/service-meta.ts';
 import { startKeyedServer } from './keyed-harness.ts';
 
 /**

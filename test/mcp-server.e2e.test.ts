@@ -5,8 +5,8 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { connectRedisCache, type RedisCache } from '../adapters/cache/redis.ts';
-import { ServiceMeta } from '../services/api/service-meta.ts';
 import { revokeKey } from '../services/keys/key-commands.ts';
+import { ServiceMeta } from '../services/metering/service-meta.ts';
 import { PAYMENT_REQUIRED, startKeyedServer } from './keyed-harness.ts';
 import { freePort } from './ports.ts';
 import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from './redis-probe.ts';

@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
 import { hashApiKey } from '../services/keys/key-material.ts';
-import { debitedUnits } from '../services/quota/quota-projection.ts';
+import { debitedUnits } from '../services/metering/quota-projection.ts';
 import { runServiceProcess } from './service-process.ts';
 
 const CALLERS = 16;

@@ -2,7 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { connectRedisCache, type RedisCache } from '../adapters/cache/redis.ts';
-import { RateLimiter } from '../services/api/rate-limit.ts';
+import { RateLimiter } from '../services/metering/rate-limit.ts';
 import { startKeyedServer } from './keyed-harness.ts';
 import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from './redis-probe.ts';
 

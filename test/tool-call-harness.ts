@@ -2,7 +2,7 @@ import { MemoryCache } from '../adapters/cache/memory.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import { type ToolDefinition, toolRegistry } from '../services/api/mcp/tool-registry.ts';
 import { KeyResolver } from '../services/keys/key-resolver.ts';
-import { QuotaMeter } from '../services/quota/quota-meter.ts';
+import { QuotaMeter } from '../services/metering/quota-meter.ts';
 
 /**
  * What callTool needs, over in-process parts: the tools given, an empty key registry (the calls

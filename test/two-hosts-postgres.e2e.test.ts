@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openPostgresEventStore, type PostgresEventStore } from '../adapters/event-store/postgres.ts';
 import { parseDomainEvent } from '../contracts/events.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
-import { debitedUnits } from '../services/quota/quota-projection.ts';
+import { debitedUnits } from '../services/metering/quota-projection.ts';
 import { NATS_URL, requireNats, streamMessageIds } from './nats-server.ts';
 import { dropSchemas, POSTGRES_URL, shouldRunPostgresSuite, uniqueSchema } from './postgres-probe.ts';
 import { REDIS_URL, wipePrefix } from './redis-probe.ts';

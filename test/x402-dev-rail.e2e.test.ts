@@ -12,7 +12,7 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import { ConfigError, DEVELOPMENT_RAIL, loadConfig } from '../contracts/config.ts';
-import { ServiceMeta } from '../services/api/service-meta.ts';
+import { ServiceMeta } from '../services/metering/service-meta.ts';
 import { DEVELOPMENT_SECOND_RAIL } from '../services/payments/rails.ts';
 import { setupX402 } from '../services/payments/setup.ts';
 import { type RunningService, startService } from '../services/service.ts';

@@ -2,8 +2,8 @@ import type { Hex } from 'viem';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseDomainEvent } from '../contracts/events.ts';
 import { TradeCall } from '../contracts/tools.ts';
-import { PaidServiceMeta, ServiceMeta } from '../services/api/service-meta.ts';
 import { revokeKey } from '../services/keys/key-commands.ts';
+import { PaidServiceMeta, ServiceMeta } from '../services/metering/service-meta.ts';
 import { BASE_USDC } from './chain/local-chain.ts';
 import {
   fromBase64Json,

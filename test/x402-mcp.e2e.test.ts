@@ -7,7 +7,7 @@ import type { Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TradeCall } from '../contracts/tools.ts';
-import { PaidServiceMeta, ServiceMeta } from '../services/api/service-meta.ts';
+import { PaidServiceMeta, ServiceMeta } from '../services/metering/service-meta.ts';
 import { BASE_USDC } from './chain/local-chain.ts';
 import { startX402Stack, type X402Stack } from './chain/x402-app.ts';
 

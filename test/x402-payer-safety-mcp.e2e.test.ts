@@ -4,7 +4,7 @@ import type { FacilitatorSettleContext } from '@x402/core/facilitator';
 import type { Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { PaidServiceMeta } from '../services/api/service-meta.ts';
+import { PaidServiceMeta } from '../services/metering/service-meta.ts';
 import { chainReadersFor } from '../services/payments/chain-reader.ts';
 import type { LocalFacilitator } from '../services/payments/local-facilitator.ts';
 import type { PaymentIdentity } from '../services/payments/payment-state.ts';

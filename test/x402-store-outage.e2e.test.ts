@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import { EventStoreUnavailableError } from '../adapters/event-store/port.ts';
-import { debitedUnits } from '../services/quota/quota-projection.ts';
+import { debitedUnits } from '../services/metering/quota-projection.ts';
 import {
   freshAuthorization,
   signAuthorization,

@@ -6,8 +6,8 @@ import { z } from 'zod';
 import { ERRORS, ErrorBody, type ErrorCode } from '../../contracts/errors.ts';
 import { jsonSchema } from '../../contracts/json-schema.ts';
 import { webhookOpenApi } from '../../contracts/webhook-schemas.ts';
+import { UNLIMITED_PATHS } from '../metering/rate-limit.ts';
 import type { FieldCodes } from './errors.ts';
-import { UNLIMITED_PATHS } from './rate-limit.ts';
 
 /**
  * The OpenAPI 3.1 document, generated from the zod contracts each route declares with

@@ -9,16 +9,16 @@ import type { Component } from '../component.ts';
 import type { SignalOperations } from '../engine/operations.ts';
 import { type KeyRegistry, keyRegistryProjection } from '../keys/key-registry.ts';
 import { KeyResolver } from '../keys/key-resolver.ts';
-import { planTable } from '../quota/plans.ts';
-import { QuotaMeter } from '../quota/quota-meter.ts';
-import { QuotaCounters } from '../quota/quota-rebuild.ts';
+import { planTable } from '../metering/plans.ts';
+import { QuotaMeter } from '../metering/quota-meter.ts';
+import { QuotaCounters } from '../metering/quota-rebuild.ts';
+import { RateLimiter, rateLimitPlugin } from '../metering/rate-limit.ts';
 import { keyRoutes } from './keys/routes.ts';
 import { mcpPlugin } from './mcp/plugin.ts';
 import { guardConfig } from './mcp/request-guard.ts';
 import type { PaymentRequirementsFor, PayPerCall } from './mcp/tool-call.ts';
 import { signalTools, type ToolDefinition, type ToolRegistry, toolRegistry } from './mcp/tool-registry.ts';
 import { oauthSignIn } from './oauth/signin.ts';
-import { RateLimiter, rateLimitPlugin } from './rate-limit.ts';
 
 export interface KeyedChannelDeps {
   config: Config;

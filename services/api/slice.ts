@@ -3,7 +3,7 @@ import { publicBaseUrl } from '../../contracts/config.ts';
 import type { Projection } from '../../projections/projection.ts';
 import type { Slice } from '../component.ts';
 import { keyRegistryProjection } from '../keys/key-registry.ts';
-import { quotaBalancesProjection } from '../quota/quota-projection.ts';
+import { quotaBalancesProjection } from '../metering/quota-projection.ts';
 import { revealClock } from '../shared/reveal-clock.ts';
 import { type DiscoveryOptions, discoveryPlugin } from './discovery/plugin.ts';
 import { type KeyedChannelDeps, keyedChannel } from './plugins.ts';

@@ -14,12 +14,12 @@ import {
 } from '../../contracts/history.ts';
 import { jsonSchema } from '../../contracts/json-schema.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
-import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../api/caller.ts';
 import { errorHandler } from '../api/errors.ts';
 import { declared, documented, RESPONSE_HEADERS, refusal } from '../api/openapi.ts';
-import type { ServiceMeta } from '../api/service-meta.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
-import type { QuotaMeter } from '../quota/quota-meter.ts';
+import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../metering/caller.ts';
+import type { QuotaMeter } from '../metering/quota-meter.ts';
+import type { ServiceMeta } from '../metering/service-meta.ts';
 import { type Cursor, tagMatches } from './cursor.ts';
 import type { KnownCoins } from './known-coins.ts';
 import { trackRecordPage } from './page.ts';

@@ -14,7 +14,7 @@ import type { Adapters } from '../adapters.ts';
 import type { Role } from '../component.ts';
 import type { EngineOperations, SignalOperations } from '../engine/operations.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
-import type { QuotaMeter } from '../quota/quota-meter.ts';
+import type { QuotaMeter } from '../metering/quota-meter.ts';
 import type { Check } from '../shared/readiness.ts';
 import { revealClock } from '../shared/reveal-clock.ts';
 import { type AnchorState, anchorHeadsProjection, HistoryAnchorer } from './anchor.ts';

@@ -4,9 +4,9 @@ import type { Config } from '../../contracts/config.ts';
 import { newEvent, type Plan } from '../../contracts/events.ts';
 import type { ChatQuotaSnapshot } from '../../contracts/knowledge.ts';
 import { defineProjection, type Projection } from '../../projections/projection.ts';
-import { onLiveCounters, type QuotaSubject } from '../quota/quota-meter.ts';
-import { QUOTA_FAMILY } from '../quota/quota-rebuild.ts';
-import { chatKey, counterExpiry, quotaPeriod, resetsAtOf } from '../quota/windows.ts';
+import { onLiveCounters, type QuotaSubject } from '../metering/quota-meter.ts';
+import { QUOTA_FAMILY } from '../metering/quota-rebuild.ts';
+import { chatKey, counterExpiry, quotaPeriod, resetsAtOf } from '../metering/windows.ts';
 
 export type ChatLimits = Record<Plan, number>;
 
@@ -16,7 +16,7 @@ export function chatLimits(
   return { free: config.CHAT_QUOTA_FREE, starter: config.CHAT_QUOTA_STARTER, pro: config.CHAT_QUOTA_PRO };
 }
 
-/** The counter's key inside the quota generation (see services/quota/quota-rebuild.ts). */
+/** The counter's key inside the quota generation (see services/metering/quota-rebuild.ts). */
 export { chatKey };
 
 export function chatStream(subject: string): string {

@@ -6,7 +6,7 @@ import { ConfigError, loadConfig } from '../../contracts/config.ts';
 import { newEvent } from '../../contracts/events.ts';
 import { checkChat, checkSearch } from '../../contracts/knowledge.ts';
 import { foldLog } from '../../projections/projection.ts';
-import { QuotaCounters } from '../quota/quota-rebuild.ts';
+import { QuotaCounters } from '../metering/quota-rebuild.ts';
 import { ChatQuota, chatKey, chatQuotaProjection } from './chat-quota.ts';
 import {
   DONT_KNOW,

@@ -6,8 +6,8 @@ import { MemoryCache } from '../../adapters/cache/memory.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { loadConfig } from '../../contracts/config.ts';
-import type { KeyedAccess } from '../api/caller.ts';
 import { documented, registerOpenApi } from '../api/openapi.ts';
+import type { KeyedAccess } from '../metering/caller.ts';
 import { knowledgeModule } from './module.ts';
 
 describe('the route list in the index comes from the app’s OpenAPI document', () => {

@@ -17,6 +17,9 @@ import {
   SearchAnswer,
   SearchRequest,
 } from '../../contracts/knowledge.ts';
+import { errorHandler, type FieldCodes } from '../api/errors.ts';
+import { declared, refusal } from '../api/openapi.ts';
+import { OperationError } from '../engine/operation-errors.ts';
 import {
   type Caller,
   CallerRejectedError,
@@ -25,13 +28,10 @@ import {
   identifyCaller,
   type KeyedAccess,
   rejectedService,
-} from '../api/caller.ts';
-import { errorHandler, type FieldCodes } from '../api/errors.ts';
-import { QuotaUnavailableError, serveMetered } from '../api/metered-call.ts';
-import { declared, refusal } from '../api/openapi.ts';
-import type { ServiceMeta } from '../api/service-meta.ts';
-import { OperationError } from '../engine/operation-errors.ts';
-import { quotaRetryAfter } from '../quota/snapshot.ts';
+} from '../metering/caller.ts';
+import { QuotaUnavailableError, serveMetered } from '../metering/metered-call.ts';
+import type { ServiceMeta } from '../metering/service-meta.ts';
+import { quotaRetryAfter } from '../metering/snapshot.ts';
 import { ChatQuotaExhaustedError, type Knowledge } from './knowledge.ts';
 
 const SEARCH_CACHE = 'public, max-age=300';

@@ -1,6 +1,6 @@
 import type { Projection } from '../../projections/projection.ts';
-import type { KeyedAccess } from '../api/caller.ts';
 import type { Slice } from '../component.ts';
+import type { KeyedAccess } from '../metering/caller.ts';
 import { openPaymentsProjection } from './reconcile.ts';
 import type { X402Setup } from './setup.ts';
 

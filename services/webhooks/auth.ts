@@ -1,8 +1,8 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ServiceError } from '../../contracts/errors.ts';
-import { presentedCredential } from '../api/service-meta.ts';
 import { isWellFormedKey } from '../keys/key-material.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
+import { presentedCredential } from '../metering/service-meta.ts';
 
 /**
  * Resolves `Authorization: Bearer <key>` to the key's id: null for a missing, malformed,

@@ -6,7 +6,7 @@ import { type Cache, CacheUnavailableError } from '../../../adapters/cache/port.
 import { type EventStore, WrongExpectedRevisionError } from '../../../adapters/event-store/port.ts';
 import { ServiceError } from '../../../contracts/errors.ts';
 import { issueKey, KeyRuleError } from '../../keys/key-commands.ts';
-import type { PlanTable } from '../../quota/plans.ts';
+import type { PlanTable } from '../../metering/plans.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from '../mcp/request-guard.ts';
 import { declared, refusal } from '../openapi.ts';
 import { consumeNonce, issueNonce } from './nonces.ts';

@@ -1,7 +1,7 @@
 import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import type { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { Caller } from '../caller.ts';
+import type { Caller } from '../../metering/caller.ts';
 
 /**
  * Hands the raw request to an SDK transport (a session's or a one-shot one): the headers Fastify

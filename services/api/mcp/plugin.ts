@@ -3,7 +3,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ErrorCode } from '../../../contracts/errors.ts';
-import { type Caller, CallerRejectedError, decorateCaller, identifyCaller } from '../caller.ts';
+import { type Caller, CallerRejectedError, decorateCaller, identifyCaller } from '../../metering/caller.ts';
 import { errorHandler, rpcErrorBody } from '../errors.ts';
 import { codesText, documented, RESPONSE_HEADERS, type ResponseDoc } from '../openapi.ts';
 import { handOver } from './hand-over.ts';

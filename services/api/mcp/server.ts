@@ -7,7 +7,7 @@ import {
   McpError,
   ReadResourceRequestSchema,
 } from '@modelcontextprotocol/sdk/types.js';
-import type { Caller } from '../caller.ts';
+import type { Caller } from '../../metering/caller.ts';
 import { RESOURCE_TEMPLATES, RESOURCES, ResourceNotFoundError, readResource } from './resources.ts';
 import { callTool, MCP_PAYMENT_META, type ToolCallDeps } from './tool-call.ts';
 

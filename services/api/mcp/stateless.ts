@@ -1,7 +1,7 @@
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { CacheHint, McpHttpHandler, Server, ServerContext } from '@modelcontextprotocol/server';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { Caller } from '../caller.ts';
+import type { Caller } from '../../metering/caller.ts';
 import { authInfo, handOver } from './hand-over.ts';
 import { RESOURCE_TEMPLATES, RESOURCES, ResourceNotFoundError, readResource } from './resources.ts';
 import { createMcpServer, SERVER_CAPABILITIES, SERVER_INFO, SERVER_INSTRUCTIONS } from './server.ts';

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { toolCallDeps } from '../../../test/tool-call-harness.ts';
-import type { QuotaMeter } from '../../quota/quota-meter.ts';
+import type { QuotaMeter } from '../../metering/quota-meter.ts';
 import { callTool } from './tool-call.ts';
 import type { ToolDefinition } from './tool-registry.ts';
 

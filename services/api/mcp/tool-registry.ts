@@ -2,7 +2,7 @@ import type { z } from 'zod';
 import { jsonSchema } from '../../../contracts/json-schema.ts';
 import { TOOL_NAMES, TOOLS, type ToolAnnotations, type ToolName } from '../../../contracts/tools.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
-import type { Caller } from '../caller.ts';
+import type { Caller } from '../../metering/caller.ts';
 
 export interface ToolContext {
   requestId: string;

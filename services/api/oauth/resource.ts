@@ -1,7 +1,7 @@
 import type Provider from 'oidc-provider';
 import { MCP_SCOPE } from '../../../contracts/oauth.ts';
 import type { KeyRecord } from '../../keys/key-registry.ts';
-import { type Caller, keyCaller } from '../caller.ts';
+import { type Caller, keyCaller } from '../../metering/caller.ts';
 
 /** Why a request to /mcp/signin is not served; `invalid_token` when a token was presented. */
 export type TokenRefusal = {

@@ -1,22 +1,22 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { type ErrorCode, isErrorCode, ServiceError } from '../../../contracts/errors.ts';
+import { errorHandler } from '../../api/errors.ts';
+import { codesText, documented, RESPONSE_HEADERS, refusal } from '../../api/openapi.ts';
+import { publicOrigin } from '../../api/public-origin.ts';
+import { REMEMBERED_INPUTS, REMEMBERED_TEXT_CHARS, recall, remember } from '../../api/remembered-input.ts';
+import { answerBytesWithService } from '../../api/served-answers.ts';
+import { describeFailure } from '../../engine/operation-errors.ts';
+import type { SignalOperations } from '../../engine/operations.ts';
 import {
   type CallerRejectedError,
   callerHook,
   decorateCaller,
   type KeyedAccess,
   keylessCaller,
-} from '../../api/caller.ts';
-import { errorHandler } from '../../api/errors.ts';
-import { QuotaUnavailableError, serveMetered } from '../../api/metered-call.ts';
-import { codesText, documented, RESPONSE_HEADERS, refusal } from '../../api/openapi.ts';
-import { publicOrigin } from '../../api/public-origin.ts';
-import { REMEMBERED_INPUTS, REMEMBERED_TEXT_CHARS, recall, remember } from '../../api/remembered-input.ts';
-import { answerBytesWithService } from '../../api/served-answers.ts';
-import type { PaidServiceMeta, ServiceMeta } from '../../api/service-meta.ts';
-import { describeFailure } from '../../engine/operation-errors.ts';
-import type { SignalOperations } from '../../engine/operations.ts';
-import { quotaRetryAfter } from '../../quota/snapshot.ts';
+} from '../../metering/caller.ts';
+import { QuotaUnavailableError, serveMetered } from '../../metering/metered-call.ts';
+import type { PaidServiceMeta, ServiceMeta } from '../../metering/service-meta.ts';
+import { quotaRetryAfter } from '../../metering/snapshot.ts';
 import { setBounded } from '../../shared/bounded-map.ts';
 import { type DecodedPayment, decodePaymentHeader, paymentResponseHeader } from '../codecs.ts';
 import { describeError, type PaymentFlowDeps, type Refusal, runPaidCall } from '../payment-flow.ts';

@@ -1,6 +1,6 @@
-import type { Caller } from '../../api/caller.ts';
-import type { ServiceMeta } from '../../api/service-meta.ts';
-import type { QuotaMeter } from '../../quota/quota-meter.ts';
+import type { Caller } from '../../metering/caller.ts';
+import type { QuotaMeter } from '../../metering/quota-meter.ts';
+import type { ServiceMeta } from '../../metering/service-meta.ts';
 
 /** `_service` of an answer, and the same serialised for appending to a prebuilt body. */
 export interface ServiceBlock {

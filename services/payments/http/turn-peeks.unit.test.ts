@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import type { Caller } from '../../api/caller.ts';
-import type { QuotaMeter } from '../../quota/quota-meter.ts';
-import type { QuotaSnapshot } from '../../quota/snapshot.ts';
+import type { Caller } from '../../metering/caller.ts';
+import type { QuotaMeter } from '../../metering/quota-meter.ts';
+import type { QuotaSnapshot } from '../../metering/snapshot.ts';
 import { TurnPeeks } from './turn-peeks.ts';
 
 const snapshot = (used: number): QuotaSnapshot => {

@@ -2,11 +2,11 @@ import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { MemoryCache } from '../../adapters/cache/memory.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
-import type { PlanTable } from '../quota/plans.ts';
-import { QuotaMeter } from '../quota/quota-meter.ts';
-import { debitedUnits } from '../quota/quota-projection.ts';
 import type { Caller } from './caller.ts';
 import { HEADROOM_MARGIN, serveMetered } from './metered-call.ts';
+import type { PlanTable } from './plans.ts';
+import { QuotaMeter } from './quota-meter.ts';
+import { debitedUnits } from './quota-projection.ts';
 
 /** The real in-process cache, counting the reads of live counters (a peek is one read). */
 class CountingCache extends MemoryCache {

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { Plan } from '../../contracts/events.ts';
-import { QuotaSnapshot } from '../quota/snapshot.ts';
+import { QuotaSnapshot } from './snapshot.ts';
 
 /**
  * The `_service` block every response carries, whatever the channel and whether it succeeded.

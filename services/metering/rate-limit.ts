@@ -7,8 +7,8 @@ import type { Config } from '../../contracts/config.ts';
 import type { Plan } from '../../contracts/events.ts';
 import { SIGNIN_MCP_PATH } from '../../contracts/oauth.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
-import type { QuotaMeter } from '../quota/quota-meter.ts';
 import { type Caller, CallerRejectedError, callerNow, decorateCaller, identifyCaller } from './caller.ts';
+import type { QuotaMeter } from './quota-meter.ts';
 import type { ServiceMeta } from './service-meta.ts';
 
 /** Who a request is limited as: an applied key by its plan, anyone else by client address. */

@@ -2,10 +2,10 @@ import { parseArgs } from 'node:util';
 import type { Cache } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { Plan } from '../../contracts/events.ts';
-import { rebuildQuotaGeneration } from '../quota/quota-rebuild.ts';
-import { changeKeyPlan, issueKey, KeyRuleError, revokeKey } from './key-commands.ts';
-import { findById, type KeyRecord } from './key-registry.ts';
-import { foldKeyRegistry } from './registry-fold.ts';
+import { changeKeyPlan, issueKey, KeyRuleError, revokeKey } from '../keys/key-commands.ts';
+import { findById, type KeyRecord } from '../keys/key-registry.ts';
+import { foldKeyRegistry } from '../keys/registry-fold.ts';
+import { rebuildQuotaGeneration } from './quota-rebuild.ts';
 
 export class UsageError extends Error {
   override readonly name = 'UsageError';

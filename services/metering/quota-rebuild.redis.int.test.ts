@@ -13,8 +13,8 @@ import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from '../../test/redis-pro
 import { relay } from '../../test/redis-relay.ts';
 import { keyedChannel } from '../api/plugins.ts';
 import type { SignalOperations } from '../engine/operations.ts';
-import { runOperatorCommand } from '../keys/operator-commands.ts';
 import { ChatQuota } from '../knowledge/chat-quota.ts';
+import { runOperatorCommand } from './operator-commands.ts';
 import type { PlanTable } from './plans.ts';
 import { QuotaMeter, type QuotaSubject } from './quota-meter.ts';
 import { debitedUnits } from './quota-projection.ts';

@@ -1,10 +1,10 @@
 import { CacheUnavailableError } from '../../adapters/cache/port.ts';
 import type { Plan } from '../../contracts/events.ts';
-import type { QuotaMeter } from '../quota/quota-meter.ts';
-import { type QuotaSnapshot, resetTime } from '../quota/snapshot.ts';
 import { setBounded } from '../shared/bounded-map.ts';
 import type { Caller } from './caller.ts';
+import type { QuotaMeter } from './quota-meter.ts';
 import type { ServiceMeta } from './service-meta.ts';
+import { type QuotaSnapshot, resetTime } from './snapshot.ts';
 
 export type MeteredResult<T> =
   | { ok: true; value: T; service: ServiceMeta }

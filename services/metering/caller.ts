@@ -3,7 +3,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { isWellFormedKey } from '../keys/key-material.ts';
 import type { KeyRecord } from '../keys/key-registry.ts';
 import { type KeyLookup, type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
-import type { QuotaMeter, QuotaSubject } from '../quota/quota-meter.ts';
+import type { QuotaMeter, QuotaSubject } from './quota-meter.ts';
 import {
   type AuthBlock,
   type PresentedCredential,

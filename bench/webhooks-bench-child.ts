@@ -3,14 +3,17 @@
  *   receiver <key.pem> <cert.pem>   the HTTPS receiver; answers {type:'await', count} with
  *                                   {type:'reached', count} once that many requests arrived,
  *                                   and {type:'reset'} by starting the count again
- *   posts <url> <ca.pem> <request.json> <count> <concurrency>
- *                                   the baseline: a bare undici POST loop of the request in the
- *                                   file ({body, headers}), started by {type:'go'}
- *                                   (`count` POSTs, or the message's own `count`: a warm-up)
+ *   posts <url> <ca.pem> <request.json> <count> <concurrency> [<lmdb dir>]
+ *                                   a bare undici POST loop of the request in the file ({body,
+ *                                   headers}), started by {type:'go'} (`count` POSTs, or the
+ *                                   message's own `count`: a warm-up); with a directory, the
+ *                                   baseline, the durable floor (webhooks-floor.ts): each POST's
+ *                                   outcome is then put and flushed to LMDB there
  */
 import { readFileSync } from 'node:fs';
 import { Agent, request } from 'undici';
 import { startReceiver } from '../test/webhooks-receiver.ts';
+import { durableFloor, openFloorStore } from './webhooks-floor.ts';
 
 type Message = { type: 'await'; count: number } | { type: 'reset' } | { type: 'go'; count?: number };
 
@@ -41,13 +44,21 @@ async function posts(
   requestFile: string,
   count: number,
   concurrency: number,
+  floorDir: string | undefined,
 ): Promise<void> {
   const agent = new Agent({ connect: { ca: readFileSync(caFile, 'utf8') }, connections: concurrency });
-  const { body, headers } = JSON.parse(readFileSync(requestFile, 'utf8')) as {
+  const req = JSON.parse(readFileSync(requestFile, 'utf8')) as {
     body: string;
     headers: Record<string, string>;
   };
+  const { body, headers } = req;
+  const store = floorDir === undefined ? null : openFloorStore(floorDir);
   const loop = async (total: number) => {
+    if (store !== null) {
+      await durableFloor({ url, agent, req, count: total, concurrency, store });
+      send({ type: 'done' });
+      return;
+    }
     let next = 0;
     await Promise.all(
       Array.from({ length: concurrency }, async () => {
@@ -64,18 +75,18 @@ async function posts(
       loop(m.count ?? count).catch((err: unknown) => send({ type: 'error', message: String(err) }));
   });
   process.on('disconnect', () => {
-    void agent.close().then(() => process.exit(0));
+    void Promise.all([agent.close(), store?.close()]).then(() => process.exit(0));
   });
   send({ type: 'ready' });
 }
 
 const [mode, ...args] = process.argv.slice(2);
 if (mode === 'receiver' && args.length === 2) await receiver(args[0]!, args[1]!);
-else if (mode === 'posts' && args.length === 5) {
-  await posts(args[0]!, args[1]!, args[2]!, Number(args[3]), Number(args[4]));
+else if (mode === 'posts' && (args.length === 5 || args.length === 6)) {
+  await posts(args[0]!, args[1]!, args[2]!, Number(args[3]), Number(args[4]), args[5]);
 } else {
   process.stderr.write(
-    'usage: webhooks-bench-child.ts receiver <key> <cert> | posts <url> <ca> <request.json> <count> <concurrency>\n',
+    'usage: webhooks-bench-child.ts receiver <key> <cert> | posts <url> <ca> <request.json> <count> <concurrency> [<lmdb dir>]\n',
   );
   process.exit(2);
 }

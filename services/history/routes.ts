@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import type { FastifyPluginAsync } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { z } from 'zod';
@@ -17,9 +17,8 @@ import type { ProjectionRunner } from '../../projections/runner.ts';
 import { errorHandler } from '../api/errors.ts';
 import { declared, documented, RESPONSE_HEADERS, refusal } from '../api/openapi.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
-import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../metering/caller.ts';
+import { callerHook, decorateCaller, undebitedService } from '../metering/caller.ts';
 import type { QuotaMeter } from '../metering/quota-meter.ts';
-import type { ServiceMeta } from '../metering/service-meta.ts';
 import { type Cursor, tagMatches } from './cursor.ts';
 import type { KnownCoins } from './known-coins.ts';
 import { trackRecordPage } from './page.ts';
@@ -54,13 +53,6 @@ export interface HistoryRoutesDeps {
 }
 
 const require = createRequire(import.meta.url);
-
-declare module 'fastify' {
-  interface FastifyRequest {
-    /** The `_service` block of a keyed history call, set by its auth hook. */
-    historyService: ServiceMeta | null;
-  }
-}
 
 const fail = (codes: readonly [ErrorCode, ...ErrorCode[]], note?: string) => refusal(codes, note);
 const VERDICTS_ROUTE = declared({
@@ -160,32 +152,18 @@ function uplotAsset(file: string): Buffer {
 /** The keyed side of /api/verdicts: the auth hook, and where a cursor resumes. */
 function historyAccess(deps: HistoryRoutesDeps) {
   /**
-   * The auth hook of /api/verdicts: a live key, resolved once, its `_service` on the request. A
-   * refused call's `_service` carries the quota it counts against without the key, as every
-   * answer's does (contract 8: any response).
+   * The auth hook of /api/verdicts: a live key, resolved once (`request.caller`). A refused call's
+   * `_service` carries the quota it counts against without the key, as every answer's does
+   * (contract 8: any response).
    */
-  async function requireKey(request: FastifyRequest): Promise<void> {
-    let caller: Caller;
-    try {
-      caller = await identifyCaller(deps.keys, { headers: request.headers, clientAddress: request.ip });
-    } catch (err) {
-      if (!(err instanceof CallerRejectedError)) throw err;
-      request.historyService = deps.quota ? await rejectedService(deps.quota, err) : err.service;
-      if (err.reason === 'indeterminate') {
-        throw new ServiceError('KEY_UNVERIFIABLE', { detail: (err.cause as Error).message });
-      }
-      throw new HistoryQueryError('UNAUTHORIZED', 'the API key is unknown or revoked');
-    }
-    const quota = deps.quota ? await deps.quota.peek(caller.subject).catch(() => null) : null;
-    request.historyService = { auth: caller.auth, quota };
-    if (caller.keyId === null) {
-      const { detail } = caller.auth;
-      throw new HistoryQueryError(
-        'UNAUTHORIZED',
-        `${errorMessage('UNAUTHORIZED')}${detail ? ` (${detail})` : ''}`,
-      );
-    }
-  }
+  const requireKey = callerHook(() => deps, {
+    rejected: (err) =>
+      err.reason === 'indeterminate'
+        ? new ServiceError('KEY_UNVERIFIABLE', { detail: (err.cause as Error).message })
+        : new HistoryQueryError('UNAUTHORIZED', 'the API key is unknown or revoked'),
+    keyless: ({ auth: { detail } }) =>
+      new HistoryQueryError('UNAUTHORIZED', `${errorMessage('UNAUTHORIZED')}${detail ? ` (${detail})` : ''}`),
+  });
 
   async function startAfter(cursor: Cursor): Promise<string | null> {
     const { position } = cursor;
@@ -217,14 +195,14 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
 
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
-    plain.decorateRequest('historyService', null);
-    // Refusals are per request and never cached.
+    decorateCaller(plain);
+    // Refusals are per request and never cached; past the auth hook they carry the caller's `_service`.
     plain.setErrorHandler(
-      errorHandler((error, request) => ({
-        code: error.code,
-        message: error.message,
-        ...(request.historyService ? { _service: request.historyService } : {}),
-      })),
+      errorHandler(async (error, request) => {
+        const service =
+          request.service ?? (request.caller ? await undebitedService(deps.quota, request.caller) : null);
+        return { code: error.code, message: error.message, ...(service ? { _service: service } : {}) };
+      }),
     );
     plain.addHook('onSend', async (_request, reply, payload) => {
       if (reply.statusCode >= 400) reply.header('cache-control', 'no-store');
@@ -233,7 +211,8 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
 
     app.get('/api/verdicts', { ...VERDICTS_ROUTE, preValidation: requireKey }, async (request, reply) => {
       const { query } = request;
-      const service = request.historyService!;
+      request.service ??= await undebitedService(deps.quota, request.caller!);
+      const service = request.service;
       const format = negotiateFormat(query.format, request.headers.accept);
       if (query.coin !== undefined) await deps.coins?.check(query.coin, query.exchange);
       const after: Cursor = query.after ?? { position: 0, tag: '', tagAt: 'end' };

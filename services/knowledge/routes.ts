@@ -173,23 +173,20 @@ function knowledgeAccess(deps: KnowledgeDeps) {
       .catch(() => null),
   });
 
-  /** A presented key that is not live: 503 while it cannot be checked, else 401. */
-  const refuse = (err: CallerRejectedError) =>
-    err.reason === 'indeterminate'
-      ? refused('KEY_UNVERIFIABLE', err.message, { 'retry-after': '1' })
-      : refused('UNAUTHORIZED', `${err.message}; ${KNOWLEDGE_ERRORS.UNAUTHORIZED.meaning}`);
-
-  /** The auth hooks, before the body is judged: the caller resolved once, and it must hold a live key. */
-  const requireKey = [
-    callerHook(deps.channel, refuse),
-    async (request: FastifyRequest): Promise<void> => {
-      const caller = request.caller!;
-      if (caller.keyId === null) {
-        const detail = caller.auth.detail ? ` (${caller.auth.detail})` : '';
-        throw refused('UNAUTHORIZED', `${KNOWLEDGE_ERRORS.UNAUTHORIZED.meaning}${detail}`);
-      }
+  /**
+   * The auth hook, before the body is judged: the caller resolved once, and it must hold a live
+   * key. A presented key that is not live: 503 while it cannot be checked, else 401.
+   */
+  const requireKey = callerHook(deps.channel, {
+    rejected: (err) =>
+      err.reason === 'indeterminate'
+        ? refused('KEY_UNVERIFIABLE', err.message, { 'retry-after': '1' })
+        : refused('UNAUTHORIZED', `${err.message}; ${KNOWLEDGE_ERRORS.UNAUTHORIZED.meaning}`),
+    keyless: (caller) => {
+      const detail = caller.auth.detail ? ` (${caller.auth.detail})` : '';
+      return refused('UNAUTHORIZED', `${KNOWLEDGE_ERRORS.UNAUTHORIZED.meaning}${detail}`);
     },
-  ];
+  });
 
   /** `_service` of a refusal: as far as the request got (a body unreadable before the key was looked at). */
   async function serviceOf(request: FastifyRequest): Promise<ServiceMeta> {

@@ -194,33 +194,73 @@ export async function rejectedService(
   }
 }
 
+/** What the caller hook reads: the key registry, and the quota a refusal's `_service` peeks (when there is one). */
+export interface CallerAccess {
+  keys: Pick<KeyResolver, 'resolve'>;
+  quota?: Pick<QuotaMeter, 'peek'> | undefined;
+}
+
+/** How a route refuses a caller: each channel answers in its own shape, with codes from the catalog. */
+export interface CallerRefusals {
+  /** A presented key that is not live: unknown or revoked, or one that cannot be checked right now. */
+  rejected(err: CallerRejectedError): Error;
+  /** Given, the route needs a live key: a caller without one (none presented, or malformed) is refused with this. */
+  keyless?(caller: Caller): Error;
+}
+
 /**
- * The auth hook of the metered routes: the request's caller, resolved once (without a promise when
- * the rate limit already did, or when no key is presented), set as `request.caller`. A presented
- * key that is not live is refused with `refuse(err)`, after `request.service` is set to the
- * refusal's `_service` (the quota the request counts against without the key).
+ * The caller's `_service` for an answer that debits nothing: the live quota of the key, or of the
+ * anonymous caller's address (a 402 quote carries it too, as the contract asks of every response);
+ * null figures when the counters are out of reach or there is no quota to read.
  */
-export function callerHook(keyed: () => KeyedAccess, refuse: (err: CallerRejectedError) => Error) {
-  return (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void): void => {
-    const known = request.caller ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
-    if (known !== null) {
-      request.caller = known;
+export function undebitedService(
+  quota: Pick<QuotaMeter, 'peek'> | undefined,
+  caller: Caller,
+): Promise<ServiceMeta> {
+  if (quota === undefined) return Promise.resolve({ auth: caller.auth, quota: null });
+  return quota.peek(caller.subject).then(
+    (snapshot) => ({ auth: caller.auth, quota: snapshot }),
+    () => ({ auth: caller.auth, quota: null }),
+  );
+}
+
+/**
+ * The one auth hook of every channel (preValidation): the request's caller resolved once, set as
+ * `request.caller`, which the route reads and nothing else. Without a promise when a hook before
+ * it already knew the caller (the sign-in gate) or no key is presented. A presented key that is
+ * not live is refused with `refusals.rejected`, and a caller without a key, where the route needs
+ * one, with `refusals.keyless`; either way after `request.service` is set to the refusal's
+ * `_service` (for a refused key, the quota the request counts against without it).
+ */
+export function callerHook(access: () => CallerAccess, refusals: CallerRefusals) {
+  const keyless = (request: FastifyRequest, caller: Caller, done: (err?: Error) => void): void => {
+    request.caller = caller;
+    if (caller.keyId !== null || refusals.keyless === undefined) {
       done();
       return;
     }
-    const { keys, quota } = keyed();
+    const refusal = refusals.keyless(caller);
+    undebitedService(access().quota, caller).then((service) => {
+      request.service = service;
+      done(refusal);
+    });
+  };
+  return (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void): void => {
+    const known = request.caller ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
+    if (known !== null) {
+      keyless(request, known, done);
+      return;
+    }
+    const { keys, quota } = access();
     identifyCaller(keys, { headers: request.headers, clientAddress: request.ip }).then(
-      (caller) => {
-        request.caller = caller;
-        done();
-      },
+      (caller) => keyless(request, caller, done),
       async (err: unknown) => {
         if (!(err instanceof CallerRejectedError)) {
           done(err as Error);
           return;
         }
-        request.service = await rejectedService(quota, err);
-        done(refuse(err));
+        request.service = quota ? await rejectedService(quota, err) : err.service;
+        done(refusals.rejected(err));
       },
     );
   };

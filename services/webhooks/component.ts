@@ -13,7 +13,6 @@ import type { Adapters } from '../adapters.ts';
 import type { Component, Role, Slice } from '../component.ts';
 import { rankMarkets } from '../engine/engine.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
-import { keyResolverAuth, type ResolveKey } from './auth.ts';
 import { DeliveryWorker } from './delivery-worker.ts';
 import { rankedDigestScan } from './digest-scan.ts';
 import { type DispatcherOptions, WebhookDispatcher } from './dispatcher.ts';
@@ -218,17 +217,16 @@ export function webhookApi(deps: {
   config: Config;
   adapters: WebhookAdapters;
   logger: Logger;
-  /** How a Bearer key becomes a key id: the key registry's resolver in the service. */
-  keys?: Pick<KeyResolver, 'resolve'>;
-  resolveKey?: ResolveKey;
+  /** How a Bearer key becomes a key id: the key registry's resolver (the api role's, once it is built). */
+  keys: Pick<KeyResolver, 'resolve'> | (() => Pick<KeyResolver, 'resolve'>);
   settings?: Partial<WebhookSettings>;
   /** The feed this deployment's market content comes from (test deliveries are labelled with it). */
   feed: FeedKind;
 }): Component & { plugin: FastifyPluginAsync; runner: ProjectionRunner<WebhookState> } {
   const { config, adapters, logger } = deps;
   const { settings, secrets, runner, agent, worker } = parts(config, adapters, logger, deps.settings);
-  const resolveKey = deps.resolveKey ?? (deps.keys ? keyResolverAuth(deps.keys) : null);
-  if (!resolveKey) throw new Error('webhookApi needs keys (a KeyResolver) or resolveKey');
+  const given = deps.keys;
+  const keys = typeof given === 'function' ? given : () => given;
   return {
     name: 'webhook-api',
     runner,
@@ -239,7 +237,7 @@ export function webhookApi(deps: {
       agent,
       secrets,
       settings,
-      resolveKey,
+      keys,
       feed: deps.feed,
     }),
     async start() {
@@ -277,7 +275,7 @@ export function webhooksSlice(deps: {
         config,
         adapters,
         logger,
-        resolveKey: (authorization) => keyResolverAuth(deps.keys())(authorization),
+        keys: deps.keys,
         // The api role always runs the engine's feed; its kind is known once it is open.
         feed: deps.feed?.kind ?? (config.FEED === 'live' ? 'live' : 'replay'),
       })

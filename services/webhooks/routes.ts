@@ -1,4 +1,4 @@
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Dispatcher } from 'undici';
 import { z } from 'zod';
@@ -19,7 +19,8 @@ import {
 } from '../../contracts/webhooks.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { declared, documented, type ResponseDoc, type RouteDoc } from '../api/openapi.ts';
-import { type ResolveKey, requireKey } from './auth.ts';
+import type { KeyResolver } from '../keys/key-resolver.ts';
+import { callerHook, decorateCaller } from '../metering/caller.ts';
 import { deliveryView, findDelivery, sequenceStream } from './delivery-log-fold.ts';
 import type { DeliveryWorker } from './delivery-worker.ts';
 import { claimNextAttempt } from './next-attempt.ts';
@@ -54,7 +55,8 @@ export interface WebhookRoutesDeps {
     WebhookSettings,
     'urlPolicy' | 'maxPerKey' | 'timeoutMs' | 'verifyBaseUrl' | 'rotationOverlapMs'
   >;
-  resolveKey: ResolveKey;
+  /** The key registry's resolver: every route needs a live key. */
+  keys: () => Pick<KeyResolver, 'resolve'>;
   /** The feed this deployment's market content comes from; a test delivery is labelled with it. */
   feed: FeedKind;
 }
@@ -290,9 +292,14 @@ async function resend(deps: WebhookRoutesDeps, sub: SubscriptionRecord, delivery
   return resultView(record.id, await deps.worker.submit(job));
 }
 
+/** The live key a keyed route was called with: its auth hook refused every caller without one. */
+function keyOf(request: FastifyRequest): string {
+  return request.caller!.keyId!;
+}
+
 /**
  * /api/webhooks: create, list, delete, test, delivery log, re-enable (with recovery) and resend.
- * Every route needs a live key (the `requireKey` hook, before the body is validated); another key's subscription answers
+ * Every route needs a live key (the caller hook, before the body is validated); another key's subscription answers
  * 404 exactly like a missing one. Refusals are thrown as catalog errors and answered by the app's
  * error handler; a command that loses a race past its retries answers 409 CONFLICT.
  */
@@ -308,31 +315,37 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
     plain.get('/api/webhooks/schemas', { config: DOCS.schemas }, async () => schemas);
 
     // Before the body is validated: a caller without a key learns nothing about the body it sent.
-    const authenticated = requireKey(plain, deps.resolveKey);
+    // Every refusal is 401, but a key that cannot be checked right now (503, retryable).
+    decorateCaller(plain);
+    const authenticated = callerHook(() => ({ keys: deps.keys() }), {
+      rejected: (err) =>
+        err.reason === 'indeterminate'
+          ? new ServiceError('KEY_UNVERIFIABLE', { detail: (err.cause as Error).message })
+          : new ServiceError('UNAUTHORIZED'),
+      keyless: () => new ServiceError('UNAUTHORIZED'),
+    });
     app.post('/api/webhooks', { ...DOCS.create, preValidation: authenticated }, async (request, reply) =>
-      reply.code(201).send(await create(request.apiKeyId, request.body)),
+      reply.code(201).send(await create(keyOf(request), request.body)),
     );
     app.get('/api/webhooks', { ...DOCS.list, preValidation: authenticated }, async (request) => ({
-      webhooks: subscriptionsOfKey(runner.state.subscriptions, request.apiKeyId).map(toView),
+      webhooks: subscriptionsOfKey(runner.state.subscriptions, keyOf(request)).map(toView),
     }));
-    app.delete(
-      '/api/webhooks/:id',
-      { ...DOCS.delete, preValidation: authenticated },
-      async ({ apiKeyId, params }) => {
-        owned(apiKeyId, params.id);
-        await settled(await deleteSubscription(store, apiKeyId, params.id));
-        return { id: params.id, deleted: true as const };
-      },
-    );
-    app.post(
-      '/api/webhooks/:id/test',
-      { ...DOCS.test, preValidation: authenticated },
-      async ({ apiKeyId, params }) => sendSample(owned(apiKeyId, params.id)),
+    app.delete('/api/webhooks/:id', { ...DOCS.delete, preValidation: authenticated }, async (request) => {
+      const { params } = request;
+      const apiKeyId = keyOf(request);
+      owned(apiKeyId, params.id);
+      await settled(await deleteSubscription(store, apiKeyId, params.id));
+      return { id: params.id, deleted: true as const };
+    });
+    app.post('/api/webhooks/:id/test', { ...DOCS.test, preValidation: authenticated }, async (request) =>
+      sendSample(owned(keyOf(request), request.params.id)),
     );
     app.get(
       '/api/webhooks/:id/deliveries',
       { ...DOCS.deliveries, preValidation: authenticated },
-      async ({ apiKeyId, params, query }) => {
+      async (request) => {
+        const { params, query } = request;
+        const apiKeyId = keyOf(request);
         const sub = owned(apiKeyId, params.id);
         return query.after_seq === undefined
           ? latestDeliveries(sub, query.limit)
@@ -342,7 +355,9 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
     app.post(
       '/api/webhooks/:id/rotate-secret',
       { ...DOCS.rotate, preValidation: authenticated },
-      async ({ apiKeyId, params, body }) => {
+      async (request) => {
+        const { params, body } = request;
+        const apiKeyId = keyOf(request);
         owned(apiKeyId, params.id);
         const overlapSeconds = body.overlap_seconds;
         const rotated = await rotateSecret(store, {
@@ -362,7 +377,9 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
     app.post(
       '/api/webhooks/:id/enable',
       { ...DOCS.enable, preValidation: authenticated },
-      async ({ apiKeyId, params, body }) => {
+      async (request) => {
+        const { params, body } = request;
+        const apiKeyId = keyOf(request);
         owned(apiKeyId, params.id);
         await settled(await reEnableSubscription(store, apiKeyId, params.id, body.recover_since));
         return toView(owned(apiKeyId, params.id));
@@ -371,7 +388,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
     app.post(
       '/api/webhooks/:id/deliveries/:deliveryId/resend',
       { ...DOCS.resend, preValidation: authenticated },
-      async ({ apiKeyId, params }) => resend(owned(apiKeyId, params.id), params.deliveryId),
+      async (request) => resend(owned(keyOf(request), request.params.id), request.params.deliveryId),
     );
   };
 }

@@ -13,6 +13,7 @@ import {
   decorateCaller,
   type KeyedAccess,
   keylessCaller,
+  undebitedService,
 } from '../../metering/caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../../metering/metered-call.ts';
 import type { PaidServiceMeta, ServiceMeta } from '../../metering/service-meta.ts';
@@ -25,7 +26,7 @@ import { FACILITATOR_REASONS } from '../reasons.ts';
 import type { PaidTool } from '../tools.ts';
 import { contentTypeProblem } from './content-type.ts';
 import { CORS_PREFLIGHT_HEADERS, CORS_RESPONSE_HEADERS } from './cors.ts';
-import { type ServiceBlock, TurnPeeks, undebitedService } from './turn-peeks.ts';
+import { type ServiceBlock, TurnPeeks } from './turn-peeks.ts';
 
 export interface X402PluginOptions {
   ops: SignalOperations;
@@ -208,13 +209,12 @@ class PaidRoutes {
   }
 
   /** The auth hook: a key that is not live is refused, 401 or 503; no key is an anonymous caller. */
-  readonly identify = callerHook(
-    () => this.keyed,
-    (err: CallerRejectedError) =>
+  readonly identify = callerHook(() => this.keyed, {
+    rejected: (err: CallerRejectedError) =>
       new ServiceError(err.reason === 'unknown' ? 'unknown_key' : 'key_unverifiable', {
         detail: err.message,
       }),
-  );
+  });
 
   async sendQuote(
     reply: FastifyReply,

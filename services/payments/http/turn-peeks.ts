@@ -1,4 +1,4 @@
-import type { Caller } from '../../metering/caller.ts';
+import { type Caller, undebitedService } from '../../metering/caller.ts';
 import type { QuotaMeter } from '../../metering/quota-meter.ts';
 import type { ServiceMeta } from '../../metering/service-meta.ts';
 
@@ -8,17 +8,6 @@ export interface ServiceBlock {
   json: string;
   /** Bodies already built with this block, by what they were built from (a quote). */
   bodies: WeakMap<object, Buffer>;
-}
-
-/**
- * The caller's `_service` for an answer that debits nothing: the live quota of the key, or of the
- * anonymous caller's address (a 402 quote carries it too, as the contract asks of every response).
- */
-export function undebitedService(quota: QuotaMeter, caller: Caller): Promise<ServiceMeta> {
-  return quota.peek(caller.subject).then(
-    (snapshot) => ({ auth: caller.auth, quota: snapshot }),
-    () => ({ auth: caller.auth, quota: null }),
-  );
 }
 
 /**

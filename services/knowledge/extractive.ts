@@ -88,6 +88,7 @@ const SYNONYMS: string[][] = [
   ['contain', 'cover', 'coverage', 'inside'],
   ['actual', 'realised', 'realized'],
   ['answer', 'response', 'reply'],
+  ['compare', 'against', 'beside', 'baseline'],
 ];
 const SYNONYM_OF = new Map<string, Set<string>>();
 for (const group of SYNONYMS) {
@@ -106,7 +107,12 @@ const QUESTION_WORDS = new Set(
     'comes whether able kind type exactly there possible thing mean means meaning support supported ' +
     'available exist exists number value find see count counts take takes assume assumed field fields ' +
     // Where a thing is seen is asked as much by "shown" or "viewed" as by "see".
-    'show shown view viewed display displayed'
+    'show shown view viewed display displayed ' +
+    // How often or in place of what a thing holds ("sometimes null", "instead of the label"), and
+    // the passive that only says it is there ("is the carry given"), shape the question too.
+    'sometimes usually ever still instead given provided ' +
+    // A superlative asks for the bound: the documentation states it as "at most 8 KiB".
+    'largest longest biggest smallest shortest highest lowest maximum minimum'
   )
     .split(' ')
     .map((w) => termOf(w))
@@ -254,6 +260,10 @@ export function expandQuestion(question: string): string {
   return [...topical, ...new Set(extra)].join(' ');
 }
 
+/** A question that asks for a quantity: how much, how long, the largest, at most. */
+const NUMBER_ASKED =
+  /\bhow (much|many|long|often|large|big|fast|far|old)\b|\b(at most|at least|largest|longest|biggest|smallest|shortest|highest|lowest|maximum|minimum)\b/i;
+
 type Kind = 'reason' | 'number' | 'list' | 'steps' | 'definition' | 'condition' | 'other';
 
 /** What kind of sentence answers the question: the fact asked decides what a right answer holds. */
@@ -261,9 +271,9 @@ export function questionKind(question: string): Kind {
   const q = question.toLowerCase();
   // "Why is every answer a HOLD?" asks for a cause, whatever nouns it names.
   if (/^(why|how come)\b|\bwhat is the reason\b/.test(q)) return 'reason';
-  if (/\b(how (much|many|long|often)|price|cost|limits?\b|quota|at most|maximum|minimum)/.test(q))
-    return 'number';
-  if (/^(which|list)\b|^what (are|kinds?|types?) |\bwhich \w+ (are|is|can|do)\b/.test(q)) return 'list';
+  if (NUMBER_ASKED.test(q) || /\b(price|cost|limits?\b|quota)/.test(q)) return 'number';
+  if (/^(which|list)\b|^what (are|kinds?|types?) |\bwhich (\w+ ){1,2}(are|is|can|do|does)\b/.test(q))
+    return 'list';
   if (/\bhow (do|can|should) (i|we|you)\b|\bhow to\b|\bwhere\b/.test(q)) return 'steps';
   // "When does a call count as a hit?": the rule that decides, a threshold or a moment.
   if (/^when (is|are|does|do|will)\b|\bcounts? as\b|\bconsidered\b/.test(q)) return 'condition';
@@ -272,7 +282,7 @@ export function questionKind(question: string): Kind {
 }
 
 function kindFit(kind: Kind, text: string, asked: { meets: Set<string> }[]): number {
-  const digits = /\d/.test(text);
+  const digits = DIGITS.test(text);
   const items = (text.match(/,|;/g) ?? []).length;
   switch (kind) {
     case 'reason':
@@ -308,9 +318,15 @@ const TABLE_ROW = /^(?:[^;]{1,60}; ){4,}/;
 const REASON =
   /\b(because|since|so|therefore|thus|hence|reason|why|otherwise|rather than|in order to|so that|would|cannot|only)\b/i;
 
+/** A figure in digits, not the digits of a name ("SHA256", "x402", "EIP-4361"). */
+const DIGITS = /(?<![\p{L}\p{N}_])(?<!\p{L}-)\d/u;
+
+/** A sentence that draws a conclusion from the one before it: that one states the cause. */
+const CONCLUSION = /\b(therefore|thus|hence|consequently)\b|^so\b|\bsays? so\b|\b(that|this) is why\b/i;
+
 /** A number, in digits or in words ("six coins", "at most two"). */
 const NUMBER =
-  /\d|\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|hundred|thousand|million|once|twice|half|dozen)\b/i;
+  /(?<![\p{L}\p{N}_])(?<!\p{L}-)\d|\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|hundred|thousand|million|once|twice|half|dozen)\b/iu;
 
 /**
  * What a step of a procedure is written with: a route ("POST /api/keys"), a command ("npm run
@@ -327,8 +343,7 @@ const STEP_TEXT =
  * question's shape asks for nothing such.
  */
 function statedBy(question: string): { test: (text: string) => boolean; required: boolean } | null {
-  if (/\bhow (much|many|long|often)\b/i.test(question))
-    return { test: (text) => NUMBER.test(text), required: true };
+  if (NUMBER_ASKED.test(question)) return { test: (text) => NUMBER.test(text), required: true };
   // A step can be told in words alone ("subscribe another subscription to …"): preferred, not
   // required. "How can I tell / know / see whether …" asks for a sign to read, not a procedure.
   if (
@@ -342,12 +357,19 @@ function statedBy(question: string): { test: (text: string) => boolean; required
 /** A quantity with its unit: "10 bps", "6 candles", "5 days", "80 %". */
 const MEASURE = /\b\d+(?:[.,]\d+)?\s?(?:bps|%|candles?|s|ms|min|h|hours?|days?)\b/;
 
+/**
+ * A list of three or more short phrases: "the next candle, six candles and one UTC day", "8 h,
+ * 24 h, 72 h and 7 d". Its values are named only by the noun right after it or before it.
+ */
+const PHRASE_LIST =
+  /(?:[\p{L}\p{N}_./-]+ ){0,2}[\p{L}\p{N}_./-]+(?:, (?:[\p{L}\p{N}_./-]+ ){0,2}[\p{L}\p{N}_./-]+)+,? (?:and|or) (?:[\p{L}\p{N}_./-]+ ){0,2}[\p{L}\p{N}_./-]+/gu;
+
 /** Prepositions whose object a list following them is. */
 const OBJECT_OF = /^(for|of|from|to|with|by|in|on|at|into|about|as)$/i;
 
-/** A list of three or more items: "a, b, c", "a, b and c", "a|b|c", codes as a table lists them ("BTC ETH SOL"). */
+/** A list of three or more items, each perhaps with a remark ("LMDB (default)"): "a, b, c", "a, b and c", "a|b|c", codes as a table lists them ("BTC ETH SOL"). */
 const LIST =
-  /[\p{L}\p{N}_./-]+(?:(?:,\s+(?:and\s+|or\s+)?|\s+(?:and|or)\s+)[\p{L}\p{N}_./-]+){2,}|[\p{L}\p{N}_./-]+(?:\|[\p{L}\p{N}_./-]+){2,}|\b[A-Z][A-Z0-9]+(?: [A-Z][A-Z0-9]+){2,}\b/gu;
+  /[\p{L}\p{N}_./-]+(?: \([^()]{1,30}\))?(?:(?:,\s+(?:and\s+|or\s+)?|\s+(?:and|or)\s+)[\p{L}\p{N}_./-]+(?: \([^()]{1,30}\))?){2,}|[\p{L}\p{N}_./-]+(?:\|[\p{L}\p{N}_./-]+){2,}|\b[A-Z][A-Z0-9]+(?: [A-Z][A-Z0-9]+){2,}\b/gu;
 
 /**
  * The values of a thing the question names: "exchange (one of BINANCE, BYBIT, …)", "Events:
@@ -360,7 +382,7 @@ function enumerates(text: string, asked: { meets: Set<string> }[]): boolean {
     return t !== null && asked.some(({ meets }) => meets.has(t));
   };
   for (const m of text.matchAll(/([\p{L}_]+) \(one of [^)]*,[^)]*,/gu)) if (named(m[1])) return true;
-  for (const m of text.matchAll(LIST)) {
+  for (const m of [...text.matchAll(LIST), ...text.matchAll(PHRASE_LIST)]) {
     const items = m[0].split(/,\s*|\|| and | or | /).filter((item) => item !== '');
     // "30, 28 and 18 coins" counts the coins; it does not name them.
     if (items.length < 3 || items.every((item) => /^\d+(?:[.,]\d+)?$/.test(item))) continue;
@@ -466,6 +488,40 @@ function clauses(sentence: string): string[] {
   return out;
 }
 
+/**
+ * A clause still too long to quote, read as runs of its comma-separated parts (outside brackets),
+ * each as long as fits: "… and an 80 % band for the next candle, six candles and one UTC day
+ * (horizons[])" is quoted, not dropped with the rest of its sentence.
+ */
+function commaRuns(text: string): string[] {
+  const cuts: number[] = [];
+  let depth = 0;
+  for (let i = 0; i < text.length; i++) {
+    const ch = text[i]!;
+    if ('([{'.includes(ch)) depth++;
+    else if (')]}'.includes(ch)) depth = Math.max(0, depth - 1);
+    else if (depth === 0 && ch === ',' && text[i + 1] === ' ') cuts.push(i);
+  }
+  cuts.push(text.length);
+  const out: string[] = [];
+  let start = 0;
+  while (start < text.length) {
+    const fits = cuts.filter((c) => c > start && c - start <= LONG_SENTENCE);
+    const end = fits.at(-1);
+    if (end === undefined) {
+      // One part longer than a quote: skipped, the next run starts after it.
+      const after = cuts.find((c) => c > start);
+      if (after === undefined) break;
+      start = after + 1;
+      continue;
+    }
+    const run = text.slice(start, end).trim();
+    if (run.length > 0) out.push(run);
+    start = end + 1;
+  }
+  return out;
+}
+
 /** The quotable units of a passage: sentences, long ones cut into their clauses. */
 function units(passage: Passage): string[][] {
   const all = sentences(passage.text);
@@ -477,8 +533,19 @@ function units(passage: Passage): string[][] {
         // read as what leads up to its colon and what the colon introduces.
         const c = clause.trim().replace(/;$/, '');
         const parts = c.length > LONG_SENTENCE ? c.split(/(?<=:)\s+/) : [c];
-        for (const part of parts) if (part.length >= 15 && part.length <= LONG_SENTENCE) out.push([part]);
+        for (const part of parts)
+          for (const piece of part.length > LONG_SENTENCE ? commaRuns(part) : [part])
+            if (piece.length >= 15) out.push([piece]);
       }
+      return;
+    }
+    // A sentence that introduces a list of items ("Roles: … does:" then "api — the HTTP app…",
+    // "engine — …") is quoted with every item, where they fit: the items are what it introduces.
+    const items: string[] = [];
+    for (let j = i + 1; sentence.endsWith(':') && j < all.length && ITEM.test(all[j]!); j++)
+      items.push(all[j]!);
+    if (items.length >= 2 && [sentence, ...items].join(' ').length <= 2 * LONG_SENTENCE) {
+      out.push([sentence, ...items]);
       return;
     }
     // A sentence that introduces a list (ends with ":") is quoted with the list.
@@ -492,6 +559,16 @@ function units(passage: Passage): string[][] {
       out.push([sentence, next]);
   });
   return out;
+}
+
+/** An item of a list as its own line: a name, a dash, what it is ("engine — verdicts for …"). */
+const ITEM = /^[\p{L}\p{N}_./*-]+ — \S/u;
+
+/** A unit that is a sentence introducing items and the items: the list of what its head names. */
+function itemList(quotes: string[], asked: { meets: Set<string> }[]): boolean {
+  if (quotes.length < 3 || !quotes.slice(1).every((q) => ITEM.test(q))) return false;
+  const head = termsIn(quotes[0]!);
+  return asked.some(({ meets }) => [...meets].some((t) => head.has(t)));
 }
 
 function answerable(text: string): boolean {
@@ -557,6 +634,10 @@ export function extractiveAnswer(
     });
     return { own: own / known, ranked: (own + context) / known, crux };
   };
+  // What a "which" question asks for the values of ("which event stores": stores).
+  const noun = kind === 'list' ? listedNoun(question) : null;
+  const ofNoun = asked.filter(({ term }) => noun === null || term === noun);
+  const listOf = ofNoun.length > 0 ? ofNoun : asked;
   const candidates: Candidate[] = [];
   const byPassage = new Map<string, string[][]>();
   read.forEach(({ passage }, rank) => {
@@ -573,7 +654,9 @@ export function extractiveAnswer(
       const coverage = crux || cruxAt < 0 ? own : Math.min(own, MIN_COVERAGE / 2);
       const score =
         ranked +
-        kindFit(kind, text, asked) -
+        kindFit(kind, text, asked) +
+        // Items on lines of their own, introduced by a sentence naming them, are the list itself.
+        (kind === 'list' && itemList(quotes, listOf) ? 0.2 : 0) -
         rank * 0.01 -
         text.length / 5000 +
         subjectFit(kind, head, asked) -
@@ -589,9 +672,9 @@ export function extractiveAnswer(
   // "Which coins …" asks for the coins: where the documentation lists them, a sentence that
   // only speaks of them (how many, where they are read from) is not the answer.
   if (kind === 'list') {
-    const noun = listedNoun(question);
-    const of = asked.filter(({ term }) => noun === null || term === noun);
-    const listing = carrying.filter((c) => enumerates(c.quotes.join(' '), of.length > 0 ? of : asked));
+    const listing = carrying.filter(
+      (c) => enumerates(c.quotes.join(' '), listOf) || itemList(c.quotes, listOf),
+    );
     if (listing.length > 0) carrying.splice(0, carrying.length, ...listing);
   }
   // "How many …" is answered by a unit that states a number, "how do I …" by one that states the
@@ -618,6 +701,21 @@ export function extractiveAnswer(
     if (!overlaps(follow) && length + next.join(' ').length <= MAX_ANSWER_CHARS) {
       chosen.push(follow);
       length += next.join(' ').length;
+    }
+  }
+  // "Why …" answered by a conclusion ("Every answer is therefore HOLD", "… say so; use X"): the
+  // cause is what the sentence before it says, so that sentence comes first.
+  if (kind === 'reason' && CONCLUSION.test(best.quotes[0]!)) {
+    const all = sentences(best.passage.text);
+    // The sentence the quote stands in (a clause of a long one stands in it too).
+    const at = all.findIndex((sentence) => sentence.includes(best.quotes[0]!));
+    const cause = at > 0 ? all[at - 1]! : undefined;
+    if (cause !== undefined && answerable(cause) && !isHeading(cause, best.passage)) {
+      const before = { ...best, order: best.order - 0.5, quotes: [cause], score: best.score };
+      if (!overlaps(before) && length + cause.length <= MAX_ANSWER_CHARS) {
+        chosen.push(before);
+        length += cause.length;
+      }
     }
   }
   // Then what else the best passage says about the question, then units elsewhere that carry

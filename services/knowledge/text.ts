@@ -26,7 +26,8 @@ function undouble(stemmed: string): string {
 
 export function stem(word: string): string {
   if (word.length <= 3 || KEEP.has(word) || /\d/.test(word)) return word;
-  if (word.endsWith('ies') && word.length > 4) return `${word.slice(0, -3)}y`;
+  // "retries" and "retried" are both of "retry".
+  if ((word.endsWith('ies') || word.endsWith('ied')) && word.length > 4) return `${word.slice(0, -3)}y`;
   if (word.endsWith('ing') && word.length > 5) return undouble(word.slice(0, -3));
   if (word.endsWith('ed') && word.length > 4 && !word.endsWith('eed')) return undouble(word.slice(0, -2));
   if (word.endsWith('es') && /(ss|x|ch|sh)es$/.test(word)) return word.slice(0, -2);

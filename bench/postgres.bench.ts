@@ -5,26 +5,31 @@
  *   (b) batches of 100 vs a bare multi-row INSERT of the same 100 rows
  *   (c) catch-up read of N events in pages of 1000 vs one bare SELECT scan of the same rows
  *   (d) rebuild of a counting projection from PostgreSQL beside the same rebuild from LMDB
- *   (e) 16 concurrent writers, each appending single events to its own streams with expected
- *       revisions, over a pool of 16, vs 16 concurrent bare single-row INSERT loops over 16
- *       connections (each INSERT its own fsync'd commit, as an append is)
+ *   (e) 16 concurrent writers, each appending single events to its own stream with expected
+ *       revisions, over a pool of 16, vs a bare batch writer: the same 16 writers grouped the same
+ *       way (the same group writer, the same groups in flight), each group one bare INSERT of the
+ *       same rows and one fsync'd commit; rate, and CPU per append of this process (client) and of
+ *       the PostgreSQL backends (server) side by side
  *   (f) (e) with appends answered once committed, the flush following (the lever for quota
- *       debits and delivery bookkeeping), against the same bare baseline
+ *       debits and delivery bookkeeping), against the bare batch writer committing the same way
  *   (g) the id index's bytes per entry: appends of time-ordered ids (UUID version 7, what the
  *       service chooses) into a store whose index already holds random ones, against more random
  *       ids into the same start; no target (from schema version 4 the unique index is keyed first
  *       by the id's version digit, as LMDB's is by a prefix; before it, 106 against 79 bytes)
- * Targets: (a), (b) and (c) at least 0.5 of the bare rate, (e) at least 0.7. (d) has no target;
+ * Targets: (a), (b) and (c) at least 0.5 of the bare rate; (e) at least 0.8 of the bare batch
+ * writer's rate at no more than 1.5x its CPU per append (client and server together). (d) has no target;
  * it shows what choosing PostgreSQL over LMDB costs a rebuild.
  *
  *   npx tsx bench/postgres.bench.ts [--read-events=100000] [--index-events=200000]
+ *     [--writer-appends=600] [--writer-rounds=5] [--only=writers]
  */
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
+import { GroupWriter } from '../adapters/event-store/group-writer.ts';
 import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import { openPostgresEventStore, type PostgresEventStore } from '../adapters/event-store/postgres.ts';
@@ -33,8 +38,13 @@ import { newEventId } from '../contracts/event-id.ts';
 import { ProjectionRunner } from '../projections/runner.ts';
 import {
   atLeast,
+  atMost,
   countingProjection,
+  f0,
+  f2,
+  median,
   printColumns,
+  processCpuMs,
   recordTarget,
   SINGLE_APPEND_STREAMS,
   sampleEvent,
@@ -53,7 +63,18 @@ interface Row {
   unit: string;
   ratio: number;
   target?: number;
+  /** CPU µs per unit, client and server together, of the store and its baseline. */
+  cpuUs?: { service: number; baseline: number };
+  /** The same split: [store, baseline] µs per unit of this process and of its PostgreSQL backends. */
+  cpuSplit?: { client: [number, number]; server: [number, number] };
+  /** Most the store's CPU per unit may be, as a multiple of the baseline's. */
+  cpuTarget?: number;
 }
+
+/** Group round trips in flight at once, the store's and the bare batch writer's alike. */
+const GROUPS_IN_FLIGHT = 4;
+/** Positions of the bare batch writer's rows, above every other bare row. */
+let nextBarePosition = 3_000_000_000;
 
 export async function run(
   options: {
@@ -61,7 +82,10 @@ export async function run(
     batches?: number;
     readEvents?: number;
     writerAppends?: number;
+    writerRounds?: number;
     indexEvents?: number;
+    /** `writers`: only (e) and (f), the cases the store's write path is tuned against. */
+    only?: 'writers';
   } = {},
 ) {
   const singles = options.singles ?? 500;
@@ -73,12 +97,18 @@ export async function run(
   try {
     await store.pool.query(`CREATE TABLE "${schema}".bare (LIKE "${schema}".events INCLUDING ALL)`);
     const rows: Row[] = [];
-    rows.push(await singleAppends(store, schema, singles));
-    rows.push(await batchAppends(store, schema, batches, 100));
-    rows.push(await concurrentWriters(schema, options.writerAppends ?? 300, 16, 'flushed'));
-    rows.push(await concurrentWriters(schema, options.writerAppends ?? 300, 16, 'committed'));
-    rows.push(...(await readAndRebuild(store, schema, readEvents, dir)));
-    rows.push(await idIndexBytes(options.indexEvents ?? 200_000));
+    if (options.only === undefined) {
+      rows.push(await singleAppends(store, schema, singles));
+      rows.push(await batchAppends(store, schema, batches, 100));
+    }
+    const perWriter = options.writerAppends ?? 600;
+    const rounds = options.writerRounds ?? 5;
+    rows.push(await concurrentWriters(schema, perWriter, 16, rounds, 'flushed'));
+    rows.push(await concurrentWriters(schema, perWriter, 16, rounds, 'committed'));
+    if (options.only === undefined) {
+      rows.push(...(await readAndRebuild(store, schema, readEvents, dir)));
+      rows.push(await idIndexBytes(options.indexEvents ?? 200_000));
+    }
     printTable(rows);
     return rows;
   } finally {
@@ -160,80 +190,155 @@ async function batchAppends(
 }
 
 /**
- * Writers in parallel: the store's appends and the bare INSERTs run in alternating rounds (three
- * each) so drift on a shared machine hits both; the figure is the median round of each.
+ * Writers in parallel, each appending single events to its own stream with its expected revision,
+ * against a bare batch writer that groups the same way: the same 16 writers submit to the same
+ * group writer (group-writer.ts: GROUPS_IN_FLIGHT round trips out, up to 64 appends each), and each
+ * group is one bare INSERT ... SELECT FROM unnest of the same rows into a table of the same shape,
+ * one commit, at the same durability. What is left between the two is the store's own work: the
+ * stream locks, the id and revision checks, the positions, the NOTIFY and the answers. Store and
+ * bare run in alternating rounds so drift on a shared machine hits both; the rate is the median
+ * round of each, CPU per append is over all rounds: this process's (client) and its PostgreSQL
+ * backends' (server, /proc/<pid>/stat of the pids pg_stat_activity names for its connections).
  */
 async function concurrentWriters(
   schema: string,
   perWriter: number,
   writers: number,
+  rounds: number,
   durability: 'flushed' | 'committed',
 ): Promise<Row> {
-  const store = await openPostgresEventStore({ url: URL, schema, poolSize: writers });
-  const bare = new pg.Pool({ connectionString: URL, max: writers });
-  const storeRates: number[] = [];
-  const bareRates: number[] = [];
+  const store = await openPostgresEventStore({
+    url: URL,
+    schema,
+    poolSize: writers,
+    groupsInFlight: GROUPS_IN_FLIGHT,
+  });
+  // Answered once committed: the bare side's connections commit without waiting for the flush, as
+  // the store's groups of such appends do (synchronous_commit = off).
+  const bare = new pg.Pool({
+    connectionString: URL,
+    max: writers,
+    application_name: `bare:${schema}`,
+    ...(durability === 'committed' ? { options: '-c synchronous_commit=off' } : {}),
+  });
+  const admin = new pg.Client({ connectionString: URL, application_name: `bench-admin:${schema}` });
+  await admin.connect();
+  let bareGroups = 0;
+  const bareWriter = new GroupWriter(
+    async (group) => {
+      bareGroups++;
+      const base = nextBarePosition;
+      nextBarePosition += group.length;
+      await bare.query({
+        name: 'bare_group',
+        text: BARE_INSERT(schema),
+        values: [
+          group.map((_, i) => base + i),
+          group.map((m) => m.ids[0]!),
+          group.map((m) => m.stream),
+          group.map((m) => Number(m.expected) + 1),
+          group.map((m) => m.events[0]!.type),
+          group.map((m) => JSON.stringify(m.events[0]!.data)),
+        ],
+      });
+      group.forEach((m, i) => {
+        m.resolve({ nextRevision: Number(m.expected) + 1, position: base + i });
+      });
+    },
+    { maxInFlight: GROUPS_IN_FLIGHT },
+  );
+  const sides = {
+    store: { rates: [] as number[], clientMs: 0, serverMs: 0, appends: 0, groups: 0 },
+    bare: { rates: [] as number[], clientMs: 0, serverMs: 0, appends: 0, groups: 0 },
+  };
+  /** CPU ms of each backend whose application_name names `side`'s connections in this schema. */
+  const backends = async (side: 'store' | 'bare'): Promise<Map<number, number>> => {
+    const { rows } = await admin.query<{ pid: number }>(
+      'SELECT pid FROM pg_stat_activity WHERE application_name = ANY ($1)',
+      [side === 'store' ? [`es:${schema}`, `es-listen:${schema}`] : [`bare:${schema}`]],
+    );
+    return new Map(rows.map((r) => [r.pid, processCpuMs(r.pid) ?? 0]));
+  };
+  const appendsPerRound = writers * perWriter;
   try {
-    // Both open their connections before the clock starts.
-    await Promise.all(Array.from({ length: writers }, () => bare.query('SELECT 1')));
-    for (let round = 0; round < 3; round++) {
-      const start = performance.now();
-      await Promise.all(
-        Array.from({ length: writers }, async (_, w) => {
-          let revision: number | null = null;
-          const stream = `writer-${durability}-${round}-${w}`;
-          for (let i = 0; i < perWriter; i++) {
-            const result = await store.append(stream, [sampleEvent(i)], {
-              expectedRevision: revision ?? 'no_stream',
-              durability,
-            });
-            revision = result.nextRevision;
-          }
-        }),
-      );
-      storeRates.push((writers * perWriter * 1000) / (performance.now() - start));
-
-      const bareStart = performance.now();
-      await Promise.all(
-        Array.from({ length: writers }, async (_, w) => {
-          for (let i = 0; i < perWriter; i++) {
-            const e = sampleEvent(i);
-            await bare.query({
-              name: 'bare_writer',
-              text: `INSERT INTO "${schema}".bare (position, id, stream, revision, type, recorded_at, correlation_id, causation_id, data)
-                     VALUES ($1, $2, $3, $4, $5, now(), $2, NULL, $6::json)`,
-              values: [
-                (durability === 'flushed' ? 3e9 : 4e9) + round * 1_000_000 + w * perWriter + i,
-                e.id,
-                `bare-writer-${durability}-${round}-${w}`,
-                i,
-                e.type,
-                JSON.stringify(e.data),
-              ],
-            });
-          }
-        }),
-      );
-      bareRates.push((writers * perWriter * 1000) / (performance.now() - bareStart));
+    // Both open every connection before the clock starts.
+    const warm = (pool: pg.Pool) =>
+      Promise.all(Array.from({ length: writers }, () => pool.query('SELECT 1')));
+    for (let round = -1; round < rounds; round++) {
+      for (const side of round % 2 === 0 ? (['store', 'bare'] as const) : (['bare', 'store'] as const)) {
+        await warm(side === 'store' ? store.pool : bare);
+        const serverBefore = await backends(side);
+        const groupsBefore = side === 'store' ? store.groupTotals.groups : bareGroups;
+        const cpuBefore = process.cpuUsage();
+        const start = performance.now();
+        await Promise.all(
+          Array.from({ length: writers }, async (_, w) => {
+            const stream = `${side}-${durability}-${round}-${w}`;
+            for (let i = 0; i < perWriter; i++) {
+              const expectedRevision = i === 0 ? 'no_stream' : i - 1;
+              const event = sampleEvent(i);
+              if (side === 'store') await store.append(stream, [event], { expectedRevision, durability });
+              else
+                await bareWriter.submit({
+                  stream,
+                  expected: i - 1,
+                  ids: [event.id!],
+                  events: [event],
+                  flushed: durability === 'flushed',
+                });
+            }
+          }),
+        );
+        const ms = performance.now() - start;
+        const cpu = process.cpuUsage(cpuBefore);
+        if (round < 0) continue; // the warm-up round: plans cached, connections opened
+        const serverAfter = await backends(side);
+        let serverMs = 0;
+        for (const [pid, after] of serverAfter) serverMs += after - (serverBefore.get(pid) ?? 0);
+        const s = sides[side];
+        s.rates.push((appendsPerRound * 1000) / ms);
+        s.clientMs += (cpu.user + cpu.system) / 1000;
+        s.serverMs += serverMs;
+        s.appends += appendsPerRound;
+        s.groups += (side === 'store' ? store.groupTotals.groups : bareGroups) - groupsBefore;
+      }
     }
   } finally {
+    await admin.end();
     await store.close();
     await bare.end();
   }
-  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-  const storeRate = median(storeRates);
-  const bareRate = median(bareRates);
+  const figures = (s: (typeof sides)['store']) => ({
+    rate: median(s.rates),
+    clientUs: (s.clientMs * 1000) / s.appends,
+    serverUs: (s.serverMs * 1000) / s.appends,
+    perGroup: s.appends / Math.max(1, s.groups),
+  });
+  const st = figures(sides.store);
+  const bb = figures(sides.bare);
+  const cpuRatio = (st.clientUs + st.serverUs) / (bb.clientUs + bb.serverUs);
+  console.log(
+    `  ${durability}: rate ${f0(st.rate)} vs ${f0(bb.rate)} appends/s (${f2(st.rate / bb.rate)}; rounds ${sides.store.rates.map(f0).join(' ')} vs ${sides.bare.rates.map(f0).join(' ')}), ` +
+      `CPU µs per append client ${f0(st.clientUs)} vs ${f0(bb.clientUs)} (${f2(st.clientUs / bb.clientUs)}×), ` +
+      `server ${f0(st.serverUs)} vs ${f0(bb.serverUs)} (${f2(st.serverUs / bb.serverUs)}×), ` +
+      `both ${f2(cpuRatio)}×; appends per group ${st.perGroup.toFixed(1)} vs ${bb.perGroup.toFixed(1)}; load ${f2(loadavg()[0]!)}`,
+  );
   return {
     case:
       durability === 'flushed'
-        ? `(e) ${writers} concurrent writers, single appends (${writers} x ${perWriter}, 3 rounds)`
+        ? `(e) ${writers} concurrent writers, single appends (${writers} x ${perWriter}, ${rounds} rounds)`
         : '(f) the same, answered once committed (durability: committed)',
-    store: storeRate,
-    baseline: bareRate,
-    baselineName: `bare pg, ${writers} connections`,
+    store: st.rate,
+    baseline: bb.rate,
+    baselineName: `bare batch writer, ${writers} writers`,
     unit: 'appends/s',
-    ratio: storeRate / bareRate,
-    ...(durability === 'flushed' ? { target: 0.7 } : {}),
+    ratio: st.rate / bb.rate,
+    cpuUs: { service: st.clientUs + st.serverUs, baseline: bb.clientUs + bb.serverUs },
+    cpuSplit: {
+      client: [st.clientUs, bb.clientUs],
+      server: [st.serverUs, bb.serverUs],
+    },
+    ...(durability === 'flushed' ? { target: 0.8, cpuTarget: 1.5 } : {}),
   };
 }
 
@@ -377,16 +482,42 @@ function printTable(rows: Row[]): void {
   printColumns(['case', 'postgres store', 'baseline', 'unit', 'store/baseline', 'target'], lines);
   for (const r of rows) {
     if (r.target === undefined) continue;
+    const split = r.cpuSplit
+      ? `; CPU µs per append client ${fmt(r.cpuSplit.client[0])} vs ${fmt(r.cpuSplit.client[1])}, server ${fmt(r.cpuSplit.server[0])} vs ${fmt(r.cpuSplit.server[1])}`
+      : '';
     console.log(
       recordTarget({
         bench: 'postgres',
         measure: `${r.case}: store/${r.baselineName}`,
         figure: r.ratio,
         target: atLeast(r.target),
-        detail: `${fmt(r.store)} vs ${fmt(r.baseline)} ${r.unit}`,
+        ...(r.cpuUs ? { cpuUs: r.cpuUs } : {}),
+        detail: `${fmt(r.store)} vs ${fmt(r.baseline)} ${r.unit}${split}`,
       }),
     );
+    if (r.cpuTarget !== undefined && r.cpuUs) {
+      console.log(
+        recordTarget({
+          bench: 'postgres',
+          measure: `${r.case}: CPU per append (client + server), store/${r.baselineName}`,
+          figure: r.cpuUs.service / r.cpuUs.baseline,
+          unit: '×',
+          target: atMost(r.cpuTarget),
+          detail: `${f0(r.cpuUs.service)} vs ${f0(r.cpuUs.baseline)} µs${split}`,
+        }),
+      );
+    }
   }
 }
 
-await whenMain(import.meta.url, { 'read-events': 'number', 'index-events': 'number' }, run);
+await whenMain(
+  import.meta.url,
+  {
+    'read-events': 'number',
+    'index-events': 'number',
+    'writer-appends': 'number',
+    'writer-rounds': 'number',
+    only: ['writers'],
+  },
+  run,
+);

@@ -45,6 +45,9 @@ export class GroupWriter {
     this.maxEvents = options.maxEvents ?? 4_096;
   }
 
+  /** Round trips sent and the appends they carried, since the start (benches read the group size). */
+  readonly totals = { groups: 0, appends: 0 };
+
   /** Appends waiting for a round trip, and round trips out (for metrics). */
   get depth(): { waiting: number; inFlight: number } {
     return { waiting: this.waiting.length, inFlight: this.inFlight };
@@ -69,6 +72,8 @@ export class GroupWriter {
     while (this.inFlight < this.options.maxInFlight && this.waiting.length > 0) {
       const group = this.take();
       this.inFlight++;
+      this.totals.groups++;
+      this.totals.appends += group.length;
       this.send(group)
         .catch((err: unknown) => {
           for (const member of group) member.reject(err);

@@ -261,6 +261,11 @@ export class PostgresEventStore implements EventStore {
     };
   }
 
+  /** Group round trips sent and the appends they carried (see GroupWriter.totals). */
+  get groupTotals(): { groups: number; appends: number } {
+    return this.writer.totals;
+  }
+
   /** Projection snapshots in the same schema, so the log and its folds share one database. */
   projectionStore(): PostgresProjectionStore {
     return new PostgresProjectionStore(this.pool, this.names.schema, (fn) => this.withRetry('save', fn));

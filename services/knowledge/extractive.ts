@@ -89,6 +89,7 @@ const SYNONYMS: string[][] = [
   ['actual', 'realised', 'realized'],
   ['answer', 'response', 'reply'],
   ['compare', 'against', 'beside', 'baseline'],
+  ['browse', 'browser', 'render', 'page'],
 ];
 const SYNONYM_OF = new Map<string, Set<string>>();
 for (const group of SYNONYMS) {
@@ -381,6 +382,11 @@ function enumerates(text: string, asked: { meets: Set<string> }[]): boolean {
     const t = word === undefined ? null : termOf(word);
     return t !== null && asked.some(({ meets }) => meets.has(t));
   };
+  // "Only version 1 exists": a list of one value.
+  for (const m of text.matchAll(
+    /\bonly (?:[\p{L}-]+ )?([\p{L}_-]+) ([\p{L}\p{N}_.-]*\d[\p{L}\p{N}_.-]*|[A-Z][A-Z0-9_]{2,})\b/giu,
+  ))
+    if (named(m[1])) return true;
   for (const m of text.matchAll(/([\p{L}_]+) \(one of [^)]*,[^)]*,/gu)) if (named(m[1])) return true;
   for (const m of [...text.matchAll(LIST), ...text.matchAll(PHRASE_LIST)]) {
     const items = m[0].split(/,\s*|\|| and | or | /).filter((item) => item !== '');

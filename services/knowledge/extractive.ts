@@ -494,6 +494,24 @@ function clauses(sentence: string): string[] {
   return out;
 }
 
+/** A text cut after each colon outside brackets ("builds (…: plain binaries)" is not cut). */
+function afterColons(text: string): string[] {
+  const out: string[] = [];
+  let depth = 0;
+  let start = 0;
+  for (let i = 0; i < text.length; i++) {
+    const ch = text[i]!;
+    if ('([{'.includes(ch)) depth++;
+    else if (')]}'.includes(ch)) depth = Math.max(0, depth - 1);
+    else if (depth === 0 && ch === ':' && /\s/.test(text[i + 1] ?? '')) {
+      out.push(text.slice(start, i + 1).trim());
+      start = i + 1;
+    }
+  }
+  out.push(text.slice(start).trim());
+  return out.filter((part) => part.length > 0);
+}
+
 /**
  * A clause still too long to quote, read as runs of its comma-separated parts (outside brackets),
  * each as long as fits: "… and an 80 % band for the next candle, six candles and one UTC day
@@ -538,7 +556,7 @@ function units(passage: Passage): string[][] {
         // A clause is quoted without the ";" that joined it to the next; one still too long is
         // read as what leads up to its colon and what the colon introduces.
         const c = clause.trim().replace(/;$/, '');
-        const parts = c.length > LONG_SENTENCE ? c.split(/(?<=:)\s+/) : [c];
+        const parts = c.length > LONG_SENTENCE ? afterColons(c) : [c];
         for (const part of parts)
           for (const piece of part.length > LONG_SENTENCE ? commaRuns(part) : [part])
             if (piece.length >= 15) out.push([piece]);
@@ -575,6 +593,15 @@ function itemList(quotes: string[], asked: { meets: Set<string> }[]): boolean {
   if (quotes.length < 3 || !quotes.slice(1).every((q) => ITEM.test(q))) return false;
   const head = termsIn(quotes[0]!);
   return asked.some(({ meets }) => [...meets].some((t) => head.has(t)));
+}
+
+/** A shell command of a code sample ("npm run keys -- list", "EVENT_STORE=postgres npm start"). */
+function isCommand(text: string): boolean {
+  return (
+    text.length >= 15 &&
+    text.length <= LONG_SENTENCE &&
+    /^(?:[A-Z][A-Z0-9_]+=\S+\s+)*(npm|npx|curl|duckdb)\s/.test(text)
+  );
 }
 
 function answerable(text: string): boolean {
@@ -653,7 +680,9 @@ export function extractiveAnswer(
     byPassage.set(passage.id, list);
     list.forEach((quotes, order) => {
       const head = quotes[0]!;
-      if (!answerable(head) || isHeading(head, passage)) return;
+      // A "how do I" question may be answered by the command it needs, quoted from a sample.
+      const quotable = answerable(head) || (kind === 'steps' && quotes.length === 1 && isCommand(head));
+      if (!quotable || isHeading(head, passage)) return;
       const text = quotes.join(' ');
       const { own, ranked, crux } = coverageOf(text, title, body);
       // Not naming the act a "how do I" question asks about, a unit does not address it.

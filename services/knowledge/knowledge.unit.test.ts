@@ -503,6 +503,95 @@ describe('extractive answers', () => {
     expect(answer.answer.startsWith('Every response carries feed')).toBe(true);
   });
 
+  it('answers "why" with the cause when the best sentence only draws the conclusion ("therefore")', () => {
+    const answer = askOf([
+      [
+        'gate',
+        'Methodology › Verdicts',
+        'A cell emits a call only where its calls beat the fee on every fold. No cell passes today: spot 5m calls earned about −10 bps per call after the fee. Every answer is therefore HOLD, and carries its lean.',
+      ],
+    ])('Why is every answer a HOLD?');
+    expect(answer.grounded).toBe(true);
+    expect(answer.answer).toContain('No cell passes today');
+    expect(answer.answer.indexOf('No cell passes')).toBeLessThan(answer.answer.indexOf('therefore HOLD'));
+  });
+
+  it('asks for a number on "largest" and "how large", and does not read one in a name (SHA256, x402)', () => {
+    expect(questionKind('What is the largest body a route accepts?')).toBe('number');
+    expect(questionKind('How large is the payment header?')).toBe('number');
+    const ask = askOf([
+      ['sig', 'Webhooks', 'Deliveries are signed with HMAC-SHA256 and retried on a schedule of their own.'],
+      ['retry', 'Webhooks › Deliveries', 'Retries follow the schedule: immediately, 5 s, 5 min and 30 min.'],
+    ]);
+    // "retried" is of "retry", as "retries" is; the number is the schedule's, not SHA256's.
+    expect(stem('retried')).toBe(stem('retries'));
+    expect(ask('How often is a webhook delivery retried?').answer).toContain('5 min');
+  });
+
+  it('reads a list whose items carry remarks, a list of short phrases and items on lines of their own', () => {
+    expect(
+      askOf([
+        [
+          'stores',
+          'Service › Foundations',
+          'event store port: in-memory, LMDB (default), PostgreSQL, KurrentDB.',
+        ],
+        [
+          'parquet',
+          'Service › Exports',
+          'Parquet stores recorded_at, reveal_at and candle_close_time as event timestamps.',
+        ],
+      ])('Which event stores can the service use?').answer,
+    ).toContain('KurrentDB');
+    expect(
+      askOf([
+        [
+          'risk',
+          'Risk forecast',
+          'It answers an 80 % band for the next candle, six candles and one UTC day (horizons[]).',
+        ],
+        [
+          'record',
+          'Track record',
+          'The risk record scores the share of closes inside the served band over its horizon.',
+        ],
+      ])('Which horizons does the risk forecast cover?').answer,
+    ).toContain('six candles and one UTC day');
+    const roles = askOf([
+      [
+        'roles',
+        'Service › Running',
+        'Roles: npm start runs them all, as docker-compose.yml does:\napi — the HTTP app.\nengine — verdicts on every candle close.\ndispatcher — webhook delivery and retries.',
+      ],
+      ['deploy', 'Service › Deployment', 'compose runs NATS, Redis and the four roles on one host each.'],
+    ])('Which roles can the service run?').answer;
+    for (const role of ['api —', 'engine —', 'dispatcher —']) expect(roles).toContain(role);
+    expect(
+      askOf([
+        [
+          'versions',
+          'Webhooks › Versions',
+          'A new payload version is added beside the old ones. Only version 1 exists today.',
+        ],
+        [
+          'schemas',
+          'Webhooks › Schemas',
+          'GET /api/webhooks/schemas has one schema per event type and payload version.',
+        ],
+      ])('Which webhook payload versions exist?').answer,
+    ).toContain('Only version 1 exists today.');
+  });
+
+  it('quotes a clause too long to quote whole in comma runs rather than dropping it', () => {
+    const filler = 'fitted on the training months by minimising QLIKE, one per timeframe, '.repeat(5);
+    const long = `get_risk_forecast answers, for every served market and timeframe, the expected move and an 80 % band for the next candle, six candles and one UTC day (horizons[]), from a model ${filler}so the σ is a mean at every horizon`;
+    expect(long.length).toBeGreaterThan(450);
+    const answer = askOf([['risk', 'Risk forecast', long]])('Which horizons does the risk forecast cover?');
+    expect(answer.grounded).toBe(true);
+    expect(answer.answer).toContain('six candles and one UTC day (horizons[])');
+    for (const quote of answer.citations[0]!.quote.split(' … ')) expect(long).toContain(quote);
+  });
+
   it('counts a word the documentation never uses against an answer: no grounded quote for an off-topic question', () => {
     const answer = askOf([
       ['ci', 'Intervals', 'A day-block bootstrap resamples days; its statistic sorts every test point.'],

@@ -111,7 +111,10 @@ const QUESTION_WORDS = new Set(
     'show shown view viewed display displayed ' +
     // How often or in place of what a thing holds ("sometimes null", "instead of the label"), and
     // the passive that only says it is there ("is the carry given"), shape the question too.
-    'sometimes usually ever still instead given provided ' +
+    'sometimes usually ever still instead given provided marked ' +
+    // "How do I let my app call …" asks how the app calls; "which date" asks for one; "at most"
+    // asks for the bound.
+    'let date most least ' +
     // A superlative asks for the bound: the documentation states it as "at most 8 KiB".
     'largest longest biggest smallest shortest highest lowest maximum minimum'
   )

@@ -12,7 +12,9 @@ const STOP_WORDS = new Set(
     'if in into is it its me my of on or our so than that the their them then there these they ' +
     'this those to was we were what when where which who whom why will with would you your ' +
     'about any all also get got just should shall may might must am not no yes ok please tell ' +
-    'explain us vs via per'
+    'explain us vs via per ' +
+    // Determiners and reflexives ("some of my deliveries", "without handling it myself").
+    'some myself yourself itself ourselves themselves mine'
   ).split(' '),
 );
 

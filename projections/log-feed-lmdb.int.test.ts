@@ -65,6 +65,26 @@ describe("the LMDB store's doorbell", () => {
     }
   });
 
+  it("does not ring a waiter already past this process's commit it was handed; wake() still rings", async () => {
+    const store = await openLmdbEventStore({ path: freshPath(), pollMs: 10_000 });
+    try {
+      let waiter: ReturnType<LmdbEventStore['appended']> | null = null;
+      // As the log feed does: handed a commit, it waits for what comes after it.
+      const stop = store.onAppended((events) => {
+        waiter ??= store.appended(events.at(-1)!.position, 10_000);
+      });
+      await store.append('s', [{ type: 'N', data: {} }]);
+      stop();
+      // The commit's notify of waiters comes at the end of its turn: it must not ring this one.
+      await new Promise((r) => setTimeout(r, 20));
+      expect(await settled(waiter!.promise)).toBe(false);
+      store.wake();
+      expect(await settled(waiter!.promise)).toBe(true);
+    } finally {
+      await store.close();
+    }
+  });
+
   it('feeds a runner every event once, with one read per commit and none for the doorbell', async () => {
     const path = freshPath();
     const store = await openLmdbEventStore({ path, pollMs: 50 });

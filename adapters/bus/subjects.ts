@@ -37,6 +37,9 @@ export function streamSubjects(prefix: string = DEFAULT_SUBJECT_PREFIX): string 
 
 /** NATS wildcard matching: `*` matches one token, a trailing `>` matches one or more. */
 export function subjectMatches(filter: string, subject: string): boolean {
+  // A filter without wildcards (each consumer of one event type) is the subject itself: no split
+  // of either per message and durable (the in-process bus asks once per message for each).
+  if (!filter.includes('*') && !filter.includes('>')) return filter === subject;
   const f = filter.split('.');
   const s = subject.split('.');
   for (let i = 0; i < f.length; i++) {

@@ -47,7 +47,9 @@ export interface EventStore {
    * `after`, else on the next append in this process, `wake()`, or after `timeoutMs` (appends by
    * other processes), whichever comes first. A follower at the head waits on it instead of keeping
    * a live subscription open only to learn that something was appended (which reads and decodes
-   * every event a second time). `cancel` resolves the promise and drops the wait.
+   * every event a second time). A store with `onAppended` may leave out of "already past" its
+   * own commits not handed over yet: it rings when it hands them over. `cancel` resolves the
+   * promise and drops the wait.
    */
   appended?(after: number, timeoutMs: number): { promise: Promise<void>; cancel: () => void };
 

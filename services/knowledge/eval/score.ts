@@ -7,8 +7,9 @@ import { DONT_KNOW } from '../extractive.ts';
  * The fixed question sets of the knowledge chat and the rule that says whether one answer is
  * right: questions.json (written before the answer logic was first tuned, then used to tune it),
  * heldout.json (written and committed before the builder's third change, then tuned on in its
- * last step), fresh.json (written after that change, never tuned on) and ordinary.json (written
- * before issue 62's change to the picker, never tuned on).
+ * last step), fresh.json (written after that change), ordinary.json (written before issue 62's
+ * first change to the picker; fresh.json and ordinary.json were tuned on in its second) and
+ * everyday.json (written and committed before that second change, never tuned on).
  */
 export const QuestionSet = z.strictObject({
   about: z.string(),
@@ -25,7 +26,13 @@ export const QuestionSet = z.strictObject({
 });
 export type QuestionSet = z.infer<typeof QuestionSet>;
 
-export const QUESTION_SETS = ['questions.json', 'heldout.json', 'fresh.json', 'ordinary.json'] as const;
+export const QUESTION_SETS = [
+  'questions.json',
+  'heldout.json',
+  'fresh.json',
+  'ordinary.json',
+  'everyday.json',
+] as const;
 
 export function loadQuestionSet(file: (typeof QUESTION_SETS)[number] = 'questions.json'): QuestionSet {
   return QuestionSet.parse(JSON.parse(readFileSync(new URL(`./${file}`, import.meta.url), 'utf8')));

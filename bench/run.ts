@@ -32,6 +32,7 @@ const BENCHES: Record<string, () => Promise<unknown>> = {
   x402: async () => (await import('./x402.bench.ts')).run(),
   'x402-paid': async () => (await import('./x402-paid-latency.bench.ts')).run(),
   quota: async () => (await import('./quota.bench.ts')).run(),
+  budget: async () => (await import('./budget.bench.ts')).run(),
   mcp: async () => (await import('./mcp.bench.ts')).run(),
   'mcp-sessions': async () => (await import('./mcp-sessions.bench.ts')).run(),
   'rate-limit': async () => (await import('./rate-limit.bench.ts')).run(),

@@ -3,9 +3,9 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { MemoryCache } from '../../adapters/cache/memory.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import type { Caller } from './caller.ts';
-import { HEADROOM_MARGIN, serveMetered } from './metered-call.ts';
+import { serveMetered } from './metered-call.ts';
 import type { PlanTable } from './plans.ts';
-import { QuotaMeter } from './quota-meter.ts';
+import { type LeaseOptions, QuotaMeter } from './quota-meter.ts';
 import { debitedUnits } from './quota-projection.ts';
 
 /** The real in-process cache, counting the reads of live counters (a peek is one read). */
@@ -17,9 +17,11 @@ class CountingCache extends MemoryCache {
   }
 }
 
+/** Few enough that no lease is taken (16 leases' worth must be left). */
+const STARTER_CALLS = 40;
 const PLANS: PlanTable = {
   free: { monthly: 1_000, daily: 5 },
-  starter: { monthly: HEADROOM_MARGIN + 3, daily: null },
+  starter: { monthly: STARTER_CALLS, daily: null },
   pro: { monthly: 1_000_000, daily: null },
 };
 
@@ -28,10 +30,10 @@ afterEach(async () => {
   for (const m of meters.splice(0)) await m.counters.stop();
 });
 
-function setup() {
+function setup(options: { lease?: LeaseOptions } = {}) {
   const cache = new CountingCache();
   const store = new MemoryEventStore();
-  const meter = new QuotaMeter({ cache, store, plans: PLANS });
+  const meter = new QuotaMeter({ cache, store, plans: PLANS, ...options });
   meters.push(meter);
   const caller = (plan: 'free' | 'starter' | 'pro'): Caller => ({
     auth: { outcome: 'OK', presented: true, tier: plan },
@@ -44,22 +46,34 @@ function setup() {
 const call = () => ({ tool: 'get_trade_call', requestId: randomUUID() });
 
 describe('serveMetered', () => {
-  it('skips the read before the run while a recent debit left a wide margin, and still debits every call', async () => {
-    const { cache, store, meter, caller } = setup();
+  it("skips the read before the run while a lease holds the call's unit, and still debits every call", async () => {
+    const { cache, store, meter, caller } = setup({ lease: { ms: 1_000 } });
     const pro = caller('pro');
-    await serveMetered(meter, pro, call(), async () => 'first');
-    const readsAfterFirst = cache.reads;
-    for (let i = 0; i < 10; i++) {
-      const served = await serveMetered(meter, pro, call(), async () => i);
-      expect(served).toMatchObject({ ok: true, value: i, service: { quota: { used: i + 2 } } });
+    const tool = call().tool;
+    let served = 0;
+    // A busy key: its calls come close together, so a lease prepays its next ones.
+    while (!meter.prepaid(pro.subject, tool)) {
+      expect(await serveMetered(meter, pro, call(), async () => 'ok')).toMatchObject({ ok: true });
+      served++;
+      expect(served).toBeLessThan(200);
     }
-    expect(cache.reads).toBe(readsAfterFirst);
-    // One call at a time: nothing to batch, one debit event per call.
-    const debits = (await store.readAll()).map((e) => debitedUnits(e)).filter((units) => units > 0);
-    expect(debits).toEqual(Array(11).fill(1));
+    const before = cache.reads;
+    for (let i = 0; i < 5; i++) {
+      expect(await serveMetered(meter, pro, call(), async () => i)).toMatchObject({ ok: true, value: i });
+      served++;
+    }
+    expect(cache.reads).toBe(before);
+    // A failed prepaid call is not debited; its figures are read after the run.
+    const failed = await serveMetered(meter, pro, call(), async () => {
+      throw new Error('venue down');
+    });
+    expect(failed).toMatchObject({ ok: false, reason: 'failed', service: { quota: { used: served } } });
+    // Stopped, the lease gives back what no call took: the log then holds exactly the calls served.
+    await meter.stop();
+    expect((await store.readAll()).reduce((sum, e) => sum + debitedUnits(e), 0)).toBe(served);
   });
 
-  it('reads before every run near the limit, and refuses an exhausted caller without running', async () => {
+  it('reads before every call that is not prepaid, and refuses an exhausted caller without running', async () => {
     const { cache, meter, caller } = setup();
     const free = caller('free');
     await meter.peek(free.subject); // the counters' first build reads too
@@ -74,21 +88,20 @@ describe('serveMetered', () => {
     expect(runs).toBe(5);
   });
 
-  it('starts reading again once the margin is used up, so the last calls are refused before running', async () => {
-    const { meter, caller } = setup();
+  it("takes no lease near the limit, so a busy key's last calls are read first and the refused never run", async () => {
+    const { meter, caller } = setup({ lease: { ms: 1_000 } });
     const starter = caller('starter');
     let runs = 0;
     let served = 0;
-    for (let i = 0; i < HEADROOM_MARGIN + 5; i++) {
+    for (let i = 0; i < STARTER_CALLS + 5; i++) {
       const r = await serveMetered(meter, starter, call(), async () => ++runs);
       if (r.ok) served++;
     }
-    expect(served).toBe(HEADROOM_MARGIN + 3);
-    // Once fewer than the margin were left every call read first: the two refused never ran.
-    expect(runs).toBe(HEADROOM_MARGIN + 3);
+    expect(served).toBe(STARTER_CALLS);
+    expect(runs).toBe(STARTER_CALLS);
   });
 
-  it('reports the live figures on a failed call whose read was skipped, and does not debit it', async () => {
+  it('reports the live figures on a failed call, and does not debit it', async () => {
     const { meter, store, caller } = setup();
     const pro = caller('pro');
     await serveMetered(meter, pro, call(), async () => 'ok');

@@ -1,10 +1,9 @@
 import { CacheUnavailableError } from '../../adapters/cache/port.ts';
 import type { Plan } from '../../contracts/events.ts';
-import { setBounded } from '../shared/bounded-map.ts';
 import type { Caller } from './caller.ts';
 import type { QuotaMeter } from './quota-meter.ts';
 import type { ServiceMeta } from './service-meta.ts';
-import { type QuotaSnapshot, resetTime } from './snapshot.ts';
+import type { QuotaSnapshot } from './snapshot.ts';
 
 export type MeteredResult<T> =
   | { ok: true; value: T; service: ServiceMeta }
@@ -40,58 +39,6 @@ export function observeQuota(meter: QuotaMeter, observer: QuotaObserver): void {
 }
 
 /**
- * What the last debit of a subject left, in this process. While it leaves a wide margin, the
- * next call of that subject skips the read before its run: that read only spares work for a
- * caller who is already out of calls, which a subject this far from its limit is not (another
- * replica would have to spend the whole margin within HEADROOM_MS). The debit after the run still
- * decides atomically, so nobody overspends; at worst a run is wasted and refused. Profiled under
- * load, that read was a second cache round trip per keyed call.
- */
-interface Headroom {
-  plan: Plan;
-  /** Trusted until: shortly after the debit, and never past a window's reset. */
-  until: number;
-}
-const headrooms = new WeakMap<QuotaMeter, Map<string, Headroom>>();
-/** Calls a subject must have left for its next call to skip the read. */
-export const HEADROOM_MARGIN = 1_000;
-const HEADROOM_MS = 2_000;
-const HEADROOM_SUBJECTS = 10_000;
-
-function headroomOf(quota: QuotaMeter): Map<string, Headroom> {
-  let map = headrooms.get(quota);
-  if (map === undefined) {
-    map = new Map();
-    headrooms.set(quota, map);
-  }
-  return map;
-}
-
-function rememberHeadroom(quota: QuotaMeter, caller: Caller, snapshot: QuotaSnapshot, now: number): void {
-  const map = headroomOf(quota);
-  const id = caller.subject.id;
-  if (snapshot.remaining <= HEADROOM_MARGIN) {
-    map.delete(id);
-    return;
-  }
-  const resets = Math.min(
-    resetTime(snapshot.resets_at),
-    snapshot.daily ? resetTime(snapshot.daily.resets_at) : Number.POSITIVE_INFINITY,
-  );
-  setBounded(
-    map,
-    id,
-    { plan: caller.subject.plan, until: Math.min(now + HEADROOM_MS, resets) },
-    HEADROOM_SUBJECTS,
-  );
-}
-
-function hasHeadroom(quota: QuotaMeter, caller: Caller, now: number): boolean {
-  const entry = headrooms.get(quota)?.get(caller.subject.id);
-  return entry !== undefined && entry.plan === caller.subject.plan && now < entry.until;
-}
-
-/**
  * The refusal of a call whose quota could not be read or debited. A function of its own, not a
  * closure per call: under tsx every named closure is renamed with a property definition as it is
  * made, which showed in the keyed MCP profile.
@@ -107,7 +54,8 @@ function unavailable(
 
 /**
  * Serves one call against the caller's quota. A cheap read refuses an exhausted caller before
- * any work (skipped while a recent debit left a wide margin: see Headroom); the call then runs,
+ * any work (skipped when the call is prepaid: its unit is held by a lease, QuotaMeter.prepaid);
+ * the call then runs,
  * and only a successful result is debited, atomically over the day and month windows. When
  * concurrent calls race for the last units the debit decides: the losers' results are discarded
  * and they get quota_exhausted, so nobody overspends. A call that fails (bad coin, venue down) is
@@ -122,7 +70,7 @@ export async function serveMetered<T>(
   const observer = observers.get(quota);
   const plan = caller.subject.plan;
   let before: QuotaSnapshot | null = null;
-  if (!hasHeadroom(quota, caller, Date.now())) {
+  if (!quota.prepaid(caller.subject, call.tool)) {
     try {
       before = await quota.peek(caller.subject);
     } catch (err) {
@@ -148,11 +96,9 @@ export async function serveMetered<T>(
   try {
     debit = await quota.debit(caller.subject, call.tool, call.requestId);
   } catch (err) {
-    headroomOf(quota).delete(caller.subject.id);
     throw unavailable(observer, caller, err);
   }
   const service = { auth: caller.auth, quota: debit.snapshot };
-  rememberHeadroom(quota, caller, debit.snapshot, Date.now());
   if (!debit.ok) {
     observer?.refused(plan, debit.refusedBy ?? 'monthly');
     return { ok: false, reason: 'quota_exhausted', window: debit.refusedBy ?? 'monthly', service };

@@ -169,6 +169,21 @@ export class QuotaMeter {
   }
 
   /**
+   * Whether the subject's next call of `tool` is prepaid: a lease of this day and plan holds a
+   * unit on the log and the counters for it. Such a call needs no read before its run (the read
+   * only spares the work of a caller already out of calls, which one holding a unit is not).
+   */
+  prepaid(subject: QuotaSubject, tool: string): boolean {
+    const lease = this.leases.get(subject.id)?.get(tool);
+    return (
+      lease !== undefined &&
+      lease.free > 0 &&
+      lease.subject.plan === subject.plan &&
+      lease.period.day === quotaPeriod(this.now()).day
+    );
+  }
+
+  /**
    * A subject's figures from the counters' `counts`, less the units this process's leases hold for
    * its next calls (of any tool, in these windows): counted, not used.
    */

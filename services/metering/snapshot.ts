@@ -29,30 +29,15 @@ export type QuotaSnapshot = z.infer<typeof QuotaSnapshot>;
  * they change once a day: formatting a Date each time was most of what building a snapshot cost.
  */
 const resetLabels = new Map<number, string>();
-/** The same windows the other way round, for readers of a snapshot that need the time back. */
-const resetTimes = new Map<string, number>();
 
 function resetLabel(at: number): string {
   let label = resetLabels.get(at);
   if (label === undefined) {
     label = new Date(at).toISOString();
-    if (resetLabels.size >= 64) {
-      resetLabels.clear();
-      resetTimes.clear();
-    }
+    if (resetLabels.size >= 64) resetLabels.clear();
     resetLabels.set(at, label);
-    resetTimes.set(label, at);
   }
   return label;
-}
-
-/**
- * The time (ms) of a snapshot's `resets_at`: looked up when this process made the label, parsed
- * otherwise. A keyed call reads it back after every debit, and parsing the ISO text twice per
- * call showed in the keyed MCP profile.
- */
-export function resetTime(label: string): number {
-  return resetTimes.get(label) ?? Date.parse(label);
 }
 
 /** Figures from the counters `[month, day]`; remaining is what the tighter window still allows. */

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { QuotaSnapshot, quotaRetryAfter, quotaSnapshot, resetTime } from './snapshot.ts';
+import { QuotaSnapshot, quotaRetryAfter, quotaSnapshot } from './snapshot.ts';
 import { quotaPeriod } from './windows.ts';
 
 describe('quotaSnapshot', () => {
-  it('names the end of each window as an ISO time, and reads it back as that time, for every day of two years (more windows than it remembers)', () => {
+  it('names the end of each window as an ISO time for every day of two years (more windows than it remembers)', () => {
     const start = Date.UTC(2030, 0, 1, 12);
     for (let day = 0; day < 730; day++) {
       const now = start + day * 86_400_000;
@@ -15,10 +15,6 @@ describe('quotaSnapshot', () => {
       expect(snapshot.resets_at).toBe(new Date(monthEnd).toISOString());
       expect(snapshot.monthly.resets_at).toBe(new Date(monthEnd).toISOString());
       expect(snapshot.daily?.resets_at).toBe(new Date(dayEnd).toISOString());
-      // Read back as the time it names, whether this process still remembers the label or not.
-      expect(resetTime(snapshot.resets_at)).toBe(monthEnd);
-      expect(resetTime(snapshot.daily!.resets_at)).toBe(dayEnd);
-      expect(resetTime(new Date(dayEnd + 86_400_000 * 900).toISOString())).toBe(dayEnd + 86_400_000 * 900);
     }
   });
 

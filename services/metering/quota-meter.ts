@@ -10,6 +10,7 @@ import { newEventId } from '../../contracts/event-id.ts';
 import type { EventData, NewDomainEvent, Plan } from '../../contracts/events.ts';
 import { setBounded } from '../shared/bounded-map.ts';
 import { turnEnd } from '../shared/turn-end.ts';
+import { BUDGET_IDLE_MS, BUDGET_SHARE, IdleSweeper, MIN_BUDGET_IDLE_MS } from './budget.ts';
 import type { PlanLimits, PlanTable } from './plans.ts';
 import { QUOTA_FAMILY, QuotaCounters } from './quota-rebuild.ts';
 import { type QuotaSnapshot, quotaSnapshot } from './snapshot.ts';
@@ -98,7 +99,7 @@ export class QuotaMeter {
     string,
     { keys: readonly string[]; counts: readonly number[] }
   >();
-  private sweeper: NodeJS.Timeout | null = null;
+  private sweeper: IdleSweeper | null = null;
   /** Sweeps so far: a lease's last take, counted in sweeps, tells it idle without a clock read per call. */
   private sweeps = 0;
   private stopped = false;
@@ -124,7 +125,7 @@ export class QuotaMeter {
         : {
             ms: lease.ms,
             maxUnits: lease.maxUnits ?? DEFAULT_LEASE_MAX_UNITS,
-            idleMs: lease.idleMs ?? Math.max(MIN_LEASE_IDLE_MS, Math.min(DEFAULT_LEASE_IDLE_MS, lease.ms)),
+            idleMs: lease.idleMs ?? Math.max(MIN_BUDGET_IDLE_MS, Math.min(BUDGET_IDLE_MS, lease.ms)),
           };
   }
 
@@ -329,9 +330,9 @@ export class QuotaMeter {
     };
     if (byTool === undefined) this.leases.set(subject.id, new Map([[tool, lease]]));
     else byTool.set(tool, lease);
-    if (this.sweeper === null && !this.stopped) {
-      this.sweeper = setInterval(this.sweep, this.lease!.idleMs);
-      this.sweeper.unref();
+    if (!this.stopped) {
+      this.sweeper ??= new IdleSweeper(this.lease!.idleMs, this.sweep);
+      this.sweeper.watch();
     }
     return lease;
   }
@@ -341,7 +342,7 @@ export class QuotaMeter {
    * `lease.ms` at the rate they came since the last reservation: counted on the counters (atomic,
    * like a call's debit) and then appended as one QuotaDebitsRecorded. Calls take them once the
    * append is committed, so no call is answered before its unit is on the log. Left out while
-   * the subject has less than LEASE_SHARE leases' worth of calls left: near a limit every call
+   * the subject has less than BUDGET_SHARE leases' worth of calls left: near a limit every call
    * is decided by its own debit, and replicas cannot hold units another one's calls need.
    */
   private maybeReserve(lease: Lease): void {
@@ -376,7 +377,7 @@ export class QuotaMeter {
     let left = Number.POSITIVE_INFINITY;
     for (let i = 0; i < lease.windows.length; i++)
       left = Math.min(left, lease.windows[i]!.limit - (counts[i] ?? 0));
-    if (units * LEASE_SHARE > left) return;
+    if (units * BUDGET_SHARE > left) return;
     lease.calls = 0;
     lease.since = now;
     lease.reserved = this.reserve(lease, units);
@@ -545,10 +546,7 @@ export class QuotaMeter {
     for (const byTool of [...this.leases.values()])
       for (const lease of [...byTool.values()]) if (this.sweeps - lease.lastTaken > 1) this.end(lease);
     for (const lease of this.ending) this.giveBack(lease);
-    if (this.leases.size === 0 && this.ending.size === 0 && this.sweeper !== null) {
-      clearInterval(this.sweeper);
-      this.sweeper = null;
-    }
+    return this.leases.size > 0 || this.ending.size > 0;
   };
 
   /**
@@ -559,8 +557,7 @@ export class QuotaMeter {
    */
   async stop(): Promise<void> {
     this.stopped = true;
-    if (this.sweeper !== null) clearInterval(this.sweeper);
-    this.sweeper = null;
+    this.sweeper?.stop();
     for (const byTool of [...this.leases.values()]) for (const lease of [...byTool.values()]) this.end(lease);
     for (let round = 0; round < 3 && this.ending.size > 0; round++) {
       if (round > 0) await new Promise((resolve) => setTimeout(resolve, this.lease?.idleMs ?? 0));
@@ -758,22 +755,13 @@ export interface LeaseOptions {
   ms: number;
   /** Units one lease holds at most. */
   maxUnits?: number;
-  /** A lease no call took from for between one and two of these is ended (default 250 ms, at most `ms`). */
+  /** A lease no call took from for between one and two of these is ended (default BUDGET_IDLE_MS, at most `ms`). */
   idleMs?: number;
 }
 
 const DEFAULT_LEASE_MAX_UNITS = 256;
-/**
- * A lease no call took from for one to two of these ends. Short, so a key gone quiet is charged
- * its calls alone soon after; a busy key's calls come far closer together.
- */
-const DEFAULT_LEASE_IDLE_MS = 250;
-/** The sweep's interval at least, however short the leases. */
-const MIN_LEASE_IDLE_MS = 20;
 /** A lease smaller than this is not worth its two events: the calls are debited one by one. */
 const LEASE_MIN_UNITS = 8;
-/** A lease is taken only while the subject has this many leases' worth of calls left. */
-const LEASE_SHARE = 16;
 
 /**
  * Prepaid debits of one busy subject's calls of one tool. Its units are counted on the counters

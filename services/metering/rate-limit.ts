@@ -7,6 +7,7 @@ import type { Config } from '../../contracts/config.ts';
 import type { Plan } from '../../contracts/events.ts';
 import { SIGNIN_MCP_PATH } from '../../contracts/oauth.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
+import { BUDGET_IDLE_MS, BUDGET_SHARE, IdleSweeper } from './budget.ts';
 import { type Caller, CallerRejectedError, callerNow, decorateCaller, identifyCaller } from './caller.ts';
 import type { QuotaMeter } from './quota-meter.ts';
 import type { ServiceMeta } from './service-meta.ts';
@@ -201,10 +202,6 @@ const LEASE_GUARD_MS = 1_000;
  * the lease's window by this much is a new window's, and gets nothing back.
  */
 const RETURN_SLACK_MS = 100;
-/** A lease nobody took from for this long gives its units back (checked at this interval too). */
-const LEASE_IDLE_MS = 250;
-/** A lease is at most this share of its budget's limit. */
-const LEASE_SHARE = 1 / 16;
 
 /** When a budget was last sent in a take, and the time before that (monotonic ms). */
 interface Sends {
@@ -321,7 +318,7 @@ class LocalWindows {
  * the socket write (git log -p bench/README.md). A unit is counted before a request takes it, so replicas
  * together never let more than the limit through; a lease is granted only with twice its size left
  * and more than LEASE_GUARD_MS left in its window, and units no request took go back to Redis once
- * the budget goes quiet (LEASE_IDLE_MS), so near a limit the units held by one replica refuse
+ * the budget goes quiet (BUDGET_IDLE_MS), so near a limit the units held by one replica refuse
  * another's requests early by at most one lease per budget (until the window ends, for units of a
  * lease that was not given back: a killed process's, or one whose window ended first).
  */
@@ -345,7 +342,7 @@ export class RateLimiter {
   private readonly leasing = new Set<string>();
   /**
    * When each budget was last sent in a take, and the time before (monotonic ms): since
-   * `recentSince` in `recent`, the period before in `older`. Turned over every LEASE_IDLE_MS or
+   * `recentSince` in `recent`, the period before in `older`. Turned over every BUDGET_IDLE_MS or
    * more, so what is kept is bounded by the budgets of two periods; one sent longer ago than that
    * is not found, and counts as never sent.
    */
@@ -357,10 +354,10 @@ export class RateLimiter {
    * timeout) may still have run in Redis, its lease counted there and never known here.
    */
   private leasesPausedUntil = 0;
-  private sweeper: NodeJS.Timeout | null = null;
+  private readonly sweeper: IdleSweeper;
   /** A server that came back may have lost the leased units' counts: the leases are forgotten. */
   private readonly onReady = () => this.leases.clear();
-  /** LEASE_IDLE_MS unless a test stretches it (so that its timings have room on a loaded machine). */
+  /** BUDGET_IDLE_MS unless a test stretches it (so that its timings have room on a loaded machine). */
   private readonly idleMs: number;
 
   constructor(
@@ -368,7 +365,11 @@ export class RateLimiter {
     private readonly store: { redis: Redis; prefix: string } | null,
     options: { leaseIdleMs?: number } = {},
   ) {
-    this.idleMs = options.leaseIdleMs ?? LEASE_IDLE_MS;
+    this.idleMs = options.leaseIdleMs ?? BUDGET_IDLE_MS;
+    this.sweeper = new IdleSweeper(this.idleMs, () => {
+      void this.giveBack(performance.now(), false);
+      return this.leases.size > 0;
+    });
     this.redis = store ? (store.redis as TakingRedis) : null;
     this.windowMs = Math.max(1, settings.RATE_LIMIT_WINDOW_MS);
     // A window within twice the guard leaves a lease too little time to be worth its units.
@@ -422,8 +423,7 @@ export class RateLimiter {
 
   /** Gives back every leased unit no request took (a stopping api), and stops looking for idle ones. */
   async close(): Promise<void> {
-    if (this.sweeper) clearInterval(this.sweeper);
-    this.sweeper = null;
+    this.sweeper.stop();
     this.redis?.off('ready', this.onReady);
     await this.giveBack(performance.now(), true);
   }
@@ -481,7 +481,7 @@ export class RateLimiter {
 
   /** A lease's size for a budget of this limit; 0 when it would be too small to save anything. */
   private leaseSize(limit: number): number {
-    const size = Math.min(this.leaseMax, Math.floor(limit * LEASE_SHARE));
+    const size = Math.min(this.leaseMax, Math.floor(limit / BUDGET_SHARE));
     return size >= 2 ? size : 0;
   }
 
@@ -489,7 +489,7 @@ export class RateLimiter {
    * The leases a batch asks for, in groups (one request's budgets, granted all or none): for a
    * take whose every budget has a usable lease here, or one being asked for, or is busy, the busy
    * ones. Busy: taken more than once in the batch, or while a take of it is in flight, or sent
-   * twice in takes within the last LEASE_IDLE_MS (so this is at least the third request in that
+   * twice in takes within the last BUDGET_IDLE_MS (so this is at least the third request in that
    * time), or taken from a lease here within it. The last two count the rate, not overlap: a key
    * at 60 requests/s whose requests come one at a time never overlapped, and each of them paid a
    * script call (128 keys over 32 connections, bench/scale-out.bench.ts). A pair of requests and
@@ -616,14 +616,11 @@ export class RateLimiter {
       endsBy: now + ttl,
       lastUse: now,
     });
-    if (this.sweeper === null) {
-      this.sweeper = setInterval(() => void this.giveBack(performance.now(), false), this.idleMs);
-      this.sweeper.unref();
-    }
+    this.sweeper.watch();
   }
 
   /**
-   * Gives back the units of leases nobody took from for LEASE_IDLE_MS, or in their window's last
+   * Gives back the units of leases nobody took from for BUDGET_IDLE_MS, or in their window's last
    * LEASE_GUARD_MS (all of them when `all`). A failure leaves them counted until the window ends:
    * never more let through, only less.
    */
@@ -638,10 +635,6 @@ export class RateLimiter {
         keys.push(key);
         args.push(lease.held, Math.ceil(lease.endsBy - now) + RETURN_SLACK_MS);
       }
-    }
-    if (this.leases.size === 0 && this.sweeper !== null) {
-      clearInterval(this.sweeper);
-      this.sweeper = null;
     }
     if (keys.length === 0 || !this.redis || this.redis.status !== 'ready') return;
     await this.redis.signalRateReturn(keys.length, ...keys, ...args).catch(() => undefined);

@@ -13,6 +13,7 @@ const SHIPPED: Record<number, string> = {
   3: '9c3cd003b8b6acfa2f88fbbb9c93b1d128e5841165925e3f93514267054781b3',
   4: 'efd09ab8f58719351cf240740be8a62f576bbb84082087005d386df52f72b8a2',
   5: 'b91e41d2cda27258e0e4cbde271ea4af6753b88563eef6a23b762e31b240f4f4',
+  6: '7ce55a353f88904f3f6995c26a7045db6862b246ac5524ca32ac0d82e7b1eeb5',
 };
 
 describe('PostgreSQL migrations', () => {

@@ -546,6 +546,88 @@ describe.runIf(run)('PostgreSQL event store', () => {
     }
   });
 
+  it('decides a group of distinct streams set-wise: a refused retry is answered as the retry it is, a refusal stands', async () => {
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema: fresh(), groupsInFlight: 1 });
+    try {
+      const [written, one, two, three] = ['written', 'one', 'two', 'three'].map(uniqueStream) as [
+        string,
+        string,
+        string,
+        string,
+      ];
+      const first = [event('R'), event('R')];
+      const original = await store.append(written, first, { expectedRevision: 'no_stream' });
+      await store.append(one, [event('A')]);
+      await store.append(two, [event('A'), event('A')]);
+      await store.append(three, [event('A'), event('A')]);
+      const sent = vi.spyOn(store.pool, 'query');
+      const blocker = store.append(uniqueStream('first'), [event('B')]);
+      // Each stream once, every member with events: one statement decides and writes the group
+      // (postgres-schema.ts, version 6); the refused members are decided again alone, in it.
+      const fresh1 = uniqueStream('fresh');
+      const results = await Promise.allSettled([
+        store.append(fresh1, [event('N'), event('N')], { expectedRevision: 'no_stream' }),
+        // The same append again (its answer lost in transit): its expectation no longer holds.
+        store.append(written, first, { expectedRevision: 'no_stream' }),
+        store.append(one, [event('C')], { expectedRevision: 0 }),
+        // Ahead of its stream, and behind it.
+        store.append(two, [event('X')], { expectedRevision: 5 }),
+        store.append(uniqueStream('absent'), [event('X')], { expectedRevision: 'stream_exists' }),
+        store.append(three, [event('X')], { expectedRevision: 0 }),
+      ]);
+      await blocker;
+      // One round trip for the blocker and the group (all sent in one tick): it did not fail and
+      // was not settled one append at a time.
+      const appends = sent.mock.calls.filter(([q]) =>
+        String((q as { name?: string }).name).startsWith('es_append'),
+      );
+      expect(appends).toHaveLength(1);
+      expect(results.map((r) => r.status)).toEqual([
+        'fulfilled',
+        'fulfilled',
+        'fulfilled',
+        'rejected',
+        'rejected',
+        'rejected',
+      ]);
+      expect(results[1]).toMatchObject({ value: original });
+      expect(results[3]).toMatchObject({ reason: { name: 'WrongExpectedRevisionError', actual: 1 } });
+      expect(results[4]).toMatchObject({ reason: { name: 'WrongExpectedRevisionError', actual: null } });
+      expect(results[5]).toMatchObject({ reason: { name: 'WrongExpectedRevisionError', actual: 1 } });
+      const value = (i: number) =>
+        (results[i] as PromiseFulfilledResult<{ nextRevision: number; position: number }>).value;
+      expect([value(0).nextRevision, value(2).nextRevision]).toEqual([1, 1]);
+      const log = (await store.readAll()).filter((e) => [fresh1, one, written].includes(e.stream));
+      expect(log.map((e) => `${e.type}${e.revision}`)).toEqual(['R0', 'R1', 'A0', 'N0', 'N1', 'C1']);
+      expect(value(0).position).toBe(log[4]!.position);
+      expect(value(2).position).toBe(log[5]!.position);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('settles a set-wise group that reuses a stored id one append at a time: only that append fails', async () => {
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema: fresh(), groupsInFlight: 1 });
+    try {
+      const taken = event('T');
+      await store.append(uniqueStream('elsewhere'), [taken]);
+      const streams = Array.from({ length: 5 }, (_, i) => uniqueStream(`reuse${i}`));
+      // Each stream once: no id is looked up before the insert, whose unique index refuses it.
+      const results = await Promise.allSettled([
+        ...streams.map((s) => store.append(s, [event('G')], { expectedRevision: 'no_stream' })),
+        store.append(uniqueStream('reuse'), [event('G'), taken], { expectedRevision: 'no_stream' }),
+      ]);
+      expect(results.slice(0, 5).map((r) => r.status)).toEqual(Array(5).fill('fulfilled'));
+      expect(results[5]).toMatchObject({
+        status: 'rejected',
+        reason: { name: 'IdempotencyConflictError', eventId: taken.id },
+      });
+      expect((await store.readAll()).filter((e) => e.type === 'G')).toHaveLength(5);
+    } finally {
+      await store.close();
+    }
+  });
+
   it('answers EventStoreUnavailableError, with nothing written, when an append outlives the statement timeout', async () => {
     const schema = fresh();
     const store = await openPostgresEventStore({ url: own.url, schema, statementTimeoutMs: 300 });

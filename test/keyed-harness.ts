@@ -65,7 +65,11 @@ export async function startKeyedServer(options: {
     logger,
     readiness: new Readiness(),
     metrics: null,
-    plugins: [...(options.rateLimited && channel.rateLimit ? [channel.rateLimit] : []), ...channel.plugins],
+    plugins: [
+      channel.callers,
+      ...(options.rateLimited && channel.rateLimit ? [channel.rateLimit] : []),
+      ...channel.plugins,
+    ],
   });
   await app.listen({ host: '127.0.0.1', port: options.port ?? 0 });
   const { port } = app.server.address() as AddressInfo;

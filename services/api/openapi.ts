@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { ERRORS, ErrorBody, type ErrorCode } from '../../contracts/errors.ts';
 import { jsonSchema } from '../../contracts/json-schema.ts';
 import { webhookOpenApi } from '../../contracts/webhook-schemas.ts';
-import { UNLIMITED_PATHS } from '../metering/rate-limit.ts';
+import { UNLIMITED_PATHS } from '../metering/caller.ts';
 import type { FieldCodes } from './errors.ts';
 
 /**

@@ -9,6 +9,7 @@ import type { Component } from '../component.ts';
 import type { SignalOperations } from '../engine/operations.ts';
 import { type KeyRegistry, keyRegistryProjection } from '../keys/key-registry.ts';
 import { KeyResolver } from '../keys/key-resolver.ts';
+import { callerPlugin } from '../metering/caller.ts';
 import { planTable } from '../metering/plans.ts';
 import { QuotaMeter } from '../metering/quota-meter.ts';
 import { QuotaCounters } from '../metering/quota-rebuild.ts';
@@ -46,6 +47,8 @@ export interface KeyedChannelDeps {
  */
 export function keyedChannel(deps: KeyedChannelDeps): Component & {
   plugins: FastifyPluginAsync[];
+  /** The caller hook (callerPlugin) for every route: register before any of them, and before the rate limit. */
+  callers: FastifyPluginAsync;
   /** Request-rate limits for every product route: register before any of them. */
   rateLimit: FastifyPluginAsync | null;
   keys: KeyResolver;
@@ -88,7 +91,6 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
   const rateLimit = limiter
     ? rateLimitPlugin({
         limiter,
-        keys,
         quota,
         logger,
         ...(deps.onRateLimited ? { onRefused: deps.onRateLimited } : {}),
@@ -137,6 +139,7 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
   return {
     name: 'keyed-channel',
     plugins,
+    callers: callerPlugin(keys),
     rateLimit,
     keys,
     quota,

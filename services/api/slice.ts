@@ -37,6 +37,8 @@ export function channelsSlice(
     discoveryPlugin({ ...deps.discovery, tools: keyed.tools.all(), signin: keyed.oauth !== null }),
   ];
   const plugin: FastifyPluginAsync = async (app) => {
+    // Who is calling, resolved once for every route after it; then the rate limit of that caller.
+    await app.register(keyed.callers);
     if (keyed.rateLimit) await app.register(keyed.rateLimit);
     for (const route of routes) await app.register(route);
   };

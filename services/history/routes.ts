@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { z } from 'zod';
@@ -178,7 +178,12 @@ function historyAccess(deps: HistoryRoutesDeps) {
     return event.id;
   }
 
-  return { requireKey, startAfter };
+  /** The `_service` of a keyed call, learnt once its key is known: every answer carries it, refusals too. */
+  async function withService(request: FastifyRequest): Promise<void> {
+    request.service = await undebitedService(deps.quota, request.caller!);
+  }
+
+  return { requireKey, withService, startAfter };
 }
 
 /**
@@ -191,64 +196,67 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
     'uPlot.min.css': { body: uplotAsset('uPlot.min.css'), type: 'text/css; charset=utf-8' },
   };
 
-  const { requireKey, startAfter } = historyAccess(deps);
+  const { requireKey, withService, startAfter } = historyAccess(deps);
 
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
     decorateCaller(plain);
-    // Refusals are per request and never cached; past the auth hook they carry the caller's `_service`.
+    // Refusals are per request and never cached; /api/verdicts's carry the caller's `_service`.
     plain.setErrorHandler(
-      errorHandler(async (error, request) => {
-        const service =
-          request.service ?? (request.caller ? await undebitedService(deps.quota, request.caller) : null);
-        return { code: error.code, message: error.message, ...(service ? { _service: service } : {}) };
-      }),
+      errorHandler((error, request) => ({
+        code: error.code,
+        message: error.message,
+        ...(request.service ? { _service: request.service } : {}),
+      })),
     );
     plain.addHook('onSend', async (_request, reply, payload) => {
       if (reply.statusCode >= 400) reply.header('cache-control', 'no-store');
       return payload;
     });
 
-    app.get('/api/verdicts', { ...VERDICTS_ROUTE, preValidation: requireKey }, async (request, reply) => {
-      const { query } = request;
-      request.service ??= await undebitedService(deps.quota, request.caller!);
-      const service = request.service;
-      const format = negotiateFormat(query.format, request.headers.accept);
-      if (query.coin !== undefined) await deps.coins?.check(query.coin, query.exchange);
-      const after: Cursor = query.after ?? { position: 0, tag: '', tagAt: 'end' };
-      const progress = new ScanProgress(after.position, await startAfter(after));
-      const abort = new AbortController();
-      // The response closes when it is done or when the client goes away: either way, stop reading.
-      reply.raw.on('close', () => abort.abort());
-      const scanOptions = {
-        filter: historyFilter(query),
-        after: progress.position,
-        limit: query.limit ?? Number.POSITIVE_INFINITY,
-        waitUntil: Date.now() + (query.wait ?? 0) * 1000,
-        now: deps.now,
-        signal: abort.signal,
-        ...(deps.outcomes ? { outcomes: deps.outcomes } : {}),
-        ...(deps.stored ? { stored: deps.stored } : {}),
-        ...(deps.pageSize ? { pageSize: deps.pageSize } : {}),
-      };
-      const trailer = wantsTrailer(query.trailer, request.headers.accept)
-        ? () => ({ cursor: progress.cursor, rows: progress.rows, _service: service })
-        : null;
-      const body = historyStream(
-        format,
-        (make, fromStore) => scanHistory(deps.store, scanOptions, progress, make, fromStore),
-        trailer,
-        deps.stored !== undefined,
-      );
-      reply
-        .header('content-type', HISTORY_MEDIA_TYPES[format])
-        .header('cache-control', 'no-store')
-        .header('x-service-meta', JSON.stringify(service))
-        .trailer('x-history-cursor', async () => progress.cursor);
-      if (format === 'parquet')
-        reply.header('content-disposition', 'attachment; filename="verdicts.parquet"');
-      return reply.send(body);
-    });
+    app.get(
+      '/api/verdicts',
+      { ...VERDICTS_ROUTE, preValidation: [requireKey, withService] },
+      async (request, reply) => {
+        const { query } = request;
+        const service = request.service!;
+        const format = negotiateFormat(query.format, request.headers.accept);
+        if (query.coin !== undefined) await deps.coins?.check(query.coin, query.exchange);
+        const after: Cursor = query.after ?? { position: 0, tag: '', tagAt: 'end' };
+        const progress = new ScanProgress(after.position, await startAfter(after));
+        const abort = new AbortController();
+        // The response closes when it is done or when the client goes away: either way, stop reading.
+        reply.raw.on('close', () => abort.abort());
+        const scanOptions = {
+          filter: historyFilter(query),
+          after: progress.position,
+          limit: query.limit ?? Number.POSITIVE_INFINITY,
+          waitUntil: Date.now() + (query.wait ?? 0) * 1000,
+          now: deps.now,
+          signal: abort.signal,
+          ...(deps.outcomes ? { outcomes: deps.outcomes } : {}),
+          ...(deps.stored ? { stored: deps.stored } : {}),
+          ...(deps.pageSize ? { pageSize: deps.pageSize } : {}),
+        };
+        const trailer = wantsTrailer(query.trailer, request.headers.accept)
+          ? () => ({ cursor: progress.cursor, rows: progress.rows, _service: service })
+          : null;
+        const body = historyStream(
+          format,
+          (make, fromStore) => scanHistory(deps.store, scanOptions, progress, make, fromStore),
+          trailer,
+          deps.stored !== undefined,
+        );
+        reply
+          .header('content-type', HISTORY_MEDIA_TYPES[format])
+          .header('cache-control', 'no-store')
+          .header('x-service-meta', JSON.stringify(service))
+          .trailer('x-history-cursor', async () => progress.cursor);
+        if (format === 'parquet')
+          reply.header('content-disposition', 'attachment; filename="verdicts.parquet"');
+        return reply.send(body);
+      },
+    );
 
     app.get('/api/track-record', TRACK_RECORD_ROUTE, async (request, reply) => {
       reply.header('cache-control', 'public, max-age=60');

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { isWellFormedKey } from '../keys/key-material.ts';
 import type { KeyRecord } from '../keys/key-registry.ts';
 import { type KeyLookup, type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
@@ -20,13 +20,66 @@ declare module 'fastify' {
     caller: Caller | null;
     /** The `_service` of the answer, once a step has learnt it (a refused key, a metered call). */
     service: ServiceMeta | null;
+    /** A presented key the caller hook found not live: each channel refuses it in its own shape. */
+    callerRefused: CallerRejectedError | null;
   }
 }
 
-/** Declares `request.caller` and `request.service` where they are not yet (once per app, at any level). */
+/** Declares `request.caller`, `request.service` and `request.callerRefused` where they are not yet (once per app, at any level). */
 export function decorateCaller(app: FastifyInstance): void {
   if (!app.hasRequestDecorator('caller')) app.decorateRequest('caller', null);
   if (!app.hasRequestDecorator('service')) app.decorateRequest('service', null);
+  if (!app.hasRequestDecorator('callerRefused')) app.decorateRequest('callerRefused', null);
+}
+
+/** Paths that serve no caller: probes and metrics scraped by the platform (never resolved nor limited). */
+export const UNLIMITED_PATHS: ReadonlySet<string> = new Set(['/healthz', '/readyz', '/metrics']);
+
+/**
+ * The api's one caller hook (preValidation, before every route's own): resolves who is calling
+ * once, as `request.caller`, or keeps a presented key that is not live as `request.callerRefused`
+ * for the route to refuse in its channel's shape. Without a promise when no key is presented or the
+ * registry already holds the key as active. A caller a hook before it knew (the sign-in gate's
+ * OAuth token) is kept. Registered in the root context, so it reaches every route.
+ */
+export function callerPlugin(keys: KeyResolver): FastifyPluginAsync {
+  const plugin: FastifyPluginAsync = async (app) => {
+    decorateCaller(app);
+    app.addHook('preValidation', (request, _reply, done) => {
+      if (request.caller !== null || request.method === 'OPTIONS') {
+        done();
+        return;
+      }
+      const query = request.url.indexOf('?');
+      if (UNLIMITED_PATHS.has(query < 0 ? request.url : request.url.slice(0, query))) {
+        done();
+        return;
+      }
+      const at = { headers: request.headers, clientAddress: request.ip };
+      const known = callerNow(keys, at);
+      if (known !== null) {
+        request.caller = known;
+        done();
+        return;
+      }
+      identifyCaller(keys, at).then(
+        (caller) => {
+          request.caller = caller;
+          done();
+        },
+        (err: unknown) => {
+          if (!(err instanceof CallerRejectedError)) {
+            done(err as Error);
+            return;
+          }
+          request.callerRefused = err;
+          done();
+        },
+      );
+    });
+  };
+  (plugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
+  return plugin;
 }
 
 /** The keyed channel's key registry and quota meter, which every metered route reads its caller from. */
@@ -245,22 +298,27 @@ export function callerHook(access: () => CallerAccess, refusals: CallerRefusals)
       done(refusal);
     });
   };
+  const refuse = async (request: FastifyRequest, err: CallerRejectedError, done: (err?: Error) => void) => {
+    const { quota } = access();
+    request.service = quota ? await rejectedService(quota, err) : err.service;
+    done(refusals.rejected(err));
+  };
   return (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void): void => {
+    if (request.callerRefused !== null) {
+      void refuse(request, request.callerRefused, done);
+      return;
+    }
+    // Resolved by the api's caller hook; a route served without it (a test's own app) resolves here.
     const known = request.caller ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
     if (known !== null) {
       keyless(request, known, done);
       return;
     }
-    const { keys, quota } = access();
-    identifyCaller(keys, { headers: request.headers, clientAddress: request.ip }).then(
+    identifyCaller(access().keys, { headers: request.headers, clientAddress: request.ip }).then(
       (caller) => keyless(request, caller, done),
-      async (err: unknown) => {
-        if (!(err instanceof CallerRejectedError)) {
-          done(err as Error);
-          return;
-        }
-        request.service = quota ? await rejectedService(quota, err) : err.service;
-        done(refusals.rejected(err));
+      (err: unknown) => {
+        if (err instanceof CallerRejectedError) void refuse(request, err, done);
+        else done(err as Error);
       },
     );
   };

@@ -6,9 +6,8 @@ import { TurnBatch } from '../../adapters/cache/turn-batch.ts';
 import type { Config } from '../../contracts/config.ts';
 import type { Plan } from '../../contracts/events.ts';
 import { SIGNIN_MCP_PATH } from '../../contracts/oauth.ts';
-import type { KeyResolver } from '../keys/key-resolver.ts';
 import { BUDGET_IDLE_MS, BUDGET_SHARE, IdleSweeper } from './budget.ts';
-import { type Caller, CallerRejectedError, callerNow, decorateCaller, identifyCaller } from './caller.ts';
+import { type Caller, decorateCaller, UNLIMITED_PATHS } from './caller.ts';
 import type { QuotaMeter } from './quota-meter.ts';
 import type { ServiceMeta } from './service-meta.ts';
 
@@ -694,12 +693,8 @@ function routedPath(request: FastifyRequest, raw: string): string {
   return ROUTER_REWRITES.test(raw) ? (request.routeOptions.url ?? raw) : raw;
 }
 
-/** Paths never limited: probes and metrics scraped by the platform (the document omits their RateLimit headers). */
-export const UNLIMITED_PATHS: ReadonlySet<string> = new Set(['/healthz', '/readyz', '/metrics']);
-
 export interface RateLimitPluginDeps {
   limiter: RateLimiter;
-  keys: KeyResolver;
   quota: QuotaMeter;
   logger: Logger;
   /** Called on every refusal (a metric). */
@@ -730,9 +725,10 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
 }
 
 /**
- * A callback hook, not an async one: it runs before every product route, and a caller known at
- * once (no key, or a key the registry holds) limited in-process (the embedded default) is decided
- * without a promise.
+ * A callback hook, not an async one: it runs before every product route, and a caller limited
+ * in-process (the embedded default) or from a lease is decided without a promise. The caller is
+ * the one the caller hook resolved (callerPlugin, which must be registered before); a key it
+ * refused is limited as its client address, and the route answers the refusal itself.
  */
 function limitHook(deps: RateLimitPluginDeps) {
   return (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void => {
@@ -742,32 +738,48 @@ function limitHook(deps: RateLimitPluginDeps) {
       done();
       return;
     }
+    const refused = request.callerRefused;
+    const caller: Caller | null =
+      request.caller ??
+      (refused === null ? null : { auth: refused.service.auth, subject: refused.anonymous, keyId: null });
+    if (caller === null) {
+      done(
+        new Error(
+          'the rate limit runs after the caller hook (callerPlugin), which did not resolve this request',
+        ),
+      );
+      return;
+    }
     // Read from the raw text, each spelling of a tool's path was a budget of its own, and /m%63p
     // had none (nor the MCP shape of a refusal).
     const path = routedPath(request, raw);
-    // A request whose route authenticated it first (the sign-in gate, a keyed route's auth hook)
-    // is limited as that caller; else the caller is known at once unless its key must be resolved.
-    const caller =
-      request.caller ?? callerNow(deps.keys, { headers: request.headers, clientAddress: request.ip });
-    if (caller !== null) {
-      request.caller = caller;
-      const decision = deps.limiter.takeNow(
-        callerTier(caller),
-        caller.subject.id,
-        toolOf(path, request.body),
-      );
-      if (decision !== null) {
-        const resetSeconds = announce(reply, decision);
-        // Answered from here on refusal: the callback is then not called (Fastify's rule).
-        if (decision.allowed) done();
-        else refuse(deps, request, reply, path, caller, decision, resetSeconds).catch(done);
-        return;
-      }
+    const tier = callerTier(caller);
+    const tool = toolOf(path, request.body);
+    const decision = deps.limiter.takeNow(tier, caller.subject.id, tool);
+    if (decision !== null) {
+      apply(deps, request, reply, path, caller, decision, done);
+      return;
     }
-    limitAwaiting(deps, request, reply, path).then((answered) => {
-      if (!answered) done();
-    }, done);
+    deps.limiter
+      .take(tier, caller.subject.id, tool)
+      .then((decision) => apply(deps, request, reply, path, caller, decision, done), done);
   };
+}
+
+/** Announces the decision's headers and lets the request on, or answers its refusal here. */
+function apply(
+  deps: RateLimitPluginDeps,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  path: string,
+  caller: Caller,
+  decision: RateDecision,
+  done: (err?: Error) => void,
+): void {
+  const resetSeconds = announce(reply, decision);
+  // Answered from here on refusal: the callback is then not called (Fastify's rule).
+  if (decision.allowed) done();
+  else refuse(deps, request, reply, path, caller, decision, resetSeconds).catch(done);
 }
 
 function announce(reply: FastifyReply, decision: RateDecision): number {
@@ -823,29 +835,4 @@ async function refuse(
     retry_after_ms: decision.resetMs,
     _service: service,
   });
-}
-
-/** A presented key (resolved first), or budgets shared through Redis: true when it answered. */
-async function limitAwaiting(
-  deps: RateLimitPluginDeps,
-  request: FastifyRequest,
-  reply: FastifyReply,
-  path: string,
-): Promise<boolean> {
-  let caller: Caller;
-  try {
-    caller =
-      request.caller ??
-      (await identifyCaller(deps.keys, { headers: request.headers, clientAddress: request.ip }));
-    request.caller = caller;
-  } catch (err) {
-    if (!(err instanceof CallerRejectedError)) throw err;
-    // The route itself answers the refused key (401/-32003); here it counts as its address.
-    caller = { auth: err.service.auth, subject: err.anonymous, keyId: null };
-  }
-  const decision = await deps.limiter.take(callerTier(caller), caller.subject.id, toolOf(path, request.body));
-  const resetSeconds = announce(reply, decision);
-  if (decision.allowed) return false;
-  await refuse(deps, request, reply, path, caller, decision, resetSeconds);
-  return true;
 }

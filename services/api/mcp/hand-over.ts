@@ -35,12 +35,21 @@ export async function handOver(
   return reply;
 }
 
-/** The caller as the SDK's auth info: its tool handlers read the client address and caller from it. */
+/**
+ * The caller as the SDK's auth info: its tool handlers read the client address and the caller the
+ * caller hook resolved (or the key it refused) from it.
+ */
 export function authInfo(request: FastifyRequest, caller: Caller | undefined): AuthInfo {
+  const known = caller ?? request.caller ?? undefined;
+  const refused = request.callerRefused ?? undefined;
   return {
     token: '',
     clientId: 'mcp',
     scopes: [],
-    extra: { clientAddress: request.ip, ...(caller ? { caller } : {}) },
+    extra: {
+      clientAddress: request.ip,
+      ...(known ? { caller: known } : {}),
+      ...(refused ? { refused } : {}),
+    },
   };
 }

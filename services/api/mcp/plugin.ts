@@ -305,8 +305,10 @@ async function claimedCall(
 
 /** The caller a new session counts against: its key when one applies, else its address. */
 async function sessionOwner(options: McpPluginOptions, request: FastifyRequest): Promise<string> {
-  const caller = signedIn.get(request);
+  const caller = signedIn.get(request) ?? request.caller;
   if (caller) return `${caller.subject.kind}:${caller.subject.id}`;
+  if (request.callerRefused) return `anonymous:${request.callerRefused.anonymous.id}`;
+  // Served without the api's caller hook (a test's own app): identified here.
   try {
     const caller = await identifyCaller(options.keys, {
       headers: request.headers,

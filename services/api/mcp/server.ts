@@ -7,7 +7,7 @@ import {
   McpError,
   ReadResourceRequestSchema,
 } from '@modelcontextprotocol/sdk/types.js';
-import type { Caller } from '../../metering/caller.ts';
+import type { Caller, CallerRejectedError } from '../../metering/caller.ts';
 import { RESOURCE_TEMPLATES, RESOURCES, ResourceNotFoundError, readResource } from './resources.ts';
 import { callTool, MCP_PAYMENT_META, type ToolCallDeps } from './tool-call.ts';
 
@@ -50,6 +50,7 @@ export function createMcpServer(deps: ToolCallDeps): Server {
     const payment = request.params._meta?.[MCP_PAYMENT_META];
     // A caller authenticated by the route (an OAuth token on /mcp/signin) is not identified again from headers.
     const caller = extra.authInfo?.extra?.caller as Caller | undefined;
+    const refused = extra.authInfo?.extra?.refused as CallerRejectedError | undefined;
     return callTool(deps, {
       name: request.params.name,
       args: request.params.arguments,
@@ -57,6 +58,7 @@ export function createMcpServer(deps: ToolCallDeps): Server {
       clientAddress: typeof clientAddress === 'string' ? clientAddress : 'unknown',
       ...(payment === undefined ? {} : { payment }),
       ...(caller ? { caller } : {}),
+      ...(refused ? { refused } : {}),
     });
   });
   return server;

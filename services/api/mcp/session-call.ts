@@ -164,8 +164,9 @@ export async function answerToolCall(
   channel: CallChannel,
 ): Promise<FastifyReply> {
   let body: Buffer;
-  // Identified by the rate limit in front of the route: not resolved a second time.
+  // Identified by the caller hook in front of the route: not resolved a second time.
   const caller = request.caller ?? undefined;
+  const refused = request.callerRefused ?? undefined;
   try {
     const result = await callTool(deps, {
       name: call.name,
@@ -174,6 +175,7 @@ export async function answerToolCall(
       clientAddress: request.ip,
       ...(call.payment === undefined ? {} : { payment: call.payment }),
       ...(caller === undefined ? {} : { caller }),
+      ...(refused === undefined ? {} : { refused }),
     });
     body = answerBytes(result, call.id, channel.kind === 'modern');
   } catch (err) {

@@ -1,7 +1,7 @@
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { CacheHint, McpHttpHandler, Server, ServerContext } from '@modelcontextprotocol/server';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { Caller } from '../../metering/caller.ts';
+import type { Caller, CallerRejectedError } from '../../metering/caller.ts';
 import { authInfo, handOver } from './hand-over.ts';
 import { RESOURCE_TEMPLATES, RESOURCES, ResourceNotFoundError, readResource } from './resources.ts';
 import { createMcpServer, SERVER_CAPABILITIES, SERVER_INFO, SERVER_INSTRUCTIONS } from './server.ts';
@@ -53,6 +53,7 @@ function createModernServer(sdk: ModernSdk, deps: ToolCallDeps): Server {
     const clientAddress = ctx.http?.authInfo?.extra?.clientAddress;
     const payment = request.params._meta?.[MCP_PAYMENT_META];
     const caller = ctx.http?.authInfo?.extra?.caller as Caller | undefined;
+    const refused = ctx.http?.authInfo?.extra?.refused as CallerRejectedError | undefined;
     try {
       return (await callTool(deps, {
         name: request.params.name,
@@ -61,6 +62,7 @@ function createModernServer(sdk: ModernSdk, deps: ToolCallDeps): Server {
         clientAddress: typeof clientAddress === 'string' ? clientAddress : 'unknown',
         ...(payment === undefined ? {} : { payment }),
         ...(caller ? { caller } : {}),
+        ...(refused ? { refused } : {}),
       })) as never;
     } catch (err) {
       // -32003/-32004 stay JSON-RPC errors on this generation too, message as written.

@@ -74,10 +74,12 @@ export interface ToolCallRequest {
   /** `_meta["x402/payment"]` of the call; undefined when none was attached. */
   payment?: unknown;
   /**
-   * Who the rate limit in front of the route identified from these same headers, moments ago;
-   * undefined to identify the caller here (a refused key is always identified here, and answered).
+   * Who the caller hook in front of the route identified from these same headers, moments ago
+   * (`request.caller`), or the key it refused (`request.callerRefused`); neither, the caller is
+   * identified here (a tool called without the api's hooks).
    */
   caller?: Caller;
+  refused?: CallerRejectedError;
 }
 
 /**
@@ -125,6 +127,7 @@ const MCP_PAYMENT_RESPONSE_META = 'x402/payment-response';
 export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Promise<CallToolResult> {
   let caller: Caller;
   try {
+    if (request.refused) throw request.refused;
     caller = request.caller ?? (await identifyCaller(deps.keys, request));
   } catch (err) {
     if (err instanceof CallerRejectedError) {

@@ -233,16 +233,21 @@ BEGIN
     v6
       ? `
   -- Counted: as many locks as members means no stream twice (two streams sharing a hash are
-  -- decided member by member below).
-  SELECT count(*) INTO v_keys FROM (
-    SELECT pg_advisory_xact_lock(${lockKeys[1]}, k.h)
-      FROM (SELECT DISTINCT hashtext(s) AS h FROM unnest(p_streams) AS s ORDER BY 1) AS k) AS l;`
+  -- decided member by member below). The position base is read in the same statement.
+  SELECT l.n, b.base, b.started INTO v_keys, v_base, v_started
+    FROM (SELECT count(pg_advisory_xact_lock(${lockKeys[1]}, k.h)) AS n
+            FROM (SELECT DISTINCT hashtext(s) AS h FROM unnest(p_streams) AS s ORDER BY 1) AS k) AS l,
+         ${schema}.position_base b;`
       : `
   PERFORM pg_advisory_xact_lock(${lockKeys[1]}, k.h)
      FROM (SELECT DISTINCT hashtext(s) AS h FROM unnest(p_streams) AS s ORDER BY 1) AS k;`
   }
-  -- The base moves once per server start, as in version 2.
-  SELECT b.base, b.started INTO v_base, v_started FROM ${schema}.position_base b;
+  -- The base moves once per server start, as in version 2.${
+    v6
+      ? ''
+      : `
+  SELECT b.base, b.started INTO v_base, v_started FROM ${schema}.position_base b;`
+  }
   IF v_started IS DISTINCT FROM pg_postmaster_start_time() THEN
     UPDATE ${schema}.position_base b
        SET base = greatest(

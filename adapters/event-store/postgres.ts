@@ -341,8 +341,10 @@ export class PostgresEventStore implements EventStore {
       group.some((m) => m.flushed),
       group.flatMap((m) => m.ids),
       events.map((e) => e.type),
-      events.map((e) => e.correlationId ?? null),
-      events.map((e) => e.causationId ?? null),
+      // No array at all when no event has one (the usual case): the functions read a missing
+      // array as one of nulls, and neither side spells out and parses a null per event.
+      noneOrAll(events.map((e) => e.correlationId ?? null)),
+      noneOrAll(events.map((e) => e.causationId ?? null)),
       events.map((e) => JSON.stringify(e.data ?? null)),
     ];
     const covers = this.carryNotify();
@@ -765,6 +767,11 @@ interface GroupRow {
   detail: string | null;
   next_revision: string | null;
   head: string | null;
+}
+
+/** The values, or null when every one is null. */
+function noneOrAll<T>(values: (T | null)[]): (T | null)[] | null {
+  return values.every((v) => v === null) ? null : values;
 }
 
 function toRecorded(row: EventRow): RecordedEvent {

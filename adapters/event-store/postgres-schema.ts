@@ -377,39 +377,62 @@ function headRevision(schema: string, stream: string, expected: string): string 
  * member) is decided member by member, as in version 3.
  */
 function setWiseGroup(schema: string): string {
-  // The revision is read in the level with the window function, which the planner keeps as it is:
-  // read in a plain subquery, its look-ups were copied into each of the five uses above it. Read
-  // from the expected revision (see headRevision), and no further: a stream behind it reads as
-  // none, which refuses the member as its own revision would, and a refused member's revision is
-  // read again whole when it is decided alone.
-  const decided = `SELECT m.*, coalesce(m.x = 'any' OR (m.x = 'no_stream' AND m.cur IS NULL)
-               OR (m.x = 'stream_exists' AND m.cur IS NOT NULL)
-               OR (m.x ~ '^-?[0-9]+$' AND m.cur = m.x::bigint), false) AS ok
-        FROM (SELECT m.i::integer AS i, m.s, m.x, m.n, (sum(m.n) OVER (ORDER BY m.i))::integer AS fin,
+  // The revision is read in a level the planner keeps as it is (the window function's, or behind
+  // OFFSET 0): read in a plain subquery, its look-ups were copied into each of the five uses above
+  // it. Read from the expected revision (see headRevision), and no further: a stream behind it
+  // reads as none, which refuses the member as its own revision would, and a refused member's
+  // revision is read again whole when it is decided alone. The expected revision as a number
+  // without a regular expression (two per member cost more than the rest of the decision): anything
+  // but the three words is read as one, and what does not read fails the statement, and the group
+  // is settled one append at a time (append_members refuses it). `single`: every member one event
+  // (the usual group), its ordinal the member's own, with no window and no series to join.
+  const decided = (
+    single: boolean,
+  ) => `SELECT m.*, coalesce(m.x = 'any' OR (m.x = 'no_stream' AND m.cur IS NULL)
+               OR (m.x = 'stream_exists' AND m.cur IS NOT NULL) OR m.cur = m.want, false) AS ok
+        FROM (SELECT m.i::integer AS i, m.s, m.x, m.n, m.want,
+                     ${single ? 'm.i::integer' : '(sum(m.n) OVER (ORDER BY m.i))::integer'} AS fin,
                      (SELECT max(e.revision) FROM ${schema}.events e WHERE e.stream = m.s
-                         AND e.revision >= CASE WHEN m.x ~ '^[0-9]+$' THEN m.x::bigint ELSE 0 END) AS cur
-                FROM unnest(p_streams, p_expected, p_counts) WITH ORDINALITY AS m(s, x, n, i)) AS m`;
+                         AND e.revision >= coalesce(m.want, 0)) AS cur
+                FROM (SELECT m.*, CASE WHEN m.x IN ('any', 'no_stream', 'stream_exists') THEN NULL
+                                       ELSE m.x::bigint END AS want
+                        FROM unnest(p_streams, p_expected, p_counts) WITH ORDINALITY AS m(s, x, n, i)) AS m${
+                          single ? '\n              OFFSET 0' : ''
+                        }) AS m`;
+  const columns = '(position, id, stream, revision, type, recorded_at, correlation_id, causation_id, data)';
   return `  -- Version 6: set-wise when each stream is in the group once and every member has events.
   IF v_keys = v_apps AND 0 <> ALL (p_counts) AND cardinality(p_ids) < ${POSITIONS_PER_TRANSACTION} THEN
     -- Member m's events are the group's ordinals fin - n + 1 .. fin: positions base + ordinal,
     -- revisions on from the stream's. Only the members written are answered here.
-    RETURN QUERY WITH d AS (
-      ${decided}
-    ), w AS (
-      INSERT INTO ${schema}.events
-        (position, id, stream, revision, type, recorded_at, correlation_id, causation_id, data)
-      SELECT v_base + g.o, p_ids[g.o], d.s, coalesce(d.cur, -1) + g.o - (d.fin - d.n), p_types[g.o], now(),
-             coalesce(p_correlation[g.o], p_ids[g.o]), p_causation[g.o], p_data[g.o]
-        FROM d, generate_series(d.fin - d.n + 1, d.fin) AS g(o)
-       WHERE d.ok
-    )
-    SELECT d.i, NULL::text, NULL::text, coalesce(d.cur, -1) + d.n, v_base + d.fin FROM d WHERE d.ok;
+    IF cardinality(p_ids) = v_apps THEN
+      RETURN QUERY WITH d AS (
+        ${decided(true)}
+      ), w AS (
+        INSERT INTO ${schema}.events ${columns}
+        SELECT v_base + d.i, p_ids[d.i], d.s, coalesce(d.cur, -1) + 1, p_types[d.i], now(),
+               coalesce(p_correlation[d.i], p_ids[d.i]), p_causation[d.i], p_data[d.i]
+          FROM d
+         WHERE d.ok
+      )
+      SELECT d.i, NULL::text, NULL::text, coalesce(d.cur, -1) + 1, v_base + d.i FROM d WHERE d.ok;
+    ELSE
+      RETURN QUERY WITH d AS (
+        ${decided(false)}
+      ), w AS (
+        INSERT INTO ${schema}.events ${columns}
+        SELECT v_base + g.o, p_ids[g.o], d.s, coalesce(d.cur, -1) + g.o - (d.fin - d.n), p_types[g.o], now(),
+               coalesce(p_correlation[g.o], p_ids[g.o]), p_causation[g.o], p_data[g.o]
+          FROM d, generate_series(d.fin - d.n + 1, d.fin) AS g(o)
+         WHERE d.ok
+      )
+      SELECT d.i, NULL::text, NULL::text, coalesce(d.cur, -1) + d.n, v_base + d.fin FROM d WHERE d.ok;
+    END IF;
     GET DIAGNOSTICS v_written = ROW_COUNT;
     IF v_written < v_apps THEN
       -- The members refused, each decided again alone, ids first. They write nothing: a retry is
       -- answered from what is stored, and a refusal stands (its stream's lock is held).
       RETURN QUERY SELECT d.i, r.code, r.detail, r.next_revision, r.head
-        FROM (${decided}) AS d,
+        FROM (${decided(false)}) AS d,
              LATERAL ${schema}.append_members(v_base, ARRAY[d.s], ARRAY[d.x], ARRAY[d.n],
                p_ids[d.fin - d.n + 1 : d.fin], p_types[d.fin - d.n + 1 : d.fin],
                p_correlation[d.fin - d.n + 1 : d.fin], p_causation[d.fin - d.n + 1 : d.fin],

@@ -606,6 +606,40 @@ describe.runIf(run)('PostgreSQL event store', () => {
     }
   });
 
+  it('decides a set-wise group of single events in one round trip: written, retried and refused members', async () => {
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema: fresh(), groupsInFlight: 1 });
+    try {
+      const [retried, behind] = [uniqueStream('retried'), uniqueStream('behind')];
+      const again = event('R');
+      const original = await store.append(retried, [again], { expectedRevision: 'no_stream' });
+      await store.append(behind, [event('A'), event('A')]);
+      const sent = vi.spyOn(store.pool, 'query');
+      const streams = Array.from({ length: 4 }, (_, i) => uniqueStream(`single${i}`));
+      const results = await Promise.allSettled([
+        ...streams.map((s) => store.append(s, [event('N')], { expectedRevision: 'no_stream' })),
+        store.append(retried, [again], { expectedRevision: 'no_stream' }),
+        store.append(behind, [event('X')], { expectedRevision: 0 }),
+        store.append(behind.concat('-more'), [event('N')], { expectedRevision: 'any' }),
+      ]);
+      const appends = sent.mock.calls.filter(([q]) =>
+        String((q as { name?: string }).name).startsWith('es_append'),
+      );
+      expect(appends).toHaveLength(1);
+      expect(results.map((r) => r.status)).toEqual([...Array(5).fill('fulfilled'), 'rejected', 'fulfilled']);
+      expect(results[4]).toMatchObject({ value: original });
+      expect(results[5]).toMatchObject({ reason: { name: 'WrongExpectedRevisionError', actual: 1 } });
+      const log = await store.readAll();
+      expect(log.filter((e) => e.type === 'N').map((e) => e.revision)).toEqual([0, 0, 0, 0, 0]);
+      expect(log.filter((e) => e.stream === retried)).toHaveLength(1);
+      const positions = results
+        .filter((r) => r.status === 'fulfilled')
+        .map((r) => (r as PromiseFulfilledResult<{ position: number }>).value.position);
+      expect(new Set(positions).size).toBe(6);
+    } finally {
+      await store.close();
+    }
+  });
+
   it('settles a set-wise group that reuses a stored id one append at a time: only that append fails', async () => {
     const store = await openPostgresEventStore({ url: POSTGRES_URL, schema: fresh(), groupsInFlight: 1 });
     try {

@@ -43,7 +43,7 @@ const BASE_ENV: Record<string, string> = {
   PLAN_PRO_MONTHLY_CALLS: String(1e12),
   MCP_SESSION_IDLE_MS: String(600_000),
 };
-const LEASED = { QUOTA_LEASE_MS: '1000', RATE_LIMIT_LEASE_MAX: '64' };
+const LEASED = { QUOTA_LEASE_MS: '1000', QUOTA_LEASE_MAX_UNITS: '256', RATE_LIMIT_LEASE_MAX: '64' };
 const PER_CALL = { QUOTA_LEASE_MS: '0', RATE_LIMIT_LEASE_MAX: '0' };
 
 export interface BudgetBenchOptions {
@@ -54,9 +54,11 @@ export interface BudgetBenchOptions {
   keys?: number;
   /**
    * `all` (default): leases against none; `rate`: both leases against the quota's alone (the
-   * rate limiter's lease on its own, on Redis: in-process limits take no lease).
+   * rate limiter's lease on its own, on Redis: in-process limits take no lease); `max`: quota
+   * leases of at most 256 units (the default) against at most 64 (what a killed api may leave
+   * charged per busy key and tool).
    */
-  compare?: 'all' | 'rate';
+  compare?: 'all' | 'rate' | 'max';
   print?: boolean;
 }
 
@@ -125,7 +127,12 @@ export async function run(options: BudgetBenchOptions = {}): Promise<BudgetRow[]
   const many = options.keys ?? 128;
   const print = options.print ?? true;
   const rateOnly = options.compare === 'rate';
-  const baseline = rateOnly ? { ...LEASED, RATE_LIMIT_LEASE_MAX: '0' } : PER_CALL;
+  const baseline =
+    options.compare === 'rate'
+      ? { ...LEASED, RATE_LIMIT_LEASE_MAX: '0' }
+      : options.compare === 'max'
+        ? { ...LEASED, QUOTA_LEASE_MAX_UNITS: '64' }
+        : PER_CALL;
   const log = (line: string) => {
     if (print) console.log(line);
   };
@@ -214,6 +221,12 @@ export async function run(options: BudgetBenchOptions = {}): Promise<BudgetRow[]
 
 await whenMain(
   import.meta.url,
-  { seconds: 'number', rounds: 'number', connections: 'number', keys: 'number', compare: ['all', 'rate'] },
+  {
+    seconds: 'number',
+    rounds: 'number',
+    connections: 'number',
+    keys: 'number',
+    compare: ['all', 'rate', 'max'],
+  },
   run,
 );

@@ -4,12 +4,12 @@ import type { Logger } from 'pino';
 import { refusedByRedis } from '../../adapters/cache/redis-replies.ts';
 import { TurnBatch } from '../../adapters/cache/turn-batch.ts';
 import type { Config } from '../../contracts/config.ts';
+import { ERRORS, errorMessage } from '../../contracts/errors.ts';
 import type { Plan } from '../../contracts/events.ts';
 import { SIGNIN_MCP_PATH } from '../../contracts/oauth.ts';
 import { BUDGET_IDLE_MS, BUDGET_SHARE, IdleSweeper } from './budget.ts';
-import { type Caller, decorateCaller, UNLIMITED_PATHS } from './caller.ts';
+import { type Caller, decorateCaller, UNLIMITED_PATHS, undebitedService } from './caller.ts';
 import type { QuotaMeter } from './quota-meter.ts';
-import type { ServiceMeta } from './service-meta.ts';
 
 /** Who a request is limited as: an applied key by its plan, anyone else by client address. */
 export type RateTier = Plan | 'anonymous';
@@ -802,37 +802,25 @@ async function refuse(
 ): Promise<void> {
   const channel = isMcpPath(path) ? 'mcp' : 'http';
   deps.onRefused?.(callerTier(caller), channel);
-  let service: ServiceMeta;
-  try {
-    service = { auth: caller.auth, quota: await deps.quota.peek(caller.subject) };
-  } catch {
-    service = { auth: caller.auth, quota: null };
-  }
-  const message = `rate limit of ${decision.limit} requests per window reached; retry in ${resetSeconds} s`;
-  reply.code(429).header('retry-after', resetSeconds);
+  const service = await undebitedService(deps.quota, caller);
+  // Status, JSON-RPC code, retryable and words from the error catalog, as every refusal.
+  const { status, rpc, retryable } = ERRORS.RATE_LIMITED;
+  const data = {
+    code: 'RATE_LIMITED' as const,
+    retryable,
+    retry_after_ms: decision.resetMs,
+    _service: service,
+  };
+  const message = errorMessage(data.code, { limit: decision.limit, seconds: resetSeconds });
+  reply.code(status).header('retry-after', resetSeconds);
   if (channel === 'mcp') {
     const id = (request.body as { id?: unknown } | null)?.id;
     reply.send({
       jsonrpc: '2.0',
       id: typeof id === 'string' || typeof id === 'number' ? id : null,
-      error: {
-        code: -32000,
-        message,
-        data: {
-          code: 'RATE_LIMITED',
-          retryable: true,
-          retry_after_ms: decision.resetMs,
-          _service: service,
-        },
-      },
+      error: { code: rpc, message, data },
     });
     return;
   }
-  reply.send({
-    code: 'RATE_LIMITED',
-    message,
-    retryable: true,
-    retry_after_ms: decision.resetMs,
-    _service: service,
-  });
+  reply.send({ code: data.code, message, retryable, retry_after_ms: data.retry_after_ms, _service: service });
 }

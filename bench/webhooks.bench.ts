@@ -294,7 +294,7 @@ async function throughputSingle(
   tls: { key: string; cert: string },
   events: number,
   warmup: number,
-  bareFirst: boolean,
+  floorFirst: boolean,
   bus: StackBus,
 ): Promise<ThroughputFigures> {
   const receiver = await startReceiver(tls);
@@ -306,7 +306,7 @@ async function throughputSingle(
       await agent.close();
       receiver.received.length = 0;
     }
-    const measureBare = async () => {
+    const measureFloor = async () => {
       const agent = new Agent({ connect: { ca: tls.cert }, connections: CONCURRENCY });
       const dir = mkdtempSync(join(tmpdir(), 'webhooks-bench-floor-'));
       const store = openFloorStore(join(dir, 'outcomes'));
@@ -357,9 +357,9 @@ async function throughputSingle(
     };
     // Which half goes first alternates between runs, so a drift in the machine's load does not
     // always favour the same side.
-    const first = bareFirst ? await measureBare() : await measureFull();
-    const second = bareFirst ? await measureFull() : await measureBare();
-    return bareFirst ? figures(second, first, events) : figures(first, second, events);
+    const first = floorFirst ? await measureFloor() : await measureFull();
+    const second = floorFirst ? await measureFull() : await measureFloor();
+    return floorFirst ? figures(second, first, events) : figures(first, second, events);
   } finally {
     await receiver.close();
   }
@@ -502,7 +502,7 @@ async function throughputSplit(
   tls: { key: string; cert: string },
   events: number,
   warmup: number,
-  bareFirst: boolean,
+  floorFirst: boolean,
 ): Promise<ThroughputFigures> {
   const dir = mkdtempSync(join(tmpdir(), 'webhooks-bench-'));
   const keyFile = join(dir, 'key.pem');
@@ -534,7 +534,7 @@ async function throughputSplit(
       receiver.send({ type: 'reset' });
     }
 
-    const measureBare = async () => {
+    const measureFloor = async () => {
       // The durable floor: the same POST loop, each delivery's outcome then put and flushed to LMDB.
       const { child: poster } = await forkChild([
         'posts',
@@ -624,9 +624,9 @@ async function throughputSplit(
 
     // Which half goes first alternates between runs, so a drift in the machine's load does not
     // always favour the same side.
-    const first = bareFirst ? await measureBare() : await measureFull();
-    const second = bareFirst ? await measureFull() : await measureBare();
-    return bareFirst ? figures(second, first, events) : figures(first, second, events);
+    const first = floorFirst ? await measureFloor() : await measureFull();
+    const second = floorFirst ? await measureFull() : await measureFloor();
+    return floorFirst ? figures(second, first, events) : figures(first, second, events);
   } finally {
     for (const child of children.reverse()) await stopChild(child, 'SIGKILL');
     rmSync(dir, { recursive: true, force: true });
@@ -725,18 +725,18 @@ export async function run(
       console.log(`  layout ${LAYOUTS[layout]}${layout === 'single' ? `, ${bus} bus` : ''}`);
       const all: ThroughputFigures[] = [];
       for (let i = 0; i < runs; i++) {
-        const bareFirst = i % 2 === 0;
+        const floorFirst = i % 2 === 0;
         const t =
           layout === 'split'
-            ? await throughputSplit(tls, events, warmup, bareFirst)
-            : await throughputSingle(tls, events, warmup, bareFirst, bus);
+            ? await throughputSplit(tls, events, warmup, floorFirst)
+            : await throughputSingle(tls, events, warmup, floorFirst, bus);
         all.push(t);
         const split = (cpu: Record<string, number>) =>
           Object.entries(cpu)
             .map(([name, ms]) => `${name} ${two(ms)}`)
             .join(', ');
         console.log(
-          `    run ${i + 1} (${bareFirst ? 'baseline first' : 'full path first'}): full path ${fmt(t.deliveriesPerSec)}/s (${two(t.fullCpuMsPerDelivery)} ms CPU each: ${split(t.fullCpuByProcess)}), durable floor ${fmt(t.floorPerSec)}/s (${two(t.floorCpuMsPerDelivery)} ms CPU each: ${split(t.floorCpuByProcess)}), ratio ${two(t.ratio)} (by CPU ${two(t.floorCpuMsPerDelivery / t.fullCpuMsPerDelivery)})`,
+          `    run ${i + 1} (${floorFirst ? 'baseline first' : 'full path first'}): full path ${fmt(t.deliveriesPerSec)}/s (${two(t.fullCpuMsPerDelivery)} ms CPU each: ${split(t.fullCpuByProcess)}), durable floor ${fmt(t.floorPerSec)}/s (${two(t.floorCpuMsPerDelivery)} ms CPU each: ${split(t.floorCpuByProcess)}), ratio ${two(t.ratio)} (by CPU ${two(t.floorCpuMsPerDelivery / t.fullCpuMsPerDelivery)})`,
         );
       }
       result.throughputRuns[layout] = all;

@@ -405,16 +405,16 @@ function setWiseGroup(schema: string): string {
     -- Member m's events are the group's ordinals fin - n + 1 .. fin: positions base + ordinal,
     -- revisions on from the stream's. Only the members written are answered here.
     IF cardinality(p_ids) = v_apps THEN
-      RETURN QUERY WITH d AS (
-        ${decided(true)}
-      ), w AS (
-        INSERT INTO ${schema}.events ${columns}
+      -- Each written row answers its member: position base + i, its revision the next one.
+      RETURN QUERY WITH w AS (
+        INSERT INTO ${schema}.events AS e ${columns}
         SELECT v_base + d.i, p_ids[d.i], d.s, coalesce(d.cur, -1) + 1, p_types[d.i], now(),
                coalesce(p_correlation[d.i], p_ids[d.i]), p_causation[d.i], p_data[d.i]
-          FROM d
+          FROM (${decided(true)}) AS d
          WHERE d.ok
+        RETURNING e.position, e.revision
       )
-      SELECT d.i, NULL::text, NULL::text, coalesce(d.cur, -1) + 1, v_base + d.i FROM d WHERE d.ok;
+      SELECT (w.position - v_base)::integer, NULL::text, NULL::text, w.revision, w.position FROM w;
     ELSE
       RETURN QUERY WITH d AS (
         ${decided(false)}

@@ -784,14 +784,16 @@ $do$;
   },
   {
     version: 6,
-    name: 'append_group decided and written in two statements, revisions read from the expected one',
+    name: 'append_group: a group of distinct streams decided, written and answered in one statement',
     sql: (names) => `
--- Version 5's group cost the server 3.3x a bare INSERT of the same rows (bench postgres (e)): an id
+-- Version 5's group cost the server 2-3x a bare INSERT of the same rows (bench postgres (e)): an id
 -- look-up per event, a revision look-up per stream that compared every entry of the stream on its
--- index page, and a decision loop. From here a group whose streams are all different, whose members
--- all have events and whose expectations all hold is decided with one statement (the revisions,
--- read from the expected ones) and written with one more; anything else is decided member by member
--- as before. The arguments, answers and errors are version 5's: processes of either version share
+-- index page, and a decision loop. From here a group whose streams are each in it once and whose
+-- members all have events is decided, written and answered in one statement after the one that
+-- takes its locks: revisions read from the expected ones up, ids looked up only when the insert
+-- finds one stored (the statement fails, and the adapter settles the group one append at a time),
+-- a refused member decided again alone, ids first. Anything else is decided member by member as
+-- before. The arguments, answers and errors are version 5's: processes of either version share
 -- the log, and a version-5 process started after this migration calls these functions.
 ${appendFunctions(names, orderedIdMatch, 'CREATE OR REPLACE FUNCTION', 6)}`,
   },

@@ -28,6 +28,7 @@ import {
   identifyCaller,
   type KeyedAccess,
   rejectedService,
+  undebitedService,
 } from '../metering/caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../metering/metered-call.ts';
 import type { ServiceMeta } from '../metering/service-meta.ts';
@@ -166,12 +167,7 @@ interface KnowledgeDeps {
 /** The caller's side of the knowledge routes: its key (the auth hook), its `_service`, its metered calls. */
 function knowledgeAccess(deps: KnowledgeDeps) {
   const quota = () => deps.channel().quota;
-  const peek = async (caller: Caller): Promise<ServiceMeta> => ({
-    auth: caller.auth,
-    quota: await quota()
-      .peek(caller.subject)
-      .catch(() => null),
-  });
+  const peek = (caller: Caller): Promise<ServiceMeta> => undebitedService(quota(), caller);
 
   /**
    * The auth hook, before the body is judged: the caller resolved once, and it must hold a live

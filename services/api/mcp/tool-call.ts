@@ -4,7 +4,13 @@ import type { Logger } from 'pino';
 import type { ToolName } from '../../../contracts/tools.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
 import type { KeyResolver } from '../../keys/key-resolver.ts';
-import { type Caller, CallerRejectedError, identifyCaller, rejectedService } from '../../metering/caller.ts';
+import {
+  type Caller,
+  CallerRejectedError,
+  identifyCaller,
+  rejectedService,
+  undebitedService,
+} from '../../metering/caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../../metering/metered-call.ts';
 import type { QuotaMeter } from '../../metering/quota-meter.ts';
 import type { PaidServiceMeta, PaymentReceipt, ServiceMeta } from '../../metering/service-meta.ts';
@@ -144,7 +150,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
   if (tool === undefined) {
     return toolError(`${MCP_INVALID_PARAMS} unknown tool ${JSON.stringify(request.name)}`, {
       code: 'unknown_tool',
-      _service: await peekMeta(deps, caller),
+      _service: await undebitedService(deps.quota, caller),
     });
   }
   const args = request.args ?? {};
@@ -162,7 +168,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     return toolError(`${MCP_INVALID_PARAMS} invalid arguments for ${tool.name}: ${text}`, {
       code: 'invalid_arguments',
       issues,
-      _service: await peekMeta(deps, caller),
+      _service: await undebitedService(deps.quota, caller),
     });
   }
 
@@ -257,11 +263,11 @@ async function paidToolCall(deps: ToolCallDeps, caller: Caller, call: PaidToolCa
   if (deps.payPerCall === undefined) {
     return toolError('payment_not_accepted: this server does not sell tool calls per call', {
       code: 'payment_not_accepted',
-      _service: await peekMeta(deps, caller),
+      _service: await undebitedService(deps.quota, caller),
     });
   }
   const outcome = await deps.payPerCall(call);
-  const service = await peekMeta(deps, caller);
+  const service = await undebitedService(deps.quota, caller);
   switch (outcome.kind) {
     case 'served': {
       const paid: PaidServiceMeta = { ...service, payment: outcome.receipt };
@@ -340,10 +346,4 @@ function servedResult(structured: Record<string, unknown>, made: ResultJson): Ca
 
 function toolError(text: string, structured: Record<string, unknown>): CallToolResult {
   return { isError: true, content: [{ type: 'text', text }], structuredContent: structured };
-}
-
-/** The caller's figures for an answer that debits nothing; null when they cannot be read. */
-async function peekMeta(deps: ToolCallDeps, caller: Caller): Promise<ServiceMeta> {
-  const quota = await deps.quota.peek(caller.subject).catch(() => null);
-  return { auth: caller.auth, quota };
 }

@@ -92,7 +92,6 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
     ? rateLimitPlugin({
         limiter,
         quota,
-        logger,
         ...(deps.onRateLimited ? { onRefused: deps.onRateLimited } : {}),
       })
     : null;

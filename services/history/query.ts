@@ -53,13 +53,14 @@ const MEDIA: [RegExp, HistoryFormat | 'any'][] = [
  * in `Accept` with `profile="trailer"` asks for it; none: rows only, so that a JSON-lines reader
  * reads the file as served (every row carries its own cursor).
  */
+const NDJSON_TYPE = MEDIA.find(([, format]) => format === 'ndjson')![0];
+
 export function wantsTrailer(trailer: boolean | undefined, accept: string | undefined): boolean {
   if (trailer !== undefined) return trailer;
   return (accept ?? '').split(',').some((part) => {
     const [type, ...params] = part.trim().toLowerCase().split(';');
-    const ndjson = MEDIA.find(([, format]) => format === 'ndjson')![0];
     return (
-      ndjson.test(type!.trim()) &&
+      NDJSON_TYPE.test(type!.trim()) &&
       params.some((p) => p.trim().replaceAll('"', '') === `profile=${HISTORY_TRAILER_PROFILE}`)
     );
   });

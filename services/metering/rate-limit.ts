@@ -1,6 +1,5 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Redis } from 'ioredis';
-import type { Logger } from 'pino';
 import { refusedByRedis } from '../../adapters/cache/redis-replies.ts';
 import { TurnBatch } from '../../adapters/cache/turn-batch.ts';
 import type { Config } from '../../contracts/config.ts';
@@ -696,7 +695,6 @@ function routedPath(request: FastifyRequest, raw: string): string {
 export interface RateLimitPluginDeps {
   limiter: RateLimiter;
   quota: QuotaMeter;
-  logger: Logger;
   /** Called on every refusal (a metric). */
   onRefused?: (tier: RateTier, channel: 'http' | 'mcp') => void;
 }

@@ -50,7 +50,10 @@ function statSplitMs(path: string): { user: number; system: number } | null {
   try {
     const stat = readFileSync(path, 'utf8');
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return { user: Number(fields[11]) * 10, system: Number(fields[12]) * 10 };
+    return {
+      user: (Number(fields[11]) * 1000) / CLOCK_TICKS,
+      system: (Number(fields[12]) * 1000) / CLOCK_TICKS,
+    };
   } catch {
     return null;
   }

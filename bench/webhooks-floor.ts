@@ -20,7 +20,7 @@ export interface FloorRequest {
 
 /** The outcome store of the floor: an LMDB environment opened like the event store's. */
 export function openFloorStore(path: string): RootDatabase {
-  return open({ path, noSubdir: false, overlappingSync: false });
+  return open({ path, noSubdir: false, overlappingSync: false, remapChunks: true });
 }
 
 /**

@@ -96,9 +96,9 @@ function appendFunctions(
   { schema, lockKeys }: Pick<SchemaNames, 'schema' | 'lockKeys'>,
   idMatch: IdMatch,
   create: 'CREATE FUNCTION' | 'CREATE OR REPLACE FUNCTION',
-  version: 3 | 6 = 3,
+  version: 3 | 6 | 7 = 3,
 ): string {
-  const v6 = version === 6;
+  const v6 = version >= 6;
   return `${create} ${schema}.append_members(
   p_base bigint, p_streams text[], p_expected text[], p_counts integer[],
   p_ids text[], p_types text[], p_correlation text[], p_causation text[], p_data json[]
@@ -266,7 +266,7 @@ BEGIN
       v_base, p_streams, p_expected, p_counts, p_ids, p_types, p_correlation, p_causation, p_data);
     RETURN;
   END IF;
-${v6 ? setWiseGroup(schema) : ''}
+${v6 ? setWiseGroup(schema, version === 7) : ''}
   -- Under the locks, in one statement: whether any id is stored already, and the revision of each
   -- stream. Each look-up an equality in a scalar subquery: its plan is an index probe whatever the
   -- table's size when the plan was made (\`id = ANY (p_ids)\`, planned on a young table, scanned
@@ -376,7 +376,7 @@ function headRevision(schema: string, stream: string, expected: string): string 
  * in the group once, nothing else in the group bears on it. Anything else (a stream twice, an empty
  * member) is decided member by member, as in version 3.
  */
-function setWiseGroup(schema: string): string {
+function setWiseGroup(schema: string, onlyUnwritten: boolean): string {
   // The revision is read in a level the planner keeps as it is (the window function's, or behind
   // OFFSET 0): read in a plain subquery, its look-ups were copied into each of the five uses above
   // it. Read from the expected revision (see headRevision), and no further: a stream behind it
@@ -437,7 +437,12 @@ function setWiseGroup(schema: string): string {
                p_ids[d.fin - d.n + 1 : d.fin], p_types[d.fin - d.n + 1 : d.fin],
                p_correlation[d.fin - d.n + 1 : d.fin], p_causation[d.fin - d.n + 1 : d.fin],
                p_data[d.fin - d.n + 1 : d.fin]) AS r
-       WHERE NOT d.ok;
+       WHERE NOT d.ok${
+         onlyUnwritten
+           ? `
+         AND NOT EXISTS (SELECT 1 FROM ${schema}.events e WHERE e.position = v_base + d.fin)`
+           : ''
+       };
     END IF;
     RETURN;
   END IF;
@@ -796,6 +801,17 @@ $do$;
 -- before. The arguments, answers and errors are version 5's: processes of either version share
 -- the log, and a version-5 process started after this migration calls these functions.
 ${appendFunctions(names, orderedIdMatch, 'CREATE OR REPLACE FUNCTION', 6)}`,
+  },
+  {
+    version: 7,
+    name: 'append_group: a refused member decided again alone, the written ones not',
+    sql: (names) => `
+-- Version 6 decided the group a second time after its insert to find the refused members, and a
+-- member written by that insert now reads its own new revision, so one with a numeric expectation
+-- read as refused and was decided again by append_members (answered from its stored ids as a
+-- retry: the same answer, read twice). From here a member whose last event sits at its position
+-- (v_base + its last ordinal; a refused member writes nothing there) is left out of that pass.
+${appendFunctions(names, orderedIdMatch, 'CREATE OR REPLACE FUNCTION', 7)}`,
   },
 ];
 

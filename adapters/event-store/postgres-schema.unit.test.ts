@@ -14,6 +14,7 @@ const SHIPPED: Record<number, string> = {
   4: 'efd09ab8f58719351cf240740be8a62f576bbb84082087005d386df52f72b8a2',
   5: 'b91e41d2cda27258e0e4cbde271ea4af6753b88563eef6a23b762e31b240f4f4',
   6: 'da38f57760bd01f01e97535d4af3539e640c56cb82521ac68eb1e96b0e366e9d',
+  7: '4f4083465d6d65b144db6c82d148fabfd8b61104238a7d3b2f96557241f61bfe',
 };
 
 describe('PostgreSQL migrations', () => {

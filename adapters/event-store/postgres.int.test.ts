@@ -606,6 +606,39 @@ describe.runIf(run)('PostgreSQL event store', () => {
     }
   });
 
+  it('decides again alone only the members a set-wise group refused, not the ones it wrote', async () => {
+    const schema = fresh();
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema });
+    const client = new pg.Client({ connectionString: POSTGRES_URL });
+    await client.connect();
+    try {
+      const [kept, behind] = [uniqueStream('kept'), uniqueStream('behind')];
+      await store.append(kept, [event('A')]);
+      await store.append(behind, [event('A'), event('A')]);
+      const [a, b] = [event('B'), event('B')];
+      // One group called as the adapter calls it, counted in its own transaction: a member
+      // written under a numeric expectation and one refused under a stale one.
+      await client.query('BEGIN');
+      await client.query("SET LOCAL track_functions = 'pl'");
+      const { rows } = await client.query(
+        `SELECT idx, code FROM "${schema}".append_group($1::text[], $2::text[], $3::integer[], true, $4::text[], $5::text[], $6::text[], $7::text[], $8::json[]) ORDER BY idx`,
+        [[kept, behind], ['0', '0'], [1, 1], [a.id, b.id], [a.type, b.type], [null, null], [null, null], [a.data, b.data].map((d) => JSON.stringify(d))],
+      );
+      const calls = await client.query(
+        `SELECT pg_stat_get_xact_function_calls('"${schema}".append_members(bigint, text[], text[], integer[], text[], text[], text[], text[], json[])'::regprocedure) AS n`,
+      );
+      await client.query('ROLLBACK');
+      expect(rows).toEqual([
+        { idx: 1, code: null },
+        { idx: 2, code: expect.any(String) },
+      ]);
+      expect(Number(calls.rows[0].n)).toBe(1);
+    } finally {
+      await client.end();
+      await store.close();
+    }
+  });
+
   it('decides a set-wise group of single events in one round trip: written, retried and refused members', async () => {
     const store = await openPostgresEventStore({ url: POSTGRES_URL, schema: fresh(), groupsInFlight: 1 });
     try {

@@ -11,9 +11,9 @@
  *                                   outcome is then put and flushed to LMDB there
  */
 import { readFileSync } from 'node:fs';
-import { Agent, request } from 'undici';
+import { Agent } from 'undici';
 import { startReceiver } from '../test/webhooks-receiver.ts';
-import { durableFloor, openFloorStore } from './webhooks-floor.ts';
+import { openFloorStore, postLoop } from './webhooks-floor.ts';
 
 type Message = { type: 'await'; count: number } | { type: 'reset' } | { type: 'go'; count?: number };
 
@@ -51,23 +51,9 @@ async function posts(
     body: string;
     headers: Record<string, string>;
   };
-  const { body, headers } = req;
   const store = floorDir === undefined ? null : openFloorStore(floorDir);
   const loop = async (total: number) => {
-    if (store !== null) {
-      await durableFloor({ url, agent, req, count: total, concurrency, store });
-      send({ type: 'done' });
-      return;
-    }
-    let next = 0;
-    await Promise.all(
-      Array.from({ length: concurrency }, async () => {
-        while (next++ < total) {
-          const res = await request(url, { method: 'POST', dispatcher: agent, body, headers });
-          await res.body.text();
-        }
-      }),
-    );
+    await postLoop({ url, agent, req, count: total, concurrency, store });
     send({ type: 'done' });
   };
   process.on('message', (m: Message) => {

@@ -43,7 +43,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Agent, request } from 'undici';
+import { Agent } from 'undici';
 import { type LmdbEventStore, openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
@@ -73,7 +73,7 @@ import {
   stopChild,
   whenMain,
 } from './harness.ts';
-import { durableFloor, openFloorStore } from './webhooks-floor.ts';
+import { openFloorStore, postLoop } from './webhooks-floor.ts';
 
 export type Layout = 'split' | 'single';
 
@@ -275,19 +275,15 @@ export function deliveryLikeRequest(): { body: string; headers: Record<string, s
   return { body, headers };
 }
 
-async function barePosts(receiver: Receiver, agent: Agent, count: number): Promise<number> {
-  const { body, headers } = deliveryLikeRequest();
-  let next = 0;
-  const started = performance.now();
-  await Promise.all(
-    Array.from({ length: CONCURRENCY }, async () => {
-      while (next++ < count) {
-        const res = await request(receiver.url, { method: 'POST', dispatcher: agent, body, headers });
-        await res.body.text();
-      }
-    }),
-  );
-  return count / ((performance.now() - started) / 1000);
+function barePosts(receiver: Receiver, agent: Agent, count: number): Promise<number> {
+  return postLoop({
+    url: receiver.url,
+    agent,
+    req: deliveryLikeRequest(),
+    count,
+    concurrency: CONCURRENCY,
+    store: null,
+  });
 }
 
 async function throughputSingle(
@@ -311,7 +307,7 @@ async function throughputSingle(
       const dir = mkdtempSync(join(tmpdir(), 'webhooks-bench-floor-'));
       const store = openFloorStore(join(dir, 'outcomes'));
       const floor = (count: number) =>
-        durableFloor({ url: receiver.url, agent, req, count, concurrency: CONCURRENCY, store });
+        postLoop({ url: receiver.url, agent, req, count, concurrency: CONCURRENCY, store });
       try {
         if (warmup > 0) {
           await floor(warmup);

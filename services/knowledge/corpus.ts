@@ -15,15 +15,22 @@ const SOURCE_TYPES: Record<string, SourceType> = {
   'services/webhooks/README.md': 'webhooks',
 };
 
+/**
+ * Documents about the chat itself, not the service: docs/knowledge.md quotes the evaluation
+ * sets' descriptions and question wording, so indexed it answered questions about the service
+ * with sentences about how the chat is measured.
+ */
+const NOT_INDEXED = new Set(['knowledge.md']);
+
 async function documentPaths(root: string): Promise<string[]> {
   const docs = (await readdir(join(root, 'docs')).catch(() => [] as string[]))
-    .filter((name) => name.endsWith('.md'))
+    .filter((name) => name.endsWith('.md') && !NOT_INDEXED.has(name))
     .sort()
     .map((name) => `docs/${name}`);
   return ['README.md', ...docs, 'services/webhooks/README.md'];
 }
 
-/** The documents as passages: README, docs/ (methodology, evaluation) and the webhook guide. */
+/** The documents as passages: README, docs/ (methodology, evaluation; not the chat's own page) and the webhook guide. */
 async function documentPassages(root = REPO_ROOT): Promise<Passage[]> {
   const passages: Passage[] = [];
   for (const path of await documentPaths(root)) {

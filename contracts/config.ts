@@ -257,12 +257,12 @@ export const ConfigSchema = z
     PLAN_STARTER_MONTHLY_CALLS: positiveInt.default(10_000),
     PLAN_PRO_MONTHLY_CALLS: positiveInt.default(100_000),
     /**
-     * Prepaid debits: a key or client whose calls overlap, or come within QUOTA_LEASE_MS / 8 (and
-     * 250 ms) of each other, has the units of its next calls counted and recorded ahead in one
-     * event, sized to QUOTA_LEASE_MS of its calls at their recent rate (at most
-     * QUOTA_LEASE_MAX_UNITS, and only while it has 16 times that left); what no call took is given
-     * back once it goes quiet or the api stops. A killed api leaves at most one lease's unused
-     * units charged per busy key and tool. 0: every call is recorded on its own.
+     * Prepaid debits (the budget lease, services/metering/budget.ts): a key or client whose calls
+     * overlap, or come within QUOTA_LEASE_MS / 8 (and 250 ms) of each other, has the units of its
+     * next calls counted and recorded ahead in one event, sized to QUOTA_LEASE_MS of its calls at
+     * their recent rate (at most QUOTA_LEASE_MAX_UNITS, and at most a sixteenth of what is left);
+     * what no call took is given back once it goes quiet or the api stops. A killed api leaves at
+     * most one lease's unused units charged per busy key and tool. 0: every call is recorded on its own.
      */
     QUOTA_LEASE_MS: nonNegativeInt.default(1_000),
     QUOTA_LEASE_MAX_UNITS: positiveInt.default(256),
@@ -279,13 +279,14 @@ export const ConfigSchema = z
     RATE_LIMIT_PRO: positiveInt.default(6_000),
     RATE_LIMIT_TOOL_SHARE: z.coerce.number().gt(0).max(1).default(0.5),
     /**
-     * On Redis, a budget whose requests come while its last count is still in flight, or three
-     * within 250 ms, takes this many units ahead (at most a sixteenth of its limit,
-     * and only with twice that left), so its next requests are decided in this process without a
-     * round trip each; what none took is given back once it goes quiet. Every unit is counted in
-     * Redis before a request uses it, so replicas together never let more than the limit through;
-     * near it, units held by a replica may refuse another's requests early, by at most this many
-     * per replica. Below 2 (or with a window of 2 s or less): every request is counted on its own.
+     * On Redis, the same budget lease as QUOTA_LEASE_MS for rate limits: a credential and tool
+     * whose requests come within 125 ms of each other takes up to this many units ahead (sized to
+     * 1 s of its requests, at most a sixteenth of what its budgets have left), so its next requests
+     * are decided in this process without a round trip each; what none took is given back once it
+     * goes quiet. Every unit is counted in Redis before a request uses it, so replicas together
+     * never let more than the limit through; near it, units held by a replica may refuse another's
+     * requests early, by at most this many per replica. Below 8 (or with a window of 2 s or less):
+     * every request is counted on its own.
      */
     RATE_LIMIT_LEASE_MAX: nonNegativeInt.default(64),
     /**

@@ -1,52 +1,242 @@
+import type { Logger } from 'pino';
+import { setBounded } from '../shared/bounded-map.ts';
+
 /**
- * The rules of a prepaid budget, one set for both kinds this folder keeps: the quota meter's
- * leases (units debited on the counters and the log ahead of a busy subject's calls) and the rate
- * limiter's (units counted in Redis ahead of a busy credential's requests). What each kind
- * counts differs; how a budget is granted, used, given back and lost is the same:
+ * One prepaid budget, the only way this folder decides a busy caller's call without a round trip.
+ * The quota meter's leases (units debited on the counters and the log) and the rate limiter's
+ * (units counted in Redis) are both this class; each kind only says how units are granted and
+ * given back on its shared state (BudgetKind). The rules:
  *
- * - granted only to a busy caller (its calls overlap, or come within the idle time of each
- *   other), and only while what it has left is at least 1/BUDGET_SHARE of it: near a limit every
- *   call is decided by the shared counters, and no replica holds units another one's calls need;
- * - used without a round trip: a unit is counted on the shared state before any call takes it, so
- *   no call is answered on a unit that is not counted;
+ * - granted to a busy owner only (a call within IDLE/8 of its last one, or while its last is in
+ *   flight), once MIN_UNITS of its calls were seen, sized to `ms` of its calls at their recent
+ *   rate, at most `maxUnits`, and only while it is at most 1/BUDGET_SHARE of what is left: near a
+ *   limit every call goes to the shared counters, and no replica holds units another one needs;
+ * - used without a round trip: a unit is counted on the shared state before any call takes it;
+ *   the next grant is asked for once half the last one is left;
  * - given back once no call took from it for one to two idle periods, and at a clean stop;
- * - lost on a crash: a killed process leaves its budgets' unused units counted (charged quota, or
- *   requests refused early until the window ends), at most one budget per busy caller and tool.
+ * - lost on a crash: a killed process leaves its leases' unused units counted, at most
+ *   `maxUnits` per busy owner and part (quota: charged; rate: refused early until the window ends).
  *
- * Measured against a round trip per call (bench/budget.bench.ts): git log of that file.
+ * Measured against a round trip per call: `npm run bench -- budget`.
  */
-
-/** A budget no call took from for one to two of these is ended and its units given back. */
 export const BUDGET_IDLE_MS = 250;
-/** The sweep's interval at least, however short a test or a setting makes the idle time. */
-export const MIN_BUDGET_IDLE_MS = 20;
-/** A budget holds at most this share of what is left (quota) or of the limit (rate). */
 export const BUDGET_SHARE = 16;
+/** A grant smaller than this is not worth its round trips (and, for quota, its two events). */
+export const MIN_UNITS = 8;
 
-/**
- * The timer that ends idle budgets: runs `sweep` every `everyMs` while it says budgets are left,
- * and never keeps the process alive.
- */
-export class IdleSweeper {
+export interface Lease {
+  readonly owner: string;
+  readonly part: string;
+  /** Units counted on the shared state that no call took yet. */
+  free: number;
+  /** Units being granted: counted, not yet usable. */
+  pending: number;
+  /** Units of the last grant. */
+  size: number;
+  /** Calls since `since`: the rate the next grant is sized by. */
+  calls: number;
+  since: number;
+  /** The sweep count at the last call: two sweeps without one end the lease. */
+  lastTaken: number;
+  granting: Promise<void> | null;
+  giving: Promise<void> | null;
+  ended: boolean;
+}
+
+export interface BudgetKind<L extends Lease> {
+  /** Counts `units` ahead on the shared state; resolves the units granted (0: none). */
+  grant(lease: L, units: number): Promise<number>;
+  /** Gives back the lease's free units; resolves whether nothing is left to give back. */
+  giveBack(lease: L): Promise<boolean>;
+}
+
+export interface BudgetOptions {
+  /** How much of a busy owner's traffic one grant covers, in ms of its calls; 0: no leases. */
+  ms: number;
+  maxUnits: number;
+  idleMs?: number;
+}
+
+const REMEMBERED_OWNERS = 10_000;
+
+export class Budget<L extends Lease> {
+  readonly idleMs: number;
+  private readonly leases = new Map<string, Map<string, L>>();
+  /** Ended leases whose units are not all given back yet. */
+  readonly ending = new Set<L>();
+  private readonly lastCall = new Map<string, number>();
   private timer: NodeJS.Timeout | null = null;
+  private sweeps = 0;
+  private stopped = false;
 
   constructor(
-    private readonly everyMs: number,
-    /** Ends what is idle; returns whether any budget is left to watch. */
-    private readonly sweep: () => boolean,
-  ) {}
-
-  /** Starts the timer unless it runs. */
-  watch(): void {
-    if (this.timer !== null) return;
-    this.timer = setInterval(() => {
-      if (!this.sweep()) this.stop();
-    }, this.everyMs);
-    this.timer.unref();
+    readonly options: BudgetOptions,
+    private readonly kind: BudgetKind<L>,
+    private readonly now: () => number,
+    private readonly logger?: Logger,
+  ) {
+    this.idleMs = options.idleMs ?? Math.max(20, Math.min(BUDGET_IDLE_MS, options.ms));
   }
 
-  stop(): void {
+  get on(): boolean {
+    return this.options.ms > 0 && this.options.maxUnits >= MIN_UNITS && !this.stopped;
+  }
+
+  get(owner: string, part: string): L | undefined {
+    return this.leases.get(owner)?.get(part);
+  }
+
+  /** The owner's leases, live and ending: their units are counted, not used. */
+  *held(owner: string): Iterable<L> {
+    const live = this.leases.get(owner);
+    if (live !== undefined) yield* live.values();
+    for (const lease of this.ending) if (lease.owner === owner) yield lease;
+  }
+
+  /** Notes a call of `owner` at `now`; whether it is busy enough to lease (`overlapping`: one in flight). */
+  busy(owner: string, now: number, overlapping: boolean): boolean {
+    const last = this.lastCall.get(owner) ?? Number.NEGATIVE_INFINITY;
+    setBounded(this.lastCall, owner, now, REMEMBERED_OWNERS);
+    return this.on && (overlapping || now - last <= Math.min(this.options.ms / MIN_UNITS, this.idleMs));
+  }
+
+  /** Puts a new lease in place (made by the kind with `fresh`'s fields). */
+  open(lease: L): L {
+    let parts = this.leases.get(lease.owner);
+    if (parts === undefined) this.leases.set(lease.owner, (parts = new Map()));
+    parts.set(lease.part, lease);
+    if (this.timer === null) {
+      this.timer = setInterval(this.sweep, this.idleMs);
+      this.timer.unref();
+    }
+    return lease;
+  }
+
+  fresh(owner: string, part: string): Lease {
+    return {
+      owner,
+      part,
+      free: 0,
+      pending: 0,
+      size: 0,
+      calls: 0,
+      since: this.now(),
+      lastTaken: this.sweeps,
+      granting: null,
+      giving: null,
+      ended: false,
+    };
+  }
+
+  /** A call of the lease: takes one of its units when it has one. */
+  take(lease: L): boolean {
+    lease.calls++;
+    lease.lastTaken = this.sweeps;
+    if (lease.free === 0) return false;
+    lease.free--;
+    return true;
+  }
+
+  /** Asks for the next grant when due: none in flight and at most half the last one left. */
+  refill(lease: L, left: number): void {
+    if (lease.granting !== null || lease.ended || !this.on || lease.calls < MIN_UNITS) return;
+    if (lease.free + lease.pending > lease.size >> 1) return;
+    const now = this.now();
+    const elapsed = Math.max(1, now - lease.since);
+    let ending = 0;
+    for (const other of this.ending)
+      if (other.owner === lease.owner && other.part === lease.part) ending += other.free + other.pending;
+    // Four times the calls seen at most: a burst's first calls do not buy a full lease.
+    const units = Math.min(
+      this.options.maxUnits - lease.free - lease.pending - ending,
+      Math.ceil((lease.calls * this.options.ms) / elapsed),
+      4 * lease.calls,
+      Math.floor(left / BUDGET_SHARE),
+    );
+    if (units < MIN_UNITS) {
+      if (elapsed > this.options.ms) {
+        lease.calls = 0;
+        lease.since = now;
+      }
+      return;
+    }
+    lease.calls = 0;
+    lease.since = now;
+    lease.granting = this.kind
+      .grant(lease, units)
+      .then(
+        (granted) => {
+          if (granted <= 0) return;
+          lease.free += granted;
+          lease.size = granted;
+        },
+        (err: unknown) => this.logger?.warn({ err }, 'budget lease not granted'),
+      )
+      .finally(() => {
+        lease.granting = null;
+        if (lease.ended) this.giveBack(lease);
+      });
+  }
+
+  /** No call takes from the lease again; its unused units are given back. */
+  end(lease: L): void {
+    if (lease.ended) return;
+    lease.ended = true;
+    const parts = this.leases.get(lease.owner);
+    if (parts?.get(lease.part) === lease) {
+      parts.delete(lease.part);
+      if (parts.size === 0) this.leases.delete(lease.owner);
+    }
+    this.ending.add(lease);
+    this.giveBack(lease);
+  }
+
+  /** Forgets every lease without giving anything back (the shared state lost them). */
+  forget(): void {
+    this.leases.clear();
+    this.ending.clear();
+  }
+
+  private giveBack(lease: L): void {
+    if (lease.giving !== null || lease.granting !== null) return;
+    lease.giving = this.kind
+      .giveBack(lease)
+      .then(
+        (settled) => {
+          if (settled) this.ending.delete(lease);
+        },
+        (err: unknown) => this.logger?.warn({ err }, 'budget lease not given back yet'),
+      )
+      .finally(() => {
+        lease.giving = null;
+      });
+  }
+
+  private readonly sweep = (): void => {
+    this.sweeps++;
+    for (const parts of [...this.leases.values()])
+      for (const lease of [...parts.values()]) if (this.sweeps - lease.lastTaken > 1) this.end(lease);
+    for (const lease of this.ending) this.giveBack(lease);
+    if (this.leases.size === 0 && this.ending.size === 0 && this.timer !== null) {
+      clearInterval(this.timer);
+      this.timer = null;
+    }
+  };
+
+  /** Ends every lease and waits for its units to be given back (a clean stop charges only what was served). */
+  async stop(): Promise<void> {
+    this.stopped = true;
     if (this.timer !== null) clearInterval(this.timer);
     this.timer = null;
+    for (const parts of [...this.leases.values()]) for (const lease of [...parts.values()]) this.end(lease);
+    for (let round = 0; round < 3 && this.ending.size > 0; round++) {
+      if (round > 0) await new Promise((resolve) => setTimeout(resolve, this.idleMs));
+      const ending = [...this.ending];
+      await Promise.all(ending.map((lease) => lease.granting));
+      for (const lease of ending) this.giveBack(lease);
+      await Promise.all(ending.map((lease) => lease.giving));
+    }
+    if (this.ending.size > 0)
+      this.logger?.warn({ leases: this.ending.size }, 'budget leases not given back at stop');
   }
 }

@@ -193,25 +193,58 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
     }
   };
 
+  /** 16 requests of one shape in one turn: busy, and past the budget's MIN_UNITS calls. */
+  const burst = (limiter: RateLimiter, credential: string, n = 16) =>
+    Promise.all(Array.from({ length: n }, () => limiter.take('pro', credential, 'x')));
+  /** Waits for the lease granted after a burst to be counted in Redis. */
+  const granted = (cache: RedisCache, credential: string, requests: number) =>
+    vi.waitFor(
+      async () => expect((await counts(cache, 'pro', credential, 'x')).tool).toBeGreaterThan(requests),
+      { timeout: 5_000, interval: 10 },
+    );
+
   it('decides the next requests without Redis, every unit counted there first', async () => {
     const cache = await connect('rllease');
     const limiter = new RateLimiter(settings, cache.shared);
     try {
       const calls = countScriptCalls(cache);
-      // Pro: 1,000 per window (a lease of 62), 500 per tool (31). Two takes in one turn: busy.
-      await Promise.all([limiter.take('pro', 'p', 'x'), limiter.take('pro', 'p', 'x')]);
+      // Pro: 1,000 per window, 500 per tool: a lease is at most (500 - 16) / 16 = 30 units.
+      await burst(limiter, 'p');
       expect(calls.calls).toBe(1);
-      expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 2 + 62, tool: 2 + 31 });
+      await granted(cache, 'p', 16);
+      expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 16 + 30, tool: 16 + 30 });
       const leased = [];
-      for (let i = 0; i < 31; i++) leased.push(limiter.takeNow('pro', 'p', 'x'));
+      for (let i = 0; i < 30; i++) leased.push(limiter.takeNow('pro', 'p', 'x'));
       expect(calls.calls).toBe(1);
       // The tool's budget is the tighter: 500 less the requests let through (held units are not).
-      expect(leased.map((d) => d?.remaining)).toEqual(Array.from({ length: 31 }, (_, i) => 497 - i));
+      expect(leased.map((d) => d?.remaining)).toEqual(Array.from({ length: 30 }, (_, i) => 483 - i));
       expect(leased.every((d) => d?.allowed === true && d.limit === 500 && d.resetMs > 50_000)).toBe(true);
-      // The tool's lease is used up: the next request is counted through Redis again.
+      // Used up before the next grant lands: the next request is counted through Redis again.
       expect(limiter.takeNow('pro', 'p', 'x')).toBeNull();
       // Another credential has no lease of its own.
       expect(limiter.takeNow('pro', 'q', 'x')).toBeNull();
+      await limiter.close();
+      expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 46, tool: 46 });
+    } finally {
+      await limiter.close();
+      await cache.close();
+    }
+  });
+
+  it('leases no caller whose requests come further apart than the busy time, nor a short burst', async () => {
+    const cache = await connect('rllease');
+    const limiter = new RateLimiter(settings, cache.shared);
+    try {
+      await burst(limiter, 'short', 4);
+      for (let i = 0; i < 4; i++) {
+        if (i > 0) await sleep(150);
+        await limiter.take('pro', 'slow', 'x');
+      }
+      await sleep(50);
+      expect(limiter.takeNow('pro', 'short', 'x')).toBeNull();
+      expect(limiter.takeNow('pro', 'slow', 'x')).toBeNull();
+      expect(await counts(cache, 'pro', 'short', 'x')).toEqual({ all: 4, tool: 4 });
+      expect(await counts(cache, 'pro', 'slow', 'x')).toEqual({ all: 4, tool: 4 });
     } finally {
       await limiter.close();
       await cache.close();
@@ -222,21 +255,19 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
     const cache = await connect('rllease');
     const limiter = new RateLimiter(settings, cache.shared);
     try {
-      await Promise.all([limiter.take('pro', 'p', 'x'), limiter.take('pro', 'p', 'x')]);
+      await burst(limiter, 'p');
+      await granted(cache, 'p', 16);
       for (let i = 0; i < 5; i++) expect(limiter.takeNow('pro', 'p', 'x')?.allowed).toBe(true);
-      // Quiet for LEASE_IDLE_MS: the 26 + 57 units no request took go back.
+      // Quiet for one to two idle periods: the units no request took go back.
       await vi.waitFor(
-        async () => expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 7, tool: 7 }),
-        {
-          timeout: 5_000,
-          interval: 50,
-        },
+        async () => expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 21, tool: 21 }),
+        { timeout: 5_000, interval: 50 },
       );
       expect(limiter.takeNow('pro', 'p', 'x')).toBeNull();
-      await Promise.all([limiter.take('pro', 'p', 'x'), limiter.take('pro', 'p', 'x')]);
-      expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 9 + 62, tool: 9 + 31 });
+      await burst(limiter, 'p');
+      await granted(cache, 'p', 37);
       await limiter.close();
-      expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 9, tool: 9 });
+      expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 37, tool: 37 });
     } finally {
       await limiter.close();
       await cache.close();
@@ -245,16 +276,16 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
 
   it('never lets two replicas through past the limit; held units refuse early by at most a lease each', async () => {
     const cache = await connect('rllease');
-    // Pro 200 per window, 100 per tool: leases of 12 and 6.
-    const tight = { ...settings, RATE_LIMIT_PRO: 200 };
+    // Pro 1,600 per window, 800 per tool: leases of at most 50.
+    const tight = { ...settings, RATE_LIMIT_PRO: 1_600 };
     const a = new RateLimiter(tight, cache.shared);
     const b = new RateLimiter(tight, cache.shared);
     try {
       let allowed = 0;
       let leasedAnswers = 0;
-      for (let round = 0; round < 30; round++) {
+      for (let round = 0; round < 70; round++) {
         const decisions = await Promise.all(
-          Array.from({ length: 8 }, (_, i) => {
+          Array.from({ length: 16 }, (_, i) => {
             const limiter = i % 2 === 0 ? a : b;
             const now = limiter.takeNow('pro', 'p', 'x');
             if (now !== null) leasedAnswers++;
@@ -262,16 +293,16 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
           }),
         );
         allowed += decisions.filter((d) => d.allowed).length;
+        await sleep(1);
       }
       expect(leasedAnswers).toBeGreaterThan(0);
-      expect(allowed).toBeLessThanOrEqual(100);
-      expect(allowed).toBeGreaterThanOrEqual(100 - 2 * 6);
-      // What is counted is what was let through, plus units still held (at most a lease each).
+      expect(allowed).toBeLessThanOrEqual(800);
+      expect(allowed).toBeGreaterThanOrEqual(800 - 2 * 50);
       const held = await counts(cache, 'pro', 'p', 'x');
       await a.close();
       await b.close();
       const after = await counts(cache, 'pro', 'p', 'x');
-      expect(held.tool - after.tool).toBeLessThanOrEqual(2 * 6);
+      expect(held.tool - after.tool).toBeLessThanOrEqual(2 * 50);
       // Every request let through was counted in Redis (given-back units never include a used one).
       expect(after.tool).toBeGreaterThanOrEqual(allowed);
     } finally {
@@ -285,73 +316,21 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
     const cache = await connect('rllease');
     const limiter = new RateLimiter({ ...settings, RATE_LIMIT_WINDOW_MS: 2_500 }, cache.shared);
     try {
-      await Promise.all([limiter.take('pro', 's', 'x'), limiter.take('pro', 's', 'x')]);
-      // Used every 100 ms (never quiet long enough to be given back) until it may not be.
+      await burst(limiter, 's');
+      await granted(cache, 's', 16);
+      // Used every 50 ms (never quiet long enough to be given back) until it may not be.
       const resets: number[] = [];
-      for (let i = 0; i < 40; i++) {
+      for (let i = 0; i < 60; i++) {
         const decision = limiter.takeNow('pro', 's', 'x');
         if (decision === null) break;
         resets.push(decision.resetMs);
-        await new Promise((r) => setTimeout(r, 100));
+        await sleep(50);
       }
       expect(resets.length).toBeGreaterThan(0);
-      expect(resets.length).toBeLessThan(40);
+      expect(resets.length).toBeLessThan(60);
       expect(Math.min(...resets)).toBeGreaterThanOrEqual(1_000);
-      // Past the idle check: the unused lease is gone. The window is still open (about 0.7 s
-      // left), but a busy turn in its last second takes no lease.
-      await new Promise((r) => setTimeout(r, 300));
-      const before = await counts(cache, 'pro', 's', 'x');
-      const during = await Promise.all([limiter.take('pro', 's', 'x'), limiter.take('pro', 's', 'x')]);
-      expect(during.every((d) => d.allowed)).toBe(true);
-      expect(await counts(cache, 'pro', 's', 'x')).toEqual({ all: before.all + 2, tool: before.tool + 2 });
-      expect(limiter.takeNow('pro', 's', 'x')).toBeNull();
     } finally {
       await limiter.close();
-      await cache.close();
-    }
-  });
-
-  it('leases a budget at its third request within the idle time, one at a time; not a pair, nor requests further apart', async () => {
-    const cache = await connect('rllease');
-    // The idle time stretched to 800 ms (250 in service) so the sleeps below have 400 ms to spare
-    // on either side of it on a loaded machine.
-    const limiter = new RateLimiter(settings, cache.shared, { leaseIdleMs: 800 });
-    const plain = new RateLimiter(settings, cache.shared);
-    try {
-      const calls = countScriptCalls(cache);
-      // Each awaited: nothing of the budget in flight when the next asks, never two in one turn.
-      await limiter.take('pro', 'p', 'x');
-      await limiter.take('pro', 'p', 'x');
-      expect(limiter.takeNow('pro', 'p', 'x')).toBeNull();
-      await limiter.take('pro', 'p', 'x');
-      expect(calls.calls).toBe(3);
-      expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 3 + 62, tool: 3 + 31 });
-      await sleep(400);
-      for (let i = 0; i < 31; i++) expect(limiter.takeNow('pro', 'p', 'x')?.allowed).toBe(true);
-      expect(calls.calls).toBe(3);
-      // The tool's lease used up 400 ms ago, its last count sent over 800 ms ago: taken from
-      // lately, so the next request through Redis leases it again at once.
-      await sleep(400);
-      expect(limiter.takeNow('pro', 'p', 'x')).toBeNull();
-      await limiter.take('pro', 'p', 'x');
-      expect(limiter.takeNow('pro', 'p', 'x')?.allowed).toBe(true);
-      expect(calls.calls).toBe(4);
-
-      // At the service's 250 ms: a pair and then quiet is counted one by one, nothing held.
-      await plain.take('pro', 'pair', 'x');
-      await plain.take('pro', 'pair', 'x');
-      expect(plain.takeNow('pro', 'pair', 'x')).toBeNull();
-      // 150 ms apart: never three within 250 ms, so every request is counted on its own.
-      for (let i = 0; i < 4; i++) {
-        if (i > 0) await sleep(150);
-        await plain.take('pro', 'slow', 'x');
-        expect(plain.takeNow('pro', 'slow', 'x')).toBeNull();
-      }
-      expect(await counts(cache, 'pro', 'pair', 'x')).toEqual({ all: 2, tool: 2 });
-      expect(await counts(cache, 'pro', 'slow', 'x')).toEqual({ all: 4, tool: 4 });
-    } finally {
-      await limiter.close();
-      await plain.close();
       await cache.close();
     }
   });
@@ -382,12 +361,12 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
     // Each give-back the limiter sends, to wait for it.
     const returns = recordScript(cache, 'signalRateReturn');
     try {
-      await Promise.all([limiter.take('pro', 'n', 'x'), limiter.take('pro', 'n', 'x')]);
-      expect(await counts(cache, 'pro', 'n', 'x')).toEqual({ all: 2 + 62, tool: 2 + 31 });
+      await burst(limiter, 'n');
+      await granted(cache, 'n', 16);
       // The server loses the keys (evicted, or restarted empty) and a new window opens later.
       const base = `${cache.shared.prefix}rl:pro:`;
       await raw.del(`${base}all:pro:n`, `${base}tool:pro:n:x`);
-      await new Promise((r) => setTimeout(r, 150));
+      await sleep(150);
       await other.take('pro', 'n', 'x');
       // Quiet (the lease untouched since its grant): it is given back, but not into the new window.
       await vi.waitFor(() => expect(returns.calls).toBeGreaterThan(0), { timeout: 5_000, interval: 20 });
@@ -401,16 +380,17 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
     }
   });
 
-  it("grants a request's leases all or none, and never opens a budget the request did not reach", async () => {
+  it("leases none while a lease would be over 1/16 of what a budget has left, and never opens a budget the request did not reach", async () => {
     const cache = await connect('rllease');
     const limiter = new RateLimiter(settings, cache.shared);
     const raw = new Redis(REDIS_URL);
     try {
       const base = `${cache.shared.prefix}rl:pro:`;
-      // The credential's budget (1,000) too near its limit for a lease of 62; the tool's is not.
-      await raw.set(`${base}all:pro:g`, 1_000 - 2 * 62 + 1, 'PX', 60_000);
-      await Promise.all([limiter.take('pro', 'g', 'x'), limiter.take('pro', 'g', 'x')]);
-      expect(await counts(cache, 'pro', 'g', 'x')).toEqual({ all: 879, tool: 2 });
+      // The credential's budget (1,000) has 107 left after the burst: a lease of 8 would be over 1/16 of it.
+      await raw.set(`${base}all:pro:g`, 1_000 - 123, 'PX', 60_000);
+      await burst(limiter, 'g');
+      await sleep(50);
+      expect(await counts(cache, 'pro', 'g', 'x')).toEqual({ all: 893, tool: 16 });
       expect(limiter.takeNow('pro', 'g', 'x')).toBeNull();
       // A credential at its limit refuses: the tool's budget is neither taken nor leased.
       await raw.set(`${base}all:pro:h`, 1_000, 'PX', 60_000);

@@ -35,6 +35,16 @@ const MIN_COVERAGE = 0.5;
 const UNKNOWN_PENALTY = 0.5;
 /** Above this weighted share of the question in words the corpus never uses: "I don't know". */
 const MAX_UNKNOWN_SHARE = 0.5;
+/**
+ * Where no unit carries MIN_COVERAGE, one of the first FALLBACK_PASSAGES passages that carries
+ * FALLBACK_COVERAGE of the question as a whole still answers, with its unit that carries most
+ * (at least FALLBACK_UNIT): the passage covers the question though no one sentence repeats it
+ * ("resume a download that was cut off" against "a stream cut mid-way resumes from its last
+ * complete line"), and "I don't know" is for questions no passage covers.
+ */
+const FALLBACK_PASSAGES = 3;
+const FALLBACK_COVERAGE = 0.7;
+const FALLBACK_UNIT = 0.25;
 /** A best sentence shorter than this is read with the one after it. */
 const SHORT_ANSWER = 120;
 
@@ -470,6 +480,10 @@ interface Candidate {
   quotes: string[];
   coverage: number;
   score: number;
+  /** The weighted share of the question the unit's whole passage (title and text) carries. */
+  covered: number;
+  /** It names the act a "how do I" question asks about (true when the question names none). */
+  acts: boolean;
 }
 
 /**
@@ -681,6 +695,8 @@ export function extractiveAnswer(
     const body = termsIn(passage.text);
     const list = units(passage);
     byPassage.set(passage.id, list);
+    // How much of the question the passage as a whole (title and text) carries.
+    const covered = coverageOf(passage.text, title, title).own;
     list.forEach((quotes, order) => {
       const head = quotes[0]!;
       // A "how do I" question may be answered by the command it needs, quoted from a sample.
@@ -700,13 +716,24 @@ export function extractiveAnswer(
         subjectFit(kind, head, asked) -
         // A row that lists what a "which" question asks for is the list, not one measurement.
         (TABLE_ROW.test(text) && !(kind === 'list' && enumerates(text, asked)) ? 0.1 : 0);
-      candidates.push({ passage, rank, order, quotes, coverage, score });
+      candidates.push({ passage, rank, order, quotes, coverage, score, covered, acts: crux || cruxAt < 0 });
     });
   });
-  // Only a unit that carries the question may answer it; among those, the best scored.
-  const carrying = candidates
+  // Only a unit that carries the question may answer it; among those, the best scored. Failing
+  // any, a unit of a leading passage that covers the question as a whole.
+  let carrying = candidates
     .filter((c) => c.coverage >= MIN_COVERAGE)
     .sort((a, b) => b.score - a.score || a.rank - b.rank || a.order - b.order);
+  if (carrying.length === 0)
+    carrying = candidates
+      .filter(
+        (c) =>
+          c.acts &&
+          c.rank < FALLBACK_PASSAGES &&
+          c.covered >= FALLBACK_COVERAGE &&
+          c.coverage >= FALLBACK_UNIT,
+      )
+      .sort((a, b) => b.score - a.score || a.rank - b.rank || a.order - b.order);
   // "Which coins …" asks for the coins: where the documentation lists them, a sentence that
   // only speaks of them (how many, where they are read from) is not the answer.
   if (kind === 'list') {

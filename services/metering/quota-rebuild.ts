@@ -12,46 +12,30 @@ import {
 } from './quota-projection.ts';
 import { chatKey, counterExpiry, resetsAtOf } from './windows.ts';
 
-/**
- * The cache's family of quota counters: its marker names the live generation. It holds the call
- * windows (QuotaDebitsRecorded less QuotaDebitsReturned, and QuotaDebited in older logs) and the monthly chat windows
- * (ChatQuotaConsumed / ChatQuotaRefunded), so both come back from the log together after a loss.
- */
+/** The cache's family of quota counters (calls and monthly chats): its marker names the live generation. */
 export const QUOTA_FAMILY = 'quota';
 
-/**
- * How late after the switch a debit counted in the replaced generation may still be appended:
- * past it, a rebuild that cannot tell that all of them are on the log (the replaced generation was
- * lost with the server's data, or some append failed) replays up to the head and stops. A debit
- * is appended right after it is counted, inside its request, so this bounds the time between the two.
- */
+/** How late after the switch a debit counted in the replaced generation may still be appended. */
 const DEFAULT_SETTLE_MS = 10_000;
 
 export interface RebuildOutcome {
   generation: string;
-  /** The generation it replaced (null: none was live). */
   previous: string | null;
   /** False when another rebuild, or a loss, switched first: this one was discarded. */
   switched: boolean;
-  /** Open windows written, and events folded, before the switch. */
   windows: number;
   events: number;
-  /** Log position folded up to at the switch (the marker's position). */
   position: number;
-  /** Debits counted in another generation and appended after the switch, replayed afterwards. */
+  /** Debits counted in another generation and appended after the switch. */
   replayed: number;
-  /** Builds started over because the cache lost the generation being built (its sentinel). */
+  /** Builds started over because the cache lost the one being built. */
   restarts: number;
 }
 
-/** The events that change a counter of the quota family. */
 const COUNTED = new Set<string>([...DEBIT_EVENT_TYPES, 'ChatQuotaConsumed', 'ChatQuotaRefunded']);
 const DEBITS = new Set<string>(DEBIT_EVENT_TYPES);
 
-/**
- * Adds one counted event to a page's deltas. Not the projections' own folds: a page may hold a
- * chat's refund without its consumption, so a chat delta may go below 0 (the cache clamps).
- */
+/** Adds one counted event to a page's deltas (a chat delta may go below 0: the cache clamps). */
 function fold(state: QuotaBalances, event: RecordedEvent): void {
   if (DEBITS.has(event.type)) {
     quotaBalancesProjection.evolve(state, event);
@@ -77,18 +61,13 @@ export interface RebuildDeps {
   /** Called as soon as the new generation is live, before the replay of late debits. */
   onLive?: (generation: string) => void;
   signal?: AbortSignal;
-  /**
-   * Counters already folded from the log up to `position` (a checkpoint): the build starts from
-   * them and folds only the events after it. Only for a build that replaces no live generation
-   * (`expected: null`), since the debits a replaced generation logged before `position` are
-   * not counted again here.
-   */
+  /** A checkpoint to start from (only for a build that replaces no live generation). */
   from?: QuotaCheckpoint;
-  /** Called at the switch with every counted event up to its position folded (`from` included). */
+  /** Called at the switch with every counted event up to its position folded. */
   onFolded?: (checkpoint: QuotaCheckpoint) => void;
 }
 
-/** Every counted event up to `position`, folded: where the next build can start instead of 0. */
+
 export interface QuotaCheckpoint {
   position: number;
   state: QuotaBalances;
@@ -98,23 +77,14 @@ function newGenerationId(): string {
   return `${Date.now().toString(36)}-${randomBytes(6).toString('hex')}`;
 }
 
-/** Builds started over after the cache lost the one in progress, before giving up. */
 const MAX_BUILDS = 5;
 
 /**
- * Rebuilds the quota counters from the log into a new generation, while debits go on:
- *
- * 1. mark the new generation as being built, fold every counted event into its counters (not
- *    live yet: debits keep landing on the live one), and catch up to the head;
- * 2. switch the marker to it in one compare-and-set, so each debit lands on exactly one
- *    generation and says which on its event; the switch refuses a generation whose build mark
- *    is gone (the cache lost data mid-build: what it holds is partial), and the build starts over;
- * 3. keep replaying the debits appended after the fold that were counted in another generation
- *    (in flight at the switch), until the replaced generation's debit count is all on the log,
- *    or, when that count is unknown or never reached, up to the head as it is `settleMs` after
- *    the switch; debits counted in the new generation are skipped.
- *
- * So the new counters end equal to the log: no debit lost, none counted twice.
+ * Rebuilds the quota counters from the log into a new generation while debits go on: fold the log
+ * into it (not live yet), switch the marker to it in one compare-and-set (refused when the cache
+ * lost the build: it starts over), then replay the debits counted in the replaced generation and
+ * appended after the fold, until its count is all on the log or, unknown, up to the head as it is
+ * `settleMs` after the switch. The new counters end equal to the log.
  */
 export async function rebuildQuotaGeneration(deps: RebuildDeps): Promise<RebuildOutcome> {
   const previous =
@@ -143,7 +113,6 @@ async function buildOnce(
   if (deps.from && previous !== null)
     throw new Error('quota rebuild: a checkpoint only seeds a build that replaces no generation');
   let position = deps.from?.position ?? 0;
-  // Every counted event folded so far, for the next checkpoint: a page's state is written and gone.
   const folded: QuotaBalances | null = deps.onFolded ? structuredClone(deps.from?.state ?? {}) : null;
   let events = 0;
   let debits = 0;
@@ -181,9 +150,8 @@ async function buildOnce(
   try {
     await cache.beginGeneration(generation);
     if (deps.from) windows += await write(structuredClone(deps.from.state));
-    // Up to the head as it was when each pass began: traffic faster than the fold must not keep
-    // it chasing the head forever (debits after it are replayed after the switch). The second
-    // pass narrows the stretch the new generation undercounts between the switch and the replay.
+    // Up to the head as it was when each pass began (never chasing it); the second pass narrows
+    // what the new generation undercounts between the switch and the replay.
     for (let pass = 0; pass < 2; pass++) {
       const target = await store.headPosition();
       for (let more = true; more && position < target; ) {
@@ -200,8 +168,7 @@ async function buildOnce(
   const done = { windows, events, position, restarts };
   if (!switched) {
     await cache.dropGeneration(generation);
-    // Still the generation it meant to replace: nothing else switched, so the refusal was this
-    // build's mark gone with the cache's data. Build again from scratch.
+    // Nothing else switched: this build's mark went with the cache's data. Build again.
     const current = (await cache.liveGeneration(QUOTA_FAMILY))?.id ?? null;
     if (current === previous) return 'lost';
     return { generation, previous, switched, ...done, replayed: 0 };
@@ -210,16 +177,12 @@ async function buildOnce(
   if (folded) deps.onFolded?.({ position, state: folded });
   deps.onLive?.(generation);
 
-  // The replaced generation takes no more debits: its count is now final. Its marker was there at
-  // the switch, so a missing count means it never took a debit; without a previous one, the
-  // debits in flight (of a generation lost with the server's data) are unknown.
+  // The replaced generation's count is final now (missing: none taken); with no previous one, unknown.
   const debitedOnPrevious = previous === null ? null : ((await cache.generationDebits(previous)) ?? 0);
   const deadline = Date.now() + (deps.settleMs ?? DEFAULT_SETTLE_MS);
   const debitsAtSwitch = debits;
-  // The head once the settle time is over: every debit counted before the switch is on the log
-  // by then, so the replay reads up to it and no further. The deadline bounds how late a debit is
-  // appended, not how long the reading takes: a reader slower than the traffic (a loaded machine,
-  // a long log) that stopped at the deadline left the counters short of the log, free calls.
+  // The head once the settle time is over: the replay reads up to it however long that takes
+  // (a reader that stopped at the deadline left the counters short of the log: free calls).
   let last: number | null = null;
   for (;;) {
     const complete = debitedOnPrevious !== null && loggedOnPrevious >= debitedOnPrevious;
@@ -229,8 +192,7 @@ async function buildOnce(
     const state = quotaBalancesProjection.initial();
     const more = await readPage(state);
     await write(state);
-    // A short page before the deadline is the head; after it, a page short of `last` is a store
-    // holding reads back (PostgreSQL, below a write still open): wait for it instead of spinning.
+    // A page short of `last` is a store holding reads back (PostgreSQL): wait, do not spin.
     if (!more && (last === null || position < last)) await sleep(deps.pollMs ?? 50, deps.signal);
   }
   if (previous !== null) await cache.dropGeneration(previous);
@@ -242,11 +204,7 @@ function debitGeneration(event: RecordedEvent): string | undefined {
   return typeof tag === 'string' ? tag : undefined;
 }
 
-/**
- * Units an event stands for in its generation's count of logged operations (a chat's: 1). A
- * lease's return counts its units there as positive (refundLive counted them so), though it folds
- * them as taken back.
- */
+/** Units an event stands for in its generation's count of operations (a return's as positive, as refundLive counts). */
 function units(event: RecordedEvent): number {
   return DEBITS.has(event.type) ? Math.abs(debitedUnits(event)) : 1;
 }
@@ -264,28 +222,22 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-/** The projection-store entry of the quota checkpoint; a changed fold bumps its version. */
+
 export const QUOTA_CHECKPOINT = 'quota-counters';
-// 2: QuotaDebitsReturned folded (a checkpoint of version 1 may have passed returns over).
+// 2: QuotaDebitsReturned folded.
 export const CHECKPOINT_VERSION = 2;
-/** How often a running process folds the debits since its last checkpoint into a new one. */
 const DEFAULT_CHECKPOINT_EVERY_MS = 5 * 60_000;
 
 /**
  * Keeps one process's quota counters live: rebuilds them from the log when their generation is
- * gone (at start, after a reconnection, or when a debit finds none), once at a time per process.
- * Several replicas may rebuild at once; the marker's compare-and-set lets exactly one win.
- *
- * With a projection store, the counters folded from the log are kept there with their position
- * (a checkpoint, refreshed every few minutes and at stop), so a rebuild folds only the events
- * after it: the in-process cache starts empty at every boot, and folding the whole log each time
- * would make start-up grow with it.
+ * gone, once at a time per process (the marker's compare-and-set lets one replica win). With a
+ * projection store the fold is checkpointed (every few minutes and at stop), so a boot folds only
+ * the events after it.
  */
 export class QuotaCounters {
   private pending: Promise<void> | null = null;
   private readonly abort = new AbortController();
   private readonly tails = new Set<Promise<unknown>>();
-  /** The newest checkpoint this process holds (loaded, built, or advanced), null before any. */
   private checkpoint: QuotaCheckpoint | null = null;
   private checkpointing: Promise<void> | null = null;
   private timer: NodeJS.Timeout | null = null;
@@ -296,7 +248,6 @@ export class QuotaCounters {
       cache: Cache;
       logger?: Logger;
       settleMs?: number;
-      /** Where the checkpoint is kept; without it every rebuild folds the log from 0. */
       checkpoints?: ProjectionStore;
       checkpointEveryMs?: number;
       now?: () => number;
@@ -322,10 +273,7 @@ export class QuotaCounters {
     );
   }
 
-  /**
-   * Folds the counted events after the last checkpoint into a new one and saves it. The fold is
-   * of the log alone (not of the cache), so it holds whichever generation the debits landed on.
-   */
+  /** Folds the counted events after the last checkpoint (from the log, not the cache) into a new one. */
   saveCheckpoint(): Promise<void> {
     this.checkpointing ??= this.advanceCheckpoint().finally(() => {
       this.checkpointing = null;
@@ -356,7 +304,7 @@ export class QuotaCounters {
     if (!checkpoints) return null;
     const stored = await checkpoints.load<QuotaBalances>(QUOTA_CHECKPOINT);
     if (!stored || stored.version !== CHECKPOINT_VERSION) return null;
-    // A checkpoint past the head belongs to another log (a replaced data directory): fold from 0.
+    // Past the head: another log's (a replaced data directory).
     if (stored.checkpoint > (await store.headPosition())) {
       logger?.warn(
         { checkpoint: stored.checkpoint },
@@ -371,7 +319,6 @@ export class QuotaCounters {
     const { checkpoints } = this.deps;
     if (!checkpoints) return;
     const at = (this.deps.now ?? Date.now)();
-    // Closed windows are never read again: the checkpoint keeps only the open ones.
     const state: QuotaBalances = {};
     for (const [key, window] of Object.entries(checkpoint.state))
       if (window.expiresAt > at) state[key] = window;
@@ -416,7 +363,7 @@ export class QuotaCounters {
       expected: null,
       onLive: () => live(),
       signal: this.abort.signal,
-      // The in-process cache has no debits of another process or of a lost generation in flight.
+      // The in-process cache has no other process's debits in flight.
       settleMs: this.deps.settleMs ?? (cache.kind === 'memory' ? 0 : undefined),
       ...(from ? { from } : {}),
       ...(this.deps.checkpoints
@@ -435,7 +382,6 @@ export class QuotaCounters {
             ? 'quota counters rebuilt from the log'
             : 'quota counters rebuilt by another process first',
         );
-        // A fold that started from 0 is worth keeping at once; one from a checkpoint only moved it.
         const checkpoint = folded as QuotaCheckpoint | null;
         if (checkpoint && checkpoint.position > (from?.position ?? -1))
           await this.storeCheckpoint(checkpoint);
@@ -445,7 +391,6 @@ export class QuotaCounters {
       .catch((err: unknown) => logger?.error({ err }, 'quota counter rebuild failed'));
     this.tails.add(tail);
     void tail.finally(() => this.tails.delete(tail));
-    // A rebuild that lost the race ends without going live: another one did.
     await Promise.race([isLive, run.then(() => undefined)]);
   }
 }

@@ -15,6 +15,18 @@ export interface MemoryBusOptions {
   duplicateWindowMs?: number;
   /** Oldest messages are discarded beyond this count, like a limits-retention stream. */
   maxMessages?: number;
+  /**
+   * Messages a running consumer may have waiting (published, not yet taken) before a publish
+   * waits for it (default 4,096): the producer is held back to the slowest running consumer
+   * instead of the bus holding the difference, which on a first boot is the whole log.
+   */
+  maxBacklog?: number;
+  /**
+   * Of the messages every durable has taken and settled, the newest this many are kept (default
+   * 1,024) for a durable created later; the older ones are dropped. While no durable exists,
+   * every message is kept up to `maxMessages`.
+   */
+  keepSettled?: number;
 }
 
 /** Wakes everything waiting at the time of notify(). */
@@ -55,6 +67,8 @@ class DurableState {
   /** seq → [due time, deliveries so far] for messages waiting to be redelivered. */
   readonly redeliver = new Map<number, { dueAt: number; count: number }>();
   readonly wakeup = new Wakeup();
+  /** Workers consuming this durable now: only a running consumer holds publishers back. */
+  workers = 0;
   private timer: NodeJS.Timeout | null = null;
   private timerDueAt = Number.POSITIVE_INFINITY;
 
@@ -79,6 +93,14 @@ class DurableState {
     this.timer.unref();
   }
 
+  /** The lowest sequence this durable may still be handed (taken next, in flight, or to redeliver). */
+  floor(): number {
+    let floor = this.nextSeq;
+    for (const seq of this.pending.keys()) if (seq < floor) floor = seq;
+    for (const seq of this.redeliver.keys()) if (seq < floor) floor = seq;
+    return floor;
+  }
+
   clearTimers(): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
@@ -91,12 +113,23 @@ class DurableState {
  * The in-process bus: one stream in memory with JetStream's semantics — msgId de-duplication
  * within a window, durable consumers that resume where they stopped (for the life of this
  * instance), redelivery after a nak delay or an expired ack wait, and term.
+ *
+ * What it holds is bounded by its consumers rather than by the log: a publish resolves only once
+ * every running consumer has at most `maxBacklog` messages waiting (the relay, which awaits its
+ * acks, then stops taking the log until they catch up), and a message every durable has taken and
+ * settled is dropped once `keepSettled` newer ones are settled too. Before this, a first boot on a
+ * 1M-event log had the relay publish every verdict of the log into the bus ahead of the
+ * dispatcher, which kept the newest 100,000 (about 1.6 KB each) for the life of the process.
  */
 export class MemoryBus implements Bus {
   readonly kind = 'memory' as const;
   private readonly duplicateWindowMs: number;
   private readonly maxMessages: number;
+  private readonly maxBacklog: number;
+  private readonly keepSettled: number;
   private messages: StoredMessage[] = [];
+  /** Publishes waiting for a running consumer's backlog to shrink, resolved in publish order. */
+  private roomWaiters: Array<() => void> = [];
   private lastSeq = 0;
   private readonly seenIds = new Map<string, { seq: number; at: number }>();
   private readonly durables = new Map<string, DurableState>();
@@ -106,6 +139,8 @@ export class MemoryBus implements Bus {
   constructor(options: MemoryBusOptions = {}) {
     this.duplicateWindowMs = options.duplicateWindowMs ?? DEFAULT_DUPLICATE_WINDOW_MS;
     this.maxMessages = options.maxMessages ?? 100_000;
+    this.maxBacklog = Math.max(1, options.maxBacklog ?? 4_096);
+    this.keepSettled = Math.max(0, options.keepSettled ?? 1_024);
   }
 
   async publish(subject: string, payload: Uint8Array, options: { msgId: string }): Promise<PublishAck> {
@@ -119,6 +154,8 @@ export class MemoryBus implements Bus {
     this.seenIds.set(options.msgId, { seq, at: now });
     this.applyLimits();
     for (const state of this.durables.values()) state.wakeup.notify();
+    // Stored and handed to the consumers already; only the ack waits, so publish order holds.
+    if (this.backlogFull()) await new Promise<void>((resolve) => this.roomWaiters.push(resolve));
     return { duplicate: false, sequence: seq };
   }
 
@@ -133,7 +170,13 @@ export class MemoryBus implements Bus {
       state.filterSubject = options.filterSubject;
       state.ackWaitMs = ackWaitMs;
     }
+    state.workers++;
     return new Worker(this, state, handler, maxInFlight, defaultNakDelayMs).open(this.workers);
+  }
+
+  /** Messages held now: the backlog of the slowest durable and the settled ones kept behind it. */
+  get retained(): number {
+    return this.messages.length;
   }
 
   async health() {
@@ -146,6 +189,30 @@ export class MemoryBus implements Bus {
     await Promise.all([...this.workers].map((worker) => worker.stop()));
     this.workers.clear();
     for (const state of this.durables.values()) state.clearTimers();
+    this.releaseRoom();
+  }
+
+  /** A worker of `state` has stopped: it no longer holds publishers back. */
+  workerStopped(state: DurableState): void {
+    state.workers--;
+    this.releaseRoom();
+  }
+
+  /** Whether some running consumer has more than `maxBacklog` messages waiting for it. */
+  private backlogFull(): boolean {
+    if (this.closed) return false;
+    for (const state of this.durables.values()) {
+      if (state.workers > 0 && this.lastSeq - state.nextSeq + 1 > this.maxBacklog) return true;
+    }
+    return false;
+  }
+
+  /** Lets the waiting publishes resolve once no running consumer's backlog is over the bound. */
+  private releaseRoom(): void {
+    if (this.roomWaiters.length === 0 || this.backlogFull()) return;
+    const waiters = this.roomWaiters;
+    this.roomWaiters = [];
+    for (const resolve of waiters) resolve();
   }
 
   /** Picks the next message for a durable: due redeliveries first (lowest seq), then new ones. */
@@ -171,8 +238,13 @@ export class MemoryBus implements Bus {
     while (state.nextSeq <= this.lastSeq) {
       const message = this.messageAt(state.nextSeq)!;
       state.nextSeq++;
-      if (subjectMatches(state.filterSubject, message.subject)) return { message, count: 1 };
+      if (subjectMatches(state.filterSubject, message.subject)) {
+        this.releaseRoom();
+        return { message, count: 1 };
+      }
     }
+    this.releaseRoom();
+    this.dropSettled();
     return null;
   }
 
@@ -243,6 +315,20 @@ export class MemoryBus implements Bus {
     if (this.messages.length > this.maxMessages + slack) {
       this.messages = this.messages.slice(this.messages.length - this.maxMessages);
     }
+    this.dropSettled();
+  }
+
+  /**
+   * Drops the messages every durable has taken and settled, but the newest `keepSettled` of them,
+   * in chunks (at least `keepSettled`, at least 256) so that each is copied out O(1) times.
+   */
+  private dropSettled(): void {
+    const first = this.messages[0]?.seq;
+    if (first === undefined || this.durables.size === 0) return;
+    let floor = Number.POSITIVE_INFINITY;
+    for (const state of this.durables.values()) floor = Math.min(floor, state.floor());
+    const droppable = Math.min(floor, this.lastSeq + 1) - first - this.keepSettled;
+    if (droppable >= Math.max(256, this.keepSettled)) this.messages = this.messages.slice(droppable);
   }
 }
 
@@ -287,6 +373,7 @@ class Worker extends ConsumeLoop {
       // Yield so a burst of deliveries does not starve timers and I/O.
       await new Promise<void>((resolve) => setImmediate(resolve));
     }
+    this.bus.workerStopped(this.state);
     await Promise.all(this.inFlight);
   }
 

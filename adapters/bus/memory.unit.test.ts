@@ -35,6 +35,107 @@ describe('MemoryBus specifics', () => {
     await bus.close();
   });
 
+  it('holds a publish back while a running consumer has more than maxBacklog waiting, and loses nothing', async () => {
+    const bus = new MemoryBus({ maxBacklog: 10 });
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const seen: string[] = [];
+    const consumer = await bus.consume({ durable: 'slow', filterSubject: 'sig.events.>' }, async (m) => {
+      seen.push(m.msgId);
+      await gate;
+      await m.ack();
+    });
+    let acked = 0;
+    const publishes = Array.from({ length: 30 }, (_, i) =>
+      bus.publish('sig.events.A', bytes(String(i)), { msgId: `m${i}` }).then((ack) => {
+        acked++;
+        return ack;
+      }),
+    );
+    await waitFor(() => seen.length === 1, 'the first delivery');
+    await sleep(50);
+    // The consumer holds m0 and has taken nothing since: 29 wait for it, over the bound of 10.
+    expect(acked).toBeLessThan(30);
+    release();
+    const acks = await Promise.all(publishes);
+    expect(acks.map((a) => a.sequence)).toEqual(Array.from({ length: 30 }, (_, i) => i + 1));
+    await waitFor(() => seen.length === 30, 'every message');
+    expect(seen).toEqual(Array.from({ length: 30 }, (_, i) => `m${i}`));
+    await consumer.stop();
+    await bus.close();
+  });
+
+  it('lets held publishes through once the consumer holding them back stops', async () => {
+    const bus = new MemoryBus({ maxBacklog: 5 });
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const consumer = await bus.consume({ durable: 'stuck', filterSubject: 'sig.events.>' }, async (m) => {
+      await gate;
+      await m.ack();
+    });
+    const publishes = Array.from({ length: 20 }, (_, i) =>
+      bus.publish('sig.events.A', bytes(String(i)), { msgId: `s${i}` }),
+    );
+    // Its handler still hangs: stop() waits for it, but the publishes need not.
+    const stopping = consumer.stop();
+    expect((await Promise.all(publishes)).every((ack) => !ack.duplicate)).toBe(true);
+    release();
+    await stopping;
+    await bus.close();
+  });
+
+  it('drops what every durable has settled but the newest keepSettled, and a later durable starts after them', async () => {
+    const bus = new MemoryBus({ keepSettled: 300 });
+    let acked = 0;
+    const consumer = await bus.consume({ durable: 'first', filterSubject: 'sig.events.>' }, async (m) => {
+      await m.ack();
+      acked++;
+    });
+    for (let i = 0; i < 1_000; i++) await bus.publish('sig.events.A', bytes(String(i)), { msgId: `k${i}` });
+    await waitFor(() => acked === 1_000, 'every message settled');
+    // Dropped in chunks of at least keepSettled: between 300 and 600 of the settled ones are left.
+    await waitFor(() => bus.retained <= 600, 'the settled ones dropped');
+    const retained = bus.retained;
+    expect(retained).toBeGreaterThanOrEqual(300);
+    const late: string[] = [];
+    const second = await bus.consume({ durable: 'late', filterSubject: 'sig.events.>' }, async (m) => {
+      late.push(m.msgId);
+      await m.ack();
+    });
+    await waitFor(() => late.includes('k999'), 'the newest message');
+    expect(late.length).toBe(retained);
+    expect(late.at(-1)).toBe('k999');
+    await Promise.all([consumer.stop(), second.stop()]);
+    await bus.close();
+  });
+
+  it('keeps a message some durable has yet to settle, however many settle after it', async () => {
+    const bus = new MemoryBus({ keepSettled: 0 });
+    let naked = false;
+    const seen: string[] = [];
+    const consumer = await bus.consume(
+      { durable: 'picky', filterSubject: 'sig.events.>', maxInFlight: 4 },
+      async (m) => {
+        seen.push(m.msgId);
+        if (m.msgId === 'h0' && !naked) {
+          naked = true;
+          m.nak(300);
+          return;
+        }
+        await m.ack();
+      },
+    );
+    for (let i = 0; i < 1_000; i++) await bus.publish('sig.events.A', bytes(String(i)), { msgId: `h${i}` });
+    await waitFor(() => seen.filter((id) => id === 'h0').length === 2, 'the redelivery of h0');
+    expect(seen.length).toBe(1_001);
+    await consumer.stop();
+    await bus.close();
+  });
+
   it('copies the payload at publish so later mutation by the caller changes nothing', async () => {
     const bus = new MemoryBus();
     const payload = bytes('abc');

@@ -100,6 +100,7 @@ const SYNONYMS: string[][] = [
   ['answer', 'response', 'reply'],
   ['compare', 'against', 'beside', 'baseline'],
   ['browse', 'browser', 'render', 'page'],
+  ['left', 'remaining', 'remain'],
 ];
 const SYNONYM_OF = new Map<string, Set<string>>();
 for (const group of SYNONYMS) {

@@ -111,6 +111,8 @@ export async function startHistoryServer(options: {
   return {
     app,
     slice,
+    /** The key registry: stopped, a presented key cannot be checked. */
+    registry,
     url: `http://127.0.0.1:${port}`,
     async issue() {
       const issued = await issueKey(options.store, { plan: 'pro', owner: 'analyst', via: 'operator' });

@@ -157,4 +157,18 @@ describe.runIf(reachable)('webhook management API', () => {
       await failing.close();
     }
   });
+
+  // Last: it leaves the key registry stopped.
+  it('answers 503 KEY_UNVERIFIABLE, retryable, before the body, while keys cannot be checked', async () => {
+    const key = await stack.issue();
+    await stack.keys.stop();
+    for (const [method, body] of [
+      ['GET', undefined],
+      ['POST', { events: [] }],
+    ] as const) {
+      const res = await stack.request(method, '/api/webhooks', key, body);
+      expect([method, res.status]).toEqual([method, 503]);
+      expect(res.body).toMatchObject({ code: 'KEY_UNVERIFIABLE', retryable: true });
+    }
+  });
 });

@@ -143,7 +143,7 @@ function catalogError(error: unknown, codes: FieldCodes): ServiceError | null {
 }
 
 /** A catalog error in the /api shape. */
-function errorBody(error: ServiceError): ErrorBody {
+export function errorBody(error: ServiceError): ErrorBody {
   return {
     code: error.code,
     message: error.message,

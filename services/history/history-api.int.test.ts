@@ -620,3 +620,17 @@ describe('GET /api/track-record', () => {
     expect(await brief({ coin: 'ETH', timeframe: '1h', exchange: 'BINANCE' })).toBe(short);
   });
 });
+
+// Last: it leaves the key registry stopped.
+describe('a key that cannot be checked right now', () => {
+  it('→ 503 KEY_UNVERIFIABLE, retryable, with the _service of the address it counts against', async () => {
+    await server.registry.stop();
+    const res = await fetch(`${server.url}/api/verdicts`, { headers: auth() });
+    expect(res.status).toBe(503);
+    expect(await res.json()).toMatchObject({
+      code: 'KEY_UNVERIFIABLE',
+      retryable: true,
+      _service: { auth: { outcome: 'INDETERMINATE', presented: true, tier: 'free' } },
+    });
+  });
+});

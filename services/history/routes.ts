@@ -14,10 +14,10 @@ import {
 } from '../../contracts/history.ts';
 import { jsonSchema } from '../../contracts/json-schema.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
-import { errorHandler } from '../api/errors.ts';
+import { errorBody, errorHandler } from '../api/errors.ts';
 import { declared, documented, RESPONSE_HEADERS, refusal } from '../api/openapi.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
-import { callerHook, decorateCaller, undebitedService } from '../metering/caller.ts';
+import { callerHook, decorateCaller, keyRefusal, undebitedService } from '../metering/caller.ts';
 import type { QuotaMeter } from '../metering/quota-meter.ts';
 import { type Cursor, tagMatches } from './cursor.ts';
 import type { KnownCoins } from './known-coins.ts';
@@ -157,10 +157,7 @@ function historyAccess(deps: HistoryRoutesDeps) {
    * (contract 8: any response).
    */
   const requireKey = callerHook(() => deps, {
-    rejected: (err) =>
-      err.reason === 'indeterminate'
-        ? new ServiceError('KEY_UNVERIFIABLE', { detail: (err.cause as Error).message })
-        : new HistoryQueryError('UNAUTHORIZED', 'the API key is unknown or revoked'),
+    rejected: keyRefusal(() => new HistoryQueryError('UNAUTHORIZED', 'the API key is unknown or revoked')),
     keyless: ({ auth: { detail } }) =>
       new HistoryQueryError('UNAUTHORIZED', `${errorMessage('UNAUTHORIZED')}${detail ? ` (${detail})` : ''}`),
   });
@@ -204,8 +201,7 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
     // Refusals are per request and never cached; /api/verdicts's carry the caller's `_service`.
     plain.setErrorHandler(
       errorHandler((error, request) => ({
-        code: error.code,
-        message: error.message,
+        ...errorBody(error),
         ...(request.service ? { _service: request.service } : {}),
       })),
     );

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import { ServiceError } from '../../contracts/errors.ts';
 import { isWellFormedKey } from '../keys/key-material.ts';
 import type { KeyRecord } from '../keys/key-registry.ts';
 import { type KeyLookup, type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
@@ -259,6 +260,18 @@ export interface CallerRefusals {
   rejected(err: CallerRejectedError): Error;
   /** Given, the route needs a live key: a caller without one (none presented, or malformed) is refused with this. */
   keyless?(caller: Caller): Error;
+}
+
+/**
+ * `CallerRefusals.rejected` in the catalog's words: a key that cannot be checked right now is 503
+ * KEY_UNVERIFIABLE (retryable), whatever the route; an unknown or revoked one is the route's own
+ * `unknown()`.
+ */
+export function keyRefusal(unknown: () => Error): (err: CallerRejectedError) => Error {
+  return (err) =>
+    err.reason === 'indeterminate'
+      ? new ServiceError('KEY_UNVERIFIABLE', { detail: (err.cause as Error).message })
+      : unknown();
 }
 
 /**

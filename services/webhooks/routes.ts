@@ -20,7 +20,7 @@ import {
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { declared, documented, type ResponseDoc, type RouteDoc } from '../api/openapi.ts';
 import type { KeyResolver } from '../keys/key-resolver.ts';
-import { callerHook, decorateCaller } from '../metering/caller.ts';
+import { callerHook, decorateCaller, keyRefusal } from '../metering/caller.ts';
 import { deliveryView, findDelivery, sequenceStream } from './delivery-log-fold.ts';
 import type { DeliveryWorker } from './delivery-worker.ts';
 import { claimNextAttempt } from './next-attempt.ts';
@@ -318,10 +318,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
     // Every refusal is 401, but a key that cannot be checked right now (503, retryable).
     decorateCaller(plain);
     const authenticated = callerHook(() => ({ keys: deps.keys() }), {
-      rejected: (err) =>
-        err.reason === 'indeterminate'
-          ? new ServiceError('KEY_UNVERIFIABLE', { detail: (err.cause as Error).message })
-          : new ServiceError('UNAUTHORIZED'),
+      rejected: keyRefusal(() => new ServiceError('UNAUTHORIZED')),
       keyless: () => new ServiceError('UNAUTHORIZED'),
     });
     app.post('/api/webhooks', { ...DOCS.create, preValidation: authenticated }, async (request, reply) =>

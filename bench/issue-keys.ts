@@ -7,7 +7,7 @@
 import { pino } from 'pino';
 import { loadConfig } from '../contracts/config.ts';
 import { openAdapters } from '../services/adapters.ts';
-import { runOperatorCommand } from '../services/metering/operator-commands.ts';
+import { runOperatorCommand } from '../services/operator/operator-commands.ts';
 
 const count = Number(process.argv[2] ?? '1');
 const plan = process.argv[3] ?? 'pro';

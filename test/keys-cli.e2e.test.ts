@@ -9,7 +9,7 @@ import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import { hashApiKey } from '../services/keys/key-material.ts';
 import { findById } from '../services/keys/key-registry.ts';
 import { foldKeyRegistry } from '../services/keys/registry-fold.ts';
-import { runOperatorCommand, UsageError } from '../services/metering/operator-commands.ts';
+import { runOperatorCommand, UsageError } from '../services/operator/operator-commands.ts';
 import { startTestService, type TestService } from './service-harness.ts';
 
 const exec = promisify(execFile);
@@ -57,7 +57,7 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
   const dir = mkdtempSync(join(tmpdir(), 'keys-cli-'));
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
   const cli = (...args: string[]) =>
-    exec(join(ROOT, 'node_modules/.bin/tsx'), [join(ROOT, 'services/metering/cli.ts'), ...args], {
+    exec(join(ROOT, 'node_modules/.bin/tsx'), [join(ROOT, 'services/operator/cli.ts'), ...args], {
       cwd: ROOT,
       // No service runs here: port 9 (discard) answers nothing, so the CLI does not wait for one.
       env: {
@@ -93,7 +93,7 @@ describe('npm run keys beside a running service on the same log', () => {
     rmSync(dir, { recursive: true, force: true });
   });
   const cli = (...args: string[]) =>
-    exec(join(ROOT, 'node_modules/.bin/tsx'), [join(ROOT, 'services/metering/cli.ts'), ...args], {
+    exec(join(ROOT, 'node_modules/.bin/tsx'), [join(ROOT, 'services/operator/cli.ts'), ...args], {
       cwd: ROOT,
       env: { ...process.env, EVENT_STORE: 'lmdb', DATA_DIR: dir, PUBLIC_BASE_URL: running.service.url },
     });

@@ -14,7 +14,7 @@ import { relay } from '../../test/redis-relay.ts';
 import { keyedChannel } from '../api/plugins.ts';
 import type { SignalOperations } from '../engine/operations.ts';
 import { ChatQuota } from '../knowledge/chat-quota.ts';
-import { runOperatorCommand } from './operator-commands.ts';
+import { runOperatorCommand } from '../operator/operator-commands.ts';
 import type { PlanTable } from './plans.ts';
 import { QuotaMeter, type QuotaSubject } from './quota-meter.ts';
 import { debitedUnits } from './quota-projection.ts';

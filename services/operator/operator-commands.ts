@@ -5,7 +5,7 @@ import { Plan } from '../../contracts/events.ts';
 import { changeKeyPlan, issueKey, KeyRuleError, revokeKey } from '../keys/key-commands.ts';
 import { findById, type KeyRecord } from '../keys/key-registry.ts';
 import { foldKeyRegistry } from '../keys/registry-fold.ts';
-import { rebuildQuotaGeneration } from './quota-rebuild.ts';
+import { rebuildQuotaGeneration } from '../metering/quota-rebuild.ts';
 
 export class UsageError extends Error {
   override readonly name = 'UsageError';

@@ -329,6 +329,11 @@ function kindFit(kind: Kind, text: string, asked: { meets: Set<string> }[]): num
  */
 const TABLE_ROW = /^(?:[^;]{1,60}; ){4,}/;
 
+/** A question about tests. */
+const TESTS = /\b(tests?|tested|testing)\b/i;
+/** The heading of a section about the test suite ("Testing"; not "Test months"). */
+const TEST_SUITE = /^(testing|tests)$/i;
+
 /** Words that state a cause or a purpose: what a "why" question asks for. */
 const REASON =
   /\b(because|since|so|therefore|thus|hence|reason|why|otherwise|rather than|in order to|so that|would|cannot|only)\b/i;
@@ -689,11 +694,13 @@ export function extractiveAnswer(
   const noun = kind === 'list' ? listedNoun(question) : null;
   const ofNoun = asked.filter(({ term }) => noun === null || term === noun);
   const listOf = ofNoun.length > 0 ? ofNoun : asked;
+  const aboutTests = TESTS.test(question);
   const candidates: Candidate[] = [];
   const byPassage = new Map<string, string[][]>();
   read.forEach(({ passage }, rank) => {
     const title = termsIn(passage.title);
     const body = termsIn(passage.text);
+    const testsSection = passage.title.split('›').some((part) => TEST_SUITE.test(part.trim()));
     const list = units(passage);
     byPassage.set(passage.id, list);
     // How much of the question the passage as a whole (title and text) carries.
@@ -715,6 +722,9 @@ export function extractiveAnswer(
         rank * 0.01 -
         text.length / 5000 +
         subjectFit(kind, head, asked) -
+        // The test suite's sections say how a behaviour is tested, not what it is or why: they
+        // answer a question about tests, and rank far below the rest for any other.
+        (testsSection && !aboutTests ? 0.3 : 0) -
         // A row that lists what a "which" question asks for is the list, not one measurement.
         (TABLE_ROW.test(text) && !(kind === 'list' && enumerates(text, asked)) ? 0.1 : 0);
       candidates.push({ passage, rank, order, quotes, coverage, score, covered, acts: crux || cruxAt < 0 });

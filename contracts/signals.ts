@@ -247,6 +247,12 @@ export const VolatilityModelSchema = z.object({
    * QLIKE fit. Absent on tables before signals-5 (log least squares), which used s²/2.
    */
   levelLog: z.number().optional(),
+  /**
+   * Slope of a fourth input, log(hourly variance·H): the one-day-half-life EWMA of squared
+   * one-hour log returns per candle (the day's model on candles shorter than an hour). The four
+   * slopes sum to 1. Absent: the three EWMA variances alone.
+   */
+  hourly: z.number().optional(),
   /** Quantiles of z = log(close[t+H]/close[t]) / forecast σ on training, for the band. */
   bandLow: z.number(),
   bandHigh: z.number(),

@@ -5,6 +5,9 @@ import {
   EwmaVariances,
   fitVolatilityModel,
   forecastVarianceOf,
+  HourlyVariance,
+  hasHourly,
+  hourlyFeature,
   leastSquares,
   quantile,
   VOL_HALF_LIVES,
@@ -52,6 +55,8 @@ export interface DeskSeries {
   v2: Float64Array;
   ewma: Float64Array;
   trailing: Float64Array;
+  /** The service's hourly variance at each close (NaN on candles of an hour or more). */
+  hourly: Float64Array;
 }
 
 /**
@@ -76,6 +81,7 @@ export function deskSeries(
     v2: new Float64Array(n),
     ewma: new Float64Array(n),
     trailing: new Float64Array(n),
+    hourly: new Float64Array(n).fill(Number.NaN),
   };
   // Fine realised variance per coarse candle, keyed by the coarse candle's open time.
   const fineRv = new Map<number, { sum: number; count: number }>();
@@ -96,6 +102,7 @@ export function deskSeries(
     }
   }
   const ewma = new EwmaVariances(VOL_HALF_LIVES);
+  const hourly = hasHourly(timeframe) ? new HourlyVariance(timeframe) : null;
   let v94 = Number.NaN;
   let trailingSum = 0;
   for (let i = 0; i < n; i++) {
@@ -111,6 +118,7 @@ export function deskSeries(
     s.v0[i] = v ? v[0]! : Number.NaN;
     s.v1[i] = v ? v[1]! : Number.NaN;
     s.v2[i] = v ? v[2]! : Number.NaN;
+    if (hourly) s.hourly[i] = hourly.push(c.close) ?? Number.NaN;
     if (i > 0) v94 = Number.isNaN(v94) ? r2 : EWMA_LAMBDA * v94 + (1 - EWMA_LAMBDA) * r2;
     s.ewma[i] = i >= TRAILING ? v94 : Number.NaN;
     trailingSum += r2;
@@ -298,7 +306,9 @@ export function fitDesk(
   const h = horizon.candles;
   const windows = harWindows(timeframe);
   const w = windows[2];
-  const samples: { features: number[]; realised: number; logReturn: number }[] = [];
+  // The day's model on candles shorter than an hour reads the hourly variance too (volatility.ts).
+  const withHourly = horizon.key === 'day' && hasHourly(timeframe);
+  const samples: { features: number[]; realised: number; logReturn: number; hourly?: number }[] = [];
   const harRows: number[][] = [];
   const harYs: number[] = [];
   const z: number[] = [];
@@ -318,6 +328,7 @@ export function fitDesk(
         ],
         realised,
         logReturn,
+        ...(withHourly ? { hourly: hourlyFeature(s.hourly[i]!, h) } : {}),
       });
       harRows.push([
         1,
@@ -490,7 +501,7 @@ export function scoreDesk(
       vars[0] = s.v0[i]!;
       vars[1] = s.v1[i]!;
       vars[2] = s.v2[i]!;
-      const service = forecastVarianceOf(fit.service, vars, h);
+      const service = forecastVarianceOf(fit.service, vars, h, s.hourly[i]);
       const ewma = s.ewma[i]! * h;
       const garchH = garchOver(c.garch[i]!, c.longRun, garch, h);
       const harRv = Math.max(

@@ -2,7 +2,10 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { aggregateCandles } from '../../../adapters/market/aggregate.ts';
 import { readCandleFile } from '../../../adapters/market/csv.ts';
 import type { Candle } from '../../../contracts/market.ts';
-import { fitQlike } from '../signals/volatility.ts';
+import { defaultVolatility } from '../signals/default-volatility.ts';
+import { MarketState } from '../signals/market-state.ts';
+import { computeRiskHorizons } from '../signals/risk-forecast.ts';
+import { fitQlike, forecastVarianceOf, HourlyVariance } from '../signals/volatility.ts';
 import { deskHorizons, deskSeries, fitDesk, fitGarch, prepareCoins, scoreDesk } from './risk-desk.ts';
 
 const DIR = new URL('../../../sample-data/market/candles/binance-spot/', import.meta.url).pathname;
@@ -49,6 +52,29 @@ describe('QLIKE fit', () => {
     expect(ratio / rows.length).toBeCloseTo(1, 6);
     expect(b[1]).toBeGreaterThan(0.7);
     expect(b[1]).toBeLessThan(0.9);
+  });
+});
+
+describe('hourly variance', () => {
+  it('is the bias-corrected one-day EWMA of squared one-hour log returns per candle', () => {
+    const rnd = lcg(5);
+    const closes = [100];
+    for (let i = 1; i < 2_000; i++) closes.push(closes[i - 1]! * Math.exp(0.002 * normal(rnd)));
+    const hv = new HourlyVariance('15m');
+    const decay = 2 ** (-1 / 96);
+    let sum = 0;
+    let weight = 0;
+    for (let i = 0; i < closes.length; i++) {
+      const got = hv.push(closes[i]!);
+      if (i < 4) {
+        expect(got).toBeNull();
+        continue;
+      }
+      const r = Math.log(closes[i]! / closes[i - 4]!);
+      sum = decay * sum + (r * r) / 4;
+      weight = decay * weight + 1;
+      expect(got).toBeCloseTo(sum / weight, 15);
+    }
   });
 });
 
@@ -115,5 +141,37 @@ describe('risk desk on real candles', () => {
       expect(test.qlikeVs.garch.low!).toBeLessThanOrEqual(test.qlikeVs.garch.high!);
       expect(test.sizing.service.value!).toBeGreaterThan(0);
     }
+  });
+
+  it('serves from a market state what it scores: the day model with its hourly slope', () => {
+    const tf = '15m' as const;
+    const candles = aggregateCandles(m5[0]!, '5m', tf);
+    const series = m5.map((c) => deskSeries(aggregateCandles(c, '5m', tf), tf, c));
+    const { coins, garch } = prepareCoins(series, split);
+    const risk = deskHorizons(tf, 6).map((h) => {
+      const fit = fitDesk(coins, tf, h, split, 0.8)!;
+      return { key: fit.key, candles: fit.candles, model: fit.service, garch };
+    });
+    const day = risk.find((r) => r.key === 'day')!;
+    // Candles shorter than an hour: the day's model reads the hourly variance, the others do not.
+    expect(day.model.hourly).toBeDefined();
+    expect(risk.filter((r) => r.model.hourly !== undefined)).toHaveLength(1);
+    const state = new MarketState({
+      exchange: 'BINANCE_SPOT',
+      coin: 'BTC',
+      timeframe: tf,
+      volatility: { ...defaultVolatility, risk: { ...defaultVolatility.risk, [tf]: risk } },
+    });
+    for (const c of candles) state.update(c);
+    const s = series[0]!;
+    const last = s.close.length - 1;
+    const served = computeRiskHorizons(state).find((r) => r.horizon === 'day')!;
+    const scored = forecastVarianceOf(
+      day.model,
+      [s.v0[last]!, s.v1[last]!, s.v2[last]!],
+      day.candles,
+      s.hourly[last],
+    );
+    expect(served.expected_move_pct).toBe(100 * Math.sqrt(scored));
   });
 });

@@ -26,7 +26,7 @@ import { defaultVolatility } from './default-volatility.ts';
 import { DEFAULT_REGIME_OPTIONS, type RegimeOptions, type RegimeState, stepRegimeWith } from './regime.ts';
 import { RollingPercentile } from './rolling-percentile.ts';
 import { Lagged, RollingExtreme, RollingMean } from './rolling-window.ts';
-import { EwmaVariances, forecastVarianceOf, modelFor } from './volatility.ts';
+import { EwmaVariances, forecastVarianceOf, HourlyVariance, hasHourly, modelFor } from './volatility.ts';
 
 export const MA_PERIODS = [10, 20, 30, 50, 100, 200] as const;
 export type MaPeriod = (typeof MA_PERIODS)[number];
@@ -101,6 +101,8 @@ export interface Readings {
   regimeMetrics: RegimeMetrics | null;
   /** EWMA variances of one-candle log returns (fast, medium, slow), once warmed up. */
   volVariances: readonly number[] | null;
+  /** Hourly variance (volatility.ts), on candles shorter than an hour; null on others. */
+  volHourly: number | null;
   /** Rank (0–100) of the current volatility forecast in its rolling window. */
   volPercentile: number | null;
 }
@@ -158,6 +160,8 @@ export class MarketState {
   readonly #adxLag = new Lagged(5);
   readonly #volForecast = new RollingPercentile(PERCENTILE_WINDOW);
   readonly #volatility: VolatilityTable;
+  /** The day model's hourly variance, kept on candles shorter than an hour. */
+  readonly #hourly: HourlyVariance | null;
   /** The volatility model for this timeframe, resolved on first use (the table never changes). */
   #volModel: { model: VolatilityModel; timeframe: Timeframe } | null = null;
   /** Forecast variance at the latest close, null while the EWMA variances warm up. */
@@ -178,6 +182,7 @@ export class MarketState {
     this.#tfMs = TIMEFRAME_MS[options.timeframe];
     this.#regimeOptions = { ...DEFAULT_REGIME_OPTIONS, ...options.regime };
     this.#volatility = options.volatility ?? defaultVolatility;
+    this.#hourly = hasHourly(options.timeframe) ? new HourlyVariance(options.timeframe) : null;
   }
 
   get volatility(): VolatilityTable {
@@ -265,6 +270,7 @@ export class MarketState {
     if (bbWidth !== null) this.#ind.bbWidth.push(bbWidth);
 
     const variances = this.#ind.ewma.push(close);
+    const hourly = this.#hourly === null ? null : this.#hourly.push(close);
     if (variances !== null) {
       const forecast = forecastVarianceOf(
         this.volatilityModel.model,
@@ -359,6 +365,7 @@ export class MarketState {
       ultimate: uo,
       regimeMetrics,
       volVariances: variances === null ? null : [variances[0]!, variances[1]!, variances[2]!],
+      volHourly: hourly,
       volPercentile,
     };
   }

@@ -50,7 +50,10 @@ export function computeRiskHorizons(state: MarketState): RiskHorizonValue[] {
   const out: RiskHorizonValue[] = [];
   for (const { key, model } of rows) {
     const candles = candlesOf(key, state.timeframe, verdictHorizon);
-    const sigma = Math.sqrt(forecastVarianceOf(model, r.volVariances, candles));
+    if (model.hourly !== undefined && r.volHourly === null) {
+      throw new InsufficientHistoryError(state.key, state.candleCount, ['volatility']);
+    }
+    const sigma = Math.sqrt(forecastVarianceOf(model, r.volVariances, candles, r.volHourly));
     out.push({
       horizon: key,
       candles,

@@ -18,7 +18,13 @@ import { CalibrationError } from './errors.ts';
  * variance turned back into a mean by exp(ŷ + s²/2), overstated the next candle's σ 2–3×: one
  * candle's log squared return is log-χ²-like, far from normal.) The expected-move band uses the
  * training quantiles of the standardised H-candle return, so its coverage is whatever the
- * training months showed, not a normal assumption.
+ * training months showed, not a normal assumption. *
+ * On candles shorter than an hour the day's model has a fourth input, the hourly variance: an
+ * EWMA (half-life one day) of the squared log return over the last hour, per candle. Returns a
+ * few minutes long revert (a 5m move is partly undone by the next ones), so three EWMAs of them,
+ * the slowest a few hours long, overstated the day's variance; the hourly returns and the
+ * day-long memory carry what a day forecast needs. Its slope is fitted with the others (all four
+ * summing to 1). Chosen on an inner fold of the training months (docs/evaluation-risk.md).
  */
 
 export const VOL_HALF_LIVES: readonly [number, number, number] = [6, 30, 120];
@@ -59,6 +65,51 @@ export class EwmaVariances {
   }
 }
 
+/** Half-life of the hourly variance, in hours (the day of HAR). */
+export const HOURLY_HALF_LIFE_HOURS = 24;
+
+/**
+ * Streaming EWMA of squared log returns over the last hour (overlapping, one per candle), ÷ the
+ * candles in an hour: a per-candle variance like EwmaVariances', for candles shorter than an hour.
+ * The average is bias-corrected (the weights so far sum to 1), so a state that has seen a day
+ * or two of candles (the engine's warm-up) reads the mean of what it saw, not a first value.
+ */
+export class HourlyVariance {
+  readonly #k: number;
+  readonly #decay: number;
+  readonly #closes: number[] = [];
+  #sum = 0;
+  #weight = 0;
+
+  constructor(timeframe: Timeframe) {
+    const ms = TIMEFRAME_MS[timeframe];
+    this.#k = Math.round(3_600_000 / ms);
+    if (this.#k < 2)
+      throw new CalibrationError(`hourly variance needs candles shorter than an hour, not ${timeframe}`);
+    this.#decay = 2 ** (-ms / (HOURLY_HALF_LIFE_HOURS * 3_600_000));
+  }
+
+  /** Feeds one close; the variance once an hour of closes has passed, else null. */
+  push(close: number): number | null {
+    this.#closes.push(close);
+    if (this.#closes.length > this.#k + 1) this.#closes.shift();
+    const first = this.#closes[0]!;
+    if (this.#closes.length === this.#k + 1 && first > 0 && close > 0) {
+      const r = Math.log(close / first);
+      this.#sum = this.#decay * this.#sum + (r * r) / this.#k;
+      this.#weight = this.#decay * this.#weight + 1;
+    }
+    return this.value;
+  }
+
+  get value(): number | null {
+    return this.#weight > 0 ? this.#sum / this.#weight : null;
+  }
+}
+
+/** Whether a timeframe's candles are short enough for an hourly variance. */
+export const hasHourly = (timeframe: Timeframe) => Math.round(3_600_000 / TIMEFRAME_MS[timeframe]) >= 2;
+
 /** The regression's inputs: logs of the three variances scaled to the horizon. */
 export function harFeatures(variances: readonly number[], horizon: number): [number, number, number] {
   return [
@@ -75,30 +126,49 @@ export function harFeatures(variances: readonly number[], horizon: number): [num
  */
 const levelOf = (model: VolatilityModel) => model.levelLog ?? model.residualVariance / 2;
 
-/** Forecast variance of the H-candle log return (a mean, not a median). */
-export function forecastVariance(model: VolatilityModel, features: readonly number[]): number {
+/**
+ * Forecast variance of the H-candle log return (a mean, not a median). `hourly` is the log of the
+ * hourly variance × H, read when the model has an hourly slope.
+ */
+export function forecastVariance(
+  model: VolatilityModel,
+  features: readonly number[],
+  hourly?: number,
+): number {
   const [b0, b1, b2, b3] = model.coefficients;
-  const y = b0 + b1 * features[0]! + b2 * features[1]! + b3 * features[2]!;
+  let y = b0 + b1 * features[0]! + b2 * features[1]! + b3 * features[2]!;
+  if (model.hourly !== undefined) y += model.hourly * hourly!;
   return Math.exp(y + levelOf(model));
 }
 
 /**
- * `forecastVariance(model, harFeatures(variances, horizon))` with the same arithmetic in the same
- * order (so the same double), without the feature array: a market state runs it on every candle.
+ * `forecastVariance(model, harFeatures(variances, horizon), hourlyFeature(hourly, horizon))` with
+ * the same arithmetic in the same order (so the same double), without the feature array: a market
+ * state runs it on every candle. A model with an hourly slope needs `hourly` (HourlyVariance).
  */
 export function forecastVarianceOf(
   model: VolatilityModel,
   variances: readonly number[],
   horizon: number,
+  hourly?: number | null,
 ): number {
   const b = model.coefficients;
-  const y =
+  let y =
     b[0] +
     b[1] * Math.log(Math.max(FLOOR, variances[0]! * horizon)) +
     b[2] * Math.log(Math.max(FLOOR, variances[1]! * horizon)) +
     b[3] * Math.log(Math.max(FLOOR, variances[2]! * horizon));
+  if (model.hourly !== undefined) {
+    if (hourly === null || hourly === undefined) {
+      throw new CalibrationError('volatility model has an hourly slope but no hourly variance was given');
+    }
+    y += model.hourly * hourlyFeature(hourly, horizon);
+  }
   return Math.exp(y + levelOf(model));
 }
+
+/** The hourly input of a model: log of the hourly variance scaled to the horizon. */
+export const hourlyFeature = (hourly: number, horizon: number) => Math.log(Math.max(FLOOR, hourly * horizon));
 
 export function modelFor(
   table: VolatilityTable,
@@ -170,6 +240,8 @@ export interface VolatilityFitSample {
   realised: number;
   /** log(close[t+H] / close[t]). */
   logReturn: number;
+  /** hourlyFeature at the close, when the model is fitted with an hourly slope (all samples or none). */
+  hourly?: number;
 }
 
 /**
@@ -244,19 +316,30 @@ export function fitVolatilityModel(
   // Anchored: the slopes sum to 1 (b3 = 1 − b1 − b2), so a forecast reverts to the coin's own slow
   // variance rather than to the pooled coins' mean, which overstated calm coins (BTC) and
   // understated wild ones. Chosen over the free fit on an inner fold of the training months.
-  const [b0, b1, b2] = fitQlike(
-    samples.map((s) => [1, s.features[0]! - s.features[2]!, s.features[1]! - s.features[2]!]),
+  const withHourly = samples[0]!.hourly !== undefined;
+  const fitted = fitQlike(
+    samples.map((s) => [
+      1,
+      s.features[0]! - s.features[2]!,
+      s.features[1]! - s.features[2]!,
+      ...(withHourly ? [s.hourly! - s.features[2]!] : []),
+    ]),
     samples.map((s) => s.realised),
     samples.map((s) => s.features[2]!),
   );
-  const beta = [b0!, b1!, b2!, 1 - b1! - b2!];
+  const [b0, b1, b2] = fitted;
+  const bh = withHourly ? fitted[3]! : 0;
+  const beta = [b0!, b1!, b2!, 1 - b1! - b2! - bh];
   const rows = samples.map((s) => [1, ...s.features]);
   // The spread of log(realised / forecast), kept to describe the fit (the level uses levelLog).
   let ss = 0;
   let m = 0;
   for (let i = 0; i < rows.length; i++) {
     const x = rows[i]!;
-    const e = Math.log(Math.max(FLOOR, samples[i]!.realised)) - x.reduce((y, v, j) => y + beta[j]! * v, 0);
+    const e =
+      Math.log(Math.max(FLOOR, samples[i]!.realised)) -
+      x.reduce((y, v, j) => y + beta[j]! * v, 0) -
+      bh * (samples[i]!.hourly ?? 0);
     ss += e * e;
     m += e;
   }
@@ -265,12 +348,13 @@ export function fitVolatilityModel(
     coefficients: [beta[0]!, beta[1]!, beta[2]!, beta[3]!],
     residualVariance: Math.max(0, ss / rows.length - m * m),
     levelLog: 0,
+    ...(withHourly ? { hourly: bh } : {}),
     bandLow: 0,
     bandHigh: 0,
     samples: samples.length,
   };
   const z = samples
-    .map((s) => s.logReturn / Math.sqrt(forecastVariance(model, s.features)))
+    .map((s) => s.logReturn / Math.sqrt(forecastVariance(model, s.features, s.hourly)))
     .sort((a, b) => a - b);
   const tail = (1 - coverage) / 2;
   return { ...model, bandLow: quantile(z, tail), bandHigh: quantile(z, 1 - tail) };

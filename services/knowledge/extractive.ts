@@ -389,7 +389,7 @@ const OBJECT_OF = /^(for|of|from|to|with|by|in|on|at|into|about|as)$/i;
 
 /** A list of three or more items, each perhaps with a remark ("LMDB (default)"): "a, b, c", "a, b and c", "a|b|c", codes as a table lists them ("BTC ETH SOL"). */
 const LIST =
-  /[\p{L}\p{N}_./-]+(?: \([^()]{1,30}\))?(?:(?:,\s+(?:and\s+|or\s+)?|\s+(?:and|or)\s+)[\p{L}\p{N}_./-]+(?: \([^()]{1,30}\))?){2,}|[\p{L}\p{N}_./-]+(?:\|[\p{L}\p{N}_./-]+){2,}|\b[A-Z][A-Z0-9]+(?: [A-Z][A-Z0-9]+){2,}\b/gu;
+  /[\p{L}\p{N}_./-]+(?:\{[^{}]{1,30}\})?(?: \([^()]{1,30}\))?(?:(?:,\s+(?:and\s+|or\s+)?|\s+(?:and|or)\s+)[\p{L}\p{N}_./-]+(?:\{[^{}]{1,30}\})?(?: \([^()]{1,30}\))?){2,}|[\p{L}\p{N}_./-]+(?:\|[\p{L}\p{N}_./-]+){2,}|\b[A-Z][A-Z0-9]+(?: [A-Z][A-Z0-9]+){2,}\b/gu;
 
 /**
  * The values of a thing the question names: "exchange (one of BINANCE, BYBIT, …)", "Events:
@@ -415,6 +415,9 @@ function enumerates(text: string, asked: { meets: Set<string> }[]): boolean {
     // list is its object, not the values of the noun before it.
     const lead = words(text.slice(0, m.index)).slice(-2);
     const before = OBJECT_OF.test(lead.at(-1) ?? '') ? [] : lead;
+    // "On GET /metrics of the dispatcher role: a, b, c": what a colon introduces is named before it.
+    const introduced = /([^:.;]{1,80}?)(?:\s*\([^()]*\))?:\s*$/.exec(text.slice(0, m.index));
+    if (introduced !== null && words(introduced[1]!).some(named)) return true;
     // "…, metrics and a receiver example": the word after an article is its item's, not the list's.
     const after = termOf(items.at(-1)!) === null ? [] : words(text.slice(m.index + m[0].length)).slice(0, 1);
     if ([...before, ...after].some(named)) return true;

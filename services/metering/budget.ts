@@ -103,7 +103,10 @@ export class Budget<L extends Lease> {
   /** Puts a new lease in place (made by the kind with `fresh`'s fields). */
   open(lease: L): L {
     let parts = this.leases.get(lease.owner);
-    if (parts === undefined) this.leases.set(lease.owner, (parts = new Map()));
+    if (parts === undefined) {
+      parts = new Map();
+      this.leases.set(lease.owner, parts);
+    }
     parts.set(lease.part, lease);
     if (this.timer === null) {
       this.timer = setInterval(this.sweep, this.idleMs);

@@ -382,10 +382,16 @@ export class QuotaMeter {
     generation: string,
   ): Promise<number> {
     let lane = this.lanes.get(subject.id);
-    if (!lane) this.lanes.set(subject.id, (lane = { inFlight: 0, scheduled: false, waiting: new Map() }));
+    if (!lane) {
+      lane = { inFlight: 0, scheduled: false, waiting: new Map() };
+      this.lanes.set(subject.id, lane);
+    }
     const group = `${generation}\u0000${period.day}\u0000${subject.plan}\u0000${subject.kind}\u0000${tool}`;
     let batch = lane.waiting.get(group);
-    if (!batch) lane.waiting.set(group, (batch = { subject, period, generation, keys, tool, units: 0, calls: [] }));
+    if (!batch) {
+      batch = { subject, period, generation, keys, tool, units: 0, calls: [] };
+      lane.waiting.set(group, batch);
+    }
     batch.units++;
     const appended = new Promise<number>((resolve, reject) => batch.calls.push({ resolve, reject }));
     if (!lane.scheduled && lane.inFlight < MAX_ROUNDS_IN_FLIGHT) {

@@ -67,7 +67,6 @@ export interface RebuildDeps {
   onFolded?: (checkpoint: QuotaCheckpoint) => void;
 }
 
-
 export interface QuotaCheckpoint {
   position: number;
   state: QuotaBalances;
@@ -221,7 +220,6 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     }
   });
 }
-
 
 export const QUOTA_CHECKPOINT = 'quota-counters';
 // 2: QuotaDebitsReturned folded.

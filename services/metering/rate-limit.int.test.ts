@@ -380,7 +380,7 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
     }
   });
 
-  it("leases none while a lease would be over 1/16 of what a budget has left, and never opens a budget the request did not reach", async () => {
+  it('leases none while a lease would be over 1/16 of what a budget has left, and never opens a budget the request did not reach', async () => {
     const cache = await connect('rllease');
     const limiter = new RateLimiter(settings, cache.shared);
     const raw = new Redis(REDIS_URL);

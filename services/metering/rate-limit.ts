@@ -6,7 +6,7 @@ import type { Config } from '../../contracts/config.ts';
 import { ERRORS, errorMessage } from '../../contracts/errors.ts';
 import type { Plan } from '../../contracts/events.ts';
 import { SIGNIN_MCP_PATH } from '../../contracts/oauth.ts';
-import { Budget, BUDGET_SHARE, type Lease, MIN_UNITS } from './budget.ts';
+import { BUDGET_SHARE, Budget, type Lease, MIN_UNITS } from './budget.ts';
 import { type Caller, decorateCaller, UNLIMITED_PATHS, undebitedService } from './caller.ts';
 import type { QuotaMeter } from './quota-meter.ts';
 
@@ -164,12 +164,18 @@ class LocalWindows {
   take(credential: string, tool: string | null, limits: { all: number; perTool: number }, now: number) {
     if (now >= this.nextSweep) this.sweep(now);
     let own = this.credentials.get(credential);
-    if (own === undefined) this.credentials.set(credential, (own = { count: 0, resetsAt: 0, tools: null }));
+    if (own === undefined) {
+      own = { count: 0, resetsAt: 0, tools: null };
+      this.credentials.set(credential, own);
+    }
     const overall = this.count(own, limits.all, now);
     if (!overall.allowed || tool === null) return overall;
     own.tools ??= new Map();
     let window = own.tools.get(tool);
-    if (window === undefined) own.tools.set(tool, (window = { count: 0, resetsAt: 0 }));
+    if (window === undefined) {
+      window = { count: 0, resetsAt: 0 };
+      own.tools.set(tool, window);
+    }
     return tighter(overall, this.count(window, limits.perTool, now));
   }
 
@@ -272,7 +278,9 @@ export class RateLimiter {
     const limits = tool === null ? [all] : [all, perTool];
     let reply: number[];
     try {
-      reply = await new Promise<number[]>((resolve, reject) => this.takes.add({ keys, limits, resolve, reject }));
+      reply = await new Promise<number[]>((resolve, reject) =>
+        this.takes.add({ keys, limits, resolve, reject }),
+      );
     } catch (err) {
       // Redis refusing the script is a bug to surface; an outage (or a server that cannot take
       // writes now) falls back to this process.
@@ -317,7 +325,10 @@ export class RateLimiter {
 
   private takeLocal(tier: RateTier, credential: string, tool: string | null): RateDecision {
     let windows = this.local.get(tier);
-    if (windows === undefined) this.local.set(tier, (windows = new LocalWindows(this.windowMs)));
+    if (windows === undefined) {
+      windows = new LocalWindows(this.windowMs);
+      this.local.set(tier, windows);
+    }
     return windows.take(credential, tool, this.limits[tier], Date.now());
   }
 
@@ -430,9 +441,7 @@ function tighter(overall: RateDecision, byTool: RateDecision): RateDecision {
 }
 
 /** The tool a request calls: from the /x402/<tool> path, or a JSON-RPC tools/call on /mcp. */
-function toolOf(url: string, body: unknown): string | null {
-  const query = url.indexOf('?');
-  const path = query < 0 ? url : url.slice(0, query);
+function toolOf(path: string, body: unknown): string | null {
   if (path.startsWith('/x402/')) return path.slice('/x402/'.length) || null;
   if (isMcpPath(path) && body !== null && typeof body === 'object' && !Array.isArray(body)) {
     const { method, params } = body as { method?: unknown; params?: { name?: unknown } };
@@ -441,20 +450,7 @@ function toolOf(url: string, body: unknown): string | null {
   return null;
 }
 
-/** The MCP endpoints: /mcp, and /mcp/signin whose callers sign in with OAuth. */
 const isMcpPath = (path: string): boolean => path === '/mcp' || path === SIGNIN_MCP_PATH;
-
-/** Characters the router reads other than as themselves in a path: %xx, and '#' ending it. */
-const ROUTER_REWRITES = /[%#]/;
-
-/**
- * The path of the route that answers the request: the router decodes %xx and ends a path at '#',
- * so `/m%63p` is `/mcp`. Only such paths pay for the route's options (a getter that builds an
- * object); an unmatched one keeps its raw path.
- */
-function routedPath(request: FastifyRequest, raw: string): string {
-  return ROUTER_REWRITES.test(raw) ? (request.routeOptions.url ?? raw) : raw;
-}
 
 export interface RateLimitPluginDeps {
   limiter: RateLimiter;
@@ -463,93 +459,47 @@ export interface RateLimitPluginDeps {
   onRefused?: (tier: RateTier, channel: 'http' | 'mcp') => void;
 }
 
-function callerTier(caller: Caller): RateTier {
-  return caller.keyId === null ? 'anonymous' : caller.auth.tier;
-}
-
 /**
- * Limits every product route, HTTP and MCP alike, before its handler runs (a preHandler, so the
- * MCP body is parsed and its tool known). Every limited answer carries RateLimit-Limit,
- * RateLimit-Remaining and RateLimit-Reset; a refusal is 429 with Retry-After, the error shape of
- * its channel and `_service`. A key that does not resolve is limited as its client address, so
- * rotating made-up keys buys no fresh budget.
+ * Limits every product route, HTTP and MCP alike, in a preHandler (the MCP body parsed, its tool
+ * known), after the caller hook. Every limited answer carries RateLimit-* headers; a refusal is
+ * 429 with Retry-After in its channel's shape with `_service`. A key the caller hook refused is
+ * limited as its client address, so made-up keys buy no fresh budget. A callback hook: a caller
+ * limited in-process or from a lease is decided without a promise.
  */
 export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
   const plugin: FastifyPluginAsync = async (app) => {
-    // Who the limit identified a request as (a key that resolved, or none presented), for its
-    // route to use instead of asking again; a key it refused is left to the route to answer.
     decorateCaller(app);
-    app.addHook('preHandler', limitHook(deps));
+    app.addHook('preHandler', (request, reply, done) => {
+      const query = request.url.indexOf('?');
+      const raw = query < 0 ? request.url : request.url.slice(0, query);
+      if (request.method === 'OPTIONS' || UNLIMITED_PATHS.has(raw)) return done();
+      const refused = request.callerRefused;
+      const caller: Caller | null =
+        request.caller ??
+        (refused === null ? null : { auth: refused.service.auth, subject: refused.anonymous, keyId: null });
+      if (caller === null) return done(new Error('the rate limit runs after the caller hook (callerPlugin)'));
+      // The path the router answers (it decodes %xx and ends at '#': /m%63p is /mcp), each
+      // spelling of a tool's path otherwise a budget of its own.
+      const path = /[%#]/.test(raw) ? (request.routeOptions.url ?? raw) : raw;
+      const tier: RateTier = caller.keyId === null ? 'anonymous' : caller.auth.tier;
+      const tool = toolOf(path, request.body);
+      const apply = (decision: RateDecision) => {
+        const seconds = Math.max(1, Math.ceil(decision.resetMs / 1_000));
+        reply.header('ratelimit-limit', decision.limit);
+        reply.header('ratelimit-remaining', decision.remaining);
+        reply.header('ratelimit-reset', seconds);
+        // A refusal is answered here, and the callback is then not called (Fastify's rule).
+        if (decision.allowed) done();
+        else refuse(deps, request, reply, isMcpPath(path), caller, tier, decision, seconds).catch(done);
+      };
+      const now = deps.limiter.takeNow(tier, caller.subject.id, tool);
+      if (now !== null) apply(now);
+      else deps.limiter.take(tier, caller.subject.id, tool).then(apply, done);
+    });
   };
   // The hook must reach every route registered beside it, not only this plugin's own.
   (plugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
   return plugin;
-}
-
-/**
- * A callback hook, not an async one: it runs before every product route, and a caller limited
- * in-process (the embedded default) or from a lease is decided without a promise. The caller is
- * the one the caller hook resolved (callerPlugin, which must be registered before); a key it
- * refused is limited as its client address, and the route answers the refusal itself.
- */
-function limitHook(deps: RateLimitPluginDeps) {
-  return (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void => {
-    const query = request.url.indexOf('?');
-    const raw = query < 0 ? request.url : request.url.slice(0, query);
-    if (request.method === 'OPTIONS' || UNLIMITED_PATHS.has(raw)) {
-      done();
-      return;
-    }
-    const refused = request.callerRefused;
-    const caller: Caller | null =
-      request.caller ??
-      (refused === null ? null : { auth: refused.service.auth, subject: refused.anonymous, keyId: null });
-    if (caller === null) {
-      done(
-        new Error(
-          'the rate limit runs after the caller hook (callerPlugin), which did not resolve this request',
-        ),
-      );
-      return;
-    }
-    // Read from the raw text, each spelling of a tool's path was a budget of its own, and /m%63p
-    // had none (nor the MCP shape of a refusal).
-    const path = routedPath(request, raw);
-    const tier = callerTier(caller);
-    const tool = toolOf(path, request.body);
-    const decision = deps.limiter.takeNow(tier, caller.subject.id, tool);
-    if (decision !== null) {
-      apply(deps, request, reply, path, caller, decision, done);
-      return;
-    }
-    deps.limiter
-      .take(tier, caller.subject.id, tool)
-      .then((decision) => apply(deps, request, reply, path, caller, decision, done), done);
-  };
-}
-
-/** Announces the decision's headers and lets the request on, or answers its refusal here. */
-function apply(
-  deps: RateLimitPluginDeps,
-  request: FastifyRequest,
-  reply: FastifyReply,
-  path: string,
-  caller: Caller,
-  decision: RateDecision,
-  done: (err?: Error) => void,
-): void {
-  const resetSeconds = announce(reply, decision);
-  // Answered from here on refusal: the callback is then not called (Fastify's rule).
-  if (decision.allowed) done();
-  else refuse(deps, request, reply, path, caller, decision, resetSeconds).catch(done);
-}
-
-function announce(reply: FastifyReply, decision: RateDecision): number {
-  const resetSeconds = Math.max(1, Math.ceil(decision.resetMs / 1_000));
-  reply.header('ratelimit-limit', decision.limit);
-  reply.header('ratelimit-remaining', decision.remaining);
-  reply.header('ratelimit-reset', resetSeconds);
-  return resetSeconds;
 }
 
 /** The 429 in the channel's shape (JSON-RPC on the MCP paths), with the caller's quota. */
@@ -557,32 +507,35 @@ async function refuse(
   deps: RateLimitPluginDeps,
   request: FastifyRequest,
   reply: FastifyReply,
-  path: string,
+  mcp: boolean,
   caller: Caller,
+  tier: RateTier,
   decision: RateDecision,
-  resetSeconds: number,
+  seconds: number,
 ): Promise<void> {
-  const channel = isMcpPath(path) ? 'mcp' : 'http';
-  deps.onRefused?.(callerTier(caller), channel);
+  deps.onRefused?.(tier, mcp ? 'mcp' : 'http');
   const service = await undebitedService(deps.quota, caller);
-  // Status, JSON-RPC code, retryable and words from the error catalog, as every refusal.
   const { status, rpc, retryable } = ERRORS.RATE_LIMITED;
+  const message = errorMessage('RATE_LIMITED', { limit: decision.limit, seconds });
+  reply.code(status).header('retry-after', seconds);
   const data = {
     code: 'RATE_LIMITED' as const,
     retryable,
     retry_after_ms: decision.resetMs,
     _service: service,
   };
-  const message = errorMessage(data.code, { limit: decision.limit, seconds: resetSeconds });
-  reply.code(status).header('retry-after', resetSeconds);
-  if (channel === 'mcp') {
-    const id = (request.body as { id?: unknown } | null)?.id;
-    reply.send({
-      jsonrpc: '2.0',
-      id: typeof id === 'string' || typeof id === 'number' ? id : null,
-      error: { code: rpc, message, data },
+  if (!mcp)
+    return void reply.send({
+      code: data.code,
+      message,
+      retryable,
+      retry_after_ms: decision.resetMs,
+      _service: service,
     });
-    return;
-  }
-  reply.send({ code: data.code, message, retryable, retry_after_ms: data.retry_after_ms, _service: service });
+  const id = (request.body as { id?: unknown } | null)?.id;
+  reply.send({
+    jsonrpc: '2.0',
+    id: typeof id === 'string' || typeof id === 'number' ? id : null,
+    error: { code: rpc, message, data },
+  });
 }

@@ -44,17 +44,27 @@ describe('drill process starts', () => {
 
   it('keeps waiting on a silent process that is busy, like one loading its modules', async () => {
     // Silent for well past the stall window while it burns CPU, then a probe that says ready.
+    // It burns 50 ms of CPU time, sleeps 100 ms, and so on: a third of a core when it gets one,
+    // 3 CPU s per window, six times CPU_PROGRESS_S. Burning a whole core for the 20 s cost the
+    // suite's two cores 20 CPU s; and under load, where a process gets less than a third of a
+    // core, the 50 ms are CPU time, taken as the scheduler gives it, so the loop earns close to a
+    // full burner's share (at load 20: about 0.7 CPU s per window against 0.86).
     let ready = false;
+    const burn = `const end = Date.now() + 20000;
+      const burn = () => {
+        const from = process.cpuUsage();
+        for (let used = 0; used < 50000; ) { const c = process.cpuUsage(from); used = c.user + c.system; }
+        if (Date.now() < end) setTimeout(burn, 100);
+      };
+      burn(); setInterval(() => {}, 1000)`;
     const p = managed({
       name: 'busy',
-      argv: () => [
-        process.execPath,
-        ['-e', 'const end = Date.now() + 20000; while (Date.now() < end) {} setInterval(() => {}, 1000)'],
-      ],
+      argv: () => [process.execPath, ['-e', burn]],
       logFile: join(dir, 'busy.log'),
       probe: async () => ({ ready, detail: 'loading' }),
-      // Generous: the loop must earn CPU_PROGRESS_S of CPU per window even on a machine at load 30.
-      stallMs: 8_000,
+      // Generous: the loop must earn CPU_PROGRESS_S of CPU per window even on a machine at load 30
+      // (a 1/15 share of two cores: 50 ms of CPU per 0.85 s, 0.53 s per window).
+      stallMs: 9_000,
     });
     // Settled at once so that a start failing during the wait below is this test's failure, not an unhandled one.
     const started = p.start().then(

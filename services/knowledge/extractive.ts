@@ -630,6 +630,26 @@ function isCommand(text: string): boolean {
   );
 }
 
+/**
+ * A line of a code sample (CODE) that calls or imports what does the act asked about on what the
+ * question names: a name whose parts meet the act and another of the question's terms
+ * ("verifyWebhook" for "how do I verify a webhook signature"). It is the code the step needs.
+ */
+function callsAct(text: string, act: Set<string>, asked: { meets: Set<string> }[]): boolean {
+  if (text.length < 15 || text.length > LONG_SENTENCE || !CODE.test(text)) return false;
+  return words(text).some((w) => {
+    // A function is named in camelCase; snake_case names fields and settings.
+    if (!/^[a-z]+(?:[A-Z][a-z0-9]*)+$/.test(w)) return false;
+    const parts = w
+      .split(/(?<=[a-z0-9])(?=[A-Z])/)
+      .map(termOf)
+      .filter((t): t is string => t !== null);
+    const acts = parts.some((t) => act.has(t));
+    const on = parts.some((t) => !act.has(t) && asked.some(({ meets }) => meets !== act && meets.has(t)));
+    return acts && on;
+  });
+}
+
 function answerable(text: string): boolean {
   if (text.endsWith('?') || text.length < 15 || CODE.test(text)) return false;
   // A query or a command line is dense in brackets, quotes and operators; prose is not.
@@ -711,7 +731,9 @@ export function extractiveAnswer(
     list.forEach((quotes, order) => {
       const head = quotes[0]!;
       // A "how do I" question may be answered by the command it needs, quoted from a sample.
-      const quotable = answerable(head) || (kind === 'steps' && quotes.length === 1 && isCommand(head));
+      const codeCall = kind === 'steps' && cruxAt >= 0 && callsAct(head, asked[cruxAt]!.meets, asked);
+      const quotable =
+        answerable(head) || (kind === 'steps' && quotes.length === 1 && (isCommand(head) || codeCall));
       if (!quotable || isHeading(head, passage)) return;
       const text = quotes.join(' ');
       const { own, ranked, crux } = coverageOf(text, title, body);
@@ -724,7 +746,9 @@ export function extractiveAnswer(
         (kind === 'list' && itemList(quotes, listOf) ? 0.2 : 0) -
         rank * 0.01 -
         text.length / 5000 +
-        subjectFit(kind, head, asked) -
+        subjectFit(kind, head, asked) +
+        // The call that does the act asked about is the code a "how do I" answer quotes.
+        (codeCall ? 0.25 : 0) -
         // The test suite's sections say how a behaviour is tested, not what it is or why: they
         // answer a question about tests, and rank far below the rest for any other.
         (testsSection && !aboutTests ? 0.3 : 0) -

@@ -93,21 +93,46 @@ export class Budget<L extends Lease> {
     for (const lease of this.ending) if (lease.owner === owner) yield lease;
   }
 
-  /** Notes a call of `owner` at `now`; whether it is busy enough to lease (`overlapping`: one in flight). */
-  busy(owner: string, now: number, overlapping: boolean): boolean {
+  /**
+   * The lease of a call of `owner`'s `part`, noting the call: the live one while it `fits`, else
+   * a new one (`make` adds the kind's fields) when the owner is busy: a call in flight
+   * (`overlapping`), or its last within ms/MIN_UNITS and idleMs.
+   */
+  lease(
+    owner: string,
+    part: string,
+    overlapping: boolean,
+    fits: (lease: L) => boolean,
+    make: (base: Lease) => L,
+  ): L | undefined {
+    const now = this.now();
     const last = this.lastCall.get(owner) ?? Number.NEGATIVE_INFINITY;
     setBounded(this.lastCall, owner, now, REMEMBERED_OWNERS);
-    return this.on && (overlapping || now - last <= Math.min(this.options.ms / MIN_UNITS, this.idleMs));
-  }
-
-  /** Puts a new lease in place (made by the kind with `fresh`'s fields). */
-  open(lease: L): L {
-    let parts = this.leases.get(lease.owner);
+    let parts = this.leases.get(owner);
+    const live = parts?.get(part);
+    if (live !== undefined && fits(live)) return live;
+    if (live !== undefined) this.end(live);
+    if (!this.on || (!overlapping && now - last > Math.min(this.options.ms / MIN_UNITS, this.idleMs)))
+      return undefined;
+    const lease = make({
+      owner,
+      part,
+      free: 0,
+      pending: 0,
+      size: 0,
+      calls: 0,
+      since: now,
+      lastTaken: this.sweeps,
+      granting: null,
+      giving: null,
+      ended: false,
+    });
+    parts = this.leases.get(owner);
     if (parts === undefined) {
       parts = new Map();
-      this.leases.set(lease.owner, parts);
+      this.leases.set(owner, parts);
     }
-    parts.set(lease.part, lease);
+    parts.set(part, lease);
     if (this.timer === null) {
       this.timer = setInterval(this.sweep, this.idleMs);
       this.timer.unref();
@@ -115,28 +140,13 @@ export class Budget<L extends Lease> {
     return lease;
   }
 
-  fresh(owner: string, part: string): Lease {
-    return {
-      owner,
-      part,
-      free: 0,
-      pending: 0,
-      size: 0,
-      calls: 0,
-      since: this.now(),
-      lastTaken: this.sweeps,
-      granting: null,
-      giving: null,
-      ended: false,
-    };
-  }
-
-  /** A call of the lease: takes one of its units when it has one. */
-  take(lease: L): boolean {
+  /** A call of the lease: takes one of its units when it has one (and asks for the next grant when due). */
+  take(lease: L, left: number): boolean {
     lease.calls++;
     lease.lastTaken = this.sweeps;
     if (lease.free === 0) return false;
     lease.free--;
+    this.refill(lease, left);
     return true;
   }
 

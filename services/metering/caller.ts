@@ -14,34 +14,29 @@ import {
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /**
-     * Who is calling, resolved once per request: by the rate limit in front of every product
-     * route, by the sign-in gate for an OAuth token, or by `callerHook`; null until one of them ran.
-     */
+    /** Who is calling, resolved once per request (callerPlugin, or the sign-in gate's OAuth token). */
     caller: Caller | null;
     /** The `_service` of the answer, once a step has learnt it (a refused key, a metered call). */
     service: ServiceMeta | null;
-    /** A presented key the caller hook found not live: each channel refuses it in its own shape. */
+    /** A presented key that is not live: each channel refuses it in its own shape. */
     callerRefused: CallerRejectedError | null;
   }
 }
 
-/** Declares `request.caller`, `request.service` and `request.callerRefused` where they are not yet (once per app, at any level). */
+/** Declares `request.caller`, `request.service` and `request.callerRefused` where they are not yet. */
 export function decorateCaller(app: FastifyInstance): void {
   if (!app.hasRequestDecorator('caller')) app.decorateRequest('caller', null);
   if (!app.hasRequestDecorator('service')) app.decorateRequest('service', null);
   if (!app.hasRequestDecorator('callerRefused')) app.decorateRequest('callerRefused', null);
 }
 
-/** Paths that serve no caller: probes and metrics scraped by the platform (never resolved nor limited). */
+/** Paths that serve no caller: probes and metrics (never resolved nor limited). */
 export const UNLIMITED_PATHS: ReadonlySet<string> = new Set(['/healthz', '/readyz', '/metrics']);
 
 /**
- * The api's one caller hook (preValidation, before every route's own): resolves who is calling
- * once, as `request.caller`, or keeps a presented key that is not live as `request.callerRefused`
- * for the route to refuse in its channel's shape. Without a promise when no key is presented or the
- * registry already holds the key as active. A caller a hook before it knew (the sign-in gate's
- * OAuth token) is kept. Registered in the root context, so it reaches every route.
+ * The api's one caller hook (preValidation, in the root context so it reaches every route):
+ * resolves who is calling once, as `request.caller`, or keeps a presented key that is not live as
+ * `request.callerRefused`. Without a promise when no key is presented or the key is known active.
  */
 export function callerPlugin(keys: KeyResolver): FastifyPluginAsync {
   const plugin: FastifyPluginAsync = async (app) => {
@@ -83,7 +78,7 @@ export function callerPlugin(keys: KeyResolver): FastifyPluginAsync {
   return plugin;
 }
 
-/** The keyed channel's key registry and quota meter, which every metered route reads its caller from. */
+/** The key registry and quota meter every metered route reads. */
 export interface KeyedAccess {
   keys: KeyResolver;
   quota: QuotaMeter;
@@ -97,10 +92,7 @@ export interface Caller {
   readonly keyId: string | null;
 }
 
-/**
- * A presented key that must not be served: `unknown` (well-formed, never issued or revoked;
- * not retryable) or `indeterminate` (cannot be checked right now; retryable).
- */
+/** A presented key that must not be served: `unknown` (never issued, or revoked) or `indeterminate` (retryable). */
 export class CallerRejectedError extends Error {
   override readonly name = 'CallerRejectedError';
   constructor(
@@ -115,20 +107,14 @@ export class CallerRejectedError extends Error {
   }
 }
 
-/**
- * The anonymous subject of a client address. Its id is read on every keyless request (the rate
- * limit's budget, the quota peek) and the hash is remembered per address: a plain object costs
- * less than a lazy getter, which V8 builds on a slow path for each request.
- */
+/** The anonymous subject of a client address, counted by a hash of it (remembered per address). */
 function anonymousSubject(clientAddress: string): QuotaSubject {
   return { id: anonymousSubjectId(clientAddress), kind: 'anonymous', plan: 'free' };
 }
 
-/** Hashes of recent client addresses: a quote or anonymous call hashes its caller's address on every request. */
 const anonymousIds = new Map<string, string>();
 const REMEMBERED_ADDRESSES = 10_000;
 
-/** Anonymous callers are counted by a hash of their address, never the address itself. */
 function anonymousSubjectId(clientAddress: string): string {
   let id = anonymousIds.get(clientAddress);
   if (id === undefined) {
@@ -141,16 +127,12 @@ function anonymousSubjectId(clientAddress: string): string {
 
 type CallerRequest = { headers: Record<string, string | string[] | undefined>; clientAddress: string };
 
-/** The caller of a request that presents no key to resolve, without a promise; null when one is presented. */
+/** The caller of a request that presents no key; null when one is presented. */
 export function keylessCaller(request: CallerRequest): Caller | null {
   return callerWithout(presentedCredential(request.headers, isWellFormedKey), request.clientAddress);
 }
 
-/**
- * The caller of a request, without a promise, when no key is presented or the key is one the
- * registry already holds as active; null when it must be identified (identifyCaller), which also
- * refuses a key that is unknown, revoked or cannot be checked.
- */
+/** The caller without a promise when no key is presented or the registry holds it active; else null (identifyCaller). */
 export function callerNow(keys: KeyResolver, request: CallerRequest): Caller | null {
   const credential = presentedCredential(request.headers, isWellFormedKey);
   if (credential.kind === 'none') return callerWithout(credential, request.clientAddress);
@@ -169,10 +151,7 @@ export function callerNow(keys: KeyResolver, request: CallerRequest): Caller | n
   return caller;
 }
 
-/**
- * The caller of each remembered lookup (KeyResolver keeps one while the registry is unchanged),
- * shared by the requests of that key: frozen, since no request may change what the next reads.
- */
+/** The caller of each remembered lookup, shared by that key's requests: frozen. */
 const keyCallers = new WeakMap<KeyLookup, Caller>();
 
 function callerWithout(credential: PresentedCredential, clientAddress: string): Caller | null {
@@ -223,7 +202,7 @@ export async function identifyCaller(
   return keyCaller(lookup.record);
 }
 
-/** The caller of an active key: whether it came as a Bearer key or as an OAuth token acting as it, metered alike. */
+/** The caller of an active key, whether a Bearer key or an OAuth token acting as it. */
 export function keyCaller(record: Pick<KeyRecord, 'keyHash' | 'keyId' | 'plan'>): Caller {
   return {
     auth: { outcome: 'OK', presented: true, tier: record.plan },
@@ -232,11 +211,7 @@ export function keyCaller(record: Pick<KeyRecord, 'keyHash' | 'keyId' | 'plan'>)
   };
 }
 
-/**
- * `_service` for a refused key: the contract puts a live count in every response, so it carries
- * the quota the request counts against without the key (its address's anonymous one). When the
- * counters are out of reach it stays null rather than failing the refusal.
- */
+/** `_service` of a refused key: the live quota of its address's anonymous subject (null when out of reach). */
 export async function rejectedService(
   quota: Pick<QuotaMeter, 'peek'>,
   err: CallerRejectedError,
@@ -248,25 +223,20 @@ export async function rejectedService(
   }
 }
 
-/** What the caller hook reads: the key registry, and the quota a refusal's `_service` peeks (when there is one). */
+/** What callerHook reads: the key registry, and the quota a refusal's `_service` peeks. */
 export interface CallerAccess {
   keys: Pick<KeyResolver, 'resolve'>;
   quota?: Pick<QuotaMeter, 'peek'> | undefined;
 }
 
-/** How a route refuses a caller: each channel answers in its own shape, with codes from the catalog. */
+/** How a route refuses a caller, in its channel's shape. */
 export interface CallerRefusals {
-  /** A presented key that is not live: unknown or revoked, or one that cannot be checked right now. */
   rejected(err: CallerRejectedError): Error;
-  /** Given, the route needs a live key: a caller without one (none presented, or malformed) is refused with this. */
+  /** Given, the route needs a live key: a caller without one is refused with this. */
   keyless?(caller: Caller): Error;
 }
 
-/**
- * `CallerRefusals.rejected` in the catalog's words: a key that cannot be checked right now is 503
- * KEY_UNVERIFIABLE (retryable), whatever the route; an unknown or revoked one is the route's own
- * `unknown()`.
- */
+/** `CallerRefusals.rejected`: 503 KEY_UNVERIFIABLE for a key that cannot be checked now, else the route's `unknown()`. */
 export function keyRefusal(unknown: () => Error): (err: CallerRejectedError) => Error {
   return (err) =>
     err.reason === 'indeterminate'
@@ -274,11 +244,7 @@ export function keyRefusal(unknown: () => Error): (err: CallerRejectedError) => 
       : unknown();
 }
 
-/**
- * The caller's `_service` for an answer that debits nothing: the live quota of the key, or of the
- * anonymous caller's address (a 402 quote carries it too, as the contract asks of every response);
- * null figures when the counters are out of reach or there is no quota to read.
- */
+/** The caller's `_service` for an answer that debits nothing (null figures when out of reach). */
 export function undebitedService(
   quota: Pick<QuotaMeter, 'peek'> | undefined,
   caller: Caller,
@@ -291,12 +257,10 @@ export function undebitedService(
 }
 
 /**
- * The one auth hook of every channel (preValidation): the request's caller resolved once, set as
- * `request.caller`, which the route reads and nothing else. Without a promise when a hook before
- * it already knew the caller (the sign-in gate) or no key is presented. A presented key that is
- * not live is refused with `refusals.rejected`, and a caller without a key, where the route needs
- * one, with `refusals.keyless`; either way after `request.service` is set to the refusal's
- * `_service` (for a refused key, the quota the request counts against without it).
+ * A route's auth hook (preValidation): reads `request.caller` (resolving it when the route runs
+ * without callerPlugin, as in a test's own app), refuses a key that is not live with
+ * `refusals.rejected` and, where the route needs a key, a caller without one with
+ * `refusals.keyless`, after setting `request.service` to the refusal's `_service`.
  */
 export function callerHook(access: () => CallerAccess, refusals: CallerRefusals) {
   const keyless = (request: FastifyRequest, caller: Caller, done: (err?: Error) => void): void => {
@@ -321,7 +285,6 @@ export function callerHook(access: () => CallerAccess, refusals: CallerRefusals)
       void refuse(request, request.callerRefused, done);
       return;
     }
-    // Resolved by the api's caller hook; a route served without it (a test's own app) resolves here.
     const known = request.caller ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
     if (known !== null) {
       keyless(request, known, done);

@@ -182,7 +182,13 @@ export class QuotaMeter {
   ): QuotaSnapshot {
     let held = 0;
     for (const lease of this.budget.held(subject.id))
-      if (sameWindows(lease.windows, windows)) held += lease.free + lease.pending;
+      if (
+        sameKeys(
+          lease.keys,
+          windows.map((w) => w.key),
+        )
+      )
+        held += lease.free + lease.pending;
     return quotaSnapshot(
       limits,
       period,
@@ -196,13 +202,26 @@ export class QuotaMeter {
    * its record cannot be made; the caller must not serve then.
    */
   async debit(subject: QuotaSubject, tool: string, _requestId: string): Promise<DebitOutcome> {
-    const now = this.now();
-    const period = quotaPeriod(now);
+    const period = quotaPeriod(this.now());
     const { limits, windows } = this.windowsOf(subject, period);
-    const lease = this.leaseOf(subject, tool, period, windows, now);
-    if (lease !== undefined && this.budget.take(lease)) {
-      this.budget.refill(lease, this.left(lease));
-      const known = this.counts.get(subject.id)?.counts ?? [];
+    const keys = windows.map((w) => w.key);
+    // The counts of these windows at the subject's last debit, grant or give-back here.
+    const last = this.counts.get(subject.id);
+    const known = last !== undefined && sameKeys(last.keys, keys) ? last.counts : [];
+    const lane = this.lanes.get(subject.id);
+    const lease = this.budget.lease(
+      subject.id,
+      tool,
+      lane !== undefined && lane.inFlight > 0,
+      // A new day or plan ends the lease: its units go back to the windows they were counted in.
+      (held) =>
+        held.subject.plan === subject.plan &&
+        held.subject.kind === subject.kind &&
+        sameKeys(held.keys, keys) &&
+        held.windows.every((w, i) => w.limit === windows[i]!.limit),
+      (base) => ({ ...base, subject, period, windows, keys, position: 0, refunding: null, unrecorded: null }),
+    );
+    if (lease !== undefined && this.budget.take(lease, left(windows, known))) {
       const outcome = {
         ok: true,
         snapshot: this.figures(subject, limits, period, windows, known),
@@ -214,9 +233,10 @@ export class QuotaMeter {
       return outcome;
     }
     const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, windows, 1));
-    const keys = windows.map((w) => w.key);
-    if (lease !== undefined && !lease.ended) this.setCounts(subject.id, keys, result.counts);
-    if (lease !== undefined && result.ok) this.budget.refill(lease, this.left(lease));
+    if (lease !== undefined && !lease.ended) {
+      setBounded(this.counts, subject.id, { keys, counts: result.counts }, 10_000);
+      if (result.ok) this.budget.refill(lease, left(windows, result.counts));
+    }
     const snapshot = this.figures(subject, limits, period, windows, result.counts);
     if (!result.ok)
       return { ok: false, snapshot, refusedBy: result.refusedBy === 0 ? 'monthly' : 'daily', position: null };
@@ -224,65 +244,11 @@ export class QuotaMeter {
     return { ok: true, snapshot, refusedBy: null, position };
   }
 
-  /** What is left in the lease's windows, by the last counts known here. */
-  private left(lease: QuotaLease): number {
-    const counts = this.counts.get(lease.subject.id)?.counts;
-    if (counts === undefined) return 0;
-    let left = Number.POSITIVE_INFINITY;
-    for (let i = 0; i < lease.windows.length; i++)
-      left = Math.min(left, lease.windows[i]!.limit - (counts[i] ?? 0));
-    return left;
-  }
-
-  /** The subject's lease of `tool`: ended when the day or plan changed under it, opened when busy. */
-  private leaseOf(
-    subject: QuotaSubject,
-    tool: string,
-    period: QuotaPeriod,
-    windows: QuotaWindow[],
-    now: number,
-  ): QuotaLease | undefined {
-    const lane = this.lanes.get(subject.id);
-    const busy = this.budget.busy(subject.id, now, lane !== undefined && lane.inFlight > 0);
-    const lease = this.budget.get(subject.id, tool);
-    if (lease !== undefined) {
-      const same =
-        lease.subject.plan === subject.plan &&
-        lease.subject.kind === subject.kind &&
-        sameWindows(lease.windows, windows) &&
-        lease.windows.every((w, i) => w.limit === windows[i]!.limit);
-      if (same) return lease;
-      this.budget.end(lease);
-      if (this.budget.get(subject.id, tool) === undefined && !this.hasLease(subject.id))
-        this.counts.delete(subject.id);
-    }
-    if (!busy) return undefined;
-    return this.budget.open({
-      ...this.budget.fresh(subject.id, tool),
-      subject,
-      period,
-      windows,
-      keys: windows.map((w) => w.key),
-      position: 0,
-      refunding: null,
-      unrecorded: null,
-    });
-  }
-
-  private setCounts(subjectId: string, keys: readonly string[], counts: readonly number[]): void {
-    setBounded(this.counts, subjectId, { keys, counts }, 10_000);
-  }
-
-  private hasLease(subjectId: string): boolean {
-    for (const lease of this.budget.held(subjectId)) if (!lease.ended) return true;
-    return false;
-  }
-
   /** Counts `units` ahead on the counters, then appends them (flushed: a lost grant is calls served free). */
   private async grant(lease: QuotaLease, units: number): Promise<number> {
     const { subject, period, keys } = lease;
     const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, lease.windows, units));
-    if (!lease.ended) this.setCounts(subject.id, keys, result.counts);
+    if (!lease.ended) setBounded(this.counts, subject.id, { keys, counts: result.counts }, 10_000);
     if (!result.ok) return 0;
     lease.pending += units;
     const id = newEventId();
@@ -465,11 +431,19 @@ function quotaStream(subjectId: string): string {
   return `quota-${subjectId}`;
 }
 
-function sameWindows(a: QuotaWindow[], b: QuotaWindow[]): boolean {
+function sameKeys(a: readonly string[], b: readonly string[]): boolean {
   if (a === b) return true;
   if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i]!.key !== b[i]!.key) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
   return true;
+}
+
+/** What is left in the tighter of `windows` at `counts` (none known: nothing, so no grant). */
+function left(windows: QuotaWindow[], counts: readonly number[]): number {
+  if (counts.length === 0) return 0;
+  let least = Number.POSITIVE_INFINITY;
+  for (let i = 0; i < windows.length; i++) least = Math.min(least, windows[i]!.limit - (counts[i] ?? 0));
+  return least;
 }
 
 /** A debit event's data, from values checked already, in the schema's field order. */

@@ -346,26 +346,27 @@ export class RateLimiter {
     tool: string | null,
   ): { lease: RateLease | undefined; decision: RateDecision | null } {
     const now = performance.now();
-    const owner = `${tier}:${credential}`;
-    const part = tool ?? '';
-    let lease = this.budget.get(owner, part);
-    if (lease !== undefined && lease.resetsAt - now <= LEASE_GUARD_MS && lease.size > 0) {
-      this.budget.end(lease);
-      lease = undefined;
-    }
-    const busy = this.budget.busy(`${owner}\u0000${part}`, now, false) && now >= this.pausedUntil;
-    if (lease === undefined && busy) {
-      const { all, perTool } = this.limits[tier];
-      lease = this.budget.open({
-        ...this.budget.fresh(owner, part),
+    const { all, perTool } = this.limits[tier];
+    const lease = this.budget.lease(
+      `${tier}:${credential}`,
+      tool ?? '',
+      false,
+      // Neither used nor kept in its window's last LEASE_GUARD_MS: its units would outlive it.
+      (held) => held.size === 0 || held.resetsAt - now > LEASE_GUARD_MS,
+      (base) => ({
+        ...base,
         keys: this.sharedKeys(tier, credential, tool),
         limits: tool === null ? [all] : [all, perTool],
         counts: [],
         resetsAt: Number.POSITIVE_INFINITY,
         endsBy: [],
-      });
-    }
-    if (lease === undefined || !this.budget.take(lease)) return { lease, decision: null };
+      }),
+    );
+    const left =
+      lease === undefined
+        ? 0
+        : Math.min(...lease.limits.map((limit, i) => limit - (lease.counts[i] ?? limit)));
+    if (lease === undefined || !this.budget.take(lease, left)) return { lease, decision: null };
     let decision: RateDecision | null = null;
     for (let i = 0; i < lease.keys.length; i++) {
       const limit = lease.limits[i]!;
@@ -377,12 +378,12 @@ export class RateLimiter {
       };
       decision = decision === null ? budget : tighter(decision, budget);
     }
-    this.budget.refill(lease, Math.min(...lease.limits.map((limit, i) => limit - lease.counts[i]!)));
     return { lease, decision };
   }
 
   private async grant(lease: RateLease, units: number): Promise<number> {
     const sentAt = performance.now();
+    if (sentAt < this.pausedUntil) return 0;
     const args = [units, LEASE_GUARD_MS + this.budget.idleMs, BUDGET_SHARE, MIN_UNITS, ...lease.limits];
     let reply: number[];
     try {

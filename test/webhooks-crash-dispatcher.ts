@@ -32,6 +32,12 @@ const bus = await connectNatsBus({
   logger,
   pullExpiresMs: 2_000,
 });
+// The dispatcher's consumers take the bus's ack wait, JetStream's 30 s. A message the killed
+// dispatcher had taken and not acked yet (a delivery waiting for one of the endpoint's 4 slots,
+// all hanging) comes back only once it ran out, so the test waited 30 s for the last delivery.
+// Shortened here as WEBHOOK_STUCK_AFTER_MS is above: the same redelivery, 5 s after the crash.
+const consume = bus.consume.bind(bus);
+bus.consume = (options, handler) => consume({ ackWaitMs: 5_000, ...options }, handler);
 const feed = await openReplayFeed({ run: false });
 const dispatcher = dispatcherComponent({
   config,

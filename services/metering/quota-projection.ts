@@ -2,24 +2,16 @@ import type { RecordedEvent } from '../../contracts/envelope.ts';
 import { defineProjection, type Projection } from '../../projections/projection.ts';
 import { counterExpiry, dayKey, monthKey, resetsAtOf } from './windows.ts';
 
-/**
- * Counter per quota window, as the cache should hold it, folded from the debit events (see
- * quota-rebuild.ts).
- */
+/** Counter per quota window, as the cache should hold it, folded from the debit events. */
 export type QuotaBalances = Record<string, { count: number; expiresAt: number }>;
 
 /**
- * The events that record debits: QuotaDebitsRecorded (a batch of one subject's calls, or a lease's
- * prepaid units, written now), QuotaDebited (one call, in logs written before) and
- * QuotaDebitsReturned (a lease's units no call took, given back). All carry subject, units, day,
- * month and generation, and fold the same way, a return with its units taken back.
+ * Debit events: QuotaDebitsRecorded (calls, or a lease's units), QuotaDebited (one call, older
+ * logs) and QuotaDebitsReturned (a lease's unused units, folded as taken back).
  */
 export const DEBIT_EVENT_TYPES = ['QuotaDebited', 'QuotaDebitsRecorded', 'QuotaDebitsReturned'] as const;
 
-/**
- * Units of calls a debit event records (negative for a return), 0 for any other event (or another
- * subject's, when given): summed over a log, the units its subjects were charged.
- */
+/** Units a debit event charges (negative for a return; 0 for other events, or another `subject`'s). */
 export function debitedUnits(event: RecordedEvent, subject?: string): number {
   const type = event.type;
   if (type !== 'QuotaDebited' && type !== 'QuotaDebitsRecorded' && type !== 'QuotaDebitsReturned') return 0;

@@ -3,14 +3,9 @@ import { Plan } from '../../contracts/events.ts';
 import { QuotaSnapshot } from './snapshot.ts';
 
 /**
- * The `_service` block every response carries, whatever the channel and whether it succeeded.
- * Field names follow the public peer so its clients read ours unchanged.
- */
-
-/**
- * ABSENT: no `Authorization` header; MALFORMED: one that is not `Bearer <key-shaped token>`;
- * UNKNOWN: a well-formed key we did not issue, or one revoked; INDETERMINATE: the key could not
- * be checked right now; OK: the key applied.
+ * The `_service` block every response carries (field names follow the public peer). Auth outcome:
+ * ABSENT (no Authorization), MALFORMED (not `Bearer <key-shaped token>`), UNKNOWN (not issued, or
+ * revoked), INDETERMINATE (not checkable now), OK.
  */
 const AuthOutcome = z.enum(['ABSENT', 'MALFORMED', 'UNKNOWN', 'INDETERMINATE', 'OK']);
 export type AuthOutcome = z.infer<typeof AuthOutcome>;
@@ -33,10 +28,7 @@ export const ServiceMeta = z.object({
 });
 export type ServiceMeta = z.infer<typeof ServiceMeta>;
 
-/**
- * A paid call's receipt, beside auth and quota: `pending` when the settlement was broadcast but
- * not yet confirmed (reconciliation finishes it), `transaction` null until one is known.
- */
+/** A paid call's receipt: `pending` until the settlement is confirmed, `transaction` null until known. */
 export const PaymentReceipt = z.object({
   status: z.enum(['settled', 'pending']),
   network: z.string(),
@@ -61,10 +53,7 @@ export type PresentedCredential =
 const BEARER = /^Bearer +(\S+) *$/i;
 const HINT = 'a key applies only as the header "Authorization: Bearer <key>"';
 
-/**
- * Reads the credential from the headers. `Authorization: Bearer <token>` is the only way a key
- * applies; anything else leaves the request anonymous with an outcome that names why.
- */
+/** The credential in the headers: only `Authorization: Bearer <token>` applies a key; anything else says why not. */
 export function presentedCredential(
   headers: Record<string, string | string[] | undefined>,
   isWellFormed: (token: string) => boolean,

@@ -11,11 +11,8 @@ const WindowFigures = {
 };
 
 /**
- * `_service.quota`. Top level: `remaining` is what the caller can call now (the tighter of the
- * month and the day), `used`/`total`/`resets_at` are the month's. Because a day cap can make
- * `used + remaining` fall short of `total`, each window is also given whole in its own block,
- * where `used + remaining = total` holds (unless a plan change left more used than the new total): `monthly` on every plan, `daily` on plans with
- * a daily cap.
+ * `_service.quota`: `remaining` is the tighter of month and day, `used`/`total`/`resets_at` the
+ * month's; each window is also given whole (`monthly`, and `daily` on plans with a day cap).
  */
 export const QuotaSnapshot = z.object({
   ...WindowFigures,
@@ -24,10 +21,7 @@ export const QuotaSnapshot = z.object({
 });
 export type QuotaSnapshot = z.infer<typeof QuotaSnapshot>;
 
-/**
- * `resets_at` of the last few windows. Every answered keyed call carries one or two of them and
- * they change once a day: formatting a Date each time was most of what building a snapshot cost.
- */
+/** `resets_at` of the last few windows: formatting a Date per call was most of a snapshot's cost. */
 const resetLabels = new Map<number, string>();
 
 function resetLabel(at: number): string {
@@ -70,10 +64,7 @@ export function quotaSnapshot(
   };
 }
 
-/**
- * Retry-After (whole seconds, at least 1) of a call refused by the `window` of `quota`: the time
- * until that window starts afresh. 1 when the figures are unknown: try again shortly.
- */
+/** Retry-After (whole seconds, at least 1) of a call refused by `window`: until it starts afresh. */
 export function quotaRetryAfter(
   quota: QuotaSnapshot | null | undefined,
   window: 'monthly' | 'daily',

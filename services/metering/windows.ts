@@ -1,11 +1,7 @@
 import type { QuotaWindow } from '../../adapters/cache/port.ts';
 import type { PlanLimits } from './plans.ts';
 
-/**
- * Quota windows are the UTC calendar day and month. Pure: callers pass the clock reading, so
- * roll-over is tested by moving an injected clock.
- */
-
+/** Quota windows are the UTC calendar day and month; callers pass the clock reading. */
 export interface QuotaPeriod {
   day: string;
   month: string;
@@ -20,11 +16,7 @@ const EXPIRY_GRACE_MS = 60 * 60_000;
 /** A UTC day: no leap seconds in Unix time, so every day is this long. */
 const DAY_MS = 86_400_000;
 
-/**
- * The period of the last day asked about: every keyed call asks for its period, and building it
- * (a Date, its UTC fields, the labels) showed in the profile. Frozen: every caller of the day
- * shares it.
- */
+/** The period of the last day asked about, shared (frozen) by the day's calls: building one showed in profiles. */
 let lastPeriod: QuotaPeriod | null = null;
 
 export function quotaPeriod(now: number): QuotaPeriod {
@@ -49,7 +41,6 @@ function periodOf(now: number): QuotaPeriod {
 
 /** End of the window a day (YYYY-MM-DD) or month (YYYY-MM) label names, from the label alone. */
 export function resetsAtOf(label: string): number {
-  // Folded once per debit in a rebuild (4 % of it), over a handful of distinct labels.
   let at = resetsAtCache.get(label);
   if (at === undefined) {
     const [y, m, d] = label.split('-').map(Number) as [number, number, number | undefined];
@@ -78,11 +69,7 @@ export function counterExpiry(resetsAt: number): number {
   return resetsAt + EXPIRY_GRACE_MS;
 }
 
-/**
- * The month window first, then the day window. The day is counted on every plan (with no limit
- * where the plan has none), so the counters do not depend on the plan and a rebuild from the log
- * needs no plan history.
- */
+/** Month, then day: the day is counted on every plan, so a rebuild from the log needs no plan history. */
 export function quotaWindows(subject: string, limits: PlanLimits, period: QuotaPeriod): QuotaWindow[] {
   return [
     {

@@ -101,6 +101,7 @@ const SYNONYMS: string[][] = [
   ['compare', 'against', 'beside', 'baseline'],
   ['browse', 'browser', 'render', 'page'],
   ['left', 'remaining', 'remain'],
+  ['standard', 'rfc', 'specification', 'spec'],
 ];
 const SYNONYM_OF = new Map<string, Set<string>>();
 for (const group of SYNONYMS) {

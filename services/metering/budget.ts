@@ -44,7 +44,7 @@ export interface Lease {
 }
 
 export interface BudgetKind<L extends Lease> {
-  /** Counts `units` ahead on the shared state; resolves the units granted (0: none). */
+  /** Counts up to `units` ahead on the shared state, adding them to `pending`; resolves the units granted. */
   grant(lease: L, units: number): Promise<number>;
   /** Gives back the lease's free units; resolves whether nothing is left to give back. */
   giveBack(lease: L): Promise<boolean>;
@@ -180,6 +180,7 @@ export class Budget<L extends Lease> {
       .then(
         (granted) => {
           if (granted <= 0) return;
+          lease.pending -= granted;
           lease.free += granted;
           lease.size = granted;
         },

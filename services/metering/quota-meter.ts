@@ -264,10 +264,9 @@ export class QuotaMeter {
     } catch (err) {
       if (await this.recordLanded(quotaStream(subject.id), id)) return units;
       await this.release(subject.id, result.generation, keys, units);
+      lease.pending -= units;
       this.deps.logger?.warn({ err }, 'quota lease not recorded: its units given back');
       return 0;
-    } finally {
-      lease.pending -= units;
     }
   }
 

@@ -399,6 +399,7 @@ export class RateLimiter {
     const ttls = lease.keys.map((_, i) => Number(reply[2 + 2 * i]));
     lease.resetsAt = sentAt + Math.min(...ttls);
     lease.endsBy = ttls.map((ttl) => now + ttl);
+    lease.pending += granted;
     return granted;
   }
 

@@ -94,7 +94,7 @@ const SYNONYMS: string[][] = [
   ['flicker', 'hysteresis'],
   ['subscribe', 'subscription', 'register'],
   ['key', 'token'],
-  ['verify', 'check', 'audit', 'prove'],
+  ['verify', 'verifier', 'check', 'audit', 'prove'],
   ['contain', 'cover', 'coverage', 'inside'],
   ['actual', 'realised', 'realized'],
   ['answer', 'response', 'reply'],
@@ -651,6 +651,12 @@ function callsAct(text: string, act: Set<string>, asked: { meets: Set<string> }[
   });
 }
 
+/** A line of code with a remark in prose after it ("verifyWebhook(…); // 300 s tolerance; …"). */
+function commented(text: string): boolean {
+  const remark = /\s\/\/\s+(.*)$/.exec(text)?.[1];
+  return text.length <= LONG_SENTENCE && remark !== undefined && words(remark).length >= 3;
+}
+
 function answerable(text: string): boolean {
   if (text.endsWith('?') || text.length < 15 || CODE.test(text)) return false;
   // A query or a command line is dense in brackets, quotes and operators; prose is not.
@@ -734,7 +740,10 @@ export function extractiveAnswer(
       // A "how do I" question may be answered by the command it needs, quoted from a sample.
       const codeCall = kind === 'steps' && cruxAt >= 0 && callsAct(head, asked[cruxAt]!.meets, asked);
       const quotable =
-        answerable(head) || (kind === 'steps' && quotes.length === 1 && (isCommand(head) || codeCall));
+        answerable(head) ||
+        (kind === 'steps' && quotes.length === 1 && (isCommand(head) || codeCall)) ||
+        // A code line's remark is prose ("// 300 s tolerance"): quoted with its line.
+        (quotes.length === 1 && commented(head));
       if (!quotable || isHeading(head, passage)) return;
       const text = quotes.join(' ');
       const { own, ranked, crux } = coverageOf(text, title, body);

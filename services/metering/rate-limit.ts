@@ -211,7 +211,7 @@ class LocalWindows {
  * the service), in-process on the embedded defaults. Two budgets per request: the credential's,
  * and the credential's per tool. On Redis the takes of one turn go out in one script call (one
  * per request cost more than the counting: bench/rate-limit.bench.ts), and a busy request shape
- * is decided from a Budget lease with no round trip (`takeNow`).
+ * is decided from a Budget lease with no round trip.
  */
 export class RateLimiter {
   private readonly local = new Map<RateTier, LocalWindows>();
@@ -228,34 +228,24 @@ export class RateLimiter {
   constructor(
     settings: RateLimitSettings,
     private readonly store: { redis: Redis; prefix: string } | null,
-    options: { leaseIdleMs?: number } = {},
   ) {
     this.redis = store ? (store.redis as TakingRedis) : null;
     this.windowMs = Math.max(1, settings.RATE_LIMIT_WINDOW_MS);
     const leases = this.redis !== null && this.windowMs > 2 * LEASE_GUARD_MS;
     this.budget = new Budget<RateLease>(
-      {
-        ms: leases ? RATE_LEASE_MS : 0,
-        maxUnits: settings.RATE_LIMIT_LEASE_MAX,
-        ...(options.leaseIdleMs === undefined ? {} : { idleMs: options.leaseIdleMs }),
-      },
+      { ms: leases ? RATE_LEASE_MS : 0, maxUnits: settings.RATE_LIMIT_LEASE_MAX },
       { grant: (lease, units) => this.grant(lease, units), giveBack: (lease) => this.giveBack(lease) },
       () => performance.now(),
     );
-    const limits = (tier: RateTier) => {
-      const all = {
-        anonymous: settings.RATE_LIMIT_ANONYMOUS,
-        free: settings.RATE_LIMIT_FREE,
-        starter: settings.RATE_LIMIT_STARTER,
-        pro: settings.RATE_LIMIT_PRO,
-      }[tier];
-      return { all, perTool: Math.max(1, Math.ceil(all * settings.RATE_LIMIT_TOOL_SHARE)) };
-    };
+    const limits = (all: number) => ({
+      all,
+      perTool: Math.max(1, Math.ceil(all * settings.RATE_LIMIT_TOOL_SHARE)),
+    });
     this.limits = {
-      anonymous: limits('anonymous'),
-      free: limits('free'),
-      starter: limits('starter'),
-      pro: limits('pro'),
+      anonymous: limits(settings.RATE_LIMIT_ANONYMOUS),
+      free: limits(settings.RATE_LIMIT_FREE),
+      starter: limits(settings.RATE_LIMIT_STARTER),
+      pro: limits(settings.RATE_LIMIT_PRO),
     };
     if (this.redis) {
       for (const [name, lua] of [
@@ -270,9 +260,25 @@ export class RateLimiter {
 
   /** Takes one request from the credential's budget (and the tool's, when one is named). */
   async take(tier: RateTier, credential: string, tool: string | null): Promise<RateDecision> {
+    return this.decide(tier, credential, tool);
+  }
+
+  /**
+   * The decision of one request: at once when this process can make it (its own counters when
+   * Redis is out of reach or absent, or a lease's unit), else the promise of Redis's count.
+   */
+  decide(tier: RateTier, credential: string, tool: string | null): RateDecision | Promise<RateDecision> {
     if (this.redis?.status !== 'ready') return this.takeLocal(tier, credential, tool);
     const lease = this.leaseOf(tier, credential, tool);
-    if (lease.decision !== null) return lease.decision;
+    return lease.decision ?? this.takeShared(tier, credential, tool, lease.lease);
+  }
+
+  private async takeShared(
+    tier: RateTier,
+    credential: string,
+    tool: string | null,
+    lease: RateLease | undefined,
+  ): Promise<RateDecision> {
     const keys = this.sharedKeys(tier, credential, tool);
     const { all, perTool } = this.limits[tier];
     const limits = tool === null ? [all] : [all, perTool];
@@ -287,7 +293,7 @@ export class RateLimiter {
       if (refusedByRedis(err)) throw err;
       return this.takeLocal(tier, credential, tool);
     }
-    const held = lease.lease?.free ?? 0;
+    const held = lease?.free ?? 0;
     const budget = (i: number): RateDecision => {
       const count = Number(reply[2 * i]);
       const limit = limits[i]!;
@@ -300,10 +306,10 @@ export class RateLimiter {
     };
     const overall = budget(0);
     const decision = !overall.allowed || limits.length === 1 ? overall : tighter(overall, budget(1));
-    if (lease.lease !== undefined && decision.allowed) {
+    if (lease !== undefined && decision.allowed) {
       let left = Number.POSITIVE_INFINITY;
       for (let i = 0; i < limits.length; i++) left = Math.min(left, limits[i]! - Number(reply[2 * i]));
-      this.budget.refill(lease.lease, left);
+      this.budget.refill(lease, left);
     }
     return decision;
   }
@@ -494,9 +500,9 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
         if (decision.allowed) done();
         else refuse(deps, request, reply, isMcpPath(path), caller, tier, decision, seconds).catch(done);
       };
-      const now = deps.limiter.takeNow(tier, caller.subject.id, tool);
-      if (now !== null) apply(now);
-      else deps.limiter.take(tier, caller.subject.id, tool).then(apply, done);
+      const decision = deps.limiter.decide(tier, caller.subject.id, tool);
+      if (decision instanceof Promise) decision.then(apply, done);
+      else apply(decision);
     });
   };
   // The hook must reach every route registered beside it, not only this plugin's own.

@@ -253,6 +253,8 @@ export const VolatilityModelSchema = z.object({
    * slopes sum to 1. Absent: the three EWMA variances alone.
    */
   hourly: z.number().optional(),
+  /** Log factors by the UTC hour (0–23) of the close the forecast is made at (intraday seasonality). */
+  hourOfDay: z.array(z.number()).length(24).optional(),
   /** Quantiles of z = log(close[t+H]/close[t]) / forecast σ on training, for the band. */
   bandLow: z.number(),
   bandHigh: z.number(),

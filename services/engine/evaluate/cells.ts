@@ -3,7 +3,7 @@ import { TIMEFRAME_MS } from '../../../contracts/market.ts';
 import type { CalibrationCurve, VolatilityModel } from '../../../contracts/signals.ts';
 import { type CalibrationSample, type Direction, fitCurve, fitDirection } from '../signals/calibration.ts';
 import { callFor } from '../signals/verdict.ts';
-import { fitVolatilityModel, forecastVariance } from '../signals/volatility.ts';
+import { fitVolatilityModel, forecastVariance, utcHour } from '../signals/volatility.ts';
 import { byBlock, byDay, DAY_MS, dayBlockInterval, ratioOfSums, spearman } from './bootstrap.ts';
 import {
   brier,
@@ -368,7 +368,7 @@ export interface VolScore {
 export function bandCoverage(points: readonly Sample[], model: VolatilityModel): number {
   let inside = 0;
   for (const s of points) {
-    const sigma = Math.sqrt(forecastVariance(model, [s.f0, s.f1, s.f2]));
+    const sigma = Math.sqrt(forecastVariance(model, [s.f0, s.f1, s.f2], undefined, utcHour(s.closeTime)));
     const r = Math.log1p(s.forward);
     if (r >= model.bandLow * sigma && r <= model.bandHigh * sigma) inside++;
   }
@@ -389,7 +389,7 @@ export function scoreVolatility(
   blockMs: number = DAY_MS,
 ): VolScore {
   const pts = points.map((s) => {
-    const v = forecastVariance(model, [s.f0, s.f1, s.f2]);
+    const v = forecastVariance(model, [s.f0, s.f1, s.f2], undefined, utcHour(s.closeTime));
     const sigma = Math.sqrt(v);
     const r = Math.log1p(s.forward);
     return {

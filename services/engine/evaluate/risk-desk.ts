@@ -10,6 +10,7 @@ import {
   hourlyFeature,
   leastSquares,
   quantile,
+  utcHour,
   VOL_HALF_LIVES,
 } from '../signals/volatility.ts';
 import { DAY_MS, dayBlockInterval } from './bootstrap.ts';
@@ -308,7 +309,16 @@ export function fitDesk(
   const w = windows[2];
   // The day's model on candles shorter than an hour reads the hourly variance too (volatility.ts).
   const withHourly = horizon.key === 'day' && hasHourly(timeframe);
-  const samples: { features: number[]; realised: number; logReturn: number; hourly?: number }[] = [];
+  // Hour-of-day factors on the next candle and the day (not the verdict horizon's model, which
+  // trade calls and the regime's volatility percentile share); a 1d candle closes at one hour.
+  const seasonal = horizon.key !== 'verdict' && TIMEFRAME_MS[timeframe] < DAY_MS;
+  const samples: {
+    features: number[];
+    realised: number;
+    logReturn: number;
+    hourly?: number;
+    hour?: number;
+  }[] = [];
   const harRows: number[][] = [];
   const harYs: number[] = [];
   const z: number[] = [];
@@ -329,6 +339,7 @@ export function fitDesk(
         realised,
         logReturn,
         ...(withHourly ? { hourly: hourlyFeature(s.hourly[i]!, h) } : {}),
+        ...(seasonal ? { hour: utcHour(s.closeTime[i]!) } : {}),
       });
       harRows.push([
         1,
@@ -501,7 +512,7 @@ export function scoreDesk(
       vars[0] = s.v0[i]!;
       vars[1] = s.v1[i]!;
       vars[2] = s.v2[i]!;
-      const service = forecastVarianceOf(fit.service, vars, h, s.hourly[i]);
+      const service = forecastVarianceOf(fit.service, vars, h, s.hourly[i], utcHour(s.closeTime[i]!));
       const ewma = s.ewma[i]! * h;
       const garchH = garchOver(c.garch[i]!, c.longRun, garch, h);
       const harRv = Math.max(

@@ -5,7 +5,7 @@ import type { Candle } from '../../../contracts/market.ts';
 import { defaultVolatility } from '../signals/default-volatility.ts';
 import { MarketState } from '../signals/market-state.ts';
 import { computeRiskHorizons } from '../signals/risk-forecast.ts';
-import { fitQlike, forecastVarianceOf, HourlyVariance } from '../signals/volatility.ts';
+import { fitQlike, forecastVarianceOf, HourlyVariance, utcHour } from '../signals/volatility.ts';
 import { deskHorizons, deskSeries, fitDesk, fitGarch, prepareCoins, scoreDesk } from './risk-desk.ts';
 
 const DIR = new URL('../../../sample-data/market/candles/binance-spot/', import.meta.url).pathname;
@@ -143,7 +143,7 @@ describe('risk desk on real candles', () => {
     }
   });
 
-  it('serves from a market state what it scores: the day model with its hourly slope', () => {
+  it('serves from a market state what it scores: hour-of-day factors, the day model with its hourly slope', () => {
     const tf = '15m' as const;
     const candles = aggregateCandles(m5[0]!, '5m', tf);
     const series = m5.map((c) => deskSeries(aggregateCandles(c, '5m', tf), tf, c));
@@ -153,9 +153,11 @@ describe('risk desk on real candles', () => {
       return { key: fit.key, candles: fit.candles, model: fit.service, garch };
     });
     const day = risk.find((r) => r.key === 'day')!;
-    // Candles shorter than an hour: the day's model reads the hourly variance, the others do not.
+    // Candles shorter than an hour: the day's model reads the hourly variance, the others do not;
+    // the next candle's and the day's have hour-of-day factors, the verdict horizon's has none.
     expect(day.model.hourly).toBeDefined();
     expect(risk.filter((r) => r.model.hourly !== undefined)).toHaveLength(1);
+    expect(risk.filter((r) => r.model.hourOfDay !== undefined).map((r) => r.key)).toEqual(['next', 'day']);
     const state = new MarketState({
       exchange: 'BINANCE_SPOT',
       coin: 'BTC',
@@ -165,13 +167,16 @@ describe('risk desk on real candles', () => {
     for (const c of candles) state.update(c);
     const s = series[0]!;
     const last = s.close.length - 1;
-    const served = computeRiskHorizons(state).find((r) => r.horizon === 'day')!;
-    const scored = forecastVarianceOf(
-      day.model,
-      [s.v0[last]!, s.v1[last]!, s.v2[last]!],
-      day.candles,
-      s.hourly[last],
-    );
-    expect(served.expected_move_pct).toBe(100 * Math.sqrt(scored));
+    const served = computeRiskHorizons(state);
+    for (const row of risk) {
+      const scored = forecastVarianceOf(
+        row.model,
+        [s.v0[last]!, s.v1[last]!, s.v2[last]!],
+        row.candles,
+        s.hourly[last],
+        utcHour(s.closeTime[last]!),
+      );
+      expect(served.find((r) => r.horizon === row.key)!.expected_move_pct).toBe(100 * Math.sqrt(scored));
+    }
   });
 });

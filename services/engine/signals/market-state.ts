@@ -26,7 +26,14 @@ import { defaultVolatility } from './default-volatility.ts';
 import { DEFAULT_REGIME_OPTIONS, type RegimeOptions, type RegimeState, stepRegimeWith } from './regime.ts';
 import { RollingPercentile } from './rolling-percentile.ts';
 import { Lagged, RollingExtreme, RollingMean } from './rolling-window.ts';
-import { EwmaVariances, forecastVarianceOf, HourlyVariance, hasHourly, modelFor } from './volatility.ts';
+import {
+  EwmaVariances,
+  forecastVarianceOf,
+  HourlyVariance,
+  hasHourly,
+  modelFor,
+  utcHour,
+} from './volatility.ts';
 
 export const MA_PERIODS = [10, 20, 30, 50, 100, 200] as const;
 export type MaPeriod = (typeof MA_PERIODS)[number];
@@ -276,6 +283,8 @@ export class MarketState {
         this.volatilityModel.model,
         variances,
         this.#volatility.horizonCandles,
+        hourly,
+        utcHour(candle.openTime + this.#tfMs),
       );
       this.#volForecast.push(forecast);
       this.#volForecastVariance = forecast;

@@ -2,7 +2,7 @@ import { TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
 import type { RiskHorizonKey, VolatilityModel, VolatilityTable } from '../../../contracts/signals.ts';
 import { InsufficientHistoryError } from './errors.ts';
 import type { MarketState } from './market-state.ts';
-import { dayCandles, forecastVarianceOf } from './volatility.ts';
+import { dayCandles, forecastVarianceOf, utcHour } from './volatility.ts';
 
 /**
  * The risk forecast as an answer of its own: expected move and band over the next candle, the
@@ -48,12 +48,13 @@ export function computeRiskHorizons(state: MarketState): RiskHorizonValue[] {
   const rows = found?.rows ?? [{ key: 'verdict' as const, model: state.volatilityModel.model }];
   const modelTf = found?.timeframe ?? state.volatilityModel.timeframe;
   const out: RiskHorizonValue[] = [];
+  const hour = utcHour(state.lastCloseTime!);
   for (const { key, model } of rows) {
     const candles = candlesOf(key, state.timeframe, verdictHorizon);
     if (model.hourly !== undefined && r.volHourly === null) {
       throw new InsufficientHistoryError(state.key, state.candleCount, ['volatility']);
     }
-    const sigma = Math.sqrt(forecastVarianceOf(model, r.volVariances, candles, r.volHourly));
+    const sigma = Math.sqrt(forecastVarianceOf(model, r.volVariances, candles, r.volHourly, hour));
     out.push({
       horizon: key,
       candles,

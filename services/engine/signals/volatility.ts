@@ -25,6 +25,12 @@ import { CalibrationError } from './errors.ts';
  * the slowest a few hours long, overstated the day's variance; the hourly returns and the
  * day-long memory carry what a day forecast needs. Its slope is fitted with the others (all four
  * summing to 1). Chosen on an inner fold of the training months (docs/evaluation-risk.md).
+ *
+ * The next candle's and the day's models on timeframes shorter than a day also carry a log factor
+ * per UTC hour of the close the forecast is made at (intraday seasonality: a 5m candle at the US
+ * open moves more than one at 03:00 UTC, and a day forecast made at a busy hour reads busy-hour
+ * EWMAs), fitted with the slopes. The verdict horizon's model, which trade calls and the regime's
+ * volatility percentile share, has none.
  */
 
 export const VOL_HALF_LIVES: readonly [number, number, number] = [6, 30, 120];
@@ -128,29 +134,34 @@ const levelOf = (model: VolatilityModel) => model.levelLog ?? model.residualVari
 
 /**
  * Forecast variance of the H-candle log return (a mean, not a median). `hourly` is the log of the
- * hourly variance × H, read when the model has an hourly slope.
+ * hourly variance × H, read when the model has an hourly slope; `hour` the UTC hour of the close
+ * (utcHour), read when it has hour-of-day factors.
  */
 export function forecastVariance(
   model: VolatilityModel,
   features: readonly number[],
   hourly?: number,
+  hour?: number,
 ): number {
   const [b0, b1, b2, b3] = model.coefficients;
   let y = b0 + b1 * features[0]! + b2 * features[1]! + b3 * features[2]!;
   if (model.hourly !== undefined) y += model.hourly * hourly!;
+  if (model.hourOfDay !== undefined) y += model.hourOfDay[hour!]!;
   return Math.exp(y + levelOf(model));
 }
 
 /**
  * `forecastVariance(model, harFeatures(variances, horizon), hourlyFeature(hourly, horizon))` with
  * the same arithmetic in the same order (so the same double), without the feature array: a market
- * state runs it on every candle. A model with an hourly slope needs `hourly` (HourlyVariance).
+ * state runs it on every candle. A model with an hourly slope needs `hourly` (HourlyVariance), one
+ * with hour-of-day factors the close's `hour` (utcHour).
  */
 export function forecastVarianceOf(
   model: VolatilityModel,
   variances: readonly number[],
   horizon: number,
   hourly?: number | null,
+  hour?: number,
 ): number {
   const b = model.coefficients;
   let y =
@@ -164,8 +175,17 @@ export function forecastVarianceOf(
     }
     y += model.hourly * hourlyFeature(hourly, horizon);
   }
+  if (model.hourOfDay !== undefined) {
+    if (hour === undefined)
+      throw new CalibrationError('volatility model has hour-of-day factors but no hour was given');
+    y += model.hourOfDay[hour]!;
+  }
   return Math.exp(y + levelOf(model));
 }
+
+/** UTC hour (0–23) of a close time: what a model's hour-of-day factor is looked up by. */
+export const utcHour = (closeTime: number) =>
+  Math.floor((((closeTime % 86_400_000) + 86_400_000) % 86_400_000) / 3_600_000);
 
 /** The hourly input of a model: log of the hourly variance scaled to the horizon. */
 export const hourlyFeature = (hourly: number, horizon: number) => Math.log(Math.max(FLOOR, hourly * horizon));
@@ -242,6 +262,8 @@ export interface VolatilityFitSample {
   logReturn: number;
   /** hourlyFeature at the close, when the model is fitted with an hourly slope (all samples or none). */
   hourly?: number;
+  /** UTC hour of the close, when the model is fitted with hour-of-day factors (all samples or none). */
+  hour?: number;
 }
 
 /**
@@ -317,12 +339,19 @@ export function fitVolatilityModel(
   // variance rather than to the pooled coins' mean, which overstated calm coins (BTC) and
   // understated wild ones. Chosen over the free fit on an inner fold of the training months.
   const withHourly = samples[0]!.hourly !== undefined;
+  // Hour-of-day factors: one column per UTC hour the closes fall on but the first (which the
+  // intercept holds); hours no close falls on keep 0.
+  const seen =
+    samples[0]!.hour === undefined ? [] : [...new Set(samples.map((s) => s.hour!))].sort((a, b) => a - b);
+  const hours = seen.length >= 2 ? seen : [];
+  const dummies = hours.slice(1);
   const fitted = fitQlike(
     samples.map((s) => [
       1,
       s.features[0]! - s.features[2]!,
       s.features[1]! - s.features[2]!,
       ...(withHourly ? [s.hourly! - s.features[2]!] : []),
+      ...dummies.map((h) => (s.hour === h ? 1 : 0)),
     ]),
     samples.map((s) => s.realised),
     samples.map((s) => s.features[2]!),
@@ -330,6 +359,11 @@ export function fitVolatilityModel(
   const [b0, b1, b2] = fitted;
   const bh = withHourly ? fitted[3]! : 0;
   const beta = [b0!, b1!, b2!, 1 - b1! - b2! - bh];
+  const firstDummy = withHourly ? 4 : 3;
+  const hourOfDay = hours.length === 0 ? undefined : new Array<number>(24).fill(0);
+  dummies.forEach((h, j) => {
+    hourOfDay![h] = fitted[firstDummy + j]!;
+  });
   const rows = samples.map((s) => [1, ...s.features]);
   // The spread of log(realised / forecast), kept to describe the fit (the level uses levelLog).
   let ss = 0;
@@ -339,7 +373,8 @@ export function fitVolatilityModel(
     const e =
       Math.log(Math.max(FLOOR, samples[i]!.realised)) -
       x.reduce((y, v, j) => y + beta[j]! * v, 0) -
-      bh * (samples[i]!.hourly ?? 0);
+      bh * (samples[i]!.hourly ?? 0) -
+      (hourOfDay ? hourOfDay[samples[i]!.hour!]! : 0);
     ss += e * e;
     m += e;
   }
@@ -349,12 +384,13 @@ export function fitVolatilityModel(
     residualVariance: Math.max(0, ss / rows.length - m * m),
     levelLog: 0,
     ...(withHourly ? { hourly: bh } : {}),
+    ...(hourOfDay ? { hourOfDay } : {}),
     bandLow: 0,
     bandHigh: 0,
     samples: samples.length,
   };
   const z = samples
-    .map((s) => s.logReturn / Math.sqrt(forecastVariance(model, s.features, s.hourly)))
+    .map((s) => s.logReturn / Math.sqrt(forecastVariance(model, s.features, s.hourly, s.hour)))
     .sort((a, b) => a - b);
   const tail = (1 - coverage) / 2;
   return { ...model, bandLow: quantile(z, tail), bandHigh: quantile(z, 1 - tail) };

@@ -85,6 +85,13 @@ interface Batch {
   calls: { resolve: (position: number) => void; reject: (err: unknown) => void }[];
 }
 
+interface SubjectWindows {
+  period: QuotaPeriod;
+  limits: PlanLimits;
+  windows: QuotaWindow[];
+  keys: string[];
+}
+
 /** One subject's debits on their way to the log. */
 interface Lane {
   inFlight: number;
@@ -111,6 +118,7 @@ export class QuotaMeter {
   private readonly budget: Budget<QuotaLease>;
   /** The counters' figures at a subject's last debit, grant or give-back here, by window key. */
   private readonly counts = new Map<string, { keys: readonly string[]; counts: readonly number[] }>();
+  private readonly windowsBySubject = new Map<string, SubjectWindows>();
 
   constructor(
     private readonly deps: {
@@ -143,22 +151,28 @@ export class QuotaMeter {
     return onLiveCounters(op, () => this.counters.ensure(), this.deps.lostWaitMs);
   }
 
-  private windowsOf(subject: QuotaSubject, period: QuotaPeriod) {
+  /**
+   * A subject's windows and their keys, made once per day and plan and shared (frozen) by its
+   * calls: spelling and hashing fresh keys on every call showed in the keyed profiles.
+   */
+  private windowsOf(subject: QuotaSubject, period: QuotaPeriod): SubjectWindows {
     const limits = this.deps.plans[subject.plan];
-    return { limits, windows: quotaWindows(subject.id, limits, period) };
+    const known = this.windowsBySubject.get(subject.id);
+    if (known !== undefined && known.period === period && known.limits === limits) return known;
+    // Frozen, so no call changes what the next reads; typed mutable for the cache port.
+    const windows = Object.freeze(quotaWindows(subject.id, limits, period).map((w) => Object.freeze(w)));
+    const keys = Object.freeze(windows.map((w) => w.key)) as string[];
+    const made = { period, limits, windows: windows as QuotaWindow[], keys };
+    setBounded(this.windowsBySubject, subject.id, made, 10_000);
+    return made;
   }
 
   /** Live figures without debiting. Throws CacheUnavailableError when the counters are out of reach. */
   async peek(subject: QuotaSubject): Promise<QuotaSnapshot> {
     const period = quotaPeriod(this.now());
-    const { limits, windows } = this.windowsOf(subject, period);
-    const counts = await this.live(() =>
-      this.deps.cache.readLive(
-        QUOTA_FAMILY,
-        windows.map((w) => w.key),
-      ),
-    );
-    return this.figures(subject, limits, period, windows, counts);
+    const { limits, keys } = this.windowsOf(subject, period);
+    const counts = await this.live(() => this.deps.cache.readLive(QUOTA_FAMILY, keys));
+    return this.figures(subject, limits, period, keys, counts);
   }
 
   /** Whether the subject's next call of `tool` is prepaid: a lease of this day and plan holds a unit for it. */
@@ -177,18 +191,12 @@ export class QuotaMeter {
     subject: QuotaSubject,
     limits: PlanLimits,
     period: QuotaPeriod,
-    windows: QuotaWindow[],
+    keys: readonly string[],
     counts: readonly number[],
   ): QuotaSnapshot {
     let held = 0;
     for (const lease of this.budget.held(subject.id))
-      if (
-        sameKeys(
-          lease.keys,
-          windows.map((w) => w.key),
-        )
-      )
-        held += lease.free + lease.pending;
+      if (sameKeys(lease.keys, keys)) held += lease.free + lease.pending;
     return quotaSnapshot(
       limits,
       period,
@@ -203,8 +211,7 @@ export class QuotaMeter {
    */
   async debit(subject: QuotaSubject, tool: string, _requestId: string): Promise<DebitOutcome> {
     const period = quotaPeriod(this.now());
-    const { limits, windows } = this.windowsOf(subject, period);
-    const keys = windows.map((w) => w.key);
+    const { limits, windows, keys } = this.windowsOf(subject, period);
     // The counts of these windows at the subject's last debit, grant or give-back here.
     const last = this.counts.get(subject.id);
     const known = last !== undefined && sameKeys(last.keys, keys) ? last.counts : [];
@@ -224,7 +231,7 @@ export class QuotaMeter {
     if (lease !== undefined && this.budget.take(lease, left(windows, known))) {
       const outcome = {
         ok: true,
-        snapshot: this.figures(subject, limits, period, windows, known),
+        snapshot: this.figures(subject, limits, period, keys, known),
         refusedBy: null,
         position: lease.position,
       };
@@ -237,7 +244,7 @@ export class QuotaMeter {
       setBounded(this.counts, subject.id, { keys, counts: result.counts }, 10_000);
       if (result.ok) this.budget.refill(lease, left(windows, result.counts));
     }
-    const snapshot = this.figures(subject, limits, period, windows, result.counts);
+    const snapshot = this.figures(subject, limits, period, keys, result.counts);
     if (!result.ok)
       return { ok: false, snapshot, refusedBy: result.refusedBy === 0 ? 'monthly' : 'daily', position: null };
     const position = await this.record(subject, tool, period, keys, result.generation);

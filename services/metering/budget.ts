@@ -1,5 +1,4 @@
 import type { Logger } from 'pino';
-import { setBounded } from '../shared/bounded-map.ts';
 
 /**
  * One prepaid budget, the only way this folder decides a busy caller's call without a round trip.
@@ -107,7 +106,9 @@ export class Budget<L extends Lease> {
   ): L | undefined {
     const now = this.now();
     const last = this.lastCall.get(owner) ?? Number.NEGATIVE_INFINITY;
-    setBounded(this.lastCall, owner, now, REMEMBERED_OWNERS);
+    // Past REMEMBERED_OWNERS it starts afresh: a flood of callers costs them a lease's delay, not memory.
+    if (this.lastCall.size >= REMEMBERED_OWNERS) this.lastCall.clear();
+    this.lastCall.set(owner, now);
     let parts = this.leases.get(owner);
     const live = parts?.get(part);
     if (live !== undefined && fits(live)) return live;

@@ -163,7 +163,9 @@ export class QuotaMeter {
     const windows = Object.freeze(quotaWindows(subject.id, limits, period).map((w) => Object.freeze(w)));
     const keys = Object.freeze(windows.map((w) => w.key)) as string[];
     const made = { period, limits, windows: windows as QuotaWindow[], keys };
-    setBounded(this.windowsBySubject, subject.id, made, 10_000);
+    // A memo: past 10,000 subjects it starts afresh.
+    if (this.windowsBySubject.size >= 10_000) this.windowsBySubject.clear();
+    this.windowsBySubject.set(subject.id, made);
     return made;
   }
 
@@ -240,15 +242,15 @@ export class QuotaMeter {
       return outcome;
     }
     const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, windows, 1));
+    const snapshot = this.figures(subject, limits, period, keys, result.counts);
+    const recorded = result.ok ? this.record(subject, tool, period, keys, result.generation) : null;
     if (lease !== undefined && !lease.ended) {
       setBounded(this.counts, subject.id, { keys, counts: result.counts }, 10_000);
       if (result.ok) this.budget.refill(lease, left(windows, result.counts));
     }
-    const snapshot = this.figures(subject, limits, period, keys, result.counts);
-    if (!result.ok)
+    if (recorded === null)
       return { ok: false, snapshot, refusedBy: result.refusedBy === 0 ? 'monthly' : 'daily', position: null };
-    const position = await this.record(subject, tool, period, keys, result.generation);
-    return { ok: true, snapshot, refusedBy: null, position };
+    return { ok: true, snapshot, refusedBy: null, position: await recorded };
   }
 
   /** Counts `units` ahead on the counters, then appends them (flushed: a lost grant is calls served free). */

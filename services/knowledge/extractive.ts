@@ -768,11 +768,13 @@ export function extractiveAnswer(
     });
   });
   // Only a unit that carries the question may answer it; among those, the best scored. Failing
-  // any, a unit of a leading passage that covers the question as a whole.
+  // any, a unit of a leading passage that covers the question as a whole, unless the question
+  // names something the documentation never does ("why did my bank transfer fail": no passage
+  // speaks of banks, whatever it says of transfers and failures).
   let carrying = candidates
     .filter((c) => c.coverage >= MIN_COVERAGE)
     .sort((a, b) => b.score - a.score || a.rank - b.rank || a.order - b.order);
-  if (carrying.length === 0)
+  if (carrying.length === 0 && unknown === 0)
     carrying = candidates
       .filter(
         (c) =>

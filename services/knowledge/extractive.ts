@@ -128,7 +128,9 @@ const QUESTION_WORDS = new Set(
     // asks for the bound.
     'let date most least ' +
     // A superlative asks for the bound: the documentation states it as "at most 8 KiB".
-    'largest longest biggest smallest shortest highest lowest maximum minimum'
+    'largest longest biggest smallest shortest highest lowest maximum minimum ' +
+    // A verb of motion and its particle ("will it go up", "set it up") name no topic.
+    'go goes going went up'
   )
     .split(' ')
     .map((w) => termOf(w))

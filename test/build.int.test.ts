@@ -33,9 +33,11 @@ describe('npm run build', () => {
 
   it('emits the compiled entry point services/main.js', () => {
     expect(existsSync(entry)).toBe(true);
-    // Relative imports were rewritten to the emitted .js files.
-    expect(readFileSync(entry, 'utf8')).toMatch(/from "\.\/service\.js"/);
-    expect(readFileSync(entry, 'utf8')).not.toMatch(/from ["'][^"']*\.ts["']/);
+    // Relative imports were rewritten to the emitted .js files, static and dynamic (main loads
+    // the service once its configuration holds).
+    expect(readFileSync(entry, 'utf8')).toMatch(/from "\.\/component\.js"/);
+    expect(readFileSync(entry, 'utf8')).toMatch(/import\("\.\/service\.js"\)/);
+    expect(readFileSync(entry, 'utf8')).not.toMatch(/(from |import\()["'][^"']*\.ts["']/);
   });
 
   it('puts beside it what the service reads from disk at run time', () => {

@@ -4,11 +4,12 @@ import { EXTRACTIVE_MODEL } from '../../../contracts/knowledge.ts';
 import { startService } from '../../service.ts';
 import { answerQuestion } from '../chat.ts';
 import type { KnowledgeModule } from '../module.ts';
-import { loadQuestionSet, offTopicFault, onTopicFault, QUESTION_SETS } from './score.ts';
+import { loadQuestionSet, offTopicFault, onTopicFault, QUESTION_SETS, TUNED_SETS } from './score.ts';
 
 /**
- * Scores the extractive chat on the question sets named on the command line (all of
- * QUESTION_SETS without any): `npx tsx services/knowledge/eval/main.ts heldout.json fresh.json`.
+ * Scores the extractive chat on the question sets named on the command line (the tuned sets
+ * without any; the blind analyst.json only when named):
+ * `npx tsx services/knowledge/eval/main.ts heldout.json fresh.json`.
  * The api role is started as answers.e2e.test.ts starts it (default configuration, in-process
  * adapters, no live facts), so the index holds the same passages, the routes' included; the
  * questions go to the answerer directly rather than over HTTP, so no key or chat quota is spent.
@@ -51,7 +52,7 @@ try {
       )
     ).answer;
   const lines: string[] = [];
-  for (const file of files.length > 0 ? files : QUESTION_SETS) {
+  for (const file of files.length > 0 ? files : TUNED_SETS) {
     const set = loadQuestionSet(file);
     const wrong: string[] = [];
     for (const q of set.questions) {

@@ -27,13 +27,24 @@ export const QuestionSet = z.strictObject({
 });
 export type QuestionSet = z.infer<typeof QuestionSet>;
 
-export const QUESTION_SETS = [
+/** The sets the picker was tuned on: answers.e2e.test.ts holds each at its floor. */
+export const TUNED_SETS = [
   'questions.json',
   'heldout.json',
   'fresh.json',
   'ordinary.json',
   'everyday.json',
 ] as const;
+
+/**
+ * analyst.json: written blind from the documentation and committed (24863f3) before issue 62's
+ * third change to the picker, then scored once after it. Scored by the CLI only when named
+ * (main.ts), never by a test a picker change must pass: a set the picker is changed to pass is
+ * tuned on, and its figure stops being out of sample.
+ */
+export const BLIND_SETS = ['analyst.json'] as const;
+
+export const QUESTION_SETS = [...TUNED_SETS, ...BLIND_SETS] as const;
 
 export function loadQuestionSet(file: (typeof QUESTION_SETS)[number] = 'questions.json'): QuestionSet {
   return QuestionSet.parse(JSON.parse(readFileSync(new URL(`./${file}`, import.meta.url), 'utf8')));

@@ -127,7 +127,6 @@ export class QuotaMeter {
       plans: PlanTable;
       now?: () => number;
       counters?: QuotaCounters;
-      lostWaitMs?: number;
       /** Prepaid debits for busy subjects; absent or `ms: 0`, every call is debited on its own. */
       lease?: LeaseOptions;
       logger?: Logger;
@@ -148,7 +147,7 @@ export class QuotaMeter {
   }
 
   private live<T>(op: () => Promise<T>): Promise<T> {
-    return onLiveCounters(op, () => this.counters.ensure(), this.deps.lostWaitMs);
+    return onLiveCounters(op, () => this.counters.ensure());
   }
 
   /**

@@ -245,9 +245,7 @@ export class QuotaCounters {
       store: EventStore;
       cache: Cache;
       logger?: Logger;
-      settleMs?: number;
       checkpoints?: ProjectionStore;
-      checkpointEveryMs?: number;
       now?: () => number;
     },
   ) {}
@@ -334,7 +332,7 @@ export class QuotaCounters {
       this.saveCheckpoint().catch((err: unknown) =>
         this.deps.logger?.warn({ err }, 'quota checkpoint not saved'),
       );
-    }, this.deps.checkpointEveryMs ?? DEFAULT_CHECKPOINT_EVERY_MS);
+    }, DEFAULT_CHECKPOINT_EVERY_MS);
     this.timer.unref();
   }
 
@@ -362,7 +360,7 @@ export class QuotaCounters {
       onLive: () => live(),
       signal: this.abort.signal,
       // The in-process cache has no other process's debits in flight.
-      settleMs: this.deps.settleMs ?? (cache.kind === 'memory' ? 0 : undefined),
+      settleMs: cache.kind === 'memory' ? 0 : undefined,
       ...(from ? { from } : {}),
       ...(this.deps.checkpoints
         ? {

@@ -29,4 +29,6 @@ export interface Slice extends Component {
   /** The processors it runs in the background: what reacts to the log or the clock. */
   readonly processors?: readonly { readonly name: string }[];
   checks(): Record<string, () => Promise<CheckResult>>;
+  /** The work it does once started (a first round of verdicts): resolves when that is done. */
+  startUpWork?(): Promise<unknown>;
 }

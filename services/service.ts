@@ -13,6 +13,7 @@ import type { SignalOperations } from './engine/operations.ts';
 import type { X402Setup } from './payments/setup.ts';
 import { createMetrics } from './shared/metrics.ts';
 import { Readiness } from './shared/readiness.ts';
+import { settleMemory } from './shared/settle-memory.ts';
 import { keepTickShape } from './shared/tick-shape.ts';
 import { composeSlices } from './slices.ts';
 
@@ -143,6 +144,12 @@ export async function startService(config: Config, roles: Role[], logger: Logger
     const httpApp = app;
     const signalEngine = engine;
     let stopping: Promise<void> | null = null;
+    void settleMemory({
+      ready: async () => (await readiness.run()).ready,
+      work: slices.flatMap((slice) => (slice.startUpWork ? [slice.startUpWork()] : [])),
+      stopping: () => stopping !== null,
+      logger,
+    }).catch((err: unknown) => logger.warn({ err }, "start-up's garbage not collected"));
     return {
       app: httpApp,
       adapters,

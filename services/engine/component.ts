@@ -32,6 +32,7 @@ export function engineComponent(deps: { config: Config; engine: SignalEngine; lo
     async stop() {
       await scheduler.stop();
     },
+    startUpWork: () => scheduler.firstRound,
     checks() {
       return {
         scheduler: async () => ({ ok: scheduler.stats.lastError === null, ...scheduler.stats }),

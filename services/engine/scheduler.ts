@@ -49,6 +49,8 @@ export class VerdictScheduler {
   private retryTimer: NodeJS.Timeout | null = null;
   private retryDelay: number;
   readonly stats: SchedulerStats = { runs: 0, verdicts: 0, skipped: 0, lastRunAt: null, lastError: null };
+  /** The round start() runs of every timeframe: resolves once each has run (or failed). */
+  firstRound: Promise<unknown> = Promise.resolve();
 
   constructor(private readonly options: SchedulerOptions) {
     this.retryDelay = options.retryMs ?? 1000;
@@ -57,10 +59,12 @@ export class VerdictScheduler {
   /** Subscribes to candle closes and runs every timeframe once at once, so verdicts flow from the start. */
   start(): void {
     this.stopped = false;
+    const round: Promise<void>[] = [];
     for (const tf of this.options.timeframes) {
       this.unsubscribe.push(this.options.feed.onCandleClose(tf, () => this.tick(tf)));
-      void this.tick(tf);
+      round.push(this.tick(tf));
     }
+    this.firstRound = Promise.allSettled(round);
   }
 
   /** Runs one timeframe now (also what a candle close triggers). */

@@ -20,6 +20,18 @@ import type { Projection } from '../projections/projection.ts';
 
 export const ROOT = new URL('..', import.meta.url).pathname;
 export const TSX = ['--import', 'tsx'];
+/**
+ * The V8 flags `npm start` gives node (package.json's start script; the image's ENTRYPOINT has the
+ * same): the memory benches (idle, startup) start the service with them, as deployed; the
+ * young generation's size they set is most of what they measure.
+ */
+export const SERVICE_NODE_FLAGS: string[] = (() => {
+  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
+    scripts: { start: string };
+  };
+  const words = pkg.scripts.start.split(/\s+/);
+  return words.slice(1, words.indexOf('--import')).filter((w) => w.startsWith('--'));
+})();
 
 // ---- figures ---------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 /**
  * Idle memory of `npm start`: the service (every role, embedded defaults: LMDB, in-process bus and
  * cache, FEED=auto, the full replay data of ../shared/data/market when it sits beside the checkout)
- * on an empty log, run as `npm start` runs it (node --import tsx services/main.ts). Its resident
+ * on an empty log, run as `npm start` runs it (node, its flags, --import tsx services/main.ts). Its resident
  * memory (VmRSS, and the anonymous part without mapped file pages) is read at the first 200 of
  * /readyz and again once it has settled: after ready the replay reads its candle files and the
  * engine computes the schedule's first verdicts, and memory taken then is kept. Settled is
@@ -13,7 +13,18 @@
  */
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { atMost, f0, freePort, ROOT, recordTarget, stopChild, TSX, tempDir, whenMain } from './harness.ts';
+import {
+  atMost,
+  f0,
+  freePort,
+  ROOT,
+  recordTarget,
+  SERVICE_NODE_FLAGS,
+  stopChild,
+  TSX,
+  tempDir,
+  whenMain,
+} from './harness.ts';
 
 const TARGET_MB = 400;
 
@@ -27,7 +38,7 @@ function rssMb(pid: number): { rss: number; anon: number } {
 async function once(settleS: number) {
   const data = tempDir('bench-idle-');
   const port = await freePort();
-  const child = spawn(process.execPath, [...TSX, 'services/main.ts'], {
+  const child = spawn(process.execPath, [...SERVICE_NODE_FLAGS, ...TSX, 'services/main.ts'], {
     cwd: ROOT,
     env: {
       PATH: process.env.PATH,

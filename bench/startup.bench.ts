@@ -10,9 +10,9 @@
  * life of the process up to then.
  *
  * Two ways of running it, alternating in each round:
- *   - compiled: `node <out>/services/main.js`, what the image runs (deploy/Dockerfile). The bench
+ *   - compiled: `node <flags> <out>/services/main.js`, what the image runs (deploy/Dockerfile). The bench
  *     builds it once per run with scripts/build.ts into a folder of its own, so dist/ is left alone;
- *   - tsx: `node --import tsx services/main.ts`, what `npm start` runs in development (it compiles
+ *   - tsx: `node <flags> --import tsx services/main.ts`, what `npm start` runs in development (it compiles
  *     every module at load, so it is slower to start; for comparison only, `--tsx=false` skips it).
  *
  * The first boot on the log (compiled) builds the snapshots (projections and the quota
@@ -36,7 +36,7 @@ import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
-import { atMost, f0, f2, recordTarget, whenMain } from './harness.ts';
+import { atMost, f0, f2, recordTarget, SERVICE_NODE_FLAGS, whenMain } from './harness.ts';
 import { issueKey } from './load-http.ts';
 import { appendEventMix } from './rebuild-event-mix.ts';
 
@@ -220,8 +220,9 @@ export async function run(
       console.log(`compiled service built in ${((performance.now() - building) / 1000).toFixed(1)} s`);
     }
     const args: Record<Entry, string[]> = {
-      compiled: [join(out, 'services', 'main.js')],
-      tsx: ['--import', 'tsx', join(ROOT, 'services', 'main.ts')],
+      // With the V8 flags of npm start and the image's ENTRYPOINT.
+      compiled: [...SERVICE_NODE_FLAGS, join(out, 'services', 'main.js')],
+      tsx: [...SERVICE_NODE_FLAGS, '--import', 'tsx', join(ROOT, 'services', 'main.ts')],
     };
     const full = join(root, 'full');
     // The key is issued on the empty log: issuing it on the full one would open every projection.

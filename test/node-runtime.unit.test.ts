@@ -63,6 +63,15 @@ describe('the pinned Node', () => {
     expect(refusing).toEqual([]);
   });
 
+  it('runs the image with the V8 flags of npm start', () => {
+    const flags = (command: string) => command.split(/\s+/).filter((w) => w.startsWith('--max-'));
+    const entrypoint = read('deploy/Dockerfile').match(/^ENTRYPOINT (\[.*\])$/m)?.[1];
+    const words = JSON.parse(entrypoint ?? '[]') as string[];
+    const start = pkg.scripts.start ?? '';
+    expect(flags(start)).toEqual(['--max-semi-space-size=16']);
+    expect(flags(words.join(' '))).toEqual(flags(start));
+  });
+
   it('is the major of the image, and the README and CI install through npm run setup', () => {
     const image = read('deploy/Dockerfile').match(/^ARG NODE_IMAGE=node:(\d+)\S*$/m)?.[1];
     expect(Number(image)).toBe(semver.major(pinned));

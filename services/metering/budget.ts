@@ -6,10 +6,11 @@ import type { Logger } from 'pino';
  * (units counted in Redis) are both this class; each kind only says how units are granted and
  * given back on its shared state (BudgetKind). The rules:
  *
- * - granted to a busy owner only (a call within IDLE/8 of its last one, or while its last is in
- *   flight), once MIN_UNITS of its calls were seen, sized to `ms` of its calls at their recent
- *   rate, at most `maxUnits`, and only while it is at most 1/BUDGET_SHARE of what is left: near a
- *   limit every call goes to the shared counters, and no replica holds units another one needs;
+ * - granted to a busy owner only (a call within ms/MIN_UNITS of its last one, and within idleMs, or
+ *   one while its last is in flight where the kind says so), once MIN_UNITS of its calls were seen,
+ *   sized to `ms` of its calls at their recent rate, at most `maxUnits`, and only while it is at
+ *   most 1/BUDGET_SHARE of what is left: near a limit every call goes to the shared counters, and
+ *   no replica holds units another one needs;
  * - used without a round trip: a unit is counted on the shared state before any call takes it;
  *   the next grant is asked for once half the last one is left;
  * - given back once no call took from it for one to two idle periods, and at a clean stop;

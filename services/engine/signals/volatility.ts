@@ -18,7 +18,8 @@ import { CalibrationError } from './errors.ts';
  * variance turned back into a mean by exp(ŷ + s²/2), overstated the next candle's σ 2–3×: one
  * candle's log squared return is log-χ²-like, far from normal.) The expected-move band uses the
  * training quantiles of the standardised H-candle return, so its coverage is whatever the
- * training months showed, not a normal assumption. *
+ * training months showed, not a normal assumption.
+ *
  * On candles shorter than an hour the day's model has a fourth input, the hourly variance: an
  * EWMA (half-life one day) of the squared log return over the last hour, per candle. Returns a
  * few minutes long revert (a 5m move is partly undone by the next ones), so three EWMAs of them,

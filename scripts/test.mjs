@@ -4,10 +4,10 @@
  * when either fails, once both have ended; the type check's output is printed when it ends.
  *
  * Why together rather than one after the other: tsc is one thread, about 38 CPU seconds here,
- * and before the suite it left the second core idle for as long (on two cores a third of a
- * minute at best, two minutes under load); the suite itself does not keep both cores busy (its
- * servers start, children boot, tests wait on conditions), so the type check mostly fills time
- * that was idle. A type error still fails the run, only no longer before the first test.
+ * and run before the suite it would leave the second core idle for as long (on two cores a third
+ * of a minute at best, two minutes under load); the suite itself does not keep both cores busy
+ * (its servers start, children boot, tests wait on conditions), so the type check mostly fills
+ * time that would be idle. A type error still fails the run, though not before the first test.
  *
  * npm runs this on the pinned Node with node_modules/.bin first on PATH, so `tsc` and `vitest`
  * are the locked ones.

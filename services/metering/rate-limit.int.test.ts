@@ -196,6 +196,16 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
   /** 16 requests of one shape in one turn: busy, and past the budget's MIN_UNITS calls. */
   const burst = (limiter: RateLimiter, credential: string, n = 16) =>
     Promise.all(Array.from({ length: n }, () => limiter.take('pro', credential, 'x')));
+  /**
+   * One request as the hook asks it (RateLimiter.decide): its decision when a lease held a unit for
+   * it, else null once Redis has counted it.
+   */
+  const leasedOrCounted = async (limiter: RateLimiter, credential: string) => {
+    const decision = limiter.decide('pro', credential, 'x');
+    if (!(decision instanceof Promise)) return decision;
+    await decision;
+    return null;
+  };
   /** Waits for the lease granted after a burst to be counted in Redis. */
   const granted = (cache: RedisCache, credential: string, requests: number) =>
     vi.waitFor(
@@ -214,17 +224,17 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
       await granted(cache, 'p', 16);
       expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 16 + 30, tool: 16 + 30 });
       const leased = [];
-      for (let i = 0; i < 30; i++) leased.push(limiter.takeNow('pro', 'p', 'x'));
+      for (let i = 0; i < 30; i++) leased.push(await leasedOrCounted(limiter, 'p'));
       expect(calls.calls).toBe(1);
       // The tool's budget is the tighter: 500 less the requests let through (held units are not).
       expect(leased.map((d) => d?.remaining)).toEqual(Array.from({ length: 30 }, (_, i) => 483 - i));
       expect(leased.every((d) => d?.allowed === true && d.limit === 500 && d.resetMs > 50_000)).toBe(true);
       // Used up before the next grant lands: the next request is counted through Redis again.
-      expect(limiter.takeNow('pro', 'p', 'x')).toBeNull();
+      expect(await leasedOrCounted(limiter, 'p')).toBeNull();
       // Another credential has no lease of its own.
-      expect(limiter.takeNow('pro', 'q', 'x')).toBeNull();
+      expect(await leasedOrCounted(limiter, 'q')).toBeNull();
       await limiter.close();
-      expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 46, tool: 46 });
+      expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 47, tool: 47 });
     } finally {
       await limiter.close();
       await cache.close();
@@ -241,10 +251,10 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
         await limiter.take('pro', 'slow', 'x');
       }
       await sleep(50);
-      expect(limiter.takeNow('pro', 'short', 'x')).toBeNull();
-      expect(limiter.takeNow('pro', 'slow', 'x')).toBeNull();
-      expect(await counts(cache, 'pro', 'short', 'x')).toEqual({ all: 4, tool: 4 });
-      expect(await counts(cache, 'pro', 'slow', 'x')).toEqual({ all: 4, tool: 4 });
+      expect(await leasedOrCounted(limiter, 'short')).toBeNull();
+      expect(await leasedOrCounted(limiter, 'slow')).toBeNull();
+      expect(await counts(cache, 'pro', 'short', 'x')).toEqual({ all: 5, tool: 5 });
+      expect(await counts(cache, 'pro', 'slow', 'x')).toEqual({ all: 5, tool: 5 });
     } finally {
       await limiter.close();
       await cache.close();
@@ -257,17 +267,17 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
     try {
       await burst(limiter, 'p');
       await granted(cache, 'p', 16);
-      for (let i = 0; i < 5; i++) expect(limiter.takeNow('pro', 'p', 'x')?.allowed).toBe(true);
+      for (let i = 0; i < 5; i++) expect((await leasedOrCounted(limiter, 'p'))?.allowed).toBe(true);
       // Quiet for one to two idle periods: the units no request took go back.
       await vi.waitFor(
         async () => expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 21, tool: 21 }),
         { timeout: 5_000, interval: 50 },
       );
-      expect(limiter.takeNow('pro', 'p', 'x')).toBeNull();
+      expect(await leasedOrCounted(limiter, 'p')).toBeNull();
       await burst(limiter, 'p');
-      await granted(cache, 'p', 37);
+      await granted(cache, 'p', 38);
       await limiter.close();
-      expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 37, tool: 37 });
+      expect(await counts(cache, 'pro', 'p', 'x')).toEqual({ all: 38, tool: 38 });
     } finally {
       await limiter.close();
       await cache.close();
@@ -287,9 +297,9 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
         const decisions = await Promise.all(
           Array.from({ length: 16 }, (_, i) => {
             const limiter = i % 2 === 0 ? a : b;
-            const now = limiter.takeNow('pro', 'p', 'x');
-            if (now !== null) leasedAnswers++;
-            return now ?? limiter.take('pro', 'p', 'x');
+            const decision = limiter.decide('pro', 'p', 'x');
+            if (!(decision instanceof Promise)) leasedAnswers++;
+            return decision;
           }),
         );
         allowed += decisions.filter((d) => d.allowed).length;
@@ -321,7 +331,7 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
       // Used every 50 ms (never quiet long enough to be given back) until it may not be.
       const resets: number[] = [];
       for (let i = 0; i < 60; i++) {
-        const decision = limiter.takeNow('pro', 's', 'x');
+        const decision = await leasedOrCounted(limiter, 's');
         if (decision === null) break;
         resets.push(decision.resetMs);
         await sleep(50);
@@ -341,11 +351,11 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
     const short = new RateLimiter({ ...settings, RATE_LIMIT_WINDOW_MS: 2_000 }, cache.shared);
     try {
       await Promise.all([off.take('pro', 'o', 'x'), off.take('pro', 'o', 'x')]);
-      expect(off.takeNow('pro', 'o', 'x')).toBeNull();
-      expect(await counts(cache, 'pro', 'o', 'x')).toEqual({ all: 2, tool: 2 });
+      expect(await leasedOrCounted(off, 'o')).toBeNull();
+      expect(await counts(cache, 'pro', 'o', 'x')).toEqual({ all: 3, tool: 3 });
       await Promise.all([short.take('pro', 's', 'x'), short.take('pro', 's', 'x')]);
-      expect(short.takeNow('pro', 's', 'x')).toBeNull();
-      expect(await counts(cache, 'pro', 's', 'x')).toEqual({ all: 2, tool: 2 });
+      expect(await leasedOrCounted(short, 's')).toBeNull();
+      expect(await counts(cache, 'pro', 's', 'x')).toEqual({ all: 3, tool: 3 });
     } finally {
       await off.close();
       await short.close();
@@ -391,7 +401,7 @@ describe.runIf(run)('a busy budget leases units ahead on Redis', () => {
       await burst(limiter, 'g');
       await sleep(50);
       expect(await counts(cache, 'pro', 'g', 'x')).toEqual({ all: 893, tool: 16 });
-      expect(limiter.takeNow('pro', 'g', 'x')).toBeNull();
+      expect(await leasedOrCounted(limiter, 'g')).toBeNull();
       // A credential at its limit refuses: the tool's budget is neither taken nor leased.
       await raw.set(`${base}all:pro:h`, 1_000, 'PX', 60_000);
       const refused = await Promise.all([limiter.take('pro', 'h', 'y'), limiter.take('pro', 'h', 'y')]);

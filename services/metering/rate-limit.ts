@@ -314,15 +314,6 @@ export class RateLimiter {
     return decision;
   }
 
-  /**
-   * The decision without a promise when this process can make it: its own counters (no Redis, or
-   * Redis out of reach), or a lease with units left. Null when Redis must count the request.
-   */
-  takeNow(tier: RateTier, credential: string, tool: string | null): RateDecision | null {
-    if (this.redis?.status !== 'ready') return this.takeLocal(tier, credential, tool);
-    return this.leaseOf(tier, credential, tool).decision;
-  }
-
   /** Gives back every leased unit no request took (a stopping api). */
   async close(): Promise<void> {
     this.redis?.off('ready', this.onReady);

@@ -19,7 +19,7 @@ import type { Logger } from 'pino';
  *
  * Measured against a round trip per call: `npm run bench -- budget`.
  */
-export const BUDGET_IDLE_MS = 250;
+const BUDGET_IDLE_MS = 250;
 export const BUDGET_SHARE = 16;
 /** A grant smaller than this is not worth its round trips (and, for quota, its two events). */
 export const MIN_UNITS = 8;
@@ -63,7 +63,7 @@ export class Budget<L extends Lease> {
   readonly idleMs: number;
   private readonly leases = new Map<string, Map<string, L>>();
   /** Ended leases whose units are not all given back yet. */
-  readonly ending = new Set<L>();
+  private readonly ending = new Set<L>();
   private readonly lastCall = new Map<string, number>();
   private timer: NodeJS.Timeout | null = null;
   private sweeps = 0;

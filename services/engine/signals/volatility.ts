@@ -73,7 +73,7 @@ export class EwmaVariances {
 }
 
 /** Half-life of the hourly variance, in hours (the day of HAR). */
-export const HOURLY_HALF_LIFE_HOURS = 24;
+const HOURLY_HALF_LIFE_HOURS = 24;
 
 /**
  * Streaming EWMA of squared log returns over the last hour (overlapping, one per candle), ÷ the

@@ -108,9 +108,12 @@ export class WebhookDispatcher {
       ['reenable', 'SubscriptionReEnabled'],
       ['disabled', 'SubscriptionDisabled'],
     ];
-    for (const [suffix, type, maxInFlight] of consumed) {
-      this.consumers.push(
-        await bus.consume(
+    // Asked for together: the in-process bus registers each durable when asked, and drops what
+    // every registered durable has settled, so one registered a turn later could find the
+    // messages its filter wants dropped by the first's scan past them.
+    const opened = await Promise.allSettled(
+      consumed.map(([suffix, type, maxInFlight]) =>
+        bus.consume(
           {
             durable: `${durable}-${suffix}`,
             filterSubject: eventSubject(type, prefix),
@@ -119,8 +122,11 @@ export class WebhookDispatcher {
           },
           handle,
         ),
-      );
-    }
+      ),
+    );
+    for (const result of opened) if (result.status === 'fulfilled') this.consumers.push(result.value);
+    const failed = opened.find((result) => result.status === 'rejected');
+    if (failed) throw failed.reason;
     // Retries and digests tick apart: a digest's scan can take seconds on a busy machine, and
     // due retries waiting behind it were sent that much past their schedule.
     this.options.worker.onRetryScheduled = (due) => this.wakeAt(due);

@@ -47,16 +47,12 @@ export async function serveMetered<T>(
   run: () => Promise<T>,
 ): Promise<MeteredResult<T>> {
   const observer = observers.get(quota);
-  const unavailable = (err: unknown) => {
-    observer?.refused(caller.subject.plan, 'unavailable');
-    return new QuotaUnavailableError({ auth: caller.auth, quota: null }, { cause: err });
-  };
   let before: QuotaSnapshot | null = null;
   if (!quota.prepaid(caller.subject, call.tool)) {
     try {
       before = await quota.peek(caller.subject);
     } catch (err) {
-      throw err instanceof CacheUnavailableError ? unavailable(err) : err;
+      throw err instanceof CacheUnavailableError ? unavailable(observer, caller, err) : err;
     }
     if (before.remaining === 0) {
       const window =
@@ -76,7 +72,7 @@ export async function serveMetered<T>(
   try {
     debit = await quota.debit(caller.subject, call.tool, call.requestId);
   } catch (err) {
-    throw unavailable(err);
+    throw unavailable(observer, caller, err);
   }
   const service = { auth: caller.auth, quota: debit.snapshot };
   if (!debit.ok) {
@@ -85,4 +81,17 @@ export async function serveMetered<T>(
   }
   observer?.debited(caller.subject.plan);
   return { ok: true, value, service };
+}
+
+/**
+ * The refusal of a call whose quota cannot be read or debited. Module-level, not a closure made
+ * per call: under tsx (npm start, the benches) each closure made per call is named at run time.
+ */
+function unavailable(
+  observer: QuotaObserver | undefined,
+  caller: Caller,
+  err: unknown,
+): QuotaUnavailableError {
+  observer?.refused(caller.subject.plan, 'unavailable');
+  return new QuotaUnavailableError({ auth: caller.auth, quota: null }, { cause: err });
 }

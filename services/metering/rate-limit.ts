@@ -482,23 +482,39 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
       const path = /[%#]/.test(raw) ? (request.routeOptions.url ?? raw) : raw;
       const tier: RateTier = caller.keyId === null ? 'anonymous' : caller.auth.tier;
       const tool = toolOf(path, request.body);
-      const apply = (decision: RateDecision) => {
-        const seconds = Math.max(1, Math.ceil(decision.resetMs / 1_000));
-        reply.header('ratelimit-limit', decision.limit);
-        reply.header('ratelimit-remaining', decision.remaining);
-        reply.header('ratelimit-reset', seconds);
-        // A refusal is answered here, and the callback is then not called (Fastify's rule).
-        if (decision.allowed) done();
-        else refuse(deps, request, reply, isMcpPath(path), caller, tier, decision, seconds).catch(done);
-      };
       const decision = deps.limiter.decide(tier, caller.subject.id, tool);
-      if (decision instanceof Promise) decision.then(apply, done);
-      else apply(decision);
+      if (decision instanceof Promise)
+        decision.then((d) => applyDecision(deps, request, reply, done, path, caller, tier, d), done);
+      else applyDecision(deps, request, reply, done, path, caller, tier, decision);
     });
   };
   // The hook must reach every route registered beside it, not only this plugin's own.
   (plugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
   return plugin;
+}
+
+/**
+ * The decision's headers, then the request goes on or is refused. Module-level rather than a
+ * closure made per request: under tsx (npm start, the benches) each closure made per call is
+ * named at run time.
+ */
+function applyDecision(
+  deps: RateLimitPluginDeps,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  done: (err?: Error) => void,
+  path: string,
+  caller: Caller,
+  tier: RateTier,
+  decision: RateDecision,
+): void {
+  const seconds = Math.max(1, Math.ceil(decision.resetMs / 1_000));
+  reply.header('ratelimit-limit', decision.limit);
+  reply.header('ratelimit-remaining', decision.remaining);
+  reply.header('ratelimit-reset', seconds);
+  // A refusal is answered here, and the callback is then not called (Fastify's rule).
+  if (decision.allowed) done();
+  else refuse(deps, request, reply, isMcpPath(path), caller, tier, decision, seconds).catch(done);
 }
 
 /** The 429 in the channel's shape (JSON-RPC on the MCP paths), with the caller's quota. */

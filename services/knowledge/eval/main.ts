@@ -1,7 +1,6 @@
 import { pino } from 'pino';
-import { loadConfig } from '../../../contracts/config.ts';
 import { EXTRACTIVE_MODEL } from '../../../contracts/knowledge.ts';
-import { startService } from '../../service.ts';
+import { startApiOnly } from '../../../test/service-keys.ts';
 import { answerQuestion } from '../chat.ts';
 import type { KnowledgeModule } from '../module.ts';
 import { loadQuestionSet, offTopicFault, onTopicFault, QUESTION_SETS, TUNED_SETS } from './score.ts';
@@ -21,19 +20,7 @@ for (const file of files)
     throw new Error(`unknown question set ${file}; known: ${QUESTION_SETS.join(', ')}`);
 
 const logger = pino({ level: 'silent' });
-const service = await startService(
-  loadConfig({
-    NODE_ENV: 'test',
-    LOG_LEVEL: 'silent',
-    EVENT_STORE: 'memory',
-    CACHE: 'memory',
-    FEED: 'replay',
-    HOST: '127.0.0.1',
-    PORT: '0',
-  }),
-  ['api'],
-  logger,
-);
+const service = await startApiOnly();
 try {
   const knowledge = await (service.components.find((c) => c.name === 'knowledge') as KnowledgeModule).ready;
   knowledge.refresh();
@@ -64,7 +51,8 @@ try {
     for (const q of set.offTopic) {
       const answer = await ask(q.question);
       if (answer.grounded) offGrounded++;
-      if (offTopicFault(answer)) wrong.push(`  ${q.id} (off-topic): ${q.question}\n    → ${answer.answer.slice(0, 200)}`);
+      if (offTopicFault(answer))
+        wrong.push(`  ${q.id} (off-topic): ${q.question}\n    → ${answer.answer.slice(0, 200)}`);
     }
     const right = set.questions.length - wrong.filter((w) => !w.includes('(off-topic)')).length;
     const summary = `${file}: ${right}/${set.questions.length} (${((100 * right) / set.questions.length).toFixed(1)} %); off-topic grounded ${offGrounded}/${set.offTopic.length}`;

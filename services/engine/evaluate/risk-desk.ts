@@ -309,9 +309,10 @@ export function fitDesk(
   const w = windows[2];
   // The day's model on candles shorter than an hour reads the hourly variance too (volatility.ts).
   const withHourly = horizon.key === 'day' && hasHourly(timeframe);
-  // Hour-of-day factors on the next candle and the day (not the verdict horizon's model, which
-  // trade calls and the regime's volatility percentile share); a 1d candle closes at one hour.
-  const seasonal = horizon.key !== 'verdict' && TIMEFRAME_MS[timeframe] < DAY_MS;
+  // Hour-of-day factors on every horizon of a timeframe shorter than a day (a 1d candle closes at
+  // one hour), the verdict horizon's model included: trade calls and the regime's volatility
+  // percentile read it as the risk forecast does.
+  const seasonal = TIMEFRAME_MS[timeframe] < DAY_MS;
   const samples: {
     features: number[];
     realised: number;

@@ -143,7 +143,7 @@ describe('risk desk on real candles', () => {
     }
   });
 
-  it('serves from a market state what it scores: hour-of-day factors, the day model with its hourly slope', () => {
+  it('serves from a market state what it scores: hour-of-day factors on every horizon, the day model with its hourly slope', () => {
     const tf = '15m' as const;
     const candles = aggregateCandles(m5[0]!, '5m', tf);
     const series = m5.map((c) => deskSeries(aggregateCandles(c, '5m', tf), tf, c));
@@ -153,16 +153,27 @@ describe('risk desk on real candles', () => {
       return { key: fit.key, candles: fit.candles, model: fit.service, garch };
     });
     const day = risk.find((r) => r.key === 'day')!;
+    const verdict = risk.find((r) => r.key === 'verdict')!;
     // Candles shorter than an hour: the day's model reads the hourly variance, the others do not;
-    // the next candle's and the day's have hour-of-day factors, the verdict horizon's has none.
+    // every horizon's model has hour-of-day factors.
     expect(day.model.hourly).toBeDefined();
     expect(risk.filter((r) => r.model.hourly !== undefined)).toHaveLength(1);
-    expect(risk.filter((r) => r.model.hourOfDay !== undefined).map((r) => r.key)).toEqual(['next', 'day']);
+    expect(risk.filter((r) => r.model.hourOfDay !== undefined).map((r) => r.key)).toEqual([
+      'next',
+      'verdict',
+      'day',
+    ]);
+    // The verdict horizon's model is also the table's model for the timeframe (the evaluator's
+    // withRisk): the one a trade call's volatility and the regime's percentile read.
     const state = new MarketState({
       exchange: 'BINANCE_SPOT',
       coin: 'BTC',
       timeframe: tf,
-      volatility: { ...defaultVolatility, risk: { ...defaultVolatility.risk, [tf]: risk } },
+      volatility: {
+        ...defaultVolatility,
+        models: { ...defaultVolatility.models, [tf]: verdict.model },
+        risk: { ...defaultVolatility.risk, [tf]: risk },
+      },
     });
     for (const c of candles) state.update(c);
     const s = series[0]!;
@@ -177,6 +188,7 @@ describe('risk desk on real candles', () => {
         utcHour(s.closeTime[last]!),
       );
       expect(served.find((r) => r.horizon === row.key)!.expected_move_pct).toBe(100 * Math.sqrt(scored));
+      if (row.key === 'verdict') expect(state.volForecastVariance).toBe(scored);
     }
   });
 });

@@ -27,11 +27,11 @@ import { CalibrationError } from './errors.ts';
  * day-long memory carry what a day forecast needs. Its slope is fitted with the others (all four
  * summing to 1). Chosen on an inner fold of the training months (docs/evaluation-risk.md).
  *
- * The next candle's and the day's models on timeframes shorter than a day also carry a log factor
- * per UTC hour of the close the forecast is made at (intraday seasonality: a 5m candle at the US
- * open moves more than one at 03:00 UTC, and a day forecast made at a busy hour reads busy-hour
- * EWMAs), fitted with the slopes. The verdict horizon's model, which trade calls and the regime's
- * volatility percentile share, has none.
+ * Every horizon's model on timeframes shorter than a day also carries a log factor per UTC hour of
+ * the close the forecast is made at (intraday seasonality: a 5m candle at the US open moves more
+ * than one at 03:00 UTC, and a day forecast made at a busy hour reads busy-hour EWMAs), fitted
+ * with the slopes. The verdict horizon's model is also the one trade calls and the regime's
+ * volatility percentile read, so they see the same hour-dependent forecast.
  */
 
 export const VOL_HALF_LIVES: readonly [number, number, number] = [6, 30, 120];

@@ -43,11 +43,22 @@ export interface Lease {
   ended: boolean;
 }
 
-export interface BudgetKind<L extends Lease> {
+/**
+ * What a kind of lease adds to the budget: how units are granted and given back on its shared
+ * state, and which calls a lease serves. `C` is what a call brings (the quota's subject windows,
+ * the rate limiter's request shape): the budget hands it on, so no call makes a closure.
+ */
+export interface BudgetKind<L extends Lease, C> {
   /** Counts up to `units` ahead on the shared state, adding them to `pending`; resolves the units granted. */
   grant(lease: L, units: number): Promise<number>;
   /** Gives back the lease's free units; resolves whether nothing is left to give back. */
   giveBack(lease: L): Promise<boolean>;
+  /** Whether the owner's live lease still serves `call`; one that does not is ended. */
+  fits(lease: L, call: C): boolean;
+  /** A new lease for `call`: `base` with the kind's fields. */
+  make(base: Lease, call: C): L;
+  /** Whether the lease's units are counted where `call`'s are (`held`). */
+  holds(lease: L, call: C): boolean;
 }
 
 export interface BudgetOptions {
@@ -59,7 +70,7 @@ export interface BudgetOptions {
 
 const REMEMBERED_OWNERS = 10_000;
 
-export class Budget<L extends Lease> {
+export class Budget<L extends Lease, C> {
   readonly idleMs: number;
   private readonly leases = new Map<string, Map<string, L>>();
   /** Ended leases whose units are not all given back yet. */
@@ -71,7 +82,7 @@ export class Budget<L extends Lease> {
 
   constructor(
     readonly options: BudgetOptions,
-    private readonly kind: BudgetKind<L>,
+    private readonly kind: BudgetKind<L, C>,
     private readonly now: () => number,
     private readonly logger?: Logger,
   ) {
@@ -86,25 +97,25 @@ export class Budget<L extends Lease> {
     return this.leases.get(owner)?.get(part);
   }
 
-  /** The owner's leases, live and ending: their units are counted, not used. */
-  *held(owner: string): Iterable<L> {
+  /** Units the owner's leases, live and ending, hold where `call` is counted: counted, not used. */
+  held(owner: string, call: C): number {
+    let units = 0;
     const live = this.leases.get(owner);
-    if (live !== undefined) yield* live.values();
-    for (const lease of this.ending) if (lease.owner === owner) yield lease;
+    if (live !== undefined)
+      for (const lease of live.values())
+        if (this.kind.holds(lease, call)) units += lease.free + lease.pending;
+    if (this.ending.size > 0)
+      for (const lease of this.ending)
+        if (lease.owner === owner && this.kind.holds(lease, call)) units += lease.free + lease.pending;
+    return units;
   }
 
   /**
-   * The lease of a call of `owner`'s `part`, noting the call: the live one while it `fits`, else
-   * a new one (`make` adds the kind's fields) when the owner is busy: a call in flight
-   * (`overlapping`), or its last within ms/MIN_UNITS and idleMs.
+   * The lease of a call of `owner`'s `part`, noting the call: the live one while it fits `call`,
+   * else a new one when the owner is busy: a call in flight (`overlapping`), or its last within
+   * ms/MIN_UNITS and idleMs.
    */
-  lease(
-    owner: string,
-    part: string,
-    overlapping: boolean,
-    fits: (lease: L) => boolean,
-    make: (base: Lease) => L,
-  ): L | undefined {
+  lease(owner: string, part: string, overlapping: boolean, call: C): L | undefined {
     const now = this.now();
     const last = this.lastCall.get(owner) ?? Number.NEGATIVE_INFINITY;
     // Past REMEMBERED_OWNERS it starts afresh: a flood of callers costs them a lease's delay, not memory.
@@ -112,23 +123,26 @@ export class Budget<L extends Lease> {
     this.lastCall.set(owner, now);
     let parts = this.leases.get(owner);
     const live = parts?.get(part);
-    if (live !== undefined && fits(live)) return live;
+    if (live !== undefined && this.kind.fits(live, call)) return live;
     if (live !== undefined) this.end(live);
     if (!this.on || (!overlapping && now - last > Math.min(this.options.ms / MIN_UNITS, this.idleMs)))
       return undefined;
-    const lease = make({
-      owner,
-      part,
-      free: 0,
-      pending: 0,
-      size: 0,
-      calls: 0,
-      since: now,
-      lastTaken: this.sweeps,
-      granting: null,
-      giving: null,
-      ended: false,
-    });
+    const lease = this.kind.make(
+      {
+        owner,
+        part,
+        free: 0,
+        pending: 0,
+        size: 0,
+        calls: 0,
+        since: now,
+        lastTaken: this.sweeps,
+        granting: null,
+        giving: null,
+        ended: false,
+      },
+      call,
+    );
     parts = this.leases.get(owner);
     if (parts === undefined) {
       parts = new Map();

@@ -63,10 +63,8 @@ export async function onLiveCounters<T>(
 
 /** A quota lease: prepaid units of one subject's calls of one tool, on the counters and the log. */
 interface QuotaLease extends Lease {
-  subject: QuotaSubject;
-  period: QuotaPeriod;
-  windows: QuotaWindow[];
-  keys: string[];
+  /** The subject's windows it was granted on (a new day or plan ends it). */
+  at: SubjectWindows;
   /** Log position of the last grant: the position its calls answer with. */
   position: number;
   /** A give-back sent to the counters (retries send the same id and units: never given twice). */
@@ -86,6 +84,7 @@ interface Batch {
 }
 
 interface SubjectWindows {
+  subject: QuotaSubject;
   period: QuotaPeriod;
   limits: PlanLimits;
   windows: QuotaWindow[];
@@ -115,7 +114,7 @@ export class QuotaMeter {
   readonly counters: QuotaCounters;
   private readonly lanes = new Map<string, Lane>();
   private due: [string, Lane][] = [];
-  private readonly budget: Budget<QuotaLease>;
+  private readonly budget: Budget<QuotaLease, SubjectWindows>;
   /** The counters' figures at a subject's last debit, grant or give-back here, by window key. */
   private readonly counts = new Map<string, { keys: readonly string[]; counts: readonly number[] }>();
   private readonly windowsBySubject = new Map<string, SubjectWindows>();
@@ -134,9 +133,17 @@ export class QuotaMeter {
   ) {
     this.counters = deps.counters ?? new QuotaCounters({ store: deps.store, cache: deps.cache });
     const lease = deps.lease ?? { ms: 0 };
-    this.budget = new Budget<QuotaLease>(
+    this.budget = new Budget<QuotaLease, SubjectWindows>(
       { maxUnits: 256, ...lease },
-      { grant: (l, units) => this.grant(l, units), giveBack: (l) => this.giveBack(l) },
+      {
+        grant: (l, units) => this.grant(l, units),
+        giveBack: (l) => this.giveBack(l),
+        // The same day and plan (windows made again once the memo was cleared): the same lease.
+        fits: (l, at) =>
+          l.at === at || (l.at.period.day === at.period.day && l.at.subject.plan === at.subject.plan),
+        make: (base, at) => ({ ...base, at, position: 0, refunding: null, unrecorded: null }),
+        holds: (l, at) => sameKeys(l.at.keys, at.keys),
+      },
       () => this.now(),
       deps.logger,
     );
@@ -157,11 +164,17 @@ export class QuotaMeter {
   private windowsOf(subject: QuotaSubject, period: QuotaPeriod): SubjectWindows {
     const limits = this.deps.plans[subject.plan];
     const known = this.windowsBySubject.get(subject.id);
-    if (known !== undefined && known.period === period && known.limits === limits) return known;
+    if (
+      known !== undefined &&
+      known.period === period &&
+      known.limits === limits &&
+      known.subject.plan === subject.plan
+    )
+      return known;
     // Frozen, so no call changes what the next reads; typed mutable for the cache port.
     const windows = Object.freeze(quotaWindows(subject.id, limits, period).map((w) => Object.freeze(w)));
     const keys = Object.freeze(windows.map((w) => w.key)) as string[];
-    const made = { period, limits, windows: windows as QuotaWindow[], keys };
+    const made = { subject, period, limits, windows: windows as QuotaWindow[], keys };
     // A memo: past 10,000 subjects it starts afresh.
     if (this.windowsBySubject.size >= 10_000) this.windowsBySubject.clear();
     this.windowsBySubject.set(subject.id, made);
@@ -170,10 +183,9 @@ export class QuotaMeter {
 
   /** Live figures without debiting. Throws CacheUnavailableError when the counters are out of reach. */
   async peek(subject: QuotaSubject): Promise<QuotaSnapshot> {
-    const period = quotaPeriod(this.now());
-    const { limits, keys } = this.windowsOf(subject, period);
-    const counts = await this.live(() => this.deps.cache.readLive(QUOTA_FAMILY, keys));
-    return this.figures(subject, limits, period, keys, counts);
+    const at = this.windowsOf(subject, quotaPeriod(this.now()));
+    const counts = await this.live(() => this.deps.cache.readLive(QUOTA_FAMILY, at.keys));
+    return this.figures(at, counts);
   }
 
   /** Whether the subject's next call of `tool` is prepaid: a lease of this day and plan holds a unit for it. */
@@ -182,25 +194,17 @@ export class QuotaMeter {
     return (
       lease !== undefined &&
       lease.free > 0 &&
-      lease.subject.plan === subject.plan &&
-      lease.period.day === quotaPeriod(this.now()).day
+      lease.at.subject.plan === subject.plan &&
+      lease.at.period.day === quotaPeriod(this.now()).day
     );
   }
 
   /** The counters' `counts`, less what this process's leases of the subject hold in these windows. */
-  private figures(
-    subject: QuotaSubject,
-    limits: PlanLimits,
-    period: QuotaPeriod,
-    keys: readonly string[],
-    counts: readonly number[],
-  ): QuotaSnapshot {
-    let held = 0;
-    for (const lease of this.budget.held(subject.id))
-      if (sameKeys(lease.keys, keys)) held += lease.free + lease.pending;
+  private figures(at: SubjectWindows, counts: readonly number[]): QuotaSnapshot {
+    const held = this.budget.held(at.subject.id, at);
     return quotaSnapshot(
-      limits,
-      period,
+      at.limits,
+      at.period,
       held === 0 ? counts : counts.map((count) => (count > held ? count - held : 0)),
     );
   }
@@ -211,28 +215,18 @@ export class QuotaMeter {
    * its record cannot be made; the caller must not serve then.
    */
   async debit(subject: QuotaSubject, tool: string, _requestId: string): Promise<DebitOutcome> {
-    const period = quotaPeriod(this.now());
-    const { limits, windows, keys } = this.windowsOf(subject, period);
+    const at = this.windowsOf(subject, quotaPeriod(this.now()));
+    const { windows, keys } = at;
     // The counts of these windows at the subject's last debit, grant or give-back here.
     const last = this.counts.get(subject.id);
     const known = last !== undefined && sameKeys(last.keys, keys) ? last.counts : [];
     const lane = this.lanes.get(subject.id);
-    const lease = this.budget.lease(
-      subject.id,
-      tool,
-      lane !== undefined && lane.inFlight > 0,
-      // A new day or plan ends the lease: its units go back to the windows they were counted in.
-      (held) =>
-        held.subject.plan === subject.plan &&
-        held.subject.kind === subject.kind &&
-        sameKeys(held.keys, keys) &&
-        held.windows.every((w, i) => w.limit === windows[i]!.limit),
-      (base) => ({ ...base, subject, period, windows, keys, position: 0, refunding: null, unrecorded: null }),
-    );
+    // A new day or plan ends the lease (fits): its units go back to the windows they were counted in.
+    const lease = this.budget.lease(subject.id, tool, lane !== undefined && lane.inFlight > 0, at);
     if (lease !== undefined && this.budget.take(lease, left(windows, known))) {
       const outcome = {
         ok: true,
-        snapshot: this.figures(subject, limits, period, keys, known),
+        snapshot: this.figures(at, known),
         refusedBy: null,
         position: lease.position,
       };
@@ -241,8 +235,8 @@ export class QuotaMeter {
       return outcome;
     }
     const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, windows, 1));
-    const snapshot = this.figures(subject, limits, period, keys, result.counts);
-    const recorded = result.ok ? this.record(subject, tool, period, keys, result.generation) : null;
+    const snapshot = this.figures(at, result.counts);
+    const recorded = result.ok ? this.record(subject, tool, at.period, keys, result.generation) : null;
     if (lease !== undefined && !lease.ended) {
       setBounded(this.counts, subject.id, { keys, counts: result.counts }, 10_000);
       if (result.ok) this.budget.refill(lease, left(windows, result.counts));
@@ -254,8 +248,8 @@ export class QuotaMeter {
 
   /** Counts `units` ahead on the counters, then appends them (flushed: a lost grant is calls served free). */
   private async grant(lease: QuotaLease, units: number): Promise<number> {
-    const { subject, period, keys } = lease;
-    const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, lease.windows, units));
+    const { subject, period, windows, keys } = lease.at;
+    const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, windows, units));
     if (!lease.ended) setBounded(this.counts, subject.id, { keys, counts: result.counts }, 10_000);
     if (!result.ok) return 0;
     lease.pending += units;
@@ -290,22 +284,22 @@ export class QuotaMeter {
       const { units, id, since } = lease.refunding;
       if (Date.now() - since > REFUND_ID_TTL_MS / 2) {
         this.deps.logger?.error(
-          { subject: lease.subject.id, tool: lease.part, units, refundId: id },
+          { subject: lease.owner, tool: lease.part, units, refundId: id },
           'quota lease not given back: the counters were out of reach too long; its units stay charged',
         );
         lease.free -= units;
         lease.refunding = null;
         return true;
       }
-      const generation = await this.deps.cache.refundLive(QUOTA_FAMILY, lease.keys, units, id);
+      const generation = await this.deps.cache.refundLive(QUOTA_FAMILY, lease.at.keys, units, id);
       lease.free -= units;
       lease.refunding = null;
       lease.unrecorded = { units, generation, id };
-      this.uncount(lease.subject.id, units, lease.keys);
+      this.uncount(lease.owner, units, lease.at.keys);
     }
     const { units, generation, id } = lease.unrecorded;
-    const stream = quotaStream(lease.subject.id);
-    const data = debitData(lease.subject, lease.part, units, lease.period, generation);
+    const stream = quotaStream(lease.owner);
+    const data = debitData(lease.at.subject, lease.part, units, lease.at.period, generation);
     try {
       await this.deps.store.append(stream, [{ type: 'QuotaDebitsReturned', data, id }], {
         durability: 'flushed',

@@ -122,6 +122,13 @@ interface PendingTake {
   reject(err: unknown): void;
 }
 
+/** What a request's budgets are counted by: who (tier and credential) and which tool. */
+interface RateShape {
+  tier: RateTier;
+  credential: string;
+  tool: string | null;
+}
+
 /** A rate lease: units counted on every budget of one request shape (credential, tool) ahead of its requests. */
 interface RateLease extends Lease {
   keys: string[];
@@ -219,7 +226,7 @@ export class RateLimiter {
   private readonly redis: TakingRedis | null;
   private readonly limits: Record<RateTier, { all: number; perTool: number }>;
   private readonly takes = new TurnBatch<PendingTake>((batch) => this.send(batch), MAX_TAKES_PER_SCRIPT);
-  private readonly budget: Budget<RateLease>;
+  private readonly budget: Budget<RateLease, RateShape>;
   /** No lease is granted before this (monotonic): a grant lost on the way may have run in Redis. */
   private pausedUntil = 0;
   /** A server that came back may have lost the leased units' counts: the leases are forgotten. */
@@ -232,9 +239,23 @@ export class RateLimiter {
     this.redis = store ? (store.redis as TakingRedis) : null;
     this.windowMs = Math.max(1, settings.RATE_LIMIT_WINDOW_MS);
     const leases = this.redis !== null && this.windowMs > 2 * LEASE_GUARD_MS;
-    this.budget = new Budget<RateLease>(
+    this.budget = new Budget<RateLease, RateShape>(
       { ms: leases ? RATE_LEASE_MS : 0, maxUnits: settings.RATE_LIMIT_LEASE_MAX },
-      { grant: (lease, units) => this.grant(lease, units), giveBack: (lease) => this.giveBack(lease) },
+      {
+        grant: (lease, units) => this.grant(lease, units),
+        giveBack: (lease) => this.giveBack(lease),
+        // Neither used nor kept in its window's last LEASE_GUARD_MS: its units would outlive it.
+        fits: (lease) => lease.size === 0 || lease.resetsAt - performance.now() > LEASE_GUARD_MS,
+        make: (base, { tier, credential, tool }) => ({
+          ...base,
+          keys: this.sharedKeys(tier, credential, tool),
+          limits: this.limitsOf(tier, tool),
+          counts: [],
+          resetsAt: Number.POSITIVE_INFINITY,
+          endsBy: [],
+        }),
+        holds: () => true,
+      },
       () => performance.now(),
     );
     const limits = (all: number) => ({
@@ -269,8 +290,10 @@ export class RateLimiter {
    */
   decide(tier: RateTier, credential: string, tool: string | null): RateDecision | Promise<RateDecision> {
     if (this.redis?.status !== 'ready') return this.takeLocal(tier, credential, tool);
-    const lease = this.leaseOf(tier, credential, tool);
-    return lease.decision ?? this.takeShared(tier, credential, tool, lease.lease);
+    const lease = this.budget.lease(`${tier}:${credential}`, tool ?? '', false, { tier, credential, tool });
+    if (lease !== undefined && this.budget.take(lease, leftOf(lease.limits, lease.counts)))
+      return leased(lease);
+    return this.takeShared(tier, credential, tool, lease);
   }
 
   private async takeShared(
@@ -279,9 +302,8 @@ export class RateLimiter {
     tool: string | null,
     lease: RateLease | undefined,
   ): Promise<RateDecision> {
-    const keys = this.sharedKeys(tier, credential, tool);
-    const { all, perTool } = this.limits[tier];
-    const limits = tool === null ? [all] : [all, perTool];
+    const keys = lease?.keys ?? this.sharedKeys(tier, credential, tool);
+    const limits = lease?.limits ?? this.limitsOf(tier, tool);
     let reply: number[];
     try {
       reply = await new Promise<number[]>((resolve, reject) =>
@@ -306,11 +328,7 @@ export class RateLimiter {
     };
     const overall = budget(0);
     const decision = !overall.allowed || limits.length === 1 ? overall : tighter(overall, budget(1));
-    if (lease !== undefined && decision.allowed) {
-      let left = Number.POSITIVE_INFINITY;
-      for (let i = 0; i < limits.length; i++) left = Math.min(left, limits[i]! - Number(reply[2 * i]));
-      this.budget.refill(lease, left);
-    }
+    if (lease !== undefined && decision.allowed) this.budget.refill(lease, leftOf(limits, reply, 2));
     return decision;
   }
 
@@ -336,46 +354,10 @@ export class RateLimiter {
     return tool === null ? [`${base}all:${own}`] : [`${base}all:${own}`, `${base}tool:${own}:${tool}`];
   }
 
-  /** The request shape's lease (opened when busy) and, when it held a unit for this request, the decision. */
-  private leaseOf(
-    tier: RateTier,
-    credential: string,
-    tool: string | null,
-  ): { lease: RateLease | undefined; decision: RateDecision | null } {
-    const now = performance.now();
+  /** A request's limits: the credential's, then the tool's when one is named. */
+  private limitsOf(tier: RateTier, tool: string | null): number[] {
     const { all, perTool } = this.limits[tier];
-    const lease = this.budget.lease(
-      `${tier}:${credential}`,
-      tool ?? '',
-      false,
-      // Neither used nor kept in its window's last LEASE_GUARD_MS: its units would outlive it.
-      (held) => held.size === 0 || held.resetsAt - now > LEASE_GUARD_MS,
-      (base) => ({
-        ...base,
-        keys: this.sharedKeys(tier, credential, tool),
-        limits: tool === null ? [all] : [all, perTool],
-        counts: [],
-        resetsAt: Number.POSITIVE_INFINITY,
-        endsBy: [],
-      }),
-    );
-    const left =
-      lease === undefined
-        ? 0
-        : Math.min(...lease.limits.map((limit, i) => limit - (lease.counts[i] ?? limit)));
-    if (lease === undefined || !this.budget.take(lease, left)) return { lease, decision: null };
-    let decision: RateDecision | null = null;
-    for (let i = 0; i < lease.keys.length; i++) {
-      const limit = lease.limits[i]!;
-      const budget: RateDecision = {
-        allowed: true,
-        limit,
-        remaining: Math.max(0, limit - (lease.counts[i]! - lease.free)),
-        resetMs: Math.round(lease.resetsAt - now),
-      };
-      decision = decision === null ? budget : tighter(decision, budget);
-    }
-    return { lease, decision };
+    return tool === null ? [all] : [all, perTool];
   }
 
   private async grant(lease: RateLease, units: number): Promise<number> {
@@ -432,6 +414,27 @@ export class RateLimiter {
       },
     );
   }
+}
+
+/** What the tighter of a request's budgets has left, from their counts (every `stride`th of `counts`); none known: nothing. */
+function leftOf(limits: readonly number[], counts: readonly number[], stride = 1): number {
+  let left = Number.POSITIVE_INFINITY;
+  for (let i = 0; i < limits.length; i++)
+    left = Math.min(left, limits[i]! - Number(counts[stride * i] ?? limits[i]));
+  return left;
+}
+
+/** The decision of a request a lease's unit let through: each budget's count as of the grant, less the units still free. */
+function leased(lease: RateLease): RateDecision {
+  const resetMs = Math.round(lease.resetsAt - performance.now());
+  let decision: RateDecision | null = null;
+  for (let i = 0; i < lease.keys.length; i++) {
+    const limit = lease.limits[i]!;
+    const remaining = Math.max(0, limit - (lease.counts[i]! - lease.free));
+    const budget: RateDecision = { allowed: true, limit, remaining, resetMs };
+    decision = decision === null ? budget : tighter(decision, budget);
+  }
+  return decision!;
 }
 
 /** The headers speak of the tighter budget: the one that refused, or the one nearer its end. */

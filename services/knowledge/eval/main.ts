@@ -7,7 +7,7 @@ import { loadQuestionSet, offTopicFault, onTopicFault, QUESTION_SETS, TUNED_SETS
 
 /**
  * Scores the extractive chat on the question sets named on the command line (the tuned sets
- * without any; the blind analyst.json only when named):
+ * without any; a blind set, score.ts BLIND_SETS, only when named):
  * `npx tsx services/knowledge/eval/main.ts heldout.json fresh.json`.
  * The api role is started as answers.e2e.test.ts starts it (default configuration, in-process
  * adapters, no live facts), so the index holds the same passages, the routes' included; the

@@ -86,7 +86,7 @@ const SYNONYMS: string[][] = [
   ['keep', 'kept', 'store', 'cache'],
   ['export', 'download'],
   ['connect', 'setup', 'session', 'handshake'],
-  ['disable', 'disabled', 'deactivate'],
+  ['disable', 'disabled', 'deactivate', 'off'],
   ['miss', 'missed', 'gap', 'missing'],
   ['retry', 'retries', 'resend'],
   ['compute', 'calculate', 'computed', 'derived'],
@@ -102,7 +102,44 @@ const SYNONYMS: string[][] = [
   ['browse', 'browser', 'render', 'page'],
   ['left', 'remaining', 'remain'],
   ['standard', 'rfc', 'specification', 'spec'],
+  // Everyday words for what the documentation names otherwise: a buyer "starts" what it
+  // "begins", is "told" what it "notices", "saves" what it "records".
+  ['start', 'begin', 'launch'],
+  ['notice', 'notify', 'notification', 'alert', 'told', 'inform'],
+  ['record', 'save', 'saved', 'persist'],
+  ['enable', 'activate'],
+  ['app', 'application', 'client'],
+  ['program', 'cli', 'executable', 'binary'],
+  ['mac', 'macos'],
+  ['fingerprint', 'hash'],
+  ['blockchain', 'chain', 'onchain'],
+  ['style', 'lint', 'linter', 'biome'],
+  ['benchmark', 'bench'],
+  ['evaluation', 'evaluate'],
+  ['combination', 'cell'],
+  ['real', 'production', 'live'],
+  ['private', 'local', 'loopback', 'internal'],
+  ['old', 'older', 'earlier', 'previous', 'prior'],
+  ['web', 'browser'],
+  ['project', 'repository', 'repo', 'checkout'],
+  ['development', 'dev'],
+  ['decide', 'determine', 'decision', 'choose'],
+  ['refresh', 'regenerate', 'rewrite', 'update'],
 ];
+
+/**
+ * Phrasal verbs a question uses for an act the documentation names in one word: "switched off"
+ * is disabled, "turn on" enables, "signed up" registered, "set up" is the setup.
+ */
+const PHRASAL: [RegExp, string][] = [
+  [/\b(?:switch|turn|shut)(?:ed|es|s|ing)? off\b/gi, 'disable'],
+  [/\b(?:switch|turn)(?:ed|es|s|ing)? on\b/gi, 'enable'],
+  [/\bsign(?:ed|s|ing)? up\b/gi, 'register'],
+  [/\bset(?:s|ting)? up\b/gi, 'setup'],
+];
+export function rephrase(question: string): string {
+  return PHRASAL.reduce((q, [re, word]) => q.replace(re, word), question);
+}
 const SYNONYM_OF = new Map<string, Set<string>>();
 for (const group of SYNONYMS) {
   const terms = new Set(group.map((w) => termOf(w)).filter((t): t is string => t !== null));
@@ -130,7 +167,9 @@ const QUESTION_WORDS = new Set(
     // A superlative asks for the bound: the documentation states it as "at most 8 KiB".
     'largest longest biggest smallest shortest highest lowest maximum minimum ' +
     // A verb of motion and its particle ("will it go up", "set it up") name no topic.
-    'go goes going went up'
+    'go goes going went up ' +
+    // "How far before …" asks for a distance; "what does it look like" for its form.
+    'far look like'
   )
     .split(' ')
     .map((w) => termOf(w))
@@ -164,7 +203,8 @@ function qualifiers(question: string): Set<string> {
  * The question's content terms, each with the terms that meet it and its share of the ask: a
  * condition ("… if my connection drops") frames the question, the main clause asks it.
  */
-export function questionTerms(question: string): { term: string; meets: Set<string>; share: number }[] {
+export function questionTerms(raw: string): { term: string; meets: Set<string>; share: number }[] {
+  const question = rephrase(raw);
   const cut = /\b(if|when|while|because|since|in case|before|after|until|once)\b/i.exec(question);
   const topical = (text: string) => contentTerms(text).filter((term) => !QUESTION_WORDS.has(term));
   const main = new Set(topical(cut && cut.index > 0 ? question.slice(0, cut.index) : question));
@@ -267,7 +307,8 @@ function modifierOnly(
  * "when does a call *count* as a hit" is about calls and hits, not about counting), with the
  * documentation's words for them added.
  */
-export function expandQuestion(question: string): string {
+export function expandQuestion(raw: string): string {
+  const question = rephrase(raw);
   const asked = questionTerms(question);
   if (asked.length === 0) return question;
   const topical = words(question).filter((w) => {
@@ -671,10 +712,11 @@ function answerable(text: string): boolean {
  * corpus); without it every term weighs the same.
  */
 export function extractiveAnswer(
-  question: string,
+  raw: string,
   retrieved: Retrieved[],
   weight?: (term: string) => number,
 ): Grounded {
+  const question = rephrase(raw);
   const asked = questionTerms(question);
   const dontKnow = { answer: DONT_KNOW, citations: [], grounded: false };
   if (asked.length === 0 || retrieved.length === 0) return dontKnow;
@@ -701,26 +743,36 @@ export function extractiveAnswer(
   const compounds = compoundsOf(read.map(({ passage }) => passage.text));
   const coverageOf = (text: string, title: Set<string>, body: Set<string>) => {
     const present = termsIn(text);
-    const narrowed = narrowedActs(text);
+    // "Hosts that connect only through OAuth" answers a question that narrows the act as well.
+    const narrowed = /\bonly\b/i.test(question) ? new Set<string>() : narrowedActs(text);
     const modifying = modifierOnly(text, asked, compounds);
     let own = 0;
     let context = 0;
     let crux = false;
+    let narrowedAct = false;
     asked.forEach(({ meets }, i) => {
       const w = weights[i]!;
       if (rarity[i]! >= unknownWeight) return;
       const has = (set: Set<string>) => [...meets].some((t) => set.has(t));
       const named = [...meets].some((t) => present.has(t) && !modifying.has(t));
+      if (i === cruxAt && [...meets].some((t) => narrowed.has(t))) narrowedAct = true;
       if (i === cruxAt && ((named && ![...meets].some((t) => narrowed.has(t))) || has(title))) crux = true;
       if (named) own += w;
       else if (has(present)) own += 0.5 * w;
+      // A compound the documentation writes as one word ("Dockerfile" for "docker") names it in part.
+      else if (
+        [...meets].some(
+          (t) => t.length >= 5 && [...present].some((p) => p.length > t.length && p.startsWith(t)),
+        )
+      )
+        own += 0.5 * w;
       // The passage's title says what the sentence is about, though the sentence may not repeat
       // it; the rest of the passage, less so, and only to rank: what the sentence and its title
       // carry is what decides whether it answers at all.
       else if (has(title)) own += 0.6 * w;
       else if (has(body)) context += 0.3 * w;
     });
-    return { own: own / known, ranked: (own + context) / known, crux };
+    return { own: own / known, ranked: (own + context) / known, crux, narrowedAct };
   };
   // What a "which" question asks for the values of ("which event stores": stores).
   const noun = kind === 'list' ? listedNoun(question) : null;
@@ -748,9 +800,12 @@ export function extractiveAnswer(
         (quotes.length === 1 && commented(head));
       if (!quotable || isHeading(head, passage)) return;
       const text = quotes.join(' ');
-      const { own, ranked, crux } = coverageOf(text, title, body);
+      const { own, ranked, crux, narrowedAct } = coverageOf(text, title, body);
       // Not naming the act a "how do I" question asks about, a unit does not address it.
-      const coverage = crux || cruxAt < 0 ? own : Math.min(own, MIN_COVERAGE / 2);
+      // A unit that states the step (a command, a setting, a route) and carries the rest of the
+      // question answers it though it names the act otherwise ("writes the answers" for refresh).
+      const coverage =
+        crux || cruxAt < 0 || (!narrowedAct && STEP_TEXT.test(text)) ? own : Math.min(own, MIN_COVERAGE / 2);
       const score =
         ranked +
         kindFit(kind, text, asked) +

@@ -384,6 +384,64 @@ describe('extractive answers', () => {
     expect(answer.answer).not.toContain('/mcp/signin');
   });
 
+  it('takes the narrower case when the question narrows the act the same way ("when it only signs in")', () => {
+    const ask = askOf([
+      [
+        'oauth',
+        'Service › Using it › Sign in (OAuth)',
+        'Hosts that connect only through OAuth use POST /mcp/signin: the same MCP server as /mcp, for a caller holding a token.',
+      ],
+      ['mcp', 'Service › Using it › MCP', 'POST /mcp over Streamable HTTP, sessions via Mcp-Session-Id.'],
+    ]);
+    expect(ask('How do I connect Claude when it only signs in with OAuth?').answer).toContain('/mcp/signin');
+  });
+
+  it("reads contractions as the shape of a question and a phrasal verb as the documentation's verb", () => {
+    expect(questionTerms("Why didn't my webhook fire? It isn’t on").map(({ term }) => term)).toEqual([
+      'webhook',
+      'fire',
+    ]);
+    const answer = askOf([
+      [
+        'notice',
+        'Webhooks › Disabled notice',
+        'A subscription_disabled event notifies the owner when a webhook subscription is disabled.',
+      ],
+      [
+        'rotate',
+        'Webhooks › Secrets',
+        'POST /api/webhooks/:id/rotate-secret rotates the secret of a webhook.',
+      ],
+    ])('How do I get told when my webhook gets switched off?');
+    expect(answer.grounded).toBe(true);
+    expect(answer.answer).toContain('subscription_disabled');
+  });
+
+  it('answers "how do I" with a unit that states the step (a setting) though it words the act otherwise', () => {
+    const answer = askOf([
+      [
+        'examples',
+        'API reference › Examples',
+        'With RECORD_OPENAPI_EXAMPLES=1 the conformance test writes the example answers to the API document.',
+      ],
+      ['keys', 'API keys', 'POST /api/keys creates a key; the answer carries it once.'],
+    ])('How do I refresh the example answers in the API document?');
+    expect(answer.grounded).toBe(true);
+    expect(answer.answer).toContain('RECORD_OPENAPI_EXAMPLES=1');
+  });
+
+  it('meets a word in a compound the documentation writes as one ("Dockerfile" for "docker")', () => {
+    const answer = askOf([
+      [
+        'image',
+        'Node › Image',
+        "The build's base image (deploy/Dockerfile) starts from node:24-bookworm-slim.",
+      ],
+      ['roles', 'Running › Roles', 'npm start runs every role; docker compose runs them in containers.'],
+    ])('Which base image does the Docker build start from?');
+    expect(answer.answer).toContain('bookworm-slim');
+  });
+
   it('answers "when does X count as Y" with the rule, even from a long sentence read from its colon', () => {
     const question = 'When does a call count as a hit?';
     expect(questionKind(question)).toBe('condition');

@@ -14,7 +14,12 @@ const STOP_WORDS = new Set(
     'about any all also get got just should shall may might must am not no yes ok please tell ' +
     'explain us vs via per ' +
     // Determiners and reflexives ("some of my deliveries", "without handling it myself").
-    'some myself yourself itself ourselves themselves mine'
+    'some myself yourself itself ourselves themselves mine ' +
+    // Contractions: a negation or an auxiliary shapes the question ("why *didn't* my webhook get
+    // …" asks about the webhook); the documentation never writes them, so kept as terms they
+    // weighed as words it does not know.
+    "don't doesn't didn't isn't aren't wasn't weren't can't cannot won't wouldn't shouldn't " +
+    "couldn't haven't hasn't hadn't i'm i've i'd it's that's there's what's whose"
   ).split(' '),
 );
 
@@ -44,7 +49,7 @@ function normalise(word: string): string {
 }
 
 /** Words as the index sees them: codes (INVALID_MODEL, get_trade_call) and numbers (0.02) kept whole. */
-const WORD = /[\p{L}\p{N}_]+(?:[.'][\p{L}\p{N}_]+)*/gu;
+const WORD = /[\p{L}\p{N}_]+(?:[.'’][\p{L}\p{N}_]+)*/gu;
 
 export function words(text: string): string[] {
   return text.match(WORD) ?? [];
@@ -53,7 +58,8 @@ export function words(text: string): string[] {
 /** The index term of one word, or null for a stop word. */
 export function termOf(word: string): string | null {
   // A possessive names its noun: "a HOLD's confidence" speaks of a HOLD.
-  const lower = word.toLowerCase().replace(/'s$/, '');
+  // A typographic apostrophe ("didn’t") is the typed one.
+  const lower = word.toLowerCase().replace(/’/g, "'").replace(/'s$/, '');
   if (STOP_WORDS.has(lower)) return null;
   return normalise(lower);
 }

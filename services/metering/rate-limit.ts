@@ -542,14 +542,8 @@ async function refuse(
     retry_after_ms: decision.resetMs,
     _service: service,
   };
-  if (!mcp)
-    return void reply.send({
-      code: data.code,
-      message,
-      retryable,
-      retry_after_ms: decision.resetMs,
-      _service: service,
-    });
+  // The HTTP body is the JSON-RPC error's data with the message after the code.
+  if (!mcp) return void reply.send({ code: data.code, message, ...data });
   const id = (request.body as { id?: unknown } | null)?.id;
   reply.send({
     jsonrpc: '2.0',

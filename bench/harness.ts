@@ -22,8 +22,9 @@ export const ROOT = new URL('..', import.meta.url).pathname;
 export const TSX = ['--import', 'tsx'];
 /**
  * The V8 flags `npm start` gives node (package.json's start script; the image's ENTRYPOINT has the
- * same): the memory benches (idle, startup) start the service with them, as deployed; the
- * young generation's size they set is most of what they measure.
+ * same): every bench that starts the service (idle, startup, and load-http.ts's startService)
+ * starts it with them, as deployed; the young generation's size they set is most of what the
+ * memory benches measure, and it moves the CPU per call too.
  */
 export const SERVICE_NODE_FLAGS: string[] = (() => {
   const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {

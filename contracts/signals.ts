@@ -258,6 +258,12 @@ export const VolatilityModelSchema = z.object({
   /** Quantiles of z = log(close[t+H]/close[t]) / forecast σ on training, for the band. */
   bandLow: z.number(),
   bandHigh: z.number(),
+  /**
+   * On perpetual venues the band is bandLow and bandHigh times this: the 80 % quantile of |z| on
+   * the perpetuals' training closes over the spot band's half-width (the model is fitted on spot).
+   * Absent: too few perpetual closes, the spot band as it is.
+   */
+  perpBandScale: z.number().positive().optional(),
   samples: z.number().int().positive(),
 });
 export type VolatilityModel = z.infer<typeof VolatilityModelSchema>;

@@ -3,7 +3,7 @@ import { TIMEFRAME_MS } from '../../../contracts/market.ts';
 import type { CalibrationCurve, VolatilityModel } from '../../../contracts/signals.ts';
 import { type CalibrationSample, type Direction, fitCurve, fitDirection } from '../signals/calibration.ts';
 import { callFor } from '../signals/verdict.ts';
-import { fitVolatilityModel, forecastVariance, utcHour } from '../signals/volatility.ts';
+import { bandFor, fitVolatilityModel, forecastVariance, utcHour } from '../signals/volatility.ts';
 import { byBlock, byDay, DAY_MS, dayBlockInterval, ratioOfSums, spearman } from './bootstrap.ts';
 import {
   brier,
@@ -365,12 +365,13 @@ export interface VolScore {
 }
 
 /** Share of the points whose H-candle log return fell inside the model's band. */
-export function bandCoverage(points: readonly Sample[], model: VolatilityModel): number {
+export function bandCoverage(points: readonly Sample[], model: VolatilityModel, perp = false): number {
+  const band = bandFor(model, perp);
   let inside = 0;
   for (const s of points) {
     const sigma = Math.sqrt(forecastVariance(model, [s.f0, s.f1, s.f2], undefined, utcHour(s.closeTime)));
     const r = Math.log1p(s.forward);
-    if (r >= model.bandLow * sigma && r <= model.bandHigh * sigma) inside++;
+    if (r >= band.low * sigma && r <= band.high * sigma) inside++;
   }
   return points.length === 0 ? Number.NaN : inside / points.length;
 }
@@ -387,7 +388,10 @@ export function scoreVolatility(
   model: VolatilityModel,
   nominal: number,
   blockMs: number = DAY_MS,
+  perp = false,
 ): VolScore {
+  // A perpetual venue's band as the service serves it (bandFor).
+  const band = bandFor(model, perp);
   const pts = points.map((s) => {
     const v = forecastVariance(model, [s.f0, s.f1, s.f2], undefined, utcHour(s.closeTime));
     const sigma = Math.sqrt(v);
@@ -397,7 +401,7 @@ export function scoreVolatility(
       forecast: v,
       trailing: s.trailing,
       realised: s.realised,
-      inside: r >= model.bandLow * sigma && r <= model.bandHigh * sigma,
+      inside: r >= band.low * sigma && r <= band.high * sigma,
       r,
     };
   });

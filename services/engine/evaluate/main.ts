@@ -644,8 +644,14 @@ for (const [kind, set] of baselinesOnly
     volReports.push({
       kind,
       timeframe: tf,
-      score: scoreVolatility(every, model, volTable.bandCoverage, settings.horizon * TIMEFRAME_MS[tf]),
-      sparseCoverage: bandCoverage(sparse, model),
+      score: scoreVolatility(
+        every,
+        model,
+        volTable.bandCoverage,
+        settings.horizon * TIMEFRAME_MS[tf],
+        kind === 'perp',
+      ),
+      sparseCoverage: bandCoverage(sparse, model, kind === 'perp'),
       sparsePoints: sparse.length,
     });
   }

@@ -1,6 +1,7 @@
 import { type Candle, TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
 import type { RiskHorizonKey, VolatilityModel } from '../../../contracts/signals.ts';
 import {
+  bandFor,
   dayCandles,
   EwmaVariances,
   fitVolatilityModel,
@@ -372,6 +373,35 @@ export function fitDesk(
   };
 }
 
+/**
+ * The perpetuals' band scale for a model fitted on spot: the `coverage` quantile of |z| (the
+ * log return over the forecast σ) on the perpetual coins' closes whose horizon ends before
+ * `split`, over the spot band's half-width. Undefined with fewer than 500 closes (the spot band
+ * is then served as it is). Chosen on the inner fold (docs/evaluation-risk.md).
+ */
+export function perpBandScale(
+  coins: readonly DeskCoin[],
+  fit: DeskFit,
+  split: number,
+  coverage: number,
+): number | undefined {
+  const h = fit.candles;
+  const z: number[] = [];
+  const vars = [0, 0, 0];
+  for (const { series: s } of coins) {
+    for (const i of closes(s, h, fit.harRv.windows[2], Number.NEGATIVE_INFINITY, split, true)) {
+      vars[0] = s.v0[i]!;
+      vars[1] = s.v1[i]!;
+      vars[2] = s.v2[i]!;
+      const sigma = Math.sqrt(forecastVarianceOf(fit.service, vars, h, s.hourly[i], utcHour(s.closeTime[i]!)));
+      z.push(Math.abs(Math.log(s.close[i + h]! / s.close[i]!)) / sigma);
+    }
+  }
+  if (z.length < 500) return undefined;
+  z.sort((a, b) => a - b);
+  return quantile(z, coverage) / ((fit.service.bandHigh - fit.service.bandLow) / 2);
+}
+
 /** Each coin's GARCH filter with the timeframe's fitted α, β (long-run variance from its training). */
 export function prepareCoins(
   series: readonly DeskSeries[],
@@ -491,8 +521,11 @@ export function scoreDesk(
   from: number,
   to: number,
   resamples = 200,
+  perp = false,
 ): DeskScore {
   const h = fit.candles;
+  // A perpetual venue's band is the spot fit's scaled by perpBandScale, as the service serves it.
+  const band = bandFor(fit.service, perp);
   // A close's outcome runs h candles past it: blocks twice the horizon long (at least a day) keep
   // most overlapping outcomes inside one block, so the intervals are not too narrow on day rows.
   const blockMs = Math.max(DAY_MS, 2 * h * TIMEFRAME_MS[timeframe]);
@@ -536,7 +569,7 @@ export function scoreDesk(
       b.n++;
       b.served2 += service;
       b.realised2 += logReturn * logReturn;
-      if (logReturn >= fit.service.bandLow * sigma && logReturn <= fit.service.bandHigh * sigma) b.inside++;
+      if (logReturn >= band.low * sigma && logReturn <= band.high * sigma) b.inside++;
       if (logReturn >= fit.freeBand.low * free && logReturn <= fit.freeBand.high * free) b.freeInside++;
       const forecasts = [service, ewma, garchH, harRv];
       for (let k = 0; k < 4; k++) {

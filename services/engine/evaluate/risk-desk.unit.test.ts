@@ -4,6 +4,7 @@ import { readCandleFile } from '../../../adapters/market/csv.ts';
 import type { Candle } from '../../../contracts/market.ts';
 import { defaultVolatility } from '../signals/default-volatility.ts';
 import { MarketState } from '../signals/market-state.ts';
+import { stateVolatility } from '../signals/market-regime.ts';
 import { computeRiskHorizons } from '../signals/risk-forecast.ts';
 import { fitQlike, forecastVarianceOf, HourlyVariance, utcHour } from '../signals/volatility.ts';
 import { deskHorizons, deskSeries, fitDesk, fitGarch, prepareCoins, scoreDesk } from './risk-desk.ts';
@@ -143,7 +144,7 @@ describe('risk desk on real candles', () => {
     }
   });
 
-  it('serves from a market state what it scores: hour-of-day factors on every horizon, the day model with its hourly slope', () => {
+  it('serves from a market state what it scores: hour-of-day factors on every horizon, the day model with its hourly slope, the scaled band on a perpetual venue', () => {
     const tf = '15m' as const;
     const candles = aggregateCandles(m5[0]!, '5m', tf);
     const series = m5.map((c) => deskSeries(aggregateCandles(c, '5m', tf), tf, c));
@@ -190,5 +191,33 @@ describe('risk desk on real candles', () => {
       expect(served.find((r) => r.horizon === row.key)!.expected_move_pct).toBe(100 * Math.sqrt(scored));
       if (row.key === 'verdict') expect(state.volForecastVariance).toBe(scored);
     }
+    // A perpetual venue serves the same σ with the band scaled by perpBandScale, in the risk
+    // forecast and in a trade call's volatility alike (as scoreDesk scores its perp rows).
+    const k = 0.9;
+    const perpRisk = risk.map((r) => ({ ...r, model: { ...r.model, perpBandScale: k } }));
+    const perpState = new MarketState({
+      exchange: 'BINANCE',
+      coin: 'BTC',
+      timeframe: tf,
+      volatility: {
+        ...defaultVolatility,
+        models: { ...defaultVolatility.models, [tf]: perpRisk.find((r) => r.key === 'verdict')!.model },
+        risk: { ...defaultVolatility.risk, [tf]: perpRisk },
+      },
+    });
+    for (const c of candles) perpState.update(c);
+    const close = candles.at(-1)!.close;
+    const perpServed = computeRiskHorizons(perpState);
+    for (const row of risk) {
+      const spotRow = served.find((r) => r.horizon === row.key)!;
+      const perpRow = perpServed.find((r) => r.horizon === row.key)!;
+      const sigma = spotRow.expected_move_pct / 100;
+      expect(perpRow.expected_move_pct).toBe(spotRow.expected_move_pct);
+      expect(perpRow.band_low).toBe(close * Math.exp(row.model.bandLow * k * sigma));
+      expect(perpRow.band_high).toBe(close * Math.exp(row.model.bandHigh * k * sigma));
+    }
+    const vol = stateVolatility(perpState);
+    const verdictRow = perpServed.find((r) => r.horizon === 'verdict')!;
+    expect([vol.band_low, vol.band_high]).toEqual([verdictRow.band_low, verdictRow.band_high]);
   });
 });

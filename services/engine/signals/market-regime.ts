@@ -22,5 +22,12 @@ export function stateVolatility(state: MarketState): VolatilityForecast {
     throw new InsufficientHistoryError(state.key, state.candleCount, ['volatility']);
   }
   // The state computed this forecast when it folded the candle in (for its percentile window).
-  return forecastFromVariance(state.volatility, state.volatilityModel, variance, r.close, r.volPercentile);
+  return forecastFromVariance(
+    state.volatility,
+    state.volatilityModel,
+    variance,
+    r.close,
+    r.volPercentile,
+    state.exchange,
+  );
 }

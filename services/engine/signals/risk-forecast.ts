@@ -2,7 +2,7 @@ import { TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
 import type { RiskHorizonKey, VolatilityModel, VolatilityTable } from '../../../contracts/signals.ts';
 import { InsufficientHistoryError } from './errors.ts';
 import type { MarketState } from './market-state.ts';
-import { dayCandles, forecastVarianceOf, utcHour } from './volatility.ts';
+import { bandFor, dayCandles, forecastVarianceOf, isPerpVenue, utcHour } from './volatility.ts';
 
 /**
  * The risk forecast as an answer of its own: expected move and band over the next candle, the
@@ -49,20 +49,22 @@ export function computeRiskHorizons(state: MarketState): RiskHorizonValue[] {
   const modelTf = found?.timeframe ?? state.volatilityModel.timeframe;
   const out: RiskHorizonValue[] = [];
   const hour = utcHour(state.lastCloseTime!);
+  const perp = isPerpVenue(state.exchange);
   for (const { key, model } of rows) {
     const candles = candlesOf(key, state.timeframe, verdictHorizon);
     if (model.hourly !== undefined && r.volHourly === null) {
       throw new InsufficientHistoryError(state.key, state.candleCount, ['volatility']);
     }
     const sigma = Math.sqrt(forecastVarianceOf(model, r.volVariances, candles, r.volHourly, hour));
+    const band = bandFor(model, perp);
     out.push({
       horizon: key,
       candles,
       hours: (candles * TIMEFRAME_MS[state.timeframe]) / 3_600_000,
       expected_move_pct: 100 * sigma,
       band_coverage: table.bandCoverage,
-      band_low: r.close * Math.exp(model.bandLow * sigma),
-      band_high: r.close * Math.exp(model.bandHigh * sigma),
+      band_low: r.close * Math.exp(band.low * sigma),
+      band_high: r.close * Math.exp(band.high * sigma),
       model_timeframe: modelTf,
     });
   }

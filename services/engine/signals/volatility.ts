@@ -1,4 +1,4 @@
-import { TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
+import { type Exchange, TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
 import {
   type VolatilityForecast,
   type VolatilityModel,
@@ -203,6 +203,19 @@ export function modelFor(
   return { model, timeframe: tf };
 }
 
+/**
+ * The band's quantiles of the standardised return on a venue: the spot fit's, widened or narrowed
+ * by perpBandScale on a perpetual venue (perpetuals moved differently around the same forecast σ
+ * on the training months).
+ */
+export function bandFor(model: VolatilityModel, perp: boolean): { low: number; high: number } {
+  const k = perp ? (model.perpBandScale ?? 1) : 1;
+  return { low: model.bandLow * k, high: model.bandHigh * k };
+}
+
+/** Whether a venue trades perpetuals (every venue but Binance spot): its band is bandFor(…, true). */
+export const isPerpVenue = (exchange: Exchange) => exchange !== 'BINANCE_SPOT';
+
 /** The forecast from a forecast variance already computed (a market state computes it per candle). */
 export function forecastFromVariance(
   table: VolatilityTable,
@@ -210,14 +223,16 @@ export function forecastFromVariance(
   variance: number,
   close: number,
   percentile: number,
+  exchange: Exchange,
 ): VolatilityForecast {
   const sigma = Math.sqrt(variance);
+  const band = bandFor(model, isPerpVenue(exchange));
   return {
     horizon_candles: table.horizonCandles,
     expected_move_pct: 100 * sigma,
     band_coverage: table.bandCoverage,
-    band_low: close * Math.exp(model.bandLow * sigma),
-    band_high: close * Math.exp(model.bandHigh * sigma),
+    band_low: close * Math.exp(band.low * sigma),
+    band_high: close * Math.exp(band.high * sigma),
     percentile,
     model_timeframe: tf,
   };

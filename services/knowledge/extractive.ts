@@ -129,13 +129,12 @@ const SYNONYMS: string[][] = [
 
 /**
  * Phrasal verbs a question uses for an act the documentation names in one word: "switched off"
- * is disabled, "turn on" enables, "signed up" registered, "set up" is the setup.
+ * is disabled, "turn on" enables, "signed up" registered.
  */
 const PHRASAL: [RegExp, string][] = [
   [/\b(?:switch|turn|shut)(?:ed|es|s|ing)? off\b/gi, 'disable'],
   [/\b(?:switch|turn)(?:ed|es|s|ing)? on\b/gi, 'enable'],
   [/\bsign(?:ed|s|ing)? up\b/gi, 'register'],
-  [/\bset(?:s|ting)? up\b/gi, 'setup'],
 ];
 export function rephrase(question: string): string {
   return PHRASAL.reduce((q, [re, word]) => q.replace(re, word), question);
@@ -169,7 +168,9 @@ const QUESTION_WORDS = new Set(
     // A verb of motion and its particle ("will it go up", "set it up") name no topic.
     'go goes going went up ' +
     // "How far before …" asks for a distance; "what does it look like" for its form.
-    'far look like'
+    'far look like ' +
+    // The -ing forms of the shaping verbs above: their stems ("mak", "tak") are no word's.
+    'making taking coming finding seeing'
   )
     .split(' ')
     .map((w) => termOf(w))
@@ -325,13 +326,30 @@ const NUMBER_ASKED =
 
 type Kind = 'reason' | 'number' | 'list' | 'steps' | 'definition' | 'condition' | 'other';
 
+/**
+ * "Which header carries …", "which file holds …": one thing is asked, not a list. The noun after
+ * "which" (the last of up to three words before the verb) is singular and the verb agrees.
+ */
+function singularWhich(q: string): boolean {
+  const m =
+    /^which\s+((?:[\p{L}\p{N}_-]+\s+){0,2}?[\p{L}\p{N}_-]+)\s+(is|was|does|did|do|has|can|could|should|would|will|holds|carries|decides|runs|goes|comes|makes|gives|starts|sends|keeps|says|tells|answers|uses|needs|counts|means|sets|reads|writes|lists|covers)\b/iu.exec(
+      q,
+    );
+  if (m === null) return false;
+  const noun = m[1]!.split(/\s+/).at(-1)!;
+  return !/(?<!s|u|i)s$/.test(noun);
+}
+
 /** What kind of sentence answers the question: the fact asked decides what a right answer holds. */
 export function questionKind(question: string): Kind {
   const q = question.toLowerCase();
   // "Why is every answer a HOLD?" asks for a cause, whatever nouns it names.
   if (/^(why|how come)\b|\bwhat is the reason\b/.test(q)) return 'reason';
   if (NUMBER_ASKED.test(q) || /\b(price|cost|limits?\b|quota)/.test(q)) return 'number';
-  if (/^(which|list)\b|^what (are|kinds?|types?) |\bwhich (\w+ ){1,2}(are|is|can|do|does)\b/.test(q))
+  if (
+    /^(which|list)\b|^what (are|kinds?|types?) |\bwhich (\w+ ){1,2}(are|is|can|do|does)\b/.test(q) &&
+    !singularWhich(q)
+  )
     return 'list';
   if (/\bhow (do|can|should) (i|we|you)\b|\bhow to\b|\bwhere\b/.test(q)) return 'steps';
   // "When does a call count as a hit?": the rule that decides, a threshold or a moment.
@@ -400,6 +418,8 @@ const NUMBER =
  */
 const STEP_TEXT =
   /\b(GET|POST|PUT|PATCH|DELETE)\s+\/|\b(npm|npx|curl|node|duckdb)\s|(?:^|\s)--?[a-z][\w-]*|(?:^|[\s(])\/[a-z.][\w./:-]*|\b[A-Z][A-Z0-9_]{2,}=|\b[a-z]+(?:[A-Z][a-z0-9]*)+\b|\b[a-z0-9]+_[a-z0-9_]+\b|\b[A-Z][A-Za-z0-9]*(?:-[A-Z][A-Za-z0-9]*)+\b|\bAuthorization:|@[\w-]+\/[\w-]+/;
+/** A URI ("track-record://7d") or a JSON-RPC method ("resources/read") is a step too. */
+const STEP_URI = /\b[a-z][a-z-]*:\/\/|\b[a-z]+\/(?:list|read|call|get|set|subscribe)\b/;
 
 /**
  * What an answer must hold to address the question at all: the number a "how many" question asks
@@ -414,7 +434,10 @@ function statedBy(question: string): { test: (text: string) => boolean; required
     /\bhow (?:do|can|should|would) (?:i|we|you)\b|\bhow to\b/i.test(question) &&
     !/\bhow (?:do|can|should|would) (?:i|we|you) (?:tell|know|see|recogni[sz]e|distinguish)\b/i.test(question)
   )
-    return { test: (text) => STEP_TEXT.test(text) || STEP.test(text), required: false };
+    return {
+      test: (text) => STEP_TEXT.test(text) || STEP.test(text) || STEP_URI.test(text),
+      required: false,
+    };
   return null;
 }
 

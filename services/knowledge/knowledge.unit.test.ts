@@ -430,6 +430,13 @@ describe('extractive answers', () => {
     expect(answer.answer).toContain('RECORD_OPENAPI_EXAMPLES=1');
   });
 
+  it('reads "which" with a singular noun as asking for one thing, with a plural one as asking for a list', () => {
+    expect(questionKind('Which header carries the new signature during a rotation?')).not.toBe('list');
+    expect(questionKind('Which file holds the carry model?')).not.toBe('list');
+    expect(questionKind('Which webhook events can I subscribe to?')).toBe('list');
+    expect(questionKind('Which packages are allowed to run install scripts?')).toBe('list');
+  });
+
   it('meets a word in a compound the documentation writes as one ("Dockerfile" for "docker")', () => {
     const answer = askOf([
       [

@@ -5,6 +5,7 @@ import {
   dayCandles,
   EwmaVariances,
   fitVolatilityModel,
+  fitWeight,
   forecastVarianceOf,
   HourlyVariance,
   hasHourly,
@@ -320,6 +321,7 @@ export function fitDesk(
     logReturn: number;
     hourly?: number;
     hour?: number;
+    weight: number;
   }[] = [];
   const harRows: number[][] = [];
   const harYs: number[] = [];
@@ -342,6 +344,7 @@ export function fitDesk(
         logReturn,
         ...(withHourly ? { hourly: hourlyFeature(s.hourly[i]!, h) } : {}),
         ...(seasonal ? { hour: utcHour(s.closeTime[i]!) } : {}),
+        weight: fitWeight(s.closeTime[i]!, split),
       });
       harRows.push([
         1,

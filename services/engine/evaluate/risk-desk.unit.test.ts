@@ -54,6 +54,33 @@ describe('QLIKE fit', () => {
     expect(b[1]).toBeGreaterThan(0.7);
     expect(b[1]).toBeLessThan(0.9);
   });
+
+  it('weighs each point as that many copies of it (the recent training months count more)', () => {
+    const rnd = lcg(11);
+    const rows: number[][] = [];
+    const ys: number[] = [];
+    const weights: number[] = [];
+    const copies: number[][] = [];
+    const copyYs: number[] = [];
+    for (let i = 0; i < 5_000; i++) {
+      const x = normal(rnd);
+      const r = normal(rnd);
+      const y = Math.exp(-9 + 0.5 * x + (i % 3 === 0 ? 0.4 : 0)) * r * r;
+      const w = i % 3 === 0 ? 3 : 1;
+      rows.push([1, x]);
+      ys.push(y);
+      weights.push(w);
+      for (let k = 0; k < w; k++) {
+        copies.push([1, x]);
+        copyYs.push(y);
+      }
+    }
+    const weighted = fitQlike(rows, ys, undefined, weights);
+    const copied = fitQlike(copies, copyYs);
+    expect(weighted[0]).toBeCloseTo(copied[0]!, 6);
+    expect(weighted[1]).toBeCloseTo(copied[1]!, 6);
+    expect(weighted[0]).not.toBeCloseTo(fitQlike(rows, ys)[0]!, 3);
+  });
 });
 
 describe('hourly variance', () => {

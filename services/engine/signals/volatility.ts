@@ -14,7 +14,8 @@ import { CalibrationError } from './errors.ts';
  * with slopes summing to 1 (the forecast reverts to the coin's own slow variance), fitted by
  * minimising QLIKE (realised/h + log h, the loss a volatility forecast is judged by; the Gamma
  * quasi-likelihood). That fit makes h the mean of the realised variance, at every horizon: on the
- * training months mean(realised/h) is 1 exactly. (The earlier fit, least squares on log realised
+ * training months the weighted mean of realised/h is 1 exactly (each close weighted by fitWeight,
+ * the recent months most). (The earlier fit, least squares on log realised
  * variance turned back into a mean by exp(ŷ + s²/2), overstated the next candle's σ 2–3×: one
  * candle's log squared return is log-χ²-like, far from normal.) The expected-move band uses the
  * training quantiles of the standardised H-candle return, so its coverage is whatever the
@@ -280,7 +281,18 @@ export interface VolatilityFitSample {
   hourly?: number;
   /** UTC hour of the close, when the model is fitted with hour-of-day factors (all samples or none). */
   hour?: number;
+  /** Weight of the close in the fit (fitWeight: recent training closes count more); absent: 1. */
+  weight?: number;
 }
+
+/**
+ * Weight of a training close in the fit: halved every FIT_HALF_LIFE_DAYS before the end of
+ * training, so the fit leans on the recent months (volatility's level drifts) without dropping
+ * the older ones. Chosen on the inner fold (docs/evaluation-risk.md).
+ */
+export const FIT_HALF_LIFE_DAYS = 180;
+export const fitWeight = (closeTime: number, trainEnd: number) =>
+  2 ** (-(trainEnd - closeTime) / (FIT_HALF_LIFE_DAYS * 86_400_000));
 
 /**
  * Log-link regression of a non-negative target on `rows` (each starting with 1) by minimising
@@ -293,13 +305,20 @@ export function fitQlike(
   ys: readonly number[],
   /** A known part of each point's log forecast (coefficient 1), when the model has one. */
   offsets?: readonly number[],
+  /** Each point's weight in the loss (default 1). */
+  weights?: readonly number[],
 ): number[] {
   const k = rows[0]!.length;
   const n = rows.length;
   const off = (i: number) => (offsets ? offsets[i]! : 0);
+  const wt = (i: number) => (weights ? weights[i]! : 1);
+  let wsum = 0;
   let mean = 0;
-  for (let i = 0; i < n; i++) mean += ys[i]! * Math.exp(-off(i));
-  mean = Math.max(FLOOR, mean / n);
+  for (let i = 0; i < n; i++) {
+    wsum += wt(i);
+    mean += wt(i) * ys[i]! * Math.exp(-off(i));
+  }
+  mean = Math.max(FLOOR, mean / wsum);
   let beta = new Array<number>(k).fill(0);
   beta[0] = Math.log(mean);
   const eta = (b: readonly number[], i: number) => {
@@ -312,9 +331,9 @@ export function fitQlike(
     let l = 0;
     for (let i = 0; i < n; i++) {
       const e = eta(b, i);
-      l += ys[i]! * Math.exp(-e) + e;
+      l += wt(i) * (ys[i]! * Math.exp(-e) + e);
     }
-    return l / n;
+    return l / wsum;
   };
   let current = loss(beta);
   for (let iter = 0; iter < 50; iter++) {
@@ -323,7 +342,13 @@ export function fitQlike(
       const e = eta(beta, i);
       z[i] = e - off(i) + ys[i]! * Math.exp(-e) - 1;
     }
-    const target = leastSquares(rows, z);
+    // Weighted least squares: each row and its working response times √weight.
+    const target = weights
+      ? leastSquares(
+          rows.map((x, i) => x.map((v) => v * Math.sqrt(wt(i)))),
+          z.map((v, i) => v * Math.sqrt(wt(i))),
+        )
+      : leastSquares(rows, z);
     let step = 1;
     let next = beta;
     let nextLoss = current;
@@ -371,6 +396,7 @@ export function fitVolatilityModel(
     ]),
     samples.map((s) => s.realised),
     samples.map((s) => s.features[2]!),
+    samples[0]!.weight === undefined ? undefined : samples.map((s) => s.weight!),
   );
   const [b0, b1, b2] = fitted;
   const bh = withHourly ? fitted[3]! : 0;

@@ -543,7 +543,8 @@ async function refuse(
     _service: service,
   };
   // The HTTP body is the JSON-RPC error's data with the message after the code.
-  if (!mcp) return void reply.send({ code: data.code, message, ...data });
+  const { code, ...rest } = data;
+  if (!mcp) return void reply.send({ code, message, ...rest });
   const id = (request.body as { id?: unknown } | null)?.id;
   reply.send({
     jsonrpc: '2.0',

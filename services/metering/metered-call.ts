@@ -52,7 +52,9 @@ export async function serveMetered<T>(
     try {
       before = await quota.peek(caller.subject);
     } catch (err) {
-      throw err instanceof CacheUnavailableError ? unavailable(observer, caller, err) : err;
+      if (!(err instanceof CacheUnavailableError)) throw err;
+      observer?.refused(caller.subject.plan, 'unavailable');
+      throw new QuotaUnavailableError({ auth: caller.auth, quota: null }, { cause: err });
     }
     if (before.remaining === 0) {
       const window =
@@ -72,7 +74,8 @@ export async function serveMetered<T>(
   try {
     debit = await quota.debit(caller.subject, call.tool, call.requestId);
   } catch (err) {
-    throw unavailable(observer, caller, err);
+    observer?.refused(caller.subject.plan, 'unavailable');
+    throw new QuotaUnavailableError({ auth: caller.auth, quota: null }, { cause: err });
   }
   const service = { auth: caller.auth, quota: debit.snapshot };
   if (!debit.ok) {
@@ -81,17 +84,4 @@ export async function serveMetered<T>(
   }
   observer?.debited(caller.subject.plan);
   return { ok: true, value, service };
-}
-
-/**
- * The refusal of a call whose quota cannot be read or debited. Module-level, not a closure made
- * per call: under tsx (npm start, the benches) each closure made per call is named at run time.
- */
-function unavailable(
-  observer: QuotaObserver | undefined,
-  caller: Caller,
-  err: unknown,
-): QuotaUnavailableError {
-  observer?.refused(caller.subject.plan, 'unavailable');
-  return new QuotaUnavailableError({ auth: caller.auth, quota: null }, { cause: err });
 }

@@ -125,16 +125,34 @@ const SYNONYMS: string[][] = [
   ['development', 'dev'],
   ['decide', 'determine', 'decision', 'choose'],
   ['refresh', 'regenerate', 'rewrite', 'update'],
+  // The words a buyer uses for the service's own acts and things: a key is "cancelled" where the
+  // documentation revokes it, a payment tried on a "testnet" where it names Sepolia.
+  ['backtest', 'evaluation', 'evaluate'],
+  ['crypto', 'cryptocurrency', 'coin'],
+  ['webhook', 'callback'],
+  ['history', 'archive'],
+  ['openapi', 'swagger'],
+  ['reject', 'rejected', 'refuse', 'refused', 'deny', 'denied'],
+  ['outage', 'unavailable'],
+  ['testnet', 'sepolia', 'sandbox'],
+  ['real', 'mainnet'],
+  ['rotate', 'renew', 'roll'],
+  ['cost', 'purchase'],
+  ['subscribe', 'signup'],
+  ['revoke', 'cancel'],
+  ['delete', 'remove'],
 ];
 
 /**
  * Phrasal verbs a question uses for an act the documentation names in one word: "switched off"
- * is disabled, "turn on" enables, "signed up" registered.
+ * is disabled, "turn on" enables, "signed up" registered, "log in" signs in.
  */
 const PHRASAL: [RegExp, string][] = [
   [/\b(?:switch|turn|shut)(?:ed|es|s|ing)? off\b/gi, 'disable'],
   [/\b(?:switch|turn)(?:ed|es|s|ing)? on\b/gi, 'enable'],
   [/\bsign(?:ed|s|ing)? up\b/gi, 'register'],
+  // "log in with my wallet", "login"; not "the log in PostgreSQL".
+  [/\blog(?:ged|s|ging)? in(?= with\b| using\b| to\b|\?|$)|\blogin\b/gi, 'sign in'],
 ];
 export function rephrase(question: string): string {
   return PHRASAL.reduce((q, [re, word]) => q.replace(re, word), question);

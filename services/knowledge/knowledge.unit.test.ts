@@ -437,6 +437,16 @@ describe('extractive answers', () => {
     expect(questionKind('Which packages are allowed to run install scripts?')).toBe('list');
   });
 
+  it("meets a buyer's word with the documentation's (cancel → revoke, log in → sign in)", () => {
+    const ask = askOf([
+      ['keys', 'API keys', 'npm run keys -- revoke <keyId> revokes a key at once.'],
+      ['signin', 'Sign-in', 'A wallet gets its key by signing in: GET /api/keys/nonce, then POST /api/keys.'],
+      ['plans', 'Plans', 'The pro plan allows 100,000 calls a month.'],
+    ]);
+    expect(ask('How do I cancel a key?').answer).toContain('revoke <keyId>');
+    expect(ask('How do I log in with my wallet?').answer).toContain('GET /api/keys/nonce');
+  });
+
   it('meets a word in a compound the documentation writes as one ("Dockerfile" for "docker")', () => {
     const answer = askOf([
       [

@@ -459,6 +459,33 @@ function statedBy(question: string): { test: (text: string) => boolean; required
   return null;
 }
 
+/** The noun a "how many" question counts ("how many *coins* …"), as the terms that meet it. */
+function countedNoun(question: string, asked: { term: string; meets: Set<string> }[]): Set<string> | null {
+  const m = /\bhow many\b/i.exec(question);
+  if (!m) return null;
+  // "how many venue and timeframe combinations does …": the noun is the last of the phrase.
+  const phrase = question
+    .slice(m.index + 8)
+    .split(/\b(?:does|do|did|can|could|is|are|was|were|will|would|should|go|in|of|on|at|for|per)\b/i)[0]!;
+  const last = words(phrase).at(-1);
+  const t = last === undefined ? null : termOf(last);
+  if (t === null) return null;
+  return asked.find(({ term }) => term === t)?.meets ?? new Set([t]);
+}
+
+/** A number right before the counted noun, perhaps with one word between ("15 cells", "21 coins"). */
+function countsNoun(text: string, noun: Set<string>): boolean {
+  const list = words(text);
+  return list.some(
+    (w, i) =>
+      /^\d/.test(w) &&
+      list.slice(i + 1, i + 3).some((next) => {
+        const t = termOf(next);
+        return t !== null && noun.has(t);
+      }),
+  );
+}
+
 /** A quantity with its unit: "10 bps", "6 candles", "5 days", "80 %". */
 const MEASURE = /\b\d+(?:[.,]\d+)?\s?(?:bps|%|candles?|s|ms|min|h|hours?|days?)\b/;
 
@@ -820,6 +847,7 @@ export function extractiveAnswer(
   const ofNoun = asked.filter(({ term }) => noun === null || term === noun);
   const listOf = ofNoun.length > 0 ? ofNoun : asked;
   const aboutTests = TESTS.test(question);
+  const counted = kind === 'number' ? countedNoun(question, asked) : null;
   const candidates: Candidate[] = [];
   const byPassage = new Map<string, string[][]>();
   read.forEach(({ passage }, rank) => {
@@ -855,6 +883,9 @@ export function extractiveAnswer(
         rank * 0.01 -
         text.length / 5000 +
         subjectFit(kind, head, asked) +
+        // "How many cells": a unit that counts them ("0 of 15 cells") ranks above one that
+        // states another number.
+        (counted !== null && countsNoun(text, counted) ? 0.1 : 0) +
         // The call that does the act asked about is the code a "how do I" answer quotes.
         (codeCall ? 0.25 : 0) -
         // The test suite's sections say how a behaviour is tested, not what it is or why: they

@@ -153,6 +153,9 @@ const PHRASAL: [RegExp, string][] = [
   [/\bsign(?:ed|s|ing)? up\b/gi, 'register'],
   // "log in with my wallet", "login"; not "the log in PostgreSQL".
   [/\blog(?:ged|s|ging)? in(?= with\b| using\b| to\b|\?|$)|\blogin\b/gi, 'sign in'],
+  // HTTP's own name for a 429, and what a used-up quota is called.
+  [/\btoo many (?:requests|calls)\b/gi, 'rate limit'],
+  [/\brun(?:s|ning)? out of\b/gi, 'exhausted'],
 ];
 export function rephrase(question: string): string {
   return PHRASAL.reduce((q, [re, word]) => q.replace(re, word), question);
@@ -188,7 +191,9 @@ const QUESTION_WORDS = new Set(
     // "How far before …" asks for a distance; "what does it look like" for its form.
     'far look like ' +
     // The -ing forms of the shaping verbs above: their stems ("mak", "tak") are no word's.
-    'making taking coming finding seeing'
+    'making taking coming finding seeing ' +
+    // "Too many", "too long": the degree shapes the question.
+    'too'
   )
     .split(' ')
     .map((w) => termOf(w))

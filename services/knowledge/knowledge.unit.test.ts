@@ -445,6 +445,11 @@ describe('extractive answers', () => {
     ]);
     expect(ask('How do I cancel a key?').answer).toContain('revoke <keyId>');
     expect(ask('How do I log in with my wallet?').answer).toContain('GET /api/keys/nonce');
+    expect(questionTerms('What happens if I send too many requests?').map(({ term }) => term)).toEqual([
+      'send',
+      'rate',
+      'limit',
+    ]);
   });
 
   it('meets a word in a compound the documentation writes as one ("Dockerfile" for "docker")', () => {

@@ -46,8 +46,9 @@ export const TUNED_SETS = [
  *
  * buyer.json: 65 questions and 12 off-topic ones a buyer (analyst or agent builder) asks, written
  * blind from the indexed documentation on 2026-11-26 and committed with this line, before issue
- * 62's next change to the picker and before the chat was ever asked them. Never tuned on: the
- * lead scores it once after that change, and its wrong answers are not read to change the picker.
+ * 62's next change to the picker and before the chat was ever asked them. Never tuned on; scored
+ * once after the eighth change (49 / 65, 0 / 12 off-topic grounded; docs/knowledge.md). Its wrong
+ * answers have been printed since, so a later picker change needs a new blind set for its claim.
  */
 export const BLIND_SETS = ['buyer.json'] as const;
 

@@ -53,11 +53,17 @@ describe('operator key commands', () => {
   });
 });
 
+/**
+ * The CLI `npm run keys` runs, in a process of its own: tsx as node's loader, as npm start runs the
+ * service (tsx's own launcher would start a second Node process per command, about 0.4 CPU s each).
+ */
+const CLI = ['--import', 'tsx', join(ROOT, 'services/operator/cli.ts')];
+
 describe('npm run keys (the real CLI on an LMDB store)', () => {
   const dir = mkdtempSync(join(tmpdir(), 'keys-cli-'));
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
   const cli = (...args: string[]) =>
-    exec(join(ROOT, 'node_modules/.bin/tsx'), [join(ROOT, 'services/operator/cli.ts'), ...args], {
+    exec(process.execPath, [...CLI, ...args], {
       cwd: ROOT,
       // No service runs here: port 9 (discard) answers nothing, so the CLI does not wait for one.
       env: {
@@ -93,7 +99,7 @@ describe('npm run keys beside a running service on the same log', () => {
     rmSync(dir, { recursive: true, force: true });
   });
   const cli = (...args: string[]) =>
-    exec(join(ROOT, 'node_modules/.bin/tsx'), [join(ROOT, 'services/operator/cli.ts'), ...args], {
+    exec(process.execPath, [...CLI, ...args], {
       cwd: ROOT,
       env: { ...process.env, EVENT_STORE: 'lmdb', DATA_DIR: dir, PUBLIC_BASE_URL: running.service.url },
     });

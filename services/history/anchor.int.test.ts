@@ -178,11 +178,17 @@ describe('the history anchor', () => {
       const broken = report.anchors.anchors.filter((l: { ok: boolean }) => !l.ok);
       expect(broken.map((l: { txHash: string }) => l.txHash)).toEqual([covering.txHash]);
     }
-    // The real command line: exit code 1, the anchors' lines on stdout.
-    const cli = ['tsx', 'services/history/cli.ts', 'verify', join(dir, 'forged-ndjson.ndjson'), '--anchors'];
-    const failed = await run('npx', [...cli, '--rpc', anvil.rpcUrl, '--address', ADDRESS]).catch(
-      (err: { code: number; stdout: string }) => err,
-    );
+    // The real command line (tsx as node's loader, without npx's and tsx's launcher processes):
+    // exit code 1, the anchors' lines on stdout.
+    const cli = ['--import', 'tsx', 'services/history/cli.ts', 'verify', join(dir, 'forged-ndjson.ndjson')];
+    const failed = await run(process.execPath, [
+      ...cli,
+      '--anchors',
+      '--rpc',
+      anvil.rpcUrl,
+      '--address',
+      ADDRESS,
+    ]).catch((err: { code: number; stdout: string }) => err);
     expect((failed as { code: number }).code).toBe(1);
     const printed = JSON.parse((failed as { stdout: string }).stdout);
     expect(printed.anchors.anchors.find((l: { ok: boolean }) => !l.ok).txHash).toBe(covering.txHash);

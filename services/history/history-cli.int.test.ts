@@ -180,16 +180,19 @@ describe('npm run history', () => {
     const gapReport = JSON.parse(await runHistoryCommand(['verify', gap], deps()));
     expect(gapReport.firstBroken).toMatchObject({ verdictId: rows[11]!.verdict_id });
 
-    // The real command line: exit code 1 on a broken chain, usage errors exit 2.
-    const cli = ['tsx', 'services/history/cli.ts'];
-    const failed = await run('npx', [...cli, 'verify', forged]).catch(
+    // The real command line (npm run history's tsx, as node's loader: npx and tsx's launcher would
+    // add two Node processes per run): exit code 1 on a broken chain, usage errors exit 2.
+    const cli = ['--import', 'tsx', 'services/history/cli.ts'];
+    const failed = await run(process.execPath, [...cli, 'verify', forged]).catch(
       (err: { code: number; stdout: string }) => err,
     );
     expect((failed as { code: number }).code).toBe(1);
     expect(JSON.parse((failed as { stdout: string }).stdout).firstBroken.position).toBe(
       rows[victim]!.position,
     );
-    const usage = await run('npx', [...cli, 'score']).catch((err: { code: number; stderr: string }) => err);
+    const usage = await run(process.execPath, [...cli, 'score']).catch(
+      (err: { code: number; stderr: string }) => err,
+    );
     expect((usage as { code: number }).code).toBe(2);
     expect((usage as { stderr: string }).stderr).toContain('score needs the export file');
   });
@@ -236,7 +239,7 @@ describe('npm run history', () => {
     // The real command line: the message and exit code 1, no TypeError and no stack trace.
     const cliOut = join(dir, 'down-cli.ndjson');
     const cliArgs = ['export', '--url', down, '--key', key, '--out', cliOut];
-    const cli = await run('npx', ['tsx', 'services/history/cli.ts', ...cliArgs]).catch(
+    const cli = await run(process.execPath, ['--import', 'tsx', 'services/history/cli.ts', ...cliArgs]).catch(
       (err: { code: number; stderr: string }) => err,
     );
     const { code, stderr } = cli as { code: number; stderr: string };

@@ -6,6 +6,7 @@ import {
   createWalletClient,
   type Hex,
   http,
+  nonceManager,
   type PublicClient,
   type TestClient,
 } from 'viem';
@@ -75,7 +76,13 @@ export async function startLocalChain(
     const testClient = createTestClient({ chain: base, mode: 'anvil', transport });
     await testClient.setCode({ address: BASE_USDC, bytecode: usdc.runtime });
     await testClient.setCode({ address: MULTICALL3, bytecode: multicall.runtime });
-    await testClient.setBalance({ address: privateKeyToAccount(FACILITATOR_KEY).address, value: 10n ** 20n });
+    const facilitator = privateKeyToAccount(FACILITATOR_KEY).address;
+    await testClient.setBalance({ address: facilitator, value: 10n ** 20n });
+    // A fresh chain numbers every account's transactions from 0, but viem's nonceManager (the
+    // facilitator's) is process-wide and keeps the last nonce it gave per address and chain id:
+    // where an earlier chain of this id settled in the same process (test files sharing a worker),
+    // it would hand out that chain's next nonce, and the settlement would wait forever here.
+    nonceManager.reset({ address: facilitator, chainId: base.id });
     const minter = createWalletClient({ account: privateKeyToAccount(MINTER_KEY), chain: base, transport });
     const init = await minter.writeContract({
       address: BASE_USDC,

@@ -16,7 +16,7 @@
  *
  * `--emit-only` emits without the type check (tsc's --noCheck): test/build.int.test.ts builds so,
  * because `npm test` type-checks the same sources beside it (`tsc --noEmit` over tsconfig.json,
- * whose files include tsconfig.build.json's); the check is three quarters of the build's CPU.
+ * whose files include tsconfig.build.json's); the check is about two thirds of the build's CPU.
  */
 
 import { spawnSync } from 'node:child_process';

@@ -15,8 +15,8 @@ describe('npm run build', () => {
   const entry = join(out, 'services/main.js');
 
   // Emitted without the type check (--emit-only, tsc --noCheck): npm test runs `tsc --noEmit` over
-  // these sources beside the suite, and the build's own check would repeat it (about 25 of the
-  // build's 32 CPU seconds). tsc still takes tens of seconds under load 10-30 (a fixed 300 s once
+  // these sources beside the suite, and the build's own check would repeat it (this suite took
+  // 22-26 CPU s with it, 7-8 without). tsc still takes tens of seconds under load 10-30 (a fixed 300 s once
   // overran a checking build): the build is awaited as it runs. The hook's limit only ends a build
   // that hangs, so it is an hour.
   beforeAll(async () => {

@@ -16,9 +16,9 @@ describe('npm run build', () => {
 
   // Emitted without the type check (--emit-only, tsc --noCheck): npm test runs `tsc --noEmit` over
   // these sources beside the suite, and the build's own check would repeat it (this suite took
-  // 22-26 CPU s with it, 7-8 without). tsc still takes tens of seconds under load 10-30 (a fixed 300 s once
-  // overran a checking build): the build is awaited as it runs. The hook's limit only ends a build
-  // that hangs, so it is an hour.
+  // 22-26 CPU s with it, 7-8 without). Under load 10-30 tsc can still take minutes (a fixed 300 s
+  // once overran a checking build): the build is awaited as it runs. The hook's limit only ends a
+  // build that hangs, so it is an hour.
   beforeAll(async () => {
     const build = spawn('npm', ['run', 'build', '--', `--out-dir=${out}`, '--emit-only'], { cwd: ROOT });
     let output = '';

@@ -248,9 +248,11 @@ export const VolatilityModelSchema = z.object({
    */
   levelLog: z.number().optional(),
   /**
-   * Slope of a fourth input, log(hourly variance·H): the one-day-half-life EWMA of squared
-   * one-hour log returns per candle (the day's model on candles shorter than an hour). The four
-   * slopes sum to 1. Absent: the three EWMA variances alone.
+   * Slope of a fourth input, log(variance·H) of a variance measured on hourly returns with a
+   * one-day half-life: on candles shorter than an hour the EWMA of squared one-hour log returns
+   * per candle (the day's model), on candles of 2h to 1d the EWMA of each candle's summed squared
+   * 1h log returns (the next candle's and the day's models). The four slopes sum to 1. Absent:
+   * the three EWMA variances alone.
    */
   hourly: z.number().optional(),
   /** Log factors by the UTC hour (0–23) of the close the forecast is made at (intraday seasonality). */

@@ -6,6 +6,8 @@ import { createMarketState, type MarketState } from './signals/index.ts';
 /** Closed candles fed to a new state: enough for SMA200 and the 200-candle percentile windows. */
 export const WARMUP_CANDLES = 500;
 
+const HOUR_MS = TIMEFRAME_MS['1h'];
+
 /**
  * Streaming indicator state per (exchange, coin, timeframe), advanced lazily: a request or a
  * scheduled tick asks the feed only for the candles closed since the state last saw one, so
@@ -43,9 +45,24 @@ export class MarketStates {
       const candles = await this.feed.candles(exchange, coin, timeframe, {
         limit: fresh ? WARMUP_CANDLES : behind + 1,
       });
+      // A state on 2h…1d also reads the same market's 1h candles (its fine variance, a one-day
+      // EWMA: 500 hours leave the hours before them a weight under 1e-6), each fed before the
+      // candle holding its close.
+      const hours = state.readsHours
+        ? await this.feed.candles(exchange, coin, '1h', {
+            limit: Math.min(WARMUP_CANDLES, fresh ? WARMUP_CANDLES : (behind + 1) * (tfMs / HOUR_MS) + 1),
+          })
+        : [];
+      let h = 0;
       const seen = fresh ? null : last;
       for (const candle of candles) {
-        if (seen === null || candle.openTime + tfMs > seen) state.update(candle);
+        if (seen === null || candle.openTime + tfMs > seen) {
+          while (h < hours.length && hours[h]!.openTime + HOUR_MS <= candle.openTime + tfMs) {
+            state.updateHour(hours[h]!);
+            h++;
+          }
+          state.update(candle);
+        }
       }
       this.states.set(key, state);
       return state;

@@ -4,10 +4,12 @@ import {
   bandFor,
   dayCandles,
   EwmaVariances,
+  FineVariance,
   fitVolatilityModel,
   fitWeight,
   forecastVarianceOf,
   HourlyVariance,
+  hasFine,
   hasHourly,
   hourlyFeature,
   leastSquares,
@@ -58,19 +60,25 @@ export interface DeskSeries {
   v2: Float64Array;
   ewma: Float64Array;
   trailing: Float64Array;
-  /** The service's hourly variance at each close (NaN on candles of an hour or more). */
+  /**
+   * The service's fourth input at each close: the hourly variance on candles shorter than an
+   * hour, the fine variance (FineVariance, from the 1h candles) on candles of two hours or more;
+   * NaN on 1h candles and where there is none yet.
+   */
   hourly: Float64Array;
 }
 
 /**
  * Builds a coin's series. `fine`, when given, is the same coin on a finer timeframe whose
- * candles tile these (5m inside 1h): each candle's realised variance is the sum of the squared
- * fine log returns ending inside it.
+ * candles tile these (5m inside 1h): each candle's realised variance (HAR-RV's input) is the sum
+ * of the squared fine log returns ending inside it. `hours`, the same market's 1h candles, feed
+ * the service's fine variance on candles of two hours or more, as a market state is fed them.
  */
 export function deskSeries(
   candles: readonly Candle[],
   timeframe: Timeframe,
   fine?: readonly Candle[],
+  hours?: readonly Candle[],
 ): DeskSeries {
   const n = candles.length;
   const tfMs = TIMEFRAME_MS[timeframe];
@@ -106,6 +114,8 @@ export function deskSeries(
   }
   const ewma = new EwmaVariances(VOL_HALF_LIVES);
   const hourly = hasHourly(timeframe) ? new HourlyVariance(timeframe) : null;
+  const fineVar = hours && hasFine(timeframe) ? new FineVariance(timeframe) : null;
+  let hour = 0;
   let v94 = Number.NaN;
   let trailingSum = 0;
   for (let i = 0; i < n; i++) {
@@ -122,6 +132,14 @@ export function deskSeries(
     s.v1[i] = v ? v[1]! : Number.NaN;
     s.v2[i] = v ? v[2]! : Number.NaN;
     if (hourly) s.hourly[i] = hourly.push(c.close) ?? Number.NaN;
+    if (fineVar) {
+      // The hours closing by this candle's close, then the candle (MarketStates feeds them so).
+      while (hour < hours!.length && hours![hour]!.openTime + 3_600_000 <= s.closeTime[i]!) {
+        fineVar.pushHour(hours![hour]!.openTime, hours![hour]!.close);
+        hour++;
+      }
+      s.hourly[i] = fineVar.push(c.openTime, c.close) ?? Number.NaN;
+    }
     if (i > 0) v94 = Number.isNaN(v94) ? r2 : EWMA_LAMBDA * v94 + (1 - EWMA_LAMBDA) * r2;
     s.ewma[i] = i >= TRAILING ? v94 : Number.NaN;
     trailingSum += r2;
@@ -309,8 +327,11 @@ export function fitDesk(
   const h = horizon.candles;
   const windows = harWindows(timeframe);
   const w = windows[2];
-  // The day's model on candles shorter than an hour reads the hourly variance too (volatility.ts).
-  const withHourly = horizon.key === 'day' && hasHourly(timeframe);
+  // The day's model on candles shorter than an hour reads the hourly variance too, the next
+  // candle's and the day's on candles of two hours or more the fine variance (volatility.ts); the
+  // verdict horizon's model (trade calls, the regime's percentile) reads neither.
+  const withHourly =
+    (horizon.key === 'day' && hasHourly(timeframe)) || (horizon.key !== 'verdict' && hasFine(timeframe));
   // Hour-of-day factors on every horizon of a timeframe shorter than a day (a 1d candle closes at
   // one hour), the verdict horizon's model included: trade calls and the regime's volatility
   // percentile read it as the risk forecast does.
@@ -396,7 +417,9 @@ export function perpBandScale(
       vars[0] = s.v0[i]!;
       vars[1] = s.v1[i]!;
       vars[2] = s.v2[i]!;
-      const sigma = Math.sqrt(forecastVarianceOf(fit.service, vars, h, s.hourly[i], utcHour(s.closeTime[i]!)));
+      const sigma = Math.sqrt(
+        forecastVarianceOf(fit.service, vars, h, s.hourly[i], utcHour(s.closeTime[i]!)),
+      );
       z.push(Math.abs(Math.log(s.close[i + h]! / s.close[i]!)) / sigma);
     }
   }

@@ -1,13 +1,30 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { aggregateCandles } from '../../../adapters/market/aggregate.ts';
 import { readCandleFile } from '../../../adapters/market/csv.ts';
+import { openReplayFeed } from '../../../adapters/market/replay.ts';
 import type { Candle } from '../../../contracts/market.ts';
+import type { RiskHorizonKey, VolatilityModel } from '../../../contracts/signals.ts';
+import { MarketStates } from '../market-states.ts';
 import { defaultVolatility } from '../signals/default-volatility.ts';
-import { MarketState } from '../signals/market-state.ts';
 import { stateVolatility } from '../signals/market-regime.ts';
+import { MarketState } from '../signals/market-state.ts';
 import { computeRiskHorizons } from '../signals/risk-forecast.ts';
-import { fitQlike, forecastVarianceOf, HourlyVariance, utcHour } from '../signals/volatility.ts';
-import { deskHorizons, deskSeries, fitDesk, fitGarch, prepareCoins, scoreDesk } from './risk-desk.ts';
+import {
+  FineVariance,
+  fitQlike,
+  forecastVarianceOf,
+  HourlyVariance,
+  utcHour,
+} from '../signals/volatility.ts';
+import {
+  deskHorizons,
+  deskSeries,
+  fitDesk,
+  fitGarch,
+  type GarchParams,
+  prepareCoins,
+  scoreDesk,
+} from './risk-desk.ts';
 
 const DIR = new URL('../../../sample-data/market/candles/binance-spot/', import.meta.url).pathname;
 const COINS = ['BTCUSDT', 'ETHUSDT', 'SOLUSDT', 'BNBUSDT', 'DOGEUSDT'];
@@ -102,6 +119,53 @@ describe('hourly variance', () => {
       sum = decay * sum + (r * r) / 4;
       weight = decay * weight + 1;
       expect(got).toBeCloseTo(sum / weight, 15);
+    }
+  });
+});
+
+describe('fine variance', () => {
+  it("is the bias-corrected one-day EWMA of each candle's summed squared 1h log returns, its own squared return where an hour is missing", () => {
+    const rnd = lcg(9);
+    const HOUR = 3_600_000;
+    const hours: Candle[] = [];
+    let price = 100;
+    for (let i = 0; i < 24 * 40; i++) {
+      price *= Math.exp(0.003 * normal(rnd));
+      // Hour 100 is missing: the 4h candle holding it counts its own squared return.
+      if (i !== 100)
+        hours.push({ openTime: i * HOUR, open: price, high: price, low: price, close: price, volume: 1 });
+    }
+    const fours = aggregateCandles(hours, '1h', '4h');
+    const fv = new FineVariance('4h');
+    const decay = 2 ** (-1 / 6);
+    let sum = 0;
+    let weight = 0;
+    let complete = false;
+    let h = 0;
+    for (let c = 0; c < fours.length; c++) {
+      const candle = fours[c]!;
+      const inside: number[] = [];
+      while (h < hours.length && hours[h]!.openTime + HOUR <= candle.openTime + 4 * HOUR) {
+        fv.pushHour(hours[h]!.openTime, hours[h]!.close);
+        if (
+          h > 0 &&
+          hours[h]!.openTime - hours[h - 1]!.openTime === HOUR &&
+          hours[h]!.openTime >= candle.openTime
+        )
+          inside.push(Math.log(hours[h]!.close / hours[h - 1]!.close) ** 2);
+        h++;
+      }
+      const got = fv.push(candle.openTime, candle.close);
+      let x = Number.NaN;
+      if (inside.length === 4) x = inside.reduce((a, b) => a + b, 0);
+      else if (c > 0) x = Math.log(candle.close / fours[c - 1]!.close) ** 2;
+      complete ||= inside.length === 4;
+      if (Number.isFinite(x)) {
+        sum = decay * sum + x;
+        weight = decay * weight + 1;
+      }
+      if (!complete) expect(got).toBeNull();
+      else expect(got).toBeCloseTo(sum / weight, 15);
     }
   });
 });
@@ -246,5 +310,81 @@ describe('risk desk on real candles', () => {
     const vol = stateVolatility(perpState);
     const verdictRow = perpServed.find((r) => r.horizon === 'verdict')!;
     expect([vol.band_low, vol.band_high]).toEqual([verdictRow.band_low, verdictRow.band_high]);
+  });
+
+  it("serves on 4h what it scores: a state advanced by MarketStates reads the market's 1h candles into the next candle's model", async () => {
+    const tf = '4h' as const;
+    const h1 = await Promise.all(COINS.map((c) => readCandleFile(`${DIR}${c}-1h.csv.gz`)));
+    const first = h1[0]!;
+    const mid = first[Math.floor(first.length * 0.6)]!.openTime;
+    const split4 = mid - (mid % 86_400_000);
+    const series = h1.map((c) => deskSeries(aggregateCandles(c, '1h', tf), tf, undefined, c));
+    const { coins, garch } = prepareCoins(series, split4);
+    // As the evaluator ships them: a horizon as long as an earlier one is that one's model (4h:
+    // a day is the verdict's six candles).
+    const risk: { key: RiskHorizonKey; candles: number; model: VolatilityModel; garch: GarchParams }[] = [];
+    for (const h of deskHorizons(tf, 6)) {
+      const same = risk.find((r) => r.candles === h.candles);
+      const model = same ? same.model : fitDesk(coins, tf, h, split4, 0.8)!.service;
+      risk.push({ key: h.key, candles: h.candles, model, garch });
+    }
+    // 4h: the next candle's model reads the fine variance; the verdict's (and so the day's) does not.
+    expect(risk.filter((r) => r.model.hourly !== undefined).map((r) => r.key)).toEqual(['next']);
+    const volatility = {
+      ...defaultVolatility,
+      models: { ...defaultVolatility.models, [tf]: risk.find((r) => r.key === 'verdict')!.model },
+      risk: { ...defaultVolatility.risk, [tf]: risk },
+    };
+    const btc = h1[0]!;
+    const feed = await openReplayFeed({ run: false, start: btc.at(-1)!.openTime + 3_600_000 });
+    try {
+      const states = new MarketStates(feed);
+      const state = await states.advance('BINANCE_SPOT', 'BTC', tf);
+      // The market state's arithmetic is the desk's on the candles it was fed (the last 500 of
+      // each): the same doubles.
+      const fed = await feed.candles('BINANCE_SPOT', 'BTC', tf, { limit: 500 });
+      const fedHours = await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 500 });
+      const own = deskSeries(fed, tf, undefined, fedHours);
+      const last = own.close.length - 1;
+      expect(state.lastCloseTime).toBe(own.closeTime[last]);
+      expect(state.snapshot()!.volHourly).toBe(own.hourly[last]);
+      // 500 hours are enough: within 1e-5 of the fine variance over the whole history.
+      const full = series[0]!;
+      const at = full.closeTime.indexOf(own.closeTime[last]!);
+      expect(Math.abs(state.snapshot()!.volHourly! / full.hourly[at]! - 1)).toBeLessThan(1e-5);
+      const scoredState = new MarketState({
+        exchange: 'BINANCE_SPOT',
+        coin: 'BTC',
+        timeframe: tf,
+        volatility,
+      });
+      let h = 0;
+      for (const c of fed) {
+        while (h < fedHours.length && fedHours[h]!.openTime + 3_600_000 <= c.openTime + 4 * 3_600_000) {
+          scoredState.updateHour(fedHours[h]!);
+          h++;
+        }
+        scoredState.update(c);
+      }
+      const served = computeRiskHorizons(scoredState);
+      for (const row of risk) {
+        const scored = forecastVarianceOf(
+          row.model,
+          [own.v0[last]!, own.v1[last]!, own.v2[last]!],
+          row.candles,
+          own.hourly[last],
+          utcHour(own.closeTime[last]!),
+        );
+        expect(served.find((r) => r.horizon === row.key)!.expected_move_pct).toBe(100 * Math.sqrt(scored));
+      }
+      // A state never fed 1h candles has no fine variance, and no risk forecast on the models
+      // that read it (rather than a degraded one).
+      const blind = new MarketState({ exchange: 'BINANCE_SPOT', coin: 'BTC', timeframe: tf, volatility });
+      for (const c of fed) blind.update(c);
+      expect(blind.snapshot()!.volHourly).toBeNull();
+      expect(() => computeRiskHorizons(blind)).toThrow();
+    } finally {
+      await feed.close();
+    }
   });
 });

@@ -28,8 +28,10 @@ import { RollingPercentile } from './rolling-percentile.ts';
 import { Lagged, RollingExtreme, RollingMean } from './rolling-window.ts';
 import {
   EwmaVariances,
+  FineVariance,
   forecastVarianceOf,
   HourlyVariance,
+  hasFine,
   hasHourly,
   modelFor,
   utcHour,
@@ -108,7 +110,11 @@ export interface Readings {
   regimeMetrics: RegimeMetrics | null;
   /** EWMA variances of one-candle log returns (fast, medium, slow), once warmed up. */
   volVariances: readonly number[] | null;
-  /** Hourly variance (volatility.ts), on candles shorter than an hour; null on others. */
+  /**
+   * The risk models' fourth input (volatility.ts): the hourly variance on candles shorter than an
+   * hour, the fine variance (from the 1h candles fed by updateHour) on candles of two hours or
+   * more; null on 1h candles and before it has a value.
+   */
   volHourly: number | null;
   /** Rank (0–100) of the current volatility forecast in its rolling window. */
   volPercentile: number | null;
@@ -169,6 +175,8 @@ export class MarketState {
   readonly #volatility: VolatilityTable;
   /** The day model's hourly variance, kept on candles shorter than an hour. */
   readonly #hourly: HourlyVariance | null;
+  /** The next candle's and the day's fine variance, kept on candles of two hours or more. */
+  readonly #fine: FineVariance | null;
   /** The volatility model for this timeframe, resolved on first use (the table never changes). */
   #volModel: { model: VolatilityModel; timeframe: Timeframe } | null = null;
   /** Forecast variance at the latest close, null while the EWMA variances warm up. */
@@ -190,6 +198,20 @@ export class MarketState {
     this.#regimeOptions = { ...DEFAULT_REGIME_OPTIONS, ...options.regime };
     this.#volatility = options.volatility ?? defaultVolatility;
     this.#hourly = hasHourly(options.timeframe) ? new HourlyVariance(options.timeframe) : null;
+    this.#fine = hasFine(options.timeframe) ? new FineVariance(options.timeframe) : null;
+  }
+
+  /** Whether this state reads the same market's 1h candles (updateHour) beside its own. */
+  get readsHours(): boolean {
+    return this.#fine !== null;
+  }
+
+  /**
+   * Feed one closed 1h candle of the same market, before the candle of this timeframe holding its
+   * close (MarketStates does). Hours at or before the last one fed are ignored.
+   */
+  updateHour(candle: Candle): void {
+    this.#fine?.pushHour(candle.openTime, candle.close);
   }
 
   get volatility(): VolatilityTable {
@@ -277,7 +299,12 @@ export class MarketState {
     if (bbWidth !== null) this.#ind.bbWidth.push(bbWidth);
 
     const variances = this.#ind.ewma.push(close);
-    const hourly = this.#hourly === null ? null : this.#hourly.push(close);
+    const hourly =
+      this.#hourly !== null
+        ? this.#hourly.push(close)
+        : this.#fine !== null
+          ? this.#fine.push(candle.openTime, close)
+          : null;
     if (variances !== null) {
       const forecast = forecastVarianceOf(
         this.volatilityModel.model,

@@ -95,4 +95,4 @@ export function regimeConfidenceMeaning(confidence: number, regime: string): str
 }
 
 export const RISK_EVIDENCE =
-  'Fitted before the test months and scored out of sample on every closed candle against RiskMetrics EWMA, GARCH(1,1), HAR-RV and a free trailing band: σ served ÷ realised within 0.9–1.1 on 37 of 41 timeframe × horizon rows, 80 % band coverage 68.8–80.7 %, QLIKE below EWMA and HAR-RV on 40 of 41 rows and below GARCH(1,1) on 18 (on 3 with its interval below 0, on none above) (docs/evaluation-risk.md).';
+  'Fitted before the test months and scored out of sample on every closed candle against RiskMetrics EWMA, GARCH(1,1), HAR-RV and a free trailing band: σ served ÷ realised within 0.9–1.1 on 37 of 41 timeframe × horizon rows, 80 % band coverage 68.8–80.7 %, QLIKE below EWMA and HAR-RV on 40 of 41 rows and below GARCH(1,1) on 23 (on 5 with its interval below 0, on none above) (docs/evaluation-risk.md).';

@@ -28,6 +28,12 @@ import { CalibrationError } from './errors.ts';
  * day-long memory carry what a day forecast needs. Its slope is fitted with the others (all four
  * summing to 1). Chosen on an inner fold of the training months (docs/evaluation-risk.md).
  *
+ * On candles of 2h to 1d the next candle's and the day's models have that fourth input from the
+ * hours instead: the fine variance (FineVariance), each candle's summed squared 1h log returns
+ * averaged over about a day, a far less noisy measure of a candle's variance than its one squared
+ * return; a market state on those timeframes is fed the market's 1h candles for it. The verdict
+ * horizon's model does not read it. Also chosen on the inner fold.
+ *
  * Every horizon's model on timeframes shorter than a day also carries a log factor per UTC hour of
  * the close the forecast is made at (intraday seasonality: a 5m candle at the US open moves more
  * than one at 03:00 UTC, and a day forecast made at a busy hour reads busy-hour EWMAs), fitted
@@ -117,6 +123,91 @@ export class HourlyVariance {
 
 /** Whether a timeframe's candles are short enough for an hourly variance. */
 export const hasHourly = (timeframe: Timeframe) => Math.round(3_600_000 / TIMEFRAME_MS[timeframe]) >= 2;
+
+const HOUR_MS = 3_600_000;
+
+/**
+ * Realised variance from the hourly candles inside each candle, for candles of two hours or more:
+ * per candle the sum of the squared log returns between the closes of the same market's 1h
+ * candles inside it (the first return starting at the candle's open), averaged by an EWMA with a
+ * one-day half-life (bias-corrected, as HourlyVariance). A candle whose hourly returns are not all
+ * there counts its own squared log return instead. The sum of a candle's hourly squared returns
+ * measures its variance with far less noise than its one squared return (the realised variance of
+ * HAR-RV), which the next candle's and the day's models read as their fourth input (the `hourly`
+ * slot, as the hourly variance on shorter candles). Null until one candle's hourly returns were all
+ * there, so a state never fed 1h candles has no value rather than a degraded one.
+ */
+export class FineVariance {
+  readonly #tfMs: number;
+  readonly #k: number;
+  readonly #decay: number;
+  #bucket = Number.NaN;
+  #bucketSum = 0;
+  #bucketCount = 0;
+  #lastHourOpen = Number.NaN;
+  #lastHourClose = Number.NaN;
+  #lastClose = Number.NaN;
+  #sum = 0;
+  #weight = 0;
+  #complete = false;
+
+  constructor(timeframe: Timeframe) {
+    this.#tfMs = TIMEFRAME_MS[timeframe];
+    this.#k = Math.round(this.#tfMs / HOUR_MS);
+    if (!hasFine(timeframe))
+      throw new CalibrationError(`fine variance needs candles of two hours or more, not ${timeframe}`);
+    this.#decay = 2 ** (-1 / dayCandles(timeframe));
+  }
+
+  /**
+   * Feeds one closed 1h candle of the same market, before the candle holding its close is pushed.
+   * Candles at or before the last one fed are ignored (an advance's overlap).
+   */
+  pushHour(openTime: number, close: number): void {
+    if (openTime <= this.#lastHourOpen) return;
+    const a = this.#lastHourClose;
+    if (openTime - this.#lastHourOpen === HOUR_MS && a > 0 && close > 0) {
+      // The return ending at this hour's close belongs to the candle holding that close.
+      const bucket = Math.floor((openTime + HOUR_MS - 1) / this.#tfMs) * this.#tfMs;
+      if (bucket !== this.#bucket) {
+        this.#bucket = bucket;
+        this.#bucketSum = 0;
+        this.#bucketCount = 0;
+      }
+      const r = Math.log(close / a);
+      this.#bucketSum += r * r;
+      this.#bucketCount++;
+    }
+    this.#lastHourOpen = openTime;
+    this.#lastHourClose = close;
+  }
+
+  /** Feeds the candle itself (after its hours); returns the variance, or null before any full candle. */
+  push(openTime: number, close: number): number | null {
+    const full = this.#bucket === openTime && this.#bucketCount === this.#k;
+    const prev = this.#lastClose;
+    let x = Number.NaN;
+    if (full) x = this.#bucketSum;
+    else if (prev > 0 && close > 0) x = Math.log(close / prev) ** 2;
+    if (full) this.#complete = true;
+    if (Number.isFinite(x)) {
+      this.#sum = this.#decay * this.#sum + x;
+      this.#weight = this.#decay * this.#weight + 1;
+    }
+    this.#lastClose = close;
+    return this.value;
+  }
+
+  get value(): number | null {
+    return this.#complete && this.#weight > 0 ? this.#sum / this.#weight : null;
+  }
+}
+
+/** Whether a timeframe's candles hold two or more whole hours (a fine variance). */
+export const hasFine = (timeframe: Timeframe) => {
+  const ms = TIMEFRAME_MS[timeframe];
+  return ms >= 2 * HOUR_MS && ms % HOUR_MS === 0;
+};
 
 /** The regression's inputs: logs of the three variances scaled to the horizon. */
 export function harFeatures(variances: readonly number[], horizon: number): [number, number, number] {

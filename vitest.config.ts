@@ -63,7 +63,8 @@ export default defineConfig({
     testTimeout: 120_000,
     hookTimeout: 120_000,
     expect: { poll: { timeout: 60_000 } },
-    // Forks keep native addons (lmdb) isolated per file.
+    // Forks keep native addons (lmdb) in processes of their own: one per slow file, one per worker
+    // for the io and unit files, which share their worker (isolate: false below).
     pool: 'forks',
     // Services a test starts replay the shipped slice unless the test names its data: the full
     // set beside the checkout (npm start's default, covered by adapters/market/default-replay)

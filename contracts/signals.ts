@@ -251,7 +251,8 @@ export const VolatilityModelSchema = z.object({
    * Slope of a fourth input, log(variance·H) of a variance measured on hourly returns with a
    * one-day half-life: on candles shorter than an hour the EWMA of squared one-hour log returns
    * per candle (the day's model), on candles of 2h to 1d the EWMA of each candle's summed squared
-   * 1h log returns (the next candle's and the day's models). The four slopes sum to 1. Absent:
+   * 1h log returns (the next candle's and the day's models, but not the verdict horizon's, which
+   * is the day's on 4h). The four slopes sum to 1. Absent:
    * the three EWMA variances alone.
    */
   hourly: z.number().optional(),

@@ -117,7 +117,7 @@ export class SignalEngine implements EngineOperations {
     this.calibration = options.calibration ?? defaultCalibration;
     this.logger = options.logger;
     this.publicBaseUrl = options.publicBaseUrl;
-    this.states = new MarketStates(options.feed);
+    this.states = new MarketStates(options.feed, options.logger);
   }
 
   /**

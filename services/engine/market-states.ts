@@ -1,3 +1,4 @@
+import type { Logger } from 'pino';
 import { KeyedLock } from '../../adapters/keyed-lock.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import { type Exchange, marketKey, TIMEFRAME_MS, type Timeframe } from '../../contracts/market.ts';
@@ -17,7 +18,10 @@ export class MarketStates {
   private readonly states = new Map<string, MarketState>();
   private readonly lock = new KeyedLock();
 
-  constructor(private readonly feed: MarketFeed) {}
+  constructor(
+    private readonly feed: MarketFeed,
+    private readonly logger?: Logger,
+  ) {}
 
   get size(): number {
     return this.states.size;
@@ -48,10 +52,22 @@ export class MarketStates {
       // A state on 2h…1d also reads the same market's 1h candles (its fine variance, a one-day
       // EWMA: 500 hours leave the hours before them a weight under 1e-6), each fed before the
       // candle holding its close.
+      // Only the risk forecast's next-candle and day rows read them: a venue that fails the 1h
+      // read (a timeout, a rate limit, no such market) must not cost the market its verdict,
+      // regime and scans, so the state advances without them (those candles fall back to their
+      // own squared return) and the failure is logged.
       const hours = state.readsHours
-        ? await this.feed.candles(exchange, coin, '1h', {
-            limit: Math.min(WARMUP_CANDLES, fresh ? WARMUP_CANDLES : (behind + 1) * (tfMs / HOUR_MS) + 1),
-          })
+        ? await this.feed
+            .candles(exchange, coin, '1h', {
+              limit: Math.min(WARMUP_CANDLES, fresh ? WARMUP_CANDLES : (behind + 1) * (tfMs / HOUR_MS) + 1),
+            })
+            .catch((err: unknown) => {
+              this.logger?.warn(
+                { err, exchange, coin, timeframe },
+                'market state: 1h candles unavailable, advancing without them',
+              );
+              return [];
+            })
         : [];
       let h = 0;
       const seen = fresh ? null : last;

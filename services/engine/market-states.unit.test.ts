@@ -1,3 +1,4 @@
+import type { Logger } from 'pino';
 import { describe, expect, it } from 'vitest';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import { type Candle, TIMEFRAME_MS } from '../../contracts/market.ts';
@@ -79,5 +80,34 @@ describe('MarketStates.advance', () => {
     expect(a.lastCloseTime).toBe(1_001 * HOUR);
     expect(b).toBe(a);
     expect(f.reads).toHaveLength(2);
+  });
+
+  it('advances a 4h state without its 1h candles when the venue fails them, logging why', async () => {
+    const H4 = TIMEFRAME_MS['4h'];
+    const now = 1_000 * H4 + 10;
+    const asked: string[] = [];
+    const feed = {
+      kind: 'replay',
+      now: () => now,
+      async candles(_exchange: string, _coin: string, tf: string, options: { limit: number }) {
+        asked.push(tf);
+        if (tf === '1h') throw new Error('venue timed out');
+        const out: Candle[] = [];
+        for (let i = options.limit - 1; i >= 0; i--) {
+          const openTime = (999 - i) * H4;
+          const price = 100 + (i % 5);
+          out.push({ openTime, open: price, high: price + 1, low: price - 1, close: price, volume: 1 });
+        }
+        return out;
+      },
+    } as unknown as MarketFeed;
+    const warnings: unknown[] = [];
+    const logger = { warn: (fields: unknown) => warnings.push(fields) } as unknown as Logger;
+    const state = await new MarketStates(feed, logger).advance('BINANCE', 'BTC', '4h');
+    expect(asked).toEqual(['4h', '1h']);
+    expect(state.readsHours).toBe(true);
+    expect(state.lastCloseTime).toBe(1_000 * H4);
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toMatchObject({ exchange: 'BINANCE', coin: 'BTC', timeframe: '4h' });
   });
 });

@@ -32,7 +32,8 @@ import { CalibrationError } from './errors.ts';
  * hours instead: the fine variance (FineVariance), each candle's summed squared 1h log returns
  * averaged over about a day, a far less noisy measure of a candle's variance than its one squared
  * return; a market state on those timeframes is fed the market's 1h candles for it. The verdict
- * horizon's model does not read it. Also chosen on the inner fold.
+ * horizon's model does not read it, so on 4h, where the day is the verdict's six candles, only
+ * the next candle's model does. Also chosen on the inner fold.
  *
  * Every horizon's model on timeframes shorter than a day also carries a log factor per UTC hour of
  * the close the forecast is made at (intraday seasonality: a 5m candle at the US open moves more

@@ -73,10 +73,7 @@ export class MarketStates {
       const seen = fresh ? null : last;
       for (const candle of candles) {
         if (seen === null || candle.openTime + tfMs > seen) {
-          while (h < hours.length && hours[h]!.openTime + HOUR_MS <= candle.openTime + tfMs) {
-            state.updateHour(hours[h]!);
-            h++;
-          }
+          h = state.updateHours(hours, h, candle.openTime + tfMs);
           state.update(candle);
         }
       }

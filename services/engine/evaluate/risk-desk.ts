@@ -133,11 +133,8 @@ export function deskSeries(
     s.v2[i] = v ? v[2]! : Number.NaN;
     if (hourly) s.hourly[i] = hourly.push(c.close) ?? Number.NaN;
     if (fineVar) {
-      // The hours closing by this candle's close, then the candle (MarketStates feeds them so).
-      while (hour < hours!.length && hours![hour]!.openTime + 3_600_000 <= s.closeTime[i]!) {
-        fineVar.pushHour(hours![hour]!.openTime, hours![hour]!.close);
-        hour++;
-      }
+      // The hours closing by this candle's close, then the candle, as MarketStates feeds them.
+      hour = fineVar.pushHoursUntil(hours!, hour, s.closeTime[i]!);
       s.hourly[i] = fineVar.push(c.openTime, c.close) ?? Number.NaN;
     }
     if (i > 0) v94 = Number.isNaN(v94) ? r2 : EWMA_LAMBDA * v94 + (1 - EWMA_LAMBDA) * r2;

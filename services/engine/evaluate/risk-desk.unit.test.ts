@@ -360,10 +360,7 @@ describe('risk desk on real candles', () => {
       });
       let h = 0;
       for (const c of fed) {
-        while (h < fedHours.length && fedHours[h]!.openTime + 3_600_000 <= c.openTime + 4 * 3_600_000) {
-          scoredState.updateHour(fedHours[h]!);
-          h++;
-        }
+        h = scoredState.updateHours(fedHours, h, c.openTime + 4 * 3_600_000);
         scoredState.update(c);
       }
       const served = computeRiskHorizons(scoredState);

@@ -112,7 +112,7 @@ export interface Readings {
   volVariances: readonly number[] | null;
   /**
    * The risk models' fourth input (volatility.ts): the hourly variance on candles shorter than an
-   * hour, the fine variance (from the 1h candles fed by updateHour) on candles of two hours or
+   * hour, the fine variance (from the 1h candles fed by updateHours) on candles of two hours or
    * more; null on 1h candles and before it has a value.
    */
   volHourly: number | null;
@@ -201,17 +201,18 @@ export class MarketState {
     this.#fine = hasFine(options.timeframe) ? new FineVariance(options.timeframe) : null;
   }
 
-  /** Whether this state reads the same market's 1h candles (updateHour) beside its own. */
+  /** Whether this state reads the same market's 1h candles (updateHours) beside its own. */
   get readsHours(): boolean {
     return this.#fine !== null;
   }
 
   /**
-   * Feed one closed 1h candle of the same market, before the candle of this timeframe holding its
-   * close (MarketStates does). Hours at or before the last one fed are ignored.
+   * Feed the same market's closed 1h candles `hours[from…]` that close by `closeTime`, before the
+   * candle of this timeframe closing then (MarketStates does); returns the index of the first hour
+   * left. Hours at or before the last one fed are ignored.
    */
-  updateHour(candle: Candle): void {
-    this.#fine?.pushHour(candle.openTime, candle.close);
+  updateHours(hours: readonly Candle[], from: number, closeTime: number): number {
+    return this.#fine ? this.#fine.pushHoursUntil(hours, from, closeTime) : from;
   }
 
   get volatility(): VolatilityTable {

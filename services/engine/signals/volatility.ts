@@ -183,6 +183,24 @@ export class FineVariance {
     this.#lastHourClose = close;
   }
 
+  /**
+   * Feeds `hours[from…]` that close by `closeTime`, the close of the candle pushed next, and returns
+   * the index of the first hour left. The one rule by which the market state (serving) and the risk
+   * desk (scoring) interleave the hours with the candles, so the two read the same input.
+   */
+  pushHoursUntil(
+    hours: readonly { openTime: number; close: number }[],
+    from: number,
+    closeTime: number,
+  ): number {
+    let h = from;
+    while (h < hours.length && hours[h]!.openTime + HOUR_MS <= closeTime) {
+      this.pushHour(hours[h]!.openTime, hours[h]!.close);
+      h++;
+    }
+    return h;
+  }
+
   /** Feeds the candle itself (after its hours); returns the variance, or null before any full candle. */
   push(openTime: number, close: number): number | null {
     const full = this.#bucket === openTime && this.#bucketCount === this.#k;

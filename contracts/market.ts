@@ -25,6 +25,10 @@ export const EXCHANGES = ['BINANCE', 'BINANCE_SPOT', 'BYBIT', 'OKX', 'HYPERLIQUI
 export const Exchange = z.enum(EXCHANGES);
 export type Exchange = z.infer<typeof Exchange>;
 
+/** BINANCE_SPOT is the one spot venue; the others are USDT-margined perpetuals. */
+export const venueKind = (exchange: Exchange): 'spot' | 'perp' =>
+  exchange === 'BINANCE_SPOT' ? 'spot' : 'perp';
+
 /** Which feed produced a figure: never let replayed data pass for live data. */
 export const FeedKind = z.enum(['live', 'replay']);
 export type FeedKind = z.infer<typeof FeedKind>;

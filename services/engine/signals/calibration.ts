@@ -1,4 +1,4 @@
-import type { Exchange, Timeframe } from '../../../contracts/market.ts';
+import { type Exchange, type Timeframe, venueKind } from '../../../contracts/market.ts';
 import {
   type CalibrationBin,
   type CalibrationCurve,
@@ -174,7 +174,7 @@ export function parseCalibrationTable(json: unknown): CalibrationTable {
 
 /** Cells group markets whose calls were evaluated together: the venue kind and the timeframe. */
 export function cellKey(exchange: Exchange, timeframe: Timeframe): string {
-  return `${exchange === 'BINANCE_SPOT' ? 'spot' : 'perp'}:${timeframe}`;
+  return `${venueKind(exchange)}:${timeframe}`;
 }
 
 export const NO_EDGE_REASON = 'no measured edge here';

@@ -1,4 +1,4 @@
-import { type Exchange, TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
+import { type Exchange, TIMEFRAME_MS, type Timeframe, venueKind } from '../../../contracts/market.ts';
 import {
   type VolatilityForecast,
   type VolatilityModel,
@@ -125,7 +125,7 @@ export class HourlyVariance {
 /** Whether a timeframe's candles are short enough for an hourly variance. */
 export const hasHourly = (timeframe: Timeframe) => Math.round(3_600_000 / TIMEFRAME_MS[timeframe]) >= 2;
 
-const HOUR_MS = 3_600_000;
+const HOUR_MS = TIMEFRAME_MS['1h'];
 
 /**
  * Realised variance from the hourly candles inside each candle, for candles of two hours or more:
@@ -325,7 +325,7 @@ export function bandFor(model: VolatilityModel, perp: boolean): { low: number; h
 }
 
 /** Whether a venue trades perpetuals (every venue but Binance spot): its band is bandFor(…, true). */
-export const isPerpVenue = (exchange: Exchange) => exchange !== 'BINANCE_SPOT';
+export const isPerpVenue = (exchange: Exchange) => venueKind(exchange) === 'perp';
 
 /** The forecast from a forecast variance already computed (a market state computes it per candle). */
 export function forecastFromVariance(

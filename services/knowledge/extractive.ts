@@ -115,7 +115,6 @@ const SYNONYMS: string[][] = [
   ['blockchain', 'chain', 'onchain'],
   ['style', 'lint', 'linter', 'biome'],
   ['benchmark', 'bench'],
-  ['evaluation', 'evaluate'],
   ['combination', 'cell'],
   ['real', 'production', 'live'],
   ['private', 'local', 'loopback', 'internal'],

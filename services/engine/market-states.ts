@@ -1,7 +1,13 @@
 import type { Logger } from 'pino';
 import { KeyedLock } from '../../adapters/keyed-lock.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
-import { type Exchange, marketKey, TIMEFRAME_MS, type Timeframe } from '../../contracts/market.ts';
+import {
+  type Candle,
+  type Exchange,
+  marketKey,
+  TIMEFRAME_MS,
+  type Timeframe,
+} from '../../contracts/market.ts';
 import { createMarketState, type MarketState } from './signals/index.ts';
 
 /** Closed candles fed to a new state: enough for SMA200 and the 200-candle percentile windows. */
@@ -17,6 +23,12 @@ const HOUR_MS = TIMEFRAME_MS['1h'];
 export class MarketStates {
   private readonly states = new Map<string, MarketState>();
   private readonly lock = new KeyedLock();
+  /**
+   * The last 1h read per (exchange, coin) and the hour it was made in: a market's 2h…1d states
+   * advance together (a day's close closes all five), and one read serves them all instead of
+   * five of the same hours from the venue. One entry per market, replaced at the next hour.
+   */
+  private readonly hourReads = new Map<string, { hour: number; limit: number; read: Promise<Candle[]> }>();
 
   constructor(
     private readonly feed: MarketFeed,
@@ -57,17 +69,17 @@ export class MarketStates {
       // regime and scans, so the state advances without them (those candles fall back to their
       // own squared return) and the failure is logged.
       const hours = state.readsHours
-        ? await this.feed
-            .candles(exchange, coin, '1h', {
-              limit: Math.min(WARMUP_CANDLES, fresh ? WARMUP_CANDLES : (behind + 1) * (tfMs / HOUR_MS) + 1),
-            })
-            .catch((err: unknown) => {
-              this.logger?.warn(
-                { err, exchange, coin, timeframe },
-                'market state: 1h candles unavailable, advancing without them',
-              );
-              return [];
-            })
+        ? await this.hoursOf(
+            exchange,
+            coin,
+            Math.min(WARMUP_CANDLES, fresh ? WARMUP_CANDLES : (behind + 1) * (tfMs / HOUR_MS) + 1),
+          ).catch((err: unknown) => {
+            this.logger?.warn(
+              { err, exchange, coin, timeframe },
+              'market state: 1h candles unavailable, advancing without them',
+            );
+            return [];
+          })
         : [];
       let h = 0;
       const seen = fresh ? null : last;
@@ -80,6 +92,24 @@ export class MarketStates {
       this.states.set(key, state);
       return state;
     });
+  }
+
+  /** The market's last `limit` closed 1h candles, read once per hour for all its states. */
+  private async hoursOf(exchange: Exchange, coin: string, limit: number): Promise<Candle[]> {
+    const key = `${exchange}:${coin}`;
+    const hour = Math.floor(this.feed.now() / HOUR_MS);
+    const known = this.hourReads.get(key);
+    if (known !== undefined && known.hour === hour && known.limit >= limit) {
+      const hours = await known.read;
+      return hours.length > limit ? hours.slice(-limit) : hours;
+    }
+    const read = this.feed.candles(exchange, coin, '1h', { limit });
+    this.hourReads.set(key, { hour, limit, read });
+    // A failed read is not kept: the next state asks the venue again.
+    read.catch(() => {
+      if (this.hourReads.get(key)?.read === read) this.hourReads.delete(key);
+    });
+    return read;
   }
 
   /** Candles of `timeframe` closed since the state's last one (infinite before any). */

@@ -110,4 +110,38 @@ describe('MarketStates.advance', () => {
     expect(warnings).toHaveLength(1);
     expect(warnings[0]).toMatchObject({ exchange: 'BINANCE', coin: 'BTC', timeframe: '4h' });
   });
+
+  it("reads a market's 1h candles once an hour for all its 2h-1d states, not once per state", async () => {
+    let now = 1_000 * TIMEFRAME_MS['1d'] + 10;
+    const asked: { tf: string; limit: number }[] = [];
+    const feed = {
+      kind: 'replay',
+      now: () => now,
+      async candles(_exchange: string, _coin: string, tf: string, options: { limit: number }) {
+        asked.push({ tf, limit: options.limit });
+        const ms = TIMEFRAME_MS[tf as '1h'];
+        const lastOpen = Math.floor(now / ms) * ms - ms;
+        const out: Candle[] = [];
+        for (let i = options.limit - 1; i >= 0; i--) {
+          const openTime = lastOpen - i * ms;
+          const price = 100 + ((openTime / HOUR) % 7);
+          out.push({ openTime, open: price, high: price + 1, low: price - 1, close: price, volume: 1 });
+        }
+        return out;
+      },
+    } as unknown as MarketFeed;
+    const states = new MarketStates(feed);
+    await Promise.all(
+      ['2h', '4h', '8h', '12h', '1d'].map((tf) => states.advance('BINANCE', 'BTC', tf as '1d')),
+    );
+    expect(asked.filter((a) => a.tf === '1h')).toEqual([{ tf: '1h', limit: 500 }]);
+    // Two hours on: the 2h state advances and the market's hours are read again, as few as it needs.
+    now += 2 * HOUR;
+    const two = await states.advance('BINANCE', 'BTC', '2h');
+    expect(two.lastCloseTime).toBe(Math.floor(now / HOUR) * HOUR);
+    expect(asked.filter((a) => a.tf === '1h')).toEqual([
+      { tf: '1h', limit: 500 },
+      { tf: '1h', limit: 5 },
+    ]);
+  });
 });

@@ -24,7 +24,8 @@ function slug(heading: string): string {
 
 /**
  * HTML the documents use for layout ("<br>" in a table cell). Only these are tags: "<keyId>" in
- * `revoke <keyId>` is a placeholder and "fit < 2025-02-01, … → pass" a comparison, both text.
+ * `revoke <keyId>` stands for a key's id and "fit < 2025-02-01, … → pass" is a comparison, both
+ * kept as text.
  */
 const HTML_TAG =
   /<\/?(?:a|b|br|code|details|div|em|i|img|kbd|li|ol|p|picture|source|span|strong|sub|summary|sup|ul)\b[^<>]*>/gi;

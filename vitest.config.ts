@@ -71,8 +71,8 @@ export default defineConfig({
     // doubles each engine's work, and two suites side by side on two cores felt it.
     env: { MARKET_DATA_DIR: process.env.MARKET_DATA_DIR ?? 'sample-data/market' },
     // Three on two cores: a file's servers start, children boot and tests wait on conditions, so
-    // two workers left about a quarter of the cores idle. A fresh clone's CI, one run each, at
-    // load 0.3-5: vitest 330 s and 5 min 57 s in all with three, 362 s and 6 min 36 s with two.
+    // two workers left about a quarter of the cores idle (a fresh clone's CI, vitest 330 s with
+    // three against 362 s with two, measured before io's files shared their worker).
     maxWorkers: 3,
     sequence: { sequencer: LongestFirst },
     // What `npx vitest` (watch) and a plain `npx vitest run` run; a `--project` on the command line

@@ -49,8 +49,13 @@ export const TUNED_SETS = [
  * 62's next change to the picker and before the chat was ever asked them. Never tuned on; scored
  * once after the eighth change (49 / 65, 0 / 12 off-topic grounded; docs/knowledge.md). Its wrong
  * answers have been printed since, so a later picker change needs a new blind set for its claim.
+ *
+ * newcomer.json: 104 questions and 14 off-topic ones a newcomer (buyer, analyst, agent builder or
+ * operator who has not read the docs) asks, written blind from the indexed documentation on
+ * 2026-11-27 and committed with this line, before the picker's next change and before the chat
+ * was ever asked them. Never tuned on; not yet scored.
  */
-export const BLIND_SETS = ['buyer.json'] as const;
+export const BLIND_SETS = ['buyer.json', 'newcomer.json'] as const;
 
 export const QUESTION_SETS = [...TUNED_SETS, ...BLIND_SETS] as const;
 

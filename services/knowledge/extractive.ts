@@ -155,6 +155,8 @@ const PHRASAL: [RegExp, string][] = [
   // HTTP's own name for a 429, and what a used-up quota is called.
   [/\btoo many (?:requests|calls)\b/gi, 'rate limit'],
   [/\brun(?:s|ning)? out of\b/gi, 'exhausted'],
+  // "Right now" is "now", not a right.
+  [/\bright now\b/gi, 'now'],
 ];
 export function rephrase(question: string): string {
   return PHRASAL.reduce((q, [re, word]) => q.replace(re, word), question);
@@ -192,7 +194,10 @@ const QUESTION_WORDS = new Set(
     // The -ing forms of the shaping verbs above: their stems ("mak", "tak") are no word's.
     'making taking coming finding seeing ' +
     // "Too many", "too long": the degree shapes the question.
-    'too'
+    'too ' +
+    // Adverbs of emphasis and of the present ("what does it *actually* mean", "why is every
+    // verdict a HOLD *right now*") ask the same question without them.
+    'actually really basically currently now'
   )
     .split(' ')
     .map((w) => termOf(w))

@@ -235,7 +235,14 @@ export function questionTerms(raw: string): { term: string; meets: Set<string>; 
   const question = rephrase(raw);
   const cut = /\b(if|when|while|because|since|in case|before|after|until|once)\b/i.exec(question);
   const topical = (text: string) => contentTerms(text).filter((term) => !QUESTION_WORDS.has(term));
-  const main = new Set(topical(cut && cut.index > 0 ? question.slice(0, cut.index) : question));
+  // "If I pay and my connection drops, is the answer lost?": a condition that opens the
+  // question ends at its comma, and what follows asks.
+  const opening = cut?.index === 0 ? question.indexOf(', ') : -1;
+  const main = new Set(
+    topical(
+      opening > 0 ? question.slice(opening + 2) : cut && cut.index > 0 ? question.slice(0, cut.index) : question,
+    ),
+  );
   // "What do I get when I exceed the rate limit?": the clause is the question itself.
   const framed = main.size > 0;
   const qualifying = qualifiers(question);

@@ -1,10 +1,10 @@
 /**
- * Leases against a round trip per call (issue 60): is prepaying a busy key's quota and rate-limit
- * units worth its mechanism? Two copies of the real service run side by side, the same in every
- * setting but the leases: `leased` with the deployed defaults (QUOTA_LEASE_MS, RATE_LIMIT_LEASE_MAX),
- * `per-call` with both 0, so each keyed call is debited on the shared counters and its rate-limit
- * take sent in the turn's one script (pipelined), and each debit recorded on the log by itself
- * (batched per turn). The same keyed MCP `tools/call` load is sent to each in alternating rounds
+ * Leases against a round trip per call (issue 60): is prepaying a busy key's quota units worth its
+ * mechanism? Two copies of the real service run side by side, the same in every setting but the
+ * lease: `leased` with the deployed defaults (QUOTA_LEASE_MS, QUOTA_LEASE_MAX_UNITS), `per-call`
+ * with QUOTA_LEASE_MS=0, so each keyed call is debited on the shared counters and recorded on the
+ * log by itself (batched per turn). The rate limit takes no lease on either side: each request's
+ * take goes in the turn's one script (pipelined). The same keyed MCP `tools/call` load is sent to each in alternating rounds
  * (autocannon in its own process), on the embedded defaults and on Redis, from one key and from
  * 128 keys (a session each). Printed per side: calls/s, the main thread's CPU per call and the
  * whole process's (from /proc), the per-call side's cost over the leased one, and the load
@@ -43,8 +43,8 @@ const BASE_ENV: Record<string, string> = {
   PLAN_PRO_MONTHLY_CALLS: String(1e12),
   MCP_SESSION_IDLE_MS: String(600_000),
 };
-const LEASED = { QUOTA_LEASE_MS: '1000', QUOTA_LEASE_MAX_UNITS: '256', RATE_LIMIT_LEASE_MAX: '64' };
-const PER_CALL = { QUOTA_LEASE_MS: '0', RATE_LIMIT_LEASE_MAX: '0' };
+const LEASED = { QUOTA_LEASE_MS: '1000', QUOTA_LEASE_MAX_UNITS: '256' };
+const PER_CALL = { QUOTA_LEASE_MS: '0' };
 
 export interface BudgetBenchOptions {
   seconds?: number;
@@ -53,12 +53,10 @@ export interface BudgetBenchOptions {
   /** Keys of the many-keys case. */
   keys?: number;
   /**
-   * `all` (default): leases against none; `rate`: both leases against the quota's alone (the
-   * rate limiter's lease on its own, on Redis: in-process limits take no lease); `max`: quota
-   * leases of at most 256 units (the default) against at most 64 (what a killed api may leave
-   * charged per busy key and tool).
+   * `all` (default): leases against none; `max`: leases of at most 256 units (the default)
+   * against at most 64 (what a killed api may leave charged per busy key and tool).
    */
-  compare?: 'all' | 'rate' | 'max';
+  compare?: 'all' | 'max';
   print?: boolean;
 }
 
@@ -126,13 +124,7 @@ export async function run(options: BudgetBenchOptions = {}): Promise<BudgetRow[]
   const connections = options.connections ?? 32;
   const many = options.keys ?? 128;
   const print = options.print ?? true;
-  const rateOnly = options.compare === 'rate';
-  const baseline =
-    options.compare === 'rate'
-      ? { ...LEASED, RATE_LIMIT_LEASE_MAX: '0' }
-      : options.compare === 'max'
-        ? { ...LEASED, QUOTA_LEASE_MAX_UNITS: '64' }
-        : PER_CALL;
+  const baseline = options.compare === 'max' ? { ...LEASED, QUOTA_LEASE_MAX_UNITS: '64' } : PER_CALL;
   const log = (line: string) => {
     if (print) console.log(line);
   };
@@ -141,7 +133,7 @@ export async function run(options: BudgetBenchOptions = {}): Promise<BudgetRow[]
       `${rounds} alternating rounds of ${seconds} s per side`,
   );
   const rows: BudgetRow[] = [];
-  for (const deployment of rateOnly ? (['redis'] as const) : (['embedded', 'redis'] as const)) {
+  for (const deployment of ['embedded', 'redis'] as const) {
     for (const keys of [1, many]) {
       const id = randomUUID().replaceAll('-', '').slice(0, 12);
       const shared = (side: string): Record<string, string> =>
@@ -188,7 +180,7 @@ export async function run(options: BudgetBenchOptions = {}): Promise<BudgetRow[]
           `  ${deployment}, ${keys} key${keys === 1 ? '' : 's'} (load average ${before.toFixed(2)} → ${after.toFixed(2)}):`,
         );
         log(
-          `    calls/s   ${rateOnly ? 'both' : 'leased'} ${fmtSpread(rate(comparison.service), (n) => n.toFixed(0))}   per-call ${fmtSpread(rate(comparison.bare), (n) => n.toFixed(0))}`,
+          `    calls/s   leased ${fmtSpread(rate(comparison.service), (n) => n.toFixed(0))}   per-call ${fmtSpread(rate(comparison.bare), (n) => n.toFixed(0))}`,
         );
         if (cpu) {
           log(
@@ -226,7 +218,7 @@ await whenMain(
     rounds: 'number',
     connections: 'number',
     keys: 'number',
-    compare: ['all', 'rate', 'max'],
+    compare: ['all', 'max'],
   },
   run,
 );

@@ -280,17 +280,6 @@ export const ConfigSchema = z
     RATE_LIMIT_PRO: positiveInt.default(6_000),
     RATE_LIMIT_TOOL_SHARE: z.coerce.number().gt(0).max(1).default(0.5),
     /**
-     * On Redis, the same budget lease as QUOTA_LEASE_MS for rate limits: a credential and tool
-     * whose requests come within 125 ms of each other takes up to this many units ahead (sized to
-     * 1 s of its requests, at most a sixteenth of what its budgets have left), so its next requests
-     * are decided in this process without a round trip each; what none took is given back once it
-     * goes quiet. Every unit is counted in Redis before a request uses it, so replicas together
-     * never let more than the limit through; near it, units held by a replica may refuse another's
-     * requests early, by at most this many per replica. Below 8 (or with a window of 2 s or less):
-     * every request is counted on its own.
-     */
-    RATE_LIMIT_LEASE_MAX: nonNegativeInt.default(64),
-    /**
      * Open MCP sessions, in all and per caller (key, or client address): opening one more closes
      * the caller's (or everyone's) least recently used session first.
      */

@@ -127,44 +127,6 @@ describe.runIf(run)('request-rate limits on real Redis (HTTP and MCP, shared by 
     expect(forged).toEqual([200, 200, 429]);
   });
 
-  it('decides a busy key from a lease through the request hook: counted in Redis ahead, headers count what was let through, the rest given back at stop', async () => {
-    const raw = new Redis(REDIS_URL);
-    try {
-      // The lease needs 9 requests each within 125 ms of the last: a stall of the test machine
-      // can miss that, so the run is tried again (on a fresh server and budget) before it fails.
-      let leased = false;
-      for (let attempt = 0; attempt < 3 && !leased; attempt++) {
-        fresh();
-        // Pro 320 a minute: a lease is at most a sixteenth of what is left, under 20 units.
-        const s = await server({ RATE_LIMIT_PRO: '320' });
-        const { key } = await s.issue('pro');
-        const budget = async () => {
-          const [found] = await raw.keys(`${prefix}rl:pro:all:*`);
-          return Number(await raw.get(found!));
-        };
-        const remaining: number[] = [];
-        for (let i = 0; i < 30; i++) {
-          const res = await quote(s, { authorization: `Bearer ${key}` });
-          expect(res.status).toBe(200);
-          remaining.push(Number(res.headers.get('ratelimit-remaining')));
-        }
-        // Whatever was leased, the headers count the requests let through, never the units held.
-        expect(remaining).toEqual(Array.from({ length: 30 }, (_, i) => 320 - 1 - i));
-        // Counted ahead: at most one lease beyond the 30 let through.
-        const counted = await budget();
-        expect(counted - 30).toBeLessThanOrEqual(20);
-        leased = counted > 30;
-        await s.close();
-        servers.splice(servers.indexOf(s), 1);
-        // Stopping gives back what no request took: the budget holds the requests, exactly.
-        expect(await budget()).toBe(30);
-      }
-      expect(leased).toBe(true);
-    } finally {
-      raw.disconnect();
-    }
-  });
-
   it('gives each tool its share of the budget', async () => {
     fresh();
     // Budget 10, a tool may take half: initialize counts 1, get_market_regime stops at 5.
@@ -290,7 +252,6 @@ describe.runIf(run)('the limiter itself on Redis: both budgets in one step', () 
     RATE_LIMIT_STARTER: 4,
     RATE_LIMIT_PRO: 4,
     RATE_LIMIT_TOOL_SHARE: 0.5,
-    RATE_LIMIT_LEASE_MAX: 64,
   };
   const prefix = `test:rl:${randomUUID()}:`;
   afterAll(async () => {

@@ -165,8 +165,6 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
       // Before the store closes: the leases' unused units are given back on the log.
       await quota.stop();
       await quota.counters.stop();
-      // Before the cache closes: leased request units nobody took go back to Redis.
-      await limiter?.close();
       await registry.stop();
     },
     checks() {

@@ -1,10 +1,9 @@
 import type { Logger } from 'pino';
 
 /**
- * One prepaid budget, the only way this folder decides a busy caller's call without a round trip.
- * The quota meter's leases (units debited on the counters and the log) and the rate limiter's
- * (units counted in Redis) are both this class; each kind only says how units are granted and
- * given back on its shared state (BudgetKind). The rules:
+ * One prepaid budget, the only way this folder decides a busy caller's call without a round trip:
+ * the quota meter's leases (units debited on the counters and the log). The kind says how units
+ * are granted and given back on its shared state (BudgetKind). The rules:
  *
  * - granted to a busy owner only (a call within ms/MIN_UNITS of its last one, and within idleMs, or
  *   one while its last is in flight where the kind says so), once MIN_UNITS of its calls were seen,
@@ -15,7 +14,7 @@ import type { Logger } from 'pino';
  *   the next grant is asked for once half the last one is left;
  * - given back once no call took from it for one to two idle periods, and at a clean stop;
  * - lost on a crash: a killed process leaves its leases' unused units counted, at most
- *   `maxUnits` per busy owner and part (quota: charged; rate: refused early until the window ends).
+ *   `maxUnits` per busy owner and part, charged.
  *
  * Measured against a round trip per call: `npm run bench -- budget`.
  */

@@ -6,7 +6,6 @@ import type { Config } from '../../contracts/config.ts';
 import { ERRORS, errorMessage } from '../../contracts/errors.ts';
 import type { Plan } from '../../contracts/events.ts';
 import { SIGNIN_MCP_PATH } from '../../contracts/oauth.ts';
-import { BUDGET_SHARE, Budget, type Lease, MIN_UNITS } from './budget.ts';
 import { type Caller, decorateCaller, UNLIMITED_PATHS, undebitedService } from './caller.ts';
 import type { QuotaMeter } from './quota-meter.ts';
 
@@ -22,7 +21,6 @@ export type RateLimitSettings = Pick<
   | 'RATE_LIMIT_STARTER'
   | 'RATE_LIMIT_PRO'
   | 'RATE_LIMIT_TOOL_SHARE'
-  | 'RATE_LIMIT_LEASE_MAX'
 >;
 
 export interface RateDecision {
@@ -68,48 +66,8 @@ while a <= #ARGV do
 end
 return reply`;
 
-/**
- * Grants a lease on every budget of KEYS, all or none: ARGV[1] units at most, each budget reached
- * already (its key exists) with more than ARGV[2] ms left, and at most 1/ARGV[3] of what its limit
- * (ARGV[4 + i]) has left; none when fewer than ARGV[4] would fit. Reply: {units granted, then
- * count and ms left per budget}.
- */
-const GRANT_SCRIPT = `
-local units = tonumber(ARGV[1])
-for i = 1, #KEYS do
-  local count = tonumber(redis.call('GET', KEYS[i]) or '0')
-  if redis.call('PTTL', KEYS[i]) <= tonumber(ARGV[2]) then units = 0 end
-  units = math.min(units, math.floor((tonumber(ARGV[4 + i]) - count) / tonumber(ARGV[3])))
-end
-if units < tonumber(ARGV[4]) then units = 0 end
-local reply = {units}
-for i = 1, #KEYS do
-  if units > 0 then redis.call('INCRBY', KEYS[i], units) end
-  reply[#reply + 1] = tonumber(redis.call('GET', KEYS[i]) or '0')
-  reply[#reply + 1] = redis.call('PTTL', KEYS[i])
-end
-return reply`;
-
-/**
- * Gives back a lease's unused units: KEYS its budgets, ARGV[1] the units, then per key the most
- * time its window can have left. Nothing on a key that is gone, counts fewer than the units, or
- * has more time left than the lease's window could (a new window's key).
- */
-const RETURN_SCRIPT = `
-local units = tonumber(ARGV[1])
-for i = 1, #KEYS do
-  local ttl = redis.call('PTTL', KEYS[i])
-  local count = tonumber(redis.call('GET', KEYS[i]) or '0')
-  if ttl > 0 and ttl <= tonumber(ARGV[1 + i]) and count >= units then
-    redis.call('DECRBY', KEYS[i], units)
-  end
-end
-return 1`;
-
 type TakingRedis = Redis & {
   signalRateTakeMany(numKeys: number, ...args: (string | number)[]): Promise<number[]>;
-  signalRateGrant(numKeys: number, ...args: (string | number)[]): Promise<number[]>;
-  signalRateReturn(numKeys: number, ...args: (string | number)[]): Promise<number>;
 };
 
 /** Requests decided by one script at most; a larger turn's takes go out in several. */
@@ -121,32 +79,6 @@ interface PendingTake {
   resolve(reply: number[]): void;
   reject(err: unknown): void;
 }
-
-/** What a request's budgets are counted by: who (tier and credential) and which tool. */
-interface RateShape {
-  tier: RateTier;
-  credential: string;
-  tool: string | null;
-}
-
-/** A rate lease: units counted on every budget of one request shape (credential, tool) ahead of its requests. */
-interface RateLease extends Lease {
-  keys: string[];
-  limits: number[];
-  /** Each budget's count at the grant, units included. */
-  counts: number[];
-  /** When the earliest window ends at the earliest (monotonic), counted from before the grant was sent. */
-  resetsAt: number;
-  /** When each window ends at the latest (monotonic), counted from the reply. */
-  endsBy: number[];
-}
-
-/** No lease is granted nor used this close to its window's end; a window within twice it takes none. */
-const LEASE_GUARD_MS = 1_000;
-/** A give-back allows this for the grant's round trip: a key with more time left is a new window's. */
-const RETURN_SLACK_MS = 100;
-/** A rate lease covers this much of its requests at their recent rate. */
-const RATE_LEASE_MS = 1_000;
 
 interface Window {
   count: number;
@@ -217,8 +149,9 @@ class LocalWindows {
  * Redis (in-process while Redis is out of reach, so an outage neither opens the gate nor closes
  * the service), in-process on the embedded defaults. Two budgets per request: the credential's,
  * and the credential's per tool. On Redis the takes of one turn go out in one script call (one
- * per request cost more than the counting: bench/rate-limit.bench.ts), and a busy request shape
- * is decided from a Budget lease with no round trip.
+ * per request cost more than the counting: bench/rate-limit.bench.ts). No lease: prepaying a busy
+ * request shape's units gained under 15 % against this pipelined round trip (bench/budget.bench.ts
+ * --compare=rate), so every request is counted where the replicas share it.
  */
 export class RateLimiter {
   private readonly local = new Map<RateTier, LocalWindows>();
@@ -226,11 +159,6 @@ export class RateLimiter {
   private readonly redis: TakingRedis | null;
   private readonly limits: Record<RateTier, { all: number; perTool: number }>;
   private readonly takes = new TurnBatch<PendingTake>((batch) => this.send(batch), MAX_TAKES_PER_SCRIPT);
-  private readonly budget: Budget<RateLease, RateShape>;
-  /** No lease is granted before this (monotonic): a grant lost on the way may have run in Redis. */
-  private pausedUntil = 0;
-  /** A server that came back may have lost the leased units' counts: the leases are forgotten. */
-  private readonly onReady = () => this.budget.forget();
 
   constructor(
     settings: RateLimitSettings,
@@ -238,26 +166,6 @@ export class RateLimiter {
   ) {
     this.redis = store ? (store.redis as TakingRedis) : null;
     this.windowMs = Math.max(1, settings.RATE_LIMIT_WINDOW_MS);
-    const leases = this.redis !== null && this.windowMs > 2 * LEASE_GUARD_MS;
-    this.budget = new Budget<RateLease, RateShape>(
-      { ms: leases ? RATE_LEASE_MS : 0, maxUnits: settings.RATE_LIMIT_LEASE_MAX },
-      {
-        grant: (lease, units) => this.grant(lease, units),
-        giveBack: (lease) => this.giveBack(lease),
-        // Neither used nor kept in its window's last LEASE_GUARD_MS: its units would outlive it.
-        fits: (lease) => lease.size === 0 || lease.resetsAt - performance.now() > LEASE_GUARD_MS,
-        make: (base, { tier, credential, tool }) => ({
-          ...base,
-          keys: this.sharedKeys(tier, credential, tool),
-          limits: this.limitsOf(tier, tool),
-          counts: [],
-          resetsAt: Number.POSITIVE_INFINITY,
-          endsBy: [],
-        }),
-        holds: () => true,
-      },
-      () => performance.now(),
-    );
     const limits = (all: number) => ({
       all,
       perTool: Math.max(1, Math.ceil(all * settings.RATE_LIMIT_TOOL_SHARE)),
@@ -268,15 +176,8 @@ export class RateLimiter {
       starter: limits(settings.RATE_LIMIT_STARTER),
       pro: limits(settings.RATE_LIMIT_PRO),
     };
-    if (this.redis) {
-      for (const [name, lua] of [
-        ['signalRateTakeMany', TAKE_MANY_SCRIPT],
-        ['signalRateGrant', GRANT_SCRIPT],
-        ['signalRateReturn', RETURN_SCRIPT],
-      ] as const)
-        if (typeof this.redis[name] !== 'function') this.redis.defineCommand(name, { lua });
-      this.redis.on('ready', this.onReady);
-    }
+    if (this.redis && typeof this.redis.signalRateTakeMany !== 'function')
+      this.redis.defineCommand('signalRateTakeMany', { lua: TAKE_MANY_SCRIPT });
   }
 
   /** Takes one request from the credential's budget (and the tool's, when one is named). */
@@ -285,25 +186,17 @@ export class RateLimiter {
   }
 
   /**
-   * The decision of one request: at once when this process can make it (its own counters when
-   * Redis is out of reach or absent, or a lease's unit), else the promise of Redis's count.
+   * The decision of one request: at once from this process's own counters when Redis is out of
+   * reach or absent, else the promise of Redis's count.
    */
   decide(tier: RateTier, credential: string, tool: string | null): RateDecision | Promise<RateDecision> {
     if (this.redis?.status !== 'ready') return this.takeLocal(tier, credential, tool);
-    const lease = this.budget.lease(`${tier}:${credential}`, tool ?? '', false, { tier, credential, tool });
-    if (lease !== undefined && this.budget.take(lease, leftOf(lease.limits, lease.counts)))
-      return leased(lease);
-    return this.takeShared(tier, credential, tool, lease);
+    return this.takeShared(tier, credential, tool);
   }
 
-  private async takeShared(
-    tier: RateTier,
-    credential: string,
-    tool: string | null,
-    lease: RateLease | undefined,
-  ): Promise<RateDecision> {
-    const keys = lease?.keys ?? this.sharedKeys(tier, credential, tool);
-    const limits = lease?.limits ?? this.limitsOf(tier, tool);
+  private async takeShared(tier: RateTier, credential: string, tool: string | null): Promise<RateDecision> {
+    const keys = this.sharedKeys(tier, credential, tool);
+    const limits = this.limitsOf(tier, tool);
     let reply: number[];
     try {
       reply = await new Promise<number[]>((resolve, reject) =>
@@ -315,27 +208,18 @@ export class RateLimiter {
       if (refusedByRedis(err)) throw err;
       return this.takeLocal(tier, credential, tool);
     }
-    const held = lease?.free ?? 0;
     const budget = (i: number): RateDecision => {
       const count = Number(reply[2 * i]);
       const limit = limits[i]!;
       return {
         allowed: count <= limit,
         limit,
-        remaining: count > limit ? 0 : Math.min(limit, limit - count + held),
+        remaining: Math.max(0, limit - count),
         resetMs: Math.max(0, Number(reply[2 * i + 1])),
       };
     };
     const overall = budget(0);
-    const decision = !overall.allowed || limits.length === 1 ? overall : tighter(overall, budget(1));
-    if (lease !== undefined && decision.allowed) this.budget.refill(lease, leftOf(limits, reply, 2));
-    return decision;
-  }
-
-  /** Gives back every leased unit no request took (a stopping api). */
-  async close(): Promise<void> {
-    this.redis?.off('ready', this.onReady);
-    await this.budget.stop();
+    return !overall.allowed || limits.length === 1 ? overall : tighter(overall, budget(1));
   }
 
   private takeLocal(tier: RateTier, credential: string, tool: string | null): RateDecision {
@@ -360,39 +244,6 @@ export class RateLimiter {
     return tool === null ? [all] : [all, perTool];
   }
 
-  private async grant(lease: RateLease, units: number): Promise<number> {
-    const sentAt = performance.now();
-    if (sentAt < this.pausedUntil) return 0;
-    const args = [units, LEASE_GUARD_MS + this.budget.idleMs, BUDGET_SHARE, MIN_UNITS, ...lease.limits];
-    let reply: number[];
-    try {
-      reply = await this.redis!.signalRateGrant(lease.keys.length, ...lease.keys, ...args);
-    } catch (err) {
-      if (!refusedByRedis(err)) this.pausedUntil = performance.now() + this.windowMs;
-      throw err;
-    }
-    const now = performance.now();
-    const granted = Number(reply[0]);
-    if (granted <= 0) return 0;
-    lease.counts = lease.keys.map((_, i) => Number(reply[1 + 2 * i]));
-    const ttls = lease.keys.map((_, i) => Number(reply[2 + 2 * i]));
-    lease.resetsAt = sentAt + Math.min(...ttls);
-    lease.endsBy = ttls.map((ttl) => now + ttl);
-    lease.pending += granted;
-    return granted;
-  }
-
-  /** A failure leaves the units counted until the window ends: never more let through, only less. */
-  private async giveBack(lease: RateLease): Promise<boolean> {
-    const units = lease.free;
-    lease.free = 0;
-    const now = performance.now();
-    if (units === 0 || this.redis?.status !== 'ready' || lease.endsBy.every((at) => at <= now)) return true;
-    const args = [units, ...lease.endsBy.map((at) => Math.max(0, Math.ceil(at - now)) + RETURN_SLACK_MS)];
-    await this.redis.signalRateReturn(lease.keys.length, ...lease.keys, ...args).catch(() => undefined);
-    return true;
-  }
-
   /** Sends a turn's takes in one script call and settles each from its part of the reply. */
   private send(batch: PendingTake[]): void {
     const keys: string[] = [];
@@ -414,27 +265,6 @@ export class RateLimiter {
       },
     );
   }
-}
-
-/** What the tighter of a request's budgets has left, from their counts (every `stride`th of `counts`); none known: nothing. */
-function leftOf(limits: readonly number[], counts: readonly number[], stride = 1): number {
-  let left = Number.POSITIVE_INFINITY;
-  for (let i = 0; i < limits.length; i++)
-    left = Math.min(left, limits[i]! - Number(counts[stride * i] ?? limits[i]));
-  return left;
-}
-
-/** The decision of a request a lease's unit let through: each budget's count as of the grant, less the units still free. */
-function leased(lease: RateLease): RateDecision {
-  const resetMs = Math.round(lease.resetsAt - performance.now());
-  let decision: RateDecision | null = null;
-  for (let i = 0; i < lease.keys.length; i++) {
-    const limit = lease.limits[i]!;
-    const remaining = Math.max(0, limit - (lease.counts[i]! - lease.free));
-    const budget: RateDecision = { allowed: true, limit, remaining, resetMs };
-    decision = decision === null ? budget : tighter(decision, budget);
-  }
-  return decision!;
 }
 
 /** The headers speak of the tighter budget: the one that refused, or the one nearer its end. */
@@ -466,7 +296,7 @@ export interface RateLimitPluginDeps {
  * known), after the caller hook. Every limited answer carries RateLimit-* headers; a refusal is
  * 429 with Retry-After in its channel's shape with `_service`. A key the caller hook refused is
  * limited as its client address, so made-up keys buy no fresh budget. A callback hook: a caller
- * limited in-process or from a lease is decided without a promise.
+ * limited in-process is decided without a promise.
  */
 export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
   const plugin: FastifyPluginAsync = async (app) => {

@@ -489,18 +489,22 @@ function countedNoun(question: string, asked: { term: string; meets: Set<string>
   return asked.find(({ term }) => term === t)?.meets ?? new Set([t]);
 }
 
-/** A number right before the counted noun, perhaps with one word between ("15 cells", "21 coins"). */
+/**
+ * A number right before the counted noun, perhaps with one word between ("15 cells", "21 coins"),
+ * or the noun bounded by one a few words on ("sessions are capped at 16", "keys … at most 5").
+ */
 function countsNoun(text: string, noun: Set<string>): boolean {
   const list = words(text);
-  return list.some(
-    (w, i) =>
-      /^\d/.test(w) &&
-      list.slice(i + 1, i + 3).some((next) => {
-        const t = termOf(next);
-        return t !== null && noun.has(t);
-      }),
-  );
+  const isNoun = (w: string) => {
+    const t = termOf(w);
+    return t !== null && noun.has(t);
+  };
+  if (list.some((w, i) => /^\d/.test(w) && list.slice(i + 1, i + 3).some(isNoun))) return true;
+  return list.some((w, i) => isNoun(w) && BOUNDED.test(list.slice(i + 1, i + 6).join(' ')));
 }
+
+/** A bound stated after what it bounds: "capped at 16", "limited to 5", "at most 50", "up to 100". */
+const BOUNDED = /\b(?:capped at|limited to|at most|up to|maximum of|max) \d/;
 
 /** A quantity with its unit: "10 bps", "6 candles", "5 days", "80 %". */
 const MEASURE = /\b\d+(?:[.,]\d+)?\s?(?:bps|%|candles?|s|ms|min|h|hours?|days?)\b/;

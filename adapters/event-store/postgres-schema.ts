@@ -450,6 +450,74 @@ function setWiseGroup(schema: string, onlyUnwritten: boolean): string {
 }
 
 /**
+ * Version 8's group of appends that each expect a revision (`p_expected` >= 0) or no stream (-1)
+ * and carry one event: see that migration. Answers one row, idx 0, whose head is the group's
+ * position base: member i, written, sits at base + i with revision expected + 1. Members not written
+ * answer rows of their own (idx i), from append_members.
+ */
+function unlockedGroup(schema: string): string {
+  return `CREATE FUNCTION ${schema}.append_group_unlocked(
+  p_streams text[], p_expected bigint[], p_sync boolean,
+  p_ids text[], p_types text[], p_correlation text[], p_causation text[], p_data json[]
+) RETURNS TABLE (idx integer, code text, detail text, next_revision bigint, head bigint)
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
+DECLARE
+  v_apps integer := coalesce(cardinality(p_streams), 0);
+  v_base bigint;
+  v_started timestamptz;
+  v_setting text;
+  v_written bigint;
+BEGIN
+  IF v_apps = 0 THEN
+    RETURN;
+  END IF;
+  IF cardinality(p_ids) <> v_apps OR cardinality(p_expected) <> v_apps THEN
+    RAISE EXCEPTION 'append_group_unlocked takes one event per member' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF NOT p_sync THEN
+    v_setting := set_config('synchronous_commit', 'off', true);
+  END IF;
+  SELECT b.base, b.started INTO v_base, v_started FROM ${schema}.position_base b;
+  -- The base moves once per server start, as in append_group.
+  IF v_started IS DISTINCT FROM pg_postmaster_start_time() THEN
+    UPDATE ${schema}.position_base b
+       SET base = greatest(
+             b.base + ${RESTART_MARGIN_TRANSACTIONS}::bigint * ${POSITIONS_PER_TRANSACTION},
+             (SELECT coalesce(max(e.position), 0) FROM ${schema}.events e) + 1
+               - pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION}),
+           started = pg_postmaster_start_time()
+     WHERE b.started IS DISTINCT FROM pg_postmaster_start_time();
+    SELECT b.base INTO v_base FROM ${schema}.position_base b;
+  END IF;
+  v_base := pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION} + v_base;
+  -- A member is written when its stream's last revision, read from the expected one up (one index
+  -- entry when it holds; see headRevision), is the expected one, or none for no stream (-1).
+  INSERT INTO ${schema}.events
+    (position, id, stream, revision, type, recorded_at, correlation_id, causation_id, data)
+  SELECT v_base + m.i, m.id, m.s, m.x + 1, m.t, now(), coalesce(m.correlation, m.id), m.causation, m.d
+    FROM unnest(p_streams, p_expected, p_ids, p_types, p_correlation, p_causation, p_data)
+      WITH ORDINALITY AS m(s, x, id, t, correlation, causation, d, i)
+   WHERE m.x >= -1
+     AND coalesce((SELECT max(e.revision) FROM ${schema}.events e
+                    WHERE e.stream = m.s AND e.revision >= greatest(m.x, 0)), -1) = m.x;
+  GET DIAGNOSTICS v_written = ROW_COUNT;
+  RETURN QUERY SELECT 0, NULL::text, NULL::text, NULL::bigint, v_base;
+  IF v_written < v_apps THEN
+    -- The members not written, each decided again alone, ids first, positions after the group's.
+    RETURN QUERY SELECT m.i::integer, r.code, r.detail, r.next_revision, r.head
+      FROM unnest(p_streams, p_expected) WITH ORDINALITY AS m(s, x, i),
+           LATERAL ${schema}.append_members(v_base + v_apps + m.i - 1, ARRAY[m.s],
+             ARRAY[CASE WHEN m.x = -1 THEN 'no_stream' ELSE m.x::text END], ARRAY[1],
+             p_ids[m.i:m.i], p_types[m.i:m.i], p_correlation[m.i:m.i], p_causation[m.i:m.i],
+             p_data[m.i:m.i]) AS r
+     WHERE NOT EXISTS (SELECT 1 FROM ${schema}.events e WHERE e.position = v_base + m.i);
+  END IF;
+END
+$fn$;
+`;
+}
+
+/**
  * Stops a migration unless `events_id_ordered`, where it exists (and with `required`, it must), is
  * the index version 4 builds: valid, unique, whole (not partial), on the id's version digit and then
  * the id. Anything else under that name (an operator's build still running, or failed, or of another
@@ -812,6 +880,24 @@ ${appendFunctions(names, orderedIdMatch, 'CREATE OR REPLACE FUNCTION', 6)}`,
 -- retry: the same answer, read twice). From here a member whose last event sits at its position
 -- (v_base + its last ordinal; a refused member writes nothing there) is left out of that pass.
 ${appendFunctions(names, orderedIdMatch, 'CREATE OR REPLACE FUNCTION', 7)}`,
+  },
+  {
+    version: 8,
+    name: 'append_group_unlocked: appends expecting a revision settled by the (stream, revision) index, without stream locks',
+    sql: (names) => `
+-- The stream locks cost a group's server a statement and a lock per append (bench postgres (e)), and
+-- an append that expects a revision, or no stream, needs none: it writes the revision after the one
+-- it expects, and the unique index on (stream, revision) lets only one writer of that revision
+-- commit. A group of such appends, one event each (what commands append), is decided and written by
+-- one statement of this function, and answered with one row; the appends expecting anything else go
+-- through append_group, under the locks, as before. A member whose stream is not at the revision it
+-- expects is decided again alone, ids first (a retry is answered as one). Two writers of one
+-- revision in flight at once: the second's insert waits for the first to end, and fails its whole
+-- statement if it committed; the adapter then appends that group's members one at a time through
+-- append_group, where the loser is refused. append_group's own insert may meet a revision written
+-- here the same way: the adapter from this version retries that append alone, where a process of
+-- version 7 reports it as an idempotency conflict (only while both versions write one stream).
+${unlockedGroup(names.schema)}`,
   },
 ];
 

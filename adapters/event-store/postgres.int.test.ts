@@ -622,7 +622,16 @@ describe.runIf(run)('PostgreSQL event store', () => {
       await client.query("SET LOCAL track_functions = 'pl'");
       const { rows } = await client.query(
         `SELECT idx, code FROM "${schema}".append_group($1::text[], $2::text[], $3::integer[], true, $4::text[], $5::text[], $6::text[], $7::text[], $8::json[]) ORDER BY idx`,
-        [[kept, behind], ['0', '0'], [1, 1], [a.id, b.id], [a.type, b.type], [null, null], [null, null], [a.data, b.data].map((d) => JSON.stringify(d))],
+        [
+          [kept, behind],
+          ['0', '0'],
+          [1, 1],
+          [a.id, b.id],
+          [a.type, b.type],
+          [null, null],
+          [null, null],
+          [a.data, b.data].map((d) => JSON.stringify(d)),
+        ],
       );
       const calls = await client.query(
         `SELECT pg_stat_get_xact_function_calls('"${schema}".append_members(bigint, text[], text[], integer[], text[], text[], text[], text[], json[])'::regprocedure) AS n`,
@@ -691,6 +700,136 @@ describe.runIf(run)('PostgreSQL event store', () => {
       });
       expect((await store.readAll()).filter((e) => e.type === 'G')).toHaveLength(5);
     } finally {
+      await store.close();
+    }
+  });
+
+  it('decides a group of appends expecting revisions without stream locks, in one round trip: written, retried and refused members', async () => {
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema: fresh(), groupsInFlight: 1 });
+    try {
+      const [retried, behind, ahead] = [
+        uniqueStream('retried'),
+        uniqueStream('behind'),
+        uniqueStream('ahead'),
+      ];
+      const again = event('R');
+      const original = await store.append(retried, [again], { expectedRevision: 'no_stream' });
+      await store.append(behind, [event('A'), event('A')]);
+      await store.append(ahead, [event('A')]);
+      const sent = vi.spyOn(store.pool, 'query');
+      const streams = Array.from({ length: 4 }, (_, i) => uniqueStream(`single${i}`));
+      const chain = uniqueStream('chain');
+      const results = await Promise.allSettled([
+        ...streams.map((s) => store.append(s, [event('N')], { expectedRevision: 'no_stream' })),
+        store.append(retried, [again], { expectedRevision: 'no_stream' }),
+        store.append(behind, [event('X')], { expectedRevision: 0 }),
+        store.append(ahead, [event('X')], { expectedRevision: 3 }),
+        store.append(behind, [event('C')], { expectedRevision: 1 }),
+        // One stream twice: the second is decided again alone, after the first is written.
+        store.append(chain, [event('C')], { expectedRevision: 'no_stream' }),
+        store.append(chain, [event('C')], { expectedRevision: 0 }),
+      ]);
+      const appends = sent.mock.calls.map(([q]) => String((q as { name?: string }).name));
+      expect(appends.filter((name) => name.startsWith('es_append'))).toEqual([
+        expect.stringMatching(/^es_append_unlocked/),
+      ]);
+      expect(results.map((r) => r.status)).toEqual([
+        ...Array(5).fill('fulfilled'),
+        'rejected',
+        'rejected',
+        'fulfilled',
+        'fulfilled',
+        'fulfilled',
+      ]);
+      expect(results[4]).toMatchObject({ value: original });
+      // Refused members are decided again after the group's writes: the stream reads as the one
+      // written beside it left it.
+      expect(results[5]).toMatchObject({ reason: { name: 'WrongExpectedRevisionError', actual: 2 } });
+      expect(results[6]).toMatchObject({ reason: { name: 'WrongExpectedRevisionError', actual: 0 } });
+      const value = (i: number) =>
+        (results[i] as PromiseFulfilledResult<{ nextRevision: number; position: number }>).value;
+      expect([7, 8, 9].map((i) => value(i).nextRevision)).toEqual([2, 0, 1]);
+      const log = await store.readAll();
+      expect(log.filter((e) => e.type === 'N').map((e) => e.revision)).toEqual([0, 0, 0, 0]);
+      expect(log.filter((e) => e.stream === retried)).toHaveLength(1);
+      expect(log.filter((e) => e.stream === behind).map((e) => `${e.type}${e.revision}`)).toEqual([
+        'A0',
+        'A1',
+        'C2',
+      ]);
+      // Each answer names the position its event was stored at.
+      const stored = new Map(log.map((e) => [`${e.stream}/${e.revision}`, e.position]));
+      expect(value(7).position).toBe(stored.get(`${behind}/2`));
+      expect([value(8).position, value(9).position]).toEqual([
+        stored.get(`${chain}/0`),
+        stored.get(`${chain}/1`),
+      ]);
+      expect(value(0).position).toBe(stored.get(`${streams[0]}/0`));
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('settles a revision another writer commits first: that append refused, the rest of its group written, an append expecting any written after it', async () => {
+    const schema = fresh();
+    const store = await openPostgresEventStore({ url: own.url, schema, groupsInFlight: 1 });
+    const other = new pg.Client({ connectionString: own.url, application_name: 'revision-race' });
+    await other.connect();
+    const waiting = async () => {
+      await expect
+        .poll(
+          async () =>
+            (
+              await other.query(
+                `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+                [`es:${schema}`],
+              )
+            ).rows[0].n,
+          { timeout: 10_000 },
+        )
+        .toBe(1);
+    };
+    // The next revision of `stream`, written by another process's unlocked group, left open.
+    const writeOpen = async (stream: string, expected: number) => {
+      await other.query('BEGIN');
+      await other.query(
+        `SELECT * FROM "${schema}".append_group_unlocked($1::text[], $2::bigint[], true, $3::text[], $4::text[], NULL, NULL, $5::json[])`,
+        [[stream], [expected], [randomUUID()], ['Other'], ['{}']],
+      );
+    };
+    try {
+      const [raced, any] = [uniqueStream('raced'), uniqueStream('any')];
+      await store.append(raced, [event('A')]);
+      await store.append(any, [event('A')]);
+      const streams = Array.from({ length: 3 }, (_, i) => uniqueStream(`beside${i}`));
+      await writeOpen(raced, 0);
+      // Its stream reads as at revision 0, so its insert waits on the other's revision 1.
+      const group = Promise.allSettled([
+        ...streams.map((s) => store.append(s, [event('G')], { expectedRevision: 'no_stream' })),
+        store.append(raced, [event('Mine')], { expectedRevision: 0 }),
+      ]);
+      await waiting();
+      await other.query('COMMIT');
+      const results = await group;
+      expect(results.slice(0, 3).map((r) => r.status)).toEqual(['fulfilled', 'fulfilled', 'fulfilled']);
+      expect(results[3]).toMatchObject({
+        status: 'rejected',
+        reason: { name: 'WrongExpectedRevisionError', actual: 1 },
+      });
+      expect((await store.readStream(raced)).map((e) => e.type)).toEqual(['A', 'Other']);
+      expect((await store.readAll()).filter((e) => e.type === 'G')).toHaveLength(3);
+
+      // Under its stream's lock, an append expecting any reads revision 0 and loses revision 1 the
+      // same way: decided again, it is written after the other's.
+      await writeOpen(any, 0);
+      const late = store.append(any, [event('Mine')]);
+      await waiting();
+      await other.query('COMMIT');
+      await expect(late).resolves.toMatchObject({ nextRevision: 2 });
+      expect((await store.readStream(any)).map((e) => e.type)).toEqual(['A', 'Other', 'Mine']);
+    } finally {
+      await other.query('ROLLBACK').catch(() => undefined);
+      await other.end();
       await store.close();
     }
   });
@@ -831,6 +970,15 @@ describe.runIf(run)('PostgreSQL event store', () => {
       const { rows: again } = await store.pool.query(`SELECT base FROM "${schema}".position_base`);
       expect(again[0].base).toBe(rows[0].base);
       expect((await store.readAll()).map((e) => e.type)).toEqual(['A', 'B', 'C']);
+      // An append expecting a revision (append_group_unlocked) moves it the same way.
+      const third = (await store.readAll()).at(-1)!.position;
+      await store.pool.query(
+        `UPDATE "${schema}".position_base SET started = '2000-01-01', base = base - $1::bigint`,
+        [String(1_000_000_000 * POSITIONS_PER_TRANSACTION)],
+      );
+      await store.append('s', [event('D')], { expectedRevision: 2 });
+      expect((await store.readAll()).at(-1)).toMatchObject({ type: 'D', position: expect.any(Number) });
+      expect((await store.readAll()).at(-1)!.position).toBeGreaterThan(third);
     } finally {
       await store.close();
     }

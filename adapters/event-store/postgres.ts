@@ -181,9 +181,12 @@ const COLUMNS = 'position, id, stream, revision, type, recorded_at, correlation_
 
 /**
  * The event store on PostgreSQL, for several hosts sharing one log. A process's appends go out in
- * groups (group-writer.ts): one call of the schema's `append_group` function, one transaction,
- * one commit for every append waiting, each decided on its own (idempotency, expected revision)
- * under its stream's advisory lock. Writers of different streams never wait for each other.
+ * groups (group-writer.ts): one function call, one transaction, one commit for every append
+ * waiting, each decided on its own (idempotency, expected revision). A group of single events that
+ * each expect a revision or no stream (what commands append) takes no lock: the unique index on
+ * (stream, revision) lets one writer of a revision commit (`append_group_unlocked`); any other
+ * group takes its streams' advisory locks (`append_group`). Writers of different streams never
+ * wait for each other.
  * Positions come from the writing transaction's id, and readers take only positions below the
  * oldest transaction still in flight, so a catch-up reader never passes an event that commits
  * late (postgres-schema.ts, version 2). The function NOTIFYs the schema's channel; a dedicated
@@ -216,6 +219,8 @@ export class PostgresEventStore implements EventStore {
   private readonly q: {
     append: string;
     appendNotify: string;
+    appendUnlocked: string;
+    appendUnlockedNotify: string;
     readAll: string;
     readStream: string;
     revision: string;
@@ -238,11 +243,15 @@ export class PostgresEventStore implements EventStore {
     });
     const s = names.schema;
     const appendGroup = `${s}.append_group($1::text[], $2::text[], $3::integer[], $4::boolean, $5::text[], $6::text[], $7::text[], $8::text[], $9::json[])`;
+    const unlocked = `${s}.append_group_unlocked($1::text[], $2::bigint[], $3::boolean, $4::text[], $5::text[], $6::text[], $7::text[], $8::json[])`;
     this.q = {
       append: `SELECT idx, code, detail, next_revision, head FROM ${appendGroup}`,
       // The same, with the NOTIFY in its transaction (see announce): the one-row CTE runs once.
       appendNotify: `WITH n AS MATERIALIZED (SELECT pg_notify('${names.channel}', $10))
                      SELECT idx, code, detail, next_revision, head FROM ${appendGroup}, n`,
+      appendUnlocked: `SELECT idx, code, detail, next_revision, head FROM ${unlocked}`,
+      appendUnlockedNotify: `WITH n AS MATERIALIZED (SELECT pg_notify('${names.channel}', $9))
+                     SELECT idx, code, detail, next_revision, head FROM ${unlocked}, n`,
       // Only positions of transactions older than the oldest one still in flight: all of those
       // have ended, and every later commit lands above them (postgres-schema.ts, version 2).
       // \`held\`: events are committed above the bound (a transaction older than theirs is still
@@ -291,12 +300,14 @@ export class PostgresEventStore implements EventStore {
   /**
    * One round trip for a group of appends: one transaction, one commit (one WAL flush when any
    * member asks for it). Each member gets its own answer; a failure of the whole statement (an
-   * id stored under another stream, a deadlock with another group) is settled by appending the
-   * members one by one, so one bad append never fails its neighbours.
+   * id stored under another stream, a deadlock with another group, a revision another writer
+   * committed first) rolls it all back and is settled by appending the members one by one through
+   * append_group, so one bad append never fails its neighbours. `locked`: through append_group
+   * whatever the members expect (see sendGroup).
    */
-  private async appendGroup(group: PendingAppend[]): Promise<void> {
+  private async appendGroup(group: PendingAppend[], locked = false, revisionRaces = 0): Promise<void> {
     try {
-      const rows = await this.sendGroup(group);
+      const rows = await this.sendGroup(group, locked);
       for (const row of rows) {
         const member = group[row.idx - 1]!;
         if (row.code === null) {
@@ -322,9 +333,16 @@ export class PostgresEventStore implements EventStore {
         });
       }
     } catch (err) {
-      if (group.length > 1 && !(err instanceof EventStoreUnavailableError) && !isStorageFull(err)) {
+      const settle = !(err instanceof EventStoreUnavailableError) && !isStorageFull(err);
+      if (settle && (group.length > 1 || !locked)) {
         // One by one, in order: members of one stream depend on each other's revisions.
-        for (const member of group) await this.appendGroup([member]);
+        for (const member of group) await this.appendGroup([member], true);
+        return;
+      }
+      if (settle && isRevisionTaken(err) && revisionRaces < REVISION_RACE_TRIES) {
+        // Its stream's next revision was written by an append that took no stream lock (an
+        // unlocked group's) after this one read the stream: decided again, it reads that revision.
+        await this.appendGroup(group, true, revisionRaces + 1);
         return;
       }
       const failure = await this.groupFailure(group[0]!, err);
@@ -332,7 +350,14 @@ export class PostgresEventStore implements EventStore {
     }
   }
 
-  private async sendGroup(group: PendingAppend[]) {
+  /**
+   * Sends a group. When every member carries one event and expects a revision or no stream (what
+   * commands append), through append_group_unlocked (postgres-schema.ts, version 8): no stream
+   * locks, one row back, the written members' answers worked out here from its position base.
+   * Anything else through append_group, under its streams' locks.
+   */
+  private async sendGroup(group: PendingAppend[], locked: boolean): Promise<GroupRow[]> {
+    if (!locked && group.every(unlockable)) return this.sendUnlocked(group);
     const events = group.flatMap((m) => m.events);
     const values: unknown[] = [
       group.map((m) => m.stream),
@@ -352,15 +377,65 @@ export class PostgresEventStore implements EventStore {
       covers === null
         ? { name: 'es_append_group', text: this.q.append, values }
         : { name: 'es_append_group_notify', text: this.q.appendNotify, values: [...values, this.instance] };
-    let rows: GroupRow[];
+    return this.committed(await this.sendCarrying(covers, query), covers !== null);
+  }
+
+  private async sendUnlocked(group: PendingAppend[]): Promise<GroupRow[]> {
+    const values: unknown[] = [
+      group.map((m) => m.stream),
+      group.map((m) => (m.expected === 'no_stream' ? -1 : m.expected)),
+      group.some((m) => m.flushed),
+      group.map((m) => m.ids[0]),
+      group.map((m) => m.events[0]!.type),
+      noneOrAll(group.map((m) => m.events[0]!.correlationId ?? null)),
+      noneOrAll(group.map((m) => m.events[0]!.causationId ?? null)),
+      group.map((m) => JSON.stringify(m.events[0]!.data ?? null)),
+    ];
+    const covers = this.carryNotify();
+    const query =
+      covers === null
+        ? { name: 'es_append_unlocked', text: this.q.appendUnlocked, values }
+        : {
+            name: 'es_append_unlocked_notify',
+            text: this.q.appendUnlockedNotify,
+            values: [...values, this.instance],
+          };
+    const answered = await this.sendCarrying(covers, query);
+    // Row 0 carries the base; every member without a row of its own was written at base + its
+    // ordinal, with the revision after the one it expected.
+    const base = Number(answered.find((r) => r.idx === 0)?.head);
+    const rows: GroupRow[] = [];
+    const own = new Map<number, GroupRow>();
+    for (const row of answered) if (row.idx > 0) own.set(row.idx, row);
+    group.forEach((member, i) => {
+      const idx = i + 1;
+      const expected = member.expected === 'no_stream' ? -1 : (member.expected as number);
+      rows.push(
+        own.get(idx) ?? { idx, code: null, detail: null, next_revision: expected + 1, head: base + idx },
+      );
+    });
+    return this.committed(rows, covers !== null);
+  }
+
+  /** Runs a group's statement; `covers`: the commits its NOTIFY covers, if it carries one. */
+  private async sendCarrying(
+    covers: number | null,
+    query: { name: string; text: string; values: unknown[] },
+  ): Promise<GroupRow[]> {
     try {
-      ({ rows } = await this.withRetry('append', () => this.pool.query<GroupRow>(query)));
+      const { rows } = await this.withRetry('append', () => this.pool.query<GroupRow>(query));
+      this.space.succeeded();
+      if (covers !== null) this.notified(covers);
+      return rows;
     } catch (err) {
       // Rolled back, its NOTIFY with it: what it was to announce is still owed.
       if (covers !== null) this.notified(0);
       throw err;
     }
-    this.space.succeeded();
+  }
+
+  /** Notes the heads a group's answers committed, and announces them (`carried`: its NOTIFY did). */
+  private committed(rows: GroupRow[], carried: boolean): GroupRow[] {
     let committed = false;
     for (const row of rows) {
       if (row.code !== null) continue;
@@ -368,8 +443,7 @@ export class PostgresEventStore implements EventStore {
       const head = Number(row.head);
       if (head > this.ownHead) this.ownHead = head;
     }
-    if (covers !== null) this.notified(covers);
-    if (committed) this.announce(covers !== null);
+    if (committed) this.announce(carried);
     return rows;
   }
 
@@ -765,9 +839,29 @@ interface GroupRow {
   idx: number;
   code: string | null;
   detail: string | null;
-  next_revision: string | null;
-  head: string | null;
+  /** int8 columns come back as strings; answers worked out here are numbers. */
+  next_revision: string | number | null;
+  head: string | number | null;
 }
+
+/** A member append_group_unlocked takes: one event, expecting a revision or no stream. */
+function unlockable(member: PendingAppend): boolean {
+  const expected = member.expected;
+  return (
+    member.events.length === 1 &&
+    (expected === 'no_stream' ||
+      (typeof expected === 'number' && Number.isSafeInteger(expected) && expected >= 0))
+  );
+}
+
+/** The (stream, revision) key refused an insert: another writer committed that revision first. */
+function isRevisionTaken(error: unknown): boolean {
+  const { code, constraint } = error as { code?: string; constraint?: string };
+  return code === UNIQUE_VIOLATION && constraint === 'events_stream_revision_key';
+}
+
+/** Times one append is decided again after losing its revision to an unlocked writer. */
+const REVISION_RACE_TRIES = 3;
 
 /** The values, or null when every one is null. */
 function noneOrAll<T>(values: (T | null)[]): (T | null)[] | null {

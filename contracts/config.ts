@@ -257,7 +257,7 @@ export const ConfigSchema = z
     PLAN_STARTER_MONTHLY_CALLS: positiveInt.default(10_000),
     PLAN_PRO_MONTHLY_CALLS: positiveInt.default(100_000),
     /**
-     * Prepaid debits (the budget lease, services/metering/budget.ts): a key or client whose calls
+     * Prepaid debits (the quota lease, services/metering/quota-meter.ts): a key or client whose calls
      * overlap, or come within QUOTA_LEASE_MS / 8 (and 250 ms) of each other, has the units of its
      * next calls counted and recorded ahead in one event, sized to QUOTA_LEASE_MS of its calls at
      * their recent rate (at most QUOTA_LEASE_MAX_UNITS, and at most a sixteenth of what is left);

@@ -148,7 +148,12 @@ const SYNONYMS: string[][] = [
  */
 const PHRASAL: [RegExp, string][] = [
   [/\b(?:switch|turn|shut)(?:ed|es|s|ing)? off\b/gi, 'disable'],
-  [/\b(?:switch|turn)(?:ed|es|s|ing)? on\b/gi, 'enable'],
+  // "Turn a disabled webhook back on": the object may stand between the verb and its particle.
+  [/\b(?:switch|turn)(?:ed|es|s|ing)? ((?:[\p{L}\p{N}_-]+ ){0,4}?)(?:back )?on\b/giu, 'enable $1'],
+  // "How is the size worked out", "figure out the fee": computed.
+  [/\b(?:work|figure)(?:ed|s|ing)? out\b/gi, 'compute'],
+  // "Pick up where it stopped / left off" resumes.
+  [/\bpick(?:ed|s|ing)? up where (?:it|they|I|we|you) (?:stopped|left off|ended)\b/gi, 'resume'],
   [/\bsign(?:ed|s|ing)? up\b/gi, 'register'],
   // "log in with my wallet", "login"; not "the log in PostgreSQL".
   [/\blog(?:ged|s|ging)? in(?= with\b| using\b| to\b|\?|$)|\blogin\b/gi, 'sign in'],

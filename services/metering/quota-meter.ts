@@ -12,7 +12,7 @@ import { setBounded } from '../shared/bounded-map.ts';
 import { turnEnd } from '../shared/turn-end.ts';
 import type { PlanLimits, PlanTable } from './plans.ts';
 import { QUOTA_FAMILY, QuotaCounters } from './quota-rebuild.ts';
-import { type QuotaSnapshot, quotaSnapshot } from './snapshot.ts';
+import type { QuotaSnapshot } from './snapshot.ts';
 import { type QuotaPeriod, quotaPeriod, quotaWindows } from './windows.ts';
 
 /** Whose calls are counted: a key (by hash) or an anonymous client (by hashed address). */
@@ -652,6 +652,36 @@ function left(windows: QuotaWindow[], counts: readonly number[]): number {
   let least = Number.POSITIVE_INFINITY;
   for (let i = 0; i < windows.length; i++) least = Math.min(least, windows[i]!.limit - (counts[i] ?? 0));
   return least;
+}
+
+/** Figures from the counters `[month, day]`; remaining is what the tighter window still allows. */
+export function quotaSnapshot(
+  limits: PlanLimits,
+  period: QuotaPeriod,
+  counts: readonly number[],
+): QuotaSnapshot {
+  const monthUsed = counts[0] ?? 0;
+  const dayUsed = counts[1] ?? 0;
+  const monthRemaining = Math.max(0, limits.monthly - monthUsed);
+  const monthly = {
+    used: monthUsed,
+    total: limits.monthly,
+    remaining: monthRemaining,
+    resets_at: period.monthResetsAtIso,
+  };
+  if (limits.daily === null) return { ...monthly, monthly };
+  const dayRemaining = Math.max(0, limits.daily - dayUsed);
+  return {
+    ...monthly,
+    remaining: Math.min(monthRemaining, dayRemaining),
+    monthly,
+    daily: {
+      used: dayUsed,
+      total: limits.daily,
+      remaining: dayRemaining,
+      resets_at: period.dayResetsAtIso,
+    },
+  };
 }
 
 /** A debit event's data, from values checked already, in the schema's field order. */

@@ -1,9 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { QuotaSnapshot, quotaRetryAfter, quotaSnapshot } from './snapshot.ts';
+import { quotaSnapshot } from './quota-meter.ts';
+import { QuotaSnapshot, quotaRetryAfter } from './snapshot.ts';
 import { quotaPeriod } from './windows.ts';
 
 describe('quotaSnapshot', () => {
-  it('names the end of each window as an ISO time for every day of two years (more windows than it remembers)', () => {
+  it('names the end of each window as an ISO time for every day of two years', () => {
     const start = Date.UTC(2030, 0, 1, 12);
     for (let day = 0; day < 730; day++) {
       const now = start + day * 86_400_000;

@@ -8,6 +8,9 @@ export interface QuotaPeriod {
   /** Unix ms at which the day / month window starts afresh. */
   dayResetsAt: number;
   monthResetsAt: number;
+  /** The same as ISO times: the figures' `resets_at`. */
+  dayResetsAtIso: string;
+  monthResetsAtIso: string;
 }
 
 /** Counters outlive their window by this much, so a clock slightly behind still finds them. */
@@ -31,11 +34,15 @@ function periodOf(now: number): QuotaPeriod {
   const y = date.getUTCFullYear();
   const m = date.getUTCMonth();
   const d = date.getUTCDate();
+  const dayResetsAt = Date.UTC(y, m, d + 1);
+  const monthResetsAt = Date.UTC(y, m + 1, 1);
   return {
     day: `${y}-${pad(m + 1)}-${pad(d)}`,
     month: `${y}-${pad(m + 1)}`,
-    dayResetsAt: Date.UTC(y, m, d + 1),
-    monthResetsAt: Date.UTC(y, m + 1, 1),
+    dayResetsAt,
+    monthResetsAt,
+    dayResetsAtIso: new Date(dayResetsAt).toISOString(),
+    monthResetsAtIso: new Date(monthResetsAt).toISOString(),
   };
 }
 

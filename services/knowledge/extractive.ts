@@ -587,7 +587,9 @@ function subjectFit(kind: Kind, sentence: string, asked: { meets: Set<string> }[
   if (kind !== 'definition' && kind !== 'other') return 0;
   const first = words(sentence).slice(0, 3).map(termOf);
   const names = (t: string | null) => t !== null && asked.some(({ meets }) => meets.has(t));
-  if (first.some(names) && /^\S+(\s\S+){0,2}\s(means?|is|are)\b/.test(sentence)) return 0.12;
+  // "Squeeze means …" says what the word means; "X is …" may only say what it holds.
+  if (first.some(names) && /^\S+(\s\S+){0,2}\s(means?)\b/.test(sentence)) return 0.2;
+  if (first.some(names) && /^\S+(\s\S+){0,2}\s(is|are)\b/.test(sentence)) return 0.12;
   // A qualified subject ("A BUY or SELL call's confidence is …") defines its last word.
   const qualified = /^((?:\S+\s){0,5})(\S+)\s(?:means?|is|are)\b/.exec(sentence);
   return qualified?.[1]?.includes("'s ") && names(termOf(qualified[2]!)) ? 0.12 : 0;

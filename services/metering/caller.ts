@@ -4,13 +4,14 @@ import { ServiceError } from '../../contracts/errors.ts';
 import { isWellFormedKey } from '../keys/key-material.ts';
 import type { KeyRecord } from '../keys/key-registry.ts';
 import { type KeyLookup, type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
-import type { QuotaMeter, QuotaSubject } from './quota-meter.ts';
+import type { QuotaMeter } from './quota-meter.ts';
 import {
   type AuthBlock,
   type PresentedCredential,
   presentedCredential,
   type ServiceMeta,
 } from './service-meta.ts';
+import type { QuotaSubject } from './windows.ts';
 
 declare module 'fastify' {
   interface FastifyRequest {

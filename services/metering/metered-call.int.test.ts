@@ -7,6 +7,7 @@ import { serveMetered } from './metered-call.ts';
 import type { PlanTable } from './plans.ts';
 import { type LeaseOptions, QuotaMeter } from './quota-meter.ts';
 import { debitedUnits } from './quota-projection.ts';
+import { subjectWindows } from './windows.ts';
 
 /** The real in-process cache, counting the reads of live counters (a peek is one read). */
 class CountingCache extends MemoryCache {
@@ -52,7 +53,7 @@ describe('serveMetered', () => {
     const tool = call().tool;
     let served = 0;
     // A busy key: its calls come close together, so a lease prepays its next ones.
-    while (!meter.prepaid(pro.subject, tool)) {
+    while (!meter.prepaid(subjectWindows(pro.subject, meter.plans, meter.now()), tool)) {
       expect(await serveMetered(meter, pro, call(), async () => 'ok')).toMatchObject({ ok: true });
       served++;
       expect(served).toBeLessThan(200);

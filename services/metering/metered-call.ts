@@ -4,6 +4,7 @@ import type { Caller } from './caller.ts';
 import type { QuotaMeter } from './quota-meter.ts';
 import type { ServiceMeta } from './service-meta.ts';
 import type { QuotaSnapshot } from './snapshot.ts';
+import { subjectWindows } from './windows.ts';
 
 export type MeteredResult<T> =
   | { ok: true; value: T; service: ServiceMeta }
@@ -48,9 +49,10 @@ export async function serveMetered<T>(
 ): Promise<MeteredResult<T>> {
   const observer = observers.get(quota);
   let before: QuotaSnapshot | null = null;
-  if (!quota.prepaid(caller.subject, call.tool)) {
+  const at = subjectWindows(caller.subject, quota.plans, quota.now());
+  if (!quota.prepaid(at, call.tool)) {
     try {
-      before = await quota.peek(caller.subject);
+      before = await quota.peekAt(at);
     } catch (err) {
       if (!(err instanceof CacheUnavailableError)) throw err;
       observer?.refused(caller.subject.plan, 'unavailable');
@@ -67,12 +69,13 @@ export async function serveMetered<T>(
   try {
     value = await run();
   } catch (error) {
-    const figures = before ?? (await quota.peek(caller.subject).catch(() => null));
+    const figures = before ?? (await quota.peekAt(at).catch(() => null));
     return { ok: false, reason: 'failed', error, service: { auth: caller.auth, quota: figures } };
   }
   let debit: Awaited<ReturnType<QuotaMeter['debit']>>;
   try {
-    debit = await quota.debit(caller.subject, call.tool, call.requestId);
+    // In the windows it was read in: a call counts on the day it was asked (one across midnight too).
+    debit = await quota.debitAt(at, call.tool);
   } catch (err) {
     observer?.refused(caller.subject.plan, 'unavailable');
     throw new QuotaUnavailableError({ auth: caller.auth, quota: null }, { cause: err });

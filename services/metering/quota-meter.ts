@@ -7,20 +7,16 @@ import {
 } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { newEventId } from '../../contracts/event-id.ts';
-import type { EventData, Plan } from '../../contracts/events.ts';
+import type { EventData } from '../../contracts/events.ts';
 import { setBounded } from '../shared/bounded-map.ts';
 import { turnEnd } from '../shared/turn-end.ts';
 import type { PlanLimits, PlanTable } from './plans.ts';
 import { QUOTA_FAMILY, QuotaCounters } from './quota-rebuild.ts';
 import type { QuotaSnapshot } from './snapshot.ts';
-import { type QuotaPeriod, quotaPeriod, quotaWindows } from './windows.ts';
+import { type QuotaPeriod, type QuotaSubject, type SubjectWindows, subjectWindows } from './windows.ts';
 
-/** Whose calls are counted: a key (by hash) or an anonymous client (by hashed address). */
-export interface QuotaSubject {
-  id: string;
-  kind: 'key' | 'anonymous';
-  plan: Plan;
-}
+// The knowledge chat quota counts the same subjects.
+export type { QuotaSubject } from './windows.ts';
 
 export interface DebitOutcome {
   ok: boolean;
@@ -123,14 +119,6 @@ interface Batch {
   calls: { resolve: (position: number) => void; reject: (err: unknown) => void }[];
 }
 
-interface SubjectWindows {
-  subject: QuotaSubject;
-  period: QuotaPeriod;
-  limits: PlanLimits;
-  windows: QuotaWindow[];
-  keys: string[];
-}
-
 /** One subject's debits on their way to the log. */
 interface Lane {
   inFlight: number;
@@ -173,7 +161,6 @@ export class QuotaMeter {
   private stopped = false;
   /** The counters' figures at a subject's last debit, grant or give-back here, by window key. */
   private readonly counts = new Map<string, { keys: readonly string[]; counts: readonly number[] }>();
-  private readonly windowsBySubject = new Map<string, SubjectWindows>();
 
   constructor(
     private readonly deps: {
@@ -193,7 +180,12 @@ export class QuotaMeter {
     this.idleMs = deps.lease?.idleMs ?? Math.max(20, Math.min(LEASE_IDLE_MS, this.leaseMs));
   }
 
-  private now(): number {
+  /** The subjects' plans: their limits. */
+  get plans(): PlanTable {
+    return this.deps.plans;
+  }
+
+  now(): number {
     return (this.deps.now ?? Date.now)();
   }
 
@@ -201,44 +193,25 @@ export class QuotaMeter {
     return onLiveCounters(op, () => this.counters.ensure());
   }
 
-  /**
-   * A subject's windows and their keys, made once per day and plan and shared (frozen) by its
-   * calls: spelling and hashing fresh keys on every call showed in the keyed profiles.
-   */
-  private windowsOf(subject: QuotaSubject, period: QuotaPeriod): SubjectWindows {
-    const limits = this.deps.plans[subject.plan];
-    const known = this.windowsBySubject.get(subject.id);
-    if (
-      known !== undefined &&
-      known.period === period &&
-      known.limits === limits &&
-      known.subject.plan === subject.plan
-    )
-      return known;
-    // Frozen, so no call changes what the next reads; typed mutable for the cache port.
-    const windows = Object.freeze(quotaWindows(subject.id, limits, period).map((w) => Object.freeze(w)));
-    const keys = Object.freeze(windows.map((w) => w.key)) as string[];
-    const made = { subject, period, limits, windows: windows as QuotaWindow[], keys };
-    if (this.windowsBySubject.size >= REMEMBERED_SUBJECTS) this.windowsBySubject.clear();
-    this.windowsBySubject.set(subject.id, made);
-    return made;
+  /** Live figures without debiting. Throws CacheUnavailableError when the counters are out of reach. */
+  peek(subject: QuotaSubject): Promise<QuotaSnapshot> {
+    return this.peekAt(subjectWindows(subject, this.deps.plans, this.now()));
   }
 
-  /** Live figures without debiting. Throws CacheUnavailableError when the counters are out of reach. */
-  async peek(subject: QuotaSubject): Promise<QuotaSnapshot> {
-    const at = this.windowsOf(subject, quotaPeriod(this.now()));
+  /** Live figures of the subject's windows `at` (subjectWindows) without debiting. */
+  async peekAt(at: SubjectWindows): Promise<QuotaSnapshot> {
     const counts = await this.live(() => this.deps.cache.readLive(QUOTA_FAMILY, at.keys));
     return this.figures(at, counts);
   }
 
-  /** Whether the subject's next call of `tool` is prepaid: a lease of this day and plan holds a unit for it. */
-  prepaid(subject: QuotaSubject, tool: string): boolean {
-    const lease = this.leases.get(subject.id)?.get(tool);
+  /** Whether the next call of `tool` in the windows `at` is prepaid: a lease of their day and plan holds a unit for it. */
+  prepaid(at: SubjectWindows, tool: string): boolean {
+    const lease = this.leases.get(at.subject.id)?.get(tool);
     return (
       lease !== undefined &&
       lease.free > 0 &&
-      lease.at.subject.plan === subject.plan &&
-      lease.at.period.day === quotaPeriod(this.now()).day
+      lease.at.subject.plan === at.subject.plan &&
+      lease.at.period.day === at.period.day
     );
   }
 
@@ -262,9 +235,13 @@ export class QuotaMeter {
    * a call is never served before. Throws CacheUnavailableError or a store error when the debit or
    * its record cannot be made; the caller must not serve then.
    */
-  async debit(subject: QuotaSubject, tool: string, _requestId: string): Promise<DebitOutcome> {
-    const at = this.windowsOf(subject, quotaPeriod(this.now()));
-    const { windows, keys } = at;
+  debit(subject: QuotaSubject, tool: string, _requestId: string): Promise<DebitOutcome> {
+    return this.debitAt(subjectWindows(subject, this.deps.plans, this.now()), tool);
+  }
+
+  /** debit, in the subject's windows `at` (subjectWindows, made at the debit). */
+  async debitAt(at: SubjectWindows, tool: string): Promise<DebitOutcome> {
+    const { subject, windows, keys } = at;
     // The counts of these windows at the subject's last debit, grant or give-back here.
     const last = this.counts.get(subject.id);
     const known = last !== undefined && sameKeys(last.keys, keys) ? last.counts : [];

@@ -1,5 +1,13 @@
 import type { QuotaWindow } from '../../adapters/cache/port.ts';
-import type { PlanLimits } from './plans.ts';
+import type { Plan } from '../../contracts/events.ts';
+import type { PlanLimits, PlanTable } from './plans.ts';
+
+/** Whose calls are counted: a key (by hash) or an anonymous client (by hashed address). */
+export interface QuotaSubject {
+  id: string;
+  kind: 'key' | 'anonymous';
+  plan: Plan;
+}
 
 /** Quota windows are the UTC calendar day and month; callers pass the clock reading. */
 export interface QuotaPeriod {
@@ -90,6 +98,43 @@ export function quotaWindows(subject: string, limits: PlanLimits, period: QuotaP
       expiresAt: counterExpiry(period.dayResetsAt),
     },
   ];
+}
+
+/** A subject's windows and their keys on one day and plan. */
+export interface SubjectWindows {
+  subject: QuotaSubject;
+  period: QuotaPeriod;
+  limits: PlanLimits;
+  windows: QuotaWindow[];
+  keys: string[];
+}
+
+const windowsBySubject = new Map<string, SubjectWindows>();
+/** The memo starts afresh past this many subjects (a flood of callers costs a recompute, not memory). */
+const REMEMBERED_SUBJECTS = 10_000;
+
+/**
+ * The subject's windows at `now` under `plans`, made once per day and plan and shared (frozen) by
+ * its calls: spelling and hashing fresh keys on every call showed in the keyed profiles.
+ */
+export function subjectWindows(subject: QuotaSubject, plans: PlanTable, now: number): SubjectWindows {
+  const period = quotaPeriod(now);
+  const limits = plans[subject.plan];
+  const known = windowsBySubject.get(subject.id);
+  if (
+    known !== undefined &&
+    known.period === period &&
+    known.limits === limits &&
+    known.subject.plan === subject.plan
+  )
+    return known;
+  // Frozen, so no call changes what the next reads; typed mutable for the cache port.
+  const windows = Object.freeze(quotaWindows(subject.id, limits, period).map((w) => Object.freeze(w)));
+  const keys = Object.freeze(windows.map((w) => w.key)) as string[];
+  const made = { subject, period, limits, windows: windows as QuotaWindow[], keys };
+  if (windowsBySubject.size >= REMEMBERED_SUBJECTS) windowsBySubject.clear();
+  windowsBySubject.set(subject.id, made);
+  return made;
 }
 
 function pad(n: number): string {

@@ -140,6 +140,7 @@ const SYNONYMS: string[][] = [
   ['subscribe', 'signup'],
   ['revoke', 'cancel'],
   ['delete', 'remove'],
+  ['send', 'pass', 'supply'],
 ];
 
 /**

@@ -451,14 +451,16 @@ function setWiseGroup(schema: string, onlyUnwritten: boolean): string {
 
 /**
  * Version 8's group of appends that each expect a revision (`p_expected` >= 0) or no stream (-1)
- * and carry one event: see that migration. Answers one row, idx 0, whose head is the group's
+ * and carry one event: see that migration. The events' data come as one JSON array (each element
+ * stored as its text was sent): the driver spells a json[] parameter out with every quote of every
+ * payload escaped, and the server unescapes them again. Answers one row, idx 0, whose head is the group's
  * position base: member i, written, sits at base + i with revision expected + 1. Members not written
  * answer rows of their own (idx i), from append_members.
  */
 function unlockedGroup(schema: string): string {
   return `CREATE FUNCTION ${schema}.append_group_unlocked(
   p_streams text[], p_expected bigint[], p_sync boolean,
-  p_ids text[], p_types text[], p_correlation text[], p_causation text[], p_data json[]
+  p_ids text[], p_types text[], p_correlation text[], p_causation text[], p_data json
 ) RETURNS TABLE (idx integer, code text, detail text, next_revision bigint, head bigint)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
@@ -467,11 +469,12 @@ DECLARE
   v_started timestamptz;
   v_setting text;
   v_written bigint;
+  v_data json[];
 BEGIN
   IF v_apps = 0 THEN
     RETURN;
   END IF;
-  IF cardinality(p_ids) <> v_apps OR cardinality(p_expected) <> v_apps THEN
+  IF cardinality(p_ids) <> v_apps OR cardinality(p_expected) <> v_apps OR json_array_length(p_data) <> v_apps THEN
     RAISE EXCEPTION 'append_group_unlocked takes one event per member' USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF NOT p_sync THEN
@@ -495,7 +498,8 @@ BEGIN
   INSERT INTO ${schema}.events
     (position, id, stream, revision, type, recorded_at, correlation_id, causation_id, data)
   SELECT v_base + m.i, m.id, m.s, m.x + 1, m.t, now(), coalesce(m.correlation, m.id), m.causation, m.d
-    FROM unnest(p_streams, p_expected, p_ids, p_types, p_correlation, p_causation, p_data)
+    FROM ROWS FROM (unnest(p_streams), unnest(p_expected), unnest(p_ids), unnest(p_types),
+                    unnest(p_correlation), unnest(p_causation), json_array_elements(p_data))
       WITH ORDINALITY AS m(s, x, id, t, correlation, causation, d, i)
    WHERE m.x >= -1
      AND coalesce((SELECT max(e.revision) FROM ${schema}.events e
@@ -503,13 +507,14 @@ BEGIN
   GET DIAGNOSTICS v_written = ROW_COUNT;
   RETURN QUERY SELECT 0, NULL::text, NULL::text, NULL::bigint, v_base;
   IF v_written < v_apps THEN
+    SELECT array_agg(d.value ORDER BY d.i) INTO v_data FROM json_array_elements(p_data) WITH ORDINALITY AS d(value, i);
     -- The members not written, each decided again alone, ids first, positions after the group's.
     RETURN QUERY SELECT m.i::integer, r.code, r.detail, r.next_revision, r.head
       FROM unnest(p_streams, p_expected) WITH ORDINALITY AS m(s, x, i),
            LATERAL ${schema}.append_members(v_base + v_apps + m.i - 1, ARRAY[m.s],
              ARRAY[CASE WHEN m.x = -1 THEN 'no_stream' ELSE m.x::text END], ARRAY[1],
              p_ids[m.i:m.i], p_types[m.i:m.i], p_correlation[m.i:m.i], p_causation[m.i:m.i],
-             p_data[m.i:m.i]) AS r
+             v_data[m.i:m.i]) AS r
      WHERE NOT EXISTS (SELECT 1 FROM ${schema}.events e WHERE e.position = v_base + m.i);
   END IF;
 END

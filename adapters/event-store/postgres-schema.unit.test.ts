@@ -15,7 +15,7 @@ const SHIPPED: Record<number, string> = {
   5: 'b91e41d2cda27258e0e4cbde271ea4af6753b88563eef6a23b762e31b240f4f4',
   6: 'da38f57760bd01f01e97535d4af3539e640c56cb82521ac68eb1e96b0e366e9d',
   7: '4f4083465d6d65b144db6c82d148fabfd8b61104238a7d3b2f96557241f61bfe',
-  8: '566a77d10da8f3b1ab9b9eb57d22b741d686eeaf3b0cd88b0c0edf04b40b30d4',
+  8: '377c1a91e12792acb5702acf5a5cf3b8fed1c717fb8810785aa4a8bbece5ead7',
 };
 
 describe('PostgreSQL migrations', () => {

@@ -793,8 +793,8 @@ describe.runIf(run)('PostgreSQL event store', () => {
     const writeOpen = async (stream: string, expected: number) => {
       await other.query('BEGIN');
       await other.query(
-        `SELECT * FROM "${schema}".append_group_unlocked($1::text[], $2::bigint[], true, $3::text[], $4::text[], NULL, NULL, $5::json[])`,
-        [[stream], [expected], [randomUUID()], ['Other'], ['{}']],
+        `SELECT * FROM "${schema}".append_group_unlocked($1::text[], $2::bigint[], true, $3::text[], $4::text[], NULL, NULL, $5::json)`,
+        [[stream], [expected], [randomUUID()], ['Other'], '[{}]'],
       );
     };
     try {
@@ -985,13 +985,30 @@ describe.runIf(run)('PostgreSQL event store', () => {
   });
 
   it('keeps payload key order and numbers exactly as appended', async () => {
-    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema: fresh() });
+    const schema = fresh();
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema });
     try {
       const stream = uniqueStream('payload');
       const data = { z: 1, a: 0.1, m: { y: [3, 2, 1], b: 'text with "quotes", \\ and ünïcode' }, n: null };
       await store.append(stream, [event('P', data)]);
       const [read] = await store.readStream(stream);
       expect(JSON.stringify(read!.data)).toBe(JSON.stringify(data));
+      // Appends expecting a revision send a group's payloads as one JSON array: each stored as sent.
+      const payloads = [data, [1, 'two', { three: 3.0e-7 }], 'a string', 12.5, null, { '': { ' ': [] } }];
+      const unlocked = uniqueStream('unlocked');
+      await Promise.all(
+        payloads.map((d, i) =>
+          store.append(`${unlocked}-${i}`, [event('P', d)], { expectedRevision: 'no_stream' }),
+        ),
+      );
+      await store.append(stream, [event('P', data)], { expectedRevision: 0 });
+      const { rows } = await store.pool.query<{ stream: string; data: string }>(
+        `SELECT stream, data::text AS data FROM "${schema}".events WHERE stream LIKE $1 || '%' ORDER BY stream, revision`,
+        [unlocked],
+      );
+      expect(rows.map((r) => r.data)).toEqual(payloads.map((d) => JSON.stringify(d)));
+      const again = await store.readStream(stream);
+      expect(again.map((e) => JSON.stringify(e.data))).toEqual([JSON.stringify(data), JSON.stringify(data)]);
     } finally {
       await store.close();
     }

@@ -243,7 +243,7 @@ export class PostgresEventStore implements EventStore {
     });
     const s = names.schema;
     const appendGroup = `${s}.append_group($1::text[], $2::text[], $3::integer[], $4::boolean, $5::text[], $6::text[], $7::text[], $8::text[], $9::json[])`;
-    const unlocked = `${s}.append_group_unlocked($1::text[], $2::bigint[], $3::boolean, $4::text[], $5::text[], $6::text[], $7::text[], $8::json[])`;
+    const unlocked = `${s}.append_group_unlocked($1::text[], $2::bigint[], $3::boolean, $4::text[], $5::text[], $6::text[], $7::text[], $8::json)`;
     this.q = {
       append: `SELECT idx, code, detail, next_revision, head FROM ${appendGroup}`,
       // The same, with the NOTIFY in its transaction (see announce): the one-row CTE runs once.
@@ -389,7 +389,8 @@ export class PostgresEventStore implements EventStore {
       group.map((m) => m.events[0]!.type),
       noneOrAll(group.map((m) => m.events[0]!.correlationId ?? null)),
       noneOrAll(group.map((m) => m.events[0]!.causationId ?? null)),
-      group.map((m) => JSON.stringify(m.events[0]!.data ?? null)),
+      // One JSON array, not an array of JSON texts (see append_group_unlocked).
+      JSON.stringify(group.map((m) => m.events[0]!.data ?? null)),
     ];
     const covers = this.carryNotify();
     const query =
@@ -829,7 +830,7 @@ function readableBelow(schema: string): string {
 const UNIQUE_VIOLATION = '23505';
 const DEFAULT_STATEMENT_TIMEOUT_MS = 30_000;
 /** Least time between two notifies of one process (see announce). */
-const NOTIFY_GAP_MS = 5;
+const NOTIFY_GAP_MS = Number(process.env.TMP_GAP ?? 5);
 /** How long readAll waits for older open transactions to end (see readAll). */
 const HELD_READ_WAIT_MS = 2_000;
 /** Events one statement may carry (a transaction's share of positions, less one). */

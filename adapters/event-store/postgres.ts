@@ -830,7 +830,7 @@ function readableBelow(schema: string): string {
 const UNIQUE_VIOLATION = '23505';
 const DEFAULT_STATEMENT_TIMEOUT_MS = 30_000;
 /** Least time between two notifies of one process (see announce). */
-const NOTIFY_GAP_MS = Number(process.env.TMP_GAP ?? 5);
+const NOTIFY_GAP_MS = 5;
 /** How long readAll waits for older open transactions to end (see readAll). */
 const HELD_READ_WAIT_MS = 2_000;
 /** Events one statement may carry (a transaction's share of positions, less one). */

@@ -4,6 +4,7 @@ import { ServiceError } from '../../contracts/errors.ts';
 import { isWellFormedKey } from '../keys/key-material.ts';
 import type { KeyRecord } from '../keys/key-registry.ts';
 import { type KeyLookup, type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
+import { setBounded } from '../shared/bounded-map.ts';
 import type { QuotaMeter } from './quota-meter.ts';
 import {
   type AuthBlock,
@@ -120,8 +121,7 @@ function anonymousSubjectId(clientAddress: string): string {
   let id = anonymousIds.get(clientAddress);
   if (id === undefined) {
     id = createHash('sha256').update(`anonymous:${clientAddress}`, 'utf8').digest('hex');
-    if (anonymousIds.size >= REMEMBERED_ADDRESSES) anonymousIds.delete(anonymousIds.keys().next().value!);
-    anonymousIds.set(clientAddress, id);
+    setBounded(anonymousIds, clientAddress, id, REMEMBERED_ADDRESSES);
   }
   return id;
 }

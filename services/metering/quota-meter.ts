@@ -136,7 +136,7 @@ const LEASE_IDLE_MS = 250;
 const LEASE_SHARE = 16;
 /** A grant smaller than this is not worth its round trips and its two events. */
 const MIN_UNITS = 8;
-/** Memos keyed by subject start afresh past this many (a flood of callers costs a recompute, not memory). */
+/** Memos keyed by subject hold at most this many (a flood of callers costs a recompute, not memory). */
 const REMEMBERED_SUBJECTS = 10_000;
 
 /**

@@ -1,5 +1,6 @@
 import type { QuotaWindow } from '../../adapters/cache/port.ts';
 import type { Plan } from '../../contracts/events.ts';
+import { setBounded } from '../shared/bounded-map.ts';
 import type { PlanLimits, PlanTable } from './plans.ts';
 
 /** Whose calls are counted: a key (by hash) or an anonymous client (by hashed address). */
@@ -60,8 +61,7 @@ export function resetsAtOf(label: string): number {
   if (at === undefined) {
     const [y, m, d] = label.split('-').map(Number) as [number, number, number | undefined];
     at = d === undefined ? Date.UTC(y, m, 1) : Date.UTC(y, m - 1, d + 1);
-    if (resetsAtCache.size >= 4096) resetsAtCache.clear();
-    resetsAtCache.set(label, at);
+    setBounded(resetsAtCache, label, at, 4096);
   }
   return at;
 }
@@ -110,7 +110,6 @@ export interface SubjectWindows {
 }
 
 const windowsBySubject = new Map<string, SubjectWindows>();
-/** The memo starts afresh past this many subjects (a flood of callers costs a recompute, not memory). */
 const REMEMBERED_SUBJECTS = 10_000;
 
 /**
@@ -132,6 +131,7 @@ export function subjectWindows(subject: QuotaSubject, plans: PlanTable, now: num
   const windows = Object.freeze(quotaWindows(subject.id, limits, period).map((w) => Object.freeze(w)));
   const keys = Object.freeze(windows.map((w) => w.key)) as string[];
   const made = { subject, period, limits, windows: windows as QuotaWindow[], keys };
+  // Past REMEMBERED_SUBJECTS it starts afresh: a miss only spells the keys again.
   if (windowsBySubject.size >= REMEMBERED_SUBJECTS) windowsBySubject.clear();
   windowsBySubject.set(subject.id, made);
   return made;

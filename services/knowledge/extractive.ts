@@ -140,6 +140,7 @@ const SYNONYMS: string[][] = [
   ['subscribe', 'signup'],
   ['revoke', 'cancel'],
   ['delete', 'remove'],
+  ['result', 'passage'],
   ['send', 'pass', 'supply'],
 ];
 

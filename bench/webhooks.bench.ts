@@ -39,7 +39,8 @@
  */
 import { type ChildProcess, fork, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -58,6 +59,7 @@ import {
   type WebhookStack,
 } from '../test/webhooks-harness.ts';
 import { type Receiver, selfSignedCert, startReceiver } from '../test/webhooks-receiver.ts';
+import { printProfile, summarise } from './cpu-profile.ts';
 import {
   atLeast,
   atMost,
@@ -87,6 +89,9 @@ export interface ThroughputFigures {
   /** The same, per process ("bench" is the process running this file). */
   fullCpuByProcess: Record<string, number>;
   floorCpuByProcess: Record<string, number>;
+  /** This process's share of them by thread (main thread's user and kernel time apart), per delivery. */
+  fullCpuByThread: Record<string, number>;
+  floorCpuByThread: Record<string, number>;
 }
 
 export interface WebhookBenchResult {
@@ -106,8 +111,12 @@ const SETTLE_MS = 500;
 const settle = () => new Promise((r) => setTimeout(r, SETTLE_MS));
 /** Requests that warm the shared receiver before either side, per `--warmup` request. */
 const RECEIVER_WARMUP_FACTOR = 3;
-/** Verdicts appended at once by the event source, so the source is never what is measured. */
-const SOURCE_CONCURRENCY = 64;
+/**
+ * Verdicts appended at once by the event source, so the source is never what is measured: each
+ * waits for a group commit that also carries the dispatcher's records, and at 64 the source
+ * itself paced the single layout (its last append within 0.1 s of the last delivery).
+ */
+const SOURCE_CONCURRENCY = 256;
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CHILD = fileURLToPath(new URL('./webhooks-bench-child.ts', import.meta.url));
 
@@ -195,15 +204,61 @@ function withNats(children: Record<string, number>): Record<string, number> {
 async function measureCpu<T>(
   children: Record<string, number>,
   fn: () => Promise<T>,
-): Promise<{ value: T; cpuMs: Record<string, number> }> {
+): Promise<{ value: T; cpuMs: Record<string, number>; threadMs: Record<string, number> }> {
   const sample = () => ({
     bench: ownCpuMs(),
     ...Object.fromEntries(Object.entries(children).map(([name, pid]) => [name, processCpuMs(pid) ?? 0])),
   });
+  const threadsBefore = threadCpuMs();
   const before: Record<string, number> = sample();
   const value = await fn();
   const after: Record<string, number> = sample();
-  return { value, cpuMs: Object.fromEntries(Object.keys(after).map((k) => [k, after[k]! - before[k]!])) };
+  const threadsAfter = threadCpuMs();
+  const threadMs: Record<string, number> = {};
+  for (const [name, ms] of Object.entries(threadsAfter)) threadMs[name] = ms - (threadsBefore[name] ?? 0);
+  return {
+    value,
+    cpuMs: Object.fromEntries(Object.keys(after).map((k) => [k, after[k]! - before[k]!])),
+    threadMs,
+  };
+}
+
+/** Clock ticks per second of /proc's utime and stime (USER_HZ, 100 on Linux). */
+const TICK_MS = 10;
+
+/**
+ * This process's CPU by thread, in ms, from /proc (10 ms resolution): the main thread's user and
+ * kernel time apart, every other thread summed by its name (V8's GC helpers, lmdb-js's writer,
+ * libuv's pool); threads that ended meanwhile are missing from the second sample. Empty off Linux.
+ */
+function threadCpuMs(): Record<string, number> {
+  const out: Record<string, number> = {};
+  let tids: string[];
+  try {
+    tids = readdirSync('/proc/self/task');
+  } catch {
+    return out;
+  }
+  for (const tid of tids) {
+    try {
+      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+      const close = stat.lastIndexOf(')');
+      const comm = stat.slice(stat.indexOf('(') + 1, close);
+      const fields = stat.slice(close + 2).split(' ');
+      const user = Number(fields[11]) * TICK_MS;
+      const system = Number(fields[12]) * TICK_MS;
+      if (Number(tid) === process.pid) {
+        out['main user'] = user;
+        out['main sys'] = system;
+      } else {
+        const name = comm.replace(/[\d]+$/, '').trim() || comm;
+        out[name] = (out[name] ?? 0) + user + system;
+      }
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out;
 }
 
 /** Appends `count` BUY verdicts, a few at a time, the way a busy engine records them. */
@@ -336,12 +391,14 @@ async function throughputSingle(
             receiver.received.length = 0;
             await settle();
           }
-          return measureCpu(bus === 'nats' ? withNats({}) : {}, async () => {
-            const started = performance.now();
-            await source(stack.store, 'BENCH', events);
-            await receiver.waitFor(events, 300_000);
-            return events / ((performance.now() - started) / 1000);
-          });
+          return measureCpu(bus === 'nats' ? withNats({}) : {}, () =>
+            profiledIf(process.env.BENCH_CPU_PROF_DIR, 'single-full', async () => {
+              const started = performance.now();
+              await source(stack.store, 'BENCH', events);
+              await receiver.waitFor(events, 300_000);
+              return events / ((performance.now() - started) / 1000);
+            }),
+          );
         },
         { store, bus },
       ).finally(async () => {
@@ -361,9 +418,55 @@ async function throughputSingle(
   }
 }
 
+/**
+ * `work`, under the V8 sampling profiler when `dir` is set: the single layout's process is the
+ * whole path, so its profile is taken in process over the measured stretch alone (warm-up left
+ * out), written to `dir` as a .cpuprofile and summarised by self time.
+ */
+async function profiledIf<T>(dir: string | undefined, name: string, work: () => Promise<T>): Promise<T> {
+  if (!dir) return work();
+  const session = new Session();
+  session.connect();
+  try {
+    // BENCH_HEAP_PROF=1: the allocations of the stretch instead (V8's sampling heap profiler,
+    // every 32 KB on average, counting what scavenges and mark-compacts collected too).
+    const heap = process.env.BENCH_HEAP_PROF === '1';
+    if (heap) {
+      await session.post('HeapProfiler.enable');
+      await session.post('HeapProfiler.startSampling', {
+        samplingInterval: 32_768,
+        includeObjectsCollectedByMajorGC: true,
+        includeObjectsCollectedByMinorGC: true,
+      });
+    } else {
+      await session.post('Profiler.enable');
+      await session.post('Profiler.setSamplingInterval', { interval: 200 });
+      await session.post('Profiler.start');
+    }
+    const result = await work();
+    mkdirSync(dir, { recursive: true });
+    const stamp = Date.now();
+    if (heap) {
+      const { profile } = await session.post('HeapProfiler.stopSampling');
+      const file = join(dir, `${name}-${stamp}.heapprofile`);
+      writeFileSync(file, JSON.stringify(profile));
+      console.log(`    allocation profile of the measured stretch: ${file}`);
+      return result;
+    }
+    const { profile } = await session.post('Profiler.stop');
+    const file = join(dir, `${name}-${stamp}.cpuprofile`);
+    writeFileSync(file, JSON.stringify(profile));
+    console.log(`    profile of the measured stretch: ${file}`);
+    printProfile(summarise(profile as Parameters<typeof summarise>[0]), 12);
+    return result;
+  } finally {
+    session.disconnect();
+  }
+}
+
 function figures(
-  full: { value: number; cpuMs: Record<string, number> },
-  floor: { value: number; cpuMs: Record<string, number> },
+  full: { value: number; cpuMs: Record<string, number>; threadMs: Record<string, number> },
+  floor: { value: number; cpuMs: Record<string, number>; threadMs: Record<string, number> },
   events: number,
 ): ThroughputFigures {
   const perEvent = (cpu: Record<string, number>) =>
@@ -377,6 +480,8 @@ function figures(
     floorCpuMsPerDelivery: sum(floor.cpuMs),
     fullCpuByProcess: perEvent(full.cpuMs),
     floorCpuByProcess: perEvent(floor.cpuMs),
+    fullCpuByThread: perEvent(full.threadMs),
+    floorCpuByThread: perEvent(floor.threadMs),
   };
 }
 
@@ -708,6 +813,7 @@ export async function run(
   const result: WebhookBenchResult = {};
   const fmt = f0;
   const two = f2;
+  const f3 = (n: number) => n.toFixed(3);
   console.log(
     `webhooks, ${fmt(events)} deliveries (after ${fmt(warmup)} untimed on each side), ${CONCURRENCY} connections per endpoint, ${runs} run${runs === 1 ? '' : 's'}`,
   );
@@ -733,6 +839,16 @@ export async function run(
             .join(', ');
         console.log(
           `    run ${i + 1} (${floorFirst ? 'baseline first' : 'full path first'}): full path ${fmt(t.deliveriesPerSec)}/s (${two(t.fullCpuMsPerDelivery)} ms CPU each: ${split(t.fullCpuByProcess)}), durable floor ${fmt(t.floorPerSec)}/s (${two(t.floorCpuMsPerDelivery)} ms CPU each: ${split(t.floorCpuByProcess)}), ratio ${two(t.ratio)} (by CPU ${two(t.floorCpuMsPerDelivery / t.fullCpuMsPerDelivery)})`,
+        );
+        // Threads of this process (10 ms resolution): where the CPU a profile of the main thread misses goes.
+        const threads = (cpu: Record<string, number>) =>
+          Object.entries(cpu)
+            .filter(([, ms]) => ms > 0)
+            .sort((a, b) => b[1] - a[1])
+            .map(([name, ms]) => `${name} ${f3(ms)}`)
+            .join(', ');
+        console.log(
+          `      this process by thread, ms each: full path ${threads(t.fullCpuByThread)}; floor ${threads(t.floorCpuByThread)}`,
         );
       }
       result.throughputRuns[layout] = all;

@@ -526,6 +526,14 @@ export class PostgresEventStore implements EventStore {
       this.lastFullAt = Date.now();
       return this.space.failed(err);
     }
+    if (isRevisionTaken(err)) {
+      // Other writers took its stream's next revision every time it was decided (appendGroup):
+      // nothing of it was written, and a later try may pass.
+      return new EventStoreUnavailableError(
+        `postgres: ${member.stream}'s next revision was taken by other writers ${REVISION_RACE_TRIES + 1} times`,
+        { cause: err },
+      );
+    }
     if ((err as { code?: string }).code === UNIQUE_VIOLATION) {
       // One of its ids is stored already, under another stream or elsewhere in it.
       const { rows } = await this.pool

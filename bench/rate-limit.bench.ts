@@ -83,7 +83,7 @@ async function takesAtOnce(limiter: RateLimiter, callers: number, ms: number) {
   await Promise.all(
     Array.from({ length: callers }, async (_, i) => {
       while (Date.now() < end) {
-        await limiter.take('pro', `bench-together-${i}`, 'get_trade_call');
+        await limiter.decide('pro', `bench-together-${i}`, 'get_trade_call');
         takes++;
       }
     }),
@@ -157,7 +157,9 @@ export async function run(options: RateLimitBenchOptions = {}) {
     }
     // The limiter's own cost per call, one at a time: what the ratio above should reflect.
     const limiter = new RateLimiter(on.config, cache instanceof RedisCache ? cache.shared : null);
-    const take = await latencies(1000, (i) => limiter.take('pro', `bench-${i % 16}`, 'get_trade_call'));
+    const take = await latencies(1000, async (i) =>
+      limiter.decide('pro', `bench-${i % 16}`, 'get_trade_call'),
+    );
     const offCall = await latencies(300, () => callOff(0));
     const together = await takesAtOnce(limiter, concurrency, 1_000);
     const offRates = stats(results.map((r) => r.off.perSec));

@@ -262,14 +262,22 @@ describe.runIf(run)('the limiter itself on Redis: both budgets in one step', () 
     const cache = await connectRedisCache({ url: REDIS_URL, prefix });
     try {
       const limiter = new RateLimiter(settings, cache.shared);
-      expect(await limiter.take('free', 'c1', 'a')).toMatchObject({ allowed: true, limit: 2, remaining: 1 });
-      expect(await limiter.take('free', 'c1', 'a')).toMatchObject({ allowed: true, remaining: 0 });
-      expect(await limiter.take('free', 'c1', 'a')).toMatchObject({ allowed: false, limit: 2 });
-      expect(await limiter.take('free', 'c1', null)).toMatchObject({ allowed: true, limit: 4, remaining: 0 });
-      expect(await limiter.take('free', 'c1', 'b')).toMatchObject({ allowed: false, limit: 4 });
+      expect(await limiter.decide('free', 'c1', 'a')).toMatchObject({
+        allowed: true,
+        limit: 2,
+        remaining: 1,
+      });
+      expect(await limiter.decide('free', 'c1', 'a')).toMatchObject({ allowed: true, remaining: 0 });
+      expect(await limiter.decide('free', 'c1', 'a')).toMatchObject({ allowed: false, limit: 2 });
+      expect(await limiter.decide('free', 'c1', null)).toMatchObject({
+        allowed: true,
+        limit: 4,
+        remaining: 0,
+      });
+      expect(await limiter.decide('free', 'c1', 'b')).toMatchObject({ allowed: false, limit: 4 });
       // Another replica's limiter on the same Redis shares the budgets.
       const other = new RateLimiter(settings, cache.shared);
-      const fresh = await other.take('free', 'c2', 'b');
+      const fresh = await other.decide('free', 'c2', 'b');
       expect(fresh).toMatchObject({ allowed: true, remaining: 1 });
       expect(fresh.resetMs).toBeGreaterThan(50_000);
       expect(fresh.resetMs).toBeLessThanOrEqual(60_000);
@@ -293,7 +301,7 @@ describe.runIf(run)('the limiter itself on Redis: both budgets in one step', () 
     try {
       const limiter = new RateLimiter(settings, cache.shared);
       const decisions = [];
-      for (let i = 0; i < 6; i++) decisions.push(await limiter.take('anonymous', 'c', null));
+      for (let i = 0; i < 6; i++) decisions.push(await limiter.decide('anonymous', 'c', null));
       expect(decisions.map((d) => d.allowed)).toEqual([true, true, true, true, false, false]);
     } finally {
       await cache.close();

@@ -57,13 +57,13 @@ describe.runIf(run)('the Redis limiter takes a turn’s requests in one script c
       const calls = countScriptCalls(cache);
       // Asked in one turn: free is 4 per window, 2 per tool.
       const decisions = await Promise.all([
-        limiter.take('free', 'c1', 'a'),
-        limiter.take('free', 'c1', 'a'),
-        limiter.take('free', 'c1', 'a'),
-        limiter.take('free', 'c2', null),
-        limiter.take('free', 'c1', null),
-        limiter.take('free', 'c1', 'b'),
-        limiter.take('free', 'c1', 'b'),
+        limiter.decide('free', 'c1', 'a'),
+        limiter.decide('free', 'c1', 'a'),
+        limiter.decide('free', 'c1', 'a'),
+        limiter.decide('free', 'c2', null),
+        limiter.decide('free', 'c1', null),
+        limiter.decide('free', 'c1', 'b'),
+        limiter.decide('free', 'c1', 'b'),
       ]);
       expect(calls.calls).toBe(1);
       expect(decisions.map((d) => [d.allowed, d.limit, d.remaining])).toEqual([
@@ -92,8 +92,8 @@ describe.runIf(run)('the Redis limiter takes a turn’s requests in one script c
       }
       // A take awaited alone is a call of its own, on the same counts (another replica's limiter too).
       const other = new RateLimiter(settings, cache.shared);
-      expect(await other.take('free', 'c2', 'a')).toMatchObject({ allowed: true, limit: 2, remaining: 1 });
-      expect(await limiter.take('free', 'c2', null)).toMatchObject({ allowed: true, remaining: 1 });
+      expect(await other.decide('free', 'c2', 'a')).toMatchObject({ allowed: true, limit: 2, remaining: 1 });
+      expect(await limiter.decide('free', 'c2', null)).toMatchObject({ allowed: true, remaining: 1 });
       expect(calls.calls).toBe(3);
     } finally {
       await cache.close();
@@ -106,7 +106,7 @@ describe.runIf(run)('the Redis limiter takes a turn’s requests in one script c
       const limiter = new RateLimiter(settings, cache.shared);
       const calls = countScriptCalls(cache);
       const n = MAX_TAKES_PER_SCRIPT + 5;
-      const decisions = await Promise.all(Array.from({ length: n }, () => limiter.take('pro', 'p', 'x')));
+      const decisions = await Promise.all(Array.from({ length: n }, () => limiter.decide('pro', 'p', 'x')));
       expect(calls.calls).toBe(2);
       // Pro: 1,000 per window, 500 per tool; the tool budget is the tighter one and counts down.
       // The first script also leases 31 units of it (a sixteenth of 500), counted in Redis before
@@ -124,7 +124,7 @@ describe.runIf(run)('the Redis limiter takes a turn’s requests in one script c
       const redis = cache.shared.redis as unknown as Record<string, unknown>;
       redis.signalRateTakeMany = () => Promise.reject(new Error('Connection is closed.'));
       const decisions = await Promise.all(
-        Array.from({ length: 6 }, () => limiter.take('anonymous', 'c', null)),
+        Array.from({ length: 6 }, () => limiter.decide('anonymous', 'c', null)),
       );
       expect(decisions.map((d) => d.allowed)).toEqual([true, true, true, true, false, false]);
     } finally {
@@ -142,14 +142,16 @@ describe.runIf(run)('the Redis limiter takes a turn’s requests in one script c
         await redis.readOnly();
         const limiter = new RateLimiter(settings, cache.shared);
         const readOnly = await Promise.all(
-          Array.from({ length: 6 }, () => limiter.take('anonymous', 'r', null)),
+          Array.from({ length: 6 }, () => limiter.decide('anonymous', 'r', null)),
         );
         expect(readOnly.map((d) => d.allowed)).toEqual([true, true, true, true, false, false]);
 
         await redis.admin.replicaof('NO', 'ONE');
         await redis.admin.config('SET', 'maxmemory-policy', 'noeviction');
         await redis.admin.config('SET', 'maxmemory', '1');
-        const full = await Promise.all(Array.from({ length: 6 }, () => limiter.take('anonymous', 'o', null)));
+        const full = await Promise.all(
+          Array.from({ length: 6 }, () => limiter.decide('anonymous', 'o', null)),
+        );
         expect(full.map((d) => d.allowed)).toEqual([true, true, true, true, false, false]);
       } finally {
         await cache.close();
@@ -167,8 +169,8 @@ describe.runIf(run)('the Redis limiter takes a turn’s requests in one script c
       const refused = Object.assign(new Error('ERR bad script'), { name: 'ReplyError' });
       redis.signalRateTakeMany = () => Promise.reject(refused);
       const outcomes = await Promise.allSettled([
-        limiter.take('free', 'c', 'a'),
-        limiter.take('free', 'c', null),
+        limiter.decide('free', 'c', 'a'),
+        limiter.decide('free', 'c', null),
       ]);
       expect(outcomes.map((o) => o.status)).toEqual(['rejected', 'rejected']);
     } finally {

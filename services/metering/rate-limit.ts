@@ -180,14 +180,10 @@ export class RateLimiter {
       this.redis.defineCommand('signalRateTakeMany', { lua: TAKE_MANY_SCRIPT });
   }
 
-  /** Takes one request from the credential's budget (and the tool's, when one is named). */
-  async take(tier: RateTier, credential: string, tool: string | null): Promise<RateDecision> {
-    return this.decide(tier, credential, tool);
-  }
-
   /**
-   * The decision of one request: at once from this process's own counters when Redis is out of
-   * reach or absent, else the promise of Redis's count.
+   * Takes one request from the credential's budget (and the tool's, when one is named): decided
+   * at once from this process's own counters when Redis is out of reach or absent, else the
+   * promise of Redis's count.
    */
   decide(tier: RateTier, credential: string, tool: string | null): RateDecision | Promise<RateDecision> {
     if (this.redis?.status !== 'ready') return this.takeLocal(tier, credential, tool);

@@ -50,7 +50,7 @@ describe('RateLimiter in-process (no Redis)', () => {
     for (let i = 0; i < 4; i++) expect(decideNow(limiter, 'free', 'k', 'y').allowed).toBe(true);
     // Eleventh request: the credential's budget refuses, tool z's stays untouched.
     expect(decideNow(limiter, 'free', 'k', 'z')).toMatchObject({ allowed: false, limit: 10 });
-    expect(await limiter.take('free', 'other', 'z')).toMatchObject({ allowed: true, remaining: 4 });
+    expect(await limiter.decide('free', 'other', 'z')).toMatchObject({ allowed: true, remaining: 4 });
   });
 
   it("opens a tool's window at the tool's first request, so it may outlast the credential's window", () => {

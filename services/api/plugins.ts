@@ -120,7 +120,6 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
     }),
     mcpPlugin({
       registry: tools,
-      keys,
       quota,
       logger,
       guard,

@@ -96,6 +96,7 @@ export async function startX402Stack(
     readiness: new Readiness(),
     metrics: null,
     plugins: [
+      keyed.callers,
       ...keyed.plugins,
       x402.plugin({ keys: keyed.keys, quota: keyed.quota }),
       discoveryPlugin({

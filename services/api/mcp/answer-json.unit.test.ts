@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { toolCallDeps } from '../../../test/tool-call-harness.ts';
+import { anonymousCaller, toolCallDeps } from '../../../test/tool-call-harness.ts';
 import type { QuotaMeter } from '../../metering/quota-meter.ts';
 import { AnswerJsonCache, escapeJson } from './answer-json.ts';
 import { callTool, structuredJsonOf } from './tool-call.ts';
@@ -182,7 +182,7 @@ describe('callTool answers from a recorded verdict', () => {
   it('serves each call its own figures and the current revision, in the bytes JSON.stringify gives', async () => {
     const current = { value: call() as Record<string, unknown> };
     const d = deps(current);
-    const request = { name: 'get_trade_call', args: {}, headers: {}, clientAddress: '10.0.0.1' };
+    const request = { name: 'get_trade_call', args: {}, caller: anonymousCaller('10.0.0.1') };
     const texts: string[] = [];
     for (const value of [call(), call(), call({ verdictId: 'v-2', signalHash: 'h-2', call: 'BUY' })]) {
       current.value = value;

@@ -3,7 +3,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ErrorCode } from '../../../contracts/errors.ts';
-import { type Caller, CallerRejectedError, decorateCaller, identifyCaller } from '../../metering/caller.ts';
+import { type Caller, decorateCaller } from '../../metering/caller.ts';
 import { errorHandler, rpcErrorBody } from '../errors.ts';
 import { codesText, documented, RESPONSE_HEADERS, type ResponseDoc } from '../openapi.ts';
 import { handOver } from './hand-over.ts';
@@ -241,7 +241,7 @@ function mcpHandler(deps: HandlerDeps): Handler {
       transport = sessions.touch(sessionId);
       if (transport === undefined) return jsonRpcError(reply, 404, -32001, 'Session not found');
     } else if (method === 'POST' && isInitialize(request.body)) {
-      const owner = await sessionOwner(options, request);
+      const owner = sessionOwner(request);
       await sessions.makeRoom(owner);
       transport = await openSession(deps, owner);
     } else if (method === 'POST') {
@@ -304,21 +304,11 @@ async function claimedCall(
 }
 
 /** The caller a new session counts against: its key when one applies, else its address. */
-async function sessionOwner(options: McpPluginOptions, request: FastifyRequest): Promise<string> {
+function sessionOwner(request: FastifyRequest): string {
   const caller = signedIn.get(request) ?? request.caller;
   if (caller) return `${caller.subject.kind}:${caller.subject.id}`;
   if (request.callerRefused) return `anonymous:${request.callerRefused.anonymous.id}`;
-  // Served without the api's caller hook (a test's own app): identified here.
-  try {
-    const caller = await identifyCaller(options.keys, {
-      headers: request.headers,
-      clientAddress: request.ip,
-    });
-    return `${caller.subject.kind}:${caller.subject.id}`;
-  } catch (err) {
-    if (err instanceof CallerRejectedError) return `anonymous:${err.anonymous.id}`;
-    throw err;
-  }
+  throw new Error('an MCP session without a caller: the caller hook (callerPlugin) runs before every route');
 }
 
 async function openSession(deps: HandlerDeps, owner: string): Promise<StreamableHTTPServerTransport> {

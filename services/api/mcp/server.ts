@@ -46,7 +46,6 @@ export function createMcpServer(deps: ToolCallDeps): Server {
     }
   });
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
-    const clientAddress = extra.authInfo?.extra?.clientAddress;
     const payment = request.params._meta?.[MCP_PAYMENT_META];
     // A caller authenticated by the route (an OAuth token on /mcp/signin) is not identified again from headers.
     const caller = extra.authInfo?.extra?.caller as Caller | undefined;
@@ -54,8 +53,6 @@ export function createMcpServer(deps: ToolCallDeps): Server {
     return callTool(deps, {
       name: request.params.name,
       args: request.params.arguments,
-      headers: extra.requestInfo?.headers ?? {},
-      clientAddress: typeof clientAddress === 'string' ? clientAddress : 'unknown',
       ...(payment === undefined ? {} : { payment }),
       ...(caller ? { caller } : {}),
       ...(refused ? { refused } : {}),

@@ -171,8 +171,6 @@ export async function answerToolCall(
     const result = await callTool(deps, {
       name: call.name,
       args: call.args,
-      headers: request.headers,
-      clientAddress: request.ip,
       ...(call.payment === undefined ? {} : { payment: call.payment }),
       ...(caller === undefined ? {} : { caller }),
       ...(refused === undefined ? {} : { refused }),

@@ -21,10 +21,6 @@ import { ChannelError, callTool, MCP_PAYMENT_META, type ToolCallDeps } from './t
 /** The tool list changes only with a deployment: clients may keep it for five minutes, shared. */
 const TOOLS_CACHE: CacheHint = { ttlMs: 300_000, cacheScope: 'public' };
 
-function headersOf(request: Request | undefined): Record<string, string> {
-  return request ? Object.fromEntries(request.headers.entries()) : {};
-}
-
 /** The 2.x SDK, loaded on the first session-less request: most processes never see one, and it costs ~0.3 s to load. */
 type ModernSdk = typeof import('@modelcontextprotocol/server');
 
@@ -50,7 +46,6 @@ function createModernServer(sdk: ModernSdk, deps: ToolCallDeps): Server {
     }
   });
   server.setRequestHandler('tools/call', async (request, ctx: ServerContext) => {
-    const clientAddress = ctx.http?.authInfo?.extra?.clientAddress;
     const payment = request.params._meta?.[MCP_PAYMENT_META];
     const caller = ctx.http?.authInfo?.extra?.caller as Caller | undefined;
     const refused = ctx.http?.authInfo?.extra?.refused as CallerRejectedError | undefined;
@@ -58,8 +53,6 @@ function createModernServer(sdk: ModernSdk, deps: ToolCallDeps): Server {
       return (await callTool(deps, {
         name: request.params.name,
         args: request.params.arguments,
-        headers: headersOf(ctx.http?.req),
-        clientAddress: typeof clientAddress === 'string' ? clientAddress : 'unknown',
         ...(payment === undefined ? {} : { payment }),
         ...(caller ? { caller } : {}),
         ...(refused ? { refused } : {}),

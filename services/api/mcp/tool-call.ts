@@ -3,11 +3,9 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from 'pino';
 import type { ToolName } from '../../../contracts/tools.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
-import type { KeyResolver } from '../../keys/key-resolver.ts';
 import {
   type Caller,
   CallerRejectedError,
-  identifyCaller,
   rejectedService,
   undebitedService,
 } from '../../metering/caller.ts';
@@ -65,7 +63,6 @@ export type PayPerCall = (call: PaidToolCall) => Promise<PaidToolOutcome>;
 
 export interface ToolCallDeps {
   registry: ToolRegistry;
-  keys: KeyResolver;
   quota: QuotaMeter;
   logger: Logger;
   paymentRequirements?: PaymentRequirementsFor;
@@ -75,14 +72,11 @@ export interface ToolCallDeps {
 export interface ToolCallRequest {
   name: string;
   args: unknown;
-  headers: Record<string, string | string[] | undefined>;
-  clientAddress: string;
   /** `_meta["x402/payment"]` of the call; undefined when none was attached. */
   payment?: unknown;
   /**
-   * Who the caller hook in front of the route identified from these same headers, moments ago
-   * (`request.caller`), or the key it refused (`request.callerRefused`); neither, the caller is
-   * identified here (a tool called without the api's hooks).
+   * Who the caller hook in front of the route identified (`request.caller`, or the OAuth token's
+   * caller on the sign-in path), or the key it refused (`request.callerRefused`): one of the two.
    */
   caller?: Caller;
   refused?: CallerRejectedError;
@@ -134,7 +128,9 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
   let caller: Caller;
   try {
     if (request.refused) throw request.refused;
-    caller = request.caller ?? (await identifyCaller(deps.keys, request));
+    if (request.caller === undefined)
+      throw new Error('tools/call without a caller: the caller hook (callerPlugin) runs before every route');
+    caller = request.caller;
   } catch (err) {
     if (err instanceof CallerRejectedError) {
       const code = err.reason === 'unknown' ? MCP_UNKNOWN_KEY : MCP_UNVERIFIABLE;

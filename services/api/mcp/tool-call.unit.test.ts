@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { toolCallDeps } from '../../../test/tool-call-harness.ts';
+import { anonymousCaller, toolCallDeps } from '../../../test/tool-call-harness.ts';
 import type { QuotaMeter } from '../../metering/quota-meter.ts';
 import { callTool } from './tool-call.ts';
 import type { ToolDefinition } from './tool-registry.ts';
@@ -12,7 +12,7 @@ afterEach(async () => {
 
 const depsFor = (tools: ToolDefinition[]) => toolCallDeps(tools, meters);
 
-const request = (name: string, args: unknown) => ({ name, args, headers: {}, clientAddress: '10.0.0.2' });
+const request = (name: string, args: unknown) => ({ name, args, caller: anonymousCaller('10.0.0.2') });
 
 describe('callTool arguments', () => {
   it('gives every call the parse of its own arguments, repeated or not', async () => {

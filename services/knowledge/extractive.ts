@@ -469,6 +469,9 @@ const STEP_URI = /\b[a-z][a-z-]*:\/\/|\b[a-z]+\/(?:list|read|call|get|set|subscr
  */
 function statedBy(question: string): { test: (text: string) => boolean; required: boolean } | null {
   if (NUMBER_ASKED.test(question)) return { test: (text) => NUMBER.test(text), required: true };
+  // "What does a secret look like" asks for its form: a prefix and a length, a hex literal.
+  if (/\blooks? like\b|\bwhat (?:format|form|shape)\b/i.test(question))
+    return { test: (text) => FORM.test(text), required: false };
   // A step can be told in words alone ("subscribe another subscription to …"): preferred, not
   // required. "How can I tell / know / see whether …" asks for a sign to read, not a procedure.
   if (
@@ -481,6 +484,9 @@ function statedBy(question: string): { test: (text: string) => boolean; required
     };
   return null;
 }
+
+/** How a value's form is written: a prefix and what follows it ("whsec_ + 48 hex"), a length, "0x…". */
+const FORM = /\b[a-z]+_ ?\+|\b\d+ (?:hex|bytes?|characters|digits|chars)\b|\b0x[0-9a-f…]/i;
 
 /** The noun a "how many" question counts ("how many *coins* …"), as the terms that meet it. */
 function countedNoun(question: string, asked: { term: string; meets: Set<string> }[]): Set<string> | null {

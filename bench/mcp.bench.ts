@@ -155,7 +155,7 @@ export async function run(options: McpBenchOptions = {}): Promise<McpBenchResult
       },
       {
         name: 'keys.resolve (hash + registry lookup)',
-        latency: await latencies(n, () => server.channel.keys.resolve(issued.key)),
+        latency: await latencies(n, async () => server.channel.keys.resolve(issued.key)),
       },
       {
         name: `quota.peek (${cacheKind} read of 2 windows)`,

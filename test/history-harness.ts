@@ -18,6 +18,7 @@ import { historySlice } from '../services/history/slice.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
 import { keyRegistryProjection } from '../services/keys/key-registry.ts';
 import { KeyResolver } from '../services/keys/key-resolver.ts';
+import { callerPlugin } from '../services/metering/caller.ts';
 import { planTable } from '../services/metering/plans.ts';
 import { QuotaMeter } from '../services/metering/quota-meter.ts';
 import { Readiness } from '../services/shared/readiness.ts';
@@ -104,7 +105,7 @@ export async function startHistoryServer(options: {
     logger,
     readiness: new Readiness(),
     metrics: null,
-    plugins: [slice.routes({ keys, quota })],
+    plugins: [callerPlugin(keys), slice.routes({ keys, quota })],
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const { port } = app.server.address() as AddressInfo;

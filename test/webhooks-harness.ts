@@ -21,6 +21,7 @@ import { createSignalEngine, type SignalEngine } from '../services/engine/engine
 import { issueKey } from '../services/keys/key-commands.ts';
 import { keyRegistryProjection } from '../services/keys/key-registry.ts';
 import { KeyResolver } from '../services/keys/key-resolver.ts';
+import { callerPlugin } from '../services/metering/caller.ts';
 import { Relay } from '../services/relay/relay.ts';
 import { relayTypes } from '../services/relay/relay-types.ts';
 import { Readiness } from '../services/shared/readiness.ts';
@@ -201,13 +202,14 @@ export async function startWebhookStack(options: {
     types: relayTypes(config),
   });
   const keys = new ProjectionRunner(store, projections, keyRegistryProjection, { logger });
+  const resolver = new KeyResolver({ runner: keys, store });
   const engine = await createSignalEngine({ feed: await openReplayFeed({ run: false }), store });
   const adapters = { eventStore: store, projectionStore: projections, bus };
   const api = webhookApi({
     config,
     adapters,
     logger,
-    keys: new KeyResolver({ runner: keys, store }),
+    keys: resolver,
     ...(options.settings ? { settings: options.settings } : {}),
     feed: engine.feed.kind,
   });
@@ -231,7 +233,7 @@ export async function startWebhookStack(options: {
     logger,
     readiness: new Readiness(),
     metrics: null,
-    plugins: [api.plugin],
+    plugins: [callerPlugin(resolver), api.plugin],
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;

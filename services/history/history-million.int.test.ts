@@ -15,6 +15,7 @@ import type { EventData } from '../../contracts/events.ts';
 import { HistoryTrailer } from '../../contracts/history.ts';
 import { buildApp } from '../api/app.ts';
 import { generateApiKey } from '../keys/key-material.ts';
+import { callerPlugin } from '../metering/caller.ts';
 import { Readiness } from '../shared/readiness.ts';
 import { ExportRowStore } from './export-row-store.ts';
 import { type HistoryRoutesDeps, historyRoutes } from './routes.ts';
@@ -94,23 +95,25 @@ async function startRoutes(
 ): Promise<{ app: FastifyInstance; url: string }> {
   const config = loadConfig({ EVENT_STORE: 'memory', NODE_ENV: 'test', LOG_LEVEL: 'silent' });
   const logger = pino({ level: 'silent' });
+  const keys: HistoryRoutesDeps['keys'] = {
+    resolve: async (key) => {
+      if (key !== KEY) return { status: 'unknown' };
+      return { status: 'active', record: { keyHash: 'k', plan: 'pro' } as never };
+    },
+  };
   const app = await buildApp({
     config,
     logger,
     readiness: new Readiness(),
     metrics: null,
     plugins: [
+      callerPlugin(keys),
       historyRoutes({
         store,
         trackRecord: { state: {} },
         outcomes: { checkpoint: Number.POSITIVE_INFINITY, has: () => false },
         now: Date.now,
-        keys: {
-          resolve: async (key) => {
-            if (key !== KEY) return { status: 'unknown' };
-            return { status: 'active', record: { keyHash: 'k', plan: 'pro' } as never };
-          },
-        },
+        keys,
         logger,
         ...extra,
       }),

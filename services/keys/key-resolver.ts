@@ -33,17 +33,25 @@ export class KeyResolver {
   ) {}
 
   /**
-   * The lookup of a key the registry already holds, without a promise (the rate limit runs before
-   * every keyed call); null when it must be resolved (`resolve`: caught up, or refused).
+   * Who this key is: at once, without a promise, when the running registry holds it (every keyed
+   * call passes here before its route); else after letting the registry catch up to the head of
+   * the log. Rejects with KeyUnverifiableError when the key cannot be checked right now.
    */
-  resolveNow(key: string): KeyLookup | null {
+  resolve(key: string): KeyLookup | Promise<KeyLookup> {
     const { runner } = this.deps;
-    if (runner.error !== null || !runner.running) return null;
+    if (runner.error !== null || !runner.running) {
+      return Promise.reject(
+        new KeyUnverifiableError(
+          `key registry is not running${runner.error ? `: ${runner.error.message}` : ''}`,
+        ),
+      );
+    }
     const revision = runner.revision;
     const remembered = this.recent.get(key);
     if (remembered !== undefined && remembered.revision === revision) return remembered.lookup;
-    const known = findByHash(runner.state, hashApiKey(key));
-    if (known === undefined) return null;
+    const hash = hashApiKey(key);
+    const known = findByHash(runner.state, hash);
+    if (known === undefined) return this.caughtUp(hash);
     const lookup = Object.freeze(classify(known));
     setBounded(this.recent, key, { revision, lookup }, REMEMBERED_KEYS);
     return lookup;
@@ -52,23 +60,16 @@ export class KeyResolver {
   /**
    * Lookups of keys presented lately, each kept while the registry has not changed since it was
    * made (`revision`: an issue, plan change or revocation moves it, and the next call looks
-   * again). Every keyed call passes here before its route; under load the key's SHA-256 and the
-   * lookup around it took 1.0–1.4 % of a keyed call's main thread (perf, cpu-clock). Bounded, so the
-   * keys held in memory are the last few thousand presented that the registry holds, which the
-   * process sees in every request's headers anyway; never written anywhere.
+   * again). Under load the key's SHA-256 and the lookup around it took 1.0–1.4 % of a keyed
+   * call's main thread (perf, cpu-clock). Bounded, so the keys held in memory are the last few
+   * thousand presented that the registry holds, which the process sees in every request's
+   * headers anyway; never written anywhere.
    */
   private readonly recent = new Map<string, { revision: number; lookup: KeyLookup }>();
 
-  async resolve(key: string): Promise<KeyLookup> {
+  /** A key the registry does not hold: it may have been issued a moment ago, so look again once caught up. */
+  private async caughtUp(hash: string): Promise<KeyLookup> {
     const { runner } = this.deps;
-    if (runner.error !== null || !runner.running) {
-      throw new KeyUnverifiableError(
-        `key registry is not running${runner.error ? `: ${runner.error.message}` : ''}`,
-      );
-    }
-    const hash = hashApiKey(key);
-    const known = findByHash(runner.state, hash);
-    if (known) return classify(known);
     let head: number;
     try {
       head = await this.deps.store.headPosition();

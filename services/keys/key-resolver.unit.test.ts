@@ -71,25 +71,27 @@ describe('KeyResolver over the key-registry projection', () => {
     }
   });
 
-  it('answers at once only for a key the running registry holds; anything else goes to resolve', async () => {
+  it('answers at once only for a key the running registry holds; anything else is a promise', async () => {
     const store = new MemoryEventStore();
     const runner = new ProjectionRunner(store, new MemoryProjectionStore(), keyRegistryProjection);
     const resolver = new KeyResolver({ runner, store });
     const issued = await issueKey(store, { plan: 'starter', owner: 'o', via: 'operator' });
-    // Not running: nothing is known at once (resolve refuses it as indeterminate).
-    expect(resolver.resolveNow(issued.key)).toBeNull();
+    // Not running: refused as indeterminate.
+    await expect(resolver.resolve(issued.key)).rejects.toThrow(KeyUnverifiableError);
     await runner.start();
     try {
       await runner.waitFor(await store.headPosition(), 2_000);
-      expect(resolver.resolveNow(issued.key)).toMatchObject({
-        status: 'active',
-        record: { keyId: issued.keyId },
-      });
-      // Not (yet) in the registry: resolve decides, after letting the registry catch up.
-      expect(resolver.resolveNow(`sk_live_${'q'.repeat(43)}`)).toBeNull();
+      const first = resolver.resolve(issued.key);
+      expect(first).toMatchObject({ status: 'active', record: { keyId: issued.keyId } });
+      // Remembered until the registry changes.
+      expect(resolver.resolve(issued.key)).toBe(first);
+      // Not (yet) in the registry: decided after letting the registry catch up.
+      const unknown = resolver.resolve(`sk_live_${'q'.repeat(43)}`);
+      expect(unknown).toBeInstanceOf(Promise);
+      expect(await unknown).toEqual({ status: 'unknown' });
       const stream = `apikey-${issued.keyId}`;
       await runner.waitFor(await revokeKey(store, stream, issued.keyId, 'leaked'), 2_000);
-      expect(resolver.resolveNow(issued.key)).toMatchObject({ status: 'revoked' });
+      expect(resolver.resolve(issued.key)).toMatchObject({ status: 'revoked' });
     } finally {
       await runner.stop();
     }

@@ -36,44 +36,30 @@ export function decorateCaller(app: FastifyInstance): void {
 export const UNLIMITED_PATHS: ReadonlySet<string> = new Set(['/healthz', '/readyz', '/metrics']);
 
 /**
- * The api's one caller hook (preValidation, in the root context so it reaches every route):
- * resolves who is calling once, as `request.caller`, or keeps a presented key that is not live as
- * `request.callerRefused`. Without a promise when no key is presented or the key is known active.
+ * The api's one caller hook (preParsing, in the root context so it reaches every route): resolves
+ * who is calling once, as `request.caller`, or keeps a presented key that is not live as
+ * `request.callerRefused`. Before the body is parsed, so an answer to a body that cannot be read
+ * carries its caller's `_service` too. Without a promise when no key is presented or the key is
+ * known active.
  */
-export function callerPlugin(keys: KeyResolver): FastifyPluginAsync {
+export function callerPlugin(keys: Pick<KeyResolver, 'resolve'>): FastifyPluginAsync {
   const plugin: FastifyPluginAsync = async (app) => {
     decorateCaller(app);
-    app.addHook('preValidation', (request, _reply, done) => {
-      if (request.caller !== null || request.method === 'OPTIONS') {
-        done();
-        return;
-      }
+    app.addHook('preParsing', (request, _reply, _payload, done) => {
       const query = request.url.indexOf('?');
-      if (UNLIMITED_PATHS.has(query < 0 ? request.url : request.url.slice(0, query))) {
+      const path = query < 0 ? request.url : request.url.slice(0, query);
+      if (request.caller !== null || request.method === 'OPTIONS' || UNLIMITED_PATHS.has(path)) {
         done();
         return;
       }
-      const at = { headers: request.headers, clientAddress: request.ip };
-      const known = callerNow(keys, at);
-      if (known !== null) {
-        request.caller = known;
+      const settle = (found: Caller | CallerRejectedError): void => {
+        if (found instanceof CallerRejectedError) request.callerRefused = found;
+        else request.caller = found;
         done();
-        return;
-      }
-      identifyCaller(keys, at).then(
-        (caller) => {
-          request.caller = caller;
-          done();
-        },
-        (err: unknown) => {
-          if (!(err instanceof CallerRejectedError)) {
-            done(err as Error);
-            return;
-          }
-          request.callerRefused = err;
-          done();
-        },
-      );
+      };
+      const found = resolveCaller(keys, { headers: request.headers, clientAddress: request.ip });
+      if (found instanceof Promise) found.then(settle, done);
+      else settle(found);
     });
   };
   (plugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
@@ -133,12 +119,47 @@ export function keylessCaller(request: CallerRequest): Caller | null {
   return callerWithout(presentedCredential(request.headers, isWellFormedKey), request.clientAddress);
 }
 
-/** The caller without a promise when no key is presented or the registry holds it active; else null (identifyCaller). */
-export function callerNow(keys: KeyResolver, request: CallerRequest): Caller | null {
+/**
+ * Who is calling, or why a presented key must not be served: without a promise when no key is
+ * presented or the registry holds the key (KeyResolver.resolve answers at once).
+ */
+export function resolveCaller(
+  keys: Pick<KeyResolver, 'resolve'>,
+  request: CallerRequest,
+): Caller | CallerRejectedError | Promise<Caller | CallerRejectedError> {
   const credential = presentedCredential(request.headers, isWellFormedKey);
-  if (credential.kind === 'none') return callerWithout(credential, request.clientAddress);
-  const lookup = keys.resolveNow(credential.token);
-  if (lookup?.status !== 'active') return null;
+  if (credential.kind === 'none') return callerWithout(credential, request.clientAddress)!;
+  const lookup = keys.resolve(credential.token);
+  if (!(lookup instanceof Promise)) return lookupCaller(lookup, request.clientAddress);
+  return lookup.then(
+    (caughtUp) => lookupCaller(caughtUp, request.clientAddress),
+    (err: unknown) => {
+      if (!(err instanceof KeyUnverifiableError)) throw err;
+      return new CallerRejectedError(
+        'indeterminate',
+        {
+          auth: { outcome: 'INDETERMINATE', presented: true, tier: 'free', detail: 'retry shortly' },
+          quota: null,
+        },
+        `the API key could not be verified right now (${err.message}); retry shortly`,
+        anonymousSubject(request.clientAddress),
+        { cause: err },
+      );
+    },
+  );
+}
+
+/** The caller of a key's lookup, one per lookup the resolver remembers (shared, so frozen); a refusal unless active. */
+function lookupCaller(lookup: KeyLookup, clientAddress: string): Caller | CallerRejectedError {
+  if (lookup.status !== 'active') {
+    const detail = lookup.status === 'revoked' ? 'this key was revoked' : 'no such key was issued';
+    return new CallerRejectedError(
+      'unknown',
+      { auth: { outcome: 'UNKNOWN', presented: true, tier: 'free', detail }, quota: null },
+      `unknown API key: ${detail}`,
+      anonymousSubject(clientAddress),
+    );
+  }
   let caller = keyCallers.get(lookup);
   if (caller === undefined) {
     const made = keyCaller(lookup.record);
@@ -152,7 +173,7 @@ export function callerNow(keys: KeyResolver, request: CallerRequest): Caller | n
   return caller;
 }
 
-/** The caller of each remembered lookup, shared by that key's requests: frozen. */
+/** The caller of each lookup, shared by that key's requests: frozen. */
 const keyCallers = new WeakMap<KeyLookup, Caller>();
 
 function callerWithout(credential: PresentedCredential, clientAddress: string): Caller | null {
@@ -169,40 +190,6 @@ function callerWithout(credential: PresentedCredential, clientAddress: string): 
   };
 }
 
-export async function identifyCaller(
-  keys: Pick<KeyResolver, 'resolve'>,
-  request: CallerRequest,
-): Promise<Caller> {
-  const credential = presentedCredential(request.headers, isWellFormedKey);
-  if (credential.kind === 'none') return callerWithout(credential, request.clientAddress)!;
-  let lookup: Awaited<ReturnType<KeyResolver['resolve']>>;
-  try {
-    lookup = await keys.resolve(credential.token);
-  } catch (err) {
-    if (!(err instanceof KeyUnverifiableError)) throw err;
-    throw new CallerRejectedError(
-      'indeterminate',
-      {
-        auth: { outcome: 'INDETERMINATE', presented: true, tier: 'free', detail: 'retry shortly' },
-        quota: null,
-      },
-      `the API key could not be verified right now (${err.message}); retry shortly`,
-      anonymousSubject(request.clientAddress),
-      { cause: err },
-    );
-  }
-  if (lookup.status !== 'active') {
-    const detail = lookup.status === 'revoked' ? 'this key was revoked' : 'no such key was issued';
-    throw new CallerRejectedError(
-      'unknown',
-      { auth: { outcome: 'UNKNOWN', presented: true, tier: 'free', detail }, quota: null },
-      `unknown API key: ${detail}`,
-      anonymousSubject(request.clientAddress),
-    );
-  }
-  return keyCaller(lookup.record);
-}
-
 /** The caller of an active key, whether a Bearer key or an OAuth token acting as it. */
 export function keyCaller(record: Pick<KeyRecord, 'keyHash' | 'keyId' | 'plan'>): Caller {
   return {
@@ -214,9 +201,10 @@ export function keyCaller(record: Pick<KeyRecord, 'keyHash' | 'keyId' | 'plan'>)
 
 /** `_service` of a refused key: the live quota of its address's anonymous subject (null when out of reach). */
 export async function rejectedService(
-  quota: Pick<QuotaMeter, 'peek'>,
+  quota: Pick<QuotaMeter, 'peek'> | undefined,
   err: CallerRejectedError,
 ): Promise<ServiceMeta> {
+  if (quota === undefined) return err.service;
   try {
     return { ...err.service, quota: await quota.peek(err.anonymous) };
   } catch {
@@ -224,9 +212,8 @@ export async function rejectedService(
   }
 }
 
-/** What callerHook reads: the key registry, and the quota a refusal's `_service` peeks. */
+/** What callerHook reads: the quota a refusal's `_service` peeks (figures null without it). */
 export interface CallerAccess {
-  keys: Pick<KeyResolver, 'resolve'>;
   quota?: Pick<QuotaMeter, 'peek'> | undefined;
 }
 
@@ -258,45 +245,28 @@ export function undebitedService(
 }
 
 /**
- * A route's auth hook (preValidation): reads `request.caller` (resolving it when the route runs
- * without callerPlugin, as in a test's own app), refuses a key that is not live with
- * `refusals.rejected` and, where the route needs a key, a caller without one with
- * `refusals.keyless`, after setting `request.service` to the refusal's `_service`.
+ * A route's auth hook (preValidation), after callerPlugin resolved `request.caller`: refuses a key
+ * that is not live with `refusals.rejected` and, where the route needs a key, a caller without one
+ * with `refusals.keyless`, after setting `request.service` to the refusal's `_service`.
  */
 export function callerHook(access: () => CallerAccess, refusals: CallerRefusals) {
-  const keyless = (request: FastifyRequest, caller: Caller, done: (err?: Error) => void): void => {
-    request.caller = caller;
-    if (caller.keyId !== null || refusals.keyless === undefined) {
-      done();
-      return;
-    }
-    const refusal = refusals.keyless(caller);
-    undebitedService(access().quota, caller).then((service) => {
-      request.service = service;
-      done(refusal);
-    });
-  };
-  const refuse = async (request: FastifyRequest, err: CallerRejectedError, done: (err?: Error) => void) => {
-    const { quota } = access();
-    request.service = quota ? await rejectedService(quota, err) : err.service;
-    done(refusals.rejected(err));
-  };
   return (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void): void => {
-    if (request.callerRefused !== null) {
-      void refuse(request, request.callerRefused, done);
-      return;
+    const { caller, callerRefused } = request;
+    if (callerRefused !== null) {
+      void rejectedService(access().quota, callerRefused).then((service) => {
+        request.service = service;
+        done(refusals.rejected(callerRefused));
+      });
+    } else if (caller === null) {
+      done(new Error("a route's caller hook runs after the caller hook (callerPlugin)"));
+    } else if (caller.keyId !== null || refusals.keyless === undefined) {
+      done();
+    } else {
+      const refusal = refusals.keyless(caller);
+      void undebitedService(access().quota, caller).then((service) => {
+        request.service = service;
+        done(refusal);
+      });
     }
-    const known = request.caller ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
-    if (known !== null) {
-      keyless(request, known, done);
-      return;
-    }
-    identifyCaller(access().keys, { headers: request.headers, clientAddress: request.ip }).then(
-      (caller) => keyless(request, caller, done),
-      (err: unknown) => {
-        if (err instanceof CallerRejectedError) void refuse(request, err, done);
-        else done(err as Error);
-      },
-    );
   };
 }

@@ -5,7 +5,7 @@ import { ProjectionRunner } from '../../projections/runner.ts';
 import { changeKeyPlan, issueKey, revokeKey } from '../keys/key-commands.ts';
 import { keyRegistryProjection } from '../keys/key-registry.ts';
 import { KeyResolver } from '../keys/key-resolver.ts';
-import { callerNow } from './caller.ts';
+import { type Caller, CallerRejectedError, resolveCaller } from './caller.ts';
 
 describe('the caller of a remembered key', () => {
   it('answers a key asked again from memory until the registry changes, then looks again', async () => {
@@ -18,25 +18,28 @@ describe('the caller of a remembered key', () => {
     await runner.start();
     try {
       await runner.waitFor(await store.headPosition(), 2_000);
-      const first = resolver.resolveNow(issued.key);
-      expect(resolver.resolveNow(issued.key)).toBe(first);
-      const caller = callerNow(resolver, asKey);
+      const first = resolver.resolve(issued.key);
+      expect(resolver.resolve(issued.key)).toBe(first);
+      const caller = resolveCaller(resolver, asKey) as Caller;
       expect(caller).toMatchObject({ auth: { tier: 'starter' }, subject: { plan: 'starter' } });
       // One caller per remembered lookup, shared by that key's requests, so frozen.
-      expect(callerNow(resolver, asKey)).toBe(caller);
-      expect([caller, caller!.auth, caller!.subject].every((part) => Object.isFrozen(part))).toBe(true);
+      expect(resolveCaller(resolver, asKey)).toBe(caller);
+      expect([caller, caller.auth, caller.subject].every((part) => Object.isFrozen(part))).toBe(true);
       // Another key issued: the registry moved, the first key is looked up again (same answer).
       const other = await issueKey(store, { plan: 'pro', owner: 'p', via: 'operator' });
       await runner.waitFor(await store.headPosition(), 2_000);
-      expect(resolver.resolveNow(issued.key)).not.toBe(first);
-      expect(resolver.resolveNow(other.key)).toMatchObject({ status: 'active', record: { plan: 'pro' } });
+      expect(resolver.resolve(issued.key)).not.toBe(first);
+      expect(resolver.resolve(other.key)).toMatchObject({ status: 'active', record: { plan: 'pro' } });
       // A plan change and a revocation are seen on the next call, though the key was remembered.
       const stream = `apikey-${issued.keyId}`;
       await runner.waitFor(await changeKeyPlan(store, stream, issued.keyId, 'pro'), 2_000);
-      expect(callerNow(resolver, asKey)).toMatchObject({ auth: { tier: 'pro' }, subject: { plan: 'pro' } });
+      expect(resolveCaller(resolver, asKey)).toMatchObject({
+        auth: { tier: 'pro' },
+        subject: { plan: 'pro' },
+      });
       await runner.waitFor(await revokeKey(store, stream, issued.keyId, 'leaked'), 2_000);
-      expect(resolver.resolveNow(issued.key)).toMatchObject({ status: 'revoked' });
-      expect(callerNow(resolver, asKey)).toBeNull();
+      expect(resolver.resolve(issued.key)).toMatchObject({ status: 'revoked' });
+      expect(resolveCaller(resolver, asKey)).toBeInstanceOf(CallerRejectedError);
     } finally {
       await runner.stop();
     }

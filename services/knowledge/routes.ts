@@ -22,10 +22,8 @@ import { declared, refusal } from '../api/openapi.ts';
 import { OperationError } from '../engine/operation-errors.ts';
 import {
   type Caller,
-  CallerRejectedError,
   callerHook,
   decorateCaller,
-  identifyCaller,
   type KeyedAccess,
   rejectedService,
   undebitedService,
@@ -188,14 +186,8 @@ function knowledgeAccess(deps: KnowledgeDeps) {
   async function serviceOf(request: FastifyRequest): Promise<ServiceMeta> {
     if (request.service) return request.service;
     if (request.caller) return peek(request.caller);
-    try {
-      return await peek(
-        await identifyCaller(deps.channel().keys, { headers: request.headers, clientAddress: request.ip }),
-      );
-    } catch (err) {
-      if (!(err instanceof CallerRejectedError)) return absent;
-      return rejectedService(quota(), err);
-    }
+    if (request.callerRefused) return rejectedService(quota(), request.callerRefused);
+    return absent;
   }
   const absent: ServiceMeta = { auth: { outcome: 'ABSENT', presented: false, tier: 'free' }, quota: null };
 

@@ -317,7 +317,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
     // Before the body is validated: a caller without a key learns nothing about the body it sent.
     // Every refusal is 401, but a key that cannot be checked right now (503, retryable).
     decorateCaller(plain);
-    const authenticated = callerHook(() => ({ keys: deps.keys() }), {
+    const authenticated = callerHook(() => ({}), {
       rejected: keyRefusal(() => new ServiceError('UNAUTHORIZED')),
       keyless: () => new ServiceError('UNAUTHORIZED'),
     });

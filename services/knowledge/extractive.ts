@@ -31,6 +31,10 @@ const LONG_SENTENCE = 450;
  * something else ("the capital of France") stays below it however many common words it shares.
  */
 const MIN_COVERAGE = 0.5;
+/** What a unit stating the narrow shape a question asks for (a path) must carry of it. */
+const NARROW_COVERAGE = 0.3;
+/** … in a passage that carries this much of the question as a whole. */
+const NARROW_PASSAGE = 0.6;
 /** What part of an unknown word's weight an answer still has to make up for. */
 const UNKNOWN_PENALTY = 0.5;
 /** Above this weighted share of the question in words the corpus never uses: "I don't know". */
@@ -247,7 +251,11 @@ export function questionTerms(raw: string): { term: string; meets: Set<string>; 
   const opening = cut?.index === 0 ? question.indexOf(', ') : -1;
   const main = new Set(
     topical(
-      opening > 0 ? question.slice(opening + 2) : cut && cut.index > 0 ? question.slice(0, cut.index) : question,
+      opening > 0
+        ? question.slice(opening + 2)
+        : cut && cut.index > 0
+          ? question.slice(0, cut.index)
+          : question,
     ),
   );
   // "What do I get when I exceed the rate limit?": the clause is the question itself.
@@ -467,8 +475,17 @@ const STEP_URI = /\b[a-z][a-z-]*:\/\/|\b[a-z]+\/(?:list|read|call|get|set|subscr
  * for, the step (route, command, setting or field) a "how do I" question asks for. Null when the
  * question's shape asks for nothing such.
  */
-function statedBy(question: string): { test: (text: string) => boolean; required: boolean } | null {
+function statedBy(
+  question: string,
+): { test: (text: string) => boolean; required: boolean; narrow?: boolean } | null {
   if (NUMBER_ASKED.test(question)) return { test: (text) => NUMBER.test(text), required: true };
+  // "Which file holds …", "where in the code …" asks for a path.
+  if (
+    /\b(?:which|what) (?:file|folder|directory|module)\b|\bwhere in the (?:code|repo|repository|source)\b/i.test(
+      question,
+    )
+  )
+    return { test: (text) => PATH.test(text), required: false, narrow: true };
   // "What does a secret look like" asks for its form: a prefix and a length, a hex literal.
   if (/\blooks? like\b|\bwhat (?:format|form|shape)\b/i.test(question))
     return { test: (text) => FORM.test(text), required: false };
@@ -484,6 +501,10 @@ function statedBy(question: string): { test: (text: string) => boolean; required
     };
   return null;
 }
+
+/** A file's path or name: "services/engine/funding/carry.json", ".env.example", "contracts/errors.ts". */
+const PATH =
+  /(?:^|[\s(`])\.?[\w-]+(?:\/[\w.-]+)*\.(?:ts|js|mjs|json|md|example|sql|ya?ml|toml|sh)\b|\b[\w-]+\/[\w-]+\/[\w./-]+/;
 
 /** How a value's form is written: a prefix and what follows it ("whsec_ + 48 hex"), a length, "0x…". */
 const FORM = /\b[a-z]+_ ?\+|\b\d+ (?:hex|bytes?|characters|digits|chars)\b|\b0x[0-9a-f…]/i;
@@ -934,9 +955,21 @@ export function extractiveAnswer(
   // Only a unit that carries the question may answer it; among those, the best scored. Failing
   // any, a unit of a leading passage that covers the question as a whole, unless the question
   // names something the documentation never does ("why did my bank transfer fail": no passage
-  // speaks of banks, whatever it says of transfers and failures).
+  // speaks of banks, whatever it says of transfers and failures). A unit that states a fact of
+  // a narrow shape the question asks for (a path) carries it with less of its words, in a
+  // passage that covers the question: few sentences name a file, and the one that does answers;
+  // not when the question names what the documentation never does ("my tax return").
+  const stated = statedBy(question);
   let carrying = candidates
-    .filter((c) => c.coverage >= MIN_COVERAGE)
+    .filter(
+      (c) =>
+        c.coverage >= MIN_COVERAGE ||
+        (stated?.narrow === true &&
+          unknown === 0 &&
+          c.coverage >= NARROW_COVERAGE &&
+          c.covered >= NARROW_PASSAGE &&
+          stated.test(c.quotes.join(' '))),
+    )
     .sort((a, b) => b.score - a.score || a.rank - b.rank || a.order - b.order);
   if (carrying.length === 0 && unknown === 0)
     carrying = candidates
@@ -959,7 +992,6 @@ export function extractiveAnswer(
   // "How many …" is answered by a unit that states a number, "how do I …" by one that states the
   // step, where the passages read hold one. A "how many" with no number anywhere is not answered
   // by prose around it: the chat does not know the number.
-  const stated = statedBy(question);
   if (stated !== null) {
     const stating = carrying.filter((c) => stated.test(c.quotes.join(' ')));
     if (stating.length > 0) carrying.splice(0, carrying.length, ...stating);

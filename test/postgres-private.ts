@@ -28,7 +28,8 @@ function binary(name: string): string {
   );
 }
 
-export async function startPrivatePostgres(): Promise<PrivatePostgres> {
+/** `settings`: server parameters beside the ones every private server has (`-c name=value`). */
+export async function startPrivatePostgres(settings: Record<string, string> = {}): Promise<PrivatePostgres> {
   const dir = mkdtempSync(join(tmpdir(), 'pg-private-'));
   // initdb refuses to run as root: the server runs as the packaged `postgres` user.
   const asPostgres =
@@ -63,6 +64,7 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
     `unix_socket_directories=${dir}`,
     '-c',
     'fsync=off',
+    ...Object.entries(settings).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
   ]);
   const server: ChildProcess = spawn(cmd!, args, { stdio: 'ignore' });
   const url = `postgres://postgres@127.0.0.1:${port}/postgres`;

@@ -22,6 +22,11 @@ export interface SchemaNames {
    * version 2 the second one, paired with a stream's hash, is that stream's append lock.
    */
   lockKeys: [number, number];
+  /**
+   * From version 9: the session setting a connection sets once it has checked the schema's
+   * position base since it connected (see baseGuard).
+   */
+  guard: string;
 }
 
 /**
@@ -32,9 +37,9 @@ export interface SchemaNames {
 export const POSITIONS_PER_TRANSACTION = 65_536;
 
 /**
- * Transaction ids the base skips at each server start (see append_group): far more than a crash
- * can lose (the WAL writer flushes every wal_writer_delay), and 2^37 / 2^22 = 32,768 restarts before
- * positions leave a double's exact range.
+ * Transaction ids the base skips at each server start and each crash restart (see positionGuard):
+ * far more than a crash can lose (the WAL writer flushes every wal_writer_delay), and
+ * 2^37 / 2^22 = 32,768 restarts before positions leave a double's exact range.
  */
 const RESTART_MARGIN_TRANSACTIONS = 4_194_304;
 
@@ -52,6 +57,7 @@ export function schemaNames(schema: string): SchemaNames {
     schema: `"${schema}"`,
     channel: `events_${digest.subarray(0, 8).toString('hex')}`,
     lockKeys: [LOCK_NAMESPACE, digest.readInt32BE(8)],
+    guard: `es_position_guard.${schema}`,
   };
 }
 
@@ -93,12 +99,13 @@ export const orderedIdMatch: IdMatch = (value) =>
  * unchanged.
  */
 function appendFunctions(
-  { schema, lockKeys }: Pick<SchemaNames, 'schema' | 'lockKeys'>,
+  { schema, lockKeys, guard }: Pick<SchemaNames, 'schema' | 'lockKeys' | 'guard'>,
   idMatch: IdMatch,
   create: 'CREATE FUNCTION' | 'CREATE OR REPLACE FUNCTION',
-  version: 3 | 6 | 7 = 3,
+  version: 3 | 6 | 7 | 9 = 3,
 ): string {
   const v6 = version >= 6;
+  const v9 = version >= 9;
   return `${create} ${schema}.append_members(
   p_base bigint, p_streams text[], p_expected text[], p_counts integer[],
   p_ids text[], p_types text[], p_correlation text[], p_causation text[], p_data json[]
@@ -192,8 +199,7 @@ CREATE OR REPLACE FUNCTION ${schema}.append_group(
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
   v_apps integer := coalesce(cardinality(p_streams), 0);
-  v_base bigint;
-  v_started timestamptz;
+  v_base bigint;${v9 ? '' : '\n  v_started timestamptz;'}
   v_setting text;
   v_known boolean;
   v_names text[];
@@ -234,7 +240,7 @@ BEGIN
       ? `
   -- Counted: as many locks as members means no stream twice (two streams sharing a hash are
   -- decided member by member below). The position base is read in the same statement.
-  SELECT l.n, b.base, b.started INTO v_keys, v_base, v_started
+  SELECT l.n, b.base${v9 ? '' : ', b.started'} INTO v_keys, v_base${v9 ? '' : ', v_started'}
     FROM (SELECT count(pg_advisory_xact_lock(${lockKeys[1]}, k.h)) AS n
             FROM (SELECT DISTINCT hashtext(s) AS h FROM unnest(p_streams) AS s ORDER BY 1) AS k) AS l,
          ${schema}.position_base b;`
@@ -242,12 +248,15 @@ BEGIN
   PERFORM pg_advisory_xact_lock(${lockKeys[1]}, k.h)
      FROM (SELECT DISTINCT hashtext(s) AS h FROM unnest(p_streams) AS s ORDER BY 1) AS k;`
   }
-  -- The base moves once per server start, as in version 2.${
-    v6
-      ? ''
-      : `
+${
+  v9
+    ? baseGuard(schema, guard)
+    : `  -- The base moves once per server start, as in version 2.${
+        v6
+          ? ''
+          : `
   SELECT b.base, b.started INTO v_base, v_started FROM ${schema}.position_base b;`
-  }
+      }
   IF v_started IS DISTINCT FROM pg_postmaster_start_time() THEN
     UPDATE ${schema}.position_base b
        SET base = greatest(
@@ -257,7 +266,8 @@ BEGIN
            started = pg_postmaster_start_time()
      WHERE b.started IS DISTINCT FROM pg_postmaster_start_time();
     SELECT b.base INTO v_base FROM ${schema}.position_base b;
-  END IF;
+  END IF;`
+}
   v_base := pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION} + v_base;
 
   -- One append alone costs fewer statements decided on its own.
@@ -266,7 +276,7 @@ BEGIN
       v_base, p_streams, p_expected, p_counts, p_ids, p_types, p_correlation, p_causation, p_data);
     RETURN;
   END IF;
-${v6 ? setWiseGroup(schema, version === 7) : ''}
+${v6 ? setWiseGroup(schema, version >= 7) : ''}
   -- Under the locks, in one statement: whether any id is stored already, and the revision of each
   -- stream. Each look-up an equality in a scalar subquery: its plan is an index probe whatever the
   -- table's size when the plan was made (\`id = ANY (p_ids)\`, planned on a young table, scanned
@@ -367,6 +377,59 @@ function headRevision(schema: string, stream: string, expected: string): string 
 }
 
 /**
+ * From version 9: the first append of each session checks the position base (position_guard), later
+ * ones only read the session setting that says it was checked. A session cannot outlive a server
+ * start or a crash restart (both end every session), so each session's first append comes before
+ * any position it hands out. Expects `v_base` read from position_base; reads it again when checked.
+ */
+function baseGuard(schema: string, guard: string): string {
+  return `  -- The base moves once per server start and once per crash restart (position_guard).
+  IF current_setting('${guard}', true) IS DISTINCT FROM 'on' THEN
+    v_base := ${schema}.position_guard();
+  END IF;`;
+}
+
+/**
+ * Version 9's position_guard: the marker is an unlogged table, which crash recovery empties, holding
+ * the server start it was written under (pg_postmaster_start_time stays through a crash restart, and
+ * a marker kept through a clean one names the start before it). The transaction that writes the
+ * marker moves the base; another session's check waits on the marker's key until that one ends and
+ * then finds it written. The move is flushed before its commit returns even in an append that asked
+ * for less: lost in a second crash, it would come again from the old base, under the ids of the
+ * transactions lost with it. Answers the base.
+ */
+function positionGuard(schema: string, guard: string): string {
+  return `CREATE UNLOGGED TABLE ${schema}.position_marker (started timestamptz PRIMARY KEY);
+
+CREATE FUNCTION ${schema}.position_guard() RETURNS bigint
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_setting text;
+  v_base bigint;
+BEGIN
+  INSERT INTO ${schema}.position_marker (started) VALUES (pg_postmaster_start_time()) ON CONFLICT DO NOTHING;
+  IF FOUND THEN
+    IF current_setting('synchronous_commit') = 'off' THEN
+      v_setting := set_config('synchronous_commit', 'on', true);
+    END IF;
+    UPDATE ${schema}.position_base b
+       SET base = greatest(
+             b.base + ${RESTART_MARGIN_TRANSACTIONS}::bigint * ${POSITIONS_PER_TRANSACTION},
+             (SELECT coalesce(max(e.position), 0) FROM ${schema}.events e) + 1
+               - pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION}),
+           started = pg_postmaster_start_time();
+    DELETE FROM ${schema}.position_marker WHERE started <> pg_postmaster_start_time();
+  END IF;
+  -- For the session (undone with its transaction, if that rolls back).
+  v_setting := set_config('${guard}', 'on', false);
+  SELECT b.base INTO v_base FROM ${schema}.position_base b;
+  RETURN v_base;
+END
+$fn$;
+`;
+}
+
+/**
  * Version 6's group when each stream is in it once and every member has events: one statement reads
  * every stream's revision, decides every member, inserts the events of those whose expectation holds
  * and answers them. Ids are not looked up first: a stored one (a retry, or a reuse) trips the unique
@@ -457,16 +520,16 @@ function setWiseGroup(schema: string, onlyUnwritten: boolean): string {
  * position base: member i, written, sits at base + i with revision expected + 1. Members not written
  * answer rows of their own (idx i), from append_members.
  */
-function unlockedGroup(schema: string): string {
-  return `CREATE FUNCTION ${schema}.append_group_unlocked(
+function unlockedGroup({ schema, guard }: Pick<SchemaNames, 'schema' | 'guard'>, version: 8 | 9): string {
+  const v9 = version >= 9;
+  return `${v9 ? 'CREATE OR REPLACE FUNCTION' : 'CREATE FUNCTION'} ${schema}.append_group_unlocked(
   p_streams text[], p_expected bigint[], p_sync boolean,
   p_ids text[], p_types text[], p_correlation text[], p_causation text[], p_data json
 ) RETURNS TABLE (idx integer, code text, detail text, next_revision bigint, head bigint)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $fn$
 DECLARE
   v_apps integer := coalesce(cardinality(p_streams), 0);
-  v_base bigint;
-  v_started timestamptz;
+  v_base bigint;${v9 ? '' : '\n  v_started timestamptz;'}
   v_setting text;
   v_written bigint;
   v_data json[];
@@ -480,7 +543,11 @@ BEGIN
   IF NOT p_sync THEN
     v_setting := set_config('synchronous_commit', 'off', true);
   END IF;
-  SELECT b.base, b.started INTO v_base, v_started FROM ${schema}.position_base b;
+${
+  v9
+    ? `  SELECT b.base INTO v_base FROM ${schema}.position_base b;
+${baseGuard(schema, guard)}`
+    : `  SELECT b.base, b.started INTO v_base, v_started FROM ${schema}.position_base b;
   -- The base moves once per server start, as in append_group.
   IF v_started IS DISTINCT FROM pg_postmaster_start_time() THEN
     UPDATE ${schema}.position_base b
@@ -491,7 +558,8 @@ BEGIN
            started = pg_postmaster_start_time()
      WHERE b.started IS DISTINCT FROM pg_postmaster_start_time();
     SELECT b.base INTO v_base FROM ${schema}.position_base b;
-  END IF;
+  END IF;`
+}
   v_base := pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION} + v_base;
   -- A member is written when its stream's last revision, read from the expected one up (one index
   -- entry when it holds; see headRevision), is the expected one, or none for no stream (-1).
@@ -804,14 +872,14 @@ $fn$;
   {
     version: 3,
     name: 'append_group decided set-wise: one look-up per group for ids, one for revisions, one insert',
-    sql: ({ schema, lockKeys }) => `
+    sql: (names) => `
 -- Version 2 decided a group member by member: an id look-up, a revision look-up, an insert and a
 -- result row for each, four statements (plus a lock statement per stream) at 10-20 µs of executor
 -- set-up each, most of the server's CPU per append. From here a group is decided with one look-up
 -- of all its ids, one of its streams' revisions and one insert of all its rows; the members are
 -- decided in between in memory, in order, as before. A group holding an id that is stored already
 -- (a retry, or a reuse) is decided member by member as in version 2 (append_members).
-${appendFunctions({ schema, lockKeys }, plainIdMatch, 'CREATE FUNCTION')}`,
+${appendFunctions(names, plainIdMatch, 'CREATE FUNCTION')}`,
   },
   {
     version: 4,
@@ -902,7 +970,27 @@ ${appendFunctions(names, orderedIdMatch, 'CREATE OR REPLACE FUNCTION', 7)}`,
 -- append_group, where the loser is refused. append_group's own insert may meet a revision written
 -- here the same way: the adapter from this version retries that append alone, where a process of
 -- version 7 reports it as an idempotency conflict (only while both versions write one stream).
-${unlockedGroup(names.schema)}`,
+${unlockedGroup(names, 8)}`,
+  },
+  {
+    version: 9,
+    name: 'the position base moves after a crash restart too: an unlogged marker, checked once per session',
+    sql: (names) => `
+-- Up to version 8 the base moved when pg_postmaster_start_time() changed, and a crash restart (one
+-- backend killed, the others ended and the WAL replayed by the same postmaster) keeps it: ids of
+-- asynchronous commits lost in the crash were handed out again, below positions readers had passed.
+-- From here the first append of each session calls position_guard, which moves the base when the
+-- unlogged marker lacks the current server start: crash recovery empties unlogged tables, and a
+-- clean restart changes the start. Later appends of the session read a session setting instead of
+-- position_base.started. The arguments and answers of the append functions stay version 8's.
+${positionGuard(names.schema, names.guard)}
+-- When version 8 has moved the base at this server start already, the marker says so: moved again
+-- now, the base would jump past the positions of version-8 appends still in flight, and readers
+-- with it. (A crash restart before this upgrade stays unseen, as it was by version 8.)
+INSERT INTO ${names.schema}.position_marker (started)
+  SELECT b.started FROM ${names.schema}.position_base b WHERE b.started = pg_postmaster_start_time();
+${appendFunctions(names, orderedIdMatch, 'CREATE OR REPLACE FUNCTION', 9)}
+${unlockedGroup(names, 9)}`,
   },
 ];
 

@@ -12,7 +12,7 @@ import {
 } from '../../test/postgres-probe.ts';
 import { event, eventStoreContract, uniqueStream } from './contract.ts';
 import { EventStoreUnavailableError, IdempotencyConflictError } from './port.ts';
-import { migrate, openPostgresEventStore } from './postgres.ts';
+import { migrate, openPostgresEventStore, type PostgresEventStore } from './postgres.ts';
 import {
   MIGRATIONS,
   orderedIdMatch,
@@ -950,37 +950,94 @@ describe.runIf(run)('PostgreSQL event store', () => {
     }
   });
 
-  it('moves the position base on past any id a crash or a restore could hand out again, once per server start', async () => {
+  it('moves the position base on past any id a crash or a restore could hand out again, once per server start or crash', async () => {
     const schema = fresh();
-    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema });
+    const open = () => openPostgresEventStore({ url: POSTGRES_URL, schema });
+    const base = async (store: PostgresEventStore) =>
+      (await store.pool.query(`SELECT base FROM "${schema}".position_base`)).rows[0].base as string;
+    // Ids restarting far lower, as on a restored copy.
+    const lowerBase = (store: PostgresEventStore) =>
+      store.pool.query(`UPDATE "${schema}".position_base SET base = base - $1::bigint`, [
+        String(1_000_000_000 * POSITIONS_PER_TRANSACTION),
+      ]);
+    let store = await open();
     try {
       await store.append('s', [event('A')]);
       const before = (await store.readAll()).at(-1)!.position;
-      // As a restored copy on a new server would be: another start, and ids restarting far lower.
-      await store.pool.query(
-        `UPDATE "${schema}".position_base SET started = '2000-01-01', base = base - $1::bigint`,
-        [String(1_000_000_000 * POSITIONS_PER_TRANSACTION)],
-      );
+      // A restored copy, or a crash restart: the unlogged marker comes back empty. Each session
+      // checks once, so the next appends come from sessions of their own (a new store's).
+      await store.pool.query(`TRUNCATE "${schema}".position_marker`);
+      await lowerBase(store);
+      await store.close();
+      store = await open();
       await store.append('s', [event('B')]);
       const [, after] = await store.readAll();
       expect(after!.position).toBeGreaterThan(before);
-      // The same start again: the base stays where it is.
-      const { rows } = await store.pool.query(`SELECT base FROM "${schema}".position_base`);
+      // The same start, in these sessions and in new ones: the base stays where it is.
+      const moved = await base(store);
       await store.append('s', [event('C')]);
-      const { rows: again } = await store.pool.query(`SELECT base FROM "${schema}".position_base`);
-      expect(again[0].base).toBe(rows[0].base);
-      expect((await store.readAll()).map((e) => e.type)).toEqual(['A', 'B', 'C']);
-      // An append expecting a revision (append_group_unlocked) moves it the same way.
+      await store.close();
+      store = await open();
+      await store.append('s', [event('C')]);
+      expect(await base(store)).toBe(moved);
+      expect((await store.readAll()).map((e) => e.type)).toEqual(['A', 'B', 'C', 'C']);
+      // A clean restart: the marker kept, written under the start before this one. An append
+      // expecting a revision (append_group_unlocked) moves the base the same way.
       const third = (await store.readAll()).at(-1)!.position;
-      await store.pool.query(
-        `UPDATE "${schema}".position_base SET started = '2000-01-01', base = base - $1::bigint`,
-        [String(1_000_000_000 * POSITIONS_PER_TRANSACTION)],
-      );
-      await store.append('s', [event('D')], { expectedRevision: 2 });
+      await store.pool.query(`UPDATE "${schema}".position_marker SET started = '2000-01-01'`);
+      await lowerBase(store);
+      await store.close();
+      store = await open();
+      await store.append('s', [event('D')], { expectedRevision: 3 });
       expect((await store.readAll()).at(-1)).toMatchObject({ type: 'D', position: expect.any(Number) });
       expect((await store.readAll()).at(-1)!.position).toBeGreaterThan(third);
+      expect(
+        (
+          await store.pool.query(
+            `SELECT started = pg_postmaster_start_time() AS now FROM "${schema}".position_marker`,
+          )
+        ).rows,
+      ).toEqual([{ now: true }]);
     } finally {
       await store.close();
+    }
+  });
+
+  it('upgrades a version-8 log without moving the base version 8 moved at this server start, and moves it after a crash', async () => {
+    const { schema, names } = await schemaAtVersion(8);
+    const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
+    const base = async () =>
+      (await pool.query(`SELECT base FROM ${names.schema}.position_base`)).rows[0].base as string;
+    try {
+      // Version 8's start check, as its first append after a server start runs it.
+      await pool.query(`UPDATE ${names.schema}.position_base SET started = '2000-01-01'`);
+      await pool.query(
+        `SELECT * FROM ${names.schema}.append_group_unlocked($1::text[], $2::bigint[], true, $3::text[], $4::text[], $5::text[], $6::text[], $7::json)`,
+        [['s'], [-1], [newEventId()], ['Old'], [null], [null], '[{}]'],
+      );
+      const moved = await base();
+      const store = await openPostgresEventStore({ url: POSTGRES_URL, schema });
+      try {
+        await store.append('s', [event('New')], { expectedRevision: 0 });
+        await store.append('t', [event('New')]);
+        expect(await base()).toBe(moved);
+        // The marker emptied as crash recovery empties it: the next session's first append moves it.
+        await pool.query(`TRUNCATE ${names.schema}.position_marker`);
+        await store.append('u', [event('New')]);
+        expect(await base()).toBe(moved);
+      } finally {
+        await store.close();
+      }
+      const again = await openPostgresEventStore({ url: POSTGRES_URL, schema });
+      try {
+        await again.append('u', [event('New')]);
+        expect(BigInt(await base())).toBeGreaterThan(BigInt(moved));
+        expect((await again.readAll()).map((e) => e.stream)).toEqual(['s', 's', 't', 'u', 'u']);
+      } finally {
+        await again.close();
+      }
+    } finally {
+      await pool.end();
     }
   });
 

@@ -189,9 +189,10 @@ const COLUMNS = 'position, id, stream, revision, type, recorded_at, correlation_
  * wait for each other.
  * Positions come from the writing transaction's id, and readers take only positions below the
  * oldest transaction still in flight, so a catch-up reader never passes an event that commits
- * late (postgres-schema.ts, version 2). The function NOTIFYs the schema's channel; a dedicated
- * listening connection wakes live subscriptions, and a slow poll covers the time the listener is
- * reconnecting. A transaction left open anywhere on the server holds readers back (never makes
+ * late (postgres-schema.ts, version 2). The base under them moves past every id a crash could hand
+ * out again, after each server start and each crash restart (version 9). The function NOTIFYs the
+ * schema's channel; a dedicated listening connection wakes live subscriptions, and a slow poll
+ * covers the time the listener is reconnecting. A transaction left open anywhere on the server holds readers back (never makes
  * them skip): readiness turns red on the lag it causes.
  *
  * Connection failures are retried with the same event ids (ids are fixed before the first try),

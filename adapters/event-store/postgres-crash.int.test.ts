@@ -1,0 +1,93 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type PrivatePostgres, startPrivatePostgres } from '../../test/postgres-private.ts';
+import { postgresUnreachable, shouldRunPostgresSuite, uniqueSchema } from '../../test/postgres-probe.ts';
+import { event } from './contract.ts';
+import { openPostgresEventStore, type PostgresEventStore } from './postgres.ts';
+
+const run = await shouldRunPostgresSuite('PostgreSQL event store crash suite');
+
+/** Kills one backend of the server with SIGKILL: the postmaster ends the others and recovers from its WAL. */
+async function killOneBackend(url: string): Promise<void> {
+  const victim = new pg.Client({ connectionString: url });
+  victim.on('error', () => undefined);
+  await victim.connect();
+  const { rows } = await victim.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+  process.kill(rows[0]!.pid, 'SIGKILL');
+  await victim.end().catch(() => undefined);
+  // Back once it answers; crash recovery of a small log takes a moment.
+  while ((await postgresUnreachable(url)) !== null) await new Promise((r) => setTimeout(r, 100));
+}
+
+async function postmasterStart(url: string): Promise<string> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ t: string }>('SELECT pg_postmaster_start_time()::text AS t');
+    return rows[0]!.t;
+  } finally {
+    await client.end();
+  }
+}
+
+describe.runIf(run)('PostgreSQL event store across a crash restart', () => {
+  // A server of its own: the crash ends every session on it. Its WAL writer writes every 10 s, and
+  // nothing else flushes (no autovacuum, no standby snapshots), so asynchronous commits made just
+  // before the kill are lost with the server's shared memory, as the last ones before a crash are.
+  let own: PrivatePostgres;
+  beforeAll(async () => {
+    own = await startPrivatePostgres({
+      wal_writer_delay: '10s',
+      autovacuum: 'off',
+      wal_level: 'minimal',
+      max_wal_senders: '0',
+    });
+  });
+  afterAll(async () => {
+    await own?.stop();
+  });
+
+  it('hands out every position after a backend crash above every position a reader saw before it', async () => {
+    const store: PostgresEventStore = await openPostgresEventStore({
+      url: own.url,
+      schema: uniqueSchema(),
+      poolSize: 2,
+    });
+    try {
+      await store.append('flushed', [event('Flushed')]);
+      const started = await postmasterStart(own.url);
+      // The reader's checkpoint: the last position it passed, lost in the crash or not.
+      let passed = 0;
+      let lost = 0;
+      // The WAL writer may write the commits before the kill (its 10 s tick can fall in between):
+      // then nothing is lost and the crash is tried again.
+      for (let attempt = 0; attempt < 5 && lost === 0; attempt++) {
+        for (let i = 0; i < 10; i++) {
+          await store.append('debits', [event('Debit')], { durability: 'committed' });
+        }
+        const seen = await store.readAll({ after: passed });
+        passed = seen.at(-1)!.position;
+        await killOneBackend(own.url);
+        const kept = new Set((await store.readAll()).map((e) => e.position));
+        lost = seen.filter((e) => !kept.has(e.position)).length;
+      }
+      expect(lost).toBeGreaterThan(0);
+      // A crash restart is not a server start: the postmaster stays, with its start time.
+      expect(await postmasterStart(own.url)).toBe(started);
+
+      // New appends through both functions: locked (any revision) and unlocked (an expected one).
+      const written = [
+        await store.append('after', [event('Any')]),
+        await store.append('after', [event('Any')], { durability: 'committed' }),
+        await store.append('expects', [event('Expects')], { expectedRevision: 'no_stream' }),
+        await store.append('expects', [event('Expects')], { expectedRevision: 0 }),
+      ];
+      for (const result of written) expect(result.position).toBeGreaterThan(passed);
+      // The reader goes on from its checkpoint and gets every one of them.
+      const next = await store.readAll({ after: passed });
+      expect(next.map((e) => e.type)).toEqual(['Any', 'Any', 'Expects', 'Expects']);
+    } finally {
+      await store.close();
+    }
+  });
+});

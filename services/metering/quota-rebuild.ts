@@ -63,8 +63,6 @@ export interface RebuildDeps {
   signal?: AbortSignal;
   /** A checkpoint to start from (only for a build that replaces no live generation). */
   from?: QuotaCheckpoint;
-  /** Called at the switch with every counted event up to its position folded. */
-  onFolded?: (checkpoint: QuotaCheckpoint) => void;
 }
 
 export interface QuotaCheckpoint {
@@ -112,7 +110,6 @@ async function buildOnce(
   if (deps.from && previous !== null)
     throw new Error('quota rebuild: a checkpoint only seeds a build that replaces no generation');
   let position = deps.from?.position ?? 0;
-  const folded: QuotaBalances | null = deps.onFolded ? structuredClone(deps.from?.state ?? {}) : null;
   let events = 0;
   let debits = 0;
   let loggedOnPrevious = 0;
@@ -126,7 +123,6 @@ async function buildOnce(
       if (previous !== null && tag === previous) loggedOnPrevious += units(event);
       if (tag === generation) continue;
       fold(state, event);
-      if (folded && !live) fold(folded, event);
       debits++;
     }
     events += page.length;
@@ -145,7 +141,6 @@ async function buildOnce(
 
   let windows = 0;
   let switched: boolean;
-  let live = false;
   try {
     await cache.beginGeneration(generation);
     if (deps.from) windows += await write(structuredClone(deps.from.state));
@@ -172,8 +167,6 @@ async function buildOnce(
     if (current === previous) return 'lost';
     return { generation, previous, switched, ...done, replayed: 0 };
   }
-  live = true;
-  if (folded) deps.onFolded?.({ position, state: folded });
   deps.onLive?.(generation);
 
   // The replaced generation's count is final now (missing: none taken); with no previous one, unknown.
@@ -281,7 +274,7 @@ export class QuotaCounters {
     const { store, checkpoints } = this.deps;
     if (!checkpoints) return;
     const base = this.checkpoint ?? (await this.loadCheckpoint());
-    if (!base) return; // no rebuild yet: the first one folds the log and makes it
+    if (!base) return; // no rebuild yet: the first one makes it
     const state = structuredClone(base.state);
     let position = base.position;
     const head = await store.headPosition();
@@ -352,7 +345,6 @@ export class QuotaCounters {
     const isLive = new Promise<void>((resolve) => {
       live = resolve;
     });
-    let folded: QuotaCheckpoint | null = null;
     const run = rebuildQuotaGeneration({
       store,
       cache,
@@ -362,13 +354,6 @@ export class QuotaCounters {
       // The in-process cache has no other process's debits in flight.
       settleMs: cache.kind === 'memory' ? 0 : undefined,
       ...(from ? { from } : {}),
-      ...(this.deps.checkpoints
-        ? {
-            onFolded: (checkpoint: QuotaCheckpoint) => {
-              folded = checkpoint;
-            },
-          }
-        : {}),
     });
     const tail = run
       .then(async (outcome) => {
@@ -378,10 +363,9 @@ export class QuotaCounters {
             ? 'quota counters rebuilt from the log'
             : 'quota counters rebuilt by another process first',
         );
-        const checkpoint = folded as QuotaCheckpoint | null;
-        if (checkpoint && checkpoint.position > (from?.position ?? -1))
-          await this.storeCheckpoint(checkpoint);
-        else if (from) this.checkpoint = from;
+        // The checkpoint folds the log (not the counters) from the one the build started at.
+        this.checkpoint ??= from ?? { position: 0, state: {} };
+        await this.saveCheckpoint();
         this.keepCheckpointing();
       })
       .catch((err: unknown) => logger?.error({ err }, 'quota counter rebuild failed'));

@@ -13,7 +13,13 @@ import { turnEnd } from '../shared/turn-end.ts';
 import type { PlanLimits, PlanTable } from './plans.ts';
 import { QUOTA_FAMILY, QuotaCounters } from './quota-rebuild.ts';
 import type { QuotaSnapshot } from './snapshot.ts';
-import { type QuotaPeriod, type QuotaSubject, type SubjectWindows, subjectWindows } from './windows.ts';
+import {
+  type QuotaPeriod,
+  type QuotaSubject,
+  REMEMBERED_SUBJECTS,
+  type SubjectWindows,
+  subjectWindows,
+} from './windows.ts';
 
 // The knowledge chat quota counts the same subjects.
 export type { QuotaSubject } from './windows.ts';
@@ -136,8 +142,6 @@ const LEASE_IDLE_MS = 250;
 const LEASE_SHARE = 16;
 /** A grant smaller than this is not worth its round trips and its two events. */
 const MIN_UNITS = 8;
-/** Memos keyed by subject hold at most this many (a flood of callers costs a recompute, not memory). */
-const REMEMBERED_SUBJECTS = 10_000;
 
 /**
  * Counts served calls. The check-and-debit of the day and month windows is one atomic cache
@@ -365,8 +369,7 @@ export class QuotaMeter {
     const now = this.now();
     const subjectId = at.subject.id;
     const last = this.lastCall.get(subjectId) ?? Number.NEGATIVE_INFINITY;
-    if (this.lastCall.size >= REMEMBERED_SUBJECTS) this.lastCall.clear();
-    this.lastCall.set(subjectId, now);
+    setBounded(this.lastCall, subjectId, now, REMEMBERED_SUBJECTS);
     let tools = this.leases.get(subjectId);
     const live = tools?.get(tool);
     // The same day and plan (windows made again once the memo was cleared): the same lease.

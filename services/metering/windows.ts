@@ -110,7 +110,8 @@ export interface SubjectWindows {
 }
 
 const windowsBySubject = new Map<string, SubjectWindows>();
-const REMEMBERED_SUBJECTS = 10_000;
+/** Memos keyed by subject hold at most this many (a flood of callers costs a recompute, not memory). */
+export const REMEMBERED_SUBJECTS = 10_000;
 
 /**
  * The subject's windows at `now` under `plans`, made once per day and plan and shared (frozen) by
@@ -131,9 +132,8 @@ export function subjectWindows(subject: QuotaSubject, plans: PlanTable, now: num
   const windows = Object.freeze(quotaWindows(subject.id, limits, period).map((w) => Object.freeze(w)));
   const keys = Object.freeze(windows.map((w) => w.key)) as string[];
   const made = { subject, period, limits, windows: windows as QuotaWindow[], keys };
-  // Past REMEMBERED_SUBJECTS it starts afresh: a miss only spells the keys again.
-  if (windowsBySubject.size >= REMEMBERED_SUBJECTS) windowsBySubject.clear();
-  windowsBySubject.set(subject.id, made);
+  // Past REMEMBERED_SUBJECTS the oldest goes: a miss only spells the keys again.
+  setBounded(windowsBySubject, subject.id, made, REMEMBERED_SUBJECTS);
   return made;
 }
 

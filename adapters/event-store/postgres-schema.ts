@@ -378,9 +378,9 @@ function headRevision(schema: string, stream: string, expected: string): string 
 
 /**
  * From version 9: the first append of each session checks the position base (position_guard), later
- * ones only read the session setting that says it was checked. A session cannot outlive a server
- * start or a crash restart (both end every session), so each session's first append comes before
- * any position it hands out. Expects `v_base` read from position_base; reads it again when checked.
+ * ones only read the session setting that says it was checked. Both a server start and a crash
+ * restart end every session, so a session that has checked did so after the last of them. Expects
+ * `v_base` read from position_base; reads it again when it checks.
  */
 function baseGuard(schema: string, guard: string): string {
   return `  -- The base moves once per server start and once per crash restart (position_guard).

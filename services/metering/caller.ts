@@ -93,6 +93,11 @@ export class CallerRejectedError extends Error {
   ) {
     super(message, options);
   }
+
+  /** Who the request counts as: the anonymous caller of its address, with the refusal's auth. */
+  get caller(): Caller {
+    return { auth: this.service.auth, subject: this.anonymous, keyId: null };
+  }
 }
 
 /** The anonymous subject of a client address, counted by a hash of it (remembered per address). */
@@ -200,16 +205,11 @@ export function keyCaller(record: Pick<KeyRecord, 'keyHash' | 'keyId' | 'plan'>)
 }
 
 /** `_service` of a refused key: the live quota of its address's anonymous subject (null when out of reach). */
-export async function rejectedService(
+export function rejectedService(
   quota: Pick<QuotaMeter, 'peek'> | undefined,
   err: CallerRejectedError,
 ): Promise<ServiceMeta> {
-  if (quota === undefined) return err.service;
-  try {
-    return { ...err.service, quota: await quota.peek(err.anonymous) };
-  } catch {
-    return err.service;
-  }
+  return undebitedService(quota, err.caller);
 }
 
 /** What callerHook reads: the quota a refusal's `_service` peeks (figures null without it). */

@@ -301,10 +301,7 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
       const query = request.url.indexOf('?');
       const raw = query < 0 ? request.url : request.url.slice(0, query);
       if (request.method === 'OPTIONS' || UNLIMITED_PATHS.has(raw)) return done();
-      const refused = request.callerRefused;
-      const caller: Caller | null =
-        request.caller ??
-        (refused === null ? null : { auth: refused.service.auth, subject: refused.anonymous, keyId: null });
+      const caller: Caller | null = request.caller ?? request.callerRefused?.caller ?? null;
       if (caller === null) return done(new Error('the rate limit runs after the caller hook (callerPlugin)'));
       // The path the router answers (it decodes %xx and ends at '#': /m%63p is /mcp), each
       // spelling of a tool's path otherwise a budget of its own.

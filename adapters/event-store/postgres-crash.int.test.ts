@@ -1,22 +1,38 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type PrivatePostgres, startPrivatePostgres } from '../../test/postgres-private.ts';
-import { postgresUnreachable, shouldRunPostgresSuite, uniqueSchema } from '../../test/postgres-probe.ts';
+import { shouldRunPostgresSuite, uniqueSchema } from '../../test/postgres-probe.ts';
 import { event } from './contract.ts';
 import { openPostgresEventStore, type PostgresEventStore } from './postgres.ts';
 
 const run = await shouldRunPostgresSuite('PostgreSQL event store crash suite');
 
-/** Kills one backend of the server with SIGKILL: the postmaster ends the others and recovers from its WAL. */
+/**
+ * Kills one backend of the server with SIGKILL: the postmaster ends the others and recovers from
+ * its WAL. Returns once recovery is over, told by an unlogged table written before the kill, which
+ * recovery empties (a server that merely answers may not have noticed the kill yet).
+ */
 async function killOneBackend(url: string): Promise<void> {
   const victim = new pg.Client({ connectionString: url });
   victim.on('error', () => undefined);
   await victim.connect();
+  await victim.query('CREATE UNLOGGED TABLE IF NOT EXISTS crash_probe (x integer)');
+  await victim.query('INSERT INTO crash_probe VALUES (1)');
   const { rows } = await victim.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
   process.kill(rows[0]!.pid, 'SIGKILL');
   await victim.end().catch(() => undefined);
-  // Back once it answers; crash recovery of a small log takes a moment.
-  while ((await postgresUnreachable(url)) !== null) await new Promise((r) => setTimeout(r, 100));
+  for (;;) {
+    const probe = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2_000 });
+    probe.on('error', () => undefined);
+    const left = await probe
+      .connect()
+      .then(() => probe.query<{ n: number }>('SELECT count(*)::int AS n FROM crash_probe'))
+      .then((r) => r.rows[0]!.n)
+      .catch(() => null);
+    await probe.end().catch(() => undefined);
+    if (left === 0) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }
 
 async function postmasterStart(url: string): Promise<string> {

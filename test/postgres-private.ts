@@ -10,6 +10,7 @@ import { postgresUnreachable } from './postgres-probe.ts';
  * test that holds a transaction open on purpose: readers of the event store wait below the oldest
  * transaction in flight anywhere on their server (pg_snapshot_xmin is cluster-wide), so on the
  * shared loopback server such a test held back the readers of another suite running beside it.
+ * Also for a test that crashes the server (postgres-crash.int.test.ts), with settings of its own.
  */
 export interface PrivatePostgres {
   url: string;

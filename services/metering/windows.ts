@@ -39,15 +39,14 @@ export function quotaPeriod(now: number): QuotaPeriod {
 }
 
 function periodOf(now: number): QuotaPeriod {
-  const date = new Date(now);
-  const y = date.getUTCFullYear();
-  const m = date.getUTCMonth();
-  const d = date.getUTCDate();
-  const dayResetsAt = Date.UTC(y, m, d + 1);
-  const monthResetsAt = Date.UTC(y, m + 1, 1);
+  const iso = new Date(now).toISOString();
+  const day = iso.slice(0, 10);
+  const month = iso.slice(0, 7);
+  const dayResetsAt = resetsAtOf(day);
+  const monthResetsAt = resetsAtOf(month);
   return {
-    day: `${y}-${pad(m + 1)}-${pad(d)}`,
-    month: `${y}-${pad(m + 1)}`,
+    day,
+    month,
     dayResetsAt,
     monthResetsAt,
     dayResetsAtIso: new Date(dayResetsAt).toISOString(),
@@ -55,7 +54,7 @@ function periodOf(now: number): QuotaPeriod {
   };
 }
 
-/** End of the window a day (YYYY-MM-DD) or month (YYYY-MM) label names, from the label alone. */
+/** End of the window a day (YYYY-MM-DD) or month (YYYY-MM) label names, from the label alone (the only reckoning of one). */
 export function resetsAtOf(label: string): number {
   let at = resetsAtCache.get(label);
   if (at === undefined) {
@@ -135,8 +134,4 @@ export function subjectWindows(subject: QuotaSubject, plans: PlanTable, now: num
   // Past REMEMBERED_SUBJECTS the oldest goes: a miss only spells the keys again.
   setBounded(windowsBySubject, subject.id, made, REMEMBERED_SUBJECTS);
   return made;
-}
-
-function pad(n: number): string {
-  return String(n).padStart(2, '0');
 }

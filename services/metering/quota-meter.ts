@@ -5,6 +5,7 @@ import {
   type QuotaWindow,
   REFUND_ID_TTL_MS,
 } from '../../adapters/cache/port.ts';
+import { TurnBatch } from '../../adapters/cache/turn-batch.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { newEventId } from '../../contracts/event-id.ts';
 import type { EventData } from '../../contracts/events.ts';
@@ -152,7 +153,10 @@ const MIN_UNITS = 8;
 export class QuotaMeter {
   readonly counters: QuotaCounters;
   private readonly lanes = new Map<string, Lane>();
-  private due: [string, Lane][] = [];
+  /** Lanes due, flushed at the end of the turn together: their appends reach the store together (GroupWriter). */
+  private readonly due = new TurnBatch<[string, Lane]>((due) => {
+    for (const [subjectId, lane] of due) this.flush(subjectId, lane, true);
+  }, Number.POSITIVE_INFINITY);
   private readonly leaseMs: number;
   private readonly maxUnits: number;
   private readonly idleMs: number;
@@ -550,18 +554,10 @@ export class QuotaMeter {
     const appended = new Promise<number>((resolve, reject) => batch.calls.push({ resolve, reject }));
     if (!lane.scheduled && lane.inFlight < MAX_ROUNDS_IN_FLIGHT) {
       lane.scheduled = true;
-      // One immediate for every lane due: their appends reach the store together (GroupWriter).
-      this.due.push([subject.id, lane]);
-      if (this.due.length === 1) setImmediate(this.flushDue);
+      this.due.add([subject.id, lane]);
     }
     return appended;
   }
-
-  private readonly flushDue = () => {
-    const due = this.due;
-    this.due = [];
-    for (const [subjectId, lane] of due) this.flush(subjectId, lane, true);
-  };
 
   /** Starts a round with every waiting batch (a scheduled one takes the whole turn's calls). */
   private flush(subjectId: string, lane: Lane, scheduled = false): void {

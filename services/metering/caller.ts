@@ -6,12 +6,7 @@ import type { KeyRecord } from '../keys/key-registry.ts';
 import { type KeyLookup, type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
 import { setBounded } from '../shared/bounded-map.ts';
 import type { QuotaMeter } from './quota-meter.ts';
-import {
-  type AuthBlock,
-  type PresentedCredential,
-  presentedCredential,
-  type ServiceMeta,
-} from './service-meta.ts';
+import type { AuthBlock, ServiceMeta } from './service-meta.ts';
 import type { QuotaSubject } from './windows.ts';
 
 declare module 'fastify' {
@@ -121,7 +116,37 @@ type CallerRequest = { headers: Record<string, string | string[] | undefined>; c
 
 /** The caller of a request that presents no key; null when one is presented. */
 export function keylessCaller(request: CallerRequest): Caller | null {
-  return callerWithout(presentedCredential(request.headers, isWellFormedKey), request.clientAddress);
+  const found = credentialOf(request);
+  return typeof found === 'string' ? null : found;
+}
+
+/** Header names callers sometimes use for keys; we never apply them, but we say so. */
+const OTHER_KEY_HEADERS = ['x-api-key', 'api-key', 'apikey', 'x-auth-token', 'x-access-token'];
+const BEARER = /^Bearer +(\S+) *$/i;
+const HINT = 'a key applies only as the header "Authorization: Bearer <key>"';
+
+/**
+ * The key a request presents, or its caller without one: only `Authorization: Bearer <key>`
+ * applies a key, and the anonymous caller's auth says why anything else did not.
+ */
+export function credentialOf({ headers, clientAddress }: CallerRequest): string | Caller {
+  const raw = headers.authorization;
+  const value = Array.isArray(raw) ? raw[0] : raw;
+  let auth: AuthBlock;
+  if (value === undefined || value.trim() === '') {
+    const other = OTHER_KEY_HEADERS.find((name) => headers[name] !== undefined);
+    auth = { outcome: 'ABSENT', presented: other !== undefined, tier: 'free' };
+    if (other !== undefined) auth.detail = `header ${other} was ignored: ${HINT}`;
+  } else {
+    const token = BEARER.exec(value)?.[1];
+    if (token !== undefined && isWellFormedKey(token)) return token;
+    const detail =
+      token === undefined
+        ? `Authorization is not a Bearer token: ${HINT}`
+        : 'the Bearer token is not shaped like a live key (sk_live_…)';
+    auth = { outcome: 'MALFORMED', presented: true, tier: 'free', detail };
+  }
+  return { auth, subject: anonymousSubject(clientAddress), keyId: null };
 }
 
 /**
@@ -132,9 +157,9 @@ export function resolveCaller(
   keys: Pick<KeyResolver, 'resolve'>,
   request: CallerRequest,
 ): Caller | CallerRejectedError | Promise<Caller | CallerRejectedError> {
-  const credential = presentedCredential(request.headers, isWellFormedKey);
-  if (credential.kind === 'none') return callerWithout(credential, request.clientAddress)!;
-  const lookup = keys.resolve(credential.token);
+  const credential = credentialOf(request);
+  if (typeof credential !== 'string') return credential;
+  const lookup = keys.resolve(credential);
   if (!(lookup instanceof Promise)) return lookupCaller(lookup, request.clientAddress);
   return lookup.then(
     (caughtUp) => lookupCaller(caughtUp, request.clientAddress),
@@ -180,20 +205,6 @@ function lookupCaller(lookup: KeyLookup, clientAddress: string): Caller | Caller
 
 /** The caller of each lookup, shared by that key's requests: frozen. */
 const keyCallers = new WeakMap<KeyLookup, Caller>();
-
-function callerWithout(credential: PresentedCredential, clientAddress: string): Caller | null {
-  if (credential.kind !== 'none') return null;
-  return {
-    auth: {
-      outcome: credential.outcome,
-      presented: credential.presented,
-      tier: 'free',
-      ...(credential.detail ? { detail: credential.detail } : {}),
-    },
-    subject: anonymousSubject(clientAddress),
-    keyId: null,
-  };
-}
 
 /** The caller of an active key, whether a Bearer key or an OAuth token acting as it. */
 export function keyCaller(record: Pick<KeyRecord, 'keyHash' | 'keyId' | 'plan'>): Caller {

@@ -5,7 +5,7 @@ import { ProjectionRunner } from '../../projections/runner.ts';
 import { changeKeyPlan, issueKey, revokeKey } from '../keys/key-commands.ts';
 import { keyRegistryProjection } from '../keys/key-registry.ts';
 import { KeyResolver } from '../keys/key-resolver.ts';
-import { type Caller, CallerRejectedError, resolveCaller } from './caller.ts';
+import { type Caller, CallerRejectedError, credentialOf, resolveCaller } from './caller.ts';
 
 describe('the caller of a remembered key', () => {
   it('answers a key asked again from memory until the registry changes, then looks again', async () => {
@@ -43,5 +43,38 @@ describe('the caller of a remembered key', () => {
     } finally {
       await runner.stop();
     }
+  });
+});
+
+const KEY = `sk_live_${'A'.repeat(43)}`;
+const read = (headers: Record<string, string | undefined>) =>
+  credentialOf({ headers, clientAddress: '10.0.0.2' });
+const auth = (headers: Record<string, string | undefined>) => (read(headers) as Caller).auth;
+
+describe('credentialOf: Authorization: Bearer is the only way a key applies', () => {
+  it('applies a Bearer key (scheme case-insensitive, surrounding spaces tolerated)', () => {
+    expect(read({ authorization: `Bearer ${KEY}` })).toBe(KEY);
+    expect(read({ authorization: `bearer  ${KEY} ` })).toBe(KEY);
+  });
+
+  it('missing header: ABSENT, nothing presented, an anonymous caller', () => {
+    expect(read({})).toMatchObject({ keyId: null, subject: { kind: 'anonymous', plan: 'free' } });
+    expect(auth({})).toEqual({ outcome: 'ABSENT', presented: false, tier: 'free' });
+    expect(auth({ authorization: '' })).toEqual({ outcome: 'ABSENT', presented: false, tier: 'free' });
+  });
+
+  it('another header name: ABSENT, presented, and says which header was ignored', () => {
+    expect(auth({ 'x-api-key': KEY })).toMatchObject({ outcome: 'ABSENT', presented: true });
+    expect(auth({ 'x-api-key': KEY }).detail).toContain('x-api-key');
+  });
+
+  it('missing Bearer prefix or another scheme: MALFORMED', () => {
+    expect(auth({ authorization: KEY })).toMatchObject({ outcome: 'MALFORMED', presented: true });
+    expect(auth({ authorization: `Basic ${KEY}` })).toMatchObject({ outcome: 'MALFORMED' });
+    expect(auth({ authorization: `Bearer ${KEY} extra` })).toMatchObject({ outcome: 'MALFORMED' });
+  });
+
+  it('a Bearer token that is not shaped like a key: MALFORMED', () => {
+    expect(auth({ authorization: 'Bearer hello' })).toMatchObject({ outcome: 'MALFORMED' });
   });
 });

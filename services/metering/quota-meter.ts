@@ -373,7 +373,8 @@ export class QuotaMeter {
     const now = this.now();
     const subjectId = at.subject.id;
     const last = this.lastCall.get(subjectId) ?? Number.NEGATIVE_INFINITY;
-    setBounded(this.lastCall, subjectId, now, REMEMBERED_SUBJECTS);
+    if (this.lastCall.size >= REMEMBERED_SUBJECTS) this.lastCall.clear();
+    this.lastCall.set(subjectId, now);
     let tools = this.leases.get(subjectId);
     const live = tools?.get(tool);
     // The same day and plan (windows made again once the memo was cleared): the same lease.

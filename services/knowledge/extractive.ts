@@ -772,9 +772,13 @@ function units(passage: Passage): string[][] {
     // A short sentence ("A paid answer is never lost.") opens what the next one says.
     if (sentence.length < SHORT_ANSWER && !sentence.endsWith(':') && readsOn) out.push([sentence, next]);
     else if (!sentence.endsWith(':')) out.push([sentence]);
-    // A sentence that introduces a code sample says nothing without it, and code is not quoted.
+    // A short sentence that introduces a code sample ("Install:") says nothing without it, and
+    // code is not quoted.
     else if (next !== undefined && next.length <= LONG_SENTENCE && answerable(next))
       out.push([sentence, next]);
+    // One that states a fact of its own before its sample ("Register an HTTPS receiver with a
+    // live key (free or paid):") is quoted alone.
+    else if (words(sentence).length >= 8) out.push([sentence]);
   });
   return out;
 }

@@ -338,9 +338,12 @@ function compactValue(value: unknown): unknown {
  * position (the entry's key) and the correlation id when it is the event's own id (the default)
  * as null, which format 1 never stores: a null reads back as the key and the id.
  */
-export function encodeStoredEvent(event: RecordedEvent): { id: Compact } & Record<string, unknown> {
+export function encodeStoredEvent(
+  event: RecordedEvent,
+  id: StoredId = compactString(event.id),
+): { id: StoredId } & Record<string, unknown> {
   return {
-    id: compactString(event.id),
+    id,
     type: TYPE_CODES.get(event.type) ?? event.type,
     stream: compactStream(event.stream),
     revision: event.revision,
@@ -350,6 +353,18 @@ export function encodeStoredEvent(event: RecordedEvent): { id: Compact } & Recor
     causationId: event.causationId === null ? null : compactString(event.causationId),
     data: compactValue(event.data),
   };
+}
+
+/** An event id as an event's stored form holds it (`storedId`): its bytes for a UUID. */
+export type StoredId = Compact;
+
+/**
+ * The stored form of an event id: what `encodeStoredEvent` writes and `IdIndex.getStored` and
+ * `putStored` key it by, so an append parses a caller's id once for its look-up, its event and
+ * its index entry.
+ */
+export function storedId(id: string): StoredId {
+  return compactString(id);
 }
 
 /** The event a stored value (format 1 or 2) at `position` stands for. Mutates the freshly decoded value. */
@@ -392,11 +407,19 @@ export class IdIndex {
     this.db.putSync(this.key(id), position);
   }
 
+  /** `get` for an id whose stored form (`storedId`) is at hand: the key is not parsed again. */
+  getStored(id: string, stored: StoredId): number | undefined {
+    if (stored instanceof UuidText && (this.binary || isOrdered(stored.bytes))) {
+      return this.db.get(indexKey(stored.bytes));
+    }
+    return this.get(id);
+  }
+
   /**
    * `putSync` for an id the event's stored form already holds as bytes (`encodeStoredEvent`'s
    * `id`): the key is not parsed from the text a second time.
    */
-  putStored(id: string, stored: unknown, position: number): void {
+  putStored(id: string, stored: StoredId, position: number): void {
     if (stored instanceof UuidText && (this.binary || isOrdered(stored.bytes))) {
       this.db.putSync(indexKey(stored.bytes), position);
     } else this.putSync(id, position);

@@ -5,7 +5,14 @@ import type { AppendResult, ExpectedRevision, NewEvent, RecordedEvent } from '..
 import { AppendSignal, catchUpSubscription } from './catch-up.ts';
 import { findIdempotentAppend, freshEventIds } from './idempotency.ts';
 import { putAppend } from './lmdb-append.ts';
-import { decodeStoredEvent, encodeStoredEvent, type IdIndex, openIdIndex } from './lmdb-codec.ts';
+import {
+  decodeStoredEvent,
+  encodeStoredEvent,
+  type IdIndex,
+  openIdIndex,
+  type StoredId,
+  storedId,
+} from './lmdb-codec.ts';
 import { LmdbProjectionStore } from './lmdb-snapshots.ts';
 import {
   checkExpected,
@@ -46,6 +53,8 @@ interface Written {
   result: AppendResult;
   wrote: boolean;
   recorded?: RecordedEvent[];
+  /** The first recorded event's id in stored form, for the read-back (`notOnLog`). */
+  firstId?: StoredId;
 }
 
 const LAST_REVISION = Number.MAX_SAFE_INTEGER;
@@ -337,9 +346,13 @@ export class LmdbEventStore implements EventStore {
    * processes must not write to one directory (deploy/README, LMDB).
    */
   private notOnLog(pending: PendingAppend): boolean {
-    const first = recordedBy(pending)?.[0];
+    const outcome = pending.outcome;
+    if (outcome === null || !('recorded' in outcome)) return false;
+    const first = outcome.recorded?.[0];
     if (first === undefined) return false;
-    return this.ids.get(first.id) !== first.position;
+    const position =
+      outcome.firstId === undefined ? this.ids.get(first.id) : this.ids.getStored(first.id, outcome.firstId);
+    return position !== first.position;
   }
 
   private readonly listeners = new Set<(events: readonly RecordedEvent[]) => void>();
@@ -384,7 +397,13 @@ export class LmdbEventStore implements EventStore {
   /** One append inside the group's write transaction; throws a failed check before writing anything. */
   private writeInTxn(pending: PendingAppend, recordedAt: string): Written {
     const { stream, events, expected } = pending;
-    const prior = findIdempotentAppend(stream, events, (id) => this.lookup(id));
+    // A caller's first id in stored form (its 16 bytes, for a UUID), parsed once for its look-up,
+    // its event, its index entry and the read-back after the flush.
+    const givenId = events[0]?.id;
+    const givenStored = givenId === undefined ? undefined : storedId(givenId);
+    const prior = findIdempotentAppend(stream, events, (id) =>
+      id === givenId && givenStored !== undefined ? this.lookup(id, givenStored) : this.lookup(id),
+    );
     if (prior) return { result: prior, wrote: false };
     const inTxn = this.txnRevisions.get(stream);
     const current = inTxn !== undefined ? inTxn : this.currentRevision(stream);
@@ -393,8 +412,8 @@ export class LmdbEventStore implements EventStore {
     this.headExactInTxn = true;
     if (events.length === 0) return { result: { nextRevision: current ?? -1, position: head }, wrote: false };
     // findIdempotentAppend just found the first id unstored: no second lookup of it.
-    const firstId = events[0]!.id;
-    const ids = freshEventIds(stream, events, (id) => id !== firstId && this.ids.doesExist(id));
+    const ids = freshEventIds(stream, events, (id) => id !== givenId && this.ids.doesExist(id));
+    const firstStored = givenStored ?? storedId(ids[0]!);
     const firstRevision = (current ?? -1) + 1;
     const written: RecordedEvent[] = [];
     for (let i = 0; i < events.length; i++) {
@@ -403,7 +422,7 @@ export class LmdbEventStore implements EventStore {
       const revision = firstRevision + i;
       const recorded = recordEvent(events[i]!, { id, stream, revision, position, recordedAt });
       written.push(recorded);
-      const stored = encodeStoredEvent(recorded);
+      const stored = i === 0 ? encodeStoredEvent(recorded, firstStored) : encodeStoredEvent(recorded);
       putAppend(this.events, position, stored as RecordedEvent, 'lmdb event store: event');
       this.streams.putSync([stream, revision], position);
       this.ids.putStored(id, stored.id, position);
@@ -415,6 +434,7 @@ export class LmdbEventStore implements EventStore {
       result: { nextRevision: firstRevision + events.length - 1, position: head + events.length },
       wrote: true,
       recorded: written,
+      firstId: firstStored,
     };
   }
 
@@ -654,8 +674,8 @@ export class LmdbEventStore implements EventStore {
     this.revisionHints.set(stream, revision);
   }
 
-  private lookup(id: string): RecordedEvent | undefined {
-    const position = this.ids.get(id);
+  private lookup(id: string, storedForm?: StoredId): RecordedEvent | undefined {
+    const position = storedForm === undefined ? this.ids.get(id) : this.ids.getStored(id, storedForm);
     if (position === undefined) return undefined;
     const stored = this.events.get(position);
     return stored === undefined ? undefined : decodeStoredEvent(stored, position);

@@ -793,6 +793,20 @@ function itemList(quotes: string[], asked: { meets: Set<string> }[]): boolean {
   return asked.some(({ meets }) => [...meets].some((t) => head.has(t)));
 }
 
+/** The routes, commands, packages and settings a unit names. */
+const STEP_TOKEN =
+  /\b(?:GET|POST|PUT|PATCH|DELETE)\s+\/[\w./:{}-]*|\b(?:npm run|npx) [@\w/.-]+(?: -- [\w-]+)?|@[\w-]+\/[\w-]+|\b[A-Z][A-Z0-9_]*=[\w.:/-]+/g;
+
+/** A step the unit names whose own words meet what the question acts on. */
+function stepNames(text: string, object: Set<string>): boolean {
+  for (const m of text.matchAll(STEP_TOKEN))
+    for (const w of m[0].split(/[^\p{L}\p{N}]+/u)) {
+      const t = termOf(w);
+      if (t !== null && object.has(t)) return true;
+    }
+  return false;
+}
+
 /** A shell command of a code sample ("npm run keys -- list", "EVENT_STORE=postgres npm start"). */
 function isCommand(text: string): boolean {
   return (
@@ -908,6 +922,14 @@ export function extractiveAnswer(
   const listOf = ofNoun.length > 0 ? ofNoun : asked;
   const aboutTests = TESTS.test(question);
   const counted = kind === 'number' ? countedNoun(question, asked) : null;
+  // The rarest of a "how do I" question's terms other than its act: what the act is done to.
+  const object =
+    kind === 'steps'
+      ? (asked
+          .map((a, i) => ({ meets: a.meets, w: rarity[i]!, i }))
+          .filter(({ i, w }) => i !== cruxAt && w < unknownWeight)
+          .sort((a, b) => b.w - a.w)[0]?.meets ?? null)
+      : null;
   const candidates: Candidate[] = [];
   const byPassage = new Map<string, string[][]>();
   read.forEach(({ passage }, rank) => {
@@ -947,7 +969,10 @@ export function extractiveAnswer(
         // states another number.
         (counted !== null && countsNoun(text, counted) ? 0.1 : 0) +
         // The call that does the act asked about is the code a "how do I" answer quotes.
-        (codeCall ? 0.25 : 0) -
+        (codeCall ? 0.25 : 0) +
+        // A route, command, package or setting named after the thing a "how do I" acts on
+        // ("npx @modelcontextprotocol/inspector", "POST …/rotate-secret") is the step for it.
+        (kind === 'steps' && object !== null && stepNames(text, object) ? 0.15 : 0) -
         // The test suite's sections say how a behaviour is tested, not what it is or why: they
         // answer a question about tests, and rank far below the rest for any other.
         (testsSection && !aboutTests ? 0.3 : 0) -

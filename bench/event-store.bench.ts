@@ -1,6 +1,7 @@
 /**
  * LMDB event store against raw `lmdb` doing the same I/O, measured in one run:
- *   (a) single-event appends with an expected revision vs one raw put + flush each
+ *   (a) single-event appends with an expected revision vs one raw put + flush each; rate, and the
+ *       process's CPU per append (LMDB's write thread included)
  *   (b) batches of 100 events vs 100 raw puts in one transaction + flush
  *   (c) read-all over N events vs a raw getRange over the same entries
  *   (d) rebuild of a counting projection over the same N events (subscription + fold + snapshots)
@@ -15,7 +16,7 @@
  *   npx tsx bench/event-store.bench.ts [--read-events=1000000]
  */
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { type Database, open } from 'lmdb';
@@ -55,6 +56,8 @@ export interface BenchRow {
   target?: number;
   /** Absolute floor for the store's rate, where the issue sets one. */
   minRate?: number;
+  /** The process's CPU per unit (LMDB's write thread included), where the row measures it. */
+  cpuUs?: { store: number; raw: number };
 }
 
 export async function run(options: EventStoreBenchOptions = {}): Promise<BenchRow[]> {
@@ -81,19 +84,26 @@ export async function run(options: EventStoreBenchOptions = {}): Promise<BenchRo
 
 async function singleAppends(path: string, count: number): Promise<BenchRow> {
   const store = await openLmdbEventStore({ path: join(path, 'store') });
+  const storeCpu = ownCpuMs();
   const storeMs = await timedSingleAppends(store, count, 'bench');
+  const storeCpuMs = ownCpuMs() - storeCpu;
   const records = await store.readAll();
   await store.close();
 
   const raw = openRaw(join(path, 'raw'));
+  const rawCpu = ownCpuMs();
   const rawStart = performance.now();
   for (const record of records) {
     await raw.db.put(record.position, record);
     await raw.env.flushed;
   }
   const rawMs = performance.now() - rawStart;
+  const rawCpuMs = ownCpuMs() - rawCpu;
   await raw.env.close();
-  return row(`(a) single appends, expected revision (${count})`, count, storeMs, rawMs, 'appends/s');
+  return {
+    ...row(`(a) single appends, expected revision (${count})`, count, storeMs, rawMs, 'appends/s'),
+    cpuUs: { store: (storeCpuMs * 1000) / count, raw: (rawCpuMs * 1000) / count },
+  };
 }
 
 async function batchAppends(path: string, count: number, size: number): Promise<BenchRow> {
@@ -283,6 +293,12 @@ function printTable(rows: BenchRow[]): void {
         : '',
   ]);
   printColumns(['case', 'lmdb store', 'raw lmdb', 'unit', 'store/raw', 'target'], lines);
+  for (const r of rows) {
+    if (r.cpuUs === undefined) continue;
+    console.log(
+      `${r.case.slice(0, 3)} process CPU per append (LMDB's write thread included): store ${f0(r.cpuUs.store)} µs, raw ${f0(r.cpuUs.raw)} µs (${f2(r.cpuUs.store / r.cpuUs.raw)}×), load ${f2(loadavg()[0] ?? 0)}`,
+    );
+  }
   for (const r of rows) {
     const detail = `${fmt(r.store)} vs ${fmt(r.raw)} ${r.unit}`;
     if (r.target !== undefined) {

@@ -80,67 +80,40 @@ interface PendingTake {
   reject(err: unknown): void;
 }
 
-interface Window {
-  count: number;
-  resetsAt: number;
-}
-
-/** A credential's window over everything it calls, and its windows per tool (each opened by its first request). */
-interface Credential extends Window {
-  tools: Map<string, Window> | null;
-}
-
 /**
- * Fixed windows counted in this process (no Redis, or Redis out of reach): every request counts,
- * refused ones too, and ended windows are swept once per window length. Synchronous on purpose.
+ * Fixed windows counted in this process (no Redis, or Redis out of reach), under the keys and by
+ * the rule of TAKE_MANY_SCRIPT: every request counts, refused ones too, and ended windows are
+ * swept once per window length. Synchronous on purpose.
  */
 class LocalWindows {
-  private readonly credentials = new Map<string, Credential>();
+  private readonly windows = new Map<string, { count: number; resetsAt: number }>();
   private nextSweep = 0;
 
   constructor(private readonly windowMs: number) {}
 
-  take(credential: string, tool: string | null, limits: { all: number; perTool: number }, now: number) {
-    if (now >= this.nextSweep) this.sweep(now);
-    let own = this.credentials.get(credential);
-    if (own === undefined) {
-      own = { count: 0, resetsAt: 0, tools: null };
-      this.credentials.set(credential, own);
+  /** The script's reply for one request's budgets `keys`. */
+  take(keys: readonly string[], limits: readonly number[], now: number): number[] {
+    if (now >= this.nextSweep) {
+      for (const [key, window] of this.windows) if (window.resetsAt <= now) this.windows.delete(key);
+      this.nextSweep = now + this.windowMs;
     }
-    const overall = this.count(own, limits.all, now);
-    if (!overall.allowed || tool === null) return overall;
-    own.tools ??= new Map();
-    let window = own.tools.get(tool);
-    if (window === undefined) {
-      window = { count: 0, resetsAt: 0 };
-      own.tools.set(tool, window);
-    }
-    return tighter(overall, this.count(window, limits.perTool, now));
-  }
-
-  private count(window: Window, limit: number, now: number): RateDecision {
-    if (window.resetsAt <= now) {
-      window.count = 0;
-      window.resetsAt = now + this.windowMs;
-    }
-    window.count++;
-    return {
-      allowed: window.count <= limit,
-      limit,
-      remaining: Math.max(0, limit - window.count),
-      resetMs: window.resetsAt - now,
-    };
-  }
-
-  private sweep(now: number): void {
-    for (const [key, own] of this.credentials) {
-      if (own.tools !== null) {
-        for (const [tool, window] of own.tools) if (window.resetsAt <= now) own.tools.delete(tool);
-        if (own.tools.size === 0) own.tools = null;
+    const reply: number[] = [];
+    let refused = false;
+    for (let i = 0; i < keys.length; i++) {
+      if (refused) {
+        reply.push(0, -1);
+        continue;
       }
-      if (own.resetsAt <= now && own.tools === null) this.credentials.delete(key);
+      let window = this.windows.get(keys[i]!);
+      if (window === undefined || window.resetsAt <= now) {
+        window = { count: 0, resetsAt: now + this.windowMs };
+        this.windows.set(keys[i]!, window);
+      }
+      window.count++;
+      refused = window.count > limits[i]!;
+      reply.push(window.count, window.resetsAt - now);
     }
-    this.nextSweep = now + this.windowMs;
+    return reply;
   }
 }
 
@@ -154,7 +127,7 @@ class LocalWindows {
  * --compare=rate), so every request is counted where the replicas share it.
  */
 export class RateLimiter {
-  private readonly local = new Map<RateTier, LocalWindows>();
+  private readonly local: LocalWindows;
   private readonly windowMs: number;
   private readonly redis: TakingRedis | null;
   private readonly limits: Record<RateTier, { all: number; perTool: number }>;
@@ -166,6 +139,7 @@ export class RateLimiter {
   ) {
     this.redis = store ? (store.redis as TakingRedis) : null;
     this.windowMs = Math.max(1, settings.RATE_LIMIT_WINDOW_MS);
+    this.local = new LocalWindows(this.windowMs);
     const limits = (all: number) => ({
       all,
       perTool: Math.max(1, Math.ceil(all * settings.RATE_LIMIT_TOOL_SHARE)),
@@ -186,58 +160,22 @@ export class RateLimiter {
    * promise of Redis's count.
    */
   decide(tier: RateTier, credential: string, tool: string | null): RateDecision | Promise<RateDecision> {
-    if (this.redis?.status !== 'ready') return this.takeLocal(tier, credential, tool);
-    return this.takeShared(tier, credential, tool);
-  }
-
-  private async takeShared(tier: RateTier, credential: string, tool: string | null): Promise<RateDecision> {
-    const keys = this.sharedKeys(tier, credential, tool);
-    const limits = this.limitsOf(tier, tool);
-    let reply: number[];
-    try {
-      reply = await new Promise<number[]>((resolve, reject) =>
-        this.takes.add({ keys, limits, resolve, reject }),
-      );
-    } catch (err) {
-      // Redis refusing the script is a bug to surface; an outage (or a server that cannot take
-      // writes now) falls back to this process.
-      if (refusedByRedis(err)) throw err;
-      return this.takeLocal(tier, credential, tool);
-    }
-    const budget = (i: number): RateDecision => {
-      const count = Number(reply[2 * i]);
-      const limit = limits[i]!;
-      return {
-        allowed: count <= limit,
-        limit,
-        remaining: Math.max(0, limit - count),
-        resetMs: Math.max(0, Number(reply[2 * i + 1])),
-      };
-    };
-    const overall = budget(0);
-    return !overall.allowed || limits.length === 1 ? overall : tighter(overall, budget(1));
-  }
-
-  private takeLocal(tier: RateTier, credential: string, tool: string | null): RateDecision {
-    let windows = this.local.get(tier);
-    if (windows === undefined) {
-      windows = new LocalWindows(this.windowMs);
-      this.local.set(tier, windows);
-    }
-    return windows.take(credential, tool, this.limits[tier], Date.now());
-  }
-
-  /** The Redis keys of a request's budgets: the credential's, then the tool's (the shape every replica counts on). */
-  private sharedKeys(tier: RateTier, credential: string, tool: string | null): string[] {
-    const base = `${this.store!.prefix}rl:${tier}:`;
+    const base = `${this.store?.prefix ?? ''}rl:${tier}:`;
     const own = `${tier}:${credential}`;
-    return tool === null ? [`${base}all:${own}`] : [`${base}all:${own}`, `${base}tool:${own}:${tool}`];
-  }
-
-  /** A request's limits: the credential's, then the tool's when one is named. */
-  private limitsOf(tier: RateTier, tool: string | null): number[] {
+    // The credential's budget, then the tool's: the keys every replica counts on.
+    const keys = tool === null ? [`${base}all:${own}`] : [`${base}all:${own}`, `${base}tool:${own}:${tool}`];
     const { all, perTool } = this.limits[tier];
-    return tool === null ? [all] : [all, perTool];
+    const limits = tool === null ? [all] : [all, perTool];
+    if (this.redis?.status !== 'ready') return decision(limits, this.local.take(keys, limits, Date.now()));
+    return new Promise<number[]>((resolve, reject) => this.takes.add({ keys, limits, resolve, reject })).then(
+      (reply) => decision(limits, reply),
+      (err: unknown) => {
+        // Redis refusing the script is a bug to surface; an outage (or a server that cannot take
+        // writes now) falls back to this process.
+        if (refusedByRedis(err)) throw err;
+        return decision(limits, this.local.take(keys, limits, Date.now()));
+      },
+    );
   }
 
   /** Sends a turn's takes in one script call and settles each from its part of the reply. */
@@ -263,8 +201,24 @@ export class RateLimiter {
   }
 }
 
-/** The headers speak of the tighter budget: the one that refused, or the one nearer its end. */
-function tighter(overall: RateDecision, byTool: RateDecision): RateDecision {
+/**
+ * A request's decision from the script's reply ({count, ms left} per budget): the headers speak of
+ * the tighter budget, the one that refused or the one nearer its end.
+ */
+function decision(limits: readonly number[], reply: readonly number[]): RateDecision {
+  const budget = (i: number): RateDecision => {
+    const count = Number(reply[2 * i]);
+    const limit = limits[i]!;
+    return {
+      allowed: count <= limit,
+      limit,
+      remaining: Math.max(0, limit - count),
+      resetMs: Math.max(0, Number(reply[2 * i + 1])),
+    };
+  };
+  const overall = budget(0);
+  if (!overall.allowed || limits.length === 1) return overall;
+  const byTool = budget(1);
   return !byTool.allowed || byTool.remaining < overall.remaining ? byTool : overall;
 }
 

@@ -256,6 +256,33 @@ describe('LMDB event store', () => {
     }
   });
 
+  it('writes again every append of a group whose commit did not reach the log, each once', async () => {
+    const store = await openLmdbEventStore({ path: freshPath() });
+    const streams = [uniqueStream('lost-a'), uniqueStream('lost-b'), uniqueStream('lost-c')];
+    const root = store.root as unknown as { childTransaction: (cb: () => unknown) => Promise<unknown> };
+    const real = root.childTransaction.bind(root);
+    let calls = 0;
+    // The read-back looks up one append of a pass when it finds it on the log: here none is.
+    root.childTransaction = (cb) =>
+      calls++ === 0
+        ? real(() => {
+            cb();
+            return ABORT;
+          })
+        : real(cb);
+    try {
+      const events = streams.map((s) => event(s));
+      const results = await Promise.all(
+        streams.map((s, i) => store.append(s, [events[i]!], { expectedRevision: 'no_stream' })),
+      );
+      expect(calls).toBe(2);
+      expect(results.map((r) => r.position)).toEqual([1, 2, 3]);
+      expect((await store.readAll()).map((e) => e.id)).toEqual(events.map((e) => e.id));
+    } finally {
+      await store.close();
+    }
+  });
+
   /** The store's own read-back of committed appends, replaced by `check` for a test. */
   function readBack(store: LmdbEventStore, check: (real: (p: unknown) => boolean, p: unknown) => boolean) {
     const inner = store as unknown as { notOnLog: (p: unknown) => boolean };

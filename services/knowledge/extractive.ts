@@ -49,6 +49,8 @@ const MAX_UNKNOWN_SHARE = 0.5;
 const FALLBACK_PASSAGES = 3;
 const FALLBACK_COVERAGE = 0.7;
 const FALLBACK_UNIT = 0.25;
+/** What a unit stating the cause of a "why" must carry of the question to join its answer. */
+const CAUSE_UNIT = 0.25;
 /** A best sentence shorter than this is read with the one after it. */
 const SHORT_ANSWER = 120;
 
@@ -448,6 +450,9 @@ const TEST_SUITE = /^(testing|tests)$/i;
 /** Words that state a cause or a purpose: what a "why" question asks for. */
 const REASON =
   /\b(because|since|so|therefore|thus|hence|reason|why|otherwise|rather than|in order to|so that|would|cannot|only)\b/i;
+
+/** The plainer words of cause, without REASON's modal ones ("would", "cannot", "only"). */
+const CAUSE = /\b(because|since|so that|so|therefore|rather than|otherwise|in order to)\b/i;
 
 /** A figure in digits, not the digits of a name ("SHA256", "x402", "EIP-4361"). */
 const DIGITS = /(?<![\p{L}\p{N}_])(?<!\p{L}-)\d/u;
@@ -1056,6 +1061,24 @@ export function extractiveAnswer(
         chosen.push(before);
         length += cause.length;
       }
+    }
+  }
+  // A "why" whose best quote states no cause: the best passage's unit that states one (with a
+  // quarter of the question) comes with it ("…; use expected_move_pct, not the label" beside
+  // what the labels are worth).
+  if (kind === 'reason' && !CAUSE.test(best.quotes.join(' '))) {
+    const cause = candidates
+      .filter(
+        (c) =>
+          c.passage.id === best.passage.id &&
+          c.coverage >= CAUSE_UNIT &&
+          CAUSE.test(c.quotes.join(' ')) &&
+          !overlaps(c),
+      )
+      .sort((a, b) => b.score - a.score)[0];
+    if (cause !== undefined && length + cause.quotes.join(' ').length <= MAX_ANSWER_CHARS) {
+      chosen.push(cause);
+      length += cause.quotes.join(' ').length;
     }
   }
   // Then what else the best passage says about the question, then units elsewhere that carry

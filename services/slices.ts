@@ -117,7 +117,6 @@ export async function composeSlices(ctx: SliceContext): Promise<ComposedSlices> 
           adapters,
           logger,
           roles: ctx.roles,
-          keys: () => channel().keys,
           feed: engine?.feed ?? null,
           ...(metrics ? { registry: metrics.registry } : {}),
           ...(history ? { trackRecord: history.brief } : {}),

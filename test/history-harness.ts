@@ -105,7 +105,7 @@ export async function startHistoryServer(options: {
     logger,
     readiness: new Readiness(),
     metrics: null,
-    plugins: [callerPlugin(keys), slice.routes({ keys, quota })],
+    plugins: [callerPlugin(keys), slice.routes({ quota })],
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const { port } = app.server.address() as AddressInfo;

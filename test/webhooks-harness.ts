@@ -209,7 +209,6 @@ export async function startWebhookStack(options: {
     config,
     adapters,
     logger,
-    keys: resolver,
     ...(options.settings ? { settings: options.settings } : {}),
     feed: engine.feed.kind,
   });

@@ -95,7 +95,7 @@ async function startRoutes(
 ): Promise<{ app: FastifyInstance; url: string }> {
   const config = loadConfig({ EVENT_STORE: 'memory', NODE_ENV: 'test', LOG_LEVEL: 'silent' });
   const logger = pino({ level: 'silent' });
-  const keys: HistoryRoutesDeps['keys'] = {
+  const keys: Parameters<typeof callerPlugin>[0] = {
     resolve: async (key) => {
       if (key !== KEY) return { status: 'unknown' };
       return { status: 'active', record: { keyHash: 'k', plan: 'pro' } as never };
@@ -113,7 +113,6 @@ async function startRoutes(
         trackRecord: { state: {} },
         outcomes: { checkpoint: Number.POSITIVE_INFINITY, has: () => false },
         now: Date.now,
-        keys,
         logger,
         ...extra,
       }),

@@ -16,7 +16,6 @@ import { jsonSchema } from '../../contracts/json-schema.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { errorBody, errorHandler } from '../api/errors.ts';
 import { declared, documented, RESPONSE_HEADERS, refusal } from '../api/openapi.ts';
-import type { KeyResolver } from '../keys/key-resolver.ts';
 import { callerHook, decorateCaller, keyRefusal, undebitedService } from '../metering/caller.ts';
 import type { QuotaMeter } from '../metering/quota-meter.ts';
 import { type Cursor, tagMatches } from './cursor.ts';
@@ -46,7 +45,6 @@ export interface HistoryRoutesDeps {
   now: () => number;
   /** Refuses a coin filter the service does not know, as the tools do (unknown_coin). */
   coins?: Pick<KnownCoins, 'check'>;
-  keys: Pick<KeyResolver, 'resolve'>;
   quota?: Pick<QuotaMeter, 'peek'>;
   logger: Logger;
   pageSize?: number;

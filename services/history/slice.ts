@@ -13,7 +13,6 @@ import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
 import type { Role } from '../component.ts';
 import type { EngineOperations, SignalOperations } from '../engine/operations.ts';
-import type { KeyResolver } from '../keys/key-resolver.ts';
 import type { QuotaMeter } from '../metering/quota-meter.ts';
 import type { Check } from '../shared/readiness.ts';
 import { revealClock } from '../shared/reveal-clock.ts';
@@ -46,12 +45,11 @@ export interface HistorySliceDeps {
   /** The process's market feed when it has one; the projections role opens its own otherwise. */
   feed: MarketFeed | null;
   resolverIntervalMs?: number;
-  /** The api role's keys and quota, once the channel that owns them is built (routes need them). */
+  /** The api role's quota, once the channel that owns it is built (routes peek at it). */
   channel?: () => HistoryAccess;
 }
 
 interface HistoryAccess {
-  keys: Pick<KeyResolver, 'resolve'>;
   quota?: Pick<QuotaMeter, 'peek'>;
 }
 
@@ -177,7 +175,7 @@ export function historySlice(deps: HistorySliceDeps) {
   }
 
   // The channel is built after this slice (it sells the operations this slice decorates), so the
-  // routes take its keys and quota when they are registered.
+  // routes take its quota when they are registered.
   const lazyRoutes =
     (channel: () => HistoryAccess): FastifyPluginAsync =>
     (app, options) =>
@@ -188,7 +186,6 @@ export function historySlice(deps: HistorySliceDeps) {
         ...(stored ? { stored } : {}),
         now,
         coins,
-        keys: channel().keys,
         ...(channel().quota ? { quota: channel().quota } : {}),
         logger: log,
       })(app, options);
@@ -216,10 +213,10 @@ export function historySlice(deps: HistorySliceDeps) {
     now,
     brief,
 
-    /** The api role's routes, as registered by the service (keys and quota from the channel). */
+    /** The api role's routes, as registered by the service (the quota from the channel). */
     ...(exports && deps.channel ? { plugin: lazyRoutes(deps.channel) } : {}),
 
-    /** The analysts' routes over the given keys and quota. */
+    /** The analysts' routes over the given quota (the caller hook before them resolves the key). */
     routes(keyed: HistoryAccess): FastifyPluginAsync {
       return historyRoutes({
         store: adapters.eventStore,
@@ -228,7 +225,6 @@ export function historySlice(deps: HistorySliceDeps) {
         ...(stored ? { stored } : {}),
         now,
         coins,
-        keys: keyed.keys,
         ...(keyed.quota ? { quota: keyed.quota } : {}),
         logger: log,
       });

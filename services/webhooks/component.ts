@@ -12,7 +12,6 @@ import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
 import type { Component, Role, Slice } from '../component.ts';
 import { rankMarkets } from '../engine/engine.ts';
-import type { KeyResolver } from '../keys/key-resolver.ts';
 import { DeliveryWorker } from './delivery-worker.ts';
 import { rankedDigestScan } from './digest-scan.ts';
 import { type DispatcherOptions, WebhookDispatcher } from './dispatcher.ts';
@@ -217,16 +216,12 @@ export function webhookApi(deps: {
   config: Config;
   adapters: WebhookAdapters;
   logger: Logger;
-  /** How a Bearer key becomes a key id: the key registry's resolver (the api role's, once it is built). */
-  keys: Pick<KeyResolver, 'resolve'> | (() => Pick<KeyResolver, 'resolve'>);
   settings?: Partial<WebhookSettings>;
   /** The feed this deployment's market content comes from (test deliveries are labelled with it). */
   feed: FeedKind;
 }): Component & { plugin: FastifyPluginAsync; runner: ProjectionRunner<WebhookState> } {
   const { config, adapters, logger } = deps;
   const { settings, secrets, runner, agent, worker } = parts(config, adapters, logger, deps.settings);
-  const given = deps.keys;
-  const keys = typeof given === 'function' ? given : () => given;
   return {
     name: 'webhook-api',
     runner,
@@ -237,7 +232,6 @@ export function webhookApi(deps: {
       agent,
       secrets,
       settings,
-      keys,
       feed: deps.feed,
     }),
     async start() {
@@ -263,8 +257,6 @@ export function webhooksSlice(deps: {
   adapters: WebhookAdapters;
   logger: Logger;
   roles: readonly Role[];
-  /** The api role's key resolver, once the channel that owns it is built. */
-  keys: () => Pick<KeyResolver, 'resolve'>;
   feed: MarketFeed | null;
   registry?: Registry;
   trackRecord?: DispatcherOptions['trackRecord'];
@@ -275,7 +267,6 @@ export function webhooksSlice(deps: {
         config,
         adapters,
         logger,
-        keys: deps.keys,
         // The api role always runs the engine's feed; its kind is known once it is open.
         feed: deps.feed?.kind ?? (config.FEED === 'live' ? 'live' : 'replay'),
       })

@@ -43,7 +43,6 @@ function slice(fail: { load?: boolean; save?: boolean }) {
     adapters: { eventStore, projectionStore: projections(fail), bus },
     logger,
     roles: ['api', 'dispatcher'],
-    keys: () => ({ resolve: async () => null }) as never,
     feed,
   });
   return { built, eventStore, bus };

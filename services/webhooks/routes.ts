@@ -19,7 +19,6 @@ import {
 } from '../../contracts/webhooks.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { declared, documented, type ResponseDoc, type RouteDoc } from '../api/openapi.ts';
-import type { KeyResolver } from '../keys/key-resolver.ts';
 import { callerHook, decorateCaller, keyRefusal } from '../metering/caller.ts';
 import { deliveryView, findDelivery, sequenceStream } from './delivery-log-fold.ts';
 import type { DeliveryWorker } from './delivery-worker.ts';
@@ -55,8 +54,6 @@ export interface WebhookRoutesDeps {
     WebhookSettings,
     'urlPolicy' | 'maxPerKey' | 'timeoutMs' | 'verifyBaseUrl' | 'rotationOverlapMs'
   >;
-  /** The key registry's resolver: every route needs a live key. */
-  keys: () => Pick<KeyResolver, 'resolve'>;
   /** The feed this deployment's market content comes from; a test delivery is labelled with it. */
   feed: FeedKind;
 }

@@ -1,10 +1,5 @@
 import type { Logger } from 'pino';
-import {
-  type Cache,
-  CounterStateLostError,
-  type QuotaWindow,
-  REFUND_ID_TTL_MS,
-} from '../../adapters/cache/port.ts';
+import { type Cache, CounterStateLostError, type QuotaWindow } from '../../adapters/cache/port.ts';
 import { TurnBatch } from '../../adapters/cache/turn-batch.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { newEventId } from '../../contracts/event-id.ts';
@@ -84,8 +79,8 @@ export async function onLiveCounters<T>(
  *   the next grant is asked for once half the last one is left;
  * - given back once no call took from it for one to two idle periods, when the day or plan
  *   changes, and at a clean stop;
- * - lost on a crash: a killed process leaves its leases' unused units charged, at most `maxUnits`
- *   per busy subject and tool.
+ * - lost on a crash, or when the give-back fails GIVE_BACK_TRIES times: its unused units stay
+ *   charged, at most `maxUnits` per busy subject and tool.
  *
  * Measured against a debit per call: `npm run bench -- budget`.
  */
@@ -110,10 +105,6 @@ interface QuotaLease {
   at: SubjectWindows;
   /** Log position of the last grant: the position its calls answer with. */
   position: number;
-  /** A give-back sent to the counters (retries send the same id and units: never given twice). */
-  refunding: { units: number; id: string; since: number } | null;
-  /** Given back on the counters, its record still to be appended. */
-  unrecorded: { units: number; generation: string | null; id: string } | null;
 }
 
 interface Batch {
@@ -143,6 +134,8 @@ const LEASE_IDLE_MS = 250;
 const LEASE_SHARE = 16;
 /** A grant smaller than this is not worth its round trips and its two events. */
 const MIN_UNITS = 8;
+/** Tries of each step of a give-back, an idle period apart, before its units are left charged. */
+const GIVE_BACK_TRIES = 3;
 
 /**
  * Counts served calls. The check-and-debit of the day and month windows is one atomic cache
@@ -309,40 +302,36 @@ export class QuotaMeter {
   /**
    * Gives an ended lease's unused units back: on the live counters (under one id for every try, so
    * a try whose answer was lost is not given back twice), then on the log as QuotaDebitsReturned.
-   * Out of reach for half the id's life, the units stay charged, the safe side.
    */
-  private async giveBack(lease: QuotaLease): Promise<boolean> {
-    if (lease.unrecorded === null) {
-      if (lease.free === 0) return true;
-      lease.refunding ??= { units: lease.free, id: newEventId(), since: Date.now() };
-      const { units, id, since } = lease.refunding;
-      if (Date.now() - since > REFUND_ID_TTL_MS / 2) {
-        this.deps.logger?.error(
-          { subject: lease.subjectId, tool: lease.tool, units, refundId: id },
-          'quota lease not given back: the counters were out of reach too long; its units stay charged',
-        );
-        lease.free -= units;
-        lease.refunding = null;
-        return true;
-      }
-      const generation = await this.deps.cache.refundLive(QUOTA_FAMILY, lease.at.keys, units, id);
-      lease.free -= units;
-      lease.refunding = null;
-      lease.unrecorded = { units, generation, id };
-      this.uncount(lease.subjectId, units, lease.at.keys);
-    }
-    const { units, generation, id } = lease.unrecorded;
+  private async giveBack(lease: QuotaLease): Promise<void> {
+    const units = lease.free;
+    if (units === 0) return;
+    const id = newEventId();
+    const { keys, subject, period } = lease.at;
+    const generation = await this.tried(() => this.deps.cache.refundLive(QUOTA_FAMILY, keys, units, id));
+    lease.free = 0;
+    this.uncount(lease.subjectId, units, keys);
     const stream = quotaStream(lease.subjectId);
-    const data = debitData(lease.at.subject, lease.tool, units, lease.at.period, generation);
-    try {
-      await this.deps.store.append(stream, [{ type: 'QuotaDebitsReturned', data, id }], {
-        durability: 'flushed',
-      });
-    } catch (err) {
-      if (!(await this.recordLanded(stream, id))) throw err;
+    const data = debitData(subject, lease.tool, units, period, generation);
+    await this.tried(() =>
+      this.deps.store
+        .append(stream, [{ type: 'QuotaDebitsReturned', data, id }], { durability: 'flushed' })
+        .catch(async (err: unknown) => {
+          if (!(await this.recordLanded(stream, id))) throw err;
+        }),
+    );
+  }
+
+  /** `op`, tried up to GIVE_BACK_TRIES times an idle period apart. */
+  private async tried<T>(op: () => Promise<T>): Promise<T> {
+    for (let tries = 1; ; tries++) {
+      try {
+        return await op();
+      } catch (err) {
+        if (tries >= GIVE_BACK_TRIES) throw err;
+        await new Promise((resolve) => setTimeout(resolve, this.idleMs));
+      }
     }
-    lease.unrecorded = null;
-    return lease.free === 0;
   }
 
   /** Takes units given back on the windows `keys` out of the counts a subject's leased calls answer with. */
@@ -400,8 +389,6 @@ export class QuotaMeter {
       ended: false,
       at,
       position: 0,
-      refunding: null,
-      unrecorded: null,
     };
     tools = this.leases.get(subjectId);
     if (tools === undefined) {
@@ -487,15 +474,17 @@ export class QuotaMeter {
 
   private giveBackSoon(lease: QuotaLease): void {
     if (lease.giving !== null || lease.granting !== null) return;
+    const units = lease.free;
     lease.giving = this.giveBack(lease)
-      .then(
-        (settled) => {
-          if (settled) this.ending.delete(lease);
-        },
-        (err: unknown) => this.deps.logger?.warn({ err }, 'quota lease not given back yet'),
+      .catch((err: unknown) =>
+        this.deps.logger?.error(
+          { err, subject: lease.subjectId, tool: lease.tool, units },
+          'quota lease not given back: its units stay charged on the log',
+        ),
       )
       .finally(() => {
-        lease.giving = null;
+        lease.free = 0;
+        this.ending.delete(lease);
       });
   }
 
@@ -503,8 +492,7 @@ export class QuotaMeter {
     this.sweeps++;
     for (const tools of [...this.leases.values()])
       for (const lease of [...tools.values()]) if (this.sweeps - lease.lastTaken > 1) this.end(lease);
-    for (const lease of this.ending) this.giveBackSoon(lease);
-    if (this.leases.size === 0 && this.ending.size === 0 && this.sweeper !== null) {
+    if (this.leases.size === 0 && this.sweeper !== null) {
       clearInterval(this.sweeper);
       this.sweeper = null;
     }
@@ -516,15 +504,9 @@ export class QuotaMeter {
     if (this.sweeper !== null) clearInterval(this.sweeper);
     this.sweeper = null;
     for (const tools of [...this.leases.values()]) for (const lease of [...tools.values()]) this.end(lease);
-    for (let round = 0; round < 3 && this.ending.size > 0; round++) {
-      if (round > 0) await new Promise((resolve) => setTimeout(resolve, this.idleMs));
-      const ending = [...this.ending];
-      await Promise.all(ending.map((lease) => lease.granting));
-      for (const lease of ending) this.giveBackSoon(lease);
-      await Promise.all(ending.map((lease) => lease.giving));
-    }
-    if (this.ending.size > 0)
-      this.deps.logger?.warn({ leases: this.ending.size }, 'quota leases not given back at stop');
+    const ending = [...this.ending];
+    await Promise.all(ending.map((lease) => lease.granting));
+    await Promise.all(ending.map((lease) => lease.giving));
   }
 
   /**

@@ -300,26 +300,38 @@ export class QuotaMeter {
   }
 
   /**
-   * Gives an ended lease's unused units back: on the live counters (under one id for every try, so
-   * a try whose answer was lost is not given back twice), then on the log as QuotaDebitsReturned.
+   * Gives an ended lease's unused units back once its grant in flight is in: on the live counters
+   * (under one id for every try, so a try whose answer was lost is not given back twice), then on
+   * the log as QuotaDebitsReturned. Never rejects.
    */
   private async giveBack(lease: QuotaLease): Promise<void> {
+    await lease.granting;
     const units = lease.free;
-    if (units === 0) return;
-    const id = newEventId();
-    const { keys, subject, period } = lease.at;
-    const generation = await this.tried(() => this.deps.cache.refundLive(QUOTA_FAMILY, keys, units, id));
-    lease.free = 0;
-    this.uncount(lease.subjectId, units, keys);
-    const stream = quotaStream(lease.subjectId);
-    const data = debitData(subject, lease.tool, units, period, generation);
-    await this.tried(() =>
-      this.deps.store
-        .append(stream, [{ type: 'QuotaDebitsReturned', data, id }], { durability: 'flushed' })
-        .catch(async (err: unknown) => {
-          if (!(await this.recordLanded(stream, id))) throw err;
-        }),
-    );
+    try {
+      if (units === 0) return;
+      const id = newEventId();
+      const { keys, subject, period } = lease.at;
+      const generation = await this.tried(() => this.deps.cache.refundLive(QUOTA_FAMILY, keys, units, id));
+      lease.free = 0;
+      this.uncount(lease.subjectId, units, keys);
+      const stream = quotaStream(lease.subjectId);
+      const data = debitData(subject, lease.tool, units, period, generation);
+      await this.tried(() =>
+        this.deps.store
+          .append(stream, [{ type: 'QuotaDebitsReturned', data, id }], { durability: 'flushed' })
+          .catch(async (err: unknown) => {
+            if (!(await this.recordLanded(stream, id))) throw err;
+          }),
+      );
+    } catch (err) {
+      this.deps.logger?.error(
+        { err, subject: lease.subjectId, tool: lease.tool, units },
+        'quota lease not given back: its units stay charged on the log',
+      );
+    } finally {
+      lease.free = 0;
+      this.ending.delete(lease);
+    }
   }
 
   /** `op`, tried up to GIVE_BACK_TRIES times an idle period apart. */
@@ -455,7 +467,6 @@ export class QuotaMeter {
       )
       .finally(() => {
         lease.granting = null;
-        if (lease.ended) this.giveBackSoon(lease);
       });
   }
 
@@ -469,23 +480,7 @@ export class QuotaMeter {
       if (tools.size === 0) this.leases.delete(lease.subjectId);
     }
     this.ending.add(lease);
-    this.giveBackSoon(lease);
-  }
-
-  private giveBackSoon(lease: QuotaLease): void {
-    if (lease.giving !== null || lease.granting !== null) return;
-    const units = lease.free;
-    lease.giving = this.giveBack(lease)
-      .catch((err: unknown) =>
-        this.deps.logger?.error(
-          { err, subject: lease.subjectId, tool: lease.tool, units },
-          'quota lease not given back: its units stay charged on the log',
-        ),
-      )
-      .finally(() => {
-        lease.free = 0;
-        this.ending.delete(lease);
-      });
+    lease.giving = this.giveBack(lease);
   }
 
   private readonly sweep = (): void => {
@@ -504,9 +499,7 @@ export class QuotaMeter {
     if (this.sweeper !== null) clearInterval(this.sweeper);
     this.sweeper = null;
     for (const tools of [...this.leases.values()]) for (const lease of [...tools.values()]) this.end(lease);
-    const ending = [...this.ending];
-    await Promise.all(ending.map((lease) => lease.granting));
-    await Promise.all(ending.map((lease) => lease.giving));
+    await Promise.all([...this.ending].map((lease) => lease.giving));
   }
 
   /**

@@ -21,7 +21,8 @@ export function debitedUnits(event: RecordedEvent, subject?: string): number {
   return type === 'QuotaDebitsReturned' ? -data.units : data.units;
 }
 
-function add(state: QuotaBalances, key: string, units: number, expiresAt: number): void {
+/** Adds `units` to a window's counter, making it with `expiresAt` when new. */
+export function addUnits(state: QuotaBalances, key: string, units: number, expiresAt: number): void {
   const current = state[key];
   if (current) current.count += units;
   else state[key] = { count: units, expiresAt };
@@ -36,8 +37,8 @@ export const quotaBalancesProjection: Projection<QuotaBalances> = defineProjecti
   evolve(state, event) {
     const { subject, day, month } = event.data;
     const units = debitedUnits(event);
-    add(state, monthKey(subject, month), units, counterExpiry(resetsAtOf(month)));
-    add(state, dayKey(subject, day), units, counterExpiry(resetsAtOf(day)));
+    addUnits(state, monthKey(subject, month), units, counterExpiry(resetsAtOf(month)));
+    addUnits(state, dayKey(subject, day), units, counterExpiry(resetsAtOf(day)));
     return state;
   },
 });

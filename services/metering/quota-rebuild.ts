@@ -5,6 +5,7 @@ import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { ProjectionStore } from '../../adapters/projection-store/port.ts';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import {
+  addUnits,
   DEBIT_EVENT_TYPES,
   debitedUnits,
   type QuotaBalances,
@@ -42,11 +43,8 @@ function fold(state: QuotaBalances, event: RecordedEvent): void {
     return;
   }
   const { subject, month } = event.data as { subject: string; month: string };
-  const key = chatKey(subject, month);
   const delta = event.type === 'ChatQuotaConsumed' ? 1 : -1;
-  const current = state[key];
-  if (current) current.count += delta;
-  else state[key] = { count: delta, expiresAt: counterExpiry(resetsAtOf(month)) };
+  addUnits(state, chatKey(subject, month), delta, counterExpiry(resetsAtOf(month)));
 }
 
 export interface RebuildDeps {

@@ -240,28 +240,50 @@ function qualifiers(question: string): Set<string> {
   return out;
 }
 
+/** Words naming a reply in general: a clause of them alone asks what comes back, not about what. */
+const REPLY = new Set(
+  ['status', 'error', 'code', 'response', 'answer', 'reply', 'back', 'return', 'returned']
+    .map((w) => termOf(w))
+    .filter((t): t is string => t !== null),
+);
+
 /**
- * The question's content terms, each with the terms that meet it and its share of the ask: a
- * condition ("… if my connection drops") frames the question, the main clause asks it.
+ * The topical terms of the clause that asks: a condition ("… if my connection drops") frames the
+ * question; one that opens it ("If I pay and my connection drops, is the answer lost?") ends at
+ * its comma, and what follows asks.
  */
-export function questionTerms(raw: string): { term: string; meets: Set<string>; share: number }[] {
-  const question = rephrase(raw);
+function mainClause(question: string): Set<string> {
   const cut = /\b(if|when|while|because|since|in case|before|after|until|once)\b/i.exec(question);
-  const topical = (text: string) => contentTerms(text).filter((term) => !QUESTION_WORDS.has(term));
-  // "If I pay and my connection drops, is the answer lost?": a condition that opens the
-  // question ends at its comma, and what follows asks.
   const opening = cut?.index === 0 ? question.indexOf(', ') : -1;
-  const main = new Set(
-    topical(
+  return new Set(
+    contentTerms(
       opening > 0
         ? question.slice(opening + 2)
         : cut && cut.index > 0
           ? question.slice(0, cut.index)
           : question,
-    ),
+    ).filter((term) => !QUESTION_WORDS.has(term)),
   );
-  // "What do I get when I exceed the rate limit?": the clause is the question itself.
-  const framed = main.size > 0;
+}
+
+/** "What status / error comes back if …": a main clause naming only a reply asks for its code. */
+function replyAsked(question: string): boolean {
+  const main = mainClause(question);
+  return /^\s*what\b/i.test(question) && main.size > 0 && [...main].every((term) => REPLY.has(term));
+}
+
+/**
+ * The question's content terms, each with the terms that meet it and its share of the ask: a
+ * condition frames the question, the main clause asks it.
+ */
+export function questionTerms(raw: string): { term: string; meets: Set<string>; share: number }[] {
+  const question = rephrase(raw);
+  const topical = (text: string) => contentTerms(text).filter((term) => !QUESTION_WORDS.has(term));
+  const main = mainClause(question);
+  // "What do I get when I exceed the rate limit?": the clause is the question itself. So it is
+  // when the main clause names only the kind of reply asked for ("what status / error comes
+  // back if …"): what the reply is to is the condition.
+  const framed = [...main].some((term) => !REPLY.has(term));
   const qualifying = qualifiers(question);
   return topical(question).map((term) => ({
     term,
@@ -491,6 +513,8 @@ function statedBy(
     )
   )
     return { test: (text) => PATH.test(text), required: false, narrow: true };
+  // "What status comes back if …" asks for a code: an HTTP status, a SCREAMING_CASE or JSON-RPC code.
+  if (replyAsked(question)) return { test: (text) => REPLY_CODE.test(text), required: false };
   // "What does a secret look like" asks for its form: a prefix and a length, a hex literal.
   if (/\blooks? like\b|\bwhat (?:format|form|shape)\b/i.test(question))
     return { test: (text) => FORM.test(text), required: false };
@@ -506,6 +530,10 @@ function statedBy(
     };
   return null;
 }
+
+/** A code a refusal is answered with: "413", "BODY_TOO_LARGE", "-32602". */
+const REPLY_CODE =
+  /\b[1-5]\d\d\b(?! ?(?:ms|s|bytes|KiB|%|requests|calls))|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b|-32\d{3}\b/;
 
 /** A file's path or name: "services/engine/funding/carry.json", ".env.example", "contracts/errors.ts". */
 const PATH =
@@ -881,6 +909,7 @@ export function extractiveAnswer(
   // question about sorting in Python is not answered by a sentence that sorts test points.
   const known = all - unknown + UNKNOWN_PENALTY * unknown;
   const kind = questionKind(question);
+  const codeAsked = replyAsked(question);
   // "How do I connect …": the act asked about. A unit that names neither it (nor a word for
   // it) in its text or its title speaks of something near the question, not of how to do it.
   const act = /\bhow (?:do|can|should|would) (?:i|we|you) ([\p{L}]+)/iu.exec(question)?.[1];
@@ -901,7 +930,10 @@ export function extractiveAnswer(
       const w = weights[i]!;
       if (rarity[i]! >= unknownWeight) return;
       const has = (set: Set<string>) => [...meets].some((t) => set.has(t));
-      const named = [...meets].some((t) => present.has(t) && !modifying.has(t));
+      // "What status comes back if …": a unit stating a code (413, BODY_TOO_LARGE) names the reply.
+      const named =
+        [...meets].some((t) => present.has(t) && !modifying.has(t)) ||
+        (codeAsked && [...meets].some((t) => REPLY.has(t)) && REPLY_CODE.test(text));
       if (i === cruxAt && [...meets].some((t) => narrowed.has(t))) narrowedAct = true;
       if (i === cruxAt && ((named && ![...meets].some((t) => narrowed.has(t))) || has(title))) crux = true;
       if (named) own += w;

@@ -255,6 +255,27 @@ describe('extractive answers', () => {
       extractiveAnswer(question, built.retrieve(expandQuestion(question)), (t) => built.weight(t));
   }
 
+  it('reads "what status comes back if …" as asking for the code of the condition', () => {
+    const ask = askOf([
+      [
+        'limits',
+        'Using it › Limits',
+        'A request must arrive whole within REQUEST_TIMEOUT_MS (30 s) or gets 408. Every status a route answers is listed in the reference.',
+      ],
+      [
+        'openapi',
+        'API reference',
+        'The reference lists every status a route answers with its body and headers.',
+      ],
+    ]);
+    // The main clause names only the reply: the condition carries the question, and "status" is
+    // met by the code the unit states.
+    expect(
+      questionTerms('What status do I get if my request takes too long to arrive?').map((t) => t.share),
+    ).toEqual([1, 1, 1]);
+    expect(ask('What status do I get if my request takes too long to arrive?').answer).toContain('gets 408');
+  });
+
   it('answers "how do I connect" only with a unit that names the act, not with one that shares the nouns', () => {
     const cards = [
       ['cards', 'HTTP routes: discovery', 'GET /mcp/server-card: MCP Server Card; public, no key.'],

@@ -95,21 +95,17 @@ export class CallerRejectedError extends Error {
   }
 }
 
-/** The anonymous subject of a client address, counted by a hash of it (remembered per address). */
-function anonymousSubject(clientAddress: string): QuotaSubject {
-  return { id: anonymousSubjectId(clientAddress), kind: 'anonymous', plan: 'free' };
-}
-
 const anonymousIds = new Map<string, string>();
 const REMEMBERED_ADDRESSES = 10_000;
 
-function anonymousSubjectId(clientAddress: string): string {
+/** The anonymous subject of a client address, counted by a hash of it (remembered per address). */
+function anonymousSubject(clientAddress: string): QuotaSubject {
   let id = anonymousIds.get(clientAddress);
   if (id === undefined) {
     id = createHash('sha256').update(`anonymous:${clientAddress}`, 'utf8').digest('hex');
     setBounded(anonymousIds, clientAddress, id, REMEMBERED_ADDRESSES);
   }
-  return id;
+  return { id, kind: 'anonymous', plan: 'free' };
 }
 
 type CallerRequest = { headers: Record<string, string | string[] | undefined>; clientAddress: string };

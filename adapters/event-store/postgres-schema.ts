@@ -984,11 +984,20 @@ ${unlockedGroup(names, 8)}`,
 -- clean restart changes the start. Later appends of the session read a session setting instead of
 -- position_base.started. The arguments and answers of the append functions stay version 8's.
 ${positionGuard(names.schema, names.guard)}
--- When version 8 has moved the base at this server start already, the marker says so: moved again
--- now, the base would jump past the positions of version-8 appends still in flight, and readers
--- with it. (A crash restart before this upgrade stays unseen, as it was by version 8.)
-INSERT INTO ${names.schema}.position_marker (started)
-  SELECT b.started FROM ${names.schema}.position_base b WHERE b.started = pg_postmaster_start_time();
+-- The upgrade moves the base, unless version 8 moved it at this server start, and writes the
+-- marker: moved again by the first append of version 9, the base would jump past the positions of
+-- version-8 appends still in flight, and readers with it. The update waits for a version-8 append
+-- that moved the base and is not yet committed (read without the row lock, that move went unseen)
+-- and then leaves the base as it moved it. (A crash restart before this upgrade stays unseen, as it
+-- was by version 8.)
+UPDATE ${names.schema}.position_base b
+   SET base = greatest(
+         b.base + ${RESTART_MARGIN_TRANSACTIONS}::bigint * ${POSITIONS_PER_TRANSACTION},
+         (SELECT coalesce(max(e.position), 0) FROM ${names.schema}.events e) + 1
+           - pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION}),
+       started = pg_postmaster_start_time()
+ WHERE b.started IS DISTINCT FROM pg_postmaster_start_time();
+INSERT INTO ${names.schema}.position_marker (started) VALUES (pg_postmaster_start_time());
 ${appendFunctions(names, orderedIdMatch, 'CREATE OR REPLACE FUNCTION', 9)}
 ${unlockedGroup(names, 9)}`,
   },

@@ -1041,6 +1041,81 @@ describe.runIf(run)('PostgreSQL event store', () => {
     }
   });
 
+  it('upgrades to version 9 while a version-8 append that moved the base at this start is in flight: the base moves once', async () => {
+    // A server start no append has seen yet, version-8 processes still appending, one of the new
+    // version migrating: what each transaction has committed decides what the others see, so each
+    // holds its own connection on this suite's private server.
+    const { schema, names } = await schemaAtVersion(8, { url: own.url });
+    const connect = async (name: string) => {
+      const client = new pg.Client({ connectionString: own.url, application_name: name });
+      await client.connect();
+      return client;
+    };
+    const admin = await connect('admin');
+    const first = await connect('first');
+    const migration = await connect(`migration:${schema}`);
+    const third = await connect('third');
+    const fourth = await connect('fourth');
+    const base = async () =>
+      (await admin.query(`SELECT base FROM ${names.schema}.position_base`)).rows[0].base as string;
+    const appendOpen = async (client: pg.Client, stream: string, type: string) => {
+      await client.query('BEGIN');
+      await client.query(
+        `SELECT * FROM ${names.schema}.append_group_unlocked($1::text[], ARRAY[-1]::bigint[], true, $2::text[], $3::text[], NULL, NULL, '[{}]'::json)`,
+        [[stream], [randomUUID()], [type]],
+      );
+    };
+    let store: PostgresEventStore | undefined;
+    try {
+      await admin.query(`UPDATE ${names.schema}.position_base SET started = '2000-01-01'`);
+      // A version-8 append moves the base and stays open while the migration runs.
+      await appendOpen(first, 's1', 'First');
+      await migration.query('BEGIN');
+      let migrated = false;
+      const migrating = migration.query(MIGRATIONS[8]!.sql(names)).then(() => {
+        migrated = true;
+      });
+      // The migration waits for that append, or (reading the base without a lock) goes past it.
+      await expect
+        .poll(
+          async () =>
+            migrated ||
+            (
+              await admin.query(
+                `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+                [`migration:${schema}`],
+              )
+            ).rows[0].n === 1,
+          { timeout: 10_000 },
+        )
+        .toBe(true);
+      await first.query('COMMIT');
+      const moved = await base();
+      // More version-8 appends from the moved base, the migration not yet committed: the third
+      // stays open, the fourth (a later transaction, a higher position) commits.
+      await appendOpen(third, 's3', 'Third');
+      await appendOpen(fourth, 's4', 'Fourth');
+      await migrating;
+      await migration.query(
+        `INSERT INTO ${names.schema}.schema_migrations (version, name) VALUES (9, 'new')`,
+      );
+      await migration.query('COMMIT');
+      await fourth.query('COMMIT');
+      // The first append of a version-9 session finds the marker: the base stays.
+      store = await openPostgresEventStore({ url: own.url, schema });
+      await store.append('s2', [event('Second')]);
+      expect(await base()).toBe(moved);
+      // A reader stops below the open third append: the fourth, above it, is not read yet.
+      expect((await store.readAll()).map((e) => e.type)).toEqual(['First']);
+      await third.query('COMMIT');
+      expect((await store.readAll()).map((e) => e.type)).toEqual(['First', 'Third', 'Fourth', 'Second']);
+    } finally {
+      await store?.close();
+      // Ending a connection rolls back what it left open.
+      await Promise.all([admin, first, migration, third, fourth].map((c) => c.end()));
+    }
+  });
+
   it('keeps payload key order and numbers exactly as appended', async () => {
     const schema = fresh();
     const store = await openPostgresEventStore({ url: POSTGRES_URL, schema });

@@ -127,8 +127,9 @@ export class CacheUnavailableError extends Error {
 }
 
 /**
- * How long a refund's id is remembered (see Cache.refundLive). A caller retries one under its id
- * for at most half of it (QuotaMeter gives up then), so a retry never outlives the id it relies on.
+ * How long a refund's id is remembered (see Cache.refundLive). A caller's retries under one id
+ * (QuotaMeter's give-back: three tries an idle period apart) end long before it, so a retry never
+ * outlives the id it relies on.
  */
 export const REFUND_ID_TTL_MS = 3_600_000;
 

@@ -10,7 +10,7 @@ import type { PlanTable } from './plans.ts';
 import { type DebitOutcome, type LeaseOptions, QuotaMeter, type QuotaSubject } from './quota-meter.ts';
 import { debitedUnits, quotaBalancesProjection } from './quota-projection.ts';
 import { QUOTA_FAMILY, rebuildQuotaGeneration } from './quota-rebuild.ts';
-import { quotaPeriod, quotaWindows } from './windows.ts';
+import { quotaPeriod, quotaWindows, subjectWindows } from './windows.ts';
 
 const PLANS: PlanTable = {
   free: { monthly: 1_000, daily: 60 },
@@ -338,6 +338,34 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     expect(Object.fromEntries(days)).toEqual({ [quotaPeriod(T0).day]: 200, [quotaPeriod(nextDay).day]: 200 });
     const [month] = await counters(cache, subject, nextDay);
     expect(month).toBe(400);
+  });
+
+  it("a call asked before midnight and debited after it leaves the new day's lease alone and is debited to its own day", async () => {
+    const { store, memory, committed } = tallyingStore();
+    const nextDay = T0 + 24 * 3_600_000;
+    let now = nextDay;
+    const { meter } = meterOn(store, { now: () => now });
+    const subject = key();
+    await busy(meter, subject, committed, 8, 25);
+    const returns = async () =>
+      (await memory.readAll()).filter((e) => e.type === 'QuotaDebitsReturned').length;
+    const before = await returns();
+    // Windows made when the call was asked, the day before.
+    const late = await meter.debitAt(subjectWindows(subject, PLANS, T0), 'get_trade_call');
+    expect(late.ok).toBe(true);
+    now = nextDay + 1;
+    await meter.debit(subject, 'get_trade_call', 'after');
+    // Neither the late call nor the next one ended a lease: no units went back.
+    expect(await returns()).toBe(before);
+    await meter.stop();
+    const days = new Map<string, number>();
+    for (const e of await memory.readAll()) {
+      const units = debitedUnits(e, subject.id);
+      if (units === 0) continue;
+      const day = (e.data as { day: string }).day;
+      days.set(day, (days.get(day) ?? 0) + units);
+    }
+    expect(Object.fromEntries(days)).toEqual({ [quotaPeriod(T0).day]: 1, [quotaPeriod(nextDay).day]: 201 });
   });
 
   it('a plan changed under a lease (starter to pro) ends it: the answers count the calls served against the new limit, the old units go back', async () => {

@@ -384,6 +384,10 @@ export class QuotaMeter {
       (live.at === at || (live.at.period.day === at.period.day && live.at.subject.plan === at.subject.plan))
     )
       return live;
+    // A call asked before midnight and debited after it (its windows were made when it was asked)
+    // leaves the new day's lease alone: ending it would start a flip-flop of give-backs and fresh
+    // leases between the two days for as long as such calls are in flight. It debits directly.
+    if (live !== undefined && at.period.dayResetsAt < live.at.period.dayResetsAt) return undefined;
     if (live !== undefined) this.end(live);
     if (!this.leasing || (!overlapping && now - last > Math.min(this.leaseMs / MIN_UNITS, this.idleMs)))
       return undefined;

@@ -539,7 +539,16 @@ BEGIN
   END IF;
   IF cardinality(p_ids) <> v_apps OR cardinality(p_expected) <> v_apps OR json_array_length(p_data) <> v_apps THEN
     RAISE EXCEPTION 'append_group_unlocked takes one event per member' USING ERRCODE = 'invalid_parameter_value';
-  END IF;
+  END IF;${
+    v9
+      ? `
+  -- Members not written are placed after the group's, up to base + 2 * members: kept within the
+  -- transaction's ordinals (up to 65,535), as append_group keeps its groups.
+  IF 2 * v_apps >= ${POSITIONS_PER_TRANSACTION} THEN
+    RAISE EXCEPTION 'an unlocked group holds at most % appends', (${POSITIONS_PER_TRANSACTION} - 1) / 2 USING ERRCODE = 'ES003';
+  END IF;`
+      : ''
+  }
   IF NOT p_sync THEN
     v_setting := set_config('synchronous_commit', 'off', true);
   END IF;

@@ -16,7 +16,7 @@ const SHIPPED: Record<number, string> = {
   6: 'da38f57760bd01f01e97535d4af3539e640c56cb82521ac68eb1e96b0e366e9d',
   7: '4f4083465d6d65b144db6c82d148fabfd8b61104238a7d3b2f96557241f61bfe',
   8: '377c1a91e12792acb5702acf5a5cf3b8fed1c717fb8810785aa4a8bbece5ead7',
-  9: '8d17537c1eefb8589874af65caa2952cb748792471a350d1762f6b6ee892b0fb',
+  9: 'cf23fb484905a2b71db54a3851d6a4369bdf658d381a8b9a227d230432e89eaa',
 };
 
 describe('PostgreSQL migrations', () => {

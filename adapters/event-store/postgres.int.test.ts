@@ -1116,6 +1116,28 @@ describe.runIf(run)('PostgreSQL event store', () => {
     }
   });
 
+  it('refuses an unlocked group whose members, written again after it, would run past its transaction positions', async () => {
+    const schema = fresh();
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema });
+    // Members not written sit after the group's: 32,768 members could reach ordinal 65,536, one
+    // past the transaction's last.
+    const group = async (members: number) => {
+      const ids = Array.from({ length: members }, () => randomUUID());
+      await store.pool.query(
+        `SELECT * FROM "${schema}".append_group_unlocked($1::text[], $2::bigint[], true, $3::text[], $4::text[], NULL, NULL, $5::json)`,
+        [ids, ids.map(() => -1), ids, ids.map(() => 'Wide'), JSON.stringify(ids.map(() => ({})))],
+      );
+    };
+    try {
+      await expect(group(POSITIONS_PER_TRANSACTION / 2)).rejects.toMatchObject({ code: 'ES003' });
+      expect(await store.readAll()).toEqual([]);
+      await group(POSITIONS_PER_TRANSACTION / 2 - 1);
+      expect(await store.readAll({ maxCount: 1 })).toMatchObject([{ type: 'Wide' }]);
+    } finally {
+      await store.close();
+    }
+  });
+
   it('keeps payload key order and numbers exactly as appended', async () => {
     const schema = fresh();
     const store = await openPostgresEventStore({ url: POSTGRES_URL, schema });

@@ -262,7 +262,7 @@ describe('LMDB event store', () => {
     const root = store.root as unknown as { childTransaction: (cb: () => unknown) => Promise<unknown> };
     const real = root.childTransaction.bind(root);
     let calls = 0;
-    // The read-back looks up one append of a pass when it finds it on the log: here none is.
+    // The read-back looks up the first and the last append of the pass: here neither is on the log.
     root.childTransaction = (cb) =>
       calls++ === 0
         ? real(() => {
@@ -346,6 +346,42 @@ describe('LMDB event store', () => {
       expect(a).toEqual({ status: 'fulfilled', value: { nextRevision: 0, position: 1 } });
       expect(b).toMatchObject({ status: 'rejected', reason: { message: 'commit failed' } });
       expect(handed).toEqual([kept]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('looks up the first and the last append of a pass, and each append once either is missing', async () => {
+    const store = await openLmdbEventStore({ path: freshPath() });
+    const streams = [uniqueStream('end-a'), uniqueStream('end-b'), uniqueStream('end-c')];
+    const looked: string[] = [];
+    // The last append of the first pass reads as missing once, as a loss of a transaction's end would.
+    let missed = false;
+    readBack(store, (real, p) => {
+      looked.push(streamOf(p));
+      if (streamOf(p) === streams[2] && !missed) {
+        missed = true;
+        return true;
+      }
+      return real(p);
+    });
+    const handed: string[] = [];
+    store.onAppended((events) => handed.push(...events.map((e) => e.stream)));
+    try {
+      const results = await Promise.all(
+        streams.map((s) => store.append(s, [event('E')], { expectedRevision: 'no_stream' })),
+      );
+      expect(results.map((r) => r.position)).toEqual([1, 2, 3]);
+      // First pass: both ends, then the one between; the pass writing the last again: it alone.
+      const [a, b, c] = streams;
+      expect(looked).toEqual([a, c, b, c]);
+      expect(handed.sort()).toEqual([...streams].sort());
+      // A pass found whole: its two ends only.
+      looked.length = 0;
+      const next = streams.map((s) => uniqueStream(`${s}-next`));
+      await Promise.all(next.map((s) => store.append(s, [event('F')], { expectedRevision: 'no_stream' })));
+      expect(looked).toEqual([next[0], next[2]]);
+      expect((await store.readAll()).map((e) => e.stream)).toEqual([...streams, ...next]);
     } finally {
       await store.close();
     }

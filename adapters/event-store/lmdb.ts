@@ -296,20 +296,13 @@ export class LmdbEventStore implements EventStore {
       pending.suspect = undefined;
       const outcome = pending.outcome;
       if (suspect !== undefined && outcome !== null && 'wrote' in outcome && !outcome.wrote) {
-        if (outcome.result.position === suspect.result.position) {
-          pending.outcome = suspect;
-          this.earlierPass.add(pending);
-        }
+        if (outcome.result.position === suspect.result.position) pending.outcome = suspect;
       }
     }
-    if (!writing.some((p) => recordedBy(p) !== undefined)) {
-      this.earlierPass.clear();
-      return [];
-    }
+    if (!writing.some((p) => recordedBy(p) !== undefined)) return [];
     let lost: PendingAppend[];
     try {
-      this.passOnLog = false;
-      lost = writing.filter((p) => this.notOnLog(p));
+      lost = writes === 1 ? this.lostOfFirstPass(writing) : writing.filter((p) => this.notOnLog(p));
       // The check renewed this handle's read snapshot, which lmdb-js then keeps until a timer
       // fires; left so, a read right after another handle's (or process's) commit would miss
       // it, where after a commit of ours the next read has always taken a fresh snapshot.
@@ -318,8 +311,6 @@ export class LmdbEventStore implements EventStore {
       // The check could not be made (the store closing, say): the commit stands as lmdb-js told it.
       this.logger?.error({ err }, 'lmdb event store: could not read back committed appends');
       return [];
-    } finally {
-      this.earlierPass.clear();
     }
     if (lost.length === 0) return [];
     const last = writes >= MAX_WRITES;
@@ -359,24 +350,36 @@ export class LmdbEventStore implements EventStore {
     if (outcome === null || !('recorded' in outcome)) return false;
     const first = outcome.recorded?.[0];
     if (first === undefined) return false;
-    const ofThisPass = !this.earlierPass.has(pending);
-    if (ofThisPass && this.passOnLog) return false;
     const position =
       outcome.firstId === undefined ? this.ids.get(first.id) : this.ids.getStored(first.id, outcome.firstId);
-    const missing = position !== first.position;
-    if (!missing && ofThisPass) this.passOnLog = true;
-    return missing;
+    return position !== first.position;
   }
 
   /**
-   * During one read-back (`lostAfterCommit`): whether an append written by this pass was found on
-   * the log. A pass writes all its appends in one transaction, which reaches the log whole or not
-   * at all, so the others of the pass are not looked up (a group of the webhooks bench holds about
-   * 40 appends: 39 index reads per commit for nothing).
+   * The read-back of a group's first pass: its first and its last append written are looked up,
+   * and when both are on the log the ones between them are taken to be too. A pass writes its
+   * appends in one transaction, and the losses seen (notOnLog) took whole transactions; looking at
+   * both ends also finds a loss of a transaction's first appends or of its last. Two look-ups
+   * instead of one per append: a group of the webhooks bench holds about 40 appends. When either
+   * is missing, every append is looked up.
+   * Passes that write appends again look each up: they follow a loss, and their appends may be
+   * answered with what an earlier pass wrote (false alarms).
    */
-  private passOnLog = false;
-  /** During one read-back: appends answered with what an earlier pass wrote (false alarms), checked each. */
-  private readonly earlierPass = new Set<PendingAppend>();
+  private lostOfFirstPass(writing: PendingAppend[]): PendingAppend[] {
+    let first = -1;
+    let last = -1;
+    for (let i = 0; i < writing.length; i++) {
+      if (recordedBy(writing[i]!)?.[0] === undefined) continue;
+      if (first < 0) first = i;
+      last = i;
+    }
+    if (first === last) return writing.filter((p) => this.notOnLog(p));
+    // Each looked up once: a second look-up could answer otherwise than the first did.
+    const firstLost = this.notOnLog(writing[first]!);
+    const lastLost = this.notOnLog(writing[last]!);
+    if (!firstLost && !lastLost) return [];
+    return writing.filter((p, i) => (i === first ? firstLost : i === last ? lastLost : this.notOnLog(p)));
+  }
 
   private readonly listeners = new Set<(events: readonly RecordedEvent[]) => void>();
 

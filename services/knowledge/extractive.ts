@@ -35,6 +35,10 @@ const MIN_COVERAGE = 0.5;
 const NARROW_COVERAGE = 0.3;
 /** … in a passage that carries this much of the question as a whole. */
 const NARROW_PASSAGE = 0.6;
+/** …and a unit enumerating what a "which" question asks for, in a passage carrying this share. */
+const LIST_PASSAGE = 0.4;
+/** The share of such a question's weight that may be words the corpus never uses. */
+const LIST_UNKNOWN_SHARE = 0.35;
 /** What part of an unknown word's weight an answer still has to make up for. */
 const UNKNOWN_PENALTY = 0.5;
 /** Above this weighted share of the question in words the corpus never uses: "I don't know". */
@@ -1024,7 +1028,11 @@ export function extractiveAnswer(
   // speaks of banks, whatever it says of transfers and failures). A unit that states a fact of
   // a narrow shape the question asks for (a path) carries it with less of its words, in a
   // passage that covers the question: few sentences name a file, and the one that does answers;
-  // not when the question names what the documentation never does ("my tax return").
+  // not when the question names what the documentation never does ("my tax return"). So does
+  // a unit that enumerates what a "which" question asks for ("On GET /metrics of the dispatcher
+  // role: webhook_delivery_attempts_total{trigger}, …" for "which metrics does the dispatcher
+  // expose …"): the list names its items, not the question's other words; a third of the
+  // question's weight may be words the documentation never uses.
   const stated = statedBy(question);
   let carrying = candidates
     .filter(
@@ -1034,7 +1042,14 @@ export function extractiveAnswer(
           unknown === 0 &&
           c.coverage >= NARROW_COVERAGE &&
           c.covered >= NARROW_PASSAGE &&
-          stated.test(c.quotes.join(' '))),
+          stated.test(c.quotes.join(' '))) ||
+        (kind === 'list' &&
+          ofNoun.length > 0 &&
+          noun !== null &&
+          unknown <= LIST_UNKNOWN_SHARE * all &&
+          c.coverage >= NARROW_COVERAGE &&
+          c.covered >= LIST_PASSAGE &&
+          (enumerates(c.quotes.join(' '), ofNoun) || itemList(c.quotes, ofNoun))),
     )
     .sort((a, b) => b.score - a.score || a.rank - b.rank || a.order - b.order);
   if (carrying.length === 0 && unknown === 0)

@@ -276,6 +276,25 @@ describe('extractive answers', () => {
     expect(ask('What status do I get if my request takes too long to arrive?').answer).toContain('gets 408');
   });
 
+  it('answers a "which" question with the unit enumerating what it asks for, though that unit carries less of its words', () => {
+    const ask = askOf([
+      [
+        'roles',
+        'Service › Roles',
+        'The dispatcher does webhook matching, signing, delivery and retries. Every role serves GET /healthz and GET /metrics (Prometheus).',
+      ],
+      [
+        'metrics',
+        'Webhooks › Observability',
+        'On GET /metrics: webhook_delivery_attempts_total{trigger}, webhook_delivery_outcomes_total{outcome}, webhook_delivery_latency_seconds. The dispatcher role exposes them to Prometheus, one series per subscription and outcome.',
+      ],
+      ['keys', 'Service › Keys', 'A key is sent as a Bearer token on every request.'],
+    ]);
+    expect(ask('Which Prometheus metrics does the dispatcher expose about deliveries?').answer).toContain(
+      'webhook_delivery_latency_seconds',
+    );
+  });
+
   it('answers "how do I connect" only with a unit that names the act, not with one that shares the nouns', () => {
     const cards = [
       ['cards', 'HTTP routes: discovery', 'GET /mcp/server-card: MCP Server Card; public, no key.'],

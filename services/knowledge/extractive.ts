@@ -39,6 +39,8 @@ const NARROW_PASSAGE = 0.6;
 const LIST_PASSAGE = 0.4;
 /** The share of such a question's weight that may be words the corpus never uses. */
 const LIST_UNKNOWN_SHARE = 0.35;
+/** What a documented step must carry of a "how do I" to join a route's summary from the contract. */
+const ROUTE_DETAIL = 0.75;
 /** What part of an unknown word's weight an answer still has to make up for. */
 const UNKNOWN_PENALTY = 0.5;
 /** Above this weighted share of the question in words the corpus never uses: "I don't know". */
@@ -1143,6 +1145,23 @@ export function extractiveAnswer(
     if (overlaps(c) || length + text.length > MAX_ANSWER_CHARS) continue;
     chosen.push(c);
     length += text.length;
+  }
+  // A route's summary from the contract says what the route does; how to call it for what was
+  // asked (the parameter, the header) is what the documentation says of it: for a "how do I",
+  // the best documented unit that states a step and carries most of the question comes with it, beside what
+  // else was quoted.
+  if (kind === 'steps' && stated !== null && best.passage.source_type === 'contract') {
+    const how = carrying.find(
+      (c) =>
+        c.passage.source_type !== 'contract' &&
+        c.coverage >= ROUTE_DETAIL &&
+        stated.test(c.quotes.join(' ')) &&
+        !overlaps(c),
+    );
+    if (how !== undefined && length + how.quotes.join(' ').length <= MAX_ANSWER_CHARS) {
+      chosen.push(how);
+      length += how.quotes.join(' ').length;
+    }
   }
   // Read in passage order, then in the order the sentences stand in their passage.
   chosen.sort((a, b) => a.rank - b.rank || a.order - b.order);

@@ -295,6 +295,38 @@ describe('extractive answers', () => {
     );
   });
 
+  it('adds to a route\'s summary from the contract the documented step a "how do I" asks for', () => {
+    const index = new KnowledgeIndex([
+      {
+        id: 'contract#routes-webhooks',
+        source_type: 'contract',
+        source_url: 'contracts/webhooks.ts',
+        title: 'HTTP routes: webhooks',
+        text: 'POST /api/webhooks/{id}/enable: Enable a disabled subscription, optionally re-delivering what it missed since a time.',
+      },
+      {
+        id: 'webhooks#recovery',
+        source_type: 'webhooks',
+        source_url: 'services/webhooks/README.md#recovery',
+        title: 'Webhooks › Recovery',
+        text: 'Recovery. A disabled subscription enabled with RECOVER_SINCE=T in the request is re-delivered the events it missed since T, from the event log, in the order they were recorded.',
+      },
+      {
+        id: 'readme#keys',
+        source_type: 'readme',
+        source_url: 'README.md#keys',
+        title: 'Keys',
+        text: 'A key is sent as a Bearer token on every request; a subscription belongs to one key.',
+      },
+    ]);
+    const question = 'How do I enable a disabled subscription and get what it missed?';
+    const answer = extractiveAnswer(question, index.retrieve(expandQuestion(question)), (t) =>
+      index.weight(t),
+    );
+    expect(answer.answer).toContain('POST /api/webhooks/{id}/enable');
+    expect(answer.answer).toContain('RECOVER_SINCE=T');
+  });
+
   it('answers "how do I connect" only with a unit that names the act, not with one that shares the nouns', () => {
     const cards = [
       ['cards', 'HTTP routes: discovery', 'GET /mcp/server-card: MCP Server Card; public, no key.'],

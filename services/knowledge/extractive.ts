@@ -592,9 +592,9 @@ const PHRASE_LIST =
 /** Prepositions whose object a list following them is. */
 const OBJECT_OF = /^(for|of|from|to|with|by|in|on|at|into|about|as)$/i;
 
-/** A list of three or more items, each perhaps with a remark ("LMDB (default)"): "a, b, c", "a, b and c", "a|b|c", codes as a table lists them ("BTC ETH SOL"). */
+/** A list of three or more items, each perhaps with a remark ("LMDB (default)"): "a, b, c", "a, b and c", "a|b|c", codes or measures as a table lists them ("BTC ETH SOL", "1h 2h 4h"). */
 const LIST =
-  /[\p{L}\p{N}_./-]+(?:\{[^{}]{1,30}\})?(?: \([^()]{1,30}\))?(?:(?:,\s+(?:and\s+|or\s+)?|\s+(?:and|or)\s+)[\p{L}\p{N}_./-]+(?:\{[^{}]{1,30}\})?(?: \([^()]{1,30}\))?){2,}|[\p{L}\p{N}_./-]+(?:\|[\p{L}\p{N}_./-]+){2,}|\b[A-Z][A-Z0-9]+(?: [A-Z][A-Z0-9]+){2,}\b/gu;
+  /[\p{L}\p{N}_./-]+(?:\{[^{}]{1,30}\})?(?: \([^()]{1,30}\))?(?:(?:,\s+(?:and\s+|or\s+)?|\s+(?:and|or)\s+)[\p{L}\p{N}_./-]+(?:\{[^{}]{1,30}\})?(?: \([^()]{1,30}\))?){2,}|[\p{L}\p{N}_./-]+(?:\|[\p{L}\p{N}_./-]+){2,}|\b[A-Z][A-Z0-9]+(?: [A-Z][A-Z0-9]+){2,}\b|\b\d+[a-z]{1,3}(?: \d+[a-z]{1,3}){2,}\b/gu;
 
 /**
  * The values of a thing the question names: "exchange (one of BINANCE, BYBIT, …)", "Events:

@@ -327,6 +327,22 @@ describe('extractive answers', () => {
     expect(answer.answer).toContain('RECOVER_SINCE=T');
   });
 
+  it('reads measures a table cell lists ("1h 4h 1d") as the values of its column', () => {
+    const ask = askOf([
+      [
+        'contract',
+        'Tool get_trade_call: answer fields',
+        'Answer fields: timeframe (one of 1m, 5m, 15m, 1h, 4h, 1d, required); exchange (one of BINANCE perpetual, BYBIT spot, required).',
+      ],
+      [
+        'venues',
+        'Market data › Venues',
+        'venue BINANCE (perpetual); coins BTC and ETH, 1h from 2024-12-31; timeframes 1h 4h 1d only: the perpetual files are 1h.',
+      ],
+    ]);
+    expect(ask('Which timeframes can I get for the perpetual?').answer).toContain('timeframes 1h 4h 1d only');
+  });
+
   it('answers "how do I connect" only with a unit that names the act, not with one that shares the nouns', () => {
     const cards = [
       ['cards', 'HTTP routes: discovery', 'GET /mcp/server-card: MCP Server Card; public, no key.'],

@@ -888,6 +888,29 @@ function answerable(text: string): boolean {
   return symbols / text.length < 0.08;
 }
 
+/** Derivational endings the stemmer keeps: "deeply" and "deeper" are both of "deep". */
+const DERIVED = ['ly', 'al', 'er', 'est', 'ness', 'ion', 'ment'];
+
+/**
+ * A question word the corpus never uses meets the corpus's word of the same root ("refused"
+ * meets "refusal", "deeply" meets "deeper").
+ */
+function derived(
+  a: { term: string; meets: Set<string>; share: number },
+  weight?: (term: string) => number,
+): { term: string; meets: Set<string>; share: number } {
+  if (weight === undefined) return a;
+  const unknown = weight('\u0000');
+  if ([...a.meets].some((t) => weight(t) < unknown)) return a;
+  const roots = new Set([a.term]);
+  for (const end of DERIVED)
+    if (a.term.endsWith(end) && a.term.length - end.length >= 4) roots.add(a.term.slice(0, -end.length));
+  const found = [...roots].flatMap((root) =>
+    ['', ...DERIVED, 'e'].map((end) => root + end).filter((t) => t !== a.term && weight(t) < unknown),
+  );
+  return found.length === 0 ? a : { ...a, meets: new Set([...a.meets, ...found]) };
+}
+
 /**
  * Answers from the retrieved passages. `weight` gives a term's weight (its rarity in the
  * corpus); without it every term weighs the same.
@@ -898,7 +921,7 @@ export function extractiveAnswer(
   weight?: (term: string) => number,
 ): Grounded {
   const question = rephrase(raw);
-  const asked = questionTerms(question);
+  const asked = questionTerms(question).map((a) => derived(a, weight));
   const dontKnow = { answer: DONT_KNOW, citations: [], grounded: false };
   if (asked.length === 0 || retrieved.length === 0) return dontKnow;
   // A term met through several words weighs as its most common form: the group is as rare as

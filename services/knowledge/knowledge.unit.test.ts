@@ -343,6 +343,20 @@ describe('extractive answers', () => {
     expect(ask('Which timeframes can I get for the perpetual?').answer).toContain('timeframes 1h 4h 1d only');
   });
 
+  it('meets a question word the documentation never uses with its word of the same root ("refused": "refusal")', () => {
+    const ask = askOf([
+      [
+        'errors',
+        'Using it › Errors',
+        'A body nested deeper than 64 levels meets a refusal: 400 JSON_TOO_DEEP.',
+      ],
+      ['timeout', 'Using it › Timeouts', 'A request must arrive whole within 30 s or gets 408.'],
+      ['keys', 'Using it › Keys', 'A key is sent as a Bearer token on every request.'],
+    ]);
+    // Without the roots, "deeply" and "refused" are words the corpus never uses: most of the question.
+    expect(ask('Is a deeply nested body refused?').answer).toContain('JSON_TOO_DEEP');
+  });
+
   it('answers "how do I connect" only with a unit that names the act, not with one that shares the nouns', () => {
     const cards = [
       ['cards', 'HTTP routes: discovery', 'GET /mcp/server-card: MCP Server Card; public, no key.'],

@@ -94,6 +94,18 @@ const counters = (cache: MemoryCache, subject: QuotaSubject, at = T0) =>
 const netUnits = async (memory: MemoryEventStore, subject: QuotaSubject) =>
   (await memory.readAll()).reduce((sum, e) => sum + debitedUnits(e, subject.id), 0);
 
+/** The net units on the log for the subject, by the day they were debited to. */
+async function unitsByDay(memory: MemoryEventStore, subject: QuotaSubject): Promise<Record<string, number>> {
+  const days: Record<string, number> = {};
+  for (const e of await memory.readAll()) {
+    const units = debitedUnits(e, subject.id);
+    if (units === 0) continue;
+    const day = (e.data as { day: string }).day;
+    days[day] = (days[day] ?? 0) + units;
+  }
+  return days;
+}
+
 /**
  * `workers` loops of `each` calls of one subject, one call at a time each, all at once: a busy
  * key's traffic, calls arriving while the last ones' debits are on their way. Checks at every
@@ -328,14 +340,10 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     now = nextDay;
     await busy(meter, subject, committed, 8, 25);
     await meter.stop();
-    const days = new Map<string, number>();
-    for (const e of await memory.readAll()) {
-      const units = debitedUnits(e, subject.id);
-      if (units === 0) continue;
-      const day = (e.data as { day: string }).day;
-      days.set(day, (days.get(day) ?? 0) + units);
-    }
-    expect(Object.fromEntries(days)).toEqual({ [quotaPeriod(T0).day]: 200, [quotaPeriod(nextDay).day]: 200 });
+    expect(await unitsByDay(memory, subject)).toEqual({
+      [quotaPeriod(T0).day]: 200,
+      [quotaPeriod(nextDay).day]: 200,
+    });
     const [month] = await counters(cache, subject, nextDay);
     expect(month).toBe(400);
   });
@@ -358,14 +366,10 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     // Neither the late call nor the next one ended a lease: no units went back.
     expect(await returns()).toBe(before);
     await meter.stop();
-    const days = new Map<string, number>();
-    for (const e of await memory.readAll()) {
-      const units = debitedUnits(e, subject.id);
-      if (units === 0) continue;
-      const day = (e.data as { day: string }).day;
-      days.set(day, (days.get(day) ?? 0) + units);
-    }
-    expect(Object.fromEntries(days)).toEqual({ [quotaPeriod(T0).day]: 1, [quotaPeriod(nextDay).day]: 201 });
+    expect(await unitsByDay(memory, subject)).toEqual({
+      [quotaPeriod(T0).day]: 1,
+      [quotaPeriod(nextDay).day]: 201,
+    });
   });
 
   it('a plan changed under a lease (starter to pro) ends it: the answers count the calls served against the new limit, the old units go back', async () => {

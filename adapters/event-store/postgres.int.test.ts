@@ -793,16 +793,21 @@ describe.runIf(run)('PostgreSQL event store', () => {
         )
         .toBe(1)
         .catch((err: Error) => {
-          throw new Error(`${err.message}; the store's backends: ${JSON.stringify(seen)}`);
+          throw new Error(
+            `${err.message}; the store's backends: ${JSON.stringify(seen)}; the other writer's answer: ${JSON.stringify(opened)}`,
+          );
         });
     };
     // The next revision of `stream`, written by another process's unlocked group, left open.
+    let opened: unknown[] = [];
     const writeOpen = async (stream: string, expected: number) => {
       await other.query('BEGIN');
-      await other.query(
-        `SELECT * FROM "${schema}".append_group_unlocked($1::text[], $2::bigint[], true, $3::text[], $4::text[], NULL, NULL, $5::json)`,
-        [[stream], [expected], [randomUUID()], ['Other'], '[{}]'],
-      );
+      opened = (
+        await other.query(
+          `SELECT * FROM "${schema}".append_group_unlocked($1::text[], $2::bigint[], true, $3::text[], $4::text[], NULL, NULL, $5::json)`,
+          [[stream], [expected], [randomUUID()], ['Other'], '[{}]'],
+        )
+      ).rows;
     };
     try {
       const [raced, any] = [uniqueStream('raced'), uniqueStream('any')];

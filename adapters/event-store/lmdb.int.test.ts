@@ -233,22 +233,13 @@ describe('LMDB event store', () => {
   it('writes again an append whose commit did not reach the log, instead of acknowledging it', async () => {
     const store = await openLmdbEventStore({ path: freshPath() });
     const stream = uniqueStream('lost');
-    const root = store.root as unknown as { childTransaction: (cb: () => unknown) => Promise<unknown> };
-    const real = root.childTransaction.bind(root);
-    let calls = 0;
     // The first group's transaction runs its checks and writes, then does not commit: what the
     // contention test saw (acknowledged, not on the log).
-    root.childTransaction = (cb) =>
-      calls++ === 0
-        ? real(() => {
-            cb();
-            return ABORT;
-          })
-        : real(cb);
+    const transactions = firstCommitLost(store);
     try {
       const first = event('A');
       const result = await store.append(stream, [first], { expectedRevision: 'no_stream' });
-      expect(calls).toBe(2);
+      expect(transactions.count).toBe(2);
       expect(result).toEqual({ nextRevision: 0, position: 1 });
       expect((await store.readStream(stream)).map((e) => e.id)).toEqual([first.id]);
     } finally {
@@ -259,29 +250,35 @@ describe('LMDB event store', () => {
   it('writes again every append of a group whose commit did not reach the log, each once', async () => {
     const store = await openLmdbEventStore({ path: freshPath() });
     const streams = [uniqueStream('lost-a'), uniqueStream('lost-b'), uniqueStream('lost-c')];
-    const root = store.root as unknown as { childTransaction: (cb: () => unknown) => Promise<unknown> };
-    const real = root.childTransaction.bind(root);
-    let calls = 0;
     // The read-back looks up the first and the last append of the pass: here neither is on the log.
-    root.childTransaction = (cb) =>
-      calls++ === 0
-        ? real(() => {
-            cb();
-            return ABORT;
-          })
-        : real(cb);
+    const transactions = firstCommitLost(store);
     try {
       const events = streams.map((s) => event(s));
       const results = await Promise.all(
         streams.map((s, i) => store.append(s, [events[i]!], { expectedRevision: 'no_stream' })),
       );
-      expect(calls).toBe(2);
+      expect(transactions.count).toBe(2);
       expect(results.map((r) => r.position)).toEqual([1, 2, 3]);
       expect((await store.readAll()).map((e) => e.id)).toEqual(events.map((e) => e.id));
     } finally {
       await store.close();
     }
   });
+
+  /** Makes the store's first write transaction run its writes and then not commit; counts them all. */
+  function firstCommitLost(store: LmdbEventStore): { count: number } {
+    const root = store.root as unknown as { childTransaction: (cb: () => unknown) => Promise<unknown> };
+    const real = root.childTransaction.bind(root);
+    const transactions = { count: 0 };
+    root.childTransaction = (cb) =>
+      transactions.count++ === 0
+        ? real(() => {
+            cb();
+            return ABORT;
+          })
+        : real(cb);
+    return transactions;
+  }
 
   /** The store's own read-back of committed appends, replaced by `check` for a test. */
   function readBack(store: LmdbEventStore, check: (real: (p: unknown) => boolean, p: unknown) => boolean) {

@@ -257,16 +257,7 @@ ${
           : `
   SELECT b.base, b.started INTO v_base, v_started FROM ${schema}.position_base b;`
       }
-  IF v_started IS DISTINCT FROM pg_postmaster_start_time() THEN
-    UPDATE ${schema}.position_base b
-       SET base = greatest(
-             b.base + ${RESTART_MARGIN_TRANSACTIONS}::bigint * ${POSITIONS_PER_TRANSACTION},
-             (SELECT coalesce(max(e.position), 0) FROM ${schema}.events e) + 1
-               - pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION}),
-           started = pg_postmaster_start_time()
-     WHERE b.started IS DISTINCT FROM pg_postmaster_start_time();
-    SELECT b.base INTO v_base FROM ${schema}.position_base b;
-  END IF;`
+${startBaseMove(schema)}`
 }
   v_base := pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION} + v_base;
 
@@ -374,6 +365,24 @@ function headRevision(schema: string, stream: string, expected: string): string 
       (SELECT max(e.revision) FROM ${schema}.events e WHERE e.stream = ${stream}
           AND e.revision >= CASE WHEN ${expected} ~ '^[0-9]+$' THEN ${expected}::bigint END),
       (SELECT max(e.revision) FROM ${schema}.events e WHERE e.stream = ${stream}))`;
+}
+
+/**
+ * Versions up to 8: the base moves when the server's start differs from the one it last moved at
+ * (`v_started`, read beside `v_base`), and is read again. Shared text of append_group and
+ * append_group_unlocked; the shipped versions' digests pin it.
+ */
+function startBaseMove(schema: string): string {
+  return `  IF v_started IS DISTINCT FROM pg_postmaster_start_time() THEN
+    UPDATE ${schema}.position_base b
+       SET base = greatest(
+             b.base + ${RESTART_MARGIN_TRANSACTIONS}::bigint * ${POSITIONS_PER_TRANSACTION},
+             (SELECT coalesce(max(e.position), 0) FROM ${schema}.events e) + 1
+               - pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION}),
+           started = pg_postmaster_start_time()
+     WHERE b.started IS DISTINCT FROM pg_postmaster_start_time();
+    SELECT b.base INTO v_base FROM ${schema}.position_base b;
+  END IF;`;
 }
 
 /**
@@ -558,16 +567,7 @@ ${
 ${baseGuard(schema, guard)}`
     : `  SELECT b.base, b.started INTO v_base, v_started FROM ${schema}.position_base b;
   -- The base moves once per server start, as in append_group.
-  IF v_started IS DISTINCT FROM pg_postmaster_start_time() THEN
-    UPDATE ${schema}.position_base b
-       SET base = greatest(
-             b.base + ${RESTART_MARGIN_TRANSACTIONS}::bigint * ${POSITIONS_PER_TRANSACTION},
-             (SELECT coalesce(max(e.position), 0) FROM ${schema}.events e) + 1
-               - pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION}),
-           started = pg_postmaster_start_time()
-     WHERE b.started IS DISTINCT FROM pg_postmaster_start_time();
-    SELECT b.base INTO v_base FROM ${schema}.position_base b;
-  END IF;`
+${startBaseMove(schema)}`
 }
   v_base := pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION} + v_base;
   -- A member is written when its stream's last revision, read from the expected one up (one index

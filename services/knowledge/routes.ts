@@ -25,7 +25,6 @@ import {
   callerHook,
   decorateCaller,
   type KeyedAccess,
-  rejectedService,
   undebitedService,
 } from '../metering/caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../metering/metered-call.ts';
@@ -186,7 +185,7 @@ function knowledgeAccess(deps: KnowledgeDeps) {
   async function serviceOf(request: FastifyRequest): Promise<ServiceMeta> {
     if (request.service) return request.service;
     if (request.caller) return peek(request.caller);
-    if (request.callerRefused) return rejectedService(quota(), request.callerRefused);
+    if (request.callerRefused) return undebitedService(quota(), request.callerRefused.caller);
     return absent;
   }
   const absent: ServiceMeta = { auth: { outcome: 'ABSENT', presented: false, tier: 'free' }, quota: null };

@@ -211,14 +211,6 @@ export function keyCaller(record: Pick<KeyRecord, 'keyHash' | 'keyId' | 'plan'>)
   };
 }
 
-/** `_service` of a refused key: the live quota of its address's anonymous subject (null when out of reach). */
-export function rejectedService(
-  quota: Pick<QuotaMeter, 'peek'> | undefined,
-  err: CallerRejectedError,
-): Promise<ServiceMeta> {
-  return undebitedService(quota, err.caller);
-}
-
 /** What callerHook reads: the quota a refusal's `_service` peeks (figures null without it). */
 export interface CallerAccess {
   quota?: Pick<QuotaMeter, 'peek'> | undefined;
@@ -260,7 +252,7 @@ export function callerHook(access: () => CallerAccess, refusals: CallerRefusals)
   return (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void): void => {
     const { caller, callerRefused } = request;
     if (callerRefused !== null) {
-      void rejectedService(access().quota, callerRefused).then((service) => {
+      void undebitedService(access().quota, callerRefused.caller).then((service) => {
         request.service = service;
         done(refusals.rejected(callerRefused));
       });

@@ -123,8 +123,9 @@ class LocalWindows {
  * the service), in-process on the embedded defaults. Two budgets per request: the credential's,
  * and the credential's per tool. On Redis the takes of one turn go out in one script call (one
  * per request cost more than the counting: bench/rate-limit.bench.ts). No lease: prepaying a busy
- * request shape's units gained under 15 % against this pipelined round trip (bench/budget.bench.ts
- * --compare=rate), so every request is counted where the replicas share it.
+ * request shape's units gained under 15 % against this pipelined round trip (measured with the
+ * lease in bench/budget.bench.ts before it went, e06b3a3), so every request is counted where the
+ * replicas share it.
  */
 export class RateLimiter {
   private readonly local: LocalWindows;

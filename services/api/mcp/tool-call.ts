@@ -3,12 +3,7 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from 'pino';
 import type { ToolName } from '../../../contracts/tools.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
-import {
-  type Caller,
-  CallerRejectedError,
-  rejectedService,
-  undebitedService,
-} from '../../metering/caller.ts';
+import { type Caller, type CallerRejectedError, undebitedService } from '../../metering/caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../../metering/metered-call.ts';
 import type { QuotaMeter } from '../../metering/quota-meter.ts';
 import type { PaidServiceMeta, PaymentReceipt, ServiceMeta } from '../../metering/service-meta.ts';
@@ -125,22 +120,20 @@ const MCP_PAYMENT_RESPONSE_META = 'x402/payment-response';
  * (-32602 as a tool result with isError), then the metered run. Every result carries `_service`.
  */
 export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Promise<CallToolResult> {
-  let caller: Caller;
-  try {
-    if (request.refused) throw request.refused;
-    if (request.caller === undefined)
-      throw new Error('tools/call without a caller: the caller hook (callerPlugin) runs before every route');
-    caller = request.caller;
-  } catch (err) {
-    if (err instanceof CallerRejectedError) {
-      const code = err.reason === 'unknown' ? MCP_UNKNOWN_KEY : MCP_UNVERIFIABLE;
-      throw new ChannelError(code, err.message, {
-        retryable: err.reason === 'indeterminate',
-        _service: await rejectedService(deps.quota, err),
-      });
-    }
-    throw err;
+  const refused = request.refused;
+  if (refused) {
+    throw new ChannelError(
+      refused.reason === 'unknown' ? MCP_UNKNOWN_KEY : MCP_UNVERIFIABLE,
+      refused.message,
+      {
+        retryable: refused.reason === 'indeterminate',
+        _service: await undebitedService(deps.quota, refused.caller),
+      },
+    );
   }
+  if (request.caller === undefined)
+    throw new Error('tools/call without a caller: the caller hook (callerPlugin) runs before every route');
+  const caller: Caller = request.caller;
 
   const tool = deps.registry.get(request.name);
   if (tool === undefined) {

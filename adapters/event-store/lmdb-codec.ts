@@ -409,10 +409,7 @@ export class IdIndex {
 
   /** `get` for an id whose stored form (`storedId`) is at hand: the key is not parsed again. */
   getStored(id: string, stored: StoredId): number | undefined {
-    if (stored instanceof UuidText && (this.binary || isOrdered(stored.bytes))) {
-      return this.db.get(indexKey(stored.bytes));
-    }
-    return this.get(id);
+    return this.db.get(this.storedKey(id, stored));
   }
 
   /**
@@ -420,9 +417,14 @@ export class IdIndex {
    * `id`): the key is not parsed from the text a second time.
    */
   putStored(id: string, stored: StoredId, position: number): void {
-    if (stored instanceof UuidText && (this.binary || isOrdered(stored.bytes))) {
-      this.db.putSync(indexKey(stored.bytes), position);
-    } else this.putSync(id, position);
+    this.db.putSync(this.storedKey(id, stored), position);
+  }
+
+  /** The id's key from its stored bytes where they make it, else from its text (`key`). */
+  private storedKey(id: string, stored: StoredId): Key {
+    return stored instanceof UuidText && (this.binary || isOrdered(stored.bytes))
+      ? indexKey(stored.bytes)
+      : this.key(id);
   }
 }
 

@@ -247,11 +247,7 @@ function qualifiers(question: string): Set<string> {
 }
 
 /** Words naming a reply in general: a clause of them alone asks what comes back, not about what. */
-const REPLY = new Set(
-  ['status', 'error', 'code', 'response', 'answer', 'reply', 'back', 'return', 'returned']
-    .map((w) => termOf(w))
-    .filter((t): t is string => t !== null),
-);
+const REPLY = new Set(contentTerms('status error code response answer reply back return returned'));
 
 /**
  * The topical terms of the clause that asks: a condition ("… if my connection drops") frames the

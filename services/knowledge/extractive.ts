@@ -1106,15 +1106,19 @@ export function extractiveAnswer(
   const overlaps = (c: Candidate) =>
     chosen.some((x) => x.passage.id === c.passage.id && x.order === c.order) ||
     chosen.some((x) => x.quotes.some((q) => c.quotes.some((r) => q.includes(r) || r.includes(q))));
+  // Quotes a unit beside the others when the answer has room for it.
+  const add = (c: Candidate): void => {
+    const size = c.quotes.join(' ').length;
+    if (length + size > MAX_ANSWER_CHARS) return;
+    chosen.push(c);
+    length += size;
+  };
   // A short best sentence ("Confidence is calibrated, not a rescaled score.") opens what its
   // passage goes on to say: the next sentence comes with it.
   const next = byPassage.get(best.passage.id)![best.order + 1];
   if (length < SHORT_ANSWER && next !== undefined && answerable(next[0]!)) {
     const follow = { ...best, order: best.order + 1, quotes: next, score: best.score };
-    if (!overlaps(follow) && length + next.join(' ').length <= MAX_ANSWER_CHARS) {
-      chosen.push(follow);
-      length += next.join(' ').length;
-    }
+    if (!overlaps(follow)) add(follow);
   }
   // "Why …" answered by a conclusion ("Every answer is therefore HOLD", "… say so; use X"): the
   // cause is what the sentence before it says, so that sentence comes first.
@@ -1125,10 +1129,7 @@ export function extractiveAnswer(
     const cause = at > 0 ? all[at - 1]! : undefined;
     if (cause !== undefined && answerable(cause) && !isHeading(cause, best.passage)) {
       const before = { ...best, order: best.order - 0.5, quotes: [cause], score: best.score };
-      if (!overlaps(before) && length + cause.length <= MAX_ANSWER_CHARS) {
-        chosen.push(before);
-        length += cause.length;
-      }
+      if (!overlaps(before)) add(before);
     }
   }
   // A "why" whose best quote states no cause: the best passage's unit that states one (with a
@@ -1144,10 +1145,7 @@ export function extractiveAnswer(
           !overlaps(c),
       )
       .sort((a, b) => b.score - a.score)[0];
-    if (cause !== undefined && length + cause.quotes.join(' ').length <= MAX_ANSWER_CHARS) {
-      chosen.push(cause);
-      length += cause.quotes.join(' ').length;
-    }
+    if (cause !== undefined) add(cause);
   }
   // Then what else the best passage says about the question, then units elsewhere that carry
   // as much of it.
@@ -1160,10 +1158,7 @@ export function extractiveAnswer(
   for (const c of rest) {
     if (chosen.length >= MAX_SENTENCES) break;
     if (c.coverage < MIN_COVERAGE) continue;
-    const text = c.quotes.join(' ');
-    if (overlaps(c) || length + text.length > MAX_ANSWER_CHARS) continue;
-    chosen.push(c);
-    length += text.length;
+    if (!overlaps(c)) add(c);
   }
   // A route's summary from the contract says what the route does; how to call it for what was
   // asked (the parameter, the header) is what the documentation says of it: for a "how do I",
@@ -1177,10 +1172,7 @@ export function extractiveAnswer(
         stated.test(c.quotes.join(' ')) &&
         !overlaps(c),
     );
-    if (how !== undefined && length + how.quotes.join(' ').length <= MAX_ANSWER_CHARS) {
-      chosen.push(how);
-      length += how.quotes.join(' ').length;
-    }
+    if (how !== undefined) add(how);
   }
   // Read in passage order, then in the order the sentences stand in their passage.
   chosen.sort((a, b) => a.rank - b.rank || a.order - b.order);

@@ -368,18 +368,31 @@ function headRevision(schema: string, stream: string, expected: string): string 
 }
 
 /**
+ * The update that moves the position base past a server (re)start: a margin of transactions on,
+ * and past the log's last position (without its WHERE or the statement's end). One text for every
+ * version that moves the base; the shipped versions' digests pin it, indentation included.
+ */
+function restartedBase(schema: string, indent: string): string {
+  return [
+    `UPDATE ${schema}.position_base b`,
+    '   SET base = greatest(',
+    `         b.base + ${RESTART_MARGIN_TRANSACTIONS}::bigint * ${POSITIONS_PER_TRANSACTION},`,
+    `         (SELECT coalesce(max(e.position), 0) FROM ${schema}.events e) + 1`,
+    `           - pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION}),`,
+    '       started = pg_postmaster_start_time()',
+  ]
+    .map((line) => indent + line)
+    .join('\n');
+}
+
+/**
  * Versions up to 8: the base moves when the server's start differs from the one it last moved at
  * (`v_started`, read beside `v_base`), and is read again. Shared text of append_group and
  * append_group_unlocked; the shipped versions' digests pin it.
  */
 function startBaseMove(schema: string): string {
   return `  IF v_started IS DISTINCT FROM pg_postmaster_start_time() THEN
-    UPDATE ${schema}.position_base b
-       SET base = greatest(
-             b.base + ${RESTART_MARGIN_TRANSACTIONS}::bigint * ${POSITIONS_PER_TRANSACTION},
-             (SELECT coalesce(max(e.position), 0) FROM ${schema}.events e) + 1
-               - pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION}),
-           started = pg_postmaster_start_time()
+${restartedBase(schema, '    ')}
      WHERE b.started IS DISTINCT FROM pg_postmaster_start_time();
     SELECT b.base INTO v_base FROM ${schema}.position_base b;
   END IF;`;
@@ -421,12 +434,7 @@ BEGIN
     IF current_setting('synchronous_commit') = 'off' THEN
       v_setting := set_config('synchronous_commit', 'on', true);
     END IF;
-    UPDATE ${schema}.position_base b
-       SET base = greatest(
-             b.base + ${RESTART_MARGIN_TRANSACTIONS}::bigint * ${POSITIONS_PER_TRANSACTION},
-             (SELECT coalesce(max(e.position), 0) FROM ${schema}.events e) + 1
-               - pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION}),
-           started = pg_postmaster_start_time();
+${restartedBase(schema, '    ')};
     DELETE FROM ${schema}.position_marker WHERE started <> pg_postmaster_start_time();
   END IF;
   -- For the session (undone with its transaction, if that rolls back).
@@ -798,12 +806,7 @@ BEGIN
   -- a crash may see their ids handed out again, below positions readers have already passed, and a
   -- restored copy of the log may restart ids lower still. The base moves past both, once per start.
   IF (SELECT b.started FROM ${schema}.position_base b) IS DISTINCT FROM pg_postmaster_start_time() THEN
-    UPDATE ${schema}.position_base b
-       SET base = greatest(
-             b.base + ${RESTART_MARGIN_TRANSACTIONS}::bigint * ${POSITIONS_PER_TRANSACTION},
-             (SELECT coalesce(max(e.position), 0) FROM ${schema}.events e) + 1
-               - pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION}),
-           started = pg_postmaster_start_time()
+${restartedBase(schema, '    ')}
      WHERE b.started IS DISTINCT FROM pg_postmaster_start_time();
   END IF;
   SELECT pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION} + b.base INTO v_base
@@ -999,12 +1002,7 @@ ${positionGuard(names.schema, names.guard)}
 -- that moved the base and is not yet committed (read without the row lock, that move went unseen)
 -- and then leaves the base as it moved it. (A crash restart before this upgrade stays unseen, as it
 -- was by version 8.)
-UPDATE ${names.schema}.position_base b
-   SET base = greatest(
-         b.base + ${RESTART_MARGIN_TRANSACTIONS}::bigint * ${POSITIONS_PER_TRANSACTION},
-         (SELECT coalesce(max(e.position), 0) FROM ${names.schema}.events e) + 1
-           - pg_current_xact_id()::text::bigint * ${POSITIONS_PER_TRANSACTION}),
-       started = pg_postmaster_start_time()
+${restartedBase(names.schema, '')}
  WHERE b.started IS DISTINCT FROM pg_postmaster_start_time();
 INSERT INTO ${names.schema}.position_marker (started) VALUES (pg_postmaster_start_time());
 ${appendFunctions(names, orderedIdMatch, 'CREATE OR REPLACE FUNCTION', 9)}

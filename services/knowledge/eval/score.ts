@@ -45,21 +45,36 @@ export const TUNED_SETS = [
 ] as const;
 
 /**
- * Sets never tuned on, scored by the CLI only when named (main.ts), never by a test a picker
- * change must pass: a set the picker is changed to pass is tuned on, and its figure stops being
- * out of sample (analyst.json, buyer.json and newcomer.json were, until each had been scored
- * once; all three are tuned on now).
+ * Sets whose wrong answers have been read but that are not yet held at a floor by
+ * answers.e2e.test.ts: that test requires "I don't know" to every off-topic question, and
+ * thirdparty.json's 'How do I open a brokerage account?' is still answered, grounded. Scored by the
+ * CLI only when named; not out of sample. A set moves to TUNED_SETS, with its floor, once the
+ * picker passes its off-topic questions.
  *
  * thirdparty.json: 82 questions and 14 off-topic ones a third party evaluating the service for
  * their team (integrator, quant, compliance reviewer, SRE) asks, written blind from the indexed
- * documentation on 2026-11-27 and committed with this line, before the picker's tenth change and
- * before the chat was ever asked them. Never tuned on; scored once after the tenth change (43 / 82,
- * 1 / 14 off-topic grounded; docs/knowledge.md). Its wrong answers were printed then, so a later
- * picker change needs a new blind set, written and committed before it, for an out-of-sample claim.
+ * documentation on 2026-11-27 and committed before the picker's tenth change, scored once after
+ * it (43 / 82, 1 / 14 off-topic grounded; docs/knowledge.md). Its wrong answers were printed then,
+ * so it is spent: the next picker change may be tuned on it, and operator.json is the blind set.
  */
-export const BLIND_SETS = ['thirdparty.json'] as const;
+export const SPENT_SETS = ['thirdparty.json'] as const;
 
-export const QUESTION_SETS = [...TUNED_SETS, ...BLIND_SETS] as const;
+/**
+ * Sets never tuned on, scored by the CLI only when named (main.ts), never by a test a picker
+ * change must pass: a set the picker is changed to pass is tuned on, and its figure stops being
+ * out of sample (analyst.json, buyer.json, newcomer.json and thirdparty.json were, until each had
+ * been scored once).
+ *
+ * operator.json: 79 questions and 14 off-topic ones a crypto trader or small fund operator who
+ * found the service in an MCP directory asks before paying, written blind from the indexed
+ * documentation on 2026-11-27 and committed with this line, before the picker's eleventh change
+ * and before the chat was ever asked them. Never tuned on; scored once on the picker of commit a6d46ed
+ * (41 / 79, 0 / 14 off-topic grounded; docs/knowledge.md), its wrong answers not printed. A picker change must not
+ * read them: to score it after a change, print its summary line only.
+ */
+export const BLIND_SETS = ['operator.json'] as const;
+
+export const QUESTION_SETS = [...TUNED_SETS, ...SPENT_SETS, ...BLIND_SETS] as const;
 
 export function loadQuestionSet(file: (typeof QUESTION_SETS)[number] = 'questions.json'): QuestionSet {
   return QuestionSet.parse(JSON.parse(readFileSync(new URL(`./${file}`, import.meta.url), 'utf8')));

@@ -1,8 +1,8 @@
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import { defineProjection, type Projection } from '../../projections/projection.ts';
-import { counterExpiry, dayKey, monthKey, resetsAtOf } from './windows.ts';
+import { chatKey, counterExpiry, dayKey, monthKey, resetsAtOf } from './windows.ts';
 
-/** Counter per quota window, as the cache should hold it, folded from the debit events. */
+/** Counter per quota window, as the cache should hold it, folded from the counted events. */
 export type QuotaBalances = Record<string, { count: number; expiresAt: number }>;
 
 /**
@@ -22,23 +22,47 @@ export function debitedUnits(event: RecordedEvent, subject?: string): number {
 }
 
 /** Adds `units` to a window's counter, making it with `expiresAt` when new. */
-export function addUnits(state: QuotaBalances, key: string, units: number, expiresAt: number): void {
+function addUnits(state: QuotaBalances, key: string, units: number, expiresAt: number): void {
   const current = state[key];
   if (current) current.count += units;
   else state[key] = { count: units, expiresAt };
 }
 
+/**
+ * Not a window: the start of the latest day folded (its `expiresAt`). Its count is 0 and its
+ * time past, so a rebuild writes it nowhere (it writes only windows that have not expired).
+ */
+const LATEST_DAY = '@latest-day';
+
+/**
+ * The counters of every quota window, calls and monthly chats (a chat delta may go below 0: the
+ * cache clamps): what a rebuild writes into a new generation, kept by the api as its checkpoint
+ * (QuotaCounters). Windows expired before the latest day folded are dropped when a new day
+ * begins, so the state holds about a month of windows, however long the log.
+ */
 export const quotaBalancesProjection: Projection<QuotaBalances> = defineProjection({
   name: 'quota-balances',
-  // 2: QuotaDebitsReturned folded (a snapshot of version 1 may have passed returns over).
-  version: 2,
-  eventTypes: DEBIT_EVENT_TYPES,
+  // 3: chats folded, expired windows dropped.
+  version: 3,
+  eventTypes: [...DEBIT_EVENT_TYPES, 'ChatQuotaConsumed', 'ChatQuotaRefunded'],
   initial: (): QuotaBalances => ({}),
   evolve(state, event) {
-    const { subject, day, month } = event.data;
+    const { subject, month } = event.data;
+    const monthEnds = counterExpiry(resetsAtOf(month));
+    if (event.type === 'ChatQuotaConsumed' || event.type === 'ChatQuotaRefunded') {
+      addUnits(state, chatKey(subject, month), event.type === 'ChatQuotaConsumed' ? 1 : -1, monthEnds);
+      return state;
+    }
+    const { day } = event.data;
     const units = debitedUnits(event);
-    addUnits(state, monthKey(subject, month), units, counterExpiry(resetsAtOf(month)));
+    addUnits(state, monthKey(subject, month), units, monthEnds);
     addUnits(state, dayKey(subject, day), units, counterExpiry(resetsAtOf(day)));
+    const dayStarts = resetsAtOf(day) - 86_400_000;
+    const latest = state[LATEST_DAY];
+    if (latest === undefined || dayStarts > latest.expiresAt) {
+      for (const [key, window] of Object.entries(state)) if (window.expiresAt <= dayStarts) delete state[key];
+      state[LATEST_DAY] = { count: 0, expiresAt: dayStarts };
+    }
     return state;
   },
 });

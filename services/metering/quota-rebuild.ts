@@ -4,14 +4,13 @@ import { type Cache, CacheUnavailableError } from '../../adapters/cache/port.ts'
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { ProjectionStore } from '../../adapters/projection-store/port.ts';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
+import { ProjectionRunner } from '../../projections/runner.ts';
 import {
-  addUnits,
   DEBIT_EVENT_TYPES,
   debitedUnits,
   type QuotaBalances,
   quotaBalancesProjection,
 } from './quota-projection.ts';
-import { chatKey, counterExpiry, resetsAtOf } from './windows.ts';
 
 /** The cache's family of quota counters (calls and monthly chats): its marker names the live generation. */
 export const QUOTA_FAMILY = 'quota';
@@ -33,19 +32,8 @@ export interface RebuildOutcome {
   restarts: number;
 }
 
-const COUNTED = new Set<string>([...DEBIT_EVENT_TYPES, 'ChatQuotaConsumed', 'ChatQuotaRefunded']);
+const COUNTED = new Set<string>(quotaBalancesProjection.eventTypes);
 const DEBITS = new Set<string>(DEBIT_EVENT_TYPES);
-
-/** Adds one counted event to a page's deltas (a chat delta may go below 0: the cache clamps). */
-function fold(state: QuotaBalances, event: RecordedEvent): void {
-  if (DEBITS.has(event.type)) {
-    quotaBalancesProjection.evolve(state, event);
-    return;
-  }
-  const { subject, month } = event.data as { subject: string; month: string };
-  const delta = event.type === 'ChatQuotaConsumed' ? 1 : -1;
-  addUnits(state, chatKey(subject, month), delta, counterExpiry(resetsAtOf(month)));
-}
 
 export interface RebuildDeps {
   store: EventStore;
@@ -120,7 +108,7 @@ async function buildOnce(
       const tag = debitGeneration(event);
       if (previous !== null && tag === previous) loggedOnPrevious += units(event);
       if (tag === generation) continue;
-      fold(state, event);
+      quotaBalancesProjection.evolve(state, event);
       debits++;
     }
     events += page.length;
@@ -212,24 +200,17 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-export const QUOTA_CHECKPOINT = 'quota-counters';
-// 2: QuotaDebitsReturned folded.
-export const CHECKPOINT_VERSION = 2;
-const DEFAULT_CHECKPOINT_EVERY_MS = 5 * 60_000;
-
 /**
  * Keeps one process's quota counters live: rebuilds them from the log when their generation is
  * gone, once at a time per process (the marker's compare-and-set lets one replica win). With a
- * projection store the fold is checkpointed (every few minutes and at stop), so a boot folds only
- * the events after it.
+ * projection store the counters' fold (quotaBalancesProjection) runs as a projection, with its
+ * snapshots, and a rebuild starts from its state, folding only the events after it.
  */
 export class QuotaCounters {
   private pending: Promise<void> | null = null;
   private readonly abort = new AbortController();
   private readonly tails = new Set<Promise<unknown>>();
-  private checkpoint: QuotaCheckpoint | null = null;
-  private checkpointing: Promise<void> | null = null;
-  private timer: NodeJS.Timeout | null = null;
+  private readonly fold: ProjectionRunner<QuotaBalances> | null;
 
   constructor(
     private readonly deps: {
@@ -237,9 +218,14 @@ export class QuotaCounters {
       cache: Cache;
       logger?: Logger;
       checkpoints?: ProjectionStore;
-      now?: () => number;
     },
-  ) {}
+  ) {
+    this.fold = deps.checkpoints
+      ? new ProjectionRunner(deps.store, deps.checkpoints, quotaBalancesProjection, {
+          ...(deps.logger ? { logger: deps.logger } : {}),
+        })
+      : null;
+  }
 
   /** Resolves once a generation is live, rebuilding first when none is. */
   ensure(): Promise<void> {
@@ -249,92 +235,33 @@ export class QuotaCounters {
     return this.pending;
   }
 
-  /** Stops replays still running in the background, and saves a checkpoint up to the head. */
+  /** Stops replays still running in the background, and the fold once it holds the log's head. */
   async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
     this.abort.abort();
     await Promise.allSettled([...this.tails]);
-    await this.saveCheckpoint().catch((err: unknown) =>
-      this.deps.logger?.warn({ err }, 'quota checkpoint not saved at stop'),
+    await this.fold?.stop({ drainMs: 2_000 });
+  }
+
+  /** Starts the fold (once); a fold past the log's head is another log's (a replaced data directory): folded again. */
+  private async startFold(fold: ProjectionRunner<QuotaBalances>): Promise<void> {
+    await fold.start();
+    if (fold.checkpoint <= (await this.deps.store.headPosition())) return;
+    this.deps.logger?.warn(
+      { checkpoint: fold.checkpoint },
+      'quota checkpoint is ahead of the log: ignoring it, folding the log from the start',
     );
-  }
-
-  /** Folds the counted events after the last checkpoint (from the log, not the cache) into a new one. */
-  saveCheckpoint(): Promise<void> {
-    this.checkpointing ??= this.advanceCheckpoint().finally(() => {
-      this.checkpointing = null;
-    });
-    return this.checkpointing;
-  }
-
-  private async advanceCheckpoint(): Promise<void> {
-    const { store, checkpoints } = this.deps;
-    if (!checkpoints) return;
-    const base = this.checkpoint ?? (await this.loadCheckpoint());
-    if (!base) return; // no rebuild yet: the first one makes it
-    const state = structuredClone(base.state);
-    let position = base.position;
-    const head = await store.headPosition();
-    while (position < head) {
-      const page = await store.readAll({ after: position, maxCount: 1_000 });
-      if (page.length === 0) break;
-      for (const event of page) if (COUNTED.has(event.type)) fold(state, event);
-      position = page[page.length - 1]!.position;
-    }
-    if (position === base.position && this.checkpoint) return;
-    await this.storeCheckpoint({ position, state });
-  }
-
-  private async loadCheckpoint(): Promise<QuotaCheckpoint | null> {
-    const { checkpoints, store, logger } = this.deps;
-    if (!checkpoints) return null;
-    const stored = await checkpoints.load<QuotaBalances>(QUOTA_CHECKPOINT);
-    if (!stored || stored.version !== CHECKPOINT_VERSION) return null;
-    // Past the head: another log's (a replaced data directory).
-    if (stored.checkpoint > (await store.headPosition())) {
-      logger?.warn(
-        { checkpoint: stored.checkpoint },
-        'quota checkpoint is ahead of the log: ignoring it, folding the log from the start',
-      );
-      return null;
-    }
-    return { position: stored.checkpoint, state: stored.state };
-  }
-
-  private async storeCheckpoint(checkpoint: QuotaCheckpoint): Promise<void> {
-    const { checkpoints } = this.deps;
-    if (!checkpoints) return;
-    const at = (this.deps.now ?? Date.now)();
-    const state: QuotaBalances = {};
-    for (const [key, window] of Object.entries(checkpoint.state))
-      if (window.expiresAt > at) state[key] = window;
-    await checkpoints.save<QuotaBalances>(QUOTA_CHECKPOINT, {
-      version: CHECKPOINT_VERSION,
-      checkpoint: checkpoint.position,
-      state,
-    });
-    this.checkpoint = { position: checkpoint.position, state };
-  }
-
-  private keepCheckpointing(): void {
-    if (!this.deps.checkpoints || this.timer || this.abort.signal.aborted) return;
-    this.timer = setInterval(() => {
-      this.saveCheckpoint().catch((err: unknown) =>
-        this.deps.logger?.warn({ err }, 'quota checkpoint not saved'),
-      );
-    }, DEFAULT_CHECKPOINT_EVERY_MS);
-    this.timer.unref();
+    await fold.rebuild();
   }
 
   private async rebuildIfLost(): Promise<void> {
     const { cache, store, logger } = this.deps;
-    if ((await cache.liveGeneration(QUOTA_FAMILY)) !== null) {
-      this.keepCheckpointing();
-      return;
-    }
-    const from = (await this.loadCheckpoint()) ?? undefined;
-    logger?.[from || cache.kind === 'memory' ? 'info' : 'warn'](
+    if (this.fold) await this.startFold(this.fold);
+    if ((await cache.liveGeneration(QUOTA_FAMILY)) !== null) return;
+    // The fold's state and position, read together (a copy: the fold goes on).
+    const from = this.fold
+      ? { position: this.fold.checkpoint, state: structuredClone(this.fold.state) }
+      : null;
+    logger?.[from?.position || cache.kind === 'memory' ? 'info' : 'warn'](
       { from: from?.position ?? 0 },
       'quota counters missing (new or emptied cache): rebuilding them from the log',
     );
@@ -354,18 +281,14 @@ export class QuotaCounters {
       ...(from ? { from } : {}),
     });
     const tail = run
-      .then(async (outcome) => {
+      .then((outcome) =>
         logger?.info(
           { ...outcome, from: from?.position ?? 0, ms: Date.now() - started },
           outcome.switched
             ? 'quota counters rebuilt from the log'
             : 'quota counters rebuilt by another process first',
-        );
-        // The checkpoint folds the log (not the counters) from the one the build started at.
-        this.checkpoint ??= from ?? { position: 0, state: {} };
-        await this.saveCheckpoint();
-        this.keepCheckpointing();
-      })
+        ),
+      )
       .catch((err: unknown) => logger?.error({ err }, 'quota counter rebuild failed'));
     this.tails.add(tail);
     void tail.finally(() => this.tails.delete(tail));

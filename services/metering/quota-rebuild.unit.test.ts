@@ -5,16 +5,11 @@ import type { Cache } from '../../adapters/cache/port.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
+import { foldEvents } from '../../projections/projection.ts';
 import type { PlanTable } from './plans.ts';
 import { QuotaMeter, type QuotaSubject } from './quota-meter.ts';
-import { debitedUnits } from './quota-projection.ts';
-import {
-  CHECKPOINT_VERSION,
-  QUOTA_CHECKPOINT,
-  QUOTA_FAMILY,
-  QuotaCounters,
-  rebuildQuotaGeneration,
-} from './quota-rebuild.ts';
+import { debitedUnits, quotaBalancesProjection } from './quota-projection.ts';
+import { QUOTA_FAMILY, QuotaCounters, rebuildQuotaGeneration } from './quota-rebuild.ts';
 import { quotaPeriod, quotaWindows } from './windows.ts';
 
 const PLANS: PlanTable = {
@@ -198,7 +193,7 @@ function recordingReads(memory: MemoryEventStore): { store: EventStore; starts: 
   return { store, starts };
 }
 
-describe('quota checkpoint (the counters folded up to a position, kept in the projection store)', () => {
+describe('quota checkpoint (the fold of the counters run as a projection, its snapshots in the projection store)', () => {
   it('a restart folds only the debits after the checkpoint, and counts them all', async () => {
     const memory = new MemoryEventStore();
     const checkpoints = new MemoryProjectionStore();
@@ -209,7 +204,7 @@ describe('quota checkpoint (the counters folded up to a position, kept in the pr
         store,
         plans: PLANS,
         now: () => T0,
-        counters: new QuotaCounters({ store, cache, checkpoints, now: () => T0 }),
+        counters: new QuotaCounters({ store, cache, checkpoints }),
       });
     // Other streams' events sit before the debits: a fold from 0 would read them too.
     for (let i = 0; i < 30; i++) await memory.append(`noise-${i}`, [{ type: 'Noise', data: { i } } as never]);
@@ -217,7 +212,7 @@ describe('quota checkpoint (the counters folded up to a position, kept in the pr
     const first = meterOn(memory, new MemoryCache());
     for (let i = 0; i < 5; i++) await first.debit(key, 't', `a${i}`);
     await first.counters.stop();
-    const saved = await checkpoints.load(QUOTA_CHECKPOINT);
+    const saved = await checkpoints.load(quotaBalancesProjection.name);
     expect(saved?.checkpoint).toBe(await memory.headPosition());
 
     // Debits the checkpoint does not hold (a process that crashed before saving one).
@@ -230,14 +225,16 @@ describe('quota checkpoint (the counters folded up to a position, kept in the pr
     expect(await restarted.peek(key)).toMatchObject({ used: 8, daily: { used: 8 } });
     expect(Math.min(...starts)).toBe(saved?.checkpoint);
     await restarted.counters.stop();
-    expect((await checkpoints.load(QUOTA_CHECKPOINT))?.checkpoint).toBe(await memory.headPosition());
+    expect((await checkpoints.load(quotaBalancesProjection.name))?.checkpoint).toBe(
+      await memory.headPosition(),
+    );
   });
 
   it('a checkpoint ahead of the log (another data directory) is ignored: the log is folded from 0', async () => {
     const checkpoints = new MemoryProjectionStore();
     const key: QuotaSubject = { id: `k-${randomUUID()}`, kind: 'key', plan: 'free' };
-    await checkpoints.save(QUOTA_CHECKPOINT, {
-      version: CHECKPOINT_VERSION,
+    await checkpoints.save(quotaBalancesProjection.name, {
+      version: quotaBalancesProjection.version,
       checkpoint: 1_000,
       state: {
         [quotaWindows(key.id, PLANS.free, quotaPeriod(T0))[0]!.key]: { count: 500, expiresAt: T0 + 1e10 },
@@ -250,11 +247,35 @@ describe('quota checkpoint (the counters folded up to a position, kept in the pr
       store: memory,
       plans: PLANS,
       now: () => T0,
-      counters: new QuotaCounters({ store: memory, cache, checkpoints, now: () => T0 }),
+      counters: new QuotaCounters({ store: memory, cache, checkpoints }),
     });
     for (let i = 0; i < 2; i++) await meter.debit(key, 't', `c${i}`);
     expect(await meter.peek(key)).toMatchObject({ used: 2 });
     await meter.counters.stop();
-    expect((await checkpoints.load(QUOTA_CHECKPOINT))?.checkpoint).toBe(await memory.headPosition());
+    expect((await checkpoints.load(quotaBalancesProjection.name))?.checkpoint).toBe(
+      await memory.headPosition(),
+    );
+  });
+});
+
+describe('the fold of the counters (quotaBalancesProjection)', () => {
+  it('drops the windows expired before the latest day folded, and keeps the ones still counting', async () => {
+    const memory = new MemoryEventStore();
+    const debit = (subject: string, at: number, units: number) => {
+      const { day, month } = quotaPeriod(at);
+      const data = { subject, subjectKind: 'key', plan: 'pro', tool: 't', units, day, month };
+      return memory.append(`quota-${subject}`, [{ type: 'QuotaDebitsRecorded', data } as never]);
+    };
+    const DAY = 86_400_000;
+    await debit('old', T0, 5);
+    await debit('new', T0 + 40 * DAY, 3);
+    await debit('new', T0 + 41 * DAY, 2);
+    const state = foldEvents(quotaBalancesProjection, await memory.readAll());
+    const keys = (subject: string, at: number) =>
+      quotaWindows(subject, PLANS.pro, quotaPeriod(at)).map((w) => w.key);
+    for (const key of keys('old', T0)) expect(state[key]).toBeUndefined();
+    // The month of the days before stays while the day after still counts in it.
+    expect(keys('new', T0 + 41 * DAY).map((key) => state[key]?.count)).toEqual([5, 2]);
+    expect(state[keys('new', T0 + 40 * DAY)[1]!]?.count).toBe(3);
   });
 });

@@ -774,15 +774,20 @@ describe.runIf(run)('PostgreSQL event store', () => {
     const schema = fresh();
     const store = await openPostgresEventStore({ url: own.url, schema, groupsInFlight: 1 });
     const other = new pg.Client({ connectionString: own.url, application_name: 'revision-race' });
+    // Looks at the store's backends from outside any transaction: a backend reads pg_stat_activity
+    // once per transaction and answers that copy until it ends, so polled from `other`, inside its
+    // open revision, a first look taken before the store's group was sent stayed "idle" for good
+    // (the CI failures: 0 backends blocked, the other's revision written).
+    const watcher = new pg.Client({ connectionString: own.url, application_name: 'revision-race-watch' });
     await other.connect();
+    await watcher.connect();
     const waiting = async () => {
-      // What the store's backends were doing at the last look, for the failure's message: this wait
-      // once timed out in a loaded CI run (0 backends blocked) and never since, cause unknown.
+      // What the store's backends were doing at the last look, for the failure's message.
       let seen: unknown[] = [];
       await expect
         .poll(
           async () => {
-            const { rows } = await other.query(
+            const { rows } = await watcher.query(
               `SELECT state, wait_event_type, wait_event, left(query, 80) AS query FROM pg_stat_activity WHERE application_name = $1`,
               [`es:${schema}`],
             );
@@ -842,6 +847,7 @@ describe.runIf(run)('PostgreSQL event store', () => {
     } finally {
       await other.query('ROLLBACK').catch(() => undefined);
       await other.end();
+      await watcher.end();
       await store.close();
     }
   });
@@ -1028,7 +1034,10 @@ describe.runIf(run)('PostgreSQL event store', () => {
         [['s'], [-1], [newEventId()], ['Old'], [null], [null], '[{}]'],
       );
       const moved = await base();
-      const store = await openPostgresEventStore({ url: POSTGRES_URL, schema });
+      // One connection, so one session: with more, an owed NOTIFY still out when the next append
+      // is sent makes the pool open another, whose first append checks the marker and moves the base
+      // (this test failed so once in 6 runs beside the other PostgreSQL suites, load 8-16).
+      const store = await openPostgresEventStore({ url: POSTGRES_URL, schema, poolSize: 1 });
       try {
         await store.append('s', [event('New')], { expectedRevision: 0 });
         await store.append('t', [event('New')]);

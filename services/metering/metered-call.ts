@@ -36,10 +36,10 @@ export function observeQuota(meter: QuotaMeter, observer: QuotaObserver): void {
 }
 
 /**
- * Serves one call against the caller's quota. A read refuses an exhausted caller before any work
- * (skipped when a lease holds the call's unit); the call runs; only a result is debited, and when
- * concurrent calls race for the last units the debit decides (the losers get quota_exhausted).
- * A call that fails is not counted.
+ * Serves one call against the caller's quota. The figures before the call (no round trip when a
+ * lease holds its unit) refuse an exhausted caller before any work; the call runs; only a result
+ * is debited, and when concurrent calls race for the last units the debit decides (the losers get
+ * quota_exhausted). A call that fails is not counted.
  */
 export async function serveMetered<T>(
   quota: QuotaMeter,
@@ -48,29 +48,26 @@ export async function serveMetered<T>(
   run: () => Promise<T>,
 ): Promise<MeteredResult<T>> {
   const observer = observers.get(quota);
-  let before: QuotaSnapshot | null = null;
+  let before: QuotaSnapshot;
   const at = subjectWindows(caller.subject, quota.plans, quota.now());
-  if (!quota.prepaid(at, call.tool)) {
-    try {
-      before = await quota.peekAt(at);
-    } catch (err) {
-      if (!(err instanceof CacheUnavailableError)) throw err;
-      observer?.refused(caller.subject.plan, 'unavailable');
-      throw new QuotaUnavailableError({ auth: caller.auth, quota: null }, { cause: err });
-    }
-    if (before.remaining === 0) {
-      const window =
-        before.daily && before.daily.remaining === 0 && before.used < before.total ? 'daily' : 'monthly';
-      observer?.refused(caller.subject.plan, window);
-      return { ok: false, reason: 'quota_exhausted', window, service: { auth: caller.auth, quota: before } };
-    }
+  try {
+    before = await quota.peekAt(at, call.tool);
+  } catch (err) {
+    if (!(err instanceof CacheUnavailableError)) throw err;
+    observer?.refused(caller.subject.plan, 'unavailable');
+    throw new QuotaUnavailableError({ auth: caller.auth, quota: null }, { cause: err });
+  }
+  if (before.remaining === 0) {
+    const window =
+      before.daily && before.daily.remaining === 0 && before.used < before.total ? 'daily' : 'monthly';
+    observer?.refused(caller.subject.plan, window);
+    return { ok: false, reason: 'quota_exhausted', window, service: { auth: caller.auth, quota: before } };
   }
   let value: T;
   try {
     value = await run();
   } catch (error) {
-    const figures = before ?? (await quota.peekAt(at).catch(() => null));
-    return { ok: false, reason: 'failed', error, service: { auth: caller.auth, quota: figures } };
+    return { ok: false, reason: 'failed', error, service: { auth: caller.auth, quota: before } };
   }
   let debit: Awaited<ReturnType<QuotaMeter['debit']>>;
   try {

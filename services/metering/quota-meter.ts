@@ -153,9 +153,8 @@ export class QuotaMeter {
   private readonly leaseMs: number;
   private readonly maxUnits: number;
   private readonly idleMs: number;
-  private readonly leases = new Map<string, Map<string, QuotaLease>>();
-  /** Ended leases whose units are not all given back yet. */
-  private readonly ending = new Set<QuotaLease>();
+  /** Each subject's leases: one live per tool at most, and the ended ones still giving units back. */
+  private readonly leases = new Map<string, QuotaLease[]>();
   private readonly lastCall = new Map<string, number>();
   private sweeper: NodeJS.Timeout | null = null;
   private sweeps = 0;
@@ -199,31 +198,31 @@ export class QuotaMeter {
     return this.peekAt(subjectWindows(subject, this.deps.plans, this.now()));
   }
 
-  /** Live figures of the subject's windows `at` (subjectWindows) without debiting. */
-  async peekAt(at: SubjectWindows): Promise<QuotaSnapshot> {
+  /**
+   * Figures of the subject's windows `at` (subjectWindows) without debiting: for a call of `tool`
+   * that a lease of their day and plan holds a unit for, from the counts its subject's debits and
+   * grants last read here (no round trip); else read live.
+   */
+  async peekAt(at: SubjectWindows, tool?: string): Promise<QuotaSnapshot> {
+    const lease = tool === undefined ? undefined : this.liveLease(at.subject.id, tool);
+    const known = this.known(at);
+    if (lease !== undefined && lease.free > 0 && sameDayAndPlan(lease.at, at) && known.length > 0)
+      return this.figures(at, known);
     const counts = await this.live(() => this.deps.cache.readLive(QUOTA_FAMILY, at.keys));
     return this.figures(at, counts);
   }
 
-  /** Whether the next call of `tool` in the windows `at` is prepaid: a lease of their day and plan holds a unit for it. */
-  prepaid(at: SubjectWindows, tool: string): boolean {
-    const lease = this.leases.get(at.subject.id)?.get(tool);
-    return (
-      lease !== undefined &&
-      lease.free > 0 &&
-      lease.at.subject.plan === at.subject.plan &&
-      lease.at.period.day === at.period.day
-    );
+  /** The counts of the windows `at` at their subject's last debit, grant or give-back here; none known: []. */
+  private known(at: SubjectWindows): readonly number[] {
+    const last = this.counts.get(at.subject.id);
+    return last !== undefined && sameKeys(last.keys, at.keys) ? last.counts : [];
   }
 
   /** The counters' `counts`, less what this process's leases of the subject hold in these windows. */
   private figures(at: SubjectWindows, counts: readonly number[]): QuotaSnapshot {
     let held = 0;
-    for (const lease of this.leases.get(at.subject.id)?.values() ?? [])
+    for (const lease of this.leases.get(at.subject.id) ?? [])
       if (sameKeys(lease.at.keys, at.keys)) held += lease.free + lease.pending;
-    for (const lease of this.ending)
-      if (lease.subjectId === at.subject.id && sameKeys(lease.at.keys, at.keys))
-        held += lease.free + lease.pending;
     return quotaSnapshot(
       at.limits,
       at.period,
@@ -243,9 +242,7 @@ export class QuotaMeter {
   /** debit, in the subject's windows `at` (subjectWindows, made at the debit). */
   async debitAt(at: SubjectWindows, tool: string): Promise<DebitOutcome> {
     const { subject, windows, keys } = at;
-    // The counts of these windows at the subject's last debit, grant or give-back here.
-    const last = this.counts.get(subject.id);
-    const known = last !== undefined && sameKeys(last.keys, keys) ? last.counts : [];
+    const known = this.known(at);
     const lane = this.lanes.get(subject.id);
     // A new day or plan ends the lease: its units go back to the windows they were counted in.
     const lease = this.leaseOf(at, tool, lane !== undefined && lane.inFlight > 0);
@@ -330,7 +327,9 @@ export class QuotaMeter {
       );
     } finally {
       lease.free = 0;
-      this.ending.delete(lease);
+      const rest = this.leases.get(lease.subjectId)?.filter((other) => other !== lease) ?? [];
+      if (rest.length > 0) this.leases.set(lease.subjectId, rest);
+      else this.leases.delete(lease.subjectId);
     }
   }
 
@@ -376,14 +375,9 @@ export class QuotaMeter {
     const last = this.lastCall.get(subjectId) ?? Number.NEGATIVE_INFINITY;
     if (this.lastCall.size >= REMEMBERED_SUBJECTS) this.lastCall.clear();
     this.lastCall.set(subjectId, now);
-    let tools = this.leases.get(subjectId);
-    const live = tools?.get(tool);
+    const live = this.liveLease(subjectId, tool);
     // The same day and plan (windows made again once the memo was cleared): the same lease.
-    if (
-      live !== undefined &&
-      (live.at === at || (live.at.period.day === at.period.day && live.at.subject.plan === at.subject.plan))
-    )
-      return live;
+    if (live !== undefined && sameDayAndPlan(live.at, at)) return live;
     // A call asked before midnight and debited after it (its windows were made when it was asked)
     // leaves the new day's lease alone: ending it would start a flip-flop of give-backs and fresh
     // leases between the two days for as long as such calls are in flight. It debits directly.
@@ -406,17 +400,18 @@ export class QuotaMeter {
       at,
       position: 0,
     };
-    tools = this.leases.get(subjectId);
-    if (tools === undefined) {
-      tools = new Map();
-      this.leases.set(subjectId, tools);
-    }
-    tools.set(tool, lease);
+    const leases = this.leases.get(subjectId);
+    if (leases === undefined) this.leases.set(subjectId, [lease]);
+    else leases.push(lease);
     if (this.sweeper === null) {
       this.sweeper = setInterval(this.sweep, this.idleMs);
       this.sweeper.unref();
     }
     return lease;
+  }
+
+  private liveLease(subjectId: string, tool: string): QuotaLease | undefined {
+    return this.leases.get(subjectId)?.find((lease) => lease.tool === tool && !lease.ended);
   }
 
   private get leasing(): boolean {
@@ -439,13 +434,13 @@ export class QuotaMeter {
     if (lease.free + lease.pending > lease.size >> 1) return;
     const now = this.now();
     const elapsed = Math.max(1, now - lease.since);
-    let ending = 0;
-    for (const other of this.ending)
-      if (other.subjectId === lease.subjectId && other.tool === lease.tool)
-        ending += other.free + other.pending;
+    // What the tool's leases hold here, this one and the ended ones still giving units back.
+    let held = 0;
+    for (const other of this.leases.get(lease.subjectId) ?? [])
+      if (other.tool === lease.tool) held += other.free + other.pending;
     // Four times the calls seen at most: a burst's first calls do not buy a full lease.
     const units = Math.min(
-      this.maxUnits - lease.free - lease.pending - ending,
+      this.maxUnits - held,
       Math.ceil((lease.calls * this.leaseMs) / elapsed),
       4 * lease.calls,
       Math.floor(left / LEASE_SHARE),
@@ -478,19 +473,13 @@ export class QuotaMeter {
   private end(lease: QuotaLease): void {
     if (lease.ended) return;
     lease.ended = true;
-    const tools = this.leases.get(lease.subjectId);
-    if (tools?.get(lease.tool) === lease) {
-      tools.delete(lease.tool);
-      if (tools.size === 0) this.leases.delete(lease.subjectId);
-    }
-    this.ending.add(lease);
     lease.giving = this.giveBack(lease);
   }
 
   private readonly sweep = (): void => {
     this.sweeps++;
-    for (const tools of [...this.leases.values()])
-      for (const lease of [...tools.values()]) if (this.sweeps - lease.lastTaken > 1) this.end(lease);
+    for (const leases of this.leases.values())
+      for (const lease of leases) if (this.sweeps - lease.lastTaken > 1) this.end(lease);
     if (this.leases.size === 0 && this.sweeper !== null) {
       clearInterval(this.sweeper);
       this.sweeper = null;
@@ -502,8 +491,9 @@ export class QuotaMeter {
     this.stopped = true;
     if (this.sweeper !== null) clearInterval(this.sweeper);
     this.sweeper = null;
-    for (const tools of [...this.leases.values()]) for (const lease of [...tools.values()]) this.end(lease);
-    await Promise.all([...this.ending].map((lease) => lease.giving));
+    const leases = [...this.leases.values()].flat();
+    for (const lease of leases) this.end(lease);
+    await Promise.all(leases.map((lease) => lease.giving));
   }
 
   /**
@@ -593,6 +583,10 @@ export class QuotaMeter {
 
 function quotaStream(subjectId: string): string {
   return `quota-${subjectId}`;
+}
+
+function sameDayAndPlan(a: SubjectWindows, b: SubjectWindows): boolean {
+  return a === b || (a.period.day === b.period.day && a.subject.plan === b.subject.plan);
 }
 
 function sameKeys(a: readonly string[], b: readonly string[]): boolean {

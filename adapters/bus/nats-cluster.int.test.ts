@@ -66,8 +66,11 @@ describe.skipIf(!haveBinary)('a 3-replica stream on a 3-node JetStream cluster',
         num_replicas: 1,
       });
       const bus = await open({ url: cluster.url, stream, subjectPrefix: prefix, logger, replicas: 3 });
-      const info = await jsm.streams.info(stream);
-      expect(info.config.num_replicas).toBe(3);
+      // Waited for, not read once: a stream info is answered by whichever server leads the stream,
+      // and while the copies join that may be one still holding the single-copy config (a full run
+      // once read 1 copy after the raise; 40 of 40 raises read 3 at once at load 19 on their own).
+      const replicas = async () => (await jsm.streams.info(stream)).config.num_replicas;
+      await expect.poll(replicas).toBe(3);
       const health = await bus.health();
       expect(health.drift).toEqual(
         expect.arrayContaining([
@@ -79,7 +82,7 @@ describe.skipIf(!haveBinary)('a 3-replica stream on a 3-node JetStream cluster',
       expect(health.drift).toHaveLength(3);
       // A process configured with fewer copies leaves the stream as it is and says so.
       const fewer = await open({ url: cluster.url, stream, subjectPrefix: prefix, logger, replicas: 1 });
-      expect((await jsm.streams.info(stream)).config.num_replicas).toBe(3);
+      await expect.poll(replicas).toBe(3);
       expect((await fewer.health()).drift).toContainEqual({
         setting: 'replicas',
         wanted: 1,

@@ -269,7 +269,10 @@ export class QuotaMeter {
     return { ok: true, snapshot, refusedBy: null, position: await recorded };
   }
 
-  /** Counts `units` ahead on the counters, then appends them (flushed: a lost grant is calls served free). */
+  /**
+   * Counts `units` ahead on the counters, then records them as the subject's calls are (record):
+   * committed before any call takes one, given back on the counters when their record fails.
+   */
   private async grant(lease: QuotaLease, units: number): Promise<number> {
     const { subject, period, windows, keys } = lease.at;
     const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, windows, units));
@@ -277,19 +280,10 @@ export class QuotaMeter {
       setBounded(this.counts, subject.id, { keys, counts: result.counts }, REMEMBERED_SUBJECTS);
     if (!result.ok) return 0;
     lease.pending += units;
-    const id = newEventId();
-    const data = debitData(subject, lease.tool, units, period, result.generation);
     try {
-      const appended = await this.deps.store.append(
-        quotaStream(subject.id),
-        [{ type: 'QuotaDebitsRecorded', data, id }],
-        { durability: 'flushed' },
-      );
-      lease.position = appended.position;
+      lease.position = await this.record(subject, lease.tool, period, keys, result.generation, units);
       return units;
     } catch (err) {
-      if (await this.recordLanded(quotaStream(subject.id), id)) return units;
-      await this.release(subject.id, result.generation, keys, units);
       lease.pending -= units;
       this.deps.logger?.warn({ err }, 'quota lease not recorded: its units given back');
       return 0;
@@ -497,10 +491,10 @@ export class QuotaMeter {
   }
 
   /**
-   * Records a counted call with the others of its subject counted meanwhile as one
-   * QuotaDebitsRecorded: at most MAX_ROUNDS_IN_FLIGHT appends per subject in flight, never more
-   * events than calls. Calls differing in generation, day, plan, kind or tool go in events of
-   * their own (a rebuild counts each by the first three).
+   * Records `units` counted (a call's, or a grant's) with the others of its subject counted
+   * meanwhile as one QuotaDebitsRecorded: at most MAX_ROUNDS_IN_FLIGHT appends per subject in
+   * flight, never more events than calls. Units differing in generation, day, plan, kind or tool
+   * go in events of their own (a rebuild counts each by the first three).
    */
   private record(
     subject: QuotaSubject,
@@ -508,6 +502,7 @@ export class QuotaMeter {
     period: QuotaPeriod,
     keys: string[],
     generation: string,
+    units = 1,
   ): Promise<number> {
     let lane = this.lanes.get(subject.id);
     if (!lane) {
@@ -520,7 +515,7 @@ export class QuotaMeter {
       batch = { subject, period, generation, keys, tool, units: 0, calls: [] };
       lane.waiting.set(group, batch);
     }
-    batch.units++;
+    batch.units += units;
     const appended = new Promise<number>((resolve, reject) => batch.calls.push({ resolve, reject }));
     if (!lane.scheduled && lane.inFlight < MAX_ROUNDS_IN_FLIGHT) {
       lane.scheduled = true;

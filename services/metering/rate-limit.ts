@@ -275,7 +275,8 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
 }
 
 /**
- * The decision's headers, then the request goes on or is refused. Module-level rather than a
+ * The decision's headers, then the request goes on, or is refused with a 429 in its channel's
+ * shape (JSON-RPC on the MCP paths) carrying the caller's quota. Module-level rather than a
  * closure made per request: under tsx (npm start, the benches) each closure made per call is
  * named at run time.
  */
@@ -293,40 +294,30 @@ function applyDecision(
   reply.header('ratelimit-limit', decision.limit);
   reply.header('ratelimit-remaining', decision.remaining);
   reply.header('ratelimit-reset', seconds);
+  if (decision.allowed) return done();
   // A refusal is answered here, and the callback is then not called (Fastify's rule).
-  if (decision.allowed) done();
-  else refuse(deps, request, reply, isMcpPath(path), caller, tier, decision, seconds).catch(done);
-}
-
-/** The 429 in the channel's shape (JSON-RPC on the MCP paths), with the caller's quota. */
-async function refuse(
-  deps: RateLimitPluginDeps,
-  request: FastifyRequest,
-  reply: FastifyReply,
-  mcp: boolean,
-  caller: Caller,
-  tier: RateTier,
-  decision: RateDecision,
-  seconds: number,
-): Promise<void> {
+  const mcp = isMcpPath(path);
   deps.onRefused?.(tier, mcp ? 'mcp' : 'http');
-  const service = await undebitedService(deps.quota, caller);
   const { status, rpc, retryable } = ERRORS.RATE_LIMITED;
   const message = errorMessage('RATE_LIMITED', { limit: decision.limit, seconds });
-  reply.code(status).header('retry-after', seconds);
-  const data = {
-    code: 'RATE_LIMITED' as const,
-    retryable,
-    retry_after_ms: decision.resetMs,
-    _service: service,
-  };
-  // The HTTP body is the JSON-RPC error's data with the message after the code.
-  const { code, ...rest } = data;
-  if (!mcp) return void reply.send({ code, message, ...rest });
-  const id = (request.body as { id?: unknown } | null)?.id;
-  reply.send({
-    jsonrpc: '2.0',
-    id: typeof id === 'string' || typeof id === 'number' ? id : null,
-    error: { code: rpc, message, data },
-  });
+  undebitedService(deps.quota, caller)
+    .then((service) => {
+      reply.code(status).header('retry-after', seconds);
+      const data = {
+        code: 'RATE_LIMITED' as const,
+        retryable,
+        retry_after_ms: decision.resetMs,
+        _service: service,
+      };
+      // The HTTP body is the JSON-RPC error's data with the message after the code.
+      const { code, ...rest } = data;
+      if (!mcp) return void reply.send({ code, message, ...rest });
+      const id = (request.body as { id?: unknown } | null)?.id;
+      reply.send({
+        jsonrpc: '2.0',
+        id: typeof id === 'string' || typeof id === 'number' ? id : null,
+        error: { code: rpc, message, data },
+      });
+    })
+    .catch(done);
 }

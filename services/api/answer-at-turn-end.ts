@@ -36,3 +36,38 @@ function dropUnwritableHeaders(reply: FastifyReply): void {
     }
   }
 }
+
+/**
+ * The route handler's return for an async answer (Fastify's handling of a returned promise, minus
+ * one cost): the answer sends or hijacks `reply` itself, or resolves to a payload that is sent as
+ * Fastify sends an async handler's; its rejection goes where Fastify sends a rejected handler's (the
+ * error handler, or a log line once the answer is out). Returned from an async handler, the reply
+ * is a thenable that the handler's promise adopts: with the answer held until the turn ends
+ * (answerAtTurnEnd), it is not sent yet at that moment, and Fastify's Reply.then then watches the
+ * response to its end (stream.finished: listeners added and removed, a closure, a promise settled
+ * late) on every call. So an answer passed here resolves to undefined once it has sent, never to
+ * the reply. Unlike Fastify, an answer that resolves to undefined without sending is not answered
+ * with an empty 200: every answer passed here sends.
+ */
+export function answeredBy(answer: Promise<unknown>, reply: FastifyReply): undefined {
+  answer.then(
+    (payload) => {
+      if (payload === undefined) return;
+      try {
+        reply.send(payload);
+      } catch (err) {
+        failed(reply, err);
+      }
+    },
+    (err: unknown) => failed(reply, err),
+  );
+  return undefined;
+}
+
+function failed(reply: FastifyReply, err: unknown): void {
+  if (reply.sent) {
+    reply.log.error({ err }, 'Promise errored, but reply.sent = true was set');
+    return;
+  }
+  reply.send(err instanceof Error ? err : new Error(String(err)));
+}

@@ -4,6 +4,7 @@ import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ErrorCode } from '../../../contracts/errors.ts';
 import { type Caller, decorateCaller } from '../../metering/caller.ts';
+import { answeredBy } from '../answer-at-turn-end.ts';
 import { errorHandler, rpcErrorBody } from '../errors.ts';
 import { codesText, documented, RESPONSE_HEADERS, type ResponseDoc } from '../openapi.ts';
 import { handOver } from './hand-over.ts';
@@ -182,7 +183,7 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
     app.route({
       method: ['GET', 'POST', 'DELETE', 'PUT', 'PATCH'],
       url: '/mcp',
-      handler: handle,
+      handler: (request, reply) => answeredBy(handle(request, reply), reply),
       config: MCP_DOC,
     });
     if (options.signin) signInRoutes(app, options.signin, guard, handle);
@@ -190,7 +191,8 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
 }
 
 type Guard = (request: FastifyRequest, reply: FastifyReply) => boolean;
-type Handler = (request: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply>;
+/** Sends (or hands over) every answer itself; a plain call's resolves to nothing (see answeredBy). */
+type Handler = (request: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply | undefined>;
 
 /** Host and Origin checks (DNS rebinding) with CORS headers; false once the refusal is answered. */
 function requestGuard(config: GuardConfig): Guard {
@@ -249,34 +251,43 @@ function mcpHandler(deps: HandlerDeps): Handler {
       // tools/call is answered here as on a session (see session-call.ts); the rest by the SDKs
       // (stateless.ts).
       const oneShot = plainToolCall(request);
-      if (oneShot !== null) return answerToolCall(options, oneShot, request, reply, { kind: 'one-shot' });
+      if (oneShot !== null) {
+        await answerToolCall(options, oneShot, request, reply, { kind: 'one-shot' });
+        return undefined;
+      }
       const modern = modernToolCall(request);
-      if (modern !== null) return answerToolCall(options, modern, request, reply, { kind: 'modern' });
+      if (modern !== null) {
+        await answerToolCall(options, modern, request, reply, { kind: 'modern' });
+        return undefined;
+      }
       return stateless.serve(request, reply, signedIn.get(request));
     } else {
       return jsonRpcError(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
     }
-    if (sessionId !== undefined && method === 'POST') {
-      const answered = await claimedCall(deps, sessionId, request, reply);
-      if (answered !== null) return answered;
+    if (
+      sessionId !== undefined &&
+      method === 'POST' &&
+      (await claimedCall(deps, sessionId, request, reply))
+    ) {
+      return undefined;
     }
     return handOver(transport, request, reply, signedIn.get(request), 'mcp request failed');
   };
 }
 
 /**
- * Claims the request's ids on its session: a conflict, or a plain tools/call answered here, is the
- * reply; null when the transport answers (the ids are freed once the reply closes).
+ * Claims the request's ids on its session: true once a conflict, or a plain tools/call, is answered
+ * here; false when the transport answers (the ids are freed once the reply closes).
  */
 async function claimedCall(
   deps: HandlerDeps,
   sessionId: string,
   request: FastifyRequest,
   reply: FastifyReply,
-): Promise<FastifyReply | null> {
+): Promise<boolean> {
   const claim = deps.inFlight.claim(sessionId, requestIds(request.body));
   if ('conflict' in claim) {
-    return reply
+    reply
       .code(409)
       .type('application/json')
       .send({
@@ -287,20 +298,22 @@ async function claimedCall(
         },
         id: claim.conflict,
       });
+    return true;
   }
   const call = plainToolCall(request);
   if (call !== null) {
     // Answered here, error or not: the id is free again once the answer is handed over.
     // (No per-request close listener: the call always ends, and one showed in the profile.)
     try {
-      return await answerToolCall(deps.options, call, request, reply, { kind: 'session', sessionId });
+      await answerToolCall(deps.options, call, request, reply, { kind: 'session', sessionId });
+      return true;
     } finally {
       claim.release();
     }
   }
   // Answered, failed or dropped by the client: the id is free again.
   reply.raw.once('close', () => claim.release());
-  return null;
+  return false;
 }
 
 /** The caller a new session counts against: its key when one applies, else its address. */
@@ -339,7 +352,7 @@ function signInRoutes(app: FastifyInstance, gate: SignInGate, guard: Guard, hand
   app.route({
     method: ['GET', 'POST', 'DELETE', 'PUT', 'PATCH'],
     url: gate.path,
-    handler: handle,
+    handler: (request, reply) => answeredBy(handle(request, reply), reply),
     config: SIGNIN_DOC,
     // Before the rate limit (a preHandler): the limit then counts the key the token acts as.
     onRequest: async (request, reply) => {

@@ -162,7 +162,7 @@ export async function answerToolCall(
   request: FastifyRequest,
   reply: FastifyReply,
   channel: CallChannel,
-): Promise<FastifyReply> {
+): Promise<void> {
   let body: Buffer;
   // Identified by the caller hook in front of the route: not resolved a second time.
   const caller = request.caller ?? undefined;
@@ -194,12 +194,11 @@ export async function answerToolCall(
   }
   reply.code(200);
   // Sent as bytes, each with the media type the SDK's transport answers with (Fastify adds a
-  // charset only to a string body).
-  if (channel.kind === 'modern') return reply.header('content-type', JSON_UTF8).send(body);
-  if (channel.kind === 'session') {
-    return reply.header('content-type', JSON_UTF8).header('mcp-session-id', channel.sessionId).send(body);
-  }
-  return reply.header('content-type', 'application/json').send(body);
+  // charset only to a string body). Resolves to nothing, not the reply: see answeredBy.
+  if (channel.kind === 'modern') reply.header('content-type', JSON_UTF8).send(body);
+  else if (channel.kind === 'session') {
+    reply.header('content-type', JSON_UTF8).header('mcp-session-id', channel.sessionId).send(body);
+  } else reply.header('content-type', 'application/json').send(body);
 }
 
 /**

@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { type ErrorCode, isErrorCode, ServiceError } from '../../../contracts/errors.ts';
+import { answeredBy } from '../../api/answer-at-turn-end.ts';
 import { errorHandler } from '../../api/errors.ts';
 import { codesText, documented, RESPONSE_HEADERS, refusal } from '../../api/openapi.ts';
 import { publicOrigin } from '../../api/public-origin.ts';
@@ -277,7 +278,9 @@ class PaidRoutes {
         metered.value as Record<string, unknown>,
         metered.service,
       );
-      return reply.header('content-type', JSON_CONTENT_TYPE).send(bytes);
+      // Nothing returned, not the reply: see answeredBy.
+      reply.header('content-type', JSON_CONTENT_TYPE).send(bytes);
+      return undefined;
     }
     if (metered.reason === 'failed') throw refusalError(describeError(request.log, metered.error));
     const { window, service } = metered;
@@ -395,7 +398,8 @@ class PaidRoutes {
     app.post(
       path,
       { bodyLimit: this.options.bodyLimit, config: paidRouteDoc(tool), preHandler: this.identify },
-      (request, reply) => (quoteAtOnce(request, reply) ? undefined : handle(request, reply)),
+      (request, reply) =>
+        quoteAtOnce(request, reply) ? undefined : answeredBy(handle(request, reply), reply),
     );
   }
 }

@@ -269,10 +269,7 @@ export class QuotaMeter {
     return { ok: true, snapshot, refusedBy: null, position: await recorded };
   }
 
-  /**
-   * Counts `units` ahead on the counters, then records them as the subject's calls are (record):
-   * committed before any call takes one, given back on the counters when their record fails.
-   */
+  /** Counts `units` ahead on the counters, then appends them (flushed: a lost grant is calls served free). */
   private async grant(lease: QuotaLease, units: number): Promise<number> {
     const { subject, period, windows, keys } = lease.at;
     const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, windows, units));
@@ -280,10 +277,19 @@ export class QuotaMeter {
       setBounded(this.counts, subject.id, { keys, counts: result.counts }, REMEMBERED_SUBJECTS);
     if (!result.ok) return 0;
     lease.pending += units;
+    const id = newEventId();
+    const data = debitData(subject, lease.tool, units, period, result.generation);
     try {
-      lease.position = await this.record(subject, lease.tool, period, keys, result.generation, units);
+      const appended = await this.deps.store.append(
+        quotaStream(subject.id),
+        [{ type: 'QuotaDebitsRecorded', data, id }],
+        { durability: 'flushed' },
+      );
+      lease.position = appended.position;
       return units;
     } catch (err) {
+      if (await this.recordLanded(quotaStream(subject.id), id)) return units;
+      await this.release(subject.id, result.generation, keys, units);
       lease.pending -= units;
       this.deps.logger?.warn({ err }, 'quota lease not recorded: its units given back');
       return 0;
@@ -491,10 +497,10 @@ export class QuotaMeter {
   }
 
   /**
-   * Records `units` counted (a call's, or a grant's) with the others of its subject counted
-   * meanwhile as one QuotaDebitsRecorded: at most MAX_ROUNDS_IN_FLIGHT appends per subject in
-   * flight, never more events than calls. Units differing in generation, day, plan, kind or tool
-   * go in events of their own (a rebuild counts each by the first three).
+   * Records a counted call with the others of its subject counted meanwhile as one
+   * QuotaDebitsRecorded: at most MAX_ROUNDS_IN_FLIGHT appends per subject in flight, never more
+   * events than calls. Calls differing in generation, day, plan, kind or tool go in events of
+   * their own (a rebuild counts each by the first three).
    */
   private record(
     subject: QuotaSubject,
@@ -502,7 +508,6 @@ export class QuotaMeter {
     period: QuotaPeriod,
     keys: string[],
     generation: string,
-    units = 1,
   ): Promise<number> {
     let lane = this.lanes.get(subject.id);
     if (!lane) {
@@ -515,7 +520,7 @@ export class QuotaMeter {
       batch = { subject, period, generation, keys, tool, units: 0, calls: [] };
       lane.waiting.set(group, batch);
     }
-    batch.units += units;
+    batch.units++;
     const appended = new Promise<number>((resolve, reject) => batch.calls.push({ resolve, reject }));
     if (!lane.scheduled && lane.inFlight < MAX_ROUNDS_IN_FLIGHT) {
       lane.scheduled = true;

@@ -454,11 +454,11 @@ export class PostgresEventStore implements EventStore {
    * the transaction it announces only by the append group that carries it (carryNotify): a
    * notifying transaction holds the server's one notify lock through its commit, so one per
    * notify, not every append, keeps writers from queueing on it. Notifies start at least
-   * NOTIFY_GAP_MS apart and at most one is out at a time, so a process appending thousands of times
-   * a second sends a few hundred, and under load they ride on appends instead of costing a round
+   * NOTIFY_GAP_MS apart and at most one is out at a time, so a process sends at most forty a
+   * second however fast it appends, and under load they ride on appends instead of costing a round
    * trip each (a tenth of a statement per keyed call). Commits no carrier covers get a NOTIFY of
-   * their own once the gap has passed. Local subscribers are woken at once. A lost notify costs a
-   * poll tick.
+   * their own once the gap has passed. Local subscribers are woken at once, other processes' up to
+   * the gap later. A lost notify costs a poll tick.
    */
   private announce(carried: boolean): void {
     this.signal.notify();
@@ -838,8 +838,13 @@ function readableBelow(schema: string): string {
 
 const UNIQUE_VIOLATION = '23505';
 const DEFAULT_STATEMENT_TIMEOUT_MS = 30_000;
-/** Least time between two notifies of one process (see announce). */
-const NOTIFY_GAP_MS = 5;
+/**
+ * Least time between two notifies of one process (see announce). Each costs the carrying commit the
+ * notify lock and the listeners (this process's own among them) a wake-up: at 5 ms, 16 writers cost 0.05-0.11x
+ * of the bare writer's CPU per append more than at 25 ms, 0.12-0.24x answered once committed
+ * (bench/postgres.bench.ts (e) and (f), interleaved).
+ */
+const NOTIFY_GAP_MS = 25;
 /** How long readAll waits for older open transactions to end (see readAll). */
 const HELD_READ_WAIT_MS = 2_000;
 /** Events one statement may carry (a transaction's share of positions, less one). */

@@ -367,6 +367,11 @@ const DeliveryRef = {
   deliveryId: z.string(),
   subscriptionId: z.string(),
   attempt: z.number().int().positive(),
+  /**
+   * The delivery's `seq`, on the events of a delivery whose first attempt is recorded in its
+   * `DeliverySequenced` (`first`): where a reader of the delivery's own stream finds that record.
+   */
+  seq: z.number().int().positive().optional(),
 };
 export const DeliveryAttempted = z.object({
   ...DeliveryRef,
@@ -403,6 +408,16 @@ const SendTiming = {
 export const DeliverySequenced = z.object({
   subscriptionId: z.string(),
   deliveryId: z.string(),
+  /**
+   * The first attempt's queue record or claim, recorded in this event rather than as a
+   * `DeliveryQueued` or `DeliveryAttempted` of its own (two appends per delivery instead of three):
+   * the delivery's own stream `delivery-<id>` then begins with what follows it (its outcome, or its
+   * claim at its turn), appended as to a stream that does not exist yet. `claimId` tells the
+   * dispatcher that recorded it from one that re-appended the same event (a redelivered bus
+   * message: the append is idempotent, and the record found is not its own). Absent in logs written
+   * before 2026-11-27, where the first attempt's event is the delivery stream's first.
+   */
+  first: DeliveryAttempted.extend({ queued: z.boolean().optional(), claimId: z.string() }).optional(),
 });
 export const DeliverySucceeded = z.object({
   ...DeliveryRef,

@@ -1141,17 +1141,21 @@ async function reconcile(input: {
   const queuedAt = new Map<string, number>();
   let sequenced = 0;
   for (const e of log) {
-    const d = e.data as { deliveryId?: string; eventId?: string; attempt?: number };
-    if (e.type === 'DeliveryAttempted' || e.type === 'DeliveryQueued') {
+    type AttemptData = { deliveryId?: string; eventId?: string; attempt?: number; queued?: boolean };
+    // A first attempt is recorded in its sequence event (`first`), or in older logs by its own event.
+    const first = e.type === 'DeliverySequenced' ? (e.data as { first?: AttemptData }).first : undefined;
+    const d = first ?? (e.data as AttemptData);
+    const type = first ? (first.queued ? 'DeliveryQueued' : 'DeliveryAttempted') : e.type;
+    if (type === 'DeliveryAttempted' || type === 'DeliveryQueued') {
       const key = `${d.deliveryId}#${d.attempt}`;
       const queued = queuedAt.get(key);
       const takenOver =
-        e.type === 'DeliveryAttempted' &&
+        type === 'DeliveryAttempted' &&
         queued !== undefined &&
         Date.parse(e.recordedAt) - queued >= STUCK_AFTER_MS - 1_000;
       if (queued === undefined || takenOver)
         attempts.set(d.deliveryId!, (attempts.get(d.deliveryId!) ?? 0) + 1);
-      queuedAt.set(key, e.type === 'DeliveryQueued' ? Date.parse(e.recordedAt) : Number.POSITIVE_INFINITY);
+      queuedAt.set(key, type === 'DeliveryQueued' ? Date.parse(e.recordedAt) : Number.POSITIVE_INFINITY);
       deliveryEvent.set(d.deliveryId!, d.eventId!);
     }
     if (e.type === 'DeliverySucceeded') successes.set(d.deliveryId!, (successes.get(d.deliveryId!) ?? 0) + 1);

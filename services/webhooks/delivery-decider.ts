@@ -50,6 +50,8 @@ export type DeliveryCommand =
       deliveryId: string;
       subscriptionId: string;
       attempt: number;
+      /** The delivery's sequence number, carried by its outcome (see `DeliverySequenced.first`). */
+      seq?: number;
       /** Position of the attempt in its run through the retry schedule (1 = first). */
       seriesAttempt: number;
       result: AttemptResult;
@@ -218,13 +220,12 @@ function outcomeEvent(command: Extract<DeliveryCommand, { kind: 'record' }>): De
     const status = result.status!;
     const latencyMs = result.latencyMs;
     const response = (result.response ?? '').slice(0, RESPONSE_LIMIT);
-    return {
-      type: 'DeliverySucceeded',
-      data:
-        sentAt !== undefined
-          ? { deliveryId, subscriptionId, attempt, sentAt, queuedMs, status, latencyMs, response }
-          : { deliveryId, subscriptionId, attempt, status, latencyMs, response },
-    };
+    const data: EventData<'DeliverySucceeded'> =
+      sentAt !== undefined
+        ? { deliveryId, subscriptionId, attempt, sentAt, queuedMs, status, latencyMs, response }
+        : { deliveryId, subscriptionId, attempt, status, latencyMs, response };
+    if (command.seq !== undefined) data.seq = command.seq;
+    return { type: 'DeliverySucceeded', data };
   }
   const next = nextAttempt(command);
   const status = result.status;
@@ -248,6 +249,7 @@ function outcomeEvent(command: Extract<DeliveryCommand, { kind: 'record' }>): De
         }
       : { deliveryId, subscriptionId, attempt, status, error, latencyMs, response, nextAttemptAt };
   if (result.held) data.held = true;
+  if (command.seq !== undefined) data.seq = command.seq;
   return { type: 'DeliveryFailed', data };
 }
 

@@ -1,4 +1,4 @@
-import type { DomainEvent, WebhookEventType } from '../../contracts/events.ts';
+import type { DomainEvent, EventData, WebhookEventType } from '../../contracts/events.ts';
 import type { DeliveryView } from '../../contracts/webhooks.ts';
 
 export interface AttemptRecord {
@@ -33,7 +33,10 @@ export interface DeliveryRecord {
   event: WebhookEventType;
   url: string;
   createdAt: string;
-  /** Revision of the delivery stream's last event: the expected revision of the next claim. */
+  /**
+   * Revision of the delivery stream's last event: the expected revision of the next claim;
+   * `NO_STREAM` while its only record is its `DeliverySequenced` (the stream does not exist yet).
+   */
   revision: number;
   /** pending: an attempt is running or a retry is scheduled; failed: no attempt follows. */
   status: 'pending' | 'succeeded' | 'failed';
@@ -99,16 +102,82 @@ function finished(state: DeliveryLogState, subscriptionId: string): void {
   if (ids) pendingPrefix.delete(ids);
 }
 
+/**
+ * Never evicted: a pending delivery, and one whose only record is its `DeliverySequenced` (no
+ * outcome was ever recorded, e.g. its dispatcher died): its own stream is empty, so the event log
+ * cannot answer for it by its id, only this log can.
+ */
+function kept(record: DeliveryRecord | undefined): boolean {
+  return record?.status === 'pending' || record?.revision === NO_STREAM;
+}
+
 function trim(state: DeliveryLogState, subscriptionId: string, limit: number): void {
   const ids = state.bySub[subscriptionId]!;
   let from = pendingPrefix.get(ids) ?? 0;
   while (ids.length > limit) {
-    while (from < ids.length && state.deliveries[ids[from]!]?.status === 'pending') from++;
+    while (from < ids.length && kept(state.deliveries[ids[from]!])) from++;
     if (from >= ids.length) break;
     const [evicted] = ids.splice(from, 1);
     delete state.deliveries[evicted!];
   }
   pendingPrefix.set(ids, from);
+}
+
+/** `DeliveryRecord.revision` of a delivery whose own stream does not exist yet (see `DeliverySequenced.first`). */
+export const NO_STREAM = -1;
+
+type AttemptData = EventData<'DeliveryAttempted'>;
+
+function addRecord(
+  state: DeliveryLogState,
+  d: AttemptData,
+  recordedAt: string,
+  limit: number,
+): DeliveryRecord {
+  const record: DeliveryRecord = {
+    id: d.deliveryId,
+    seq: null,
+    subscriptionId: d.subscriptionId,
+    eventId: d.eventId,
+    event: d.webhookEvent,
+    url: d.url,
+    createdAt: recordedAt,
+    revision: NO_STREAM,
+    status: 'pending',
+    attempts: [],
+  };
+  state.deliveries[d.deliveryId] = record;
+  const ids = state.bySub[d.subscriptionId] ?? [];
+  ids.push(d.deliveryId);
+  state.bySub[d.subscriptionId] = ids;
+  trim(state, d.subscriptionId, limit);
+  return record;
+}
+
+function pushAttempt(
+  record: DeliveryRecord,
+  d: AttemptData,
+  recordedAt: string,
+  queued: boolean,
+  revision: number,
+): void {
+  record.revision = revision;
+  record.status = 'pending';
+  record.url = d.url;
+  record.attempts.push({
+    attempt: d.attempt,
+    attemptedAt: recordedAt,
+    sentAt: null,
+    queuedMs: null,
+    ...(queued ? { queued: true } : {}),
+    trigger: d.trigger ?? 'event',
+    outcome: 'pending',
+    status: null,
+    latencyMs: null,
+    error: null,
+    response: null,
+    nextAttemptAt: null,
+  });
 }
 
 export function applyDeliveryEvent(
@@ -130,45 +199,30 @@ export function applyDeliveryEvent(
         break;
       }
       if (!record) {
-        record = {
-          id: d.deliveryId,
-          seq: takeSeq(state, d.deliveryId),
-          subscriptionId: d.subscriptionId,
-          eventId: d.eventId,
-          event: d.webhookEvent,
-          url: d.url,
-          createdAt: event.recordedAt,
-          revision: event.revision,
-          status: 'pending',
-          attempts: [],
-        };
-        state.deliveries[d.deliveryId] = record;
-        const ids = state.bySub[d.subscriptionId] ?? [];
-        ids.push(d.deliveryId);
-        state.bySub[d.subscriptionId] = ids;
-        trim(state, d.subscriptionId, limit);
+        // A later attempt of a delivery this log no longer held carries its number (since the
+        // first attempt moved into the sequence event): where its body is found.
+        record = addRecord(state, d, event.recordedAt, limit);
+        record.seq = takeSeq(state, d.deliveryId) ?? d.seq ?? null;
       }
-      record.revision = event.revision;
-      record.status = 'pending';
-      record.url = d.url;
-      record.attempts.push({
-        attempt: d.attempt,
-        attemptedAt: event.recordedAt,
-        sentAt: null,
-        queuedMs: null,
-        ...(event.type === 'DeliveryQueued' ? { queued: true } : {}),
-        trigger: d.trigger ?? 'event',
-        outcome: 'pending',
-        status: null,
-        latencyMs: null,
-        error: null,
-        response: null,
-        nextAttemptAt: null,
-      });
+      pushAttempt(record, d, event.recordedAt, event.type === 'DeliveryQueued', event.revision);
       break;
     }
     case 'DeliverySequenced': {
       const seq = event.revision + 1;
+      const first = event.data.first;
+      if (first) {
+        // The first attempt recorded with its number: the delivery's own stream does not exist yet.
+        const known = findDelivery(state, first.deliveryId);
+        if (known) {
+          // Claimed in its own stream by older code and never numbered: this is its number.
+          known.seq = seq;
+          break;
+        }
+        const record = addRecord(state, first, event.recordedAt, limit);
+        record.seq = seq;
+        pushAttempt(record, first, event.recordedAt, first.queued === true, NO_STREAM);
+        break;
+      }
       const record = findDelivery(state, event.data.deliveryId);
       if (record) record.seq = seq;
       else {

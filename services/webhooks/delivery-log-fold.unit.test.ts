@@ -7,6 +7,7 @@ import {
   type DeliveryLogState,
   deliveryView,
   initialDeliveryLog,
+  NO_STREAM,
 } from './delivery-log-fold.ts';
 
 let position = 0;
@@ -177,6 +178,102 @@ describe('sequence numbers in the delivery log', () => {
     expect(state.deliveries.s1?.seq).toBe(1);
     expect(state.deliveries.s2?.seq).toBe(2);
     expect(state.seqWaiting).toEqual({});
+  });
+});
+
+describe('a first attempt recorded in its DeliverySequenced', () => {
+  /** The delivery's sequence event at `revision`, carrying its first attempt (queued) when `first`. */
+  const sequenced = (deliveryId: string, revision: number, first: boolean) => {
+    const e = recorded('DeliverySequenced', {
+      subscriptionId: 'sub-a',
+      deliveryId,
+      ...(first
+        ? {
+            first: {
+              deliveryId,
+              subscriptionId: 'sub-a',
+              attempt: 1,
+              eventId: `ev-${deliveryId}`,
+              webhookEvent: 'trade_call' as const,
+              url: 'https://hooks.example.com/x',
+              trigger: 'event' as const,
+              body: '{}',
+              queued: true,
+              claimId: `claim-${deliveryId}`,
+            },
+          }
+        : {}),
+    });
+    return { ...e, stream: 'webhook-seq-sub-a', revision } as DomainEvent;
+  };
+  /** An event of the delivery's own stream at `revision`. */
+  const at = (event: DomainEvent, revision: number) => ({ ...event, revision }) as DomainEvent;
+
+  it('folds to the view the older log (a sequence event, then the attempt in its own stream) folds to', () => {
+    // The same history written both ways: queued, sent under its queue lease, failed with a retry
+    // due, retried (claimed) and succeeded.
+    const retryAt = new Date(1_900_000_000_000).toISOString();
+    const retried = (first: number) => {
+      const claim = recorded('DeliveryAttempted', {
+        deliveryId: 'n1',
+        subscriptionId: 'sub-a',
+        attempt: 2,
+        eventId: 'ev-n1',
+        webhookEvent: 'trade_call',
+        url: 'https://hooks.example.com/x',
+        trigger: 'retry',
+        seq: 5,
+      });
+      return [
+        at(failed('n1', retryAt), first),
+        at(claim, first + 1),
+        at(succeeded('n1', 'sub-a', 2), first + 2),
+      ];
+    };
+    position = 0;
+    const now = fold([sequenced('n1', 4, true), ...retried(0)]);
+    position = 0;
+    const before = fold([sequenced('n1', 4, false), at(queued('n1'), 0), ...retried(1)]);
+    const record = now.deliveries.n1!;
+    expect(record.seq).toBe(5);
+    expect(record.revision).toBe(2);
+    expect(before.deliveries.n1!.revision).toBe(3);
+    // The times are the events' own: one more event in the older log moves them by a step.
+    const untimed = (view: ReturnType<typeof deliveryView>) => ({
+      ...view,
+      created_at: null,
+      attempts: view.attempts.map((a) => ({ ...a, attempted_at: null })),
+    });
+    expect(untimed(deliveryView(record))).toEqual(untimed(deliveryView(before.deliveries.n1!)));
+    expect(deliveryView(record).attempts.map((a) => [a.trigger, a.outcome])).toEqual([
+      ['event', 'failed'],
+      ['retry', 'succeeded'],
+    ]);
+  });
+
+  it('stands for a delivery whose own stream does not exist yet, and keeps it past the log limit', () => {
+    const state = fold([sequenced('only', 0, true)]);
+    expect(state.deliveries.only).toMatchObject({ seq: 1, revision: NO_STREAM, status: 'pending' });
+    expect(state.deliveries.only!.attempts).toMatchObject([{ attempt: 1, queued: true, outcome: 'pending' }]);
+    expect(deliveryStateOf(state.deliveries.only!)).toMatchObject({
+      attempt: 1,
+      queued: true,
+      recorded: false,
+    });
+    // Disabled, it counts as failed, yet stays: only this log can answer for it by its id.
+    fold(
+      [
+        recorded('SubscriptionDisabled', { subscriptionId: 'sub-a', reason: 'x', consecutiveFailures: 5 }),
+        ...Array.from({ length: DELIVERY_LOG_LIMIT + 5 }, (_, i) => [
+          attempted(`d${i}`),
+          succeeded(`d${i}`),
+        ]).flat(),
+      ],
+      state,
+    );
+    expect(state.deliveries.only?.status).toBe('failed');
+    expect(state.bySub['sub-a']![0]).toBe('only');
+    expect(state.bySub['sub-a']).toHaveLength(DELIVERY_LOG_LIMIT);
   });
 });
 

@@ -11,10 +11,12 @@ import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import type { NewEvent } from '../../contracts/envelope.ts';
+import type { EventData } from '../../contracts/events.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import { type Receiver, selfSignedCert, startReceiver } from '../../test/webhooks-receiver.ts';
 import { deliveryStream, deliveryView, findDelivery, sequenceStream } from './delivery-log-fold.ts';
 import { DeliveryWorker } from './delivery-worker.ts';
+import { readDeliveryRecord } from './recovery.ts';
 import { SecretBox } from './secret-box.ts';
 import { parseCidrList } from './ssrf/address-policy.ts';
 import { guardedAgent } from './ssrf/guarded-agent.ts';
@@ -383,7 +385,7 @@ describe('DeliveryWorker', () => {
     await worker.drained();
   });
 
-  it('on LMDB, writes the claims and sequence numbers of deliveries started together in one transaction, and records every outcome', async () => {
+  it('on LMDB, writes the first attempts of deliveries started together, in their sequence events, in one transaction, and records every outcome', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'worker-lmdb-'));
     const store = await openLmdbEventStore({ path: join(dir, 'events') });
     cleanups.push(async () => {
@@ -392,7 +394,7 @@ describe('DeliveryWorker', () => {
     });
     const { receiver, worker, runner, sub } = await setup(8, store);
     const transactions = vi.spyOn(store.root, 'childTransaction');
-    // A page of bus messages: eight deliveries claimed in one turn, two appends each.
+    // A page of bus messages: eight deliveries claimed in one turn, one append each.
     const jobs = await Promise.all(
       Array.from({ length: 8 }, (_, n) =>
         worker.claimFirst({
@@ -411,11 +413,26 @@ describe('DeliveryWorker', () => {
     const results = await Promise.all(jobs.map((j) => worker.submit(j!)));
     expect(results.every((r) => r.ok)).toBe(true);
     expect(receiver.received).toHaveLength(8);
+    // Each delivery's own stream holds its outcome only, pointing at its sequence event.
     for (const job of jobs) {
       const events = await store.readStream(deliveryStream(job!.deliveryId));
-      expect(events.map((e) => e.type)).toEqual(['DeliveryAttempted', 'DeliverySucceeded']);
+      expect(events.map((e) => [e.type, (e.data as { seq?: number }).seq])).toEqual([
+        ['DeliverySucceeded', job!.seq],
+      ]);
     }
-    expect(await store.readStream(sequenceStream(sub.id))).toHaveLength(8);
+    const sequenced = await store.readStream(sequenceStream(sub.id));
+    expect(sequenced.map((e) => (e.data as EventData<'DeliverySequenced'>).first?.attempt)).toEqual(
+      Array(8).fill(1),
+    );
+    // Read back from the log alone, as recovery, resend and after_seq do, with the body every
+    // later attempt re-sends.
+    const third = jobs[3]!;
+    const record = await readDeliveryRecord(store, third.deliveryId);
+    expect(record).toMatchObject({ id: third.deliveryId, seq: third.seq, status: 'succeeded' });
+    expect(record!.attempts.map((a) => a.outcome)).toEqual(['succeeded']);
+    expect(
+      await worker.bodyOf({ deliveryId: third.deliveryId, subscriptionId: sub.id, seq: third.seq }),
+    ).toBe(JSON.stringify({ event: 'trade_call', delivery_id: third.deliveryId, data: { n: 3 } }));
     // A redelivered page claims nothing and gets the same numbers back.
     const again = await Promise.all(
       jobs.map((j) =>
@@ -431,6 +448,47 @@ describe('DeliveryWorker', () => {
     );
     expect(again.every((j) => j === null)).toBe(true);
     expect(await worker.sequence(sub.id, 'g-3')).toBe(jobs[3]!.seq);
+    // Handled as a bus message's first delivery (no read back), a repeat is known by its position:
+    // one already folded here, or one from before this process began.
     await runner.waitFor(await store.headPosition());
+    const repeat = (deliveryId: string) =>
+      worker.claimFirst({
+        deliveryId,
+        subscription: sub,
+        eventId: 'ev',
+        event: 'trade_call',
+        trigger: 'event',
+        body: JSON.stringify({ event: 'trade_call', delivery_id: deliveryId, data: {} }),
+        unseen: true,
+      });
+    expect(await repeat('g-5')).toBeNull();
+    const fresh = await repeat('g-new');
+    expect(fresh).toMatchObject({ seq: 9, attempt: 1 });
+    await worker.submit(fresh!);
+    await runner.waitFor(await store.headPosition());
+  });
+
+  it('reads a delivery of an older log (its first attempt in its own stream, its number beside it) as before', async () => {
+    const { store, worker, claim, sub } = await setup(1);
+    // As the dispatcher wrote a first attempt before its sequence event carried it.
+    const job = (await claim(7))!;
+    const seq = await worker.sequence(sub.id, 'd-7');
+    expect(await worker.submit({ ...job, seq })).toMatchObject({ ok: true });
+    const events = await store.readStream(deliveryStream('d-7'));
+    expect(events[0]!.type).toBe('DeliveryAttempted');
+    const record = await readDeliveryRecord(store, 'd-7');
+    expect(record).toMatchObject({ id: 'd-7', status: 'succeeded' });
+    expect(record!.attempts.map((a) => [a.attempt, a.outcome])).toEqual([[1, 'succeeded']]);
+    // Its number's event carries no first attempt: the body is the delivery stream's.
+    expect(await worker.bodyOf({ deliveryId: 'd-7', subscriptionId: sub.id, seq })).toBe(
+      JSON.stringify({ n: 7 }),
+    );
+    const [sequenced] = await store.readStream(sequenceStream(sub.id));
+    expect(await readDeliveryRecord(store, 'd-7', sequenced)).toMatchObject({
+      id: 'd-7',
+      seq,
+      status: 'succeeded',
+    });
+    await worker.drained();
   });
 });

@@ -92,13 +92,15 @@ export class WebhookDispatcher {
 
   async start(): Promise<void> {
     const { bus } = this.options;
+    await this.options.worker.startedAt();
     const prefix = this.options.subjectPrefix ?? DEFAULT_SUBJECT_PREFIX;
     const durable = this.options.durablePrefix ?? 'dispatcher';
     this.running = true;
     const handle = (m: BusMessage) => this.onMessage(m);
     // Acks are not confirmed: a message is acked only once its deliveries are claimed in the
-    // store, and handling it again is idempotent (the sequence number's event id and the claim's
-    // expected 'no_stream' both derive from the delivery id), so a lost ack costs a redelivery
+    // store, and handling it again is idempotent (the sequence event, which records the first
+    // attempt, has an id derived from the delivery id, and the claim read back from it names the
+    // dispatcher whose append wrote it), so a lost ack costs a redelivery
     // that claims nothing, never a lost or doubled delivery. A confirmed ack would only turn that
     // into a nak, with the same redelivery, at a round trip per message.
     // Trade calls in flight: each holds its slot for about two group commits (the store catching
@@ -220,7 +222,7 @@ export class WebhookDispatcher {
       }
       await run;
     } else if (event.type === 'SubscriptionDisabled') await this.noticeDisabled(event);
-    else await this.fanOut(event);
+    else await this.fanOut(event, message.deliveryCount === 1);
     await message.ack();
   }
 
@@ -250,7 +252,12 @@ export class WebhookDispatcher {
   }
 
   /** Claims the first attempt of each subscription's delivery of this event. */
-  private async deliver(event: DomainEvent, subs: SubscriptionRecord[], trigger: Trigger): Promise<void> {
+  private async deliver(
+    event: DomainEvent,
+    subs: SubscriptionRecord[],
+    trigger: Trigger,
+    unseen = false,
+  ): Promise<void> {
     if (subs.length === 0) return;
     const verdict =
       event.type === 'RegimeShifted' || event.type === 'RiskShifted' ? await this.verdictOf(event) : null;
@@ -283,16 +290,18 @@ export class WebhookDispatcher {
         event: envelope.event,
         trigger,
         body: JSON.stringify(pinnedEnvelope(envelope, sub.eventVersion)),
+        unseen,
       });
       // null: a redelivered bus message whose deliveries were already recorded.
       if (job) this.submit(job);
     }
   }
 
-  private async fanOut(event: DomainEvent): Promise<void> {
+  /** `unseen`: the bus delivers the event's message for the first time (see `claimFirst`). */
+  private async fanOut(event: DomainEvent, unseen: boolean): Promise<void> {
     const candidate = this.candidateOf(event);
     if (candidate === null) return;
-    await this.deliver(event, await this.matching(candidate), 'event');
+    await this.deliver(event, await this.matching(candidate), 'event', unseen);
   }
 
   /**
@@ -378,7 +387,13 @@ export class WebhookDispatcher {
         if (parsed === null) continue;
         let deliveryId: string;
         let source: DomainEvent | null = null;
-        if (parsed.type === 'DeliveryAttempted' || parsed.type === 'DeliveryQueued') {
+        let sequenced: RecordedEvent | undefined;
+        if (parsed.type === 'DeliverySequenced') {
+          // The first attempts recorded with their numbers (older logs: the attempts' own events).
+          if (parsed.data.first?.subscriptionId !== sub.id) continue;
+          deliveryId = parsed.data.deliveryId;
+          sequenced = recorded;
+        } else if (parsed.type === 'DeliveryAttempted' || parsed.type === 'DeliveryQueued') {
           if (parsed.data.subscriptionId !== sub.id) continue;
           deliveryId = parsed.data.deliveryId;
         } else {
@@ -389,7 +404,12 @@ export class WebhookDispatcher {
         }
         if (seen.has(deliveryId) || worker.owned.has(deliveryId)) continue;
         seen.add(deliveryId);
-        const record = await readDeliveryRecord(store, deliveryId);
+        // A delivery whose own stream is still empty is found by its sequence event, or else in
+        // the projection, which keeps it (the delivery log's trim).
+        const record =
+          (await readDeliveryRecord(store, deliveryId, sequenced)) ??
+          findDelivery(this.options.runner.state.log, deliveryId) ??
+          null;
         if (record === null && source === null) continue;
         if (record !== null && !needsRecovery(record, Date.now(), this.options.stuckAfterMs)) continue;
         await pacer.take();

@@ -16,7 +16,11 @@ export async function claimNextAttempt(
   sub: SubscriptionRecord,
   trigger: Trigger,
 ): Promise<DeliveryJob | null> {
-  const stored = await worker.bodyOf(record.id);
+  const stored = await worker.bodyOf({
+    deliveryId: record.id,
+    subscriptionId: record.subscriptionId,
+    seq: record.seq,
+  });
   const last = record.attempts.at(-1);
   if (stored === null || !last) return null;
   if (last.queued && trigger === 'resend') return null;

@@ -7,6 +7,7 @@ import {
   deliveryStream,
   findDelivery,
   initialDeliveryLog,
+  sequenceStream,
 } from './delivery-log-fold.ts';
 
 /**
@@ -35,15 +36,33 @@ export async function positionBefore(store: EventStore, timeMs: number): Promise
   return lo;
 }
 
-/** A delivery's record folded from its own stream (whatever the projection still holds), or null. */
+/**
+ * A delivery's record folded from the event log (whatever the projection still holds), or null.
+ * Its first attempt is in its `DeliverySequenced` (`first`), whose number the events of its own
+ * stream carry (`seq`), or, in logs written before, that stream's first event. `sequenced` is that
+ * event when the caller read it already. A delivery whose own stream is still empty (its first
+ * attempt recorded, no outcome) is found only with `sequenced`, or in the projection, which keeps
+ * such records (see the delivery log's trim).
+ */
 export async function readDeliveryRecord(
   store: EventStore,
   deliveryId: string,
+  sequenced?: RecordedEvent,
 ): Promise<DeliveryRecord | null> {
   const events = await store.readStream(deliveryStream(deliveryId));
-  if (events.length === 0) return null;
+  let head = sequenced ?? null;
+  // A stream written before its first attempt moved into the sequence event opens with that
+  // attempt, which carries no `seq`; every event of one written since carries it.
+  const opening = events[0]?.data as { seq?: number; subscriptionId: string } | undefined;
+  if (head === null && opening?.seq !== undefined) {
+    [head = null] = await store.readStream(sequenceStream(opening.subscriptionId), {
+      fromRevision: opening.seq - 1,
+      maxCount: 1,
+    });
+  }
+  if (head === null && events.length === 0) return null;
   const log = initialDeliveryLog();
-  for (const recorded of events) {
+  for (const recorded of head ? [head, ...events] : events) {
     const event = parseDomainEvent(recorded);
     if (event) applyDeliveryEvent(log, event);
   }
@@ -71,6 +90,7 @@ export const RECOVERY_TYPES: ReadonlySet<string> = new Set([
   'RiskShifted',
   'DeliveryAttempted',
   'DeliveryQueued',
+  'DeliverySequenced',
 ]);
 
 /** Pages of the global log from `after` to `until` (inclusive), only the types a recovery reads. */

@@ -257,7 +257,8 @@ async function deliveriesAfter(
   const deliveries: DeliveryView[] = [];
   for (const event of sequenced) {
     const id = (event.data as { deliveryId: string }).deliveryId;
-    const record = findDelivery(deps.runner.state.log, id) ?? (await readDeliveryRecord(deps.store, id));
+    const record =
+      findDelivery(deps.runner.state.log, id) ?? (await readDeliveryRecord(deps.store, id, event));
     if (record) deliveries.push(deliveryView({ ...record, seq: event.revision + 1 }));
   }
   const last = sequenced.at(-1);

@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import { type ChatAnswer, type Citation, EXTRACTIVE_MODEL } from '../../contracts/knowledge.ts';
 import { CONTEXT_PASSAGES, DONT_KNOW, expandQuestion, extractiveAnswer, sentences } from './extractive.ts';
 import type { ChatProvider } from './providers.ts';
-import type { Related, Retrieved } from './search-index.ts';
+import type { Retrieved } from './search-index.ts';
 import { contentTerms, termOf, words } from './text.ts';
 
 const SYSTEM = [
@@ -72,8 +72,6 @@ export async function answerQuestion(
     retrieve: (q: string) => Retrieved[];
     /** A term's weight in the corpus (its rarity); every term weighs the same without it. */
     weight?: (term: string) => number;
-    /** Corpus terms used like a word (word vectors); without it a word meets only its own terms. */
-    related?: (word: string, min: number, limit: number) => Related[];
     provider: ChatProvider | null;
     timeoutMs: number;
     logger: Logger;
@@ -82,8 +80,8 @@ export async function answerQuestion(
   model: string,
 ): Promise<ChatOutcome> {
   // Retrieval also looks for the documentation's words for what the question names.
-  const retrieved = deps.retrieve(expandQuestion(question, deps.related));
-  const quoted = extractiveAnswer(question, retrieved, deps.weight, deps.related);
+  const retrieved = deps.retrieve(expandQuestion(question));
+  const quoted = extractiveAnswer(question, retrieved, deps.weight);
   const extractive = (note?: string): ChatAnswer => ({
     question,
     ...quoted,

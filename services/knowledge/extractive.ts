@@ -1,6 +1,6 @@
 import type { Citation } from '../../contracts/knowledge.ts';
 import type { Passage } from './passages.ts';
-import type { Related, Retrieved } from './search-index.ts';
+import type { Retrieved } from './search-index.ts';
 import { contentTerms, termOf, words } from './text.ts';
 
 /**
@@ -383,28 +383,16 @@ function modifierOnly(
  * "when does a call *count* as a hit" is about calls and hits, not about counting), with the
  * documentation's words for them added.
  */
-export function expandQuestion(
-  raw: string,
-  related?: (word: string, min: number, limit: number) => Related[],
-): string {
+export function expandQuestion(raw: string): string {
   const question = rephrase(raw);
   const asked = questionTerms(question);
   if (asked.length === 0) return question;
-  // Each topical word also brings the corpus's word most used like it ("currently": "now").
-  const alike =
-    related === undefined
-      ? []
-      : words(question).flatMap((w) => {
-          const t = termOf(w);
-          if (t === null || QUESTION_WORDS.has(t)) return [];
-          return related(w, NEAR_MIN, 1).map((r) => r.word);
-        });
   const topical = words(question).filter((w) => {
     const t = termOf(w);
     return t !== null && !QUESTION_WORDS.has(t);
   });
   const extra = asked.flatMap(({ term, meets }) => [...meets].filter((t) => t !== term));
-  return [...topical, ...new Set([...extra, ...alike])].join(' ');
+  return [...topical, ...new Set(extra)].join(' ');
 }
 
 /** A question that asks for a quantity: how much, how long, the largest, at most. */
@@ -920,48 +908,6 @@ function derived(
 }
 
 /**
- * A corpus term whose word vector's cosine with a question word's is at least this is used like
- * it ("currently" and "now", "biggest" and "largest"). Word vectors place words used in like
- * contexts together, antonyms too ("large" and "small" at 0.93), so a likeness only retrieves
- * passages and ranks units: a unit still carries the question (coverage, which decides between an
- * answer and "I don't know") by the question's own words and their synonyms alone.
- */
-const NEAR_MIN = 0.7;
-/** How many such terms each question word meets when units are ranked. */
-const NEAR_LIMIT = 3;
-/** What part of a word's weight a unit holding a term used like it gains in rank, times the likeness. */
-const NEAR_CREDIT = 0.5;
-
-/** For each asked term, the corpus terms used like its word in the question, with how alike. */
-function nearTerms(
-  question: string,
-  asked: { term: string; meets: Set<string> }[],
-  related?: (word: string, min: number, limit: number) => Related[],
-): Map<string, number>[] {
-  const surface = new Map<string, string>();
-  for (const w of words(question)) {
-    const t = termOf(w);
-    if (t !== null && !surface.has(t)) surface.set(t, w.toLowerCase());
-  }
-  return asked.map(({ term, meets }) => {
-    const word = surface.get(term);
-    if (related === undefined || word === undefined) return new Map<string, number>();
-    return new Map(
-      related(word, NEAR_MIN, NEAR_LIMIT)
-        .filter((r) => !meets.has(r.term))
-        .map((r) => [r.term, r.similarity] as const),
-    );
-  });
-}
-
-/** The likeness of the most alike of `near` that `present` holds (0 for none). */
-function alikeIn(near: Map<string, number>, present: Set<string>): number {
-  let best = 0;
-  for (const [term, similarity] of near) if (present.has(term) && similarity > best) best = similarity;
-  return best;
-}
-
-/**
  * Answers from the retrieved passages. `weight` gives a term's weight (its rarity in the
  * corpus); without it every term weighs the same.
  */
@@ -969,11 +915,9 @@ export function extractiveAnswer(
   raw: string,
   retrieved: Retrieved[],
   weight?: (term: string) => number,
-  related?: (word: string, min: number, limit: number) => Related[],
 ): Grounded {
   const question = rephrase(raw);
   const asked = questionTerms(question).map((a) => derived(a, weight));
-  const near = nearTerms(question, asked, related);
   const dontKnow = { answer: DONT_KNOW, citations: [], grounded: false };
   if (asked.length === 0 || retrieved.length === 0) return dontKnow;
   // A term met through several words weighs as its most common form: the group is as rare as
@@ -1026,9 +970,6 @@ export function extractiveAnswer(
         )
       )
         own += 0.5 * w;
-      // A word used as the question's is ("now" for "currently") speaks of it in part: in rank
-      // only, as much as the two are alike.
-      else if (alikeIn(near[i]!, present) > 0) context += NEAR_CREDIT * alikeIn(near[i]!, present) * w;
       // The passage's title says what the sentence is about, though the sentence may not repeat
       // it; the rest of the passage, less so, and only to rank: what the sentence and its title
       // carry is what decides whether it answers at all.

@@ -126,7 +126,6 @@ export class Knowledge {
         {
           retrieve: (q) => this.deps.index.retrieve(q),
           weight: (term) => this.deps.index.weight(term),
-          related: (word, min, limit) => this.deps.index.related(word, min, limit),
           provider: this.deps.provider,
           timeoutMs: this.deps.config.CHAT_TIMEOUT_MS,
           logger,

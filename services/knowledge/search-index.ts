@@ -3,15 +3,6 @@ import MiniSearch from 'minisearch';
 import type { SearchResult } from '../../contracts/knowledge.ts';
 import type { Passage } from './passages.ts';
 import { contentTerms, termOf, words } from './text.ts';
-import { cosine, meanUnit, type WordVectors, wordVectors } from './word-vectors.ts';
-
-/** A corpus term used like a question's word: its vector's cosine with the word's. */
-export interface Related {
-  term: string;
-  /** The corpus's first word for the term, as retrieval is asked for it. */
-  word: string;
-  similarity: number;
-}
 
 export interface Retrieved {
   passage: Passage;
@@ -67,10 +58,6 @@ export class KnowledgeIndex {
   private readonly spans = new Map<string, Words>();
   /** In how many passages each term stands: what a term's weight in an answer comes from. */
   private readonly df = new Map<string, number>();
-  /** The words each term stands for in the corpus ("retried", "retries" for "retry"). */
-  private readonly surfaces = new Map<string, Set<string>>();
-  /** Each corpus term's vector (the mean of its words'), computed on first need. */
-  private readonly termVectors = new Map<string, Float32Array | null>();
   private currentDigest = '';
 
   constructor(passages: Passage[]) {
@@ -126,40 +113,6 @@ export class KnowledgeIndex {
     this.passages.set(passage.id, passage);
     this.spans.set(passage.id, spansOf(passage.text));
     for (const term of spans.at.keys()) this.df.set(term, (this.df.get(term) ?? 0) + 1);
-    spans.terms.forEach((term, i) => {
-      if (term === null) return;
-      const word = spans.words[i]!.toLowerCase();
-      const known = this.surfaces.get(term);
-      if (known === undefined) this.surfaces.set(term, new Set([word]));
-      else if (!known.has(word)) {
-        known.add(word);
-        this.termVectors.delete(term);
-      }
-    });
-  }
-
-  /**
-   * The corpus terms used most like `word` (cosine of word vectors at least `min`), most alike
-   * first, at most `limit`; none for a word without a vector. `vectors` defaults to the shipped
-   * ones, read on the first call.
-   */
-  related(word: string, min: number, limit: number, vectors: WordVectors = wordVectors()): Related[] {
-    const own = vectors.unit(word);
-    if (own === null) return [];
-    const self = termOf(word);
-    const out: Related[] = [];
-    for (const term of this.df.keys()) {
-      if (term === self) continue;
-      let v = this.termVectors.get(term);
-      if (v === undefined) {
-        v = meanUnit([...(this.surfaces.get(term) ?? [])].map((w) => vectors.unit(w)));
-        this.termVectors.set(term, v);
-      }
-      if (v === null) continue;
-      const similarity = cosine(own, v);
-      if (similarity >= min) out.push({ term, word: [...this.surfaces.get(term)!][0]!, similarity });
-    }
-    return out.sort((a, b) => b.similarity - a.similarity || (a.term < b.term ? -1 : 1)).slice(0, limit);
   }
 
   private release(id: string): void {

@@ -30,7 +30,6 @@ try {
         {
           retrieve: (q) => knowledge.index.retrieve(q),
           weight: (term) => knowledge.index.weight(term),
-          related: (word, min, limit) => knowledge.index.related(word, min, limit),
           provider: null,
           timeoutMs: 0,
           logger,

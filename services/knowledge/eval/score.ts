@@ -70,7 +70,7 @@ export const SPENT_SETS = ['thirdparty.json'] as const;
  * documentation on 2026-11-27 and committed with this line, before the picker's eleventh change
  * and before the chat was ever asked them. Never tuned on; scored once on the picker of commit a6d46ed
  * (41 / 79, 0 / 14 off-topic grounded; docs/knowledge.md), its wrong answers not printed; scored
- * again after the eleventh change (word vectors, 6fa42fc), summary line only: 41 / 79, 0 / 14. A
+ * again with word vectors (6fa42fc, withdrawn for no gain), summary line only: 41 / 79, 0 / 14. A
  * picker change must not read them: to score it after a change, print its summary line only.
  */
 export const BLIND_SETS = ['operator.json'] as const;

@@ -704,7 +704,36 @@ describe.runIf(run)('PostgreSQL event store', () => {
     }
   });
 
-  it('decides a group of appends expecting revisions without stream locks, in one round trip: written, retried and refused members', async () => {
+  it('writes a group of appends expecting revisions as one plain INSERT, no function, when every expectation holds', async () => {
+    const store = await openPostgresEventStore({ url: POSTGRES_URL, schema: fresh(), groupsInFlight: 1 });
+    try {
+      const grown = uniqueStream('grown');
+      await store.append(grown, [event('A'), event('A')]);
+      const sent = vi.spyOn(store.pool, 'query');
+      const streams = Array.from({ length: 3 }, (_, i) => uniqueStream(`fresh${i}`));
+      const results = await Promise.all([
+        ...streams.map((s) => store.append(s, [event('N')], { expectedRevision: 'no_stream' })),
+        store.append(grown, [event('X')], { expectedRevision: 1 }),
+      ]);
+      const appends = sent.mock.calls
+        .map(([q]) => String((q as { name?: string }).name))
+        .filter((name) => /^es_(insert|append)/.test(name));
+      expect(appends).toEqual([expect.stringMatching(/^es_insert_unlocked/)]);
+      expect(results.map((r) => r.nextRevision)).toEqual([0, 0, 0, 2]);
+      const log = await store.readAll();
+      const stored = new Map(log.map((e) => [`${e.stream}/${e.revision}`, e.position]));
+      expect(results.map((r) => r.position)).toEqual([
+        ...streams.map((s) => stored.get(`${s}/0`)),
+        stored.get(`${grown}/2`),
+      ]);
+      // In the order appended, above the events before them.
+      expect(log.map((e) => e.type)).toEqual(['A', 'A', 'N', 'N', 'N', 'X']);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('decides a group of appends expecting revisions without stream locks, through the function when its plain INSERT fails: written, retried and refused members', async () => {
     const store = await openPostgresEventStore({ url: POSTGRES_URL, schema: fresh(), groupsInFlight: 1 });
     try {
       const [retried, behind, ahead] = [
@@ -730,7 +759,10 @@ describe.runIf(run)('PostgreSQL event store', () => {
         store.append(chain, [event('C')], { expectedRevision: 0 }),
       ]);
       const appends = sent.mock.calls.map(([q]) => String((q as { name?: string }).name));
-      expect(appends.filter((name) => name.startsWith('es_append'))).toEqual([
+      // The plain INSERT writes all or none; refused by the retried id, it leaves the group to the
+      // function, which decides every member in the one statement.
+      expect(appends.filter((name) => /^es_(insert|append)/.test(name))).toEqual([
+        expect.stringMatching(/^es_insert_unlocked/),
         expect.stringMatching(/^es_append_unlocked/),
       ]);
       expect(results.map((r) => r.status)).toEqual([

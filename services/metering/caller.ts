@@ -47,18 +47,24 @@ export function callerPlugin(keys: Pick<KeyResolver, 'resolve'>): FastifyPluginA
         done();
         return;
       }
-      const settle = (found: Caller | CallerRejectedError): void => {
-        if (found instanceof CallerRejectedError) request.callerRefused = found;
-        else request.caller = found;
-        done();
-      };
       const found = resolveCaller(keys, { headers: request.headers, clientAddress: request.ip });
-      if (found instanceof Promise) found.then(settle, done);
-      else settle(found);
+      if (found instanceof Promise) found.then((settled) => settleCaller(request, settled, done), done);
+      else settleCaller(request, found, done);
     });
   };
   (plugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
   return plugin;
+}
+
+/**
+ * Keeps what resolveCaller found on the request, then lets it go on. Module-level rather than a
+ * closure made per request: under tsx (npm start, the benches) a named closure made per call is
+ * named at run time (esbuild's keepNames), which showed in the keyed call's profile.
+ */
+function settleCaller(request: FastifyRequest, found: Caller | CallerRejectedError, done: () => void): void {
+  if (found instanceof CallerRejectedError) request.callerRefused = found;
+  else request.caller = found;
+  done();
 }
 
 /** The key registry and quota meter every metered route reads. */

@@ -75,7 +75,7 @@ export const MAX_TAKES_PER_SCRIPT = 128;
 
 interface PendingTake {
   keys: string[];
-  limits: number[];
+  limits: readonly number[];
   resolve(reply: number[]): void;
   reject(err: unknown): void;
 }
@@ -131,25 +131,32 @@ export class RateLimiter {
   private readonly local: LocalWindows;
   private readonly windowMs: number;
   private readonly redis: TakingRedis | null;
-  private readonly limits: Record<RateTier, { all: number; perTool: number }>;
+  /** Per tier: the limits of a request without a tool, and with one (made once, read only). */
+  private readonly limits: Record<RateTier, { all: readonly number[]; withTool: readonly number[] }>;
+  /** Per tier: the start of its budgets' keys. */
+  private readonly bases: Record<RateTier, string>;
   private readonly takes = new TurnBatch<PendingTake>((batch) => this.send(batch), MAX_TAKES_PER_SCRIPT);
 
-  constructor(
-    settings: RateLimitSettings,
-    private readonly store: { redis: Redis; prefix: string } | null,
-  ) {
+  constructor(settings: RateLimitSettings, store: { redis: Redis; prefix: string } | null) {
     this.redis = store ? (store.redis as TakingRedis) : null;
     this.windowMs = Math.max(1, settings.RATE_LIMIT_WINDOW_MS);
     this.local = new LocalWindows(this.windowMs);
-    const limits = (all: number) => ({
-      all,
-      perTool: Math.max(1, Math.ceil(all * settings.RATE_LIMIT_TOOL_SHARE)),
-    });
+    const limits = (all: number) => {
+      const perTool = Math.max(1, Math.ceil(all * settings.RATE_LIMIT_TOOL_SHARE));
+      return { all: Object.freeze([all]), withTool: Object.freeze([all, perTool]) };
+    };
     this.limits = {
       anonymous: limits(settings.RATE_LIMIT_ANONYMOUS),
       free: limits(settings.RATE_LIMIT_FREE),
       starter: limits(settings.RATE_LIMIT_STARTER),
       pro: limits(settings.RATE_LIMIT_PRO),
+    };
+    const base = (tier: RateTier) => `${store?.prefix ?? ''}rl:${tier}:`;
+    this.bases = {
+      anonymous: base('anonymous'),
+      free: base('free'),
+      starter: base('starter'),
+      pro: base('pro'),
     };
     if (this.redis && typeof this.redis.signalRateTakeMany !== 'function')
       this.redis.defineCommand('signalRateTakeMany', { lua: TAKE_MANY_SCRIPT });
@@ -161,12 +168,13 @@ export class RateLimiter {
    * promise of Redis's count.
    */
   decide(tier: RateTier, credential: string, tool: string | null): RateDecision | Promise<RateDecision> {
-    const base = `${this.store?.prefix ?? ''}rl:${tier}:`;
-    const own = `${tier}:${credential}`;
+    const base = this.bases[tier];
     // The credential's budget, then the tool's: the keys every replica counts on.
-    const keys = tool === null ? [`${base}all:${own}`] : [`${base}all:${own}`, `${base}tool:${own}:${tool}`];
-    const { all, perTool } = this.limits[tier];
-    const limits = tool === null ? [all] : [all, perTool];
+    const keys =
+      tool === null
+        ? [`${base}all:${tier}:${credential}`]
+        : [`${base}all:${tier}:${credential}`, `${base}tool:${tier}:${credential}:${tool}`];
+    const limits = tool === null ? this.limits[tier].all : this.limits[tier].withTool;
     if (this.redis?.status !== 'ready') return decision(limits, this.local.take(keys, limits, Date.now()));
     return new Promise<number[]>((resolve, reject) => this.takes.add({ keys, limits, resolve, reject })).then(
       (reply) => decision(limits, reply),
@@ -207,20 +215,25 @@ export class RateLimiter {
  * the tighter budget, the one that refused or the one nearer its end.
  */
 function decision(limits: readonly number[], reply: readonly number[]): RateDecision {
-  const budget = (i: number): RateDecision => {
-    const count = Number(reply[2 * i]);
-    const limit = limits[i]!;
-    return {
-      allowed: count <= limit,
-      limit,
-      remaining: Math.max(0, limit - count),
-      resetMs: Math.max(0, Number(reply[2 * i + 1])),
-    };
-  };
-  const overall = budget(0);
+  const overall = budgetDecision(limits, reply, 0);
   if (!overall.allowed || limits.length === 1) return overall;
-  const byTool = budget(1);
+  const byTool = budgetDecision(limits, reply, 1);
   return !byTool.allowed || byTool.remaining < overall.remaining ? byTool : overall;
+}
+
+/**
+ * Budget `i`'s decision from the script's reply. Module-level rather than a closure made per
+ * request: under tsx (npm start, the benches) a named closure made per call is named at run time.
+ */
+function budgetDecision(limits: readonly number[], reply: readonly number[], i: number): RateDecision {
+  const count = Number(reply[2 * i]);
+  const limit = limits[i]!;
+  return {
+    allowed: count <= limit,
+    limit,
+    remaining: Math.max(0, limit - count),
+    resetMs: Math.max(0, Number(reply[2 * i + 1])),
+  };
 }
 
 /** The tool a request calls: from the /x402/<tool> path, or a JSON-RPC tools/call on /mcp. */
@@ -294,7 +307,10 @@ function applyDecision(
   reply.header('ratelimit-limit', decision.limit);
   reply.header('ratelimit-remaining', decision.remaining);
   reply.header('ratelimit-reset', seconds);
-  if (decision.allowed) return done();
+  if (decision.allowed) {
+    done();
+    return;
+  }
   // A refusal is answered here, and the callback is then not called (Fastify's rule).
   const mcp = isMcpPath(path);
   deps.onRefused?.(tier, mcp ? 'mcp' : 'http');

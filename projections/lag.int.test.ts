@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import { eventStatsProjection } from './event-stats.ts';
-import { projectionLag } from './lag.ts';
+import { projectionLag, runnerLags } from './lag.ts';
 import { ProjectionRunner } from './runner.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'projection-lag-'));
@@ -34,6 +34,39 @@ describe('projectionLag (the /readyz check)', () => {
       expect(await projectionLag(store, 5_000)).toMatchObject({ ok: true, head, behind: {} });
     } finally {
       await runner.stop();
+      await store.close();
+    }
+  });
+
+  it('leaves out a fold that gates no readiness (the quota seed), while one beside it that does still counts', async () => {
+    const store = await openLmdbEventStore({ path: join(root, 'b') });
+    const seed = new ProjectionRunner(store, store.projectionStore(), eventStatsProjection, {
+      gatesReadiness: false,
+    });
+    try {
+      await store.append(
+        's',
+        Array.from({ length: 10_000 }, () => ({ type: 'Noted', data: {} })),
+      );
+      await seed.start();
+      // Same check point as above: the catch-up yields after its first page. Still behind after
+      // the check, so behind during it.
+      expect(await projectionLag(store, 5_000)).toMatchObject({ ok: true, behind: {} });
+      expect((await runnerLags(store, 5_000)).lags.get('event-stats')).toBeGreaterThan(5_000);
+      const gated = new ProjectionRunner(store, store.projectionStore(), {
+        ...eventStatsProjection,
+        name: 'event-stats-gated',
+      });
+      await gated.start();
+      try {
+        const during = await projectionLag(store, 5_000);
+        expect(during.ok).toBe(false);
+        expect(Object.keys(during.behind)).toEqual(['event-stats-gated']);
+      } finally {
+        await gated.stop();
+      }
+    } finally {
+      await seed.stop();
       await store.close();
     }
   });

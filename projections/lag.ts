@@ -80,8 +80,13 @@ export async function runnerLags(
  */
 export async function projectionLag(store: EventStore, maxLag: number): Promise<LagReport> {
   const { head, lags } = await runnerLags(store, maxLag);
+  const gating = new Set(
+    runnersOn(store)
+      .filter((runner) => runner.gatesReadiness)
+      .map((runner) => runner.name),
+  );
   const behind: Record<string, number> = {};
-  for (const [name, lag] of lags) if (lag > maxLag) behind[name] = lag;
+  for (const [name, lag] of lags) if (lag > maxLag && gating.has(name)) behind[name] = lag;
   const names = Object.keys(behind);
   return {
     ok: names.length === 0,

@@ -17,6 +17,11 @@ export interface RunnerOptions {
   snapshotGapMs?: number;
   /** A snapshot is also taken this often while events trickle in below `snapshotEvery` (same cost rule). */
   snapshotIntervalMs?: number;
+  /**
+   * False for a fold no request reads (the quota counters' seed): its lag is measured like any
+   * other's but never makes /readyz unready, so a replica serves while it catches up.
+   */
+  gatesReadiness?: boolean;
   logger?: Logger;
 }
 
@@ -74,6 +79,11 @@ export class ProjectionRunner<S> extends FoldProgress implements FeedMember {
     super(projection.name);
     this.current = projection.initial();
     this.folds = projection.eventTypes ? new Set<string>(projection.eventTypes) : null;
+  }
+
+  /** Whether /readyz waits for this fold to be near the head (RunnerOptions.gatesReadiness). */
+  get gatesReadiness(): boolean {
+    return this.options.gatesReadiness ?? true;
   }
 
   get name(): string {

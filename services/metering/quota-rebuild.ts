@@ -222,6 +222,11 @@ export class QuotaCounters {
   ) {
     this.fold = deps.checkpoints
       ? new ProjectionRunner(deps.store, deps.checkpoints, quotaBalancesProjection, {
+          // Its state (a month of windows for every key and address) only seeds a rebuild:
+          // saved every 5 minutes as the counters' checkpoint was, and no request waits on it.
+          snapshotIntervalMs: 300_000,
+          snapshotGapMs: 300_000,
+          gatesReadiness: false,
           ...(deps.logger ? { logger: deps.logger } : {}),
         })
       : null;

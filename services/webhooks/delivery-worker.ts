@@ -429,14 +429,7 @@ export class DeliveryWorker {
    * 'no_stream' did when the attempt had a stream of its own.
    */
   async claimFirst(
-    input: Omit<Parameters<DeliveryWorker['claim']>[0], 'attempt' | 'expected' | 'seq' | 'seriesAttempt'> & {
-      /**
-       * No other handling of this delivery can be running (its event's first bus delivery): a
-       * sequence event appended since this process started and not folded yet is this call's own,
-       * and is not read back (see `startedAt`).
-       */
-      unseen?: boolean;
-    },
+    input: Omit<Parameters<DeliveryWorker['claim']>[0], 'attempt' | 'expected' | 'seq' | 'seriesAttempt'>,
   ): Promise<DeliveryJob | null> {
     // A fresh append lands past every position folded here and past the log's head when this
     // process started; the original of a repeated one may not.
@@ -484,17 +477,18 @@ export class DeliveryWorker {
         ),
       ]);
       // Recorded before (by this event or, in an older log, by a claim of its own): at a position
-      // already known here, or else, unless no other handling can be running, with another claim
-      // in the record read back. The read back costs about a third of what the saved append did
-      // (LMDB, 256 deliveries in flight: 54-67 us per delivery against 58-70 for the three
-      // appends, 37-48 for the two without it), so it is left to the repeated handlings.
+      // already known here, or else with another claim in the record read back. Even a bus
+      // message's first delivery reads it back: a handling stalled past the ack wait runs beside
+      // its redelivery (here or in another dispatcher), and a relay can publish an event twice
+      // outside the bus's dedupe window; the append then returns the other's original at a
+      // position not yet folded here, and only its claim id tells the two apart.
       const repeated =
         position <= known ||
-        (!input.unseen &&
-          (
-            (await this.deps.store.readStream(stream, { fromRevision: nextRevision, maxCount: 1 }))[0]
-              ?.data as EventData<'DeliverySequenced'> | undefined
-          )?.first?.claimId !== claimId);
+        (
+          (await this.deps.store.readStream(stream, { fromRevision: nextRevision, maxCount: 1 }))[0]?.data as
+            | EventData<'DeliverySequenced'>
+            | undefined
+        )?.first?.claimId !== claimId;
       if (repeated) {
         if (slot) this.queues.release(endpoint);
         return null;

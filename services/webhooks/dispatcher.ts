@@ -222,7 +222,7 @@ export class WebhookDispatcher {
       }
       await run;
     } else if (event.type === 'SubscriptionDisabled') await this.noticeDisabled(event);
-    else await this.fanOut(event, message.deliveryCount === 1);
+    else await this.fanOut(event);
     await message.ack();
   }
 
@@ -252,12 +252,7 @@ export class WebhookDispatcher {
   }
 
   /** Claims the first attempt of each subscription's delivery of this event. */
-  private async deliver(
-    event: DomainEvent,
-    subs: SubscriptionRecord[],
-    trigger: Trigger,
-    unseen = false,
-  ): Promise<void> {
+  private async deliver(event: DomainEvent, subs: SubscriptionRecord[], trigger: Trigger): Promise<void> {
     if (subs.length === 0) return;
     const verdict =
       event.type === 'RegimeShifted' || event.type === 'RiskShifted' ? await this.verdictOf(event) : null;
@@ -290,18 +285,16 @@ export class WebhookDispatcher {
         event: envelope.event,
         trigger,
         body: JSON.stringify(pinnedEnvelope(envelope, sub.eventVersion)),
-        unseen,
       });
       // null: a redelivered bus message whose deliveries were already recorded.
       if (job) this.submit(job);
     }
   }
 
-  /** `unseen`: the bus delivers the event's message for the first time (see `claimFirst`). */
-  private async fanOut(event: DomainEvent, unseen: boolean): Promise<void> {
+  private async fanOut(event: DomainEvent): Promise<void> {
     const candidate = this.candidateOf(event);
     if (candidate === null) return;
-    await this.deliver(event, await this.matching(candidate), 'event', unseen);
+    await this.deliver(event, await this.matching(candidate), 'event');
   }
 
   /**

@@ -260,12 +260,15 @@ export class QuotaCounters {
 
   private async rebuildIfLost(): Promise<void> {
     const { cache, store, logger } = this.deps;
-    if (this.fold) await this.startFold(this.fold);
+    // Not once stopping: a keyed call during shutdown must not start the fold on a closing store.
+    if (this.fold && !this.abort.signal.aborted) await this.startFold(this.fold);
     if ((await cache.liveGeneration(QUOTA_FAMILY)) !== null) return;
-    // The fold's state and position, read together (a copy: the fold goes on).
-    const from = this.fold
-      ? { position: this.fold.checkpoint, state: structuredClone(this.fold.state) }
-      : null;
+    // The fold's state and position, read together (a copy: the fold goes on). A fold that threw
+    // may hold part of an event past its checkpoint: the rebuild then starts from the log's start.
+    const from =
+      this.fold && !this.fold.error
+        ? { position: this.fold.checkpoint, state: structuredClone(this.fold.state) }
+        : null;
     logger?.[from?.position || cache.kind === 'memory' ? 'info' : 'warn'](
       { from: from?.position ?? 0 },
       'quota counters missing (new or emptied cache): rebuilding them from the log',

@@ -6,6 +6,7 @@ import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import { foldEvents } from '../../projections/projection.ts';
+import { runnersOn } from '../../projections/runner.ts';
 import type { PlanTable } from './plans.ts';
 import { QuotaMeter, type QuotaSubject } from './quota-meter.ts';
 import { debitedUnits, quotaBalancesProjection } from './quota-projection.ts';
@@ -277,5 +278,17 @@ describe('the fold of the counters (quotaBalancesProjection)', () => {
     // The month of the days before stays while the day after still counts in it.
     expect(keys('new', T0 + 41 * DAY).map((key) => state[key]?.count)).toEqual([5, 2]);
     expect(state[keys('new', T0 + 40 * DAY)[1]!]?.count).toBe(3);
+  });
+
+  it('once stopped, a call that finds no counters does not start the fold again on the closing store', async () => {
+    const memory = new MemoryEventStore();
+    const cache = new MemoryCache();
+    const key: QuotaSubject = { id: `k-${randomUUID()}`, kind: 'key', plan: 'free' };
+    const counters = new QuotaCounters({ store: memory, cache, checkpoints: new MemoryProjectionStore() });
+    await counters.stop();
+    const meter = new QuotaMeter({ cache, store: memory, plans: PLANS, now: () => T0, counters });
+    // The counters are rebuilt from the log alone; no runner is left on the store.
+    expect(await meter.debit(key, 't', 'late')).toMatchObject({ ok: true });
+    expect(runnersOn(memory).map((r) => r.name)).not.toContain(quotaBalancesProjection.name);
   });
 });

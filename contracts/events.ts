@@ -388,7 +388,8 @@ export const DeliveryAttempted = z.object({
 });
 /**
  * An attempt put in its endpoint's queue behind a busy receiver: it reserves the attempt (and, on
- * the first, carries the body) for the dispatcher that queued it until the stuck time. When its
+ * the first, carries the body: in logs written before 2026-11-27; since then a first attempt's queue
+record is `DeliverySequenced.first`) for the dispatcher that queued it until the stuck time. When its
  * turn comes well inside that time, that dispatcher sends it and its outcome follows this event
  * with no claim between (a flushed append saved per delivery in a flood); otherwise the
  * `DeliveryAttempted` of the same attempt is appended at its turn, just before the send, so only
@@ -403,7 +404,8 @@ const SendTiming = {
 /**
  * A delivery's place in its subscription's sequence, in the stream `webhook-seq-<subscriptionId>`:
  * the event's revision + 1 is the delivery's `seq`. Appended once per delivery (its id is derived
- * from the delivery id), beside the first attempt's claim, so the numbers have no gaps.
+ * from the delivery id), carrying the first attempt's claim or queue record (`first`), so the
+numbers have no gaps.
  */
 export const DeliverySequenced = z.object({
   subscriptionId: z.string(),
@@ -414,7 +416,8 @@ export const DeliverySequenced = z.object({
    * the delivery's own stream `delivery-<id>` then begins with what follows it (its outcome, or its
    * claim at its turn), appended as to a stream that does not exist yet. `claimId` tells the
    * dispatcher that recorded it from one that re-appended the same event (a redelivered bus
-   * message: the append is idempotent, and the record found is not its own). Absent in logs written
+   * message, a handling stalled beside its redelivery: the append is idempotent, so every handling
+   * reads the record back and sends only if the claim found is its own). Absent in logs written
    * before 2026-11-27, where the first attempt's event is the delivery stream's first.
    */
   first: DeliveryAttempted.extend({ queued: z.boolean().optional(), claimId: z.string() }).optional(),

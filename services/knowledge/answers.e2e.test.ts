@@ -37,7 +37,7 @@ describe('knowledge chat on the fixed question sets (POST /api/chat)', () => {
   /**
    * Each set's floor is its score as measured after the picker's tenth change (issue 62's sixth;
    * docs/knowledge.md): a change that makes the chat worse on any set fails here. All eight sets
-   * are tuned on; the sets of eval/score.ts BLIND_SETS are not run here. A paragraph of documentation written later can
+   * are tuned on; the sets of eval/score.ts SPENT_SETS and BLIND_SETS are not run here. A paragraph of documentation written later can
    * move an answer (ordinary.json once went 38 → 36 of 46 that way): when one does, the figure in
    * docs/knowledge.md and the floor move together, with the reason in the commit.
    */

@@ -72,6 +72,31 @@ export interface DeliveryJob {
   dueAt: number;
 }
 
+/** A new attempt's place as `DeliveryWorker.admit` decided it. */
+interface Admission {
+  endpoint: string;
+  /** When it entered this process's queue (read before its append). */
+  queuedAt: number;
+  /** It took a free slot of its endpoint. */
+  slot: boolean;
+  /** Claimed now: sent in its slot, or held back by an open breaker. Otherwise queued. */
+  claimNow: boolean;
+}
+
+/** What a job says of its attempt beyond its admission and its stream's revision. */
+type JobAttempt = Pick<
+  DeliveryJob,
+  | 'deliveryId'
+  | 'subscription'
+  | 'eventId'
+  | 'event'
+  | 'body'
+  | 'attempt'
+  | 'seq'
+  | 'seriesAttempt'
+  | 'trigger'
+> & { dueAt?: number };
+
 type Outcome = AttemptResult;
 
 /** An attempt held back by an open breaker: never sent, recorded as held (its own outcome). */
@@ -282,32 +307,20 @@ export class DeliveryWorker {
      */
     queuedAttempt?: boolean;
   }): Promise<DeliveryJob | null> {
-    const endpoint = EndpointQueues.keyOf(input.subscription.url);
-    const queuedAt = Date.now();
-    // An open breaker holds the attempt back without queueing it: it is claimed and recorded held.
-    const open = this.breakers.peek(endpoint, queuedAt) !== null;
-    const slot = !open && this.queues.acquire(endpoint);
-    const claimNow = open || slot;
-    const { stuckAfterMs } = this.deps.settings;
-    const job = (revision: number, claimed: boolean, leased = false): DeliveryJob => ({
-      deliveryId: input.deliveryId,
-      subscription: input.subscription,
-      eventId: input.eventId,
-      event: input.event,
-      body: input.body,
-      attempt: input.attempt,
-      seq: input.seq ?? null,
-      seriesAttempt: seriesAttemptOf(input.trigger, input.attempt, input.seriesAttempt),
-      trigger: input.trigger,
-      revision,
-      claimed,
-      slot,
-      queuedAt,
-      dueAt: input.dueAt ?? queuedAt,
-      // The queue time is read before the append, so the log's is no earlier: the lease ends no
-      // later than another dispatcher's stale check begins (clocks in step, as for `preclaimRounds`).
-      ...(leased && stuckAfterMs !== undefined ? { leaseUntil: queuedAt + stuckAfterMs } : {}),
-    });
+    const admission = this.admit(input.subscription.url);
+    const { endpoint, slot, claimNow } = admission;
+    const job = (revision: number, claimed: boolean, leased = false): DeliveryJob =>
+      this.jobOf(
+        {
+          ...input,
+          seq: input.seq ?? null,
+          seriesAttempt: seriesAttemptOf(input.trigger, input.attempt, input.seriesAttempt),
+        },
+        admission,
+        revision,
+        claimed,
+        leased,
+      );
     if (input.queuedAttempt && !claimNow) {
       if (input.expected === 'no_stream') throw new Error('a queued attempt has a stream');
       this.owned.add(input.deliveryId);
@@ -434,13 +447,8 @@ export class DeliveryWorker {
     // A fresh append lands past every position folded here and past the log's head when this
     // process started; the original of a repeated one may not.
     const known = Math.max(this.deps.runner.checkpoint, this.headAtStart);
-    const endpoint = EndpointQueues.keyOf(input.subscription.url);
-    const queuedAt = Date.now();
-    // As in `claim`: an open breaker holds the attempt back (claimed, recorded held); a free slot
-    // sends it now; otherwise it is queued.
-    const open = this.breakers.peek(endpoint, queuedAt) !== null;
-    const slot = !open && this.queues.acquire(endpoint);
-    const claimNow = open || slot;
+    const admission = this.admit(input.subscription.url);
+    const { endpoint, slot, claimNow } = admission;
     const claimId = newEventId();
     const [decided] = deliveryDecider.decide(
       {
@@ -500,24 +508,69 @@ export class DeliveryWorker {
     }
     this.owned.add(input.deliveryId);
     if (claimNow) this.deps.observer?.attempt(input.trigger);
+    // Nothing in its own stream yet: its claim at the turn, or its outcome, is the stream's first event.
+    return this.jobOf(
+      {
+        deliveryId: input.deliveryId,
+        subscription: input.subscription,
+        eventId: input.eventId,
+        event: input.event,
+        body: withSeq(input.body, input.deliveryId, seq),
+        attempt: 1,
+        seq,
+        seriesAttempt: 1,
+        trigger: input.trigger,
+      },
+      admission,
+      NO_STREAM,
+      claimNow,
+      !claimNow,
+    );
+  }
+
+  /**
+   * Where a new attempt goes (for `claim` and `claimFirst` alike): an open breaker holds it back
+   * without queueing it (claimed, and recorded held); a free endpoint slot, taken here, sends it
+   * now (claimed); otherwise it is queued. A caller whose append fails releases the slot.
+   */
+  private admit(url: string): Admission {
+    const endpoint = EndpointQueues.keyOf(url);
+    const queuedAt = Date.now();
+    const open = this.breakers.peek(endpoint, queuedAt) !== null;
+    const slot = !open && this.queues.acquire(endpoint);
+    return { endpoint, queuedAt, slot, claimNow: open || slot };
+  }
+
+  /**
+   * The job of an attempt admitted at `admission`, its stream at `revision`. `leased`: this
+   * process queued it, so its queue record holds it until the queue time plus the stuck time.
+   */
+  private jobOf(
+    attempt: JobAttempt,
+    admission: Admission,
+    revision: number,
+    claimed: boolean,
+    leased: boolean,
+  ): DeliveryJob {
     const { stuckAfterMs } = this.deps.settings;
     return {
-      deliveryId: input.deliveryId,
-      subscription: input.subscription,
-      eventId: input.eventId,
-      event: input.event,
-      body: withSeq(input.body, input.deliveryId, seq),
-      attempt: 1,
-      seq,
-      seriesAttempt: 1,
-      trigger: input.trigger,
-      revision: NO_STREAM,
-      claimed: claimNow,
-      slot,
-      queuedAt,
-      dueAt: queuedAt,
-      // The queue time is read before the append, so the log's is no earlier (see `claim`).
-      ...(!claimNow && stuckAfterMs !== undefined ? { leaseUntil: queuedAt + stuckAfterMs } : {}),
+      deliveryId: attempt.deliveryId,
+      subscription: attempt.subscription,
+      eventId: attempt.eventId,
+      event: attempt.event,
+      body: attempt.body,
+      attempt: attempt.attempt,
+      seq: attempt.seq,
+      seriesAttempt: attempt.seriesAttempt,
+      trigger: attempt.trigger,
+      revision,
+      claimed,
+      slot: admission.slot,
+      queuedAt: admission.queuedAt,
+      dueAt: attempt.dueAt ?? admission.queuedAt,
+      // The queue time is read before the append, so the log's is no earlier: the lease ends no
+      // later than another dispatcher's stale check begins (clocks in step, as for `preclaimRounds`).
+      ...(leased && stuckAfterMs !== undefined ? { leaseUntil: admission.queuedAt + stuckAfterMs } : {}),
     };
   }
 

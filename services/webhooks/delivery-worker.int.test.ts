@@ -11,11 +11,11 @@ import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts';
 import type { NewEvent } from '../../contracts/envelope.ts';
-import type { EventData } from '../../contracts/events.ts';
+import { type EventData, newEvent } from '../../contracts/events.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import { type Receiver, selfSignedCert, startReceiver } from '../../test/webhooks-receiver.ts';
 import { deliveryStream, deliveryView, findDelivery, sequenceStream } from './delivery-log-fold.ts';
-import { DeliveryWorker } from './delivery-worker.ts';
+import { type DeliveryJob, DeliveryWorker } from './delivery-worker.ts';
 import { readDeliveryRecord } from './recovery.ts';
 import { SecretBox } from './secret-box.ts';
 import { parseCidrList } from './ssrf/address-policy.ts';
@@ -54,7 +54,7 @@ class HeldOutcomes extends MemoryEventStore {
   }
 }
 
-/** A HeldOutcomes store listing the streams read for their first event alone (a body read back). */
+/** A HeldOutcomes store listing the streams read one event at a time (a body or a sequence record read back). */
 class FirstEventReads extends HeldOutcomes {
   readonly reads: string[] = [];
 
@@ -137,9 +137,13 @@ async function setup<S extends EventStore = HeldOutcomes>(
     event: 'trade_call' as const,
     attempt: 1,
     trigger: 'event' as const,
-    body: JSON.stringify({ n }),
+    body: JSON.stringify({ delivery_id: `d-${n}`, n }),
   });
-  const claim = (n: number) => worker.claim({ ...firstAttempt(n), expected: 'no_stream' });
+  // Its first handling, as the dispatcher's: the attempt in its sequence event, nothing in its own stream yet.
+  const claim = (n: number) => {
+    const { attempt: _, ...first } = firstAttempt(n);
+    return worker.claimFirst(first);
+  };
   return { store, runner, receiver, worker, claim, firstAttempt, sub, secrets };
 }
 
@@ -165,13 +169,10 @@ describe('DeliveryWorker', () => {
     expect((await second).ok).toBe(true);
     await draining;
     expect(worker.owned.size).toBe(0);
-    expect(await eventTypes(store, 'd-1')).toEqual(['DeliveryAttempted', 'DeliverySucceeded']);
+    // The first attempts' claim and queue record are in their sequence events.
+    expect(await eventTypes(store, 'd-1')).toEqual(['DeliverySucceeded']);
     // The second waited for the slot: queued first, claimed at its turn, just before its send.
-    expect(await eventTypes(store, 'd-2')).toEqual([
-      'DeliveryQueued',
-      'DeliveryAttempted',
-      'DeliverySucceeded',
-    ]);
+    expect(await eventTypes(store, 'd-2')).toEqual(['DeliveryAttempted', 'DeliverySucceeded']);
   });
 
   it('sends an attempt it queued without a claim while its queue lease covers the request, and claims it otherwise', async () => {
@@ -182,9 +183,9 @@ describe('DeliveryWorker', () => {
     expect(second.leaseUntil).toBe(second.queuedAt + 60_000);
     const results = await Promise.all([leased.worker.submit(first), leased.worker.submit(second)]);
     expect(results.map((r) => r.ok)).toEqual([true, true]);
-    expect(await eventTypes(leased.store, 'd-1')).toEqual(['DeliveryAttempted', 'DeliverySucceeded']);
-    expect(await eventTypes(leased.store, 'd-2')).toEqual(['DeliveryQueued', 'DeliverySucceeded']);
-    const outcome = (await leased.store.readStream(deliveryStream('d-2')))[1]!;
+    expect(await eventTypes(leased.store, 'd-1')).toEqual(['DeliverySucceeded']);
+    expect(await eventTypes(leased.store, 'd-2')).toEqual(['DeliverySucceeded']);
+    const outcome = (await leased.store.readStream(deliveryStream('d-2')))[0]!;
     await leased.runner.waitFor(outcome.position);
     const record = findDelivery(leased.runner.state.log, 'd-2')!;
     expect(record.status).toBe('succeeded');
@@ -197,11 +198,7 @@ describe('DeliveryWorker', () => {
     const short = await setup(1, undefined, { stuckAfterMs: 5_500 });
     const jobs = [(await short.claim(1))!, (await short.claim(2))!];
     await Promise.all(jobs.map((j) => short.worker.submit(j)));
-    expect(await eventTypes(short.store, 'd-2')).toEqual([
-      'DeliveryQueued',
-      'DeliveryAttempted',
-      'DeliverySucceeded',
-    ]);
+    expect(await eventTypes(short.store, 'd-2')).toEqual(['DeliveryAttempted', 'DeliverySucceeded']);
   });
 
   it('lets another dispatcher take a queued attempt over only by a claim: after a used lease it claims nothing, before a late turn it sends alone, over an overrun lease its outcome is the one recorded', async () => {
@@ -250,12 +247,8 @@ describe('DeliveryWorker', () => {
     const mine = await worker.submit({ ...late, leaseUntil: late.queuedAt });
     await busy;
     expect(mine).toMatchObject({ ok: false, error: expect.stringContaining('superseded') });
-    expect(await eventTypes(store, 'd-2')).toEqual(['DeliveryQueued', 'DeliverySucceeded']);
-    expect(await eventTypes(store, 'd-4')).toEqual([
-      'DeliveryQueued',
-      'DeliveryAttempted',
-      'DeliverySucceeded',
-    ]);
+    expect(await eventTypes(store, 'd-2')).toEqual(['DeliverySucceeded']);
+    expect(await eventTypes(store, 'd-4')).toEqual(['DeliveryAttempted', 'DeliverySucceeded']);
     expect([1, 2, 3, 4].map(sends)).toEqual([1, 1, 1, 1]);
 
     // Had d-6's lease been overrun (a stall past the second it spares), a takeover claim landing
@@ -273,8 +266,8 @@ describe('DeliveryWorker', () => {
     expect((await sentUnderLease).ok).toBe(true);
     expect((await other.submit(claimed!)).ok).toBe(true);
     const d6 = await store.readStream(deliveryStream('d-6'));
-    expect(d6.map((e) => e.type)).toEqual(['DeliveryQueued', 'DeliveryAttempted', 'DeliverySucceeded']);
-    expect(d6[2]!.revision).toBe(claimed!.revision + 1);
+    expect(d6.map((e) => e.type)).toEqual(['DeliveryAttempted', 'DeliverySucceeded']);
+    expect(d6[1]!.revision).toBe(claimed!.revision + 1);
     expect(sends(6)).toBe(2);
   });
 
@@ -289,11 +282,7 @@ describe('DeliveryWorker', () => {
     await new Promise((r) => setTimeout(r, 5));
     const results = await Promise.all([worker.submit(first), worker.submit(second)]);
     expect(results.map((r) => r.ok)).toEqual([true, true]);
-    expect(await eventTypes(store, 'd-2')).toEqual([
-      'DeliveryQueued',
-      'DeliveryAttempted',
-      'DeliverySucceeded',
-    ]);
+    expect(await eventTypes(store, 'd-2')).toEqual(['DeliveryAttempted', 'DeliverySucceeded']);
   });
 
   it('sends a job parked beyond the queue limit under its lease, with its bytes read back from the log', async () => {
@@ -306,19 +295,22 @@ describe('DeliveryWorker', () => {
     // d-1 runs, d-2 waits with its bytes, d-3 waits past the limit without them.
     const results = await Promise.all(jobs.map((j) => worker.submit(j)));
     expect(results.map((r) => r.ok)).toEqual([true, true, true]);
-    expect(receiver.received.map((r) => JSON.parse(r.body))).toEqual([{ n: 1 }, { n: 2 }, { n: 3 }]);
-    expect(await eventTypes(store, 'd-3')).toEqual(['DeliveryQueued', 'DeliverySucceeded']);
+    expect(receiver.received.map((r) => JSON.parse(r.body).n)).toEqual([1, 2, 3]);
+    expect(await eventTypes(store, 'd-3')).toEqual(['DeliverySucceeded']);
   });
 
   it('keeps the bytes of jobs past the queue limit while they fit its byte budget, and reads back only the others', async () => {
-    const bodyBytes = JSON.stringify({ n: 1 }).length * 2;
-    const { store, receiver, worker, claim } = await setup(1, new FirstEventReads(), {
+    // As sent, with its number (every one of d-1 to d-8 has one digit in both).
+    const bodyBytes = JSON.stringify({ delivery_id: 'd-1', seq: 1, n: 1 }).length * 2;
+    const { store, receiver, worker, claim, sub } = await setup(1, new FirstEventReads(), {
       stuckAfterMs: 60_000,
       endpointQueueLimit: 1,
       queueBytesLimit: 2 * bodyBytes,
     });
     const jobs = [];
     for (let n = 1; n <= 8; n++) jobs.push((await claim(n))!);
+    // Each claim read its sequence record back; only the reads from here count.
+    store.reads.length = 0;
     // d-1 runs; d-2 waits within the limit. The first four waiting are prepared as they are queued
     // (preclaimRounds: 4 rounds of the one slot at this stuck time and timeout), so d-3 to d-5 hand
     // their bytes to their turn at once (their lease covers it; nothing is claimed or read back).
@@ -328,10 +320,11 @@ describe('DeliveryWorker', () => {
     const results = await Promise.all(submitted);
     expect(results.every((r) => r.ok)).toBe(true);
     expect(receiver.received.map((r) => JSON.parse(r.body).n)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
-    expect(store.reads).toEqual([deliveryStream('d-8')]);
+    // d-8's bytes, from its sequence event.
+    expect(store.reads).toEqual([sequenceStream(sub.id)]);
     expect(worker.keptBytes).toBe(0);
     for (const id of ['d-6', 'd-8']) {
-      expect(await eventTypes(store, id)).toEqual(['DeliveryQueued', 'DeliverySucceeded']);
+      expect(await eventTypes(store, id)).toEqual(['DeliverySucceeded']);
     }
   });
 
@@ -372,8 +365,8 @@ describe('DeliveryWorker', () => {
     const result = await worker.submit((await claim(1))!);
     expect(result).toMatchObject({ ok: false, status: 503 });
     const events = await store.readStream(deliveryStream('d-1'));
-    expect(events.map((e) => e.type)).toEqual(['DeliveryAttempted', 'DeliveryFailed']);
-    expect((events[1]!.data as { nextAttemptAt: string | null }).nextAttemptAt).not.toBeNull();
+    expect(events.map((e) => e.type)).toEqual(['DeliveryFailed']);
+    expect((events[0]!.data as { nextAttemptAt: string | null }).nextAttemptAt).not.toBeNull();
 
     const job = (await claim(2))!;
     const append = store.append.bind(store);
@@ -471,20 +464,46 @@ describe('DeliveryWorker', () => {
   });
 
   it('reads a delivery of an older log (its first attempt in its own stream, its number beside it) as before', async () => {
-    const { store, worker, claim, sub } = await setup(1);
-    // As the dispatcher wrote a first attempt before its sequence event carried it.
-    const job = (await claim(7))!;
+    const { store, worker, firstAttempt, sub } = await setup(1);
+    // As the dispatcher wrote a first attempt before its sequence event carried it: its claim, with
+    // the body, opens the delivery's own stream, and its number's event beside it has no `first`.
+    const attempt = firstAttempt(7);
+    const { nextRevision } = await store.append(
+      deliveryStream('d-7'),
+      [
+        newEvent('DeliveryAttempted', {
+          deliveryId: 'd-7',
+          subscriptionId: sub.id,
+          attempt: 1,
+          eventId: attempt.eventId,
+          webhookEvent: attempt.event,
+          url: sub.url,
+          trigger: attempt.trigger,
+          body: attempt.body,
+        }),
+      ],
+      { expectedRevision: 'no_stream' },
+    );
     const seq = await worker.sequence(sub.id, 'd-7');
-    expect(await worker.submit({ ...job, seq })).toMatchObject({ ok: true });
-    const events = await store.readStream(deliveryStream('d-7'));
-    expect(events[0]!.type).toBe('DeliveryAttempted');
+    // That claim's job, as the older dispatcher handed it on: its outcome is recorded after it.
+    const queuedAt = Date.now();
+    const job: DeliveryJob = {
+      ...attempt,
+      seq,
+      seriesAttempt: 1,
+      revision: nextRevision,
+      claimed: true,
+      slot: false,
+      queuedAt,
+      dueAt: queuedAt,
+    };
+    expect(await worker.submit(job)).toMatchObject({ ok: true });
+    expect(await eventTypes(store, 'd-7')).toEqual(['DeliveryAttempted', 'DeliverySucceeded']);
     const record = await readDeliveryRecord(store, 'd-7');
     expect(record).toMatchObject({ id: 'd-7', status: 'succeeded' });
     expect(record!.attempts.map((a) => [a.attempt, a.outcome])).toEqual([[1, 'succeeded']]);
     // Its number's event carries no first attempt: the body is the delivery stream's.
-    expect(await worker.bodyOf({ deliveryId: 'd-7', subscriptionId: sub.id, seq })).toBe(
-      JSON.stringify({ n: 7 }),
-    );
+    expect(await worker.bodyOf({ deliveryId: 'd-7', subscriptionId: sub.id, seq })).toBe(attempt.body);
     const [sequenced] = await store.readStream(sequenceStream(sub.id));
     expect(await readDeliveryRecord(store, 'd-7', sequenced)).toMatchObject({
       id: 'd-7',

@@ -277,14 +277,13 @@ export class DeliveryWorker {
   }
 
   /**
-   * Appends the claim of an attempt whose turn in its endpoint's queue is now (a free slot, taken
-   * here), or, when it has to wait, its place in the queue (`DeliveryQueued`): then it is sent at its
-   * turn under that record's lease, or claimed at its turn or a few rounds of slots before it (see
-   * `enqueue`). Either way the attempt is this process's from here, and no other dispatcher queues
-   * it again unless it waits past the stuck time; even then the one claim made at a turn decides
-   * who sends it. Returns null when the
-   * delivery stream moved on (someone else claimed it, or it already exists when `expected` is
-   * 'no_stream').
+   * For a delivery already recorded (a retry, a recovery, a resend, or a queued attempt taken
+   * over; a new delivery's first attempt is `claimFirst`'s), appends the claim of an attempt whose
+   * turn in its endpoint's queue is now (a free slot, taken here), or, when it has to wait, its
+   * place in the queue (`DeliveryQueued`): then it is sent at its turn under that record's lease,
+   * or claimed at its turn or a few rounds of slots before it (see `enqueue`). Either way the
+   * attempt is this process's from here, and no other dispatcher queues it again unless it waits
+   * past the stuck time; even then the one claim made at a turn decides who sends it. Returns null when the delivery stream moved on (someone else claimed it).
    */
   async claim(input: {
     deliveryId: string;
@@ -296,7 +295,8 @@ export class DeliveryWorker {
     seriesAttempt?: number;
     trigger: Trigger;
     body: string;
-    expected: number | 'no_stream';
+    /** The delivery stream's revision (`NO_STREAM` while its only record is its sequence event). */
+    expected: number;
     /** The stream's state at `expected`, when the caller folded it (a projected record). */
     state?: DeliveryState;
     /** When a retry was due by the schedule; other attempts are due when claimed. */
@@ -322,34 +322,30 @@ export class DeliveryWorker {
         leased,
       );
     if (input.queuedAttempt && !claimNow) {
-      if (input.expected === 'no_stream') throw new Error('a queued attempt has a stream');
       this.owned.add(input.deliveryId);
       return job(input.expected, false);
     }
-    const known: Aggregate<DeliveryState> =
-      input.expected === 'no_stream'
-        ? { state: initialDelivery(), revision: null }
-        : input.queuedAttempt
-          ? {
-              state: {
-                attempt: input.attempt,
-                queued: true,
-                recorded: false,
-                outcome: null,
-                nextAttemptAt: null,
-              },
-              revision: streamRevision(input.expected),
-            }
-          : {
-              // Unknown: taken as an outcome recorded with nothing scheduled (a recovery or a resend).
-              state: input.state ?? {
-                attempt: input.attempt - 1,
-                recorded: true,
-                outcome: 'failed',
-                nextAttemptAt: null,
-              },
-              revision: streamRevision(input.expected),
-            };
+    const known: Aggregate<DeliveryState> = input.queuedAttempt
+      ? {
+          state: {
+            attempt: input.attempt,
+            queued: true,
+            recorded: false,
+            outcome: null,
+            nextAttemptAt: null,
+          },
+          revision: streamRevision(input.expected),
+        }
+      : {
+          // Unknown: taken as an outcome recorded with nothing scheduled (a recovery or a resend).
+          state: input.state ?? {
+            attempt: input.attempt - 1,
+            recorded: true,
+            outcome: 'failed',
+            nextAttemptAt: null,
+          },
+          revision: streamRevision(input.expected),
+        };
     try {
       const claimed = await handleCommand(
         this.deps.store,
@@ -367,8 +363,6 @@ export class DeliveryWorker {
             url: input.subscription.url,
             trigger: input.trigger,
             ...(input.seq != null ? { seq: input.seq } : {}),
-            // The first event of the stream carries the bytes every attempt sends.
-            ...(input.attempt === 1 && !input.queuedAttempt ? { body: input.body } : {}),
           },
         },
         // Built from the dispatcher's typed values: no second zod pass on the delivery path.

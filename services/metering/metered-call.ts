@@ -8,17 +8,27 @@ import { subjectWindows } from './windows.ts';
 
 export type MeteredResult<T> =
   | { ok: true; value: T; service: ServiceMeta }
-  | { ok: false; reason: 'quota_exhausted'; window: 'monthly' | 'daily'; service: ServiceMeta }
+  | {
+      ok: false;
+      reason: 'quota_exhausted';
+      window: 'monthly' | 'daily';
+      service: ServiceMeta;
+      /** What the call made before its debit lost the race, thrown away; undefined when refused before it ran. */
+      ran?: T;
+    }
   | { ok: false; reason: 'failed'; error: unknown; service: ServiceMeta };
 
 /** Quota could not be read, debited or recorded right now: nothing was served (retryable). */
 export class QuotaUnavailableError extends Error {
   override readonly name = 'QuotaUnavailableError';
+  /** What the call made before its debit failed, thrown away; undefined when it did not run. */
+  readonly ran: unknown;
   constructor(
     readonly service: ServiceMeta,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; ran?: unknown },
   ) {
     super('quota could not be checked right now; retry shortly', options);
+    this.ran = options?.ran;
   }
 }
 
@@ -75,12 +85,18 @@ export async function serveMetered<T>(
     debit = await quota.debitAt(at, call.tool);
   } catch (err) {
     observer?.refused(caller.subject.plan, 'unavailable');
-    throw new QuotaUnavailableError({ auth: caller.auth, quota: null }, { cause: err });
+    throw new QuotaUnavailableError({ auth: caller.auth, quota: null }, { cause: err, ran: value });
   }
   const service = { auth: caller.auth, quota: debit.snapshot };
   if (!debit.ok) {
     observer?.refused(caller.subject.plan, debit.refusedBy ?? 'monthly');
-    return { ok: false, reason: 'quota_exhausted', window: debit.refusedBy ?? 'monthly', service };
+    return {
+      ok: false,
+      reason: 'quota_exhausted',
+      window: debit.refusedBy ?? 'monthly',
+      service,
+      ran: value,
+    };
   }
   observer?.debited(caller.subject.plan);
   return { ok: true, value, service };

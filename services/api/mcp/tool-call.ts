@@ -171,15 +171,15 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     });
   }
   let outcome: Awaited<ReturnType<typeof serveMetered<Record<string, unknown>>>>;
-  let ran: Record<string, unknown> | undefined;
   try {
-    outcome = await serveMetered(deps.quota, caller, { tool: tool.name, requestId }, async () => {
-      ran = await tool.run(parsed.data, { requestId, caller });
-      return ran;
-    });
+    // The tool's own promise, not an async wrapper around it: one frame and promise less a call.
+    // A result made and then thrown away comes back on the refusal (`ran`) to be released.
+    outcome = await serveMetered(deps.quota, caller, { tool: tool.name, requestId }, () =>
+      tool.run(parsed.data, { requestId, caller }),
+    );
   } catch (err) {
     if (err instanceof QuotaUnavailableError) {
-      await discarded(ran);
+      await discarded(err.ran as Record<string, unknown> | undefined);
       throw new ChannelError(MCP_UNVERIFIABLE, err.message, { retryable: true, _service: err.service });
     }
     throw err;
@@ -198,7 +198,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     );
   }
   if (outcome.reason === 'quota_exhausted') {
-    await discarded(ran);
+    await discarded(outcome.ran);
     const payment = (await deps.paymentRequirements?.(tool.name, parsed.data)) ?? null;
     const message =
       `quota_exhausted: the ${outcome.window} quota of this ${caller.keyId ? 'key' : 'anonymous caller'} is used up` +

@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { MemoryCache } from '../../adapters/cache/memory.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import type { Caller } from './caller.ts';
-import { serveMetered } from './metered-call.ts';
+import { QuotaUnavailableError, serveMetered } from './metered-call.ts';
 import type { PlanTable } from './plans.ts';
 import { type LeaseOptions, QuotaMeter } from './quota-meter.ts';
 import { debitedUnits } from './quota-projection.ts';
@@ -90,6 +90,30 @@ describe('serveMetered', () => {
     const refused = await serveMetered(meter, free, call(), async () => ++runs);
     expect(refused).toMatchObject({ ok: false, reason: 'quota_exhausted', window: 'daily' });
     expect(runs).toBe(5);
+  });
+
+  it('hands back what a call made when its debit loses the race or fails, so it can be released', async () => {
+    const { meter, caller } = setup();
+    const free = caller('free');
+    for (let i = 0; i < 4; i++) await serveMetered(meter, free, call(), async () => ({ i }));
+    // Both read the last unit free and run; one debit takes it, the other is refused after its run.
+    const both = await Promise.all([
+      serveMetered(meter, free, call(), async () => ({ made: 'a' })),
+      serveMetered(meter, free, call(), async () => ({ made: 'b' })),
+    ]);
+    const lost = both.find((o) => !o.ok);
+    expect(both.filter((o) => o.ok)).toHaveLength(1);
+    expect(lost).toMatchObject({ ok: false, reason: 'quota_exhausted' });
+    expect(lost && !lost.ok && lost.reason === 'quota_exhausted' ? lost.ran : null).toEqual({
+      made: both[0]!.ok ? 'b' : 'a',
+    });
+
+    const pro = caller('pro');
+    meter.debitAt = () => Promise.reject(new Error('store down'));
+    const made = { made: 'c' };
+    const failed = await serveMetered(meter, pro, call(), async () => made).catch((err: unknown) => err);
+    expect(failed).toBeInstanceOf(QuotaUnavailableError);
+    expect((failed as QuotaUnavailableError).ran).toBe(made);
   });
 
   it("takes no lease near the limit, so a busy key's last calls are read first and the refused never run", async () => {

@@ -23,6 +23,7 @@ import { deliveryStream, NO_STREAM, sequenceStream } from './delivery-log-fold.t
 import { EndpointQueues } from './endpoint-queues.ts';
 import type { DeliveryObserver } from './metrics.ts';
 import { withSeq } from './payloads.ts';
+import { readSequenced } from './recovery.ts';
 import type { RetryPolicy } from './retry-policy.ts';
 import type { SecretBox } from './secret-box.ts';
 import { type SendResult, sendSigned } from './sender.ts';
@@ -487,7 +488,7 @@ export class DeliveryWorker {
       const repeated =
         position <= known ||
         (
-          (await this.deps.store.readStream(stream, { fromRevision: nextRevision, maxCount: 1 }))[0]?.data as
+          (await readSequenced(this.deps.store, input.subscription.id, nextRevision + 1))?.data as
             | EventData<'DeliverySequenced'>
             | undefined
         )?.first?.claimId !== claimId;
@@ -595,10 +596,7 @@ export class DeliveryWorker {
     seq: number | null;
   }): Promise<string | null> {
     if (delivery.seq !== null) {
-      const [sequenced] = await this.deps.store.readStream(sequenceStream(delivery.subscriptionId), {
-        fromRevision: delivery.seq - 1,
-        maxCount: 1,
-      });
+      const sequenced = await readSequenced(this.deps.store, delivery.subscriptionId, delivery.seq);
       const first = (sequenced?.data as EventData<'DeliverySequenced'> | undefined)?.first;
       if (first?.deliveryId === delivery.deliveryId && typeof first.body === 'string') return first.body;
     }

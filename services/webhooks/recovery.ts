@@ -36,6 +36,19 @@ export async function positionBefore(store: EventStore, timeMs: number): Promise
   return lo;
 }
 
+/** The `DeliverySequenced` that gave a subscription's delivery its number `seq`, if it exists. */
+export async function readSequenced(
+  store: EventStore,
+  subscriptionId: string,
+  seq: number,
+): Promise<RecordedEvent | undefined> {
+  const [sequenced] = await store.readStream(sequenceStream(subscriptionId), {
+    fromRevision: seq - 1,
+    maxCount: 1,
+  });
+  return sequenced;
+}
+
 /**
  * A delivery's record folded from the event log (whatever the projection still holds), or null.
  * Its first attempt is in its `DeliverySequenced` (`first`), whose number the events of its own
@@ -55,10 +68,7 @@ export async function readDeliveryRecord(
   // attempt, which carries no `seq`; every event of one written since carries it.
   const opening = events[0]?.data as { seq?: number; subscriptionId: string } | undefined;
   if (head === null && opening?.seq !== undefined) {
-    [head = null] = await store.readStream(sequenceStream(opening.subscriptionId), {
-      fromRevision: opening.seq - 1,
-      maxCount: 1,
-    });
+    head = (await readSequenced(store, opening.subscriptionId, opening.seq)) ?? null;
   }
   if (head === null && events.length === 0) return null;
   const log = initialDeliveryLog();

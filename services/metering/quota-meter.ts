@@ -205,9 +205,10 @@ export class QuotaMeter {
    */
   async peekAt(at: SubjectWindows, tool?: string): Promise<QuotaSnapshot> {
     const lease = tool === undefined ? undefined : this.liveLease(at.subject.id, tool);
-    const known = this.known(at);
-    if (lease !== undefined && lease.free > 0 && sameDayAndPlan(lease.at, at) && known.length > 0)
-      return this.figures(at, known);
+    if (lease !== undefined && lease.free > 0 && sameDayAndPlan(lease.at, at)) {
+      const known = this.known(at);
+      if (known.length > 0) return this.figures(at, known);
+    }
     const counts = await this.live(() => this.deps.cache.readLive(QUOTA_FAMILY, at.keys));
     return this.figures(at, counts);
   }

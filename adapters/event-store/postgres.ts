@@ -379,12 +379,13 @@ export class PostgresEventStore implements EventStore {
       noneOrAll(events.map((e) => e.causationId ?? null)),
       events.map((e) => JSON.stringify(e.data ?? null)),
     ];
-    const covers = this.carryNotify();
-    const query =
-      covers === null
-        ? { name: 'es_append_group', text: this.q.append, values }
-        : { name: 'es_append_group_notify', text: this.q.appendNotify, values: [...values, this.instance] };
-    return this.committed((await this.sendCarrying<GroupRow>(covers, query)).rows, covers !== null);
+    const { rows, carried } = await this.sendCarrying<GroupRow>(
+      'es_append_group',
+      this.q.append,
+      this.q.appendNotify,
+      values,
+    );
+    return this.committed(rows, carried);
   }
 
   /**
@@ -411,35 +412,25 @@ export class PostgresEventStore implements EventStore {
       // One JSON array, not an array of JSON texts (see append_group_unlocked).
       JSON.stringify(group.map((m) => m.events[0]!.data ?? null)),
     ];
-    let covers = this.carryNotify();
     let answered: GroupRow[];
+    let carried: boolean;
     try {
-      const { rows } = await this.sendCarrying<{ base: string }>(
-        covers,
-        covers === null
-          ? { name: 'es_insert_unlocked', text: this.q.insertUnlocked, values }
-          : {
-              name: 'es_insert_unlocked_notify',
-              text: this.q.insertUnlockedNotify,
-              values: [...values, this.instance],
-            },
+      const sent = await this.sendCarrying<{ base: string }>(
+        'es_insert_unlocked',
+        this.q.insertUnlocked,
+        this.q.insertUnlockedNotify,
+        values,
       );
-      answered = [{ idx: 0, code: null, detail: null, next_revision: null, head: rows[0]!.base }];
+      answered = [{ idx: 0, code: null, detail: null, next_revision: null, head: sent.rows[0]!.base }];
+      carried = sent.carried;
     } catch (err) {
       if (err instanceof EventStoreUnavailableError || isStorageFull(err)) throw err;
-      covers = this.carryNotify();
-      answered = (
-        await this.sendCarrying<GroupRow>(
-          covers,
-          covers === null
-            ? { name: 'es_append_unlocked', text: this.q.appendUnlocked, values }
-            : {
-                name: 'es_append_unlocked_notify',
-                text: this.q.appendUnlockedNotify,
-                values: [...values, this.instance],
-              },
-        )
-      ).rows;
+      ({ rows: answered, carried } = await this.sendCarrying<GroupRow>(
+        'es_append_unlocked',
+        this.q.appendUnlocked,
+        this.q.appendUnlockedNotify,
+        values,
+      ));
     }
     // Row 0 carries the base; every member without a row of its own was written at base + its
     // ordinal, with the revision after the one it expected.
@@ -454,19 +445,29 @@ export class PostgresEventStore implements EventStore {
         own.get(idx) ?? { idx, code: null, detail: null, next_revision: expected + 1, head: base + idx },
       );
     });
-    return this.committed(rows, covers !== null);
+    return this.committed(rows, carried);
   }
 
-  /** Runs a group's statement; `covers`: the commits its NOTIFY covers, if it carries one. */
+  /**
+   * Runs a group's statement (prepared as `name`), in its form carrying a NOTIFY (`notifyText`,
+   * the payload one more parameter) when carryNotify says the group carries one; `carried`: it did.
+   */
   private async sendCarrying<R extends pg.QueryResultRow>(
-    covers: number | null,
-    query: { name: string; text: string; values: unknown[] },
-  ): Promise<{ rows: R[] }> {
+    name: string,
+    text: string,
+    notifyText: string,
+    values: unknown[],
+  ): Promise<{ rows: R[]; carried: boolean }> {
+    const covers = this.carryNotify();
+    const query =
+      covers === null
+        ? { name, text, values }
+        : { name: `${name}_notify`, text: notifyText, values: [...values, this.instance] };
     try {
-      const result = await this.withRetry('append', () => this.pool.query<R>(query));
+      const { rows } = await this.withRetry('append', () => this.pool.query<R>(query));
       this.space.succeeded();
       if (covers !== null) this.notified(covers);
-      return result;
+      return { rows, carried: covers !== null };
     } catch (err) {
       // Rolled back, its NOTIFY with it: what it was to announce is still owed.
       if (covers !== null) this.notified(0);

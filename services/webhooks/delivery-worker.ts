@@ -326,27 +326,18 @@ export class DeliveryWorker {
       this.owned.add(input.deliveryId);
       return job(input.expected, false);
     }
-    const known: Aggregate<DeliveryState> = input.queuedAttempt
-      ? {
-          state: {
-            attempt: input.attempt,
-            queued: true,
-            recorded: false,
-            outcome: null,
-            nextAttemptAt: null,
-          },
-          revision: streamRevision(input.expected),
-        }
-      : {
-          // Unknown: taken as an outcome recorded with nothing scheduled (a recovery or a resend).
-          state: input.state ?? {
+    const known: Aggregate<DeliveryState> = {
+      state: input.queuedAttempt
+        ? { attempt: input.attempt, queued: true, recorded: false, outcome: null, nextAttemptAt: null }
+        : // Unknown: taken as an outcome recorded with nothing scheduled (a recovery or a resend).
+          (input.state ?? {
             attempt: input.attempt - 1,
             recorded: true,
             outcome: 'failed',
             nextAttemptAt: null,
-          },
-          revision: streamRevision(input.expected),
-        };
+          }),
+      revision: streamRevision(input.expected),
+    };
     try {
       const claimed = await handleCommand(
         this.deps.store,

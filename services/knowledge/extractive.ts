@@ -274,11 +274,14 @@ function replyAsked(question: string): boolean {
   return /^\s*what\b/i.test(question) && main.size > 0 && [...main].every((term) => REPLY.has(term));
 }
 
+/** A question's content term, the terms that meet it, and its share of the ask. */
+type AskedTerm = { term: string; meets: Set<string>; share: number };
+
 /**
  * The question's content terms, each with the terms that meet it and its share of the ask: a
  * condition frames the question, the main clause asks it.
  */
-export function questionTerms(raw: string): { term: string; meets: Set<string>; share: number }[] {
+export function questionTerms(raw: string): AskedTerm[] {
   const question = rephrase(raw);
   const topical = (text: string) => contentTerms(text).filter((term) => !QUESTION_WORDS.has(term));
   const main = mainClause(question);
@@ -891,12 +894,7 @@ const DERIVED = ['ly', 'al', 'er', 'est', 'ness', 'ion', 'ment'];
  * A question word the corpus never uses meets the corpus's word of the same root ("refused"
  * meets "refusal", "deeply" meets "deeper").
  */
-function derived(
-  a: { term: string; meets: Set<string>; share: number },
-  weight?: (term: string) => number,
-): { term: string; meets: Set<string>; share: number } {
-  if (weight === undefined) return a;
-  const unknown = weight('\u0000');
+function derived(a: AskedTerm, weight: (term: string) => number, unknown: number): AskedTerm {
   if ([...a.meets].some((t) => weight(t) < unknown)) return a;
   const roots = new Set([a.term]);
   for (const end of DERIVED)
@@ -917,14 +915,15 @@ export function extractiveAnswer(
   weight?: (term: string) => number,
 ): Grounded {
   const question = rephrase(raw);
-  const asked = questionTerms(question).map((a) => derived(a, weight));
-  const dontKnow = { answer: DONT_KNOW, citations: [], grounded: false };
-  if (asked.length === 0 || retrieved.length === 0) return dontKnow;
   // A term met through several words weighs as its most common form: the group is as rare as
   // its most used member. A term the corpus never uses (weight at its maximum) names something
   // the documentation does not speak of: when such terms carry most of the question, the
   // answer is "I don't know"; otherwise the answer is judged on the terms the corpus knows.
   const unknownWeight = weight ? weight('\u0000') : Number.POSITIVE_INFINITY;
+  const terms = questionTerms(question);
+  const asked = weight ? terms.map((a) => derived(a, weight, unknownWeight)) : terms;
+  const dontKnow = { answer: DONT_KNOW, citations: [], grounded: false };
+  if (asked.length === 0 || retrieved.length === 0) return dontKnow;
   const rarity = asked.map(({ meets }) => (weight ? Math.min(...[...meets].map(weight)) : 1));
   const weights = asked.map(({ share }, i) => share * rarity[i]!);
   const unknown = weights.filter((_, i) => rarity[i]! >= unknownWeight).reduce((a, b) => a + b, 0);

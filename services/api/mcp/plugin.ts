@@ -179,20 +179,23 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
 
     const guard = requestGuard(options.guard);
     const handle = mcpHandler({ options, sessions, inFlight, stateless, guard });
+    // One route handler for both paths: the answer is sent by the handler, never returned (answeredBy).
+    const route: RouteHandler = (request, reply) => answeredBy(handle(request, reply), reply);
     app.options('/mcp', preflight(guard));
     app.route({
       method: ['GET', 'POST', 'DELETE', 'PUT', 'PATCH'],
       url: '/mcp',
-      handler: (request, reply) => answeredBy(handle(request, reply), reply),
+      handler: route,
       config: MCP_DOC,
     });
-    if (options.signin) signInRoutes(app, options.signin, guard, handle);
+    if (options.signin) signInRoutes(app, options.signin, guard, route);
   };
 }
 
 type Guard = (request: FastifyRequest, reply: FastifyReply) => boolean;
 /** Sends (or hands over) every answer itself; a plain call's resolves to nothing (see answeredBy). */
 type Handler = (request: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply | undefined>;
+type RouteHandler = (request: FastifyRequest, reply: FastifyReply) => undefined;
 
 /** Host and Origin checks (DNS rebinding) with CORS headers; false once the refusal is answered. */
 function requestGuard(config: GuardConfig): Guard {
@@ -347,12 +350,12 @@ async function openSession(deps: HandlerDeps, owner: string): Promise<Streamable
 }
 
 /** The same handler at the sign-in path, behind the gate that turns an access token into its key. */
-function signInRoutes(app: FastifyInstance, gate: SignInGate, guard: Guard, handle: Handler): void {
+function signInRoutes(app: FastifyInstance, gate: SignInGate, guard: Guard, route: RouteHandler): void {
   app.options(gate.path, preflight(guard));
   app.route({
     method: ['GET', 'POST', 'DELETE', 'PUT', 'PATCH'],
     url: gate.path,
-    handler: (request, reply) => answeredBy(handle(request, reply), reply),
+    handler: route,
     config: SIGNIN_DOC,
     // Before the rate limit (a preHandler): the limit then counts the key the token acts as.
     onRequest: async (request, reply) => {

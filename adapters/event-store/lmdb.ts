@@ -49,13 +49,15 @@ interface PendingAppend {
 }
 
 /** An append done inside a group's transaction; `recorded`: what it wrote, when it wrote. */
-interface Written {
-  result: AppendResult;
-  wrote: boolean;
-  recorded?: RecordedEvent[];
-  /** The first recorded event's id in stored form, for the read-back (`notOnLog`). */
-  firstId?: StoredId;
-}
+type Written =
+  | { result: AppendResult; wrote: false }
+  | {
+      result: AppendResult;
+      wrote: true;
+      recorded: RecordedEvent[];
+      /** The first recorded event's id in stored form, for the read-back (`notOnLog`). */
+      firstId: StoredId;
+    };
 
 const LAST_REVISION = Number.MAX_SAFE_INTEGER;
 
@@ -348,11 +350,9 @@ export class LmdbEventStore implements EventStore {
   private notOnLog(pending: PendingAppend): boolean {
     const outcome = pending.outcome;
     if (outcome === null || !('recorded' in outcome)) return false;
-    const first = outcome.recorded?.[0];
+    const first = outcome.recorded[0];
     if (first === undefined) return false;
-    const position =
-      outcome.firstId === undefined ? this.ids.get(first.id) : this.ids.getStored(first.id, outcome.firstId);
-    return position !== first.position;
+    return this.ids.getStored(first.id, outcome.firstId) !== first.position;
   }
 
   /**

@@ -56,8 +56,9 @@ export const quotaBalancesProjection: Projection<QuotaBalances> = defineProjecti
     const { day } = event.data;
     const units = debitedUnits(event);
     addUnits(state, monthKey(subject, month), units, monthEnds);
-    addUnits(state, dayKey(subject, day), units, counterExpiry(resetsAtOf(day)));
-    const dayStarts = resetsAtOf(day) - 86_400_000;
+    const dayEnds = resetsAtOf(day);
+    addUnits(state, dayKey(subject, day), units, counterExpiry(dayEnds));
+    const dayStarts = dayEnds - 86_400_000;
     const latest = state[LATEST_DAY];
     if (latest === undefined || dayStarts > latest.expiresAt) {
       for (const [key, window] of Object.entries(state)) if (window.expiresAt <= dayStarts) delete state[key];

@@ -85,11 +85,12 @@ export async function onLiveCounters<T>(
  * Measured against a debit per call: `npm run bench -- budget`.
  */
 interface QuotaLease {
-  readonly subjectId: string;
   readonly tool: string;
+  /** The subject's windows it was granted on (a new day or plan ends it). */
+  readonly at: SubjectWindows;
   /** Units on the counters that no call took yet. */
   free: number;
-  /** Units being granted: counted, not yet usable. */
+  /** Units of the grant in flight: counted, not yet usable. */
   pending: number;
   /** Units of the last grant. */
   size: number;
@@ -99,19 +100,15 @@ interface QuotaLease {
   /** The sweep count at the last call: two sweeps without one end the lease. */
   lastTaken: number;
   granting: Promise<void> | null;
-  giving: Promise<void> | null;
-  ended: boolean;
-  /** The subject's windows it was granted on (a new day or plan ends it). */
-  at: SubjectWindows;
+  /** Its give-back, once ended: no call takes from it again. */
+  ending: Promise<void> | null;
   /** Log position of the last grant: the position its calls answer with. */
   position: number;
 }
 
 interface Batch {
-  subject: QuotaSubject;
-  period: QuotaPeriod;
+  at: SubjectWindows;
   generation: string;
-  keys: string[];
   tool: string;
   units: number;
   calls: { resolve: (position: number) => void; reject: (err: unknown) => void }[];
@@ -180,7 +177,6 @@ export class QuotaMeter {
     this.idleMs = deps.lease?.idleMs ?? Math.max(20, Math.min(LEASE_IDLE_MS, this.leaseMs));
   }
 
-  /** The subjects' plans: their limits. */
   get plans(): PlanTable {
     return this.deps.plans;
   }
@@ -199,9 +195,8 @@ export class QuotaMeter {
   }
 
   /**
-   * Figures of the subject's windows `at` (subjectWindows) without debiting: for a call of `tool`
-   * that a lease of their day and plan holds a unit for, from the counts its subject's debits and
-   * grants last read here (no round trip); else read live.
+   * Figures of the windows `at` without debiting: for a call of `tool` that a lease of their day
+   * and plan holds a unit for, from the counts last read here (no round trip); else read live.
    */
   async peekAt(at: SubjectWindows, tool?: string): Promise<QuotaSnapshot> {
     const lease = tool === undefined ? undefined : this.liveLease(at.subject.id, tool);
@@ -217,6 +212,10 @@ export class QuotaMeter {
   private known(at: SubjectWindows): readonly number[] {
     const last = this.counts.get(at.subject.id);
     return last !== undefined && sameKeys(last.keys, at.keys) ? last.counts : [];
+  }
+
+  private remember(at: SubjectWindows, counts: readonly number[]): void {
+    setBounded(this.counts, at.subject.id, { keys: at.keys, counts }, REMEMBERED_SUBJECTS);
   }
 
   /** The counters' `counts`, less what this process's leases of the subject hold in these windows. */
@@ -240,14 +239,12 @@ export class QuotaMeter {
     return this.debitAt(subjectWindows(subject, this.deps.plans, this.now()), tool);
   }
 
-  /** debit, in the subject's windows `at` (subjectWindows, made at the debit). */
+  /** debit, in the subject's windows `at` (subjectWindows, made when the call was asked). */
   async debitAt(at: SubjectWindows, tool: string): Promise<DebitOutcome> {
-    const { subject, windows, keys } = at;
     const known = this.known(at);
-    const lane = this.lanes.get(subject.id);
-    // A new day or plan ends the lease: its units go back to the windows they were counted in.
+    const lane = this.lanes.get(at.subject.id);
     const lease = this.leaseOf(at, tool, lane !== undefined && lane.inFlight > 0);
-    if (lease !== undefined && this.take(lease, left(windows, known))) {
+    if (lease !== undefined && this.take(lease, left(at.windows, known))) {
       const outcome = {
         ok: true,
         snapshot: this.figures(at, known),
@@ -258,111 +255,16 @@ export class QuotaMeter {
       await turnEnd();
       return outcome;
     }
-    const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, windows, 1));
+    const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, at.windows, 1));
     const snapshot = this.figures(at, result.counts);
-    const recorded = result.ok ? this.record(subject, tool, at.period, keys, result.generation) : null;
-    if (lease !== undefined && !lease.ended) {
-      if (result.ok) this.refill(lease, left(windows, result.counts));
-      setBounded(this.counts, subject.id, { keys, counts: result.counts }, REMEMBERED_SUBJECTS);
+    const recorded = result.ok ? this.record(at, tool, result.generation) : null;
+    if (lease !== undefined && lease.ending === null) {
+      if (result.ok) this.refill(lease, left(at.windows, result.counts));
+      this.remember(at, result.counts);
     }
     if (recorded === null)
       return { ok: false, snapshot, refusedBy: result.refusedBy === 0 ? 'monthly' : 'daily', position: null };
     return { ok: true, snapshot, refusedBy: null, position: await recorded };
-  }
-
-  /** Counts `units` ahead on the counters, then appends them (flushed: a lost grant is calls served free). */
-  private async grant(lease: QuotaLease, units: number): Promise<number> {
-    const { subject, period, windows, keys } = lease.at;
-    const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, windows, units));
-    if (!lease.ended)
-      setBounded(this.counts, subject.id, { keys, counts: result.counts }, REMEMBERED_SUBJECTS);
-    if (!result.ok) return 0;
-    lease.pending += units;
-    const id = newEventId();
-    const data = debitData(subject, lease.tool, units, period, result.generation);
-    try {
-      const appended = await this.deps.store.append(
-        quotaStream(subject.id),
-        [{ type: 'QuotaDebitsRecorded', data, id }],
-        { durability: 'flushed' },
-      );
-      lease.position = appended.position;
-      return units;
-    } catch (err) {
-      if (await this.recordLanded(quotaStream(subject.id), id)) return units;
-      await this.release(subject.id, result.generation, keys, units);
-      lease.pending -= units;
-      this.deps.logger?.warn({ err }, 'quota lease not recorded: its units given back');
-      return 0;
-    }
-  }
-
-  /**
-   * Gives an ended lease's unused units back once its grant in flight is in: on the live counters
-   * (under one id for every try, so a try whose answer was lost is not given back twice), then on
-   * the log as QuotaDebitsReturned. Never rejects.
-   */
-  private async giveBack(lease: QuotaLease): Promise<void> {
-    await lease.granting;
-    const units = lease.free;
-    try {
-      if (units === 0) return;
-      const id = newEventId();
-      const { keys, subject, period } = lease.at;
-      const generation = await this.tried(() => this.deps.cache.refundLive(QUOTA_FAMILY, keys, units, id));
-      lease.free = 0;
-      this.uncount(lease.subjectId, units, keys);
-      const stream = quotaStream(lease.subjectId);
-      const data = debitData(subject, lease.tool, units, period, generation);
-      await this.tried(() =>
-        this.deps.store
-          .append(stream, [{ type: 'QuotaDebitsReturned', data, id }], { durability: 'flushed' })
-          .catch(async (err: unknown) => {
-            if (!(await this.recordLanded(stream, id))) throw err;
-          }),
-      );
-    } catch (err) {
-      this.deps.logger?.error(
-        { err, subject: lease.subjectId, tool: lease.tool, units },
-        'quota lease not given back: its units stay charged on the log',
-      );
-    } finally {
-      lease.free = 0;
-      const rest = this.leases.get(lease.subjectId)?.filter((other) => other !== lease) ?? [];
-      if (rest.length > 0) this.leases.set(lease.subjectId, rest);
-      else this.leases.delete(lease.subjectId);
-    }
-  }
-
-  /** `op`, tried up to GIVE_BACK_TRIES times an idle period apart. */
-  private async tried<T>(op: () => Promise<T>): Promise<T> {
-    for (let tries = 1; ; tries++) {
-      try {
-        return await op();
-      } catch (err) {
-        if (tries >= GIVE_BACK_TRIES) throw err;
-        await new Promise((resolve) => setTimeout(resolve, this.idleMs));
-      }
-    }
-  }
-
-  /** Takes units given back on the windows `keys` out of the counts a subject's leased calls answer with. */
-  private uncount(subjectId: string, units: number, keys: readonly string[]): void {
-    const known = this.counts.get(subjectId);
-    if (known === undefined) return;
-    this.counts.set(subjectId, {
-      keys: known.keys,
-      counts: known.counts.map((count, i) =>
-        keys.includes(known.keys[i]!) ? (count > units ? count - units : 0) : count,
-      ),
-    });
-  }
-
-  private async release(subjectId: string, generation: string, keys: string[], units: number) {
-    const released = await this.deps.cache
-      .releaseLive(QUOTA_FAMILY, generation, keys, units)
-      .catch(() => false);
-    if (released) this.uncount(subjectId, units, keys);
   }
 
   /**
@@ -383,12 +285,13 @@ export class QuotaMeter {
     // leaves the new day's lease alone: ending it would start a flip-flop of give-backs and fresh
     // leases between the two days for as long as such calls are in flight. It debits directly.
     if (live !== undefined && at.period.dayResetsAt < live.at.period.dayResetsAt) return undefined;
+    // A new day or plan ends the lease: its units go back to the windows they were counted in.
     if (live !== undefined) this.end(live);
     if (!this.leasing || (!overlapping && now - last > Math.min(this.leaseMs / MIN_UNITS, this.idleMs)))
       return undefined;
     const lease: QuotaLease = {
-      subjectId,
       tool,
+      at,
       free: 0,
       pending: 0,
       size: 0,
@@ -396,9 +299,7 @@ export class QuotaMeter {
       since: now,
       lastTaken: this.sweeps,
       granting: null,
-      giving: null,
-      ended: false,
-      at,
+      ending: null,
       position: 0,
     };
     const leases = this.leases.get(subjectId);
@@ -412,7 +313,7 @@ export class QuotaMeter {
   }
 
   private liveLease(subjectId: string, tool: string): QuotaLease | undefined {
-    return this.leases.get(subjectId)?.find((lease) => lease.tool === tool && !lease.ended);
+    return this.leases.get(subjectId)?.find((lease) => lease.tool === tool && lease.ending === null);
   }
 
   private get leasing(): boolean {
@@ -431,13 +332,13 @@ export class QuotaMeter {
 
   /** Asks for the next grant when due: none in flight and at most half the last one left. */
   private refill(lease: QuotaLease, left: number): void {
-    if (lease.granting !== null || lease.ended || !this.leasing || lease.calls < MIN_UNITS) return;
+    if (lease.granting !== null || lease.ending !== null || !this.leasing || lease.calls < MIN_UNITS) return;
     if (lease.free + lease.pending > lease.size >> 1) return;
     const now = this.now();
     const elapsed = Math.max(1, now - lease.since);
     // What the tool's leases hold here, this one and the ended ones still giving units back.
     let held = 0;
-    for (const other of this.leases.get(lease.subjectId) ?? [])
+    for (const other of this.leases.get(lease.at.subject.id) ?? [])
       if (other.tool === lease.tool) held += other.free + other.pending;
     // Four times the calls seen at most: a burst's first calls do not buy a full lease.
     const units = Math.min(
@@ -456,25 +357,78 @@ export class QuotaMeter {
     lease.calls = 0;
     lease.since = now;
     lease.granting = this.grant(lease, units)
-      .then(
-        (granted) => {
-          if (granted <= 0) return;
-          lease.pending -= granted;
-          lease.free += granted;
-          lease.size = granted;
-        },
-        (err: unknown) => this.deps.logger?.warn({ err }, 'quota lease not granted'),
-      )
+      .catch((err: unknown) => this.deps.logger?.warn({ err }, 'quota lease not granted'))
       .finally(() => {
         lease.granting = null;
       });
   }
 
+  /** Counts `units` ahead on the counters, then appends them (flushed: a lost grant is calls served free). */
+  private async grant(lease: QuotaLease, units: number): Promise<void> {
+    const { at } = lease;
+    const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, at.windows, units));
+    if (lease.ending === null) this.remember(at, result.counts);
+    if (!result.ok) return;
+    lease.pending = units;
+    const data = debitData(at, lease.tool, units, result.generation);
+    try {
+      const position = await this.appendFlushed('QuotaDebitsRecorded', data, newEventId());
+      if (position !== null) lease.position = position;
+      lease.free += units;
+      lease.size = units;
+    } catch (err) {
+      await this.release(at, result.generation, units);
+      this.deps.logger?.warn({ err }, 'quota lease not recorded: its units given back');
+    } finally {
+      lease.pending = 0;
+    }
+  }
+
   /** No call takes from the lease again; its unused units are given back. */
   private end(lease: QuotaLease): void {
-    if (lease.ended) return;
-    lease.ended = true;
-    lease.giving = this.giveBack(lease);
+    lease.ending ??= this.giveBack(lease);
+  }
+
+  /**
+   * Gives an ended lease's unused units back once its grant in flight is in: on the live counters
+   * (under one id for every try, so a try whose answer was lost is not given back twice), then on
+   * the log as QuotaDebitsReturned. Never rejects.
+   */
+  private async giveBack(lease: QuotaLease): Promise<void> {
+    await lease.granting;
+    const { at, tool } = lease;
+    const units = lease.free;
+    try {
+      if (units === 0) return;
+      const id = newEventId();
+      const generation = await this.tried(() => this.deps.cache.refundLive(QUOTA_FAMILY, at.keys, units, id));
+      lease.free = 0;
+      this.uncount(at, units);
+      const data = debitData(at, tool, units, generation);
+      await this.tried(() => this.appendFlushed('QuotaDebitsReturned', data, id));
+    } catch (err) {
+      this.deps.logger?.error(
+        { err, subject: at.subject.id, tool, units },
+        'quota lease not given back: its units stay charged on the log',
+      );
+    } finally {
+      lease.free = 0;
+      const rest = this.leases.get(at.subject.id)?.filter((other) => other !== lease) ?? [];
+      if (rest.length > 0) this.leases.set(at.subject.id, rest);
+      else this.leases.delete(at.subject.id);
+    }
+  }
+
+  /** `op`, tried up to GIVE_BACK_TRIES times an idle period apart. */
+  private async tried<T>(op: () => Promise<T>): Promise<T> {
+    for (let tries = 1; ; tries++) {
+      try {
+        return await op();
+      } catch (err) {
+        if (tries >= GIVE_BACK_TRIES) throw err;
+        await new Promise((resolve) => setTimeout(resolve, this.idleMs));
+      }
+    }
   }
 
   private readonly sweep = (): void => {
@@ -494,7 +448,25 @@ export class QuotaMeter {
     this.sweeper = null;
     const leases = [...this.leases.values()].flat();
     for (const lease of leases) this.end(lease);
-    await Promise.all(leases.map((lease) => lease.giving));
+    await Promise.all(leases.map((lease) => lease.ending));
+  }
+
+  /** Takes units given back on the windows `at` out of the counts its subject's leased calls answer with. */
+  private uncount(at: SubjectWindows, units: number): void {
+    const known = this.counts.get(at.subject.id);
+    if (known === undefined) return;
+    const counts = known.counts.map((count, i) =>
+      at.keys.includes(known.keys[i]!) ? (count > units ? count - units : 0) : count,
+    );
+    this.counts.set(at.subject.id, { keys: known.keys, counts });
+  }
+
+  /** Gives back units counted for calls that will not be served; out of reach, they stay charged. */
+  private async release(at: SubjectWindows, generation: string, units: number): Promise<void> {
+    const released = await this.deps.cache
+      .releaseLive(QUOTA_FAMILY, generation, at.keys, units)
+      .catch(() => false);
+    if (released) this.uncount(at, units);
   }
 
   /**
@@ -503,22 +475,17 @@ export class QuotaMeter {
    * events than calls. Calls differing in generation, day, plan, kind or tool go in events of
    * their own (a rebuild counts each by the first three).
    */
-  private record(
-    subject: QuotaSubject,
-    tool: string,
-    period: QuotaPeriod,
-    keys: string[],
-    generation: string,
-  ): Promise<number> {
+  private record(at: SubjectWindows, tool: string, generation: string): Promise<number> {
+    const { subject } = at;
     let lane = this.lanes.get(subject.id);
     if (!lane) {
       lane = { inFlight: 0, scheduled: false, waiting: new Map() };
       this.lanes.set(subject.id, lane);
     }
-    const group = `${generation}\u0000${period.day}\u0000${subject.plan}\u0000${subject.kind}\u0000${tool}`;
+    const group = `${generation}\u0000${at.period.day}\u0000${subject.plan}\u0000${subject.kind}\u0000${tool}`;
     let batch = lane.waiting.get(group);
     if (!batch) {
-      batch = { subject, period, generation, keys, tool, units: 0, calls: [] };
+      batch = { at, generation, tool, units: 0, calls: [] };
       lane.waiting.set(group, batch);
     }
     batch.units++;
@@ -535,8 +502,7 @@ export class QuotaMeter {
     if (scheduled) lane.scheduled = false;
     else if (lane.scheduled) return;
     if (lane.waiting.size === 0 || lane.inFlight >= MAX_ROUNDS_IN_FLIGHT) {
-      if (lane.inFlight === 0 && lane.waiting.size === 0 && this.lanes.get(subjectId) === lane)
-        this.lanes.delete(subjectId);
+      if (lane.inFlight === 0 && lane.waiting.size === 0) this.lanes.delete(subjectId);
       return;
     }
     const batches = [...lane.waiting.values()];
@@ -548,24 +514,36 @@ export class QuotaMeter {
     });
   }
 
-  private async append(batch: Batch): Promise<void> {
-    const { subject } = batch;
+  private async append({ at, tool, units, generation, calls }: Batch): Promise<void> {
+    const stream = quotaStream(at.subject.id);
     const id = newEventId();
-    const data = debitData(subject, batch.tool, batch.units, batch.period, batch.generation);
+    const data = debitData(at, tool, units, generation);
     try {
       // Committed: it survives this process; the flush follows within the store's bound.
-      const appended = await this.deps.store.append(
-        quotaStream(subject.id),
-        [{ type: 'QuotaDebitsRecorded', data, id }],
-        { durability: 'committed' },
-      );
-      for (const call of batch.calls) call.resolve(appended.position);
+      const appended = await this.deps.store.append(stream, [{ type: 'QuotaDebitsRecorded', data, id }], {
+        durability: 'committed',
+      });
+      for (const call of calls) call.resolve(appended.position);
     } catch (err) {
       // None of these calls is served, so none may use up quota: given back unless the record
       // landed after all (a commit whose answer was lost).
-      if (!(await this.recordLanded(quotaStream(subject.id), id)))
-        await this.release(subject.id, batch.generation, batch.keys, batch.units);
-      for (const call of batch.calls) call.reject(err);
+      if (!(await this.recordLanded(stream, id))) await this.release(at, generation, units);
+      for (const call of calls) call.reject(err);
+    }
+  }
+
+  /** Appends a lease's grant or give-back, flushed; its position, or null when it landed though the append failed. */
+  private async appendFlushed(
+    type: 'QuotaDebitsRecorded' | 'QuotaDebitsReturned',
+    data: EventData<'QuotaDebitsRecorded'>,
+    id: string,
+  ): Promise<number | null> {
+    const stream = quotaStream(data.subject);
+    try {
+      return (await this.deps.store.append(stream, [{ type, data, id }], { durability: 'flushed' })).position;
+    } catch (err) {
+      if (await this.recordLanded(stream, id)) return null;
+      throw err;
     }
   }
 
@@ -591,10 +569,7 @@ function sameDayAndPlan(a: SubjectWindows, b: SubjectWindows): boolean {
 }
 
 function sameKeys(a: readonly string[], b: readonly string[]): boolean {
-  if (a === b) return true;
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
+  return a === b || (a.length === b.length && a.every((key, i) => key === b[i]));
 }
 
 /** What is left in the tighter of `windows` at `counts` (none known: nothing, so no grant). */
@@ -611,36 +586,21 @@ export function quotaSnapshot(
   period: QuotaPeriod,
   counts: readonly number[],
 ): QuotaSnapshot {
-  const monthUsed = counts[0] ?? 0;
-  const dayUsed = counts[1] ?? 0;
-  const monthRemaining = Math.max(0, limits.monthly - monthUsed);
-  const monthly = {
-    used: monthUsed,
-    total: limits.monthly,
-    remaining: monthRemaining,
-    resets_at: period.monthResetsAtIso,
-  };
+  const monthly = windowFigures(counts[0] ?? 0, limits.monthly, period.monthResetsAtIso);
   if (limits.daily === null) return { ...monthly, monthly };
-  const dayRemaining = Math.max(0, limits.daily - dayUsed);
-  return {
-    ...monthly,
-    remaining: Math.min(monthRemaining, dayRemaining),
-    monthly,
-    daily: {
-      used: dayUsed,
-      total: limits.daily,
-      remaining: dayRemaining,
-      resets_at: period.dayResetsAtIso,
-    },
-  };
+  const daily = windowFigures(counts[1] ?? 0, limits.daily, period.dayResetsAtIso);
+  return { ...monthly, remaining: Math.min(monthly.remaining, daily.remaining), monthly, daily };
+}
+
+function windowFigures(used: number, total: number, resets_at: string) {
+  return { used, total, remaining: Math.max(0, total - used), resets_at };
 }
 
 /** A debit event's data, from values checked already, in the schema's field order. */
 function debitData(
-  subject: QuotaSubject,
+  { subject, period }: SubjectWindows,
   tool: string,
   units: number,
-  period: QuotaPeriod,
   generation: string | null,
 ): EventData<'QuotaDebitsRecorded'> {
   const data: EventData<'QuotaDebitsRecorded'> = {

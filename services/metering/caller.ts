@@ -30,6 +30,13 @@ export function decorateCaller(app: FastifyInstance): void {
 /** Paths that serve no caller: probes and metrics (never resolved nor limited). */
 export const UNLIMITED_PATHS: ReadonlySet<string> = new Set(['/healthz', '/readyz', '/metrics']);
 
+/** The request's path without its query; null for a request that serves no caller (a probe, a preflight). */
+export function callerPath(request: FastifyRequest): string | null {
+  const query = request.url.indexOf('?');
+  const path = query < 0 ? request.url : request.url.slice(0, query);
+  return request.method === 'OPTIONS' || UNLIMITED_PATHS.has(path) ? null : path;
+}
+
 /**
  * The api's one caller hook (preParsing, in the root context so it reaches every route): resolves
  * who is calling once, as `request.caller`, or keeps a presented key that is not live as
@@ -41,9 +48,7 @@ export function callerPlugin(keys: Pick<KeyResolver, 'resolve'>): FastifyPluginA
   const plugin: FastifyPluginAsync = async (app) => {
     decorateCaller(app);
     app.addHook('preParsing', (request, _reply, _payload, done) => {
-      const query = request.url.indexOf('?');
-      const path = query < 0 ? request.url : request.url.slice(0, query);
-      if (request.caller !== null || request.method === 'OPTIONS' || UNLIMITED_PATHS.has(path)) {
+      if (request.caller !== null || callerPath(request) === null) {
         done();
         return;
       }

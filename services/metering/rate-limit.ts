@@ -6,7 +6,7 @@ import type { Config } from '../../contracts/config.ts';
 import { ERRORS, errorMessage } from '../../contracts/errors.ts';
 import type { Plan } from '../../contracts/events.ts';
 import { SIGNIN_MCP_PATH } from '../../contracts/oauth.ts';
-import { type Caller, decorateCaller, UNLIMITED_PATHS, undebitedService } from './caller.ts';
+import { type Caller, callerPath, decorateCaller, undebitedService } from './caller.ts';
 import type { QuotaMeter } from './quota-meter.ts';
 
 /** Who a request is limited as: an applied key by its plan, anyone else by client address. */
@@ -81,43 +81,6 @@ interface PendingTake {
 }
 
 /**
- * Fixed windows counted in this process (no Redis, or Redis out of reach), under the keys and by
- * the rule of TAKE_MANY_SCRIPT: every request counts, refused ones too, and ended windows are
- * swept once per window length. Synchronous on purpose.
- */
-class LocalWindows {
-  private readonly windows = new Map<string, { count: number; resetsAt: number }>();
-  private nextSweep = 0;
-
-  constructor(private readonly windowMs: number) {}
-
-  /** The script's reply for one request's budgets `keys`. */
-  take(keys: readonly string[], limits: readonly number[], now: number): number[] {
-    if (now >= this.nextSweep) {
-      for (const [key, window] of this.windows) if (window.resetsAt <= now) this.windows.delete(key);
-      this.nextSweep = now + this.windowMs;
-    }
-    const reply: number[] = [];
-    let refused = false;
-    for (let i = 0; i < keys.length; i++) {
-      if (refused) {
-        reply.push(0, -1);
-        continue;
-      }
-      let window = this.windows.get(keys[i]!);
-      if (window === undefined || window.resetsAt <= now) {
-        window = { count: 0, resetsAt: now + this.windowMs };
-        this.windows.set(keys[i]!, window);
-      }
-      window.count++;
-      refused = window.count > limits[i]!;
-      reply.push(window.count, window.resetsAt - now);
-    }
-    return reply;
-  }
-}
-
-/**
  * Request-rate limits per credential, shared by every replica through Redis when the cache is
  * Redis (in-process while Redis is out of reach, so an outage neither opens the gate nor closes
  * the service), in-process on the embedded defaults. Two budgets per request: the credential's,
@@ -128,35 +91,31 @@ class LocalWindows {
  * replicas share it.
  */
 export class RateLimiter {
-  private readonly local: LocalWindows;
   private readonly windowMs: number;
   private readonly redis: TakingRedis | null;
-  /** Per tier: the limits of a request without a tool, and with one (made once, read only). */
-  private readonly limits: Record<RateTier, { all: readonly number[]; withTool: readonly number[] }>;
-  /** Per tier: the start of its budgets' keys. */
-  private readonly bases: Record<RateTier, string>;
+  /** Per tier: the start of its budgets' keys, and the limits of a request without a tool and with one. */
+  private readonly tiers: Record<
+    RateTier,
+    { base: string; all: readonly number[]; withTool: readonly number[] }
+  >;
+  /** Fixed windows counted in this process (no Redis, or Redis out of reach). */
+  private readonly local = new Map<string, { count: number; resetsAt: number }>();
+  private nextSweep = 0;
   private readonly takes = new TurnBatch<PendingTake>((batch) => this.send(batch), MAX_TAKES_PER_SCRIPT);
 
   constructor(settings: RateLimitSettings, store: { redis: Redis; prefix: string } | null) {
     this.redis = store ? (store.redis as TakingRedis) : null;
     this.windowMs = Math.max(1, settings.RATE_LIMIT_WINDOW_MS);
-    this.local = new LocalWindows(this.windowMs);
-    const limits = (all: number) => {
+    const tier = (name: RateTier, all: number) => {
       const perTool = Math.max(1, Math.ceil(all * settings.RATE_LIMIT_TOOL_SHARE));
-      return { all: Object.freeze([all]), withTool: Object.freeze([all, perTool]) };
+      const base = `${store?.prefix ?? ''}rl:${name}:`;
+      return { base, all: Object.freeze([all]), withTool: Object.freeze([all, perTool]) };
     };
-    this.limits = {
-      anonymous: limits(settings.RATE_LIMIT_ANONYMOUS),
-      free: limits(settings.RATE_LIMIT_FREE),
-      starter: limits(settings.RATE_LIMIT_STARTER),
-      pro: limits(settings.RATE_LIMIT_PRO),
-    };
-    const base = (tier: RateTier) => `${store?.prefix ?? ''}rl:${tier}:`;
-    this.bases = {
-      anonymous: base('anonymous'),
-      free: base('free'),
-      starter: base('starter'),
-      pro: base('pro'),
+    this.tiers = {
+      anonymous: tier('anonymous', settings.RATE_LIMIT_ANONYMOUS),
+      free: tier('free', settings.RATE_LIMIT_FREE),
+      starter: tier('starter', settings.RATE_LIMIT_STARTER),
+      pro: tier('pro', settings.RATE_LIMIT_PRO),
     };
     if (this.redis && typeof this.redis.signalRateTakeMany !== 'function')
       this.redis.defineCommand('signalRateTakeMany', { lua: TAKE_MANY_SCRIPT });
@@ -168,23 +127,53 @@ export class RateLimiter {
    * promise of Redis's count.
    */
   decide(tier: RateTier, credential: string, tool: string | null): RateDecision | Promise<RateDecision> {
-    const base = this.bases[tier];
+    const { base, all, withTool } = this.tiers[tier];
     // The credential's budget, then the tool's: the keys every replica counts on.
     const keys =
       tool === null
         ? [`${base}all:${tier}:${credential}`]
         : [`${base}all:${tier}:${credential}`, `${base}tool:${tier}:${credential}:${tool}`];
-    const limits = tool === null ? this.limits[tier].all : this.limits[tier].withTool;
-    if (this.redis?.status !== 'ready') return decision(limits, this.local.take(keys, limits, Date.now()));
+    const limits = tool === null ? all : withTool;
+    if (this.redis?.status !== 'ready') return decision(limits, this.takeHere(keys, limits));
     return new Promise<number[]>((resolve, reject) => this.takes.add({ keys, limits, resolve, reject })).then(
       (reply) => decision(limits, reply),
       (err: unknown) => {
         // Redis refusing the script is a bug to surface; an outage (or a server that cannot take
         // writes now) falls back to this process.
         if (refusedByRedis(err)) throw err;
-        return decision(limits, this.local.take(keys, limits, Date.now()));
+        return decision(limits, this.takeHere(keys, limits));
       },
     );
+  }
+
+  /**
+   * The script's reply for one request's budgets `keys`, counted in this process by the script's
+   * rule: every request counts, refused ones too; ended windows are swept once per window length.
+   * Synchronous on purpose.
+   */
+  private takeHere(keys: readonly string[], limits: readonly number[]): number[] {
+    const now = Date.now();
+    if (now >= this.nextSweep) {
+      for (const [key, window] of this.local) if (window.resetsAt <= now) this.local.delete(key);
+      this.nextSweep = now + this.windowMs;
+    }
+    const reply: number[] = [];
+    let refused = false;
+    for (let i = 0; i < keys.length; i++) {
+      if (refused) {
+        reply.push(0, -1);
+        continue;
+      }
+      let window = this.local.get(keys[i]!);
+      if (window === undefined || window.resetsAt <= now) {
+        window = { count: 0, resetsAt: now + this.windowMs };
+        this.local.set(keys[i]!, window);
+      }
+      window.count++;
+      refused = window.count > limits[i]!;
+      reply.push(window.count, window.resetsAt - now);
+    }
+    return reply;
   }
 
   /** Sends a turn's takes in one script call and settles each from its part of the reply. */
@@ -221,10 +210,7 @@ function decision(limits: readonly number[], reply: readonly number[]): RateDeci
   return !byTool.allowed || byTool.remaining < overall.remaining ? byTool : overall;
 }
 
-/**
- * Budget `i`'s decision from the script's reply. Module-level rather than a closure made per
- * request: under tsx (npm start, the benches) a named closure made per call is named at run time.
- */
+/** Budget `i`'s decision from the script's reply (module-level, as settleCaller). */
 function budgetDecision(limits: readonly number[], reply: readonly number[], i: number): RateDecision {
   const count = Number(reply[2 * i]);
   const limit = limits[i]!;
@@ -266,9 +252,8 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
   const plugin: FastifyPluginAsync = async (app) => {
     decorateCaller(app);
     app.addHook('preHandler', (request, reply, done) => {
-      const query = request.url.indexOf('?');
-      const raw = query < 0 ? request.url : request.url.slice(0, query);
-      if (request.method === 'OPTIONS' || UNLIMITED_PATHS.has(raw)) return done();
+      const raw = callerPath(request);
+      if (raw === null) return done();
       const caller: Caller | null = request.caller ?? request.callerRefused?.caller ?? null;
       if (caller === null) return done(new Error('the rate limit runs after the caller hook (callerPlugin)'));
       // The path the router answers (it decodes %xx and ends at '#': /m%63p is /mcp), each
@@ -289,9 +274,7 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
 
 /**
  * The decision's headers, then the request goes on, or is refused with a 429 in its channel's
- * shape (JSON-RPC on the MCP paths) carrying the caller's quota. Module-level rather than a
- * closure made per request: under tsx (npm start, the benches) each closure made per call is
- * named at run time.
+ * shape (JSON-RPC on the MCP paths) carrying the caller's quota. Module-level, as settleCaller.
  */
 function applyDecision(
   deps: RateLimitPluginDeps,

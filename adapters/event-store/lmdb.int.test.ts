@@ -437,6 +437,26 @@ describe('LMDB event store', () => {
     }
   });
 
+  it('hands over only what a commit wrote: an idempotent repeat, beside its original in one group or later, is not handed over', async () => {
+    const store = await openLmdbEventStore({ path: freshPath() });
+    const handed: { id: string; data: unknown }[] = [];
+    store.onAppended((events) => handed.push(...events.map((e) => ({ id: e.id, data: e.data }))));
+    try {
+      const stream = uniqueStream('repeat');
+      const original = event('A', { claim: 'first' });
+      const again = { ...original, data: { claim: 'second' } };
+      // One turn: both join one group; the second finds the first's id and writes nothing.
+      const [a, b] = await Promise.all([store.append(stream, [original]), store.append(stream, [again])]);
+      expect(b).toEqual(a);
+      expect(handed).toEqual([{ id: original.id, data: { claim: 'first' } }]);
+      // A later turn: a group of the repeat alone commits nothing to hand over.
+      expect(await store.append(stream, [again])).toEqual(a);
+      expect(handed).toHaveLength(1);
+    } finally {
+      await store.close();
+    }
+  });
+
   it('reports unhealthy once closed', async () => {
     const store = await openLmdbEventStore({ path: freshPath() });
     await store.close();

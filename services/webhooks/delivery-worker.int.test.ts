@@ -387,6 +387,7 @@ describe('DeliveryWorker', () => {
     });
     const { receiver, worker, runner, sub } = await setup(8, store);
     const transactions = vi.spyOn(store.root, 'childTransaction');
+    const reads = vi.spyOn(store, 'readStream');
     // A page of bus messages: eight deliveries claimed in one turn, one append each.
     const jobs = await Promise.all(
       Array.from({ length: 8 }, (_, n) =>
@@ -402,6 +403,8 @@ describe('DeliveryWorker', () => {
     );
     expect(transactions).toHaveBeenCalledTimes(1);
     transactions.mockRestore();
+    // The store handed each sequence event over as written by its commit: nothing read back.
+    expect(reads).not.toHaveBeenCalled();
     expect(jobs.map((j) => j!.seq).sort((a, b) => a! - b!)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
     const results = await Promise.all(jobs.map((j) => worker.submit(j!)));
     expect(results.every((r) => r.ok)).toBe(true);
@@ -455,8 +458,12 @@ describe('DeliveryWorker', () => {
         body: JSON.stringify({ event: 'trade_call', delivery_id: deliveryId, data: {} }),
       });
     expect(await handle('g-5')).toBeNull();
+    reads.mockClear();
     const both = await Promise.all([handle('g-new'), handle('g-new')]);
     expect(both.filter((j) => j !== null)).toHaveLength(1);
+    // The repeat, not handed over, reads the record back and finds the other's claim.
+    expect(reads.mock.calls.map(([stream]) => stream)).toEqual([sequenceStream(sub.id)]);
+    reads.mockRestore();
     const fresh = both.find((j) => j !== null)!;
     expect(fresh).toMatchObject({ seq: 9, attempt: 1 });
     await worker.submit(fresh);

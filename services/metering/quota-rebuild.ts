@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { type Cache, CacheUnavailableError } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
@@ -48,16 +49,7 @@ export interface RebuildDeps {
   onLive?: (generation: string) => void;
   signal?: AbortSignal;
   /** A checkpoint to start from (only for a build that replaces no live generation). */
-  from?: QuotaCheckpoint;
-}
-
-export interface QuotaCheckpoint {
-  position: number;
-  state: QuotaBalances;
-}
-
-function newGenerationId(): string {
-  return `${Date.now().toString(36)}-${randomBytes(6).toString('hex')}`;
+  from?: { position: number; state: QuotaBalances };
 }
 
 const MAX_BUILDS = 5;
@@ -74,6 +66,8 @@ export async function rebuildQuotaGeneration(deps: RebuildDeps): Promise<Rebuild
     deps.expected === undefined
       ? ((await deps.cache.liveGeneration(QUOTA_FAMILY))?.id ?? null)
       : deps.expected;
+  if (deps.from && previous !== null)
+    throw new Error('quota rebuild: a checkpoint only seeds a build that replaces no generation');
   for (let restarts = 0; ; restarts++) {
     const outcome = await buildOnce(deps, previous, restarts);
     if (outcome !== 'lost') return outcome;
@@ -92,9 +86,7 @@ async function buildOnce(
   const { store, cache } = deps;
   const now = deps.now ?? Date.now;
   const pageSize = deps.pageSize ?? 1_000;
-  const generation = newGenerationId();
-  if (deps.from && previous !== null)
-    throw new Error('quota rebuild: a checkpoint only seeds a build that replaces no generation');
+  const generation = `${Date.now().toString(36)}-${randomBytes(6).toString('hex')}`;
   let position = deps.from?.position ?? 0;
   let events = 0;
   let debits = 0;
@@ -171,7 +163,8 @@ async function buildOnce(
     const more = await readPage(state);
     await write(state);
     // A page short of `last` is a store holding reads back (PostgreSQL): wait, do not spin.
-    if (!more && (last === null || position < last)) await sleep(deps.pollMs ?? 50, deps.signal);
+    if (!more && (last === null || position < last))
+      await delay(deps.pollMs ?? 50, undefined, { signal: deps.signal, ref: false }).catch(() => undefined);
   }
   if (previous !== null) await cache.dropGeneration(previous);
   return { generation, previous, switched, ...done, replayed: debits - debitsAtSwitch };
@@ -185,19 +178,6 @@ function debitGeneration(event: RecordedEvent): string | undefined {
 /** Units an event stands for in its generation's count of operations (a return's as positive, as refundLive counts). */
 function units(event: RecordedEvent): number {
   return DEBITS.has(event.type) ? Math.abs(debitedUnits(event)) : 1;
-}
-
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(done, ms);
-    timer.unref();
-    signal?.addEventListener('abort', done, { once: true });
-    function done() {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', done);
-      resolve();
-    }
-  });
 }
 
 /**

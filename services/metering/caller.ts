@@ -62,9 +62,9 @@ export function callerPlugin(keys: Pick<KeyResolver, 'resolve'>): FastifyPluginA
 }
 
 /**
- * Keeps what resolveCaller found on the request, then lets it go on. Module-level rather than a
- * closure made per request: under tsx (npm start, the benches) a named closure made per call is
- * named at run time (esbuild's keepNames), which showed in the keyed call's profile.
+ * Keeps what resolveCaller found on the request, then lets it go on. Module-level, not a closure
+ * made per request: under tsx (npm start, the benches) esbuild's keepNames names such a closure at
+ * run time, which showed in the keyed call's profile (so rate-limit.ts's per-request helpers too).
  */
 function settleCaller(request: FastifyRequest, found: Caller | CallerRejectedError, done: () => void): void {
   if (found instanceof CallerRejectedError) request.callerRefused = found;
@@ -89,20 +89,23 @@ export interface Caller {
 /** A presented key that must not be served: `unknown` (never issued, or revoked) or `indeterminate` (retryable). */
 export class CallerRejectedError extends Error {
   override readonly name = 'CallerRejectedError';
+  /** Who the request counts as: the anonymous caller of its address, with the refusal's auth. */
+  readonly caller: Caller;
   constructor(
     readonly reason: 'unknown' | 'indeterminate',
-    readonly service: ServiceMeta,
+    detail: string,
     message: string,
     /** Who the request counts as without the key: its client address's anonymous quota. */
     readonly anonymous: QuotaSubject,
     options?: { cause?: unknown },
   ) {
     super(message, options);
-  }
-
-  /** Who the request counts as: the anonymous caller of its address, with the refusal's auth. */
-  get caller(): Caller {
-    return { auth: this.service.auth, subject: this.anonymous, keyId: null };
+    const outcome = reason === 'unknown' ? 'UNKNOWN' : 'INDETERMINATE';
+    this.caller = {
+      auth: { outcome, presented: true, tier: 'free', detail },
+      subject: anonymous,
+      keyId: null,
+    };
   }
 }
 
@@ -174,10 +177,7 @@ export function resolveCaller(
       if (!(err instanceof KeyUnverifiableError)) throw err;
       return new CallerRejectedError(
         'indeterminate',
-        {
-          auth: { outcome: 'INDETERMINATE', presented: true, tier: 'free', detail: 'retry shortly' },
-          quota: null,
-        },
+        'retry shortly',
         `the API key could not be verified right now (${err.message}); retry shortly`,
         anonymousSubject(request.clientAddress),
         { cause: err },
@@ -192,7 +192,7 @@ function lookupCaller(lookup: KeyLookup, clientAddress: string): Caller | Caller
     const detail = lookup.status === 'revoked' ? 'this key was revoked' : 'no such key was issued';
     return new CallerRejectedError(
       'unknown',
-      { auth: { outcome: 'UNKNOWN', presented: true, tier: 'free', detail }, quota: null },
+      detail,
       `unknown API key: ${detail}`,
       anonymousSubject(clientAddress),
     );
@@ -200,11 +200,7 @@ function lookupCaller(lookup: KeyLookup, clientAddress: string): Caller | Caller
   let caller = keyCallers.get(lookup);
   if (caller === undefined) {
     const made = keyCaller(lookup.record);
-    caller = Object.freeze({
-      auth: Object.freeze(made.auth),
-      subject: Object.freeze(made.subject),
-      keyId: made.keyId,
-    });
+    caller = Object.freeze({ ...made, auth: Object.freeze(made.auth), subject: Object.freeze(made.subject) });
     keyCallers.set(lookup, caller);
   }
   return caller;
@@ -262,21 +258,25 @@ export function undebitedService(
 export function callerHook(access: () => CallerAccess, refusals: CallerRefusals) {
   return (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void): void => {
     const { caller, callerRefused } = request;
-    if (callerRefused !== null) {
-      void undebitedService(access().quota, callerRefused.caller).then((service) => {
-        request.service = service;
-        done(refusals.rejected(callerRefused));
-      });
-    } else if (caller === null) {
+    if (callerRefused !== null)
+      refuse(access(), request, callerRefused.caller, refusals.rejected(callerRefused), done);
+    else if (caller === null)
       done(new Error("a route's caller hook runs after the caller hook (callerPlugin)"));
-    } else if (caller.keyId !== null || refusals.keyless === undefined) {
-      done();
-    } else {
-      const refusal = refusals.keyless(caller);
-      void undebitedService(access().quota, caller).then((service) => {
-        request.service = service;
-        done(refusal);
-      });
-    }
+    else if (caller.keyId !== null || refusals.keyless === undefined) done();
+    else refuse(access(), request, caller, refusals.keyless(caller), done);
   };
+}
+
+/** Refuses the request with `refusal`, after setting `request.service` to the caller's `_service`. */
+function refuse(
+  access: CallerAccess,
+  request: FastifyRequest,
+  caller: Caller,
+  refusal: Error,
+  done: (err: Error) => void,
+): void {
+  void undebitedService(access.quota, caller).then((service) => {
+    request.service = service;
+    done(refusal);
+  });
 }

@@ -1,7 +1,7 @@
 import { CacheUnavailableError } from '../../adapters/cache/port.ts';
 import type { Plan } from '../../contracts/events.ts';
 import type { Caller } from './caller.ts';
-import type { QuotaMeter } from './quota-meter.ts';
+import type { DebitOutcome, QuotaMeter } from './quota-meter.ts';
 import type { ServiceMeta } from './service-meta.ts';
 import type { QuotaSnapshot } from './snapshot.ts';
 import { subjectWindows } from './windows.ts';
@@ -79,7 +79,7 @@ export async function serveMetered<T>(
   } catch (error) {
     return { ok: false, reason: 'failed', error, service: { auth: caller.auth, quota: before } };
   }
-  let debit: Awaited<ReturnType<QuotaMeter['debit']>>;
+  let debit: DebitOutcome;
   try {
     // In the windows it was read in: a call counts on the day it was asked (one across midnight too).
     debit = await quota.debitAt(at, call.tool);
@@ -89,14 +89,9 @@ export async function serveMetered<T>(
   }
   const service = { auth: caller.auth, quota: debit.snapshot };
   if (!debit.ok) {
-    observer?.refused(caller.subject.plan, debit.refusedBy ?? 'monthly');
-    return {
-      ok: false,
-      reason: 'quota_exhausted',
-      window: debit.refusedBy ?? 'monthly',
-      service,
-      ran: value,
-    };
+    const window = debit.refusedBy ?? 'monthly';
+    observer?.refused(caller.subject.plan, window);
+    return { ok: false, reason: 'quota_exhausted', window, service, ran: value };
   }
   observer?.debited(caller.subject.plan);
   return { ok: true, value, service };

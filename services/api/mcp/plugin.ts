@@ -199,12 +199,22 @@ type RouteHandler = (request: FastifyRequest, reply: FastifyReply) => undefined;
 
 /** Host and Origin checks (DNS rebinding) with CORS headers; false once the refusal is answered. */
 function requestGuard(config: GuardConfig): Guard {
+  // The Host last allowed: a client sends the same one on every call, and taking it apart (trim,
+  // lower case, the port cut off) made two strings per call.
+  let allowedHost: string | undefined;
   return (request, reply) => {
-    if (!hostAllowed(config, request.headers.host)) {
-      jsonRpcError(reply, 403, -32000, 'Forbidden: Host not allowed');
-      return false;
+    const headers = request.headers;
+    const host = headers.host;
+    if (host === undefined || host !== allowedHost) {
+      if (!hostAllowed(config, host)) {
+        jsonRpcError(reply, 403, -32000, 'Forbidden: Host not allowed');
+        return false;
+      }
+      allowedHost = host;
     }
-    const origin = request.headers.origin;
+    const origin = headers.origin;
+    // Without an Origin (not a browser) there is nothing to check and no CORS header to send.
+    if (origin === undefined) return true;
     if (!originAllowed(config, origin)) {
       jsonRpcError(reply, 403, -32000, 'Forbidden: Origin not allowed');
       return false;

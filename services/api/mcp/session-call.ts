@@ -50,7 +50,9 @@ function plainBody(
   const { id, params } = body;
   if ((typeof id !== 'string' && typeof id !== 'number') || !isPlainObject(params)) return null;
   if (typeof params.name !== 'string') return null;
-  for (const key of Object.keys(params)) {
+  // for-in over the parsed body's own keys (JSON.parse makes no inherited enumerable ones), not
+  // an array of them made per call.
+  for (const key in params) {
     if (key !== 'name' && key !== 'arguments' && key !== '_meta') return null;
   }
   const args = params.arguments;
@@ -58,7 +60,7 @@ function plainBody(
   const meta = params._meta;
   if (meta !== undefined) {
     if (!isPlainObject(meta)) return null;
-    for (const key of Object.keys(meta)) if (!allowed.has(key)) return null;
+    for (const key in meta) if (!allowed.has(key)) return null;
   }
   const headers = request.headers;
   const accept = headers.accept;
@@ -71,7 +73,9 @@ function plainBody(
   const contentType = headers['content-type'];
   if (
     typeof contentType !== 'string' ||
-    contentType.split(';', 1)[0]!.trim().toLowerCase() !== 'application/json'
+    // The plain media type as most clients send it, compared before it is taken apart.
+    (contentType !== 'application/json' &&
+      contentType.split(';', 1)[0]!.trim().toLowerCase() !== 'application/json')
   )
     return null;
   return { id, params, meta };
@@ -168,12 +172,15 @@ export async function answerToolCall(
   const caller = request.caller ?? undefined;
   const refused = request.callerRefused ?? undefined;
   try {
+    // One shape for every call (undefined where absent, as callTool reads it), not spread per call;
+    // the request's id (a UUID made per request) rather than a second one made for the call.
     const result = await callTool(deps, {
       name: call.name,
       args: call.args,
-      ...(call.payment === undefined ? {} : { payment: call.payment }),
-      ...(caller === undefined ? {} : { caller }),
-      ...(refused === undefined ? {} : { refused }),
+      payment: call.payment,
+      caller,
+      refused,
+      requestId: request.id,
     });
     body = answerBytes(result, call.id, channel.kind === 'modern');
   } catch (err) {

@@ -75,6 +75,11 @@ export interface ToolCallRequest {
    */
   caller?: Caller;
   refused?: CallerRejectedError;
+  /**
+   * The id the call is known by (its debit, the events it records); the HTTP request's own id
+   * when the channel has one, so the access line and the call share it. Else one is made here.
+   */
+  requestId?: string;
 }
 
 /**
@@ -161,7 +166,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     });
   }
 
-  const requestId = randomUUID();
+  const requestId = request.requestId ?? randomUUID();
   if (request.payment !== undefined) {
     return paidToolCall(deps, caller, {
       tool: tool.name,
@@ -187,9 +192,10 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
 
   if (outcome.ok) {
     // A tool may add figures of its own to `_service` (the chat quota); auth and quota stay ours.
+    // Without figures of its own, the meter's block as it is (made for this call), not a copy.
     const own = outcome.value._service;
-    const extra = typeof own === 'object' && own !== null ? own : {};
-    const service = { ...extra, ...outcome.service };
+    const service =
+      typeof own === 'object' && own !== null ? { ...own, ...outcome.service } : outcome.service;
     // The value's own fields as one remembered start (a value with `_service` of its own is
     // serialised whole: serialiseWith falls back for it).
     return servedResult(

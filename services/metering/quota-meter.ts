@@ -92,13 +92,13 @@ interface QuotaLease {
   free: number;
   /** Units of the grant in flight: counted, not yet usable. */
   pending: number;
-  /** Units of the last grant. */
+  /** Units of the last grant: the next is asked for once half of it is left. */
   size: number;
   /** Calls since `since`: the rate the next grant is sized by. */
   calls: number;
   since: number;
-  /** The sweep count at the last call: two sweeps without one end the lease. */
-  lastTaken: number;
+  /** No call since the last sweep: the next sweep ends it. */
+  idle: boolean;
   granting: Promise<void> | null;
   /** Its give-back, once ended: no call takes from it again. */
   ending: Promise<void> | null;
@@ -154,7 +154,6 @@ export class QuotaMeter {
   private readonly leases = new Map<string, QuotaLease[]>();
   private readonly lastCall = new Map<string, number>();
   private sweeper: NodeJS.Timeout | null = null;
-  private sweeps = 0;
   private stopped = false;
   /** The counters' figures at a subject's last debit, grant or give-back here, by window key. */
   private readonly counts = new Map<string, { keys: readonly string[]; counts: readonly number[] }>();
@@ -189,7 +188,7 @@ export class QuotaMeter {
     return onLiveCounters(op, () => this.counters.ensure());
   }
 
-  /** Live figures without debiting. Throws CacheUnavailableError when the counters are out of reach. */
+  /** Live figures without debiting; CacheUnavailableError when the counters are out of reach. */
   peek(subject: QuotaSubject): Promise<QuotaSnapshot> {
     return this.peekAt(subjectWindows(subject, this.deps.plans, this.now()));
   }
@@ -297,7 +296,7 @@ export class QuotaMeter {
       size: 0,
       calls: 0,
       since: now,
-      lastTaken: this.sweeps,
+      idle: false,
       granting: null,
       ending: null,
       position: 0,
@@ -320,10 +319,10 @@ export class QuotaMeter {
     return this.leaseMs > 0 && this.maxUnits >= MIN_UNITS && !this.stopped;
   }
 
-  /** A call of the lease: takes one of its units when it has one (and asks for the next grant when due). */
+  /** A call of the lease: takes one of its units when it has one. */
   private take(lease: QuotaLease, left: number): boolean {
     lease.calls++;
-    lease.lastTaken = this.sweeps;
+    lease.idle = false;
     if (lease.free === 0) return false;
     lease.free--;
     this.refill(lease, left);
@@ -384,7 +383,6 @@ export class QuotaMeter {
     }
   }
 
-  /** No call takes from the lease again; its unused units are given back. */
   private end(lease: QuotaLease): void {
     lease.ending ??= this.giveBack(lease);
   }
@@ -432,9 +430,11 @@ export class QuotaMeter {
   }
 
   private readonly sweep = (): void => {
-    this.sweeps++;
     for (const leases of this.leases.values())
-      for (const lease of leases) if (this.sweeps - lease.lastTaken > 1) this.end(lease);
+      for (const lease of leases) {
+        if (lease.idle) this.end(lease);
+        lease.idle = true;
+      }
     if (this.leases.size === 0 && this.sweeper !== null) {
       clearInterval(this.sweeper);
       this.sweeper = null;

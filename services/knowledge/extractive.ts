@@ -22,7 +22,9 @@ import { contentTerms, termOf, words } from './text.ts';
 export const CONTEXT_PASSAGES = 4;
 const READ_PASSAGES = 40;
 const MAX_SENTENCES = 3;
-const MAX_ANSWER_CHARS = 900;
+const MAX_ANSWER_CHARS = 940;
+/** Characters a quote's citation mark adds to the answer (" [1]" and the space after it). */
+const CITATION_MARK = 5;
 /** Sentences longer than this are read clause by clause (contract passages, table rows). */
 const LONG_SENTENCE = 450;
 /**
@@ -1108,7 +1110,8 @@ export function extractiveAnswer(
   // Quotes a unit beside the others when the answer has room for it.
   const add = (c: Candidate): void => {
     const size = c.quotes.join(' ').length;
-    if (length + size > MAX_ANSWER_CHARS) return;
+    // Each quote is followed by its citation mark (" [1] ").
+    if (length + size + CITATION_MARK * chosen.length > MAX_ANSWER_CHARS) return;
     chosen.push(c);
     length += size;
   };
@@ -1173,6 +1176,11 @@ export function extractiveAnswer(
     );
     if (how !== undefined) add(how);
   }
+  // The answer's room is used: what else the best passage says, best first. The fact asked (a
+  // number, a code, a step) often stands in a sentence of that passage beside the one that names
+  // the question's words best.
+  const fill = candidates.filter((c) => c.passage.id === best.passage.id).sort((a, b) => b.score - a.score);
+  for (const c of fill) if (!overlaps(c)) add(c);
   // Read in passage order, then in the order the sentences stand in their passage.
   chosen.sort((a, b) => a.rank - b.rank || a.order - b.order);
   const numbers = new Map<string, number>();

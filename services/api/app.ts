@@ -130,15 +130,22 @@ function observeDurations(app: FastifyInstance, histogram: Metrics['httpDuration
 
 /** An onResponse hook observing the duration of `route`'s requests, by method and status. */
 function durationObserver(histogram: Metrics['httpDuration'], route: string) {
-  const series = new Map<string, HistogramSeries>();
+  // By method, then by status: looked up with the method string Node's parser hands out and the
+  // status number, not with a "<method> <status>" key spelt and hashed anew on every request.
+  const series = new Map<string, Map<number, HistogramSeries>>();
   // A callback hook, not an async one: it runs on every request and a promise per call shows.
   return (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
     const status = reply.statusCode;
-    const key = `${request.method} ${status}`;
-    let one = series.get(key);
+    const method = request.method;
+    let byStatus = series.get(method);
+    if (byStatus === undefined) {
+      byStatus = new Map();
+      series.set(method, byStatus);
+    }
+    let one = byStatus.get(status);
     if (one === undefined) {
-      one = histogram.labels(request.method, route, String(status));
-      series.set(key, one);
+      one = histogram.labels(method, route, String(status));
+      byStatus.set(status, one);
     }
     one.observe(reply.elapsedTime / 1000);
     done();

@@ -9,16 +9,16 @@ export type QuotaBalances = Record<string, { count: number; expiresAt: number }>
  * Debit events: QuotaDebitsRecorded (calls, or a lease's units), QuotaDebited (one call, older
  * logs) and QuotaDebitsReturned (a lease's unused units, folded as taken back).
  */
-export const DEBIT_EVENT_TYPES = ['QuotaDebited', 'QuotaDebitsRecorded', 'QuotaDebitsReturned'] as const;
+const DEBIT_EVENT_TYPES = ['QuotaDebited', 'QuotaDebitsRecorded', 'QuotaDebitsReturned'] as const;
+export const DEBITS: ReadonlySet<string> = new Set(DEBIT_EVENT_TYPES);
 
 /** Units a debit event charges (negative for a return; 0 for other events, or another `subject`'s). */
 export function debitedUnits(event: RecordedEvent, subject?: string): number {
-  const type = event.type;
-  if (type !== 'QuotaDebited' && type !== 'QuotaDebitsRecorded' && type !== 'QuotaDebitsReturned') return 0;
+  if (!DEBITS.has(event.type)) return 0;
   const data = event.data as { subject?: unknown; units?: unknown };
   if (subject !== undefined && data.subject !== subject) return 0;
   if (typeof data.units !== 'number') return 0;
-  return type === 'QuotaDebitsReturned' ? -data.units : data.units;
+  return event.type === 'QuotaDebitsReturned' ? -data.units : data.units;
 }
 
 /** Adds `units` to a window's counter, making it with `expiresAt` when new. */

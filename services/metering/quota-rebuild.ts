@@ -6,12 +6,7 @@ import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { ProjectionStore } from '../../adapters/projection-store/port.ts';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
-import {
-  DEBIT_EVENT_TYPES,
-  debitedUnits,
-  type QuotaBalances,
-  quotaBalancesProjection,
-} from './quota-projection.ts';
+import { DEBITS, debitedUnits, type QuotaBalances, quotaBalancesProjection } from './quota-projection.ts';
 
 /** The cache's family of quota counters (calls and monthly chats): its marker names the live generation. */
 export const QUOTA_FAMILY = 'quota';
@@ -34,7 +29,6 @@ export interface RebuildOutcome {
 }
 
 const COUNTED = new Set<string>(quotaBalancesProjection.eventTypes);
-const DEBITS = new Set<string>(DEBIT_EVENT_TYPES);
 
 export interface RebuildDeps {
   store: EventStore;

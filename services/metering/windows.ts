@@ -34,24 +34,20 @@ let lastPeriod: QuotaPeriod | null = null;
 export function quotaPeriod(now: number): QuotaPeriod {
   const last = lastPeriod;
   if (last !== null && now < last.dayResetsAt && now >= last.dayResetsAt - DAY_MS) return last;
-  lastPeriod = Object.freeze(periodOf(now));
-  return lastPeriod;
-}
-
-function periodOf(now: number): QuotaPeriod {
   const iso = new Date(now).toISOString();
   const day = iso.slice(0, 10);
   const month = iso.slice(0, 7);
   const dayResetsAt = resetsAtOf(day);
   const monthResetsAt = resetsAtOf(month);
-  return {
+  lastPeriod = Object.freeze({
     day,
     month,
     dayResetsAt,
     monthResetsAt,
     dayResetsAtIso: new Date(dayResetsAt).toISOString(),
     monthResetsAtIso: new Date(monthResetsAt).toISOString(),
-  };
+  });
+  return lastPeriod;
 }
 
 /** End of the window a day (YYYY-MM-DD) or month (YYYY-MM) label names, from the label alone (the only reckoning of one). */

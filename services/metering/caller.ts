@@ -4,7 +4,6 @@ import { ServiceError } from '../../contracts/errors.ts';
 import { isWellFormedKey } from '../keys/key-material.ts';
 import type { KeyRecord } from '../keys/key-registry.ts';
 import { type KeyLookup, type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
-import { setBounded } from '../shared/bounded-map.ts';
 import type { QuotaMeter } from './quota-meter.ts';
 import type { AuthBlock, ServiceMeta } from './service-meta.ts';
 import type { QuotaSubject } from './windows.ts';
@@ -112,12 +111,16 @@ export class CallerRejectedError extends Error {
 const anonymousIds = new Map<string, string>();
 const REMEMBERED_ADDRESSES = 10_000;
 
-/** The anonymous subject of a client address, counted by a hash of it (remembered per address). */
+/**
+ * The anonymous subject of a client address, counted by a hash of it (remembered per address; past
+ * the bound the memo starts afresh, as windows.ts's do: a miss only hashes the address again).
+ */
 function anonymousSubject(clientAddress: string): QuotaSubject {
   let id = anonymousIds.get(clientAddress);
   if (id === undefined) {
     id = createHash('sha256').update(`anonymous:${clientAddress}`, 'utf8').digest('hex');
-    setBounded(anonymousIds, clientAddress, id, REMEMBERED_ADDRESSES);
+    if (anonymousIds.size >= REMEMBERED_ADDRESSES) anonymousIds.clear();
+    anonymousIds.set(clientAddress, id);
   }
   return { id, kind: 'anonymous', plan: 'free' };
 }

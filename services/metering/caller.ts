@@ -47,10 +47,7 @@ export function callerPlugin(keys: Pick<KeyResolver, 'resolve'>): FastifyPluginA
   const plugin: FastifyPluginAsync = async (app) => {
     decorateCaller(app);
     app.addHook('preParsing', (request, _reply, _payload, done) => {
-      if (request.caller !== null || callerPath(request) === null) {
-        done();
-        return;
-      }
+      if (request.caller !== null || callerPath(request) === null) return done();
       const found = resolveCaller(keys, { headers: request.headers, clientAddress: request.ip });
       if (found instanceof Promise) found.then((settled) => settleCaller(request, settled, done), done);
       else settleCaller(request, found, done);

@@ -7,11 +7,8 @@ import { QuotaSnapshot } from './snapshot.ts';
  * ABSENT (no Authorization), MALFORMED (not `Bearer <key-shaped token>`), UNKNOWN (not issued, or
  * revoked), INDETERMINATE (not checkable now), OK.
  */
-const AuthOutcome = z.enum(['ABSENT', 'MALFORMED', 'UNKNOWN', 'INDETERMINATE', 'OK']);
-export type AuthOutcome = z.infer<typeof AuthOutcome>;
-
 export const AuthBlock = z.object({
-  outcome: AuthOutcome,
+  outcome: z.enum(['ABSENT', 'MALFORMED', 'UNKNOWN', 'INDETERMINATE', 'OK']),
   /** Whether the request carried anything that looks like a credential. */
   presented: z.boolean(),
   /** The tier applied; `free` with a paid key presented means the key was not applied. */

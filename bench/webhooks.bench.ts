@@ -392,7 +392,7 @@ async function throughputSingle(
             await settle();
           }
           return measureCpu(bus === 'nats' ? withNats({}) : {}, () =>
-            profiledIf(process.env.BENCH_CPU_PROF_DIR, 'single-full', async () => {
+            profiledIf(process.env.BENCH_CPU_PROF_DIR, 'single-full', events, async () => {
               const started = performance.now();
               await source(stack.store, 'BENCH', events);
               await receiver.waitFor(events, 300_000);
@@ -423,7 +423,12 @@ async function throughputSingle(
  * whole path, so its profile is taken in process over the measured stretch alone (warm-up left
  * out), written to `dir` as a .cpuprofile and summarised by self time.
  */
-async function profiledIf<T>(dir: string | undefined, name: string, work: () => Promise<T>): Promise<T> {
+async function profiledIf<T>(
+  dir: string | undefined,
+  name: string,
+  deliveries: number,
+  work: () => Promise<T>,
+): Promise<T> {
   if (!dir) return work();
   const session = new Session();
   session.connect();
@@ -458,9 +463,86 @@ async function profiledIf<T>(dir: string | undefined, name: string, work: () => 
     writeFileSync(file, JSON.stringify(profile));
     console.log(`    profile of the measured stretch: ${file}`);
     printProfile(summarise(profile as Parameters<typeof summarise>[0]), 12);
+    printParts(profile as StackProfile, deliveries);
     return result;
   } finally {
     session.disconnect();
+  }
+}
+
+interface StackProfile {
+  nodes: { id: number; callFrame: { functionName: string; url: string }; children?: number[] }[];
+  samples: number[];
+  timeDeltas: number[];
+}
+
+/**
+ * The parts of the single layout a main-thread sample is charged to: the first that names a frame
+ * of its stack, from the innermost out (so the event store's encoding is the store's, whoever
+ * appended). The receiver and the bench's own event source are charged whole, wherever their
+ * stacks lead: the floor pays the receiver too, and the source stands for an engine recording
+ * its verdicts, which it does with or without webhooks.
+ */
+const WHOLE_PARTS: [string, RegExp][] = [
+  ['receiver (the floor pays it too)', /test\/webhooks-receiver\.ts/],
+  [
+    "bench source: its verdict appends, the call (their writes are the store's)",
+    /test\/webhooks-harness\.ts/,
+  ],
+];
+const PARTS: [string, RegExp][] = [
+  [
+    "event store (every append's writes, the source's included)",
+    /adapters\/event-store\/|node_modules\/(lmdb|msgpackr)\//,
+  ],
+  ['signing', /contracts\/webhook-verify/],
+  ['HTTP client (sender, undici)', /services\/webhooks\/sender|node_modules\/undici\//],
+  ['folds, projections', /delivery-log-fold|subscription-fold|webhook-projection|\/projections\//],
+  [
+    'worker, decider',
+    /delivery-worker|delivery-decider|circuit-breaker|endpoint-queues|services\/webhooks\/metrics/,
+  ],
+  ['dispatcher, payloads', /services\/webhooks\//],
+  ['relay, bus', /services\/relay\/|adapters\/bus\//],
+  ['contracts (events, ids)', /\/contracts\//],
+];
+
+/** Main-thread time per delivery by part (see PARTS), from a profile's stacks. */
+function printParts(profile: StackProfile, deliveries: number): void {
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const ms = new Map<number, number>();
+  // A sample's time is the delta to the next one.
+  profile.samples.forEach((id, i) => {
+    ms.set(id, (ms.get(id) ?? 0) + (profile.timeDeltas[i + 1] ?? 0) / 1000);
+  });
+  const parts = new Map<string, number>();
+  for (const [id, t] of ms) {
+    const stack: { functionName: string; url: string }[] = [];
+    for (let at: number | undefined = id; at !== undefined; at = parent.get(at))
+      stack.push(byId.get(at)!.callFrame);
+    const leaf = stack[0]!;
+    let part: string | undefined;
+    if (leaf.url === '' && /^\((idle|garbage collector|program)\)$/.test(leaf.functionName))
+      part = leaf.functionName;
+    part ??= WHOLE_PARTS.find(([, re]) => stack.some((f) => re.test(f.url)))?.[0];
+    for (const frame of stack) {
+      if (part !== undefined || frame.url === '') continue;
+      part = PARTS.find(([, re]) => re.test(frame.url))?.[0];
+    }
+    part ??= 'node itself (TLS, streams, timers, microtasks)';
+    parts.set(part, (parts.get(part) ?? 0) + t);
+  }
+  const busy = [...parts].reduce((sum, [name, t]) => (name === '(idle)' ? sum : sum + t), 0);
+  console.log(
+    `  main thread by part, µs per delivery (busy ${f0((busy * 1000) / deliveries)}, profiler included):`,
+  );
+  for (const [name, t] of [...parts].sort((a, b) => b[1] - a[1])) {
+    if (name === '(idle)') continue;
+    console.log(
+      `    ${f0((t * 1000) / deliveries).padStart(5)}  ${((100 * t) / busy).toFixed(1).padStart(5)} %  ${name}`,
+    );
   }
 }
 

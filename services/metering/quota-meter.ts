@@ -33,7 +33,7 @@ export interface LeaseOptions {
   ms: number;
   /** Units of one grant at most (256). */
   maxUnits?: number;
-  /** A lease no call took from for one to two of these is given back (ms/MIN_UNITS, 20-250 ms). */
+  /** A lease no call took from for one to two of these is given back (default: ms, within 20-250 ms). */
   idleMs?: number;
 }
 

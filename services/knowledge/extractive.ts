@@ -55,7 +55,11 @@ const MAX_UNKNOWN_SHARE = 0.5;
  * complete line"), and "I don't know" is for questions no passage covers.
  */
 const FALLBACK_PASSAGES = 3;
-const FALLBACK_COVERAGE = 0.7;
+/**
+ * Half, as for a unit: a passage that carries half the question is what a quote of it is judged
+ * by anyway; 0.7 left "I don't know" where the first passage held the fact in other words.
+ */
+const FALLBACK_COVERAGE = 0.5;
 const FALLBACK_UNIT = 0.25;
 /** What a unit stating the cause of a "why" must carry of the question to join its answer. */
 const CAUSE_UNIT = 0.25;

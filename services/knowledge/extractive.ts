@@ -25,6 +25,8 @@ const MAX_SENTENCES = 3;
 const MAX_ANSWER_CHARS = 940;
 /** Characters a quote's citation mark adds to the answer (" [1]" and the space after it). */
 const CITATION_MARK = 5;
+/** Leading passages whose units may state what the best passage does not. */
+const SLOT_PASSAGES = 2;
 /** Sentences longer than this are read clause by clause (contract passages, table rows). */
 const LONG_SENTENCE = 450;
 /**
@@ -1185,6 +1187,22 @@ export function extractiveAnswer(
   // the question's words best.
   const fill = candidates.filter((c) => c.passage.id === best.passage.id).sort((a, b) => b.score - a.score);
   for (const c of fill) if (!overlaps(c)) add(c);
+  // The best passage may not hold what the question's kind asks for (a number, a step, a code,
+  // a form, a path; for "which", the list): then units of the two leading passages, or others
+  // that carry the question, that state it join the answer, when they carry a quarter of it.
+  const fills = (text: string) =>
+    stated !== null ? stated.test(text) : kind === 'list' && enumerates(text, listOf);
+  if ((stated !== null || kind === 'list') && !fills(chosen.map((c) => c.quotes.join(' ')).join(' '))) {
+    const stating = candidates
+      .filter(
+        (c) =>
+          (c.rank < SLOT_PASSAGES || carrying.includes(c)) &&
+          c.coverage >= FALLBACK_UNIT &&
+          fills(c.quotes.join(' ')),
+      )
+      .sort((a, b) => b.score - a.score);
+    for (const c of stating) if (!overlaps(c)) add(c);
+  }
   // Read in passage order, then in the order the sentences stand in their passage.
   chosen.sort((a, b) => a.rank - b.rank || a.order - b.order);
   const numbers = new Map<string, number>();

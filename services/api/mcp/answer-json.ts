@@ -75,38 +75,9 @@ interface Head {
 export function joinBytes(parts: readonly (Buffer | string)[]): Buffer {
   let length = 0;
   for (const part of parts) length += typeof part === 'string' ? Buffer.byteLength(part) : part.length;
-  const out = answerBuffer(length);
+  const out = Buffer.allocUnsafe(length);
   let at = 0;
   for (const part of parts) at += typeof part === 'string' ? out.write(part, at) : part.copy(out, at);
-  return out;
-}
-
-/**
- * Answers are cut from slabs of this many bytes, as Node cuts buffers under 4 KB from its pool: a
- * trade call's answer (~8.4 KB) is past Node's pool, and an ArrayBuffer of its own per call (its
- * backing store, the external memory V8 accounts and sweeps) cost ~0.5 us of the ~4 us its bytes
- * took in a microbench (node, 2e5 answers, median of 7). A slab lives while any answer cut from it
- * is still to be written, so it is kept small and only answers of a quarter of Node's pool size to a
- * quarter of a slab come from it: a client that stops reading holds at most one slab with its
- * answer, 16 times the answer's bytes at most (under 8 times for a trade call). Smaller answers
- * come from Node's pool, larger ones get a buffer of their own.
- */
-const SLAB_BYTES = 64 * 1024;
-const MIN_SLAB_ANSWER = 4 * 1024;
-const MAX_SLAB_ANSWER = SLAB_BYTES / 4;
-let slab = Buffer.allocUnsafeSlow(0);
-let slabAt = 0;
-
-/** `length` bytes for one answer, never handed out twice (each answer is written once and sent). */
-function answerBuffer(length: number): Buffer {
-  if (length < MIN_SLAB_ANSWER || length > MAX_SLAB_ANSWER) return Buffer.allocUnsafe(length);
-  if (slabAt + length > slab.length) {
-    slab = Buffer.allocUnsafeSlow(SLAB_BYTES);
-    slabAt = 0;
-  }
-  const out = slab.subarray(slabAt, slabAt + length);
-  // The next answer starts on an 8-byte boundary, as in Node's pool.
-  slabAt = (slabAt + length + 7) & ~7;
   return out;
 }
 

@@ -21,7 +21,7 @@ import { contentTerms, termOf, words } from './text.ts';
 /** How many passages the generative path is given; the extractive one reads further down. */
 export const CONTEXT_PASSAGES = 4;
 const READ_PASSAGES = 40;
-const MAX_SENTENCES = 3;
+const MAX_SENTENCES = 5;
 const MAX_ANSWER_CHARS = 940;
 /** Characters a quote's citation mark adds to the answer (" [1]" and the space after it). */
 const CITATION_MARK = 5;

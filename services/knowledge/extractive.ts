@@ -22,7 +22,7 @@ import { contentTerms, termOf, words } from './text.ts';
 export const CONTEXT_PASSAGES = 4;
 const READ_PASSAGES = 40;
 const MAX_SENTENCES = 5;
-const MAX_ANSWER_CHARS = 940;
+const MAX_ANSWER_CHARS = 975;
 /** Characters a quote's citation mark adds to the answer (" [1]" and the space after it). */
 const CITATION_MARK = 5;
 /** Leading passages whose units may state what the best passage does not. */

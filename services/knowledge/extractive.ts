@@ -305,14 +305,17 @@ export function questionTerms(raw: string): AskedTerm[] {
   }));
 }
 
-/** The terms of a text, with the parts of its snake_case and camelCase names (expected_move_pct names a move). */
-function termsIn(text: string): Set<string> {
+/**
+ * The terms of a text, with the parts of its snake_case and camelCase names (expected_move_pct
+ * names a move); of its PascalCase names (OpenAPI) too unless pascal is false.
+ */
+function termsIn(text: string, pascal = true): Set<string> {
   const out = new Set<string>();
   for (const w of words(text)) {
     const t = termOf(w);
     if (t !== null) out.add(t);
     // camelCase names name their parts too: verifyWebhook verifies a webhook.
-    if (w.includes('_') || /[a-z][A-Z]/.test(w))
+    if (w.includes('_') || (pascal ? /[a-z][A-Z]/.test(w) : /^[a-z]+[A-Z]/.test(w)))
       for (const part of w.split(/_|(?<=[a-z])(?=[A-Z])/)) {
         const p = termOf(part);
         if (p !== null) out.add(p);
@@ -951,6 +954,9 @@ export function extractiveAnswer(
   const compounds = compoundsOf(read.map(({ passage }) => passage.text));
   const coverageOf = (text: string, title: Set<string>, body: Set<string>) => {
     const present = termsIn(text);
+    // The act a "how do I" asks about is named by a word, or a part of a camelCase name
+    // (verifyWebhook), not by a part of a PascalCase name: "OpenAPI" does not open anything.
+    const plain = termsIn(text, false);
     // "Hosts that connect only through OAuth" answers a question that narrows the act as well.
     const narrowed = /\bonly\b/i.test(question) ? new Set<string>() : narrowedActs(text);
     const modifying = modifierOnly(text, asked, compounds);
@@ -967,7 +973,12 @@ export function extractiveAnswer(
         [...meets].some((t) => present.has(t) && !modifying.has(t)) ||
         (codeAsked && [...meets].some((t) => REPLY.has(t)) && REPLY_CODE.test(text));
       if (i === cruxAt && [...meets].some((t) => narrowed.has(t))) narrowedAct = true;
-      if (i === cruxAt && ((named && ![...meets].some((t) => narrowed.has(t))) || has(title))) crux = true;
+      if (
+        i === cruxAt &&
+        ((named && [...meets].some((t) => plain.has(t)) && ![...meets].some((t) => narrowed.has(t))) ||
+          has(title))
+      )
+        crux = true;
       if (named) own += w;
       else if (has(present)) own += 0.5 * w;
       // A compound the documentation writes as one word ("Dockerfile" for "docker") names it in part.

@@ -63,6 +63,13 @@ const FALLBACK_PASSAGES = 3;
  */
 const FALLBACK_COVERAGE = 0.5;
 const FALLBACK_UNIT = 0.25;
+/**
+ * The weighted share of the question words the documentation never uses may hold and the
+ * fallback still answer ("without duplicates" where it says "none twice"); a question more of
+ * whose weight names what the documentation never speaks of ("my bank transfer") is not
+ * answered by a passage that merely shares its other words.
+ */
+const FALLBACK_UNKNOWN = 0.25;
 /** What a unit stating the cause of a "why" must carry of the question to join its answer. */
 const CAUSE_UNIT = 0.25;
 /** A best sentence shorter than this is read with the one after it. */
@@ -1062,9 +1069,9 @@ export function extractiveAnswer(
     });
   });
   // Only a unit that carries the question may answer it; among those, the best scored. Failing
-  // any, a unit of a leading passage that covers the question as a whole, unless the question
-  // names something the documentation never does ("why did my bank transfer fail": no passage
-  // speaks of banks, whatever it says of transfers and failures). A unit that states a fact of
+  // any, a unit of a leading passage that covers the question as a whole, unless more than
+  // FALLBACK_UNKNOWN of the question names what the documentation never does ("why did my bank
+  // transfer fail": no passage speaks of banks, whatever it says of transfers and failures). A unit that states a fact of
   // a narrow shape the question asks for (a path) carries it with less of its words, in a
   // passage that covers the question: few sentences name a file, and the one that does answers;
   // not when the question names what the documentation never does ("my tax return"). So does
@@ -1091,7 +1098,7 @@ export function extractiveAnswer(
           (enumerates(c.quotes.join(' '), ofNoun) || itemList(c.quotes, ofNoun))),
     )
     .sort((a, b) => b.score - a.score || a.rank - b.rank || a.order - b.order);
-  if (carrying.length === 0 && unknown === 0)
+  if (carrying.length === 0 && unknown <= FALLBACK_UNKNOWN * all)
     carrying = candidates
       .filter(
         (c) =>

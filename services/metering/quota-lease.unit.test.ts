@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { MemoryCache } from '../../adapters/cache/memory.ts';
 import { CacheUnavailableError } from '../../adapters/cache/port.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
@@ -194,6 +194,40 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     await busy(meter, subject, committed, 10, 25);
     await expect.poll(() => netUnits(memory, subject), { timeout: 5_000, interval: LEASE.idleMs! }).toBe(250);
     expect(await counters(cache, subject)).toEqual([250, 250]);
+  });
+
+  it('a lease lives through a sweep that follows a call and ends at the next sweep without one: one to two idle periods', async () => {
+    // Only the sweeps' interval is driven by hand; every other timer and the meter's clock run.
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
+    try {
+      const { store, memory, committed } = tallyingStore();
+      const { meter, cache } = meterOn(store);
+      const subject = key();
+      await busy(meter, subject, committed, 10, 25);
+      await sleep(20); // the last grant in flight, if any, lands
+      expect(await netUnits(memory, subject)).toBeGreaterThan(250);
+      /** A call, and whether the lease served it (its answer at a grant already on the log) or it was debited alone. */
+      const leased = async (n: number) => {
+        const head = (await memory.readAll()).at(-1)!.position;
+        const outcome = await meter.debit(subject, 'get_trade_call', `after-${n}`);
+        expect(outcome.ok).toBe(true);
+        return outcome.position! <= head;
+      };
+      // One sweep after the last call: the lease is only marked idle.
+      vi.advanceTimersByTime(LEASE.idleMs!);
+      expect(await leased(1)).toBe(true);
+      // A sweep after a call marks it idle again, no more.
+      vi.advanceTimersByTime(LEASE.idleMs!);
+      expect(await leased(2)).toBe(true);
+      // Two sweeps without a call: the second ends it and its units go back.
+      vi.advanceTimersByTime(LEASE.idleMs!);
+      vi.advanceTimersByTime(LEASE.idleMs!);
+      await expect.poll(() => netUnits(memory, subject), { timeout: 5_000, interval: 5 }).toBe(252);
+      expect(await counters(cache, subject)).toEqual([252, 252]);
+      await meter.stop();
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('a caller too slow to fill a lease (5 calls a second) never gets one: one event per call, nothing to give back', async () => {

@@ -173,9 +173,11 @@ describe.runIf(runs(leased.disk, 'disk-full service suite with quota leases'))(
       const debitEvents = (await leased.service.adapters.eventStore.readAll()).filter(
         (e) => debitedUnits(e) !== 0,
       ).length;
-      // Leased: fewer debit events than calls, and more units on the log than served.
+      // Leased: fewer debit events than calls (one per call without a lease), and more units on
+      // the log than served. Not a tighter bound: a runner paused past the idle sweep (250-500 ms)
+      // ends the lease and the next grant adds events (14 on a quiet run, 44 with three 700 ms pauses).
       expect(used).toBe(60);
-      expect(debitEvents).toBeLessThan(30);
+      expect(debitEvents).toBeLessThan(60);
       expect(await charged()).toBeGreaterThanOrEqual(used);
     });
 

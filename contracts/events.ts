@@ -388,10 +388,10 @@ export const DeliveryAttempted = z.object({
 });
 /**
  * An attempt put in its endpoint's queue behind a busy receiver: it reserves the attempt (and, on
- * the first, carries the body: in logs written before 2026-11-27; since then a first attempt's queue
-record is `DeliverySequenced.first`) for the dispatcher that queued it until the stuck time. When its
- * turn comes well inside that time, that dispatcher sends it and its outcome follows this event
- * with no claim between (a flushed append saved per delivery in a flood); otherwise the
+ * the first, carries the body: in logs written before 2026-11-27; since then a first attempt's
+ * queue record is `DeliverySequenced.first`) for the dispatcher that queued it until the stuck time.
+ * When its turn comes well inside that time, that dispatcher sends it and its outcome follows this
+ * event with no claim between (a flushed append saved per delivery in a flood); otherwise the
  * `DeliveryAttempted` of the same attempt is appended at its turn, just before the send, so only
  * the one claim made at the turn sends it, and a long wait never passes for an attempt stuck in flight.
  */
@@ -405,7 +405,7 @@ const SendTiming = {
  * A delivery's place in its subscription's sequence, in the stream `webhook-seq-<subscriptionId>`:
  * the event's revision + 1 is the delivery's `seq`. Appended once per delivery (its id is derived
  * from the delivery id), carrying the first attempt's claim or queue record (`first`), so the
-numbers have no gaps.
+ * numbers have no gaps.
  */
 export const DeliverySequenced = z.object({
   subscriptionId: z.string(),
@@ -417,8 +417,9 @@ export const DeliverySequenced = z.object({
    * claim at its turn), appended as to a stream that does not exist yet. `claimId` tells the
    * dispatcher that recorded it from one that re-appended the same event (a redelivered bus
    * message, a handling stalled beside its redelivery: the append is idempotent, so every handling
-   * reads the record back and sends only if the claim found is its own). Absent in logs written
-   * before 2026-11-27, where the first attempt's event is the delivery stream's first.
+   * sends only if the claim recorded is its own, read back unless the store handed this process's
+   * commit of it over). Absent in logs written before 2026-11-27, where the first attempt's event
+   * is the delivery stream's first.
    */
   first: DeliveryAttempted.extend({ queued: z.boolean().optional(), claimId: z.string() }).optional(),
 });

@@ -961,9 +961,6 @@ export function extractiveAnswer(
   const compounds = compoundsOf(read.map(({ passage }) => passage.text));
   const coverageOf = (text: string, title: Set<string>, body: Set<string>) => {
     const present = termsIn(text);
-    // The act a "how do I" asks about is named by a word, or a part of a camelCase name
-    // (verifyWebhook), not by a part of a PascalCase name: "OpenAPI" does not open anything.
-    const plain = termsIn(text, false);
     // "Hosts that connect only through OAuth" answers a question that narrows the act as well.
     const narrowed = /\bonly\b/i.test(question) ? new Set<string>() : narrowedActs(text);
     const modifying = modifierOnly(text, asked, compounds);
@@ -979,13 +976,13 @@ export function extractiveAnswer(
       const named =
         [...meets].some((t) => present.has(t) && !modifying.has(t)) ||
         (codeAsked && [...meets].some((t) => REPLY.has(t)) && REPLY_CODE.test(text));
-      if (i === cruxAt && [...meets].some((t) => narrowed.has(t))) narrowedAct = true;
-      if (
-        i === cruxAt &&
-        ((named && [...meets].some((t) => plain.has(t)) && ![...meets].some((t) => narrowed.has(t))) ||
-          has(title))
-      )
-        crux = true;
+      if (i === cruxAt) {
+        const narrows = has(narrowed);
+        if (narrows) narrowedAct = true;
+        // The act a "how do I" asks about is named by a word, or a part of a camelCase name
+        // (verifyWebhook), not by a part of a PascalCase name: "OpenAPI" does not open anything.
+        if ((named && !narrows && has(termsIn(text, false))) || has(title)) crux = true;
+      }
       if (named) own += w;
       else if (has(present)) own += 0.5 * w;
       // A compound the documentation writes as one word ("Dockerfile" for "docker") names it in part.

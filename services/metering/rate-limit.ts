@@ -93,10 +93,13 @@ interface PendingTake {
 export class RateLimiter {
   private readonly windowMs: number;
   private readonly redis: TakingRedis | null;
-  /** Per tier: the start of its budgets' keys, and the limits of a request without a tool and with one. */
+  /**
+   * Per tier: the start of its credential's and its tools' budget keys (the tier in each spelt
+   * once, here), and the limits of a request without a tool and with one.
+   */
   private readonly tiers: Record<
     RateTier,
-    { base: string; all: readonly number[]; withTool: readonly number[] }
+    { allKey: string; toolKey: string; all: readonly number[]; withTool: readonly number[] }
   >;
   /** Fixed windows counted in this process (no Redis, or Redis out of reach). */
   private readonly local = new Map<string, { count: number; resetsAt: number }>();
@@ -109,7 +112,12 @@ export class RateLimiter {
     const tier = (name: RateTier, all: number) => {
       const perTool = Math.max(1, Math.ceil(all * settings.RATE_LIMIT_TOOL_SHARE));
       const base = `${store?.prefix ?? ''}rl:${name}:`;
-      return { base, all: Object.freeze([all]), withTool: Object.freeze([all, perTool]) };
+      return {
+        allKey: `${base}all:${name}:`,
+        toolKey: `${base}tool:${name}:`,
+        all: Object.freeze([all]),
+        withTool: Object.freeze([all, perTool]),
+      };
     };
     this.tiers = {
       anonymous: tier('anonymous', settings.RATE_LIMIT_ANONYMOUS),
@@ -127,12 +135,10 @@ export class RateLimiter {
    * promise of Redis's count.
    */
   decide(tier: RateTier, credential: string, tool: string | null): RateDecision | Promise<RateDecision> {
-    const { base, all, withTool } = this.tiers[tier];
+    const { allKey, toolKey, all, withTool } = this.tiers[tier];
     // The credential's budget, then the tool's: the keys every replica counts on.
-    const keys =
-      tool === null
-        ? [`${base}all:${tier}:${credential}`]
-        : [`${base}all:${tier}:${credential}`, `${base}tool:${tier}:${credential}:${tool}`];
+    const own = allKey + credential;
+    const keys = tool === null ? [own] : [own, `${toolKey}${credential}:${tool}`];
     const limits = tool === null ? all : withTool;
     if (this.redis?.status !== 'ready') return decision(limits, this.takeHere(keys, limits));
     return new Promise<number[]>((resolve, reject) => this.takes.add({ keys, limits, resolve, reject })).then(

@@ -291,7 +291,8 @@ export class DeliveryWorker {
    * place in the queue (`DeliveryQueued`): then it is sent at its turn under that record's lease,
    * or claimed at its turn or a few rounds of slots before it (see `enqueue`). Either way the
    * attempt is this process's from here, and no other dispatcher queues it again unless it waits
-   * past the stuck time; even then the one claim made at a turn decides who sends it. Returns null when the delivery stream moved on (someone else claimed it).
+   * past the stuck time; even then the one claim made at a turn decides who sends it. Returns null
+   * when the delivery stream moved on (someone else claimed it).
    */
   async claim(input: {
     deliveryId: string;
@@ -478,6 +479,7 @@ export class DeliveryWorker {
           { id: deterministicId('webhook-seq', input.deliveryId) },
         ),
       ]);
+      seq = nextRevision + 1;
       // Recorded before (by this event or, in an older log, by a claim of its own): at a position
       // already known here, or else with another claim in the record read back. Even a bus
       // message's first delivery reads it back: a handling stalled past the ack wait runs beside
@@ -491,7 +493,7 @@ export class DeliveryWorker {
         position <= known ||
         (!this.unwatchFirst(claimId) &&
           (
-            (await readSequenced(this.deps.store, input.subscription.id, nextRevision + 1))?.data as
+            (await readSequenced(this.deps.store, input.subscription.id, seq))?.data as
               | EventData<'DeliverySequenced'>
               | undefined
           )?.first?.claimId !== claimId);
@@ -499,7 +501,6 @@ export class DeliveryWorker {
         if (slot) this.queues.release(endpoint);
         return null;
       }
-      seq = nextRevision + 1;
     } catch (err) {
       if (slot) this.queues.release(endpoint);
       throw err;

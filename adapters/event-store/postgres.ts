@@ -339,7 +339,7 @@ export class PostgresEventStore implements EventStore {
         });
       }
     } catch (err) {
-      const settle = !(err instanceof EventStoreUnavailableError) && !isStorageFull(err);
+      const settle = !storeWide(err);
       if (settle && (group.length > 1 || !locked)) {
         // One by one, in order: members of one stream depend on each other's revisions.
         for (const member of group) await this.appendGroup([member], true);
@@ -424,7 +424,7 @@ export class PostgresEventStore implements EventStore {
       answered = [{ idx: 0, code: null, detail: null, next_revision: null, head: sent.rows[0]!.base }];
       carried = sent.carried;
     } catch (err) {
-      if (err instanceof EventStoreUnavailableError || isStorageFull(err)) throw err;
+      if (storeWide(err)) throw err;
       ({ rows: answered, carried } = await this.sendCarrying<GroupRow>(
         'es_append_unlocked',
         this.q.appendUnlocked,
@@ -921,6 +921,15 @@ function plainUnlockedInsert({ schema: s, channel, guard }: SchemaNames, notify:
       WITH ORDINALITY AS m(s, x, id, t, correlation, causation, d, i)
 )
 SELECT g.base FROM g`;
+}
+
+/**
+ * A failure no other statement for the same group would settle (the server unreachable, the
+ * statement timeout, the disk full): neither appendGroup's one-by-one retry nor sendUnlocked's
+ * fallback to append_group_unlocked sends it again.
+ */
+function storeWide(err: unknown): boolean {
+  return err instanceof EventStoreUnavailableError || isStorageFull(err);
 }
 
 const UNIQUE_VIOLATION = '23505';

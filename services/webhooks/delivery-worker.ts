@@ -436,7 +436,10 @@ export class DeliveryWorker {
    * 'no_stream' did when the attempt had a stream of its own.
    */
   async claimFirst(
-    input: Omit<Parameters<DeliveryWorker['claim']>[0], 'attempt' | 'expected' | 'seq' | 'seriesAttempt'>,
+    input: Omit<
+      Parameters<DeliveryWorker['claim']>[0],
+      'attempt' | 'expected' | 'seq' | 'seriesAttempt' | 'state' | 'dueAt' | 'queuedAttempt'
+    >,
   ): Promise<DeliveryJob | null> {
     // A fresh append lands past every position folded here and past the log's head when this
     // process started; the original of a repeated one may not.

@@ -1,10 +1,10 @@
-import { existsSync, mkdirSync, rmSync, statSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { type BrowserContext, chromium, type Page } from 'playwright-core';
+import type { BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CHROMIUM, launchChromium } from '../../test/chromium.ts';
 import { MARKETS, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
 
-const CHROMIUM = '/usr/bin/chromium';
 const present = existsSync(CHROMIUM);
 // Outside CI a machine without Debian's chromium says so loudly; under CI=true the suite runs and fails.
 if (!present && process.env.CI !== 'true') {
@@ -22,9 +22,9 @@ let holds: Awaited<ReturnType<typeof startHistoryServer>>;
 let youngFx: Awaited<ReturnType<typeof recordHistory>>;
 let young: Awaited<ReturnType<typeof startHistoryServer>>;
 let browser: BrowserContext;
+let closeBrowser: (() => Promise<void>) | undefined;
 
 const CHARTS = ['chart-calibration', 'chart-coverage', 'chart-hit', 'chart-net', 'chart-sigma'];
-let profile: string;
 
 describe.runIf(present || process.env.CI === 'true')('GET /track-record in headless Chromium', () => {
   beforeAll(async () => {
@@ -38,28 +38,10 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     youngFx = await recordHistory({ steps: 3, markets: perp });
     young = await startHistoryServer({ store: youngFx.store, feed: youngFx.feed });
     await young.settle();
-    profile = join(process.cwd(), 'test-results', `chromium-profile-${process.pid}-${Date.now()}`);
-    mkdirSync(profile, { recursive: true });
-    // A fresh profile per run (the persistent-context form is how playwright takes --user-data-dir).
-    browser = await chromium.launchPersistentContext(profile, {
-      executablePath: CHROMIUM,
-      viewport: { width: 1400, height: 1000 },
-      headless: true,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
-    });
+    ({ browser, close: closeBrowser } = await launchChromium('track-record'));
   });
   afterAll(async () => {
-    await browser?.close();
-    if (profile) rmSync(profile, { recursive: true, force: true });
+    await closeBrowser?.();
     await server?.close();
     await fx?.engine.close();
     await holds?.close();

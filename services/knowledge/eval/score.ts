@@ -69,8 +69,14 @@ export const SPENT_SETS = [] as const;
  * (41 / 79, 0 / 14 off-topic grounded; docs/knowledge.md), its wrong answers not printed; scored
  * again with word vectors (6fa42fc, withdrawn for no gain), summary line only: 41 / 79, 0 / 14. A
  * picker change must not read them: to score it after a change, print its summary line only.
+ *
+ * integrator.json: 69 questions and 12 off-topic ones a developer wiring the service into a trading
+ * bot or an agent host (MCP, x402, keys, webhooks, history exports) and a risk analyst reading the
+ * risk forecast ask, written blind from the indexed documentation on 2026-11-27 and committed with
+ * this line, before the picker's twelfth change and before the chat was ever asked them. Never
+ * tuned on and not yet scored; the same rule holds: summary line only.
  */
-export const BLIND_SETS = ['operator.json'] as const;
+export const BLIND_SETS = ['operator.json', 'integrator.json'] as const;
 
 export const QUESTION_SETS = [...TUNED_SETS, ...SPENT_SETS, ...BLIND_SETS] as const;
 

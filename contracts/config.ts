@@ -262,7 +262,7 @@ export const ConfigSchema = z
      * next calls counted and recorded ahead in one event, sized to QUOTA_LEASE_MS of its calls at
      * their recent rate (at most QUOTA_LEASE_MAX_UNITS, and at most a sixteenth of what is left);
      * what no call took is given back once it goes quiet or the api stops. A killed api leaves at
-     * most one lease's unused units charged per busy key and tool. 0 (or QUOTA_LEASE_MAX_UNITS below
+     * most one lease's unused units charged per busy key (one lease serves all its tools). 0 (or QUOTA_LEASE_MAX_UNITS below
      * 8, the smallest grant): every call is recorded on its own.
      */
     QUOTA_LEASE_MS: nonNegativeInt.default(1_000),

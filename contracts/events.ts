@@ -258,7 +258,8 @@ export const QuotaDebited = z.object({ ...DebitFields, requestId: z.string() });
  * The debits of a batch of one subject's calls of one tool, recorded together (what QuotaMeter
  * writes): the calls debited while the subject's previous batch was being appended, all counted in
  * the same generation, day and plan, or the units a busy subject's lease prepays for its next calls
- * (their unused part comes back as QuotaDebitsReturned). `units` is the number of calls, one each;
+ * of any tool, recorded under the tool of the call that opened it (their unused part comes back as
+ * QuotaDebitsReturned). `units` is the number of calls, one each;
  * a rebuild folds it like QuotaDebited's. Per-call request ids are not kept: the counters need only the units, and one
  * tool per event keeps the shape flat, which the compiled validator checks without zod.
  */

@@ -62,7 +62,7 @@ const { values: args } = parseArgs({
   },
 });
 const BETWEEN_MS = Number(args['seconds-between']) * 1000;
-/** QUOTA_LEASE_MAX_UNITS of the apis: what a killed one may leave charged per key and tool. */
+/** QUOTA_LEASE_MAX_UNITS of the apis: what a killed one may leave charged per key (one lease a key). */
 const LEASE_MAX_UNITS = 64;
 const START_STALL_MS = Number(args['start-stall-seconds']) * 1000;
 
@@ -576,7 +576,7 @@ async function main(): Promise<number> {
   if (duplicates > 0) failures.push(`${duplicates} duplicate event ids`);
   // A 200 is never served without its debit; a debit without a 200 can only be a call in flight
   // on a replica that was killed (its answer lost with it), or a unit of the lease it held for the
-  // key's next calls (one tool: one lease per killed api, LEASE_MAX_UNITS at most).
+  // key's next calls (one lease per killed api, LEASE_MAX_UNITS at most).
   const leaseAllowance = apis.length * LEASE_MAX_UNITS;
   if (proTally.ok > proDebits || proDebits - proTally.ok > proTally.failed + leaseAllowance)
     failures.push(

@@ -61,7 +61,7 @@ export async function serveMetered<T>(
   let before: QuotaSnapshot;
   const at = subjectWindows(caller.subject, quota.plans, quota.now());
   try {
-    before = await quota.peekAt(at, call.tool);
+    before = await quota.peekAt(at);
   } catch (err) {
     if (!(err instanceof CacheUnavailableError)) throw err;
     observer?.refused(caller.subject.plan, 'unavailable');

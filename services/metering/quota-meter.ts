@@ -66,9 +66,10 @@ export async function onLiveCounters<T>(
 }
 
 /**
- * A lease: prepaid units of one subject's calls of one tool, debited on the counters and recorded
- * on the log ahead of the calls, the only way a busy caller's call is decided without a round trip.
- * The rules:
+ * A lease: prepaid units of one subject's calls, whatever their tool, debited on the counters and
+ * recorded on the log ahead of the calls, the only way a busy caller's call is decided without a
+ * round trip. One per subject, so a crash or a failed give-back leaves at most one lease charged
+ * per subject. The rules:
  *
  * - granted to a busy subject only (a call within ms/MIN_UNITS of its last one, and within idleMs,
  *   or one while its last debits are being written), once MIN_UNITS of its calls were seen, sized
@@ -80,11 +81,12 @@ export async function onLiveCounters<T>(
  * - given back once no call took from it for one to two idle periods, when the day or plan
  *   changes, and at a clean stop;
  * - lost on a crash, or when the give-back fails GIVE_BACK_TRIES times: its unused units stay
- *   charged, at most `maxUnits` per busy subject and tool.
+ *   charged, at most `maxUnits` per busy subject.
  *
  * Measured against a debit per call: `npm run bench -- budget`.
  */
 interface QuotaLease {
+  /** The tool of the call that opened it: its grants and give-back are recorded under it. */
   readonly tool: string;
   /** The subject's windows it was granted on (a new day or plan ends it). */
   readonly at: SubjectWindows;
@@ -150,7 +152,7 @@ export class QuotaMeter {
   private readonly leaseMs: number;
   private readonly maxUnits: number;
   private readonly idleMs: number;
-  /** Each subject's leases: one live per tool at most, and the ended ones still giving units back. */
+  /** Each subject's leases: one live at most, and the ended ones still giving units back. */
   private readonly leases = new Map<string, QuotaLease[]>();
   private readonly lastCall = new Map<string, number>();
   private sweeper: NodeJS.Timeout | null = null;
@@ -188,17 +190,17 @@ export class QuotaMeter {
     return onLiveCounters(op, () => this.counters.ensure());
   }
 
-  /** Live figures without debiting; CacheUnavailableError when the counters are out of reach. */
+  /** Figures without debiting; CacheUnavailableError when the counters are out of reach. */
   peek(subject: QuotaSubject): Promise<QuotaSnapshot> {
     return this.peekAt(subjectWindows(subject, this.deps.plans, this.now()));
   }
 
   /**
-   * Figures of the windows `at` without debiting: for a call of `tool` that a lease of their day
-   * and plan holds a unit for, from the counts last read here (no round trip); else read live.
+   * Figures of the windows `at` without debiting: while a lease of their day and plan holds a unit,
+   * from the counts last read here (no round trip); else read live.
    */
-  async peekAt(at: SubjectWindows, tool?: string): Promise<QuotaSnapshot> {
-    const lease = tool === undefined ? undefined : this.liveLease(at.subject.id, tool);
+  async peekAt(at: SubjectWindows): Promise<QuotaSnapshot> {
+    const lease = this.liveLease(at.subject.id);
     if (lease !== undefined && lease.free > 0 && sameDayAndPlan(lease.at, at)) {
       const known = this.known(at);
       if (known.length > 0) return this.figures(at, known);
@@ -267,9 +269,9 @@ export class QuotaMeter {
   }
 
   /**
-   * The lease of a call of the subject's `tool`, noting the call: the live one while it holds the
-   * call's day and plan, else a new one when the subject is busy: its debits being written
-   * (`overlapping`), or its last call within ms/MIN_UNITS and idleMs.
+   * The lease of the subject's call, noting the call: the live one while it holds the call's day and
+   * plan, else a new one when the subject is busy: its debits being written (`overlapping`), or its
+   * last call within ms/MIN_UNITS and idleMs.
    */
   private leaseOf(at: SubjectWindows, tool: string, overlapping: boolean): QuotaLease | undefined {
     const now = this.now();
@@ -277,7 +279,7 @@ export class QuotaMeter {
     const last = this.lastCall.get(subjectId) ?? Number.NEGATIVE_INFINITY;
     if (this.lastCall.size >= REMEMBERED_SUBJECTS) this.lastCall.clear();
     this.lastCall.set(subjectId, now);
-    const live = this.liveLease(subjectId, tool);
+    const live = this.liveLease(subjectId);
     // The same day and plan (windows made again once the memo was cleared): the same lease.
     if (live !== undefined && sameDayAndPlan(live.at, at)) return live;
     // A call asked before midnight and debited after it (its windows were made when it was asked)
@@ -311,8 +313,8 @@ export class QuotaMeter {
     return lease;
   }
 
-  private liveLease(subjectId: string, tool: string): QuotaLease | undefined {
-    return this.leases.get(subjectId)?.find((lease) => lease.tool === tool && lease.ending === null);
+  private liveLease(subjectId: string): QuotaLease | undefined {
+    return this.leases.get(subjectId)?.find((lease) => lease.ending === null);
   }
 
   private get leasing(): boolean {
@@ -335,10 +337,9 @@ export class QuotaMeter {
     if (lease.free + lease.pending > lease.size >> 1) return;
     const now = this.now();
     const elapsed = Math.max(1, now - lease.since);
-    // What the tool's leases hold here, this one and the ended ones still giving units back.
+    // What the subject's leases hold here, this one and the ended ones still giving units back.
     let held = 0;
-    for (const other of this.leases.get(lease.at.subject.id) ?? [])
-      if (other.tool === lease.tool) held += other.free + other.pending;
+    for (const other of this.leases.get(lease.at.subject.id) ?? []) held += other.free + other.pending;
     // Four times the calls seen at most: a burst's first calls do not buy a full lease.
     const units = Math.min(
       this.maxUnits - held,

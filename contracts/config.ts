@@ -258,12 +258,12 @@ export const ConfigSchema = z
     PLAN_PRO_MONTHLY_CALLS: positiveInt.default(100_000),
     /**
      * Prepaid debits (the quota lease, services/metering/quota-meter.ts): a key or client whose calls
-     * overlap, or come within QUOTA_LEASE_MS / 8 (and 250 ms) of each other, has the units of its
-     * next calls counted and recorded ahead in one event, sized to QUOTA_LEASE_MS of its calls at
-     * their recent rate (at most QUOTA_LEASE_MAX_UNITS, and at most a sixteenth of what is left);
-     * what no call took is given back once it goes quiet or the api stops. A killed api leaves at
-     * most one lease's unused units charged per busy key (one lease serves all its tools). 0 (or QUOTA_LEASE_MAX_UNITS below
-     * 8, the smallest grant): every call is recorded on its own.
+     * come at 8 or more per QUOTA_LEASE_MS has the units of its next calls counted and recorded
+     * ahead in one event, sized to QUOTA_LEASE_MS of its calls at their recent rate (at most
+     * QUOTA_LEASE_MAX_UNITS, and at most a sixteenth of what is left); what no call took is given
+     * back once it goes quiet or the api stops. A killed api leaves at most one lease's unused units
+     * charged per busy key (one lease serves all its tools). 0 (or QUOTA_LEASE_MAX_UNITS below 8,
+     * the smallest grant): every call is recorded on its own.
      */
     QUOTA_LEASE_MS: nonNegativeInt.default(1_000),
     QUOTA_LEASE_MAX_UNITS: positiveInt.default(256),

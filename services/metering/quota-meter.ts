@@ -71,11 +71,10 @@ export async function onLiveCounters<T>(
  * round trip. One per subject, so a crash or a failed give-back leaves at most one lease charged
  * per subject. The rules:
  *
- * - granted to a busy subject only (a call within ms/MIN_UNITS of its last one, and within idleMs,
- *   or one while its last debits are being written), once MIN_UNITS of its calls were seen, sized
- *   to `ms` of its calls at their recent rate, at most `maxUnits`, and only while it is at most
- *   1/LEASE_SHARE of what is left: near a limit every call goes to the counters, and no replica
- *   holds units another one needs;
+ * - granted to a busy subject only: once MIN_UNITS of its calls were seen, sized to `ms` of its
+ *   calls at their recent rate (none under MIN_UNITS: at least MIN_UNITS calls per `ms`), at most
+ *   `maxUnits`, and only while it is at most 1/LEASE_SHARE of what is left: near a limit every call
+ *   goes to the counters, and no replica holds units another one needs;
  * - used without a round trip: a unit is on the counters and the log before any call takes it;
  *   the next grant is asked for once half the last one is left;
  * - given back once no call took from it for one to two idle periods, when the day or plan
@@ -154,7 +153,6 @@ export class QuotaMeter {
   private readonly idleMs: number;
   /** Each subject's leases: one live at most, and the ended ones still giving units back. */
   private readonly leases = new Map<string, QuotaLease[]>();
-  private readonly lastCall = new Map<string, number>();
   private sweeper: NodeJS.Timeout | null = null;
   private stopped = false;
   /** The counters' figures at a subject's last debit, grant or give-back here, by window key. */
@@ -243,8 +241,7 @@ export class QuotaMeter {
   /** debit, in the subject's windows `at` (subjectWindows, made when the call was asked). */
   async debitAt(at: SubjectWindows, tool: string): Promise<DebitOutcome> {
     const known = this.known(at);
-    const lane = this.lanes.get(at.subject.id);
-    const lease = this.leaseOf(at, tool, lane !== undefined && lane.inFlight > 0);
+    const lease = this.leaseOf(at, tool);
     if (lease !== undefined && this.take(lease, left(at.windows, known))) {
       const outcome = {
         ok: true,
@@ -269,16 +266,11 @@ export class QuotaMeter {
   }
 
   /**
-   * The lease of the subject's call, noting the call: the live one while it holds the call's day and
-   * plan, else a new one when the subject is busy: its debits being written (`overlapping`), or its
-   * last call within ms/MIN_UNITS and idleMs.
+   * The lease of the subject's call: the live one while it holds the call's day and plan, else a new
+   * one, empty until its calls come fast enough for a grant (refill).
    */
-  private leaseOf(at: SubjectWindows, tool: string, overlapping: boolean): QuotaLease | undefined {
-    const now = this.now();
+  private leaseOf(at: SubjectWindows, tool: string): QuotaLease | undefined {
     const subjectId = at.subject.id;
-    const last = this.lastCall.get(subjectId) ?? Number.NEGATIVE_INFINITY;
-    if (this.lastCall.size >= REMEMBERED_SUBJECTS) this.lastCall.clear();
-    this.lastCall.set(subjectId, now);
     const live = this.liveLease(subjectId);
     // The same day and plan (windows made again once the memo was cleared): the same lease.
     if (live !== undefined && sameDayAndPlan(live.at, at)) return live;
@@ -288,8 +280,7 @@ export class QuotaMeter {
     if (live !== undefined && at.period.dayResetsAt < live.at.period.dayResetsAt) return undefined;
     // A new day or plan ends the lease: its units go back to the windows they were counted in.
     if (live !== undefined) this.end(live);
-    if (!this.leasing || (!overlapping && now - last > Math.min(this.leaseMs / MIN_UNITS, this.idleMs)))
-      return undefined;
+    if (!this.leasing) return undefined;
     const lease: QuotaLease = {
       tool,
       at,
@@ -297,7 +288,7 @@ export class QuotaMeter {
       pending: 0,
       size: 0,
       calls: 0,
-      since: now,
+      since: this.now(),
       idle: false,
       granting: null,
       ending: null,

@@ -12,6 +12,13 @@ describe('streamHealth', () => {
     });
   });
 
+  it('a standalone server is ready on its one copy, whatever copies the stream config names', () => {
+    expect(streamHealth({ config: { num_replicas: 3 } })).toEqual({
+      ok: true,
+      replicas: { wanted: 3, current: 1 },
+    });
+  });
+
   it('three copies: ready with the leader and one current peer, not with the leader alone', () => {
     const led = (peers: ReturnType<typeof peer>[]) =>
       streamHealth({ config: { num_replicas: 3 }, cluster: { leader: 'n1', replicas: peers } });

@@ -124,6 +124,32 @@ describe.skipIf(!reachable)('NatsBus specifics', () => {
     ).rejects.toThrow(/without subject/);
   });
 
+  it('on a lone server, keeps the copies there are when more are asked for, and says why', async () => {
+    const lone = await connectNatsBus({
+      url: NATS_URL,
+      stream,
+      subjectPrefix: prefix,
+      logger,
+      duplicateWindowMs: 90_000,
+      replicas: 3,
+    });
+    try {
+      const [raise, ...others] = (await lone.health()).drift ?? [];
+      expect(others).toEqual([]);
+      expect(raise).toMatchObject({ setting: 'replicas', wanted: 3, found: 1, updated: false });
+      expect(raise?.error).toMatch(/not in a cluster/);
+      // The stream is left as it was (NATS 2.9 would accept the raise and still keep one copy),
+      // and the bus is ready on it.
+      const nc = await connect({ servers: NATS_URL });
+      const info = await (await jetstreamManager(nc)).streams.info(stream);
+      await nc.close();
+      expect(info.config.num_replicas).toBe(1);
+      expect(await lone.health()).toMatchObject({ ok: true, replicas: { wanted: 1, current: 1 } });
+    } finally {
+      await lone.close();
+    }
+  });
+
   it('rejects invalid durable and stream names', async () => {
     await expect(
       bus.consume({ durable: 'a.b', filterSubject: `${prefix}.>` }, async () => {}),

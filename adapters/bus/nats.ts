@@ -231,14 +231,20 @@ async function ensureStream(jsm: JetStreamManager, wanted: WantedStream): Promis
   compare('discard', wanted.discard, found.discard);
   compare('duplicate_window', wanted.duplicate_window, found.duplicate_window);
   if (found.num_replicas < wanted.num_replicas) {
-    let updated = false;
-    try {
-      await jsm.streams.update(wanted.name, { num_replicas: wanted.num_replicas });
-      updated = true;
-    } catch {
-      // A lone server, or too few peers: keep running on the copies there are, and say so.
+    const raise = { setting: 'replicas', wanted: wanted.num_replicas, found: found.num_replicas } as const;
+    if (existing.cluster === undefined) {
+      // NATS 2.9 accepts the raise on a server outside a cluster and keeps one copy: the stream
+      // would then claim copies that do not exist, for every process that opens it.
+      drift.push({ ...raise, updated: false, error: 'the server is not in a cluster: one copy only' });
+    } else {
+      try {
+        await jsm.streams.update(wanted.name, { num_replicas: wanted.num_replicas });
+        drift.push({ ...raise, updated: true });
+      } catch (err) {
+        // Too few peers in the cluster: keep running on the copies there are, and say why.
+        drift.push({ ...raise, updated: false, error: err instanceof Error ? err.message : String(err) });
+      }
     }
-    drift.push({ setting: 'replicas', wanted: wanted.num_replicas, found: found.num_replicas, updated });
   } else {
     compare('replicas', wanted.num_replicas, found.num_replicas);
   }
@@ -540,15 +546,16 @@ export interface StreamCopies {
  * the one node left still answers stream info.
  */
 export function streamHealth(info: StreamCopies): BusHealth {
+  // A server outside a cluster holds one copy, whatever the stream's config asks for.
+  if (info.cluster === undefined)
+    return { ok: true, replicas: { wanted: info.config.num_replicas, current: 1 } };
   const wanted = info.config.num_replicas;
-  const leader = info.cluster?.leader;
+  const leader = info.cluster.leader;
   const current =
-    info.cluster === undefined
-      ? 1
-      : (leader ? 1 : 0) + (info.cluster.replicas ?? []).filter((p) => p.current && !p.offline).length;
+    (leader ? 1 : 0) + (info.cluster.replicas ?? []).filter((p) => p.current && !p.offline).length;
   const quorum = Math.floor(wanted / 2) + 1;
   const replicas = { wanted, current, ...(leader ? { leader } : {}) };
-  if (current >= quorum && (info.cluster === undefined || leader)) return { ok: true, replicas };
+  if (current >= quorum && leader) return { ok: true, replicas };
   return {
     ok: false,
     detail: `the stream has lost its quorum: ${current} of ${wanted} copies current, ${quorum} needed${leader ? '' : ', no leader'}`,

@@ -33,6 +33,8 @@ export interface BusSettingDrift {
   found: string | number;
   /** True when start brought the stream in line (replicas raised); false when only reported. */
   updated: boolean;
+  /** Why the raise was refused (a lone server, too few peers), when start tried one and failed. */
+  error?: string;
 }
 
 export interface PublishAck {

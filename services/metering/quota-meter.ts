@@ -4,18 +4,11 @@ import { TurnBatch } from '../../adapters/cache/turn-batch.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { newEventId } from '../../contracts/event-id.ts';
 import type { EventData } from '../../contracts/events.ts';
-import { setBounded } from '../shared/bounded-map.ts';
 import { turnEnd } from '../shared/turn-end.ts';
 import type { PlanLimits, PlanTable } from './plans.ts';
 import { QUOTA_FAMILY, QuotaCounters } from './quota-rebuild.ts';
 import type { QuotaSnapshot } from './snapshot.ts';
-import {
-  type QuotaPeriod,
-  type QuotaSubject,
-  REMEMBERED_SUBJECTS,
-  type SubjectWindows,
-  subjectWindows,
-} from './windows.ts';
+import { type QuotaPeriod, type QuotaSubject, type SubjectWindows, subjectWindows } from './windows.ts';
 
 // The knowledge chat quota counts the same subjects.
 export type { QuotaSubject } from './windows.ts';
@@ -105,6 +98,8 @@ interface QuotaLease {
   ending: Promise<void> | null;
   /** Log position of the last grant: the position its calls answer with. */
   position: number;
+  /** The counters' figures of its windows at its subject's last debit, grant or give-back here. */
+  counts: readonly number[];
 }
 
 interface Batch {
@@ -155,8 +150,6 @@ export class QuotaMeter {
   private readonly leases = new Map<string, QuotaLease[]>();
   private sweeper: NodeJS.Timeout | null = null;
   private stopped = false;
-  /** The counters' figures at a subject's last debit, grant or give-back here, by window key. */
-  private readonly counts = new Map<string, { keys: readonly string[]; counts: readonly number[] }>();
 
   constructor(
     private readonly deps: {
@@ -199,29 +192,17 @@ export class QuotaMeter {
    */
   async peekAt(at: SubjectWindows): Promise<QuotaSnapshot> {
     const lease = this.liveLease(at.subject.id);
-    if (lease !== undefined && lease.free > 0 && sameDayAndPlan(lease.at, at)) {
-      const known = this.known(at);
-      if (known.length > 0) return this.figures(at, known);
-    }
+    if (lease !== undefined && lease.free > 0 && sameDayAndPlan(lease.at, at))
+      return this.figures(at, lease.counts);
     const counts = await this.live(() => this.deps.cache.readLive(QUOTA_FAMILY, at.keys));
     return this.figures(at, counts);
-  }
-
-  /** The counts of the windows `at` at their subject's last debit, grant or give-back here; none known: []. */
-  private known(at: SubjectWindows): readonly number[] {
-    const last = this.counts.get(at.subject.id);
-    return last !== undefined && sameKeys(last.keys, at.keys) ? last.counts : [];
-  }
-
-  private remember(at: SubjectWindows, counts: readonly number[]): void {
-    setBounded(this.counts, at.subject.id, { keys: at.keys, counts }, REMEMBERED_SUBJECTS);
   }
 
   /** The counters' `counts`, less what this process's leases of the subject hold in these windows. */
   private figures(at: SubjectWindows, counts: readonly number[]): QuotaSnapshot {
     let held = 0;
     for (const lease of this.leases.get(at.subject.id) ?? [])
-      if (sameKeys(lease.at.keys, at.keys)) held += lease.free + lease.pending;
+      if (lease.at.period.day === at.period.day) held += lease.free + lease.pending;
     return quotaSnapshot(
       at.limits,
       at.period,
@@ -240,12 +221,11 @@ export class QuotaMeter {
 
   /** debit, in the subject's windows `at` (subjectWindows, made when the call was asked). */
   async debitAt(at: SubjectWindows, tool: string): Promise<DebitOutcome> {
-    const known = this.known(at);
     const lease = this.leaseOf(at, tool);
-    if (lease !== undefined && this.take(lease, left(at.windows, known))) {
+    if (lease !== undefined && this.take(lease, left(at.windows, lease.counts))) {
       const outcome = {
         ok: true,
-        snapshot: this.figures(at, known),
+        snapshot: this.figures(at, lease.counts),
         refusedBy: null,
         position: lease.position,
       };
@@ -258,7 +238,7 @@ export class QuotaMeter {
     const recorded = result.ok ? this.record(at, tool, result.generation) : null;
     if (lease !== undefined && lease.ending === null) {
       if (result.ok) this.refill(lease, left(at.windows, result.counts));
-      this.remember(at, result.counts);
+      lease.counts = result.counts;
     }
     if (recorded === null)
       return { ok: false, snapshot, refusedBy: result.refusedBy === 0 ? 'monthly' : 'daily', position: null };
@@ -293,6 +273,7 @@ export class QuotaMeter {
       granting: null,
       ending: null,
       position: 0,
+      counts: [],
     };
     const leases = this.leases.get(subjectId);
     if (leases === undefined) this.leases.set(subjectId, [lease]);
@@ -358,7 +339,7 @@ export class QuotaMeter {
   private async grant(lease: QuotaLease, units: number): Promise<void> {
     const { at } = lease;
     const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, at.windows, units));
-    if (lease.ending === null) this.remember(at, result.counts);
+    lease.counts = result.counts;
     if (!result.ok) return;
     lease.pending = units;
     const data = debitData(at, lease.tool, units, result.generation);
@@ -443,14 +424,13 @@ export class QuotaMeter {
     await Promise.all(leases.map((lease) => lease.ending));
   }
 
-  /** Takes units given back on the windows `at` out of the counts its subject's leased calls answer with. */
+  /** Takes units given back on the windows `at` out of the counts its subject's live lease answers with. */
   private uncount(at: SubjectWindows, units: number): void {
-    const known = this.counts.get(at.subject.id);
-    if (known === undefined) return;
-    const counts = known.counts.map((count, i) =>
-      at.keys.includes(known.keys[i]!) ? (count > units ? count - units : 0) : count,
+    const live = this.liveLease(at.subject.id);
+    if (live === undefined) return;
+    live.counts = live.counts.map((count, i) =>
+      at.keys.includes(live.at.keys[i]!) ? (count > units ? count - units : 0) : count,
     );
-    this.counts.set(at.subject.id, { keys: known.keys, counts });
   }
 
   /** Gives back units counted for calls that will not be served; out of reach, they stay charged. */
@@ -558,10 +538,6 @@ function quotaStream(subjectId: string): string {
 
 function sameDayAndPlan(a: SubjectWindows, b: SubjectWindows): boolean {
   return a === b || (a.period.day === b.period.day && a.subject.plan === b.subject.plan);
-}
-
-function sameKeys(a: readonly string[], b: readonly string[]): boolean {
-  return a === b || (a.length === b.length && a.every((key, i) => key === b[i]));
 }
 
 /** What is left in the tighter of `windows` at `counts` (none known: nothing, so no grant). */

@@ -10,7 +10,6 @@ import type { SignalEngine } from './engine/engine.ts';
 import type { SignalOperations } from './engine/operations.ts';
 import { HISTORY_ROLES, historySlice } from './history/slice.ts';
 import { knowledgeModule } from './knowledge/module.ts';
-import { observeQuota } from './metering/metered-call.ts';
 import { setupX402, type X402Setup } from './payments/setup.ts';
 import { paymentsSlice } from './payments/slice.ts';
 import { projectionsComponent } from './projections/component.ts';
@@ -100,10 +99,10 @@ export async function composeSlices(ctx: SliceContext): Promise<ComposedSlices> 
       },
     });
     if (metrics) {
-      observeQuota(channels.quota, {
+      channels.quota.observer = {
         debited: (plan) => metrics.quotaDebits.inc({ plan }),
         refused: (plan, reason) => metrics.quotaRefusals.inc({ plan, reason }),
-      });
+      };
     }
   }
   // The dispatcher reads the latest verdicts from the projections slice's runner when both run here.

@@ -1,5 +1,4 @@
 import { CacheUnavailableError } from '../../adapters/cache/port.ts';
-import type { Plan } from '../../contracts/events.ts';
 import type { Caller } from './caller.ts';
 import type { DebitOutcome, QuotaMeter } from './quota-meter.ts';
 import type { ServiceMeta } from './service-meta.ts';
@@ -32,19 +31,6 @@ export class QuotaUnavailableError extends Error {
   }
 }
 
-/** Told how every metered call ended (the quota metrics). */
-export interface QuotaObserver {
-  debited(plan: Plan): void;
-  refused(plan: Plan, reason: 'daily' | 'monthly' | 'unavailable'): void;
-}
-
-/** By meter: every channel that meters calls shares the api's one meter, so one registration sees them all. */
-const observers = new WeakMap<QuotaMeter, QuotaObserver>();
-
-export function observeQuota(meter: QuotaMeter, observer: QuotaObserver): void {
-  observers.set(meter, observer);
-}
-
 /**
  * Serves one call against the caller's quota. The figures before the call (no round trip when a
  * lease holds its unit) refuse an exhausted caller before any work; the call runs; only a result
@@ -57,7 +43,7 @@ export async function serveMetered<T>(
   call: { tool: string; requestId: string },
   run: () => Promise<T>,
 ): Promise<MeteredResult<T>> {
-  const observer = observers.get(quota);
+  const { observer } = quota;
   let before: QuotaSnapshot;
   const at = subjectWindows(caller.subject, quota.plans, quota.now());
   try {

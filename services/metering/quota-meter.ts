@@ -3,7 +3,7 @@ import { type Cache, CounterStateLostError, type QuotaWindow } from '../../adapt
 import { TurnBatch } from '../../adapters/cache/turn-batch.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { newEventId } from '../../contracts/event-id.ts';
-import type { EventData } from '../../contracts/events.ts';
+import type { EventData, Plan } from '../../contracts/events.ts';
 import { turnEnd } from '../shared/turn-end.ts';
 import type { PlanLimits, PlanTable } from './plans.ts';
 import { QUOTA_FAMILY, QuotaCounters } from './quota-rebuild.ts';
@@ -19,6 +19,12 @@ export interface DebitOutcome {
   refusedBy: 'monthly' | 'daily' | null;
   /** Log position of the event that records the debit, when debited. */
   position: number | null;
+}
+
+/** Told how every metered call ended (the quota metrics). */
+export interface QuotaObserver {
+  debited(plan: Plan): void;
+  refused(plan: Plan, reason: 'daily' | 'monthly' | 'unavailable'): void;
 }
 
 export interface LeaseOptions {
@@ -138,6 +144,8 @@ const GIVE_BACK_TRIES = 3;
  */
 export class QuotaMeter {
   readonly counters: QuotaCounters;
+  /** Every channel that meters calls shares the api's one meter, so one observer sees them all. */
+  observer: QuotaObserver | null = null;
   private readonly lanes = new Map<string, Lane>();
   /** Lanes due, flushed at the end of the turn together: their appends reach the store together (GroupWriter). */
   private readonly due = new TurnBatch<[string, Lane]>((due) => {

@@ -51,4 +51,11 @@ export interface AppendResult {
   nextRevision: number;
   /** Global position of the last appended event. */
   position: number;
+  /**
+   * Whether this append wrote its events: false when it wrote nothing (an idempotent repeat of an
+   * earlier append, answered with that one's revision and position, or no events). Absent when
+   * the store cannot tell a repeat from a write (PostgreSQL answers both alike): a caller that
+   * must know reads the log.
+   */
+  written?: boolean;
 }

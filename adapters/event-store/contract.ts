@@ -1,6 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
-import { type NewEvent, type RecordedEvent, RecordedEventSchema } from '../../contracts/envelope.ts';
+import {
+  type AppendResult,
+  type NewEvent,
+  type RecordedEvent,
+  RecordedEventSchema,
+} from '../../contracts/envelope.ts';
 import {
   type EventStore,
   IdempotencyConflictError,
@@ -14,6 +19,16 @@ export interface ContractOptions {
    * in another stream is refused. KurrentDB only sees ids within one stream.
    */
   globalEventIds?: boolean;
+  /**
+   * Whether every append says if it wrote (`written` on its result: memory, LMDB). Others may
+   * leave it out (PostgreSQL always, KurrentDB for a write), never say it wrongly.
+   */
+  tellsWritten?: boolean;
+}
+
+/** An append's revision and position, without what it says of having written. */
+function placed(result: AppendResult): Pick<AppendResult, 'nextRevision' | 'position'> {
+  return { nextRevision: result.nextRevision, position: result.position };
 }
 
 /**
@@ -27,6 +42,11 @@ export function eventStoreContract(
   options: ContractOptions = {},
 ): void {
   describe(`EventStore contract: ${name}`, () => {
+    /** `result` says it wrote (or, where the store may not tell, says nothing), as `wrote` expects. */
+    const expectWritten = (result: AppendResult, wrote: boolean) =>
+      options.tellsWritten
+        ? expect(result.written).toBe(wrote)
+        : expect([wrote, undefined]).toContain(result.written);
     const opened: EventStore[] = [];
     async function store(): Promise<EventStore> {
       const s = await factory();
@@ -75,7 +95,8 @@ export function eventStoreContract(
       expect(a.position).toBeGreaterThan(head);
       expect(b.position).toBeGreaterThan(a.position);
       expect(Date.parse(a.recordedAt)).not.toBeNaN();
-      expect(result).toEqual({ nextRevision: 1, position: b.position });
+      expect(placed(result)).toEqual({ nextRevision: 1, position: b.position });
+      expectWritten(result, true);
       const all = (await s.readAll({ after: head })).filter((e) => e.stream === stream);
       expect(all).toEqual(read);
     });
@@ -251,20 +272,26 @@ export function eventStoreContract(
       const stream = uniqueStream('idem');
       const batch = [event('A', { n: 1 }), event('B', { n: 2 })];
       const original = await s.append(stream, batch, { expectedRevision: 'no_stream' });
+      expectWritten(original, true);
       const head = await s.headPosition();
+      const repeat = async (expectedRevision: 'no_stream' | 'any' | number) => {
+        const result = await s.append(stream, batch, { expectedRevision });
+        expect(placed(result)).toEqual(placed(original));
+        // A repeat never says it wrote.
+        expectWritten(result, false);
+      };
 
-      expect(await s.append(stream, batch, { expectedRevision: 'no_stream' })).toEqual(original);
-      expect(await s.append(stream, batch, { expectedRevision: 'any' })).toEqual(original);
-      expect(await s.append(stream, batch, { expectedRevision: 7 })).toEqual(original);
+      await repeat('no_stream');
+      await repeat('any');
+      await repeat(7);
       expect(await s.headPosition()).toBe(head);
 
       const later = event('C');
       await s.append(stream, [later], { expectedRevision: 1 });
-      expect(await s.append(stream, batch, { expectedRevision: 'no_stream' })).toEqual(original);
-      expect(await s.append(stream, [later], { expectedRevision: 1 })).toEqual({
-        nextRevision: 2,
-        position: await s.headPosition(),
-      });
+      await repeat('no_stream');
+      const again = await s.append(stream, [later], { expectedRevision: 1 });
+      expect(placed(again)).toEqual({ nextRevision: 2, position: await s.headPosition() });
+      expectWritten(again, false);
 
       const events = await s.readStream(stream);
       expect(events.map((e) => e.id)).toEqual([batch[0]!.id, batch[1]!.id, later.id]);

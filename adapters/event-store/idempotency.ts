@@ -35,7 +35,7 @@ export function freshEventIds(
 /**
  * When the first event's id is already stored in this stream, the append is a retry: it is
  * idempotent only if every event id matches the same consecutive run that was written before.
- * Returns the original result then, null when this is a fresh append.
+ * Returns the original result then (`written: false`), null when this is a fresh append.
  */
 export function findIdempotentAppend(
   stream: string,
@@ -56,5 +56,5 @@ export function findIdempotentAppend(
     }
     last = found;
   }
-  return { nextRevision: last.revision, position: last.position };
+  return { nextRevision: last.revision, position: last.position, written: false };
 }

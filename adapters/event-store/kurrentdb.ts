@@ -94,7 +94,7 @@ export class KurrentDbEventStore implements EventStore {
     if (events.length === 0) {
       const current = await this.streamRevision(stream);
       checkExpected(stream, expected, current);
-      return { nextRevision: current ?? -1, position: await this.headPosition() };
+      return { nextRevision: current ?? -1, position: await this.headPosition(), written: false };
     }
     const recordedAt = new Date().toISOString();
     const data = events.map((e, i) => {
@@ -104,6 +104,8 @@ export class KurrentDbEventStore implements EventStore {
     });
     try {
       const result = await this.client.appendToStream(stream, data, { streamState: toStreamState(expected) });
+      // No `written`: the server answers a repeat of ids it holds (a concurrent retry that passed
+      // findRetry beside this one) as a success without writing it, the same answer as a write.
       return {
         nextRevision: Number(result.nextExpectedRevision),
         position: await this.positionOfRevision(stream, result.nextExpectedRevision),

@@ -143,6 +143,7 @@ describe('LMDB event store across processes', () => {
         expect(await store.append(ack.stream, retry)).toEqual({
           nextRevision: ack.nextRevision,
           position: ack.position,
+          written: false,
         });
       }
       expect(await store.headPosition()).toBe(head);

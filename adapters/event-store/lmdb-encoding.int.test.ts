@@ -42,7 +42,7 @@ describe('LMDB event encoding (msgpack records, shared structures at key 0, comp
       const appended = await store.append('legacy', [{ type: 'New', data: { inputs } }], {
         expectedRevision: 2,
       });
-      expect(appended).toEqual({ nextRevision: 3, position: 4 });
+      expect(appended).toEqual({ nextRevision: 3, position: 4, written: true });
       const all = await store.readAll();
       expect(all.map((e) => e.position)).toEqual([1, 2, 3, 4]);
       expect(all[3]).toMatchObject({ type: 'New', stream: 'legacy', revision: 3, data: { inputs } });
@@ -89,6 +89,7 @@ describe('LMDB event encoding (msgpack records, shared structures at key 0, comp
       expect(await store.append(old[0]!.stream, [{ id: id(1), type: 'QuotaDebited', data: {} }])).toEqual({
         nextRevision: 0,
         position: 1,
+        written: false,
       });
       const all = await store.readAll();
       expect(all.slice(0, 2)).toEqual(old);
@@ -191,9 +192,14 @@ describe('LMDB event encoding (msgpack records, shared structures at key 0, comp
       expect(await store.append('mixed-0', [{ id: random[0]!, type: 'R', data: { i: 0 } }])).toEqual({
         nextRevision: 0,
         position: 1,
+        written: false,
       });
       const first = await store.readStream('mixed-0');
-      expect(await store.append('mixed-0', [first[0]!, first[1]!])).toEqual({ nextRevision: 1, position: 2 });
+      expect(await store.append('mixed-0', [first[0]!, first[1]!])).toEqual({
+        nextRevision: 1,
+        position: 2,
+        written: false,
+      });
       await expect(store.append('mixed-1', [{ id: ordered[0]!, type: 'O', data: {} }])).rejects.toThrow(
         IdempotencyConflictError,
       );

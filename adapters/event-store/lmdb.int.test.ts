@@ -13,7 +13,9 @@ const freshPath = () => join(root, `store-${++dirs}`);
 
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
-eventStoreContract('lmdb', () => openLmdbEventStore({ path: freshPath(), pollMs: 50 }));
+eventStoreContract('lmdb', () => openLmdbEventStore({ path: freshPath(), pollMs: 50 }), {
+  tellsWritten: true,
+});
 
 describe('LMDB event store', () => {
   it('keeps every event, index and id across a close and reopen', async () => {
@@ -30,7 +32,10 @@ describe('LMDB event store', () => {
       expect(await second.headPosition()).toBe(3);
       expect((await second.readStream(stream)).map((e) => e.id)).toEqual(batch.map((e) => e.id));
       expect(await second.streamRevision(stream)).toBe(1);
-      expect(await second.append(stream, batch, { expectedRevision: 'no_stream' })).toEqual(original);
+      expect(await second.append(stream, batch, { expectedRevision: 'no_stream' })).toEqual({
+        ...original,
+        written: false,
+      });
       expect((await second.append(stream, [event('D')], { expectedRevision: 1 })).position).toBe(4);
       expect((await second.readAll()).map((e) => e.position)).toEqual([1, 2, 3, 4]);
     } finally {
@@ -92,9 +97,9 @@ describe('LMDB event store', () => {
       // `a` remembers `other` as absent only by checking: it exists now.
       await expect(a.append(other, [event('A2')], { expectedRevision: 'no_stream' })).rejects.toThrow();
       const next = await a.append(stream, [event('A3')], { expectedRevision: 2 });
-      expect(next).toEqual({ nextRevision: 3, position: 5 });
+      expect(next).toEqual({ nextRevision: 3, position: 5, written: true });
       // Back the other way: `b` remembered head 4 and `stream` at revision 2.
-      expect(await b.append(stream, [event('B4')])).toEqual({ nextRevision: 4, position: 6 });
+      expect(await b.append(stream, [event('B4')])).toEqual({ nextRevision: 4, position: 6, written: true });
       expect((await a.readAll()).map((e) => e.position)).toEqual([1, 2, 3, 4, 5, 6]);
       expect((await a.readStream(stream)).map((e) => e.revision)).toEqual([0, 1, 2, 3, 4]);
     } finally {
@@ -126,9 +131,9 @@ describe('LMDB event store', () => {
       const values = results.map((r) => (r.status === 'fulfilled' ? r.value : r.reason));
       expect(values.slice(0, 20).map((v) => v.position)).toEqual(Array.from({ length: 20 }, (_, i) => 3 + i));
       expect(values[20]).toBeInstanceOf(WrongExpectedRevisionError);
-      expect(values[21]).toEqual(original);
-      expect(values[22]).toEqual({ nextRevision: 0, position: 23 });
-      expect(values[23]).toEqual({ nextRevision: 1, position: 24 });
+      expect(values[21]).toEqual({ ...original, written: false });
+      expect(values[22]).toEqual({ nextRevision: 0, position: 23, written: true });
+      expect(values[23]).toEqual({ nextRevision: 1, position: 24, written: true });
       expect((await store.readAll()).map((e) => e.position)).toEqual(
         Array.from({ length: 24 }, (_, i) => i + 1),
       );
@@ -191,12 +196,12 @@ describe('LMDB event store', () => {
         store.append(other, [event('F')]),
       ]);
       const values = results.map((r) => (r.status === 'fulfilled' ? r.value : r.reason));
-      expect(values[0]).toEqual({ nextRevision: 0, position: 1 });
+      expect(values[0]).toEqual({ nextRevision: 0, position: 1, written: true });
       expect((values[1] as Error).message).toBe('cannot encode this');
-      expect(values[2]).toEqual({ nextRevision: 1, position: 2 });
+      expect(values[2]).toEqual({ nextRevision: 1, position: 2, written: true });
       expect(values[3]).toBeInstanceOf(WrongExpectedRevisionError);
       expect(values[4]).toBeInstanceOf(WrongExpectedRevisionError);
-      expect(values[5]).toEqual({ nextRevision: 0, position: 3 });
+      expect(values[5]).toEqual({ nextRevision: 0, position: 3, written: true });
       expect((await store.readAll()).map((e) => [e.type, e.position])).toEqual([
         ['E1', 1],
         ['E2', 2],
@@ -206,6 +211,7 @@ describe('LMDB event store', () => {
       expect(await store.append(one, [event('E5')], { expectedRevision: 1 })).toEqual({
         nextRevision: 2,
         position: 4,
+        written: true,
       });
     } finally {
       await store.close();
@@ -240,7 +246,7 @@ describe('LMDB event store', () => {
       const first = event('A');
       const result = await store.append(stream, [first], { expectedRevision: 'no_stream' });
       expect(transactions.count).toBe(2);
-      expect(result).toEqual({ nextRevision: 0, position: 1 });
+      expect(result).toEqual({ nextRevision: 0, position: 1, written: true });
       expect((await store.readStream(stream)).map((e) => e.id)).toEqual([first.id]);
     } finally {
       await store.close();
@@ -340,7 +346,7 @@ describe('LMDB event store', () => {
         store.append(kept, [event('K')], { expectedRevision: 'no_stream' }),
         store.append(lost, [event('L')], { expectedRevision: 'no_stream' }),
       ]);
-      expect(a).toEqual({ status: 'fulfilled', value: { nextRevision: 0, position: 1 } });
+      expect(a).toEqual({ status: 'fulfilled', value: { nextRevision: 0, position: 1, written: true } });
       expect(b).toMatchObject({ status: 'rejected', reason: { message: 'commit failed' } });
       expect(handed).toEqual([kept]);
     } finally {
@@ -402,6 +408,7 @@ describe('LMDB event store', () => {
       expect(await store.append(stream, [first], { expectedRevision: 'no_stream' })).toEqual({
         nextRevision: 0,
         position: 1,
+        written: true,
       });
       expect(handed).toEqual([first.id]);
       expect((await store.readAll()).map((e) => e.id)).toEqual([first.id]);
@@ -420,6 +427,7 @@ describe('LMDB event store', () => {
       expect(await store.append(stream, [event('A')], { expectedRevision: 'no_stream' })).toEqual({
         nextRevision: 0,
         position: 1,
+        written: true,
       });
     } finally {
       await store.close();
@@ -447,10 +455,11 @@ describe('LMDB event store', () => {
       const again = { ...original, data: { claim: 'second' } };
       // One turn: both join one group; the second finds the first's id and writes nothing.
       const [a, b] = await Promise.all([store.append(stream, [original]), store.append(stream, [again])]);
-      expect(b).toEqual(a);
+      expect(a.written).toBe(true);
+      expect(b).toEqual({ ...a, written: false });
       expect(handed).toEqual([{ id: original.id, data: { claim: 'first' } }]);
       // A later turn: a group of the repeat alone commits nothing to hand over.
-      expect(await store.append(stream, [again])).toEqual(a);
+      expect(await store.append(stream, [again])).toEqual({ ...a, written: false });
       expect(handed).toHaveLength(1);
     } finally {
       await store.close();

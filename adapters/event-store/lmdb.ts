@@ -436,7 +436,8 @@ export class LmdbEventStore implements EventStore {
     checkExpected(stream, expected, current);
     const head = this.headExactInTxn ? this.headHint : this.headInTxn();
     this.headExactInTxn = true;
-    if (events.length === 0) return { result: { nextRevision: current ?? -1, position: head }, wrote: false };
+    if (events.length === 0)
+      return { result: { nextRevision: current ?? -1, position: head, written: false }, wrote: false };
     // findIdempotentAppend just found the first id unstored: no second lookup of it.
     const ids = freshEventIds(stream, events, (id) => id !== givenId && this.ids.doesExist(id));
     const firstStored = givenStored ?? storedId(ids[0]!);
@@ -457,7 +458,11 @@ export class LmdbEventStore implements EventStore {
     this.hintRevision(stream, firstRevision + events.length - 1);
     this.txnRevisions.set(stream, firstRevision + events.length - 1);
     return {
-      result: { nextRevision: firstRevision + events.length - 1, position: head + events.length },
+      result: {
+        nextRevision: firstRevision + events.length - 1,
+        position: head + events.length,
+        written: true,
+      },
       wrote: true,
       recorded: written,
       firstId: firstStored,

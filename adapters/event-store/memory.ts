@@ -26,7 +26,7 @@ export class MemoryEventStore implements EventStore {
       existing.length === 0 ? null : existing.length - 1,
     );
     if (events.length === 0) {
-      return { nextRevision: existing.length - 1, position: this.all.length };
+      return { nextRevision: existing.length - 1, position: this.all.length, written: false };
     }
     const recordedAt = new Date().toISOString();
     const ids = freshEventIds(stream, events, (id) => this.byId.has(id));
@@ -44,7 +44,7 @@ export class MemoryEventStore implements EventStore {
     this.streams.set(stream, existing);
     this.signal.notify();
     const last = recorded[recorded.length - 1]!;
-    return { nextRevision: last.revision, position: last.position };
+    return { nextRevision: last.revision, position: last.position, written: true };
   }
 
   async readStream(stream: string, options: { fromRevision?: number; maxCount?: number } = {}) {

@@ -1,4 +1,4 @@
 import { eventStoreContract } from './contract.ts';
 import { MemoryEventStore } from './memory.ts';
 
-eventStoreContract('memory', async () => new MemoryEventStore());
+eventStoreContract('memory', async () => new MemoryEventStore(), { tellsWritten: true });

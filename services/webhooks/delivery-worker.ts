@@ -227,13 +227,6 @@ export class DeliveryWorker {
   private headAtStart = 0;
   /** Stopping: jobs whose turn comes from here are let go unsent (see `abandon`). */
   private abandoned = false;
-  /**
-   * Claim ids of first attempts whose sequence event is being appended here, each true once the
-   * store handed that event over as written by one of this process's commits (`onAppended`): then
-   * the append was fresh and `claimFirst` needs no read-back. Listened to while any is pending.
-   */
-  private readonly firstClaims = new Map<string, boolean>();
-  private stopListening: (() => void) | null = null;
   private readonly logger: Logger;
 
   constructor(
@@ -470,12 +463,11 @@ export class DeliveryWorker {
       claimId,
     };
     const stream = sequenceStream(input.subscription.id);
-    this.watchFirst(claimId);
     let seq: number;
     try {
       // Flushed, not only committed: a number lost in a server crash would be handed to another
       // delivery, and the receiver would see it twice and no gap.
-      const { nextRevision, position } = await this.deps.store.append(stream, [
+      const { nextRevision, position, written } = await this.deps.store.append(stream, [
         typedEvent(
           'DeliverySequenced',
           { subscriptionId: input.subscription.id, deliveryId: input.deliveryId, first },
@@ -483,23 +475,22 @@ export class DeliveryWorker {
         ),
       ]);
       seq = nextRevision + 1;
-      // Recorded before (by this event or, in an older log, by a claim of its own): at a position
-      // already known here, or else with another claim in the record read back. Even a bus
-      // message's first delivery reads it back: a handling stalled past the ack wait runs beside
-      // its redelivery (here or in another dispatcher), and a relay can publish an event twice
-      // outside the bus's dedupe window; the append then returns the other's original at a
-      // position not yet folded here, and only its claim id tells the two apart. A store that
-      // hands this process's commits over (`onAppended`) has shown whether it wrote this claim:
-      // an event handed over is one its commit wrote, and a repeat writes nothing, so a claim
-      // seen there is fresh without the read (10-19 us per delivery on LMDB).
+      // Recorded before (by this event or, in an older log, by a claim of its own), the append
+      // wrote nothing and returned the original. Even a bus message's first delivery may be such
+      // a repeat: a handling stalled past the ack wait runs beside its redelivery (here or in
+      // another dispatcher), and a relay can publish an event twice outside the bus's dedupe
+      // window. A store that says whether it wrote (`written`) has told them apart; with one that
+      // cannot (PostgreSQL), a repeat sits at a position already known here, or else the record
+      // read back names another claim (10-19 us per delivery on LMDB, when it read it).
       const repeated =
-        position <= known ||
-        (!this.unwatchFirst(claimId) &&
-          (
-            (await readSequenced(this.deps.store, input.subscription.id, seq))?.data as
-              | EventData<'DeliverySequenced'>
-              | undefined
-          )?.first?.claimId !== claimId);
+        written !== undefined
+          ? !written
+          : position <= known ||
+            (
+              (await readSequenced(this.deps.store, input.subscription.id, seq))?.data as
+                | EventData<'DeliverySequenced'>
+                | undefined
+            )?.first?.claimId !== claimId;
       if (repeated) {
         if (slot) this.queues.release(endpoint);
         return null;
@@ -507,8 +498,6 @@ export class DeliveryWorker {
     } catch (err) {
       if (slot) this.queues.release(endpoint);
       throw err;
-    } finally {
-      this.unwatchFirst(claimId);
     }
     this.owned.add(input.deliveryId);
     if (claimNow) this.deps.observer?.attempt(input.trigger);
@@ -530,31 +519,6 @@ export class DeliveryWorker {
       claimNow,
       !claimNow,
     );
-  }
-
-  /** Notes that `claimId`'s sequence event is being appended, listening to the store's commits while any is. */
-  private watchFirst(claimId: string): void {
-    const store = this.deps.store;
-    if (store.onAppended === undefined) return;
-    this.firstClaims.set(claimId, false);
-    this.stopListening ??= store.onAppended((events) => {
-      for (const event of events) {
-        if (event.type !== 'DeliverySequenced') continue;
-        const claim = (event.data as EventData<'DeliverySequenced'>).first?.claimId;
-        if (claim !== undefined && this.firstClaims.has(claim)) this.firstClaims.set(claim, true);
-      }
-    });
-  }
-
-  /** Whether the store handed `claimId`'s sequence event over as written here; stops watching it. */
-  private unwatchFirst(claimId: string): boolean {
-    const written = this.firstClaims.get(claimId) === true;
-    this.firstClaims.delete(claimId);
-    if (this.firstClaims.size === 0 && this.stopListening !== null) {
-      this.stopListening();
-      this.stopListening = null;
-    }
-    return written;
   }
 
   /**

@@ -35,8 +35,8 @@ describe('knowledge chat on the fixed question sets (POST /api/chat)', () => {
   }
 
   /**
-   * Each set's floor is its score as measured after the picker's eleventh change (issue 62 item 5:
-   * answers fill their room; docs/knowledge.md): a change that makes the chat worse on any set fails here. All nine sets
+   * Each set's floor is its score as measured after the picker's twelfth change (issue 62 item 5;
+   * docs/knowledge.md): a change that makes the chat worse on any set fails here. All nine sets
    * are tuned on; the sets of eval/score.ts SPENT_SETS and BLIND_SETS are not run here. A paragraph of documentation written later can
    * move an answer (ordinary.json once went 38 → 36 of 46 that way): when one does, the figure in
    * docs/knowledge.md and the floor move together, with the reason in the commit.
@@ -50,7 +50,7 @@ describe('knowledge chat on the fixed question sets (POST /api/chat)', () => {
     'analyst.json': 63 / 80,
     'buyer.json': 60 / 65,
     'newcomer.json': 77 / 104,
-    'thirdparty.json': 52 / 82,
+    'thirdparty.json': 54 / 82,
   };
 
   it.each(TUNED_SETS)(

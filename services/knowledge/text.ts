@@ -19,7 +19,11 @@ const STOP_WORDS = new Set(
     // …" asks about the webhook); the documentation never writes them, so kept as terms they
     // weighed as words it does not know.
     "don't doesn't didn't isn't aren't wasn't weren't can't cannot won't wouldn't shouldn't " +
-    "couldn't haven't hasn't hadn't i'm i've i'd it's that's there's what's whose"
+    "couldn't haven't hasn't hadn't i'm i've i'd it's that's there's what's whose " +
+    // The other pronouns' contractions ("We'd start on the free tier: …") shape the sentence as
+    // much: kept as terms, "we'd" weighed as a word the documentation never uses.
+    "i'll we'd we're we've we'll you'd you're you've you'll they'd they're they've they'll " +
+    "he's she's let's here's who's where's how's"
   ).split(' '),
 );
 

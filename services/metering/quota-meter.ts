@@ -17,8 +17,6 @@ export interface DebitOutcome {
   ok: boolean;
   snapshot: QuotaSnapshot;
   refusedBy: 'monthly' | 'daily' | null;
-  /** Log position of the event that records the debit, when debited. */
-  position: number | null;
 }
 
 /** Told how every metered call ended (the quota metrics). */
@@ -102,8 +100,6 @@ interface QuotaLease {
   granting: Promise<void> | null;
   /** Its give-back, once ended: no call takes from it again. */
   ending: Promise<void> | null;
-  /** Log position of the last grant: the position its calls answer with. */
-  position: number;
   /** The counters' figures of its windows at its subject's last debit, grant or give-back here. */
   counts: readonly number[];
 }
@@ -113,7 +109,7 @@ interface Batch {
   generation: string;
   tool: string;
   units: number;
-  calls: { resolve: (position: number) => void; reject: (err: unknown) => void }[];
+  calls: { resolve: () => void; reject: (err: unknown) => void }[];
 }
 
 /** One subject's debits on their way to the log. */
@@ -231,12 +227,7 @@ export class QuotaMeter {
   async debitAt(at: SubjectWindows, tool: string): Promise<DebitOutcome> {
     const lease = this.leaseOf(at, tool);
     if (lease !== undefined && this.take(lease, left(at.windows, lease.counts))) {
-      const outcome = {
-        ok: true,
-        snapshot: this.figures(at, lease.counts),
-        refusedBy: null,
-        position: lease.position,
-      };
+      const outcome = { ok: true, snapshot: this.figures(at, lease.counts), refusedBy: null };
       // Answered with the rest of the turn's calls, as a group commit's are (turn-end.ts).
       await turnEnd();
       return outcome;
@@ -249,8 +240,9 @@ export class QuotaMeter {
       lease.counts = result.counts;
     }
     if (recorded === null)
-      return { ok: false, snapshot, refusedBy: result.refusedBy === 0 ? 'monthly' : 'daily', position: null };
-    return { ok: true, snapshot, refusedBy: null, position: await recorded };
+      return { ok: false, snapshot, refusedBy: result.refusedBy === 0 ? 'monthly' : 'daily' };
+    await recorded;
+    return { ok: true, snapshot, refusedBy: null };
   }
 
   /**
@@ -280,7 +272,6 @@ export class QuotaMeter {
       idle: false,
       granting: null,
       ending: null,
-      position: 0,
       counts: [],
     };
     const leases = this.leases.get(subjectId);
@@ -352,8 +343,7 @@ export class QuotaMeter {
     lease.pending = units;
     const data = debitData(at, lease.tool, units, result.generation);
     try {
-      const position = await this.appendFlushed('QuotaDebitsRecorded', data, newEventId());
-      if (position !== null) lease.position = position;
+      await this.appendFlushed('QuotaDebitsRecorded', data, newEventId());
       lease.free += units;
       lease.size = units;
     } catch (err) {
@@ -455,7 +445,7 @@ export class QuotaMeter {
    * events than calls. Calls differing in generation, day, plan, kind or tool go in events of
    * their own (a rebuild counts each by the first three).
    */
-  private record(at: SubjectWindows, tool: string, generation: string): Promise<number> {
+  private record(at: SubjectWindows, tool: string, generation: string): Promise<void> {
     const { subject } = at;
     let lane = this.lanes.get(subject.id);
     if (!lane) {
@@ -469,7 +459,7 @@ export class QuotaMeter {
       lane.waiting.set(group, batch);
     }
     batch.units++;
-    const appended = new Promise<number>((resolve, reject) => batch.calls.push({ resolve, reject }));
+    const appended = new Promise<void>((resolve, reject) => batch.calls.push({ resolve, reject }));
     if (!lane.scheduled && lane.inFlight < MAX_ROUNDS_IN_FLIGHT) {
       lane.scheduled = true;
       this.due.add([subject.id, lane]);
@@ -500,10 +490,10 @@ export class QuotaMeter {
     const data = debitData(at, tool, units, generation);
     try {
       // Committed: it survives this process; the flush follows within the store's bound.
-      const appended = await this.deps.store.append(stream, [{ type: 'QuotaDebitsRecorded', data, id }], {
+      await this.deps.store.append(stream, [{ type: 'QuotaDebitsRecorded', data, id }], {
         durability: 'committed',
       });
-      for (const call of calls) call.resolve(appended.position);
+      for (const call of calls) call.resolve();
     } catch (err) {
       // None of these calls is served, so none may use up quota: given back unless the record
       // landed after all (a commit whose answer was lost).
@@ -512,18 +502,17 @@ export class QuotaMeter {
     }
   }
 
-  /** Appends a lease's grant or give-back, flushed; its position, or null when it landed though the append failed. */
+  /** Appends a lease's grant or give-back, flushed; fails unless it landed though the append failed. */
   private async appendFlushed(
     type: 'QuotaDebitsRecorded' | 'QuotaDebitsReturned',
     data: EventData<'QuotaDebitsRecorded'>,
     id: string,
-  ): Promise<number | null> {
+  ): Promise<void> {
     const stream = quotaStream(data.subject);
     try {
-      return (await this.deps.store.append(stream, [{ type, data, id }], { durability: 'flushed' })).position;
+      await this.deps.store.append(stream, [{ type, data, id }], { durability: 'flushed' });
     } catch (err) {
-      if (await this.recordLanded(stream, id)) return null;
-      throw err;
+      if (!(await this.recordLanded(stream, id))) throw err;
     }
   }
 

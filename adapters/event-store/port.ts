@@ -16,7 +16,8 @@ export interface EventStore {
   /**
    * Appends atomically: all events or none. Throws WrongExpectedRevisionError when the stream's
    * revision does not match. Re-appending events whose ids are already the stream's events is
-   * idempotent: nothing is written and the original result is returned.
+   * idempotent: nothing is written and the original result is returned (`written: false` where
+   * the store can tell; see AppendResult).
    */
   append(stream: string, events: NewEvent[], options?: AppendOptions): Promise<AppendResult>;
 

@@ -439,11 +439,11 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     const meter = new QuotaMeter({ cache: new MemoryCache(), store, plans, now: () => now, lease: LEASE });
     meters.push(meter);
     const subject = key();
-    // Both tools leased on the first day.
+    // The first day's calls of two tools, served from the subject's one lease.
     await busy(meter, subject, committed, 8, 25, ['get_trade_call', 'get_market_regime']);
     now = T0 + 24 * 3_600_000;
-    // The next day one tool alone, called without a pause for several idle sweeps (its lease lives
-    // on): the other tool's lease of the day before is ended and gives its units back meanwhile.
+    // The next day, called without a pause for several idle sweeps (the new day's lease lives on):
+    // its first call ends the day before's lease, which gives its units back meanwhile.
     const daily: number[] = [];
     const until = Date.now() + LEASE.idleMs! * 8;
     for (let i = 0; Date.now() < until || i < 100; i++) {

@@ -74,6 +74,12 @@ const FALLBACK_UNIT = 0.25;
 const FALLBACK_UNKNOWN = 0.35;
 /** What a unit stating the cause of a "why" must carry of the question to join its answer. */
 const CAUSE_UNIT = 0.25;
+/**
+ * Passages longer than this are read unit by unit with the NEIGHBOURS units either side as their
+ * context. 3,000 and 1,500 measured: 1,500 lost 3 tuned answers.
+ */
+const LONG_PASSAGE = 3_000;
+const NEIGHBOURS = 2;
 /** A best sentence shorter than this is read with the one after it. */
 const SHORT_ANSWER = 120;
 
@@ -665,6 +671,16 @@ function listedNoun(question: string): string | null {
   return m === null ? null : termOf(m[1]!);
 }
 
+/**
+ * The term a "what is X" question asks to define, as one or two terms ("QLIKE", "timing skill"),
+ * or null: "what is X, the …" names it before its comma.
+ */
+function definedTerms(question: string): string[] | null {
+  const named = /^what (?:is|are) (?:an? |the )?([^,?]+?)(?:,|\?|$)/i.exec(question.trim())?.[1];
+  const terms = named === undefined ? [] : contentTerms(named);
+  return terms.length >= 1 && terms.length <= 2 ? terms : null;
+}
+
 /** Verbs a step of a procedure opens with. */
 const STEP =
   /^(send|retry|register|subscribe|set|run|use|call|pay|sign|present|store|read|open|ask|add|create)\b/i;
@@ -1012,6 +1028,18 @@ export function extractiveAnswer(
   const listOf = ofNoun.length > 0 ? ofNoun : asked;
   const aboutTests = TESTS.test(question);
   const counted = kind === 'number' ? countedNoun(question, asked) : null;
+  // "What is QLIKE[, the score the report keeps quoting]?" names the term it asks to define: a
+  // sentence whose subject is that term ("QLIKE is r²/h + log h, …") answers it, however few of
+  // the question's other words it repeats.
+  const defined = kind === 'definition' ? definedTerms(question) : null;
+  const defines = (head: string): boolean => {
+    const subject = defined === null ? null : /^((?:\S+\s){0,3}?)(?:is|are|means?)\s/.exec(head)?.[1];
+    if (defined === null || subject === undefined || subject === null) return false;
+    const named = termsIn(subject);
+    return defined.every((t) =>
+      asked.some(({ term, meets }) => term === t && [...meets].some((x) => named.has(x))),
+    );
+  };
   // The rarest of a "how do I" question's terms other than its act: what the act is done to.
   const object =
     kind === 'steps'
@@ -1024,14 +1052,26 @@ export function extractiveAnswer(
   const byPassage = new Map<string, string[][]>();
   read.forEach(({ passage }, rank) => {
     const title = termsIn(passage.title);
-    const body = termsIn(passage.text);
+    const passageBody = termsIn(passage.text);
     const testsSection = passage.title.split('›').some((part) => TEST_SUITE.test(part.trim()));
     const list = units(passage);
     byPassage.set(passage.id, list);
     // How much of the question the passage as a whole (title and text) carries.
-    const covered = coverageOf(passage.text, title, title).own;
+    const passageCovered = coverageOf(passage.text, title, title).own;
+    // A long passage (docs/evaluation-risk.md's 28,000-character method paragraph) names nearly
+    // every word of any question somewhere: what its unit's neighbours say is its context, and
+    // how much of the question it covers as a whole, not the whole passage.
+    const long = passage.text.length > LONG_PASSAGE;
     list.forEach((quotes, order) => {
       const head = quotes[0]!;
+      const near = long
+        ? list
+            .slice(Math.max(0, order - NEIGHBOURS), order + NEIGHBOURS + 1)
+            .flat()
+            .join(' ')
+        : '';
+      const body = long ? termsIn(near) : passageBody;
+      const covered = long ? coverageOf(near, title, title).own : passageCovered;
       // A "how do I" question may be answered by the command it needs, quoted from a sample.
       const codeCall = kind === 'steps' && cruxAt >= 0 && callsAct(head, asked[cruxAt]!.meets, asked);
       const quotable =
@@ -1045,8 +1085,11 @@ export function extractiveAnswer(
       // Not naming the act a "how do I" question asks about, a unit does not address it.
       // A unit that states the step (a command, a setting, a route) and carries the rest of the
       // question answers it though it names the act otherwise ("writes the answers" for refresh).
-      const coverage =
-        crux || cruxAt < 0 || (!narrowedAct && STEP_TEXT.test(text)) ? own : Math.min(own, MIN_COVERAGE / 2);
+      // A sentence defining the term a "what is X" asks about carries the question.
+      const coverage = Math.max(
+        crux || cruxAt < 0 || (!narrowedAct && STEP_TEXT.test(text)) ? own : Math.min(own, MIN_COVERAGE / 2),
+        defines(head) ? MIN_COVERAGE : 0,
+      );
       const score =
         ranked +
         kindFit(kind, text, asked) +

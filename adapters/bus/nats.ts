@@ -169,7 +169,6 @@ async function openOnce(
       requestTimeoutMs,
       pullExpiresMs: options.pullExpiresMs ?? 5_000,
       pullBatch: options.pullBatch ?? 64,
-      replicas: wanted.num_replicas,
       consumerReplicas: options.consumerReplicas ?? 0,
       drift,
     });
@@ -267,7 +266,6 @@ interface NatsBusConfig {
   requestTimeoutMs: number;
   pullExpiresMs: number;
   pullBatch: number;
-  replicas: number;
   consumerReplicas: number;
   /** What start found different in the existing stream; reported by health(). */
   drift: BusSettingDrift[];

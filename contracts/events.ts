@@ -418,9 +418,9 @@ export const DeliverySequenced = z.object({
    * claim at its turn), appended as to a stream that does not exist yet. `claimId` tells the
    * dispatcher that recorded it from one that re-appended the same event (a redelivered bus
    * message, a handling stalled beside its redelivery: the append is idempotent, so every handling
-   * sends only if the claim recorded is its own, read back unless the store handed this process's
-   * commit of it over). Absent in logs written before 2026-11-27, where the first attempt's event
-   * is the delivery stream's first.
+   * sends only if the claim recorded is its own: its append says it wrote it (`written`), or, on a
+   * store that does not say, the record read back names its claim). Absent in logs written before
+   * 2026-11-27, where the first attempt's event is the delivery stream's first.
    */
   first: DeliveryAttempted.extend({ queued: z.boolean().optional(), claimId: z.string() }).optional(),
 });

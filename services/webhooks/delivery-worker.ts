@@ -424,9 +424,10 @@ export class DeliveryWorker {
    * append (`DeliverySequenced` carrying `first`) instead of the number's and the attempt's, and
    * the delivery's own stream begins with what follows (its outcome, or its claim at its turn). The
    * number's event id derives from the delivery id, so appending it again (a redelivered bus
-   * message, a digest fired by two dispatchers) writes nothing and returns the original: the
-   * record read back names the claim that won (`claimId`), and the others get null, as a claim at
-   * 'no_stream' did when the attempt had a stream of its own.
+   * message, a digest fired by two dispatchers) writes nothing and returns the original, saying so
+   * (`written: false`; on a store that does not say, the record read back names the claim that won,
+   * `claimId`): the others get null, as a claim at 'no_stream' did when the attempt had a stream of
+   * its own.
    */
   async claimFirst(
     input: Omit<

@@ -99,8 +99,8 @@ export class WebhookDispatcher {
     const handle = (m: BusMessage) => this.onMessage(m);
     // Acks are not confirmed: a message is acked only once its deliveries are claimed in the
     // store, and handling it again is idempotent (the sequence event, which records the first
-    // attempt, has an id derived from the delivery id, and the claim read back from it names the
-    // dispatcher whose append wrote it), so a lost ack costs a redelivery
+    // attempt, has an id derived from the delivery id, and only the handling whose append wrote it
+    // sends: its append says so, or the claim read back names it), so a lost ack costs a redelivery
     // that claims nothing, never a lost or doubled delivery. A confirmed ack would only turn that
     // into a nak, with the same redelivery, at a round trip per message.
     // Trade calls in flight: each holds its slot for about two group commits (the store catching

@@ -7,8 +7,7 @@ export const CHROMIUM = '/usr/bin/chromium';
 
 /**
  * Headless Chromium on a fresh profile under test-results/, with the flags this machine needs:
- * without the background-networking ones its connections to outside hosts are refused, many at once;
- * QUIC is off so that every page load is the plain HTTP/1.1 the service answers on loopback.
+ * without the background-networking ones its connections to outside hosts are refused, many at once.
  */
 export async function launchChromium(
   name: string,
@@ -22,7 +21,6 @@ export async function launchChromium(
       '--headless',
       '--no-sandbox',
       '--disable-gpu',
-      '--disable-quic',
       '--no-first-run',
       '--disable-background-networking',
       '--disable-component-update',

@@ -77,7 +77,7 @@ const SHORT = args.short;
 const BETWEEN_MS = Number(args['seconds-between'] ?? (SHORT ? 1 : 8)) * 1000;
 const OUTAGE_MS = Number(args['outage-seconds'] ?? (SHORT ? 6 : 30)) * 1000;
 const STALL_MS = Number(args['stall-seconds']) * 1000;
-/** A lease's units at most (QUOTA_LEASE_MAX_UNITS): what a killed api may leave charged per key and tool. */
+/** A lease's units at most (QUOTA_LEASE_MAX_UNITS): what a killed api may leave charged per key. */
 const DRILL_LEASE_MAX_UNITS = 64;
 /** WEBHOOK_STUCK_AFTER_MS of every role: when another dispatcher takes over a waiting attempt. */
 const STUCK_AFTER_MS = 20_000;
@@ -820,8 +820,8 @@ async function drill(ctx: {
       tallies,
       pgKilledAt,
       pgDeadAt,
-      // Two tools per key in the keyed loop: a lease each on a killed api.
-      leaseAllowance: apiKills * 2 * DRILL_LEASE_MAX_UNITS,
+      // One lease per key on a killed api, whichever of the keyed loop's two tools opened it.
+      leaseAllowance: apiKills * DRILL_LEASE_MAX_UNITS,
       paid,
       payments: paymentStates(log),
       chain,
@@ -1002,7 +1002,7 @@ async function reconcile(input: {
   /** When the killed PostgreSQL had exited. */
   pgDeadAt: number;
   /**
-   * Units a key may be charged beyond its unanswered calls: a killed api's leases (one per tool),
+   * Units a key may be charged beyond its unanswered calls: a killed api's lease (one per key),
    * recorded ahead for calls it never got to serve (QUOTA_LEASE_MAX_UNITS each at most).
    */
   leaseAllowance: number;

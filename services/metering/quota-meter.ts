@@ -314,7 +314,7 @@ export class QuotaMeter {
     // Four times the calls seen at most: a burst's first calls do not buy a full lease.
     const units = Math.min(
       this.maxUnits - held,
-      Math.ceil((lease.calls * this.leaseMs) / elapsed),
+      Math.floor((lease.calls * this.leaseMs) / elapsed),
       4 * lease.calls,
       Math.floor(left / LEASE_SHARE),
     );

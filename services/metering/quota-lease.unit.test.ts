@@ -455,6 +455,36 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     expect(daily).toEqual(Array.from({ length: daily.length }, (_, i) => i + 1));
   });
 
+  it("while the day before's lease gives its units back, the next day's answers count the month without them", async () => {
+    const { store, committed } = tallyingStore();
+    let now = T0;
+    // The give-back's refund on the counters waits for this, as on a slow cache.
+    let refund = () => {};
+    const gate = new Promise<void>((resolve) => {
+      refund = resolve;
+    });
+    const memory = new MemoryCache();
+    const cache = Object.assign(Object.create(memory) as MemoryCache, {
+      refundLive: async (...args: Parameters<MemoryCache['refundLive']>) => {
+        await gate;
+        return memory.refundLive(...args);
+      },
+    });
+    const { meter } = meterOn(store, { cache, now: () => now });
+    const subject = key();
+    await busy(meter, subject, committed, 8, 25);
+    const [charged] = await counters(memory, subject);
+    expect(charged).toBeGreaterThan(200);
+    now = T0 + 24 * 3_600_000;
+    // The new day's first call ends the day before's lease; its refund is held back meanwhile.
+    const first = await meter.debit(subject, 'get_trade_call', 'd2-0');
+    expect(first.ok && first.snapshot.used).toBe(201);
+    expect((await meter.peek(subject)).used).toBe(201);
+    refund();
+    await meter.stop();
+    expect((await counters(memory, subject, now))[0]).toBe(201);
+  });
+
   it('a rebuild of the counters from a log with leases and returns counts the calls served', async () => {
     const { store, memory, committed } = tallyingStore();
     const { meter } = meterOn(store);

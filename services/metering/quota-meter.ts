@@ -202,16 +202,20 @@ export class QuotaMeter {
     return this.figures(at, counts);
   }
 
-  /** The counters' `counts`, less what this process's leases of the subject hold in these windows. */
+  /**
+   * The counters' `counts`, less what this process's leases of the subject hold on each of them: a
+   * lease of the day before, still giving its units back, holds units on the month's counter too.
+   */
   private figures(at: SubjectWindows, counts: readonly number[]): QuotaSnapshot {
-    let held = 0;
-    for (const lease of this.leases.get(at.subject.id) ?? [])
-      if (lease.at.period.day === at.period.day) held += lease.free + lease.pending;
-    return quotaSnapshot(
-      at.limits,
-      at.period,
-      held === 0 ? counts : counts.map((count) => (count > held ? count - held : 0)),
-    );
+    let shown = counts;
+    for (const lease of this.leases.get(at.subject.id) ?? []) {
+      const held = lease.free + lease.pending;
+      if (held === 0) continue;
+      shown = shown.map((count, i) =>
+        lease.at.keys.includes(at.keys[i]!) ? (count > held ? count - held : 0) : count,
+      );
+    }
+    return quotaSnapshot(at.limits, at.period, shown);
   }
 
   /**

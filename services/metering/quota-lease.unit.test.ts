@@ -485,6 +485,47 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     expect((await counters(memory, subject, now))[0]).toBe(201);
   });
 
+  it("a new day's lease is not granted while the day before's grant is still being counted", async () => {
+    const { store, memory, committed } = tallyingStore();
+    let now = T0;
+    const cache = new MemoryCache();
+    const debitLive = cache.debitLive.bind(cache);
+    // The next grant (a debit of more than one unit) waits on the counters until let go.
+    let letGo = () => {};
+    const held = new Promise<void>((resolve) => {
+      letGo = resolve;
+    });
+    let holding = false;
+    let grantsAsked = 0;
+    cache.debitLive = async (...args: Parameters<MemoryCache['debitLive']>) => {
+      if (args[2] > 1) {
+        grantsAsked++;
+        if (holding) await held;
+      }
+      return debitLive(...args);
+    };
+    const { meter } = meterOn(store, { cache, now: () => now });
+    const subject = key();
+    let served = (await busy(meter, subject, committed, 8, 25)).filter((o) => o.ok).length;
+    holding = true;
+    const asked = grantsAsked;
+    // Calls until the lease asks for its next grant, which the counters hold.
+    for (let i = 0; grantsAsked === asked; i++)
+      if ((await meter.debit(subject, 'get_trade_call', `d1-${i}`)).ok) served++;
+    // Midnight: the day before's lease ends with its grant in flight; the new day is busy at once.
+    now = T0 + 24 * 3_600_000;
+    for (let i = 0; i < 40; i++) {
+      expect((await meter.debit(subject, 'get_trade_call', `d2-${i}`)).ok).toBe(true);
+      served++;
+    }
+    // No second grant was asked while the first was being counted.
+    expect(grantsAsked).toBe(asked + 1);
+    letGo();
+    // A clean stop gives back every unit not served: the log nets to the calls served.
+    await meter.stop();
+    expect(await netUnits(memory, subject)).toBe(served);
+  });
+
   it('a rebuild of the counters from a log with leases and returns counts the calls served', async () => {
     const { store, memory, committed } = tallyingStore();
     const { meter } = meterOn(store);

@@ -312,9 +312,14 @@ export class QuotaMeter {
     if (lease.free + lease.pending > lease.size >> 1) return;
     const now = this.now();
     const elapsed = Math.max(1, now - lease.since);
-    // What the subject's leases hold here, this one and the ended ones still giving units back.
+    // What the subject's leases hold here, this one and the ended ones still giving units back; none
+    // while another's grant is being counted (its units are not in `pending` until the counters
+    // answer), so that a kill -9 leaves at most one lease's units charged and unanswered.
     let held = 0;
-    for (const other of this.leases.get(lease.at.subject.id) ?? []) held += other.free + other.pending;
+    for (const other of this.leases.get(lease.at.subject.id) ?? []) {
+      if (other.granting !== null) return;
+      held += other.free + other.pending;
+    }
     // Four times the calls seen at most: a burst's first calls do not buy a full lease.
     const units = Math.min(
       this.maxUnits - held,

@@ -735,7 +735,10 @@ interface Candidate {
   quotes: string[];
   coverage: number;
   score: number;
-  /** The weighted share of the question the unit's whole passage (title and text) carries. */
+  /**
+   * The weighted share of the question the unit's passage (title and text) carries; in a passage
+   * over LONG_PASSAGE, the unit and its NEIGHBOURS either side with the title.
+   */
   covered: number;
   /** It names the act a "how do I" question asks about (true when the question names none). */
   acts: boolean;

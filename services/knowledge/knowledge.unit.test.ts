@@ -519,6 +519,32 @@ describe('extractive answers', () => {
     expect(answer.answer).toContain('subscription_disabled');
   });
 
+  it("reads every pronoun's contraction as a stop word, those in 's too (let's, here's, she's)", () => {
+    expect(contentTerms("Let's say we'd start on the free tier; here's the key she’s got")).toEqual(
+      contentTerms('say start free tier key'),
+    );
+  });
+
+  it('answers "what is X" with a sentence whose subject is X, and not with one that only names X', () => {
+    const rows = (qlike: string) => [
+      ['risk', 'Risk model', qlike],
+      ['report', 'Evaluation report', 'The report quotes every model.'],
+      ['answers', 'Answers', 'The service keeps every answer.'],
+    ];
+    const question = 'What is QLIKE, the score the report keeps quoting?';
+    const defined = askOf(
+      rows('QLIKE is r²/h + log h, where r is the realised move and h the forecast variance.'),
+    )(question);
+    expect(defined.grounded).toBe(true);
+    expect(defined.answer).toContain('QLIKE is r²/h + log h');
+    // Named, not defined: no sentence carries the question.
+    expect(askOf(rows('The fit minimises QLIKE over the training months.'))(question)).toEqual({
+      answer: DONT_KNOW,
+      citations: [],
+      grounded: false,
+    });
+  });
+
   it('answers "how do I" with a unit that states the step (a setting) though it words the act otherwise', () => {
     const answer = askOf([
       [

@@ -61,9 +61,12 @@ export function words(text: string): string[] {
 
 /** The index term of one word, or null for a stop word. */
 export function termOf(word: string): string | null {
+  // A typographic apostrophe ("didn’t") is the typed one. A contraction in 's ("let's",
+  // "here's") is read before the possessive's 's goes, which would leave "let" and "here".
+  const typed = word.toLowerCase().replace(/’/g, "'");
+  if (STOP_WORDS.has(typed)) return null;
   // A possessive names its noun: "a HOLD's confidence" speaks of a HOLD.
-  // A typographic apostrophe ("didn’t") is the typed one.
-  const lower = word.toLowerCase().replace(/’/g, "'").replace(/'s$/, '');
+  const lower = typed.replace(/'s$/, '');
   if (STOP_WORDS.has(lower)) return null;
   return normalise(lower);
 }

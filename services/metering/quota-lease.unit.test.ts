@@ -244,6 +244,26 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     expect(events.map((e) => debitedUnits(e))).toEqual(Array.from({ length: 40 }, () => 1));
   });
 
+  it('the line is 8 calls within QUOTA_LEASE_MS: 8 calls over 980 ms are leased, 8 over 1,050 ms never', async () => {
+    for (const [step, leased] of [
+      [140, true],
+      [150, false],
+    ] as const) {
+      const { store, memory } = tallyingStore();
+      let now = T0;
+      // An idle sweep far longer than the test: only the rate decides.
+      const { meter } = meterOn(store, { now: () => now, lease: { ...LEASE, idleMs: 10_000 } });
+      const subject = key();
+      for (let i = 0; i < 40; i++) {
+        expect((await meter.debit(subject, 'get_trade_call', `r${i}`)).ok).toBe(true);
+        now += step;
+        await sleep(1);
+      }
+      const units = (await memory.readAll()).map((e) => debitedUnits(e, subject.id)).filter((u) => u !== 0);
+      expect({ step, leased: units.some((u) => u > 1) }).toEqual({ step, leased });
+    }
+  });
+
   it('a caller at 100 calls a second whose calls never overlap (each answered before the next comes) is leased: the rate decides, not overlap', async () => {
     const { store, memory, committed } = tallyingStore();
     let now = T0;

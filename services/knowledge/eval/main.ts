@@ -3,7 +3,14 @@ import { EXTRACTIVE_MODEL } from '../../../contracts/knowledge.ts';
 import { startApiOnly } from '../../../test/service-keys.ts';
 import { answerQuestion } from '../chat.ts';
 import type { KnowledgeModule } from '../module.ts';
-import { loadQuestionSet, offTopicFault, onTopicFault, QUESTION_SETS, TUNED_SETS } from './score.ts';
+import {
+  BLIND_SETS,
+  loadQuestionSet,
+  offTopicFault,
+  onTopicFault,
+  QUESTION_SETS,
+  TUNED_SETS,
+} from './score.ts';
 
 /**
  * Scores the extractive chat on the question sets named on the command line (the tuned sets
@@ -12,7 +19,8 @@ import { loadQuestionSet, offTopicFault, onTopicFault, QUESTION_SETS, TUNED_SETS
  * The api role is started as answers.e2e.test.ts starts it (default configuration, in-process
  * adapters, no live facts), so the index holds the same passages, the routes' included; the
  * questions go to the answerer directly rather than over HTTP, so no key or chat quota is spent.
- * Prints each set's right/total, its off-topic answers, and every wrong answer.
+ * Prints each set's right/total, its off-topic answers, and every wrong answer, except a blind
+ * set's: its summary line only, so that running it never shows what to tune on.
  */
 const files = process.argv.slice(2) as (typeof QUESTION_SETS)[number][];
 for (const file of files)
@@ -57,7 +65,8 @@ try {
     const right = set.questions.length - wrong.filter((w) => !w.includes('(off-topic)')).length;
     const summary = `${file}: ${right}/${set.questions.length} (${((100 * right) / set.questions.length).toFixed(1)} %); off-topic grounded ${offGrounded}/${set.offTopic.length}`;
     lines.push(summary);
-    process.stdout.write(`${summary}\n${wrong.join('\n')}\n\n`);
+    const blind = (BLIND_SETS as readonly string[]).includes(file);
+    process.stdout.write(blind ? `${summary}\n\n` : `${summary}\n${wrong.join('\n')}\n\n`);
   }
   process.stdout.write(`${lines.join('\n')}\n`);
 } finally {

@@ -1055,26 +1055,18 @@ export function extractiveAnswer(
   const byPassage = new Map<string, string[][]>();
   read.forEach(({ passage }, rank) => {
     const title = termsIn(passage.title);
-    const passageBody = termsIn(passage.text);
     const testsSection = passage.title.split('›').some((part) => TEST_SUITE.test(part.trim()));
     const list = units(passage);
     byPassage.set(passage.id, list);
-    // How much of the question the passage as a whole (title and text) carries.
-    const passageCovered = coverageOf(passage.text, title, title).own;
     // A long passage (docs/evaluation-risk.md's 28,000-character method paragraph) names nearly
     // every word of any question somewhere: what its unit's neighbours say is its context, and
     // how much of the question it covers as a whole, not the whole passage.
     const long = passage.text.length > LONG_PASSAGE;
+    // Else the passage as a whole (title and text): its terms, and how much of the question it carries.
+    const passageBody = long ? null : termsIn(passage.text);
+    const passageCovered = long ? 0 : coverageOf(passage.text, title, title).own;
     list.forEach((quotes, order) => {
       const head = quotes[0]!;
-      const near = long
-        ? list
-            .slice(Math.max(0, order - NEIGHBOURS), order + NEIGHBOURS + 1)
-            .flat()
-            .join(' ')
-        : '';
-      const body = long ? termsIn(near) : passageBody;
-      const covered = long ? coverageOf(near, title, title).own : passageCovered;
       // A "how do I" question may be answered by the command it needs, quoted from a sample.
       const codeCall = kind === 'steps' && cruxAt >= 0 && callsAct(head, asked[cruxAt]!.meets, asked);
       const quotable =
@@ -1083,6 +1075,14 @@ export function extractiveAnswer(
         // A code line's remark is prose ("// 300 s tolerance"): quoted with its line.
         (quotes.length === 1 && commented(head));
       if (!quotable || isHeading(head, passage)) return;
+      const near = long
+        ? list
+            .slice(Math.max(0, order - NEIGHBOURS), order + NEIGHBOURS + 1)
+            .flat()
+            .join(' ')
+        : '';
+      const body = passageBody ?? termsIn(near);
+      const covered = long ? coverageOf(near, title, title).own : passageCovered;
       const text = quotes.join(' ');
       const { own, ranked, crux, narrowedAct } = coverageOf(text, title, body);
       // Not naming the act a "how do I" question asks about, a unit does not address it.

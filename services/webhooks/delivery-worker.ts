@@ -9,6 +9,7 @@ import type { ProjectionRunner } from '../../projections/runner.ts';
 import { type BreakerState, CircuitBreakers } from './circuit-breaker.ts';
 import {
   type AttemptResult,
+  type DeliveryCommand,
   DeliveryConflictError,
   type DeliveryState,
   deliveryDecider,
@@ -117,9 +118,9 @@ export function isTimeout(result: SendResult): boolean {
 function typedEvent<T extends EventType>(
   type: T,
   data: NewDomainEvent<T>['data'],
-  meta: { id?: string; correlationId?: string } = {},
+  id: string,
 ): NewDomainEvent<T> {
-  return { type, data, ...meta };
+  return { type, data, id };
 }
 
 /** An attempt that ended before (or instead of) a request. */
@@ -194,6 +195,39 @@ export function preclaimRounds(settings: Pick<WorkerSettings, 'stuckAfterMs' | '
 }
 
 /**
+ * One attempt waiting for its turn in its endpoint's queue (the queue's task): what `enqueue`
+ * decided for it, in one object whose methods run it, rather than the three closures and an async
+ * function made per delivery before. It holds the job as it waits (`waiting`, without its bytes
+ * when parked), never the one submitted, so a parked job's bytes are not kept alive.
+ */
+class QueuedAttempt {
+  /** The claim at its turn (or ahead of it), once asked for (`DeliveryWorker.takeTurn`). */
+  turn: Promise<DeliveryJob | null> | null = null;
+
+  constructor(
+    private readonly worker: DeliveryWorker,
+    readonly waiting: DeliveryJob,
+    /** Bytes of its body counted in the worker's overflow until its turn (0: none). */
+    readonly keptBytes: number,
+    /** It waits without its bytes: they are read back from the log at its turn. */
+    readonly parked: boolean,
+    readonly resolve: (result: SendResult) => void,
+    readonly reject: (err: unknown) => void,
+  ) {}
+
+  run(): Promise<void> {
+    return this.worker.runQueued(this);
+  }
+
+  /** A failure is the run's to report when its turn comes (it awaits the same promise). */
+  prepare(): void {
+    this.worker.takeTurn(this, this.worker.prepareHorizonMs).catch(ignore);
+  }
+}
+
+function ignore(): void {}
+
+/**
  * The I/O around the delivery decider: claims attempts, sends them and records the outcome. A
  * claim is decided against the delivery stream as the caller read it and appended at that
  * revision, when the attempt's turn in its endpoint's queue comes or shortly before (see
@@ -206,7 +240,7 @@ export function preclaimRounds(settings: Pick<WorkerSettings, 'stuckAfterMs' | '
 export class DeliveryWorker {
   private readonly queues: EndpointQueues;
   /** How long after it is prepared a waiting attempt's turn comes, at the latest (see `preclaimRounds`). */
-  private readonly prepareHorizonMs: number;
+  readonly prepareHorizonMs: number;
   readonly breakers: CircuitBreakers;
   /** Deliveries this process has queued or claimed and not finished. */
   readonly owned = new Set<string>();
@@ -441,11 +475,10 @@ export class DeliveryWorker {
     const admission = this.admit(input.subscription.url);
     const { endpoint, slot, claimNow } = admission;
     const claimId = newEventId();
-    const [decided] = deliveryDecider.decide(
-      {
-        kind: claimNow ? 'claim' : 'queue',
-        claimId,
-        data: {
+    // The attempt as the decider records it, with the sequence event's own fields: one object, the
+    // decided data's fields first, rather than the decided data spread into a copy.
+    const first: NonNullable<EventData<'DeliverySequenced'>['first']> = claimNow
+      ? {
           deliveryId: input.deliveryId,
           subscriptionId: input.subscription.id,
           attempt: 1,
@@ -454,15 +487,22 @@ export class DeliveryWorker {
           url: input.subscription.url,
           trigger: input.trigger,
           body: input.body,
-        },
-      },
-      initialDelivery(),
-    );
-    const first: NonNullable<EventData<'DeliverySequenced'>['first']> = {
-      ...(decided!.data as EventData<'DeliveryAttempted'>),
-      ...(claimNow ? {} : { queued: true }),
-      claimId,
-    };
+          claimId,
+        }
+      : {
+          deliveryId: input.deliveryId,
+          subscriptionId: input.subscription.id,
+          attempt: 1,
+          eventId: input.eventId,
+          webhookEvent: input.event,
+          url: input.subscription.url,
+          trigger: input.trigger,
+          body: input.body,
+          queued: true,
+          claimId,
+        };
+    // The decider's rules for a first attempt (its trigger) still decide: it throws what they refuse.
+    deliveryDecider.decide({ kind: claimNow ? 'claim' : 'queue', claimId, data: first }, initialDelivery());
     const stream = sequenceStream(input.subscription.id);
     let seq: number;
     try {
@@ -472,7 +512,7 @@ export class DeliveryWorker {
         typedEvent(
           'DeliverySequenced',
           { subscriptionId: input.subscription.id, deliveryId: input.deliveryId, first },
-          { id: deterministicId('webhook-seq', input.deliveryId) },
+          deterministicId('webhook-seq', input.deliveryId),
         ),
       ]);
       seq = nextRevision + 1;
@@ -547,7 +587,7 @@ export class DeliveryWorker {
     leased: boolean,
   ): DeliveryJob {
     const { stuckAfterMs } = this.deps.settings;
-    return {
+    const job: DeliveryJob = {
       deliveryId: attempt.deliveryId,
       subscription: attempt.subscription,
       eventId: attempt.eventId,
@@ -562,10 +602,11 @@ export class DeliveryWorker {
       slot: admission.slot,
       queuedAt: admission.queuedAt,
       dueAt: attempt.dueAt ?? admission.queuedAt,
-      // The queue time is read before the append, so the log's is no earlier: the lease ends no
-      // later than another dispatcher's stale check begins (clocks in step, as for `preclaimRounds`).
-      ...(leased && stuckAfterMs !== undefined ? { leaseUntil: admission.queuedAt + stuckAfterMs } : {}),
     };
+    // The queue time is read before the append, so the log's is no earlier: the lease ends no
+    // later than another dispatcher's stale check begins (clocks in step, as for `preclaimRounds`).
+    if (leased && stuckAfterMs !== undefined) job.leaseUntil = admission.queuedAt + stuckAfterMs;
+    return job;
   }
 
   /**
@@ -576,7 +617,7 @@ export class DeliveryWorker {
     const event = typedEvent(
       'DeliverySequenced',
       { subscriptionId, deliveryId },
-      { id: deterministicId('webhook-seq', deliveryId) },
+      deterministicId('webhook-seq', deliveryId),
     );
     // Flushed, not only committed: a number lost in a server crash would be handed to another
     // delivery, and the receiver would see it twice and no gap.
@@ -615,12 +656,14 @@ export class DeliveryWorker {
    */
   submit(job: DeliveryJob): Promise<SendResult> {
     // No closure here refers to `job`: one that did (the promise's executor) would put it in the
-    // context `forget` shares, and a job parked without its bytes would keep them alive until its
+    // context the reactions below share, and a job parked without its bytes would keep them alive until its
     // outcome (9 of 9 parked jobs still reachable after a forced GC, in a test of it).
     const task = this.started(job);
     this.recording.add(task);
-    const forget = () => this.recording.delete(task);
-    task.then(forget, forget);
+    task.then(
+      () => this.recording.delete(task),
+      () => this.recording.delete(task),
+    );
     return task;
   }
 
@@ -672,57 +715,63 @@ export class DeliveryWorker {
     if (kept) this.overflowBytes += bodyBytes;
     const parked = overLimit && !kept;
     const waiting = parked ? { ...queued, body: '' } : queued;
-    // The claim at its turn, unless its queue lease covers the send (and the bytes of a parked
-    // job), made once: at the turn, or earlier when the queue prepares it (see `preclaimRounds`),
-    // when the lease must cover the latest time the turn can come.
-    let turn: Promise<DeliveryJob | null> | null = null;
-    const takeTurn = (aheadMs: number) => {
-      turn ??= (async () => {
-        // From here the body is the turn's (bounded by the slots and the rounds prepared ahead).
-        if (kept) this.overflowBytes -= bodyBytes;
-        // Stopping: a queued attempt is not claimed only to be let go.
-        if (this.abandoned && !waiting.claimed) return null;
-        const leased = !waiting.claimed && leaseHolds(waiting, Date.now() + aheadMs, this.deps.settings);
-        if (leased) this.deps.observer?.attempt(waiting.trigger);
-        const ready = waiting.claimed || leased ? waiting : await this.claimTurn(waiting);
-        // Stopping, a parked job's bytes are not read back: nothing will send them.
-        return ready && parked && !this.abandoned ? await this.unpark(ready) : ready;
-      })();
-      return turn;
-    };
-    const task = async () => {
-      let job: DeliveryJob | null;
-      let sent: { result: Outcome; record: boolean; notBefore?: number };
-      try {
-        job = await takeTurn(0);
-        if (this.abandoned) {
-          // Stopping: not sent. Claimed (at its turn, ahead of it, or when submitted), it is
-          // recorded held; otherwise its queue record stands (see `letGo`).
-          this.letGo(waiting, job?.claimed ? job : null).then(resolve, reject);
-          return;
-        }
-        if (!job) {
-          resolve(failure('superseded: another dispatcher claimed this attempt first'));
-          return;
-        }
-        sent = await this.send(job);
-      } catch (err) {
-        reject(err);
+    const attempt = new QueuedAttempt(this, waiting, kept ? bodyBytes : 0, parked, resolve, reject);
+    if (queued.slot) this.queues.runIn(endpoint, attempt);
+    else this.queues.push(endpoint, attempt);
+    if (this.abandoned) this.queues.flush();
+  }
+
+  /**
+   * The claim of a queued attempt at its turn, unless its queue lease covers the send (and the
+   * bytes of a parked job), made once: at the turn, or earlier when the queue prepares it (see
+   * `preclaimRounds`), when the lease must cover the latest time the turn can come (`aheadMs`).
+   */
+  takeTurn(queued: QueuedAttempt, aheadMs: number): Promise<DeliveryJob | null> {
+    queued.turn ??= this.turnOf(queued, aheadMs);
+    return queued.turn;
+  }
+
+  private async turnOf(queued: QueuedAttempt, aheadMs: number): Promise<DeliveryJob | null> {
+    const { waiting } = queued;
+    // From here the body is the turn's (bounded by the slots and the rounds prepared ahead).
+    this.overflowBytes -= queued.keptBytes;
+    // Stopping: a queued attempt is not claimed only to be let go.
+    if (this.abandoned && !waiting.claimed) return null;
+    const leased = !waiting.claimed && leaseHolds(waiting, Date.now() + aheadMs, this.deps.settings);
+    if (leased) this.deps.observer?.attempt(waiting.trigger);
+    const ready = waiting.claimed || leased ? waiting : await this.claimTurn(waiting);
+    // Stopping, a parked job's bytes are not read back: nothing will send them.
+    return ready && queued.parked && !this.abandoned ? await this.unpark(ready) : ready;
+  }
+
+  /** A queued attempt's turn: its request, then its outcome recorded (see `enqueue`). */
+  async runQueued(queued: QueuedAttempt): Promise<void> {
+    const { waiting, resolve, reject } = queued;
+    let job: DeliveryJob | null;
+    let sent: { result: Outcome; record: boolean; notBefore?: number };
+    try {
+      job = await this.takeTurn(queued, 0);
+      if (this.abandoned) {
+        // Stopping: not sent. Claimed (at its turn, ahead of it, or when submitted), it is
+        // recorded held; otherwise its queue record stands (see `letGo`).
+        this.letGo(waiting, job?.claimed ? job : null).then(resolve, reject);
         return;
       }
-      const done = job;
-      // Not awaited: the slot is released as soon as the response is in.
-      (sent.record ? this.recordOutcome(done, sent.result, sent.notBefore) : Promise.resolve()).then(
-        () => resolve(sent.result),
-        reject,
-      );
-    };
-    // A failure is the task's to report when its turn comes (it awaits the same promise).
-    (task as { prepare?: () => void }).prepare = () =>
-      void takeTurn(this.prepareHorizonMs).catch(() => undefined);
-    if (queued.slot) this.queues.runIn(endpoint, task);
-    else this.queues.push(endpoint, task);
-    if (this.abandoned) this.queues.flush();
+      if (!job) {
+        resolve(failure('superseded: another dispatcher claimed this attempt first'));
+        return;
+      }
+      sent = await this.send(job);
+    } catch (err) {
+      reject(err);
+      return;
+    }
+    const done = job;
+    // Not awaited: the slot is released as soon as the response is in.
+    (sent.record ? this.recordOutcome(done, sent.result, sent.notBefore) : Promise.resolve()).then(
+      () => resolve(sent.result),
+      reject,
+    );
   }
 
   /**
@@ -872,44 +921,39 @@ export class DeliveryWorker {
     );
     let position: number;
     let nextAttemptAt: string | null;
+    // Written out with every field (undefined where absent) rather than spread together from
+    // conditional parts: one object each, not one per part. The decider reads absent and undefined alike.
+    const command: DeliveryCommand = {
+      kind: 'record',
+      deliveryId: job.deliveryId,
+      subscriptionId: job.subscription.id,
+      attempt: job.attempt,
+      seq: job.seq !== null ? job.seq : undefined,
+      seriesAttempt: job.seriesAttempt,
+      result,
+      claimedAt: job.queuedAt,
+      dueAt: job.dueAt,
+      fromQueue: job.claimed ? undefined : true,
+      now,
+      notBefore,
+      retry: this.deps.settings.retry,
+      jitterSample: Math.random(),
+    };
+    const state: DeliveryState = {
+      attempt: job.attempt,
+      queued: job.claimed ? undefined : true,
+      recorded: false,
+      outcome: null,
+      nextAttemptAt: null,
+    };
     try {
       ({
         position,
         state: { nextAttemptAt },
-      } = (await handleCommand(
-        this.deps.store,
-        deliveryStream(job.deliveryId),
-        deliveryDecider,
-        {
-          kind: 'record',
-          deliveryId: job.deliveryId,
-          subscriptionId: job.subscription.id,
-          attempt: job.attempt,
-          ...(job.seq !== null ? { seq: job.seq } : {}),
-          seriesAttempt: job.seriesAttempt,
-          result,
-          claimedAt: job.queuedAt,
-          dueAt: job.dueAt,
-          ...(job.claimed ? {} : { fromQueue: true }),
-          now,
-          ...(notBefore !== undefined ? { notBefore } : {}),
-          retry: this.deps.settings.retry,
-          jitterSample: Math.random(),
-        },
-        {
-          known: {
-            state: {
-              attempt: job.attempt,
-              ...(job.claimed ? {} : { queued: true }),
-              recorded: false,
-              outcome: null,
-              nextAttemptAt: null,
-            },
-            revision: streamRevision(job.revision),
-          },
-          trusted: true,
-        },
-      )) as { position: number; state: { nextAttemptAt: string | null } });
+      } = (await handleCommand(this.deps.store, deliveryStream(job.deliveryId), deliveryDecider, command, {
+        known: { state, revision: streamRevision(job.revision) },
+        trusted: true,
+      })) as { position: number; state: { nextAttemptAt: string | null } });
     } catch (err) {
       if (err instanceof WrongExpectedRevisionError) {
         this.logger.info(

@@ -180,10 +180,16 @@ export class WebhookDispatcher {
   private submit(job: DeliveryJob): void {
     // Only the id in the handler: a job waiting in a full endpoint queue must not keep its body alive.
     const { deliveryId } = job;
-    const task = this.options.worker
-      .submit(job)
-      .catch((err: unknown) => this.logger.error({ err, deliveryId }, 'recording a delivery failed'))
-      .finally(() => this.submissions.delete(task));
+    // One reaction for either end (a catch and a finally made three promises and four closures).
+    const task: Promise<void> = this.options.worker.submit(job).then(
+      () => {
+        this.submissions.delete(task);
+      },
+      (err: unknown) => {
+        this.submissions.delete(task);
+        this.logger.error({ err, deliveryId }, 'recording a delivery failed');
+      },
+    );
     this.submissions.add(task);
   }
 
@@ -226,30 +232,66 @@ export class WebhookDispatcher {
     await message.ack();
   }
 
-  /** The webhook a trade call, regime shift or risk shift is a candidate for; null for anything else. */
+  /**
+   * The webhook a trade call, regime shift or risk shift is a candidate for; null for anything else.
+   * Only the fields matching reads: a spread of the event's data copied the whole verdict per event.
+   */
   private candidateOf(event: DomainEvent): Candidate | null {
     if (event.type === 'VerdictRecorded') {
-      return event.data.call === 'HOLD'
+      const d = event.data;
+      return d.call === 'HOLD'
         ? null
-        : { event: 'trade_call', ...event.data, position: event.position };
+        : {
+            event: 'trade_call',
+            coin: d.coin,
+            timeframe: d.timeframe,
+            exchange: d.exchange,
+            confidence: d.confidence,
+            position: event.position,
+          };
     }
-    if (event.type === 'RegimeShifted')
-      return { event: 'regime_shift', ...event.data, position: event.position };
-    if (event.type === 'RiskShifted')
-      return { event: 'risk_shift', ...event.data, confidence: null, position: event.position };
+    if (event.type === 'RegimeShifted') {
+      const d = event.data;
+      return {
+        event: 'regime_shift',
+        coin: d.coin,
+        timeframe: d.timeframe,
+        exchange: d.exchange,
+        confidence: d.confidence,
+        position: event.position,
+      };
+    }
+    if (event.type === 'RiskShifted') {
+      const d = event.data;
+      return {
+        event: 'risk_shift',
+        coin: d.coin,
+        timeframe: d.timeframe,
+        exchange: d.exchange,
+        confidence: null,
+        position: event.position,
+      };
+    }
     return null;
   }
 
   /** Subscriptions (active ones, or just `only`) that take this candidate. */
   private async matching(candidate: Candidate, only?: SubscriptionRecord): Promise<SubscriptionRecord[]> {
     const subs = only ? [only] : Object.values(this.options.runner.state.subscriptions.subs);
-    if (subs.some((s) => s.status === 'active' && largestTopN(s.assets) !== null)) {
-      await this.options.ranking.prepare(candidate.exchange);
+    let ranked = false;
+    for (const s of subs) {
+      if (s.status === 'active' && largestTopN(s.assets) !== null) {
+        ranked = true;
+        break;
+      }
     }
-    return subs.filter((s) =>
-      matches(s, candidate, (exchange, coin) => this.options.ranking.rankOf(exchange, coin)),
-    );
+    if (ranked) await this.options.ranking.prepare(candidate.exchange);
+    const out: SubscriptionRecord[] = [];
+    for (const s of subs) if (matches(s, candidate, this.rankOf)) out.push(s);
+    return out;
   }
+
+  private readonly rankOf = (exchange: string, coin: string) => this.options.ranking.rankOf(exchange, coin);
 
   /** Claims the first attempt of each subscription's delivery of this event. */
   private async deliver(event: DomainEvent, subs: SubscriptionRecord[], trigger: Trigger): Promise<void> {
@@ -262,20 +304,18 @@ export class WebhookDispatcher {
       event.type === 'VerdictRecorded' ? (this.options.trackRecord?.(event.data) ?? null) : null;
     for (const sub of subs) {
       const deliveryId = deliveryIdFor(event.id, sub.id);
-      const shift = { deliveryId, createdAt: event.recordedAt, signalHash: verdict?.hash ?? null, verifyUrl };
+      const signalHash = verdict?.hash ?? null;
+      const createdAt = event.recordedAt;
       const envelope =
         event.type === 'VerdictRecorded'
-          ? tradeCallEnvelope({
-              deliveryId,
-              createdAt: event.recordedAt,
-              verdict: event.data,
-              verifyUrl,
-              trackRecord,
-            })
+          ? tradeCallEnvelope({ deliveryId, createdAt, verdict: event.data, verifyUrl, trackRecord })
           : event.type === 'RiskShifted'
-            ? riskShiftEnvelope({ ...shift, shift: event.data })
+            ? riskShiftEnvelope({ deliveryId, createdAt, signalHash, verifyUrl, shift: event.data })
             : regimeShiftEnvelope({
-                ...shift,
+                deliveryId,
+                createdAt,
+                signalHash,
+                verifyUrl,
                 shift: (event as Extract<DomainEvent, { type: 'RegimeShifted' }>).data,
               });
       const job = await this.options.worker.claimFirst({

@@ -4,11 +4,13 @@ import { EndpointQueues } from './endpoint-queues.ts';
 
 /** A task that records its start and finishes when the test says so. */
 function gated(log: number[], id: number, gates: Map<number, () => void>) {
-  return () =>
-    new Promise<void>((resolve) => {
-      log.push(id);
-      gates.set(id, resolve);
-    });
+  return {
+    run: () =>
+      new Promise<void>((resolve) => {
+        log.push(id);
+        gates.set(id, resolve);
+      }),
+  };
 }
 
 describe('endpoint queues', () => {

@@ -3,7 +3,12 @@ import type { AddressInfo, Socket } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SEQUENCE_HEADER, verifyWebhook } from '../../contracts/webhook-verify.ts';
+import {
+  EVENT_VERSION_HEADER,
+  SEQUENCE_HEADER,
+  signedHeaders,
+  verifyWebhook,
+} from '../../contracts/webhook-verify.ts';
 import { RESPONSE_LIMIT, sendSigned } from './sender.ts';
 
 /** Each path answers its own way; every request is remembered with its raw body. */
@@ -73,6 +78,17 @@ describe('sendSigned', () => {
     expect(got.path).toBe('/ok?q=1');
     expect(got.headers[SEQUENCE_HEADER]).toBe('3');
     expect(got.headers['content-type']).toBe('application/json');
+    expect(got.headers[EVENT_VERSION_HEADER]).toBe('1');
+    expect(got.headers['user-agent']).toBe('signal-service-webhooks/1');
+    // Every header the contract's signedHeaders makes, as it makes it (the sender writes its own literal).
+    const signed = signedHeaders({
+      secret,
+      event: 'trade_call',
+      deliveryId: 'd-1',
+      timestamp: Number(got.headers['x-service-timestamp']),
+      rawBody: got.body,
+    });
+    for (const [name, value] of Object.entries(signed)) expect(got.headers[name]).toBe(value);
     expect(verifyWebhook({ secret, headers: got.headers, rawBody: got.body }).ok).toBe(true);
     const headers = Object.fromEntries(Object.entries(got.headers).map(([k, v]) => [k, String(v)]));
     expect(new Webhook(secret.slice('whsec_'.length)).verify(got.body, headers)).toMatchObject({

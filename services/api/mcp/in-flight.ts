@@ -21,16 +21,20 @@ export function requestIds(body: unknown): RpcId[] {
 }
 
 /**
- * A session's ids in flight, strings and numbers apart (7 and "7" are different JSON-RPC ids):
- * looked up as they are, where a key spelt per request (`number:7`) was a new string to hash.
+ * A session's ids in flight, in an array compared strictly (7 and "7" are different JSON-RPC ids):
+ * a session has a handful in flight at a time. A Set that every call added its id to and deleted
+ * it from rebuilt its table every few calls (a microbenchmark of two claims and their releases:
+ * 0.44-0.61 µs with Sets, 0.05-0.39 with an array), and showed in the keyed MCP profile.
  */
-interface Held {
-  strings: Set<RpcId>;
-  numbers: Set<RpcId>;
-}
+type Held = RpcId[];
 
-/** The set that holds ids of `id`'s type. */
-const setOf = (held: Held, id: RpcId): Set<RpcId> => (typeof id === 'string' ? held.strings : held.numbers);
+/** Takes `id` out of `held` (order does not matter: the last id takes its place). */
+export function releaseId(held: Held, id: RpcId): void {
+  const at = held.indexOf(id);
+  if (at < 0) return;
+  const last = held.pop()!;
+  if (at < held.length) held[at] = last;
+}
 
 /**
  * The ids one request holds until it is answered. A class rather than a closure per request:
@@ -48,16 +52,25 @@ export class HeldIds {
   release(): void {
     if (this.released || this.held === null) return;
     this.released = true;
-    for (const id of this.ids) setOf(this.held, id).delete(id);
+    for (const id of this.ids) releaseId(this.held, id);
   }
 }
 
 export class InFlightIds {
   /**
    * Kept for as long as the session (dropped by `forget`, which its close calls), not made and
-   * dropped around each request: that was a Set and two Map writes per keyed call.
+   * dropped around each request.
    */
   private readonly bySession = new Map<string, Held>();
+
+  private heldOf(sessionId: string): Held {
+    let held = this.bySession.get(sessionId);
+    if (held === undefined) {
+      held = [];
+      this.bySession.set(sessionId, held);
+    }
+    return held;
+  }
 
   /**
    * Claims every id for the session, or none: the id that is already in flight (or repeated
@@ -65,18 +78,25 @@ export class InFlightIds {
    */
   claim(sessionId: string, ids: RpcId[]): { conflict: RpcId } | HeldIds {
     if (ids.length === 0) return new HeldIds(null, ids);
-    let held = this.bySession.get(sessionId);
-    if (held === undefined) {
-      held = { strings: new Set(), numbers: new Set() };
-      this.bySession.set(sessionId, held);
-    }
+    const held = this.heldOf(sessionId);
     for (let i = 0; i < ids.length; i++) {
       const id = ids[i]!;
-      // indexOf compares strictly: 7 and "7" are not a repeat.
-      if (setOf(held, id).has(id) || ids.indexOf(id) !== i) return { conflict: id };
+      // indexOf and includes compare strictly: 7 and "7" are not a repeat.
+      if (held.includes(id) || ids.indexOf(id) !== i) return { conflict: id };
     }
-    for (const id of ids) setOf(held, id).add(id);
+    for (const id of ids) held.push(id);
     return new HeldIds(held, ids);
+  }
+
+  /**
+   * Claims the one id of a single request (a plain tools/call) without a claim object: the ids it
+   * joined, to release it from with releaseId once answered; null when the id is in flight.
+   */
+  claimOne(sessionId: string, id: RpcId): Held | null {
+    const held = this.heldOf(sessionId);
+    if (held.includes(id)) return null;
+    held.push(id);
+    return held;
   }
 
   forget(sessionId: string): void {

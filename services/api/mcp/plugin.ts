@@ -8,7 +8,7 @@ import { answeredBy } from '../answer-at-turn-end.ts';
 import { errorHandler, rpcErrorBody } from '../errors.ts';
 import { codesText, documented, RESPONSE_HEADERS, type ResponseDoc } from '../openapi.ts';
 import { handOver } from './hand-over.ts';
-import { InFlightIds, requestIds } from './in-flight.ts';
+import { InFlightIds, releaseId, requestIds } from './in-flight.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
 import { createMcpServer } from './server.ts';
 import { answerToolCall, modernToolCall, plainToolCall } from './session-call.ts';
@@ -277,56 +277,43 @@ function mcpHandler(deps: HandlerDeps): Handler {
     } else {
       return jsonRpcError(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
     }
-    if (
-      sessionId !== undefined &&
-      method === 'POST' &&
-      (await claimedCall(deps, sessionId, request, reply))
-    ) {
-      return undefined;
+    if (sessionId !== undefined && method === 'POST') {
+      // A plain tools/call is answered here, error or not, its one id claimed without a claim
+      // object and free again once the answer is handed over. No per-request close listener:
+      // the call always ends, and one showed in the profile.
+      const call = plainToolCall(request);
+      if (call !== null) {
+        const held = deps.inFlight.claimOne(sessionId, call.id);
+        if (held === null) return inFlightConflict(reply, call.id);
+        try {
+          await answerToolCall(options, call, request, reply, { kind: 'session', sessionId });
+        } finally {
+          releaseId(held, call.id);
+        }
+        return undefined;
+      }
+      const claim = deps.inFlight.claim(sessionId, requestIds(request.body));
+      if ('conflict' in claim) return inFlightConflict(reply, claim.conflict);
+      // Answered, failed or dropped by the client: the ids are free again.
+      reply.raw.once('close', () => claim.release());
     }
     return handOver(transport, request, reply, signedIn.get(request), 'mcp request failed');
   };
 }
 
-/**
- * Claims the request's ids on its session: true once a conflict, or a plain tools/call, is answered
- * here; false when the transport answers (the ids are freed once the reply closes).
- */
-async function claimedCall(
-  deps: HandlerDeps,
-  sessionId: string,
-  request: FastifyRequest,
-  reply: FastifyReply,
-): Promise<boolean> {
-  const claim = deps.inFlight.claim(sessionId, requestIds(request.body));
-  if ('conflict' in claim) {
-    reply
-      .code(409)
-      .type('application/json')
-      .send({
-        jsonrpc: '2.0',
-        error: {
-          code: -32600,
-          message: `Invalid Request: a request with id ${JSON.stringify(claim.conflict)} is already in flight on this session`,
-        },
-        id: claim.conflict,
-      });
-    return true;
-  }
-  const call = plainToolCall(request);
-  if (call !== null) {
-    // Answered here, error or not: the id is free again once the answer is handed over.
-    // (No per-request close listener: the call always ends, and one showed in the profile.)
-    try {
-      await answerToolCall(deps.options, call, request, reply, { kind: 'session', sessionId });
-      return true;
-    } finally {
-      claim.release();
-    }
-  }
-  // Answered, failed or dropped by the client: the id is free again.
-  reply.raw.once('close', () => claim.release());
-  return false;
+/** 409 for a request whose id (or one of whose ids) is already in flight on its session. */
+function inFlightConflict(reply: FastifyReply, id: string | number): FastifyReply {
+  return reply
+    .code(409)
+    .type('application/json')
+    .send({
+      jsonrpc: '2.0',
+      error: {
+        code: -32600,
+        message: `Invalid Request: a request with id ${JSON.stringify(id)} is already in flight on this session`,
+      },
+      id,
+    });
 }
 
 /** The caller a new session counts against: its key when one applies, else its address. */

@@ -233,7 +233,7 @@ function answerBytes(
 ): Buffer {
   const end = `,"jsonrpc":"2.0","id":${JSON.stringify(id)}}`;
   const made = structuredJsonOf(result);
-  if (made === undefined || Object.keys(result).length !== 2) {
+  if (made === undefined || !onlyContentFields(result)) {
     const json = modern ? modernResultJson(result) : JSON.stringify(result);
     return Buffer.from(`{"result":${json}${end}`);
   }
@@ -252,6 +252,16 @@ function answerBytes(
     split.head,
     `${split.tail}${close}${end}`,
   ]);
+}
+
+/** Whether `result`'s own fields are content and structuredContent alone (counted without an array of its keys). */
+function onlyContentFields(result: object): boolean {
+  let fields = 0;
+  for (const key in result) {
+    if (key !== 'content' && key !== 'structuredContent') return false;
+    fields++;
+  }
+  return fields === 2;
 }
 
 /**

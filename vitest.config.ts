@@ -6,14 +6,14 @@ const UNIT = '**/*.unit.test.ts';
 const EXCLUDE = ['node_modules/**', 'data/**', 'dist/**'];
 /**
  * Suites of minutes that a change rarely touches: the fault drill (and its process supervisor),
- * the million-event history, `npm run build`, and the suites that drive the local chain (anvil)
+ * the history export's flat heap at scale, `npm run build`, and the suites that drive the local chain (anvil)
  * themselves. `npm test` (and so CI) runs them; `npx vitest` and `--project unit --project io` do not.
- * Longest first (a full run under load 12: 318, 166, 141, 24, 17, 15, 14, 13 and 11 s): the
- * order in which they start (see LongestFirst).
+ * Longest first (a full run at load 5-7: 144, then about 70 (alone, load 12), 29, 24, 14, 11, 1,
+ * 3 and 1 s): the order in which they start (see LongestFirst).
  */
 const SLOW = [
-  'services/history/history-million.int.test.ts',
   'test/drill-hosts.e2e.test.ts',
+  'services/history/history-scale.int.test.ts',
   'test/build.int.test.ts',
   'scripts/drill/*.test.ts',
   'test/x402-settlement.e2e.test.ts',

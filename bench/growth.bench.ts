@@ -178,7 +178,6 @@ async function yearRound(seconds: number, burst: number | null): Promise<YearRou
   const next = await scheduleSource();
   const schedulePerS = (MARKETS * TIMEFRAMES.reduce((a, tf) => a + DAY / TIMEFRAME_MS[tf], 0)) / 86_400;
   let scheduleDue = 0;
-  let calls = 0;
   let middle = 0;
   try {
     for (let t = 0; t < seconds; t += STEP_S) {
@@ -205,9 +204,7 @@ async function yearRound(seconds: number, burst: number | null): Promise<YearRou
       await Promise.all(
         keys.map(async (key, k) => {
           for (let b = 0; b < perKey[k]!; b++) {
-            await Promise.all(
-              Array.from({ length: burst }, () => meter.debit(key, 'get_trade_call', `c${calls++}`)),
-            );
+            await Promise.all(Array.from({ length: burst }, () => meter.debit(key, 'get_trade_call')));
           }
         }),
       );

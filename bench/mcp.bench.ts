@@ -163,9 +163,7 @@ export async function run(options: McpBenchOptions = {}): Promise<McpBenchResult
       },
       {
         name: `quota.debit (${cacheKind} debit + QuotaDebitsRecorded)`,
-        latency: await latencies(n, (i) =>
-          server.channel.quota.debit(subject, 'get_trade_call', `bench-${i}`),
-        ),
+        latency: await latencies(n, () => server.channel.quota.debit(subject, 'get_trade_call')),
       },
       {
         name: 'event store append alone (QuotaDebitsRecorded)',

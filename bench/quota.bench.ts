@@ -116,7 +116,6 @@ export async function run(options: QuotaBenchOptions = {}): Promise<QuotaBenchRe
       const outcome = await meter.debit(
         { id: `m${i % subjects}`, kind: 'key', plan: 'pro' },
         'get_trade_call',
-        `r${i}`,
       );
       if (!outcome.ok) throw new Error('meter refused with unlimited windows');
     });

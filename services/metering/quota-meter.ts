@@ -1,6 +1,5 @@
 import type { Logger } from 'pino';
 import { type Cache, CounterStateLostError, type QuotaWindow } from '../../adapters/cache/port.ts';
-import { TurnBatch } from '../../adapters/cache/turn-batch.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { newEventId } from '../../contracts/event-id.ts';
 import type { EventData, Plan } from '../../contracts/events.ts';
@@ -104,27 +103,6 @@ interface QuotaLease {
   counts: readonly number[];
 }
 
-interface Batch {
-  at: SubjectWindows;
-  generation: string;
-  tool: string;
-  units: number;
-  calls: { resolve: () => void; reject: (err: unknown) => void }[];
-}
-
-/** One subject's debits on their way to the log. */
-interface Lane {
-  inFlight: number;
-  scheduled: boolean;
-  waiting: Map<string, Batch>;
-}
-
-/**
- * Two appends of a subject's debits in flight at most: with one, a call counted just after an
- * append left waited for that append and then its own (6,640-6,830 against 7,570-8,120 req/s).
- */
-const MAX_ROUNDS_IN_FLIGHT = 2;
-
 const LEASE_IDLE_MS = 250;
 const LEASE_SHARE = 16;
 /** A grant smaller than this is not worth its round trips and its two events. */
@@ -134,19 +112,14 @@ const GIVE_BACK_TRIES = 3;
 
 /**
  * Counts served calls. The check-and-debit of the day and month windows is one atomic cache
- * operation, so replicas cannot overspend; each debit is then recorded on the log (batched per
- * subject), which the counters are rebuilt from. Busy subjects are served from a lease.
+ * operation, so replicas cannot overspend; each debit is then recorded on the log, which the
+ * counters are rebuilt from. Busy subjects are served from a lease.
  * Nothing is served from counters whose generation is gone: empty counters would give calls away.
  */
 export class QuotaMeter {
   readonly counters: QuotaCounters;
   /** Every channel that meters calls shares the api's one meter, so one observer sees them all. */
   observer: QuotaObserver | null = null;
-  private readonly lanes = new Map<string, Lane>();
-  /** Lanes due, flushed at the end of the turn together: their appends reach the store together (GroupWriter). */
-  private readonly due = new TurnBatch<[string, Lane]>((due) => {
-    for (const [subjectId, lane] of due) this.flush(subjectId, lane, true);
-  }, Number.POSITIVE_INFINITY);
   private readonly leaseMs: number;
   private readonly maxUnits: number;
   private readonly idleMs: number;
@@ -223,7 +196,7 @@ export class QuotaMeter {
    * a call is never served before. Throws CacheUnavailableError or a store error when the debit or
    * its record cannot be made; the caller must not serve then.
    */
-  debit(subject: QuotaSubject, tool: string, _requestId: string): Promise<DebitOutcome> {
+  debit(subject: QuotaSubject, tool: string): Promise<DebitOutcome> {
     return this.debitAt(subjectWindows(subject, this.deps.plans, this.now()), tool);
   }
 
@@ -449,65 +422,22 @@ export class QuotaMeter {
   }
 
   /**
-   * Records a counted call with the others of its subject counted meanwhile as one
-   * QuotaDebitsRecorded: at most MAX_ROUNDS_IN_FLIGHT appends per subject in flight, never more
-   * events than calls. Calls differing in generation, day, plan, kind or tool go in events of
-   * their own (a rebuild counts each by the first three).
+   * Records a counted call on the log, or gives its unit back: a call not recorded is not served.
+   * The calls appended together reach the store together (its GroupWriter).
    */
-  private record(at: SubjectWindows, tool: string, generation: string): Promise<void> {
-    const { subject } = at;
-    let lane = this.lanes.get(subject.id);
-    if (!lane) {
-      lane = { inFlight: 0, scheduled: false, waiting: new Map() };
-      this.lanes.set(subject.id, lane);
-    }
-    const group = `${generation}\u0000${at.period.day}\u0000${subject.plan}\u0000${subject.kind}\u0000${tool}`;
-    let batch = lane.waiting.get(group);
-    if (!batch) {
-      batch = { at, generation, tool, units: 0, calls: [] };
-      lane.waiting.set(group, batch);
-    }
-    batch.units++;
-    const appended = new Promise<void>((resolve, reject) => batch.calls.push({ resolve, reject }));
-    if (!lane.scheduled && lane.inFlight < MAX_ROUNDS_IN_FLIGHT) {
-      lane.scheduled = true;
-      this.due.add([subject.id, lane]);
-    }
-    return appended;
-  }
-
-  /** Starts a round with every waiting batch (a scheduled one takes the whole turn's calls). */
-  private flush(subjectId: string, lane: Lane, scheduled = false): void {
-    if (scheduled) lane.scheduled = false;
-    else if (lane.scheduled) return;
-    if (lane.waiting.size === 0 || lane.inFlight >= MAX_ROUNDS_IN_FLIGHT) {
-      if (lane.inFlight === 0 && lane.waiting.size === 0) this.lanes.delete(subjectId);
-      return;
-    }
-    const batches = [...lane.waiting.values()];
-    lane.waiting.clear();
-    lane.inFlight++;
-    void Promise.all(batches.map((batch) => this.append(batch))).then(() => {
-      lane.inFlight--;
-      this.flush(subjectId, lane);
-    });
-  }
-
-  private async append({ at, tool, units, generation, calls }: Batch): Promise<void> {
+  private async record(at: SubjectWindows, tool: string, generation: string): Promise<void> {
     const stream = quotaStream(at.subject.id);
     const id = newEventId();
-    const data = debitData(at, tool, units, generation);
+    const data = debitData(at, tool, 1, generation);
     try {
       // Committed: it survives this process; the flush follows within the store's bound.
       await this.deps.store.append(stream, [{ type: 'QuotaDebitsRecorded', data, id }], {
         durability: 'committed',
       });
-      for (const call of calls) call.resolve();
     } catch (err) {
-      // None of these calls is served, so none may use up quota: given back unless the record
-      // landed after all (a commit whose answer was lost).
-      if (!(await this.recordLanded(stream, id))) await this.release(at, generation, units);
-      for (const call of calls) call.reject(err);
+      // Given back unless the record landed after all (a commit whose answer was lost).
+      if (!(await this.recordLanded(stream, id))) await this.release(at, generation, 1);
+      throw err;
     }
   }
 

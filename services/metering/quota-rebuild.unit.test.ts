@@ -25,7 +25,7 @@ describe('quota generations on the in-process cache', () => {
     const store = new MemoryEventStore();
     const key: QuotaSubject = { id: `k-${randomUUID()}`, kind: 'key', plan: 'free' };
     const first = new QuotaMeter({ cache: new MemoryCache(), store, plans: PLANS, now: () => T0 });
-    for (let i = 0; i < 7; i++) await first.debit(key, 't', `r${i}`);
+    for (let i = 0; i < 7; i++) await first.debit(key, 't');
     // A restart: a new process, a new in-process cache, the same log.
     const cache = new MemoryCache();
     expect(await cache.liveGeneration(QUOTA_FAMILY)).toBeNull();
@@ -53,7 +53,7 @@ describe('quota generations on the in-process cache', () => {
     let n = 0;
     const worker = async () => {
       while (running) {
-        await meter.debit(subjects[n % 3]!, 't', `r${n++}`);
+        await meter.debit(subjects[n++ % 3]!, 't');
         await new Promise((resolve) => setImmediate(resolve));
       }
     };
@@ -91,11 +91,11 @@ describe('the replay after a switch, reading slower than the settle time', () =>
     const memory = new MemoryEventStore();
     const meter = new QuotaMeter({ cache: counting, store: memory, plans: PLANS, now: () => T0 });
     const subject: QuotaSubject = { id: `p-${randomUUID()}`, kind: 'key', plan: 'pro' };
-    await meter.debit(subject, 't', 'first');
+    await meter.debit(subject, 't');
     const late = 600;
     const racing: Cache = Object.assign(Object.create(cache) as Cache, {
       switchGeneration: async (...args: Parameters<Cache['switchGeneration']>) => {
-        for (let i = 0; i < late; i++) await meter.debit(subject, 't', `late-${i}`);
+        for (let i = 0; i < late; i++) await meter.debit(subject, 't');
         return cache.switchGeneration(...args);
       },
     });
@@ -152,7 +152,6 @@ describe('the replay after a switch, reading slower than the settle time', () =>
     await new QuotaMeter({ cache: new MemoryCache(), store: memory, plans: PLANS, now: () => T0 }).debit(
       { id: `p-${randomUUID()}`, kind: 'key', plan: 'pro' },
       't',
-      'only',
     );
     let reads = 0;
     // Its head is 5 past what any read returns (PostgreSQL, below a write transaction still open).
@@ -211,14 +210,14 @@ describe('quota checkpoint (the fold of the counters run as a projection, its sn
     for (let i = 0; i < 30; i++) await memory.append(`noise-${i}`, [{ type: 'Noise', data: { i } } as never]);
 
     const first = meterOn(memory, new MemoryCache());
-    for (let i = 0; i < 5; i++) await first.debit(key, 't', `a${i}`);
+    for (let i = 0; i < 5; i++) await first.debit(key, 't');
     await first.counters.stop();
     const saved = await checkpoints.load(quotaBalancesProjection.name);
     expect(saved?.checkpoint).toBe(await memory.headPosition());
 
     // Debits the checkpoint does not hold (a process that crashed before saving one).
     const crashed = new QuotaMeter({ cache: new MemoryCache(), store: memory, plans: PLANS, now: () => T0 });
-    for (let i = 0; i < 3; i++) await crashed.debit(key, 't', `b${i}`);
+    for (let i = 0; i < 3; i++) await crashed.debit(key, 't');
     await crashed.counters.stop();
 
     const { store, starts } = recordingReads(memory);
@@ -250,7 +249,7 @@ describe('quota checkpoint (the fold of the counters run as a projection, its sn
       now: () => T0,
       counters: new QuotaCounters({ store: memory, cache, checkpoints }),
     });
-    for (let i = 0; i < 2; i++) await meter.debit(key, 't', `c${i}`);
+    for (let i = 0; i < 2; i++) await meter.debit(key, 't');
     expect(await meter.peek(key)).toMatchObject({ used: 2 });
     await meter.counters.stop();
     expect((await checkpoints.load(quotaBalancesProjection.name))?.checkpoint).toBe(
@@ -288,7 +287,7 @@ describe('the fold of the counters (quotaBalancesProjection)', () => {
     await counters.stop();
     const meter = new QuotaMeter({ cache, store: memory, plans: PLANS, now: () => T0, counters });
     // The counters are rebuilt from the log alone; no runner is left on the store.
-    expect(await meter.debit(key, 't', 'late')).toMatchObject({ ok: true });
+    expect(await meter.debit(key, 't')).toMatchObject({ ok: true });
     expect(runnersOn(memory).map((r) => r.name)).not.toContain(quotaBalancesProjection.name);
   });
 });

@@ -53,20 +53,17 @@ function gatedStore(memory: MemoryEventStore) {
   return { store, state };
 }
 
-describe('debits of concurrent calls are recorded per subject in batches', () => {
-  it('100 concurrent calls of one key: fewer events than calls, their units sum to 100, each call debited once', async () => {
+describe('each debit not served from a lease is recorded on its own', () => {
+  it('100 concurrent calls of one key: an event of one unit per call, each call debited once', async () => {
     const memory = new MemoryEventStore();
     const { meter, cache } = meterOn(memory);
     const subject = key();
     const outcomes = await Promise.all(
-      Array.from({ length: 100 }, (_, i) =>
-        meter.debit(subject, i % 3 ? 'get_trade_call' : 'get_regime', `r${i}`),
-      ),
+      Array.from({ length: 100 }, (_, i) => meter.debit(subject, i % 3 ? 'get_trade_call' : 'get_regime')),
     );
     expect(outcomes.every((o) => o.ok)).toBe(true);
     const debits = (await memory.readAll()).filter((e) => debitedUnits(e) > 0);
-    expect(debits.length).toBeLessThan(100);
-    expect(debits.reduce((sum, e) => sum + debitedUnits(e, subject.id), 0)).toBe(100);
+    expect(debits.map((e) => debitedUnits(e, subject.id))).toEqual(Array(100).fill(1));
     // Every event is a valid QuotaDebitsRecorded of one tool; per tool the units are its calls.
     const perTool = new Map<string, number>();
     for (const e of debits) {
@@ -81,48 +78,31 @@ describe('debits of concurrent calls are recorded per subject in batches', () =>
     expect(await counters(cache, subject)).toEqual([100, 100]);
   });
 
-  it('a subject has at most two debit appends in flight: calls counted meanwhile go out together in the next one', async () => {
+  it('no call is answered before its debit is on the log', async () => {
     const memory = new MemoryEventStore();
     const { store, state } = gatedStore(memory);
     const { meter } = meterOn(store);
     const subject = key();
-    await meter.debit(subject, 't', 'warm-up'); // the counters' first build, out of the way
+    await meter.debit(subject, 't'); // the counters' first build, out of the way
     let open!: () => void;
     state.gate = new Promise<void>((resolve) => {
       open = resolve;
     });
-    const first = meter.debit(subject, 't', 'first');
-    while (state.appends === 1) await new Promise((resolve) => setImmediate(resolve));
-    // Until the appends land, 20 more calls arrive over several turns of the event loop: the
-    // first of them starts a second append at once (a call does not wait for the first one's
-    // flush and then its own), the rest wait for one of the two to land.
-    const later: Promise<unknown>[] = [];
-    for (let i = 0; i < 20; i++) {
-      later.push(meter.debit(subject, 't', `later-${i}`));
-      await new Promise((resolve) => setImmediate(resolve));
-    }
-    expect(state.appends).toBe(3);
     let served = 0;
-    for (const p of later) void p.then(() => served++);
+    const calls = Array.from({ length: 20 }, () => meter.debit(subject, 't').then(() => served++));
+    while (state.appends < 21) await new Promise((resolve) => setImmediate(resolve));
     await new Promise((resolve) => setImmediate(resolve));
-    // None of them is answered before its debit is on the log.
     expect(served).toBe(0);
     open();
-    await Promise.all([first, ...later]);
-    expect(state.appends).toBe(4);
-    const units = (await memory.readAll()).map((e) => debitedUnits(e, subject.id)).filter((u) => u > 0);
-    // The second append took what was counted by the end of its turn; the third the rest.
-    expect(units).toHaveLength(4);
-    expect(units.slice(0, 2)).toEqual([1, 1]);
-    expect(units[2]! + units[3]!).toBe(20);
-    expect(units[3]).toBeGreaterThan(units[2]!);
+    await Promise.all(calls);
+    expect(served).toBe(20);
   });
 
   it('one call at a time: one event per call, as many as calls and never more', async () => {
     const memory = new MemoryEventStore();
     const { meter } = meterOn(memory);
     const subject = key();
-    for (let i = 0; i < 5; i++) await meter.debit(subject, 't', `r${i}`);
+    for (let i = 0; i < 5; i++) await meter.debit(subject, 't');
     const debits = (await memory.readAll()).filter((e) => debitedUnits(e) > 0);
     expect(debits.map((e) => debitedUnits(e))).toEqual([1, 1, 1, 1, 1]);
     // The meter names each record itself (newEventId): time-ordered, so the stores' id indexes
@@ -132,12 +112,12 @@ describe('debits of concurrent calls are recorded per subject in batches', () =>
     expect([...ids].sort()).toEqual(ids);
   });
 
-  it('subjects are batched apart, each event naming its own subject', async () => {
+  it('each event names its own subject, on its stream', async () => {
     const memory = new MemoryEventStore();
     const { meter } = meterOn(memory);
     const a = key();
     const b = key('free');
-    await Promise.all(Array.from({ length: 30 }, (_, i) => meter.debit(i % 2 ? a : b, 't', `r${i}`)));
+    await Promise.all(Array.from({ length: 30 }, (_, i) => meter.debit(i % 2 ? a : b, 't')));
     const events = await memory.readAll();
     expect(events.reduce((sum, e) => sum + debitedUnits(e, a.id), 0)).toBe(15);
     expect(events.reduce((sum, e) => sum + debitedUnits(e, b.id), 0)).toBe(15);
@@ -145,7 +125,7 @@ describe('debits of concurrent calls are recorded per subject in batches', () =>
       expect(e.stream).toBe(`quota-${(e.data as { subject: string }).subject}`);
   });
 
-  it('the batches of subjects counted in one turn reach the store in one tick, for it to send together', async () => {
+  it('the records of calls counted in one turn reach the store in one tick, for it to send together', async () => {
     const memory = new MemoryEventStore();
     // Which tick each quota append arrived in: a tick ends when the queue of nextTicks runs.
     const ticks: number[] = [];
@@ -168,12 +148,12 @@ describe('debits of concurrent calls are recorded per subject in batches', () =>
     });
     const { meter } = meterOn(store);
     const subjects = Array.from({ length: 8 }, () => key());
-    await Promise.all(subjects.map((s, i) => meter.debit(s, 't', `r${i}`)));
+    await Promise.all(subjects.map((s) => meter.debit(s, 't')));
     expect(ticks).toHaveLength(8);
     expect(new Set(ticks).size).toBe(1);
   });
 
-  it('a full disk: the calls of a batch that was not written are refused and give back exactly their units', async () => {
+  it('a full disk: the calls whose record was not written are refused and give back exactly their units', async () => {
     const memory = new MemoryEventStore();
     let full = false;
     const store: EventStore = Object.assign(Object.create(memory) as EventStore, {
@@ -185,57 +165,19 @@ describe('debits of concurrent calls are recorded per subject in batches', () =>
     const { meter, cache } = meterOn(store);
     const subject = key('free');
     // 7 served and logged.
-    const served = await Promise.all(
-      Array.from({ length: 7 }, (_, i) => meter.debit(subject, 't', `ok-${i}`)),
-    );
+    const served = await Promise.all(Array.from({ length: 7 }, () => meter.debit(subject, 't')));
     expect(served.every((o) => o.ok)).toBe(true);
     full = true;
-    const refused = await Promise.allSettled(
-      Array.from({ length: 12 }, (_, i) => meter.debit(subject, 't', `full-${i}`)),
-    );
+    const refused = await Promise.allSettled(Array.from({ length: 12 }, () => meter.debit(subject, 't')));
     expect(refused.every((r) => r.status === 'rejected' && r.reason instanceof StorageFullError)).toBe(true);
     // Only the 7 written calls count: the 12 refused gave their units back.
     expect(await counters(cache, subject)).toEqual([7, 7]);
     full = false;
-    expect((await meter.debit(subject, 't', 'after')).snapshot).toMatchObject({ used: 8 });
+    expect((await meter.debit(subject, 't')).snapshot).toMatchObject({ used: 8 });
     expect((await memory.readAll()).reduce((sum, e) => sum + debitedUnits(e, subject.id), 0)).toBe(8);
   });
 
-  it('a full disk while the previous batch is in flight: only the refused batch is given back', async () => {
-    const memory = new MemoryEventStore();
-    const { store, state } = gatedStore(memory);
-    // The first debit append is written (once the gate opens); the second finds the disk full.
-    const failing: EventStore = Object.assign(Object.create(store) as EventStore, {
-      append: async (stream: string, events: NewEvent[], options?: never) => {
-        if (stream.startsWith('quota-') && state.appends === 1) {
-          state.appends++;
-          throw new StorageFullError('disk full');
-        }
-        return store.append(stream, events, options);
-      },
-    });
-    const { meter, cache } = meterOn(failing);
-    const subject = key();
-    let open!: () => void;
-    state.gate = new Promise<void>((resolve) => {
-      open = resolve;
-    });
-    const first = Promise.all(Array.from({ length: 4 }, (_, i) => meter.debit(subject, 't', `a${i}`)));
-    while (state.appends === 0) await new Promise((resolve) => setImmediate(resolve));
-    const second = Promise.allSettled(
-      Array.from({ length: 6 }, (_, i) => meter.debit(subject, 't', `b${i}`)),
-    );
-    await new Promise((resolve) => setImmediate(resolve));
-    open();
-    expect((await first).every((o) => o.ok)).toBe(true);
-    const refused = await second;
-    expect(refused.every((r) => r.status === 'rejected' && r.reason instanceof StorageFullError)).toBe(true);
-    expect(state.appends).toBe(2);
-    expect((await memory.readAll()).reduce((sum, e) => sum + debitedUnits(e, subject.id), 0)).toBe(4);
-    expect(await counters(cache, subject)).toEqual([4, 4]);
-  });
-
-  it('the counters fold logs holding both per-call QuotaDebited and batched QuotaDebitsRecorded', async () => {
+  it('the counters fold logs holding both QuotaDebited (older logs) and QuotaDebitsRecorded', async () => {
     const memory = new MemoryEventStore();
     const subject = key();
     const { day, month } = quotaPeriod(T0);
@@ -253,7 +195,7 @@ describe('debits of concurrent calls are recorded per subject in batches', () =>
         }),
       ]);
     const first = meterOn(memory);
-    await Promise.all(Array.from({ length: 9 }, (_, i) => first.meter.debit(subject, 't', `new-${i}`)));
+    await Promise.all(Array.from({ length: 9 }, () => first.meter.debit(subject, 't')));
     // A restart: a new in-process cache, rebuilt from the log.
     const { meter, cache } = meterOn(memory);
     expect(await meter.peek(subject)).toMatchObject({ used: 12 });

@@ -505,6 +505,47 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     expect((await counters(memory, subject, now))[0]).toBe(201);
   });
 
+  it("the day before's units given back come off the month the next day's lease answers with, never off its day", async () => {
+    const { store, memory } = tallyingStore();
+    let now = T0;
+    // The day before's refund on the counters waits for this, until the next day's lease serves.
+    let refund = () => {};
+    const gate = new Promise<void>((resolve) => {
+      refund = resolve;
+    });
+    const inner = new MemoryCache();
+    const cache = Object.assign(Object.create(inner) as MemoryCache, {
+      refundLive: async (...args: Parameters<MemoryCache['refundLive']>) => {
+        await gate;
+        return inner.refundLive(...args);
+      },
+    });
+    // A daily cap far from reach, so the day's figures are in the answers; no idle end meanwhile.
+    const plans: PlanTable = { ...PLANS, pro: { monthly: 1_000_000, daily: 100_000 } };
+    const lease = { ...LEASE, idleMs: 60_000 };
+    const meter = new QuotaMeter({ cache, store, plans, now: () => now, lease });
+    meters.push(meter);
+    const subject = key();
+    const call = async () => (await meter.debit(subject, 'get_trade_call')).snapshot;
+    const poll = { timeout: 5_000, interval: 1 };
+    // Eight calls one by one: the eighth asks for a lease of 32 units (four per call seen).
+    for (let i = 0; i < 8; i++) await call();
+    await expect.poll(() => netUnits(memory, subject), poll).toBe(40);
+    now = T0 + 24 * 3_600_000;
+    // The next day's first call ends the day before's lease (its refund held back); its eighth
+    // asks for the next day's own lease of 32.
+    for (let i = 0; i < 8; i++) await call();
+    await expect.poll(() => netUnits(memory, subject), poll).toBe(80);
+    const events = (await memory.readAll()).length;
+    expect(await call()).toMatchObject({ used: 17, daily: { used: 9 } });
+    refund();
+    const returned = async () => (await memory.readAll()).some((e) => e.type === 'QuotaDebitsReturned');
+    await expect.poll(returned, poll).toBe(true);
+    expect(await call()).toMatchObject({ used: 18, daily: { used: 10 } });
+    // Both answered from the lease's counts: no record of their own.
+    expect((await memory.readAll()).length).toBe(events + 1);
+  });
+
   it("a new day's lease is not granted while the day before's grant is still being counted", async () => {
     const { store, memory, committed } = tallyingStore();
     let now = T0;

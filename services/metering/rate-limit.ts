@@ -86,9 +86,7 @@ interface PendingTake {
  * the service), in-process on the embedded defaults. Two budgets per request: the credential's,
  * and the credential's per tool. On Redis the takes of one turn go out in one script call (one
  * per request cost more than the counting: bench/rate-limit.bench.ts). No lease: prepaying a busy
- * request shape's units gained under 15 % against this pipelined round trip (measured with the
- * lease in bench/budget.bench.ts before it went, e06b3a3), so every request is counted where the
- * replicas share it.
+ * request shape's units gained under 15 % against this pipelined round trip (bench/budget.bench.ts).
  */
 export class RateLimiter {
   private readonly windowMs: number;
@@ -210,22 +208,16 @@ export class RateLimiter {
  * the tighter budget, the one that refused or the one nearer its end.
  */
 function decision(limits: readonly number[], reply: readonly number[]): RateDecision {
-  const overall = budgetDecision(limits, reply, 0);
-  if (!overall.allowed || limits.length === 1) return overall;
-  const byTool = budgetDecision(limits, reply, 1);
-  return !byTool.allowed || byTool.remaining < overall.remaining ? byTool : overall;
-}
-
-/** Budget `i`'s decision from the script's reply (module-level, as settleCaller). */
-function budgetDecision(limits: readonly number[], reply: readonly number[], i: number): RateDecision {
-  const count = Number(reply[2 * i]);
-  const limit = limits[i]!;
-  return {
-    allowed: count <= limit,
-    limit,
-    remaining: Math.max(0, limit - count),
-    resetMs: Math.max(0, Number(reply[2 * i + 1])),
-  };
+  let tighter: RateDecision | undefined;
+  for (let i = 0; i < limits.length; i++) {
+    const count = Number(reply[2 * i]);
+    const limit = limits[i]!;
+    const remaining = Math.max(0, limit - count);
+    if (tighter !== undefined && count <= limit && remaining >= tighter.remaining) continue;
+    tighter = { allowed: count <= limit, limit, remaining, resetMs: Math.max(0, Number(reply[2 * i + 1])) };
+    if (!tighter.allowed) break;
+  }
+  return tighter!;
 }
 
 /** The tool a request calls: from the /x402/<tool> path, or a JSON-RPC tools/call on /mcp. */

@@ -9,11 +9,10 @@
  *
  * 2. One year: the real writers' events in one LMDB log, over simulated seconds of the full
  *    schedule (100 markets x 11 timeframes: a verdict and its outcome per close, 2.78 of each a
- *    second) plus 10 keyed calls a second debited through the real QuotaMeter (its per-key batches
- *    of debits, the events it really writes). What the calls add depends on how many of one
- *    key's calls are in flight together, since only those share an event; the assumption is
- *    stated as "bursts of C": each key's calls come C at once (an agent asking for C coins in
- *    parallel), one burst after the other, keys independent. C = 1 is calls that never overlap.
+ *    second) plus 10 keyed calls a second debited through the real QuotaMeter (no lease: an event
+ *    per call, the events it really writes). The calls come in "bursts of C": each key's calls C
+ *    at once (an agent asking for C coins in parallel), one burst after the other, keys
+ *    independent; without batches of debits C no longer changes the events written.
  *    The growth is of the pages the store's trees hold (not the free pages kept for reuse),
  *    measured between the middle and the end of the run (the log's marginal growth, without the
  *    fixed share of its first pages), and scaled to a year. The schedule's rounds also fold the

@@ -12,7 +12,7 @@
  *    second) plus 10 keyed calls a second debited through the real QuotaMeter (no lease: an event
  *    per call, the events it really writes). The calls come in "bursts of C": each key's calls C
  *    at once (an agent asking for C coins in parallel), one burst after the other, keys
- *    independent; without batches of debits C no longer changes the events written.
+ *    independent; C does not change the events written, one per call either way.
  *    The growth is of the pages the store's trees hold (not the free pages kept for reuse),
  *    measured between the middle and the end of the run (the log's marginal growth, without the
  *    fixed share of its first pages), and scaled to a year. The schedule's rounds also fold the

@@ -16,7 +16,6 @@
  *   npx tsx bench/rate-limit.bench.ts [--cache=redis|memory] [--seconds=2] [--runs=3] [--rounds=4]
  */
 import { randomUUID } from 'node:crypto';
-import { RedisCache } from '../adapters/cache/redis.ts';
 import { RateLimiter } from '../services/metering/rate-limit.ts';
 import { startKeyedServer } from '../test/keyed-harness.ts';
 import { wipePrefix } from '../test/redis-probe.ts';
@@ -156,7 +155,7 @@ export async function run(options: RateLimitBenchOptions = {}) {
       results.push({ off: offRun, on: onRun, ratio: onRun.perSec / offRun.perSec, cpuRatio });
     }
     // The limiter's own cost per call, one at a time: what the ratio above should reflect.
-    const limiter = new RateLimiter(on.config, cache instanceof RedisCache ? cache.shared : null);
+    const limiter = new RateLimiter(on.config, cache);
     const take = await latencies(1000, async (i) =>
       limiter.decide('pro', `bench-${i % 16}`, 'get_trade_call'),
     );

@@ -70,6 +70,8 @@ describe('operator metrics on /metrics', () => {
       RATE_LIMIT_ENABLED: 'true',
       RATE_LIMIT_ANONYMOUS: '10',
       RATE_LIMIT_TOOL_SHARE: '1',
+      // Windows end on the clock: an hour's, so none ends mid-test and gives the budget back.
+      RATE_LIMIT_WINDOW_MS: '3600000',
     });
     service = await startService(config, ['api', 'engine', 'projections'], pino({ level: 'silent' }));
   });

@@ -96,6 +96,11 @@ export class MemoryCache implements Cache {
   }
 
   async debitWindows(windows: QuotaWindow[], amount: number): Promise<DebitResult> {
+    return this.debitWindowsNow(windows, amount);
+  }
+
+  /** debitWindows without a promise: the rate limiter decides an in-process request at once. */
+  debitWindowsNow(windows: QuotaWindow[], amount: number): DebitResult {
     this.assertOpen();
     assertDebit(windows, amount);
     return this.debitNow(windows, amount);
@@ -106,12 +111,9 @@ export class MemoryCache implements Cache {
     const refusedBy = windows.findIndex((w, i) => counts[i]! + amount > w.limit);
     if (refusedBy !== -1) return { ok: false, counts, refusedBy };
     if (amount === 0) return { ok: true, counts, refusedBy: null };
-    const after = counts.map((count, i) => {
-      const window = windows[i]!;
-      this.entries.set(window.key, { value: String(count + amount), expiresAt: window.expiresAt });
-      return count + amount;
-    });
-    return { ok: true, counts: after, refusedBy: null };
+    // A window's expiry is set when its counter is created, as the Redis script does.
+    for (let i = 0; i < windows.length; i++) this.addNow(windows[i]!.key, amount, windows[i]!.expiresAt);
+    return { ok: true, counts: counts.map((count) => count + amount), refusedBy: null };
   }
 
   async releaseWindows(keys: string[], amount: number): Promise<number[]> {

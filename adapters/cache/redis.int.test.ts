@@ -85,9 +85,9 @@ describe.runIf(unreachable === null || CI)(`redis cache against ${REDIS_URL}`, (
         await raw.set(`${prefix}g:g1:quota:broken`, 'not a number');
         // The one script call a turn's debits share, counted on the adapter's own connection.
         const client = cache.shared.redis as unknown as Record<string, (...args: unknown[]) => unknown>;
-        const send = client.signalDebitLiveMany!.bind(client);
+        const send = client.signalDebitMany!.bind(client);
         let scripts = 0;
-        client.signalDebitLiveMany = (...args: unknown[]) => {
+        client.signalDebitMany = (...args: unknown[]) => {
           scripts += 1;
           return send(...args);
         };

@@ -34,7 +34,6 @@ import {
 } from './validate.ts';
 
 const DEBIT_CORE = readFileSync(new URL('./debit-windows.lua', import.meta.url), 'utf8');
-const DEBIT_SCRIPT = `${DEBIT_CORE}\nreturn debit_windows(KEYS, ARGV, 0)`;
 /**
  * The live generation, from its marker (KEYS[1]). A debit reads it and debits that generation's
  * counters in the same script, so a debit can neither land on a generation being replaced nor on
@@ -56,31 +55,38 @@ end
  * number of debits, then per debit: n, its n window keys, then debit_windows' amount/limit/expiry.
  * Reply: {} when no generation is live, else {generation, one debit_windows reply per debit}.
  */
-const DEBIT_LIVE_MANY_SCRIPT = `${DEBIT_CORE}${LIVE_MARKER_LUA}
-local generation = live_generation()
-if not generation then return {} end
-local replies = {generation}
+// ARGV[1] the keys' prefix, ARGV[2] the number of debits, then per debit its n, n keys, amount and
+// n (limit, expiresAt). With KEYS[1], a family's marker: on its live generation's counters, the
+// reply led by the generation ({} when none is live); without, on the keys as named, led by ''.
+const DEBIT_MANY_SCRIPT = `${DEBIT_CORE}${LIVE_MARKER_LUA}
+local base = ARGV[1]
+local replies = {''}
+if #KEYS == 1 then
+  local generation = live_generation()
+  if not generation then return {} end
+  base = base .. generation .. ':'
+  replies[1] = generation
+end
 local at = 3
 for d = 1, tonumber(ARGV[2]) do
   local n = tonumber(ARGV[at])
   local keys = {}
-  for i = 1, n do keys[i] = ARGV[1] .. generation .. ':' .. ARGV[at + i] end
+  for i = 1, n do keys[i] = base .. ARGV[at + i] end
   local reply = debit_windows(keys, ARGV, at + n)
   local amount = tonumber(ARGV[at + n + 1])
-  if reply[1] == 1 and amount > 0 then
-    redis.call('INCRBY', ARGV[1] .. generation .. ':#debits', amount)
-  end
+  if #KEYS == 1 and reply[1] == 1 and amount > 0 then redis.call('INCRBY', base .. '#debits', amount) end
   replies[d + 1] = reply
   at = at + 3 * n + 2
 end
 return replies`;
 /** Debits sent in one script at most; more in one turn start another. */
-const MAX_DEBITS_PER_SCRIPT = 256;
+/** Debits sent in one script call at most; a larger turn's go out in several. */
+export const MAX_DEBITS_PER_SCRIPT = 256;
 
 interface PendingDebit {
   windows: QuotaWindow[];
   amount: number;
-  resolve: (result: DebitResult & { generation: string }) => void;
+  resolve: (result: DebitResult & { generation?: string }) => void;
   reject: (err: unknown) => void;
 }
 
@@ -196,9 +202,8 @@ export interface RedisCacheOptions {
 }
 
 type ScriptedRedis = Redis & {
-  signalDebitWindows(numKeys: number, ...args: (string | number)[]): Promise<unknown>;
   signalReleaseWindows(numKeys: number, ...args: (string | number)[]): Promise<number[]>;
-  signalDebitLiveMany(numKeys: number, ...args: (string | number)[]): Promise<unknown[]>;
+  signalDebitMany(numKeys: number, ...args: (string | number)[]): Promise<unknown[]>;
   signalReleaseLive(numKeys: number, ...args: (string | number)[]): Promise<number>;
   signalReadLive(numKeys: number, ...args: (string | number)[]): Promise<(string | null)[]>;
   signalRefundLive(numKeys: number, ...args: (string | number)[]): Promise<string | null>;
@@ -225,8 +230,8 @@ export class RedisCache implements Cache {
   private readonly reconnectListeners: (() => void)[] = [];
 
   /**
-   * The connection and key prefix, for a library that keeps its own keys beside ours (the
-   * request-rate limiter); it inherits the fail-fast settings (no offline queue).
+   * The connection and key prefix, for a store that keeps its own keys beside ours (the OAuth
+   * store); it inherits the fail-fast settings (no offline queue).
    */
   get shared(): { redis: Redis; prefix: string } {
     return { redis: this.client, prefix: this.prefix };
@@ -248,9 +253,8 @@ export class RedisCache implements Cache {
       retryStrategy: (attempt) => Math.min(100 * 2 ** Math.min(attempt, 5), 3_000),
       connectionName: 'signal-service',
     }) as ScriptedRedis;
-    this.client.defineCommand('signalDebitWindows', { lua: DEBIT_SCRIPT });
     this.client.defineCommand('signalReleaseWindows', { lua: RELEASE_SCRIPT });
-    this.client.defineCommand('signalDebitLiveMany', { lua: DEBIT_LIVE_MANY_SCRIPT });
+    this.client.defineCommand('signalDebitMany', { lua: DEBIT_MANY_SCRIPT });
     this.client.defineCommand('signalReadLive', { lua: READ_LIVE_SCRIPT });
     this.client.defineCommand('signalReleaseLive', { lua: RELEASE_LIVE_SCRIPT });
     this.client.defineCommand('signalRefundLive', { lua: REFUND_LIVE_SCRIPT });
@@ -315,16 +319,8 @@ export class RedisCache implements Cache {
     await this.run('delete', () => this.client.del(this.k(key)));
   }
 
-  async debitWindows(windows: QuotaWindow[], amount: number): Promise<DebitResult> {
-    assertDebit(windows, amount);
-    if (windows.length === 0) return { ok: true, counts: [], refusedBy: null };
-    const args: (string | number)[] = windows.map((w) => this.k(w.key));
-    args.push(amount);
-    for (const window of windows) args.push(window.limit, window.expiresAt);
-    const reply = await this.run('debitWindows', () =>
-      this.client.signalDebitWindows(windows.length, ...args),
-    );
-    return decodeDebitReply(windows, reply);
+  debitWindows(windows: QuotaWindow[], amount: number): Promise<DebitResult> {
+    return this.debit(null, windows, amount);
   }
 
   async releaseWindows(keys: string[], amount: number): Promise<number[]> {
@@ -363,26 +359,32 @@ export class RedisCache implements Cache {
   }
 
   /**
-   * The debits of one turn (after its I/O callbacks) go to Redis in one script call per family,
-   * each still decided atomically and in the order asked: profiled on the keyed MCP path, a
-   * script call per debit (its command, its write, its reply) was ~6 % of a call. A debit waits
-   * at most for the end of the turn it was asked in.
+   * The debits of one turn (after its I/O callbacks) go to Redis in one script call per family
+   * (and one for plain windows), each still decided atomically and in the order asked: profiled on
+   * the keyed MCP path, a script call per debit (its command, its write, its reply) was ~6 % of a
+   * call, and more than the counting for the request-rate limiter (bench/rate-limit.bench.ts). A
+   * debit waits at most for the end of the turn it was asked in.
    */
-  private readonly debits = new Map<string, TurnBatch<PendingDebit>>();
+  private readonly debits = new Map<string | null, TurnBatch<PendingDebit>>();
 
   debitLive(
     family: string,
     windows: QuotaWindow[],
     amount: number,
   ): Promise<DebitResult & { generation: string }> {
+    return this.debit(family, windows, amount) as Promise<DebitResult & { generation: string }>;
+  }
+
+  private debit(family: string | null, windows: QuotaWindow[], amount: number) {
     try {
       assertDebit(windows, amount);
     } catch (err) {
       return Promise.reject(err);
     }
     if (this.client.status !== 'ready') {
+      const operation = family === null ? 'debitWindows' : 'debitLive';
       return Promise.reject(
-        new CacheUnavailableError(`redis cache debitLive failed: ${this.unavailableDetail()}`),
+        new CacheUnavailableError(`redis cache ${operation} failed: ${this.unavailableDetail()}`),
       );
     }
     let batch = this.debits.get(family);
@@ -391,28 +393,34 @@ export class RedisCache implements Cache {
       this.debits.set(family, batch);
     }
     const debits = batch;
-    return new Promise((resolve, reject) => debits.add({ windows, amount, resolve, reject }));
+    return new Promise<DebitResult & { generation?: string }>((resolve, reject) =>
+      debits.add({ windows, amount, resolve, reject }),
+    );
   }
 
-  /** Sends a family's debits of one turn in one script call and settles each from its reply. */
-  private sendDebits(family: string, batch: PendingDebit[]): void {
-    const args: (string | number)[] = [this.k(markerKey(family)), this.k(GENERATION_PREFIX), batch.length];
+  /** Sends a family's (or plain windows') debits of one turn in one script call and settles each. */
+  private sendDebits(family: string | null, batch: PendingDebit[]): void {
+    const keys = family === null ? [] : [this.k(markerKey(family))];
+    const args: (string | number)[] = [this.k(family === null ? '' : GENERATION_PREFIX), batch.length];
     for (const { windows, amount } of batch) {
       args.push(windows.length);
       for (const window of windows) args.push(window.key);
       args.push(amount);
       for (const window of windows) args.push(window.limit, window.expiresAt);
     }
-    this.run('debitLive', () => this.client.signalDebitLiveMany(1, ...args)).then(
+    this.run(family === null ? 'debitWindows' : 'debitLive', () =>
+      this.client.signalDebitMany(keys.length, ...keys, ...args),
+    ).then(
       (reply) => {
         if (reply.length === 0) {
-          for (const debit of batch) debit.reject(new CounterStateLostError(family));
+          for (const debit of batch) debit.reject(new CounterStateLostError(family!));
           return;
         }
         const generation = String(reply[0]);
         batch.forEach((debit, i) => {
           try {
-            debit.resolve({ ...decodeDebitReply(debit.windows, reply[i + 1]), generation });
+            const result = decodeDebitReply(debit.windows, reply[i + 1]);
+            debit.resolve(family === null ? result : { ...result, generation });
           } catch (err) {
             debit.reject(err);
           }

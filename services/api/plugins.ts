@@ -1,7 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
 import { CacheUnavailableError } from '../../adapters/cache/port.ts';
-import { RedisCache } from '../../adapters/cache/redis.ts';
 import type { Config } from '../../contracts/config.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
@@ -85,9 +84,7 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
     }),
   });
   const guard = guardConfig(config);
-  const limiter = config.RATE_LIMIT_ENABLED
-    ? new RateLimiter(config, adapters.cache instanceof RedisCache ? adapters.cache.shared : null)
-    : null;
+  const limiter = config.RATE_LIMIT_ENABLED ? new RateLimiter(config, adapters.cache) : null;
   const rateLimit = limiter
     ? rateLimitPlugin({
         limiter,

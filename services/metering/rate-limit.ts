@@ -1,7 +1,11 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import type { Redis } from 'ioredis';
-import { refusedByRedis } from '../../adapters/cache/redis-replies.ts';
-import { TurnBatch } from '../../adapters/cache/turn-batch.ts';
+import { MemoryCache } from '../../adapters/cache/memory.ts';
+import {
+  type Cache,
+  CacheUnavailableError,
+  type DebitResult,
+  type QuotaWindow,
+} from '../../adapters/cache/port.ts';
 import type { Config } from '../../contracts/config.ts';
 import { ERRORS, errorMessage } from '../../contracts/errors.ts';
 import type { Plan } from '../../contracts/events.ts';
@@ -27,197 +31,80 @@ export interface RateDecision {
   allowed: boolean;
   limit: number;
   remaining: number;
-  /** Until the window that refused (or the credential's window) starts afresh. */
+  /** Until the window starts afresh. */
   resetMs: number;
 }
 
 /**
- * Takes one request for each of several: ARGV[1] the window (ms), then per request its number of
- * budgets n and their limits, its budgets being the next n of KEYS. Each takes one from its
- * budgets in order (a fixed window opened by its first take), stopping after the first that
- * refuses. Reply: {count, ms left} per budget, {0, -1} for one not reached. One script per turn,
- * each request still decided atomically against the counts every replica shares.
- */
-const TAKE_MANY_SCRIPT = `
-local window = tonumber(ARGV[1])
-local reply = {}
-local k = 0
-local a = 2
-while a <= #ARGV do
-  local budgets = tonumber(ARGV[a])
-  local refused = false
-  for b = 1, budgets do
-    k = k + 1
-    local count = 0
-    local ttl = -1
-    if not refused then
-      count = redis.call('INCR', KEYS[k])
-      ttl = redis.call('PTTL', KEYS[k])
-      if ttl < 0 then
-        redis.call('PEXPIRE', KEYS[k], window)
-        ttl = window
-      end
-      refused = count > tonumber(ARGV[a + b])
-    end
-    reply[#reply + 1] = count
-    reply[#reply + 1] = ttl
-  end
-  a = a + budgets + 1
-end
-return reply`;
-
-type TakingRedis = Redis & {
-  signalRateTakeMany(numKeys: number, ...args: (string | number)[]): Promise<number[]>;
-};
-
-/** Requests decided by one script at most; a larger turn's takes go out in several. */
-export const MAX_TAKES_PER_SCRIPT = 128;
-
-interface PendingTake {
-  keys: string[];
-  limits: readonly number[];
-  resolve(reply: number[]): void;
-  reject(err: unknown): void;
-}
-
-/**
- * Request-rate limits per credential, shared by every replica through Redis when the cache is
- * Redis (in-process while Redis is out of reach, so an outage neither opens the gate nor closes
- * the service), in-process on the embedded defaults. Two budgets per request: the credential's,
- * and the credential's per tool. On Redis the takes of one turn go out in one script call (one
- * per request cost more than the counting: bench/rate-limit.bench.ts). No lease: prepaying a busy
- * request shape's units gained under 15 % against this pipelined round trip (bench/budget.bench.ts).
+ * Request-rate limits per credential, two budgets per request (the credential's, and the
+ * credential's per tool), counted in fixed windows aligned on the clock, so every replica and
+ * this process's stand-in agree where one ends. Counted by the cache port's debitWindows: on Redis
+ * shared by every replica (a turn's requests in one script call), in this process on the embedded
+ * defaults and while Redis is out of reach, so an outage neither opens the gate nor closes the
+ * service. A refused request takes from no budget. No lease: prepaying a busy request shape's
+ * units gained under 15 % against the pipelined round trip (bench/budget.bench.ts).
  */
 export class RateLimiter {
   private readonly windowMs: number;
-  private readonly redis: TakingRedis | null;
-  /**
-   * Per tier: the start of its credential's and its tools' budget keys (the tier in each spelt
-   * once, here), and the limits of a request without a tool and with one.
-   */
-  private readonly tiers: Record<
-    RateTier,
-    { allKey: string; toolKey: string; all: readonly number[]; withTool: readonly number[] }
-  >;
-  /** Fixed windows counted in this process (no Redis, or Redis out of reach). */
-  private readonly local = new Map<string, { count: number; resetsAt: number }>();
-  private nextSweep = 0;
-  private readonly takes = new TurnBatch<PendingTake>((batch) => this.send(batch), MAX_TAKES_PER_SCRIPT);
+  /** Per tier: the start of its credential's and its tools' budget keys, and their limits. */
+  private readonly tiers: Record<RateTier, { allKey: string; toolKey: string; all: number; tool: number }>;
+  /** Redis, counting for every replica; null on the embedded defaults. */
+  private readonly shared: Cache | null;
+  /** This process's counts: the embedded defaults', and Redis's stand-in during an outage. */
+  private readonly here = new MemoryCache();
 
-  constructor(settings: RateLimitSettings, store: { redis: Redis; prefix: string } | null) {
-    this.redis = store ? (store.redis as TakingRedis) : null;
+  constructor(settings: RateLimitSettings, cache: Cache | null) {
+    this.shared = cache?.kind === 'redis' ? cache : null;
     this.windowMs = Math.max(1, settings.RATE_LIMIT_WINDOW_MS);
-    const tier = (name: RateTier, all: number) => {
-      const perTool = Math.max(1, Math.ceil(all * settings.RATE_LIMIT_TOOL_SHARE));
-      const base = `${store?.prefix ?? ''}rl:${name}:`;
-      return {
-        allKey: `${base}all:${name}:`,
-        toolKey: `${base}tool:${name}:`,
-        all: Object.freeze([all]),
-        withTool: Object.freeze([all, perTool]),
-      };
-    };
+    // The tier twice in a key, as every replica has counted since the limit was shared.
+    const tier = (name: RateTier, all: number) => ({
+      allKey: `rl:${name}:all:${name}:`,
+      toolKey: `rl:${name}:tool:${name}:`,
+      all,
+      tool: Math.max(1, Math.ceil(all * settings.RATE_LIMIT_TOOL_SHARE)),
+    });
     this.tiers = {
       anonymous: tier('anonymous', settings.RATE_LIMIT_ANONYMOUS),
       free: tier('free', settings.RATE_LIMIT_FREE),
       starter: tier('starter', settings.RATE_LIMIT_STARTER),
       pro: tier('pro', settings.RATE_LIMIT_PRO),
     };
-    if (this.redis && typeof this.redis.signalRateTakeMany !== 'function')
-      this.redis.defineCommand('signalRateTakeMany', { lua: TAKE_MANY_SCRIPT });
   }
 
   /**
-   * Takes one request from the credential's budget (and the tool's, when one is named): decided
-   * at once from this process's own counters when Redis is out of reach or absent, else the
-   * promise of Redis's count.
+   * Takes one request from the credential's budget and the tool's, when one is named: decided at
+   * once in this process on the embedded defaults, else the promise of Redis's decision.
    */
   decide(tier: RateTier, credential: string, tool: string | null): RateDecision | Promise<RateDecision> {
-    const { allKey, toolKey, all, withTool } = this.tiers[tier];
-    // The credential's budget, then the tool's: the keys every replica counts on.
-    const own = allKey + credential;
-    const keys = tool === null ? [own] : [own, `${toolKey}${credential}:${tool}`];
-    const limits = tool === null ? all : withTool;
-    if (this.redis?.status !== 'ready') return decision(limits, this.takeHere(keys, limits));
-    return new Promise<number[]>((resolve, reject) => this.takes.add({ keys, limits, resolve, reject })).then(
-      (reply) => decision(limits, reply),
-      (err: unknown) => {
-        // Redis refusing the script is a bug to surface; an outage (or a server that cannot take
-        // writes now) falls back to this process.
-        if (refusedByRedis(err)) throw err;
-        return decision(limits, this.takeHere(keys, limits));
-      },
-    );
-  }
-
-  /**
-   * The script's reply for one request's budgets `keys`, counted in this process by the script's
-   * rule: every request counts, refused ones too; ended windows are swept once per window length.
-   * Synchronous on purpose.
-   */
-  private takeHere(keys: readonly string[], limits: readonly number[]): number[] {
+    const { allKey, toolKey, all, tool: perTool } = this.tiers[tier];
     const now = Date.now();
-    if (now >= this.nextSweep) {
-      for (const [key, window] of this.local) if (window.resetsAt <= now) this.local.delete(key);
-      this.nextSweep = now + this.windowMs;
-    }
-    const reply: number[] = [];
-    let refused = false;
-    for (let i = 0; i < keys.length; i++) {
-      if (refused) {
-        reply.push(0, -1);
-        continue;
-      }
-      let window = this.local.get(keys[i]!);
-      if (window === undefined || window.resetsAt <= now) {
-        window = { count: 0, resetsAt: now + this.windowMs };
-        this.local.set(keys[i]!, window);
-      }
-      window.count++;
-      refused = window.count > limits[i]!;
-      reply.push(window.count, window.resetsAt - now);
-    }
-    return reply;
-  }
-
-  /** Sends a turn's takes in one script call and settles each from its part of the reply. */
-  private send(batch: PendingTake[]): void {
-    const keys: string[] = [];
-    const args: (string | number)[] = [this.windowMs];
-    for (const take of batch) {
-      keys.push(...take.keys);
-      args.push(take.limits.length, ...take.limits);
-    }
-    this.redis!.signalRateTakeMany(keys.length, ...keys, ...args).then(
-      (reply) => {
-        let at = 0;
-        for (const take of batch) {
-          take.resolve(reply.slice(at, at + 2 * take.limits.length));
-          at += 2 * take.limits.length;
-        }
-      },
+    const resetMs = this.windowMs - (now % this.windowMs);
+    // A counter lives through its expiry's millisecond: gone when the next window starts.
+    const expiresAt = now + resetMs - 1;
+    const windows: QuotaWindow[] = [{ key: allKey + credential, limit: all, expiresAt }];
+    if (tool !== null) windows.push({ key: `${toolKey}${credential}:${tool}`, limit: perTool, expiresAt });
+    if (this.shared === null) return decision(windows, this.here.debitWindowsNow(windows, 1), resetMs);
+    return this.shared.debitWindows(windows, 1).then(
+      (result) => decision(windows, result, resetMs),
       (err: unknown) => {
-        for (const take of batch) take.reject(err);
+        // An outage (or a server that cannot take writes now) falls back to this process; Redis
+        // refusing the script is a bug to surface.
+        if (!(err instanceof CacheUnavailableError)) throw err;
+        return decision(windows, this.here.debitWindowsNow(windows, 1), resetMs);
       },
     );
   }
 }
 
-/**
- * A request's decision from the script's reply ({count, ms left} per budget): the headers speak of
- * the tighter budget, the one that refused or the one nearer its end.
- */
-function decision(limits: readonly number[], reply: readonly number[]): RateDecision {
-  let tighter: RateDecision | undefined;
-  for (let i = 0; i < limits.length; i++) {
-    const count = Number(reply[2 * i]);
-    const limit = limits[i]!;
-    const remaining = Math.max(0, limit - count);
-    if (tighter !== undefined && count <= limit && remaining >= tighter.remaining) continue;
-    tighter = { allowed: count <= limit, limit, remaining, resetMs: Math.max(0, Number(reply[2 * i + 1])) };
-    if (!tighter.allowed) break;
-  }
-  return tighter!;
+/** The headers speak of the budget that refused, else of the one with the least left. */
+function decision(windows: QuotaWindow[], result: DebitResult, resetMs: number): RateDecision {
+  if (!result.ok) return { allowed: false, limit: windows[result.refusedBy!]!.limit, remaining: 0, resetMs };
+  let tightest = 0;
+  for (let i = 1; i < windows.length; i++)
+    if (windows[i]!.limit - result.counts[i]! < windows[tightest]!.limit - result.counts[tightest]!)
+      tightest = i;
+  const { limit } = windows[tightest]!;
+  return { allowed: true, limit, remaining: limit - result.counts[tightest]!, resetMs };
 }
 
 /** The tool a request calls: from the /x402/<tool> path, or a JSON-RPC tools/call on /mcp. */

@@ -42,35 +42,33 @@ describe('RateLimiter in-process (no Redis)', () => {
     expect(decideNow(limiter, 'anonymous', 'a', null)).toMatchObject({ allowed: true, remaining: 3 });
   });
 
-  it('gives each tool its share, and a refusal by the credential budget takes nothing from the tool', async () => {
+  it('gives each tool its share; a refused request takes from no budget', async () => {
     const limiter = new RateLimiter(settings, null);
     // Free: 10 per window, 5 per tool.
     for (let i = 0; i < 5; i++) expect(decideNow(limiter, 'free', 'k', 'x').allowed).toBe(true);
+    // Refused by tool x: the credential's budget keeps the 5 it had left.
     expect(decideNow(limiter, 'free', 'k', 'x')).toMatchObject({ allowed: false, limit: 5 });
+    expect(decideNow(limiter, 'free', 'k', null)).toMatchObject({ allowed: true, limit: 10, remaining: 4 });
     for (let i = 0; i < 4; i++) expect(decideNow(limiter, 'free', 'k', 'y').allowed).toBe(true);
     // Eleventh request: the credential's budget refuses, tool z's stays untouched.
     expect(decideNow(limiter, 'free', 'k', 'z')).toMatchObject({ allowed: false, limit: 10 });
     expect(await limiter.decide('free', 'other', 'z')).toMatchObject({ allowed: true, remaining: 4 });
   });
 
-  it("opens a tool's window at the tool's first request, so it may outlast the credential's window", () => {
+  it('ends every window on the clock, however late in it the first request came', () => {
     const limiter = new RateLimiter(settings, null);
-    expect(decideNow(limiter, 'free', 'k', null)).toMatchObject({
+    vi.advanceTimersByTime(45_000);
+    expect(decideNow(limiter, 'free', 'k', 'x')).toMatchObject({
       allowed: true,
-      remaining: 9,
-      resetMs: 60_000,
+      remaining: 4,
+      resetMs: 15_000,
     });
-    vi.advanceTimersByTime(30_000);
-    for (let i = 0; i < 5; i++) expect(decideNow(limiter, 'free', 'k', 'x').allowed).toBe(true);
-    expect(decideNow(limiter, 'free', 'k', 'x')).toMatchObject({ allowed: false, limit: 5, resetMs: 60_000 });
-    // The credential's window starts afresh; tool x's still has 30 s to run, and refuses.
-    vi.advanceTimersByTime(30_000);
-    expect(decideNow(limiter, 'free', 'k', 'x')).toMatchObject({ allowed: false, limit: 5, resetMs: 30_000 });
-    expect(decideNow(limiter, 'free', 'k', null)).toMatchObject({ allowed: true, limit: 10, remaining: 8 });
-    vi.advanceTimersByTime(30_000);
-    expect(decideNow(limiter, 'free', 'k', 'x')).toMatchObject({ allowed: true, limit: 5, remaining: 4 });
-    // Long after both ended, everything starts afresh.
-    vi.advanceTimersByTime(600_000);
+    for (let i = 0; i < 4; i++) decideNow(limiter, 'free', 'k', 'x');
+    expect(decideNow(limiter, 'free', 'k', 'x')).toMatchObject({ allowed: false, limit: 5, resetMs: 15_000 });
+    vi.advanceTimersByTime(14_999);
+    expect(decideNow(limiter, 'free', 'k', 'x')).toMatchObject({ allowed: false, resetMs: 1 });
+    // The next window: both budgets start afresh at once.
+    vi.advanceTimersByTime(1);
     expect(decideNow(limiter, 'free', 'k', 'x')).toMatchObject({
       allowed: true,
       limit: 5,

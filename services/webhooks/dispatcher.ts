@@ -278,16 +278,15 @@ export class WebhookDispatcher {
   /** Subscriptions (active ones, or just `only`) that take this candidate. */
   private async matching(candidate: Candidate, only?: SubscriptionRecord): Promise<SubscriptionRecord[]> {
     const subs = only ? [only] : Object.values(this.options.runner.state.subscriptions.subs);
+    // Indexed loops: a for-of here allocated an iterator and its results until the function was optimised.
     let ranked = false;
-    for (const s of subs) {
-      if (s.status === 'active' && largestTopN(s.assets) !== null) {
-        ranked = true;
-        break;
-      }
+    for (let i = 0; i < subs.length && !ranked; i++) {
+      const s = subs[i]!;
+      ranked = s.status === 'active' && largestTopN(s.assets) !== null;
     }
     if (ranked) await this.options.ranking.prepare(candidate.exchange);
     const out: SubscriptionRecord[] = [];
-    for (const s of subs) if (matches(s, candidate, this.rankOf)) out.push(s);
+    for (let i = 0; i < subs.length; i++) if (matches(subs[i]!, candidate, this.rankOf)) out.push(subs[i]!);
     return out;
   }
 

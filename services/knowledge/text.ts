@@ -59,8 +59,26 @@ export function words(text: string): string[] {
   return text.match(WORD) ?? [];
 }
 
+/**
+ * Terms already worked out, by word. The picker reads the same passages' words for every
+ * question (a chat's answer looked up the terms of some 100,000 words, a third of its CPU); the
+ * documentation's vocabulary is a few thousand words. Bounded, since questions bring words of
+ * their own: emptied when full.
+ */
+const TERMS = new Map<string, string | null>();
+const TERMS_MAX = 50_000;
+
 /** The index term of one word, or null for a stop word. */
 export function termOf(word: string): string | null {
+  const known = TERMS.get(word);
+  if (known !== undefined) return known;
+  if (TERMS.size >= TERMS_MAX) TERMS.clear();
+  const term = termOfWord(word);
+  TERMS.set(word, term);
+  return term;
+}
+
+function termOfWord(word: string): string | null {
   // A typographic apostrophe ("didn’t") is the typed one. A contraction in 's ("let's",
   // "here's") is read before the possessive's 's goes, which would leave "let" and "here".
   const typed = word.toLowerCase().replace(/’/g, "'");

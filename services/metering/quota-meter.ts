@@ -184,9 +184,7 @@ export class QuotaMeter {
     for (const lease of this.leases.get(at.subject.id) ?? []) {
       const held = lease.free + lease.pending;
       if (held === 0) continue;
-      shown = shown.map((count, i) =>
-        lease.at.keys.includes(at.keys[i]!) ? (count > held ? count - held : 0) : count,
-      );
+      shown = less(shown, at.keys, lease.at.keys, held);
     }
     return quotaSnapshot(at.limits, at.period, shown);
   }
@@ -211,7 +209,9 @@ export class QuotaMeter {
     }
     const result = await this.live(() => this.deps.cache.debitLive(QUOTA_FAMILY, at.windows, 1));
     const snapshot = this.figures(at, result.counts);
-    const recorded = result.ok ? this.record(at, tool, result.generation) : null;
+    const recorded = result.ok
+      ? this.record(at, debitData(at, tool, 1, result.generation), 'committed')
+      : null;
     if (lease !== undefined && lease.ending === null) {
       if (result.ok) this.refill(lease, left(at.windows, result.counts));
       lease.counts = result.counts;
@@ -323,13 +323,11 @@ export class QuotaMeter {
     lease.counts = result.counts;
     if (!result.ok) return;
     lease.pending = units;
-    const data = debitData(at, lease.tool, units, result.generation);
     try {
-      await this.appendFlushed('QuotaDebitsRecorded', data, newEventId());
+      await this.record(at, debitData(at, lease.tool, units, result.generation), 'flushed');
       lease.free += units;
       lease.size = units;
     } catch (err) {
-      await this.release(at, result.generation, units);
       this.deps.logger?.warn({ err }, 'quota lease not recorded: its units given back');
     } finally {
       lease.pending = 0;
@@ -356,7 +354,7 @@ export class QuotaMeter {
       lease.free = 0;
       this.uncount(at, units);
       const data = debitData(at, tool, units, generation);
-      await this.tried(() => this.appendFlushed('QuotaDebitsReturned', data, id));
+      await this.tried(() => this.append('QuotaDebitsReturned', data, id, 'flushed'));
     } catch (err) {
       this.deps.logger?.error(
         { err, subject: at.subject.id, tool, units },
@@ -408,9 +406,7 @@ export class QuotaMeter {
   private uncount(at: SubjectWindows, units: number): void {
     const live = this.liveLease(at.subject.id);
     if (live === undefined) return;
-    live.counts = live.counts.map((count, i) =>
-      at.keys.includes(live.at.keys[i]!) ? (count > units ? count - units : 0) : count,
-    );
+    live.counts = less(live.counts, live.at.keys, at.keys, units);
   }
 
   /** Gives back units counted for calls that will not be served; out of reach, they stay charged. */
@@ -422,34 +418,24 @@ export class QuotaMeter {
   }
 
   /**
-   * Records a counted call on the log, or gives its unit back: a call not recorded is not served.
-   * The calls appended together reach the store together (its GroupWriter).
+   * Records counted units on the log, or gives them back: units not recorded are not served. A
+   * call's record is committed (it survives this process, flushed within the store's bound), a
+   * grant's flushed (a lost grant is calls served free). Calls appended together reach the store together.
    */
-  private async record(at: SubjectWindows, tool: string, generation: string): Promise<void> {
-    const stream = quotaStream(at.subject.id);
-    const id = newEventId();
-    const data = debitData(at, tool, 1, generation);
+  private async record(at: SubjectWindows, data: EventData<DebitRecord>, durability: Durability) {
     try {
-      // Committed: it survives this process; the flush follows within the store's bound.
-      await this.deps.store.append(stream, [{ type: 'QuotaDebitsRecorded', data, id }], {
-        durability: 'committed',
-      });
+      await this.append('QuotaDebitsRecorded', data, newEventId(), durability);
     } catch (err) {
-      // Given back unless the record landed after all (a commit whose answer was lost).
-      if (!(await this.recordLanded(stream, id))) await this.release(at, generation, 1);
+      await this.release(at, data.generation!, data.units);
       throw err;
     }
   }
 
-  /** Appends a lease's grant or give-back, flushed; fails unless it landed though the append failed. */
-  private async appendFlushed(
-    type: 'QuotaDebitsRecorded' | 'QuotaDebitsReturned',
-    data: EventData<'QuotaDebitsRecorded'>,
-    id: string,
-  ): Promise<void> {
+  /** Appends a record; fails unless it landed though the append failed (a commit whose answer was lost). */
+  private async append(type: DebitRecord, data: EventData<DebitRecord>, id: string, durability: Durability) {
     const stream = quotaStream(data.subject);
     try {
-      await this.deps.store.append(stream, [{ type, data, id }], { durability: 'flushed' });
+      await this.deps.store.append(stream, [{ type, data, id }], { durability });
     } catch (err) {
       if (!(await this.recordLanded(stream, id))) throw err;
     }
@@ -468,12 +454,20 @@ export class QuotaMeter {
   }
 }
 
+type DebitRecord = 'QuotaDebitsRecorded' | 'QuotaDebitsReturned';
+type Durability = 'committed' | 'flushed';
+
 function quotaStream(subjectId: string): string {
   return `quota-${subjectId}`;
 }
 
 function sameDayAndPlan(a: SubjectWindows, b: SubjectWindows): boolean {
   return a === b || (a.period.day === b.period.day && a.subject.plan === b.subject.plan);
+}
+
+/** `counts` of the windows `keys`, less `units` on those among `from` (never below 0). */
+function less(counts: readonly number[], keys: string[], from: string[], units: number): readonly number[] {
+  return counts.map((count, i) => (from.includes(keys[i]!) ? (count > units ? count - units : 0) : count));
 }
 
 /** What is left in the tighter of `windows` at `counts` (none known: nothing, so no grant). */

@@ -85,9 +85,21 @@ async function buildOnce(
   let events = 0;
   let debits = 0;
   let loggedOnPrevious = 0;
+  let windows = 0;
 
-  /** Folds the next page of the log into `state`; false once a page ends short (the head). */
-  const readPage = async (state: QuotaBalances): Promise<boolean> => {
+  /** Writes the windows of `state` not yet over into the new generation. */
+  const write = async (state: QuotaBalances): Promise<void> => {
+    const at = now();
+    const live = Object.entries(state)
+      .filter(([, w]) => w.expiresAt > at)
+      .map(([key, w]) => ({ key, count: w.count, expiresAt: w.expiresAt }));
+    for (let i = 0; i < live.length; i += 500)
+      await cache.addToGeneration(generation, live.slice(i, i + 500));
+    windows += live.length;
+  };
+  /** Folds the next page of the log into the new generation; false once a page ends short (the head). */
+  const step = async (): Promise<boolean> => {
+    const state = quotaBalancesProjection.initial();
     const page = await store.readAll({ after: position, maxCount: pageSize });
     for (const event of page) {
       if (!COUNTED.has(event.type)) continue;
@@ -99,32 +111,19 @@ async function buildOnce(
     }
     events += page.length;
     if (page.length > 0) position = page[page.length - 1]!.position;
+    await write(state);
     return page.length === pageSize;
   };
-  const write = async (state: QuotaBalances): Promise<number> => {
-    const at = now();
-    const windows = Object.entries(state)
-      .filter(([, w]) => w.expiresAt > at)
-      .map(([key, w]) => ({ key, count: w.count, expiresAt: w.expiresAt }));
-    for (let i = 0; i < windows.length; i += 500)
-      await cache.addToGeneration(generation, windows.slice(i, i + 500));
-    return windows.length;
-  };
 
-  let windows = 0;
   let switched: boolean;
   try {
     await cache.beginGeneration(generation);
-    if (deps.from) windows += await write(structuredClone(deps.from.state));
+    if (deps.from) await write(structuredClone(deps.from.state));
     // Up to the head as it was when each pass began (never chasing it); the second pass narrows
     // what the new generation undercounts between the switch and the replay.
     for (let pass = 0; pass < 2; pass++) {
       const target = await store.headPosition();
-      for (let more = true; more && position < target; ) {
-        const state = quotaBalancesProjection.initial();
-        more = await readPage(state);
-        windows += await write(state);
-      }
+      for (let more = true; more && position < target; ) more = await step();
     }
     switched = await cache.switchGeneration(QUOTA_FAMILY, previous, { id: generation, position });
   } catch (err) {
@@ -153,9 +152,7 @@ async function buildOnce(
     if (complete || deps.signal?.aborted) break;
     if (last === null && Date.now() >= deadline) last = await store.headPosition();
     if (last !== null && position >= last) break;
-    const state = quotaBalancesProjection.initial();
-    const more = await readPage(state);
-    await write(state);
+    const more = await step();
     // A page short of `last` is a store holding reads back (PostgreSQL): wait, do not spin.
     if (!more && (last === null || position < last))
       await delay(deps.pollMs ?? 50, undefined, { signal: deps.signal, ref: false }).catch(() => undefined);

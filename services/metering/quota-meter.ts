@@ -1,3 +1,4 @@
+import { setTimeout as delay } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { type Cache, CounterStateLostError, type QuotaWindow } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
@@ -46,17 +47,10 @@ export async function onLiveCounters<T>(
     return await op();
   } catch (err) {
     if (!(err instanceof CounterStateLostError) || ensure === undefined) throw err;
-    let timer: NodeJS.Timeout | undefined;
-    const waited = new Promise<void>((resolve) => {
-      timer = setTimeout(resolve, waitMs);
-    });
-    try {
-      await Promise.race([ensure(), waited]);
-    } catch {
+    // A rebuild that fails leaves the loss to be thrown; its wait's timer holds no process open.
+    await Promise.race([ensure(), delay(waitMs, undefined, { ref: false })]).catch(() => {
       throw err;
-    } finally {
-      clearTimeout(timer);
-    }
+    });
     return op();
   }
 }

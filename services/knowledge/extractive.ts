@@ -325,10 +325,37 @@ export function questionTerms(raw: string): AskedTerm[] {
 }
 
 /**
+ * A function of a text, remembered by text. The picker reads the same passages and units for
+ * every question: a chat's answer worked out the terms and tokens of the same sentences again
+ * and again, half of its CPU. What it gives back is shared, so read-only. Bounded, since the
+ * texts a question brings (its own, the units around a long passage's) are new ones: emptied
+ * when full.
+ */
+function remembered<T>(compute: (text: string) => T): (text: string) => T {
+  const known = new Map<string, T>();
+  return (text) => {
+    let value = known.get(text);
+    if (value === undefined) {
+      if (known.size >= REMEMBERED_TEXTS) known.clear();
+      value = compute(text);
+      known.set(text, value);
+    }
+    return value;
+  };
+}
+const REMEMBERED_TEXTS = 20_000;
+
+/**
  * The terms of a text, with the parts of its snake_case and camelCase names (expected_move_pct
  * names a move); of its PascalCase names (OpenAPI) too unless pascal is false.
  */
-function termsIn(text: string, pascal = true): Set<string> {
+function termsIn(text: string, pascal = true): ReadonlySet<string> {
+  return pascal ? termsWithPascal(text) : termsWithoutPascal(text);
+}
+const termsWithPascal = remembered((text) => termsOf(text, true));
+const termsWithoutPascal = remembered((text) => termsOf(text, false));
+
+function termsOf(text: string, pascal: boolean): ReadonlySet<string> {
   const out = new Set<string>();
   for (const w of words(text)) {
     const t = termOf(w);
@@ -351,7 +378,9 @@ const LINKING = new Set(
 );
 
 /** A text's words as terms, each with whether the next word follows it after spaces only. */
-function tokens(text: string): { term: string | null; joined: boolean }[] {
+const tokens = remembered(tokensOf);
+
+function tokensOf(text: string): readonly { readonly term: string | null; readonly joined: boolean }[] {
   const out: { term: string | null; joined: boolean }[] = [];
   let end = -1;
   for (const m of text.matchAll(/[\p{L}\p{N}_]+(?:[.'][\p{L}\p{N}_]+)*/gu)) {
@@ -984,7 +1013,7 @@ export function extractiveAnswer(
   const cruxAt = actTerm === null ? -1 : asked.findIndex(({ term }) => term === actTerm);
   const read = retrieved.slice(0, READ_PASSAGES);
   const compounds = compoundsOf(read.map(({ passage }) => passage.text));
-  const coverageOf = (text: string, title: Set<string>, body: Set<string>) => {
+  const coverageOf = (text: string, title: ReadonlySet<string>, body: ReadonlySet<string>) => {
     const present = termsIn(text);
     // "Hosts that connect only through OAuth" answers a question that narrows the act as well.
     const narrowed = /\bonly\b/i.test(question) ? new Set<string>() : narrowedActs(text);
@@ -996,7 +1025,7 @@ export function extractiveAnswer(
     asked.forEach(({ meets }, i) => {
       const w = weights[i]!;
       if (rarity[i]! >= unknownWeight) return;
-      const has = (set: Set<string>) => [...meets].some((t) => set.has(t));
+      const has = (set: ReadonlySet<string>) => [...meets].some((t) => set.has(t));
       // "What status comes back if …": a unit stating a code (413, BODY_TOO_LARGE) names the reply.
       const named =
         [...meets].some((t) => present.has(t) && !modifying.has(t)) ||

@@ -85,23 +85,19 @@ export interface Caller {
 /** A presented key that must not be served: `unknown` (never issued, or revoked) or `indeterminate` (retryable). */
 export class CallerRejectedError extends Error {
   override readonly name = 'CallerRejectedError';
-  /** Who the request counts as: the anonymous caller of its address, with the refusal's auth. */
+  /** Who the request counts as: the anonymous caller of its client address, with the refusal's auth. */
   readonly caller: Caller;
   constructor(
     readonly reason: 'unknown' | 'indeterminate',
     detail: string,
     message: string,
-    /** Who the request counts as without the key: its client address's anonymous quota. */
-    readonly anonymous: QuotaSubject,
+    clientAddress: string,
     options?: { cause?: unknown },
   ) {
     super(message, options);
     const outcome = reason === 'unknown' ? 'UNKNOWN' : 'INDETERMINATE';
-    this.caller = {
-      auth: { outcome, presented: true, tier: 'free', detail },
-      subject: anonymous,
-      keyId: null,
-    };
+    const auth: AuthBlock = { outcome, presented: true, tier: 'free', detail };
+    this.caller = { auth, subject: anonymousSubject(clientAddress), keyId: null };
   }
 }
 
@@ -179,7 +175,7 @@ export function resolveCaller(
         'indeterminate',
         'retry shortly',
         `the API key could not be verified right now (${err.message}); retry shortly`,
-        anonymousSubject(request.clientAddress),
+        request.clientAddress,
         { cause: err },
       );
     },
@@ -190,12 +186,7 @@ export function resolveCaller(
 function lookupCaller(lookup: KeyLookup, clientAddress: string): Caller | CallerRejectedError {
   if (lookup.status !== 'active') {
     const detail = lookup.status === 'revoked' ? 'this key was revoked' : 'no such key was issued';
-    return new CallerRejectedError(
-      'unknown',
-      detail,
-      `unknown API key: ${detail}`,
-      anonymousSubject(clientAddress),
-    );
+    return new CallerRejectedError('unknown', detail, `unknown API key: ${detail}`, clientAddress);
   }
   let caller = keyCallers.get(lookup);
   if (caller === undefined) {
@@ -218,13 +209,8 @@ export function keyCaller(record: Pick<KeyRecord, 'keyHash' | 'keyId' | 'plan'>)
   };
 }
 
-/** What callerHook reads: the quota a refusal's `_service` peeks (figures null without it). */
-export interface CallerAccess {
-  quota?: Pick<QuotaMeter, 'peek'> | undefined;
-}
-
 /** How a route refuses a caller, in its channel's shape. */
-export interface CallerRefusals {
+interface CallerRefusals {
   rejected(err: CallerRejectedError): Error;
   /** Given, the route needs a live key: a caller without one is refused with this. */
   keyless?(caller: Caller): Error;
@@ -253,30 +239,28 @@ export function undebitedService(
 /**
  * A route's auth hook (preValidation), after callerPlugin resolved `request.caller`: refuses a key
  * that is not live with `refusals.rejected` and, where the route needs a key, a caller without one
- * with `refusals.keyless`, after setting `request.service` to the refusal's `_service`.
+ * with `refusals.keyless`, after setting `request.service` to the refusal's `_service` (figures
+ * peeked on `access().quota`, null without it).
  */
-export function callerHook(access: () => CallerAccess, refusals: CallerRefusals) {
-  return (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void): void => {
-    const { caller, callerRefused } = request;
-    if (callerRefused !== null)
-      refuse(access(), request, callerRefused.caller, refusals.rejected(callerRefused), done);
-    else if (caller === null)
-      done(new Error("a route's caller hook runs after the caller hook (callerPlugin)"));
-    else if (caller.keyId !== null || refusals.keyless === undefined) done();
-    else refuse(access(), request, caller, refusals.keyless(caller), done);
+export function callerHook(
+  access: () => { quota?: Pick<QuotaMeter, 'peek'> | undefined },
+  refusals: CallerRefusals,
+) {
+  return (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void) => {
+    const { callerRefused } = request;
+    const caller = callerRefused?.caller ?? request.caller;
+    if (caller === null)
+      return done(new Error("a route's caller hook runs after the caller hook (callerPlugin)"));
+    const refusal =
+      callerRefused !== null
+        ? refusals.rejected(callerRefused)
+        : caller.keyId === null
+          ? refusals.keyless?.(caller)
+          : undefined;
+    if (refusal === undefined) return done();
+    void undebitedService(access().quota, caller).then((service) => {
+      request.service = service;
+      done(refusal);
+    });
   };
-}
-
-/** Refuses the request with `refusal`, after setting `request.service` to the caller's `_service`. */
-function refuse(
-  access: CallerAccess,
-  request: FastifyRequest,
-  caller: Caller,
-  refusal: Error,
-  done: (err: Error) => void,
-): void {
-  void undebitedService(access.quota, caller).then((service) => {
-    request.service = service;
-    done(refusal);
-  });
 }

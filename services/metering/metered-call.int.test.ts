@@ -43,7 +43,7 @@ function setup(options: { lease?: LeaseOptions } = {}) {
   return { cache, store, meter, caller };
 }
 
-const call = () => ({ tool: 'get_trade_call', requestId: randomUUID() });
+const call = () => ({ tool: 'get_trade_call' });
 
 describe('serveMetered', () => {
   it("skips the read before the run while a lease holds the call's unit, and still debits every call", async () => {
@@ -54,9 +54,7 @@ describe('serveMetered', () => {
     // A busy key: its calls come close together, so a lease prepays its next ones.
     for (let reads = -1; reads !== cache.reads; served++) {
       reads = cache.reads;
-      expect(
-        await serveMetered(meter, pro, { tool, requestId: randomUUID() }, async () => 'ok'),
-      ).toMatchObject({
+      expect(await serveMetered(meter, pro, { tool }, async () => 'ok')).toMatchObject({
         ok: true,
       });
       expect(served).toBeLessThan(200);

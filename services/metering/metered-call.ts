@@ -40,7 +40,7 @@ export class QuotaUnavailableError extends Error {
 export async function serveMetered<T>(
   quota: QuotaMeter,
   caller: Caller,
-  call: { tool: string; requestId: string },
+  call: { tool: string },
   run: () => Promise<T>,
 ): Promise<MeteredResult<T>> {
   const { observer } = quota;

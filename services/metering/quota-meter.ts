@@ -74,27 +74,30 @@ export async function onLiveCounters<T>(
  *
  * Measured against a debit per call: `npm run bench -- budget`.
  */
-interface QuotaLease {
-  /** The tool of the call that opened it: its grants and give-back are recorded under it. */
-  readonly tool: string;
-  /** The subject's windows it was granted on (a new day or plan ends it). */
-  readonly at: SubjectWindows;
+class QuotaLease {
   /** Units on the counters that no call took yet. */
-  free: number;
+  free = 0;
   /** Units of the grant in flight: counted, not yet usable. */
-  pending: number;
+  pending = 0;
   /** Units of the last grant: the next is asked for once half of it is left. */
-  size: number;
+  size = 0;
   /** Calls since `since`: the rate the next grant is sized by. */
-  calls: number;
-  since: number;
+  calls = 0;
   /** No call since the last sweep: the next sweep ends it. */
-  idle: boolean;
-  granting: Promise<void> | null;
+  idle = false;
+  granting: Promise<void> | null = null;
   /** Its give-back, once ended: no call takes from it again. */
-  ending: Promise<void> | null;
+  ending: Promise<void> | null = null;
   /** The counters' figures of its windows at its subject's last debit, grant or give-back here. */
-  counts: readonly number[];
+  counts: readonly number[] = [];
+
+  constructor(
+    /** The tool of the call that opened it: its grants and give-back are recorded under it. */
+    readonly tool: string,
+    /** The subject's windows it was granted on (a new day or plan ends it). */
+    readonly at: SubjectWindows,
+    public since: number,
+  ) {}
 }
 
 const LEASE_IDLE_MS = 250;
@@ -175,11 +178,8 @@ export class QuotaMeter {
    */
   private figures(at: SubjectWindows, counts: readonly number[]): QuotaSnapshot {
     let shown = counts;
-    for (const lease of this.leases.get(at.subject.id) ?? []) {
-      const held = lease.free + lease.pending;
-      if (held === 0) continue;
-      shown = less(shown, at.keys, lease.at.keys, held);
-    }
+    for (const { free, pending, at: leased } of this.leases.get(at.subject.id) ?? [])
+      if (free + pending > 0) shown = less(shown, at.keys, leased.keys, free + pending);
     return quotaSnapshot(at.limits, at.period, shown);
   }
 
@@ -232,22 +232,8 @@ export class QuotaMeter {
     // A new day or plan ends the lease: its units go back to the windows they were counted in.
     if (live !== undefined) this.end(live);
     if (!this.leasing) return undefined;
-    const lease: QuotaLease = {
-      tool,
-      at,
-      free: 0,
-      pending: 0,
-      size: 0,
-      calls: 0,
-      since: this.now(),
-      idle: false,
-      granting: null,
-      ending: null,
-      counts: [],
-    };
-    const leases = this.leases.get(subjectId);
-    if (leases === undefined) this.leases.set(subjectId, [lease]);
-    else leases.push(lease);
+    const lease = new QuotaLease(tool, at, this.now());
+    this.leases.set(subjectId, [...(this.leases.get(subjectId) ?? []), lease]);
     if (this.sweeper === null) {
       this.sweeper = setInterval(this.sweep, this.idleMs);
       this.sweeper.unref();
@@ -294,15 +280,11 @@ export class QuotaMeter {
       4 * lease.calls,
       Math.floor(left / LEASE_SHARE),
     );
-    if (units < MIN_UNITS) {
-      if (elapsed > this.leaseMs) {
-        lease.calls = 0;
-        lease.since = now;
-      }
-      return;
+    if (units >= MIN_UNITS || elapsed > this.leaseMs) {
+      lease.calls = 0;
+      lease.since = now;
     }
-    lease.calls = 0;
-    lease.since = now;
+    if (units < MIN_UNITS) return;
     lease.granting = this.grant(lease, units)
       .catch((err: unknown) => this.deps.logger?.warn({ err }, 'quota lease not granted'))
       .finally(() => {
@@ -369,7 +351,7 @@ export class QuotaMeter {
         return await op();
       } catch (err) {
         if (tries >= GIVE_BACK_TRIES) throw err;
-        await new Promise((resolve) => setTimeout(resolve, this.idleMs));
+        await delay(this.idleMs);
       }
     }
   }
@@ -403,16 +385,8 @@ export class QuotaMeter {
     live.counts = less(live.counts, live.at.keys, at.keys, units);
   }
 
-  /** Gives back units counted for calls that will not be served; out of reach, they stay charged. */
-  private async release(at: SubjectWindows, generation: string, units: number): Promise<void> {
-    const released = await this.deps.cache
-      .releaseLive(QUOTA_FAMILY, generation, at.keys, units)
-      .catch(() => false);
-    if (released) this.uncount(at, units);
-  }
-
   /**
-   * Records counted units on the log, or gives them back: units not recorded are not served. A
+   * Records counted units on the log, or gives them back. A
    * call's record is committed (it survives this process, flushed within the store's bound), a
    * grant's flushed (a lost grant is calls served free). Calls appended together reach the store together.
    */
@@ -420,40 +394,36 @@ export class QuotaMeter {
     try {
       await this.append('QuotaDebitsRecorded', data, newEventId(), durability);
     } catch (err) {
-      await this.release(at, data.generation!, data.units);
+      // Units not recorded are not served: given back (out of reach, they stay charged).
+      const { generation, units } = data;
+      if (await this.deps.cache.releaseLive(QUOTA_FAMILY, generation!, at.keys, units).catch(() => false))
+        this.uncount(at, units);
       throw err;
     }
   }
 
-  /** Appends a record; fails unless it landed though the append failed (a commit whose answer was lost). */
+  /**
+   * Appends a record; fails unless it landed though the append failed (a commit whose answer was
+   * lost). Unreadable then: it failed (no charge on a guess).
+   */
   private async append(type: DebitRecord, data: EventData<DebitRecord>, id: string, durability: Durability) {
-    const stream = quotaStream(data.subject);
+    const { store } = this.deps;
+    const stream = `quota-${data.subject}`;
     try {
-      await this.deps.store.append(stream, [{ type, data, id }], { durability });
+      await store.append(stream, [{ type, data, id }], { durability });
     } catch (err) {
-      if (!(await this.recordLanded(stream, id))) throw err;
-    }
-  }
-
-  /** Whether a record whose append failed is on the log anyway; unreadable: false (no charge on a guess). */
-  private async recordLanded(stream: string, id: string): Promise<boolean> {
-    try {
-      const revision = await this.deps.store.streamRevision(stream);
-      if (revision === null) return false;
-      const tail = await this.deps.store.readStream(stream, { fromRevision: Math.max(0, revision - 31) });
-      return tail.some((event) => event.id === id);
-    } catch {
-      return false;
+      const revision = await store.streamRevision(stream).catch(() => null);
+      const tail =
+        revision === null
+          ? []
+          : await store.readStream(stream, { fromRevision: Math.max(0, revision - 31) }).catch(() => []);
+      if (!tail.some((event) => event.id === id)) throw err;
     }
   }
 }
 
 type DebitRecord = 'QuotaDebitsRecorded' | 'QuotaDebitsReturned';
 type Durability = 'committed' | 'flushed';
-
-function quotaStream(subjectId: string): string {
-  return `quota-${subjectId}`;
-}
 
 function sameDayAndPlan(a: SubjectWindows, b: SubjectWindows): boolean {
   return a === b || (a.period.day === b.period.day && a.subject.plan === b.subject.plan);

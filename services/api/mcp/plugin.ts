@@ -320,7 +320,7 @@ function inFlightConflict(reply: FastifyReply, id: string | number): FastifyRepl
 function sessionOwner(request: FastifyRequest): string {
   const caller = signedIn.get(request) ?? request.caller;
   if (caller) return `${caller.subject.kind}:${caller.subject.id}`;
-  if (request.callerRefused) return `anonymous:${request.callerRefused.anonymous.id}`;
+  if (request.callerRefused) return `anonymous:${request.callerRefused.caller.subject.id}`;
   throw new Error('an MCP session without a caller: the caller hook (callerPlugin) runs before every route');
 }
 

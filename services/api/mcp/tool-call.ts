@@ -179,7 +179,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
   try {
     // The tool's own promise, not an async wrapper around it: one frame and promise less a call.
     // A result made and then thrown away comes back on the refusal (`ran`) to be released.
-    outcome = await serveMetered(deps.quota, caller, { tool: tool.name, requestId }, () =>
+    outcome = await serveMetered(deps.quota, caller, { tool: tool.name }, () =>
       tool.run(parsed.data, { requestId, caller }),
     );
   } catch (err) {

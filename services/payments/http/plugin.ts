@@ -258,11 +258,8 @@ class PaidRoutes {
     const caller = request.caller!;
     let metered: Awaited<ReturnType<typeof serveMetered<unknown>>>;
     try {
-      metered = await serveMetered(
-        this.keyed.quota,
-        caller,
-        { tool: call.tool.name, requestId: call.requestId },
-        () => call.tool.run(this.options.ops, call.input, call.requestId),
+      metered = await serveMetered(this.keyed.quota, caller, { tool: call.tool.name }, () =>
+        call.tool.run(this.options.ops, call.input, call.requestId),
       );
     } catch (err) {
       if (!(err instanceof QuotaUnavailableError)) throw err;

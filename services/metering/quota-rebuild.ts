@@ -4,7 +4,6 @@ import type { Logger } from 'pino';
 import { type Cache, CacheUnavailableError } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { ProjectionStore } from '../../adapters/projection-store/port.ts';
-import type { RecordedEvent } from '../../contracts/envelope.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import { DEBITS, debitedUnits, type QuotaBalances, quotaBalancesProjection } from './quota-projection.ts';
 
@@ -103,8 +102,10 @@ async function buildOnce(
     const page = await store.readAll({ after: position, maxCount: pageSize });
     for (const event of page) {
       if (!COUNTED.has(event.type)) continue;
-      const tag = debitGeneration(event);
-      if (previous !== null && tag === previous) loggedOnPrevious += units(event);
+      const tag = (event.data as { generation?: unknown }).generation;
+      // Counted in its generation as an operation of its units (a return's as positive, as refundLive counts).
+      if (previous !== null && tag === previous)
+        loggedOnPrevious += DEBITS.has(event.type) ? Math.abs(debitedUnits(event)) : 1;
       if (tag === generation) continue;
       quotaBalancesProjection.evolve(state, event);
       debits++;
@@ -161,16 +162,6 @@ async function buildOnce(
   return { generation, previous, switched, ...done, replayed: debits - debitsAtSwitch };
 }
 
-function debitGeneration(event: RecordedEvent): string | undefined {
-  const tag = (event.data as { generation?: unknown }).generation;
-  return typeof tag === 'string' ? tag : undefined;
-}
-
-/** Units an event stands for in its generation's count of operations (a return's as positive, as refundLive counts). */
-function units(event: RecordedEvent): number {
-  return DEBITS.has(event.type) ? Math.abs(debitedUnits(event)) : 1;
-}
-
 /**
  * Keeps one process's quota counters live: rebuilds them from the log when their generation is
  * gone, once at a time per process (the marker's compare-and-set lets one replica win). With a
@@ -218,21 +209,21 @@ export class QuotaCounters {
     await this.fold?.stop({ drainMs: 2_000 });
   }
 
-  /** Starts the fold (once); a fold past the log's head is another log's (a replaced data directory): folded again. */
-  private async startFold(fold: ProjectionRunner<QuotaBalances>): Promise<void> {
-    await fold.start();
-    if (fold.checkpoint <= (await this.deps.store.headPosition())) return;
-    this.deps.logger?.warn(
-      { checkpoint: fold.checkpoint },
-      'quota checkpoint is ahead of the log: ignoring it, folding the log from the start',
-    );
-    await fold.rebuild();
-  }
-
   private async rebuildIfLost(): Promise<void> {
     const { cache, store, logger } = this.deps;
+    const { fold } = this;
     // Not once stopping: a keyed call during shutdown must not start the fold on a closing store.
-    if (this.fold && !this.abort.signal.aborted) await this.startFold(this.fold);
+    // A fold past the log's head is another log's (a replaced data directory): folded again.
+    if (fold && !this.abort.signal.aborted) {
+      await fold.start();
+      if (fold.checkpoint > (await store.headPosition())) {
+        logger?.warn(
+          { checkpoint: fold.checkpoint },
+          'quota checkpoint is ahead of the log: ignoring it, folding the log from the start',
+        );
+        await fold.rebuild();
+      }
+    }
     if ((await cache.liveGeneration(QUOTA_FAMILY)) !== null) return;
     // The fold's state and position, read together (a copy: the fold goes on). A fold that threw
     // may hold part of an event past its checkpoint: the rebuild then starts from the log's start.

@@ -187,20 +187,14 @@ function applyDecision(
   undebitedService(deps.quota, caller)
     .then((service) => {
       reply.code(status).header('retry-after', seconds);
-      const data = {
-        code: 'RATE_LIMITED' as const,
-        retryable,
-        retry_after_ms: decision.resetMs,
-        _service: service,
-      };
+      const rest = { retryable, retry_after_ms: decision.resetMs, _service: service };
       // The HTTP body is the JSON-RPC error's data with the message after the code.
-      const { code, ...rest } = data;
-      if (!mcp) return void reply.send({ code, message, ...rest });
+      if (!mcp) return void reply.send({ code: 'RATE_LIMITED', message, ...rest });
       const id = (request.body as { id?: unknown } | null)?.id;
       reply.send({
         jsonrpc: '2.0',
         id: typeof id === 'string' || typeof id === 'number' ? id : null,
-        error: { code: rpc, message, data },
+        error: { code: rpc, message, data: { code: 'RATE_LIMITED', ...rest } },
       });
     })
     .catch(done);

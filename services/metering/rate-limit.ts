@@ -10,7 +10,7 @@ import type { Config } from '../../contracts/config.ts';
 import { ERRORS, errorMessage } from '../../contracts/errors.ts';
 import type { Plan } from '../../contracts/events.ts';
 import { SIGNIN_MCP_PATH } from '../../contracts/oauth.ts';
-import { type Caller, callerPath, decorateCaller, undebitedService } from './caller.ts';
+import { type Caller, callerPath, undebitedService } from './caller.ts';
 import type { QuotaMeter } from './quota-meter.ts';
 
 /** Who a request is limited as: an applied key by its plan, anyone else by client address. */
@@ -128,14 +128,13 @@ export interface RateLimitPluginDeps {
 
 /**
  * Limits every product route, HTTP and MCP alike, in a preHandler (the MCP body parsed, its tool
- * known), after the caller hook. Every limited answer carries RateLimit-* headers; a refusal is
- * 429 with Retry-After in its channel's shape with `_service`. A key the caller hook refused is
- * limited as its client address, so made-up keys buy no fresh budget. A callback hook: a caller
- * limited in-process is decided without a promise.
+ * known), after the caller hook (which declares `request.caller`). Every limited answer carries
+ * RateLimit-* headers; a refusal is 429 with Retry-After in its channel's shape with `_service`.
+ * A key the caller hook refused is limited as its client address, so made-up keys buy no fresh
+ * budget. A callback hook: a caller limited in-process is decided without a promise.
  */
 export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
   const plugin: FastifyPluginAsync = async (app) => {
-    decorateCaller(app);
     app.addHook('preHandler', (request, reply, done) => {
       const raw = callerPath(request);
       if (raw === null) return done();

@@ -407,20 +407,39 @@ export class QuotaMeter {
    * lost). Unreadable then: it failed (no charge on a guess).
    */
   private async append(type: DebitRecord, data: EventData<DebitRecord>, id: string, durability: Durability) {
-    const { store } = this.deps;
     const stream = `quota-${data.subject}`;
+    const since = Date.now();
     try {
-      await store.append(stream, [{ type, data, id }], { durability });
+      await this.deps.store.append(stream, [{ type, data, id }], { durability });
     } catch (err) {
-      const revision = await store.streamRevision(stream).catch(() => null);
-      const tail =
-        revision === null
-          ? []
-          : await store.readStream(stream, { fromRevision: Math.max(0, revision - 31) }).catch(() => []);
-      if (!tail.some((event) => event.id === id)) throw err;
+      if (!(await this.landed(stream, id, since))) throw err;
     }
   }
+
+  /**
+   * Whether `id` is on `stream`, read back from its end a page at a time down to the events recorded
+   * before its append began: however many of the key's calls were committed with it or after it.
+   */
+  private async landed(stream: string, id: string, since: number): Promise<boolean> {
+    const { store } = this.deps;
+    let end = await store.streamRevision(stream).catch(() => null);
+    while (end !== null && end >= 0) {
+      const from = Math.max(0, end - 63);
+      const page = await store
+        .readStream(stream, { fromRevision: from, maxCount: end - from + 1 })
+        .catch(() => []);
+      if (page.some((event) => event.id === id)) return true;
+      // The store's clock may differ from this process's by a little: a page wholly older than that is past it.
+      if (page.length === 0 || Date.parse(page[page.length - 1]!.recordedAt) < since - LANDED_CLOCK_SKEW_MS)
+        return false;
+      end = from - 1;
+    }
+    return false;
+  }
 }
+
+/** How far the store's record times may trail this process's clock (landed). */
+const LANDED_CLOCK_SKEW_MS = 5_000;
 
 type DebitRecord = 'QuotaDebitsRecorded' | 'QuotaDebitsReturned';
 type Durability = 'committed' | 'flushed';

@@ -177,6 +177,31 @@ describe('each debit not served from a lease is recorded on its own', () => {
     expect((await memory.readAll()).reduce((sum, e) => sum + debitedUnits(e, subject.id), 0)).toBe(8);
   });
 
+  it('a record that landed though its append failed serves its call, however many of the key were committed after it', async () => {
+    const memory = new MemoryEventStore();
+    const subject = key();
+    const stream = `quota-${subject.id}`;
+    // The first quota append lands, then 100 more of the key's records land after it, then its
+    // answer is lost: the record sits 100 events from the stream's end.
+    let lost = false;
+    const store: EventStore = Object.assign(Object.create(memory) as EventStore, {
+      append: async (name: string, events: NewEvent[], options?: never) => {
+        const written = await memory.append(name, events, options);
+        if (name === stream && !lost) {
+          lost = true;
+          for (let i = 0; i < 100; i++) await memory.append(stream, [{ ...events[0]!, id: randomUUID() }]);
+          throw new Error('connection reset: the commit answer was lost');
+        }
+        return written;
+      },
+    });
+    const { meter, cache } = meterOn(store);
+    const outcome = await meter.debit(subject, 't');
+    expect(outcome.ok).toBe(true);
+    // Charged once on the counters, as on the log: nothing given back.
+    expect(await counters(cache, subject)).toEqual([1, 1]);
+  });
+
   it('the counters fold logs holding both QuotaDebited (older logs) and QuotaDebitsRecorded', async () => {
     const memory = new MemoryEventStore();
     const subject = key();

@@ -255,13 +255,12 @@ const DebitFields = {
 export const QuotaDebited = z.object({ ...DebitFields, requestId: z.string() });
 
 /**
- * The debits of a batch of one subject's calls of one tool, recorded together (what QuotaMeter
- * writes): the calls debited while the subject's previous batch was being appended, all counted in
- * the same generation, day and plan, or the units a busy subject's lease prepays for its next calls
- * of any tool, recorded under the tool of the call that opened it (their unused part comes back as
- * QuotaDebitsReturned). `units` is the number of calls, one each;
- * a rebuild folds it like QuotaDebited's. Per-call request ids are not kept: the counters need only the units, and one
- * tool per event keeps the shape flat, which the compiled validator checks without zod.
+ * What QuotaMeter writes: one call's debit (`units` 1), or the units a busy subject's lease prepays
+ * for its next calls of any tool, recorded under the tool of the call that opened it (their unused
+ * part comes back as QuotaDebitsReturned); counted in one generation, day and plan. A rebuild folds
+ * `units` like QuotaDebited's. No request id: the counters need only the units, and the flat shape
+ * is checked by the compiled validator without zod. (Logs written before hold batches of several
+ * calls of one tool in one event, folded the same way.)
  */
 export const QuotaDebitsRecorded = z.object(DebitFields);
 

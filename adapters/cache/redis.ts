@@ -50,14 +50,11 @@ local function live_generation()
 end
 `;
 /**
- * The debits of one turn in one script, in the order asked, each on the live generation's
- * counters (and counted in its `#debits` when made). ARGV: generation key prefix, the
- * number of debits, then per debit: n, its n window keys, then debit_windows' amount/limit/expiry.
- * Reply: {} when no generation is live, else {generation, one debit_windows reply per debit}.
+ * The debits of one turn in one script, in the order asked. ARGV[1] the keys' prefix, ARGV[2] the
+ * number of debits, then per debit its n, n keys, amount and n (limit, expiresAt). With KEYS[1], a
+ * family's marker: on its live generation's counters (each made debit counted in its `#debits`),
+ * the reply led by the generation ({} when none is live); without, on the keys as named, led by ''.
  */
-// ARGV[1] the keys' prefix, ARGV[2] the number of debits, then per debit its n, n keys, amount and
-// n (limit, expiresAt). With KEYS[1], a family's marker: on its live generation's counters, the
-// reply led by the generation ({} when none is live); without, on the keys as named, led by ''.
 const DEBIT_MANY_SCRIPT = `${DEBIT_CORE}${LIVE_MARKER_LUA}
 local base = ARGV[1]
 local replies = {''}
@@ -79,7 +76,6 @@ for d = 1, tonumber(ARGV[2]) do
   at = at + 3 * n + 2
 end
 return replies`;
-/** Debits sent in one script at most; more in one turn start another. */
 /** Debits sent in one script call at most; a larger turn's go out in several. */
 export const MAX_DEBITS_PER_SCRIPT = 256;
 

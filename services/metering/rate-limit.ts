@@ -131,7 +131,7 @@ export interface RateLimitPluginDeps {
  * known), after the caller hook (which declares `request.caller`). Every limited answer carries
  * RateLimit-* headers; a refusal is 429 with Retry-After in its channel's shape with `_service`.
  * A key the caller hook refused is limited as its client address, so made-up keys buy no fresh
- * budget. A callback hook: a caller limited in-process is decided without a promise.
+ * budget. A callback hook: on the embedded defaults a request is decided without a promise.
  */
 export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
   const plugin: FastifyPluginAsync = async (app) => {

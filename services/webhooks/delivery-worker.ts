@@ -475,32 +475,20 @@ export class DeliveryWorker {
     const admission = this.admit(input.subscription.url);
     const { endpoint, slot, claimNow } = admission;
     const claimId = newEventId();
-    // The attempt as the decider records it, with the sequence event's own fields: one object, the
-    // decided data's fields first, rather than the decided data spread into a copy.
-    const first: NonNullable<EventData<'DeliverySequenced'>['first']> = claimNow
-      ? {
-          deliveryId: input.deliveryId,
-          subscriptionId: input.subscription.id,
-          attempt: 1,
-          eventId: input.eventId,
-          webhookEvent: input.event,
-          url: input.subscription.url,
-          trigger: input.trigger,
-          body: input.body,
-          claimId,
-        }
-      : {
-          deliveryId: input.deliveryId,
-          subscriptionId: input.subscription.id,
-          attempt: 1,
-          eventId: input.eventId,
-          webhookEvent: input.event,
-          url: input.subscription.url,
-          trigger: input.trigger,
-          body: input.body,
-          queued: true,
-          claimId,
-        };
+    // The attempt as the decider records it, with the sequence event's own fields: one object
+    // rather than the decided data spread into a copy.
+    const first: NonNullable<EventData<'DeliverySequenced'>['first']> = {
+      deliveryId: input.deliveryId,
+      subscriptionId: input.subscription.id,
+      attempt: 1,
+      eventId: input.eventId,
+      webhookEvent: input.event,
+      url: input.subscription.url,
+      trigger: input.trigger,
+      body: input.body,
+      claimId,
+    };
+    if (!claimNow) first.queued = true;
     // The decider's rules for a first attempt (its trigger) still decide: it throws what they refuse.
     deliveryDecider.decide({ kind: claimNow ? 'claim' : 'queue', claimId, data: first }, initialDelivery());
     const stream = sequenceStream(input.subscription.id);
@@ -656,14 +644,12 @@ export class DeliveryWorker {
    */
   submit(job: DeliveryJob): Promise<SendResult> {
     // No closure here refers to `job`: one that did (the promise's executor) would put it in the
-    // context the reactions below share, and a job parked without its bytes would keep them alive until its
+    // context `forget` shares, and a job parked without its bytes would keep them alive until its
     // outcome (9 of 9 parked jobs still reachable after a forced GC, in a test of it).
     const task = this.started(job);
     this.recording.add(task);
-    task.then(
-      () => this.recording.delete(task),
-      () => this.recording.delete(task),
-    );
+    const forget = () => this.recording.delete(task);
+    task.then(forget, forget);
     return task;
   }
 

@@ -237,54 +237,21 @@ export class WebhookDispatcher {
    * Only the fields matching reads: a spread of the event's data copied the whole verdict per event.
    */
   private candidateOf(event: DomainEvent): Candidate | null {
-    if (event.type === 'VerdictRecorded') {
-      const d = event.data;
-      return d.call === 'HOLD'
+    if (event.type === 'VerdictRecorded')
+      return event.data.call === 'HOLD'
         ? null
-        : {
-            event: 'trade_call',
-            coin: d.coin,
-            timeframe: d.timeframe,
-            exchange: d.exchange,
-            confidence: d.confidence,
-            position: event.position,
-          };
-    }
-    if (event.type === 'RegimeShifted') {
-      const d = event.data;
-      return {
-        event: 'regime_shift',
-        coin: d.coin,
-        timeframe: d.timeframe,
-        exchange: d.exchange,
-        confidence: d.confidence,
-        position: event.position,
-      };
-    }
-    if (event.type === 'RiskShifted') {
-      const d = event.data;
-      return {
-        event: 'risk_shift',
-        coin: d.coin,
-        timeframe: d.timeframe,
-        exchange: d.exchange,
-        confidence: null,
-        position: event.position,
-      };
-    }
+        : candidate('trade_call', event.data, event.data.confidence, event.position);
+    if (event.type === 'RegimeShifted')
+      return candidate('regime_shift', event.data, event.data.confidence, event.position);
+    if (event.type === 'RiskShifted') return candidate('risk_shift', event.data, null, event.position);
     return null;
   }
 
   /** Subscriptions (active ones, or just `only`) that take this candidate. */
   private async matching(candidate: Candidate, only?: SubscriptionRecord): Promise<SubscriptionRecord[]> {
     const subs = only ? [only] : Object.values(this.options.runner.state.subscriptions.subs);
-    // Indexed loops: a for-of here allocated an iterator and its results until the function was optimised.
-    let ranked = false;
-    for (let i = 0; i < subs.length && !ranked; i++) {
-      const s = subs[i]!;
-      ranked = s.status === 'active' && largestTopN(s.assets) !== null;
-    }
-    if (ranked) await this.options.ranking.prepare(candidate.exchange);
+    if (subs.some(ranksTopN)) await this.options.ranking.prepare(candidate.exchange);
+    // An indexed loop: a filter's callback would be a closure over the candidate per event.
     const out: SubscriptionRecord[] = [];
     for (let i = 0; i < subs.length; i++) if (matches(subs[i]!, candidate, this.rankOf)) out.push(subs[i]!);
     return out;
@@ -613,4 +580,19 @@ function dueTime(last: AttemptRecord, stuckAfterMs: number): number | null {
   if (last.outcome === 'failed') return last.nextAttemptAt === null ? null : Date.parse(last.nextAttemptAt);
   if (last.outcome === 'pending') return Date.parse(last.claimedAt ?? last.attemptedAt) + stuckAfterMs;
   return null;
+}
+
+/** A subscription that filters by a venue's top N markets (its ranking must be ready). */
+function ranksTopN(s: SubscriptionRecord): boolean {
+  return s.status === 'active' && largestTopN(s.assets) !== null;
+}
+
+/** The fields of an event that matching reads, and no more (not a copy of the whole verdict). */
+function candidate(
+  event: Candidate['event'],
+  d: { coin: string; timeframe: Candidate['timeframe']; exchange: Candidate['exchange'] },
+  confidence: Candidate['confidence'],
+  position: number,
+): Candidate {
+  return { event, coin: d.coin, timeframe: d.timeframe, exchange: d.exchange, confidence, position };
 }

@@ -156,10 +156,8 @@ export class EndpointQueues {
   private run(key: string, queue: Queue, task: Task): void {
     queue.running++;
     // One reaction for either end: a catch and a finally made four promises and as many closures per task.
-    void task.run().then(
-      () => this.ran(key, queue),
-      () => this.ran(key, queue),
-    );
+    const ran = () => this.ran(key, queue);
+    void task.run().then(ran, ran);
   }
 
   /** A task of `queue` ended, well or not: its slot goes to the next one waiting. */

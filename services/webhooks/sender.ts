@@ -1,11 +1,5 @@
 import type { Dispatcher } from 'undici';
-import {
-  EVENT_VERSION_HEADER,
-  SEQUENCE_HEADER,
-  serviceSignature,
-  signedHeaders,
-  standardSignature,
-} from '../../contracts/webhook-verify.ts';
+import { EVENT_VERSION_HEADER, SEQUENCE_HEADER, signedHeaders } from '../../contracts/webhook-verify.ts';
 import { parseRetryAfter } from './retry-policy.ts';
 
 /** Response bodies kept in the delivery log, at most. */
@@ -190,49 +184,6 @@ function post(
   });
 }
 
-const CONTENT_TYPE = 'application/json';
-const USER_AGENT = 'signal-service-webhooks/1';
-
-/**
- * Every header of a delivery: `signedHeaders` and ours. For a numbered delivery outside a
- * rotation's overlap (nearly every one) they are written as one literal, the same names and
- * values, rather than the signed ones grown by four properties afterwards.
- */
-function deliveryHeaders(input: SendInput, timestamp: number, raw: Buffer): Record<string, string> {
-  const previous = input.previousSecret ?? null;
-  if (previous !== null || !input.seq) {
-    const headers = signedHeaders({
-      secret: input.secret,
-      previousSecret: previous,
-      event: input.event,
-      deliveryId: input.deliveryId,
-      timestamp,
-      rawBody: raw,
-    });
-    headers['content-type'] = CONTENT_TYPE;
-    headers['user-agent'] = USER_AGENT;
-    if (input.seq) headers[SEQUENCE_HEADER] = String(input.seq);
-    headers[EVENT_VERSION_HEADER] = String(input.eventVersion ?? 1);
-    return headers;
-  }
-  const time = String(timestamp);
-  const headers: Record<string, string> = {
-    'x-service-event': input.event,
-    'x-service-delivery': input.deliveryId,
-    'x-service-timestamp': time,
-    'x-service-signature': serviceSignature(input.secret, timestamp, raw),
-    'webhook-id': input.deliveryId,
-    'webhook-timestamp': time,
-    'webhook-signature': standardSignature(input.secret, input.deliveryId, timestamp, raw),
-    'content-type': CONTENT_TYPE,
-    'user-agent': USER_AGENT,
-    // SEQUENCE_HEADER and EVENT_VERSION_HEADER, spelt out: a computed name builds the object slowly.
-    'x-service-sequence': String(input.seq),
-    'x-service-event-version': String(input.eventVersion ?? 1),
-  };
-  return headers;
-}
-
 /**
  * One signed POST. Only 2xx counts as success; 3xx is a failure (redirects are not followed),
  * like every 4xx/5xx, timeout and connection error. Never throws.
@@ -242,7 +193,18 @@ export async function sendSigned(agent: Dispatcher, input: SendInput): Promise<S
   const timestamp = Math.floor(Date.now() / 1000);
   // Encoded once for both signatures and the request, instead of once each.
   const raw = Buffer.from(input.body, 'utf8');
-  const headers = deliveryHeaders(input, timestamp, raw);
+  const headers = signedHeaders({
+    secret: input.secret,
+    previousSecret: input.previousSecret ?? null,
+    event: input.event,
+    deliveryId: input.deliveryId,
+    timestamp,
+    rawBody: raw,
+  });
+  headers['content-type'] = 'application/json';
+  headers['user-agent'] = 'signal-service-webhooks/1';
+  if (input.seq) headers[SEQUENCE_HEADER] = String(input.seq);
+  headers[EVENT_VERSION_HEADER] = String(input.eventVersion ?? 1);
   try {
     const { status, retryAfter, text } = await post(agent, input.url, headers, raw, input.timeoutMs);
     const ok = status >= 200 && status < 300;

@@ -299,31 +299,9 @@ function isLatin1Ascii(s: string): boolean {
   return true;
 }
 
-/**
- * The stored forms of the UUIDs that payloads repeated lately. A delivery's records name its
- * subscription, its delivery id and its event's id several times over (the sequence event twice
- * each, the outcome again), and each parse made a Buffer and a wrapper: the few a delivery makes
- * anew are looked up here first. Bounded (cleared when full); the wrappers are never changed.
- */
-const recentUuids = new Map<string, UuidText>();
-const MAX_RECENT_UUIDS = 1_024;
-
-/** `compactString` for a string inside an event's data (see `recentUuids`). */
-function compactDataString(s: string): Compact {
-  if (s.length !== 36) return compactString(s);
-  const known = recentUuids.get(s);
-  if (known !== undefined) return known;
-  const form = compactString(s);
-  if (form instanceof UuidText) {
-    if (recentUuids.size >= MAX_RECENT_UUIDS) recentUuids.clear();
-    recentUuids.set(s, form);
-  }
-  return form;
-}
-
 /** A copy of `value` with every string in compact form; `value` itself is never changed. */
 function compactValue(value: unknown): unknown {
-  if (typeof value === 'string') return compactDataString(value);
+  if (typeof value === 'string') return compactString(value);
   if (typeof value !== 'object' || value === null) return value;
   if (Array.isArray(value)) {
     let out: unknown[] | null = null;

@@ -51,10 +51,12 @@ export class RateLimiter {
   /** Redis, counting for every replica; null on the embedded defaults. */
   private readonly shared: Cache | null;
   /** This process's counts: the embedded defaults', and Redis's stand-in during an outage. */
-  private readonly here = new MemoryCache();
+  private readonly here: MemoryCache;
 
   constructor(settings: RateLimitSettings, cache: Cache | null) {
     this.shared = cache?.kind === 'redis' ? cache : null;
+    // On the embedded defaults the api's own in-process cache; beside Redis, one of its own.
+    this.here = cache instanceof MemoryCache ? cache : new MemoryCache();
     this.windowMs = Math.max(1, settings.RATE_LIMIT_WINDOW_MS);
     // The tier twice in a key, as every replica has counted since the limit was shared.
     const tier = (name: RateTier, all: number) => ({

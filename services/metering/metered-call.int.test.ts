@@ -107,7 +107,7 @@ describe('serveMetered', () => {
     });
 
     const pro = caller('pro');
-    meter.debitAt = () => Promise.reject(new Error('store down'));
+    meter.debit = () => Promise.reject(new Error('store down'));
     const made = { made: 'c' };
     const failed = await serveMetered(meter, pro, call(), async () => made).catch((err: unknown) => err);
     expect(failed).toBeInstanceOf(QuotaUnavailableError);

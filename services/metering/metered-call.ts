@@ -47,7 +47,7 @@ export async function serveMetered<T>(
   let before: QuotaSnapshot;
   const at = subjectWindows(caller.subject, quota.plans, quota.now());
   try {
-    before = await quota.peekAt(at);
+    before = await quota.peek(caller.subject, at);
   } catch (err) {
     if (!(err instanceof CacheUnavailableError)) throw err;
     observer?.refused(caller.subject.plan, 'unavailable');
@@ -68,7 +68,7 @@ export async function serveMetered<T>(
   let debit: DebitOutcome;
   try {
     // In the windows it was read in: a call counts on the day it was asked (one across midnight too).
-    debit = await quota.debitAt(at, call.tool);
+    debit = await quota.debit(caller.subject, call.tool, at);
   } catch (err) {
     observer?.refused(caller.subject.plan, 'unavailable');
     throw new QuotaUnavailableError({ auth: caller.auth, quota: null }, { cause: err, ran: value });

@@ -414,7 +414,7 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
       (await memory.readAll()).filter((e) => e.type === 'QuotaDebitsReturned').length;
     const before = await returns();
     // Windows made when the call was asked, the day before.
-    const late = await meter.debitAt(subjectWindows(subject, PLANS, T0), 'get_trade_call');
+    const late = await meter.debit(subject, 'get_trade_call', subjectWindows(subject, PLANS, T0));
     expect(late.ok).toBe(true);
     now = nextDay + 1;
     await meter.debit(subject, 'get_trade_call');

@@ -115,6 +115,8 @@ const GIVE_BACK_TRIES = 3;
  */
 export class QuotaMeter {
   readonly counters: QuotaCounters;
+  readonly plans: PlanTable;
+  readonly now: () => number;
   /** Every channel that meters calls shares the api's one meter, so one observer sees them all. */
   observer: QuotaObserver | null = null;
   private readonly leaseMs: number;
@@ -138,33 +140,26 @@ export class QuotaMeter {
     },
   ) {
     this.counters = deps.counters ?? new QuotaCounters({ store: deps.store, cache: deps.cache });
+    this.plans = deps.plans;
+    this.now = deps.now ?? Date.now;
     this.leaseMs = deps.lease?.ms ?? 0;
     this.maxUnits = deps.lease?.maxUnits ?? 256;
     this.idleMs = deps.lease?.idleMs ?? Math.max(20, Math.min(LEASE_IDLE_MS, this.leaseMs));
-  }
-
-  get plans(): PlanTable {
-    return this.deps.plans;
-  }
-
-  now(): number {
-    return (this.deps.now ?? Date.now)();
   }
 
   private live<T>(op: () => Promise<T>): Promise<T> {
     return onLiveCounters(op, () => this.counters.ensure());
   }
 
-  /** Figures without debiting; CacheUnavailableError when the counters are out of reach. */
-  peek(subject: QuotaSubject): Promise<QuotaSnapshot> {
-    return this.peekAt(subjectWindows(subject, this.deps.plans, this.now()));
-  }
-
   /**
-   * Figures of the windows `at` without debiting: while a lease of their day and plan holds a unit,
-   * from the counts last read here (no round trip); else read live.
+   * Figures without debiting, in the subject's windows now or `at`: while a lease of their day and
+   * plan holds a unit, from the counts last read here (no round trip); else read live.
+   * CacheUnavailableError when the counters are out of reach.
    */
-  async peekAt(at: SubjectWindows): Promise<QuotaSnapshot> {
+  async peek(
+    subject: QuotaSubject,
+    at = subjectWindows(subject, this.plans, this.now()),
+  ): Promise<QuotaSnapshot> {
     const lease = this.liveLease(at.subject.id);
     if (lease !== undefined && lease.free > 0 && sameDayAndPlan(lease.at, at))
       return this.figures(at, lease.counts);
@@ -184,16 +179,16 @@ export class QuotaMeter {
   }
 
   /**
-   * Debits one call, or refuses when a window is full. Resolves only once the debit is on the log:
-   * a call is never served before. Throws CacheUnavailableError or a store error when the debit or
-   * its record cannot be made; the caller must not serve then.
+   * Debits one call in the subject's windows now or `at` (made when the call was asked), or refuses
+   * when a window is full. Resolves only once the debit is on the log: a call is never served
+   * before. Throws CacheUnavailableError or a store error when the debit or its record cannot be
+   * made; the caller must not serve then.
    */
-  debit(subject: QuotaSubject, tool: string): Promise<DebitOutcome> {
-    return this.debitAt(subjectWindows(subject, this.deps.plans, this.now()), tool);
-  }
-
-  /** debit, in the subject's windows `at` (subjectWindows, made when the call was asked). */
-  async debitAt(at: SubjectWindows, tool: string): Promise<DebitOutcome> {
+  async debit(
+    subject: QuotaSubject,
+    tool: string,
+    at = subjectWindows(subject, this.plans, this.now()),
+  ): Promise<DebitOutcome> {
     const lease = this.leaseOf(at, tool);
     if (lease !== undefined && this.take(lease, left(at.windows, lease.counts))) {
       const outcome = { ok: true, snapshot: this.figures(at, lease.counts), refusedBy: null };

@@ -52,7 +52,6 @@ export class ChatQuota {
       now?: () => number;
       /** Brings the quota generation back when it is gone (the call quota's QuotaCounters.ensure). */
       ensureCounters?: () => Promise<void>;
-      lostWaitMs?: number;
     },
   ) {}
 
@@ -62,7 +61,7 @@ export class ChatQuota {
 
   /** Runs `op`; when the generation is gone, waits a little for its rebuild and tries once more. */
   private live<T>(op: () => Promise<T>): Promise<T> {
-    return onLiveCounters(op, this.deps.ensureCounters, this.deps.lostWaitMs);
+    return onLiveCounters(op, this.deps.ensureCounters);
   }
 
   async peek(subject: QuotaSubject): Promise<ChatQuotaSnapshot> {

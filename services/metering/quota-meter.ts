@@ -35,20 +35,16 @@ export interface LeaseOptions {
 }
 
 /**
- * Runs `op` on the live counters; when they are gone, waits up to `waitMs` for `ensure` to rebuild
+ * Runs `op` on the live counters; when they are gone, waits up to 2 s for `ensure` to rebuild
  * them and tries once more, else the loss is thrown (retryable). Every quota (calls, chats) runs so.
  */
-export async function onLiveCounters<T>(
-  op: () => Promise<T>,
-  ensure: (() => Promise<void>) | undefined,
-  waitMs = 2_000,
-): Promise<T> {
+export async function onLiveCounters<T>(op: () => Promise<T>, ensure?: () => Promise<void>): Promise<T> {
   try {
     return await op();
   } catch (err) {
     if (!(err instanceof CounterStateLostError) || ensure === undefined) throw err;
     // A rebuild that fails leaves the loss to be thrown; its wait's timer holds no process open.
-    await Promise.race([ensure(), delay(waitMs, undefined, { ref: false })]).catch(() => {
+    await Promise.race([ensure(), delay(2_000, undefined, { ref: false })]).catch(() => {
       throw err;
     });
     return op();
@@ -225,7 +221,7 @@ export class QuotaMeter {
     // leases between the two days for as long as such calls are in flight. It debits directly.
     if (live !== undefined && at.period.dayResetsAt < live.at.period.dayResetsAt) return undefined;
     // A new day or plan ends the lease: its units go back to the windows they were counted in.
-    if (live !== undefined) this.end(live);
+    if (live !== undefined) live.ending ??= this.giveBack(live);
     if (!this.leasing) return undefined;
     const lease = new QuotaLease(tool, at, this.now());
     this.leases.set(subjectId, [...(this.leases.get(subjectId) ?? []), lease]);
@@ -305,10 +301,6 @@ export class QuotaMeter {
     }
   }
 
-  private end(lease: QuotaLease): void {
-    lease.ending ??= this.giveBack(lease);
-  }
-
   /**
    * Gives an ended lease's unused units back once its grant in flight is in: on the live counters
    * (under one id for every try, so a try whose answer was lost is not given back twice), then on
@@ -354,7 +346,7 @@ export class QuotaMeter {
   private readonly sweep = (): void => {
     for (const leases of this.leases.values())
       for (const lease of leases) {
-        if (lease.idle) this.end(lease);
+        if (lease.idle) lease.ending ??= this.giveBack(lease);
         lease.idle = true;
       }
     if (this.leases.size === 0 && this.sweeper !== null) {
@@ -369,7 +361,7 @@ export class QuotaMeter {
     if (this.sweeper !== null) clearInterval(this.sweeper);
     this.sweeper = null;
     const leases = [...this.leases.values()].flat();
-    for (const lease of leases) this.end(lease);
+    for (const lease of leases) lease.ending ??= this.giveBack(lease);
     await Promise.all(leases.map((lease) => lease.ending));
   }
 
@@ -381,9 +373,9 @@ export class QuotaMeter {
   }
 
   /**
-   * Records counted units on the log, or gives them back. A
-   * call's record is committed (it survives this process, flushed within the store's bound), a
-   * grant's flushed (a lost grant is calls served free). Calls appended together reach the store together.
+   * Records counted units on the log, or gives them back. A call's record is committed (it survives
+   * this process, flushed within the store's bound), a grant's flushed (a lost grant is calls served
+   * free). Calls appended together reach the store together.
    */
   private async record(at: SubjectWindows, data: EventData<DebitRecord>, durability: Durability) {
     try {
@@ -424,17 +416,13 @@ export class QuotaMeter {
         .readStream(stream, { fromRevision: from, maxCount: end - from + 1 })
         .catch(() => []);
       if (page.some((event) => event.id === id)) return true;
-      // The store's clock may differ from this process's by a little: a page wholly older than that is past it.
-      if (page.length === 0 || Date.parse(page[page.length - 1]!.recordedAt) < since - LANDED_CLOCK_SKEW_MS)
-        return false;
+      // The store's clock may trail this process's by up to 5 s: a page wholly older than that is past it.
+      if (page.length === 0 || Date.parse(page[page.length - 1]!.recordedAt) < since - 5_000) return false;
       end = from - 1;
     }
     return false;
   }
 }
-
-/** How far the store's record times may trail this process's clock (landed). */
-const LANDED_CLOCK_SKEW_MS = 5_000;
 
 type DebitRecord = 'QuotaDebitsRecorded' | 'QuotaDebitsReturned';
 type Durability = 'committed' | 'flushed';
@@ -457,14 +445,10 @@ function left(windows: QuotaWindow[], counts: readonly number[]): number {
 }
 
 /** Figures from the counters `[month, day]`; remaining is what the tighter window still allows. */
-export function quotaSnapshot(
-  limits: PlanLimits,
-  period: QuotaPeriod,
-  counts: readonly number[],
-): QuotaSnapshot {
-  const monthly = windowFigures(counts[0] ?? 0, limits.monthly, period.monthResetsAtIso);
+export function quotaSnapshot(limits: PlanLimits, at: QuotaPeriod, counts: readonly number[]): QuotaSnapshot {
+  const monthly = windowFigures(counts[0] ?? 0, limits.monthly, at.monthResetsAtIso);
   if (limits.daily === null) return { ...monthly, monthly };
-  const daily = windowFigures(counts[1] ?? 0, limits.daily, period.dayResetsAtIso);
+  const daily = windowFigures(counts[1] ?? 0, limits.daily, at.dayResetsAtIso);
   return { ...monthly, remaining: Math.min(monthly.remaining, daily.remaining), monthly, daily };
 }
 

@@ -4,9 +4,10 @@ import { ServiceError } from '../../contracts/errors.ts';
 import { isWellFormedKey } from '../keys/key-material.ts';
 import type { KeyRecord } from '../keys/key-registry.ts';
 import { type KeyLookup, type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
+import { setBounded } from '../shared/bounded-map.ts';
 import type { QuotaMeter } from './quota-meter.ts';
 import type { AuthBlock, ServiceMeta } from './service-meta.ts';
-import type { QuotaSubject } from './windows.ts';
+import { type QuotaSubject, REMEMBERED_SUBJECTS } from './windows.ts';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -102,18 +103,13 @@ export class CallerRejectedError extends Error {
 }
 
 const anonymousIds = new Map<string, string>();
-const REMEMBERED_ADDRESSES = 10_000;
 
-/**
- * The anonymous subject of a client address, counted by a hash of it (remembered per address; past
- * the bound the memo starts afresh, as windows.ts's do: a miss only hashes the address again).
- */
+/** The anonymous subject of a client address, counted by a hash of it (remembered per address). */
 function anonymousSubject(clientAddress: string): QuotaSubject {
   let id = anonymousIds.get(clientAddress);
   if (id === undefined) {
     id = createHash('sha256').update(`anonymous:${clientAddress}`, 'utf8').digest('hex');
-    if (anonymousIds.size >= REMEMBERED_ADDRESSES) anonymousIds.clear();
-    anonymousIds.set(clientAddress, id);
+    setBounded(anonymousIds, clientAddress, id, REMEMBERED_SUBJECTS);
   }
   return { id, kind: 'anonymous', plan: 'free' };
 }
@@ -209,14 +205,7 @@ export function keyCaller(record: Pick<KeyRecord, 'keyHash' | 'keyId' | 'plan'>)
   };
 }
 
-/** How a route refuses a caller, in its channel's shape. */
-interface CallerRefusals {
-  rejected(err: CallerRejectedError): Error;
-  /** Given, the route needs a live key: a caller without one is refused with this. */
-  keyless?(caller: Caller): Error;
-}
-
-/** `CallerRefusals.rejected`: 503 KEY_UNVERIFIABLE for a key that cannot be checked now, else the route's `unknown()`. */
+/** callerHook's `refusals.rejected`: 503 KEY_UNVERIFIABLE for a key that cannot be checked now, else the route's `unknown()`. */
 export function keyRefusal(unknown: () => Error): (err: CallerRejectedError) => Error {
   return (err) =>
     err.reason === 'indeterminate'
@@ -237,14 +226,14 @@ export function undebitedService(
 }
 
 /**
- * A route's auth hook (preValidation), after callerPlugin resolved `request.caller`: refuses a key
- * that is not live with `refusals.rejected` and, where the route needs a key, a caller without one
- * with `refusals.keyless`, after setting `request.service` to the refusal's `_service` (figures
- * peeked on `access().quota`, null without it).
+ * A route's auth hook (preValidation), after callerPlugin resolved `request.caller`, refusing in the
+ * channel's shape: a key that is not live with `refusals.rejected`, a caller without one with
+ * `refusals.keyless` where given (the route needs a live key), after setting `request.service` to
+ * the refusal's `_service` (figures peeked on `access().quota`, null without it).
  */
 export function callerHook(
   access: () => { quota?: Pick<QuotaMeter, 'peek'> | undefined },
-  refusals: CallerRefusals,
+  refusals: { rejected(err: CallerRejectedError): Error; keyless?(caller: Caller): Error },
 ) {
   return (request: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void) => {
     const { callerRefused } = request;

@@ -9,7 +9,6 @@ import { RateLimiter, type RateLimitSettings } from './rate-limit.ts';
 const run = await shouldRunRedisSuite('rate-limit batching suite');
 
 const settings: RateLimitSettings = {
-  RATE_LIMIT_ENABLED: true,
   // Windows end on the clock: an hour's, so none ends mid-test and gives the budget back.
   RATE_LIMIT_WINDOW_MS: 3_600_000,
   RATE_LIMIT_ANONYMOUS: 4,

@@ -18,7 +18,6 @@ export type RateTier = Plan | 'anonymous';
 
 export type RateLimitSettings = Pick<
   Config,
-  | 'RATE_LIMIT_ENABLED'
   | 'RATE_LIMIT_WINDOW_MS'
   | 'RATE_LIMIT_ANONYMOUS'
   | 'RATE_LIMIT_FREE'
@@ -121,7 +120,7 @@ function toolOf(path: string, body: unknown): string | null {
 
 const isMcpPath = (path: string): boolean => path === '/mcp' || path === SIGNIN_MCP_PATH;
 
-export interface RateLimitPluginDeps {
+interface RateLimitPluginDeps {
   limiter: RateLimiter;
   quota: QuotaMeter;
   /** Called on every refusal (a metric). */
@@ -171,15 +170,12 @@ function applyDecision(
   caller: Caller,
   tier: RateTier,
   decision: RateDecision,
-): void {
+) {
   const seconds = Math.max(1, Math.ceil(decision.resetMs / 1_000));
   reply.header('ratelimit-limit', decision.limit);
   reply.header('ratelimit-remaining', decision.remaining);
   reply.header('ratelimit-reset', seconds);
-  if (decision.allowed) {
-    done();
-    return;
-  }
+  if (decision.allowed) return done();
   // A refusal is answered here, and the callback is then not called (Fastify's rule).
   const mcp = isMcpPath(path);
   deps.onRefused?.(tier, mcp ? 'mcp' : 'http');

@@ -2,7 +2,6 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { type RateDecision, RateLimiter, type RateLimitSettings } from './rate-limit.ts';
 
 const settings: RateLimitSettings = {
-  RATE_LIMIT_ENABLED: true,
   RATE_LIMIT_WINDOW_MS: 60_000,
   RATE_LIMIT_ANONYMOUS: 4,
   RATE_LIMIT_FREE: 10,

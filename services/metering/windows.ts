@@ -127,8 +127,6 @@ export function subjectWindows(subject: QuotaSubject, plans: PlanTable, now: num
   const windows = Object.freeze(quotaWindows(subject.id, limits, period).map((w) => Object.freeze(w)));
   const keys = Object.freeze(windows.map((w) => w.key)) as string[];
   const made = { subject, period, limits, windows: windows as QuotaWindow[], keys };
-  // Past REMEMBERED_SUBJECTS it starts afresh: a miss only spells the keys again.
-  if (windowsBySubject.size >= REMEMBERED_SUBJECTS) windowsBySubject.clear();
-  windowsBySubject.set(subject.id, made);
+  setBounded(windowsBySubject, subject.id, made, REMEMBERED_SUBJECTS);
   return made;
 }

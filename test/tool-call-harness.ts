@@ -1,7 +1,7 @@
 import { MemoryCache } from '../adapters/cache/memory.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import { type ToolDefinition, toolRegistry } from '../services/api/mcp/tool-registry.ts';
-import { type Caller, keylessCaller } from '../services/metering/caller.ts';
+import { type Caller, credentialOf } from '../services/metering/caller.ts';
 import { QuotaMeter } from '../services/metering/quota-meter.ts';
 
 /**
@@ -22,5 +22,5 @@ export function toolCallDeps(tools: ToolDefinition[], meters: QuotaMeter[]) {
 
 /** The caller the caller hook makes of a request with no key from `clientAddress`. */
 export function anonymousCaller(clientAddress: string): Caller {
-  return keylessCaller({ headers: {}, clientAddress })!;
+  return credentialOf({ headers: {}, clientAddress }) as Caller;
 }

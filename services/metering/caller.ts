@@ -116,12 +116,6 @@ function anonymousSubject(clientAddress: string): QuotaSubject {
 
 type CallerRequest = { headers: Record<string, string | string[] | undefined>; clientAddress: string };
 
-/** The caller of a request that presents no key; null when one is presented. */
-export function keylessCaller(request: CallerRequest): Caller | null {
-  const found = credentialOf(request);
-  return typeof found === 'string' ? null : found;
-}
-
 /** Header names callers sometimes use for keys; we never apply them, but we say so. */
 const OTHER_KEY_HEADERS = ['x-api-key', 'api-key', 'apikey', 'x-auth-token', 'x-access-token'];
 const BEARER = /^Bearer +(\S+) *$/i;

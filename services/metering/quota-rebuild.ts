@@ -10,9 +10,6 @@ import { DEBITS, debitedUnits, type QuotaBalances, quotaBalancesProjection } fro
 /** The cache's family of quota counters (calls and monthly chats): its marker names the live generation. */
 export const QUOTA_FAMILY = 'quota';
 
-/** How late after the switch a debit counted in the replaced generation may still be appended. */
-const DEFAULT_SETTLE_MS = 10_000;
-
 export interface RebuildOutcome {
   generation: string;
   previous: string | null;
@@ -36,8 +33,8 @@ export interface RebuildDeps {
   expected?: string | null;
   now?: () => number;
   pageSize?: number;
+  /** How late after the switch a debit counted in the replaced generation may still be appended (10 s). */
   settleMs?: number;
-  pollMs?: number;
   /** Called as soon as the new generation is live, before the replay of late debits. */
   onLive?: (generation: string) => void;
   signal?: AbortSignal;
@@ -143,7 +140,7 @@ async function buildOnce(
 
   // The replaced generation's count is final now (missing: none taken); with no previous one, unknown.
   const debitedOnPrevious = previous === null ? null : ((await cache.generationDebits(previous)) ?? 0);
-  const deadline = Date.now() + (deps.settleMs ?? DEFAULT_SETTLE_MS);
+  const deadline = Date.now() + (deps.settleMs ?? 10_000);
   const debitsAtSwitch = debits;
   // The head once the settle time is over: the replay reads up to it however long that takes
   // (a reader that stopped at the deadline left the counters short of the log: free calls).
@@ -156,7 +153,7 @@ async function buildOnce(
     const more = await step();
     // A page short of `last` is a store holding reads back (PostgreSQL): wait, do not spin.
     if (!more && (last === null || position < last))
-      await delay(deps.pollMs ?? 50, undefined, { signal: deps.signal, ref: false }).catch(() => undefined);
+      await delay(50, undefined, { signal: deps.signal, ref: false }).catch(() => undefined);
   }
   if (previous !== null) await cache.dropGeneration(previous);
   return { generation, previous, switched, ...done, replayed: debits - debitsAtSwitch };

@@ -170,7 +170,6 @@ describe('the replay after a switch, reading slower than the settle time', () =>
       cache,
       expected: null,
       settleMs: 0,
-      pollMs: 50,
       signal: abort.signal,
       onLive: () => void setTimeout(() => abort.abort(), 300),
     });

@@ -11,9 +11,9 @@ import type { SignalOperations } from '../../engine/operations.ts';
 import {
   type CallerRejectedError,
   callerHook,
+  credentialOf,
   decorateCaller,
   type KeyedAccess,
-  keylessCaller,
   undebitedService,
 } from '../../metering/caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../../metering/metered-call.ts';
@@ -203,8 +203,9 @@ class PaidRoutes {
   /** `_service` of an answer that debits nothing: what the request learnt, or a peek of its caller. */
   async serviceOf(request: FastifyRequest): Promise<ServiceMeta> {
     if (request.service) return request.service;
-    const caller = request.caller ?? keylessCaller({ headers: request.headers, clientAddress: request.ip });
-    if (caller === null) return { auth: { outcome: 'UNKNOWN', presented: true, tier: 'free' }, quota: null };
+    const caller = request.caller ?? credentialOf({ headers: request.headers, clientAddress: request.ip });
+    if (typeof caller === 'string')
+      return { auth: { outcome: 'UNKNOWN', presented: true, tier: 'free' }, quota: null };
     request.service = await undebitedService(this.keyed.quota, caller);
     return request.service;
   }

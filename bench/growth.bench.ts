@@ -32,8 +32,9 @@ import { EVENT_ENCODING, type LmdbEventStore, openLmdbEventStore } from '../adap
 import type { NewEvent, RecordedEvent } from '../contracts/envelope.ts';
 import { TIMEFRAME_MS, TIMEFRAMES } from '../contracts/market.ts';
 import { ExportRowStore, OUTCOMES_DB, VERDICTS_DB } from '../services/history/export-row-store.ts';
-import { QuotaMeter, type QuotaSubject } from '../services/metering/quota-meter.ts';
+import { QuotaMeter } from '../services/metering/quota-meter.ts';
 import { debitedUnits } from '../services/metering/quota-projection.ts';
+import type { QuotaSubject } from '../services/metering/windows.ts';
 import { atMost, recordTarget, whenMain } from './harness.ts';
 import { appendEventMix, eventMix } from './rebuild-event-mix.ts';
 

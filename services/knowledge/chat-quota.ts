@@ -4,9 +4,9 @@ import type { Config } from '../../contracts/config.ts';
 import { newEvent, type Plan } from '../../contracts/events.ts';
 import type { ChatQuotaSnapshot } from '../../contracts/knowledge.ts';
 import { defineProjection, type Projection } from '../../projections/projection.ts';
-import { onLiveCounters, type QuotaSubject } from '../metering/quota-meter.ts';
+import { onLiveCounters } from '../metering/quota-meter.ts';
 import { QUOTA_FAMILY } from '../metering/quota-rebuild.ts';
-import { chatKey, counterExpiry, quotaPeriod, resetsAtOf } from '../metering/windows.ts';
+import { chatKey, counterExpiry, type QuotaSubject, quotaPeriod, resetsAtOf } from '../metering/windows.ts';
 
 export type ChatLimits = Record<Plan, number>;
 

@@ -7,10 +7,10 @@ import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { NewEvent } from '../../contracts/envelope.ts';
 import { parseDomainEvent, QuotaDebitsReturned } from '../../contracts/events.ts';
 import type { PlanTable } from './plans.ts';
-import { type DebitOutcome, type LeaseOptions, QuotaMeter, type QuotaSubject } from './quota-meter.ts';
+import { type DebitOutcome, type LeaseOptions, QuotaMeter } from './quota-meter.ts';
 import { debitedUnits, quotaBalancesProjection } from './quota-projection.ts';
 import { QUOTA_FAMILY, rebuildQuotaGeneration } from './quota-rebuild.ts';
-import { quotaPeriod, quotaWindows, subjectWindows } from './windows.ts';
+import { type QuotaSubject, quotaPeriod, quotaWindows, subjectWindows } from './windows.ts';
 
 const PLANS: PlanTable = {
   free: { monthly: 1_000, daily: 60 },

@@ -10,9 +10,6 @@ import { QUOTA_FAMILY, QuotaCounters } from './quota-rebuild.ts';
 import type { QuotaSnapshot } from './snapshot.ts';
 import { type QuotaPeriod, type QuotaSubject, type SubjectWindows, subjectWindows } from './windows.ts';
 
-// The knowledge chat quota counts the same subjects.
-export type { QuotaSubject } from './windows.ts';
-
 export interface DebitOutcome {
   ok: boolean;
   snapshot: QuotaSnapshot;
@@ -26,7 +23,7 @@ export interface QuotaObserver {
 }
 
 export interface LeaseOptions {
-  /** How much of a busy subject's calls one grant covers, in ms of its calls; 0: no leases. */
+  /** How many ms of a busy subject's calls one grant covers; 0 (or no lease): each call debited alone. */
   ms: number;
   /** Units of one grant at most (256). */
   maxUnits?: number;
@@ -130,7 +127,6 @@ export class QuotaMeter {
       plans: PlanTable;
       now?: () => number;
       counters?: QuotaCounters;
-      /** Prepaid debits for busy subjects; absent or `ms: 0`, every call is debited on its own. */
       lease?: LeaseOptions;
       logger?: Logger;
     },

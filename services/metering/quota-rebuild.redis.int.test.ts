@@ -16,10 +16,10 @@ import type { SignalOperations } from '../engine/operations.ts';
 import { ChatQuota } from '../knowledge/chat-quota.ts';
 import { runOperatorCommand } from '../operator/operator-commands.ts';
 import type { PlanTable } from './plans.ts';
-import { QuotaMeter, type QuotaSubject } from './quota-meter.ts';
+import { QuotaMeter } from './quota-meter.ts';
 import { debitedUnits } from './quota-projection.ts';
 import { QUOTA_FAMILY, rebuildQuotaGeneration } from './quota-rebuild.ts';
-import { chatKey, quotaPeriod, quotaWindows } from './windows.ts';
+import { chatKey, type QuotaSubject, quotaPeriod, quotaWindows } from './windows.ts';
 
 const run = await shouldRunRedisSuite('quota rebuild suite against Redis');
 const RUN_PREFIX = `test:quota-rebuild:${randomUUID()}:`;

@@ -8,10 +8,10 @@ import { MemoryProjectionStore } from '../../adapters/projection-store/memory.ts
 import { foldEvents } from '../../projections/projection.ts';
 import { runnersOn } from '../../projections/runner.ts';
 import type { PlanTable } from './plans.ts';
-import { QuotaMeter, type QuotaSubject } from './quota-meter.ts';
+import { QuotaMeter } from './quota-meter.ts';
 import { debitedUnits, quotaBalancesProjection } from './quota-projection.ts';
 import { QUOTA_FAMILY, QuotaCounters, rebuildQuotaGeneration } from './quota-rebuild.ts';
-import { quotaPeriod, quotaWindows } from './windows.ts';
+import { type QuotaSubject, quotaPeriod, quotaWindows } from './windows.ts';
 
 const PLANS: PlanTable = {
   free: { monthly: 1_000, daily: 60 },

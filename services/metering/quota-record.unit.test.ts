@@ -6,10 +6,10 @@ import { type EventStore, StorageFullError } from '../../adapters/event-store/po
 import type { NewEvent } from '../../contracts/envelope.ts';
 import { newEvent, parseDomainEvent, QuotaDebitsRecorded } from '../../contracts/events.ts';
 import type { PlanTable } from './plans.ts';
-import { QuotaMeter, type QuotaSubject } from './quota-meter.ts';
+import { QuotaMeter } from './quota-meter.ts';
 import { debitedUnits } from './quota-projection.ts';
 import { QUOTA_FAMILY } from './quota-rebuild.ts';
-import { quotaPeriod, quotaWindows } from './windows.ts';
+import { type QuotaSubject, quotaPeriod, quotaWindows } from './windows.ts';
 
 const PLANS: PlanTable = {
   free: { monthly: 1_000, daily: 60 },

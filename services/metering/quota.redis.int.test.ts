@@ -8,10 +8,10 @@ import { openLmdbEventStore } from '../../adapters/event-store/lmdb.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from '../../test/redis-probe.ts';
 import type { PlanTable } from './plans.ts';
-import { QuotaMeter, type QuotaSubject } from './quota-meter.ts';
+import { QuotaMeter } from './quota-meter.ts';
 import { debitedUnits } from './quota-projection.ts';
 import { QUOTA_FAMILY } from './quota-rebuild.ts';
-import { quotaPeriod, quotaWindows } from './windows.ts';
+import { type QuotaSubject, quotaPeriod, quotaWindows } from './windows.ts';
 
 const run = await shouldRunRedisSuite('quota suite against Redis');
 const PREFIX = `test:quota:${randomUUID()}:`;

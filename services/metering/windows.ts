@@ -39,14 +39,9 @@ export function quotaPeriod(now: number): QuotaPeriod {
   const month = iso.slice(0, 7);
   const dayResetsAt = resetsAtOf(day);
   const monthResetsAt = resetsAtOf(month);
-  lastPeriod = Object.freeze({
-    day,
-    month,
-    dayResetsAt,
-    monthResetsAt,
-    dayResetsAtIso: new Date(dayResetsAt).toISOString(),
-    monthResetsAtIso: new Date(monthResetsAt).toISOString(),
-  });
+  const dayResetsAtIso = new Date(dayResetsAt).toISOString();
+  const monthResetsAtIso = new Date(monthResetsAt).toISOString();
+  lastPeriod = Object.freeze({ day, month, dayResetsAt, monthResetsAt, dayResetsAtIso, monthResetsAtIso });
   return lastPeriod;
 }
 
@@ -116,12 +111,7 @@ export function subjectWindows(subject: QuotaSubject, plans: PlanTable, now: num
   const period = quotaPeriod(now);
   const limits = plans[subject.plan];
   const known = windowsBySubject.get(subject.id);
-  if (
-    known !== undefined &&
-    known.period === period &&
-    known.limits === limits &&
-    known.subject.plan === subject.plan
-  )
+  if (known?.period === period && known.limits === limits && known.subject.plan === subject.plan)
     return known;
   // Frozen, so no call changes what the next reads; typed mutable for the cache port.
   const windows = Object.freeze(quotaWindows(subject.id, limits, period).map((w) => Object.freeze(w)));

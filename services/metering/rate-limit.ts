@@ -47,9 +47,8 @@ export class RateLimiter {
   private readonly windowMs: number;
   /** Per tier: the start of its credential's and its tools' budget keys, and their limits. */
   private readonly tiers: Record<RateTier, { allKey: string; toolKey: string; all: number; tool: number }>;
-  /** Redis, counting for every replica; null on the embedded defaults. */
+  /** Redis (null on the embedded defaults), and this process's counts. */
   private readonly shared: Cache | null;
-  /** This process's counts: the embedded defaults', and Redis's stand-in during an outage. */
   private readonly here: MemoryCache;
 
   constructor(settings: RateLimitSettings, cache: Cache | null) {
@@ -157,10 +156,7 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
   return plugin;
 }
 
-/**
- * The decision's headers, then the request goes on, or is refused with a 429 in its channel's
- * shape (JSON-RPC on the MCP paths) carrying the caller's quota. Module-level, as settleCaller.
- */
+/** The decision's headers, then the request goes on or is refused (module-level, as settleCaller). */
 function applyDecision(
   deps: RateLimitPluginDeps,
   request: FastifyRequest,

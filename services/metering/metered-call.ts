@@ -1,8 +1,7 @@
 import { CacheUnavailableError } from '../../adapters/cache/port.ts';
 import type { Caller } from './caller.ts';
-import type { DebitOutcome, QuotaMeter } from './quota-meter.ts';
+import type { QuotaMeter } from './quota-meter.ts';
 import type { ServiceMeta } from './service-meta.ts';
-import type { QuotaSnapshot } from './snapshot.ts';
 import { subjectWindows } from './windows.ts';
 
 export type MeteredResult<T> =
@@ -44,15 +43,12 @@ export async function serveMetered<T>(
   run: () => Promise<T>,
 ): Promise<MeteredResult<T>> {
   const { observer } = quota;
-  let before: QuotaSnapshot;
   const at = subjectWindows(caller.subject, quota.plans, quota.now());
-  try {
-    before = await quota.peek(caller.subject, at);
-  } catch (err) {
+  const before = await quota.peek(caller.subject, at).catch((err: unknown) => {
     if (!(err instanceof CacheUnavailableError)) throw err;
     observer?.refused(caller.subject.plan, 'unavailable');
     throw new QuotaUnavailableError({ auth: caller.auth, quota: null }, { cause: err });
-  }
+  });
   if (before.remaining === 0) {
     const window =
       before.daily && before.daily.remaining === 0 && before.used < before.total ? 'daily' : 'monthly';
@@ -65,14 +61,11 @@ export async function serveMetered<T>(
   } catch (error) {
     return { ok: false, reason: 'failed', error, service: { auth: caller.auth, quota: before } };
   }
-  let debit: DebitOutcome;
-  try {
-    // In the windows it was read in: a call counts on the day it was asked (one across midnight too).
-    debit = await quota.debit(caller.subject, call.tool, at);
-  } catch (err) {
+  // In the windows it was read in: a call counts on the day it was asked (one across midnight too).
+  const debit = await quota.debit(caller.subject, call.tool, at).catch((err: unknown) => {
     observer?.refused(caller.subject.plan, 'unavailable');
     throw new QuotaUnavailableError({ auth: caller.auth, quota: null }, { cause: err, ran: value });
-  }
+  });
   const service = { auth: caller.auth, quota: debit.snapshot };
   if (!debit.ok) {
     const window = debit.refusedBy ?? 'monthly';

@@ -11,15 +11,7 @@ export interface PlanLimits {
 export type PlanTable = Record<Plan, PlanLimits>;
 
 /** Limits are configuration; every plan covers all assets and all eleven timeframes. */
-export function planTable(
-  config: Pick<
-    Config,
-    | 'PLAN_FREE_MONTHLY_CALLS'
-    | 'PLAN_FREE_DAILY_CALLS'
-    | 'PLAN_STARTER_MONTHLY_CALLS'
-    | 'PLAN_PRO_MONTHLY_CALLS'
-  >,
-): PlanTable {
+export function planTable(config: Pick<Config, Extract<keyof Config, `PLAN_${string}`>>): PlanTable {
   return {
     free: { monthly: config.PLAN_FREE_MONTHLY_CALLS, daily: config.PLAN_FREE_DAILY_CALLS },
     starter: { monthly: config.PLAN_STARTER_MONTHLY_CALLS, daily: null },

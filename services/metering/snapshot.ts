@@ -20,11 +20,7 @@ export const QuotaSnapshot = z.object({
 export type QuotaSnapshot = z.infer<typeof QuotaSnapshot>;
 
 /** Retry-After (whole seconds, at least 1) of a call refused by `window`: until it starts afresh. */
-export function quotaRetryAfter(
-  quota: QuotaSnapshot | null | undefined,
-  window: 'monthly' | 'daily',
-  now: number = Date.now(),
-): string {
+export function quotaRetryAfter(quota: QuotaSnapshot | null, window: 'monthly' | 'daily', now = Date.now()) {
   const resets = window === 'daily' ? quota?.daily?.resets_at : quota?.resets_at;
   const ms = resets ? Date.parse(resets) - now : 0;
   return String(Math.max(1, Math.ceil(ms / 1000)));

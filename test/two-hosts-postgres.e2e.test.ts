@@ -160,6 +160,9 @@ describe.runIf(run)(
     };
 
     it('are both ready on the shared PostgreSQL log, each with the followers of its roles', async () => {
+      // "service started" means listening; its followers may still be catching up with the log
+      // (a CI run with four workers under load 16 found one host still 503 at that moment).
+      for (const url of urls) await expect.poll(async () => (await ready(url)).status).toBe(200);
       const [a, b] = await Promise.all(urls.map(ready));
       for (const { status, body } of [a!, b!]) {
         expect(status).toBe(200);

@@ -441,10 +441,14 @@ function left(windows: QuotaWindow[], counts: readonly number[]): number {
 }
 
 /** Figures from the counters `[month, day]`; remaining is what the tighter window still allows. */
-export function quotaSnapshot(limits: PlanLimits, at: QuotaPeriod, counts: readonly number[]): QuotaSnapshot {
-  const monthly = windowFigures(counts[0] ?? 0, limits.monthly, at.monthResetsAtIso);
+export function quotaSnapshot(
+  limits: PlanLimits,
+  period: QuotaPeriod,
+  counts: readonly number[],
+): QuotaSnapshot {
+  const monthly = windowFigures(counts[0] ?? 0, limits.monthly, period.monthResetsAtIso);
   if (limits.daily === null) return { ...monthly, monthly };
-  const daily = windowFigures(counts[1] ?? 0, limits.daily, at.dayResetsAtIso);
+  const daily = windowFigures(counts[1] ?? 0, limits.daily, period.dayResetsAtIso);
   return { ...monthly, remaining: Math.min(monthly.remaining, daily.remaining), monthly, daily };
 }
 

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { CPU_PROGRESS_S, cpuSeconds, managed } from './procs.js';
+import { cpuSeconds, managed } from './procs.js';
 
 // Real child processes: a start is judged stalled only when nothing about the process moves.
 const dir = mkdtempSync(join(tmpdir(), 'drill-procs-'));
@@ -45,12 +45,18 @@ describe('drill process starts', () => {
   it('keeps waiting on a silent process that is busy, like one loading its modules', async () => {
     // Silent for well past the stall window while it burns CPU, then a probe that says ready.
     // It burns 50 ms of CPU time, sleeps 100 ms, and so on: a third of a core when it gets one,
-    // 3 CPU s per window, six times CPU_PROGRESS_S. Burning a whole core for the 20 s cost the
-    // suite's two cores 20 CPU s; and under load, where a process gets less than a third of a
-    // core, the 50 ms are CPU time, taken as the scheduler gives it, so the loop earns close to a
-    // full burner's share (at load 20: about 0.7 CPU s per window against 0.86).
+    // 1 CPU s per 3 s window, ten times the 0.1 CPU s this start counts as progress. Burning a
+    // whole core cost the suite's two cores a CPU s per second of the wait; and under load, where
+    // a process gets less than a third of a core, the 50 ms are CPU time, taken as the scheduler
+    // gives it, so the loop earns close to a full burner's share (at load 30, a 1/15 share of two
+    // cores: 50 ms of CPU per 0.85 s, 0.18 CPU s per window, still past 0.1).
+    // The window is the drill's stall rule scaled down (the drill's is 60 s and 0.5 CPU s): what
+    // this shows, that CPU time alone keeps a silent start alive past it, needs only a few seconds.
+    const STALL_MS = 3_000;
+    const CPU_PROGRESS = 0.1;
+    const SILENT_MS = 7_000;
     let ready = false;
-    const burn = `const end = Date.now() + 20000;
+    const burn = `const end = Date.now() + ${SILENT_MS};
       const burn = () => {
         const from = process.cpuUsage();
         for (let used = 0; used < 50000; ) { const c = process.cpuUsage(from); used = c.user + c.system; }
@@ -62,17 +68,16 @@ describe('drill process starts', () => {
       argv: () => [process.execPath, ['-e', burn]],
       logFile: join(dir, 'busy.log'),
       probe: async () => ({ ready, detail: 'loading' }),
-      // Generous: the loop must earn CPU_PROGRESS_S of CPU per window even on a machine at load 30
-      // (a 1/15 share of two cores: 50 ms of CPU per 0.85 s, 0.53 s per window).
-      stallMs: 9_000,
+      stallMs: STALL_MS,
+      cpuProgressS: CPU_PROGRESS,
     });
     // Settled at once so that a start failing during the wait below is this test's failure, not an unhandled one.
     const started = p.start().then(
       () => 'ready',
       (err: Error) => err.message,
     );
-    // Silent for 20 s, over twice the stall window: only its CPU time says it is moving.
-    await new Promise((resolve) => setTimeout(resolve, 20_000 + CPU_PROGRESS_S * 1000));
+    // Silent for over twice the stall window: only its CPU time says it is moving.
+    await new Promise((resolve) => setTimeout(resolve, SILENT_MS));
     ready = true;
     try {
       expect(await started).toBe('ready');

@@ -51,10 +51,13 @@ export function managed(options: {
   logFile: string;
   probe: Probe;
   stallMs: number;
+  /** CPU seconds that count as progress within `stallMs` (CPU_PROGRESS_S unless a test's shorter window needs less). */
+  cpuProgressS?: number;
   /** Called after kill -9, before the restart (e.g. wait for orphaned workers to go). */
   afterKill?: () => Promise<void>;
 }): Managed {
   const log = createWriteStream(options.logFile, { flags: 'a' });
+  const cpuProgressS = options.cpuProgressS ?? CPU_PROGRESS_S;
   let child: ChildProcess | null = null;
   let expected = false;
   const m: Managed = {
@@ -97,7 +100,7 @@ export function managed(options: {
         }
         const size = fileSize(options.logFile);
         const cpu = cpuSeconds(c.pid);
-        if (answer.detail !== lastDetail || size !== lastSize || cpu - lastCpu >= CPU_PROGRESS_S) {
+        if (answer.detail !== lastDetail || size !== lastSize || cpu - lastCpu >= cpuProgressS) {
           lastDetail = answer.detail;
           lastSize = size;
           lastCpu = cpu;

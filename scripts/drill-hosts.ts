@@ -34,7 +34,7 @@
  * Exit 0 when every count reconciled, 1 when not, 2 when a tool is missing. Everything it
  * started (processes, namespaces, veths, the bridge) is removed on any exit.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chownSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { appendFile, chmod, mkdir, mkdtemp } from 'node:fs/promises';
@@ -54,12 +54,12 @@ import { hashApiKey } from '../services/keys/key-material.ts';
 import { debitedUnits } from '../services/metering/quota-projection.ts';
 import { evolveRecorded, type PaymentState } from '../services/payments/payment-state.ts';
 import { BASE_USDC, FACILITATOR_KEY, startLocalChain } from '../test/chain/local-chain.ts';
-import { freshAuthorization, signAuthorization, v1Header } from '../test/chain/x402-app.ts';
+import { freshAuthorization, signAuthorization, v1Header } from '../test/chain/x402-auth.ts';
 import { streamMessageIds } from '../test/nats-server.ts';
 import { selfSignedCert } from '../test/webhooks-receiver.ts';
 import { DrillNet } from './drill/net.ts';
 import { preflight } from './drill/preflight.ts';
-import { killAllChildren, type Managed, managed } from './drill/procs.ts';
+import { children, killAllChildren, type Managed, managed } from './drill/procs.ts';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 
@@ -235,7 +235,6 @@ async function main(): Promise<number> {
   say(`work directory ${workDir}`);
   const n = net;
   const hostTags = ['pg', 'n1', 'n2', 'n3', 'rd', 'rx', 'pj', ...(SHORT ? [] : ['en', 'ds']), 'a1', 'a2'];
-  for (const tag of hostTags) n.addHost(tag);
   const ipOf = (tag: string) => n.host(tag).ip;
 
   // --- PostgreSQL ----------------------------------------------------------------------------
@@ -245,11 +244,26 @@ async function main(): Promise<number> {
   const pgGroup = Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' }).trim());
   chownSync(pgData, pgUser, pgGroup);
   const asPostgres = ['--reuid=postgres', '--regid=postgres', '--init-groups'];
-  execFileSync(
+  // initdb (over a second under load) runs while the hosts are made, which needs nothing of it.
+  // One of the drill's children: a stop half-way kills it with the rest.
+  const initdb = spawn(
     tools.setpriv!,
     [...asPostgres, tools.initdb!, '-D', pgData, '-U', 'postgres', '-A', 'trust', '--no-sync'],
     { stdio: 'ignore' },
   );
+  children.add(initdb);
+  const initialised = new Promise<void>((resolve, reject) => {
+    initdb.once('error', reject);
+    initdb.once('exit', (code, signal) => {
+      children.delete(initdb);
+      if (code === 0) resolve();
+      else reject(new Error(`initdb exited ${code ?? signal}`));
+    });
+  });
+  // Handled here too, so that a host failing to come up is the error reported, not initdb's.
+  initialised.catch(() => undefined);
+  for (const tag of hostTags) n.addHost(tag);
+  await initialised;
   await appendFile(join(pgData, 'pg_hba.conf'), `host all all ${n.subnet}.0/24 trust\n`);
   const POSTGRES_URL = `postgres://postgres@${ipOf('pg')}:5432/postgres`;
   const postgres = managed({
@@ -695,7 +709,6 @@ async function drill(ctx: {
       ...(note ? { note } : {}),
     });
     say(`  every role ready again after ${(t1 - t0).toFixed(1)} s${note ? ` (${note})` : ''}`);
-    await sleep(BETWEEN_MS);
   };
   const killRestart = (m: Managed) => async () => {
     await m.kill();
@@ -762,11 +775,13 @@ async function drill(ctx: {
         [cut],
       ]
     : [...roleFaults, ...natsFaults, ...engineFaults, cut].map((f) => [f]);
-  for (const step of steps) {
+  for (const [i, step] of steps.entries()) {
     await record(step.map((f) => f.name).join(' + '), async () => {
       const notes = await Promise.all(step.map((f) => f.act()));
       return notes.filter(Boolean).join(', ') || undefined;
     });
+    // Load between two faults; after the last, the load stops and the drain waits on conditions.
+    if (i < steps.length - 1) await sleep(BETWEEN_MS);
   }
 
   running = false;

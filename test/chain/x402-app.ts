@@ -19,13 +19,7 @@ import { paymentStream } from '../../services/payments/payment-state.ts';
 import { setupX402, type X402Setup } from '../../services/payments/setup.ts';
 import { Readiness } from '../../services/shared/readiness.ts';
 import { trackRecordSlice } from '../track-record-slice.ts';
-import {
-  AUTHORIZATION_TYPES,
-  BASE_USDC,
-  FACILITATOR_KEY,
-  type LocalChain,
-  startLocalChain,
-} from './local-chain.ts';
+import { BASE_USDC, FACILITATOR_KEY, type LocalChain, startLocalChain } from './local-chain.ts';
 
 /**
  * The whole pay-per-call stack on real parts: anvil with our ERC-3009 token at the Base USDC
@@ -151,96 +145,15 @@ export async function startX402Stack(
   };
 }
 
-export function randomNonce(): Hex {
-  return toHex(crypto.getRandomValues(new Uint8Array(32)));
-}
-
-export interface AuthorizationFields {
-  from: Hex;
-  to: Hex;
-  value: bigint;
-  validAfter: bigint;
-  validBefore: bigint;
-  nonce: Hex;
-}
-
-/** Signs an ERC-3009 authorisation the way a wallet does (viem signTypedData). */
-export async function signAuthorization(
-  key: Hex,
-  auth: AuthorizationFields,
-  domain: { name?: string; version?: string; chainId?: number; verifyingContract?: Hex } = {},
-): Promise<Hex> {
-  return privateKeyToAccount(key).signTypedData({
-    domain: { name: 'USD Coin', version: '2', chainId: 8453, verifyingContract: BASE_USDC, ...domain },
-    types: AUTHORIZATION_TYPES,
-    primaryType: 'TransferWithAuthorization',
-    message: auth,
-  });
-}
-
-export function toBase64Json(value: unknown): string {
-  return Buffer.from(JSON.stringify(value)).toString('base64');
-}
-
-export function fromBase64Json<T = Record<string, unknown>>(value: string | null): T {
-  if (value === null) throw new Error('header missing');
-  return JSON.parse(Buffer.from(value, 'base64').toString('utf8')) as T;
-}
-
-/** An authorisation as a payment payload carries it (amounts and times as decimal strings). */
-export function authorizationJson(auth: AuthorizationFields) {
-  return {
-    from: auth.from,
-    to: auth.to,
-    value: auth.value.toString(),
-    validAfter: auth.validAfter.toString(),
-    validBefore: auth.validBefore.toString(),
-    nonce: auth.nonce,
-  };
-}
-
-/** A v1 `X-PAYMENT` header, built by hand as a v1 client does. */
-export function v1Header(auth: AuthorizationFields, signature: Hex, network = 'base'): string {
-  return toBase64Json({
-    x402Version: 1,
-    scheme: 'exact',
-    network,
-    payload: { signature, authorization: authorizationJson(auth) },
-  });
-}
-
-/** A v2 `PAYMENT-SIGNATURE` header echoing `accepted` (the chosen quote entry). */
-export function v2Header(
-  accepted: Record<string, unknown>,
-  auth: AuthorizationFields,
-  signature: Hex,
-): string {
-  return toBase64Json({
-    x402Version: 2,
-    accepted,
-    payload: { signature, authorization: authorizationJson(auth) },
-  });
-}
-
-export function nowSeconds(): bigint {
-  return BigInt(Math.floor(Date.now() / 1000));
-}
-
-/** A fresh authorisation of `value` from `from` to `payTo`: valid from ten minutes ago for two more. */
-export function freshAuthorization(
-  payTo: Hex,
-  from: Hex,
-  value: bigint,
-  overrides: Partial<AuthorizationFields> = {},
-): AuthorizationFields {
-  const now = nowSeconds();
-  return {
-    from,
-    to: payTo,
-    value,
-    validAfter: now - 600n,
-    validBefore: now + 120n,
-    nonce: randomNonce(),
-    ...overrides,
-  };
-}
+export {
+  type AuthorizationFields,
+  authorizationJson,
+  freshAuthorization,
+  fromBase64Json,
+  nowSeconds,
+  randomNonce,
+  signAuthorization,
+  toBase64Json,
+  v1Header,
+  v2Header,
+} from './x402-auth.ts';

@@ -31,7 +31,10 @@ describe('drill process starts', () => {
     expect(cpuSeconds(2 ** 22 + 1)).toBe(0);
   });
 
-  it('fails a start whose process is silent and idle, naming what did not move', async () => {
+  // The two starts below wait out stall windows of their own children: side by side, not one after the other.
+  it.concurrent('fails a start whose process is silent and idle, naming what did not move', async ({
+    expect,
+  }) => {
     const p = node('idle', 'setInterval(() => {}, 1000)');
     try {
       await expect(p.start()).rejects.toThrow(
@@ -42,7 +45,9 @@ describe('drill process starts', () => {
     }
   });
 
-  it('keeps waiting on a silent process that is busy, like one loading its modules', async () => {
+  it.concurrent('keeps waiting on a silent process that is busy, like one loading its modules', async ({
+    expect,
+  }) => {
     // Silent for well past the stall window while it burns CPU, then a probe that says ready.
     // It burns 50 ms of CPU time, sleeps 100 ms, and so on: a third of a core when it gets one,
     // 1 CPU s per 3 s window, ten times the 0.1 CPU s this start counts as progress. Burning a

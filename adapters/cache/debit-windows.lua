@@ -1,6 +1,5 @@
 -- Debits every quota window, or none. Redis runs a script without interleaving any other
--- command, so "debit all, undo all if one refuses" is neither seen nor raced by other clients or
--- replicas.
+-- command, so "check all, then debit all" cannot be raced by other clients or replicas.
 --
 -- debit_windows(keys, argv, base); the scripts that load this file end with a call to it.
 -- keys[i]               counter of window i
@@ -12,57 +11,9 @@
 --        {0, i, count...}         refused by window i (0-based); counts unchanged
 --        {2, i, raw}              window i holds something that is not an integer counter
 
--- Windows 1..upto, debited by `amount` just now, back as they were: a counter the debit created
--- is deleted (it had no expiry yet), any other lowered again.
-local function undo(keys, counts, upto, amount)
-  for j = 1, upto do
-    if counts[j] == amount then
-      redis.call('DEL', keys[j])
-    else
-      redis.call('DECRBY', keys[j], amount)
-    end
-    counts[j] = counts[j] - amount
-  end
-end
-
 local function debit_windows(keys, argv, base)
   local amount = tonumber(argv[base + 1])
   local counts = {}
-
-  if amount > 0 then
-    -- Debited first and undone when a window refuses (rare): one command per window instead of a
-    -- read and a write. Redis's CPU per rate-limit debit (two windows, turns of 13 debits in one
-    -- script call, as the scale-out bench sends them) fell from 6.4-8.3 to 5.4-6.2 us.
-    for i, key in ipairs(keys) do
-      local count = redis.pcall('INCRBY', key, amount)
-      if type(count) == 'table' then
-        undo(keys, counts, i - 1, amount)
-        -- Only a value that is not an integer is this debit's own failure; anything else (a
-        -- replica, full memory, a wrong type) fails the script, as redis.call would have.
-        if not string.find(count.err, 'not an integer', 1, true) then error(count) end
-        return {2, i - 1, redis.call('GET', key)}
-      end
-      counts[i] = count
-      if count > tonumber(argv[base + 2 * i]) then
-        undo(keys, counts, i, amount)
-        local reply = {0, i - 1}
-        for j = 1, #keys do
-          if j > i then counts[j] = tonumber(redis.call('GET', keys[j]) or '0') end
-          reply[j + 2] = counts[j]
-        end
-        return reply
-      end
-    end
-    local reply = {1, -1}
-    for i = 1, #keys do
-      -- A window's expiry never changes: set it when the counter is created, not on every debit.
-      if counts[i] == amount then
-        redis.call('PEXPIREAT', keys[i], argv[base + 2 * i + 1])
-      end
-      reply[i + 2] = counts[i]
-    end
-    return reply
-  end
 
   for i, key in ipairs(keys) do
     local raw = redis.call('GET', key)
@@ -87,7 +38,14 @@ local function debit_windows(keys, argv, base)
   end
 
   local reply = {1, -1}
-  for i = 1, #keys do
+  for i, key in ipairs(keys) do
+    if amount > 0 then
+      counts[i] = redis.call('INCRBY', key, amount)
+      -- A window's expiry never changes: set it when the counter is created, not on every debit.
+      if counts[i] == amount then
+        redis.call('PEXPIREAT', key, argv[base + 2 * i + 1])
+      end
+    end
     reply[i + 2] = counts[i]
   end
   return reply

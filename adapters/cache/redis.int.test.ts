@@ -73,6 +73,52 @@ describe.runIf(unreachable === null || CI)(`redis cache against ${REDIS_URL}`, (
       }
     });
 
+    it('a refused debit leaves every window as it found it: counts and expiries kept, no counter made', async () => {
+      const prefix = nextPrefix();
+      const cache = await connectRedisCache({ url: REDIS_URL, prefix });
+      try {
+        const expiresAt = Date.now() + 3_600_000;
+        const held = { key: 'rl:held', limit: 10, expiresAt };
+        await cache.debitWindows([held], 2);
+        // Refused by its second window, which did not exist: the first is debited and undone.
+        expect(await cache.debitWindows([held, { key: 'rl:none', limit: 0, expiresAt }], 1)).toEqual({
+          ok: false,
+          counts: [2, 0],
+          refusedBy: 1,
+        });
+        // Refused by its first window: the second, after it, is read, neither debited nor made.
+        const full = { key: 'rl:full', limit: 2, expiresAt };
+        await cache.debitWindows([full], 2);
+        expect(await cache.debitWindows([full, held, { key: 'rl:later', limit: 5, expiresAt }], 1)).toEqual({
+          ok: false,
+          counts: [2, 2, 0],
+          refusedBy: 0,
+        });
+        // A bad counter after a debited window: the debited one is undone.
+        await cache.set('rl:text', 'x');
+        await expect(cache.debitWindows([held, { key: 'rl:text', limit: 5, expiresAt }], 1)).rejects.toThrow(
+          TypeError,
+        );
+        // Refused by its first window, with a bad counter after it: that counter is reported (a
+        // TypeError), not read as a number, as when the debit is allowed.
+        await expect(cache.debitWindows([full, { key: 'rl:text', limit: 5, expiresAt }], 1)).rejects.toThrow(
+          TypeError,
+        );
+        // A key of another type fails the script as Redis's own error, the debited window undone.
+        await raw.hset(`${prefix}rl:hash`, 'f', '1');
+        await expect(cache.debitWindows([held, { key: 'rl:hash', limit: 5, expiresAt }], 1)).rejects.toThrow(
+          /^WRONGTYPE/,
+        );
+        expect(await raw.get(`${prefix}rl:held`)).toBe('2');
+        expect(await raw.get(`${prefix}rl:full`)).toBe('2');
+        expect(await raw.pexpiretime(`${prefix}rl:held`)).toBe(expiresAt);
+        expect(await raw.pexpiretime(`${prefix}rl:full`)).toBe(expiresAt);
+        expect(await raw.exists(`${prefix}rl:none`, `${prefix}rl:later`)).toBe(0);
+      } finally {
+        await cache.close();
+      }
+    });
+
     it('the debits of one turn go in one script call, each decided in order; a bad counter fails only its own', async () => {
       const prefix = nextPrefix();
       const cache = await connectRedisCache({ url: REDIS_URL, prefix });

@@ -8,8 +8,8 @@ const EXCLUDE = ['node_modules/**', 'data/**', 'dist/**'];
  * Suites of minutes that a change rarely touches: the fault drill (and its process supervisor),
  * the history export's flat heap at scale, `npm run build`, and the suites that drive the local chain (anvil)
  * themselves. `npm test` (and so CI) runs them; `npx vitest` and `--project unit --project io` do not.
- * Longest first (a full run at load 5-7: 144, then about 70 (alone, load 12), 29, 24, 14, 11, 1,
- * 3 and 1 s): the order in which they start (see LongestFirst).
+ * Longest first (a quiet full run: 63, 31, 15, 7.5, 6, 5, under 1, 2.4 and under 1 s; the drill
+ * 144 s in a run at load 5-7): the order in which they start (see LongestFirst).
  */
 const SLOW = [
   'test/drill-hosts.e2e.test.ts',

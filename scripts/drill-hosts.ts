@@ -26,7 +26,7 @@
  *   npx tsx scripts/drill-hosts.ts [--short] [--seconds-between=N] [--outage-seconds=30]
  *                                  [--stall-seconds=60] [--report=FILE] [--keep]
  *
- * --short: short phases for CI (about two minutes; see deploy/README.md); --stall-seconds: a start (or a
+ * --short: short phases for CI (about a minute; see deploy/README.md); --stall-seconds: a start (or a
  * recovery) fails only when readiness and the log have not changed for this long; --report:
  * where to write the JSON report; --keep: keep the work directory (logs, PostgreSQL data), as
  * a failed run does.

@@ -28,6 +28,13 @@ local function counter(key)
   return tonumber(raw)
 end
 
+-- {status, window, count...}: the reply of one debit.
+local function reply(status, window, counts)
+  local out = {status, window}
+  for j = 1, #counts do out[j + 2] = counts[j] end
+  return out
+end
+
 -- Windows 1..upto, debited by `amount` just now, back as they were: a counter the debit created
 -- is deleted (it had no expiry yet), any other lowered again.
 local function undo(keys, counts, upto, amount)
@@ -58,27 +65,21 @@ local function debit_windows(keys, argv, base)
       counts[i] = count
       if count > tonumber(argv[base + 2 * i]) then
         undo(keys, counts, i, amount)
-        local reply = {0, i - 1}
-        for j = 1, #keys do
-          if j > i then
-            local count, raw = counter(keys[j])
-            if count == nil then return {2, j - 1, raw} end
-            counts[j] = count
-          end
-          reply[j + 2] = counts[j]
+        for j = i + 1, #keys do
+          local later, raw = counter(keys[j])
+          if later == nil then return {2, j - 1, raw} end
+          counts[j] = later
         end
-        return reply
+        return reply(0, i - 1, counts)
       end
     end
-    local reply = {1, -1}
     for i = 1, #keys do
       -- A window's expiry never changes: set it when the counter is created, not on every debit.
       if counts[i] == amount then
         redis.call('PEXPIREAT', keys[i], argv[base + 2 * i + 1])
       end
-      reply[i + 2] = counts[i]
     end
-    return reply
+    return reply(1, -1, counts)
   end
 
   for i, key in ipairs(keys) do
@@ -88,18 +89,7 @@ local function debit_windows(keys, argv, base)
   end
 
   for i = 1, #keys do
-    if counts[i] + amount > tonumber(argv[base + 2 * i]) then
-      local reply = {0, i - 1}
-      for j = 1, #keys do
-        reply[j + 2] = counts[j]
-      end
-      return reply
-    end
+    if counts[i] + amount > tonumber(argv[base + 2 * i]) then return reply(0, i - 1, counts) end
   end
-
-  local reply = {1, -1}
-  for i = 1, #keys do
-    reply[i + 2] = counts[i]
-  end
-  return reply
+  return reply(1, -1, counts)
 end

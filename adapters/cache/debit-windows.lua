@@ -17,8 +17,8 @@
 -- under abuse refuses most requests) writes too, an INCRBY and its undo per window before the one
 -- that refused, each replicated and logged like any write; a counter left at 0 by the undo is
 -- deleted, which reads the same. Redis's CPU per rate-limit debit (two windows, turns of 13 debits
--- in one script call, as the scale-out bench sends them) fell from 6.4-8.3 to 5.4-6.2 us, and the
--- rate-limit bench's limiter on / off from 0.82-0.86 to 0.91-0.96 (alternated, same hour).
+-- in one script call, as the scale-out bench sends them) fell from 6.4-8.3 to 5.4-6.2 us
+-- (alternated); the rate-limit bench's limiter on / off spreads 0.76-0.98 over runs of either script.
 
 -- The counter in `key` (0 when absent), or nil and the raw value when it holds something else.
 local function counter(key)

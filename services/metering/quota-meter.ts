@@ -217,7 +217,7 @@ export class QuotaMeter {
     // leases between the two days for as long as such calls are in flight. It debits directly.
     if (live !== undefined && at.period.dayResetsAt < live.at.period.dayResetsAt) return undefined;
     // A new day or plan ends the lease: its units go back to the windows they were counted in.
-    if (live !== undefined) live.ending ??= this.giveBack(live);
+    if (live !== undefined) this.end(live);
     if (!this.leasing) return undefined;
     const lease = new QuotaLease(tool, at, this.now());
     this.leases.set(subjectId, [...(this.leases.get(subjectId) ?? []), lease]);
@@ -297,6 +297,11 @@ export class QuotaMeter {
     }
   }
 
+  /** Ends `lease` once, however many ask: its unused units go back (giveBack). */
+  private end(lease: QuotaLease): Promise<void> {
+    return (lease.ending ??= this.giveBack(lease));
+  }
+
   /**
    * Gives an ended lease's unused units back once its grant in flight is in: on the live counters
    * (under one id for every try, so a try whose answer was lost is not given back twice), then on
@@ -342,7 +347,7 @@ export class QuotaMeter {
   private readonly sweep = (): void => {
     for (const leases of this.leases.values())
       for (const lease of leases) {
-        if (lease.idle) lease.ending ??= this.giveBack(lease);
+        if (lease.idle) this.end(lease);
         lease.idle = true;
       }
     if (this.leases.size === 0 && this.sweeper !== null) {
@@ -357,7 +362,7 @@ export class QuotaMeter {
     if (this.sweeper !== null) clearInterval(this.sweeper);
     this.sweeper = null;
     const leases = [...this.leases.values()].flat();
-    for (const lease of leases) lease.ending ??= this.giveBack(lease);
+    for (const lease of leases) this.end(lease);
     await Promise.all(leases.map((lease) => lease.ending));
   }
 

@@ -175,19 +175,20 @@ function applyDecision(
   // A refusal is answered here, and the callback is then not called (Fastify's rule).
   const mcp = isMcpPath(path);
   deps.onRefused?.(tier, mcp ? 'mcp' : 'http');
-  const { status, rpc, retryable } = ERRORS.RATE_LIMITED;
-  const message = errorMessage('RATE_LIMITED', { limit: decision.limit, seconds });
+  const code = 'RATE_LIMITED';
+  const { status, rpc, retryable } = ERRORS[code];
+  const message = errorMessage(code, { limit: decision.limit, seconds });
   undebitedService(deps.quota, caller)
     .then((service) => {
       reply.code(status).header('retry-after', seconds);
       const rest = { retryable, retry_after_ms: decision.resetMs, _service: service };
       // The HTTP body is the JSON-RPC error's data with the message after the code.
-      if (!mcp) return void reply.send({ code: 'RATE_LIMITED', message, ...rest });
+      if (!mcp) return void reply.send({ code, message, ...rest });
       const id = (request.body as { id?: unknown } | null)?.id;
       reply.send({
         jsonrpc: '2.0',
         id: typeof id === 'string' || typeof id === 'number' ? id : null,
-        error: { code: rpc, message, data: { code: 'RATE_LIMITED', ...rest } },
+        error: { code: rpc, message, data: { code, ...rest } },
       });
     })
     .catch(done);

@@ -298,8 +298,8 @@ export class QuotaMeter {
   }
 
   /** Ends `lease` once, however many ask: its unused units go back (giveBack). */
-  private end(lease: QuotaLease): Promise<void> {
-    return (lease.ending ??= this.giveBack(lease));
+  private end(lease: QuotaLease): void {
+    lease.ending ??= this.giveBack(lease);
   }
 
   /**

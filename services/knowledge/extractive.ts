@@ -1,4 +1,5 @@
 import type { Citation } from '../../contracts/knowledge.ts';
+import { remembered } from '../shared/bounded-map.ts';
 import type { Passage } from './passages.ts';
 import type { Retrieved } from './search-index.ts';
 import { contentTerms, termOf, words } from './text.ts';
@@ -325,24 +326,11 @@ export function questionTerms(raw: string): AskedTerm[] {
 }
 
 /**
- * A function of a text, remembered by text. The picker reads the same passages and units for
- * every question: a chat's answer worked out the terms and tokens of the same sentences again
- * and again, half of its CPU. What it gives back is shared, so read-only. Bounded, since the
- * texts a question brings (its own, the units around a long passage's) are new ones: emptied
- * when full.
+ * Functions of a text, remembered by text (REMEMBERED_TEXTS at most). The picker reads the same
+ * passages and units for every question: a chat's answer worked out the terms and tokens of the
+ * same sentences again and again, half of its CPU. What they give back is shared, so read-only.
+ * Bounded, since the texts a question brings (its own, the units around a long passage's) are new.
  */
-function remembered<T>(compute: (text: string) => T): (text: string) => T {
-  const known = new Map<string, T>();
-  return (text) => {
-    let value = known.get(text);
-    if (value === undefined) {
-      if (known.size >= REMEMBERED_TEXTS) known.clear();
-      value = compute(text);
-      known.set(text, value);
-    }
-    return value;
-  };
-}
 const REMEMBERED_TEXTS = 20_000;
 
 /**
@@ -352,8 +340,8 @@ const REMEMBERED_TEXTS = 20_000;
 function termsIn(text: string, pascal = true): ReadonlySet<string> {
   return pascal ? termsWithPascal(text) : termsWithoutPascal(text);
 }
-const termsWithPascal = remembered((text) => termsOf(text, true));
-const termsWithoutPascal = remembered((text) => termsOf(text, false));
+const termsWithPascal = remembered((text: string) => termsOf(text, true), REMEMBERED_TEXTS);
+const termsWithoutPascal = remembered((text: string) => termsOf(text, false), REMEMBERED_TEXTS);
 
 function termsOf(text: string, pascal: boolean): ReadonlySet<string> {
   const out = new Set<string>();
@@ -378,7 +366,7 @@ const LINKING = new Set(
 );
 
 /** A text's words as terms, each with whether the next word follows it after spaces only. */
-const tokens = remembered(tokensOf);
+const tokens = remembered(tokensOf, REMEMBERED_TEXTS);
 
 function tokensOf(text: string): readonly { readonly term: string | null; readonly joined: boolean }[] {
   const out: { term: string | null; joined: boolean }[] = [];

@@ -6,6 +6,8 @@
  * "computed" / "compute").
  */
 
+import { remembered } from '../shared/bounded-map.ts';
+
 const STOP_WORDS = new Set(
   (
     'a an and are as at be been but by can could did do does doing for from had has have how i ' +
@@ -60,23 +62,12 @@ export function words(text: string): string[] {
 }
 
 /**
- * Terms already worked out, by word. The picker reads the same passages' words for every
- * question (a chat's answer looked up the terms of some 100,000 words, a third of its CPU); the
- * documentation's vocabulary is a few thousand words. Bounded, since questions bring words of
- * their own: emptied when full.
+ * The index term of one word, or null for a stop word; remembered by word. The picker reads the
+ * same passages' words for every question (a chat's answer looked up the terms of some 100,000
+ * words, a third of its CPU); the documentation's vocabulary is a few thousand words. Bounded,
+ * since questions bring words of their own.
  */
-const TERMS = new Map<string, string | null>();
-const TERMS_MAX = 50_000;
-
-/** The index term of one word, or null for a stop word. */
-export function termOf(word: string): string | null {
-  const known = TERMS.get(word);
-  if (known !== undefined) return known;
-  if (TERMS.size >= TERMS_MAX) TERMS.clear();
-  const term = termOfWord(word);
-  TERMS.set(word, term);
-  return term;
-}
+export const termOf: (word: string) => string | null = remembered(termOfWord, 50_000);
 
 function termOfWord(word: string): string | null {
   // A typographic apostrophe ("didn’t") is the typed one. A contraction in 's ("let's",

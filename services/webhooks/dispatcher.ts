@@ -265,13 +265,13 @@ export class WebhookDispatcher {
     const verdict =
       event.type === 'RegimeShifted' || event.type === 'RiskShifted' ? await this.verdictOf(event) : null;
     const verifyUrl = verdictVerifyUrl(this.options.verifyBaseUrl, verdict ?? event);
-    // The same line for every subscription of this event: asked once.
+    // The same for every subscription of this event: worked out once.
     const trackRecord =
       event.type === 'VerdictRecorded' ? (this.options.trackRecord?.(event.data) ?? null) : null;
+    const signalHash = verdict?.hash ?? null;
+    const createdAt = event.recordedAt;
     for (const sub of subs) {
       const deliveryId = deliveryIdFor(event.id, sub.id);
-      const signalHash = verdict?.hash ?? null;
-      const createdAt = event.recordedAt;
       const envelope =
         event.type === 'VerdictRecorded'
           ? tradeCallEnvelope({ deliveryId, createdAt, verdict: event.data, verifyUrl, trackRecord })

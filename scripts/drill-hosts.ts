@@ -36,6 +36,7 @@
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
 import { chownSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { appendFile, chmod, mkdir, mkdtemp } from 'node:fs/promises';
 import { createConnection } from 'node:net';
@@ -252,13 +253,10 @@ async function main(): Promise<number> {
     { stdio: 'ignore' },
   );
   children.add(initdb);
-  const initialised = new Promise<void>((resolve, reject) => {
-    initdb.once('error', reject);
-    initdb.once('exit', (code, signal) => {
-      children.delete(initdb);
-      if (code === 0) resolve();
-      else reject(new Error(`initdb exited ${code ?? signal}`));
-    });
+  // once() rejects on 'error' (setpriv or initdb not started) as well.
+  const initialised = once(initdb, 'exit').then(([code, signal]) => {
+    children.delete(initdb);
+    if (code !== 0) throw new Error(`initdb exited ${code ?? signal}`);
   });
   // Handled here too, so that a host failing to come up is the error reported, not initdb's.
   initialised.catch(() => undefined);

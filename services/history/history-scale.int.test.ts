@@ -48,7 +48,7 @@ const START = Date.parse('2024-01-01T00:00:00Z');
 /**
  * A cheap verdict: the content has the stored shape, the hash chain is a counter (this suite
  * measures memory; chains are checked by the API and CLI suites). Validation is skipped on
- * purpose: a million zod parses would be most of the seeding time.
+ * purpose: 250,000 zod parses would be most of the seeding time.
  */
 function verdict(stream: number, n: number): NewEvent<EventData<'VerdictRecorded'>, 'VerdictRecorded'> {
   const x = Math.sin(stream * 7919 + n);
@@ -93,7 +93,7 @@ const KEY = generateApiKey().key;
 
 /**
  * The history routes alone on a real port. The slice's projections (key registry, track record,
- * outcome index) would each fold the whole million-event log at start, tripling the CPU of this
+ * outcome index) would each fold the whole 250,000-event log at start, tripling the CPU of this
  * suite without touching what it measures: the key is taken as live, and the outcome index
  * states what is true of this log, that no verdict has an outcome.
  */

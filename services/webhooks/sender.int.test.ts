@@ -80,7 +80,7 @@ describe('sendSigned', () => {
     expect(got.headers['content-type']).toBe('application/json');
     expect(got.headers[EVENT_VERSION_HEADER]).toBe('1');
     expect(got.headers['user-agent']).toBe('signal-service-webhooks/1');
-    // Every header the contract's signedHeaders makes, as it makes it (the sender writes its own literal).
+    // Every header the contract's signedHeaders makes, as it makes it, arrives over HTTP.
     const signed = signedHeaders({
       secret,
       event: 'trade_call',

@@ -56,20 +56,20 @@ describe('InFlightIds: a JSON-RPC id is in flight once per session', () => {
 
   it("claims a single request's one id: refused while in flight under either claim, free once released", () => {
     const ids = new InFlightIds();
-    const held = ids.claimOne('s', 7);
-    expect(held).not.toBeNull();
+    const one = ids.claimOne('s', 7);
+    expect(one).not.toBeNull();
     expect(ids.claimOne('s', 7)).toBeNull();
     expect(ids.claim('s', [7])).toEqual({ conflict: 7 });
     // The same digits as a string, and another session, are other ids.
     const text = ids.claimOne('s', '7');
     expect(text).not.toBeNull();
     expect(ids.claimOne('t', 7)).not.toBeNull();
-    const batch = ids.claim('s', [8, 9]);
+    const batch = held(ids.claim('s', [8, 9]));
     expect(ids.claimOne('s', 9)).toBeNull();
-    releaseId(held!, 7);
+    releaseId(one!, 7);
     expect(ids.claimOne('s', 7)).not.toBeNull();
     expect(ids.claimOne('s', '7')).toBeNull();
-    (batch as HeldIds).release();
+    batch.release();
     expect(ids.claimOne('s', 9)).not.toBeNull();
     // Releasing an id no longer held takes nothing else with it.
     releaseId(text!, 'absent');

@@ -71,18 +71,37 @@ function tallyingStore(memory = new MemoryEventStore()) {
 
 function meterOn(
   store: EventStore,
-  options: { cache?: MemoryCache; now?: () => number; lease?: LeaseOptions } = {},
+  options: { cache?: MemoryCache; plans?: PlanTable; now?: () => number; lease?: LeaseOptions } = {},
 ) {
   const cache = options.cache ?? new MemoryCache();
   const meter = new QuotaMeter({
     cache,
     store,
-    plans: PLANS,
+    plans: options.plans ?? PLANS,
     now: options.now ?? (() => T0),
     lease: options.lease ?? LEASE,
   });
   meters.push(meter);
   return { meter, cache };
+}
+
+/**
+ * A cache whose refunds on the live counters wait until `refund()` is called, as on a slow cache;
+ * `memory` is the cache underneath, whose counters the test reads.
+ */
+function heldRefunds() {
+  let refund = () => {};
+  const gate = new Promise<void>((resolve) => {
+    refund = resolve;
+  });
+  const memory = new MemoryCache();
+  const cache = Object.assign(Object.create(memory) as MemoryCache, {
+    refundLive: async (...args: Parameters<MemoryCache['refundLive']>) => {
+      await gate;
+      return memory.refundLive(...args);
+    },
+  });
+  return { memory, cache, refund };
 }
 
 const counters = (cache: MemoryCache, subject: QuotaSubject, at = T0) =>
@@ -456,8 +475,7 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     let now = T0;
     // A daily cap far from reach, so the day's figures are in the answers and leases are taken.
     const plans: PlanTable = { ...PLANS, pro: { monthly: 1_000_000, daily: 100_000 } };
-    const meter = new QuotaMeter({ cache: new MemoryCache(), store, plans, now: () => now, lease: LEASE });
-    meters.push(meter);
+    const { meter } = meterOn(store, { plans, now: () => now });
     const subject = key();
     // The first day's calls of two tools, served from the subject's one lease.
     await busy(meter, subject, committed, 8, 25, ['get_trade_call', 'get_market_regime']);
@@ -478,18 +496,8 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
   it("while the day before's lease gives its units back, the next day's answers count the month without them", async () => {
     const { store, committed } = tallyingStore();
     let now = T0;
-    // The give-back's refund on the counters waits for this, as on a slow cache.
-    let refund = () => {};
-    const gate = new Promise<void>((resolve) => {
-      refund = resolve;
-    });
-    const memory = new MemoryCache();
-    const cache = Object.assign(Object.create(memory) as MemoryCache, {
-      refundLive: async (...args: Parameters<MemoryCache['refundLive']>) => {
-        await gate;
-        return memory.refundLive(...args);
-      },
-    });
+    // The give-back's refund on the counters waits for refund(), as on a slow cache.
+    const { memory, cache, refund } = heldRefunds();
     const { meter } = meterOn(store, { cache, now: () => now });
     const subject = key();
     await busy(meter, subject, committed, 8, 25);
@@ -508,23 +516,11 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
   it("the day before's units given back come off the month the next day's lease answers with, never off its day", async () => {
     const { store, memory } = tallyingStore();
     let now = T0;
-    // The day before's refund on the counters waits for this, until the next day's lease serves.
-    let refund = () => {};
-    const gate = new Promise<void>((resolve) => {
-      refund = resolve;
-    });
-    const inner = new MemoryCache();
-    const cache = Object.assign(Object.create(inner) as MemoryCache, {
-      refundLive: async (...args: Parameters<MemoryCache['refundLive']>) => {
-        await gate;
-        return inner.refundLive(...args);
-      },
-    });
+    // The day before's refund on the counters waits for refund(), until the next day's lease serves.
+    const { cache, refund } = heldRefunds();
     // A daily cap far from reach, so the day's figures are in the answers; no idle end meanwhile.
     const plans: PlanTable = { ...PLANS, pro: { monthly: 1_000_000, daily: 100_000 } };
-    const lease = { ...LEASE, idleMs: 60_000 };
-    const meter = new QuotaMeter({ cache, store, plans, now: () => now, lease });
-    meters.push(meter);
+    const { meter } = meterOn(store, { cache, plans, now: () => now, lease: { ...LEASE, idleMs: 60_000 } });
     const subject = key();
     const call = async () => (await meter.debit(subject, 'get_trade_call')).snapshot;
     const poll = { timeout: 5_000, interval: 1 };

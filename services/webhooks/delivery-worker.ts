@@ -201,8 +201,7 @@ export function preclaimRounds(settings: Pick<WorkerSettings, 'stuckAfterMs' | '
  * when parked), never the one submitted, so a parked job's bytes are not kept alive.
  */
 class QueuedAttempt {
-  /** The claim at its turn (or ahead of it), once asked for (`DeliveryWorker.takeTurn`). */
-  turn: Promise<DeliveryJob | null> | null = null;
+  private turn: Promise<DeliveryJob | null> | null = null;
 
   constructor(
     private readonly worker: DeliveryWorker,
@@ -219,9 +218,19 @@ class QueuedAttempt {
     return this.worker.runQueued(this);
   }
 
+  /**
+   * Its claim at its turn, unless its queue lease covers the send (and the bytes of a parked job),
+   * made once: at the turn, or earlier when the queue prepares it (see `preclaimRounds`), when the
+   * lease must cover the latest time the turn can come (`aheadMs`).
+   */
+  take(aheadMs: number): Promise<DeliveryJob | null> {
+    this.turn ??= this.worker.turnOf(this, aheadMs);
+    return this.turn;
+  }
+
   /** A failure is the run's to report when its turn comes (it awaits the same promise). */
   prepare(): void {
-    this.worker.takeTurn(this, this.worker.prepareHorizonMs).catch(ignore);
+    this.take(this.worker.prepareHorizonMs).catch(ignore);
   }
 }
 
@@ -707,17 +716,8 @@ export class DeliveryWorker {
     if (this.abandoned) this.queues.flush();
   }
 
-  /**
-   * The claim of a queued attempt at its turn, unless its queue lease covers the send (and the
-   * bytes of a parked job), made once: at the turn, or earlier when the queue prepares it (see
-   * `preclaimRounds`), when the lease must cover the latest time the turn can come (`aheadMs`).
-   */
-  takeTurn(queued: QueuedAttempt, aheadMs: number): Promise<DeliveryJob | null> {
-    queued.turn ??= this.turnOf(queued, aheadMs);
-    return queued.turn;
-  }
-
-  private async turnOf(queued: QueuedAttempt, aheadMs: number): Promise<DeliveryJob | null> {
+  /** A queued attempt's claim at its turn (see QueuedAttempt.take, which asks for it once). */
+  async turnOf(queued: QueuedAttempt, aheadMs: number): Promise<DeliveryJob | null> {
     const { waiting } = queued;
     // From here the body is the turn's (bounded by the slots and the rounds prepared ahead).
     this.overflowBytes -= queued.keptBytes;
@@ -736,7 +736,7 @@ export class DeliveryWorker {
     let job: DeliveryJob | null;
     let sent: { result: Outcome; record: boolean; notBefore?: number };
     try {
-      job = await this.takeTurn(queued, 0);
+      job = await queued.take(0);
       if (this.abandoned) {
         // Stopping: not sent. Claimed (at its turn, ahead of it, or when submitted), it is
         // recorded held; otherwise its queue record stands (see `letGo`).

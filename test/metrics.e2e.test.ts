@@ -70,7 +70,8 @@ describe('operator metrics on /metrics', () => {
       RATE_LIMIT_ENABLED: 'true',
       RATE_LIMIT_ANONYMOUS: '10',
       RATE_LIMIT_TOOL_SHARE: '1',
-      // Windows end on the clock: an hour's, so none ends mid-test and gives the budget back.
+      // Windows end on the clock: an hour's, so one gives the budget back mid-test only in a run that
+      // straddles the full hour (about 1 in 1,000 for a few seconds' test).
       RATE_LIMIT_WINDOW_MS: '3600000',
     });
     service = await startService(config, ['api', 'engine', 'projections'], pino({ level: 'silent' }));

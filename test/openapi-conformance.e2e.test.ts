@@ -71,7 +71,8 @@ beforeAll(async () => {
     RATE_LIMIT_FREE: '1000000',
     RATE_LIMIT_PRO: '1000000',
     RATE_LIMIT_STARTER: '2',
-    // Windows end on the clock: an hour's, so none ends mid-test and gives the budget back.
+    // Windows end on the clock: an hour's, so one gives the budget back mid-test only in a run that
+    // straddles the full hour (about 1 in 1,000 for a few seconds' test).
     RATE_LIMIT_WINDOW_MS: '3600000',
   });
   url = running.service.url;

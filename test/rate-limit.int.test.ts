@@ -29,7 +29,8 @@ describe.runIf(run)('request-rate limits on real Redis (HTTP and MCP, shared by 
     const started = await startKeyedServer({
       cache,
       rateLimited: true,
-      // Windows end on the clock: an hour's, so none ends mid-test and gives the budget back.
+      // Windows end on the clock: an hour's, so one gives the budget back mid-test only in a run that
+      // straddles the full hour (about 1 in 1,000 for a few seconds' test).
       env: { RATE_LIMIT_WINDOW_MS: '3600000', RATE_LIMIT_TOOL_SHARE: '1', ...env },
     });
     servers.push(started);

@@ -9,14 +9,21 @@ const dir = mkdtempSync(join(tmpdir(), 'drill-procs-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 const never = async () => ({ ready: false, detail: 'not yet' });
+/** The drill's stall rule scaled down (the drill's is 60 s and 0.5 CPU s): a few seconds show it. */
+const STALL_MS = 3_000;
 
-function node(name: string, script: string) {
+function node(
+  name: string,
+  script: string,
+  options: Partial<Pick<Parameters<typeof managed>[0], 'probe' | 'cpuProgressS'>> = {},
+) {
   return managed({
     name,
     argv: () => [process.execPath, ['-e', script]],
     logFile: join(dir, `${name}.log`),
-    probe: never,
-    stallMs: 3_000,
+    probe: options.probe ?? never,
+    stallMs: STALL_MS,
+    ...(options.cpuProgressS === undefined ? {} : { cpuProgressS: options.cpuProgressS }),
   });
 }
 
@@ -55,10 +62,6 @@ describe('drill process starts', () => {
     // a process gets less than a third of a core, the 50 ms are CPU time, taken as the scheduler
     // gives it, so the loop earns close to a full burner's share (at load 30, a 1/15 share of two
     // cores: 50 ms of CPU per 0.85 s, 0.18 CPU s per window, still past 0.1).
-    // The window is the drill's stall rule scaled down (the drill's is 60 s and 0.5 CPU s): what
-    // this shows, that CPU time alone keeps a silent start alive past it, needs only a few seconds.
-    const STALL_MS = 3_000;
-    const CPU_PROGRESS = 0.1;
     const SILENT_MS = 7_000;
     let ready = false;
     const burn = `const end = Date.now() + ${SILENT_MS};
@@ -68,14 +71,7 @@ describe('drill process starts', () => {
         if (Date.now() < end) setTimeout(burn, 100);
       };
       burn(); setInterval(() => {}, 1000)`;
-    const p = managed({
-      name: 'busy',
-      argv: () => [process.execPath, ['-e', burn]],
-      logFile: join(dir, 'busy.log'),
-      probe: async () => ({ ready, detail: 'loading' }),
-      stallMs: STALL_MS,
-      cpuProgressS: CPU_PROGRESS,
-    });
+    const p = node('busy', burn, { probe: async () => ({ ready, detail: 'loading' }), cpuProgressS: 0.1 });
     // Settled at once so that a start failing during the wait below is this test's failure, not an unhandled one.
     const started = p.start().then(
       () => 'ready',

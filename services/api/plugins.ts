@@ -84,7 +84,7 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
     }),
   });
   const guard = guardConfig(config);
-  const limiter = config.RATE_LIMIT_ENABLED ? new RateLimiter(config, adapters.cache) : null;
+  const limiter = config.RATE_LIMIT_ENABLED ? new RateLimiter(config, adapters.cache, quota) : null;
   const rateLimit = limiter
     ? rateLimitPlugin({
         limiter,

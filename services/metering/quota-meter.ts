@@ -22,6 +22,20 @@ export interface QuotaObserver {
   refused(plan: Plan, reason: 'daily' | 'monthly' | 'unavailable'): void;
 }
 
+/** The rate limits a lease prepays requests in beside its quota units (the rate limiter on a shared cache). */
+export interface RateWindows {
+  /** The windows a subject's requests of `tool` are counted in at `now`, ending together. */
+  windowsOf(subject: QuotaSubject, tool: string, now: number): QuotaWindow[];
+}
+
+/** Requests of a lease's tool prepaid in one rate-limit window: counted there at its grant. */
+interface RateUnits {
+  windows: QuotaWindow[];
+  free: number;
+  /** The windows' counts after the grant: every prepaid request counted, taken or not. */
+  counts: readonly number[];
+}
+
 export interface LeaseOptions {
   /** How many ms of a busy subject's calls one grant covers; 0 (or no lease): each call debited alone. */
   ms: number;
@@ -83,6 +97,8 @@ class QuotaLease {
   ending: Promise<void> | null = null;
   /** The counters' figures of its windows at its subject's last debit, grant or give-back here. */
   counts: readonly number[] = [];
+  /** Its tool's requests prepaid in the rate limit's window of its last grant. */
+  rate: RateUnits | null = null;
 
   constructor(
     /** The tool of the call that opened it: its grants and give-back are recorded under it. */
@@ -112,6 +128,8 @@ export class QuotaMeter {
   readonly now: () => number;
   /** Every channel that meters calls shares the api's one meter, so one observer sees them all. */
   observer: QuotaObserver | null = null;
+  /** Rate limits whose requests each grant prepays beside its quota units; null: quota alone. */
+  rates: RateWindows | null = null;
   private readonly leaseMs: number;
   private readonly maxUnits: number;
   private readonly idleMs: number;
@@ -292,9 +310,42 @@ export class QuotaMeter {
       lease.size = units;
     } catch (err) {
       this.deps.logger?.warn({ err }, 'quota lease not recorded: its units given back');
+      return;
     } finally {
       lease.pending = 0;
     }
+    await this.grantRate(lease, units);
+  }
+
+  /**
+   * Counts up to `units` of the lease tool's requests ahead in the rate windows now, under the
+   * lease's share rule (holding at most 1/LEASE_SHARE of a window's limit, and of what its last grant
+   * left there); units of a window that ended lapsed with it. Best effort: without them the rate limit
+   * debits each request.
+   */
+  private async grantRate(lease: QuotaLease, units: number): Promise<void> {
+    if (this.rates === null) return;
+    const windows = this.rates.windowsOf(lease.at.subject, lease.tool, this.now());
+    const kept = lease.rate !== null && sameWindows(lease.rate.windows, windows) ? lease.rate : null;
+    let share = Math.floor(left(windows, kept?.counts ?? windows.map(() => 0)) / LEASE_SHARE);
+    for (const { limit } of windows) share = Math.min(share, Math.floor(limit / LEASE_SHARE));
+    const n = Math.min(units, share - (kept?.free ?? 0));
+    if (n < MIN_UNITS) return;
+    const result = await this.deps.cache.debitWindows(windows, n).catch(() => null);
+    // An ended lease's give-back waits for this grant, and gives these back too.
+    if (result?.ok) lease.rate = { windows, free: n + (kept?.free ?? 0), counts: result.counts };
+  }
+
+  /**
+   * Takes one of the subject's requests prepaid in `windows` (the rate limiter's, now): the windows'
+   * counts at the grant (prepaid requests count as spent, as every replica sees them), or null when
+   * its live lease holds none there.
+   */
+  takeRate(subjectId: string, windows: QuotaWindow[]): readonly number[] | null {
+    const rate = this.liveLease(subjectId)?.rate;
+    if (rate == null || rate.free === 0 || !sameWindows(rate.windows, windows)) return null;
+    rate.free--;
+    return rate.counts;
   }
 
   /** Ends `lease` once, however many ask: its unused units go back (giveBack). */
@@ -309,7 +360,14 @@ export class QuotaMeter {
    */
   private async giveBack(lease: QuotaLease): Promise<void> {
     await lease.granting;
-    const { at, tool } = lease;
+    const { at, tool, rate } = lease;
+    lease.rate = null;
+    // Unused requests go back to their rate window unless it is about to end: a give-back that
+    // reached the next window's counter would give its budget away. Best effort: kept, they lapse.
+    if (rate !== null && rate.free > 0 && rate.windows[0]!.expiresAt - this.now() > 1_000) {
+      const keys = rate.windows.map((w) => w.key);
+      await this.deps.cache.releaseWindows(keys, rate.free).catch(() => {});
+    }
     const units = lease.free;
     try {
       if (units === 0) return;
@@ -427,6 +485,11 @@ export class QuotaMeter {
 
 type DebitRecord = 'QuotaDebitsRecorded' | 'QuotaDebitsReturned';
 type Durability = 'committed' | 'flushed';
+
+/** The same rate windows: the same keys, ending together. */
+function sameWindows(a: QuotaWindow[], b: QuotaWindow[]): boolean {
+  return a.length === b.length && a.every((w, i) => w.key === b[i]!.key && w.expiresAt === b[i]!.expiresAt);
+}
 
 function sameDayAndPlan(a: SubjectWindows, b: SubjectWindows): boolean {
   return a === b || (a.period.day === b.period.day && a.subject.plan === b.subject.plan);

@@ -2,9 +2,13 @@ import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { connectRedisCache, MAX_DEBITS_PER_SCRIPT, type RedisCache } from '../../adapters/cache/redis.ts';
+import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { startPrivateRedis } from '../../test/redis-private.ts';
 import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from '../../test/redis-probe.ts';
+import type { PlanTable } from './plans.ts';
+import { QuotaMeter } from './quota-meter.ts';
 import { RateLimiter, type RateLimitSettings } from './rate-limit.ts';
+import type { QuotaSubject } from './windows.ts';
 
 const run = await shouldRunRedisSuite('rate-limit batching suite');
 
@@ -23,12 +27,13 @@ const settings: RateLimitSettings = {
 function recordScript(
   cache: RedisCache,
   name: 'signalDebitMany',
-): { calls: number; replies: Promise<unknown>[] } {
+): { calls: number; replies: Promise<unknown>[]; args: unknown[][] } {
   const redis = cache.shared.redis as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;
   const original = redis[name]!;
-  const record = { calls: 0, replies: [] as Promise<unknown>[] };
+  const record = { calls: 0, replies: [] as Promise<unknown>[], args: [] as unknown[][] };
   redis[name] = (...args: unknown[]) => {
     record.calls++;
+    record.args.push(args);
     const reply = original.apply(redis, args);
     record.replies.push(reply);
     return reply;
@@ -177,3 +182,83 @@ describe.runIf(run)('the Redis limiter takes a turn’s requests in one script c
     }
   });
 });
+
+describe.runIf(run)('a busy key’s requests come out of its quota lease', () => {
+  const plans: PlanTable = {
+    free: { monthly: 1_000, daily: null },
+    starter: { monthly: 1_000, daily: null },
+    pro: { monthly: 1_000_000, daily: null },
+  };
+  /** A replica's meter (leasing) and limiter on the shared Redis. */
+  const replica = (cache: RedisCache, pro: number) => {
+    const meter = new QuotaMeter({ cache, store: new MemoryEventStore(), plans, lease: { ms: 1_000 } });
+    const limiter = new RateLimiter({ ...settings, RATE_LIMIT_PRO: pro }, cache, meter);
+    /** One keyed call: its rate decision (the preHandler), then its quota debit when allowed. */
+    const call = async (subject: QuotaSubject) => {
+      const decision = await limiter.decide('pro', subject.id, 'get_trade_call');
+      if (decision.allowed) expect((await meter.debit(subject, 'get_trade_call')).ok).toBe(true);
+      return decision;
+    };
+    return { meter, call };
+  };
+  /** The subject's two rate counters on Redis (the credential's, the tool's). */
+  const counters = (cache: RedisCache, subject: QuotaSubject) =>
+    cache.readWindows([`rl:pro:all:pro:${subject.id}`, `rl:pro:tool:pro:${subject.id}:get_trade_call`]);
+
+  it('decides most of them without a rate script call, counts prepaid ones as spent, and gives unused ones back', async () => {
+    const cache = await connect('rllease');
+    try {
+      // A busy key well within its limit (as a production key is: a lease covers a second of calls).
+      const { meter, call } = replica(cache, 1_000_000);
+      const subject: QuotaSubject = { id: `k-${randomUUID()}`, kind: 'key', plan: 'pro' };
+      const scripts = recordScript(cache, 'signalDebitMany');
+      const remaining: number[] = [];
+      for (let i = 0; i < 200; i++) remaining.push((await call(subject)).remaining);
+      // The tool's share (500,000) is the tighter budget. Prepaid requests count as spent when
+      // granted: never more left than the requests made allow, never less than a lease (256) holds.
+      remaining.forEach((left, i) => {
+        expect(left).toBeLessThanOrEqual(500_000 - 1 - i);
+        expect(left).toBeGreaterThanOrEqual(500_000 - 1 - i - 256);
+      });
+      // Rate debits are the script calls without the quota's marker key (keys: 0).
+      const rateScripts = recordedRateScripts(scripts);
+      expect(rateScripts).toBeLessThan(40);
+      // Prepaid ahead of the requests: counted beyond the 200 made while the lease is live.
+      const [all, tool] = await counters(cache, subject);
+      expect(tool).toBe(all);
+      expect(all).toBeGreaterThan(200);
+      await meter.stop();
+      expect(await counters(cache, subject)).toEqual([200, 200]);
+    } finally {
+      await cache.close();
+    }
+  });
+
+  it('two replicas prepaying one key never pass its limit, and their give-backs leave what was served', async () => {
+    const cache = await connect('rllease');
+    try {
+      // 400 a window: 200 for the tool, so each grant prepays at most 12 (1/16 of the limit).
+      const a = replica(cache, 400);
+      const b = replica(cache, 400);
+      const subject: QuotaSubject = { id: `k-${randomUUID()}`, kind: 'key', plan: 'pro' };
+      let allowed = 0;
+      for (let i = 0; i < 150; i++) {
+        const pair = await Promise.all([a.call(subject), b.call(subject)]);
+        allowed += pair.filter((d) => d.allowed).length;
+      }
+      // Units one replica holds unused are refused to the other: fewer than 200 may be served, never more.
+      expect(allowed).toBeLessThanOrEqual(200);
+      expect(allowed).toBeGreaterThanOrEqual(200 - 2 * 12);
+      await Promise.all([a.meter.stop(), b.meter.stop()]);
+      const [, tool] = await counters(cache, subject);
+      expect(tool).toBe(allowed);
+    } finally {
+      await cache.close();
+    }
+  });
+});
+
+/** The recorded debit script calls that carried rate windows (no quota marker key). */
+function recordedRateScripts(record: { calls: number; args: unknown[][] }): number {
+  return record.args.filter((args) => args[0] === 0).length;
+}

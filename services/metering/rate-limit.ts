@@ -11,7 +11,8 @@ import { ERRORS, errorMessage } from '../../contracts/errors.ts';
 import type { Plan } from '../../contracts/events.ts';
 import { SIGNIN_MCP_PATH } from '../../contracts/oauth.ts';
 import { type Caller, callerPath, undebitedService } from './caller.ts';
-import type { QuotaMeter } from './quota-meter.ts';
+import type { QuotaMeter, RateWindows } from './quota-meter.ts';
+import type { QuotaSubject } from './windows.ts';
 
 /** Who a request is limited as: an applied key by its plan, anyone else by client address. */
 export type RateTier = Plan | 'anonymous';
@@ -40,10 +41,11 @@ export interface RateDecision {
  * this process's stand-in agree where one ends. Counted by the cache port's debitWindows: on Redis
  * shared by every replica (a turn's requests in one script call), in this process on the embedded
  * defaults and while Redis is out of reach, so an outage neither opens the gate nor closes the
- * service. A refused request takes from no budget. No lease: prepaying a busy request shape's
- * units gained under 15 % against the pipelined round trip (bench/budget.bench.ts).
+ * service. A refused request takes from no budget. On Redis a busy key's requests come out of its
+ * quota lease, whose grants prepay them in the rate windows beside the quota (QuotaMeter.rates),
+ * so they are decided without a round trip, as its calls' quota is.
  */
-export class RateLimiter {
+export class RateLimiter implements RateWindows {
   private readonly windowMs: number;
   /** Per tier: the start of its credential's and its tools' budget keys, and their limits. */
   private readonly tiers: Record<RateTier, { allKey: string; toolKey: string; all: number; tool: number }>;
@@ -51,8 +53,13 @@ export class RateLimiter {
   private readonly shared: Cache | null;
   private readonly here: MemoryCache;
 
-  constructor(settings: RateLimitSettings, cache: Cache | null) {
+  /** The quota meter whose leases prepay requests on Redis. */
+  private readonly meter: QuotaMeter | null;
+
+  constructor(settings: RateLimitSettings, cache: Cache | null, meter?: QuotaMeter) {
     this.shared = cache?.kind === 'redis' ? cache : null;
+    this.meter = this.shared === null ? null : (meter ?? null);
+    if (this.meter !== null) this.meter.rates = this;
     // On the embedded defaults the api's own in-process cache; beside Redis, one of its own.
     this.here = cache instanceof MemoryCache ? cache : new MemoryCache();
     this.windowMs = Math.max(1, settings.RATE_LIMIT_WINDOW_MS);
@@ -76,13 +83,11 @@ export class RateLimiter {
    * once in this process on the embedded defaults, else the promise of Redis's decision.
    */
   decide(tier: RateTier, credential: string, tool: string | null): RateDecision | Promise<RateDecision> {
-    const { allKey, toolKey, all, tool: perTool } = this.tiers[tier];
     const now = Date.now();
     const resetMs = this.windowMs - (now % this.windowMs);
-    // A counter lives through its expiry's millisecond: gone when the next window starts.
-    const expiresAt = now + resetMs - 1;
-    const windows: QuotaWindow[] = [{ key: allKey + credential, limit: all, expiresAt }];
-    if (tool !== null) windows.push({ key: `${toolKey}${credential}:${tool}`, limit: perTool, expiresAt });
+    const windows = this.windowsAt(tier, credential, tool, now);
+    const prepaid = this.meter?.takeRate(credential, windows);
+    if (prepaid) return decision(windows, { ok: true, counts: [...prepaid], refusedBy: null }, resetMs);
     if (this.shared === null) return decision(windows, this.here.debitWindowsNow(windows, 1), resetMs);
     return this.shared.debitWindows(windows, 1).then(
       (result) => decision(windows, result, resetMs),
@@ -93,6 +98,21 @@ export class RateLimiter {
         return decision(windows, this.here.debitWindowsNow(windows, 1), resetMs);
       },
     );
+  }
+
+  /** A quota subject's windows for its lease's requests (RateWindows): keyed by plan, else anonymous. */
+  windowsOf(subject: QuotaSubject, tool: string, now: number): QuotaWindow[] {
+    return this.windowsAt(subject.kind === 'key' ? subject.plan : 'anonymous', subject.id, tool, now);
+  }
+
+  /** The credential's window and, for a tool, its share: both ending with the window of `now`. */
+  private windowsAt(tier: RateTier, credential: string, tool: string | null, now: number): QuotaWindow[] {
+    const { allKey, toolKey, all, tool: perTool } = this.tiers[tier];
+    // A counter lives through its expiry's millisecond: gone when the next window starts.
+    const expiresAt = now + this.windowMs - (now % this.windowMs) - 1;
+    const windows: QuotaWindow[] = [{ key: allKey + credential, limit: all, expiresAt }];
+    if (tool !== null) windows.push({ key: `${toolKey}${credential}:${tool}`, limit: perTool, expiresAt });
+    return windows;
   }
 }
 

@@ -28,11 +28,10 @@ export interface RateWindows {
   windowsOf(subject: QuotaSubject, tool: string, now: number): QuotaWindow[];
 }
 
-/** Requests of a lease's tool prepaid in one rate-limit window: counted there at its grant. */
+/** A lease tool's requests prepaid in rate windows; `counts`: theirs after the grant, all prepaid counted. */
 interface RateUnits {
   windows: QuotaWindow[];
   free: number;
-  /** The windows' counts after the grant: every prepaid request counted, taken or not. */
   counts: readonly number[];
 }
 
@@ -45,10 +44,7 @@ export interface LeaseOptions {
   idleMs?: number;
 }
 
-/**
- * Runs `op` on the live counters; when they are gone, waits up to 2 s for `ensure` to rebuild
- * them and tries once more, else the loss is thrown (retryable). Every quota (calls, chats) runs so.
- */
+/** Runs `op`; when the counters are gone, again after `ensure` rebuilt them (2 s at most), else throws. */
 export async function onLiveCounters<T>(op: () => Promise<T>, ensure?: () => Promise<void>): Promise<T> {
   try {
     return await op();
@@ -64,21 +60,13 @@ export async function onLiveCounters<T>(op: () => Promise<T>, ensure?: () => Pro
 
 /**
  * A lease: prepaid units of one subject's calls, whatever their tool, debited on the counters and
- * recorded on the log ahead of the calls, the only way a busy caller's call is decided without a
- * round trip. One per subject, so a crash or a failed give-back leaves at most one lease charged
- * per subject. The rules:
- *
- * - granted to a busy subject only: once MIN_UNITS of its calls were seen, sized to `ms` of its
- *   calls at their recent rate (none under MIN_UNITS: at least MIN_UNITS calls per `ms`), at most
- *   `maxUnits`, and only while it is at most 1/LEASE_SHARE of what is left: near a limit every call
- *   goes to the counters, and no replica holds units another one needs;
- * - used without a round trip: a unit is on the counters and the log before any call takes it;
- *   the next grant is asked for once half the last one is left;
- * - given back once no call took from it for one to two idle periods, when the day or plan
- *   changes, and at a clean stop;
- * - lost on a crash, or when the give-back fails GIVE_BACK_TRIES times: its unused units stay
- *   charged, at most `maxUnits` per busy subject.
- *
+ * recorded on the log ahead of the calls, so a busy caller's call is decided without a round trip.
+ * One per subject, so a crash or a failed give-back leaves at most one lease charged per subject.
+ * - granted once MIN_UNITS calls were seen, sized to `ms` of calls at their recent rate, at most
+ *   `maxUnits` and 1/LEASE_SHARE of what is left: near a limit every call goes to the counters, and
+ *   no replica holds units another one needs; the next grant is asked for once half the last is left;
+ * - given back after one to two idle periods without a call, when the day or plan changes, and at a
+ *   clean stop; lost on a crash or after GIVE_BACK_TRIES failed give-backs: its unused units stay charged.
  * Measured against a debit per call: `npm run bench -- budget`.
  */
 class QuotaLease {
@@ -86,7 +74,7 @@ class QuotaLease {
   free = 0;
   /** Units of the grant in flight: counted, not yet usable. */
   pending = 0;
-  /** Units of the last grant: the next is asked for once half of it is left. */
+  /** Units of the last grant. */
   size = 0;
   /** Calls since `since`: the rate the next grant is sized by. */
   calls = 0;
@@ -103,7 +91,6 @@ class QuotaLease {
   constructor(
     /** The tool of the call that opened it: its grants and give-back are recorded under it. */
     readonly tool: string,
-    /** The subject's windows it was granted on (a new day or plan ends it). */
     readonly at: SubjectWindows,
     public since: number,
   ) {}
@@ -117,10 +104,9 @@ const MIN_UNITS = 8;
 const GIVE_BACK_TRIES = 3;
 
 /**
- * Counts served calls. The check-and-debit of the day and month windows is one atomic cache
- * operation, so replicas cannot overspend; each debit is then recorded on the log, which the
- * counters are rebuilt from. Busy subjects are served from a lease.
- * Nothing is served from counters whose generation is gone: empty counters would give calls away.
+ * Counts served calls: the day and month windows are checked and debited in one atomic cache operation
+ * (replicas cannot overspend), then recorded on the log the counters are rebuilt from; busy subjects are
+ * served from a lease. Nothing is served from counters whose generation is gone: empty, they give calls away.
  */
 export class QuotaMeter {
   readonly counters: QuotaCounters;
@@ -162,9 +148,8 @@ export class QuotaMeter {
   }
 
   /**
-   * Figures without debiting, in the subject's windows now or `at`: while a lease of their day and
-   * plan holds a unit, from the counts last read here (no round trip); else read live.
-   * CacheUnavailableError when the counters are out of reach.
+   * Figures without debiting, in the subject's windows now or `at`: from the counts last read here while
+   * a lease of their day and plan holds a unit, else read live (CacheUnavailableError when out of reach).
    */
   async peek(
     subject: QuotaSubject,
@@ -177,10 +162,7 @@ export class QuotaMeter {
     return this.figures(at, counts);
   }
 
-  /**
-   * The counters' `counts`, less what this process's leases of the subject hold on each of them: a
-   * lease of the day before, still giving its units back, holds units on the month's counter too.
-   */
+  /** `counts`, less what the subject's leases here hold (one of the day before holds on the month's too). */
   private figures(at: SubjectWindows, counts: readonly number[]): QuotaSnapshot {
     let shown = counts;
     for (const { free, pending, at: leased } of this.leases.get(at.subject.id) ?? [])
@@ -189,10 +171,8 @@ export class QuotaMeter {
   }
 
   /**
-   * Debits one call in the subject's windows now or `at` (made when the call was asked), or refuses
-   * when a window is full. Resolves only once the debit is on the log: a call is never served
-   * before. Throws CacheUnavailableError or a store error when the debit or its record cannot be
-   * made; the caller must not serve then.
+   * Debits one call in the subject's windows now or `at` (made when the call was asked), or refuses when
+   * one is full. Resolves only once the debit is on the log; throws (cache, store) when it cannot be made.
    */
   async debit(
     subject: QuotaSubject,
@@ -221,21 +201,17 @@ export class QuotaMeter {
     return { ok: true, snapshot, refusedBy: null };
   }
 
-  /**
-   * The lease of the subject's call: the live one while it holds the call's day and plan, else a new
-   * one, empty until its calls come fast enough for a grant (refill).
-   */
+  /** The live lease while it holds the call's day and plan, else a new one, empty until a grant (refill). */
   private leaseOf(at: SubjectWindows, tool: string): QuotaLease | undefined {
     const subjectId = at.subject.id;
     const live = this.liveLease(subjectId);
     // The same day and plan (windows made again once the memo was cleared): the same lease.
     if (live !== undefined && sameDayAndPlan(live.at, at)) return live;
-    // A call asked before midnight and debited after it (its windows were made when it was asked)
-    // leaves the new day's lease alone: ending it would start a flip-flop of give-backs and fresh
-    // leases between the two days for as long as such calls are in flight. It debits directly.
+    // A call asked before midnight and debited after it debits directly: ending the new day's lease would
+    // flip-flop give-backs and fresh leases between the two days while such calls are in flight.
     if (live !== undefined && at.period.dayResetsAt < live.at.period.dayResetsAt) return undefined;
     // A new day or plan ends the lease: its units go back to the windows they were counted in.
-    if (live !== undefined) this.end(live);
+    if (live !== undefined) live.ending ??= this.giveBack(live);
     if (!this.leasing) return undefined;
     const lease = new QuotaLease(tool, at, this.now());
     this.leases.set(subjectId, [...(this.leases.get(subjectId) ?? []), lease]);
@@ -318,10 +294,8 @@ export class QuotaMeter {
   }
 
   /**
-   * Counts up to `units` of the lease tool's requests ahead in the rate windows now, under the
-   * lease's share rule (holding at most 1/LEASE_SHARE of a window's limit, and of what its last grant
-   * left there); units of a window that ended lapsed with it. Best effort: without them the rate limit
-   * debits each request.
+   * Counts up to `units` of the lease tool's requests ahead in the rate windows now, at most 1/LEASE_SHARE
+   * of a window's limit and of what its last grant left there. Best effort: else each request is debited.
    */
   private async grantRate(lease: QuotaLease, units: number): Promise<void> {
     if (this.rates === null) return;
@@ -337,9 +311,8 @@ export class QuotaMeter {
   }
 
   /**
-   * Takes one of the subject's requests prepaid in `windows` (the rate limiter's, now): the windows'
-   * counts at the grant (prepaid requests count as spent, as every replica sees them), or null when
-   * its live lease holds none there.
+   * Takes one of the subject's requests prepaid in `windows`: their counts at the grant (prepaid requests
+   * count as spent, as every replica sees them), or null when its live lease holds none there.
    */
   takeRate(subjectId: string, windows: QuotaWindow[]): readonly number[] | null {
     const rate = this.liveLease(subjectId)?.rate;
@@ -348,15 +321,9 @@ export class QuotaMeter {
     return rate.counts;
   }
 
-  /** Ends `lease` once, however many ask: its unused units go back (giveBack). */
-  private end(lease: QuotaLease): void {
-    lease.ending ??= this.giveBack(lease);
-  }
-
   /**
-   * Gives an ended lease's unused units back once its grant in flight is in: on the live counters
-   * (under one id for every try, so a try whose answer was lost is not given back twice), then on
-   * the log as QuotaDebitsReturned. Never rejects.
+   * Gives an ended lease's unused units back once its grant in flight is in: on the live counters (one
+   * id for every try: a try whose answer was lost is not given back twice), then on the log. Never rejects.
    */
   private async giveBack(lease: QuotaLease): Promise<void> {
     await lease.granting;
@@ -405,7 +372,7 @@ export class QuotaMeter {
   private readonly sweep = (): void => {
     for (const leases of this.leases.values())
       for (const lease of leases) {
-        if (lease.idle) this.end(lease);
+        if (lease.idle) lease.ending ??= this.giveBack(lease);
         lease.idle = true;
       }
     if (this.leases.size === 0 && this.sweeper !== null) {
@@ -420,7 +387,7 @@ export class QuotaMeter {
     if (this.sweeper !== null) clearInterval(this.sweeper);
     this.sweeper = null;
     const leases = [...this.leases.values()].flat();
-    for (const lease of leases) this.end(lease);
+    for (const lease of leases) lease.ending ??= this.giveBack(lease);
     await Promise.all(leases.map((lease) => lease.ending));
   }
 
@@ -432,9 +399,8 @@ export class QuotaMeter {
   }
 
   /**
-   * Records counted units on the log, or gives them back. A call's record is committed (it survives
-   * this process, flushed within the store's bound), a grant's flushed (a lost grant is calls served
-   * free). Calls appended together reach the store together.
+   * Records counted units on the log, or gives them back: a call's record committed (it survives this
+   * process), a grant's flushed (a lost grant is calls served free). Calls appended together land together.
    */
   private async record(at: SubjectWindows, data: EventData<DebitRecord>, durability: Durability) {
     try {
@@ -448,10 +414,7 @@ export class QuotaMeter {
     }
   }
 
-  /**
-   * Appends a record; fails unless it landed though the append failed (a commit whose answer was
-   * lost). Unreadable then: it failed (no charge on a guess).
-   */
+  /** Appends a record; a failed append that landed anyway (its answer lost) succeeds; unreadable: failed. */
   private async append(type: DebitRecord, data: EventData<DebitRecord>, id: string, durability: Durability) {
     const stream = `quota-${data.subject}`;
     const since = Date.now();
@@ -462,10 +425,7 @@ export class QuotaMeter {
     }
   }
 
-  /**
-   * Whether `id` is on `stream`, read back from its end a page at a time down to the events recorded
-   * before its append began: however many of the key's calls were committed with it or after it.
-   */
+  /** Whether `id` is on `stream`, read back a page at a time from its end to before its append began. */
   private async landed(stream: string, id: string, since: number): Promise<boolean> {
     const { store } = this.deps;
     let end = await store.streamRevision(stream).catch(() => null);
@@ -486,7 +446,6 @@ export class QuotaMeter {
 type DebitRecord = 'QuotaDebitsRecorded' | 'QuotaDebitsReturned';
 type Durability = 'committed' | 'flushed';
 
-/** The same rate windows: the same keys, ending together. */
 function sameWindows(a: QuotaWindow[], b: QuotaWindow[]): boolean {
   return a.length === b.length && a.every((w, i) => w.key === b[i]!.key && w.expiresAt === b[i]!.expiresAt);
 }

@@ -38,11 +38,9 @@ export function callerPath(request: FastifyRequest): string | null {
 }
 
 /**
- * The api's one caller hook (preParsing, in the root context so it reaches every route): resolves
- * who is calling once, as `request.caller`, or keeps a presented key that is not live as
- * `request.callerRefused`. Before the body is parsed, so an answer to a body that cannot be read
- * carries its caller's `_service` too. Without a promise when no key is presented or the key is
- * known active.
+ * The api's one caller hook (preParsing, in the root context: every route): resolves `request.caller`
+ * once, or `request.callerRefused` for a presented key that is not live; before the body is parsed, so an
+ * answer to an unreadable body carries its caller's `_service` too.
  */
 export function callerPlugin(keys: Pick<KeyResolver, 'resolve'>): FastifyPluginAsync {
   const plugin: FastifyPluginAsync = async (app) => {
@@ -59,9 +57,8 @@ export function callerPlugin(keys: Pick<KeyResolver, 'resolve'>): FastifyPluginA
 }
 
 /**
- * Keeps what resolveCaller found on the request, then lets it go on. Module-level, not a closure
- * made per request: under tsx (npm start, the benches) esbuild's keepNames names such a closure at
- * run time, which showed in the keyed call's profile (so rate-limit.ts's per-request helpers too).
+ * Module-level, not a closure per request: under tsx esbuild's keepNames names such a closure at run
+ * time, which showed in the keyed call's profile (so rate-limit.ts's per-request helpers too).
  */
 function settleCaller(request: FastifyRequest, found: Caller | CallerRejectedError, done: () => void): void {
   if (found instanceof CallerRejectedError) request.callerRefused = found;
@@ -121,10 +118,7 @@ const OTHER_KEY_HEADERS = ['x-api-key', 'api-key', 'apikey', 'x-auth-token', 'x-
 const BEARER = /^Bearer +(\S+) *$/i;
 const HINT = 'a key applies only as the header "Authorization: Bearer <key>"';
 
-/**
- * The key a request presents, or its caller without one: only `Authorization: Bearer <key>`
- * applies a key, and the anonymous caller's auth says why anything else did not.
- */
+/** The key a request presents (only `Authorization: Bearer <key>`), else its anonymous caller, saying why. */
 export function credentialOf({ headers, clientAddress }: CallerRequest): string | Caller {
   const raw = headers.authorization;
   const value = Array.isArray(raw) ? raw[0] : raw;
@@ -145,10 +139,7 @@ export function credentialOf({ headers, clientAddress }: CallerRequest): string 
   return { auth, subject: anonymousSubject(clientAddress), keyId: null };
 }
 
-/**
- * Who is calling, or why a presented key must not be served: without a promise when no key is
- * presented or the registry holds the key (KeyResolver.resolve answers at once).
- */
+/** Who is calling, or why a presented key must not be served: a promise only for a key the registry lacks. */
 export function resolveCaller(
   keys: Pick<KeyResolver, 'resolve'>,
   request: CallerRequest,
@@ -187,7 +178,6 @@ function lookupCaller(lookup: KeyLookup, clientAddress: string): Caller | Caller
   return caller;
 }
 
-/** The caller of each lookup, shared by that key's requests: frozen. */
 const keyCallers = new WeakMap<KeyLookup, Caller>();
 
 /** The caller of an active key, whether a Bearer key or an OAuth token acting as it. */
@@ -220,10 +210,9 @@ export function undebitedService(
 }
 
 /**
- * A route's auth hook (preValidation), after callerPlugin resolved `request.caller`, refusing in the
- * channel's shape: a key that is not live with `refusals.rejected`, a caller without one with
- * `refusals.keyless` where given (the route needs a live key), after setting `request.service` to
- * the refusal's `_service` (figures peeked on `access().quota`, null without it).
+ * A route's auth hook (preValidation, after callerPlugin), refusing in the channel's shape a key that is
+ * not live (`refusals.rejected`) or, where given, a keyless caller (`refusals.keyless`), with the
+ * refusal's `_service` on `request.service` (figures peeked on `access().quota`, null without it).
  */
 export function callerHook(
   access: () => { quota?: Pick<QuotaMeter, 'peek'> | undefined },

@@ -31,10 +31,9 @@ export class QuotaUnavailableError extends Error {
 }
 
 /**
- * Serves one call against the caller's quota. The figures before the call (no round trip when a
- * lease holds its unit) refuse an exhausted caller before any work; the call runs; only a result
- * is debited, and when concurrent calls race for the last units the debit decides (the losers get
- * quota_exhausted). A call that fails is not counted.
+ * Serves one call against the caller's quota: the figures before it refuse an exhausted caller before any
+ * work; only a result is debited (a failed call is not counted), and among calls racing for the last
+ * units the debit decides (the losers get quota_exhausted).
  */
 export async function serveMetered<T>(
   quota: QuotaMeter,

@@ -5,10 +5,7 @@ import { chatKey, counterExpiry, dayKey, monthKey, resetsAtOf } from './windows.
 /** Counter per quota window, as the cache should hold it, folded from the counted events. */
 export type QuotaBalances = Record<string, { count: number; expiresAt: number }>;
 
-/**
- * Debit events: QuotaDebitsRecorded (calls, or a lease's units), QuotaDebited (one call, older
- * logs) and QuotaDebitsReturned (a lease's unused units, folded as taken back).
- */
+/** Debit events: QuotaDebitsRecorded, QuotaDebited (older logs), QuotaDebitsReturned (taken back). */
 const DEBIT_EVENT_TYPES = ['QuotaDebited', 'QuotaDebitsRecorded', 'QuotaDebitsReturned'] as const;
 export const DEBITS: ReadonlySet<string> = new Set(DEBIT_EVENT_TYPES);
 
@@ -21,23 +18,18 @@ export function debitedUnits(event: RecordedEvent, subject?: string): number {
   return event.type === 'QuotaDebitsReturned' ? -data.units : data.units;
 }
 
-/** Adds `units` to a window's counter, making it with `expiresAt` when new. */
 function addUnits(state: QuotaBalances, key: string, units: number, expiresAt: number): void {
   const current = state[key];
   if (current) current.count += units;
   else state[key] = { count: units, expiresAt };
 }
 
-/**
- * Not a window: the start of the latest day folded (its `expiresAt`). Its count is 0 and its
- * time past, so a rebuild writes it nowhere (it writes only windows that have not expired).
- */
+/** Not a window: the start of the latest day folded (its `expiresAt`): past, so no rebuild writes it. */
 const LATEST_DAY = '@latest-day';
 
 /**
- * The counters of every quota window, calls and monthly chats (a chat delta may go below 0: the
- * cache clamps): what a rebuild writes into a new generation, kept by the api as its checkpoint
- * (QuotaCounters). Windows expired before the latest day folded are dropped when a new day
+ * The counters of every quota window, calls and monthly chats (a chat delta may go below 0: the cache
+ * clamps), that a rebuild writes. Windows expired before the latest day folded are dropped when a new day
  * begins, so the state holds about a month of windows, however long the log.
  */
 export const quotaBalancesProjection: Projection<QuotaBalances> = defineProjection({

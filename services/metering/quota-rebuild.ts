@@ -45,11 +45,10 @@ export interface RebuildDeps {
 const MAX_BUILDS = 5;
 
 /**
- * Rebuilds the quota counters from the log into a new generation while debits go on: fold the log
- * into it (not live yet), switch the marker to it in one compare-and-set (refused when the cache
- * lost the build: it starts over), then replay the debits counted in the replaced generation and
- * appended after the fold, until its count is all on the log or, unknown, up to the head as it is
- * `settleMs` after the switch. The new counters end equal to the log.
+ * Rebuilds the quota counters from the log into a new generation while debits go on: fold the log into
+ * it, switch the marker to it in one compare-and-set (refused when the cache lost the build: it starts
+ * over), then replay the replaced generation's debits appended after the fold, until its count is all on
+ * the log or, unknown, up to the head `settleMs` after the switch. The counters end equal to the log.
  */
 export async function rebuildQuotaGeneration(deps: RebuildDeps): Promise<RebuildOutcome> {
   const previous =
@@ -83,7 +82,6 @@ async function buildOnce(
   let loggedOnPrevious = 0;
   let windows = 0;
 
-  /** Writes the windows of `state` not yet over into the new generation. */
   const write = async (state: QuotaBalances): Promise<void> => {
     const at = now();
     const live = Object.entries(state)
@@ -117,8 +115,7 @@ async function buildOnce(
   try {
     await cache.beginGeneration(generation);
     if (deps.from) await write(structuredClone(deps.from.state));
-    // Up to the head as it was when each pass began (never chasing it); the second pass narrows
-    // what the new generation undercounts between the switch and the replay.
+    // Up to the head as each pass began (never chasing it); the second narrows the undercount at the switch.
     for (let pass = 0; pass < 2; pass++) {
       const target = await store.headPosition();
       for (let more = true; more && position < target; ) more = await step();
@@ -142,8 +139,7 @@ async function buildOnce(
   const debitedOnPrevious = previous === null ? null : ((await cache.generationDebits(previous)) ?? 0);
   const deadline = Date.now() + (deps.settleMs ?? 10_000);
   const debitsAtSwitch = debits;
-  // The head once the settle time is over: the replay reads up to it however long that takes
-  // (a reader that stopped at the deadline left the counters short of the log: free calls).
+  // The head once the settle time is over: read up to however long it takes (stopping short is free calls).
   let last: number | null = null;
   for (;;) {
     const complete = debitedOnPrevious !== null && loggedOnPrevious >= debitedOnPrevious;
@@ -160,10 +156,9 @@ async function buildOnce(
 }
 
 /**
- * Keeps one process's quota counters live: rebuilds them from the log when their generation is
- * gone, once at a time per process (the marker's compare-and-set lets one replica win). With a
- * projection store the counters' fold (quotaBalancesProjection) runs as a projection, with its
- * snapshots, and a rebuild starts from its state, folding only the events after it.
+ * Keeps one process's quota counters live: rebuilds them from the log when their generation is gone, one
+ * at a time (the marker's compare-and-set lets one replica win). With a projection store the fold runs as
+ * a projection with snapshots, and a rebuild starts from its state.
  */
 export class QuotaCounters {
   private pending: Promise<void> | null = null;
@@ -181,8 +176,7 @@ export class QuotaCounters {
   ) {
     this.fold = deps.checkpoints
       ? new ProjectionRunner(deps.store, deps.checkpoints, quotaBalancesProjection, {
-          // Its state (a month of windows for every key and address) only seeds a rebuild:
-          // saved every 5 minutes as the counters' checkpoint was, and no request waits on it.
+          // Its state (a month of windows) only seeds a rebuild: saved every 5 minutes, nothing waits on it.
           snapshotIntervalMs: 300_000,
           snapshotGapMs: 300_000,
           gatesReadiness: false,
@@ -209,8 +203,7 @@ export class QuotaCounters {
   private async rebuildIfLost(): Promise<void> {
     const { cache, store, logger } = this.deps;
     const { fold } = this;
-    // Not once stopping: a keyed call during shutdown must not start the fold on a closing store.
-    // A fold past the log's head is another log's (a replaced data directory): folded again.
+    // Not once stopping (no fold on a closing store). A fold past the log's head is another log's: redone.
     if (fold && !this.abort.signal.aborted) {
       await fold.start();
       if (fold.checkpoint > (await store.headPosition())) {
@@ -222,8 +215,7 @@ export class QuotaCounters {
       }
     }
     if ((await cache.liveGeneration(QUOTA_FAMILY)) !== null) return;
-    // The fold's state and position, read together (a copy: the fold goes on). A fold that threw
-    // may hold part of an event past its checkpoint: the rebuild then starts from the log's start.
+    // State and position copied together; a fold that threw may be past its checkpoint: from the start.
     const from =
       this.fold && !this.fold.error
         ? { position: this.fold.checkpoint, state: structuredClone(this.fold.state) }

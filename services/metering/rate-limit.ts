@@ -36,14 +36,11 @@ export interface RateDecision {
 }
 
 /**
- * Request-rate limits per credential, two budgets per request (the credential's, and the
- * credential's per tool), counted in fixed windows aligned on the clock, so every replica and
- * this process's stand-in agree where one ends. Counted by the cache port's debitWindows: on Redis
- * shared by every replica (a turn's requests in one script call), in this process on the embedded
- * defaults and while Redis is out of reach, so an outage neither opens the gate nor closes the
- * service. A refused request takes from no budget. On Redis a busy key's requests come out of its
- * quota lease, whose grants prepay them in the rate windows beside the quota (QuotaMeter.rates),
- * so they are decided without a round trip, as its calls' quota is.
+ * Request-rate limits per credential, and per credential and tool, in fixed windows aligned on the clock
+ * (every replica and this process's stand-in agree where one ends). Counted on Redis (a turn's requests in
+ * one script call), in this process on the embedded defaults and while Redis is out of reach: an outage
+ * neither opens the gate nor closes the service. A refused request takes from no budget. On Redis a busy
+ * key's requests come out of its quota lease's grants (QuotaMeter.rates): no round trip.
  */
 export class RateLimiter implements RateWindows {
   private readonly windowMs: number;
@@ -52,7 +49,6 @@ export class RateLimiter implements RateWindows {
   /** Redis (null on the embedded defaults), and this process's counts. */
   private readonly shared: Cache | null;
   private readonly here: MemoryCache;
-
   /** The quota meter whose leases prepay requests on Redis. */
   private readonly meter: QuotaMeter | null;
 
@@ -60,7 +56,6 @@ export class RateLimiter implements RateWindows {
     this.shared = cache?.kind === 'redis' ? cache : null;
     this.meter = this.shared === null ? null : (meter ?? null);
     if (this.meter !== null) this.meter.rates = this;
-    // On the embedded defaults the api's own in-process cache; beside Redis, one of its own.
     this.here = cache instanceof MemoryCache ? cache : new MemoryCache();
     this.windowMs = Math.max(1, settings.RATE_LIMIT_WINDOW_MS);
     // The tier twice in a key, as every replica has counted since the limit was shared.
@@ -78,10 +73,7 @@ export class RateLimiter implements RateWindows {
     };
   }
 
-  /**
-   * Takes one request from the credential's budget and the tool's, when one is named: decided at
-   * once in this process on the embedded defaults, else the promise of Redis's decision.
-   */
+  /** Takes one request from the credential's budget and the tool's: at once in-process, else a promise. */
   decide(tier: RateTier, credential: string, tool: string | null): RateDecision | Promise<RateDecision> {
     const now = Date.now();
     const resetMs = this.windowMs - (now % this.windowMs);
@@ -92,8 +84,7 @@ export class RateLimiter implements RateWindows {
     return this.shared.debitWindows(windows, 1).then(
       (result) => decision(windows, result, resetMs),
       (err: unknown) => {
-        // An outage (or a server that cannot take writes now) falls back to this process; Redis
-        // refusing the script is a bug to surface.
+        // An outage (or a server refusing writes) falls back to this process; a refused script is a bug.
         if (!(err instanceof CacheUnavailableError)) throw err;
         return decision(windows, this.here.debitWindowsNow(windows, 1), resetMs);
       },
@@ -147,11 +138,9 @@ interface RateLimitPluginDeps {
 }
 
 /**
- * Limits every product route, HTTP and MCP alike, in a preHandler (the MCP body parsed, its tool
- * known), after the caller hook (which declares `request.caller`). Every limited answer carries
- * RateLimit-* headers; a refusal is 429 with Retry-After in its channel's shape with `_service`.
- * A key the caller hook refused is limited as its client address, so made-up keys buy no fresh
- * budget. A callback hook: on the embedded defaults a request is decided without a promise.
+ * Limits every product route, HTTP and MCP, in a preHandler (the MCP tool known) after the caller hook,
+ * with RateLimit-* headers; a refusal is 429 with Retry-After in its channel's shape. A refused key is
+ * limited as its client address (made-up keys buy no budget). A callback hook: no promise when in-process.
  */
 export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
   const plugin: FastifyPluginAsync = async (app) => {
@@ -160,8 +149,7 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
       if (raw === null) return done();
       const caller: Caller | null = request.caller ?? request.callerRefused?.caller ?? null;
       if (caller === null) return done(new Error('the rate limit runs after the caller hook (callerPlugin)'));
-      // The path the router answers (it decodes %xx and ends at '#': /m%63p is /mcp), each
-      // spelling of a tool's path otherwise a budget of its own.
+      // The path the router answers (/m%63p is /mcp): each spelling of a tool's path would be a budget.
       const path = /[%#]/.test(raw) ? (request.routeOptions.url ?? raw) : raw;
       const tier: RateTier = caller.keyId === null ? 'anonymous' : caller.auth.tier;
       const tool = toolOf(path, request.body);

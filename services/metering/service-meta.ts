@@ -3,9 +3,8 @@ import { Plan } from '../../contracts/events.ts';
 import { QuotaSnapshot } from './snapshot.ts';
 
 /**
- * The `_service` block every response carries (field names follow the public peer). Auth outcome:
- * ABSENT (no Authorization), MALFORMED (not `Bearer <key-shaped token>`), UNKNOWN (not issued, or
- * revoked), INDETERMINATE (not checkable now), OK.
+ * The `_service` block every response carries (field names follow the public peer). Auth outcome: ABSENT
+ * (no Authorization), MALFORMED (not `Bearer <key>`), UNKNOWN (not issued, or revoked), INDETERMINATE, OK.
  */
 export const AuthBlock = z.object({
   outcome: z.enum(['ABSENT', 'MALFORMED', 'UNKNOWN', 'INDETERMINATE', 'OK']),

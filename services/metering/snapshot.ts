@@ -8,10 +8,7 @@ const WindowFigures = {
   resets_at: z.iso.datetime(),
 };
 
-/**
- * `_service.quota`: `remaining` is the tighter of month and day, `used`/`total`/`resets_at` the
- * month's; each window is also given whole (`monthly`, and `daily` on plans with a day cap).
- */
+/** `_service.quota`: `remaining` of the tighter window, the rest the month's; each window also whole. */
 export const QuotaSnapshot = z.object({
   ...WindowFigures,
   monthly: z.object(WindowFigures),

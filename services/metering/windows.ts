@@ -14,17 +14,15 @@ export interface QuotaSubject {
 export interface QuotaPeriod {
   day: string;
   month: string;
-  /** Unix ms at which the day / month window starts afresh. */
+  /** Unix ms at which the day / month window starts afresh, and as ISO times (the figures' `resets_at`). */
   dayResetsAt: number;
   monthResetsAt: number;
-  /** The same as ISO times: the figures' `resets_at`. */
   dayResetsAtIso: string;
   monthResetsAtIso: string;
 }
 
 /** Counters outlive their window by this much, so a clock slightly behind still finds them. */
 const EXPIRY_GRACE_MS = 60 * 60_000;
-
 /** A UTC day: no leap seconds in Unix time, so every day is this long. */
 const DAY_MS = 86_400_000;
 
@@ -103,10 +101,7 @@ const windowsBySubject = new Map<string, SubjectWindows>();
 /** Memos keyed by subject hold at most this many (a flood of callers costs a recompute, not memory). */
 export const REMEMBERED_SUBJECTS = 10_000;
 
-/**
- * The subject's windows at `now` under `plans`, made once per day and plan and shared (frozen) by
- * its calls: spelling and hashing fresh keys on every call showed in the keyed profiles.
- */
+/** A subject's windows at `now`, made once a day and plan, shared (frozen): fresh keys showed in profiles. */
 export function subjectWindows(subject: QuotaSubject, plans: PlanTable, now: number): SubjectWindows {
   const period = quotaPeriod(now);
   const limits = plans[subject.plan];

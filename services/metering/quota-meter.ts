@@ -311,14 +311,17 @@ export class QuotaMeter {
   }
 
   /**
-   * Takes one of the subject's requests prepaid in `windows`: their counts at the grant (prepaid requests
-   * count as spent, as every replica sees them), or null when its live lease holds none there.
+   * Takes one of the subject's requests of `tool` prepaid in the rate window ending at `end`: its
+   * windows and their counts at the grant (prepaid requests count as spent, as every replica sees
+   * them), or null when its live lease holds none there.
    */
-  takeRate(subjectId: string, windows: QuotaWindow[]): readonly number[] | null {
-    const rate = this.liveLease(subjectId)?.rate;
-    if (rate == null || rate.free === 0 || !sameWindows(rate.windows, windows)) return null;
+  takeRate(subjectId: string, tool: string, end: number): Readonly<RateUnits> | null {
+    const lease = this.liveLease(subjectId);
+    const rate = lease?.rate;
+    if (rate == null || rate.free === 0 || lease!.tool !== tool || rate.windows[0]!.expiresAt !== end)
+      return null;
     rate.free--;
-    return rate.counts;
+    return rate;
   }
 
   /**

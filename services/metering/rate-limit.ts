@@ -1,11 +1,6 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { MemoryCache } from '../../adapters/cache/memory.ts';
-import {
-  type Cache,
-  CacheUnavailableError,
-  type DebitResult,
-  type QuotaWindow,
-} from '../../adapters/cache/port.ts';
+import { type Cache, CacheUnavailableError, type QuotaWindow } from '../../adapters/cache/port.ts';
 import type { Config } from '../../contracts/config.ts';
 import { ERRORS, errorMessage } from '../../contracts/errors.ts';
 import type { Plan } from '../../contracts/events.ts';
@@ -39,8 +34,8 @@ export interface RateDecision {
  * Request-rate limits per credential, and per credential and tool, in fixed windows aligned on the clock
  * (every replica and this process's stand-in agree where one ends). Counted on Redis (a turn's requests in
  * one script call), in this process on the embedded defaults and while Redis is out of reach: an outage
- * neither opens the gate nor closes the service. A refused request takes from no budget. On Redis a busy
- * key's requests come out of its quota lease's grants (QuotaMeter.rates): no round trip.
+ * neither opens the gate nor closes the service. A refused request takes from no budget. A busy key's tool
+ * calls come out of its quota lease's grants (QuotaMeter.rates): no round trip, no count per request.
  */
 export class RateLimiter implements RateWindows {
   private readonly windowMs: number;
@@ -49,12 +44,12 @@ export class RateLimiter implements RateWindows {
   /** Redis (null on the embedded defaults), and this process's counts. */
   private readonly shared: Cache | null;
   private readonly here: MemoryCache;
-  /** The quota meter whose leases prepay requests on Redis. */
+  /** The quota meter whose leases prepay requests. */
   private readonly meter: QuotaMeter | null;
 
   constructor(settings: RateLimitSettings, cache: Cache | null, meter?: QuotaMeter) {
     this.shared = cache?.kind === 'redis' ? cache : null;
-    this.meter = this.shared === null ? null : (meter ?? null);
+    this.meter = meter ?? null;
     if (this.meter !== null) this.meter.rates = this;
     this.here = cache instanceof MemoryCache ? cache : new MemoryCache();
     this.windowMs = Math.max(1, settings.RATE_LIMIT_WINDOW_MS);
@@ -77,9 +72,11 @@ export class RateLimiter implements RateWindows {
   decide(tier: RateTier, credential: string, tool: string | null): RateDecision | Promise<RateDecision> {
     const now = Date.now();
     const resetMs = this.windowMs - (now % this.windowMs);
+    // A busy key's tool call: out of its quota lease when the lease holds one (no count here).
+    const prepaid = tool === null ? null : this.meter?.takeRate(credential, tool, now + resetMs - 1);
+    if (prepaid)
+      return decision(prepaid.windows, { ok: true, counts: prepaid.counts, refusedBy: null }, resetMs);
     const windows = this.windowsAt(tier, credential, tool, now);
-    const prepaid = this.meter?.takeRate(credential, windows);
-    if (prepaid) return decision(windows, { ok: true, counts: [...prepaid], refusedBy: null }, resetMs);
     if (this.shared === null) return decision(windows, this.here.debitWindowsNow(windows, 1), resetMs);
     return this.shared.debitWindows(windows, 1).then(
       (result) => decision(windows, result, resetMs),
@@ -108,7 +105,11 @@ export class RateLimiter implements RateWindows {
 }
 
 /** The headers speak of the budget that refused, else of the one with the least left. */
-function decision(windows: QuotaWindow[], result: DebitResult, resetMs: number): RateDecision {
+function decision(
+  windows: QuotaWindow[],
+  result: { ok: boolean; counts: readonly number[]; refusedBy: number | null },
+  resetMs: number,
+): RateDecision {
   if (!result.ok) return { allowed: false, limit: windows[result.refusedBy!]!.limit, remaining: 0, resetMs };
   let tightest = 0;
   for (let i = 1; i < windows.length; i++)

@@ -3,7 +3,7 @@
  * mechanism? Two copies of the real service run side by side, the same in every setting but the
  * lease: `leased` with the deployed defaults (QUOTA_LEASE_MS, QUOTA_LEASE_MAX_UNITS), `per-call`
  * with QUOTA_LEASE_MS=0, so each keyed call is debited on the shared counters and recorded on the
- * log by its own append (the store groups a turn's appends). On Redis the leased side's grants also prepay the
+ * log by its own append (the store groups a turn's appends). The leased side's grants also prepay the
  * rate limit's requests; the per-call side takes each request in the turn's one script (pipelined). The same keyed MCP `tools/call` load is sent to each in alternating rounds
  * (autocannon in its own process), on the embedded defaults and on Redis, from one key and from
  * 128 keys (a session each). Printed per side: calls/s, the main thread's CPU per call and the

@@ -1,5 +1,6 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import type { Logger } from 'pino';
+import type { DebitResult } from '../../adapters/cache/port.ts';
 import { type Cache, CounterStateLostError, type QuotaWindow } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { newEventId } from '../../contracts/event-id.ts';
@@ -26,13 +27,15 @@ export interface QuotaObserver {
 export interface RateWindows {
   /** The windows a subject's requests of `tool` are counted in at `now`, ending together. */
   windowsOf(subject: QuotaSubject, tool: string, now: number): QuotaWindow[];
+  /** The tier a subject's requests are limited as (its plan, or anonymous). */
+  tierOf(subject: QuotaSubject): string;
 }
 
-/** A lease tool's requests prepaid in rate windows; `counts`: theirs after the grant, all prepaid counted. */
+/** A lease tool's requests prepaid in rate windows; `granted`: their debit, its counts with all prepaid. */
 interface RateUnits {
   windows: QuotaWindow[];
   free: number;
-  counts: readonly number[];
+  granted: DebitResult;
 }
 
 export interface LeaseOptions {
@@ -87,6 +90,8 @@ class QuotaLease {
   counts: readonly number[] = [];
   /** Its tool's requests prepaid in the rate limit's window of its last grant. */
   rate: RateUnits | null = null;
+  /** A request of its tool asked for its rate units since its last grant: prepaying them may serve one. */
+  rateAsked = false;
 
   constructor(
     /** The tool of the call that opened it: its grants and give-back are recorded under it. */
@@ -298,28 +303,28 @@ export class QuotaMeter {
    * of a window's limit and of what its last grant left there. Best effort: else each request is debited.
    */
   private async grantRate(lease: QuotaLease, units: number): Promise<void> {
-    if (this.rates === null) return;
+    if (this.rates === null || lease.ending !== null || !lease.rateAsked) return;
+    lease.rateAsked = false;
     const windows = this.rates.windowsOf(lease.at.subject, lease.tool, this.now());
     const kept = lease.rate !== null && sameWindows(lease.rate.windows, windows) ? lease.rate : null;
-    let share = Math.floor(left(windows, kept?.counts ?? windows.map(() => 0)) / LEASE_SHARE);
+    let share = Math.floor(left(windows, kept?.granted.counts ?? windows.map(() => 0)) / LEASE_SHARE);
     for (const { limit } of windows) share = Math.min(share, Math.floor(limit / LEASE_SHARE));
     const n = Math.min(units, share - (kept?.free ?? 0));
     if (n < MIN_UNITS) return;
     const result = await this.deps.cache.debitWindows(windows, n).catch(() => null);
     // An ended lease's give-back waits for this grant, and gives these back too.
-    if (result?.ok) lease.rate = { windows, free: n + (kept?.free ?? 0), counts: result.counts };
+    if (result?.ok) lease.rate = { windows, free: n + (kept?.free ?? 0), granted: result };
   }
 
-  /**
-   * Takes one of the subject's requests of `tool` prepaid in the rate window ending at `end`: its
-   * windows and their counts at the grant (prepaid requests count as spent, as every replica sees
-   * them), or null when its live lease holds none there.
-   */
-  takeRate(subjectId: string, tool: string, end: number): Readonly<RateUnits> | null {
+  /** Takes one of the subject's requests of `tool` prepaid in the window ending at `end`: its windows and
+   *  counts at the grant (prepaid ones count as spent), or null when its live lease holds none there. */
+  takeRate(subjectId: string, tier: string, tool: string, end: number): Readonly<RateUnits> | null {
     const lease = this.liveLease(subjectId);
-    const rate = lease?.rate;
-    if (rate == null || rate.free === 0 || lease!.tool !== tool || rate.windows[0]!.expiresAt !== end)
-      return null;
+    // Of its plan only: a request under a new plan is counted in that plan's windows.
+    if (lease?.tool !== tool || this.rates!.tierOf(lease.at.subject) !== tier) return null;
+    lease.rateAsked = true;
+    const { rate } = lease;
+    if (rate === null || rate.free === 0 || rate.windows[0]!.expiresAt !== end) return null;
     rate.free--;
     return rate;
   }
@@ -332,9 +337,9 @@ export class QuotaMeter {
     await lease.granting;
     const { at, tool, rate } = lease;
     lease.rate = null;
-    // Unused requests go back to their rate window unless it is about to end: a give-back that
-    // reached the next window's counter would give its budget away. Best effort: kept, they lapse.
-    if (rate !== null && rate.free > 0 && rate.windows[0]!.expiresAt - this.now() > 1_000) {
+    // Unused requests go back unless their window ends within the clocks' allowed skew (5 s, as landed's):
+    // one that reached the next window's counter would give its budget away. Else they lapse with it.
+    if (rate !== null && rate.free > 0 && rate.windows[0]!.expiresAt - this.now() > 5_000) {
       const keys = rate.windows.map((w) => w.key);
       await this.deps.cache.releaseWindows(keys, rate.free).catch(() => {});
     }

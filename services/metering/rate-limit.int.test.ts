@@ -196,9 +196,9 @@ describe.runIf(run)('a busy key’s requests come out of its quota lease', () =>
     const meter = new QuotaMeter({ cache, store: new MemoryEventStore(), plans, lease: { ms: 1_000 } });
     const limiter = new RateLimiter({ ...settings, RATE_LIMIT_PRO: pro }, cache, meter);
     /** One keyed call: its rate decision (the preHandler), then its quota debit when allowed. */
-    const call = async (subject: QuotaSubject) => {
-      const decision = await limiter.decide('pro', subject.id, 'get_trade_call');
-      if (decision.allowed) expect((await meter.debit(subject, 'get_trade_call')).ok).toBe(true);
+    const call = async (subject: QuotaSubject, tool: string | null = 'get_trade_call') => {
+      const decision = await limiter.decide('pro', subject.id, tool);
+      if (decision.allowed) expect((await meter.debit(subject, tool ?? 'search')).ok).toBe(true);
       return decision;
     };
     return { meter, call };
@@ -214,7 +214,10 @@ describe.runIf(run)('a busy key’s requests come out of its quota lease', () =>
       async () => {
         const cache = await connect('rllease');
         const scripts = recordScript(cache, 'signalDebitMany');
-        return { cache, counts: () => scripts.args.filter((args) => args[0] === 0).length };
+        // Rate debits go in scripts without the quota's marker key (0 keys): their third argument counts them.
+        const debits = () =>
+          scripts.args.filter((args) => args[0] === 0).reduce((n, args) => n + Number(args[2]), 0);
+        return { cache, counts: debits };
       },
     ],
     [
@@ -259,8 +262,25 @@ describe.runIf(run)('a busy key’s requests come out of its quota lease', () =>
     },
   );
 
+  it.each(caches)(
+    'prepays none %s for a key busy on requests without a tool, which never ask for them',
+    async (_, open) => {
+      const { cache, counts } = await open();
+      try {
+        const { meter, call } = replica(cache, 1_000_000);
+        const subject: QuotaSubject = { id: `k-${randomUUID()}`, kind: 'key', plan: 'pro' };
+        for (let i = 0; i < 100; i++) expect((await call(subject, null)).allowed).toBe(true);
+        expect(counts()).toBe(100);
+        expect(await cache.readWindows([`rl:pro:all:pro:${subject.id}`])).toEqual([100]);
+        await meter.stop();
+      } finally {
+        await cache.close();
+      }
+    },
+  );
+
   it('two replicas prepaying one key never pass its limit, and their give-backs leave what was served', async () => {
-    const cache = await connect('rllease');
+    const { cache, counts } = await caches[0]![1]();
     try {
       // 400 a window: 200 for the tool, so each grant prepays at most 12 (1/16 of the limit).
       const a = replica(cache, 400);
@@ -274,6 +294,8 @@ describe.runIf(run)('a busy key’s requests come out of its quota lease', () =>
       // Units one replica holds unused are refused to the other: fewer than 200 may be served, never more.
       expect(allowed).toBeLessThanOrEqual(200);
       expect(allowed).toBeGreaterThanOrEqual(200 - 2 * 12);
+      // Prepaid requests were taken: fewer counts than the 300 requests.
+      expect(counts()).toBeLessThan(300);
       await Promise.all([a.meter.stop(), b.meter.stop()]);
       const [, tool] = await counters(cache, subject);
       expect(tool).toBe(allowed);

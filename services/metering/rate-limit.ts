@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { MemoryCache } from '../../adapters/cache/memory.ts';
+import type { DebitResult } from '../../adapters/cache/port.ts';
 import { type Cache, CacheUnavailableError, type QuotaWindow } from '../../adapters/cache/port.ts';
 import type { Config } from '../../contracts/config.ts';
 import { ERRORS, errorMessage } from '../../contracts/errors.ts';
@@ -51,6 +52,8 @@ export class RateLimiter implements RateWindows {
     this.shared = cache?.kind === 'redis' ? cache : null;
     this.meter = meter ?? null;
     if (this.meter !== null) this.meter.rates = this;
+    // On the embedded defaults the api's own cache, the one the meter's leases prepay requests on (two
+    // would give each key two budgets); beside Redis, one of its own for an outage.
     this.here = cache instanceof MemoryCache ? cache : new MemoryCache();
     this.windowMs = Math.max(1, settings.RATE_LIMIT_WINDOW_MS);
     // The tier twice in a key, as every replica has counted since the limit was shared.
@@ -72,10 +75,8 @@ export class RateLimiter implements RateWindows {
   decide(tier: RateTier, credential: string, tool: string | null): RateDecision | Promise<RateDecision> {
     const now = Date.now();
     const resetMs = this.windowMs - (now % this.windowMs);
-    // A busy key's tool call: out of its quota lease when the lease holds one (no count here).
-    const prepaid = tool === null ? null : this.meter?.takeRate(credential, tool, now + resetMs - 1);
-    if (prepaid)
-      return decision(prepaid.windows, { ok: true, counts: prepaid.counts, refusedBy: null }, resetMs);
+    const prepaid = tool === null ? null : this.meter?.takeRate(credential, tier, tool, now + resetMs - 1);
+    if (prepaid) return decision(prepaid.windows, prepaid.granted, resetMs);
     const windows = this.windowsAt(tier, credential, tool, now);
     if (this.shared === null) return decision(windows, this.here.debitWindowsNow(windows, 1), resetMs);
     return this.shared.debitWindows(windows, 1).then(
@@ -90,7 +91,11 @@ export class RateLimiter implements RateWindows {
 
   /** A quota subject's windows for its lease's requests (RateWindows): keyed by plan, else anonymous. */
   windowsOf(subject: QuotaSubject, tool: string, now: number): QuotaWindow[] {
-    return this.windowsAt(subject.kind === 'key' ? subject.plan : 'anonymous', subject.id, tool, now);
+    return this.windowsAt(this.tierOf(subject), subject.id, tool, now);
+  }
+
+  tierOf(subject: QuotaSubject): RateTier {
+    return subject.kind === 'key' ? subject.plan : 'anonymous';
   }
 
   /** The credential's window and, for a tool, its share: both ending with the window of `now`. */
@@ -105,11 +110,7 @@ export class RateLimiter implements RateWindows {
 }
 
 /** The headers speak of the budget that refused, else of the one with the least left. */
-function decision(
-  windows: QuotaWindow[],
-  result: { ok: boolean; counts: readonly number[]; refusedBy: number | null },
-  resetMs: number,
-): RateDecision {
+function decision(windows: QuotaWindow[], result: DebitResult, resetMs: number): RateDecision {
   if (!result.ok) return { allowed: false, limit: windows[result.refusedBy!]!.limit, remaining: 0, resetMs };
   let tightest = 0;
   for (let i = 1; i < windows.length; i++)

@@ -308,7 +308,7 @@ export function renderReport(input: ReportInput): string {
   const volEra = input.vol.filter((v) => v.kind === 'era 2022');
   const eraCovered = volEra.filter((v) => Math.abs(v.score.coverage.value - v.score.nominal) <= 0.05);
   L.push(
-    `- Volatility forecast: rank correlation with realised volatility above the trailing-volatility baseline's on ${beatTrailing.length} of ${volMain.length} (set, timeframe) rows of the test months (block interval above 0 on ${volMain.filter((v) => v.score.gain.dayBlock.low > 0).length}); 80 % band coverage within ±5 points of nominal on ${covered.length} of ${volMain.length} test-month rows${volEra.length > 0 ? ` and ${eraCovered.length} of ${volEra.length} 2022-era rows` : ''}.`,
+    `- Volatility forecast: rank correlation with realised volatility above the trailing-volatility baseline's on ${beatTrailing.length} of ${volMain.length} (set, timeframe) rows of the test months (block interval above 0 on ${volMain.filter((v) => v.score.gain.dayBlock.low > 0).length}); 80 % band coverage at its fitted width (before its adaptive scale) within ±5 points of nominal on ${covered.length} of ${volMain.length} test-month rows${volEra.length > 0 ? ` and ${eraCovered.length} of ${volEra.length} 2022-era rows` : ''}.`,
   );
   if (input.risk.rows.length > 0) {
     const rows = input.risk.rows;
@@ -317,8 +317,13 @@ export function renderReport(input: ReportInput): string {
     );
     const below = (k: 'ewma' | 'garch' | 'harRv') =>
       rows.filter((r) => r.score.qlikeVs[k].value !== null && r.score.qlikeVs[k].value! < 0).length;
+    const covered3 = rows.filter(
+      (r) =>
+        r.score.coverage.value !== null &&
+        Math.abs(r.score.coverage.value - input.volTable.bandCoverage) <= 0.03,
+    );
     L.push(
-      `- Risk forecast (next candle, ${settings.horizon} candles, one day; docs/evaluation-risk.md): σ served ÷ realised within 0.9–1.1 on ${level.length} of ${rows.length} distinct (set, timeframe, horizon) rows of the test months; QLIKE below RiskMetrics EWMA on ${below('ewma')}, GARCH(1,1) on ${below('garch')}, HAR-RV on ${below('harRv')} of ${rows.length}.`,
+      `- Risk forecast (next candle, ${settings.horizon} candles, one day; docs/evaluation-risk.md): σ served ÷ realised within 0.9–1.1 on ${level.length} of ${rows.length} distinct (set, timeframe, horizon) rows of the test months; the served band's coverage within ±3 points of nominal on ${covered3.length}; QLIKE below RiskMetrics EWMA on ${below('ewma')}, GARCH(1,1) on ${below('garch')}, HAR-RV on ${below('harRv')} of ${rows.length}.`,
     );
   }
   if (input.labels.length > 0) {
@@ -440,6 +445,10 @@ export function renderReport(input: ReportInput): string {
   }
 
   L.push('## Volatility forecast and expected-move band', '');
+  L.push(
+    "The six-candle band at its fitted width, before each market's adaptive scale (BandScale); the band as served, scaled, is scored in the risk desk's table below (its verdict rows).",
+    '',
+  );
   L.push(...volTable(input.vol), '');
   if (input.risk.rows.length > 0) {
     L.push(
@@ -537,7 +546,7 @@ export function renderReport(input: ReportInput): string {
   const volFail = input.vol.filter((v) => Math.abs(v.score.coverage.value - v.score.nominal) > 0.05);
   if (volFail.length > 0) {
     L.push(
-      `- Band coverage missed ±5 points on ${volFail.map((v) => `${v.kind}:${v.timeframe} (${pct(v.score.coverage.value)}, ${v.score.points} points)`).join(', ')}.`,
+      `- The six-candle band at its fitted width (before its adaptive scale) missed ±5 points on ${volFail.map((v) => `${v.kind}:${v.timeframe} (${pct(v.score.coverage.value)}, ${v.score.points} points)`).join(', ')}.`,
     );
   }
   if (input.carry) {

@@ -1,6 +1,7 @@
 import { type Candle, TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
 import type { RiskHorizonKey, VolatilityModel } from '../../../contracts/signals.ts';
 import {
+  BandScale,
   bandFor,
   dayCandles,
   EwmaVariances,
@@ -519,6 +520,35 @@ export interface Lift {
   high: number | null;
 }
 
+/**
+ * A coin's band scale at each close (BandScale), fed as a market state feeds it: from the first close
+ * with EWMA variances, every close, with the band served there (none where the model's hourly input is
+ * missing).
+ */
+export function bandScales(
+  s: DeskSeries,
+  model: VolatilityModel,
+  h: number,
+  perp: boolean,
+  miss: number,
+): Float64Array {
+  const scales = new Float64Array(s.close.length).fill(1);
+  const band = bandFor(model, perp);
+  const fold = new BandScale(h, miss);
+  for (let i = 0; i < s.close.length; i++) {
+    if (Number.isNaN(s.v0[i]!)) continue;
+    const hourly = s.hourly[i]!;
+    if (model.hourly !== undefined && Number.isNaN(hourly)) {
+      scales[i] = fold.push(s.close[i]!, null, null);
+      continue;
+    }
+    const vars = [s.v0[i]!, s.v1[i]!, s.v2[i]!];
+    const sigma = Math.sqrt(forecastVarianceOf(model, vars, h, hourly, utcHour(s.closeTime[i]!)));
+    scales[i] = fold.push(s.close[i]!, band.low * sigma, band.high * sigma);
+  }
+  return scales;
+}
+
 export interface DeskScore {
   points: number;
   sigmaRatio: Lift;
@@ -545,6 +575,7 @@ export function scoreDesk(
   to: number,
   resamples = 200,
   perp = false,
+  miss = 0.2,
 ): DeskScore {
   const h = fit.candles;
   // A perpetual venue's band is the spot fit's scaled by perpBandScale, as the service serves it.
@@ -558,6 +589,7 @@ export function scoreDesk(
     const s = c.series;
     const cumRv = prefix(s.rv);
     const vars = [0, 0, 0];
+    const scale = bandScales(s, fit.service, h, perp, miss);
     for (const i of closes(
       s,
       h,
@@ -592,7 +624,7 @@ export function scoreDesk(
       b.n++;
       b.served2 += service;
       b.realised2 += logReturn * logReturn;
-      if (logReturn >= band.low * sigma && logReturn <= band.high * sigma) b.inside++;
+      if (logReturn >= band.low * sigma * scale[i]! && logReturn <= band.high * sigma * scale[i]!) b.inside++;
       if (logReturn >= fit.freeBand.low * free && logReturn <= fit.freeBand.high * free) b.freeInside++;
       const forecasts = [service, ewma, garchH, harRv];
       for (let k = 0; k < 4; k++) {

@@ -17,6 +17,7 @@ import {
   utcHour,
 } from '../signals/volatility.ts';
 import {
+  bandScales,
   deskHorizons,
   deskSeries,
   fitDesk,
@@ -170,6 +171,43 @@ describe('fine variance', () => {
   });
 });
 
+describe('adaptive band scale', () => {
+  it('brings a band fitted too narrow, or too wide, to its nominal miss share on real candles', () => {
+    const tf = '15m' as const;
+    const series = m5.map((c) => deskSeries(aggregateCandles(c, '5m', tf), tf, c));
+    const { coins } = prepareCoins(series, split);
+    const fit = fitDesk(coins, tf, { key: 'verdict', candles: 6 }, split, 0.8)!;
+    for (const factor of [0.5, 2]) {
+      const model = {
+        ...fit.service,
+        bandLow: fit.service.bandLow * factor,
+        bandHigh: fit.service.bandHigh * factor,
+      };
+      let scaledMisses = 0;
+      let fixedMisses = 0;
+      let n = 0;
+      for (const s of series) {
+        const scales = bandScales(s, model, 6, false, 0.2);
+        // The second half of each coin's closes: the scale has had its first half to settle.
+        for (let i = Math.floor(s.close.length / 2); i + 6 < s.close.length; i++) {
+          const vars = [s.v0[i]!, s.v1[i]!, s.v2[i]!];
+          const sigma = Math.sqrt(forecastVarianceOf(model, vars, 6, s.hourly[i], utcHour(s.closeTime[i]!)));
+          const r = Math.log(s.close[i + 6]! / s.close[i]!);
+          const outside = (k: number) => r < model.bandLow * sigma * k || r > model.bandHigh * sigma * k;
+          if (outside(scales[i]!)) scaledMisses++;
+          if (outside(1)) fixedMisses++;
+          n++;
+        }
+      }
+      expect(n).toBeGreaterThan(5_000);
+      // Unscaled, the band misses far from 20 % (half as wide: about half the closes; twice: a few).
+      expect(Math.abs(fixedMisses / n - 0.2)).toBeGreaterThan(0.1);
+      expect(scaledMisses / n).toBeGreaterThan(0.17);
+      expect(scaledMisses / n).toBeLessThan(0.23);
+    }
+  });
+});
+
 describe('GARCH(1,1) fit', () => {
   it('recovers α and β of a simulated series', () => {
     const rnd = lcg(11);
@@ -279,8 +317,14 @@ describe('risk desk on real candles', () => {
         s.hourly[last],
         utcHour(s.closeTime[last]!),
       );
-      expect(served.find((r) => r.horizon === row.key)!.expected_move_pct).toBe(100 * Math.sqrt(scored));
+      const spotRow = served.find((r) => r.horizon === row.key)!;
+      expect(spotRow.expected_move_pct).toBe(100 * Math.sqrt(scored));
       if (row.key === 'verdict') expect(state.volForecastVariance).toBe(scored);
+      // The band's width as the evaluator scales it (BandScale, fed every close of the same candles).
+      const scale = bandScales(s, row.model, row.candles, false, 0.2)[last]!;
+      expect(scale).not.toBe(1);
+      const sigma = Math.sqrt(scored);
+      expect(spotRow.band_low).toBeCloseTo(s.close[last]! * Math.exp(row.model.bandLow * sigma * scale), 6);
     }
     // A perpetual venue serves the same σ with the band scaled by perpBandScale, in the risk
     // forecast and in a trade call's volatility alike (as scoreDesk scores its perp rows).
@@ -304,8 +348,10 @@ describe('risk desk on real candles', () => {
       const perpRow = perpServed.find((r) => r.horizon === row.key)!;
       const sigma = spotRow.expected_move_pct / 100;
       expect(perpRow.expected_move_pct).toBe(spotRow.expected_move_pct);
-      expect(perpRow.band_low).toBe(close * Math.exp(row.model.bandLow * k * sigma));
-      expect(perpRow.band_high).toBe(close * Math.exp(row.model.bandHigh * k * sigma));
+      const perpModel = perpRisk.find((r) => r.key === row.key)!.model;
+      const scale = bandScales(s, perpModel, row.candles, true, 0.2)[last]!;
+      expect(perpRow.band_low).toBeCloseTo(close * Math.exp(row.model.bandLow * k * sigma * scale), 6);
+      expect(perpRow.band_high).toBeCloseTo(close * Math.exp(row.model.bandHigh * k * sigma * scale), 6);
     }
     const vol = stateVolatility(perpState);
     const verdictRow = perpServed.find((r) => r.horizon === 'verdict')!;

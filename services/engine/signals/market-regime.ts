@@ -29,5 +29,7 @@ export function stateVolatility(state: MarketState): VolatilityForecast {
     r.close,
     r.volPercentile,
     state.exchange,
+    // The verdict horizon's risk row is this model's (the evaluator's withRisk): the same band, scaled alike.
+    r.volBandScales[state.riskRows.rows.findIndex((row) => row.key === 'verdict')] ?? 1,
   );
 }

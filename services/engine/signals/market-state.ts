@@ -27,13 +27,18 @@ import { DEFAULT_REGIME_OPTIONS, type RegimeOptions, type RegimeState, stepRegim
 import { RollingPercentile } from './rolling-percentile.ts';
 import { Lagged, RollingExtreme, RollingMean } from './rolling-window.ts';
 import {
+  BandScale,
+  bandFor,
   EwmaVariances,
   FineVariance,
   forecastVarianceOf,
   HourlyVariance,
   hasFine,
   hasHourly,
+  isPerpVenue,
   modelFor,
+  type RiskRow,
+  riskRows,
   utcHour,
 } from './volatility.ts';
 
@@ -118,6 +123,8 @@ export interface Readings {
   volHourly: number | null;
   /** Rank (0–100) of the current volatility forecast in its rolling window. */
   volPercentile: number | null;
+  /** Each risk horizon's band scale at this close (riskRows order; BandScale), empty while warming up. */
+  volBandScales: readonly number[];
 }
 
 const pct = (v: number | null) => (v === null ? null : v * 100);
@@ -181,6 +188,9 @@ export class MarketState {
   #volModel: { model: VolatilityModel; timeframe: Timeframe } | null = null;
   /** Forecast variance at the latest close, null while the EWMA variances warm up. */
   #volForecastVariance: number | null = null;
+  #riskRows: { timeframe: Timeframe; rows: RiskRow[] } | null = null;
+  /** Each risk horizon's band scale, fed from the first close with variances. */
+  #bandScales: BandScale[] | null = null;
 
   #readings: Readings | null = null;
   #regime: RegimeState | null = null;
@@ -236,6 +246,12 @@ export class MarketState {
   get volatilityModel(): { model: VolatilityModel; timeframe: Timeframe } {
     this.#volModel ??= modelFor(this.#volatility, this.timeframe);
     return this.#volModel;
+  }
+
+  /** The risk forecast's horizons on this market (riskRows), resolved on first use. */
+  get riskRows(): { timeframe: Timeframe; rows: RiskRow[] } {
+    this.#riskRows ??= riskRows(this.#volatility, this.timeframe, this.volatilityModel);
+    return this.#riskRows;
   }
 
   /** Forecast variance of the H-candle log return at the latest close, null while warming up. */
@@ -404,7 +420,24 @@ export class MarketState {
       volVariances: variances === null ? null : [variances[0]!, variances[1]!, variances[2]!],
       volHourly: hourly,
       volPercentile,
+      volBandScales: variances === null ? [] : this.#bandScalesAt(close, variances, hourly, candle.openTime),
     };
+  }
+
+  /** Feeds each risk horizon's band scale the band it serves at this close; their scales for it. */
+  #bandScalesAt(close: number, variances: readonly number[], hourly: number | null, openTime: number) {
+    const { rows } = this.riskRows;
+    const miss = 1 - this.#volatility.bandCoverage;
+    this.#bandScales ??= rows.map((row) => new BandScale(row.candles, miss));
+    const perp = isPerpVenue(this.exchange);
+    const hour = utcHour(openTime + this.#tfMs);
+    return rows.map(({ model, candles }, i) => {
+      const scale = this.#bandScales![i]!;
+      if (model.hourly !== undefined && hourly === null) return scale.push(close, null, null);
+      const sigma = Math.sqrt(forecastVarianceOf(model, variances, candles, hourly, hour));
+      const band = bandFor(model, perp);
+      return scale.push(close, band.low * sigma, band.high * sigma);
+    });
   }
 
   /**

@@ -1,14 +1,13 @@
 import { TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
-import type { RiskHorizonKey, VolatilityModel, VolatilityTable } from '../../../contracts/signals.ts';
+import type { RiskHorizonKey, VolatilityTable } from '../../../contracts/signals.ts';
 import { InsufficientHistoryError } from './errors.ts';
 import type { MarketState } from './market-state.ts';
-import { bandFor, dayCandles, forecastVarianceOf, isPerpVenue, utcHour } from './volatility.ts';
+import { bandFor, forecastVarianceOf, isPerpVenue, utcHour } from './volatility.ts';
 
 /**
  * The risk forecast as an answer of its own: expected move and band over the next candle, the
- * verdict's horizon and one UTC day, from the per-horizon models `npm run evaluate` fitted on the
- * training months (volatility.json `risk`). A table without them (older ones) serves the verdict
- * horizon alone.
+ * verdict's horizon and one UTC day (riskRows), each band's width scaled by its market's recent
+ * misses (BandScale).
  */
 
 export interface RiskHorizonValue {
@@ -22,52 +21,35 @@ export interface RiskHorizonValue {
   model_timeframe: Timeframe;
 }
 
-function models(
-  table: VolatilityTable,
-  timeframe: Timeframe,
-): { timeframe: Timeframe; rows: { key: RiskHorizonKey; model: VolatilityModel }[] } | null {
-  const tf = table.risk?.[timeframe] ? timeframe : table.fallback[timeframe];
-  const rows = tf === undefined ? undefined : table.risk?.[tf];
-  if (tf === undefined || rows === undefined) return null;
-  return { timeframe: tf, rows: rows.map((r) => ({ key: r.key, model: r.model })) };
-}
-
-/** Candles of each horizon on the market's own timeframe (a fallback model keeps the market's day). */
-function candlesOf(key: RiskHorizonKey, timeframe: Timeframe, verdictHorizon: number): number {
-  return key === 'next' ? 1 : key === 'verdict' ? verdictHorizon : dayCandles(timeframe);
-}
-
 export function computeRiskHorizons(state: MarketState): RiskHorizonValue[] {
   const r = state.snapshot();
   if (r === null || r.volVariances === null) {
     throw new InsufficientHistoryError(state.key, state.candleCount, ['volatility']);
   }
   const table = state.volatility;
-  const found = models(table, state.timeframe);
-  const verdictHorizon = table.horizonCandles;
-  const rows = found?.rows ?? [{ key: 'verdict' as const, model: state.volatilityModel.model }];
-  const modelTf = found?.timeframe ?? state.volatilityModel.timeframe;
+  const { timeframe: modelTf, rows } = state.riskRows;
   const out: RiskHorizonValue[] = [];
   const hour = utcHour(state.lastCloseTime!);
   const perp = isPerpVenue(state.exchange);
-  for (const { key, model } of rows) {
-    const candles = candlesOf(key, state.timeframe, verdictHorizon);
+  rows.forEach(({ key, model, candles }, i) => {
     if (model.hourly !== undefined && r.volHourly === null) {
       throw new InsufficientHistoryError(state.key, state.candleCount, ['volatility']);
     }
-    const sigma = Math.sqrt(forecastVarianceOf(model, r.volVariances, candles, r.volHourly, hour));
+    const sigma = Math.sqrt(forecastVarianceOf(model, r.volVariances!, candles, r.volHourly, hour));
+    // The band's width as its market's recent misses have scaled it (BandScale).
     const band = bandFor(model, perp);
+    const scale = r.volBandScales[i] ?? 1;
     out.push({
       horizon: key,
       candles,
       hours: (candles * TIMEFRAME_MS[state.timeframe]) / 3_600_000,
       expected_move_pct: 100 * sigma,
       band_coverage: table.bandCoverage,
-      band_low: r.close * Math.exp(band.low * sigma),
-      band_high: r.close * Math.exp(band.high * sigma),
+      band_low: r.close * Math.exp(band.low * sigma * scale),
+      band_high: r.close * Math.exp(band.high * sigma * scale),
       model_timeframe: modelTf,
     });
-  }
+  });
   return out;
 }
 
@@ -95,4 +77,4 @@ export function regimeConfidenceMeaning(confidence: number, regime: string): str
 }
 
 export const RISK_EVIDENCE =
-  'Fitted before the test months and scored out of sample on every closed candle against RiskMetrics EWMA, GARCH(1,1), HAR-RV and a free trailing band: σ served ÷ realised within 0.9–1.1 on 37 of 41 timeframe × horizon rows, 80 % band coverage 68.8–80.7 %, QLIKE below EWMA and HAR-RV on 40 of 41 rows and below GARCH(1,1) on 23 (on 5 with its interval below 0, on none above) (docs/evaluation-risk.md).';
+  'Fitted before the test months and scored out of sample on every closed candle against RiskMetrics EWMA, GARCH(1,1), HAR-RV and a free trailing band: σ served ÷ realised within 0.9–1.1 on 37 of 41 timeframe × horizon rows, 80 % band coverage 72.7–80.3 % (its width adapting to each market’s recent misses), QLIKE below EWMA and HAR-RV on 40 of 41 rows and below GARCH(1,1) on 23 (on 5 with its interval below 0, on none above) (docs/evaluation-risk.md).';

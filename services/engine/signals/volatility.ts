@@ -1,5 +1,6 @@
 import { type Exchange, TIMEFRAME_MS, type Timeframe, venueKind } from '../../../contracts/market.ts';
 import {
+  type RiskHorizonKey,
   type VolatilityForecast,
   type VolatilityModel,
   type VolatilityTable,
@@ -324,10 +325,59 @@ export function bandFor(model: VolatilityModel, perp: boolean): { low: number; h
   return { low: model.bandLow * k, high: model.bandHigh * k };
 }
 
+/**
+ * How far one resolved forecast moves a band's log scale (BandScale). Chosen on the inner fold (fit
+ * before 2025-04-01, scored to 2025-06-01) among 0.005, 0.02, 0.05 and 0.1 by the most rows with
+ * coverage within ±3 points (38 of 41 without; 39, 40, 40, 40), ties to the smaller step.
+ */
+export const BAND_STEP = 0.02;
+
+/**
+ * A risk band's adaptive width on one market and horizon (adaptive conformal inference, Gibbs and
+ * Candès 2021, on the band's scale): when the forecast made `candles` closes ago resolves, the log
+ * scale moves by BAND_STEP × (1 if that close's band missed, else 0, less the nominal miss rate), so
+ * the share of misses tends to the nominal one whatever the market does after the training months.
+ * Fed every close, in order, with the band it serves there (null: none).
+ */
+export class BandScale {
+  #logScale = 0;
+  #at = 0;
+  readonly #close: Float64Array;
+  readonly #low: Float64Array;
+  readonly #high: Float64Array;
+
+  constructor(
+    readonly candles: number,
+    private readonly miss: number,
+  ) {
+    this.#close = new Float64Array(candles);
+    this.#low = new Float64Array(candles).fill(Number.NaN);
+    this.#high = new Float64Array(candles);
+  }
+
+  /** Resolves the forecast of `candles` closes ago; returns the scale of this close's band (log-return edges). */
+  push(close: number, low: number | null, high: number | null): number {
+    const slot = this.#at++ % this.candles;
+    const from = this.#low[slot]!;
+    if (!Number.isNaN(from)) {
+      const r = Math.log(close / this.#close[slot]!);
+      this.#logScale += BAND_STEP * ((r < from || r > this.#high[slot]! ? 1 : 0) - this.miss);
+    }
+    const scale = Math.exp(this.#logScale);
+    this.#close[slot] = close;
+    this.#low[slot] = low === null ? Number.NaN : low * scale;
+    this.#high[slot] = high === null ? Number.NaN : high * scale;
+    return scale;
+  }
+}
+
 /** Whether a venue trades perpetuals (every venue but Binance spot): its band is bandFor(…, true). */
 export const isPerpVenue = (exchange: Exchange) => venueKind(exchange) === 'perp';
 
-/** The forecast from a forecast variance already computed (a market state computes it per candle). */
+/**
+ * The forecast from a forecast variance already computed (a market state computes it per candle),
+ * its band's width scaled by `scale` (its market's BandScale on the verdict horizon).
+ */
 export function forecastFromVariance(
   table: VolatilityTable,
   { model, timeframe: tf }: { model: VolatilityModel; timeframe: Timeframe },
@@ -335,6 +385,7 @@ export function forecastFromVariance(
   close: number,
   percentile: number,
   exchange: Exchange,
+  scale: number,
 ): VolatilityForecast {
   const sigma = Math.sqrt(variance);
   const band = bandFor(model, isPerpVenue(exchange));
@@ -342,10 +393,43 @@ export function forecastFromVariance(
     horizon_candles: table.horizonCandles,
     expected_move_pct: 100 * sigma,
     band_coverage: table.bandCoverage,
-    band_low: close * Math.exp(band.low * sigma),
-    band_high: close * Math.exp(band.high * sigma),
+    band_low: close * Math.exp(band.low * sigma * scale),
+    band_high: close * Math.exp(band.high * sigma * scale),
     percentile,
     model_timeframe: tf,
+  };
+}
+
+/** A risk horizon of a market: its model and its candles on the market's own timeframe. */
+export interface RiskRow {
+  key: RiskHorizonKey;
+  model: VolatilityModel;
+  candles: number;
+}
+
+/**
+ * A market's risk horizons: next candle, the verdict's horizon and one UTC day, from the per-horizon
+ * models `npm run evaluate` fitted on the training months (volatility.json `risk`; a fallback
+ * timeframe's models keep the market's own day). A table without them (older ones) serves the
+ * verdict horizon alone, on `verdict`.
+ */
+export function riskRows(
+  table: VolatilityTable,
+  timeframe: Timeframe,
+  verdict: { model: VolatilityModel; timeframe: Timeframe },
+): { timeframe: Timeframe; rows: RiskRow[] } {
+  const tf = table.risk?.[timeframe] ? timeframe : table.fallback[timeframe];
+  const rows = tf === undefined ? undefined : table.risk?.[tf];
+  if (tf === undefined || rows === undefined)
+    return {
+      timeframe: verdict.timeframe,
+      rows: [{ key: 'verdict', model: verdict.model, candles: table.horizonCandles }],
+    };
+  const candlesOf = (key: RiskHorizonKey) =>
+    key === 'next' ? 1 : key === 'verdict' ? table.horizonCandles : dayCandles(timeframe);
+  return {
+    timeframe: tf,
+    rows: rows.map((r) => ({ key: r.key, model: r.model, candles: candlesOf(r.key) })),
   };
 }
 

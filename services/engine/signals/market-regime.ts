@@ -14,6 +14,16 @@ export function computeRegime(state: MarketState): RegimeReading & { volatility:
   return { ...regimeReading(regime), volatility: stateVolatility(state) };
 }
 
+/**
+ * The verdict horizon's band scale: its risk row's (the evaluator's withRisk makes that row this
+ * model), or none when the risk rows are another timeframe's model.
+ */
+function verdictBandScale(state: MarketState, scales: readonly number[]): number {
+  const { timeframe, rows } = state.riskRows;
+  if (timeframe !== state.volatilityModel.timeframe) return 1;
+  return scales[rows.findIndex((row) => row.key === 'verdict')] ?? 1;
+}
+
 /** The volatility forecast after the last closed candle; throws while the model warms up. */
 export function stateVolatility(state: MarketState): VolatilityForecast {
   const r = state.snapshot();
@@ -29,7 +39,6 @@ export function stateVolatility(state: MarketState): VolatilityForecast {
     r.close,
     r.volPercentile,
     state.exchange,
-    // The verdict horizon's risk row is this model's (the evaluator's withRisk): the same band, scaled alike.
-    r.volBandScales[state.riskRows.rows.findIndex((row) => row.key === 'verdict')] ?? 1,
+    verdictBandScale(state, r.volBandScales),
   );
 }

@@ -326,22 +326,25 @@ export function bandFor(model: VolatilityModel, perp: boolean): { low: number; h
 }
 
 /**
- * How far one resolved forecast moves a band's log scale (BandScale). Chosen on the inner fold (fit
- * before 2025-04-01, scored to 2025-06-01) among 0.005, 0.02, 0.05 and 0.1 by the most rows with
- * coverage within ±3 points (38 of 41 without; 39, 40, 40, 40), ties to the smaller step.
+ * How far one resolved forecast moves a band's log scale (BandScale), on horizons up to 6 candles; a
+ * longer horizon's step is 6/candles of it, as its outcomes overlap that many closes deep (with the
+ * full step, a day band on 5m candles drifts to 0.15–82 × its width on a calibrated series). Chosen on
+ * the inner fold (fit before 2025-04-01, scored to 2025-06-01) among 0.005, 0.02, 0.05 and 0.1 by the
+ * most rows with coverage within ±3 points (38 of 41 without; 38, 40, 40, 40), ties to the smaller.
  */
 export const BAND_STEP = 0.02;
 
 /**
  * A risk band's adaptive width on one market and horizon (adaptive conformal inference, Gibbs and
  * Candès 2021, on the band's scale): when the forecast made `candles` closes ago resolves, the log
- * scale moves by BAND_STEP × (1 if that close's band missed, else 0, less the nominal miss rate), so
+ * scale moves by its step (BAND_STEP) × (1 if that close's band missed, else 0, less the nominal miss rate), so
  * the share of misses tends to the nominal one whatever the market does after the training months.
  * Fed every close, in order, with the band it serves there (null: none).
  */
 export class BandScale {
   #logScale = 0;
   #at = 0;
+  readonly #step: number;
   readonly #close: Float64Array;
   readonly #low: Float64Array;
   readonly #high: Float64Array;
@@ -350,6 +353,7 @@ export class BandScale {
     readonly candles: number,
     private readonly miss: number,
   ) {
+    this.#step = (BAND_STEP * Math.min(6, candles)) / candles;
     this.#close = new Float64Array(candles);
     this.#low = new Float64Array(candles).fill(Number.NaN);
     this.#high = new Float64Array(candles);
@@ -361,7 +365,7 @@ export class BandScale {
     const from = this.#low[slot]!;
     if (!Number.isNaN(from)) {
       const r = Math.log(close / this.#close[slot]!);
-      this.#logScale += BAND_STEP * ((r < from || r > this.#high[slot]! ? 1 : 0) - this.miss);
+      this.#logScale += this.#step * ((r < from || r > this.#high[slot]! ? 1 : 0) - this.miss);
     }
     const scale = Math.exp(this.#logScale);
     this.#close[slot] = close;

@@ -237,14 +237,26 @@ describe.runIf(run)('a busy key’s requests come out of its quota lease', () =>
     ],
   ];
 
+  type Opened = Awaited<ReturnType<(typeof caches)[number][1]>>;
+  /** `body` with a leasing replica on a fresh cache and a pro key of its own, well within its limit. */
+  const busyKey = async (
+    open: () => Promise<Opened>,
+    body: (t: Opened & ReturnType<typeof replica> & { subject: QuotaSubject }) => Promise<void>,
+  ) => {
+    const opened = await open();
+    try {
+      const subject: QuotaSubject = { id: `k-${randomUUID()}`, kind: 'key', plan: 'pro' };
+      await body({ ...opened, ...replica(opened.cache, 1_000_000), subject });
+    } finally {
+      await opened.cache.close();
+    }
+  };
+
   it.each(caches)(
     'decides most of them %s, counts prepaid ones as spent, and gives unused ones back',
-    async (_, open) => {
-      const { cache, counts } = await open();
-      try {
-        // A busy key well within its limit (as a production key is: a lease covers a second of calls).
-        const { meter, call } = replica(cache, 1_000_000);
-        const subject: QuotaSubject = { id: `k-${randomUUID()}`, kind: 'key', plan: 'pro' };
+    (_, open) =>
+      busyKey(open, async ({ cache, counts, meter, call, subject }) => {
+        // As a production key is: a lease covers a second of its calls.
         const remaining: number[] = [];
         for (let i = 0; i < 200; i++) remaining.push((await call(subject)).remaining);
         // The tool's share (500,000) is the tighter budget. Prepaid requests count as spent when
@@ -263,27 +275,18 @@ describe.runIf(run)('a busy key’s requests come out of its quota lease', () =>
         expect(all).toBeGreaterThan(200);
         await meter.stop();
         expect(await counters(cache, subject)).toEqual([200, 200]);
-      } finally {
-        await cache.close();
-      }
-    },
+      }),
   );
 
   it.each(caches)(
     'prepays none %s for a key busy on requests without a tool, which never ask for them',
-    async (_, open) => {
-      const { cache, counts } = await open();
-      try {
-        const { meter, call } = replica(cache, 1_000_000);
-        const subject: QuotaSubject = { id: `k-${randomUUID()}`, kind: 'key', plan: 'pro' };
+    (_, open) =>
+      busyKey(open, async ({ cache, counts, meter, call, subject }) => {
         for (let i = 0; i < 100; i++) expect((await call(subject, null)).allowed).toBe(true);
         expect(counts()).toBe(100);
         expect(await cache.readWindows([`rl:pro:all:pro:${subject.id}`])).toEqual([100]);
         await meter.stop();
-      } finally {
-        await cache.close();
-      }
-    },
+      }),
   );
 
   it('two replicas prepaying one key never pass its limit, and their give-backs leave what was served', async () => {

@@ -23,11 +23,10 @@ export interface QuotaObserver {
   refused(plan: Plan, reason: 'daily' | 'monthly' | 'unavailable'): void;
 }
 
-/** The rate limits a lease prepays requests in beside its quota units (the rate limiter on a shared cache). */
+/** The rate limits a lease prepays requests in beside its quota units (the rate limiter): the windows a
+ *  subject's requests of `tool` are counted in at `now` (ending together), and the tier it is limited as. */
 export interface RateWindows {
-  /** The windows a subject's requests of `tool` are counted in at `now`, ending together. */
   windowsOf(subject: QuotaSubject, tool: string, now: number): QuotaWindow[];
-  /** The tier a subject's requests are limited as (its plan, or anonymous). */
   tierOf(subject: QuotaSubject): string;
 }
 
@@ -216,7 +215,7 @@ export class QuotaMeter {
     // flip-flop give-backs and fresh leases between the two days while such calls are in flight.
     if (live !== undefined && at.period.dayResetsAt < live.at.period.dayResetsAt) return undefined;
     // A new day or plan ends the lease: its units go back to the windows they were counted in.
-    if (live !== undefined) live.ending ??= this.giveBack(live);
+    if (live !== undefined) this.end(live);
     if (!this.leasing) return undefined;
     const lease = new QuotaLease(tool, at, this.now());
     this.leases.set(subjectId, [...(this.leases.get(subjectId) ?? []), lease]);
@@ -316,17 +315,21 @@ export class QuotaMeter {
     if (result?.ok) lease.rate = { windows, free: n + (kept?.free ?? 0), granted: result };
   }
 
-  /** Takes one of the subject's requests of `tool` prepaid in the window ending at `end`: its windows and
-   *  counts at the grant (prepaid ones count as spent), or null when its live lease holds none there. */
+  /** One of the subject's requests of `tool` prepaid in the window ending at `end` under its plan `tier`: its
+   *  windows and counts at the grant (prepaid ones count as spent), or null when its live lease holds none. */
   takeRate(subjectId: string, tier: string, tool: string, end: number): Readonly<RateUnits> | null {
     const lease = this.liveLease(subjectId);
-    // Of its plan only: a request under a new plan is counted in that plan's windows.
     if (lease?.tool !== tool || this.rates!.tierOf(lease.at.subject) !== tier) return null;
     lease.rateAsked = true;
     const { rate } = lease;
     if (rate === null || rate.free === 0 || rate.windows[0]!.expiresAt !== end) return null;
     rate.free--;
     return rate;
+  }
+
+  /** Ends `lease` once, however many ask: its unused units go back (giveBack). */
+  private end(lease: QuotaLease): void {
+    lease.ending ??= this.giveBack(lease);
   }
 
   /**
@@ -380,7 +383,7 @@ export class QuotaMeter {
   private readonly sweep = (): void => {
     for (const leases of this.leases.values())
       for (const lease of leases) {
-        if (lease.idle) lease.ending ??= this.giveBack(lease);
+        if (lease.idle) this.end(lease);
         lease.idle = true;
       }
     if (this.leases.size === 0 && this.sweeper !== null) {
@@ -395,7 +398,7 @@ export class QuotaMeter {
     if (this.sweeper !== null) clearInterval(this.sweeper);
     this.sweeper = null;
     const leases = [...this.leases.values()].flat();
-    for (const lease of leases) lease.ending ??= this.giveBack(lease);
+    for (const lease of leases) this.end(lease);
     await Promise.all(leases.map((lease) => lease.ending));
   }
 

@@ -52,8 +52,7 @@ export class RateLimiter implements RateWindows {
     this.shared = cache?.kind === 'redis' ? cache : null;
     this.meter = meter ?? null;
     if (this.meter !== null) this.meter.rates = this;
-    // On the embedded defaults the api's own cache, the one the meter's leases prepay requests on (two
-    // would give each key two budgets); beside Redis, one of its own for an outage.
+    // The api's cache on the embedded defaults (leases prepay there: two caches, two budgets); else its own.
     this.here = cache instanceof MemoryCache ? cache : new MemoryCache();
     this.windowMs = Math.max(1, settings.RATE_LIMIT_WINDOW_MS);
     // The tier twice in a key, as every replica has counted since the limit was shared.
@@ -94,9 +93,8 @@ export class RateLimiter implements RateWindows {
     return this.windowsAt(this.tierOf(subject), subject.id, tool, now);
   }
 
-  tierOf(subject: QuotaSubject): RateTier {
-    return subject.kind === 'key' ? subject.plan : 'anonymous';
-  }
+  readonly tierOf = (subject: QuotaSubject): RateTier =>
+    subject.kind === 'key' ? subject.plan : 'anonymous';
 
   /** The credential's window and, for a tool, its share: both ending with the window of `now`. */
   private windowsAt(tier: RateTier, credential: string, tool: string | null, now: number): QuotaWindow[] {

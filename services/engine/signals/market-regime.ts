@@ -1,6 +1,6 @@
 import type { RegimeReading, VolatilityForecast } from '../../../contracts/signals.ts';
 import { InsufficientHistoryError } from './errors.ts';
-import type { MarketState } from './market-state.ts';
+import type { MarketState, Readings } from './market-state.ts';
 import { regimeReading } from './regime.ts';
 import { forecastFromVariance } from './volatility.ts';
 
@@ -18,10 +18,10 @@ export function computeRegime(state: MarketState): RegimeReading & { volatility:
  * The verdict horizon's band scale: its risk row's (the evaluator's withRisk makes that row this
  * model), or none when the risk rows are another timeframe's model.
  */
-function verdictBandScale(state: MarketState, scales: readonly number[]): number {
+function verdictBandScale(state: MarketState, risk: Readings['volRisk']): number {
   const { timeframe, rows } = state.riskRows;
   if (timeframe !== state.volatilityModel.timeframe) return 1;
-  return scales[rows.findIndex((row) => row.key === 'verdict')] ?? 1;
+  return risk[rows.findIndex((row) => row.key === 'verdict')]?.scale ?? 1;
 }
 
 /** The volatility forecast after the last closed candle; throws while the model warms up. */
@@ -39,6 +39,6 @@ export function stateVolatility(state: MarketState): VolatilityForecast {
     r.close,
     r.volPercentile,
     state.exchange,
-    verdictBandScale(state, r.volBandScales),
+    verdictBandScale(state, r.volRisk),
   );
 }

@@ -123,8 +123,11 @@ export interface Readings {
   volHourly: number | null;
   /** Rank (0–100) of the current volatility forecast in its rolling window. */
   volPercentile: number | null;
-  /** Each risk horizon's band scale at this close (riskRows order; BandScale), empty while warming up. */
-  volBandScales: readonly number[];
+  /**
+   * Each risk horizon's forecast σ at this close (null: its model's hourly input is missing) and its
+   * band's scale (riskRows order; BandScale), worked out once per close; empty while warming up.
+   */
+  volRisk: readonly { sigma: number | null; scale: number }[];
 }
 
 const pct = (v: number | null) => (v === null ? null : v * 100);
@@ -420,23 +423,24 @@ export class MarketState {
       volVariances: variances === null ? null : [variances[0]!, variances[1]!, variances[2]!],
       volHourly: hourly,
       volPercentile,
-      volBandScales: variances === null ? [] : this.#bandScalesAt(close, variances, hourly, candle.openTime),
+      volRisk: variances === null ? [] : this.#riskAt(close, variances, hourly, candle.openTime),
     };
   }
 
-  /** Feeds each risk horizon's band scale the band it serves at this close; their scales for it. */
-  #bandScalesAt(close: number, variances: readonly number[], hourly: number | null, openTime: number) {
+  /** Each risk horizon's σ at this close, its band scale fed the band it serves here. */
+  #riskAt(close: number, variances: readonly number[], hourly: number | null, openTime: number) {
     const { rows } = this.riskRows;
     const miss = 1 - this.#volatility.bandCoverage;
     this.#bandScales ??= rows.map((row) => new BandScale(row.candles, miss));
     const perp = isPerpVenue(this.exchange);
     const hour = utcHour(openTime + this.#tfMs);
     return rows.map(({ model, candles }, i) => {
-      const scale = this.#bandScales![i]!;
-      if (model.hourly !== undefined && hourly === null) return scale.push(close, null, null);
+      const fold = this.#bandScales![i]!;
+      if (model.hourly !== undefined && hourly === null)
+        return { sigma: null, scale: fold.push(close, null, null) };
       const sigma = Math.sqrt(forecastVarianceOf(model, variances, candles, hourly, hour));
       const band = bandFor(model, perp);
-      return scale.push(close, band.low * sigma, band.high * sigma);
+      return { sigma, scale: fold.push(close, band.low * sigma, band.high * sigma) };
     });
   }
 

@@ -2,7 +2,7 @@ import { TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
 import type { RiskHorizonKey, VolatilityTable } from '../../../contracts/signals.ts';
 import { InsufficientHistoryError } from './errors.ts';
 import type { MarketState } from './market-state.ts';
-import { bandFor, forecastVarianceOf, isPerpVenue, utcHour } from './volatility.ts';
+import { bandFor, isPerpVenue } from './volatility.ts';
 
 /**
  * The risk forecast as an answer of its own: expected move and band over the next candle, the
@@ -28,18 +28,13 @@ export function computeRiskHorizons(state: MarketState): RiskHorizonValue[] {
   }
   const table = state.volatility;
   const { timeframe: modelTf, rows } = state.riskRows;
-  const out: RiskHorizonValue[] = [];
-  const hour = utcHour(state.lastCloseTime!);
   const perp = isPerpVenue(state.exchange);
-  rows.forEach(({ key, model, candles }, i) => {
-    if (model.hourly !== undefined && r.volHourly === null) {
-      throw new InsufficientHistoryError(state.key, state.candleCount, ['volatility']);
-    }
-    const sigma = Math.sqrt(forecastVarianceOf(model, r.volVariances!, candles, r.volHourly, hour));
-    // The band's width as its market's recent misses have scaled it (BandScale).
+  // σ and the band's scale as the state worked them out at the close (volRisk).
+  return rows.map(({ key, model, candles }, i) => {
+    const { sigma, scale } = r.volRisk[i] ?? { sigma: null, scale: 1 };
+    if (sigma === null) throw new InsufficientHistoryError(state.key, state.candleCount, ['volatility']);
     const band = bandFor(model, perp);
-    const scale = r.volBandScales[i] ?? 1;
-    out.push({
+    return {
       horizon: key,
       candles,
       hours: (candles * TIMEFRAME_MS[state.timeframe]) / 3_600_000,
@@ -48,9 +43,8 @@ export function computeRiskHorizons(state: MarketState): RiskHorizonValue[] {
       band_low: r.close * Math.exp(band.low * sigma * scale),
       band_high: r.close * Math.exp(band.high * sigma * scale),
       model_timeframe: modelTf,
-    });
+    };
   });
-  return out;
 }
 
 const rho = (x: number | null) => (x === null ? '–' : x.toFixed(2));

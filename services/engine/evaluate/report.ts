@@ -5,7 +5,7 @@ import type { CallScore, Kind, LeanCount, Settings, VolScore } from './cells.ts'
 import type { StepShareChoice } from './curve-choice.ts';
 import type { CarryEvaluation } from './funding.ts';
 import type { LabelEvidence as LabelScore } from './risk.ts';
-import { type DeskResult, renderRiskDesk } from './risk-desk-run.ts';
+import { type DeskResult, deskCounts, renderRiskDesk } from './risk-desk-run.ts';
 import type { Interval } from './stats.ts';
 
 /** Markdown report of an evaluation run; every sentence about results is computed from them. */
@@ -312,18 +312,9 @@ export function renderReport(input: ReportInput): string {
   );
   if (input.risk.rows.length > 0) {
     const rows = input.risk.rows;
-    const level = rows.filter(
-      (r) => r.score.sigmaRatio.value !== null && Math.abs(r.score.sigmaRatio.value - 1) <= 0.1,
-    );
-    const below = (k: 'ewma' | 'garch' | 'harRv') =>
-      rows.filter((r) => r.score.qlikeVs[k].value !== null && r.score.qlikeVs[k].value! < 0).length;
-    const covered3 = rows.filter(
-      (r) =>
-        r.score.coverage.value !== null &&
-        Math.abs(r.score.coverage.value - input.volTable.bandCoverage) <= 0.03,
-    );
+    const { level, cover, beats: below } = deskCounts(rows, input.volTable.bandCoverage);
     L.push(
-      `- Risk forecast (next candle, ${settings.horizon} candles, one day; docs/evaluation-risk.md): σ served ÷ realised within 0.9–1.1 on ${level.length} of ${rows.length} distinct (set, timeframe, horizon) rows of the test months; the served band's coverage within ±3 points of nominal on ${covered3.length}; QLIKE below RiskMetrics EWMA on ${below('ewma')}, GARCH(1,1) on ${below('garch')}, HAR-RV on ${below('harRv')} of ${rows.length}.`,
+      `- Risk forecast (next candle, ${settings.horizon} candles, one day; docs/evaluation-risk.md): σ served ÷ realised within 0.9–1.1 on ${level} of ${rows.length} distinct (set, timeframe, horizon) rows of the test months; the served band's coverage within ±3 points of nominal on ${cover}; QLIKE below RiskMetrics EWMA on ${below('ewma')}, GARCH(1,1) on ${below('garch')}, HAR-RV on ${below('harRv')} of ${rows.length}.`,
     );
   }
   if (input.labels.length > 0) {

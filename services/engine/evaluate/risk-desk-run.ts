@@ -271,6 +271,25 @@ const pct = (l: Lift) =>
     ? '–'
     : `${(100 * l.value).toFixed(1)}% [${num(l.low === null ? null : 100 * l.low, 1)}, ${num(l.high === null ? null : 100 * l.high, 1)}]`;
 
+/**
+ * How many of the desk's rows meet each target: σ served ÷ realised within 0.9–1.1, coverage within ±3
+ * points of `coverage`, QLIKE below a baseline (and with its interval below 0), sizing within 0.85–1.15.
+ */
+export function deskCounts(rows: readonly DeskRowReport[], coverage: number) {
+  const within = (l: Lift, lo: number, hi: number) => l.value !== null && l.value >= lo && l.value <= hi;
+  const count = (ok: (score: DeskScore) => boolean) => rows.filter((r) => ok(r.score)).length;
+  return {
+    level: count((s) => within(s.sigmaRatio, 0.9, 1.1)),
+    cover: count((s) => within(s.coverage, coverage - 0.03, coverage + 0.03)),
+    beats: (k: 'ewma' | 'garch' | 'harRv') =>
+      count((s) => s.qlikeVs[k].value !== null && s.qlikeVs[k].value! < 0),
+    clearly: (k: 'ewma' | 'garch' | 'harRv') =>
+      count((s) => s.qlikeVs[k].high !== null && s.qlikeVs[k].high! < 0),
+    sized: count((s) => within(s.sizing.service, 0.85, 1.15)),
+    trailingSized: count((s) => within(s.sizing.trailing, 0.85, 1.15)),
+  };
+}
+
 /** The risk desk's section of the evaluation report. */
 export function renderRiskDesk(
   result: DeskResult,
@@ -278,17 +297,7 @@ export function renderRiskDesk(
 ): string {
   const rows = result.rows;
   const n = rows.length;
-  const within = (l: Lift, lo: number, hi: number) => l.value !== null && l.value >= lo && l.value <= hi;
-  const level = rows.filter((r) => within(r.score.sigmaRatio, 0.9, 1.1)).length;
-  const cover = rows.filter((r) =>
-    within(r.score.coverage, meta.coverage - 0.03, meta.coverage + 0.03),
-  ).length;
-  const beats = (k: 'ewma' | 'garch' | 'harRv') =>
-    rows.filter((r) => r.score.qlikeVs[k].value !== null && r.score.qlikeVs[k].value! < 0).length;
-  const clearly = (k: 'ewma' | 'garch' | 'harRv') =>
-    rows.filter((r) => r.score.qlikeVs[k].high !== null && r.score.qlikeVs[k].high! < 0).length;
-  const sized = rows.filter((r) => within(r.score.sizing.service, 0.85, 1.15)).length;
-  const trailingSized = rows.filter((r) => within(r.score.sizing.trailing, 0.85, 1.15)).length;
+  const { level, cover, beats, clearly, sized, trailingSized } = deskCounts(rows, meta.coverage);
   const out = [
     "## The risk forecast against a risk desk's forecasters",
     '',

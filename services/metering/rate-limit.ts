@@ -151,7 +151,7 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
       if (caller === null) return done(new Error('the rate limit runs after the caller hook (callerPlugin)'));
       // The path the router answers (/m%63p is /mcp): each spelling of a tool's path would be a budget.
       const path = /[%#]/.test(raw) ? (request.routeOptions.url ?? raw) : raw;
-      const tier: RateTier = caller.keyId === null ? 'anonymous' : caller.auth.tier;
+      const tier = deps.limiter.tierOf(caller.subject);
       const tool = toolOf(path, request.body);
       const decision = deps.limiter.decide(tier, caller.subject.id, tool);
       if (decision instanceof Promise)

@@ -77,8 +77,15 @@ export const SPENT_SETS = [] as const;
  * this line, before the picker's twelfth change and before the chat was ever asked them. Never
  * tuned on; scored once after that change, summary line only: 51 / 69, 0 / 12. The same rule
  * holds: summary line only.
+ *
+ * reviewer.json: 67 questions and 14 off-topic ones asked by someone connecting an AI agent host
+ * over MCP with OAuth for the first time, a data journalist or academic checking the track record
+ * and evaluation claims, a small team's DevOps person deploying and operating the service, and a
+ * developer writing a webhook receiver, written blind by a helper from the indexed documentation
+ * on 2026-11-27 and committed with this line, before the picker's thirteenth change and before the
+ * chat was ever asked them. Never tuned on. Summary line only.
  */
-export const BLIND_SETS = ['operator.json', 'integrator.json'] as const;
+export const BLIND_SETS = ['operator.json', 'integrator.json', 'reviewer.json'] as const;
 
 export const QUESTION_SETS = [...TUNED_SETS, ...SPENT_SETS, ...BLIND_SETS] as const;
 

@@ -238,6 +238,8 @@ const riskReportPath =
   values['risk-only'] && values.report ? values.report : reportPath.replace(/(\.md)?$/, '-risk.md');
 async function runRiskDesk(shippedVol: VolatilityTable | null): Promise<DeskResult> {
   const from = scoreOnly ? (values.from ? day(values.from) : (shippedVol?.trainTo ?? split)) : split;
+  // Scoring the shipped table, its band is judged at the coverage it was fitted for.
+  const coverage = scoreOnly && shippedVol ? shippedVol.bandCoverage : BAND_COVERAGE;
   const result = await riskDesk({
     data: values.data,
     split,
@@ -245,7 +247,7 @@ async function runRiskDesk(shippedVol: VolatilityTable | null): Promise<DeskResu
     to: values.until ? day(values.until) : Number.POSITIVE_INFINITY,
     warmup: values.warmup,
     verdictHorizon: settings.horizon,
-    coverage: BAND_COVERAGE,
+    coverage,
     maxCoins,
     ...(scoreOnly && shippedVol?.risk ? { shipped: shippedVol.risk } : {}),
     log,
@@ -256,7 +258,7 @@ async function runRiskDesk(shippedVol: VolatilityTable | null): Promise<DeskResu
       result,
       {
         from: new Date(from).toISOString().slice(0, 10),
-        coverage: BAND_COVERAGE,
+        coverage,
         fitted: scoreOnly
           ? `the shipped table, trained before ${new Date(shippedVol?.trainTo ?? split).toISOString().slice(0, 10)}`
           : `before ${values.split}`,

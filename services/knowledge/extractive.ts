@@ -122,7 +122,7 @@ const SYNONYMS: string[][] = [
   ['keep', 'kept', 'store', 'cache'],
   ['export', 'download'],
   ['connect', 'setup', 'session', 'handshake'],
-  ['disable', 'disabled', 'deactivate', 'off'],
+  ['disable', 'disabled', 'deactivate'],
   ['miss', 'missed', 'gap', 'missing'],
   ['retry', 'retries', 'resend'],
   ['compute', 'calculate', 'computed', 'derived'],
@@ -208,10 +208,21 @@ const PHRASAL: [RegExp, string][] = [
 export function rephrase(question: string): string {
   return PHRASAL.reduce((q, [re, word]) => q.replace(re, word), question);
 }
+/**
+ * Words the documentation writes for an act, met only from the act: a disabled thing is "off",
+ * but a question's own "off" is a particle ("paid off", "size off the label"; "switched off" is
+ * already disable, PHRASAL), not a word for disabling.
+ */
+const ONE_WAY: [string, string][] = [['disable', 'off']];
 const SYNONYM_OF = new Map<string, Set<string>>();
 for (const group of SYNONYMS) {
   const terms = new Set(group.map((w) => termOf(w)).filter((t): t is string => t !== null));
   for (const t of terms) SYNONYM_OF.set(t, new Set([...(SYNONYM_OF.get(t) ?? []), ...terms]));
+}
+for (const [act, word] of ONE_WAY) {
+  const from = termOf(act)!;
+  for (const t of SYNONYM_OF.get(from) ?? [from])
+    SYNONYM_OF.set(t, new Set([...(SYNONYM_OF.get(t) ?? [t]), termOf(word)!]));
 }
 
 /**

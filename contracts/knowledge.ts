@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ERRORS, type ErrorCode } from './errors.ts';
+import { strictInput } from './strict-input.ts';
 
 /**
  * The knowledge tools (`search_knowledge`, `chat_knowledge`) and their routes (`POST /api/search`,
@@ -115,7 +116,7 @@ export function chatRequest(models: readonly string[]) {
  * MCP inputs: only the structure is checked by the schema (a wrong type stays -32602, as for
  * every tool); the bounds are checked by the tool so that they answer with the codes above.
  */
-export const SearchKnowledgeInput = z.strictObject({
+export const SearchKnowledgeInput = strictInput({
   query: z
     .string()
     .describe(`What to look for, ${SEARCH_QUERY_MIN}–${SEARCH_QUERY_MAX} characters after trimming`),
@@ -125,7 +126,7 @@ export const SearchKnowledgeInput = z.strictObject({
     .optional()
     .describe(`How many passages, 1–${SEARCH_LIMIT_MAX} (default ${SEARCH_LIMIT_DEFAULT})`),
 });
-export const ChatKnowledgeInput = z.strictObject({
+export const ChatKnowledgeInput = strictInput({
   question: z.string().describe(`The question, ${CHAT_QUESTION_MIN}–${CHAT_QUESTION_MAX} characters`),
   model: z
     .string()

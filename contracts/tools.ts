@@ -12,6 +12,7 @@ import {
   VenueStatusSchema,
 } from './market.ts';
 import { RiskHorizonKey, VerdictMeaning, VolatilityForecastSchema } from './signals.ts';
+import { strictInput } from './strict-input.ts';
 
 /**
  * The sold tools: their inputs and outputs, how they are described and what they cost (TOOLS, at
@@ -83,7 +84,7 @@ export const SizingSchema = z.object({
 });
 export type Sizing = z.infer<typeof SizingSchema>;
 
-export const GetTradeCallInput = z.strictObject({
+export const GetTradeCallInput = strictInput({
   coin: Coin,
   timeframe: Timeframe.default('15m'),
   exchange: DefaultedExchange,
@@ -141,7 +142,7 @@ export const TradeCall = z.object({
 });
 export type TradeCall = z.infer<typeof TradeCall>;
 
-export const GetMarketRegimeInput = z.strictObject({
+export const GetMarketRegimeInput = strictInput({
   coin: Coin,
   timeframe: Timeframe.default('4h'),
   exchange: DefaultedExchange,
@@ -225,7 +226,7 @@ export const MAX_SCAN_LIMIT = 100;
 export const ScanRankBy = z.enum(['confidence', 'lean', 'expectedMove', 'volume']);
 export type ScanRankBy = z.infer<typeof ScanRankBy>;
 
-export const ScanTradeCallsInput = z.strictObject({
+export const ScanTradeCallsInput = strictInput({
   topN: z.number().int().min(1).max(100).default(20),
   timeframe: Timeframe.default('15m'),
   exchange: DefaultedExchange,
@@ -274,7 +275,7 @@ export const ScanTradeCallsOutput = z.object({
 });
 export type ScanTradeCallsOutput = z.infer<typeof ScanTradeCallsOutput>;
 
-export const ScanFundingArbInput = z.strictObject({
+export const ScanFundingArbInput = strictInput({
   /**
    * Spread now, bps per 8 h. The default is the smallest spread the carry model was fitted on:
    * smaller spreads have no measured carry. Most spreads do not cover the fee within 72 h; the
@@ -362,7 +363,7 @@ export const ScanFundingArbOutput = z.object({
 export type ScanFundingArbOutput = z.infer<typeof ScanFundingArbOutput>;
 
 /** The track record over a window, as GET /api/track-record?window= serves it, narrowed as asked. */
-export const GetTrackRecordInput = z.strictObject({
+export const GetTrackRecordInput = strictInput({
   window: TrackRecordWindow.default('all').describe(
     '7d, 30d, 90d or all (default): the resolved verdicts counted',
   ),

@@ -167,6 +167,16 @@ describe('get_track_record over MCP (official client)', () => {
     expect(result.structuredContent).toMatchObject({ code: 'invalid_arguments' });
   });
 
+  it('refuses a misspelt argument naming the ones it accepts', async () => {
+    const result = await client.callTool({ name: 'get_track_record', arguments: { windw: '7d' } });
+    expect(result.isError).toBe(true);
+    expect(result.structuredContent).toMatchObject({ code: 'invalid_arguments' });
+    const text = (result.content as { type: string; text: string }[])[0]!.text;
+    expect(text).toContain(
+      'invalid arguments for get_track_record: (arguments): unknown key "windw"; accepted: window',
+    );
+  });
+
   it('serves the same as resources: resources/list answers, each window reads as JSON', async () => {
     const { resources } = await client.listResources();
     expect(resources.map((r) => r.uri)).toEqual([

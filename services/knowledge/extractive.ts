@@ -202,6 +202,8 @@ const PHRASAL: [RegExp, string][] = [
   // HTTP's own name for a 429, and what a used-up quota is called.
   [/\btoo many (?:requests|calls)\b/gi, 'rate limit'],
   [/\brun(?:s|ning)? out of\b/gi, 'exhausted'],
+  // What "comes back" is what comes: "back" is the verb's particle, not a topic.
+  [/\b(come|comes|came|coming) back\b/gi, '$1'],
   // "Right now" is "now", not a right.
   [/\bright now\b/gi, 'now'],
 ];

@@ -72,7 +72,7 @@ const FALLBACK_UNIT = 0.25;
  * shares its other words. 0.25 and 0.35 measured: 0.35 answered one more tuned question and
  * grounded no off-topic one.
  */
-const FALLBACK_UNKNOWN = 0.35;
+const FALLBACK_UNKNOWN = 0.25;
 /** What a unit stating the cause of a "why" must carry of the question to join its answer. */
 const CAUSE_UNIT = 0.25;
 /**
@@ -1016,6 +1016,8 @@ export function extractiveAnswer(
   const compounds = compoundsOf(read.map(({ passage }) => passage.text));
   const coverageOf = (text: string, title: ReadonlySet<string>, body: ReadonlySet<string>) => {
     const present = termsIn(text);
+    // A part of a PascalCase name ("TradingView", "OpenAPI") names its word only in part.
+    const plain = termsIn(text, false);
     // "Hosts that connect only through OAuth" answers a question that narrows the act as well.
     const narrowed = /\bonly\b/i.test(question) ? new Set<string>() : narrowedActs(text);
     const modifying = modifierOnly(text, asked, compounds);
@@ -1029,7 +1031,7 @@ export function extractiveAnswer(
       const has = (set: ReadonlySet<string>) => [...meets].some((t) => set.has(t));
       // "What status comes back if …": a unit stating a code (413, BODY_TOO_LARGE) names the reply.
       const named =
-        [...meets].some((t) => present.has(t) && !modifying.has(t)) ||
+        [...meets].some((t) => plain.has(t) && !modifying.has(t)) ||
         (codeAsked && [...meets].some((t) => REPLY.has(t)) && REPLY_CODE.test(text));
       if (i === cruxAt) {
         const narrows = has(narrowed);

@@ -1210,7 +1210,20 @@ export function extractiveAnswer(
   if (stated !== null) {
     const stating = carrying.filter((c) => stated.test(c.quotes.join(' ')));
     if (stating.length > 0) carrying.splice(0, carrying.length, ...stating);
-    else if (stated.required) return dontKnow;
+    else if (stated.required) {
+      // The number may stand beside the sentence that repeats the question's words: a unit of a
+      // passage that carries the question, stating it and carrying a quarter of the question.
+      const beside = candidates
+        .filter(
+          (c) =>
+            carrying.some((k) => k.passage.id === c.passage.id) &&
+            c.coverage >= FALLBACK_UNIT &&
+            stated.test(c.quotes.join(' ')),
+        )
+        .sort((a, b) => b.score - a.score || a.rank - b.rank || a.order - b.order);
+      if (beside.length === 0) return dontKnow;
+      carrying.splice(0, carrying.length, ...beside);
+    }
   }
   const best = carrying[0];
   if (best === undefined) return dontKnow;

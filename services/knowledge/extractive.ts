@@ -44,8 +44,6 @@ const NARROW_PASSAGE = 0.6;
 const LIST_PASSAGE = 0.4;
 /** The share of such a question's weight that may be words the corpus never uses. */
 const LIST_UNKNOWN_SHARE = 0.35;
-/** What a documented step must carry of a "how do I" to join a route's summary from the contract. */
-const ROUTE_DETAIL = 0.75;
 /** What part of an unknown word's weight an answer still has to make up for. */
 const UNKNOWN_PENALTY = 0.5;
 /** Above this weighted share of the question in words the corpus never uses: "I don't know". */
@@ -925,6 +923,13 @@ function stepNames(text: string, object: Set<string>): boolean {
   return false;
 }
 
+/** The routes a text names, as "POST /api/webhooks/:id/enable" ({id} written :id, no query). */
+function routesIn(text: string): string[] {
+  return [...text.matchAll(/\b(GET|POST|PUT|PATCH|DELETE)\s+(\/[\w./:{}-]*)/g)].map(
+    (m) => `${m[1]} ${m[2]!.replace(/\{(\w+)\}/g, ':$1').replace(/[.:]$/, '')}`,
+  );
+}
+
 /** A shell command of a code sample ("npm run keys -- list", "EVENT_STORE=postgres npm start"). */
 function isCommand(text: string): boolean {
   return (
@@ -1289,17 +1294,21 @@ export function extractiveAnswer(
   }
   // A route's summary from the contract says what the route does; how to call it for what was
   // asked (the parameter, the header) is what the documentation says of it: for a "how do I",
-  // the best documented unit that states a step and carries most of the question comes with it, beside what
-  // else was quoted.
+  // the documentation's best unit naming the same route ("route POST /api/webhooks/:id/enable
+  // {"recover_since": ISO}" beside the contract's "POST /api/webhooks/{id}/enable: Re-enable …")
+  // comes with it, when it carries a quarter of the question.
   if (kind === 'steps' && stated !== null && best.passage.source_type === 'contract') {
-    const how = carrying.find(
-      (c) =>
-        c.passage.source_type !== 'contract' &&
-        c.coverage >= ROUTE_DETAIL &&
-        stated.test(c.quotes.join(' ')) &&
-        !overlaps(c),
-    );
-    if (how !== undefined) add(how);
+    const called = routesIn(best.quotes.join(' '));
+    const documented = candidates
+      .filter(
+        (c) =>
+          c.passage.source_type !== 'contract' &&
+          c.coverage >= FALLBACK_UNIT &&
+          routesIn(c.quotes.join(' ')).some((r) => called.includes(r)) &&
+          !overlaps(c),
+      )
+      .sort((a, b) => b.score - a.score)[0];
+    if (documented !== undefined) add(documented);
   }
   // The answer's room is used: what else the best passage says, best first. The fact asked (a
   // number, a code, a step) often stands in a sentence of that passage beside the one that names

@@ -183,16 +183,17 @@ const SYNONYMS: string[][] = [
 
 /**
  * Phrasal verbs a question uses for an act the documentation names in one word: "switched off"
- * is disabled, "turn on" enables, "signed up" registered, "log in" signs in.
+ * is disabled, "turn on" enables, "signed up" registered, "log in" signs in. A pronoun may stand
+ * between the verb and its particle ("switch it off", "pick it up where it stopped").
  */
 const PHRASAL: [RegExp, string][] = [
-  [/\b(?:switch|turn|shut)(?:ed|es|s|ing)? off\b/gi, 'disable'],
+  [/\b(?:switch|turn|shut)(?:ed|es|s|ing)? (?:it |them )?off\b/gi, 'disable'],
   // "Turn a disabled webhook back on": the object may stand between the verb and its particle.
   [/\b(?:switch|turn)(?:ed|es|s|ing)? ((?:[\p{L}\p{N}_-]+ ){0,4}?)(?:back )?on\b/giu, 'enable $1'],
   // "How is the size worked out", "figure out the fee": computed.
-  [/\b(?:work|figure)(?:ed|s|ing)? out\b/gi, 'compute'],
-  // "Pick up where it stopped / left off" resumes.
-  [/\bpick(?:ed|s|ing)? up where (?:it|they|I|we|you) (?:stopped|left off|ended)\b/gi, 'resume'],
+  [/\b(?:work|figure)(?:ed|s|ing)? (?:it |them )?out\b/gi, 'compute'],
+  // "Pick (it) up where it stopped / left off" resumes.
+  [/\bpick(?:ed|s|ing)? (?:it |them )?up where (?:it|they|I|we|you) (?:stopped|left off|ended)\b/gi, 'resume'],
   // "Carry on from where it stopped" continues it ("--resume continues it").
   [/\bcarr(?:y|ies|ied|ying) on\b/gi, 'continue'],
   [/\bsign(?:ed|s|ing)? up\b/gi, 'register'],

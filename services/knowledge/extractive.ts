@@ -489,7 +489,9 @@ export function questionKind(question: string): Kind {
   const q = question.toLowerCase();
   // "Why is every answer a HOLD?" asks for a cause, whatever nouns it names.
   if (/^(why|how come)\b|\bwhat is the reason\b/.test(q)) return 'reason';
-  if (NUMBER_ASKED.test(q) || /\b(price|cost|limits?\b|quota)/.test(q)) return 'number';
+  // "Where can I see what it costs?" asks for a place (a route, a page), not the price.
+  const placeAsked = /\bwhere (can|do|does|is|are)\b/.test(q);
+  if (NUMBER_ASKED.test(q) || (/\b(price|cost|limits?\b|quota)/.test(q) && !placeAsked)) return 'number';
   if (
     /^(which|list)\b|^what (are|kinds?|types?) |\bwhich (\w+ ){1,2}(are|is|can|do|does)\b/.test(q) &&
     !singularWhich(q)

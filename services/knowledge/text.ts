@@ -17,6 +17,8 @@ const STOP_WORDS = new Set(
     'explain us vs via per ' +
     // Determiners and reflexives ("some of my deliveries", "without handling it myself").
     'some myself yourself itself ourselves themselves mine ' +
+    // Indefinite pronouns ("before paying *anything*", "without emailing *anyone*") name no topic.
+    'anything anyone anybody everything everyone everybody something someone somebody whatever whoever ' +
     // Contractions: a negation or an auxiliary shapes the question ("why *didn't* my webhook get
     // …" asks about the webhook); the documentation never writes them, so kept as terms they
     // weighed as words it does not know.

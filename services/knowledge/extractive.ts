@@ -193,7 +193,10 @@ const PHRASAL: [RegExp, string][] = [
   // "How is the size worked out", "figure out the fee": computed.
   [/\b(?:work|figure)(?:ed|s|ing)? (?:it |them )?out\b/gi, 'compute'],
   // "Pick (it) up where it stopped / left off" resumes.
-  [/\bpick(?:ed|s|ing)? (?:it |them )?up where (?:it|they|I|we|you) (?:stopped|left off|ended)\b/gi, 'resume'],
+  [
+    /\bpick(?:ed|s|ing)? (?:it |them )?up where (?:it|they|I|we|you) (?:stopped|left off|ended)\b/gi,
+    'resume',
+  ],
   // "Carry on from where it stopped" continues it ("--resume continues it").
   [/\bcarr(?:y|ies|ied|ying) on\b/gi, 'continue'],
   [/\bsign(?:ed|s|ing)? up\b/gi, 'register'],
@@ -207,8 +210,33 @@ const PHRASAL: [RegExp, string][] = [
   // "Right now" is "now", not a right.
   [/\bright now\b/gi, 'now'],
 ];
+/** Numbers in words, as timeframes are written with them ("one-minute" is 1m, "four-hour" 4h). */
+const NUMBER_WORDS: Record<string, number> = {
+  one: 1,
+  two: 2,
+  three: 3,
+  four: 4,
+  five: 5,
+  six: 6,
+  eight: 8,
+  twelve: 12,
+  fifteen: 15,
+  thirty: 30,
+};
+/**
+ * A timeframe in words is the documentation's timeframe: "a one-minute call" is a 1m one, "an
+ * hourly one" 1h, "fifteen-minute candles" 15m.
+ */
+function timeframes(question: string): string {
+  return question
+    .replace(
+      /\b(one|two|three|four|five|six|eight|twelve|fifteen|thirty)[- ](minute|hour|day)\b/gi,
+      (_, n: string, unit: string) => `${NUMBER_WORDS[n.toLowerCase()]}${unit[0]!.toLowerCase()}`,
+    )
+    .replace(/\bhourly\b/gi, '1h');
+}
 export function rephrase(question: string): string {
-  return PHRASAL.reduce((q, [re, word]) => q.replace(re, word), question);
+  return PHRASAL.reduce((q, [re, word]) => q.replace(re, word), timeframes(question));
 }
 /**
  * Words the documentation writes for an act, met only from the act: a disabled thing is "off",
@@ -301,9 +329,7 @@ function mainClause(question: string): Set<string> {
   // "Once I have a key, how do I send it …": what the asking clause calls "it" the condition
   // names, so the condition's words (not its conjunction) are asked too.
   if (opening > 0 && /\b(it|them)\b/i.test(question.slice(opening + 2)))
-    return new Set(
-      contentTerms(question.slice(cut![0].length)).filter((term) => !QUESTION_WORDS.has(term)),
-    );
+    return new Set(contentTerms(question.slice(cut![0].length)).filter((term) => !QUESTION_WORDS.has(term)));
   return new Set(
     contentTerms(
       opening > 0

@@ -344,7 +344,11 @@ function mainClause(question: string): Set<string> {
 /** "What status / error comes back if …": a main clause naming only a reply asks for its code. */
 function replyAsked(question: string): boolean {
   const main = mainClause(question);
-  return /^\s*what\b/i.test(question) && main.size > 0 && [...main].every((term) => REPLY.has(term));
+  // "What status does /api/chat give me if …" asks for the code too, naming what answers it.
+  return (
+    /^\s*what (status|error|code)\b/i.test(question) ||
+    (/^\s*what\b/i.test(question) && main.size > 0 && [...main].every((term) => REPLY.has(term)))
+  );
 }
 
 /** A question's content term, the terms that meet it, and its share of the ask. */

@@ -185,7 +185,7 @@ describe('free baselines and the economic gate', () => {
     expect(cmp.liftNetBps.dayBlock.low).toBeLessThanOrEqual(cmp.liftNetBps.dayBlock.high);
     // Points whose return equals the score's sign: the "follow the last candle" rule then calls
     // exactly what a following cell calls outside the HOLD band.
-    const mirrored = points.map((s) => ({ ...s, back: Float64Array.from(s.back, () => s.score) }));
+    const mirrored = points.map((s) => ({ ...s, back: s.back.map(() => s.score) }));
     const follow = FREE_RULES.find((r) => r.lookback === 1 && r.sign === 1)!;
     const same = compareWithFree(mirrored, { ...fit, direction: 1 }, follow, { ...settings, holdBand: 0 });
     expect(same.liftNetBps.value).toBeCloseTo(0, 9);

@@ -154,8 +154,9 @@ if (values.help) {
 /**
  * A score-only run holds a few months' samples, about 0.6 GB live; V8 left alone grows its heap to
  * 2.7 GB before collecting. It runs again under a heap limit that keeps the process under 1 GB
- * (0.94 GB peak on four months with their warm-up), unless NODE_OPTIONS names a limit of its own
- * (a much larger folder may need one).
+ * (0.94 GB peak on four months with their warm-up; 0.95 GB on the full data, its test months and
+ * the 2022 era, in 7.4 min at load 4), unless NODE_OPTIONS names a limit of its own (a much larger
+ * folder may need one).
  */
 const SCORE_ONLY_HEAP_MB = 600;
 if (
@@ -319,11 +320,28 @@ if (values['risk-only']) {
 
 type SampleSet = Map<Timeframe, Sample[][]>;
 
+/**
+ * Where a score-only run's scores start: --from, else the shipped tables' training end. It keeps
+ * the samples from 250 candles before it (the regime labels' free rank looks 200 back), and the
+ * 2022 era's whole (scored whole). Kept from the first candle, the training months of the full
+ * data held 1.75 GB at their peak and ran out of the 600 MB heap below.
+ */
+async function scoreStart(): Promise<number | null> {
+  if (!values['score-only']) return null;
+  if (values.from) return day(values.from);
+  const read = async (path: string) =>
+    (JSON.parse(await readFile(path, 'utf8')) as { trainTo: number }).trainTo;
+  return Math.min(await read(values.table), await read(values['vol-table']));
+}
+const keepSamplesFrom = await scoreStart();
+
 async function collect(
   folder: string,
   base: '5m' | '1h',
   targets: Timeframe[],
   into: SampleSet,
+  /** Every sample kept, even in a score-only run (the 2022 era, scored whole). */
+  whole = false,
 ): Promise<void> {
   const dir = join(values.data, 'candles', folder);
   let names: string[];
@@ -342,11 +360,9 @@ async function collect(
     for (const tf of targets) {
       const series = tf === base ? source : aggregateCandles(source, base, tf);
       const list = into.get(tf) ?? [];
-      // A score-only run over a warm-up keeps the samples its scores read: from 250 candles
-      // before --from (the regime labels' free rank looks 200 back).
       const keepFrom =
-        scoreOnly && values.warmup && values.from
-          ? day(values.from) - 250 * TIMEFRAME_MS[tf]
+        keepSamplesFrom !== null && !whole
+          ? keepSamplesFrom - 250 * TIMEFRAME_MS[tf]
           : Number.NEGATIVE_INFINITY;
       list.push(collectSamples(series, tf, settings.horizon, keepFrom));
       into.set(tf, list);
@@ -369,8 +385,8 @@ await collect('binance-spot', '1h', FROM_1H, spot);
 await collect('binance-usdm', '1h', FROM_1H, perp);
 // The baselines file holds test-month figures only: the 2022 era is not needed for it.
 if (!baselinesOnly) {
-  await collect('binance-spot-2022', '5m', FROM_5M, era);
-  await collect('binance-spot-2022', '1h', FROM_1H, era);
+  await collect('binance-spot-2022', '5m', FROM_5M, era, true);
+  await collect('binance-spot-2022', '1h', FROM_1H, era, true);
 }
 const sets: Record<Kind, SampleSet> = { spot, perp };
 
@@ -588,14 +604,10 @@ if (!scoreOnly) {
       const fit: CellFit = { direction: entry.direction, curve: entry.curve };
       const eraSeries = kind === 'spot' ? era.get(tf) : undefined;
       const testSet = testPoints(perCoin, tf, settings.horizon, from, Number.POSITIVE_INFINITY);
-      // The free rule is chosen on the months before the tables' split that --data holds, else
-      // the one the shipped baselines chose on the training months (a folder of later months).
-      const train = trainingPoints(perCoin, tf, settings.horizon, table.trainTo);
+      // The free rule the shipped baselines chose on the training months (samples before the
+      // scores' start are not kept).
       const shippedRule = shippedBaselines?.cells.find((c) => c.cell === `${kind}:${tf}`)?.bestFreeRule;
-      const rule =
-        train.length > 0
-          ? chooseFreeRule(train, settings)
-          : (FREE_RULES.find((r) => r.name === shippedRule) ?? null);
+      const rule = FREE_RULES.find((r) => r.name === shippedRule) ?? null;
       cellReports.push({
         kind,
         timeframe: tf,

@@ -72,6 +72,8 @@ const FALLBACK_UNIT = 0.25;
  * account", with the 10 bps fee).
  */
 const FALLBACK_UNKNOWN = 0.25;
+/** What a documented step must carry of a "how do I" to join a route's summary from the contract. */
+const ROUTE_DETAIL = 0.75;
 /** What a unit stating the cause of a "why" must carry of the question to join its answer. */
 const CAUSE_UNIT = 0.25;
 /**
@@ -1327,10 +1329,19 @@ export function extractiveAnswer(
   }
   // A route's summary from the contract says what the route does; how to call it for what was
   // asked (the parameter, the header) is what the documentation says of it: for a "how do I",
-  // the documentation's best unit naming the same route ("route POST /api/webhooks/:id/enable
-  // {"recover_since": ISO}" beside the contract's "POST /api/webhooks/{id}/enable: Re-enable …")
-  // comes with it, when it carries a quarter of the question.
+  // the best documented unit that states a step and carries most of the question comes with it,
+  // and the documentation's best unit naming the same route ("route POST /api/webhooks/:id/enable
+  // {"recover_since": ISO}" beside the contract's "POST /api/webhooks/{id}/enable: Re-enable …"),
+  // when it carries a quarter of the question.
   if (kind === 'steps' && stated !== null && best.passage.source_type === 'contract') {
+    const how = carrying.find(
+      (c) =>
+        c.passage.source_type !== 'contract' &&
+        c.coverage >= ROUTE_DETAIL &&
+        stated.test(c.quotes.join(' ')) &&
+        !overlaps(c),
+    );
+    if (how !== undefined) add(how);
     const called = routesIn(best.quotes.join(' '));
     const documented = candidates
       .filter(

@@ -327,6 +327,31 @@ describe('extractive answers', () => {
     expect(answer.answer).toContain('RECOVER_SINCE=T');
   });
 
+  it("adds to a route's summary from the contract the documentation's line for the same route", () => {
+    const index = new KnowledgeIndex([
+      {
+        id: 'contract#routes-webhooks',
+        source_type: 'contract',
+        source_url: 'contracts/webhooks.ts',
+        title: 'HTTP routes: webhooks',
+        text: 'POST /api/webhooks/{id}/enable: Re-enable a disabled subscription, optionally re-delivering what it missed since a time.',
+      },
+      {
+        id: 'webhooks#routes',
+        source_type: 'webhooks',
+        source_url: 'services/webhooks/README.md#routes',
+        title: 'Webhooks',
+        text: 'route POST /api/webhooks/:id/enable {"recover_since": ISO}; re-enable a subscription; deliver everything since then.',
+      },
+    ]);
+    const question = 'How do I enable a disabled subscription and get what it missed?';
+    const answer = extractiveAnswer(question, index.retrieve(expandQuestion(question)), (t) =>
+      index.weight(t),
+    );
+    expect(answer.answer).toContain('POST /api/webhooks/{id}/enable');
+    expect(answer.answer).toContain('recover_since');
+  });
+
   it('reads measures a table cell lists ("1h 4h 1d") as the values of its column', () => {
     const ask = askOf([
       [

@@ -329,9 +329,11 @@ type SampleSet = Map<Timeframe, Sample[][]>;
 async function scoreStart(): Promise<number | null> {
   if (!values['score-only']) return null;
   if (values.from) return day(values.from);
-  const read = async (path: string) =>
-    (JSON.parse(await readFile(path, 'utf8')) as { trainTo: number }).trainTo;
-  return Math.min(await read(values.table), await read(values['vol-table']));
+  const json = async (path: string) => JSON.parse(await readFile(path, 'utf8'));
+  return Math.min(
+    parseCalibrationTable(await json(values.table)).trainTo,
+    parseVolatilityTable(await json(values['vol-table'])).trainTo,
+  );
 }
 const keepSamplesFrom = await scoreStart();
 
@@ -592,7 +594,9 @@ if (!scoreOnly) {
     labels,
   });
 } else {
-  const shippedBaselines = await readBaselines(values.baselines ?? DEFAULT_BASELINES);
+  // The shipped file, not --baselines: that names where this run writes its own figures.
+  const shippedBaselines = await readBaselines(DEFAULT_BASELINES);
+  if (shippedBaselines === null) usageError(`--score-only takes the free rules from ${DEFAULT_BASELINES}`);
   table = parseCalibrationTable(JSON.parse(await readFile(values.table, 'utf8')));
   volTable = parseVolatilityTable(JSON.parse(await readFile(values['vol-table'], 'utf8')));
   const from = values.from ? day(values.from) : table.trainTo;
@@ -605,7 +609,7 @@ if (!scoreOnly) {
       const eraSeries = kind === 'spot' ? era.get(tf) : undefined;
       const testSet = testPoints(perCoin, tf, settings.horizon, from, Number.POSITIVE_INFINITY);
       // The free rule the shipped baselines chose on the training months (samples before the
-      // scores' start are not kept).
+      // scores' start are not kept); a cell they lack has no free comparison.
       const shippedRule = shippedBaselines?.cells.find((c) => c.cell === `${kind}:${tf}`)?.bestFreeRule;
       const rule = FREE_RULES.find((r) => r.name === shippedRule) ?? null;
       cellReports.push({

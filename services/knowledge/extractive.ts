@@ -64,8 +64,7 @@ const FALLBACK_COVERAGE = 0.45;
 const FALLBACK_UNIT = 0.25;
 /**
  * The weighted share of the question words the documentation never uses may hold and the
- * fallback still answer ("without duplicates" where it says "none twice"; "the search query
- * length", where it counts characters, a third); a question more of whose weight names what the
+ * fallback still answer ("without duplicates" where it says "none twice"); a question more of whose weight names what the
  * documentation never speaks of ("my bank transfer") is not answered by a passage that merely
  * shares its other words. 0.25 and 0.35 measured: 0.35 answered one more tuned question, and
  * grounded an off-topic one of operator.json ("the lowest spot trading fees for a retail
@@ -229,13 +228,16 @@ const NUMBER_WORDS: Record<string, number> = {
  * A timeframe in words is the documentation's timeframe: "a one-minute call" is a 1m one, "an
  * hourly one" 1h, "fifteen-minute candles" 15m.
  */
+const TIMEFRAME_WORDS = new RegExp(`\\b(${Object.keys(NUMBER_WORDS).join('|')})-(minute|hour|day)\\b`, 'gi');
 function timeframes(question: string): string {
+  // Hyphenated only, or "hourly" naming a kind of call or candle: "in one day", "after one hour",
+  // "an hourly limit" speak of time, not of a timeframe.
   return question
     .replace(
-      /\b(one|two|three|four|five|six|eight|twelve|fifteen|thirty)[- ](minute|hour|day)\b/gi,
+      TIMEFRAME_WORDS,
       (_, n: string, unit: string) => `${NUMBER_WORDS[n.toLowerCase()]}${unit[0]!.toLowerCase()}`,
     )
-    .replace(/\bhourly\b/gi, '1h');
+    .replace(/\bhourly(?= (?:ones?|calls?|candles?|charts?|timeframe|bars?|verdicts?|trade)\b)/gi, '1h');
 }
 export function rephrase(question: string): string {
   return PHRASAL.reduce((q, [re, word]) => q.replace(re, word), timeframes(question));
@@ -330,7 +332,9 @@ function mainClause(question: string): Set<string> {
   const opening = cut?.index === 0 ? question.indexOf(', ') : -1;
   // "Once I have a key, how do I send it …": what the asking clause calls "it" the condition
   // names, so the condition's words (not its conjunction) are asked too.
-  if (opening > 0 && /\b(it|them)\b/i.test(question.slice(opening + 2)))
+  // Not a subject "it" ("how long does it take", "is it possible"): the one an act is done to.
+  const referred = /(?<!\b(?:is|was|does|did|do|will|would|can|could|should|has|have|had) )\b(?:it|them)\b/i;
+  if (opening > 0 && referred.test(question.slice(opening + 2)))
     return new Set(contentTerms(question.slice(cut![0].length)).filter((term) => !QUESTION_WORDS.has(term)));
   return new Set(
     contentTerms(
@@ -346,9 +350,12 @@ function mainClause(question: string): Set<string> {
 /** "What status / error comes back if …": a main clause naming only a reply asks for its code. */
 function replyAsked(question: string): boolean {
   const main = mainClause(question);
-  // "What status does /api/chat give me if …" asks for the code too, naming what answers it.
+  // "What status does /api/chat give me if …" asks for the code too, naming what answers it;
+  // "what error handling …", "what code do I need to verify …" do not ask for one.
   return (
-    /^\s*what (status|error|code)\b/i.test(question) ||
+    /^\s*what (?:status|error)(?: code)?\b.*\b(?:if|when|give|gives|get|return|returns|send|sends|answer|answers)\b/i.test(
+      question,
+    ) ||
     (/^\s*what\b/i.test(question) && main.size > 0 && [...main].every((term) => REPLY.has(term)))
   );
 }
@@ -522,7 +529,7 @@ export function questionKind(question: string): Kind {
   // "Why is every answer a HOLD?" asks for a cause, whatever nouns it names.
   if (/^(why|how come)\b|\bwhat is the reason\b/.test(q)) return 'reason';
   // "Where can I see what it costs?" asks for a place (a route, a page), not the price.
-  const placeAsked = /\bwhere (can|do|does|is|are)\b/.test(q);
+  const placeAsked = /\bwhere(?:'s| (?:can|do|does|is|are|will|should))\b/.test(q);
   if (NUMBER_ASKED.test(q) || (/\b(price|cost|limits?\b|quota)/.test(q) && !placeAsked)) return 'number';
   if (
     /^(which|list)\b|^what (are|kinds?|types?) |\bwhich (\w+ ){1,2}(are|is|can|do|does)\b/.test(q) &&
@@ -609,6 +616,7 @@ const STEP_URI = /\b[a-z][a-z-]*:\/\/|\b[a-z]+\/(?:list|read|call|get|set|subscr
  */
 function statedBy(
   question: string,
+  codeAsked: boolean,
 ): { test: (text: string) => boolean; required: boolean; narrow?: boolean } | null {
   if (NUMBER_ASKED.test(question)) return { test: (text) => NUMBER.test(text), required: true };
   // "Which file holds …", "where in the code …" asks for a path.
@@ -619,7 +627,7 @@ function statedBy(
   )
     return { test: (text) => PATH.test(text), required: false, narrow: true };
   // "What status comes back if …" asks for a code: an HTTP status, a SCREAMING_CASE or JSON-RPC code.
-  if (replyAsked(question)) return { test: (text) => REPLY_CODE.test(text), required: false };
+  if (codeAsked) return { test: (text) => REPLY_CODE.test(text), required: false };
   // "What does a secret look like" asks for its form: a prefix and a length, a hex literal.
   if (/\blooks? like\b|\bwhat (?:format|form|shape)\b/i.test(question))
     return { test: (text) => FORM.test(text), required: false };
@@ -1053,7 +1061,8 @@ export function extractiveAnswer(
   // question about sorting in Python is not answered by a sentence that sorts test points.
   const known = all - unknown + UNKNOWN_PENALTY * unknown;
   const kind = questionKind(question);
-  const codeAsked = replyAsked(question);
+  // Read on the words asked: "what comes back if …" names a reply by its "back", which rephrase drops.
+  const codeAsked = replyAsked(raw);
   // "How do I connect …": the act asked about. A unit that names neither it (nor a word for
   // it) in its text or its title speaks of something near the question, not of how to do it.
   const act = /\bhow (?:do|can|should|would) (?:i|we|you) ([\p{L}]+)/iu.exec(question)?.[1];
@@ -1085,7 +1094,7 @@ export function extractiveAnswer(
         if (narrows) narrowedAct = true;
         // The act a "how do I" asks about is named by a word, or a part of a camelCase name
         // (verifyWebhook), not by a part of a PascalCase name: "OpenAPI" does not open anything.
-        if ((named && !narrows && has(termsIn(text, false))) || has(title)) crux = true;
+        if ((named && !narrows && has(plain)) || has(title)) crux = true;
       }
       if (named) own += w;
       else if (has(present)) own += 0.5 * w;
@@ -1207,7 +1216,7 @@ export function extractiveAnswer(
   // role: webhook_delivery_attempts_total{trigger}, …" for "which metrics does the dispatcher
   // expose …"): the list names its items, not the question's other words; a third of the
   // question's weight may be words the documentation never uses.
-  const stated = statedBy(question);
+  const stated = statedBy(question, codeAsked);
   let carrying = candidates
     .filter(
       (c) =>

@@ -15,5 +15,6 @@ export function unknownKeys(issue: z.core.$ZodRawIssue): string | undefined {
   const known = (issue.inst as { _zod?: { def?: { shape?: object } } } | undefined)?._zod?.def?.shape;
   if (known === undefined) return undefined;
   const keys = issue.keys as string[];
-  return `unknown key${keys.length === 1 ? '' : 's'} ${keys.map((k) => JSON.stringify(k)).join(', ')}; accepted: ${Object.keys(known).join(', ')}`;
+  const accepted = Object.keys(known);
+  return `unknown key${keys.length === 1 ? '' : 's'} ${keys.map((k) => JSON.stringify(k)).join(', ')}; accepted: ${accepted.length > 0 ? accepted.join(', ') : 'none'}`;
 }

@@ -4,7 +4,7 @@ import { MemoryCache } from '../../adapters/cache/memory.ts';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { ConfigError, loadConfig } from '../../contracts/config.ts';
 import { newEvent } from '../../contracts/events.ts';
-import { checkChat, checkSearch } from '../../contracts/knowledge.ts';
+import { checkChat, checkSearch, type SourceType } from '../../contracts/knowledge.ts';
 import { foldLog } from '../../projections/projection.ts';
 import { QuotaCounters } from '../metering/quota-rebuild.ts';
 import { ChatQuota, chatKey, chatQuotaProjection } from './chat-quota.ts';
@@ -241,11 +241,12 @@ describe('extractive answers', () => {
   });
 
   /** An index of [id, title, text] rows and the question asked of it, as the chat asks. */
+  /** An answerer over passages given as [id, title, text, source type (default readme)]. */
   function askOf(rows: string[][]) {
     const built = new KnowledgeIndex(
-      rows.map(([id, title, text]) => ({
+      rows.map(([id, title, text, source]) => ({
         id: id!,
-        source_type: 'readme',
+        source_type: (source ?? 'readme') as SourceType,
         source_url: `${id}.md`,
         title: title!,
         text: text!,
@@ -295,61 +296,47 @@ describe('extractive answers', () => {
     );
   });
 
-  it('adds to a route\'s summary from the contract the documented step a "how do I" asks for', () => {
-    const index = new KnowledgeIndex([
-      {
-        id: 'contract#routes-webhooks',
-        source_type: 'contract',
-        source_url: 'contracts/webhooks.ts',
-        title: 'HTTP routes: webhooks',
-        text: 'POST /api/webhooks/{id}/enable: Enable a disabled subscription, optionally re-delivering what it missed since a time.',
-      },
-      {
-        id: 'webhooks#recovery',
-        source_type: 'webhooks',
-        source_url: 'services/webhooks/README.md#recovery',
-        title: 'Webhooks › Recovery',
-        text: 'Recovery. A disabled subscription enabled with RECOVER_SINCE=T in the request is re-delivered the events it missed since T, from the event log, in the order they were recorded.',
-      },
-      {
-        id: 'readme#keys',
-        source_type: 'readme',
-        source_url: 'README.md#keys',
-        title: 'Keys',
-        text: 'A key is sent as a Bearer token on every request; a subscription belongs to one key.',
-      },
+  it.each([
+    [
+      'the documented step a "how do I" asks for',
+      'Enable a disabled subscription, optionally re-delivering what it missed since a time.',
+      [
+        'webhooks#recovery',
+        'Webhooks › Recovery',
+        'Recovery. A disabled subscription enabled with RECOVER_SINCE=T in the request is re-delivered the events it missed since T, from the event log, in the order they were recorded.',
+        'webhooks',
+      ],
+      'RECOVER_SINCE=T',
+    ],
+    [
+      "the documentation's line for the same route",
+      'Re-enable a disabled subscription, optionally re-delivering what it missed since a time.',
+      [
+        'webhooks#routes',
+        'Webhooks',
+        'route POST /api/webhooks/:id/enable {"recover_since": ISO}; re-enable a subscription; deliver everything since then.',
+        'webhooks',
+      ],
+      'recover_since',
+    ],
+  ])("adds to a route's summary from the contract %s", (_, summary, documented, expected) => {
+    const ask = askOf([
+      [
+        'contract#routes-webhooks',
+        'HTTP routes: webhooks',
+        `POST /api/webhooks/{id}/enable: ${summary}`,
+        'contract',
+      ],
+      documented,
+      [
+        'readme#keys',
+        'Keys',
+        'A key is sent as a Bearer token on every request; a subscription belongs to one key.',
+      ],
     ]);
-    const question = 'How do I enable a disabled subscription and get what it missed?';
-    const answer = extractiveAnswer(question, index.retrieve(expandQuestion(question)), (t) =>
-      index.weight(t),
-    );
+    const answer = ask('How do I enable a disabled subscription and get what it missed?');
     expect(answer.answer).toContain('POST /api/webhooks/{id}/enable');
-    expect(answer.answer).toContain('RECOVER_SINCE=T');
-  });
-
-  it("adds to a route's summary from the contract the documentation's line for the same route", () => {
-    const index = new KnowledgeIndex([
-      {
-        id: 'contract#routes-webhooks',
-        source_type: 'contract',
-        source_url: 'contracts/webhooks.ts',
-        title: 'HTTP routes: webhooks',
-        text: 'POST /api/webhooks/{id}/enable: Re-enable a disabled subscription, optionally re-delivering what it missed since a time.',
-      },
-      {
-        id: 'webhooks#routes',
-        source_type: 'webhooks',
-        source_url: 'services/webhooks/README.md#routes',
-        title: 'Webhooks',
-        text: 'route POST /api/webhooks/:id/enable {"recover_since": ISO}; re-enable a subscription; deliver everything since then.',
-      },
-    ]);
-    const question = 'How do I enable a disabled subscription and get what it missed?';
-    const answer = extractiveAnswer(question, index.retrieve(expandQuestion(question)), (t) =>
-      index.weight(t),
-    );
-    expect(answer.answer).toContain('POST /api/webhooks/{id}/enable');
-    expect(answer.answer).toContain('recover_since');
+    expect(answer.answer).toContain(expected);
   });
 
   it('reads measures a table cell lists ("1h 4h 1d") as the values of its column', () => {

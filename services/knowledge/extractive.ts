@@ -64,9 +64,9 @@ const FALLBACK_COVERAGE = 0.45;
 const FALLBACK_UNIT = 0.25;
 /**
  * The weighted share of the question words the documentation never uses may hold and the
- * fallback still answer ("without duplicates" where it says "none twice"); a question more of whose weight names what the
- * documentation never speaks of ("my bank transfer") is not answered by a passage that merely
- * shares its other words. 0.25 and 0.35 measured: 0.35 answered one more tuned question, and
+ * fallback still answer ("without duplicates" where it says "none twice"); a question more of
+ * whose weight names what the documentation never speaks of ("my bank transfer") is not answered
+ * by a passage that merely shares its other words. 0.25 and 0.35 measured: 0.35 answered one more tuned question, and
  * grounded an off-topic one of operator.json ("the lowest spot trading fees for a retail
  * account", with the 10 bps fee).
  */
@@ -822,6 +822,11 @@ interface Candidate {
   acts: boolean;
 }
 
+/** Best scored first, then the earlier passage, then the earlier unit in it. */
+function bestFirst(a: Candidate, b: Candidate): number {
+  return b.score - a.score || a.rank - b.rank || a.order - b.order;
+}
+
 /**
  * A long sentence's clauses: cut after a ";" or a full stop, but only outside brackets, so a
  * clause never opens a parenthesis it does not close ("exposure checked (balance … ; with …)").
@@ -1234,7 +1239,7 @@ export function extractiveAnswer(
           c.covered >= LIST_PASSAGE &&
           (enumerates(c.quotes.join(' '), ofNoun) || itemList(c.quotes, ofNoun))),
     )
-    .sort((a, b) => b.score - a.score || a.rank - b.rank || a.order - b.order);
+    .sort(bestFirst);
   if (carrying.length === 0 && unknown <= FALLBACK_UNKNOWN * all)
     carrying = candidates
       .filter(
@@ -1244,7 +1249,7 @@ export function extractiveAnswer(
           c.covered >= FALLBACK_COVERAGE &&
           c.coverage >= FALLBACK_UNIT,
       )
-      .sort((a, b) => b.score - a.score || a.rank - b.rank || a.order - b.order);
+      .sort(bestFirst);
   // "Which coins …" asks for the coins: where the documentation lists them, a sentence that
   // only speaks of them (how many, where they are read from) is not the answer.
   if (kind === 'list') {
@@ -1269,7 +1274,7 @@ export function extractiveAnswer(
             c.coverage >= FALLBACK_UNIT &&
             stated.test(c.quotes.join(' ')),
         )
-        .sort((a, b) => b.score - a.score || a.rank - b.rank || a.order - b.order);
+        .sort(bestFirst);
       if (beside.length === 0) return dontKnow;
       carrying.splice(0, carrying.length, ...beside);
     }

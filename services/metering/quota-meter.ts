@@ -102,6 +102,8 @@ class QuotaLease {
 
 const LEASE_IDLE_MS = 250;
 const LEASE_SHARE = 16;
+/** How far the clocks of the api replicas, the cache and the store may disagree. */
+const CLOCK_SKEW_MS = 5_000;
 /** A grant smaller than this is not worth its round trips and its two events. */
 const MIN_UNITS = 8;
 /** Tries of each step of a give-back, an idle period apart, before its units are left charged. */
@@ -299,15 +301,14 @@ export class QuotaMeter {
 
   /**
    * Counts up to `units` of the lease tool's requests ahead in the rate windows now, at most 1/LEASE_SHARE
-   * of a window's limit and of what its last grant left there. Best effort: else each request is debited.
+   * of what its last grant left there (of a window's limit before any). Best effort: else each request is debited.
    */
   private async grantRate(lease: QuotaLease, units: number): Promise<void> {
     if (this.rates === null || lease.ending !== null || !lease.rateAsked) return;
     lease.rateAsked = false;
     const windows = this.rates.windowsOf(lease.at.subject, lease.tool, this.now());
     const kept = lease.rate !== null && sameWindows(lease.rate.windows, windows) ? lease.rate : null;
-    let share = Math.floor(left(windows, kept?.granted.counts ?? windows.map(() => 0)) / LEASE_SHARE);
-    for (const { limit } of windows) share = Math.min(share, Math.floor(limit / LEASE_SHARE));
+    const share = Math.floor(left(windows, kept?.granted.counts ?? windows.map(() => 0)) / LEASE_SHARE);
     const n = Math.min(units, share - (kept?.free ?? 0));
     if (n < MIN_UNITS) return;
     const result = await this.deps.cache.debitWindows(windows, n).catch(() => null);
@@ -340,9 +341,9 @@ export class QuotaMeter {
     await lease.granting;
     const { at, tool, rate } = lease;
     lease.rate = null;
-    // Unused requests go back unless their window ends within the clocks' allowed skew (5 s, as landed's):
-    // one that reached the next window's counter would give its budget away. Else they lapse with it.
-    if (rate !== null && rate.free > 0 && rate.windows[0]!.expiresAt - this.now() > 5_000) {
+    // Unused requests go back unless their window ends within the clocks' allowed skew: one that
+    // reached the next window's counter would give its budget away. Else they lapse with it.
+    if (rate !== null && rate.free > 0 && rate.windows[0]!.expiresAt - this.now() > CLOCK_SKEW_MS) {
       const keys = rate.windows.map((w) => w.key);
       await this.deps.cache.releaseWindows(keys, rate.free).catch(() => {});
     }
@@ -446,8 +447,9 @@ export class QuotaMeter {
         .readStream(stream, { fromRevision: from, maxCount: end - from + 1 })
         .catch(() => []);
       if (page.some((event) => event.id === id)) return true;
-      // The store's clock may trail this process's by up to 5 s: a page wholly older than that is past it.
-      if (page.length === 0 || Date.parse(page[page.length - 1]!.recordedAt) < since - 5_000) return false;
+      // The store's clock may trail this process's: a page wholly older than that is past it.
+      const last = page.at(-1);
+      if (last === undefined || Date.parse(last.recordedAt) < since - CLOCK_SKEW_MS) return false;
       end = from - 1;
     }
     return false;

@@ -1,7 +1,11 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { MemoryCache } from '../../adapters/cache/memory.ts';
-import type { DebitResult } from '../../adapters/cache/port.ts';
-import { type Cache, CacheUnavailableError, type QuotaWindow } from '../../adapters/cache/port.ts';
+import {
+  type Cache,
+  CacheUnavailableError,
+  type DebitResult,
+  type QuotaWindow,
+} from '../../adapters/cache/port.ts';
 import type { Config } from '../../contracts/config.ts';
 import { ERRORS, errorMessage } from '../../contracts/errors.ts';
 import type { Plan } from '../../contracts/events.ts';

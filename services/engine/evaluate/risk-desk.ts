@@ -533,18 +533,16 @@ export function bandScales(
   miss: number,
 ): Float64Array {
   const scales = new Float64Array(s.close.length).fill(1);
-  const band = bandFor(model, perp);
-  const fold = new BandScale(h, miss);
+  const fold = new BandScale(h, miss, bandFor(model, perp));
   for (let i = 0; i < s.close.length; i++) {
     if (Number.isNaN(s.v0[i]!)) continue;
     const hourly = s.hourly[i]!;
-    if (model.hourly !== undefined && Number.isNaN(hourly)) {
-      scales[i] = fold.push(s.close[i]!, null, null);
-      continue;
-    }
     const vars = [s.v0[i]!, s.v1[i]!, s.v2[i]!];
-    const sigma = Math.sqrt(forecastVarianceOf(model, vars, h, hourly, utcHour(s.closeTime[i]!)));
-    scales[i] = fold.push(s.close[i]!, band.low * sigma, band.high * sigma);
+    const sigma =
+      model.hourly !== undefined && Number.isNaN(hourly)
+        ? null
+        : Math.sqrt(forecastVarianceOf(model, vars, h, hourly, utcHour(s.closeTime[i]!)));
+    scales[i] = fold.push(s.close[i]!, sigma);
   }
   return scales;
 }

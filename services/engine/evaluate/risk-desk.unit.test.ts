@@ -177,27 +177,29 @@ describe('adaptive band scale', () => {
     // Closes rising 1 % a candle: a band of ±0.5 % over 1 candle misses every time, one over 3 candles
     // (a 3 % move) misses too.
     const closes = Array.from({ length: 10 }, (_, i) => 100 * 1.01 ** i);
-    const next = new BandScale(1, 0.2);
+    // Bands of ±0.5 % at σ 1 (the log-return edges the state serves are the band × σ).
+    const NARROW = { low: -0.005, high: 0.005 };
+    const next = new BandScale(1, 0.2, NARROW);
     // The first close has nothing to resolve; each later one resolves the close before: +0.02 × 0.8.
-    expect(next.push(closes[0]!, -0.005, 0.005)).toBe(1);
-    expect(next.push(closes[1]!, -0.005, 0.005)).toBeCloseTo(Math.exp(0.016), 12);
-    expect(next.push(closes[2]!, null, null)).toBeCloseTo(Math.exp(0.032), 12);
+    expect(next.push(closes[0]!, 1)).toBe(1);
+    expect(next.push(closes[1]!, 1)).toBeCloseTo(Math.exp(0.016), 12);
+    expect(next.push(closes[2]!, null)).toBeCloseTo(Math.exp(0.032), 12);
     // The close before served no band: nothing resolves.
-    expect(next.push(closes[3]!, -0.005, 0.005)).toBeCloseTo(Math.exp(0.032), 12);
-    const three = new BandScale(3, 0.2);
-    const scales = closes.slice(0, 5).map((c) => three.push(c, -0.005, 0.005));
+    expect(next.push(closes[3]!, 1)).toBeCloseTo(Math.exp(0.032), 12);
+    const three = new BandScale(3, 0.2, NARROW);
+    const scales = closes.slice(0, 5).map((c) => three.push(c, 1));
     // Nothing resolves before the fourth close; from it on, one miss a close. Up to 6 candles the step is
     // 0.02; a 12-candle horizon steps 0.01.
     expect(scales.slice(0, 3)).toEqual([1, 1, 1]);
     expect(scales[3]).toBeCloseTo(Math.exp(0.016), 12);
     expect(scales[4]).toBeCloseTo(Math.exp(0.032), 12);
-    const twelve = new BandScale(12, 0.2);
-    const long = Array.from({ length: 13 }, (_, i) => twelve.push(100 * 1.01 ** i, -0.005, 0.005));
+    const twelve = new BandScale(12, 0.2, NARROW);
+    const long = Array.from({ length: 13 }, (_, i) => twelve.push(100 * 1.01 ** i, 1));
     expect(long[12]).toBeCloseTo(Math.exp(0.01 * 0.8), 12);
     // A band that holds the move: each resolved close steps down by 0.02 × 0.2.
-    const wide = new BandScale(1, 0.2);
-    wide.push(100, -0.5, 0.5);
-    expect(wide.push(101, -0.5, 0.5)).toBeCloseTo(Math.exp(-0.004), 12);
+    const wide = new BandScale(1, 0.2, { low: -0.5, high: 0.5 });
+    wide.push(100, 1);
+    expect(wide.push(101, 1)).toBeCloseTo(Math.exp(-0.004), 12);
   });
 
   it('brings a band fitted too narrow, or too wide, to its nominal miss share on real candles', () => {

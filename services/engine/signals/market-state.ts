@@ -430,17 +430,19 @@ export class MarketState {
   /** Each risk horizon's σ at this close, its band scale fed the band it serves here. */
   #riskAt(close: number, variances: readonly number[], hourly: number | null, openTime: number) {
     const { rows } = this.riskRows;
-    const miss = 1 - this.#volatility.bandCoverage;
-    this.#bandScales ??= rows.map((row) => new BandScale(row.candles, miss));
-    const perp = isPerpVenue(this.exchange);
+    if (this.#bandScales === null) {
+      const miss = 1 - this.#volatility.bandCoverage;
+      const perp = isPerpVenue(this.exchange);
+      this.#bandScales = rows.map((row) => new BandScale(row.candles, miss, bandFor(row.model, perp)));
+    }
+    const scales = this.#bandScales;
     const hour = utcHour(openTime + this.#tfMs);
     return rows.map(({ model, candles }, i) => {
-      const fold = this.#bandScales![i]!;
-      if (model.hourly !== undefined && hourly === null)
-        return { sigma: null, scale: fold.push(close, null, null) };
-      const sigma = Math.sqrt(forecastVarianceOf(model, variances, candles, hourly, hour));
-      const band = bandFor(model, perp);
-      return { sigma, scale: fold.push(close, band.low * sigma, band.high * sigma) };
+      const sigma =
+        model.hourly !== undefined && hourly === null
+          ? null
+          : Math.sqrt(forecastVarianceOf(model, variances, candles, hourly, hour));
+      return { sigma, scale: scales[i]!.push(close, sigma) };
     });
   }
 

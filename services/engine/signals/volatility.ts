@@ -339,7 +339,7 @@ export const BAND_STEP = 0.02;
  * Candès 2021, on the band's scale): when the forecast made `candles` closes ago resolves, the log
  * scale moves by its step (BAND_STEP) × (1 if that close's band missed, else 0, less the nominal miss rate), so
  * the share of misses tends to the nominal one whatever the market does after the training months.
- * Fed every close, in order, with the band it serves there (null: none).
+ * Fed every close, in order, with the forecast σ it serves there (null: none), its band `band` × σ.
  */
 export class BandScale {
   #logScale = 0;
@@ -352,6 +352,8 @@ export class BandScale {
   constructor(
     readonly candles: number,
     private readonly miss: number,
+    /** The band's edges in units of σ (bandFor). */
+    private readonly band: { readonly low: number; readonly high: number },
   ) {
     this.#step = (BAND_STEP * Math.min(6, candles)) / candles;
     this.#close = new Float64Array(candles);
@@ -359,8 +361,8 @@ export class BandScale {
     this.#high = new Float64Array(candles);
   }
 
-  /** Resolves the forecast of `candles` closes ago; returns the scale of this close's band (log-return edges). */
-  push(close: number, low: number | null, high: number | null): number {
+  /** Resolves the forecast of `candles` closes ago; returns the scale of this close's band. */
+  push(close: number, sigma: number | null): number {
     const slot = this.#at++ % this.candles;
     const from = this.#low[slot]!;
     if (!Number.isNaN(from)) {
@@ -369,8 +371,8 @@ export class BandScale {
     }
     const scale = Math.exp(this.#logScale);
     this.#close[slot] = close;
-    this.#low[slot] = low === null ? Number.NaN : low * scale;
-    this.#high[slot] = high === null ? Number.NaN : high * scale;
+    this.#low[slot] = sigma === null ? Number.NaN : this.band.low * sigma * scale;
+    this.#high[slot] = sigma === null ? Number.NaN : this.band.high * sigma * scale;
     return scale;
   }
 }

@@ -10,7 +10,7 @@ export function strictInput<Shape extends z.ZodRawShape>(shape: Shape) {
   return z.strictObject(shape, { error: unknownKeys });
 }
 
-export function unknownKeys(issue: z.core.$ZodRawIssue): string | undefined {
+function unknownKeys(issue: z.core.$ZodRawIssue): string | undefined {
   if (issue.code !== 'unrecognized_keys') return undefined;
   const known = (issue.inst as { _zod?: { def?: { shape?: object } } } | undefined)?._zod?.def?.shape;
   if (known === undefined) return undefined;

@@ -1,5 +1,5 @@
 import { type Candle, TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
-import type { RiskHorizonKey, VolatilityModel } from '../../../contracts/signals.ts';
+import { RiskHorizonKey, type VolatilityModel } from '../../../contracts/signals.ts';
 import {
   BandScale,
   bandFor,
@@ -15,6 +15,7 @@ import {
   hourlyFeature,
   leastSquares,
   quantile,
+  riskHorizonCandles,
   utcHour,
   VOL_HALF_LIVES,
 } from '../signals/volatility.ts';
@@ -289,11 +290,10 @@ export function deskHorizons(
   timeframe: Timeframe,
   verdictHorizon: number,
 ): { key: RiskHorizonKey; candles: number }[] {
-  return [
-    { key: 'next', candles: 1 },
-    { key: 'verdict', candles: verdictHorizon },
-    { key: 'day', candles: dayCandles(timeframe) },
-  ];
+  return RiskHorizonKey.options.map((key) => ({
+    key,
+    candles: riskHorizonCandles(key, timeframe, verdictHorizon),
+  }));
 }
 
 const ready = (s: DeskSeries, i: number, w: number) =>

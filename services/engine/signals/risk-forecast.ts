@@ -31,7 +31,7 @@ export function computeRiskHorizons(state: MarketState): RiskHorizonValue[] {
   const perp = isPerpVenue(state.exchange);
   // σ and the band's scale as the state worked them out at the close (volRisk).
   return rows.map(({ key, model, candles }, i) => {
-    const { sigma, scale } = r.volRisk[i] ?? { sigma: null, scale: 1 };
+    const { sigma, scale } = r.volRisk[i]!;
     if (sigma === null) throw new InsufficientHistoryError(state.key, state.candleCount, ['volatility']);
     const band = bandFor(model, perp);
     return {

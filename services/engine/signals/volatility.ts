@@ -431,12 +431,23 @@ export function riskRows(
       timeframe: verdict.timeframe,
       rows: [{ key: 'verdict', model: verdict.model, candles: table.horizonCandles }],
     };
-  const candlesOf = (key: RiskHorizonKey) =>
-    key === 'next' ? 1 : key === 'verdict' ? table.horizonCandles : dayCandles(timeframe);
   return {
     timeframe: tf,
-    rows: rows.map((r) => ({ key: r.key, model: r.model, candles: candlesOf(r.key) })),
+    rows: rows.map((r) => ({
+      key: r.key,
+      model: r.model,
+      candles: riskHorizonCandles(r.key, timeframe, table.horizonCandles),
+    })),
   };
+}
+
+/** A risk horizon's candles: the next candle, the verdict's horizon, or one UTC day. */
+export function riskHorizonCandles(
+  key: RiskHorizonKey,
+  timeframe: Timeframe,
+  verdictHorizon: number,
+): number {
+  return key === 'next' ? 1 : key === 'verdict' ? verdictHorizon : dayCandles(timeframe);
 }
 
 /** Candles in one UTC day on a timeframe (the risk forecast's day horizon; at least one). */

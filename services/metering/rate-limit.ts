@@ -77,10 +77,11 @@ export class RateLimiter implements RateWindows {
   /** Takes one request from the credential's budget and the tool's: at once in-process, else a promise. */
   decide(tier: RateTier, credential: string, tool: string | null): RateDecision | Promise<RateDecision> {
     const now = Date.now();
-    const resetMs = this.windowMs - (now % this.windowMs);
-    const prepaid = tool === null ? null : this.meter?.takeRate(credential, tier, tool, now + resetMs - 1);
+    const end = this.endOf(now);
+    const resetMs = end + 1 - now;
+    const prepaid = tool === null ? null : this.meter?.takeRate(credential, tier, tool, end);
     if (prepaid) return decision(prepaid.windows, prepaid.granted, resetMs);
-    const windows = this.windowsAt(tier, credential, tool, now);
+    const windows = this.windowsAt(tier, credential, tool, end);
     if (this.shared === null) return decision(windows, this.here.debitWindowsNow(windows, 1), resetMs);
     return this.shared.debitWindows(windows, 1).then(
       (result) => decision(windows, result, resetMs),
@@ -94,17 +95,25 @@ export class RateLimiter implements RateWindows {
 
   /** A quota subject's windows for its lease's requests (RateWindows): keyed by plan, else anonymous. */
   windowsOf(subject: QuotaSubject, tool: string, now: number): QuotaWindow[] {
-    return this.windowsAt(this.tierOf(subject), subject.id, tool, now);
+    return this.windowsAt(this.tierOf(subject), subject.id, tool, this.endOf(now));
   }
 
   readonly tierOf = (subject: QuotaSubject): RateTier =>
     subject.kind === 'key' ? subject.plan : 'anonymous';
 
-  /** The credential's window and, for a tool, its share: both ending with the window of `now`. */
-  private windowsAt(tier: RateTier, credential: string, tool: string | null, now: number): QuotaWindow[] {
+  /** The last millisecond of the window `now` is in: a counter lives through it, gone when the next starts. */
+  private endOf(now: number): number {
+    return now + this.windowMs - (now % this.windowMs) - 1;
+  }
+
+  /** The credential's window and, for a tool, its share: both ending at `expiresAt`. */
+  private windowsAt(
+    tier: RateTier,
+    credential: string,
+    tool: string | null,
+    expiresAt: number,
+  ): QuotaWindow[] {
     const { allKey, toolKey, all, tool: perTool } = this.tiers[tier];
-    // A counter lives through its expiry's millisecond: gone when the next window starts.
-    const expiresAt = now + this.windowMs - (now % this.windowMs) - 1;
     const windows: QuotaWindow[] = [{ key: allKey + credential, limit: all, expiresAt }];
     if (tool !== null) windows.push({ key: `${toolKey}${credential}:${tool}`, limit: perTool, expiresAt });
     return windows;

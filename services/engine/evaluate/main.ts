@@ -320,22 +320,26 @@ if (values['risk-only']) {
 
 type SampleSet = Map<Timeframe, Sample[][]>;
 
+/** The shipped tables a score-only run scores, read once. */
+const json = async (path: string) => JSON.parse(await readFile(path, 'utf8'));
+const shipped = scoreOnly
+  ? {
+      table: parseCalibrationTable(await json(values.table)),
+      vol: parseVolatilityTable(await json(values['vol-table'])),
+    }
+  : null;
 /**
  * Where a score-only run's scores start: --from, else the shipped tables' training end. It keeps
  * the samples from 250 candles before it (the regime labels' free rank looks 200 back), and the
  * 2022 era's whole (scored whole). Kept from the first candle, the training months of the full
  * data held 1.75 GB at their peak and ran out of the 600 MB heap below.
  */
-async function scoreStart(): Promise<number | null> {
-  if (!values['score-only']) return null;
-  if (values.from) return day(values.from);
-  const json = async (path: string) => JSON.parse(await readFile(path, 'utf8'));
-  return Math.min(
-    parseCalibrationTable(await json(values.table)).trainTo,
-    parseVolatilityTable(await json(values['vol-table'])).trainTo,
-  );
-}
-const keepSamplesFrom = await scoreStart();
+const keepSamplesFrom =
+  shipped === null
+    ? null
+    : values.from
+      ? day(values.from)
+      : Math.min(shipped.table.trainTo, shipped.vol.trainTo);
 
 async function collect(
   folder: string,
@@ -378,9 +382,7 @@ const perp: SampleSet = new Map();
 const era: SampleSet = new Map();
 // ---- the risk forecast against a risk desk's forecasters (fitted now unless --score-only) ----
 // First, on candles of its own: its memory is free again before the samples below are built.
-const risk = await runRiskDesk(
-  scoreOnly ? parseVolatilityTable(JSON.parse(await readFile(values['vol-table'], 'utf8'))) : null,
-);
+const risk = await runRiskDesk(shipped?.vol ?? null);
 
 await collect('binance-spot', '5m', FROM_5M, spot);
 await collect('binance-spot', '1h', FROM_1H, spot);
@@ -597,8 +599,8 @@ if (!scoreOnly) {
   // The shipped file, not --baselines: that names where this run writes its own figures.
   const shippedBaselines = await readBaselines(DEFAULT_BASELINES);
   if (shippedBaselines === null) usageError(`--score-only takes the free rules from ${DEFAULT_BASELINES}`);
-  table = parseCalibrationTable(JSON.parse(await readFile(values.table, 'utf8')));
-  volTable = parseVolatilityTable(JSON.parse(await readFile(values['vol-table'], 'utf8')));
+  table = shipped!.table;
+  volTable = shipped!.vol;
   const from = values.from ? day(values.from) : table.trainTo;
   for (const kind of ['spot', 'perp'] as const) {
     for (const tf of ORDER) {
@@ -610,7 +612,7 @@ if (!scoreOnly) {
       const testSet = testPoints(perCoin, tf, settings.horizon, from, Number.POSITIVE_INFINITY);
       // The free rule the shipped baselines chose on the training months (samples before the
       // scores' start are not kept); a cell they lack has no free comparison.
-      const shippedRule = shippedBaselines?.cells.find((c) => c.cell === `${kind}:${tf}`)?.bestFreeRule;
+      const shippedRule = shippedBaselines.cells.find((c) => c.cell === `${kind}:${tf}`)?.bestFreeRule;
       const rule = FREE_RULES.find((r) => r.name === shippedRule) ?? null;
       cellReports.push({
         kind,

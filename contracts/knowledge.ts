@@ -115,19 +115,26 @@ export function chatRequest(models: readonly string[]) {
 /**
  * MCP inputs: only the structure is checked by the schema (a wrong type stays -32602, as for
  * every tool); the bounds are checked by the tool so that they answer with the codes above.
+ * The bounds are still advertised in the tools' JSON Schema (`meta`, which the parse does not
+ * enforce), so that a client sees the same ranges as the OpenAPI document's.
  */
 export const SearchKnowledgeInput = strictInput({
   query: z
     .string()
+    .meta({ minLength: SEARCH_QUERY_MIN, maxLength: SEARCH_QUERY_MAX })
     .describe(`What to look for, ${SEARCH_QUERY_MIN}–${SEARCH_QUERY_MAX} characters after trimming`),
   limit: z
     .number()
     .int()
     .optional()
+    .meta({ minimum: 1, maximum: SEARCH_LIMIT_MAX, default: SEARCH_LIMIT_DEFAULT })
     .describe(`How many passages, 1–${SEARCH_LIMIT_MAX} (default ${SEARCH_LIMIT_DEFAULT})`),
 });
 export const ChatKnowledgeInput = strictInput({
-  question: z.string().describe(`The question, ${CHAT_QUESTION_MIN}–${CHAT_QUESTION_MAX} characters`),
+  question: z
+    .string()
+    .meta({ minLength: CHAT_QUESTION_MIN, maxLength: CHAT_QUESTION_MAX })
+    .describe(`The question, ${CHAT_QUESTION_MIN}–${CHAT_QUESTION_MAX} characters after trimming`),
   model: z
     .string()
     .optional()

@@ -121,6 +121,14 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     ]);
     const search = tools.find((t) => t.name === 'search_knowledge')!;
     expect(search.inputSchema.required).toEqual(['query']);
+    // The bounds the tool enforces (with INVALID_LIMIT, QUERY_TOO_SHORT …) are the ones it advertises.
+    expect(search.inputSchema.properties).toMatchObject({
+      query: { type: 'string', minLength: 3, maxLength: 500 },
+      limit: { type: 'integer', minimum: 1, maximum: 50, default: 10 },
+    });
+    expect(tools.find((t) => t.name === 'chat_knowledge')!.inputSchema.properties).toMatchObject({
+      question: { type: 'string', minLength: 5, maxLength: 500 },
+    });
     // Every tool, the knowledge ones included, declares what it answers and that it only reads;
     // SDK clients check each structuredContent against the outputSchema (calls below).
     for (const tool of tools) {

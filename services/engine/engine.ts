@@ -1,7 +1,11 @@
 import type { Logger } from 'pino';
 import type { z } from 'zod';
 import type { EventStore } from '../../adapters/event-store/port.ts';
-import { MarketDataError } from '../../adapters/market/errors.ts';
+import {
+  MarketDataError,
+  UnsupportedExchangeError,
+  UnsupportedTimeframeError,
+} from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import {
   type Exchange,
@@ -215,6 +219,7 @@ export class SignalEngine implements EngineOperations {
     const markets = rankMarkets(await this.feed.markets(input.exchange)).slice(0, input.topN);
     const skipped: ScanTradeCallsOutput['skipped'] = [];
     const rows: ScanRow[] = [];
+    const refused = new Map<string, Error>();
     await forEachLimited(markets, SCAN_CONCURRENCY, async (market) => {
       if (!market.hasCandles) {
         skipped.push({ coin: market.coin, reason: `no candles for ${market.coin} on ${input.exchange}` });
@@ -250,9 +255,12 @@ export class SignalEngine implements EngineOperations {
         // An expected per-market failure (no history yet, venue down) is reported, not fatal.
         const failure = describeFailure(err);
         if (!failure) throw err;
+        if (isUnserved(err)) refused.set(market.coin, err);
         skipped.push({ coin: market.coin, reason: failure.message });
       }
     });
+    const unserved = await unservedScan(this.feed, input, markets, refused);
+    if (unserved) throw unserved;
     return {
       timeframe: input.timeframe,
       exchange: input.exchange,
@@ -393,6 +401,36 @@ export class SignalEngine implements EngineOperations {
 
 export async function createSignalEngine(options: SignalEngineOptions): Promise<SignalEngine> {
   return new SignalEngine(options);
+}
+
+/** The feed's refusal of a venue or timeframe it does not serve: what get_trade_call answers for them. */
+function isUnserved(err: unknown): err is UnsupportedExchangeError | UnsupportedTimeframeError {
+  return err instanceof UnsupportedExchangeError || err instanceof UnsupportedTimeframeError;
+}
+
+/**
+ * Why a scan is refused when its venue and timeframe serve none of its top-N markets: the feed's
+ * refusal of the first one (`refused`, from its trade call), or, when none of them has candles
+ * there (a funding-only venue), the feed's refusal of the venue's candles, the very answer
+ * get_trade_call gives for that venue and timeframe. Null when some market is served: its
+ * failures and the markets without candles stay named in `skipped`.
+ */
+async function unservedScan(
+  feed: MarketFeed,
+  input: { exchange: Exchange; timeframe: Timeframe },
+  markets: readonly MarketInfo[],
+  refused: ReadonlyMap<string, Error>,
+): Promise<Error | null> {
+  if (markets.length === 0 || markets.some((m) => m.hasCandles && !refused.has(m.coin))) return null;
+  const first = markets.find((m) => refused.has(m.coin));
+  if (first) return refused.get(first.coin)!;
+  try {
+    await feed.candles(input.exchange, markets[0]!.coin, input.timeframe, { limit: 1 });
+  } catch (err) {
+    if (isUnserved(err)) return err;
+    if (!(err instanceof MarketDataError)) throw err;
+  }
+  return null;
 }
 
 /** Open interest when the venue reports it for every market, otherwise 24 h quote volume. */

@@ -1,0 +1,127 @@
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import { openReplayFeed, SHIPPED_MARKET_DIR } from '../../adapters/market/replay.ts';
+import { ScanTradeCallsOutput } from '../../contracts/tools.ts';
+import { anonymousCaller, toolCallDeps } from '../../test/tool-call-harness.ts';
+import { callTool } from '../api/mcp/tool-call.ts';
+import { signalTools } from '../api/mcp/tool-registry.ts';
+import type { QuotaMeter } from '../metering/quota-meter.ts';
+import { SignalEngine } from './engine.ts';
+import { describeFailure } from './operation-errors.ts';
+import type { SignalOperations } from './operations.ts';
+
+/** What get_trade_call answers for BYBIT, BINANCE at 15m and 1m on the shipped replay. */
+const BYBIT_REFUSAL =
+  'exchange BYBIT is not served by the replay feed: the replay data has no BYBIT candles (funding only); candles are served for BINANCE_SPOT, BINANCE';
+const perpTimeframe = (coin: string) =>
+  `timeframe 15m is not available for BINANCE: the replay data holds 1h candles of ${coin} here, which build 1h, 2h, 4h, 8h, 12h, 1d; 15m is served on BINANCE_SPOT (or on the live feed)`;
+const oneMinute = (coin: string) =>
+  `timeframe 1m is not available for BINANCE_SPOT: the replay data holds 5m, 1h candles of ${coin} here, which build 5m, 15m, 30m, 1h, 2h, 4h, 8h, 12h, 1d; 1m is served by no replayed venue (or on the live feed)`;
+
+const meters: QuotaMeter[] = [];
+let engine: SignalEngine;
+let store: MemoryEventStore;
+
+beforeAll(async () => {
+  store = new MemoryEventStore();
+  engine = new SignalEngine({ feed: await openReplayFeed({ run: false }), store });
+});
+afterAll(async () => {
+  await engine.close();
+});
+afterEach(async () => {
+  await Promise.all(meters.splice(0).map((m) => m.counters.stop()));
+});
+
+/** The sold scan tools over the engine, as MCP calls them, metered on a fresh quota. */
+function scanTools() {
+  // Only the scan tools are registered: the engine is every operation but the track record.
+  const tools = signalTools(engine as unknown as SignalOperations).filter((t) => t.name.startsWith('scan_'));
+  const deps = toolCallDeps(tools, meters);
+  const caller = anonymousCaller('10.0.0.7');
+  return async (name: string, args: unknown) => {
+    const result = await callTool(deps, { name, args, caller });
+    const content = result.structuredContent as { code?: string; _service: { quota: { used: number } } };
+    const text = (result.content as { text: string }[])[0]!.text;
+    return { isError: result.isError === true, content, text, used: content._service.quota.used };
+  };
+}
+
+describe('scan_trade_calls refuses a venue and timeframe no market of it is served on', () => {
+  it('answers what get_trade_call answers for the same venue and timeframe, and takes no unit of quota', async () => {
+    const cases = [
+      { args: { exchange: 'BYBIT' }, code: 'unsupported_exchange', message: BYBIT_REFUSAL },
+      // The perpetual's replay candles are 1h: the default 15m is not built there.
+      { args: { exchange: 'BINANCE' }, code: 'unsupported_timeframe', message: perpTimeframe('ETH') },
+      { args: { timeframe: '1m' }, code: 'unsupported_timeframe', message: oneMinute('ETH') },
+    ] as const;
+    const call = scanTools();
+    for (const { args, code, message } of cases) {
+      const refused = await call('scan_trade_calls', args);
+      expect(refused).toMatchObject({ isError: true, content: { code }, used: 0 });
+      expect(refused.text).toBe(`${code}: ${message}`);
+      // The engine's refusal: the status and message the x402 route answers, as a trade call's.
+      const failure = describeFailure(await engine.scanTradeCalls(args).catch((e: unknown) => e));
+      expect(failure).toEqual({ status: 422, code, message, retryable: false });
+    }
+    // The trade call of the venue's first market, refused with the same code and words.
+    const call1 = await engine.getTradeCall({ coin: 'ETH', exchange: 'BINANCE' }).catch((e: unknown) => e);
+    expect(describeFailure(call1)).toEqual({
+      status: 422,
+      code: 'unsupported_timeframe',
+      message: perpTimeframe('ETH'),
+      retryable: false,
+    });
+    // Nothing recorded by the refusals; a served scan is the first call counted.
+    expect(await store.headPosition()).toBe(0);
+    const served = await call('scan_trade_calls', { exchange: 'BINANCE', timeframe: '1h', topN: 2 });
+    expect(served).toMatchObject({ isError: false, used: 1 });
+  });
+});
+
+describe('a venue served for some of its markets keeps naming the others in skipped', () => {
+  let dir: string;
+  beforeAll(() => {
+    // BINANCE_SPOT: BTC with 5m and 1h, ETH with 1h only; BINANCE: BTC candles, BTC and ETH funding.
+    dir = mkdtempSync(join(tmpdir(), 'scan-refusals-'));
+    const link = (from: string, to: string) => {
+      mkdirSync(join(dir, to, '..'), { recursive: true });
+      symlinkSync(join(SHIPPED_MARKET_DIR, from), join(dir, to));
+    };
+    for (const file of ['BTCUSDT-5m', 'BTCUSDT-1h', 'ETHUSDT-1h']) {
+      link(`candles/binance-spot/${file}.csv.gz`, `candles/binance-spot/${file}.csv.gz`);
+    }
+    link('candles/binance-usdm/BTCUSDT-1h.csv.gz', 'candles/binance-usdm/BTCUSDT-1h.csv.gz');
+    for (const coin of ['BTC', 'ETH']) {
+      link(`funding/binance/${coin}USDT.csv.gz`, `funding/binance/${coin}USDT.csv.gz`);
+    }
+  });
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('answers rows for the served markets and the reason for each other one', async () => {
+    const partial = new SignalEngine({
+      feed: await openReplayFeed({ run: false, dir }),
+      store: new MemoryEventStore(),
+    });
+    try {
+      const spot = ScanTradeCallsOutput.parse(await partial.scanTradeCalls({ exchange: 'BINANCE_SPOT' }));
+      expect(spot.calls.map((c) => c.coin)).toEqual(['BTC']);
+      expect(spot.skipped).toEqual([
+        { coin: 'ETH', reason: expect.stringMatching(/^timeframe 15m is not available for BINANCE_SPOT/) },
+      ]);
+      const perp = ScanTradeCallsOutput.parse(
+        await partial.scanTradeCalls({ exchange: 'BINANCE', timeframe: '1h' }),
+      );
+      expect(perp.calls.map((c) => c.coin)).toEqual(['BTC']);
+      expect(perp.skipped).toEqual([{ coin: 'ETH', reason: 'no candles for ETH on BINANCE' }]);
+      // Neither market served at 15m on the perpetual (BTC's 1h builds no 15m, ETH has no candles).
+      const refused = await partial.scanTradeCalls({ exchange: 'BINANCE' }).catch((e: unknown) => e);
+      expect(describeFailure(refused)).toMatchObject({ status: 422, code: 'unsupported_timeframe' });
+    } finally {
+      await partial.close();
+    }
+  });
+});

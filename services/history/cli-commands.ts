@@ -11,7 +11,7 @@ import {
   truncateSync,
   writeFileSync,
 } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { parseArgs } from 'node:util';
 import { SingleBar } from 'cli-progress';
@@ -272,8 +272,10 @@ async function exportCommand(
       throw new UsageError(`${out} exists: choose another --out, or ${startOver(out, checkpointPath)}`);
     }
     checkpoint = { format: format as HistoryFormat, cursor: null, rows: 0, bytes: 0, parts: 0, done: false };
-    if (format === 'parquet') mkdirSync(out, { recursive: true });
-    else writeFileSync(out, format === 'csv' ? CSV_HEADER : '');
+    // The folders asked for are made, as for Parquet's folder of parts: the README's
+    // exports/… does not exist in a fresh checkout.
+    mkdirSync(format === 'parquet' ? out : dirname(out), { recursive: true });
+    if (format !== 'parquet') writeFileSync(out, format === 'csv' ? CSV_HEADER : '');
     checkpoint.bytes = format === 'csv' ? Buffer.byteLength(CSV_HEADER) : 0;
     saveCheckpoint(checkpointPath, checkpoint);
   }

@@ -84,6 +84,17 @@ describe('npm run history', () => {
     expect(offline.overall.calls).toBeGreaterThan(20);
   });
 
+  it('makes the folders an NDJSON or CSV --out names, as it does for Parquet', async () => {
+    for (const format of ['ndjson', 'csv'] as const) {
+      const out = join(dir, 'not-yet', format, `verdicts.${format}`);
+      const summary = JSON.parse(
+        await runHistoryCommand(['export', '--url', server.url, '--key', key, '--out', out], deps()),
+      );
+      expect(summary.rows).toBe(120);
+      expect((await collect(out)).map((r) => r.verdict_id)).toEqual((await served()).map((r) => r.verdict_id));
+    }
+  });
+
   it('resumes an interrupted export and writes every row exactly once', async () => {
     for (const format of ['ndjson', 'csv'] as const) {
       const out = join(dir, `resumed.${format}`);

@@ -1,18 +1,26 @@
 import type { Logger } from 'pino';
-import { MarketDataError } from '../../adapters/market/errors.ts';
+import { MarketDataError, UnsupportedExchangeError } from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
-import type { Exchange, MarketInfo } from '../../contracts/market.ts';
+import { ERRORS } from '../../contracts/errors.ts';
+import type { Exchange, MarketInfo, VenueStatus } from '../../contracts/market.ts';
 import { ScanFundingArbInput, type ScanFundingArbOutput } from '../../contracts/tools.ts';
 import { forEachLimited } from './for-each-limited.ts';
 import { carryFigures } from './funding/carry.ts';
 import { defaultCarry } from './funding/default-carry.ts';
 import { bestFundingPair, isFresh, type VenueFundingInput } from './funding-arb.ts';
+import { OperationError } from './operation-errors.ts';
 import { PERP_VENUES, SCAN_CONCURRENCY } from './venues.ts';
 
 /**
  * scan_funding_arb: for every coin listed with funding on at least two perpetual venues, the
  * latest fresh settlement per venue, normalised per hour by its own interval, the widest
- * long/short pair, and the carry expected to be collected over 8 h–7 d after both legs' fees. A venue that cannot answer is left out and shows as down in `venues`; its
+ * long/short pair, and the carry expected to be collected over 8 h–7 d after both legs' fees.
+ *
+ * What is not served is refused, as every tool refuses it: a venue named in `exchanges` that the
+ * feed serves no funding on (a spot book, a venue the feed does not carry) with the feed's
+ * `unsupported_exchange`, a coin of `coins` listed with funding on none of the venues with
+ * `unknown_coin`. A served venue that cannot answer now is left out and shows as down in `venues`
+ * with its error; when none can answer, the call is refused with the first one's error. A venue's
  * data is never replaced by another venue's.
  */
 export async function scanFundingArb(
@@ -22,23 +30,35 @@ export async function scanFundingArb(
 ): Promise<ScanFundingArbOutput> {
   const input = ScanFundingArbInput.parse(raw);
   const now = feed.now();
-  const venues = (input.exchanges ?? feed.exchanges()).filter((e) => PERP_VENUES.includes(e));
+  const named = input.exchanges !== undefined;
+  const venues = named
+    ? [...new Set(input.exchanges)]
+    : feed.exchanges().filter((e) => PERP_VENUES.includes(e));
   const listed = new Map<Exchange, Map<string, MarketInfo>>();
+  const leftOut = new Map<Exchange, MarketDataError>();
   await Promise.all(
     venues.map(async (exchange) => {
       try {
-        const markets = await feed.markets(exchange);
-        listed.set(exchange, new Map(markets.filter((m) => m.hasFunding).map((m) => [m.coin, m])));
+        listed.set(exchange, await fundingMarkets(feed, exchange));
       } catch (err) {
         if (!(err instanceof MarketDataError)) throw err;
-        logger?.warn({ exchange, err: err.message }, 'funding scan: venue left out');
+        leftOut.set(exchange, err);
       }
     }),
   );
+  // Refused or left out in the order the venues were asked, not the order their listings came back.
+  for (const exchange of venues) {
+    const err = leftOut.get(exchange);
+    if (err === undefined) continue;
+    if (named && err instanceof UnsupportedExchangeError) throw err;
+    logger?.warn({ exchange, err: err.message }, 'funding scan: venue left out');
+  }
+  if (listed.size === 0 && leftOut.size > 0) throw leftOut.get(venues.find((e) => leftOut.has(e))!)!;
+  if (input.coins && leftOut.size === 0) assertListed(input.coins, venues, listed);
   const wanted = input.coins ? new Set(input.coins) : null;
   const coins = new Map<string, Exchange[]>();
-  for (const [exchange, markets] of listed) {
-    for (const coin of markets.keys()) {
+  for (const exchange of venues) {
+    for (const coin of listed.get(exchange)?.keys() ?? []) {
       if (wanted && !wanted.has(coin)) continue;
       coins.set(coin, [...(coins.get(coin) ?? []), exchange]);
     }
@@ -77,8 +97,58 @@ export async function scanFundingArb(
     feed: feed.kind,
     timestamp: Math.floor(now / 1000),
     opportunities: rows.slice(0, input.limit),
-    venues: feed.venues().filter((v) => venues.includes(v.exchange)),
+    venues: venueStates(feed, venues, leftOut),
   };
+}
+
+/**
+ * A venue's markets with funding. A venue whose markets have none is refused by the feed itself
+ * (asked for the funding of one of them), as a funding read on it is: a spot book, a venue whose
+ * data holds no funding.
+ */
+async function fundingMarkets(feed: MarketFeed, exchange: Exchange): Promise<Map<string, MarketInfo>> {
+  const markets = await feed.markets(exchange);
+  const funded = markets.filter((m) => m.hasFunding);
+  if (funded.length === 0 && markets.length > 0) {
+    await feed.funding(exchange, markets[0]!.coin, { limit: 1 });
+  }
+  return new Map(funded.map((m) => [m.coin, m]));
+}
+
+/** Coins named in a refusal at most; the rest are counted. */
+const LISTED_IN_REFUSAL = 40;
+
+/** Refuses `unknown_coin` when a coin asked is listed with funding on none of the venues scanned. */
+function assertListed(
+  coins: readonly string[],
+  venues: readonly Exchange[],
+  listed: ReadonlyMap<Exchange, ReadonlyMap<string, MarketInfo>>,
+): void {
+  const served = [...new Set([...listed.values()].flatMap((m) => [...m.keys()]))].sort();
+  const unknown = coins.filter((c) => !served.includes(c));
+  if (unknown.length === 0) return;
+  const shown = served.slice(0, LISTED_IN_REFUSAL).join(', ');
+  const more = served.length > LISTED_IN_REFUSAL ? ` and ${served.length - LISTED_IN_REFUSAL} more` : '';
+  throw new OperationError({
+    status: ERRORS.unknown_coin.status,
+    code: 'unknown_coin',
+    message: `${unknown.join(', ')} ${unknown.length === 1 ? 'is' : 'are'} not listed with funding on ${venues.join(', ')} (coins served there: ${shown}${more})`,
+    retryable: ERRORS.unknown_coin.retryable,
+  });
+}
+
+/** The feed's state of each venue scanned; one left out is down, with the error it answered. */
+function venueStates(
+  feed: MarketFeed,
+  venues: readonly Exchange[],
+  leftOut: ReadonlyMap<Exchange, MarketDataError>,
+): VenueStatus[] {
+  const states = new Map(feed.venues().map((v) => [v.exchange, v]));
+  return venues.map((exchange) => {
+    const state = states.get(exchange) ?? { exchange, ok: true };
+    const err = leftOut.get(exchange);
+    return err ? { ...state, ok: false, lastError: err.message } : state;
+  });
 }
 
 /** A venue's latest settlement for a coin, or null when it has none fresh or cannot answer. */

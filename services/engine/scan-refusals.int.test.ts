@@ -1,10 +1,14 @@
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { openReplayFeed, SHIPPED_MARKET_DIR } from '../../adapters/market/replay.ts';
-import { ScanTradeCallsOutput } from '../../contracts/tools.ts';
+import {
+  type ScanFundingArbInput,
+  ScanFundingArbOutput,
+  ScanTradeCallsOutput,
+} from '../../contracts/tools.ts';
 import { anonymousCaller, toolCallDeps } from '../../test/tool-call-harness.ts';
 import { callTool } from '../api/mcp/tool-call.ts';
 import { signalTools } from '../api/mcp/tool-registry.ts';
@@ -82,24 +86,28 @@ describe('scan_trade_calls refuses a venue and timeframe no market of it is serv
   });
 });
 
+/** A replay folder holding the shipped files named (a path under both), removed after the file's tests. */
+function replayDir(): { dir: string; link: (path: string) => void } {
+  const dir = mkdtempSync(join(tmpdir(), 'scan-refusals-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  return {
+    dir,
+    link: (path) => {
+      mkdirSync(join(dir, path, '..'), { recursive: true });
+      symlinkSync(join(SHIPPED_MARKET_DIR, path), join(dir, path));
+    },
+  };
+}
+
 describe('a venue served for some of its markets keeps naming the others in skipped', () => {
-  let dir: string;
+  const { dir, link } = replayDir();
   beforeAll(() => {
     // BINANCE_SPOT: BTC with 5m and 1h, ETH with 1h only; BINANCE: BTC candles, BTC and ETH funding.
-    dir = mkdtempSync(join(tmpdir(), 'scan-refusals-'));
-    const link = (from: string, to: string) => {
-      mkdirSync(join(dir, to, '..'), { recursive: true });
-      symlinkSync(join(SHIPPED_MARKET_DIR, from), join(dir, to));
-    };
-    for (const file of ['BTCUSDT-5m', 'BTCUSDT-1h', 'ETHUSDT-1h']) {
-      link(`candles/binance-spot/${file}.csv.gz`, `candles/binance-spot/${file}.csv.gz`);
-    }
-    link('candles/binance-usdm/BTCUSDT-1h.csv.gz', 'candles/binance-usdm/BTCUSDT-1h.csv.gz');
-    for (const coin of ['BTC', 'ETH']) {
-      link(`funding/binance/${coin}USDT.csv.gz`, `funding/binance/${coin}USDT.csv.gz`);
-    }
+    for (const file of ['BTCUSDT-5m', 'BTCUSDT-1h', 'ETHUSDT-1h'])
+      link(`candles/binance-spot/${file}.csv.gz`);
+    link('candles/binance-usdm/BTCUSDT-1h.csv.gz');
+    for (const coin of ['BTC', 'ETH']) link(`funding/binance/${coin}USDT.csv.gz`);
   });
-  afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
   it('answers rows for the served markets and the reason for each other one', async () => {
     const partial = new SignalEngine({
@@ -123,5 +131,98 @@ describe('a venue served for some of its markets keeps naming the others in skip
     } finally {
       await partial.close();
     }
+  });
+});
+
+describe('scan_funding_arb refuses what is not served, as the other tools do', () => {
+  it('a named venue without funding, a coin listed on no venue: refused, no unit of quota taken', async () => {
+    const cases: { args: ScanFundingArbInput; code: string; message: string; status: number }[] = [
+      {
+        args: { exchanges: ['BINANCE', 'OKX'] },
+        code: 'unsupported_exchange',
+        message:
+          'exchange OKX is not served by the replay feed: the replay data has no OKX files; served: BINANCE_SPOT (candles), BINANCE (candles and funding), BYBIT (funding), HYPERLIQUID (funding)',
+        status: 422,
+      },
+      {
+        args: { exchanges: ['BINANCE_SPOT', 'BYBIT'] },
+        code: 'unsupported_exchange',
+        message:
+          'exchange BINANCE_SPOT is not served by the replay feed: a spot venue has no funding; use BINANCE for the perpetual',
+        status: 422,
+      },
+      {
+        args: { coins: ['NOPE'] },
+        code: 'unknown_coin',
+        message:
+          'NOPE is not listed with funding on BINANCE, BYBIT, HYPERLIQUID (coins served there: BNB, BTC, DOGE, ETH, SOL, XRP)',
+        status: 404,
+      },
+      {
+        args: { coins: ['BTC', 'NOPE', 'ZZZ'], exchanges: ['BYBIT', 'HYPERLIQUID'] },
+        code: 'unknown_coin',
+        message:
+          'NOPE, ZZZ are not listed with funding on BYBIT, HYPERLIQUID (coins served there: BNB, BTC, DOGE, ETH, SOL, XRP)',
+        status: 404,
+      },
+    ];
+    const call = scanTools();
+    for (const { args, code, message, status } of cases) {
+      const refused = await call('scan_funding_arb', args);
+      expect(refused).toMatchObject({ isError: true, content: { code }, used: 0 });
+      expect(refused.text).toBe(`${code}: ${message}`);
+      const failure = describeFailure(await engine.scanFundingArb(args).catch((e: unknown) => e));
+      expect(failure).toEqual({ status, code, message, retryable: false });
+    }
+    // The same words a trade call on OKX gets; a served scan is the first call counted.
+    const okx = await engine.getTradeCall({ coin: 'BTC', exchange: 'OKX' }).catch((e: unknown) => e);
+    expect(describeFailure(okx)?.message).toBe(cases[0]!.message);
+    const served = await call('scan_funding_arb', { exchanges: ['BINANCE', 'BYBIT'], coins: ['BTC'] });
+    expect(served).toMatchObject({ isError: false, used: 1 });
+  });
+
+  describe('a served venue that cannot answer', () => {
+    const { dir, link } = replayDir();
+    beforeAll(() => {
+      // BINANCE's candle file is unreadable: its listing (which reads it for the volume) fails.
+      link('candles/binance-spot/BTCUSDT-1h.csv.gz');
+      mkdirSync(join(dir, 'candles/binance-usdm'), { recursive: true });
+      writeFileSync(join(dir, 'candles/binance-usdm/BTCUSDT-1h.csv.gz'), 'not gzip');
+      for (const folder of ['binance', 'bybit']) link(`funding/${folder}/BTCUSDT.csv.gz`);
+      link('funding/hyperliquid/BTC.csv.gz');
+    });
+
+    it('is left out and shown down in venues with why; the others are scanned', async () => {
+      const down = new SignalEngine({ feed: await openReplayFeed({ run: false, dir }), store });
+      try {
+        const scan = ScanFundingArbOutput.parse(await down.scanFundingArb({ minSpreadBps: 0 }));
+        expect(scan.venues.map((v) => [v.exchange, v.ok])).toEqual([
+          ['BINANCE', false],
+          ['BYBIT', true],
+          ['HYPERLIQUID', true],
+        ]);
+        // The venue's refusal, never the server's path of the file.
+        expect(scan.venues[0]!.lastError).toBe('BINANCE is unavailable: its replay data could not be read');
+        expect(scan.opportunities.map((o) => o.venues.map((v) => v.exchange).sort())).toEqual([
+          ['BYBIT', 'HYPERLIQUID'],
+        ]);
+        // A coin may be listed on the venue that did not answer: it is not refused as unknown.
+        const unknown = await down.scanFundingArb({ coins: ['NOPE'] });
+        expect(unknown.opportunities).toEqual([]);
+        // When no venue asked can answer (BINANCE alone, named twice as the input asks for two), the
+        // call is refused with the venue's error, retryable.
+        const alone = await down
+          .scanFundingArb({ exchanges: ['BINANCE', 'BINANCE'] })
+          .catch((e: unknown) => e);
+        expect(describeFailure(alone)).toEqual({
+          status: 503,
+          code: 'venue_unavailable',
+          message: 'BINANCE is unavailable: its replay data could not be read',
+          retryable: true,
+        });
+      } finally {
+        await down.close();
+      }
+    });
   });
 });

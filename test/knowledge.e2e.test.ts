@@ -373,6 +373,20 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       bearer(key.key),
     );
     expect(invalid.body.message).toContain('"extractive", "good-model"');
+    // A question sent as text, or JSON that is not an object, is told what to send.
+    const asText = await fetch(`${service.url}/api/chat`, {
+      method: 'POST',
+      headers: { 'content-type': 'text/plain', ...bearer(key.key) },
+      body: 'what does squeeze mean',
+    });
+    const array = await post('/api/chat', ['what does squeeze mean'], bearer(key.key));
+    for (const { status, body } of [
+      { status: asText.status, body: (await asText.json()) as Body },
+      { status: array.res.status, body: array.body },
+    ]) {
+      expect({ status, code: body.code }).toEqual({ status: 400, code: 'INVALID_QUESTION' });
+      expect(body.message).toBe('the body must be a JSON object, sent with Content-Type: application/json');
+    }
   });
 
   it('chat quota: 30 concurrent chats with 10 left answer exactly 10, and the log rebuilds the counter', async () => {

@@ -24,8 +24,17 @@ type Issue = {
   path: readonly PropertyKey[];
   message: string;
   keys?: readonly string[];
+  expected?: string;
   params?: { code?: string };
 };
+
+/**
+ * A body that is not a JSON object (text sent as text/plain, a JSON array or string): what to
+ * send, rather than a field said to be missing.
+ */
+const NOT_AN_OBJECT = 'the body must be a JSON object, sent with Content-Type: application/json';
+const notAnObject = (issue: Issue, where: string) =>
+  where === 'body' && issue.path.length === 0 && issue.code === 'invalid_type' && issue.expected === 'object';
 
 /**
  * How a route names the refusal of its input, when its family has a code per field (the search
@@ -63,11 +72,21 @@ function fieldError(issue: Issue, where = 'body', codes: FieldCodes = {}): Servi
   const keys = issue.code === 'unrecognized_keys' ? (issue.keys ?? []) : [];
   const at = issue.path.length > 0 ? String(issue.path[0]) : undefined;
   const field = keys.length > 0 ? keys[0]! : issue.path.length > 0 ? issue.path.map(String).join('.') : where;
-  const detail = keys.length > 0 ? `unknown field "${field}"` : `${field}: ${issue.message}`;
+  const whole = notAnObject(issue, where);
+  const detail = whole
+    ? NOT_AN_OBJECT
+    : keys.length > 0
+      ? `unknown field "${field}"`
+      : `${field}: ${issue.message}`;
   const own = codeOf(issue, at, codes);
   // A family with codes of its own names the field in the code, not in a `field` member.
   if (own)
-    return new ServiceError(own, { detail, issue: issue.message, name: field, ...codes.params?.[own] });
+    return new ServiceError(
+      own,
+      { detail, issue: issue.message, name: field, ...codes.params?.[own] },
+      undefined,
+      whole ? { message: NOT_AN_OBJECT } : {},
+    );
   return new ServiceError('INVALID_FIELD', { detail }, field);
 }
 
@@ -112,13 +131,14 @@ function catalogError(error: unknown, codes: FieldCodes): ServiceError | null {
     const path = first.instancePath.split('/').filter((part) => part !== '');
     const keys = (first.params as { keys?: string[] }).keys;
     const where = (error as { validationContext?: string }).validationContext ?? 'body';
-    const params = (first.params as { params?: { code?: string } }).params;
+    const { params, expected } = first.params as { params?: { code?: string }; expected?: string };
     return fieldError(
       {
         code: first.keyword,
         path,
         message: first.message ?? 'invalid',
         ...(keys ? { keys } : {}),
+        ...(expected ? { expected } : {}),
         ...(params ? { params } : {}),
       },
       where,

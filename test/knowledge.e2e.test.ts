@@ -191,6 +191,9 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     expect(await cached.text()).toBe('');
     expect(cached.headers.get('etag')).toBe(etag);
     expect(cached.headers.get('cache-control')).toBe('public, max-age=300');
+    // The 200's Vary, which a 304 must repeat: a shared cache keys the stored answer by it.
+    expect(first.res.headers.get('vary')).toBe('authorization');
+    expect(cached.headers.get('vary')).toBe('authorization');
     // Another limit is another representation.
     const other = await post(
       '/api/search',

@@ -97,7 +97,10 @@ function searchRoute() {
           Vary: 'Authorization: the answer carries the caller’s _service',
         },
       },
-      304: { description: 'If-None-Match matched: not counted' },
+      304: {
+        description: 'If-None-Match matched: not counted',
+        headers: { Vary: 'Authorization, as the answer it stands for' },
+      },
       400: refusal(['INVALID_QUERY', 'QUERY_TOO_SHORT', 'QUERY_TOO_LONG', 'INVALID_LIMIT', 'JSON_TOO_DEEP']),
       ...shared,
     },
@@ -243,13 +246,14 @@ export function knowledgeRoutes(deps: KnowledgeDeps): FastifyPluginAsync {
       const { query, limit } = request.body;
       const knowledge = await deps.knowledge();
       const etag = knowledge.etag(query, limit);
-      const cacheable = { etag, 'cache-control': SEARCH_CACHE };
+      // A 304 carries the Vary of the 200 it stands for (RFC 9110 15.4.5), or a cache could reuse it across keys.
+      const cacheable = { etag, 'cache-control': SEARCH_CACHE, vary: 'authorization' };
       // Nothing is served: no call is counted.
       if (matches(request.headers['if-none-match'], etag)) return reply.code(304).headers(cacheable).send();
       const answer = knowledge.search(query, limit);
       const call = { tool: 'search_knowledge', requestId: randomUUID() };
       const { value, service } = await metered(request, call, async () => answer);
-      reply.headers({ ...cacheable, vary: 'authorization' });
+      reply.headers(cacheable);
       return { ...value, _service: service };
     });
 

@@ -31,7 +31,8 @@ export const RESPONSE_HEADERS = {
   ETag: 'The version of the answer, for If-None-Match',
   Allow: 'The methods the path answers',
   'Retry-After': 'Whole seconds to wait before calling again (a rate limit, a quota, a retryable outage)',
-  'RateLimit-Limit': 'Requests this caller may make in the current window',
+  'RateLimit-Limit':
+    'Requests this caller may make in the current window (on every answer of a limited operation, refusals included; not on those answered before routing, see `default`)',
   'RateLimit-Remaining': 'Requests left to this caller in the current window',
   'RateLimit-Reset': 'Whole seconds until the current window starts afresh',
   'Mcp-Session-Id': 'The MCP session an initialize opened; send it on the session’s next requests',
@@ -278,8 +279,16 @@ export function codesText(codes: readonly ErrorCode[]): string {
   return codes.map((code) => `${code} (${ERRORS[code].status}): ${ERRORS[code].message}`).join('; ');
 }
 
+/** The refusals above answered before the request reaches a route or its caller is known: no RateLimit-*. */
+const BEFORE_ROUTING: readonly ErrorCode[] = [
+  'BAD_URL',
+  'URI_TOO_LONG',
+  'REQUEST_TIMEOUT',
+  'HEADERS_TOO_LARGE',
+];
+
 const ANY_ROUTE_RESPONSE = {
-  description: `Refusals any operation may answer, each with its status: ${codesText(ANY_ROUTE)}`,
+  description: `Refusals any operation may answer, each with its status: ${codesText(ANY_ROUTE)}. The RateLimit-* headers come with every answer of a limited operation, refusals included (the request is counted before its key and input are judged), but ${BEFORE_ROUTING.join(', ')} and a BAD_REQUEST for a request that is not valid HTTP or repeats Host: those are answered before the request reaches a route.`,
   content: { 'application/json': { schema: jsonSchema(ErrorBody, 'output') } },
 };
 

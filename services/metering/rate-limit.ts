@@ -151,13 +151,20 @@ interface RateLimitPluginDeps {
 }
 
 /**
- * Limits every product route, HTTP and MCP, in a preHandler (the MCP tool known) after the caller hook,
- * with RateLimit-* headers; a refusal is 429 with Retry-After in its channel's shape. A refused key is
- * limited as its client address (made-up keys buy no budget). A callback hook: no promise when in-process.
+ * Limits every product route, HTTP and MCP, with RateLimit-* headers; a refusal is 429 with Retry-After
+ * in its channel's shape. Taken in a preValidation hook (root-level, so before every route's own: its
+ * auth hook, then its schema): a malformed or unauthenticated request is limited like any other and its
+ * refusal carries the headers; the body is parsed by then, so an MCP call's tool is known. A request
+ * answered with an error before that (a body that cannot be read: not JSON, too large, not JSON's media
+ * type) is counted on its way to the error handler (onError), against its credential alone, and carries
+ * the headers; past the budget it keeps its own answer (Remaining 0): its body was read already, a 429
+ * would spare nothing.
+ * A refused key is limited as its client address (made-up keys buy no budget). Callback hooks: no
+ * promise when in-process.
  */
 export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
   const plugin: FastifyPluginAsync = async (app) => {
-    app.addHook('preHandler', (request, reply, done) => {
+    app.addHook('preValidation', (request, reply, done) => {
       const raw = callerPath(request);
       if (raw === null) return done();
       const caller: Caller | null = request.caller ?? request.callerRefused?.caller ?? null;
@@ -171,10 +178,37 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
         decision.then((d) => applyDecision(deps, request, reply, done, path, caller, tier, d), done);
       else applyDecision(deps, request, reply, done, path, caller, tier, decision);
     });
+    // An error before the hook above (an unreadable body): counted, with the headers, never refused here.
+    app.addHook('onError', (request, reply, _error, done) => {
+      const caller = request.caller ?? request.callerRefused?.caller ?? null;
+      if (caller === null || reply.hasHeader('ratelimit-limit') || callerPath(request) === null)
+        return done();
+      const decision = deps.limiter.decide(deps.limiter.tierOf(caller.subject), caller.subject.id, null);
+      if (decision instanceof Promise) {
+        decision
+          .then((d) => rateHeaders(reply, d))
+          .then(
+            () => done(),
+            () => done(),
+          );
+        return;
+      }
+      rateHeaders(reply, decision);
+      done();
+    });
   };
-  // The hook must reach every route registered beside it, not only this plugin's own.
+  // The hooks must reach every route registered beside them, not only this plugin's own.
   (plugin as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true;
   return plugin;
+}
+
+/** RateLimit-Limit, -Remaining and -Reset of a decision; the whole seconds to its window's end. */
+function rateHeaders(reply: FastifyReply, decision: RateDecision): number {
+  const seconds = Math.max(1, Math.ceil(decision.resetMs / 1_000));
+  reply.header('ratelimit-limit', decision.limit);
+  reply.header('ratelimit-remaining', decision.remaining);
+  reply.header('ratelimit-reset', seconds);
+  return seconds;
 }
 
 /** The decision's headers, then the request goes on or is refused (module-level, as settleCaller). */
@@ -188,10 +222,7 @@ function applyDecision(
   tier: RateTier,
   decision: RateDecision,
 ) {
-  const seconds = Math.max(1, Math.ceil(decision.resetMs / 1_000));
-  reply.header('ratelimit-limit', decision.limit);
-  reply.header('ratelimit-remaining', decision.remaining);
-  reply.header('ratelimit-reset', seconds);
+  const seconds = rateHeaders(reply, decision);
   if (decision.allowed) return done();
   // A refusal is answered here, and the callback is then not called (Fastify's rule).
   const mcp = isMcpPath(path);

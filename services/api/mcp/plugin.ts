@@ -354,7 +354,7 @@ function signInRoutes(app: FastifyInstance, gate: SignInGate, guard: Guard, rout
     url: gate.path,
     handler: route,
     config: SIGNIN_DOC,
-    // Before the rate limit (a preHandler): the limit then counts the key the token acts as.
+    // Before the rate limit (a preValidation hook): the limit then counts the key the token acts as.
     onRequest: async (request, reply) => {
       const outcome = await gate.authenticate(request);
       if ('caller' in outcome) {

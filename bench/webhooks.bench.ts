@@ -89,7 +89,10 @@ export interface ThroughputFigures {
   /** The same, per process ("bench" is the process running this file). */
   fullCpuByProcess: Record<string, number>;
   floorCpuByProcess: Record<string, number>;
-  /** This process's share of them by thread (main thread's user and kernel time apart), per delivery. */
+  /**
+   * By thread (main thread's user and kernel time apart), per delivery: this process's in the single
+   * layout; the dispatcher's (full path) and the floor loop's in the split layout.
+   */
   fullCpuByThread: Record<string, number>;
   floorCpuByThread: Record<string, number>;
 }
@@ -200,20 +203,24 @@ function withNats(children: Record<string, number>): Record<string, number> {
   return nats === null ? children : { ...children, 'nats-server': nats };
 }
 
-/** CPU spent by this process ("bench") and the named children while `fn` runs, in ms. */
+/**
+ * CPU spent by this process ("bench") and the named children while `fn` runs, in ms, and by thread
+ * that of `threadsOf` (a pid; this process by default).
+ */
 async function measureCpu<T>(
   children: Record<string, number>,
   fn: () => Promise<T>,
+  threadsOf: number = process.pid,
 ): Promise<{ value: T; cpuMs: Record<string, number>; threadMs: Record<string, number> }> {
   const sample = () => ({
     bench: ownCpuMs(),
     ...Object.fromEntries(Object.entries(children).map(([name, pid]) => [name, processCpuMs(pid) ?? 0])),
   });
-  const threadsBefore = threadCpuMs();
+  const threadsBefore = threadCpuMs(threadsOf);
   const before: Record<string, number> = sample();
   const value = await fn();
   const after: Record<string, number> = sample();
-  const threadsAfter = threadCpuMs();
+  const threadsAfter = threadCpuMs(threadsOf);
   const threadMs: Record<string, number> = {};
   for (const [name, ms] of Object.entries(threadsAfter)) threadMs[name] = ms - (threadsBefore[name] ?? 0);
   return {
@@ -227,27 +234,27 @@ async function measureCpu<T>(
 const TICK_MS = 10;
 
 /**
- * This process's CPU by thread, in ms, from /proc (10 ms resolution): the main thread's user and
+ * A process's CPU by thread, in ms, from /proc (10 ms resolution): the main thread's user and
  * kernel time apart, every other thread summed by its name (V8's GC helpers, lmdb-js's writer,
  * libuv's pool); threads that ended meanwhile are missing from the second sample. Empty off Linux.
  */
-function threadCpuMs(): Record<string, number> {
+function threadCpuMs(pid: number): Record<string, number> {
   const out: Record<string, number> = {};
   let tids: string[];
   try {
-    tids = readdirSync('/proc/self/task');
+    tids = readdirSync(`/proc/${pid}/task`);
   } catch {
     return out;
   }
   for (const tid of tids) {
     try {
-      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
       const close = stat.lastIndexOf(')');
       const comm = stat.slice(stat.indexOf('(') + 1, close);
       const fields = stat.slice(close + 2).split(' ');
       const user = Number(fields[11]) * TICK_MS;
       const system = Number(fields[12]) * TICK_MS;
-      if (Number(tid) === process.pid) {
+      if (Number(tid) === pid) {
         out['main user'] = user;
         out['main sys'] = system;
       } else {
@@ -739,14 +746,18 @@ async function throughputSplit(
         receiver.send({ type: 'reset' });
         await settle();
       }
-      const figures = await measureCpu({ receiver: receiver.pid!, 'floor loop': poster.pid! }, async () => {
-        const started = performance.now();
-        const done = nextMessage(poster, 'done');
-        const arrived = received(receiver, events);
-        poster.send({ type: 'go' });
-        await Promise.all([done, arrived]);
-        return events / ((performance.now() - started) / 1000);
-      });
+      const figures = await measureCpu(
+        { receiver: receiver.pid!, 'floor loop': poster.pid! },
+        async () => {
+          const started = performance.now();
+          const done = nextMessage(poster, 'done');
+          const arrived = received(receiver, events);
+          poster.send({ type: 'go' });
+          await Promise.all([done, arrived]);
+          return events / ((performance.now() - started) / 1000);
+        },
+        poster.pid!,
+      );
       await stopChild(poster, 'disconnect');
       receiver.send({ type: 'reset' });
       return figures;
@@ -795,6 +806,7 @@ async function throughputSplit(
                 await arrived;
                 return events / ((performance.now() - started) / 1000);
               },
+              dispatcher.pid!,
             );
           } finally {
             await stopChild(dispatcher, 'SIGTERM');
@@ -924,7 +936,8 @@ export async function run(
         console.log(
           `    run ${i + 1} (${floorFirst ? 'baseline first' : 'full path first'}): full path ${fmt(t.deliveriesPerSec)}/s (${two(t.fullCpuMsPerDelivery)} ms CPU each: ${split(t.fullCpuByProcess)}), durable floor ${fmt(t.floorPerSec)}/s (${two(t.floorCpuMsPerDelivery)} ms CPU each: ${split(t.floorCpuByProcess)}), ratio ${two(t.ratio)} (by CPU ${two(t.floorCpuMsPerDelivery / t.fullCpuMsPerDelivery)})`,
         );
-        // Threads of this process (10 ms resolution): where the CPU a profile of the main thread misses goes.
+        // Threads (10 ms resolution): where the CPU a profile of the main thread misses goes. The
+        // single layout's are this process's; the split layout's the dispatcher's and the floor loop's.
         const threads = (cpu: Record<string, number>) =>
           Object.entries(cpu)
             .filter(([, ms]) => ms > 0)
@@ -932,7 +945,7 @@ export async function run(
             .map(([name, ms]) => `${name} ${f3(ms)}`)
             .join(', ');
         console.log(
-          `      this process by thread, ms each: full path ${threads(t.fullCpuByThread)}; floor ${threads(t.floorCpuByThread)}`,
+          `      ${layout === 'split' ? 'by thread, ms each: dispatcher' : 'this process by thread, ms each: full path'} ${threads(t.fullCpuByThread)}; ${layout === 'split' ? 'floor loop' : 'floor'} ${threads(t.floorCpuByThread)}`,
         );
       }
       result.throughputRuns[layout] = all;

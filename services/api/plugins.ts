@@ -134,7 +134,7 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
   return {
     name: 'keyed-channel',
     plugins,
-    callers: callerPlugin(keys),
+    callers: callerPlugin(keys, quota),
     rateLimit,
     keys,
     quota,

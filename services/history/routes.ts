@@ -14,7 +14,7 @@ import {
 } from '../../contracts/history.ts';
 import { jsonSchema } from '../../contracts/json-schema.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
-import { errorBody, errorHandler } from '../api/errors.ts';
+import { apiErrorBody, errorHandler } from '../api/errors.ts';
 import { declared, documented, RESPONSE_HEADERS, refusal } from '../api/openapi.ts';
 import { callerHook, decorateCaller, keyRefusal, undebitedService } from '../metering/caller.ts';
 import type { QuotaMeter } from '../metering/quota-meter.ts';
@@ -119,7 +119,11 @@ const TRACK_RECORD_ROUTE = declared({
   query: TrackRecordQuerySchema,
   codes: HISTORY_QUERY_CODES,
   responses: {
-    200: { description: 'The track record over the window', schema: TrackRecordResponse },
+    200: {
+      description:
+        'The track record over the window: the same bytes for every caller, cached publicly (Cache-Control public), so without the per-caller `_service` block; a refusal carries it',
+      schema: TrackRecordResponse,
+    },
     400: fail(['INVALID_WINDOW', 'INVALID_PARAMETER', 'UNKNOWN_FILTER']),
   },
 });
@@ -196,13 +200,8 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
     decorateCaller(plain);
-    // Refusals are per request and never cached; /api/verdicts's carry the caller's `_service`.
-    plain.setErrorHandler(
-      errorHandler((error, request) => ({
-        ...errorBody(error),
-        ...(request.service ? { _service: request.service } : {}),
-      })),
-    );
+    // Refusals are per request and never cached: each carries the caller's `_service`.
+    plain.setErrorHandler(errorHandler(apiErrorBody));
     plain.addHook('onSend', async (_request, reply, payload) => {
       if (reply.statusCode >= 400) reply.header('cache-control', 'no-store');
       return payload;

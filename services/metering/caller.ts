@@ -18,6 +18,10 @@ declare module 'fastify' {
     /** A presented key that is not live: each channel refuses it in its own shape. */
     callerRefused: CallerRejectedError | null;
   }
+  interface FastifyInstance {
+    /** The quota meter the caller hook peeks `_service` figures on (callerPlugin's; absent without it). */
+    callerQuota?: Pick<QuotaMeter, 'peek'>;
+  }
 }
 
 /** Declares `request.caller`, `request.service` and `request.callerRefused` where they are not yet. */
@@ -40,11 +44,16 @@ export function callerPath(request: FastifyRequest): string | null {
 /**
  * The api's one caller hook (preParsing, in the root context: every route): resolves `request.caller`
  * once, or `request.callerRefused` for a presented key that is not live; before the body is parsed, so an
- * answer to an unreadable body carries its caller's `_service` too.
+ * answer to an unreadable body carries its caller's `_service` too. `quota` is the meter every route's
+ * `_service` figures are peeked on (answerService), routes without a meter of their own too.
  */
-export function callerPlugin(keys: Pick<KeyResolver, 'resolve'>): FastifyPluginAsync {
+export function callerPlugin(
+  keys: Pick<KeyResolver, 'resolve'>,
+  quota?: Pick<QuotaMeter, 'peek'>,
+): FastifyPluginAsync {
   const plugin: FastifyPluginAsync = async (app) => {
     decorateCaller(app);
+    if (quota !== undefined && !app.hasDecorator('callerQuota')) app.decorate('callerQuota', quota);
     app.addHook('preParsing', (request, _reply, _payload, done) => {
       if (request.caller !== null || callerPath(request) === null) return done();
       const found = resolveCaller(keys, { headers: request.headers, clientAddress: request.ip });
@@ -210,9 +219,21 @@ export function undebitedService(
 }
 
 /**
+ * The `_service` of an answer that debits nothing, on any route after the caller hook: what the request
+ * learnt (a refused key, a metered call), else its caller's figures peeked on the caller hook's meter;
+ * null for a request the hook did not resolve (a probe, a request refused before the hook ran).
+ */
+export function answerService(request: FastifyRequest): ServiceMeta | Promise<ServiceMeta> | null {
+  if (request.service) return request.service;
+  const caller = request.caller ?? request.callerRefused?.caller ?? null;
+  return caller === null ? null : undebitedService(request.server.callerQuota, caller);
+}
+
+/**
  * A route's auth hook (preValidation, after callerPlugin), refusing in the channel's shape a key that is
  * not live (`refusals.rejected`) or, where given, a keyless caller (`refusals.keyless`), with the
- * refusal's `_service` on `request.service` (figures peeked on `access().quota`, null without it).
+ * refusal's `_service` on `request.service` (figures peeked on `access().quota`, else on the caller
+ * hook's meter).
  */
 export function callerHook(
   access: () => { quota?: Pick<QuotaMeter, 'peek'> | undefined },
@@ -230,7 +251,7 @@ export function callerHook(
           ? refusals.keyless?.(caller)
           : undefined;
     if (refusal === undefined) return done();
-    void undebitedService(access().quota, caller).then((service) => {
+    void undebitedService(access().quota ?? request.server.callerQuota, caller).then((service) => {
       request.service = service;
       done(refusal);
     });

@@ -19,7 +19,7 @@ import {
 } from '../../contracts/webhooks.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { declared, documented, type ResponseDoc, type RouteDoc } from '../api/openapi.ts';
-import { callerHook, decorateCaller, keyRefusal } from '../metering/caller.ts';
+import { answerService, callerHook, decorateCaller, keyRefusal } from '../metering/caller.ts';
 import { deliveryView, findDelivery, sequenceStream } from './delivery-log-fold.ts';
 import type { DeliveryWorker } from './delivery-worker.ts';
 import { claimNextAttempt } from './next-attempt.ts';
@@ -82,7 +82,14 @@ const keyed = <
   Q extends z.ZodObject | undefined = undefined,
 >(
   doc: Omit<RouteDoc, 'tags' | 'auth' | 'body' | 'params' | 'query'> & { body?: B; params?: P; query?: Q },
-) => declared({ ...doc, tags: ['webhooks'], auth: 'bearer', responses: { ...doc.responses, ...KEYED } });
+) =>
+  declared({
+    ...doc,
+    tags: ['webhooks'],
+    auth: 'bearer',
+    service: true,
+    responses: { ...doc.responses, ...KEYED },
+  });
 
 const DOCS = {
   sample: documented({
@@ -290,6 +297,12 @@ async function resend(deps: WebhookRoutesDeps, sub: SubscriptionRecord, delivery
   return resultView(record.id, await deps.worker.submit(job));
 }
 
+/** A keyed answer with its caller's `_service` (nothing debited), as every answer of the routes has. */
+async function served<T extends object>(request: FastifyRequest, body: T | Promise<T>) {
+  const answer = await body;
+  return { ...answer, _service: await answerService(request) };
+}
+
 /** The live key a keyed route was called with: its auth hook refused every caller without one. */
 function keyOf(request: FastifyRequest): string {
   return request.caller!.keyId!;
@@ -299,7 +312,8 @@ function keyOf(request: FastifyRequest): string {
  * /api/webhooks: create, list, delete, test, delivery log, re-enable (with recovery) and resend.
  * Every route needs a live key (the caller hook, before the body is validated); another key's subscription answers
  * 404 exactly like a missing one. Refusals are thrown as catalog errors and answered by the app's
- * error handler; a command that loses a race past its retries answers 409 CONFLICT.
+ * error handler; a command that loses a race past its retries answers 409 CONFLICT. Every answer of the
+ * keyed routes, refusals included, carries the caller's `_service` (answerService).
  */
 export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
   const { store, runner, settings } = deps;
@@ -320,20 +334,22 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
       keyless: () => new ServiceError('UNAUTHORIZED'),
     });
     app.post('/api/webhooks', { ...DOCS.create, preValidation: authenticated }, async (request, reply) =>
-      reply.code(201).send(await create(keyOf(request), request.body)),
+      reply.code(201).send(await served(request, create(keyOf(request), request.body))),
     );
-    app.get('/api/webhooks', { ...DOCS.list, preValidation: authenticated }, async (request) => ({
-      webhooks: subscriptionsOfKey(runner.state.subscriptions, keyOf(request)).map(toView),
-    }));
+    app.get('/api/webhooks', { ...DOCS.list, preValidation: authenticated }, async (request) =>
+      served(request, {
+        webhooks: subscriptionsOfKey(runner.state.subscriptions, keyOf(request)).map(toView),
+      }),
+    );
     app.delete('/api/webhooks/:id', { ...DOCS.delete, preValidation: authenticated }, async (request) => {
       const { params } = request;
       const apiKeyId = keyOf(request);
       owned(apiKeyId, params.id);
       await settled(await deleteSubscription(store, apiKeyId, params.id));
-      return { id: params.id, deleted: true as const };
+      return served(request, { id: params.id, deleted: true as const });
     });
     app.post('/api/webhooks/:id/test', { ...DOCS.test, preValidation: authenticated }, async (request) =>
-      sendSample(owned(keyOf(request), request.params.id)),
+      served(request, sendSample(owned(keyOf(request), request.params.id))),
     );
     app.get(
       '/api/webhooks/:id/deliveries',
@@ -342,9 +358,12 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
         const { params, query } = request;
         const apiKeyId = keyOf(request);
         const sub = owned(apiKeyId, params.id);
-        return query.after_seq === undefined
-          ? latestDeliveries(sub, query.limit)
-          : deliveriesAfter(sub, query.after_seq, query.limit);
+        return served(
+          request,
+          query.after_seq === undefined
+            ? latestDeliveries(sub, query.limit)
+            : deliveriesAfter(sub, query.after_seq, query.limit),
+        );
       },
     );
     app.post(
@@ -362,11 +381,11 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
           overlapMs: overlapSeconds !== undefined ? overlapSeconds * 1_000 : settings.rotationOverlapMs,
         });
         await settled(rotated.position);
-        return {
+        return served(request, {
           id: params.id,
           secret: rotated.secret,
           previous_secret_valid_until: rotated.previousValidUntil,
-        };
+        });
       },
     );
     app.post(
@@ -377,13 +396,14 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
         const apiKeyId = keyOf(request);
         owned(apiKeyId, params.id);
         await settled(await reEnableSubscription(store, apiKeyId, params.id, body.recover_since));
-        return toView(owned(apiKeyId, params.id));
+        return served(request, toView(owned(apiKeyId, params.id)));
       },
     );
     app.post(
       '/api/webhooks/:id/deliveries/:deliveryId/resend',
       { ...DOCS.resend, preValidation: authenticated },
-      async (request) => resend(owned(keyOf(request), request.params.id), request.params.deliveryId),
+      async (request) =>
+        served(request, resend(owned(keyOf(request), request.params.id), request.params.deliveryId)),
     );
   };
 }

@@ -107,6 +107,11 @@ describe('the rate limit is taken before a request is judged, and every answer s
     });
     expect(text.status).toBe(400);
     expect(limitOf(text.res).remaining).toMatch(/^\d+$/);
+    // Told what to send, not that a field of the text is wrong.
+    expect(text.body).toMatchObject({
+      code: 'INVALID_FIELD',
+      message: 'the body must be a JSON object, sent with Content-Type: application/json',
+    });
   });
 
   it('refuses a flood of malformed requests with 429 once the budget is spent', async () => {

@@ -66,7 +66,14 @@ describe.runIf(run)('POST /api/keys: free sign-in with Sign-In with Ethereum', (
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify(body),
     });
-    return { status: res.status, body: (await res.json()) as Record<string, string> & { key: string } };
+    const { _service, ...answer } = (await res.json()) as Record<string, string> & {
+      key: string;
+      _service?: unknown;
+    };
+    // A refusal carries the caller's `_service` like every per-caller answer (contract §8).
+    if (res.status >= 400)
+      expect(_service, 'a refusal carries _service').toMatchObject({ auth: { tier: 'free' } });
+    return { status: res.status, body: answer };
   };
 
   it('issues one free key to a signed-in wallet, usable at once; the nonce is single-use', async () => {

@@ -172,7 +172,10 @@ describe.runIf(run)('service on PostgreSQL, NATS JetStream and Redis by configur
 
       const listed = await fetch(`${service.url}/api/webhooks`, { headers: auth });
       expect(listed.status).toBe(200);
-      expect(await listed.json()).toEqual({ webhooks: [] });
+      expect(await listed.json()).toEqual({
+        webhooks: [],
+        _service: expect.objectContaining({ auth: expect.objectContaining({ outcome: 'OK' }) }),
+      });
     } finally {
       await relay.start();
     }

@@ -119,7 +119,11 @@ describe('service on embedded defaults (LMDB, in-process bus and cache)', () => 
   it('answers unknown routes with a JSON 404', async () => {
     const res = await fetch(`${service.url}/nope`);
     expect(res.status).toBe(404);
-    expect(await res.json()).toEqual({ code: 'NOT_FOUND', message: 'no route GET /nope' });
+    expect(await res.json()).toEqual({
+      code: 'NOT_FOUND',
+      message: 'no route GET /nope',
+      _service: expect.objectContaining({ auth: expect.objectContaining({ tier: 'free' }) }),
+    });
   });
 });
 

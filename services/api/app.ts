@@ -12,7 +12,7 @@ import { validatorCompiler } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import type { Config } from '../../contracts/config.ts';
 import { ERRORS, type ErrorCode, errorMessage, ServiceError } from '../../contracts/errors.ts';
-import { answerService } from '../metering/caller.ts';
+import { withAnswerService } from '../metering/caller.ts';
 import type { Metrics } from '../shared/metrics.ts';
 import type { Readiness } from '../shared/readiness.ts';
 import type { HistogramSeries } from '../shared/series-histogram.ts';
@@ -110,8 +110,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // With the caller's `_service`, as the /api errors (the caller hook runs here too).
     unmatched.setNotFoundHandler(async (request, reply) => {
       const body = { code: 'NOT_FOUND', message: `no route ${request.method} ${request.url}` };
-      const service = answerService(request);
-      return reply.code(404).send(service === null ? body : { ...body, _service: await service });
+      return reply.code(404).send(await withAnswerService(request, body));
     });
   });
   return app;

@@ -11,7 +11,7 @@ import {
   type RpcErrorBody,
   ServiceError,
 } from '../../contracts/errors.ts';
-import { answerService } from '../metering/caller.ts';
+import { withAnswerService } from '../metering/caller.ts';
 
 /**
  * One mapping from whatever a route threw to a catalog error: catalog errors as they are, zod
@@ -228,9 +228,8 @@ export function errorHandler(render: Render) {
 }
 
 /** A catalog error in the /api shape with the caller's `_service`, where the caller hook ran (answerService). */
-export async function apiErrorBody(error: ServiceError, request: FastifyRequest): Promise<ErrorBody> {
-  const service = answerService(request);
-  return service === null ? errorBody(error) : { ...errorBody(error), _service: await service };
+export function apiErrorBody(error: ServiceError, request: FastifyRequest): Promise<ErrorBody> {
+  return withAnswerService(request, errorBody(error));
 }
 
 /** Installs the /api error shape on `app` (and the plugins registered under it), `_service` included. */

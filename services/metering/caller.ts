@@ -229,6 +229,15 @@ export function answerService(request: FastifyRequest): ServiceMeta | Promise<Se
   return caller === null ? null : undebitedService(request.server.callerQuota, caller);
 }
 
+/** `body` with its caller's `_service` (answerService), or as it is for a request the caller hook did not resolve. */
+export async function withAnswerService<T extends object>(
+  request: FastifyRequest,
+  body: T,
+): Promise<T & { _service?: ServiceMeta }> {
+  const service = answerService(request);
+  return service === null ? body : { ...body, _service: await service };
+}
+
 /**
  * A route's auth hook (preValidation, after callerPlugin), refusing in the channel's shape a key that is
  * not live (`refusals.rejected`) or, where given, a keyless caller (`refusals.keyless`), with the

@@ -19,7 +19,7 @@ import {
 } from '../../contracts/webhooks.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { declared, documented, type ResponseDoc, type RouteDoc } from '../api/openapi.ts';
-import { answerService, callerHook, decorateCaller, keyRefusal } from '../metering/caller.ts';
+import { callerHook, decorateCaller, keyRefusal, withAnswerService } from '../metering/caller.ts';
 import { deliveryView, findDelivery, sequenceStream } from './delivery-log-fold.ts';
 import type { DeliveryWorker } from './delivery-worker.ts';
 import { claimNextAttempt } from './next-attempt.ts';
@@ -299,8 +299,7 @@ async function resend(deps: WebhookRoutesDeps, sub: SubscriptionRecord, delivery
 
 /** A keyed answer with its caller's `_service` (nothing debited), as every answer of the routes has. */
 async function served<T extends object>(request: FastifyRequest, body: T | Promise<T>) {
-  const answer = await body;
-  return { ...answer, _service: await answerService(request) };
+  return withAnswerService(request, await body);
 }
 
 /** The live key a keyed route was called with: its auth hook refused every caller without one. */
@@ -313,7 +312,7 @@ function keyOf(request: FastifyRequest): string {
  * Every route needs a live key (the caller hook, before the body is validated); another key's subscription answers
  * 404 exactly like a missing one. Refusals are thrown as catalog errors and answered by the app's
  * error handler; a command that loses a race past its retries answers 409 CONFLICT. Every answer of the
- * keyed routes, refusals included, carries the caller's `_service` (answerService).
+ * keyed routes, refusals included, carries the caller's `_service` (withAnswerService).
  */
 export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
   const { store, runner, settings } = deps;

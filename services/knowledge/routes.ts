@@ -20,13 +20,7 @@ import {
 import { errorHandler, type FieldCodes } from '../api/errors.ts';
 import { declared, refusal } from '../api/openapi.ts';
 import { OperationError } from '../engine/operation-errors.ts';
-import {
-  type Caller,
-  callerHook,
-  decorateCaller,
-  type KeyedAccess,
-  undebitedService,
-} from '../metering/caller.ts';
+import { answerService, callerHook, decorateCaller, type KeyedAccess } from '../metering/caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../metering/metered-call.ts';
 import type { ServiceMeta } from '../metering/service-meta.ts';
 import { quotaRetryAfter } from '../metering/snapshot.ts';
@@ -167,7 +161,6 @@ interface KnowledgeDeps {
 /** The caller's side of the knowledge routes: its key (the auth hook), its `_service`, its metered calls. */
 function knowledgeAccess(deps: KnowledgeDeps) {
   const quota = () => deps.channel().quota;
-  const peek = (caller: Caller): Promise<ServiceMeta> => undebitedService(quota(), caller);
 
   /**
    * The auth hook, before the body is judged: the caller resolved once, and it must hold a live
@@ -186,10 +179,7 @@ function knowledgeAccess(deps: KnowledgeDeps) {
 
   /** `_service` of a refusal: as far as the request got (a body unreadable before the key was looked at). */
   async function serviceOf(request: FastifyRequest): Promise<ServiceMeta> {
-    if (request.service) return request.service;
-    if (request.caller) return peek(request.caller);
-    if (request.callerRefused) return undebitedService(quota(), request.callerRefused.caller);
-    return absent;
+    return (await answerService(request)) ?? absent;
   }
   const absent: ServiceMeta = { auth: { outcome: 'ABSENT', presented: false, tier: 'free' }, quota: null };
 

@@ -237,8 +237,10 @@ if (
 /** The risk desk's report: --report with --risk-only, else beside the main report (…-risk.md). */
 const riskReportPath =
   values['risk-only'] && values.report ? values.report : reportPath.replace(/(\.md)?$/, '-risk.md');
+/** Where a score-only run's scores start: --from, else the training end of the table scored. */
+const scoresStart = (trainTo: number) => (values.from ? day(values.from) : trainTo);
 async function runRiskDesk(shippedVol: VolatilityTable | null): Promise<DeskResult> {
-  const from = scoreOnly ? (values.from ? day(values.from) : (shippedVol?.trainTo ?? split)) : split;
+  const from = scoreOnly ? scoresStart(shippedVol?.trainTo ?? split) : split;
   // Scoring the shipped table, its band is judged at the coverage it was fitted for.
   const coverage = scoreOnly && shippedVol ? shippedVol.bandCoverage : BAND_COVERAGE;
   const result = await riskDesk({
@@ -320,12 +322,18 @@ if (values['risk-only']) {
 
 type SampleSet = Map<Timeframe, Sample[][]>;
 
-/** The shipped tables a score-only run scores, read once. */
+/**
+ * The shipped tables a score-only run scores, read once, before any sample is collected; the free
+ * rules come from the shipped baselines file, not --baselines (where this run writes its own figures).
+ */
 const json = async (path: string) => JSON.parse(await readFile(path, 'utf8'));
 const shipped = scoreOnly
   ? {
       table: parseCalibrationTable(await json(values.table)),
       vol: parseVolatilityTable(await json(values['vol-table'])),
+      baselines:
+        (await readBaselines(DEFAULT_BASELINES)) ??
+        usageError(`--score-only takes the free rules from ${DEFAULT_BASELINES}`),
     }
   : null;
 /**
@@ -335,11 +343,7 @@ const shipped = scoreOnly
  * data held 1.75 GB at their peak and ran out of the 600 MB heap below.
  */
 const keepSamplesFrom =
-  shipped === null
-    ? null
-    : values.from
-      ? day(values.from)
-      : Math.min(shipped.table.trainTo, shipped.vol.trainTo);
+  shipped === null ? null : Math.min(scoresStart(shipped.table.trainTo), scoresStart(shipped.vol.trainTo));
 
 async function collect(
   folder: string,
@@ -596,12 +600,10 @@ if (!scoreOnly) {
     labels,
   });
 } else {
-  // The shipped file, not --baselines: that names where this run writes its own figures.
-  const shippedBaselines = await readBaselines(DEFAULT_BASELINES);
-  if (shippedBaselines === null) usageError(`--score-only takes the free rules from ${DEFAULT_BASELINES}`);
+  const shippedBaselines = shipped!.baselines;
   table = shipped!.table;
   volTable = shipped!.vol;
-  const from = values.from ? day(values.from) : table.trainTo;
+  const from = scoresStart(table.trainTo);
   for (const kind of ['spot', 'perp'] as const) {
     for (const tf of ORDER) {
       const entry = table.cells[`${kind}:${tf}`];

@@ -1325,7 +1325,7 @@ export function extractiveAnswer(
           CAUSE.test(c.quotes.join(' ')) &&
           !overlaps(c),
       )
-      .sort((a, b) => b.score - a.score)[0];
+      .sort(bestFirst)[0];
     if (cause !== undefined) add(cause);
   }
   // Then what else the best passage says about the question, then units elsewhere that carry
@@ -1365,13 +1365,13 @@ export function extractiveAnswer(
           routesIn(c.quotes.join(' ')).some((r) => called.includes(r)) &&
           !overlaps(c),
       )
-      .sort((a, b) => b.score - a.score)[0];
+      .sort(bestFirst)[0];
     if (documented !== undefined) add(documented);
   }
   // The answer's room is used: what else the best passage says, best first. The fact asked (a
   // number, a code, a step) often stands in a sentence of that passage beside the one that names
   // the question's words best.
-  const fill = candidates.filter((c) => c.passage.id === best.passage.id).sort((a, b) => b.score - a.score);
+  const fill = candidates.filter((c) => c.passage.id === best.passage.id).sort(bestFirst);
   for (const c of fill) if (!overlaps(c)) add(c);
   // The best passage may not hold what the question's kind asks for (a number, a step, a code,
   // a form, a path; for "which", the list): then units of the two leading passages, or others
@@ -1386,7 +1386,7 @@ export function extractiveAnswer(
           c.coverage >= FALLBACK_UNIT &&
           fills(c.quotes.join(' ')),
       )
-      .sort((a, b) => b.score - a.score);
+      .sort(bestFirst);
     for (const c of stating) if (!overlaps(c)) add(c);
   }
   // Read in passage order, then in the order the sentences stand in their passage.

@@ -12,7 +12,7 @@ export function strictInput<Shape extends z.ZodRawShape>(shape: Shape) {
 
 function unknownKeys(issue: z.core.$ZodRawIssue): string | undefined {
   if (issue.code !== 'unrecognized_keys') return undefined;
-  const known = (issue.inst as { _zod?: { def?: { shape?: object } } } | undefined)?._zod?.def?.shape;
+  const known = issue.inst instanceof z.ZodObject ? issue.inst.shape : undefined;
   if (known === undefined) return undefined;
   const keys = issue.keys as string[];
   const accepted = Object.keys(known);

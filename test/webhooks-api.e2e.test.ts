@@ -11,7 +11,7 @@ describe.runIf(reachable)('webhook management API', () => {
   let receiver: Receiver;
 
   beforeAll(async () => {
-    stack = await startWebhookStack({ settings: { tls: { ca: tls.cert } } });
+    stack = await startWebhookStack({ settings: { tls: { ca: tls.cert } }, checkCoins: true });
     receiver = await startReceiver(tls);
   });
   afterAll(async () => {
@@ -74,6 +74,20 @@ describe.runIf(reachable)('webhook management API', () => {
     expect(res.status).toBe(400);
     expect(res.body.field).toBe(field);
     expect(res.body.message).toBeTruthy();
+  });
+
+  it('refuses a coin no venue lists, as the tools do, and writes nothing', async () => {
+    const key = await stack.issue();
+    const before = (await stack.store.readAll()).length;
+    const res = await stack.request('POST', '/api/webhooks', key, { ...base(), assets: ['BTC', 'NOPECOIN'] });
+    expect(res).toMatchObject({ status: 404, body: { code: 'unknown_coin', field: 'assets' } });
+    expect(res.body.message).toContain('NOPECOIN');
+    expect(res.body.message).not.toContain('BTC ');
+    expect((await stack.store.readAll()).length).toBe(before);
+    expect((await stack.request('GET', '/api/webhooks', key)).body.webhooks).toEqual([]);
+    // Lower case is the same coin; top:N is not a coin and is not looked up.
+    const ok = await stack.request('POST', '/api/webhooks', key, { ...base(), assets: ['eth', 'top:3'] });
+    expect(ok.status, JSON.stringify(ok.body)).toBe(201);
   });
 
   it('keeps keys apart: another key sees nothing and gets 404, never 403', async () => {

@@ -7,6 +7,7 @@ import { connectNatsBus } from '../adapters/bus/nats.ts';
 import type { Bus } from '../adapters/bus/port.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
+import { KnownCoins } from '../adapters/market/known-coins.ts';
 import type { MarketFeed } from '../adapters/market/port.ts';
 import { openReplayFeed } from '../adapters/market/replay.ts';
 import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
@@ -171,6 +172,11 @@ export async function startWebhookStack(options: {
   wrapFeed?: (feed: MarketFeed) => MarketFeed;
   /** The bus between relay and dispatcher (see StackBus); NATS unless asked. */
   bus?: StackBus;
+  /**
+   * Subscriptions' coins checked against the replay feed, as the service checks them. Off by
+   * default: most suites keep apart by coins of their own (SEQA, CRASHA…) that no feed lists.
+   */
+  checkCoins?: boolean;
 }): Promise<WebhookStack> {
   // The stack stands in for a service process (the single-layout webhook bench measures it), and
   // startService keeps a tick record alive in every service process.
@@ -211,6 +217,7 @@ export async function startWebhookStack(options: {
     logger,
     ...(options.settings ? { settings: options.settings } : {}),
     feed: engine.feed.kind,
+    ...(options.checkCoins ? { coins: new KnownCoins(() => engine.feed, null) } : {}),
   });
   const dispatcher = dispatcherComponent({
     config,

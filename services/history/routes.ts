@@ -5,6 +5,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { EventStore } from '../../adapters/event-store/port.ts';
+import type { KnownCoins } from '../../adapters/market/known-coins.ts';
 import { type ErrorCode, errorMessage, ServiceError } from '../../contracts/errors.ts';
 import {
   HISTORY_MEDIA_TYPES,
@@ -19,7 +20,6 @@ import { declared, documented, RESPONSE_HEADERS, refusal } from '../api/openapi.
 import { callerHook, decorateCaller, keyRefusal, undebitedService } from '../metering/caller.ts';
 import type { QuotaMeter } from '../metering/quota-meter.ts';
 import { type Cursor, tagMatches } from './cursor.ts';
-import type { KnownCoins } from './known-coins.ts';
 import { trackRecordPage } from './page.ts';
 import {
   HISTORY_QUERY_CODES,

@@ -2,6 +2,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
 import type { z } from 'zod';
 import type { LmdbEventStore } from '../../adapters/event-store/lmdb.ts';
+import { KnownCoins } from '../../adapters/market/known-coins.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import { feedOptionsFromConfig, selectFeed } from '../../adapters/market/select.ts';
 import type { Config } from '../../contracts/config.ts';
@@ -19,7 +20,6 @@ import { revealClock } from '../shared/reveal-clock.ts';
 import { type AnchorState, anchorHeadsProjection, HistoryAnchorer } from './anchor.ts';
 import { BriefCache } from './brief-cache.ts';
 import { ExportRowStore } from './export-row-store.ts';
-import { KnownCoins } from './known-coins.ts';
 import {
   hasRevision,
   type LabelledVerdicts,
@@ -162,10 +162,10 @@ export function historySlice(deps: HistorySliceDeps) {
   const stored: StoredRows | null = exportRows;
 
   /** A coin filter is checked against the feed, or the verdict streams (`verdicts-<exchange>-<coin>-<tf>`) the history holds. */
-  const coins = new KnownCoins(
-    () => feed,
-    (coin) => Object.keys(labelled.state.runs).some((stream) => stream.split('-')[2] === coin),
-  );
+  const coins = new KnownCoins(() => feed, {
+    has: (coin) => Object.keys(labelled.state.runs).some((stream) => stream.split('-')[2] === coin),
+    missing: (coin) => `the history holds no verdict of ${coin}`,
+  });
 
   function runnerCheck<S>(runner: Pick<ProjectionRunner<S>, 'error' | 'running' | 'checkpoint'>): Check {
     return async () =>

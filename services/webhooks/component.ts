@@ -2,6 +2,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import type { Agent } from 'undici';
+import { KnownCoins } from '../../adapters/market/known-coins.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import { anchorInLog } from '../../adapters/market/replay-anchor.ts';
 import { feedOptionsFromConfig, selectFeed } from '../../adapters/market/select.ts';
@@ -219,6 +220,8 @@ export function webhookApi(deps: {
   settings?: Partial<WebhookSettings>;
   /** The feed this deployment's market content comes from (test deliveries are labelled with it). */
   feed: FeedKind;
+  /** Checks a subscription's coins against the feed (KnownCoins); none: not checked. */
+  coins?: Pick<KnownCoins, 'check'>;
 }): Component & { plugin: FastifyPluginAsync; runner: ProjectionRunner<WebhookState> } {
   const { config, adapters, logger } = deps;
   const { settings, secrets, runner, agent, worker } = parts(config, adapters, logger, deps.settings);
@@ -233,6 +236,7 @@ export function webhookApi(deps: {
       secrets,
       settings,
       feed: deps.feed,
+      ...(deps.coins ? { coins: deps.coins } : {}),
     }),
     async start() {
       await runner.start();
@@ -269,6 +273,7 @@ export function webhooksSlice(deps: {
         logger,
         // The api role always runs the engine's feed; its kind is known once it is open.
         feed: deps.feed?.kind ?? (config.FEED === 'live' ? 'live' : 'replay'),
+        ...(deps.feed ? { coins: new KnownCoins(() => deps.feed, null) } : {}),
       })
     : null;
   const dispatcher = roles.includes('dispatcher')

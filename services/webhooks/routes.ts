@@ -3,6 +3,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Dispatcher } from 'undici';
 import { z } from 'zod';
 import type { EventStore } from '../../adapters/event-store/port.ts';
+import type { KnownCoins } from '../../adapters/market/known-coins.ts';
 import { ErrorBody, ServiceError } from '../../contracts/errors.ts';
 import { optionalBody, queryInt } from '../../contracts/http.ts';
 import type { FeedKind } from '../../contracts/market.ts';
@@ -15,6 +16,7 @@ import {
   RotatedSecret,
   RotateSecretRequest,
   SendResultView,
+  topN,
   WebhookView,
 } from '../../contracts/webhooks.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
@@ -56,6 +58,8 @@ export interface WebhookRoutesDeps {
   >;
   /** The feed this deployment's market content comes from; a test delivery is labelled with it. */
   feed: FeedKind;
+  /** Refuses an `assets` coin the service does not know, as the tools do (unknown_coin); none: not checked. */
+  coins?: Pick<KnownCoins, 'check'>;
 }
 
 function resultView(deliveryId: string, r: SendResult) {
@@ -110,6 +114,7 @@ const DOCS = {
     responses: {
       201: { description: 'The subscription, with its secret', schema: CreatedWebhook },
       400: fail('INVALID_FIELD (names the field), INVALID_URL (refused by the SSRF guard)'),
+      404: fail('unknown_coin: a coin in `assets` that no venue the service reads lists'),
       409: fail('SUBSCRIPTION_LIMIT: the key has its maximum of subscriptions; CONFLICT (retryable)'),
     },
   }),
@@ -223,6 +228,10 @@ async function create(deps: WebhookRoutesDeps, keyId: string, request: CreateWeb
   }
   const check = await checkWebhookUrl(request.url, deps.settings.urlPolicy);
   if (!check.ok) throw new ServiceError('INVALID_URL', { detail: check.reason }, 'url');
+  // A misspelt coin would make a subscription that never fires: refused before anything is written.
+  for (const asset of new Set(request.assets ?? [])) {
+    if (topN(asset) === null) await deps.coins?.check(asset, undefined, 'assets');
+  }
   const created = await createSubscription(deps.store, {
     keyId,
     request,

@@ -1,17 +1,18 @@
-import { UnknownCoinError, UnsupportedExchangeError } from '../../adapters/market/errors.ts';
-import type { MarketFeed } from '../../adapters/market/port.ts';
 import { ServiceError } from '../../contracts/errors.ts';
 import type { Exchange } from '../../contracts/market.ts';
+import { UnknownCoinError, UnsupportedExchangeError } from './errors.ts';
+import type { MarketFeed } from './port.ts';
 
 /** How long the feed's answer about a coin is kept: listings change with a deployment or a delisting, not per request. */
 const KEEP_MS = 10 * 60_000;
 
 /**
- * Whether a history filter's coin is one the service knows, answered as the tools answer it: a
- * coin the feed lists on none of the venues asked is refused with `unknown_coin` (404), the
- * tools' refusal, rather than served as an empty history. A coin the history already holds
- * verdicts of is known whatever the feed says now (a delisted coin keeps its record). When the
- * feed cannot tell (a venue down, too little history), the coin is served: a read of the history
+ * Whether a coin a caller names outside a tool call (a history filter, a webhook's `assets`) is
+ * one the service knows, answered as the tools answer it: a coin the feed lists on none of the
+ * venues asked is refused with `unknown_coin` (404), the tools' refusal, rather than served as an
+ * empty history or a subscription that never fires. A coin the caller's own records hold (`held`:
+ * the history's verdicts of a delisted coin) is known whatever the feed says now. When the feed
+ * cannot tell (a venue down, too little history), the coin is accepted: a read or a subscription
  * does not fail because a venue is unreachable.
  */
 export class KnownCoins {
@@ -20,16 +21,22 @@ export class KnownCoins {
   constructor(
     /** The process's feed (the projections role may open its own at start). */
     private readonly feed: () => MarketFeed | null,
-    /** Coins the history holds verdicts of (the labelled verdicts' streams). */
-    private readonly held: (coin: string) => boolean,
+    /**
+     * Coins known whatever the feed says, with what the refusal says of them (the history: the
+     * coins it holds verdicts of); none when absent.
+     */
+    private readonly held: { has: (coin: string) => boolean; missing: (coin: string) => string } | null,
     private readonly clock: () => number = Date.now,
   ) {}
 
-  /** Throws ServiceError `unknown_coin` when no venue asked lists `coin` and the history holds none of it. */
-  async check(coin: string, exchange?: Exchange): Promise<void> {
+  /**
+   * Throws ServiceError `unknown_coin` (naming `field` when given) when no venue asked lists `coin`
+   * and `held` does not hold it.
+   */
+  async check(coin: string, exchange?: Exchange, field?: string): Promise<void> {
     const symbol = coin.toUpperCase();
     const feed = this.feed();
-    if (feed === null || this.held(symbol)) return;
+    if (feed === null || this.held?.has(symbol)) return;
     const venues = exchange ? [exchange] : feed.exchanges();
     const refusals: string[] = [];
     for (const venue of venues) {
@@ -37,9 +44,8 @@ export class KnownCoins {
       if (answer.listed) return;
       refusals.push(answer.detail);
     }
-    throw new ServiceError('unknown_coin', {
-      detail: `${refusals.join('; ')}; the history holds no verdict of ${symbol}`,
-    });
+    const held = this.held ? `; ${this.held.missing(symbol)}` : '';
+    throw new ServiceError('unknown_coin', { detail: `${refusals.join('; ')}${held}` }, field);
   }
 
   async #listing(

@@ -290,8 +290,12 @@ export const ScanFundingArbInput = strictInput({
   limit: z.number().int().min(1).max(MAX_FUNDING_ARB_LIMIT).default(10),
   /** Restrict to these coins; default every coin listed on at least two venues. */
   coins: z.array(Coin).min(1).max(200).optional(),
-  /** Restrict to these venues; default every venue the feed has funding for. */
-  exchanges: z.array(Exchange).min(2).optional(),
+  /** Restrict to these venues (two or more, none twice); default every venue the feed has funding for. */
+  exchanges: z
+    .array(Exchange)
+    .min(2)
+    .refine((v) => new Set(v).size === v.length, 'exchanges must not repeat')
+    .optional(),
   /** Leave out venues whose 24 h quote volume is below this (unknown volume is left out too). */
   minLiquidityUsd: z.number().min(0).optional(),
 });

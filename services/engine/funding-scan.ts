@@ -31,9 +31,7 @@ export async function scanFundingArb(
   const input = ScanFundingArbInput.parse(raw);
   const now = feed.now();
   const named = input.exchanges !== undefined;
-  const venues = named
-    ? [...new Set(input.exchanges)]
-    : feed.exchanges().filter((e) => PERP_VENUES.includes(e));
+  const venues = named ? input.exchanges! : feed.exchanges().filter((e) => PERP_VENUES.includes(e));
   const listed = new Map<Exchange, Map<string, MarketInfo>>();
   const leftOut = new Map<Exchange, MarketDataError>();
   await Promise.all(

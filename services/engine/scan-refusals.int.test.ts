@@ -209,12 +209,33 @@ describe('scan_funding_arb refuses what is not served, as the other tools do', (
         // A coin may be listed on the venue that did not answer: it is not refused as unknown.
         const unknown = await down.scanFundingArb({ coins: ['NOPE'] });
         expect(unknown.opportunities).toEqual([]);
-        // When no venue asked can answer (BINANCE alone, named twice as the input asks for two), the
-        // call is refused with the venue's error, retryable.
-        const alone = await down
+        // A venue named twice is the caller's mistake, refused before any venue is read.
+        const twice = await down
           .scanFundingArb({ exchanges: ['BINANCE', 'BINANCE'] })
           .catch((e: unknown) => e);
-        expect(describeFailure(alone)).toEqual({
+        expect(describeFailure(twice)).toMatchObject({ status: 400, retryable: false });
+        expect(describeFailure(twice)?.message).toContain('exchanges must not repeat');
+      } finally {
+        await down.close();
+      }
+    });
+  });
+
+  describe('when no venue scanned can answer', () => {
+    const { dir, link } = replayDir();
+    beforeAll(() => {
+      // BINANCE is the only venue with funding here, and its listing cannot be read.
+      link('candles/binance-spot/BTCUSDT-1h.csv.gz');
+      mkdirSync(join(dir, 'candles/binance-usdm'), { recursive: true });
+      writeFileSync(join(dir, 'candles/binance-usdm/BTCUSDT-1h.csv.gz'), 'not gzip');
+      link('funding/binance/BTCUSDT.csv.gz');
+    });
+
+    it('refuses the call with the venue’s error, retryable', async () => {
+      const down = new SignalEngine({ feed: await openReplayFeed({ run: false, dir }), store });
+      try {
+        const none = await down.scanFundingArb({}).catch((e: unknown) => e);
+        expect(describeFailure(none)).toEqual({
           status: 503,
           code: 'venue_unavailable',
           message: 'BINANCE is unavailable: its replay data could not be read',

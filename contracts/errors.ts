@@ -82,7 +82,6 @@ export const ERRORS = {
     message: 'an attempt of this delivery is being recorded; retry shortly',
   },
   // Free sign-in (/api/keys).
-  INVALID_REQUEST: { status: 400, retryable: false, message: '{detail}' },
   INVALID_SIWE_MESSAGE: { status: 400, retryable: false, message: '{detail}' },
   SIWE_DOMAIN_MISMATCH: { status: 401, retryable: false, message: '{detail}' },
   SIWE_EXPIRED: { status: 401, retryable: false, message: '{detail}' },

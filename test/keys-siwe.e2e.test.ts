@@ -169,14 +169,28 @@ describe.runIf(run)('POST /api/keys: free sign-in with Sign-In with Ethereum', (
     }
   });
 
-  it('400 for a body that is not a sign-in', async () => {
+  it('400 INVALID_FIELD naming the field for a body that is not a sign-in (README: Error codes)', async () => {
     expect(await post({ message: 'hello' })).toEqual({
       status: 400,
       body: {
-        code: 'INVALID_REQUEST',
+        code: 'INVALID_FIELD',
         message: 'signature: Invalid input: expected string, received undefined',
+        field: 'signature',
       },
     });
+    expect(await post({})).toEqual({
+      status: 400,
+      body: {
+        code: 'INVALID_FIELD',
+        message: 'message: Invalid input: expected string, received undefined',
+        field: 'message',
+      },
+    });
+    expect(await post({ message: 'hello', signature: '0x00', colour: 'blue' })).toEqual({
+      status: 400,
+      body: { code: 'INVALID_FIELD', message: 'unknown field "colour"', field: 'colour' },
+    });
+    expect(await post([1])).toMatchObject({ status: 400, body: { code: 'INVALID_FIELD', field: 'body' } });
     expect(await post({ message: 'hello', signature: '0x00' })).toMatchObject({
       status: 400,
       body: { code: 'INVALID_SIWE_MESSAGE' },

@@ -67,16 +67,11 @@ const signInRoute = declared({
   tags: ['keys'],
   sends: ['Cache-Control'],
   body: SignInBody,
-  codes: {
-    fields: { message: 'INVALID_REQUEST', signature: 'INVALID_REQUEST' },
-    whole: 'INVALID_REQUEST',
-    unknown: 'INVALID_REQUEST',
-  },
   responses: {
     201: { description: 'The key (shown once)', schema: IssuedKeyAnswer },
     400: refusal(
-      ['INVALID_REQUEST', 'INVALID_SIWE_MESSAGE', 'INVALID_JSON', 'JSON_TOO_DEEP'],
-      'The body is not {message, signature}, or the message is not EIP-4361',
+      ['INVALID_FIELD', 'INVALID_SIWE_MESSAGE', 'INVALID_JSON', 'JSON_TOO_DEEP'],
+      'The body is not {message, signature} (INVALID_FIELD names the field), or the message is not EIP-4361',
     ),
     401: refusal(
       [

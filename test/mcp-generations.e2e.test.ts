@@ -6,7 +6,7 @@ import {
 } from '@modelcontextprotocol/client';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { McpError } from '@modelcontextprotocol/sdk/types.js';
+import { McpError, ReadResourceResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMemoryCache } from '../adapters/cache/memory.ts';
 import { ServiceMeta } from '../services/metering/service-meta.ts';
@@ -96,6 +96,30 @@ describe('a one-shot tools/call with no initialize and no session (the peer docu
     expect(result.content[0]!.text).toMatch(/^-32602 invalid arguments/);
   });
 
+  it('resources/read: an unknown URI is -32002 and a missing uri -32602, each message said once and in words', async () => {
+    const unknown = (await (
+      await rpc({ jsonrpc: '2.0', id: 8, method: 'resources/read', params: { uri: 'track-record://8d' } })
+    ).json()) as { error: { code: number; message: string; data?: unknown } };
+    expect(unknown.error).toEqual({
+      code: -32002,
+      message: expect.stringMatching(/^no resource track-record:\/\/8d; resources: track-record:\/\/7d, /),
+      data: { uri: 'track-record://8d' },
+    });
+    // What an SDK client shows for it: the code once.
+    expect(new McpError(unknown.error.code, unknown.error.message).message.match(/MCP error/g)).toHaveLength(
+      1,
+    );
+    const bare = (await (
+      await rpc({ jsonrpc: '2.0', id: 9, method: 'resources/read', params: {} })
+    ).json()) as {
+      error: { code: number; message: string };
+    };
+    expect(bare.error.code).toBe(-32602);
+    expect(bare.error.message).toMatch(
+      /^resources\/read needs params\.uri, a string: one of track-record:\/\/7d, /,
+    );
+  });
+
   it('a GET without a session is still refused', async () => {
     const res = await fetch(`${server.url}/mcp`, { headers: { accept: 'text/event-stream' } });
     expect(res.status).toBe(400);
@@ -133,6 +157,30 @@ describe('the 1.x SDK client (2025 handshake, session)', () => {
     const result = await client.callTool({ name: 'get_market_regime', arguments: { coin: 'NOPECOIN' } });
     expect(result.isError).toBe(true);
     expect(result.structuredContent).toMatchObject({ code: expect.any(String) });
+  });
+
+  it('resources/read: an unknown URI is -32002 read once; a missing uri is -32602 in words, not a zod dump', async () => {
+    const missing = await client.readResource({ uri: 'track-record://8d' }).then(
+      () => null,
+      (err: unknown) => err,
+    );
+    expect(missing).toBeInstanceOf(McpError);
+    expect((missing as McpError).code).toBe(-32002);
+    expect((missing as McpError).message).toMatch(
+      /^MCP error -32002: no resource track-record:\/\/8d; resources: /,
+    );
+    expect((missing as McpError).message.match(/MCP error/g)).toHaveLength(1);
+    const bare = await client
+      .request({ method: 'resources/read', params: {} } as never, ReadResourceResultSchema)
+      .then(
+        () => null,
+        (err: unknown) => err,
+      );
+    expect(bare).toBeInstanceOf(McpError);
+    expect((bare as McpError).code).toBe(-32602);
+    expect((bare as McpError).message).toMatch(
+      /^MCP error -32602: resources\/read needs params\.uri, a string: one of track-record:\/\/7d, /,
+    );
   });
 
   it('-32003 reads once in the SDK client', async () => {
@@ -219,6 +267,18 @@ describe('the 2.x SDK client on the 2026-07-28 revision (stateless, server/disco
       // The 2026-07-28 revision's code for a resource not found (the 2025 ones' -32002, mapped by the SDK).
       expect(missing).toBeInstanceOf(ProtocolError);
       expect((missing as ProtocolError).code).toBe(-32602);
+      const said = (missing as ProtocolError).message;
+      expect((said.match(/MCP error/g) ?? []).length, said).toBeLessThanOrEqual(1);
+      expect(said.replace(/^MCP error -?\d+: /, ''), said).toMatch(/^no resource track-record:\/\/forever; /);
+      const bare = await client.readResource({} as never).then(
+        () => null,
+        (err: unknown) => err,
+      );
+      expect(bare).toBeInstanceOf(ProtocolError);
+      expect((bare as ProtocolError).code).toBe(-32602);
+      expect((bare as ProtocolError).message.replace(/^MCP error -?\d+: /, '')).toMatch(
+        /^resources\/read needs params\.uri, a string: one of track-record:\/\/7d, /,
+      );
     } finally {
       await client.close();
     }

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { TRACK_RECORD_WINDOWS, type TrackRecordWindow } from '../../../contracts/history.ts';
 import { TOOLS } from '../../../contracts/tools.ts';
+import { MCP_INVALID_PARAMS } from './error-codes.ts';
 import type { ToolRegistry } from './tool-registry.ts';
 
 /**
@@ -43,23 +44,51 @@ export const RESOURCE_TEMPLATES = [
   },
 ];
 
-/** A read of a URI this server does not serve. */
-export class ResourceNotFoundError extends Error {
-  readonly code = RESOURCE_NOT_FOUND;
-  constructor(readonly uri: string) {
-    super(`no resource ${uri}; resources: ${RESOURCES.map((r) => r.uri).join(', ')}`);
+/**
+ * A resources/read refused, as a JSON-RPC error: both SDK generations send a thrown error's code,
+ * message and data as they are. Not the 1.x McpError, whose message already reads "MCP error
+ * <code>: …", which a client then prefixes again.
+ */
+export class ResourceReadError extends Error {
+  override readonly name = 'ResourceReadError';
+  constructor(
+    readonly code: number,
+    message: string,
+    readonly data?: Record<string, unknown>,
+  ) {
+    super(message);
   }
+}
+
+const SERVED = () => RESOURCES.map((r) => r.uri).join(', ');
+
+/** A read of a URI this server does not serve. */
+const notFound = (uri: string) =>
+  new ResourceReadError(RESOURCE_NOT_FOUND, `no resource ${uri}; resources: ${SERVED()}`, { uri });
+
+/**
+ * The params of resources/read: an object with a string `uri`, else -32602 in words (the SDKs'
+ * own check of the request answered -32603 with zod's issue list).
+ */
+function uriOf(params: unknown): string {
+  const uri = (params as { uri?: unknown } | undefined)?.uri;
+  if (typeof uri === 'string') return uri;
+  throw new ResourceReadError(
+    MCP_INVALID_PARAMS,
+    `resources/read needs params.uri, a string: one of ${SERVED()}`,
+  );
 }
 
 /** resources/read: the track record of the URI's window, as JSON text. */
 export async function readResource(
   registry: ToolRegistry,
-  uri: string,
+  params: unknown,
 ): Promise<{ contents: { uri: string; mimeType: string; text: string }[] }> {
+  const uri = uriOf(params);
   const window = uri.startsWith(TRACK_RECORD_URI) ? uri.slice(TRACK_RECORD_URI.length) : null;
   const tool = registry.get('get_track_record');
   if (window === null || !(TRACK_RECORD_WINDOWS as readonly string[]).includes(window) || !tool) {
-    throw new ResourceNotFoundError(uri);
+    throw notFound(uri);
   }
   const record = await tool.run({ window: window as TrackRecordWindow }, { requestId: randomUUID() });
   return { contents: [{ uri, mimeType: 'application/json', text: JSON.stringify(record) }] };

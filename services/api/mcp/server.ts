@@ -4,12 +4,15 @@ import {
   ListResourcesRequestSchema,
   ListResourceTemplatesRequestSchema,
   ListToolsRequestSchema,
-  McpError,
   ReadResourceRequestSchema,
 } from '@modelcontextprotocol/sdk/types.js';
+import { z } from 'zod';
 import type { Caller, CallerRejectedError } from '../../metering/caller.ts';
-import { RESOURCE_TEMPLATES, RESOURCES, ResourceNotFoundError, readResource } from './resources.ts';
+import { RESOURCE_TEMPLATES, RESOURCES, readResource } from './resources.ts';
 import { callTool, MCP_PAYMENT_META, type ToolCallDeps } from './tool-call.ts';
+
+/** resources/read with whatever params came: readResource judges them. */
+const ReadResourceRequest = ReadResourceRequestSchema.extend({ params: z.unknown() });
 
 export const SERVER_INFO = { name: 'signal-service', version: '1.0.0' };
 
@@ -37,14 +40,11 @@ export function createMcpServer(deps: ToolCallDeps): Server {
   server.setRequestHandler(ListResourceTemplatesRequestSchema, async () => ({
     resourceTemplates: RESOURCE_TEMPLATES,
   }));
-  server.setRequestHandler(ReadResourceRequestSchema, async (request) => {
-    try {
-      return await readResource(deps.registry, request.params.uri);
-    } catch (err) {
-      if (err instanceof ResourceNotFoundError) throw new McpError(err.code, err.message, { uri: err.uri });
-      throw err;
-    }
-  });
+  // Params read by readResource, which refuses a missing uri in words (-32602); the SDK's own
+  // check of them answered -32603 with zod's issue list.
+  server.setRequestHandler(ReadResourceRequest, async (request) =>
+    readResource(deps.registry, request.params),
+  );
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     const payment = request.params._meta?.[MCP_PAYMENT_META];
     // A caller authenticated by the route (an OAuth token on /mcp/signin) is not identified again from headers.

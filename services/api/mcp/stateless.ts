@@ -1,9 +1,10 @@
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { CacheHint, McpHttpHandler, Server, ServerContext } from '@modelcontextprotocol/server';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import { z } from 'zod';
 import type { Caller, CallerRejectedError } from '../../metering/caller.ts';
 import { authInfo, handOver } from './hand-over.ts';
-import { RESOURCE_TEMPLATES, RESOURCES, ResourceNotFoundError, readResource } from './resources.ts';
+import { RESOURCE_TEMPLATES, RESOURCES, readResource } from './resources.ts';
 import { createMcpServer, SERVER_CAPABILITIES, SERVER_INFO, SERVER_INSTRUCTIONS } from './server.ts';
 import { ChannelError, callTool, MCP_PAYMENT_META, type ToolCallDeps } from './tool-call.ts';
 
@@ -36,15 +37,11 @@ function createModernServer(sdk: ModernSdk, deps: ToolCallDeps): Server {
   server.setRequestHandler('resources/templates/list', async () => ({
     resourceTemplates: RESOURCE_TEMPLATES,
   }));
-  server.setRequestHandler('resources/read', async (request) => {
-    try {
-      return await readResource(deps.registry, request.params.uri);
-    } catch (err) {
-      if (err instanceof ResourceNotFoundError)
-        throw new ProtocolError(err.code, err.message, { uri: err.uri });
-      throw err;
-    }
-  });
+  // Params read by readResource, which refuses a missing uri in words (-32602); the SDK's own
+  // check of them answered -32603 with zod's issue list. Its errors go out as thrown.
+  server.setRequestHandler('resources/read', { params: z.unknown() }, async (params) =>
+    readResource(deps.registry, params),
+  );
   server.setRequestHandler('tools/call', async (request, ctx: ServerContext) => {
     const payment = request.params._meta?.[MCP_PAYMENT_META];
     const caller = ctx.http?.authInfo?.extra?.caller as Caller | undefined;

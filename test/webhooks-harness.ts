@@ -137,6 +137,8 @@ export interface WebhookStack {
   api: ReturnType<typeof webhookApi>;
   keys: ProjectionRunner<Awaited<ReturnType<typeof keyRegistryProjection.initial>>>;
   issue(owner?: string): Promise<string>;
+  /** A key and its id (the id is what `npm run keys -- revoke <keyId>` takes). */
+  issueWithId(owner?: string): Promise<{ key: string; keyId: string }>;
   request(
     method: string,
     path: string,
@@ -256,9 +258,12 @@ export async function startWebhookStack(options: {
     prefix,
     durable,
     async issue(owner = 'test') {
+      return (await this.issueWithId(owner)).key;
+    },
+    async issueWithId(owner = 'test') {
       const issued = await issueKey(store, { plan: 'free', owner, via: 'operator' });
       await keys.waitFor(issued.position);
-      return issued.key;
+      return { key: issued.key, keyId: issued.keyId };
     },
     async request(method, path, key, body) {
       const res = await fetch(url + path, {

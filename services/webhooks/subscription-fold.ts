@@ -30,13 +30,21 @@ export interface SubscriptionRecord extends Omit<CreatedData, 'secret' | 'subscr
 
 export interface SubscriptionState {
   subs: Record<string, SubscriptionRecord>;
+  /**
+   * Revoked keys, with their revocation time: a revocation is final, so a subscription of such a
+   * key is disabled whatever comes after (a create that raced the revocation, a re-enable).
+   */
+  revokedKeys: Record<string, string>;
 }
+
+/** The `disabled_reason` of a subscription whose key was revoked. */
+export const KEY_REVOKED = 'key_revoked';
 
 export function subscriptionStream(keyId: string): string {
   return `webhooks-${keyId}`;
 }
 
-export const initialSubscriptions = (): SubscriptionState => ({ subs: {} });
+export const initialSubscriptions = (): SubscriptionState => ({ subs: {}, revokedKeys: {} });
 
 export function findSubscription(state: SubscriptionState, id: string): SubscriptionRecord | undefined {
   return Object.hasOwn(state.subs, id) ? state.subs[id] : undefined;
@@ -72,6 +80,22 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
         previousSecret: null,
         previousSecretValidUntil: null,
       };
+      // Created by a request authorised just before its key's revocation was recorded.
+      const revokedAt = revokedAtOf(state, rest.keyId);
+      if (revokedAt !== undefined) disableForRevokedKey(state.subs[subscriptionId]!, revokedAt);
+      break;
+    }
+    case 'ApiKeyRevoked': {
+      // The key's subscriptions stop receiving: here, in the fold every dispatcher and the api
+      // share, so they all agree at the same log position and a restart folds it again. Nothing is
+      // appended for it (no SubscriptionDisabled, hence no `subscription_disabled` notice): the
+      // notice goes only to the same key's other subscriptions, which are disabled by the same
+      // revocation, and a revoked customer is not someone the service still writes to. What was
+      // pending stays pending and is never retried (the dispatcher retries only active ones).
+      state.revokedKeys[event.data.keyId] = event.recordedAt;
+      for (const sub of Object.values(state.subs)) {
+        if (sub.keyId === event.data.keyId) disableForRevokedKey(sub, event.recordedAt);
+      }
       break;
     }
     case 'SubscriptionDeleted':
@@ -97,7 +121,9 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
     }
     case 'SubscriptionReEnabled': {
       const sub = findSubscription(state, event.data.subscriptionId);
-      if (sub) {
+      // A revoked key's subscription is not re-enabled by anything (its key cannot ask, and an
+      // enable that raced the revocation must not revive it).
+      if (sub && revokedAtOf(state, sub.keyId) === undefined) {
         if (sub.status === 'disabled') sub.generation++;
         sub.status = 'active';
         sub.disabledAt = null;
@@ -128,6 +154,18 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
     }
   }
   return state;
+}
+
+function revokedAtOf(state: SubscriptionState, keyId: string): string | undefined {
+  return Object.hasOwn(state.revokedKeys, keyId) ? state.revokedKeys[keyId] : undefined;
+}
+
+function disableForRevokedKey(sub: SubscriptionRecord, revokedAt: string): void {
+  if (sub.status === 'disabled' && sub.disabledReason === KEY_REVOKED) return;
+  // One already disabled by its endpoint now shows the key's reason, which no re-enable undoes.
+  sub.status = 'disabled';
+  sub.disabledAt = revokedAt;
+  sub.disabledReason = KEY_REVOKED;
 }
 
 export function toView(sub: SubscriptionRecord): WebhookView {

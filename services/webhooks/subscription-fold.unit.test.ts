@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { DomainEvent } from '../../contracts/events.ts';
 import {
   applySubscriptionEvent,
+  initialSubscriptions,
   type SubscriptionRecord,
   type SubscriptionState,
 } from './subscription-fold.ts';
@@ -30,6 +31,7 @@ const state = (): SubscriptionState => ({
   subs: {
     's-1': { id: 's-1', status: 'active', failedDeliveries: 0, failingSince: null } as SubscriptionRecord,
   },
+  revokedKeys: {},
 });
 
 describe('the subscription fold of delivery outcomes', () => {
@@ -38,5 +40,52 @@ describe('the subscription fold of delivery outcomes', () => {
     expect(afterHeld.subs['s-1']).toMatchObject({ failingSince: null, failedDeliveries: 0 });
     const afterFailed = applySubscriptionEvent(state(), failed(false));
     expect(afterFailed.subs['s-1']).toMatchObject({ failingSince: at, failedDeliveries: 0 });
+  });
+});
+
+const later = '2031-06-10T13:00:00.000Z';
+const event = (type: string, data: object, recordedAt = at): DomainEvent =>
+  ({ type, data, recordedAt, position: 1 }) as unknown as DomainEvent;
+const created = (id: string, keyId: string) =>
+  event('SubscriptionCreated', {
+    subscriptionId: id,
+    keyId,
+    url: 'https://h.example/x',
+    events: ['trade_call'],
+    secret: {},
+  });
+
+describe("the subscription fold of a key's revocation", () => {
+  it('disables every subscription of the revoked key with reason key_revoked, and only its', () => {
+    let s = initialSubscriptions();
+    for (const e of [created('a', 'k1'), created('b', 'k1'), created('c', 'k2')])
+      s = applySubscriptionEvent(s, e);
+    s = applySubscriptionEvent(
+      s,
+      event('SubscriptionDisabled', { subscriptionId: 'b', reason: 'gone', consecutiveFailures: 1 }),
+    );
+    s = applySubscriptionEvent(s, event('ApiKeyRevoked', { keyId: 'k1', reason: 'leaked' }, later));
+    expect(s.subs.a).toMatchObject({ status: 'disabled', disabledReason: 'key_revoked', disabledAt: later });
+    expect(s.subs.b).toMatchObject({ status: 'disabled', disabledReason: 'key_revoked', disabledAt: later });
+    expect(s.subs.c).toMatchObject({ status: 'active', disabledReason: null });
+  });
+
+  it('is final: a re-enable does not revive one, and a create that raced the revocation is born disabled', () => {
+    let s = applySubscriptionEvent(initialSubscriptions(), created('a', 'k1'));
+    s = applySubscriptionEvent(s, event('ApiKeyRevoked', { keyId: 'k1', reason: 'leaked' }, later));
+    s = applySubscriptionEvent(s, event('SubscriptionReEnabled', { subscriptionId: 'a' }));
+    expect(s.subs.a).toMatchObject({ status: 'disabled', disabledReason: 'key_revoked' });
+    s = applySubscriptionEvent(s, created('late', 'k1'));
+    expect(s.subs.late).toMatchObject({
+      status: 'disabled',
+      disabledReason: 'key_revoked',
+      disabledAt: later,
+    });
+    // A disable decided from the key's own stream (which never sees the revocation) changes nothing.
+    s = applySubscriptionEvent(
+      s,
+      event('SubscriptionDisabled', { subscriptionId: 'a', reason: 'gone', consecutiveFailures: 1 }),
+    );
+    expect(s.subs.a).toMatchObject({ disabledReason: 'key_revoked' });
   });
 });

@@ -23,13 +23,15 @@ export function webhookProjectionWith(retention: number): Projection<WebhookStat
     name: 'webhooks',
     // 2: held attempts no longer start a subscription's failingSince; snapshots folded before
     // would keep one the fold no longer makes. 3: subscriptions keep their creation position.
-    version: 3,
+    // 4: a key's revocation disables its subscriptions (and the state keeps revoked keys).
+    version: 4,
     eventTypes: [
       'SubscriptionCreated',
       'SubscriptionDeleted',
       'SubscriptionDisabled',
       'SubscriptionReEnabled',
       'SubscriptionSecretRotated',
+      'ApiKeyRevoked',
       'DeliveryAttempted',
       'DeliveryQueued',
       'DeliverySequenced',

@@ -10,7 +10,9 @@ import addFormats from 'ajv-formats';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { createSiweMessage } from 'viem/siwe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { publicBaseUrl } from '../contracts/config.ts';
 import { ERRORS } from '../contracts/errors.ts';
+import { asRecorded } from '../services/api/recorded-origin.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
 import { readableHeaders, undeclaredHeaders } from './openapi-headers.ts';
 import { startTestService, type TestService } from './service-harness.ts';
@@ -26,6 +28,8 @@ import { startTestService, type TestService } from './service-harness.ts';
  */
 const EXAMPLES_FILE = join(import.meta.dirname, '../services/api/openapi-examples.json');
 const RECORD = process.env.RECORD_OPENAPI_EXAMPLES === '1';
+/** This run's public base (no PUBLIC_BASE_URL, PORT=0): what its verify links and OAuth issuer name. */
+const RUN_BASE = publicBaseUrl({ PORT: 0 });
 type Recorded = Record<string, Record<string, { type: string; body: unknown }>>;
 const recorded: Recorded = {};
 const called = new Set<string>();
@@ -185,7 +189,14 @@ async function conform(call: Call): Promise<unknown> {
   const type = (res.headers.get('content-type') ?? '').split(';')[0]!.trim();
   const record = (body: unknown) => {
     const id = operation!.operationId!;
-    recorded[id] = { [String(res.status)]: { type, body: exampleOf(body) }, ...recorded[id] };
+    // Recorded naming one placeholder origin where this run named its own (its port, its
+    // http://localhost:<PORT> base): each is served naming the origin it is served from.
+    const example = exampleOf(body);
+    const text = asRecorded(typeof example === 'string' ? example : JSON.stringify(example), [url, RUN_BASE]);
+    recorded[id] = {
+      [String(res.status)]: { type, body: typeof example === 'string' ? text : JSON.parse(text) },
+      ...recorded[id],
+    };
   };
   if (bytes.length === 0 || !response!.content) return null;
   const media = Object.entries(response!.content).find(([t]) => t.split(';')[0]!.trim() === type);
@@ -926,6 +937,42 @@ describe('the OpenAPI document describes every real answer', () => {
       }
     }
     expect(missing).toEqual([]);
+  });
+
+  it('serves every recorded example naming the origin it is served from, not the recording run’s', async () => {
+    const served = JSON.stringify(await (await fetch(`${url}/openapi.json`)).json());
+    for (const other of ['recorded.example', 'localhost:8080', 'localhost%3A8080', '127.0.0.1:43503']) {
+      expect(served.includes(other), other).toBe(false);
+    }
+    const oauth = (await (await fetch(`${url}/openapi.json`)).json()) as {
+      paths: Record<string, { get: Operation }>;
+    };
+    const metadata = oauth.paths['/.well-known/oauth-authorization-server']!.get.responses['200']!.content![
+      'application/json'
+    ]!.example as { issuer: string; jwks_uri: string };
+    expect(metadata.issuer).toBe(url);
+    expect(metadata.jwks_uri).toBe(`${url}/oauth/jwks`);
+    // The bazaar example of a 402 and of /.well-known/x402: its verify link on this origin.
+    const quote = await fetch(`${url}/x402/get_trade_call`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ coin: 'BTC', timeframe: '1h' }),
+    });
+    expect(quote.status).toBe(402);
+    const required = JSON.parse(
+      Buffer.from(quote.headers.get('payment-required')!, 'base64').toString('utf8'),
+    );
+    const manifest = (await (await fetch(`${url}/.well-known/x402`)).json()) as {
+      resources: { tool: string; extensions: { bazaar: unknown } }[];
+    };
+    const bazaars = [
+      required.extensions.bazaar,
+      manifest.resources.find((r) => r.tool === 'get_trade_call')!.extensions.bazaar,
+    ];
+    for (const bazaar of bazaars) {
+      const verify = /"verifyUrl":"([^"]+)"/.exec(JSON.stringify(bazaar))?.[1];
+      expect(verify).toMatch(new RegExp(`^${url}/verify/`));
+    }
   });
 
   it('documents every code of the error catalog on the operations that answer it', () => {

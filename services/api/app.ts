@@ -96,6 +96,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     title: 'Signal service',
     version: SERVICE_VERSION,
     server: deps.config.PUBLIC_BASE_URL ?? '/',
+    ...(deps.config.PUBLIC_BASE_URL ? { publicBaseUrl: deps.config.PUBLIC_BASE_URL } : {}),
     description:
       'Composite BUY/SELL/HOLD crypto verdicts, market regimes, ranked scans and funding-arbitrage scans over HTTP (API keys or keyless x402 pay-per-call), MCP (POST /mcp) and signed webhooks.',
   });

@@ -8,6 +8,8 @@ import { jsonSchema } from '../../contracts/json-schema.ts';
 import { webhookOpenApi } from '../../contracts/webhook-schemas.ts';
 import { UNLIMITED_PATHS } from '../metering/caller.ts';
 import type { FieldCodes } from './errors.ts';
+import { publicOrigin } from './public-origin.ts';
+import { servedAt } from './recorded-origin.ts';
 
 /**
  * The OpenAPI 3.1 document, generated from the zod contracts each route declares with
@@ -377,7 +379,7 @@ export const undocumented = {
  */
 export async function registerOpenApi(
   app: FastifyInstance,
-  info: { title: string; version: string; description: string; server?: string },
+  info: { title: string; version: string; description: string; server?: string; publicBaseUrl?: string },
 ): Promise<void> {
   const { webhooks } = webhookOpenApi() as { webhooks: Record<string, Record<string, unknown>> };
   // A delivery is signed (X-Service-Signature), not authenticated by a scheme of ours.
@@ -386,6 +388,18 @@ export async function registerOpenApi(
       item[method] = { security: [], ...(operation as object), operationId: operationIdOf('deliver', name) };
     }
   }
+  // The recorded examples name the origin the document is served from (see recorded-origin.ts).
+  const origin = publicOrigin(info.publicBaseUrl);
+  const served = new Map<string, unknown>();
+  const documentAt = (at: string) => {
+    let document = served.get(at);
+    if (document === undefined) {
+      document = servedAt(app.swagger(), at);
+      // Origins are the few the host guard lets in; bounded all the same.
+      if (served.size < 16) served.set(at, document);
+    }
+    return document;
+  };
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',
@@ -426,7 +440,8 @@ export async function registerOpenApi(
         responses: { 200: { description: 'OpenAPI 3.1 document', schema: { type: 'object' } } },
       }),
     },
-    async (_request, reply) => reply.header('cache-control', 'public, max-age=300').send(app.swagger()),
+    async (request, reply) =>
+      reply.header('cache-control', 'public, max-age=300').send(documentAt(origin(request))),
   );
   await app.register(scalar, {
     routePrefix: '/docs',

@@ -6,7 +6,7 @@ import type { Cache } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import { KeyedLock } from '../../adapters/keyed-lock.ts';
 import type { ProjectionStore } from '../../adapters/projection-store/port.ts';
-import type { Config } from '../../contracts/config.ts';
+import { type Config, publicBaseUrl } from '../../contracts/config.ts';
 import { catalogTools, quoteExtensions } from '../api/discovery/catalog.ts';
 import type { PaymentRequirementsFor, PayPerCall } from '../api/mcp/tool-call.ts';
 import { signalToolTable } from '../api/mcp/tool-registry.ts';
@@ -172,12 +172,24 @@ export async function setupX402(
   });
   const tools = paidTools(config);
   // Each tool's 402 carries its bazaar discovery extension and the idempotency key it accepts.
-  const extensions = new Map(
-    catalogTools(signalToolTable(), tools).map((tool) => [tool.name, quoteExtensions(tool)]),
-  );
+  // Its recorded answer names the origin of the quote's resource (PUBLIC_BASE_URL, else the
+  // request's); an MCP quote's resource (mcp://tool/…) has none: the service's public base.
+  const catalog = new Map(catalogTools(signalToolTable(), tools).map((tool) => [tool.name, tool]));
+  const extensions = new Map<string, Record<string, unknown>>();
+  const base = publicBaseUrl(config);
   const quoter = new Quoter(server, rails, (resource) => {
     const name = /(?:\/x402\/|^mcp:\/\/tool\/)([a-z_]+)(?:[?#]|$)/.exec(resource.url)?.[1];
-    return name === undefined ? undefined : extensions.get(name);
+    const tool = name === undefined ? undefined : catalog.get(name);
+    if (!tool) return undefined;
+    const origin = /^https?:/.test(resource.url) ? new URL(resource.url).origin : base;
+    const key = `${tool.name} ${origin}`;
+    let built = extensions.get(key);
+    if (!built) {
+      built = quoteExtensions(tool, origin);
+      // Origins are the few the host guard lets in; bounded all the same.
+      if (extensions.size < 256) extensions.set(key, built);
+    }
+    return built;
   });
   const local =
     (facilitator as Partial<LocalFacilitator>).kind === 'local' ? (facilitator as LocalFacilitator) : null;

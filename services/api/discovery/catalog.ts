@@ -6,6 +6,7 @@ import type { ToolAnnotations } from '../../../contracts/tools.ts';
 import { SERVER_CAPABILITIES } from '../mcp/server.ts';
 import { annotationsOf, answerSchemaOf, outputSchemaOf, type ToolDefinition } from '../mcp/tool-registry.ts';
 import { recordedAnswer } from '../openapi.ts';
+import { servedAt } from '../recorded-origin.ts';
 
 /**
  * Everything agents discover about the service, derived from the one tool table (contracts/tools.ts,
@@ -158,9 +159,10 @@ function abridged(value: unknown): unknown {
 
 /**
  * The x402 `bazaar` discovery extension of one paid route: how to call it and what it answers
- * (the answer's fields and a recorded answer, abridged: see topLevel).
+ * (the answer's fields and a recorded answer, abridged: see topLevel), the answer naming `origin`
+ * (its verify link) as the quote it rides in does.
  */
-export function bazaarExtension(tool: CatalogTool): Record<string, unknown> {
+export function bazaarExtension(tool: CatalogTool, origin: string): Record<string, unknown> {
   const declared = declareDiscoveryExtension({
     bodyType: 'json',
     input: tool.example,
@@ -169,12 +171,18 @@ export function bazaarExtension(tool: CatalogTool): Record<string, unknown> {
   } as Parameters<typeof declareDiscoveryExtension>[0]) as Record<string, { info: { input: object } }>;
   const bazaar = declared.bazaar!;
   // The method is normally filled in by the HTTP route enrichment of @x402/core; our routes are our own.
-  return { ...bazaar, info: { ...bazaar.info, input: { ...bazaar.info.input, method: 'POST' } } };
+  return servedAt(
+    { ...bazaar, info: { ...bazaar.info, input: { ...bazaar.info.input, method: 'POST' } } },
+    origin,
+  );
 }
 
-/** The v2 `extensions` of a tool's 402: discovery and the idempotency key it accepts. */
-export function quoteExtensions(tool: CatalogTool): Record<string, unknown> {
-  return { bazaar: bazaarExtension(tool), [PAYMENT_IDENTIFIER]: declarePaymentIdentifierExtension(false) };
+/** The v2 `extensions` of a tool's 402 served from `origin`: discovery and the idempotency key it accepts. */
+export function quoteExtensions(tool: CatalogTool, origin: string): Record<string, unknown> {
+  return {
+    bazaar: bazaarExtension(tool, origin),
+    [PAYMENT_IDENTIFIER]: declarePaymentIdentifierExtension(false),
+  };
 }
 
 function usd(atomic: number): string {
@@ -212,7 +220,7 @@ export function x402Manifest(
               },
             }
           : {}),
-        extensions: { bazaar: bazaarExtension(t) },
+        extensions: { bazaar: bazaarExtension(t, origin) },
       })),
     accepts: rails.map((rail) => ({
       scheme: 'exact',

@@ -167,6 +167,49 @@ describe('get_track_record over MCP (official client)', () => {
     expect(result.structuredContent).toMatchObject({ code: 'invalid_arguments' });
   });
 
+  it('refuses a venue or timeframe no market is served on, as get_trade_call does; a held one answers', async () => {
+    const text = (result: Awaited<ReturnType<typeof client.callTool>>) =>
+      (result.content as { type: string; text: string }[])[0]!.text;
+    for (const [args, tradeCall] of [
+      [
+        { exchange: 'BYBIT', timeframe: '1h' },
+        { coin: 'BTC', exchange: 'BYBIT', timeframe: '1h' },
+      ],
+      [
+        { exchange: 'OKX', timeframe: '1m' },
+        { coin: 'BTC', exchange: 'OKX', timeframe: '1m' },
+      ],
+      [{ exchange: 'OKX' }, { coin: 'BTC', exchange: 'OKX' }],
+    ] as const) {
+      const refused = await client.callTool({ name: 'get_track_record', arguments: args });
+      const call = await client.callTool({ name: 'get_trade_call', arguments: tradeCall });
+      expect(call.isError, JSON.stringify(tradeCall)).toBe(true);
+      expect(refused.isError, JSON.stringify(args)).toBe(true);
+      expect(refused.structuredContent).toMatchObject({
+        code: (call.structuredContent as { code: string }).code,
+      });
+      expect(text(refused)).toBe(text(call));
+      expect(text(refused)).toMatch(
+        /^unsupported_exchange: exchange (BYBIT|OKX) is not served by the replay feed/,
+      );
+    }
+    // A timeframe no venue serves: the scans' refusal, code and words.
+    const minute = await client.callTool({ name: 'get_track_record', arguments: { timeframe: '1m' } });
+    const scan = await client.callTool({ name: 'scan_trade_calls', arguments: { timeframe: '1m' } });
+    expect(minute.isError).toBe(true);
+    expect(text(minute)).toBe(text(scan));
+    expect(text(minute)).toMatch(/^unsupported_timeframe: timeframe 1m is not available for BINANCE_SPOT/);
+    // Served and held: answered (the history holds BINANCE 1h and BINANCE_SPOT 5m).
+    for (const args of [
+      { exchange: 'BINANCE', timeframe: '1h' },
+      { exchange: 'BINANCE' },
+      { timeframe: '5m' },
+    ]) {
+      const served = await client.callTool({ name: 'get_track_record', arguments: args });
+      expect(served.isError, JSON.stringify(args)).toBeFalsy();
+    }
+  });
+
   it('refuses a misspelt argument naming the ones it accepts', async () => {
     const result = await client.callTool({ name: 'get_track_record', arguments: { windw: '7d' } });
     expect(result.isError).toBe(true);

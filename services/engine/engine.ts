@@ -130,9 +130,7 @@ export class SignalEngine implements EngineOperations {
    * only), otherwise the USDT-M perpetual, as on the live feed.
    */
   defaultExchange(): Exchange {
-    return this.feed.kind === 'replay' && this.feed.exchanges().includes('BINANCE_SPOT')
-      ? 'BINANCE_SPOT'
-      : 'BINANCE';
+    return defaultExchange(this.feed);
   }
 
   /** The verdict of the market's last close, with the sizing for the caller's budget added. */
@@ -403,6 +401,11 @@ export async function createSignalEngine(options: SignalEngineOptions): Promise<
   return new SignalEngine(options);
 }
 
+/** The venue a call naming none is answered for: the replay's spot book where it holds one, else the perpetual. */
+export function defaultExchange(feed: MarketFeed): Exchange {
+  return feed.kind === 'replay' && feed.exchanges().includes('BINANCE_SPOT') ? 'BINANCE_SPOT' : 'BINANCE';
+}
+
 /** The feed's refusal of a venue or timeframe it does not serve: what get_trade_call answers for them. */
 function isUnserved(err: unknown): err is UnsupportedExchangeError | UnsupportedTimeframeError {
   return err instanceof UnsupportedExchangeError || err instanceof UnsupportedTimeframeError;
@@ -431,6 +434,47 @@ async function unservedScan(
     if (!(err instanceof MarketDataError)) throw err;
   }
   return null;
+}
+
+/** The markets a scan names none of looks at: its default top N. */
+const SCAN_TOP_N = ScanTradeCallsInput.parse({}).topN;
+
+/**
+ * Whether a venue serves a timeframe, judged as scan_trade_calls judges it (unservedScan), for a
+ * caller naming a venue or timeframe without a coin (the history's filters, get_track_record):
+ * the venue's top markets asked for one candle each, in rank order, until one is served. The
+ * feed's refusal (UnsupportedExchangeError / UnsupportedTimeframeError) is what the scan and
+ * get_trade_call of the venue's first market answer, code and words; null when some market is
+ * served, or when the feed cannot tell (a venue down, too little history): a caller is not
+ * refused because a venue is unreachable.
+ */
+export async function unservedVenue(
+  feed: MarketFeed,
+  input: { exchange: Exchange; timeframe: Timeframe },
+): Promise<Error | null> {
+  let markets: MarketInfo[];
+  try {
+    markets = rankMarkets(await feed.markets(input.exchange)).slice(0, SCAN_TOP_N);
+  } catch (err) {
+    if (isUnserved(err)) return err;
+    if (err instanceof MarketDataError) return null;
+    throw err;
+  }
+  const refused = new Map<string, Error>();
+  for (const market of markets) {
+    if (!market.hasCandles) continue;
+    try {
+      await feed.candles(input.exchange, market.coin, input.timeframe, { limit: 1 });
+      return null;
+    } catch (err) {
+      if (!isUnserved(err)) {
+        if (err instanceof MarketDataError) return null;
+        throw err;
+      }
+      refused.set(market.coin, err);
+    }
+  }
+  return unservedScan(feed, input, markets, refused);
 }
 
 /** Open interest when the venue reports it for every market, otherwise 24 h quote volume. */

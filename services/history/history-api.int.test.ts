@@ -11,6 +11,7 @@ import {
 import { TIMEFRAME_MS } from '../../contracts/market.ts';
 import { TradeCall } from '../../contracts/tools.ts';
 import { HOUR, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { describeFailure, type OperationFailure } from '../engine/operation-errors.ts';
 import { scoreRows, verifyRows } from './audit.ts';
 import { parseCsvLine } from './files.ts';
 import { HistoryQuerySchema } from './query.ts';
@@ -461,6 +462,37 @@ describe('GET /api/verdicts', () => {
     // A coin the feed lists but the history holds no verdict of: an empty history, not a refusal.
     const listed = await ndjson('?coin=DOGE&exchange=BINANCE_SPOT');
     expect(listed.rows).toEqual([]);
+    // A venue or timeframe no market is served on, which the history holds nothing of: refused
+    // with the code and words get_trade_call and the scans answer (services/engine unservedVenue).
+    const tools = async (run: () => Promise<unknown>) =>
+      describeFailure(await run().catch((e: unknown) => e))!;
+    const unserved: [string, Promise<OperationFailure>][] = [
+      ['?exchange=BYBIT', tools(() => fx.engine.getTradeCall({ coin: 'BTC', exchange: 'BYBIT' }))],
+      [
+        '?exchange=OKX&timeframe=1m',
+        tools(() => fx.engine.getTradeCall({ coin: 'BTC', exchange: 'OKX', timeframe: '1m' })),
+      ],
+      ['?timeframe=1m', tools(() => fx.engine.scanTradeCalls({ timeframe: '1m' }))],
+      [
+        '?exchange=BINANCE&timeframe=1m',
+        tools(() => fx.engine.scanTradeCalls({ exchange: 'BINANCE', timeframe: '1m' })),
+      ],
+      ['?coin=BTC&exchange=BYBIT', tools(() => fx.engine.getTradeCall({ coin: 'BTC', exchange: 'BYBIT' }))],
+    ];
+    for (const [query, expected] of unserved) {
+      const { code, message, status } = await expected;
+      const res = await fetch(`${server.url}/api/verdicts${query}`, { headers: auth() });
+      expect(res.status, query).toBe(422);
+      expect(status).toBe(422);
+      expect(await res.json(), query).toMatchObject({ code, message });
+      expect(code, query).toMatch(/^unsupported_(exchange|timeframe)$/);
+    }
+    // Served (or held) venues and timeframes still answer, an empty history where nothing is held.
+    for (const query of ['?exchange=BINANCE&timeframe=4h', '?timeframe=5m', '?exchange=BINANCE_SPOT']) {
+      const res = await fetch(`${server.url}/api/verdicts${query}`, { headers: auth() });
+      expect(res.status, query).toBe(200);
+      await res.arrayBuffer();
+    }
   });
 });
 

@@ -5,6 +5,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { EventStore } from '../../adapters/event-store/port.ts';
+import { MarketDataError } from '../../adapters/market/errors.ts';
 import type { KnownCoins } from '../../adapters/market/known-coins.ts';
 import { type ErrorCode, errorMessage, ServiceError } from '../../contracts/errors.ts';
 import {
@@ -14,6 +15,7 @@ import {
   TrackRecordResponse,
 } from '../../contracts/history.ts';
 import { jsonSchema } from '../../contracts/json-schema.ts';
+import type { Exchange, Timeframe } from '../../contracts/market.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { apiErrorBody, errorHandler } from '../api/errors.ts';
 import { declared, documented, RESPONSE_HEADERS, refusal } from '../api/openapi.ts';
@@ -31,6 +33,7 @@ import {
   wantsTrailer,
 } from './query.ts';
 import { type OutcomeIndex, ScanProgress, type StoredRows, scanHistory } from './scan.ts';
+import type { ServedVenues } from './served-venues.ts';
 import { type TrackRecordState, trackRecord } from './track-record.ts';
 import { historyStream } from './writers.ts';
 
@@ -45,6 +48,8 @@ export interface HistoryRoutesDeps {
   now: () => number;
   /** Refuses a coin filter the service does not know, as the tools do (unknown_coin). */
   coins?: Pick<KnownCoins, 'check'>;
+  /** Refuses a venue or timeframe filter the service does not serve nor hold, as the tools do. */
+  venues?: Pick<ServedVenues, 'check'>;
   quota?: Pick<QuotaMeter, 'peek'>;
   logger: Logger;
   pageSize?: number;
@@ -108,6 +113,10 @@ const VERDICTS_ROUTE = declared({
       ['unknown_coin'],
       'The coin is listed on no venue asked and the history holds none of it (as the tools refuse it)',
     ),
+    422: fail(
+      ['unsupported_exchange', 'unsupported_timeframe'],
+      'The venue or timeframe is served by no market of the feed and the history holds none of it (as the tools refuse it)',
+    ),
     503: fail(['KEY_UNVERIFIABLE'], 'The key could not be checked right now; retry'),
   },
 });
@@ -147,6 +156,27 @@ const ASSET_ROUTE = declared({
     404: fail(['NOT_FOUND']),
   },
 });
+/**
+ * A venue or timeframe filter the service does not serve nor hold, refused with the feed's code
+ * and words, as get_trade_call and the scans refuse it (the history's codes name the field).
+ */
+async function checkVenue(
+  venues: Pick<ServedVenues, 'check'> | undefined,
+  query: { exchange?: Exchange | undefined; timeframe?: Timeframe | undefined },
+): Promise<void> {
+  try {
+    await venues?.check({ exchange: query.exchange, timeframe: query.timeframe });
+  } catch (err) {
+    if (
+      err instanceof MarketDataError &&
+      (err.code === 'unsupported_exchange' || err.code === 'unsupported_timeframe')
+    ) {
+      throw new ServiceError(err.code, { detail: err.message });
+    }
+    throw err;
+  }
+}
+
 function uplotAsset(file: string): Buffer {
   return readFileSync(require.resolve(`uplot/dist/${file}`));
 }
@@ -214,6 +244,7 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
         const { query } = request;
         const service = request.service!;
         const format = negotiateFormat(query.format, request.headers.accept);
+        await checkVenue(deps.venues, query);
         if (query.coin !== undefined) await deps.coins?.check(query.coin, query.exchange);
         const after: Cursor = query.after ?? { position: 0, tag: '', tagAt: 'end' };
         const progress = new ScanProgress(after.position, await startAfter(after));

@@ -31,6 +31,7 @@ import {
 import { OutcomeResolver } from './resolver.ts';
 import { historyRoutes } from './routes.ts';
 import type { OutcomeIndex, StoredRows } from './scan.ts';
+import { ServedVenues } from './served-venues.ts';
 import { type TrackRecordState, trackRecord as trackRecordAt } from './track-record.ts';
 import { trackRecordForAgents } from './track-record-tool.ts';
 
@@ -167,6 +168,28 @@ export function historySlice(deps: HistorySliceDeps) {
     missing: (coin) => `the history holds no verdict of ${coin}`,
   });
 
+  /**
+   * A venue or timeframe filter is checked as the tools check it (unsupported_exchange /
+   * unsupported_timeframe), but for what the history holds: the track record's cells
+   * (`<exchange>|<timeframe>|<day>`) and the verdict streams (`verdicts-<exchange>-<coin>-<tf>`).
+   */
+  const venues = new ServedVenues(() => feed, {
+    has: ({ exchange, timeframe }) => {
+      const holds = (ex: string | undefined, tf: string | undefined) =>
+        (exchange === undefined || ex === exchange) && (timeframe === undefined || tf === timeframe);
+      return (
+        Object.keys(trackRecord.state).some((key) => {
+          const [ex, tf] = key.split('|');
+          return holds(ex, tf);
+        }) ||
+        Object.keys(labelled.state.runs).some((stream) => {
+          const parts = stream.split('-');
+          return holds(parts[1], parts.at(-1));
+        })
+      );
+    },
+  });
+
   function runnerCheck<S>(runner: Pick<ProjectionRunner<S>, 'error' | 'running' | 'checkpoint'>): Check {
     return async () =>
       runner.error
@@ -186,6 +209,7 @@ export function historySlice(deps: HistorySliceDeps) {
         ...(stored ? { stored } : {}),
         now,
         coins,
+        venues,
         ...(channel().quota ? { quota: channel().quota } : {}),
         logger: log,
       })(app, options);
@@ -225,6 +249,7 @@ export function historySlice(deps: HistorySliceDeps) {
         ...(stored ? { stored } : {}),
         now,
         coins,
+        venues,
         ...(keyed.quota ? { quota: keyed.quota } : {}),
         logger: log,
       });
@@ -250,6 +275,7 @@ export function historySlice(deps: HistorySliceDeps) {
           const ask = ctx?.parsed
             ? (input as z.output<typeof GetTrackRecordInput>)
             : GetTrackRecordInput.parse(input);
+          await venues.check(ask);
           return trackRecordForAgents(trackRecordAt(trackRecord.state, ask.window, now()), ask);
         },
       };

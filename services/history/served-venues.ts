@@ -1,0 +1,76 @@
+import type { MarketFeed } from '../../adapters/market/port.ts';
+import type { Exchange, Timeframe } from '../../contracts/market.ts';
+import { defaultExchange, unservedVenue } from '../engine/engine.ts';
+
+/** How long the feed's answer about a venue and timeframe is kept: it changes with a deployment, not per request. */
+const KEEP_MS = 10 * 60_000;
+
+/** A timeframe every venue serves where it serves candles at all: what asks a venue about itself. */
+const ANY_TIMEFRAME: Timeframe = '1h';
+
+/** What the history holds verdicts of: a venue, a timeframe, or the two together. */
+export interface HeldMarkets {
+  has(ask: { exchange?: Exchange; timeframe?: Timeframe }): boolean;
+}
+
+/**
+ * Refuses a venue or timeframe filter (the history's /api/verdicts, get_track_record) as the
+ * tools refuse them, with the feed's own error (unsupported_exchange / unsupported_timeframe,
+ * the code and words of scan_trade_calls and get_trade_call: services/engine unservedVenue),
+ * rather than answering an empty history. What the history holds verdicts of stays readable
+ * whatever the feed serves now (a venue delisted or no longer served keeps its record), as
+ * KnownCoins keeps a held coin.
+ */
+export class ServedVenues {
+  readonly #seen = new Map<string, { refusal: Error | null; at: number }>();
+
+  constructor(
+    private readonly feed: () => MarketFeed | null,
+    private readonly held: HeldMarkets,
+    private readonly clock: () => number = Date.now,
+  ) {}
+
+  /**
+   * Throws the feed's refusal when the history holds nothing asked and the feed serves it
+   * nowhere: a venue alone is refused only as a venue (unsupported_exchange); a timeframe alone
+   * when no venue serves it, with the refusal of the venue a call naming none is answered for.
+   */
+  async check(ask: { exchange?: Exchange | undefined; timeframe?: Timeframe | undefined }): Promise<void> {
+    const { exchange, timeframe } = ask;
+    const feed = this.feed();
+    if (feed === null || (exchange === undefined && timeframe === undefined)) return;
+    const held = {
+      ...(exchange === undefined ? {} : { exchange }),
+      ...(timeframe === undefined ? {} : { timeframe }),
+    };
+    if (this.held.has(held)) return;
+    if (exchange !== undefined) {
+      const refusal = await this.#refusal(feed, exchange, timeframe ?? ANY_TIMEFRAME);
+      // A venue asked alone: refused only when the venue itself is not served.
+      if (
+        refusal &&
+        (timeframe !== undefined || (refusal as { code?: string }).code === 'unsupported_exchange')
+      )
+        throw refusal;
+      return;
+    }
+    const venues = [defaultExchange(feed), ...feed.exchanges()].filter((v, i, all) => all.indexOf(v) === i);
+    let first: Error | null = null;
+    for (const venue of venues) {
+      const refusal = await this.#refusal(feed, venue, timeframe!);
+      if (refusal === null) return;
+      if (first === null && (refusal as { code?: string }).code === 'unsupported_timeframe') first = refusal;
+    }
+    if (first) throw first;
+  }
+
+  async #refusal(feed: MarketFeed, exchange: Exchange, timeframe: Timeframe): Promise<Error | null> {
+    const key = `${exchange}:${timeframe}`;
+    const kept = this.#seen.get(key);
+    if (kept && this.clock() - kept.at < KEEP_MS) return kept.refusal;
+    const refusal = await unservedVenue(feed, { exchange, timeframe });
+    if (this.#seen.size >= 1_024) this.#seen.clear();
+    this.#seen.set(key, { refusal, at: this.clock() });
+    return refusal;
+  }
+}

@@ -27,7 +27,7 @@ import { Relay } from '../services/relay/relay.ts';
 import { relayTypes } from '../services/relay/relay-types.ts';
 import { Readiness } from '../services/shared/readiness.ts';
 import { keepTickShape } from '../services/shared/tick-shape.ts';
-import { dispatcherComponent, webhookApi } from '../services/webhooks/component.ts';
+import { digestCoverageOf, dispatcherComponent, webhookApi } from '../services/webhooks/component.ts';
 import type { WebhookSettings } from '../services/webhooks/settings.ts';
 import { deleteStream, NATS_URL } from './nats-server.ts';
 
@@ -179,6 +179,8 @@ export async function startWebhookStack(options: {
    * default: most suites keep apart by coins of their own (SEQA, CRASHA…) that no feed lists.
    */
   checkCoins?: boolean;
+  /** Digest venues and timeframes checked as the service checks them (digestCoverageOf); off by default. */
+  checkDigests?: boolean;
 }): Promise<WebhookStack> {
   // The stack stands in for a service process (the single-layout webhook bench measures it), and
   // startService keeps a tick record alive in every service process.
@@ -220,6 +222,7 @@ export async function startWebhookStack(options: {
     ...(options.settings ? { settings: options.settings } : {}),
     feed: engine.feed.kind,
     ...(options.checkCoins ? { coins: new KnownCoins(() => engine.feed, null) } : {}),
+    ...(options.checkDigests ? { digests: digestCoverageOf(config, engine.feed) } : {}),
   });
   const dispatcher = dispatcherComponent({
     config,

@@ -12,8 +12,9 @@ import { type LatestVerdicts, latestVerdictsProjection } from '../../projections
 import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
 import type { Component, Role, Slice } from '../component.ts';
-import { rankMarkets } from '../engine/engine.ts';
+import { defaultExchange, rankMarkets, unservedVenue } from '../engine/engine.ts';
 import { DeliveryWorker } from './delivery-worker.ts';
+import { type DigestCoverage, digestCoverage } from './digest-coverage.ts';
 import { rankedDigestScan } from './digest-scan.ts';
 import { type DispatcherOptions, WebhookDispatcher } from './dispatcher.ts';
 import { webhookMetrics } from './metrics.ts';
@@ -222,6 +223,8 @@ export function webhookApi(deps: {
   feed: FeedKind;
   /** Checks a subscription's coins against the feed (KnownCoins); none: not checked. */
   coins?: Pick<KnownCoins, 'check'>;
+  /** Checks a digest's venue and timeframe (digestCoverage, digestCoverageOf); none: not checked. */
+  digests?: Pick<DigestCoverage, 'check'>;
 }): Component & { plugin: FastifyPluginAsync; runner: ProjectionRunner<WebhookState> } {
   const { config, adapters, logger } = deps;
   const { settings, secrets, runner, agent, worker } = parts(config, adapters, logger, deps.settings);
@@ -237,6 +240,7 @@ export function webhookApi(deps: {
       settings,
       feed: deps.feed,
       ...(deps.coins ? { coins: deps.coins } : {}),
+      ...(deps.digests ? { digests: deps.digests } : {}),
     }),
     async start() {
       await runner.start();
@@ -250,6 +254,21 @@ export function webhookApi(deps: {
       return { 'projection:webhooks-api': projectionCheck(runner) };
     },
   };
+}
+
+/**
+ * A digest's venue and timeframe checked as scan_trade_calls checks them (the engine's
+ * unservedVenue) and against what the engine records: the venues and timeframes of its schedule,
+ * as the engine role reads them from the same configuration.
+ */
+export function digestCoverageOf(config: Config, feed: MarketFeed): DigestCoverage {
+  return digestCoverage({
+    unserved: (input) => unservedVenue(feed, input),
+    recorded: () => ({
+      exchanges: config.SCHEDULE_EXCHANGE ?? [defaultExchange(feed)],
+      timeframes: config.SCHEDULE_TIMEFRAMES,
+    }),
+  });
 }
 
 /**
@@ -273,7 +292,9 @@ export function webhooksSlice(deps: {
         logger,
         // The api role always runs the engine's feed; its kind is known once it is open.
         feed: deps.feed?.kind ?? (config.FEED === 'live' ? 'live' : 'replay'),
-        ...(deps.feed ? { coins: new KnownCoins(() => deps.feed, null) } : {}),
+        ...(deps.feed
+          ? { coins: new KnownCoins(() => deps.feed, null), digests: digestCoverageOf(config, deps.feed) }
+          : {}),
       })
     : null;
   const dispatcher = roles.includes('dispatcher')

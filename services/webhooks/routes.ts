@@ -24,6 +24,7 @@ import { declared, documented, type ResponseDoc, type RouteDoc } from '../api/op
 import { callerHook, decorateCaller, keyRefusal, withAnswerService } from '../metering/caller.ts';
 import { deliveryView, findDelivery, sequenceStream } from './delivery-log-fold.ts';
 import type { DeliveryWorker } from './delivery-worker.ts';
+import type { DigestCoverage } from './digest-coverage.ts';
 import { claimNextAttempt } from './next-attempt.ts';
 import { readDeliveryRecord } from './recovery.ts';
 import { SAMPLE_VERIFY_BODY, SAMPLE_VERIFY_PATH, sampleEnvelope } from './sample.ts';
@@ -60,6 +61,8 @@ export interface WebhookRoutesDeps {
   feed: FeedKind;
   /** Refuses an `assets` coin the service does not know, as the tools do (unknown_coin); none: not checked. */
   coins?: Pick<KnownCoins, 'check'>;
+  /** Refuses a digest venue and timeframe that could never list a market (digestCoverage); none: not checked. */
+  digests?: Pick<DigestCoverage, 'check'>;
 }
 
 function resultView(deliveryId: string, r: SendResult) {
@@ -113,8 +116,13 @@ const DOCS = {
     body: CreateWebhookRequest,
     responses: {
       201: { description: 'The subscription, with its secret', schema: CreatedWebhook },
-      400: fail('INVALID_FIELD (names the field), INVALID_URL (refused by the SSRF guard)'),
+      400: fail(
+        'INVALID_FIELD (names the field; a scan_digest venue or timeframe the engine does not record too), INVALID_URL (refused by the SSRF guard)',
+      ),
       404: fail('unknown_coin: a coin in `assets` that no venue the service reads lists'),
+      422: fail(
+        'unsupported_exchange, unsupported_timeframe: a scan_digest venue or timeframe scan_trade_calls refuses (same words)',
+      ),
       409: fail('SUBSCRIPTION_LIMIT: the key has its maximum of subscriptions; CONFLICT (retryable)'),
     },
   }),
@@ -231,6 +239,10 @@ async function create(deps: WebhookRoutesDeps, keyId: string, request: CreateWeb
   // A misspelt coin would make a subscription that never fires: refused before anything is written.
   for (const asset of new Set(request.assets ?? [])) {
     if (topN(asset) === null) await deps.coins?.check(asset, undefined, 'assets');
+  }
+  // So would a digest of a venue or timeframe the scan refuses or the engine never records.
+  if (request.events.includes('scan_digest')) {
+    await deps.digests?.check(request.exchange!, request.timeframe!);
   }
   const created = await createSubscription(deps.store, {
     keyId,

@@ -1,0 +1,50 @@
+import { UnsupportedExchangeError, UnsupportedTimeframeError } from '../../adapters/market/errors.ts';
+import { ServiceError } from '../../contracts/errors.ts';
+import type { Exchange, Timeframe } from '../../contracts/market.ts';
+
+/** The venues and timeframes the engine records a verdict for on every candle close (its schedule). */
+export interface RecordedMarkets {
+  exchanges: readonly Exchange[];
+  timeframes: readonly Timeframe[];
+}
+
+/**
+ * Whether a `scan_digest` subscription can ever list a market, checked at create. A digest lists
+ * the verdicts on record (the latest-verdicts projection), so its venue and timeframe must be
+ * both served and recorded:
+ *
+ * - served: refused as scan_trade_calls refuses the same venue and timeframe, same code (422
+ *   `unsupported_exchange` / `unsupported_timeframe`) and words, by the scan's own check
+ *   (`unserved`, the engine's unservedVenue); `field` names the venue or the timeframe;
+ * - recorded: a venue or timeframe the scan answers on demand but the engine does not record on its
+ *   schedule (SCHEDULE_EXCHANGE, SCHEDULE_TIMEFRAMES) would only ever say "no verdict recorded":
+ *   400 INVALID_FIELD naming the field and what is recorded.
+ */
+export function digestCoverage(deps: {
+  unserved: (input: { exchange: Exchange; timeframe: Timeframe }) => Promise<Error | null>;
+  /** Read at each check: the default venue is the feed's, known once it is open. */
+  recorded: () => RecordedMarkets;
+}) {
+  return {
+    async check(exchange: Exchange, timeframe: Timeframe): Promise<void> {
+      const refusal = await deps.unserved({ exchange, timeframe });
+      if (refusal instanceof UnsupportedExchangeError) {
+        throw new ServiceError('unsupported_exchange', { detail: refusal.message }, 'exchange');
+      }
+      if (refusal instanceof UnsupportedTimeframeError) {
+        throw new ServiceError('unsupported_timeframe', { detail: refusal.message }, 'timeframe');
+      }
+      const { exchanges, timeframes } = deps.recorded();
+      if (!exchanges.includes(exchange)) {
+        const detail = `exchange: a digest lists the verdicts the engine records on its schedule, on ${exchanges.join(', ')} only; ${exchange} is answered by scan_trade_calls on demand, never recorded for a digest`;
+        throw new ServiceError('INVALID_FIELD', { detail }, 'exchange');
+      }
+      if (!timeframes.includes(timeframe)) {
+        const detail = `timeframe: a digest lists the verdicts the engine records on its schedule, at ${timeframes.join(', ') || 'no timeframe'} only; ${timeframe} is answered by scan_trade_calls on demand, never recorded for a digest`;
+        throw new ServiceError('INVALID_FIELD', { detail }, 'timeframe');
+      }
+    },
+  };
+}
+
+export type DigestCoverage = ReturnType<typeof digestCoverage>;

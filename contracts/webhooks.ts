@@ -50,12 +50,17 @@ function unique<T>(values: T[]): boolean {
   return new Set(values).size === values.length;
 }
 
+/** The events `timeframes` and `assets` filter. */
+const FILTERED_EVENTS: readonly WebhookEventType[] = ['trade_call', 'regime_shift', 'risk_shift'];
+const FILTERS_APPLY = 'applies only to trade_call, regime_shift and risk_shift';
+
 export const CreateWebhookRequest = z
   .strictObject({
     url: z.string().max(2048),
     events: z.array(WebhookEventType).min(1).refine(unique, 'events must not repeat'),
     timeframes: z.array(Timeframe).min(1).refine(unique, 'timeframes must not repeat').optional(),
-    assets: z.array(AssetFilter).min(1).max(100).optional(),
+    // Compared as parsed: symbols upper-cased, `top:N` lower-cased, so `btc` repeats `BTC`.
+    assets: z.array(AssetFilter).min(1).max(100).refine(unique, 'assets must not repeat').optional(),
     min_confidence: z.number().int().min(0).max(100).optional(),
     timeframe: Timeframe.optional(),
     exchange: Exchange.optional(),
@@ -65,6 +70,16 @@ export const CreateWebhookRequest = z
     event_version: z.number().int().positive().optional(),
   })
   .superRefine((body, ctx) => {
+    // `timeframes` and `assets` filter the market events; a subscription with none of them (a
+    // digest, whose market set is its exchange, timeframe and top_n; a disabled notice) would
+    // ignore them.
+    if (!body.events.some((event) => FILTERED_EVENTS.includes(event))) {
+      for (const field of ['timeframes', 'assets'] as const) {
+        if (body[field] !== undefined) {
+          ctx.addIssue({ code: 'custom', path: [field], message: `${field} ${FILTERS_APPLY}` });
+        }
+      }
+    }
     const digest = body.events.includes('scan_digest');
     for (const field of ['timeframe', 'exchange', 'top_n', 'cadence'] as const) {
       if (digest && body[field] === undefined) {

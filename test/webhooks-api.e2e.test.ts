@@ -63,6 +63,33 @@ describe.runIf(reachable)('webhook management API', () => {
       'exchange',
     ],
     ['digest fields without digest', { top_n: 5 }, 'top_n'],
+    ['repeated asset, another case', { assets: ['BTC', 'btc'] }, 'assets'],
+    ['repeated top:N', { assets: ['top:20', 'TOP:20'] }, 'assets'],
+    [
+      'digest with timeframes',
+      {
+        events: ['scan_digest'],
+        timeframe: '1h',
+        exchange: 'BINANCE',
+        top_n: 5,
+        cadence: '1h',
+        timeframes: ['4h'],
+      },
+      'timeframes',
+    ],
+    [
+      'digest with assets',
+      {
+        events: ['scan_digest'],
+        timeframe: '1h',
+        exchange: 'BINANCE',
+        top_n: 5,
+        cadence: '1h',
+        assets: ['BTC'],
+      },
+      'assets',
+    ],
+    ['disabled notice with assets', { events: ['subscription_disabled'], assets: ['BTC'] }, 'assets'],
     ['unknown field', { colour: 'blue' }, 'colour'],
     ['http url', { url: 'http://example.com/hook' }, 'url'],
     ['private url', { url: 'https://10.0.0.1/hook' }, 'url'],
@@ -74,6 +101,54 @@ describe.runIf(reachable)('webhook management API', () => {
     expect(res.status).toBe(400);
     expect(res.body.field).toBe(field);
     expect(res.body.message).toBeTruthy();
+  });
+
+  it('words the refusals of repeated assets and of filters a digest would ignore', async () => {
+    const key = await stack.issue();
+    const repeated = await stack.request('POST', '/api/webhooks', key, { ...base(), assets: ['BTC', 'btc'] });
+    expect(repeated.body).toMatchObject({ code: 'INVALID_FIELD', field: 'assets' });
+    expect(repeated.body.message).toContain('assets must not repeat');
+    const digest = { events: ['scan_digest'], timeframe: '1h', exchange: 'BINANCE', top_n: 5, cadence: '1h' };
+    for (const [field, value] of [
+      ['timeframes', ['4h']],
+      ['assets', ['BTC']],
+    ] as const) {
+      const res = await stack.request('POST', '/api/webhooks', key, { ...base(), ...digest, [field]: value });
+      expect(res.body).toMatchObject({ code: 'INVALID_FIELD', field });
+      expect(res.body.message).toContain(`${field} applies only to trade_call, regime_shift and risk_shift`);
+    }
+    // Beside a filtered event they filter it: accepted.
+    const mixed = await stack.request('POST', '/api/webhooks', key, {
+      ...base(),
+      ...digest,
+      events: ['scan_digest', 'trade_call'],
+      assets: ['BTC'],
+    });
+    expect(mixed.status, JSON.stringify(mixed.body)).toBe(201);
+  });
+
+  it('refuses a recover_since in the future, an unknown delivery-log parameter and one given twice', async () => {
+    const key = await stack.issue();
+    const sub = (await stack.request('POST', '/api/webhooks', key, base())).body;
+    const future = await stack.request('POST', `/api/webhooks/${sub.id}/enable`, key, {
+      recover_since: '2030-01-01T00:00:00Z',
+    });
+    expect(future).toMatchObject({ status: 400, body: { code: 'INVALID_FIELD', field: 'recover_since' } });
+    expect(future.body.message).toContain('in the future');
+    const past = await stack.request('POST', `/api/webhooks/${sub.id}/enable`, key, {
+      recover_since: new Date(Date.now() - 60_000).toISOString(),
+    });
+    expect(past.status).toBe(200);
+    const log = `/api/webhooks/${sub.id}/deliveries`;
+    const unknown = await stack.request('GET', `${log}?foo=1`, key);
+    expect(unknown).toMatchObject({ status: 400, body: { code: 'UNKNOWN_FILTER', field: 'foo' } });
+    expect(unknown.body.message).toBe('unknown parameter "foo"; known: limit, after_seq');
+    const twice = await stack.request('GET', `${log}?limit=2&limit=3`, key);
+    expect(twice).toMatchObject({
+      status: 400,
+      body: { code: 'INVALID_PARAMETER', field: 'limit', message: 'limit may be given once' },
+    });
+    expect((await stack.request('GET', `${log}?limit=2&after_seq=0`, key)).status).toBe(200);
   });
 
   it('refuses a coin no venue lists, as the tools do, and writes nothing', async () => {

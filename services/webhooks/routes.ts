@@ -167,7 +167,9 @@ const DOCS = {
           next_after_seq: z.number().int().optional(),
         }),
       },
-      400: fail('INVALID_FIELD: limit or after_seq'),
+      400: fail(
+        'INVALID_FIELD: limit or after_seq; UNKNOWN_FILTER: another parameter; INVALID_PARAMETER: one given twice',
+      ),
       404: fail('NOT_FOUND'),
     },
   }),
@@ -318,6 +320,24 @@ async function resend(deps: WebhookRoutesDeps, sub: SubscriptionRecord, delivery
   return resultView(record.id, await deps.worker.submit(job));
 }
 
+const DELIVERY_QUERY = ['limit', 'after_seq'] as const;
+
+/**
+ * Refuses, before the schema reads the query, a parameter the route does not know (UNKNOWN_FILTER,
+ * as /api/verdicts answers it) and one given more than once (INVALID_PARAMETER: `limit=2&limit=3`
+ * is neither), each naming the parameter in `field`.
+ */
+function plainQuery(known: readonly string[]) {
+  return async (request: FastifyRequest) => {
+    for (const [name, value] of Object.entries(request.query as Record<string, unknown>)) {
+      if (!known.includes(name)) {
+        throw new ServiceError('UNKNOWN_FILTER', { name, known: known.join(', ') }, name);
+      }
+      if (Array.isArray(value)) throw new ServiceError('INVALID_PARAMETER', { name }, name);
+    }
+  };
+}
+
 /** A keyed answer with its caller's `_service` (nothing debited), as every answer of the routes has. */
 async function served<T extends object>(request: FastifyRequest, body: T | Promise<T>) {
   return withAnswerService(request, await body);
@@ -373,7 +393,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
     );
     app.get(
       '/api/webhooks/:id/deliveries',
-      { ...DOCS.deliveries, preValidation: authenticated },
+      { ...DOCS.deliveries, preValidation: [authenticated, plainQuery(DELIVERY_QUERY)] },
       async (request) => {
         const { params, query } = request;
         const apiKeyId = keyOf(request);
@@ -415,6 +435,11 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
         const { params, body } = request;
         const apiKeyId = keyOf(request);
         owned(apiKeyId, params.id);
+        // Nothing was recorded after now: a future time would recover nothing, a typo as likely.
+        if (body.recover_since !== undefined && Date.parse(body.recover_since) > Date.now()) {
+          const detail = `recover_since: ${body.recover_since} is in the future; give a time at or before now`;
+          throw new ServiceError('INVALID_FIELD', { detail }, 'recover_since');
+        }
         await settled(await reEnableSubscription(store, apiKeyId, params.id, body.recover_since));
         return served(request, toView(owned(apiKeyId, params.id)));
       },

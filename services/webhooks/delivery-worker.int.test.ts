@@ -20,7 +20,7 @@ import { readDeliveryRecord } from './recovery.ts';
 import { SecretBox } from './secret-box.ts';
 import { parseCidrList } from './ssrf/address-policy.ts';
 import { guardedAgent } from './ssrf/guarded-agent.ts';
-import { createSubscription } from './subscription-commands.ts';
+import { createSubscription, disableSubscription } from './subscription-commands.ts';
 import { findSubscription } from './subscription-fold.ts';
 import { webhookProjection } from './webhook-projection.ts';
 
@@ -375,6 +375,38 @@ describe('DeliveryWorker', () => {
     expect(alive.slice(3)).toEqual(Array.from({ length: 9 }, () => false));
     expect(worker.owned.size).toBe(12);
     receiver.behave = () => ({ status: 200 });
+  });
+
+  it('records a delivery whose subscription was disabled before its turn as held: unnumbered, unsent, never retried', async () => {
+    const { store, runner, receiver, worker, claim, sub } = await setup(1, new MemoryEventStore());
+    const job = (await claim(1))!;
+    await disableSubscription(store, {
+      keyId: 'key-1',
+      subscriptionId: sub.id,
+      reason: 'endpoint answered 410 Gone',
+      consecutiveFailures: 1,
+    });
+    await runner.waitFor(await store.headPosition());
+    const result = await worker.submit(job);
+    expect(result).toMatchObject({ ok: false, error: 'subscription disabled' });
+    expect(receiver.received).toHaveLength(0);
+    await runner.waitFor(await store.headPosition());
+    const record = findDelivery(runner.state.log, 'd-1')!;
+    // The log numbers the requests sent: none was.
+    expect(deliveryView(record)).toMatchObject({
+      status: 'failed',
+      attempts: [
+        {
+          attempt: null,
+          outcome: 'held',
+          sent_at: null,
+          error: 'subscription disabled',
+          next_attempt_at: null,
+        },
+      ],
+    });
+    // Nothing reached the endpoint: its failure clock does not start.
+    expect(findSubscription(runner.state.subscriptions, sub.id)?.failingSince).toBeNull();
   });
 
   it('still records a failed attempt with its next retry, and rejects when the store fails', async () => {

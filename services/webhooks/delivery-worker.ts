@@ -101,7 +101,7 @@ type JobAttempt = Pick<
 
 type Outcome = AttemptResult;
 
-/** An attempt held back by an open breaker: never sent, recorded as held (its own outcome). */
+/** An attempt held back (an open breaker, a disabled subscription): never sent, recorded as held. */
 function held(reason: string): Outcome {
   return { ...failure(reason), held: true };
 }
@@ -842,7 +842,9 @@ export class DeliveryWorker {
         record: true,
       };
     }
-    if (current.status !== 'active') return { result: failure('subscription disabled'), record: true };
+    // Not sent: held, so the log numbers it with no request (`attempt` null) and the disable clock
+    // ignores it; never retried (no next attempt), and a re-enable's recovery sends it again.
+    if (current.status !== 'active') return { result: held('subscription disabled'), record: true };
     const endpoint = EndpointQueues.keyOf(current.url);
     const decision = this.breakers.decide(endpoint, Date.now());
     // Opened while this one waited in the queue.

@@ -79,6 +79,32 @@ const SAMPLE_MEANING: Pick<z.infer<typeof TradeCallData>, 'lean' | 'confidence_m
     '72 = the calibrated chance that this BUY beats the 10 bps round-trip fee over the next 6 candles (sample: no cell sells a direction today).',
 };
 
+/** A sample forecast: σ over the verdict horizon and its band, as real calls and shifts carry it. */
+const SAMPLE_EXPECTED_MOVE = {
+  horizon_candles: 6,
+  expected_move_pct: 1.9,
+  band_low: 63_450,
+  band_high: 66_580,
+  band_coverage: 0.8,
+};
+
+/** A sample track record of the call's cell, as a real trade call carries it when one is known. */
+function sampleTrackRecord(
+  base: SampleCallFields,
+): NonNullable<z.infer<typeof TradeCallData>['track_record']> {
+  return {
+    window: '30d',
+    exchange: base.exchange,
+    timeframe: base.timeframe,
+    confidenceBucket: '70-79',
+    calls: 120,
+    hits: 71,
+    hitRate: 71 / 120,
+    interval: { low: 0.5, high: 0.68 },
+    randomHitRate: 0.5,
+  };
+}
+
 /** The sample's data for the subscription's first event type. */
 function sampleData(
   event: SubscriptionRecord['events'][number],
@@ -104,6 +130,7 @@ function sampleData(
             regime: 'trending-up',
             price: 65_000,
             verdict_id: '00000000-0000-4000-8000-000000000000',
+            expected_move_pct: SAMPLE_EXPECTED_MOVE.expected_move_pct,
             ...SAMPLE_MEANING,
           },
         ],
@@ -136,19 +163,21 @@ function sampleData(
         to: 'top',
         percentile: 93,
         prior_percentile: 71,
-        expected_move: {
-          horizon_candles: 6,
-          expected_move_pct: 1.9,
-          band_low: 63_450,
-          band_high: 66_580,
-          band_coverage: 0.8,
-        },
+        expected_move: SAMPLE_EXPECTED_MOVE,
         price: base.price_at_call,
         candle_close_time: base.candle_close_time,
         signal_hash: base.signal_hash,
         verify_url: base.verify_url,
       };
     default:
-      return { type: 'trade_call', ...base, call: 'BUY', regime: 'trending-up', ...SAMPLE_MEANING };
+      return {
+        type: 'trade_call',
+        ...base,
+        call: 'BUY',
+        regime: 'trending-up',
+        expected_move: SAMPLE_EXPECTED_MOVE,
+        ...SAMPLE_MEANING,
+        track_record: sampleTrackRecord(base),
+      };
   }
 }

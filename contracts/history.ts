@@ -221,7 +221,11 @@ export const CarryRecord = z.object({
 export type CarryRecord = z.infer<typeof CarryRecord>;
 
 export const TrackRecordResponse = z.object({
-  asOf: z.string(),
+  asOf: z
+    .string()
+    .describe(
+      'What the figures are as of: the latest time an outcome they count fell due (its close plus 24 candles), at most now. `history score --as-of` this time reproduces them from a later export',
+    ),
   window: TrackRecordWindow,
   feeBps: z.number(),
   horizonCandles: z.number().int(),

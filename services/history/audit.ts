@@ -2,7 +2,7 @@ import type { HistoryRow, TrackRecordResponse, TrackRecordWindow } from '../../c
 import { type OutcomeContent, outcomeHash, verdictHash } from '../../contracts/verdict-hash.ts';
 import { servedForecast } from './outcome.ts';
 import { rowContent } from './rows.ts';
-import { addPoint, type TrackRecordState, trackRecord } from './track-record.ts';
+import { addPoint, dueBy, type TrackRecordState, trackRecord } from './track-record.ts';
 
 export interface BrokenLink {
   stream: string;
@@ -256,6 +256,8 @@ export async function scoreRows(
   const state: TrackRecordState = {};
   for await (const row of rows) {
     if (row.result === null || row.call === null || row.return_6 === null) continue;
+    // Labelled after asOf: not in the record as of then (recordAsOf).
+    if (!dueBy({ candleCloseTime: row.candle_close_time!, timeframe: row.timeframe }, asOf)) continue;
     addPoint(state, {
       exchange: row.exchange,
       timeframe: row.timeframe,

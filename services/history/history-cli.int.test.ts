@@ -7,7 +7,7 @@ import { PassThrough } from 'node:stream';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type HistoryRow, TrackRecordResponse } from '../../contracts/history.ts';
-import { recordHistory, startHistoryServer } from '../../test/history-harness.ts';
+import { HOUR, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
 import { type CliDeps, ExportInterruptedError, runHistoryCommand, UsageError } from './cli-commands.ts';
 import { readExport } from './files.ts';
 
@@ -91,7 +91,9 @@ describe('npm run history', () => {
         await runHistoryCommand(['export', '--url', server.url, '--key', key, '--out', out], deps()),
       );
       expect(summary.rows).toBe(120);
-      expect((await collect(out)).map((r) => r.verdict_id)).toEqual((await served()).map((r) => r.verdict_id));
+      expect((await collect(out)).map((r) => r.verdict_id)).toEqual(
+        (await served()).map((r) => r.verdict_id),
+      );
     }
   });
 
@@ -327,5 +329,44 @@ describe('npm run history', () => {
     expect(readme).toContain(`npm run history -- verify ${out}\``);
     expect(readme).toContain(`npm run history -- score ${out} `);
     expect(readme.split(`read_parquet('${out}/*.parquet')`)).toHaveLength(3);
+  });
+});
+
+describe('history score --as-of, on an export taken after outcomes landed', () => {
+  it('reproduces /api/track-record at its asOf to the last digit; the outcomes labelled since are not counted', async () => {
+    const record = async (window: string) =>
+      TrackRecordResponse.parse(
+        await (await fetch(`${server.url}/api/track-record?window=${window}`)).json(),
+      );
+    const windows = ['7d', '30d', 'all'] as const;
+    const before = await Promise.all(windows.map(record));
+    // The feed moves on: verdicts fall due and the resolver labels them after the answers above.
+    fx.feed.clock.advance(3 * HOUR);
+    await server.settle();
+    const out = join(dir, 'later.ndjson');
+    await runHistoryCommand(['export', '--url', server.url, '--key', key, '--out', out], deps());
+    const rows = await collect(out);
+    const asOf = Date.parse(before[0]!.asOf);
+    const dueAt = (r: HistoryRow) => r.candle_close_time! + 24 * (r.timeframe === '5m' ? 5 * 60_000 : HOUR);
+    const landed = rows.filter((r) => r.result !== null && dueAt(r) > asOf);
+    expect(landed.length, 'outcomes labelled after the answers').toBeGreaterThan(0);
+    for (const [i, window] of windows.entries()) {
+      const live = before[i]!;
+      expect(live.asOf).toBe(before[0]!.asOf);
+      const offline = JSON.parse(
+        await runHistoryCommand(['score', out, '--window', window, '--as-of', live.asOf], deps()),
+      );
+      expect(offline, window).toEqual(live);
+    }
+    // Asked again, the service counts them, and the same export scored at its new asOf agrees.
+    const after = await record('30d');
+    expect(Date.parse(after.asOf)).toBeGreaterThan(asOf);
+    const overall = (r: TrackRecordResponse) => r.overall.calls + r.overall.holds;
+    expect(overall(after)).toBe(overall(before[1]!) + landed.length);
+    expect(
+      JSON.parse(await runHistoryCommand(['score', out, '--window', '30d', '--as-of', after.asOf], deps())),
+    ).toEqual(after);
+    // The same log gives the same answer whenever it is asked.
+    expect(await record('30d')).toEqual(after);
   });
 });

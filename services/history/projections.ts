@@ -9,7 +9,8 @@ import { addPoint, type TrackRecordState } from './track-record.ts';
 export const trackRecordProjection: Projection<TrackRecordState> = defineProjection({
   name: 'history-track-record',
   // 2: every resolved verdict also scores the risk forecast it served.
-  version: 2,
+  // 3: each cell keeps the latest time an outcome of it fell due (the record's asOf).
+  version: 3,
   eventTypes: ['VerdictOutcomeResolved'],
   initial: (): TrackRecordState => ({}),
   evolve(state, event) {

@@ -13,6 +13,7 @@ import type { Call, Exchange, Timeframe } from '../../contracts/market.ts';
 import { wilson } from '../engine/evaluate/stats.ts';
 import { defaultCarry } from '../engine/funding/default-carry.ts';
 import { defaultBaselines } from '../engine/signals/default-baselines.ts';
+import { outcomeDueAt } from './outcome.ts';
 
 /**
  * The track record as integer sufficient statistics per (exchange, timeframe, UTC day): sums of
@@ -47,6 +48,11 @@ export interface Cell {
   sigma2: number;
   realised2: number;
   riskUnscored: number;
+  /**
+   * The latest time an outcome counted here became due (its verdict's close plus
+   * OUTCOME_AFTER_CANDLES candles, feed time): what the record is as of (recordAsOf).
+   */
+  lastDueAt: number;
 }
 
 export type TrackRecordState = Record<string, Cell>;
@@ -97,6 +103,7 @@ function emptyCell(): Cell {
     sigma2: 0,
     realised2: 0,
     riskUnscored: 0,
+    lastDueAt: 0,
   };
 }
 
@@ -144,6 +151,7 @@ export function addPoint(state: TrackRecordState, p: ScoredPoint): void {
     cell = emptyCell();
     state[key] = cell;
   }
+  cell.lastDueAt = Math.max(cell.lastDueAt, outcomeDueAt(p));
   addRisk(cell, p);
   if (p.call === 'HOLD') {
     cell.holds += 1;
@@ -193,6 +201,7 @@ function merge(into: Cell, c: Cell): Cell {
   into.sigma2 += c.sigma2;
   into.realised2 += c.realised2;
   into.riskUnscored += c.riskUnscored;
+  into.lastDueAt = Math.max(into.lastDueAt, c.lastDueAt);
   return into;
 }
 
@@ -294,6 +303,33 @@ function cellsIn(state: TrackRecordState, window: TrackRecordWindow, asOf: numbe
     if (d >= first) out.push({ exchange, timeframe, day: d, cell });
   }
   return out;
+}
+
+/**
+ * The time a record's figures are as of: the latest time an outcome it counts became due, capped
+ * by `now` (`now` for an empty record). Every outcome it counts was due by then, and the resolver
+ * labels outcomes as they fall due (each tick every one due), so the outcomes due by then are the
+ * ones it counts: an export taken later and scored at this asOf (`history score --as-of`, which
+ * counts the outcomes due by then) reaches the same figures. As of `now`, the record left out
+ * what fell due after its last outcome and was labelled after the answer, which a later export
+ * counted (1469 points against 1429 a minute later). The same log gives the same asOf and the
+ * same answer whenever it is asked. Not covered: an outcome labelled long after it fell due (its
+ * venue down at the time, backed off), which an export at that asOf counts and the answer did not.
+ */
+export function recordAsOf(state: TrackRecordState, now: number): number {
+  const cells = Object.values(state);
+  if (cells.length === 0) return now;
+  let latest = 0;
+  for (const cell of cells) latest = Math.max(latest, cell.lastDueAt);
+  return Math.min(now, latest);
+}
+
+/**
+ * Whether an outcome is counted by a record as of `asOf`: it was due by then (a point is labelled
+ * once due, so one due later was not yet on record at that asOf).
+ */
+export function dueBy(point: Pick<ScoredPoint, 'candleCloseTime' | 'timeframe'>, asOf: number): boolean {
+  return outcomeDueAt(point) <= asOf;
 }
 
 /** The public track record over a window ending at `asOf` (UTC days, the window's last day included). */

@@ -53,6 +53,8 @@ function unique<T>(values: T[]): boolean {
 /** The events `timeframes` and `assets` filter. */
 const FILTERED_EVENTS: readonly WebhookEventType[] = ['trade_call', 'regime_shift', 'risk_shift'];
 const FILTERS_APPLY = 'applies only to trade_call, regime_shift and risk_shift';
+/** The events `min_confidence` filters: the verdict events, and a digest's rows. */
+const CONFIDENCE_EVENTS: readonly WebhookEventType[] = ['trade_call', 'regime_shift', 'scan_digest'];
 
 export const CreateWebhookRequest = z
   .strictObject({
@@ -79,6 +81,14 @@ export const CreateWebhookRequest = z
           ctx.addIssue({ code: 'custom', path: [field], message: `${field} ${FILTERS_APPLY}` });
         }
       }
+    }
+    // A risk_shift's news is the forecast, not a verdict's confidence: alone it would ignore it.
+    if (body.min_confidence !== undefined && !body.events.some((e) => CONFIDENCE_EVENTS.includes(e))) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['min_confidence'],
+        message: 'min_confidence applies only to trade_call, regime_shift and scan_digest',
+      });
     }
     const digest = body.events.includes('scan_digest');
     for (const field of ['timeframe', 'exchange', 'top_n', 'cadence'] as const) {

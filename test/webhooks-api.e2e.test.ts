@@ -42,6 +42,7 @@ describe.runIf(reachable)('webhook management API', () => {
     ['min_confidence 101', { min_confidence: 101 }, 'min_confidence'],
     ['min_confidence -1', { min_confidence: -1 }, 'min_confidence'],
     ['min_confidence 1.5', { min_confidence: 1.5 }, 'min_confidence'],
+    ['min_confidence on risk_shift alone', { events: ['risk_shift'], min_confidence: 50 }, 'min_confidence'],
     [
       'digest without cadence',
       { events: ['scan_digest'], timeframe: '1h', exchange: 'BINANCE', top_n: 5 },

@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { Config } from '../../contracts/config.ts';
 import type { Slice } from '../component.ts';
 import type { SignalEngine } from './engine.ts';
-import { VerdictScheduler } from './scheduler.ts';
+import { scheduledMarkets, VerdictScheduler } from './scheduler.ts';
 
 /**
  * The signals slice's background side, on the `engine` role: verdicts computed and recorded as
@@ -12,12 +12,13 @@ export function engineComponent(deps: { config: Config; engine: SignalEngine; lo
   scheduler: VerdictScheduler;
 } {
   const { config, engine, logger } = deps;
+  const { exchanges, timeframes } = scheduledMarkets(config, engine.feed);
   const scheduler = new VerdictScheduler({
     engine,
     feed: engine.feed,
-    timeframes: config.SCHEDULE_TIMEFRAMES,
-    exchange: config.SCHEDULE_EXCHANGE?.[0] ?? engine.defaultExchange(),
-    ...(config.SCHEDULE_EXCHANGE ? { exchanges: config.SCHEDULE_EXCHANGE } : {}),
+    timeframes,
+    exchange: exchanges[0]!,
+    exchanges,
     topN: config.SCHEDULE_TOP_N,
     logger,
   });

@@ -1,7 +1,8 @@
 import type { Logger } from 'pino';
 import type { MarketFeed } from '../../adapters/market/port.ts';
+import type { Config } from '../../contracts/config.ts';
 import { type Exchange, marketKey, type Timeframe } from '../../contracts/market.ts';
-import { rankMarkets, type SignalEngine } from './engine.ts';
+import { defaultExchange, rankMarkets, type SignalEngine } from './engine.ts';
 import { forEachLimited } from './for-each-limited.ts';
 import { describeFailure } from './operation-errors.ts';
 
@@ -25,6 +26,21 @@ export interface SchedulerOptions {
 }
 
 const MAX_RETRY_MS = 30_000;
+
+/**
+ * The venues and timeframes the engine records a verdict for on each close: SCHEDULE_EXCHANGE
+ * (default the feed's default venue) × SCHEDULE_TIMEFRAMES. What the engine role schedules, and
+ * what a digest, which lists recorded verdicts, can list.
+ */
+export function scheduledMarkets(
+  config: Pick<Config, 'SCHEDULE_EXCHANGE' | 'SCHEDULE_TIMEFRAMES'>,
+  feed: MarketFeed,
+): { exchanges: Exchange[]; timeframes: Timeframe[] } {
+  return {
+    exchanges: config.SCHEDULE_EXCHANGE ?? [defaultExchange(feed)],
+    timeframes: config.SCHEDULE_TIMEFRAMES,
+  };
+}
 
 export interface SchedulerStats {
   runs: number;

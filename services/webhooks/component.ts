@@ -12,7 +12,8 @@ import { type LatestVerdicts, latestVerdictsProjection } from '../../projections
 import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
 import type { Component, Role, Slice } from '../component.ts';
-import { defaultExchange, rankMarkets, unservedVenue } from '../engine/engine.ts';
+import { rankMarkets, unservedVenue } from '../engine/engine.ts';
+import { scheduledMarkets } from '../engine/scheduler.ts';
 import { DeliveryWorker } from './delivery-worker.ts';
 import { type DigestCoverage, digestCoverage } from './digest-coverage.ts';
 import { rankedDigestScan } from './digest-scan.ts';
@@ -264,10 +265,7 @@ export function webhookApi(deps: {
 export function digestCoverageOf(config: Config, feed: MarketFeed): DigestCoverage {
   return digestCoverage({
     unserved: (input) => unservedVenue(feed, input),
-    recorded: () => ({
-      exchanges: config.SCHEDULE_EXCHANGE ?? [defaultExchange(feed)],
-      timeframes: config.SCHEDULE_TIMEFRAMES,
-    }),
+    recorded: () => scheduledMarkets(config, feed),
   });
 }
 

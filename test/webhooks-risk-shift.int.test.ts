@@ -71,9 +71,10 @@ describe.runIf(reachable)('risk_shift webhooks', () => {
   it('delivers each decile shift signed and numbered without gaps, only where the filters take it', async () => {
     const key = await stack.issue();
     const [first, second] = rankMarkets(await stack.engine.feed.markets('BINANCE')).map((m) => m.coin);
-    // min_confidence filters verdicts, not risk shifts: the 55-confidence HOLDs below still come.
+    // min_confidence filters verdicts, not risk shifts: the 55-confidence HOLDs' shifts below still
+    // come (a HOLD is no trade_call; min_confidence on risk_shift alone is refused at create).
     const byCoin = await subscribe(key, {
-      events: ['risk_shift'],
+      events: ['risk_shift', 'trade_call'],
       assets: [first],
       timeframes: ['1h'],
       min_confidence: 90,

@@ -273,8 +273,9 @@ export async function run(): Promise<Record<string, number>> {
     for (let r = 0; r < runs; r++) {
       rawS.push(await readRaw());
       const nd = await drain(`${server.url}/api/verdicts`, headers);
-      if (nd.newlines !== verdicts + 1)
-        throw new Error(`NDJSON export gave ${nd.newlines - 1} rows, expected ${verdicts}`);
+      // One line per row: the trailer line comes only when asked (trailer=true), and it is not.
+      if (nd.newlines !== verdicts)
+        throw new Error(`NDJSON export gave ${nd.newlines} rows, expected ${verdicts}`);
       nds.push(nd);
       pqs.push(await drain(`${server.url}/api/verdicts?format=parquet`, headers));
     }

@@ -19,7 +19,7 @@ import { callerPlugin } from '../metering/caller.ts';
 import { Readiness } from '../shared/readiness.ts';
 import { ExportRowStore } from './export-row-store.ts';
 import { type HistoryRoutesDeps, historyRoutes } from './routes.ts';
-import { STORED_PAGE, type StoredRows } from './scan.ts';
+import type { StoredRows } from './scan.ts';
 
 /**
  * Flat memory at scale: a real LMDB log of EVENTS verdicts, the whole of it exported as NDJSON
@@ -228,6 +228,5 @@ it(`exports the same ${EVENTS.toLocaleString('en')} rows from the export-rows pr
   let storedUrl: string;
   ({ app: storedApp, url: storedUrl } = await startRoutes({ stored: counted }));
   await exportsFlat(storedUrl);
-  // Every row came from the projection, a page at a time.
-  expect(reads).toBeGreaterThanOrEqual(Math.floor(EVENTS / STORED_PAGE));
+  expect(reads).toBeGreaterThan(EVENTS / 1_000);
 }, 1_200_000);

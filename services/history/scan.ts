@@ -60,18 +60,6 @@ export interface ScanOptions {
  */
 const STORED_CATCH_UP_MS = 500;
 
-/**
- * Rows per read of the export-rows projection, once the stream is flowing. Each read is a range
- * read in a read transaction of its own (the export yields between pages, and lmdb-js renews its
- * transaction at the next turn), and that cost is per read, not per row: iterating the 1M stored
- * verdicts of the history bench took 9.3-11.1 s of CPU in pages of 128 and 6.4-6.5 s in pages
- * of 1,024. The NDJSON export's CPU a row went from 26.5-28.7 to 25.4-25.7 µs (alternated in one
- * process, load 6-13). A page holds only views of the records (their bytes in off-heap slabs,
- * export-row-store.ts), about 200 B of heap a row, so the log scan's 128 (decoded events, which
- * outlived young-generation collections) is not needed here.
- */
-export const STORED_PAGE = 1_024;
-
 /** The verdicts an outcome has labelled, as far as the log up to `checkpoint` tells. */
 export interface OutcomeIndex {
   readonly checkpoint: number;
@@ -133,7 +121,7 @@ async function* scanStored<T>(
   stored: StoredRows,
   head: number,
 ): AsyncGenerator<T[]> {
-  const pageSize = options.pageSize ?? STORED_PAGE;
+  const pageSize = options.pageSize ?? 128;
   const { filter } = options;
   let size = Math.min(pageSize, 32);
   for (;;) {

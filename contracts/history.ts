@@ -224,7 +224,13 @@ export const TrackRecordResponse = z.object({
   asOf: z
     .string()
     .describe(
-      'What the figures are as of: the latest time an outcome they count fell due (its close plus 24 candles), at most now. `history score --as-of` this time reproduces them from a later export',
+      "What the figures are as of, which the window's UTC days end at: the latest time an outcome they count fell due (its close plus 24 candles), at most now. Which outcomes they count is asOfPosition",
+    ),
+  asOfPosition: z
+    .number()
+    .int()
+    .describe(
+      "The log position the figures are folded to: every outcome they count is at or before it (an export row's `outcome_position`). `history score --as-of <asOf> --as-of-position <asOfPosition>` reproduces them from any later export, whatever was labelled since",
     ),
   window: TrackRecordWindow,
   feeBps: z.number(),

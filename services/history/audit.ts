@@ -252,26 +252,33 @@ export async function scoreRows(
   rows: AsyncIterable<HistoryRow>,
   window: TrackRecordWindow,
   asOf: number,
+  /** The answer's asOfPosition: only outcomes at or before it count; none given, those due by asOf. */
+  asOfPosition?: number,
 ): Promise<TrackRecordResponse> {
   const state: TrackRecordState = {};
   for await (const row of rows) {
     if (row.result === null || row.call === null || row.return_6 === null) continue;
-    // Labelled after asOf: not in the record as of then (recordAsOf).
-    if (!dueBy({ candleCloseTime: row.candle_close_time!, timeframe: row.timeframe }, asOf)) continue;
-    addPoint(state, {
-      exchange: row.exchange,
-      timeframe: row.timeframe,
-      call: row.call,
-      confidence: row.confidence!,
-      candleCloseTime: row.candle_close_time!,
-      return6: row.return_6,
-      result: row.result,
-      netCentiBps: row.net_centi_bps,
-      price: row.price!,
-      return1: row.return_1!,
-      return24: row.return_24!,
-      volatility: servedForecast(JSON.parse(row.inputs_json ?? '{}'), row.timeframe),
-    });
+    if (asOfPosition !== undefined) {
+      if (row.outcome_position === null || row.outcome_position > asOfPosition) continue;
+    } else if (!dueBy({ candleCloseTime: row.candle_close_time!, timeframe: row.timeframe }, asOf)) continue;
+    addPoint(
+      state,
+      {
+        exchange: row.exchange,
+        timeframe: row.timeframe,
+        call: row.call,
+        confidence: row.confidence!,
+        candleCloseTime: row.candle_close_time!,
+        return6: row.return_6,
+        result: row.result,
+        netCentiBps: row.net_centi_bps,
+        price: row.price!,
+        return1: row.return_1!,
+        return24: row.return_24!,
+        volatility: servedForecast(JSON.parse(row.inputs_json ?? '{}'), row.timeframe),
+      },
+      row.outcome_position ?? 0,
+    );
   }
   return trackRecord(state, window, asOf);
 }

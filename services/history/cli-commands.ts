@@ -46,7 +46,7 @@ export const USAGE = `npm run history -- <command> [options]
                                               from the candles of a market-data folder (the shared
                                               layout, e.g. sample-data/market); --anchors checks the
                                               file against the roots anchored on chain
-  score PATH [--window 7d|30d|90d|all] [--as-of TIME] [--format F]
+  score PATH [--window 7d|30d|90d|all] [--as-of TIME] [--as-of-position N] [--format F]
                                               the track record from an export file alone
   (verify and score read the format from the file's content unless --format names it)
 
@@ -405,6 +405,7 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
         page: { type: 'string' },
         window: { type: 'string' },
         'as-of': { type: 'string' },
+        'as-of-position': { type: 'string' },
         data: { type: 'string' },
         anchors: { type: 'boolean' },
         rpc: { type: 'string' },
@@ -468,8 +469,18 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
         throw new UsageError(`--window must be one of ${TRACK_RECORD_WINDOWS.join(', ')}`);
       }
       const asOf = values['as-of'] ? parseTime('--as-of', values['as-of'] as string) : Date.now();
+      const at = values['as-of-position'] as string | undefined;
+      if (at !== undefined && !/^\d+$/.test(at)) {
+        throw new UsageError(
+          "--as-of-position must be a log position (a whole number, the answer's asOfPosition)",
+        );
+      }
       const rows = exportRows(path, values.format);
-      return JSON.stringify(await scoreRows(rows, window as TrackRecordWindow, asOf), null, 2);
+      return JSON.stringify(
+        await scoreRows(rows, window as TrackRecordWindow, asOf, at === undefined ? undefined : Number(at)),
+        null,
+        2,
+      );
     }
     default:
       throw new UsageError(command ? `unknown command ${command}` : 'no command');

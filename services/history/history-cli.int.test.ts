@@ -78,7 +78,10 @@ describe('npm run history', () => {
       await (await fetch(`${server.url}/api/track-record?window=30d`)).json(),
     );
     const offline = JSON.parse(
-      await runHistoryCommand(['score', out, '--window', '30d', '--as-of', live.asOf], deps()),
+      await runHistoryCommand(
+        ['score', out, '--window', '30d', '--as-of', live.asOf, '--as-of-position', `${live.asOfPosition}`],
+        deps(),
+      ),
     );
     expect(offline).toEqual(live);
     expect(offline.overall.calls).toBeGreaterThan(20);
@@ -289,7 +292,10 @@ describe('npm run history', () => {
       await (await fetch(`${server.url}/api/track-record?window=all`)).json(),
     );
     const scored = JSON.parse(
-      await runHistoryCommand(['score', out, '--window', 'all', '--as-of', live.asOf], deps()),
+      await runHistoryCommand(
+        ['score', out, '--window', 'all', '--as-of', live.asOf, '--as-of-position', `${live.asOfPosition}`],
+        deps(),
+      ),
     );
     expect(scored).toEqual(live);
     // A CSV file named .ndjson: --format says what it is.
@@ -332,11 +338,27 @@ describe('npm run history', () => {
   });
 });
 
-describe('history score --as-of, on an export taken after outcomes landed', () => {
-  it('reproduces /api/track-record at its asOf to the last digit; the outcomes labelled since are not counted', async () => {
+describe('history score --as-of --as-of-position, on an export taken after outcomes landed', () => {
+  it('reproduces /api/track-record at its asOf and position to the last digit; the outcomes labelled since are not counted', async () => {
     const record = async (window: string) =>
       TrackRecordResponse.parse(
         await (await fetch(`${server.url}/api/track-record?window=${window}`)).json(),
+      );
+    const score = async (out: string, window: string, answer: TrackRecordResponse) =>
+      JSON.parse(
+        await runHistoryCommand(
+          [
+            'score',
+            out,
+            '--window',
+            window,
+            '--as-of',
+            answer.asOf,
+            '--as-of-position',
+            `${answer.asOfPosition}`,
+          ],
+          deps(),
+        ),
       );
     const windows = ['7d', '30d', 'all'] as const;
     const before = await Promise.all(windows.map(record));
@@ -346,27 +368,25 @@ describe('history score --as-of, on an export taken after outcomes landed', () =
     const out = join(dir, 'later.ndjson');
     await runHistoryCommand(['export', '--url', server.url, '--key', key, '--out', out], deps());
     const rows = await collect(out);
-    const asOf = Date.parse(before[0]!.asOf);
-    const dueAt = (r: HistoryRow) => r.candle_close_time! + 24 * (r.timeframe === '5m' ? 5 * 60_000 : HOUR);
-    const landed = rows.filter((r) => r.result !== null && dueAt(r) > asOf);
+    const at = before[0]!.asOfPosition;
+    const landed = rows.filter((r) => r.result !== null && r.outcome_position! > at);
     expect(landed.length, 'outcomes labelled after the answers').toBeGreaterThan(0);
     for (const [i, window] of windows.entries()) {
       const live = before[i]!;
-      expect(live.asOf).toBe(before[0]!.asOf);
-      const offline = JSON.parse(
-        await runHistoryCommand(['score', out, '--window', window, '--as-of', live.asOf], deps()),
-      );
-      expect(offline, window).toEqual(live);
+      expect([live.asOf, live.asOfPosition]).toEqual([before[0]!.asOf, at]);
+      expect(await score(out, window, live), window).toEqual(live);
     }
     // Asked again, the service counts them, and the same export scored at its new asOf agrees.
     const after = await record('30d');
-    expect(Date.parse(after.asOf)).toBeGreaterThan(asOf);
+    expect(after.asOfPosition).toBeGreaterThan(at);
     const overall = (r: TrackRecordResponse) => r.overall.calls + r.overall.holds;
     expect(overall(after)).toBe(overall(before[1]!) + landed.length);
-    expect(
-      JSON.parse(await runHistoryCommand(['score', out, '--window', '30d', '--as-of', after.asOf], deps())),
-    ).toEqual(after);
+    expect(await score(out, '30d', after)).toEqual(after);
     // The same log gives the same answer whenever it is asked.
     expect(await record('30d')).toEqual(after);
+    // A position that is not a whole number is refused.
+    await expect(runHistoryCommand(['score', out, '--as-of-position', 'soon'], deps())).rejects.toThrow(
+      /--as-of-position must be a log position/,
+    );
   });
 });

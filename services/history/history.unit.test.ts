@@ -149,22 +149,26 @@ function point(p: Partial<ScoredPoint>): ScoredPoint {
 describe('track record', () => {
   const state: TrackRecordState = {};
   // Four calls and a HOLD: BUY hit (+1 %), BUY miss (−1 %), SELL hit (−2 %), SELL miss (+0.05 %).
-  addPoint(state, point({}));
-  addPoint(state, point({ return6: -0.01, result: 'miss', netCentiBps: -11_000, confidence: 40 }));
+  addPoint(state, point({}), 1);
+  addPoint(state, point({ return6: -0.01, result: 'miss', netCentiBps: -11_000, confidence: 40 }), 2);
   addPoint(
     state,
     point({ call: 'SELL', return6: -0.02, result: 'hit', netCentiBps: 19_000, confidence: 45 }),
+    3,
   );
   addPoint(
     state,
     point({ call: 'SELL', return6: 0.0005, result: 'miss', netCentiBps: -1_500, confidence: 52 }),
+    4,
   );
-  addPoint(state, point({ call: 'HOLD', return6: 0.03, result: 'no-call', netCentiBps: null }));
+  addPoint(state, point({ call: 'HOLD', return6: 0.03, result: 'no-call', netCentiBps: null }), 5);
   // An old call outside the 7-day window.
-  addPoint(state, point({ candleCloseTime: T0 - 30 * 24 * HOUR, timeframe: '4h' }));
+  addPoint(state, point({ candleCloseTime: T0 - 30 * 24 * HOUR, timeframe: '4h' }), 6);
 
   it('scores calls, baselines on the same points, Brier and buckets', () => {
     const tr = trackRecord(state, '7d', T0 + HOUR);
+    // Folded to the latest outcome's log position, whatever the window shows.
+    expect(tr.asOfPosition).toBe(6);
     const o = tr.overall;
     expect(o).toMatchObject({ calls: 4, holds: 1, buys: 2, sells: 2, hits: 2, holdShare: 0.2 });
     expect(o.following.hitRate).toBe(0.5);
@@ -195,17 +199,18 @@ describe('track record', () => {
     const forecast = { horizonCandles: 6, expectedMovePct: 1, bandLow: 99, bandHigh: 101, bandCoverage: 0.8 };
     const risk: TrackRecordState = {};
     // Inside the band (+0.5 %), outside it (−2 %), a HOLD inside (+0.9 %), all with σ = 1 %.
-    addPoint(risk, point({ return6: 0.005, volatility: forecast }));
-    addPoint(risk, point({ return6: -0.02, result: 'miss', volatility: forecast }));
+    addPoint(risk, point({ return6: 0.005, volatility: forecast }), 7);
+    addPoint(risk, point({ return6: -0.02, result: 'miss', volatility: forecast }), 8);
     addPoint(
       risk,
       point({ call: 'HOLD', return6: 0.009, result: 'no-call', netCentiBps: null, volatility: forecast }),
+      9,
     );
     // No forecast recorded, and one over a horizon no outcome labels: counted, not scored.
-    addPoint(risk, point({ call: 'HOLD', result: 'no-call', netCentiBps: null, volatility: null }));
-    addPoint(risk, point({ return6: 0.5, volatility: { ...forecast, horizonCandles: 3 } }));
+    addPoint(risk, point({ call: 'HOLD', result: 'no-call', netCentiBps: null, volatility: null }), 10);
+    addPoint(risk, point({ return6: 0.5, volatility: { ...forecast, horizonCandles: 3 } }), 11);
     // The next candle's forecast is scored on the next candle's return.
-    addPoint(risk, point({ return1: 0.02, return6: 0, volatility: { ...forecast, horizonCandles: 1 } }));
+    addPoint(risk, point({ return1: 0.02, return6: 0, volatility: { ...forecast, horizonCandles: 1 } }), 12);
     const r = trackRecord(risk, '7d', T0 + HOUR).overall.risk;
     expect(r).toMatchObject({ points: 4, covered: 2, coverage: 0.5, nominalCoverage: 0.8, unscored: 2 });
     const realised = [0.005, -0.02, 0.009, 0.02].map((x) => Math.log1p(x) ** 2);
@@ -216,6 +221,7 @@ describe('track record', () => {
 
   it('says nothing it has not measured: a window with no resolved verdict, verdicts without a forecast', () => {
     const empty = trackRecord({}, '7d', T0);
+    expect(empty.asOfPosition).toBe(0);
     expect(empty.overall.risk).toEqual({
       points: 0,
       covered: 0,

@@ -10,11 +10,12 @@ export const trackRecordProjection: Projection<TrackRecordState> = defineProject
   name: 'history-track-record',
   // 2: every resolved verdict also scores the risk forecast it served.
   // 3: each cell keeps the latest time an outcome of it fell due (the record's asOf).
-  version: 3,
+  // 4: and the log position of its latest outcome (the record's asOfPosition).
+  version: 4,
   eventTypes: ['VerdictOutcomeResolved'],
   initial: (): TrackRecordState => ({}),
   evolve(state, event) {
-    addPoint(state, event.data);
+    addPoint(state, event.data, event.position);
     return state;
   },
 });

@@ -53,6 +53,8 @@ export interface Cell {
    * OUTCOME_AFTER_CANDLES candles, feed time): what the record is as of (recordAsOf).
    */
   lastDueAt: number;
+  /** The log position of the latest outcome counted here (0: none): what the record is folded to (recordPosition). */
+  lastPosition: number;
 }
 
 export type TrackRecordState = Record<string, Cell>;
@@ -104,6 +106,7 @@ function emptyCell(): Cell {
     realised2: 0,
     riskUnscored: 0,
     lastDueAt: 0,
+    lastPosition: 0,
   };
 }
 
@@ -143,7 +146,7 @@ function cellKey(exchange: string, timeframe: string, day: number): string {
   return `${exchange}|${timeframe}|${day}`;
 }
 
-export function addPoint(state: TrackRecordState, p: ScoredPoint): void {
+export function addPoint(state: TrackRecordState, p: ScoredPoint, position: number): void {
   const day = Math.floor(p.candleCloseTime / DAY_MS);
   const key = cellKey(p.exchange, p.timeframe, day);
   let cell = state[key];
@@ -152,6 +155,7 @@ export function addPoint(state: TrackRecordState, p: ScoredPoint): void {
     state[key] = cell;
   }
   cell.lastDueAt = Math.max(cell.lastDueAt, outcomeDueAt(p));
+  cell.lastPosition = Math.max(cell.lastPosition, position);
   addRisk(cell, p);
   if (p.call === 'HOLD') {
     cell.holds += 1;
@@ -202,6 +206,7 @@ function merge(into: Cell, c: Cell): Cell {
   into.realised2 += c.realised2;
   into.riskUnscored += c.riskUnscored;
   into.lastDueAt = Math.max(into.lastDueAt, c.lastDueAt);
+  into.lastPosition = Math.max(into.lastPosition, c.lastPosition);
   return into;
 }
 
@@ -306,15 +311,12 @@ function cellsIn(state: TrackRecordState, window: TrackRecordWindow, asOf: numbe
 }
 
 /**
- * The time a record's figures are as of: the latest time an outcome it counts became due, capped
- * by `now` (`now` for an empty record). Every outcome it counts was due by then, and the resolver
- * labels outcomes as they fall due (each tick every one due), so the outcomes due by then are the
- * ones it counts: an export taken later and scored at this asOf (`history score --as-of`, which
- * counts the outcomes due by then) reaches the same figures. As of `now`, the record left out
- * what fell due after its last outcome and was labelled after the answer, which a later export
- * counted (1469 points against 1429 a minute later). The same log gives the same asOf and the
- * same answer whenever it is asked. Not covered: an outcome labelled long after it fell due (its
- * venue down at the time, backed off), which an export at that asOf counts and the answer did not.
+ * The time a record's figures are as of, which its window's UTC days end at: the latest time an
+ * outcome it counts became due, capped by `now` (`now` for an empty record), so the same log gives
+ * the same asOf whenever it is asked. Which outcomes it counts is its log position (asOfPosition):
+ * the resolver labels a close's outcomes stream by stream and backs off a venue that is down, so
+ * some outcomes due by asOf may be labelled after the answer; a later export scored at both
+ * (`history score --as-of --as-of-position`) counts exactly the outcomes at or before the position.
  */
 export function recordAsOf(state: TrackRecordState, now: number): number {
   const cells = Object.values(state);
@@ -325,8 +327,19 @@ export function recordAsOf(state: TrackRecordState, now: number): number {
 }
 
 /**
- * Whether an outcome is counted by a record as of `asOf`: it was due by then (a point is labelled
- * once due, so one due later was not yet on record at that asOf).
+ * The log position of the latest outcome a record counts (0 for an empty record): the outcomes are
+ * folded in log order, so it counts every outcome at or before it and none after.
+ */
+export function recordPosition(state: TrackRecordState): number {
+  let latest = 0;
+  for (const cell of Object.values(state)) latest = Math.max(latest, cell.lastPosition);
+  return latest;
+}
+
+/**
+ * Whether an outcome fell due by `asOf`: what `history score --as-of` counts when it is given no
+ * log position (outcomes due by then but labelled after an answer are counted, which the answer
+ * did not).
  */
 export function dueBy(point: Pick<ScoredPoint, 'candleCloseTime' | 'timeframe'>, asOf: number): boolean {
   return outcomeDueAt(point) <= asOf;
@@ -375,6 +388,7 @@ export function trackRecord(
     .map((m) => lineOf(m.exchange, m.timeframe, m.cell));
   return {
     asOf: new Date(asOf).toISOString(),
+    asOfPosition: recordPosition(state),
     window,
     feeBps: FEE_BPS,
     horizonCandles: HORIZON_CANDLES,

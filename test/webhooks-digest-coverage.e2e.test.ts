@@ -48,8 +48,9 @@ describe.runIf(reachable)('scan_digest venues and timeframes', () => {
     }
   });
 
-  it('refuses a venue or timeframe the scan serves but the engine never records', async () => {
-    // The scan answers BINANCE 1h and BINANCE_SPOT 2h on demand: rows, not a refusal.
+  it('refuses a venue or timeframe the scan serves but the schedule does not record', async () => {
+    // The scan answers BINANCE 1h and BINANCE_SPOT 2h (rows, not a refusal), and records what it
+    // computed; off the schedule, nothing keeps those verdicts current for a digest.
     for (const [exchange, timeframe] of [
       ['BINANCE', '1h'],
       ['BINANCE_SPOT', '2h'],

@@ -16,9 +16,11 @@ export interface RecordedMarkets {
  * - served: refused as scan_trade_calls refuses the same venue and timeframe, same code (422
  *   `unsupported_exchange` / `unsupported_timeframe`) and words, by the scan's own check
  *   (`unserved`, the engine's unservedVenue); `field` names the venue or the timeframe;
- * - recorded: a venue or timeframe the scan answers on demand but the engine does not record on its
- *   schedule (SCHEDULE_EXCHANGE, SCHEDULE_TIMEFRAMES) would only ever say "no verdict recorded":
- *   400 INVALID_FIELD naming the field and what is recorded.
+ * - recorded: a venue or timeframe the scan answers but the engine does not record on its
+ *   schedule (SCHEDULE_EXCHANGE, SCHEDULE_TIMEFRAMES) has a verdict on record only where a call
+ *   asked for one (get_trade_call and the scans record what they compute), of any age: a digest of
+ *   it would list stale rows or "no verdict recorded". 400 INVALID_FIELD naming the field and
+ *   what is recorded.
  */
 export function digestCoverage(deps: {
   unserved: (input: { exchange: Exchange; timeframe: Timeframe }) => Promise<Error | null>;
@@ -36,11 +38,11 @@ export function digestCoverage(deps: {
       }
       const { exchanges, timeframes } = deps.recorded();
       if (!exchanges.includes(exchange)) {
-        const detail = `exchange: a digest lists the verdicts the engine records on its schedule, on ${exchanges.join(', ')} only; ${exchange} is answered by scan_trade_calls on demand, never recorded for a digest`;
+        const detail = `exchange: a digest lists the verdicts the engine records on its schedule, on ${exchanges.join(', ')} only; a verdict on ${exchange} is recorded only when a call asks for it, so a digest's rows would be whatever was asked last, of any age`;
         throw new ServiceError('INVALID_FIELD', { detail }, 'exchange');
       }
       if (!timeframes.includes(timeframe)) {
-        const detail = `timeframe: a digest lists the verdicts the engine records on its schedule, at ${timeframes.join(', ') || 'no timeframe'} only; ${timeframe} is answered by scan_trade_calls on demand, never recorded for a digest`;
+        const detail = `timeframe: a digest lists the verdicts the engine records on its schedule, at ${timeframes.join(', ') || 'no timeframe'} only; a ${timeframe} verdict is recorded only when a call asks for it, so a digest's rows would be whatever was asked last, of any age`;
         throw new ServiceError('INVALID_FIELD', { detail }, 'timeframe');
       }
     },

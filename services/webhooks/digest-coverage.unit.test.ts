@@ -34,10 +34,12 @@ describe('digestCoverage', () => {
     const coverage = digestCoverage({ unserved: refusing(null), recorded });
     const venue = await refusal(coverage.check('BINANCE_SPOT', '1h'));
     expect([venue.code, venue.field]).toEqual(['INVALID_FIELD', 'exchange']);
-    expect(venue.message).toContain('on BINANCE, OKX only; BINANCE_SPOT is answered by scan_trade_calls');
+    expect(venue.message).toContain(
+      'on BINANCE, OKX only; a verdict on BINANCE_SPOT is recorded only when a call asks',
+    );
     const tf = await refusal(coverage.check('OKX', '2h'));
     expect([tf.code, tf.field]).toEqual(['INVALID_FIELD', 'timeframe']);
-    expect(tf.message).toContain('at 1h, 4h only; 2h');
+    expect(tf.message).toContain('at 1h, 4h only; a 2h verdict is recorded only when a call asks');
     await expect(coverage.check('OKX', '4h')).resolves.toBeUndefined();
   });
 });

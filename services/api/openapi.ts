@@ -395,8 +395,11 @@ export async function registerOpenApi(
     let document = served.get(at);
     if (document === undefined) {
       document = servedAt(app.swagger(), at);
-      // Origins are the few the host guard lets in; bounded all the same.
-      if (served.size < 16) served.set(at, document);
+      // Without PUBLIC_BASE_URL the origin is the request's Host, which any client names: the
+      // oldest is dropped, so a client cycling hosts costs one rewrite a host, never the whole
+      // document rewritten on every request once the map is full.
+      if (served.size >= 16) served.delete(served.keys().next().value!);
+      served.set(at, document);
     }
     return document;
   };

@@ -186,8 +186,9 @@ export async function setupX402(
     let built = extensions.get(key);
     if (!built) {
       built = quoteExtensions(tool, origin);
-      // Origins are the few the host guard lets in; bounded all the same.
-      if (extensions.size < 256) extensions.set(key, built);
+      // The origin may be any Host a client names (no PUBLIC_BASE_URL): the oldest is dropped.
+      if (extensions.size >= 256) extensions.delete(extensions.keys().next().value!);
+      extensions.set(key, built);
     }
     return built;
   });

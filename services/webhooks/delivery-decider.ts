@@ -3,7 +3,7 @@ import type { EventData } from '../../contracts/events.ts';
 import type { DeliveryRecord } from './delivery-log-fold.ts';
 import { classifyFailure, nextAttemptAt, type RetryPolicy } from './retry-policy.ts';
 import { RESPONSE_LIMIT, type SendResult } from './sender.ts';
-import type { SubscriptionRecord } from './subscription-fold.ts';
+import { SUBSCRIPTION_DISABLED, type SubscriptionRecord } from './subscription-fold.ts';
 
 /**
  * The life of one delivery on its stream `delivery-<id>`: an attempt is claimed, its outcome is
@@ -257,7 +257,7 @@ function nextAttempt(command: Extract<DeliveryCommand, { kind: 'record' }>): num
   const { result } = command;
   // A held attempt is due again when the breaker lets its next probe through, whatever the schedule.
   if (result.held && command.notBefore !== undefined) return command.notBefore;
-  if (isGone(result) || result.error === 'subscription disabled') return null;
+  if (isGone(result) || result.error === SUBSCRIPTION_DISABLED) return null;
   return nextAttemptAt(
     command.retry,
     command.seriesAttempt,

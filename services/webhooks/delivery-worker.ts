@@ -29,7 +29,7 @@ import type { RetryPolicy } from './retry-policy.ts';
 import type { SecretBox } from './secret-box.ts';
 import { type SendResult, sendSigned } from './sender.ts';
 import { disableSubscription } from './subscription-commands.ts';
-import { findSubscription, type SubscriptionRecord } from './subscription-fold.ts';
+import { findSubscription, SUBSCRIPTION_DISABLED, type SubscriptionRecord } from './subscription-fold.ts';
 import type { WebhookState } from './webhook-projection.ts';
 
 export interface DeliveryJob {
@@ -844,7 +844,7 @@ export class DeliveryWorker {
     }
     // Not sent: held, so the log numbers it with no request (`attempt` null) and the disable clock
     // ignores it; never retried (no next attempt), and a re-enable's recovery sends it again.
-    if (current.status !== 'active') return { result: held('subscription disabled'), record: true };
+    if (current.status !== 'active') return { result: held(SUBSCRIPTION_DISABLED), record: true };
     const endpoint = EndpointQueues.keyOf(current.url);
     const decision = this.breakers.decide(endpoint, Date.now());
     // Opened while this one waited in the queue.

@@ -37,6 +37,12 @@ export interface SubscriptionState {
   revokedKeys: Record<string, string>;
 }
 
+/**
+ * The error of an attempt held because its subscription was disabled before its turn: never
+ * retried, not a failed delivery (a re-enable's recovery sends it).
+ */
+export const SUBSCRIPTION_DISABLED = 'subscription disabled';
+
 /** The `disabled_reason` of a subscription whose key was revoked. */
 export const KEY_REVOKED = 'key_revoked';
 
@@ -146,9 +152,13 @@ export function applySubscriptionEvent(state: SubscriptionState, event: DomainEv
       const sub = findSubscription(state, event.data.subscriptionId);
       if (sub) {
         // A held attempt was not sent (an open breaker, whose timeouts already started the clock,
-        // or a stopping dispatcher): it says nothing of the endpoint.
+        // a stopping dispatcher, or a subscription disabled before its turn): it says nothing of
+        // the endpoint.
         if (!event.data.held) sub.failingSince ??= event.recordedAt;
-        if (event.data.nextAttemptAt === null) sub.failedDeliveries++;
+        // One held for its disabled subscription is not a failed delivery: a re-enable sends it.
+        if (event.data.nextAttemptAt === null && event.data.error !== SUBSCRIPTION_DISABLED) {
+          sub.failedDeliveries++;
+        }
       }
       break;
     }

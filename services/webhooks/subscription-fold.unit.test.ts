@@ -3,6 +3,7 @@ import type { DomainEvent } from '../../contracts/events.ts';
 import {
   applySubscriptionEvent,
   initialSubscriptions,
+  SUBSCRIPTION_DISABLED,
   type SubscriptionRecord,
   type SubscriptionState,
 } from './subscription-fold.ts';
@@ -40,6 +41,15 @@ describe('the subscription fold of delivery outcomes', () => {
     expect(afterHeld.subs['s-1']).toMatchObject({ failingSince: null, failedDeliveries: 0 });
     const afterFailed = applySubscriptionEvent(state(), failed(false));
     expect(afterFailed.subs['s-1']).toMatchObject({ failingSince: at, failedDeliveries: 0 });
+  });
+
+  it('a delivery held for its disabled subscription is not a failed one; a last failed attempt is', () => {
+    const final = (e: DomainEvent, error: string) =>
+      ({ ...e, data: { ...(e.data as object), nextAttemptAt: null, error } }) as unknown as DomainEvent;
+    const afterHeld = applySubscriptionEvent(state(), final(failed(true), SUBSCRIPTION_DISABLED));
+    expect(afterHeld.subs['s-1']).toMatchObject({ failingSince: null, failedDeliveries: 0 });
+    const afterLast = applySubscriptionEvent(state(), final(failed(false), 'timeout after 1000 ms'));
+    expect(afterLast.subs['s-1']).toMatchObject({ failingSince: at, failedDeliveries: 1 });
   });
 });
 

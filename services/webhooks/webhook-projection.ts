@@ -24,7 +24,8 @@ export function webhookProjectionWith(retention: number): Projection<WebhookStat
     // 2: held attempts no longer start a subscription's failingSince; snapshots folded before
     // would keep one the fold no longer makes. 3: subscriptions keep their creation position.
     // 4: a key's revocation disables its subscriptions (and the state keeps revoked keys).
-    version: 4,
+    // 5: a delivery held for its disabled subscription is not counted a failed delivery.
+    version: 5,
     eventTypes: [
       'SubscriptionCreated',
       'SubscriptionDeleted',

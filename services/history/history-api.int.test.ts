@@ -434,8 +434,14 @@ describe('GET /api/verdicts', () => {
     for (const [query, headers, status, code] of cases) {
       const res = await fetch(`${server.url}/api/verdicts${query}`, { headers: { ...auth(), ...headers } });
       expect(res.status, `${query} ${JSON.stringify(headers)}`).toBe(status);
-      const body = (await res.json()) as { code: string; message: string; _service?: unknown };
+      const body = (await res.json()) as {
+        code: string;
+        message: string;
+        field?: string;
+        _service?: unknown;
+      };
       expect(body.code, query).toBe(code);
+      if (code === 'unknown_coin') expect(body.field, query).toBe('coin');
       expect(body.message.length).toBeGreaterThan(5);
       // Any response carries the caller's live quota (contract 8), refusals of a key too.
       expect(body._service, `${query} ${JSON.stringify(headers)}`).toMatchObject({
@@ -484,7 +490,8 @@ describe('GET /api/verdicts', () => {
       const res = await fetch(`${server.url}/api/verdicts${query}`, { headers: auth() });
       expect(res.status, query).toBe(422);
       expect(status).toBe(422);
-      expect(await res.json(), query).toMatchObject({ code, message });
+      const field = code === 'unsupported_exchange' ? 'exchange' : 'timeframe';
+      expect(await res.json(), query).toMatchObject({ code, message, field });
       expect(code, query).toMatch(/^unsupported_(exchange|timeframe)$/);
     }
     // Served (or held) venues and timeframes still answer, an empty history where nothing is held.

@@ -158,7 +158,7 @@ const ASSET_ROUTE = declared({
 });
 /**
  * A venue or timeframe filter the service does not serve nor hold, refused with the feed's code
- * and words, as get_trade_call and the scans refuse it (the history's codes name the field).
+ * and words, as get_trade_call and the scans refuse it, naming the filter.
  */
 async function checkVenue(
   venues: Pick<ServedVenues, 'check'> | undefined,
@@ -171,7 +171,11 @@ async function checkVenue(
       err instanceof MarketDataError &&
       (err.code === 'unsupported_exchange' || err.code === 'unsupported_timeframe')
     ) {
-      throw new ServiceError(err.code, { detail: err.message });
+      throw new ServiceError(
+        err.code,
+        { detail: err.message },
+        err.code === 'unsupported_exchange' ? 'exchange' : 'timeframe',
+      );
     }
     throw err;
   }
@@ -245,7 +249,7 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
         const service = request.service!;
         const format = negotiateFormat(query.format, request.headers.accept);
         await checkVenue(deps.venues, query);
-        if (query.coin !== undefined) await deps.coins?.check(query.coin, query.exchange);
+        if (query.coin !== undefined) await deps.coins?.check(query.coin, query.exchange, 'coin');
         const after: Cursor = query.after ?? { position: 0, tag: '', tagAt: 'end' };
         const progress = new ScanProgress(after.position, await startAfter(after));
         const abort = new AbortController();

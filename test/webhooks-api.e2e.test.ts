@@ -132,10 +132,15 @@ describe.runIf(reachable)('webhook management API', () => {
     const key = await stack.issue();
     const sub = (await stack.request('POST', '/api/webhooks', key, base())).body;
     const future = await stack.request('POST', `/api/webhooks/${sub.id}/enable`, key, {
-      recover_since: '2030-01-01T00:00:00Z',
+      recover_since: new Date(Date.now() + 3_600_000).toISOString(),
     });
     expect(future).toMatchObject({ status: 400, body: { code: 'INVALID_FIELD', field: 'recover_since' } });
     expect(future.body.message).toContain('in the future');
+    // A minute ahead (a client's clock running fast) is not the future.
+    const skewed = await stack.request('POST', `/api/webhooks/${sub.id}/enable`, key, {
+      recover_since: new Date(Date.now() + 60_000).toISOString(),
+    });
+    expect(skewed.status, JSON.stringify(skewed.body)).toBe(200);
     const past = await stack.request('POST', `/api/webhooks/${sub.id}/enable`, key, {
       recover_since: new Date(Date.now() - 60_000).toISOString(),
     });

@@ -61,9 +61,12 @@ export interface WebhookRoutesDeps {
   feed: FeedKind;
   /** Refuses an `assets` coin the service does not know, as the tools do (unknown_coin); none: not checked. */
   coins?: Pick<KnownCoins, 'check'>;
-  /** Refuses a digest venue and timeframe that could never list a market (digestCoverage); none: not checked. */
+  /** Refuses a digest venue or timeframe not served or off the schedule (digestCoverage); none: not checked. */
   digests?: Pick<DigestCoverage, 'check'>;
 }
+
+/** How far ahead of the service's clock a caller's `recover_since` may be (its clock's drift). */
+const CLOCK_SKEW_MS = 5 * 60_000;
 
 function resultView(deliveryId: string, r: SendResult) {
   return {
@@ -436,7 +439,8 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
         const apiKeyId = keyOf(request);
         owned(apiKeyId, params.id);
         // Nothing was recorded after now: a future time would recover nothing, a typo as likely.
-        if (body.recover_since !== undefined && Date.parse(body.recover_since) > Date.now()) {
+        // A client's clock may run a little ahead of ours: only a time past that is refused.
+        if (body.recover_since !== undefined && Date.parse(body.recover_since) > Date.now() + CLOCK_SKEW_MS) {
           const detail = `recover_since: ${body.recover_since} is in the future; give a time at or before now`;
           throw new ServiceError('INVALID_FIELD', { detail }, 'recover_since');
         }

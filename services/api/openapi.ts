@@ -7,6 +7,7 @@ import { ERRORS, ErrorBody, type ErrorCode } from '../../contracts/errors.ts';
 import { jsonSchema } from '../../contracts/json-schema.ts';
 import { webhookOpenApi } from '../../contracts/webhook-schemas.ts';
 import { UNLIMITED_PATHS } from '../metering/caller.ts';
+import { setBounded } from '../shared/bounded-map.ts';
 import type { FieldCodes } from './errors.ts';
 import { publicOrigin } from './public-origin.ts';
 import { servedAt } from './recorded-origin.ts';
@@ -398,8 +399,7 @@ export async function registerOpenApi(
       // Without PUBLIC_BASE_URL the origin is the request's Host, which any client names: the
       // oldest is dropped, so a client cycling hosts costs one rewrite a host, never the whole
       // document rewritten on every request once the map is full.
-      if (served.size >= 16) served.delete(served.keys().next().value!);
-      served.set(at, document);
+      setBounded(served, at, document, 16);
     }
     return document;
   };

@@ -12,6 +12,7 @@ import type { PaymentRequirementsFor, PayPerCall } from '../api/mcp/tool-call.ts
 import { signalToolTable } from '../api/mcp/tool-registry.ts';
 import type { SignalOperations } from '../engine/operations.ts';
 import type { KeyedAccess } from '../metering/caller.ts';
+import { setBounded } from '../shared/bounded-map.ts';
 import { chainReadersFor } from './chain-reader.ts';
 import { PayerExposure } from './exposure.ts';
 import { x402Plugin } from './http/plugin.ts';
@@ -187,8 +188,7 @@ export async function setupX402(
     if (!built) {
       built = quoteExtensions(tool, origin);
       // The origin may be any Host a client names (no PUBLIC_BASE_URL): the oldest is dropped.
-      if (extensions.size >= 256) extensions.delete(extensions.keys().next().value!);
-      extensions.set(key, built);
+      setBounded(extensions, key, built, 256);
     }
     return built;
   });

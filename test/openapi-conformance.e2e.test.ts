@@ -189,7 +189,7 @@ async function conform(call: Call): Promise<unknown> {
   const type = (res.headers.get('content-type') ?? '').split(';')[0]!.trim();
   const record = (body: unknown) => {
     const id = operation!.operationId!;
-    // Recorded naming one placeholder origin where this run named its own (its port, its
+    // Recorded naming one stand-in origin (RECORDED_ORIGIN) where this run named its own (its port, its
     // http://localhost:<PORT> base): each is served naming the origin it is served from.
     const example = exampleOf(body);
     const text = asRecorded(typeof example === 'string' ? example : JSON.stringify(example), [url, RUN_BASE]);

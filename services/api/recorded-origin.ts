@@ -1,9 +1,8 @@
 /**
- * The recorded answers (openapi-examples.json, written by the conformance test) name one
- * placeholder origin where the recording run named its own (its ephemeral port, its
- * `http://localhost:<PORT>` base): each is served with the origin it is served from
- * (PUBLIC_BASE_URL, else the request's), as every other document names. An example served with
- * `http://localhost:8080` or a test run's port sent a reader to an origin that is not this one.
+ * The recorded answers (openapi-examples.json, written by the conformance test) name one fixed
+ * stand-in origin, RECORDED_ORIGIN, wherever the recording run named its own (its ephemeral
+ * port, its `http://localhost:<PORT>` base): each is served naming the origin it is served from
+ * (PUBLIC_BASE_URL, else the request's), as every other document does.
  */
 export const RECORDED_ORIGIN = 'https://recorded.example:8443';
 const RECORDED = new URL(RECORDED_ORIGIN);

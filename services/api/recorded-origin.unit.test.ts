@@ -11,7 +11,7 @@ describe('recorded origin', () => {
     redirect: 'http://127.0.0.1:9/callback?iss=http%3A%2F%2Flocalhost%3A8080',
   });
 
-  it('records the run’s origins as one placeholder, leaving a third party’s (a callback on 127.0.0.1:9)', () => {
+  it('records the run’s origins as the one stand-in origin, leaving a third party’s (a callback on 127.0.0.1:9)', () => {
     const recorded = JSON.parse(asRecorded(run, ['http://127.0.0.1:43503', 'http://localhost:8080']));
     expect(recorded).toEqual({
       issuer: RECORDED_ORIGIN,

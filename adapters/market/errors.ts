@@ -1,3 +1,4 @@
+import { ServiceError } from '../../contracts/errors.ts';
 import type { Exchange, FeedKind } from '../../contracts/market.ts';
 
 /**
@@ -83,3 +84,18 @@ export class VenueUnavailableError extends marketDataError(
   }),
   (f) => `${f.exchange} is unavailable: ${f.reason}`,
 ) {}
+
+/**
+ * The feed's refusal of a venue or timeframe (the engine's unservedVenue) as the answer a route
+ * gives for it: the same code and words, naming the filter or field (`exchange`, `timeframe`);
+ * null for anything else.
+ */
+export function unservedAnswer(err: unknown): ServiceError | null {
+  if (err instanceof UnsupportedExchangeError) {
+    return new ServiceError('unsupported_exchange', { detail: err.message }, 'exchange');
+  }
+  if (err instanceof UnsupportedTimeframeError) {
+    return new ServiceError('unsupported_timeframe', { detail: err.message }, 'timeframe');
+  }
+  return null;
+}

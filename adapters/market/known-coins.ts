@@ -3,8 +3,8 @@ import type { Exchange } from '../../contracts/market.ts';
 import { UnknownCoinError, UnsupportedExchangeError } from './errors.ts';
 import type { MarketFeed } from './port.ts';
 
-/** How long the feed's answer about a coin is kept: listings change with a deployment or a delisting, not per request. */
-const KEEP_MS = 10 * 60_000;
+/** How long the feed's answer about what it lists (a coin, a venue's timeframe) is kept: listings change with a deployment or a delisting, not per request. */
+export const LISTING_KEEP_MS = 10 * 60_000;
 
 /**
  * Whether a coin a caller names outside a tool call (a history filter, a webhook's `assets`) is
@@ -55,7 +55,7 @@ export class KnownCoins {
   ): Promise<{ listed: boolean; detail: string }> {
     const key = `${exchange}:${coin}`;
     const kept = this.#seen.get(key);
-    if (kept && this.clock() - kept.at < KEEP_MS) return kept;
+    if (kept && this.clock() - kept.at < LISTING_KEEP_MS) return kept;
     let answer: { listed: boolean; detail: string };
     try {
       await feed.candles(exchange, coin, '1h', { limit: 1 });

@@ -5,7 +5,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { EventStore } from '../../adapters/event-store/port.ts';
-import { MarketDataError } from '../../adapters/market/errors.ts';
+import { unservedAnswer } from '../../adapters/market/errors.ts';
 import type { KnownCoins } from '../../adapters/market/known-coins.ts';
 import { type ErrorCode, errorMessage, ServiceError } from '../../contracts/errors.ts';
 import {
@@ -167,17 +167,7 @@ async function checkVenue(
   try {
     await venues?.check({ exchange: query.exchange, timeframe: query.timeframe });
   } catch (err) {
-    if (
-      err instanceof MarketDataError &&
-      (err.code === 'unsupported_exchange' || err.code === 'unsupported_timeframe')
-    ) {
-      throw new ServiceError(
-        err.code,
-        { detail: err.message },
-        err.code === 'unsupported_exchange' ? 'exchange' : 'timeframe',
-      );
-    }
-    throw err;
+    throw unservedAnswer(err) ?? err;
   }
 }
 

@@ -1,9 +1,8 @@
+import { LISTING_KEEP_MS } from '../../adapters/market/known-coins.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import type { Exchange, Timeframe } from '../../contracts/market.ts';
 import { defaultExchange, unservedVenue } from '../engine/engine.ts';
-
-/** How long the feed's answer about a venue and timeframe is kept: it changes with a deployment, not per request. */
-const KEEP_MS = 10 * 60_000;
+import { setBounded } from '../shared/bounded-map.ts';
 
 /** A timeframe every venue serves where it serves candles at all: what asks a venue about itself. */
 const ANY_TIMEFRAME: Timeframe = '1h';
@@ -67,10 +66,9 @@ export class ServedVenues {
   async #refusal(feed: MarketFeed, exchange: Exchange, timeframe: Timeframe): Promise<Error | null> {
     const key = `${exchange}:${timeframe}`;
     const kept = this.#seen.get(key);
-    if (kept && this.clock() - kept.at < KEEP_MS) return kept.refusal;
+    if (kept && this.clock() - kept.at < LISTING_KEEP_MS) return kept.refusal;
     const refusal = await unservedVenue(feed, { exchange, timeframe });
-    if (this.#seen.size >= 1_024) this.#seen.clear();
-    this.#seen.set(key, { refusal, at: this.clock() });
+    setBounded(this.#seen, key, { refusal, at: this.clock() }, 1_024);
     return refusal;
   }
 }

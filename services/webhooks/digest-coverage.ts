@@ -1,4 +1,4 @@
-import { UnsupportedExchangeError, UnsupportedTimeframeError } from '../../adapters/market/errors.ts';
+import { unservedAnswer } from '../../adapters/market/errors.ts';
 import { ServiceError } from '../../contracts/errors.ts';
 import type { Exchange, Timeframe } from '../../contracts/market.ts';
 
@@ -29,13 +29,8 @@ export function digestCoverage(deps: {
 }) {
   return {
     async check(exchange: Exchange, timeframe: Timeframe): Promise<void> {
-      const refusal = await deps.unserved({ exchange, timeframe });
-      if (refusal instanceof UnsupportedExchangeError) {
-        throw new ServiceError('unsupported_exchange', { detail: refusal.message }, 'exchange');
-      }
-      if (refusal instanceof UnsupportedTimeframeError) {
-        throw new ServiceError('unsupported_timeframe', { detail: refusal.message }, 'timeframe');
-      }
+      const refusal = unservedAnswer(await deps.unserved({ exchange, timeframe }));
+      if (refusal) throw refusal;
       const { exchanges, timeframes } = deps.recorded();
       if (!exchanges.includes(exchange)) {
         const detail = `exchange: a digest lists the verdicts the engine records on its schedule, on ${exchanges.join(', ')} only; a verdict on ${exchange} is recorded only when a call asks for it, so a digest's rows would be whatever was asked last, of any age`;

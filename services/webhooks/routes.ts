@@ -79,6 +79,12 @@ function resultView(deliveryId: string, r: SendResult) {
   };
 }
 
+const DeliveryQuery = z.object({
+  limit: queryInt(1, 200).default(50).describe('How many deliveries, 1–200'),
+  after_seq: queryInt(0, Number.MAX_SAFE_INTEGER)
+    .optional()
+    .describe('The last seq received: deliveries after it, in seq order'),
+});
 const fail = (description: string): ResponseDoc => ({ description, schema: ErrorBody });
 const Id = z.object({ id: z.string() });
 /** Every keyed webhook route answers these besides its own. */
@@ -155,12 +161,7 @@ const DOCS = {
   deliveries: keyed({
     summary: 'Delivery log: the latest deliveries, or every one after a sequence number',
     params: Id,
-    query: z.object({
-      limit: queryInt(1, 200).default(50).describe('How many deliveries, 1–200'),
-      after_seq: queryInt(0, Number.MAX_SAFE_INTEGER)
-        .optional()
-        .describe('The last seq received: deliveries after it, in seq order'),
-    }),
+    query: DeliveryQuery,
     responses: {
       200: {
         description: 'Deliveries with their attempts',
@@ -323,8 +324,6 @@ async function resend(deps: WebhookRoutesDeps, sub: SubscriptionRecord, delivery
   return resultView(record.id, await deps.worker.submit(job));
 }
 
-const DELIVERY_QUERY = ['limit', 'after_seq'] as const;
-
 /**
  * Refuses, before the schema reads the query, a parameter the route does not know (UNKNOWN_FILTER,
  * as /api/verdicts answers it) and one given more than once (INVALID_PARAMETER: `limit=2&limit=3`
@@ -396,7 +395,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
     );
     app.get(
       '/api/webhooks/:id/deliveries',
-      { ...DOCS.deliveries, preValidation: [authenticated, plainQuery(DELIVERY_QUERY)] },
+      { ...DOCS.deliveries, preValidation: [authenticated, plainQuery(Object.keys(DeliveryQuery.shape))] },
       async (request) => {
         const { params, query } = request;
         const apiKeyId = keyOf(request);

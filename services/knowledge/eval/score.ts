@@ -82,7 +82,7 @@ export const SPENT_SETS = [] as const;
  * on 2026-11-27 and committed with this line, before the picker's thirteenth change and before the
  * chat was ever asked them. Never tuned on. Summary line only.
  */
-export const BLIND_SETS = ['integrator.json', 'reviewer.json', 'auditor.json'] as const;
+export const BLIND_SETS = ['integrator.json', 'reviewer.json', 'auditor.json', 'desk.json'] as const;
 
 export const QUESTION_SETS = [...TUNED_SETS, ...SPENT_SETS, ...BLIND_SETS] as const;
 

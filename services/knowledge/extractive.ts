@@ -75,6 +75,8 @@ const FALLBACK_UNKNOWN = 0.25;
 const ROUTE_DETAIL = 0.75;
 /** What a unit stating the cause of a "why" must carry of the question to join its answer. */
 const CAUSE_UNIT = 0.25;
+/** A "how do I" act at least this rare (its weight) names the route or command that does it. */
+const RARE_ACT = 3;
 /**
  * Passages longer than this are read unit by unit with the NEIGHBOURS units either side as their
  * context. 3,000 and 1,500 measured: 1,500 lost 3 tuned answers.
@@ -96,6 +98,25 @@ export interface Grounded {
   citations: Citation[];
   grounded: boolean;
 }
+
+/**
+ * Words of trading at large, and the plain words around them. The documentation speaks of this
+ * service: a question made only of these ("what leverage should I use when trading perpetual
+ * futures", "the difference between a bull market and a bear market") asks for trading advice or
+ * a market concept, which no passage answers, though one may repeat its words in passing (a model
+ * input named for leverage, an oscillator named Bull Bear Power). A question that names anything
+ * of the service beside them (a call, a verdict, a scan, a route, a venue's feed) is not of this kind.
+ */
+const TRADING_AT_LARGE = new Set(
+  contentTerms(
+    'buy sell trade trading trader price prices market markets coin coins crypto cryptocurrency bitcoin ' +
+      'ethereum eth solana sol altcoin altcoins leverage futures perpetual perpetuals short shorting long ' +
+      'position positions stop loss losses profit profits invest investing investment investor portfolio ' +
+      'bull bear indicator indicators rsi macd chart charts pattern patterns wallet wallets tax taxes ' +
+      'gains halving mining mine stake staking defi gas best good better worth now today tomorrow ' +
+      'beginner beginners money difference between use using right safe safest',
+  ),
+);
 
 /** Sentences of a passage, as they appear in its text (so a quote is always a substring). */
 export function sentences(text: string): string[] {
@@ -171,10 +192,10 @@ const SYNONYMS: string[][] = [
   ['outage', 'unavailable'],
   ['testnet', 'sepolia', 'sandbox'],
   ['real', 'mainnet'],
-  ['rotate', 'renew', 'roll'],
+  ['rotate', 'renew', 'roll', 'swap'],
   ['cost', 'purchase'],
   ['subscribe', 'signup'],
-  ['revoke', 'cancel'],
+  ['revoke', 'cancel', 'kill'],
   ['delete', 'remove'],
   ['result', 'passage'],
   ['send', 'pass', 'supply'],
@@ -1062,6 +1083,13 @@ export function extractiveAnswer(
   const unknown = weights.filter((_, i) => rarity[i]! >= unknownWeight).reduce((a, b) => a + b, 0);
   const all = weights.reduce((a, b) => a + b, 0);
   if (unknown / all > MAX_UNKNOWN_SHARE) return dontKnow;
+  // Two or more words, each a word of trading at large or one the documentation never uses: the
+  // question is about trading, not about this service.
+  if (
+    asked.length >= 2 &&
+    asked.every(({ term }, i) => rarity[i]! >= unknownWeight || TRADING_AT_LARGE.has(term))
+  )
+    return dontKnow;
   // A word the documentation never uses still counts against an answer, at half its weight: a
   // question about sorting in Python is not answered by a sentence that sorts test points.
   const known = all - unknown + UNKNOWN_PENALTY * unknown;
@@ -1263,7 +1291,16 @@ export function extractiveAnswer(
   // by prose around it: the chat does not know the number.
   if (stated !== null) {
     const stating = carrying.filter((c) => stated.test(c.quotes.join(' ')));
-    if (stating.length > 0) carrying.splice(0, carrying.length, ...stating);
+    // "How do I rotate a secret": a step named after the act ("POST …/rotate-secret") is the step
+    // for it; a sentence that names some other route beside the question's words is not. Only a
+    // rare act names its step so: "run", "change" or "verify" stand in many commands and routes.
+    const actMeets = cruxAt >= 0 && rarity[cruxAt]! >= RARE_ACT ? asked[cruxAt]!.meets : null;
+    const naming =
+      kind === 'steps' && actMeets !== null
+        ? stating.filter((c) => stepNames(c.quotes.join(' '), actMeets))
+        : [];
+    if (naming.length > 0) carrying.splice(0, carrying.length, ...naming);
+    else if (stating.length > 0) carrying.splice(0, carrying.length, ...stating);
     else if (stated.required) {
       // The number may stand beside the sentence that repeats the question's words: a unit of a
       // passage that carries the question, stating it and carrying a quarter of the question.

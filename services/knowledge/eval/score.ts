@@ -81,6 +81,10 @@ export const SPENT_SETS = [] as const;
  * developer writing a webhook receiver, written blind by a helper from the indexed documentation
  * on 2026-11-27 and committed with this line, before the picker's thirteenth change and before the
  * chat was ever asked them. Never tuned on. Summary line only.
+ *
+ * auditor.json and desk.json: written blind the same way (auditor.json after the thirteenth
+ * change; desk.json, a risk desk analyst's and a trading firm developer's questions, on
+ * 2026-11-28 before the fourteenth). docs/knowledge.md gives their figures. Summary line only.
  */
 export const BLIND_SETS = ['integrator.json', 'reviewer.json', 'auditor.json', 'desk.json'] as const;
 

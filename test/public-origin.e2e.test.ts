@@ -1,3 +1,4 @@
+import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestService, type TestService } from './service-harness.ts';
 
@@ -19,6 +20,36 @@ const DOCUMENTS = [
   '/.well-known/oauth-authorization-server',
   '/openapi.json',
 ];
+
+/** A GET of `path` at the service `base` that names `host` as its Host (fetch would send the real one). */
+function getWithHost(
+  base: string,
+  path: string,
+  host: string,
+): Promise<{ status: number; cacheControl: string; body: string }> {
+  const { hostname, port } = new URL(base);
+  return new Promise((resolve, reject) => {
+    const req = request({ hostname, port, path, headers: { host } }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => {
+        body += chunk;
+      });
+      res.on('end', () =>
+        resolve({
+          status: res.statusCode ?? 0,
+          cacheControl: String(res.headers['cache-control'] ?? ''),
+          body,
+        }),
+      );
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+const FORGED = 'evil.example';
 
 /** Every origin a text names (http and https URLs), but the ones of others (specs, schemas). */
 function originsIn(text: string): string[] {
@@ -58,6 +89,19 @@ describe('one public origin (PUBLIC_BASE_URL set)', () => {
     expect(originsIn(withoutExamples(await res.text()))).toEqual([PUBLIC]);
   });
 
+  it.each(DOCUMENTS)(
+    '%s answers a forged Host as any other: the public origin, its usual caching',
+    async (path) => {
+      const res = await getWithHost(url, path, FORGED);
+      expect(res.status).toBe(200);
+      expect(res.body).not.toContain(FORGED);
+      expect(originsIn(withoutExamples(res.body))).toEqual([PUBLIC]);
+      // The library's OAuth metadata sends none; ours stay shared-cacheable.
+      if (!path.startsWith('/.well-known/oauth-authorization-server'))
+        expect(res.cacheControl).toBe('public, max-age=300');
+    },
+  );
+
   it('a 402 quotes the resource at the public origin, in the header and the body', async () => {
     const res = await fetch(`${url}/x402/get_trade_call`, {
       method: 'POST',
@@ -77,5 +121,44 @@ describe('one public origin (PUBLIC_BASE_URL set)', () => {
     const res = await fetch(`${url}/api/keys/nonce`);
     expect(res.status).toBe(200);
     expect(((await res.json()) as { domain: string }).domain).toBe('signals.example');
+  });
+});
+
+/**
+ * Without PUBLIC_BASE_URL the documents name the Host the request came to, which any client
+ * names: no shared cache may keep such an answer for the next client of the same URL (a forged
+ * Host would then reach everyone), so each is private (deploy/README.md, "Behind a CDN or shared
+ * cache").
+ */
+describe('the origin of the request (PUBLIC_BASE_URL unset)', () => {
+  let running: TestService;
+  let url: string;
+
+  beforeAll(async () => {
+    running = await startTestService(['api']);
+    url = running.service.url;
+  }, 60_000);
+  afterAll(async () => {
+    await running?.stop();
+  });
+
+  // The protected-resource metadata names the configured origin (localhost:<PORT>), never the Host.
+  const reflecting = DOCUMENTS.filter((path) => !path.startsWith('/.well-known/oauth-protected-resource'));
+
+  it.each(reflecting)('%s names a forged Host, in an answer no shared cache may keep', async (path) => {
+    const res = await getWithHost(url, path, FORGED);
+    expect(res.status).toBe(200);
+    expect(res.body).toContain(`http://${FORGED}`);
+    const directives = res.cacheControl.split(',').map((d) => d.trim().toLowerCase());
+    expect(directives).toContain('private');
+    expect(directives).not.toContain('public');
+    expect(directives.filter((d) => d.startsWith('s-maxage'))).toEqual([]);
+  });
+
+  it('the protected-resource metadata, which names no Host, stays shared-cacheable', async () => {
+    const res = await getWithHost(url, '/.well-known/oauth-protected-resource/mcp/signin', FORGED);
+    expect(res.status).toBe(200);
+    expect(res.body).not.toContain(FORGED);
+    expect(res.cacheControl).toBe('public, max-age=300');
   });
 });

@@ -9,7 +9,7 @@ import { webhookOpenApi } from '../../contracts/webhook-schemas.ts';
 import { UNLIMITED_PATHS } from '../metering/caller.ts';
 import { setBounded } from '../shared/bounded-map.ts';
 import type { FieldCodes } from './errors.ts';
-import { publicOrigin } from './public-origin.ts';
+import { originCacheControl, publicOrigin } from './public-origin.ts';
 import { servedAt } from './recorded-origin.ts';
 
 /**
@@ -391,6 +391,8 @@ export async function registerOpenApi(
   }
   // The recorded examples name the origin the document is served from (see recorded-origin.ts).
   const origin = publicOrigin(info.publicBaseUrl);
+  // Private while the origin is the request's: see originCacheControl.
+  const cacheControl = originCacheControl(info.publicBaseUrl, 300);
   const served = new Map<string, unknown>();
   const documentAt = (at: string) => {
     let document = served.get(at);
@@ -443,8 +445,7 @@ export async function registerOpenApi(
         responses: { 200: { description: 'OpenAPI 3.1 document', schema: { type: 'object' } } },
       }),
     },
-    async (request, reply) =>
-      reply.header('cache-control', 'public, max-age=300').send(documentAt(origin(request))),
+    async (request, reply) => reply.header('cache-control', cacheControl).send(documentAt(origin(request))),
   );
   await app.register(scalar, {
     routePrefix: '/docs',

@@ -9,3 +9,15 @@ export function publicOrigin(configured: string | undefined): (request: FastifyR
   const fixed = configured?.replace(/\/+$/, '');
   return fixed === undefined ? (request) => `${request.protocol}://${request.host}` : () => fixed;
 }
+
+/**
+ * The Cache-Control of an answer that names publicOrigin's origin, reusable for `maxAgeS`:
+ * `public` when PUBLIC_BASE_URL fixes the origin; else `private`. Without it the origin is the
+ * request's Host (X-Forwarded-Host and -Proto behind a trusted proxy), which any client names:
+ * a shared cache keys an answer by its URL, not by the Host the answer was built from, so a
+ * `public` answer to one forged `Host: evil.example` would be served to every client of that URL,
+ * naming evil.example. `private` leaves the reuse to each client's own cache.
+ */
+export function originCacheControl(configured: string | undefined, maxAgeS: number): string {
+  return `${configured === undefined ? 'private' : 'public'}, max-age=${maxAgeS}`;
+}

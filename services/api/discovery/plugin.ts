@@ -1,7 +1,7 @@
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import { SIGNIN_MCP_PATH } from '../../../contracts/oauth.ts';
 import { documented } from '../openapi.ts';
-import { publicOrigin } from '../public-origin.ts';
+import { originCacheControl, publicOrigin } from '../public-origin.ts';
 import {
   AI_CATALOG_TYPE,
   aiCatalog,
@@ -33,8 +33,6 @@ export interface DiscoveryOptions {
   /** PUBLIC_BASE_URL: the origin every document names; unset, the origin each request came to. */
   publicBaseUrl?: string | undefined;
 }
-
-const CACHE = 'public, max-age=300';
 
 const json = (summary: string, description: string) =>
   documented({
@@ -113,47 +111,49 @@ export function discoveryPlugin(options: DiscoveryOptions): FastifyPluginAsync {
   const tools: CatalogTool[] = catalogTools(options.tools, options.paid);
   const policy = paymentPolicy(options.paidResponseTtlMs);
   const origin = publicOrigin(options.publicBaseUrl);
+  // Private while the origin is the request's: see originCacheControl.
+  const cacheControl = originCacheControl(options.publicBaseUrl, 300);
   const hostOf = (request: FastifyRequest) => new URL(origin(request)).hostname;
   const signin = options.signin === true;
   return async (app) => {
     if (options.paid.length > 0) {
       app.get('/.well-known/x402', { config: manifestDoc }, async (request, reply) =>
         reply
-          .header('cache-control', CACHE)
+          .header('cache-control', cacheControl)
           .send(x402Manifest(origin(request), tools, options.rails, policy)),
       );
     }
     app.get('/.well-known/mcp.json', { config: cardDoc }, async (request, reply) =>
-      reply.header('cache-control', CACHE).send(mcpServerCard(origin(request), tools)),
+      reply.header('cache-control', cacheControl).send(mcpServerCard(origin(request), tools)),
     );
     app.get('/mcp/server-card', { config: serverCardDoc }, async (request, reply) =>
       reply
-        .headers({ ...DISCOVERY_CORS, 'cache-control': CACHE })
+        .headers({ ...DISCOVERY_CORS, 'cache-control': cacheControl })
         .type(SERVER_CARD_TYPE)
         .send(JSON.stringify(serverCard(origin(request), signin))),
     );
     if (signin) {
       app.get(`${SIGNIN_MCP_PATH}/server-card`, { config: signInCardDoc }, async (request, reply) =>
         reply
-          .headers({ ...DISCOVERY_CORS, 'cache-control': CACHE })
+          .headers({ ...DISCOVERY_CORS, 'cache-control': cacheControl })
           .type(SERVER_CARD_TYPE)
           .send(JSON.stringify(signInServerCard(origin(request)))),
       );
     }
     app.get('/.well-known/ai-catalog.json', { config: aiCatalogDoc }, async (request, reply) =>
       reply
-        .headers({ ...DISCOVERY_CORS, 'cache-control': CACHE })
+        .headers({ ...DISCOVERY_CORS, 'cache-control': cacheControl })
         .type(AI_CATALOG_TYPE)
         .send(JSON.stringify(aiCatalog(origin(request), hostOf(request), signin))),
     );
     app.get('/.well-known/mcp/catalog.json', { config: catalogDoc }, async (request, reply) =>
       reply
-        .headers({ ...DISCOVERY_CORS, 'cache-control': CACHE })
+        .headers({ ...DISCOVERY_CORS, 'cache-control': cacheControl })
         .send(mcpCatalog(origin(request), hostOf(request), signin)),
     );
     app.get('/llms.txt', { config: llmsDoc }, async (request, reply) =>
       reply
-        .header('cache-control', CACHE)
+        .header('cache-control', cacheControl)
         .type('text/plain; charset=utf-8')
         .send(llmsTxt(origin(request), tools, options.paid.length > 0 ? options.rails : [], signin)),
     );

@@ -390,7 +390,13 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
       for (const url of ['/.well-known/oauth-authorization-server', '/.well-known/openid-configuration']) {
         const handler = (request: FastifyRequest, reply: FastifyReply) =>
           passThrough(request, reply, '/.well-known/openid-configuration');
-        raw.get(url, { config: asDoc }, handler);
+        raw.get(url, { config: asDoc }, (request, reply) => {
+          // Without PUBLIC_BASE_URL the library names its endpoints after the request's Host, which
+          // any client names: no shared cache may keep that answer for other clients (see
+          // originCacheControl). The library sends no Cache-Control of its own here.
+          if (!publicUrl) reply.raw.setHeader('cache-control', 'private');
+          return handler(request, reply);
+        });
         raw.options(url, handler);
       }
     });

@@ -315,6 +315,8 @@ describe('cursor and query', () => {
       'parquet',
     );
     expect(negotiateFormat(undefined, 'text/html, text/csv;q=0.9')).toBe('csv');
+    expect(negotiateFormat(undefined, 'text/*')).toBe('csv');
+    expect(negotiateFormat(undefined, 'text/html, text/*;q=0.5')).toBe('csv');
     expect(negotiateFormat('parquet', 'text/csv')).toBe('parquet');
     expect(() => negotiateFormat(undefined, 'text/html')).toThrow(HistoryQueryError);
     expect(() => negotiateFormat('json', undefined)).toThrow('format must be one of');

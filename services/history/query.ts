@@ -43,7 +43,8 @@ export function parseTime(name: string, raw: string): number {
 
 const MEDIA: [RegExp, HistoryFormat | 'any'][] = [
   [/^application\/(x-)?ndjson$|^application\/jsonl$|^application\/x-jsonlines$/, 'ndjson'],
-  [/^text\/csv$/, 'csv'],
+  // "text/*" takes any text type: CSV is the one served.
+  [/^text\/csv$|^text\/\*$/, 'csv'],
   [/^application\/(vnd\.apache\.)?parquet$|^application\/x-parquet$/, 'parquet'],
   [/^\*\/\*$|^application\/\*$/, 'any'],
 ];

@@ -454,6 +454,7 @@ describe('the OpenAPI document describes every real answer', () => {
   it('webhook management, happy and refused', async () => {
     await conform({ method: 'GET', template: '/api/webhooks', status: 200 });
     await conform({ method: 'GET', template: '/api/webhooks', status: 401, auth: false });
+    await conform({ method: 'GET', template: '/api/webhooks', path: '/api/webhooks?foo=1', status: 400 });
     await conform({
       method: 'POST',
       template: '/api/webhooks',

@@ -128,7 +128,7 @@ describe.runIf(reachable)('webhook management API', () => {
     expect(mixed.status, JSON.stringify(mixed.body)).toBe(201);
   });
 
-  it('refuses a recover_since in the future, an unknown delivery-log parameter and one given twice', async () => {
+  it('refuses a recover_since in the future, an unknown delivery-log or list parameter and one given twice', async () => {
     const key = await stack.issue();
     const sub = (await stack.request('POST', '/api/webhooks', key, base())).body;
     const future = await stack.request('POST', `/api/webhooks/${sub.id}/enable`, key, {
@@ -155,6 +155,11 @@ describe.runIf(reachable)('webhook management API', () => {
       body: { code: 'INVALID_PARAMETER', field: 'limit', message: 'limit may be given once' },
     });
     expect((await stack.request('GET', `${log}?limit=2&after_seq=0`, key)).status).toBe(200);
+    // The list takes no parameter: one given is refused, not ignored.
+    const listed = await stack.request('GET', '/api/webhooks?foo=1', key);
+    expect(listed).toMatchObject({ status: 400, body: { code: 'UNKNOWN_FILTER', field: 'foo' } });
+    expect(listed.body.message).toBe('unknown parameter "foo"; known: none');
+    expect((await stack.request('GET', '/api/webhooks', key)).status).toBe(200);
   });
 
   it('refuses a coin no venue lists, as the tools do, and writes nothing', async () => {

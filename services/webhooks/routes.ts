@@ -139,6 +139,7 @@ const DOCS = {
     summary: "The key's subscriptions",
     responses: {
       200: { description: 'Subscriptions', schema: z.object({ webhooks: z.array(WebhookView) }) },
+      400: fail('UNKNOWN_FILTER: the route takes no query parameter'),
     },
   }),
   delete: keyed({
@@ -333,7 +334,7 @@ function plainQuery(known: readonly string[]) {
   return async (request: FastifyRequest) => {
     for (const [name, value] of Object.entries(request.query as Record<string, unknown>)) {
       if (!known.includes(name)) {
-        throw new ServiceError('UNKNOWN_FILTER', { name, known: known.join(', ') }, name);
+        throw new ServiceError('UNKNOWN_FILTER', { name, known: known.join(', ') || 'none' }, name);
       }
       if (Array.isArray(value)) throw new ServiceError('INVALID_PARAMETER', { name }, name);
     }
@@ -378,7 +379,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
     app.post('/api/webhooks', { ...DOCS.create, preValidation: authenticated }, async (request, reply) =>
       reply.code(201).send(await served(request, create(keyOf(request), request.body))),
     );
-    app.get('/api/webhooks', { ...DOCS.list, preValidation: authenticated }, async (request) =>
+    app.get('/api/webhooks', { ...DOCS.list, preValidation: [authenticated, plainQuery([])] }, async (request) =>
       served(request, {
         webhooks: subscriptionsOfKey(runner.state.subscriptions, keyOf(request)).map(toView),
       }),

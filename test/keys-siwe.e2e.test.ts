@@ -138,6 +138,20 @@ describe.runIf(run)('POST /api/keys: free sign-in with Sign-In with Ethereum', (
     expect(await post(body)).toMatchObject({ status: 401, body: { code: 'SIWE_NONCE_INVALID' } });
   });
 
+  it('hands out unpredictable nonces: none is the one before shifted by a character', async () => {
+    const nonces: string[] = [];
+    for (let i = 0; i < 20; i++) nonces.push(await nonce());
+    for (const n of nonces) expect(n).toMatch(/^[0-9a-f]{32}$/);
+    expect(new Set(nonces).size).toBe(nonces.length);
+    // viem's generateSiweNonce gave `99f1b584…a74dc` then `9f1b5848…a74dcb`: a window sliding
+    // over one Math.random buffer. No 16-character piece of one nonce may appear in another.
+    for (const [i, a] of nonces.entries()) {
+      for (const b of nonces.slice(i + 1)) {
+        for (let at = 0; at + 16 <= a.length; at++) expect(b).not.toContain(a.slice(at, at + 16));
+      }
+    }
+  });
+
   it('refuses an expired message', async () => {
     const { body } = await signed(undefined, { expirationTime: new Date(Date.now() - MINUTE) });
     expect(await post(body)).toEqual({

@@ -17,8 +17,11 @@ export interface NatsCluster {
   /** Every node's client URL, comma-separated, as NATS_URL takes them. */
   readonly url: string;
   readonly nodes: readonly NatsClusterNode[];
-  /** SIGKILLs the named node (no clean shutdown) and waits for it to exit. */
-  kill(name: string): Promise<void>;
+  /**
+   * SIGKILLs the named node (no clean shutdown) and waits for it to exit; with SIGTERM it shuts
+   * down cleanly and tells the cluster so, and the meta leader counts it offline at once.
+   */
+  kill(name: string, signal?: 'SIGKILL' | 'SIGTERM'): Promise<void>;
   /** Starts the named node again on its ports and store directory. */
   restart(name: string): Promise<void>;
   /** The server name of the stream's RAFT leader, or null while there is none. */
@@ -77,18 +80,18 @@ export async function startNatsCluster(
     });
   };
 
-  const kill = async (node: Node) => {
+  const kill = async (node: Node, signal: 'SIGKILL' | 'SIGTERM' = 'SIGKILL') => {
     const proc = node.child;
     if (!proc) return;
     const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
-    proc.kill('SIGKILL');
+    proc.kill(signal);
     await exited;
     node.child = null;
   };
 
   const url = nodes.map((n) => `nats://127.0.0.1:${n.port}`).join(',');
   const dispose = async () => {
-    await Promise.all(nodes.map(kill));
+    await Promise.all(nodes.map((node) => kill(node)));
     await rm(dir, { recursive: true, force: true });
   };
 
@@ -108,7 +111,7 @@ export async function startNatsCluster(
   return {
     url,
     nodes,
-    kill: (name) => kill(byName(name)),
+    kill: (name, signal) => kill(byName(name), signal),
     restart: (name) => launch(byName(name)),
     async streamLeader(stream) {
       const nc = await connect({ servers: url, timeout: 2_000 });

@@ -18,7 +18,7 @@ import { MemoryEventStore } from '../event-store/memory.ts';
 import { MemoryProjectionStore } from '../projection-store/memory.ts';
 import { appendMarketBatch, sleep, waitFor } from './contract.ts';
 import { connectNatsBus, type NatsBus } from './nats.ts';
-import type { Consumer } from './port.ts';
+import type { BusHealth, Consumer } from './port.ts';
 import { allEventsFilter } from './subjects.ts';
 
 const haveBinary = requireNatsBinary('the cluster test');
@@ -29,6 +29,7 @@ const TOTAL = 1_500;
 function followersOnceLed(info: { cluster?: { leader?: string; replicas?: unknown[] } }): number | null {
   return info.cluster?.leader ? (info.cluster.replicas?.length ?? 0) : null;
 }
+const replicaDrift = (health: BusHealth) => health.drift?.find((d) => d.setting === 'replicas');
 const decoder = new TextDecoder();
 const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
 
@@ -70,7 +71,11 @@ describe.skipIf(!haveBinary)('a 3-replica stream on a 3-node JetStream cluster',
       // and while the copies join that may be one still holding the single-copy config (a full run
       // once read 1 copy after the raise; 40 of 40 raises read 3 at once at load 19 on their own).
       const replicas = async () => (await jsm.streams.info(stream)).config.num_replicas;
-      await expect.poll(replicas).toBe(3);
+      // A raise refused at the start (a peer lagging on a loaded host: once in five CI runs on two
+      // cores, the stream then kept one copy) is tried again in the background, pauses doubling to
+      // 15 s: the wait leaves room for several tries. The drift says updated once one took.
+      await expect.poll(replicas, { timeout: 120_000 }).toBe(3);
+      await expect.poll(async () => replicaDrift(await bus.health())?.updated).toBe(true);
       const health = await bus.health();
       expect(health.drift).toEqual(
         expect.arrayContaining([
@@ -135,7 +140,42 @@ describe.skipIf(!haveBinary)('a 3-replica stream on a 3-node JetStream cluster',
     } finally {
       await nc.close();
     }
-  });
+  }, 240_000);
+
+  it('raises the replicas once a missing peer is back, when the start found the raise refused', async () => {
+    const stream = `RAISE_${randomUUID().slice(0, 8)}`;
+    const prefix = `e${randomUUID().slice(0, 8)}`;
+    const nc = await connect({ servers: cluster.url });
+    const jsm = await jetstreamManager(nc);
+    try {
+      await jsm.streams.add({ name: stream, subjects: [`${prefix}.>`], num_replicas: 1 });
+      // A node not holding the single copy leaves (cleanly, so the meta leader counts it offline at
+      // once): three copies cannot be placed on the two peers left.
+      const holder = await cluster.streamLeader(stream);
+      const gone = cluster.nodes.find((node) => node.name !== holder)!.name;
+      await cluster.kill(gone, 'SIGTERM');
+      const bus = await open({
+        url: cluster.url,
+        stream,
+        subjectPrefix: prefix,
+        logger,
+        replicas: 3,
+        replicaRaiseRetry: { firstPauseMs: 200, maxPauseMs: 1_000 },
+      });
+      const refused = replicaDrift(await bus.health());
+      expect(refused).toMatchObject({ wanted: 3, found: 1, updated: false, error: expect.any(String) });
+      expect((await jsm.streams.info(stream)).config.num_replicas).toBe(1);
+      await cluster.restart(gone);
+      await expect.poll(async () => (await jsm.streams.info(stream)).config.num_replicas).toBe(3);
+      await expect
+        .poll(async () => replicaDrift(await bus.health()))
+        .toEqual({ setting: 'replicas', wanted: 3, found: 1, updated: true });
+    } finally {
+      for (const node of cluster.nodes) if (!node.running) await cluster.restart(node.name);
+      await jsm.streams.delete(stream).catch(() => false);
+      await nc.close();
+    }
+  }, 180_000);
 
   it('is not ready once two of the three copies are gone (no quorum), and ready again when they return', async () => {
     const stream = `QUORUM_${randomUUID().slice(0, 8)}`;

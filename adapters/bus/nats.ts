@@ -51,6 +51,12 @@ export interface NatsBusOptions {
    * server). An existing stream with fewer is raised to this many; one with more is left alone.
    */
   replicas?: number;
+  /**
+   * How a refused raise of the stream's replicas is tried again in the background: the first
+   * pause, the longest one (each pause doubles) and how long after the start it stops trying.
+   * Default 1 s, 15 s, 10 minutes.
+   */
+  replicaRaiseRetry?: Partial<RaiseRetry>;
   /** Copies of each durable consumer's state; 0 (default) inherits the stream's replicas. */
   consumerReplicas?: number;
   /**
@@ -162,7 +168,7 @@ async function openOnce(
       // is not what the configuration describes, e.g. one copy where three were asked for.
       logger.warn({ drift }, 'existing stream has other settings than configured');
     }
-    return new NatsBus(nc, jsm, {
+    const bus = new NatsBus(nc, jsm, {
       stream: options.stream,
       subjectPrefix,
       logger,
@@ -172,6 +178,8 @@ async function openOnce(
       consumerReplicas: options.consumerReplicas ?? 0,
       drift,
     });
+    bus.retryRefusedRaise({ ...DEFAULT_RAISE_RETRY, ...options.replicaRaiseRetry });
+    return bus;
   } catch (err) {
     await nc.close();
     throw err;
@@ -195,6 +203,9 @@ function wantedStream(options: NatsBusOptions, subjectPrefix: string) {
 }
 
 type WantedStream = ReturnType<typeof wantedStream>;
+
+/** The refusal of a raise on a server outside a cluster: final, not tried again. */
+const NOT_CLUSTERED = 'the server is not in a cluster: one copy only';
 
 /**
  * Creates the stream, or compares the one found with it. Replicas are only ever raised (a JetStream
@@ -234,13 +245,14 @@ async function ensureStream(jsm: JetStreamManager, wanted: WantedStream): Promis
     if (existing.cluster === undefined) {
       // NATS 2.9 accepts the raise on a server outside a cluster and keeps one copy: the stream
       // would then claim copies that do not exist, for every process that opens it.
-      drift.push({ ...raise, updated: false, error: 'the server is not in a cluster: one copy only' });
+      drift.push({ ...raise, updated: false, error: NOT_CLUSTERED });
     } else {
       try {
         await jsm.streams.update(wanted.name, { num_replicas: wanted.num_replicas });
         drift.push({ ...raise, updated: true });
       } catch (err) {
-        // Too few peers in the cluster: keep running on the copies there are, and say why.
+        // Too few peers current (one down or lagging under load), or the leader busy: keep running
+        // on the copies there are, say why, and try again in the background (retryRefusedRaise).
         drift.push({ ...raise, updated: false, error: err instanceof Error ? err.message : String(err) });
       }
     }
@@ -257,6 +269,83 @@ async function streamInfo(jsm: JetStreamManager, stream: string) {
     if (err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound) return null;
     throw err;
   }
+}
+
+export interface RaiseRetry {
+  firstPauseMs: number;
+  maxPauseMs: number;
+  /** Past this long after the first refusal, no new try starts: the stream keeps its copies. */
+  forMs: number;
+}
+
+const DEFAULT_RAISE_RETRY: RaiseRetry = { firstPauseMs: 1_000, maxPauseMs: 15_000, forMs: 10 * 60_000 };
+
+/** What retryReplicaRaise reads and changes of the stream. */
+export interface ReplicaRaiseTarget {
+  replicas(): Promise<number>;
+  raise(replicas: number): Promise<void>;
+}
+
+/**
+ * Tries a refused raise of the stream's replicas again, with pauses doubling from firstPauseMs to
+ * maxPauseMs, until it takes, the stream has the copies already (another process raised it, or a
+ * try that timed out here took on the server), `signal` aborts (the bus closed) or `forMs` has
+ * passed. The refusal ensureStream met is mostly passing: a peer down for a restart, or one that
+ * lagged on a loaded host when the meta leader placed the copies. Without a retry the stream kept
+ * one copy until some process started again, and a node's loss then lost its messages. `entry` is
+ * the drift health() reports: updated once the raise took, else the last refusal in `error`.
+ * Resolves true once the stream has the copies.
+ */
+export async function retryReplicaRaise(
+  entry: BusSettingDrift & { wanted: number },
+  target: ReplicaRaiseTarget,
+  retry: RaiseRetry,
+  logger: Logger,
+  signal: AbortSignal,
+): Promise<boolean> {
+  const giveUpAt = Date.now() + retry.forMs;
+  let pauseMs = retry.firstPauseMs;
+  for (let attempt = 1; ; attempt++) {
+    const left = giveUpAt - Date.now();
+    if (left <= 0) {
+      logger.error(
+        { wanted: entry.wanted, found: entry.found, tries: attempt - 1, err: entry.error },
+        'stream replicas not raised; giving up until the next start: the stream keeps the copies it has',
+      );
+      return false;
+    }
+    logger.warn(
+      { wanted: entry.wanted, found: entry.found, err: entry.error, retryInMs: Math.min(pauseMs, left) },
+      'raising the stream replicas was refused; trying again',
+    );
+    if (!(await pause(Math.min(pauseMs, left), signal))) return false;
+    pauseMs = Math.min(pauseMs * 2, retry.maxPauseMs);
+    try {
+      if ((await target.replicas()) < entry.wanted) await target.raise(entry.wanted);
+      entry.updated = true;
+      delete entry.error;
+      logger.info({ wanted: entry.wanted, found: entry.found, tries: attempt }, 'stream replicas raised');
+      return true;
+    } catch (err) {
+      if (signal.aborted) return false;
+      entry.error = err instanceof Error ? err.message : String(err);
+    }
+  }
+}
+
+/** Waits `ms`; false when `signal` aborted first. */
+function pause(ms: number, signal: AbortSignal): Promise<boolean> {
+  if (signal.aborted) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    const done = (waited: boolean) => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', aborted);
+      resolve(waited);
+    };
+    const aborted = () => done(false);
+    const timer = setTimeout(() => done(true), ms);
+    signal.addEventListener('abort', aborted, { once: true });
+  });
 }
 
 interface NatsBusConfig {
@@ -277,6 +366,9 @@ export class NatsBus implements Bus {
   private readonly js: JetStreamClient;
   private readonly consumers = new Set<ConsumeLoop>();
   private closed = false;
+  /** Ends a background retry of a refused replica raise at close(). */
+  private readonly closing = new AbortController();
+  private raiseRetry: Promise<boolean> | null = null;
 
   constructor(
     readonly nc: NatsConnection,
@@ -355,12 +447,35 @@ export class NatsBus implements Bus {
     }
   }
 
+  /**
+   * Starts trying again, in the background, a replica raise the start found refused (a cluster
+   * only: a lone server's refusal is final). Once it takes, health() reports it updated.
+   */
+  retryRefusedRaise(retry: RaiseRetry): void {
+    const refused = this.config.drift.find(
+      (d): d is BusSettingDrift & { wanted: number } =>
+        d.setting === 'replicas' && !d.updated && typeof d.wanted === 'number' && d.error !== undefined,
+    );
+    if (!refused || refused.error === NOT_CLUSTERED || this.raiseRetry) return;
+    const stream = this.config.stream;
+    const target: ReplicaRaiseTarget = {
+      replicas: async () => (await this.jsm.streams.info(stream)).config.num_replicas,
+      raise: async (replicas) => {
+        await this.jsm.streams.update(stream, { num_replicas: replicas });
+      },
+    };
+    this.raiseRetry = retryReplicaRaise(refused, target, retry, this.config.logger, this.closing.signal);
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.closing.abort();
     await Promise.all([...this.consumers].map((consumer) => consumer.stop()));
     this.consumers.clear();
     await this.nc.close();
+    // A try in flight fails with the connection; the retry then ends on the aborted signal.
+    await this.raiseRetry;
   }
 
   /** Deletes the stream and everything in it: for tests and benchmarks with throwaway streams. */

@@ -31,9 +31,12 @@ export interface BusSettingDrift {
   setting: 'replicas' | 'subjects' | 'retention' | 'storage' | 'discard' | 'duplicate_window';
   wanted: string | number;
   found: string | number;
-  /** True when start brought the stream in line (replicas raised); false when only reported. */
+  /**
+   * True once the stream was brought in line (replicas raised at start, or by the background retry
+   * of a raise refused there); false when only reported, or while that retry has not taken.
+   */
   updated: boolean;
-  /** Why the raise was refused (a lone server, too few peers), when start tried one and failed. */
+  /** Why the raise was refused (a lone server, too few peers): the latest refusal while not updated. */
   error?: string;
 }
 

@@ -9,6 +9,7 @@ import { errorHandler, rpcErrorBody } from '../errors.ts';
 import { codesText, documented, RESPONSE_HEADERS, type ResponseDoc } from '../openapi.ts';
 import { handOver } from './hand-over.ts';
 import { InFlightIds, releaseId, requestIds } from './in-flight.ts';
+import { paramsRefusal } from './params-check.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
 import { createMcpServer } from './server.ts';
 import { answerToolCall, modernToolCall, plainToolCall } from './session-call.ts';
@@ -92,7 +93,7 @@ const MCP_RESPONSES: Record<number, ResponseDoc> = {
   },
   202: { description: 'A notification was accepted' },
   400: rpcError(
-    '-32700: the body is not JSON, or nests deeper than 64 levels; -32000: bad request (no session for a GET); -32600: invalid request',
+    '-32700: the body is not JSON, or nests deeper than 64 levels; -32000: bad request (no session for a GET); -32600: invalid request (params present but not an object); -32602: params an array (MCP takes params by name)',
   ),
   413: rpcError('-32600: the body is larger than the limit'),
   415: rpcError('-32600: the body is not application/json'),
@@ -255,11 +256,20 @@ function mcpHandler(deps: HandlerDeps): Handler {
     if (sessionId !== undefined) {
       transport = sessions.touch(sessionId);
       if (transport === undefined) return jsonRpcError(reply, 404, -32001, 'Session not found');
-    } else if (method === 'POST' && isInitialize(request.body)) {
+    }
+    // Params refused alike with or without a session (params-check.ts), before any transport.
+    const refusal = method === 'POST' ? paramsRefusal(request.body) : null;
+    if (refusal !== null) {
+      return reply
+        .code(refusal.status)
+        .type('application/json')
+        .send({ jsonrpc: '2.0', error: { code: refusal.code, message: refusal.message }, id: refusal.id });
+    }
+    if (sessionId === undefined && method === 'POST' && isInitialize(request.body)) {
       const owner = sessionOwner(request);
       await sessions.makeRoom(owner);
       transport = await openSession(deps, owner);
-    } else if (method === 'POST') {
+    } else if (sessionId === undefined && method === 'POST') {
       // No session and not initialize: a one-shot call, or the 2026-07-28 revision. Their plain
       // tools/call is answered here as on a session (see session-call.ts); the rest by the SDKs
       // (stateless.ts).
@@ -274,7 +284,7 @@ function mcpHandler(deps: HandlerDeps): Handler {
         return undefined;
       }
       return stateless.serve(request, reply, signedIn.get(request));
-    } else {
+    } else if (transport === undefined) {
       return jsonRpcError(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
     }
     if (sessionId !== undefined && method === 'POST') {

@@ -20,21 +20,28 @@ import {
  * result, then serialises the answer into a web Response that an adapter streams back. Here the
  * body Fastify already parsed is checked by hand and the answer is serialised once.
  *
- * Only the plain shape is taken: one JSON-RPC request (no batch), `params` with a string `name`,
- * object `arguments` and at most `_meta["x402/payment"]`, and headers the transport would accept.
+ * Only the plain shape is taken: one JSON-RPC request (no batch), `params` (or none) with at most
+ * `name`, `arguments` and `_meta["x402/payment"]`, and headers the transport would accept. A
+ * `name` that is not a string or `arguments` that are not an object are taken too: callTool
+ * refuses them in words (-32602), where the SDKs answered zod's issue list.
  * Everything else (another method, progress tokens, tasks, a bad Accept or protocol version, a
  * 2026 envelope in another shape) goes to the SDKs, which answer it, errors included, as before.
  */
 
 export interface PlainToolCall {
   id: string | number;
-  name: string;
-  args: Record<string, unknown> | undefined;
+  /** As sent: callTool refuses anything but a string. */
+  name: unknown;
+  /** As sent: callTool refuses anything but an object or nothing. */
+  args: unknown;
   payment: unknown;
 }
 
 const isPlainObject = (v: unknown): v is Record<string, unknown> =>
   v !== null && typeof v === 'object' && !Array.isArray(v);
+
+/** What a call without params is read as. */
+const NO_PARAMS: Readonly<Record<string, unknown>> = Object.freeze({});
 
 /** The body's tools/call in the plain shape, its `_meta` keys all in `allowed`; else null. */
 function plainBody(
@@ -47,16 +54,15 @@ function plainBody(
 } | null {
   const body = request.body;
   if (!isPlainObject(body) || body.jsonrpc !== '2.0' || body.method !== 'tools/call') return null;
-  const { id, params } = body;
+  const { id } = body;
+  // No params at all is a call without a name, refused as such by callTool.
+  const params = body.params === undefined ? NO_PARAMS : body.params;
   if ((typeof id !== 'string' && typeof id !== 'number') || !isPlainObject(params)) return null;
-  if (typeof params.name !== 'string') return null;
   // for-in over the parsed body's own keys (JSON.parse makes no inherited enumerable ones), not
   // an array of them made per call.
   for (const key in params) {
     if (key !== 'name' && key !== 'arguments' && key !== '_meta') return null;
   }
-  const args = params.arguments;
-  if (args !== undefined && !isPlainObject(args)) return null;
   const meta = params._meta;
   if (meta !== undefined) {
     if (!isPlainObject(meta)) return null;
@@ -102,8 +108,8 @@ export function plainToolCall(request: FastifyRequest): PlainToolCall | null {
   const { id, params, meta } = plain;
   return {
     id,
-    name: params.name as string,
-    args: params.arguments as Record<string, unknown> | undefined,
+    name: params.name,
+    args: params.arguments,
     payment: meta?.[MCP_PAYMENT_META],
   };
 }
@@ -135,7 +141,10 @@ export function modernToolCall(request: FastifyRequest): PlainToolCall | null {
   const plain = plainBody(request, MODERN_META);
   if (plain === null || plain.meta === undefined) return null;
   const { id, params, meta } = plain;
-  if (headers['mcp-name'] !== params.name || meta[PROTOCOL_VERSION_META] !== MODERN_REVISION) return null;
+  // Mcp-Name must agree with a string name; with no name (or not a string one) there must be none.
+  const name = params.name;
+  if (headers['mcp-name'] !== (typeof name === 'string' ? name : undefined)) return null;
+  if (meta[PROTOCOL_VERSION_META] !== MODERN_REVISION) return null;
   const capabilities = meta[CLIENT_CAPABILITIES_META];
   if (!isPlainObject(capabilities) || Object.keys(capabilities).length > 0) return null;
   const info = meta[CLIENT_INFO_META];
@@ -143,8 +152,8 @@ export function modernToolCall(request: FastifyRequest): PlainToolCall | null {
   for (const key of Object.keys(info)) if (key !== 'name' && key !== 'version') return null;
   return {
     id,
-    name: params.name as string,
-    args: params.arguments as Record<string, unknown> | undefined,
+    name,
+    args: params.arguments,
     payment: meta[MCP_PAYMENT_META],
   };
 }

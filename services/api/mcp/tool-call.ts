@@ -65,7 +65,9 @@ export interface ToolCallDeps {
 }
 
 export interface ToolCallRequest {
-  name: string;
+  /** `params.name` as sent: anything but a string is refused in words (-32602), as an unknown tool is. */
+  name: unknown;
+  /** `params.arguments` as sent: absent, or an object; anything else is refused in words (-32602). */
   args: unknown;
   /** `_meta["x402/payment"]` of the call; undefined when none was attached. */
   payment?: unknown;
@@ -140,7 +142,15 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     throw new Error('tools/call without a caller: the caller hook (callerPlugin) runs before every route');
   const caller: Caller = request.caller;
 
-  const tool = deps.registry.get(request.name);
+  const malformed = malformedParams(request.name, request.args);
+  if (malformed !== null) {
+    return toolError(`${MCP_INVALID_PARAMS} invalid params: ${malformed.message}`, {
+      code: malformed.code,
+      issues: [{ path: malformed.path, message: malformed.message }],
+      _service: await undebitedService(deps.quota, caller),
+    });
+  }
+  const tool = deps.registry.get(request.name as string);
   if (tool === undefined) {
     return toolError(`${MCP_INVALID_PARAMS} unknown tool ${JSON.stringify(request.name)}`, {
       code: 'unknown_tool',
@@ -223,6 +233,44 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     return toolError(payment ? JSON.stringify(structured) : message, structured);
   }
   return failedCall(deps, outcome.error, { tool: tool.name, requestId }, outcome.service);
+}
+
+/** What a JSON value is, in words: "a string", "null", "an array". */
+function kindOf(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  const type = typeof value;
+  return type === 'object' || type === 'undefined' ? `an ${type}` : `a ${type}`;
+}
+
+/**
+ * A tools/call whose `name` is not a string or whose `arguments` are not an object (absent is
+ * allowed: no arguments): which member, in words. The SDKs' own check of these answered -32603
+ * (or -32602) with zod's issue list as the message; this is the same -32602 tool error as an
+ * unknown tool or bad arguments (contract 7.3).
+ */
+function malformedParams(
+  name: unknown,
+  args: unknown,
+): { code: 'unknown_tool' | 'invalid_arguments'; path: string; message: string } | null {
+  if (typeof name !== 'string') {
+    return {
+      code: 'unknown_tool',
+      path: 'name',
+      message:
+        name === undefined
+          ? 'params.name is missing: name the tool to call (tools/list names them)'
+          : `params.name must be a tool's name, a string, not ${kindOf(name)}`,
+    };
+  }
+  if (args !== undefined && (args === null || typeof args !== 'object' || Array.isArray(args))) {
+    return {
+      code: 'invalid_arguments',
+      path: 'arguments',
+      message: `params.arguments must be an object of named arguments (or left out), not ${kindOf(args)}`,
+    };
+  }
+  return null;
 }
 
 function failedCall(

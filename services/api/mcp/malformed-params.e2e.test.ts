@@ -1,0 +1,162 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryCache } from '../../../adapters/cache/memory.ts';
+import { startKeyedServer } from '../../../test/keyed-harness.ts';
+
+/**
+ * Malformed params answer in words, alike on a session, one-shot and on the 2026-07-28 revision:
+ * a tools/call whose name is not a string or whose arguments are not an object is the -32602
+ * tool error of contract 7.3 (HTTP 200, result.isError, the code in the text), as an unknown tool
+ * or bad arguments are; params that are not an object are refused before any method (-32600,
+ * -32602 for an array); initialize missing members is -32602 naming them. Never zod's issue list.
+ */
+const HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
+const ENVELOPE = {
+  'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+  'io.modelcontextprotocol/clientInfo': { name: 't', version: '1' },
+  'io.modelcontextprotocol/clientCapabilities': {},
+};
+type Server = Awaited<ReturnType<typeof startKeyedServer>>;
+type Path = 'session' | 'one-shot' | 'modern';
+const PATHS: Path[] = ['session', 'one-shot', 'modern'];
+
+/** What a validation dump looks like: zod's issue keys. */
+const DUMP = /invalid_type|"expected"|"path"|received/;
+
+interface Answer {
+  status: number;
+  body: {
+    id?: unknown;
+    error?: { code: number; message: string };
+    result?: { isError?: boolean; content: { text: string }[]; structuredContent: Record<string, unknown> };
+  };
+}
+
+describe('malformed MCP params', () => {
+  let server: Server;
+  let key: string;
+  let session: string;
+
+  const post = async (path: Path, body: Record<string, unknown>): Promise<Answer> => {
+    const headers: Record<string, string> = { ...HEADERS, authorization: `Bearer ${key}` };
+    let sent = body;
+    if (path === 'session') headers['mcp-session-id'] = session;
+    if (path === 'modern') {
+      headers['mcp-protocol-version'] = '2026-07-28';
+      headers['mcp-method'] = String(body.method);
+      const params = body.params as Record<string, unknown> | undefined;
+      if (typeof params?.name === 'string') headers['mcp-name'] = params.name;
+      // The envelope rides in params._meta; params that are not an object are sent as they are.
+      if (params !== null && typeof params === 'object' && !Array.isArray(params)) {
+        sent = { ...body, params: { ...params, _meta: ENVELOPE } };
+      }
+    }
+    const res = await fetch(`${server.url}/mcp`, { method: 'POST', headers, body: JSON.stringify(sent) });
+    return { status: res.status, body: (await res.json()) as Answer['body'] };
+  };
+  const call = (params: unknown, method = 'tools/call') => ({
+    jsonrpc: '2.0',
+    id: 'm-1',
+    method,
+    ...(params === undefined ? {} : { params }),
+  });
+
+  beforeAll(async () => {
+    server = await startKeyedServer({ cache: new MemoryCache() });
+    key = (await server.issue('pro')).key;
+    const init = await fetch(`${server.url}/mcp`, {
+      method: 'POST',
+      headers: { ...HEADERS, authorization: `Bearer ${key}` },
+      body: JSON.stringify(
+        call(
+          { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '0' } },
+          'initialize',
+        ),
+      ),
+    });
+    await init.text();
+    session = init.headers.get('mcp-session-id')!;
+  });
+  afterAll(async () => {
+    await server?.close();
+  });
+
+  const TOOL_ERRORS: [string, Record<string, unknown>, string, string][] = [
+    ['arguments a string', { name: 'get_market_regime', arguments: 'BTC' }, 'invalid_arguments', 'a string'],
+    ['arguments null', { name: 'get_market_regime', arguments: null }, 'invalid_arguments', 'null'],
+    ['arguments an array', { name: 'get_market_regime', arguments: [] }, 'invalid_arguments', 'an array'],
+    ['name a number', { name: 5, arguments: {} }, 'unknown_tool', 'a number'],
+    ['name missing', { arguments: { coin: 'BTC' } }, 'unknown_tool', 'missing'],
+  ];
+
+  for (const path of PATHS) {
+    for (const [label, params, code, words] of TOOL_ERRORS) {
+      it(`${path}: tools/call with ${label} is the -32602 tool error, in words`, async () => {
+        const { status, body } = await post(path, call(params));
+        expect(status).toBe(200);
+        expect(body.error).toBeUndefined();
+        expect(body.id).toBe('m-1');
+        const result = body.result!;
+        expect(result.isError).toBe(true);
+        const text = result.content[0]!.text;
+        expect(text).toMatch(/^-32602 invalid params: params\.(name|arguments) /);
+        expect(text).toContain(words);
+        expect(text).not.toMatch(DUMP);
+        expect(result.structuredContent).toMatchObject({
+          code,
+          issues: [{ path: code === 'unknown_tool' ? 'name' : 'arguments' }],
+          _service: { quota: { used: 0 } },
+        });
+      });
+    }
+
+    it(`${path}: params that are not an object are refused before any method`, async () => {
+      for (const [params, code, words] of [
+        ['x', -32600, 'not a string'],
+        [null, -32600, 'not null'],
+        [7, -32600, 'not a number'],
+        [[], -32602, 'not an array'],
+      ] as const) {
+        for (const method of ['tools/call', 'initialize']) {
+          const { status, body } = await post(path, call(params, method));
+          expect(status).toBe(400);
+          expect(body.id).toBe('m-1');
+          expect(body.error?.code).toBe(code);
+          expect(body.error?.message).toContain(words);
+          expect(body.error?.message).not.toMatch(DUMP);
+        }
+      }
+    });
+  }
+
+  for (const path of ['session', 'one-shot'] as const) {
+    it(`${path}: initialize with params missing members is -32602 naming them`, async () => {
+      for (const params of [{}, undefined]) {
+        const { status, body } = await post(path, call(params, 'initialize'));
+        expect(status).toBe(200);
+        expect(body.error?.code).toBe(-32602);
+        expect(body.error?.message).toBe(
+          'Invalid params: initialize needs params.protocolVersion (a string), params.capabilities (an object), params.clientInfo (an object with name and version)',
+        );
+      }
+      const partial = await post(
+        path,
+        call({ protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't' } }, 'initialize'),
+      );
+      expect(partial.body.error).toEqual({
+        code: -32602,
+        message: 'Invalid params: initialize needs params.clientInfo.version (a string)',
+      });
+    });
+  }
+
+  it('a well-formed call still answers on every path', async () => {
+    for (const path of PATHS) {
+      const { body } = await post(
+        path,
+        call({ name: 'get_market_regime', arguments: { coin: 'BTC', timeframe: '4h' } }),
+      );
+      expect(body.result?.isError).toBeUndefined();
+      expect(body.result?.structuredContent).toMatchObject({ coin: 'BTC' });
+    }
+  });
+});

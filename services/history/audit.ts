@@ -1,4 +1,10 @@
-import type { HistoryRow, TrackRecordResponse, TrackRecordWindow } from '../../contracts/history.ts';
+import { deterministicId } from '../../contracts/deterministic-id.ts';
+import {
+  type HistoryRow,
+  revealTime,
+  type TrackRecordResponse,
+  type TrackRecordWindow,
+} from '../../contracts/history.ts';
 import { type OutcomeContent, outcomeHash, verdictHash } from '../../contracts/verdict-hash.ts';
 import { servedForecast } from './outcome.ts';
 import { rowContent } from './rows.ts';
@@ -37,12 +43,12 @@ type RowRef = ReturnType<typeof ref>;
 
 /** The outcome chain of one verdict stream, as far as the file has shown it. */
 interface OutcomeChain {
-  /** Outcomes no later outcome has linked to yet (one, the head, once the file is read). */
-  heads: Map<string, RowRef>;
+  /** Outcomes no later outcome has linked to yet (one, the head, once the file is read), with their log positions. */
+  heads: Map<string, RowRef & { outcomePosition: number }>;
   /** The last CONSUMED_KEPT outcomes some later outcome linked to: a second link to one is a fork. */
   consumed: Set<string>;
   /** Links to outcomes not seen yet, with the rows that lost their outcome since the last link. */
-  waiting: Map<string, { row: RowRef; missing: RowRef[] }>;
+  waiting: Map<string, { row: RowRef; missing: RowRef[]; outcomePosition: number }>;
   /** Revealed rows without a chained outcome since the last chained one (the first two: one is named). */
   unlabelled: RowRef[];
   started: boolean;
@@ -68,7 +74,7 @@ export async function verifyRows(
   rows: AsyncIterable<HistoryRow>,
   options: { onRow?: (row: HistoryRow) => Promise<void> } = {},
 ): Promise<ChainReport> {
-  const last = new Map<string, { hash: string; revision: number }>();
+  const last = new Map<string, { hash: string; revision: number; position: number; recordedAt: number }>();
   const chains = new Map<string, OutcomeChain>();
   const report: ChainReport = {
     ok: true,
@@ -96,6 +102,17 @@ export async function verifyRows(
         broken(ref(row), 'prev_hash does not link to the previous verdict of this stream');
         break;
       }
+      if (row.position <= prev.position) {
+        broken(
+          ref(row),
+          `position ${row.position} does not follow ${prev.position}, the previous verdict's of this stream`,
+        );
+        break;
+      }
+      if (Date.parse(row.recorded_at) < prev.recordedAt - RECORDED_SKEW_MS) {
+        broken(ref(row), "recorded_at is earlier than the previous verdict's of this stream");
+        break;
+      }
     } else {
       report.streams++;
       if (row.prev_hash !== null) report.anchored++;
@@ -109,6 +126,11 @@ export async function verifyRows(
         whole: row.prev_hash === null,
       });
     }
+    const stamped = recordTimes(row);
+    if (stamped) {
+      broken(ref(row), stamped);
+      break;
+    }
     const content = rowContent(row);
     if (content) {
       if (verdictHash(content) !== row.hash) {
@@ -117,7 +139,12 @@ export async function verifyRows(
       }
       report.rehashed++;
     }
-    last.set(row.stream, { hash: row.hash, revision: row.revision });
+    last.set(row.stream, {
+      hash: row.hash,
+      revision: row.revision,
+      position: row.position,
+      recordedAt: Date.parse(row.recorded_at),
+    });
     const reason = checkOutcome(row, chains.get(row.stream)!, report);
     if (reason) {
       broken(ref(row), reason);
@@ -135,6 +162,32 @@ export async function verifyRows(
     }
   }
   return report;
+}
+
+/**
+ * How far a verdict's recorded_at may fall behind the previous one of its stream: each is the
+ * clock of the process that appended it, and a stream's writer may move to another host.
+ */
+const RECORDED_SKEW_MS = 60_000;
+
+/**
+ * The row's stamps outside the hash, against what determines them: reveal_at is the candle close
+ * plus the reveal delay, outcome_id derives from the verdict id, and an outcome is recorded after
+ * its verdict. The reason one is wrong, or null.
+ */
+function recordTimes(row: HistoryRow): string | null {
+  if (!Number.isFinite(Date.parse(row.recorded_at))) return 'recorded_at is not a time';
+  if (
+    row.candle_close_time !== null &&
+    Date.parse(row.reveal_at) !==
+      revealTime({ candleCloseTime: row.candle_close_time, timeframe: row.timeframe })
+  )
+    return 'reveal_at is not the candle close plus the reveal delay';
+  if (row.outcome_id !== null && row.outcome_id !== deterministicId('verdict-outcome', row.verdict_id))
+    return 'outcome_id is not the one its verdict id gives';
+  if (row.outcome_position !== null && row.outcome_position <= row.position)
+    return 'outcome_position is not after the verdict';
+  return null;
 }
 
 /**
@@ -199,9 +252,14 @@ function checkOutcome(row: HistoryRow, chain: OutcomeChain, report: ChainReport)
   report.outcomes++;
   const hash = row.outcome_hash;
   const link = row.outcome_prev_hash;
+  // Chained outcomes carry their position (outcomeRow sets it whenever the hash is set).
+  const outcomePosition = row.outcome_position ?? 0;
+  const previous = link === null ? undefined : chain.heads.get(link);
   if (link === null) {
     if (chain.started) return 'a second outcome chain start (outcome_prev_hash null) in this stream';
-  } else if (chain.heads.has(link)) {
+  } else if (previous !== undefined) {
+    if (previous.outcomePosition >= outcomePosition)
+      return 'outcome_position is not after the previous outcome of this stream';
     chain.heads.delete(link);
     chain.consumed.add(link);
     if (chain.consumed.size > CONSUMED_KEPT) chain.consumed.delete(chain.consumed.values().next().value!);
@@ -209,12 +267,16 @@ function checkOutcome(row: HistoryRow, chain: OutcomeChain, report: ChainReport)
     return 'two outcomes link to the same previous outcome (a forked outcome chain)';
   } else {
     if (!chain.started) chain.entry = link;
-    chain.waiting.set(link, { row: at, missing: chain.unlabelled });
+    chain.waiting.set(link, { row: at, missing: chain.unlabelled, outcomePosition });
   }
   chain.started = true;
   chain.unlabelled = [];
-  if (chain.waiting.has(hash)) chain.waiting.delete(hash);
-  else chain.heads.set(hash, at);
+  const next = chain.waiting.get(hash);
+  if (next !== undefined) {
+    if (outcomePosition >= next.outcomePosition)
+      return 'outcome_position is not before the next outcome of this stream';
+    chain.waiting.delete(hash);
+  } else chain.heads.set(hash, { ...at, outcomePosition });
   return null;
 }
 

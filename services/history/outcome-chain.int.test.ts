@@ -154,6 +154,37 @@ describe('outcomes in the chain', () => {
       (r) => ({ ...r, outcome_hash: null, outcome_prev_hash: null, outcome_position: null }),
       'outcome without outcome_hash after the outcome chain of this stream began',
     ],
+    // The stamps outside the hashes, against what determines them.
+    [
+      'recorded_at moved back to 2020',
+      () => middle(),
+      (r) => ({ ...r, recorded_at: '2020-01-01T00:00:00.000Z' }),
+      "recorded_at is earlier than the previous verdict's of this stream",
+    ],
+    [
+      'reveal_at moved a day earlier',
+      () => middle(),
+      (r) => ({ ...r, reveal_at: new Date(Date.parse(r.reveal_at) - 86_400_000).toISOString() }),
+      'reveal_at is not the candle close plus the reveal delay',
+    ],
+    [
+      'outcome_id replaced',
+      () => middle(),
+      (r) => ({ ...r, outcome_id: '00000000-0000-4000-8000-000000000000' }),
+      'outcome_id is not the one its verdict id gives',
+    ],
+    [
+      'outcome_position set before its verdict',
+      () => middle(),
+      (r) => ({ ...r, outcome_position: r.position - 1 }),
+      'outcome_position is not after the verdict',
+    ],
+    [
+      'outcome_position set before the previous outcome of its stream',
+      () => middle(),
+      (r) => ({ ...r, outcome_position: r.position + 1 }),
+      'outcome_position is not after the previous outcome of this stream',
+    ],
   ];
   for (const [name, pick, change, reason] of cases) {
     it(`fails verify and names the row: ${name} (NDJSON, CSV, Parquet)`, async () => {
@@ -179,7 +210,21 @@ describe('outcomes in the chain', () => {
     );
     const report = await verify(await write('swapped', 'ndjson', swapped));
     expect(report.ok).toBe(false);
+    // The outcome ids came along with the outcomes: each names another verdict.
     expect(report.firstBroken).toMatchObject({
+      position: a.position,
+      reason: 'outcome_id is not the one its verdict id gives',
+    });
+    // Swapped with their ids left in place, the hashes tell.
+    const columnsOnly = rows.map((r) =>
+      r === a
+        ? { ...a, ...outcomeOf(b), outcome_id: a.outcome_id }
+        : r === b
+          ? { ...b, ...outcomeOf(a), outcome_id: b.outcome_id }
+          : r,
+    );
+    const columns = await verify(await write('swapped-columns', 'ndjson', columnsOnly));
+    expect(columns.firstBroken).toMatchObject({
       position: a.position,
       reason: 'outcome_hash does not match the outcome columns',
     });

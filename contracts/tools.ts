@@ -451,8 +451,8 @@ export const TOOLS = {
     input: GetMarketRegimeInput,
     output: RegimeReading,
     title: 'Market regime',
-    description:
-      'Market regime (trending, ranging, choppy, volatile, squeeze) for a coin and timeframe, with the metrics behind it.',
+    // The labels are the enum's own, so the description cannot name one the answer never carries.
+    description: `Market regime (${Regime.options.join(', ')}) for a coin and timeframe, with the metrics behind it.`,
     example: { coin: 'ETH', timeframe: '4h' },
     price: { key: 'X402_PRICE_GET_MARKET_REGIME' },
   }),
@@ -489,8 +489,10 @@ export const TOOLS = {
     input: ScanFundingArbInput,
     output: ScanFundingArbOutput,
     title: 'Funding arbitrage scan',
+    // The ranking is the sort of services/engine/funding-scan.ts; the horizons those of
+    // CARRY_HORIZONS_HOURS (services/engine/funding/carry.ts): tool-table.unit.test.ts checks both.
     description:
-      'Perpetual funding-rate spreads across venues, normalised per hour and annualised, with the best long/short pair per coin.',
+      'Perpetual funding-rate spreads across venues, normalised per hour and annualised, with the best long/short pair per coin, ranked by expected net carry (carry.expectedNetCarryBps: the most, over horizons of 8 hours to 7 days, that the spread is expected to collect, judged by how such spreads decayed in history, after entry and exit fees on both legs), not by the spread now.',
     example: { limit: 5 },
     price: { key: 'X402_PRICE_SCAN_FUNDING_ARB' },
   }),

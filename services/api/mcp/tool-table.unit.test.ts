@@ -4,8 +4,11 @@ import { pino } from 'pino';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../../adapters/event-store/memory.ts';
 import { loadConfig } from '../../../contracts/config.ts';
+import { TrackRecordWindow } from '../../../contracts/history.ts';
 import { jsonSchema } from '../../../contracts/json-schema.ts';
+import { Regime } from '../../../contracts/market.ts';
 import { priceKeyOf, TOOL_NAMES, TOOLS } from '../../../contracts/tools.ts';
+import { CARRY_HORIZONS_HOURS } from '../../engine/funding/carry.ts';
 import type { SignalOperations } from '../../engine/operations.ts';
 import { setupX402, type X402Setup } from '../../payments/setup.ts';
 import {
@@ -108,6 +111,31 @@ describe('the tool table', () => {
         '4h': config.X402_PRICE_GET_TRADE_CALL,
       },
     });
+  });
+
+  it('lists, where a description lists labels, exactly the labels the schema allows', () => {
+    // The first parenthesised list of the description, split on commas and a final "or".
+    const listed = (description: string) =>
+      /\(([^()]+)\)/
+        .exec(description)![1]!
+        .split(/,\s*|\s+or\s+/)
+        .map((label) => label.trim());
+    const labelled: [string, readonly string[]][] = [
+      [TOOLS.get_market_regime.description, TOOLS.get_market_regime.output.shape.regime.options],
+      // The window argument's enum (GetTrackRecordInput.window).
+      [TOOLS.get_track_record.description, TrackRecordWindow.options],
+    ];
+    for (const [description, options] of labelled) expect(listed(description)).toEqual([...options]);
+    expect(TOOLS.get_market_regime.output.shape.regime.options).toEqual(Regime.options);
+  });
+
+  it('says what the funding scan ranks by, over the horizons the carry figures use', () => {
+    const description = TOOLS.scan_funding_arb.description;
+    expect(description).toContain('ranked by expected net carry (carry.expectedNetCarryBps');
+    expect(description).toContain('not by the spread now');
+    const hours = [...CARRY_HORIZONS_HOURS];
+    const days = Math.max(...hours) / 24;
+    expect(description).toContain(`over horizons of ${Math.min(...hours)} hours to ${days} days`);
   });
 
   it('is what discovery publishes: manifest, server card, llms.txt and server.json', () => {

@@ -278,7 +278,10 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
         expect(answer.message).toMatch(/Bearer/);
         expect(answer._service).toMatchObject({ auth: { tier: 'free' } });
         // The live figures of the quota the request counts against without a key (its address's).
-        expect(ServiceMeta.parse(answer._service).quota).toMatchObject({ total: 200, daily: { total: 100 } });
+        expect(ServiceMeta.parse(answer._service).quota).toMatchObject({
+          monthly: { total: 200 },
+          daily: { total: 100 },
+        });
       }
     }
     const anonymousUsed = async () =>

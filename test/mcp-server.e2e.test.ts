@@ -159,7 +159,7 @@ describe.runIf(run)(
         expect(result.isError).toBeFalsy();
         const meta = service(result);
         expect(meta.auth).toMatchObject({ outcome, presented, tier: 'free' });
-        expect(meta.quota).toMatchObject({ total: 200, daily: { total: 100 } });
+        expect(meta.quota).toMatchObject({ monthly: { total: 200 }, daily: { total: 100 } });
       }
       // All three came from 127.0.0.1: one anonymous subject, metered together.
       const client = await open();
@@ -176,7 +176,7 @@ describe.runIf(run)(
         // The live count of what the request counts as without the key: its address's free quota.
         _service: {
           auth: { outcome: 'UNKNOWN', tier: 'free' },
-          quota: { total: 200, monthly: { total: 200 }, daily: { total: 100 } },
+          quota: { total: 100, monthly: { total: 200 }, daily: { total: 100 } },
         },
       });
 

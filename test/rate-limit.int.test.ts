@@ -98,7 +98,7 @@ describe.runIf(run)('request-rate limits on real Redis (HTTP and MCP, shared by 
     expect(body).toMatchObject({
       code: 'RATE_LIMITED',
       retryable: true,
-      _service: { auth: { outcome: 'ABSENT' }, quota: { total: 200 } },
+      _service: { auth: { outcome: 'ABSENT' }, quota: { monthly: { total: 200 } } },
     });
     expect(body.message).toMatch(/rate limit of 3 requests/);
   });
@@ -157,7 +157,7 @@ describe.runIf(run)('request-rate limits on real Redis (HTTP and MCP, shared by 
       id: 5,
       error: {
         code: -32000,
-        data: { code: 'RATE_LIMITED', retryable: true, _service: { quota: { total: 200 } } },
+        data: { code: 'RATE_LIMITED', retryable: true, _service: { quota: { monthly: { total: 200 } } } },
       },
     });
   });

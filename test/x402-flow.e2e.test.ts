@@ -115,7 +115,7 @@ describe('paying with the official @x402/fetch client (v2)', () => {
     expect(_service).toEqual({
       auth: { outcome: 'ABSENT', presented: false, tier: 'free' },
       // A payer is served on payment, not quota; the block still shows its address's free quota.
-      quota: expect.objectContaining({ used: 0, total: 200 }),
+      quota: expect.objectContaining({ used: 0, monthly: expect.objectContaining({ used: 0, total: 200 }) }),
       payment: {
         status: 'pending',
         network: 'eip155:8453',

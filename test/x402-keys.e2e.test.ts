@@ -106,7 +106,13 @@ describe('keys that must not be served', () => {
     expect(ServiceMeta.parse(body._service)).toEqual({
       auth: { outcome: 'UNKNOWN', presented: true, tier: 'free', detail: 'no such key was issued' },
       // Counted as its address's anonymous caller: the live free quota, not null.
-      quota: expect.objectContaining({ used: 0, total: 200, remaining: 100 }),
+      // A fresh day binds before the month: the block is the day's (100), the month's 200 beside it.
+      quota: expect.objectContaining({
+        used: 0,
+        total: 100,
+        remaining: 100,
+        monthly: expect.objectContaining({ total: 200 }),
+      }),
     });
     expect(res.headers.get('payment-required')).toBeNull();
 
@@ -150,7 +156,7 @@ describe('anonymous callers fall through to payment, and _service.auth says why'
     expect(body.accepts[0]!.maxAmountRequired).toBe('40000');
     expect(ServiceMeta.parse(body._service)).toEqual({
       auth,
-      quota: expect.objectContaining({ total: 200, monthly: expect.objectContaining({ total: 200 }) }),
+      quota: expect.objectContaining({ total: 100, monthly: expect.objectContaining({ total: 200 }) }),
     });
   });
 });
@@ -256,7 +262,7 @@ describe('a key that cannot be verified right now', () => {
     expect(ServiceMeta.parse(body._service)).toMatchObject({
       auth: { outcome: 'INDETERMINATE', presented: true, tier: 'free' },
       // The key cannot be checked, the counters can: its address's free quota.
-      quota: expect.objectContaining({ total: 200 }),
+      quota: expect.objectContaining({ monthly: expect.objectContaining({ total: 200 }) }),
     });
   });
 });

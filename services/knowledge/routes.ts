@@ -40,7 +40,7 @@ const refused = (code: keyof typeof KNOWLEDGE_ERRORS & ErrorCode, message?: stri
 
 /** The plan's call quota refused the call: 429 until the window that refused resets. */
 function callQuotaExhausted(window: 'monthly' | 'daily', service: ServiceMeta): ServiceError {
-  const resets = window === 'daily' ? service.quota?.daily?.resets_at : service.quota?.resets_at;
+  const resets = window === 'daily' ? service.quota?.daily?.resets_at : service.quota?.monthly.resets_at;
   return new ServiceError('QUOTA_EXHAUSTED', { window, resets: String(resets) }, undefined, {
     headers: { 'retry-after': quotaRetryAfter(service.quota, window) },
   });

@@ -49,8 +49,7 @@ export async function serveMetered<T>(
     throw new QuotaUnavailableError({ auth: caller.auth, quota: null }, { cause: err });
   });
   if (before.remaining === 0) {
-    const window =
-      before.daily && before.daily.remaining === 0 && before.used < before.total ? 'daily' : 'monthly';
+    const window = before.daily?.remaining === 0 && before.monthly.remaining > 0 ? 'daily' : 'monthly';
     observer?.refused(caller.subject.plan, window);
     return { ok: false, reason: 'quota_exhausted', window, service: { auth: caller.auth, quota: before } };
   }

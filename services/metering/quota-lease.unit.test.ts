@@ -533,11 +533,11 @@ describe('leases: a busy subject prepays its next calls in one event', () => {
     for (let i = 0; i < 8; i++) await call();
     await expect.poll(() => netUnits(memory, subject), poll).toBe(80);
     const events = (await memory.readAll()).length;
-    expect(await call()).toMatchObject({ used: 17, daily: { used: 9 } });
+    expect(await call()).toMatchObject({ monthly: { used: 17 }, daily: { used: 9 } });
     refund();
     const returned = async () => (await memory.readAll()).some((e) => e.type === 'QuotaDebitsReturned');
     await expect.poll(returned, poll).toBe(true);
-    expect(await call()).toMatchObject({ used: 18, daily: { used: 10 } });
+    expect(await call()).toMatchObject({ monthly: { used: 18 }, daily: { used: 10 } });
     // Both answered from the lease's counts: no record of their own.
     expect((await memory.readAll()).length).toBe(events + 1);
   });

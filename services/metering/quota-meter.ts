@@ -480,7 +480,11 @@ function left(windows: QuotaWindow[], counts: readonly number[]): number {
   return least;
 }
 
-/** Figures from the counters `[month, day]`; remaining is what the tighter window still allows. */
+/**
+ * Figures from the counters `[month, day]`. The block's own four are those of the window that binds,
+ * the one with less left (the month on a tie: a call then waits for it), so `used + remaining = total`
+ * and `resets_at` is when an exhausted caller may call again; `monthly` and `daily` give each whole.
+ */
 export function quotaSnapshot(
   limits: PlanLimits,
   period: QuotaPeriod,
@@ -489,7 +493,7 @@ export function quotaSnapshot(
   const monthly = windowFigures(counts[0] ?? 0, limits.monthly, period.monthResetsAtIso);
   if (limits.daily === null) return { ...monthly, monthly };
   const daily = windowFigures(counts[1] ?? 0, limits.daily, period.dayResetsAtIso);
-  return { ...monthly, remaining: Math.min(monthly.remaining, daily.remaining), monthly, daily };
+  return { ...(daily.remaining < monthly.remaining ? daily : monthly), monthly, daily };
 }
 
 function windowFigures(used: number, total: number, resets_at: string) {

@@ -66,11 +66,11 @@ describe.runIf(run)('quota on the real Redis', () => {
     const refused = served.find((o) => !o.ok)!;
     expect(refused.refusedBy).toBe('daily');
     expect(refused.snapshot).toEqual({
+      // The day binds: the block is its figures. The month block adds up (100 + 100 = 200).
       used: 100,
-      total: 200,
+      total: 100,
       remaining: 0,
       resets_at: '2031-04-01T00:00:00.000Z',
-      // The month block adds up (100 + 100 = 200) while the day cap leaves nothing to call now.
       monthly: { used: 100, total: 200, remaining: 100, resets_at: '2031-04-01T00:00:00.000Z' },
       daily: { used: 100, total: 100, remaining: 0, resets_at: '2031-04-01T00:00:00.000Z' },
     });
@@ -81,14 +81,20 @@ describe.runIf(run)('quota on the real Redis', () => {
     expect(next.snapshot).toMatchObject({
       used: 1,
       remaining: 99,
-      resets_at: '2031-05-01T00:00:00.000Z',
+      resets_at: '2031-04-02T00:00:00.000Z',
+      monthly: { used: 1, remaining: 199, resets_at: '2031-05-01T00:00:00.000Z' },
       daily: { used: 1, remaining: 99, resets_at: '2031-04-02T00:00:00.000Z' },
     });
 
     // A day later in the same month: the day starts afresh, the month keeps counting.
     now = T0 + 25 * 60 * 60_000;
     const later = await meter.debit(subject, 't');
-    expect(later.snapshot).toMatchObject({ used: 2, remaining: 99, daily: { used: 1, remaining: 99 } });
+    expect(later.snapshot).toMatchObject({
+      used: 1,
+      remaining: 99,
+      monthly: { used: 2, remaining: 198 },
+      daily: { used: 1, remaining: 99 },
+    });
   });
 
   it('wipe Redis: the next read finds the counters gone and rebuilds the same balances from the log', async () => {

@@ -13,13 +13,40 @@ describe('quotaSnapshot', () => {
       const date = new Date(now);
       const dayEnd = Date.UTC(date.getUTCFullYear(), date.getUTCMonth(), date.getUTCDate() + 1);
       const monthEnd = Date.UTC(date.getUTCFullYear(), date.getUTCMonth() + 1, 1);
-      expect(snapshot.resets_at).toBe(new Date(monthEnd).toISOString());
+      // 57 left of the day's 60 against 990 of the month's: the day binds.
+      expect(snapshot.resets_at).toBe(new Date(dayEnd).toISOString());
       expect(snapshot.monthly.resets_at).toBe(new Date(monthEnd).toISOString());
       expect(snapshot.daily?.resets_at).toBe(new Date(dayEnd).toISOString());
     }
   });
 
-  it('gives the figures of both windows, remaining the tighter of the two, in the contract shape', () => {
+  it('a free key over its daily cap: the block is the day, so it adds up and resets tomorrow', () => {
+    const period = quotaPeriod(Date.UTC(2026, 10, 28, 2, 11, 35));
+    const snapshot = quotaSnapshot({ monthly: 200, daily: 100 }, period, [100, 100]);
+    expect(snapshot).toEqual({
+      used: 100,
+      total: 100,
+      remaining: 0,
+      resets_at: '2026-11-29T00:00:00.000Z',
+      monthly: { used: 100, total: 200, remaining: 100, resets_at: '2026-12-01T00:00:00.000Z' },
+      daily: { used: 100, total: 100, remaining: 0, resets_at: '2026-11-29T00:00:00.000Z' },
+    });
+    // Both spent: calling waits for the month, so the block is the month's.
+    expect(quotaSnapshot({ monthly: 200, daily: 100 }, period, [200, 100])).toMatchObject({
+      used: 200,
+      total: 200,
+      remaining: 0,
+      resets_at: '2026-12-01T00:00:00.000Z',
+    });
+    // Equal left in both: the month's, the later reset.
+    expect(quotaSnapshot({ monthly: 200, daily: 100 }, period, [150, 50])).toMatchObject({
+      used: 150,
+      total: 200,
+      remaining: 50,
+    });
+  });
+
+  it('gives the figures of both windows, the block the tighter of the two, in the contract shape', () => {
     const period = quotaPeriod(Date.UTC(2031, 5, 10, 8));
     const daily = quotaSnapshot({ monthly: 1_000, daily: 60 }, period, [990, 20]);
     expect(daily).toEqual({

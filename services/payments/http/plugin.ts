@@ -282,7 +282,7 @@ class PaidRoutes {
     }
     if (metered.reason === 'failed') throw refusalError(describeError(request.log, metered.error));
     const { window, service } = metered;
-    const resets = window === 'daily' ? service.quota?.daily?.resets_at : service.quota?.resets_at;
+    const resets = window === 'daily' ? service.quota?.daily?.resets_at : service.quota?.monthly.resets_at;
     const message =
       `the ${window} quota of this key is used up (resets ${resets}); ` +
       'pay for this call with x402 using the requirements in accepts / PAYMENT-REQUIRED';

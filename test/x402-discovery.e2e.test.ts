@@ -156,8 +156,15 @@ describe('/llms.txt', () => {
     expect(toolLines.map((l) => l.slice(2, l.indexOf(':'))).sort()).toEqual(
       mcpTools.map((t) => t.name).sort(),
     );
-    for (const line of toolLines)
-      expect(line).toMatch(/POST http:\/\/127\.0\.0\.1:\d+\/x402\/[a-z_]+, 0\.0\d+ USD per call$/);
+    // A price set by one argument also names each value priced otherwise (a trade call's short timeframes).
+    for (const line of toolLines) {
+      expect(line).toMatch(
+        /POST http:\/\/127\.0\.0\.1:\d+\/x402\/[a-z_]+, 0\.0\d+ USD per call(; [a-z]+ \w+ 0\.0\d+(, \w+ 0\.0\d+)* USD)?$/,
+      );
+    }
+    expect(toolLines.find((l) => l.startsWith('- get_trade_call:'))).toMatch(
+      /USD per call; timeframe 1m 0\.0\d+, 3m 0\.0\d+, 5m 0\.0\d+ USD$/,
+    );
     expect(text).toContain(`${stack.url}/.well-known/x402`);
     expect(text).toContain(`${stack.url}/.well-known/mcp.json`);
   });

@@ -189,6 +189,21 @@ function usd(atomic: number): string {
   return (atomic / 1_000_000).toFixed(6).replace(/0+$/, '').replace(/\.$/, '.0');
 }
 
+/**
+ * A paid tool's price in words, from the prices the quotes use: the base price, and where one
+ * input field sets it, each value priced otherwise ("0.02 USD per call; timeframe 1m 0.05, 3m
+ * 0.04, 5m 0.03 USD").
+ */
+function priceText(paid: NonNullable<CatalogTool['paid']>): string {
+  const base = `${usd(paid.price)} USD per call`;
+  const by = paid.priceBy;
+  if (by === null) return base;
+  const other = Object.entries(by.amounts).filter(([, amount]) => amount !== paid.price);
+  if (other.length === 0) return base;
+  const each = other.map(([value, amount]) => `${value} ${usd(amount)}`).join(', ');
+  return `${base}; ${by.field} ${each} USD`;
+}
+
 /** `/.well-known/x402`: every paid route, its price, the rails, the policy. */
 export function x402Manifest(
   origin: string,
@@ -381,7 +396,7 @@ export function llmsTxt(origin: string, tools: CatalogTool[], rails: QuotedRail[
     '## Tools',
     '',
     ...tools.map((t) => {
-      const price = t.paid ? ` — POST ${origin}${t.paid.path}, ${usd(t.paid.price)} USD per call` : '';
+      const price = t.paid ? ` — POST ${origin}${t.paid.path}, ${priceText(t.paid)}` : '';
       return `- ${t.name}: ${t.description}${price}`;
     }),
     '',

@@ -165,6 +165,16 @@ describe('the tool table', () => {
       });
       expect(llms).toContain(`- ${name}: ${tool.description} — POST ${ORIGIN}/x402/${name}`);
     }
+    // A trade call's price per timeframe, from the amounts the quotes use (not typed in).
+    const usd = (atomic: number) => String(atomic / 1_000_000);
+    expect(llms).toContain(
+      `/x402/get_trade_call, ${usd(config.X402_PRICE_GET_TRADE_CALL)} USD per call; timeframe ` +
+        `1m ${usd(config.X402_PRICE_GET_TRADE_CALL_1M)}, 3m ${usd(config.X402_PRICE_GET_TRADE_CALL_3M)}, ` +
+        `5m ${usd(config.X402_PRICE_GET_TRADE_CALL_5M)} USD\n`,
+    );
+    expect(llms).toContain(
+      `/x402/get_market_regime, ${usd(config.X402_PRICE_GET_MARKET_REGIME)} USD per call\n`,
+    );
   });
 
   it('is the only source of the descriptions: no other source file repeats one', async () => {

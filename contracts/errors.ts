@@ -47,6 +47,11 @@ export const ERRORS = {
   REQUEST_TIMEOUT: { status: 408, retryable: true, message: 'the request did not arrive in time' },
   HEADERS_TOO_LARGE: { status: 431, retryable: false, message: 'the request headers are too large' },
   NOT_FOUND: { status: 404, retryable: false, message: '{detail}' },
+  METHOD_NOT_ALLOWED: {
+    status: 405,
+    retryable: false,
+    message: '{path} does not take {method}; it takes {allowed}',
+  },
   // Who is calling.
   UNAUTHORIZED: {
     status: 401,

@@ -125,6 +125,27 @@ describe('service on embedded defaults (LMDB, in-process bus and cache)', () => 
       _service: expect.objectContaining({ auth: expect.objectContaining({ tier: 'free' }) }),
     });
   });
+
+  it('answers a path it serves, asked with another method, with 405 and Allow', async () => {
+    for (const [method, path, allow] of [
+      ['PUT', '/api/verdicts?coin=BTC', 'GET, HEAD'],
+      ['GET', '/x402/get_trade_call', 'OPTIONS, POST'],
+      ['DELETE', '/api/webhooks', 'GET, HEAD, POST'],
+      ['POST', '/api/webhooks/abc/deliveries', 'GET, HEAD'],
+    ] as const) {
+      const res = await fetch(`${service.url}${path}`, { method });
+      expect(res.status, `${method} ${path}`).toBe(405);
+      expect(res.headers.get('allow'), `${method} ${path}`).toBe(allow);
+      const body = await res.json();
+      expect(body).toMatchObject({
+        code: 'METHOD_NOT_ALLOWED',
+        message: `${path.split('?')[0]} does not take ${method}; it takes ${allow}`,
+        _service: expect.any(Object),
+      });
+    }
+    // A path it does not serve stays a 404, whatever the method.
+    expect((await fetch(`${service.url}/api/nope`, { method: 'PUT' })).status).toBe(404);
+  });
 });
 
 describe('service on the distributed engines (NATS JetStream, Redis) by configuration alone', () => {

@@ -9,6 +9,7 @@ import Fastify, {
   type FastifyRequest,
 } from 'fastify';
 import { validatorCompiler } from 'fastify-type-provider-zod';
+import FindMyWay from 'find-my-way';
 import type { Logger } from 'pino';
 import type { Config } from '../../contracts/config.ts';
 import { ERRORS, type ErrorCode, errorMessage, ServiceError } from '../../contracts/errors.ts';
@@ -76,6 +77,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   app.addHook('onSend', answerAtTurnEnd);
 
   if (deps.metrics) observeDurations(app, deps.metrics.httpDuration);
+  const allowedFor = routeMethods(app);
 
   useApiErrors(app);
   registerJsonParser(app);
@@ -110,11 +112,51 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       unmatched.addHook('onResponse', durationObserver(deps.metrics.httpDuration, 'unmatched'));
     // With the caller's `_service`, as the /api errors (the caller hook runs here too).
     unmatched.setNotFoundHandler(async (request, reply) => {
+      // A path the service serves, asked with another method: 405 with the methods it takes.
+      const allowed = allowedFor(request.url);
+      if (allowed.length > 0) {
+        const body = {
+          code: 'METHOD_NOT_ALLOWED' satisfies ErrorCode,
+          message: errorMessage('METHOD_NOT_ALLOWED', {
+            method: request.method,
+            path: request.url.split('?')[0]!,
+            allowed: allowed.join(', '),
+          }),
+        };
+        return reply
+          .code(ERRORS.METHOD_NOT_ALLOWED.status)
+          .header('allow', allowed.join(', '))
+          .send(await withAnswerService(request, body));
+      }
       const body = { code: 'NOT_FOUND', message: `no route ${request.method} ${request.url}` };
       return reply.code(404).send(await withAnswerService(request, body));
     });
   });
   return app;
+}
+
+/**
+ * The methods a path is served with, from a router fed every route as it is added (Fastify's own
+ * router, find-my-way, so a path matches exactly as it would): asked only for requests that match
+ * no route, to tell a wrong method (405) from a path the service does not have (404).
+ */
+function routeMethods(app: FastifyInstance): (url: string) => string[] {
+  const router = FindMyWay({ ignoreTrailingSlash: app.initialConfig.ignoreTrailingSlash ?? false });
+  const methods = new Set<string>();
+  app.addHook('onRoute', (route) => {
+    for (const method of Array.isArray(route.method) ? route.method : [route.method]) {
+      // Fastify answers HEAD for every GET route on its own.
+      for (const m of method === 'GET' ? ['GET', 'HEAD'] : [method]) {
+        if (router.hasRoute(m as never, route.url)) continue;
+        router.on(m as never, route.url, () => undefined);
+        methods.add(m);
+      }
+    }
+  });
+  return (url) => {
+    const path = url.split('?')[0]!;
+    return [...methods].filter((m) => router.find(m as never, path) !== null).sort();
+  };
 }
 
 /**

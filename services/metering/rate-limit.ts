@@ -131,9 +131,20 @@ function decision(windows: QuotaWindow[], result: DebitResult, resetMs: number):
   return { allowed: true, limit, remaining: limit - result.counts[tightest]!, resetMs };
 }
 
-/** The tool a request calls: from the /x402/<tool> path, or a JSON-RPC tools/call on /mcp. */
+/**
+ * The HTTP routes that are an MCP tool by another name: a call takes that tool's share on either
+ * channel, one budget (POST /api/search took only the credential's, twice MCP search_knowledge's).
+ */
+const HTTP_TOOLS: ReadonlyMap<string, string> = new Map([
+  ['/api/search', 'search_knowledge'],
+  ['/api/chat', 'chat_knowledge'],
+]);
+
+/** The tool a request calls: from the /x402/<tool> path, a tool's HTTP route, or a tools/call on /mcp. */
 function toolOf(path: string, body: unknown): string | null {
   if (path.startsWith('/x402/')) return path.slice('/x402/'.length) || null;
+  const named = HTTP_TOOLS.get(path);
+  if (named !== undefined) return named;
   if (isMcpPath(path) && body !== null && typeof body === 'object' && !Array.isArray(body)) {
     const { method, params } = body as { method?: unknown; params?: { name?: unknown } };
     if (method === 'tools/call' && typeof params?.name === 'string') return params.name.slice(0, 64);

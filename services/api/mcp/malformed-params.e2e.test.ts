@@ -149,6 +149,39 @@ describe('malformed MCP params', () => {
     });
   }
 
+  it('a malformed call in a shape only the SDKs took (progress token, task, declared capabilities) is refused in words too', async () => {
+    const bad = { name: 'get_market_regime', arguments: 'BTC' };
+    for (const path of ['session', 'one-shot'] as const) {
+      for (const params of [
+        { ...bad, _meta: { progressToken: 'p' } },
+        { name: 5, arguments: {}, task: {} },
+      ]) {
+        const { body } = await post(path, call(params));
+        expect(body.result?.isError).toBe(true);
+        expect(body.result?.content[0]!.text).toMatch(/^-32602 invalid params: params\.(name|arguments) /);
+      }
+    }
+    const res = await fetch(`${server.url}/mcp`, {
+      method: 'POST',
+      headers: {
+        ...HEADERS,
+        authorization: `Bearer ${key}`,
+        'mcp-protocol-version': '2026-07-28',
+        'mcp-method': 'tools/call',
+        'mcp-name': 'get_market_regime',
+      },
+      body: JSON.stringify(
+        call({
+          ...bad,
+          _meta: { ...ENVELOPE, 'io.modelcontextprotocol/clientCapabilities': { experimental: {} } },
+        }),
+      ),
+    });
+    const body = (await res.json()) as Answer['body'];
+    expect(body.result?.isError).toBe(true);
+    expect(body.result?.content[0]!.text).not.toMatch(DUMP);
+  });
+
   it('a well-formed call still answers on every path', async () => {
     for (const path of PATHS) {
       const { body } = await post(

@@ -43,7 +43,12 @@ const isPlainObject = (v: unknown): v is Record<string, unknown> =>
 /** What a call without params is read as. */
 const NO_PARAMS: Readonly<Record<string, unknown>> = Object.freeze({});
 
-/** The body's tools/call in the plain shape, its `_meta` keys all in `allowed`; else null. */
+/**
+ * The body's tools/call in the plain shape, its `_meta` keys all in `allowed`; else null. A call
+ * whose name is not a string or whose arguments are not an object is taken whatever other params
+ * and `_meta` keys it carries (`malformed`): the SDKs answered it with zod's issue list, callTool
+ * refuses it in words; its headers are still checked.
+ */
 function plainBody(
   request: FastifyRequest,
   allowed: ReadonlySet<string>,
@@ -51,6 +56,7 @@ function plainBody(
   id: string | number;
   params: Record<string, unknown>;
   meta: Record<string, unknown> | undefined;
+  malformed: boolean;
 } | null {
   const body = request.body;
   if (!isPlainObject(body) || body.jsonrpc !== '2.0' || body.method !== 'tools/call') return null;
@@ -58,15 +64,19 @@ function plainBody(
   // No params at all is a call without a name, refused as such by callTool.
   const params = body.params === undefined ? NO_PARAMS : body.params;
   if ((typeof id !== 'string' && typeof id !== 'number') || !isPlainObject(params)) return null;
+  const args = params.arguments;
+  const malformed = typeof params.name !== 'string' || (args !== undefined && !isPlainObject(args));
   // for-in over the parsed body's own keys (JSON.parse makes no inherited enumerable ones), not
   // an array of them made per call.
-  for (const key in params) {
-    if (key !== 'name' && key !== 'arguments' && key !== '_meta') return null;
+  if (!malformed) {
+    for (const key in params) {
+      if (key !== 'name' && key !== 'arguments' && key !== '_meta') return null;
+    }
   }
   const meta = params._meta;
   if (meta !== undefined) {
     if (!isPlainObject(meta)) return null;
-    for (const key in meta) if (!allowed.has(key)) return null;
+    if (!malformed) for (const key in meta) if (!allowed.has(key)) return null;
   }
   const headers = request.headers;
   const accept = headers.accept;
@@ -84,7 +94,7 @@ function plainBody(
       contentType.split(';', 1)[0]!.trim().toLowerCase() !== 'application/json')
   )
     return null;
-  return { id, params, meta };
+  return { id, params, meta, malformed };
 }
 
 const LEGACY_META = new Set([MCP_PAYMENT_META]);
@@ -146,10 +156,15 @@ export function modernToolCall(request: FastifyRequest): PlainToolCall | null {
   if (headers['mcp-name'] !== (typeof name === 'string' ? name : undefined)) return null;
   if (meta[PROTOCOL_VERSION_META] !== MODERN_REVISION) return null;
   const capabilities = meta[CLIENT_CAPABILITIES_META];
-  if (!isPlainObject(capabilities) || Object.keys(capabilities).length > 0) return null;
+  if (!isPlainObject(capabilities)) return null;
   const info = meta[CLIENT_INFO_META];
   if (!isPlainObject(info) || typeof info.name !== 'string' || typeof info.version !== 'string') return null;
-  for (const key of Object.keys(info)) if (key !== 'name' && key !== 'version') return null;
+  // A malformed call is refused here with any envelope of the right shape (the SDK answered it
+  // with zod's issue list); a well-formed one only with the envelope its own client sends.
+  if (!plain.malformed) {
+    if (Object.keys(capabilities).length > 0) return null;
+    for (const key of Object.keys(info)) if (key !== 'name' && key !== 'version') return null;
+  }
   return {
     id,
     name,

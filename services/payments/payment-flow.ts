@@ -180,6 +180,27 @@ function unconfirmedResponse(network: string, payer: string, transaction: string
   };
 }
 
+/** How often a replay re-reads a settlement whose transaction the log does not name yet. */
+const REPLAY_POLL_MS = 200;
+
+/**
+ * The payment's state for a replay. A settlement is recorded pending before the facilitator is
+ * asked, and its transaction only once the settle call ends (about a block later), while the
+ * first answer already named the broadcast transaction: a replay in between (a client retrying
+ * at once after a dropped connection) would read no transaction, and its receipt would say the
+ * payment failed. So a replay waits, within the first answer's own budget (`submitWaitMs`), for
+ * the log to name the transaction or end the settlement; past that it answers as the log stands.
+ */
+async function settledEnough(deps: PaymentFlowDeps, identity: PaymentIdentity): Promise<PaymentState | null> {
+  const until = Date.now() + deps.submitWaitMs;
+  let state = await deps.ledger.state(identity);
+  while (state?.status === 'pending' && !state.txHash && Date.now() < until) {
+    await new Promise((resolve) => setTimeout(resolve, REPLAY_POLL_MS));
+    state = await deps.ledger.state(identity);
+  }
+  return state;
+}
+
 /** The answer stored for a payment, with its receipt as the log knows it now. */
 function replay(stored: { response: Record<string, unknown> }, state: PaymentState): PaidOutcome | null {
   const auth = state.authorized;
@@ -309,7 +330,7 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
             : `this payment already paid for another request (${stored.tool} with other arguments); sign a new one`,
       };
     }
-    const state = await deps.ledger.state(stored.identity);
+    const state = await settledEnough(deps, stored.identity);
     return state ? replay(stored, state) : null;
   }
   const bySignature = await kept({ kind: 'signature', signature: payment.eip3009.signature });

@@ -320,6 +320,38 @@ describe.runIf(run)(
         expect(put.headers.get('allow')).toBe('GET, POST, DELETE');
       });
 
+      it("a session is its opener's: another key, an unknown key or no key gets 404 on it, its own key (revoked too) does not", async () => {
+        const mine = await server.issue('pro');
+        const other = await server.issue('pro');
+        const as = (key: string | null) => (key === null ? {} : { authorization: `Bearer ${key}` });
+        const init = await post(INIT, as(mine.key));
+        const session = { 'mcp-session-id': init.headers.get('mcp-session-id')! };
+        await post({ jsonrpc: '2.0', method: 'notifications/initialized' }, { ...session, ...as(mine.key) });
+        const list = { jsonrpc: '2.0', id: 7, method: 'tools/list' };
+        for (const key of [other.key, `sk_live_${'Z'.repeat(43)}`, null]) {
+          const res = await post(list, { ...session, ...as(key) });
+          expect(res.status).toBe(404);
+          expect((await json(res)).error).toEqual({ code: -32001, message: 'Session not found' });
+          const closing = await fetch(`${server.url}/mcp`, {
+            method: 'DELETE',
+            headers: { ...session, ...as(key) },
+          });
+          expect(closing.status).toBe(404);
+        }
+        expect((await post(list, { ...session, ...as(mine.key) })).status).toBe(200);
+        // Its own key, once revoked, is told so on it (-32003), not that the session is gone.
+        const position = await revokeKey(server.store, `apikey-${mine.keyId}`, mine.keyId, 'leaked');
+        await server.channel.registry.waitFor(position);
+        const call = {
+          jsonrpc: '2.0',
+          id: 8,
+          method: 'tools/call',
+          params: { name: 'get_market_regime', arguments: { coin: 'BTC' } },
+        };
+        const refused = await post(call, { ...session, ...as(mine.key) });
+        expect((await json(refused)).error?.code).toBe(-32003);
+      });
+
       it('a second request with an id already in flight on the session is refused at once, not left hanging', async () => {
         const init = await post(INIT);
         const session = { 'mcp-session-id': init.headers.get('mcp-session-id')! };

@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
@@ -254,7 +254,10 @@ function mcpHandler(deps: HandlerDeps): Handler {
     const sessionId = Array.isArray(header) ? header[0] : header;
     let transport: StreamableHTTPServerTransport | undefined;
     if (sessionId !== undefined) {
-      transport = sessions.touch(sessionId);
+      transport = sessions.touch(sessionId, {
+        owner: sessionOwner(request),
+        credential: credentialOf(request),
+      });
       if (transport === undefined) return jsonRpcError(reply, 404, -32001, 'Session not found');
     }
     // Params refused alike with or without a session (params-check.ts), before any transport.
@@ -268,7 +271,7 @@ function mcpHandler(deps: HandlerDeps): Handler {
     if (sessionId === undefined && method === 'POST' && isInitialize(request.body)) {
       const owner = sessionOwner(request);
       await sessions.makeRoom(owner);
-      transport = await openSession(deps, owner);
+      transport = await openSession(deps, owner, credentialOf(request));
     } else if (sessionId === undefined && method === 'POST') {
       // No session and not initialize: a one-shot call, or the 2026-07-28 revision. Their plain
       // tools/call is answered here as on a session (see session-call.ts); the rest by the SDKs
@@ -334,13 +337,23 @@ function sessionOwner(request: FastifyRequest): string {
   throw new Error('an MCP session without a caller: the caller hook (callerPlugin) runs before every route');
 }
 
-async function openSession(deps: HandlerDeps, owner: string): Promise<StreamableHTTPServerTransport> {
+/** A digest of the credential a request presents (its Authorization header), null without one. */
+function credentialOf(request: FastifyRequest): string | null {
+  const header = request.headers.authorization;
+  return header === undefined ? null : createHash('sha256').update(header).digest('base64url');
+}
+
+async function openSession(
+  deps: HandlerDeps,
+  owner: string,
+  credential: string | null,
+): Promise<StreamableHTTPServerTransport> {
   const { sessions, inFlight } = deps;
   const server = createMcpServer(deps.options);
   const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
     sessionIdGenerator: () => randomUUID(),
     enableJsonResponse: true,
-    onsessioninitialized: (id): void => sessions.add(id, server, transport, owner),
+    onsessioninitialized: (id): void => sessions.add(id, server, transport, owner, credential),
     onsessionclosed: (id): void => {
       sessions.forget(id);
       inFlight.forget(id);

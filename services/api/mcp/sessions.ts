@@ -10,6 +10,8 @@ interface Session {
   used: number;
   /** Who opened it (a key, or a hashed client address): the per-caller cap counts by this. */
   owner: string;
+  /** A digest of the credential it was opened with (null: none), which may use it once that credential is refused. */
+  credential: string | null;
 }
 
 /**
@@ -88,15 +90,36 @@ export class SessionTable {
     return closed;
   }
 
-  add(id: string, server: Server, transport: StreamableHTTPServerTransport, owner = 'unknown'): void {
-    this.sessions.set(id, { server, transport, lastSeen: Date.now(), used: ++this.uses, owner });
+  add(
+    id: string,
+    server: Server,
+    transport: StreamableHTTPServerTransport,
+    owner = 'unknown',
+    credential: string | null = null,
+  ): void {
+    this.sessions.set(id, { server, transport, lastSeen: Date.now(), used: ++this.uses, owner, credential });
     this.options.onCount?.(this.sessions.size);
   }
 
-  /** The session, marked as used now; undefined when unknown or already closed. */
-  touch(id: string): StreamableHTTPServerTransport | undefined {
+  /**
+   * The session, marked as used now; undefined when unknown, already closed, or asked for by
+   * another caller than the one that opened it (when `by` is given): a session id is bound to its
+   * owner (MCP's security guidance), so another caller that learns it can neither read its stream
+   * nor close it, and is told no more than for an unknown id. The credential it was opened with
+   * stays its own after that credential is refused (a revoked key is answered -32003 on it).
+   */
+  touch(
+    id: string,
+    by?: { owner: string; credential: string | null },
+  ): StreamableHTTPServerTransport | undefined {
     const session = this.sessions.get(id);
     if (session === undefined) return undefined;
+    if (
+      by !== undefined &&
+      session.owner !== by.owner &&
+      (session.credential === null || session.credential !== by.credential)
+    )
+      return undefined;
     session.lastSeen = Date.now();
     session.used = ++this.uses;
     return session.transport;

@@ -4,3 +4,5 @@ export const MCP_INVALID_PARAMS = -32602;
 export const MCP_UNKNOWN_KEY = -32003;
 /** The key (or the quota behind it) could not be checked right now; retry shortly. */
 export const MCP_UNVERIFIABLE = -32004;
+/** A request that is not a valid JSON-RPC request, such as params that are not an object. */
+export const MCP_INVALID_REQUEST = -32600;

@@ -10,21 +10,14 @@
  *   string name and version: -32602, naming the members.
  */
 
+import { MCP_INVALID_PARAMS, MCP_INVALID_REQUEST } from './error-codes.ts';
+import { isPlainObject, kindOf } from './json-shape.ts';
+
 export interface ParamsRefusal {
   status: number;
   code: number;
   message: string;
   id: string | number | null;
-}
-
-const isPlainObject = (v: unknown): v is Record<string, unknown> =>
-  v !== null && typeof v === 'object' && !Array.isArray(v);
-
-function kindOf(value: unknown): string {
-  if (value === null) return 'null';
-  if (Array.isArray(value)) return 'an array';
-  const type = typeof value;
-  return type === 'object' ? 'an object' : `a ${type}`;
 }
 
 /** The members of initialize's params that are missing or of the wrong type. */
@@ -54,14 +47,14 @@ export function paramsRefusal(body: unknown): ParamsRefusal | null {
     if (Array.isArray(params)) {
       return {
         status: 400,
-        code: -32602,
+        code: MCP_INVALID_PARAMS,
         message: `Invalid params: ${body.method} takes params by name, an object, not an array`,
         id,
       };
     }
     return {
       status: 400,
-      code: -32600,
+      code: MCP_INVALID_REQUEST,
       message: `Invalid Request: params must be an object (or left out), not ${kindOf(params)}`,
       id,
     };
@@ -71,7 +64,7 @@ export function paramsRefusal(body: unknown): ParamsRefusal | null {
     if (bad.length > 0) {
       return {
         status: 200,
-        code: -32602,
+        code: MCP_INVALID_PARAMS,
         message: `Invalid params: initialize needs params.${bad.join(', params.')}`,
         id,
       };

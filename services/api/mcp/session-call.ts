@@ -1,6 +1,7 @@
 import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { escapeJson, joinBytes } from './answer-json.ts';
+import { isPlainObject } from './json-shape.ts';
 import { SERVER_INFO } from './server.ts';
 import {
   ChannelError,
@@ -36,9 +37,6 @@ export interface PlainToolCall {
   args: unknown;
   payment: unknown;
 }
-
-const isPlainObject = (v: unknown): v is Record<string, unknown> =>
-  v !== null && typeof v === 'object' && !Array.isArray(v);
 
 /** What a call without params is read as. */
 const NO_PARAMS: Readonly<Record<string, unknown>> = Object.freeze({});

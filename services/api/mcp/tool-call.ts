@@ -11,6 +11,7 @@ import { argumentsText, recall, remember } from '../remembered-input.ts';
 import { answerJson, answerJsonWithService, answerRevision } from '../served-answers.ts';
 import type { ResultJson } from './answer-json.ts';
 import { MCP_INVALID_PARAMS, MCP_UNKNOWN_KEY, MCP_UNVERIFIABLE } from './error-codes.ts';
+import { isPlainObject, kindOf } from './json-shape.ts';
 import type { ToolRegistry } from './tool-registry.ts';
 
 /**
@@ -235,14 +236,6 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
   return failedCall(deps, outcome.error, { tool: tool.name, requestId }, outcome.service);
 }
 
-/** What a JSON value is, in words: "a string", "null", "an array". */
-function kindOf(value: unknown): string {
-  if (value === null) return 'null';
-  if (Array.isArray(value)) return 'an array';
-  const type = typeof value;
-  return type === 'object' || type === 'undefined' ? `an ${type}` : `a ${type}`;
-}
-
 /**
  * A tools/call whose `name` is not a string or whose `arguments` are not an object (absent is
  * allowed: no arguments): which member, in words. The SDKs' own check of these answered -32603
@@ -263,7 +256,7 @@ function malformedParams(
           : `params.name must be a tool's name, a string, not ${kindOf(name)}`,
     };
   }
-  if (args !== undefined && (args === null || typeof args !== 'object' || Array.isArray(args))) {
+  if (args !== undefined && !isPlainObject(args)) {
     return {
       code: 'invalid_arguments',
       path: 'arguments',

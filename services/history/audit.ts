@@ -252,8 +252,9 @@ function checkOutcome(row: HistoryRow, chain: OutcomeChain, report: ChainReport)
   report.outcomes++;
   const hash = row.outcome_hash;
   const link = row.outcome_prev_hash;
-  // Chained outcomes carry their position (outcomeRow sets it whenever the hash is set).
-  const outcomePosition = row.outcome_position ?? 0;
+  // A chained outcome carries its log position (the row sets it whenever it sets the hash).
+  if (row.outcome_position === null) return 'outcome_hash without the outcome_position it was recorded at';
+  const outcomePosition = row.outcome_position;
   const previous = link === null ? undefined : chain.heads.get(link);
   if (link === null) {
     if (chain.started) return 'a second outcome chain start (outcome_prev_hash null) in this stream';

@@ -180,6 +180,12 @@ describe('outcomes in the chain', () => {
       'outcome_position is not after the verdict',
     ],
     [
+      'outcome_position removed',
+      () => middle(),
+      (r) => ({ ...r, outcome_position: null }),
+      'outcome_hash without the outcome_position it was recorded at',
+    ],
+    [
       'outcome_position set before the previous outcome of its stream',
       () => middle(),
       (r) => ({ ...r, outcome_position: r.position + 1 }),

@@ -4,10 +4,11 @@ import { startKeyedServer } from '../../../test/keyed-harness.ts';
 
 /**
  * Malformed params answer in words, alike on a session, one-shot and on the 2026-07-28 revision:
- * a tools/call whose name is not a string or whose arguments are not an object is the -32602
- * tool error of contract 7.3 (HTTP 200, result.isError, the code in the text), as an unknown tool
- * or bad arguments are; params that are not an object are refused before any method (-32600,
- * -32602 for an array); initialize missing members is -32602 naming them. Never zod's issue list.
+ * a tools/call whose params are not an object, whose name is not a string or whose arguments are
+ * not an object is the -32602 tool error of contract 7.3 (HTTP 200, result.isError, the code in
+ * the text), as an unknown tool or bad arguments are; for any other method, params that are not
+ * an object are -32600 Invalid Request (HTTP 400), and so is initialize missing members, naming
+ * them: 7.3 gives -32602 only the isError delivery. Never zod's issue list.
  */
 const HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
 const ENVELOPE = {
@@ -109,18 +110,45 @@ describe('malformed MCP params', () => {
       });
     }
 
-    it(`${path}: params that are not an object are refused before any method`, async () => {
-      for (const [params, code, words] of [
-        ['x', -32600, 'not a string'],
-        [null, -32600, 'not null'],
-        [7, -32600, 'not a number'],
-        [[], -32602, 'not an array'],
+    it(`${path}: tools/call with params that are not an object is the -32602 tool error, in words`, async () => {
+      for (const [params, words] of [
+        ['x', 'not a string'],
+        [null, 'not null'],
+        [7, 'not a number'],
+        [true, 'not a boolean'],
+        [[], 'not an array'],
+        [[{ name: 'get_market_regime' }], 'not an array'],
       ] as const) {
-        for (const method of ['tools/call', 'initialize']) {
+        const { status, body } = await post(path, call(params));
+        expect(status).toBe(200);
+        expect(body.error).toBeUndefined();
+        expect(body.id).toBe('m-1');
+        const result = body.result!;
+        expect(result.isError).toBe(true);
+        const text = result.content[0]!.text;
+        expect(text).toMatch(/^-32602 invalid params: params must be an object /);
+        expect(text).toContain(words);
+        expect(result.structuredContent).toMatchObject({
+          code: 'unknown_tool',
+          issues: [{ path: 'params' }],
+          _service: { quota: { used: 0 } },
+        });
+      }
+    });
+
+    it(`${path}: another method's params that are not an object are -32600 Invalid Request`, async () => {
+      for (const [params, words] of [
+        ['x', 'not a string'],
+        [null, 'not null'],
+        [7, 'not a number'],
+        [false, 'not a boolean'],
+        [[], 'not an array'],
+      ] as const) {
+        for (const method of ['initialize', 'tools/list', 'resources/read']) {
           const { status, body } = await post(path, call(params, method));
           expect(status).toBe(400);
           expect(body.id).toBe('m-1');
-          expect(body.error?.code).toBe(code);
+          expect(body.error?.code).toBe(-32600);
           expect(body.error?.message).toContain(words);
           expect(body.error?.message).not.toMatch(DUMP);
         }
@@ -129,22 +157,24 @@ describe('malformed MCP params', () => {
   }
 
   for (const path of ['session', 'one-shot'] as const) {
-    it(`${path}: initialize with params missing members is -32602 naming them`, async () => {
+    it(`${path}: initialize with params missing members is -32600 naming them`, async () => {
       for (const params of [{}, undefined]) {
         const { status, body } = await post(path, call(params, 'initialize'));
-        expect(status).toBe(200);
-        expect(body.error?.code).toBe(-32602);
+        expect(status).toBe(400);
+        expect(body.id).toBe('m-1');
+        expect(body.error?.code).toBe(-32600);
         expect(body.error?.message).toBe(
-          'Invalid params: initialize needs params.protocolVersion (a string), params.capabilities (an object), params.clientInfo (an object with name and version)',
+          'Invalid Request: initialize needs params.protocolVersion (a string), params.capabilities (an object), params.clientInfo (an object with name and version)',
         );
       }
       const partial = await post(
         path,
         call({ protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't' } }, 'initialize'),
       );
+      expect(partial.status).toBe(400);
       expect(partial.body.error).toEqual({
-        code: -32602,
-        message: 'Invalid params: initialize needs params.clientInfo.version (a string)',
+        code: -32600,
+        message: 'Invalid Request: initialize needs params.clientInfo.version (a string)',
       });
     });
   }
@@ -158,7 +188,7 @@ describe('malformed MCP params', () => {
       ]) {
         const { body } = await post(path, call(params));
         expect(body.result?.isError).toBe(true);
-        expect(body.result?.content[0]!.text).toMatch(/^-32602 invalid params: params\.(name|arguments) /);
+        expect(body.result!.content[0]!.text).toMatch(/^-32602 invalid params: params\.(name|arguments) /);
       }
     }
     const res = await fetch(`${server.url}/mcp`, {
@@ -179,7 +209,7 @@ describe('malformed MCP params', () => {
     });
     const body = (await res.json()) as Answer['body'];
     expect(body.result?.isError).toBe(true);
-    expect(body.result?.content[0]!.text).not.toMatch(DUMP);
+    expect(body.result!.content[0]!.text).not.toMatch(DUMP);
   });
 
   it('a well-formed call still answers on every path', async () => {

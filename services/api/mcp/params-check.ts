@@ -2,15 +2,20 @@
  * Refusals of a JSON-RPC request's `params` that the SDKs answered badly: a session's transport
  * called `"params":"x"` a parse error (-32700) although the JSON is valid, the session-less path
  * an invalid request (-32600); `initialize` with params missing members answered -32603 with
- * zod's issue list as the message. Here, the same words on every path:
- * - `params` present but not structured (a string, number, boolean or null): -32600 Invalid
- *   Request (JSON-RPC 2.0: params, when present, MUST be an object or an array);
- * - `params` an array: -32602 Invalid params (structured, but MCP names its params);
+ * zod's issue list as the message. Contract 7.3 gives -32602 one delivery, a tool result with
+ * isError (HTTP 200), so a JSON-RPC error here is never -32602:
+ * - `tools/call` (with an id) is not refused here: every params shape, an array or a string
+ *   included, is the -32602 tool error callTool answers on the session, one-shot and 2026-07-28
+ *   paths (session-call.ts);
+ * - any other method with `params` present but not an object (a string, number, boolean, null or
+ *   an array): -32600 Invalid Request, HTTP 400 (JSON-RPC 2.0 allows an array, but MCP names its
+ *   params);
  * - `initialize` without a string protocolVersion, an object capabilities, or clientInfo with a
- *   string name and version: -32602, naming the members.
+ *   string name and version: -32600 Invalid Request, HTTP 400, naming the members (the handshake
+ *   has no result to carry isError, and the contract's table is about tools).
  */
 
-import { MCP_INVALID_PARAMS, MCP_INVALID_REQUEST } from './error-codes.ts';
+import { MCP_INVALID_REQUEST } from './error-codes.ts';
 import { isPlainObject, kindOf } from './json-shape.ts';
 
 export interface ParamsRefusal {
@@ -42,16 +47,10 @@ export function paramsRefusal(body: unknown): ParamsRefusal | null {
   if (!isPlainObject(body) || body.jsonrpc !== '2.0' || typeof body.method !== 'string') return null;
   const rawId = body.id;
   const id = typeof rawId === 'string' || typeof rawId === 'number' ? rawId : null;
+  // A tools/call is answered by callTool whatever its params (the tool error of contract 7.3).
+  if (body.method === 'tools/call' && id !== null) return null;
   const params = body.params;
   if (params !== undefined && !isPlainObject(params)) {
-    if (Array.isArray(params)) {
-      return {
-        status: 400,
-        code: MCP_INVALID_PARAMS,
-        message: `Invalid params: ${body.method} takes params by name, an object, not an array`,
-        id,
-      };
-    }
     return {
       status: 400,
       code: MCP_INVALID_REQUEST,
@@ -63,9 +62,9 @@ export function paramsRefusal(body: unknown): ParamsRefusal | null {
     const bad = badInitializeMembers(params ?? {});
     if (bad.length > 0) {
       return {
-        status: 200,
-        code: MCP_INVALID_PARAMS,
-        message: `Invalid params: initialize needs params.${bad.join(', params.')}`,
+        status: 400,
+        code: MCP_INVALID_REQUEST,
+        message: `Invalid Request: initialize needs params.${bad.join(', params.')}`,
         id,
       };
     }

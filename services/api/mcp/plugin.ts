@@ -93,7 +93,7 @@ const MCP_RESPONSES: Record<number, ResponseDoc> = {
   },
   202: { description: 'A notification was accepted' },
   400: rpcError(
-    '-32700: the body is not JSON, or nests deeper than 64 levels; -32000: bad request (no session for a GET); -32600: invalid request (params present but not an object); -32602: params an array (MCP takes params by name)',
+    '-32700: the body is not JSON, or nests deeper than 64 levels; -32000: bad request (no session for a GET); -32600: invalid request (on a method other than tools/call, params present but not an object, an array included; initialize without protocolVersion, capabilities or clientInfo with name and version). A tools/call with malformed params is not a 400: it is the -32602 tool error (200, result.isError)',
   ),
   413: rpcError('-32600: the body is larger than the limit'),
   415: rpcError('-32600: the body is not application/json'),
@@ -260,7 +260,8 @@ function mcpHandler(deps: HandlerDeps): Handler {
       });
       if (transport === undefined) return jsonRpcError(reply, 404, -32001, 'Session not found');
     }
-    // Params refused alike with or without a session (params-check.ts), before any transport.
+    // Params refused alike with or without a session (params-check.ts), before any transport;
+    // a tools/call's params, whatever their shape, are refused by callTool as a tool error.
     const refusal = method === 'POST' ? paramsRefusal(request.body) : null;
     if (refusal !== null) {
       return reply

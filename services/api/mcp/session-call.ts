@@ -23,8 +23,10 @@ import {
  *
  * Only the plain shape is taken: one JSON-RPC request (no batch), `params` (or none) with at most
  * `name`, `arguments` and `_meta["x402/payment"]`, and headers the transport would accept. A
- * `name` that is not a string or `arguments` that are not an object are taken too: callTool
- * refuses them in words (-32602), where the SDKs answered zod's issue list.
+ * `name` that is not a string, `arguments` that are not an object, or `params` that are not an
+ * object (a string, number, boolean, null or an array) are taken too: callTool refuses them in
+ * words, the -32602 tool error of contract 7.3, where the SDKs answered zod's issue list or a
+ * parse error.
  * Everything else (another method, progress tokens, tasks, a bad Accept or protocol version, a
  * 2026 envelope in another shape) goes to the SDKs, which answer it, errors included, as before.
  */
@@ -35,6 +37,8 @@ export interface PlainToolCall {
   name: unknown;
   /** As sent: callTool refuses anything but an object or nothing. */
   args: unknown;
+  /** `params` as sent when it is not an object (callTool refuses it); else undefined. */
+  params: unknown;
   payment: unknown;
 }
 
@@ -55,15 +59,24 @@ function plainBody(
   params: Record<string, unknown>;
   meta: Record<string, unknown> | undefined;
   malformed: boolean;
+  /** `params` as sent when not an object (then `params` above is empty); else undefined. */
+  notObject: unknown;
 } | null {
   const body = request.body;
   if (!isPlainObject(body) || body.jsonrpc !== '2.0' || body.method !== 'tools/call') return null;
   const { id } = body;
-  // No params at all is a call without a name, refused as such by callTool.
-  const params = body.params === undefined ? NO_PARAMS : body.params;
-  if ((typeof id !== 'string' && typeof id !== 'number') || !isPlainObject(params)) return null;
+  if (typeof id !== 'string' && typeof id !== 'number') return null;
+  // No params at all is a call without a name, refused as such by callTool; params that are not
+  // an object, a call naming no tool, refused in those words.
+  const sent = body.params;
+  const notObject = sent !== undefined && !isPlainObject(sent) ? sent : undefined;
+  const params =
+    sent === undefined || notObject !== undefined ? NO_PARAMS : (sent as Record<string, unknown>);
   const args = params.arguments;
-  const malformed = typeof params.name !== 'string' || (args !== undefined && !isPlainObject(args));
+  const malformed =
+    notObject !== undefined ||
+    typeof params.name !== 'string' ||
+    (args !== undefined && !isPlainObject(args));
   // for-in over the parsed body's own keys (JSON.parse makes no inherited enumerable ones), not
   // an array of them made per call.
   if (!malformed) {
@@ -92,7 +105,7 @@ function plainBody(
       contentType.split(';', 1)[0]!.trim().toLowerCase() !== 'application/json')
   )
     return null;
-  return { id, params, meta, malformed };
+  return { id, params, meta, malformed, notObject };
 }
 
 const LEGACY_META = new Set([MCP_PAYMENT_META]);
@@ -113,11 +126,12 @@ export function plainToolCall(request: FastifyRequest): PlainToolCall | null {
     return null;
   // Headers of the 2026-07-28 revision: the maintained SDK would not classify it as 2025-era.
   if (headers['mcp-method'] !== undefined || headers['mcp-name'] !== undefined) return null;
-  const { id, params, meta } = plain;
+  const { id, params, meta, notObject } = plain;
   return {
     id,
     name: params.name,
     args: params.arguments,
+    params: notObject,
     payment: meta?.[MCP_PAYMENT_META],
   };
 }
@@ -147,7 +161,14 @@ export function modernToolCall(request: FastifyRequest): PlainToolCall | null {
     return null;
   }
   const plain = plainBody(request, MODERN_META);
-  if (plain === null || plain.meta === undefined) return null;
+  if (plain === null) return null;
+  // params that are not an object cannot carry the envelope: the headers name the revision and
+  // the method, and no Mcp-Name may be sent for a call that names no tool.
+  if (plain.notObject !== undefined) {
+    if (headers['mcp-name'] !== undefined) return null;
+    return { id: plain.id, name: undefined, args: undefined, params: plain.notObject, payment: undefined };
+  }
+  if (plain.meta === undefined) return null;
   const { id, params, meta } = plain;
   // Mcp-Name must agree with a string name; with no name (or not a string one) there must be none.
   const name = params.name;
@@ -167,6 +188,7 @@ export function modernToolCall(request: FastifyRequest): PlainToolCall | null {
     id,
     name,
     args: params.arguments,
+    params: undefined,
     payment: meta[MCP_PAYMENT_META],
   };
 }
@@ -199,6 +221,7 @@ export async function answerToolCall(
     const result = await callTool(deps, {
       name: call.name,
       args: call.args,
+      params: call.params,
       payment: call.payment,
       caller,
       refused,

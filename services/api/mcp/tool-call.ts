@@ -70,6 +70,12 @@ export interface ToolCallRequest {
   name: unknown;
   /** `params.arguments` as sent: absent, or an object; anything else is refused in words (-32602). */
   args: unknown;
+  /**
+   * `params` as sent when it is not an object (a string, number, boolean, null or an array; name
+   * and args are then undefined): refused in words (-32602) as a call naming no tool; undefined
+   * when params is an object or absent.
+   */
+  params?: unknown;
   /** `_meta["x402/payment"]` of the call; undefined when none was attached. */
   payment?: unknown;
   /**
@@ -143,7 +149,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     throw new Error('tools/call without a caller: the caller hook (callerPlugin) runs before every route');
   const caller: Caller = request.caller;
 
-  const malformed = malformedParams(request.name, request.args);
+  const malformed = malformedParams(request.name, request.args, request.params);
   if (malformed !== null) {
     return toolError(`${MCP_INVALID_PARAMS} invalid params: ${malformed.message}`, {
       code: malformed.code,
@@ -237,15 +243,24 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
 }
 
 /**
- * A tools/call whose `name` is not a string or whose `arguments` are not an object (absent is
- * allowed: no arguments): which member, in words. The SDKs' own check of these answered -32603
- * (or -32602) with zod's issue list as the message; this is the same -32602 tool error as an
+ * A tools/call whose `params` are not an object, whose `name` is not a string or whose
+ * `arguments` are not an object (absent is allowed: no arguments): which member, in words. The
+ * SDKs' own check of these answered -32603 (or -32602) with zod's issue list as the message, or
+ * a parse error for params that are not an object; this is the same -32602 tool error as an
  * unknown tool or bad arguments (contract 7.3).
  */
 function malformedParams(
   name: unknown,
   args: unknown,
+  params: unknown,
 ): { code: 'unknown_tool' | 'invalid_arguments'; path: string; message: string } | null {
+  if (params !== undefined) {
+    return {
+      code: 'unknown_tool',
+      path: 'params',
+      message: `params must be an object naming the tool (name) and its arguments, not ${kindOf(params)}`,
+    };
+  }
   if (typeof name !== 'string') {
     return {
       code: 'unknown_tool',

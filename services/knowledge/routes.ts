@@ -23,7 +23,7 @@ import { OperationError } from '../engine/operation-errors.ts';
 import { answerService, callerHook, decorateCaller, type KeyedAccess } from '../metering/caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../metering/metered-call.ts';
 import type { ServiceMeta } from '../metering/service-meta.ts';
-import { quotaRetryAfter } from '../metering/snapshot.ts';
+import { quotaRetryAfter, refusingResetsAt } from '../metering/snapshot.ts';
 import { ChatQuotaExhaustedError, type Knowledge } from './knowledge.ts';
 
 const SEARCH_CACHE = 'public, max-age=300';
@@ -40,7 +40,7 @@ const refused = (code: keyof typeof KNOWLEDGE_ERRORS & ErrorCode, message?: stri
 
 /** The plan's call quota refused the call: 429 until the window that refused resets. */
 function callQuotaExhausted(window: 'monthly' | 'daily', service: ServiceMeta): ServiceError {
-  const resets = window === 'daily' ? service.quota?.daily?.resets_at : service.quota?.monthly.resets_at;
+  const resets = refusingResetsAt(service.quota, window);
   return new ServiceError('QUOTA_EXHAUSTED', { window, resets: String(resets) }, undefined, {
     headers: { 'retry-after': quotaRetryAfter(service.quota, window) },
   });

@@ -2,6 +2,7 @@ import { CacheUnavailableError } from '../../adapters/cache/port.ts';
 import type { Caller } from './caller.ts';
 import type { QuotaMeter } from './quota-meter.ts';
 import type { ServiceMeta } from './service-meta.ts';
+import { exhaustedWindow } from './snapshot.ts';
 import { subjectWindows } from './windows.ts';
 
 export type MeteredResult<T> =
@@ -48,8 +49,9 @@ export async function serveMetered<T>(
     observer?.refused(caller.subject.plan, 'unavailable');
     throw new QuotaUnavailableError({ auth: caller.auth, quota: null }, { cause: err });
   });
-  if (before.remaining === 0) {
-    const window = before.daily?.remaining === 0 && before.monthly.remaining > 0 ? 'daily' : 'monthly';
+  // Refused before any work by the window the debit would name (`refusedBy`).
+  const window = exhaustedWindow(before);
+  if (window !== null) {
     observer?.refused(caller.subject.plan, window);
     return { ok: false, reason: 'quota_exhausted', window, service: { auth: caller.auth, quota: before } };
   }
@@ -66,9 +68,8 @@ export async function serveMetered<T>(
   });
   const service = { auth: caller.auth, quota: debit.snapshot };
   if (!debit.ok) {
-    const window = debit.refusedBy ?? 'monthly';
-    observer?.refused(caller.subject.plan, window);
-    return { ok: false, reason: 'quota_exhausted', window, service, ran: value };
+    observer?.refused(caller.subject.plan, debit.refusedBy);
+    return { ok: false, reason: 'quota_exhausted', window: debit.refusedBy, service, ran: value };
   }
   observer?.debited(caller.subject.plan);
   return { ok: true, value, service };

@@ -11,11 +11,10 @@ import { QUOTA_FAMILY, QuotaCounters } from './quota-rebuild.ts';
 import type { QuotaSnapshot } from './snapshot.ts';
 import { type QuotaPeriod, type QuotaSubject, type SubjectWindows, subjectWindows } from './windows.ts';
 
-export interface DebitOutcome {
-  ok: boolean;
-  snapshot: QuotaSnapshot;
-  refusedBy: 'monthly' | 'daily' | null;
-}
+/** A debit made, or refused by the window named (the first full one, the month before the day). */
+export type DebitOutcome =
+  | { ok: true; snapshot: QuotaSnapshot; refusedBy: null }
+  | { ok: false; snapshot: QuotaSnapshot; refusedBy: 'monthly' | 'daily' };
 
 /** Told how every metered call ended (the quota metrics). */
 export interface QuotaObserver {
@@ -187,7 +186,7 @@ export class QuotaMeter {
   ): Promise<DebitOutcome> {
     const lease = this.leaseOf(at, tool);
     if (lease !== undefined && this.take(lease, left(at.windows, lease.counts))) {
-      const outcome = { ok: true, snapshot: this.figures(at, lease.counts), refusedBy: null };
+      const outcome: DebitOutcome = { ok: true, snapshot: this.figures(at, lease.counts), refusedBy: null };
       // Answered with the rest of the turn's calls, as a group commit's are (turn-end.ts).
       await turnEnd();
       return outcome;

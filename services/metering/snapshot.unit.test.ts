@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { quotaSnapshot } from './quota-meter.ts';
-import { QuotaSnapshot, quotaRetryAfter } from './snapshot.ts';
+import { exhaustedWindow, QuotaSnapshot, quotaRetryAfter, refusingResetsAt } from './snapshot.ts';
 import { quotaPeriod } from './windows.ts';
 
 describe('quotaSnapshot', () => {
@@ -77,5 +77,27 @@ describe('quotaRetryAfter', () => {
     expect(quotaRetryAfter(snapshot, 'monthly', now)).toBe(String(20 * 86_400 + 2));
     expect(quotaRetryAfter(snapshot, 'daily', Date.UTC(2031, 5, 11))).toBe('1');
     expect(quotaRetryAfter(null, 'monthly', now)).toBe('1');
+  });
+});
+
+describe('exhaustedWindow', () => {
+  const period = quotaPeriod(Date.UTC(2026, 10, 28, 2, 11, 35));
+  it('names the first full window, the month before the day, as the debit refuses', () => {
+    expect(exhaustedWindow(quotaSnapshot({ monthly: 200, daily: 100 }, period, [150, 99]))).toBeNull();
+    expect(exhaustedWindow(quotaSnapshot({ monthly: 200, daily: 100 }, period, [150, 100]))).toBe('daily');
+    expect(exhaustedWindow(quotaSnapshot({ monthly: 200, daily: 100 }, period, [200, 50]))).toBe('monthly');
+    expect(exhaustedWindow(quotaSnapshot({ monthly: 200, daily: 100 }, period, [200, 100]))).toBe('monthly');
+    expect(exhaustedWindow(quotaSnapshot({ monthly: 200, daily: null }, period, [200]))).toBe('monthly');
+  });
+
+  it('the refusing window resets when the block says calling resumes', () => {
+    for (const counts of [
+      [150, 100],
+      [200, 50],
+      [200, 100],
+    ]) {
+      const snapshot = quotaSnapshot({ monthly: 200, daily: 100 }, period, counts);
+      expect(refusingResetsAt(snapshot, exhaustedWindow(snapshot)!)).toBe(snapshot.resets_at);
+    }
   });
 });

@@ -18,7 +18,7 @@ import {
 } from '../../metering/caller.ts';
 import { QuotaUnavailableError, serveMetered } from '../../metering/metered-call.ts';
 import type { PaidServiceMeta, ServiceMeta } from '../../metering/service-meta.ts';
-import { quotaRetryAfter } from '../../metering/snapshot.ts';
+import { quotaRetryAfter, refusingResetsAt } from '../../metering/snapshot.ts';
 import { setBounded } from '../../shared/bounded-map.ts';
 import { type DecodedPayment, decodePaymentHeader, paymentResponseHeader } from '../codecs.ts';
 import { describeError, type PaymentFlowDeps, type Refusal, runPaidCall } from '../payment-flow.ts';
@@ -282,7 +282,7 @@ class PaidRoutes {
     }
     if (metered.reason === 'failed') throw refusalError(describeError(request.log, metered.error));
     const { window, service } = metered;
-    const resets = window === 'daily' ? service.quota?.daily?.resets_at : service.quota?.monthly.resets_at;
+    const resets = refusingResetsAt(service.quota, window);
     const message =
       `the ${window} quota of this key is used up (resets ${resets}); ` +
       'pay for this call with x402 using the requirements in accepts / PAYMENT-REQUIRED';

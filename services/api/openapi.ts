@@ -291,7 +291,7 @@ const BEFORE_ROUTING: readonly ErrorCode[] = [
 ];
 
 const ANY_ROUTE_RESPONSE = {
-  description: `Refusals any operation may answer, each with its status: ${codesText(ANY_ROUTE)}. The RateLimit-* headers come with every answer of a limited operation, refusals included (the request is counted before its key and input are judged), but ${BEFORE_ROUTING.join(', ')} and a BAD_REQUEST for a request that is not valid HTTP or repeats Host: those are answered before the request reaches a route. A method the path does not take is answered METHOD_NOT_ALLOWED (${ERRORS.METHOD_NOT_ALLOWED.status}) with Allow listing the methods it takes; a path the service does not have, NOT_FOUND (404).`,
+  description: `Refusals any operation may answer, each with its status: ${codesText(ANY_ROUTE)}. The RateLimit-* headers come with every answer of a limited operation, refusals included (the request is counted before its key and input are judged), but ${BEFORE_ROUTING.join(', ')} and a BAD_REQUEST for a request that is not valid HTTP or repeats Host: those are answered before the request reaches a route. A method the path does not take is answered METHOD_NOT_ALLOWED (${ERRORS.METHOD_NOT_ALLOWED.status}) with Allow listing the methods it takes, except PUT and PATCH on /mcp and /mcp/signin: 405 with a JSON-RPC error body (-32000 'Method not allowed.') and Allow: GET, POST, DELETE, after /mcp/signin's 401 for a missing or refused token; a path the service does not have, NOT_FOUND (404).`,
   content: { 'application/json': { schema: jsonSchema(ErrorBody, 'output') } },
 };
 

@@ -81,16 +81,42 @@ describe('malformed MCP params', () => {
     await server?.close();
   });
 
-  const TOOL_ERRORS: [string, Record<string, unknown>, string, string][] = [
-    ['arguments a string', { name: 'get_market_regime', arguments: 'BTC' }, 'invalid_arguments', 'a string'],
-    ['arguments null', { name: 'get_market_regime', arguments: null }, 'invalid_arguments', 'null'],
-    ['arguments an array', { name: 'get_market_regime', arguments: [] }, 'invalid_arguments', 'an array'],
-    ['name a number', { name: 5, arguments: {} }, 'unknown_tool', 'a number'],
-    ['name missing', { arguments: { coin: 'BTC' } }, 'unknown_tool', 'missing'],
+  /** [label, params, structuredContent.code, words in the text, the issue's path] */
+  const TOOL_ERRORS: [string, unknown, string, string, string][] = [
+    [
+      'arguments a string',
+      { name: 'get_market_regime', arguments: 'BTC' },
+      'invalid_arguments',
+      'a string',
+      'arguments',
+    ],
+    [
+      'arguments null',
+      { name: 'get_market_regime', arguments: null },
+      'invalid_arguments',
+      'null',
+      'arguments',
+    ],
+    [
+      'arguments an array',
+      { name: 'get_market_regime', arguments: [] },
+      'invalid_arguments',
+      'an array',
+      'arguments',
+    ],
+    ['name a number', { name: 5, arguments: {} }, 'unknown_tool', 'a number', 'name'],
+    ['name missing', { arguments: { coin: 'BTC' } }, 'unknown_tool', 'missing', 'name'],
+    // params that are not an object: a call naming no tool, never a 400.
+    ['params a string', 'x', 'unknown_tool', 'not a string', 'params'],
+    ['params null', null, 'unknown_tool', 'not null', 'params'],
+    ['params a number', 7, 'unknown_tool', 'not a number', 'params'],
+    ['params a boolean', true, 'unknown_tool', 'not a boolean', 'params'],
+    ['params an empty array', [], 'unknown_tool', 'not an array', 'params'],
+    ['params an array', [{ name: 'get_market_regime' }], 'unknown_tool', 'not an array', 'params'],
   ];
 
   for (const path of PATHS) {
-    for (const [label, params, code, words] of TOOL_ERRORS) {
+    for (const [label, params, code, words, issuePath] of TOOL_ERRORS) {
       it(`${path}: tools/call with ${label} is the -32602 tool error, in words`, async () => {
         const { status, body } = await post(path, call(params));
         expect(status).toBe(200);
@@ -99,42 +125,16 @@ describe('malformed MCP params', () => {
         const result = body.result!;
         expect(result.isError).toBe(true);
         const text = result.content[0]!.text;
-        expect(text).toMatch(/^-32602 invalid params: params\.(name|arguments) /);
+        expect(text).toMatch(/^-32602 invalid params: params(\.(name|arguments) | must be an object )/);
         expect(text).toContain(words);
         expect(text).not.toMatch(DUMP);
         expect(result.structuredContent).toMatchObject({
           code,
-          issues: [{ path: code === 'unknown_tool' ? 'name' : 'arguments' }],
+          issues: [{ path: issuePath }],
           _service: { quota: { used: 0 } },
         });
       });
     }
-
-    it(`${path}: tools/call with params that are not an object is the -32602 tool error, in words`, async () => {
-      for (const [params, words] of [
-        ['x', 'not a string'],
-        [null, 'not null'],
-        [7, 'not a number'],
-        [true, 'not a boolean'],
-        [[], 'not an array'],
-        [[{ name: 'get_market_regime' }], 'not an array'],
-      ] as const) {
-        const { status, body } = await post(path, call(params));
-        expect(status).toBe(200);
-        expect(body.error).toBeUndefined();
-        expect(body.id).toBe('m-1');
-        const result = body.result!;
-        expect(result.isError).toBe(true);
-        const text = result.content[0]!.text;
-        expect(text).toMatch(/^-32602 invalid params: params must be an object /);
-        expect(text).toContain(words);
-        expect(result.structuredContent).toMatchObject({
-          code: 'unknown_tool',
-          issues: [{ path: 'params' }],
-          _service: { quota: { used: 0 } },
-        });
-      }
-    });
 
     it(`${path}: another method's params that are not an object are -32600 Invalid Request`, async () => {
       for (const [params, words] of [

@@ -116,6 +116,20 @@ describe('a tool has one rate limit on HTTP and MCP', () => {
     });
   });
 
+  it('a wrong method on the path of a tool (GET /api/search, 405) takes no share of the tool', async () => {
+    const key = await issue();
+    const wrong = await fetch(`${service.url}/api/search?query=webhooks`, {
+      headers: { authorization: `Bearer ${key}` },
+    });
+    // The key's whole budget only (300), as any request that matches no route.
+    expect(limits(wrong)).toEqual({ status: 405, limit: '300', remaining: '299' });
+    expect(limits(await http(key, '/api/search', { query: 'webhooks' }))).toEqual({
+      status: 200,
+      limit: '150',
+      remaining: '149',
+    });
+  });
+
   it('chat: RateLimit-Limit 150 on both channels', async () => {
     const key = await issue();
     const chat = await http(key, '/api/chat', { question: 'how do webhooks retry?' });

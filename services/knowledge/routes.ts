@@ -28,6 +28,15 @@ import { ChatQuotaExhaustedError, type Knowledge } from './knowledge.ts';
 
 const SEARCH_CACHE = 'public, max-age=300';
 
+/** The MCP tools the routes are by another name: metered as them, and rate-limited in their share. */
+const SEARCH_TOOL = 'search_knowledge';
+const CHAT_TOOL = 'chat_knowledge';
+
+/** `route` as the MCP tool `tool`: its config names it, for the rate limit's tool share (rate-limit.ts). */
+function asTool<R extends { config: object }>(route: R, tool: string) {
+  return { ...route, config: { ...route.config, tool } };
+}
+
 function matches(ifNoneMatch: string | undefined, etag: string): boolean {
   if (!ifNoneMatch) return false;
   const strip = (tag: string) => tag.trim().replace(/^W\//, '');
@@ -69,7 +78,7 @@ function textCodes(
 }
 
 function searchRoute() {
-  return declared({
+  const route = declared({
     summary: 'Search the documentation and live facts (the MCP tool search_knowledge)',
     tags: ['knowledge'],
     sends: ['Cache-Control', 'ETag'],
@@ -99,11 +108,12 @@ function searchRoute() {
       ...shared,
     },
   });
+  return asTool(route, SEARCH_TOOL);
 }
 
 function chatRoute(models: readonly string[]) {
   const allowed = [EXTRACTIVE_MODEL, ...models].map((m) => JSON.stringify(m)).join(', ');
-  return declared({
+  const route = declared({
     summary: 'Ask a question; the answer quotes the sources with [n] citations (the MCP tool chat_knowledge)',
     tags: ['knowledge'],
     sends: ['Cache-Control'],
@@ -129,6 +139,7 @@ function chatRoute(models: readonly string[]) {
       429: refusal(['CHAT_QUOTA_EXHAUSTED', 'QUOTA_EXHAUSTED'], 'With Retry-After'),
     },
   });
+  return asTool(route, CHAT_TOOL);
 }
 
 /** What a metered run threw or failed with, as the family's refusal (nothing counted). */
@@ -241,7 +252,7 @@ export function knowledgeRoutes(deps: KnowledgeDeps): FastifyPluginAsync {
       // Nothing is served: no call is counted.
       if (matches(request.headers['if-none-match'], etag)) return reply.code(304).headers(cacheable).send();
       const answer = knowledge.search(query, limit);
-      const call = { tool: 'search_knowledge', requestId: randomUUID() };
+      const call = { tool: SEARCH_TOOL, requestId: randomUUID() };
       const { value, service } = await metered(request, call, async () => answer);
       reply.headers(cacheable);
       return { ...value, _service: service };
@@ -262,7 +273,7 @@ export function knowledgeRoutes(deps: KnowledgeDeps): FastifyPluginAsync {
         reply.header('cache-control', 'no-store');
         const { value, service } = await metered(
           request,
-          { tool: 'chat_knowledge', requestId },
+          { tool: CHAT_TOOL, requestId },
           async () => {
             const served = await knowledge.chat(caller, request.body, requestId);
             taken = served.month;

@@ -131,20 +131,23 @@ function decision(windows: QuotaWindow[], result: DebitResult, resetMs: number):
   return { allowed: true, limit, remaining: limit - result.counts[tightest]!, resetMs };
 }
 
-/**
- * The HTTP routes that are an MCP tool by another name: a call takes that tool's share on either
- * channel, one budget (POST /api/search took only the credential's, twice MCP search_knowledge's).
- */
-const HTTP_TOOLS: ReadonlyMap<string, string> = new Map([
-  ['/api/search', 'search_knowledge'],
-  ['/api/chat', 'chat_knowledge'],
-]);
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /**
+     * The MCP tool an HTTP route is by another name: a call takes that tool's share on either channel,
+     * one budget (POST /api/search took only the credential's, twice MCP search_knowledge's).
+     */
+    tool?: string;
+  }
+}
 
-/** The tool a request calls: from the /x402/<tool> path, a tool's HTTP route, or a tools/call on /mcp. */
-function toolOf(path: string, body: unknown): string | null {
+/**
+ * The tool a request calls: from the /x402/<tool> path, its route's `tool` (none for a request that
+ * matched no route, a wrong method's 405 too), or a tools/call on /mcp.
+ */
+function toolOf(path: string, route: string | undefined, body: unknown): string | null {
   if (path.startsWith('/x402/')) return path.slice('/x402/'.length) || null;
-  const named = HTTP_TOOLS.get(path);
-  if (named !== undefined) return named;
+  if (route !== undefined) return route;
   if (isMcpPath(path) && body !== null && typeof body === 'object' && !Array.isArray(body)) {
     const { method, params } = body as { method?: unknown; params?: { name?: unknown } };
     if (method === 'tools/call' && typeof params?.name === 'string') return params.name.slice(0, 64);
@@ -183,7 +186,7 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
       // The path the router answers (/m%63p is /mcp): each spelling of a tool's path would be a budget.
       const path = /[%#]/.test(raw) ? (request.routeOptions.url ?? raw) : raw;
       const tier = deps.limiter.tierOf(caller.subject);
-      const tool = toolOf(path, request.body);
+      const tool = toolOf(path, request.routeOptions.config?.tool, request.body);
       const decision = deps.limiter.decide(tier, caller.subject.id, tool);
       if (decision instanceof Promise)
         decision.then((d) => applyDecision(deps, request, reply, done, path, caller, tier, d), done);

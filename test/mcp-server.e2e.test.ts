@@ -323,7 +323,8 @@ describe.runIf(run)(
       it("a session is its opener's: another key, an unknown key or no key gets 404 on it, its own key (revoked too) does not", async () => {
         const mine = await server.issue('pro');
         const other = await server.issue('pro');
-        const as = (key: string | null) => (key === null ? {} : { authorization: `Bearer ${key}` });
+        const as = (key: string | null): Record<string, string> =>
+          key === null ? {} : { authorization: `Bearer ${key}` };
         const init = await post(INIT, as(mine.key));
         const session = { 'mcp-session-id': init.headers.get('mcp-session-id')! };
         await post({ jsonrpc: '2.0', method: 'notifications/initialized' }, { ...session, ...as(mine.key) });

@@ -1,10 +1,8 @@
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../contracts/config.ts';
-import { issueKey } from '../services/keys/key-commands.ts';
 import type { KnowledgeModule } from '../services/knowledge/module.ts';
 import { ServiceMeta } from '../services/metering/service-meta.ts';
-import { type RunningService, startService } from '../services/service.ts';
+import type { RunningService } from '../services/service.ts';
+import { issueServiceKey, startApiOnly } from './service-keys.ts';
 
 /**
  * `_service.quota`'s own figures name one window, the one that binds: a free key over its daily cap
@@ -14,36 +12,13 @@ import { type RunningService, startService } from '../services/service.ts';
 describe('_service.quota describes the window that binds', () => {
   let service: RunningService;
   beforeAll(async () => {
-    const config = loadConfig({
-      NODE_ENV: 'test',
-      LOG_LEVEL: 'silent',
-      EVENT_STORE: 'memory',
-      CACHE: 'memory',
-      FEED: 'replay',
-      HOST: '127.0.0.1',
-      PORT: '0',
-      // Two served calls a day, then a refusal by the day's window.
-      PLAN_FREE_DAILY_CALLS: '2',
-    });
-    service = await startService(config, ['api'], pino({ level: 'silent' }));
+    // Two served calls a day, then a refusal by the day's window.
+    service = await startApiOnly({ PLAN_FREE_DAILY_CALLS: '2' });
     await (service.components.find((c) => c.name === 'knowledge') as KnowledgeModule).ready;
   });
   afterAll(async () => {
     await service?.stop();
   });
-
-  const issue = async () => {
-    const issued = await issueKey(service.adapters.eventStore, {
-      plan: 'free',
-      owner: 'quota-test',
-      via: 'operator',
-    });
-    const keyed = service.components.find((c) => c.name === 'keyed-channel') as unknown as {
-      registry: { waitFor(position: number): Promise<void> };
-    };
-    await keyed.registry.waitFor(issued.position);
-    return issued;
-  };
 
   const call = async (key: string) => {
     const res = await fetch(`${service.url}/api/search`, {
@@ -56,7 +31,7 @@ describe('_service.quota describes the window that binds', () => {
   };
 
   it('a free key over its daily cap: used, total, remaining and resets_at are the day’s', async () => {
-    const { key } = await issue();
+    const { key } = await issueServiceKey(service, { plan: 'free', owner: 'quota-test' });
     const now = new Date();
     const tomorrow = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate() + 1));
     const nextMonth = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1));

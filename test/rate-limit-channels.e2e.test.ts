@@ -1,9 +1,7 @@
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../contracts/config.ts';
-import { issueKey } from '../services/keys/key-commands.ts';
 import type { KnowledgeModule } from '../services/knowledge/module.ts';
-import { type RunningService, startService } from '../services/service.ts';
+import type { RunningService } from '../services/service.ts';
+import { issueServiceKey, startApiOnly } from './service-keys.ts';
 
 const BOTH = 'application/json, text/event-stream';
 
@@ -15,38 +13,19 @@ const BOTH = 'application/json, text/event-stream';
 describe('a tool has one rate limit on HTTP and MCP', () => {
   let service: RunningService;
   beforeAll(async () => {
-    const config = loadConfig({
-      NODE_ENV: 'test',
-      LOG_LEVEL: 'silent',
-      EVENT_STORE: 'memory',
-      CACHE: 'memory',
-      FEED: 'replay',
-      HOST: '127.0.0.1',
-      PORT: '0',
+    service = await startApiOnly({
       RATE_LIMIT_ENABLED: 'true',
       // The defaults' free budget (300) and tool share (0.5); an hour's window, so one gives the
       // budget back mid-test only in a run that straddles the full hour.
       RATE_LIMIT_WINDOW_MS: '3600000',
     });
-    service = await startService(config, ['api'], pino({ level: 'silent' }));
     await (service.components.find((c) => c.name === 'knowledge') as KnowledgeModule).ready;
   });
   afterAll(async () => {
     await service?.stop();
   });
 
-  const issue = async () => {
-    const issued = await issueKey(service.adapters.eventStore, {
-      plan: 'free',
-      owner: 'rate-test',
-      via: 'operator',
-    });
-    const keyed = service.components.find((c) => c.name === 'keyed-channel') as unknown as {
-      registry: { waitFor(position: number): Promise<void> };
-    };
-    await keyed.registry.waitFor(issued.position);
-    return issued.key;
-  };
+  const issue = async () => (await issueServiceKey(service, { plan: 'free', owner: 'rate-test' })).key;
 
   const http = (key: string, path: string, body: unknown) =>
     fetch(`${service.url}${path}`, {

@@ -7,6 +7,7 @@ import { type Caller, type CallerRejectedError, undebitedService } from '../../m
 import { QuotaUnavailableError, serveMetered } from '../../metering/metered-call.ts';
 import type { QuotaMeter } from '../../metering/quota-meter.ts';
 import type { PaidServiceMeta, PaymentReceipt, ServiceMeta } from '../../metering/service-meta.ts';
+import { refusingResetsAt } from '../../metering/snapshot.ts';
 import { argumentsText, recall, remember } from '../remembered-input.ts';
 import { answerJson, answerJsonWithService, answerRevision } from '../served-answers.ts';
 import type { ResultJson } from './answer-json.ts';
@@ -225,7 +226,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     const payment = (await deps.paymentRequirements?.(tool.name, parsed.data)) ?? null;
     const message =
       `quota_exhausted: the ${outcome.window} quota of this ${caller.keyId ? 'key' : 'anonymous caller'} is used up` +
-      ` (resets ${outcome.window === 'daily' ? outcome.service.quota?.daily?.resets_at : outcome.service.quota?.resets_at})` +
+      ` (resets ${refusingResetsAt(outcome.service.quota, outcome.window)})` +
       (payment
         ? `; pay per call: retry with _meta["x402/payment"] for the requirements in structuredContent`
         : '');

@@ -53,8 +53,8 @@ afterAll(async () => {
   await chain?.stop();
 });
 
-function post(body: unknown, headers: Record<string, string>) {
-  return fetch(`${stack.url}${PATH}`, {
+function post(body: unknown, headers: Record<string, string>, on: X402Stack = stack) {
+  return fetch(`${on.url}${PATH}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...headers },
     body: JSON.stringify(body),
@@ -66,11 +66,16 @@ function authFor(from: Hex, overrides: Partial<AuthorizationFields> = {}): Autho
 }
 
 /** A v2 PAYMENT-SIGNATURE, optionally with the x402 payment-identifier extension. */
-async function paymentHeader(key: Hex, auth: AuthorizationFields, paymentId?: string): Promise<string> {
+async function paymentHeader(
+  key: Hex,
+  auth: AuthorizationFields,
+  paymentId?: string,
+  requirement: Record<string, unknown> = accepted,
+): Promise<string> {
   const signature = await signAuthorization(key, auth);
   return toBase64Json({
     x402Version: 2,
-    accepted,
+    accepted: requirement,
     payload: {
       signature,
       authorization: authorizationJson(auth),
@@ -433,5 +438,66 @@ describe('4. a payment is (network, asset, payer, nonce)', () => {
     expect(paymentStream({ ...base, payer: base.payer.toUpperCase().replace('0X', '0x') })).toBe(
       paymentStream(base),
     );
+  });
+});
+
+/**
+ * A paid call replayed while its settlement is broadcast but not yet confirmed, on an anvil that
+ * mines a block every 2 s (as Base does): the first answer names the broadcast transaction while
+ * the log still records the payment pending without it, until the settle call ends. The replay
+ * (a client retrying at once after a dropped connection) must get a receipt the x402 clients read
+ * as paid, naming the same transaction, never `settlement_pending`.
+ */
+describe('2b. a replay during the settlement window', () => {
+  let slow: LocalChain;
+  let slowStack: X402Stack;
+  let slowAccepted: Record<string, unknown>;
+  beforeAll(async () => {
+    slow = await startLocalChain({ blockTime: 2 });
+    slowStack = await startX402Stack({}, slow);
+    const quote = await post(BODY, {}, slowStack);
+    slowAccepted = fromBase64Json<{ accepts: Record<string, unknown>[] }>(
+      quote.headers.get('payment-required'),
+    ).accepts[0]!;
+  });
+  afterAll(async () => {
+    await slowStack?.stop();
+    await slow?.stop();
+  });
+
+  it('names the broadcast transaction as paid, as the first answer did, and charges once', async () => {
+    const payer = await slow.fundedPayer(100_000n);
+    const header = await paymentHeader(
+      payer.key,
+      freshAuthorization(slowStack.payTo, payer.address, PRICE),
+      undefined,
+      slowAccepted,
+    );
+    const first = await post(BODY, { 'payment-signature': header }, slowStack);
+    expect(first.status).toBe(200);
+    const firstBody = (await first.json()) as {
+      _service: { payment: { status: string; transaction: string } };
+    };
+    // The window this test is about: answered at the broadcast, before the block that confirms it.
+    expect(firstBody._service.payment.status).toBe('pending');
+    const transaction = firstBody._service.payment.transaction;
+    expect(transaction).toMatch(/^0x[0-9a-f]{64}$/);
+    expect(fromBase64Json(first.headers.get('payment-response'))).toMatchObject({
+      success: true,
+      transaction,
+    });
+
+    const again = await post(BODY, { 'payment-signature': header }, slowStack);
+    expect(again.status).toBe(200);
+    expect(again.headers.get('x-payment-replayed')).toBe('true');
+    expect(fromBase64Json(again.headers.get('payment-response'))).toMatchObject({
+      success: true,
+      transaction,
+    });
+    const body = (await again.json()) as { _service: { payment: { transaction: string | null } } };
+    expect(body._service.payment.transaction).toBe(transaction);
+
+    await slowStack.x402.settled();
+    expect(await slow.balanceOf(payer.address)).toBe(100_000n - PRICE);
   });
 });

@@ -1,3 +1,5 @@
+import { MarketDataError } from '../../adapters/market/errors.ts';
+import type { MarketFeed } from '../../adapters/market/port.ts';
 import { type Exchange, type FeedKind, marketKey } from '../../contracts/market.ts';
 import type { CalibrationTable } from '../../contracts/signals.ts';
 import { ScanTradeCallsInput, type ScanTradeCallsOutput } from '../../contracts/tools.ts';
@@ -22,7 +24,8 @@ export function rankedDigestScan(deps: {
   };
   verdicts: { readonly state: LatestVerdicts; waitFor(position: number, timeoutMs?: number): Promise<void> };
   headPosition: () => Promise<number>;
-  feed: { readonly kind: FeedKind; now(): number };
+  /** With `candles`, a market without a verdict is named with the feed's refusal when it has one. */
+  feed: { readonly kind: FeedKind; now(): number; candles?: MarketFeed['candles'] };
   catchUpMs?: number;
 }): (input: ScanTradeCallsInput) => Promise<ScanTradeCallsOutput> {
   return async (input) => {
@@ -32,10 +35,28 @@ export function rankedDigestScan(deps: {
     if (ranked.length === 0) throw new Error(`no market ranking for ${exchange} loaded yet`);
     await deps.verdicts.waitFor(await deps.headPosition(), deps.catchUpMs ?? DIGEST_CATCH_UP_MS);
     const volumes = new Map(ranked.map((m) => [m.coin, m.quoteVolume24h]));
+    const { topN, timeframe } = ScanTradeCallsInput.parse({ ...input, exchange });
+    const verdicts = deps.verdicts.state;
+    // A market the feed cannot build this timeframe for (a coin with 1h candles only, on 15m) never
+    // has a verdict: it is named with the feed's own refusal, the words scan_trade_calls gives it,
+    // not as if one were merely not recorded yet.
+    const whyMissing = new Map<string, string>();
+    const candles = deps.feed.candles?.bind(deps.feed);
+    if (candles) {
+      for (const { coin } of ranked.slice(0, topN)) {
+        if (verdicts[marketKey(exchange, coin, timeframe)]) continue;
+        try {
+          await candles(exchange, coin, timeframe, { limit: 1 });
+        } catch (err) {
+          if (err instanceof MarketDataError) whyMissing.set(coin, err.message);
+        }
+      }
+    }
     return projectedScan(
       { ...input, exchange },
       {
-        verdicts: deps.verdicts.state,
+        verdicts,
+        whyMissing,
         ranked: ranked.map((m) => m.coin),
         volumeOf: (coin) => volumes.get(coin) ?? null,
         feed: deps.feed.kind,
@@ -62,6 +83,8 @@ export function projectedScan(
     now: number;
     /** The engine's calibration table (default: the shipped one), which states each row's meaning. */
     table?: CalibrationTable;
+    /** Why a market has no verdict, where the feed said (else: none is recorded). */
+    whyMissing?: ReadonlyMap<string, string>;
   },
 ): ScanTradeCallsOutput {
   const input = { ...ScanTradeCallsInput.parse(raw), exchange: raw.exchange };
@@ -73,7 +96,9 @@ export function projectedScan(
     if (!verdict) {
       skipped.push({
         coin,
-        reason: `no verdict recorded for ${coin} ${input.timeframe} on ${input.exchange}`,
+        reason:
+          deps.whyMissing?.get(coin) ??
+          `no verdict recorded for ${coin} ${input.timeframe} on ${input.exchange}`,
       });
       continue;
     }

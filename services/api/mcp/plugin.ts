@@ -256,7 +256,7 @@ function mcpHandler(deps: HandlerDeps): Handler {
     if (sessionId !== undefined) {
       transport = sessions.touch(sessionId, {
         owner: sessionOwner(request),
-        credential: credentialOf(request),
+        credential: () => credentialOf(request),
       });
       if (transport === undefined) return jsonRpcError(reply, 404, -32001, 'Session not found');
     }

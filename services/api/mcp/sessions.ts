@@ -106,18 +106,20 @@ export class SessionTable {
    * another caller than the one that opened it (when `by` is given): a session id is bound to its
    * owner (MCP's security guidance), so another caller that learns it can neither read its stream
    * nor close it, and is told no more than for an unknown id. The credential it was opened with
-   * stays its own after that credential is refused (a revoked key is answered -32003 on it).
+   * stays its own after that credential is refused (a revoked key is answered -32003 on it). The
+   * credential's digest is asked for only when the owner differs: its opener's calls, the hot
+   * path, hash nothing.
    */
   touch(
     id: string,
-    by?: { owner: string; credential: string | null },
+    by?: { owner: string; credential: () => string | null },
   ): StreamableHTTPServerTransport | undefined {
     const session = this.sessions.get(id);
     if (session === undefined) return undefined;
     if (
       by !== undefined &&
       session.owner !== by.owner &&
-      (session.credential === null || session.credential !== by.credential)
+      (session.credential === null || session.credential !== by.credential())
     )
       return undefined;
     session.lastSeen = Date.now();

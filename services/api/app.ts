@@ -113,13 +113,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // With the caller's `_service`, as the /api errors (the caller hook runs here too).
     unmatched.setNotFoundHandler(async (request, reply) => {
       // A path the service serves, asked with another method: 405 with the methods it takes.
-      const allowed = allowedFor(request.url);
+      const path = request.url.split('?', 1)[0]!;
+      const allowed = allowedFor(path);
       if (allowed.length > 0) {
         const body = {
           code: 'METHOD_NOT_ALLOWED' satisfies ErrorCode,
           message: errorMessage('METHOD_NOT_ALLOWED', {
             method: request.method,
-            path: request.url.split('?')[0]!,
+            path,
             allowed: allowed.join(', '),
           }),
         };
@@ -140,7 +141,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
  * router, find-my-way, so a path matches exactly as it would): asked only for requests that match
  * no route, to tell a wrong method (405) from a path the service does not have (404).
  */
-function routeMethods(app: FastifyInstance): (url: string) => string[] {
+function routeMethods(app: FastifyInstance): (path: string) => string[] {
   const router = FindMyWay({ ignoreTrailingSlash: app.initialConfig.ignoreTrailingSlash ?? false });
   const methods = new Set<string>();
   app.addHook('onRoute', (route) => {
@@ -153,10 +154,7 @@ function routeMethods(app: FastifyInstance): (url: string) => string[] {
       }
     }
   });
-  return (url) => {
-    const path = url.split('?')[0]!;
-    return [...methods].filter((m) => router.find(m as never, path) !== null).sort();
-  };
+  return (path) => [...methods].filter((m) => router.find(m as never, path) !== null).sort();
 }
 
 /**

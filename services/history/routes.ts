@@ -34,7 +34,7 @@ import {
 } from './query.ts';
 import { type OutcomeIndex, ScanProgress, type StoredRows, scanHistory } from './scan.ts';
 import type { ServedVenues } from './served-venues.ts';
-import { recordAsOf, type TrackRecordState, trackRecord } from './track-record.ts';
+import { currentTrackRecord, type TrackRecordState } from './track-record.ts';
 import { historyStream } from './writers.ts';
 
 export interface HistoryRoutesDeps {
@@ -278,8 +278,7 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
 
     app.get('/api/track-record', TRACK_RECORD_ROUTE, async (request, reply) => {
       reply.header('cache-control', 'public, max-age=60');
-      const state = deps.trackRecord.state;
-      return trackRecord(state, request.query.window, recordAsOf(state, deps.now()));
+      return currentTrackRecord(deps.trackRecord.state, request.query.window, deps.now());
     });
 
     app.get('/track-record', { config: PAGE_DOC }, async (_request, reply) =>

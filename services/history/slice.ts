@@ -32,7 +32,7 @@ import { OutcomeResolver } from './resolver.ts';
 import { historyRoutes } from './routes.ts';
 import type { OutcomeIndex, StoredRows } from './scan.ts';
 import { ServedVenues } from './served-venues.ts';
-import { recordAsOf, type TrackRecordState, trackRecord as trackRecordAt } from './track-record.ts';
+import { currentTrackRecord, type TrackRecordState } from './track-record.ts';
 import { trackRecordForAgents } from './track-record-tool.ts';
 
 /** Roles this slice does something in: routes (api), outcomes (projections), webhook lines (dispatcher). */
@@ -276,8 +276,7 @@ export function historySlice(deps: HistorySliceDeps) {
             ? (input as z.output<typeof GetTrackRecordInput>)
             : GetTrackRecordInput.parse(input);
           await venues.check(ask);
-          const state = trackRecord.state;
-          return trackRecordForAgents(trackRecordAt(state, ask.window, recordAsOf(state, now())), ask);
+          return trackRecordForAgents(currentTrackRecord(trackRecord.state, ask.window, now()), ask);
         },
       };
     },

@@ -326,6 +326,15 @@ export function recordAsOf(state: TrackRecordState, now: number): number {
   return Math.min(now, latest);
 }
 
+/** The record as it stands at `now`: as of its latest due outcome (recordAsOf). */
+export function currentTrackRecord(
+  state: TrackRecordState,
+  window: TrackRecordWindow,
+  now: number,
+): TrackRecordResponse {
+  return trackRecord(state, window, recordAsOf(state, now));
+}
+
 /**
  * The log position of the latest outcome a record counts (0 for an empty record): the outcomes are
  * folded in log order, so it counts every outcome at or before it and none after.

@@ -1,3 +1,4 @@
+import { setTimeout as delay } from 'node:timers/promises';
 import {
   AckPolicy,
   type ConsumerConfig,
@@ -333,19 +334,9 @@ export async function retryReplicaRaise(
   }
 }
 
-/** Waits `ms`; false when `signal` aborted first. */
+/** Waits `ms`; false when `signal` aborted first (node's abortable timer rejects then). */
 function pause(ms: number, signal: AbortSignal): Promise<boolean> {
-  if (signal.aborted) return Promise.resolve(false);
-  return new Promise((resolve) => {
-    const done = (waited: boolean) => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', aborted);
-      resolve(waited);
-    };
-    const aborted = () => done(false);
-    const timer = setTimeout(() => done(true), ms);
-    signal.addEventListener('abort', aborted, { once: true });
-  });
+  return delay(ms, true, { signal }).catch(() => false);
 }
 
 interface NatsBusConfig {

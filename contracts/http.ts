@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import type { ErrorCode } from './errors.ts';
 
 /**
  * An integer query parameter within bounds: documented as an integer (a generated client sends a
@@ -9,6 +10,20 @@ export function queryInt(min: number, max: number) {
     (value) => (value === '' ? Number.NaN : value),
     z.coerce.number().int().min(min).max(max),
   );
+}
+
+/**
+ * A query parameter given once: `?limit=2&limit=3` is refused (INVALID_PARAMETER naming it) rather
+ * than read as either. Every route with a query schema wraps its parameters in it, and declares
+ * `codes: { unknown: 'UNKNOWN_FILTER' }` so that a parameter it does not know is refused too.
+ */
+export function queryOnce<T extends z.ZodType>(schema: T) {
+  const code: ErrorCode = 'INVALID_PARAMETER';
+  return z.preprocess((value, ctx) => {
+    if (!Array.isArray(value)) return value;
+    ctx.addIssue({ code: 'custom', message: 'given more than once', params: { code } });
+    return undefined;
+  }, schema);
 }
 
 /**

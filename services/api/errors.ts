@@ -80,12 +80,13 @@ function fieldError(issue: Issue, where = 'body', codes: FieldCodes = {}): Servi
       ? `unknown field "${field}"`
       : `${field}: ${issue.message}`;
   const own = codeOf(issue, at, codes);
-  // A family with codes of its own names the field in the code, not in a `field` member.
+  // A family with codes of its own names a body field in the code, not in a `field` member (the
+  // search and chat bodies answer `{code, message}`); a query parameter is named in both.
   if (own)
     return new ServiceError(
       own,
       { detail, issue: issue.message, name: field, ...codes.params?.[own] },
-      undefined,
+      where === 'querystring' ? field : undefined,
       whole ? { message: NOT_AN_OBJECT } : {},
     );
   return new ServiceError('INVALID_FIELD', { detail }, field);

@@ -227,7 +227,7 @@ export function declared<
           params: {
             ...codes.params,
             [codes.unknown]: {
-              known: Object.keys(fields.shape).join(', '),
+              known: Object.keys(fields.shape).join(', ') || 'none',
               ...codes.params?.[codes.unknown],
             },
           },

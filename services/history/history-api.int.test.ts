@@ -441,6 +441,9 @@ describe('GET /api/verdicts', () => {
         _service?: unknown;
       };
       expect(body.code, query).toBe(code);
+      // A refused query parameter is named in `field`, as on every route with a query.
+      const named = /^\?(\w+)=/.exec(query)?.[1];
+      if (status === 400 && named) expect(body.field, query).toBe(named);
       if (code === 'unknown_coin') expect(body.field, query).toBe('coin');
       expect(body.message.length).toBeGreaterThan(5);
       // Any response carries the caller's live quota (contract 8), refusals of a key too.

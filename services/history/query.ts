@@ -8,6 +8,7 @@ import {
   type HistoryFormat,
   TRACK_RECORD_WINDOWS,
 } from '../../contracts/history.ts';
+import { queryOnce } from '../../contracts/http.ts';
 import { Call, Coin, Exchange, Timeframe } from '../../contracts/market.ts';
 import type { FieldCodes } from '../api/errors.ts';
 import { decodeCursor } from './cursor.ts';
@@ -15,8 +16,8 @@ import type { HistoryFilter } from './scan.ts';
 
 /** A bad request, answered with its catalog status and these words (the CLI prints them as a usage error). */
 export class HistoryQueryError extends ServiceError {
-  constructor(code: ErrorCode, message: string) {
-    super(code, {}, undefined, { message });
+  constructor(code: ErrorCode, message: string, field?: string) {
+    super(code, {}, field, { message });
   }
 }
 
@@ -105,20 +106,11 @@ function issue(ctx: Ctx, code: ErrorCode, message: string, path?: string): void 
   ctx.addIssue({ code: 'custom', message, params: { code }, ...(path ? { path: [path] } : {}) });
 }
 
-/** A query parameter given once: `?coin=BTC&coin=ETH` is refused rather than read as either. */
-function once<T extends z.ZodType>(schema: T) {
-  return z.preprocess((value, ctx) => {
-    if (!Array.isArray(value)) return value;
-    issue(ctx, 'INVALID_PARAMETER', 'given more than once');
-    return undefined;
-  }, schema);
-}
-
 const upper = (value: unknown) => (typeof value === 'string' ? value.toUpperCase() : value);
 
 /** A time parameter: ISO 8601 with a zone, or Unix milliseconds, as a number of milliseconds. */
 const time = (name: string) =>
-  once(
+  queryOnce(
     z
       .string()
       .transform((raw, ctx) => {
@@ -139,22 +131,22 @@ const decimal = (pattern: RegExp) => (value: unknown) =>
 /** GET /api/verdicts: the filters, the cursor, the page, the wait and the format, typed and bounded. */
 export const HistoryQuerySchema = z
   .strictObject({
-    exchange: once(
+    exchange: queryOnce(
       z.preprocess(
         upper,
         z.enum(Exchange.options, { error: `exchange must be one of ${Exchange.options.join(', ')}` }),
       ),
     ).optional(),
-    coin: once(Coin.describe('A coin symbol')).optional(),
-    timeframe: once(
+    coin: queryOnce(Coin.describe('A coin symbol')).optional(),
+    timeframe: queryOnce(
       z.enum(Timeframe.options, { error: `timeframe must be one of ${Timeframe.options.join(', ')}` }),
     ).optional(),
-    call: once(
+    call: queryOnce(
       z.preprocess(upper, z.enum(Call.options, { error: 'call must be one of BUY, SELL, HOLD' })),
     ).optional(),
     from: time('from'),
     to: time('to'),
-    after: once(
+    after: queryOnce(
       z
         .string()
         .transform((text, ctx) => {
@@ -164,16 +156,18 @@ export const HistoryQuerySchema = z
         })
         .describe('The cursor of an earlier answer'),
     ).optional(),
-    limit: once(z.preprocess(decimal(/^\d{1,7}$/), z.number().int().min(1).max(HISTORY_MAX_LIMIT)))
+    limit: queryOnce(z.preprocess(decimal(/^\d{1,7}$/), z.number().int().min(1).max(HISTORY_MAX_LIMIT)))
       .optional()
       .describe(`Rows at most, 1–${HISTORY_MAX_LIMIT}`),
-    format: once(z.enum(HISTORY_FORMATS, { error: `format must be one of ${HISTORY_FORMATS.join(', ')}` }))
+    format: queryOnce(
+      z.enum(HISTORY_FORMATS, { error: `format must be one of ${HISTORY_FORMATS.join(', ')}` }),
+    )
       .optional()
       .describe('Or the Accept header'),
-    wait: once(z.preprocess(decimal(/^\d{1,2}(\.\d{1,3})?$/), z.number().min(0).max(HISTORY_MAX_WAIT_S)))
+    wait: queryOnce(z.preprocess(decimal(/^\d{1,2}(\.\d{1,3})?$/), z.number().min(0).max(HISTORY_MAX_WAIT_S)))
       .optional()
       .describe(`Seconds to long-poll for new rows, 0–${HISTORY_MAX_WAIT_S}`),
-    trailer: once(
+    trailer: queryOnce(
       z
         .enum(['true', 'false'], { error: 'trailer must be true or false' })
         .transform((value) => value === 'true'),
@@ -192,7 +186,7 @@ export type HistoryQueryInput = z.output<typeof HistoryQuerySchema>;
 
 /** GET /api/track-record. */
 export const TrackRecordQuerySchema = z.strictObject({
-  window: once(z.enum(TRACK_RECORD_WINDOWS)).default('all'),
+  window: queryOnce(z.enum(TRACK_RECORD_WINDOWS)).default('all'),
 });
 
 /** The history family's codes per parameter (the error handler reads them beside the schema). */

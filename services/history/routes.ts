@@ -196,6 +196,7 @@ function historyAccess(deps: HistoryRoutesDeps) {
       throw new HistoryQueryError(
         'FOREIGN_CURSOR',
         'after names a position this store does not hold: a cursor from another store?',
+        'after',
       );
     }
     return event.id;

@@ -5,7 +5,7 @@ import { z } from 'zod';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { KnownCoins } from '../../adapters/market/known-coins.ts';
 import { ErrorBody, ServiceError } from '../../contracts/errors.ts';
-import { optionalBody, queryInt } from '../../contracts/http.ts';
+import { optionalBody, queryInt, queryOnce } from '../../contracts/http.ts';
 import type { FeedKind } from '../../contracts/market.ts';
 import { EVENT_VERSIONS, webhookOpenApi } from '../../contracts/webhook-schemas.ts';
 import {
@@ -20,6 +20,7 @@ import {
   WebhookView,
 } from '../../contracts/webhooks.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
+import type { FieldCodes } from '../api/errors.ts';
 import { declared, documented, type ResponseDoc, type RouteDoc } from '../api/openapi.ts';
 import { callerHook, decorateCaller, keyRefusal, withAnswerService } from '../metering/caller.ts';
 import { deliveryView, findDelivery, sequenceStream } from './delivery-log-fold.ts';
@@ -79,12 +80,14 @@ function resultView(deliveryId: string, r: SendResult) {
   };
 }
 
-const DeliveryQuery = z.object({
-  limit: queryInt(1, 200).default(50).describe('How many deliveries, 1–200'),
-  after_seq: queryInt(0, Number.MAX_SAFE_INTEGER)
+const DeliveryQuery = z.strictObject({
+  limit: queryOnce(queryInt(1, 200)).default(50).describe('How many deliveries, 1–200'),
+  after_seq: queryOnce(queryInt(0, Number.MAX_SAFE_INTEGER))
     .optional()
     .describe('The last seq received: deliveries after it, in seq order'),
 });
+/** A query parameter a route does not know is refused, not ignored (as /api/verdicts answers it). */
+const QUERY_CODES = { unknown: 'UNKNOWN_FILTER' } as const satisfies FieldCodes;
 const fail = (description: string): ResponseDoc => ({ description, schema: ErrorBody });
 const Id = z.object({ id: z.string() });
 /** Every keyed webhook route answers these besides its own. */
@@ -97,7 +100,12 @@ const keyed = <
   P extends z.ZodObject | undefined = undefined,
   Q extends z.ZodObject | undefined = undefined,
 >(
-  doc: Omit<RouteDoc, 'tags' | 'auth' | 'body' | 'params' | 'query'> & { body?: B; params?: P; query?: Q },
+  doc: Omit<RouteDoc, 'tags' | 'auth' | 'body' | 'params' | 'query'> & {
+    body?: B;
+    params?: P;
+    query?: Q;
+    codes?: FieldCodes;
+  },
 ) =>
   declared({
     ...doc,
@@ -137,6 +145,8 @@ const DOCS = {
   }),
   list: keyed({
     summary: "The key's subscriptions",
+    query: z.strictObject({}),
+    codes: QUERY_CODES,
     responses: {
       200: { description: 'Subscriptions', schema: z.object({ webhooks: z.array(WebhookView) }) },
       400: fail('UNKNOWN_FILTER: the route takes no query parameter'),
@@ -163,6 +173,7 @@ const DOCS = {
     summary: 'Delivery log: the latest deliveries, or every one after a sequence number',
     params: Id,
     query: DeliveryQuery,
+    codes: QUERY_CODES,
     responses: {
       200: {
         description: 'Deliveries with their attempts',
@@ -325,22 +336,6 @@ async function resend(deps: WebhookRoutesDeps, sub: SubscriptionRecord, delivery
   return resultView(record.id, await deps.worker.submit(job));
 }
 
-/**
- * Refuses, before the schema reads the query, a parameter the route does not know (UNKNOWN_FILTER,
- * as /api/verdicts answers it) and one given more than once (INVALID_PARAMETER: `limit=2&limit=3`
- * is neither), each naming the parameter in `field`.
- */
-function plainQuery(known: readonly string[]) {
-  return async (request: FastifyRequest) => {
-    for (const [name, value] of Object.entries(request.query as Record<string, unknown>)) {
-      if (!known.includes(name)) {
-        throw new ServiceError('UNKNOWN_FILTER', { name, known: known.join(', ') || 'none' }, name);
-      }
-      if (Array.isArray(value)) throw new ServiceError('INVALID_PARAMETER', { name }, name);
-    }
-  };
-}
-
 /** A keyed answer with its caller's `_service` (nothing debited), as every answer of the routes has. */
 async function served<T extends object>(request: FastifyRequest, body: T | Promise<T>) {
   return withAnswerService(request, await body);
@@ -379,7 +374,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
     app.post('/api/webhooks', { ...DOCS.create, preValidation: authenticated }, async (request, reply) =>
       reply.code(201).send(await served(request, create(keyOf(request), request.body))),
     );
-    app.get('/api/webhooks', { ...DOCS.list, preValidation: [authenticated, plainQuery([])] }, async (request) =>
+    app.get('/api/webhooks', { ...DOCS.list, preValidation: authenticated }, async (request) =>
       served(request, {
         webhooks: subscriptionsOfKey(runner.state.subscriptions, keyOf(request)).map(toView),
       }),
@@ -396,7 +391,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
     );
     app.get(
       '/api/webhooks/:id/deliveries',
-      { ...DOCS.deliveries, preValidation: [authenticated, plainQuery(Object.keys(DeliveryQuery.shape))] },
+      { ...DOCS.deliveries, preValidation: authenticated },
       async (request) => {
         const { params, query } = request;
         const apiKeyId = keyOf(request);

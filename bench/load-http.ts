@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { mcpInitialize } from '../test/mcp-wire.ts';
 import {
   atLeast,
   atMost,
@@ -492,16 +493,7 @@ export async function openMcpSession(url: string, auth: Record<string, string>):
   const res = await fetch(`${url}/mcp`, {
     method: 'POST',
     headers: { ...MCP_HEADERS, ...auth },
-    body: JSON.stringify({
-      jsonrpc: '2.0',
-      id: 0,
-      method: 'initialize',
-      params: {
-        protocolVersion: '2025-06-18',
-        capabilities: {},
-        clientInfo: { name: 'bench', version: '1' },
-      },
-    }),
+    body: JSON.stringify(mcpInitialize('bench', 0)),
   });
   const id = res.headers.get('mcp-session-id');
   await res.text();

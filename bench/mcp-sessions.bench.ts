@@ -20,15 +20,11 @@ import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import Fastify from 'fastify';
 import { MemoryCache } from '../adapters/cache/memory.ts';
 import { startKeyedServer } from '../test/keyed-harness.ts';
+import { MCP_ACCEPT, mcpInitialize } from '../test/mcp-wire.ts';
 import { whenMain } from './harness.ts';
 
-const ACCEPT = 'application/json, text/event-stream';
-const INIT = {
-  jsonrpc: '2.0',
-  id: 1,
-  method: 'initialize',
-  params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'bench', version: '0' } },
-};
+const ACCEPT = MCP_ACCEPT;
+const INIT = mcpInitialize('bench');
 
 // A forced collection before each reading, so the deltas are live objects, not garbage not yet
 // collected; without --expose-gc on the command line (npm run bench), switched on here.

@@ -40,6 +40,7 @@ import type { RecordedEvent } from '../contracts/envelope.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
 import { hashApiKey } from '../services/keys/key-material.ts';
 import { debitedUnits } from '../services/metering/quota-projection.ts';
+import { MCP_HEADERS, mcpInitialize } from '../test/mcp-wire.ts';
 import { startNatsServer } from '../test/nats-server.ts';
 import { freePort } from '../test/ports.ts';
 
@@ -428,17 +429,8 @@ async function main(): Promise<number> {
         try {
           const res = await fetch(`${api.url}/mcp`, {
             method: 'POST',
-            headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
-            body: JSON.stringify({
-              jsonrpc: '2.0',
-              id: 1,
-              method: 'initialize',
-              params: {
-                protocolVersion: '2025-06-18',
-                capabilities: {},
-                clientInfo: { name: 'x', version: '0' },
-              },
-            }),
+            headers: MCP_HEADERS,
+            body: JSON.stringify(mcpInitialize('x')),
             signal: AbortSignal.timeout(10_000),
           });
           await res.arrayBuffer();

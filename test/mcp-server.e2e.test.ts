@@ -8,18 +8,14 @@ import { connectRedisCache, type RedisCache } from '../adapters/cache/redis.ts';
 import { revokeKey } from '../services/keys/key-commands.ts';
 import { ServiceMeta } from '../services/metering/service-meta.ts';
 import { PAYMENT_REQUIRED, startKeyedServer } from './keyed-harness.ts';
+import { MCP_ACCEPT, mcpInitialize } from './mcp-wire.ts';
 import { freePort } from './ports.ts';
 import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from './redis-probe.ts';
 
 const run = await shouldRunRedisSuite('MCP suite');
 const PREFIX = `test:mcp:${randomUUID()}:`;
-const INIT = {
-  jsonrpc: '2.0',
-  id: 1,
-  method: 'initialize',
-  params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '0' } },
-};
-const BOTH = 'application/json, text/event-stream';
+const INIT = mcpInitialize();
+const BOTH = MCP_ACCEPT;
 
 type Server = Awaited<ReturnType<typeof startKeyedServer>>;
 

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../contracts/config.ts';
 import { newEvent } from '../contracts/events.ts';
 import { type RunningService, startService } from '../services/service.ts';
+import { MCP_ACCEPT, mcpInitialize } from './mcp-wire.ts';
 
 /**
  * The series an operator needs beside the webhook ones (issue 13, item 9): quota debits and
@@ -13,13 +14,8 @@ import { type RunningService, startService } from '../services/service.ts';
  * projection, scraped from /metrics of a started service after calls that move each of them.
  */
 
-const BOTH = 'application/json, text/event-stream';
-const INIT = {
-  jsonrpc: '2.0',
-  id: 1,
-  method: 'initialize',
-  params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'metrics', version: '0' } },
-};
+const BOTH = MCP_ACCEPT;
+const INIT = mcpInitialize('metrics');
 
 /** The value of one sample, or undefined when the series is absent. */
 function sample(text: string, name: string, labels: Record<string, string> = {}): number | undefined {

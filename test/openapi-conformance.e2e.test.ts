@@ -14,6 +14,7 @@ import { publicBaseUrl } from '../contracts/config.ts';
 import { ERRORS } from '../contracts/errors.ts';
 import { asRecorded } from '../services/api/recorded-origin.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
+import { MCP_ACCEPT, mcpInitialize } from './mcp-wire.ts';
 import { readableHeaders, undeclaredHeaders } from './openapi-headers.ts';
 import { startTestService, type TestService } from './service-harness.ts';
 
@@ -869,17 +870,8 @@ describe('the OpenAPI document describes every real answer', () => {
       anyRoute: true,
     });
     expect(answered.get('retry-after')).toMatch(/^\d+$/);
-    const initialize = {
-      jsonrpc: '2.0',
-      id: 1,
-      method: 'initialize',
-      params: {
-        protocolVersion: '2025-06-18',
-        capabilities: {},
-        clientInfo: { name: 'conformance', version: '1' },
-      },
-    };
-    const mcp = { accept: 'application/json, text/event-stream' };
+    const initialize = mcpInitialize('conformance');
+    const mcp = { accept: MCP_ACCEPT };
     await conform({ method: 'POST', template: '/mcp', body: initialize, headers: mcp, status: 200 });
     expect(answered.get('mcp-session-id')).toBeTruthy();
     for (const name of [

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { KnowledgeModule } from '../services/knowledge/module.ts';
 import type { RunningService } from '../services/service.ts';
+import { mcpInitialize } from './mcp-wire.ts';
 import { issueServiceKey, startApiOnly } from './service-keys.ts';
 
 const BOTH = 'application/json, text/event-stream';
@@ -39,16 +40,7 @@ describe('a tool has one rate limit on HTTP and MCP', () => {
     const init = await fetch(`${service.url}/mcp`, {
       method: 'POST',
       headers,
-      body: JSON.stringify({
-        jsonrpc: '2.0',
-        id: 1,
-        method: 'initialize',
-        params: {
-          protocolVersion: '2025-06-18',
-          capabilities: {},
-          clientInfo: { name: 'raw', version: '0' },
-        },
-      }),
+      body: JSON.stringify(mcpInitialize()),
     });
     expect(init.status).toBe(200);
     const session = init.headers.get('mcp-session-id')!;

@@ -4,16 +4,12 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { connectRedisCache, type RedisCache } from '../adapters/cache/redis.ts';
 import { RateLimiter } from '../services/metering/rate-limit.ts';
 import { startKeyedServer } from './keyed-harness.ts';
+import { MCP_ACCEPT, mcpInitialize } from './mcp-wire.ts';
 import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from './redis-probe.ts';
 
 const run = await shouldRunRedisSuite('rate-limit suite');
-const INIT = {
-  jsonrpc: '2.0',
-  id: 1,
-  method: 'initialize',
-  params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '0' } },
-};
-const BOTH = 'application/json, text/event-stream';
+const INIT = mcpInitialize();
+const BOTH = MCP_ACCEPT;
 
 type Server = Awaited<ReturnType<typeof startKeyedServer>>;
 

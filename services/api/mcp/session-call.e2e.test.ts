@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryCache } from '../../../adapters/cache/memory.ts';
 import { startKeyedServer } from '../../../test/keyed-harness.ts';
+import { MCP_HEADERS, mcpInitialize } from '../../../test/mcp-wire.ts';
 import { revokeKey } from '../../keys/key-commands.ts';
 
 /**
@@ -10,7 +11,7 @@ import { revokeKey } from '../../keys/key-commands.ts';
  * JSON-RPC error objects, and the transport's refusals for bad headers.
  */
 const ARGS = { coin: 'BTC', timeframe: '1h', exchange: 'BINANCE' };
-const HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
+const HEADERS = MCP_HEADERS;
 
 type Server = Awaited<ReturnType<typeof startKeyedServer>>;
 
@@ -19,12 +20,7 @@ async function openSession(url: string, key: string): Promise<string> {
   const init = await fetch(`${url}/mcp`, {
     method: 'POST',
     headers: { ...HEADERS, authorization: `Bearer ${key}` },
-    body: JSON.stringify({
-      jsonrpc: '2.0',
-      id: 0,
-      method: 'initialize',
-      params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '0' } },
-    }),
+    body: JSON.stringify(mcpInitialize('t', 0)),
   });
   await init.text();
   return init.headers.get('mcp-session-id')!;

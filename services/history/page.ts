@@ -161,6 +161,16 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
         'history export (lean, lean_net_centi_bps).';
   }
   function days(series) { return series.map(function (p) { return Date.parse(p.day) / 1000; }); }
+  // A chart over days: the days' columns, with a day either side where only the reference lines
+  // run, so that one day is drawn inside an axis around it (uPlot's own range for a single time
+  // spans years) and a reference is a line, not a dot.
+  function overDays(s, columns, references) {
+    var x = days(s);
+    var ends = s.length ? [x[0] - 86400, x[x.length - 1] + 86400] : [];
+    var edge = function (column) { return s.length ? [null].concat(column, [null]) : column; };
+    var ref = function (v) { return s.length ? [v].concat(x.map(function () { return v; }), [v]) : []; };
+    return [s.length ? [ends[0]].concat(x, [ends[1]]) : x].concat(columns.map(edge), (references || []).map(ref));
+  }
   function calibration(tr) {
     var b = tr.overall.buckets.filter(function (x) { return x.calls > 0; });
     var note = document.getElementById('calibration-note');
@@ -242,13 +252,13 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
     draw('chart-coverage', { scales: { y: { range: [0, 1] } }, axes: [{}, valueAxis(asPercent)],
       series: [{}, { label: 'inside the band', stroke: '#1f77b4' },
       { label: 'stated', stroke: '#bbb', dash: [4, 4] }] },
-      [days(s), s.map(function (p) { return p.coverage; }), s.map(function () { return nominal; })], s.length, none);
+      overDays(s, [s.map(function (p) { return p.coverage; })], [nominal]), s.length, none);
     var top = s.reduce(function (m, p) { return p.sigmaRatio === null ? m : Math.max(m, p.sigmaRatio); }, 1);
     draw('chart-sigma', { scales: { y: { range: [0, Math.ceil(top * 1.2 * 10) / 10] } },
       axes: [{}, valueAxis(function (v) { return v == null ? '' : v.toFixed(1); })],
       series: [{}, { label: 'σ served ÷ realised', stroke: '#1f77b4' },
       { label: 'right in level', stroke: '#bbb', dash: [4, 4] }] },
-      [days(s), s.map(function (p) { return p.sigmaRatio; }), s.map(function () { return 1; })], s.length, none);
+      overDays(s, [s.map(function (p) { return p.sigmaRatio; })], [1]), s.length, none);
     document.querySelector('#risk-record tbody').innerHTML =
       [tr.overall].concat(tr.lines).map(riskRow(tr.baselines)).join('');
   }
@@ -263,14 +273,14 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
     draw('chart-hit', { scales: { y: { range: [0, 1] } }, axes: [{}, valueAxis(asPercent)],
       series: [{}, { label: 'calls', stroke: '#1f77b4' }, { label: 'always-BUY', stroke: '#2ca02c' },
       { label: 'always-SELL', stroke: '#d62728' }, { label: 'random', stroke: '#999' }] },
-      [days(s), s.map(function (p) { return p.hitRate; }), s.map(function (p) { return p.alwaysBuy; }),
-       s.map(function (p) { return p.alwaysSell; }), s.map(function (p) { return p.random; })], s.length,
+      overDays(s, [s.map(function (p) { return p.hitRate; }), s.map(function (p) { return p.alwaysBuy; }),
+       s.map(function (p) { return p.alwaysSell; }), s.map(function (p) { return p.random; })]), s.length,
       noCalls(tr, 'hit rate'));
     calibration(tr);
     draw('chart-net', { axes: [{}, valueAxis(asBps)],
       series: [{}, { label: 'following the calls', stroke: '#1f77b4' },
       { label: 'random calls', stroke: '#999' }] },
-      [days(s), s.map(function (p) { return p.cumNetBps; }), s.map(function (p) { return p.cumRandomNetBps; })],
+      overDays(s, [s.map(function (p) { return p.cumNetBps; }), s.map(function (p) { return p.cumRandomNetBps; })]),
       s.length, noCalls(tr, 'net return'));
     risk(tr);
   }

@@ -105,10 +105,38 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     return points;
   }
 
+  /**
+   * The charts over time: the x axis runs from a day before the first day to a day after the last
+   * (one day is not lost on an axis of years), and a reference line ("stated", "right in level")
+   * spans the chart even over one day.
+   */
+  async function expectDayAxes(page: Page) {
+    const plots = (await page.evaluate(`Object.entries(window.trackRecordPlots)
+      .filter(([id]) => id !== 'chart-calibration')
+      .map(([id, u]) => ({ id, min: u.scales.x.min, max: u.scales.x.max, x: u.data[0],
+        drawn: u.data.slice(1).map((c) => c.filter((v) => v != null).length) }))`)) as {
+      id: string;
+      min: number;
+      max: number;
+      x: number[];
+      drawn: number[];
+    }[];
+    expect(plots.length).toBeGreaterThan(0);
+    for (const plot of plots) {
+      const [first, last] = [plot.x[1]!, plot.x.at(-2)!];
+      expect(plot.min, plot.id).toBe(first - 86_400);
+      expect(plot.max, plot.id).toBe(last + 86_400);
+      if (plot.id === 'chart-coverage' || plot.id === 'chart-sigma') {
+        expect(plot.drawn.at(-1), `${plot.id} reference`).toBe(plot.x.length);
+      }
+    }
+  }
+
   /** Each chart has its points; the calibration chart has three or says why it has fewer. */
   async function expectCharts(page: Page) {
     const points = await chartsOrSentences(page);
     for (const n of Object.values(points)) expect(n).toBeGreaterThan(0);
+    await expectDayAxes(page);
     const note = page.locator('#calibration-note');
     if (points['chart-calibration']! < 3) {
       expect(await note.isVisible()).toBe(true);
@@ -198,6 +226,7 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     expect(points).toMatchObject({ 'chart-hit': 0, 'chart-calibration': 0, 'chart-net': 0 });
     expect(points['chart-coverage']).toBeGreaterThan(0);
     expect(points['chart-sigma']).toBeGreaterThan(0);
+    await expectDayAxes(page);
     expect(await page.locator('#chart-hit-empty').textContent()).toMatch(
       /^No BUY or SELL call has a resolved outcome in this window: all \d+ resolved verdicts were HOLD/,
     );

@@ -33,6 +33,8 @@ const DefaultedExchange = Exchange.optional();
 export const DEFAULT_RISK_BUDGET_USD = 100;
 /** The largest risk budget a call may state, in USD: a larger figure is likelier a unit slip than a budget. */
 export const MAX_RISK_BUDGET_USD = 10_000_000;
+/** The smallest: a cent, the unit the sizing's USD amounts are given in. */
+export const MIN_RISK_BUDGET_USD = 0.01;
 
 /**
  * What the caller is willing to lose on a one-σ move over the horizon, in USD (the quote
@@ -40,11 +42,12 @@ export const MAX_RISK_BUDGET_USD = 10_000_000;
  */
 const RiskBudgetUsd = z
   .number()
-  .positive('must be above 0 (USD)')
+  // Below a cent the notional and the losses at the stops would read 0 beside a quantity that is not.
+  .min(MIN_RISK_BUDGET_USD, `must be at least ${MIN_RISK_BUDGET_USD} (USD)`)
   .max(MAX_RISK_BUDGET_USD, `must be at most ${MAX_RISK_BUDGET_USD} (USD)`)
   .default(DEFAULT_RISK_BUDGET_USD)
   .describe(
-    'Risk budget in USD (above 0, at most 10,000,000; default 100): the answer sizes the position whose one-σ move over each horizon is this amount.',
+    'Risk budget in USD (at least 0.01, at most 10,000,000; default 100): the answer sizes the position whose one-σ move over each horizon is this amount.',
   );
 
 /** A stop the band implies: its price, its distance from the price and the loss there for the notional. */
@@ -471,7 +474,7 @@ export const TOOLS = {
     output: TrackRecordResponse,
     title: 'Track record',
     description:
-      "How the service's own answers did once their outcomes were in, over a window (7d, 30d, 90d or all): overall and per venue and timeframe, calls, hit rate with its 95 % interval beside always-BUY, always-SELL and random calls at the same mix, mean net bps after the 10 bps fee, and the risk forecast's record (band coverage beside the coverage it states, σ served ÷ realised); the free baselines measured out of sample (always-HOLD, the best fade/follow rule, a trailing-volatility band, EWMA/GARCH/HAR-RV where scored); the shipped funding-carry fit. GET /api/track-record's answer, narrowed to the exchange and timeframe asked: hit rates per confidence bucket, and the risk baselines at the next-candle and one-day horizons beside the six-candle one, come when one exchange or timeframe is asked; the day-by-day series is left to GET /api/track-record.",
+      "How the service's own answers did once their outcomes were in, over a window (7d, 30d, 90d or all): overall and per venue and timeframe, calls, hit rate with its 95 % interval beside always-BUY, always-SELL and random calls at the same mix, mean net bps after the 10 bps fee, and the risk forecast's record (band coverage beside the coverage it states, σ served ÷ realised); the free baselines measured out of sample (always-HOLD, the best fade/follow rule, a trailing-volatility band, EWMA/GARCH/HAR-RV where scored); the shipped funding-carry fit. GET /api/track-record's answer, its lines and baselines narrowed to the exchange and timeframe asked (overall stays the whole service's line, labelled ALL): hit rates per confidence bucket, and the risk baselines at the next-candle and one-day horizons beside the six-candle one, come when one exchange or timeframe is asked; the day-by-day series is left to GET /api/track-record.",
     example: { window: '30d' },
     // Priced like a regime reading: a read of state the service already holds.
     price: { key: 'X402_PRICE_GET_MARKET_REGIME' },

@@ -146,11 +146,21 @@ describe('sizing for the caller’s risk budget', () => {
     expect(forecast.isError).toBeFalsy();
     const f = RiskForecast.parse(forecast.structuredContent);
     for (const h of f.horizons) expectSized(h.sizing, 5_000, h, f.price);
+    // The smallest budget, a cent, still sizes something in every USD amount.
+    const cent = RiskForecast.parse(
+      (await call('get_risk_forecast', { coin: 'SOL', riskBudgetUsd: 0.01 })).structuredContent,
+    );
+    for (const h of cent.horizons) {
+      expect(h.sizing.notional_usd).toBeGreaterThan(0);
+      expect(h.sizing.long_stop!.loss_usd).toBeGreaterThan(0);
+      expect(h.sizing.short_stop!.loss_usd).toBeGreaterThan(0);
+    }
   });
 
   it.each([
-    ['negative', -5, /riskBudgetUsd: must be above 0 \(USD\)/],
-    ['zero', 0, /riskBudgetUsd: must be above 0 \(USD\)/],
+    ['negative', -5, /riskBudgetUsd: must be at least 0.01 \(USD\)/],
+    ['zero', 0, /riskBudgetUsd: must be at least 0.01 \(USD\)/],
+    ['below a cent', 0.001, /riskBudgetUsd: must be at least 0.01 \(USD\)/],
     ['string', '100', /riskBudgetUsd: .*expected number/],
     ['huge', 1e12, /riskBudgetUsd: must be at most 10000000 \(USD\)/],
   ])(

@@ -48,6 +48,11 @@ export async function latencies(n: number, op: (i: number) => Promise<unknown>):
     await op(i);
     samples[i] = (performance.now() - t0) * 1000;
   }
+  return summarise(samples);
+}
+
+function summarise(samples: Float64Array): LatencyResult {
+  const n = samples.length;
   const sorted = [...samples].sort((a, b) => a - b);
   const mean = sorted.reduce((a, b) => a + b, 0) / n;
   return {
@@ -56,6 +61,27 @@ export async function latencies(n: number, op: (i: number) => Promise<unknown>):
     p50Us: sorted[Math.floor(n * 0.5)]!,
     p99Us: sorted[Math.min(n - 1, Math.floor(n * 0.99))]!,
   };
+}
+
+/**
+ * `n` sequential calls of each op, taken in turn (op 0, op 1, … then the next i, the order
+ * rotating each time), each timed on its own: drift on a shared machine hits every side alike,
+ * and none always runs first after another's work.
+ */
+export async function interleavedLatencies(
+  n: number,
+  ops: ((i: number) => Promise<unknown>)[],
+): Promise<LatencyResult[]> {
+  const samples = ops.map(() => new Float64Array(n));
+  for (let i = 0; i < n; i++) {
+    for (let k = 0; k < ops.length; k++) {
+      const side = (i + k) % ops.length;
+      const t0 = performance.now();
+      await ops[side]!(i);
+      samples[side]![i] = (performance.now() - t0) * 1000;
+    }
+  }
+  return samples.map(summarise);
 }
 
 /**

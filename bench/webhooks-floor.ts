@@ -24,6 +24,16 @@ export function openFloorStore(path: string): RootDatabase {
 }
 
 /**
+ * One record, resolved once it is on disk: the put's commit, then the flush that follows it (with
+ * `overlappingSync: false` the commit already syncs; awaiting `flushed` keeps that true whatever
+ * the options). The floors of the webhooks and x402 benches both record this way.
+ */
+export async function putDurably(store: RootDatabase, key: string, value: unknown): Promise<void> {
+  await store.put(key, value);
+  await store.flushed;
+}
+
+/**
  * `count` deliveries at `concurrency`: each a POST of `req` to `url`, its answer read, then (with a
  * `store`: the durable floor) its outcome put and flushed; without one, the bare POST loop. One
  * loop for both, so the two sides differ only by the record. Resolves with deliveries per second.
@@ -55,7 +65,7 @@ export async function postLoop(options: {
         const response = (await res.body.text()).slice(0, 1024);
         if (store === null) continue;
         // What an outcome record holds: which delivery and attempt, when, how it went.
-        await store.put(`${deliveryId}:${n}`, {
+        await putDurably(store, `${deliveryId}:${n}`, {
           deliveryId,
           attempt: 1,
           outcome: res.statusCode >= 200 && res.statusCode < 300 ? 'succeeded' : 'failed',
@@ -64,7 +74,6 @@ export async function postLoop(options: {
           sentAt,
           response,
         });
-        await store.flushed;
       }
     }),
   );

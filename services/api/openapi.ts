@@ -325,15 +325,44 @@ function withExamples(paths: Record<string, Record<string, unknown>>, examples: 
   }
 }
 
+/**
+ * A declared refusal's `code` enum with the codes any operation may answer with the same status
+ * (RATE_LIMITED on a limited operation's 429, INTERNAL_ERROR on its 500…): a client validates an
+ * answer against the response of its status, which takes precedence over `default`.
+ */
+function withAnyRouteCodes<R extends { content?: Json }>(response: R, status: string, limited: boolean): R {
+  const extra = ANY_ROUTE.filter(
+    (code) => String(ERRORS[code].status) === status && (limited || code !== 'RATE_LIMITED'),
+  );
+  if (extra.length === 0 || response.content === undefined) return response;
+  const content = Object.fromEntries(
+    Object.entries(response.content).map(([type, media]) => {
+      const schema = (media as { schema?: { properties?: Record<string, { enum?: string[] }> } }).schema;
+      const code = schema?.properties?.code;
+      if (!schema || !code?.enum) return [type, media];
+      const codes = [...new Set([...code.enum, ...extra])];
+      return [
+        type,
+        {
+          ...(media as Json),
+          schema: { ...schema, properties: { ...schema.properties, code: { ...code, enum: codes } } },
+        },
+      ];
+    }),
+  );
+  return { ...response, content };
+}
+
 function withOperationIds<D extends object>(document: D): D {
   const paths = (document as { paths?: Record<string, Record<string, unknown>> }).paths ?? {};
   for (const [path, item] of Object.entries(paths)) {
     // One route serving several methods shares one operation object among them: each gets its own.
     for (const [method, operation] of Object.entries(item)) {
-      const op = operation as { responses?: Record<string, { headers?: Json }> };
+      const op = operation as { responses?: Record<string, { headers?: Json; content?: Json }> };
       const limited = !UNLIMITED_PATHS.has(path);
       const responses = Object.fromEntries(
-        Object.entries(op.responses ?? {}).map(([status, response]) => {
+        Object.entries(op.responses ?? {}).map(([status, declared]) => {
+          const response = withAnyRouteCodes(declared, status, limited);
           const added = [...(limited ? RATE_LIMIT_HEADERS : []), ...(retryable(status) ? RETRY : [])];
           return [
             status,

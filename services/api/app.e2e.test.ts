@@ -186,6 +186,21 @@ describe('HTTP app', () => {
     expect(parseRaw(once).status).toBe(200);
   });
 
+  it('refuses a request with two Authorization headers with 400 rather than reading the first', async () => {
+    const { url } = await start();
+    const twice = await rawExchange(url, [
+      'GET /healthz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\r\nauthorization: Bearer b\r\nConnection: close\r\n\r\n',
+    ]);
+    expect(parseRaw(twice)).toEqual({
+      status: 400,
+      body: { code: 'BAD_REQUEST', message: 'Authorization was sent more than once; send it exactly once' },
+    });
+    const once = await rawExchange(url, [
+      'GET /healthz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\r\nConnection: close\r\n\r\n',
+    ]);
+    expect(parseRaw(once).status).toBe(200);
+  });
+
   it('cuts off a body that trickles in slower than the request timeout with 408', async () => {
     const { url } = await start(new Readiness(), 500);
     // Announces 100 bytes, sends 10, then nothing: the server must answer and close on its own.

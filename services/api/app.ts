@@ -82,10 +82,17 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   useApiErrors(app);
   registerJsonParser(app);
   // RFC 9112 §3.2: a request with more than one Host is refused, as a proxy in front and this
-  // process could each take another one. A callback hook: it runs on every request.
+  // process could each take another one; so is one with two Authorization fields, whose keys a
+  // proxy and this process could each read differently (Node keeps the first and drops the rest).
+  // A callback hook: it runs on every request.
   app.addHook('onRequest', (request, _reply, done) => {
-    if (hostFields(request.raw.rawHeaders) > 1) {
-      done(new ServiceError('BAD_REQUEST', { detail: 'Host was sent more than once; send it exactly once' }));
+    const repeated = repeatedField(request.raw.rawHeaders);
+    if (repeated !== null) {
+      done(
+        new ServiceError('BAD_REQUEST', {
+          detail: `${repeated} was sent more than once; send it exactly once`,
+        }),
+      );
       return;
     }
     done();
@@ -267,12 +274,15 @@ export function trustProxySetting(
   return trimmed.split(',').map((part) => part.trim());
 }
 
-/** How many Host fields a request carries (Node keeps the first and drops the others from `headers`). */
-function hostFields(rawHeaders: string[]): number {
-  let n = 0;
+/** The first of Host and Authorization that a request carries more than once, or null. */
+function repeatedField(rawHeaders: string[]): 'Host' | 'Authorization' | null {
+  let host = 0;
+  let authorization = 0;
   for (let i = 0; i < rawHeaders.length; i += 2) {
     const name = rawHeaders[i]!;
-    if (name.length === 4 && name.toLowerCase() === 'host') n++;
+    // The length first: most fields are neither, and are not lower-cased to learn it.
+    if (name.length === 4 && name.toLowerCase() === 'host') host++;
+    else if (name.length === 13 && name.toLowerCase() === 'authorization') authorization++;
   }
-  return n;
+  return host > 1 ? 'Host' : authorization > 1 ? 'Authorization' : null;
 }

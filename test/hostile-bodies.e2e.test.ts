@@ -24,7 +24,12 @@ afterAll(async () => {
   await running?.stop();
 });
 
-async function post(path: string, body: string, headers: Record<string, string> = {}, method = 'POST') {
+async function post(
+  path: string,
+  body: string | Uint8Array,
+  headers: Record<string, string> = {},
+  method = 'POST',
+) {
   const res = await fetch(url + path, {
     method,
     headers: { 'content-type': 'application/json', authorization: `Bearer ${key}`, ...headers },
@@ -62,6 +67,32 @@ describe('hostile bodies', () => {
       jsonrpc: '2.0',
       error: { code: -32700, data: { code: 'INVALID_JSON' } },
     });
+  });
+
+  it('refuses bytes that are not UTF-8 and a poisoning key as not JSON, saying which, and reads a real U+FFFD', async () => {
+    const url1 = Buffer.from('{"url":"https://1.1.1.1/"}');
+    // "https://1.1.1.1/\xe9": a lone Latin-1 byte, which a lenient decoder turns into U+FFFD.
+    const latin1 = Buffer.concat([url1.subarray(0, 24), Buffer.from([0xe9]), url1.subarray(24)]);
+    const bytes = await post('/api/webhooks', latin1);
+    expect(bytes.status).toBe(400);
+    expect(bytes.body).toMatchObject({
+      code: 'INVALID_JSON',
+      message: 'the body is not valid JSON: it is not UTF-8',
+    });
+    for (const poisoned of ['{"__proto__":{}}', '{"constructor":{"prototype":{}}}']) {
+      const res = await post('/api/webhooks', poisoned);
+      expect(res.status, poisoned).toBe(400);
+      expect(res.body, poisoned).toMatchObject({
+        code: 'INVALID_JSON',
+        message: 'the body is not valid JSON: a __proto__ or constructor.prototype key is refused',
+      });
+    }
+    const broken = await post('/api/webhooks', '{"url":');
+    expect(broken.body).toMatchObject({ code: 'INVALID_JSON', message: 'the body is not valid JSON' });
+    // U+FFFD sent as UTF-8 is a character like any other: the body is read, and judged by its fields.
+    const replacement = await post('/api/webhooks', '{"url":"https://1.1.1.1/\uFFFD","events":["nope"]}');
+    expect(replacement.status).toBe(400);
+    expect(replacement.body.code).toBe('INVALID_FIELD');
   });
 
   // One code for a body nested too deep on every /api route, search and chat included.

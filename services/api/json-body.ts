@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import secureJson from 'secure-json-parse';
 import { ServiceError } from '../../contracts/errors.ts';
 
 /**
@@ -35,21 +36,45 @@ function moreBracketsThan(text: string, max: number): boolean {
   return false;
 }
 
+/** Bytes that are not UTF-8 are refused, not read with U+FFFD in their place (RFC 8259 §8.1). */
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+/** Fastify's own options: a `__proto__` key, or `constructor` with `prototype`, is refused. */
+const POISONING = { protoAction: 'error', constructorAction: 'error' } as const;
+
+const notJson = (why?: string) =>
+  new ServiceError(
+    'INVALID_JSON',
+    {},
+    undefined,
+    why ? { message: `the body is not valid JSON: ${why}` } : {},
+  );
+
 /**
- * The app's JSON parser: Fastify's own (prototype-poisoning checks included) behind a depth check
- * made on the text, before anything parses or echoes it. An empty body is no body, so a bodiless
- * POST or DELETE that still names `application/json` reaches its route; a route that needs a
- * body refuses the missing one through its own schema.
+ * The app's JSON parser: the bytes decoded as strict UTF-8, a depth check made on the text, then
+ * secure-json-parse as Fastify's own parser calls it (prototype-poisoning checks included), each
+ * refusal saying which it was. An empty body is no body, so a bodiless POST or DELETE that still
+ * names `application/json` reaches its route; a route that needs a body refuses the missing one
+ * through its own schema.
  */
 export function registerJsonParser(app: FastifyInstance): void {
-  const parse = app.getDefaultJsonParser('error', 'error');
   app.removeContentTypeParser('application/json');
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
-    const text = body as string;
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, body, done) => {
+    let text: string;
+    try {
+      text = utf8.decode(body as Buffer);
+    } catch {
+      return done(notJson('it is not UTF-8'), undefined);
+    }
     if (text.trim() === '') return done(null, undefined);
     if (nestsDeeperThan(text, MAX_JSON_DEPTH)) {
       return done(new ServiceError('JSON_TOO_DEEP', { max: MAX_JSON_DEPTH }), undefined);
     }
-    parse(request, text, done);
+    try {
+      done(null, secureJson.parse(text, undefined, POISONING));
+    } catch (err) {
+      // secure-json-parse throws a SyntaxError of its own wording for a poisoning key.
+      const poisoned = /forbidden prototype property/.test((err as Error).message);
+      done(notJson(poisoned ? 'a __proto__ or constructor.prototype key is refused' : undefined), undefined);
+    }
   });
 }

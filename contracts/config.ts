@@ -1,21 +1,58 @@
 import { z } from 'zod';
 import { EXCHANGES, Exchange, Timeframe } from './market.ts';
+import { maskUrlCredentials } from './mask-url.ts';
 
 /**
  * Service configuration, read from the environment and validated at start. Every variable is
  * listed with its default in `.env.example`; a wrong value stops the process with a message that
  * names the variable.
  */
-const port = z.coerce.number().int().min(0).max(65_535);
-const positiveInt = z.coerce.number().int().positive();
-const nonNegativeInt = z.coerce.number().int().min(0);
+/** Whole numbers are written in decimal digits: `0x50` or `1e3` is refused, not read as 80 or 1000. */
+const decimal = z.string().regex(/^\d+$/, 'a whole number in decimal digits').transform(Number);
+const port = decimal.pipe(z.number().int().min(0).max(65_535));
+const positiveInt = decimal.pipe(z.number().int().positive());
+const nonNegativeInt = decimal.pipe(z.number().int().min(0));
 const bool = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'])
   .transform((v) => v === 'true' || v === '1' || v === 'yes');
 const evmAddress = z.string().regex(/^0x[0-9a-fA-F]{40}$/, 'a 0x-prefixed 20-byte hex address');
 const caip2 = z.string().regex(/^eip155:\d+$/, 'a CAIP-2 EVM network id such as eip155:8453');
-const atomic = z.coerce.number().int().positive().max(Number.MAX_SAFE_INTEGER);
+const atomic = decimal.pipe(z.number().int().positive().max(Number.MAX_SAFE_INTEGER));
 const privateKey = z.string().regex(/^0x[0-9a-fA-F]{64}$/, 'a 0x-prefixed 32-byte hex key');
+/**
+ * A URL-valued setting: it must parse, with one of `schemes` (and a host unless `hostOptional`),
+ * so a typo stops the start naming the variable instead of failing later in a client
+ * (`getaddrinfo ENOTFOUND base`, `TypeError: Invalid URL`). `list`: comma-separated URLs.
+ */
+function urlSetting(
+  schemes: string[],
+  example: string,
+  opts: { list?: boolean; hostOptional?: boolean } = {},
+) {
+  const expected = `${schemes.map((s) => `${s}://`).join(', ')} URL${opts.list ? 's, comma-separated,' : ''} such as ${example}`;
+  return z.string().superRefine((raw, ctx) => {
+    for (const part of opts.list ? raw.split(',').map((p) => p.trim()) : [raw]) {
+      let parsed: URL | null = null;
+      try {
+        parsed = new URL(part);
+      } catch {
+        parsed = null;
+      }
+      const scheme = parsed?.protocol.slice(0, -1) ?? '';
+      if (
+        parsed === null ||
+        !schemes.includes(scheme) ||
+        !part.toLowerCase().startsWith(`${scheme}://`) ||
+        (!opts.hostOptional && parsed.hostname === '')
+      ) {
+        ctx.addIssue({ code: 'custom', message: `a ${expected}` });
+        return;
+      }
+    }
+  });
+}
+const httpUrl = urlSetting(['http', 'https'], 'https://host.example');
+
 const headersJson = z.string().transform((raw, ctx) => {
   try {
     const parsed: unknown = JSON.parse(raw);
@@ -84,12 +121,20 @@ export const ConfigSchema = z
      * names the origin the request came to, and the rest `http://localhost:<PORT>`
      * (publicBaseUrl).
      */
-    PUBLIC_BASE_URL: z.url().optional(),
+    PUBLIC_BASE_URL: httpUrl.optional(),
 
     EVENT_STORE: z.enum(['lmdb', 'kurrentdb', 'postgres', 'memory']).default('lmdb'),
-    KURRENTDB_URL: z.string().optional(),
+    KURRENTDB_URL: z
+      .string()
+      .regex(
+        /^(kurrentdb|esdb)(\+discover)?:\/\/[^\s/?]+/,
+        'a kurrentdb:// (or kurrentdb+discover://, esdb://) connection string such as kurrentdb://127.0.0.1:2113?tls=false',
+      )
+      .optional(),
     /** The shared log when EVENT_STORE=postgres, e.g. postgres://postgres@127.0.0.1:5432/signals */
-    POSTGRES_URL: z.string().optional(),
+    POSTGRES_URL: urlSetting(['postgres', 'postgresql'], 'postgres://user@127.0.0.1:5432/signals', {
+      hostOptional: true,
+    }).optional(),
     /** Schema holding the log, projection snapshots and migrations (created at start). */
     POSTGRES_SCHEMA: z
       .string()
@@ -103,7 +148,10 @@ export const ConfigSchema = z
      */
     POSTGRES_STATEMENT_TIMEOUT_MS: positiveInt.default(30_000),
     BUS: z.enum(['memory', 'nats']).default('memory'),
-    NATS_URL: z.string().default('nats://127.0.0.1:4222'),
+    /** One NATS server, or a cluster's servers comma-separated. */
+    NATS_URL: urlSetting(['nats', 'tls'], 'nats://127.0.0.1:4222', { list: true }).default(
+      'nats://127.0.0.1:4222',
+    ),
     NATS_STREAM: z
       .string()
       .regex(/^[A-Za-z0-9_-]+$/, 'letters, digits, _ and - only')
@@ -133,7 +181,7 @@ export const ConfigSchema = z
       .regex(/^(\*|[A-Za-z]+(,[A-Za-z]+)*)$/, 'event type names, comma-separated, or *')
       .default('VerdictRecorded,RegimeShifted,RiskShifted,SubscriptionReEnabled,SubscriptionDisabled'),
     CACHE: z.enum(['memory', 'redis']).default('memory'),
-    REDIS_URL: z.string().default('redis://127.0.0.1:6379'),
+    REDIS_URL: urlSetting(['redis', 'rediss'], 'redis://127.0.0.1:6379').default('redis://127.0.0.1:6379'),
     REDIS_PREFIX: z.string().default('sig:'),
 
     /** Events folded between two projection snapshots (state and checkpoint saved together). */
@@ -149,7 +197,10 @@ export const ConfigSchema = z
      * it is there (the full data set), else the slice shipped in sample-data/market.
      */
     MARKET_DATA_DIR: z.string().min(1).optional(),
-    /** Replay acceleration: feed milliseconds per wall millisecond (3600 = an hour a second). */
+    /**
+     * Replay acceleration: feed milliseconds per wall millisecond (3600 = an hour a second). 0
+     * holds the replay clock still (tests that want fixed figures); refused in production.
+     */
     REPLAY_SPEED: z.coerce.number().nonnegative().default(600),
     /** Replay start, ISO time or Unix ms; default a week before the data ends. */
     REPLAY_START: z
@@ -212,14 +263,14 @@ export const ConfigSchema = z
     X402_BODY_LIMIT_BYTES: positiveInt.default(8 * 1024),
     /** local: in-process facilitator signing with X402_FACILITATOR_PRIVATE_KEY; remote: X402_FACILITATOR_URL. */
     X402_FACILITATOR: z.enum(['local', 'remote']).default('local'),
-    X402_FACILITATOR_URL: z.url().optional(),
+    X402_FACILITATOR_URL: httpUrl.optional(),
     /** JSON object of headers sent to the remote facilitator, e.g. {"Authorization":"Bearer ..."}. */
     X402_FACILITATOR_AUTH_HEADERS: headersJson.optional(),
     X402_FACILITATOR_TIMEOUT_MS: positiveInt.default(30_000),
     /** Key of the wallet that submits settlements (pays the gas) for the local facilitator. */
     X402_FACILITATOR_PRIVATE_KEY: privateKey.optional(),
     /** JSON-RPC endpoint of the primary network: settlement and reconciliation read the chain here. */
-    X402_RPC_URL: z.url().default('https://mainnet.base.org'),
+    X402_RPC_URL: httpUrl.default('https://mainnet.base.org'),
     /** How long the local facilitator waits for a settlement receipt before calling it pending. */
     X402_SETTLE_CONFIRM_TIMEOUT_MS: positiveInt.default(20_000),
     /**
@@ -238,7 +289,7 @@ export const ConfigSchema = z
     X402_EXTRA_ASSET_NAME: z.string().min(1).default('USDC'),
     X402_EXTRA_ASSET_VERSION: z.string().min(1).default('2'),
     X402_EXTRA_PAY_TO: evmAddress.optional(),
-    X402_EXTRA_RPC_URL: z.url().optional(),
+    X402_EXTRA_RPC_URL: httpUrl.optional(),
 
     /**
      * The history anchor (services/history/anchor.ts): the Merkle root of every verdict stream's
@@ -249,7 +300,7 @@ export const ConfigSchema = z
      */
     HISTORY_ANCHOR_INTERVAL_MS: nonNegativeInt.default(86_400_000),
     HISTORY_ANCHOR_PRIVATE_KEY: privateKey.optional(),
-    HISTORY_ANCHOR_RPC_URL: z.url().optional(),
+    HISTORY_ANCHOR_RPC_URL: httpUrl.optional(),
 
     /** Plan limits in calls per UTC month (free also per UTC day); anonymous callers get the free ones. */
     PLAN_FREE_MONTHLY_CALLS: positiveInt.default(200),
@@ -292,7 +343,7 @@ export const ConfigSchema = z
     /** Optional generative chat models; `none` serves the extractive model only. */
     CHAT_PROVIDER: z.enum(['none', 'openai-compatible', 'anthropic']).default('none'),
     /** Base URL of the provider's API (e.g. https://api.openai.com/v1, https://api.anthropic.com). */
-    CHAT_BASE_URL: z.url().optional(),
+    CHAT_BASE_URL: httpUrl.optional(),
     CHAT_API_KEY: z.string().optional(),
     /** Model names callers may ask for, comma-separated (besides `extractive`). */
     CHAT_MODELS: z
@@ -325,7 +376,7 @@ export const ConfigSchema = z
      * token that acts as one of the person's API keys. The issuer is PUBLIC_BASE_URL unless set.
      */
     OAUTH_ENABLED: bool.default(true),
-    OAUTH_ISSUER: z.url().optional(),
+    OAUTH_ISSUER: httpUrl.optional(),
     /** Access tokens are short-lived and bound to the /mcp/signin resource; refresh tokens renew them. */
     OAUTH_ACCESS_TOKEN_TTL_S: positiveInt.default(600),
     OAUTH_REFRESH_TOKEN_TTL_S: positiveInt.default(30 * 86_400),
@@ -483,6 +534,25 @@ export const ConfigSchema = z
         }
       }
     }
+    if (cfg.NODE_ENV === 'production' && cfg.REPLAY_SPEED === 0) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['REPLAY_SPEED'],
+        message: 'must be > 0 in production (0 holds the replay clock still: no candle ever closes)',
+      });
+    }
+    if (
+      cfg.HISTORY_ANCHOR_PRIVATE_KEY !== undefined &&
+      cfg.HISTORY_ANCHOR_PRIVATE_KEY.toLowerCase() === cfg.X402_FACILITATOR_PRIVATE_KEY?.toLowerCase()
+    ) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['HISTORY_ANCHOR_PRIVATE_KEY'],
+        message:
+          'the same key as X402_FACILITATOR_PRIVATE_KEY: the anchor needs a wallet of its own ' +
+          '(two processes sending from one wallet race for its nonces)',
+      });
+    }
     if (cfg.NODE_ENV === 'production' && cfg.EVENT_STORE === 'memory') {
       ctx.addIssue({ code: 'custom', path: ['EVENT_STORE'], message: 'memory loses every event on restart' });
     }
@@ -523,6 +593,14 @@ export function publicBaseUrl(config: Pick<Config, 'PUBLIC_BASE_URL' | 'PORT'>):
   return (config.PUBLIC_BASE_URL ?? `http://localhost:${config.PORT || 8080}`).replace(/\/+$/, '');
 }
 
+/** Secrets are never echoed back in a refusal; a URL is, with its password masked. */
+const SECRET_SETTING = /KEY|SECRET|PASSWORD|TOKEN|JWKS|HEADERS/;
+function shown(name: string, value: string | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  if (SECRET_SETTING.test(name)) return undefined;
+  return maskUrlCredentials(value);
+}
+
 /** Parses the environment; the error message lists each bad variable by name. */
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
   // Empty strings mean "unset" so that `VAR=` in a .env file falls back to the default.
@@ -531,7 +609,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   if (result.success) return withPortDefaults(result.data, cleaned);
   const lines = result.error.issues.map((issue) => {
     const name = issue.path.join('.') || '(config)';
-    const value = typeof issue.path[0] === 'string' ? cleaned[issue.path[0]] : undefined;
+    const value =
+      typeof issue.path[0] === 'string' ? shown(issue.path[0], cleaned[issue.path[0]]) : undefined;
     return `  ${name}: ${issue.message}${value === undefined ? '' : ` (got ${JSON.stringify(value)})`}`;
   });
   throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig, publicBaseUrl } from './config.ts';
+import { maskUrlCredentials } from './mask-url.ts';
 
 describe('loadConfig', () => {
   it('runs on embedded defaults with an empty environment', () => {
@@ -47,6 +48,34 @@ describe('loadConfig', () => {
     [{ NODE_ENV: 'production', EVENT_STORE: 'memory' }, 'EVENT_STORE'],
     [{ WEBHOOK_QUEUE_BYTES_LIMIT: '-1' }, 'WEBHOOK_QUEUE_BYTES_LIMIT'],
     [{ WEBHOOK_QUEUE_BYTES_LIMIT: '64MB' }, 'WEBHOOK_QUEUE_BYTES_LIMIT'],
+    [{ PORT: '0x50' }, 'PORT'],
+    [{ PORT: '8e3' }, 'PORT'],
+    [{ BODY_LIMIT_BYTES: '0x400' }, 'BODY_LIMIT_BYTES'],
+    [{ NODE_ENV: 'production', REPLAY_SPEED: '0' }, 'REPLAY_SPEED'],
+    [{ REPLAY_SPEED: '-1' }, 'REPLAY_SPEED'],
+    [{ EVENT_STORE: 'postgres', POSTGRES_URL: 'not-a-url' }, 'POSTGRES_URL'],
+    [{ POSTGRES_URL: 'mysql://h/db' }, 'POSTGRES_URL'],
+    [{ NATS_URL: '::bad::' }, 'NATS_URL'],
+    [{ NATS_URL: 'nats://a:4222,::bad::' }, 'NATS_URL'],
+    [{ NATS_URL: 'http://h:4222' }, 'NATS_URL'],
+    [{ REDIS_URL: 'localhost:6379' }, 'REDIS_URL'],
+    [{ REDIS_URL: 'redis://' }, 'REDIS_URL'],
+    [{ EVENT_STORE: 'kurrentdb', KURRENTDB_URL: '127.0.0.1:2113' }, 'KURRENTDB_URL'],
+    [{ X402_RPC_URL: 'mainnet.base.org' }, 'X402_RPC_URL'],
+    [{ X402_RPC_URL: 'ftp://mainnet.base.org' }, 'X402_RPC_URL'],
+    [{ HISTORY_ANCHOR_RPC_URL: 'base' }, 'HISTORY_ANCHOR_RPC_URL'],
+    [{ X402_EXTRA_RPC_URL: 'nope' }, 'X402_EXTRA_RPC_URL'],
+    [{ PUBLIC_BASE_URL: 'signals.example' }, 'PUBLIC_BASE_URL'],
+    [{ CHAT_BASE_URL: 'api.openai.com/v1' }, 'CHAT_BASE_URL'],
+    [{ OAUTH_ISSUER: 'javascript:alert(1)' }, 'OAUTH_ISSUER'],
+    [{ X402_FACILITATOR: 'remote', X402_FACILITATOR_URL: 'facilitator' }, 'X402_FACILITATOR_URL'],
+    [
+      {
+        HISTORY_ANCHOR_PRIVATE_KEY: `0x${'ab'.repeat(32)}`,
+        X402_FACILITATOR_PRIVATE_KEY: `0x${'AB'.repeat(32)}`,
+      },
+      'HISTORY_ANCHOR_PRIVATE_KEY',
+    ],
   ])('rejects %o naming %s', (env, variable) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
     expect(() => loadConfig(env)).toThrow(new RegExp(`^invalid configuration:\\n  ${variable}:`, 'm'));
@@ -65,6 +94,47 @@ describe('loadConfig', () => {
     }
   });
 
+  it('accepts the URL forms the clients take, a NATS cluster comma-separated', () => {
+    const config = loadConfig({
+      EVENT_STORE: 'postgres',
+      POSTGRES_URL: 'postgresql://u:p@db.internal:5432/signals?sslmode=require',
+      NATS_URL: 'nats://u:p@n1:4222, nats://n2:4222,tls://n3:4222',
+      REDIS_URL: 'rediss://admin:pw@redis:6380/2',
+      KURRENTDB_URL: 'kurrentdb+discover://a:2113,b:2113?tls=false',
+      X402_RPC_URL: 'http://127.0.0.1:8545',
+    });
+    expect(config.NATS_URL).toBe('nats://u:p@n1:4222, nats://n2:4222,tls://n3:4222');
+    expect(
+      loadConfig({ POSTGRES_URL: 'postgres:///signals?host=/run/postgresql' }).POSTGRES_URL,
+    ).toBeDefined();
+  });
+
+  it('names a bad URL without echoing its password, and never echoes a key', () => {
+    const refusal = (env: Record<string, string>) => {
+      try {
+        loadConfig(env);
+      } catch (err) {
+        return (err as Error).message;
+      }
+      throw new Error('accepted');
+    };
+    const nats = refusal({ NATS_URL: 'nats://u:SECRETPW2@127.0.0.1:4999,::bad::' });
+    expect(nats).toMatch(/^ {2}NATS_URL: a nats:\/\//m);
+    expect(nats).toContain('u:***@127.0.0.1');
+    expect(nats).not.toContain('SECRETPW2');
+    expect(refusal({ POSTGRES_URL: 'pg://u:hunter2@h/db' })).not.toContain('hunter2');
+    const same = `0x${'cd'.repeat(32)}`;
+    const key = refusal({ HISTORY_ANCHOR_PRIVATE_KEY: same, X402_FACILITATOR_PRIVATE_KEY: same });
+    expect(key).toContain('X402_FACILITATOR_PRIVATE_KEY');
+    expect(key).not.toContain(same);
+    expect(refusal({ X402_FACILITATOR_PRIVATE_KEY: 'oops-a-secret' })).not.toContain('oops-a-secret');
+  });
+
+  it('holds the replay still at REPLAY_SPEED=0 outside production only', () => {
+    expect(loadConfig({ REPLAY_SPEED: '0' }).REPLAY_SPEED).toBe(0);
+    expect(loadConfig({ NODE_ENV: 'production', REPLAY_SPEED: '0.5' }).REPLAY_SPEED).toBe(0.5);
+  });
+
   it('derives the verify base URL and the sign-in domain from PORT unless they are set', () => {
     const derived = loadConfig({ PORT: '9191' });
     expect(derived.PUBLIC_BASE_URL).toBeUndefined();
@@ -81,5 +151,19 @@ describe('loadConfig', () => {
         SIWE_DOMAIN: 'signals.example',
       }),
     ).toMatchObject({ PUBLIC_BASE_URL: 'https://signals.example', SIWE_DOMAIN: 'signals.example' });
+  });
+});
+
+describe('maskUrlCredentials (every URL the service prints: Redis, NATS, PostgreSQL)', () => {
+  it.each([
+    ['redis://admin:pw@h:6379/2', 'redis://admin:***@h:6379/2'],
+    ['nats://u:SECRETPW2@127.0.0.1:4999', 'nats://u:***@127.0.0.1:4999'],
+    ['nats://a:1@h1:4222,nats://h2:4222', 'nats://a:***@h1:4222,nats://h2:4222'],
+    ['postgres://p:x y@h/db', 'postgres://p:***@h/db'],
+    ['u:pw@h:4222', 'u:***@h:4222'],
+    ['redis://h:6379', 'redis://h:6379'],
+    ['not-a-url', 'not-a-url'],
+  ])('%s -> %s', (url, masked) => {
+    expect(maskUrlCredentials(url)).toBe(masked);
   });
 });

@@ -7,6 +7,7 @@ import { type AppendWatch, watchAppends } from '../adapters/event-store/append-w
 import type { EventStore } from '../adapters/event-store/port.ts';
 import type { ProjectionStore } from '../adapters/projection-store/port.ts';
 import type { Config } from '../contracts/config.ts';
+import { maskUrlCredentials } from '../contracts/mask-url.ts';
 
 export interface Adapters {
   eventStore: EventStore;
@@ -94,7 +95,7 @@ async function openStores(config: Config, logger: Logger) {
         logger,
       });
       logger.info(
-        { schema: config.POSTGRES_SCHEMA },
+        { url: maskUrlCredentials(config.POSTGRES_URL!), schema: config.POSTGRES_SCHEMA },
         'event store: PostgreSQL (projection snapshots in the same schema)',
       );
       // Snapshots use the store's pool.

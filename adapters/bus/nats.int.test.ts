@@ -165,12 +165,15 @@ describe.skipIf(!reachable)('NatsBus specifics', () => {
     // startup timeout; a short one keeps this test from waiting out the 60 s default.
     await expect(
       connectNatsBus({
-        url: `nats://127.0.0.1:${port}`,
+        // The password is masked in the failure, as every URL the service prints is.
+        url: `nats://u:SECRETPW2@127.0.0.1:${port}`,
         stream: 'NOPE',
         logger,
         requestTimeoutMs: 2_000,
         startupTimeoutMs: 1_000,
       }),
-    ).rejects.toThrow(new RegExp(`127\\.0\\.0\\.1:${port}.*not usable within 1000 ms`));
+    ).rejects.toThrow(
+      new RegExp(`^NATS at nats://u:\\*\\*\\*@127\\.0\\.0\\.1:${port} not usable within 1000 ms`),
+    );
   });
 });

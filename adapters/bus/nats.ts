@@ -18,6 +18,7 @@ import {
 import { nanos } from '@nats-io/nats-core';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { type Logger, pino } from 'pino';
+import { maskUrlCredentials } from '../../contracts/mask-url.ts';
 import { ConsumeLoop } from './consume-loop.ts';
 import {
   type Bus,
@@ -90,7 +91,7 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
       const left = deadline - Date.now();
       if (left <= 0) {
         throw new Error(
-          `NATS at ${options.url} not usable within ${startupTimeoutMs} ms (${attempt} tries): ${describe(err)}`,
+          `NATS at ${maskUrlCredentials(options.url)} not usable within ${startupTimeoutMs} ms (${attempt} tries): ${describe(err)}`,
           { cause: err },
         );
       }
@@ -150,7 +151,8 @@ async function openOnce(
   requestTimeoutMs: number,
 ): Promise<NatsBus> {
   const nc = await connect({
-    servers: options.url,
+    // NATS_URL may list a cluster's servers, comma-separated; the client takes them as an array.
+    servers: options.url.split(',').map((s) => s.trim()),
     name: options.name ?? 'signal-bus',
     // The bus must outlive server restarts: never stop trying to reconnect.
     maxReconnectAttempts: -1,

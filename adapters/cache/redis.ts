@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
+import { maskUrlCredentials } from '../../contracts/mask-url.ts';
 import {
   type Cache,
   CacheUnavailableError,
@@ -618,8 +619,7 @@ function describeUrl(url: string): string {
   if (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') {
     throw new RangeError(`REDIS_URL must start with redis:// or rediss:// (got ${parsed.protocol}//)`);
   }
-  if (parsed.password) parsed.password = '***';
-  return parsed.toString();
+  return maskUrlCredentials(url);
 }
 
 function errorMessage(error: unknown): string {

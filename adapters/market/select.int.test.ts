@@ -46,6 +46,28 @@ describe('selectFeed', () => {
     expect(lines.filter((l) => l.msg.startsWith('live venues unreachable, replaying'))).toHaveLength(1);
   });
 
+  it('warns of the fallback in production, where replayed data served as live is a fault', async () => {
+    expect(feedOptionsFromConfig(loadConfig({ NODE_ENV: 'production' })).fallbackLevel).toBe('warn');
+    expect(feedOptionsFromConfig(loadConfig({})).fallbackLevel).toBe('info');
+    const lines: Array<{ level: number; msg: string }> = [];
+    const logger = pino(
+      { level: 'debug' },
+      { write: (line: string) => lines.push(JSON.parse(line) as { level: number; msg: string }) },
+    );
+    keep(
+      await selectFeed({
+        mode: 'auto',
+        replay,
+        logger,
+        fallbackLevel: 'warn',
+        probeTimeoutMs: 50,
+        probe: () => new Promise(() => {}),
+      }),
+    );
+    const said = lines.filter((l) => l.msg.startsWith('live venues unreachable, replaying'));
+    expect(said.map((l) => l.level)).toEqual([40]);
+  });
+
   it('falls back to replay when every venue fails (closed network, real probe path)', async () => {
     let calls = 0;
     const unreachable = async () => {
@@ -116,6 +138,7 @@ describe('feedOptionsFromConfig', () => {
       replay: { dir: '/data/market', speed: 3600, start: Date.UTC(2025, 9, 20) },
       live: { exchanges: ['BINANCE', 'OKX'] },
       probeTimeoutMs: 1500,
+      fallbackLevel: 'info',
     });
     expect(feedOptionsFromConfig(loadConfig({})).mode).toBe('auto');
     expect(feedOptionsFromConfig(loadConfig({ REPLAY_START: '1761000000000' })).replay?.start).toBe(

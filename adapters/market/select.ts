@@ -17,6 +17,11 @@ export interface SelectFeedOptions {
   live?: LiveFeedOptions;
   /** Bound on the start-up probe in auto mode. Default 3 s. */
   probeTimeoutMs?: number;
+  /**
+   * Level of the line saying `auto` fell back to the replay: warn in production (a production
+   * service serving recorded data is something to look at), info elsewhere. Default info.
+   */
+  fallbackLevel?: 'info' | 'warn';
   /** Whether the live venues answer; default loads each venue's markets. Injectable for tests. */
   probe?: (feed: LiveFeed) => Promise<boolean>;
   logger?: Logger;
@@ -46,6 +51,7 @@ export function feedOptionsFromConfig(
     | 'REPLAY_ANCHOR'
     | 'LIVE_EXCHANGES'
     | 'FEED_PROBE_TIMEOUT_MS'
+    | 'NODE_ENV'
   >,
 ): SelectFeedOptions {
   return {
@@ -58,6 +64,7 @@ export function feedOptionsFromConfig(
     },
     live: { exchanges: config.LIVE_EXCHANGES },
     probeTimeoutMs: config.FEED_PROBE_TIMEOUT_MS,
+    fallbackLevel: config.NODE_ENV === 'production' ? 'warn' : 'info',
   };
 }
 
@@ -69,11 +76,15 @@ export function feedOptionsFromConfig(
 export async function selectFeed(options: SelectFeedOptions): Promise<SelectedFeed> {
   const { logger } = options;
   const withLogger = <T extends object>(o: T | undefined) => ({ ...o, ...(logger ? { logger } : {}) }) as T;
-  const replay = async (reason: string, message = 'market feed selected'): Promise<SelectedFeed> => {
+  const replay = async (
+    reason: string,
+    message = 'market feed selected',
+    level: 'info' | 'warn' = 'info',
+  ): Promise<SelectedFeed> => {
     const feed = await openReplayFeed(
       withLogger({ ...options.replay, ...(options.anchorStore ? { anchorStore: options.anchorStore } : {}) }),
     );
-    logger?.info({ feed: 'replay', reason }, message);
+    logger?.[level]({ feed: 'replay', reason }, message);
     return { feed, reason };
   };
   if (options.mode === 'replay') return replay('FEED=replay');
@@ -83,6 +94,7 @@ export async function selectFeed(options: SelectFeedOptions): Promise<SelectedFe
     replay(
       `FEED=auto: ${outcome}; replaying recorded data`,
       `live venues unreachable, replaying ${options.replay?.dir ?? 'the shipped slice (sample-data/market)'}`,
+      options.fallbackLevel ?? 'info',
     );
   // Where no venue's API answers at all (no network, a closed one) the replay is chosen without
   // loading ccxt; with an injected probe or HTTP client, the test that injected it decides.

@@ -159,7 +159,7 @@ export async function startService(config: Config, roles: Role[], logger: Logger
       url,
       stop() {
         stopping ??= (async () => {
-          await httpApp.close();
+          await closeHttp(httpApp, Math.floor(config.SHUTDOWN_TIMEOUT_MS / 3), logger);
           for (const slice of [...started].reverse()) {
             await slice
               .stop()
@@ -178,5 +178,28 @@ export async function startService(config: Config, roles: Role[], logger: Logger
     await engine?.close().catch(() => undefined);
     await adapters.close();
     throw err;
+  }
+}
+
+/**
+ * Stops taking connections and lets the requests in flight finish for `graceMs`; the connections
+ * still open then (a client that sent half a body and went quiet, a stream left open) are
+ * destroyed, so the projections still drain and checkpoint within SHUTDOWN_TIMEOUT_MS. Left to
+ * itself, close() waits on such a client until REQUEST_TIMEOUT_MS, past the shutdown timeout.
+ */
+async function closeHttp(app: FastifyInstance, graceMs: number, logger: Logger): Promise<void> {
+  const grace = setTimeout(() => {
+    app.server.getConnections((_err, open) => {
+      logger.warn(
+        { connections: open, graceMs },
+        'requests still open after the grace: closing their connections',
+      );
+    });
+    app.server.closeAllConnections();
+  }, graceMs);
+  try {
+    await app.close();
+  } finally {
+    clearTimeout(grace);
   }
 }

@@ -1,5 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { mkdtemp, rm } from 'node:fs/promises';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -92,6 +94,40 @@ describe('the service process', () => {
     expect((await reopened.projectionStore().load('latest-verdicts'))?.checkpoint ?? head).toBe(head);
     const relay = await reopened.projectionStore().load('relay');
     expect(relay?.checkpoint).toBeGreaterThanOrEqual(50);
+    await reopened.close();
+  });
+
+  it('on SIGTERM beside a client that sent half a body and went quiet, cuts it off after the grace, drains and exits 0', async () => {
+    const dataDir = await tempDir();
+    // The grace is a third of the shutdown timeout (3 s); the request timeout (30 s) is far past both.
+    const r = run({ DATA_DIR: dataDir, REPLAY_SPEED: '0', SHUTDOWN_TIMEOUT_MS: '9000' });
+    running.push(r);
+    await expect.poll(() => r.lines.find((l) => l.msg === 'service started'), { interval: 100 }).toBeTruthy();
+    const url = new URL(r.lines.find((l) => l.msg === 'service started')!.url as string);
+    const socket = connect(Number(url.port), url.hostname);
+    await once(socket, 'connect');
+    socket.on('error', () => undefined);
+    socket.write(
+      'POST /api/search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"query":"fund',
+    );
+    const cut = once(socket, 'close');
+    // The request is in flight (its body being read) when the signal comes.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const signalled = Date.now();
+    r.child.kill('SIGTERM');
+    expect(await r.exit).toBe(0);
+    const took = Date.now() - signalled;
+    await cut;
+    expect(
+      r.lines.some((l) => l.msg === 'requests still open after the grace: closing their connections'),
+    ).toBe(true);
+    expect(r.lines.some((l) => l.msg === 'shutdown timed out: exiting')).toBe(false);
+    expect(r.lines.some((l) => l.msg === 'service stopped')).toBe(true);
+    expect(took).toBeLessThan(9000);
+    // The projections drained to the head and saved it.
+    const reopened = await openLmdbEventStore({ path: join(dataDir, 'events') });
+    const head = await reopened.headPosition();
+    expect((await reopened.projectionStore().load('event-stats'))?.checkpoint).toBe(head);
     await reopened.close();
   });
 });

@@ -1,5 +1,5 @@
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtemp, readdir, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -30,57 +30,67 @@ function alive(pid: number): boolean {
   }
 }
 
+/** `npm start` in its own process group, as a supervisor starts it, with its JSON log lines as they come. */
+function startNpm(cwd: string, env: Record<string, string>) {
+  const npm = spawn('npm', ['start'], {
+    cwd,
+    detached: true,
+    env: {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      HOST: '127.0.0.1',
+      PORT: '0',
+      LOG_LEVEL: 'info',
+      FEED: 'replay',
+      MARKET_DATA_DIR: 'sample-data/market',
+      REPLAY_SPEED: '0',
+      ...env,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const lines: Record<string, unknown>[] = [];
+  let buffer = '';
+  npm.stdout!.on('data', (chunk: Buffer) => {
+    buffer += chunk.toString();
+    const parts = buffer.split('\n');
+    buffer = parts.pop()!;
+    for (const line of parts) {
+      try {
+        lines.push(JSON.parse(line) as Record<string, unknown>);
+      } catch {
+        // npm's own banner lines
+      }
+    }
+  });
+  const exit = new Promise<number | null>((resolve) => npm.once('exit', (code) => resolve(code)));
+  return { npm, pgid: npm.pid!, lines, exit, messages: () => lines.map((l) => l.msg) };
+}
+
+/** The Node process running services/main.ts in a group (not a shell npm runs it with). */
+function serviceIn(pgid: number) {
+  return groupMembers(pgid).find((p) => p.cmd.includes('services/main.ts') && /^\S*node\s/.test(p.cmd));
+}
+
 describe('npm start under a supervisor', () => {
-  let dir: string;
-  let npm: ChildProcess | undefined;
+  const dirs: string[] = [];
+  const groups: number[] = [];
   let servicePid = 0;
   afterAll(async () => {
     if (servicePid && alive(servicePid)) process.kill(servicePid, 'SIGKILL');
-    if (npm?.pid && alive(npm.pid)) process.kill(-npm.pid, 'SIGKILL');
-    if (dir) await rm(dir, { recursive: true, force: true });
+    for (const pgid of groups) if (groupMembers(pgid).length > 0) process.kill(-pgid, 'SIGKILL');
+    for (const dir of dirs) await rm(dir, { recursive: true, force: true });
   });
 
   it('drains on the SIGTERM a supervisor sends the whole process group, though the service is busy when it comes', async () => {
-    dir = await mkdtemp(join(tmpdir(), 'npm-start-'));
-    // Its own process group, as a supervisor starts it.
-    npm = spawn('npm', ['start'], {
-      cwd: ROOT,
-      detached: true,
-      env: {
-        PATH: process.env.PATH,
-        HOME: process.env.HOME,
-        HOST: '127.0.0.1',
-        PORT: '0',
-        LOG_LEVEL: 'info',
-        FEED: 'replay',
-        MARKET_DATA_DIR: 'sample-data/market',
-        REPLAY_SPEED: '0',
-        DATA_DIR: dir,
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    const pgid = npm.pid!;
-    const messages: string[] = [];
-    let buffer = '';
-    npm.stdout!.on('data', (chunk: Buffer) => {
-      buffer += chunk.toString();
-      const lines = buffer.split('\n');
-      buffer = lines.pop()!;
-      for (const line of lines) {
-        try {
-          messages.push((JSON.parse(line) as { msg: string }).msg);
-        } catch {
-          // npm's own banner lines
-        }
-      }
-    });
+    const dir = await mkdtemp(join(tmpdir(), 'npm-start-'));
+    dirs.push(dir);
+    const run = startNpm(ROOT, { DATA_DIR: dir });
+    const { pgid } = run;
+    groups.push(pgid);
     await expect
-      .poll(() => messages.includes('service started'), { timeout: 120_000, interval: 200 })
+      .poll(() => run.messages().includes('service started'), { timeout: 120_000, interval: 200 })
       .toBe(true);
-    // The Node process running services/main.ts (not the shell npm runs it with).
-    const service = groupMembers(pgid).find(
-      (p) => p.cmd.includes('services/main.ts') && /^\S*node\s/.test(p.cmd),
-    );
+    const service = serviceIn(pgid);
     expect(service, JSON.stringify(groupMembers(pgid))).toBeDefined();
     servicePid = service!.pid;
 
@@ -88,22 +98,49 @@ describe('npm start under a supervisor', () => {
     // take the signal until it runs again, however long a parent waits for it to.
     process.kill(servicePid, 'SIGSTOP');
     process.kill(-pgid, 'SIGTERM');
-    // Every process between npm and the service has acted on the signal (ended, or ended the service).
-    await expect
-      .poll(
-        () => {
-          const members = groupMembers(pgid);
-          const me = members.find((p) => p.pid === servicePid);
-          return me === undefined || !members.some((p) => p.pid === me.ppid);
-        },
-        { timeout: 30_000 },
-      )
-      .toBe(true);
+    // npm passes the signal on to its child (node itself: no shell in between) and waits for it to
+    // end; nothing ends the service while it is busy, or leaves it behind without npm.
+    await new Promise((resolve) => setTimeout(resolve, 3_000));
     expect(alive(servicePid), 'the service was not killed while busy').toBe(true);
+    expect(serviceIn(pgid)?.ppid, 'npm still waits for the service').toBe(pgid);
     process.kill(servicePid, 'SIGCONT');
-    await expect.poll(() => alive(servicePid), { timeout: 60_000, interval: 200 }).toBe(false);
-    expect(messages).toContain('shutting down');
-    expect(messages).toContain('service stopped');
-    expect(messages).not.toContain('second signal: exiting at once');
+    expect(await run.exit).toBe(0);
+    await expect.poll(() => alive(servicePid), { timeout: 30_000, interval: 200 }).toBe(false);
+    expect(run.messages()).toContain('shutting down');
+    expect(run.messages()).toContain('service stopped');
+    expect(run.messages()).not.toContain('second signal: exiting at once');
+  }, 240_000);
+
+  it("drains and exits 0 on a SIGTERM to npm's own pid, node being npm's child, and reads ./.env under exported variables", async () => {
+    // A checkout of its own (every entry of this one linked) so that it can hold a .env.
+    const checkout = await mkdtemp(join(tmpdir(), 'npm-start-env-'));
+    dirs.push(checkout);
+    for (const entry of await readdir(ROOT)) {
+      if (['.env', '.git', 'data', 'test-results'].includes(entry)) continue;
+      await symlink(join(ROOT, entry), join(checkout, entry));
+    }
+    const fromFile = join(checkout, 'data-from-env-file');
+    await writeFile(join(checkout, '.env'), `DATA_DIR=${fromFile}\nHOST=127.0.0.2\n`);
+    const run = startNpm(checkout, { HOST: '127.0.0.1' });
+    groups.push(run.pgid);
+    await expect
+      .poll(() => run.messages().includes('service started'), { timeout: 120_000, interval: 200 })
+      .toBe(true);
+    // DATA_DIR came from .env; HOST from the environment, which wins over the file.
+    expect(run.lines.find((l) => l.msg === 'event store: LMDB')?.path).toBe(join(fromFile, 'events'));
+    expect(run.lines.find((l) => l.msg === 'service started')?.url).toMatch(/^http:\/\/127\.0\.0\.1:/);
+    // No shell between npm and the service: the signal npm passes on reaches node itself.
+    const service = serviceIn(run.pgid);
+    expect(service, JSON.stringify(groupMembers(run.pgid))).toBeDefined();
+    expect(service!.ppid).toBe(run.pgid);
+    servicePid = service!.pid;
+
+    process.kill(run.pgid, 'SIGTERM');
+    expect(await run.exit).toBe(0);
+    await expect.poll(() => alive(servicePid), { timeout: 30_000, interval: 200 }).toBe(false);
+    // Nothing of npm or the service is left (the exit's short-lived watchdog may still be).
+    expect(groupMembers(run.pgid).filter((p) => /services\/main\.ts|^npm/.test(p.cmd))).toEqual([]);
+    expect(run.messages()).toContain('shutting down');
+    expect(run.messages()).toContain('service stopped');
   }, 240_000);
 });

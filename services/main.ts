@@ -42,8 +42,9 @@ async function main(): Promise<void> {
   const logger = createLogger(config, { roles: roles.join(',') });
   // Loaded once the configuration holds: every slice's modules take seconds to load (2.5 CPU s
   // here), and a refused configuration or role is told at once instead of after them.
-  const { startService } = await import('./service.ts');
-  const service = await startService(config, roles, logger);
+  const service = await import('./service.ts')
+    .then(({ startService }) => startService(config, roles, logger))
+    .catch((err: unknown) => failedToStart(logger, err));
 
   let first: { signal: NodeJS.Signals; at: number } | null = null;
   const shutdown = (signal: NodeJS.Signals) => {
@@ -75,6 +76,21 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   process.on('SIGINT', () => shutdown('SIGINT'));
+}
+
+/**
+ * A start that failed once the logger exists is told as the service's other lines are: one pino
+ * line at fatal (the error's message, its stack under `err`), then exit 1. A refused setting
+ * found by a role (ConfigError) stays the plain message on stderr, as at the top of main.
+ */
+function failedToStart(logger: Logger, err: unknown): never {
+  if (err instanceof ConfigError) {
+    process.stderr.write(`${err.message}\n`);
+    process.exit(1);
+  }
+  logger.fatal({ err }, `failed to start: ${err instanceof Error ? err.message : String(err)}`);
+  flushLogs(logger);
+  process.exit(1);
 }
 
 /**

@@ -1,0 +1,33 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { runServiceProcess } from './service-process.ts';
+
+describe('a start that fails once the configuration holds', () => {
+  const dirs: string[] = [];
+  afterAll(async () => {
+    for (const d of dirs) await rm(d, { recursive: true, force: true });
+  });
+
+  it('is one pino line at fatal with the message, credentials masked, then exit 1', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'start-failure-'));
+    dirs.push(dir);
+    // Nothing listens on port 9 (discard): the bus never becomes usable within the short timeout.
+    const r = runServiceProcess({
+      DATA_DIR: dir,
+      BUS: 'nats',
+      NATS_URL: 'nats://u:SECRETPW2@127.0.0.1:9',
+      NATS_STARTUP_TIMEOUT_MS: '300',
+    });
+    expect(await r.exit).toBe(1);
+    const fatal = r.lines.filter((l) => l.level === 60);
+    expect(fatal).toHaveLength(1);
+    expect(fatal[0]!.msg).toMatch(
+      /^failed to start: NATS at nats:\/\/u:\*\*\*@127\.0\.0\.1:9 not usable within 300 ms/,
+    );
+    expect((fatal[0]!.err as { stack: string }).stack).toContain('connectNatsBus');
+    expect(r.stderr).not.toContain('failed to start');
+    expect(JSON.stringify(r.lines) + r.stderr).not.toContain('SECRETPW2');
+  }, 60_000);
+});

@@ -160,6 +160,19 @@ describe.runIf(reachable)('webhook management API', () => {
     expect(listed).toMatchObject({ status: 400, body: { code: 'UNKNOWN_FILTER', field: 'foo' } });
     expect(listed.body.message).toBe('unknown parameter "foo"; known: none');
     expect((await stack.request('GET', '/api/webhooks', key)).status).toBe(200);
+    // Every keyed route refuses a parameter it does not take, before it acts: nothing is deleted.
+    const before = (await stack.request('GET', '/api/webhooks', key)).body.webhooks.length;
+    for (const [method, path, body] of [
+      ['DELETE', `/api/webhooks/${sub.id}?force=1`, undefined],
+      ['POST', `/api/webhooks/${sub.id}/test?x=1`, undefined],
+      ['POST', `/api/webhooks/${sub.id}/rotate-secret?x=1`, undefined],
+      ['POST', '/api/webhooks?x=1', base()],
+    ] as const) {
+      const refused = await stack.request(method, path, key, body);
+      expect(refused, `${method} ${path}`).toMatchObject({ status: 400, body: { code: 'UNKNOWN_FILTER' } });
+    }
+    expect((await stack.request('GET', log, key)).status).toBe(200);
+    expect((await stack.request('GET', '/api/webhooks', key)).body.webhooks.length).toBe(before);
   });
 
   it('refuses a coin no venue lists, as the tools do, and writes nothing', async () => {

@@ -45,7 +45,7 @@ const notAnObject = (issue: Issue, where: string) =>
 export interface FieldCodes {
   /** Per field (the first segment of the issue's path): one code, or one per zod issue kind (`*`: the rest). */
   fields?: Record<string, ErrorCode | Record<string, ErrorCode>>;
-  /** A field the schema does not know. */
+  /** A query parameter the schema does not know (an unknown body field stays INVALID_FIELD naming it). */
   unknown?: ErrorCode;
   /** The input as a whole: missing, or not an object. */
   whole?: ErrorCode;
@@ -59,9 +59,14 @@ export interface FieldCodes {
   params?: Partial<Record<ErrorCode, ErrorParams>>;
 }
 
-function codeOf(issue: Issue, field: string | undefined, codes: FieldCodes): ErrorCode | undefined {
+function codeOf(
+  issue: Issue,
+  field: string | undefined,
+  where: string,
+  codes: FieldCodes,
+): ErrorCode | undefined {
   if (issue.params?.code && isErrorCode(issue.params.code)) return issue.params.code;
-  if (issue.code === 'unrecognized_keys') return codes.unknown;
+  if (issue.code === 'unrecognized_keys') return where === 'querystring' ? codes.unknown : undefined;
   if (field === undefined) return codes.whole;
   const named = codes.fields?.[field];
   if (typeof named === 'string' || named === undefined) return named;
@@ -79,7 +84,7 @@ function fieldError(issue: Issue, where = 'body', codes: FieldCodes = {}): Servi
     : keys.length > 0
       ? `unknown field "${field}"`
       : `${field}: ${issue.message}`;
-  const own = codeOf(issue, at, codes);
+  const own = codeOf(issue, at, where, codes);
   // A family with codes of its own names a body field in the code, not in a `field` member (the
   // search and chat bodies answer `{code, message}`); a query parameter is named in both.
   if (own)

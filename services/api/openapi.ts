@@ -218,8 +218,8 @@ export function declared<
   },
 ) {
   const { codes, ...rest } = doc;
-  // The code for a field the schema does not know names the fields it does ({known}).
-  const fields = doc.query ?? (doc.body instanceof z.ZodObject ? doc.body : undefined);
+  // The code for a query parameter the schema does not know names the ones it does ({known}).
+  const fields = doc.query;
   const ownCodes =
     codes?.unknown && fields
       ? {

@@ -95,24 +95,32 @@ const KEYED = {
   401: fail('UNAUTHORIZED: a live API key is required'),
   503: fail('KEY_UNVERIFIABLE: the key could not be checked right now'),
 };
+/** A keyed route takes no query parameter unless it declares some. */
+const NO_QUERY = z.strictObject({});
+/**
+ * A keyed route's declaration: its query is strict (a parameter it does not know is refused with
+ * UNKNOWN_FILTER, one given twice with INVALID_PARAMETER, never ignored), and it answers the keyed
+ * refusals besides its own.
+ */
 const keyed = <
   B extends z.ZodType | undefined = undefined,
   P extends z.ZodObject | undefined = undefined,
-  Q extends z.ZodObject | undefined = undefined,
+  Q extends z.ZodObject = typeof NO_QUERY,
 >(
-  doc: Omit<RouteDoc, 'tags' | 'auth' | 'body' | 'params' | 'query'> & {
-    body?: B;
-    params?: P;
-    query?: Q;
-    codes?: FieldCodes;
-  },
+  doc: Omit<RouteDoc, 'tags' | 'auth' | 'body' | 'params' | 'query'> & { body?: B; params?: P; query?: Q },
 ) =>
   declared({
     ...doc,
+    query: doc.query ?? (NO_QUERY as unknown as Q),
+    codes: QUERY_CODES,
     tags: ['webhooks'],
     auth: 'bearer',
     service: true,
-    responses: { ...doc.responses, ...KEYED },
+    responses: {
+      400: fail('UNKNOWN_FILTER: a query parameter the route does not take'),
+      ...doc.responses,
+      ...KEYED,
+    },
   });
 
 const DOCS = {
@@ -134,7 +142,7 @@ const DOCS = {
     responses: {
       201: { description: 'The subscription, with its secret', schema: CreatedWebhook },
       400: fail(
-        'INVALID_FIELD (names the field; a scan_digest venue or timeframe the engine does not record too), INVALID_URL (refused by the SSRF guard)',
+        'INVALID_FIELD (names the field; a scan_digest venue or timeframe the engine does not record too), INVALID_URL (refused by the SSRF guard); UNKNOWN_FILTER: a query parameter (the route takes none)',
       ),
       404: fail('unknown_coin: a coin in `assets` that no venue the service reads lists'),
       422: fail(
@@ -145,8 +153,6 @@ const DOCS = {
   }),
   list: keyed({
     summary: "The key's subscriptions",
-    query: z.strictObject({}),
-    codes: QUERY_CODES,
     responses: {
       200: { description: 'Subscriptions', schema: z.object({ webhooks: z.array(WebhookView) }) },
       400: fail('UNKNOWN_FILTER: the route takes no query parameter'),
@@ -173,7 +179,6 @@ const DOCS = {
     summary: 'Delivery log: the latest deliveries, or every one after a sequence number',
     params: Id,
     query: DeliveryQuery,
-    codes: QUERY_CODES,
     responses: {
       200: {
         description: 'Deliveries with their attempts',
@@ -195,7 +200,7 @@ const DOCS = {
     body: optionalBody(RotateSecretRequest),
     responses: {
       200: { description: 'The new secret', schema: RotatedSecret },
-      400: fail('INVALID_FIELD'),
+      400: fail('INVALID_FIELD; UNKNOWN_FILTER: a query parameter (the route takes none)'),
       404: fail('NOT_FOUND'),
     },
   }),
@@ -205,7 +210,7 @@ const DOCS = {
     body: optionalBody(ReEnableWebhookRequest),
     responses: {
       200: { description: 'The subscription', schema: WebhookView },
-      400: fail('INVALID_FIELD'),
+      400: fail('INVALID_FIELD; UNKNOWN_FILTER: a query parameter (the route takes none)'),
       404: fail('NOT_FOUND'),
     },
   }),

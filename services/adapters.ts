@@ -1,4 +1,4 @@
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { Bus } from '../adapters/bus/port.ts';
@@ -17,6 +17,26 @@ export interface Adapters {
   bus: Bus;
   cache: Cache;
   close(): Promise<void>;
+}
+
+/**
+ * A command that only reads the log (the operator's `list`, the history CLI's `--store`) refuses a
+ * DATA_DIR that holds no LMDB log instead of opening, and so creating, an empty one: a mistyped
+ * DATA_DIR would otherwise answer "no keys". Thrown before any adapter is opened.
+ */
+export class NoEventStoreError extends Error {
+  override readonly name = 'NoEventStoreError';
+}
+
+/** Throws NoEventStoreError when the configured LMDB log does not exist yet (other stores: never). */
+export function requireExistingStore(config: Pick<Config, 'EVENT_STORE' | 'DATA_DIR'>): void {
+  if (config.EVENT_STORE !== 'lmdb') return;
+  const path = join(config.DATA_DIR, 'events');
+  if (existsSync(path)) return;
+  throw new NoEventStoreError(
+    `DATA_DIR=${config.DATA_DIR} holds no event log (${path} does not exist): set DATA_DIR to the ` +
+      "service's data directory; a command that only reads does not create one",
+  );
 }
 
 /**

@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -85,6 +85,27 @@ describe('npm run keys (the real CLI on an LMDB store)', () => {
     const failed = await cli('revoke').catch((err: { code: number; stderr: string }) => err);
     expect(failed).toMatchObject({ code: 2 });
     expect((failed as { stderr: string }).stderr).toContain('a key id is required');
+  });
+
+  it('refuses a read on a DATA_DIR holding no log, and rebuild-quota on the in-process cache (exit 2)', async () => {
+    const refused = (args: string[], env: Record<string, string>) =>
+      exec(process.execPath, [...CLI, ...args], {
+        cwd: ROOT,
+        env: { ...process.env, EVENT_STORE: 'lmdb', DATA_DIR: dir, CACHE: 'memory', BUS: 'memory', ...env },
+      }).then(
+        () => ({ code: 0, stderr: '' }),
+        (err: { code: number; stderr: string }) => err,
+      );
+    const mistyped = join(dir, 'no-such-data-dir');
+    for (const args of [['list'], ['revoke', 'key_x']]) {
+      const out = await refused(args, { DATA_DIR: mistyped });
+      expect(out.code).toBe(2);
+      expect(out.stderr).toContain(`DATA_DIR=${mistyped} holds no event log`);
+    }
+    expect(existsSync(mistyped)).toBe(false);
+    const quota = await refused(['rebuild-quota'], {});
+    expect(quota.code).toBe(2);
+    expect(quota.stderr).toContain('set CACHE=redis');
   });
 });
 

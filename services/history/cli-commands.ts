@@ -50,7 +50,7 @@ export const USAGE = `npm run history -- <command> [options]
                                               the track record from an export file alone
   (verify and score read the format from the file's content unless --format names it)
 
---store reads the event store the service is configured with (EVENT_STORE, LMDB_PATH, ...).`;
+--store reads the event store the service is configured with (EVENT_STORE, DATA_DIR, POSTGRES_URL, ...).`;
 
 export class UsageError extends Error {}
 

@@ -1,6 +1,6 @@
 import { pino } from 'pino';
 import { loadConfig } from '../../contracts/config.ts';
-import { type Adapters, openAdapters } from '../adapters.ts';
+import { type Adapters, NoEventStoreError, openAdapters, requireExistingStore } from '../adapters.ts';
 import { ExportInterruptedError, runHistoryCommand, USAGE, UsageError } from './cli-commands.ts';
 import { HistoryQueryError } from './query.ts';
 
@@ -17,6 +17,8 @@ try {
     progress: process.stderr,
     async openStore() {
       const config = loadConfig();
+      // Every history command only reads: a DATA_DIR without a log is refused, not created.
+      requireExistingStore(config);
       adapters = await openAdapters(config, pino({ level: 'warn' }, pino.destination(2)));
       return adapters.eventStore;
     },
@@ -25,9 +27,10 @@ try {
   if (argv[0] === 'verify' && !(JSON.parse(output) as { ok: boolean }).ok) code = 1;
 } catch (err) {
   const usage = err instanceof UsageError || err instanceof HistoryQueryError;
-  code = usage ? 2 : 1;
+  const noStore = err instanceof NoEventStoreError;
+  code = usage || noStore ? 2 : 1;
   // An interrupted export says what failed and how to go on; a stack trace would bury that.
-  const told = usage || err instanceof ExportInterruptedError;
+  const told = usage || noStore || err instanceof ExportInterruptedError;
   process.stderr.write(
     usage
       ? `${(err as Error).message}\n\n${USAGE}\n`

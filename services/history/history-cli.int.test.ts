@@ -211,6 +211,14 @@ describe('npm run history', () => {
     );
     expect((usage as { code: number }).code).toBe(2);
     expect((usage as { stderr: string }).stderr).toContain('score needs the export file');
+    // --store on a DATA_DIR holding no log: refused naming DATA_DIR, and no empty log created.
+    const mistyped = join(dir, 'no-such-data-dir');
+    const noStore = await run(process.execPath, [...cli, 'verify', '--store'], {
+      env: { ...process.env, EVENT_STORE: 'lmdb', DATA_DIR: mistyped },
+    }).catch((err: { code: number; stderr: string }) => err);
+    expect((noStore as { code: number }).code).toBe(2);
+    expect((noStore as { stderr: string }).stderr).toContain(`DATA_DIR=${mistyped} holds no event log`);
+    expect(existsSync(mistyped)).toBe(false);
   });
 
   it('with the service down: says what failed, leaves nothing behind, and a plain re-run works', async () => {

@@ -1,7 +1,13 @@
 import { pino } from 'pino';
 import { loadConfig, publicBaseUrl } from '../../contracts/config.ts';
 import { openAdapters } from '../adapters.ts';
-import { runOperatorCommand, serviceApplied, USAGE, UsageError } from './operator-commands.ts';
+import {
+  refuseBeforeOpening,
+  runOperatorCommand,
+  serviceApplied,
+  USAGE,
+  UsageError,
+} from './operator-commands.ts';
 
 /** Operator command line for keys (`npm run keys -- …`); uses the configured event store and cache. */
 const argv = process.argv.slice(2);
@@ -10,6 +16,12 @@ if (argv.length === 0 || argv[0] === '--help' || argv[0] === 'help') {
   process.exit(argv.length === 0 ? 2 : 0);
 }
 const config = loadConfig();
+try {
+  refuseBeforeOpening(argv[0], config);
+} catch (err) {
+  console.error((err as Error).message);
+  process.exit(2);
+}
 const logger = pino({ level: 'warn' }, pino.destination(2));
 const adapters = await openAdapters(config, logger);
 let code = 0;

@@ -1,7 +1,9 @@
 import { parseArgs } from 'node:util';
 import type { Cache } from '../../adapters/cache/port.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
+import type { Config } from '../../contracts/config.ts';
 import { Plan } from '../../contracts/events.ts';
+import { requireExistingStore } from '../adapters.ts';
 import { changeKeyPlan, issueKey, KeyRuleError, revokeKey } from '../keys/key-commands.ts';
 import { findById, type KeyRecord } from '../keys/key-registry.ts';
 import { foldKeyRegistry } from '../keys/registry-fold.ts';
@@ -16,8 +18,38 @@ export const USAGE = `usage: npm run keys -- <command>
   list [--all]                                     keys with id, prefix, plan, owner (--all: with revoked)
   plan <keyId> <free|starter|pro>                  move a key to another plan
   revoke <keyId> [--reason <text>]                 revoke a key for good
-  rebuild-quota                                    rebuild the cache's quota counters from the event log
-                                                   (safe under traffic: a new generation, then a switch)`;
+  rebuild-quota                                    rebuild the shared cache's quota counters (CACHE=redis)
+                                                   from the event log (safe under traffic: a new
+                                                   generation, then a switch)
+Every command but create refuses a DATA_DIR that holds no event log.`;
+
+/**
+ * What the CLI refuses before it opens any adapter (a UsageError, exit 2): `rebuild-quota` on the
+ * in-process cache, which would rebuild the counters of the CLI's own throwaway cache while the
+ * service's stay as they were (the command needs the shared one, CACHE=redis); and any command but
+ * `create` on a DATA_DIR holding no log (requireExistingStore), which would otherwise create an
+ * empty one and answer as if it were the service's. `create` may start a new log: keys can be
+ * issued before the service first starts.
+ */
+export function refuseBeforeOpening(
+  command: string | undefined,
+  config: Pick<Config, 'CACHE' | 'EVENT_STORE' | 'DATA_DIR'>,
+): void {
+  if (command === 'rebuild-quota' && config.CACHE !== 'redis') {
+    throw new UsageError(
+      'rebuild-quota rebuilds the quota counters in the shared cache: set CACHE=redis (and REDIS_URL) ' +
+        `as the service has them. With CACHE=${config.CACHE} the counters live inside each service ` +
+        'process, out of reach of this command (a restart of the service rebuilds them from the log)',
+    );
+  }
+  if (command === 'list' || command === 'plan' || command === 'revoke' || command === 'rebuild-quota') {
+    try {
+      requireExistingStore(config);
+    } catch (err) {
+      throw new UsageError((err as Error).message);
+    }
+  }
+}
 
 /** The flags every command accepts; which ones a command reads is its own business. */
 function flags(args: string[]): {

@@ -75,6 +75,11 @@ function recordedBy(pending: PendingAppend): RecordedEvent[] | undefined {
  * position never meet them. Entries written before (plain msgpack maps) still decode as they were.
  */
 export const EVENT_ENCODING = { sharedStructuresKey: 0, maxSharedStructures: 1_000 } as const;
+
+/** The part of lmdb-js's msgpackr encoder that holds the shared structures it writes with. */
+interface StructuresEncoder {
+  structures: unknown[] & { uninitialized?: boolean };
+}
 /** Streams whose last revision is remembered between appends (see `revisionHints`). */
 const MAX_REVISION_HINTS = 10_000;
 /** Times an append found missing from the log after its commit is written, in all, before it fails. */
@@ -138,6 +143,18 @@ export class LmdbEventStore implements EventStore {
    * 5 % of the process's CPU).
    */
   private readonly unannounced = new Map<PendingAppend[], { first: number; last: number }>();
+  /**
+   * The byte length of the shared structures (key 0) as this process's last write transaction
+   * left them; -1 before the first. msgpackr adds a structure to its table in memory and stores
+   * the table in the write transaction of the event that needed it; when that transaction does
+   * not commit (a full disk, a rolled-back pass), the table in memory keeps the structure the
+   * disk does not have. The next events of that shape were then written with its id and, once
+   * another new shape took that id on disk, read back as that shape or not at all ("Data read,
+   * but end of buffer not reached"), in this process and after a restart. So each transaction
+   * compares the stored table with what the last one left, before it encodes anything (see
+   * `syncStructures`).
+   */
+  private structuresBytes = -1;
 
   constructor(options: LmdbEventStoreOptions) {
     this.pollMs = options.pollMs ?? 250;
@@ -226,18 +243,25 @@ export class LmdbEventStore implements EventStore {
           this.txnRevisions.clear();
           const recordedAt = new Date().toISOString();
           for (const pending of writing) pending.outcome = null;
-          for (const pending of writing) {
-            try {
-              pending.outcome = this.writeInTxn(pending, recordedAt);
-            } catch (err) {
-              pending.outcome = { error: err };
-              // A check failed before anything of this append was written: it fails alone.
-              if (err instanceof WrongExpectedRevisionError || err instanceof IdempotencyConflictError)
-                continue;
-              // Anything else may have left part of this append written: the group is rolled back.
-              culprit = pending;
-              throw err;
+          this.syncStructures();
+          try {
+            for (const pending of writing) {
+              try {
+                pending.outcome = this.writeInTxn(pending, recordedAt);
+              } catch (err) {
+                pending.outcome = { error: err };
+                // A check failed before anything of this append was written: it fails alone.
+                if (err instanceof WrongExpectedRevisionError || err instanceof IdempotencyConflictError)
+                  continue;
+                // Anything else may have left part of this append written: the group is rolled back.
+                culprit = pending;
+                throw err;
+              }
             }
+          } finally {
+            // Read inside the transaction, so a structure it stored counts even when it then
+            // throws: if it does not commit, the next transaction finds the table shorter.
+            this.structuresBytes = this.storedStructuresBytes();
           }
           this.markUnannounced(group, writing);
         });
@@ -661,6 +685,30 @@ export class LmdbEventStore implements EventStore {
   private async lowOnSpace(): Promise<boolean> {
     const { bavail, bsize } = await statfs(this.path);
     return bavail * bsize < MIN_FREE_BYTES;
+  }
+
+  /** The byte length of the stored shared structures; 0 when none are stored yet. */
+  private storedStructuresBytes(): number {
+    return this.events.getBinaryFast(EVENT_ENCODING.sharedStructuresKey)?.length ?? 0;
+  }
+
+  /**
+   * Inside the write transaction, before any event is encoded: when the stored structures are not
+   * what the last write transaction left (it did not commit, or another process added some),
+   * msgpackr's table is dropped and read again from the disk on its next use. The table only
+   * grows, so a lost structure always makes the stored one shorter. One point read per
+   * transaction; the reload, rare, decodes the table once.
+   */
+  private syncStructures(): void {
+    const stored = this.storedStructuresBytes();
+    if (stored === this.structuresBytes) return;
+    if (this.structuresBytes !== -1) {
+      const encoder = (this.events as unknown as { encoder: StructuresEncoder }).encoder;
+      const reload: StructuresEncoder['structures'] = [];
+      reload.uninitialized = true;
+      encoder.structures = reload;
+    }
+    this.structuresBytes = stored;
   }
 
   /** Reads through the write transaction when called inside one, else a fresh read snapshot. */

@@ -1,8 +1,10 @@
 import { randomUUID } from 'node:crypto';
+import { statfsSync } from 'node:fs';
 import { type Database, type RootDatabase, type RootDatabaseOptions, TransactionFlags } from 'lmdb';
 import type { Logger } from 'pino';
 import { putAppend } from '../../adapters/event-store/lmdb-append.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
+import { isStorageFull } from '../../adapters/event-store/storage-full.ts';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { type FeedMember, feedOf } from '../../projections/log-feed.ts';
@@ -76,6 +78,25 @@ export function openVerdictsDb(root: RootDatabase): Database<Buffer, number> {
 const META = 0;
 /** [version, generation, checkpoint, id of the event at the checkpoint]. */
 type Meta = [version: number, generation: string, checkpoint: number, checkpointId: string | null];
+/** Free space below which a failed write counts as a full disk, whatever errno it came with. */
+const MIN_FREE_BYTES = 1024 * 1024;
+
+/**
+ * Whether a write failed for lack of space: a full disk's writes through LMDB also fail as EIO
+ * (seen on a full tmpfs), so any failure on a nearly full disk counts.
+ */
+function outOfSpace(err: unknown, root: RootDatabase): boolean {
+  if (isStorageFull(err)) return true;
+  const path = (root as { path?: string }).path;
+  if (!(err instanceof Error) || path === undefined) return false;
+  try {
+    const { bavail, bsize } = statfsSync(path);
+    return bavail * bsize < MIN_FREE_BYTES;
+  } catch {
+    return false;
+  }
+}
+
 /** Synchronous commit, flushed to disk later, abortable: a projection is rebuilt, never lost. */
 const TXN_FLAGS =
   TransactionFlags.ABORTABLE | TransactionFlags.SYNCHRONOUS_COMMIT | TransactionFlags.NO_SYNC_FLUSH;
@@ -102,6 +123,8 @@ export class ExportRowStore extends FoldProgress implements FeedMember, StoredRo
   private readonly outcomes: Database<Buffer, string>;
   private positionId: string | null = null;
   private generation = '';
+  /** The error of the last write, while it was refused for lack of space (see `receive`). */
+  private full: Error | null = null;
 
   constructor(
     private readonly store: EventStore,
@@ -123,6 +146,11 @@ export class ExportRowStore extends FoldProgress implements FeedMember, StoredRo
   /** The id of the event at `checkpoint` (null at 0): a resume cursor names both. */
   get checkpointId(): string | null {
     return this.positionId;
+  }
+
+  /** Why the projection is not folding: a failed fold, or a full disk until a write succeeds. */
+  override get error(): Error | null {
+    return this.failure ?? this.full;
   }
 
   /** The export may read it: started and not stopped by a failed fold. */
@@ -222,13 +250,35 @@ export class ExportRowStore extends FoldProgress implements FeedMember, StoredRo
           if (stored) outcomes.push([event.position, (event as Outcome).data.verdictId, stored]);
         }
       }
-      if (verdicts.length > 0 || outcomes.length > 0) this.write(verdicts, outcomes, last);
-      else {
+      if (verdicts.length > 0 || outcomes.length > 0) {
+        this.write(verdicts, outcomes, last);
+        if (this.full !== null) {
+          this.options.logger?.info(
+            { projection: this.name, position: this.position },
+            'projection has space again',
+          );
+          this.full = null;
+        }
+      } else {
         // Nothing of ours in the page: the entries already say all the log says up to here.
         this.position = last.position;
         this.positionId = last.id;
       }
     } catch (err) {
+      if (outOfSpace(err, this.root)) {
+        // A full disk: the page's one transaction did not commit and the checkpoint stays where it
+        // was, so the feed reads the page again (at its next poll) and it is written once there is
+        // room. Stopping here, as for a fold that throws, kept the projection stopped after space
+        // returned and across restarts. /readyz says so meanwhile.
+        if (this.full === null) {
+          this.options.logger?.error(
+            { err, projection: this.name, position: this.position },
+            'projection out of space: retrying until space returns',
+          );
+        }
+        this.full = err as Error;
+        return;
+      }
       // A fold that throws stops this projection (the export falls back to the log, and /readyz
       // shows it) rather than skipping an event the entries would then silently lack.
       this.failure = err instanceof Error ? err : new Error(String(err));

@@ -4,6 +4,7 @@ import { type Logger, pino } from 'pino';
 import { ConfigError, loadConfig } from '../contracts/config.ts';
 import { flushAccessLines } from './api/request-log.ts';
 import { ROLES, type Role } from './component.ts';
+import { DataDirInUse, lockDataDir } from './shared/data-dir-lock.ts';
 import { createLogger } from './shared/logger.ts';
 import { isEcho } from './shared/signal-echo.ts';
 
@@ -38,6 +39,17 @@ async function main(): Promise<void> {
     // No logger yet: the configuration that would set it up is what is wrong.
     process.stderr.write(`${err instanceof Error ? err.message : String(err)}\n`);
     process.exit(1);
+  }
+  if (config.EVENT_STORE === 'lmdb') {
+    // One service process per LMDB data directory (services/shared/data-dir-lock.ts).
+    try {
+      const lock = lockDataDir(config.DATA_DIR);
+      process.on('exit', () => lock.release());
+    } catch (err) {
+      if (!(err instanceof DataDirInUse)) throw err;
+      process.stderr.write(`${err.message}\n`);
+      process.exit(1);
+    }
   }
   const logger = createLogger(config, { roles: roles.join(',') });
   // Loaded once the configuration holds: every slice's modules take seconds to load (2.5 CPU s

@@ -1,5 +1,6 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
+import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -129,6 +130,46 @@ describe('the service process', () => {
     const head = await reopened.headPosition();
     expect((await reopened.projectionStore().load('event-stats'))?.checkpoint).toBe(head);
     await reopened.close();
+  });
+
+  it('refuses a second service on the same LMDB DATA_DIR, naming it and the holder, beside which the key CLI works; a kill -9 leaves no lock behind', async () => {
+    const dataDir = await tempDir();
+    const first = run({ DATA_DIR: dataDir, REPLAY_SPEED: '0' });
+    running.push(first);
+    await expect
+      .poll(() => first.lines.find((l) => l.msg === 'service started'), { interval: 100 })
+      .toBeTruthy();
+
+    // Another role, even: it would keep quota counters and projections of its own beside the first.
+    const second = run({ DATA_DIR: dataDir }, ['--role', 'api']);
+    running.push(second);
+    expect(await second.exit).toBe(1);
+    expect(second.stderr).toContain(
+      `DATA_DIR ${dataDir} is in use by another service process (pid ${first.child.pid}`,
+    );
+    expect(second.stderr).not.toMatch(/^\s+at /m);
+
+    // The operator CLI appends beside the running service (LMDB is safe across processes).
+    const cli = spawnSync(
+      process.execPath,
+      ['--import', 'tsx', 'services/operator/cli.ts', 'create', '--plan', 'free', '--owner', 'beside'],
+      { cwd: ROOT, env: { PATH: process.env.PATH, DATA_DIR: dataDir }, encoding: 'utf8' },
+    );
+    expect(cli.status, cli.stderr).toBe(0);
+
+    // Killed without a chance to remove its lock file, the first does not block a restart.
+    first.child.kill('SIGKILL');
+    await first.exit;
+    expect(existsSync(join(dataDir, 'service.pid'))).toBe(true);
+    const restarted = run({ DATA_DIR: dataDir, REPLAY_SPEED: '0' });
+    running.push(restarted);
+    await expect
+      .poll(() => restarted.lines.find((l) => l.msg === 'service started'), { interval: 100 })
+      .toBeTruthy();
+    restarted.child.kill('SIGTERM');
+    expect(await restarted.exit).toBe(0);
+    // A clean stop removes it.
+    expect(existsSync(join(dataDir, 'service.pid'))).toBe(false);
   });
 });
 

@@ -39,6 +39,22 @@ export class OneLinePerRequest extends LogController {
       return;
     }
     const requestLog = reply.log as RequestLogger | Logger;
+    if (isProbe(request.url)) {
+      // Probes every few seconds from each balancer would be most of the access log at info:
+      // an answered /readyz is logged at debug (a failed one still went through pino above).
+      if (requestLog.isLevelEnabled('debug')) {
+        (requestLog as Logger).debug(
+          {
+            method: request.method,
+            url: request.url,
+            statusCode: reply.statusCode,
+            responseTime: toMicroseconds(reply.elapsedTime),
+          },
+          'request completed',
+        );
+      }
+      return;
+    }
     if (!requestLog.isLevelEnabled('info')) return;
     // The request's own logger when it was built; else its parent, with the request's bindings
     // written as the child would write them.
@@ -71,6 +87,15 @@ export class OneLinePerRequest extends LogController {
 }
 
 const INFO = 30;
+
+/**
+ * The readiness probe (/readyz, with or without a query), polled every few seconds by each load
+ * balancer and orchestrator: answered, it is logged at debug. /healthz keeps its info line (the
+ * HTTP bench measures every request's floor on it, access line included).
+ */
+function isProbe(url: string): boolean {
+  return url.startsWith('/readyz') && (url.length === 7 || url.charCodeAt(7) === 0x3f);
+}
 
 type LogArgs = unknown[];
 type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';

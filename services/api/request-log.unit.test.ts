@@ -51,6 +51,7 @@ async function appWith(logger: FastifyBaseLogger, onResponse?: (request: Fastify
     return { ok: true };
   });
   app.get('/lazy', async () => ({ ok: true }));
+  app.get('/readyz', async () => ({ ready: true }));
   await app.ready();
   return app;
 }
@@ -58,6 +59,32 @@ async function appWith(logger: FastifyBaseLogger, onResponse?: (request: Fastify
 const turn = () => new Promise((resolve) => setImmediate(resolve));
 
 describe('the access log line', () => {
+  it('of an answered /readyz probe is at debug, not info', async () => {
+    for (const level of ['info', 'debug'] as const) {
+      const out = capture();
+      const app = await appWith(pino({ level }, out.stream));
+      try {
+        await app.inject({ method: 'GET', url: '/readyz' });
+        await app.inject({ method: 'GET', url: '/readyz?verbose=1' });
+        await app.inject({ method: 'GET', url: '/lazy' });
+        await turn();
+        flushAccessLines();
+        const completed = out.lines().filter((l) => l.msg === 'request completed');
+        expect(completed.map((l) => [l.url, l.level])).toEqual([
+          ...(level === 'debug'
+            ? [
+                ['/readyz', 20],
+                ['/readyz?verbose=1', 20],
+              ]
+            : []),
+          ['/lazy', 30],
+        ]);
+      } finally {
+        await app.close();
+      }
+    }
+  });
+
   it('is what pino would write for the same fields, with the request id and the base bindings', async () => {
     const out = capture();
     const logger = pino({ level: 'info', base: { service: 'signal-service' } }, out.stream);

@@ -1,11 +1,13 @@
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import pg from 'pg';
+import pino from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import {
   dropSchemas,
   POSTGRES_URL,
+  postgresRelay,
   shouldRunPostgresSuite,
   uniqueSchema,
 } from '../../test/postgres-probe.ts';
@@ -191,6 +193,40 @@ describe.runIf(run)('PostgreSQL LISTEN/NOTIFY', () => {
       await writer.close();
       await reader.close();
       await admin.end();
+    }
+  });
+});
+
+describe.runIf(run)('PostgreSQL outage logging', () => {
+  it('warns once per outage, not once per retry, and says when PostgreSQL answers again', async () => {
+    const lines: { level: number; msg: string }[] = [];
+    const logger = pino({ level: 'debug' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const relay = postgresRelay();
+    await relay.start();
+    const store = await openPostgresEventStore({ url: relay.url, schema: fresh(), pollMs: POLL_MS, logger });
+    try {
+      await store.headPosition();
+      await relay.cut();
+      // Each read retries its connection three times before it reports the store unavailable.
+      for (let i = 0; i < 5; i++)
+        await expect(store.readAll({ maxCount: 1 })).rejects.toThrow(/unreachable|terminated|ECONNREFUSED/);
+      await relay.start();
+      await expect
+        .poll(
+          async () =>
+            await store.readAll({ maxCount: 1 }).then(
+              () => true,
+              () => false,
+            ),
+        )
+        .toBe(true);
+      const failures = lines.filter((l) => l.msg.startsWith('postgres: connection failure'));
+      expect(failures.length).toBeGreaterThanOrEqual(10);
+      expect(failures.filter((l) => l.level === 40)).toHaveLength(1);
+      expect(lines.filter((l) => l.msg === 'postgres: answering again')).toHaveLength(1);
+    } finally {
+      await store.close();
+      await relay.cut();
     }
   });
 });

@@ -215,6 +215,9 @@ export class PostgresEventStore implements EventStore {
   /** Names this store's notifies, so its listener passes over its own (see listen). */
   private readonly instance = randomUUID();
   private listenerRetry: NodeJS.Timeout | null = null;
+  /** When the current run of connection failures began (null while PostgreSQL answers): one warning per outage. */
+  private failingSince: number | null = null;
+  private listenerFailing = false;
   private closed = false;
   private readonly space: StorageFullState;
   private lastFullAt = 0;
@@ -824,10 +827,21 @@ export class PostgresEventStore implements EventStore {
       await client.connect();
       await client.query(`LISTEN ${this.names.channel}`);
       this.listener = client;
+      if (this.listenerFailing) this.logger?.info('postgres: listener connected again');
+      this.listenerFailing = false;
       this.signal.notify();
     } catch (err) {
       client.end().catch(() => undefined);
-      this.logger?.warn({ err }, 'postgres: listener could not connect, polling');
+      // Retried every 500 ms: one warning until it connects, the rest at debug.
+      const error = { message: (err as Error).message, code: (err as { code?: string }).code };
+      if (this.listenerFailing)
+        this.logger?.debug({ error }, 'postgres: listener could not connect, polling');
+      else
+        this.logger?.warn(
+          { error },
+          'postgres: listener could not connect, polling (more at debug until it connects)',
+        );
+      this.listenerFailing = true;
       this.scheduleListen();
     }
   }
@@ -852,7 +866,12 @@ export class PostgresEventStore implements EventStore {
       if (delay > 0) await new Promise((r) => setTimeout(r, delay));
       if (this.closed) throw new EventStoreUnavailableError('postgres event store is closed');
       try {
-        return await run();
+        const result = await run();
+        if (this.failingSince !== null) {
+          this.logger?.info({ outageMs: Date.now() - this.failingSince }, 'postgres: answering again');
+          this.failingSince = null;
+        }
+        return result;
       } catch (err) {
         if ((err as { code?: string }).code === QUERY_CANCELED) {
           // The statement timeout: the server rolled the statement back, so nothing of it was
@@ -863,7 +882,16 @@ export class PostgresEventStore implements EventStore {
         }
         if (!isConnectionError(err)) throw err;
         last = err;
-        this.logger?.warn({ err, what }, 'postgres: connection failure, retrying');
+        // One warning per outage: every caller retries each operation, which logged ~30 lines a
+        // second, each with the pg client object, while PostgreSQL was down. The rest at debug.
+        const error = { message: (err as Error).message, code: (err as { code?: string }).code };
+        if (this.failingSince === null) {
+          this.failingSince = Date.now();
+          this.logger?.warn(
+            { error, what },
+            'postgres: connection failure, retrying (more at debug until it answers)',
+          );
+        } else this.logger?.debug({ error, what }, 'postgres: connection failure, retrying');
       }
     }
     throw new EventStoreUnavailableError(`postgres unreachable: ${(last as Error).message}`, { cause: last });

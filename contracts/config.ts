@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import { parseEnv } from 'node:util';
 import { z } from 'zod';
 import { EXCHANGES, Exchange, Timeframe } from './market.ts';
 import { maskUrlCredentials } from './mask-url.ts';
@@ -602,6 +604,25 @@ function shown(name: string, value: string | undefined): string | undefined {
 }
 
 /** Parses the environment; the error message lists each bad variable by name. */
+/**
+ * `./.env`, when there is one (a copy of .env.example): its variables where the environment has
+ * none, so an exported variable wins. The entry points (the service, the keys and history CLIs)
+ * read it before their settings. Node's --env-file-if-exists does the same, but prints a line on
+ * every start of a checkout that has no .env, the README's first command included.
+ */
+export function readDotEnv(path = '.env', env: Record<string, string | undefined> = process.env): void {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw new ConfigError(`${path} could not be read: ${(err as Error).message}`);
+  }
+  for (const [name, value] of Object.entries(parseEnv(text))) {
+    if (env[name] === undefined) env[name] = value;
+  }
+}
+
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
   // Empty strings mean "unset" so that `VAR=` in a .env file falls back to the default.
   const cleaned = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));

@@ -1,5 +1,8 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig, publicBaseUrl } from './config.ts';
+import { ConfigError, loadConfig, publicBaseUrl, readDotEnv } from './config.ts';
 import { maskUrlCredentials } from './mask-url.ts';
 
 describe('loadConfig', () => {
@@ -165,5 +168,24 @@ describe('maskUrlCredentials (every URL the service prints: Redis, NATS, Postgre
     ['not-a-url', 'not-a-url'],
   ])('%s -> %s', (url, masked) => {
     expect(maskUrlCredentials(url)).toBe(masked);
+  });
+});
+
+describe('readDotEnv', () => {
+  it('fills what the environment lacks from the file, an exported variable winning, and passes over a missing file', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'dotenv-'));
+    try {
+      const file = join(dir, '.env');
+      writeFileSync(file, '# a comment\nPORT=9090\nHOST=0.0.0.0\nLOG_LEVEL="debug"\n');
+      const env: Record<string, string | undefined> = { HOST: '127.0.0.1' };
+      readDotEnv(file, env);
+      expect(env).toEqual({ PORT: '9090', HOST: '127.0.0.1', LOG_LEVEL: 'debug' });
+      const untouched: Record<string, string | undefined> = { PORT: '1' };
+      readDotEnv(join(dir, 'missing.env'), untouched);
+      expect(untouched).toEqual({ PORT: '1' });
+      expect(() => readDotEnv(dir, {})).toThrow(ConfigError);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { type Logger, pino } from 'pino';
-import { ConfigError, loadConfig } from '../contracts/config.ts';
+import { ConfigError, loadConfig, readDotEnv } from '../contracts/config.ts';
 import { flushAccessLines } from './api/request-log.ts';
 import { ROLES, type Role } from './component.ts';
 import { DataDirInUse, lockDataDir } from './shared/data-dir-lock.ts';
@@ -33,6 +33,7 @@ async function main(): Promise<void> {
   let config: ReturnType<typeof loadConfig>;
   let roles: Role[];
   try {
+    readDotEnv();
     config = loadConfig();
     roles = parseRoles(process.argv.slice(2));
   } catch (err) {

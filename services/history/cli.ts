@@ -1,5 +1,5 @@
 import { pino } from 'pino';
-import { loadConfig } from '../../contracts/config.ts';
+import { loadConfig, readDotEnv } from '../../contracts/config.ts';
 import { type Adapters, NoEventStoreError, openAdapters, requireExistingStore } from '../adapters.ts';
 import { ExportInterruptedError, runHistoryCommand, USAGE, UsageError } from './cli-commands.ts';
 import { HistoryQueryError } from './query.ts';
@@ -16,6 +16,7 @@ try {
   const output = await runHistoryCommand(argv, {
     progress: process.stderr,
     async openStore() {
+      readDotEnv();
       const config = loadConfig();
       // Every history command only reads: a DATA_DIR without a log is refused, not created.
       requireExistingStore(config);

@@ -1,5 +1,5 @@
 import { pino } from 'pino';
-import { loadConfig, publicBaseUrl } from '../../contracts/config.ts';
+import { loadConfig, publicBaseUrl, readDotEnv } from '../../contracts/config.ts';
 import { openAdapters } from '../adapters.ts';
 import {
   refuseBeforeOpening,
@@ -15,6 +15,7 @@ if (argv.length === 0 || argv[0] === '--help' || argv[0] === 'help') {
   console.log(USAGE);
   process.exit(argv.length === 0 ? 2 : 0);
 }
+readDotEnv();
 const config = loadConfig();
 try {
   refuseBeforeOpening(argv[0], config);

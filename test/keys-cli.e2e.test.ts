@@ -146,4 +146,30 @@ describe('npm run keys beside a running service on the same log', () => {
     await cli('revoke', keyId);
     expect((await call(key)).status).toBe(401);
   }, 120_000);
+
+  it('create against a service that reads another log says so and exits 1, the key still printed', async () => {
+    // The service's log is ahead of this fresh one, and behind another with more events: neither
+    // is compared by position, the service's /readyz names its log (its first event's id).
+    const elsewhere = mkdtempSync(join(tmpdir(), 'keys-elsewhere-'));
+    try {
+      const started = Date.now();
+      const other = await exec(process.execPath, [...CLI, 'create', '--plan', 'free', '--owner', 'ops'], {
+        cwd: ROOT,
+        env: {
+          ...process.env,
+          EVENT_STORE: 'lmdb',
+          DATA_DIR: elsewhere,
+          PUBLIC_BASE_URL: running.service.url,
+        },
+      }).catch((err: { code: number; stdout: string; stderr: string }) => err);
+      const { code, stdout, stderr } = other as { code: number; stdout: string; stderr: string };
+      expect(code).toBe(1);
+      expect(stdout).toMatch(/key: +sk_live_/);
+      expect(stderr).toContain(`the service at ${running.service.url}/readyz reads another event log`);
+      expect(Date.now() - started).toBeLessThan(8_000);
+      expect((await call(/key: +(\S+)/.exec(stdout)![1]!)).status).toBe(401);
+    } finally {
+      rmSync(elsewhere, { recursive: true, force: true });
+    }
+  }, 60_000);
 });

@@ -1,6 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { Logger } from 'pino';
 import { CacheUnavailableError } from '../../adapters/cache/port.ts';
+import { logIdentity } from '../../adapters/event-store/log-identity.ts';
 import type { Config } from '../../contracts/config.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
@@ -164,11 +165,18 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
       await registry.stop();
     },
     checks() {
+      // `log` names the log the checkpoint counts in (its first event's id): a key CLI on another
+      // DATA_DIR or store compares it, not positions of different logs (operator-commands.ts).
+      const log = logIdentity(adapters.eventStore);
       return {
-        'projection:key-registry': async () =>
-          registry.error
-            ? { ok: false, detail: registry.error.message, checkpoint: registry.checkpoint }
-            : { ok: registry.running, checkpoint: registry.checkpoint },
+        'projection:key-registry': async () => {
+          // A log that cannot be read now is left unnamed (the CLI then compares positions).
+          const of = await log().catch(() => undefined);
+          const named = of === undefined ? {} : { log: of };
+          return registry.error
+            ? { ok: false, detail: registry.error.message, checkpoint: registry.checkpoint, ...named }
+            : { ok: registry.running, checkpoint: registry.checkpoint, ...named };
+        },
       };
     },
   };

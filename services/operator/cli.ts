@@ -1,7 +1,9 @@
 import { pino } from 'pino';
+import { logIdentity } from '../../adapters/event-store/log-identity.ts';
 import { loadConfig, publicBaseUrl, readDotEnv } from '../../contracts/config.ts';
 import { openAdapters } from '../adapters.ts';
 import {
+  OtherLogError,
   refuseBeforeOpening,
   runOperatorCommand,
   serviceApplied,
@@ -28,11 +30,18 @@ const adapters = await openAdapters(config, logger);
 let code = 0;
 try {
   // A key change returns once the running service (PUBLIC_BASE_URL, else localhost:PORT) has it.
-  const applied = (position: number) => serviceApplied(publicBaseUrl(config), position);
+  // Positions are compared only once the service is known to read this log (its first event).
+  const ourLog = logIdentity(adapters.eventStore);
+  const applied = async (position: number) =>
+    serviceApplied(publicBaseUrl(config), position, 10_000, await ourLog());
   console.log(await runOperatorCommand(argv, { store: adapters.eventStore, cache: adapters.cache, applied }));
 } catch (err) {
   code = err instanceof UsageError ? 2 : 1;
-  console.error(err instanceof UsageError ? `${err.message}\n\n${USAGE}` : err);
+  if (err instanceof OtherLogError) {
+    // What the command did (a new key is shown this once) on stdout; why it is not in effect on stderr.
+    console.log(err.output.slice(0, err.output.length - err.message.length).trimEnd());
+    console.error(err.message);
+  } else console.error(err instanceof UsageError ? `${err.message}\n\n${USAGE}` : err);
 } finally {
   await adapters.close();
 }

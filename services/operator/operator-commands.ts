@@ -13,6 +13,21 @@ export class UsageError extends Error {
   override readonly name = 'UsageError';
 }
 
+/**
+ * The service the CLI asked reads another event log than the CLI wrote to (another DATA_DIR or
+ * store): the change is recorded, but not where that service looks. `output` is what the command
+ * printed (a new key is shown only once) with the note; the CLI prints it and exits 1.
+ */
+export class OtherLogError extends Error {
+  override readonly name = 'OtherLogError';
+  constructor(
+    message: string,
+    readonly output = message,
+  ) {
+    super(message);
+  }
+}
+
 export const USAGE = `usage: npm run keys -- <command>
   create --plan <free|starter|pro> --owner <who>   issue a key (printed once)
   list [--all]                                     keys with id, prefix, plan, owner (--all: with revoked)
@@ -108,7 +123,14 @@ export async function runOperatorCommand(
   },
 ): Promise<string> {
   const done = async (position: number, lines: string[]) => {
-    const note = deps.applied ? await deps.applied(position) : null;
+    let note: string | null;
+    try {
+      note = deps.applied ? await deps.applied(position) : null;
+    } catch (err) {
+      if (err instanceof OtherLogError)
+        throw new OtherLogError(err.message, [...lines, err.message].join('\n'));
+      throw err;
+    }
     return [...lines, ...(note ? [note] : [])].join('\n');
   };
   const [command, ...rest] = argv;
@@ -180,12 +202,16 @@ export async function runOperatorCommand(
  * Waits until the service at `baseUrl` has folded the key change at `position` into its key
  * registry (`projection:key-registry` of its /readyz), polling every 50 ms for at most `timeoutMs`.
  * Null once it has; a note when no service answers there (the change applies when one starts) or
- * when it has not caught up in time.
+ * when it has not caught up in time. A position only means something in one log: when the
+ * service names its log (`log`, the id of its first event, adapters/event-store/log-identity.ts)
+ * and it is not `ourLog`, the one the change was written to, it throws OtherLogError at once
+ * rather than compare positions of two logs (a service elsewhere would never know the key).
  */
 export async function serviceApplied(
   baseUrl: string,
   position: number,
   timeoutMs = 10_000,
+  ourLog: string | null = null,
 ): Promise<string | null> {
   const url = `${baseUrl}/readyz`;
   const deadline = Date.now() + timeoutMs;
@@ -193,12 +219,24 @@ export async function serviceApplied(
   for (;;) {
     try {
       const res = await fetch(url, { signal: AbortSignal.timeout(2_000) });
-      const body = (await res.json()) as { checks?: Record<string, { checkpoint?: number }> };
-      const checkpoint = body.checks?.['projection:key-registry']?.checkpoint;
+      const body = (await res.json()) as {
+        checks?: Record<string, { checkpoint?: number; log?: string | null }>;
+      };
+      const registry = body.checks?.['projection:key-registry'];
+      const checkpoint = registry?.checkpoint;
       if (checkpoint === undefined) return `${url} keeps no key registry: not waiting for it`;
+      if (ourLog !== null && registry?.log !== undefined && registry.log !== ourLog) {
+        throw new OtherLogError(
+          `the service at ${url} reads another event log than this command wrote to ` +
+            `(its first event ${registry.log ?? 'none: its log is empty'}, ours ${ourLog}): it will not see ` +
+            'this change. Run the command with the DATA_DIR and EVENT_STORE settings of that service ' +
+            '(or PUBLIC_BASE_URL/PORT naming the service that reads this log)',
+        );
+      }
       if (checkpoint >= position) return null;
       seen = checkpoint;
-    } catch {
+    } catch (err) {
+      if (err instanceof OtherLogError) throw err;
       if (seen === null) return `no service answered at ${url}: the change applies when it starts`;
     }
     if (Date.now() >= deadline) {

@@ -42,9 +42,16 @@ export function requireExistingStore(config: Pick<Config, 'EVENT_STORE' | 'DATA_
 /**
  * Chooses each port's adapter from configuration: embedded by default (LMDB, in-process bus and
  * cache), the distributed engines when EVENT_STORE/BUS/CACHE say so. Adapters are imported
- * lazily so an embedded start never loads the network clients.
+ * lazily so an embedded start never loads the network clients. The bus is opened as configured
+ * only when asked (`bus: true`: the roles that carry events on it, the relay and the dispatcher);
+ * elsewhere an in-process one stands in, unused, so an api replica or an operator command starts
+ * while NATS is down, as it keeps serving through an outage.
  */
-export async function openAdapters(config: Config, logger: Logger): Promise<Adapters> {
+export async function openAdapters(
+  config: Config,
+  logger: Logger,
+  { bus: needBus = false }: { bus?: boolean } = {},
+): Promise<Adapters> {
   const opened: { close(): Promise<void> }[] = [];
   try {
     const stores = await openStores(config, logger);
@@ -53,7 +60,7 @@ export async function openAdapters(config: Config, logger: Logger): Promise<Adap
     // (a lock held by a stopped process, a server that no longer answers) shows in /readyz.
     const { store: eventStore, watch: appends } = watchAppends(stores.eventStore);
     opened.push(eventStore, { close: closeProjections });
-    const bus = await openBus(config, logger);
+    const bus = await openBus(needBus ? config : { ...config, BUS: 'memory' }, logger);
     opened.push(bus);
     const cache = await openCache(config, logger);
     opened.push(cache);

@@ -40,7 +40,9 @@ export interface RunningService {
  */
 export async function startService(config: Config, roles: Role[], logger: Logger): Promise<RunningService> {
   keepTickShape();
-  const adapters = await openAdapters(config, logger);
+  const adapters = await openAdapters(config, logger, {
+    bus: roles.includes('projections') || roles.includes('dispatcher'),
+  });
   const metrics = config.METRICS_ENABLED ? createMetrics() : null;
   // Whichever slice started them (key registry, webhooks, payments, history...), each runner's lag.
   metrics?.projectionLag.from(async (set) => {

@@ -79,5 +79,8 @@ describe.runIf(await requireNats())('readiness per role during a NATS outage', (
       body: JSON.stringify({ coin: 'BTC' }),
     });
     expect(quote.status).toBe(402);
+    // An api replica also starts while NATS is down: it opens no bus.
+    const late = await start(['api']);
+    expect((await readyz(late)).status).toBe(200);
   });
 });

@@ -31,7 +31,10 @@ function urlSetting(
   example: string,
   opts: { list?: boolean; hostOptional?: boolean } = {},
 ) {
-  const expected = `${schemes.map((s) => `${s}://`).join(', ')} URL${opts.list ? 's, comma-separated,' : ''} such as ${example}`;
+  const names = schemes.map((s) => `${s}://`).join(' or ');
+  const expected = opts.list
+    ? `one or more ${names} URLs, comma-separated, such as ${example}`
+    : `a ${names} URL such as ${example}`;
   return z.string().superRefine((raw, ctx) => {
     for (const part of opts.list ? raw.split(',').map((p) => p.trim()) : [raw]) {
       let parsed: URL | null = null;
@@ -47,7 +50,7 @@ function urlSetting(
         !part.toLowerCase().startsWith(`${scheme}://`) ||
         (!opts.hostOptional && parsed.hostname === '')
       ) {
-        ctx.addIssue({ code: 'custom', message: `a ${expected}` });
+        ctx.addIssue({ code: 'custom', message: expected });
         return;
       }
     }

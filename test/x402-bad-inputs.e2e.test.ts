@@ -151,6 +151,15 @@ describe('a refused payment moves no money and reserves nothing', () => {
       'the authorisation has expired (validBefore is past or too close)',
     ],
     [
+      'authorisation valid for years',
+      async (a: AuthorizationFields, _s: Hex, key: Hex) => {
+        const years = { ...a, validBefore: nowSeconds() + 10n * 365n * 86_400n };
+        return v2Header(accepted, years, await signAuthorization(key, years));
+      },
+      'invalid_exact_evm_payload_authorization_valid_before',
+      /^validBefore is more than \d+ s ahead \(the quote's maxTimeoutSeconds/,
+    ],
+    [
       'not yet valid authorisation',
       async (a: AuthorizationFields, _s: Hex, key: Hex) => {
         const early = { ...a, validAfter: nowSeconds() + 600n };

@@ -232,6 +232,11 @@ function replay(stored: { response: Record<string, unknown> }, state: PaymentSta
   return null;
 }
 
+/** Seconds past the quote's maxTimeoutSeconds that an authorisation's validBefore may reach. */
+const VALID_BEFORE_SKEW_S = 60;
+/** The exact scheme's reason for a validBefore it refuses (there: one past or too close). */
+const FAR_VALID_BEFORE: ErrorCode = 'invalid_exact_evm_payload_authorization_valid_before';
+
 /** The PaymentAuthorized event that reserves a verified payment's nonce for one request. */
 export function reservationOf(
   payment: DecodedPayment,
@@ -286,6 +291,17 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
       ? payment.payload
       : { x402Version: 2, accepted: requirement, payload: payment.eip3009, resource };
   const auth = payment.eip3009.authorization;
+  // An authorisation lapses within the quote's maxTimeoutSeconds (a minute more for clocks that
+  // differ): one valid for years would keep its nonce reserved, and a settlement that failed
+  // retryable, for as long. The exact scheme's clients sign now + maxTimeoutSeconds.
+  const latest = Math.floor(Date.now() / 1000) + requirement.maxTimeoutSeconds + VALID_BEFORE_SKEW_S;
+  if (BigInt(auth.validBefore) > BigInt(latest)) {
+    return {
+      kind: 'payment_rejected',
+      reason: FAR_VALID_BEFORE,
+      message: `validBefore is more than ${requirement.maxTimeoutSeconds + VALID_BEFORE_SKEW_S} s ahead (the quote's maxTimeoutSeconds, ${requirement.maxTimeoutSeconds} s, and a minute for clock skew); sign an authorisation that lapses sooner`,
+    };
+  }
   const identity: PaymentIdentity = {
     network: requirement.network,
     asset: requirement.asset,

@@ -1,7 +1,12 @@
 import Provider, { type Configuration, errors, type KoaContextWithOIDC } from 'oidc-provider';
 import { MCP_SCOPE, OAUTH_PREFIX, type OAuthSecrets } from '../../../contracts/oauth.ts';
 import { oauthAdapter } from './adapter.ts';
-import { clientDocumentFetchAllowed } from './client-document.ts';
+import {
+  clientDocumentFetchAllowed,
+  DEFAULT_OUTBOUND_POLICY,
+  guardedFetch,
+  type OutboundPolicy,
+} from './client-document.ts';
 import { errorPage } from './page.ts';
 import type { OAuthStore } from './store.ts';
 
@@ -14,6 +19,24 @@ export interface ProviderOptions {
   ttl: { accessTokenS: number; refreshTokenS: number; codeS: number; interactionS: number };
   /** Whether the account (an API key id) may still act: a revoked key has no account. */
   keyActive: (keyId: string) => Promise<boolean>;
+  /** Which addresses outgoing fetches (client ID metadata documents) may reach; tests resolve names here. */
+  outbound?: OutboundPolicy;
+  /** TLS for outgoing fetches (tests pass a self-signed CA). */
+  outboundTls?: { ca?: string | Buffer };
+}
+
+/** Hosts names a plain-http redirect URI may use (OAuth 2.1 §2.3.1, the MCP authorization profile). */
+const LOOPBACK_HOSTS = new Set(['127.0.0.1', '[::1]', 'localhost']);
+
+/** Why a redirect URI is refused at registration, or null: https, or http on a loopback host only. */
+export function redirectUriRefusal(uri: unknown): string | null {
+  if (typeof uri !== 'string') return null; // the library's own schema reports the type
+  const url = URL.parse(uri);
+  if (url === null) return null;
+  if (url.protocol === 'http:' && !LOOPBACK_HOSTS.has(url.hostname)) {
+    return `redirect_uris must use https, or http only on a loopback host (127.0.0.1, [::1], localhost): ${uri}`;
+  }
+  return null;
 }
 
 /** The authorization server's routes, under /oauth (the well-known documents are at the root). */
@@ -44,6 +67,7 @@ const interactionPath = (uid: string) => `${OAUTH_PREFIX}/interaction/${uid}`;
  */
 export function createProvider(options: ProviderOptions): Provider {
   const { resource, ttl } = options;
+  const outbound = options.outbound ?? DEFAULT_OUTBOUND_POLICY;
   const configuration: Configuration = {
     adapter: oauthAdapter(options.store),
     jwks: options.secrets.jwks as Configuration['jwks'],
@@ -65,6 +89,24 @@ export function createProvider(options: ProviderOptions): Provider {
     claims: { openid: ['sub'] },
     pkce: { required: () => true },
     allowOmittingSingleRegisteredRedirectUri: false,
+    // Listing a standard property here runs the validator on it for every client the library
+    // builds: registration (POST /oauth/register), stored clients and metadata documents.
+    extraClientMetadata: {
+      properties: ['redirect_uris'],
+      validator: (_ctx, key, value) => {
+        if (key !== 'redirect_uris' || !Array.isArray(value)) return;
+        for (const uri of value) {
+          const why = redirectUriRefusal(uri);
+          if (why !== null) {
+            const err = new errors.InvalidRedirectUri();
+            err.error_description = why;
+            throw err;
+          }
+        }
+      },
+    },
+    // Every outgoing request (client ID metadata documents) dials only an address that passed the policy.
+    fetch: guardedFetch(outbound, options.outboundTls),
     routes: OAUTH_ROUTES,
     features: {
       devInteractions: { enabled: false },
@@ -96,7 +138,7 @@ export function createProvider(options: ProviderOptions): Provider {
       clientIdMetadataDocument: {
         enabled: true,
         ack: 'draft-02',
-        allowFetch: (_ctx: unknown, clientId: string) => clientDocumentFetchAllowed(clientId),
+        allowFetch: (_ctx: unknown, clientId: string) => clientDocumentFetchAllowed(clientId, outbound),
       } as never,
     },
     ttl: {

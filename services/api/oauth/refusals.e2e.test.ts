@@ -167,6 +167,20 @@ describe.runIf(present || process.env.CI === 'true')('OAuth sign-in refusals', (
     expect(await res.text()).toContain('redirect_uri');
   });
 
+  it('refuses to register a plain-http redirect URI that is not on a loopback host (OAuth 2.1, MCP profile)', async () => {
+    const res = await fetch(`${base}/oauth/register`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        redirect_uris: ['http://evil.example/cb'],
+        token_endpoint_auth_method: 'none',
+        scope: 'mcp',
+      }),
+    });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: string }).error).toBe('invalid_redirect_uri');
+  });
+
   it('takes https client IDs (metadata documents) but never fetches one from a private address', async () => {
     const metadata = (await (await fetch(`${base}/.well-known/oauth-authorization-server`)).json()) as {
       client_id_metadata_document_supported?: boolean;

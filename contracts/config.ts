@@ -336,11 +336,15 @@ export const ConfigSchema = z
     RATE_LIMIT_PRO: positiveInt.default(6_000),
     RATE_LIMIT_TOOL_SHARE: z.coerce.number().gt(0).max(1).default(0.5),
     /**
-     * Open MCP sessions, in all and per caller (key, or client address): opening one more closes
-     * the caller's (or everyone's) least recently used session first.
+     * Open MCP sessions, in all and per caller (key, or client address; an IPv6 address by its
+     * /64): opening one more closes the caller's (or its pool's) least recently used session
+     * first. Anonymous callers together hold at most MCP_MAX_SESSIONS_ANONYMOUS of the total
+     * (unset: half), keyed callers the rest, so a flood of anonymous sessions never evicts a
+     * keyed one.
      */
     MCP_MAX_SESSIONS: positiveInt.default(10_000),
     MCP_MAX_SESSIONS_PER_CALLER: positiveInt.default(16),
+    MCP_MAX_SESSIONS_ANONYMOUS: positiveInt.optional(),
     /** Chats per UTC month by plan (chat_knowledge, POST /api/chat); anonymous MCP callers get free. */
     CHAT_QUOTA_FREE: positiveInt.default(10),
     CHAT_QUOTA_STARTER: positiveInt.default(50),

@@ -170,76 +170,104 @@ describe.runIf(run)('request-rate limits on real Redis (HTTP and MCP, shared by 
   });
 });
 
-describe.runIf(run)('MCP session caps (least recently used evicted first)', () => {
-  const prefix = `test:mcpcap:${randomUUID()}:`;
-  let cache: RedisCache;
-  let s: Server;
-  beforeAll(async () => {
-    cache = await connectRedisCache({ url: REDIS_URL, prefix });
-    s = await startKeyedServer({
-      cache,
-      env: { MCP_MAX_SESSIONS_PER_CALLER: '3', MCP_MAX_SESSIONS: '5' },
-    });
-  });
-  afterAll(async () => {
-    await s?.close();
-    await cache?.close();
-    await wipePrefix(prefix);
-  });
-
-  const open = async (headers: Record<string, string> = {}) => {
-    const res = await fetch(`${s.url}/mcp`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', accept: BOTH, ...headers },
-      body: JSON.stringify(INIT),
-    });
-    expect(res.status).toBe(200);
-    return res.headers.get('mcp-session-id')!;
-  };
-  const ping = async (session: string, headers: Record<string, string> = {}) =>
-    (
-      await fetch(`${s.url}/mcp`, {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          accept: BOTH,
-          'mcp-session-id': session,
-          'mcp-protocol-version': '2025-06-18',
-          ...headers,
+describe.runIf(run)(
+  'MCP session caps (least recently used evicted first, anonymous and keyed pools apart)',
+  () => {
+    const prefix = `test:mcpcap:${randomUUID()}:`;
+    let cache: RedisCache;
+    let s: Server;
+    beforeAll(async () => {
+      cache = await connectRedisCache({ url: REDIS_URL, prefix });
+      s = await startKeyedServer({
+        cache,
+        // 5 in all: 3 for anonymous callers together, 2 for keyed ones. X-Forwarded-For names the address.
+        env: {
+          MCP_MAX_SESSIONS_PER_CALLER: '3',
+          MCP_MAX_SESSIONS: '5',
+          MCP_MAX_SESSIONS_ANONYMOUS: '3',
+          TRUST_PROXY: '1',
         },
-        body: JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'ping' }),
-      })
-    ).status;
+      });
+    });
+    afterAll(async () => {
+      await s?.close();
+      await cache?.close();
+      await wipePrefix(prefix);
+    });
 
-  it('one caller opening sessions in a loop evicts its own least recently used ones', async () => {
-    const sessions = [await open(), await open(), await open()];
-    // The first becomes the most recently used: the second is now the oldest.
-    expect(await ping(sessions[0]!)).toBe(200);
-    sessions.push(await open(), await open());
-    expect(await ping(sessions[1]!)).toBe(404);
-    expect(await ping(sessions[2]!)).toBe(404);
-    for (const id of [sessions[0]!, sessions[3]!, sessions[4]!]) expect(await ping(id)).toBe(200);
-  });
+    const open = async (headers: Record<string, string> = {}) => {
+      const res = await fetch(`${s.url}/mcp`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: BOTH, ...headers },
+        body: JSON.stringify(INIT),
+      });
+      expect(res.status).toBe(200);
+      return res.headers.get('mcp-session-id')!;
+    };
+    const ping = async (session: string, headers: Record<string, string> = {}) =>
+      (
+        await fetch(`${s.url}/mcp`, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            accept: BOTH,
+            'mcp-session-id': session,
+            'mcp-protocol-version': '2025-06-18',
+            ...headers,
+          },
+          body: JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'ping' }),
+        })
+      ).status;
 
-  it('the total cap evicts the least recently used session of anyone', async () => {
-    const { key: a } = await s.issue('pro');
-    const { key: b } = await s.issue('pro');
-    const withA = { authorization: `Bearer ${a}` };
-    const withB = { authorization: `Bearer ${b}` };
-    // 3 anonymous sessions are open from the test above; 2 more reach the total of 5.
-    const a1 = await open(withA);
-    const b1 = await open(withB);
-    expect(await ping(a1, withA)).toBe(200);
-    // A sixth: the least recently used anonymous session goes, the keyed ones stay.
-    const b2 = await open(withB);
-    for (const [id, h] of [
-      [a1, withA],
-      [b1, withB],
-      [b2, withB],
-    ] as const)
-      expect(await ping(id, h)).toBe(200);
-  });
-});
+    it('one caller opening sessions in a loop evicts its own least recently used ones', async () => {
+      const sessions = [await open(), await open(), await open()];
+      // The first becomes the most recently used: the second is now the oldest.
+      expect(await ping(sessions[0]!)).toBe(200);
+      sessions.push(await open(), await open());
+      expect(await ping(sessions[1]!)).toBe(404);
+      expect(await ping(sessions[2]!)).toBe(404);
+      for (const id of [sessions[0]!, sessions[3]!, sessions[4]!]) expect(await ping(id)).toBe(200);
+    });
+
+    it('a flood of anonymous addresses evicts only anonymous sessions; keyed callers evict only keyed ones', async () => {
+      const { key: a } = await s.issue('pro');
+      const { key: b } = await s.issue('pro');
+      const withA = { authorization: `Bearer ${a}` };
+      const withB = { authorization: `Bearer ${b}` };
+      const a1 = await open(withA);
+      const b1 = await open(withB);
+      // 3 anonymous sessions are open from the test above (the anonymous pool is full): 12 more, each
+      // from its own /64, push out anonymous sessions only.
+      const from = (i: number) => ({ 'x-forwarded-for': `2001:db8:${i.toString(16)}::1` });
+      const flood: string[] = [];
+      for (let i = 1; i <= 12; i++) flood.push(await open(from(i)));
+      expect(await ping(a1, withA)).toBe(200);
+      expect(await ping(b1, withB)).toBe(200);
+      expect(await ping(flood[8]!, from(9))).toBe(404);
+      for (const i of [10, 11, 12]) expect(await ping(flood[i - 1]!, from(i))).toBe(200);
+      // Addresses of one /64 are one caller: its per-caller cap (3) evicts its own sessions.
+      const sameNet = (n: number) => ({ 'x-forwarded-for': `2001:db8:ff::${n}` });
+      const net = [
+        await open(sameNet(1)),
+        await open(sameNet(2)),
+        await open(sameNet(3)),
+        await open(sameNet(4)),
+      ];
+      expect(await ping(net[0]!, sameNet(5))).toBe(404);
+      for (const id of net.slice(1)) expect(await ping(id, sameNet(6))).toBe(200);
+      // The keyed pool (2) is full: a third keyed session evicts the least recently used keyed one (b1).
+      expect(await ping(a1, withA)).toBe(200);
+      const b2 = await open(withB);
+      expect(await ping(b1, withB)).toBe(404);
+      for (const [id, h] of [
+        [a1, withA],
+        [b2, withB],
+      ] as const)
+        expect(await ping(id, h)).toBe(200);
+      for (const id of net.slice(1)) expect(await ping(id, sameNet(7))).toBe(200);
+    });
+  },
+);
 
 describe.runIf(run)('the limiter itself on Redis: both budgets in one step', () => {
   const settings = {

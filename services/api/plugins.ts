@@ -124,6 +124,9 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
       idleMs: config.MCP_SESSION_IDLE_MS,
       maxSessions: config.MCP_MAX_SESSIONS,
       maxSessionsPerCaller: config.MCP_MAX_SESSIONS_PER_CALLER,
+      ...(config.MCP_MAX_SESSIONS_ANONYMOUS === undefined
+        ? {}
+        : { maxAnonymousSessions: config.MCP_MAX_SESSIONS_ANONYMOUS }),
       ...(deps.mcpSweepIntervalMs === undefined ? {} : { sweepIntervalMs: deps.mcpSweepIntervalMs }),
       ...(deps.onMcpSessionCount ? { onSessionCount: deps.onMcpSessionCount } : {}),
       ...(deps.paymentRequirements ? { paymentRequirements: deps.paymentRequirements } : {}),

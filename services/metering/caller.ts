@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { isIPv6 } from 'node:net';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { ServiceError } from '../../contracts/errors.ts';
 import { isWellFormedKey } from '../keys/key-material.ts';
@@ -110,14 +111,40 @@ export class CallerRejectedError extends Error {
 
 const anonymousIds = new Map<string, string>();
 
-/** The anonymous subject of a client address, counted by a hash of it (remembered per address). */
+/**
+ * The anonymous subject of a client address, counted by a hash of it (remembered per address): an
+ * IPv4 address on its own, an IPv6 address by its /64 (one subscriber's network, 2^64 addresses
+ * that would otherwise be as many callers for the rate limit, the quota and the MCP session cap).
+ */
 function anonymousSubject(clientAddress: string): QuotaSubject {
   let id = anonymousIds.get(clientAddress);
   if (id === undefined) {
-    id = createHash('sha256').update(`anonymous:${clientAddress}`, 'utf8').digest('hex');
+    id = createHash('sha256')
+      .update(`anonymous:${addressScope(clientAddress)}`, 'utf8')
+      .digest('hex');
     setBounded(anonymousIds, clientAddress, id, REMEMBERED_SUBJECTS);
   }
   return { id, kind: 'anonymous', plan: 'free' };
+}
+
+/** An IPv6 address's /64 (`2001:db8:0:1::/64`); an IPv4 address (IPv4-mapped too) or anything else as given. */
+export function addressScope(address: string): string {
+  const bare = address.toLowerCase().split('%')[0]!;
+  if (!isIPv6(bare)) return address;
+  if (/^::ffff:\d+\.\d+\.\d+\.\d+$/.test(bare)) return bare.slice(7);
+  const [head = '', tail] = bare.split('::');
+  const groups = (part: string | undefined): string[] =>
+    part === undefined || part === ''
+      ? []
+      : part.split(':').flatMap((g) => (g.includes('.') ? ['0', '0'] : [g]));
+  const front = groups(head);
+  const back = groups(tail);
+  const all =
+    tail === undefined ? front : [...front, ...Array(8 - front.length - back.length).fill('0'), ...back];
+  return `${all
+    .slice(0, 4)
+    .map((g) => Number.parseInt(g, 16).toString(16))
+    .join(':')}::/64`;
 }
 
 type CallerRequest = { headers: Record<string, string | string[] | undefined>; clientAddress: string };

@@ -5,7 +5,7 @@ import { ProjectionRunner } from '../../projections/runner.ts';
 import { changeKeyPlan, issueKey, revokeKey } from '../keys/key-commands.ts';
 import { keyRegistryProjection } from '../keys/key-registry.ts';
 import { KeyResolver } from '../keys/key-resolver.ts';
-import { type Caller, CallerRejectedError, credentialOf, resolveCaller } from './caller.ts';
+import { addressScope, type Caller, CallerRejectedError, credentialOf, resolveCaller } from './caller.ts';
 
 describe('the caller of a remembered key', () => {
   it('answers a key asked again from memory until the registry changes, then looks again', async () => {
@@ -76,5 +76,22 @@ describe('credentialOf: Authorization: Bearer is the only way a key applies', ()
 
   it('a Bearer token that is not shaped like a key: MALFORMED', () => {
     expect(auth({ authorization: 'Bearer hello' })).toMatchObject({ outcome: 'MALFORMED' });
+  });
+});
+
+describe('the anonymous caller of a client address', () => {
+  it('is one caller per IPv6 /64 and per IPv4 address', () => {
+    expect(addressScope('2001:db8:1:2:3:4:5:6')).toBe('2001:db8:1:2::/64');
+    expect(addressScope('2001:DB8:1:2::ffff')).toBe('2001:db8:1:2::/64');
+    expect(addressScope('2001:db8::1')).toBe('2001:db8:0:0::/64');
+    expect(addressScope('fe80::1%eth0')).toBe('fe80:0:0:0::/64');
+    expect(addressScope('::1')).toBe('0:0:0:0::/64');
+    expect(addressScope('::ffff:192.0.2.7')).toBe('192.0.2.7');
+    expect(addressScope('192.0.2.7')).toBe('192.0.2.7');
+    const subject = (clientAddress: string) =>
+      (credentialOf({ headers: {}, clientAddress }) as Caller).subject.id;
+    expect(subject('2001:db8:1:2::a')).toBe(subject('2001:db8:1:2:ffff::b'));
+    expect(subject('2001:db8:1:3::a')).not.toBe(subject('2001:db8:1:2::a'));
+    expect(subject('192.0.2.7')).not.toBe(subject('192.0.2.8'));
   });
 });

@@ -25,6 +25,8 @@ export interface McpPluginOptions extends ToolCallDeps {
   /** Open sessions in all, and per caller (key, or client address). */
   maxSessions?: number;
   maxSessionsPerCaller?: number;
+  /** Of maxSessions, the most anonymous callers hold together (unset: half); keyed callers hold the rest. */
+  maxAnonymousSessions?: number;
   /** Told the number of open sessions whenever it changes (a gauge). */
   onSessionCount?: (open: number) => void;
   /** The same MCP server at a second path that requires sign-in (an OAuth access token acting as a key). */
@@ -166,6 +168,7 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
       ...(options.sweepIntervalMs === undefined ? {} : { sweepIntervalMs: options.sweepIntervalMs }),
       ...(options.maxSessions === undefined ? {} : { maxSessions: options.maxSessions }),
       ...(options.maxSessionsPerCaller === undefined ? {} : { maxPerOwner: options.maxSessionsPerCaller }),
+      ...(options.maxAnonymousSessions === undefined ? {} : { maxAnonymous: options.maxAnonymousSessions }),
       ...(options.onSessionCount ? { onCount: options.onSessionCount } : {}),
       logger: options.logger,
     });

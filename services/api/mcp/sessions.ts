@@ -17,18 +17,28 @@ interface Session {
 /**
  * Open MCP sessions by id. Clients often never send DELETE, so a sweep closes sessions idle
  * longer than `idleMs`; without it every abandoned session would stay in memory for good. The
- * table is also capped, in all and per owner: opening one more closes the least recently used
- * session first (the owner's, or anyone's for the total), so one client opening sessions in a
+ * table is also capped, per owner and in all: opening one more closes the least recently used
+ * session first (the owner's, or its class's for the total), so one client opening sessions in a
  * loop evicts its own and cannot grow memory without bound.
+ *
+ * The total is split in two pools: anonymous owners (a client address) hold at most
+ * `maxAnonymous` of `maxSessions` together, keyed owners the rest, and the total cap evicts only
+ * within the opener's pool. Addresses are cheap (an IPv6 /64 holds 2^64 of them), so with one
+ * pool a flood of anonymous sessions pushed out every keyed one; now it can only push out
+ * anonymous sessions.
  *
  * `touch` only stamps the session (a counter for the order of use, the clock for the sweep):
  * re-inserting it to keep the Map in order of use cost ~1.7 µs of every keyed call on a session
  * (profile, git log -p bench/README.md). Eviction, which only opening a session past a cap needs, scans for
  * the least recently used instead: at the default total cap of 10,000 a scan is well under the
- * cost of opening the session that asks for it.
+ * cost of opening the session that asks for it. Opening below the caps scans nothing: sessions are
+ * counted per owner and per pool as they open and close.
  */
 export class SessionTable {
   private readonly sessions = new Map<string, Session>();
+  /** Open sessions per owner (an owner with none has no entry). */
+  private readonly owned = new Map<string, number>();
+  private anonymous = 0;
   private uses = 0;
   private readonly timer: NodeJS.Timeout;
 
@@ -39,6 +49,11 @@ export class SessionTable {
       logger?: Logger;
       maxSessions?: number;
       maxPerOwner?: number;
+      /**
+       * Of `maxSessions`, the most anonymous owners (`anonymous:…`) hold together; keyed owners
+       * hold the rest. Unset: half of it, rounded up (at least one left for keyed owners).
+       */
+      maxAnonymous?: number;
       /** Told the number of open sessions whenever it changes. */
       onCount?: (open: number) => void;
     },
@@ -58,29 +73,35 @@ export class SessionTable {
 
   /** Sessions open for one owner. */
   countOf(owner: string): number {
-    let n = 0;
-    for (const session of this.sessions.values()) if (session.owner === owner) n++;
-    return n;
+    return this.owned.get(owner) ?? 0;
+  }
+
+  /** The most sessions each pool holds: [anonymous, keyed]. */
+  get pools(): [anonymous: number, keyed: number] {
+    const total = this.options.maxSessions ?? Number.POSITIVE_INFINITY;
+    if (total === Number.POSITIVE_INFINITY) return [total, total];
+    const anonymous = Math.max(1, Math.min(this.options.maxAnonymous ?? Math.ceil(total / 2), total - 1));
+    return [anonymous, Math.max(1, total - anonymous)];
   }
 
   /**
-   * Makes room for one more session of `owner` under both caps, closing the least recently used
-   * ones; returns how many were closed.
+   * Makes room for one more session of `owner` under its caps, closing the least recently used
+   * ones (its own for the per-owner cap, its pool's for the total); returns how many were closed.
    */
   async makeRoom(owner: string): Promise<number> {
     let closed = 0;
     const perOwner = this.options.maxPerOwner ?? Number.POSITIVE_INFINITY;
-    const own = [...this.sessions].filter(([, s]) => s.owner === owner);
-    if (own.length >= perOwner) {
-      own.sort(([, a], [, b]) => a.used - b.used);
-      for (const [id] of own.slice(0, own.length - perOwner + 1)) {
-        await this.close(id);
-        closed++;
-      }
+    while (this.countOf(owner) >= perOwner) {
+      const oldest = this.leastRecentlyUsed((s) => s.owner === owner);
+      if (oldest === undefined) break;
+      await this.close(oldest);
+      closed++;
     }
-    const total = this.options.maxSessions ?? Number.POSITIVE_INFINITY;
-    while (this.sessions.size >= total) {
-      const oldest = this.leastRecentlyUsed();
+    const anonymous = isAnonymous(owner);
+    const [anonymousCap, keyedCap] = this.pools;
+    const cap = anonymous ? anonymousCap : keyedCap;
+    while ((anonymous ? this.anonymous : this.sessions.size - this.anonymous) >= cap) {
+      const oldest = this.leastRecentlyUsed((s) => isAnonymous(s.owner) === anonymous);
       if (oldest === undefined) break;
       await this.close(oldest);
       closed++;
@@ -97,7 +118,11 @@ export class SessionTable {
     owner = 'unknown',
     credential: string | null = null,
   ): void {
+    const previous = this.sessions.get(id);
+    if (previous !== undefined) this.uncount(previous.owner);
     this.sessions.set(id, { server, transport, lastSeen: Date.now(), used: ++this.uses, owner, credential });
+    this.owned.set(owner, this.countOf(owner) + 1);
+    if (isAnonymous(owner)) this.anonymous++;
     this.options.onCount?.(this.sessions.size);
   }
 
@@ -127,11 +152,18 @@ export class SessionTable {
     return session.transport;
   }
 
-  private leastRecentlyUsed(): string | undefined {
+  private uncount(owner: string): void {
+    const n = this.countOf(owner) - 1;
+    if (n > 0) this.owned.set(owner, n);
+    else this.owned.delete(owner);
+    if (isAnonymous(owner)) this.anonymous--;
+  }
+
+  private leastRecentlyUsed(which: (session: Session) => boolean): string | undefined {
     let oldest: string | undefined;
     let used = Number.POSITIVE_INFINITY;
     for (const [id, session] of this.sessions) {
-      if (session.used < used) {
+      if (session.used < used && which(session)) {
         used = session.used;
         oldest = id;
       }
@@ -140,7 +172,11 @@ export class SessionTable {
   }
 
   forget(id: string): void {
-    if (this.sessions.delete(id)) this.options.onCount?.(this.sessions.size);
+    const session = this.sessions.get(id);
+    if (session === undefined) return;
+    this.sessions.delete(id);
+    this.uncount(session.owner);
+    this.options.onCount?.(this.sessions.size);
   }
 
   async sweep(): Promise<number> {
@@ -155,6 +191,7 @@ export class SessionTable {
     const session = this.sessions.get(id);
     if (session === undefined) return;
     this.sessions.delete(id);
+    this.uncount(session.owner);
     this.options.onCount?.(this.sessions.size);
     await session.transport.close().catch(() => undefined);
     await session.server.close().catch(() => undefined);
@@ -164,4 +201,9 @@ export class SessionTable {
     clearInterval(this.timer);
     for (const id of [...this.sessions.keys()]) await this.close(id);
   }
+}
+
+/** An anonymous owner (a client address, as sessionOwner names it) rather than a key. */
+function isAnonymous(owner: string): boolean {
+  return owner.startsWith('anonymous:');
 }

@@ -3,6 +3,7 @@ import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { createSiweMessage } from 'viem/siwe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectRedisCache, type RedisCache } from '../adapters/cache/redis.ts';
+import { siweOrigins } from '../services/api/keys/siwe-check.ts';
 import { startKeyedServer } from './keyed-harness.ts';
 import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from './redis-probe.ts';
 
@@ -40,6 +41,8 @@ describe.runIf(run)('POST /api/keys: free sign-in with Sign-In with Ethereum', (
     account = privateKeyToAccount(generatePrivateKey()),
     overrides: {
       domain?: string;
+      uri?: string;
+      chainId?: number;
       nonce?: string;
       expirationTime?: Date;
       signer?: ReturnType<typeof privateKeyToAccount>;
@@ -49,9 +52,9 @@ describe.runIf(run)('POST /api/keys: free sign-in with Sign-In with Ethereum', (
       domain: overrides.domain ?? DOMAIN,
       address: account.address,
       statement: 'Sign in to get a free API key.',
-      uri: `https://${DOMAIN}/`,
+      uri: overrides.uri ?? `https://${DOMAIN}/`,
       version: '1',
-      chainId: 8453,
+      chainId: overrides.chainId ?? 8453,
       nonce: overrides.nonce ?? (await nonce()),
       issuedAt: new Date(),
       expirationTime: overrides.expirationTime ?? new Date(Date.now() + 5 * MINUTE),
@@ -131,6 +134,48 @@ describe.runIf(run)('POST /api/keys: free sign-in with Sign-In with Ethereum', (
         message: `the message is for evil.example, this service signs in ${DOMAIN}`,
       },
     });
+  });
+
+  it("refuses a message whose uri is not the service's origin, and leaves the nonce usable", async () => {
+    const account = privateKeyToAccount(generatePrivateKey());
+    const n = await nonce();
+    for (const uri of ['https://evil.example/', `http://${DOMAIN}/`, `https://${DOMAIN}.evil.example/`]) {
+      const { body } = await signed(account, { nonce: n, uri });
+      expect(await post(body)).toEqual({
+        status: 400,
+        body: {
+          code: 'INVALID_SIWE_MESSAGE',
+          message: `the message's uri is ${uri}; this service signs in at https://${DOMAIN}`,
+        },
+      });
+    }
+    // Any path on the service's own origin is the service.
+    const { body } = await signed(account, { nonce: n, uri: `https://${DOMAIN}/oauth/interaction/x` });
+    expect((await post(body)).status).toBe(201);
+  });
+
+  it('refuses a message for a chain other than Ethereum, Base and their test networks', async () => {
+    const { body } = await signed(undefined, { chainId: 56 });
+    expect(await post(body)).toEqual({
+      status: 400,
+      body: {
+        code: 'INVALID_SIWE_MESSAGE',
+        message:
+          'the message is for chain id 56; this service takes 1, 8453, 11155111, 84532 (Ethereum, Base, Sepolia, Base Sepolia)',
+      },
+    });
+    for (const chainId of [1, 84532])
+      expect((await post((await signed(undefined, { chainId })).body)).status).toBe(201);
+  });
+
+  it("takes the uri's origin from PUBLIC_BASE_URL when the domain is its host, else https (http on loopback)", () => {
+    expect(siweOrigins('signals.example', 'https://signals.example/base/')).toEqual([
+      'https://signals.example',
+    ]);
+    expect(siweOrigins('10.0.0.5:8080', 'http://10.0.0.5:8080')).toEqual(['http://10.0.0.5:8080']);
+    expect(siweOrigins('signals.test:8443', 'https://other.example')).toEqual(['https://signals.test:8443']);
+    expect(siweOrigins('signals.test:8443')).toEqual(['https://signals.test:8443']);
+    expect(siweOrigins('localhost:8080')).toEqual(['https://localhost:8080', 'http://localhost:8080']);
   });
 
   it('refuses a nonce it never issued', async () => {

@@ -112,6 +112,7 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
       plans,
       guard,
       siweDomain: config.SIWE_DOMAIN,
+      publicBaseUrl: config.PUBLIC_BASE_URL,
       nonceTtlMs: config.SIWE_NONCE_TTL_MS,
       registryCaughtUp: (position) => registry.waitFor(position),
       logger,

@@ -10,7 +10,7 @@ import type { PlanTable } from '../../metering/plans.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from '../mcp/request-guard.ts';
 import { declared, refusal } from '../openapi.ts';
 import { consumeNonce, issueNonce } from './nonces.ts';
-import { checkSignIn } from './siwe-check.ts';
+import { checkSignIn, siweOrigins } from './siwe-check.ts';
 
 export interface KeyRoutesOptions {
   store: EventStore;
@@ -18,6 +18,8 @@ export interface KeyRoutesOptions {
   plans: PlanTable;
   guard: GuardConfig;
   siweDomain: string;
+  /** PUBLIC_BASE_URL: a message's uri must have the service's public origin (`siweOrigins`). */
+  publicBaseUrl?: string | undefined;
   nonceTtlMs: number;
   /** Resolves once the key registry has folded the given log position (read-your-writes). */
   registryCaughtUp: (position: number) => Promise<void>;
@@ -106,6 +108,7 @@ async function signIn(options: KeyRoutesOptions, body: z.infer<typeof SignInBody
     message: body.message,
     signature: body.signature as `0x${string}`,
     domain: options.siweDomain,
+    origins: siweOrigins(options.siweDomain, options.publicBaseUrl),
     now: new Date(),
   });
   if (!check.ok) throw new ServiceError(check.code, { detail: check.message });

@@ -17,6 +17,29 @@ export type SignInCheck =
   | { ok: false; code: SignInRefusal; message: string };
 
 /**
+ * The chains a sign-in message may name (EIP-155 ids): Ethereum and Base, where the service's
+ * rails are, and their test networks Sepolia and Base Sepolia (the development rails). The
+ * signature is recovered locally whatever the chain; a message for any other chain is refused,
+ * so one signed for another application's chain is not taken here.
+ */
+export const SIWE_CHAIN_IDS: readonly number[] = [1, 8453, 11155111, 84532];
+
+const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);
+
+/**
+ * The origins a message's `uri` may have: the service's public origin. It is PUBLIC_BASE_URL's
+ * origin when the sign-in domain is that URL's host (the default); otherwise `https://<domain>`,
+ * and `http://<domain>` too on a loopback host (a service on this machine, no PUBLIC_BASE_URL).
+ */
+export function siweOrigins(domain: string, publicBaseUrl?: string): string[] {
+  const base = publicBaseUrl === undefined ? null : URL.parse(publicBaseUrl);
+  if (base !== null && base.host === domain) return [base.origin];
+  const url = URL.parse(`https://${domain}`);
+  if (url === null) return [];
+  return LOOPBACK_HOSTS.has(url.hostname) ? [url.origin, `http://${url.host}`] : [url.origin];
+}
+
+/**
  * Checks a Sign-In with Ethereum (EIP-4361) message and its signature, everything except the
  * nonce's freshness (which needs the cache). Each refusal names its reason. The signature is
  * recovered locally (an externally owned account); no chain is consulted.
@@ -25,6 +48,8 @@ export async function checkSignIn(input: {
   message: string;
   signature: `0x${string}`;
   domain: string;
+  /** The origins the message's uri may have (`siweOrigins`). */
+  origins: readonly string[];
   now: Date;
 }): Promise<SignInCheck> {
   const parsed = parseSiweMessage(input.message);
@@ -47,6 +72,21 @@ export async function checkSignIn(input: {
       ok: false,
       code: 'SIWE_DOMAIN_MISMATCH',
       message: `the message is for ${parsed.domain}, this service signs in ${input.domain}`,
+    };
+  }
+  const uriOrigin = URL.parse(parsed.uri)?.origin;
+  if (uriOrigin === undefined || !input.origins.includes(uriOrigin)) {
+    return {
+      ok: false,
+      code: 'INVALID_SIWE_MESSAGE',
+      message: `the message's uri is ${parsed.uri}; this service signs in at ${input.origins.join(' or ')}`,
+    };
+  }
+  if (!SIWE_CHAIN_IDS.includes(parsed.chainId)) {
+    return {
+      ok: false,
+      code: 'INVALID_SIWE_MESSAGE',
+      message: `the message is for chain id ${parsed.chainId}; this service takes ${SIWE_CHAIN_IDS.join(', ')} (Ethereum, Base, Sepolia, Base Sepolia)`,
     };
   }
   if (parsed.expirationTime && !(input.now < parsed.expirationTime)) {

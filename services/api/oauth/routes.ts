@@ -22,7 +22,7 @@ import { issueKey } from '../../keys/key-commands.ts';
 import type { KeyRecord } from '../../keys/key-registry.ts';
 import { type KeyResolver, KeyUnverifiableError } from '../../keys/key-resolver.ts';
 import { consumeNonce } from '../keys/nonces.ts';
-import { checkSignIn } from '../keys/siwe-check.ts';
+import { checkSignIn, siweOrigins } from '../keys/siwe-check.ts';
 import { documented, type ResponseDoc, type ResponseHeader } from '../openapi.ts';
 import { type ConsentView, consentPage, errorPage } from './page.ts';
 import { OAUTH_ROUTES } from './provider.ts';
@@ -488,6 +488,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
             message: form.data.message,
             signature: form.data.signature as `0x${string}`,
             domain: options.siweDomain,
+            origins: siweOrigins(options.siweDomain, options.publicBaseUrl),
             now: new Date(),
           });
           if (!check.ok) return page(reply, 401, consentPage(await view(details, { error: check.message })));

@@ -136,7 +136,7 @@ async function openStores(config: Config, logger: Logger) {
       const path = join(config.DATA_DIR, 'projections');
       mkdirSync(path, { recursive: true });
       logger.info({ path }, 'event store: KurrentDB; projection snapshots: local LMDB');
-      const projectionStore = LmdbProjectionStore.open(path);
+      const projectionStore = LmdbProjectionStore.open(path, logger);
       return {
         eventStore: eventStore as EventStore,
         projectionStore,

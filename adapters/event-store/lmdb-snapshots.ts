@@ -28,7 +28,7 @@ export class LmdbProjectionStore implements ProjectionStore {
   ) {
     this.db = root.openDB<StoredProjection<unknown>, string>({ name: 'projections' });
     this.space = new StorageFullState(`LMDB projection store at ${options.path ?? '?'}`, options.logger);
-    ignoreStrayCommitRejections();
+    ignoreStrayCommitRejections(options.logger);
   }
 
   /** A projection store in its own LMDB environment at directory `path`. */

@@ -183,7 +183,7 @@ export class LmdbEventStore implements EventStore {
     this.path = options.path;
     this.logger = options.logger;
     this.space = new StorageFullState(`LMDB at ${options.path}`, options.logger);
-    ignoreStrayCommitRejections();
+    ignoreStrayCommitRejections(options.logger);
     // Reader slots of processes that were killed would otherwise pin old pages forever.
     this.root.readerCheck();
   }

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { ignoreStrayRejections } from '../stray-rejections.ts';
 import { type HealthReport, StorageFullError } from './port.ts';
 
 /** lmdb-js reports the errno as a number (ENOSPC is 28 on Linux); MDB_MAP_FULL is -30792. */
@@ -88,19 +89,15 @@ export async function commitCause(error: unknown): Promise<unknown> {
   }
 }
 
-let strayGuardInstalled = false;
-
 /**
  * When a commit fails, lmdb-js also rejects an internal promise nobody holds, with the same
  * "Commit failed" error the appender already received and answered; Node would end the process
- * over it. Only that error is ignored: any other unhandled rejection still ends the process, as
- * by default, unless another listener has taken charge of them.
+ * over it. Only that error is ignored (see adapters/stray-rejections.ts).
  */
-export function ignoreStrayCommitRejections(): void {
-  if (strayGuardInstalled) return;
-  strayGuardInstalled = true;
-  process.on('unhandledRejection', (reason) => {
-    if (reason instanceof Error && 'commitError' in reason) return;
-    if (process.listenerCount('unhandledRejection') === 1) throw reason;
-  });
+export function ignoreStrayCommitRejections(logger?: Logger): void {
+  ignoreStrayRejections(
+    'lmdb-js commit',
+    (reason) => reason instanceof Error && 'commitError' in reason,
+    logger,
+  );
 }

@@ -3,8 +3,10 @@ import type { FacilitatorClient } from '@x402/core/server';
 import type { Network, SupportedResponse } from '@x402/core/types';
 import { toFacilitatorEvmSigner } from '@x402/evm';
 import { ExactEvmScheme } from '@x402/evm/exact/facilitator';
+import type { Logger } from 'pino';
 import { createWalletClient, defineChain, type Hex, http, nonceManager, publicActions } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
+import { ignoreStrayRejections } from '../../adapters/stray-rejections.ts';
 import { chainIdOf } from './rails.ts';
 import { SubmissionWatch } from './submissions.ts';
 
@@ -17,6 +19,8 @@ export interface LocalFacilitatorOptions {
   confirmationTimeoutMs: number;
   /** How long an address's code (eth_getCode) is reused (default 30 s; 0: never). */
   payerCodeTtlMs?: number;
+  /** Where an ignored stray asset-check rejection is logged (see isAbandonedAssetCheck). */
+  logger?: Logger;
 }
 
 export interface LocalFacilitator extends FacilitatorClient {
@@ -68,6 +72,19 @@ export class CodeCache {
   }
 }
 
+/**
+ * @x402/evm 2.27's exact verify starts the asset's eth_getCode check (`startAssetContractCheck`)
+ * and returns early (bad signature, wrong recipient, expired...) without awaiting it: when the RPC
+ * fails (a 429 from a public endpoint), that promise rejects with nobody holding it, and one junk
+ * payment would end the process. A verify that does await it gets the same error as its own
+ * answer, so ignoring the stray copy loses nothing.
+ */
+export function isAbandonedAssetCheck(reason: unknown): boolean {
+  return (
+    reason instanceof Error && reason.message.startsWith('failed to check whether asset is a contract: ')
+  );
+}
+
 /** How often a receipt is polled: about a quarter of Base's 2 s block, so a settlement is seen one block later. */
 const RECEIPT_POLL_MS = 500;
 
@@ -85,6 +102,7 @@ function withDeadline<T>(work: Promise<T>, ms: number): Promise<T> {
  * window, asset contract, simulated transfer) and settles on the configured chains.
  */
 export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalFacilitator {
+  ignoreStrayRejections('@x402/evm asset check', isAbandonedAssetCheck, options.logger);
   // Concurrent settlements from one wallet need locally sequenced nonces.
   const account = privateKeyToAccount(options.privateKey, { nonceManager });
   const facilitator = new x402Facilitator();

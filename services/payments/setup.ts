@@ -56,7 +56,11 @@ const NOT_CONFIGURED =
   'pay-per-call is quoting the development rail but cannot settle: set X402_FACILITATOR_PRIVATE_KEY ' +
   '(a wallet with Base Sepolia ETH for gas) or X402_FACILITATOR=remote; nothing was reserved or charged';
 
-function facilitatorFor(config: Config, rails: Rail[]): { facilitator: FacilitatorClient; settles: boolean } {
+function facilitatorFor(
+  config: Config,
+  rails: Rail[],
+  logger: Logger,
+): { facilitator: FacilitatorClient; settles: boolean } {
   if (config.X402_FACILITATOR === 'remote') {
     return {
       settles: true,
@@ -81,6 +85,7 @@ function facilitatorFor(config: Config, rails: Rail[]): { facilitator: Facilitat
       }),
       confirmationTimeoutMs: config.X402_SETTLE_CONFIRM_TIMEOUT_MS,
       payerCodeTtlMs: config.X402_PAYER_CODE_TTL_MS,
+      logger,
     }),
   };
 }
@@ -158,7 +163,7 @@ export async function setupX402(
         : `${ignored.join(', ')} set but ignored: an extra rail needs both X402_EXTRA_NETWORK and X402_EXTRA_ASSET`,
     );
   }
-  const { facilitator, settles } = facilitatorFor(config, rails);
+  const { facilitator, settles } = facilitatorFor(config, rails, deps.logger);
   const server = await createResourceServer(facilitator, rails);
   const chains = chainReadersFor(rails);
   const resettle = resettleOn(server, rails);

@@ -306,6 +306,11 @@ export const ConfigSchema = z
     HISTORY_ANCHOR_INTERVAL_MS: nonNegativeInt.default(86_400_000),
     HISTORY_ANCHOR_PRIVATE_KEY: privateKey.optional(),
     HISTORY_ANCHOR_RPC_URL: httpUrl.optional(),
+    /**
+     * Long polls (`GET /api/verdicts?wait=`) one key holds waiting at once, per api process: one
+     * more answers at once with the rows there are, as `wait=0` would.
+     */
+    HISTORY_MAX_LONG_POLLS_PER_KEY: positiveInt.default(4),
 
     /** Plan limits in calls per UTC month (free also per UTC day); anonymous callers get the free ones. */
     PLAN_FREE_MONTHLY_CALLS: positiveInt.default(200),

@@ -342,6 +342,39 @@ describe('GET /api/verdicts', () => {
     expect(empty.rows).toHaveLength(0);
   });
 
+  it('holds at most 4 long polls of one key waiting: one more answers at once, as wait=0 would', async () => {
+    const { trailer } = await ndjson('');
+    const end = `after=${trailer.cursor}&trailer=true`;
+    const held = Array.from({ length: 4 }, () => new AbortController());
+    const waiting = held.map((abort) =>
+      fetch(`${server.url}/api/verdicts?wait=30&${end}`, { headers: auth(), signal: abort.signal }).catch(
+        () => null,
+      ),
+    );
+    await new Promise((r) => setTimeout(r, 300));
+    // The fifth: at once, no rows, the same place to resume.
+    const started = Date.now();
+    const fifth = await ndjson(`?wait=30&after=${trailer.cursor}`);
+    expect(Date.now() - started).toBeLessThan(5_000);
+    expect(fifth.rows).toHaveLength(0);
+    expect(fifth.trailer.cursor).toBe(trailer.cursor);
+    // Another key's long poll still waits.
+    const other = await server.issue();
+    const otherStarted = Date.now();
+    const res = await fetch(`${server.url}/api/verdicts?wait=1&${end}`, {
+      headers: { authorization: `Bearer ${other}` },
+    });
+    await res.text();
+    expect(Date.now() - otherStarted).toBeGreaterThanOrEqual(900);
+    // Closing the held ones frees their places: the key's next long poll waits again.
+    for (const abort of held) abort.abort();
+    await Promise.all(waiting);
+    await new Promise((r) => setTimeout(r, 300));
+    const again = Date.now();
+    expect((await ndjson(`?wait=1&after=${trailer.cursor}`)).rows).toHaveLength(0);
+    expect(Date.now() - again).toBeGreaterThanOrEqual(900);
+  });
+
   it('a stream cut mid-way resumes from its last complete row’s cursor: every row once (NDJSON and CSV)', async () => {
     /** The first `bytes` bytes of an answer as a client had them when its connection dropped. */
     async function cut(query: string, bytes: number): Promise<string> {

@@ -53,6 +53,11 @@ export interface HistoryRoutesDeps {
   quota?: Pick<QuotaMeter, 'peek'>;
   logger: Logger;
   pageSize?: number;
+  /**
+   * Long polls (`wait` > 0) one key may hold waiting at once in this process; one more is answered
+   * at once, as `wait=0` would (HISTORY_MAX_LONG_POLLS_PER_KEY). Unset: 4.
+   */
+  maxLongPolls?: number;
 }
 
 const require = createRequire(import.meta.url);
@@ -221,6 +226,7 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
   };
 
   const { requireKey, withService, startAfter } = historyAccess(deps);
+  const longPolls = new LongPolls(deps.maxLongPolls ?? 4);
 
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
@@ -244,13 +250,19 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
         const after: Cursor = query.after ?? { position: 0, tag: '', tagAt: 'end' };
         const progress = new ScanProgress(after.position, await startAfter(after));
         const abort = new AbortController();
+        // A long poll holds one of its key's places until its answer closes; with none free it
+        // waits for nothing (answers the rows there are, as wait=0).
+        const waits = (query.wait ?? 0) > 0 && longPolls.take(request.caller!.subject.id);
         // The response closes when it is done or when the client goes away: either way, stop reading.
-        reply.raw.on('close', () => abort.abort());
+        reply.raw.on('close', () => {
+          abort.abort();
+          if (waits !== false) waits();
+        });
         const scanOptions = {
           filter: historyFilter(query),
           after: progress.position,
           limit: query.limit ?? Number.POSITIVE_INFINITY,
-          waitUntil: Date.now() + (query.wait ?? 0) * 1000,
+          waitUntil: waits === false ? 0 : Date.now() + (query.wait ?? 0) * 1000,
           now: deps.now,
           signal: abort.signal,
           ...(deps.outcomes ? { outcomes: deps.outcomes } : {}),
@@ -298,4 +310,25 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
         .send(asset.body);
     });
   };
+}
+
+/** Long polls waiting per key: a bounded number each, so one key cannot hold hundreds of sockets open. */
+class LongPolls {
+  private readonly held = new Map<string, number>();
+  constructor(private readonly max: number) {}
+
+  /** A place for `key`'s long poll, as the function that frees it (once); false when all are taken. */
+  take(key: string): (() => void) | false {
+    const n = this.held.get(key) ?? 0;
+    if (n >= this.max) return false;
+    this.held.set(key, n + 1);
+    let freed = false;
+    return () => {
+      if (freed) return;
+      freed = true;
+      const left = (this.held.get(key) ?? 1) - 1;
+      if (left > 0) this.held.set(key, left);
+      else this.held.delete(key);
+    };
+  }
 }

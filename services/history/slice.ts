@@ -212,6 +212,7 @@ export function historySlice(deps: HistorySliceDeps) {
         venues,
         ...(channel().quota ? { quota: channel().quota } : {}),
         logger: log,
+        maxLongPolls: config.HISTORY_MAX_LONG_POLLS_PER_KEY,
       })(app, options);
 
   return {
@@ -252,6 +253,7 @@ export function historySlice(deps: HistorySliceDeps) {
         venues,
         ...(keyed.quota ? { quota: keyed.quota } : {}),
         logger: log,
+        maxLongPolls: config.HISTORY_MAX_LONG_POLLS_PER_KEY,
       });
     },
 

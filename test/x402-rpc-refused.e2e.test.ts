@@ -116,13 +116,17 @@ async function answer(res: Response) {
 }
 
 describe('a paid call while the chain RPC refuses calls', () => {
-  it('refuses a junk signature with a documented 402, and the process lives on', async () => {
+  const UNAVAILABLE = {
+    status: 503,
+    code: 'facilitator_unavailable',
+    retryable: true,
+    message: 'the payment could not be verified right now; nothing was charged, retry shortly',
+  };
+
+  it('answers a payment it cannot check 503, and the process lives on', async () => {
+    // The payer's code cannot be read, so the signature cannot be checked: not the payer's fault.
     const res = await pay(await payment(true));
-    expect(await answer(res)).toMatchObject({
-      status: 402,
-      x402Version: 1,
-      code: 'invalid_exact_evm_signature',
-    });
+    expect(await answer(res)).toMatchObject(UNAVAILABLE);
     expect(rpcCalls).toBeGreaterThan(0);
     // The asset check the verify left behind fails (after viem's retries): the guard logs it at
     // warn, where without it the process ends.
@@ -136,36 +140,24 @@ describe('a paid call while the chain RPC refuses calls', () => {
     expect((await fetch(`${url}/healthz`)).status).toBe(200);
   }, 10_000);
 
-  it("reads a payer's failed eth_getCode as a bad signature: a 402 (the library's choice)", async () => {
-    // @x402/evm's verifyHashSignature answers false when the payer's code cannot be read.
+  it("does not blame a well-signed payment for the payer's unreadable code: 503, not a bad signature", async () => {
+    // @x402/evm's verifyHashSignature answers false when the payer's code cannot be read; the
+    // facilitator wrapper sees the transport failure under it and says the chain could not be read.
     const res = await pay(await payment(false));
-    expect(await answer(res)).toMatchObject({
-      status: 402,
-      x402Version: 1,
-      code: 'invalid_exact_evm_signature',
-    });
+    expect(await answer(res)).toMatchObject(UNAVAILABLE);
   }, 10_000);
 
   it('answers a well-signed payment 503 facilitator_unavailable when the awaited asset check fails', async () => {
     rpcMode = 'asset-refused';
     const res = await pay(await payment(false));
-    expect(await answer(res)).toMatchObject({
-      status: 503,
-      code: 'facilitator_unavailable',
-      retryable: true,
-      message: 'the payment could not be verified right now; nothing was charged, retry shortly',
-    });
+    expect(await answer(res)).toMatchObject(UNAVAILABLE);
     expect((await fetch(`${url}/healthz`)).status).toBe(200);
   }, 10_000);
 
-  it('refuses a well-signed payment whose simulation (eth_call) fails with a documented 402', async () => {
+  it('answers a well-signed payment whose simulation (eth_call) the RPC refuses 503, not a failed simulation', async () => {
     rpcMode = 'calls-refused';
     const res = await pay(await payment(false));
-    expect(await answer(res)).toMatchObject({
-      status: 402,
-      x402Version: 1,
-      code: 'invalid_exact_evm_transaction_simulation_failed',
-    });
+    expect(await answer(res)).toMatchObject(UNAVAILABLE);
     expect((await fetch(`${url}/healthz`)).status).toBe(200);
     expect(service.child.exitCode).toBeNull();
   }, 10_000);

@@ -1,10 +1,21 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { x402Facilitator } from '@x402/core/facilitator';
 import type { FacilitatorClient } from '@x402/core/server';
 import type { Network, SupportedResponse } from '@x402/core/types';
 import { toFacilitatorEvmSigner } from '@x402/evm';
 import { ExactEvmScheme } from '@x402/evm/exact/facilitator';
 import type { Logger } from 'pino';
-import { createWalletClient, defineChain, type Hex, http, nonceManager, publicActions } from 'viem';
+import {
+  BaseError,
+  ContractFunctionRevertedError,
+  createWalletClient,
+  defineChain,
+  ExecutionRevertedError,
+  type Hex,
+  http,
+  nonceManager,
+  publicActions,
+} from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { ignoreStrayRejections } from '../../adapters/stray-rejections.ts';
 import { chainIdOf } from './rails.ts';
@@ -30,6 +41,41 @@ export interface LocalFacilitator extends FacilitatorClient {
   readonly signerAddress: Hex;
   /** Hashes of settlements as they are broadcast, before their receipts. */
   readonly submissions: SubmissionWatch;
+}
+
+/**
+ * The chain reads of the verification in flight that failed without the chain answering them
+ * (the RPC refused, rate-limited or timed out). @x402/evm's verify answers such a failure as the payment's fault:
+ * an unreadable payer code is `invalid_exact_evm_signature`, a failed simulation
+ * `invalid_exact_evm_transaction_simulation_failed`. A payer told that during an RPC outage
+ * would think its wallet broken; the verify wrapper below turns such an answer into an error
+ * (503 facilitator_unavailable, retryable, nothing charged).
+ */
+const verifying = new AsyncLocalStorage<{ unreachable: unknown }>();
+
+/**
+ * A read that failed without the chain answering it: anything but a revert (a refused or
+ * rate-limited request, -32005 included, a timeout, a connection that broke). A revert is the
+ * chain's answer (the simulated transfer would fail), which the payment is refused for.
+ */
+function chainUnread(err: unknown): boolean {
+  if (!(err instanceof BaseError)) return true;
+  return (
+    err.walk((e) => e instanceof ContractFunctionRevertedError || e instanceof ExecutionRevertedError) ===
+    null
+  );
+}
+
+/** `read`, noting a transport failure on the verification in flight before it is thrown on. */
+async function noted<T>(read: () => Promise<T>): Promise<T> {
+  try {
+    return await read();
+  } catch (err) {
+    const verification = verifying.getStore();
+    if (verification && verification.unreachable === undefined && chainUnread(err))
+      verification.unreachable = err;
+    throw err;
+  }
 }
 
 /** Addresses whose code is remembered, at most (the map is emptied when full). */
@@ -126,7 +172,8 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
     const signer = toFacilitatorEvmSigner(
       {
         address: account.address,
-        readContract: (args) => client.readContract(args as Parameters<typeof client.readContract>[0]),
+        readContract: (args) =>
+          noted(() => client.readContract(args as Parameters<typeof client.readContract>[0])),
         verifyTypedData: (args) =>
           client.verifyTypedData(args as Parameters<typeof client.verifyTypedData>[0]),
         writeContract: async (args) => {
@@ -155,7 +202,7 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
           setTimeout(() => receiptDeadlines.delete(args.hash), options.confirmationTimeoutMs * 2).unref();
           return withDeadline(client.waitForTransactionReceipt(args), Math.max(0, until - now));
         },
-        getCode: (args) => codes.get(args.address, () => client.getCode(args)),
+        getCode: (args) => noted(() => codes.get(args.address, () => client.getCode(args))),
       },
       { confirmationTimeoutMs: options.confirmationTimeoutMs },
     );
@@ -166,7 +213,15 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
     facilitator,
     signerAddress: account.address,
     submissions,
-    verify: (payload, requirements) => facilitator.verify(payload, requirements),
+    verify: (payload, requirements) =>
+      verifying.run({ unreachable: undefined }, async () => {
+        const verified = await facilitator.verify(payload, requirements);
+        const { unreachable } = verifying.getStore()!;
+        if (!verified.isValid && unreachable !== undefined) {
+          throw new Error('the chain could not be read while verifying the payment', { cause: unreachable });
+        }
+        return verified;
+      }),
     settle: (payload, requirements) => facilitator.settle(payload, requirements),
     async getSupported() {
       return facilitator.getSupported() as SupportedResponse;

@@ -231,6 +231,11 @@ describe('HTTP app', () => {
     const { url } = await start();
     const res = await fetch(`${url}/boom`);
     expect(res.status).toBe(500);
+    // Every answer, a refusal or an unknown path's too: no type sniffing, no Referer.
+    for (const answer of [res, await fetch(`${url}/no-such-path`)]) {
+      expect(answer.headers.get('x-content-type-options')).toBe('nosniff');
+      expect(answer.headers.get('referrer-policy')).toBe('no-referrer');
+    }
     expect(await res.json()).toEqual({ code: 'INTERNAL_ERROR', message: 'internal error' });
   });
 

@@ -21,7 +21,7 @@ import { answerAtTurnEnd } from './answer-at-turn-end.ts';
 import { SERVICE_VERSION } from './discovery/catalog.ts';
 import { useApiErrors } from './errors.ts';
 import { registerJsonParser } from './json-body.ts';
-import { registerOpenApi } from './openapi.ts';
+import { EVERY_ANSWER_HEADERS, registerOpenApi } from './openapi.ts';
 import { opsRoutes } from './ops-routes.ts';
 import { OneLinePerRequest, requestLoggers } from './request-log.ts';
 
@@ -85,7 +85,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // process could each take another one; so is one with two Authorization fields, whose keys a
   // proxy and this process could each read differently (Node keeps the first and drops the rest).
   // A callback hook: it runs on every request.
-  app.addHook('onRequest', (request, _reply, done) => {
+  app.addHook('onRequest', (request, reply, done) => {
+    // On every answer, refusals and answers written by the MCP transport included (on the socket's
+    // response, so a route's own headers keep theirs): no type sniffing, no Referer to follow a link.
+    for (const [name, value] of Object.entries(EVERY_ANSWER_HEADERS)) reply.raw.setHeader(name, value);
     const repeated = repeatedField(request.raw.rawHeaders);
     if (repeated !== null) {
       done(

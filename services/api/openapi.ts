@@ -44,6 +44,11 @@ export const RESPONSE_HEADERS = {
   'x-payment-replayed':
     'true: this payment was settled before; the answer is the one it bought, not a second charge',
   'X-Frame-Options': 'DENY: the page is never shown in a frame',
+  'Content-Security-Policy':
+    "What the page may load and run: its own scripts, styles and API only, and frame-ancestors 'none' (never shown in a frame)",
+  'X-Content-Type-Options': 'nosniff: the body is read only as its Content-Type says (on every answer)',
+  'Referrer-Policy':
+    'no-referrer: a link followed from an answer tells nobody where it came from (on every answer)',
   'X-History-Cursor':
     'Sent as an HTTP trailer (announced by Trailer): the cursor after the last row sent; after=<cursor> resumes there',
 } as const;
@@ -55,6 +60,13 @@ export type ResponseHeader = keyof typeof RESPONSE_HEADERS;
  */
 const RETRY: readonly ResponseHeader[] = ['Retry-After'];
 const retryable = (status: string) => status === '429' || /^5\d\d$/.test(status);
+
+/** On every answer of every path (app.ts sends them before routing). */
+export const EVERY_ANSWER_HEADERS = {
+  'x-content-type-options': 'nosniff',
+  'referrer-policy': 'no-referrer',
+} as const;
+const EVERY_ANSWER: readonly ResponseHeader[] = ['X-Content-Type-Options', 'Referrer-Policy'];
 
 /** The rate limit's headers: on every answer of a limited operation. */
 const RATE_LIMIT_HEADERS: readonly ResponseHeader[] = [
@@ -363,13 +375,12 @@ function withOperationIds<D extends object>(document: D): D {
       const responses = Object.fromEntries(
         Object.entries(op.responses ?? {}).map(([status, declared]) => {
           const response = withAnyRouteCodes(declared, status, limited);
-          const added = [...(limited ? RATE_LIMIT_HEADERS : []), ...(retryable(status) ? RETRY : [])];
-          return [
-            status,
-            added.length > 0
-              ? { ...response, headers: { ...headerObjects(added), ...response.headers } }
-              : response,
+          const added = [
+            ...EVERY_ANSWER,
+            ...(limited ? RATE_LIMIT_HEADERS : []),
+            ...(retryable(status) ? RETRY : []),
           ];
+          return [status, { ...response, headers: { ...headerObjects(added), ...response.headers } }];
         }),
       );
       item[method] = {
@@ -380,7 +391,10 @@ function withOperationIds<D extends object>(document: D): D {
           default: {
             ...ANY_ROUTE_RESPONSE,
             // RATE_LIMITED and the retryable outages say when to call again.
-            headers: headerObjects(limited ? [...RATE_LIMIT_HEADERS, 'Retry-After'] : ['Retry-After']),
+            headers: headerObjects([
+              ...EVERY_ANSWER,
+              ...(limited ? [...RATE_LIMIT_HEADERS, 'Retry-After' as const] : ['Retry-After' as const]),
+            ]),
           },
         },
       };
@@ -476,10 +490,17 @@ export async function registerOpenApi(
     },
     async (request, reply) => reply.header('cache-control', cacheControl).send(documentAt(origin(request))),
   );
-  await app.register(scalar, {
-    routePrefix: '/docs',
-    logLevel: 'silent',
-    // Scalar's default fonts come from its font host: the page would not be self-contained.
-    configuration: { url: '/openapi.json', title: `${info.title} API reference`, withDefaultFonts: false },
+  await app.register(async (docs) => {
+    // Never in a frame. No CSP beyond frame-ancestors: Scalar's page runs an inline script and
+    // styles its components inline, which a policy without 'unsafe-inline' would block.
+    docs.addHook('onRequest', async (_request, reply) => {
+      reply.header('x-frame-options', 'DENY').header('content-security-policy', "frame-ancestors 'none'");
+    });
+    await docs.register(scalar, {
+      routePrefix: '/docs',
+      logLevel: 'silent',
+      // Scalar's default fonts come from its font host: the page would not be self-contained.
+      configuration: { url: '/openapi.json', title: `${info.title} API reference`, withDefaultFonts: false },
+    });
   });
 }

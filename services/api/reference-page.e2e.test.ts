@@ -48,7 +48,14 @@ describe.runIf(present || process.env.CI === 'true')(
         if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) errors.push(m.text());
       });
       page.on('pageerror', (e) => errors.push(e.message));
-      await page.goto(`${origin}/docs`);
+      const answer = await page.goto(`${origin}/docs`);
+      // Never framed; Scalar's inline script and styles leave no room for a CSP beyond frame-ancestors.
+      expect(answer?.headers()).toMatchObject({
+        'x-frame-options': 'DENY',
+        'content-security-policy': "frame-ancestors 'none'",
+        'x-content-type-options': 'nosniff',
+        'referrer-policy': 'no-referrer',
+      });
       // Rendered from /openapi.json: an operation's summary is on the page.
       await page.getByText('This OpenAPI document').first().waitFor({ timeout: 20_000 });
       expect(requested).toContain(`${origin}/openapi.json`);

@@ -1,3 +1,5 @@
+import { createHash } from 'node:crypto';
+
 /**
  * The public track-record page: plain HTML, one script, uPlot from /track-record/assets (served
  * out of node_modules). It reloads the figures as often as GET /api/track-record may be cached
@@ -9,6 +11,26 @@
  * period, for a person and a test.
  */
 export function trackRecordPage(): string {
+  return PAGE;
+}
+
+/**
+ * The page's Content-Security-Policy: its own origin's scripts, styles, API and images (the
+ * favicon is a data: URL), its one inline script and one inline style by their hashes, and never
+ * in a frame.
+ */
+export function trackRecordPolicy(): string {
+  return POLICY;
+}
+
+function hashesOf(html: string, tag: 'script' | 'style'): string {
+  const inline = new RegExp(`<${tag}>([\\s\\S]*?)</${tag}>`, 'g');
+  return [...html.matchAll(inline)]
+    .map((m) => `'sha256-${createHash('sha256').update(m[1]!, 'utf8').digest('base64')}'`)
+    .join(' ');
+}
+
+function page(): string {
   return `<!doctype html>
 <html lang="en">
 <head>
@@ -314,3 +336,15 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
 </html>
 `;
 }
+
+const PAGE = page();
+const POLICY = [
+  "default-src 'none'",
+  `script-src 'self' ${hashesOf(PAGE, 'script')}`,
+  `style-src 'self' ${hashesOf(PAGE, 'style')}`,
+  "connect-src 'self'",
+  "img-src 'self' data:",
+  "base-uri 'none'",
+  "form-action 'none'",
+  "frame-ancestors 'none'",
+].join('; ');

@@ -22,7 +22,7 @@ import { declared, documented, RESPONSE_HEADERS, refusal } from '../api/openapi.
 import { callerHook, decorateCaller, keyRefusal, undebitedService } from '../metering/caller.ts';
 import type { QuotaMeter } from '../metering/quota-meter.ts';
 import { type Cursor, tagMatches } from './cursor.ts';
-import { trackRecordPage } from './page.ts';
+import { trackRecordPage, trackRecordPolicy } from './page.ts';
 import {
   HISTORY_QUERY_CODES,
   HistoryQueryError,
@@ -144,7 +144,7 @@ const TRACK_RECORD_ROUTE = declared({
 const PAGE_DOC = documented({
   summary: 'The track-record page (charts)',
   tags: ['history'],
-  sends: ['Cache-Control'],
+  sends: ['Cache-Control', 'Content-Security-Policy', 'X-Frame-Options'],
   responses: { 200: { description: 'HTML', schema: { type: 'string' }, contentTypes: ['text/html'] } },
 });
 const ASSET_ROUTE = declared({
@@ -298,6 +298,8 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
       reply
         .header('content-type', 'text/html; charset=utf-8')
         .header('cache-control', 'public, max-age=300')
+        .header('content-security-policy', trackRecordPolicy())
+        .header('x-frame-options', 'DENY')
         .send(trackRecordPage()),
     );
 

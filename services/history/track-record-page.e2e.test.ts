@@ -63,7 +63,19 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     page.on('response', (r) => {
       if (r.status() >= 400) problems.push(`${r.status()}: ${r.url()}`);
     });
-    await page.goto(`${url}/track-record`);
+    const answer = await page.goto(`${url}/track-record`);
+    // Its own Content-Security-Policy (no inline code but its hashed script and style, never
+    // framed): a violation would be a console error, which `problems` collects.
+    const headers = answer?.headers() ?? {};
+    expect(headers['content-security-policy']).toMatch(
+      /script-src 'self' 'sha256-[^;]+; style-src 'self' 'sha256-/,
+    );
+    expect(headers['content-security-policy']).toContain("frame-ancestors 'none'");
+    expect(headers).toMatchObject({
+      'x-frame-options': 'DENY',
+      'x-content-type-options': 'nosniff',
+      'referrer-policy': 'no-referrer',
+    });
     await page.waitForSelector(
       'body[data-loaded="true"]',
       { timeout: 120_000 } /* generous: a loaded machine, not a slow page */,

@@ -343,13 +343,14 @@ export const ConfigSchema = z
     /**
      * Open MCP sessions, in all and per caller (key, or client address; an IPv6 address by its
      * /64): opening one more closes the caller's (or its pool's) least recently used session
-     * first. Anonymous callers together hold at most MCP_MAX_SESSIONS_ANONYMOUS of the total
-     * (unset: half), keyed callers the rest, so a flood of anonymous sessions never evicts a
-     * keyed one.
+     * first. Anonymous callers together hold at most MCP_MAX_SESSIONS_ANONYMOUS of the total, free
+     * keys MCP_MAX_SESSIONS_FREE (unset: a quarter each), paid keys the rest, so a flood of
+     * addresses or of free keys never evicts a paid caller's session.
      */
     MCP_MAX_SESSIONS: positiveInt.default(10_000),
     MCP_MAX_SESSIONS_PER_CALLER: positiveInt.default(16),
     MCP_MAX_SESSIONS_ANONYMOUS: positiveInt.optional(),
+    MCP_MAX_SESSIONS_FREE: positiveInt.optional(),
     /** Chats per UTC month by plan (chat_knowledge, POST /api/chat); anonymous MCP callers get free. */
     CHAT_QUOTA_FREE: positiveInt.default(10),
     CHAT_QUOTA_STARTER: positiveInt.default(50),

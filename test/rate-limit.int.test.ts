@@ -180,11 +180,13 @@ describe.runIf(run)(
       cache = await connectRedisCache({ url: REDIS_URL, prefix });
       s = await startKeyedServer({
         cache,
-        // 5 in all: 3 for anonymous callers together, 2 for keyed ones. X-Forwarded-For names the address.
+        // 7 in all: 3 for anonymous callers together, 2 for free keys, 2 for paid ones.
+        // X-Forwarded-For names the address.
         env: {
           MCP_MAX_SESSIONS_PER_CALLER: '3',
-          MCP_MAX_SESSIONS: '5',
+          MCP_MAX_SESSIONS: '7',
           MCP_MAX_SESSIONS_ANONYMOUS: '3',
+          MCP_MAX_SESSIONS_FREE: '2',
           TRUST_PROXY: '1',
         },
       });
@@ -229,7 +231,7 @@ describe.runIf(run)(
       for (const id of [sessions[0]!, sessions[3]!, sessions[4]!]) expect(await ping(id)).toBe(200);
     });
 
-    it('a flood of anonymous addresses evicts only anonymous sessions; keyed callers evict only keyed ones', async () => {
+    it('a flood of addresses, or of free keys, evicts only sessions of its own pool, never a paid one', async () => {
       const { key: a } = await s.issue('pro');
       const { key: b } = await s.issue('pro');
       const withA = { authorization: `Bearer ${a}` };
@@ -255,7 +257,17 @@ describe.runIf(run)(
       ];
       expect(await ping(net[0]!, sameNet(5))).toBe(404);
       for (const id of net.slice(1)) expect(await ping(id, sameNet(6))).toBe(200);
-      // The keyed pool (2) is full: a third keyed session evicts the least recently used keyed one (b1).
+      // Free keys (a wallet signs in to one): 4 of them push out free sessions only.
+      const free = await Promise.all(
+        [1, 2, 3, 4].map(async () => ({ authorization: `Bearer ${(await s.issue('free')).key}` })),
+      );
+      const freeSessions: string[] = [];
+      for (const h of free) freeSessions.push(await open(h));
+      expect(await ping(freeSessions[1]!, free[1]!)).toBe(404);
+      for (const i of [2, 3]) expect(await ping(freeSessions[i]!, free[i]!)).toBe(200);
+      expect(await ping(a1, withA)).toBe(200);
+      expect(await ping(b1, withB)).toBe(200);
+      // The paid pool (2) is full: a third paid session evicts the least recently used paid one (b1).
       expect(await ping(a1, withA)).toBe(200);
       const b2 = await open(withB);
       expect(await ping(b1, withB)).toBe(404);
@@ -265,6 +277,7 @@ describe.runIf(run)(
       ] as const)
         expect(await ping(id, h)).toBe(200);
       for (const id of net.slice(1)) expect(await ping(id, sameNet(7))).toBe(200);
+      for (const i of [2, 3]) expect(await ping(freeSessions[i]!, free[i]!)).toBe(200);
     });
   },
 );

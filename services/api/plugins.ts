@@ -128,6 +128,9 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
       ...(config.MCP_MAX_SESSIONS_ANONYMOUS === undefined
         ? {}
         : { maxAnonymousSessions: config.MCP_MAX_SESSIONS_ANONYMOUS }),
+      ...(config.MCP_MAX_SESSIONS_FREE === undefined
+        ? {}
+        : { maxFreeSessions: config.MCP_MAX_SESSIONS_FREE }),
       ...(deps.mcpSweepIntervalMs === undefined ? {} : { sweepIntervalMs: deps.mcpSweepIntervalMs }),
       ...(deps.onMcpSessionCount ? { onSessionCount: deps.onMcpSessionCount } : {}),
       ...(deps.paymentRequirements ? { paymentRequirements: deps.paymentRequirements } : {}),

@@ -13,7 +13,7 @@ import { paramsRefusal } from './params-check.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
 import { createMcpServer } from './server.ts';
 import { answerToolCall, modernToolCall, plainToolCall } from './session-call.ts';
-import { SessionTable } from './sessions.ts';
+import { type SessionPool, SessionTable } from './sessions.ts';
 import { statelessMcp } from './stateless.ts';
 import type { ToolCallDeps } from './tool-call.ts';
 
@@ -25,8 +25,9 @@ export interface McpPluginOptions extends ToolCallDeps {
   /** Open sessions in all, and per caller (key, or client address). */
   maxSessions?: number;
   maxSessionsPerCaller?: number;
-  /** Of maxSessions, the most anonymous callers hold together (unset: half); keyed callers hold the rest. */
+  /** Of maxSessions, the most anonymous callers hold together, and free keys (unset: a quarter each); paid keys hold the rest. */
   maxAnonymousSessions?: number;
+  maxFreeSessions?: number;
   /** Told the number of open sessions whenever it changes (a gauge). */
   onSessionCount?: (open: number) => void;
   /** The same MCP server at a second path that requires sign-in (an OAuth access token acting as a key). */
@@ -169,6 +170,7 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
       ...(options.maxSessions === undefined ? {} : { maxSessions: options.maxSessions }),
       ...(options.maxSessionsPerCaller === undefined ? {} : { maxPerOwner: options.maxSessionsPerCaller }),
       ...(options.maxAnonymousSessions === undefined ? {} : { maxAnonymous: options.maxAnonymousSessions }),
+      ...(options.maxFreeSessions === undefined ? {} : { maxFree: options.maxFreeSessions }),
       ...(options.onSessionCount ? { onCount: options.onSessionCount } : {}),
       logger: options.logger,
     });
@@ -274,8 +276,9 @@ function mcpHandler(deps: HandlerDeps): Handler {
     }
     if (sessionId === undefined && method === 'POST' && isInitialize(request.body)) {
       const owner = sessionOwner(request);
-      await sessions.makeRoom(owner);
-      transport = await openSession(deps, owner, credentialOf(request));
+      const pool = sessionPool(request);
+      await sessions.makeRoom(owner, pool);
+      transport = await openSession(deps, owner, credentialOf(request), pool);
     } else if (sessionId === undefined && method === 'POST') {
       // No session and not initialize: a one-shot call, or the 2026-07-28 revision. Their plain
       // tools/call is answered here as on a session (see session-call.ts); the rest by the SDKs
@@ -341,6 +344,13 @@ function sessionOwner(request: FastifyRequest): string {
   throw new Error('an MCP session without a caller: the caller hook (callerPlugin) runs before every route');
 }
 
+/** The share of the session cap a caller's sessions take: anonymous, a free key, or a paid one. */
+function sessionPool(request: FastifyRequest): SessionPool {
+  const caller = signedIn.get(request) ?? request.caller;
+  if (!caller || caller.subject.kind === 'anonymous') return 'anonymous';
+  return caller.subject.plan === 'free' ? 'free' : 'paid';
+}
+
 /** A digest of the credential a request presents (its Authorization header), null without one. */
 function credentialOf(request: FastifyRequest): string | null {
   const header = request.headers.authorization;
@@ -351,13 +361,14 @@ async function openSession(
   deps: HandlerDeps,
   owner: string,
   credential: string | null,
+  pool: SessionPool,
 ): Promise<StreamableHTTPServerTransport> {
   const { sessions, inFlight } = deps;
   const server = createMcpServer(deps.options);
   const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
     sessionIdGenerator: () => randomUUID(),
     enableJsonResponse: true,
-    onsessioninitialized: (id): void => sessions.add(id, server, transport, owner, credential),
+    onsessioninitialized: (id): void => sessions.add(id, server, transport, owner, credential, pool),
     onsessionclosed: (id): void => {
       sessions.forget(id);
       inFlight.forget(id);

@@ -2,7 +2,11 @@ import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import type { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { Logger } from 'pino';
 
+/** Whose share of the total a session takes: see SessionTable. */
+export type SessionPool = 'anonymous' | 'free' | 'paid';
+
 interface Session {
+  pool: SessionPool;
   server: Server;
   transport: StreamableHTTPServerTransport;
   lastSeen: number;
@@ -21,11 +25,11 @@ interface Session {
  * session first (the owner's, or its class's for the total), so one client opening sessions in a
  * loop evicts its own and cannot grow memory without bound.
  *
- * The total is split in two pools: anonymous owners (a client address) hold at most
- * `maxAnonymous` of `maxSessions` together, keyed owners the rest, and the total cap evicts only
- * within the opener's pool. Addresses are cheap (an IPv6 /64 holds 2^64 of them), so with one
- * pool a flood of anonymous sessions pushed out every keyed one; now it can only push out
- * anonymous sessions.
+ * The total is split in three pools, and the total cap evicts only within the opener's pool:
+ * anonymous owners (a client address) hold at most `maxAnonymous` of `maxSessions` together,
+ * free keys at most `maxFree`, paid keys the rest. Addresses are cheap (an IPv6 /64 holds 2^64 of
+ * them) and so are free keys (a new wallet signs in to one), so with one pool a flood of either
+ * pushed out every paid session; now it pushes out only sessions of its own pool.
  *
  * `touch` only stamps the session (a counter for the order of use, the clock for the sweep):
  * re-inserting it to keep the Map in order of use cost ~1.7 µs of every keyed call on a session
@@ -38,7 +42,7 @@ export class SessionTable {
   private readonly sessions = new Map<string, Session>();
   /** Open sessions per owner (an owner with none has no entry). */
   private readonly owned = new Map<string, number>();
-  private anonymous = 0;
+  private readonly pooled: Record<SessionPool, number> = { anonymous: 0, free: 0, paid: 0 };
   private uses = 0;
   private readonly timer: NodeJS.Timeout;
 
@@ -50,10 +54,11 @@ export class SessionTable {
       maxSessions?: number;
       maxPerOwner?: number;
       /**
-       * Of `maxSessions`, the most anonymous owners (`anonymous:…`) hold together; keyed owners
-       * hold the rest. Unset: half of it, rounded up (at least one left for keyed owners).
+       * Of `maxSessions`, the most anonymous owners hold together, and free keys; paid keys hold
+       * the rest. Unset: a quarter each, rounded up; every pool holds at least one.
        */
       maxAnonymous?: number;
+      maxFree?: number;
       /** Told the number of open sessions whenever it changes. */
       onCount?: (open: number) => void;
     },
@@ -76,19 +81,21 @@ export class SessionTable {
     return this.owned.get(owner) ?? 0;
   }
 
-  /** The most sessions each pool holds: [anonymous, keyed]. */
-  get pools(): [anonymous: number, keyed: number] {
+  /** The most sessions each pool holds. */
+  get pools(): Record<SessionPool, number> {
     const total = this.options.maxSessions ?? Number.POSITIVE_INFINITY;
-    if (total === Number.POSITIVE_INFINITY) return [total, total];
-    const anonymous = Math.max(1, Math.min(this.options.maxAnonymous ?? Math.ceil(total / 2), total - 1));
-    return [anonymous, Math.max(1, total - anonymous)];
+    if (total === Number.POSITIVE_INFINITY) return { anonymous: total, free: total, paid: total };
+    const quarter = Math.ceil(total / 4);
+    const anonymous = Math.max(1, Math.min(this.options.maxAnonymous ?? quarter, total - 2));
+    const free = Math.max(1, Math.min(this.options.maxFree ?? quarter, total - anonymous - 1));
+    return { anonymous, free, paid: Math.max(1, total - anonymous - free) };
   }
 
   /**
    * Makes room for one more session of `owner` under its caps, closing the least recently used
    * ones (its own for the per-owner cap, its pool's for the total); returns how many were closed.
    */
-  async makeRoom(owner: string): Promise<number> {
+  async makeRoom(owner: string, pool: SessionPool = poolOf(owner)): Promise<number> {
     let closed = 0;
     const perOwner = this.options.maxPerOwner ?? Number.POSITIVE_INFINITY;
     while (this.countOf(owner) >= perOwner) {
@@ -97,11 +104,9 @@ export class SessionTable {
       await this.close(oldest);
       closed++;
     }
-    const anonymous = isAnonymous(owner);
-    const [anonymousCap, keyedCap] = this.pools;
-    const cap = anonymous ? anonymousCap : keyedCap;
-    while ((anonymous ? this.anonymous : this.sessions.size - this.anonymous) >= cap) {
-      const oldest = this.leastRecentlyUsed((s) => isAnonymous(s.owner) === anonymous);
+    const cap = this.pools[pool];
+    while (this.pooled[pool] >= cap) {
+      const oldest = this.leastRecentlyUsed((s) => s.pool === pool);
       if (oldest === undefined) break;
       await this.close(oldest);
       closed++;
@@ -117,12 +122,14 @@ export class SessionTable {
     transport: StreamableHTTPServerTransport,
     owner = 'unknown',
     credential: string | null = null,
+    pool: SessionPool = poolOf(owner),
   ): void {
     const previous = this.sessions.get(id);
-    if (previous !== undefined) this.uncount(previous.owner);
-    this.sessions.set(id, { server, transport, lastSeen: Date.now(), used: ++this.uses, owner, credential });
+    if (previous !== undefined) this.uncount(previous);
+    const session = { server, transport, lastSeen: Date.now(), used: ++this.uses, owner, credential, pool };
+    this.sessions.set(id, session);
     this.owned.set(owner, this.countOf(owner) + 1);
-    if (isAnonymous(owner)) this.anonymous++;
+    this.pooled[pool]++;
     this.options.onCount?.(this.sessions.size);
   }
 
@@ -152,11 +159,11 @@ export class SessionTable {
     return session.transport;
   }
 
-  private uncount(owner: string): void {
+  private uncount({ owner, pool }: Session): void {
     const n = this.countOf(owner) - 1;
     if (n > 0) this.owned.set(owner, n);
     else this.owned.delete(owner);
-    if (isAnonymous(owner)) this.anonymous--;
+    this.pooled[pool]--;
   }
 
   private leastRecentlyUsed(which: (session: Session) => boolean): string | undefined {
@@ -175,7 +182,7 @@ export class SessionTable {
     const session = this.sessions.get(id);
     if (session === undefined) return;
     this.sessions.delete(id);
-    this.uncount(session.owner);
+    this.uncount(session);
     this.options.onCount?.(this.sessions.size);
   }
 
@@ -191,7 +198,7 @@ export class SessionTable {
     const session = this.sessions.get(id);
     if (session === undefined) return;
     this.sessions.delete(id);
-    this.uncount(session.owner);
+    this.uncount(session);
     this.options.onCount?.(this.sessions.size);
     await session.transport.close().catch(() => undefined);
     await session.server.close().catch(() => undefined);
@@ -203,7 +210,7 @@ export class SessionTable {
   }
 }
 
-/** An anonymous owner (a client address, as sessionOwner names it) rather than a key. */
-function isAnonymous(owner: string): boolean {
-  return owner.startsWith('anonymous:');
+/** The pool of an owner whose plan is not told: anonymous (a client address, as sessionOwner names it) or paid. */
+function poolOf(owner: string): SessionPool {
+  return owner.startsWith('anonymous:') ? 'anonymous' : 'paid';
 }

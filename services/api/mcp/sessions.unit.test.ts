@@ -1,7 +1,7 @@
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { afterEach, describe, expect, it } from 'vitest';
-import { SessionTable } from './sessions.ts';
+import { type SessionPool, SessionTable } from './sessions.ts';
 
 const tables: SessionTable[] = [];
 afterEach(async () => {
@@ -12,21 +12,22 @@ function tableOf(options: {
   maxSessions?: number;
   maxPerOwner?: number;
   maxAnonymous?: number;
+  maxFree?: number;
 }): SessionTable {
   const table = new SessionTable({ idleMs: 60_000, ...options });
   tables.push(table);
   return table;
 }
 
-function open(table: SessionTable, id: string, owner: string): void {
+function open(table: SessionTable, id: string, owner: string, pool?: SessionPool): void {
   const server = new Server({ name: 'test', version: '0' }, { capabilities: {} });
   const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: () => id });
-  table.add(id, server, transport, owner);
+  table.add(id, server, transport, owner, null, pool);
 }
 
 describe('MCP session table', () => {
   it('evicts the least recently used session for the total cap, uses in one millisecond included', async () => {
-    const table = tableOf({ maxSessions: 6 });
+    const table = tableOf({ maxSessions: 5, maxAnonymous: 1, maxFree: 1 });
     for (const id of ['a', 'b', 'c']) open(table, id, id);
     // Touched in the same millisecond as they were opened, most likely: the order still holds.
     expect(table.touch('a')).toBeDefined();
@@ -53,27 +54,32 @@ describe('MCP session table', () => {
     expect(table.countOf('x')).toBe(1);
   });
 
-  it('a flood of anonymous owners evicts only anonymous sessions; keyed ones only keyed ones', async () => {
-    const table = tableOf({ maxSessions: 5, maxAnonymous: 2, maxPerOwner: 2 });
-    expect(table.pools).toEqual([2, 3]);
+  it('a flood of addresses or of free keys evicts only sessions of its own pool, never a paid one', async () => {
+    const table = tableOf({ maxSessions: 7, maxAnonymous: 2, maxFree: 2, maxPerOwner: 2 });
+    expect(table.pools).toEqual({ anonymous: 2, free: 2, paid: 3 });
     open(table, 'k1', 'key:a');
     open(table, 'k2', 'key:b');
+    open(table, 'f0', 'key:f0', 'free');
     // Many addresses, one session each: each new one pushes out the oldest anonymous session only.
     for (let i = 0; i < 20; i++) {
       await table.makeRoom(`anonymous:${i}`);
       open(table, `a${i}`, `anonymous:${i}`);
     }
-    expect(table.touch('k1')).toBeDefined();
-    expect(table.touch('k2')).toBeDefined();
-    expect(table.size).toBe(4);
-    expect(table.touch('a17')).toBeUndefined();
-    for (const id of ['a18', 'a19']) expect(table.touch(id)).toBeDefined();
-    // The keyed pool (3) has room for one more, then evicts its own least recently used.
+    // Many free keys: the oldest free session only.
+    for (let i = 1; i <= 20; i++) {
+      await table.makeRoom(`key:f${i}`, 'free');
+      open(table, `f${i}`, `key:f${i}`, 'free');
+    }
+    for (const id of ['k1', 'k2', 'a18', 'a19', 'f19', 'f20']) expect(table.touch(id)).toBeDefined();
+    for (const id of ['a17', 'f0', 'f18']) expect(table.touch(id)).toBeUndefined();
+    expect(table.size).toBe(6);
+    // The paid pool (3) has room for one more, then evicts its own least recently used.
     expect(await table.makeRoom('key:c')).toBe(0);
     open(table, 'k3', 'key:c');
+    table.touch('k1');
     expect(await table.makeRoom('key:d')).toBe(1);
-    expect(table.touch('k1')).toBeUndefined();
-    for (const id of ['k2', 'k3', 'a18', 'a19']) expect(table.touch(id)).toBeDefined();
+    expect(table.touch('k2')).toBeUndefined();
+    for (const id of ['k1', 'k3', 'a18', 'a19', 'f19', 'f20']) expect(table.touch(id)).toBeDefined();
     // Counts follow closes: the owner's count, and its pool's room.
     expect(table.countOf('anonymous:19')).toBe(1);
     await table.close('a19');
@@ -81,10 +87,14 @@ describe('MCP session table', () => {
     expect(await table.makeRoom('anonymous:x')).toBe(0);
   });
 
-  it('splits the total in half without a share set, leaving keyed owners at least one', () => {
-    expect(tableOf({ maxSessions: 10_000 }).pools).toEqual([5_000, 5_000]);
-    expect(tableOf({ maxSessions: 5 }).pools).toEqual([3, 2]);
-    expect(tableOf({ maxSessions: 4, maxAnonymous: 9 }).pools).toEqual([3, 1]);
+  it('gives anonymous owners and free keys a quarter each without a share set, every pool at least one', () => {
+    expect(tableOf({ maxSessions: 10_000 }).pools).toEqual({ anonymous: 2_500, free: 2_500, paid: 5_000 });
+    expect(tableOf({ maxSessions: 5 }).pools).toEqual({ anonymous: 2, free: 2, paid: 1 });
+    expect(tableOf({ maxSessions: 4, maxAnonymous: 9, maxFree: 9 }).pools).toEqual({
+      anonymous: 2,
+      free: 1,
+      paid: 1,
+    });
   });
 
   it('closes nothing while there is room, and forgets a closed session', async () => {

@@ -6,10 +6,12 @@ import { firstAfter } from './funding-series.ts';
  * The replay loops instead of stalling at the end of its data: after `end`, feed time keeps
  * moving forward and the last `period` of the data (a whole number of days, so every candle
  * boundary and funding schedule stays aligned) is served again, shifted by one period per lap.
- * Candle times, verdict ids and hash chains therefore stay unique and increasing; the only seam
- * is the price jump where one lap's last candle meets the next lap's first. A timeframe's history
- * runs across the seam: until a lap has closed its first candle of the timeframe, the latest are
- * the lap before's. Pure functions.
+ * Candle times, verdict ids and hash chains therefore stay unique and increasing. Prices carry on
+ * across the seam instead of jumping back to where the period began: lap j's open, high, low and
+ * close are the data's times factor^j (`seamFactor`), so each lap starts where the one before
+ * ended and every return inside a lap is the data's; volume and funding are served as they are.
+ * A timeframe's history runs across the seam: until a lap has closed its first candle of the
+ * timeframe, the latest are the lap before's. Pure functions.
  */
 
 const DAY_MS = 86_400_000;
@@ -38,15 +40,51 @@ export function dataTime(laps: Laps, t: number): number {
   return t - lapOf(laps, t) * laps.period;
 }
 
-const shiftCandle = (c: Candle, by: number): Candle => (by === 0 ? c : { ...c, openTime: c.openTime + by });
+/**
+ * The factor one lap's prices are re-based by, so the first looped candle opens at the close the
+ * lap before ended on: the close of the candle that ends at `end` over the open of the candle that
+ * starts at `loopStart`, read from `series` (a market's finest file; every timeframe of the market,
+ * and the perpetual of a coin with spot, must use the same factor: see ReplayFeed). 1 (no
+ * re-basing) when the series has no candle at either place.
+ */
+export function seamFactor(series: CandleSeries, timeframe: Timeframe, laps: Laps): number {
+  const ms = TIMEFRAME_MS[timeframe];
+  const last = closedCandles(series, timeframe, laps.end, 1)[0];
+  const first = closedCandles(series, timeframe, laps.loopStart + ms, 1)[0];
+  if (last === undefined || first === undefined) return 1;
+  if (last.openTime + ms !== laps.end || first.openTime !== laps.loopStart) return 1;
+  const f = last.close / first.open;
+  return Number.isFinite(f) && f > 0 ? f : 1;
+}
 
-/** The last `limit` candles closed by feed time `until`, across laps, oldest first. */
+/**
+ * A data candle as lap `j` serves it: `j` periods later, prices times factor^j, volume as it is.
+ * Every lapped price the replay answers with comes through here.
+ */
+export function lapCandle(c: Candle, j: number, laps: Laps, factor: number): Candle {
+  if (j === 0) return c;
+  const scale = factor ** j;
+  return {
+    openTime: c.openTime + j * laps.period,
+    open: c.open * scale,
+    high: c.high * scale,
+    low: c.low * scale,
+    close: c.close * scale,
+    volume: c.volume,
+  };
+}
+
+/**
+ * The last `limit` candles closed by feed time `until`, across laps, oldest first; lap j's prices
+ * re-based by `factor`^j (see seamFactor; 1 serves the data's prices in every lap).
+ */
 export function lappedCandles(
   series: CandleSeries,
   timeframe: Timeframe,
   until: number,
   limit: number,
   laps: Laps,
+  factor = 1,
 ): Candle[] {
   const k = lapOf(laps, until);
   if (k === 0) return closedCandles(series, timeframe, until, limit);
@@ -62,7 +100,7 @@ export function lappedCandles(
       local = laps.end;
       continue;
     }
-    parts.unshift(part.map((c) => shiftCandle(c, j * laps.period)));
+    parts.unshift(part.map((c) => lapCandle(c, j, laps, factor)));
     have += part.length;
     // Only a lap that starts at loopStart joins the lap before it; a series with a hole there
     // ends here rather than passing older candles off as the latest.

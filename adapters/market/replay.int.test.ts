@@ -352,13 +352,15 @@ describe('replay clock', () => {
       expect(times.every((t, i) => i === 0 || t - times[i - 1]! === H)).toBe(true);
       expect(times[times.length - 1]).toBe(DATA_END + 4 * H);
       expect(times[0]).toBeGreaterThan(before[0]!.openTime);
-      // The candle after the seam is the data's first looped candle, shifted by one period.
+      // The candle after the seam is the data's first looped candle, shifted by one period and
+      // re-based to open where the data ended.
       const source = await readCandleFile(join(SHIPPED_MARKET_DIR, 'candles/binance-spot/BTCUSDT-1h.csv.gz'));
       const first = source.find((c) => c.openTime === DATA_END - period)!;
-      expect(after.find((c) => c.openTime === DATA_END)).toMatchObject({
-        close: first.close,
-        open: first.open,
-      });
+      const last = source.find((c) => c.openTime === DATA_END - H)!;
+      const seam = after.find((c) => c.openTime === DATA_END)!;
+      expect(seam.open).toBeCloseTo(last.close, 6);
+      expect(seam.close / seam.open).toBeCloseTo(first.close / first.open, 12);
+      expect(seam.volume).toBe(first.volume);
       // 5m, aggregated timeframes and funding follow the same clock.
       const m5 = await feed.candles('BINANCE_SPOT', 'BTC', '5m', { limit: 3 });
       expect(m5[2]!.openTime).toBe(DATA_END + 5 * H - 5 * M);
@@ -371,6 +373,69 @@ describe('replay clock', () => {
       // Looping is logged, once per lap.
       expect(logged.filter((l) => l.msg.includes('loops'))).toHaveLength(1);
       expect(logged.find((l) => l.msg.includes('loops'))!.obj).toMatchObject({ lap: 1 });
+    } finally {
+      await feed.close();
+    }
+  });
+
+  it("re-bases each lap to carry on where the one before ended: no jump at the seam, returns the data's, one factor per coin", async () => {
+    const feed = await openReplayFeed({ start: DATA_END, speed: 0, run: false });
+    try {
+      const period = feed.laps!.period;
+      const seam = DATA_END + period; // where lap 2 starts
+      feed.clock.setTime(seam + 5 * H);
+      const read = (venue: string, file: string) =>
+        readCandleFile(join(SHIPPED_MARKET_DIR, 'candles', venue, file));
+      const rel = (a: number, b: number) => Math.abs(a / b - 1);
+      for (const coin of COINS) {
+        const data = await read('binance-spot', `${coin}USDT-5m.csv.gz`);
+        const at = new Map(data.map((c) => [c.openTime, c]));
+        const served = await feed.candles('BINANCE_SPOT', coin, '5m', { limit: 200 });
+        const i = served.findIndex((c) => c.openTime === seam);
+        expect(i, coin).toBeGreaterThan(100);
+        // The first candle of lap 2 opens at lap 1's last close: the seam moves the price by nothing.
+        expect(rel(served[i]!.open, served[i - 1]!.close), coin).toBeLessThan(1e-12);
+        for (let k = 1; k < served.length; k++) {
+          const c = served[k]!;
+          const lap = c.openTime >= seam ? 2 : 1;
+          const d = at.get(c.openTime - lap * period)!;
+          // Inside a lap every return is the data's; volume is the data's.
+          expect(c.volume, coin).toBe(d.volume);
+          expect(rel(c.high / c.low, d.high / d.low), coin).toBeLessThan(1e-12);
+          if (k === i) continue;
+          const p = at.get(served[k - 1]!.openTime - lap * period)!;
+          expect(rel(c.close / served[k - 1]!.close, d.close / p.close), coin).toBeLessThan(1e-12);
+        }
+        // Every timeframe of the coin gets the same factor: the 1h close (1h file), the 15m close
+        // (built from 5m) and the 4h close (built from 1h) agree where they end together.
+        const h1 = (await feed.candles('BINANCE_SPOT', coin, '1h', { limit: 8 })).at(-1)!;
+        const m15 = (await feed.candles('BINANCE_SPOT', coin, '15m', { limit: 4 })).at(-1)!;
+        const h4 = (await feed.candles('BINANCE_SPOT', coin, '4h', { limit: 2 })).at(-1)!;
+        expect(h1.openTime + H).toBe(m15.openTime + 15 * M);
+        expect(rel(h1.close, m15.close), coin).toBeLessThan(1e-12);
+        expect(rel(h1.close, served.at(-1)!.close), coin).toBeLessThan(1e-12);
+        const h1at4 = (
+          await feed.candles('BINANCE_SPOT', coin, '1h', { limit: 8, until: h4.openTime + 4 * H })
+        ).at(-1)!;
+        expect(rel(h4.close, h1at4.close), coin).toBeLessThan(1e-12);
+        // Spot and perpetual share the factor: the basis in lap 2 is the data's.
+        const perp = (await feed.candles('BINANCE', coin, '1h', { limit: 1 }))[0]!;
+        expect(perp.openTime).toBe(h1.openTime);
+        const dPerp = (await read('binance-usdm', `${coin}USDT-1h.csv.gz`)).find(
+          (c) => c.openTime === perp.openTime - 2 * period,
+        )!;
+        const dSpot = at.get(h1.openTime - 2 * period + 55 * M)!;
+        expect(rel(perp.close / h1.close, dPerp.close / dSpot.close), coin).toBeLessThan(1e-12);
+      }
+      // Funding is served as it is: lap 2's rates are the data's.
+      const rates = await feed.funding('BINANCE', 'BTC', { limit: 1 });
+      const inData = await manualFeed(seam + 5 * H - 2 * period);
+      try {
+        const dataRates = await inData.funding('BINANCE', 'BTC', { limit: 1 });
+        expect(rates).toEqual(dataRates.map((f) => ({ ...f, fundingTime: f.fundingTime + 2 * period })));
+      } finally {
+        await inData.close();
+      }
     } finally {
       await feed.close();
     }

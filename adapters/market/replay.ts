@@ -38,6 +38,7 @@ import {
   lappedFunding,
   lapsFor,
   nextLappedFunding,
+  seamFactor,
 } from './replay-laps.ts';
 import {
   CANDLE_FOLDERS,
@@ -178,6 +179,8 @@ export class ReplayFeed implements MarketFeed {
   readonly #candleCache = new Map<string, Promise<CandleColumns>>();
   readonly #fundingCache = new Map<string, Promise<FundingRate[]>>();
   readonly #status = new Map<Exchange, VenueState>();
+  /** Per coin, the factor each lap re-bases its prices by (see #seamFactor). */
+  readonly #factors = new Map<string, Promise<number>>();
   #lap = 0;
 
   constructor(
@@ -211,11 +214,49 @@ export class ReplayFeed implements MarketFeed {
     return t;
   }
 
-  /** Candles closed by feed time `until`, across laps when looping. */
-  #closed(series: CandleColumns, tf: Timeframe, until: number, limit: number): Candle[] {
-    return this.laps === null
-      ? closedCandles(series, tf, until, limit)
-      : lappedCandles(series, tf, until, limit, this.laps);
+  /**
+   * Candles of a market closed by feed time `until`, across laps when looping, later laps' prices
+   * re-based so each lap carries on from the close the one before ended on. Every candle the
+   * replay answers with (and every figure made of their prices) comes through here.
+   */
+  async #closed(
+    exchange: Exchange,
+    coin: string,
+    series: CandleColumns,
+    tf: Timeframe,
+    until: number,
+    limit: number,
+  ): Promise<Candle[]> {
+    if (this.laps === null || lapOf(this.laps, until) === 0) return closedCandles(series, tf, until, limit);
+    return lappedCandles(series, tf, until, limit, this.laps, await this.#seamFactor(exchange, coin));
+  }
+
+  /**
+   * One factor per coin, for every timeframe and for spot and perpetual alike: read from the
+   * finest spot file of the coin where there is one (else the venue's own finest), so aggregated
+   * timeframes agree and the perpetual/spot basis stays the data's in every lap (a factor per
+   * series would drift it by f_perp/f_spot per lap, up to 11 bp on the shipped slice). The
+   * perpetual's seam then moves by the basis change over the period (at most 11 bp there).
+   */
+  #seamFactor(exchange: Exchange, coin: string): Promise<number> {
+    const laps = this.laps;
+    if (laps === null) return Promise.resolve(1);
+    const reference: Exchange = this.index.get('BINANCE_SPOT')?.candles.has(coin) ? 'BINANCE_SPOT' : exchange;
+    const key = `${reference}:${coin}`;
+    let factor = this.#factors.get(key);
+    if (factor === undefined) {
+      const files = this.index.get(reference)?.candles.get(coin)?.files;
+      const finest = [...(files?.keys() ?? [])].sort((a, b) => TIMEFRAME_MS[a] - TIMEFRAME_MS[b])[0];
+      if (files === undefined || finest === undefined) return Promise.resolve(1);
+      const path = files.get(finest)!;
+      factor = this.#load(reference, this.#candleCache, path, () => readCandleColumns(path)).then((series) =>
+        seamFactor(series, finest, laps),
+      );
+      this.#factors.set(key, factor);
+      // A file that could not be read is tried again next time, as #load does.
+      factor.catch(() => this.#factors.delete(key));
+    }
+    return factor;
   }
 
   /** Data time that feed time `t` replays (t itself when not looping). */
@@ -305,7 +346,7 @@ export class ReplayFeed implements MarketFeed {
         `replay data ends at ${iso(sourceEnd)}, before ${iso(until)}`,
       );
     }
-    const out = this.#closed(series, tf, until, options.limit);
+    const out = await this.#closed(exchange, symbol, series, tf, until, options.limit);
     if (out.length < min) {
       throw new InsufficientHistoryError(
         exchange,
@@ -375,7 +416,7 @@ export class ReplayFeed implements MarketFeed {
         const path = files.get(from)!;
         const candles = await this.#load(exchange, this.#candleCache, path, () => readCandleColumns(path));
         const perDay = DAY_MS / TIMEFRAME_MS[from];
-        const day = this.#closed(candles, from, now, perDay);
+        const day = await this.#closed(exchange, coin, candles, from, now, perDay);
         // Estimated as volume × close per candle: the files carry base volume only. A day not
         // fully covered by the data gives no figure rather than a low one.
         if (

@@ -16,14 +16,6 @@ export type SignInCheck =
   | { ok: true; address: `0x${string}`; nonce: string }
   | { ok: false; code: SignInRefusal; message: string };
 
-/**
- * The chains a sign-in message may name (EIP-155 ids): Ethereum and Base, where the service's
- * rails are, and their test networks Sepolia and Base Sepolia (the development rails). The
- * signature is recovered locally whatever the chain; a message for any other chain is refused,
- * so one signed for another application's chain is not taken here.
- */
-export const SIWE_CHAIN_IDS: readonly number[] = [1, 8453, 11155111, 84532];
-
 const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);
 
 /**
@@ -37,6 +29,26 @@ export function siweOrigins(domain: string, publicBaseUrl?: string): string[] {
   const url = URL.parse(`https://${domain}`);
   if (url === null) return [];
   return LOOPBACK_HOSTS.has(url.hostname) ? [url.origin, `http://${url.host}`] : [url.origin];
+}
+
+/**
+ * Whether a message's `uri` names this service: one of its origins, or, for a service signing in
+ * on a loopback domain (one on this machine), any loopback origin (localhost and 127.0.0.1 are
+ * the same machine, and a test's port is its own). The chain id is not judged: the signature is
+ * recovered locally whatever the chain, and the consent page signs with the chain the wallet is
+ * on.
+ */
+function uriAllowed(uri: string, domain: string, origins: readonly string[]): boolean {
+  const url = URL.parse(uri);
+  if (url === null) return false;
+  if (origins.includes(url.origin)) return true;
+  const local = URL.parse(`http://${domain}`);
+  return (
+    local !== null &&
+    LOOPBACK_HOSTS.has(local.hostname) &&
+    LOOPBACK_HOSTS.has(url.hostname) &&
+    (url.protocol === 'http:' || url.protocol === 'https:')
+  );
 }
 
 /**
@@ -74,19 +86,11 @@ export async function checkSignIn(input: {
       message: `the message is for ${parsed.domain}, this service signs in ${input.domain}`,
     };
   }
-  const uriOrigin = URL.parse(parsed.uri)?.origin;
-  if (uriOrigin === undefined || !input.origins.includes(uriOrigin)) {
+  if (!uriAllowed(parsed.uri, input.domain, input.origins)) {
     return {
       ok: false,
       code: 'INVALID_SIWE_MESSAGE',
       message: `the message's uri is ${parsed.uri}; this service signs in at ${input.origins.join(' or ')}`,
-    };
-  }
-  if (!SIWE_CHAIN_IDS.includes(parsed.chainId)) {
-    return {
-      ok: false,
-      code: 'INVALID_SIWE_MESSAGE',
-      message: `the message is for chain id ${parsed.chainId}; this service takes ${SIWE_CHAIN_IDS.join(', ')} (Ethereum, Base, Sepolia, Base Sepolia)`,
     };
   }
   if (parsed.expirationTime && !(input.now < parsed.expirationTime)) {

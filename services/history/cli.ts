@@ -1,6 +1,7 @@
 import { pino } from 'pino';
 import { loadConfig, readDotEnv } from '../../contracts/config.ts';
 import { type Adapters, NoEventStoreError, openAdapters, requireExistingStore } from '../adapters.ts';
+import { exitFlushed } from '../shared/exit-flushed.ts';
 import { ExportInterruptedError, runHistoryCommand, USAGE, UsageError } from './cli-commands.ts';
 import { HistoryQueryError } from './query.ts';
 
@@ -8,7 +9,7 @@ import { HistoryQueryError } from './query.ts';
 const argv = process.argv.slice(2);
 if (argv.length === 0 || argv[0] === '--help' || argv[0] === 'help') {
   process.stdout.write(`${USAGE}\n`);
-  process.exit(argv.length === 0 ? 2 : 0);
+  await exitFlushed(argv.length === 0 ? 2 : 0);
 }
 let adapters: Adapters | null = null;
 let code = 0;
@@ -42,4 +43,5 @@ try {
 } finally {
   await (adapters as Adapters | null)?.close();
 }
-process.exit(code);
+// Only once the output is all written: a pipe takes 64 KiB at a time.
+await exitFlushed(code);

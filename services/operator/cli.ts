@@ -2,6 +2,7 @@ import { pino } from 'pino';
 import { logIdentity } from '../../adapters/event-store/log-identity.ts';
 import { loadConfig, publicBaseUrl, readDotEnv } from '../../contracts/config.ts';
 import { openAdapters } from '../adapters.ts';
+import { exitFlushed } from '../shared/exit-flushed.ts';
 import {
   OtherLogError,
   refuseBeforeOpening,
@@ -15,7 +16,7 @@ import {
 const argv = process.argv.slice(2);
 if (argv.length === 0 || argv[0] === '--help' || argv[0] === 'help') {
   console.log(USAGE);
-  process.exit(argv.length === 0 ? 2 : 0);
+  await exitFlushed(argv.length === 0 ? 2 : 0);
 }
 readDotEnv();
 const config = loadConfig();
@@ -23,7 +24,7 @@ try {
   refuseBeforeOpening(argv[0], config);
 } catch (err) {
   console.error((err as Error).message);
-  process.exit(2);
+  await exitFlushed(2);
 }
 const logger = pino({ level: 'warn' }, pino.destination(2));
 const adapters = await openAdapters(config, logger);
@@ -45,4 +46,5 @@ try {
 } finally {
   await adapters.close();
 }
-process.exit(code);
+// Only once the output is all written: a pipe takes 64 KiB at a time.
+await exitFlushed(code);

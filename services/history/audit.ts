@@ -6,6 +6,7 @@ import {
   type TrackRecordWindow,
 } from '../../contracts/history.ts';
 import { type OutcomeContent, outcomeHash, verdictHash } from '../../contracts/verdict-hash.ts';
+import { MalformedRowError } from './files.ts';
 import { servedForecast } from './outcome.ts';
 import { rowContent } from './rows.ts';
 import { addPoint, dueBy, type TrackRecordState, trackRecord } from './track-record.ts';
@@ -16,6 +17,8 @@ export interface BrokenLink {
   verdictId: string;
   position: number;
   reason: string;
+  /** A malformed row: where it is in the file (`line 12`); its stream … position are as read. */
+  at?: string;
 }
 
 export interface ChainReport {
@@ -90,7 +93,17 @@ export async function verifyRows(
     report.ok = false;
     report.firstBroken = { ...at, reason };
   };
-  for await (const row of rows) {
+  // A row whose fields are no history row's ends the walk where it stands, like a broken link.
+  let malformed: MalformedRowError | null = null;
+  async function* wellFormed(): AsyncGenerator<HistoryRow> {
+    try {
+      yield* rows;
+    } catch (err) {
+      if (!(err instanceof MalformedRowError)) throw err;
+      malformed = err;
+    }
+  }
+  for await (const row of wellFormed()) {
     report.rows++;
     const prev = last.get(row.stream);
     if (prev) {
@@ -151,6 +164,12 @@ export async function verifyRows(
       break;
     }
     await options.onRow?.(row);
+  }
+  if (malformed !== null) {
+    const { row, where, message } = malformed as MalformedRowError;
+    broken(row as RowRef, message);
+    report.firstBroken = { ...report.firstBroken!, at: where };
+    return report;
   }
   if (report.ok) {
     for (const chain of chains.values()) {

@@ -93,6 +93,13 @@ type Source = (after: string | null, limit: number) => Promise<Page>;
 
 const FILTERS = ['exchange', 'coin', 'timeframe', 'call', 'from', 'to'] as const;
 
+/** The options each command takes (USAGE); parseArgs checks their types. */
+const COMMAND_OPTIONS = {
+  export: ['url', 'key', 'store', 'out', 'format', 'resume', 'page', ...FILTERS],
+  verify: ['url', 'key', 'store', 'format', 'data', 'anchors', 'rpc', 'address', 'from-block', 'tx'],
+  score: ['window', 'as-of', 'as-of-position', 'format'],
+} as const;
+
 function urlSource(
   base: string,
   key: string,
@@ -419,6 +426,19 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
     throw new UsageError((err as Error).message);
   }
   const { values, positionals } = parsed;
+  // parseArgs knows every command's options at once: one a command does not take is refused
+  // here, not ignored (`verify --coin BTC` would verify every coin while looking filtered).
+  const takes = COMMAND_OPTIONS[command as keyof typeof COMMAND_OPTIONS] as readonly string[] | undefined;
+  if (takes) {
+    const foreign = Object.keys(values).filter((name) => !takes.includes(name));
+    if (foreign.length > 0)
+      throw new UsageError(`${command} does not take ${foreign.map((name) => `--${name}`).join(', ')}`);
+    const most = command === 'export' ? 0 : 1;
+    if (positionals.length > most)
+      throw new UsageError(
+        `${command} takes ${most === 0 ? 'no path' : 'one path'}: ${positionals.join(' ')}`,
+      );
+  }
   const filters: Record<string, string> = {};
   for (const f of FILTERS) if (typeof values[f] === 'string') filters[f] = values[f] as string;
   const source = async (): Promise<Source> => {

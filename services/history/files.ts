@@ -58,14 +58,45 @@ function coerce(name: keyof HistoryRow, value: unknown): unknown {
   return Number(value);
 }
 
-function toRow(record: Record<string, unknown>): HistoryRow {
+/**
+ * A row of an export whose fields are not a history row's (`position` -926, a call of MAYBE):
+ * where it is in the file, what it says it is, as read, and which fields are wrong.
+ */
+export class MalformedRowError extends Error {
+  override readonly name = 'MalformedRowError';
+  constructor(
+    /** `line 12` of an NDJSON or CSV file, `row 3 of part-000001.parquet`. */
+    readonly where: string,
+    readonly row: { stream: unknown; revision: unknown; verdictId: unknown; position: unknown },
+    readonly fields: string[],
+    readonly detail: string,
+  ) {
+    super(`${where}: malformed ${detail}`);
+  }
+}
+
+function toRow(record: Record<string, unknown>, where: string): HistoryRow {
   const row: Record<string, unknown> = {};
   for (const name of HISTORY_COLUMNS) row[name] = coerce(name, record[name]);
   // An export written before rows carried their cursor: it is the row's position and id.
   if (row.cursor === null && typeof row.verdict_id === 'string' && typeof row.position === 'number') {
     row.cursor = encodeCursor(row.position, row.verdict_id);
   }
-  return HistoryRow.parse(row);
+  const parsed = HistoryRow.safeParse(row);
+  if (parsed.success) return parsed.data;
+  const fields = [...new Set(parsed.error.issues.map((i) => String(i.path[0] ?? '(row)')))];
+  const detail = parsed.error.issues
+    .map((i) => {
+      const field = String(i.path[0] ?? '(row)');
+      return `${field} ${JSON.stringify(row[field] ?? null)} (${i.message})`;
+    })
+    .join('; ');
+  throw new MalformedRowError(
+    where,
+    { stream: row.stream, revision: row.revision, verdictId: row.verdict_id, position: row.position },
+    fields,
+    detail,
+  );
 }
 
 /** RFC 4180 fields of one line (the export never puts a line break inside a field). */
@@ -120,7 +151,9 @@ export async function* readExport(path: string, format = detectFormat(path)): As
       const records = await parquetReadObjects({
         file: buf.buffer.slice(buf.byteOffset, buf.byteOffset + buf.byteLength) as ArrayBuffer,
       });
-      for (const record of records) yield toRow(record);
+      const name = part.slice(part.lastIndexOf('/') + 1);
+      let n = 0;
+      for (const record of records) yield toRow(record, `row ${++n} of ${name}`);
     }
     return;
   }
@@ -129,7 +162,9 @@ export async function* readExport(path: string, format = detectFormat(path)): As
     crlfDelay: Number.POSITIVE_INFINITY,
   });
   let header: string[] | null = null;
+  let lineNumber = 0;
   for await (const line of lines) {
+    lineNumber++;
     if (line.trim() === '') continue;
     if (format === 'csv') {
       const fields = parseCsvLine(line);
@@ -137,12 +172,12 @@ export async function* readExport(path: string, format = detectFormat(path)): As
         header = fields;
         continue;
       }
-      yield toRow(Object.fromEntries(header.map((h, i) => [h, fields[i]])));
+      yield toRow(Object.fromEntries(header.map((h, i) => [h, fields[i]])), `line ${lineNumber}`);
     } else {
       const record = JSON.parse(line) as Record<string, unknown>;
       // The trailer line of a served NDJSON export carries the cursor, not a row.
       if ('cursor' in record && !('verdict_id' in record)) continue;
-      yield toRow(record);
+      yield toRow(record, `line ${lineNumber}`);
     }
   }
 }

@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -270,6 +270,103 @@ describe('npm run history', () => {
     expect(code).toBe(1);
     expect(stderr).toContain(`could not reach ${down}/api/verdicts: connection refused`);
     expect(stderr).not.toMatch(/TypeError|\n\s+at /);
+  });
+
+  it('reports a malformed row as the first broken link, naming its line and field', async () => {
+    const out = join(dir, 'malformed-source.ndjson');
+    await runHistoryCommand(['export', '--store', '--out', out, '--coin', 'BTC'], deps());
+    const lines = readFileSync(out, 'utf8').trim().split('\n');
+    const victim = JSON.parse(lines[7]!) as HistoryRow;
+    const malformed = join(dir, 'malformed.ndjson');
+    writeFileSync(
+      malformed,
+      [...lines.slice(0, 7), JSON.stringify({ ...victim, position: -926 }), ...lines.slice(8)].join('\n'),
+    );
+    const report = JSON.parse(await runHistoryCommand(['verify', malformed], deps()));
+    expect(report).toMatchObject({
+      ok: false,
+      rows: 7,
+      firstBroken: { at: 'line 8', position: -926, verdictId: victim.verdict_id, stream: victim.stream },
+    });
+    expect(report.firstBroken.reason).toMatch(/^line 8: malformed position -926 \(/);
+    // The same as CSV: the line counts the header.
+    const csv = join(dir, 'malformed.csv');
+    const rows = await collect(out);
+    await runHistoryCommand(['export', '--store', '--out', csv, '--coin', 'BTC'], deps());
+    const csvLines = readFileSync(csv, 'utf8').trim().split('\n');
+    const field = csvLines[0]!.split(',').indexOf('position');
+    const cells = csvLines[8]!.split(',');
+    cells[field] = '-926';
+    csvLines[8] = cells.join(',');
+    writeFileSync(csv, csvLines.join('\n'));
+    const csvReport = JSON.parse(await runHistoryCommand(['verify', csv], deps()));
+    expect(csvReport).toMatchObject({
+      ok: false,
+      firstBroken: { at: 'line 9', position: -926, verdictId: rows[7]!.verdict_id },
+    });
+    // The real command line: exit 1 and the report on stdout, not a zod error on stderr.
+    const cli = await run(process.execPath, [
+      '--import',
+      'tsx',
+      'services/history/cli.ts',
+      'verify',
+      malformed,
+    ]).catch((err: { code: number; stdout: string }) => err);
+    expect((cli as { code: number }).code).toBe(1);
+    expect(JSON.parse((cli as { stdout: string }).stdout).firstBroken.at).toBe('line 8');
+  });
+
+  it('refuses an option the command does not take, rather than ignore it', async () => {
+    const out = join(dir, 'options.ndjson');
+    await runHistoryCommand(['export', '--store', '--out', out], deps());
+    await expect(runHistoryCommand(['verify', out, '--coin', 'BTC'], deps())).rejects.toThrow(
+      new UsageError('verify does not take --coin'),
+    );
+    await expect(runHistoryCommand(['score', out, '--store', '--out', 'x'], deps())).rejects.toThrow(
+      'score does not take --store, --out',
+    );
+    await expect(
+      runHistoryCommand(['export', '--store', '--out', out, '--window', '7d'], deps()),
+    ).rejects.toThrow('export does not take --window');
+    await expect(runHistoryCommand(['verify', out, out], deps())).rejects.toThrow('verify takes one path');
+    const usage = await run(process.execPath, [
+      '--import',
+      'tsx',
+      'services/history/cli.ts',
+      'verify',
+      out,
+      '--coin',
+      'BTC',
+    ]).catch((err: { code: number; stderr: string }) => err);
+    expect((usage as { code: number }).code).toBe(2);
+    expect((usage as { stderr: string }).stderr).toContain('verify does not take --coin');
+  });
+
+  it('writes all of its output into a pipe read slowly before it exits', async () => {
+    // The CLIs' exit (history and operator): 300 kB into a pipe, whose reader waits half a second
+    // before it reads. process.exit right after the write left 65,536 bytes of it, exit status 0.
+    const child = spawn(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        '--input-type=module',
+        '-e',
+        "import { exitFlushed } from './services/shared/exit-flushed.ts'; process.stdout.write('y'.repeat(300000) + '\\n'); await exitFlushed(3);",
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
+    child.stdout.pause();
+    await new Promise((r) => setTimeout(r, 500));
+    let bytes = 0;
+    child.stdout.on('data', (chunk: Buffer) => {
+      bytes += chunk.length;
+    });
+    child.stdout.resume();
+    await new Promise((r) => child.stdout.on('end', r));
+    expect(bytes).toBe(300_001);
+    expect(await exited).toBe(3);
   });
 
   it('shows log positions out of the head with --store', async () => {

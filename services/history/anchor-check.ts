@@ -22,13 +22,40 @@ export interface AnchorLine extends ChainAnchor {
   streams: number;
   /** The rows this anchor is the first to cover: verdicts and chained outcomes recorded after the previous anchor's position up to its own. */
   covers: { rows: number; firstPosition: number | null; lastPosition: number | null; outcomes: number };
+  /**
+   * The covered rows recorded after the block that holds this anchor was mined (by more than
+   * ANCHOR_CLOCK_TOLERANCE_MS): an anchor cannot cover what did not exist yet, so each was moved
+   * later. The first is named.
+   */
+  late: { rows: number; first: LateRow } | null;
 }
+
+/** A row whose recorded_at is after the block time of the anchor that covers it. */
+export interface LateRow {
+  stream: string;
+  verdictId: string;
+  position: number;
+  recordedAt: string;
+  txHash: string;
+  anchorAt: string;
+  reason: string;
+}
+
+/**
+ * How far a row's recorded_at may be after the block time of its anchor: recorded_at is the
+ * service's clock, the block time the chain's (a validator's clock, whole seconds), and the two
+ * may disagree by a little. Five minutes: far below a day's anchor interval, far above the drift
+ * of clocks kept by NTP and the chains' allowance for a block's timestamp.
+ */
+export const ANCHOR_CLOCK_TOLERANCE_MS = 5 * 60_000;
 
 export interface AnchorReport {
   ok: boolean;
   anchors: AnchorLine[];
   /** Rows (and chained outcomes) recorded after the last anchor: no anchor covers them yet. */
   uncovered: { rows: number; outcomes: number };
+  /** The first row (in file order) recorded after the block time of its anchor; null when none is. */
+  firstLate: LateRow | null;
 }
 
 /**
@@ -103,6 +130,7 @@ interface Bucket {
   verdicts: Map<string, string>;
   /** Stream → its chained outcome of the highest position in this bucket. */
   outcomeHeads: Map<string, { position: number; hash: string }>;
+  late: { rows: number; first: LateRow } | null;
 }
 
 /**
@@ -123,18 +151,39 @@ export class AnchorCheck {
       outcomes: 0,
       verdicts: new Map(),
       outcomeHeads: new Map(),
+      late: null,
     }));
   }
 
+  private firstLate: LateRow | null = null;
+
+  private indexOf(position: number): number {
+    return firstIndex(this.anchors.length, (i) => this.anchors[i]!.position >= position);
+  }
+
   private bucketOf(position: number): Bucket | null {
-    return (
-      this.buckets[firstIndex(this.anchors.length, (i) => this.anchors[i]!.position >= position)] ?? null
-    );
+    return this.buckets[this.indexOf(position)] ?? null;
   }
 
   onRow(row: HistoryRow): void {
-    const bucket = this.bucketOf(row.position);
+    const index = this.indexOf(row.position);
+    const bucket = this.buckets[index] ?? null;
     if (bucket) {
+      // The anchor's block time bounds the row's: a row recorded after it was moved later.
+      const anchor = this.anchors[index]!;
+      if (Date.parse(row.recorded_at) > Date.parse(anchor.at) + ANCHOR_CLOCK_TOLERANCE_MS) {
+        const first: LateRow = bucket.late?.first ?? {
+          stream: row.stream,
+          verdictId: row.verdict_id,
+          position: row.position,
+          recordedAt: row.recorded_at,
+          txHash: anchor.txHash,
+          anchorAt: anchor.at,
+          reason: `the row at position ${row.position} (verdict ${row.verdict_id}) is recorded at ${row.recorded_at}, after the block time ${anchor.at} of the anchor that covers it (transaction ${anchor.txHash}); ${ANCHOR_CLOCK_TOLERANCE_MS / 60_000} min of clock difference are allowed`,
+        };
+        bucket.late = { rows: (bucket.late?.rows ?? 0) + 1, first };
+        this.firstLate ??= first;
+      }
       bucket.rows++;
       bucket.firstPosition ??= row.position;
       bucket.lastPosition = row.position;
@@ -166,7 +215,7 @@ export class AnchorCheck {
       const recomputedRoot = leaves.length > 0 ? merkleRoot(leaves) : null;
       return {
         ...anchor,
-        ok: recomputedRoot === anchor.root,
+        ok: recomputedRoot === anchor.root && bucket.late === null,
         recomputedRoot,
         streams: leaves.length,
         covers: {
@@ -175,8 +224,14 @@ export class AnchorCheck {
           lastPosition: bucket.lastPosition,
           outcomes: bucket.outcomes,
         },
+        late: bucket.late,
       };
     });
-    return { ok: lines.every((l) => l.ok), anchors: lines, uncovered: this.uncovered };
+    return {
+      ok: lines.every((l) => l.ok),
+      anchors: lines,
+      uncovered: this.uncovered,
+      firstLate: this.firstLate,
+    };
   }
 }

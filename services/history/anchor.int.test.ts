@@ -4,16 +4,26 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { pino } from 'pino';
 import { createPublicClient, createWalletClient, type Hex, http } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { EventStore } from '../../adapters/event-store/port.ts';
 import { loadConfig } from '../../contracts/config.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { HISTORY_FORMATS, type HistoryFormat, type HistoryRow } from '../../contracts/history.ts';
 import { anchorLeaf, merkleRoot, outcomeHash } from '../../contracts/verdict-hash.ts';
+import type { ProjectionRunner } from '../../projections/runner.ts';
 import { type Anvil, startAnvil } from '../../test/chain/anvil.ts';
 import { HOUR, MARKETS, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
-import { ANCHOR_STREAM, anchorDue, readAnchorData } from './anchor.ts';
+import {
+  ANCHOR_STREAM,
+  type AnchorState,
+  anchorDue,
+  HistoryAnchorer,
+  nextCheckIn,
+  readAnchorData,
+} from './anchor.ts';
 import { rowOutcome } from './audit.ts';
 import { type CliDeps, runHistoryCommand, UsageError } from './cli-commands.ts';
 import { writeExport } from './export-fixture.ts';
@@ -194,6 +204,48 @@ describe('the history anchor', () => {
     expect(printed.anchors.anchors.find((l: { ok: boolean }) => !l.ok).txHash).toBe(covering.txHash);
   });
 
+  it("catches a row moved later than its anchor's block time, which the file alone cannot", async () => {
+    // The rows the second anchor closes, the last moved 30 days later: no chain link holds its
+    // time (the next row of its stream is past the file's end), the anchor mined before it does.
+    const [, a2] = anchors;
+    const covered = rows.filter((r) => r.position <= a2!.position);
+    const last = covered.at(-1)!;
+    const moved = {
+      ...last,
+      recorded_at: new Date(Date.parse(last.recorded_at) + 30 * 86_400_000).toISOString(),
+    };
+    const edited = covered.map((r) => (r === last ? moved : r));
+    for (const format of HISTORY_FORMATS) {
+      const path = await write(`late-${format}`, format, edited);
+      expect((await verify(path)).ok, format).toBe(true);
+      const report = await verify(path, '--anchors', '--rpc', anvil.rpcUrl, '--address', ADDRESS);
+      expect(report.ok, format).toBe(false);
+      expect(report.anchors.firstLate, format).toMatchObject({
+        position: last.position,
+        verdictId: last.verdict_id,
+        recordedAt: moved.recorded_at,
+        txHash: a2!.txHash,
+      });
+      expect(report.anchors.firstLate.reason).toContain(`position ${last.position}`);
+      expect(report.anchors.firstLate.reason).toContain(a2!.txHash);
+      const [l1, l2] = report.anchors.anchors;
+      expect(l1.ok && l1.late === null).toBe(true);
+      expect(l2).toMatchObject({ ok: false, late: { rows: 1 } });
+      // Its root still matches: recorded_at is outside the hashes.
+      expect(l2.recomputedRoot).toBe(l2.root);
+    }
+    // The rows as recorded pass: each is before its anchor's block, within the clock tolerance.
+    const clean = await verify(
+      await write('late-clean', 'ndjson', covered),
+      '--anchors',
+      '--rpc',
+      anvil.rpcUrl,
+      '--address',
+      ADDRESS,
+    );
+    expect(clean).toMatchObject({ ok: true, anchors: { firstLate: null } });
+  });
+
   it('refuses what is no anchor, and says what it needs', async () => {
     const path = await write('args', 'ndjson', rows);
     await expect(runHistoryCommand(['verify', path, '--anchors'], deps())).rejects.toThrow(UsageError);
@@ -256,6 +308,67 @@ describe('anchor rules', () => {
     expect(anchorDue(last, 101, t - 1, day)).toBe(false);
     expect(anchorDue(last, 101, t, day)).toBe(true);
     expect(anchorDue(last, 100, t + day, day)).toBe(false);
+  });
+
+  it('checks again when the next anchor falls due, at most a check period away', () => {
+    const day = 86_400_000;
+    const last = { anchoredAt: '2026-01-01T00:00:00.000Z' };
+    const t = Date.parse(last.anchoredAt);
+    expect(nextCheckIn(null, t, day, 60_000)).toBe(60_000);
+    expect(nextCheckIn(last, t + day - 1_500, day, 60_000)).toBe(1_500);
+    expect(nextCheckIn(last, t + 5_000, 10_000, 60_000)).toBe(5_000);
+    // Due already but nothing new on the log: the next look is a check period away.
+    expect(nextCheckIn(last, t + day + 1, day, 60_000)).toBe(60_000);
+  });
+
+  it('sends an anchor every interval, not every other one, when the log keeps moving', async () => {
+    // The heads view and the chain stubbed: each anchor is stamped once "mined", 40 ms after its
+    // check, as a real one is stamped after its receipt.
+    const interval = 600;
+    const state: AnchorState = { heads: {}, moved: 1, last: null };
+    const heads = {
+      state,
+      checkpoint: 1,
+      waitFor: async () => {},
+    } as unknown as ProjectionRunner<AnchorState>;
+    const store = { headPosition: async () => state.moved } as unknown as EventStore;
+    const sent: number[] = [];
+    const anchorer = new HistoryAnchorer({
+      store,
+      heads,
+      chain: { rpcUrl: 'http://127.0.0.1:9', privateKey: ANCHOR_KEY },
+      intervalMs: interval,
+      logger: pino({ level: 'silent' }),
+    });
+    anchorer.anchor = async () => {
+      await new Promise((r) => setTimeout(r, 40));
+      const anchored = {
+        root: '0'.repeat(64),
+        position: state.moved,
+        streams: 0,
+        chainId: 1,
+        address: ADDRESS,
+        txHash: `0x${'0'.repeat(64)}`,
+        blockNumber: sent.length,
+        anchoredAt: new Date().toISOString(),
+      };
+      sent.push(Date.now());
+      state.last = anchored;
+      state.moved++; // the log moves on
+      return anchored;
+    };
+    anchorer.start();
+    try {
+      await expect.poll(() => sent.length, { timeout: 10_000 }).toBeGreaterThanOrEqual(4);
+    } finally {
+      await anchorer.stop();
+    }
+    const gaps = sent.slice(1).map((at, i) => at - sent[i]!);
+    // Each within a little of the interval (before: 2 x interval, 1,200 ms).
+    for (const gap of gaps) {
+      expect(gap).toBeGreaterThanOrEqual(interval);
+      expect(gap).toBeLessThan(interval + 300);
+    }
   });
 
   it('makes the root from leaves sorted by stream, pairing level by level, a lone last leaf going up unchanged', () => {

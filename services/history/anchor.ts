@@ -110,14 +110,32 @@ export function anchorDue(
   return now - Date.parse(last.anchoredAt) >= intervalMs && moved > last.position;
 }
 
+/**
+ * When to check next: when the next anchor falls due (`intervalMs` after the last one), at most
+ * `checkMs` away, so that a log that starts moving after that time is seen within `checkMs`.
+ * A fixed period of the interval itself sent every other interval: the last anchor is stamped
+ * once mined, a little after its check, so the check one interval later found slightly less than
+ * an interval gone and waited for the next.
+ */
+export function nextCheckIn(
+  last: { anchoredAt: string } | null,
+  now: number,
+  intervalMs: number,
+  checkMs: number,
+): number {
+  if (last === null) return checkMs;
+  const dueIn = Date.parse(last.anchoredAt) + intervalMs - now;
+  return dueIn > 0 ? Math.min(dueIn, checkMs) : checkMs;
+}
+
 export interface AnchorChain {
   rpcUrl: string;
   privateKey: Hex;
 }
 
 /**
- * The processor that publishes the anchors (projections role): every `checkMs` it asks whether an
- * anchor is due; when one is, it reads the heads at the view's position, sends the transaction
+ * The processor that publishes the anchors (projections role): when the next anchor falls due,
+ * and at least every `checkMs` (`nextCheckIn`), it asks whether an anchor is due; when one is, it reads the heads at the view's position, sends the transaction
  * through viem (the client the payments use, its nonces sequenced locally), waits for it to be
  * mined, and records HistoryAnchored. A failed send is logged and tried again at the next check.
  */
@@ -128,6 +146,7 @@ export class HistoryAnchorer {
   private readonly wallet: WalletClient;
   private readonly client: PublicClient;
   private timer: NodeJS.Timeout | null = null;
+  private stopped = true;
   private tick: Promise<unknown> | null = null;
   chainId: number | null = null;
   lastError: string | null = null;
@@ -151,22 +170,36 @@ export class HistoryAnchorer {
   }
 
   start(): void {
-    const every = this.deps.checkMs ?? Math.min(this.deps.intervalMs, 60_000);
-    this.timer = setInterval(() => {
-      this.tick ??= this.anchorIfDue()
+    this.stopped = false;
+    this.schedule(this.checkMs);
+  }
+
+  private get checkMs(): number {
+    return this.deps.checkMs ?? Math.min(this.deps.intervalMs, 60_000);
+  }
+
+  /** One check `delay` ms from now; when it is done, the next is timed from the last anchor. */
+  private schedule(delay: number): void {
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      this.tick = this.anchorIfDue()
         .catch((err: unknown) => {
           this.lastError = (err as Error).message;
           this.deps.logger.error({ err }, 'history anchor failed');
         })
         .finally(() => {
           this.tick = null;
+          if (this.stopped) return;
+          const now = (this.deps.clock ?? Date.now)();
+          this.schedule(nextCheckIn(this.deps.heads.state.last, now, this.deps.intervalMs, this.checkMs));
         });
-    }, every);
+    }, delay);
     this.timer.unref();
   }
 
   async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     await this.tick;
   }

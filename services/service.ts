@@ -40,9 +40,9 @@ export interface RunningService {
  */
 export async function startService(config: Config, roles: Role[], logger: Logger): Promise<RunningService> {
   keepTickShape();
-  const adapters = await openAdapters(config, logger, {
-    bus: roles.includes('projections') || roles.includes('dispatcher'),
-  });
+  // The roles that carry events on the bus: the relay (projections) and the deliveries (dispatcher).
+  const carriesBus = roles.includes('projections') || roles.includes('dispatcher');
+  const adapters = await openAdapters(config, logger, { bus: carriesBus });
   const metrics = config.METRICS_ENABLED ? createMetrics() : null;
   // Whichever slice started them (key registry, webhooks, payments, history...), each runner's lag.
   metrics?.projectionLag.from(async (set) => {
@@ -77,7 +77,7 @@ export async function startService(config: Config, roles: Role[], logger: Logger
   // Each role is judged only on what it needs to serve, so a load balancer does not drop api
   // replicas during a NATS outage they do not feel: the bus carries the relay (projections) and the
   // deliveries (dispatcher); the cache holds the api's quota counters.
-  if (roles.includes('projections') || roles.includes('dispatcher')) {
+  if (carriesBus) {
     readiness.add('bus', async () => ({ kind: adapters.bus.kind, ...(await adapters.bus.health()) }));
     metrics?.busStreamReplicas.from(async (set) => {
       const { replicas } = await adapters.bus.health();
@@ -191,13 +191,14 @@ export async function startService(config: Config, roles: Role[], logger: Logger
  */
 async function closeHttp(app: FastifyInstance, graceMs: number, logger: Logger): Promise<void> {
   const grace = setTimeout(() => {
+    // Counted before they are closed, so the line says how many the grace did not see finish.
     app.server.getConnections((_err, open) => {
       logger.warn(
         { connections: open, graceMs },
         'requests still open after the grace: closing their connections',
       );
+      app.server.closeAllConnections();
     });
-    app.server.closeAllConnections();
   }, graceMs);
   try {
     await app.close();

@@ -88,7 +88,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   app.addHook('onRequest', (request, reply, done) => {
     // On every answer, refusals and answers written by the MCP transport included (on the socket's
     // response, so a route's own headers keep theirs): no type sniffing, no Referer to follow a link.
-    for (const [name, value] of Object.entries(EVERY_ANSWER_HEADERS)) reply.raw.setHeader(name, value);
+    for (const [name, value] of EVERY_ANSWER_HEADERS) reply.raw.setHeader(name, value);
     const repeated = repeatedField(request.raw.rawHeaders);
     if (repeated !== null) {
       done(

@@ -62,11 +62,11 @@ const RETRY: readonly ResponseHeader[] = ['Retry-After'];
 const retryable = (status: string) => status === '429' || /^5\d\d$/.test(status);
 
 /** On every answer of every path (app.ts sends them before routing). */
-export const EVERY_ANSWER_HEADERS = {
-  'x-content-type-options': 'nosniff',
-  'referrer-policy': 'no-referrer',
-} as const;
-const EVERY_ANSWER: readonly ResponseHeader[] = ['X-Content-Type-Options', 'Referrer-Policy'];
+export const EVERY_ANSWER_HEADERS: readonly (readonly [ResponseHeader, string])[] = [
+  ['X-Content-Type-Options', 'nosniff'],
+  ['Referrer-Policy', 'no-referrer'],
+];
+const EVERY_ANSWER: readonly ResponseHeader[] = EVERY_ANSWER_HEADERS.map(([name]) => name);
 
 /** The rate limit's headers: on every answer of a limited operation. */
 const RATE_LIMIT_HEADERS: readonly ResponseHeader[] = [

@@ -80,15 +80,23 @@ const META = 0;
 type Meta = [version: number, generation: string, checkpoint: number, checkpointId: string | null];
 /** Free space below which a failed write counts as a full disk, whatever errno it came with. */
 const MIN_FREE_BYTES = 1024 * 1024;
+/** How an I/O failure reads (its code, else lmdb-js's message). */
+const IO_FAILURE = /\bEIO\b|\bENOSPC\b|Input\/output error|No space left|MDB_MAP_FULL/;
 
 /**
  * Whether a write failed for lack of space: a full disk's writes through LMDB also fail as EIO
- * (seen on a full tmpfs), so any failure on a nearly full disk counts.
+ * (seen on a full tmpfs), so an I/O failure on a nearly full disk counts; any other error (a
+ * fold's own bug) does not, and stops the projection.
  */
 function outOfSpace(err: unknown, root: RootDatabase): boolean {
   if (isStorageFull(err)) return true;
   const path = (root as { path?: string }).path;
-  if (!(err instanceof Error) || path === undefined) return false;
+  if (
+    !(err instanceof Error) ||
+    path === undefined ||
+    !IO_FAILURE.test(`${(err as { code?: string }).code} ${err.message}`)
+  )
+    return false;
   try {
     const { bavail, bsize } = statfsSync(path);
     return bavail * bsize < MIN_FREE_BYTES;

@@ -174,8 +174,10 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
         address: account.address,
         readContract: (args) =>
           noted(() => client.readContract(args as Parameters<typeof client.readContract>[0])),
+        // A smart wallet's signature is checked with an eth_call: a refused one is the chain's
+        // failure too, not the payer's.
         verifyTypedData: (args) =>
-          client.verifyTypedData(args as Parameters<typeof client.verifyTypedData>[0]),
+          noted(() => client.verifyTypedData(args as Parameters<typeof client.verifyTypedData>[0])),
         writeContract: async (args) => {
           const hash = await client.writeContract({
             ...(args as Parameters<typeof client.writeContract>[0]),

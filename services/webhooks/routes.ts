@@ -95,6 +95,15 @@ const KEYED = {
   401: fail('UNAUTHORIZED: a live API key is required'),
   503: fail('KEY_UNVERIFIABLE: the key could not be checked right now'),
 };
+/** A keyed route's 400, which names UNKNOWN_FILTER (a query parameter it does not take) too. */
+function withUnknownFilter(declared: ResponseDoc | undefined): ResponseDoc {
+  const unknown = 'UNKNOWN_FILTER: a query parameter the route does not take';
+  if (!declared) return fail(unknown);
+  return declared.description.includes('UNKNOWN_FILTER')
+    ? declared
+    : { ...declared, description: `${declared.description}; ${unknown}` };
+}
+
 /** A keyed route takes no query parameter unless it declares some. */
 const NO_QUERY = z.strictObject({});
 /**
@@ -116,11 +125,7 @@ const keyed = <
     tags: ['webhooks'],
     auth: 'bearer',
     service: true,
-    responses: {
-      400: fail('UNKNOWN_FILTER: a query parameter the route does not take'),
-      ...doc.responses,
-      ...KEYED,
-    },
+    responses: { ...doc.responses, 400: withUnknownFilter(doc.responses[400]), ...KEYED },
   });
 
 const DOCS = {
@@ -142,7 +147,7 @@ const DOCS = {
     responses: {
       201: { description: 'The subscription, with its secret', schema: CreatedWebhook },
       400: fail(
-        'INVALID_FIELD (names the field; a scan_digest venue or timeframe the engine does not record too), INVALID_URL (refused by the SSRF guard); UNKNOWN_FILTER: a query parameter (the route takes none)',
+        'INVALID_FIELD (names the field; a scan_digest venue or timeframe the engine does not record too), INVALID_URL (refused by the SSRF guard)',
       ),
       404: fail('unknown_coin: a coin in `assets` that no venue the service reads lists'),
       422: fail(
@@ -200,7 +205,7 @@ const DOCS = {
     body: optionalBody(RotateSecretRequest),
     responses: {
       200: { description: 'The new secret', schema: RotatedSecret },
-      400: fail('INVALID_FIELD; UNKNOWN_FILTER: a query parameter (the route takes none)'),
+      400: fail('INVALID_FIELD'),
       404: fail('NOT_FOUND'),
     },
   }),
@@ -210,7 +215,7 @@ const DOCS = {
     body: optionalBody(ReEnableWebhookRequest),
     responses: {
       200: { description: 'The subscription', schema: WebhookView },
-      400: fail('INVALID_FIELD; UNKNOWN_FILTER: a query parameter (the route takes none)'),
+      400: fail('INVALID_FIELD'),
       404: fail('NOT_FOUND'),
     },
   }),

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../contracts/config.ts';
 import { newEvent } from '../contracts/events.ts';
 import { type RunningService, startService } from '../services/service.ts';
-import { MCP_ACCEPT, mcpInitialize } from './mcp-wire.ts';
+import { MCP_ACCEPT, mcpInitialize, mcpSessionHeaders } from './mcp-wire.ts';
 
 /**
  * The series an operator needs beside the webhook ones (issue 13, item 9): quota debits and
@@ -40,12 +40,7 @@ describe('operator metrics on /metrics', () => {
   const callTool = (id: number) =>
     fetch(`${service.url}/mcp`, {
       method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        accept: BOTH,
-        'mcp-session-id': session,
-        'mcp-protocol-version': '2025-06-18',
-      },
+      headers: mcpSessionHeaders(session),
       body: JSON.stringify({
         jsonrpc: '2.0',
         id,

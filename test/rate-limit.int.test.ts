@@ -4,7 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { connectRedisCache, type RedisCache } from '../adapters/cache/redis.ts';
 import { RateLimiter } from '../services/metering/rate-limit.ts';
 import { startKeyedServer } from './keyed-harness.ts';
-import { MCP_ACCEPT, mcpInitialize } from './mcp-wire.ts';
+import { MCP_ACCEPT, mcpInitialize, mcpSessionHeaders } from './mcp-wire.ts';
 import { REDIS_URL, shouldRunRedisSuite, wipePrefix } from './redis-probe.ts';
 
 const run = await shouldRunRedisSuite('rate-limit suite');
@@ -48,12 +48,7 @@ describe.runIf(run)('request-rate limits on real Redis (HTTP and MCP, shared by 
     return (id: number, name = 'get_market_regime') =>
       fetch(`${s.url}${path}`, {
         method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          accept: BOTH,
-          'mcp-session-id': session,
-          'mcp-protocol-version': '2025-06-18',
-        },
+        headers: mcpSessionHeaders(session),
         body: JSON.stringify({
           jsonrpc: '2.0',
           id,
@@ -210,13 +205,7 @@ describe.runIf(run)(
       (
         await fetch(`${s.url}/mcp`, {
           method: 'POST',
-          headers: {
-            'content-type': 'application/json',
-            accept: BOTH,
-            'mcp-session-id': session,
-            'mcp-protocol-version': '2025-06-18',
-            ...headers,
-          },
+          headers: { ...mcpSessionHeaders(session), ...headers },
           body: JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'ping' }),
         })
       ).status;

@@ -345,9 +345,14 @@ export const ConfigSchema = z
      * /64): opening one more closes the caller's (or its pool's) least recently used session
      * first. Anonymous callers together hold at most MCP_MAX_SESSIONS_ANONYMOUS of the total, free
      * keys MCP_MAX_SESSIONS_FREE (unset: a quarter each), paid keys the rest, so a flood of
-     * addresses or of free keys never evicts a paid caller's session.
+     * addresses or of free keys never evicts a paid caller's session. At least 3, so that each
+     * pool holds at least one session within the total.
      */
-    MCP_MAX_SESSIONS: positiveInt.default(10_000),
+    MCP_MAX_SESSIONS: decimal
+      .pipe(
+        z.number().int().min(3, 'at least 3 (one session for each pool: anonymous, free keys, paid keys)'),
+      )
+      .default(10_000),
     MCP_MAX_SESSIONS_PER_CALLER: positiveInt.default(16),
     MCP_MAX_SESSIONS_ANONYMOUS: positiveInt.optional(),
     MCP_MAX_SESSIONS_FREE: positiveInt.optional(),

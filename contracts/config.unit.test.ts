@@ -97,6 +97,14 @@ describe('loadConfig', () => {
     }
   });
 
+  it('refuses MCP_MAX_SESSIONS below 3, naming it: each of the three session pools holds at least one', () => {
+    for (const value of ['0', '1', '2']) {
+      expect(() => loadConfig({ MCP_MAX_SESSIONS: value })).toThrow(/MCP_MAX_SESSIONS.*at least 3/s);
+    }
+    expect(loadConfig({ MCP_MAX_SESSIONS: '3' }).MCP_MAX_SESSIONS).toBe(3);
+    expect(loadConfig({}).MCP_MAX_SESSIONS).toBe(10_000);
+  });
+
   it('accepts the URL forms the clients take, a NATS cluster comma-separated', () => {
     const config = loadConfig({
       EVENT_STORE: 'postgres',

@@ -45,6 +45,8 @@ export class SessionTable {
   private readonly pooled: Record<SessionPool, number> = { anonymous: 0, free: 0, paid: 0 };
   private uses = 0;
   private readonly timer: NodeJS.Timeout;
+  /** The most sessions each pool holds (constant: worked out once from the options). */
+  readonly pools: Readonly<Record<SessionPool, number>>;
 
   constructor(
     private readonly options: {
@@ -55,7 +57,9 @@ export class SessionTable {
       maxPerOwner?: number;
       /**
        * Of `maxSessions`, the most anonymous owners hold together, and free keys; paid keys hold
-       * the rest. Unset: a quarter each, rounded up; every pool holds at least one.
+       * the rest. Unset: a quarter each, rounded up. Every pool holds at least one, within the
+       * total: so `maxSessions`, when set, is at least 3 (the constructor refuses less, and the
+       * config, MCP_MAX_SESSIONS, too).
        */
       maxAnonymous?: number;
       maxFree?: number;
@@ -63,6 +67,7 @@ export class SessionTable {
       onCount?: (open: number) => void;
     },
   ) {
+    this.pools = poolCaps(options);
     this.timer = setInterval(
       () => {
         this.sweep().catch((err) => options.logger?.warn({ err }, 'mcp session sweep failed'));
@@ -81,21 +86,11 @@ export class SessionTable {
     return this.owned.get(owner) ?? 0;
   }
 
-  /** The most sessions each pool holds. */
-  get pools(): Record<SessionPool, number> {
-    const total = this.options.maxSessions ?? Number.POSITIVE_INFINITY;
-    if (total === Number.POSITIVE_INFINITY) return { anonymous: total, free: total, paid: total };
-    const quarter = Math.ceil(total / 4);
-    const anonymous = Math.max(1, Math.min(this.options.maxAnonymous ?? quarter, total - 2));
-    const free = Math.max(1, Math.min(this.options.maxFree ?? quarter, total - anonymous - 1));
-    return { anonymous, free, paid: Math.max(1, total - anonymous - free) };
-  }
-
   /**
    * Makes room for one more session of `owner` under its caps, closing the least recently used
    * ones (its own for the per-owner cap, its pool's for the total); returns how many were closed.
    */
-  async makeRoom(owner: string, pool: SessionPool = poolOf(owner)): Promise<number> {
+  async makeRoom(owner: string, pool: SessionPool): Promise<number> {
     let closed = 0;
     const perOwner = this.options.maxPerOwner ?? Number.POSITIVE_INFINITY;
     while (this.countOf(owner) >= perOwner) {
@@ -120,9 +115,9 @@ export class SessionTable {
     id: string,
     server: Server,
     transport: StreamableHTTPServerTransport,
-    owner = 'unknown',
-    credential: string | null = null,
-    pool: SessionPool = poolOf(owner),
+    owner: string,
+    credential: string | null,
+    pool: SessionPool,
   ): void {
     const previous = this.sessions.get(id);
     if (previous !== undefined) this.uncount(previous);
@@ -210,7 +205,28 @@ export class SessionTable {
   }
 }
 
-/** The pool of an owner whose plan is not told: anonymous (a client address, as sessionOwner names it) or paid. */
-function poolOf(owner: string): SessionPool {
-  return owner.startsWith('anonymous:') ? 'anonymous' : 'paid';
+/**
+ * The most sessions each pool holds: unbounded without `maxSessions`; else anonymous owners and
+ * free keys their shares (a quarter each unset), each held to leave at least one for the others,
+ * and paid keys the rest. `maxSessions` below 3 is refused: three pools of at least one each
+ * would add up to more than the total.
+ */
+function poolCaps(options: {
+  maxSessions?: number;
+  maxAnonymous?: number;
+  maxFree?: number;
+}): Readonly<Record<SessionPool, number>> {
+  const total = options.maxSessions;
+  if (total === undefined || total === Number.POSITIVE_INFINITY)
+    return Object.freeze({
+      anonymous: Number.POSITIVE_INFINITY,
+      free: Number.POSITIVE_INFINITY,
+      paid: Number.POSITIVE_INFINITY,
+    });
+  if (!(total >= 3))
+    throw new RangeError(`maxSessions must be at least 3 (one session for each pool), got ${total}`);
+  const quarter = Math.ceil(total / 4);
+  const anonymous = Math.max(1, Math.min(options.maxAnonymous ?? quarter, total - 2));
+  const free = Math.max(1, Math.min(options.maxFree ?? quarter, total - anonymous - 1));
+  return Object.freeze({ anonymous, free, paid: total - anonymous - free });
 }

@@ -14,6 +14,7 @@ import type { Adapters } from '../adapters.ts';
 import type { Component, Role, Slice } from '../component.ts';
 import { rankMarkets, unservedVenue } from '../engine/engine.ts';
 import { scheduledMarkets } from '../engine/scheduler.ts';
+import { guardedAgent } from '../shared/ssrf/guarded-agent.ts';
 import { DeliveryWorker } from './delivery-worker.ts';
 import { type DigestCoverage, digestCoverage } from './digest-coverage.ts';
 import { rankedDigestScan } from './digest-scan.ts';
@@ -23,7 +24,6 @@ import { MarketRanking } from './ranking.ts';
 import { webhookRoutes } from './routes.ts';
 import { secretBoxFromConfig } from './secret-box.ts';
 import { type WebhookSettings, webhookSettings } from './settings.ts';
-import { guardedAgent } from './ssrf/guarded-agent.ts';
 import { type WebhookState, webhookProjectionWith } from './webhook-projection.ts';
 
 type WebhookAdapters = Pick<Adapters, 'eventStore' | 'projectionStore' | 'bus'>;

@@ -23,6 +23,7 @@ import type { ProjectionRunner } from '../../projections/runner.ts';
 import type { FieldCodes } from '../api/errors.ts';
 import { declared, documented, type ResponseDoc, type RouteDoc } from '../api/openapi.ts';
 import { callerHook, decorateCaller, keyRefusal, withAnswerService } from '../metering/caller.ts';
+import { checkWebhookUrl } from '../shared/ssrf/url-policy.ts';
 import { deliveryView, findDelivery, sequenceStream } from './delivery-log-fold.ts';
 import type { DeliveryWorker } from './delivery-worker.ts';
 import type { DigestCoverage } from './digest-coverage.ts';
@@ -32,7 +33,6 @@ import { SAMPLE_VERIFY_BODY, SAMPLE_VERIFY_PATH, sampleEnvelope } from './sample
 import type { SecretBox } from './secret-box.ts';
 import { type SendResult, sendSigned } from './sender.ts';
 import type { WebhookSettings } from './settings.ts';
-import { checkWebhookUrl } from './ssrf/url-policy.ts';
 import {
   createSubscription,
   deleteSubscription,

@@ -1,7 +1,7 @@
 import { type Config, publicBaseUrl } from '../../contracts/config.ts';
+import { type AddressPolicy, parseCidrList } from '../shared/ssrf/address-policy.ts';
+import { parsePortPolicy, type UrlPolicy } from '../shared/ssrf/url-policy.ts';
 import type { RetryPolicy } from './retry-policy.ts';
-import { type AddressPolicy, parseCidrList } from './ssrf/address-policy.ts';
-import { parsePortPolicy, type UrlPolicy } from './ssrf/url-policy.ts';
 
 /** Everything the dispatcher and the management routes read from configuration, parsed once. */
 export interface WebhookSettings {

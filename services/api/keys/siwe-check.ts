@@ -1,6 +1,7 @@
 import { getAddress, verifyMessage } from 'viem';
 import { parseSiweMessage, validateSiweMessage } from 'viem/siwe';
 import type { ErrorCode } from '../../../contracts/errors.ts';
+import { LOOPBACK_HOSTS } from '../../shared/ssrf/address-policy.ts';
 
 /** Each a code of the error catalog, which gives its status. */
 export type SignInRefusal = Extract<
@@ -15,8 +16,6 @@ export type SignInRefusal = Extract<
 export type SignInCheck =
   | { ok: true; address: `0x${string}`; nonce: string }
   | { ok: false; code: SignInRefusal; message: string };
-
-const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);
 
 /**
  * The origins a message's `uri` may have: the service's public origin. It is PUBLIC_BASE_URL's

@@ -4,14 +4,14 @@ import {
   forbiddenAddress,
   ipLiteral,
   STRICT_POLICY,
-} from '../../webhooks/ssrf/address-policy.ts';
-import { type GuardedAgentOptions, guardedAgent } from '../../webhooks/ssrf/guarded-agent.ts';
-import { resolveAll } from '../../webhooks/ssrf/url-policy.ts';
+} from '../../shared/ssrf/address-policy.ts';
+import { type GuardedAgentOptions, guardedAgent } from '../../shared/ssrf/guarded-agent.ts';
+import { resolveAll } from '../../shared/ssrf/url-policy.ts';
 
 /**
  * Which addresses the authorization server reaches when it fetches a client ID metadata document
  * (or any other document oidc-provider fetches): the webhook sender's policy, global unicast only
- * (services/webhooks/ssrf/address-policy.ts), one rule for both. A client_id is chosen by whoever
+ * (services/shared/ssrf/address-policy.ts), one rule for both. A client_id is chosen by whoever
  * starts an authorization request, so without it anyone could make the server GET an address on
  * its own network (loopback, private, link-local, metadata services, IPv4 embedded in IPv6).
  */
@@ -53,16 +53,23 @@ export async function clientDocumentFetchAllowed(
 
 type Fetch = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
 
+/** A guarded fetch and the one agent behind it: `close` ends its keep-alive sockets (at shutdown). */
+export interface GuardedFetch {
+  fetch: Fetch;
+  close(): Promise<void>;
+}
+
 /**
  * oidc-provider's `fetch`: every request it makes goes through the webhook sender's guarded
  * agent, which resolves the name itself, checks every address and dials the one it checked (a
  * rebinding name cannot switch to an internal address between check and connect). Redirects are
  * not followed (oidc-provider asks for `redirect: 'manual'`, and the agent does not follow them).
+ * The agent keeps sockets alive: whoever builds it closes it when its provider stops.
  */
 export function guardedFetch(
   policy: OutboundPolicy = DEFAULT_OUTBOUND_POLICY,
   tls?: GuardedAgentOptions['tls'],
-): Fetch {
+): GuardedFetch {
   const agent = guardedAgent({
     addresses: policy.addresses,
     resolve: policy.resolve,
@@ -70,11 +77,18 @@ export function guardedFetch(
     connectionsPerOrigin: 4,
     ...(tls ? { tls } : {}),
   });
-  return (input, init) => {
-    const { dispatcher: _theirs, ...rest } = (init ?? {}) as RequestInit & { dispatcher?: unknown };
-    return undiciFetch(input as never, {
-      ...(rest as object),
-      dispatcher: agent,
-    }) as unknown as Promise<Response>;
+  let closing: Promise<void> | null = null;
+  return {
+    fetch: (input, init) => {
+      const { dispatcher: _theirs, ...rest } = (init ?? {}) as RequestInit & { dispatcher?: unknown };
+      return undiciFetch(input as never, {
+        ...(rest as object),
+        dispatcher: agent,
+      }) as unknown as Promise<Response>;
+    },
+    close: () => {
+      closing ??= agent.close();
+      return closing;
+    },
   };
 }

@@ -3,9 +3,9 @@ import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { selfSignedCert } from '../../../test/webhooks-receiver.ts';
-import { parseCidrList, STRICT_POLICY } from '../../webhooks/ssrf/address-policy.ts';
-import { clientDocumentFetchAllowed, type OutboundPolicy } from './client-document.ts';
-import { createProvider, redirectUriRefusal } from './provider.ts';
+import { parseCidrList, STRICT_POLICY } from '../../shared/ssrf/address-policy.ts';
+import { clientDocumentFetchAllowed, guardedFetch, type OutboundPolicy } from './client-document.ts';
+import { createProvider, type OAuthProvider, redirectUriRefusal } from './provider.ts';
 import { loadSecrets } from './signing-keys.ts';
 import { MemoryOAuthStore } from './store.ts';
 
@@ -75,11 +75,15 @@ describe('the provider fetches a client ID metadata document only from an addres
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     port = (server.address() as AddressInfo).port;
   });
-  afterAll(async () => new Promise<void>((resolve) => server.close(() => resolve())));
+  const built: OAuthProvider[] = [];
+  afterAll(async () => {
+    await Promise.all(built.map((b) => b.close()));
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  });
 
   const provider = async (outbound: OutboundPolicy) => {
     const store = new MemoryOAuthStore();
-    return createProvider({
+    const b = createProvider({
       issuer: 'http://127.0.0.1:1',
       resource: 'http://127.0.0.1:1/mcp/signin',
       store,
@@ -89,6 +93,8 @@ describe('the provider fetches a client ID metadata document only from an addres
       outbound,
       outboundTls: { ca: tls.cert },
     });
+    built.push(b);
+    return b.provider;
   };
 
   it('dials the address it checked (the fetch goes through the guarded agent)', async () => {
@@ -98,6 +104,31 @@ describe('the provider fetches a client ID metadata document only from an addres
     });
     const client = await p.Client.find(clientId());
     expect(client?.redirectUris).toEqual(['http://127.0.0.1:9/callback']);
+  });
+
+  it('closes its agent when the provider stops: the kept-alive socket ends, no fetch after', async () => {
+    const outbound = guardedFetch(
+      { addresses: { allow: parseCidrList('127.0.0.1/32') }, resolve: async () => ['127.0.0.1'] },
+      { ca: tls.cert },
+    );
+    const response = await outbound.fetch(clientId());
+    expect(response.status).toBe(200);
+    await response.text();
+    const open = await new Promise<number>((resolve, reject) =>
+      server.getConnections((err, n) => (err ? reject(err) : resolve(n))),
+    );
+    expect(open).toBeGreaterThan(0);
+    await outbound.close();
+    await outbound.close(); // twice is fine
+    await expect(outbound.fetch(clientId())).rejects.toThrow();
+    await expect
+      .poll(
+        () =>
+          new Promise<number>((resolve, reject) =>
+            server.getConnections((err, n) => (err ? reject(err) : resolve(n))),
+          ),
+      )
+      .toBe(0);
   });
 
   it('never connects when the name rebinds to an internal address after the check (DNS rebinding)', async () => {

@@ -1,5 +1,6 @@
 import Provider, { type Configuration, errors, type KoaContextWithOIDC } from 'oidc-provider';
 import { MCP_SCOPE, OAUTH_PREFIX, type OAuthSecrets } from '../../../contracts/oauth.ts';
+import { LOOPBACK_HOSTS } from '../../shared/ssrf/address-policy.ts';
 import { oauthAdapter } from './adapter.ts';
 import {
   clientDocumentFetchAllowed,
@@ -25,10 +26,10 @@ export interface ProviderOptions {
   outboundTls?: { ca?: string | Buffer };
 }
 
-/** Hosts names a plain-http redirect URI may use (OAuth 2.1 §2.3.1, the MCP authorization profile). */
-const LOOPBACK_HOSTS = new Set(['127.0.0.1', '[::1]', 'localhost']);
-
-/** Why a redirect URI is refused at registration, or null: https, or http on a loopback host only. */
+/**
+ * Why a redirect URI is refused at registration, or null: https, or http on a loopback host only
+ * (LOOPBACK_HOSTS: OAuth 2.1 §2.3.1, the MCP authorization profile).
+ */
 export function redirectUriRefusal(uri: unknown): string | null {
   if (typeof uri !== 'string') return null; // the library's own schema reports the type
   const url = URL.parse(uri);
@@ -59,15 +60,22 @@ export const OAUTH_ROUTES = {
 
 const interactionPath = (uid: string) => `${OAUTH_PREFIX}/interaction/${uid}`;
 
+/** The provider and what it holds open: `close` ends the keep-alive sockets of its outgoing fetches. */
+export interface OAuthProvider {
+  provider: Provider;
+  close(): Promise<void>;
+}
+
 /**
  * The MCP authorization profile on oidc-provider: authorization code with PKCE (S256, always
  * required), exact redirect URIs, dynamic client registration and client ID metadata documents,
  * one resource (RFC 8707) whose tokens are opaque, short-lived and checked in the store on every
  * call (so revoking a grant or its key ends them at once), refresh tokens rotated on use.
  */
-export function createProvider(options: ProviderOptions): Provider {
+export function createProvider(options: ProviderOptions): OAuthProvider {
   const { resource, ttl } = options;
   const outbound = options.outbound ?? DEFAULT_OUTBOUND_POLICY;
+  const outboundFetch = guardedFetch(outbound, options.outboundTls);
   const configuration: Configuration = {
     adapter: oauthAdapter(options.store),
     jwks: options.secrets.jwks as Configuration['jwks'],
@@ -106,7 +114,7 @@ export function createProvider(options: ProviderOptions): Provider {
       },
     },
     // Every outgoing request (client ID metadata documents) dials only an address that passed the policy.
-    fetch: guardedFetch(outbound, options.outboundTls),
+    fetch: outboundFetch.fetch,
     routes: OAUTH_ROUTES,
     features: {
       devInteractions: { enabled: false },
@@ -164,5 +172,10 @@ export function createProvider(options: ProviderOptions): Provider {
       );
     },
   };
-  return new Provider(options.issuer, configuration);
+  try {
+    return { provider: new Provider(options.issuer, configuration), close: outboundFetch.close };
+  } catch (err) {
+    void outboundFetch.close();
+    throw err;
+  }
 }

@@ -95,9 +95,12 @@ export function oauthSignIn(deps: OAuthSignInDeps): {
   };
 
   const log = deps.logger.child({ component: 'oauth' });
+  /** Closes the provider's outgoing agent (its keep-alive sockets); set once it is built. */
+  let closeOutbound: (() => Promise<void>) | null = null;
+  let stopped = false;
   const build = async (): Promise<Provider> => {
     const secrets = await loadSecrets(store, config);
-    const built = createProvider({
+    const { provider: built, close } = createProvider({
       issuer,
       resource,
       store,
@@ -117,6 +120,12 @@ export function oauthSignIn(deps: OAuthSignInDeps): {
     built.proxy = config.TRUST_PROXY !== '';
     built.on('server_error', (_ctx, err) => log.error({ err }, 'oauth server error'));
     built.on('grant.revoked', (_ctx, grantId) => log.info({ grantId }, 'oauth grant revoked'));
+    closeOutbound = close;
+    if (stopped) {
+      // Stopped while the secrets were loading: nothing will close it later.
+      await close();
+      throw new Error('the OAuth sign-in has stopped');
+    }
     provider = built;
     return built;
   };
@@ -131,6 +140,11 @@ export function oauthSignIn(deps: OAuthSignInDeps): {
   };
 
   const plugin: FastifyPluginAsync = async (app) => {
+    // The provider's outgoing agent keeps sockets alive: closed with the app, so none outlive shutdown.
+    app.addHook('onClose', async () => {
+      stopped = true;
+      await closeOutbound?.();
+    });
     // Built now when the store answers; the api starts anyway when it does not (Redis down at start).
     await ready().catch((err: unknown) =>
       log.warn({ err }, 'oauth server not started: its store is unreachable'),

@@ -27,6 +27,13 @@ export interface AddressPolicy {
 
 export const STRICT_POLICY: AddressPolicy = { allow: [] };
 
+/**
+ * The loopback host names as `URL.hostname` spells them: where a plain-http URL is accepted (an
+ * OAuth redirect URI, OAuth 2.1 §2.3.1; a SIWE origin on this machine). Names only: any other
+ * spelling of a loopback address (127.0.0.2, [::ffff:127.0.0.1]) is not on it.
+ */
+export const LOOPBACK_HOSTS: ReadonlySet<string> = new Set(['localhost', '127.0.0.1', '[::1]']);
+
 export function parseCidrList(raw: string): Cidr[] {
   return raw
     .split(',')

@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { writeFileSync } from 'node:fs';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -52,6 +53,24 @@ describe('the data directory lock', () => {
       const lock = lockDataDir(dir);
       lock.release();
       await expect(readFile(join(dir, LOCK_FILE))).rejects.toThrow(/ENOENT/);
+    }
+  });
+
+  it('is not taken from a rival that took the same stale file a moment before', async () => {
+    const dir = await tempDir();
+    const rival = await otherProcess();
+    try {
+      await writeFile(join(dir, LOCK_FILE), JSON.stringify({ pid: 2 ** 22 + 1, started: null }));
+      // Between this process finding the file stale and taking it away, a rival (a live process)
+      // takes it over and links its own lock: this process must leave the rival's lock in place.
+      const rivalLock = JSON.stringify({ pid: rival.pid, started: rival.started });
+      expect(() => lockDataDir(dir, () => writeFileSync(join(dir, LOCK_FILE), rivalLock))).toThrow(
+        `(pid ${rival.pid}, recorded in ${join(dir, LOCK_FILE)})`,
+      );
+      expect(await readFile(join(dir, LOCK_FILE), 'utf8')).toBe(rivalLock);
+      expect((await readdir(dir)).sort()).toEqual([LOCK_FILE]);
+    } finally {
+      rival.child.kill('SIGKILL');
     }
   });
 });

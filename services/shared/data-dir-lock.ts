@@ -1,4 +1,4 @@
-import { linkSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { linkSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 /** Another live service process holds the data directory. */
@@ -42,15 +42,19 @@ export const LOCK_FILE = 'service.pid';
  * process stopped longer than its stale time loses, and do not name the holder.)
  * The operator CLIs do not take it: LMDB is safe across processes, and they only append or read.
  */
-export function lockDataDir(dataDir: string): DataDirLock {
+export function lockDataDir(
+  dataDir: string,
+  /** Runs between finding a lock file stale and taking it away: a test's stand-in for a rival. */
+  beforeTakeover: () => void = () => undefined,
+): DataDirLock {
   mkdirSync(dataDir, { recursive: true });
   const file = join(dataDir, LOCK_FILE);
   const mine: Holder = { pid: process.pid, started: startTime(process.pid) };
   const draft = `${file}.${process.pid}.tmp`;
   writeFileSync(draft, `${JSON.stringify(mine)}\n`);
   try {
-    // Three tries: a stale file is removed and the link tried again; another process starting at
-    // the same moment may win that race, and is then the live holder.
+    // Three tries: a stale file is taken away and the link tried again; another process starting
+    // at the same moment may win that race, and is then the live holder.
     for (let attempt = 0; attempt < 3; attempt++) {
       try {
         linkSync(draft, file);
@@ -65,7 +69,28 @@ export function lockDataDir(dataDir: string): DataDirLock {
       }
       const holder = readHolder(file);
       if (holder && isLive(holder)) throw new DataDirInUse(dataDir, holder.pid, file);
-      rmSync(file, { force: true });
+      // Moved aside under a name of this process's, not removed: of two processes that both found
+      // it stale, the second would otherwise remove the lock the first has just linked. A rename is
+      // atomic, so what is moved is whatever stands there now; a live lock moved by mistake is put
+      // back and refuses this process.
+      beforeTakeover();
+      const aside = `${file}.${process.pid}.stale`;
+      try {
+        renameSync(file, aside);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue; // another took it away first
+        throw err;
+      }
+      const moved = readHolder(aside);
+      if (moved && isLive(moved)) {
+        try {
+          linkSync(aside, file);
+        } finally {
+          rmSync(aside, { force: true });
+        }
+        throw new DataDirInUse(dataDir, moved.pid, file);
+      }
+      rmSync(aside, { force: true });
     }
     throw new Error(`could not take ${file}: it was replaced three times while being taken`);
   } finally {

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { isIPv6 } from 'node:net';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import ipaddr from 'ipaddr.js';
 import { ServiceError } from '../../contracts/errors.ts';
 import { isWellFormedKey } from '../keys/key-material.ts';
 import type { KeyRecord } from '../keys/key-registry.ts';
@@ -131,19 +132,12 @@ function anonymousSubject(clientAddress: string): QuotaSubject {
 export function addressScope(address: string): string {
   const bare = address.toLowerCase().split('%')[0]!;
   if (!isIPv6(bare)) return address;
-  if (/^::ffff:\d+\.\d+\.\d+\.\d+$/.test(bare)) return bare.slice(7);
-  const [head = '', tail] = bare.split('::');
-  const groups = (part: string | undefined): string[] =>
-    part === undefined || part === ''
-      ? []
-      : part.split(':').flatMap((g) => (g.includes('.') ? ['0', '0'] : [g]));
-  const front = groups(head);
-  const back = groups(tail);
-  const all =
-    tail === undefined ? front : [...front, ...Array(8 - front.length - back.length).fill('0'), ...back];
-  return `${all
+  // ipaddr.js (the SSRF guard's parser) expands `::` and reads an IPv4-mapped address as IPv4.
+  const ip = ipaddr.process(bare);
+  if (ip.kind() === 'ipv4') return ip.toString();
+  return `${(ip as ipaddr.IPv6).parts
     .slice(0, 4)
-    .map((g) => Number.parseInt(g, 16).toString(16))
+    .map((part) => part.toString(16))
     .join(':')}::/64`;
 }
 

@@ -77,7 +77,20 @@ export async function verifyRows(
   rows: AsyncIterable<HistoryRow>,
   options: { onRow?: (row: HistoryRow) => Promise<void> } = {},
 ): Promise<ChainReport> {
-  const last = new Map<string, { hash: string; revision: number; position: number; recordedAt: number }>();
+  // Per stream, its last row and the recorded_at of the row before that one (null for a stream's
+  // first row): a recorded_at out of order is blamed on the row that breaks the order of both its
+  // neighbours, not always on the later one.
+  const last = new Map<
+    string,
+    {
+      at: RowRef;
+      hash: string;
+      revision: number;
+      position: number;
+      recordedAt: number;
+      recordedBefore: number | null;
+    }
+  >();
   const chains = new Map<string, OutcomeChain>();
   const report: ChainReport = {
     ok: true,
@@ -122,8 +135,12 @@ export async function verifyRows(
         );
         break;
       }
-      if (Date.parse(row.recorded_at) < prev.recordedAt - RECORDED_SKEW_MS) {
-        broken(ref(row), "recorded_at is earlier than the previous verdict's of this stream");
+      const recordedAt = Date.parse(row.recorded_at);
+      if (recordedAt < prev.recordedAt - RECORDED_SKEW_MS) {
+        // Later than both neighbours: the previous row's stamp moved forward, not this one's back.
+        if (prev.recordedBefore !== null && recordedAt >= prev.recordedBefore - RECORDED_SKEW_MS)
+          broken(prev.at, "recorded_at is later than the next verdict's of this stream");
+        else broken(ref(row), "recorded_at is earlier than the previous verdict's of this stream");
         break;
       }
     } else {
@@ -153,10 +170,12 @@ export async function verifyRows(
       report.rehashed++;
     }
     last.set(row.stream, {
+      at: ref(row),
       hash: row.hash,
       revision: row.revision,
       position: row.position,
       recordedAt: Date.parse(row.recorded_at),
+      recordedBefore: prev?.recordedAt ?? null,
     });
     const reason = checkOutcome(row, chains.get(row.stream)!, report);
     if (reason) {

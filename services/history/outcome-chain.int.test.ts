@@ -162,6 +162,12 @@ describe('outcomes in the chain', () => {
       "recorded_at is earlier than the previous verdict's of this stream",
     ],
     [
+      'recorded_at moved an hour later',
+      () => middle(),
+      (r) => ({ ...r, recorded_at: new Date(Date.parse(r.recorded_at) + 3_600_000).toISOString() }),
+      "recorded_at is later than the next verdict's of this stream",
+    ],
+    [
       'reveal_at moved a day earlier',
       () => middle(),
       (r) => ({ ...r, reveal_at: new Date(Date.parse(r.reveal_at) - 86_400_000).toISOString() }),

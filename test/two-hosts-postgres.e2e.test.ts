@@ -311,8 +311,8 @@ describe.runIf(run)(
           ),
         );
         for (const r of answers) {
-          expect(r.status).toBe(200);
-          await r.arrayBuffer();
+          const body = await r.text();
+          expect(r.status, body).toBe(200);
           served++;
         }
       }

@@ -165,6 +165,39 @@ describe.skipIf(!haveBinary)('the first connect while nats-server is down', () =
     expect(ack.sequence).toBe(1);
   });
 
+  it('creates a consumer once the server is back when it was down at consume(), then delivers', async () => {
+    const stream = `CONSUME_${randomUUID().slice(0, 8)}`;
+    const bus = await connectNatsBus({
+      url: server.url,
+      stream,
+      subjectPrefix: 'late',
+      logger,
+      requestTimeoutMs: 500,
+      startupTimeoutMs: 60_000,
+    });
+    opened.push(bus);
+    await server.kill();
+    const received: string[] = [];
+    let settled = false;
+    const consuming = bus
+      .consume({ durable: 'late', filterSubject: 'late.events.>' }, async (message) => {
+        received.push(message.msgId);
+        await message.ack();
+      })
+      .finally(() => {
+        settled = true;
+      });
+    // Its JetStream requests fail while the server is down; the consumer's start waits them out.
+    await sleep(1_500);
+    expect(settled).toBe(false);
+    await server.restart();
+    const consumer = await consuming;
+    const msgId = randomUUID();
+    await bus.publish('late.events.x', new TextEncoder().encode('{}'), { msgId });
+    await waitFor(() => received.includes(msgId), 'the message published after the restart');
+    await consumer.stop();
+  });
+
   it('gives up after its startup timeout with an error that names the server and the cause', async () => {
     await server.kill();
     const started = Date.now();

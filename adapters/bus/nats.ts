@@ -79,25 +79,44 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
   const logger = (options.logger ?? pino({ name: 'bus' })).child({ bus: 'nats', stream: options.stream });
   const requestTimeoutMs = options.requestTimeoutMs ?? 5_000;
   const startupTimeoutMs = options.startupTimeoutMs ?? 60_000;
-  const deadline = Date.now() + startupTimeoutMs;
+  return retryTransient(
+    () => openOnce(options, subjectPrefix, logger, requestTimeoutMs, startupTimeoutMs),
+    startupTimeoutMs,
+    logger,
+    'NATS not usable yet; retrying',
+    (attempt, err) =>
+      new Error(
+        `NATS at ${maskUrlCredentials(options.url)} not usable within ${startupTimeoutMs} ms (${attempt} tries): ${describe(err)}`,
+        { cause: err },
+      ),
+  );
+}
+
+/**
+ * Runs `op` until it resolves, tried again after a transient failure (isTransient: an outage, a
+ * leader election, a JetStream request timed out on a loaded host) with pauses doubling from
+ * 250 ms to 5 s for `withinMs`; past that, the error `giveUp` makes of the last failure is thrown.
+ * Any other failure is thrown at once, so a wrong setting is not hidden behind a minute of retries.
+ */
+async function retryTransient<T>(
+  op: () => Promise<T>,
+  withinMs: number,
+  logger: Logger,
+  retrying: string,
+  giveUp: (attempt: number, err: unknown) => Error,
+): Promise<T> {
+  const deadline = Date.now() + withinMs;
   let pauseMs = 250;
   for (let attempt = 1; ; attempt++) {
     try {
-      return await openOnce(options, subjectPrefix, logger, requestTimeoutMs);
+      return await op();
     } catch (err) {
-      // Only an outage is worth waiting out; a refused login or a stream the server will not
-      // create fails at once, so a wrong setting is not hidden behind a minute of retries.
       if (!isTransient(err)) throw err;
       const left = deadline - Date.now();
-      if (left <= 0) {
-        throw new Error(
-          `NATS at ${maskUrlCredentials(options.url)} not usable within ${startupTimeoutMs} ms (${attempt} tries): ${describe(err)}`,
-          { cause: err },
-        );
-      }
-      // Readiness is not served yet at this point: the log is where an operator sees the wait.
-      logger.warn({ attempt, err: describe(err), retryInMs: pauseMs }, 'NATS not usable yet; retrying');
-      await new Promise((resolve) => setTimeout(resolve, Math.min(pauseMs, left)));
+      if (left <= 0) throw giveUp(attempt, err);
+      // Readiness is not served yet while a role starts: the log is where an operator sees the wait.
+      logger.warn({ attempt, err: describe(err), retryInMs: pauseMs }, retrying);
+      await delay(Math.min(pauseMs, left));
       pauseMs = Math.min(pauseMs * 2, 5_000);
     }
   }
@@ -149,6 +168,7 @@ async function openOnce(
   subjectPrefix: string,
   logger: Logger,
   requestTimeoutMs: number,
+  startupTimeoutMs: number,
 ): Promise<NatsBus> {
   const nc = await connect({
     // NATS_URL may list a cluster's servers, comma-separated; the client takes them as an array.
@@ -176,6 +196,7 @@ async function openOnce(
       subjectPrefix,
       logger,
       requestTimeoutMs,
+      startupTimeoutMs,
       pullExpiresMs: options.pullExpiresMs ?? 5_000,
       pullBatch: options.pullBatch ?? 64,
       consumerReplicas: options.consumerReplicas ?? 0,
@@ -346,6 +367,8 @@ interface NatsBusConfig {
   subjectPrefix: string;
   logger: Logger;
   requestTimeoutMs: number;
+  /** How long a consumer's creation at consume() waits out transient failures (as the connect does). */
+  startupTimeoutMs: number;
   pullExpiresMs: number;
   pullBatch: number;
   consumerReplicas: number;
@@ -386,7 +409,17 @@ export class NatsBus implements Bus {
   async consume(options: ConsumeOptions, handler: (message: BusMessage) => Promise<void>): Promise<Consumer> {
     if (this.closed) throw new Error('nats bus is closed');
     if (!NAME.test(options.durable)) throw new Error(`invalid durable name "${options.durable}"`);
-    await this.ensureConsumer(options);
+    await retryTransient(
+      () => this.ensureConsumer(options),
+      this.config.startupTimeoutMs,
+      this.config.logger.child({ durable: options.durable }),
+      'consumer not created yet; retrying',
+      (attempt, err) =>
+        new Error(
+          `consumer ${options.durable} not created within ${this.config.startupTimeoutMs} ms (${attempt} tries): ${describe(err)}`,
+          { cause: err },
+        ),
+    );
     return new NatsConsumer(this, options, handler).open(this.consumers);
   }
 

@@ -18,7 +18,10 @@ let doc: {
 };
 
 beforeAll(async () => {
-  running = await startTestService(['api', 'engine', 'projections', 'dispatcher']);
+  // Rate limiting on, as `npm start` runs: every route, the reference page's too, goes through it.
+  running = await startTestService(['api', 'engine', 'projections', 'dispatcher'], {
+    RATE_LIMIT_ENABLED: 'true',
+  });
   service = running.service;
   const res = await fetch(`${service.url}/openapi.json`);
   expect(res.status).toBe(200);

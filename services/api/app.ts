@@ -13,7 +13,7 @@ import FindMyWay from 'find-my-way';
 import type { Logger } from 'pino';
 import type { Config } from '../../contracts/config.ts';
 import { ERRORS, type ErrorCode, errorMessage, ServiceError } from '../../contracts/errors.ts';
-import { withAnswerService } from '../metering/caller.ts';
+import { decorateCaller, withAnswerService } from '../metering/caller.ts';
 import type { Metrics } from '../shared/metrics.ts';
 import type { Readiness } from '../shared/readiness.ts';
 import type { HistogramSeries } from '../shared/series-histogram.ts';
@@ -103,6 +103,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // Route schemas are zod contracts (declared() in openapi.ts); routes without one are not validated.
   app.setValidatorCompiler(validatorCompiler);
 
+  // Before any plugin context exists: a context takes the request decorations its parent has when
+  // it is made, so the reference page's (registered next) would lack `caller` and its requests
+  // would reach the rate limit unresolved (500 on /docs whenever rate limiting is on).
+  decorateCaller(app);
   // Before any route: the document generator collects routes as they are added.
   await registerOpenApi(app, {
     title: 'Signal service',

@@ -202,3 +202,98 @@ describe.runIf(reachable)('a dispatcher stopped during a recovery', () => {
     expect(delivered.every((d) => d.data.coin === 'RECS')).toBe(true);
   });
 });
+
+describe.runIf(reachable)('deliveries held because the subscription was disabled', () => {
+  let stack: WebhookStack;
+  const receivers: Receiver[] = [];
+
+  beforeAll(async () => {
+    stack = await startWebhookStack({
+      env: {
+        // One attempt per delivery, a disable at the first failure, one request at a time: the
+        // deliveries queued behind the failing one have their turn after the disable, and are held.
+        WEBHOOK_RETRY_SCHEDULE: '0',
+        WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: '1',
+        WEBHOOK_ENDPOINT_CONCURRENCY: '1',
+        // Long enough that each queued delivery is sent (here: held) under its queue record, with no
+        // claim at its turn: the only record after the disable is the hold's own, as in the walk.
+        WEBHOOK_STUCK_AFTER_MS: '30000',
+        WEBHOOK_RECOVER_PER_SECOND: '10000',
+      },
+      settings: { tls: { ca: tls.cert } },
+    });
+  });
+  afterAll(async () => {
+    await stack?.close();
+    for (const r of receivers) await r.close();
+  });
+
+  /** A subscription disabled by its failing receiver, with deliveries held for that disable. */
+  async function disabledWithHeld(coin: string) {
+    const r = await startReceiver(tls);
+    receivers.push(r);
+    const key = await stack.issue();
+    const res = await stack.request('POST', '/api/webhooks', key, {
+      url: r.url,
+      events: ['trade_call'],
+      assets: [coin],
+    });
+    expect(res.status).toBe(201);
+    const id = res.body.id as string;
+    r.behave = () => ({ status: 500, afterMs: 300 });
+    for (let i = 0; i < 6; i++) await appendVerdict(stack.store, { coin, call: 'BUY', confidence: 60 + i });
+    // Every delivery has its outcome: failed (sent) or held (its turn came after the disable).
+    type Row = { delivery_id: string; status: string; attempts: { outcome: string; error: string | null }[] };
+    const rows = await until(
+      async () =>
+        (await stack.request('GET', `/api/webhooks/${id}/deliveries`, key)).body.deliveries as Row[],
+      // The disable marks what was pending failed at once; a held attempt's outcome comes at its turn.
+      (d) => d.length === 6 && d.every((x) => x.attempts.at(-1)?.outcome !== 'pending'),
+    );
+    const held = rows
+      .filter(
+        (x) => x.attempts.at(-1)?.outcome === 'held' && x.attempts.at(-1)?.error === 'subscription disabled',
+      )
+      .map((x) => x.delivery_id);
+    expect(held.length).toBeGreaterThan(0);
+    const listed = (await stack.request('GET', '/api/webhooks', key)).body.webhooks as {
+      id: string;
+      status: string;
+      disabled_at: string;
+    }[];
+    const sub = listed.find((w) => w.id === id)!;
+    expect(sub.status).toBe('disabled');
+    return { r, key, id, held, disabledAt: sub.disabled_at };
+  }
+
+  it('sends them on a plain re-enable', async () => {
+    const { r, key, id, held } = await disabledWithHeld('HELDA');
+    r.behave = () => ({ status: 200 });
+    const before = r.received.length;
+    const enabled = await stack.request('POST', `/api/webhooks/${id}/enable`, key);
+    expect(enabled.status).toBe(200);
+    const got = await until(
+      () => ids(r, before),
+      (s) => held.every((h) => s.has(h)),
+      15_000,
+    );
+    expect([...got].sort()).toEqual([...held].sort());
+  });
+
+  it('sends them on a re-enable that recovers since disabled_at', async () => {
+    const { r, key, id, held, disabledAt } = await disabledWithHeld('HELDB');
+    r.behave = () => ({ status: 200 });
+    const before = r.received.length;
+    const enabled = await stack.request('POST', `/api/webhooks/${id}/enable`, key, {
+      recover_since: disabledAt,
+    });
+    expect(enabled.status).toBe(200);
+    const got = await until(
+      () => ids(r, before),
+      (s) => held.every((h) => s.has(h)),
+      15_000,
+    );
+    // Nothing that failed before the disable: it was not held for it.
+    expect([...got].sort()).toEqual([...held].sort());
+  });
+});

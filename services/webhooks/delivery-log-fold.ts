@@ -1,5 +1,6 @@
 import type { DomainEvent, EventData, WebhookEventType } from '../../contracts/events.ts';
 import type { DeliveryView } from '../../contracts/webhooks.ts';
+import { SUBSCRIPTION_DISABLED } from './subscription-fold.ts';
 
 export interface AttemptRecord {
   attempt: number;
@@ -103,12 +104,27 @@ function finished(state: DeliveryLogState, subscriptionId: string): void {
 }
 
 /**
- * Never evicted: a pending delivery, and one whose only record is its `DeliverySequenced` (no
+ * Whether the delivery's latest attempt was held because its subscription was disabled before its
+ * turn: nothing was sent, and a re-enable sends it (the dispatcher's retry scan, once the
+ * subscription is active again).
+ */
+export function heldForDisable(record: DeliveryRecord): boolean {
+  const last = record.attempts.at(-1);
+  return last?.held === true && last.outcome === 'failed' && last.error === SUBSCRIPTION_DISABLED;
+}
+
+/**
+ * Never evicted: a pending delivery; one whose only record is its `DeliverySequenced` (no
  * outcome was ever recorded, e.g. its dispatcher died): its own stream is empty, so the event log
- * cannot answer for it by its id, only this log can.
+ * cannot answer for it by its id, only this log can; and one held for its subscription's disable,
+ * which a re-enable finds here (as many as were in flight at the disable, no more).
  */
 function kept(record: DeliveryRecord | undefined): boolean {
-  return record?.status === 'pending' || record?.revision === NO_STREAM;
+  return (
+    record?.status === 'pending' ||
+    record?.revision === NO_STREAM ||
+    (record !== undefined && heldForDisable(record))
+  );
 }
 
 function trim(state: DeliveryLogState, subscriptionId: string, limit: number): void {

@@ -9,6 +9,7 @@ import {
   initialDeliveryLog,
   NO_STREAM,
 } from './delivery-log-fold.ts';
+import { SUBSCRIPTION_DISABLED } from './subscription-fold.ts';
 
 let position = 0;
 
@@ -111,6 +112,35 @@ describe('delivery log eviction', () => {
     );
     expect(state.bySub['sub-a']).toHaveLength(DELIVERY_LOG_LIMIT);
     expect(state.bySub['sub-a']![0]).toBe('d6');
+  });
+
+  it('keeps a delivery held for the disable of its subscription until a re-enable sends it', () => {
+    const state = fold(Array.from({ length: DELIVERY_LOG_LIMIT }, (_, i) => attempted(`d${i}`)));
+    const heldForDisable = recorded('DeliveryFailed', {
+      deliveryId: 'd0',
+      subscriptionId: 'sub-a',
+      attempt: 1,
+      status: null,
+      error: SUBSCRIPTION_DISABLED,
+      latencyMs: 0,
+      response: null,
+      nextAttemptAt: null,
+      held: true,
+    });
+    fold(
+      [
+        recorded('SubscriptionDisabled', { subscriptionId: 'sub-a', reason: 'x', consecutiveFailures: 5 }),
+        heldForDisable,
+        failed('d1', null),
+        attempted('after-1'),
+        attempted('after-2'),
+      ],
+      state,
+    );
+    // d1 (failed, sent) went; d0 (held, never sent) stays for the re-enable to find.
+    expect(state.deliveries.d1).toBeUndefined();
+    expect(state.deliveries.d0?.status).toBe('failed');
+    expect(state.bySub['sub-a']![0]).toBe('d0');
   });
 
   it('evicts exactly what the plain rule evicts on a random history, across a snapshot copy', () => {

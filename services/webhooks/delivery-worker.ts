@@ -843,7 +843,8 @@ export class DeliveryWorker {
       };
     }
     // Not sent: held, so the log numbers it with no request (`attempt` null) and the disable clock
-    // ignores it; never retried (no next attempt), and a re-enable's recovery sends it again.
+    // ignores it; never retried on the schedule (no next attempt): a re-enable sends it (the
+    // dispatcher's retry scan finds it once the subscription is active again).
     if (current.status !== 'active') return { result: held(SUBSCRIPTION_DISABLED), record: true };
     const endpoint = EndpointQueues.keyOf(current.url);
     const decision = this.breakers.decide(endpoint, Date.now());

@@ -9,7 +9,12 @@ import type { ScanTradeCallsInput, ScanTradeCallsOutput } from '../../contracts/
 import { verdictVerifyUrl } from '../../contracts/verify-url.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import type { Trigger } from './delivery-decider.ts';
-import { type AttemptRecord, type DeliveryRecord, findDelivery } from './delivery-log-fold.ts';
+import {
+  type AttemptRecord,
+  type DeliveryRecord,
+  findDelivery,
+  heldForDisable,
+} from './delivery-log-fold.ts';
 import type { DeliveryJob, DeliveryWorker } from './delivery-worker.ts';
 import { dueDigests } from './digest-schedule.ts';
 import { type Candidate, largestTopN, matches, recordedAfter } from './matching.ts';
@@ -26,7 +31,12 @@ import {
 } from './payloads.ts';
 import type { MarketRanking } from './ranking.ts';
 import { logPages, needsRecovery, Pacer, positionBefore, readDeliveryRecord } from './recovery.ts';
-import { findSubscription, type SubscriptionRecord, subscriptionsOfKey } from './subscription-fold.ts';
+import {
+  findSubscription,
+  SUBSCRIPTION_DISABLED,
+  type SubscriptionRecord,
+  subscriptionsOfKey,
+} from './subscription-fold.ts';
 import type { WebhookState } from './webhook-projection.ts';
 
 export interface DispatcherOptions {
@@ -214,6 +224,9 @@ export class WebhookDispatcher {
     if (this.options.runner.checkpoint < recorded.position) this.options.store.wake?.();
     await this.options.runner.waitFor(recorded.position, this.options.catchUpTimeoutMs ?? 10_000);
     if (event.type === 'SubscriptionReEnabled') {
+      // What was held for the disable is sent by the retry scan (every dispatcher's): now, not at
+      // the next tick.
+      this.kick();
       // A redelivery of the same message (a long recovery outlives the ack wait) joins the run.
       // A redelivery after the run finished (it outlived the ack wait) has nothing left to do.
       let run = this.recovered.has(event.id) ? Promise.resolve() : this.recovering.get(event.id);
@@ -382,6 +395,12 @@ export class WebhookDispatcher {
         // runs the recovery again; what this one claimed is skipped there, found in the log.
         if (!this.running) throw new Error('dispatcher stopped during a recovery; left to the next one');
         if (Date.parse(recorded.recordedAt) < sinceMs) continue;
+        // Outcomes of every subscription pass here: only this one's are parsed.
+        if (
+          recorded.type === 'DeliveryFailed' &&
+          (recorded.data as { subscriptionId?: unknown }).subscriptionId !== sub.id
+        )
+          continue;
         const parsed = parseDomainEvent(recorded);
         if (parsed === null) continue;
         let deliveryId: string;
@@ -394,6 +413,12 @@ export class WebhookDispatcher {
           sequenced = recorded;
         } else if (parsed.type === 'DeliveryAttempted' || parsed.type === 'DeliveryQueued') {
           if (parsed.data.subscriptionId !== sub.id) continue;
+          deliveryId = parsed.data.deliveryId;
+        } else if (parsed.type === 'DeliveryFailed') {
+          // Held for a disable at its turn, recorded since T though queued before it (its attempt
+          // time, as the delivery log shows it, may be before the disable): found by the hold's
+          // own record. Other failures since T belong to attempts found by their claims above.
+          if (!parsed.data.held || parsed.data.error !== SUBSCRIPTION_DISABLED) continue;
           deliveryId = parsed.data.deliveryId;
         } else {
           const candidate = this.candidateOf(parsed);
@@ -479,7 +504,18 @@ export class WebhookDispatcher {
     const { log, subscriptions } = this.options.runner.state;
     let nextDue = Number.POSITIVE_INFINITY;
     for (const record of Object.values(log.deliveries)) {
-      if (record.status !== 'pending') continue;
+      if (record.status !== 'pending') {
+        // Held because its subscription was disabled before its turn: nothing was sent, and the
+        // re-enable (with or without recover_since) sends it, as a fresh run of the schedule. Every
+        // dispatcher may try; one claim wins. Found here rather than only by the re-enable's
+        // recovery, so a hold recorded after the re-enable (by a dispatcher that had not folded
+        // it yet) is sent too.
+        if (record.status !== 'failed' || !heldForDisable(record) || this.options.worker.owned.has(record.id))
+          continue;
+        const sub = findSubscription(subscriptions, record.subscriptionId);
+        if (sub?.status === 'active') await this.retry(record, sub, 'recover');
+        continue;
+      }
       const last = record.attempts.at(-1);
       if (!last) continue;
       const due = dueTime(last, this.options.stuckAfterMs);

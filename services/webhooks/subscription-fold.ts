@@ -38,8 +38,8 @@ export interface SubscriptionState {
 }
 
 /**
- * The error of an attempt held because its subscription was disabled before its turn: never
- * retried, not a failed delivery (a re-enable's recovery sends it).
+ * The error of an attempt held because its subscription was disabled before its turn: not retried
+ * on the schedule, not a failed delivery; any re-enable sends it (the dispatcher's retry scan).
  */
 export const SUBSCRIPTION_DISABLED = 'subscription disabled';
 

@@ -1,5 +1,6 @@
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import { CURRENT_EVENT_VERSION, envelopeSchema } from '../contracts/webhook-schemas.ts';
 import { verifyWebhook } from '../contracts/webhook-verify.ts';
 import { WebhookEnvelope } from '../contracts/webhooks.ts';
@@ -244,5 +245,85 @@ describe.runIf(reachable)('what subscribers ask for: gap detection, versions, ro
     expect(schema.required).toEqual(
       expect.arrayContaining(['event', 'delivery_id', 'event_version', 'data']),
     );
+  });
+});
+
+/**
+ * A memory store that lets the first `n` failures' appends land together, as a store that folds in
+ * batches (LMDB's poll) shows them: each failure's disable check then reads the others' counts.
+ */
+class FailuresTogether extends MemoryEventStore {
+  private waiting: (() => void)[] = [];
+
+  constructor(private n: number) {
+    super();
+  }
+
+  override async append(...args: Parameters<MemoryEventStore['append']>) {
+    if (this.n > 0 && args[1].some((e) => e.type === 'DeliveryFailed')) {
+      const turn = new Promise<void>((resolve) => this.waiting.push(resolve));
+      if (this.waiting.length >= this.n) {
+        for (const go of this.waiting.splice(0)) go();
+        this.n = 0;
+      }
+      await turn;
+    }
+    return super.append(...args);
+  }
+}
+
+describe.runIf(reachable)('a disable by the failed-deliveries rule', () => {
+  let stack: WebhookStack;
+  const receivers: Receiver[] = [];
+
+  beforeAll(async () => {
+    stack = await startWebhookStack({
+      store: new FailuresTogether(8),
+      env: {
+        WEBHOOK_RETRY_SCHEDULE: '0',
+        WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: '3',
+        WEBHOOK_ENDPOINT_CONCURRENCY: '8',
+      },
+      settings: { tls: { ca: tls.cert } },
+    });
+  });
+  afterAll(async () => {
+    await stack?.close();
+    for (const r of receivers) await r.close();
+  });
+
+  it('records the threshold it crossed, however many deliveries failed beside it', async () => {
+    const [failing, notices] = [await startReceiver(tls), await startReceiver(tls)];
+    receivers.push(failing, notices);
+    const key = await stack.issue();
+    const watched = await stack.request('POST', '/api/webhooks', key, {
+      url: failing.url,
+      events: ['trade_call'],
+      assets: ['DISC'],
+    });
+    const notified = await stack.request('POST', '/api/webhooks', key, {
+      url: notices.url,
+      events: ['subscription_disabled'],
+    });
+    expect([watched.status, notified.status]).toEqual([201, 201]);
+    // Eight deliveries, each failing its one attempt, recorded together: the count runs past 3
+    // before the disable is decided.
+    failing.behave = () => ({ status: 500 });
+    for (let i = 0; i < 8; i++)
+      await appendVerdict(stack.store, { coin: 'DISC', call: 'BUY', confidence: 60 + i });
+    await notices.waitFor(1, 30_000);
+    const notice = JSON.parse(notices.received[0]!.body) as {
+      data: { reason: string; consecutive_failures: number };
+    };
+    expect(notice.data).toMatchObject({
+      reason: '3 consecutive deliveries failed every attempt',
+      consecutive_failures: 3,
+    });
+    const listed = await stack.request('GET', '/api/webhooks', key);
+    const sub = listed.body.webhooks.find((w: { id: string }) => w.id === watched.body.id);
+    expect(sub).toMatchObject({
+      status: 'disabled',
+      disabled_reason: '3 consecutive deliveries failed every attempt',
+    });
   });
 });

@@ -305,21 +305,34 @@ export function goneReason(result: SendResult): string | null {
   return !result.ok && isGone(result) ? 'the receiver answered 410 Gone' : null;
 }
 
+/** Why a subscription is disabled, and the failed deliveries in a row its disable records. */
+export interface DisableCause {
+  reason: string;
+  consecutiveFailures: number;
+}
+
 /**
  * Why the subscription should be disabled after a failed attempt, as its projection stands once
- * the failure is folded; null while it is healthy enough.
+ * the failure is folded; null while it is healthy enough. The count rule is told at its crossing,
+ * the threshold itself: deliveries running beside the one that crossed it go on failing (and
+ * counting) until the disable is recorded, and the count read then (5 at a threshold of 3) would
+ * say more than the rule saw when it fired.
  */
 export function persistentFailureReason(
   sub: SubscriptionRecord | undefined,
   rules: DisableRules,
   now: number,
-): string | null {
+): DisableCause | null {
   if (sub?.status !== 'active') return null;
   if (sub.failedDeliveries >= rules.disableAfterFailedDeliveries) {
-    return `${sub.failedDeliveries} consecutive deliveries failed every attempt`;
+    const crossed = rules.disableAfterFailedDeliveries;
+    return { reason: `${crossed} consecutive deliveries failed every attempt`, consecutiveFailures: crossed };
   }
   if (sub.failingSince !== null && now - Date.parse(sub.failingSince) >= rules.disableAfterMs) {
-    return `no successful delivery since ${sub.failingSince}`;
+    return {
+      reason: `no successful delivery since ${sub.failingSince}`,
+      consecutiveFailures: sub.failedDeliveries,
+    };
   }
   return null;
 }

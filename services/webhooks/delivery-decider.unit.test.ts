@@ -505,17 +505,27 @@ describe('delivery decider: disabling the subscription', () => {
   });
 
   it('disables after enough deliveries failed every attempt, or after failing for long enough', () => {
-    expect(persistentFailureReason(sub({ failedDeliveries: 3 }), rules, t0)).toBe(
-      '3 consecutive deliveries failed every attempt',
-    );
+    expect(persistentFailureReason(sub({ failedDeliveries: 3 }), rules, t0)).toEqual({
+      reason: '3 consecutive deliveries failed every attempt',
+      consecutiveFailures: 3,
+    });
     const since = new Date(t0 - 86_400_000).toISOString();
-    expect(persistentFailureReason(sub({ failingSince: since }), rules, t0)).toBe(
-      `no successful delivery since ${since}`,
-    );
+    expect(persistentFailureReason(sub({ failingSince: since, failedDeliveries: 1 }), rules, t0)).toEqual({
+      reason: `no successful delivery since ${since}`,
+      consecutiveFailures: 1,
+    });
     expect(
       persistentFailureReason(sub({ failedDeliveries: 2, failingSince: since }), rules, t0 - 1),
     ).toBeNull();
     expect(persistentFailureReason(sub({ status: 'disabled', failedDeliveries: 9 }), rules, t0)).toBeNull();
     expect(persistentFailureReason(undefined, rules, t0)).toBeNull();
+  });
+
+  it('tells the count rule at its crossing, not the count that failures beside it ran up to', () => {
+    // Deliveries in flight beside the third failure failed too before the disable was decided.
+    expect(persistentFailureReason(sub({ failedDeliveries: 5 }), rules, t0)).toEqual({
+      reason: '3 consecutive deliveries failed every attempt',
+      consecutiveFailures: 3,
+    });
   });
 });

@@ -968,17 +968,18 @@ export class DeliveryWorker {
   private async checkPersistentFailure(subscriptionId: string, position: number, now: number): Promise<void> {
     await this.deps.runner.waitFor(position, 5_000).catch(() => undefined);
     const sub = findSubscription(this.deps.runner.state.subscriptions, subscriptionId);
-    const reason = persistentFailureReason(sub, this.deps.settings, now);
-    if (sub && reason) await this.disable(sub, reason);
+    const cause = persistentFailureReason(sub, this.deps.settings, now);
+    if (sub && cause) await this.disable(sub, cause.reason, cause.consecutiveFailures);
   }
 
-  async disable(sub: SubscriptionRecord, reason: string): Promise<void> {
+  /** `consecutiveFailures`: what the disable records; the projection's count when not given. */
+  async disable(sub: SubscriptionRecord, reason: string, consecutiveFailures?: number): Promise<void> {
     const current = findSubscription(this.deps.runner.state.subscriptions, sub.id) ?? sub;
     const disabled = await disableSubscription(this.deps.store, {
       keyId: sub.keyId,
       subscriptionId: sub.id,
       reason,
-      consecutiveFailures: current.failedDeliveries,
+      consecutiveFailures: consecutiveFailures ?? current.failedDeliveries,
     });
     if (disabled) this.logger.warn({ subscriptionId: sub.id, reason }, 'webhook subscription disabled');
   }

@@ -127,9 +127,13 @@ describe('sendSigned', () => {
     expect(Date.now() - started).toBeGreaterThanOrEqual(290);
   });
 
-  it('keeps the status of an answer whose body stalls, without its body', async () => {
+  it('times out an answer whose body stalls past timeoutMs, as one that never answers', async () => {
+    const started = Date.now();
     const result = await send('/stall', 300);
-    expect(result).toMatchObject({ ok: true, status: 200, error: null, response: '' });
+    // Not a success: a 200 whose body never completes is no complete response.
+    expect(result).toMatchObject({ ok: false, status: null, response: null });
+    expect(result.error).toBe('timeout: no complete response in time (HTTP 200 headers, body unfinished)');
+    expect(Date.now() - started).toBeGreaterThanOrEqual(290);
   });
 
   it('reports a refused connection as a failure, never throwing', async () => {

@@ -32,11 +32,21 @@ export interface SendResult {
 /** undici's own timeouts (coarse timers, a backstop to the request's own). */
 const TIMEOUT_CODES: ReadonlySet<string> = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
 
+function isTimeoutError(err: Error): boolean {
+  const code = (err as { code?: string }).code;
+  return (
+    err.name === 'TimeoutError' ||
+    err.name === 'AbortError' ||
+    (code !== undefined && TIMEOUT_CODES.has(code))
+  );
+}
+
 function describeError(err: unknown): string {
   if (!(err instanceof Error)) return String(err);
   const code = (err as { code?: string }).code;
-  if (err.name === 'TimeoutError' || err.name === 'AbortError' || (code && TIMEOUT_CODES.has(code)))
-    return 'timeout: no complete response in time';
+  if (err.name === 'TimeoutError' && err.message.startsWith('no complete response'))
+    return `timeout: ${err.message}`;
+  if (isTimeoutError(err)) return 'timeout: no complete response in time';
   return code ? `${code}: ${err.message}` : err.message;
 }
 
@@ -54,7 +64,7 @@ function targetOf(url: string): { origin: string; path: string } {
   return target;
 }
 
-const timeoutError = () => new DOMException('no complete response in time', 'TimeoutError');
+const timeoutError = (message = 'no complete response in time') => new DOMException(message, 'TimeoutError');
 
 interface Answer {
   status: number;
@@ -84,11 +94,17 @@ class Post implements Dispatcher.DispatchHandler {
     this.timer = setTimeout(onTimeout, timeoutMs, this);
   }
 
-  /** The request's own timer ran out. */
+  /**
+   * The request's own timer ran out. Headers in but the body unfinished is no complete answer
+   * either: a timeout like an endpoint that never answers (it held its slot as long), whatever
+   * status it began with, so a 200 that stalls is not recorded as a success.
+   */
   timedOut(): void {
-    // With headers in, the answer stands and only its body was cut short, as a stalled body is.
-    if (this.status >= 200) this.answer('');
-    else this.fail(timeoutError());
+    this.fail(
+      this.status >= 200
+        ? timeoutError(`no complete response in time (HTTP ${this.status} headers, body unfinished)`)
+        : timeoutError(),
+    );
     this.controller?.abort(timeoutError());
   }
 
@@ -147,9 +163,11 @@ class Post implements Dispatcher.DispatchHandler {
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
-    // An answer cut off mid-body is logged without its body, as a failed read always was.
-    if (this.status >= 200) this.answer('');
-    else this.fail(error);
+    // An answer cut off mid-body is logged without its body, as a failed read always was; one cut
+    // off by undici's body timeout (a backstop to the request's own timer) is a timeout.
+    if (this.status < 200) this.fail(error);
+    else if (isTimeoutError(error)) this.timedOut();
+    else this.answer('');
   }
 }
 

@@ -107,6 +107,9 @@ export const ReEnableWebhookRequest = z.strictObject({
   recover_since: z.iso.datetime().optional(),
 });
 
+/** `POST /api/webhooks/:id/test` takes no field: one given is refused (INVALID_FIELD), never ignored. */
+export const TestWebhookRequest = z.strictObject({});
+
 export const MAX_ROTATION_OVERLAP_SECONDS = 7 * 24 * 3_600;
 
 export const RotateSecretRequest = z.strictObject({

@@ -94,6 +94,7 @@ describe.runIf(reachable)('webhook management API', () => {
     ['unknown field', { colour: 'blue' }, 'colour'],
     ['http url', { url: 'http://example.com/hook' }, 'url'],
     ['private url', { url: 'https://10.0.0.1/hook' }, 'url'],
+    ['url with a fragment', { url: 'https://example.com/hook#frag' }, 'url'],
   ];
 
   it.each(violations)('rejects %s with a 400 naming the field', async (_name, patch, field) => {
@@ -256,6 +257,19 @@ describe.runIf(reachable)('webhook management API', () => {
     expect(verify.status).toBe(200);
     expect(verify.body).toMatchObject({ sample: true });
     expect(verify.body.message).toMatch(/test delivery/);
+  });
+
+  it('refuses a field in a test request, as enable and rotate-secret do, and sends nothing', async () => {
+    const key = await stack.issue();
+    const { body } = await stack.request('POST', '/api/webhooks', key, base());
+    const before = receiver.received.length;
+    for (const path of ['test', 'enable', 'rotate-secret']) {
+      const refused = await stack.request('POST', `/api/webhooks/${body.id}/${path}`, key, { x: 1 });
+      expect(refused, path).toMatchObject({ status: 400, body: { code: 'INVALID_FIELD', field: 'x' } });
+    }
+    expect(receiver.received.length).toBe(before);
+    const empty = await stack.request('POST', `/api/webhooks/${body.id}/test`, key, {});
+    expect(empty.body).toMatchObject({ delivered: true, status: 200 });
   });
 
   it('reports a failed test delivery with its status', async () => {

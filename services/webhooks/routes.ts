@@ -16,6 +16,7 @@ import {
   RotatedSecret,
   RotateSecretRequest,
   SendResultView,
+  TestWebhookRequest,
   topN,
   WebhookView,
 } from '../../contracts/webhooks.ts';
@@ -175,8 +176,10 @@ const DOCS = {
   test: keyed({
     summary: 'Send a signed sample delivery now and report what the endpoint answered',
     params: Id,
+    body: optionalBody(TestWebhookRequest),
     responses: {
       200: { description: 'The attempt', schema: SendResultView },
+      400: fail('INVALID_FIELD: the route takes no body field'),
       404: fail('NOT_FOUND'),
     },
   }),

@@ -201,6 +201,17 @@ describe('SSRF guard at registration', () => {
     expect((await checkWebhookUrl(url, policy)).ok).toBe(true);
   });
 
+  it('refuses a URL with a fragment, which is never sent over HTTP (an empty one too)', async () => {
+    for (const url of ['https://public.example.com/ok#frag', 'https://public.example.com/ok#']) {
+      expect(await checkWebhookUrl(url, policy)).toEqual({
+        ok: false,
+        reason: 'url must not contain a fragment (#…): it is never sent over HTTP',
+      });
+    }
+    // An escaped '#' is part of the path, sent as it is.
+    expect((await checkWebhookUrl('https://public.example.com/a%23b', policy)).ok).toBe(true);
+  });
+
   it('takes port lists, ranges and *', () => {
     const ports = parsePortPolicy('443,8000-8999');
     expect([443, 8000, 8443, 8999].map(ports)).toEqual([true, true, true, true]);

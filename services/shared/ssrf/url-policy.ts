@@ -48,7 +48,7 @@ const INTERNAL_SUFFIXES = [
 export type UrlCheck = { ok: true; url: URL } | { ok: false; reason: string };
 
 /**
- * The registration-time check: HTTPS, no userinfo, an allowed port, and a host that is (or
+ * The registration-time check: HTTPS, no userinfo, no fragment, an allowed port, and a host that is (or
  * resolves only to) public addresses. Connect time checks the resolved address again, since
  * DNS may answer differently later (rebinding).
  */
@@ -66,6 +66,9 @@ export async function checkWebhookUrl(
   if (url.protocol !== 'https:') return { ok: false, reason: 'url must use https' };
   if (url.username !== '' || url.password !== '')
     return { ok: false, reason: 'url must not contain credentials' };
+  // A fragment never leaves the client: stored, it would show a target the receiver never sees.
+  if (url.hash !== '' || url.href.includes('#'))
+    return { ok: false, reason: 'url must not contain a fragment (#…): it is never sent over HTTP' };
   const port = url.port === '' ? 443 : Number(url.port);
   if (!policy.ports(port)) return { ok: false, reason: `port ${port} is not allowed for webhooks` };
   const host = url.hostname.toLowerCase().replace(/\.$/, '');

@@ -350,7 +350,8 @@ describe.runIf(run)(
       });
 
       it('a second request with an id already in flight on the session is refused at once, not left hanging', async () => {
-        const init = await post(INIT);
+        // 2025-03-26: the last revision with JSON-RPC batches, which the end of this test sends.
+        const init = await post({ ...INIT, params: { ...INIT.params, protocolVersion: '2025-03-26' } });
         const session = { 'mcp-session-id': init.headers.get('mcp-session-id')! };
         await post({ jsonrpc: '2.0', method: 'notifications/initialized' }, session);
         const call = (id: number | string) => ({

@@ -93,6 +93,65 @@ export class RateLimiter implements RateWindows {
     );
   }
 
+  /**
+   * A JSON-RPC batch (`tools`: each message's tool, null for any other message): one from the
+   * credential's budget per message (one for an empty batch), and from each tool's share one per call
+   * of it, all or none, as the batch is then answered or refused whole. Windows taking the same amount
+   * are debited in one atomic step (a batch of one tool's calls: one step); when a later step refuses,
+   * what the earlier ones took is given back. No lease prepays a batch: its windows are debited directly.
+   */
+  async decideBatch(tier: RateTier, credential: string, tools: (string | null)[]): Promise<RateDecision> {
+    const now = Date.now();
+    const end = this.endOf(now);
+    const resetMs = end + 1 - now;
+    const calls = new Map<string, number>();
+    for (const tool of tools) if (tool !== null) calls.set(tool, (calls.get(tool) ?? 0) + 1);
+    const byAmount = new Map<number, QuotaWindow[]>();
+    const add = (amount: number, window: QuotaWindow) => {
+      const same = byAmount.get(amount);
+      if (same) same.push(window);
+      else byAmount.set(amount, [window]);
+    };
+    add(Math.max(1, tools.length), this.windowsAt(tier, credential, null, end)[0]!);
+    for (const [tool, n] of calls) add(n, this.windowsAt(tier, credential, tool, end)[1]!);
+    const taken: { store: Cache; keys: string[]; amount: number }[] = [];
+    let limit = 0;
+    let remaining = Number.POSITIVE_INFINITY;
+    for (const [amount, windows] of byAmount) {
+      const { store, result } = await this.debitAnywhere(windows, amount);
+      if (!result.ok) {
+        for (const t of taken) await t.store.releaseWindows(t.keys, t.amount).catch(() => undefined);
+        const refusing = windows[result.refusedBy!]!;
+        // What is left of the budget that refused (a smaller batch, or single calls, may still fit).
+        const left = Math.max(0, refusing.limit - result.counts[result.refusedBy!]!);
+        return { allowed: false, limit: refusing.limit, remaining: left, resetMs };
+      }
+      taken.push({ store, keys: windows.map((w) => w.key), amount });
+      windows.forEach((w, i) => {
+        if (w.limit - result.counts[i]! < remaining) {
+          remaining = w.limit - result.counts[i]!;
+          limit = w.limit;
+        }
+      });
+    }
+    return { allowed: true, limit, remaining, resetMs };
+  }
+
+  /** A debit on Redis, else (embedded defaults, an outage) in this process; with the store it went to. */
+  private async debitAnywhere(
+    windows: QuotaWindow[],
+    amount: number,
+  ): Promise<{ store: Cache; result: DebitResult }> {
+    if (this.shared !== null) {
+      try {
+        return { store: this.shared, result: await this.shared.debitWindows(windows, amount) };
+      } catch (err) {
+        if (!(err instanceof CacheUnavailableError)) throw err;
+      }
+    }
+    return { store: this.here, result: this.here.debitWindowsNow(windows, amount) };
+  }
+
   /** A quota subject's windows for its lease's requests (RateWindows): keyed by plan, else anonymous. */
   windowsOf(subject: QuotaSubject, tool: string, now: number): QuotaWindow[] {
     return this.windowsAt(this.tierOf(subject), subject.id, tool, this.endOf(now));
@@ -148,10 +207,14 @@ declare module 'fastify' {
 function toolOf(path: string, route: string | undefined, body: unknown): string | null {
   if (path.startsWith('/x402/')) return path.slice('/x402/'.length) || null;
   if (route !== undefined) return route;
-  if (isMcpPath(path) && body !== null && typeof body === 'object' && !Array.isArray(body)) {
-    const { method, params } = body as { method?: unknown; params?: { name?: unknown } };
-    if (method === 'tools/call' && typeof params?.name === 'string') return params.name.slice(0, 64);
-  }
+  return isMcpPath(path) ? toolCalled(body) : null;
+}
+
+/** The tool a JSON-RPC message calls (tools/call with a string name), else null. */
+function toolCalled(message: unknown): string | null {
+  if (message === null || typeof message !== 'object' || Array.isArray(message)) return null;
+  const { method, params } = message as { method?: unknown; params?: { name?: unknown } | null };
+  if (method === 'tools/call' && typeof params?.name === 'string') return params.name.slice(0, 64);
   return null;
 }
 
@@ -172,7 +235,8 @@ interface RateLimitPluginDeps {
  * answered with an error before that (a body that cannot be read: not JSON, too large, not JSON's media
  * type) is counted on its way to the error handler (onError), against its credential alone, and carries
  * the headers; past the budget it keeps its own answer (Remaining 0): its body was read already, a 429
- * would spare nothing.
+ * would spare nothing. A JSON-RPC batch on the MCP path takes one per message and each tools/call from
+ * its tool's share, refused whole (429) when it does not fit: RateLimit-Remaining then tells what is left.
  * A refused key is limited as its client address (made-up keys buy no budget). Callback hooks: no
  * promise when in-process.
  */
@@ -186,8 +250,16 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
       // The path the router answers (/m%63p is /mcp): each spelling of a tool's path would be a budget.
       const path = /[%#]/.test(raw) ? (request.routeOptions.url ?? raw) : raw;
       const tier = deps.limiter.tierOf(caller.subject);
-      const tool = toolOf(path, request.routeOptions.config?.tool, request.body);
-      const decision = deps.limiter.decide(tier, caller.subject.id, tool);
+      const body = request.body;
+      // A JSON-RPC batch on /mcp is as many requests as it has messages (it was one, whatever it held).
+      const decision =
+        Array.isArray(body) && isMcpPath(path)
+          ? deps.limiter.decideBatch(tier, caller.subject.id, body.map(toolCalled))
+          : deps.limiter.decide(
+              tier,
+              caller.subject.id,
+              toolOf(path, request.routeOptions.config?.tool, body),
+            );
       if (decision instanceof Promise)
         decision.then((d) => applyDecision(deps, request, reply, done, path, caller, tier, d), done);
       else applyDecision(deps, request, reply, done, path, caller, tier, decision);

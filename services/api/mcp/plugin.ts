@@ -1,12 +1,17 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import {
+  isInitializeRequest,
+  LATEST_PROTOCOL_VERSION,
+  SUPPORTED_PROTOCOL_VERSIONS,
+} from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { ErrorCode } from '../../../contracts/errors.ts';
 import { type Caller, decorateCaller } from '../../metering/caller.ts';
 import { answeredBy } from '../answer-at-turn-end.ts';
 import { errorHandler, rpcErrorBody } from '../errors.ts';
 import { codesText, documented, RESPONSE_HEADERS, type ResponseDoc } from '../openapi.ts';
+import { envelopeRefusal } from './envelope.ts';
 import { handOver } from './hand-over.ts';
 import { InFlightIds, releaseId, requestIds } from './in-flight.ts';
 import { paramsRefusal } from './params-check.ts';
@@ -96,7 +101,7 @@ const MCP_RESPONSES: Record<number, ResponseDoc> = {
   },
   202: { description: 'A notification was accepted' },
   400: rpcError(
-    '-32700: the body is not JSON, or nests deeper than 64 levels; -32000: bad request (no session for a GET); -32600: invalid request (on a method other than tools/call, params present but not an object, an array included; initialize without protocolVersion, capabilities or clientInfo with name and version). A tools/call with malformed params is not a 400: it is the -32602 tool error (200, result.isError)',
+    '-32700: the body is not JSON, or nests deeper than 64 levels; -32000: bad request (no session for a GET); -32600: invalid request (not a JSON-RPC 2.0 message: no jsonrpc "2.0", a request id that is not a string or an integer; an empty batch, or a batch on protocol revision 2025-06-18 or later; on a method other than tools/call, params present but not an object, an array included; initialize without protocolVersion, capabilities or clientInfo with name and version). A tools/call with malformed params is not a 400: it is the -32602 tool error (200, result.isError)',
   ),
   413: rpcError('-32600: the body is larger than the limit'),
   415: rpcError('-32600: the body is not application/json'),
@@ -179,6 +184,19 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
     decorateCaller(app);
     // Refusals before the transport sees the request (a body that is not JSON, or too deep) in JSON-RPC's shape.
     app.setErrorHandler(errorHandler(rpcErrorBody));
+    // Only JSON is read here: a text/plain body (Fastify's other built-in parser) reached the SDK
+    // transport, which answered its own 415 with -32000; unparsed, it is the catalog's
+    // UNSUPPORTED_MEDIA_TYPE (415, -32600) as every other media type is.
+    app.removeContentTypeParser('text/plain');
+    // CORS headers from the start for a listed origin: an answer sent before the route's handler
+    // (the rate limit's 429 with Retry-After, a body that cannot be read) is readable by the page
+    // too. The handler's guard still refuses a Host or Origin that is not allowed.
+    app.addHook('onRequest', (request, reply, done) => {
+      const { origin, host } = request.headers;
+      if (origin !== undefined && hostAllowed(options.guard, host) && originAllowed(options.guard, origin))
+        reply.headers(corsHeaders(origin, MCP_METHODS));
+      done();
+    });
     app.addHook('onClose', async () => sessions.closeAll());
     const stateless = statelessMcp(options);
     app.addHook('onClose', async () => stateless.close());
@@ -265,9 +283,12 @@ function mcpHandler(deps: HandlerDeps): Handler {
       });
       if (transport === undefined) return jsonRpcError(reply, 404, -32001, 'Session not found');
     }
-    // Params refused alike with or without a session (params-check.ts), before any transport;
-    // a tools/call's params, whatever their shape, are refused by callTool as a tool error.
-    const refusal = method === 'POST' ? paramsRefusal(request.body) : null;
+    // The envelope (envelope.ts), then params, refused alike with or without a session, before any
+    // transport; a tools/call's params, whatever their shape, are refused by callTool as a tool error.
+    const refusal =
+      method === 'POST'
+        ? (envelopeRefusal(request.body, protocolVersion(request, transport)) ?? paramsRefusal(request.body))
+        : null;
     if (refusal !== null) {
       return reply
         .code(refusal.status)
@@ -279,6 +300,7 @@ function mcpHandler(deps: HandlerDeps): Handler {
       const pool = sessionPool(request);
       await sessions.makeRoom(owner, pool);
       transport = await openSession(deps, owner, credentialOf(request), pool);
+      negotiated.set(transport, negotiatedVersion(request.body));
     } else if (sessionId === undefined && method === 'POST') {
       // No session and not initialize: a one-shot call, or the 2026-07-28 revision. Their plain
       // tools/call is answered here as on a session (see session-call.ts); the rest by the SDKs
@@ -319,6 +341,27 @@ function mcpHandler(deps: HandlerDeps): Handler {
     }
     return handOver(transport, request, reply, signedIn.get(request), 'mcp request failed');
   };
+}
+
+/** The revision a request speaks: its MCP-Protocol-Version header, else the one its session negotiated. */
+function protocolVersion(
+  request: FastifyRequest,
+  transport: StreamableHTTPServerTransport | undefined,
+): string | undefined {
+  const header = request.headers['mcp-protocol-version'];
+  if (typeof header === 'string') return header;
+  return transport === undefined ? undefined : negotiated.get(transport);
+}
+
+/** The revision each session's initialize settled on (the SDK server keeps it to itself). */
+const negotiated = new WeakMap<StreamableHTTPServerTransport, string>();
+
+/** What the SDK server answers an initialize asking for `asked`: that revision if supported, else the latest. */
+function negotiatedVersion(body: unknown): string {
+  const asked = (body as { params?: { protocolVersion?: unknown } } | null)?.params?.protocolVersion;
+  return typeof asked === 'string' && SUPPORTED_PROTOCOL_VERSIONS.includes(asked)
+    ? asked
+    : LATEST_PROTOCOL_VERSION;
 }
 
 /** 409 for a request whose id (or one of whose ids) is already in flight on its session. */

@@ -67,7 +67,9 @@ export function originAllowed(guard: GuardConfig, origin: string | undefined): b
 
 const CORS_ALLOW_HEADERS =
   'Content-Type, Accept, Authorization, Mcp-Session-Id, Mcp-Protocol-Version, Mcp-Method, Mcp-Name, Last-Event-ID';
-const CORS_EXPOSE_HEADERS = 'Mcp-Session-Id, Mcp-Protocol-Version, WWW-Authenticate';
+// The rate limit's headers too: a browser host reads how much is left, and when to retry a 429.
+const CORS_EXPOSE_HEADERS =
+  'Mcp-Session-Id, Mcp-Protocol-Version, WWW-Authenticate, Retry-After, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset';
 
 /** Headers that let a listed browser origin read the response (and the session id). */
 export function corsHeaders(origin: string | undefined, methods: string): Record<string, string> {

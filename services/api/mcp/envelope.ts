@@ -1,0 +1,70 @@
+/**
+ * The JSON-RPC envelope of a POST to the MCP path, checked before any transport: the SDK's
+ * session transport called a body that is valid JSON but not a JSON-RPC message (no `jsonrpc`,
+ * an id that is null, true or an object) a parse error (-32700), and took a batch on every
+ * protocol revision. Here, alike with or without a session:
+ * - a message that is not a JSON-RPC 2.0 request, notification or response is -32600 Invalid
+ *   Request (HTTP 400), its id echoed when it is a string or a number, else null;
+ * - a request id must be a string or an integer (MCP: "a string or integer ID"; JSON-RPC 2.0
+ *   allows any number, and 1.5 was taken on tools/call and refused on ping);
+ * - a batch is refused whole (-32600, id null) when it is empty (JSON-RPC 2.0), on revision
+ *   2025-06-18 and later (MCP removed JSON-RPC batching there), or when one of its messages is
+ *   refused as above (the message is named by its index).
+ */
+
+import { MCP_INVALID_REQUEST } from './error-codes.ts';
+import { isPlainObject, kindOf } from './json-shape.ts';
+import type { ParamsRefusal } from './params-check.ts';
+
+/** The first revision without JSON-RPC batching (revisions are dates: later ones sort after). */
+export const NO_BATCH_REVISION = '2025-06-18';
+
+const isRequestId = (id: unknown): id is string | number =>
+  typeof id === 'string' || (typeof id === 'number' && Number.isSafeInteger(id));
+
+/** What is wrong with one message, in words; null when it is a JSON-RPC request, notification or response. */
+function messageFault(message: unknown): string | null {
+  if (!isPlainObject(message)) return `a JSON-RPC message is an object, not ${kindOf(message)}`;
+  if (message.jsonrpc !== '2.0') return 'jsonrpc must be "2.0"';
+  if ('method' in message) {
+    if (typeof message.method !== 'string') return 'method must be a string';
+    // A notification carries no id at all; a request's is a string or an integer, never null.
+    if ('id' in message && !isRequestId(message.id))
+      return `id must be a string or an integer, not ${kindOf(message.id)}${typeof message.id === 'number' ? ` (${message.id})` : ''}`;
+    return null;
+  }
+  // A response to the server's request: a result or an error, for a request id (an error may name none).
+  const error = 'error' in message;
+  if (!error && !('result' in message))
+    return 'a message without method must be a response (result or error)';
+  if (isRequestId(message.id) || (error && (message.id === null || message.id === undefined))) return null;
+  return `a response's id must be a string or an integer, not ${kindOf(message.id)}`;
+}
+
+const refusal = (message: string, id: string | number | null): ParamsRefusal => ({
+  status: 400,
+  code: MCP_INVALID_REQUEST,
+  message: `Invalid Request: ${message}`,
+  id,
+});
+
+/**
+ * The refusal of a POST body whose envelope is not acceptable as above, or null. `version` is the
+ * protocol revision the request speaks: its MCP-Protocol-Version header, else its session's.
+ */
+export function envelopeRefusal(body: unknown, version: string | undefined): ParamsRefusal | null {
+  if (!Array.isArray(body)) {
+    const fault = messageFault(body);
+    if (fault === null) return null;
+    const id = isPlainObject(body) ? body.id : undefined;
+    return refusal(fault, typeof id === 'string' || typeof id === 'number' ? id : null);
+  }
+  if (body.length === 0) return refusal('an empty batch', null);
+  if (version !== undefined && version >= NO_BATCH_REVISION)
+    return refusal(`JSON-RPC batches are not part of MCP ${version} (removed in ${NO_BATCH_REVISION})`, null);
+  for (let i = 0; i < body.length; i++) {
+    const fault = messageFault(body[i]);
+    if (fault !== null) return refusal(`batch message ${i}: ${fault}`, null);
+  }
+  return null;
+}

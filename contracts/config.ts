@@ -393,7 +393,8 @@ export const ConfigSchema = z
 
     /**
      * OAuth sign-in for MCP hosts (services/api/oauth): /mcp/signin asks for an OAuth access
-     * token that acts as one of the person's API keys. The issuer is PUBLIC_BASE_URL unless set.
+     * token that acts as one of the person's API keys. The issuer is OAUTH_ISSUER, else
+     * PUBLIC_BASE_URL, else the origin the request came to (services/api/oauth/signin.ts).
      */
     OAUTH_ENABLED: bool.default(true),
     OAUTH_ISSUER: httpUrl.optional(),
@@ -607,7 +608,8 @@ function withPortDefaults(cfg: Config, env: Record<string, string | undefined>):
 
 /**
  * The public origin where no request says it (webhook payloads, verdicts' verify links, the OAuth
- * issuer): PUBLIC_BASE_URL, else `http://localhost:<PORT>` (port 8080 when PORT=0 asks for any).
+ * issuer of a Host outside ALLOWED_HOSTS): PUBLIC_BASE_URL, else `http://localhost:<PORT>` (port
+ * 8080 when PORT=0 asks for any).
  */
 export function publicBaseUrl(config: Pick<Config, 'PUBLIC_BASE_URL' | 'PORT'>): string {
   return (config.PUBLIC_BASE_URL ?? `http://localhost:${config.PORT || 8080}`).replace(/\/+$/, '');

@@ -142,7 +142,7 @@ describe('the origin of the request (PUBLIC_BASE_URL unset)', () => {
     await running?.stop();
   });
 
-  // The protected-resource metadata names the configured origin (localhost:<PORT>), never the Host.
+  // The sign-in metadata names the request's origin only for a Host the MCP routes serve (ALLOWED_HOSTS).
   const reflecting = DOCUMENTS.filter((path) => !path.startsWith('/.well-known/oauth-protected-resource'));
 
   it.each(reflecting)('%s names a forged Host, in an answer no shared cache may keep', async (path) => {
@@ -155,10 +155,17 @@ describe('the origin of the request (PUBLIC_BASE_URL unset)', () => {
     expect(directives.filter((d) => d.startsWith('s-maxage'))).toEqual([]);
   });
 
-  it('the protected-resource metadata, which names no Host, stays shared-cacheable', async () => {
+  it('the protected-resource metadata names an allowed Host, else the configured origin, in a private answer', async () => {
+    const { port } = new URL(url);
+    const own = await getWithHost(
+      url,
+      '/.well-known/oauth-protected-resource/mcp/signin',
+      `127.0.0.1:${port}`,
+    );
+    expect(JSON.parse(own.body).resource).toBe(`http://127.0.0.1:${port}/mcp/signin`);
     const res = await getWithHost(url, '/.well-known/oauth-protected-resource/mcp/signin', FORGED);
     expect(res.status).toBe(200);
     expect(res.body).not.toContain(FORGED);
-    expect(res.cacheControl).toBe('public, max-age=300');
+    for (const answer of [own, res]) expect(answer.cacheControl).toBe('private, max-age=300');
   });
 });

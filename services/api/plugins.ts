@@ -16,7 +16,7 @@ import { QuotaCounters } from '../metering/quota-rebuild.ts';
 import { RateLimiter, rateLimitPlugin } from '../metering/rate-limit.ts';
 import { keyRoutes } from './keys/routes.ts';
 import { mcpPlugin } from './mcp/plugin.ts';
-import { guardConfig } from './mcp/request-guard.ts';
+import { guardConfig, hostAllowed } from './mcp/request-guard.ts';
 import type { PaymentRequirementsFor, PayPerCall } from './mcp/tool-call.ts';
 import { signalTools, type ToolDefinition, type ToolRegistry, toolRegistry } from './mcp/tool-registry.ts';
 import { oauthSignIn } from './oauth/signin.ts';
@@ -102,6 +102,7 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
         keys,
         registry,
         registryCaughtUp: (position) => registry.waitFor(position),
+        hostAllowed: (host) => hostAllowed(guard, host),
         logger,
       })
     : null;

@@ -24,14 +24,14 @@ import { type KeyResolver, KeyUnverifiableError } from '../../keys/key-resolver.
 import { consumeNonce } from '../keys/nonces.ts';
 import { checkSignIn, siweOrigins } from '../keys/siwe-check.ts';
 import { documented, type ResponseDoc, type ResponseHeader } from '../openapi.ts';
+import { originCacheControl } from '../public-origin.ts';
 import { type ConsentView, consentPage, errorPage } from './page.ts';
 import { OAUTH_ROUTES } from './provider.ts';
+import type { Site } from './signin.ts';
 
 export interface OAuthRoutesOptions {
-  /** The library instance, built on first use (its keys come from the store, which may be down at start). */
-  ready: () => Promise<Provider>;
-  issuer: string;
-  resource: string;
+  /** The authorization server and resource a request is served by (its origin's, see oauthSignIn). */
+  site: (request: FastifyRequest) => Site;
   keys: KeyResolver;
   /** The keys a wallet holds (active ones), from the key registry. */
   walletKeys: (address: string) => KeyRecord[];
@@ -231,32 +231,44 @@ type InteractionDetails = Awaited<ReturnType<Provider['interactionDetails']>>;
  * the key the host will act as.
  */
 export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
-  const { resource } = options;
-  // Set by each scope's first hook before any handler runs: the same instance once it is built.
-  let provider: Provider;
-  let callback: ReturnType<Provider['callback']>;
-  const started = async () => {
+  /** Each request's site and its built instance, set by each scope's first hook before any handler runs. */
+  const served = new WeakMap<
+    FastifyRequest,
+    { site: Site; provider: Provider; callback: ReturnType<Provider['callback']> }
+  >();
+  const callbacks = new WeakMap<Provider, ReturnType<Provider['callback']>>();
+  const started = async (request: FastifyRequest) => {
+    const site = options.site(request);
+    let provider: Provider;
     try {
-      provider = await options.ready();
+      provider = await site.ready();
     } catch (err) {
       options.logger.warn({ err }, 'oauth server not ready');
       throw new ServiceError('SERVICE_UNAVAILABLE', {
         detail: 'sign-in is unavailable right now; retry shortly',
       });
     }
+    let callback = callbacks.get(provider);
     if (callback === undefined) {
       // The forwarded headers are ours (set by passThrough), never a client's: see below.
       if (publicUrl) provider.proxy = true;
       callback = provider.callback();
+      callbacks.set(provider, callback);
     }
+    served.set(request, { site, provider, callback });
   };
-  const metadata: ProtectedResourceMetadata = {
-    resource,
-    authorization_servers: [options.issuer],
+  const of = (request: FastifyRequest) => {
+    const serving = served.get(request);
+    if (serving === undefined) throw new Error('an OAuth route ran before its started hook');
+    return serving;
+  };
+  const metadata = (site: Site): ProtectedResourceMetadata => ({
+    resource: site.resource,
+    authorization_servers: [site.issuer],
     scopes_supported: [MCP_SCOPE],
     bearer_methods_supported: ['header'],
     resource_name: 'Signal service MCP (sign-in)',
-  };
+  });
 
   const publicUrl = options.publicBaseUrl ? new URL(options.publicBaseUrl) : null;
   const passThrough = async (request: FastifyRequest, reply: FastifyReply, url?: string) => {
@@ -269,7 +281,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
       request.raw.headers['x-forwarded-proto'] = publicUrl.protocol.slice(0, -1);
       delete request.raw.headers['x-forwarded-for'];
     }
-    await callback(request.raw, reply.raw);
+    await of(request).callback(request.raw, reply.raw);
   };
 
   const page = (reply: FastifyReply, status: number, body: string) =>
@@ -288,7 +300,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
     reply: FastifyReply,
   ): Promise<InteractionDetails | null> => {
     try {
-      const details = await provider.interactionDetails(request.raw, reply.raw);
+      const details = await of(request).provider.interactionDetails(request.raw, reply.raw);
       const { uid } = request.params as { uid: string };
       if (details.uid !== uid) throw new Error('interaction mismatch');
       return details;
@@ -306,9 +318,11 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
   };
 
   const view = async (
+    request: FastifyRequest,
     details: InteractionDetails,
     extra: Partial<ConsentView> = {},
   ): Promise<ConsentView> => {
+    const { provider, site } = of(request);
     const clientId = String(details.params.client_id);
     const client = await provider.Client.find(clientId);
     const redirectUri = String(details.params.redirect_uri ?? '');
@@ -321,7 +335,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
       clientName: client?.clientName ?? clientId,
       clientId,
       redirectHost,
-      resource,
+      resource: site.resource,
       ...extra,
     };
   };
@@ -333,13 +347,14 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
     details: InteractionDetails,
     keyId: string,
   ) => {
+    const { provider, site } = of(request);
     const clientId = String(details.params.client_id);
     const existing = details.grantId ? await provider.Grant.find(details.grantId) : undefined;
     const grant =
       existing && existing.accountId === keyId
         ? existing
         : new provider.Grant({ accountId: keyId, clientId });
-    grant.addResourceScope(resource, MCP_SCOPE);
+    grant.addResourceScope(site.resource, MCP_SCOPE);
     const scopes = String(details.params.scope ?? '').split(' ');
     const granted = scopes.filter((scope) => scope === 'offline_access' || scope === MCP_SCOPE);
     if (granted.length > 0) grant.addOIDCScope(granted.join(' '));
@@ -401,8 +416,11 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
       }
     });
 
-    app.get(PROTECTED_RESOURCE_PATH, { config: resourceDoc }, async (_request, reply) =>
-      reply.headers({ ...PUBLIC_CORS, 'cache-control': 'public, max-age=300' }).send(metadata),
+    // Names the request's origin without PUBLIC_BASE_URL: cached by no shared cache then (originCacheControl).
+    app.get(PROTECTED_RESOURCE_PATH, { config: resourceDoc }, async (request, reply) =>
+      reply
+        .headers({ ...PUBLIC_CORS, 'cache-control': originCacheControl(options.publicBaseUrl, 300) })
+        .send(metadata(options.site(request))),
     );
     app.options(PROTECTED_RESOURCE_PATH, async (_request, reply) =>
       reply.headers(PUBLIC_CORS).code(204).send(),
@@ -425,6 +443,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
           200,
           consentPage(
             await view(
+              request,
               details,
               wallet ? { wallet: { address: wallet, keys: keyChoices(options.walletKeys(wallet)) } } : {},
             ),
@@ -443,7 +462,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
             return page(
               reply,
               400,
-              consentPage(await view(details, { error: invalidForm(form.error.issues) })),
+              consentPage(await view(request, details, { error: invalidForm(form.error.issues) })),
             );
           }
           let lookup: Awaited<ReturnType<KeyResolver['resolve']>>;
@@ -455,7 +474,9 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
               reply,
               503,
               consentPage(
-                await view(details, { error: 'The key cannot be checked right now; try again shortly.' }),
+                await view(request, details, {
+                  error: 'The key cannot be checked right now; try again shortly.',
+                }),
               ),
             );
           }
@@ -464,7 +485,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
               lookup.status === 'revoked'
                 ? 'This API key was revoked.'
                 : 'This is not an API key of this service.';
-            return page(reply, 401, consentPage(await view(details, { error })));
+            return page(reply, 401, consentPage(await view(request, details, { error })));
           }
           return finish(request, reply, details, lookup.record.keyId);
         },
@@ -481,7 +502,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
             return page(
               reply,
               400,
-              consentPage(await view(details, { error: invalidForm(form.error.issues) })),
+              consentPage(await view(request, details, { error: invalidForm(form.error.issues) })),
             );
           }
           const check = await checkSignIn({
@@ -491,13 +512,16 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
             origins: siweOrigins(options.siweDomain, options.publicBaseUrl),
             now: new Date(),
           });
-          if (!check.ok) return page(reply, 401, consentPage(await view(details, { error: check.message })));
+          if (!check.ok)
+            return page(reply, 401, consentPage(await view(request, details, { error: check.message })));
           if (!(await consumeNonce(options.cache, check.nonce, options.nonceTtlMs))) {
             return page(
               reply,
               401,
               consentPage(
-                await view(details, { error: 'The sign-in nonce was already used or expired; sign again.' }),
+                await view(request, details, {
+                  error: 'The sign-in nonce was already used or expired; sign again.',
+                }),
               ),
             );
           }
@@ -513,11 +537,13 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
             await options.registryCaughtUp(issued.position);
             held = options.walletKeys(check.address);
           }
-          await provider.interactionResult(request.raw, reply.raw, { wallet: check.address });
+          await of(request).provider.interactionResult(request.raw, reply.raw, { wallet: check.address });
           return page(
             reply,
             200,
-            consentPage(await view(details, { wallet: { address: check.address, keys: keyChoices(held) } })),
+            consentPage(
+              await view(request, details, { wallet: { address: check.address, keys: keyChoices(held) } }),
+            ),
           );
         },
       );
@@ -530,7 +556,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
           if (details === null) return reply;
           const wallet = (details.result as { wallet?: string } | undefined)?.wallet;
           if (wallet === undefined) {
-            return page(reply, 401, consentPage(await view(details, { error: 'Sign in first.' })));
+            return page(reply, 401, consentPage(await view(request, details, { error: 'Sign in first.' })));
           }
           const form = KeyChoiceForm.safeParse(request.body ?? {});
           const held = options.walletKeys(wallet);
@@ -540,7 +566,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
               reply,
               400,
               consentPage(
-                await view(details, {
+                await view(request, details, {
                   error: 'Choose one of the keys listed.',
                   wallet: { address: wallet, keys: keyChoices(held) },
                 }),
@@ -557,7 +583,7 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
         async (request, reply) => {
           const details = await interaction(request, reply);
           if (details === null) return reply;
-          const to = await provider.interactionResult(
+          const to = await of(request).provider.interactionResult(
             request.raw,
             reply.raw,
             { error: 'access_denied', error_description: 'the person denied the request' },

@@ -9,6 +9,7 @@ import { SIGNIN_MCP_PATH } from '../../../contracts/oauth.ts';
 import { findById, type KeyRecord, type KeyRegistry } from '../../keys/key-registry.ts';
 import { type KeyResolver, KeyUnverifiableError } from '../../keys/key-resolver.ts';
 import type { SignInGate, SignInOutcome } from '../mcp/plugin.ts';
+import { publicOrigin } from '../public-origin.ts';
 import { createProvider } from './provider.ts';
 import { bearerToken, challenge, checkAccessToken } from './resource.ts';
 import { oauthRoutes, PROTECTED_RESOURCE_PATH } from './routes.ts';
@@ -23,11 +24,25 @@ export interface OAuthSignInDeps {
   registry: { readonly state: KeyRegistry; readonly running: boolean; readonly error: Error | null };
   registryCaughtUp: (position: number) => Promise<void>;
   logger: Logger;
+  /** Whether the MCP routes serve this Host (the DNS-rebinding guard's ALLOWED_HOSTS); none when absent. */
+  hostAllowed?: (host: string) => boolean;
   /** The OAuth state engine; by default Redis when the cache is Redis (shared by every api host), else in-process. */
   oauthStore?: OAuthStore;
 }
 
 const trimSlash = (url: string) => url.replace(/\/+$/, '');
+
+/** The most origins served with their own authorization server (ALLOWED_HOSTS=* admits any Host). */
+const MAX_SITES = 16;
+
+/** The authorization server and protected resource one origin names. */
+export interface Site {
+  issuer: string;
+  resource: string;
+  resourceMetadataUrl: string;
+  /** Its library instance, built on first use (its keys come from the store, which may be down at start). */
+  ready(): Promise<Provider>;
+}
 
 /**
  * OAuth sign-in for MCP hosts: the authorization server (routes and pages) and the gate of
@@ -38,20 +53,18 @@ const trimSlash = (url: string) => url.replace(/\/+$/, '');
 export function oauthSignIn(deps: OAuthSignInDeps): {
   plugin: FastifyPluginAsync;
   gate: SignInGate;
-  /** The library instance, once the plugin has started (tests mint tokens with it). */
-  provider(): Provider;
+  /** The library instance of an origin (default: publicBaseUrl's), once built (tests mint tokens with it). */
+  provider(origin?: string): Provider;
 } {
   const { config } = deps;
-  const base = publicBaseUrl(config);
-  const issuer = trimSlash(config.OAUTH_ISSUER ?? base);
-  const resource = `${base}${SIGNIN_MCP_PATH}`;
-  const resourceMetadataUrl = `${base}${PROTECTED_RESOURCE_PATH}`;
+  const fallback = publicBaseUrl(config);
+  const requestOrigin = publicOrigin(config.PUBLIC_BASE_URL);
+  const hostAllowed = deps.hostAllowed ?? (() => false);
   const store =
     deps.oauthStore ??
     (deps.cache instanceof RedisCache
       ? new RedisOAuthStore(deps.cache.shared.redis, `${deps.cache.shared.prefix}oauth:`)
       : new MemoryOAuthStore());
-  let provider: Provider | null = null;
 
   const keyById = (keyId: string): KeyRecord | undefined => {
     const { registry } = deps;
@@ -67,44 +80,52 @@ export function oauthSignIn(deps: OAuthSignInDeps): {
     );
   };
 
-  const gate: SignInGate = {
-    path: SIGNIN_MCP_PATH,
-    async authenticate(request: FastifyRequest): Promise<SignInOutcome> {
-      const token = bearerToken(request.headers.authorization);
-      try {
-        // No token: refused before the store is asked (it may be down; the challenge is still right).
-        const check = await checkAccessToken(
-          { provider: token === null ? null : await ready(), resource, keyById },
-          token,
-        );
-        if (check.ok) return { caller: check.caller };
-        return {
-          status: check.error === 'insufficient_scope' ? 403 : 401,
-          challenge: challenge(resourceMetadataUrl, check),
-          message: check.description,
-        };
-      } catch (err) {
-        deps.logger.warn({ err }, 'access token could not be checked');
-        return {
-          status: 503,
-          challenge: null,
-          message: 'the access token could not be checked right now; retry shortly',
-        };
-      }
-    },
-  };
-
   const log = deps.logger.child({ component: 'oauth' });
-  /** Closes the provider's outgoing agent (its keep-alive sockets); set once it is built. */
-  let closeOutbound: (() => Promise<void>) | null = null;
+  const sites = new Map<string, Site & { built: Provider | null; close: (() => Promise<void>) | null }>();
   let stopped = false;
-  const build = async (): Promise<Provider> => {
-    const secrets = await loadSecrets(store, config);
-    const { provider: built, close } = createProvider({
+  let secrets: ReturnType<typeof loadSecrets> | null = null;
+
+  /**
+   * The authorization server and resource of one origin. The library names one issuer per
+   * instance (its constructor's), and its endpoints after the request's origin: one instance per
+   * origin keeps a document's issuer, endpoints and resource on the origin it was read from.
+   */
+  const siteOf = (origin: string): Site => {
+    const known = sites.get(origin);
+    if (known) return known;
+    const issuer = trimSlash(config.OAUTH_ISSUER ?? origin);
+    const resource = `${origin}${SIGNIN_MCP_PATH}`;
+    let building: Promise<Provider> | null = null;
+    const site: Site & { built: Provider | null; close: (() => Promise<void>) | null } = {
       issuer,
       resource,
+      resourceMetadataUrl: `${origin}${PROTECTED_RESOURCE_PATH}`,
+      built: null,
+      close: null,
+      // Built once; a failed build (the store unreachable) is tried again on the next request.
+      ready: () => {
+        building ??= build(site).catch((err: unknown) => {
+          building = null;
+          throw err;
+        });
+        return building;
+      },
+    };
+    sites.set(origin, site);
+    return site;
+  };
+
+  const build = async (site: Site & { built: Provider | null; close: (() => Promise<void>) | null }) => {
+    // Every origin's instance shares the store and the signing and cookie keys.
+    secrets ??= loadSecrets(store, config).catch((err: unknown) => {
+      secrets = null;
+      throw err;
+    });
+    const { provider: built, close } = createProvider({
+      issuer: site.issuer,
+      resource: site.resource,
       store,
-      secrets,
+      secrets: await secrets,
       ttl: {
         accessTokenS: config.OAUTH_ACCESS_TOKEN_TTL_S,
         refreshTokenS: config.OAUTH_REFRESH_TOKEN_TTL_S,
@@ -120,40 +141,74 @@ export function oauthSignIn(deps: OAuthSignInDeps): {
     built.proxy = config.TRUST_PROXY !== '';
     built.on('server_error', (_ctx, err) => log.error({ err }, 'oauth server error'));
     built.on('grant.revoked', (_ctx, grantId) => log.info({ grantId }, 'oauth grant revoked'));
-    closeOutbound = close;
+    site.close = close;
     if (stopped) {
       // Stopped while the secrets were loading: nothing will close it later.
       await close();
       throw new Error('the OAuth sign-in has stopped');
     }
-    provider = built;
+    site.built = built;
     return built;
   };
-  /** The provider, built once; a failed build (the store unreachable) is tried again on the next request. */
-  let building: Promise<Provider> | null = null;
-  const ready = (): Promise<Provider> => {
-    building ??= build().catch((err: unknown) => {
-      building = null;
-      throw err;
-    });
-    return building;
+
+  /**
+   * The site a request is served by: PUBLIC_BASE_URL's when set; else the origin the request came
+   * to (as the OpenAPI document names it), so a host that connects to http://127.0.0.1:<port>
+   * meets 127.0.0.1 in every document and a token for that resource. Only for Hosts the MCP
+   * routes serve (ALLOWED_HOSTS: /mcp/signin refuses any other, so its sign-in could not be
+   * used), at most MAX_SITES of them; any other gets publicBaseUrl's.
+   */
+  const siteFor = (request: FastifyRequest): Site => {
+    const origin = requestOrigin(request);
+    if (sites.has(origin)) return siteOf(origin);
+    if (config.PUBLIC_BASE_URL === undefined && (!hostAllowed(request.host) || sites.size >= MAX_SITES)) {
+      return siteOf(fallback);
+    }
+    return siteOf(origin);
+  };
+
+  const gate: SignInGate = {
+    path: SIGNIN_MCP_PATH,
+    async authenticate(request: FastifyRequest): Promise<SignInOutcome> {
+      const token = bearerToken(request.headers.authorization);
+      const site = siteFor(request);
+      try {
+        // No token: refused before the store is asked (it may be down; the challenge is still right).
+        // A token is accepted only for the resource of the origin it is presented at (its audience).
+        const check = await checkAccessToken(
+          { provider: token === null ? null : await site.ready(), resource: site.resource, keyById },
+          token,
+        );
+        if (check.ok) return { caller: check.caller };
+        return {
+          status: check.error === 'insufficient_scope' ? 403 : 401,
+          challenge: challenge(site.resourceMetadataUrl, check),
+          message: check.description,
+        };
+      } catch (err) {
+        deps.logger.warn({ err }, 'access token could not be checked');
+        return {
+          status: 503,
+          challenge: null,
+          message: 'the access token could not be checked right now; retry shortly',
+        };
+      }
+    },
   };
 
   const plugin: FastifyPluginAsync = async (app) => {
     // The provider's outgoing agent keeps sockets alive: closed with the app, so none outlive shutdown.
     app.addHook('onClose', async () => {
       stopped = true;
-      await closeOutbound?.();
+      await Promise.all([...sites.values()].map((site) => site.close?.()));
     });
     // Built now when the store answers; the api starts anyway when it does not (Redis down at start).
-    await ready().catch((err: unknown) =>
-      log.warn({ err }, 'oauth server not started: its store is unreachable'),
-    );
+    await siteOf(fallback)
+      .ready()
+      .catch((err: unknown) => log.warn({ err }, 'oauth server not started: its store is unreachable'));
     await app.register(
       oauthRoutes({
-        ready,
-        issuer,
-        resource,
+        site: siteFor,
         keys: deps.keys,
         walletKeys,
         store: deps.store,
@@ -170,9 +225,10 @@ export function oauthSignIn(deps: OAuthSignInDeps): {
   return {
     plugin,
     gate,
-    provider: () => {
-      if (provider === null) throw new Error('the OAuth provider has not started');
-      return provider;
+    provider: (origin = fallback) => {
+      const built = sites.get(trimSlash(origin))?.built;
+      if (!built) throw new Error(`the OAuth provider of ${origin} has not started`);
+      return built;
     },
   };
 }

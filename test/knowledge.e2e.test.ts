@@ -568,6 +568,11 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
     expect(second.isError).toBe(true);
     expect((second.content as { text: string }[])[0]!.text).toMatch(/^CHAT_QUOTA_EXHAUSTED: /);
     expect(second.structuredContent).toMatchObject({ code: 'CHAT_QUOTA_EXHAUSTED' });
+    // The chat quota, as HTTP's 429 carries it (the tool's description says to read it).
+    const chatQuota = (second.structuredContent as { _service: { chat_quota: Record<string, unknown> } })
+      ._service.chat_quota;
+    expect(chatQuota).toMatchObject({ used: 1, total: 1, remaining: 0 });
+    expect(typeof chatQuota.resets_at).toBe('string');
   });
 
   /**

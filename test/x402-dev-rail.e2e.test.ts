@@ -170,6 +170,55 @@ describe('a service started on the defaults (development)', () => {
   });
 });
 
+/** The same defaults (no facilitator), with an anonymous day of one call. */
+describe('quota exhausted on the embedded defaults', () => {
+  let smallDir: string;
+  let small: RunningService;
+  beforeAll(async () => {
+    smallDir = await mkdtemp(join(tmpdir(), 'x402-dev-small-'));
+    small = await startService(
+      loadConfig({
+        FEED: 'replay',
+        DATA_DIR: smallDir,
+        PORT: '0',
+        HOST: '127.0.0.1',
+        PLAN_FREE_DAILY_CALLS: '1',
+      }),
+      ['api'],
+      pino({ level: 'silent' }),
+    );
+  });
+  afterAll(async () => {
+    await small?.stop();
+    await rm(smallDir, { recursive: true, force: true });
+  });
+
+  it('over MCP an exhausted anonymous caller is told to sign in, not offered the rail that cannot settle', async () => {
+    const client = new Client({ name: 'dev-rail-anonymous', version: '1.0.0' });
+    await client.connect(new StreamableHTTPClientTransport(new URL(`${small.url}/mcp`)));
+    try {
+      // The anonymous day is the free plan's (here 1 call): used, then refused.
+      const served = await client.callTool({ name: 'get_market_regime', arguments: { coin: 'ETH' } });
+      expect(served.isError).toBeFalsy();
+      const refused = await client.callTool({ name: 'get_market_regime', arguments: { coin: 'ETH' } });
+      expect(refused.structuredContent).toMatchObject({ code: 'quota_exhausted', window: 'daily' });
+      // No requirements: a payment signed for them would only be refused facilitator_not_configured.
+      expect(refused.structuredContent).not.toHaveProperty('accepts');
+      const text = (refused.content as { text: string }[])[0]!.text;
+      expect(text).toMatch(/^quota_exhausted: the daily quota of this anonymous caller is used up/);
+      expect(text).toContain('/mcp/signin');
+      expect(text).toContain('POST /api/keys');
+      expect(text).not.toContain('x402/payment');
+      // The knowledge tools (not sold per call) say the same way on.
+      const search = await client.callTool({ name: 'search_knowledge', arguments: { query: 'webhooks' } });
+      expect(search.isError).toBe(true);
+      expect((search.content as { text: string }[])[0]!.text).toContain('/mcp/signin');
+    } finally {
+      await client.close();
+    }
+  });
+});
+
 describe('production', () => {
   it('without X402_PAY_TO the routes are off, with a warning', async () => {
     const config = loadConfig({ NODE_ENV: 'production', WEBHOOK_MASTER_KEY: 'ab'.repeat(32) });

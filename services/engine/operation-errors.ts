@@ -13,6 +13,11 @@ export interface OperationFailure {
   retryable: boolean;
   /** Field-level detail for invalid input. */
   issues?: { path: string; message: string }[];
+  /**
+   * Figures the refusal's `_service` block carries besides the caller and quota (the chat quota),
+   * on every channel: HTTP's body and MCP's structuredContent alike.
+   */
+  service?: Record<string, unknown>;
 }
 
 /** A failure a feature describes itself (the knowledge tools' SCREAMING_CASE codes). */

@@ -148,7 +148,7 @@ function failure(err: unknown, logger: Logger): ServiceError {
   if (err instanceof ChatQuotaExhaustedError) {
     return new ServiceError('CHAT_QUOTA_EXHAUSTED', { detail: err.message }, undefined, {
       headers: { 'retry-after': String(err.retryAfterSeconds) },
-      meta: { chat_quota: err.chatQuota },
+      ...(err.failure.service ? { meta: err.failure.service } : {}),
     });
   }
   if (err instanceof CacheUnavailableError || err instanceof QuotaUnavailableError) {

@@ -36,6 +36,9 @@ export function mcpPayments(options: McpPaymentsOptions): {
 
   return {
     async paymentRequirements(name, args) {
+      // A rail that cannot settle (no facilitator: the embedded defaults) is not offered to an
+      // exhausted caller: its signed payment would only be refused facilitator_not_configured.
+      if (options.flow.cannotSettle !== null) return null;
       const tool = tools.get(name);
       return tool ? required(tool, args, `payment required: ${tool.name}`) : null;
     },

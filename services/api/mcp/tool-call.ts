@@ -224,12 +224,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
   if (outcome.reason === 'quota_exhausted') {
     await discarded(outcome.ran);
     const payment = (await deps.paymentRequirements?.(tool.name, parsed.data)) ?? null;
-    const message =
-      `quota_exhausted: the ${outcome.window} quota of this ${caller.keyId ? 'key' : 'anonymous caller'} is used up` +
-      ` (resets ${refusingResetsAt(outcome.service.quota, outcome.window)})` +
-      (payment
-        ? `; pay per call: retry with _meta["x402/payment"] for the requirements in structuredContent`
-        : '');
+    const message = quotaExhaustedMessage(caller, outcome, payment !== null);
     const structured = {
       ...(payment ?? {}),
       error: message,
@@ -237,10 +232,39 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
       window: outcome.window,
       _service: outcome.service,
     };
-    // The x402 MCP transport: content[0].text is the JSON of structuredContent, for clients that read only text.
-    return toolError(payment ? JSON.stringify(structured) : message, structured);
+    if (payment === null) return toolError(message, structured);
+    // The x402 MCP transport: content[0].text is the JSON of the requirements, for clients that
+    // read only text; without `extensions` (the bazaar's recorded example answer, ~10 KB, is no
+    // answer to this call), which structuredContent keeps.
+    const { extensions: _example, ...text } = structured as Record<string, unknown>;
+    return toolError(JSON.stringify(text), structured);
   }
   return failedCall(deps, outcome.error, { tool: tool.name, requestId }, outcome.service);
+}
+
+/**
+ * Why a call was refused for its quota and every way on: an anonymous caller's own quota by
+ * signing in (a key's, through /mcp/signin or a free key), a key's reset or a larger plan, and
+ * paying for the call only when the service can take the payment (requirements were quoted).
+ */
+function quotaExhaustedMessage(
+  caller: Caller,
+  refusal: { window: Parameters<typeof refusingResetsAt>[1]; service: ServiceMeta },
+  payable: boolean,
+): string {
+  const resets = refusingResetsAt(refusal.service.quota, refusal.window);
+  const ways = caller.keyId
+    ? [
+        caller.subject.plan === 'pro'
+          ? 'wait for the reset'
+          : 'wait for the reset, or use a key of a larger plan',
+      ]
+    : [
+        'sign in for a quota of your own: connect to /mcp/signin (OAuth), or get a free key ' +
+          '(POST /api/keys with a wallet sign-in) and send it as "Authorization: Bearer <key>"',
+      ];
+  if (payable) ways.push('or pay for this call: retry with _meta["x402/payment"] for the requirements here');
+  return `quota_exhausted: the ${refusal.window} quota of this ${caller.keyId ? 'key' : 'anonymous caller'} is used up (resets ${resets}); ${ways.join('; ')}`;
 }
 
 /**
@@ -302,7 +326,8 @@ function failedCall(
     code: failure.code,
     retryable: failure.retryable,
     ...(failure.issues ? { issues: failure.issues } : {}),
-    _service: service,
+    // The failure's own figures (the chat quota of CHAT_QUOTA_EXHAUSTED), as HTTP's answer has them.
+    _service: failure.service ? { ...failure.service, ...service } : service,
   });
 }
 

@@ -104,15 +104,15 @@ describe('malformed MCP params', () => {
       'an array',
       'arguments',
     ],
-    ['name a number', { name: 5, arguments: {} }, 'unknown_tool', 'a number', 'name'],
-    ['name missing', { arguments: { coin: 'BTC' } }, 'unknown_tool', 'missing', 'name'],
-    // params that are not an object: a call naming no tool, never a 400.
-    ['params a string', 'x', 'unknown_tool', 'not a string', 'params'],
-    ['params null', null, 'unknown_tool', 'not null', 'params'],
-    ['params a number', 7, 'unknown_tool', 'not a number', 'params'],
-    ['params a boolean', true, 'unknown_tool', 'not a boolean', 'params'],
-    ['params an empty array', [], 'unknown_tool', 'not an array', 'params'],
-    ['params an array', [{ name: 'get_market_regime' }], 'unknown_tool', 'not an array', 'params'],
+    ['name a number', { name: 5, arguments: {} }, 'invalid_arguments', 'a number', 'name'],
+    ['name missing', { arguments: { coin: 'BTC' } }, 'invalid_arguments', 'missing', 'name'],
+    // params that are not an object: malformed params (invalid_arguments), never a 400 nor an unknown tool.
+    ['params a string', 'x', 'invalid_arguments', 'not a string', 'params'],
+    ['params null', null, 'invalid_arguments', 'not null', 'params'],
+    ['params a number', 7, 'invalid_arguments', 'not a number', 'params'],
+    ['params a boolean', true, 'invalid_arguments', 'not a boolean', 'params'],
+    ['params an empty array', [], 'invalid_arguments', 'not an array', 'params'],
+    ['params an array', [{ name: 'get_market_regime' }], 'invalid_arguments', 'not an array', 'params'],
   ];
 
   for (const path of PATHS) {
@@ -135,6 +135,19 @@ describe('malformed MCP params', () => {
         });
       });
     }
+
+    it(`${path}: resources/read without a uri is -32602 in words, params empty or absent`, async () => {
+      // Absent params stay absent on the modern path too (its envelope rides in params).
+      for (const params of path === 'modern' ? [{}] : [{}, undefined]) {
+        const { status, body } = await post(path, call(params, 'resources/read'));
+        expect(status).toBe(200);
+        expect(body.id).toBe('m-1');
+        // Before the change, absent params: -32603 with zod's issue list.
+        expect(body.error?.code, JSON.stringify(body)).toBe(-32602);
+        expect(body.error?.message).toContain('resources/read needs params.uri');
+        expect(body.error?.message).not.toMatch(DUMP);
+      }
+    });
 
     it(`${path}: another method's params that are not an object are -32600 Invalid Request`, async () => {
       for (const [params, words] of [

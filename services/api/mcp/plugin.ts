@@ -16,7 +16,7 @@ import { handOver } from './hand-over.ts';
 import { InFlightIds, releaseId, requestIds } from './in-flight.ts';
 import { paramsRefusal } from './params-check.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
-import { createMcpServer } from './server.ts';
+import { createMcpServer, SERVER_INSTRUCTIONS, SIGNIN_INSTRUCTIONS } from './server.ts';
 import { answerToolCall, modernToolCall, plainToolCall } from './session-call.ts';
 import { type SessionPool, SessionTable } from './sessions.ts';
 import { statelessMcp } from './stateless.ts';
@@ -299,7 +299,8 @@ function mcpHandler(deps: HandlerDeps): Handler {
       const owner = sessionOwner(request);
       const pool = sessionPool(request);
       await sessions.makeRoom(owner, pool);
-      transport = await openSession(deps, owner, credentialOf(request), pool);
+      const instructions = signedIn.has(request) ? SIGNIN_INSTRUCTIONS : SERVER_INSTRUCTIONS;
+      transport = await openSession(deps, owner, credentialOf(request), pool, instructions);
       negotiated.set(transport, negotiatedVersion(request.body));
     } else if (sessionId === undefined && method === 'POST') {
       // No session and not initialize: a one-shot call, or the 2026-07-28 revision. Their plain
@@ -405,9 +406,10 @@ async function openSession(
   owner: string,
   credential: string | null,
   pool: SessionPool,
+  instructions: string,
 ): Promise<StreamableHTTPServerTransport> {
   const { sessions, inFlight } = deps;
-  const server = createMcpServer(deps.options);
+  const server = createMcpServer(deps.options, instructions);
   const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
     sessionIdGenerator: () => randomUUID(),
     enableJsonResponse: true,
@@ -437,6 +439,9 @@ function signInRoutes(app: FastifyInstance, gate: SignInGate, guard: Guard, rout
     config: SIGNIN_DOC,
     // Before the rate limit (a preValidation hook): the limit then counts the key the token acts as.
     onRequest: async (request, reply) => {
+      // Host and Origin first, as for a request with a token: a refused Origin gets 403 and no
+      // Access-Control-Allow-Origin, never a 401 that lets its page read the challenge.
+      if (!guard(request, reply)) return reply;
       const outcome = await gate.authenticate(request);
       if ('caller' in outcome) {
         signedIn.set(request, outcome.caller);
@@ -444,7 +449,6 @@ function signInRoutes(app: FastifyInstance, gate: SignInGate, guard: Guard, rout
         return;
       }
       if (outcome.challenge !== null) reply.header('www-authenticate', outcome.challenge);
-      reply.headers(corsHeaders(request.headers.origin, MCP_METHODS));
       return jsonRpcError(reply, outcome.status, -32000, outcome.message);
     },
   });

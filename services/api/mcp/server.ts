@@ -11,30 +11,43 @@ import type { Caller, CallerRejectedError } from '../../metering/caller.ts';
 import { RESOURCE_TEMPLATES, RESOURCES, readResource } from './resources.ts';
 import { callTool, MCP_PAYMENT_META, type ToolCallDeps } from './tool-call.ts';
 
-/** resources/read with whatever params came: readResource judges them. */
-const ReadResourceRequest = ReadResourceRequestSchema.extend({ params: z.unknown() });
+/**
+ * resources/read with whatever params came, none included: readResource judges them. Optional:
+ * under zod 4 a bare z.unknown() member is required, and a request without params failed the
+ * SDK's parse (-32603 with zod's issue list) before readResource could answer -32602.
+ */
+const ReadResourceRequest = ReadResourceRequestSchema.extend({ params: z.unknown().optional() });
 
 export const SERVER_INFO = { name: 'signal-service', version: '1.0.0' };
 
 /** What every generation of the server offers: the sold and free tools, and the track record as resources. */
 export const SERVER_CAPABILITIES = { tools: { listChanged: false }, resources: { listChanged: false } };
 
+const QUOTA_INSTRUCTIONS =
+  'Every result carries _service.auth and _service.quota with the live remaining calls. When the ' +
+  'quota is used up, the tool error says when it resets and how to go on; where the service sells ' +
+  'calls it carries x402 payment requirements: retry the call with the payment in ' +
+  '_meta["x402/payment"] to pay for that call alone.';
+
+/** What /mcp tells a host at initialize: keys and anonymous calls. */
 export const SERVER_INSTRUCTIONS =
   'Crypto trade verdicts, market regimes and funding-arbitrage scans. Send an API key as ' +
-  '"Authorization: Bearer sk_live_..." (anonymous callers get the free limits). Every result ' +
-  'carries _service.auth and _service.quota with the live remaining calls. When the quota is ' +
-  'used up, the tool error carries x402 payment requirements: retry the call with the payment ' +
-  'in _meta["x402/payment"] to pay for that call alone.';
+  '"Authorization: Bearer sk_live_..." (anonymous callers get the free limits; a host that signs ' +
+  `in with OAuth uses /mcp/signin). ${QUOTA_INSTRUCTIONS}`;
+
+/** What /mcp/signin tells a host at initialize: there only an OAuth access token is accepted, never a key. */
+export const SIGNIN_INSTRUCTIONS =
+  'Crypto trade verdicts, market regimes and funding-arbitrage scans. This endpoint acts as the ' +
+  'API key chosen at OAuth sign-in: send the access token as "Authorization: Bearer <token>" ' +
+  '(an API key is refused here; keys go to /mcp). ' +
+  QUOTA_INSTRUCTIONS;
 
 /**
  * One MCP server per session. The low-level Server, not McpServer: McpServer turns every thrown
  * error into `result.isError`, while -32003 and -32004 must leave as JSON-RPC `error` objects.
  */
-export function createMcpServer(deps: ToolCallDeps): Server {
-  const server = new Server(SERVER_INFO, {
-    capabilities: SERVER_CAPABILITIES,
-    instructions: SERVER_INSTRUCTIONS,
-  });
+export function createMcpServer(deps: ToolCallDeps, instructions = SERVER_INSTRUCTIONS): Server {
+  const server = new Server(SERVER_INFO, { capabilities: SERVER_CAPABILITIES, instructions });
   server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: deps.registry.list() }));
   server.setRequestHandler(ListResourcesRequestSchema, async () => ({ resources: RESOURCES }));
   server.setRequestHandler(ListResourceTemplatesRequestSchema, async () => ({

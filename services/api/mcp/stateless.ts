@@ -5,7 +5,13 @@ import { z } from 'zod';
 import type { Caller, CallerRejectedError } from '../../metering/caller.ts';
 import { authInfo, handOver } from './hand-over.ts';
 import { RESOURCE_TEMPLATES, RESOURCES, readResource } from './resources.ts';
-import { createMcpServer, SERVER_CAPABILITIES, SERVER_INFO, SERVER_INSTRUCTIONS } from './server.ts';
+import {
+  createMcpServer,
+  SERVER_CAPABILITIES,
+  SERVER_INFO,
+  SERVER_INSTRUCTIONS,
+  SIGNIN_INSTRUCTIONS,
+} from './server.ts';
 import { ChannelError, callTool, MCP_PAYMENT_META, type ToolCallDeps } from './tool-call.ts';
 
 /**
@@ -25,11 +31,11 @@ const TOOLS_CACHE: CacheHint = { ttlMs: 300_000, cacheScope: 'public' };
 /** The 2.x SDK, loaded on the first session-less request: most processes never see one, and it costs ~0.3 s to load. */
 type ModernSdk = typeof import('@modelcontextprotocol/server');
 
-function createModernServer(sdk: ModernSdk, deps: ToolCallDeps): Server {
+function createModernServer(sdk: ModernSdk, deps: ToolCallDeps, instructions: string): Server {
   const { Server, ProtocolError } = sdk;
   const server = new Server(SERVER_INFO, {
     capabilities: SERVER_CAPABILITIES,
-    instructions: SERVER_INSTRUCTIONS,
+    instructions,
     cacheHints: { 'tools/list': TOOLS_CACHE, 'server/discover': TOOLS_CACHE },
   });
   server.setRequestHandler('tools/list', async () => ({ tools: deps.registry.list() }) as never);
@@ -39,7 +45,7 @@ function createModernServer(sdk: ModernSdk, deps: ToolCallDeps): Server {
   }));
   // Params read by readResource, which refuses a missing uri in words (-32602); the SDK's own
   // check of them answered -32603 with zod's issue list. Its errors go out as thrown.
-  server.setRequestHandler('resources/read', { params: z.unknown() }, async (params) =>
+  server.setRequestHandler('resources/read', { params: z.unknown().optional() }, async (params) =>
     readResource(deps.registry, params),
   );
   server.setRequestHandler('tools/call', async (request, ctx: ServerContext) => {
@@ -79,7 +85,8 @@ async function serveLegacy(
   reply: FastifyReply,
   caller: Caller | undefined,
 ): Promise<FastifyReply> {
-  const server = createMcpServer(deps);
+  // A caller authenticated by the route came to /mcp/signin: its instructions name tokens, not keys.
+  const server = createMcpServer(deps, caller ? SIGNIN_INSTRUCTIONS : SERVER_INSTRUCTIONS);
   const transport = new StreamableHTTPServerTransport({
     sessionIdGenerator: undefined,
     enableJsonResponse: true,
@@ -93,17 +100,19 @@ async function serveLegacy(
 }
 
 export function statelessMcp(deps: ToolCallDeps): StatelessMcp {
-  let loaded: Promise<{ sdk: ModernSdk; handler: McpHttpHandler }> | null = null;
+  let loaded: Promise<{ sdk: ModernSdk; handler: McpHttpHandler; signin: McpHttpHandler }> | null = null;
   const load = () => {
-    loaded ??= import('@modelcontextprotocol/server').then((sdk) => ({
-      sdk,
-      handler: sdk.createMcpHandler(() => createModernServer(sdk, deps), {
-        // 2025-era requests never reach this handler (serveLegacy); 'auto' answers JSON since no
-        // tool here emits notifications before its result.
-        legacy: 'reject',
-        onerror: (err) => deps.logger.debug({ err }, 'stateless mcp request refused'),
-      }),
-    }));
+    loaded ??= import('@modelcontextprotocol/server').then((sdk) => {
+      const handler = (instructions: string) =>
+        sdk.createMcpHandler(() => createModernServer(sdk, deps, instructions), {
+          // 2025-era requests never reach this handler (serveLegacy); 'auto' answers JSON since no
+          // tool here emits notifications before its result.
+          legacy: 'reject',
+          onerror: (err) => deps.logger.debug({ err }, 'stateless mcp request refused'),
+        });
+      // One per path: /mcp/signin's instructions name its access token, /mcp's the keys.
+      return { sdk, handler: handler(SERVER_INSTRUCTIONS), signin: handler(SIGNIN_INSTRUCTIONS) };
+    });
     return loaded;
   };
   return {
@@ -116,8 +125,10 @@ export function statelessMcp(deps: ToolCallDeps): StatelessMcp {
       const url = `${request.protocol}://${request.host}${request.url}`;
       const body = typeof request.body === 'string' ? request.body : JSON.stringify(request.body ?? null);
       const web = new Request(url, { method: request.method, headers, body });
-      const { sdk, handler } = await load();
+      const loadedSdk = await load();
+      const { sdk } = loadedSdk;
       if (await sdk.isLegacyRequest(web, request.body)) return serveLegacy(deps, request, reply, caller);
+      const handler = caller ? loadedSdk.signin : loadedSdk.handler;
       const response = await handler.fetch(web, {
         parsedBody: request.body,
         authInfo: authInfo(request, caller),
@@ -130,7 +141,10 @@ export function statelessMcp(deps: ToolCallDeps): StatelessMcp {
       return reply.send(text.length > 0 ? text : undefined);
     },
     close: async () => {
-      if (loaded) await (await loaded).handler.close();
+      if (loaded) {
+        const { handler, signin } = await loaded;
+        await Promise.all([handler.close(), signin.close()]);
+      }
     },
   };
 }

@@ -272,23 +272,24 @@ function quotaExhaustedMessage(
  * `arguments` are not an object (absent is allowed: no arguments): which member, in words. The
  * SDKs' own check of these answered -32603 (or -32602) with zod's issue list as the message, or
  * a parse error for params that are not an object; this is the same -32602 tool error as an
- * unknown tool or bad arguments (contract 7.3).
+ * unknown tool or bad arguments (contract 7.3), with the invalid-params code of the catalog
+ * (`invalid_arguments`): a call that names no tool is malformed, not a call of an unknown one.
  */
 function malformedParams(
   name: unknown,
   args: unknown,
   params: unknown,
-): { code: 'unknown_tool' | 'invalid_arguments'; path: string; message: string } | null {
+): { code: 'invalid_arguments'; path: string; message: string } | null {
   if (params !== undefined) {
     return {
-      code: 'unknown_tool',
+      code: 'invalid_arguments',
       path: 'params',
       message: `params must be an object naming the tool (name) and its arguments, not ${kindOf(params)}`,
     };
   }
   if (typeof name !== 'string') {
     return {
-      code: 'unknown_tool',
+      code: 'invalid_arguments',
       path: 'name',
       message:
         name === undefined

@@ -56,4 +56,29 @@ describe('OAuth endpoints from a browser page (CORS)', () => {
     expect(res.status).toBe(201);
     expect(res.headers.get('access-control-allow-origin')).toBe('*');
   });
+
+  it('/mcp/signin without a token applies the Origin policy: a refused origin gets 403 and no CORS header', async () => {
+    const signin = (from: string) =>
+      fetch(`${base}/mcp/signin`, {
+        method: 'POST',
+        headers: {
+          origin: from,
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+        },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+      });
+    // Before the change: 401 with access-control-allow-origin: https://evil.example.
+    const evil = await signin('https://evil.example');
+    expect(evil.status).toBe(403);
+    expect(evil.headers.get('access-control-allow-origin')).toBeNull();
+    expect(((await evil.json()) as { error: { message: string } }).error.message).toContain(
+      'Origin not allowed',
+    );
+    // A page on this machine (allowed on the defaults outside production) reads its challenge.
+    const local = await signin('http://localhost:5173');
+    expect(local.status).toBe(401);
+    expect(local.headers.get('access-control-allow-origin')).toBe('http://localhost:5173');
+    expect(local.headers.get('www-authenticate')).toContain('resource_metadata=');
+  });
 });

@@ -341,6 +341,11 @@ export const ConfigSchema = z
     RATE_LIMIT_PRO: positiveInt.default(6_000),
     RATE_LIMIT_TOOL_SHARE: z.coerce.number().gt(0).max(1).default(0.5),
     /**
+     * The OAuth sign-in paths and their discovery documents, per caller (a client address) and
+     * window, counted apart from the product budgets above.
+     */
+    RATE_LIMIT_SIGNIN: positiveInt.default(300),
+    /**
      * Open MCP sessions, in all and per caller (key, or client address; an IPv6 address by its
      * /64): opening one more closes the caller's (or its pool's) least recently used session
      * first. Anonymous callers together hold at most MCP_MAX_SESSIONS_ANONYMOUS of the total, free

@@ -170,6 +170,13 @@ export const ERRORS = {
     retryable: true,
     message: 'rate limit of {limit} requests per window reached; retry in {seconds} s',
   },
+  // The same refusal on the OAuth sign-in paths and their discovery documents, in RFC 6749's
+  // error shape ({error, error_description}): the closest code the OAuth error registry has.
+  temporarily_unavailable: {
+    status: 429,
+    retryable: true,
+    message: 'too many sign-in requests from this address: at most {limit} per window; retry in {seconds} s',
+  },
   // The public verify link (/verify/:stream/:revision), snake_case like the links it serves.
   invalid_verdict_ref: { status: 400, retryable: false, message: '{issue}' },
   verdict_not_found: { status: 404, retryable: false, message: 'no verdict at {ref}' },

@@ -280,6 +280,7 @@ describe.runIf(run)('the limiter itself on Redis: both budgets in one step', () 
     RATE_LIMIT_STARTER: 4,
     RATE_LIMIT_PRO: 4,
     RATE_LIMIT_TOOL_SHARE: 0.5,
+    RATE_LIMIT_SIGNIN: 4,
   };
   const prefix = `test:rl:${randomUUID()}:`;
   afterAll(async () => {

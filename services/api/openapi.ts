@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { ERRORS, ErrorBody, type ErrorCode } from '../../contracts/errors.ts';
 import { jsonSchema } from '../../contracts/json-schema.ts';
 import { webhookOpenApi } from '../../contracts/webhook-schemas.ts';
-import { UNLIMITED_PATHS } from '../metering/caller.ts';
+import { isSignInPath, UNLIMITED_PATHS } from '../metering/caller.ts';
 import { setBounded } from '../shared/bounded-map.ts';
 import type { FieldCodes } from './errors.ts';
 import { originCacheControl, publicOrigin } from './public-origin.ts';
@@ -307,6 +307,15 @@ const ANY_ROUTE_RESPONSE = {
   content: { 'application/json': { schema: jsonSchema(ErrorBody, 'output') } },
 };
 
+/**
+ * The default answer of a sign-in path (isSignInPath): its own rate budget, refused in RFC 6749's
+ * shape rather than with RATE_LIMITED.
+ */
+const SIGNIN_ROUTE_RESPONSE = {
+  ...ANY_ROUTE_RESPONSE,
+  description: `${ANY_ROUTE_RESPONSE.description} This is a sign-in path: its rate limit is a budget of its own per caller (RATE_LIMIT_SIGNIN a window, apart from the product's), and past it the answer is not RATE_LIMITED but temporarily_unavailable (${ERRORS.temporarily_unavailable.status}, with Retry-After) in RFC 6749's shape, {error: "temporarily_unavailable", error_description}; /oauth/authorize and the consent pages answer it as an HTML page.`,
+};
+
 /** Real answers recorded by the conformance test (`RECORD_OPENAPI_EXAMPLES=1`): operationId → status → answer. */
 type Examples = Record<string, Record<string, { type: string; body: unknown }>>;
 const EXAMPLES_FILE = new URL('./openapi-examples.json', import.meta.url);
@@ -372,9 +381,10 @@ function withOperationIds<D extends object>(document: D): D {
     for (const [method, operation] of Object.entries(item)) {
       const op = operation as { responses?: Record<string, { headers?: Json; content?: Json }> };
       const limited = !UNLIMITED_PATHS.has(path);
+      const signin = isSignInPath(path);
       const responses = Object.fromEntries(
         Object.entries(op.responses ?? {}).map(([status, declared]) => {
-          const response = withAnyRouteCodes(declared, status, limited);
+          const response = withAnyRouteCodes(declared, status, limited && !signin);
           const added = [
             ...EVERY_ANSWER,
             ...(limited ? RATE_LIMIT_HEADERS : []),
@@ -389,7 +399,7 @@ function withOperationIds<D extends object>(document: D): D {
         responses: {
           ...responses,
           default: {
-            ...ANY_ROUTE_RESPONSE,
+            ...(signin ? SIGNIN_ROUTE_RESPONSE : ANY_ROUTE_RESPONSE),
             // RATE_LIMITED and the retryable outages say when to call again.
             headers: headerObjects([
               ...EVERY_ANSWER,

@@ -3,6 +3,7 @@ import { isIPv6 } from 'node:net';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import ipaddr from 'ipaddr.js';
 import { ServiceError } from '../../contracts/errors.ts';
+import { OAUTH_PREFIX } from '../../contracts/oauth.ts';
 import { isWellFormedKey } from '../keys/key-material.ts';
 import type { KeyRecord } from '../keys/key-registry.ts';
 import { type KeyLookup, type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
@@ -35,6 +36,25 @@ export function decorateCaller(app: FastifyInstance): void {
 
 /** Paths that serve no caller: probes and metrics (never resolved nor limited). */
 export const UNLIMITED_PATHS: ReadonlySet<string> = new Set(['/healthz', '/readyz', '/metrics']);
+
+/**
+ * The OAuth sign-in paths (everything under /oauth/: authorize, token, register, revoke, jwks, the
+ * consent pages) and their discovery documents: limited by a budget of their own per caller
+ * (rate-limit.ts), so a host's anonymous /mcp traffic, or its neighbours' behind one NAT, never
+ * blocks its sign-in or its token refresh.
+ */
+export function isSignInPath(path: string): boolean {
+  return (
+    path.startsWith(`${OAUTH_PREFIX}/`) ||
+    path.startsWith('/.well-known/oauth-') ||
+    path === '/.well-known/openid-configuration'
+  );
+}
+
+/** The sign-in paths a person's browser shows (authorize and the consent pages): refused with a page. */
+export function isSignInPage(path: string): boolean {
+  return path === `${OAUTH_PREFIX}/authorize` || path.startsWith(`${OAUTH_PREFIX}/interaction/`);
+}
 
 /** The request's path without its query; null for a request that serves no caller (a probe, a preflight). */
 export function callerPath(request: FastifyRequest): string | null {

@@ -24,6 +24,7 @@ const settings: RateLimitSettings = {
   RATE_LIMIT_STARTER: 4,
   RATE_LIMIT_PRO: 1_000,
   RATE_LIMIT_TOOL_SHARE: 0.5,
+  RATE_LIMIT_SIGNIN: 4,
 };
 
 /** Records the calls of the cache's debit script (each a round trip to Redis), with their replies. */

@@ -10,12 +10,15 @@ import type { Config } from '../../contracts/config.ts';
 import { ERRORS, errorMessage } from '../../contracts/errors.ts';
 import type { Plan } from '../../contracts/events.ts';
 import { SIGNIN_MCP_PATH } from '../../contracts/oauth.ts';
-import { type Caller, callerPath, undebitedService } from './caller.ts';
+import { type Caller, callerPath, isSignInPage, isSignInPath, undebitedService } from './caller.ts';
 import type { QuotaMeter, RateWindows } from './quota-meter.ts';
 import type { QuotaSubject } from './windows.ts';
 
-/** Who a request is limited as: an applied key by its plan, anyone else by client address. */
-export type RateTier = Plan | 'anonymous';
+/**
+ * Who a request is limited as: an applied key by its plan, anyone else by client address; on the
+ * OAuth sign-in paths, 'signin', whoever calls (isSignInPath).
+ */
+export type RateTier = Plan | 'anonymous' | 'signin';
 
 export type RateLimitSettings = Pick<
   Config,
@@ -25,6 +28,7 @@ export type RateLimitSettings = Pick<
   | 'RATE_LIMIT_STARTER'
   | 'RATE_LIMIT_PRO'
   | 'RATE_LIMIT_TOOL_SHARE'
+  | 'RATE_LIMIT_SIGNIN'
 >;
 
 export interface RateDecision {
@@ -71,6 +75,7 @@ export class RateLimiter implements RateWindows {
       free: tier('free', settings.RATE_LIMIT_FREE),
       starter: tier('starter', settings.RATE_LIMIT_STARTER),
       pro: tier('pro', settings.RATE_LIMIT_PRO),
+      signin: tier('signin', settings.RATE_LIMIT_SIGNIN),
     };
   }
 
@@ -249,7 +254,9 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
       if (caller === null) return done(new Error('the rate limit runs after the caller hook (callerPlugin)'));
       // The path the router answers (/m%63p is /mcp): each spelling of a tool's path would be a budget.
       const path = /[%#]/.test(raw) ? (request.routeOptions.url ?? raw) : raw;
-      const tier = deps.limiter.tierOf(caller.subject);
+      // The sign-in paths take from a budget of their own, never the product's.
+      const signin = isSignInPath(path);
+      const tier = signin ? 'signin' : deps.limiter.tierOf(caller.subject);
       const body = request.body;
       // A JSON-RPC batch on /mcp is as many requests as it has messages (it was one, whatever it held).
       const decision =
@@ -267,9 +274,10 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
     // An error before the hook above (an unreadable body): counted, with the headers, never refused here.
     app.addHook('onError', (request, reply, _error, done) => {
       const caller = request.caller ?? request.callerRefused?.caller ?? null;
-      if (caller === null || reply.hasHeader('ratelimit-limit') || callerPath(request) === null)
-        return done();
-      const decision = deps.limiter.decide(deps.limiter.tierOf(caller.subject), caller.subject.id, null);
+      const path = callerPath(request);
+      if (caller === null || reply.hasHeader('ratelimit-limit') || path === null) return done();
+      const tier = isSignInPath(path) ? 'signin' : deps.limiter.tierOf(caller.subject);
+      const decision = deps.limiter.decide(tier, caller.subject.id, null);
       if (decision instanceof Promise) {
         decision
           .then((d) => rateHeaders(reply, d))
@@ -288,13 +296,41 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
   return plugin;
 }
 
-/** RateLimit-Limit, -Remaining and -Reset of a decision; the whole seconds to its window's end. */
-function rateHeaders(reply: FastifyReply, decision: RateDecision): number {
+/**
+ * RateLimit-Limit, -Remaining and -Reset of a decision; the whole seconds to its window's end. `raw`:
+ * on the Node response too, for a route that hijacks its reply (the OAuth library's endpoints
+ * answer on the raw response, without the reply's headers); Fastify's own answer merges them.
+ */
+function rateHeaders(reply: FastifyReply, decision: RateDecision, raw = false): number {
   const seconds = Math.max(1, Math.ceil(decision.resetMs / 1_000));
   reply.header('ratelimit-limit', decision.limit);
   reply.header('ratelimit-remaining', decision.remaining);
   reply.header('ratelimit-reset', seconds);
+  if (raw) {
+    reply.raw.setHeader('ratelimit-limit', decision.limit);
+    reply.raw.setHeader('ratelimit-remaining', decision.remaining);
+    reply.raw.setHeader('ratelimit-reset', seconds);
+  }
   return seconds;
+}
+
+/**
+ * A sign-in path's refusal: RFC 6749's error shape for the endpoints a host's client reads (token,
+ * register, revoke, the discovery documents), a page for the ones a person's browser shows
+ * (authorize, the consent pages); 429 with Retry-After either way.
+ */
+function signInRefusal(reply: FastifyReply, path: string, decision: RateDecision, seconds: number): void {
+  const error = 'temporarily_unavailable';
+  const description = errorMessage(error, { limit: decision.limit, seconds });
+  reply.code(ERRORS[error].status).header('retry-after', seconds).header('cache-control', 'no-store');
+  if (!isSignInPage(path)) return void reply.send({ error, error_description: description });
+  reply
+    .type('text/html; charset=utf-8')
+    .send(
+      `<!doctype html><html lang="en"><meta charset="utf-8"><title>Sign-in: too many requests</title>` +
+        `<p>Too many sign-in requests came from your network just now. Please try again in ${seconds} seconds.</p>` +
+        `<p><small>${description}</small></p></html>`,
+    );
 }
 
 /** The decision's headers, then the request goes on or is refused (module-level, as settleCaller). */
@@ -308,11 +344,12 @@ function applyDecision(
   tier: RateTier,
   decision: RateDecision,
 ) {
-  const seconds = rateHeaders(reply, decision);
+  const seconds = rateHeaders(reply, decision, tier === 'signin');
   if (decision.allowed) return done();
   // A refusal is answered here, and the callback is then not called (Fastify's rule).
   const mcp = isMcpPath(path);
   deps.onRefused?.(tier, mcp ? 'mcp' : 'http');
+  if (tier === 'signin') return void signInRefusal(reply, path, decision, seconds);
   const code = 'RATE_LIMITED';
   const { status, rpc, retryable } = ERRORS[code];
   const message = errorMessage(code, { limit: decision.limit, seconds });

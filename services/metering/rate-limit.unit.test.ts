@@ -8,6 +8,7 @@ const settings: RateLimitSettings = {
   RATE_LIMIT_STARTER: 20,
   RATE_LIMIT_PRO: 40,
   RATE_LIMIT_TOOL_SHARE: 0.5,
+  RATE_LIMIT_SIGNIN: 4,
 };
 
 /** Without Redis every request is decided at once, as the hook asks it (RateLimiter.decide). */

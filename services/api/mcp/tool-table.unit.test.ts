@@ -26,7 +26,12 @@ import { outputSchemaOf, signalTools, signalToolTable, toolRegistry } from './to
  * and every discovery document say what the table says, and no other source file says it again.
  */
 
-const config = loadConfig({ NODE_ENV: 'test', EVENT_STORE: 'memory' });
+// A facilitator key: the MCP quote is offered only where a payment can settle (mcpPayments).
+const config = loadConfig({
+  NODE_ENV: 'test',
+  EVENT_STORE: 'memory',
+  X402_FACILITATOR_PRIVATE_KEY: `0x${'11'.repeat(32)}`,
+});
 const ORIGIN = 'http://api.test';
 let x402: X402Setup;
 

@@ -136,6 +136,19 @@ describe('malformed MCP params', () => {
       });
     }
 
+    it(`${path}: a list with a cursor this server never gave is -32602 (every list is one page)`, async () => {
+      for (const method of ['tools/list', 'resources/list', 'resources/templates/list']) {
+        const { status, body } = await post(path, call({ cursor: 'garbage' }, method));
+        expect(status).toBe(200);
+        expect(body.id).toBe('m-1');
+        // Before the change: the whole list, as if no cursor were sent.
+        expect(body.error?.code, `${method}: ${JSON.stringify(body).slice(0, 200)}`).toBe(-32602);
+        expect(body.error?.message).toContain('no nextCursor');
+      }
+      const whole = await post(path, call({}, 'tools/list'));
+      expect(whole.body.error).toBeUndefined();
+    });
+
     it(`${path}: resources/read without a uri is -32602 in words, params empty or absent`, async () => {
       // Absent params stay absent on the modern path too (its envelope rides in params).
       for (const params of path === 'modern' ? [{}] : [{}, undefined]) {

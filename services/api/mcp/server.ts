@@ -8,8 +8,9 @@ import {
 } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import type { Caller, CallerRejectedError } from '../../metering/caller.ts';
+import { MCP_INVALID_PARAMS } from './error-codes.ts';
 import { RESOURCE_TEMPLATES, RESOURCES, readResource } from './resources.ts';
-import { callTool, MCP_PAYMENT_META, type ToolCallDeps } from './tool-call.ts';
+import { ChannelError, callTool, MCP_PAYMENT_META, type ToolCallDeps } from './tool-call.ts';
 
 /**
  * resources/read with whatever params came, none included: readResource judges them. Optional:
@@ -43,16 +44,38 @@ export const SIGNIN_INSTRUCTIONS =
   QUOTA_INSTRUCTIONS;
 
 /**
+ * A list request's cursor, refused: every list here is answered whole, with no nextCursor, so a
+ * cursor is never one this server gave out (MCP: an invalid cursor is -32602 Invalid params).
+ * Thrown as ChannelError: code and message go out as written.
+ */
+export function refuseCursor(method: string, cursor: unknown): void {
+  if (cursor === undefined) return;
+  throw new ChannelError(
+    MCP_INVALID_PARAMS,
+    `Invalid params: ${method} answers every item in one page (no nextCursor); the cursor ${JSON.stringify(cursor)} was not given by this server`,
+    {},
+  );
+}
+
+/**
  * One MCP server per session. The low-level Server, not McpServer: McpServer turns every thrown
  * error into `result.isError`, while -32003 and -32004 must leave as JSON-RPC `error` objects.
  */
 export function createMcpServer(deps: ToolCallDeps, instructions = SERVER_INSTRUCTIONS): Server {
   const server = new Server(SERVER_INFO, { capabilities: SERVER_CAPABILITIES, instructions });
-  server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: deps.registry.list() }));
-  server.setRequestHandler(ListResourcesRequestSchema, async () => ({ resources: RESOURCES }));
-  server.setRequestHandler(ListResourceTemplatesRequestSchema, async () => ({
-    resourceTemplates: RESOURCE_TEMPLATES,
-  }));
+  // Every list is one page (no nextCursor): any cursor is one this server never gave (-32602).
+  server.setRequestHandler(ListToolsRequestSchema, async (request) => {
+    refuseCursor('tools/list', request.params?.cursor);
+    return { tools: deps.registry.list() };
+  });
+  server.setRequestHandler(ListResourcesRequestSchema, async (request) => {
+    refuseCursor('resources/list', request.params?.cursor);
+    return { resources: RESOURCES };
+  });
+  server.setRequestHandler(ListResourceTemplatesRequestSchema, async (request) => {
+    refuseCursor('resources/templates/list', request.params?.cursor);
+    return { resourceTemplates: RESOURCE_TEMPLATES };
+  });
   // Params read by readResource, which refuses a missing uri in words (-32602); the SDK's own
   // check of them answered -32603 with zod's issue list.
   server.setRequestHandler(ReadResourceRequest, async (request) =>

@@ -7,6 +7,7 @@ import { authInfo, handOver } from './hand-over.ts';
 import { RESOURCE_TEMPLATES, RESOURCES, readResource } from './resources.ts';
 import {
   createMcpServer,
+  refuseCursor,
   SERVER_CAPABILITIES,
   SERVER_INFO,
   SERVER_INSTRUCTIONS,
@@ -38,11 +39,27 @@ function createModernServer(sdk: ModernSdk, deps: ToolCallDeps, instructions: st
     instructions,
     cacheHints: { 'tools/list': TOOLS_CACHE, 'server/discover': TOOLS_CACHE },
   });
-  server.setRequestHandler('tools/list', async () => ({ tools: deps.registry.list() }) as never);
-  server.setRequestHandler('resources/list', async () => ({ resources: RESOURCES }));
-  server.setRequestHandler('resources/templates/list', async () => ({
-    resourceTemplates: RESOURCE_TEMPLATES,
-  }));
+  // Every list is one page: a cursor is refused -32602, as on the 1.x server (refuseCursor).
+  const pageOne = (method: string, cursor: unknown) => {
+    try {
+      refuseCursor(method, cursor);
+    } catch (err) {
+      if (err instanceof ChannelError) throw new ProtocolError(err.code, err.message);
+      throw err;
+    }
+  };
+  server.setRequestHandler('tools/list', async (request) => {
+    pageOne('tools/list', request.params?.cursor);
+    return { tools: deps.registry.list() } as never;
+  });
+  server.setRequestHandler('resources/list', async (request) => {
+    pageOne('resources/list', request.params?.cursor);
+    return { resources: RESOURCES };
+  });
+  server.setRequestHandler('resources/templates/list', async (request) => {
+    pageOne('resources/templates/list', request.params?.cursor);
+    return { resourceTemplates: RESOURCE_TEMPLATES };
+  });
   // Params read by readResource, which refuses a missing uri in words (-32602); the SDK's own
   // check of them answered -32603 with zod's issue list. Its errors go out as thrown.
   server.setRequestHandler('resources/read', { params: z.unknown().optional() }, async (params) =>

@@ -323,7 +323,15 @@ function signInRefusal(reply: FastifyReply, path: string, decision: RateDecision
   const error = 'temporarily_unavailable';
   const description = errorMessage(error, { limit: decision.limit, seconds });
   reply.code(ERRORS[error].status).header('retry-after', seconds).header('cache-control', 'no-store');
-  if (!isSignInPage(path)) return void reply.send({ error, error_description: description });
+  if (!isSignInPage(path)) {
+    // A browser-based host calls these from its page, which allow any origin (they carry no
+    // person's cookie): it reads the refusal and when to retry too.
+    reply.headers({
+      'access-control-allow-origin': '*',
+      'access-control-expose-headers': 'Retry-After, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset',
+    });
+    return void reply.send({ error, error_description: description });
+  }
   reply
     .type('text/html; charset=utf-8')
     .send(

@@ -101,6 +101,9 @@ describe('the OAuth sign-in paths have a rate budget of their own', () => {
     expect(Object.keys(body).sort()).toEqual(['error', 'error_description']);
     expect(body.error).toBe('temporarily_unavailable');
     expect(body.error_description).toMatch(/at most 7 per window; retry in \d+ s/);
+    // A browser-based host's page reads it, and when to retry.
+    expect(limited.headers.get('access-control-allow-origin')).toBe('*');
+    expect(limited.headers.get('access-control-expose-headers')).toContain('Retry-After');
     for (const answer of [await register(), await get('/.well-known/oauth-authorization-server')]) {
       expect(answer.status).toBe(429);
       expect(answer.headers.get('retry-after')).not.toBeNull();

@@ -140,6 +140,39 @@ describe.runIf(run)('the Redis limiter takes a turn’s requests in one script c
     }
   });
 
+  it('takes a JSON-RPC batch whole on Redis: one per message, each call from its tool, given back when a later step refuses', async () => {
+    const cache = await connect('rlbatch');
+    try {
+      // Pro: 1,000 a window, 500 per tool.
+      const limiter = new RateLimiter(settings, cache);
+      const other = new RateLimiter(settings, cache);
+      // Three calls of a, one of b, one other message: 5 from the key, 3 from a, 1 from b.
+      expect(await limiter.decideBatch('pro', 'b1', ['a', 'a', 'a', 'b', null])).toMatchObject({
+        allowed: true,
+        limit: 500,
+        remaining: 497,
+      });
+      // 498 calls of a do not fit in its 497: refused after the key's 498 were taken, which go back.
+      const refused = await other.decideBatch(
+        'pro',
+        'b1',
+        Array.from({ length: 498 }, () => 'a'),
+      );
+      expect(refused).toMatchObject({ allowed: false, limit: 500, remaining: 497 });
+      const mixed = await other.decideBatch('pro', 'b1', [...Array.from({ length: 498 }, () => 'a'), 'b']);
+      expect(mixed).toMatchObject({ allowed: false, limit: 500, remaining: 497 });
+      // The key's budget is as the first batch left it: 995 of 1,000, shared by both limiters.
+      expect(await limiter.decide('pro', 'b1', null)).toMatchObject({
+        allowed: true,
+        limit: 1_000,
+        remaining: 994,
+      });
+      expect(await other.decideBatch('pro', 'b1', [])).toMatchObject({ allowed: true, remaining: 993 });
+    } finally {
+      await cache.close();
+    }
+  });
+
   it('falls back to this process when Redis answers but cannot take writes (a replica: READONLY; full memory: OOM)', async () => {
     // A replica of a primary that is not there answers every read and refuses every write, as a
     // demoted primary does after a failover.

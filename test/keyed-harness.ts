@@ -7,6 +7,7 @@ import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
 import { loadConfig } from '../contracts/config.ts';
 import type { Plan } from '../contracts/events.ts';
 import { buildApp } from '../services/api/app.ts';
+import type { ToolDefinition } from '../services/api/mcp/tool-registry.ts';
 import { keyedChannel } from '../services/api/plugins.ts';
 import { createSignalEngine, type SignalEngine } from '../services/engine/engine.ts';
 import { issueKey } from '../services/keys/key-commands.ts';
@@ -42,6 +43,8 @@ export async function startKeyedServer(options: {
   rateLimited?: boolean;
   /** Listen on this port (0: any free one); a server that names its own URL (OAuth's issuer) needs it fixed. */
   port?: number;
+  /** Tools served beside the signal tools (a test's own). */
+  extraTools?: ToolDefinition[];
 }) {
   const config = loadConfig({ EVENT_STORE: 'memory', NODE_ENV: 'test', LOG_LEVEL: 'silent', ...options.env });
   const logger = pino({ level: 'silent' });
@@ -58,6 +61,7 @@ export async function startKeyedServer(options: {
     ops: history.withTrackRecord(engine),
     paymentRequirements: () => PAYMENT_REQUIRED,
     ...(options.sweepIntervalMs === undefined ? {} : { mcpSweepIntervalMs: options.sweepIntervalMs }),
+    ...(options.extraTools ? { extraTools: options.extraTools } : {}),
   });
   await channel.start();
   const app = await buildApp({

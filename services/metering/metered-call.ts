@@ -32,6 +32,17 @@ export class QuotaUnavailableError extends Error {
 }
 
 /**
+ * A call its client cancelled (MCP notifications/cancelled) before the debit: not counted. `ran`
+ * is what it made, thrown away (undefined when it was cancelled before it ran).
+ */
+export class CallCancelledError extends Error {
+  override readonly name = 'CallCancelledError';
+  constructor(readonly ran?: unknown) {
+    super('the call was cancelled by its client; it was not counted');
+  }
+}
+
+/**
  * Serves one call against the caller's quota: the figures before it refuse an exhausted caller before any
  * work; only a result is debited (a failed call is not counted), and among calls racing for the last
  * units the debit decides (the losers get quota_exhausted).
@@ -41,6 +52,8 @@ export async function serveMetered<T>(
   caller: Caller,
   call: { tool: string },
   run: () => Promise<T>,
+  /** Whether the client cancelled the call: asked before the run and before the debit (neither then happens). */
+  cancelled?: () => boolean,
 ): Promise<MeteredResult<T>> {
   const { observer } = quota;
   const at = subjectWindows(caller.subject, quota.plans, quota.now());
@@ -55,11 +68,27 @@ export async function serveMetered<T>(
     observer?.refused(caller.subject.plan, window);
     return { ok: false, reason: 'quota_exhausted', window, service: { auth: caller.auth, quota: before } };
   }
+  if (cancelled?.()) {
+    return {
+      ok: false,
+      reason: 'failed',
+      error: new CallCancelledError(),
+      service: { auth: caller.auth, quota: before },
+    };
+  }
   let value: T;
   try {
     value = await run();
   } catch (error) {
     return { ok: false, reason: 'failed', error, service: { auth: caller.auth, quota: before } };
+  }
+  if (cancelled?.()) {
+    return {
+      ok: false,
+      reason: 'failed',
+      error: new CallCancelledError(value),
+      service: { auth: caller.auth, quota: before },
+    };
   }
   // In the windows it was read in: a call counts on the day it was asked (one across midnight too).
   const debit = await quota.debit(caller.subject, call.tool, at).catch((err: unknown) => {

@@ -99,7 +99,48 @@ export class InFlightIds {
     return held;
   }
 
+  /**
+   * The ids a client cancelled while in flight (notifications/cancelled), per session: made only
+   * when one is cancelled, so a call asks an empty map.
+   */
+  private readonly cancelledIds = new Map<string, Held>();
+
+  /** Marks an id in flight on the session as cancelled by its client; false when it is not in flight. */
+  cancel(sessionId: string, id: RpcId): boolean {
+    if (!this.bySession.get(sessionId)?.includes(id)) return false;
+    let list = this.cancelledIds.get(sessionId);
+    if (list === undefined) {
+      list = [];
+      this.cancelledIds.set(sessionId, list);
+    }
+    if (!list.includes(id)) list.push(id);
+    return true;
+  }
+
+  isCancelled(sessionId: string, id: RpcId): boolean {
+    if (this.cancelledIds.size === 0) return false;
+    return this.cancelledIds.get(sessionId)?.includes(id) ?? false;
+  }
+
+  /** The call of `id` was answered: its cancellation mark, if any, goes with it. */
+  settle(sessionId: string, id: RpcId): void {
+    if (this.cancelledIds.size === 0) return;
+    const list = this.cancelledIds.get(sessionId);
+    if (list === undefined) return;
+    releaseId(list, id);
+    if (list.length === 0) this.cancelledIds.delete(sessionId);
+  }
+
   forget(sessionId: string): void {
     this.bySession.delete(sessionId);
+    this.cancelledIds.delete(sessionId);
   }
+}
+
+/** The request id a notifications/cancelled body names; undefined for any other body. */
+export function cancelledRequestId(body: unknown): RpcId | undefined {
+  const message = body as { method?: unknown; params?: { requestId?: unknown } } | null;
+  if (message?.method !== 'notifications/cancelled') return undefined;
+  const id = message.params?.requestId;
+  return typeof id === 'string' || typeof id === 'number' ? id : undefined;
 }

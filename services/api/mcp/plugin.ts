@@ -13,7 +13,7 @@ import { errorHandler, rpcErrorBody } from '../errors.ts';
 import { codesText, documented, RESPONSE_HEADERS, type ResponseDoc } from '../openapi.ts';
 import { envelopeRefusal } from './envelope.ts';
 import { handOver } from './hand-over.ts';
-import { InFlightIds, releaseId, requestIds } from './in-flight.ts';
+import { cancelledRequestId, InFlightIds, releaseId, requestIds } from './in-flight.ts';
 import { paramsRefusal } from './params-check.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
 import { createMcpServer, SERVER_INSTRUCTIONS, SIGNIN_INSTRUCTIONS } from './server.ts';
@@ -321,6 +321,10 @@ function mcpHandler(deps: HandlerDeps): Handler {
       return jsonRpcError(reply, 400, -32000, 'Bad Request: Mcp-Session-Id header is required');
     }
     if (sessionId !== undefined && method === 'POST') {
+      // A client cancelling a call in flight here: the call is not counted if it has not been
+      // debited yet (callTool). The transport still takes the notification (202).
+      const cancelled = cancelledRequestId(request.body);
+      if (cancelled !== undefined) deps.inFlight.cancel(sessionId, cancelled);
       // A plain tools/call is answered here, error or not, its one id claimed without a claim
       // object and free again once the answer is handed over. No per-request close listener:
       // the call always ends, and one showed in the profile.
@@ -329,9 +333,14 @@ function mcpHandler(deps: HandlerDeps): Handler {
         const held = deps.inFlight.claimOne(sessionId, call.id);
         if (held === null) return inFlightConflict(reply, call.id);
         try {
-          await answerToolCall(options, call, request, reply, { kind: 'session', sessionId });
+          await answerToolCall(options, call, request, reply, {
+            kind: 'session',
+            sessionId,
+            cancelled: () => deps.inFlight.isCancelled(sessionId, call.id),
+          });
         } finally {
           releaseId(held, call.id);
+          deps.inFlight.settle(sessionId, call.id);
         }
         return undefined;
       }

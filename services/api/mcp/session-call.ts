@@ -197,7 +197,11 @@ export function modernToolCall(request: FastifyRequest): PlainToolCall | null {
  * How the answer goes out: on a 2025-era session (its id in the header), one-shot without one,
  * or on the 2026-07-28 revision (the result stamped as the 2.x SDK stamps it, no session).
  */
-export type CallChannel = { kind: 'session'; sessionId: string } | { kind: 'one-shot' } | { kind: 'modern' };
+export type CallChannel =
+  /** `cancelled`: whether the client cancelled the call (notifications/cancelled on the session). */
+  | { kind: 'session'; sessionId: string; cancelled?: () => boolean }
+  | { kind: 'one-shot' }
+  | { kind: 'modern' };
 
 /**
  * Answers the call as the SDK server would: `{result, jsonrpc, id}`, or `{jsonrpc, id, error}`
@@ -226,6 +230,7 @@ export async function answerToolCall(
       caller,
       refused,
       requestId: request.id,
+      cancelled: channel.kind === 'session' ? channel.cancelled : undefined,
     });
     body = answerBytes(result, call.id, channel.kind === 'modern');
   } catch (err) {

@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import type { ToolName } from '../../../contracts/tools.ts';
 import { describeFailure } from '../../engine/operation-errors.ts';
 import { type Caller, type CallerRejectedError, undebitedService } from '../../metering/caller.ts';
-import { QuotaUnavailableError, serveMetered } from '../../metering/metered-call.ts';
+import { CallCancelledError, QuotaUnavailableError, serveMetered } from '../../metering/metered-call.ts';
 import type { QuotaMeter } from '../../metering/quota-meter.ts';
 import type { PaidServiceMeta, PaymentReceipt, ServiceMeta } from '../../metering/service-meta.ts';
 import { refusingResetsAt } from '../../metering/snapshot.ts';
@@ -90,7 +90,15 @@ export interface ToolCallRequest {
    * when the channel has one, so the access line and the call share it. Else one is made here.
    */
   requestId?: string;
+  /**
+   * Whether the client cancelled this call (notifications/cancelled on its session): asked before
+   * the tool runs and before the debit, so a cancelled call is not counted.
+   */
+  cancelled?: () => boolean;
 }
+
+/** JSON-RPC's code for a request its client cancelled (the answer is sent, and ignored, over HTTP). */
+const MCP_REQUEST_CANCELLED = -32800;
 
 /**
  * A JSON-RPC error of the tool channel. Not the SDK's McpError: that one prefixes its message
@@ -197,8 +205,12 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
   try {
     // The tool's own promise, not an async wrapper around it: one frame and promise less a call.
     // A result made and then thrown away comes back on the refusal (`ran`) to be released.
-    outcome = await serveMetered(deps.quota, caller, { tool: tool.name }, () =>
-      tool.run(parsed.data, { requestId, caller }),
+    outcome = await serveMetered(
+      deps.quota,
+      caller,
+      { tool: tool.name },
+      () => tool.run(parsed.data, { requestId, caller }),
+      request.cancelled,
     );
   } catch (err) {
     if (err instanceof QuotaUnavailableError) {
@@ -238,6 +250,10 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     // answer to this call), which structuredContent keeps.
     const { extensions: _example, ...text } = structured as Record<string, unknown>;
     return toolError(JSON.stringify(text), structured);
+  }
+  if (outcome.error instanceof CallCancelledError) {
+    await discarded(outcome.error.ran as Record<string, unknown> | undefined);
+    throw new ChannelError(MCP_REQUEST_CANCELLED, outcome.error.message, { _service: outcome.service });
   }
   return failedCall(deps, outcome.error, { tool: tool.name, requestId }, outcome.service);
 }

@@ -297,6 +297,10 @@ export async function run(): Promise<Record<string, number>> {
     // shared machine, wall time also counts the time other processes held the cores.
     const cpuRatios = (runs: { cpuSeconds: number }[]) =>
       runs.map((d, i) => (rawCpuS[i]! / d.cpuSeconds).toFixed(2)).join(' / ');
+    // The process's CPU a row (µs), per round: less moved by the load than the rates, and
+    // comparable between runs where the ratios' baseline moved.
+    const cpuPerRow = (seconds: number[]) =>
+      seconds.map((s) => ((s * 1e6) / verdicts).toFixed(1)).join(' / ');
     const rawRate = median(rawRates);
     const ndRate = median(ndRates);
     const pqRate = median(pqRates);
@@ -310,6 +314,7 @@ export async function run(): Promise<Record<string, number>> {
         'ratio per round min/median/max': ratioSpread(rates),
         'ratio of medians': Number((median(rates) / rawRate).toFixed(2)),
         'CPU-time ratio per round': cpuRatios(runs),
+        'CPU µs a row per round': cpuPerRow(runs.map((d) => d.cpuSeconds)),
         'first row ms': Number(median(runs.map((d) => d.firstByteMs)).toFixed(1)),
         'MB streamed': Math.round(runs[0]!.bytes / 1e6),
         'RSS growth MB': Math.round(Math.max(...runs.map((d) => d.rssGrowth)) / 1e6),
@@ -326,6 +331,7 @@ export async function run(): Promise<Record<string, number>> {
         'ratio per round min/median/max': '1',
         'ratio of medians': 1,
         'CPU-time ratio per round': '1',
+        'CPU µs a row per round': cpuPerRow(rawCpuS),
         'first row ms': '',
         'MB streamed': '',
         'RSS growth MB': '',

@@ -9,22 +9,32 @@ import type { RecordedEvent } from '../../contracts/envelope.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { type FeedMember, feedOf } from '../../projections/log-feed.ts';
 import { FoldProgress } from '../../projections/position-waiters.ts';
-import { type StoredRows, type StoredVerdictEntry, storedOutcome, storedVerdict } from './export-rows.ts';
+import {
+  knowsTemplate,
+  learnTemplate,
+  type StoredRows,
+  type StoredVerdictEntry,
+  storedOutcome,
+  storedVerdict,
+  templateBytes,
+  templateIdOf,
+} from './export-rows.ts';
 
 type Verdict = RecordedEvent<EventData<'VerdictRecorded'>, 'VerdictRecorded'>;
 type Outcome = RecordedEvent<EventData<'VerdictOutcomeResolved'>, 'VerdictOutcomeResolved'>;
 
 /** Bump when what export-rows.ts stores changes: a store of another version is rebuilt. */
-const EXPORT_ROWS_VERSION = 5;
+const EXPORT_ROWS_VERSION = 6;
 /**
  * Each version has databases of its own (version 2 also began writing the verdicts in append
  * mode; version 3 stores a verdict's inputs once, export-rows.ts; version 4 adds the lean and
- * its would-be outcome to the outcome's record; version 5 the outcome's chain link and position). Versions never share a
+ * its would-be outcome to the outcome's record; version 5 the outcome's chain link and position;
+ * version 6 a verdict's head as a template shared by the records, `templateKey`). Versions never share a
  * database, so a process of another version on the same directory cannot empty this one's; the
  * older ones are emptied when this version's store is built.
  */
-export const VERDICTS_DB = 'history-export-verdicts-5';
-export const OUTCOMES_DB = 'history-export-outcomes-5';
+export const VERDICTS_DB = 'history-export-verdicts-6';
+export const OUTCOMES_DB = 'history-export-outcomes-6';
 export const OLD_DBS = [
   'history-export-verdicts',
   'history-export-outcomes',
@@ -34,6 +44,8 @@ export const OLD_DBS = [
   'history-export-outcomes-3',
   'history-export-verdicts-4',
   'history-export-outcomes-4',
+  'history-export-verdicts-5',
+  'history-export-outcomes-5',
 ];
 const EXPORT_ROWS_NAME = 'history-export-rows';
 /** Bytes per slab the records read back are copied into. */
@@ -76,6 +88,12 @@ export function openVerdictsDb(root: RootDatabase): Database<Buffer, number> {
 
 /** Key of the meta entry in the verdicts database: positions start at 1. */
 const META = 0;
+/**
+ * Key of a verdict record's head template (export-rows.ts `HeadTemplate`) in the verdicts
+ * database: below the meta, so a range read of positions never meets one. A few per version of
+ * the engine's inputs, each written with the first record that names it.
+ */
+const templateKey = (id: number): number => -id - 1;
 /** [version, generation, checkpoint, id of the event at the checkpoint]. */
 type Meta = [version: number, generation: string, checkpoint: number, checkpointId: string | null];
 /** Free space below which a failed write counts as a full disk, whatever errno it came with. */
@@ -129,6 +147,11 @@ export class ExportRowStore extends FoldProgress implements FeedMember, StoredRo
   readonly name = EXPORT_ROWS_NAME;
   private readonly verdicts: Database<Buffer, number>;
   private readonly outcomes: Database<Buffer, string>;
+  /**
+   * Templates this process has found or written in the verdicts database since its generation
+   * began: cleared with the generation (a rebuild empties the database, templates included).
+   */
+  private readonly storedTemplates = new Set<number>();
   private positionId: string | null = null;
   private generation = '';
   /** The error of the last write, while it was refused for lack of space (see `receive`). */
@@ -143,8 +166,10 @@ export class ExportRowStore extends FoldProgress implements FeedMember, StoredRo
     // Bytes, not msgpack: a range read hands each value over as a view of a slab (slabCodec),
     // and the export reads only the fields it needs out of it. Written in append mode, since positions
     // only grow: pages are filled instead of split in half (version 2, 1M synthetic verdicts:
-    // 2,126 to 1,441 B each). A record of the engine's full inputs (1.7-1.8 KB since version 3) stays
-    // under LMDB's 2,020 B inline limit: two to a leaf page. LZ4 compression was tried when
+    // 2,126 to 1,441 B each). A record of the engine's full inputs took 1.7-1.8 KB in versions 3-5
+    // (two to a leaf page, 2,146 B a verdict on disk at 1M); since version 6, which keeps the head's
+    // names in a shared template and the values alone, about 1.0-1.1 KB (three to a page: 1,118 B
+    // a verdict on disk at 1M). LZ4 compression was tried when
     // records took a 4 KB overflow page each: it halved that but slowed the export by 10-20 %
     // (NDJSON 0.90 to 0.70, Parquet 0.40 to 0.32 of raw readAll), so it is not used.
     this.verdicts = openVerdictsDb(root);
@@ -171,6 +196,7 @@ export class ExportRowStore extends FoldProgress implements FeedMember, StoredRo
     const meta = this.meta();
     if (meta && meta[0] === EXPORT_ROWS_VERSION) {
       [, this.generation, this.position, this.positionId] = meta;
+      this.storedTemplates.clear();
     } else {
       if (meta) {
         this.options.logger?.info(
@@ -200,9 +226,15 @@ export class ExportRowStore extends FoldProgress implements FeedMember, StoredRo
 
   private reset(): void {
     this.generation = randomUUID();
+    this.storedTemplates.clear();
     this.position = 0;
     this.positionId = null;
-    const old = OLD_DBS.map((name) => this.root.openDB({ name, encoding: 'binary' }));
+    // Only those the directory holds (the root database's keys are its databases' names): each one
+    // opened takes one of the environment's slots (maxDbs, 16), and the list grows with each version.
+    const present = new Set<unknown>(this.root.getKeys());
+    const old = OLD_DBS.filter((name) => present.has(name)).map((name) =>
+      this.root.openDB({ name, encoding: 'binary' }),
+    );
     const stale = old.reduce((n, db) => n + (db.getStats() as { entryCount: number }).entryCount, 0);
     if (stale > 0) {
       this.options.logger?.info(
@@ -232,7 +264,18 @@ export class ExportRowStore extends FoldProgress implements FeedMember, StoredRo
   verdictsAfter(after: number, upTo: number, limit: number): StoredVerdictEntry[] {
     const out: StoredVerdictEntry[] = [];
     const range = this.verdicts.getRange({ start: after + 1, end: upTo + 1, limit });
-    for (const entry of range) out.push(entry as StoredVerdictEntry);
+    let known = -1;
+    for (const entry of range) {
+      // A record written by another process may name a template this one has not met yet.
+      const id = templateIdOf((entry as StoredVerdictEntry).value);
+      if (id !== known && !knowsTemplate(id)) {
+        const bytes = this.verdicts.get(templateKey(id));
+        if (bytes === undefined) throw new Error(`export rows: template ${id} is not stored`);
+        learnTemplate(id, bytes);
+      }
+      known = id;
+      out.push(entry as StoredVerdictEntry);
+    }
     return out;
   }
 
@@ -305,22 +348,34 @@ export class ExportRowStore extends FoldProgress implements FeedMember, StoredRo
     outcomes: readonly [number, string, Buffer][],
     last: RecordedEvent,
   ): void {
+    const added: number[] = [];
     const stale = this.root.transactionSync(() => {
       const meta = this.meta();
       // Rebuilt by another process since: start again from its checkpoint (the feed re-reads).
       if (!meta || meta[0] !== EXPORT_ROWS_VERSION || meta[1] !== this.generation) return meta ?? null;
       const applied = meta[2];
       if (applied >= last.position) return undefined;
-      for (const [position, value] of verdicts)
-        if (position > applied) putAppend(this.verdicts, position, value, 'export rows: verdict');
+      for (const [position, value] of verdicts) {
+        if (position <= applied) continue;
+        // Its template first, in the same transaction: a reader finding the record finds it.
+        const id = templateIdOf(value);
+        if (!this.storedTemplates.has(id) && !added.includes(id)) {
+          if (this.verdicts.get(templateKey(id)) === undefined)
+            this.verdicts.putSync(templateKey(id), templateBytes(id));
+          added.push(id);
+        }
+        putAppend(this.verdicts, position, value, 'export rows: verdict');
+      }
       for (const [position, id, value] of outcomes) if (position > applied) this.outcomes.putSync(id, value);
       this.putMeta([EXPORT_ROWS_VERSION, this.generation, last.position, last.id]);
       return undefined;
     }, TXN_FLAGS);
+    for (const id of added) this.storedTemplates.add(id);
     if (stale !== undefined) {
       if (stale === null || stale[0] !== EXPORT_ROWS_VERSION)
         throw new Error('export rows store was removed');
       [, this.generation, this.position, this.positionId] = stale;
+      this.storedTemplates.clear();
       return;
     }
     this.position = last.position;

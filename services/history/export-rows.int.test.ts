@@ -8,7 +8,7 @@ import { type LmdbEventStore, openLmdbEventStore } from '../../adapters/event-st
 import { HistoryTrailer } from '../../contracts/history.ts';
 import { recordHistory, startHistoryServer } from '../../test/history-harness.ts';
 import { ExportRowStore, OLD_DBS, openVerdictsDb, VERDICTS_DB } from './export-row-store.ts';
-import { F_ID, fieldOf, revealAtOf, StoredLine, verdictColumnsEnd } from './export-rows.ts';
+import { F_ID, fieldOf, revealAtOf, StoredLine } from './export-rows.ts';
 import { fillColumns, historyRow, rowRef } from './rows.ts';
 import { type HistoryFilter, ScanProgress, type StoredRows, scanHistory } from './scan.ts';
 import { parquetStream, storedLines } from './writers.ts';
@@ -255,13 +255,10 @@ describe('export rows (stored bytes of each revealed row)', () => {
     // A damaged entry: only a fold from position 0 puts it right again.
     const raw = openVerdictsDb(store.root);
     const damaged = before[before.length - 1]!;
-    raw.putSync(
-      damaged.key,
-      Buffer.concat([
-        damaged.value.subarray(0, verdictColumnsEnd(damaged.value)),
-        Buffer.from('\u0000{"damaged":1,'),
-      ]),
-    );
+    // Its last text's last digit changed (a number of its inputs or row).
+    const wrong = Buffer.from(damaged.value);
+    wrong[wrong.length - 1] = wrong[wrong.length - 1] === 49 ? 50 : 49;
+    raw.putSync(damaged.key, wrong);
     expect(rows.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6)).not.toEqual(before);
     await rows.rebuild();
     await rows.waitFor(await store.headPosition(), 30_000);
@@ -271,12 +268,12 @@ describe('export rows (stored bytes of each revealed row)', () => {
     expect((await exported('')).rows).toEqual(exportBefore);
   });
 
-  it('upgrades a directory that holds older stores (versions 1 to 4): the old databases are emptied, the rows rebuilt to the same bytes', async () => {
+  it('upgrades a directory that holds older stores (versions 1 to 5): the old databases are emptied, the rows rebuilt to the same bytes', async () => {
     const current = server.slice.exportRows!;
     const before = current.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6);
     const outcomes = before.map((e) => current.outcome(fieldOf(e.value, F_ID)) ?? null);
-    // What versions 1 to 4 left: each its meta at key 0, a row per verdict and an outcome, and no
-    // version 5 store (its meta removed, as on a directory that never ran version 5).
+    // What versions 1 to 5 left: each its meta at key 0, a row per verdict and an outcome, and no
+    // version 6 store (its meta removed, as on a directory that never ran version 6).
     const old = OLD_DBS.map((name) => store.root.openDB({ name, encoding: 'binary' }));
     expect(OLD_DBS).toEqual([
       'history-export-verdicts',
@@ -287,29 +284,45 @@ describe('export rows (stored bytes of each revealed row)', () => {
       'history-export-outcomes-3',
       'history-export-verdicts-4',
       'history-export-outcomes-4',
+      'history-export-verdicts-5',
+      'history-export-outcomes-5',
     ]);
-    const [oldVerdicts, oldOutcomes, v2Verdicts, v2Outcomes, v3Verdicts, v3Outcomes, v4Verdicts, v4Outcomes] =
-      old;
+    const [
+      oldVerdicts,
+      oldOutcomes,
+      v2Verdicts,
+      v2Outcomes,
+      v3Verdicts,
+      v3Outcomes,
+      v4Verdicts,
+      v4Outcomes,
+      v5Verdicts,
+      v5Outcomes,
+    ] = old;
     oldVerdicts!.putSync(0, Buffer.from(JSON.stringify([1, 'old-generation', 10, null])));
     v2Verdicts!.putSync(0, Buffer.from(JSON.stringify([2, 'v2-generation', 10, null])));
     v3Verdicts!.putSync(0, Buffer.from(JSON.stringify([3, 'v3-generation', 10, null])));
     v4Verdicts!.putSync(0, Buffer.from(JSON.stringify([4, 'v4-generation', 10, null])));
+    v5Verdicts!.putSync(0, Buffer.from(JSON.stringify([5, 'v5-generation', 10, null])));
     for (const e of before) {
       oldVerdicts!.putSync(e.key, e.value);
       v2Verdicts!.putSync(e.key, e.value);
       v3Verdicts!.putSync(e.key, e.value);
       v4Verdicts!.putSync(e.key, e.value);
+      v5Verdicts!.putSync(e.key, e.value);
     }
     oldOutcomes!.putSync('some-verdict', Buffer.from('{}'));
     v2Outcomes!.putSync('some-verdict', Buffer.from('{}'));
     v3Outcomes!.putSync('some-verdict', Buffer.from('{}'));
     v4Outcomes!.putSync('some-verdict', Buffer.from('{}'));
+    v5Outcomes!.putSync('some-verdict', Buffer.from('{}'));
     openVerdictsDb(store.root).removeSync(0);
     const entries = (db: { getStats(): unknown }) => (db.getStats() as { entryCount: number }).entryCount;
     expect(entries(oldVerdicts!)).toBe(before.length + 1);
     expect(entries(v2Verdicts!)).toBe(before.length + 1);
     expect(entries(v3Verdicts!)).toBe(before.length + 1);
     expect(entries(v4Verdicts!)).toBe(before.length + 1);
+    expect(entries(v5Verdicts!)).toBe(before.length + 1);
 
     const upgraded = new ExportRowStore(store, store.root);
     await upgraded.start();
@@ -317,7 +330,9 @@ describe('export rows (stored bytes of each revealed row)', () => {
     expect(upgraded.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6)).toEqual(before);
     expect(before.map((e) => upgraded.outcome(fieldOf(e.value, F_ID)) ?? null)).toEqual(outcomes);
     for (const db of old) expect(entries(db)).toBe(0);
-    expect(entries(store.root.openDB({ name: VERDICTS_DB }))).toBe(before.length + 1);
+    // The rows and the meta (the head templates are kept below key 0).
+    expect([...openVerdictsDb(store.root).getKeys({ start: 0 })]).toHaveLength(before.length + 1);
+    expect(entries(store.root.openDB({ name: VERDICTS_DB }))).toBeGreaterThan(before.length + 1);
     await upgraded.stop();
   });
 

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { outcomeStream, revealTime } from '../../contracts/history.ts';
@@ -38,16 +39,20 @@ type Outcome = RecordedEvent<EventData<'VerdictOutcomeResolved'>, 'VerdictOutcom
  * export writes the line from those stored bytes instead of decoding and serialising the events
  * again.
  *
- * The head is not stored as it is written, though: its string values are the record's string
- * columns again (the inputs' JSON, most of a record, escaped as a JSON string), and stored twice
- * they pushed a real verdict's record (2,950-3,160 B) past what LMDB keeps on a leaf page
- * (2,020 B on 4 KB pages), so every verdict took a 4 KB overflow page of its own. The stored head
- * is a template: the head with those values cut out, and where each goes and from which column
- * (`storedHead`); `writeHead` puts them back, escaping what needs it, byte for byte as
- * JSON.stringify wrote the line. The inputs column holds the inputs' JSON already escaped, as the
- * line has it (F_INPUTS): escaping ~1 KB a row was 38 % of an NDJSON export's CPU, while
- * Parquet, which wants it plain, unescapes it while packing rows (`unescapeInputs`), on the
- * thread that waits for the encoder anyway.
+ * The head is not stored as it is written, though. Its string values are the record's string
+ * columns again, and most of it is the verdict's inputs, a JSON record written as an escaped
+ * JSON string: stored as the line has it, a verdict took 1.8 KB (2,146 B on disk with its pages,
+ * against the log's 558 B an event, which stores the inputs' names once in shared structures),
+ * and an export read 3.8 times the bytes the raw log read does. So the head is a template shared
+ * by every verdict of its shape (`HeadTemplate`: the field names, the inputs' names escaped,
+ * where each value goes), stored once by the store, and the record holds only the values: its
+ * columns, and its texts, each number as JSON.stringify wrote it (so it prints byte for byte as
+ * before: a float written from its float64 would cost a number-to-text conversion per value)
+ * and each input's value as the inside of the line's JSON string has it (a string escaped once
+ * more, as the line escapes it). `writeHead` puts the line back together, escaping only the
+ * columns whose value needs it; Parquet, which wants the inputs' JSON plain, writes it from the
+ * template's plain pieces and the texts while packing rows (`writeInputs`), on the thread that
+ * waits for the encoder anyway.
  */
 
 /** The tail of a row that has no outcome attached. */
@@ -75,8 +80,9 @@ export const NO_OUTCOME_TAIL = Buffer.from(`${JSON.stringify(NO_OUTCOME).slice(1
  * Stored per verdict, keyed by its log position, as bytes read back without a decoder (an
  * export touches only what it needs of each): the VERDICT_NUMBERS as float64s, a u16 mask of
  * the VERDICT_STRINGS that are null, the u16 end offset of each string, the strings as UTF-8,
- * then the template of the revealed NDJSON line's head (`storedHead`). Parquet copies the
- * strings' bytes straight into its columns; NDJSON writes the head from the template and them.
+ * then the id of the head's template (6 bytes), the texts' total bytes (u16) and each text
+ * after its length (`encodeTexts`). Parquet copies the strings' bytes straight into its columns;
+ * NDJSON writes the head from the template, them and the texts.
  */
 export const VERDICT_NUMBERS = [
   'revealAt',
@@ -112,8 +118,8 @@ export const F_ID = 4;
 const F_HASH = 5;
 export const F_STREAM = 6;
 /**
- * The inputs' JSON column. Stored as the inside of the JSON string the NDJSON line writes (quotes
- * and backslashes escaped), not as the plain JSON Parquet writes: see `unescapeInputs`.
+ * The inputs' JSON column: stored empty (the inputs are the record's texts, `headOf`); Parquet's
+ * packed rows hold the plain JSON there (`writeInputs`).
  */
 export const F_INPUTS = VERDICT_STRINGS.length - 1;
 /** Per outcome: the numbers (NaN stands for null), then the strings, then the row's tail. */
@@ -207,15 +213,11 @@ export function fieldOf(v: Buffer, k: number): string {
   return v.toString('utf8', verdictStringStart(v, k), verdictStringEnd(v, k));
 }
 
-/** Where a verdict record's columns (numbers, mask, string ends, strings) end and its head's template begins. */
+/** Where a verdict record's columns (numbers, mask, string ends, strings) end and its template's id begins. */
 export const verdictColumnsEnd = (v: Buffer): number => verdictStringEnd(v, F_INPUTS);
 
 /** The string column of each row field that has one (VERDICT_STRINGS are named as the row's fields). */
 const COLUMN_OF_FIELD = new Map<string, number>(VERDICT_STRINGS.map((name, k) => [name, k]));
-/** A hole's column byte: this bit set when its value is escaped on the way out. */
-const ESCAPED = 0x80;
-/** Bytes per hole in the template's table: place (u16), column (u8), bytes written between the quotes (u16). */
-const HOLE = 5;
 /** JSON.stringify's short escapes of control characters (the others are \u00XX). */
 const SHORT_ESCAPES: Record<number, number> = { 8: 98, 9: 116, 10: 110, 12: 102, 13: 114 };
 /** Per byte: 0 copied as it is, 1 after a backslash (quote, backslash), 2 a control character. */
@@ -233,20 +235,149 @@ function keyJson(field: string): string {
   return json;
 }
 
+/** The inside of the JSON string JSON.stringify writes for `text`. */
+const escaped = (text: string): string => JSON.stringify(text).slice(1, -1);
+
+/** A hole of a head template: a string column, copied between the quotes the literal holds. */
+const H_COLUMN = 0;
+/** A string column escaped on the way out (its value holds a quote, a backslash or a control character). */
+const H_COLUMN_ESCAPED = 1;
+/** The record's next text, copied: a number's JSON (or a string no column holds), or an input's value. */
+const H_TEXT = 2;
+
 /**
- * The stored head of a revealed row's line (its fields up to `outcome_id`, as JSON.stringify
- * writes them, and the comma after them): a hole count, then per hole its place in the literal,
- * its column (ESCAPED when its value needs escaping) and how many bytes its value takes written,
- * then the literal, which is the head without those values and their quotes. A string field
- * becomes a hole when it equals its column and is well-formed UTF-16 (JSON.stringify escapes a
- * lone surrogate, which the column's UTF-8 no longer holds); the others stay in the literal.
+ * The head of a revealed row's line with its values cut out, shared by every verdict of the same
+ * shape (the row's fields, the inputs' names in order, which values are strings, which are null):
+ * a literal (every field name, the inputs' names escaped as the line writes them, the quotes, the
+ * nulls and booleans) and where each value goes in it. A record names its template by `id`, the
+ * first 6 bytes of the SHA-256 of `bytes`, the template's stored form: templates are written once
+ * to a database of their own (export-row-store.ts) and never change, so a record read back in any
+ * process finds the same one.
  */
-function storedHead(row: Record<string, unknown>, columns: readonly (string | null)[]): Buffer {
-  let literal = '';
-  // The literal's length in UTF-8, kept as it grows rather than measured whole at each hole (with
-  // the keys' JSON kept per name, storedVerdict 14 -> 11 us a verdict).
-  let literalBytes = 0;
+export interface HeadTemplate {
+  readonly id: number;
+  /** The stored form: JSON of { lit, holes, inputsFirst, pieces }. */
+  readonly bytes: Buffer;
+  readonly lit: Buffer;
+  /** Per hole: its place in `lit`, its kind (H_*) and its column (column holes). */
+  readonly holes: Int32Array;
+  /** Every non-null column but the (empty) inputs' is an H_COLUMN hole: see `headBytes`. */
+  readonly plainColumns: boolean;
+  /** The texts of the inputs' values: texts inputsFirst to inputsFirst + pieces.length - 2. */
+  readonly inputsFirst: number;
+  /** The inputs' plain JSON around its values (`{"rsi":`, `,"macd":`, ..., `}`), for Parquet. */
+  readonly pieces: readonly Buffer[];
+  readonly piecesBytes: number;
+}
+
+interface StoredTemplate {
+  lit: string;
+  holes: number[];
+  /** Every non-null column but the inputs' is an H_COLUMN hole. */
+  plain: boolean;
+  inputsFirst: number;
+  pieces: string[];
+}
+
+/** Templates this process knows, by id and by stored form (a verdict's is looked up by its form). */
+const TEMPLATES = new Map<number, HeadTemplate>();
+const TEMPLATE_OF_FORM = new Map<string, HeadTemplate>();
+
+function makeTemplate(form: string, bytes: Buffer, id: number): HeadTemplate {
+  const t = JSON.parse(form) as StoredTemplate;
+  const holes = Int32Array.from(t.holes);
+  const pieces = t.pieces.map((p) => Buffer.from(p));
+  return {
+    id,
+    bytes,
+    lit: Buffer.from(t.lit),
+    holes,
+    plainColumns: t.plain,
+    inputsFirst: t.inputsFirst,
+    pieces,
+    piecesBytes: pieces.reduce((n, p) => n + p.length, 0),
+  };
+}
+
+const idOfTemplate = (bytes: Buffer): number => createHash('sha256').update(bytes).digest().readUIntLE(0, 6);
+
+/** The template of a stored form, known to this process from now on. */
+function templateOfForm(form: string): HeadTemplate {
+  let t = TEMPLATE_OF_FORM.get(form);
+  if (t === undefined) {
+    const bytes = Buffer.from(form);
+    t = learnTemplate(idOfTemplate(bytes), bytes);
+    TEMPLATE_OF_FORM.set(form, t);
+  }
+  return t;
+}
+
+/** Whether this process knows template `id` (records naming another need `learnTemplate` first). */
+export const knowsTemplate = (id: number): boolean => TEMPLATES.has(id);
+
+/** Makes template `id` known from its stored form (read back from the store). */
+export function learnTemplate(id: number, bytes: Buffer): HeadTemplate {
+  const known = TEMPLATES.get(id);
+  if (known !== undefined) {
+    if (!known.bytes.equals(bytes)) throw new Error(`history export record: two templates share id ${id}`);
+    return known;
+  }
+  if (idOfTemplate(bytes) !== id)
+    throw new Error(`history export record: template ${id} does not match its id`);
+  const t = makeTemplate(bytes.toString('utf8'), Buffer.from(bytes), id);
+  TEMPLATES.set(id, t);
+  return t;
+}
+
+/** The stored form of template `id` (known to this process). */
+export function templateBytes(id: number): Buffer {
+  const t = TEMPLATES.get(id);
+  if (t === undefined) throw new Error(`history export record: template ${id} is not known`);
+  return t.bytes;
+}
+
+/** The template id a verdict record names (after its columns). */
+export const templateIdOf = (v: Buffer): number => v.readUIntLE(verdictColumnsEnd(v), 6);
+
+let lastTemplate: HeadTemplate | null = null;
+/** The template of the record whose columns end at `c`. */
+function templateAt(v: Buffer, c: number): HeadTemplate {
+  const id = v.readUIntLE(c, 6);
+  if (lastTemplate !== null && lastTemplate.id === id) return lastTemplate;
+  const t = TEMPLATES.get(id);
+  if (t === undefined) throw new Error(`history export record: template ${id} is not known`);
+  lastTemplate = t;
+  return t;
+}
+
+/** After a record's columns: its template's id (6 bytes), then its texts' total bytes (u16). */
+const TEXTS_AT = 8;
+
+/**
+ * The head of a revealed row's line (its fields up to `outcome_id`, as JSON.stringify writes
+ * them, and the comma after them) as a template and the texts that fill it: string fields are
+ * holes for their columns (escaped when their value needs it and is well-formed UTF-16, as
+ * JSON.stringify escapes a lone surrogate the column's UTF-8 no longer holds; else a text),
+ * numbers are texts (their JSON, so they print as JSON.stringify printed them), nulls and
+ * booleans stay in the literal, and the inputs' JSON string is written key by key: its names in
+ * the literal, its values as texts, each as the inside of the line's JSON string has it.
+ */
+function headOf(
+  row: Record<string, unknown>,
+  columns: readonly (string | null)[],
+  inputs: Record<string, unknown>,
+): { template: HeadTemplate; texts: string[] } {
+  let lit = '';
+  // The literal's length in UTF-8, kept as it grows rather than measured whole at each hole.
+  let litBytes = 0;
+  const add = (s: string) => {
+    lit += s;
+    litBytes += Buffer.byteLength(s);
+  };
   const holes: number[] = [];
+  const texts: string[] = [];
+  const pieces: string[] = [];
+  let inputsFirst = -1;
   let complete = false;
   for (const field in row) {
     if (field === 'outcome_id') {
@@ -258,56 +389,126 @@ function storedHead(row: Record<string, unknown>, columns: readonly (string | nu
     if (value === undefined || typeof value === 'function' || typeof value === 'symbol') {
       throw new Error(`history export record: field ${field} has no JSON form`);
     }
-    const key = `${literal === '' ? '{' : ','}${keyJson(field)}:`;
-    literal += key;
-    literalBytes += Buffer.byteLength(key);
+    add(`${lit === '' ? '{' : ','}${keyJson(field)}:`);
+    if (field === 'inputs_json' && typeof value === 'string') {
+      // The inputs' JSON, rebuilt from its names and values, must be the row's exactly.
+      inputsFirst = texts.length;
+      let plain = '';
+      let piece = '{';
+      add('"');
+      for (const key of Object.keys(inputs)) {
+        piece += `${JSON.stringify(key)}:`;
+        add(escaped(piece));
+        pieces.push(piece);
+        plain += piece;
+        holes.push(litBytes, H_TEXT, 0);
+        const json = JSON.stringify(inputs[key]);
+        plain += json;
+        texts.push(typeof inputs[key] === 'string' ? escaped(json) : json);
+        piece = ',';
+      }
+      piece = piece === '{' ? '{}' : '}';
+      add(`${escaped(piece)}"`);
+      pieces.push(piece);
+      plain += piece;
+      if (plain !== value) throw new Error('history export record: the inputs are not a plain JSON record');
+      continue;
+    }
     const json = JSON.stringify(value);
     const k = COLUMN_OF_FIELD.get(field);
     const column = k === undefined ? null : columns[k];
-    if (typeof value !== 'string' || typeof column !== 'string') {
-      literal += json;
-      literalBytes += Buffer.byteLength(json);
-    } else if (json.length === column.length + 2 && json.slice(1, -1) === column) {
-      // The column is the value as the line writes it (the inputs' column, or nothing to escape).
-      holes.push(literalBytes, k!, Buffer.byteLength(json) - 2);
-    } else if (column === value && (value as unknown as { isWellFormed(): boolean }).isWellFormed()) {
-      holes.push(literalBytes, k! | ESCAPED, Buffer.byteLength(json) - 2);
-    } else {
-      literal += json;
-      literalBytes += Buffer.byteLength(json);
+    if (typeof value === 'string' && typeof column === 'string') {
+      if (json.length === column.length + 2 && json.slice(1, -1) === column) {
+        add('"');
+        holes.push(litBytes, H_COLUMN, k!);
+        add('"');
+        continue;
+      }
+      if (column === value && (value as unknown as { isWellFormed(): boolean }).isWellFormed()) {
+        add('"');
+        holes.push(litBytes, H_COLUMN_ESCAPED, k!);
+        add('"');
+        continue;
+      }
     }
+    if (typeof value === 'string' || typeof value === 'number') {
+      holes.push(litBytes, H_TEXT, 0);
+      texts.push(json);
+    } else add(json);
   }
   if (!complete) throw new Error('history export record: the row has no outcome_id field');
-  literal += ',';
-  literalBytes += 1;
-  const count = holes.length / 3;
-  if (count > 0xff || literalBytes > 0xffff || holes.some((x) => x > 0xffff)) {
+  add(',');
+  if (litBytes > 0xffff || holes.length / 3 > 0xffff)
     throw new Error('history export record: head template too large');
+  // Which columns the holes write, for `headBytes`: all of them, unescaped, in the usual case.
+  const written = new Set<number>();
+  for (let h = 0; h < holes.length; h += 3) if (holes[h + 1] === H_COLUMN) written.add(holes[h + 2]!);
+  const plain = columns.every((column, k) => column === null || k === F_INPUTS || written.has(k));
+  const stored: StoredTemplate = { lit, holes, plain, inputsFirst, pieces };
+  return { template: templateOfForm(JSON.stringify(stored)), texts };
+}
+
+/** The bytes after a verdict record's columns: its template's id, its texts' total bytes, each text after its length. */
+function encodeTexts(template: HeadTemplate, texts: readonly string[]): Buffer {
+  const bytes = texts.map((t) => Buffer.from(t));
+  const total = bytes.reduce((n, b) => n + b.length, 0);
+  if (total > 0xffff) throw new Error('history export record: texts over 64 KiB');
+  const out = Buffer.allocUnsafe(TEXTS_AT + total + bytes.reduce((n, b) => n + (b.length < 0x80 ? 1 : 2), 0));
+  out.writeUIntLE(template.id, 0, 6);
+  out.writeUInt16LE(total, 6);
+  let o = TEXTS_AT;
+  for (const b of bytes) {
+    // A length below 128 in one byte, else in two (low 7 bits with the high bit set, then the rest).
+    if (b.length < 0x80) out[o++] = b.length;
+    else {
+      if (b.length >= 0x8000) throw new Error('history export record: a text over 32 KiB');
+      out[o++] = (b.length & 0x7f) | 0x80;
+      out[o++] = b.length >> 7;
+    }
+    o += b.copy(out, o);
   }
-  const table = Buffer.allocUnsafe(1 + count * HOLE);
-  table[0] = count;
-  for (let h = 0; h < count; h++) {
-    table.writeUInt16LE(holes[h * 3]!, 1 + h * HOLE);
-    table[3 + h * HOLE] = holes[h * 3 + 1]!;
-    table.writeUInt16LE(holes[h * 3 + 2]!, 4 + h * HOLE);
-  }
-  return Buffer.concat([table, Buffer.from(literal)]);
+  return out;
 }
 
 /** The bytes `writeHead` writes for this record. */
 function headBytes(v: Buffer): number {
-  const at = verdictColumnsEnd(v);
-  const n = v[at]!;
-  let bytes = v.length - at - 1 - n * HOLE;
-  for (let h = 0; h < n; h++) bytes += (v[at + 4 + h * HOLE]! | (v[at + 5 + h * HOLE]! << 8)) + 2;
-  return bytes;
+  const c = verdictColumnsEnd(v);
+  const t = templateAt(v, c);
+  const texts = v[c + 6]! | (v[c + 7]! << 8);
+  // Every non-null column but the (empty) inputs' is a plain hole: the columns' bytes all go out.
+  if (t.plainColumns) return t.lit.length + texts + (c - V_STRINGS);
+  let n = t.lit.length + texts;
+  const holes = t.holes;
+  for (let h = 0; h < holes.length; h += 3) {
+    const kind = holes[h + 1]!;
+    if (kind === H_TEXT) continue;
+    const k = holes[h + 2]!;
+    const a = verdictStringStart(v, k);
+    const b = verdictStringEnd(v, k);
+    n += kind === H_COLUMN ? b - a : escapedBytes(v, a, b);
+  }
+  return n;
 }
 
 /** Copies `v[from..to]` to `out` at `o`; returns where it ends. Short runs: a loop beats a native call. */
-function copyBytes(v: Buffer, from: number, to: number, out: Buffer, o: number): number {
-  if (to - from > 32) return o + v.copy(out, o, from, to);
+function copyBytes(v: Uint8Array, from: number, to: number, out: Uint8Array, o: number): number {
+  if (to - from > 32) {
+    out.set(v.subarray(from, to), o);
+    return o + to - from;
+  }
   for (let i = from; i < to; i++) out[o++] = v[i]!;
   return o;
+}
+
+/** The bytes `escapeBytes` writes for `v[from..to]`. */
+function escapedBytes(v: Buffer, from: number, to: number): number {
+  let n = to - from;
+  for (let i = from; i < to; i++) {
+    const kind = ESCAPE_KIND[v[i]!]!;
+    if (kind === 1) n += 1;
+    else if (kind === 2) n += SHORT_ESCAPES[v[i]!] === undefined ? 5 : 1;
+  }
+  return n;
 }
 
 /** Writes `v[from..to]` as the inside of a JSON string, as JSON.stringify escapes it. */
@@ -336,10 +537,11 @@ function escapeBytes(v: Buffer, from: number, to: number, out: Buffer, o: number
 }
 
 /**
- * Writes the plain inputs' JSON for the escaped inputs column `v[from..to]` at `o` in `out`;
- * returns where it ends (never past `o + (to - from)`). The column is JSON.stringify's escape of
- * JSON.stringify's output, which holds no raw control character or lone surrogate, so its only
- * escapes are of quotes and backslashes; anything else is decoded as JSON would.
+ * Writes the plain JSON of the escaped text `v[from..to]` (the inside of a JSON string as
+ * JSON.stringify writes it) at `o` in `out`; returns where it ends (never past `o + (to - from)`).
+ * An input's text is JSON.stringify's escape of JSON.stringify's output, which holds no raw
+ * control character or lone surrogate, so its only escapes are of quotes and backslashes;
+ * anything else is decoded as JSON would.
  */
 export function unescapeInputs(v: Uint8Array, from: number, to: number, out: Uint8Array, o: number): number {
   for (let i = from; i < to; i++) {
@@ -365,29 +567,66 @@ export function unescapeInputs(v: Uint8Array, from: number, to: number, out: Uin
 }
 
 /**
- * Writes the record's NDJSON head at `at` in `out` (room for `headBytes` assumed): the stored
- * literal with each hole's column put back between quotes. Returns where it ends. No string is
- * made of the record: short runs are copied byte by byte, long ones (the inputs) natively.
+ * Writes the record's NDJSON head at `at` in `out` (room for `headBytes` assumed): its template's
+ * literal with each hole filled, from a column or the record's next text. Returns where it ends.
+ * No string is made of the record: short runs are copied byte by byte, long ones natively.
  */
 function writeHead(v: Buffer, out: Buffer, at: number): number {
-  const table = verdictColumnsEnd(v);
-  const n = v[table]!;
-  const literal = table + 1 + n * HOLE;
+  const c = verdictColumnsEnd(v);
+  const t = templateAt(v, c);
+  const lit = t.lit;
+  const holes = t.holes;
+  let p = c + TEXTS_AT;
   let o = at;
-  let from = literal;
-  for (let h = 0; h < n; h++) {
-    const place = literal + (v[table + 1 + h * HOLE]! | (v[table + 2 + h * HOLE]! << 8));
-    const spec = v[table + 3 + h * HOLE]!;
-    const k = spec & ~ESCAPED;
-    o = copyBytes(v, from, place, out, o);
+  let from = 0;
+  for (let h = 0; h < holes.length; h += 3) {
+    const place = holes[h]!;
+    const kind = holes[h + 1]!;
+    o = copyBytes(lit, from, place, out, o);
     from = place;
-    out[o++] = 34;
-    const a = verdictStringStart(v, k);
-    const b = verdictStringEnd(v, k);
-    o = spec & ESCAPED ? escapeBytes(v, a, b, out, o) : copyBytes(v, a, b, out, o);
-    out[o++] = 34;
+    if (kind === H_TEXT) {
+      let n = v[p++]!;
+      if (n & 0x80) n = (n & 0x7f) | (v[p++]! << 7);
+      o = copyBytes(v, p, p + n, out, o);
+      p += n;
+    } else {
+      const k = holes[h + 2]!;
+      const a = verdictStringStart(v, k);
+      const b = verdictStringEnd(v, k);
+      o = kind === H_COLUMN ? copyBytes(v, a, b, out, o) : escapeBytes(v, a, b, out, o);
+    }
   }
-  return copyBytes(v, from, v.length, out, o);
+  return copyBytes(lit, from, lit.length, out, o);
+}
+
+/** An upper bound on the bytes of the plain inputs' JSON `writeInputs` writes for this record. */
+export function inputsBytesAtMost(v: Buffer): number {
+  const c = verdictColumnsEnd(v);
+  return templateAt(v, c).piecesBytes + (v[c + 6]! | (v[c + 7]! << 8));
+}
+
+/**
+ * Writes the verdict's inputs as plain JSON (Parquet's inputs column) at `o` in `out`: the
+ * template's pieces around the input texts, a string's unescaped. Returns where it ends.
+ */
+export function writeInputs(v: Buffer, out: Uint8Array, o: number): number {
+  const c = verdictColumnsEnd(v);
+  const t = templateAt(v, c);
+  if (t.inputsFirst < 0) return o;
+  let p = c + TEXTS_AT;
+  const last = t.inputsFirst + t.pieces.length - 1;
+  for (let i = 0; i < last; i++) {
+    let n = v[p++]!;
+    if (n & 0x80) n = (n & 0x7f) | (v[p++]! << 7);
+    if (i >= t.inputsFirst) {
+      o = copyBytes(t.pieces[i - t.inputsFirst]!, 0, t.pieces[i - t.inputsFirst]!.length, out, o);
+      // A string's text is escaped as the line writes it (it begins with \"); the others are as they are.
+      o = v[p] === 92 ? unescapeInputs(v, p, p + n, out, o) : copyBytes(v, p, p + n, out, o);
+    }
+    p += n;
+  }
+  const end = t.pieces.at(-1)!;
+  return copyBytes(end, 0, end.length, out, o);
 }
 
 const outcomeStringStart = (o: Buffer, k: number): number => stringStart(o, OUTCOME_LAYOUT, k);
@@ -413,13 +652,14 @@ export function storedVerdict(verdict: Verdict): Buffer {
     d.feed,
     d.engineVersion,
     d.trigger,
-    // As the line writes it: the JSON string's inside (F_INPUTS).
-    row.inputs_json === null ? null : JSON.stringify(row.inputs_json).slice(1, -1),
+    // Empty: the inputs are the record's texts (F_INPUTS).
+    '',
   ];
+  const { template, texts } = headOf(row as unknown as Record<string, unknown>, columns, d.inputs);
   return encodeRecord(
     [revealAt, outcomeDueAt(d), d.candleCloseTime, verdict.revision, d.confidence, d.score, d.price],
     columns,
-    storedHead(row as unknown as Record<string, unknown>, columns),
+    encodeTexts(template, texts),
   );
 }
 

@@ -6,9 +6,9 @@ import { syntheticOutcome, syntheticVerdict } from '../../test/history-harness.t
 import { encodeCursor } from './cursor.ts';
 import {
   F_ID,
-  F_INPUTS,
   F_STREAM,
   fieldOf,
+  inputsBytesAtMost,
   NO_OUTCOME_TAIL,
   revealAtOf,
   revisionOf,
@@ -18,8 +18,7 @@ import {
   storedVerdict,
   tailOf,
   unescapeInputs,
-  verdictStringEnd,
-  verdictStringStart,
+  writeInputs,
 } from './export-rows.ts';
 import { historyRow } from './rows.ts';
 
@@ -120,14 +119,13 @@ describe('export rows: stored bytes of a history row', () => {
       expect(
         [...out.subarray(0, 10), ...out.subarray(10 + stored2.byteLength)].every((b) => b === 0xee),
       ).toBe(true);
-      // Parquet's inputs: the column unescaped is the plain JSON the row holds.
-      const a = verdictStringStart(stored, F_INPUTS);
-      const b = verdictStringEnd(stored, F_INPUTS);
-      const plain = Buffer.alloc(b - a);
-      const end = unescapeInputs(stored, a, b, plain, 0);
-      expect(plain.subarray(0, end).toString('utf8')).toBe(
+      // Parquet's inputs: written from the texts, the plain JSON the row holds.
+      const plain = Buffer.alloc(inputsBytesAtMost(stored) + 4, 0xee);
+      const end = writeInputs(stored, plain, 2);
+      expect(plain.subarray(2, end).toString('utf8')).toBe(
         historyRow(oddVerdict, null, revealAt).inputs_json,
       );
+      expect(plain.subarray(end).every((b) => b === 0xee)).toBe(true);
     }
   });
 
@@ -138,9 +136,10 @@ describe('export rows: stored bytes of a history row', () => {
     expect(out.subarray(0, end).toString('utf8')).toBe('a"b\\c\né😀/');
   });
 
-  it("keeps a verdict with the engine's full inputs on a leaf page (LMDB's inline limit, 2,020 B on 4 KB pages)", () => {
+  it("keeps three verdicts with the engine's full inputs to a leaf page (4 KB pages, at most 1,340 B a record)", () => {
     // Every input the engine records (signals-3), each at full precision and none null: the
-    // largest record a verdict makes. Twice the inputs (column and head) took 2,950-3,160 B.
+    // largest record a verdict makes. Twice the inputs (column and head) took 2,950-3,160 B, the
+    // inputs once as escaped JSON about 2,000 (two to a page); the values alone about 1,120.
     const engine = syntheticVerdict(3, 10, 100, 'e'.repeat(64), true);
     const inputs = Object.fromEntries(
       Object.entries(engine.inputs).map(([key, value], i) => [
@@ -161,7 +160,7 @@ describe('export rows: stored bytes of a history row', () => {
     };
     const stored = storedVerdict(full);
     expect(JSON.stringify(inputs).length).toBeGreaterThan(1_100);
-    expect(stored.length).toBeLessThanOrEqual(2_020);
+    expect(stored.length).toBeLessThanOrEqual(1_340);
     expect(line(stored, NO_OUTCOME_TAIL)).toBe(JSON.stringify(historyRow(full, null, revealAt)));
   });
 });

@@ -4,16 +4,17 @@ import {
   F_ID,
   F_INPUTS,
   fieldOf,
+  inputsBytesAtMost,
   OUTCOME_LAYOUT,
   OUTCOME_NUMBERS,
   OUTCOME_STRINGS,
   outcomeColumnsEnd,
-  unescapeInputs,
   VERDICT_LAYOUT,
   VERDICT_NUMBERS,
   VERDICT_STRINGS,
   verdictColumnsEnd,
   verdictStringStart,
+  writeInputs,
 } from './export-rows.ts';
 import type { PackedRows, StoredPlan } from './stored-table.mjs';
 
@@ -145,7 +146,7 @@ export function packRows(refs: readonly StoredRef[]): PackedRows {
     const { v, label } = refs[i]!;
     vEnds[i] = verdictColumnsEnd(v);
     oEnds[i] = label ? outcomeColumnsEnd(label) : 0;
-    total += align8(vEnds[i]!) + align8(oEnds[i]!);
+    total += align8(vEnds[i]! + inputsBytesAtMost(v)) + align8(oEnds[i]!);
   }
   // Its own ArrayBuffer (never a pooled slice), so that it can be transferred.
   const bytes = new Uint8Array(new ArrayBuffer(total));
@@ -163,17 +164,17 @@ export function packRows(refs: readonly StoredRef[]): PackedRows {
   for (let i = 0; i < n; i++) {
     const { position, v, label } = refs[i]!;
     positions[i] = position;
-    // The columns as they are, but the inputs' JSON unescaped (the column holds it as the NDJSON
-    // line writes it): it is the last string, so only its end offset changes.
+    // The columns as they are, and the inputs' plain JSON written from the record's texts into
+    // its inputs column (empty in the record, and the last string: only its end offset changes).
     const vEnd = vEnds[i]!;
     const inputs = verdictStringStart(v, F_INPUTS);
-    const copied = inputs < 0 ? vEnd : inputs;
-    bytes.set(copied === v.length ? v : v.subarray(0, copied), at);
+    bytes.set(vEnd === v.length ? v : v.subarray(0, vEnd), at);
     let end = vEnd;
     if (inputs >= 0) {
-      end = unescapeInputs(v, inputs, vEnd, bytes, at + inputs) - at;
+      end = writeInputs(v, bytes, at + inputs) - at;
       const endAt = at + VERDICT_LAYOUT.ends + F_INPUTS * 2;
       const offset = end - VERDICT_LAYOUT.strings;
+      if (offset > 0xffff) throw new Error('history export row: strings and inputs over 64 KiB');
       bytes[endAt] = offset & 0xff;
       bytes[endAt + 1] = offset >> 8;
     }

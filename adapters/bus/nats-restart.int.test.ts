@@ -198,6 +198,31 @@ describe.skipIf(!haveBinary)('the first connect while nats-server is down', () =
     await consumer.stop();
   });
 
+  it('ends a consumer start that waits for the server when the bus closes', async () => {
+    const bus = await connectNatsBus({
+      url: server.url,
+      stream: `CLOSED_${randomUUID().slice(0, 8)}`,
+      subjectPrefix: 'closed',
+      logger,
+      requestTimeoutMs: 500,
+      startupTimeoutMs: 60_000,
+    });
+    await server.kill();
+    const consuming = bus
+      .consume({ durable: 'never', filterSubject: 'closed.events.>' }, async (message) => message.ack())
+      .then(
+        () => null,
+        (err: unknown) => err as Error,
+      );
+    await sleep(1_000);
+    const closedAt = Date.now();
+    await bus.close();
+    // Refused once the bus is closed, not after the startup timeout's minute of retries.
+    expect(await consuming).toBeInstanceOf(Error);
+    expect(Date.now() - closedAt).toBeLessThan(10_000);
+    await server.restart();
+  });
+
   it('gives up after its startup timeout with an error that names the server and the cause', async () => {
     await server.kill();
     const started = Date.now();

@@ -96,7 +96,8 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
  * Runs `op` until it resolves, tried again after a transient failure (isTransient: an outage, a
  * leader election, a JetStream request timed out on a loaded host) with pauses doubling from
  * 250 ms to 5 s for `withinMs`; past that, the error `giveUp` makes of the last failure is thrown.
- * Any other failure is thrown at once, so a wrong setting is not hidden behind a minute of retries.
+ * Any other failure is thrown at once, so a wrong setting is not hidden behind a minute of retries;
+ * so is the last failure once `signal` aborts (the bus closed while a role was starting).
  */
 async function retryTransient<T>(
   op: () => Promise<T>,
@@ -104,6 +105,7 @@ async function retryTransient<T>(
   logger: Logger,
   retrying: string,
   giveUp: (attempt: number, err: unknown) => Error,
+  signal?: AbortSignal,
 ): Promise<T> {
   const deadline = Date.now() + withinMs;
   let pauseMs = 250;
@@ -111,12 +113,12 @@ async function retryTransient<T>(
     try {
       return await op();
     } catch (err) {
-      if (!isTransient(err)) throw err;
+      if (!isTransient(err) || signal?.aborted) throw err;
       const left = deadline - Date.now();
       if (left <= 0) throw giveUp(attempt, err);
       // Readiness is not served yet while a role starts: the log is where an operator sees the wait.
       logger.warn({ attempt, err: describe(err), retryInMs: pauseMs }, retrying);
-      await delay(Math.min(pauseMs, left));
+      if (!(await pause(Math.min(pauseMs, left), signal))) throw err;
       pauseMs = Math.min(pauseMs * 2, 5_000);
     }
   }
@@ -358,7 +360,7 @@ export async function retryReplicaRaise(
 }
 
 /** Waits `ms`; false when `signal` aborted first (node's abortable timer rejects then). */
-function pause(ms: number, signal: AbortSignal): Promise<boolean> {
+function pause(ms: number, signal?: AbortSignal): Promise<boolean> {
   return delay(ms, true, { signal }).catch(() => false);
 }
 
@@ -419,6 +421,7 @@ export class NatsBus implements Bus {
           `consumer ${options.durable} not created within ${this.config.startupTimeoutMs} ms (${attempt} tries): ${describe(err)}`,
           { cause: err },
         ),
+      this.closing.signal,
     );
     return new NatsConsumer(this, options, handler).open(this.consumers);
   }

@@ -306,11 +306,12 @@ export function dispatcherPool(
   type Dispatcher = ReturnType<typeof dispatcherComponent>;
   const running = new Set<Dispatcher>();
   return {
-    async start(): Promise<Dispatcher> {
+    /** `projections`: where its webhook projection's snapshot is (none given: it folds the log from 0). */
+    async start(projections: ProjectionStore = new MemoryProjectionStore()): Promise<Dispatcher> {
       const { prefix, store, bus, engine } = stack();
       const d = dispatcherComponent({
         config: loadConfig(webhookEnv(prefix, options.env)),
-        adapters: { eventStore: store, projectionStore: new MemoryProjectionStore(), bus },
+        adapters: { eventStore: store, projectionStore: projections, bus },
         logger,
         feed: engine.feed,
         durablePrefix: `${options.tag}${prefix}`,

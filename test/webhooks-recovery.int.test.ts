@@ -1,4 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
+import { findDelivery, heldForDisable } from '../services/webhooks/delivery-log-fold.ts';
 import { consumerDrained, requireNats, streamMessageIds } from './nats-server.ts';
 import { appendVerdict, dispatcherPool, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
 import { deliveryIds, type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
@@ -203,97 +205,173 @@ describe.runIf(reachable)('a dispatcher stopped during a recovery', () => {
   });
 });
 
-describe.runIf(reachable)('deliveries held because the subscription was disabled', () => {
+// One attempt per delivery, a disable at the first failure, one request at a time: the deliveries
+// queued behind the failing one have their turn after the disable, and are held.
+const heldEnv = {
+  WEBHOOK_RETRY_SCHEDULE: '0',
+  WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: '1',
+  WEBHOOK_ENDPOINT_CONCURRENCY: '1',
+  // Long enough that each queued delivery is sent (here: held) under its queue record, with no
+  // claim at its turn: the only record after the disable is the hold's own, as in the walk.
+  WEBHOOK_STUCK_AFTER_MS: '30000',
+  WEBHOOK_RECOVER_PER_SECOND: '10000',
+};
+
+interface Held {
+  r: Receiver;
+  key: string;
+  id: string;
+  /** The deliveries held for the disable. */
+  held: string[];
+  /** When each was queued (its `attempted_at`, the hold's attempt). */
+  queuedAt: Map<string, string>;
+  disabledAt: string;
+}
+
+/** A subscription disabled by its failing receiver, with deliveries held for that disable. */
+async function disabledWithHeld(stack: WebhookStack, receivers: Receiver[], coin: string): Promise<Held> {
+  const r = await startReceiver(tls);
+  receivers.push(r);
+  const key = await stack.issue();
+  const res = await stack.request('POST', '/api/webhooks', key, {
+    url: r.url,
+    events: ['trade_call'],
+    assets: [coin],
+  });
+  expect(res.status).toBe(201);
+  const id = res.body.id as string;
+  r.behave = () => ({ status: 500, afterMs: 300 });
+  for (let i = 0; i < 6; i++) await appendVerdict(stack.store, { coin, call: 'BUY', confidence: 60 + i });
+  // Every delivery has its outcome: failed (sent) or held (its turn came after the disable).
+  type Row = {
+    delivery_id: string;
+    attempts: { outcome: string; error: string | null; attempted_at: string }[];
+  };
+  const rows = await until(
+    async () => (await stack.request('GET', `/api/webhooks/${id}/deliveries`, key)).body.deliveries as Row[],
+    // The disable marks what was pending failed at once; a held attempt's outcome comes at its turn.
+    (d) => d.length === 6 && d.every((x) => x.attempts.at(-1)?.outcome !== 'pending'),
+  );
+  const heldRows = rows.filter(
+    (x) => x.attempts.at(-1)?.outcome === 'held' && x.attempts.at(-1)?.error === 'subscription disabled',
+  );
+  expect(heldRows.length).toBeGreaterThan(0);
+  const listed = (await stack.request('GET', '/api/webhooks', key)).body.webhooks as {
+    id: string;
+    status: string;
+    disabled_at: string;
+  }[];
+  const sub = listed.find((w) => w.id === id)!;
+  expect(sub.status).toBe('disabled');
+  return {
+    r,
+    key,
+    id,
+    held: heldRows.map((x) => x.delivery_id),
+    queuedAt: new Map(heldRows.map((x) => [x.delivery_id, x.attempts.at(-1)!.attempted_at])),
+    disabledAt: sub.disabled_at,
+  };
+}
+
+/**
+ * Re-enables (plainly, or recovering since its `disabled_at`) and waits until every held delivery
+ * arrived; answers what arrived. With `recover_since` the held deliveries must be queued before
+ * `disabled_at`: the recovery skips every record before T, so only the dispatcher's retry scan
+ * can send them (a test that passed through the recovery would say nothing about the scan).
+ */
+async function enableAndCollect(stack: WebhookStack, h: Held, recover: boolean): Promise<Set<string>> {
+  if (recover)
+    for (const id of h.held) expect(Date.parse(h.queuedAt.get(id)!)).toBeLessThan(Date.parse(h.disabledAt));
+  h.r.behave = () => ({ status: 200 });
+  const before = h.r.received.length;
+  const enabled = await stack.request(
+    'POST',
+    `/api/webhooks/${h.id}/enable`,
+    h.key,
+    ...(recover ? [{ recover_since: h.disabledAt }] : []),
+  );
+  expect(enabled.status).toBe(200);
+  return until(
+    () => ids(h.r, before),
+    (s) => h.held.every((d) => s.has(d)),
+    15_000,
+  );
+}
+
+describe.runIf(reachable).each([
+  { layout: 'split', shareProjection: false },
+  { layout: 'single', shareProjection: true },
+])('deliveries held because the subscription was disabled ($layout layout)', ({ shareProjection }) => {
   let stack: WebhookStack;
   const receivers: Receiver[] = [];
 
   beforeAll(async () => {
-    stack = await startWebhookStack({
-      env: {
-        // One attempt per delivery, a disable at the first failure, one request at a time: the
-        // deliveries queued behind the failing one have their turn after the disable, and are held.
-        WEBHOOK_RETRY_SCHEDULE: '0',
-        WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: '1',
-        WEBHOOK_ENDPOINT_CONCURRENCY: '1',
-        // Long enough that each queued delivery is sent (here: held) under its queue record, with no
-        // claim at its turn: the only record after the disable is the hold's own, as in the walk.
-        WEBHOOK_STUCK_AFTER_MS: '30000',
-        WEBHOOK_RECOVER_PER_SECOND: '10000',
-      },
-      settings: { tls: { ca: tls.cert } },
-    });
+    stack = await startWebhookStack({ env: heldEnv, settings: { tls: { ca: tls.cert } }, shareProjection });
   });
   afterAll(async () => {
     await stack?.close();
     for (const r of receivers) await r.close();
   });
 
-  /** A subscription disabled by its failing receiver, with deliveries held for that disable. */
-  async function disabledWithHeld(coin: string) {
-    const r = await startReceiver(tls);
-    receivers.push(r);
-    const key = await stack.issue();
-    const res = await stack.request('POST', '/api/webhooks', key, {
-      url: r.url,
-      events: ['trade_call'],
-      assets: [coin],
-    });
-    expect(res.status).toBe(201);
-    const id = res.body.id as string;
-    r.behave = () => ({ status: 500, afterMs: 300 });
-    for (let i = 0; i < 6; i++) await appendVerdict(stack.store, { coin, call: 'BUY', confidence: 60 + i });
-    // Every delivery has its outcome: failed (sent) or held (its turn came after the disable).
-    type Row = { delivery_id: string; status: string; attempts: { outcome: string; error: string | null }[] };
-    const rows = await until(
-      async () =>
-        (await stack.request('GET', `/api/webhooks/${id}/deliveries`, key)).body.deliveries as Row[],
-      // The disable marks what was pending failed at once; a held attempt's outcome comes at its turn.
-      (d) => d.length === 6 && d.every((x) => x.attempts.at(-1)?.outcome !== 'pending'),
-    );
-    const held = rows
-      .filter(
-        (x) => x.attempts.at(-1)?.outcome === 'held' && x.attempts.at(-1)?.error === 'subscription disabled',
-      )
-      .map((x) => x.delivery_id);
-    expect(held.length).toBeGreaterThan(0);
-    const listed = (await stack.request('GET', '/api/webhooks', key)).body.webhooks as {
-      id: string;
-      status: string;
-      disabled_at: string;
-    }[];
-    const sub = listed.find((w) => w.id === id)!;
-    expect(sub.status).toBe('disabled');
-    return { r, key, id, held, disabledAt: sub.disabled_at };
-  }
-
   it('sends them on a plain re-enable', async () => {
-    const { r, key, id, held } = await disabledWithHeld('HELDA');
-    r.behave = () => ({ status: 200 });
-    const before = r.received.length;
-    const enabled = await stack.request('POST', `/api/webhooks/${id}/enable`, key);
-    expect(enabled.status).toBe(200);
-    const got = await until(
-      () => ids(r, before),
-      (s) => held.every((h) => s.has(h)),
-      15_000,
-    );
-    expect([...got].sort()).toEqual([...held].sort());
+    const h = await disabledWithHeld(stack, receivers, shareProjection ? 'HELDC' : 'HELDA');
+    const got = await enableAndCollect(stack, h, false);
+    expect([...got].sort()).toEqual([...h.held].sort());
   });
 
-  it('sends them on a re-enable that recovers since disabled_at', async () => {
-    const { r, key, id, held, disabledAt } = await disabledWithHeld('HELDB');
-    r.behave = () => ({ status: 200 });
-    const before = r.received.length;
-    const enabled = await stack.request('POST', `/api/webhooks/${id}/enable`, key, {
-      recover_since: disabledAt,
-    });
-    expect(enabled.status).toBe(200);
-    const got = await until(
-      () => ids(r, before),
-      (s) => held.every((h) => s.has(h)),
-      15_000,
-    );
+  it('sends them, by the retry scan, on a re-enable that recovers since disabled_at (queued before it)', async () => {
+    const h = await disabledWithHeld(stack, receivers, shareProjection ? 'HELDD' : 'HELDB');
+    const got = await enableAndCollect(stack, h, true);
     // Nothing that failed before the disable: it was not held for it.
-    expect([...got].sort()).toEqual([...held].sort());
+    expect([...got].sort()).toEqual([...h.held].sort());
   });
 });
+
+describe.runIf(reachable)(
+  'deliveries held because the subscription was disabled, after a dispatcher restart',
+  () => {
+    let stack: WebhookStack;
+    const receivers: Receiver[] = [];
+    const dispatchers = dispatcherPool(() => stack, {
+      tag: 'held',
+      env: heldEnv,
+      settings: { tls: { ca: tls.cert } },
+    });
+
+    beforeAll(async () => {
+      stack = await startWebhookStack({
+        env: heldEnv,
+        dispatcher: false,
+        settings: { tls: { ca: tls.cert } },
+      });
+    });
+    afterAll(async () => {
+      await dispatchers.stopAll();
+      await stack?.close();
+      for (const r of receivers) await r.close();
+    });
+
+    it.each([
+      { from: 'the log', snapshot: false, recover: false, coin: 'HELDR1' },
+      { from: 'the log', snapshot: false, recover: true, coin: 'HELDR2' },
+      { from: 'its snapshot', snapshot: true, recover: false, coin: 'HELDR3' },
+      { from: 'its snapshot', snapshot: true, recover: true, coin: 'HELDR4' },
+    ])(
+      'a dispatcher started again (folding $from) has them in its delivery log and sends them (recover_since: $recover)',
+      async ({ snapshot, recover, coin }) => {
+        const projections = new MemoryProjectionStore();
+        const first = await dispatchers.start(projections);
+        const h = await disabledWithHeld(stack, receivers, coin);
+        // Its stop saves the webhook projection's snapshot there; the next one starts from it, or
+        // (a store of its own) folds the whole log again.
+        await dispatchers.stop(first);
+        if (snapshot) expect((await projections.load('webhooks'))?.checkpoint).toBeGreaterThan(0);
+        const next = await dispatchers.start(snapshot ? projections : new MemoryProjectionStore());
+        for (const id of h.held) expect(heldForDisable(findDelivery(next.runner.state.log, id)!)).toBe(true);
+        const got = await enableAndCollect(stack, h, recover);
+        expect([...got].sort()).toEqual([...h.held].sort());
+        await dispatchers.stop(next);
+      },
+    );
+  },
+);

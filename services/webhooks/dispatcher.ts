@@ -31,12 +31,7 @@ import {
 } from './payloads.ts';
 import type { MarketRanking } from './ranking.ts';
 import { logPages, needsRecovery, Pacer, positionBefore, readDeliveryRecord } from './recovery.ts';
-import {
-  findSubscription,
-  SUBSCRIPTION_DISABLED,
-  type SubscriptionRecord,
-  subscriptionsOfKey,
-} from './subscription-fold.ts';
+import { findSubscription, type SubscriptionRecord, subscriptionsOfKey } from './subscription-fold.ts';
 import type { WebhookState } from './webhook-projection.ts';
 
 export interface DispatcherOptions {
@@ -375,7 +370,9 @@ export class WebhookDispatcher {
    * shift since T that the subscription matches is delivered, whether it was attempted and failed
    * or never attempted because the subscription was disabled; every other delivery of the
    * subscription attempted since T (digests) that did not succeed is sent again. The log is read
-   * in pages from T to the re-enable, and claims are paced (`recoverPerSecond`).
+   * in pages from T to the re-enable, and claims are paced (`recoverPerSecond`). A delivery held for
+   * the disable is the retry scan's to send, whatever T: this run meets it only by its queue
+   * record, when that is since T, and then one of the two claims wins.
    */
   private async recover(event: Extract<DomainEvent, { type: 'SubscriptionReEnabled' }>): Promise<void> {
     const since = event.data.recoverSince;
@@ -395,12 +392,6 @@ export class WebhookDispatcher {
         // runs the recovery again; what this one claimed is skipped there, found in the log.
         if (!this.running) throw new Error('dispatcher stopped during a recovery; left to the next one');
         if (Date.parse(recorded.recordedAt) < sinceMs) continue;
-        // Outcomes of every subscription pass here: only this one's are parsed.
-        if (
-          recorded.type === 'DeliveryFailed' &&
-          (recorded.data as { subscriptionId?: unknown }).subscriptionId !== sub.id
-        )
-          continue;
         const parsed = parseDomainEvent(recorded);
         if (parsed === null) continue;
         let deliveryId: string;
@@ -413,12 +404,6 @@ export class WebhookDispatcher {
           sequenced = recorded;
         } else if (parsed.type === 'DeliveryAttempted' || parsed.type === 'DeliveryQueued') {
           if (parsed.data.subscriptionId !== sub.id) continue;
-          deliveryId = parsed.data.deliveryId;
-        } else if (parsed.type === 'DeliveryFailed') {
-          // Held for a disable at its turn, recorded since T though queued before it (its attempt
-          // time, as the delivery log shows it, may be before the disable): found by the hold's
-          // own record. Other failures since T belong to attempts found by their claims above.
-          if (!parsed.data.held || parsed.data.error !== SUBSCRIPTION_DISABLED) continue;
           deliveryId = parsed.data.deliveryId;
         } else {
           const candidate = this.candidateOf(parsed);
@@ -507,9 +492,10 @@ export class WebhookDispatcher {
       if (record.status !== 'pending') {
         // Held because its subscription was disabled before its turn: nothing was sent, and the
         // re-enable (with or without recover_since) sends it, as a fresh run of the schedule. Every
-        // dispatcher may try; one claim wins. Found here rather than only by the re-enable's
-        // recovery, so a hold recorded after the re-enable (by a dispatcher that had not folded
-        // it yet) is sent too.
+        // dispatcher may try; one claim wins. This is its only path: the delivery log never evicts
+        // such a record (a restarted dispatcher has it again, from its snapshot or the log), and
+        // the scan also reaches a hold recorded after the re-enable (by a dispatcher that had not
+        // folded it yet), which a recovery, reading the log up to the re-enable, would not.
         if (record.status !== 'failed' || !heldForDisable(record) || this.options.worker.owned.has(record.id))
           continue;
         const sub = findSubscription(subscriptions, record.subscriptionId);

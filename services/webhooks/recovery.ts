@@ -101,9 +101,6 @@ export const RECOVERY_TYPES: ReadonlySet<string> = new Set([
   'DeliveryAttempted',
   'DeliveryQueued',
   'DeliverySequenced',
-  // A hold for the subscription's disable: the only record after the disable of a delivery queued
-  // before it and sent (held) at its turn under its queue record.
-  'DeliveryFailed',
 ]);
 
 /** Pages of the global log from `after` to `until` (inclusive), only the types a recovery reads. */

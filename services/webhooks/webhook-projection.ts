@@ -25,7 +25,9 @@ export function webhookProjectionWith(retention: number): Projection<WebhookStat
     // would keep one the fold no longer makes. 3: subscriptions keep their creation position.
     // 4: a key's revocation disables its subscriptions (and the state keeps revoked keys).
     // 5: a delivery held for its disabled subscription is not counted a failed delivery.
-    version: 5,
+    // 6: a delivery held for its subscription's disable is never evicted (the retry scan sends it
+    // after a re-enable, from this log only); a snapshot folded before may have dropped one.
+    version: 6,
     eventTypes: [
       'SubscriptionCreated',
       'SubscriptionDeleted',

@@ -51,9 +51,19 @@ export function isSignInPath(path: string): boolean {
   );
 }
 
-/** The sign-in paths a person's browser shows (authorize and the consent pages): refused with a page. */
+/** The authorization endpoint (OAUTH_ROUTES.authorization of the OAuth routes). */
+const AUTHORIZE_PATH = `${OAUTH_PREFIX}/authorize`;
+
+/**
+ * The sign-in paths a person's browser shows (authorize, its resume step /oauth/authorize/:uid the
+ * browser is sent to after the consent page, and the consent pages): refused with a page.
+ */
 export function isSignInPage(path: string): boolean {
-  return path === `${OAUTH_PREFIX}/authorize` || path.startsWith(`${OAUTH_PREFIX}/interaction/`);
+  return (
+    path === AUTHORIZE_PATH ||
+    path.startsWith(`${AUTHORIZE_PATH}/`) ||
+    path.startsWith(`${OAUTH_PREFIX}/interaction/`)
+  );
 }
 
 /** The request's path without its query; null for a request that serves no caller (a probe, a preflight). */

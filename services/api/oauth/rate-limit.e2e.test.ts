@@ -109,10 +109,13 @@ describe('the OAuth sign-in paths have a rate budget of their own', () => {
       expect(answer.headers.get('retry-after')).not.toBeNull();
       expect(((await answer.json()) as { error: string }).error).toBe('temporarily_unavailable');
     }
-    const page = await get('/oauth/authorize?client_id=nobody');
-    expect(page.status).toBe(429);
-    expect(page.headers.get('content-type')).toMatch(/^text\/html/);
-    expect(page.headers.get('retry-after')).not.toBeNull();
-    expect(await page.text()).toMatch(/try again in \d+ seconds/);
+    // The authorize endpoint and its resume step, where the browser is sent after the consent page.
+    for (const path of ['/oauth/authorize?client_id=nobody', '/oauth/authorize/some-interaction']) {
+      const page = await get(path);
+      expect([path, page.status]).toEqual([path, 429]);
+      expect(page.headers.get('content-type')).toMatch(/^text\/html/);
+      expect(page.headers.get('retry-after')).not.toBeNull();
+      expect(await page.text()).toMatch(/try again in \d+ seconds/);
+    }
   });
 });

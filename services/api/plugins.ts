@@ -15,7 +15,7 @@ import { QuotaMeter } from '../metering/quota-meter.ts';
 import { QuotaCounters } from '../metering/quota-rebuild.ts';
 import { RateLimiter, rateLimitPlugin } from '../metering/rate-limit.ts';
 import { keyRoutes } from './keys/routes.ts';
-import { mcpPlugin } from './mcp/plugin.ts';
+import { mcpPlugin, refusesBatch } from './mcp/plugin.ts';
 import { guardConfig, hostAllowed } from './mcp/request-guard.ts';
 import type { PaymentRequirementsFor, PayPerCall } from './mcp/tool-call.ts';
 import { signalTools, type ToolDefinition, type ToolRegistry, toolRegistry } from './mcp/tool-registry.ts';
@@ -85,11 +85,14 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
     }),
   });
   const guard = guardConfig(config);
-  const limiter = config.RATE_LIMIT_ENABLED ? new RateLimiter(config, adapters.cache, quota) : null;
+  const limiter = config.RATE_LIMIT_ENABLED
+    ? new RateLimiter(config, adapters.cache, quota, logger.child({ component: 'rate-limit' }))
+    : null;
   const rateLimit = limiter
     ? rateLimitPlugin({
         limiter,
         quota,
+        refusesBatch,
         ...(deps.onRateLimited ? { onRefused: deps.onRateLimited } : {}),
       })
     : null;

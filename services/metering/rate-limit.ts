@@ -1,4 +1,5 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
 import { MemoryCache } from '../../adapters/cache/memory.ts';
 import {
   type Cache,
@@ -55,10 +56,12 @@ export class RateLimiter implements RateWindows {
   private readonly here: MemoryCache;
   /** The quota meter whose leases prepay requests. */
   private readonly meter: QuotaMeter | null;
+  private readonly logger: Logger | null;
 
-  constructor(settings: RateLimitSettings, cache: Cache | null, meter?: QuotaMeter) {
+  constructor(settings: RateLimitSettings, cache: Cache | null, meter?: QuotaMeter, logger?: Logger) {
     this.shared = cache?.kind === 'redis' ? cache : null;
     this.meter = meter ?? null;
+    this.logger = logger ?? null;
     if (this.meter !== null) this.meter.rates = this;
     // The api's cache on the embedded defaults (leases prepay there: two caches, two budgets); else its own.
     this.here = cache instanceof MemoryCache ? cache : new MemoryCache();
@@ -99,11 +102,34 @@ export class RateLimiter implements RateWindows {
   }
 
   /**
+   * What makes a JSON-RPC batch (`tools` as for decideBatch) larger than any window of `tier` can
+   * take: more messages than its limit, or more calls of one tool than the tool's share; null when
+   * it may fit. Such a batch would be refused in every window, so it is not a matter of waiting.
+   */
+  batchTooLarge(
+    tier: RateTier,
+    tools: (string | null)[],
+  ): { size: number; limit: number; tool: string | null } | null {
+    const { all, tool: perTool } = this.tiers[tier];
+    if (tools.length > all) return { size: tools.length, limit: all, tool: null };
+    const calls = new Map<string, number>();
+    for (const tool of tools) {
+      if (tool === null) continue;
+      const n = (calls.get(tool) ?? 0) + 1;
+      if (n > perTool) return { size: tools.filter((t) => t === tool).length, limit: perTool, tool };
+      calls.set(tool, n);
+    }
+    return null;
+  }
+
+  /**
    * A JSON-RPC batch (`tools`: each message's tool, null for any other message): one from the
    * credential's budget per message (one for an empty batch), and from each tool's share one per call
    * of it, all or none, as the batch is then answered or refused whole. Windows taking the same amount
-   * are debited in one atomic step (a batch of one tool's calls: one step); when a later step refuses,
-   * what the earlier ones took is given back. No lease prepays a batch: its windows are debited directly.
+   * are debited in one atomic step (a batch of one tool's calls: one step); when a later step refuses
+   * or throws, what the earlier ones took is given back (a give-back that fails is logged: those
+   * counts stay taken until their window ends). No lease prepays a batch: its windows are debited
+   * directly.
    */
   async decideBatch(tier: RateTier, credential: string, tools: (string | null)[]): Promise<RateDecision> {
     const now = Date.now();
@@ -122,24 +148,42 @@ export class RateLimiter implements RateWindows {
     const taken: { store: Cache; keys: string[]; amount: number }[] = [];
     let limit = 0;
     let remaining = Number.POSITIVE_INFINITY;
-    for (const [amount, windows] of byAmount) {
-      const { store, result } = await this.debitAnywhere(windows, amount);
-      if (!result.ok) {
-        for (const t of taken) await t.store.releaseWindows(t.keys, t.amount).catch(() => undefined);
-        const refusing = windows[result.refusedBy!]!;
-        // What is left of the budget that refused (a smaller batch, or single calls, may still fit).
-        const left = Math.max(0, refusing.limit - result.counts[result.refusedBy!]!);
-        return { allowed: false, limit: refusing.limit, remaining: left, resetMs };
-      }
-      taken.push({ store, keys: windows.map((w) => w.key), amount });
-      windows.forEach((w, i) => {
-        if (w.limit - result.counts[i]! < remaining) {
-          remaining = w.limit - result.counts[i]!;
-          limit = w.limit;
+    let kept = false;
+    try {
+      for (const [amount, windows] of byAmount) {
+        const { store, result } = await this.debitAnywhere(windows, amount);
+        if (!result.ok) {
+          const refusing = windows[result.refusedBy!]!;
+          // What is left of the budget that refused (a smaller batch, or single calls, may still fit).
+          const left = Math.max(0, refusing.limit - result.counts[result.refusedBy!]!);
+          return { allowed: false, limit: refusing.limit, remaining: left, resetMs };
         }
+        taken.push({ store, keys: windows.map((w) => w.key), amount });
+        windows.forEach((w, i) => {
+          if (w.limit - result.counts[i]! < remaining) {
+            remaining = w.limit - result.counts[i]!;
+            limit = w.limit;
+          }
+        });
+      }
+      kept = true;
+      return { allowed: true, limit, remaining, resetMs };
+    } finally {
+      // Refused, or a step threw (a refused script, a bug): the batch is not served, nothing stays taken.
+      if (!kept) await this.giveBack(taken);
+    }
+  }
+
+  /** Gives back what the steps of a batch took; one that fails is logged, the others still go back. */
+  private async giveBack(taken: { store: Cache; keys: string[]; amount: number }[]): Promise<void> {
+    for (const { store, keys, amount } of taken) {
+      await store.releaseWindows(keys, amount).catch((err: unknown) => {
+        this.logger?.warn(
+          { err, keys, amount },
+          'rate limit: a refused batch could not give back what it took (counted until the window ends)',
+        );
       });
     }
-    return { allowed: true, limit, remaining, resetMs };
   }
 
   /** A debit on Redis, else (embedded defaults, an outage) in this process; with the store it went to. */
@@ -183,6 +227,13 @@ export class RateLimiter implements RateWindows {
     return windows;
   }
 }
+
+/**
+ * The rate limit's headers a browser page must be let read (Access-Control-Expose-Headers) to know
+ * how much is left and when to retry a 429: on the sign-in paths here, on /mcp (request-guard.ts).
+ */
+export const RATE_LIMIT_EXPOSED_HEADERS =
+  'Retry-After, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset';
 
 /** The headers speak of the budget that refused, else of the one with the least left. */
 function decision(windows: QuotaWindow[], result: DebitResult, resetMs: number): RateDecision {
@@ -230,6 +281,11 @@ interface RateLimitPluginDeps {
   quota: QuotaMeter;
   /** Called on every refusal (a metric). */
   onRefused?: (tier: RateTier, channel: 'http' | 'mcp') => void;
+  /**
+   * Whether the MCP route refuses a request's JSON-RPC batch whole by its envelope (an empty batch,
+   * one on a revision without batches, a message that is not JSON-RPC): asked before debiting it.
+   */
+  refusesBatch?: (request: FastifyRequest) => boolean;
 }
 
 /**
@@ -241,7 +297,8 @@ interface RateLimitPluginDeps {
  * type) is counted on its way to the error handler (onError), against its credential alone, and carries
  * the headers; past the budget it keeps its own answer (Remaining 0): its body was read already, a 429
  * would spare nothing. A JSON-RPC batch on the MCP path takes one per message and each tools/call from
- * its tool's share, refused whole (429) when it does not fit: RateLimit-Remaining then tells what is left.
+ * its tool's share, refused whole (429) when it does not fit now: RateLimit-Remaining then tells what is
+ * left; one that could never fit, or that its route refuses by its envelope, is one request (limitBatch).
  * A refused key is limited as its client address (made-up keys buy no budget). Callback hooks: no
  * promise when in-process.
  */
@@ -258,15 +315,13 @@ export function rateLimitPlugin(deps: RateLimitPluginDeps): FastifyPluginAsync {
       const signin = isSignInPath(path);
       const tier = signin ? 'signin' : deps.limiter.tierOf(caller.subject);
       const body = request.body;
-      // A JSON-RPC batch on /mcp is as many requests as it has messages (it was one, whatever it held).
-      const decision =
-        Array.isArray(body) && isMcpPath(path)
-          ? deps.limiter.decideBatch(tier, caller.subject.id, body.map(toolCalled))
-          : deps.limiter.decide(
-              tier,
-              caller.subject.id,
-              toolOf(path, request.routeOptions.config?.tool, body),
-            );
+      if (Array.isArray(body) && isMcpPath(path))
+        return limitBatch(deps, request, reply, done, path, caller, tier, body);
+      const decision = deps.limiter.decide(
+        tier,
+        caller.subject.id,
+        toolOf(path, request.routeOptions.config?.tool, body),
+      );
       if (decision instanceof Promise)
         decision.then((d) => applyDecision(deps, request, reply, done, path, caller, tier, d), done);
       else applyDecision(deps, request, reply, done, path, caller, tier, decision);
@@ -328,7 +383,7 @@ function signInRefusal(reply: FastifyReply, path: string, decision: RateDecision
     // person's cookie): it reads the refusal and when to retry too.
     reply.headers({
       'access-control-allow-origin': '*',
-      'access-control-expose-headers': 'Retry-After, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset',
+      'access-control-expose-headers': RATE_LIMIT_EXPOSED_HEADERS,
     });
     return void reply.send({ error, error_description: description });
   }
@@ -339,6 +394,57 @@ function signInRefusal(reply: FastifyReply, path: string, decision: RateDecision
         `<p>Too many sign-in requests came from your network just now. Please try again in ${seconds} seconds.</p>` +
         `<p><small>${description}</small></p></html>`,
     );
+}
+
+/**
+ * A JSON-RPC batch on the MCP path: as many requests as it has messages, each tools/call also one
+ * of its tool's share (decideBatch). A batch refused whole before any of it runs is one request,
+ * like any other malformed one, and keeps its 400 past the budget (Remaining 0 then): one its
+ * envelope refuses (answered by the route), and one larger than the caller's limit or a tool's
+ * share, which no window could take (answered here, BATCH_TOO_LARGE): a 429 would have it retried
+ * forever.
+ */
+function limitBatch(
+  deps: RateLimitPluginDeps,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  done: (err?: Error) => void,
+  path: string,
+  caller: Caller,
+  tier: RateTier,
+  body: unknown[],
+): void {
+  const credential = caller.subject.id;
+  if (deps.refusesBatch?.(request)) {
+    const one = deps.limiter.decide(tier, credential, null);
+    const pass = (d: RateDecision) => {
+      rateHeaders(reply, d);
+      done();
+    };
+    if (one instanceof Promise) one.then(pass, done);
+    else pass(one);
+    return;
+  }
+  const tools = body.map(toolCalled);
+  const oversized = deps.limiter.batchTooLarge(tier, tools);
+  if (oversized === null) {
+    deps.limiter
+      .decideBatch(tier, credential, tools)
+      .then((d) => applyDecision(deps, request, reply, done, path, caller, tier, d), done);
+    return;
+  }
+  const refuse = (d: RateDecision) => {
+    rateHeaders(reply, d);
+    const code = 'BATCH_TOO_LARGE';
+    const what = oversized.tool === null ? 'messages' : `calls of ${oversized.tool}`;
+    const message = errorMessage(code, { size: oversized.size, what, limit: oversized.limit });
+    reply
+      .code(ERRORS[code].status)
+      .send({ jsonrpc: '2.0', id: null, error: { code: ERRORS[code].rpc, message, data: { code } } });
+  };
+  const one = deps.limiter.decide(tier, credential, null);
+  if (one instanceof Promise) one.then(refuse, done);
+  else refuse(one);
 }
 
 /** The decision's headers, then the request goes on or is refused (module-level, as settleCaller). */

@@ -1,4 +1,6 @@
+import type { Logger } from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { type Cache, CacheUnavailableError, type DebitResult } from '../../adapters/cache/port.ts';
 import { type RateDecision, RateLimiter, type RateLimitSettings } from './rate-limit.ts';
 
 const settings: RateLimitSettings = {
@@ -76,5 +78,66 @@ describe('RateLimiter in-process (no Redis)', () => {
       resetMs: 60_000,
     });
     expect(decideNow(limiter, 'free', 'k', null)).toMatchObject({ allowed: true, limit: 10, remaining: 8 });
+  });
+});
+
+describe('RateLimiter.decideBatch gives back what a batch took unless it is served', () => {
+  /** Redis as the limiter sees it: the first step debits, the second refuses or throws. */
+  function redis(second: 'refuse' | 'throw', release: 'ok' | 'fail') {
+    const debits: number[] = [];
+    const releases: [string[], number][] = [];
+    const cache = {
+      kind: 'redis',
+      async debitWindows(windows: { key: string }[], amount: number): Promise<DebitResult> {
+        debits.push(amount);
+        if (debits.length === 1) return { ok: true, counts: windows.map(() => amount), refusedBy: null };
+        if (second === 'throw') throw new Error('NOSCRIPT: a refused script');
+        return { ok: false, counts: windows.map(() => 5), refusedBy: 0 };
+      },
+      async releaseWindows(keys: string[], amount: number): Promise<number[]> {
+        releases.push([keys, amount]);
+        if (release === 'fail') throw new CacheUnavailableError('connection lost');
+        return keys.map(() => 0);
+      },
+    } as unknown as Cache;
+    return { cache, debits, releases };
+  }
+  const logger = () => ({ warn: vi.fn() });
+
+  it('a step that throws (not an outage) gives back the steps before it, then the error goes on', async () => {
+    const { cache, releases } = redis('throw', 'ok');
+    const log = logger();
+    const limiter = new RateLimiter(settings, cache, undefined, log as unknown as Logger);
+    // Three messages (the key's step, 3) and two calls of x (the tool's step, 2).
+    await expect(limiter.decideBatch('free', 'k', ['x', 'x', null])).rejects.toThrow(/refused script/);
+    expect(releases).toEqual([[['rl:free:all:free:k'], 3]]);
+    expect(log.warn).not.toHaveBeenCalled();
+  });
+
+  it('a give-back that fails is logged, and the batch is still refused', async () => {
+    const { cache, releases } = redis('refuse', 'fail');
+    const log = logger();
+    const limiter = new RateLimiter(settings, cache, undefined, log as unknown as Logger);
+    expect(await limiter.decideBatch('free', 'k', ['x', 'x', null])).toMatchObject({ allowed: false });
+    expect(releases).toHaveLength(1);
+    expect(log.warn).toHaveBeenCalledTimes(1);
+    expect(log.warn.mock.calls[0]![0]).toMatchObject({ keys: ['rl:free:all:free:k'], amount: 3 });
+  });
+
+  it('tells a batch no window could take: more messages than the limit, or calls than a tool’s share', () => {
+    const limiter = new RateLimiter(settings, null);
+    // Anonymous: 4 a window, 2 per tool.
+    expect(limiter.batchTooLarge('anonymous', [null, null, null, null])).toBeNull();
+    expect(limiter.batchTooLarge('anonymous', [null, null, null, null, null])).toEqual({
+      size: 5,
+      limit: 4,
+      tool: null,
+    });
+    expect(limiter.batchTooLarge('anonymous', ['x', 'y', 'x', 'x'])).toEqual({
+      size: 3,
+      limit: 2,
+      tool: 'x',
+    });
+    expect(limiter.batchTooLarge('anonymous', ['x', 'y', 'y', 'x'])).toBeNull();
   });
 });

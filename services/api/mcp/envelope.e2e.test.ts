@@ -115,6 +115,40 @@ describe('MCP batches and the JSON-RPC envelope', () => {
     expect(left(answer)).toEqual(['20', '16']);
   });
 
+  it('a batch no window could take is 400 BATCH_TOO_LARGE, not retryable, and counts as one request', async () => {
+    key = (await server.issue('free', 'batch-too-large')).key;
+    const invalid = (what: RegExp) => ({
+      jsonrpc: '2.0',
+      id: null,
+      error: { code: -32600, message: expect.stringMatching(what), data: { code: 'BATCH_TOO_LARGE' } },
+    });
+    // 41 messages against a limit of 40: never, whatever the window has left.
+    const pings = Array.from({ length: 41 }, (_, i) => ({ jsonrpc: '2.0', id: i, method: 'ping' }));
+    const tooMany = await post(pings);
+    expect([tooMany.status, tooMany.body]).toMatchObject([
+      400,
+      invalid(/batch of 41 messages .* 40 per window/),
+    ]);
+    expect(tooMany.headers.get('retry-after')).toBeNull();
+    expect(left(tooMany)).toEqual(['40', '39']);
+    // 21 calls of one tool against its share of 20.
+    const calls = Array.from({ length: 21 }, (_, i) => regime(i));
+    const tooManyCalls = await post(calls);
+    expect([tooManyCalls.status, tooManyCalls.body]).toMatchObject([
+      400,
+      invalid(/batch of 21 calls of get_market_regime .* 20 per window/),
+    ]);
+    expect(left(tooManyCalls)).toEqual(['40', '38']);
+    // A batch its envelope refuses (2025-06-18 has none) is one request too, not one per message.
+    const refused = await post(pings.slice(0, 30), { 'mcp-protocol-version': '2025-06-18' });
+    expect([refused.status, refused.body]).toMatchObject([400, { error: { code: -32600 } }]);
+    expect(left(refused)).toEqual(['40', '37']);
+    // What fits is still served.
+    const fits = await post(calls.slice(0, 3));
+    expect(fits.status).toBe(200);
+    expect(left(fits)).toEqual(['20', '17']);
+  });
+
   it('a batch is Invalid Request on 2025-06-18 and later, and when empty', async () => {
     key = (await server.issue('pro', 'batch-version')).key;
     const pings = [

@@ -1,12 +1,12 @@
 /**
- * The JSON-RPC envelope of a POST to the MCP path, checked before any transport: the SDK's
- * session transport called a body that is valid JSON but not a JSON-RPC message (no `jsonrpc`,
- * an id that is null, true or an object) a parse error (-32700), and took a batch on every
- * protocol revision. Here, alike with or without a session:
+ * The JSON-RPC envelope of a POST to the MCP path, checked before any transport and before the
+ * rate limit debits a batch (a batch refused here counts as one request), so valid JSON that is
+ * not a JSON-RPC message is Invalid Request, never a parse error, and batches follow the
+ * revision. Alike with or without a session:
  * - a message that is not a JSON-RPC 2.0 request, notification or response is -32600 Invalid
  *   Request (HTTP 400), its id echoed when it is a string or a number, else null;
  * - a request id must be a string or an integer (MCP: "a string or integer ID"; JSON-RPC 2.0
- *   allows any number, and 1.5 was taken on tools/call and refused on ping);
+ *   allows any number), on every method alike;
  * - a batch is refused whole (-32600, id null) when it is empty (JSON-RPC 2.0), on revision
  *   2025-06-18 and later (MCP removed JSON-RPC batching there), or when one of its messages is
  *   refused as above (the message is named by its index).

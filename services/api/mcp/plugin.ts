@@ -101,7 +101,7 @@ const MCP_RESPONSES: Record<number, ResponseDoc> = {
   },
   202: { description: 'A notification was accepted' },
   400: rpcError(
-    '-32700: the body is not JSON, or nests deeper than 64 levels; -32000: bad request (no session for a GET); -32600: invalid request (not a JSON-RPC 2.0 message: no jsonrpc "2.0", a request id that is not a string or an integer; an empty batch, or a batch on protocol revision 2025-06-18 or later; on a method other than tools/call, params present but not an object, an array included; initialize without protocolVersion, capabilities or clientInfo with name and version). A tools/call with malformed params is not a 400: it is the -32602 tool error (200, result.isError)',
+    '-32700: the body is not JSON, or nests deeper than 64 levels; -32000: bad request (no session for a GET); -32600: invalid request (not a JSON-RPC 2.0 message: no jsonrpc "2.0", a request id that is not a string or an integer; an empty batch, or a batch on protocol revision 2025-06-18 or later; on a method other than tools/call, params present but not an object, an array included; initialize without protocolVersion, capabilities or clientInfo with name and version; data.code BATCH_TOO_LARGE: a batch with more messages than the rate limit of its caller, or more calls of one tool than its share, which no window could take: not retryable, send smaller batches). A tools/call with malformed params is not a 400: it is the -32602 tool error (200, result.isError)',
   ),
   413: rpcError('-32600: the body is larger than the limit'),
   415: rpcError('-32600: the body is not application/json'),
@@ -110,7 +110,7 @@ const MCP_RESPONSES: Record<number, ResponseDoc> = {
   405: { ...rpcError('-32000: method not allowed'), headers: { Allow: RESPONSE_HEADERS.Allow } },
   406: rpcError('-32000: Accept must list application/json and text/event-stream'),
   409: rpcError('-32600: a request id already in flight on this session'),
-  429: rpcError('-32000: rate limited, with Retry-After'),
+  429: rpcError('-32000: rate limited, with Retry-After (a batch: it does not fit what the window has left)'),
 };
 
 const MCP_DOC = documented({
@@ -184,9 +184,9 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
     decorateCaller(app);
     // Refusals before the transport sees the request (a body that is not JSON, or too deep) in JSON-RPC's shape.
     app.setErrorHandler(errorHandler(rpcErrorBody));
-    // Only JSON is read here: a text/plain body (Fastify's other built-in parser) reached the SDK
-    // transport, which answered its own 415 with -32000; unparsed, it is the catalog's
-    // UNSUPPORTED_MEDIA_TYPE (415, -32600) as every other media type is.
+    // Only JSON is read here: without Fastify's other built-in parser a text/plain body is the
+    // catalog's UNSUPPORTED_MEDIA_TYPE (415, -32600), as every other media type is, never handed
+    // to the SDK transport (whose own 415 says -32000).
     app.removeContentTypeParser('text/plain');
     // CORS headers from the start for a listed origin: an answer sent before the route's handler
     // (the rate limit's 429 with Retry-After, a body that cannot be read) is readable by the page
@@ -287,7 +287,7 @@ function mcpHandler(deps: HandlerDeps): Handler {
     // transport; a tools/call's params, whatever their shape, are refused by callTool as a tool error.
     const refusal =
       method === 'POST'
-        ? (envelopeRefusal(request.body, protocolVersion(request, transport)) ?? paramsRefusal(request.body))
+        ? (envelopeRefusal(request.body, protocolVersion(request)) ?? paramsRefusal(request.body))
         : null;
     if (refusal !== null) {
       return reply
@@ -300,8 +300,8 @@ function mcpHandler(deps: HandlerDeps): Handler {
       const pool = sessionPool(request);
       await sessions.makeRoom(owner, pool);
       const instructions = signedIn.has(request) ? SIGNIN_INSTRUCTIONS : SERVER_INSTRUCTIONS;
-      transport = await openSession(deps, owner, credentialOf(request), pool, instructions);
-      negotiated.set(transport, negotiatedVersion(request.body));
+      const version = negotiatedVersion(request.body);
+      transport = await openSession(deps, owner, credentialOf(request), pool, instructions, version);
     } else if (sessionId === undefined && method === 'POST') {
       // No session and not initialize: a one-shot call, or the 2026-07-28 revision. Their plain
       // tools/call is answered here as on a session (see session-call.ts); the rest by the SDKs
@@ -354,17 +354,31 @@ function mcpHandler(deps: HandlerDeps): Handler {
 }
 
 /** The revision a request speaks: its MCP-Protocol-Version header, else the one its session negotiated. */
-function protocolVersion(
-  request: FastifyRequest,
-  transport: StreamableHTTPServerTransport | undefined,
-): string | undefined {
+function protocolVersion(request: FastifyRequest): string | undefined {
   const header = request.headers['mcp-protocol-version'];
   if (typeof header === 'string') return header;
-  return transport === undefined ? undefined : negotiated.get(transport);
+  const session = request.headers['mcp-session-id'];
+  return typeof session === 'string' ? negotiated.get(session) : undefined;
 }
 
-/** The revision each session's initialize settled on (the SDK server keeps it to itself). */
-const negotiated = new WeakMap<StreamableHTTPServerTransport, string>();
+/**
+ * The revision each open session's initialize settled on (the SDK server keeps it to itself), by
+ * session id: the rate limit asks before the route has looked the session up (refusesBatch).
+ */
+const negotiated = new Map<string, string>();
+
+/**
+ * Whether the route refuses this request's JSON-RPC batch whole by its envelope (envelope.ts: an
+ * empty batch, one on revision 2025-06-18 or later, a message that is not JSON-RPC 2.0). The rate
+ * limit, which runs first, counts such a batch as one request instead of one per message.
+ */
+export function refusesBatch(request: FastifyRequest): boolean {
+  return (
+    request.method === 'POST' &&
+    Array.isArray(request.body) &&
+    envelopeRefusal(request.body, protocolVersion(request)) !== null
+  );
+}
 
 /** What the SDK server answers an initialize asking for `asked`: that revision if supported, else the latest. */
 function negotiatedVersion(body: unknown): string {
@@ -416,22 +430,28 @@ async function openSession(
   credential: string | null,
   pool: SessionPool,
   instructions: string,
+  version: string,
 ): Promise<StreamableHTTPServerTransport> {
   const { sessions, inFlight } = deps;
   const server = createMcpServer(deps.options, instructions);
   const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
     sessionIdGenerator: () => randomUUID(),
     enableJsonResponse: true,
-    onsessioninitialized: (id): void => sessions.add(id, server, transport, owner, credential, pool),
+    onsessioninitialized: (id): void => {
+      negotiated.set(id, version);
+      sessions.add(id, server, transport, owner, credential, pool);
+    },
     onsessionclosed: (id): void => {
       sessions.forget(id);
       inFlight.forget(id);
+      negotiated.delete(id);
     },
   });
   transport.onclose = () => {
     if (transport.sessionId) {
       sessions.forget(transport.sessionId);
       inFlight.forget(transport.sessionId);
+      negotiated.delete(transport.sessionId);
     }
   };
   await server.connect(transport);

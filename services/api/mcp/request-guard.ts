@@ -3,6 +3,8 @@
  * this host still sends its own Host and Origin, so both are checked against allow-lists.
  */
 
+import { RATE_LIMIT_EXPOSED_HEADERS } from '../../metering/rate-limit.ts';
+
 export interface GuardConfig {
   /** Host names (no port); `*` allows any. */
   allowedHosts: string[];
@@ -68,8 +70,7 @@ export function originAllowed(guard: GuardConfig, origin: string | undefined): b
 const CORS_ALLOW_HEADERS =
   'Content-Type, Accept, Authorization, Mcp-Session-Id, Mcp-Protocol-Version, Mcp-Method, Mcp-Name, Last-Event-ID';
 // The rate limit's headers too: a browser host reads how much is left, and when to retry a 429.
-const CORS_EXPOSE_HEADERS =
-  'Mcp-Session-Id, Mcp-Protocol-Version, WWW-Authenticate, Retry-After, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset';
+const CORS_EXPOSE_HEADERS = `Mcp-Session-Id, Mcp-Protocol-Version, WWW-Authenticate, ${RATE_LIMIT_EXPOSED_HEADERS}`;
 
 /** Headers that let a listed browser origin read the response (and the session id). */
 export function corsHeaders(origin: string | undefined, methods: string): Record<string, string> {

@@ -13,9 +13,9 @@ import { RESOURCE_TEMPLATES, RESOURCES, readResource } from './resources.ts';
 import { ChannelError, callTool, MCP_PAYMENT_META, type ToolCallDeps } from './tool-call.ts';
 
 /**
- * resources/read with whatever params came, none included: readResource judges them. Optional:
- * under zod 4 a bare z.unknown() member is required, and a request without params failed the
- * SDK's parse (-32603 with zod's issue list) before readResource could answer -32602.
+ * resources/read with whatever params came, none included: readResource judges them (-32602 in
+ * words). Optional: under zod 4 a bare z.unknown() member is required, and the SDK's own parse
+ * would refuse a request without params with -32603 and zod's issue list.
  */
 const ReadResourceRequest = ReadResourceRequestSchema.extend({ params: z.unknown().optional() });
 
@@ -77,7 +77,7 @@ export function createMcpServer(deps: ToolCallDeps, instructions = SERVER_INSTRU
     return { resourceTemplates: RESOURCE_TEMPLATES };
   });
   // Params read by readResource, which refuses a missing uri in words (-32602); the SDK's own
-  // check of them answered -32603 with zod's issue list.
+  // check of them would answer -32603 with zod's issue list.
   server.setRequestHandler(ReadResourceRequest, async (request) =>
     readResource(deps.registry, request.params),
   );

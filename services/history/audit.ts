@@ -77,20 +77,8 @@ export async function verifyRows(
   rows: AsyncIterable<HistoryRow>,
   options: { onRow?: (row: HistoryRow) => Promise<void> } = {},
 ): Promise<ChainReport> {
-  // Per stream, its last row and the recorded_at of the row before that one (null for a stream's
-  // first row): a recorded_at out of order is blamed on the row that breaks the order of both its
-  // neighbours, not always on the later one.
-  const last = new Map<
-    string,
-    {
-      at: RowRef;
-      hash: string;
-      revision: number;
-      position: number;
-      recordedAt: number;
-      recordedBefore: number | null;
-    }
-  >();
+  // Per stream, its last row, with the stamps of the row before it (see `blame`).
+  const last = new Map<string, LastRow>();
   const chains = new Map<string, OutcomeChain>();
   const report: ChainReport = {
     ok: true,
@@ -116,9 +104,18 @@ export async function verifyRows(
       malformed = err;
     }
   }
+  // Per stream, a recorded_at out of order that the stream's next row is to tell apart (see `blame`).
+  const undecided = new Map<string, OutOfOrder>();
   for await (const row of wellFormed()) {
     report.rows++;
     const prev = last.get(row.stream);
+    const open = undecided.get(row.stream);
+    if (open) {
+      undecided.delete(row.stream);
+      const moved = blame(open, Date.parse(row.recorded_at));
+      broken(moved.at, moved.reason);
+      break;
+    }
     if (prev) {
       if (row.revision <= prev.revision) {
         broken(ref(row), `revision ${row.revision} does not follow ${prev.revision}`);
@@ -137,11 +134,12 @@ export async function verifyRows(
       }
       const recordedAt = Date.parse(row.recorded_at);
       if (recordedAt < prev.recordedAt - RECORDED_SKEW_MS) {
-        // Later than both neighbours: the previous row's stamp moved forward, not this one's back.
-        if (prev.recordedBefore !== null && recordedAt >= prev.recordedBefore - RECORDED_SKEW_MS)
-          broken(prev.at, "recorded_at is later than the next verdict's of this stream");
-        else broken(ref(row), "recorded_at is earlier than the previous verdict's of this stream");
-        break;
+        // Before the row before the previous one too: this row's stamp moved back.
+        if (prev.before === null || recordedAt < prev.before.recordedAt - RECORDED_SKEW_MS) {
+          broken(ref(row), RECORDED_EARLIER);
+          break;
+        }
+        undecided.set(row.stream, { prev, row: ref(row), stamps: { recordedAt, lag: lagOf(row) } });
       }
     } else {
       report.streams++;
@@ -175,7 +173,8 @@ export async function verifyRows(
       revision: row.revision,
       position: row.position,
       recordedAt: Date.parse(row.recorded_at),
-      recordedBefore: prev?.recordedAt ?? null,
+      lag: lagOf(row),
+      before: prev ? { recordedAt: prev.recordedAt, lag: prev.lag } : null,
     });
     const reason = checkOutcome(row, chains.get(row.stream)!, report);
     if (reason) {
@@ -184,7 +183,13 @@ export async function verifyRows(
     }
     await options.onRow?.(row);
   }
-  if (malformed !== null) {
+  // A stream that ended (or a walk that broke) before the row that would tell: the earliest such
+  // row's blame, when it comes before whatever else broke.
+  for (const open of undecided.values()) {
+    const moved = blame(open, null);
+    if (report.ok || moved.at.position < report.firstBroken!.position) broken(moved.at, moved.reason);
+  }
+  if (malformed !== null && report.ok) {
     const { row, where, message } = malformed as MalformedRowError;
     broken(row as RowRef, message);
     report.firstBroken = { ...report.firstBroken!, at: where };
@@ -207,6 +212,57 @@ export async function verifyRows(
  * clock of the process that appended it, and a stream's writer may move to another host.
  */
 const RECORDED_SKEW_MS = 60_000;
+const RECORDED_EARLIER = "recorded_at is earlier than the previous verdict's of this stream";
+const RECORDED_LATER = "recorded_at is later than the next verdict's of this stream";
+
+/** A row's recorded_at and how long after its candle's close that was (null without a close). */
+interface Stamps {
+  recordedAt: number;
+  lag: number | null;
+}
+
+interface LastRow extends Stamps {
+  at: RowRef;
+  hash: string;
+  revision: number;
+  position: number;
+  /** The stamps of the stream's row before this one; null for the stream's first row. */
+  before: Stamps | null;
+}
+
+function lagOf(row: HistoryRow): number | null {
+  return row.candle_close_time === null ? null : Date.parse(row.recorded_at) - row.candle_close_time;
+}
+
+/**
+ * A row (R) recorded more than the skew before its stream's previous one (P), but not before the
+ * one before that (A): either P's stamp moved later or R's moved back.
+ */
+interface OutOfOrder {
+  prev: LastRow;
+  row: RowRef;
+  stamps: Stamps;
+}
+
+/**
+ * Which of P and R moved: the one whose removal leaves A, the other and the stream's next row (S,
+ * its recorded_at; null at the stream's end) in order. When both do, the one whose delay after its
+ * candle's close differs more from A's (a verdict is recorded a steady while after its close, or
+ * all at once by a backfill, where the next row tells); R when neither, or without the closes.
+ */
+function blame(open: OutOfOrder, next: number | null): { at: RowRef; reason: string } {
+  const { prev, stamps } = open;
+  const withoutP = next === null || next >= stamps.recordedAt - RECORDED_SKEW_MS;
+  const withoutR = next === null || next >= prev.recordedAt - RECORDED_SKEW_MS;
+  const before = prev.before!;
+  const laterByLag =
+    before.lag !== null &&
+    prev.lag !== null &&
+    stamps.lag !== null &&
+    Math.abs(prev.lag - before.lag) > Math.abs(stamps.lag - before.lag);
+  const later = withoutP && (!withoutR || laterByLag);
+  return later ? { at: prev.at, reason: RECORDED_LATER } : { at: open.row, reason: RECORDED_EARLIER };
+}
 
 /**
  * The row's stamps outside the hash, against what determines them: reveal_at is the candle close

@@ -214,6 +214,35 @@ describe('outcomes in the chain', () => {
     });
   }
 
+  // The fixture's verdicts are a backfill's, recorded within milliseconds of each other; a live
+  // stream's are recorded a few seconds after each close, an hour apart on 1h candles.
+  it('names the moved row of a live stream, whether its stamp moved later or back', async () => {
+    const victim = middle();
+    const live = rows.map((r) =>
+      r.stream === victim.stream && r.candle_close_time !== null
+        ? { ...r, recorded_at: new Date(r.candle_close_time + 5_000).toISOString() }
+        : r,
+    );
+    const stream = live.filter((r) => r.stream === victim.stream);
+    const at = stream.findIndex((r) => r.verdict_id === victim.verdict_id);
+    const hour = 3_600_000;
+    const moves: [string, number, number, string][] = [
+      // Later by 1.5 candles: the next row is still after the previous one's stamp minus the skew.
+      ['later', at, 1.5 * hour, "recorded_at is later than the next verdict's of this stream"],
+      // Back to the stamp of the row before the previous one: still not before that row.
+      ['back', at + 1, -2 * hour, "recorded_at is earlier than the previous verdict's of this stream"],
+    ];
+    for (const [name, index, by, reason] of moves) {
+      const moved = stream[index]!;
+      const forged = live.map((r) =>
+        r === moved ? { ...r, recorded_at: new Date(Date.parse(r.recorded_at) + by).toISOString() } : r,
+      );
+      const report = await verify(await write(`live-${name}`, 'ndjson', forged));
+      expect(report.ok, name).toBe(false);
+      expect(report.firstBroken, name).toMatchObject({ position: moved.position, reason });
+    }
+  });
+
   it('names the first of two verdicts whose outcomes were swapped', async () => {
     const a = middle();
     const b = chained().find((r) => r.stream === a.stream && r.position > a.position)!;

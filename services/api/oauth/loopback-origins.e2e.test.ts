@@ -1,4 +1,5 @@
 import { existsSync } from 'node:fs';
+import http from 'node:http';
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -48,6 +49,20 @@ describe.runIf(present || process.env.CI === 'true')(
       await chromium?.close();
       await receiver?.close();
       await server?.close();
+    });
+
+    // First, while no origin has a site yet: Hosts at ports the service does not listen on.
+    it('gives a Host at another port no site of its own, so such Hosts cannot fill the table', async () => {
+      for (let other = 1; other <= 20; other++) {
+        const document = JSON.parse(
+          await httpGet(port, '/.well-known/oauth-authorization-server', `127.0.0.1:${other}`),
+        ) as { issuer: string };
+        expect(document.issuer).not.toBe(`http://127.0.0.1:${other}`);
+      }
+      const own = (await (
+        await fetch(`http://127.0.0.1:${port}/.well-known/oauth-authorization-server`)
+      ).json()) as { issuer: string };
+      expect(own.issuer).toBe(`http://127.0.0.1:${port}`);
     });
 
     for (const hostname of ['127.0.0.1', 'localhost']) {
@@ -116,3 +131,18 @@ describe.runIf(present || process.env.CI === 'true')(
     });
   },
 );
+
+/** The body of a GET sent with the given Host (fetch sets Host from the URL). */
+function httpGet(port: number, path: string, host: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const request = http.get({ host: '127.0.0.1', port, path, headers: { host } }, (response) => {
+      let body = '';
+      response.setEncoding('utf8');
+      response.on('data', (chunk: string) => {
+        body += chunk;
+      });
+      response.on('end', () => resolve(body));
+    });
+    request.on('error', reject);
+  });
+}

@@ -47,6 +47,15 @@ export const WalletSignInForm = z.strictObject({
   signature: z.string().regex(/^0x[0-9a-fA-F]+$/, '0x-prefixed hex'),
 });
 
+/** Consent page: the single-use nonce its wallet sign-in puts in the EIP-4361 message it signs. */
+export const InteractionNonce = z.object({
+  nonce: z.string(),
+  /** The EIP-4361 domain the message names (SIWE_DOMAIN). */
+  domain: z.string(),
+  expires_at: z.iso.datetime(),
+});
+export type InteractionNonce = z.infer<typeof InteractionNonce>;
+
 /** Consent page, after a wallet sign-in: the key (of that wallet) the host will act as. */
 export const KeyChoiceForm = z.strictObject({
   key_id: z.string().min(1).max(100),

@@ -803,10 +803,22 @@ describe('the OpenAPI document describes every real answer', () => {
     });
     await conform({ ...step('choose'), form: { key_id: 'nope' }, status: 401 });
     await conform({ ...step('wallet'), form: { message: '' }, status: 400 });
-    const { nonce, domain } = (await (await fetch(`${url}/api/keys/nonce`)).json()) as {
-      nonce: string;
-      domain: string;
-    };
+    // The page's own nonce, on the sign-in budget; none once the interaction is gone.
+    await conform({
+      method: 'GET',
+      template: '/oauth/interaction/{uid}/nonce',
+      path: '/oauth/interaction/nope/nonce',
+      status: 400,
+      ...none,
+    });
+    const { nonce, domain } = (await conform({
+      method: 'GET',
+      template: '/oauth/interaction/{uid}/nonce',
+      path: `/oauth/interaction/${walletUid}/nonce`,
+      jar: walletJar,
+      status: 200,
+      ...none,
+    })) as { nonce: string; domain: string };
     const account = privateKeyToAccount(generatePrivateKey());
     const message = createSiweMessage({
       domain,

@@ -24,14 +24,28 @@ input[type=password],input[type=text]{width:100%;padding:.5rem;font:inherit;box-
 button{font:inherit;padding:.5rem 1rem;margin-top:.6rem;cursor:pointer}.error{color:#a00;font-weight:600}
 .muted{color:#555;font-size:.9rem}code{word-break:break-all}`;
 
-/** The wallet sign-in: a nonce from /api/keys/nonce, an EIP-4361 message signed in the wallet, posted back. */
-const WALLET_SCRIPT = `document.getElementById('wallet-button')?.addEventListener('click', async () => {
+/**
+ * The wallet sign-in: a nonce from the interaction's own nonce path (a sign-in path: the sign-in
+ * budget, not the anonymous product one), an EIP-4361 message signed in the wallet, posted back.
+ * A refused nonce request is told in words: past the sign-in budget (429) when to try again.
+ */
+const walletScript = (
+  nonceUrl: string,
+) => `document.getElementById('wallet-button')?.addEventListener('click', async () => {
   const status = document.getElementById('wallet-status');
   try {
     if (!window.ethereum) throw new Error('no wallet found in this browser');
     const [address] = await window.ethereum.request({ method: 'eth_requestAccounts' });
     const chainId = parseInt(await window.ethereum.request({ method: 'eth_chainId' }), 16);
-    const nonce = await (await fetch('/api/keys/nonce')).json();
+    const res = await fetch(${JSON.stringify(nonceUrl)}, { cache: 'no-store' });
+    if (res.status === 429) {
+      const wait = parseInt(res.headers.get('retry-after') || '', 10);
+      throw new Error('Too many sign-in requests came from your network just now. Please try again in ' +
+        (wait > 0 ? wait + ' seconds.' : 'a minute.'));
+    }
+    if (res.status === 400) throw new Error('This sign-in has expired. Start again from your MCP host.');
+    if (!res.ok) throw new Error('Sign-in is unavailable right now (HTTP ' + res.status + '). Please try again shortly.');
+    const nonce = await res.json();
     const message = nonce.domain + ' wants you to sign in with your Ethereum account:\\n' + address +
       '\\n\\nSign in to let an MCP host act as one of your API keys.\\n\\nURI: ' + location.origin +
       '\\nVersion: 1\\nChain ID: ' + chainId + '\\nNonce: ' + nonce.nonce + '\\nIssued At: ' + new Date().toISOString();
@@ -75,7 +89,7 @@ ${view.wallet.keys
 <input type="hidden" name="message"><input type="hidden" name="signature">
 <button type="button" id="wallet-button">Sign in with wallet</button></form>
 <p class="muted" id="wallet-status"></p></fieldset>
-<script>${WALLET_SCRIPT}</script>`;
+<script>${walletScript(action('nonce'))}</script>`;
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <meta name="referrer" content="no-referrer"><title>Sign in — allow an MCP host</title><style>${STYLE}</style></head>

@@ -1,11 +1,12 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type Provider from 'oidc-provider';
 import type { Logger } from 'pino';
-import type { Cache } from '../../../adapters/cache/port.ts';
+import { type Cache, CacheUnavailableError } from '../../../adapters/cache/port.ts';
 import type { EventStore } from '../../../adapters/event-store/port.ts';
 import { ServiceError } from '../../../contracts/errors.ts';
 import {
   AuthorizationServerMetadata,
+  InteractionNonce,
   JsonWebKeySet,
   KeyChoiceForm,
   KeySignInForm,
@@ -21,7 +22,7 @@ import {
 import { issueKey } from '../../keys/key-commands.ts';
 import type { KeyRecord } from '../../keys/key-registry.ts';
 import { type KeyResolver, KeyUnverifiableError } from '../../keys/key-resolver.ts';
-import { consumeNonce } from '../keys/nonces.ts';
+import { consumeNonce, issueNonce } from '../keys/nonces.ts';
 import { checkSignIn, siweOrigins } from '../keys/siwe-check.ts';
 import { documented, type ResponseDoc, type ResponseHeader } from '../openapi.ts';
 import { originCacheControl } from '../public-origin.ts';
@@ -221,6 +222,22 @@ const formDoc = (summary: string) =>
     sends: PAGE_HEADERS,
     responses: { 303: redirect, 200: html, 400: html, 401: html, 503: html },
   });
+
+const nonceDoc = documented({
+  summary: "The consent page's wallet sign-in: a single-use nonce for its EIP-4361 message",
+  description:
+    'Fetched by the page itself, on the sign-in budget (RATE_LIMIT_SIGNIN) as every /oauth path is; only while the interaction of its cookie is live.',
+  tags: ['oauth'],
+  sends: PAGE_HEADERS,
+  responses: {
+    200: {
+      description: 'The nonce, the domain the message names, and when the nonce lapses',
+      schema: InteractionNonce,
+    },
+    400: { ...html, description: 'The interaction expired (or its cookie is missing): an HTML page' },
+    503: { ...html, description: 'The nonce store cannot be reached: an HTML page; retry shortly' },
+  },
+});
 
 type InteractionDetails = Awaited<ReturnType<Provider['interactionDetails']>>;
 
@@ -449,6 +466,24 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
             ),
           ),
         );
+      });
+
+      // The wallet sign-in's nonce under the interaction's own path: a sign-in path, so fetching it
+      // takes from the sign-in budget, never the anonymous product budget of /api/keys/nonce.
+      pages.get(`${OAUTH_PREFIX}/interaction/:uid/nonce`, { config: nonceDoc }, async (request, reply) => {
+        if ((await interaction(request, reply)) === null) return reply;
+        let issued: { nonce: string; expiresAt: number };
+        try {
+          issued = await issueNonce(options.cache, options.nonceTtlMs);
+        } catch (err) {
+          if (!(err instanceof CacheUnavailableError)) throw err;
+          return page(reply, 503, errorPage('Sign-in is unavailable', 'Please try again shortly.'));
+        }
+        return reply.headers({ 'cache-control': 'no-store', 'x-frame-options': 'DENY' }).send({
+          nonce: issued.nonce,
+          domain: options.siweDomain,
+          expires_at: new Date(issued.expiresAt).toISOString(),
+        } satisfies InteractionNonce);
       });
 
       pages.post(

@@ -156,18 +156,26 @@ export function oauthSignIn(deps: OAuthSignInDeps): {
    * to (as the OpenAPI document names it), so a host that connects to http://127.0.0.1:<port>
    * meets 127.0.0.1 in every document and a token for that resource. Only for Hosts the MCP
    * routes serve (ALLOWED_HOSTS: /mcp/signin refuses any other, so its sign-in could not be
-   * used) and at the port the request came in on (ALLOWED_HOSTS names hosts, not ports: Hosts
-   * at made-up ports would fill the table for good), at most MAX_SITES of them; any other gets
-   * publicBaseUrl's.
+   * used), whatever its port (a port forward or a proxy in front names another than PORT); at
+   * most MAX_SITES of them, the least recently used given up for a new one (ALLOWED_HOSTS names
+   * hosts, not ports: Hosts at made-up ports must not fill the table for good); any other Host
+   * gets publicBaseUrl's.
    */
   const siteFor = (request: FastifyRequest): Site => {
     const origin = requestOrigin(request);
-    if (sites.has(origin)) return siteOf(origin);
-    if (
-      config.PUBLIC_BASE_URL === undefined &&
-      (!hostAllowed(request.host) || !atLocalPort(origin, request) || sites.size >= MAX_SITES)
-    ) {
-      return siteOf(fallback);
+    const known = sites.get(origin);
+    if (known) {
+      // Most recently used last: the table's first entries are the ones given up.
+      sites.delete(origin);
+      sites.set(origin, known);
+      return known;
+    }
+    if (config.PUBLIC_BASE_URL === undefined && !hostAllowed(request.host)) return siteOf(fallback);
+    for (const [key, site] of sites) {
+      if (sites.size < MAX_SITES) break;
+      if (key === fallback) continue;
+      sites.delete(key);
+      void site.close?.();
     }
     return siteOf(origin);
   };
@@ -236,11 +244,4 @@ export function oauthSignIn(deps: OAuthSignInDeps): {
       return built;
     },
   };
-}
-
-/** Whether `origin` (a request's) names the port the request came in on. */
-function atLocalPort(origin: string, request: FastifyRequest): boolean {
-  const url = new URL(origin);
-  const port = url.port === '' ? (url.protocol === 'https:' ? 443 : 80) : Number(url.port);
-  return port === request.socket.localPort;
 }

@@ -79,7 +79,8 @@ export async function connectNatsBus(options: NatsBusOptions): Promise<NatsBus> 
   const logger = (options.logger ?? pino({ name: 'bus' })).child({ bus: 'nats', stream: options.stream });
   const requestTimeoutMs = options.requestTimeoutMs ?? 5_000;
   const startupTimeoutMs = options.startupTimeoutMs ?? 60_000;
-  return retryTransient(
+  // Awaited here, so a failure's stack names connectNatsBus (the start-failure log shows it).
+  return await retryTransient(
     () => openOnce(options, subjectPrefix, logger, requestTimeoutMs, startupTimeoutMs),
     startupTimeoutMs,
     logger,

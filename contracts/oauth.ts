@@ -12,6 +12,8 @@ export const SIGNIN_MCP_PATH = '/mcp/signin';
 export const MCP_SCOPE = 'mcp';
 /** Where the authorization server's own routes live. */
 export const OAUTH_PREFIX = '/oauth';
+/** The authorization endpoint (the OAuth routes' and the sign-in rate limit's). */
+export const OAUTH_AUTHORIZE_PATH = `${OAUTH_PREFIX}/authorize`;
 
 /** RFC 9728 protected resource metadata of /mcp/signin. */
 export const ProtectedResourceMetadata = z.object({

@@ -3,7 +3,7 @@ import { isIPv6 } from 'node:net';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import ipaddr from 'ipaddr.js';
 import { ServiceError } from '../../contracts/errors.ts';
-import { OAUTH_PREFIX } from '../../contracts/oauth.ts';
+import { OAUTH_AUTHORIZE_PATH, OAUTH_PREFIX } from '../../contracts/oauth.ts';
 import { isWellFormedKey } from '../keys/key-material.ts';
 import type { KeyRecord } from '../keys/key-registry.ts';
 import { type KeyLookup, type KeyResolver, KeyUnverifiableError } from '../keys/key-resolver.ts';
@@ -51,17 +51,14 @@ export function isSignInPath(path: string): boolean {
   );
 }
 
-/** The authorization endpoint (OAUTH_ROUTES.authorization of the OAuth routes). */
-const AUTHORIZE_PATH = `${OAUTH_PREFIX}/authorize`;
-
 /**
  * The sign-in paths a person's browser shows (authorize, its resume step /oauth/authorize/:uid the
  * browser is sent to after the consent page, and the consent pages): refused with a page.
  */
 export function isSignInPage(path: string): boolean {
   return (
-    path === AUTHORIZE_PATH ||
-    path.startsWith(`${AUTHORIZE_PATH}/`) ||
+    path === OAUTH_AUTHORIZE_PATH ||
+    path.startsWith(`${OAUTH_AUTHORIZE_PATH}/`) ||
     path.startsWith(`${OAUTH_PREFIX}/interaction/`)
   );
 }

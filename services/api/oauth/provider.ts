@@ -1,5 +1,10 @@
 import Provider, { type Configuration, errors, type KoaContextWithOIDC } from 'oidc-provider';
-import { MCP_SCOPE, OAUTH_PREFIX, type OAuthSecrets } from '../../../contracts/oauth.ts';
+import {
+  MCP_SCOPE,
+  OAUTH_AUTHORIZE_PATH,
+  OAUTH_PREFIX,
+  type OAuthSecrets,
+} from '../../../contracts/oauth.ts';
 import { LOOPBACK_HOSTS } from '../../shared/ssrf/address-policy.ts';
 import { oauthAdapter } from './adapter.ts';
 import {
@@ -42,7 +47,7 @@ export function redirectUriRefusal(uri: unknown): string | null {
 
 /** The authorization server's routes, under /oauth (the well-known documents are at the root). */
 export const OAUTH_ROUTES = {
-  authorization: `${OAUTH_PREFIX}/authorize`,
+  authorization: OAUTH_AUTHORIZE_PATH,
   token: `${OAUTH_PREFIX}/token`,
   registration: `${OAUTH_PREFIX}/register`,
   revocation: `${OAUTH_PREFIX}/revoke`,

@@ -104,18 +104,20 @@ export async function verifyRows(
       malformed = err;
     }
   }
-  // Per stream, a recorded_at out of order that the stream's next row is to tell apart (see `blame`).
-  const undecided = new Map<string, OutOfOrder>();
+  // A recorded_at out of order that its stream's next row is to tell apart (see `blame`). The walk
+  // is past the break then (at that row or the one before it): it only looks for that next row,
+  // counting and handing on no other.
+  let undecided: (OutOfOrder & { stream: string }) | null = null;
   for await (const row of wellFormed()) {
-    report.rows++;
-    const prev = last.get(row.stream);
-    const open = undecided.get(row.stream);
-    if (open) {
-      undecided.delete(row.stream);
-      const moved = blame(open, Date.parse(row.recorded_at));
+    if (undecided !== null) {
+      if (row.stream !== undecided.stream) continue;
+      const moved = blame(undecided, Date.parse(row.recorded_at));
+      undecided = null;
       broken(moved.at, moved.reason);
       break;
     }
+    report.rows++;
+    const prev = last.get(row.stream);
     if (prev) {
       if (row.revision <= prev.revision) {
         broken(ref(row), `revision ${row.revision} does not follow ${prev.revision}`);
@@ -139,7 +141,8 @@ export async function verifyRows(
           broken(ref(row), RECORDED_EARLIER);
           break;
         }
-        undecided.set(row.stream, { prev, row: ref(row), stamps: { recordedAt, lag: lagOf(row) } });
+        undecided = { stream: row.stream, prev, row: ref(row), stamps: { recordedAt, lag: lagOf(row) } };
+        continue;
       }
     } else {
       report.streams++;
@@ -183,11 +186,10 @@ export async function verifyRows(
     }
     await options.onRow?.(row);
   }
-  // A stream that ended (or a walk that broke) before the row that would tell: the earliest such
-  // row's blame, when it comes before whatever else broke.
-  for (const open of undecided.values()) {
-    const moved = blame(open, null);
-    if (report.ok || moved.at.position < report.firstBroken!.position) broken(moved.at, moved.reason);
+  // The stream ended (or a malformed row ended the file) before the row that would tell.
+  if (undecided !== null) {
+    const moved = blame(undecided, null);
+    broken(moved.at, moved.reason);
   }
   if (malformed !== null && report.ok) {
     const { row, where, message } = malformed as MalformedRowError;

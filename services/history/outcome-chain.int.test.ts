@@ -240,6 +240,10 @@ describe('outcomes in the chain', () => {
       const report = await verify(await write(`live-${name}`, 'ndjson', forged));
       expect(report.ok, name).toBe(false);
       expect(report.firstBroken, name).toMatchObject({ position: moved.position, reason });
+      // The rows read end at the one out of order (the row after the moved one, or the moved one):
+      // those after it, read to find its stream's next row, are not counted.
+      const outOfOrder = stream[at + 1]!;
+      expect(report.rows, name).toBe(forged.findIndex((r) => r.verdict_id === outOfOrder.verdict_id) + 1);
     }
   });
 

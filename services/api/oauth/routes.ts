@@ -28,7 +28,15 @@ import { documented, type ResponseDoc, type ResponseHeader } from '../openapi.ts
 import { originCacheControl } from '../public-origin.ts';
 import { type ConsentView, consentPage, errorPage } from './page.ts';
 import { OAUTH_ROUTES } from './provider.ts';
-import type { Site } from './signin.ts';
+
+/** The authorization server and protected resource one origin names. */
+export interface Site {
+  issuer: string;
+  resource: string;
+  resourceMetadataUrl: string;
+  /** Its library instance, built on first use (its keys come from the store, which may be down at start). */
+  ready(): Promise<Provider>;
+}
 
 export interface OAuthRoutesOptions {
   /** The authorization server and resource a request is served by (its origin's, see oauthSignIn). */

@@ -12,7 +12,7 @@ import type { SignInGate, SignInOutcome } from '../mcp/plugin.ts';
 import { publicOrigin } from '../public-origin.ts';
 import { createProvider } from './provider.ts';
 import { bearerToken, challenge, checkAccessToken } from './resource.ts';
-import { oauthRoutes, PROTECTED_RESOURCE_PATH } from './routes.ts';
+import { oauthRoutes, PROTECTED_RESOURCE_PATH, type Site } from './routes.ts';
 import { loadSecrets } from './signing-keys.ts';
 import { MemoryOAuthStore, type OAuthStore, RedisOAuthStore } from './store.ts';
 
@@ -34,15 +34,6 @@ const trimSlash = (url: string) => url.replace(/\/+$/, '');
 
 /** The most origins served with their own authorization server (ALLOWED_HOSTS=* admits any Host). */
 const MAX_SITES = 16;
-
-/** The authorization server and protected resource one origin names. */
-export interface Site {
-  issuer: string;
-  resource: string;
-  resourceMetadataUrl: string;
-  /** Its library instance, built on first use (its keys come from the store, which may be down at start). */
-  ready(): Promise<Provider>;
-}
 
 /**
  * OAuth sign-in for MCP hosts: the authorization server (routes and pages) and the gate of

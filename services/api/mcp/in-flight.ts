@@ -56,20 +56,28 @@ export class HeldIds {
   }
 }
 
+/**
+ * A session's ids in flight: all of them (`held`, what a repeated id is refused by) and, among
+ * them, those of plain tools/calls (`plain`, claimed by claimOne), the only calls that ask whether
+ * they were cancelled. The others are answered by the SDK transport, which takes the notification
+ * itself.
+ */
+type SessionIds = { held: Held; plain: Held };
+
 export class InFlightIds {
   /**
    * Kept for as long as the session (dropped by `forget`, which its close calls), not made and
    * dropped around each request.
    */
-  private readonly bySession = new Map<string, Held>();
+  private readonly bySession = new Map<string, SessionIds>();
 
-  private heldOf(sessionId: string): Held {
-    let held = this.bySession.get(sessionId);
-    if (held === undefined) {
-      held = [];
-      this.bySession.set(sessionId, held);
+  private idsOf(sessionId: string): SessionIds {
+    let ids = this.bySession.get(sessionId);
+    if (ids === undefined) {
+      ids = { held: [], plain: [] };
+      this.bySession.set(sessionId, ids);
     }
-    return held;
+    return ids;
   }
 
   /**
@@ -78,7 +86,7 @@ export class InFlightIds {
    */
   claim(sessionId: string, ids: RpcId[]): { conflict: RpcId } | HeldIds {
     if (ids.length === 0) return new HeldIds(null, ids);
-    const held = this.heldOf(sessionId);
+    const { held } = this.idsOf(sessionId);
     for (let i = 0; i < ids.length; i++) {
       const id = ids[i]!;
       // indexOf and includes compare strictly: 7 and "7" are not a repeat.
@@ -90,12 +98,14 @@ export class InFlightIds {
 
   /**
    * Claims the one id of a single request (a plain tools/call) without a claim object: the ids it
-   * joined, to release it from with releaseId once answered; null when the id is in flight.
+   * joined, to release it from with releaseId once answered, and then `settle`; null when the id
+   * is in flight.
    */
   claimOne(sessionId: string, id: RpcId): Held | null {
-    const held = this.heldOf(sessionId);
+    const { held, plain } = this.idsOf(sessionId);
     if (held.includes(id)) return null;
     held.push(id);
+    plain.push(id);
     return held;
   }
 
@@ -105,9 +115,14 @@ export class InFlightIds {
    */
   private readonly cancelledIds = new Map<string, Held>();
 
-  /** Marks an id in flight on the session as cancelled by its client; false when it is not in flight. */
+  /**
+   * Marks the id of a plain tools/call in flight on the session as cancelled by its client; false
+   * for any other id. Only those: `settle` drops the mark when the call is answered. An id the SDK
+   * answers (a batch, a call with a progressToken) is never settled, so its mark would outlast the
+   * call and refuse a later plain call reusing the id, unrun.
+   */
   cancel(sessionId: string, id: RpcId): boolean {
-    if (!this.bySession.get(sessionId)?.includes(id)) return false;
+    if (!this.bySession.get(sessionId)?.plain.includes(id)) return false;
     let list = this.cancelledIds.get(sessionId);
     if (list === undefined) {
       list = [];
@@ -122,8 +137,13 @@ export class InFlightIds {
     return this.cancelledIds.get(sessionId)?.includes(id) ?? false;
   }
 
-  /** The call of `id` was answered: its cancellation mark, if any, goes with it. */
+  /**
+   * The plain call of `id` (claimOne) was answered: it is no longer one, and its cancellation
+   * mark, if any, goes with it.
+   */
   settle(sessionId: string, id: RpcId): void {
+    const ids = this.bySession.get(sessionId);
+    if (ids !== undefined) releaseId(ids.plain, id);
     if (this.cancelledIds.size === 0) return;
     const list = this.cancelledIds.get(sessionId);
     if (list === undefined) return;

@@ -165,13 +165,10 @@ export class ExportRowStore extends FoldProgress implements FeedMember, StoredRo
     super(EXPORT_ROWS_NAME);
     // Bytes, not msgpack: a range read hands each value over as a view of a slab (slabCodec),
     // and the export reads only the fields it needs out of it. Written in append mode, since positions
-    // only grow: pages are filled instead of split in half (version 2, 1M synthetic verdicts:
-    // 2,126 to 1,441 B each). A record of the engine's full inputs took 1.7-1.8 KB in versions 3-5
-    // (two to a leaf page, 2,146 B a verdict on disk at 1M); since version 6, which keeps the head's
-    // names in a shared template and the values alone, about 1.0-1.1 KB (three to a page: 1,118 B
-    // a verdict on disk at 1M). LZ4 compression was tried when
-    // records took a 4 KB overflow page each: it halved that but slowed the export by 10-20 %
-    // (NDJSON 0.90 to 0.70, Parquet 0.40 to 0.32 of raw readAll), so it is not used.
+    // only grow: pages are filled instead of split in half. A record holds a verdict's values
+    // alone (its head's names are in a shared template), so three of the largest fit a 4 KB leaf
+    // page. Records are not compressed: decompressing each would cost the export more time than
+    // the fewer pages save.
     this.verdicts = openVerdictsDb(root);
     this.outcomes = root.openDB<Buffer, string>(slabbed(OUTCOMES_DB));
   }
@@ -360,8 +357,15 @@ export class ExportRowStore extends FoldProgress implements FeedMember, StoredRo
         // Its template first, in the same transaction: a reader finding the record finds it.
         const id = templateIdOf(value);
         if (!this.storedTemplates.has(id) && !added.includes(id)) {
-          if (this.verdicts.get(templateKey(id)) === undefined)
-            this.verdicts.putSync(templateKey(id), templateBytes(id));
+          const bytes = templateBytes(id);
+          const stored = this.verdicts.get(templateKey(id));
+          if (stored === undefined) this.verdicts.putSync(templateKey(id), bytes);
+          // Another process stored a different template under this 6-byte id: a record naming it
+          // would be written from the wrong template. Stopping the fold sends exports to the log.
+          else if (!stored.equals(bytes))
+            throw new Error(
+              `export rows: template ${id} is stored with other bytes (two templates share an id)`,
+            );
           added.push(id);
         }
         putAppend(this.verdicts, position, value, 'export rows: verdict');

@@ -8,7 +8,15 @@ import { type LmdbEventStore, openLmdbEventStore } from '../../adapters/event-st
 import { HistoryTrailer } from '../../contracts/history.ts';
 import { recordHistory, startHistoryServer } from '../../test/history-harness.ts';
 import { ExportRowStore, OLD_DBS, openVerdictsDb, VERDICTS_DB } from './export-row-store.ts';
-import { F_ID, fieldOf, revealAtOf, StoredLine } from './export-rows.ts';
+import {
+  F_ID,
+  fieldOf,
+  forgetTemplates,
+  knowsTemplate,
+  revealAtOf,
+  StoredLine,
+  templateIdOf,
+} from './export-rows.ts';
 import { fillColumns, historyRow, rowRef } from './rows.ts';
 import { type HistoryFilter, ScanProgress, type StoredRows, scanHistory } from './scan.ts';
 import { parquetStream, storedLines } from './writers.ts';
@@ -123,6 +131,25 @@ describe('export rows (stored bytes of each revealed row)', () => {
       const want = (await parquetFromLog(filter)).slice(0, q.includes('limit') ? 9 : undefined);
       expect(got, q).toEqual(want);
     }
+  });
+
+  it('a process that knows no template yet reads them from the store: the same NDJSON and Parquet', async () => {
+    const ndjson = (await exported('')).rows;
+    const parquet = await parquetExported('');
+    const ids = new Set(
+      server.slice
+        .exportRows!.verdictsAfter(0, Number.MAX_SAFE_INTEGER, 1e6)
+        .map((e) => templateIdOf(e.value)),
+    );
+    expect(ids.size).toBeGreaterThan(0);
+    // As a process started on this directory: every template it needs comes from the verdicts database.
+    forgetTemplates();
+    for (const id of ids) expect(knowsTemplate(id)).toBe(false);
+    expect((await exported('')).rows).toEqual(ndjson);
+    for (const id of ids) expect(knowsTemplate(id)).toBe(true);
+    forgetTemplates();
+    expect(await parquetExported('')).toEqual(parquet);
+    expect(ndjson).toEqual(await fromLog());
   });
 
   it('rows the store does not hold yet (stopped, or past its checkpoint) come from the log, the same in every format', async () => {
@@ -354,5 +381,32 @@ describe('export rows (stored bytes of each revealed row)', () => {
     expect(ours.verdictsAfter(0, head, 1e6).length).toBe((await fromLog()).length);
     const { rows } = await exported('');
     expect(rows).toEqual(await fromLog());
+  });
+
+  it('a template stored with other bytes under its id stops the fold rather than being used', async () => {
+    const ours = server.slice.exportRows!;
+    await ours.stop();
+    const raw = openVerdictsDb(store.root);
+    // Templates are below key 0, the meta.
+    const templates = [...raw.getRange({ start: -Number.MAX_SAFE_INTEGER, end: 0 })].map(
+      ({ key, value }) => [key, Buffer.from(value)] as const,
+    );
+    expect(templates.length).toBeGreaterThan(0);
+    for (const [k, bytes] of templates) raw.putSync(k, Buffer.concat([bytes, Buffer.from(' ')]));
+    // Another process on the directory, which has not met the templates in the store yet.
+    const other = new ExportRowStore(store, store.root);
+    await other.start();
+    fx.feed.clock.advance(3_600_000);
+    await fx.engine.getTradeCall({ exchange: 'BINANCE', coin: 'BTC', timeframe: '1h' });
+    const head = await store.headPosition();
+    await vi.waitFor(() => expect(other.error?.message).toMatch(/two templates share an id/), {
+      timeout: 10_000,
+    });
+    expect(other.checkpoint).toBeLessThan(head);
+    await other.stop();
+    for (const [k, bytes] of templates) raw.putSync(k, bytes);
+    await ours.start();
+    await ours.waitFor(head, 30_000);
+    expect((await exported('')).rows).toEqual(await fromLog());
   });
 });

@@ -41,13 +41,11 @@ type Outcome = RecordedEvent<EventData<'VerdictOutcomeResolved'>, 'VerdictOutcom
  *
  * The head is not stored as it is written, though. Its string values are the record's string
  * columns again, and most of it is the verdict's inputs, a JSON record written as an escaped
- * JSON string: stored as the line has it, a verdict took 1.8 KB (2,146 B on disk with its pages,
- * against the log's 558 B an event, which stores the inputs' names once in shared structures),
- * and an export read 3.8 times the bytes the raw log read does. So the head is a template shared
+ * JSON string whose names every verdict repeats. So the head is a template shared
  * by every verdict of its shape (`HeadTemplate`: the field names, the inputs' names escaped,
  * where each value goes), stored once by the store, and the record holds only the values: its
  * columns, and its texts, each number as JSON.stringify wrote it (so it prints byte for byte as
- * before: a float written from its float64 would cost a number-to-text conversion per value)
+ * the line has it: a float written from its float64 would cost a number-to-text conversion per value)
  * and each input's value as the inside of the line's JSON string has it (a string escaped once
  * more, as the line escapes it). `writeHead` puts the line back together, escaping only the
  * columns whose value needs it; Parquet, which wants the inputs' JSON plain, writes it from the
@@ -282,6 +280,8 @@ interface StoredTemplate {
 /** Templates this process knows, by id and by stored form (a verdict's is looked up by its form). */
 const TEMPLATES = new Map<number, HeadTemplate>();
 const TEMPLATE_OF_FORM = new Map<string, HeadTemplate>();
+/** Templates by shape (`headOf`): a verdict of a shape already met needs no stored form built. */
+const TEMPLATE_OF_SHAPE = new Map<string, HeadTemplate>();
 
 function makeTemplate(form: string, bytes: Buffer, id: number): HeadTemplate {
   const t = JSON.parse(form) as StoredTemplate;
@@ -310,6 +310,17 @@ function templateOfForm(form: string): HeadTemplate {
     TEMPLATE_OF_FORM.set(form, t);
   }
   return t;
+}
+
+/**
+ * Test only: forgets every template this process knows, as a process that starts on a stored
+ * directory does, so records read back must find theirs in the store (`learnTemplate`).
+ */
+export function forgetTemplates(): void {
+  TEMPLATES.clear();
+  TEMPLATE_OF_FORM.clear();
+  TEMPLATE_OF_SHAPE.clear();
+  lastTemplate = null;
 }
 
 /** Whether this process knows template `id` (records naming another need `learnTemplate` first). */
@@ -354,6 +365,79 @@ function templateAt(v: Buffer, c: number): HeadTemplate {
 const TEXTS_AT = 8;
 
 /**
+ * The head of a revealed row's line as a template and the texts that fill it (`buildHead`). Per
+ * verdict only the texts and a short key of its shape are made (which columns are null, each
+ * field's name and whether its value is a column hole, escaped or not, a text or part of the
+ * literal, and the inputs' names): everything the template depends on. The template itself, about
+ * 2 KB of JSON to make and look up, is built only for a shape not met before.
+ */
+function headOf(
+  row: Record<string, unknown>,
+  columns: readonly (string | null)[],
+  inputs: Record<string, unknown>,
+): { template: HeadTemplate; texts: string[] } {
+  let mask = 0;
+  for (let k = 0; k < columns.length; k++) if (columns[k] === null) mask |= 1 << k;
+  // Each part is self-delimiting: names as JSON strings, a kind letter, a column number, a literal's JSON.
+  let shape = `${mask}`;
+  const texts: string[] = [];
+  let complete = false;
+  for (const field in row) {
+    if (field === 'outcome_id') {
+      complete = true;
+      break;
+    }
+    const value = row[field];
+    if (value === undefined || typeof value === 'function' || typeof value === 'symbol') {
+      throw new Error(`history export record: field ${field} has no JSON form`);
+    }
+    shape += keyJson(field);
+    if (field === 'inputs_json' && typeof value === 'string') {
+      shape += 'i';
+      let plain = '{';
+      for (const key of Object.keys(inputs)) {
+        const name = JSON.stringify(key);
+        const json = JSON.stringify(inputs[key]);
+        shape += name;
+        plain += `${plain === '{' ? '' : ','}${name}:${json}`;
+        texts.push(typeof inputs[key] === 'string' ? escaped(json) : json);
+      }
+      plain += '}';
+      shape += '}';
+      if (plain !== value) throw new Error('history export record: the inputs are not a plain JSON record');
+      continue;
+    }
+    const json = JSON.stringify(value);
+    const k = COLUMN_OF_FIELD.get(field);
+    const column = k === undefined ? null : columns[k];
+    if (typeof value === 'string' && typeof column === 'string') {
+      if (json.length === column.length + 2 && json.slice(1, -1) === column) {
+        shape += `c${k}`;
+        continue;
+      }
+      if (column === value && (value as unknown as { isWellFormed(): boolean }).isWellFormed()) {
+        shape += `e${k}`;
+        continue;
+      }
+    }
+    if (typeof value === 'string' || typeof value === 'number') {
+      shape += 't';
+      texts.push(json);
+    } else shape += `l${json}`;
+  }
+  if (!complete) throw new Error('history export record: the row has no outcome_id field');
+  let template = TEMPLATE_OF_SHAPE.get(shape);
+  if (template === undefined) {
+    const built = buildHead(row, columns, inputs);
+    if (built.texts.length !== texts.length || built.texts.some((t, i) => t !== texts[i]))
+      throw new Error('history export record: a head differs from its shape');
+    template = built.template;
+    TEMPLATE_OF_SHAPE.set(shape, template);
+  }
+  return { template, texts };
+}
+
+/**
  * The head of a revealed row's line (its fields up to `outcome_id`, as JSON.stringify writes
  * them, and the comma after them) as a template and the texts that fill it: string fields are
  * holes for their columns (escaped when their value needs it and is well-formed UTF-16, as
@@ -362,7 +446,7 @@ const TEXTS_AT = 8;
  * booleans stay in the literal, and the inputs' JSON string is written key by key: its names in
  * the literal, its values as texts, each as the inside of the line's JSON string has it.
  */
-function headOf(
+function buildHead(
   row: Record<string, unknown>,
   columns: readonly (string | null)[],
   inputs: Record<string, unknown>,

@@ -138,8 +138,7 @@ describe('export rows: stored bytes of a history row', () => {
 
   it("keeps three verdicts with the engine's full inputs to a leaf page (4 KB pages, at most 1,340 B a record)", () => {
     // Every input the engine records (signals-3), each at full precision and none null: the
-    // largest record a verdict makes. Twice the inputs (column and head) took 2,950-3,160 B, the
-    // inputs once as escaped JSON about 2,000 (two to a page); the values alone about 1,120.
+    // largest record a verdict makes, its values alone (the names are in its head's template).
     const engine = syntheticVerdict(3, 10, 100, 'e'.repeat(64), true);
     const inputs = Object.fromEntries(
       Object.entries(engine.inputs).map(([key, value], i) => [

@@ -416,13 +416,10 @@ function limitBatch(
 ): void {
   const credential = caller.subject.id;
   if (deps.refusesBatch?.(request)) {
-    const one = deps.limiter.decide(tier, credential, null);
-    const pass = (d: RateDecision) => {
+    countOne(deps, tier, credential, done, (d) => {
       rateHeaders(reply, d);
       done();
-    };
-    if (one instanceof Promise) one.then(pass, done);
-    else pass(one);
+    });
     return;
   }
   const tools = body.map(toolCalled);
@@ -433,7 +430,7 @@ function limitBatch(
       .then((d) => applyDecision(deps, request, reply, done, path, caller, tier, d), done);
     return;
   }
-  const refuse = (d: RateDecision) => {
+  countOne(deps, tier, credential, done, (d) => {
     rateHeaders(reply, d);
     const code = 'BATCH_TOO_LARGE';
     const what = oversized.tool === null ? 'messages' : `calls of ${oversized.tool}`;
@@ -441,10 +438,20 @@ function limitBatch(
     reply
       .code(ERRORS[code].status)
       .send({ jsonrpc: '2.0', id: null, error: { code: ERRORS[code].rpc, message, data: { code } } });
-  };
+  });
+}
+
+/** A batch refused whole counts as one request: its decision, handed to `then` (errors to `done`). */
+function countOne(
+  deps: RateLimitPluginDeps,
+  tier: RateTier,
+  credential: string,
+  done: (err?: Error) => void,
+  then: (decision: RateDecision) => void,
+): void {
   const one = deps.limiter.decide(tier, credential, null);
-  if (one instanceof Promise) one.then(refuse, done);
-  else refuse(one);
+  if (one instanceof Promise) one.then(then, done);
+  else then(one);
 }
 
 /** The decision's headers, then the request goes on or is refused (module-level, as settleCaller). */

@@ -1,11 +1,13 @@
-import { statfs } from 'node:fs/promises';
 import { type Database, open, type RootDatabase } from 'lmdb';
 import type { Logger } from 'pino';
 import type { ProjectionStore, StoredProjection } from '../projection-store/port.ts';
-import { commitCause, ignoreStrayCommitRejections, isStorageFull, StorageFullState } from './storage-full.ts';
-
-/** Free space below which a failed commit counts as a full disk, whatever errno it came with. */
-const MIN_FREE_BYTES = 1024 * 1024;
+import {
+  commitCause,
+  ignoreStrayCommitRejections,
+  isStorageFull,
+  lowOnSpace,
+  StorageFullState,
+} from './storage-full.ts';
 
 /**
  * Projection snapshots in a sub-database of an LMDB environment: usually the event store's own
@@ -80,8 +82,6 @@ export class LmdbProjectionStore implements ProjectionStore {
   }
 
   private async lowOnSpace(): Promise<boolean> {
-    if (!this.options.path) return false;
-    const { bavail, bsize } = await statfs(this.options.path);
-    return bavail * bsize < MIN_FREE_BYTES;
+    return this.options.path ? lowOnSpace(this.options.path) : false;
   }
 }

@@ -1,4 +1,3 @@
-import { statfs } from 'node:fs/promises';
 import { type Database, open, type RootDatabase } from 'lmdb';
 import type { Logger } from 'pino';
 import type { AppendResult, ExpectedRevision, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
@@ -23,7 +22,13 @@ import {
   type Subscription,
   WrongExpectedRevisionError,
 } from './port.ts';
-import { commitCause, ignoreStrayCommitRejections, isStorageFull, StorageFullState } from './storage-full.ts';
+import {
+  commitCause,
+  ignoreStrayCommitRejections,
+  isStorageFull,
+  lowOnSpace,
+  StorageFullState,
+} from './storage-full.ts';
 
 export interface LmdbEventStoreOptions {
   /** Directory of the LMDB environment (created when missing). */
@@ -84,8 +89,6 @@ interface StructuresEncoder {
 const MAX_REVISION_HINTS = 10_000;
 /** Times an append found missing from the log after its commit is written, in all, before it fails. */
 const MAX_WRITES = 3;
-/** Free space at which a store that ran out counts as writable again: room for a burst of commits. */
-const MIN_FREE_BYTES = 1024 * 1024;
 
 export async function openLmdbEventStore(options: LmdbEventStoreOptions): Promise<LmdbEventStore> {
   return new LmdbEventStore(options);
@@ -682,9 +685,8 @@ export class LmdbEventStore implements EventStore {
    * A failed commit on a nearly full disk is a full disk, whatever errno it came with: writes to
    * a full file system also surface as EIO.
    */
-  private async lowOnSpace(): Promise<boolean> {
-    const { bavail, bsize } = await statfs(this.path);
-    return bavail * bsize < MIN_FREE_BYTES;
+  private lowOnSpace(): Promise<boolean> {
+    return lowOnSpace(this.path);
   }
 
   /** The byte length of the stored shared structures; 0 when none are stored yet. */

@@ -1,3 +1,5 @@
+import { statfsSync } from 'node:fs';
+import { statfs } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import { ignoreStrayRejections } from '../stray-rejections.ts';
 import { type HealthReport, StorageFullError } from './port.ts';
@@ -12,6 +14,28 @@ export function isStorageFull(error: unknown): boolean {
   return /No space left on device|MDB_MAP_FULL|could not extend file|disk quota exceeded/i.test(
     error.message,
   );
+}
+
+/**
+ * Free space below which a failed write counts as a full disk, whatever errno it came with: writes
+ * to a full file system also surface as EIO.
+ */
+const MIN_FREE_BYTES = 1024 * 1024;
+
+/** Whether the file system holding `path` has less than MIN_FREE_BYTES free. */
+export async function lowOnSpace(path: string): Promise<boolean> {
+  const { bavail, bsize } = await statfs(path);
+  return bavail * bsize < MIN_FREE_BYTES;
+}
+
+/** lowOnSpace, for a caller that cannot wait (false when the file system cannot be read). */
+export function lowOnSpaceSync(path: string): boolean {
+  try {
+    const { bavail, bsize } = statfsSync(path);
+    return bavail * bsize < MIN_FREE_BYTES;
+  } catch {
+    return false;
+  }
 }
 
 /**

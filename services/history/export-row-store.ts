@@ -1,10 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import { statfsSync } from 'node:fs';
 import { type Database, type RootDatabase, type RootDatabaseOptions, TransactionFlags } from 'lmdb';
 import type { Logger } from 'pino';
 import { putAppend } from '../../adapters/event-store/lmdb-append.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
-import { isStorageFull } from '../../adapters/event-store/storage-full.ts';
+import { isStorageFull, lowOnSpaceSync } from '../../adapters/event-store/storage-full.ts';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { type FeedMember, feedOf } from '../../projections/log-feed.ts';
@@ -96,10 +95,8 @@ const META = 0;
 const templateKey = (id: number): number => -id - 1;
 /** [version, generation, checkpoint, id of the event at the checkpoint]. */
 type Meta = [version: number, generation: string, checkpoint: number, checkpointId: string | null];
-/** Free space below which a failed write counts as a full disk, whatever errno it came with. */
-const MIN_FREE_BYTES = 1024 * 1024;
-/** How an I/O failure reads (its code, else lmdb-js's message). */
-const IO_FAILURE = /\bEIO\b|\bENOSPC\b|Input\/output error|No space left|MDB_MAP_FULL/;
+/** How an I/O failure reads (its code, else lmdb-js's message); isStorageFull takes the rest. */
+const IO_FAILURE = /\bEIO\b|Input\/output error/;
 
 /**
  * Whether a write failed for lack of space: a full disk's writes through LMDB also fail as EIO
@@ -109,18 +106,12 @@ const IO_FAILURE = /\bEIO\b|\bENOSPC\b|Input\/output error|No space left|MDB_MAP
 function outOfSpace(err: unknown, root: RootDatabase): boolean {
   if (isStorageFull(err)) return true;
   const path = (root as { path?: string }).path;
-  if (
-    !(err instanceof Error) ||
-    path === undefined ||
-    !IO_FAILURE.test(`${(err as { code?: string }).code} ${err.message}`)
-  )
-    return false;
-  try {
-    const { bavail, bsize } = statfsSync(path);
-    return bavail * bsize < MIN_FREE_BYTES;
-  } catch {
-    return false;
-  }
+  return (
+    err instanceof Error &&
+    path !== undefined &&
+    IO_FAILURE.test(`${(err as { code?: string }).code} ${err.message}`) &&
+    lowOnSpaceSync(path)
+  );
 }
 
 /** Synchronous commit, flushed to disk later, abortable: a projection is rebuilt, never lost. */

@@ -131,6 +131,8 @@ interface Bucket {
   /** Stream → its chained outcome of the highest position in this bucket. */
   outcomeHeads: Map<string, { position: number; hash: string }>;
   late: { rows: number; first: LateRow } | null;
+  /** The anchor's block time plus the clock tolerance: a row recorded after it was moved later. */
+  lateAfter: number;
 }
 
 /**
@@ -144,7 +146,7 @@ export class AnchorCheck {
   private readonly uncovered = { rows: 0, outcomes: 0 };
 
   constructor(private readonly anchors: ChainAnchor[]) {
-    this.buckets = anchors.map(() => ({
+    this.buckets = anchors.map((anchor) => ({
       rows: 0,
       firstPosition: null,
       lastPosition: null,
@@ -152,6 +154,7 @@ export class AnchorCheck {
       verdicts: new Map(),
       outcomeHeads: new Map(),
       late: null,
+      lateAfter: Date.parse(anchor.at) + ANCHOR_CLOCK_TOLERANCE_MS,
     }));
   }
 
@@ -171,7 +174,7 @@ export class AnchorCheck {
     if (bucket) {
       // The anchor's block time bounds the row's: a row recorded after it was moved later.
       const anchor = this.anchors[index]!;
-      if (Date.parse(row.recorded_at) > Date.parse(anchor.at) + ANCHOR_CLOCK_TOLERANCE_MS) {
+      if (Date.parse(row.recorded_at) > bucket.lateAfter) {
         const first: LateRow = bucket.late?.first ?? {
           stream: row.stream,
           verdictId: row.verdict_id,

@@ -277,9 +277,8 @@ interface StoredTemplate {
   pieces: string[];
 }
 
-/** Templates this process knows, by id and by stored form (a verdict's is looked up by its form). */
+/** Templates this process knows, by id. */
 const TEMPLATES = new Map<number, HeadTemplate>();
-const TEMPLATE_OF_FORM = new Map<string, HeadTemplate>();
 /** Templates by shape (`headOf`): a verdict of a shape already met needs no stored form built. */
 const TEMPLATE_OF_SHAPE = new Map<string, HeadTemplate>();
 
@@ -303,13 +302,8 @@ const idOfTemplate = (bytes: Buffer): number => createHash('sha256').update(byte
 
 /** The template of a stored form, known to this process from now on. */
 function templateOfForm(form: string): HeadTemplate {
-  let t = TEMPLATE_OF_FORM.get(form);
-  if (t === undefined) {
-    const bytes = Buffer.from(form);
-    t = learnTemplate(idOfTemplate(bytes), bytes);
-    TEMPLATE_OF_FORM.set(form, t);
-  }
-  return t;
+  const bytes = Buffer.from(form);
+  return learnTemplate(idOfTemplate(bytes), bytes);
 }
 
 /**
@@ -318,7 +312,6 @@ function templateOfForm(form: string): HeadTemplate {
  */
 export function forgetTemplates(): void {
   TEMPLATES.clear();
-  TEMPLATE_OF_FORM.clear();
   TEMPLATE_OF_SHAPE.clear();
   lastTemplate = null;
 }

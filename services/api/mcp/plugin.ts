@@ -221,7 +221,7 @@ type Guard = (request: FastifyRequest, reply: FastifyReply) => boolean;
 type Handler = (request: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply | undefined>;
 type RouteHandler = (request: FastifyRequest, reply: FastifyReply) => undefined;
 
-/** Host and Origin checks (DNS rebinding) with CORS headers; false once the refusal is answered. */
+/** Host and Origin checks (DNS rebinding); false once the refusal is answered. */
 function requestGuard(config: GuardConfig): Guard {
   // The Host last allowed: a client sends the same one on every call, and taking it apart (trim,
   // lower case, the port cut off) made two strings per call.
@@ -243,7 +243,7 @@ function requestGuard(config: GuardConfig): Guard {
       jsonRpcError(reply, 403, -32000, 'Forbidden: Origin not allowed');
       return false;
     }
-    reply.headers(corsHeaders(origin, MCP_METHODS));
+    // Its CORS headers are on the reply already (the plugin's onRequest hook).
     return true;
   };
 }

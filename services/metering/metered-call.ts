@@ -68,28 +68,21 @@ export async function serveMetered<T>(
     observer?.refused(caller.subject.plan, window);
     return { ok: false, reason: 'quota_exhausted', window, service: { auth: caller.auth, quota: before } };
   }
-  if (cancelled?.()) {
-    return {
-      ok: false,
-      reason: 'failed',
-      error: new CallCancelledError(),
-      service: { auth: caller.auth, quota: before },
-    };
-  }
+  // Refused with the figures read before the call: nothing was debited.
+  const failed = (error: unknown) => ({
+    ok: false as const,
+    reason: 'failed' as const,
+    error,
+    service: { auth: caller.auth, quota: before },
+  });
+  if (cancelled?.()) return failed(new CallCancelledError());
   let value: T;
   try {
     value = await run();
   } catch (error) {
-    return { ok: false, reason: 'failed', error, service: { auth: caller.auth, quota: before } };
+    return failed(error);
   }
-  if (cancelled?.()) {
-    return {
-      ok: false,
-      reason: 'failed',
-      error: new CallCancelledError(value),
-      service: { auth: caller.auth, quota: before },
-    };
-  }
+  if (cancelled?.()) return failed(new CallCancelledError(value));
   // In the windows it was read in: a call counts on the day it was asked (one across midnight too).
   const debit = await quota.debit(caller.subject, call.tool, at).catch((err: unknown) => {
     observer?.refused(caller.subject.plan, 'unavailable');

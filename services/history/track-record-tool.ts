@@ -10,7 +10,8 @@ import { cellKey } from '../engine/signals/calibration.ts';
  * to 55 lines (5 venues x 11 timeframes) on a live deployment:
  *
  * - `exchange` / `timeframe` keep the lines of that venue / timeframe and the baselines of its
- *   cell (venue kind x timeframe); `overall` stays the whole service's line;
+ *   cell (venue kind x timeframe: cells, risk and regime-label rows alike); `overall` stays the
+ *   whole service's line;
  * - asked for neither, every line comes without its confidence buckets, and the risk baselines
  *   at the trade call's horizon (six candles) only: with a line for each of the 55 cells the
  *   answer was 174,006 characters with them; ask one venue or one timeframe for the rest;
@@ -44,6 +45,10 @@ export function trackRecordForAgents(
         (narrowed || r.horizon === 'verdict') &&
         (kind === undefined || r.set === kind) &&
         (timeframe === undefined || r.timeframe === timeframe),
+    ),
+    // The regime labels' rows are per cell too (set = venue kind, timeframe).
+    labels: record.baselines.labels.filter(
+      (l) => (kind === undefined || l.set === kind) && (timeframe === undefined || l.timeframe === timeframe),
     ),
   };
   return { ...record, lines, series: [], ...(baselines ? { baselines } : {}) };

@@ -55,8 +55,8 @@ function withoutService(structured: unknown): unknown {
 /**
  * What the tool answers, stated from the public answer: no day-by-day series; asked for neither
  * an exchange nor a timeframe, every line without its confidence buckets and the risk baselines
- * at the six-candle horizon only; asked for one, the lines and the baselines of that venue (kind)
- * and timeframe, buckets and every horizon included.
+ * at the six-candle horizon only; asked for one, the lines and the baselines (cells, risk and
+ * regime-label rows) of that venue (kind) and timeframe, buckets and every horizon included.
  */
 function narrowed(record: TrackRecordResponse, exchange?: string, timeframe?: string): TrackRecordResponse {
   const kind = exchange === undefined ? undefined : exchange === 'BINANCE_SPOT' ? 'spot' : 'perp';
@@ -77,6 +77,9 @@ function narrowed(record: TrackRecordResponse, exchange?: string, timeframe?: st
           (asked || r.horizon === 'verdict') &&
           (!kind || r.set === kind) &&
           (!timeframe || r.timeframe === timeframe),
+      ),
+      labels: record.baselines!.labels.filter(
+        (l) => (!kind || l.set === kind) && (!timeframe || l.timeframe === timeframe),
       ),
     },
   };
@@ -231,13 +234,26 @@ describe('get_track_record over MCP (official client)', () => {
     expect(resources.every((r) => r.mimeType === 'application/json')).toBe(true);
     const { resourceTemplates } = await client.listResourceTemplates();
     expect(resourceTemplates.map((t) => t.uriTemplate)).toEqual(['track-record://{window}']);
+    // A read takes no arguments: each describes what it carries, not the tool's narrowing by
+    // exchange and timeframe, nor buckets, horizons or a series it never holds.
+    for (const { description } of [...resources, ...resourceTemplates]) {
+      expect(description).not.toContain('narrowed to the exchange and timeframe asked');
+      expect(description).toContain('without their confidence buckets');
+      expect(description).toContain('the risk baselines at the six-candle horizon only');
+      expect(description).toContain('It carries no day-by-day series');
+    }
     for (const window of ['7d', 'all']) {
       const read = await client.readResource({ uri: `track-record://${window}` });
       expect(read.contents).toHaveLength(1);
       const [content] = read.contents as { uri: string; mimeType: string; text: string }[];
       expect(content!.uri).toBe(`track-record://${window}`);
       expect(content!.mimeType).toBe('application/json');
-      expect(JSON.parse(content!.text)).toEqual(narrowed(await publicRecord(window)));
+      const carried = JSON.parse(content!.text) as TrackRecordResponse;
+      expect(carried).toEqual(narrowed(await publicRecord(window)));
+      // What the descriptions say it carries.
+      expect(carried.series).toEqual([]);
+      expect(carried.lines.every((l) => l.buckets.length === 0)).toBe(true);
+      expect(new Set(carried.baselines!.risk.map((r) => r.horizon))).toEqual(new Set(['verdict']));
     }
     const missing = await client.readResource({ uri: 'track-record://1y' }).then(
       () => null,

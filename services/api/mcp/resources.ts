@@ -5,8 +5,8 @@ import { MCP_INVALID_PARAMS } from './error-codes.ts';
 import type { ToolRegistry } from './tool-registry.ts';
 
 /**
- * The MCP resources: the track record per window, the same answer as the get_track_record tool
- * and GET /api/track-record. Reading one is free and unmetered, as the public route is; the tool
+ * The MCP resources: the track record per window, the get_track_record tool's answer for that
+ * window alone (GET /api/track-record's, its lines without buckets, no series). Reading one is free and unmetered, as the public route is; the tool
  * is what a host calls (and what x402 sells), the resource what a host attaches as context.
  */
 
@@ -26,11 +26,19 @@ export interface McpResource {
   mimeType: 'application/json';
 }
 
+/**
+ * What a resource carries, in its own words: a read takes no arguments, so it is the tool's answer
+ * asked for the window alone (trackRecordForAgents), never the narrowed one the tool's description
+ * goes on to promise for an exchange or timeframe.
+ */
+const RESOURCE_CARRIES =
+  "The service's own track record over the window, as JSON (get_track_record's answer for the window alone, no exchange or timeframe): the overall line and a line per venue and timeframe (calls, hit rate with its 95 % interval beside always-BUY, always-SELL and random calls, mean net bps after the fee, the risk forecast's band coverage and σ served ÷ realised), without their confidence buckets; the free baselines measured out of sample for every cell, the risk baselines at the six-candle horizon only; the shipped funding-carry fit. It carries no day-by-day series. For one venue's or timeframe's confidence buckets and its next-candle and one-day risk baselines, call get_track_record with that exchange or timeframe; for the series, GET /api/track-record.";
+
 export const RESOURCES: McpResource[] = TRACK_RECORD_WINDOWS.map((window) => ({
   uri: `${TRACK_RECORD_URI}${window}`,
   name: `track-record-${window}`,
   title: `${TOOLS.get_track_record.title} (${window === 'all' ? 'all time' : `last ${window}`})`,
-  description: `${TOOLS.get_track_record.description} Window: ${window}.`,
+  description: `${RESOURCE_CARRIES} Window: ${window === 'all' ? 'all time' : `the last ${window}`}.`,
   mimeType: 'application/json',
 }));
 
@@ -39,7 +47,7 @@ export const RESOURCE_TEMPLATES = [
     uriTemplate: `${TRACK_RECORD_URI}{window}`,
     name: 'track-record',
     title: TOOLS.get_track_record.title,
-    description: `${TOOLS.get_track_record.description} window: ${TRACK_RECORD_WINDOWS.join(', ')}.`,
+    description: `${RESOURCE_CARRIES} window: ${TRACK_RECORD_WINDOWS.join(', ')}.`,
     mimeType: 'application/json',
   },
 ];

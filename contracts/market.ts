@@ -108,7 +108,11 @@ export const VenueStatusSchema = z.object({
   exchange: Exchange,
   ok: z.boolean(),
   lastError: z.string().optional(),
-  /** Unix ms of the last successful request (live) or file read (replay). */
+  /**
+   * Unix ms (not seconds, unlike an answer's `timestamp`) of the last successful request (live:
+   * the wall clock) or read of the replay data (replay: the feed's clock, the one its answers'
+   * timestamps are taken from).
+   */
   lastOkAt: z.number().int().optional(),
 });
 export type VenueStatus = z.infer<typeof VenueStatusSchema>;

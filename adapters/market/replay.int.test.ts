@@ -197,6 +197,16 @@ describe('replay feed: candles', () => {
     await feed.candles('BINANCE_SPOT', 'BTC', '5m', { limit: 1 });
     expect(feed.venues()[0]).toMatchObject({ ok: true, lastOkAt: expect.any(Number) });
   });
+
+  it("times a venue's last good read on the feed's clock (Unix ms), not the wall clock", async () => {
+    const feed = await manualFeed();
+    await feed.candles('BINANCE_SPOT', 'BTC', '1h', { limit: 1 });
+    await feed.funding('BINANCE', 'BTC', { limit: 1 });
+    // What an answer's `timestamp` (seconds) is taken from: the replay's now, here T.
+    expect(feed.now()).toBe(T);
+    const status = Object.fromEntries(feed.venues().map((v) => [v.exchange, v.lastOkAt]));
+    expect(status).toMatchObject({ BINANCE_SPOT: T, BINANCE: T });
+  });
 });
 
 describe('replay feed: funding and markets', () => {

@@ -558,7 +558,9 @@ export class ReplayFeed implements MarketFeed {
     }
     try {
       const value = await pending;
-      this.#status.set(exchange, { ok: true, lastOkAt: Date.now() });
+      // On the feed's clock (Unix ms), as every time it answers with: a scan's `timestamp` is that
+      // clock's, and the wall clock beside it would put the read months or a lap away from it.
+      this.#status.set(exchange, { ok: true, lastOkAt: this.clock.now() });
       return value;
     } catch (error) {
       cache.delete(key);

@@ -202,6 +202,9 @@ describe('get_track_record over MCP (official client)', () => {
     expect(minute.isError).toBe(true);
     expect(text(minute)).toBe(text(scan));
     expect(text(minute)).toMatch(/^unsupported_timeframe: timeframe 1m is not available for BINANCE_SPOT/);
+    // Neither call named a coin: the refusal names none (not the venue's top market it probed).
+    expect(text(minute)).toContain('candles of every coin here');
+    expect(text(minute)).not.toMatch(/\b(BTC|ETH)\b/);
     // Served and held: answered (the history holds BINANCE 1h and BINANCE_SPOT 5m).
     for (const args of [
       { exchange: 'BINANCE', timeframe: '1h' },

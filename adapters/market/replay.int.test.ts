@@ -114,7 +114,7 @@ describe('replay feed: candles', () => {
       const error = await feed.candles('BINANCE_SPOT', 'BTC', tf, { limit: 10 }).catch((e) => e);
       expect(error).toBeInstanceOf(UnsupportedTimeframeError);
       expect(error.message).toBe(
-        `timeframe ${tf} is not available for BINANCE_SPOT: the replay data holds 5m, 1h candles of BTC here, ` +
+        `timeframe ${tf} is not available for BINANCE_SPOT: the replay data holds 5m, 1h candles of every coin here, ` +
           `which build 5m, 15m, 30m, 1h, 2h, 4h, 8h, 12h, 1d; ${tf} is served by no replayed venue (or on the live feed)`,
       );
       expect(error.code).toBe('unsupported_timeframe');
@@ -149,8 +149,23 @@ describe('replay feed: candles', () => {
     const m15 = await feed.candles('BINANCE', 'BTC', '15m', { limit: 1 }).catch((e) => e);
     expect(m15).toBeInstanceOf(UnsupportedTimeframeError);
     expect(m15.message).toBe(
-      'timeframe 15m is not available for BINANCE: the replay data holds 1h candles of BTC here, which build ' +
+      'timeframe 15m is not available for BINANCE: the replay data holds 1h candles of every coin here, which build ' +
         '1h, 2h, 4h, 8h, 12h, 1d; 15m is served on BINANCE_SPOT (or on the live feed)',
+    );
+    // Where the coins of a venue differ in their files, the refusal names the coin it is about.
+    const uneven = await manualFeed(
+      T,
+      await tempCopy([
+        'candles/binance-spot/BTCUSDT-1h.csv.gz',
+        'candles/binance-spot/BTCUSDT-5m.csv.gz',
+        'candles/binance-spot/ETHUSDT-1h.csv.gz',
+      ]),
+    );
+    const eth = await uneven.candles('BINANCE_SPOT', 'ETH', '15m', { limit: 1 }).catch((e) => e);
+    expect(eth).toBeInstanceOf(UnsupportedTimeframeError);
+    expect(eth.message).toBe(
+      'timeframe 15m is not available for BINANCE_SPOT: the replay data holds 1h candles of ETH here, which build ' +
+        '1h, 2h, 4h, 8h, 12h, 1d; 15m is served by no replayed venue (or on the live feed)',
     );
     const unknown = await feed.candles('BINANCE_SPOT', 'NOPE', '1h', { limit: 1 }).catch((e) => e);
     expect(unknown.message).toMatch(/coins served there: BNB, BTC, DOGE, ETH, SOL, XRP\)$/);

@@ -313,10 +313,14 @@ export class ReplayFeed implements MarketFeed {
           return other !== undefined && sourceTimeframe(tf, [...other.keys()]) !== undefined;
         })
         .map(([name]) => name);
+      // The same words whichever coin was asked, when every coin here has the same files: a scan
+      // or the track record, naming no coin, is refused with its top market's refusal, and must
+      // not read as being about a coin the caller never named.
+      const sameEverywhere = [...venue.candles.values()].every((c) => sameKeys(c.files, files));
       throw new UnsupportedTimeframeError(
         tf,
         exchange,
-        `the replay data holds ${[...available].sort((a, b) => TIMEFRAME_MS[a] - TIMEFRAME_MS[b]).join(', ')} candles of ${symbol} here, which build ${buildable(available).join(', ')}` +
+        `the replay data holds ${[...available].sort((a, b) => TIMEFRAME_MS[a] - TIMEFRAME_MS[b]).join(', ')} candles ${sameEverywhere ? 'of every coin here' : `of ${symbol} here`}, which build ${buildable(available).join(', ')}` +
           `; ${tf} ${elsewhere.length > 0 ? `is served on ${elsewhere.join(', ')}` : 'is served by no replayed venue'} (or on the live feed)`,
       );
     }
@@ -636,6 +640,11 @@ export async function openReplayFeed(options: ReplayFeedOptions = {}): Promise<R
     'replay feed opened',
   );
   return feed;
+}
+
+/** Whether two coins' candle files are of the same timeframes. */
+function sameKeys(a: ReadonlyMap<Timeframe, string>, b: ReadonlyMap<Timeframe, string>): boolean {
+  return a.size === b.size && [...a.keys()].every((tf) => b.has(tf));
 }
 
 /** The timeframes candles of these timeframes build (each a whole multiple of one of them). */

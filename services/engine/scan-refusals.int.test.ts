@@ -20,10 +20,11 @@ import type { SignalOperations } from './operations.ts';
 /** What get_trade_call answers for BYBIT, BINANCE at 15m and 1m on the shipped replay. */
 const BYBIT_REFUSAL =
   'exchange BYBIT is not served by the replay feed: the replay data has no BYBIT candles (funding only); candles are served for BINANCE_SPOT, BINANCE';
-const perpTimeframe = (coin: string) =>
-  `timeframe 15m is not available for BINANCE: the replay data holds 1h candles of ${coin} here, which build 1h, 2h, 4h, 8h, 12h, 1d; 15m is served on BINANCE_SPOT (or on the live feed)`;
-const oneMinute = (coin: string) =>
-  `timeframe 1m is not available for BINANCE_SPOT: the replay data holds 5m, 1h candles of ${coin} here, which build 5m, 15m, 30m, 1h, 2h, 4h, 8h, 12h, 1d; 1m is served by no replayed venue (or on the live feed)`;
+// Naming no coin: a scan names none, and every coin of the shipped replay has the same files.
+const PERP_TIMEFRAME =
+  'timeframe 15m is not available for BINANCE: the replay data holds 1h candles of every coin here, which build 1h, 2h, 4h, 8h, 12h, 1d; 15m is served on BINANCE_SPOT (or on the live feed)';
+const ONE_MINUTE =
+  'timeframe 1m is not available for BINANCE_SPOT: the replay data holds 5m, 1h candles of every coin here, which build 5m, 15m, 30m, 1h, 2h, 4h, 8h, 12h, 1d; 1m is served by no replayed venue (or on the live feed)';
 
 const meters: QuotaMeter[] = [];
 let engine: SignalEngine;
@@ -59,8 +60,8 @@ describe('scan_trade_calls refuses a venue and timeframe no market of it is serv
     const cases = [
       { args: { exchange: 'BYBIT' }, code: 'unsupported_exchange', message: BYBIT_REFUSAL },
       // The perpetual's replay candles are 1h: the default 15m is not built there.
-      { args: { exchange: 'BINANCE' }, code: 'unsupported_timeframe', message: perpTimeframe('ETH') },
-      { args: { timeframe: '1m' }, code: 'unsupported_timeframe', message: oneMinute('ETH') },
+      { args: { exchange: 'BINANCE' }, code: 'unsupported_timeframe', message: PERP_TIMEFRAME },
+      { args: { timeframe: '1m' }, code: 'unsupported_timeframe', message: ONE_MINUTE },
     ] as const;
     const call = scanTools();
     for (const { args, code, message } of cases) {
@@ -76,7 +77,7 @@ describe('scan_trade_calls refuses a venue and timeframe no market of it is serv
     expect(describeFailure(call1)).toEqual({
       status: 422,
       code: 'unsupported_timeframe',
-      message: perpTimeframe('ETH'),
+      message: PERP_TIMEFRAME,
       retryable: false,
     });
     // Nothing recorded by the refusals; a served scan is the first call counted.

@@ -24,8 +24,9 @@ export const HOLD_LEFT_OUT = 'HOLD, left out: calls only was asked (includeHolds
  * Which rows a scan lists and in what order, and why the others of the top-N are not listed: the
  * same rule whether the rows were computed now (the engine's scan) or read from the latest
  * recorded verdicts (webhook digests). `notEvaluated` are the markets that have no row (no
- * candles, no verdict); with the rows a filter left out they make `skipped`. When no row is
- * listed, `note` says why in words.
+ * candles, no verdict); with the rows a filter left out and those ranked below `limit` they make
+ * `skipped`, so every market of the top-N is either listed or named. When no row is listed,
+ * `note` says why in words.
  */
 export function rankedScan(
   rows: readonly ScanRow[],
@@ -50,19 +51,27 @@ export function rankedScan(
     } else kept.push(row);
   }
   const order = ORDERS[input.rankBy];
-  const calls = kept
-    .sort((a, b) => {
-      for (const compare of order) {
-        const d = compare(a, b);
-        if (d !== 0) return d;
-      }
-      return 0;
-    })
-    .slice(0, input.limit)
-    .map(({ volume: _volume, ...row }, i) => ({ ...row, rank: i + 1 }));
+  kept.sort((a, b) => {
+    for (const compare of order) {
+      const d = compare(a, b);
+      if (d !== 0) return d;
+    }
+    return 0;
+  });
+  const calls = kept.slice(0, input.limit).map(({ volume: _volume, ...row }, i) => ({ ...row, rank: i + 1 }));
+  // A market cut by `limit` was evaluated like the listed ones: it is named with where it ranked,
+  // so a caller can raise the limit rather than guess which markets the scan covered.
+  kept.slice(input.limit).forEach((row, i) => {
+    skipped.push({ coin: row.coin, reason: belowLimit(input.limit + i + 1, input.rankBy, input.limit) });
+  });
   skipped.sort((a, b) => a.coin.localeCompare(b.coin));
   if (calls.length > 0) return { calls, skipped };
   return { calls, skipped, note: emptyNote(scanned, holds, below, notEvaluated.length, input.minConfidence) };
+}
+
+/** Why a row ranked `rank` by `rankBy` is not listed. */
+export function belowLimit(rank: number, rankBy: ScanRankBy, limit: number): string {
+  return `ranked ${rank} by ${rankBy}, below the limit asked (limit: ${limit})`;
 }
 
 function emptyNote(scanned: number, holds: number, below: number, failed: number, min: number): string {

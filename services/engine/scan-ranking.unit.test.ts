@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ScanTradeCallsInput, type ScanTradeCallsOutput } from '../../contracts/tools.ts';
-import { HOLD_LEFT_OUT, rankedScan, type ScanRow } from './scan-ranking.ts';
+import { belowLimit, HOLD_LEFT_OUT, rankedScan, type ScanRow } from './scan-ranking.ts';
 
 function row(coin: string, patch: Partial<ScanRow> = {}): ScanRow {
   return {
@@ -80,8 +80,33 @@ describe('scan ranking', () => {
     expect(result.note).toBe(
       'none of the 5 markets scanned is listed (each is named in skipped): 4 had a confidence below the minimum asked, 95; 1 could not be evaluated',
     );
-    // Rows ranked below the limit are not "skipped": they are simply further down.
-    expect(scan({ limit: 1 }).skipped).toEqual([]);
+  });
+
+  it('names every market the limit cuts, with where it ranked, so each market scanned is listed or named', () => {
+    const result = scan({ limit: 2, rankBy: 'volume' }, rows, [
+      { coin: 'Z', reason: 'no candles for Z on BINANCE' },
+    ]);
+    expect(result.calls.map((c) => c.coin)).toEqual(['D', 'C']);
+    expect(result.skipped).toEqual([
+      { coin: 'A', reason: 'ranked 4 by volume, below the limit asked (limit: 2)' },
+      { coin: 'B', reason: 'ranked 3 by volume, below the limit asked (limit: 2)' },
+      { coin: 'Z', reason: 'no candles for Z on BINANCE' },
+    ]);
+    expect(result.skipped[0]!.reason).toBe(belowLimit(4, 'volume', 2));
+    expect(result.note).toBeUndefined();
+    // Ranks continue past the filters: a row a filter left out takes no rank.
+    const filtered = scan({ limit: 1, minConfidence: 60 }, [...rows, row('E', { confidence: 95 })]);
+    expect(filtered.calls.map((c) => c.coin)).toEqual(['E']);
+    expect(filtered.skipped.find((s) => s.coin === 'A')).toEqual({
+      coin: 'A',
+      reason: 'ranked 2 by confidence, below the limit asked (limit: 1)',
+    });
+    expect(filtered.skipped.find((s) => s.coin === 'B')!.reason).toBe(
+      'confidence 50 below the minimum asked, 60',
+    );
+    // Every market scanned is either a row or named once in skipped.
+    const named = [...filtered.calls.map((c) => c.coin), ...filtered.skipped.map((s) => s.coin)];
+    expect(named.sort()).toEqual(['A', 'B', 'C', 'D', 'E']);
   });
 
   it('an empty venue ranking says so', () => {

@@ -50,7 +50,6 @@ import {
   type MarketState,
   RISK_EVIDENCE,
   recordedMeaning,
-  regimeConfidenceMeaning,
 } from './signals/index.ts';
 import { sizedCopy, sizeFor } from './sizing.ts';
 import { PERP_VENUES, SCAN_CONCURRENCY } from './venues.ts';
@@ -166,7 +165,7 @@ export class SignalEngine implements EngineOperations {
         feed: this.feed.kind,
         volatility: reading.volatility,
         label_evidence: labelEvidenceText(state.volatility, input.timeframe),
-        confidence_meaning: regimeConfidenceMeaning(reading.confidence, reading.regime),
+        confidence_meaning: reading.confidence_meaning,
       });
     });
   }

@@ -23,6 +23,7 @@ export {
   DEFAULT_REGIME_OPTIONS,
   type RegimeOptions,
   type RegimeState,
+  regimeConfidenceMeaning,
   regimeReading,
   scoreRegimes,
   stepRegime,
@@ -31,7 +32,6 @@ export {
   computeRiskHorizons,
   labelEvidenceText,
   RISK_EVIDENCE,
-  regimeConfidenceMeaning,
 } from './risk-forecast.ts';
 export {
   callFor,

@@ -1,17 +1,23 @@
 import type { RegimeReading, VolatilityForecast } from '../../../contracts/signals.ts';
 import { InsufficientHistoryError } from './errors.ts';
 import type { MarketState, Readings } from './market-state.ts';
-import { regimeReading } from './regime.ts';
+import { regimeConfidenceMeaning, regimeReading } from './regime.ts';
 import { forecastFromVariance } from './volatility.ts';
 
 /** The regime reading after the last closed candle (get_market_regime); same classifier as verdicts. */
-export function computeRegime(state: MarketState): RegimeReading & { volatility: VolatilityForecast } {
+export function computeRegime(
+  state: MarketState,
+): RegimeReading & { volatility: VolatilityForecast; confidence_meaning: string } {
   const regime = state.regimeState;
   const r = state.snapshot();
   if (regime === null || r === null || r.volVariances === null || r.volPercentile === null) {
     throw new InsufficientHistoryError(state.key, state.candleCount, ['regime_metrics']);
   }
-  return { ...regimeReading(regime), volatility: stateVolatility(state) };
+  return {
+    ...regimeReading(regime),
+    volatility: stateVolatility(state),
+    confidence_meaning: regimeConfidenceMeaning(regime, state.regimeOptions),
+  };
 }
 
 /**

@@ -245,6 +245,11 @@ export class MarketState {
     return this.#regime;
   }
 
+  /** The hysteresis the regime label is held by (what a reading's words say it takes to switch). */
+  get regimeOptions(): RegimeOptions {
+    return this.#regimeOptions;
+  }
+
   /** The volatility model in use and the timeframe it was fitted on. */
   get volatilityModel(): { model: VolatilityModel; timeframe: Timeframe } {
     this.#volModel ??= modelFor(this.#volatility, this.timeframe);

@@ -125,6 +125,45 @@ export function regimeReading(state: RegimeState): RegimeReading {
   };
 }
 
+const two = (x: number) => x.toFixed(2);
+
+/** What each label's score follows (scoreRegimes), as a held label's words name it. */
+const FOLLOWS: Record<Regime, (m: RegimeMetrics) => string> = {
+  'trending-up': (m) => `ADX with +DI above −DI, now ADX ${two(m.adx)}`,
+  'trending-down': (m) => `ADX with −DI above +DI, now ADX ${two(m.adx)}`,
+  volatile: (m) => `the top of vol_forecast_percentile, now ${two(m.vol_forecast_percentile)}`,
+  squeeze: (m) => `the bottom of vol_forecast_percentile, now ${two(m.vol_forecast_percentile)}`,
+  ranging: (m) => `a weak ADX or high choppiness, now ADX ${two(m.adx)}, choppiness ${two(m.choppiness)}`,
+};
+
+/**
+ * A reading's confidence, in words: what the number is and what it is not. While hysteresis holds
+ * a label the metrics of this close no longer favour (candidate ≠ regime), the number is below 50
+ * and says how far the held label trails: the words then say the label is held from an earlier
+ * close and why, rather than that it leads.
+ */
+export function regimeConfidenceMeaning(
+  state: RegimeState,
+  { margin, persist }: RegimeOptions = DEFAULT_REGIME_OPTIONS,
+): string {
+  const { confidence } = regimeReading(state);
+  const scale = '50 = level with the next, 100 = ahead by 0.5 or more; a heuristic, not a probability';
+  if (state.candidate === state.regime) {
+    return `${confidence} = how clearly ${state.regime} leads the other labels on the metrics (${scale}).`;
+  }
+  const trails = state.scores[state.candidate] - state.scores[state.regime];
+  const since = `held ${state.held} closed candle${state.held === 1 ? '' : 's'}`;
+  const challenge =
+    state.challengerRuns > 0
+      ? `${state.candidate} has led it by ${margin} or more on ${state.challengerRuns} of the ${persist} consecutive closes a switch needs`
+      : `${state.candidate} leads it by less than the ${margin} a switch needs`;
+  return (
+    `${state.regime} is held from an earlier close (${since}), not led on this one: the label changes only when another leads it by ${margin} on ${persist} consecutive closed candles, and on this close's metrics ${challenge}. ` +
+    `${confidence} = how clearly ${state.regime} leads the other labels on the metrics, below 50 as it trails ${state.candidate} by ${two(trails)} (${scale}); ` +
+    `the metrics are this close's and need not meet ${state.regime}'s own conditions (it follows ${FOLLOWS[state.regime](state.metrics)}).`
+  );
+}
+
 /** Regime from metrics alone (no hysteresis history), e.g. for a one-off reading. */
 export function classifyRegime(
   metrics: RegimeMetrics,

@@ -1,6 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { type RegimeMetrics, RegimeReadingSchema } from '../../../contracts/signals.ts';
-import { classifyRegime, type RegimeState, regimeReading, scoreRegimes, stepRegime } from './regime.ts';
+import {
+  classifyRegime,
+  type RegimeState,
+  regimeConfidenceMeaning,
+  regimeReading,
+  scoreRegimes,
+  stepRegime,
+} from './regime.ts';
 
 const calm: RegimeMetrics = {
   adx: 14,
@@ -102,5 +109,57 @@ describe('regime classifier', () => {
     expect(RegimeReadingSchema.parse(reading)).toEqual(reading);
     expect(reading.confidence).toBeGreaterThan(50);
     expect(reading.suggestion.length).toBeGreaterThan(10);
+  });
+});
+
+describe('a regime reading’s confidence in words', () => {
+  it('says how clearly the label leads when this close’s metrics favour it', () => {
+    const [state] = run([tight]);
+    const { confidence } = regimeReading(state!);
+    expect(confidence).toBeGreaterThanOrEqual(50);
+    expect(regimeConfidenceMeaning(state!)).toBe(
+      `${confidence} = how clearly squeeze leads the other labels on the metrics (50 = level with the next, 100 = ahead by 0.5 or more; a heuristic, not a probability).`,
+    );
+  });
+
+  it('says a held label is held from an earlier close, and why, not that it leads', () => {
+    // Squeeze adopted, then a close whose metrics favour ranging: squeeze is held, trailing.
+    const states = run([tight, tight, calm]);
+    const held = states[2]!;
+    expect(held).toMatchObject({ regime: 'squeeze', candidate: 'ranging', challengerRuns: 1, held: 2 });
+    const { confidence } = regimeReading(held);
+    expect(confidence).toBeLessThan(50);
+    const meaning = regimeConfidenceMeaning(held);
+    expect(meaning).not.toContain('how clearly squeeze leads the other labels on the metrics (');
+    expect(meaning).toMatch(
+      /^squeeze is held from an earlier close \(held 2 closed candles\), not led on this one/,
+    );
+    expect(meaning).toContain(
+      "the label changes only when another leads it by 0.1 on 3 consecutive closed candles, and on this close's metrics ranging has led it by 0.1 or more on 1 of the 3 consecutive closes a switch needs",
+    );
+    const trails = held.scores.ranging - held.scores.squeeze;
+    expect(meaning).toContain(
+      `${confidence} = how clearly squeeze leads the other labels on the metrics, below 50 as it trails ranging by ${trails.toFixed(2)}`,
+    );
+    expect(meaning).toContain(
+      "the metrics are this close's and need not meet squeeze's own conditions (it follows the bottom of vol_forecast_percentile, now 50.00).",
+    );
+    // The hysteresis it names is the market's own.
+    const slow = stepRegime(stepRegime(null, tight, { persist: 5, margin: 0.2 }), calm, {
+      persist: 5,
+      margin: 0.2,
+    });
+    expect(regimeConfidenceMeaning(slow, { persist: 5, margin: 0.2 })).toContain(
+      'another leads it by 0.2 on 5 consecutive closed candles',
+    );
+  });
+
+  it('says when the challenger leads by less than a switch needs', () => {
+    // Squeeze 0.65 against ranging 0.7: ranging leads by 0.05, under the 0.1 margin.
+    const [, s1] = run([tight, { ...calm, vol_forecast_percentile: 5.5 }]);
+    expect(s1).toMatchObject({ regime: 'squeeze', candidate: 'ranging', challengerRuns: 0, held: 1 });
+    expect(regimeConfidenceMeaning(s1!)).toMatch(
+      /^squeeze is held from an earlier close \(held 1 closed candle\), not led on this one: .* on this close's metrics ranging leads it by less than the 0.1 a switch needs\. 45 = how clearly squeeze leads the other labels on the metrics, below 50 as it trails ranging by 0.05 /,
+    );
   });
 });

@@ -65,10 +65,5 @@ export function labelEvidenceText(table: VolatilityTable, timeframe: Timeframe):
   return `On the ${tf} training months, ${vol}; ${trend}.`;
 }
 
-/** A regime reading's confidence, in words: what the number is and what it is not. */
-export function regimeConfidenceMeaning(confidence: number, regime: string): string {
-  return `${confidence} = how clearly ${regime} leads the other labels on the metrics (50 = level with the next, 100 = ahead by 0.5 or more); a heuristic, not a probability.`;
-}
-
 export const RISK_EVIDENCE =
   'Fitted before the test months and scored out of sample on every closed candle against RiskMetrics EWMA, GARCH(1,1), HAR-RV and a free trailing band: σ served ÷ realised within 0.9–1.1 on 37 of 41 timeframe × horizon rows, 80 % band coverage 72.7–80.3 % (its width adapting to each market’s recent misses), QLIKE below EWMA and HAR-RV on 40 of 41 rows and below GARCH(1,1) on 23 (on 5 with its interval below 0, on none above) (docs/evaluation-risk.md).';

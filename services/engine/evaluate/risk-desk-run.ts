@@ -224,6 +224,18 @@ const roundLift = (l: Lift, digits: number) => ({
   high: round(l.high, digits),
 });
 
+/**
+ * A share to the 0.1 point the report (pct below) and the track-record page show it at, rounded
+ * once from the score: stored at 4 decimals, 0.72746 became 0.7275, which the page then showed as
+ * 72.8 % beside the report's 72.7 %.
+ */
+const roundShare = (x: number | null) => (x === null ? null : Number(`${(100 * x).toFixed(1)}e-2`));
+const roundShareLift = (l: Lift) => ({
+  value: roundShare(l.value),
+  low: roundShare(l.low),
+  high: roundShare(l.high),
+});
+
 /** The rows as the baselines table ships them (the track record serves them). */
 export function deskBaselineRows(rows: readonly DeskRowReport[]): BaselinesTable['risk'] {
   return rows.map((r) => {
@@ -255,8 +267,8 @@ export function deskBaselineRows(rows: readonly DeskRowReport[]): BaselinesTable
       horizon: r.key,
       candles: r.candles,
       points: s.points,
-      coverage: roundLift(s.coverage, 4),
-      freeCoverage: roundLift(s.freeCoverage, 4),
+      coverage: roundShareLift(s.coverage),
+      freeCoverage: roundShareLift(s.freeCoverage),
       rankCorrelation: null,
       freeRankCorrelation: null,
       desk,

@@ -93,17 +93,20 @@ export function stepRegimeWith(
   return { regime: prev.regime, candidate, challengerRuns: runs, held: prev.held + 1, scores, metrics };
 }
 
+// What each label measures, in words a caller can act on without a direction: the evaluation found
+// no label whose later returns differ by direction (trending-up against trending-down on 0 of 13
+// rows), so no text here favours a side; label_evidence beside it says what the label was worth.
 const SUGGESTIONS: Record<Regime, string> = {
   'trending-up':
-    'Uptrend with directional strength: trend-following longs are favoured; fading strength is the riskier side.',
+    'Directional strength upward over the recent candles (ADX, +DI above −DI): it describes the move so far, not where the price goes next.',
   'trending-down':
-    'Downtrend with directional strength: shorts or staying flat are favoured; catching the bottom is the riskier side.',
+    'Directional strength downward over the recent candles (ADX, −DI above +DI): it describes the move so far, not where the price goes next.',
   ranging:
-    'No directional strength: mean-reversion between recent highs and lows fits better than breakout entries.',
+    'No directional strength (weak ADX or a choppy path): the price has moved sideways over the recent candles.',
   volatile:
-    'Volatility is in the top of its recent range: reduce size and widen stops; signals are noisier than usual.',
+    'Forecast volatility is in the top of its recent range: larger swings than usual ahead; size smaller for the same risk (the risk forecast sizes for a budget) and widen stops.',
   squeeze:
-    'Bandwidth is compressed near its recent low: a breakout is likely but its direction is not known yet.',
+    'Forecast volatility is in the bottom of its recent range: prices tend to swing less than usual, though a quiet stretch can end abruptly, in either direction.',
 };
 
 /**

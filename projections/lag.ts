@@ -4,7 +4,8 @@ import { runnersOn } from './runner.ts';
 export interface LagReport {
   ok: boolean;
   detail?: string;
-  head: number;
+  /** The store's head; left out where no projection runs in this process (none was read). */
+  head?: number;
   maxLag: number;
   /** Projections further behind the head than `maxLag`, with how many events. */
   behind: Record<string, number>;
@@ -80,6 +81,9 @@ export async function runnerLags(
  */
 export async function projectionLag(store: EventStore, maxLag: number): Promise<LagReport> {
   const { head, lags } = await runnerLags(store, maxLag);
+  // A role without projections (the engine) reads no head: a `head: 0` beside the event store's
+  // real head read as a log that had gone back to empty.
+  if (lags.size === 0) return { ok: true, detail: 'no projection runs in this process', maxLag, behind: {} };
   const gating = new Set(
     runnersOn(store)
       .filter((runner) => runner.gatesReadiness)

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import type { RecordedEvent } from '../contracts/envelope.ts';
-import { behindHead, eventsBehind } from './lag.ts';
+import { behindHead, eventsBehind, projectionLag } from './lag.ts';
 
 /**
  * The memory store with KurrentDB's kind of positions: byte offsets in a log, here a fixed stride
@@ -67,5 +67,19 @@ describe('eventsBehind', () => {
     const [a, b, c] = await Promise.all([count(4_096), count(4_096), count(8 * 4_096)]);
     expect([a, b, c]).toEqual([9, 9, 2]);
     expect(store.reads).toBe(2);
+  });
+});
+
+describe('projectionLag', () => {
+  it('names no head where no projection runs in this process, instead of a head of 0', async () => {
+    const store = await tenEvents();
+    const report = await projectionLag(store, 100);
+    expect(report).toEqual({
+      ok: true,
+      detail: 'no projection runs in this process',
+      maxLag: 100,
+      behind: {},
+    });
+    expect(report).not.toHaveProperty('head');
   });
 });

@@ -205,6 +205,8 @@ export function dispatcherComponent(deps: {
       // Not `projection:latest-verdicts`: a shared runner is the projections slice's to report.
       return {
         'projection:webhooks': projectionCheck(runner),
+        // A WEBHOOK_MASTER_KEY other than the api role's: deliveries are held until it is fixed.
+        webhookSecrets: async () => worker.secretsCheck(),
         ...(ownVerdicts ? { 'projection:dispatcher-latest-verdicts': projectionCheck(ownVerdicts) } : {}),
       };
     },

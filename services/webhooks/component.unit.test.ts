@@ -85,6 +85,7 @@ describe('the webhooks slice', () => {
         'projection:dispatcher-latest-verdicts',
         'projection:webhooks',
         'projection:webhooks-api',
+        'webhookSecrets',
       ]);
       expect(await checks['projection:dispatcher-latest-verdicts']!()).toMatchObject({ ok: true });
     } finally {

@@ -101,6 +101,13 @@ type JobAttempt = Pick<
 
 type Outcome = AttemptResult;
 
+/**
+ * The error of an attempt held because this dispatcher's WEBHOOK_MASTER_KEY does not open the
+ * subscription's secret: an operator's mistake, so it is no failure of the endpoint.
+ */
+export const SECRET_UNREADABLE =
+  'held: the dispatcher cannot open the subscription secret with its master key; sent once it can';
+
 /** An attempt held back (an open breaker, a disabled subscription): never sent, recorded as held. */
 function held(reason: string): Outcome {
   return { ...failure(reason), held: true };
@@ -257,6 +264,8 @@ export class DeliveryWorker {
   private readonly claiming = new Set<string>();
   /** Opened secrets by subscription, with the sealed form they came from (a new one misses). */
   private readonly opened = new Map<string, { sealed: SubscriptionRecord['secret']; secret: string }>();
+  /** Secrets that did not open with this process's master key, each reported once (see `openSecret`). */
+  private readonly unopened = new Map<string, { sealed: SubscriptionRecord['secret']; error: Error }>();
   /**
    * Told the due time of each retry this process schedules, so the dispatcher wakes for it
    * instead of finding it on its next periodic scan (up to a tick late, 20-30 % of a short step).
@@ -835,12 +844,11 @@ export class DeliveryWorker {
     let secret: { current: string; previous: string | null };
     try {
       secret = this.openSecrets(current, Date.now());
-    } catch (err) {
-      this.logger.error({ err, subscriptionId: current.id }, 'cannot open the subscription secret');
-      return {
-        result: failure('subscription secret unreadable with the configured master key'),
-        record: true,
-      };
+    } catch {
+      // The operator's master key, not the endpoint: held (unnumbered, no retry used, not counted
+      // toward a disable) and due at once, for a dispatcher that can open it. This one's retry scan
+      // passes it over (`canOpen`) until it restarts with the right key; its /readyz says so.
+      return { result: held(SECRET_UNREADABLE), record: true, notBefore: Date.now() };
     }
     // Not sent: held, so the log numbers it with no request (`attempt` null) and the disable clock
     // ignores it; never retried on the schedule (no next attempt): a re-enable sends it (the
@@ -885,6 +893,39 @@ export class DeliveryWorker {
     };
   }
 
+  /** Whether this process's master key opens the subscription's secrets (it can sign for it). */
+  canOpen(sub: SubscriptionRecord, now = Date.now()): boolean {
+    try {
+      this.openSecrets(sub, now);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /**
+   * The dispatcher role's readiness: not ready while an active subscription's secret does not open
+   * with WEBHOOK_MASTER_KEY (a key other than the one it was sealed with), since its deliveries are
+   * held until the process restarts with the right key.
+   */
+  secretsCheck(): { ok: boolean; detail?: string; unreadable?: number } {
+    const now = Date.now();
+    const subs = Object.values(this.deps.runner.state.subscriptions.subs).filter(
+      (s) => s.status === 'active',
+    );
+    const unreadable = subs.filter((s) => !this.canOpen(s, now));
+    if (unreadable.length === 0) return { ok: true };
+    const sealedWith = [...new Set(unreadable.map((s) => s.secret.keyVersion))].join(', ');
+    return {
+      ok: false,
+      unreadable: unreadable.length,
+      detail:
+        `${unreadable.length} active webhook subscription(s) have secrets sealed with master key ${sealedWith}; ` +
+        `WEBHOOK_MASTER_KEY here is ${this.deps.secrets.keyVersion}. Their deliveries are held, not failed: ` +
+        'restart with the WEBHOOK_MASTER_KEY the api role sealed them with',
+    };
+  }
+
   /** Decrypting per delivery costs more than the signature; a subscription's secret rarely changes. */
   private openSecret(
     sub: SubscriptionRecord,
@@ -894,7 +935,30 @@ export class DeliveryWorker {
     const cacheKey = which === 'current' ? sub.id : `${sub.id}:previous`;
     const cached = this.opened.get(cacheKey);
     if (cached?.sealed === sealed) return cached.secret;
-    const secret = this.deps.secrets.open(sealed, sub.id);
+    // Known not to open: the retry scan and /readyz ask for it often; it is logged once.
+    const failed = this.unopened.get(cacheKey);
+    if (failed?.sealed === sealed) throw failed.error;
+    let secret: string;
+    try {
+      secret = this.deps.secrets.open(sealed, sub.id);
+    } catch (err) {
+      const error = err instanceof Error ? err : new Error(String(err));
+      if (this.unopened.size >= 10_000) this.unopened.clear();
+      this.unopened.set(cacheKey, { sealed, error });
+      this.logger.error(
+        {
+          err: error,
+          subscriptionId: sub.id,
+          secret: which,
+          sealedWith: sealed.keyVersion,
+          configured: this.deps.secrets.keyVersion,
+        },
+        'webhook secret does not open with WEBHOOK_MASTER_KEY: its deliveries are held (not failed) ' +
+          'until this process restarts with the key the api role sealed it with',
+      );
+      throw error;
+    }
+    this.unopened.delete(cacheKey);
     if (this.opened.size >= 10_000) this.opened.clear();
     this.opened.set(cacheKey, { sealed, secret });
     return secret;
@@ -956,7 +1020,8 @@ export class DeliveryWorker {
       this.owned.delete(job.deliveryId);
     }
     if (nextAttemptAt !== null) this.onRetryScheduled?.(Date.parse(nextAttemptAt));
-    if (result.ok) return;
+    // Held for the master key: nothing was sent, so nothing is said of the endpoint.
+    if (result.ok || result.error === SECRET_UNREADABLE) return;
     const gone = goneReason(result);
     if (gone) {
       await this.disable(job.subscription, gone);

@@ -499,7 +499,8 @@ export class WebhookDispatcher {
         if (record.status !== 'failed' || !heldForDisable(record) || this.options.worker.owned.has(record.id))
           continue;
         const sub = findSubscription(subscriptions, record.subscriptionId);
-        if (sub?.status === 'active') await this.retry(record, sub, 'recover');
+        if (sub?.status === 'active' && this.options.worker.canOpen(sub, now))
+          await this.retry(record, sub, 'recover');
         continue;
       }
       const last = record.attempts.at(-1);
@@ -509,6 +510,9 @@ export class WebhookDispatcher {
       const sub = findSubscription(subscriptions, record.subscriptionId);
       // An inactive subscription's deliveries wait for an event (re-enabled, deleted) to matter.
       if (sub?.status !== 'active') continue;
+      // Its secret does not open with this process's master key: left as it is (no claim, no
+      // attempt used) for a dispatcher that can sign it, this one once restarted with the right key.
+      if (!this.options.worker.canOpen(sub, now)) continue;
       // One in flight here records its outcome soon; look again then rather than lose sight of it.
       if (this.options.worker.owned.has(record.id)) {
         nextDue = Math.min(nextDue, Math.max(due, now + this.options.tickMs));

@@ -268,9 +268,9 @@ export const ScanTradeCallsOutput = z.object({
     }),
   ),
   /**
-   * Markets of the top-N not among the rows, and why: not evaluated (no candles, no verdict) or
-   * left out by a filter asked for (`includeHolds: false`, `minConfidence`). Rows ranked below
-   * `limit` are not named here.
+   * Every market of the top-N not among the rows, and why: not evaluated (no candles, no
+   * verdict), left out by a filter asked for (`includeHolds: false`, `minConfidence`), or ranked
+   * below `limit`.
    */
   skipped: z.array(z.object({ coin: z.string(), reason: z.string() })),
   /** Present when `calls` is empty: why, in words (an empty list never comes without one). */
@@ -366,6 +366,10 @@ export const ScanFundingArbOutput = z.object({
     }),
   ),
   venues: z.array(VenueStatusSchema),
+  /** Present when `opportunities` is empty: why, in words, each filter with how many coins it removed. */
+  note: z.string().optional(),
+  /** Present when `opportunities` is not empty: how many of them are expected to cover both legs' fees within 72 h, in words. */
+  fees: z.string().optional(),
 });
 export type ScanFundingArbOutput = z.infer<typeof ScanFundingArbOutput>;
 
@@ -484,7 +488,7 @@ export const TOOLS = {
     output: ScanTradeCallsOutput,
     title: 'Scan trade calls',
     description:
-      "Evaluates a venue's top-N markets and returns them ranked by confidence, lean strength, expected move or volume (rankBy): every row with its call (HOLD included unless includeHolds is false), lean, expected move and regime; markets left out are named in skipped with the reason, and an empty list carries a note saying why.",
+      "Evaluates a venue's top-N markets (topN, default 20) and lists up to limit of them (default 10) ranked by confidence, lean strength, expected move or volume (rankBy): each row with its call (HOLD included unless includeHolds is false), lean, expected move and regime. Every market evaluated and not listed (filtered out, not evaluable, or ranked below limit) is named in skipped with the reason, and an empty list carries a note saying why.",
     example: { limit: 5 },
     price: { key: 'X402_PRICE_SCAN_TRADE_CALLS' },
   }),
@@ -495,7 +499,7 @@ export const TOOLS = {
     // The ranking is the sort of services/engine/funding-scan.ts; the horizons those of
     // CARRY_HORIZONS_HOURS (services/engine/funding/carry.ts): tool-table.unit.test.ts checks both.
     description:
-      'Perpetual funding-rate spreads across venues, normalised per hour and annualised, with the best long/short pair per coin, ranked by expected net carry (carry.expectedNetCarryBps: the most, over horizons of 8 hours to 7 days, that the spread is expected to collect, judged by how such spreads decayed in history, after entry and exit fees on both legs), not by the spread now.',
+      'Perpetual funding-rate spreads across venues, normalised per hour and annualised, with the best long/short pair per coin, ranked by expected net carry (carry.expectedNetCarryBps: the most, over horizons of 8 hours to 7 days, that the spread is expected to collect, judged by how such spreads decayed in history, after entry and exit fees on both legs), not by the spread now. fees says in words how many listed cover the fees within 72 h; an empty list carries a note saying which filter left out what.',
     example: { limit: 5 },
     price: { key: 'X402_PRICE_SCAN_FUNDING_ARB' },
   }),

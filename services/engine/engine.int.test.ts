@@ -309,6 +309,18 @@ describe('SignalEngine over the replayed real data', () => {
       limit: 1,
     });
     expect(limited.calls).toHaveLength(1);
+    // The five markets the limit cut are named, each with where it ranked.
+    expect(limited.skipped.map((s) => s.reason).sort()).toEqual(
+      [2, 3, 4, 5, 6].map((rank) => `ranked ${rank} by confidence, below the limit asked (limit: 1)`),
+    );
+    expect([...limited.calls, ...limited.skipped].map((r) => r.coin).sort()).toEqual([
+      'BNB',
+      'BTC',
+      'DOGE',
+      'ETH',
+      'SOL',
+      'XRP',
+    ]);
   });
 
   it('reports the markets a scan could not evaluate instead of dropping them', async () => {
@@ -385,8 +397,24 @@ describe('SignalEngine over the replayed real data', () => {
     }
     expect(new Set(scan.venues.map((v) => v.exchange))).toContain('HYPERLIQUID');
 
+    // Whether the fees are covered is said in words, from the figures listed.
+    const within = scan.opportunities.filter(
+      (r) => r.carry.breakEvenHours !== null && r.carry.breakEvenHours <= 72,
+    ).length;
+    expect(scan.note).toBeUndefined();
+    expect(scan.fees).toMatch(
+      new RegExp(
+        `^${within === 0 ? 'none' : within === scan.opportunities.length ? 'all' : within} of the ${scan.opportunities.length} opportunities listed (is|are) expected to cover both legs' entry and exit fees within 72 h`,
+      ),
+    );
+
+    // An empty list says which filter left out what.
     const none = await engine.scanFundingArb({ minSpreadBps: 10_000 });
     expect(none.opportunities).toEqual([]);
+    expect(none.fees).toBeUndefined();
+    expect(none.note).toMatch(
+      /^no opportunity is listed for the \d+ coins scanned: \d+ have their best spread below the minimum asked, minSpreadBps 10000 \(bps per 8 h; the widest was [\d.]+\)$/,
+    );
     const two = await engine.scanFundingArb({
       minSpreadBps: 0,
       exchanges: ['BINANCE', 'BYBIT'],
@@ -400,6 +428,11 @@ describe('SignalEngine over the replayed real data', () => {
     // Replay has no volume for funding-only venues: a liquidity floor leaves them out.
     const liquid = await engine.scanFundingArb({ minSpreadBps: 0, minLiquidityUsd: 1 });
     expect(liquid.opportunities.every((r) => r.venues.every((v) => (v.quoteVolume24h ?? 0) >= 1))).toBe(true);
+    // ...which leaves one venue per coin, and the note names the unknown volume as such.
+    expect(liquid.opportunities).toEqual([]);
+    expect(liquid.note).toMatch(
+      /fewer than two venues left to compare \(minLiquidityUsd 1 left out \d+ listings whose 24 h volume is unknown \(quoteVolume24h null, on BYBIT, HYPERLIQUID\)\)/,
+    );
   });
 
   it('does not let the past change: a market state never sees a candle twice', async () => {

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { z } from 'zod';
 import { MarketDataError, UnsupportedExchangeError } from '../../adapters/market/errors.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import { ERRORS } from '../../contracts/errors.ts';
@@ -63,17 +64,41 @@ export async function scanFundingArb(
   }
   const rows: ScanFundingArbOutput['opportunities'] = [];
   const candidates = [...coins].filter(([, exchanges]) => exchanges.length >= 2);
+  const tally: Tally = {
+    coins: coins.size,
+    single: coins.size - candidates.length,
+    tooFewLegs: 0,
+    legs: { stale: 0, failed: 0, unknownVolume: new Set(), unknownVolumeLegs: 0, lowVolume: 0 },
+    narrow: 0,
+    widestNarrow: null,
+  };
   await forEachLimited(candidates, SCAN_CONCURRENCY, async ([coin, exchanges]) => {
     const inputs: VenueFundingInput[] = [];
     for (const exchange of exchanges) {
       const v = await venueFunding(feed, exchange, coin, listed.get(exchange)!.get(coin)!, now);
-      if (!v) continue;
-      const liquid = v.quoteVolume24h !== null && v.quoteVolume24h >= (input.minLiquidityUsd ?? 0);
-      if (input.minLiquidityUsd !== undefined && !liquid) continue;
+      if (v === 'stale' || v === 'failed') {
+        tally.legs[v]++;
+        continue;
+      }
+      if (input.minLiquidityUsd !== undefined) {
+        if (v.quoteVolume24h === null) {
+          tally.legs.unknownVolumeLegs++;
+          tally.legs.unknownVolume.add(exchange);
+          continue;
+        }
+        if (v.quoteVolume24h < input.minLiquidityUsd) {
+          tally.legs.lowVolume++;
+          continue;
+        }
+      }
       inputs.push(v);
     }
     const row = bestFundingPair(coin, inputs);
-    if (row && row.best.spreadBps >= input.minSpreadBps) {
+    if (row === null) tally.tooFewLegs++;
+    else if (row.best.spreadBps < input.minSpreadBps) {
+      tally.narrow++;
+      tally.widestNarrow = Math.max(tally.widestNarrow ?? 0, row.best.spreadBps);
+    } else {
       const carry = carryFigures(
         defaultCarry,
         row.best.spreadBpsPerHour,
@@ -91,12 +116,107 @@ export async function scanFundingArb(
       b.best.spreadBps - a.best.spreadBps ||
       a.coin.localeCompare(b.coin),
   );
+  const opportunities = rows.slice(0, input.limit);
   return {
     feed: feed.kind,
     timestamp: Math.floor(now / 1000),
-    opportunities: rows.slice(0, input.limit),
+    opportunities,
     venues: venueStates(feed, venues, leftOut),
+    ...(opportunities.length > 0
+      ? { fees: feesNote(opportunities) }
+      : { note: emptyNote(tally, input, venues, leftOut.size) }),
   };
+}
+
+/** What the scan left out and why, counted as it went: the words of an empty answer. */
+interface Tally {
+  /** Coins listed with funding on any venue scanned (of those asked, when `coins` is given). */
+  coins: number;
+  /** Listed with funding on fewer than two of the venues scanned. */
+  single: number;
+  /** Left with fewer than two venues to compare once the legs below were left out. */
+  tooFewLegs: number;
+  legs: {
+    /** No settlement within two of the venue's intervals. */
+    stale: number;
+    /** The venue could not answer for the coin now. */
+    failed: number;
+    /** Left out by minLiquidityUsd for a 24 h volume the feed does not know, and on which venues. */
+    unknownVolume: Set<Exchange>;
+    unknownVolumeLegs: number;
+    /** Left out by minLiquidityUsd for a known volume below it. */
+    lowVolume: number;
+  };
+  /** The best pair's spread was below minSpreadBps; the widest of them, bps per 8 h. */
+  narrow: number;
+  widestNarrow: number | null;
+}
+
+const plural = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`;
+
+/**
+ * Why no opportunity is listed: each filter with how many coins it left out and, where it acted on
+ * a coin's venues one by one, how many of those listings (a coin on a venue).
+ */
+function emptyNote(
+  tally: Tally,
+  input: z.output<typeof ScanFundingArbInput>,
+  venues: readonly Exchange[],
+  down: number,
+): string {
+  if (tally.coins === 0)
+    return `no coin asked is listed with funding on the venues scanned (${venues.join(', ')})`;
+  const { legs } = tally;
+  const legParts = [
+    legs.stale > 0
+      ? `${plural(legs.stale, 'listing had', 'listings had')} no settlement within two funding intervals`
+      : null,
+    legs.failed > 0 ? `${plural(legs.failed, 'listing', 'listings')} could not be read now` : null,
+    legs.unknownVolumeLegs > 0
+      ? `minLiquidityUsd ${input.minLiquidityUsd} left out ${plural(legs.unknownVolumeLegs, 'listing', 'listings')} whose 24 h volume is unknown (quoteVolume24h null, on ${[...legs.unknownVolume].sort().join(', ')})`
+      : null,
+    legs.lowVolume > 0
+      ? `minLiquidityUsd ${input.minLiquidityUsd} left out ${plural(legs.lowVolume, 'listing', 'listings')} whose 24 h volume is below it`
+      : null,
+  ].filter((p) => p !== null);
+  const parts = [
+    tally.single > 0
+      ? `${plural(tally.single, 'is', 'are')} listed with funding on fewer than two of the venues scanned (${venues.join(', ')})`
+      : null,
+    tally.tooFewLegs > 0
+      ? `${plural(tally.tooFewLegs, 'has', 'have')} fewer than two venues left to compare (${legParts.join('; ')})`
+      : null,
+    tally.narrow > 0
+      ? `${plural(tally.narrow, 'has its', 'have their')} best spread below the minimum asked, minSpreadBps ${input.minSpreadBps} (bps per 8 h; the widest was ${Number(tally.widestNarrow!.toPrecision(3))})`
+      : null,
+    down > 0
+      ? `${plural(down, 'venue', 'venues')} could not answer and ${down === 1 ? 'was' : 'were'} left out (see venues)`
+      : null,
+  ].filter((p) => p !== null);
+  return `no opportunity is listed for the ${plural(tally.coins, 'coin', 'coins')} scanned: ${parts.join('; ')}`;
+}
+
+/** Hours within which an opportunity is said to cover its fees, in words. */
+const FEES_WITHIN_HOURS = 72;
+
+/** How many opportunities listed are expected to cover both legs' fees within 72 h, in words. */
+export function feesNote(opportunities: ScanFundingArbOutput['opportunities']): string {
+  const n = opportunities.length;
+  const within = opportunities.filter(
+    (o) => o.carry.breakEvenHours !== null && o.carry.breakEvenHours <= FEES_WITHIN_HOURS,
+  ).length;
+  const never = opportunities.filter((o) => o.carry.breakEvenHours === null).length;
+  const fees = `cover both legs' entry and exit fees within ${FEES_WITHIN_HOURS} h (breakEvenHours ≤ ${FEES_WITHIN_HOURS})`;
+  const laterNot = ' within 7 days (breakEvenHours null)';
+  if (n === 1) {
+    if (within === 1) return `the opportunity listed is expected to ${fees}`;
+    return `the opportunity listed is not expected to ${fees}${never === 1 ? `, nor${laterNot}` : ''}`;
+  }
+  const who = within === 0 ? 'none' : within === n ? 'all' : String(within);
+  const head = `${who} of the ${n} opportunities listed ${within <= 1 ? 'is' : 'are'} expected to ${fees}`;
+  if (never === 0) return head;
+  if (never === n) return `${head}, nor${laterNot}`;
+  return `${head}; ${never} ${never === 1 ? 'is' : 'are'} not expected to${laterNot}`;
 }
 
 /**
@@ -149,17 +269,17 @@ function venueStates(
   });
 }
 
-/** A venue's latest settlement for a coin, or null when it has none fresh or cannot answer. */
+/** A venue's latest settlement for a coin; `stale` when it has none fresh, `failed` when it cannot answer. */
 async function venueFunding(
   feed: MarketFeed,
   exchange: Exchange,
   coin: string,
   market: MarketInfo,
   now: number,
-): Promise<VenueFundingInput | null> {
+): Promise<VenueFundingInput | 'stale' | 'failed'> {
   try {
     const [latest] = (await feed.funding(exchange, coin, { limit: 1 })).slice(-1);
-    if (!latest || !isFresh(latest, now)) return null;
+    if (!latest || !isFresh(latest, now)) return 'stale';
     const next = await feed.nextFunding(exchange, coin).catch((err: unknown) => {
       if (err instanceof MarketDataError) return null;
       throw err;
@@ -173,7 +293,7 @@ async function venueFunding(
       quoteVolume24h: market.quoteVolume24h,
     };
   } catch (err) {
-    if (err instanceof MarketDataError) return null;
+    if (err instanceof MarketDataError) return 'failed';
     throw err;
   }
 }

@@ -84,6 +84,13 @@ export const DEVELOPMENT_RAIL = {
   rpcUrl: 'https://sepolia.base.org',
 } as const;
 
+/**
+ * The webhook master key that stands in outside production when WEBHOOK_MASTER_KEY is unset. It is
+ * in the source, so it protects nothing: production refuses it, as it refuses DEVELOPMENT_RAIL.
+ */
+export const DEVELOPMENT_WEBHOOK_MASTER_KEY =
+  'de7e10be47de7e10be47de7e10be47de7e10be47de7e10be47de7e10be47de7e';
+
 export const ConfigSchema = z
   .object({
     NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
@@ -419,8 +426,9 @@ export const ConfigSchema = z
 
     /**
      * Webhooks. 64 hex chars (32 bytes) encrypting subscription secrets at rest. Outside
-     * production a fixed development key stands in; with NODE_ENV=production the roles that
-     * handle webhooks (api, dispatcher) refuse to start without it.
+     * production a fixed development key (DEVELOPMENT_WEBHOOK_MASTER_KEY) stands in; with
+     * NODE_ENV=production the roles that handle webhooks (api, dispatcher) refuse to start without
+     * it, and no role starts with the development key.
      */
     WEBHOOK_MASTER_KEY: z
       .string()
@@ -519,6 +527,14 @@ export const ConfigSchema = z
             message: 'the public development address (its key is published); set an address you control',
           });
         }
+      }
+      if (cfg.WEBHOOK_MASTER_KEY?.toLowerCase() === DEVELOPMENT_WEBHOOK_MASTER_KEY) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['WEBHOOK_MASTER_KEY'],
+          message:
+            'the published development key (it is in the source, so it protects nothing); make your own with `openssl rand -hex 32`',
+        });
       }
     }
     // A reconciler that looks before the request's own settle wait is over races the request.

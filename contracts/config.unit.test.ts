@@ -2,7 +2,13 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig, publicBaseUrl, readDotEnv } from './config.ts';
+import {
+  ConfigError,
+  DEVELOPMENT_WEBHOOK_MASTER_KEY,
+  loadConfig,
+  publicBaseUrl,
+  readDotEnv,
+} from './config.ts';
 import { maskUrlCredentials } from './mask-url.ts';
 
 describe('loadConfig', () => {
@@ -82,6 +88,29 @@ describe('loadConfig', () => {
   ])('rejects %o naming %s', (env, variable) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
     expect(() => loadConfig(env)).toThrow(new RegExp(`^invalid configuration:\\n  ${variable}:`, 'm'));
+  });
+
+  it('refuses the published development webhook master key in production, saying how to make one, and takes it elsewhere', () => {
+    for (const key of [DEVELOPMENT_WEBHOOK_MASTER_KEY, DEVELOPMENT_WEBHOOK_MASTER_KEY.toUpperCase()]) {
+      let message = '';
+      try {
+        loadConfig({ NODE_ENV: 'production', WEBHOOK_MASTER_KEY: key });
+        expect.unreachable();
+      } catch (err) {
+        expect(err).toBeInstanceOf(ConfigError);
+        message = (err as Error).message;
+      }
+      expect(message).toMatch(/^ {2}WEBHOOK_MASTER_KEY: the published development key/m);
+      expect(message).toContain('openssl rand -hex 32');
+      expect(message).not.toContain(DEVELOPMENT_WEBHOOK_MASTER_KEY);
+    }
+    for (const NODE_ENV of ['development', 'test'])
+      expect(
+        loadConfig({ NODE_ENV, WEBHOOK_MASTER_KEY: DEVELOPMENT_WEBHOOK_MASTER_KEY }).WEBHOOK_MASTER_KEY,
+      ).toBe(DEVELOPMENT_WEBHOOK_MASTER_KEY);
+    expect(
+      loadConfig({ NODE_ENV: 'production', WEBHOOK_MASTER_KEY: 'ab'.repeat(32) }).WEBHOOK_MASTER_KEY,
+    ).toBe('ab'.repeat(32));
   });
 
   it('lists every bad variable at once, with the value it got', () => {

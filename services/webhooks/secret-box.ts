@@ -1,15 +1,9 @@
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
 import type { z } from 'zod';
-import { type Config, ConfigError } from '../../contracts/config.ts';
+import { type Config, ConfigError, DEVELOPMENT_WEBHOOK_MASTER_KEY } from '../../contracts/config.ts';
 import type { EncryptedSecret } from '../../contracts/events.ts';
 
 type Sealed = z.infer<typeof EncryptedSecret>;
-
-/**
- * A fixed key for development and tests only: the config schema refuses to start production
- * without WEBHOOK_MASTER_KEY, so this never protects a real secret.
- */
-const DEVELOPMENT_MASTER_KEY = 'de7e10be47de7e10be47de7e10be47de7e10be47de7e10be47de7e10be47de7e';
 
 /** A new subscription secret: `whsec_` + 48 hex (24 random bytes). */
 export function generateWebhookSecret(): string {
@@ -67,5 +61,6 @@ export function secretBoxFromConfig(config: Pick<Config, 'WEBHOOK_MASTER_KEY' | 
       'invalid configuration:\n  WEBHOOK_MASTER_KEY: required when NODE_ENV=production by the api and dispatcher roles (64 hex characters, e.g. `openssl rand -hex 32`)',
     );
   }
-  return new SecretBox(config.WEBHOOK_MASTER_KEY ?? DEVELOPMENT_MASTER_KEY);
+  // Outside production only: the config refuses this key in production, and the line above its absence.
+  return new SecretBox(config.WEBHOOK_MASTER_KEY ?? DEVELOPMENT_WEBHOOK_MASTER_KEY);
 }

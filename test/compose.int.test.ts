@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { type AddressInfo, Socket } from 'node:net';
@@ -49,11 +50,20 @@ interface ComposeFile {
   volumes?: Record<string, unknown>;
 }
 
-/** Resolves `${VAR}`, `${VAR:-default}` and `${VAR-default}` the way compose does, from an empty environment. */
-function interpolate(text: string): string {
+/**
+ * Resolves `${VAR}`, `${VAR:-default}`, `${VAR-default}` and `${VAR:?error}` the way compose does,
+ * from `env` (what .env gives; empty: nothing set). A required variable that is unset throws its
+ * error, as compose stops with it.
+ */
+function interpolate(text: string, env: Record<string, string>): string {
   const resolved = text.replace(
-    /\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}/g,
-    (_, _name, fallback) => fallback ?? '',
+    /\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*)|(:?\?)([^}]*))?\}/g,
+    (_, name: string, _dash, fallback: string | undefined, _required, error: string | undefined) => {
+      const value = env[name];
+      if (value) return value;
+      if (error !== undefined) throw new Error(`required variable ${name} is missing a value: ${error}`);
+      return fallback ?? '';
+    },
   );
   // Anything left with a single `$` is an expression compose would reject; `$$` is a literal `$`.
   const stray = resolved.replace(/\$\$/g, '').match(/\$.{0,20}/);
@@ -62,16 +72,22 @@ function interpolate(text: string): string {
 }
 
 /** Compose interpolates after parsing, in string values only. */
-function interpolateValues(node: unknown): unknown {
-  if (typeof node === 'string') return interpolate(node);
-  if (Array.isArray(node)) return node.map(interpolateValues);
+function interpolateValues(node: unknown, env: Record<string, string>): unknown {
+  if (typeof node === 'string') return interpolate(node, env);
+  if (Array.isArray(node)) return node.map((item) => interpolateValues(item, env));
   if (node !== null && typeof node === 'object') {
-    return Object.fromEntries(Object.entries(node).map(([key, value]) => [key, interpolateValues(value)]));
+    return Object.fromEntries(
+      Object.entries(node).map(([key, value]) => [key, interpolateValues(value, env)]),
+    );
   }
   return node;
 }
 
-const compose = interpolateValues(parse(read('docker-compose.yml'), { merge: true })) as ComposeFile;
+/** What the operator's .env holds: the one variable compose cannot start without. */
+const DOT_ENV = { WEBHOOK_MASTER_KEY: randomBytes(32).toString('hex') };
+const composeWith = (env: Record<string, string>) =>
+  interpolateValues(parse(read('docker-compose.yml'), { merge: true }), env) as ComposeFile;
+const compose = composeWith(DOT_ENV);
 const services = compose.services;
 const dockerfile = read('deploy/Dockerfile');
 
@@ -230,15 +246,33 @@ describe('docker-compose.yml', () => {
       expect(new URL(config.KURRENTDB_URL!).searchParams.get('tls')).toBe('false');
     });
 
-    it('starts without editing: a webhook master key the api and dispatcher accept', () => {
+    it('supplies no webhook master key: it stops before starting anything until .env has one, which the roles take', () => {
+      // A published default was taken silently in production; compose now names what to set.
+      expect(() => composeWith({})).toThrow(/WEBHOOK_MASTER_KEY.*openssl rand -hex 32/);
       const config = loadConfig(service.environment!);
       expect(config.NODE_ENV).toBe('production');
+      expect(config.WEBHOOK_MASTER_KEY).toBe(DOT_ENV.WEBHOOK_MASTER_KEY);
       expect(() => secretBoxFromConfig(config)).not.toThrow();
-      // The default is only compose's: the service itself still refuses production without a key.
+      // Without compose the service itself refuses production without a key.
       const { WEBHOOK_MASTER_KEY: _key, ...withoutKey } = service.environment!;
       expect(() => secretBoxFromConfig(loadConfig(withoutKey))).toThrow(ConfigError);
-      // The compose file says how to replace it (.env, which compose reads).
+      // The compose file says how to make one (.env, which compose reads).
       expect(read('docker-compose.yml')).toContain('WEBHOOK_MASTER_KEY=$(openssl rand -hex 32)');
+    });
+
+    it('serves /mcp behind a hostname once .env names it: ALLOWED_HOSTS and PUBLIC_BASE_URL reach the roles', () => {
+      const env = composeWith({
+        ...DOT_ENV,
+        PUBLIC_BASE_URL: 'https://signals.example.com',
+        ALLOWED_HOSTS: 'signals.example.com',
+      }).services[role]!.environment!;
+      const config = loadConfig(env);
+      expect(config.PUBLIC_BASE_URL).toBe('https://signals.example.com');
+      expect(config.ALLOWED_HOSTS).toBe('signals.example.com');
+      // Unset, they are the service's own defaults.
+      const unset = loadConfig(service.environment!);
+      expect(unset.PUBLIC_BASE_URL).toBeUndefined();
+      expect([unset.ALLOWED_HOSTS, unset.ALLOWED_ORIGINS]).toEqual([loadConfig({}).ALLOWED_HOSTS, '']);
     });
 
     it('keeps its DATA_DIR on its own volume, at the path the image prepares', () => {

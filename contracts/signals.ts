@@ -36,17 +36,28 @@ export type RegimeMetrics = z.infer<typeof RegimeMetricsSchema>;
  * training months of `npm run evaluate`).
  */
 export const VolatilityForecastSchema = z.object({
-  horizon_candles: z.number().int().positive(),
-  /** Forecast standard deviation of the log return over the horizon, in percent. */
-  expected_move_pct: z.number().nonnegative(),
-  /** Nominal coverage of the band, e.g. 0.8: the close after the horizon lies inside it that often. */
-  band_coverage: z.number().min(0).max(1),
-  band_low: z.number().positive(),
-  band_high: z.number().positive(),
-  /** Rank (0–100) of this forecast within the market's recent forecasts. */
-  percentile: z.number().min(0).max(100),
-  /** Timeframe whose fitted coefficients were used. */
-  model_timeframe: Timeframe,
+  horizon_candles: z.number().int().positive().describe('The horizon, in candles of the timeframe.'),
+  expected_move_pct: z
+    .number()
+    .nonnegative()
+    .describe(
+      'Percent (2.1 means 2.1 %): forecast standard deviation (σ) of the log return over the horizon.',
+    ),
+  band_coverage: z
+    .number()
+    .min(0)
+    .max(1)
+    .describe(
+      'Fraction (0–1, not percent): nominal coverage of the band; e.g. 0.8, the close after the horizon lies in [band_low, band_high] that often.',
+    ),
+  band_low: z.number().positive().describe('Low end of the band, a price in the quote currency (USD).'),
+  band_high: z.number().positive().describe('High end of the band, a price in the quote currency (USD).'),
+  percentile: z
+    .number()
+    .min(0)
+    .max(100)
+    .describe("Rank (0–100) of this forecast within the market's recent forecasts."),
+  model_timeframe: Timeframe.describe('Timeframe whose fitted model was used.'),
 });
 export type VolatilityForecast = z.infer<typeof VolatilityForecastSchema>;
 
@@ -92,27 +103,33 @@ export type PerpContext = z.infer<typeof PerpContextSchema>;
  * Present on HOLD answers whose score leans one way: HOLD says what it is declining.
  */
 export const LeanSchema = z.object({
-  direction: z.enum(['BUY', 'SELL']),
-  /** The cell's calls beat random calls at the same BUY:SELL mix in every fold and era tested. */
-  timing_skill: z.boolean(),
-  /**
-   * Whether the evidence supports a figure: the interval [expected_net_bps_low,
-   * expected_net_bps_high] lies above 0 (following paid) or below 0 (following lost). Where it
-   * spans 0 the net is not measurable and `expected_net_bps` is null.
-   */
-  measurable: z.boolean(),
-  /**
-   * Mean net return per call after the fee, bps, pooled over the folds and eras the gate saw;
-   * null where not measurable (or not measured): read the interval instead.
-   */
-  expected_net_bps: z.number().nullable(),
-  /** Its one-sided 95 % day-block lower bound; the cell sells BUY/SELL only when it is above 0. */
-  expected_net_bps_low: z.number().nullable(),
-  /**
-   * The one-sided 95 % upper bound, as far above the mean as the lower bound is below it: with
-   * the lower bound, a 90 % interval. Null when not measured.
-   */
-  expected_net_bps_high: z.number().nullable(),
+  direction: z.enum(['BUY', 'SELL']).describe('The direction a call would point.'),
+  timing_skill: z
+    .boolean()
+    .describe("The cell's calls beat random calls at the same BUY:SELL mix in every fold and era tested."),
+  measurable: z
+    .boolean()
+    .describe(
+      'Whether the evidence supports a figure: the interval [expected_net_bps_low, expected_net_bps_high] lies above 0 (following paid) or below 0 (following lost). Where it spans 0 the net is not measurable and expected_net_bps is null.',
+    ),
+  expected_net_bps: z
+    .number()
+    .nullable()
+    .describe(
+      'Mean net return per call after the fee, in basis points, pooled over the folds and eras the gate saw; null where not measurable (or not measured): read the interval instead.',
+    ),
+  expected_net_bps_low: z
+    .number()
+    .nullable()
+    .describe(
+      'Its one-sided 95 % day-block lower bound, bps; the cell sells BUY/SELL only when it is above 0. Null when not measured.',
+    ),
+  expected_net_bps_high: z
+    .number()
+    .nullable()
+    .describe(
+      'The one-sided 95 % upper bound, bps, as far above the mean as the lower bound is below it: with the lower bound, a 90 % interval. Null when not measured.',
+    ),
 });
 export type Lean = z.infer<typeof LeanSchema>;
 
@@ -122,9 +139,15 @@ export type Lean = z.infer<typeof LeanSchema>;
  * the one whose table states it) and, in words, what the confidence number means, HOLD included.
  */
 export const VerdictMeaning = z.object({
-  lean: LeanSchema.nullable(),
-  /** In words: BUY/SELL, the calibrated chance of beating the fee; HOLD, how often standing aside was right. */
-  confidence_meaning: z.string().min(1),
+  lean: LeanSchema.nullable().describe(
+    'The direction the score leans (followed or faded as the cell says) and what following such leans earned after the fee before the test months: a HOLD says what it declines. Null when the score is exactly 0.',
+  ),
+  confidence_meaning: z
+    .string()
+    .min(1)
+    .describe(
+      'What confidence means for this answer, in words: BUY/SELL, the calibrated chance of beating the fee; HOLD, how often standing aside was right.',
+    ),
 });
 export type VerdictMeaning = z.infer<typeof VerdictMeaning>;
 

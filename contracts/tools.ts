@@ -22,12 +22,18 @@ import { strictInput } from './strict-input.ts';
 
 const Indicators = z.record(z.string(), z.number().nullable());
 
-/**
- * Omitted, the venue is the feed's default: BINANCE (the USDT-M perpetual) on the live feed;
- * on the replay feed BINANCE_SPOT, the only venue whose candles build every timeframe from 5m up
- * (the perpetual's replay candles are 1h only).
- */
-const DefaultedExchange = Exchange.optional();
+const DefaultedExchange = Exchange.optional().describe(
+  "Omitted: the feed's default, BINANCE (the USDT-M perpetual) on the live feed; BINANCE_SPOT on the replay feed, whose replayed candles build every timeframe from 5m up (the perpetual's are 1h).",
+);
+
+/** The coin argument of the per-coin tools. */
+const CoinArg = Coin.describe(
+  'Coin symbol, e.g. BTC or ETH: letters and digits, upper-cased; the market is its USDT pair (spot or perpetual by exchange).',
+);
+
+/** A `timeframe` argument and its default; `horizon` says what the answer covers in its candles. */
+const timeframeArg = (fallback: Timeframe, horizon: string) =>
+  Timeframe.default(fallback).describe(`Candle timeframe (default ${fallback}): ${horizon}.`);
 
 /** The default risk budget of the sizing block, in USD (the quote currency). */
 export const DEFAULT_RISK_BUDGET_USD = 100;
@@ -36,10 +42,6 @@ export const MAX_RISK_BUDGET_USD = 10_000_000;
 /** The smallest: a cent, the unit the sizing's USD amounts are given in. */
 export const MIN_RISK_BUDGET_USD = 0.01;
 
-/**
- * What the caller is willing to lose on a one-σ move over the horizon, in USD (the quote
- * currency): the answer's `sizing` is the position that risks it. Above 0, at most 10,000,000.
- */
 const RiskBudgetUsd = z
   .number()
   // Below a cent the notional and the losses at the stops would read 0 beside a quantity that is not.
@@ -52,11 +54,16 @@ const RiskBudgetUsd = z
 
 /** A stop the band implies: its price, its distance from the price and the loss there for the notional. */
 const SizingStop = z.object({
-  price: z.number().positive(),
-  /** |stop − price| ÷ price × 100. */
-  distance_pct: z.number().positive(),
-  /** What the sized notional loses if the stop is hit, in USD: notional × distance_pct / 100. */
-  loss_usd: z.number().nonnegative().nullable(),
+  price: z.number().positive().describe('Stop price, in the quote currency (USD).'),
+  distance_pct: z
+    .number()
+    .positive()
+    .describe('Distance from the price, in percent: |stop − price| ÷ price × 100.'),
+  loss_usd: z
+    .number()
+    .nonnegative()
+    .nullable()
+    .describe('What the sized notional loses if the stop is hit, in USD: notional_usd × distance_pct / 100.'),
 });
 
 /**
@@ -65,56 +72,72 @@ const SizingStop = z.object({
  * (`expected_move_pct` / 100), and the stops the band beside it implies.
  */
 export const SizingSchema = z.object({
-  /** The budget it was sized for, in USD (the call's `riskBudgetUsd`, default 100). */
-  risk_budget_usd: z.number().positive(),
-  /**
-   * Notional in USD sized for one σ of the log return over the horizon: risk_budget_usd ÷ σ, so a
-   * one-σ move of the log return gains or loses about the budget. Null when σ is 0.
-   */
+  risk_budget_usd: z
+    .number()
+    .positive()
+    .describe("The budget it was sized for, in USD (the call's riskBudgetUsd, default 100)."),
   notional_usd: z
     .number()
     .nonnegative()
     .nullable()
     .describe(
-      'USD notional sized for one σ of the log return over the horizon: risk_budget_usd ÷ (expected_move_pct / 100); null when σ is 0.',
+      'USD notional sized for one σ of the log return over the horizon: risk_budget_usd ÷ (expected_move_pct / 100), so a one-σ move gains or loses about the budget; null when σ is 0.',
     ),
-  /** notional_usd ÷ price: the quantity in coins at the answer's price. Null when σ is 0. */
-  quantity: z.number().nonnegative().nullable(),
-  /** A long's stop at band_low; null when band_low is not below the price. */
-  long_stop: SizingStop.nullable(),
-  /** A short's stop at band_high; null when band_high is not above the price. */
-  short_stop: SizingStop.nullable(),
+  quantity: z
+    .number()
+    .nonnegative()
+    .nullable()
+    .describe("notional_usd ÷ price: the quantity in coins at the answer's price; null when σ is 0."),
+  long_stop: SizingStop.nullable().describe(
+    "A long's stop at band_low; null when band_low is not below the price.",
+  ),
+  short_stop: SizingStop.nullable().describe(
+    "A short's stop at band_high; null when band_high is not above the price.",
+  ),
 });
 export type Sizing = z.infer<typeof SizingSchema>;
 
 export const GetTradeCallInput = strictInput({
-  coin: Coin,
-  timeframe: Timeframe.default('15m'),
+  coin: CoinArg,
+  timeframe: timeframeArg('15m', 'the verdict is computed on its closed candles and looks six of them ahead'),
   exchange: DefaultedExchange,
-  includeReasoning: z.boolean().default(true),
+  includeReasoning: z
+    .boolean()
+    .default(true)
+    .describe('Include `reasoning`, the call explained in words (default true).'),
   riskBudgetUsd: RiskBudgetUsd,
 });
 export type GetTradeCallInput = z.input<typeof GetTradeCallInput>;
+
+/** Close time of the candle an answer used, as the answers carry it. */
+const CloseSeconds = z
+  .number()
+  .int()
+  .describe('Unix time in seconds (not ms) of the close of the last candle used.');
+const LastPrice = z.number().describe('Close of the last candle used, in the quote currency (USD).');
+const Score = z.number().describe('Raw composite score in [-1, 1] behind the call.');
+
+/** Confidence of an answer carrying a verdict. */
+const VerdictConfidence = z
+  .number()
+  .int()
+  .min(0)
+  .max(100)
+  .describe(
+    'Percent, 0–100. BUY/SELL: the calibrated chance the call beats the fee over the horizon. HOLD: the share of comparable leans that did not beat it (how often standing aside was right). confidence_meaning says which, in words.',
+  );
 
 export const TradeCall = z.object({
   coin: z.string(),
   timeframe: Timeframe,
   exchange: Exchange,
   call: Call,
-  /**
-   * BUY/SELL: the calibrated chance the call beats the fee over the horizon. HOLD: the share of
-   * comparable leans that did not beat it (how often standing aside was right). `confidence_meaning`
-   * says which, in words.
-   */
-  confidence: z.number().int().min(0).max(100),
-  /** What `confidence` means for this answer, in words (every trade call, HOLD included). */
+  confidence: VerdictConfidence,
   confidence_meaning: VerdictMeaning.shape.confidence_meaning,
-  /** Raw composite score in [-1, 1] behind the call. */
-  score: z.number(),
+  score: Score,
   regime: Regime,
-  price: z.number(),
-  /** Epoch seconds of the close of the last candle used. */
-  timestamp: z.number().int(),
+  price: LastPrice,
+  timestamp: CloseSeconds,
   feed: FeedKind,
   reasoning: z.string().optional(),
   indicators: Indicators,
@@ -126,7 +149,7 @@ export const TradeCall = z.object({
   engineVersion: z.string(),
   /**
    * Forecast realised volatility over the next candles and the expected-move band, with the
-   * sizing for the call's `riskBudgetUsd` over that horizon.
+   * sizing for the call's `riskBudgetUsd` over that horizon (its fields say their units).
    */
   volatility: VolatilityForecastSchema.extend({ sizing: SizingSchema }).optional(),
   /**
@@ -135,10 +158,6 @@ export const TradeCall = z.object({
    * reason says "no measured edge here".
    */
   edge: z.object({ cell: z.string(), measured: z.boolean(), reason: z.string() }).optional(),
-  /**
-   * The direction the score leans (followed or faded as the cell's table says) and what following
-   * such leans earned after the fee before the test months: a HOLD says what it declines and why.
-   */
   lean: VerdictMeaning.shape.lean,
   /** How often calls of this exchange, timeframe and confidence bucket were right (revealed ones). */
   trackRecord: TrackRecordBrief.optional(),
@@ -146,8 +165,8 @@ export const TradeCall = z.object({
 export type TradeCall = z.infer<typeof TradeCall>;
 
 export const GetMarketRegimeInput = strictInput({
-  coin: Coin,
-  timeframe: Timeframe.default('4h'),
+  coin: CoinArg,
+  timeframe: timeframeArg('4h', 'the regime is read from its closed candles'),
   exchange: DefaultedExchange,
 });
 export type GetMarketRegimeInput = z.input<typeof GetMarketRegimeInput>;
@@ -157,11 +176,16 @@ export const RegimeReading = z.object({
   timeframe: Timeframe,
   exchange: Exchange,
   regime: Regime,
-  confidence: z.number().int().min(0).max(100),
+  confidence: z
+    .number()
+    .int()
+    .min(0)
+    .max(100)
+    .describe('0–100: how clearly the metrics favour the label; a heuristic, not a probability.'),
   suggestion: z.string(),
   metrics: Indicators,
-  price: z.number(),
-  timestamp: z.number().int(),
+  price: LastPrice,
+  timestamp: CloseSeconds,
   feed: FeedKind,
   /** `volatile` / `squeeze` follow this forecast's percentile. */
   volatility: VolatilityForecastSchema,
@@ -174,26 +198,25 @@ export type RegimeReading = z.infer<typeof RegimeReading>;
 
 /** A regime reading's input; the default timeframe is the hour. */
 export const GetRiskForecastInput = GetMarketRegimeInput.extend({
-  timeframe: Timeframe.default('1h'),
+  timeframe: timeframeArg('1h', 'the horizons are its next candle, six of its candles and one UTC day'),
   riskBudgetUsd: RiskBudgetUsd,
 });
 export type GetRiskForecastInput = z.input<typeof GetRiskForecastInput>;
 
 export const RiskHorizonForecast = z.object({
-  /** `next`: the next candle; `verdict`: the trade call's horizon (6 candles); `day`: one UTC day. */
-  horizon: RiskHorizonKey,
-  candles: z.number().int().positive(),
-  hours: z.number().positive(),
-  /** Forecast standard deviation of the log return over the horizon, in percent. */
-  expected_move_pct: z.number().nonnegative(),
-  /** Nominal share of closes after the horizon inside [band_low, band_high]. */
-  band_coverage: z.number().min(0).max(1),
-  band_low: z.number().positive(),
-  band_high: z.number().positive(),
-  /** Timeframe whose fitted model was used. */
-  model_timeframe: Timeframe,
-  /** The position that risks the call's `riskBudgetUsd` at one σ over this horizon, and its stops. */
-  sizing: SizingSchema,
+  horizon: RiskHorizonKey.describe(
+    "next: the next candle; verdict: the trade call's horizon (6 candles); day: one UTC day.",
+  ),
+  candles: z.number().int().positive().describe('The horizon in candles of the timeframe.'),
+  hours: z.number().positive().describe('The horizon in hours.'),
+  expected_move_pct: VolatilityForecastSchema.shape.expected_move_pct,
+  band_coverage: VolatilityForecastSchema.shape.band_coverage,
+  band_low: VolatilityForecastSchema.shape.band_low,
+  band_high: VolatilityForecastSchema.shape.band_high,
+  model_timeframe: VolatilityForecastSchema.shape.model_timeframe,
+  sizing: SizingSchema.describe(
+    "The position that risks the call's riskBudgetUsd at one σ over this horizon, and its stops.",
+  ),
 });
 
 /** The market, price, close time and feed of a regime reading, and the horizons. */
@@ -207,8 +230,11 @@ export const RiskForecast = RegimeReading.pick({
   regime: true,
 }).extend({
   horizons: z.array(RiskHorizonForecast),
-  /** Rank (0–100) of the verdict-horizon forecast among the market's recent forecasts. */
-  percentile: z.number().min(0).max(100),
+  percentile: z
+    .number()
+    .min(0)
+    .max(100)
+    .describe("Rank (0–100) of the verdict-horizon forecast among the market's recent forecasts."),
   /** What the regime labels are worth against a free trailing-volatility label, in words. */
   label_evidence: z.string(),
   /** How the bands and the ranking held up out of sample (docs/evaluation.md), in words. */
@@ -221,155 +247,264 @@ export const MAX_TOOL_RESULT_CHARS = 150_000;
 export const MAX_FUNDING_ARB_LIMIT = 30;
 export const MAX_SCAN_LIMIT = 100;
 
-/**
- * What a scan ranks its rows by, largest first: `confidence` (then |score|), `lean` (lean
- * strength: |score|, then confidence), `expectedMove` (expectedMovePct; rows without one last),
- * `volume` (24 h quote volume).
- */
+/** What a scan ranks its rows by (the rankBy argument says each key's order). */
 export const ScanRankBy = z.enum(['confidence', 'lean', 'expectedMove', 'volume']);
 export type ScanRankBy = z.infer<typeof ScanRankBy>;
 
 export const ScanTradeCallsInput = strictInput({
-  topN: z.number().int().min(1).max(100).default(20),
-  timeframe: Timeframe.default('15m'),
+  topN: z
+    .number()
+    .int()
+    .min(1)
+    .max(100)
+    .default(20)
+    .describe(
+      'How many markets to evaluate (1–100, default 20): the largest, by open interest where every market reports it, else by 24 h quote volume. Each is either a row of calls or named in skipped.',
+    ),
+  timeframe: timeframeArg('15m', 'each market is evaluated as get_trade_call evaluates it on this timeframe'),
   exchange: DefaultedExchange,
-  minConfidence: z.number().int().min(0).max(100).default(0),
-  /** HOLDs are rows like any other (with their lean, expected move and regime); false asks for BUY/SELL calls only. */
-  includeHolds: z.boolean().default(true),
-  limit: z.number().int().min(1).max(MAX_SCAN_LIMIT).default(10),
-  rankBy: ScanRankBy.default('confidence'),
+  minConfidence: z
+    .number()
+    .int()
+    .min(0)
+    .max(100)
+    .default(0)
+    .describe('Leave out rows whose confidence (0–100) is below this (default 0); each is named in skipped.'),
+  includeHolds: z
+    .boolean()
+    .default(true)
+    .describe(
+      'HOLDs are rows like any other, with their lean, expected move and regime (default true); false keeps BUY/SELL calls and names each HOLD in skipped.',
+    ),
+  limit: z
+    .number()
+    .int()
+    .min(1)
+    .max(MAX_SCAN_LIMIT)
+    .default(10)
+    .describe(
+      `The most rows to return (1–${MAX_SCAN_LIMIT}, default 10), in rankBy order after the filters, from the topN markets evaluated; the rows ranked below it are named in skipped ("ranked N by <rankBy>, below the limit asked"). A limit of topN or more returns every market evaluated.`,
+    ),
+  rankBy: ScanRankBy.default('confidence').describe(
+    'Order of the rows, largest first (default confidence): confidence (then |score|), lean (lean strength: |score|, then confidence), expectedMove (expectedMovePct; rows without one last), volume (24 h quote volume).',
+  ),
 });
 export type ScanTradeCallsInput = z.input<typeof ScanTradeCallsInput>;
+
+const QuoteVolume24h = z
+  .number()
+  .nullable()
+  .describe('Volume of the last 24 h in the quote currency (USD); null when the feed does not know it.');
 
 export const ScanTradeCallsOutput = z.object({
   timeframe: Timeframe,
   exchange: Exchange,
   feed: FeedKind,
-  timestamp: z.number().int(),
-  /** How many of the top-N markets were evaluated. */
-  scanned: z.number().int(),
+  timestamp: z.number().int().describe('Unix time in seconds (not ms) of the feed when the scan ran.'),
+  scanned: z.number().int().describe('How many markets the scan took: topN, or fewer when there are fewer.'),
   calls: z.array(
     z.object({
-      rank: z.number().int().positive(),
+      rank: z.number().int().positive().describe('Position in rankBy order, from 1.'),
       coin: z.string(),
       call: Call,
-      confidence: z.number().int(),
-      score: z.number(),
+      confidence: VerdictConfidence,
+      score: Score,
       regime: Regime,
-      price: z.number(),
-      quoteVolume24h: z.number().nullable(),
-      verdictId: z.uuid(),
-      /** Forecast σ of the log return over the verdict horizon, percent (see get_trade_call). */
-      expectedMovePct: z.number().nullable(),
-      /** The direction a call would point and what such leans earned (see get_trade_call). */
+      price: LastPrice,
+      quoteVolume24h: QuoteVolume24h,
+      verdictId: z.uuid().describe('Id of the recorded verdict, for later verification.'),
+      expectedMovePct: z
+        .number()
+        .nullable()
+        .describe(
+          "Percent (not a fraction): forecast standard deviation of the log return over the verdict horizon (six candles), as get_trade_call's volatility.expected_move_pct; null without a forecast.",
+        ),
       lean: VerdictMeaning.shape.lean,
-      /** What `confidence` means for this row, in words (HOLD included). */
       confidence_meaning: VerdictMeaning.shape.confidence_meaning,
     }),
   ),
-  /**
-   * Every market of the top-N not among the rows, and why: not evaluated (no candles, no
-   * verdict), left out by a filter asked for (`includeHolds: false`, `minConfidence`), or ranked
-   * below `limit`.
-   */
-  skipped: z.array(z.object({ coin: z.string(), reason: z.string() })),
-  /** Present when `calls` is empty: why, in words (an empty list never comes without one). */
-  note: z.string().optional(),
+  skipped: z
+    .array(z.object({ coin: z.string(), reason: z.string() }))
+    .describe(
+      'Every market scanned that is not a row, and why: not evaluated (no candles, no verdict), left out by a filter asked for (includeHolds: false, minConfidence), or ranked below limit.',
+    ),
+  note: z
+    .string()
+    .optional()
+    .describe('Present when calls is empty: why, in words (calls is never empty without it).'),
 });
 export type ScanTradeCallsOutput = z.infer<typeof ScanTradeCallsOutput>;
 
 export const ScanFundingArbInput = strictInput({
-  /**
-   * Spread now, bps per 8 h. The default is the smallest spread the carry model was fitted on:
-   * smaller spreads have no measured carry. Most spreads do not cover the fee within 72 h; the
-   * figures below say so rather than a threshold hiding it.
-   */
-  minSpreadBps: z.number().min(0).max(10_000).default(0.5),
-  /**
-   * At most 30: an opportunity is about 1,700 characters on three venues (more on more), and an
-   * MCP result carries its JSON twice (structuredContent and its escaped text): 40 measured
-   * 139,000 of the 150,000 characters hosts take, too close for opportunities on more venues.
-   */
-  limit: z.number().int().min(1).max(MAX_FUNDING_ARB_LIMIT).default(10),
-  /** Restrict to these coins; default every coin listed on at least two venues. */
-  coins: z.array(Coin).min(1).max(200).optional(),
-  /** Restrict to these venues (two or more, none twice); default every venue the feed has funding for. */
+  // The default is the smallest spread the carry model was fitted on: smaller spreads have no
+  // measured carry. No threshold hides the fee: the carry figures and `fees` say what it costs.
+  minSpreadBps: z
+    .number()
+    .min(0)
+    .max(10_000)
+    .default(0.5)
+    .describe(
+      'Smallest spread now to return, in basis points per 8 h (the hourly-normalised funding spread × 8; 1 bps = 0.01 %). Default 0.5, the smallest spread the carry figures were fitted on.',
+    ),
+  // At most 30: an opportunity is about 1,700 characters on three venues (more on more), and an
+  // MCP result carries its JSON twice (structuredContent and its escaped text): 40 measured
+  // 139,000 of the 150,000 characters hosts take, too close for opportunities on more venues.
+  limit: z
+    .number()
+    .int()
+    .min(1)
+    .max(MAX_FUNDING_ARB_LIMIT)
+    .default(10)
+    .describe(
+      `The most opportunities to return (1–${MAX_FUNDING_ARB_LIMIT}, default 10), the best by expected net carry first.`,
+    ),
+  coins: z
+    .array(Coin)
+    .min(1)
+    .max(200)
+    .optional()
+    .describe(
+      'Restrict to these symbols (such as BTC; 1–200). Omitted: all with funding on two venues or more.',
+    ),
   exchanges: z
     .array(Exchange)
     .min(2)
     .refine((v) => new Set(v).size === v.length, 'exchanges must not repeat')
-    .optional(),
-  /** Leave out venues whose 24 h quote volume is below this (unknown volume is left out too). */
-  minLiquidityUsd: z.number().min(0).optional(),
+    .optional()
+    .describe('Restrict to these perpetual venues (two or more, none twice). Omitted: all with funding.'),
+  minLiquidityUsd: z
+    .number()
+    .min(0)
+    .optional()
+    .describe(
+      'Drop a leg whose 24 h quote volume, in USD, is below this, or unknown (quoteVolume24h null, as BYBIT and HYPERLIQUID in the shipped data). Omitted: no volume filter.',
+    ),
 });
 export type ScanFundingArbInput = z.input<typeof ScanFundingArbInput>;
 
+const unixMs = (what: string) => `${what}, Unix time in milliseconds (not seconds)`;
+
 export const VenueFunding = z.object({
   exchange: Exchange,
-  /** The rate of one settlement, as the venue states it. */
-  rate: z.number(),
-  intervalHours: z.number().positive(),
-  hourlyRate: z.number(),
-  /** hourlyRate × 8760 × 100. */
-  annualizedPct: z.number(),
-  fundingTime: z.number().int(),
-  nextFundingTime: z.number().int().nullable(),
-  quoteVolume24h: z.number().nullable(),
+  rate: z
+    .number()
+    .describe(
+      'The rate of one settlement as the venue states it: a decimal fraction (0.0001 = 0.01 %) per intervalHours.',
+    ),
+  intervalHours: z
+    .number()
+    .positive()
+    .describe("Hours between the venue's settlements of this coin (1, 4 or 8)."),
+  hourlyRate: z.number().describe('rate ÷ intervalHours: a decimal fraction per hour.'),
+  annualizedPct: z.number().describe('hourlyRate × 8760 × 100: percent per year.'),
+  fundingTime: z
+    .number()
+    .int()
+    .describe(`${unixMs('When the settlement of rate was made')}.`),
+  nextFundingTime: z
+    .number()
+    .int()
+    .nullable()
+    .describe(`${unixMs('When the next settlement is due')}; null when the venue does not say.`),
+  quoteVolume24h: QuoteVolume24h,
 });
 
 export const CarryHorizon = z.object({
-  hours: z.number().int().positive(),
-  /** Spread now × hours: what the spread alone advertises (bps of one leg's notional). */
-  naiveCarryBps: z.number(),
-  /** Carry expected to be collected over the horizon, from how spreads decayed in history. */
-  expectedCarryBps: z.number(),
-  /** expectedCarryBps minus the fee for entering and leaving both legs. */
-  expectedNetBps: z.number(),
-  /** Share of similar historical opportunities that ended net positive at this horizon. */
-  shareNetPositive: z.number().min(0).max(1),
-  /** Training opportunities behind the figures. */
-  samples: z.number().int().nonnegative(),
+  hours: z.number().int().positive().describe('Holding time, hours.'),
+  naiveCarryBps: z
+    .number()
+    .describe("Spread now × hours: what the spread alone advertises, in bps of one leg's notional."),
+  expectedCarryBps: z
+    .number()
+    .describe(
+      "Carry expected to be collected over the horizon, from how spreads decayed in history, in bps of one leg's notional.",
+    ),
+  expectedNetBps: z
+    .number()
+    .describe(
+      'expectedCarryBps minus feeBps (entering and leaving both legs), bps; below 0 the fees are not covered.',
+    ),
+  shareNetPositive: z
+    .number()
+    .min(0)
+    .max(1)
+    .describe(
+      'Fraction (0–1, not percent) of similar historical opportunities that ended net positive at this horizon.',
+    ),
+  samples: z.number().int().nonnegative().describe('Training opportunities behind the figures.'),
 });
 
 export const Carry = z.object({
-  /** Taker fees on entry and exit of both legs, bps of one leg's notional. */
-  feeBps: z.number().nonnegative(),
+  feeBps: z
+    .number()
+    .nonnegative()
+    .describe("Taker fees on entry and exit of both legs, in bps of one leg's notional."),
   horizons: z.array(CarryHorizon),
-  /** Hours until the expected carry covers the fee; null when not within 7 days. */
-  breakEvenHours: z.number().nullable(),
-  /** Best expected net carry over the horizons (the ranking key) and the horizon it is reached at. */
-  expectedNetCarryBps: z.number(),
-  bestHorizonHours: z.number().int().positive(),
+  breakEvenHours: z
+    .number()
+    .nullable()
+    .describe('Hours until the expected carry covers feeBps; null when not within 7 days.'),
+  expectedNetCarryBps: z
+    .number()
+    .describe(
+      'Best expectedNetBps over the horizons, bps (the ranking key); below 0 no horizon covers the fees.',
+    ),
+  bestHorizonHours: z
+    .number()
+    .int()
+    .positive()
+    .describe('The horizon, hours, that expectedNetCarryBps is reached at.'),
 });
 
 export const ScanFundingArbOutput = z.object({
   feed: FeedKind,
-  timestamp: z.number().int(),
-  /** Ranked by expected net carry (carry.expectedNetCarryBps), best first. */
-  opportunities: z.array(
-    z.object({
-      coin: z.string(),
-      venues: z.array(VenueFunding),
-      best: z.object({
-        /** Go long where funding is lowest (longs receive or pay least)... */
-        longVenue: Exchange,
-        /** ...and short where it is highest. */
-        shortVenue: Exchange,
-        /** Spread of the hourly-normalised rates, expressed per 8 h, in basis points. */
-        spreadBps: z.number(),
-        spreadBpsPerHour: z.number(),
-        annualizedPct: z.number(),
-        longNextFundingTime: z.number().int().nullable(),
-        shortNextFundingTime: z.number().int().nullable(),
+  timestamp: z.number().int().describe('Unix time in seconds (not ms) of the feed when the scan ran.'),
+  opportunities: z
+    .array(
+      z.object({
+        coin: z.string(),
+        venues: z
+          .array(VenueFunding)
+          .describe("Each venue's latest fresh settlement, lowest hourly rate first."),
+        best: z.object({
+          longVenue: Exchange.describe('Go long where funding is lowest (longs receive or pay least)...'),
+          shortVenue: Exchange.describe('...and short where it is highest.'),
+          spreadBps: z
+            .number()
+            .describe(
+              'Spread of the hourly-normalised rates, expressed per 8 h, in basis points (as minSpreadBps).',
+            ),
+          spreadBpsPerHour: z.number().describe('The same spread per hour, in basis points.'),
+          annualizedPct: z.number().describe('The spread per year, in percent.'),
+          longNextFundingTime: z
+            .number()
+            .int()
+            .nullable()
+            .describe(`${unixMs("The long venue's next settlement")}; null when unknown.`),
+          shortNextFundingTime: z
+            .number()
+            .int()
+            .nullable()
+            .describe(`${unixMs("The short venue's next settlement")}; null when unknown.`),
+        }),
+        carry: Carry,
       }),
-      carry: Carry,
-    }),
-  ),
+    )
+    .describe('Ranked by expected net carry (carry.expectedNetCarryBps), best first.'),
+  /** The state of each venue scanned; one that could not answer is `ok: false`. */
   venues: z.array(VenueStatusSchema),
-  /** Present when `opportunities` is empty: why, in words, each filter with how many coins it removed. */
-  note: z.string().optional(),
-  /** Present when `opportunities` is not empty: how many of them are expected to cover both legs' fees within 72 h, in words. */
-  fees: z.string().optional(),
+  note: z
+    .string()
+    .optional()
+    .describe(
+      'Present when opportunities is empty: why, in words, each filter with how many coins it removed (opportunities is never empty without it).',
+    ),
+  fees: z
+    .string()
+    .optional()
+    .describe(
+      "Present when opportunities is not empty: how many of them are expected to cover both legs' fees within 72 h, in words.",
+    ),
 });
 export type ScanFundingArbOutput = z.infer<typeof ScanFundingArbOutput>;
 

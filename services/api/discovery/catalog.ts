@@ -158,6 +158,25 @@ function abridged(value: unknown): unknown {
 }
 
 /**
+ * A schema without its field descriptions, for the bazaar extension: it rides in every
+ * PAYMENT-REQUIRED header and back in the payer's PAYMENT-SIGNATURE, and get_trade_call's already
+ * sat within 100 characters of the 8 KB those headers are kept under. The described schema (units,
+ * defaults in words) is in tools/list, the server card and the OpenAPI document.
+ */
+export function undescribed(schema: unknown): Record<string, unknown> {
+  const strip = (node: unknown): unknown => {
+    if (Array.isArray(node)) return node.map(strip);
+    if (node === null || typeof node !== 'object') return node;
+    return Object.fromEntries(
+      Object.entries(node)
+        .filter(([key, value]) => key !== 'description' || typeof value !== 'string')
+        .map(([key, value]) => [key, strip(value)]),
+    );
+  };
+  return strip(schema) as Record<string, unknown>;
+}
+
+/**
  * The x402 `bazaar` discovery extension of one paid route: how to call it and what it answers
  * (the answer's fields and a recorded answer, abridged: see topLevel), the answer naming `origin`
  * (its verify link) as the quote it rides in does.
@@ -166,7 +185,7 @@ export function bazaarExtension(tool: CatalogTool, origin: string): Record<strin
   const declared = declareDiscoveryExtension({
     bodyType: 'json',
     input: tool.example,
-    inputSchema: tool.inputSchema,
+    inputSchema: undescribed(tool.inputSchema),
     ...(tool.answer ? { output: tool.answer } : {}),
   } as Parameters<typeof declareDiscoveryExtension>[0]) as Record<string, { info: { input: object } }>;
   const bazaar = declared.bazaar!;

@@ -17,6 +17,7 @@ import {
   mcpServerCard,
   paymentPolicy,
   registryServerJson,
+  undescribed,
   x402Manifest,
 } from '../discovery/catalog.ts';
 import { outputSchemaOf, signalTools, signalToolTable, toolRegistry } from './tool-registry.ts';
@@ -90,11 +91,15 @@ describe('the tool table', () => {
       expect(quote.resource.description).toBe(tool.description);
       const price = config[priceKeyOf(tool.price, args)];
       expect(quote.accepts.map((a) => a.amount)).toEqual(x402.rails.map(() => String(price)));
-      // The bazaar extension carries the table's example and input schema.
+      // The bazaar extension carries the table's example and input schema, without the field
+      // descriptions (they ride in a header; tools/list and the server card carry them).
       expect(quote.extensions.bazaar).toMatchObject({
         info: { input: { method: 'POST', body: tool.example } },
-        schema: { properties: { input: { properties: { body: jsonSchema(tool.input, 'input') } } } },
+        schema: {
+          properties: { input: { properties: { body: undescribed(jsonSchema(tool.input, 'input')) } } },
+        },
       });
+      expect(JSON.stringify(quote.extensions.bazaar)).not.toContain('"description"');
     }
   });
 
@@ -116,6 +121,66 @@ describe('the tool table', () => {
         '4h': config.X402_PRICE_GET_TRADE_CALL,
       },
     });
+  });
+
+  it('describes every input field of every tool in tools/list, and says the unit of the output figures that carry one', () => {
+    const listed = toolRegistry(signalTools({} as SignalOperations)).list();
+    const undescribed = listed.flatMap((tool) =>
+      Object.entries(tool.inputSchema.properties as Record<string, { description?: string }>)
+        .filter(([, field]) => !field.description?.trim())
+        .map(([key]) => `${tool.name}.${key}`),
+    );
+    expect(undescribed).toEqual([]);
+    // The answer's schema (the first alternative of the advertised output), field by dotted path:
+    // arrays by their items, a nullable object by its non-null alternative.
+    type Node = { description?: string; properties?: Record<string, Node>; items?: Node; anyOf?: Node[] };
+    const field = (name: string, path: string): string | undefined => {
+      let node = (listed.find((t) => t.name === name)!.outputSchema as unknown as { anyOf: Node[] })
+        .anyOf[0]!;
+      for (const key of path.split('.')) {
+        if (node.anyOf) node = node.anyOf.find((n) => n.properties || n.items)!;
+        if (node.items) node = node.items;
+        node = node.properties![key]!;
+      }
+      return node.description;
+    };
+    const units: [string, string, RegExp][] = [
+      ['get_trade_call', 'timestamp', /Unix time in seconds/],
+      ['get_trade_call', 'confidence', /Percent, 0–100/],
+      [
+        'get_trade_call',
+        'volatility.expected_move_pct',
+        /^Percent .*standard deviation \(σ\) of the log return/,
+      ],
+      ['get_trade_call', 'volatility.band_coverage', /^Fraction \(0–1, not percent\)/],
+      ['get_trade_call', 'volatility.sizing.notional_usd', /USD notional/],
+      ['get_trade_call', 'lean.expected_net_bps', /basis points/],
+      ['get_market_regime', 'timestamp', /Unix time in seconds/],
+      ['get_market_regime', 'confidence', /not a probability/],
+      ['get_risk_forecast', 'horizons.expected_move_pct', /^Percent/],
+      ['get_risk_forecast', 'horizons.band_coverage', /^Fraction/],
+      ['scan_trade_calls', 'timestamp', /Unix time in seconds/],
+      ['scan_trade_calls', 'calls.expectedMovePct', /^Percent \(not a fraction\)/],
+      ['scan_trade_calls', 'calls.quoteVolume24h', /USD/],
+      ['scan_trade_calls', 'skipped', /ranked below limit/],
+      ['scan_funding_arb', 'timestamp', /Unix time in seconds/],
+      ['scan_funding_arb', 'opportunities.venues.fundingTime', /Unix time in milliseconds/],
+      ['scan_funding_arb', 'opportunities.venues.nextFundingTime', /Unix time in milliseconds/],
+      ['scan_funding_arb', 'opportunities.venues.rate', /decimal fraction .* per intervalHours/],
+      ['scan_funding_arb', 'opportunities.best.spreadBps', /per 8 h, in basis points/],
+      ['scan_funding_arb', 'opportunities.carry.feeBps', /bps of one leg's notional/],
+      ['scan_funding_arb', 'opportunities.carry.horizons.shareNetPositive', /Fraction \(0–1, not percent\)/],
+      ['scan_funding_arb', 'note', /empty/],
+    ];
+    for (const [name, path, unit] of units) expect(field(name, path), `${name} ${path}`).toMatch(unit);
+    const inputOf = (name: string, key: string) =>
+      (
+        listed.find((t) => t.name === name)!.inputSchema.properties as Record<string, { description: string }>
+      )[key]!.description;
+    expect(inputOf('scan_funding_arb', 'minSpreadBps')).toMatch(/basis points per 8 h/);
+    expect(inputOf('scan_funding_arb', 'minLiquidityUsd')).toMatch(/unknown/);
+    expect(inputOf('scan_trade_calls', 'limit')).toMatch(/named in skipped/);
+    expect(inputOf('scan_trade_calls', 'topN')).toMatch(/evaluate/);
   });
 
   it('lists, where a description lists labels, exactly the labels the schema allows', () => {

@@ -231,6 +231,12 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
     decorateCaller(plain);
+    // Shutting down: a long poll stops waiting and answers the rows it has (none, with its cursor),
+    // so its client resumes from it, rather than have its connection cut after the grace.
+    let closing = false;
+    plain.addHook('preClose', async () => {
+      closing = true;
+    });
     // Refusals are per request and never cached: each carries the caller's `_service`.
     plain.setErrorHandler(errorHandler(apiErrorBody));
     plain.addHook('onSend', async (_request, reply, payload) => {
@@ -258,11 +264,16 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
           abort.abort();
           if (waits !== false) waits();
         });
+        const waitUntil = waits === false ? 0 : Date.now() + (query.wait ?? 0) * 1000;
         const scanOptions = {
           filter: historyFilter(query),
           after: progress.position,
           limit: query.limit ?? Number.POSITIVE_INFINITY,
-          waitUntil: waits === false ? 0 : Date.now() + (query.wait ?? 0) * 1000,
+          // Read at each look for new rows (at most 250 ms apart): the end of the wait moves to now
+          // once the server is closing.
+          get waitUntil() {
+            return closing ? 0 : waitUntil;
+          },
           now: deps.now,
           signal: abort.signal,
           ...(deps.outcomes ? { outcomes: deps.outcomes } : {}),

@@ -1,0 +1,55 @@
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
+import { deterministicId } from '../../contracts/deterministic-id.ts';
+import { newEvent } from '../../contracts/events.ts';
+import { HistoryTrailer } from '../../contracts/history.ts';
+import { startHistoryServer, syntheticMarket, syntheticVerdict } from '../../test/history-harness.ts';
+
+const store = new MemoryEventStore();
+let server: Awaited<ReturnType<typeof startHistoryServer>> | null = null;
+let key: string;
+
+beforeAll(async () => {
+  const k = syntheticMarket(0);
+  let prev: string | null = null;
+  const events = [];
+  for (let n = 0; n < 3; n++) {
+    const data = syntheticVerdict(0, n, 3, prev);
+    prev = data.hash;
+    events.push(newEvent('VerdictRecorded', data, { id: deterministicId('long-poll-close', n) }));
+  }
+  await store.append(`verdicts-${k.exchange}-${k.coin}-${k.timeframe}`, events);
+  server = await startHistoryServer({ store, feed: null });
+  key = await server.issue();
+});
+afterAll(async () => {
+  await server?.close();
+});
+
+async function ndjson(res: Response) {
+  expect(res.status).toBe(200);
+  const lines = (await res.text()).trim().split('\n');
+  return { rows: lines.slice(0, -1), trailer: HistoryTrailer.parse(JSON.parse(lines.at(-1)!)) };
+}
+
+// A long poll waiting when the api stopped had its connection cut after the shutdown grace (5 s;
+// curl: 000), leaving its client nothing to resume from.
+it('answers a waiting long poll at once when the server closes: 200, no rows, the cursor to resume from', async () => {
+  const running = server!;
+  const auth = { authorization: `Bearer ${key}` };
+  const end = await ndjson(await fetch(`${running.url}/api/verdicts?trailer=true`, { headers: auth }));
+  expect(end.rows).toHaveLength(3);
+  const waiting = fetch(`${running.url}/api/verdicts?wait=25&trailer=true&after=${end.trailer.cursor}`, {
+    headers: auth,
+  });
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  const started = Date.now();
+  server = null;
+  const closed = running.close();
+  const answer = await ndjson(await waiting);
+  // Its next look for rows sees the close: within 250 ms, far inside the 5 s grace.
+  expect(Date.now() - started).toBeLessThan(2_000);
+  expect(answer.rows).toEqual([]);
+  expect(answer.trailer.cursor).toBe(end.trailer.cursor);
+  await closed;
+});

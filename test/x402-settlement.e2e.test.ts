@@ -1,4 +1,6 @@
 import { mkdtempSync } from 'node:fs';
+import { createServer, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { x402Client } from '@x402/core/client';
@@ -464,6 +466,77 @@ describe('remote facilitator over HTTP', () => {
     } finally {
       await stack.stop();
       await remote.close();
+    }
+  });
+});
+
+/**
+ * A JSON-RPC proxy in front of anvil. `pass` forwards every call; `silent` answers nothing, as a
+ * node that accepts connections and hangs (kill -STOP).
+ */
+async function rpcProxy(target: string) {
+  let mode: 'pass' | 'silent' = 'pass';
+  const held = new Set<ServerResponse>();
+  const server = createServer((req, res) => {
+    let raw = '';
+    req.on('data', (chunk: Buffer) => {
+      raw += chunk.toString();
+    });
+    req.on('end', async () => {
+      if (mode === 'silent') {
+        held.add(res);
+        return;
+      }
+      const forwarded = await fetch(target, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: raw,
+      });
+      const text = await forwarded.text();
+      res.writeHead(forwarded.status, { 'content-type': 'application/json' });
+      res.end(text);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    set(next: typeof mode) {
+      mode = next;
+    },
+    async close() {
+      for (const res of held) res.destroy();
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+describe('a chain RPC that does not answer', () => {
+  it('a chain that accepts connections and never answers: 503 within X402_FACILITATOR_TIMEOUT_MS, nothing charged', async () => {
+    const proxy = await rpcProxy(chain.rpcUrl);
+    const stack = await startX402Stack(
+      { X402_RPC_URL: proxy.url, X402_FACILITATOR_TIMEOUT_MS: '1500' },
+      chain,
+    );
+    try {
+      const payer = await chain.fundedPayer(1_000_000n);
+      proxy.set('silent');
+      const started = Date.now();
+      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+      const took = Date.now() - started;
+      expect(res.status).toBe(503);
+      expect(res.headers.get('retry-after')).toBe('1');
+      expect(await res.json()).toMatchObject({ code: 'facilitator_unavailable', retryable: true });
+      // The budget, and the round trip around it (a loaded machine's event loop included).
+      expect(took).toBeGreaterThanOrEqual(1500);
+      expect(took).toBeLessThan(4000);
+      proxy.set('pass');
+      expect(await stack.paymentEvents(auth.nonce)).toEqual([]);
+      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n);
+    } finally {
+      proxy.set('pass');
+      await stack.stop();
+      await proxy.close();
     }
   });
 });

@@ -30,6 +30,12 @@ export interface LocalFacilitatorOptions {
   confirmationTimeoutMs: number;
   /** How long an address's code (eth_getCode) is reused (default 30 s; 0: never). */
   payerCodeTtlMs?: number;
+  /**
+   * Longest a verification may wait for the chain (all its reads together; default 30 s), and
+   * the longest any one JSON-RPC request may take (at most viem's default, 10 s). Past it the
+   * verification throws: the payer is answered 503 facilitator_unavailable, nothing charged.
+   */
+  chainBudgetMs?: number;
   /** Where an ignored stray asset-check rejection is logged (see isAbandonedAssetCheck). */
   logger?: Logger;
 }
@@ -134,10 +140,16 @@ export function isAbandonedAssetCheck(reason: unknown): boolean {
 /** How often a receipt is polled: about a quarter of Base's 2 s block, so a settlement is seen one block later. */
 const RECEIPT_POLL_MS = 500;
 
-function withDeadline<T>(work: Promise<T>, ms: number): Promise<T> {
+/** viem's timeout of one HTTP JSON-RPC request, which a shorter chain budget lowers. */
+const RPC_TIMEOUT_MS = 10_000;
+/** The default of `chainBudgetMs` (X402_FACILITATOR_TIMEOUT_MS's). */
+const CHAIN_BUDGET_MS = 30_000;
+
+/** `work`, or a rejection with `what` once `ms` have passed (the work itself runs on, unheard). */
+export function withDeadline<T>(work: Promise<T>, ms: number, what = 'no receipt'): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no receipt within ${ms} ms`)), ms);
+    timer = setTimeout(() => reject(new Error(`${what} within ${ms} ms`)), ms);
   });
   return Promise.race([work, deadline]).finally(() => clearTimeout(timer));
 }
@@ -154,6 +166,7 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
   const facilitator = new x402Facilitator();
   const submissions = new SubmissionWatch();
   const receiptDeadlines = new Map<string, number>();
+  const budgetMs = options.chainBudgetMs ?? CHAIN_BUDGET_MS;
   for (const { network, rpcUrl } of options.networks) {
     const id = chainIdOf(network);
     const chain = defineChain({
@@ -165,7 +178,7 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
     const client = createWalletClient({
       account,
       chain,
-      transport: http(rpcUrl),
+      transport: http(rpcUrl, { timeout: Math.min(RPC_TIMEOUT_MS, budgetMs) }),
       pollingInterval: RECEIPT_POLL_MS,
     }).extend(publicActions);
     const codes = new CodeCache(options.payerCodeTtlMs ?? 30_000);
@@ -215,15 +228,23 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
     facilitator,
     signerAddress: account.address,
     submissions,
+    // Bounded as a whole: each read has viem's timeout and retries, and a verify makes several,
+    // so a chain that accepts connections and never answers held a payer over a minute.
     verify: (payload, requirements) =>
-      verifying.run({ unreachable: undefined }, async () => {
-        const verified = await facilitator.verify(payload, requirements);
-        const { unreachable } = verifying.getStore()!;
-        if (!verified.isValid && unreachable !== undefined) {
-          throw new Error('the chain could not be read while verifying the payment', { cause: unreachable });
-        }
-        return verified;
-      }),
+      withDeadline(
+        verifying.run({ unreachable: undefined }, async () => {
+          const verified = await facilitator.verify(payload, requirements);
+          const { unreachable } = verifying.getStore()!;
+          if (!verified.isValid && unreachable !== undefined) {
+            throw new Error('the chain could not be read while verifying the payment', {
+              cause: unreachable,
+            });
+          }
+          return verified;
+        }),
+        budgetMs,
+        'the chain did not answer the verification',
+      ),
     settle: (payload, requirements) => facilitator.settle(payload, requirements),
     async getSupported() {
       return facilitator.getSupported() as SupportedResponse;

@@ -17,7 +17,7 @@ import { chainReadersFor } from './chain-reader.ts';
 import { PayerExposure } from './exposure.ts';
 import { x402Plugin } from './http/plugin.ts';
 import { PaymentLedger } from './ledger.ts';
-import { createLocalFacilitator, type LocalFacilitator } from './local-facilitator.ts';
+import { createLocalFacilitator, type LocalFacilitator, withDeadline } from './local-facilitator.ts';
 import { mcpPayments } from './mcp.ts';
 import { PaidResponseStore } from './paid-responses.ts';
 import { drainSettlements, type PaymentFlowDeps } from './payment-flow.ts';
@@ -84,6 +84,7 @@ function facilitatorFor(
         return { network: rail.network, rpcUrl: rail.rpcUrl };
       }),
       confirmationTimeoutMs: config.X402_SETTLE_CONFIRM_TIMEOUT_MS,
+      chainBudgetMs: config.X402_FACILITATOR_TIMEOUT_MS,
       payerCodeTtlMs: config.X402_PAYER_CODE_TTL_MS,
       logger,
     }),
@@ -218,7 +219,15 @@ export async function setupX402(
     ),
     balanceOf: (id) => {
       const chain = chains.get(id.network);
-      return chain ? () => chain.balanceOf(id.asset as `0x${string}`, id.payer as `0x${string}`) : null;
+      // Within the facilitator's budget, as the verification before it: 503 rather than a wait.
+      return chain
+        ? () =>
+            withDeadline(
+              chain.balanceOf(id.asset as `0x${string}`, id.payer as `0x${string}`),
+              config.X402_FACILITATOR_TIMEOUT_MS,
+              "the chain did not answer the payer's balance read",
+            )
+        : null;
     },
     settlements: new KeyedLock(),
     responses: deps.cache ? new PaidResponseStore(deps.cache, config.X402_PAID_RESPONSE_TTL_MS) : null,

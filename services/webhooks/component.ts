@@ -168,6 +168,9 @@ export function dispatcherComponent(deps: {
       );
       await runner.start();
       await ownVerdicts?.start();
+      // Said at start, not only at the first delivery: a key other than the api role's.
+      const secrets = worker.secretsCheck();
+      if (!secrets.ok) logger.error({ check: 'webhookSecrets' }, secrets.detail);
       dispatcher = new WebhookDispatcher({
         store: adapters.eventStore,
         bus: adapters.bus,

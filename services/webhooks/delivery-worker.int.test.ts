@@ -20,7 +20,7 @@ import { deliveryStream, deliveryView, findDelivery, sequenceStream } from './de
 import { type DeliveryJob, DeliveryWorker } from './delivery-worker.ts';
 import { readDeliveryRecord } from './recovery.ts';
 import { SecretBox } from './secret-box.ts';
-import { createSubscription, disableSubscription } from './subscription-commands.ts';
+import { createSubscription, disableSubscription, rotateSecret } from './subscription-commands.ts';
 import { findSubscription } from './subscription-fold.ts';
 import { webhookProjection } from './webhook-projection.ts';
 
@@ -407,6 +407,37 @@ describe('DeliveryWorker', () => {
     });
     // Nothing reached the endpoint: its failure clock does not start.
     expect(findSubscription(runner.state.subscriptions, sub.id)?.failingSince).toBeNull();
+  });
+
+  it('signs with the current secret alone when the previous one, in its overlap, was sealed under an earlier master key', async () => {
+    const { store, runner, sub } = await setup(1, new MemoryEventStore());
+    // The operator moved to a new master key; the subscriber rotated with the default overlap.
+    const next = new SecretBox(randomBytes(32).toString('hex'));
+    const rotated = await rotateSecret(store, {
+      keyId: 'key-1',
+      subscriptionId: sub.id,
+      secrets: next,
+      overlapMs: 3_600_000,
+    });
+    await runner.waitFor(rotated.position);
+    const current = findSubscription(runner.state.subscriptions, sub.id)!;
+    const agent = guardedAgent({
+      addresses: { allow: [] },
+      connectTimeoutMs: 1_000,
+      connectionsPerOrigin: 1,
+    });
+    cleanups.push(() => agent.close());
+    const worker = new DeliveryWorker({
+      store,
+      runner,
+      secrets: next,
+      agent,
+      settings: workerSettings({ endpointConcurrency: 1 }),
+      logger: pino({ level: 'silent' }),
+    });
+    expect(worker.openSecrets(current, Date.now())).toEqual({ current: rotated.secret, previous: null });
+    expect(worker.canOpen(current)).toBe(true);
+    expect(worker.secretsCheck()).toEqual({ ok: true });
   });
 
   it('still records a failed attempt with its next retry, and rejects when the store fails', async () => {

@@ -887,10 +887,15 @@ export class DeliveryWorker {
   openSecrets(sub: SubscriptionRecord, now: number): { current: string; previous: string | null } {
     const inOverlap =
       sub.previousSecret && sub.previousSecretValidUntil && now < Date.parse(sub.previousSecretValidUntil);
-    return {
-      current: this.openSecret(sub, sub.secret),
-      previous: inOverlap ? this.openSecret(sub, sub.previousSecret!, 'previous') : null,
-    };
+    const current = this.openSecret(sub, sub.secret);
+    if (!inOverlap) return { current, previous: null };
+    try {
+      return { current, previous: this.openSecret(sub, sub.previousSecret!, 'previous') };
+    } catch {
+      // Sealed under an earlier master key (a rotation made to move off it): the subscriber took
+      // the new secret from the rotation's answer, so the current one alone signs (logged once).
+      return { current, previous: null };
+    }
   }
 
   /** Whether this process's master key opens the subscription's secrets (it can sign for it). */

@@ -696,6 +696,21 @@ describe('GET /api/track-record', () => {
   });
 });
 
+describe('GET /track-record/assets/:file', () => {
+  it('serves the two uPlot files and 404s any other name, prototype members included', async () => {
+    const js = await fetch(`${server.url}/track-record/assets/uPlot.iife.min.js`);
+    expect(js.status).toBe(200);
+    expect(js.headers.get('content-type')).toBe('text/javascript; charset=utf-8');
+    expect((await js.text()).length).toBeGreaterThan(1000);
+    for (const name of ['constructor', '__proto__', 'toString', 'hasOwnProperty', 'valueOf', 'nope.js']) {
+      const res = await fetch(`${server.url}/track-record/assets/${name}`);
+      expect(res.status, name).toBe(404);
+      expect(res.headers.get('cache-control'), name).not.toContain('max-age=86400');
+      expect(await res.json(), name).toMatchObject({ code: 'NOT_FOUND' });
+    }
+  });
+});
+
 // Last: it leaves the key registry stopped.
 describe('a key that cannot be checked right now', () => {
   it('→ 503 KEY_UNVERIFIABLE, retryable, with the _service of the address it counts against', async () => {

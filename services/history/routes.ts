@@ -220,10 +220,12 @@ function historyAccess(deps: HistoryRoutesDeps) {
  * (public, cacheable) and GET /track-record (the page, with uPlot served from node_modules).
  */
 export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
-  const assets = {
-    'uPlot.iife.min.js': { body: uplotAsset('uPlot.iife.min.js'), type: 'text/javascript; charset=utf-8' },
-    'uPlot.min.css': { body: uplotAsset('uPlot.min.css'), type: 'text/css; charset=utf-8' },
-  };
+  // A Map, not an object literal: a name such as `constructor` or `__proto__` must not find the
+  // prototype's member and be served as an asset.
+  const assets = new Map([
+    ['uPlot.iife.min.js', { body: uplotAsset('uPlot.iife.min.js'), type: 'text/javascript; charset=utf-8' }],
+    ['uPlot.min.css', { body: uplotAsset('uPlot.min.css'), type: 'text/css; charset=utf-8' }],
+  ]);
 
   const { requireKey, withService, startAfter } = historyAccess(deps);
   const longPolls = new LongPolls(deps.maxLongPolls ?? 4);
@@ -315,7 +317,7 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
     );
 
     app.get('/track-record/assets/:file', ASSET_ROUTE, async (request, reply) => {
-      const asset = assets[request.params.file as keyof typeof assets];
+      const asset = assets.get(request.params.file);
       if (!asset) throw new ServiceError('NOT_FOUND', { detail: 'no such asset' });
       return reply
         .header('content-type', asset.type)

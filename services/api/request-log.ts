@@ -26,7 +26,27 @@ import { type Bindings, type ChildLoggerOptions, type Logger, stdTimeFunctions, 
  */
 export class OneLinePerRequest extends LogController {
   override incomingRequest(request: FastifyRequest): void {
-    request.log.debug({ req: request }, 'incoming request');
+    request.log.debug({ req: loggedRequest(request) }, 'incoming request');
+  }
+
+  // Fastify's own lines that name the request's URL: the same, with the URL as loggedUrl gives it.
+  override defaultErrorLog(error: Error, request: FastifyRequest, reply: FastifyReply): void {
+    if (this.isLogDisabled(request)) return;
+    if (reply.statusCode >= 500) {
+      reply.log.error({ req: loggedRequest(request), res: reply, err: error }, error?.message);
+    } else {
+      reply.log.info({ res: reply, err: error }, error?.message);
+    }
+  }
+
+  override writeHeadError(error: Error, request: FastifyRequest, reply: FastifyReply): void {
+    if (this.isLogDisabled(request)) return;
+    reply.log.warn({ req: loggedRequest(request), res: reply, err: error }, error?.message);
+  }
+
+  override routeNotFound(request: FastifyRequest): void {
+    if (this.isLogDisabled(request)) return;
+    request.log.info(`Route ${request.raw.method}:${loggedUrl(request.raw.url ?? '')} not found`);
   }
 
   override requestCompleted(
@@ -39,14 +59,15 @@ export class OneLinePerRequest extends LogController {
       return;
     }
     const requestLog = reply.log as RequestLogger | Logger;
-    if (isProbe(request.url)) {
+    const url = loggedUrl(request.url);
+    if (isProbe(url)) {
       // Probes every few seconds from each balancer would be most of the access log at info:
       // an answered /readyz is logged at debug (a failed one still went through pino above).
       if (requestLog.isLevelEnabled('debug')) {
         (requestLog as Logger).debug(
           {
             method: request.method,
-            url: request.url,
+            url,
             statusCode: reply.statusCode,
             responseTime: toMicroseconds(reply.elapsedTime),
           },
@@ -63,7 +84,7 @@ export class OneLinePerRequest extends LogController {
     const stream = plainStream(log);
     const fields = {
       method: request.method,
-      url: request.url,
+      url,
       statusCode: reply.statusCode,
       responseTime: reply.elapsedTime,
     };
@@ -87,6 +108,75 @@ export class OneLinePerRequest extends LogController {
 }
 
 const INFO = 30;
+
+/** What a redacted secret is logged as (as services/shared/logger.ts censors headers). */
+const REDACTED = '[redacted]';
+
+/**
+ * Query parameters whose value is a secret, by name (decoded, any case): an API key, a token, an
+ * OAuth code, a secret, a password or a signature, alone or at the end of a longer name
+ * (`api_key`, `access_token`, `client_secret`).
+ */
+const SECRET_NAME =
+  /(?:^|[_.-])(?:key|apikey|token|code|secret|password|passwd|pwd|signature|sig|auth|authorization|session|credentials?|jwt)$/i;
+/** Text of an API key (live or test), wherever it appears: in any parameter's value, or in the path. */
+const KEY_TEXT = /sk_(?:live|test)_[^/?&#]*/g;
+
+/**
+ * The request URL as logged: the value of each query parameter named like a secret, or holding a
+ * key, replaced by [redacted], and key text in the path too. A key sent in the query string (which
+ * the API refuses: keys go in Authorization) was written whole to the access log. A URL without a
+ * query and without key text is returned as it is: the check is two searches of a short string.
+ */
+export function loggedUrl(url: string): string {
+  const q = url.indexOf('?');
+  const rawPath = q === -1 ? url : url.slice(0, q);
+  const path = hasKeyText(rawPath) ? rawPath.replace(KEY_TEXT, REDACTED) : rawPath;
+  if (q === -1) return path;
+  const params = url.slice(q + 1).split('&');
+  for (let i = 0; i < params.length; i++) {
+    const param = params[i]!;
+    const eq = param.indexOf('=');
+    if (eq === -1) {
+      // A bare value (`?sk_live_…`): redacted when it is key text.
+      if (hasKeyText(decoded(param))) params[i] = REDACTED;
+      continue;
+    }
+    const name = decoded(param.slice(0, eq));
+    if (SECRET_NAME.test(name) || hasKeyText(decoded(param.slice(eq + 1)))) {
+      params[i] = `${param.slice(0, eq)}=${REDACTED}`;
+    }
+  }
+  return `${path}?${params.join('&')}`;
+}
+
+function hasKeyText(text: string): boolean {
+  return text.includes('sk_live_') || text.includes('sk_test_');
+}
+
+/** A query component decoded as a form value (`+` a space); as it is when it is not valid. */
+function decoded(component: string): string {
+  try {
+    return decodeURIComponent(component.replace(/\+/g, ' '));
+  } catch {
+    return component;
+  }
+}
+
+/**
+ * The request as Fastify's `req` serializer reads it (method, url, headers, host, ip, socket),
+ * with the URL as loggedUrl gives it.
+ */
+function loggedRequest(request: FastifyRequest) {
+  return {
+    method: request.method,
+    url: loggedUrl(request.url),
+    headers: request.headers,
+    host: request.host,
+    ip: request.ip,
+    socket: request.socket,
+  };
+}
 
 /**
  * The readiness probe (/readyz, with or without a query), polled every few seconds by each load

@@ -169,6 +169,59 @@ describe('the access log line', () => {
     }
   });
 
+  it('redacts secret-looking query values, and key text anywhere in the URL, on every line that names it', async () => {
+    const KEY = 'sk_live_WmWGq3b7Yx2cV9kP0aZ1fHnL4sDtR8uE6jIoM5yBwXe';
+    for (const level of ['info', 'debug'] as const) {
+      const out = capture();
+      const app = await appWith(pino({ level }, out.stream));
+      try {
+        const urls = [
+          `/lazy?api_key=${KEY}&coin=BTC`,
+          '/lazy?token=t0k&access_token=at&code=c0de&client_secret=cs&window=7d&Api%5FKey=k2',
+          '/lazy?q=sk_test_abc&after=12&x=Bearer%20sk_live_abc',
+          `/lazy?${KEY}`,
+          `/boom?key=${KEY}`,
+          `/nowhere/${KEY}?api_key=${KEY}`,
+          `/readyz?secret=${KEY}`,
+        ];
+        for (const url of urls) await app.inject({ method: 'GET', url });
+        await turn();
+        flushAccessLines();
+        const text = out.writes.join('');
+        for (const secret of [KEY, 'sk_test_abc', 'sk_live_abc', 't0k', '=at', 'c0de', '=cs', 'k2']) {
+          expect(text, `${level}: ${secret}`).not.toContain(secret);
+        }
+        const completed = out.lines().filter((l) => l.msg === 'request completed');
+        // Sorted: an answered probe's line goes through pino at once, the others at the end of the turn.
+        expect(completed.map((l) => l.url).sort()).toEqual(
+          [
+            '/lazy?api_key=[redacted]&coin=BTC',
+            '/lazy?token=[redacted]&access_token=[redacted]&code=[redacted]&client_secret=[redacted]&window=7d&Api%5FKey=[redacted]',
+            '/lazy?q=[redacted]&after=12&x=[redacted]',
+            '/lazy?[redacted]',
+            '/boom?key=[redacted]',
+            '/nowhere/[redacted]?api_key=[redacted]',
+            ...(level === 'debug' ? ['/readyz?secret=[redacted]'] : []),
+          ].sort(),
+        );
+        // The 500's error line names the request, as Fastify's does, with the URL redacted.
+        expect(out.lines().find((l) => l.level === 50)).toMatchObject({
+          req: { method: 'GET', url: '/boom?key=[redacted]' },
+        });
+        expect(out.lines().map((l) => l.msg)).toContain(
+          'Route GET:/nowhere/[redacted]?api_key=[redacted] not found',
+        );
+        if (level === 'debug') {
+          const incoming = out.lines().filter((l) => l.msg === 'incoming request');
+          expect(incoming).toHaveLength(urls.length);
+          expect(incoming[0]).toMatchObject({ req: { url: '/lazy?api_key=[redacted]&coin=BTC' } });
+        }
+      } finally {
+        await app.close();
+      }
+    }
+  });
+
   it('logs a failed request at once, at error level', async () => {
     const out = capture();
     const app = await appWith(pino({ level: 'info' }, out.stream));

@@ -4,11 +4,15 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { x402Client } from '@x402/core/client';
+import { x402Facilitator } from '@x402/core/facilitator';
+import { toFacilitatorEvmSigner } from '@x402/evm';
 import { registerExactEvmScheme } from '@x402/evm/exact/client';
+import { ExactEvmScheme } from '@x402/evm/exact/facilitator';
 import { decodePaymentResponseHeader, wrapFetchWithPayment } from '@x402/fetch';
 import Fastify from 'fastify';
-import { type Hex, nonceManager } from 'viem';
+import { createWalletClient, type Hex, http, nonceManager, publicActions } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import { base } from 'viem/chains';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMemoryCache } from '../adapters/cache/memory.ts';
 import { type LmdbEventStore, openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
@@ -471,11 +475,13 @@ describe('remote facilitator over HTTP', () => {
 });
 
 /**
- * A JSON-RPC proxy in front of anvil. `pass` forwards every call; `silent` answers nothing, as a
- * node that accepts connections and hangs (kill -STOP).
+ * A JSON-RPC proxy in front of anvil. `pass` forwards every call; `lose-send-reply` forwards the
+ * next eth_sendRawTransaction (the node takes and mines it) and never answers it, then passes
+ * again; `refuse-send` answers the next one with the node's refusal without forwarding it;
+ * `silent` answers nothing, as a node that accepts connections and hangs (kill -STOP).
  */
 async function rpcProxy(target: string) {
-  let mode: 'pass' | 'silent' = 'pass';
+  let mode: 'pass' | 'lose-send-reply' | 'refuse-send' | 'silent' = 'pass';
   const held = new Set<ServerResponse>();
   const server = createServer((req, res) => {
     let raw = '';
@@ -487,12 +493,27 @@ async function rpcProxy(target: string) {
         held.add(res);
         return;
       }
+      const calls = [JSON.parse(raw)].flat() as { id: number; method: string }[];
+      const send = calls.find((c) => c.method === 'eth_sendRawTransaction');
+      if (mode === 'refuse-send' && send) {
+        mode = 'pass';
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(
+          JSON.stringify({ jsonrpc: '2.0', id: send.id, error: { code: -32000, message: 'nonce too low' } }),
+        );
+        return;
+      }
       const forwarded = await fetch(target, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body: raw,
       });
       const text = await forwarded.text();
+      if (mode === 'lose-send-reply' && send) {
+        mode = 'pass';
+        held.add(res);
+        return;
+      }
       res.writeHead(forwarded.status, { 'content-type': 'application/json' });
       res.end(text);
     });
@@ -511,7 +532,194 @@ async function rpcProxy(target: string) {
   };
 }
 
-describe('a chain RPC that does not answer', () => {
+describe('a chain RPC that loses answers', () => {
+  it('a settlement whose send got no answer but was mined serves the answer, charges once, and replays it', async () => {
+    const proxy = await rpcProxy(chain.rpcUrl);
+    // Each JSON-RPC request times out after X402_FACILITATOR_TIMEOUT_MS (viem's 10 s at most).
+    const stack = await startX402Stack(
+      {
+        X402_RPC_URL: proxy.url,
+        X402_FACILITATOR_TIMEOUT_MS: '1500',
+        X402_SETTLE_CONFIRM_TIMEOUT_MS: '8000',
+      },
+      chain,
+    );
+    try {
+      const payer = await chain.fundedPayer(1_000_000n);
+      const client = new x402Client();
+      registerExactEvmScheme(client, { signer: privateKeyToAccount(payer.key) });
+      let header = '';
+      const payFetch = wrapFetchWithPayment(async (input, init) => {
+        const request = new Request(input, init);
+        header = request.headers.get('payment-signature') ?? header;
+        return fetch(request);
+      }, client);
+      proxy.set('lose-send-reply');
+      const res = await payFetch(`${stack.url}/x402/get_trade_call`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ coin: 'BTC', timeframe: '1h' }),
+      });
+      const body = (await res.json()) as Record<string, unknown> & {
+        _service: { payment: { status: string; transaction: string } };
+      };
+      expect(res.status, JSON.stringify(body)).toBe(200);
+      const { _service: _paid, ...answer } = body;
+      expect(answer).toMatchObject({ coin: 'BTC', timeframe: '1h' });
+      const receipt = decodePaymentResponseHeader(res.headers.get('payment-response')!);
+      expect(receipt).toMatchObject({ success: true });
+      await stack.x402.settled();
+      const nonce = (await settledNonce(stack))!;
+      expect(await chain.authorizationState(payer.address, nonce as Hex)).toBe(true);
+      // The transaction the node took is the one the answer names.
+      const mined = await chain.publicClient.getTransactionReceipt({ hash: receipt.transaction as Hex });
+      expect(mined.status).toBe('success');
+      expect(body._service.payment.transaction).toBe(receipt.transaction);
+      expect((await stack.paymentEvents(nonce)).map((e) => e.type)).toEqual([
+        'PaymentAuthorized',
+        'PaymentSettlementPending',
+        'PaymentSettled',
+      ]);
+      // The same payment presented again gets the same answer, and charges nothing more.
+      const again = await fetch(`${stack.url}/x402/get_trade_call`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'payment-signature': header },
+        body: JSON.stringify({ coin: 'BTC', timeframe: '1h' }),
+      });
+      expect(again.status).toBe(200);
+      expect(again.headers.get('x-payment-replayed')).toBe('true');
+      const { _service: _replayed, ...kept } = (await again.json()) as Record<string, unknown>;
+      expect(kept).toEqual(answer);
+      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - 20_000n);
+    } finally {
+      await stack.stop();
+      await proxy.close();
+    }
+  });
+
+  it('a settlement transaction the node refused: 402 settlement_failed, said not sent, nothing charged', async () => {
+    const proxy = await rpcProxy(chain.rpcUrl);
+    const stack = await startX402Stack(
+      { X402_RPC_URL: proxy.url, X402_FACILITATOR_TIMEOUT_MS: '1500' },
+      chain,
+    );
+    try {
+      const payer = await chain.fundedPayer(1_000_000n);
+      proxy.set('refuse-send');
+      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+      const body = (await res.json()) as Record<string, unknown>;
+      expect(res.status).toBe(402);
+      expect(body).toMatchObject({ code: 'settlement_failed' });
+      expect(body.message).toMatch(
+        /^settlement failed: the settlement transaction was not sent \(Nonce provided .* lower than the current nonce .*\); nothing was charged$/,
+      );
+      expect(body).not.toHaveProperty('regime');
+      await stack.x402.settled();
+      expect((await stack.paymentEvents(auth.nonce)).at(-1)?.type).toBe('PaymentSettlementFailed');
+      expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(false);
+      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n);
+    } finally {
+      await stack.stop();
+      await proxy.close();
+    }
+  });
+
+  it('a remote facilitator that lost its send reply and answered failed: the answer is served pending, reconciliation records the settlement', async () => {
+    const proxy = await rpcProxy(chain.rpcUrl);
+    // The official facilitator (@x402/core, @x402/evm, viem), as a third party runs it, behind the
+    // lossy RPC: its wallet's send times out after the node took the transaction.
+    const key = generatePrivateKey();
+    const account = privateKeyToAccount(key);
+    await chain.testClient.setBalance({ address: account.address, value: 10n ** 18n });
+    const wallet = createWalletClient({
+      account,
+      chain: base,
+      transport: http(proxy.url, { timeout: 1000, retryCount: 0 }),
+    }).extend(publicActions);
+    const official = new x402Facilitator().register(
+      'eip155:8453',
+      new ExactEvmScheme(toFacilitatorEvmSigner({ ...wallet, address: account.address } as never)),
+    );
+    const remote = Fastify();
+    remote.get('/supported', async () => official.getSupported());
+    remote.post('/verify', async (request) => {
+      const { paymentPayload, paymentRequirements } = request.body as never;
+      return official.verify(paymentPayload, paymentRequirements);
+    });
+    const answers: Record<string, unknown>[] = [];
+    remote.post('/settle', async (request) => {
+      const { paymentPayload, paymentRequirements } = request.body as never;
+      const answer = await official.settle(paymentPayload, paymentRequirements);
+      answers.push(answer as never);
+      return answer;
+    });
+    const stack = await startX402Stack(
+      {
+        X402_FACILITATOR: 'remote',
+        X402_FACILITATOR_URL: await remote.listen({ host: '127.0.0.1', port: 0 }),
+      },
+      chain,
+    );
+    try {
+      const payer = await chain.fundedPayer(1_000_000n);
+      proxy.set('lose-send-reply');
+      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+      const body = (await res.json()) as { regime?: string; _service: { payment: { status: string } } };
+      expect(answers).toEqual([
+        expect.objectContaining({
+          success: false,
+          errorReason: 'invalid_exact_evm_transaction_failed',
+          transaction: '',
+        }),
+      ]);
+      expect(res.status, JSON.stringify(body)).toBe(200);
+      expect(body.regime).toEqual(expect.any(String));
+      expect(body._service.payment.status).toBe('pending');
+      await stack.x402.settled();
+      // The node took it: the buyer paid, once.
+      expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(true);
+      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - PRICE);
+      expect((await stack.paymentEvents(auth.nonce)).map((e) => e.type)).toEqual([
+        'PaymentAuthorized',
+        'PaymentSettlementPending',
+        'PaymentSettlementPending',
+      ]);
+      const reconciler = new PaymentReconciler({
+        store: stack.store,
+        chains: chainReadersFor([{ network: 'eip155:8453', rpcUrl: chain.rpcUrl } as never]),
+        olderThanMs: 0,
+      });
+      expect(await reconciler.runOnce()).toMatchObject({ settled: 1, rebroadcast: 0, lost: 0 });
+      const settled = (await stack.paymentEvents(auth.nonce)).at(-1)!;
+      expect(settled).toMatchObject({ type: 'PaymentSettled', data: { reconciled: true } });
+      expect(
+        (await chain.publicClient.getTransactionReceipt({ hash: (settled.data as { txHash: Hex }).txHash }))
+          .status,
+      ).toBe('success');
+      // The same payment again (signing is deterministic): the kept answer, now settled.
+      const again = await fetch(`${stack.url}${PATH}`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'x-payment': v1Header(auth, await signAuthorization(payer.key, auth)),
+        },
+        body: JSON.stringify(BODY),
+      });
+      expect(again.status).toBe(200);
+      expect(again.headers.get('x-payment-replayed')).toBe('true');
+      const kept = (await again.json()) as typeof body;
+      expect(kept.regime).toBe(body.regime);
+      expect(kept._service.payment).toMatchObject({
+        status: 'settled',
+        transaction: (settled.data as { txHash: Hex }).txHash,
+      });
+    } finally {
+      await stack.stop();
+      await remote.close();
+      await proxy.close();
+    }
+  });
+
   it('a chain that accepts connections and never answers: 503 within X402_FACILITATOR_TIMEOUT_MS, nothing charged', async () => {
     const proxy = await rpcProxy(chain.rpcUrl);
     const stack = await startX402Stack(

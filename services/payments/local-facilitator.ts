@@ -12,9 +12,14 @@ import {
   defineChain,
   ExecutionRevertedError,
   type Hex,
+  HttpRequestError,
   http,
+  keccak256,
   nonceManager,
   publicActions,
+  RpcError,
+  RpcRequestError,
+  type Transport,
 } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
 import { ignoreStrayRejections } from '../../adapters/stray-rejections.ts';
@@ -36,7 +41,7 @@ export interface LocalFacilitatorOptions {
    * verification throws: the payer is answered 503 facilitator_unavailable, nothing charged.
    */
   chainBudgetMs?: number;
-  /** Where an ignored stray asset-check rejection is logged (see isAbandonedAssetCheck). */
+  /** Where an ignored stray asset-check rejection, and a send that got no answer, are logged. */
   logger?: Logger;
 }
 
@@ -82,6 +87,54 @@ async function noted<T>(read: () => Promise<T>): Promise<T> {
       verification.unreachable = err;
     throw err;
   }
+}
+
+/**
+ * The settlement transaction being sent: set by the transport when its eth_sendRawTransaction
+ * got no answer from the node (a timeout, a broken connection, a proxy's 5xx), so the node may
+ * have it and the chain may mine it. viem throws then, as it does when the node refused it.
+ */
+const sending = new AsyncLocalStorage<{ unanswered: Hex | null }>();
+
+/**
+ * Whether a failed eth_sendRawTransaction was refused by the node, so the transaction is not in
+ * its pool: a JSON-RPC error answer (nonce too low, underpriced, insufficient funds for gas...),
+ * or a client error status from the HTTP server in front of it. "already known" is the node
+ * saying it has it. Anything else (no answer, a 5xx, a 408) leaves the broadcast unknown.
+ */
+function nodeRefused(err: unknown): boolean {
+  if (err instanceof RpcError || err instanceof RpcRequestError) {
+    return !/already known|already imported|known transaction/i.test(err.message);
+  }
+  if (err instanceof HttpRequestError && err.status !== undefined) {
+    return err.status >= 400 && err.status < 500 && err.status !== 408;
+  }
+  return false;
+}
+
+/**
+ * `transport`, noting the hash of a raw transaction whose send got no answer on the settlement
+ * in flight (see `sending`). The error is thrown on, so viem resets its nonce manager as after
+ * any failed send: the next transaction's nonce is read from the node, which counts this one
+ * if it has it.
+ */
+function noticingLostSends(transport: Transport): Transport {
+  return (params) => {
+    const inner = transport(params);
+    const request: typeof inner.request = async (args, options) => {
+      if (args.method !== 'eth_sendRawTransaction') return inner.request(args, options);
+      try {
+        return await inner.request(args, options);
+      } catch (err) {
+        const attempt = sending.getStore();
+        const raw = (args.params as readonly unknown[] | undefined)?.[0];
+        if (attempt && typeof raw === 'string' && !nodeRefused(err))
+          attempt.unanswered = keccak256(raw as Hex);
+        throw err;
+      }
+    };
+    return { ...inner, request };
+  };
 }
 
 /** Addresses whose code is remembered, at most (the map is emptied when full). */
@@ -178,7 +231,7 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
     const client = createWalletClient({
       account,
       chain,
-      transport: http(rpcUrl, { timeout: Math.min(RPC_TIMEOUT_MS, budgetMs) }),
+      transport: noticingLostSends(http(rpcUrl, { timeout: Math.min(RPC_TIMEOUT_MS, budgetMs) })),
       pollingInterval: RECEIPT_POLL_MS,
     }).extend(publicActions);
     const codes = new CodeCache(options.payerCodeTtlMs ?? 30_000);
@@ -192,11 +245,27 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
         verifyTypedData: (args) =>
           noted(() => client.verifyTypedData(args as Parameters<typeof client.verifyTypedData>[0])),
         writeContract: async (args) => {
-          const hash = await client.writeContract({
-            ...(args as Parameters<typeof client.writeContract>[0]),
-            chain,
-            account,
-          });
+          const attempt = { unanswered: null as Hex | null };
+          let hash: Hex;
+          try {
+            hash = await sending.run(attempt, () =>
+              client.writeContract({
+                ...(args as Parameters<typeof client.writeContract>[0]),
+                chain,
+                account,
+              }),
+            );
+          } catch (err) {
+            if (attempt.unanswered === null) throw err;
+            // Signed and handed to the node, which did not answer: it may mine it. Reported as
+            // sent, so @x402/evm waits for its receipt, and the payment stays open (pending) until
+            // the chain tells; a throw here would read as a refusal and the payment as failed.
+            hash = attempt.unanswered;
+            options.logger?.warn(
+              { err, transaction: hash, function: args.functionName },
+              'a transaction sent got no answer from the node; waiting for its receipt as if sent',
+            );
+          }
           if (args.functionName === 'transferWithAuthorization') {
             // (from, to, value, validAfter, validBefore, nonce, ...signature)
             const call = args.args as readonly unknown[];

@@ -23,7 +23,7 @@ import type { PaymentHandle, PaymentLedger, PaymentStep, ReserveResult } from '.
 import { type PaidResponseKey, type PaidResponseStore, requestFingerprint } from './paid-responses.ts';
 import { decideReservation, identityKey, type PaymentIdentity, type PaymentState } from './payment-state.ts';
 import { v1NetworkName } from './rails.ts';
-import { describeMismatch, describeReason } from './reasons.ts';
+import { describeMismatch, describeReason, describeUnsent } from './reasons.ts';
 import type { SubmissionWatch } from './submissions.ts';
 import type { PaidTool } from './tools.ts';
 
@@ -476,6 +476,37 @@ interface Served {
   fingerprint: string;
 }
 
+/** @x402/evm's reason for a settlement transaction mined and reverted (without a transaction: see below). */
+const REVERTED = 'invalid_exact_evm_transaction_failed';
+
+/**
+ * The facilitators' reasons that refuse a settlement before its transaction is sent: the settle's
+ * own check of the authorisation, or the transfer's gas estimate naming why it would revert.
+ * Without a transaction, `invalid_exact_evm_transaction_failed` is @x402/evm's word for any error
+ * around the send (its transport timing out after the node took the transaction included), and a
+ * nonce already used may be this settlement's own transaction: neither tells that nothing was sent.
+ */
+const REFUSED_BEFORE_SENDING: ReadonlySet<string> = new Set([
+  'invalid_exact_evm_scheme',
+  'invalid_exact_evm_network_mismatch',
+  'invalid_exact_evm_missing_eip712_domain',
+  'invalid_exact_evm_recipient_mismatch',
+  'invalid_exact_evm_signature',
+  'invalid_exact_evm_payload_authorization_valid_before',
+  'invalid_exact_evm_payload_authorization_valid_after',
+  'invalid_exact_evm_authorization_value',
+  'invalid_exact_evm_payload_authorization_value_mismatch',
+  'invalid_exact_evm_token_name_mismatch',
+  'invalid_exact_evm_token_version_mismatch',
+  'invalid_exact_evm_eip3009_not_supported',
+  'invalid_exact_evm_insufficient_balance',
+  'invalid_exact_evm_transaction_simulation_failed',
+  'invalid_exact_evm_failed_to_parse_signature',
+  'asset_not_deployed_contract',
+  'eip6492_factory_not_allowed',
+  'unsupported_payload_type',
+]);
+
 /** How a settlement ended, as recorded. */
 type Settled =
   | { kind: 'settled'; settle: SettleResponse }
@@ -618,27 +649,66 @@ async function settleAndRecord(deps: PaymentFlowDeps, call: PaidCall, paid: Serv
       return 'unrecorded';
     }
   };
+  /**
+   * A settlement the facilitator reports failed. Terminal (recorded failed: the payer is refused
+   * and charged nothing) only when it cannot have been charged: its transaction reverted on
+   * chain, or it was refused before any transaction was sent. Otherwise the payer may be charged,
+   * so the payment stays pending for reconciliation to read from the chain, and the answer
+   * (kept before settling) is the payer's.
+   */
+  const failed = async (
+    reason: string,
+    detail: string | undefined,
+    transaction: string,
+    response: SettleResponse | null,
+  ): Promise<Settled> => {
+    const sent = ((transaction || null) as `0x${string}` | null) ?? deps.submissions?.sent(identity) ?? null;
+    if (transaction && reason === REVERTED) {
+      await record({ kind: 'fail', reason, txHash: transaction as `0x${string}` });
+      deps.logger.error(
+        { requestId: call.requestId, reason, transaction },
+        'a broadcast settlement failed on chain',
+      );
+      return { kind: 'failed', reason, message: describeReason(reason, detail), settle: response };
+    }
+    // The in-process facilitator reports every transaction it sent, or may have sent (see
+    // local-facilitator.ts), so with it nothing seen is nothing sent; a remote one is believed
+    // only for the refusals that come before a transaction is built.
+    const unsent = sent === null && (deps.submissions !== null || REFUSED_BEFORE_SENDING.has(reason));
+    if (unsent) {
+      await record({ kind: 'fail', reason });
+      return { kind: 'failed', reason, message: describeUnsent(reason, detail), settle: response };
+    }
+    deps.logger.warn(
+      { requestId: call.requestId, reason, detail, transaction: sent },
+      'settlement reported failed after its transaction may have been sent; left pending for reconciliation',
+    );
+    await record({
+      kind: 'markPending',
+      submittedAt: new Date().toISOString(),
+      ...(sent ? { txHash: sent } : {}),
+      reason: `settle answered ${reason}, but the transaction may have been sent; the chain decides`,
+    });
+    return { kind: 'pending', settle: unconfirmedResponse(requirement.network, payer, sent) };
+  };
+
   let settled: SettleResponse;
   try {
     settled = await deps.server.settlePayment(payload, requirement);
   } catch (err) {
     if (err instanceof SettleError && !(err instanceof FacilitatorTimeoutError)) {
-      const reason = err.errorReason ?? 'settlement_failed';
-      await record({
-        kind: 'fail',
-        reason,
-        ...(err.transaction ? { txHash: err.transaction as `0x${string}` } : {}),
-      });
-      return { kind: 'failed', reason, message: describeReason(reason, err.errorMessage), settle: null };
+      return failed(err.errorReason ?? 'settlement_failed', err.errorMessage, err.transaction ?? '', null);
     }
     // Timed out or cut off mid-call: the facilitator may still settle. Leave it to reconciliation.
+    const sent = deps.submissions?.sent(identity) ?? null;
     deps.logger.warn({ err, requestId: call.requestId }, 'settlement outcome unknown; recorded as pending');
     await record({
       kind: 'markPending',
       submittedAt: new Date().toISOString(),
+      ...(sent ? { txHash: sent } : {}),
       reason: err instanceof Error ? err.message.slice(0, 200) : 'settlement outcome unknown',
     });
-    return { kind: 'pending', settle: unconfirmedResponse(requirement.network, payer, null) };
+    return { kind: 'pending', settle: unconfirmedResponse(requirement.network, payer, sent) };
   }
 
   if (settled.success) {
@@ -665,19 +735,10 @@ async function settleAndRecord(deps: PaymentFlowDeps, call: PaidCall, paid: Serv
     });
     return { kind: 'pending', settle: settled };
   }
-  const reason = settled.errorReason ?? 'settlement_failed';
-  await record({
-    kind: 'fail',
-    reason,
-    ...(settled.transaction ? { txHash: settled.transaction as `0x${string}` } : {}),
-  });
-  if (!settled.transaction) {
-    // Refused before anything was sent (e.g. the payer's funds moved away since verification).
-    return { kind: 'failed', reason, message: describeReason(reason, settled.errorMessage), settle: settled };
-  }
-  deps.logger.error(
-    { requestId: call.requestId, reason, transaction: settled.transaction },
-    'a broadcast settlement failed on chain',
+  return failed(
+    settled.errorReason ?? 'settlement_failed',
+    settled.errorMessage,
+    settled.transaction,
+    settled,
   );
-  return { kind: 'failed', reason, message: describeReason(reason, settled.errorMessage), settle: settled };
 }

@@ -84,3 +84,14 @@ export function describeMismatch(
     message: 'the accepted payment terms differ from the quote of this request',
   };
 }
+
+/**
+ * Why a settlement refused before its transaction was sent failed: the catalog's words for a
+ * reason it has, except @x402/evm's catch-all for a send that failed, whose words ("failed on
+ * chain") would tell a payer the chain saw it; the first line of what failed is named instead.
+ */
+export function describeUnsent(reason: string, detail?: string): string {
+  if (reason !== 'invalid_exact_evm_transaction_failed') return describeReason(reason, detail);
+  const first = detail?.split('\n')[0]?.trim().slice(0, 200);
+  return `the settlement transaction was not sent${first ? ` (${first})` : ''}; nothing was charged`;
+}

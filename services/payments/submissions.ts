@@ -1,4 +1,8 @@
+import { setBounded } from '../shared/bounded-map.ts';
 import { identityKey, type PaymentIdentity } from './payment-state.ts';
+
+/** Broadcast hashes remembered for replays, at most (the oldest is dropped first). */
+const MAX_SENT = 10_000;
 
 /**
  * Tells a paid call the hash of its settlement transaction as soon as it is broadcast, before
@@ -8,6 +12,7 @@ import { identityKey, type PaymentIdentity } from './payment-state.ts';
  */
 export class SubmissionWatch {
   private readonly waiting = new Map<string, (hash: `0x${string}`) => void>();
+  private readonly sentHashes = new Map<string, `0x${string}`>();
 
   /** Resolves with the hash once broadcast, or null after `timeoutMs` or when `cancel` runs. */
   expect(id: PaymentIdentity, timeoutMs: number): { hash: Promise<`0x${string}` | null>; cancel(): void } {
@@ -27,8 +32,22 @@ export class SubmissionWatch {
     return { hash, cancel };
   }
 
-  /** Called by the facilitator's signer with every transferWithAuthorization it broadcast. */
+  /**
+   * The last transaction broadcast for this payment by this process, if any: a replay reads it
+   * while the settle call that sent it still waits for its receipt (the log names the hash only
+   * once that call ends). A settle that failed with nothing recorded here sent nothing.
+   */
+  sent(id: PaymentIdentity): `0x${string}` | null {
+    return this.sentHashes.get(identityKey(id)) ?? null;
+  }
+
+  /**
+   * Called by the facilitator's signer with every transferWithAuthorization it broadcast, or may
+   * have broadcast (its send got no answer).
+   */
   broadcast(id: PaymentIdentity, hash: `0x${string}`): void {
-    this.waiting.get(identityKey(id))?.(hash);
+    const key = identityKey(id);
+    setBounded(this.sentHashes, key, hash, MAX_SENT);
+    this.waiting.get(key)?.(hash);
   }
 }

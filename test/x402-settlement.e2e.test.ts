@@ -748,3 +748,57 @@ describe('a chain RPC that loses answers', () => {
     }
   });
 });
+
+describe('a paid answer presented again while its settlement is unconfirmed', () => {
+  it('is answered at once with the broadcast transaction, not after the receipt wait', async () => {
+    const stack = await startX402Stack({ X402_SETTLE_CONFIRM_TIMEOUT_MS: '8000' }, chain);
+    try {
+      const payer = await chain.fundedPayer(1_000_000n);
+      const now = nowSeconds();
+      const auth = {
+        from: payer.address,
+        to: stack.payTo,
+        value: PRICE,
+        validAfter: now - 600n,
+        validBefore: now + 120n,
+        nonce: randomNonce(),
+      };
+      const header = v1Header(auth, await signAuthorization(payer.key, auth));
+      const call = () =>
+        fetch(`${stack.url}${PATH}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'x-payment': header },
+          body: JSON.stringify(BODY),
+        });
+      await chain.testClient.setAutomine(false);
+      try {
+        const first = await call();
+        expect(first.status).toBe(200);
+        const sent = decodePaymentResponseHeader(first.headers.get('x-payment-response')!).transaction;
+        expect(sent).toMatch(/^0x[0-9a-f]{64}$/);
+        const started = Date.now();
+        const again = await call();
+        const took = Date.now() - started;
+        expect(again.status).toBe(200);
+        expect(again.headers.get('x-payment-replayed')).toBe('true');
+        expect(decodePaymentResponseHeader(again.headers.get('x-payment-response')!)).toMatchObject({
+          success: true,
+          transaction: sent,
+        });
+        const body = (await again.json()) as {
+          _service: { payment: { status: string; transaction: string } };
+        };
+        expect(body._service.payment).toMatchObject({ status: 'pending', transaction: sent });
+        // Well inside the receipt wait (8 s) the log would otherwise be polled for.
+        expect(took).toBeLessThan(2000);
+      } finally {
+        await chain.testClient.setAutomine(true);
+      }
+      await chain.testClient.mine({ blocks: 1 });
+      await stack.x402.settled();
+      expect((await stack.paymentEvents(auth.nonce)).at(-1)?.type).toBe('PaymentSettled');
+    } finally {
+      await stack.stop();
+    }
+  });
+});

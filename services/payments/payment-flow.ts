@@ -185,16 +185,22 @@ const REPLAY_POLL_MS = 200;
 
 /**
  * The payment's state for a replay. A settlement is recorded pending before the facilitator is
- * asked, and its transaction only once the settle call ends (about a block later), while the
- * first answer already named the broadcast transaction: a replay in between (a client retrying
- * at once after a dropped connection) would read no transaction, and its receipt would say the
- * payment failed. So a replay waits, within the first answer's own budget (`submitWaitMs`), for
- * the log to name the transaction or end the settlement; past that it answers as the log stands.
+ * asked, and its transaction only once the settle call ends (a block later, or the whole receipt
+ * wait when the chain is slow), while the first answer already named the broadcast transaction:
+ * a replay in between (a client retrying at once after a dropped connection) would read no
+ * transaction, and its receipt would say the payment failed. A settlement this process sent is
+ * named at once from its broadcast (`submissions`); one sent by another replica (or a remote
+ * facilitator, which names nothing before its settle ends) is waited for, within the first
+ * answer's own budget (`submitWaitMs`), until the log names the transaction or ends the
+ * settlement; past that it answers as the log stands.
  */
 async function settledEnough(deps: PaymentFlowDeps, identity: PaymentIdentity): Promise<PaymentState | null> {
   const until = Date.now() + deps.submitWaitMs;
   let state = await deps.ledger.state(identity);
-  while (state?.status === 'pending' && !state.txHash && Date.now() < until) {
+  while (state?.status === 'pending' && !state.txHash) {
+    const sent = deps.submissions?.sent(identity) ?? null;
+    if (sent) return { ...state, txHash: sent };
+    if (Date.now() >= until) break;
     await new Promise((resolve) => setTimeout(resolve, REPLAY_POLL_MS));
     state = await deps.ledger.state(identity);
   }

@@ -17,20 +17,36 @@ export function newNonce(): string {
   return randomBytes(NONCE_BYTES).toString('hex');
 }
 
-/** Issues a single-use sign-in nonce that lapses after `ttlMs`. */
+/** Issues a single-use sign-in nonce that lapses after `ttlMs`; it holds its expiry (restoreNonce). */
 export async function issueNonce(cache: Cache, ttlMs: number): Promise<{ nonce: string; expiresAt: number }> {
   const nonce = newNonce();
-  await cache.set(issuedKey(nonce), '1', { ttlMs });
-  return { nonce, expiresAt: Date.now() + ttlMs };
+  const expiresAt = Date.now() + ttlMs;
+  await cache.set(issuedKey(nonce), String(expiresAt), { ttlMs });
+  return { nonce, expiresAt };
 }
 
 /**
  * Consumes a nonce: true for exactly one caller, however many replicas race with the same
- * signed message. The "used" marker is set with set-if-absent, the cache's atomic primitive.
+ * signed message. The "used" marker is set with set-if-absent, the cache's atomic primitive; it
+ * keeps the nonce's expiry, so that restoreNonce can give it back no longer than it had.
  */
 export async function consumeNonce(cache: Cache, nonce: string, ttlMs: number): Promise<boolean> {
-  if ((await cache.get(issuedKey(nonce))) === null) return false;
-  if (!(await cache.setIfAbsent(usedKey(nonce), '1', { ttlMs }))) return false;
+  const issued = await cache.get(issuedKey(nonce));
+  if (issued === null) return false;
+  if (!(await cache.setIfAbsent(usedKey(nonce), issued, { ttlMs }))) return false;
   await cache.delete(issuedKey(nonce));
   return true;
+}
+
+/**
+ * Makes a consumed nonce usable again until its own expiry: its sign-in was refused before
+ * anything was written (the free-key budget of the caller's network), so the same signed message
+ * may be sent again once the refusal lifts. A nonce whose expiry is unknown or past stays spent.
+ */
+export async function restoreNonce(cache: Cache, nonce: string): Promise<void> {
+  const expiresAt = Number(await cache.get(usedKey(nonce)));
+  const ttlMs = expiresAt - Date.now();
+  if (!Number.isFinite(ttlMs) || ttlMs <= 0) return;
+  await cache.set(issuedKey(nonce), String(expiresAt), { ttlMs });
+  await cache.delete(usedKey(nonce));
 }

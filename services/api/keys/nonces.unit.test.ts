@@ -1,7 +1,7 @@
 import { parseSiweMessage, validateSiweMessage } from 'viem/siwe';
 import { describe, expect, it } from 'vitest';
 import { createMemoryCache } from '../../../adapters/cache/memory.ts';
-import { consumeNonce, issueNonce, newNonce } from './nonces.ts';
+import { consumeNonce, issueNonce, newNonce, restoreNonce } from './nonces.ts';
 
 /** Every 16-character piece of `nonce`, at every offset. */
 const pieces = (nonce: string): string[] =>
@@ -53,5 +53,20 @@ describe('sign-in nonces', () => {
     expect(await consumeNonce(cache, nonce, 60_000)).toBe(true);
     expect(await consumeNonce(cache, nonce, 60_000)).toBe(false);
     expect(await consumeNonce(cache, newNonce(), 60_000)).toBe(false);
+  });
+
+  it('can be given back once consumed, usable once more and no longer than they had', async () => {
+    const cache = createMemoryCache();
+    const { nonce } = await issueNonce(cache, 60_000);
+    expect(await consumeNonce(cache, nonce, 60_000)).toBe(true);
+    await restoreNonce(cache, nonce);
+    expect(await consumeNonce(cache, nonce, 60_000)).toBe(true);
+    expect(await consumeNonce(cache, nonce, 60_000)).toBe(false);
+    // A nonce whose own lifetime is over stays spent.
+    const brief = await issueNonce(cache, 200);
+    expect(await consumeNonce(cache, brief.nonce, 60_000)).toBe(true);
+    while (Date.now() <= brief.expiresAt) await new Promise((r) => setTimeout(r, 2));
+    await restoreNonce(cache, brief.nonce);
+    expect(await consumeNonce(cache, brief.nonce, 60_000)).toBe(false);
   });
 });

@@ -402,6 +402,12 @@ export const ConfigSchema = z
     SIWE_DOMAIN: z.string().min(1).default('localhost:8080'),
     /** How long a sign-in nonce from GET /api/keys/nonce stays usable. */
     SIWE_NONCE_TTL_MS: positiveInt.default(10 * 60_000),
+    /**
+     * Free keys issued per client network (an IPv4 address, an IPv6 /64) and UTC day, by POST
+     * /api/keys and the OAuth wallet sign-in together: a wallet is a fresh private key, so one key
+     * per wallet alone would let one network mint keys without end. Counted in the shared cache.
+     */
+    FREE_KEYS_PER_ADDRESS_PER_DAY: positiveInt.default(3),
 
     /**
      * OAuth sign-in for MCP hosts (services/api/oauth): /mcp/signin asks for an OAuth access

@@ -102,6 +102,14 @@ export const ERRORS = {
     retryable: false,
     message: 'address {address} already has its free key',
   },
+  // The free-key budget of a client network (FREE_KEYS_PER_ADDRESS_PER_DAY): Retry-After says
+  // when the UTC day, and the budget with it, starts afresh.
+  FREE_KEY_LIMIT_REACHED: {
+    status: 429,
+    retryable: true,
+    message:
+      'this network has been issued its {limit} free keys for today (UTC); try again in {seconds} s, or use a paid plan',
+  },
   SERVICE_UNAVAILABLE: {
     status: 503,
     retryable: true,

@@ -20,7 +20,12 @@ describe.runIf(run)('POST /api/keys: free sign-in with Sign-In with Ethereum', (
 
   beforeAll(async () => {
     cache = await connectRedisCache({ url: REDIS_URL, prefix: PREFIX });
-    server = await startKeyedServer({ cache, env: { SIWE_DOMAIN: DOMAIN } });
+    // This suite signs in a dozen wallets from one address: the free-key budget per network has
+    // its own suite (free-key-budget.e2e.test.ts).
+    server = await startKeyedServer({
+      cache,
+      env: { SIWE_DOMAIN: DOMAIN, FREE_KEYS_PER_ADDRESS_PER_DAY: '100' },
+    });
   });
   afterAll(async () => {
     await server?.close();

@@ -118,6 +118,7 @@ export function keyedChannel(deps: KeyedChannelDeps): Component & {
       siweDomain: config.SIWE_DOMAIN,
       publicBaseUrl: config.PUBLIC_BASE_URL,
       nonceTtlMs: config.SIWE_NONCE_TTL_MS,
+      freeKeysPerDay: config.FREE_KEYS_PER_ADDRESS_PER_DAY,
       registryCaughtUp: (position) => registry.waitFor(position),
       logger,
     }),

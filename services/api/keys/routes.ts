@@ -3,12 +3,12 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { type Cache, CacheUnavailableError } from '../../../adapters/cache/port.ts';
-import { type EventStore, WrongExpectedRevisionError } from '../../../adapters/event-store/port.ts';
+import type { EventStore } from '../../../adapters/event-store/port.ts';
 import { ServiceError } from '../../../contracts/errors.ts';
-import { issueKey, KeyRuleError } from '../../keys/key-commands.ts';
 import type { PlanTable } from '../../metering/plans.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from '../mcp/request-guard.ts';
 import { declared, refusal } from '../openapi.ts';
+import { issueFreeKey } from './free-key.ts';
 import { consumeNonce, issueNonce } from './nonces.ts';
 import { checkSignIn, siweOrigins } from './siwe-check.ts';
 
@@ -21,6 +21,8 @@ export interface KeyRoutesOptions {
   /** PUBLIC_BASE_URL: a message's uri must have the service's public origin (`siweOrigins`). */
   publicBaseUrl?: string | undefined;
   nonceTtlMs: number;
+  /** FREE_KEYS_PER_ADDRESS_PER_DAY: free keys per client network and UTC day (issueFreeKey). */
+  freeKeysPerDay: number;
   /** Resolves once the key registry has folded the given log position (read-your-writes). */
   registryCaughtUp: (position: number) => Promise<void>;
   logger: Logger;
@@ -66,6 +68,8 @@ const nonceRoute = declared({
 
 const signInRoute = declared({
   summary: 'One free API key per wallet, for a signed EIP-4361 message',
+  description:
+    'At most FREE_KEYS_PER_ADDRESS_PER_DAY free keys (3 by default) per client network (an IPv4 address, an IPv6 /64) and UTC day, this route and the OAuth wallet sign-in together; past it 429 FREE_KEY_LIMIT_REACHED with Retry-After (the seconds to the next UTC midnight), and the nonce stays usable.',
   tags: ['keys'],
   sends: ['Cache-Control'],
   body: SignInBody,
@@ -87,23 +91,24 @@ const signInRoute = declared({
     ),
     403: FORBIDDEN,
     409: refusal(['KEY_ALREADY_ISSUED']),
+    429: refusal(
+      ['FREE_KEY_LIMIT_REACHED'],
+      "The client network's free keys for the UTC day are issued; Retry-After: the seconds to the next UTC midnight",
+    ),
     503: refusal(['SERVICE_UNAVAILABLE']),
   },
 });
-
-function walletStream(address: string): string {
-  return `wallet-${address.toLowerCase()}`;
-}
 
 const signInUnavailable = () =>
   new ServiceError('SERVICE_UNAVAILABLE', { detail: 'sign-in is unavailable right now; retry shortly' });
 
 /**
- * A signed message checked, its nonce spent, and the address's one free key issued: the key's
- * first event goes to stream `wallet-<address>` expecting no stream, so a second sign-in (here
- * or on any replica) is refused as KEY_ALREADY_ISSUED.
+ * A signed message checked, its nonce spent, and the address's one free key issued (issueFreeKey):
+ * the key's first event goes to stream `wallet-<address>` expecting no stream, so a second sign-in
+ * (here or on any replica) is refused as KEY_ALREADY_ISSUED; and the client network's budget for
+ * the day must have room, else FREE_KEY_LIMIT_REACHED.
  */
-async function signIn(options: KeyRoutesOptions, body: z.infer<typeof SignInBody>) {
+async function signIn(options: KeyRoutesOptions, body: z.infer<typeof SignInBody>, clientAddress: string) {
   const check = await checkSignIn({
     message: body.message,
     signature: body.signature as `0x${string}`,
@@ -117,12 +122,19 @@ async function signIn(options: KeyRoutesOptions, body: z.infer<typeof SignInBody
     if (!(await consumeNonce(options.cache, check.nonce, options.nonceTtlMs))) {
       throw new ServiceError('SIWE_NONCE_INVALID');
     }
-    const issued = await issueKey(options.store, {
-      plan: 'free',
-      owner: check.address,
-      via: 'siwe',
-      stream: walletStream(check.address),
-    });
+    const outcome = await issueFreeKey(
+      { store: options.store, cache: options.cache, perDay: options.freeKeysPerDay, logger: options.logger },
+      { address: check.address, clientAddress, nonce: check.nonce },
+    );
+    if ('refused' in outcome) {
+      if (outcome.refused === 'exists')
+        throw new ServiceError('KEY_ALREADY_ISSUED', { address: check.address });
+      const seconds = outcome.retryAfterSeconds;
+      throw new ServiceError('FREE_KEY_LIMIT_REACHED', { limit: outcome.limit, seconds }, undefined, {
+        headers: { 'retry-after': String(seconds) },
+      });
+    }
+    const { issued } = outcome;
     await options
       .registryCaughtUp(issued.position)
       .catch((err: unknown) =>
@@ -139,12 +151,6 @@ async function signIn(options: KeyRoutesOptions, body: z.infer<typeof SignInBody
       note: 'Store this key now: it is shown only once. Send it as "Authorization: Bearer <key>".',
     };
   } catch (err) {
-    if (
-      err instanceof WrongExpectedRevisionError ||
-      (err instanceof KeyRuleError && err.code === 'key_exists')
-    ) {
-      throw new ServiceError('KEY_ALREADY_ISSUED', { address: check.address });
-    }
     if (err instanceof CacheUnavailableError) {
       throw signInUnavailable();
     }
@@ -157,7 +163,8 @@ const KEYS_METHODS = 'GET, POST';
 /**
  * The free sign-in: GET /api/keys/nonce, then POST /api/keys with a signed EIP-4361 message.
  * One free key per address, decided by the event store: the key's first event goes to stream
- * `wallet-<address>` expecting no stream, so a second sign-in (here or on any replica) fails.
+ * `wallet-<address>` expecting no stream, so a second sign-in (here or on any replica) fails; and
+ * at most FREE_KEYS_PER_ADDRESS_PER_DAY per client network and UTC day (issueFreeKey).
  */
 export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
   return async (plain) => {
@@ -193,7 +200,7 @@ export function keyRoutes(options: KeyRoutesOptions): FastifyPluginAsync {
 
     app.post('/api/keys', signInRoute, async (request, reply) => {
       reply.header('cache-control', 'no-store');
-      return reply.code(201).send(await signIn(options, request.body));
+      return reply.code(201).send(await signIn(options, request.body, request.ip));
     });
   };
 }

@@ -3,7 +3,7 @@ import type Provider from 'oidc-provider';
 import type { Logger } from 'pino';
 import { type Cache, CacheUnavailableError } from '../../../adapters/cache/port.ts';
 import type { EventStore } from '../../../adapters/event-store/port.ts';
-import { ServiceError } from '../../../contracts/errors.ts';
+import { errorMessage, ServiceError } from '../../../contracts/errors.ts';
 import {
   AuthorizationServerMetadata,
   InteractionNonce,
@@ -19,9 +19,9 @@ import {
   TokenResponse,
   WalletSignInForm,
 } from '../../../contracts/oauth.ts';
-import { issueKey } from '../../keys/key-commands.ts';
 import type { KeyRecord } from '../../keys/key-registry.ts';
 import { type KeyResolver, KeyUnverifiableError } from '../../keys/key-resolver.ts';
+import { issueFreeKey } from '../keys/free-key.ts';
 import { consumeNonce, issueNonce } from '../keys/nonces.ts';
 import { checkSignIn, siweOrigins } from '../keys/siwe-check.ts';
 import { documented, type ResponseDoc, type ResponseHeader } from '../openapi.ts';
@@ -50,6 +50,8 @@ export interface OAuthRoutesOptions {
   /** PUBLIC_BASE_URL, when set: the library names its endpoints at this origin, not the request's. */
   publicBaseUrl?: string | undefined;
   nonceTtlMs: number;
+  /** FREE_KEYS_PER_ADDRESS_PER_DAY: the budget POST /api/keys draws on too (issueFreeKey). */
+  freeKeysPerDay: number;
   registryCaughtUp: (position: number) => Promise<void>;
   logger: Logger;
 }
@@ -223,12 +225,12 @@ const pageDoc = documented({
   sends: PAGE_HEADERS,
   responses: { 200: html, 400: html },
 });
-const formDoc = (summary: string) =>
+const formDoc = (summary: string, extra: Record<number, ResponseDoc> = {}) =>
   documented({
     summary,
     tags: ['oauth'],
     sends: PAGE_HEADERS,
-    responses: { 303: redirect, 200: html, 400: html, 401: html, 503: html },
+    responses: { 303: redirect, 200: html, 400: html, 401: html, 503: html, ...extra },
   });
 
 const nonceDoc = documented({
@@ -536,7 +538,15 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
 
       pages.post(
         `${OAUTH_PREFIX}/interaction/:uid/wallet`,
-        { config: formDoc('Sign in with a wallet (EIP-4361); then choose one of its keys') },
+        {
+          config: formDoc('Sign in with a wallet (EIP-4361); then choose one of its keys', {
+            429: {
+              ...html,
+              description:
+                "A wallet without a key, when the client network's free keys for the UTC day are issued (FREE_KEYS_PER_ADDRESS_PER_DAY, shared with POST /api/keys): the page says so, Retry-After the seconds to the next UTC midnight; the nonce stays usable",
+            },
+          }),
+        },
         async (request, reply) => {
           const details = await interaction(request, reply);
           if (details === null) return reply;
@@ -570,14 +580,38 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
           }
           let held = options.walletKeys(check.address);
           if (held.length === 0) {
-            // A wallet without a key gets its free one, exactly as POST /api/keys issues it.
-            const issued = await issueKey(options.store, {
-              plan: 'free',
-              owner: check.address,
-              via: 'siwe',
-              stream: `wallet-${check.address.toLowerCase()}`,
-            });
-            await options.registryCaughtUp(issued.position);
+            // A wallet without a key gets its free one through POST /api/keys's own issuance, on
+            // the same budget per client network and day; a wallet with one is never charged.
+            let outcome: Awaited<ReturnType<typeof issueFreeKey>>;
+            try {
+              outcome = await issueFreeKey(
+                {
+                  store: options.store,
+                  cache: options.cache,
+                  perDay: options.freeKeysPerDay,
+                  logger: options.logger,
+                },
+                { address: check.address, clientAddress: request.ip, nonce: check.nonce },
+              );
+            } catch (err) {
+              if (!(err instanceof CacheUnavailableError)) throw err;
+              return page(reply, 503, errorPage('Sign-in is unavailable', 'Please try again shortly.'));
+            }
+            if ('refused' in outcome && outcome.refused === 'budget') {
+              const seconds = outcome.retryAfterSeconds;
+              reply.header('retry-after', seconds);
+              return page(
+                reply,
+                429,
+                consentPage(
+                  await view(request, details, {
+                    error: errorMessage('FREE_KEY_LIMIT_REACHED', { limit: outcome.limit, seconds }),
+                  }),
+                ),
+              );
+            }
+            // 'exists': the wallet's key was issued and since revoked; it holds none to choose.
+            if ('issued' in outcome) await options.registryCaughtUp(outcome.issued.position);
             held = options.walletKeys(check.address);
           }
           await of(request).provider.interactionResult(request.raw, reply.raw, { wallet: check.address });

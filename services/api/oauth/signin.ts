@@ -220,6 +220,7 @@ export function oauthSignIn(deps: OAuthSignInDeps): {
         siweDomain: config.SIWE_DOMAIN,
         publicBaseUrl: config.PUBLIC_BASE_URL,
         nonceTtlMs: config.SIWE_NONCE_TTL_MS,
+        freeKeysPerDay: config.FREE_KEYS_PER_ADDRESS_PER_DAY,
         registryCaughtUp: deps.registryCaughtUp,
         logger: log,
       }),

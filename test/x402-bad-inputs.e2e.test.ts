@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BASE_USDC } from './chain/local-chain.ts';
 import {
   type AuthorizationFields,
+  authorizationJson,
   freshAuthorization,
   fromBase64Json,
   nowSeconds,
@@ -178,6 +179,18 @@ describe('a refused payment moves no money and reserves nothing', () => {
         ),
       'network_mismatch',
       'network eip155:84532 is not accepted here (accepted: eip155:8453)',
+    ],
+    [
+      'paid for another route of the same price (v2 resource)',
+      async (a: AuthorizationFields, sig: Hex) =>
+        toBase64Json({
+          x402Version: 2,
+          accepted,
+          resource: { url: `${stack.url}/x402/get_trade_call`, mimeType: 'application/json' },
+          payload: { signature: sig, authorization: authorizationJson(a) },
+        }),
+      'terms_mismatch',
+      /^the accepted payment terms differ from the quote of this request: it pays for http:\/\/127\.0\.0\.1:\d+\/x402\/get_trade_call, not get_market_regime; pay with this request's quote$/,
     ],
     [
       'wrong network (v1)',

@@ -238,6 +238,14 @@ function replay(stored: { response: Record<string, unknown> }, state: PaymentSta
   return null;
 }
 
+/**
+ * The tool a payment's resource URL pays for: /x402/<tool> on any origin (PUBLIC_BASE_URL or the
+ * Host the client used) or mcp://tool/<tool>, the quote of either channel; null for anything else.
+ */
+function toolPaidFor(url: string): string | null {
+  return /^(?:https?:\/\/[^/?#]*\/x402\/|mcp:\/\/tool\/)([a-z_]+)\/?(?:[?#]|$)/i.exec(url)?.[1] ?? null;
+}
+
 /** Seconds past the quote's maxTimeoutSeconds that an authorisation's validBefore may reach. */
 const VALID_BEFORE_SKEW_S = 60;
 /** The exact scheme's reason for a validBefore it refuses (there: one past or too close). */
@@ -290,6 +298,15 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
   const requirement = matchRequirement(deps.server, payment, call.requirements);
   if (!requirement) {
     return { kind: 'payment_rejected', ...describeMismatch(payment, call.requirements) };
+  }
+  // A v2 payment names what it pays for; the terms alone do not tell two routes of one price apart.
+  const paidFor = payment.version === 2 ? payment.payload.resource?.url : undefined;
+  if (paidFor !== undefined && toolPaidFor(paidFor) !== call.tool.name) {
+    return {
+      kind: 'payment_rejected',
+      reason: 'terms_mismatch',
+      message: `${errorMessage('terms_mismatch')}: it pays for ${paidFor.slice(0, 200)}, not ${call.tool.name}; pay with this request's quote`,
+    };
   }
   // v1 carries no `accepted`; the matched quote stands in for it, so one verify path serves both.
   const payload: PaymentPayload =

@@ -464,6 +464,7 @@ const PAYMENT_REFUSALS: ErrorCode[] = [
   'terms_mismatch',
   'insufficient_funds',
   'payment_in_use',
+  'payment_already_used',
   'payment_already_failed',
   'payment_state_changed',
   'settlement_failed',
@@ -501,7 +502,10 @@ function paidRouteDoc(tool: PaidTool) {
           required: ['x402Version', 'accepts', 'code'],
           properties: {
             x402Version: { type: 'integer', description: '1: the v1 body; v2 clients read PAYMENT-REQUIRED' },
-            error: { type: 'string', description: 'Why payment is asked for, as the code' },
+            error: {
+              type: 'string',
+              description: "x402's field for why payment is asked for: the same text as message",
+            },
             code: {
               type: 'string',
               description: 'payment_required, or why the presented payment was refused',

@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryProjectionStore } from '../adapters/projection-store/memory.ts';
 import { findDelivery, heldForDisable } from '../services/webhooks/delivery-log-fold.ts';
+import { reEnableSubscription } from '../services/webhooks/subscription-commands.ts';
+import { subscriptionStream } from '../services/webhooks/subscription-fold.ts';
 import { consumerDrained, requireNats, streamMessageIds } from './nats-server.ts';
 import { appendVerdict, dispatcherPool, startWebhookStack, type WebhookStack } from './webhooks-harness.ts';
 import { deliveryIds, type Receiver, selfSignedCert, startReceiver } from './webhooks-receiver.ts';
@@ -137,6 +139,68 @@ describe.runIf(reachable)('recovery reaches everything since T, from the event l
     await new Promise((resolve) => setTimeout(resolve, 300));
     expect(r.received).toHaveLength(2);
     expect(JSON.parse(r.received[1]!.body).data.confidence).toBe(61);
+  });
+
+  it('recovers from no earlier than the subscription’s creation: reads the log from there, sends all it missed', async () => {
+    // A log that does not start with the subscription (the tests above add to it).
+    for (let i = 0; i < 20; i++)
+      await appendVerdict(stack.store, { coin: 'RECZ', call: 'BUY', confidence: 60 });
+    const { r, key, id } = await setUp('RECE');
+    const sub = stack.api.runner.state.subscriptions.subs[id]!;
+    expect(sub.createdPosition).toBeGreaterThan(20);
+    // Where the recovery's pages of the log start.
+    const pagesAfter: number[] = [];
+    const readAll = stack.store.readAll.bind(stack.store);
+    stack.store.readAll = (options) => {
+      // Only the recovery's reads, not the projections' catch-up (also pages of 512).
+      if (new Error().stack?.includes('logPages')) pagesAfter.push(options?.after ?? 0);
+      return readAll(options);
+    };
+    try {
+      const recovered = async (enable: () => Promise<unknown>, expected: number) => {
+        r.behave = () => ({ status: 410 });
+        const from = r.received.length;
+        await appendVerdict(stack.store, { coin: 'RECE', call: 'BUY', confidence: 60 });
+        await until(
+          () => stack.api.runner.state.subscriptions.subs[id]?.status,
+          (s) => s === 'disabled',
+        );
+        for (let i = 0; i < 3; i++)
+          await appendVerdict(stack.store, { coin: 'RECE', call: 'SELL', confidence: 62 });
+        r.behave = () => ({ status: 200 });
+        pagesAfter.length = 0;
+        await enable();
+        await r.waitFor(from + 1 + expected);
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        return r.received.length - from;
+      };
+      // Through the api: the time is taken as the creation, recorded so, and read from there.
+      const first = await recovered(async () => {
+        const res = await stack.request('POST', `/api/webhooks/${id}/enable`, key, {
+          recover_since: '2020-01-01T00:00:00Z',
+        });
+        expect(res.status).toBe(200);
+      }, 4);
+      expect(first).toBe(5);
+      const [reEnabled] = (await stack.store.readStream(subscriptionStream(sub.keyId))).filter(
+        (e) =>
+          e.type === 'SubscriptionReEnabled' && (e.data as { subscriptionId: string }).subscriptionId === id,
+      );
+      expect((reEnabled!.data as { recoverSince?: string }).recoverSince).toBe(sub.createdAt);
+      expect(pagesAfter.length).toBeGreaterThan(0);
+      expect(Math.min(...pagesAfter)).toBeGreaterThanOrEqual(sub.createdPosition);
+      // A re-enable recorded with an earlier time (as before the api clamped it): read from the
+      // creation too, and what was missed since then sent (the 4 recovered above succeeded).
+      const second = await recovered(
+        () => reEnableSubscription(stack.store, sub.keyId, id, '2020-01-01T00:00:00Z'),
+        4,
+      );
+      expect(second).toBe(5);
+      expect(pagesAfter.length).toBeGreaterThan(0);
+      expect(Math.min(...pagesAfter)).toBeGreaterThanOrEqual(sub.createdPosition);
+    } finally {
+      stack.store.readAll = readAll;
+    }
   });
 });
 

@@ -381,17 +381,24 @@ export class WebhookDispatcher {
     const sub = findSubscription(this.options.runner.state.subscriptions, event.data.subscriptionId);
     if (sub?.status !== 'active') return;
     const sinceMs = Date.parse(since);
+    // Nothing of the subscription's was recorded before its SubscriptionCreated (it matches only
+    // events after it): a recovery from its creation or earlier reads the log from there, not
+    // from the log's start (the api clamps recover_since to the creation; a re-enable recorded
+    // before it did may carry any time), and keeps every event after it whatever its recording time.
+    const fromCreation = sinceMs <= Date.parse(sub.createdAt);
+    const from = fromCreation
+      ? sub.createdPosition
+      : Math.max(await positionBefore(store, sinceMs), sub.createdPosition);
     const pacer = new Pacer(this.options.recoverPerSecond ?? 50);
     const seen = new Set<string>();
     let sent = 0;
-    const from = await positionBefore(store, sinceMs);
     for await (const page of logPages(store, from, event.position)) {
       for (const recorded of page) {
         // Stopped halfway: the re-enable's message must not be acked as if the run were done (the
         // rest would never be sent). Failing it hands it back to the bus, and the next dispatcher
         // runs the recovery again; what this one claimed is skipped there, found in the log.
         if (!this.running) throw new Error('dispatcher stopped during a recovery; left to the next one');
-        if (Date.parse(recorded.recordedAt) < sinceMs) continue;
+        if (!fromCreation && Date.parse(recorded.recordedAt) < sinceMs) continue;
         const parsed = parseDomainEvent(recorded);
         if (parsed === null) continue;
         let deliveryId: string;

@@ -445,14 +445,21 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
       async (request) => {
         const { params, body } = request;
         const apiKeyId = keyOf(request);
-        owned(apiKeyId, params.id);
+        const sub = owned(apiKeyId, params.id);
         // Nothing was recorded after now: a future time would recover nothing, a typo as likely.
         // A client's clock may run a little ahead of ours: only a time past that is refused.
         if (body.recover_since !== undefined && Date.parse(body.recover_since) > Date.now() + CLOCK_SKEW_MS) {
           const detail = `recover_since: ${body.recover_since} is in the future; give a time at or before now`;
           throw new ServiceError('INVALID_FIELD', { detail }, 'recover_since');
         }
-        await settled(await reEnableSubscription(store, apiKeyId, params.id, body.recover_since));
+        // Nor was anything of the subscription's recorded before its creation: an earlier time
+        // asks for everything it had, which is what recovering since its creation sends, and the
+        // recovery reads the log from there rather than from the start of the log.
+        const recoverSince =
+          body.recover_since !== undefined && Date.parse(body.recover_since) < Date.parse(sub.createdAt)
+            ? sub.createdAt
+            : body.recover_since;
+        await settled(await reEnableSubscription(store, apiKeyId, params.id, recoverSince));
         return served(request, toView(owned(apiKeyId, params.id)));
       },
     );

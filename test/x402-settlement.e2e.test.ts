@@ -478,10 +478,11 @@ describe('remote facilitator over HTTP', () => {
  * A JSON-RPC proxy in front of anvil. `pass` forwards every call; `lose-send-reply` forwards the
  * next eth_sendRawTransaction (the node takes and mines it) and never answers it, then passes
  * again; `refuse-send` answers the next one with the node's refusal without forwarding it;
- * `silent` answers nothing, as a node that accepts connections and hangs (kill -STOP).
+ * `drop-send` cuts the connection of the next one without forwarding it (the node never sees
+ * it); `silent` answers nothing, as a node that accepts connections and hangs (kill -STOP).
  */
 async function rpcProxy(target: string) {
-  let mode: 'pass' | 'lose-send-reply' | 'refuse-send' | 'silent' = 'pass';
+  let mode: 'pass' | 'lose-send-reply' | 'refuse-send' | 'drop-send' | 'silent' = 'pass';
   const held = new Set<ServerResponse>();
   const server = createServer((req, res) => {
     let raw = '';
@@ -495,6 +496,11 @@ async function rpcProxy(target: string) {
       }
       const calls = [JSON.parse(raw)].flat() as { id: number; method: string }[];
       const send = calls.find((c) => c.method === 'eth_sendRawTransaction');
+      if (mode === 'drop-send' && send) {
+        mode = 'pass';
+        req.socket.destroy();
+        return;
+      }
       if (mode === 'refuse-send' && send) {
         mode = 'pass';
         res.writeHead(200, { 'content-type': 'application/json' });
@@ -591,6 +597,49 @@ describe('a chain RPC that loses answers', () => {
       const { _service: _replayed, ...kept } = (await again.json()) as Record<string, unknown>;
       expect(kept).toEqual(answer);
       expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - 20_000n);
+    } finally {
+      await stack.stop();
+      await proxy.close();
+    }
+  });
+
+  it('a settlement whose send was cut before the node saw it: served, sent again once the node does not know it, charged once', async () => {
+    const proxy = await rpcProxy(chain.rpcUrl);
+    const stack = await startX402Stack(
+      {
+        X402_RPC_URL: proxy.url,
+        X402_FACILITATOR_TIMEOUT_MS: '1500',
+        X402_SETTLE_CONFIRM_TIMEOUT_MS: '1500',
+      },
+      chain,
+    );
+    try {
+      const payer = await chain.fundedPayer(1_000_000n);
+      proxy.set('drop-send');
+      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+      const body = (await res.json()) as { regime?: string; _service: { payment: { status: string } } };
+      // Nobody can tell the node did not get it: the answer is the payer's, the payment open.
+      expect(res.status, JSON.stringify(body)).toBe(200);
+      expect(body.regime).toEqual(expect.any(String));
+      expect(body._service.payment.status).toBe('pending');
+      const lost = decodePaymentResponseHeader(res.headers.get('x-payment-response')!).transaction as Hex;
+      // Its receipt never comes; @x402/core asks again, and the transaction the node does not
+      // know is sent again rather than waited for (until the reconciler's round, minutes later).
+      await stack.x402.settled();
+      const settled = (await stack.paymentEvents(auth.nonce)).at(-1)!;
+      expect(settled.type).toBe('PaymentSettled');
+      const landed = (settled.data as { txHash: Hex }).txHash;
+      // Sent again with the nonce the lost one never used: mostly the same bytes, so the same hash
+      // as the answer named (a fee that moved meanwhile would change it).
+      expect(lost).toMatch(/^0x[0-9a-f]{64}$/);
+      expect((await chain.publicClient.getTransactionReceipt({ hash: landed })).status).toBe('success');
+      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - PRICE);
+      // The facilitator's next transaction takes the nonce the lost one never used.
+      const next = await paidRequest(stack, payer.key, payer.address);
+      expect(next.res.status).toBe(200);
+      await stack.x402.settled();
+      expect((await stack.paymentEvents(next.auth.nonce)).at(-1)?.type).toBe('PaymentSettled');
+      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - 2n * PRICE);
     } finally {
       await stack.stop();
       await proxy.close();

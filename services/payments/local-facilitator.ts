@@ -1,5 +1,9 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { x402Facilitator } from '@x402/core/facilitator';
+import {
+  InMemoryPendingSettlementStore,
+  type PendingSettlementStore,
+  x402Facilitator,
+} from '@x402/core/facilitator';
 import type { FacilitatorClient } from '@x402/core/server';
 import type { Network, SupportedResponse } from '@x402/core/types';
 import { toFacilitatorEvmSigner } from '@x402/evm';
@@ -19,6 +23,7 @@ import {
   publicActions,
   RpcError,
   RpcRequestError,
+  TransactionNotFoundError,
   type Transport,
 } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
@@ -190,6 +195,35 @@ export function isAbandonedAssetCheck(reason: unknown): boolean {
   );
 }
 
+/**
+ * @x402/evm's memory of a settlement broadcast but unconfirmed (by signature), so that settling
+ * the same payment again waits for that transaction rather than sending another. Kept only while
+ * the node knows the transaction: one it never got (its send was cut off, or it dropped it) would
+ * otherwise be waited for again on every reconciliation round for the entry's five minutes,
+ * and the payment would not be broadcast again. When the node cannot be asked, the entry stands.
+ */
+class KnownPendingSettlements implements PendingSettlementStore {
+  private readonly entries = new InMemoryPendingSettlementStore();
+
+  constructor(private readonly known: (hash: Hex) => Promise<boolean>) {}
+
+  async get(key: string): Promise<string | undefined> {
+    const hash = await this.entries.get(key);
+    if (hash === undefined) return undefined;
+    if (await this.known(hash as Hex).catch(() => true)) return hash;
+    await this.entries.delete(key);
+    return undefined;
+  }
+
+  set(key: string, txHash: string): Promise<void> {
+    return this.entries.set(key, txHash);
+  }
+
+  delete(key: string): Promise<void> {
+    return this.entries.delete(key);
+  }
+}
+
 /** How often a receipt is polled: about a quarter of Base's 2 s block, so a settlement is seen one block later. */
 const RECEIPT_POLL_MS = 500;
 
@@ -266,6 +300,9 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
               'a transaction sent got no answer from the node; waiting for its receipt as if sent',
             );
           }
+          // A transaction sent again (its first send never reached the node) is the same bytes, so
+          // the same hash: its receipt wait starts afresh, not with what the lost one left.
+          receiptDeadlines.delete(hash);
           if (args.functionName === 'transferWithAuthorization') {
             // (from, to, value, validAfter, validBefore, nonce, ...signature)
             const call = args.args as readonly unknown[];
@@ -290,7 +327,16 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
       },
       { confirmationTimeoutMs: options.confirmationTimeoutMs },
     );
-    facilitator.register(network, new ExactEvmScheme(signer));
+    const pendingSettlementStore = new KnownPendingSettlements((hash) =>
+      client.getTransaction({ hash }).then(
+        () => true,
+        (err: unknown) => {
+          if (err instanceof TransactionNotFoundError) return false;
+          throw err;
+        },
+      ),
+    );
+    facilitator.register(network, new ExactEvmScheme(signer, { pendingSettlementStore }));
   }
   return {
     kind: 'local',

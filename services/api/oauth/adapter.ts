@@ -10,6 +10,27 @@ const GRANTABLE = new Set([
   'BackchannelAuthenticationRequest',
 ]);
 
+/** Models whose record, saved for a client, means the client was used: it signed someone in. */
+const USES_CLIENT = new Set(['Grant', 'AuthorizationCode', 'AccessToken', 'RefreshToken']);
+
+/** How long registered clients are kept (POST /oauth/register is open to anyone). */
+export interface ClientLifetime {
+  /** A client never used for a grant is deleted this long after its registration. */
+  unusedTtlS: number;
+  /** Clients registered and not used yet kept at most: one more deletes the oldest of them. */
+  maxUnused: number;
+}
+
+/**
+ * A day to complete a sign-in after registering; 5,000 clients waiting for one (each at most the
+ * 8 KB of provider.ts CLIENT_METADATA_LIMITS: ~40 MB in the store at worst, where registrations
+ * at the rate limit without either bound kept ~15 MB a minute for good).
+ */
+export const DEFAULT_CLIENT_LIFETIME: ClientLifetime = { unusedTtlS: 86_400, maxUnused: 5_000 };
+
+/** The ordered list of registered clients not used yet (their ids). */
+const UNUSED_CLIENTS = 'clients:unused';
+const clientKey = (clientId: string) => `Client:${clientId}`;
 const grantSet = (grantId: string) => `grant:${grantId}`;
 const sessionUid = (uid: string) => `sessionUid:${uid}`;
 const userCode = (code: string) => `userCode:${code}`;
@@ -18,8 +39,18 @@ const userCode = (code: string) => `userCode:${code}`;
  * The oidc-provider storage adapter over an OAuthStore: one instance per model (Client, Grant,
  * Session, AccessToken, ...), records as JSON under `<model>:<id>`, with the indexes the library
  * asks for (session by uid, tokens by grant).
+ *
+ * Registered clients have a lifetime (the library saves them with none, and has no client expiry
+ * of its own): one never used for a grant is deleted after `unusedTtlS`, or sooner when
+ * `maxUnused` newer ones wait; one used lives at least as long as each grant and token saved for
+ * it (its lifetime is lengthened to theirs), so a host's refresh token never outlives its client.
  */
-export function oauthAdapter(store: OAuthStore): new (model: string) => Adapter {
+export function oauthAdapter(
+  store: OAuthStore,
+  lifetime: ClientLifetime = DEFAULT_CLIENT_LIFETIME,
+): new (
+  model: string,
+) => Adapter {
   return class StoreAdapter implements Adapter {
     constructor(private readonly model: string) {}
 
@@ -28,9 +59,19 @@ export function oauthAdapter(store: OAuthStore): new (model: string) => Adapter 
     }
 
     async upsert(id: string, payload: AdapterPayload, expiresIn: number): Promise<void> {
+      if (this.model === 'Client') {
+        await store.put(clientKey(id), JSON.stringify(payload), lifetime.unusedTtlS);
+        const pushedOut = await store.admit(UNUSED_CLIENTS, id, lifetime.maxUnused, lifetime.unusedTtlS);
+        if (pushedOut.length > 0) await store.del(pushedOut.map(clientKey));
+        return;
+      }
       const ttl = typeof expiresIn === 'number' && expiresIn > 0 ? expiresIn : undefined;
       const key = this.key(id);
       await store.put(key, JSON.stringify(payload), ttl);
+      if (USES_CLIENT.has(this.model) && typeof payload.clientId === 'string') {
+        await store.dismiss(UNUSED_CLIENTS, payload.clientId);
+        if (ttl !== undefined) await store.extend(clientKey(payload.clientId), ttl);
+      }
       if (GRANTABLE.has(this.model) && payload.grantId)
         await store.addMember(grantSet(payload.grantId), key, ttl);
       if (this.model === 'Session' && payload.uid) await store.put(sessionUid(payload.uid), id, ttl);

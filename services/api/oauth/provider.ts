@@ -6,7 +6,7 @@ import {
   type OAuthSecrets,
 } from '../../../contracts/oauth.ts';
 import { LOOPBACK_HOSTS } from '../../shared/ssrf/address-policy.ts';
-import { oauthAdapter } from './adapter.ts';
+import { type ClientLifetime, oauthAdapter } from './adapter.ts';
 import {
   clientDocumentFetchAllowed,
   DEFAULT_OUTBOUND_POLICY,
@@ -29,6 +29,8 @@ export interface ProviderOptions {
   outbound?: OutboundPolicy;
   /** TLS for outgoing fetches (tests pass a self-signed CA). */
   outboundTls?: { ca?: string | Buffer };
+  /** How long registered clients are kept (DEFAULT_CLIENT_LIFETIME: a day unused, 5,000 waiting). */
+  clientLifetime?: ClientLifetime;
 }
 
 /**
@@ -42,6 +44,42 @@ export function redirectUriRefusal(uri: unknown): string | null {
   if (url.protocol === 'http:' && !LOOPBACK_HOSTS.has(url.hostname)) {
     return `redirect_uris must use https, or http only on a loopback host (127.0.0.1, [::1], localhost): ${uri}`;
   }
+  return null;
+}
+
+/**
+ * Bounds of a client's metadata (POST /oauth/register is open to anyone, and what it takes is
+ * stored): text fields (client_name, scope, ...), URIs (`*_uri`, `*_uris` members), list lengths
+ * (redirect_uris, contacts, ...) and the whole record as JSON.
+ */
+export const CLIENT_METADATA_LIMITS = { text: 200, uri: 2_000, list: 10, contacts: 5, bytes: 8_192 } as const;
+
+/**
+ * Why a client's metadata is refused for its size, or null. Worded so that it does not start with
+ * the member's name: the library answers a description starting with `redirect_uris` as
+ * invalid_redirect_uri, and a size is invalid_client_metadata (RFC 7591 §3.2.2).
+ */
+export function clientMetadataRefusal(metadata: Record<string, unknown>): string | null {
+  const L = CLIENT_METADATA_LIMITS;
+  for (const [key, value] of Object.entries(metadata)) {
+    if (key === 'jwks') continue; // keys are long by nature: counted in the whole record only
+    const isUri = key.endsWith('_uri') || key.endsWith('_uris');
+    const max = isUri ? L.uri : L.text;
+    if (typeof value === 'string' && value.length > max) {
+      return `the ${key} given is ${value.length} characters long; at most ${max}`;
+    }
+    if (Array.isArray(value)) {
+      const most = key === 'contacts' ? L.contacts : L.list;
+      if (value.length > most) return `the ${key} given has ${value.length} entries; at most ${most}`;
+      for (const item of value) {
+        if (typeof item === 'string' && item.length > max) {
+          return `the ${key} given has an entry ${item.length} characters long; at most ${max}`;
+        }
+      }
+    }
+  }
+  const bytes = Buffer.byteLength(JSON.stringify(metadata));
+  if (bytes > L.bytes) return `the client metadata is ${bytes} bytes as JSON; at most ${L.bytes}`;
   return null;
 }
 
@@ -82,7 +120,7 @@ export function createProvider(options: ProviderOptions): OAuthProvider {
   const outbound = options.outbound ?? DEFAULT_OUTBOUND_POLICY;
   const outboundFetch = guardedFetch(outbound, options.outboundTls);
   const configuration: Configuration = {
-    adapter: oauthAdapter(options.store),
+    adapter: oauthAdapter(options.store, options.clientLifetime),
     jwks: options.secrets.jwks as Configuration['jwks'],
     cookies: {
       keys: options.secrets.cookieKeys,
@@ -103,11 +141,16 @@ export function createProvider(options: ProviderOptions): OAuthProvider {
     pkce: { required: () => true },
     allowOmittingSingleRegisteredRedirectUri: false,
     // Listing a standard property here runs the validator on it for every client the library
-    // builds: registration (POST /oauth/register), stored clients and metadata documents.
+    // builds: registration (POST /oauth/register), stored clients and metadata documents. Its
+    // call for redirect_uris (always made) checks the sizes of the whole record first: a
+    // 50,000-character client_name was stored as it came.
     extraClientMetadata: {
       properties: ['redirect_uris'],
-      validator: (_ctx, key, value) => {
-        if (key !== 'redirect_uris' || !Array.isArray(value)) return;
+      validator: (_ctx, key, value, metadata) => {
+        if (key !== 'redirect_uris') return;
+        const tooBig = clientMetadataRefusal(metadata as Record<string, unknown>);
+        if (tooBig !== null) throw new errors.InvalidClientMetadata(tooBig);
+        if (!Array.isArray(value)) return;
         for (const uri of value) {
           const why = redirectUriRefusal(uri);
           if (why !== null) {

@@ -181,6 +181,70 @@ describe.runIf(present || process.env.CI === 'true')('OAuth sign-in refusals', (
     expect(((await res.json()) as { error: string }).error).toBe('invalid_redirect_uri');
   });
 
+  it('refuses client metadata past its bounds with invalid_client_metadata, storing nothing', async () => {
+    const probe = await connectRedisCache({ url: REDIS_URL, prefix: 'unused:' });
+    try {
+      const clients = () => probe.shared.redis.keys(`${prefix}oauth:Client:*`);
+      const before = (await clients()).length;
+      const cb = 'https://a.example/cb';
+      const refused: [Record<string, unknown>, string][] = [
+        [{ client_name: 'A'.repeat(50_000) }, 'the client_name given is 50000 characters long; at most 200'],
+        [
+          { redirect_uris: Array.from({ length: 11 }, (_, i) => `${cb}${i}`) },
+          'the redirect_uris given has 11 entries; at most 10',
+        ],
+        [
+          { redirect_uris: [`${cb}?${'x'.repeat(3_000)}`] },
+          'the redirect_uris given has an entry 3021 characters long; at most 2000',
+        ],
+        [
+          { logo_uri: `https://a.example/${'l'.repeat(2_000)}` },
+          'the logo_uri given is 2018 characters long; at most 2000',
+        ],
+        [
+          { contacts: Array.from({ length: 6 }, (_, i) => `c${i}@a.example`) },
+          'the contacts given has 6 entries; at most 5',
+        ],
+        [
+          { redirect_uris: Array.from({ length: 10 }, (_, i) => `${cb}/${i}/${'p'.repeat(1_000)}`) },
+          'the client metadata is',
+        ],
+      ];
+      for (const [metadata, why] of refused) {
+        const res = await fetch(`${base}/oauth/register`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ redirect_uris: [cb], token_endpoint_auth_method: 'none', ...metadata }),
+        });
+        expect(res.status, why).toBe(400);
+        const body = (await res.json()) as { error: string; error_description: string };
+        expect(body.error, why).toBe('invalid_client_metadata');
+        expect(body.error_description, why).toContain(why);
+      }
+      expect((await clients()).length).toBe(before);
+    } finally {
+      await probe.close();
+    }
+  });
+
+  it('keeps a client never used for a grant a day at most, and one used as long as its refresh tokens', async () => {
+    const probe = await connectRedisCache({ url: REDIS_URL, prefix: 'unused:' });
+    try {
+      const redis = probe.shared.redis;
+      const fresh = await register('https://fresh.example/cb');
+      const freshTtl = await redis.ttl(`${prefix}oauth:Client:${fresh}`);
+      expect(freshTtl).toBeGreaterThan(86_000);
+      expect(freshTtl).toBeLessThanOrEqual(86_400);
+      expect(await redis.zscore(`${prefix}oauth:clients:unused`, fresh)).not.toBeNull();
+      // The suite's client, once signed in with: its lifetime is its refresh token's (30 days).
+      await signIn();
+      expect(await redis.ttl(`${prefix}oauth:Client:${clientId}`)).toBeGreaterThan(29 * 86_400);
+      expect(await redis.zscore(`${prefix}oauth:clients:unused`, clientId)).toBeNull();
+    } finally {
+      await probe.close();
+    }
+  });
+
   it('takes https client IDs (metadata documents) but never fetches one from a private address', async () => {
     const metadata = (await (await fetch(`${base}/.well-known/oauth-authorization-server`)).json()) as {
       client_id_metadata_document_supported?: boolean;

@@ -41,6 +41,28 @@ function contract(name: string, make: () => Promise<OAuthStore>) {
       expect(await tokens.find('t2')).toBeUndefined();
     });
 
+    it('keeps a registered client a while unused, the newest few at most, and as long as its grants once used', async () => {
+      const list = `clients-${Math.random().toString(36).slice(2)}`;
+      const Clients = oauthAdapter(store, { unusedTtlS: 2, maxUnused: 3 });
+      const clients = new Clients('Client');
+      const grants = new Clients('Grant');
+      const ids = ['a', 'b', 'c', 'd', 'e'].map((x) => `${list}-${x}`);
+      for (const id of ids.slice(0, 3)) await clients.upsert(id, { client_id: id }, 0);
+      // Used: a grant saved for it takes it off the unused list and lengthens its lifetime.
+      await grants.upsert(`${list}-g`, { clientId: ids[0]!, accountId: 'k1' }, 600);
+      await clients.upsert(ids[3]!, { client_id: ids[3]! }, 0);
+      await clients.upsert(ids[4]!, { client_id: ids[4]! }, 0);
+      // Five registered, one used: of the four unused, the oldest (b) was pushed out.
+      const found = async () =>
+        Object.fromEntries(
+          await Promise.all(ids.map(async (id) => [id.slice(-1), (await clients.find(id)) !== undefined])),
+        );
+      expect(await found()).toEqual({ a: true, b: false, c: true, d: true, e: true });
+      await new Promise((resolve) => setTimeout(resolve, 2_100));
+      // Unused ones age out; the used one lives as long as its grant.
+      expect(await found()).toEqual({ a: true, b: false, c: false, d: false, e: false });
+    });
+
     it('gives every host the secret written first', async () => {
       const first = await store.putIfAbsent('secrets-test', 'a');
       const second = await store.putIfAbsent('secrets-test', 'b');

@@ -21,6 +21,19 @@ export interface OAuthStore {
   members(set: string): Promise<string[]>;
   /** Writes the value unless the key holds one; gives back the value that stays (ours or the first one). */
   putIfAbsent(key: string, value: string): Promise<string>;
+  /**
+   * Lengthens a live key's lifetime to at least `ttlS` from now: never shortens it, and leaves a
+   * key kept until deleted (or absent) as it is.
+   */
+  extend(key: string, ttlS: number): Promise<void>;
+  /**
+   * Adds `member` to a list ordered by admission, whose members leave it after `maxAgeS` and of
+   * which at most `max` stay: gives back the oldest ones pushed out past `max` (the caller deletes
+   * what they stand for; those that aged out had their own lifetime).
+   */
+  admit(list: string, member: string, max: number, maxAgeS: number): Promise<string[]>;
+  /** Takes `member` out of the list (it will not be pushed out). */
+  dismiss(list: string, member: string): Promise<void>;
 }
 
 interface Entry {
@@ -37,6 +50,8 @@ const expiry = (ttlS: number | undefined, now: number): number =>
 export class MemoryOAuthStore implements OAuthStore {
   private readonly values = new Map<string, Entry>();
   private readonly sets = new Map<string, { members: Set<string>; expiresAt: number }>();
+  /** Ordered lists: member → when it was admitted (epoch ms), in admission order. */
+  private readonly lists = new Map<string, Map<string, number>>();
   private writes = 0;
 
   constructor(private readonly now: () => number = Date.now) {}
@@ -107,6 +122,38 @@ export class MemoryOAuthStore implements OAuthStore {
     this.values.set(key, { value, consumedAt: null, expiresAt: Number.POSITIVE_INFINITY });
     return value;
   }
+
+  async extend(key: string, ttlS: number) {
+    const entry = this.live(this.values, key);
+    if (entry) entry.expiresAt = Math.max(entry.expiresAt, expiry(ttlS, this.now()));
+  }
+
+  async admit(list: string, member: string, max: number, maxAgeS: number) {
+    let members = this.lists.get(list);
+    if (members === undefined) {
+      members = new Map();
+      this.lists.set(list, members);
+    }
+    const now = this.now();
+    // In admission order: the aged ones are at the front.
+    for (const [m, at] of members) {
+      if (at + maxAgeS * 1_000 > now) break;
+      members.delete(m);
+    }
+    members.delete(member);
+    members.set(member, now);
+    const out: string[] = [];
+    for (const m of members.keys()) {
+      if (members.size <= max) break;
+      members.delete(m);
+      out.push(m);
+    }
+    return out;
+  }
+
+  async dismiss(list: string, member: string) {
+    this.lists.get(list)?.delete(member);
+  }
 }
 
 const CONSUMED = ':consumed';
@@ -171,4 +218,46 @@ export class RedisOAuthStore implements OAuthStore {
     await this.redis.set(this.k(key), value, 'NX');
     return (await this.redis.get(this.k(key))) ?? value;
   }
+
+  async extend(key: string, ttlS: number) {
+    // GT: only a longer lifetime is set; a key without one (or absent) is left as it is.
+    await this.redis.expire(this.k(key), ttlS, 'GT');
+  }
+
+  async admit(list: string, member: string, max: number, maxAgeS: number) {
+    // One script, so that hosts admitting at once push out each member once.
+    const out = (await this.redis.eval(
+      ADMIT,
+      1,
+      this.k(list),
+      String(Date.now()),
+      String(maxAgeS * 1_000),
+      member,
+      String(max),
+    )) as string[];
+    return out;
+  }
+
+  async dismiss(list: string, member: string) {
+    await this.redis.zrem(this.k(list), member);
+  }
 }
+
+/**
+ * A sorted set scored by admission time (ms): drops the members older than the age, adds the
+ * member, pops the oldest past the count and returns them; the set lives as long as its newest.
+ */
+const ADMIT = `
+local now = tonumber(ARGV[1])
+local age = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - age)
+redis.call('ZADD', KEYS[1], now, ARGV[3])
+redis.call('PEXPIRE', KEYS[1], age)
+local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[4])
+local out = {}
+if over > 0 then
+  local popped = redis.call('ZPOPMIN', KEYS[1], over)
+  for i = 1, #popped, 2 do out[#out + 1] = popped[i] end
+end
+return out
+`;

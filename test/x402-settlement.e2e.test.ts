@@ -127,6 +127,67 @@ describe('settlement failure', () => {
   });
 });
 
+describe('an authorisation used on chain by someone else before the settlement', () => {
+  it('the payer paid: the answer is served pending, and reconciliation records the settlement', async () => {
+    const stack = await startX402Stack({}, chain);
+    try {
+      const payer = await chain.fundedPayer(1_000_000n);
+      const local = stack.x402.facilitator as LocalFacilitator;
+      // Between verification and settlement the authorisation is submitted by another wallet (the
+      // payer's own, say): the money moves to us, and our transfer is refused for a used nonce.
+      let submitted: Hex | null = null;
+      local.facilitator.onBeforeSettle(async (context) => {
+        const { authorization, signature } = context.paymentPayload.payload as {
+          authorization: Record<string, string>;
+          signature: Hex;
+        };
+        const { createWalletClient, http } = await import('viem');
+        const { base } = await import('viem/chains');
+        await chain.testClient.setBalance({ address: payer.address, value: 10n ** 18n });
+        const wallet = createWalletClient({
+          account: privateKeyToAccount(payer.key),
+          chain: base,
+          transport: http(chain.rpcUrl),
+        });
+        submitted = await wallet.writeContract({
+          address: '0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913',
+          abi: chain.usdcAbi,
+          functionName: 'transferWithAuthorization',
+          args: [
+            authorization.from,
+            authorization.to,
+            BigInt(authorization.value!),
+            BigInt(authorization.validAfter!),
+            BigInt(authorization.validBefore!),
+            authorization.nonce,
+            signature,
+          ],
+        });
+        await chain.publicClient.waitForTransactionReceipt({ hash: submitted });
+      });
+      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+      const body = (await res.json()) as { regime?: string; _service: { payment: { status: string } } };
+      expect(res.status, JSON.stringify(body)).toBe(200);
+      expect(body.regime).toEqual(expect.any(String));
+      expect(body._service.payment.status).toBe('pending');
+      await stack.x402.settled();
+      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - PRICE);
+      const reconciler = new PaymentReconciler({
+        store: stack.store,
+        chains: chainReadersFor([{ network: 'eip155:8453', rpcUrl: chain.rpcUrl } as never]),
+        olderThanMs: 0,
+      });
+      expect(await reconciler.runOnce()).toMatchObject({ settled: 1 });
+      expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({
+        type: 'PaymentSettled',
+        data: { txHash: submitted },
+      });
+    } finally {
+      await stack.stop();
+    }
+  });
+});
+
 describe('the log refuses a write while a paid call runs', () => {
   it('a settlement that failed for certain is refused (402) even though the failure could not be recorded', async () => {
     const { store, path } = await lmdbStore();

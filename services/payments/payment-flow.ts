@@ -502,6 +502,9 @@ interface Served {
 /** @x402/evm's reason for a settlement transaction mined and reverted (without a transaction: see below). */
 const REVERTED = 'invalid_exact_evm_transaction_failed';
 
+/** The token refused the transfer because the authorisation was already used (paid). */
+const NONCE_USED = 'invalid_exact_evm_nonce_already_used';
+
 /**
  * The facilitators' reasons that refuse a settlement before its transaction is sent: the settle's
  * own check of the authorisation, or the transfer's gas estimate naming why it would revert.
@@ -696,8 +699,12 @@ async function settleAndRecord(deps: PaymentFlowDeps, call: PaidCall, paid: Serv
     }
     // The in-process facilitator reports every transaction it sent, or may have sent (see
     // local-facilitator.ts), so with it nothing seen is nothing sent; a remote one is believed
-    // only for the refusals that come before a transaction is built.
-    const unsent = sent === null && (deps.submissions !== null || REFUSED_BEFORE_SENDING.has(reason));
+    // only for the refusals that come before a transaction is built. A nonce already used is the
+    // chain saying the authorisation moved the money, by whatever transaction: never a refusal.
+    const unsent =
+      sent === null &&
+      reason !== NONCE_USED &&
+      (deps.submissions !== null || REFUSED_BEFORE_SENDING.has(reason));
     if (unsent) {
       await record({ kind: 'fail', reason });
       return { kind: 'failed', reason, message: describeUnsent(reason, detail), settle: response };

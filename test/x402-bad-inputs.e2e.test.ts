@@ -268,6 +268,27 @@ describe('a refused payment moves no money and reserves nothing', () => {
   });
 });
 
+describe("a v2 payment's resource", () => {
+  it('names the route whatever its origin and base path (PUBLIC_BASE_URL may carry one): served', async () => {
+    const p = await payer();
+    const auth = authFor(p.address);
+    const header = toBase64Json({
+      x402Version: 2,
+      accepted,
+      resource: {
+        url: 'https://api.example/base/x402/get_market_regime?from=quote',
+        mimeType: 'application/json',
+      },
+      payload: { signature: await signAuthorization(p.key, auth), authorization: authorizationJson(auth) },
+    });
+    const res = await post(PATH, BODY, { 'payment-signature': header });
+    expect(res.status).toBe(200);
+    expect(await res.json()).toMatchObject({ coin: 'ETH', timeframe: '1h' });
+    await stack.x402.settled();
+    expect(await stack.chain.authorizationState(p.address, auth.nonce)).toBe(true);
+  });
+});
+
 describe('replays', () => {
   it('the same payment presented again gets the stored answer and its receipt; money moves once', async () => {
     const p = await payer();

@@ -239,11 +239,12 @@ function replay(stored: { response: Record<string, unknown> }, state: PaymentSta
 }
 
 /**
- * The tool a payment's resource URL pays for: /x402/<tool> on any origin (PUBLIC_BASE_URL or the
- * Host the client used) or mcp://tool/<tool>, the quote of either channel; null for anything else.
+ * The tool a payment's resource URL pays for: <base>/x402/<tool> under any origin and base path
+ * (PUBLIC_BASE_URL may carry one, or the Host the client used) or mcp://tool/<tool>, the quote of
+ * either channel; null for anything else.
  */
 function toolPaidFor(url: string): string | null {
-  return /^(?:https?:\/\/[^/?#]*\/x402\/|mcp:\/\/tool\/)([a-z_]+)\/?(?:[?#]|$)/i.exec(url)?.[1] ?? null;
+  return /^(?:https?:\/\/[^?#]*\/x402\/|mcp:\/\/tool\/)([a-z_]+)\/?(?:[?#]|$)/i.exec(url)?.[1] ?? null;
 }
 
 /** Seconds past the quote's maxTimeoutSeconds that an authorisation's validBefore may reach. */

@@ -117,25 +117,50 @@ function nodeRefused(err: unknown): boolean {
   return false;
 }
 
+/** How long a send goes unanswered before the node is asked whether it has the transaction, and how often. */
+const SEND_PROBE_MS = 1_000;
+
 /**
- * `transport`, noting the hash of a raw transaction whose send got no answer on the settlement
- * in flight (see `sending`). The error is thrown on, so viem resets its nonce manager as after
- * any failed send: the next transaction's nonce is read from the node, which counts this one
- * if it has it.
+ * `transport`, for a raw transaction's send: answered with its hash as soon as the node reports
+ * it has the transaction (eth_getTransactionByHash, asked each SEND_PROBE_MS while the send goes
+ * unanswered), which is what the send's answer would say; a reply lost on the way otherwise held
+ * the payer for the whole request timeout (10 s). A send that fails without the node refusing
+ * it notes the hash on the settlement in flight (see `sending`), and the error is thrown on, so
+ * viem resets its nonce manager as after any failed send: the next transaction's nonce is read
+ * from the node, which counts this one if it has it.
  */
 function noticingLostSends(transport: Transport): Transport {
   return (params) => {
     const inner = transport(params);
     const request: typeof inner.request = async (args, options) => {
-      if (args.method !== 'eth_sendRawTransaction') return inner.request(args, options);
+      const raw = (args.params as readonly unknown[] | undefined)?.[0];
+      if (args.method !== 'eth_sendRawTransaction' || typeof raw !== 'string') {
+        return inner.request(args, options);
+      }
+      const hash = keccak256(raw as Hex);
+      const send = inner.request(args, options);
+      let answered = false;
+      const known = (async () => {
+        while (!answered) {
+          await new Promise((resolve) => setTimeout(resolve, SEND_PROBE_MS));
+          if (answered) break;
+          const tx = await inner
+            .request({ method: 'eth_getTransactionByHash', params: [hash] }, { retryCount: 0 })
+            .catch(() => null);
+          if (tx) return hash;
+        }
+        return new Promise<never>(() => undefined);
+      })();
       try {
-        return await inner.request(args, options);
+        return (await Promise.race([send, known])) as never;
       } catch (err) {
         const attempt = sending.getStore();
-        const raw = (args.params as readonly unknown[] | undefined)?.[0];
-        if (attempt && typeof raw === 'string' && !nodeRefused(err))
-          attempt.unanswered = keccak256(raw as Hex);
+        if (attempt && !nodeRefused(err)) attempt.unanswered = hash;
         throw err;
+      } finally {
+        answered = true;
+        // The send may still fail once its answer is no longer waited for: that is no one's error.
+        send.catch(() => undefined);
       }
     };
     return { ...inner, request };

@@ -427,17 +427,25 @@ describe('DeliveryWorker', () => {
       connectionsPerOrigin: 1,
     });
     cleanups.push(() => agent.close());
+    const written: string[] = [];
     const worker = new DeliveryWorker({
       store,
       runner,
       secrets: next,
       agent,
       settings: workerSettings({ endpointConcurrency: 1 }),
-      logger: pino({ level: 'silent' }),
+      logger: pino({ level: 'info' }, { write: (chunk: string) => written.push(chunk) }),
     });
     expect(worker.openSecrets(current, Date.now())).toEqual({ current: rotated.secret, previous: null });
     expect(worker.canOpen(current)).toBe(true);
     expect(worker.secretsCheck()).toEqual({ ok: true });
+    // Logged once, as what happens to it: nothing is held for it.
+    const lines = written.map((line) => JSON.parse(line) as { level: number; msg: string; secret?: string });
+    expect(lines.map(({ level, secret }) => ({ level, secret }))).toEqual([
+      { level: 40, secret: 'previous' },
+    ]);
+    expect(lines[0]!.msg).toContain('left out of the signature');
+    expect(lines[0]!.msg).not.toContain('held');
   });
 
   it('still records a failed attempt with its next retry, and rejects when the store fails', async () => {

@@ -950,17 +950,28 @@ export class DeliveryWorker {
       const error = err instanceof Error ? err : new Error(String(err));
       if (this.unopened.size >= 10_000) this.unopened.clear();
       this.unopened.set(cacheKey, { sealed, error });
-      this.logger.error(
-        {
-          err: error,
-          subscriptionId: sub.id,
-          secret: which,
-          sealedWith: sealed.keyVersion,
-          configured: this.deps.secrets.keyVersion,
-        },
-        'webhook secret does not open with WEBHOOK_MASTER_KEY: its deliveries are held (not failed) ' +
-          'until this process restarts with the key the api role sealed it with',
-      );
+      const fields = {
+        err: error,
+        subscriptionId: sub.id,
+        secret: which,
+        sealedWith: sealed.keyVersion,
+        configured: this.deps.secrets.keyVersion,
+      };
+      // A previous secret that does not open holds nothing (openSecrets signs with the current one
+      // alone), so it is said as what happens to it, and as a warning.
+      if (which === 'previous') {
+        this.logger.warn(
+          fields,
+          'previous webhook secret does not open with WEBHOOK_MASTER_KEY: it is left out of the ' +
+            "signature until the rotation's overlap ends; the current secret is used alone",
+        );
+      } else {
+        this.logger.error(
+          fields,
+          'webhook secret does not open with WEBHOOK_MASTER_KEY: its deliveries are held (not failed) ' +
+            'until this process restarts with the key the api role sealed it with',
+        );
+      }
       throw error;
     }
     this.unopened.delete(cacheKey);

@@ -144,7 +144,7 @@ const anonymousIds = new Map<string, string>();
  * IPv4 address on its own, an IPv6 address by its /64 (one subscriber's network, 2^64 addresses
  * that would otherwise be as many callers for the rate limit, the quota and the MCP session cap).
  */
-function anonymousSubject(clientAddress: string): QuotaSubject {
+export function anonymousSubject(clientAddress: string): QuotaSubject {
   let id = anonymousIds.get(clientAddress);
   if (id === undefined) {
     id = createHash('sha256')

@@ -1,12 +1,10 @@
-import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Cache, QuotaWindow } from '../../../adapters/cache/port.ts';
 import { type EventStore, WrongExpectedRevisionError } from '../../../adapters/event-store/port.ts';
 import { type IssuedKey, issueKey, KeyRuleError } from '../../keys/key-commands.ts';
-import { addressScope } from '../../metering/caller.ts';
+import { anonymousSubject } from '../../metering/caller.ts';
+import { counterExpiry, type QuotaPeriod, quotaPeriod } from '../../metering/windows.ts';
 import { restoreNonce } from './nonces.ts';
-
-const DAY_MS = 86_400_000;
 
 export interface FreeKeyIssuer {
   store: EventStore;
@@ -30,17 +28,16 @@ export function walletStream(address: string): string {
 }
 
 /**
- * The budget of a client network for the UTC day `now` falls in: one counter per network (an IPv4
- * address, an IPv6 /64, as the rate limit and the quota count an anonymous caller) and day, kept
- * by a hash of the network, gone at the next UTC midnight.
+ * The budget of a client network for the UTC day of `period`: one counter per network and day,
+ * keyed by the network's anonymous subject (an IPv4 address, an IPv6 /64, hashed as the rate limit
+ * and the quota count an anonymous caller), kept as long as the quota's day counters.
  */
-export function freeKeyWindow(clientAddress: string, perDay: number, now: number): QuotaWindow {
-  const day = Math.floor(now / DAY_MS);
-  const network = createHash('sha256')
-    .update(`free-keys:${addressScope(clientAddress)}`, 'utf8')
-    .digest('hex')
-    .slice(0, 32);
-  return { key: `freekeys:${day}:${network}`, limit: perDay, expiresAt: (day + 1) * DAY_MS };
+export function freeKeyWindow(clientAddress: string, perDay: number, period: QuotaPeriod): QuotaWindow {
+  return {
+    key: `freekeys:${anonymousSubject(clientAddress).id}:d:${period.day}`,
+    limit: perDay,
+    expiresAt: counterExpiry(period.dayResetsAt),
+  };
 }
 
 /**
@@ -61,13 +58,14 @@ export async function issueFreeKey(
   const stream = walletStream(input.address);
   if ((await deps.store.streamRevision(stream)) !== null) return { refused: 'exists' };
   const now = Date.now();
-  const window = freeKeyWindow(input.clientAddress, deps.perDay, now);
+  const period = quotaPeriod(now);
+  const window = freeKeyWindow(input.clientAddress, deps.perDay, period);
   const debit = await deps.cache.debitWindows([window], 1);
   if (!debit.ok) {
     await restoreNonce(deps.cache, input.nonce).catch((err: unknown) =>
       deps.logger.warn({ err }, 'free-key budget: a refused sign-in could not give its nonce back'),
     );
-    const retryAfterSeconds = Math.max(1, Math.ceil((window.expiresAt - now) / 1_000));
+    const retryAfterSeconds = Math.max(1, Math.ceil((period.dayResetsAt - now) / 1_000));
     return { refused: 'budget', limit: window.limit, retryAfterSeconds };
   }
   try {

@@ -6,6 +6,8 @@ import {
   LogController,
 } from 'fastify';
 import { type Bindings, type ChildLoggerOptions, type Logger, stdTimeFunctions, symbols } from 'pino';
+import { LIVE_KEY_PREFIX } from '../keys/key-material.ts';
+import { REDACTED } from '../shared/logger.ts';
 
 /**
  * One log line per request instead of Fastify's two. Profiled under load, the default pair
@@ -109,9 +111,6 @@ export class OneLinePerRequest extends LogController {
 
 const INFO = 30;
 
-/** What a redacted secret is logged as (as services/shared/logger.ts censors headers). */
-const REDACTED = '[redacted]';
-
 /**
  * Query parameters whose value is a secret, by name (decoded, any case): an API key, a token, an
  * OAuth code, a secret, a password or a signature, alone or at the end of a longer name
@@ -119,8 +118,10 @@ const REDACTED = '[redacted]';
  */
 const SECRET_NAME =
   /(?:^|[_.-])(?:key|apikey|token|code|secret|password|passwd|pwd|signature|sig|auth|authorization|session|credentials?|jwt)$/i;
+/** Not a prefix this service issues (its keys start LIVE_KEY_PREFIX); a test key's text is redacted alike. */
+const TEST_KEY_PREFIX = 'sk_test_';
 /** Text of an API key (live or test), wherever it appears: in any parameter's value, or in the path. */
-const KEY_TEXT = /sk_(?:live|test)_[^/?&#]*/g;
+const KEY_TEXT = new RegExp(`(?:${LIVE_KEY_PREFIX}|${TEST_KEY_PREFIX})[^/?&#]*`, 'g');
 
 /**
  * The request URL as logged: the value of each query parameter named like a secret, or holding a
@@ -151,7 +152,7 @@ export function loggedUrl(url: string): string {
 }
 
 function hasKeyText(text: string): boolean {
-  return text.includes('sk_live_') || text.includes('sk_test_');
+  return text.includes(LIVE_KEY_PREFIX) || text.includes(TEST_KEY_PREFIX);
 }
 
 /** A query component decoded as a form value (`+` a space); as it is when it is not valid. */

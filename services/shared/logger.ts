@@ -129,6 +129,9 @@ function writeAll(fd: number, chunk: Buffer): void {
   }
 }
 
+/** What a redacted secret is logged as (headers here, secret-looking URL parts in the access log). */
+export const REDACTED = '[redacted]';
+
 /**
  * JSON logs to stdout, buffered (a line reaches stdout within FLUSH_MS, and main's exit path
  * writes what is left); secrets that may pass through request headers are redacted.
@@ -155,7 +158,7 @@ export function createLogger(
           'req.headers["payment-signature"]',
           'headers.authorization',
         ],
-        censor: '[redacted]',
+        censor: REDACTED,
       },
     },
     destination,

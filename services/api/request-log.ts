@@ -113,11 +113,22 @@ const INFO = 30;
 
 /**
  * Query parameters whose value is a secret, by name (decoded, any case): an API key, a token, an
- * OAuth code, a secret, a password or a signature, alone or at the end of a longer name
- * (`api_key`, `access_token`, `client_secret`).
+ * OAuth code, a secret, a password or a signature, alone or as the last word of a longer name,
+ * after `_ . -` (`api_key`, `access_token`, `client_secret`) or in camelCase (`accessToken`,
+ * `clientSecret`, `privateKey`).
  */
-const SECRET_NAME =
-  /(?:^|[_.-])(?:key|apikey|token|code|secret|password|passwd|pwd|signature|sig|auth|authorization|session|credentials?|jwt)$/i;
+const SECRET_WORDS =
+  'key|apikey|token|code|secret|password|passwd|pwd|signature|sig|auth|authorization|session|credentials?|jwt';
+const SECRET_NAME = new RegExp(`(?:^|[_.-])(?:${SECRET_WORDS})$`, 'i');
+const SECRET_WORD = new RegExp(`^(?:${SECRET_WORDS})$`, 'i');
+/** A camelCase name's last word: after a lower-to-upper case boundary (`Token`, or `TOKEN`). */
+const CAMEL_LAST_WORD = /[a-z0-9]([A-Z](?:[a-z0-9]*|[A-Z0-9]*))$/;
+
+function isSecretName(name: string): boolean {
+  if (SECRET_NAME.test(name)) return true;
+  const last = CAMEL_LAST_WORD.exec(name)?.[1];
+  return last !== undefined && SECRET_WORD.test(last);
+}
 /** Not a prefix this service issues (its keys start LIVE_KEY_PREFIX); a test key's text is redacted alike. */
 const TEST_KEY_PREFIX = 'sk_test_';
 /** Text of an API key (live or test), wherever it appears: in any parameter's value, or in the path. */
@@ -144,7 +155,7 @@ export function loggedUrl(url: string): string {
       continue;
     }
     const name = decoded(param.slice(0, eq));
-    if (SECRET_NAME.test(name) || hasKeyText(decoded(param.slice(eq + 1)))) {
+    if (isSecretName(name) || hasKeyText(decoded(param.slice(eq + 1)))) {
       params[i] = `${param.slice(0, eq)}=${REDACTED}`;
     }
   }

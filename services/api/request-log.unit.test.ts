@@ -179,6 +179,7 @@ describe('the access log line', () => {
           `/lazy?api_key=${KEY}&coin=BTC`,
           '/lazy?token=t0k&access_token=at&code=c0de&client_secret=cs&window=7d&Api%5FKey=k2',
           '/lazy?q=sk_test_abc&after=12&x=Bearer%20sk_live_abc',
+          '/lazy?accessToken=c4mel1&clientSecret=c4mel2&privateKey=c4mel3&refreshTOKEN=c4mel4&tokenCount=2&monkey=m&keyId=k',
           `/lazy?${KEY}`,
           `/boom?key=${KEY}`,
           `/nowhere/${KEY}?api_key=${KEY}`,
@@ -188,7 +189,20 @@ describe('the access log line', () => {
         await turn();
         flushAccessLines();
         const text = out.writes.join('');
-        for (const secret of [KEY, 'sk_test_abc', 'sk_live_abc', 't0k', '=at', 'c0de', '=cs', 'k2']) {
+        for (const secret of [
+          KEY,
+          'sk_test_abc',
+          'sk_live_abc',
+          't0k',
+          '=at',
+          'c0de',
+          '=cs',
+          'k2',
+          'c4mel1',
+          'c4mel2',
+          'c4mel3',
+          'c4mel4',
+        ]) {
           expect(text, `${level}: ${secret}`).not.toContain(secret);
         }
         const completed = out.lines().filter((l) => l.msg === 'request completed');
@@ -198,6 +212,7 @@ describe('the access log line', () => {
             '/lazy?api_key=[redacted]&coin=BTC',
             '/lazy?token=[redacted]&access_token=[redacted]&code=[redacted]&client_secret=[redacted]&window=7d&Api%5FKey=[redacted]',
             '/lazy?q=[redacted]&after=12&x=[redacted]',
+            '/lazy?accessToken=[redacted]&clientSecret=[redacted]&privateKey=[redacted]&refreshTOKEN=[redacted]&tokenCount=2&monkey=m&keyId=k',
             '/lazy?[redacted]',
             '/boom?key=[redacted]',
             '/nowhere/[redacted]?api_key=[redacted]',

@@ -23,7 +23,6 @@ export {
   DEFAULT_REGIME_OPTIONS,
   type RegimeOptions,
   type RegimeState,
-  regimeConfidenceMeaning,
   regimeReading,
   scoreRegimes,
   stepRegime,

@@ -74,28 +74,37 @@ export async function scanFundingArb(
   };
   await forEachLimited(candidates, SCAN_CONCURRENCY, async ([coin, exchanges]) => {
     const inputs: VenueFundingInput[] = [];
+    // This coin's listings left out, counted in the note only when the coin is left with fewer
+    // than two venues: the note's per-listing counts explain those coins, not the others.
+    const dropped: { reason: 'stale' | 'failed' | 'unknownVolume' | 'lowVolume'; exchange: Exchange }[] = [];
     for (const exchange of exchanges) {
       const v = await venueFunding(feed, exchange, coin, listed.get(exchange)!.get(coin)!, now);
       if (v === 'stale' || v === 'failed') {
-        tally.legs[v]++;
+        dropped.push({ reason: v, exchange });
         continue;
       }
       if (input.minLiquidityUsd !== undefined) {
         if (v.quoteVolume24h === null) {
-          tally.legs.unknownVolumeLegs++;
-          tally.legs.unknownVolume.add(exchange);
+          dropped.push({ reason: 'unknownVolume', exchange });
           continue;
         }
         if (v.quoteVolume24h < input.minLiquidityUsd) {
-          tally.legs.lowVolume++;
+          dropped.push({ reason: 'lowVolume', exchange });
           continue;
         }
       }
       inputs.push(v);
     }
     const row = bestFundingPair(coin, inputs);
-    if (row === null) tally.tooFewLegs++;
-    else if (row.best.spreadBps < input.minSpreadBps) {
+    if (row === null) {
+      tally.tooFewLegs++;
+      for (const { reason, exchange } of dropped) {
+        if (reason === 'unknownVolume') {
+          tally.legs.unknownVolumeLegs++;
+          tally.legs.unknownVolume.add(exchange);
+        } else tally.legs[reason]++;
+      }
+    } else if (row.best.spreadBps < input.minSpreadBps) {
       tally.narrow++;
       tally.widestNarrow = Math.max(tally.widestNarrow ?? 0, row.best.spreadBps);
     } else {
@@ -136,6 +145,7 @@ interface Tally {
   single: number;
   /** Left with fewer than two venues to compare once the legs below were left out. */
   tooFewLegs: number;
+  /** The listings left out of those coins (not of a coin still on two venues or more). */
   legs: {
     /** No settlement within two of the venue's intervals. */
     stale: number;
@@ -156,7 +166,8 @@ const plural = (n: number, one: string, many: string) => `${n} ${n === 1 ? one :
 
 /**
  * Why no opportunity is listed: each filter with how many coins it left out and, where it acted on
- * a coin's venues one by one, how many of those listings (a coin on a venue).
+ * a coin's venues one by one, how many listings (a coin on a venue) of the coins it left with
+ * fewer than two venues.
  */
 function emptyNote(
   tally: Tally,

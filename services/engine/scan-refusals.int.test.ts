@@ -248,3 +248,34 @@ describe('scan_funding_arb refuses what is not served, as the other tools do', (
     });
   });
 });
+
+describe('an empty funding scan’s note', () => {
+  const { dir, link } = replayDir();
+  beforeAll(() => {
+    // BTC on three venues, its HYPERLIQUID funding unreadable: two are left to compare. ETH on two,
+    // its BYBIT funding unreadable: one is left.
+    link('candles/binance-spot/BTCUSDT-1h.csv.gz');
+    for (const coin of ['BTCUSDT', 'ETHUSDT']) {
+      link(`candles/binance-usdm/${coin}-1h.csv.gz`);
+      link(`funding/binance/${coin}.csv.gz`);
+    }
+    link('funding/bybit/BTCUSDT.csv.gz');
+    for (const path of ['funding/bybit/ETHUSDT.csv.gz', 'funding/hyperliquid/BTC.csv.gz']) {
+      mkdirSync(join(dir, path, '..'), { recursive: true });
+      writeFileSync(join(dir, path), 'not gzip');
+    }
+  });
+
+  it('counts the listings left out of the coins left with fewer than two venues, not of the others', async () => {
+    const scanned = new SignalEngine({ feed: await openReplayFeed({ run: false, dir }), store });
+    try {
+      const scan = await scanned.scanFundingArb({ minSpreadBps: 10_000 });
+      expect(scan.opportunities).toEqual([]);
+      expect(scan.note).toMatch(
+        /^no opportunity is listed for the 2 coins scanned: 1 has fewer than two venues left to compare \(1 listing could not be read now\); 1 has its best spread below the minimum asked/,
+      );
+    } finally {
+      await scanned.close();
+    }
+  });
+});

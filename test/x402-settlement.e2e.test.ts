@@ -538,12 +538,15 @@ describe('remote facilitator over HTTP', () => {
 /**
  * A JSON-RPC proxy in front of anvil. `pass` forwards every call; `lose-send-reply` forwards the
  * next eth_sendRawTransaction (the node takes and mines it) and never answers it, then passes
- * again; `refuse-send` answers the next one with the node's refusal without forwarding it;
+ * again; `refuse-send` answers the next one with the node's refusal (`answer`) without forwarding
+ * it; `fail-after-send` forwards the next one (the node takes and mines it) and answers `answer`
+ * instead of the node's reply, as a hosted RPC whose hop failed after passing it on;
  * `drop-send` cuts the connection of the next one without forwarding it (the node never sees
  * it); `silent` answers nothing, as a node that accepts connections and hangs (kill -STOP).
  */
 async function rpcProxy(target: string) {
-  let mode: 'pass' | 'lose-send-reply' | 'refuse-send' | 'drop-send' | 'silent' = 'pass';
+  let mode: 'pass' | 'lose-send-reply' | 'refuse-send' | 'fail-after-send' | 'drop-send' | 'silent' = 'pass';
+  let answer = { code: -32000, message: 'nonce too low' };
   const held = new Set<ServerResponse>();
   const server = createServer((req, res) => {
     let raw = '';
@@ -565,9 +568,7 @@ async function rpcProxy(target: string) {
       if (mode === 'refuse-send' && send) {
         mode = 'pass';
         res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(
-          JSON.stringify({ jsonrpc: '2.0', id: send.id, error: { code: -32000, message: 'nonce too low' } }),
-        );
+        res.end(JSON.stringify({ jsonrpc: '2.0', id: send.id, error: answer }));
         return;
       }
       const forwarded = await fetch(target, {
@@ -576,6 +577,12 @@ async function rpcProxy(target: string) {
         body: raw,
       });
       const text = await forwarded.text();
+      if (mode === 'fail-after-send' && send) {
+        mode = 'pass';
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ jsonrpc: '2.0', id: send.id, error: answer }));
+        return;
+      }
       if (mode === 'lose-send-reply' && send) {
         mode = 'pass';
         held.add(res);
@@ -588,8 +595,9 @@ async function rpcProxy(target: string) {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    set(next: typeof mode) {
+    set(next: typeof mode, error = { code: -32000, message: 'nonce too low' }) {
       mode = next;
+      answer = error;
     },
     async close() {
       for (const res of held) res.destroy();
@@ -707,32 +715,86 @@ describe('a chain RPC that loses answers', () => {
     }
   });
 
-  it('a settlement transaction the node refused: 402 settlement_failed, said not sent, nothing charged', async () => {
-    const proxy = await rpcProxy(chain.rpcUrl);
-    const stack = await startX402Stack(
-      { X402_RPC_URL: proxy.url, X402_FACILITATOR_TIMEOUT_MS: '1500' },
-      chain,
-    );
-    try {
-      const payer = await chain.fundedPayer(1_000_000n);
-      proxy.set('refuse-send');
-      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
-      const body = (await res.json()) as Record<string, unknown>;
-      expect(res.status).toBe(402);
-      expect(body).toMatchObject({ code: 'settlement_failed' });
-      expect(body.message).toMatch(
-        /^settlement failed: the settlement transaction was not sent \(Nonce provided .* lower than the current nonce .*\); nothing was charged$/,
+  it.each([
+    { code: -32000, message: 'nonce too low', says: /Nonce provided .* lower than the current nonce .*/ },
+    {
+      code: -32000,
+      message: 'replacement transaction underpriced',
+      says: /Missing or invalid parameters\./,
+    },
+  ])(
+    'a settlement transaction the node refused ($message): 402 settlement_failed, said not sent, nothing charged',
+    async ({ code, message, says }) => {
+      const proxy = await rpcProxy(chain.rpcUrl);
+      const stack = await startX402Stack(
+        { X402_RPC_URL: proxy.url, X402_FACILITATOR_TIMEOUT_MS: '1500' },
+        chain,
       );
-      expect(body).not.toHaveProperty('regime');
-      await stack.x402.settled();
-      expect((await stack.paymentEvents(auth.nonce)).at(-1)?.type).toBe('PaymentSettlementFailed');
-      expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(false);
-      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n);
-    } finally {
-      await stack.stop();
-      await proxy.close();
-    }
-  });
+      try {
+        const payer = await chain.fundedPayer(1_000_000n);
+        proxy.set('refuse-send', { code, message });
+        const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+        const body = (await res.json()) as Record<string, unknown>;
+        expect(res.status).toBe(402);
+        expect(body).toMatchObject({ code: 'settlement_failed' });
+        expect(body.message).toMatch(
+          new RegExp(
+            `^settlement failed: the settlement transaction was not sent \\(${says.source}\\); nothing was charged$`,
+          ),
+        );
+        expect(body).not.toHaveProperty('regime');
+        await stack.x402.settled();
+        expect((await stack.paymentEvents(auth.nonce)).at(-1)?.type).toBe('PaymentSettlementFailed');
+        expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(false);
+        expect(await chain.balanceOf(payer.address)).toBe(1_000_000n);
+      } finally {
+        await stack.stop();
+        await proxy.close();
+      }
+    },
+  );
+
+  // A hosted RPC may answer a send with an error after it passed the transaction on: with "the
+  // node refused it" read from any error answer, this was 402 'not sent; nothing was charged',
+  // the payment recorded failed, while the chain mined the transfer (signed again, paid twice).
+  it.each([
+    { code: -32603, message: 'internal error' },
+    { code: -32000, message: 'context deadline exceeded' },
+  ])(
+    'a send answered $code $message after the node took it: served, charged once, recorded settled in the mined transaction',
+    async (answer) => {
+      const proxy = await rpcProxy(chain.rpcUrl);
+      const stack = await startX402Stack(
+        {
+          X402_RPC_URL: proxy.url,
+          X402_FACILITATOR_TIMEOUT_MS: '1500',
+          X402_SETTLE_CONFIRM_TIMEOUT_MS: '1500',
+        },
+        chain,
+      );
+      try {
+        const payer = await chain.fundedPayer(1_000_000n);
+        proxy.set('fail-after-send', answer);
+        const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+        const body = (await res.json()) as { regime?: string; _service: { payment: { status: string } } };
+        expect(res.status, JSON.stringify(body)).toBe(200);
+        expect(body.regime).toEqual(expect.any(String));
+        const named = decodePaymentResponseHeader(res.headers.get('x-payment-response')!).transaction as Hex;
+        await stack.x402.settled();
+        const events = await stack.paymentEvents(auth.nonce);
+        expect(events.map((e) => e.type)).not.toContain('PaymentSettlementFailed');
+        const settled = events.at(-1)!;
+        expect(settled.type).toBe('PaymentSettled');
+        expect((settled.data as { txHash: Hex }).txHash).toBe(named);
+        expect((await chain.publicClient.getTransactionReceipt({ hash: named })).status).toBe('success');
+        expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(true);
+        expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - PRICE);
+      } finally {
+        await stack.stop();
+        await proxy.close();
+      }
+    },
+  );
 
   it('a remote facilitator that lost its send reply and answered failed: the answer is served pending, reconciliation records the settlement', async () => {
     const proxy = await rpcProxy(chain.rpcUrl);

@@ -15,15 +15,26 @@ import {
   createWalletClient,
   defineChain,
   ExecutionRevertedError,
+  FeeCapTooHighError,
+  FeeCapTooLowError,
   type Hex,
   HttpRequestError,
   http,
+  InsufficientFundsError,
+  InternalRpcError,
+  IntrinsicGasTooHighError,
+  IntrinsicGasTooLowError,
   keccak256,
+  NonceMaxValueError,
+  NonceTooHighError,
+  NonceTooLowError,
   nonceManager,
   publicActions,
   RpcError,
   RpcRequestError,
+  TipAboveFeeCapError,
   TransactionNotFoundError,
+  TransactionTypeNotSupportedError,
   type Transport,
 } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
@@ -96,20 +107,62 @@ async function noted<T>(read: () => Promise<T>): Promise<T> {
 
 /**
  * The settlement transaction being sent: set by the transport when its eth_sendRawTransaction
- * got no answer from the node (a timeout, a broken connection, a proxy's 5xx), so the node may
- * have it and the chain may mine it. viem throws then, as it does when the node refused it.
+ * got no answer from the node (a timeout, a broken connection, a proxy's 5xx), or an error answer
+ * that is not a pool refusal (see `nodeRefused`), so the node may have it and the chain may mine
+ * it. viem throws then, as it does when the node refused it.
  */
 const sending = new AsyncLocalStorage<{ unanswered: Hex | null }>();
 
 /**
- * Whether a failed eth_sendRawTransaction was refused by the node, so the transaction is not in
- * its pool: a JSON-RPC error answer (nonce too low, underpriced, insufficient funds for gas...),
- * or a client error status from the HTTP server in front of it. "already known" is the node
- * saying it has it. Anything else (no answer, a 5xx, a 408) leaves the broadcast unknown.
+ * The node's words for a transaction its pool turned away, in the clients we know: viem's
+ * classes for them (whose patterns are what viem reads a send's error by), then geth's, reth's
+ * and anvil's wording it lacks (underpriced, over the block's gas limit, a bad sender, a full
+ * pool), Besu's, and Nethermind's result names (OldNonce, FeeTooLow...).
  */
-function nodeRefused(err: unknown): boolean {
+const POOL_REFUSALS: readonly RegExp[] = [
+  ...[
+    FeeCapTooHighError,
+    FeeCapTooLowError,
+    NonceTooHighError,
+    NonceTooLowError,
+    NonceMaxValueError,
+    InsufficientFundsError,
+    IntrinsicGasTooHighError,
+    IntrinsicGasTooLowError,
+    TransactionTypeNotSupportedError,
+    TipAboveFeeCapError,
+  ].map((error) => error.nodeMessage),
+  /underpriced|exceeds (the )?block gas limit|greater than (the )?block gas limit|invalid sender|invalid signature|invalid chain ?id|only replay-protected/,
+  /txpool is full|transaction pool is full|exceeds the configured cap|oversized data|max initcode size|negative value|transaction type not supported/,
+  /upfront cost exceeds|gas price (is )?(too low|below)|nonce is too distant|intrinsic gas exceeds/,
+  /\b(oldnonce|noncegap|noncetoofarinfuture|insufficientfunds|feetoolow|feetoolowtocompete|gaslimitexceeded|senderiscontract|notsupportedtxtype|maxtxsizeexceeded)\b/,
+];
+
+/**
+ * The node saying it already has the transaction: "already known" (geth, reth), AlreadyKnown
+ * (Nethermind), "transaction already imported" (anvil), "Known transaction" (Besu).
+ */
+const ALREADY_KNOWN = /already ?known|already imported|known transaction/;
+
+/** An answer that a hop on the way gave up or broke, after which the node may have the transaction. */
+const GAVE_UP = /time ?out|timed out|deadline|internal error|unavailable|upstream|gateway/;
+
+/**
+ * Whether a failed eth_sendRawTransaction was refused by the node, so the transaction is not in
+ * its pool: an error answer in a pool refusal's words (nonce too low, underpriced, insufficient
+ * funds for gas...), or a client error status from the HTTP server in front of it. Anything
+ * else leaves the broadcast unknown: no answer, a 5xx or 408, "already known", and error
+ * answers that say nothing of the pool: a hosted RPC's -32603 internal error, or its -32000
+ * "context deadline exceeded", often comes after it passed the transaction on.
+ */
+export function nodeRefused(err: unknown): boolean {
   if (err instanceof RpcError || err instanceof RpcRequestError) {
-    return !/already known|already imported|known transaction/i.test(err.message);
+    // -32603 is a server's failure, whatever it quotes; a code viem does not know (Nethermind's
+    // -32010 for a refused transaction) is judged by its words.
+    if (err.code === InternalRpcError.code) return false;
+    const said = `${err.details || err.shortMessage}`.toLowerCase();
+    if (ALREADY_KNOWN.test(said) || GAVE_UP.test(said)) return false;
+    return POOL_REFUSALS.some((refusal) => refusal.test(said));
   }
   if (err instanceof HttpRequestError && err.status !== undefined) {
     return err.status >= 400 && err.status < 500 && err.status !== 408;
@@ -316,7 +369,7 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
             );
           } catch (err) {
             if (attempt.unanswered === null) throw err;
-            // Signed and handed to the node, which did not answer: it may mine it. Reported as
+            // Signed and handed to the node, which did not say it refused it: it may mine it. Reported as
             // sent, so @x402/evm waits for its receipt, and the payment stays open (pending) until
             // the chain tells; a throw here would read as a refusal and the payment as failed.
             hash = attempt.unanswered;

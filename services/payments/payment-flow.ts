@@ -23,7 +23,14 @@ import type { PaymentHandle, PaymentLedger, PaymentStep, ReserveResult } from '.
 import { type PaidResponseKey, type PaidResponseStore, requestFingerprint } from './paid-responses.ts';
 import { decideReservation, identityKey, type PaymentIdentity, type PaymentState } from './payment-state.ts';
 import { v1NetworkName } from './rails.ts';
-import { describeMismatch, describeReason, describeUnsent } from './reasons.ts';
+import {
+  describeMismatch,
+  describeReason,
+  describeUnsent,
+  NONCE_ALREADY_USED,
+  REFUSED_BEFORE_SENDING,
+  TRANSACTION_FAILED,
+} from './reasons.ts';
 import type { SubmissionWatch } from './submissions.ts';
 import type { PaidTool } from './tools.ts';
 
@@ -500,40 +507,6 @@ interface Served {
   fingerprint: string;
 }
 
-/** @x402/evm's reason for a settlement transaction mined and reverted (without a transaction: see below). */
-const REVERTED = 'invalid_exact_evm_transaction_failed';
-
-/** The token refused the transfer because the authorisation was already used (paid). */
-const NONCE_USED = 'invalid_exact_evm_nonce_already_used';
-
-/**
- * The facilitators' reasons that refuse a settlement before its transaction is sent: the settle's
- * own check of the authorisation, or the transfer's gas estimate naming why it would revert.
- * Without a transaction, `invalid_exact_evm_transaction_failed` is @x402/evm's word for any error
- * around the send (its transport timing out after the node took the transaction included), and a
- * nonce already used may be this settlement's own transaction: neither tells that nothing was sent.
- */
-const REFUSED_BEFORE_SENDING: ReadonlySet<string> = new Set([
-  'invalid_exact_evm_scheme',
-  'invalid_exact_evm_network_mismatch',
-  'invalid_exact_evm_missing_eip712_domain',
-  'invalid_exact_evm_recipient_mismatch',
-  'invalid_exact_evm_signature',
-  'invalid_exact_evm_payload_authorization_valid_before',
-  'invalid_exact_evm_payload_authorization_valid_after',
-  'invalid_exact_evm_authorization_value',
-  'invalid_exact_evm_payload_authorization_value_mismatch',
-  'invalid_exact_evm_token_name_mismatch',
-  'invalid_exact_evm_token_version_mismatch',
-  'invalid_exact_evm_eip3009_not_supported',
-  'invalid_exact_evm_insufficient_balance',
-  'invalid_exact_evm_transaction_simulation_failed',
-  'invalid_exact_evm_failed_to_parse_signature',
-  'asset_not_deployed_contract',
-  'eip6492_factory_not_allowed',
-  'unsupported_payload_type',
-]);
-
 /** How a settlement ended, as recorded. */
 type Settled =
   | { kind: 'settled'; settle: SettleResponse }
@@ -690,7 +663,7 @@ async function settleAndRecord(deps: PaymentFlowDeps, call: PaidCall, paid: Serv
     response: SettleResponse | null,
   ): Promise<Settled> => {
     const sent = ((transaction || null) as `0x${string}` | null) ?? deps.submissions?.sent(identity) ?? null;
-    if (transaction && reason === REVERTED) {
+    if (transaction && reason === TRANSACTION_FAILED) {
       await record({ kind: 'fail', reason, txHash: transaction as `0x${string}` });
       deps.logger.error(
         { requestId: call.requestId, reason, transaction },
@@ -704,7 +677,7 @@ async function settleAndRecord(deps: PaymentFlowDeps, call: PaidCall, paid: Serv
     // chain saying the authorisation moved the money, by whatever transaction: never a refusal.
     const unsent =
       sent === null &&
-      reason !== NONCE_USED &&
+      reason !== NONCE_ALREADY_USED &&
       (deps.submissions !== null || REFUSED_BEFORE_SENDING.has(reason));
     if (unsent) {
       await record({ kind: 'fail', reason });

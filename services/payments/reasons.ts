@@ -3,8 +3,21 @@ import { ERRORS, type ErrorCode, isErrorCode } from '../../contracts/errors.ts';
 import type { DecodedPayment } from './codecs.ts';
 import { v1NetworkName } from './rails.ts';
 
+/**
+ * @x402/evm's reason for a settlement whose transaction failed: mined and reverted when it names
+ * a transaction; without one, its word for any error around the send (its transport timing out
+ * after the node took the transaction included), which does not tell that nothing was sent.
+ */
+export const TRANSACTION_FAILED = 'invalid_exact_evm_transaction_failed' satisfies ErrorCode;
+
+/**
+ * The token refused the transfer because the authorisation was already used (paid), by whatever
+ * transaction: this settlement's own among them.
+ */
+export const NONCE_ALREADY_USED = 'invalid_exact_evm_nonce_already_used' satisfies ErrorCode;
+
 /** The facilitators' reason codes that the catalog words for a caller (the rest are spelt out). */
-export const FACILITATOR_REASONS: readonly ErrorCode[] = [
+export const FACILITATOR_REASONS = [
   'invalid_exact_evm_signature',
   'invalid_exact_evm_recipient_mismatch',
   'invalid_exact_evm_payload_authorization_valid_before',
@@ -12,13 +25,39 @@ export const FACILITATOR_REASONS: readonly ErrorCode[] = [
   'invalid_exact_evm_payload_authorization_value_mismatch',
   'invalid_exact_evm_authorization_value',
   'invalid_exact_evm_network_mismatch',
-  'invalid_exact_evm_nonce_already_used',
+  NONCE_ALREADY_USED,
   'invalid_exact_evm_insufficient_balance',
   'invalid_exact_evm_transaction_simulation_failed',
-  'invalid_exact_evm_transaction_failed',
+  TRANSACTION_FAILED,
   'asset_not_deployed_contract',
-];
-const facilitatorReasons = new Set(FACILITATOR_REASONS);
+] as const satisfies readonly ErrorCode[];
+
+/**
+ * @x402/evm's reasons (its exact facilitator's errors.ts, which the package does not export) that
+ * the catalog has no entry for: passed on as they are, spelt out in words (describeReason).
+ */
+const UNCATALOGUED_REFUSALS_BEFORE_SENDING = [
+  'invalid_exact_evm_scheme',
+  'invalid_exact_evm_missing_eip712_domain',
+  'invalid_exact_evm_token_name_mismatch',
+  'invalid_exact_evm_token_version_mismatch',
+  'invalid_exact_evm_eip3009_not_supported',
+  'invalid_exact_evm_failed_to_parse_signature',
+  'eip6492_factory_not_allowed',
+  'unsupported_payload_type',
+] as const;
+
+/**
+ * The facilitators' reasons that refuse a settlement before its transaction is sent: the settle's
+ * own check of the authorisation, or the transfer's gas estimate naming why it would revert. All
+ * the catalogued ones but TRANSACTION_FAILED and NONCE_ALREADY_USED, neither of which tells that
+ * nothing was sent.
+ */
+export const REFUSED_BEFORE_SENDING: ReadonlySet<string> = new Set<string>([
+  ...FACILITATOR_REASONS.filter((reason) => reason !== TRANSACTION_FAILED && reason !== NONCE_ALREADY_USED),
+  ...UNCATALOGUED_REFUSALS_BEFORE_SENDING,
+]);
+const facilitatorReasons: ReadonlySet<string> = new Set(FACILITATOR_REASONS);
 
 export function describeReason(reason: string, detail?: string): string {
   const known = isErrorCode(reason) && facilitatorReasons.has(reason);
@@ -30,7 +69,7 @@ export function describeReason(reason: string, detail?: string): string {
 export function describeMismatch(
   payment: DecodedPayment,
   requirements: PaymentRequirements[],
-): { reason: string; message: string } {
+): { reason: ErrorCode; message: string } {
   const offered = requirements.map((r) => r.network).join(', ');
   if (payment.version === 1) {
     if (payment.scheme !== 'exact') {
@@ -91,7 +130,7 @@ export function describeMismatch(
  * chain") would tell a payer the chain saw it; the first line of what failed is named instead.
  */
 export function describeUnsent(reason: string, detail?: string): string {
-  if (reason !== 'invalid_exact_evm_transaction_failed') return describeReason(reason, detail);
+  if (reason !== TRANSACTION_FAILED) return describeReason(reason, detail);
   const first = detail?.split('\n')[0]?.trim().slice(0, 200);
   return `the settlement transaction was not sent${first ? ` (${first})` : ''}; nothing was charged`;
 }

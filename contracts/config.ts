@@ -278,6 +278,13 @@ export const ConfigSchema = z
     X402_FACILITATOR_URL: httpUrl.optional(),
     /** JSON object of headers sent to the remote facilitator, e.g. {"Authorization":"Bearer ..."}. */
     X402_FACILITATOR_AUTH_HEADERS: headersJson.optional(),
+    /**
+     * Longest a facilitator call may take: with a remote facilitator, each HTTP call (verify, settle,
+     * supported); with the local one, a verification's chain reads together (each JSON-RPC request
+     * at most 10 s, or this when shorter); with either, the payer's balance read before settling.
+     * A verification or balance read past it is 503 facilitator_unavailable, nothing charged; a
+     * remote settle past it is served pending, and the reconciler reads the chain.
+     */
     X402_FACILITATOR_TIMEOUT_MS: positiveInt.default(30_000),
     /** Key of the wallet that submits settlements (pays the gas) for the local facilitator. */
     X402_FACILITATOR_PRIVATE_KEY: privateKey.optional(),

@@ -188,6 +188,33 @@ describe('an authorisation used on chain by someone else before the settlement',
   });
 });
 
+describe('a facilitator wallet without ETH for gas', () => {
+  // @x402/evm reads the node's "insufficient funds for gas * price + value: balance 0" as the
+  // payer's: the buyer was told 'the payer does not hold enough of the asset'.
+  it('refuses the settlement (402, nothing charged) naming the facilitator wallet, not the payer', async () => {
+    const stack = await startX402Stack({}, chain);
+    const facilitator = privateKeyToAccount(FACILITATOR_KEY).address;
+    const gas = await chain.publicClient.getBalance({ address: facilitator });
+    try {
+      const payer = await chain.fundedPayer(1_000_000n);
+      await chain.testClient.setBalance({ address: facilitator, value: 0n });
+      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+      const body = (await res.json()) as Record<string, unknown>;
+      expect(res.status, JSON.stringify(body)).toBe(402);
+      expect(body).toMatchObject({ code: 'settlement_failed' });
+      expect(body.message).toMatch(
+        /^settlement failed: the settlement transaction was not sent \(the facilitator's wallet 0x[0-9a-fA-F]{40} has too little ETH for the settlement's gas\); nothing was charged$/,
+      );
+      await stack.x402.settled();
+      expect((await stack.paymentEvents(auth.nonce)).at(-1)?.type).toBe('PaymentSettlementFailed');
+      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n);
+    } finally {
+      await chain.testClient.setBalance({ address: facilitator, value: gas });
+      await stack.stop();
+    }
+  });
+});
+
 describe('the log refuses a write while a paid call runs', () => {
   it('a settlement that failed for certain is refused (402) even though the failure could not be recorded', async () => {
     const { store, path } = await lmdbStore();
@@ -721,6 +748,12 @@ describe('a chain RPC that loses answers', () => {
       code: -32000,
       message: 'replacement transaction underpriced',
       says: /Missing or invalid parameters\./,
+    },
+    // geth's wording, which @x402/evm took for the payer's balance ('the payer does not hold enough').
+    {
+      code: -32000,
+      message: 'insufficient funds for gas * price + value: balance 0, tx cost 2100000, overshot 2100000',
+      says: /the facilitator's wallet 0x[0-9a-fA-F]{40} has too little ETH for the settlement's gas/,
     },
   ])(
     'a settlement transaction the node refused ($message): 402 settlement_failed, said not sent, nothing charged',

@@ -368,7 +368,22 @@ export function createLocalFacilitator(options: LocalFacilitatorOptions): LocalF
               }),
             );
           } catch (err) {
-            if (attempt.unanswered === null) throw err;
+            if (attempt.unanswered === null) {
+              // The node (or the gas estimate) says the facilitator's own wallet cannot pay the
+              // gas. @x402/evm reads geth's wording of it ("insufficient funds ...: balance 0")
+              // as the payer lacking the asset, and anvil's as a balance of no one named.
+              if (err instanceof BaseError && err.walk((e) => e instanceof InsufficientFundsError)) {
+                options.logger?.error(
+                  { err, wallet: account.address, network },
+                  "the facilitator's wallet has too little ETH for gas: settlements fail until it is funded",
+                );
+                throw new Error(
+                  `the facilitator's wallet ${account.address} has too little ETH for the settlement's gas`,
+                  { cause: err },
+                );
+              }
+              throw err;
+            }
             // Signed and handed to the node, which did not say it refused it: it may mine it. Reported as
             // sent, so @x402/evm waits for its receipt, and the payment stays open (pending) until
             // the chain tells; a throw here would read as a refusal and the payment as failed.

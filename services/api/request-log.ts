@@ -115,19 +115,24 @@ const INFO = 30;
  * Query parameters whose value is a secret, by name (decoded, any case): an API key, a token, an
  * OAuth code, a secret, a password or a signature, alone or as the last word of a longer name,
  * after `_ . -` (`api_key`, `access_token`, `client_secret`) or in camelCase (`accessToken`,
- * `clientSecret`, `privateKey`).
+ * `clientSecret`, `privateKey`, `clientAPIToken`, `userAPIKey`). A camelCase `Code` is not one
+ * (`errorCode`, `zipCode`, `statusCode` are plain values; the OAuth code is `code`).
  */
 const SECRET_WORDS =
   'key|apikey|token|code|secret|password|passwd|pwd|signature|sig|auth|authorization|session|credentials?|jwt';
 const SECRET_NAME = new RegExp(`(?:^|[_.-])(?:${SECRET_WORDS})$`, 'i');
-const SECRET_WORD = new RegExp(`^(?:${SECRET_WORDS})$`, 'i');
-/** A camelCase name's last word: after a lower-to-upper case boundary (`Token`, or `TOKEN`). */
-const CAMEL_LAST_WORD = /[a-z0-9]([A-Z](?:[a-z0-9]*|[A-Z0-9]*))$/;
+const CAMEL_SECRET_WORD = new RegExp(`^(?!code$)(?:${SECRET_WORDS})$`, 'i');
+/**
+ * A camelCase name's last word, when it has more than one: a capital and what follows in lower
+ * case (`Token`), or a run of capitals (`TOKEN`); a run of capitals followed by a word ends
+ * before that word's capital (`clientAPIToken`: `client`, `API`, `Token`).
+ */
+const CAMEL_LAST_WORD = /.([A-Z][a-z0-9]+|[A-Z][A-Z0-9]*)$/;
 
 function isSecretName(name: string): boolean {
   if (SECRET_NAME.test(name)) return true;
   const last = CAMEL_LAST_WORD.exec(name)?.[1];
-  return last !== undefined && SECRET_WORD.test(last);
+  return last !== undefined && CAMEL_SECRET_WORD.test(last);
 }
 /** Not a prefix this service issues (its keys start LIVE_KEY_PREFIX); a test key's text is redacted alike. */
 const TEST_KEY_PREFIX = 'sk_test_';

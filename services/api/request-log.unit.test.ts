@@ -180,6 +180,7 @@ describe('the access log line', () => {
           '/lazy?token=t0k&access_token=at&code=c0de&client_secret=cs&window=7d&Api%5FKey=k2',
           '/lazy?q=sk_test_abc&after=12&x=Bearer%20sk_live_abc',
           '/lazy?accessToken=c4mel1&clientSecret=c4mel2&privateKey=c4mel3&refreshTOKEN=c4mel4&tokenCount=2&monkey=m&keyId=k',
+          '/lazy?clientAPIToken=c4mel5&userAPIKey=c4mel6&errorCode=E42&zipCode=75001',
           `/lazy?${KEY}`,
           `/boom?key=${KEY}`,
           `/nowhere/${KEY}?api_key=${KEY}`,
@@ -202,6 +203,8 @@ describe('the access log line', () => {
           'c4mel2',
           'c4mel3',
           'c4mel4',
+          'c4mel5',
+          'c4mel6',
         ]) {
           expect(text, `${level}: ${secret}`).not.toContain(secret);
         }
@@ -213,6 +216,7 @@ describe('the access log line', () => {
             '/lazy?token=[redacted]&access_token=[redacted]&code=[redacted]&client_secret=[redacted]&window=7d&Api%5FKey=[redacted]',
             '/lazy?q=[redacted]&after=12&x=[redacted]',
             '/lazy?accessToken=[redacted]&clientSecret=[redacted]&privateKey=[redacted]&refreshTOKEN=[redacted]&tokenCount=2&monkey=m&keyId=k',
+            '/lazy?clientAPIToken=[redacted]&userAPIKey=[redacted]&errorCode=E42&zipCode=75001',
             '/lazy?[redacted]',
             '/boom?key=[redacted]',
             '/nowhere/[redacted]?api_key=[redacted]',

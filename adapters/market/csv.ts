@@ -11,9 +11,22 @@ export class MarketFileError extends Error {
   override readonly name = 'MarketFileError';
 }
 
-async function readRows(path: string): Promise<{ header: string[]; rows: string[][] }> {
+/**
+ * A market file's text. A truncated or corrupt gzip is named: zlib's own error ('unexpected end
+ * of file') says nothing of which of a few hundred files it was.
+ */
+async function readText(path: string): Promise<string> {
   const raw = await readFile(path);
-  const text = path.endsWith('.gz') ? gunzipSync(raw).toString('utf8') : raw.toString('utf8');
+  if (!path.endsWith('.gz')) return raw.toString('utf8');
+  try {
+    return gunzipSync(raw).toString('utf8');
+  } catch (err) {
+    throw new MarketFileError(`${path}: not a readable gzip file (${(err as Error).message})`);
+  }
+}
+
+async function readRows(path: string): Promise<{ header: string[]; rows: string[][] }> {
+  const text = await readText(path);
   const lines = text.split('\n');
   const header = (lines[0] ?? '').trim().split(',');
   const rows: string[][] = [];
@@ -43,8 +56,7 @@ const CANDLE_COLUMNS = CANDLE_HEADER.split(',');
  * at about 220 MB, and the process kept that memory: 700–780 MB RSS idle, 490 MB this way.
  */
 export async function readCandleColumns(path: string): Promise<CandleColumns> {
-  const raw = await readFile(path);
-  const text = path.endsWith('.gz') ? gunzipSync(raw).toString('utf8') : raw.toString('utf8');
+  const text = await readText(path);
   const headerEnd = text.indexOf('\n');
   const header = (headerEnd === -1 ? text : text.slice(0, headerEnd)).trim();
   if (header !== CANDLE_HEADER) {

@@ -1,5 +1,5 @@
 import { createReadStream } from 'node:fs';
-import { readdir } from 'node:fs/promises';
+import { readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { createGunzip } from 'node:zlib';
@@ -15,6 +15,29 @@ import type { Candle } from '../../../contracts/market.ts';
 export interface DataFolder {
   data: string;
   warmup?: string | undefined;
+}
+
+/** The candle folders the evaluator reads, in the shared layout. */
+export const CANDLE_FOLDERS = ['binance-spot', 'binance-usdm', 'binance-spot-2022'] as const;
+
+/**
+ * Why a folder given as --data or --warmup cannot be read, or null: it must exist and hold candle
+ * files. A mistyped path used to be read as an empty folder: every cell scored at 0 points (or a
+ * warm-up silently dropped), exit 0, and a report of 0 rows written over the last one.
+ */
+export async function folderProblem(dir: string, flag: string): Promise<string | null> {
+  try {
+    if (!(await stat(dir)).isDirectory()) return `${flag} ${dir} is not a directory`;
+  } catch {
+    return `${flag} ${dir} does not exist`;
+  }
+  for (const folder of CANDLE_FOLDERS) {
+    try {
+      const names = await readdir(join(dir, 'candles', folder));
+      if (names.some((n) => n.endsWith('.csv.gz'))) return null;
+    } catch {}
+  }
+  return `${flag} ${dir} holds no market files (no candles/{${CANDLE_FOLDERS.join(',')}}/*.csv.gz)`;
 }
 
 async function readIfPresent(path: string): Promise<Candle[]> {

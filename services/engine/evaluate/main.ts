@@ -3,6 +3,7 @@ import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { parseArgs } from 'node:util';
 import { aggregateCandles } from '../../../adapters/market/aggregate.ts';
+import { MarketFileError } from '../../../adapters/market/csv.ts';
 import { parseCandleFileName } from '../../../adapters/market/replay-layout.ts';
 import { SHARED_MARKET_DIR } from '../../../adapters/market/shared-data.ts';
 import { TIMEFRAME_MS, type Timeframe } from '../../../contracts/market.ts';
@@ -39,7 +40,7 @@ import {
   testPoints,
 } from './cells.ts';
 import { chooseStepShare, monthStarts, type StepShareChoice } from './curve-choice.ts';
-import { dataStart, readCandles } from './data-folder.ts';
+import { dataStart, folderProblem, readCandles } from './data-folder.ts';
 import { type CarryEvaluation, evaluateCarry, fitCarryTable, loadFundingHistory } from './funding.ts';
 import { type CellReport, type LabelReport, renderReport, type VolReport } from './report.ts';
 import { fitFreeLabelCuts, labelEvidence } from './risk.ts';
@@ -137,6 +138,19 @@ function usageError(message: string): never {
   process.exit(2);
 }
 
+/** A folder or file the run cannot read: one line naming it, exit code 2, no stack trace. */
+function inputError(message: string): never {
+  process.stderr.write(`npm run evaluate: ${message}\n`);
+  process.exit(2);
+}
+// A malformed market file (a bad row, a truncated gzip) names the file and line; its stack names
+// only the reader.
+process.on('uncaughtException', (err) => {
+  if (err instanceof MarketFileError) inputError(err.message);
+  process.stderr.write(`${err.stack ?? err}\n`);
+  process.exit(1);
+});
+
 function parseOptions() {
   try {
     return parseArgs({ options: OPTIONS }).values;
@@ -196,6 +210,13 @@ if (
 }
 if (values.warmup && !values['score-only'])
   usageError('--warmup needs --score-only (a fit reads every month it is given)');
+for (const [dir, flag] of [
+  [values.data, '--data'],
+  ...(values.warmup ? [[values.warmup, '--warmup'] as const] : []),
+] as const) {
+  const problem = await folderProblem(dir, flag);
+  if (problem) inputError(problem);
+}
 // With a warm-up folder the scores start where the data folder starts, unless --from says.
 if (values.warmup && !values.from) {
   const start = await dataStart(values.data);

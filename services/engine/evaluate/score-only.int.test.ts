@@ -52,6 +52,10 @@ describe('npm run evaluate -- --score-only', () => {
     expect(text).toContain("### The risk forecast against a risk desk's forecasters");
     expect(text).toContain('## Volatility forecast and expected-move band');
     expect(text).toContain('expected / realised carry');
+    // The day rows have too few closes from 2025-09-25 to score: named with their count, not dropped unsaid.
+    expect(text).toMatch(
+      /- Fewer than 200 points: not scored \(not among the \d+ rows\): [^\n]*spot 1d next \(1\), \d+ points/,
+    );
     // Nothing refitted: the shipped tables are byte for byte what they were.
     const after = await Promise.all(TABLES.map((t) => readFile(join(ROOT, t), 'utf8')));
     expect(after).toEqual(before);
@@ -105,6 +109,51 @@ describe('npm run evaluate -- --score-only', () => {
     expect(Number(dayRow.split('|')[4])).toBeGreaterThan(0);
     const risk = await readFile(join(out, 'report-risk.md'), 'utf8');
     expect(risk).toMatch(/\| spot \| 1h \| next \(1\) \| \d+ \|/);
+  }, 600_000);
+
+  it('refuses a missing or empty --data or --warmup folder and a malformed file: one line, exit 2, no report', async () => {
+    const out = await mkdtemp(join(tmpdir(), 'score-only-refused-'));
+    dirs.push(out);
+    await mkdir(join(out, 'empty'));
+    // A bad row, and a gzip cut short (zlib alone says 'unexpected end of file', naming no file).
+    const bad = join(out, 'bad/candles/binance-spot/BTCUSDT-1h.csv.gz');
+    const cut = join(out, 'cut/candles/binance-spot/BTCUSDT-1h.csv.gz');
+    await mkdir(join(out, 'bad/candles/binance-spot'), { recursive: true });
+    await mkdir(join(out, 'cut/candles/binance-spot'), { recursive: true });
+    await writeFile(bad, gzipSync('open_time,open,high,low,close,volume\n1,2,3,1,2,5\n2,x,3,1,2,5\n'));
+    const whole = await readFile(join(ROOT, 'sample-data/market/candles/binance-spot/BTCUSDT-1h.csv.gz'));
+    await writeFile(cut, whole.subarray(0, 300));
+    // A report from an earlier run: a refused run must not write over it.
+    const report = join(out, 'report.md');
+    await writeFile(report, 'earlier report\n');
+    const sample = join(ROOT, 'sample-data/market');
+    for (const [args, message] of [
+      [['--data', join(out, 'nope')], `--data ${join(out, 'nope')} does not exist`],
+      [['--data', join(out, 'empty')], `--data ${join(out, 'empty')} holds no market files`],
+      [['--data', sample, '--warmup', join(out, 'nope')], `--warmup ${join(out, 'nope')} does not exist`],
+      [
+        ['--data', sample, '--warmup', join(out, 'empty')],
+        `--warmup ${join(out, 'empty')} holds no market files`,
+      ],
+      [['--data', join(out, 'bad'), '--from', '2025-01-01'], `${bad}:3: column open is not a number (x)`],
+      [
+        ['--data', join(out, 'cut'), '--from', '2025-01-01'],
+        `${cut}: not a readable gzip file (unexpected end of file)`,
+      ],
+    ] as const) {
+      const failed = await run(
+        process.execPath,
+        ['--import', 'tsx', 'services/engine/evaluate/main.ts', '--score-only', ...args, '--report', report],
+        { cwd: ROOT },
+      ).catch((err: { code: number; stdout: string; stderr: string }) => err);
+      const { code, stderr } = failed as { code: number; stdout: string; stderr: string };
+      expect({ args, code }).toEqual({ args, code: 2 });
+      // One line, naming the path: no stack trace.
+      expect(stderr.startsWith(`npm run evaluate: ${message}`)).toBe(true);
+      expect(stderr.trimEnd().split('\n')).toHaveLength(1);
+    }
+    expect(await readFile(report, 'utf8')).toBe('earlier report\n');
+    await expect(readFile(join(out, 'report-risk.md'), 'utf8')).rejects.toThrow(/ENOENT/);
   }, 600_000);
 
   it('answers a mistyped option or value with the usage and exit code 2, not a stack trace', async () => {

@@ -19,6 +19,11 @@ export interface ClientLifetime {
   unusedTtlS: number;
   /** Clients registered and not used yet kept at most: one more deletes the oldest of them. */
   maxUnused: number;
+  /**
+   * How long a sign-in started with a client (an Interaction saved for it) keeps that client from
+   * being pushed out by newer registrations (the Interaction's lifetime, OAUTH_INTERACTION_TTL_S).
+   */
+  signInS: number;
 }
 
 /**
@@ -26,11 +31,19 @@ export interface ClientLifetime {
  * 8 KB of provider.ts CLIENT_METADATA_LIMITS: ~40 MB in the store at worst, where registrations
  * at the rate limit without either bound kept ~15 MB a minute for good).
  */
-export const DEFAULT_CLIENT_LIFETIME: ClientLifetime = { unusedTtlS: 86_400, maxUnused: 5_000 };
+export const DEFAULT_CLIENT_LIFETIME: ClientLifetime = { unusedTtlS: 86_400, maxUnused: 5_000, signInS: 600 };
 
 /** The ordered list of registered clients not used yet (their ids). */
 const UNUSED_CLIENTS = 'clients:unused';
-const clientKey = (clientId: string) => `Client:${clientId}`;
+/**
+ * The clients a sign-in was started with lately (their ids): spared when pushing out. At most
+ * `maxUnused` too, so sign-ins started in bulk cannot keep more clients than that.
+ */
+const SIGNING_IN_CLIENTS = 'clients:signing-in';
+const CLIENT = 'Client:';
+const clientKey = (clientId: string) => `${CLIENT}${clientId}`;
+/** The key of the client's registration access token (the library issues one per registration). */
+const clientRat = (clientId: string) => `clientRat:${clientId}`;
 const grantSet = (grantId: string) => `grant:${grantId}`;
 const sessionUid = (uid: string) => `sessionUid:${uid}`;
 const userCode = (code: string) => `userCode:${code}`;
@@ -42,8 +55,10 @@ const userCode = (code: string) => `userCode:${code}`;
  *
  * Registered clients have a lifetime (the library saves them with none, and has no client expiry
  * of its own): one never used for a grant is deleted after `unusedTtlS`, or sooner when
- * `maxUnused` newer ones wait; one used lives at least as long as each grant and token saved for
- * it (its lifetime is lengthened to theirs), so a host's refresh token never outlives its client.
+ * `maxUnused` newer ones wait (not while a sign-in started with it is under way); one used lives
+ * at least as long as each grant and token saved for it (its lifetime is lengthened to theirs),
+ * so a host's refresh token never outlives its client. Its registration access token (saved by
+ * the library with no lifetime) has the client's, and is deleted with it.
  */
 export function oauthAdapter(
   store: OAuthStore,
@@ -61,16 +76,39 @@ export function oauthAdapter(
     async upsert(id: string, payload: AdapterPayload, expiresIn: number): Promise<void> {
       if (this.model === 'Client') {
         await store.put(clientKey(id), JSON.stringify(payload), lifetime.unusedTtlS);
-        const pushedOut = await store.admit(UNUSED_CLIENTS, id, lifetime.maxUnused, lifetime.unusedTtlS);
-        if (pushedOut.length > 0) await store.del(pushedOut.map(clientKey));
+        // Deleted with their records in the script (a client just used is kept): their tokens here.
+        const pushedOut = await store.admit(UNUSED_CLIENTS, id, lifetime.maxUnused, lifetime.unusedTtlS, {
+          record: CLIENT,
+          spare: { list: SIGNING_IN_CLIENTS, maxAgeS: lifetime.signInS },
+        });
+        for (const clientId of pushedOut) {
+          const rat = await store.get(clientRat(clientId));
+          await store.del(rat === undefined ? [clientRat(clientId)] : [rat.value, clientRat(clientId)]);
+        }
         return;
       }
-      const ttl = typeof expiresIn === 'number' && expiresIn > 0 ? expiresIn : undefined;
+      const given = typeof expiresIn === 'number' && expiresIn > 0 ? expiresIn : undefined;
+      const clientId = typeof payload.clientId === 'string' ? payload.clientId : undefined;
+      const ttl = this.model === 'RegistrationAccessToken' ? (given ?? lifetime.unusedTtlS) : given;
       const key = this.key(id);
       await store.put(key, JSON.stringify(payload), ttl);
-      if (USES_CLIENT.has(this.model) && typeof payload.clientId === 'string') {
-        await store.dismiss(UNUSED_CLIENTS, payload.clientId);
-        if (ttl !== undefined) await store.extend(clientKey(payload.clientId), ttl);
+      if (this.model === 'RegistrationAccessToken' && clientId !== undefined) {
+        await store.put(clientRat(clientId), key, ttl);
+      }
+      if (this.model === 'Interaction') {
+        const params = payload.params as { client_id?: unknown } | undefined;
+        if (typeof params?.client_id === 'string') {
+          await store.admit(SIGNING_IN_CLIENTS, params.client_id, lifetime.maxUnused, lifetime.signInS);
+        }
+      }
+      if (USES_CLIENT.has(this.model) && clientId !== undefined) {
+        await store.dismiss(UNUSED_CLIENTS, clientId);
+        if (ttl !== undefined) {
+          await store.extend(clientKey(clientId), ttl);
+          const rat = await store.get(clientRat(clientId));
+          if (rat !== undefined) await store.extend(rat.value, ttl);
+          await store.extend(clientRat(clientId), ttl);
+        }
       }
       if (GRANTABLE.has(this.model) && payload.grantId)
         await store.addMember(grantSet(payload.grantId), key, ttl);

@@ -6,7 +6,7 @@ import {
   type OAuthSecrets,
 } from '../../../contracts/oauth.ts';
 import { LOOPBACK_HOSTS } from '../../shared/ssrf/address-policy.ts';
-import { type ClientLifetime, oauthAdapter } from './adapter.ts';
+import { type ClientLifetime, DEFAULT_CLIENT_LIFETIME, oauthAdapter } from './adapter.ts';
 import {
   clientDocumentFetchAllowed,
   DEFAULT_OUTBOUND_POLICY,
@@ -29,8 +29,11 @@ export interface ProviderOptions {
   outbound?: OutboundPolicy;
   /** TLS for outgoing fetches (tests pass a self-signed CA). */
   outboundTls?: { ca?: string | Buffer };
-  /** How long registered clients are kept (DEFAULT_CLIENT_LIFETIME: a day unused, 5,000 waiting). */
-  clientLifetime?: ClientLifetime;
+  /**
+   * How long registered clients are kept (DEFAULT_CLIENT_LIFETIME: a day unused, 5,000 waiting;
+   * a sign-in under way spares its client for `ttl.interactionS`).
+   */
+  clientLifetime?: Partial<ClientLifetime>;
 }
 
 /**
@@ -120,7 +123,11 @@ export function createProvider(options: ProviderOptions): OAuthProvider {
   const outbound = options.outbound ?? DEFAULT_OUTBOUND_POLICY;
   const outboundFetch = guardedFetch(outbound, options.outboundTls);
   const configuration: Configuration = {
-    adapter: oauthAdapter(options.store, options.clientLifetime),
+    adapter: oauthAdapter(options.store, {
+      ...DEFAULT_CLIENT_LIFETIME,
+      signInS: ttl.interactionS,
+      ...options.clientLifetime,
+    }),
     jwks: options.secrets.jwks as Configuration['jwks'],
     cookies: {
       keys: options.secrets.cookieKeys,
@@ -204,6 +211,8 @@ export function createProvider(options: ProviderOptions): OAuthProvider {
       Grant: ttl.refreshTokenS,
       Interaction: ttl.interactionS,
       Session: ttl.interactionS,
+      // RegistrationAccessToken: none here (a lifetime would be written into the token and end
+      // it even once its client is used); the adapter stores it for as long as its client.
     },
     // A host keeps its tokens after the browser window that signed in is closed.
     expiresWithSession: async () => false,

@@ -236,9 +236,17 @@ describe.runIf(present || process.env.CI === 'true')('OAuth sign-in refusals', (
       expect(freshTtl).toBeGreaterThan(86_000);
       expect(freshTtl).toBeLessThanOrEqual(86_400);
       expect(await redis.zscore(`${prefix}oauth:clients:unused`, fresh)).not.toBeNull();
-      // The suite's client, once signed in with: its lifetime is its refresh token's (30 days).
+      // Its registration access token (the library gives it no lifetime) lives as long as the client.
+      const ratKey = async (id: string) =>
+        `${prefix}oauth:${await redis.get(`${prefix}oauth:clientRat:${id}`)}`;
+      expect(await ratKey(fresh)).toMatch(/:RegistrationAccessToken:/);
+      const freshRatTtl = await redis.ttl(await ratKey(fresh));
+      expect(freshRatTtl).toBeGreaterThan(86_000);
+      expect(freshRatTtl).toBeLessThanOrEqual(86_400);
+      // The suite's client, once signed in with: its lifetime is its refresh token's (30 days), its token's too.
       await signIn();
       expect(await redis.ttl(`${prefix}oauth:Client:${clientId}`)).toBeGreaterThan(29 * 86_400);
+      expect(await redis.ttl(await ratKey(clientId))).toBeGreaterThan(29 * 86_400);
       expect(await redis.zscore(`${prefix}oauth:clients:unused`, clientId)).toBeNull();
     } finally {
       await probe.close();

@@ -42,25 +42,55 @@ function contract(name: string, make: () => Promise<OAuthStore>) {
     });
 
     it('keeps a registered client a while unused, the newest few at most, and as long as its grants once used', async () => {
-      const list = `clients-${Math.random().toString(36).slice(2)}`;
-      const Clients = oauthAdapter(store, { unusedTtlS: 2, maxUnused: 3 });
+      const idPrefix = `clients-${Math.random().toString(36).slice(2)}`;
+      const Clients = oauthAdapter(store, { unusedTtlS: 2, maxUnused: 3, signInS: 60 });
       const clients = new Clients('Client');
+      const rats = new Clients('RegistrationAccessToken');
       const grants = new Clients('Grant');
-      const ids = ['a', 'b', 'c', 'd', 'e'].map((x) => `${list}-${x}`);
-      for (const id of ids.slice(0, 3)) await clients.upsert(id, { client_id: id }, 0);
+      const interactions = new Clients('Interaction');
+      const ids = ['a', 'b', 'c', 'd', 'e', 'f'].map((x) => `${idPrefix}-${x}`);
+      const register = async (id: string) => {
+        await clients.upsert(id, { client_id: id }, 0);
+        // The library saves a registration's access token with no lifetime (ttl not configured).
+        await rats.upsert(`${id}-rat`, { clientId: id }, undefined as unknown as number);
+      };
+      for (const id of ids.slice(0, 3)) await register(id);
       // Used: a grant saved for it takes it off the unused list and lengthens its lifetime.
-      await grants.upsert(`${list}-g`, { clientId: ids[0]!, accountId: 'k1' }, 600);
-      await clients.upsert(ids[3]!, { client_id: ids[3]! }, 0);
-      await clients.upsert(ids[4]!, { client_id: ids[4]! }, 0);
-      // Five registered, one used: of the four unused, the oldest (b) was pushed out.
+      await grants.upsert(`${idPrefix}-g`, { clientId: ids[0]!, accountId: 'k1' }, 600);
+      // A sign-in under way with b (its Interaction saved): not pushed out while it lasts.
+      await interactions.upsert(`${idPrefix}-i`, { params: { client_id: ids[1]! } }, 60);
+      // Another host saved a grant for c (its lifetime lengthened) but has not yet taken it off the list.
+      await store.extend(`Client:${ids[2]!}`, 600);
+      await register(ids[3]!);
+      await register(ids[4]!); // pushes out c: kept, as it was used meanwhile
+      await register(ids[5]!); // pushes out d (b is spared): deleted, with its access token
       const found = async () =>
         Object.fromEntries(
-          await Promise.all(ids.map(async (id) => [id.slice(-1), (await clients.find(id)) !== undefined])),
+          await Promise.all(
+            ids.map(async (id) => [
+              id.slice(-1),
+              [(await clients.find(id)) !== undefined, (await rats.find(`${id}-rat`)) !== undefined],
+            ]),
+          ),
         );
-      expect(await found()).toEqual({ a: true, b: false, c: true, d: true, e: true });
+      expect(await found()).toEqual({
+        a: [true, true],
+        b: [true, true],
+        c: [true, true],
+        d: [false, false],
+        e: [true, true],
+        f: [true, true],
+      });
       await new Promise((resolve) => setTimeout(resolve, 2_100));
-      // Unused ones age out; the used one lives as long as its grant.
-      expect(await found()).toEqual({ a: true, b: false, c: false, d: false, e: false });
+      // Unused ones age out with their tokens; the used ones live as long as their grant (a's token too).
+      expect(await found()).toEqual({
+        a: [true, true],
+        b: [false, false],
+        c: [true, false],
+        d: [false, false],
+        e: [false, false],
+        f: [false, false],
+      });
     });
 
     it('gives every host the secret written first', async () => {

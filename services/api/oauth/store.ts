@@ -27,13 +27,24 @@ export interface OAuthStore {
    */
   extend(key: string, ttlS: number): Promise<void>;
   /**
-   * Adds `member` to a list ordered by admission, whose members leave it after `maxAgeS` and of
-   * which at most `max` stay: gives back the oldest ones pushed out past `max` (the caller deletes
-   * what they stand for; those that aged out had their own lifetime).
+   * Adds `member` to a list ordered by admission (the store's clock), whose members leave it after
+   * `maxAgeS` and of which at most `max` stay: the oldest past `max` are pushed out, bar those
+   * admitted to `opts.spare` within its `maxAgeS` (they keep their place). With `opts.record`, a
+   * pushed-out member's record (`record` + member) is deleted in the same step, unless its
+   * lifetime was lengthened past `maxAgeS` meanwhile (it was used). Gives back the pushed-out
+   * members (with `record`: those whose record was deleted); those that aged out had their own
+   * lifetime.
    */
-  admit(list: string, member: string, max: number, maxAgeS: number): Promise<string[]>;
+  admit(list: string, member: string, max: number, maxAgeS: number, opts?: AdmitOptions): Promise<string[]>;
   /** Takes `member` out of the list (it will not be pushed out). */
   dismiss(list: string, member: string): Promise<void>;
+}
+
+export interface AdmitOptions {
+  /** Key prefix of the record each member stands for: deleted with a member pushed out. */
+  record?: string;
+  /** Another admission list: its members admitted within its `maxAgeS` are not pushed out. */
+  spare?: { list: string; maxAgeS: number };
 }
 
 interface Entry {
@@ -128,7 +139,7 @@ export class MemoryOAuthStore implements OAuthStore {
     if (entry) entry.expiresAt = Math.max(entry.expiresAt, expiry(ttlS, this.now()));
   }
 
-  async admit(list: string, member: string, max: number, maxAgeS: number) {
+  async admit(list: string, member: string, max: number, maxAgeS: number, opts: AdmitOptions = {}) {
     let members = this.lists.get(list);
     if (members === undefined) {
       members = new Map();
@@ -142,13 +153,28 @@ export class MemoryOAuthStore implements OAuthStore {
     }
     members.delete(member);
     members.set(member, now);
+    const spare = opts.spare && this.lists.get(opts.spare.list);
+    const spared = (m: string) => {
+      const at = spare?.get(m);
+      return at !== undefined && opts.spare !== undefined && at + opts.spare.maxAgeS * 1_000 > now;
+    };
+    const over = members.size - max;
     const out: string[] = [];
     for (const m of members.keys()) {
-      if (members.size <= max) break;
-      members.delete(m);
-      out.push(m);
+      if (out.length >= over) break;
+      if (!spared(m)) out.push(m);
     }
-    return out;
+    for (const m of out) members.delete(m);
+    if (opts.record === undefined) return out;
+    const deleted: string[] = [];
+    for (const m of out) {
+      const entry = this.live(this.values, opts.record + m);
+      // Lengthened past the list's age: saved for a grant or token since it was admitted.
+      if (entry && entry.expiresAt - now > maxAgeS * 1_000) continue;
+      this.values.delete(opts.record + m);
+      deleted.push(m);
+    }
+    return deleted;
   }
 
   async dismiss(list: string, member: string) {
@@ -224,16 +250,21 @@ export class RedisOAuthStore implements OAuthStore {
     await this.redis.expire(this.k(key), ttlS, 'GT');
   }
 
-  async admit(list: string, member: string, max: number, maxAgeS: number) {
-    // One script, so that hosts admitting at once push out each member once.
+  async admit(list: string, member: string, max: number, maxAgeS: number, opts: AdmitOptions = {}) {
+    // One script, so that hosts admitting at once push out each member once, and a record is
+    // checked and deleted in one step (another host may be saving a grant for it). Scored on
+    // Redis's clock: with the hosts' own, one ahead would age members off early.
+    const spare = opts.spare;
     const out = (await this.redis.eval(
       ADMIT,
-      1,
+      2,
       this.k(list),
-      String(Date.now()),
+      spare ? this.k(spare.list) : this.k(list),
       String(maxAgeS * 1_000),
       member,
       String(max),
+      String(spare ? spare.maxAgeS * 1_000 : 0),
+      opts.record === undefined ? '' : this.k(opts.record),
     )) as string[];
     return out;
   }
@@ -244,20 +275,49 @@ export class RedisOAuthStore implements OAuthStore {
 }
 
 /**
- * A sorted set scored by admission time (ms): drops the members older than the age, adds the
- * member, pops the oldest past the count and returns them; the set lives as long as its newest.
+ * A sorted set scored by admission time (ms, Redis's TIME): drops the members older than the age,
+ * adds the member, takes out the oldest past the count (bar those in the spare set, KEYS[2],
+ * admitted within its age ARGV[4]; none when 0), deletes their records (prefix ARGV[5], when
+ * given) unless one's lifetime exceeds the age, and returns those taken out (with a prefix: those
+ * deleted); the set lives as long as its newest.
  */
 const ADMIT = `
-local now = tonumber(ARGV[1])
-local age = tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local age = tonumber(ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - age)
-redis.call('ZADD', KEYS[1], now, ARGV[3])
+redis.call('ZADD', KEYS[1], now, ARGV[2])
 redis.call('PEXPIRE', KEYS[1], age)
-local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[4])
+local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[3])
 local out = {}
-if over > 0 then
-  local popped = redis.call('ZPOPMIN', KEYS[1], over)
-  for i = 1, #popped, 2 do out[#out + 1] = popped[i] end
+if over <= 0 then return out end
+local spareAge = tonumber(ARGV[4])
+local i = 0
+while #out < over do
+  local batch = redis.call('ZRANGE', KEYS[1], i, i + 99)
+  if #batch == 0 then break end
+  for _, m in ipairs(batch) do
+    local spared = false
+    if spareAge > 0 then
+      local at = redis.call('ZSCORE', KEYS[2], m)
+      spared = at and tonumber(at) > now - spareAge
+    end
+    if not spared then
+      out[#out + 1] = m
+      if #out >= over then break end
+    end
+  end
+  i = i + 100
 end
-return out
+for _, m in ipairs(out) do redis.call('ZREM', KEYS[1], m) end
+if ARGV[5] == '' then return out end
+local deleted = {}
+for _, m in ipairs(out) do
+  local key = ARGV[5] .. m
+  if redis.call('PTTL', key) <= age then
+    redis.call('DEL', key, key .. '${CONSUMED}')
+    deleted[#deleted + 1] = m
+  end
+end
+return deleted
 `;

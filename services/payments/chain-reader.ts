@@ -1,4 +1,12 @@
-import { createPublicClient, type Hex, http, type PublicClient, parseAbi, parseAbiItem } from 'viem';
+import {
+  createPublicClient,
+  decodeEventLog,
+  type Hex,
+  http,
+  type PublicClient,
+  parseAbi,
+  parseAbiItem,
+} from 'viem';
 import type { Rail } from './rails.ts';
 
 const EIP3009_ABI = parseAbi([
@@ -8,6 +16,31 @@ const EIP3009_ABI = parseAbi([
 const AUTHORIZATION_USED = parseAbiItem(
   'event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce)',
 );
+const AUTHORIZATION_CANCELED = parseAbiItem(
+  'event AuthorizationCanceled(address indexed authorizer, bytes32 indexed nonce)',
+);
+const TRANSFER = parseAbiItem('event Transfer(address indexed from, address indexed to, uint256 value)');
+
+/**
+ * What the chain shows of an authorisation's use. `paid`: the transaction that used it moved
+ * `amount` from the authorizer to `payTo` in the transfer the use authorised. `unpaid`: it was
+ * cancelled (ERC-3009 cancelAuthorization) or used by a transaction without that transfer (the
+ * payer signed the same nonce to someone else); `txHash` names that transaction. `unseen`: no log
+ * of its use or cancellation within the lookback window (yet).
+ */
+export type AuthorizationOutcome =
+  | { kind: 'paid'; txHash: Hex }
+  | { kind: 'unpaid'; txHash: Hex; cancelled: boolean }
+  | { kind: 'unseen' };
+
+/** The agreed transfer of an authorisation: who it pays and how much. */
+export interface AgreedTransfer {
+  asset: Hex;
+  authorizer: Hex;
+  nonce: Hex;
+  payTo: Hex;
+  amount: bigint;
+}
 
 /** How far back reconciliation looks for the transaction that used an authorisation. */
 const LOG_LOOKBACK_BLOCKS = 20_000n;
@@ -21,8 +54,12 @@ export interface ChainReader {
   receiptStatus(txHash: Hex): Promise<'success' | 'reverted' | null>;
   /** Whether the node knows the transaction, mined or still in its mempool (a dropped one is not). */
   transactionKnown(txHash: Hex): Promise<boolean>;
-  /** The transaction that consumed the authorisation, if it is within the lookback window. */
-  findAuthorizationTx(asset: Hex, authorizer: Hex, nonce: Hex): Promise<Hex | null>;
+  /**
+   * Whether the authorisation paid what was agreed, read from the logs: the authorizer controls
+   * how it is spent (cancelled, or the same nonce signed to themselves), so that it is used
+   * (authorizationState) says nothing of whether the money reached payTo.
+   */
+  authorizationOutcome(agreed: AgreedTransfer): Promise<AuthorizationOutcome>;
   /** Latest block timestamp in seconds (the clock a token checks validBefore against). */
   chainTime(): Promise<bigint>;
 }
@@ -67,16 +104,49 @@ function createChainReader(rpcUrl: string): ChainReader {
         throw err;
       }
     },
-    async findAuthorizationTx(asset, authorizer, nonce) {
+    async authorizationOutcome({ asset, authorizer, nonce, payTo, amount }) {
       const head = await client.getBlockNumber();
-      const logs = await client.getLogs({
+      const range = {
+        fromBlock: head > LOG_LOOKBACK_BLOCKS ? head - LOG_LOOKBACK_BLOCKS : 0n,
+        toBlock: head,
+      };
+      const [used] = await client.getLogs({
         address: asset,
         event: AUTHORIZATION_USED,
         args: { authorizer, nonce },
-        fromBlock: head > LOG_LOOKBACK_BLOCKS ? head - LOG_LOOKBACK_BLOCKS : 0n,
-        toBlock: head,
+        ...range,
       });
-      return logs[0]?.transactionHash ?? null;
+      if (!used) {
+        const [cancelled] = await client.getLogs({
+          address: asset,
+          event: AUTHORIZATION_CANCELED,
+          args: { authorizer, nonce },
+          ...range,
+        });
+        return cancelled
+          ? { kind: 'unpaid', txHash: cancelled.transactionHash, cancelled: true }
+          : { kind: 'unseen' };
+      }
+      const receipt = await client.getTransactionReceipt({ hash: used.transactionHash });
+      // The token emits the use, then the transfer it authorised (FiatToken v2's order): the log
+      // right after it. Any other transfer in the transaction (another authorisation batched in
+      // it) paid for something else.
+      const next = receipt.logs.find((log) => log.logIndex === used.logIndex + 1);
+      let paid = false;
+      if (next && next.address.toLowerCase() === asset.toLowerCase()) {
+        try {
+          const transfer = decodeEventLog({ abi: [TRANSFER], data: next.data, topics: next.topics });
+          paid =
+            transfer.args.from.toLowerCase() === authorizer.toLowerCase() &&
+            transfer.args.to.toLowerCase() === payTo.toLowerCase() &&
+            transfer.args.value === amount;
+        } catch {
+          paid = false;
+        }
+      }
+      return paid
+        ? { kind: 'paid', txHash: used.transactionHash }
+        : { kind: 'unpaid', txHash: used.transactionHash, cancelled: false };
     },
     async chainTime() {
       const block = await client.getBlock({ blockTag: 'latest' });

@@ -9,13 +9,7 @@ import type { Projection } from '../../projections/projection.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import type { ChainReader } from './chain-reader.ts';
 import { type PaymentHandle, PaymentLedger, type PaymentStep } from './ledger.ts';
-import {
-  evolveRecorded,
-  isOpen,
-  PAYMENT_EVENT_TYPES,
-  type PaymentState,
-  UNKNOWN_TX_HASH,
-} from './payment-state.ts';
+import { evolveRecorded, isOpen, PAYMENT_EVENT_TYPES, type PaymentState } from './payment-state.ts';
 
 /** Unfinished payments by stream: what reconciliation may have to finish. */
 export type OpenPayments = Record<string, PaymentState>;
@@ -41,7 +35,10 @@ export interface ReconcileSummary {
   released: number;
   /** Served payments whose settlement never landed, broadcast again. */
   rebroadcast: number;
-  /** Served payments whose authorisation expired before any settlement landed: the seller's loss. */
+  /**
+   * Served payments whose authorisation expired before any settlement landed, or was spent
+   * (cancelled, its nonce used for another transfer) without paying: the seller's loss.
+   */
   lost: number;
   stillPending: number;
   /** Payments on a network no chain reader covers. */
@@ -77,7 +74,9 @@ const CATCH_UP_TIMEOUT_MS = 60_000;
 /**
  * A processor over the open-payments projection: settles the record of unfinished payments
  * against the chain. A pending settlement becomes PaymentSettled when the token reports the
- * authorisation used (the transaction is found from its AuthorizationUsed log). A pending one
+ * authorisation used and the transaction that used it (found from its AuthorizationUsed log)
+ * carries the agreed transfer to payTo; used otherwise (cancelled, or its nonce spent on another
+ * transfer) it is recorded failed, the seller's loss once served. A pending one
  * was handed off after its answer was kept, so the payer was (or can be) served: while its
  * authorisation is valid and no transaction of it is on its way (none was sent, the node forgot
  * it, or it reverted), it is broadcast again; once the authorisation expired unused it is
@@ -172,17 +171,52 @@ export class PaymentReconciler {
     const record = (step: PaymentStep) => this.ledger.transition(handle, step);
 
     if (await chain.authorizationUsed(asset, payer, nonce)) {
-      const known =
-        state.txHash && (await chain.receiptStatus(state.txHash)) === 'success' ? state.txHash : null;
-      const txHash = known ?? (await chain.findAuthorizationTx(asset, payer, nonce)) ?? UNKNOWN_TX_HASH;
-      await record({
-        kind: 'settle',
-        payer,
-        amount: auth.amount,
-        txHash,
-        reconciled: true,
+      // Used is not paid: the payer can cancel the authorisation, or use its nonce for a transfer
+      // to themselves. Only the agreed transfer in the transaction that used it settles it.
+      const outcome = await chain.authorizationOutcome({
+        asset,
+        authorizer: payer,
+        nonce,
+        payTo: auth.payTo as `0x${string}`,
+        amount: BigInt(auth.amount),
       });
-      return 'settled';
+      if (outcome.kind === 'unseen') {
+        // The log lookup lags the state read (or the use is past the lookback): decided next round.
+        this.options.logger?.warn(
+          { stream, payer, nonce },
+          'an authorisation is used but no transaction of its use or cancellation is visible yet',
+        );
+        return 'stillPending';
+      }
+      if (outcome.kind === 'paid') {
+        await record({
+          kind: 'settle',
+          payer,
+          amount: auth.amount,
+          txHash: outcome.txHash,
+          reconciled: true,
+        });
+        return 'settled';
+      }
+      const how = outcome.cancelled
+        ? 'the payer cancelled the authorisation'
+        : 'the authorisation was used by a transaction that did not pay the agreed transfer';
+      if (state.status === 'authorized') {
+        await record({ kind: 'release', reason: `${how}; nothing was charged` });
+        return 'released';
+      }
+      await record({
+        kind: 'fail',
+        reason: `${how} (${outcome.txHash}): nothing reached the seller`,
+        txHash: outcome.txHash,
+        reconciled: true,
+        sellerLoss: true,
+      });
+      this.options.logger?.warn(
+        { stream, payer, amount: auth.amount, network: auth.network, transaction: outcome.txHash },
+        "a served payment's authorisation was spent without paying; recorded as the seller's loss",
+      );
+      return 'lost';
     }
     if (state.status === 'authorized') {
       await record({

@@ -17,6 +17,7 @@ import type { EventData } from '../../contracts/events.ts';
 import { describeFailure } from '../engine/operation-errors.ts';
 import type { SignalOperations } from '../engine/operations.ts';
 import type { PaymentReceipt } from '../metering/service-meta.ts';
+import type { AuthorizationOutcome } from './chain-reader.ts';
 import type { DecodedPayment } from './codecs.ts';
 import type { PayerExposure } from './exposure.ts';
 import type { PaymentHandle, PaymentLedger, PaymentStep, ReserveResult } from './ledger.ts';
@@ -119,6 +120,13 @@ export interface PaymentFlowDeps {
    * reader covers the network.
    */
   balanceOf(id: PaymentIdentity): (() => Promise<bigint>) | null;
+  /**
+   * How to read whether an authorisation already used on chain paid the agreed transfer (see
+   * chain-reader.ts), or null when no chain reader covers the network.
+   */
+  authorizationOutcome(
+    id: PaymentIdentity,
+  ): ((agreed: { payTo: `0x${string}`; amount: bigint }) => Promise<AuthorizationOutcome>) | null;
   /** Settlements of one payer are broadcast one at a time. */
   settlements: KeyedLock;
   /** Paid answers kept for a bounded time; null keeps none. */
@@ -186,6 +194,13 @@ function unconfirmedResponse(network: string, payer: string, transaction: string
     payer,
   };
 }
+
+/**
+ * How long a settlement refused for a nonce already used waits for the transaction that used it
+ * to show in the logs (the state read and the log lookup can answer from different blocks).
+ */
+const USED_ELSEWHERE_WAIT_MS = 3_000;
+const USED_ELSEWHERE_POLL_MS = 250;
 
 /** How often a replay re-reads a settlement whose transaction the log does not name yet. */
 const REPLAY_POLL_MS = 200;
@@ -544,6 +559,7 @@ async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Prom
     };
   }
 
+  const answerBy = Date.now() + deps.submitWaitMs;
   const watch = deps.submissions?.expect(identity, deps.submitWaitMs) ?? null;
   // Answer at the first of: the settlement's transaction is broadcast, the settlement ended, or
   // the wait for either ran out. A remote facilitator tells nothing before its settle ends, so
@@ -562,7 +578,7 @@ async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Prom
   // queue is held until this one is broadcast (or ended), not until its receipt: the task returns
   // the settlement wrapped, since returning the promise itself would hold the queue until it ends.
   const queued = deps.settlements.run(paid.account, async () => {
-    const finished = settleAndRecord(deps, call, paid);
+    const finished = settleAndRecord(deps, call, paid, answerBy);
     void finished.then(
       (settled) => signal({ kind: 'ended', settled }),
       () => signal({ kind: 'broadcast', hash: null }),
@@ -635,7 +651,13 @@ function outcomeOf(settled: Settled, paid: Served): PaidOutcome {
  * facilitator did, not whether the log took it (the payment then stays open in the log and
  * reconciliation records it from the chain).
  */
-async function settleAndRecord(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Promise<Settled> {
+async function settleAndRecord(
+  deps: PaymentFlowDeps,
+  call: PaidCall,
+  paid: Served,
+  /** When the caller is answered pending whatever the settlement's state (submitWaitMs). */
+  answerBy: number,
+): Promise<Settled> {
   const { handle, payload, requirement, identity } = paid;
   const payer = identity.payer;
   const record = async (step: PaymentStep): Promise<'recorded' | 'already_settled' | 'unrecorded'> => {
@@ -671,14 +693,11 @@ async function settleAndRecord(deps: PaymentFlowDeps, call: PaidCall, paid: Serv
       );
       return { kind: 'failed', reason, message: describeReason(reason, detail), settle: response };
     }
+    if (sent === null && reason === NONCE_ALREADY_USED) return usedElsewhere(reason, response);
     // The in-process facilitator reports every transaction it sent, or may have sent (see
     // local-facilitator.ts), so with it nothing seen is nothing sent; a remote one is believed
-    // only for the refusals that come before a transaction is built. A nonce already used is the
-    // chain saying the authorisation moved the money, by whatever transaction: never a refusal.
-    const unsent =
-      sent === null &&
-      reason !== NONCE_ALREADY_USED &&
-      (deps.submissions !== null || REFUSED_BEFORE_SENDING.has(reason));
+    // only for the refusals that come before a transaction is built.
+    const unsent = sent === null && (deps.submissions !== null || REFUSED_BEFORE_SENDING.has(reason));
     if (unsent) {
       await record({ kind: 'fail', reason });
       return { kind: 'failed', reason, message: describeUnsent(reason, detail), settle: response };
@@ -694,6 +713,69 @@ async function settleAndRecord(deps: PaymentFlowDeps, call: PaidCall, paid: Serv
       reason: `settle answered ${reason}, but the transaction may have been sent; the chain decides`,
     });
     return { kind: 'pending', settle: unconfirmedResponse(requirement.network, payer, sent) };
+  };
+
+  /**
+   * The token refused our settlement because the authorisation was already used, and no
+   * transaction of ours used it. The payer decides how it was used: by the agreed transfer (their
+   * wallet, say, submitted it), or cancelled (ERC-3009 cancelAuthorization), or its nonce signed
+   * again to themselves. Served (pending, for reconciliation to confirm) only when the transaction
+   * that used it carries the agreed transfer to payTo; otherwise recorded failed and refused. When
+   * that transaction is not visible within a short wait, refused too: the seller is not made to
+   * serve on a payment nobody can show, and the payment is recorded failed, not left for a replay
+   * of the same authorisation to be served from.
+   */
+  const usedElsewhere = async (reason: string, response: SettleResponse | null): Promise<Settled> => {
+    const read = deps.authorizationOutcome(identity);
+    const agreed = { payTo: requirement.payTo as `0x${string}`, amount: BigInt(requirement.amount) };
+    let outcome: AuthorizationOutcome = { kind: 'unseen' };
+    // Decided before the caller is answered pending regardless (see settle): ended by then, a
+    // refusal is a refusal, not an answer served on an unproven payment.
+    const until = Math.min(Date.now() + USED_ELSEWHERE_WAIT_MS, answerBy - USED_ELSEWHERE_POLL_MS * 2);
+    while (read) {
+      try {
+        outcome = await read(agreed);
+      } catch (err) {
+        deps.logger.warn({ err, requestId: call.requestId }, 'the use of an authorisation could not be read');
+      }
+      if (outcome.kind !== 'unseen' || Date.now() >= until) break;
+      await new Promise((resolve) => setTimeout(resolve, USED_ELSEWHERE_POLL_MS));
+    }
+    if (outcome.kind === 'paid') {
+      await record({
+        kind: 'markPending',
+        submittedAt: new Date().toISOString(),
+        txHash: outcome.txHash,
+        reason: `settle answered ${reason}: the authorisation paid by another transaction; the chain decides`,
+      });
+      return { kind: 'pending', settle: unconfirmedResponse(requirement.network, payer, outcome.txHash) };
+    }
+    const how =
+      outcome.kind === 'unseen'
+        ? 'the authorisation was already used on chain, by no transaction of ours and none seen paying the seller'
+        : outcome.cancelled
+          ? 'the authorisation was cancelled on chain before it could be settled'
+          : 'the authorisation was used on chain by another transaction that did not pay the seller';
+    const context = { requestId: call.requestId, reason, payer, nonce: identity.nonce, outcome };
+    if (outcome.kind === 'unseen') {
+      // If the payer's own transaction did pay us and the logs only lag, the operator refunds it.
+      deps.logger.error(
+        context,
+        'a used authorisation with no visible transaction; refused, recorded failed',
+      );
+    } else {
+      deps.logger.warn(
+        context,
+        'an authorisation spent elsewhere without paying us; refused, recorded failed',
+      );
+    }
+    await record({ kind: 'fail', reason, ...(outcome.kind === 'unpaid' ? { txHash: outcome.txHash } : {}) });
+    return {
+      kind: 'failed',
+      reason,
+      message: `${how}; nothing was served and nothing was charged by this service`,
+      settle: response,
+    };
   };
 
   let settled: SettleResponse;

@@ -229,6 +229,22 @@ export async function setupX402(
             )
         : null;
     },
+    authorizationOutcome: (id) => {
+      const chain = chains.get(id.network);
+      return chain
+        ? (agreed) =>
+            withDeadline(
+              chain.authorizationOutcome({
+                asset: id.asset as `0x${string}`,
+                authorizer: id.payer as `0x${string}`,
+                nonce: id.nonce as `0x${string}`,
+                ...agreed,
+              }),
+              config.X402_FACILITATOR_TIMEOUT_MS,
+              "the chain did not answer the authorisation's use",
+            )
+        : null;
+    },
     settlements: new KeyedLock(),
     responses: deps.cache ? new PaidResponseStore(deps.cache, config.X402_PAID_RESPONSE_TTL_MS) : null,
     submissions: local?.submissions ?? null,

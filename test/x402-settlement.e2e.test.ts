@@ -10,7 +10,16 @@ import { registerExactEvmScheme } from '@x402/evm/exact/client';
 import { ExactEvmScheme } from '@x402/evm/exact/facilitator';
 import { decodePaymentResponseHeader, wrapFetchWithPayment } from '@x402/fetch';
 import Fastify from 'fastify';
-import { createWalletClient, type Hex, http, nonceManager, publicActions } from 'viem';
+import {
+  createWalletClient,
+  encodeAbiParameters,
+  type Hex,
+  http,
+  keccak256,
+  nonceManager,
+  pad,
+  publicActions,
+} from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { base } from 'viem/chains';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -19,7 +28,7 @@ import { type LmdbEventStore, openLmdbEventStore } from '../adapters/event-store
 import { chainReadersFor } from '../services/payments/chain-reader.ts';
 import { createLocalFacilitator, type LocalFacilitator } from '../services/payments/local-facilitator.ts';
 import { PaymentReconciler } from '../services/payments/reconcile.ts';
-import { FACILITATOR_KEY, type LocalChain, startLocalChain } from './chain/local-chain.ts';
+import { BASE_USDC, FACILITATOR_KEY, type LocalChain, startLocalChain } from './chain/local-chain.ts';
 import {
   fromBase64Json,
   nowSeconds,
@@ -52,15 +61,13 @@ async function paidRequest(stack: X402Stack, payerKey: Hex, payerAddress: Hex) {
     validBefore: now + 120n,
     nonce: randomNonce(),
   };
+  const header = v1Header(auth, await signAuthorization(payerKey, auth));
   const res = await fetch(`${stack.url}${PATH}`, {
     method: 'POST',
-    headers: {
-      'content-type': 'application/json',
-      'x-payment': v1Header(auth, await signAuthorization(payerKey, auth)),
-    },
+    headers: { 'content-type': 'application/json', 'x-payment': header },
     body: JSON.stringify(BODY),
   });
-  return { res, auth };
+  return { res, auth, header };
 }
 
 /** The payer sends their whole balance away: a real transfer on chain. */
@@ -127,6 +134,82 @@ describe('settlement failure', () => {
   });
 });
 
+/** The authorisation a settle hook sees, its amounts and times as bigints. */
+function hookAuthorization(context: { paymentPayload: { payload: unknown } }) {
+  const { authorization, signature } = context.paymentPayload.payload as {
+    authorization: Record<string, string>;
+    signature: Hex;
+  };
+  return {
+    signature,
+    auth: {
+      from: authorization.from as Hex,
+      to: authorization.to as Hex,
+      value: BigInt(authorization.value!),
+      validAfter: BigInt(authorization.validAfter!),
+      validBefore: BigInt(authorization.validBefore!),
+      nonce: authorization.nonce as Hex,
+    },
+  };
+}
+
+/** The payer's own wallet submits a transferWithAuthorization and waits for it to be mined. */
+async function submitAsPayer(
+  payer: { key: Hex; address: Hex },
+  auth: ReturnType<typeof hookAuthorization>['auth'],
+  signature: Hex,
+): Promise<Hex> {
+  await chain.testClient.setBalance({ address: payer.address, value: 10n ** 18n });
+  const wallet = createWalletClient({
+    account: privateKeyToAccount(payer.key),
+    chain: base,
+    transport: http(chain.rpcUrl),
+  });
+  const hash = await wallet.writeContract({
+    address: '0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913',
+    abi: chain.usdcAbi,
+    functionName: 'transferWithAuthorization',
+    args: [auth.from, auth.to, auth.value, auth.validAfter, auth.validBefore, auth.nonce, signature],
+  });
+  await chain.publicClient.waitForTransactionReceipt({ hash });
+  return hash;
+}
+
+/**
+ * The payer spends the nonce of the authorisation they paid with on a transfer to themselves:
+ * a second authorisation, same nonce, signed by them. The token marks the nonce used; nothing
+ * moves to the seller.
+ */
+async function frontRunToSelf(
+  payer: { key: Hex; address: Hex },
+  context: { paymentPayload: { payload: unknown } },
+): Promise<Hex> {
+  const { auth } = hookAuthorization(context);
+  const toSelf = { ...auth, to: payer.address };
+  return submitAsPayer(payer, toSelf, await signAuthorization(payer.key, toSelf));
+}
+
+/**
+ * Marks the authorisation used in the token's storage, with no log: what a cancellation leaves
+ * behind for a reader that looks only for AuthorizationUsed (the repo's TestUsdc has no
+ * cancelAuthorization, so its AuthorizationCanceled log cannot be produced here). Slot 1 is
+ * TestUsdc's mapping(authorizer => mapping(nonce => used)).
+ */
+async function markUsedWithoutLog(authorizer: Hex, nonce: Hex): Promise<void> {
+  const inner = keccak256(encodeAbiParameters([{ type: 'address' }, { type: 'uint256' }], [authorizer, 1n]));
+  const slot = keccak256(encodeAbiParameters([{ type: 'bytes32' }, { type: 'bytes32' }], [nonce, inner]));
+  await chain.testClient.setStorageAt({ address: BASE_USDC, index: slot, value: pad('0x01') });
+  await chain.testClient.mine({ blocks: 1 });
+}
+
+function reconcilerOf(stack: X402Stack): PaymentReconciler {
+  return new PaymentReconciler({
+    store: stack.store,
+    chains: chainReadersFor([{ network: 'eip155:8453', rpcUrl: chain.rpcUrl } as never]),
+    olderThanMs: 0,
+  });
+}
+
 describe('an authorisation used on chain by someone else before the settlement', () => {
   it('the payer paid: the answer is served pending, and reconciliation records the settlement', async () => {
     const stack = await startX402Stack({}, chain);
@@ -137,34 +220,10 @@ describe('an authorisation used on chain by someone else before the settlement',
       // payer's own, say): the money moves to us, and our transfer is refused for a used nonce.
       let submitted: Hex | null = null;
       local.facilitator.onBeforeSettle(async (context) => {
-        const { authorization, signature } = context.paymentPayload.payload as {
-          authorization: Record<string, string>;
-          signature: Hex;
-        };
-        const { createWalletClient, http } = await import('viem');
-        const { base } = await import('viem/chains');
-        await chain.testClient.setBalance({ address: payer.address, value: 10n ** 18n });
-        const wallet = createWalletClient({
-          account: privateKeyToAccount(payer.key),
-          chain: base,
-          transport: http(chain.rpcUrl),
-        });
-        submitted = await wallet.writeContract({
-          address: '0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913',
-          abi: chain.usdcAbi,
-          functionName: 'transferWithAuthorization',
-          args: [
-            authorization.from,
-            authorization.to,
-            BigInt(authorization.value!),
-            BigInt(authorization.validAfter!),
-            BigInt(authorization.validBefore!),
-            authorization.nonce,
-            signature,
-          ],
-        });
-        await chain.publicClient.waitForTransactionReceipt({ hash: submitted });
+        const { auth, signature } = hookAuthorization(context);
+        submitted = await submitAsPayer(payer, auth, signature);
       });
+      const before = await chain.balanceOf(stack.payTo);
       const { res, auth } = await paidRequest(stack, payer.key, payer.address);
       const body = (await res.json()) as { regime?: string; _service: { payment: { status: string } } };
       expect(res.status, JSON.stringify(body)).toBe(200);
@@ -172,44 +231,134 @@ describe('an authorisation used on chain by someone else before the settlement',
       expect(body._service.payment.status).toBe('pending');
       await stack.x402.settled();
       expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - PRICE);
-      const reconciler = new PaymentReconciler({
-        store: stack.store,
-        chains: chainReadersFor([{ network: 'eip155:8453', rpcUrl: chain.rpcUrl } as never]),
-        olderThanMs: 0,
-      });
-      expect(await reconciler.runOnce()).toMatchObject({ settled: 1 });
-      expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({
-        type: 'PaymentSettled',
-        data: { txHash: submitted },
-      });
+      expect(await chain.balanceOf(stack.payTo)).toBe(before + PRICE);
+      expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 1 });
+      const events = await stack.paymentEvents(auth.nonce);
+      expect(events.filter((e) => e.type === 'PaymentSettled')).toHaveLength(1);
+      expect(events.at(-1)).toMatchObject({ type: 'PaymentSettled', data: { txHash: submitted } });
     } finally {
       await stack.stop();
     }
   });
-});
 
-describe('a facilitator wallet without ETH for gas', () => {
-  // @x402/evm reads the node's "insufficient funds for gas * price + value: balance 0" as the
-  // payer's: the buyer was told 'the payer does not hold enough of the asset'.
-  it('refuses the settlement (402, nothing charged) naming the facilitator wallet, not the payer', async () => {
+  it('the payer spent the nonce on a transfer to themselves: 402, recorded failed, nothing settled', async () => {
     const stack = await startX402Stack({}, chain);
-    const facilitator = privateKeyToAccount(FACILITATOR_KEY).address;
-    const gas = await chain.publicClient.getBalance({ address: facilitator });
     try {
       const payer = await chain.fundedPayer(1_000_000n);
-      await chain.testClient.setBalance({ address: facilitator, value: 0n });
-      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+      const local = stack.x402.facilitator as LocalFacilitator;
+      let frontRun: Hex | null = null;
+      local.facilitator.onBeforeSettle(async (context) => {
+        frontRun = await frontRunToSelf(payer, context);
+      });
+      const before = await chain.balanceOf(stack.payTo);
+      const { res, auth, header } = await paidRequest(stack, payer.key, payer.address);
       const body = (await res.json()) as Record<string, unknown>;
       expect(res.status, JSON.stringify(body)).toBe(402);
       expect(body).toMatchObject({ code: 'settlement_failed' });
-      expect(body.message).toMatch(
-        /^settlement failed: the settlement transaction was not sent \(the facilitator's wallet 0x[0-9a-fA-F]{40} has too little ETH for the settlement's gas\); nothing was charged$/,
-      );
+      expect(body.message).toMatch(/used on chain by another transaction that did not pay the seller/);
+      expect(body).not.toHaveProperty('regime');
       await stack.x402.settled();
-      expect((await stack.paymentEvents(auth.nonce)).at(-1)?.type).toBe('PaymentSettlementFailed');
+      expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(true);
+      expect(await chain.balanceOf(stack.payTo)).toBe(before);
       expect(await chain.balanceOf(payer.address)).toBe(1_000_000n);
+      expect((await stack.paymentEvents(auth.nonce)).map((e) => e.type)).toEqual([
+        'PaymentAuthorized',
+        'PaymentSettlementPending',
+        'PaymentSettlementFailed',
+      ]);
+      expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({ data: { txHash: frontRun } });
+      expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 0 });
+      expect((await stack.paymentEvents(auth.nonce)).some((e) => e.type === 'PaymentSettled')).toBe(false);
+      // The same payment presented again is not served from the kept answer.
+      const again = await fetch(`${stack.url}${PATH}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-payment': header },
+        body: JSON.stringify(BODY),
+      });
+      expect(again.status).toBe(402);
     } finally {
-      await chain.testClient.setBalance({ address: facilitator, value: gas });
+      await stack.stop();
+    }
+  });
+
+  it('a pending payment whose nonce the payer spent on themselves: reconciliation records the loss, not a settlement', async () => {
+    const stack = await startX402Stack({}, chain);
+    try {
+      const payer = await chain.fundedPayer(1_000_000n);
+      const local = stack.x402.facilitator as LocalFacilitator;
+      // The settle call is cut off after the payer's front-run landed: the payment is left pending
+      // (the answer served) for reconciliation to read from the chain.
+      local.facilitator.onBeforeSettle(async (context) => {
+        await frontRunToSelf(payer, context);
+        throw new Error('settle cut off');
+      });
+      const before = await chain.balanceOf(stack.payTo);
+      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+      await res.body?.cancel();
+      await stack.x402.settled();
+      expect((await stack.paymentEvents(auth.nonce)).at(-1)?.type).toBe('PaymentSettlementPending');
+      expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(true);
+      expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 0, lost: 1 });
+      const events = await stack.paymentEvents(auth.nonce);
+      expect(events.some((e) => e.type === 'PaymentSettled')).toBe(false);
+      expect(events.at(-1)).toMatchObject({ type: 'PaymentSettlementFailed', data: { sellerLoss: true } });
+      expect(await chain.balanceOf(stack.payTo)).toBe(before);
+    } finally {
+      await stack.stop();
+    }
+  });
+  it('the authorisation marked used with no log of its use (a cancellation, its log unseen): 402 after a bounded wait, not settled', async () => {
+    const stack = await startX402Stack({}, chain);
+    try {
+      const payer = await chain.fundedPayer(1_000_000n);
+      const local = stack.x402.facilitator as LocalFacilitator;
+      local.facilitator.onBeforeSettle(async (context) => {
+        const { auth } = hookAuthorization(context);
+        await markUsedWithoutLog(auth.from, auth.nonce);
+      });
+      const before = await chain.balanceOf(stack.payTo);
+      const started = Date.now();
+      const { res, auth, header } = await paidRequest(stack, payer.key, payer.address);
+      const body = (await res.json()) as Record<string, unknown>;
+      expect(res.status, JSON.stringify(body)).toBe(402);
+      expect(body).toMatchObject({ code: 'settlement_failed' });
+      expect(body.message).toMatch(/already used on chain, by no transaction of ours/);
+      expect(body).not.toHaveProperty('regime');
+      // The wait for the log is bounded (3 s), not the whole settlement budget.
+      expect(Date.now() - started).toBeLessThan(15_000);
+      await stack.x402.settled();
+      expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(true);
+      expect(await chain.balanceOf(stack.payTo)).toBe(before);
+      expect((await stack.paymentEvents(auth.nonce)).at(-1)?.type).toBe('PaymentSettlementFailed');
+      expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 0 });
+      const again = await fetch(`${stack.url}${PATH}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-payment': header },
+        body: JSON.stringify(BODY),
+      });
+      expect(again.status).toBe(402);
+    } finally {
+      await stack.stop();
+    }
+  });
+
+  it('a pending payment whose authorisation is used with no transaction of its use found: reconciliation does not settle it', async () => {
+    const stack = await startX402Stack({}, chain);
+    try {
+      const payer = await chain.fundedPayer(1_000_000n);
+      const local = stack.x402.facilitator as LocalFacilitator;
+      local.facilitator.onBeforeSettle(async (context) => {
+        const { auth } = hookAuthorization(context);
+        await markUsedWithoutLog(auth.from, auth.nonce);
+        throw new Error('settle cut off');
+      });
+      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+      await res.body?.cancel();
+      await stack.x402.settled();
+      expect((await stack.paymentEvents(auth.nonce)).at(-1)?.type).toBe('PaymentSettlementPending');
+      expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 0, stillPending: 1 });
+      expect((await stack.paymentEvents(auth.nonce)).some((e) => e.type === 'PaymentSettled')).toBe(false);
+    } finally {
       await stack.stop();
     }
   });

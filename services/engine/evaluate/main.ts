@@ -166,11 +166,14 @@ if (values.help) {
 }
 
 /**
- * A score-only run holds a few months' samples, about 0.6 GB live; V8 left alone grows its heap to
- * 2.7 GB before collecting. It runs again under a heap limit that keeps the process under 1 GB
- * (0.94 GB peak on four months with their warm-up; 0.95 GB on the full data, its test months and
- * the 2022 era, in 7.4 min at load 4), unless NODE_OPTIONS names a limit of its own (a much larger
- * folder may need one).
+ * A score-only run holds one timeframe's samples at a time (see the score-only branch below); V8
+ * left alone grows its heap to 2.7 GB before collecting. It runs again under a heap limit that
+ * keeps the process under 1 GB, unless NODE_OPTIONS names a limit of its own: on the full shared
+ * data (its test months from 2025-06-01 and the 2022 era) 3:09 at 0.87 GB peak RSS, load 2.7–3.3;
+ * four new months with their warm-up 0.94 GB with every timeframe held at once. So held, the
+ * full data ran out of this heap (after 71–134 s at 0.90–0.91 GB RSS, or collecting for over
+ * 10 min at load 7) and needed 1.4 GB (1.44 GB peak RSS, 5:45 at load 7.6–3.1). An out-of-memory
+ * end names the flag that gives it more.
  */
 const SCORE_ONLY_HEAP_MB = 600;
 if (
@@ -183,6 +186,13 @@ if (
     [`--max-old-space-size=${SCORE_ONLY_HEAP_MB}`, ...process.execArgv, ...process.argv.slice(1)],
     { stdio: 'inherit' },
   );
+  // V8 ends a process out of heap with SIGABRT (134 through a shell).
+  if (child.signal === 'SIGABRT' || child.status === 134) {
+    process.stderr.write(
+      `npm run evaluate: --score-only ran out of its ${SCORE_ONLY_HEAP_MB} MB heap on ${values.data}; give it more with NODE_OPTIONS=--max-old-space-size=${2 * SCORE_ONLY_HEAP_MB}\n`,
+    );
+    process.exit(1);
+  }
   process.exit(child.status ?? 1);
 }
 
@@ -409,19 +419,31 @@ const era: SampleSet = new Map();
 // First, on candles of its own: its memory is free again before the samples below are built.
 const risk = await runRiskDesk(shipped?.vol ?? null);
 
-await collect('binance-spot', '5m', FROM_5M, spot);
-await collect('binance-spot', '1h', FROM_1H, spot);
-await collect('binance-usdm', '1h', FROM_1H, perp);
-// The baselines file holds test-month figures only: the 2022 era is not needed for it.
-if (!baselinesOnly) {
-  await collect('binance-spot-2022', '5m', FROM_5M, era, true);
-  await collect('binance-spot-2022', '1h', FROM_1H, era, true);
+/** The samples of these timeframes, every set's. */
+async function collectAll(tfs: readonly Timeframe[]): Promise<void> {
+  const from5m = FROM_5M.filter((tf) => tfs.includes(tf));
+  const from1h = FROM_1H.filter((tf) => tfs.includes(tf));
+  if (from5m.length > 0) await collect('binance-spot', '5m', from5m, spot);
+  if (from1h.length > 0) {
+    await collect('binance-spot', '1h', from1h, spot);
+    await collect('binance-usdm', '1h', from1h, perp);
+  }
+  // The baselines file holds test-month figures only: the 2022 era is not needed for it.
+  if (!baselinesOnly) {
+    if (from5m.length > 0) await collect('binance-spot-2022', '5m', from5m, era, true);
+    if (from1h.length > 0) await collect('binance-spot-2022', '1h', from1h, era, true);
+  }
 }
+// A fit reads every timeframe at once (its choices pool cells); a score-only run collects and
+// scores one timeframe at a time below.
+if (!scoreOnly) await collectAll(ORDER);
 const sets: Record<Kind, SampleSet> = { spot, perp };
 
 let table: CalibrationTable;
 let volTable: VolatilityTable;
 const cellReports: CellReport[] = [];
+const volReports: VolReport[] = [];
+const labelReports: LabelReport[] = [];
 let curveChoice: StepShareChoice | null = null;
 /** Label evidence on the training months (what the shipped flags were decided on). */
 const labelTraining = new Map<Timeframe, ReturnType<typeof labelEvidence>>();
@@ -625,107 +647,138 @@ if (!scoreOnly) {
   table = shipped!.table;
   volTable = shipped!.vol;
   const from = scoresStart(table.trainTo);
-  for (const kind of ['spot', 'perp'] as const) {
-    for (const tf of ORDER) {
-      const entry = table.cells[`${kind}:${tf}`];
-      const perCoin = sets[kind].get(tf);
-      if (!entry || !perCoin) continue;
-      const fit: CellFit = { direction: entry.direction, curve: entry.curve };
-      const eraSeries = kind === 'spot' ? era.get(tf) : undefined;
-      const testSet = testPoints(perCoin, tf, settings.horizon, from, Number.POSITIVE_INFINITY);
-      // The free rule the shipped baselines chose on the training months (samples before the
-      // scores' start are not kept); a cell they lack has no free comparison.
-      const shippedRule = shippedBaselines.cells.find((c) => c.cell === `${kind}:${tf}`)?.bestFreeRule;
-      const rule = FREE_RULES.find((r) => r.name === shippedRule) ?? null;
-      cellReports.push({
-        kind,
-        timeframe: tf,
-        emit: entry.emit,
-        direction: entry.direction,
-        evidence: [],
-        confirmation: [],
-        test: scoreCalls(testSet, fit, settings),
-        later: null,
-        era: eraSeries
-          ? scoreCalls(testPoints(eraSeries, tf, settings.horizon, 0, split), fit, settings)
-          : null,
-        timingSkill: entry.timingSkill ?? entry.emit,
-        net: {
-          meanBps: entry.net?.meanBps ?? Number.NaN,
-          lowBps: entry.net?.lowBps ?? Number.NaN,
-          calls: entry.net?.calls ?? 0,
-        },
-        hold: entry.hold ?? null,
-        free: rule ? { test: compareWithFree(testSet, fit, rule, settings), era: null } : null,
-      });
+  /**
+   * One timeframe's samples at a time, dropped once scored: held for every timeframe together, the
+   * full data's test months and 2022 era needed a 1.4 GB heap (1.44 GB peak RSS), 0.87 GB this way.
+   */
+  for (const scored of ORDER) {
+    await collectAll([scored]);
+    scoreShippedCells(scored);
+    scoreVolatilityOf([scored]);
+    scoreLabelsOf([scored]);
+    spot.clear();
+    perp.clear();
+    era.clear();
+  }
+  // In the order a fit reports them: set, then timeframe.
+  const rank = (kind: string, tf: Timeframe) =>
+    ['spot', 'perp', 'era 2022'].indexOf(kind) * ORDER.length + ORDER.indexOf(tf);
+  cellReports.sort((a, b) => rank(a.kind, a.timeframe) - rank(b.kind, b.timeframe));
+  volReports.sort((a, b) => rank(a.kind, a.timeframe) - rank(b.kind, b.timeframe));
+  labelReports.sort((a, b) => rank(a.kind, a.timeframe) - rank(b.kind, b.timeframe));
+
+  function scoreShippedCells(scored: Timeframe): void {
+    for (const kind of ['spot', 'perp'] as const) {
+      for (const tf of [scored]) {
+        const entry = table.cells[`${kind}:${tf}`];
+        const perCoin = sets[kind].get(tf);
+        if (!entry || !perCoin) continue;
+        const fit: CellFit = { direction: entry.direction, curve: entry.curve };
+        const eraSeries = kind === 'spot' ? era.get(tf) : undefined;
+        const testSet = testPoints(perCoin, tf, settings.horizon, from, Number.POSITIVE_INFINITY);
+        // The free rule the shipped baselines chose on the training months (samples before the
+        // scores' start are not kept); a cell they lack has no free comparison.
+        const shippedRule = shippedBaselines.cells.find((c) => c.cell === `${kind}:${tf}`)?.bestFreeRule;
+        const rule = FREE_RULES.find((r) => r.name === shippedRule) ?? null;
+        cellReports.push({
+          kind,
+          timeframe: tf,
+          emit: entry.emit,
+          direction: entry.direction,
+          evidence: [],
+          confirmation: [],
+          test: scoreCalls(testSet, fit, settings),
+          later: null,
+          era: eraSeries
+            ? scoreCalls(testPoints(eraSeries, tf, settings.horizon, 0, split), fit, settings)
+            : null,
+          timingSkill: entry.timingSkill ?? entry.emit,
+          net: {
+            meanBps: entry.net?.meanBps ?? Number.NaN,
+            lowBps: entry.net?.lowBps ?? Number.NaN,
+            calls: entry.net?.calls ?? 0,
+          },
+          hold: entry.hold ?? null,
+          free: rule ? { test: compareWithFree(testSet, fit, rule, settings), era: null } : null,
+        });
+      }
     }
   }
 }
 
-if (!scoreOnly) volTable = withRisk(volTable, risk);
+if (!scoreOnly) {
+  volTable = withRisk(volTable, risk);
+  scoreVolatilityOf(ORDER);
+  scoreLabelsOf(ORDER);
+}
+log('volatility and labels scored');
 
-const volReports: VolReport[] = [];
-const volFrom = scoreOnly && values.from ? day(values.from) : volTable.trainTo;
-for (const [kind, set] of baselinesOnly
-  ? []
-  : ([
-      ['spot', spot],
-      ['perp', perp],
-      ['era 2022', era],
-    ] as const)) {
-  for (const tf of ORDER) {
-    const perCoin = set.get(tf);
-    const model = volTable.models[tf];
-    if (!perCoin || !model) continue;
-    const from = kind === 'era 2022' ? 0 : volFrom;
-    const to = kind === 'era 2022' ? split : Number.POSITIVE_INFINITY;
-    const sparse = testPoints(perCoin, tf, settings.horizon, from, to);
-    if (sparse.length < 30) continue;
-    // Scored on every closed candle, blocks one horizon long (see scoreVolatility); the old
-    // one-point-per-horizon coverage is kept beside it.
-    const every = testPoints(perCoin, tf, 1, from, to);
-    volReports.push({
-      kind,
-      timeframe: tf,
-      score: scoreVolatility(
-        every,
-        model,
-        volTable.bandCoverage,
-        settings.horizon * TIMEFRAME_MS[tf],
-        kind === 'perp',
-      ),
-      sparseCoverage: bandCoverage(sparse, model, kind === 'perp'),
-      sparsePoints: sparse.length,
-    });
+/** Where the volatility forecast and the labels are scored from. */
+function volFrom(): number {
+  return scoreOnly && values.from ? day(values.from) : volTable.trainTo;
+}
+
+function scoreVolatilityOf(tfs: readonly Timeframe[]): void {
+  for (const [kind, set] of baselinesOnly
+    ? []
+    : ([
+        ['spot', spot],
+        ['perp', perp],
+        ['era 2022', era],
+      ] as const)) {
+    for (const tf of tfs) {
+      const perCoin = set.get(tf);
+      const model = volTable.models[tf];
+      if (!perCoin || !model) continue;
+      const from = kind === 'era 2022' ? 0 : volFrom();
+      const to = kind === 'era 2022' ? split : Number.POSITIVE_INFINITY;
+      const sparse = testPoints(perCoin, tf, settings.horizon, from, to);
+      if (sparse.length < 30) continue;
+      // Scored on every closed candle, blocks one horizon long (see scoreVolatility); the old
+      // one-point-per-horizon coverage is kept beside it.
+      const every = testPoints(perCoin, tf, 1, from, to);
+      volReports.push({
+        kind,
+        timeframe: tf,
+        score: scoreVolatility(
+          every,
+          model,
+          volTable.bandCoverage,
+          settings.horizon * TIMEFRAME_MS[tf],
+          kind === 'perp',
+        ),
+        sparseCoverage: bandCoverage(sparse, model, kind === 'perp'),
+        sparsePoints: sparse.length,
+      });
+    }
   }
 }
-log('volatility scored');
 
 // ---- the regime labels, against free labels ----
-const labelReports: LabelReport[] = [];
-for (const [kind, set] of [
-  ['spot', spot],
-  ['perp', perp],
-  ['era 2022', era],
-] as const) {
-  for (const tf of ORDER) {
-    const perCoin = set.get(tf);
-    if (!perCoin) continue;
-    const from = kind === 'era 2022' ? 0 : volFrom;
-    const to = kind === 'era 2022' ? split : Number.POSITIVE_INFINITY;
-    if (testPoints(perCoin, tf, 1, from, to).length < 200) continue;
-    const cuts = volTable.labels?.[tf]?.freeCuts;
-    if (cuts) {
-      labelReports.push({
-        kind,
-        timeframe: tf,
-        test: labelEvidence(perCoin, tf, settings.horizon, from, to, cuts),
-        training: kind === 'spot' ? (labelTraining.get(tf) ?? null) : null,
-        shipped: volTable.labels![tf]!,
-      });
+function scoreLabelsOf(tfs: readonly Timeframe[]): void {
+  for (const [kind, set] of [
+    ['spot', spot],
+    ['perp', perp],
+    ['era 2022', era],
+  ] as const) {
+    for (const tf of tfs) {
+      const perCoin = set.get(tf);
+      if (!perCoin) continue;
+      const from = kind === 'era 2022' ? 0 : volFrom();
+      const to = kind === 'era 2022' ? split : Number.POSITIVE_INFINITY;
+      if (testPoints(perCoin, tf, 1, from, to).length < 200) continue;
+      const cuts = volTable.labels?.[tf]?.freeCuts;
+      if (cuts) {
+        labelReports.push({
+          kind,
+          timeframe: tf,
+          test: labelEvidence(perCoin, tf, settings.horizon, from, to, cuts),
+          training: kind === 'spot' ? (labelTraining.get(tf) ?? null) : null,
+          shipped: volTable.labels![tf]!,
+        });
+      }
     }
   }
-  log(`labels scored: ${kind}`);
 }
 
 // ---- funding carry ----

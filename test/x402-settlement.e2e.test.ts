@@ -70,23 +70,32 @@ async function paidRequest(stack: X402Stack, payerKey: Hex, payerAddress: Hex) {
   return { res, auth, header };
 }
 
-/** The payer sends their whole balance away: a real transfer on chain. */
-async function drain(payer: { key: Hex; address: Hex }): Promise<void> {
-  const { createWalletClient, http } = await import('viem');
-  const { base } = await import('viem/chains');
+/**
+ * The payer's own wallet (given ETH for gas) calls the token, and waits for the transaction to
+ * be mined. Returns its hash.
+ */
+async function callAsPayer(
+  payer: { key: Hex; address: Hex },
+  functionName: 'transfer' | 'transferWithAuthorization',
+  args: readonly unknown[],
+): Promise<Hex> {
   await chain.testClient.setBalance({ address: payer.address, value: 10n ** 18n });
   const wallet = createWalletClient({
     account: privateKeyToAccount(payer.key),
     chain: base,
     transport: http(chain.rpcUrl),
   });
-  const hash = await wallet.writeContract({
-    address: '0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913',
-    abi: chain.usdcAbi,
-    functionName: 'transfer',
-    args: ['0x000000000000000000000000000000000000dEaD', await chain.balanceOf(payer.address)],
-  });
+  const hash = await wallet.writeContract({ address: BASE_USDC, abi: chain.usdcAbi, functionName, args });
   await chain.publicClient.waitForTransactionReceipt({ hash });
+  return hash;
+}
+
+/** The payer sends their whole balance away: a real transfer on chain. */
+async function drain(payer: { key: Hex; address: Hex }): Promise<void> {
+  await callAsPayer(payer, 'transfer', [
+    '0x000000000000000000000000000000000000dEaD',
+    await chain.balanceOf(payer.address),
+  ]);
 }
 
 /** An LMDB store in a fresh directory, to close under the service: the store refuses every write. */
@@ -110,20 +119,16 @@ describe('settlement failure', () => {
     const stack = await startX402Stack({}, chain);
     try {
       const payer = await chain.fundedPayer(PRICE);
-      const local = stack.x402.facilitator as LocalFacilitator;
       // The payer empties the wallet between verification and settlement: a real transfer on chain.
-      local.facilitator.onBeforeSettle(() => drain(payer));
+      beforeSettle(stack, () => drain(payer));
       const before = await chain.balanceOf(stack.payTo);
       const { res, auth } = await paidRequest(stack, payer.key, payer.address);
-      expect(res.status).toBe(402);
-      const body = (await res.json()) as Record<string, unknown>;
-      expect(body).toMatchObject({ code: 'settlement_failed', x402Version: 1 });
-      expect(body.message).toMatch(/^settlement failed: /);
-      expect(body).not.toHaveProperty('regime');
+      const body = await expectSettlementRefused(res, /^settlement failed: /);
+      expect(body).toMatchObject({ x402Version: 1 });
       expect(fromBase64Json<{ success: boolean }>(res.headers.get('x-payment-response')).success).toBe(false);
       expect(await chain.balanceOf(stack.payTo)).toBe(before);
       expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(false);
-      expect((await stack.paymentEvents(auth.nonce)).map((e) => e.type)).toEqual([
+      expect(await eventTypes(stack, auth.nonce)).toEqual([
         'PaymentAuthorized',
         'PaymentSettlementPending',
         'PaymentSettlementFailed',
@@ -159,20 +164,15 @@ async function submitAsPayer(
   auth: ReturnType<typeof hookAuthorization>['auth'],
   signature: Hex,
 ): Promise<Hex> {
-  await chain.testClient.setBalance({ address: payer.address, value: 10n ** 18n });
-  const wallet = createWalletClient({
-    account: privateKeyToAccount(payer.key),
-    chain: base,
-    transport: http(chain.rpcUrl),
-  });
-  const hash = await wallet.writeContract({
-    address: '0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913',
-    abi: chain.usdcAbi,
-    functionName: 'transferWithAuthorization',
-    args: [auth.from, auth.to, auth.value, auth.validAfter, auth.validBefore, auth.nonce, signature],
-  });
-  await chain.publicClient.waitForTransactionReceipt({ hash });
-  return hash;
+  return callAsPayer(payer, 'transferWithAuthorization', [
+    auth.from,
+    auth.to,
+    auth.value,
+    auth.validAfter,
+    auth.validBefore,
+    auth.nonce,
+    signature,
+  ]);
 }
 
 /**
@@ -210,27 +210,145 @@ function reconcilerOf(stack: X402Stack): PaymentReconciler {
   });
 }
 
+/** Runs `hook` in the stack's local facilitator between verification and settlement. */
+function beforeSettle(stack: X402Stack, hook: Parameters<x402Facilitator['onBeforeSettle']>[0]): void {
+  (stack.x402.facilitator as LocalFacilitator).facilitator.onBeforeSettle(hook);
+}
+
+type SettleContext = Parameters<Parameters<x402Facilitator['onBeforeSettle']>[0]>[0];
+
+/**
+ * A service whose facilitator lets `race` run between verification and settlement (what another
+ * party does on chain meanwhile), a payer funded with 1 USDC, and the seller's balance before.
+ */
+async function startRaced(
+  race: (payer: { key: Hex; address: Hex }, context: SettleContext) => Promise<void>,
+) {
+  const stack = await startX402Stack({}, chain);
+  try {
+    const payer = await chain.fundedPayer(1_000_000n);
+    beforeSettle(stack, (context) => race(payer, context));
+    return { stack, payer, before: await chain.balanceOf(stack.payTo) };
+  } catch (error) {
+    await stack.stop();
+    throw error;
+  }
+}
+
+/** The same X-PAYMENT header presented again. */
+function presentAgain(stack: X402Stack, header: string): Promise<Response> {
+  return fetch(`${stack.url}${PATH}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-payment': header },
+    body: JSON.stringify(BODY),
+  });
+}
+
+/** The types of a payment's events, in order. */
+async function eventTypes(stack: X402Stack, nonce: Hex): Promise<string[]> {
+  return (await stack.paymentEvents(nonce)).map((e) => e.type);
+}
+
+/**
+ * Pays once, the answer left unread, where the race cut the settle call off: checks the payment
+ * is left pending, for reconciliation. Returns the authorisation paid with.
+ */
+async function payLeftPending(stack: X402Stack, payer: { key: Hex; address: Hex }) {
+  const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+  await res.body?.cancel();
+  await stack.x402.settled();
+  expect((await stack.paymentEvents(auth.nonce)).at(-1)?.type).toBe('PaymentSettlementPending');
+  return auth;
+}
+
+/**
+ * After a 402 for an authorisation someone else used on chain: used there, the seller not paid,
+ * the payment recorded failed, reconciliation settles nothing, and the same payment presented
+ * again is not served from a kept answer.
+ */
+async function expectRefusedUnpaid(
+  stack: X402Stack,
+  { auth, header }: Pick<Awaited<ReturnType<typeof paidRequest>>, 'auth' | 'header'>,
+  payToBefore: bigint,
+): Promise<void> {
+  await stack.x402.settled();
+  expect(await chain.authorizationState(auth.from, auth.nonce)).toBe(true);
+  expect(await chain.balanceOf(stack.payTo)).toBe(payToBefore);
+  expect((await stack.paymentEvents(auth.nonce)).at(-1)?.type).toBe('PaymentSettlementFailed');
+  expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 0 });
+  expect(await eventTypes(stack, auth.nonce)).not.toContain('PaymentSettled');
+  expect((await presentAgain(stack, header)).status).toBe(402);
+}
+
+type ServedBody = { regime?: string; _service: { payment: { status: string } } };
+
+/** A 200 with the paid answer. */
+async function expectServed(res: Response): Promise<ServedBody> {
+  const body = (await res.json()) as ServedBody;
+  expect(res.status, JSON.stringify(body)).toBe(200);
+  expect(body.regime).toEqual(expect.any(String));
+  return body;
+}
+
+/** A 200 with the paid answer, its payment still pending. */
+async function expectServedPending(res: Response): Promise<ServedBody> {
+  const body = await expectServed(res);
+  expect(body._service.payment.status).toBe('pending');
+  return body;
+}
+
+/** The payer's authorisation used on chain and one price gone from the balance they were funded with. */
+async function expectChargedOnce(payer: Hex, nonce: Hex, funded = 1_000_000n): Promise<void> {
+  expect(await chain.authorizationState(payer, nonce)).toBe(true);
+  expect(await chain.balanceOf(payer)).toBe(funded - PRICE);
+}
+
+/** The payer's authorisation unused on chain and their balance as funded. */
+async function expectNotCharged(payer: Hex, nonce: Hex, funded = 1_000_000n): Promise<void> {
+  expect(await chain.authorizationState(payer, nonce)).toBe(false);
+  expect(await chain.balanceOf(payer)).toBe(funded);
+}
+
+/**
+ * The payment's last event is a PaymentSettled (with `data`), and the transaction it names was
+ * mined without reverting. Returns that transaction's hash.
+ */
+async function expectSettledOnChain(
+  stack: X402Stack,
+  nonce: Hex,
+  data: Record<string, unknown> = {},
+): Promise<Hex> {
+  const settled = (await stack.paymentEvents(nonce)).at(-1)!;
+  expect(settled).toMatchObject({ type: 'PaymentSettled', data });
+  const txHash = (settled.data as { txHash: Hex }).txHash;
+  expect((await chain.publicClient.getTransactionReceipt({ hash: txHash })).status).toBe('success');
+  return txHash;
+}
+
+/** A 402 settlement_failed whose message says `says`, with no paid answer in it. */
+async function expectSettlementRefused(res: Response, says: RegExp): Promise<Record<string, unknown>> {
+  const body = (await res.json()) as Record<string, unknown>;
+  expect(res.status, JSON.stringify(body)).toBe(402);
+  expect(body).toMatchObject({ code: 'settlement_failed' });
+  expect(body.message).toMatch(says);
+  expect(body).not.toHaveProperty('regime');
+  return body;
+}
+
 describe('an authorisation used on chain by someone else before the settlement', () => {
   it('the payer paid: the answer is served pending, and reconciliation records the settlement', async () => {
-    const stack = await startX402Stack({}, chain);
+    // Between verification and settlement the authorisation is submitted by another wallet (the
+    // payer's own, say): the money moves to us, and our transfer is refused for a used nonce.
+    let submitted: Hex | null = null;
+    const { stack, payer, before } = await startRaced(async (payer, context) => {
+      const { auth, signature } = hookAuthorization(context);
+      submitted = await submitAsPayer(payer, auth, signature);
+    });
     try {
-      const payer = await chain.fundedPayer(1_000_000n);
-      const local = stack.x402.facilitator as LocalFacilitator;
-      // Between verification and settlement the authorisation is submitted by another wallet (the
-      // payer's own, say): the money moves to us, and our transfer is refused for a used nonce.
-      let submitted: Hex | null = null;
-      local.facilitator.onBeforeSettle(async (context) => {
-        const { auth, signature } = hookAuthorization(context);
-        submitted = await submitAsPayer(payer, auth, signature);
-      });
-      const before = await chain.balanceOf(stack.payTo);
       const { res, auth } = await paidRequest(stack, payer.key, payer.address);
-      const body = (await res.json()) as { regime?: string; _service: { payment: { status: string } } };
-      expect(res.status, JSON.stringify(body)).toBe(200);
-      expect(body.regime).toEqual(expect.any(String));
-      expect(body._service.payment.status).toBe('pending');
+      await expectServedPending(res);
       await stack.x402.settled();
-      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - PRICE);
+      await expectChargedOnce(payer.address, auth.nonce);
       expect(await chain.balanceOf(stack.payTo)).toBe(before + PRICE);
       expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 1 });
       const events = await stack.paymentEvents(auth.nonce);
@@ -242,122 +360,74 @@ describe('an authorisation used on chain by someone else before the settlement',
   });
 
   it('the payer spent the nonce on a transfer to themselves: 402, recorded failed, nothing settled', async () => {
-    const stack = await startX402Stack({}, chain);
+    let frontRun: Hex | null = null;
+    const { stack, payer, before } = await startRaced(async (payer, context) => {
+      frontRun = await frontRunToSelf(payer, context);
+    });
     try {
-      const payer = await chain.fundedPayer(1_000_000n);
-      const local = stack.x402.facilitator as LocalFacilitator;
-      let frontRun: Hex | null = null;
-      local.facilitator.onBeforeSettle(async (context) => {
-        frontRun = await frontRunToSelf(payer, context);
-      });
-      const before = await chain.balanceOf(stack.payTo);
       const { res, auth, header } = await paidRequest(stack, payer.key, payer.address);
-      const body = (await res.json()) as Record<string, unknown>;
-      expect(res.status, JSON.stringify(body)).toBe(402);
-      expect(body).toMatchObject({ code: 'settlement_failed' });
-      expect(body.message).toMatch(/used on chain by another transaction that did not pay the seller/);
-      expect(body).not.toHaveProperty('regime');
+      await expectSettlementRefused(res, /used on chain by another transaction that did not pay the seller/);
       await stack.x402.settled();
-      expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(true);
-      expect(await chain.balanceOf(stack.payTo)).toBe(before);
       expect(await chain.balanceOf(payer.address)).toBe(1_000_000n);
-      expect((await stack.paymentEvents(auth.nonce)).map((e) => e.type)).toEqual([
+      expect(await eventTypes(stack, auth.nonce)).toEqual([
         'PaymentAuthorized',
         'PaymentSettlementPending',
         'PaymentSettlementFailed',
       ]);
       expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({ data: { txHash: frontRun } });
-      expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 0 });
-      expect((await stack.paymentEvents(auth.nonce)).some((e) => e.type === 'PaymentSettled')).toBe(false);
-      // The same payment presented again is not served from the kept answer.
-      const again = await fetch(`${stack.url}${PATH}`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', 'x-payment': header },
-        body: JSON.stringify(BODY),
-      });
-      expect(again.status).toBe(402);
+      await expectRefusedUnpaid(stack, { auth, header }, before);
     } finally {
       await stack.stop();
     }
   });
 
   it('a pending payment whose nonce the payer spent on themselves: reconciliation records the loss, not a settlement', async () => {
-    const stack = await startX402Stack({}, chain);
+    // The settle call is cut off after the payer's front-run landed: the payment is left pending
+    // (the answer served) for reconciliation to read from the chain.
+    const { stack, payer, before } = await startRaced(async (payer, context) => {
+      await frontRunToSelf(payer, context);
+      throw new Error('settle cut off');
+    });
     try {
-      const payer = await chain.fundedPayer(1_000_000n);
-      const local = stack.x402.facilitator as LocalFacilitator;
-      // The settle call is cut off after the payer's front-run landed: the payment is left pending
-      // (the answer served) for reconciliation to read from the chain.
-      local.facilitator.onBeforeSettle(async (context) => {
-        await frontRunToSelf(payer, context);
-        throw new Error('settle cut off');
-      });
-      const before = await chain.balanceOf(stack.payTo);
-      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
-      await res.body?.cancel();
-      await stack.x402.settled();
-      expect((await stack.paymentEvents(auth.nonce)).at(-1)?.type).toBe('PaymentSettlementPending');
+      const auth = await payLeftPending(stack, payer);
       expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(true);
       expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 0, lost: 1 });
       const events = await stack.paymentEvents(auth.nonce);
-      expect(events.some((e) => e.type === 'PaymentSettled')).toBe(false);
+      expect(events.map((e) => e.type)).not.toContain('PaymentSettled');
       expect(events.at(-1)).toMatchObject({ type: 'PaymentSettlementFailed', data: { sellerLoss: true } });
       expect(await chain.balanceOf(stack.payTo)).toBe(before);
     } finally {
       await stack.stop();
     }
   });
+
   it('the authorisation marked used with no log of its use (a cancellation, its log unseen): 402 after a bounded wait, not settled', async () => {
-    const stack = await startX402Stack({}, chain);
+    const { stack, payer, before } = await startRaced(async (_payer, context) => {
+      const { auth } = hookAuthorization(context);
+      await markUsedWithoutLog(auth.from, auth.nonce);
+    });
     try {
-      const payer = await chain.fundedPayer(1_000_000n);
-      const local = stack.x402.facilitator as LocalFacilitator;
-      local.facilitator.onBeforeSettle(async (context) => {
-        const { auth } = hookAuthorization(context);
-        await markUsedWithoutLog(auth.from, auth.nonce);
-      });
-      const before = await chain.balanceOf(stack.payTo);
       const started = Date.now();
       const { res, auth, header } = await paidRequest(stack, payer.key, payer.address);
-      const body = (await res.json()) as Record<string, unknown>;
-      expect(res.status, JSON.stringify(body)).toBe(402);
-      expect(body).toMatchObject({ code: 'settlement_failed' });
-      expect(body.message).toMatch(/already used on chain, by no transaction of ours/);
-      expect(body).not.toHaveProperty('regime');
+      await expectSettlementRefused(res, /already used on chain, by no transaction of ours/);
       // The wait for the log is bounded (3 s), not the whole settlement budget.
       expect(Date.now() - started).toBeLessThan(15_000);
-      await stack.x402.settled();
-      expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(true);
-      expect(await chain.balanceOf(stack.payTo)).toBe(before);
-      expect((await stack.paymentEvents(auth.nonce)).at(-1)?.type).toBe('PaymentSettlementFailed');
-      expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 0 });
-      const again = await fetch(`${stack.url}${PATH}`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', 'x-payment': header },
-        body: JSON.stringify(BODY),
-      });
-      expect(again.status).toBe(402);
+      await expectRefusedUnpaid(stack, { auth, header }, before);
     } finally {
       await stack.stop();
     }
   });
 
   it('a pending payment whose authorisation is used with no transaction of its use found: reconciliation does not settle it', async () => {
-    const stack = await startX402Stack({}, chain);
+    const { stack, payer } = await startRaced(async (_payer, context) => {
+      const { auth } = hookAuthorization(context);
+      await markUsedWithoutLog(auth.from, auth.nonce);
+      throw new Error('settle cut off');
+    });
     try {
-      const payer = await chain.fundedPayer(1_000_000n);
-      const local = stack.x402.facilitator as LocalFacilitator;
-      local.facilitator.onBeforeSettle(async (context) => {
-        const { auth } = hookAuthorization(context);
-        await markUsedWithoutLog(auth.from, auth.nonce);
-        throw new Error('settle cut off');
-      });
-      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
-      await res.body?.cancel();
-      await stack.x402.settled();
-      expect((await stack.paymentEvents(auth.nonce)).at(-1)?.type).toBe('PaymentSettlementPending');
+      const auth = await payLeftPending(stack, payer);
       expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 0, stillPending: 1 });
-      expect((await stack.paymentEvents(auth.nonce)).some((e) => e.type === 'PaymentSettled')).toBe(false);
+      expect(await eventTypes(stack, auth.nonce)).not.toContain('PaymentSettled');
     } finally {
       await stack.stop();
     }
@@ -370,10 +440,9 @@ describe('the log refuses a write while a paid call runs', () => {
     const stack = await startX402Stack({}, chain, undefined, { store });
     try {
       const payer = await chain.fundedPayer(PRICE);
-      const local = stack.x402.facilitator as LocalFacilitator;
       // Between verification and settlement the payer's funds leave, and the store goes away:
       // settlement fails for certain, and recording that fails too.
-      local.facilitator.onBeforeSettle(async () => {
+      beforeSettle(stack, async () => {
         await drain(payer);
         await closeNow(store);
       });
@@ -468,11 +537,7 @@ describe('settlement that outlasts the receipt wait', () => {
 
       await chain.testClient.mine({ blocks: 1 });
       await chain.publicClient.waitForTransactionReceipt({ hash: receipt.transaction as Hex });
-      const reconciler = new PaymentReconciler({
-        store: stack.store,
-        chains: chainReadersFor([{ network: 'eip155:8453', rpcUrl: chain.rpcUrl } as never]),
-        olderThanMs: 0,
-      });
+      const reconciler = reconcilerOf(stack);
       const summary = await reconciler.runOnce();
       expect(summary).toMatchObject({ settled: 1, lost: 0, released: 0, rebroadcast: 0 });
       const events = await stack.paymentEvents(auth.nonce);
@@ -480,7 +545,7 @@ describe('settlement that outlasts the receipt wait', () => {
         type: 'PaymentSettled',
         data: { txHash: receipt.transaction, reconciled: true, amount: '20000' },
       });
-      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - PRICE);
+      await expectChargedOnce(payer.address, auth.nonce);
       // A second round finds nothing open: never settled or recorded twice.
       expect(await reconciler.runOnce()).toMatchObject({ examined: 0 });
     } finally {
@@ -547,15 +612,10 @@ describe('reconciliation after a restart', () => {
         'PaymentAuthorized',
         'PaymentReleased',
       ]);
-      const broadcast = (await stack.paymentEvents(handedOff.handle.ref.nonce)).at(-1)!;
-      expect(broadcast).toMatchObject({
-        type: 'PaymentSettled',
-        data: { reconciled: true, amount: '20000' },
+      await expectSettledOnChain(stack, handedOff.handle.ref.nonce as Hex, {
+        reconciled: true,
+        amount: '20000',
       });
-      const tx = await chain.publicClient.getTransactionReceipt({
-        hash: (broadcast.data as { txHash: Hex }).txHash,
-      });
-      expect(tx.status).toBe('success');
       expect((await stack.paymentEvents(expired.handle.ref.nonce)).at(-1)).toMatchObject({
         type: 'PaymentSettlementFailed',
         data: {
@@ -623,14 +683,8 @@ describe('reconciliation after a restart', () => {
         await restarted.stop();
       }
       const nonce = (await settledNonce(stack))!;
-      const settled = (await stack.paymentEvents(nonce)).at(-1)!;
-      expect(settled).toMatchObject({ type: 'PaymentSettled', data: { reconciled: true } });
-      const tx = await chain.publicClient.getTransactionReceipt({
-        hash: (settled.data as { txHash: Hex }).txHash,
-      });
-      expect(tx.status).toBe('success');
-      expect(await chain.authorizationState(payer.address, nonce as Hex)).toBe(true);
-      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - PRICE);
+      await expectSettledOnChain(stack, nonce, { reconciled: true });
+      await expectChargedOnce(payer.address, nonce);
     } finally {
       await stack.stop();
     }
@@ -783,14 +837,27 @@ async function rpcProxy(target: string) {
   };
 }
 
+/** The service with its chain RPC behind a fresh rpcProxy (`env` added); `stop` ends both. */
+async function startBehindProxy(env: Record<string, string>) {
+  const proxy = await rpcProxy(chain.rpcUrl);
+  const stack = await startX402Stack({ X402_RPC_URL: proxy.url, ...env }, chain);
+  return {
+    proxy,
+    stack,
+    async stop() {
+      await stack.stop();
+      await proxy.close();
+    },
+  };
+}
+
+/** Budgets short enough that a lost or refused send is over within seconds. */
+const SHORT_SETTLE = { X402_FACILITATOR_TIMEOUT_MS: '1500', X402_SETTLE_CONFIRM_TIMEOUT_MS: '1500' };
+
 describe('a chain RPC that loses answers', () => {
   it('a settlement whose send got no answer but was mined serves the answer, charges once, and replays it', async () => {
-    const proxy = await rpcProxy(chain.rpcUrl);
     // The default budget: a JSON-RPC request times out after viem's 10 s.
-    const stack = await startX402Stack(
-      { X402_RPC_URL: proxy.url, X402_SETTLE_CONFIRM_TIMEOUT_MS: '8000' },
-      chain,
-    );
+    const { proxy, stack, stop } = await startBehindProxy({ X402_SETTLE_CONFIRM_TIMEOUT_MS: '8000' });
     try {
       const payer = await chain.fundedPayer(1_000_000n);
       const client = new x402Client();
@@ -826,7 +893,7 @@ describe('a chain RPC that loses answers', () => {
       const mined = await chain.publicClient.getTransactionReceipt({ hash: receipt.transaction as Hex });
       expect(mined.status).toBe('success');
       expect(body._service.payment.transaction).toBe(receipt.transaction);
-      expect((await stack.paymentEvents(nonce)).map((e) => e.type)).toEqual([
+      expect(await eventTypes(stack, nonce)).toEqual([
         'PaymentAuthorized',
         'PaymentSettlementPending',
         'PaymentSettled',
@@ -843,42 +910,27 @@ describe('a chain RPC that loses answers', () => {
       expect(kept).toEqual(answer);
       expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - 20_000n);
     } finally {
-      await stack.stop();
-      await proxy.close();
+      await stop();
     }
   });
 
   it('a settlement whose send was cut before the node saw it: served, sent again once the node does not know it, charged once', async () => {
-    const proxy = await rpcProxy(chain.rpcUrl);
-    const stack = await startX402Stack(
-      {
-        X402_RPC_URL: proxy.url,
-        X402_FACILITATOR_TIMEOUT_MS: '1500',
-        X402_SETTLE_CONFIRM_TIMEOUT_MS: '1500',
-      },
-      chain,
-    );
+    const { proxy, stack, stop } = await startBehindProxy(SHORT_SETTLE);
     try {
       const payer = await chain.fundedPayer(1_000_000n);
       proxy.set('drop-send');
       const { res, auth } = await paidRequest(stack, payer.key, payer.address);
-      const body = (await res.json()) as { regime?: string; _service: { payment: { status: string } } };
       // Nobody can tell the node did not get it: the answer is the payer's, the payment open.
-      expect(res.status, JSON.stringify(body)).toBe(200);
-      expect(body.regime).toEqual(expect.any(String));
-      expect(body._service.payment.status).toBe('pending');
+      await expectServedPending(res);
       const lost = decodePaymentResponseHeader(res.headers.get('x-payment-response')!).transaction as Hex;
       // Its receipt never comes; @x402/core asks again, and the transaction the node does not
       // know is sent again rather than waited for (until the reconciler's round, minutes later).
       await stack.x402.settled();
-      const settled = (await stack.paymentEvents(auth.nonce)).at(-1)!;
-      expect(settled.type).toBe('PaymentSettled');
-      const landed = (settled.data as { txHash: Hex }).txHash;
       // Sent again with the nonce the lost one never used: mostly the same bytes, so the same hash
       // as the answer named (a fee that moved meanwhile would change it).
       expect(lost).toMatch(/^0x[0-9a-f]{64}$/);
-      expect((await chain.publicClient.getTransactionReceipt({ hash: landed })).status).toBe('success');
-      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - PRICE);
+      await expectSettledOnChain(stack, auth.nonce);
+      await expectChargedOnce(payer.address, auth.nonce);
       // The facilitator's next transaction takes the nonce the lost one never used.
       const next = await paidRequest(stack, payer.key, payer.address);
       expect(next.res.status).toBe(200);
@@ -886,8 +938,7 @@ describe('a chain RPC that loses answers', () => {
       expect((await stack.paymentEvents(next.auth.nonce)).at(-1)?.type).toBe('PaymentSettled');
       expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - 2n * PRICE);
     } finally {
-      await stack.stop();
-      await proxy.close();
+      await stop();
     }
   });
 
@@ -907,31 +958,22 @@ describe('a chain RPC that loses answers', () => {
   ])(
     'a settlement transaction the node refused ($message): 402 settlement_failed, said not sent, nothing charged',
     async ({ code, message, says }) => {
-      const proxy = await rpcProxy(chain.rpcUrl);
-      const stack = await startX402Stack(
-        { X402_RPC_URL: proxy.url, X402_FACILITATOR_TIMEOUT_MS: '1500' },
-        chain,
-      );
+      const { proxy, stack, stop } = await startBehindProxy({ X402_FACILITATOR_TIMEOUT_MS: '1500' });
       try {
         const payer = await chain.fundedPayer(1_000_000n);
         proxy.set('refuse-send', { code, message });
         const { res, auth } = await paidRequest(stack, payer.key, payer.address);
-        const body = (await res.json()) as Record<string, unknown>;
-        expect(res.status).toBe(402);
-        expect(body).toMatchObject({ code: 'settlement_failed' });
-        expect(body.message).toMatch(
+        await expectSettlementRefused(
+          res,
           new RegExp(
             `^settlement failed: the settlement transaction was not sent \\(${says.source}\\); nothing was charged$`,
           ),
         );
-        expect(body).not.toHaveProperty('regime');
         await stack.x402.settled();
         expect((await stack.paymentEvents(auth.nonce)).at(-1)?.type).toBe('PaymentSettlementFailed');
-        expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(false);
-        expect(await chain.balanceOf(payer.address)).toBe(1_000_000n);
+        await expectNotCharged(payer.address, auth.nonce);
       } finally {
-        await stack.stop();
-        await proxy.close();
+        await stop();
       }
     },
   );
@@ -945,35 +987,19 @@ describe('a chain RPC that loses answers', () => {
   ])(
     'a send answered $code $message after the node took it: served, charged once, recorded settled in the mined transaction',
     async (answer) => {
-      const proxy = await rpcProxy(chain.rpcUrl);
-      const stack = await startX402Stack(
-        {
-          X402_RPC_URL: proxy.url,
-          X402_FACILITATOR_TIMEOUT_MS: '1500',
-          X402_SETTLE_CONFIRM_TIMEOUT_MS: '1500',
-        },
-        chain,
-      );
+      const { proxy, stack, stop } = await startBehindProxy(SHORT_SETTLE);
       try {
         const payer = await chain.fundedPayer(1_000_000n);
         proxy.set('fail-after-send', answer);
         const { res, auth } = await paidRequest(stack, payer.key, payer.address);
-        const body = (await res.json()) as { regime?: string; _service: { payment: { status: string } } };
-        expect(res.status, JSON.stringify(body)).toBe(200);
-        expect(body.regime).toEqual(expect.any(String));
+        await expectServed(res);
         const named = decodePaymentResponseHeader(res.headers.get('x-payment-response')!).transaction as Hex;
         await stack.x402.settled();
-        const events = await stack.paymentEvents(auth.nonce);
-        expect(events.map((e) => e.type)).not.toContain('PaymentSettlementFailed');
-        const settled = events.at(-1)!;
-        expect(settled.type).toBe('PaymentSettled');
-        expect((settled.data as { txHash: Hex }).txHash).toBe(named);
-        expect((await chain.publicClient.getTransactionReceipt({ hash: named })).status).toBe('success');
-        expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(true);
-        expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - PRICE);
+        expect(await eventTypes(stack, auth.nonce)).not.toContain('PaymentSettlementFailed');
+        expect(await expectSettledOnChain(stack, auth.nonce)).toBe(named);
+        await expectChargedOnce(payer.address, auth.nonce);
       } finally {
-        await stack.stop();
-        await proxy.close();
+        await stop();
       }
     },
   );
@@ -1018,7 +1044,7 @@ describe('a chain RPC that loses answers', () => {
       const payer = await chain.fundedPayer(1_000_000n);
       proxy.set('lose-send-reply');
       const { res, auth } = await paidRequest(stack, payer.key, payer.address);
-      const body = (await res.json()) as { regime?: string; _service: { payment: { status: string } } };
+      const body = await expectServedPending(res);
       expect(answers).toEqual([
         expect.objectContaining({
           success: false,
@@ -1026,47 +1052,23 @@ describe('a chain RPC that loses answers', () => {
           transaction: '',
         }),
       ]);
-      expect(res.status, JSON.stringify(body)).toBe(200);
-      expect(body.regime).toEqual(expect.any(String));
-      expect(body._service.payment.status).toBe('pending');
       await stack.x402.settled();
       // The node took it: the buyer paid, once.
-      expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(true);
-      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n - PRICE);
-      expect((await stack.paymentEvents(auth.nonce)).map((e) => e.type)).toEqual([
+      await expectChargedOnce(payer.address, auth.nonce);
+      expect(await eventTypes(stack, auth.nonce)).toEqual([
         'PaymentAuthorized',
         'PaymentSettlementPending',
         'PaymentSettlementPending',
       ]);
-      const reconciler = new PaymentReconciler({
-        store: stack.store,
-        chains: chainReadersFor([{ network: 'eip155:8453', rpcUrl: chain.rpcUrl } as never]),
-        olderThanMs: 0,
-      });
-      expect(await reconciler.runOnce()).toMatchObject({ settled: 1, rebroadcast: 0, lost: 0 });
-      const settled = (await stack.paymentEvents(auth.nonce)).at(-1)!;
-      expect(settled).toMatchObject({ type: 'PaymentSettled', data: { reconciled: true } });
-      expect(
-        (await chain.publicClient.getTransactionReceipt({ hash: (settled.data as { txHash: Hex }).txHash }))
-          .status,
-      ).toBe('success');
+      expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 1, rebroadcast: 0, lost: 0 });
+      const settled = await expectSettledOnChain(stack, auth.nonce, { reconciled: true });
       // The same payment again (signing is deterministic): the kept answer, now settled.
-      const again = await fetch(`${stack.url}${PATH}`, {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          'x-payment': v1Header(auth, await signAuthorization(payer.key, auth)),
-        },
-        body: JSON.stringify(BODY),
-      });
+      const again = await presentAgain(stack, v1Header(auth, await signAuthorization(payer.key, auth)));
       expect(again.status).toBe(200);
       expect(again.headers.get('x-payment-replayed')).toBe('true');
       const kept = (await again.json()) as typeof body;
       expect(kept.regime).toBe(body.regime);
-      expect(kept._service.payment).toMatchObject({
-        status: 'settled',
-        transaction: (settled.data as { txHash: Hex }).txHash,
-      });
+      expect(kept._service.payment).toMatchObject({ status: 'settled', transaction: settled });
     } finally {
       await stack.stop();
       await remote.close();
@@ -1075,11 +1077,7 @@ describe('a chain RPC that loses answers', () => {
   });
 
   it('a chain that accepts connections and never answers: 503 within X402_FACILITATOR_TIMEOUT_MS, nothing charged', async () => {
-    const proxy = await rpcProxy(chain.rpcUrl);
-    const stack = await startX402Stack(
-      { X402_RPC_URL: proxy.url, X402_FACILITATOR_TIMEOUT_MS: '1500' },
-      chain,
-    );
+    const { proxy, stack, stop } = await startBehindProxy({ X402_FACILITATOR_TIMEOUT_MS: '1500' });
     try {
       const payer = await chain.fundedPayer(1_000_000n);
       proxy.set('silent');
@@ -1094,11 +1092,10 @@ describe('a chain RPC that loses answers', () => {
       expect(took).toBeLessThan(4000);
       proxy.set('pass');
       expect(await stack.paymentEvents(auth.nonce)).toEqual([]);
-      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n);
+      await expectNotCharged(payer.address, auth.nonce);
     } finally {
       proxy.set('pass');
-      await stack.stop();
-      await proxy.close();
+      await stop();
     }
   });
 });

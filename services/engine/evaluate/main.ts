@@ -1,5 +1,6 @@
 import { spawnSync } from 'node:child_process';
 import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { loadavg } from 'node:os';
 import { join, relative } from 'node:path';
 import { parseArgs } from 'node:util';
 import { aggregateCandles } from '../../../adapters/market/aggregate.ts';
@@ -197,6 +198,7 @@ if (
 }
 
 const started = performance.now();
+const loadAtStart = loadavg()[0]!;
 const log = (msg: string) =>
   process.stdout.write(`[${((performance.now() - started) / 1000).toFixed(1)}s] ${msg}\n`);
 const day = (x: string) => Date.parse(`${x.trim()}T00:00:00Z`);
@@ -894,6 +896,7 @@ await writeFile(
     carry,
     dataDir: dataLabel(values.data),
     seconds,
+    load: { start: loadAtStart, end: loadavg()[0]!, peakRssGb: process.resourceUsage().maxRSS / 1e6 },
     settings,
     gateSplits,
     extraSplits,

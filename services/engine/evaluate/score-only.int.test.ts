@@ -46,6 +46,10 @@ describe('npm run evaluate -- --score-only', () => {
     expect(stdout).toMatch(/skipped .*binance-spot-2022: not in this data directory/);
     const text = await readFile(report, 'utf8');
     expect(text).toContain('Score-only: the shipped tables');
+    // The run time with the load it ran at and its peak memory.
+    expect(text).toMatch(
+      /in \d+ s \(load \d+\.\d at the start, \d+\.\d at the end; \d\.\d\d GB peak RSS\)\./,
+    );
     // The shipped gate: timing skill on spot:15m, but its calls did not beat the fee.
     expect(text).toContain('| spot:15m | fade | yes |');
     expect(text).toContain('| spot:15m | no (HOLD) | fade |');

@@ -238,7 +238,7 @@ if (values.warmup && !values.from) {
 const scoreOnly = values['score-only'];
 const baselinesOnly = values['baselines-only'];
 if (baselinesOnly && !(scoreOnly && values.baselines)) {
-  throw new Error('--baselines-only needs --score-only and --baselines');
+  usageError('--baselines-only needs --score-only and --baselines');
 }
 const split = day(values.split);
 const gateSplits = dates(values['gate-splits']).sort((a, b) => a - b);

@@ -166,6 +166,7 @@ describe('npm run evaluate -- --score-only', () => {
       [['--split', 'someday'], 'invalid date in --split'],
       [['--warmup', 'sample-data/market'], '--warmup needs --score-only'],
       [['--until', '2025-05-01'], '--until needs --risk-only'],
+      [['--baselines-only'], '--baselines-only needs --score-only and --baselines'],
       [['--risk-only', '--until', '2025-05-01'], 'writes a fold: name --vol-table and --baselines'],
     ] as const) {
       const failed = await run(

@@ -223,8 +223,9 @@ type SettleContext = Parameters<Parameters<x402Facilitator['onBeforeSettle']>[0]
  */
 async function startRaced(
   race: (payer: { key: Hex; address: Hex }, context: SettleContext) => Promise<void>,
+  env: Record<string, string> = {},
 ) {
-  const stack = await startX402Stack({}, chain);
+  const stack = await startX402Stack(env, chain);
   try {
     const payer = await chain.fundedPayer(1_000_000n);
     beforeSettle(stack, (context) => race(payer, context));
@@ -376,6 +377,32 @@ describe('an authorisation used on chain by someone else before the settlement',
       ]);
       expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({ data: { txHash: frontRun } });
       await expectRefusedUnpaid(stack, { auth, header }, before);
+    } finally {
+      await stack.stop();
+    }
+  });
+
+  it("the payer spent the nonce on themselves and the settlement outlasted the answer: served pending, recorded as the seller's loss", async () => {
+    // The settle call ends after submitWaitMs (X402_SETTLE_CONFIRM_TIMEOUT_MS): the caller has
+    // the paid answer by then, so the refusal found afterwards cannot be a refusal.
+    const { stack, payer, before } = await startRaced(
+      async (payer, context) => {
+        await frontRunToSelf(payer, context);
+        await new Promise((resolve) => setTimeout(resolve, 1_500));
+      },
+      { X402_SETTLE_CONFIRM_TIMEOUT_MS: '700' },
+    );
+    try {
+      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+      await expectServedPending(res);
+      await stack.x402.settled();
+      expect(await chain.balanceOf(stack.payTo)).toBe(before);
+      expect(await eventTypes(stack, auth.nonce)).toEqual([
+        'PaymentAuthorized',
+        'PaymentSettlementPending',
+        'PaymentSettlementFailed',
+      ]);
+      expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({ data: { sellerLoss: true } });
     } finally {
       await stack.stop();
     }

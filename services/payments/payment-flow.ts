@@ -21,6 +21,7 @@ import type { AuthorizationOutcome } from './chain-reader.ts';
 import type { DecodedPayment } from './codecs.ts';
 import type { PayerExposure } from './exposure.ts';
 import type { PaymentHandle, PaymentLedger, PaymentStep, ReserveResult } from './ledger.ts';
+import { withDeadline } from './local-facilitator.ts';
 import { type PaidResponseKey, type PaidResponseStore, requestFingerprint } from './paid-responses.ts';
 import { decideReservation, identityKey, type PaymentIdentity, type PaymentState } from './payment-state.ts';
 import { v1NetworkName } from './rails.ts';
@@ -566,9 +567,18 @@ async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Prom
   // the answer waits for that (within the same budget): answered earlier, its receipt could name
   // no transaction and the payer's client would read the payment as failed.
   type First = { kind: 'broadcast'; hash: `0x${string}` | null } | { kind: 'ended'; settled: Settled };
+  // Set once the caller is answered with the paid result before the settlement ended: a failure
+  // recorded after that is the seller's loss, not a refusal (see settleAndRecord).
+  const answered = { served: false };
   let signal: (first: First) => void = () => undefined;
   const first = new Promise<First>((resolve) => {
-    signal = resolve;
+    let decided = false;
+    signal = (first) => {
+      if (decided) return;
+      decided = true;
+      if (first.kind === 'broadcast') answered.served = true;
+      resolve(first);
+    };
   });
   if (!watch) {
     const timer = setTimeout(() => signal({ kind: 'broadcast', hash: null }), deps.submitWaitMs);
@@ -578,7 +588,7 @@ async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Prom
   // queue is held until this one is broadcast (or ended), not until its receipt: the task returns
   // the settlement wrapped, since returning the promise itself would hold the queue until it ends.
   const queued = deps.settlements.run(paid.account, async () => {
-    const finished = settleAndRecord(deps, call, paid, answerBy);
+    const finished = settleAndRecord(deps, call, paid, answerBy, answered);
     void finished.then(
       (settled) => signal({ kind: 'ended', settled }),
       () => signal({ kind: 'broadcast', hash: null }),
@@ -657,6 +667,8 @@ async function settleAndRecord(
   paid: Served,
   /** When the caller is answered pending whatever the settlement's state (submitWaitMs). */
   answerBy: number,
+  /** `served` once the caller was answered with the paid result (pending) before this ended. */
+  answered: { readonly served: boolean } = { served: false },
 ): Promise<Settled> {
   const { handle, payload, requirement, identity } = paid;
   const payer = identity.payer;
@@ -734,7 +746,13 @@ async function settleAndRecord(
     const until = Math.min(Date.now() + USED_ELSEWHERE_WAIT_MS, answerBy - USED_ELSEWHERE_POLL_MS * 2);
     while (read) {
       try {
-        outcome = await read(agreed);
+        // Each read is bounded by the same deadline as the wait (at least one poll's worth), not
+        // only by the chain's budget: one slow read must not run past the answer.
+        outcome = await withDeadline(
+          read(agreed),
+          Math.max(until - Date.now(), USED_ELSEWHERE_POLL_MS),
+          "the chain did not answer the authorisation's use",
+        );
       } catch (err) {
         deps.logger.warn({ err, requestId: call.requestId }, 'the use of an authorisation could not be read');
       }
@@ -757,6 +775,17 @@ async function settleAndRecord(
           ? 'the authorisation was cancelled on chain before it could be settled'
           : 'the authorisation was used on chain by another transaction that did not pay the seller';
     const context = { requestId: call.requestId, reason, payer, nonce: identity.nonce, outcome };
+    const txHash = outcome.kind === 'unpaid' ? { txHash: outcome.txHash } : {};
+    if (answered.served) {
+      // The caller already has the paid answer (the settlement outlasted submitWaitMs): nothing
+      // can be refused any more, so this is the seller's loss, counted in payments{state="lost"}.
+      deps.logger.error(
+        { ...context, how },
+        "served, not paid: the answer was served pending and the authorisation was spent without paying the seller; recorded as the seller's loss",
+      );
+      await record({ kind: 'fail', reason, ...txHash, sellerLoss: true });
+      return { kind: 'failed', reason, message: `${how}; the answer was already served`, settle: response };
+    }
     if (outcome.kind === 'unseen') {
       // If the payer's own transaction did pay us and the logs only lag, the operator refunds it.
       deps.logger.error(
@@ -769,7 +798,7 @@ async function settleAndRecord(
         'an authorisation spent elsewhere without paying us; refused, recorded failed',
       );
     }
-    await record({ kind: 'fail', reason, ...(outcome.kind === 'unpaid' ? { txHash: outcome.txHash } : {}) });
+    await record({ kind: 'fail', reason, ...txHash });
     return {
       kind: 'failed',
       reason,

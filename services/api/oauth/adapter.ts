@@ -27,9 +27,10 @@ export interface ClientLifetime {
 }
 
 /**
- * A day to complete a sign-in after registering; 5,000 clients waiting for one (each at most the
- * 8 KB of provider.ts CLIENT_METADATA_LIMITS: ~40 MB in the store at worst, where registrations
- * at the rate limit without either bound kept ~15 MB a minute for good).
+ * A day to complete a sign-in after registering; 5,000 clients waiting for one, and up to 5,000
+ * more with a sign-in under way (spared, and the one just registered is never pushed out): each
+ * at most the 8 KB of provider.ts CLIENT_METADATA_LIMITS, ~80 MB in the store at worst, where
+ * registrations at the rate limit without either bound kept ~15 MB a minute for good.
  */
 export const DEFAULT_CLIENT_LIFETIME: ClientLifetime = { unusedTtlS: 86_400, maxUnused: 5_000, signInS: 600 };
 

@@ -93,6 +93,25 @@ function contract(name: string, make: () => Promise<OAuthStore>) {
       });
     });
 
+    it('never pushes out the client being registered, even when every other one is signing in', async () => {
+      const idPrefix = `admitted-${Math.random().toString(36).slice(2)}`;
+      const Clients = oauthAdapter(store, { unusedTtlS: 60, maxUnused: 2, signInS: 60 });
+      const clients = new Clients('Client');
+      const interactions = new Clients('Interaction');
+      const ids = ['a', 'b', 'c'].map((x) => `${idPrefix}-${x}`);
+      for (const id of ids.slice(0, 2)) {
+        await clients.upsert(id, { client_id: id }, 0);
+        await interactions.upsert(`${id}-i`, { params: { client_id: id } }, 60);
+      }
+      // The library answers 201 with c's client_id: it must be there to be used.
+      await clients.upsert(ids[2]!, { client_id: ids[2]! }, 0);
+      expect(await Promise.all(ids.map(async (id) => (await clients.find(id)) !== undefined))).toEqual([
+        true,
+        true,
+        true,
+      ]);
+    });
+
     it('gives every host the secret written first', async () => {
       const first = await store.putIfAbsent('secrets-test', 'a');
       const second = await store.putIfAbsent('secrets-test', 'b');

@@ -29,7 +29,8 @@ export interface OAuthStore {
   /**
    * Adds `member` to a list ordered by admission (the store's clock), whose members leave it after
    * `maxAgeS` and of which at most `max` stay: the oldest past `max` are pushed out, bar those
-   * admitted to `opts.spare` within its `maxAgeS` (they keep their place). With `opts.record`, a
+   * admitted to `opts.spare` within its `maxAgeS` (they keep their place), and bar `member` itself
+   * (so the list may exceed `max` by at most the spare list's size). With `opts.record`, a
    * pushed-out member's record (`record` + member) is deleted in the same step, unless its
    * lifetime was lengthened past `maxAgeS` meanwhile (it was used). Gives back the pushed-out
    * members (with `record`: those whose record was deleted); those that aged out had their own
@@ -162,7 +163,8 @@ export class MemoryOAuthStore implements OAuthStore {
     const out: string[] = [];
     for (const m of members.keys()) {
       if (out.length >= over) break;
-      if (!spared(m)) out.push(m);
+      // Never the one being admitted: its caller goes on to use it (the library answers 201 with it).
+      if (m !== member && !spared(m)) out.push(m);
     }
     for (const m of out) members.delete(m);
     if (opts.record === undefined) return out;
@@ -276,10 +278,10 @@ export class RedisOAuthStore implements OAuthStore {
 
 /**
  * A sorted set scored by admission time (ms, Redis's TIME): drops the members older than the age,
- * adds the member, takes out the oldest past the count (bar those in the spare set, KEYS[2],
- * admitted within its age ARGV[4]; none when 0), deletes their records (prefix ARGV[5], when
- * given) unless one's lifetime exceeds the age, and returns those taken out (with a prefix: those
- * deleted); the set lives as long as its newest.
+ * adds the member, takes out the oldest past the count (bar the member itself, and those in the
+ * spare set, KEYS[2], admitted within its age ARGV[4]; none when 0), deletes their records
+ * (prefix ARGV[5], when given) unless one's lifetime exceeds the age, and returns those taken out
+ * (with a prefix: those deleted); the set lives as long as its newest.
  */
 const ADMIT = `
 local t = redis.call('TIME')
@@ -297,8 +299,8 @@ while #out < over do
   local batch = redis.call('ZRANGE', KEYS[1], i, i + 99)
   if #batch == 0 then break end
   for _, m in ipairs(batch) do
-    local spared = false
-    if spareAge > 0 then
+    local spared = m == ARGV[2]
+    if not spared and spareAge > 0 then
       local at = redis.call('ZSCORE', KEYS[2], m)
       spared = at and tonumber(at) > now - spareAge
     end

@@ -115,13 +115,16 @@ const INFO = 30;
  * Query parameters whose value is a secret, by name (decoded, any case): an API key, a token, an
  * OAuth code, a secret, a password or a signature, alone or as the last word of a longer name,
  * after `_ . -` (`api_key`, `access_token`, `client_secret`) or in camelCase (`accessToken`,
- * `clientSecret`, `privateKey`, `clientAPIToken`, `userAPIKey`). A camelCase `Code` is not one
- * (`errorCode`, `zipCode`, `statusCode` are plain values; the OAuth code is `code`).
+ * `clientSecret`, `privateKey`, `clientAPIToken`, `userAPIKey`). A camelCase `Code` is one too
+ * (`authCode`, `otpCode`, `verificationCode`, `resetCode`, `inviteCode`), bar the plain names in
+ * PLAIN_NAMES.
  */
 const SECRET_WORDS =
   'key|apikey|token|code|secret|password|passwd|pwd|signature|sig|auth|authorization|session|credentials?|jwt';
 const SECRET_NAME = new RegExp(`(?:^|[_.-])(?:${SECRET_WORDS})$`, 'i');
-const CAMEL_SECRET_WORD = new RegExp(`^(?!code$)(?:${SECRET_WORDS})$`, 'i');
+const CAMEL_SECRET_WORD = new RegExp(`^(?:${SECRET_WORDS})$`, 'i');
+/** Names ending in a secret word whose values are plain (lower case; matched in any case). */
+const PLAIN_NAMES = new Set(['errorcode', 'statuscode', 'zipcode']);
 /**
  * A camelCase name's last word, when it has more than one: a capital and what follows in lower
  * case (`Token`), or a run of capitals (`TOKEN`); a run of capitals followed by a word ends
@@ -130,6 +133,7 @@ const CAMEL_SECRET_WORD = new RegExp(`^(?!code$)(?:${SECRET_WORDS})$`, 'i');
 const CAMEL_LAST_WORD = /.([A-Z][a-z0-9]+|[A-Z][A-Z0-9]*)$/;
 
 function isSecretName(name: string): boolean {
+  if (PLAIN_NAMES.has(name.toLowerCase())) return false;
   if (SECRET_NAME.test(name)) return true;
   const last = CAMEL_LAST_WORD.exec(name)?.[1];
   return last !== undefined && CAMEL_SECRET_WORD.test(last);

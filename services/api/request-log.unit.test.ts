@@ -180,7 +180,8 @@ describe('the access log line', () => {
           '/lazy?token=t0k&access_token=at&code=c0de&client_secret=cs&window=7d&Api%5FKey=k2',
           '/lazy?q=sk_test_abc&after=12&x=Bearer%20sk_live_abc',
           '/lazy?accessToken=c4mel1&clientSecret=c4mel2&privateKey=c4mel3&refreshTOKEN=c4mel4&tokenCount=2&monkey=m&keyId=k',
-          '/lazy?clientAPIToken=c4mel5&userAPIKey=c4mel6&errorCode=E42&zipCode=75001',
+          '/lazy?clientAPIToken=c4mel5&userAPIKey=c4mel6&errorCode=E42&zipCode=75001&statusCode=200',
+          '/lazy?authCode=c0de1&otpCode=c0de2&verificationCode=c0de3&resetCode=c0de4&inviteCode=c0de5',
           `/lazy?${KEY}`,
           `/boom?key=${KEY}`,
           `/nowhere/${KEY}?api_key=${KEY}`,
@@ -205,6 +206,11 @@ describe('the access log line', () => {
           'c4mel4',
           'c4mel5',
           'c4mel6',
+          'c0de1',
+          'c0de2',
+          'c0de3',
+          'c0de4',
+          'c0de5',
         ]) {
           expect(text, `${level}: ${secret}`).not.toContain(secret);
         }
@@ -216,7 +222,8 @@ describe('the access log line', () => {
             '/lazy?token=[redacted]&access_token=[redacted]&code=[redacted]&client_secret=[redacted]&window=7d&Api%5FKey=[redacted]',
             '/lazy?q=[redacted]&after=12&x=[redacted]',
             '/lazy?accessToken=[redacted]&clientSecret=[redacted]&privateKey=[redacted]&refreshTOKEN=[redacted]&tokenCount=2&monkey=m&keyId=k',
-            '/lazy?clientAPIToken=[redacted]&userAPIKey=[redacted]&errorCode=E42&zipCode=75001',
+            '/lazy?clientAPIToken=[redacted]&userAPIKey=[redacted]&errorCode=E42&zipCode=75001&statusCode=200',
+            '/lazy?authCode=[redacted]&otpCode=[redacted]&verificationCode=[redacted]&resetCode=[redacted]&inviteCode=[redacted]',
             '/lazy?[redacted]',
             '/boom?key=[redacted]',
             '/nowhere/[redacted]?api_key=[redacted]',

@@ -805,6 +805,8 @@ async function rpcProxy(target: string) {
   let mode: 'pass' | 'lose-send-reply' | 'refuse-send' | 'fail-after-send' | 'drop-send' | 'silent' = 'pass';
   let answer = { code: -32000, message: 'nonce too low' };
   const held = new Set<ServerResponse>();
+  // Blocks an eth_getLogs may span, as hosted RPCs cap it; null passes any range.
+  let logRangeCap: bigint | null = null;
   const server = createServer((req, res) => {
     let raw = '';
     req.on('data', (chunk: Buffer) => {
@@ -817,6 +819,18 @@ async function rpcProxy(target: string) {
       }
       const calls = [JSON.parse(raw)].flat() as { id: number; method: string }[];
       const send = calls.find((c) => c.method === 'eth_sendRawTransaction');
+      const logs = calls.find((c) => c.method === 'eth_getLogs') as
+        | { id: number; params: [{ fromBlock: Hex; toBlock: Hex }] }
+        | undefined;
+      if (logs && logRangeCap !== null) {
+        const { fromBlock, toBlock } = logs.params[0];
+        if (BigInt(toBlock) - BigInt(fromBlock) > logRangeCap) {
+          const error = { code: -32005, message: `block range too large: at most ${logRangeCap} blocks` };
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ jsonrpc: '2.0', id: logs.id, error }));
+          return;
+        }
+      }
       if (mode === 'drop-send' && send) {
         mode = 'pass';
         req.socket.destroy();
@@ -852,6 +866,9 @@ async function rpcProxy(target: string) {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    capLogRange(blocks: bigint) {
+      logRangeCap = blocks;
+    },
     set(next: typeof mode, error = { code: -32000, message: 'nonce too low' }) {
       mode = next;
       answer = error;
@@ -1100,6 +1117,31 @@ describe('a chain RPC that loses answers', () => {
       await stack.stop();
       await remote.close();
       await proxy.close();
+    }
+  });
+
+  it('an RPC that caps eth_getLogs ranges: the payer paid with their own transfer before ours, the answer is served pending', async () => {
+    // Hosted RPCs refuse wide log queries; the request path reads only the recent blocks, where
+    // the use falls (between verification and settlement), not the reconciler's 20,000.
+    const { proxy, stack, stop } = await startBehindProxy({});
+    try {
+      proxy.capLogRange(500n);
+      const head = await chain.publicClient.getBlockNumber();
+      // Deep enough that a read from block 0 spans more than the cap; interval 0 keeps chain time.
+      if (head < 1_000n) await chain.testClient.mine({ blocks: Number(1_000n - head), interval: 0 });
+      const payer = await chain.fundedPayer(1_000_000n);
+      const before = await chain.balanceOf(stack.payTo);
+      beforeSettle(stack, async (context) => {
+        const { auth, signature } = hookAuthorization(context);
+        await submitAsPayer(payer, auth, signature);
+      });
+      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+      await expectServedPending(res);
+      await stack.x402.settled();
+      await expectChargedOnce(payer.address, auth.nonce);
+      expect(await chain.balanceOf(stack.payTo)).toBe(before + PRICE);
+    } finally {
+      await stop();
     }
   });
 

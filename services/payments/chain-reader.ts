@@ -45,6 +45,15 @@ export interface AgreedTransfer {
 /** How far back reconciliation looks for the transaction that used an authorisation. */
 const LOG_LOOKBACK_BLOCKS = 20_000n;
 
+/**
+ * How far back a paid request looks for the transaction that used its authorisation. The use can
+ * only fall between the request's verification and its settlement (seconds), and hosted RPCs
+ * refuse eth_getLogs over wide ranges (a few hundred to a few thousand blocks): read over the
+ * reconciler's window, such a refusal reads as "no use seen" and the call is refused though the
+ * payer's own transfer paid. 100 blocks is minutes on any chain served here.
+ */
+export const REQUEST_LOOKBACK_BLOCKS = 100n;
+
 /** Reads the settlement facts reconciliation needs from one network's chain. */
 export interface ChainReader {
   authorizationUsed(asset: Hex, authorizer: Hex, nonce: Hex): Promise<boolean>;
@@ -59,7 +68,7 @@ export interface ChainReader {
    * how it is spent (cancelled, or the same nonce signed to themselves), so that it is used
    * (authorizationState) says nothing of whether the money reached payTo.
    */
-  authorizationOutcome(agreed: AgreedTransfer): Promise<AuthorizationOutcome>;
+  authorizationOutcome(agreed: AgreedTransfer, lookbackBlocks?: bigint): Promise<AuthorizationOutcome>;
   /** Latest block timestamp in seconds (the clock a token checks validBefore against). */
   chainTime(): Promise<bigint>;
 }
@@ -104,10 +113,13 @@ function createChainReader(rpcUrl: string): ChainReader {
         throw err;
       }
     },
-    async authorizationOutcome({ asset, authorizer, nonce, payTo, amount }) {
+    async authorizationOutcome(
+      { asset, authorizer, nonce, payTo, amount },
+      lookbackBlocks = LOG_LOOKBACK_BLOCKS,
+    ) {
       const head = await client.getBlockNumber();
       const range = {
-        fromBlock: head > LOG_LOOKBACK_BLOCKS ? head - LOG_LOOKBACK_BLOCKS : 0n,
+        fromBlock: head > lookbackBlocks ? head - lookbackBlocks : 0n,
         toBlock: head,
       };
       const [used] = await client.getLogs({

@@ -13,7 +13,7 @@ import { signalToolTable } from '../api/mcp/tool-registry.ts';
 import type { SignalOperations } from '../engine/operations.ts';
 import type { KeyedAccess } from '../metering/caller.ts';
 import { setBounded } from '../shared/bounded-map.ts';
-import { chainReadersFor } from './chain-reader.ts';
+import { chainReadersFor, REQUEST_LOOKBACK_BLOCKS } from './chain-reader.ts';
 import { PayerExposure } from './exposure.ts';
 import { x402Plugin } from './http/plugin.ts';
 import { PaymentLedger } from './ledger.ts';
@@ -234,12 +234,16 @@ export async function setupX402(
       return chain
         ? (agreed) =>
             withDeadline(
-              chain.authorizationOutcome({
-                asset: id.asset as `0x${string}`,
-                authorizer: id.payer as `0x${string}`,
-                nonce: id.nonce as `0x${string}`,
-                ...agreed,
-              }),
+              // Only the recent blocks: the use fell between this request's verification and settlement.
+              chain.authorizationOutcome(
+                {
+                  asset: id.asset as `0x${string}`,
+                  authorizer: id.payer as `0x${string}`,
+                  nonce: id.nonce as `0x${string}`,
+                  ...agreed,
+                },
+                REQUEST_LOOKBACK_BLOCKS,
+              ),
               config.X402_FACILITATOR_TIMEOUT_MS,
               "the chain did not answer the authorisation's use",
             )

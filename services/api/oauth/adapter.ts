@@ -103,13 +103,15 @@ export function oauthAdapter(
         }
       }
       if (USES_CLIENT.has(this.model) && clientId !== undefined) {
-        await store.dismiss(UNUSED_CLIENTS, clientId);
+        // Lengthened before it leaves the list: a registration on another host pushing it out
+        // meanwhile then sees it used (admit keeps a record lengthened past the list's age).
         if (ttl !== undefined) {
           await store.extend(clientKey(clientId), ttl);
           const rat = await store.get(clientRat(clientId));
           if (rat !== undefined) await store.extend(rat.value, ttl);
           await store.extend(clientRat(clientId), ttl);
         }
+        await store.dismiss(UNUSED_CLIENTS, clientId);
       }
       if (GRANTABLE.has(this.model) && payload.grantId)
         await store.addMember(grantSet(payload.grantId), key, ttl);

@@ -112,6 +112,37 @@ function contract(name: string, make: () => Promise<OAuthStore>) {
       ]);
     });
 
+    it('keeps a client whose grant is being saved when another host pushes it out meanwhile', async () => {
+      const idPrefix = `raced-${Math.random().toString(36).slice(2)}`;
+      const lifetime = { unusedTtlS: 60, maxUnused: 1, signInS: 60 };
+      const OtherHost = oauthAdapter(store, lifetime);
+      // This host's store: another host registers a client just as this one takes c off the list.
+      const raced: OAuthStore = Object.assign(Object.create(store) as OAuthStore, {
+        dismiss: async (list: string, member: string) => {
+          await new OtherHost('Client').upsert(`${idPrefix}-d`, { client_id: `${idPrefix}-d` }, 0);
+          await store.dismiss(list, member);
+        },
+      });
+      const Clients = oauthAdapter(raced, lifetime);
+      const clients = new Clients('Client');
+      await clients.upsert(`${idPrefix}-c`, { client_id: `${idPrefix}-c` }, 0);
+      await new Clients('Grant').upsert(`${idPrefix}-g`, { clientId: `${idPrefix}-c`, accountId: 'k1' }, 600);
+      expect(await clients.find(`${idPrefix}-c`)).toBeDefined();
+      expect(await clients.find(`${idPrefix}-d`)).toBeDefined();
+    });
+
+    it('keeps a pushed-out record that has no lifetime, as the in-process store keeps a never-expiring one', async () => {
+      const list = `nolife-${Math.random().toString(36).slice(2)}`;
+      await store.put(`${list}:rec:x`, 'kept', undefined);
+      await store.put(`${list}:rec:y`, 'short', 30);
+      await store.admit(list, 'x', 1, 60, { record: `${list}:rec:` });
+      // x pushed out, its record kept (no lifetime); then y pushed out, its record deleted.
+      expect(await store.admit(list, 'y', 1, 60, { record: `${list}:rec:` })).toEqual([]);
+      expect(await store.admit(list, 'z', 0, 60, { record: `${list}:rec:` })).toEqual(['y']);
+      expect(await store.get(`${list}:rec:x`)).toEqual({ value: 'kept', consumedAt: null });
+      expect(await store.get(`${list}:rec:y`)).toBeUndefined();
+    });
+
     it('gives every host the secret written first', async () => {
       const first = await store.putIfAbsent('secrets-test', 'a');
       const second = await store.putIfAbsent('secrets-test', 'b');

@@ -32,7 +32,7 @@ export interface OAuthStore {
    * admitted to `opts.spare` within its `maxAgeS` (they keep their place), and bar `member` itself
    * (so the list may exceed `max` by at most the spare list's size). With `opts.record`, a
    * pushed-out member's record (`record` + member) is deleted in the same step, unless its
-   * lifetime was lengthened past `maxAgeS` meanwhile (it was used). Gives back the pushed-out
+   * lifetime was lengthened past `maxAgeS` meanwhile (it was used) or it has none. Gives back the pushed-out
    * members (with `record`: those whose record was deleted); those that aged out had their own
    * lifetime.
    */
@@ -280,7 +280,7 @@ export class RedisOAuthStore implements OAuthStore {
  * A sorted set scored by admission time (ms, Redis's TIME): drops the members older than the age,
  * adds the member, takes out the oldest past the count (bar the member itself, and those in the
  * spare set, KEYS[2], admitted within its age ARGV[4]; none when 0), deletes their records
- * (prefix ARGV[5], when given) unless one's lifetime exceeds the age, and returns those taken out
+ * (prefix ARGV[5], when given) unless one's lifetime exceeds the age or it has none, and returns those taken out
  * (with a prefix: those deleted); the set lives as long as its newest.
  */
 const ADMIT = `
@@ -316,7 +316,9 @@ if ARGV[5] == '' then return out end
 local deleted = {}
 for _, m in ipairs(out) do
   local key = ARGV[5] .. m
-  if redis.call('PTTL', key) <= age then
+  -- -1 (no lifetime) is kept, as the in-process store keeps one that never expires; -2 is gone.
+  local ttl = redis.call('PTTL', key)
+  if ttl == -2 or (ttl >= 0 and ttl <= age) then
     redis.call('DEL', key, key .. '${CONSUMED}')
     deleted[#deleted + 1] = m
   end

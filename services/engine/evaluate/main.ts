@@ -187,8 +187,9 @@ if (
     [`--max-old-space-size=${SCORE_ONLY_HEAP_MB}`, ...process.execArgv, ...process.argv.slice(1)],
     { stdio: 'inherit' },
   );
-  // V8 ends a process out of heap with SIGABRT (134 through a shell).
-  if (child.signal === 'SIGABRT' || child.status === 134) {
+  // V8 ends a process out of heap with SIGABRT: without a shell, spawnSync reports the signal
+  // (status null; 134 is only a shell's exit code for it).
+  if (child.signal === 'SIGABRT') {
     process.stderr.write(
       `npm run evaluate: --score-only ran out of its ${SCORE_ONLY_HEAP_MB} MB heap on ${values.data}; give it more with NODE_OPTIONS=--max-old-space-size=${2 * SCORE_ONLY_HEAP_MB}\n`,
     );
@@ -378,6 +379,8 @@ const shipped = scoreOnly
 const keepSamplesFrom =
   shipped === null ? null : Math.min(scoresStart(shipped.table.trainTo), scoresStart(shipped.vol.trainTo));
 
+/** The candle folders found missing (named once in the log). */
+const skippedDirs = new Set<string>();
 async function collect(
   folder: string,
   base: '5m' | '1h',
@@ -391,7 +394,9 @@ async function collect(
   try {
     names = (await readdir(dir)).sort();
   } catch {
-    log(`skipped ${dir}: not in this data directory`);
+    // Once per folder: a score-only run collects one timeframe at a time, each reading it again.
+    if (!skippedDirs.has(dir)) log(`skipped ${dir}: not in this data directory`);
+    skippedDirs.add(dir);
     return;
   }
   let files = names

@@ -51,14 +51,14 @@ afterAll(async () => {
   await chain?.stop();
 });
 
-async function paidRequest(stack: X402Stack, payerKey: Hex, payerAddress: Hex) {
+async function paidRequest(stack: X402Stack, payerKey: Hex, payerAddress: Hex, validFor = 120n) {
   const now = nowSeconds();
   const auth = {
     from: payerAddress,
     to: stack.payTo,
     value: PRICE,
     validAfter: now - 600n,
-    validBefore: now + 120n,
+    validBefore: now + validFor,
     nonce: randomNonce(),
   };
   const header = v1Header(auth, await signAuthorization(payerKey, auth));
@@ -254,8 +254,8 @@ async function eventTypes(stack: X402Stack, nonce: Hex): Promise<string[]> {
  * Pays once, the answer left unread, where the race cut the settle call off: checks the payment
  * is left pending, for reconciliation. Returns the authorisation paid with.
  */
-async function payLeftPending(stack: X402Stack, payer: { key: Hex; address: Hex }) {
-  const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+async function payLeftPending(stack: X402Stack, payer: { key: Hex; address: Hex }, validFor?: bigint) {
+  const { res, auth } = await paidRequest(stack, payer.key, payer.address, validFor);
   await res.body?.cancel();
   await stack.x402.settled();
   expect((await stack.paymentEvents(auth.nonce)).at(-1)?.type).toBe('PaymentSettlementPending');
@@ -455,6 +455,32 @@ describe('an authorisation used on chain by someone else before the settlement',
       const auth = await payLeftPending(stack, payer);
       expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 0, stillPending: 1 });
       expect(await eventTypes(stack, auth.nonce)).not.toContain('PaymentSettled');
+    } finally {
+      await stack.stop();
+    }
+  });
+
+  it('a pending payment whose authorisation was used, with no transaction of its use seen, and expired before the log lookback: recorded as the loss, not pending forever', async () => {
+    const { stack, payer } = await startRaced(async (_payer, context) => {
+      const { auth } = hookAuthorization(context);
+      await markUsedWithoutLog(auth.from, auth.nonce);
+      throw new Error('settle cut off');
+    });
+    try {
+      const auth = await payLeftPending(stack, payer, 12n);
+      // Past validBefore, then blocks beyond a reader whose lookback is 2 blocks: the oldest block
+      // it reads is newer than the authorisation's expiry (interval 0 keeps the chain's clock).
+      while (nowSeconds() <= auth.validBefore + 1n) await new Promise((resolve) => setTimeout(resolve, 250));
+      await chain.testClient.mine({ blocks: 3, interval: 0 });
+      const reconciler = new PaymentReconciler({
+        store: stack.store,
+        chains: chainReadersFor([{ network: 'eip155:8453', rpcUrl: chain.rpcUrl } as never], 2n),
+        olderThanMs: 0,
+      });
+      expect(await reconciler.runOnce()).toMatchObject({ settled: 0, lost: 1, stillPending: 0 });
+      const events = await stack.paymentEvents(auth.nonce);
+      expect(events.map((e) => e.type)).not.toContain('PaymentSettled');
+      expect(events.at(-1)).toMatchObject({ type: 'PaymentSettlementFailed', data: { sellerLoss: true } });
     } finally {
       await stack.stop();
     }

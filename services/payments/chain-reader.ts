@@ -71,9 +71,15 @@ export interface ChainReader {
   authorizationOutcome(agreed: AgreedTransfer, lookbackBlocks?: bigint): Promise<AuthorizationOutcome>;
   /** Latest block timestamp in seconds (the clock a token checks validBefore against). */
   chainTime(): Promise<bigint>;
+  /**
+   * The timestamp of the oldest block authorizationOutcome's default lookback reads, or 0n when
+   * it reads from genesis. An authorisation whose validBefore is older was used (if at all)
+   * before that block: its use can never be seen there.
+   */
+  lookbackStartTime(): Promise<bigint>;
 }
 
-function createChainReader(rpcUrl: string): ChainReader {
+function createChainReader(rpcUrl: string, lookback: bigint): ChainReader {
   const client = createPublicClient({
     chain: undefined,
     transport: http(rpcUrl, { retryCount: 1 }),
@@ -113,10 +119,7 @@ function createChainReader(rpcUrl: string): ChainReader {
         throw err;
       }
     },
-    async authorizationOutcome(
-      { asset, authorizer, nonce, payTo, amount },
-      lookbackBlocks = LOG_LOOKBACK_BLOCKS,
-    ) {
+    async authorizationOutcome({ asset, authorizer, nonce, payTo, amount }, lookbackBlocks = lookback) {
       const head = await client.getBlockNumber();
       const range = {
         fromBlock: head > lookbackBlocks ? head - lookbackBlocks : 0n,
@@ -164,13 +167,24 @@ function createChainReader(rpcUrl: string): ChainReader {
       const block = await client.getBlock({ blockTag: 'latest' });
       return block.timestamp;
     },
+    async lookbackStartTime() {
+      const head = await client.getBlockNumber();
+      if (head <= lookback) return 0n;
+      return (await client.getBlock({ blockNumber: head - lookback })).timestamp;
+    },
   };
 }
 
-export function chainReadersFor(rails: Rail[]): Map<string, ChainReader> {
+/** `lookbackBlocks`: how far back reconciliation reads logs (a test narrows it). */
+export function chainReadersFor(
+  rails: Rail[],
+  lookbackBlocks: bigint = LOG_LOOKBACK_BLOCKS,
+): Map<string, ChainReader> {
   const readers = new Map<string, ChainReader>();
   for (const rail of rails) {
-    if (rail.rpcUrl && !readers.has(rail.network)) readers.set(rail.network, createChainReader(rail.rpcUrl));
+    if (rail.rpcUrl && !readers.has(rail.network)) {
+      readers.set(rail.network, createChainReader(rail.rpcUrl, lookbackBlocks));
+    }
   }
   return readers;
 }

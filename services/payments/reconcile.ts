@@ -76,7 +76,10 @@ const CATCH_UP_TIMEOUT_MS = 60_000;
  * against the chain. A pending settlement becomes PaymentSettled when the token reports the
  * authorisation used and the transaction that used it (found from its AuthorizationUsed log)
  * carries the agreed transfer to payTo; used otherwise (cancelled, or its nonce spent on another
- * transfer) it is recorded failed, the seller's loss once served. A pending one
+ * transfer) it is recorded failed, the seller's loss once served. Used with no transaction of
+ * its use visible, it waits a round for the logs, unless the authorisation expired before the
+ * oldest block the log lookback reads (its use can never be seen there): then it is recorded
+ * failed as the seller's loss once served (released if never handed off). A pending one
  * was handed off after its answer was kept, so the payer was (or can be) served: while its
  * authorisation is valid and no transaction of it is on its way (none was sent, the node forgot
  * it, or it reverted), it is broadcast again; once the authorisation expired unused it is
@@ -180,8 +183,29 @@ export class PaymentReconciler {
         payTo: auth.payTo as `0x${string}`,
         amount: BigInt(auth.amount),
       });
+      if (outcome.kind === 'unseen' && BigInt(auth.validBefore) < (await chain.lookbackStartTime())) {
+        // Used before it expired, and it expired before the oldest block the log lookup reads:
+        // its use can never be seen, so waiting for it would leave the payment pending forever.
+        const how =
+          'the authorisation was used before the log lookback, by no transaction seen paying the seller';
+        const context = { stream, payer, nonce, amount: auth.amount, network: auth.network };
+        if (state.status === 'authorized') {
+          await record({ kind: 'release', reason: `${how}; nothing was charged by this service` });
+          this.options.logger?.error(context, `${how}; released`);
+          return 'released';
+        }
+        await record({
+          kind: 'fail',
+          reason: `${how}: the seller's loss`,
+          ...(state.txHash ? { txHash: state.txHash } : {}),
+          reconciled: true,
+          sellerLoss: true,
+        });
+        this.options.logger?.error(context, `${how}; a served payment recorded as the seller's loss`);
+        return 'lost';
+      }
       if (outcome.kind === 'unseen') {
-        // The log lookup lags the state read (or the use is past the lookback): decided next round.
+        // The log lookup lags the state read: decided next round.
         this.options.logger?.warn(
           { stream, payer, nonce },
           'an authorisation is used but no transaction of its use or cancellation is visible yet',

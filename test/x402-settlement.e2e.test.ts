@@ -445,6 +445,31 @@ describe('an authorisation used on chain by someone else before the settlement',
     }
   });
 
+  it('the authorisation marked used with no log, and the settlement outlasted the answer: served pending and left pending, no loss booked on an unseen read', async () => {
+    // The caller has the paid answer before the use is read: a read that sees nothing yet is left
+    // to the reconciler (its wider window and the expiry), not booked as the seller's loss.
+    const { stack, payer } = await startRaced(
+      async (_payer, context) => {
+        const { auth } = hookAuthorization(context);
+        await markUsedWithoutLog(auth.from, auth.nonce);
+        await new Promise((resolve) => setTimeout(resolve, 1_500));
+      },
+      { X402_SETTLE_CONFIRM_TIMEOUT_MS: '700' },
+    );
+    try {
+      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+      await expectServedPending(res);
+      await stack.x402.settled();
+      const types = await eventTypes(stack, auth.nonce);
+      expect(types).not.toContain('PaymentSettlementFailed');
+      expect(types).not.toContain('PaymentSettled');
+      expect(types.at(-1)).toBe('PaymentSettlementPending');
+      expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 0, stillPending: 1 });
+    } finally {
+      await stack.stop();
+    }
+  });
+
   it('a pending payment whose authorisation is used with no transaction of its use found: reconciliation does not settle it', async () => {
     const { stack, payer } = await startRaced(async (_payer, context) => {
       const { auth } = hookAuthorization(context);

@@ -776,9 +776,25 @@ async function settleAndRecord(
           : 'the authorisation was used on chain by another transaction that did not pay the seller';
     const context = { requestId: call.requestId, reason, payer, nonce: identity.nonce, outcome };
     const txHash = outcome.kind === 'unpaid' ? { txHash: outcome.txHash } : {};
+    if (answered.served && outcome.kind === 'unseen') {
+      // Served already, and the chain shows nothing yet (a read cut short once the answer was
+      // out): the reconciler, with its wider window and the authorisation's expiry, decides
+      // between settled and the seller's loss, rather than a loss booked on a slow read.
+      deps.logger.warn(
+        context,
+        'served; the use of the authorisation not seen yet; left pending for reconciliation',
+      );
+      await record({
+        kind: 'markPending',
+        submittedAt: new Date().toISOString(),
+        reason: `settle answered ${reason}; its use not seen yet; the chain decides`,
+      });
+      return { kind: 'pending', settle: unconfirmedResponse(requirement.network, payer, null) };
+    }
     if (answered.served) {
-      // The caller already has the paid answer (the settlement outlasted submitWaitMs): nothing
-      // can be refused any more, so this is the seller's loss, counted in payments{state="lost"}.
+      // The caller already has the paid answer (the settlement outlasted submitWaitMs) and the
+      // authorisation was spent without paying the seller: nothing can be refused any more, so
+      // this is the seller's loss, counted in payments{state="lost"}.
       deps.logger.error(
         { ...context, how },
         "served, not paid: the answer was served pending and the authorisation was spent without paying the seller; recorded as the seller's loss",

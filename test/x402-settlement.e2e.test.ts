@@ -202,6 +202,13 @@ async function markUsedWithoutLog(authorizer: Hex, nonce: Hex): Promise<void> {
   await chain.testClient.mine({ blocks: 1 });
 }
 
+/** A settle hook: the authorisation marked used with no log of its use, then the settle cut off. */
+async function usedWithoutLogThenCut(_payer: unknown, context: SettleContext): Promise<void> {
+  const { auth } = hookAuthorization(context);
+  await markUsedWithoutLog(auth.from, auth.nonce);
+  throw new Error('settle cut off');
+}
+
 function reconcilerOf(stack: X402Stack): PaymentReconciler {
   return new PaymentReconciler({
     store: stack.store,
@@ -471,11 +478,7 @@ describe('an authorisation used on chain by someone else before the settlement',
   });
 
   it('a pending payment whose authorisation is used with no transaction of its use found: reconciliation does not settle it', async () => {
-    const { stack, payer } = await startRaced(async (_payer, context) => {
-      const { auth } = hookAuthorization(context);
-      await markUsedWithoutLog(auth.from, auth.nonce);
-      throw new Error('settle cut off');
-    });
+    const { stack, payer } = await startRaced(usedWithoutLogThenCut);
     try {
       const auth = await payLeftPending(stack, payer);
       expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 0, stillPending: 1 });
@@ -486,11 +489,7 @@ describe('an authorisation used on chain by someone else before the settlement',
   });
 
   it('a pending payment whose authorisation was used, with no transaction of its use seen, and expired before the log lookback: recorded as the loss, not pending forever', async () => {
-    const { stack, payer } = await startRaced(async (_payer, context) => {
-      const { auth } = hookAuthorization(context);
-      await markUsedWithoutLog(auth.from, auth.nonce);
-      throw new Error('settle cut off');
-    });
+    const { stack, payer } = await startRaced(usedWithoutLogThenCut);
     try {
       const auth = await payLeftPending(stack, payer, 12n);
       // Past validBefore, then blocks beyond a reader whose lookback is 2 blocks: the oldest block

@@ -44,18 +44,7 @@ describe.runIf(reachable)('recovery reaches everything since T, from the event l
     for (const r of receivers) await r.close();
   });
 
-  async function setUp(coin: string) {
-    const r = await startReceiver(tls);
-    receivers.push(r);
-    const key = await stack.issue();
-    const res = await stack.request('POST', '/api/webhooks', key, {
-      url: r.url,
-      events: ['trade_call'],
-      assets: [coin],
-    });
-    expect(res.status).toBe(201);
-    return { r, key, id: res.body.id as string };
-  }
+  const setUp = (coin: string) => subscribed(stack, receivers, coin);
 
   it('re-sends every failed delivery since T and resends one older than the in-memory log', async () => {
     const { r, key, id } = await setUp('RECA');
@@ -292,8 +281,8 @@ interface Held {
   disabledAt: string;
 }
 
-/** A subscription disabled by its failing receiver, with deliveries held for that disable. */
-async function disabledWithHeld(stack: WebhookStack, receivers: Receiver[], coin: string): Promise<Held> {
+/** A receiver of its own and a key subscribed to its trade calls for `coin`. */
+async function subscribed(stack: WebhookStack, receivers: Receiver[], coin: string) {
   const r = await startReceiver(tls);
   receivers.push(r);
   const key = await stack.issue();
@@ -303,7 +292,12 @@ async function disabledWithHeld(stack: WebhookStack, receivers: Receiver[], coin
     assets: [coin],
   });
   expect(res.status).toBe(201);
-  const id = res.body.id as string;
+  return { r, key, id: res.body.id as string };
+}
+
+/** A subscription disabled by its failing receiver, with deliveries held for that disable. */
+async function disabledWithHeld(stack: WebhookStack, receivers: Receiver[], coin: string): Promise<Held> {
+  const { r, key, id } = await subscribed(stack, receivers, coin);
   r.behave = () => ({ status: 500, afterMs: 300 });
   for (let i = 0; i < 6; i++) await appendVerdict(stack.store, { coin, call: 'BUY', confidence: 60 + i });
   // Every delivery has its outcome: failed (sent) or held (its turn came after the disable).

@@ -193,7 +193,10 @@ describe.skipIf(!haveBinary)('a 3-replica stream on a 3-node JetStream cluster',
       await expect
         .poll(async () => followersOnceLed(await jsm.streams.info(stream)), { timeout: 30_000 })
         .toBe(2);
-      expect(await bus.health()).toMatchObject({ ok: true, replicas: { wanted: 3, current: 3 } });
+      // A follower is listed before it has caught up (seen under CI load): wait until both are current.
+      await expect
+        .poll(async () => bus.health(), { timeout: 30_000, interval: 200 })
+        .toMatchObject({ ok: true, replicas: { wanted: 3, current: 3 } });
       // The leader stays; both followers go: it still answers stream info, naming itself leader.
       const leader = await cluster.streamLeader(stream);
       const followers = cluster.nodes.filter((node) => node.name !== leader).map((node) => node.name);

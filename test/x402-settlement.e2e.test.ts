@@ -511,6 +511,158 @@ describe('an authorisation used on chain by someone else before the settlement',
   });
 });
 
+/**
+ * The payer's own wallet sends a token call with a tip far above the facilitator's, not waiting
+ * for it: with automine off, the next block mines it before a settlement already in the pool.
+ */
+async function sendAheadAsPayer(
+  payer: { key: Hex; address: Hex },
+  functionName: 'transferWithAuthorization',
+  args: readonly unknown[],
+): Promise<Hex> {
+  await chain.testClient.setBalance({ address: payer.address, value: 10n ** 18n });
+  const wallet = createWalletClient({
+    account: privateKeyToAccount(payer.key),
+    chain: base,
+    transport: http(chain.rpcUrl),
+  });
+  return wallet.writeContract({
+    address: BASE_USDC,
+    abi: chain.usdcAbi,
+    functionName,
+    args,
+    gas: 200_000n,
+    maxPriorityFeePerGas: 500n * 10n ** 9n,
+    maxFeePerGas: 1_000n * 10n ** 9n,
+  });
+}
+
+describe('a settlement that fails after its answer was served', () => {
+  /**
+   * Pays with mining paused: the answer comes back once our settlement is in the pool; then the
+   * payer's own transaction (`ahead`, built from the paid authorisation) is mined before ours in
+   * the same block, and ours reverts.
+   */
+  async function servedThenReverted(
+    stack: X402Stack,
+    payer: { key: Hex; address: Hex },
+    ahead: (auth: Awaited<ReturnType<typeof paidRequest>>['auth']) => Promise<Hex>,
+  ) {
+    await chain.testClient.setAutomine(false);
+    try {
+      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+      const body = await expectServedPending(res);
+      const ours = decodePaymentResponseHeader(res.headers.get('x-payment-response')!).transaction as Hex;
+      expect(ours).toMatch(/^0x[0-9a-f]{64}$/);
+      const theirs = await ahead(auth);
+      await chain.testClient.mine({ blocks: 1 });
+      expect((await chain.publicClient.getTransactionReceipt({ hash: theirs })).status).toBe('success');
+      expect((await chain.publicClient.getTransactionReceipt({ hash: ours })).status).toBe('reverted');
+      await stack.x402.settled();
+      return { auth, body, ours, theirs };
+    } finally {
+      await chain.testClient.setAutomine(true);
+    }
+  }
+
+  it("our transaction reverted because the payer spent the nonce on themselves: left pending, then recorded as the seller's loss", async () => {
+    const stack = await startX402Stack({}, chain);
+    try {
+      const payer = await chain.fundedPayer(1_000_000n);
+      const before = await chain.balanceOf(stack.payTo);
+      const { auth, ours, theirs } = await servedThenReverted(stack, payer, async (auth) => {
+        const toSelf = { ...auth, to: payer.address };
+        const signature = await signAuthorization(payer.key, toSelf);
+        const { from, to, value, validAfter, validBefore, nonce } = toSelf;
+        return sendAheadAsPayer(payer, 'transferWithAuthorization', [
+          from,
+          to,
+          value,
+          validAfter,
+          validBefore,
+          nonce,
+          signature,
+        ]);
+      });
+      // Served already: not a refusal, and not booked failed as if nothing was served.
+      expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({
+        type: 'PaymentSettlementPending',
+        data: { txHash: ours },
+      });
+      expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 0, lost: 1 });
+      expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({
+        type: 'PaymentSettlementFailed',
+        data: { sellerLoss: true, txHash: theirs },
+      });
+      expect(await chain.balanceOf(stack.payTo)).toBe(before);
+    } finally {
+      await stack.stop();
+    }
+  });
+
+  it('our transaction reverted because the payer submitted the same authorisation first: left pending, then reconciled settled in theirs', async () => {
+    const stack = await startX402Stack({}, chain);
+    try {
+      const payer = await chain.fundedPayer(1_000_000n);
+      const before = await chain.balanceOf(stack.payTo);
+      const { auth, theirs } = await servedThenReverted(stack, payer, async (auth) => {
+        const signature = await signAuthorization(payer.key, auth);
+        const { from, to, value, validAfter, validBefore, nonce } = auth;
+        return sendAheadAsPayer(payer, 'transferWithAuthorization', [
+          from,
+          to,
+          value,
+          validAfter,
+          validBefore,
+          nonce,
+          signature,
+        ]);
+      });
+      expect(await chain.balanceOf(stack.payTo)).toBe(before + PRICE);
+      expect((await stack.paymentEvents(auth.nonce)).at(-1)?.type).toBe('PaymentSettlementPending');
+      expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 1, lost: 0 });
+      await expectSettledOnChain(stack, auth.nonce, { txHash: theirs });
+    } finally {
+      await stack.stop();
+    }
+  });
+
+  it("refused before sending once the answer was out: left pending, then recorded as the seller's loss when the authorisation expires", async () => {
+    // The settle call outlasts the answer's budget, and the payer empties the wallet meanwhile:
+    // the facilitator refuses to send (the balance no longer covers it) after the 200 was served.
+    const { stack, payer, before } = await startRaced(
+      async (payer) => {
+        await drain(payer);
+        await new Promise((resolve) => setTimeout(resolve, 1_500));
+      },
+      { X402_SETTLE_CONFIRM_TIMEOUT_MS: '700' },
+    );
+    try {
+      const { res, auth } = await paidRequest(stack, payer.key, payer.address, 12n);
+      await expectServedPending(res);
+      await stack.x402.settled();
+      expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(false);
+      expect(await eventTypes(stack, auth.nonce)).toEqual([
+        'PaymentAuthorized',
+        'PaymentSettlementPending',
+        'PaymentSettlementPending',
+      ]);
+      // While the authorisation is valid it could still pay: the reconciler keeps it open.
+      expect(await reconcilerOf(stack).runOnce()).toMatchObject({ lost: 0, stillPending: 1 });
+      while (nowSeconds() <= auth.validBefore + 1n) await new Promise((resolve) => setTimeout(resolve, 250));
+      await chain.testClient.mine({ blocks: 1 });
+      expect(await reconcilerOf(stack).runOnce()).toMatchObject({ lost: 1 });
+      expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({
+        type: 'PaymentSettlementFailed',
+        data: { sellerLoss: true },
+      });
+      expect(await chain.balanceOf(stack.payTo)).toBe(before);
+    } finally {
+      await stack.stop();
+    }
+  });
+});
+
 describe('the log refuses a write while a paid call runs', () => {
   it('a settlement that failed for certain is refused (402) even though the failure could not be recorded', async () => {
     const { store, path } = await lmdbStore();

@@ -568,7 +568,7 @@ async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Prom
   // no transaction and the payer's client would read the payment as failed.
   type First = { kind: 'broadcast'; hash: `0x${string}` | null } | { kind: 'ended'; settled: Settled };
   // Set once the caller is answered with the paid result before the settlement ended: a failure
-  // recorded after that is the seller's loss, not a refusal (see settleAndRecord).
+  // after that is no refusal; it is left to the chain, or the seller's loss (see settleAndRecord).
   const answered = { served: false };
   let signal: (first: First) => void = () => undefined;
   const first = new Promise<First>((resolve) => {
@@ -684,7 +684,8 @@ async function settleAndRecord(
     }
   };
   /**
-   * A settlement the facilitator reports failed. Terminal (recorded failed: the payer is refused
+   * A settlement the facilitator reports failed. Once the caller was served, see
+   * servedThenFailed (and usedElsewhere). Before, terminal (recorded failed: the payer is refused
    * and charged nothing) only when it cannot have been charged: its transaction reverted on
    * chain, or it was refused before any transaction was sent. Otherwise the payer may be charged,
    * so the payment stays pending for reconciliation to read from the chain, and the answer
@@ -697,6 +698,9 @@ async function settleAndRecord(
     response: SettleResponse | null,
   ): Promise<Settled> => {
     const sent = ((transaction || null) as `0x${string}` | null) ?? deps.submissions?.sent(identity) ?? null;
+    if (answered.served && !(sent === null && reason === NONCE_ALREADY_USED)) {
+      return servedThenFailed(reason, detail, sent);
+    }
     if (transaction && reason === TRANSACTION_FAILED) {
       await record({ kind: 'fail', reason, txHash: transaction as `0x${string}` });
       deps.logger.error(
@@ -723,6 +727,35 @@ async function settleAndRecord(
       submittedAt: new Date().toISOString(),
       ...(sent ? { txHash: sent } : {}),
       reason: `settle answered ${reason}, but the transaction may have been sent; the chain decides`,
+    });
+    return { kind: 'pending', settle: unconfirmedResponse(requirement.network, payer, sent) };
+  };
+
+  /**
+   * The settlement failed after the caller already had the paid answer (it outlasted
+   * submitWaitMs): our transaction reverted, or the facilitator refused before sending. Nothing
+   * can be refused any more, and the failure alone does not tell whether the seller is paid: a
+   * revert may be the payer's own submission of this authorisation landing first (which paid), and
+   * an authorisation still unused may yet be settled. So it is left pending, logged at error, for
+   * reconciliation to read from the chain: settled when the use paid the agreed transfer, the
+   * seller's loss (`sellerLoss`) when it was spent without paying or expired unused, broadcast
+   * again meanwhile while it is valid. Recorded failed here, the loss went uncounted (no
+   * sellerLoss) and a payment paid by the payer's own transaction was booked unpaid.
+   */
+  const servedThenFailed = async (
+    reason: string,
+    detail: string | undefined,
+    sent: `0x${string}` | null,
+  ): Promise<Settled> => {
+    deps.logger.error(
+      { requestId: call.requestId, reason, detail, transaction: sent, payer, nonce: identity.nonce },
+      "served, then the settlement failed; left pending: reconciliation settles it or records the seller's loss",
+    );
+    await record({
+      kind: 'markPending',
+      submittedAt: new Date().toISOString(),
+      ...(sent ? { txHash: sent } : {}),
+      reason: `served, then settle answered ${reason}${sent ? '' : ' before sending'}; the chain decides`,
     });
     return { kind: 'pending', settle: unconfirmedResponse(requirement.network, payer, sent) };
   };

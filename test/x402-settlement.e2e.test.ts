@@ -34,6 +34,7 @@ import {
   nowSeconds,
   randomNonce,
   signAuthorization,
+  signCancellation,
   startX402Stack,
   v1Header,
   type X402Stack,
@@ -76,7 +77,7 @@ async function paidRequest(stack: X402Stack, payerKey: Hex, payerAddress: Hex, v
  */
 async function callAsPayer(
   payer: { key: Hex; address: Hex },
-  functionName: 'transfer' | 'transferWithAuthorization',
+  functionName: 'transfer' | 'transferWithAuthorization' | 'cancelAuthorization',
   args: readonly unknown[],
 ): Promise<Hex> {
   await chain.testClient.setBalance({ address: payer.address, value: 10n ** 18n });
@@ -190,10 +191,26 @@ async function frontRunToSelf(
 }
 
 /**
- * Marks the authorisation used in the token's storage, with no log: what a cancellation leaves
- * behind for a reader that looks only for AuthorizationUsed (the repo's TestUsdc has no
- * cancelAuthorization, so its AuthorizationCanceled log cannot be produced here). Slot 1 is
- * TestUsdc's mapping(authorizer => mapping(nonce => used)).
+ * The payer cancels the authorisation they paid with (ERC-3009 cancelAuthorization, signed by
+ * them, sent from their wallet): the token marks the nonce used and logs AuthorizationCanceled;
+ * nothing moves. Returns the cancelling transaction.
+ */
+async function cancelAsPayer(
+  payer: { key: Hex; address: Hex },
+  context: { paymentPayload: { payload: unknown } },
+): Promise<Hex> {
+  const { nonce } = hookAuthorization(context).auth;
+  return callAsPayer(payer, 'cancelAuthorization', [
+    payer.address,
+    nonce,
+    await signCancellation(payer.key, nonce),
+  ]);
+}
+
+/**
+ * Marks the authorisation used in the token's storage, with no log: a use whose log the reader
+ * cannot see (it lags, or lies outside its window). Slot 1 is TestUsdc's
+ * mapping(authorizer => mapping(nonce => used)).
  */
 async function markUsedWithoutLog(authorizer: Hex, nonce: Hex): Promise<void> {
   const inner = keccak256(encodeAbiParameters([{ type: 'address' }, { type: 'uint256' }], [authorizer, 1n]));
@@ -435,7 +452,71 @@ describe('an authorisation used on chain by someone else before the settlement',
     }
   });
 
-  it('the authorisation marked used with no log of its use (a cancellation, its log unseen): 402 after a bounded wait, not settled', async () => {
+  it('the payer cancelled the authorisation before our settlement: 402 cancelled on chain, recorded failed, nothing settled', async () => {
+    let cancelled: Hex | null = null;
+    const { stack, payer, before } = await startRaced(async (payer, context) => {
+      cancelled = await cancelAsPayer(payer, context);
+    });
+    try {
+      const { res, auth, header } = await paidRequest(stack, payer.key, payer.address);
+      await expectSettlementRefused(res, /cancelled on chain/);
+      await stack.x402.settled();
+      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n);
+      expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({
+        type: 'PaymentSettlementFailed',
+        data: { txHash: cancelled },
+      });
+      await expectRefusedUnpaid(stack, { auth, header }, before);
+    } finally {
+      await stack.stop();
+    }
+  });
+
+  it("the payer cancelled the authorisation and the settlement outlasted the answer: served pending, recorded as the seller's loss", async () => {
+    const { stack, payer, before } = await startRaced(
+      async (payer, context) => {
+        await cancelAsPayer(payer, context);
+        await new Promise((resolve) => setTimeout(resolve, 1_500));
+      },
+      { X402_SETTLE_CONFIRM_TIMEOUT_MS: '700' },
+    );
+    try {
+      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+      await expectServedPending(res);
+      await stack.x402.settled();
+      expect(await chain.balanceOf(stack.payTo)).toBe(before);
+      expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({
+        type: 'PaymentSettlementFailed',
+        data: { sellerLoss: true },
+      });
+    } finally {
+      await stack.stop();
+    }
+  });
+
+  it('a pending payment whose authorisation the payer cancelled: reconciliation records the loss in the cancelling transaction, not a settlement', async () => {
+    let cancelled: Hex | null = null;
+    const { stack, payer, before } = await startRaced(async (payer, context) => {
+      cancelled = await cancelAsPayer(payer, context);
+      throw new Error('settle cut off');
+    });
+    try {
+      const auth = await payLeftPending(stack, payer);
+      expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(true);
+      expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 0, lost: 1, stillPending: 0 });
+      const events = await stack.paymentEvents(auth.nonce);
+      expect(events.map((e) => e.type)).not.toContain('PaymentSettled');
+      expect(events.at(-1)).toMatchObject({
+        type: 'PaymentSettlementFailed',
+        data: { sellerLoss: true, txHash: cancelled, reason: expect.stringMatching(/cancelled/) },
+      });
+      expect(await chain.balanceOf(stack.payTo)).toBe(before);
+    } finally {
+      await stack.stop();
+    }
+  });
+
+  it('the authorisation marked used with no log of its use (its log unseen): 402 after a bounded wait, not settled', async () => {
     const { stack, payer, before } = await startRaced(async (_payer, context) => {
       const { auth } = hookAuthorization(context);
       await markUsedWithoutLog(auth.from, auth.nonce);

@@ -153,6 +153,7 @@ export {
   nowSeconds,
   randomNonce,
   signAuthorization,
+  signCancellation,
   toBase64Json,
   v1Header,
   v2Header,

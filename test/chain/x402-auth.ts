@@ -35,6 +35,22 @@ export async function signAuthorization(
   });
 }
 
+/** Signs an ERC-3009 CancelAuthorization of `nonce` the way a wallet does. */
+export async function signCancellation(key: Hex, nonce: Hex): Promise<Hex> {
+  const account = privateKeyToAccount(key);
+  return account.signTypedData({
+    domain: { name: 'USD Coin', version: '2', chainId: 8453, verifyingContract: BASE_USDC },
+    types: {
+      CancelAuthorization: [
+        { name: 'authorizer', type: 'address' },
+        { name: 'nonce', type: 'bytes32' },
+      ],
+    },
+    primaryType: 'CancelAuthorization',
+    message: { authorizer: account.address, nonce },
+  });
+}
+
 export function toBase64Json(value: unknown): string {
   return Buffer.from(JSON.stringify(value)).toString('base64');
 }

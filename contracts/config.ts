@@ -293,6 +293,13 @@ export const ConfigSchema = z
     /** How long the local facilitator waits for a settlement receipt before calling it pending. */
     X402_SETTLE_CONFIRM_TIMEOUT_MS: positiveInt.default(20_000),
     /**
+     * /readyz is not ready (check `chain`) once the newest block seen on a settling rail's chain is
+     * older than this (ms): the RPC answers but the chain stopped, so settlements cannot land
+     * (services/payments/chain-readiness.ts). 0 turns the check off (a local chain that mines only
+     * on transactions, anvil without --block-time).
+     */
+    X402_CHAIN_STALL_MS: nonNegativeInt.default(30_000),
+    /**
      * How long the local facilitator reuses what eth_getCode answered for a payer (0: ask every
      * time). Its verify asks twice per payment; the simulated transfer is still run every time.
      */

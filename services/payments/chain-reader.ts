@@ -71,6 +71,8 @@ export interface ChainReader {
   authorizationOutcome(agreed: AgreedTransfer, lookbackBlocks?: bigint): Promise<AuthorizationOutcome>;
   /** Latest block timestamp in seconds (the clock a token checks validBefore against). */
   chainTime(): Promise<bigint>;
+  /** The latest block's number and timestamp (seconds): whether the chain is still moving. */
+  head(): Promise<{ number: bigint; timestamp: bigint }>;
   /**
    * The timestamp of the oldest block authorizationOutcome's default lookback reads, or 0n when
    * it reads from genesis. An authorisation whose validBefore is older was used (if at all)
@@ -166,6 +168,10 @@ function createChainReader(rpcUrl: string, lookback: bigint): ChainReader {
     async chainTime() {
       const block = await client.getBlock({ blockTag: 'latest' });
       return block.timestamp;
+    },
+    async head() {
+      const block = await client.getBlock({ blockTag: 'latest' });
+      return { number: block.number, timestamp: block.timestamp };
     },
     async lookbackStartTime() {
       const head = await client.getBlockNumber();

@@ -13,7 +13,9 @@ import { signalToolTable } from '../api/mcp/tool-registry.ts';
 import type { SignalOperations } from '../engine/operations.ts';
 import type { KeyedAccess } from '../metering/caller.ts';
 import { setBounded } from '../shared/bounded-map.ts';
+import type { Check } from '../shared/readiness.ts';
 import { chainReadersFor, REQUEST_LOOKBACK_BLOCKS } from './chain-reader.ts';
+import { chainReadiness } from './chain-readiness.ts';
 import { PayerExposure } from './exposure.ts';
 import { x402Plugin } from './http/plugin.ts';
 import { PaymentLedger } from './ledger.ts';
@@ -47,6 +49,11 @@ export interface X402Setup {
   facilitator: FacilitatorClient;
   /** Resolves once every settlement handed to the background has been recorded. */
   settled(): Promise<void>;
+  /**
+   * The /readyz checks of pay-per-call: `chain`, whether each settling rail's chain still makes
+   * blocks (X402_CHAIN_STALL_MS), while payments can be settled here and the setting is not 0.
+   */
+  checks: Record<string, Check>;
   /** Starts periodic reconciliation (a first round runs at once, finishing what a restart left open). */
   start(): void;
   stop(): Promise<void>;
@@ -288,6 +295,10 @@ export async function setupX402(
     resettle,
     facilitator,
     settled: () => drainSettlements(flow),
+    checks:
+      settles && config.X402_CHAIN_STALL_MS > 0
+        ? { chain: chainReadiness(chains, config.X402_CHAIN_STALL_MS) }
+        : {},
     start: () => reconciler.start(config.X402_RECONCILE_INTERVAL_MS),
     stop: async () => {
       await drainSettlements(flow);

@@ -23,6 +23,7 @@ export function paymentsSlice(deps: { setup: X402Setup; channel: () => KeyedAcce
       setup.start();
     },
     stop: () => setup.stop(),
-    checks: () => ({}),
+    // Whether the chain the payments settle on still moves (X402_CHAIN_STALL_MS).
+    checks: () => setup.checks,
   };
 }

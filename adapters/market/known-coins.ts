@@ -11,7 +11,8 @@ export const LISTING_KEEP_MS = 10 * 60_000;
  * one the service knows, answered as the tools answer it: a coin the feed lists on none of the
  * venues asked is refused with `unknown_coin` (404), the tools' refusal, rather than served as an
  * empty history or a subscription that never fires. A coin the caller's own records hold (`held`:
- * the history's verdicts of a delisted coin) is known whatever the feed says now. When the feed
+ * the history's verdicts of a delisted coin) on a venue asked is known whatever the feed says now;
+ * held on another venue only, it is judged on the venue asked, as get_trade_call judges it. When the feed
  * cannot tell (a venue down, too little history), the coin is accepted: a read or a subscription
  * does not fail because a venue is unreachable.
  */
@@ -23,9 +24,13 @@ export class KnownCoins {
     private readonly feed: () => MarketFeed | null,
     /**
      * Coins known whatever the feed says, with what the refusal says of them (the history: the
-     * coins it holds verdicts of); none when absent.
+     * coins it holds verdicts of, on `exchange` when one is asked, else on any venue); none when
+     * absent.
      */
-    private readonly held: { has: (coin: string) => boolean; missing: (coin: string) => string } | null,
+    private readonly held: {
+      has: (coin: string, exchange?: Exchange) => boolean;
+      missing: (coin: string, exchange?: Exchange) => string;
+    } | null,
     private readonly clock: () => number = Date.now,
   ) {}
 
@@ -36,7 +41,10 @@ export class KnownCoins {
   async check(coin: string, exchange?: Exchange, field?: string): Promise<void> {
     const symbol = coin.toUpperCase();
     const feed = this.feed();
-    if (feed === null || this.held?.has(symbol)) return;
+    // Held on the venue asked (any venue when none is): known. Held only elsewhere is no answer
+    // for this venue: `coin=ZEC&exchange=BINANCE` was served as an empty history while
+    // get_trade_call refused ZEC on BINANCE.
+    if (feed === null || this.held?.has(symbol, exchange)) return;
     const venues = exchange ? [exchange] : feed.exchanges();
     const refusals: string[] = [];
     for (const venue of venues) {
@@ -44,7 +52,7 @@ export class KnownCoins {
       if (answer.listed) return;
       refusals.push(answer.detail);
     }
-    const held = this.held ? `; ${this.held.missing(symbol)}` : '';
+    const held = this.held ? `; ${this.held.missing(symbol, exchange)}` : '';
     throw new ServiceError('unknown_coin', { detail: `${refusals.join('; ')}${held}` }, field);
   }
 

@@ -1,8 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { KnownCoins } from '../../adapters/market/known-coins.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import { openReplayFeed } from '../../adapters/market/replay.ts';
 import type { Exchange, Timeframe } from '../../contracts/market.ts';
-import { ServedVenues } from './served-venues.ts';
+import { holdsCoin, ServedVenues } from './served-venues.ts';
 
 let feed: MarketFeed & { close?: () => Promise<void> };
 beforeAll(async () => {
@@ -62,5 +63,30 @@ describe('ServedVenues (the history’s venue and timeframe filters)', () => {
     expect(await judged(new ServedVenues(() => null, { has: () => false }), { exchange: 'OKX' })).toBe(
       'served',
     );
+  });
+});
+
+describe('KnownCoins with what the history holds (the coin filter)', () => {
+  it('judges a coin held on one venue on the venue asked, as get_trade_call does', async () => {
+    // ZEC held on BINANCE_SPOT only (a delisted coin's record); the replay lists it nowhere.
+    const streams = ['verdicts-BINANCE_SPOT-ZEC-1h', 'verdicts-BINANCE-BTC-1h'];
+    const coins = new KnownCoins(() => feed, {
+      has: (coin, exchange) => holdsCoin(streams, coin, exchange),
+      missing: (coin, exchange) =>
+        `the history holds no verdict of ${coin}${exchange ? ` on ${exchange}` : ''}`,
+    });
+    const judge = (coin: string, exchange?: Exchange) =>
+      coins.check(coin, exchange, 'coin').then(
+        () => 'known',
+        (err: { code?: string; field?: string; message: string }) =>
+          `${err.code} ${err.field} ${err.message}`,
+      );
+    expect(await judge('ZEC')).toBe('known');
+    expect(await judge('ZEC', 'BINANCE_SPOT')).toBe('known');
+    // Was served as an empty history: held elsewhere says nothing of BINANCE.
+    const refused = await judge('ZEC', 'BINANCE');
+    expect(refused).toMatch(/^unknown_coin coin /);
+    expect(refused).toContain('the history holds no verdict of ZEC on BINANCE');
+    expect(await judge('BTC', 'BINANCE_SPOT')).toBe('known');
   });
 });

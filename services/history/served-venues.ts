@@ -7,6 +7,18 @@ import { setBounded } from '../shared/bounded-map.ts';
 /** A timeframe every venue serves where it serves candles at all: what asks a venue about itself. */
 const ANY_TIMEFRAME: Timeframe = '1h';
 
+/**
+ * Whether the history holds verdicts of `coin` (upper case) on `exchange`, or on any venue when
+ * none is asked, from its verdict streams' names (`verdicts-<exchange>-<coin>-<timeframe>`).
+ */
+export function holdsCoin(streams: Iterable<string>, coin: string, exchange?: Exchange): boolean {
+  for (const stream of streams) {
+    const parts = stream.split('-');
+    if (parts[2] === coin && (exchange === undefined || parts[1] === exchange)) return true;
+  }
+  return false;
+}
+
 /** What the history holds verdicts of: a venue, a timeframe, or the two together. */
 export interface HeldMarkets {
   has(ask: { exchange?: Exchange; timeframe?: Timeframe }): boolean;

@@ -31,7 +31,7 @@ import {
 import { OutcomeResolver } from './resolver.ts';
 import { historyRoutes } from './routes.ts';
 import type { OutcomeIndex, StoredRows } from './scan.ts';
-import { ServedVenues } from './served-venues.ts';
+import { holdsCoin, ServedVenues } from './served-venues.ts';
 import { currentTrackRecord, type TrackRecordState } from './track-record.ts';
 import { trackRecordForAgents } from './track-record-tool.ts';
 
@@ -164,8 +164,9 @@ export function historySlice(deps: HistorySliceDeps) {
 
   /** A coin filter is checked against the feed, or the verdict streams (`verdicts-<exchange>-<coin>-<tf>`) the history holds. */
   const coins = new KnownCoins(() => feed, {
-    has: (coin) => Object.keys(labelled.state.runs).some((stream) => stream.split('-')[2] === coin),
-    missing: (coin) => `the history holds no verdict of ${coin}`,
+    has: (coin, exchange) => holdsCoin(Object.keys(labelled.state.runs), coin, exchange),
+    missing: (coin, exchange) =>
+      `the history holds no verdict of ${coin}${exchange ? ` on ${exchange}` : ''}`,
   });
 
   /**

@@ -329,6 +329,11 @@ describe('cursor and query', () => {
     for (const bad of ['2025-10-01T00:00:00', 'yesterday', '-5', '2025-02-30T00:00:00Z']) {
       expect(() => parseTime('from', bad), bad).toThrow(HistoryQueryError);
     }
+    // The refusal names every form accepted: a date alone is one (read as midnight UTC), a time
+    // of day without a zone is not.
+    expect(() => parseTime('from', '2025-10-01T00:00:00')).toThrow(
+      'from must be Unix milliseconds, a date (2025-06-01, read as 00:00 UTC) or an ISO 8601 time with a zone',
+    );
   });
 });
 

@@ -28,7 +28,7 @@ function realCalendarDate(raw: string): boolean {
   return day.getUTCFullYear() === y && day.getUTCMonth() === m - 1 && day.getUTCDate() === d;
 }
 
-/** ISO 8601 with a zone, or Unix milliseconds. */
+/** Unix milliseconds, a date (midnight UTC), or an ISO 8601 time with a zone. */
 export function parseTime(name: string, raw: string): number {
   if (/^\d{1,15}$/.test(raw)) return Number(raw);
   const iso = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2}))?$/;
@@ -36,7 +36,7 @@ export function parseTime(name: string, raw: string): number {
   if (!Number.isFinite(ms)) {
     throw new HistoryQueryError(
       'INVALID_TIME',
-      `${name} must be an ISO 8601 time with a zone (2025-06-01T00:00:00Z) or Unix milliseconds, got "${raw}"`,
+      `${name} must be Unix milliseconds, a date (2025-06-01, read as 00:00 UTC) or an ISO 8601 time with a zone (2025-06-01T00:00:00Z, 2025-06-01T02:00+02:00), got "${raw}"`,
     );
   }
   return ms;
@@ -108,7 +108,7 @@ function issue(ctx: Ctx, code: ErrorCode, message: string, path?: string): void 
 
 const upper = (value: unknown) => (typeof value === 'string' ? value.toUpperCase() : value);
 
-/** A time parameter: ISO 8601 with a zone, or Unix milliseconds, as a number of milliseconds. */
+/** A time parameter (parseTime's forms), as a number of milliseconds. */
 const time = (name: string) =>
   queryOnce(
     z
@@ -121,7 +121,7 @@ const time = (name: string) =>
           return z.NEVER;
         }
       })
-      .describe('ISO 8601 with a zone, or Unix milliseconds'),
+      .describe('Unix milliseconds, a date (midnight UTC), or an ISO 8601 time with a zone'),
   ).optional();
 
 /** Decimal digits only, so `limit=1e3` or `wait=0x10` are refused rather than read as numbers. */

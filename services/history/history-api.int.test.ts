@@ -478,6 +478,8 @@ describe('GET /api/verdicts', () => {
       const named = /^\?(\w+)=/.exec(query)?.[1];
       if (status === 400 && named) expect(body.field, query).toBe(named);
       if (code === 'unknown_coin') expect(body.field, query).toBe('coin');
+      // A refused Accept header is named too (README: every 400 is {code, message, field}).
+      if (status === 400 && !named && headers.accept) expect(body.field, headers.accept).toBe('accept');
       expect(body.message.length).toBeGreaterThan(5);
       // Any response carries the caller's live quota (contract 8), refusals of a key too.
       expect(body._service, `${query} ${JSON.stringify(headers)}`).toMatchObject({

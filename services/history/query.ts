@@ -75,6 +75,7 @@ export function negotiateFormat(format: string | undefined, accept: string | und
       throw new HistoryQueryError(
         'UNSUPPORTED_FORMAT',
         `format must be one of ${HISTORY_FORMATS.join(', ')}, got "${format}"`,
+        'format',
       );
     }
     return format as HistoryFormat;
@@ -96,6 +97,8 @@ export function negotiateFormat(format: string | undefined, accept: string | und
   throw new HistoryQueryError(
     'UNSUPPORTED_FORMAT',
     `cannot answer Accept: ${accept}; ask for application/x-ndjson, text/csv or application/vnd.apache.parquet (or format=)`,
+    // The header refused, named as a query parameter is: {code, message, field}.
+    'accept',
   );
 }
 

@@ -509,8 +509,16 @@ export async function registerOpenApi(
     await docs.register(scalar, {
       routePrefix: '/docs',
       logLevel: 'silent',
-      // Scalar's default fonts come from its font host: the page would not be self-contained.
-      configuration: { url: '/openapi.json', title: `${info.title} API reference`, withDefaultFonts: false },
+      configuration: {
+        url: '/openapi.json',
+        title: `${info.title} API reference`,
+        // Scalar's default fonts come from its font host: the page would not be self-contained.
+        withDefaultFonts: false,
+        // On a localhost origin Scalar would show its developer toolbar and an "Ask AI" agent
+        // that calls api.scalar.com: neither belongs on a page served from the package alone.
+        showDeveloperTools: 'never',
+        agent: { disabled: true },
+      },
     });
   });
 }

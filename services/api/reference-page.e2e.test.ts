@@ -66,5 +66,21 @@ describe.runIf(present || process.env.CI === 'true')(
       expect(failed.filter((f) => !f.endsWith('/favicon.ico'))).toEqual([]);
       expect(errors).toEqual([]);
     }, 40_000);
+
+    it('on localhost too (the README\'s address): no developer toolbar, no "Ask AI", nothing off its origin', async () => {
+      // Scalar shows its developer tools and agent chat on a localhost origin only (127.0.0.1 hides
+      // them); the agent fetches api.scalar.com, which an offline machine cannot reach.
+      const local = `http://localhost:${new URL(origin).port}`;
+      const page = await browser.newPage();
+      const requested: string[] = [];
+      page.on('request', (r) => requested.push(r.url()));
+      await page.goto(`${local}/docs/`);
+      await page.getByText('This OpenAPI document').first().waitFor({ timeout: 20_000 });
+      expect(requested).toContain(`${local}/openapi.json`);
+      expect(await page.locator('.references-developer-tools').count()).toBe(0);
+      expect(await page.getByText('Ask AI').count()).toBe(0);
+      expect(requested.filter((url) => !url.startsWith(`${local}/`) && !url.startsWith('data:'))).toEqual([]);
+      await page.close();
+    }, 40_000);
   },
 );

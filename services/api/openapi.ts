@@ -506,12 +506,20 @@ export async function registerOpenApi(
     docs.addHook('onRequest', async (_request, reply) => {
       reply.header('x-frame-options', 'DENY').header('content-security-policy', "frame-ancestors 'none'");
     });
+    // Scalar's page names no language: a screen reader would guess one. The page is English.
+    docs.addHook('onSend', async (_request, reply, payload) =>
+      typeof payload === 'string' && String(reply.getHeader('content-type')).startsWith('text/html')
+        ? payload.replace(/^<!doctype html>\s*<html>/i, '<!doctype html>\n<html lang="en">')
+        : payload,
+    );
     await docs.register(scalar, {
       routePrefix: '/docs',
       logLevel: 'silent',
       configuration: {
         url: '/openapi.json',
         title: `${info.title} API reference`,
+        // The browser tab's title (Scalar's own, "Scalar API Reference", otherwise).
+        pageTitle: `${info.title} API reference`,
         // Scalar's default fonts come from its font host: the page would not be self-contained.
         withDefaultFonts: false,
         // On a localhost origin Scalar would show its developer toolbar and an "Ask AI" agent

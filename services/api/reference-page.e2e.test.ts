@@ -59,6 +59,10 @@ describe.runIf(present || process.env.CI === 'true')(
       // Rendered from /openapi.json: an operation's summary is on the page.
       await page.getByText('This OpenAPI document').first().waitFor({ timeout: 20_000 });
       expect(requested).toContain(`${origin}/openapi.json`);
+      // A language a screen reader can pronounce it in, and a title naming this service.
+      expect(await page.evaluate('document.documentElement.lang')).toBe('en');
+      const spec = (await (await fetch(`${origin}/openapi.json`)).json()) as { info: { title: string } };
+      expect(await page.title()).toBe(`${spec.info.title} API reference`);
       expect(requested.filter((url) => !url.startsWith(`${origin}/`) && !url.startsWith('data:'))).toEqual(
         [],
       );

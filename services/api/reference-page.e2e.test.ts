@@ -11,6 +11,21 @@ if (!present && process.env.CI !== 'true') {
   console.warn(`\n*** ${CHROMIUM} missing (apt-get install -y chromium): reference page suite NOT RUN ***\n`);
 }
 
+/** WCAG 2 contrast ratio of two #rgb or #rrggbb colours. */
+function contrast(a: string, b: string): number {
+  const luminance = (colour: string) => {
+    expect(colour).toMatch(/^#([0-9a-f]{3}){1,2}$/i);
+    const hex = colour.length === 4 ? `#${[...colour.slice(1)].map((c) => c + c).join('')}` : colour;
+    const [r, g, b] = [1, 3, 5].map((i) => {
+      const c = Number.parseInt(hex.slice(i, i + 2), 16) / 255;
+      return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * r! + 0.7152 * g! + 0.0722 * b!;
+  };
+  const [dark, light] = [luminance(a), luminance(b)].sort((x, y) => x - y);
+  return (light! + 0.05) / (dark! + 0.05);
+}
+
 let app: Awaited<ReturnType<typeof buildApp>>;
 let origin: string;
 let browser: BrowserContext;
@@ -66,6 +81,26 @@ describe.runIf(present || process.env.CI === 'true')(
       expect(requested.filter((url) => !url.startsWith(`${origin}/`) && !url.startsWith('data:'))).toEqual(
         [],
       );
+      // Scalar's muted text colours read at 4.5:1 or more (WCAG AA) on its page and panel
+      // backgrounds, in light and dark mode (its light --scalar-color-3, #8e8e8e, is 3.3:1 on white).
+      const palettes = (await page.evaluate(`['light-mode', 'dark-mode'].map((mode) => {
+        const el = document.createElement('div');
+        el.className = mode;
+        document.body.append(el);
+        const style = getComputedStyle(el);
+        const colour = (name) => style.getPropertyValue('--scalar-' + name).trim();
+        const palette = { mode, text: ['color-1', 'color-2', 'color-3'].map(colour),
+          backgrounds: ['background-1', 'background-2'].map(colour) };
+        el.remove();
+        return palette;
+      })`)) as { mode: string; text: string[]; backgrounds: string[] }[];
+      expect(palettes).toHaveLength(2);
+      for (const { mode, text, backgrounds } of palettes) {
+        for (const fg of text) {
+          for (const bg of backgrounds)
+            expect(contrast(fg, bg), `${mode} ${fg} on ${bg}`).toBeGreaterThanOrEqual(4.5);
+        }
+      }
       // The browser asks for a favicon of its own accord; the service has none.
       expect(failed.filter((f) => !f.endsWith('/favicon.ico'))).toEqual([]);
       expect(errors).toEqual([]);

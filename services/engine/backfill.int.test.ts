@@ -108,6 +108,74 @@ describe('live feed restart: candles that closed while the engine was down', () 
     expect(await after.backfill(MARKET)).toBe(0);
   });
 
+  it("gives way to the scheduler's stop between records, leaving an unbroken run the next start completes", async () => {
+    // The fault drill's unclean stop: SIGTERM came while a restart backfilled ~190 closes per
+    // market on a loaded host, and the stop waited for every one past the shutdown timeout.
+    const candles = await readCandleFile(join(SHIPPED_MARKET_DIR, 'candles/binance-spot/BTCUSDT-1h.csv.gz'));
+    const store = new MemoryEventStore();
+    let now = Date.UTC(2025, 9, 1, 10, 30);
+    const open = () => {
+      const feed = new LiveFeed({
+        exchanges: ['BINANCE_SPOT'],
+        now: () => now,
+        fetchImplementation: venue(candles),
+      });
+      feeds.push(feed);
+      return new SignalEngine({ feed, store });
+    };
+    await open().scheduledTradeCall({ ...MARKET });
+    now += 300 * H; // down for 300 hours: 299 closes to backfill, then the scheduled one
+    const schedule = (engine: SignalEngine) =>
+      new VerdictScheduler({
+        engine,
+        feed: engine.feed,
+        timeframes: ['1h'],
+        exchange: 'BINANCE_SPOT',
+        topN: 1,
+      });
+    const verdicts = async () =>
+      (await store.readStream(verdictStream(MARKET)))
+        .filter((e) => e.type === 'VerdictRecorded')
+        .map((e) => e.data as EventData<'VerdictRecorded'>);
+
+    const first = schedule(open());
+    // The store's own subscription sees each record as it lands: the stop comes after the fifth.
+    const subscription = store.subscribeToAll();
+    let seen = 0;
+    let stopped: Promise<void> | undefined;
+    const watcher = (async () => {
+      for await (const event of subscription) {
+        if (event.type === 'VerdictRecorded' && ++seen === 5) {
+          stopped = first.stop();
+          return;
+        }
+      }
+    })();
+    first.start();
+    await watcher;
+    await stopped;
+    await first.firstRound;
+    await subscription.close();
+
+    const partial = await verdicts();
+    expect(partial.length).toBeGreaterThanOrEqual(5);
+    expect(partial.length).toBeLessThan(50);
+    // An unbroken run of backfilled closes after the first verdict, and no scheduled record past it.
+    expect(partial.map((v) => v.candleCloseTime)).toEqual(
+      partial.map((_, i) => Date.UTC(2025, 9, 1, 10) + i * H),
+    );
+    expect(partial.slice(1).every((v) => v.inputs.backfilled === true)).toBe(true);
+
+    const second = schedule(open());
+    await second.tick('1h');
+    await second.stop();
+    const all = await verdicts();
+    expect(all.map((v) => v.candleCloseTime)).toEqual(all.map((_, i) => Date.UTC(2025, 9, 1, 10) + i * H));
+    expect(all).toHaveLength(301);
+    expect(all.at(-1)!.inputs.backfilled).toBeUndefined();
+    expect(verifyVerdictChain(all)).toEqual({ ok: true });
+  });
+
   it('a scheduled verdict records the closes that passed since the backfill, so none slips between them', async () => {
     // The fault drill's hole: a restart's backfill filled up to the close it saw, another close
     // passed before the scheduled verdict, and that verdict (for the newer close) left the one in

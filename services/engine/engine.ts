@@ -138,9 +138,12 @@ export class SignalEngine implements EngineOperations {
     return sizedCall(await this.tradeCall(input, 'request', ctx), input.riskBudgetUsd);
   }
 
-  /** The scheduler's entry: the same computation, recorded with trigger "schedule". */
-  async scheduledTradeCall(raw: GetTradeCallInput): Promise<UnsizedTradeCall> {
-    return this.tradeCall(this.withExchange(GetTradeCallInput.parse(raw)), 'schedule', {});
+  /**
+   * The scheduler's entry: the same computation, recorded with trigger "schedule". `signal` is
+   * the scheduler's stop: a backfill of hundreds of closes gives way to it between records.
+   */
+  async scheduledTradeCall(raw: GetTradeCallInput, signal?: AbortSignal): Promise<UnsizedTradeCall> {
+    return this.tradeCall(this.withExchange(GetTradeCallInput.parse(raw)), 'schedule', {}, signal);
   }
 
   private withExchange<T extends { exchange?: Exchange | undefined }>(input: T): T & { exchange: Exchange } {
@@ -277,11 +280,13 @@ export class SignalEngine implements EngineOperations {
    * on record and before `before` (default: the latest close): the candles that closed while no
    * engine ran, or while a run was busy. `before` itself is left to the caller's normal path.
    * Backfilled verdicts use the candles alone (the funding and basis of those past moments are
-   * not re-read) and say so in their inputs. Returns how many were recorded.
+   * not re-read) and say so in their inputs. Returns how many were recorded. An aborted `signal`
+   * stops it between two records (it throws the signal's reason): what it recorded is an unbroken
+   * run after the last verdict, and the next backfill goes on from there.
    */
   async backfill(
     market: { exchange: Exchange; coin: string; timeframe: Timeframe },
-    options: { before?: number } = {},
+    options: { before?: number; signal?: AbortSignal } = {},
   ): Promise<number> {
     const { exchange, coin, timeframe } = market;
     const tfMs = TIMEFRAME_MS[timeframe];
@@ -304,6 +309,7 @@ export class SignalEngine implements EngineOperations {
       const closeTime = candle.openTime + tfMs;
       if (closeTime <= last.data.candleCloseTime || closeTime >= latestClose) continue;
       if (state.missingForVerdict().length > 0) continue;
+      options.signal?.throwIfAborted();
       const verdict = computeVerdict(state, undefined, this.calibration, { includeReasoning: false });
       await recordVerdict(this.store, verdictDraft(market, verdict, this.feed.kind, 'schedule', true));
       recorded++;
@@ -325,6 +331,7 @@ export class SignalEngine implements EngineOperations {
     input: Omit<ReturnType<typeof GetTradeCallInput.parse>, 'riskBudgetUsd'> & { exchange: Exchange },
     trigger: Trigger,
     ctx: OperationContext,
+    signal?: AbortSignal,
   ): Promise<UnsizedTradeCall> {
     const key = marketKey(input.exchange, input.coin, input.timeframe);
     const state = await this.states.advance(input.exchange, input.coin, input.timeframe);
@@ -348,7 +355,12 @@ export class SignalEngine implements EngineOperations {
     // A scheduled verdict first records every close between the last one on record and its own
     // (a restart, a run slower than a candle): bounded by this very close, so a close that passes
     // meanwhile cannot slip between the backfill and this record and leave a hole for good.
-    if (trigger === 'schedule') await this.backfill(input, { before: closeTime });
+    if (trigger === 'schedule') {
+      await this.backfill(input, { before: closeTime, signal });
+      // Stopped while backfilling: this close's record would leave the closes not yet
+      // backfilled as a hole for good (the chain only grows forward).
+      signal?.throwIfAborted();
+    }
     const recorded = await recordVerdict(this.store, verdictDraft(input, verdict, this.feed.kind, trigger), {
       correlationId: ctx.requestId,
     });

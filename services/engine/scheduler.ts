@@ -61,6 +61,8 @@ export class VerdictScheduler {
   private readonly busy = new Map<Timeframe, Promise<void>>();
   private readonly again = new Set<Timeframe>();
   private stopped = false;
+  /** Aborted by stop(): a run's backfills give way between records instead of finishing. */
+  private stopping = new AbortController();
   /** A failed run (the store away, say) is retried on a timer, not left to the next candle close. */
   private retryTimer: NodeJS.Timeout | null = null;
   private retryDelay: number;
@@ -75,6 +77,7 @@ export class VerdictScheduler {
   /** Subscribes to candle closes and runs every timeframe once at once, so verdicts flow from the start. */
   start(): void {
     this.stopped = false;
+    if (this.stopping.signal.aborted) this.stopping = new AbortController();
     const round: Promise<void>[] = [];
     for (const tf of this.options.timeframes) {
       this.unsubscribe.push(this.options.feed.onCandleClose(tf, () => this.tick(tf)));
@@ -100,6 +103,7 @@ export class VerdictScheduler {
 
   async stop(): Promise<void> {
     this.stopped = true;
+    this.stopping.abort();
     if (this.retryTimer) clearTimeout(this.retryTimer);
     this.retryTimer = null;
     for (const off of this.unsubscribe.splice(0)) off();
@@ -125,12 +129,10 @@ export class VerdictScheduler {
         if (this.stopped) return;
         try {
           // Closes missed while down (or while a run was busy) are backfilled by the call, in order.
-          const call = await engine.scheduledTradeCall({
-            coin,
-            timeframe,
-            exchange,
-            includeReasoning: false,
-          });
+          const call = await engine.scheduledTradeCall(
+            { coin, timeframe, exchange, includeReasoning: false },
+            this.stopping.signal,
+          );
           this.stats.verdicts += 1;
           logger?.info(
             {
@@ -144,6 +146,7 @@ export class VerdictScheduler {
             'scheduled verdict',
           );
         } catch (err) {
+          if (this.stopping.signal.aborted) return;
           const failure = describeFailure(err);
           if (!failure) throw err;
           this.stats.skipped += 1;

@@ -114,17 +114,15 @@ describe('the service process', () => {
     const cut = once(socket, 'close');
     // The request is in flight (its body being read) when the signal comes.
     await new Promise((resolve) => setTimeout(resolve, 500));
-    const signalled = Date.now();
     r.child.kill('SIGTERM');
     expect(await r.exit).toBe(0);
-    const took = Date.now() - signalled;
     await cut;
     expect(
       r.lines.some((l) => l.msg === 'requests still open after the grace: closing their connections'),
     ).toBe(true);
+    // Done before the shutdown timeout (9 s), which would have logged this and exited 1.
     expect(r.lines.some((l) => l.msg === 'shutdown timed out: exiting')).toBe(false);
     expect(r.lines.some((l) => l.msg === 'service stopped')).toBe(true);
-    expect(took).toBeLessThan(9000);
     // The projections drained to the head and saved it.
     const reopened = await openLmdbEventStore({ path: join(dataDir, 'events') });
     const head = await reopened.headPosition();

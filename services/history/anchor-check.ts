@@ -16,7 +16,21 @@ export interface ChainAnchor {
 }
 
 export interface AnchorLine extends ChainAnchor {
-  ok: boolean;
+  /**
+   * true: the root made from the file equals the anchored one (and no covered row is late);
+   * false: it differs, or a covered row is late; null: not checked, the anchor lies beyond the
+   * file (`beyond`).
+   */
+  ok: boolean | null;
+  /**
+   * The anchor's position is past the file's last log position and the root the file gives there
+   * differs: the export was taken before the anchor (or ends before it). The root covers every
+   * stream's head at its position, and a head that moved after the file's last row is not in the
+   * file, so the root cannot be made again from it: not checked, not a failure. Its rows in the
+   * file count as `uncovered`. (Past the file's end with the root matching: checked, ok, since then
+   * every head it pins is in the file.)
+   */
+  beyond: boolean;
   /** The root made from the file's rows: each stream's last verdict and last chained outcome at `position`. */
   recomputedRoot: string | null;
   streams: number;
@@ -28,6 +42,8 @@ export interface AnchorLine extends ChainAnchor {
    * later. The first is named.
    */
   late: { rows: number; first: LateRow } | null;
+  /** Why the anchor is beyond the file; null otherwise. */
+  note: string | null;
 }
 
 /** A row whose recorded_at is after the block time of the anchor that covers it. */
@@ -50,9 +66,16 @@ export interface LateRow {
 export const ANCHOR_CLOCK_TOLERANCE_MS = 5 * 60_000;
 
 export interface AnchorReport {
+  /** No anchor failed (`ok: false`); one beyond the file (`ok: null`) is no failure. */
   ok: boolean;
   anchors: AnchorLine[];
-  /** Rows (and chained outcomes) recorded after the last anchor: no anchor covers them yet. */
+  /** The last log position the file shows (of a verdict, or of a chained outcome); null when empty. */
+  lastPosition: number | null;
+  /**
+   * Rows (and chained outcomes) recorded after the last anchor the file can be checked against
+   * (after the last anchor, or in the range of an anchor beyond the file): no anchor covers them
+   * in this file.
+   */
   uncovered: { rows: number; outcomes: number };
   /** The first row (in file order) recorded after the block time of its anchor; null when none is. */
   firstLate: LateRow | null;
@@ -122,6 +145,8 @@ export async function readChainAnchors(options: {
 }
 
 interface Bucket {
+  /** The row (in file order) of `late.first`, to name the file's first late row among checked anchors. */
+  lateOrdinal: number;
   rows: number;
   firstPosition: number | null;
   lastPosition: number | null;
@@ -147,6 +172,7 @@ export class AnchorCheck {
 
   constructor(private readonly anchors: ChainAnchor[]) {
     this.buckets = anchors.map((anchor) => ({
+      lateOrdinal: -1,
       rows: 0,
       firstPosition: null,
       lastPosition: null,
@@ -158,7 +184,10 @@ export class AnchorCheck {
     }));
   }
 
-  private firstLate: LateRow | null = null;
+  /** Rows read, in file order. */
+  private ordinal = 0;
+  /** The last log position the file shows, of a verdict or of a chained outcome. */
+  private lastPosition: number | null = null;
 
   private indexOf(position: number): number {
     return firstIndex(this.anchors.length, (i) => this.anchors[i]!.position >= position);
@@ -169,6 +198,8 @@ export class AnchorCheck {
   }
 
   onRow(row: HistoryRow): void {
+    const ordinal = this.ordinal++;
+    this.lastPosition = Math.max(this.lastPosition ?? 0, row.position, row.outcome_position ?? 0);
     const index = this.indexOf(row.position);
     const bucket = this.buckets[index] ?? null;
     if (bucket) {
@@ -184,8 +215,8 @@ export class AnchorCheck {
           anchorAt: anchor.at,
           reason: `the row at position ${row.position} (verdict ${row.verdict_id}) is recorded at ${row.recorded_at}, after the block time ${anchor.at} of the anchor that covers it (transaction ${anchor.txHash}); ${ANCHOR_CLOCK_TOLERANCE_MS / 60_000} min of clock difference are allowed`,
         };
+        if (bucket.late === null) bucket.lateOrdinal = ordinal;
         bucket.late = { rows: (bucket.late?.rows ?? 0) + 1, first };
-        this.firstLate ??= first;
       }
       bucket.rows++;
       bucket.firstPosition ??= row.position;
@@ -207,6 +238,9 @@ export class AnchorCheck {
   finish(): AnchorReport {
     const verdicts = new Map<string, string>();
     const outcomes = new Map<string, string>();
+    const last = this.lastPosition;
+    const uncovered = { ...this.uncovered };
+    const firstLate: { ordinal: number; row: LateRow | null } = { ordinal: -1, row: null };
     const lines = this.anchors.map((anchor, k): AnchorLine => {
       const bucket = this.buckets[k]!;
       for (const [stream, hash] of bucket.verdicts) verdicts.set(stream, hash);
@@ -216,9 +250,30 @@ export class AnchorCheck {
         leaf: anchorLeaf(stream, hash, outcomes.get(stream) ?? null),
       }));
       const recomputedRoot = leaves.length > 0 ? merkleRoot(leaves) : null;
+      const matches = recomputedRoot === anchor.root;
+      if (!matches && (last === null || anchor.position > last)) {
+        // Past the file's end: a head that moved after its last row is not in it.
+        uncovered.rows += bucket.rows;
+        uncovered.outcomes += bucket.outcomes;
+        return {
+          ...anchor,
+          ok: null,
+          beyond: true,
+          recomputedRoot: null,
+          streams: leaves.length,
+          covers: { rows: 0, firstPosition: null, lastPosition: null, outcomes: 0 },
+          late: null,
+          note: `beyond the export: this anchor is at log position ${anchor.position}, past the file's last position ${last ?? '(none: the file is empty)'}, and the file does not give its root. The export was taken before the anchor (or ends before it): the root pins every stream's head at ${anchor.position}, and a head that moved after ${last ?? 'the file'} is not in the file, so not one stream of it can be checked here. Not checked, not a failure: its ${bucket.rows} rows in the file count as uncovered; export again (without filters) to check them against it.`,
+        };
+      }
+      if (bucket.late && (firstLate.row === null || bucket.lateOrdinal < firstLate.ordinal)) {
+        firstLate.ordinal = bucket.lateOrdinal;
+        firstLate.row = bucket.late.first;
+      }
       return {
         ...anchor,
-        ok: recomputedRoot === anchor.root && bucket.late === null,
+        ok: matches && bucket.late === null,
+        beyond: false,
         recomputedRoot,
         streams: leaves.length,
         covers: {
@@ -228,13 +283,15 @@ export class AnchorCheck {
           outcomes: bucket.outcomes,
         },
         late: bucket.late,
+        note: null,
       };
     });
     return {
-      ok: lines.every((l) => l.ok),
+      ok: lines.every((l) => l.ok !== false),
       anchors: lines,
-      uncovered: this.uncovered,
-      firstLate: this.firstLate,
+      lastPosition: last,
+      uncovered,
+      firstLate: firstLate.row,
     };
   }
 }

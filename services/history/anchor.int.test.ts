@@ -114,10 +114,15 @@ describe('the history anchor', () => {
 
     // Nothing new on the log: not due, however long since.
     expect(await anchorer.anchorIfDue()).toBeNull();
-    // New verdicts and outcomes: due once the interval has passed.
+    // New verdicts and outcomes: due once the interval has passed. An export taken part way,
+    // before the second anchor is sent and the heads move on.
     for (let step = 0; step < 6; step++) {
       for (const m of MARKETS) await fx.engine.getTradeCall(m);
       fx.feed.clock.advance(HOUR);
+      if (step === 2) {
+        await server.settle();
+        await runHistoryCommand(['export', '--store', '--out', join(dir, 'before-second.ndjson')], deps());
+      }
     }
     await server.settle();
     // Due once 500 ms have passed since the first.
@@ -170,6 +175,61 @@ describe('the history anchor', () => {
     expect(one.ok).toBe(true);
     expect(one.anchors.anchors).toHaveLength(1);
     expect(one.anchors.uncovered.rows).toBe(rows.filter((r) => r.position > a1!.position).length);
+  });
+
+  it('reports an anchor sent after the export was taken as beyond it: not checked, no failure', async () => {
+    const [a1, a2] = anchors;
+    const early = join(dir, 'before-second.ndjson');
+    const earlyRows: HistoryRow[] = [];
+    for await (const row of readExport(early)) earlyRows.push(row);
+    const last = Math.max(...earlyRows.map((r) => Math.max(r.position, r.outcome_position ?? 0)));
+    expect(last).toBeLessThan(a2!.position);
+    const afterFirst = earlyRows.filter((r) => r.position > a1!.position);
+    expect(afterFirst.length).toBeGreaterThan(0);
+    const report = await verify(early, '--anchors', '--rpc', anvil.rpcUrl, '--address', ADDRESS);
+    // Was ok:false, the second anchor's root "mismatched" and claimed to cover the rows after the first.
+    expect(report.ok).toBe(true);
+    expect(report.anchors.ok).toBe(true);
+    expect(report.anchors.lastPosition).toBe(last);
+    const [l1, l2] = report.anchors.anchors;
+    expect(l1).toMatchObject({ txHash: a1!.txHash, ok: true, beyond: false, note: null });
+    expect(l2).toMatchObject({
+      txHash: a2!.txHash,
+      ok: null,
+      beyond: true,
+      recomputedRoot: null,
+      covers: { rows: 0, firstPosition: null, lastPosition: null, outcomes: 0 },
+    });
+    expect(l2.note).toContain(`beyond the export: this anchor is at log position ${a2!.position}`);
+    expect(l2.note).toContain(`past the file's last position ${last}`);
+    // The file's rows after the first anchor: covered by none the file can be checked against.
+    expect(report.anchors.uncovered.rows).toBe(afterFirst.length);
+    // The real command line exits 0.
+    const cli = ['--import', 'tsx', 'services/history/cli.ts', 'verify', early];
+    const { stdout } = await run(process.execPath, [
+      ...cli,
+      '--anchors',
+      '--rpc',
+      anvil.rpcUrl,
+      '--address',
+      ADDRESS,
+    ]);
+    expect(JSON.parse(stdout).anchors.anchors[1].beyond).toBe(true);
+    // A file cut before the second anchor's rows whose heads the anchor still pins (nothing moved
+    // between its end and the anchor) is checked, not beyond: the root it gives matches.
+    const upToSecond = rows.filter((r) => r.position <= a2!.position);
+    const whole = await verify(
+      await write('up-to-second', 'ndjson', upToSecond),
+      '--anchors',
+      '--rpc',
+      anvil.rpcUrl,
+      '--address',
+      ADDRESS,
+    );
+    expect(whole.anchors.anchors.map((l: { ok: boolean; beyond: boolean }) => [l.ok, l.beyond])).toEqual([
+      [true, false],
+      [true, false],
+    ]);
   });
 
   it('catches a history rewritten with its hashes made again, which the chains alone cannot', async () => {

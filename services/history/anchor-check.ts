@@ -33,6 +33,11 @@ export interface AnchorLine extends ChainAnchor {
   beyond: boolean;
   /** The root made from the file's rows: each stream's last verdict and last chained outcome at `position`. */
   recomputedRoot: string | null;
+  /**
+   * The streams the file holds at `position` (the leaves of `recomputedRoot`). The anchor itself
+   * covers every stream the service held there; the chain does not hold that count (the log's
+   * HistoryAnchored and the readiness check's `lastAnchor.streams` do).
+   */
   streams: number;
   /** The rows this anchor is the first to cover: verdicts and chained outcomes recorded after the previous anchor's position up to its own. */
   covers: { rows: number; firstPosition: number | null; lastPosition: number | null; outcomes: number };
@@ -42,7 +47,7 @@ export interface AnchorLine extends ChainAnchor {
    * later. The first is named.
    */
   late: { rows: number; first: LateRow } | null;
-  /** Why the anchor is beyond the file; null otherwise. */
+  /** Why the anchor is beyond the file, or what a root that differs can mean; null when ok. */
   note: string | null;
 }
 
@@ -188,6 +193,9 @@ export class AnchorCheck {
   private ordinal = 0;
   /** The last log position the file shows, of a verdict or of a chained outcome. */
   private lastPosition: number | null = null;
+  /** Streams seen, and how many start mid-chain (their first row in the file links to one before it). */
+  private readonly seen = new Set<string>();
+  private midChain = 0;
 
   private indexOf(position: number): number {
     return firstIndex(this.anchors.length, (i) => this.anchors[i]!.position >= position);
@@ -200,6 +208,10 @@ export class AnchorCheck {
   onRow(row: HistoryRow): void {
     const ordinal = this.ordinal++;
     this.lastPosition = Math.max(this.lastPosition ?? 0, row.position, row.outcome_position ?? 0);
+    if (!this.seen.has(row.stream)) {
+      this.seen.add(row.stream);
+      if (row.prev_hash !== null) this.midChain++;
+    }
     const index = this.indexOf(row.position);
     const bucket = this.buckets[index] ?? null;
     if (bucket) {
@@ -283,7 +295,7 @@ export class AnchorCheck {
           outcomes: bucket.outcomes,
         },
         late: bucket.late,
-        note: null,
+        note: matches ? null : this.mismatch(anchor, leaves.length),
       };
     });
     return {
@@ -293,5 +305,14 @@ export class AnchorCheck {
       uncovered,
       firstLate: firstLate.row,
     };
+  }
+
+  /** What a root that differs means, and what else it can mean: a file that is not the whole history. */
+  private mismatch(anchor: ChainAnchor, streams: number): string {
+    const midChain =
+      this.midChain > 0
+        ? ` ${this.midChain} of the file's streams start mid-chain (their first row links to one before the file: a from= or after= export, or one cut at the front).`
+        : '';
+    return `the root made from the file's ${streams} streams at position ${anchor.position} differs from the anchored one. An anchor covers every stream the service held at its position (how many is not on the chain: the log's HistoryAnchored and the readiness check's lastAnchor.streams say), so only an export without filters (no coin, exchange, timeframe, call, from or to) can be checked against it: a filtered export fails every anchor.${midChain} With an unfiltered export, a verdict or outcome up to this anchor was changed, added or left out.`;
   }
 }

@@ -232,6 +232,19 @@ describe('the history anchor', () => {
     ]);
   });
 
+  it('says why a filtered export fails every anchor: an anchor covers every stream', async () => {
+    const out = join(dir, 'btc.ndjson');
+    await runHistoryCommand(['export', '--store', '--coin', 'BTC', '--out', out], deps());
+    const report = await verify(out, '--anchors', '--rpc', anvil.rpcUrl, '--address', ADDRESS);
+    expect(report.ok).toBe(false);
+    for (const line of report.anchors.anchors) {
+      expect(line).toMatchObject({ ok: false, beyond: false, streams: 1 });
+      expect(line.note).toContain("the root made from the file's 1 streams");
+      expect(line.note).toContain('An anchor covers every stream the service held at its position');
+      expect(line.note).toContain('only an export without filters');
+    }
+  });
+
   it('catches a history rewritten with its hashes made again, which the chains alone cannot', async () => {
     // The last chained outcome of a stream: nothing links to it, so rehashed it passes verify.
     const chained = rows.filter((r) => r.outcome_hash !== null);

@@ -73,7 +73,13 @@ export async function startLocalChain(
     // Receipts polled often enough to see a 2 s block when it lands.
     const pollingInterval = 200;
     const publicClient = createPublicClient({ chain: base, transport, pollingInterval }) as PublicClient;
-    const testClient = createTestClient({ chain: base, mode: 'anvil', transport });
+    // The tests' own chain controls (mining a thousand blocks at once, say) took over viem's 10 s
+    // default on a loaded CI host; they wait as long as a test may.
+    const testClient = createTestClient({
+      chain: base,
+      mode: 'anvil',
+      transport: http(anvil.rpcUrl, { timeout: 60_000 }),
+    });
     await testClient.setCode({ address: BASE_USDC, bytecode: usdc.runtime });
     await testClient.setCode({ address: MULTICALL3, bytecode: multicall.runtime });
     const facilitator = privateKeyToAccount(FACILITATOR_KEY).address;

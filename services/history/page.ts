@@ -158,6 +158,13 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
   var asPercent = function (v) { return v == null ? '' : Math.round(100 * v) + ' %'; };
   var asPoints = function (v) { return v == null ? '' : Math.round(v) + ' %'; };
   var asBps = function (v) { return v == null ? '' : compact.format(v); };
+  function utc(ts) { return uPlot.tzDate(new Date(ts * 1000), 'Etc/UTC'); }
+  // The x series of a chart over days: the hovered day as the API names it.
+  function day() { return { label: 'day (UTC)', value: '{YYYY}-{MM}-{DD}' }; }
+  // Its time axis: ticks on whole days only (an hour tick, "12am", says nothing of a day's figures).
+  function dayAxis() {
+    return { incrs: [1, 2, 3, 7, 14, 30, 60, 90, 180, 365].map(function (n) { return n * 86400; }) };
+  }
   // A chart with no points is not drawn (an empty frame says nothing): \`empty\` says why instead.
   function draw(id, opts, data, points, empty) {
     var el = document.getElementById(id);
@@ -167,6 +174,8 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
     el.hidden = points === 0;
     note.hidden = points > 0;
     if (points === 0) { note.textContent = empty; return; }
+    // Days are UTC days (the API's): ticks and the hovered time in UTC, whatever the reader's zone.
+    opts.tzDate = utc;
     opts.width = Math.max(240, Math.floor(el.clientWidth));
     opts.height = opts.width < 380 ? 220 : 260;
     charts[id] = new uPlot(opts, data, el);
@@ -271,14 +280,14 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
       ? 'None of the ' + tr.overall.risk.unscored + ' resolved verdicts in this window carries a risk forecast to score (recorded before verdicts served one), so there is nothing to chart.'
       : 'No verdict has a resolved outcome in this window yet, so the risk forecast has nothing to be scored on.';
     var nominal = tr.overall.risk.nominalCoverage;
-    draw('chart-coverage', { scales: { y: { range: [0, 1] } }, axes: [{}, valueAxis(asPercent)],
-      series: [{}, { label: 'inside the band', stroke: '#1f77b4' },
+    draw('chart-coverage', { scales: { y: { range: [0, 1] } }, axes: [dayAxis(), valueAxis(asPercent)],
+      series: [day(), { label: 'inside the band', stroke: '#1f77b4' },
       { label: 'stated', stroke: '#bbb', dash: [4, 4] }] },
       overDays(s, [s.map(function (p) { return p.coverage; })], [nominal]), s.length, none);
     var top = s.reduce(function (m, p) { return p.sigmaRatio === null ? m : Math.max(m, p.sigmaRatio); }, 1);
     draw('chart-sigma', { scales: { y: { range: [0, Math.ceil(top * 1.2 * 10) / 10] } },
-      axes: [{}, valueAxis(function (v) { return v == null ? '' : v.toFixed(1); })],
-      series: [{}, { label: 'σ served ÷ realised', stroke: '#1f77b4' },
+      axes: [dayAxis(), valueAxis(function (v) { return v == null ? '' : v.toFixed(1); })],
+      series: [day(), { label: 'σ served ÷ realised', stroke: '#1f77b4' },
       { label: 'right in level', stroke: '#bbb', dash: [4, 4] }] },
       overDays(s, [s.map(function (p) { return p.sigmaRatio; })], [1]), s.length, none);
     document.querySelector('#risk-record tbody').innerHTML =
@@ -292,15 +301,15 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
     document.querySelector('#lines tbody').innerHTML = [tr.overall].concat(tr.lines).map(row).join('');
     // Days from the first one with a resolved call: before it there is no rate to draw.
     var s = tr.series.filter(function (p) { return p.calls > 0; });
-    draw('chart-hit', { scales: { y: { range: [0, 1] } }, axes: [{}, valueAxis(asPercent)],
-      series: [{}, { label: 'calls', stroke: '#1f77b4' }, { label: 'always-BUY', stroke: '#2ca02c' },
+    draw('chart-hit', { scales: { y: { range: [0, 1] } }, axes: [dayAxis(), valueAxis(asPercent)],
+      series: [day(), { label: 'calls', stroke: '#1f77b4' }, { label: 'always-BUY', stroke: '#2ca02c' },
       { label: 'always-SELL', stroke: '#d62728' }, { label: 'random', stroke: '#999' }] },
       overDays(s, [s.map(function (p) { return p.hitRate; }), s.map(function (p) { return p.alwaysBuy; }),
        s.map(function (p) { return p.alwaysSell; }), s.map(function (p) { return p.random; })]), s.length,
       noCalls(tr, 'hit rate'));
     calibration(tr);
-    draw('chart-net', { axes: [{}, valueAxis(asBps)],
-      series: [{}, { label: 'following the calls', stroke: '#1f77b4' },
+    draw('chart-net', { axes: [dayAxis(), valueAxis(asBps)],
+      series: [day(), { label: 'following the calls', stroke: '#1f77b4' },
       { label: 'random calls', stroke: '#999' }] },
       overDays(s, [s.map(function (p) { return p.cumNetBps; }), s.map(function (p) { return p.cumRandomNetBps; })]),
       s.length, noCalls(tr, 'net return'));

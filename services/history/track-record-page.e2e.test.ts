@@ -51,9 +51,13 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
   });
 
   /** Opens the page at a viewport width and waits for its figures; collects every console problem. */
-  async function open(width: number, height: number, url = server.url) {
+  async function open(width: number, height: number, url = server.url, timezone?: string) {
     const page = await browser.newPage();
     await page.setViewportSize({ width, height });
+    if (timezone) {
+      const cdp = await page.context().newCDPSession(page);
+      await cdp.send('Emulation.setTimezoneOverride', { timezoneId: timezone });
+    }
     const problems: string[] = [];
     page.on('console', (m) => {
       if (m.type() === 'error' || m.type() === 'warning') problems.push(`${m.type()}: ${m.text()}`);
@@ -228,6 +232,33 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     const shot = join(process.cwd(), 'test-results', 'track-record.png');
     await page.screenshot({ path: shot, fullPage: true });
     expect(statSync(shot).size).toBeGreaterThan(10_000);
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
+  it('in another time zone (America/New_York) the days plotted are UTC days, on the axis and on hover', async () => {
+    const { page, problems } = await open(1400, 1000, server.url, 'America/New_York');
+    expect(await page.evaluate('Intl.DateTimeFormat().resolvedOptions().timeZone')).toBe('America/New_York');
+    const plots = (await page.evaluate(`Object.entries(window.trackRecordPlots)
+      .filter(([id]) => id !== 'chart-calibration')
+      .map(([id, u]) => {
+        u.setCursor({ left: u.valToPos(u.data[0][1], 'x'), top: 10 });
+        return { id, x: u.data[0], splits: u.axes[0]._splits, labels: u.axes[0]._values,
+          hovered: u.root.querySelector('.u-legend .u-series .u-value').textContent };
+      })`)) as { id: string; x: number[]; splits: number[]; labels: string[]; hovered: string }[];
+    expect(plots.length).toBeGreaterThan(0);
+    const utcDay = (t: number) => new Date(t * 1000).toISOString().slice(0, 10);
+    for (const plot of plots) {
+      // The first day with figures, hovered, reads as its UTC day (not 8 pm the day before).
+      expect(plot.hovered, plot.id).toBe(utcDay(plot.x[1]!));
+      // Ticks fall on UTC midnights and are labelled with that UTC day.
+      expect(plot.splits.length, plot.id).toBeGreaterThan(1);
+      plot.splits.forEach((t, i) => {
+        expect(t % 86_400, `${plot.id} tick ${t}`).toBe(0);
+        const [, m, d] = utcDay(t).split('-').map(Number);
+        expect(plot.labels[i]!.split('\n')[0], `${plot.id} tick ${t}`).toBe(`${m}/${d}`);
+      });
+    }
     expect(problems).toEqual([]);
     await page.close();
   });

@@ -21,6 +21,7 @@ import { KeyResolver } from '../services/keys/key-resolver.ts';
 import { callerPlugin } from '../services/metering/caller.ts';
 import { planTable } from '../services/metering/plans.ts';
 import { QuotaMeter } from '../services/metering/quota-meter.ts';
+import { RateLimiter, rateLimitPlugin } from '../services/metering/rate-limit.ts';
 import { Readiness } from '../services/shared/readiness.ts';
 
 export const HOUR = 3_600_000;
@@ -81,6 +82,8 @@ export async function startHistoryServer(options: {
   pageSize?: number;
   /** More settings (the anchor's, say) over the test defaults. */
   env?: Record<string, string>;
+  /** The request-rate limiter in front of the routes, as the service has it (RATE_LIMIT_* in env). */
+  rateLimited?: boolean;
 }) {
   const config = loadConfig({ EVENT_STORE: 'memory', NODE_ENV: 'test', LOG_LEVEL: 'silent', ...options.env });
   // Silent in tests; a bench may ask for the server's errors (HISTORY_LOG_LEVEL=error).
@@ -105,7 +108,13 @@ export async function startHistoryServer(options: {
     logger,
     readiness: new Readiness(),
     metrics: null,
-    plugins: [callerPlugin(keys), slice.routes({ quota })],
+    plugins: [
+      callerPlugin(keys),
+      ...(options.rateLimited
+        ? [rateLimitPlugin({ limiter: new RateLimiter(config, null, quota), quota })]
+        : []),
+      slice.routes({ quota }),
+    ],
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const { port } = app.server.address() as AddressInfo;

@@ -67,6 +67,7 @@ the same points. <code>npm run history -- score</code> recomputes them from an e
   <option value="90d">90 days</option><option value="all" selected>all</option>
 </select></label>
 <span id="asof"></span>
+<p class="note" id="status" role="status"></p>
 <div class="table-wrap"><table id="lines"><thead><tr>
   <th>exchange</th><th>timeframe</th><th>calls</th><th>HOLD share</th><th>hit rate [95 % CI]</th>
   <th>always-BUY</th><th>always-SELL</th><th>random</th><th>mean net bps</th><th>Brier (base rate)</th>
@@ -319,18 +320,43 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
     var m = /max-age=(\\d+)/.exec(response.headers.get('cache-control') || '');
     return m ? Math.max(5, Number(m[1])) * 1000 : 60000;
   }
-  function schedule() {
+  function schedule(ms) {
     clearTimeout(timer);
-    timer = setTimeout(load, window.trackRecordRefreshMs);
+    timer = setTimeout(load, ms);
+  }
+  // Retry-After in seconds or as an HTTP date; null without one.
+  function retryAfter(response) {
+    var v = response.headers.get('retry-after');
+    if (!v) return null;
+    var ms = /^d+$/.test(v) ? Number(v) * 1000 : Date.parse(v) - Date.now();
+    return isNaN(ms) ? null : Math.max(1000, ms);
+  }
+  function status(text) { document.getElementById('status').textContent = text; }
+  // A failed load keeps what was shown, says why in the status line, and tries again after the
+  // answer's Retry-After (else the refresh period).
+  function failed(e) {
+    var wait = e.retryAfter || window.trackRecordRefreshMs;
+    var why = e.status === 429 ? 'too many requests (HTTP 429)'
+      : e.status ? 'the server answered HTTP ' + e.status : 'the server could not be reached';
+    status('The figures could not be loaded: ' + why + '. Trying again in ' + Math.ceil(wait / 1000) + ' s.');
+    schedule(wait);
   }
   function load() {
     var w = document.getElementById('window').value;
     return fetch('/api/track-record?window=' + w).then(function (r) {
-      if (!r.ok) throw new Error('track record answered ' + r.status);
+      if (!r.ok) {
+        var e = new Error('track record answered ' + r.status);
+        e.status = r.status;
+        e.retryAfter = retryAfter(r);
+        throw e;
+      }
       window.trackRecordRefreshMs = maxAge(r);
       return r.json();
-    }).then(render).then(function () { document.body.dataset.loaded = 'true'; })
-      .finally(schedule);
+    }).then(render).then(function () {
+      status('');
+      document.body.dataset.loaded = 'true';
+      schedule(window.trackRecordRefreshMs);
+    }, failed);
   }
   var resizing = null;
   window.addEventListener('resize', function () {

@@ -263,6 +263,48 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     await page.close();
   });
 
+  it('a refused /api/track-record (429) says so in a status line and is retried after its Retry-After', async () => {
+    const perp = MARKETS.filter((m) => m.exchange === 'BINANCE' && m.coin === 'BTC');
+    const limitedFx = await recordHistory({ steps: 3, markets: perp });
+    // The service's limiter in front: 30 requests per 5 s window for an anonymous address.
+    const limited = await startHistoryServer({
+      store: limitedFx.store,
+      feed: limitedFx.feed,
+      rateLimited: true,
+      env: { RATE_LIMIT_ANONYMOUS: '30', RATE_LIMIT_WINDOW_MS: '5000' },
+    });
+    try {
+      await limited.settle();
+      const { page, problems } = await open(1400, 1000, limited.url);
+      const status = page.getByRole('status');
+      expect(await status.count()).toBe(1);
+      expect(await status.textContent()).toBe('');
+      // Spend this address's budget (the page's own): a window with 2 s or more left, so the
+      // page's next call falls in it.
+      for (;;) {
+        const answer = await fetch(`${limited.url}/api/track-record?window=all`);
+        await answer.arrayBuffer();
+        if (answer.status === 429 && Number(answer.headers.get('retry-after')) >= 2) break;
+      }
+      await page.selectOption('#window', '7d');
+      await page.locator('[role=status]:not(:empty)').waitFor();
+      const said = (await status.textContent())!;
+      expect(said).toMatch(
+        /^The figures could not be loaded: too many requests \(HTTP 429\)\. Trying again in \d+ s\.$/,
+      );
+      // Retried once its window has ended: the figures of the window chosen, the status cleared.
+      await page.locator('[role=status]:empty').waitFor({ state: 'attached', timeout: 30_000 });
+      expect(await page.locator('#asof').textContent()).toContain('as of');
+      expect(await page.locator('#lines tbody tr').count()).toBeGreaterThan(0);
+      // The browser reports the refused fetch itself; nothing else went wrong.
+      expect(problems.filter((p) => !p.includes('429'))).toEqual([]);
+      await page.close();
+    } finally {
+      await limited.close();
+      await limitedFx.engine.close();
+    }
+  });
+
   it('HOLDs only: the direction charts say so in words, the risk charts are drawn', async () => {
     const { page, problems } = await open(1400, 1000, holds.url);
     const points = await chartsOrSentences(page);

@@ -4,6 +4,7 @@ import {
   OAUTH_AUTHORIZE_PATH,
   OAUTH_PREFIX,
   type OAuthSecrets,
+  SIGNIN_MCP_PATH,
 } from '../../../contracts/oauth.ts';
 import { LOOPBACK_HOSTS } from '../../shared/ssrf/address-policy.ts';
 import { type ClientLifetime, DEFAULT_CLIENT_LIFETIME, oauthAdapter } from './adapter.ts';
@@ -46,6 +47,30 @@ export function redirectUriRefusal(uri: unknown): string | null {
   if (url === null) return null;
   if (url.protocol === 'http:' && !LOOPBACK_HOSTS.has(url.hostname)) {
     return `redirect_uris must use https, or http only on a loopback host (127.0.0.1, [::1], localhost): ${uri}`;
+  }
+  return null;
+}
+
+/**
+ * The scopes a host may ask for and the metadata lists: `mcp` (required) and `offline_access`
+ * (taken; a host registered for the refresh_token grant gets a refresh token either way).
+ */
+export const GRANTED_SCOPES: readonly string[] = ['offline_access', MCP_SCOPE];
+
+/**
+ * Why an authorization request's scope is refused, or null. `openid` is not offered: an account
+ * here is an API key, not a person, so an ID token would have no one to name (its `sub` would be
+ * a key id, shared by whoever holds the key), and the library would otherwise ask for it again
+ * after every sign-in. Without `mcp` no token could serve the resource. Both are told before the
+ * person signs in; any other scope is ignored (RFC 6749 §3.3).
+ */
+export function scopeRefusal(scope: string | undefined): string | null {
+  const asked = new Set((scope ?? '').split(' ').filter(Boolean));
+  if (asked.has('openid')) {
+    return `openid is not offered (this server issues no ID tokens); ask for "${MCP_SCOPE}"`;
+  }
+  if (!asked.has(MCP_SCOPE)) {
+    return `the scope must include "${MCP_SCOPE}", the scope of ${SIGNIN_MCP_PATH} (asked: ${scope ? `"${scope}"` : 'none'})`;
   }
   return null;
 }
@@ -143,7 +168,15 @@ export function createProvider(options: ProviderOptions): OAuthProvider {
     },
     responseTypes: ['code'],
     // `mcp` is listed too: hosts register with the scope of the resource metadata (RFC 7591 checks it).
-    scopes: ['offline_access', MCP_SCOPE],
+    scopes: [...GRANTED_SCOPES],
+    // Not a parameter of our own: a validator of the standard one, run on every authorization
+    // request once its client and redirect_uri are known, so a refusal goes back to the host.
+    extraParams: {
+      scope: async (_ctx, value) => {
+        const why = scopeRefusal(typeof value === 'string' ? value : undefined);
+        if (why !== null) throw new errors.InvalidScope(why, String(value ?? ''));
+      },
+    },
     claims: { openid: ['sub'] },
     pkce: { required: () => true },
     allowOmittingSingleRegisteredRedirectUri: false,
@@ -230,7 +263,15 @@ export function createProvider(options: ProviderOptions): OAuthProvider {
     },
   };
   try {
-    return { provider: new Provider(options.issuer, configuration), close: outboundFetch.close };
+    const provider = new Provider(options.issuer, configuration);
+    // The library always lists `openid` (its claims name it); the metadata lists what is granted.
+    provider.use(async (ctx, next) => {
+      await next();
+      if (ctx.oidc?.route === 'discovery' && ctx.body && typeof ctx.body === 'object') {
+        (ctx.body as { scopes_supported?: string[] }).scopes_supported = [...GRANTED_SCOPES];
+      }
+    });
+    return { provider, close: outboundFetch.close };
   } catch (err) {
     void outboundFetch.close();
     throw err;

@@ -77,7 +77,7 @@ const redirect: ResponseDoc = {
 /** Where an authorization request sends the browser: the sign-in page, or back to the host. */
 const toSignInOrHost: ResponseDoc = {
   description:
-    "To the sign-in page (/oauth/interaction/{uid}); or back to the host's registered redirect_uri with code, state and iss, or with error and error_description (invalid_request without a PKCE S256 challenge, invalid_target for another resource, access_denied when the person denied)",
+    "To the sign-in page (/oauth/interaction/{uid}); or back to the host's registered redirect_uri with code, state and iss, or with error and error_description (invalid_request without a PKCE S256 challenge, invalid_scope when the scope lacks mcp or names openid, invalid_target for another resource, access_denied when the person denied)",
   headers: { location: 'The sign-in page, or the redirect_uri with the outcome in its query' },
   // The library writes a line with the link beside the Location (HTML when the caller accepts it).
   content: {

@@ -1,0 +1,125 @@
+import { existsSync } from 'node:fs';
+import { auth } from '@modelcontextprotocol/sdk/client/auth.js';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { BrowserContext } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryCache } from '../../../adapters/cache/memory.ts';
+import { startKeyedServer } from '../../../test/keyed-harness.ts';
+import {
+  CHROMIUM,
+  consentWithKey,
+  launchChromium,
+  MemoryHost,
+  redirectReceiver,
+} from '../../../test/oauth-host.ts';
+import { freePort } from '../../../test/ports.ts';
+
+/**
+ * The scopes a host may ask for: `mcp` (required) and `offline_access`. `openid` is neither
+ * advertised nor granted (accounts are API keys, not people: there is no one an ID token could
+ * name), so a request naming it, or one without `mcp`, is sent back to the host with
+ * invalid_scope before the person is asked to sign in, never into a sign-in that cannot finish.
+ */
+const present = existsSync(CHROMIUM);
+type Server = Awaited<ReturnType<typeof startKeyedServer>>;
+
+describe.runIf(present || process.env.CI === 'true')('OAuth scopes', () => {
+  let server: Server;
+  let base: string;
+  let url: URL;
+  let key: string;
+  let receiver: Awaited<ReturnType<typeof redirectReceiver>>;
+  let chromium: Awaited<ReturnType<typeof launchChromium>>;
+  let browser: BrowserContext;
+
+  beforeAll(async () => {
+    const port = await freePort();
+    base = `http://127.0.0.1:${port}`;
+    url = new URL(`${base}/mcp/signin`);
+    server = await startKeyedServer({ cache: new MemoryCache(), port, env: { PUBLIC_BASE_URL: base } });
+    key = (await server.issue('pro')).key;
+    receiver = await redirectReceiver();
+    chromium = await launchChromium();
+    browser = chromium.browser;
+  });
+  afterAll(async () => {
+    await chromium?.close();
+    await receiver?.close();
+    await server?.close();
+  });
+
+  /** The SDK's authorization URL for this scope (undefined: the request names none), with a state. */
+  const authorizationUrl = async (scope: string | undefined) => {
+    const host = new MemoryHost(receiver.url, 'scope host');
+    expect(await auth(host, { serverUrl: url, ...(scope ? { scope } : {}) })).toBe('REDIRECT');
+    const to = new URL(host.authorizationUrl!);
+    if (scope === undefined) to.searchParams.delete('scope');
+    else expect(to.searchParams.get('scope')).toBe(scope);
+    to.searchParams.set('state', 'st-123');
+    return to;
+  };
+
+  /** Where the browser lands on opening the authorization URL (no sign-in done). */
+  const landing = async (authorization: URL) => {
+    await browser.clearCookies();
+    const page = await browser.newPage();
+    try {
+      await page.goto(authorization.href);
+      const landed = new URL(page.url());
+      // The receiver's record of that visit, so that a later sign-in waits for its own.
+      if (`${landed.origin}${landed.pathname}` === receiver.url) await receiver.next();
+      return landed;
+    } finally {
+      await page.close();
+    }
+  };
+
+  it('advertises only the scopes it grants: no openid in either metadata document', async () => {
+    for (const path of ['/.well-known/oauth-authorization-server', '/.well-known/openid-configuration']) {
+      const metadata = (await (await fetch(`${base}${path}`)).json()) as { scopes_supported: string[] };
+      expect(metadata.scopes_supported, path).not.toContain('openid');
+      expect(metadata.scopes_supported, path).toContain('mcp');
+      expect(metadata.scopes_supported, path).toContain('offline_access');
+    }
+  });
+
+  it('sends a request for openid, or one without mcp, back to the host with invalid_scope before any sign-in', async () => {
+    const refused: [string | undefined, string][] = [
+      ['mcp openid', 'openid'],
+      ['openid', 'openid'],
+      [undefined, 'mcp'],
+      ['offline_access', 'mcp'],
+    ];
+    for (const [scope, named] of refused) {
+      const back = await landing(await authorizationUrl(scope));
+      expect(`${back.origin}${back.pathname}`, String(scope)).toBe(receiver.url);
+      expect(back.searchParams.get('error'), String(scope)).toBe('invalid_scope');
+      expect(back.searchParams.get('error_description'), String(scope)).toContain(named);
+      expect(back.searchParams.get('state'), String(scope)).toBe('st-123');
+      expect(back.searchParams.get('iss'), String(scope)).toBe(base);
+      expect(back.searchParams.get('code'), String(scope)).toBeNull();
+    }
+  });
+
+  it('signs in with mcp and offline_access (an unknown scope beside them ignored), the SDK way, and the token calls a tool', async () => {
+    // Registration takes only listed scopes (RFC 7591): the unknown one is added to the request.
+    for (const scope of ['mcp offline_access', 'mcp offline_access calendar.read']) {
+      const host = new MemoryHost(receiver.url, 'offline host');
+      expect(await auth(host, { serverUrl: url, scope: 'mcp offline_access' })).toBe('REDIRECT');
+      host.authorizationUrl!.searchParams.set('scope', scope);
+      const returned = receiver.next();
+      await consentWithKey(browser, host.authorizationUrl!, key);
+      const params = await returned;
+      expect(params.get('error'), params.get('error_description') ?? scope).toBeNull();
+      expect(await auth(host, { serverUrl: url, authorizationCode: params.get('code')! })).toBe('AUTHORIZED');
+      expect(host.saved?.refresh_token, scope).toBeTruthy();
+      expect(host.saved?.id_token, scope).toBeUndefined();
+      expect(host.saved?.scope, scope).toBe('mcp');
+      const client = new Client({ name: 'offline-host', version: '1.0.0' });
+      await client.connect(new StreamableHTTPClientTransport(url, { authProvider: host }));
+      expect((await client.listTools()).tools.length).toBeGreaterThan(0);
+      await client.close();
+    }
+  });
+});

@@ -164,6 +164,29 @@ describe('an analyst with a key, through npm run history and DuckDB', () => {
         await connection.runAndReadAll(printedJson.replace("read_json('exports/verdicts.ndjson')", json))
       ).getRowObjectsJson();
       expect(fromServed).toEqual(wouldBe);
+      // Columns null in every row (the perp cell answers HOLD only: no net_centi_bps, no mae_bps)
+      // come out untyped, and avg() refuses them; the README's typed read answers.
+      const holds = join(dir, 'holds.ndjson');
+      writeFileSync(
+        holds,
+        body
+          .toString()
+          .split('\n')
+          .filter((l) => l.includes('"exchange":"BINANCE"'))
+          .join('\n'),
+      );
+      await expect(
+        connection.runAndReadAll(`SELECT avg(net_centi_bps) FROM read_json('${holds}')`),
+      ).rejects.toThrow('avg(JSON)');
+      const typed = /duckdb -c "(SELECT [^"]+read_json\('exports\/verdicts\.ndjson', columns[^"]+)"/.exec(
+        readmeText,
+      )![1]!;
+      const perCell = (
+        await connection.runAndReadAll(
+          typed.replace("read_json('exports/verdicts.ndjson'", `read_json('${holds}'`),
+        )
+      ).getRowObjectsJson();
+      expect(perCell).toEqual([{ timeframe: '1h', calls: '0', mean_net_bps: null, mean_mae_bps: null }]);
       // Asked for, the trailer is the last line (the documented way for clients that rely on it).
       const withTrailer = await fetch(`${server.url}/api/verdicts`, {
         headers: { authorization: `Bearer ${key}`, accept: 'application/x-ndjson; profile="trailer"' },

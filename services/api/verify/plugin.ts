@@ -41,7 +41,10 @@ const VerifyAnswer = z.object({
   exchange: Exchange,
   coin: z.string(),
   timeframe: Timeframe,
-  candleCloseTime: z.number().int(),
+  candleCloseTime: z
+    .number()
+    .int()
+    .describe('Close of the candle the verdict is for, Unix milliseconds (as hashed in the chain)'),
   engineVersion: z.string(),
   hash: z.string().describe('sha256 of the canonical content, chained to prevHash'),
   prevHash: z.string().nullable().describe('null for the first verdict of its stream'),

@@ -52,6 +52,7 @@ function page(): string {
   .chart h3 { margin: 0.5rem 0; }
   .note { color: #666; max-width: 60rem; overflow-wrap: anywhere; }
   .empty { color: #444; border: 1px dashed #ccc; padding: 0.75rem; }
+  .visually-hidden { position: absolute; width: 1px; height: 1px; overflow: hidden; clip-path: inset(50%); white-space: nowrap; }
   .u-legend { white-space: normal; }
   .u-legend .u-series { display: inline-block; }
 </style>
@@ -73,12 +74,12 @@ the same points. <code>npm run history -- score</code> recomputes them from an e
   <th>always-BUY</th><th>always-SELL</th><th>random</th><th>mean net bps</th><th>Brier (base rate)</th>
 </tr></thead><tbody></tbody></table></div>
 <div class="charts">
-  <div class="chart"><h3>Hit rate vs baselines (cumulative)</h3><div id="chart-hit"></div>
+  <div class="chart"><h3>Hit rate vs baselines (cumulative)</h3><div id="chart-hit"></div><div class="visually-hidden"><table id="chart-hit-table" hidden></table></div>
     <p class="empty" id="chart-hit-empty" hidden></p></div>
-  <div class="chart"><h3>Calibration: hit rate by confidence</h3><div id="chart-calibration"></div>
+  <div class="chart"><h3>Calibration: hit rate by confidence</h3><div id="chart-calibration"></div><div class="visually-hidden"><table id="chart-calibration-table" hidden></table></div>
     <p class="empty" id="chart-calibration-empty" hidden></p>
     <p class="note" id="calibration-note" hidden></p></div>
-  <div class="chart"><h3>Cumulative net return (bps)</h3><div id="chart-net"></div>
+  <div class="chart"><h3>Cumulative net return (bps)</h3><div id="chart-net"></div><div class="visually-hidden"><table id="chart-net-table" hidden></table></div>
     <p class="empty" id="chart-net-empty" hidden></p></div>
 </div>
 <h2>Risk forecast</h2>
@@ -88,9 +89,9 @@ often (80 %). Scored here on every resolved verdict: the share of closes inside 
 (coverage, beside the share the band states) and the σ ratio, RMS of the σ served ÷ RMS of the
 realised log return over the horizon (1 = right in level, above 1 = too wide).</p>
 <div class="charts">
-  <div class="chart"><h3>Band coverage (cumulative)</h3><div id="chart-coverage"></div>
+  <div class="chart"><h3>Band coverage (cumulative)</h3><div id="chart-coverage"></div><div class="visually-hidden"><table id="chart-coverage-table" hidden></table></div>
     <p class="empty" id="chart-coverage-empty" hidden></p></div>
-  <div class="chart"><h3>σ served ÷ realised (cumulative)</h3><div id="chart-sigma"></div>
+  <div class="chart"><h3>σ served ÷ realised (cumulative)</h3><div id="chart-sigma"></div><div class="visually-hidden"><table id="chart-sigma-table" hidden></table></div>
     <p class="empty" id="chart-sigma-empty" hidden></p></div>
 </div>
 <div class="table-wrap"><table id="risk-record"><thead><tr>
@@ -167,20 +168,48 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
     return { incrs: [1, 2, 3, 7, 14, 30, 60, 90, 180, 365].map(function (n) { return n * 86400; }) };
   }
   // A chart with no points is not drawn (an empty frame says nothing): \`empty\` says why instead.
-  function draw(id, opts, data, points, empty) {
+  function draw(id, opts, data, points, empty, format) {
     var el = document.getElementById(id);
     var note = document.getElementById(id + '-empty');
     if (charts[id]) { charts[id].destroy(); delete charts[id]; }
     window.trackRecordCharts[id] = points;
     el.hidden = points === 0;
     note.hidden = points > 0;
+    document.getElementById(id + '-table').hidden = points === 0;
     if (points === 0) { note.textContent = empty; return; }
     // Days are UTC days (the API's): ticks and the hovered time in UTC, whatever the reader's zone.
     opts.tzDate = utc;
     opts.width = Math.max(240, Math.floor(el.clientWidth));
     opts.height = opts.width < 380 ? 220 : 260;
     charts[id] = new uPlot(opts, data, el);
+    describe(el, charts[id].root.querySelector('.u-wrap'), opts, data, format);
   }
+  // A chart's text alternative (a canvas says nothing to a screen reader): a summary as the label
+  // of its plot area (role img; the legend beside it stays its own) and its figures, row by row, in
+  // a visually hidden table after it. The rows are the points (a chart's first and last columns
+  // only carry its reference lines). format: [x, y] formatters, as the page's tables print such figures.
+  function describe(el, plot, opts, data, format) {
+    var title = el.parentNode.querySelector('h3').textContent;
+    var labels = opts.series.map(function (s) { return s.label; });
+    var rows = [];
+    for (var i = 1; i < data[0].length - 1; i++) rows.push(i);
+    var x = function (i) { return format[0](data[0][i]); };
+    var values = function (i) { return data.slice(1).map(function (c) { return format[1](c[i]); }); };
+    var end = rows[rows.length - 1];
+    plot.setAttribute('role', 'img');
+    plot.setAttribute('aria-label', title + ': ' + rows.length + (rows.length === 1 ? ' point, ' : ' points, ') +
+      x(rows[0]) + ' to ' + x(end) + '; at ' + x(end) + ': ' + values(end).map(function (v, k) {
+        return labels[k + 1] + ' ' + v;
+      }).join(', ') + '. The figures are in the table that follows.');
+    document.getElementById(el.id + '-table').innerHTML = '<caption>' + title + ': the figures charted</caption>' +
+      '<thead><tr>' + labels.map(function (l) { return '<th scope="col">' + l + '</th>'; }).join('') +
+      '</tr></thead><tbody>' + rows.map(function (i) {
+        return '<tr><th scope="row">' + x(i) + '</th>' + values(i).map(function (v) { return '<td>' + v + '</td>'; }).join('') + '</tr>';
+      }).join('') + '</tbody>';
+  }
+  function dayOf(t) { return new Date(t * 1000).toISOString().slice(0, 10); }
+  function points1(v) { return v.toFixed(1) + ' %'; }
+  function two(v) { return num(v, 2); }
   function resolved(tr) {
     return tr.overall.calls + tr.overall.holds;
   }
@@ -217,7 +246,7 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
       series: [{ label: 'confidence' },
         { label: 'hit rate', stroke: '#1f77b4', width: 0, points: { show: true, size: 9, fill: '#1f77b4' } },
         { label: 'perfect', stroke: '#bbb', dash: [4, 4], points: { show: false } }] },
-      [x, hit, x], b.length, noCalls(tr, 'calibration'));
+      [x, hit, x], b.length, noCalls(tr, 'calibration'), [points1, points1]);
     if (b.length === 0 || b.length >= 3) { note.hidden = true; return; }
     var calls = b.reduce(function (n, p) { return n + p.calls; }, 0);
     note.textContent = 'Only ' + b.length + ' confidence bucket' + (b.length === 1 ? '' : 's') + ' of 10 points hold' +
@@ -284,13 +313,13 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
     draw('chart-coverage', { scales: { y: { range: [0, 1] } }, axes: [dayAxis(), valueAxis(asPercent)],
       series: [day(), { label: 'inside the band', stroke: '#1f77b4' },
       { label: 'stated', stroke: '#bbb', dash: [4, 4] }] },
-      overDays(s, [s.map(function (p) { return p.coverage; })], [nominal]), s.length, none);
+      overDays(s, [s.map(function (p) { return p.coverage; })], [nominal]), s.length, none, [dayOf, pct]);
     var top = s.reduce(function (m, p) { return p.sigmaRatio === null ? m : Math.max(m, p.sigmaRatio); }, 1);
     draw('chart-sigma', { scales: { y: { range: [0, Math.ceil(top * 1.2 * 10) / 10] } },
       axes: [dayAxis(), valueAxis(function (v) { return v == null ? '' : v.toFixed(1); })],
       series: [day(), { label: 'σ served ÷ realised', stroke: '#1f77b4' },
       { label: 'right in level', stroke: '#bbb', dash: [4, 4] }] },
-      overDays(s, [s.map(function (p) { return p.sigmaRatio; })], [1]), s.length, none);
+      overDays(s, [s.map(function (p) { return p.sigmaRatio; })], [1]), s.length, none, [dayOf, two]);
     document.querySelector('#risk-record tbody').innerHTML =
       [tr.overall].concat(tr.lines).map(riskRow(tr.baselines)).join('');
   }
@@ -307,13 +336,13 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
       { label: 'always-SELL', stroke: '#d62728' }, { label: 'random', stroke: '#999' }] },
       overDays(s, [s.map(function (p) { return p.hitRate; }), s.map(function (p) { return p.alwaysBuy; }),
        s.map(function (p) { return p.alwaysSell; }), s.map(function (p) { return p.random; })]), s.length,
-      noCalls(tr, 'hit rate'));
+      noCalls(tr, 'hit rate'), [dayOf, pct]);
     calibration(tr);
     draw('chart-net', { axes: [dayAxis(), valueAxis(asBps)],
       series: [day(), { label: 'following the calls', stroke: '#1f77b4' },
       { label: 'random calls', stroke: '#999' }] },
       overDays(s, [s.map(function (p) { return p.cumNetBps; }), s.map(function (p) { return p.cumRandomNetBps; })]),
-      s.length, noCalls(tr, 'net return'));
+      s.length, noCalls(tr, 'net return'), [dayOf, two]);
     risk(tr);
   }
   function maxAge(response) {

@@ -236,6 +236,56 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     await page.close();
   });
 
+  it('each chart has a text alternative: a summary as its label and its figures in a table', async () => {
+    const { page, problems } = await open(1400, 1000);
+    const points = await chartsOrSentences(page);
+    const tr = (await (await fetch(`${server.url}/api/track-record?window=all`)).json()) as {
+      series: {
+        day: string;
+        calls: number;
+        hitRate: number;
+        alwaysBuy: number;
+        alwaysSell: number;
+        random: number;
+      }[];
+    };
+    for (const id of CHARTS) {
+      // The plot area is the image; the legend beside it is not part of it.
+      const chart = page.locator(`#${id} .u-wrap`);
+      const title = (await page.locator(`.chart:has(#${id}) h3`).textContent())!;
+      expect(await chart.getAttribute('role'), id).toBe('img');
+      expect(await chart.getAttribute('aria-label'), id).toMatch(
+        new RegExp(`^${title.replace(/[()]/g, '\\$&')}: ${points[id]} points?, `),
+      );
+      // Not shown, but read: the accessibility tree has it under its caption.
+      const table = page.getByRole('table', { name: `${title}: the figures charted` });
+      expect(await table.count(), id).toBe(1);
+      expect(await table.locator('tbody tr').count(), id).toBe(points[id]);
+    }
+    // The figures are the API's, as the page's tables print them.
+    const days = tr.series.filter((p) => p.calls > 0);
+    const pct = (x: number) => `${(100 * x).toFixed(1)} %`;
+    const cells = await page
+      .getByRole('table', { name: 'Hit rate vs baselines (cumulative): the figures charted' })
+      .locator('tbody tr')
+      .last()
+      .locator('th, td')
+      .allTextContents();
+    const last = days.at(-1)!;
+    expect(cells).toEqual([
+      last.day,
+      pct(last.hitRate),
+      pct(last.alwaysBuy),
+      pct(last.alwaysSell),
+      pct(last.random),
+    ]);
+    const label = (await page.locator('#chart-hit .u-wrap').getAttribute('aria-label'))!;
+    expect(label).toContain(`${days[0]!.day} to ${last.day}`);
+    expect(label).toContain(`calls ${pct(last.hitRate)}`);
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
   it('in another time zone (America/New_York) the days plotted are UTC days, on the axis and on hover', async () => {
     const { page, problems } = await open(1400, 1000, server.url, 'America/New_York');
     expect(await page.evaluate('Intl.DateTimeFormat().resolvedOptions().timeZone')).toBe('America/New_York');

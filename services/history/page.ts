@@ -54,6 +54,8 @@ function page(): string {
   .empty { color: #444; border: 1px dashed #ccc; padding: 0.75rem; }
   .visually-hidden { position: absolute; width: 1px; height: 1px; overflow: hidden; clip-path: inset(50%); white-space: nowrap; }
   .u-legend { white-space: normal; }
+  .u-legend [role=button] { cursor: pointer; }
+  .u-legend [role=button]:focus-visible { outline: 2px solid #1f77b4; outline-offset: 2px; }
   .u-legend .u-series { display: inline-block; }
 </style>
 </head>
@@ -183,6 +185,7 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
     opts.height = opts.width < 380 ? 220 : 260;
     charts[id] = new uPlot(opts, data, el);
     describe(el, charts[id].root.querySelector('.u-wrap'), opts, data, format);
+    keyboardLegend(charts[id]);
   }
   // A chart's text alternative (a canvas says nothing to a screen reader): a summary as the label
   // of its plot area (role img; the legend beside it stays its own) and its figures, row by row, in
@@ -206,6 +209,27 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
       '</tr></thead><tbody>' + rows.map(function (i) {
         return '<tr><th scope="row">' + x(i) + '</th>' + values(i).map(function (v) { return '<td>' + v + '</td>'; }).join('') + '</tr>';
       }).join('') + '</tbody>';
+  }
+  // uPlot's legend shows or hides a series on a click only: each series' entry becomes a toggle
+  // button a keyboard reaches (Tab) and works (Enter, Space), saying whether it is shown.
+  function keyboardLegend(u) {
+    var rows = u.root.querySelectorAll('.u-legend .u-series');
+    var pressed = function () {
+      rows.forEach(function (row, i) { if (i > 0) row.firstChild.setAttribute('aria-pressed', String(u.series[i].show)); });
+    };
+    rows.forEach(function (row, i) {
+      if (i === 0) return;
+      var label = row.firstChild;
+      label.tabIndex = 0;
+      label.setAttribute('role', 'button');
+      label.addEventListener('keydown', function (e) {
+        if (e.key !== 'Enter' && e.key !== ' ') return;
+        e.preventDefault();
+        label.click();
+      });
+      label.addEventListener('click', pressed);
+    });
+    pressed();
   }
   function dayOf(t) { return new Date(t * 1000).toISOString().slice(0, 10); }
   function points1(v) { return v.toFixed(1) + ' %'; }

@@ -286,6 +286,32 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     await page.close();
   });
 
+  it('the legend toggles are keyboard controls: focusable buttons, Enter and Space toggle a series', async () => {
+    const { page, problems } = await open(1400, 1000);
+    const toggles = page.locator('#chart-hit .u-legend [role=button]');
+    // One per series (the day is not one).
+    expect(await toggles.allTextContents()).toEqual(['calls', 'always-BUY', 'always-SELL', 'random']);
+    for (const t of await toggles.all()) {
+      expect(await t.getAttribute('tabindex')).toBe('0');
+      expect(await t.getAttribute('aria-pressed')).toBe('true');
+    }
+    const shown = () => page.evaluate("window.trackRecordPlots['chart-hit'].series[4].show");
+    const random = toggles.nth(3);
+    await random.focus();
+    await page.keyboard.press('Enter');
+    expect(await shown()).toBe(false);
+    expect(await random.getAttribute('aria-pressed')).toBe('false');
+    await page.keyboard.press(' ');
+    expect(await shown()).toBe(true);
+    expect(await random.getAttribute('aria-pressed')).toBe('true');
+    // Reached with Tab from the control before it.
+    await toggles.nth(2).focus();
+    await page.keyboard.press('Tab');
+    expect(await page.evaluate('document.activeElement.textContent')).toBe('random');
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
   it('in another time zone (America/New_York) the days plotted are UTC days, on the axis and on hover', async () => {
     const { page, problems } = await open(1400, 1000, server.url, 'America/New_York');
     expect(await page.evaluate('Intl.DateTimeFormat().resolvedOptions().timeZone')).toBe('America/New_York');

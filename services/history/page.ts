@@ -162,6 +162,10 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
   var asPercent = function (v) { return v == null ? '' : Math.round(100 * v) + ' %'; };
   var asPoints = function (v) { return v == null ? '' : Math.round(v) + ' %'; };
   var asBps = function (v) { return v == null ? '' : compact.format(v); };
+  // Lines read at 3:1 or more on white (WCAG 1.4.11) and differ by dash as well as colour: the
+  // service's calls solid, each baseline its own dash, references dashed grey.
+  var RANDOM = '#666666';
+  var REFERENCE = '#767676';
   function utc(ts) { return uPlot.tzDate(new Date(ts * 1000), 'Etc/UTC'); }
   // The x series of a chart over days: the hovered day as the API names it.
   function day() { return { label: 'day (UTC)', value: '{YYYY}-{MM}-{DD}' }; }
@@ -269,7 +273,7 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
       axes: [{ values: function (u, s) { return s.map(asPoints); } }, valueAxis(asPoints)],
       series: [{ label: 'confidence' },
         { label: 'hit rate', stroke: '#1f77b4', width: 0, points: { show: true, size: 9, fill: '#1f77b4' } },
-        { label: 'perfect', stroke: '#bbb', dash: [4, 4], points: { show: false } }] },
+        { label: 'perfect', stroke: REFERENCE, dash: [4, 4], points: { show: false } }] },
       [x, hit, x], b.length, noCalls(tr, 'calibration'), [points1, points1]);
     if (b.length === 0 || b.length >= 3) { note.hidden = true; return; }
     var calls = b.reduce(function (n, p) { return n + p.calls; }, 0);
@@ -336,13 +340,13 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
     var nominal = tr.overall.risk.nominalCoverage;
     draw('chart-coverage', { scales: { y: { range: [0, 1] } }, axes: [dayAxis(), valueAxis(asPercent)],
       series: [day(), { label: 'inside the band', stroke: '#1f77b4' },
-      { label: 'stated', stroke: '#bbb', dash: [4, 4] }] },
+      { label: 'stated', stroke: REFERENCE, dash: [4, 4] }] },
       overDays(s, [s.map(function (p) { return p.coverage; })], [nominal]), s.length, none, [dayOf, pct]);
     var top = s.reduce(function (m, p) { return p.sigmaRatio === null ? m : Math.max(m, p.sigmaRatio); }, 1);
     draw('chart-sigma', { scales: { y: { range: [0, Math.ceil(top * 1.2 * 10) / 10] } },
       axes: [dayAxis(), valueAxis(function (v) { return v == null ? '' : v.toFixed(1); })],
       series: [day(), { label: 'σ served ÷ realised', stroke: '#1f77b4' },
-      { label: 'right in level', stroke: '#bbb', dash: [4, 4] }] },
+      { label: 'right in level', stroke: REFERENCE, dash: [4, 4] }] },
       overDays(s, [s.map(function (p) { return p.sigmaRatio; })], [1]), s.length, none, [dayOf, two]);
     document.querySelector('#risk-record tbody').innerHTML =
       [tr.overall].concat(tr.lines).map(riskRow(tr.baselines)).join('');
@@ -356,15 +360,15 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
     // Days from the first one with a resolved call: before it there is no rate to draw.
     var s = tr.series.filter(function (p) { return p.calls > 0; });
     draw('chart-hit', { scales: { y: { range: [0, 1] } }, axes: [dayAxis(), valueAxis(asPercent)],
-      series: [day(), { label: 'calls', stroke: '#1f77b4' }, { label: 'always-BUY', stroke: '#2ca02c' },
-      { label: 'always-SELL', stroke: '#d62728' }, { label: 'random', stroke: '#999' }] },
+      series: [day(), { label: 'calls', stroke: '#1f77b4' }, { label: 'always-BUY', stroke: '#2ca02c', dash: [10, 4] },
+      { label: 'always-SELL', stroke: '#d62728', dash: [2, 3] }, { label: 'random', stroke: RANDOM, dash: [12, 4, 2, 4] }] },
       overDays(s, [s.map(function (p) { return p.hitRate; }), s.map(function (p) { return p.alwaysBuy; }),
        s.map(function (p) { return p.alwaysSell; }), s.map(function (p) { return p.random; })]), s.length,
       noCalls(tr, 'hit rate'), [dayOf, pct]);
     calibration(tr);
     draw('chart-net', { axes: [dayAxis(), valueAxis(asBps)],
       series: [day(), { label: 'following the calls', stroke: '#1f77b4' },
-      { label: 'random calls', stroke: '#999' }] },
+      { label: 'random calls', stroke: RANDOM, dash: [12, 4, 2, 4] }] },
       overDays(s, [s.map(function (p) { return p.cumNetBps; }), s.map(function (p) { return p.cumRandomNetBps; })]),
       s.length, noCalls(tr, 'net return'), [dayOf, two]);
     risk(tr);

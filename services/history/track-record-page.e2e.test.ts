@@ -24,6 +24,21 @@ let young: Awaited<ReturnType<typeof startHistoryServer>>;
 let browser: BrowserContext;
 let closeBrowser: (() => Promise<void>) | undefined;
 
+/** WCAG 2 contrast ratio of two #rgb or #rrggbb colours. */
+function contrast(a: string, b: string): number {
+  const luminance = (colour: string) => {
+    expect(colour).toMatch(/^#([0-9a-f]{3}){1,2}$/i);
+    const hex = colour.length === 4 ? `#${[...colour.slice(1)].map((c) => c + c).join('')}` : colour;
+    const [r, g, b] = [1, 3, 5].map((i) => {
+      const c = Number.parseInt(hex.slice(i, i + 2), 16) / 255;
+      return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * r! + 0.7152 * g! + 0.0722 * b!;
+  };
+  const [dark, light] = [luminance(a), luminance(b)].sort((x, y) => x - y);
+  return (light! + 0.05) / (dark! + 0.05);
+}
+
 const CHARTS = ['chart-calibration', 'chart-coverage', 'chart-hit', 'chart-net', 'chart-sigma'];
 
 describe.runIf(present || process.env.CI === 'true')('GET /track-record in headless Chromium', () => {
@@ -308,6 +323,27 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     await toggles.nth(2).focus();
     await page.keyboard.press('Tab');
     expect(await page.evaluate('document.activeElement.textContent')).toBe('random');
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
+  it('every line reads at 3:1 or more on white and is told apart by its dash, not its colour alone', async () => {
+    const { page, problems } = await open(1400, 1000);
+    const plots = (await page.evaluate(`Object.entries(window.trackRecordPlots).map(([id, u]) => ({ id,
+      series: u.series.slice(1).map((s, i) => ({ label: s.label, stroke: s.stroke(u, i + 1), width: s.width,
+        dash: s.dash || [] })) }))`)) as {
+      id: string;
+      series: { label: string; stroke: string; width: number; dash: number[] }[];
+    }[];
+    expect(plots.map((p) => p.id).sort()).toEqual(CHARTS);
+    for (const plot of plots) {
+      for (const s of plot.series) {
+        expect(contrast(s.stroke, '#ffffff'), `${plot.id} ${s.label} ${s.stroke}`).toBeGreaterThanOrEqual(3);
+      }
+      // Points, a solid line, or each its own dash pattern.
+      const looks = plot.series.map((s) => (s.width === 0 ? 'points' : JSON.stringify(s.dash)));
+      expect(new Set(looks).size, `${plot.id}: ${looks.join(' ')}`).toBe(looks.length);
+    }
     expect(problems).toEqual([]);
     await page.close();
   });

@@ -60,49 +60,60 @@ afterEach(async () => {
   for (const f of feeds.splice(0)) await f.close();
 });
 
-describe('live feed restart: candles that closed while the engine was down', () => {
-  it('are backfilled in order on restart, leaving no hole in the verdict chain', async () => {
-    const candles = await readCandleFile(join(SHIPPED_MARKET_DIR, 'candles/binance-spot/BTCUSDT-1h.csv.gz'));
-    const store = new MemoryEventStore();
-    let now = Date.UTC(2025, 9, 20, 10, 30);
-    const open = () => {
+/**
+ * One market's verdict log on a store that outlives engines: `open()` starts an engine on a
+ * fresh live feed reading the shared clock, as a restart would.
+ */
+async function restartable(start: number) {
+  const candles = await readCandleFile(join(SHIPPED_MARKET_DIR, 'candles/binance-spot/BTCUSDT-1h.csv.gz'));
+  const store = new MemoryEventStore();
+  const clock = { now: start };
+  return {
+    store,
+    clock,
+    open() {
       const feed = new LiveFeed({
         exchanges: ['BINANCE_SPOT'],
-        now: () => now,
+        now: () => clock.now,
         fetchImplementation: venue(candles),
       });
       feeds.push(feed);
       return new SignalEngine({ feed, store });
-    };
+    },
+    async verdicts() {
+      return (await store.readStream(verdictStream(MARKET)))
+        .filter((e) => e.type === 'VerdictRecorded')
+        .map((e) => e.data as EventData<'VerdictRecorded'>);
+    },
+  };
+}
 
+const schedule = (engine: SignalEngine, topN: number) =>
+  new VerdictScheduler({ engine, feed: engine.feed, timeframes: ['1h'], exchange: 'BINANCE_SPOT', topN });
+const hours = (day: number, ...h: number[]) => h.map((x) => Date.UTC(2025, 9, day, x));
+
+describe('live feed restart: candles that closed while the engine was down', () => {
+  it('are backfilled in order on restart, leaving no hole in the verdict chain', async () => {
+    const { clock, open, verdicts } = await restartable(Date.UTC(2025, 9, 20, 10, 30));
     const before = open();
     const first = await before.scheduledTradeCall({ ...MARKET });
     expect(first.timestamp * 1000).toBe(Date.UTC(2025, 9, 20, 10));
     await before.close();
 
     // Down for five hours; on restart the scheduler's first run records the missed closes first.
-    now += 5 * H;
+    clock.now += 5 * H;
     const after = open();
-    const scheduler = new VerdictScheduler({
-      engine: after,
-      feed: after.feed,
-      timeframes: ['1h'],
-      exchange: 'BINANCE_SPOT',
-      topN: 100,
-    });
+    const scheduler = schedule(after, 100);
     await scheduler.tick('1h');
     await scheduler.stop();
 
-    const verdicts = (await store.readStream(verdictStream(MARKET)))
-      .filter((e) => e.type === 'VerdictRecorded')
-      .map((e) => e.data as EventData<'VerdictRecorded'>);
-    const closes = verdicts.map((v) => v.candleCloseTime);
-    expect(closes).toEqual([10, 11, 12, 13, 14, 15].map((h) => Date.UTC(2025, 9, 20, h)));
-    expect(verdicts.slice(1, 5).every((v) => v.inputs.backfilled === true && v.trigger === 'schedule')).toBe(
+    const recorded = await verdicts();
+    expect(recorded.map((v) => v.candleCloseTime)).toEqual(hours(20, 10, 11, 12, 13, 14, 15));
+    expect(recorded.slice(1, 5).every((v) => v.inputs.backfilled === true && v.trigger === 'schedule')).toBe(
       true,
     );
-    expect(verdicts[5]!.inputs.backfilled).toBeUndefined();
-    expect(verifyVerdictChain(verdicts)).toEqual({ ok: true });
+    expect(recorded[5]!.inputs.backfilled).toBeUndefined();
+    expect(verifyVerdictChain(recorded)).toEqual({ ok: true });
 
     // Nothing missed, nothing added: a second backfill is a no-op.
     expect(await after.backfill(MARKET)).toBe(0);
@@ -111,34 +122,15 @@ describe('live feed restart: candles that closed while the engine was down', () 
   it("gives way to the scheduler's stop between records, leaving an unbroken run the next start completes", async () => {
     // The fault drill's unclean stop: SIGTERM came while a restart backfilled ~190 closes per
     // market on a loaded host, and the stop waited for every one past the shutdown timeout.
-    const candles = await readCandleFile(join(SHIPPED_MARKET_DIR, 'candles/binance-spot/BTCUSDT-1h.csv.gz'));
-    const store = new MemoryEventStore();
-    let now = Date.UTC(2025, 9, 1, 10, 30);
-    const open = () => {
-      const feed = new LiveFeed({
-        exchanges: ['BINANCE_SPOT'],
-        now: () => now,
-        fetchImplementation: venue(candles),
-      });
-      feeds.push(feed);
-      return new SignalEngine({ feed, store });
-    };
+    const { store, clock, open, verdicts } = await restartable(Date.UTC(2025, 9, 1, 10, 30));
     await open().scheduledTradeCall({ ...MARKET });
-    now += 300 * H; // down for 300 hours: 299 closes to backfill, then the scheduled one
-    const schedule = (engine: SignalEngine) =>
-      new VerdictScheduler({
-        engine,
-        feed: engine.feed,
-        timeframes: ['1h'],
-        exchange: 'BINANCE_SPOT',
-        topN: 1,
-      });
-    const verdicts = async () =>
-      (await store.readStream(verdictStream(MARKET)))
-        .filter((e) => e.type === 'VerdictRecorded')
-        .map((e) => e.data as EventData<'VerdictRecorded'>);
+    clock.now += 300 * H; // down for 300 hours: 299 closes to backfill, then the scheduled one
+    const unbroken = (rows: { candleCloseTime: number }[]) =>
+      expect(rows.map((v) => v.candleCloseTime)).toEqual(
+        rows.map((_, i) => Date.UTC(2025, 9, 1, 10) + i * H),
+      );
 
-    const first = schedule(open());
+    const first = schedule(open(), 1);
     // The store's own subscription sees each record as it lands: the stop comes after the fifth.
     const subscription = store.subscribeToAll();
     let seen = 0;
@@ -161,16 +153,14 @@ describe('live feed restart: candles that closed while the engine was down', () 
     expect(partial.length).toBeGreaterThanOrEqual(5);
     expect(partial.length).toBeLessThan(50);
     // An unbroken run of backfilled closes after the first verdict, and no scheduled record past it.
-    expect(partial.map((v) => v.candleCloseTime)).toEqual(
-      partial.map((_, i) => Date.UTC(2025, 9, 1, 10) + i * H),
-    );
+    unbroken(partial);
     expect(partial.slice(1).every((v) => v.inputs.backfilled === true)).toBe(true);
 
-    const second = schedule(open());
+    const second = schedule(open(), 1);
     await second.tick('1h');
     await second.stop();
     const all = await verdicts();
-    expect(all.map((v) => v.candleCloseTime)).toEqual(all.map((_, i) => Date.UTC(2025, 9, 1, 10) + i * H));
+    unbroken(all);
     expect(all).toHaveLength(301);
     expect(all.at(-1)!.inputs.backfilled).toBeUndefined();
     expect(verifyVerdictChain(all)).toEqual({ ok: true });
@@ -180,30 +170,18 @@ describe('live feed restart: candles that closed while the engine was down', () 
     // The fault drill's hole: a restart's backfill filled up to the close it saw, another close
     // passed before the scheduled verdict, and that verdict (for the newer close) left the one in
     // between unrecorded for good, since a chain only grows forward.
-    const candles = await readCandleFile(join(SHIPPED_MARKET_DIR, 'candles/binance-spot/BTCUSDT-1h.csv.gz'));
-    const store = new MemoryEventStore();
-    let now = Date.UTC(2025, 9, 20, 10, 30);
-    const feed = new LiveFeed({
-      exchanges: ['BINANCE_SPOT'],
-      now: () => now,
-      fetchImplementation: venue(candles),
-    });
-    feeds.push(feed);
-    const engine = new SignalEngine({ feed, store });
+    const { clock, open, verdicts } = await restartable(Date.UTC(2025, 9, 20, 10, 30));
+    const engine = open();
     await engine.scheduledTradeCall({ ...MARKET });
 
-    now += 3 * H;
+    clock.now += 3 * H;
     expect(await engine.backfill(MARKET)).toBe(2); // 11:00 and 12:00; 13:00 is left to the call
-    now += 2 * H; // 13:00, 14:00 and 15:00 have closed by the time the scheduled call runs
+    clock.now += 2 * H; // 13:00, 14:00 and 15:00 have closed by the time the scheduled call runs
     const call = await engine.scheduledTradeCall({ ...MARKET });
     expect(call.timestamp * 1000).toBe(Date.UTC(2025, 9, 20, 15));
 
-    const verdicts = (await store.readStream(verdictStream(MARKET)))
-      .filter((e) => e.type === 'VerdictRecorded')
-      .map((e) => e.data as EventData<'VerdictRecorded'>);
-    expect(verdicts.map((v) => v.candleCloseTime)).toEqual(
-      [10, 11, 12, 13, 14, 15].map((h) => Date.UTC(2025, 9, 20, h)),
-    );
-    expect(verifyVerdictChain(verdicts)).toEqual({ ok: true });
+    const recorded = await verdicts();
+    expect(recorded.map((v) => v.candleCloseTime)).toEqual(hours(20, 10, 11, 12, 13, 14, 15));
+    expect(verifyVerdictChain(recorded)).toEqual({ ok: true });
   });
 });

@@ -45,6 +45,8 @@ function page(): string {
   @media (max-width: 600px) { body { margin: 0.75rem; } h1 { font-size: 1.5rem; } }
   .table-wrap { max-width: 100%; overflow-x: auto; margin: 1rem 0; }
   table { border-collapse: collapse; }
+  caption { text-align: left; font-weight: 600; padding: 0.25rem 0; }
+  .table-wrap:focus-visible { outline: 2px solid #1f77b4; outline-offset: 2px; }
   th, td { border-bottom: 1px solid #ddd; padding: 0.25rem 0.6rem; text-align: right; white-space: nowrap; }
   th:first-child, td:first-child, th:nth-child(2), td:nth-child(2) { text-align: left; }
   .charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(100%, 380px), 1fr)); gap: 1.5rem; }
@@ -60,6 +62,7 @@ function page(): string {
 </style>
 </head>
 <body>
+<main>
 <h1>Track record</h1>
 <p class="note">Every verdict is committed to a hash chain when it is made and revealed once its
 six-candle horizon has closed; these figures are computed from the revealed verdicts and their
@@ -71,7 +74,9 @@ the same points. <code>npm run history -- score</code> recomputes them from an e
 </select></label>
 <span id="asof"></span>
 <p class="note" id="status" role="status"></p>
-<div class="table-wrap"><table id="lines"><thead><tr>
+<h2>Direction calls</h2>
+<div class="table-wrap" tabindex="0" role="region" aria-labelledby="lines-caption"><table id="lines">
+<caption id="lines-caption">Direction calls per venue and timeframe: hit rates against the baselines'</caption><thead><tr>
   <th>exchange</th><th>timeframe</th><th>calls</th><th>HOLD share</th><th>hit rate [95 % CI]</th>
   <th>always-BUY</th><th>always-SELL</th><th>random</th><th>mean net bps</th><th>Brier (base rate)</th>
 </tr></thead><tbody></tbody></table></div>
@@ -96,7 +101,8 @@ realised log return over the horizon (1 = right in level, above 1 = too wide).</
   <div class="chart"><h3>σ served ÷ realised (cumulative)</h3><div id="chart-sigma"></div><div class="visually-hidden"><table id="chart-sigma-table" hidden></table></div>
     <p class="empty" id="chart-sigma-empty" hidden></p></div>
 </div>
-<div class="table-wrap"><table id="risk-record"><thead><tr>
+<div class="table-wrap" tabindex="0" role="region" aria-labelledby="risk-record-caption"><table id="risk-record">
+<caption id="risk-record-caption">Risk forecast scored per venue and timeframe, beside the test months' figures</caption><thead><tr>
   <th>exchange</th><th>timeframe</th><th>verdicts scored</th><th>band coverage (stated)</th>
   <th>σ served ÷ realised</th><th>without a forecast</th><th>test months: band coverage</th>
   <th>test months: σ served ÷ realised</th>
@@ -109,21 +115,25 @@ its would-be calls (the economic gate ignored) earned, always-HOLD (0 bps), and 
 95 % interval. Then the risk forecast's 80 % band and ranking against a free trailing-volatility band,
 and its level and loss against the forecasters a risk desk already has (RiskMetrics EWMA, GARCH(1,1),
 HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the test months.</p>
-<div class="table-wrap"><table id="baselines"><thead><tr>
+<div class="table-wrap" tabindex="0" role="region" aria-labelledby="baselines-caption"><table id="baselines">
+<caption id="baselines-caption">Test months: following the service against the best free rule, per cell</caption><thead><tr>
   <th>cell</th><th>sells direction</th><th>service bps / answer</th><th>would-be bps / call</th>
   <th>best free rule</th><th>free bps / call</th><th>lift bps [95 % CI]</th>
 </tr></thead><tbody></tbody></table></div>
-<div class="table-wrap"><table id="risk"><thead><tr>
+<div class="table-wrap" tabindex="0" role="region" aria-labelledby="risk-caption"><table id="risk">
+<caption id="risk-caption">Test months: the risk forecast against a free band and a risk desk's forecasters</caption><thead><tr>
   <th>set</th><th>timeframe</th><th>horizon</th><th>points</th><th>band coverage</th>
   <th>free band coverage</th><th>σ served ÷ realised</th>
   <th>QLIKE − EWMA</th><th>QLIKE − GARCH</th><th>QLIKE − HAR-RV</th><th>sized ÷ target</th><th>trailing-σ sized ÷ target</th>
 </tr></thead><tbody></tbody></table></div>
 <h2>Funding carry</h2>
 <p class="note" id="carry-note"></p>
-<div class="table-wrap"><table id="carry"><thead><tr>
+<div class="table-wrap" tabindex="0" role="region" aria-labelledby="carry-caption"><table id="carry">
+<caption id="carry-caption">Funding carry: the share of a spread collected, fitted on the training months</caption><thead><tr>
   <th>spread from (bps / 8 h)</th><th>horizon</th><th>share of spread collected</th>
   <th>share net positive</th><th>training opportunities</th>
 </tr></thead><tbody></tbody></table></div>
+</main>
 <script src="/track-record/assets/uPlot.iife.min.js"></script>
 <script>
 (function () {

@@ -348,6 +348,43 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     await page.close();
   });
 
+  it('structure: one main landmark, headings without a skipped level, captioned tables in keyboard-scrollable regions', async () => {
+    const { page, problems } = await open(390, 844);
+    expect(await page.locator('main').count()).toBe(1);
+    expect(await page.locator('main h1').count()).toBe(1);
+    const levels = (await page.evaluate(
+      "[...document.querySelectorAll('h1, h2, h3, h4, h5, h6')].map((h) => Number(h.tagName[1]))",
+    )) as number[];
+    expect(levels[0]).toBe(1);
+    levels.forEach((level, i) => {
+      if (i > 0)
+        expect(level, `heading ${i}: h${levels[i - 1]} then h${level}`).toBeLessThanOrEqual(
+          levels[i - 1]! + 1,
+        );
+    });
+    // Every table says what it holds, the charts' hidden ones too (uPlot's legends aside).
+    const captions = await page
+      .locator('table:not([hidden]):not(.u-legend)')
+      .evaluateAll((ts) =>
+        ts.map(
+          (t) => (t as unknown as { caption: { textContent: string } | null }).caption?.textContent ?? '',
+        ),
+      );
+    expect(captions.length).toBeGreaterThan(5);
+    for (const c of captions) expect(c.length).toBeGreaterThan(10);
+    // A table wider than the phone scrolls in its box: a keyboard reaches the box, named by its caption.
+    const wraps = page.locator('.table-wrap');
+    expect(await wraps.count()).toBe(5);
+    for (const wrap of await wraps.all()) {
+      expect(await wrap.getAttribute('tabindex')).toBe('0');
+      expect(await wrap.getAttribute('role')).toBe('region');
+      const caption = (await wrap.locator('caption').textContent())!;
+      expect(await page.getByRole('region', { name: caption, exact: true }).count()).toBe(1);
+    }
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
   it('in another time zone (America/New_York) the days plotted are UTC days, on the axis and on hover', async () => {
     const { page, problems } = await open(1400, 1000, server.url, 'America/New_York');
     expect(await page.evaluate('Intl.DateTimeFormat().resolvedOptions().timeZone')).toBe('America/New_York');

@@ -110,6 +110,9 @@ export const ReEnableWebhookRequest = z.strictObject({
 /** `POST /api/webhooks/:id/test` takes no field: one given is refused (INVALID_FIELD), never ignored. */
 export const TestWebhookRequest = z.strictObject({});
 
+/** `POST /api/webhooks/:id/deliveries/:deliveryId/resend` takes no field either: one given is refused. */
+export const ResendDeliveryRequest = z.strictObject({});
+
 export const MAX_ROTATION_OVERLAP_SECONDS = 7 * 24 * 3_600;
 
 export const RotateSecretRequest = z.strictObject({

@@ -64,6 +64,16 @@ describe.runIf(reachable)('what subscribers ask for: gap detection, versions, ro
     expect(paged.body.next_after_seq).toBe(2);
     // A resend carries the same number and the same bytes.
     const third = got.find(({ env }) => env.seq === 3)!;
+    // A body field it does not take is refused, as test, enable and rotate-secret refuse one: nothing sent.
+    const before = r.received.length;
+    const bogus = await stack.request(
+      'POST',
+      `/api/webhooks/${id}/deliveries/${third.env.delivery_id}/resend`,
+      key,
+      { bogus: 1 },
+    );
+    expect(bogus).toMatchObject({ status: 400, body: { code: 'INVALID_FIELD', field: 'bogus' } });
+    expect(r.received.length).toBe(before);
     const resent = await stack.request(
       'POST',
       `/api/webhooks/${id}/deliveries/${third.env.delivery_id}/resend`,

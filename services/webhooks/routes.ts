@@ -13,6 +13,7 @@ import {
   CreateWebhookRequest,
   DeliveryView,
   ReEnableWebhookRequest,
+  ResendDeliveryRequest,
   RotatedSecret,
   RotateSecretRequest,
   SendResultView,
@@ -225,8 +226,10 @@ const DOCS = {
   resend: keyed({
     summary: 'Send one delivery again now',
     params: z.object({ id: z.string(), deliveryId: z.string() }),
+    body: optionalBody(ResendDeliveryRequest),
     responses: {
       200: { description: 'The attempt', schema: SendResultView },
+      400: fail('INVALID_FIELD: the route takes no body field'),
       404: fail('NOT_FOUND'),
       409: fail('SUBSCRIPTION_DISABLED, DELIVERY_BUSY'),
     },

@@ -68,11 +68,14 @@ function page(): string {
 six-candle horizon has closed; these figures are computed from the revealed verdicts and their
 outcomes (hit = the call's direction beat a 10 bps fee over six candles). Baselines are scored on
 the same points. <code>npm run history -- score</code> recomputes them from an export.</p>
+<noscript><p>This page draws its figures with JavaScript, which is off. The same figures, as JSON:
+<a href="/api/track-record?window=all">/api/track-record?window=all</a> (window 7d, 30d, 90d or all).</p></noscript>
 <label>Window <select id="window">
   <option value="7d">7 days</option><option value="30d">30 days</option>
   <option value="90d">90 days</option><option value="all" selected>all</option>
 </select></label>
 <span id="asof"></span>
+<p class="note" id="window-note" hidden></p>
 <p class="note" id="status" role="status"></p>
 <h2>Direction calls</h2>
 <div class="table-wrap" tabindex="0" role="region" aria-labelledby="lines-caption"><table id="lines">
@@ -365,7 +368,8 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
     last = tr;
     baselines(tr.baselines);
     carry(tr.carry);
-    document.getElementById('asof').textContent = ' as of ' + tr.asOf;
+    // asOfPosition: with asOf, what \`history score --as-of --as-of-position\` reproduces them from.
+    document.getElementById('asof').textContent = ' as of ' + tr.asOf + ', log position ' + tr.asOfPosition;
     document.querySelector('#lines tbody').innerHTML = [tr.overall].concat(tr.lines).map(row).join('');
     // Days from the first one with a resolved call: before it there is no rate to draw.
     var s = tr.series.filter(function (p) { return p.calls > 0; });
@@ -430,7 +434,24 @@ HAR-RV): QLIKE below 0 means the service's forecast beat that baseline on the te
     clearTimeout(resizing);
     resizing = setTimeout(function () { if (last) render(last); }, 150);
   });
-  document.getElementById('window').addEventListener('change', load);
+  // The window is in the page's address (?window=30d), so a link or a reload keeps it; one the
+  // API does not know is said, and the default shown.
+  var select = document.getElementById('window');
+  var windowNote = document.getElementById('window-note');
+  var asked = new URLSearchParams(location.search).get('window');
+  var known = [].map.call(select.options, function (o) { return o.value; });
+  if (asked !== null && known.indexOf(asked) >= 0) select.value = asked;
+  else if (asked !== null) {
+    windowNote.textContent = 'There is no window "' + asked + '" (7d, 30d, 90d or all): showing ' + select.value + '.';
+    windowNote.hidden = false;
+  }
+  select.addEventListener('change', function () {
+    var url = new URL(location.href);
+    url.searchParams.set('window', select.value);
+    history.replaceState(null, '', url);
+    windowNote.hidden = true;
+    load();
+  });
   load();
 })();
 </script>

@@ -82,7 +82,8 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
     page.on('response', (r) => {
       if (r.status() >= 400) problems.push(`${r.status()}: ${r.url()}`);
     });
-    const answer = await page.goto(`${url}/track-record`);
+    // A url ending in '#' names the page itself (its query with it); else /track-record is added.
+    const answer = await page.goto(url.endsWith('#') ? url.slice(0, -1) : `${url}/track-record`);
     // Its own Content-Security-Policy (no inline code but its hashed script and style, never
     // framed): a violation would be a console error, which `problems` collects.
     const headers = answer?.headers() ?? {};
@@ -381,6 +382,46 @@ describe.runIf(present || process.env.CI === 'true')('GET /track-record in headl
       const caption = (await wrap.locator('caption').textContent())!;
       expect(await page.getByRole('region', { name: caption, exact: true }).count()).toBe(1);
     }
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
+  it('without JavaScript the page says so and links the figures as JSON', async () => {
+    // This headless Chromium parses <noscript> as text even with scripts switched off (CDP, Blink
+    // settings): read the markup a browser without scripts renders.
+    const html = await (await fetch(`${server.url}/track-record`)).text();
+    const noscript = /<noscript>([\s\S]*?)<\/noscript>/.exec(html)?.[1] ?? '';
+    expect(noscript).toContain('This page draws its figures with JavaScript');
+    expect(noscript).toContain('<a href="/api/track-record?window=all">/api/track-record?window=all</a>');
+  });
+
+  it('the window is in the page address: ?window=30d selects it, the select writes it, an unknown one is said', async () => {
+    const { page, problems } = await open(1400, 1000, `${server.url}/track-record?window=30d#`);
+    expect(await page.locator('#window').inputValue()).toBe('30d');
+    expect(await page.locator('#window-note').isVisible()).toBe(false);
+    await page.selectOption('#window', '90d');
+    expect(new URL(page.url()).searchParams.get('window')).toBe('90d');
+    await page.close();
+    const wrong = await open(1400, 1000, `${server.url}/track-record?window=1y#`);
+    expect(await wrong.page.locator('#window').inputValue()).toBe('all');
+    expect(await wrong.page.locator('#window-note').textContent()).toBe(
+      'There is no window "1y" (7d, 30d, 90d or all): showing all.',
+    );
+    expect(await wrong.page.locator('#window-note').isVisible()).toBe(true);
+    expect([...problems, ...wrong.problems]).toEqual([]);
+    await wrong.page.close();
+  });
+
+  it('beside its time, the log position the figures are folded to (asOfPosition)', async () => {
+    const { page, problems } = await open(1400, 1000);
+    const tr = (await (await fetch(`${server.url}/api/track-record?window=all`)).json()) as {
+      asOf: string;
+      asOfPosition: number;
+    };
+    expect(tr.asOfPosition).toBeGreaterThan(0);
+    expect(await page.locator('#asof').textContent()).toBe(
+      ` as of ${tr.asOf}, log position ${tr.asOfPosition}`,
+    );
     expect(problems).toEqual([]);
     await page.close();
   });

@@ -89,6 +89,25 @@ describe('OpenAPI document', () => {
     });
   });
 
+  it('says a request body is optional exactly where the route answers without one', () => {
+    const optional = Object.entries(doc.paths)
+      .flatMap(([path, item]) =>
+        Object.entries(item as Record<string, { requestBody?: { required?: boolean } }>)
+          .filter(([, op]) => op.requestBody && op.requestBody.required !== true)
+          .map(([method]) => `${method.toUpperCase()} ${path}`),
+      )
+      .sort();
+    expect(optional).toEqual(
+      [
+        'POST /api/webhooks/{id}/deliveries/{deliveryId}/resend',
+        'POST /api/webhooks/{id}/enable',
+        'POST /api/webhooks/{id}/rotate-secret',
+        'POST /api/webhooks/{id}/test',
+      ].sort(),
+    );
+    expect(doc.paths['/api/search']!.post).toMatchObject({ requestBody: { required: true } });
+  });
+
   it('carries the webhook payload of every event type and version', () => {
     expect(Object.keys(doc.webhooks).length).toBeGreaterThanOrEqual(4 * EVENT_VERSIONS.length);
     expect(Object.keys(doc.webhooks)).toContain('trade_call.v1');

@@ -152,6 +152,14 @@ const SECURITY: Record<NonNullable<RouteDoc['auth']>, Json[]> = {
   none: [],
 };
 
+/** Marks an operation whose request body may be left out (an `x-` key @fastify/swagger copies as is). */
+const OPTIONAL_BODY = 'x-body-optional';
+
+/** A zod body that accepts no body at all (optionalBody): the request may leave it out. */
+function bodyIsOptional(body: RouteDoc['body']): boolean {
+  return body instanceof z.ZodType && body.safeParse(undefined).success;
+}
+
 function toFastifySchema(doc: RouteDoc): FastifySchema {
   const response: Json = {};
   for (const [status, r] of Object.entries(doc.responses)) {
@@ -183,6 +191,9 @@ function toFastifySchema(doc: RouteDoc): FastifySchema {
   }
   const security = SECURITY[doc.auth ?? 'none'];
   return {
+    // A body the contract accepts as absent (optionalBody) is optional; @fastify/swagger says
+    // `required: true` of every body, so the mark is read back in withOperationIds.
+    ...(bodyIsOptional(doc.body) ? { [OPTIONAL_BODY]: true } : {}),
     summary: doc.summary,
     ...(doc.description ? { description: doc.description } : {}),
     tags: doc.tags,
@@ -379,7 +390,12 @@ function withOperationIds<D extends object>(document: D): D {
   for (const [path, item] of Object.entries(paths)) {
     // One route serving several methods shares one operation object among them: each gets its own.
     for (const [method, operation] of Object.entries(item)) {
-      const op = operation as { responses?: Record<string, { headers?: Json; content?: Json }> };
+      const { [OPTIONAL_BODY]: optionalBody, ...op } = operation as {
+        responses?: Record<string, { headers?: Json; content?: Json }>;
+        requestBody?: Json;
+        [OPTIONAL_BODY]?: boolean;
+      };
+      if (optionalBody && op.requestBody) op.requestBody = { ...op.requestBody, required: false };
       const limited = !UNLIMITED_PATHS.has(path);
       const signin = isSignInPath(path);
       const responses = Object.fromEntries(

@@ -12,6 +12,8 @@ export interface ConsentView {
   resource: string;
   /** A refusal of the last attempt, shown above the forms. */
   error?: string;
+  /** The field the refusal is about (a key not accepted): marked invalid and described by it. */
+  errorField?: 'api_key';
   /** After a wallet sign-in: the wallet and its keys to choose from. */
   wallet?: { address: string; keys: { keyId: string; prefix: string; plan: string }[] };
 }
@@ -61,7 +63,13 @@ const walletScript = (
 
 export function consentPage(view: ConsentView): string {
   const action = (step: string) => `/oauth/interaction/${encodeURIComponent(view.uid)}/${step}`;
-  const error = view.error ? `<p class="error" role="alert">${escapeHtml(view.error)}</p>` : '';
+  const error = view.error
+    ? `<p class="error" id="consent-error" role="alert">${escapeHtml(view.error)}</p>`
+    : '';
+  const keyInvalid =
+    view.error && view.errorField === 'api_key'
+      ? ' aria-invalid="true" aria-describedby="consent-error"'
+      : '';
   const who = `<p><strong>${escapeHtml(view.clientName)}</strong> asks to call this service's MCP tools
  as one of your API keys: with that key's plan, quota and rate limits.</p>
 <p class="muted">It will be sent back to <code>${escapeHtml(view.redirectHost)}</code>.
@@ -81,23 +89,24 @@ ${view.wallet.keys
     : `<fieldset><legend>Sign in with an API key you hold</legend>
 <form method="post" action="${action('key')}">
 <label for="api_key">API key (it is the key the host will act as)</label>
-<input type="password" id="api_key" name="api_key" autocomplete="off" required>
+<input type="password" id="api_key" name="api_key" autocomplete="off" required${keyInvalid}>
 <button type="submit" id="allow">Sign in and allow</button></form></fieldset>
 <fieldset><legend>Or sign in with your wallet</legend>
 <p class="muted">Sign-In with Ethereum; then choose one of the wallet's keys (a wallet without one gets its free key).</p>
 <form method="post" action="${action('wallet')}" id="wallet-form">
 <input type="hidden" name="message"><input type="hidden" name="signature">
 <button type="button" id="wallet-button">Sign in with wallet</button></form>
-<p class="muted" id="wallet-status"></p></fieldset>
+<p class="muted" id="wallet-status" role="status" aria-live="polite"></p></fieldset>
 <script>${walletScript(action('nonce'))}</script>`;
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
-<meta name="referrer" content="no-referrer"><title>Sign in — allow an MCP host</title><style>${STYLE}</style></head>
+<meta name="referrer" content="no-referrer"><link rel="icon" href="data:,"><title>Sign in — allow an MCP host</title><style>${STYLE}</style></head>
 <body><h1>Allow an MCP host</h1>${who}${error}${body}${deny}</body></html>`;
 }
 
 /** A page that ends the flow with an error (an interaction that expired, a cookie that is missing). */
 export function errorPage(title: string, detail: string): string {
-  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>${escapeHtml(title)}</title>
+  return `<!doctype html><html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width,initial-scale=1"><link rel="icon" href="data:,"><title>${escapeHtml(title)}</title>
 <style>${STYLE}</style></head><body><h1>${escapeHtml(title)}</h1><p>${escapeHtml(detail)}</p></body></html>`;
 }

@@ -504,10 +504,11 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
           if (details === null) return reply;
           const form = KeySignInForm.safeParse(request.body ?? {});
           if (!form.success) {
+            const error = invalidForm(form.error.issues);
             return page(
               reply,
               400,
-              consentPage(await view(request, details, { error: invalidForm(form.error.issues) })),
+              consentPage(await view(request, details, { error, errorField: 'api_key' })),
             );
           }
           let lookup: Awaited<ReturnType<KeyResolver['resolve']>>;
@@ -530,7 +531,11 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
               lookup.status === 'revoked'
                 ? 'This API key was revoked.'
                 : 'This is not an API key of this service.';
-            return page(reply, 401, consentPage(await view(request, details, { error })));
+            return page(
+              reply,
+              401,
+              consentPage(await view(request, details, { error, errorField: 'api_key' })),
+            );
           }
           return finish(request, reply, details, lookup.record.keyId);
         },

@@ -59,6 +59,43 @@ describe.runIf(present || process.env.CI === 'true')('OAuth sign-in with the off
     await server?.close();
   });
 
+  it('a key not accepted marks the key field invalid, described by the refusal; no console error', async () => {
+    const host = new MemoryHost(receiver.url);
+    const url = new URL(`${base}/mcp/signin`);
+    const client = new Client({ name: 'oauth-host', version: '1.0.0' });
+    await expect(
+      client.connect(new StreamableHTTPClientTransport(url, { authProvider: host })),
+    ).rejects.toThrow(UnauthorizedError);
+    await browser.clearCookies();
+    const page = await browser.newPage();
+    const problems: string[] = [];
+    page.on('console', (m) => {
+      if (m.type() === 'error') problems.push(m.text());
+    });
+    page.on('response', (r) => {
+      if (r.status() >= 400 && r.request().resourceType() !== 'document')
+        problems.push(`${r.status()} ${r.url()}`);
+    });
+    try {
+      await page.goto(String(host.authorizationUrl!));
+      expect(await page.locator('#wallet-status').getAttribute('role')).toBe('status');
+      expect(await page.locator('#api_key').getAttribute('aria-invalid')).toBeNull();
+      await page.fill('#api_key', 'sk_live_not-a-key-of-this-service');
+      await page.click('#allow');
+      await page.locator('#consent-error').waitFor();
+      const field = page.locator('#api_key');
+      expect(await field.getAttribute('aria-invalid')).toBe('true');
+      expect(await field.getAttribute('aria-describedby')).toBe('consent-error');
+      expect(await page.locator('#consent-error').textContent()).toBe(
+        'This is not an API key of this service.',
+      );
+      // The page's own 401 aside, nothing failed: no /favicon.ico asked for and refused.
+      expect(problems.filter((p) => !p.includes('401'))).toEqual([]);
+    } finally {
+      await page.close();
+    }
+  });
+
   it('signs in through the consent page and calls tools as the chosen key', async () => {
     const host = new MemoryHost(receiver.url);
     const url = new URL(`${base}/mcp/signin`);

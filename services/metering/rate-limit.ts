@@ -387,12 +387,19 @@ function signInRefusal(reply: FastifyReply, path: string, decision: RateDecision
     });
     return void reply.send({ error, error_description: description });
   }
+  // A person's page: a heading, readable on a phone, its own icon (no /favicon.ico asked and
+  // refused), in words (the machine's description is the JSON answers').
   reply
     .type('text/html; charset=utf-8')
     .send(
-      `<!doctype html><html lang="en"><meta charset="utf-8"><title>Sign-in: too many requests</title>` +
+      '<!doctype html><html lang="en"><head><meta charset="utf-8">' +
+        '<meta name="viewport" content="width=device-width,initial-scale=1"><link rel="icon" href="data:,">' +
+        '<title>Sign-in: too many requests</title></head>' +
+        '<body style="font:16px/1.5 system-ui,sans-serif;max-width:34rem;margin:3rem auto;padding:0 1rem">' +
+        '<h1>Too many sign-in requests</h1>' +
         `<p>Too many sign-in requests came from your network just now. Please try again in ${seconds} seconds.</p>` +
-        `<p><small>${description}</small></p></html>`,
+        '<p>Nothing is wrong with your key or wallet: reload this page then, or start again from your MCP host.</p>' +
+        '</body></html>',
     );
 }
 

@@ -115,7 +115,14 @@ describe('the OAuth sign-in paths have a rate budget of their own', () => {
       expect([path, page.status]).toEqual([path, 429]);
       expect(page.headers.get('content-type')).toMatch(/^text\/html/);
       expect(page.headers.get('retry-after')).not.toBeNull();
-      expect(await page.text()).toMatch(/try again in \d+ seconds/);
+      const html = await page.text();
+      expect(html).toMatch(/try again in \d+ seconds/);
+      // A page a person reads on any screen: a heading, the viewport, its icon (no /favicon.ico asked),
+      // and words rather than the machine's error text.
+      expect(html).toContain('<h1>Too many sign-in requests</h1>');
+      expect(html).toContain('<meta name="viewport" content="width=device-width,initial-scale=1">');
+      expect(html).toContain('<link rel="icon" href="data:,">');
+      expect(html).not.toContain('per window');
     }
   });
 });

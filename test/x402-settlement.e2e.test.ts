@@ -828,32 +828,43 @@ describe('settlement that outlasts the receipt wait', () => {
       expect(res.status).toBe(200);
       const body = (await res.json()) as {
         regime: string;
-        _service: { payment: { status: string; transaction: Hex } };
+        _service: { payment: { status: string; transaction: Hex | null } };
       };
       expect(body.regime).toEqual(expect.any(String));
       expect(body._service.payment.status).toBe('pending');
-      // Broadcast but unconfirmed: the receipt names the transaction as a success (what x402
-      // clients read), and _service.payment says it is still pending.
-      const receipt = decodePaymentResponseHeader(res.headers.get('x-payment-response')!);
-      expect(receipt).toMatchObject({ success: true });
-      expect(receipt).not.toHaveProperty('errorReason');
-      expect(receipt.transaction).toMatch(/^0x[0-9a-f]{64}$/);
-      expect(receipt.transaction).toBe(body._service.payment.transaction);
-      expect((await stack.paymentEvents(auth.nonce)).map((e) => e.type)).toEqual([
+      const pending = await stack.paymentEvents(auth.nonce);
+      expect(pending.map((e) => e.type)).toEqual([
         'PaymentAuthorized',
         'PaymentSettlementPending',
         'PaymentSettlementPending',
       ]);
+      // The transaction the receipt wait gave up on.
+      const sent = (pending[2]!.data as { txHash?: Hex }).txHash!;
+      expect(sent).toMatch(/^0x[0-9a-f]{64}$/);
+      const receipt = decodePaymentResponseHeader(res.headers.get('x-payment-response')!);
+      if (receipt.success) {
+        // Broadcast within X402_SETTLE_CONFIRM_TIMEOUT_MS but unconfirmed: the receipt names the
+        // transaction as a success (what x402 clients read), and _service.payment says pending.
+        expect(receipt).not.toHaveProperty('errorReason');
+        expect(receipt.transaction).toBe(sent);
+        expect(body._service.payment.transaction).toBe(sent);
+      } else {
+        // A host too slow to broadcast within the answer's budget (700 ms: the settlement reads
+        // the chain again, estimates gas and signs first): answered before any transaction is
+        // known, as the README documents: settlement_pending, no transaction named.
+        expect(receipt).toMatchObject({ success: false, errorReason: 'settlement_pending', transaction: '' });
+        expect(body._service.payment.transaction).toBeNull();
+      }
 
       await chain.testClient.mine({ blocks: 1 });
-      await chain.publicClient.waitForTransactionReceipt({ hash: receipt.transaction as Hex });
+      await chain.publicClient.waitForTransactionReceipt({ hash: sent });
       const reconciler = reconcilerOf(stack);
       const summary = await reconciler.runOnce();
       expect(summary).toMatchObject({ settled: 1, lost: 0, released: 0, rebroadcast: 0 });
       const events = await stack.paymentEvents(auth.nonce);
       expect(events.at(-1)).toMatchObject({
         type: 'PaymentSettled',
-        data: { txHash: receipt.transaction, reconciled: true, amount: '20000' },
+        data: { txHash: sent, reconciled: true, amount: '20000' },
       });
       await expectChargedOnce(payer.address, auth.nonce);
       // A second round finds nothing open: never settled or recorded twice.
@@ -1088,6 +1099,8 @@ async function rpcProxy(target: string) {
   let mode: 'pass' | 'lose-send-reply' | 'refuse-send' | 'fail-after-send' | 'drop-send' | 'silent' = 'pass';
   let answer = { code: -32000, message: 'nonce too low' };
   const held = new Set<ServerResponse>();
+  // Whether the client gave up on the last send whose reply was lost (null: none lost yet).
+  let sendGivenUp: boolean | null = null;
   // Blocks an eth_getLogs may span, as hosted RPCs cap it; null passes any range.
   let logRangeCap: bigint | null = null;
   const server = createServer((req, res) => {
@@ -1140,6 +1153,11 @@ async function rpcProxy(target: string) {
       if (mode === 'lose-send-reply' && send) {
         mode = 'pass';
         held.add(res);
+        sendGivenUp = false;
+        // The client closing the connection: it gave up waiting for this answer (its timeout).
+        res.once('close', () => {
+          sendGivenUp = true;
+        });
         return;
       }
       res.writeHead(forwarded.status, { 'content-type': 'application/json' });
@@ -1149,6 +1167,8 @@ async function rpcProxy(target: string) {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    /** Whether the client gave up on the send whose reply was lost (null: no send held yet). */
+    sendGivenUp: () => sendGivenUp,
     capLogRange(blocks: bigint) {
       logRangeCap = blocks;
     },
@@ -1183,8 +1203,10 @@ const SHORT_SETTLE = { X402_FACILITATOR_TIMEOUT_MS: '1500', X402_SETTLE_CONFIRM_
 
 describe('a chain RPC that loses answers', () => {
   it('a settlement whose send got no answer but was mined serves the answer, charges once, and replays it', async () => {
-    // The default budget: a JSON-RPC request times out after viem's 10 s.
-    const { proxy, stack, stop } = await startBehindProxy({ X402_SETTLE_CONFIRM_TIMEOUT_MS: '8000' });
+    // The default budget: a JSON-RPC request times out after viem's 10 s. The answer may wait for
+    // the broadcast longer than that (30 s), so an answer that came only from the send's timeout
+    // would still name the transaction: what tells them apart is whether the send was given up.
+    const { proxy, stack, stop } = await startBehindProxy({ X402_SETTLE_CONFIRM_TIMEOUT_MS: '30000' });
     try {
       const payer = await chain.fundedPayer(1_000_000n);
       const client = new x402Client();
@@ -1196,15 +1218,15 @@ describe('a chain RPC that loses answers', () => {
         return fetch(request);
       }, client);
       proxy.set('lose-send-reply');
-      const started = Date.now();
       const res = await payFetch(`${stack.url}/x402/get_trade_call`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ coin: 'BTC', timeframe: '1h' }),
       });
-      // The node is asked whether it has the transaction a second into the silence: the answer
-      // does not wait for the send's 10 s timeout (a loaded machine's event loop allowed for).
-      expect(Date.now() - started).toBeLessThan(5000);
+      // The node is asked whether it has the transaction while the send goes unanswered: the
+      // answer does not wait for the send's timeout (viem's 10 s), so it arrives while the send
+      // is still waiting for its reply, however slow the host (the send was held, not given up).
+      expect(proxy.sendGivenUp()).toBe(false);
       const body = (await res.json()) as Record<string, unknown> & {
         _service: { payment: { status: string; transaction: string } };
       };
@@ -1439,9 +1461,11 @@ describe('a chain RPC that loses answers', () => {
       expect(res.status).toBe(503);
       expect(res.headers.get('retry-after')).toBe('1');
       expect(await res.json()).toMatchObject({ code: 'facilitator_unavailable', retryable: true });
-      // The budget, and the round trip around it (a loaded machine's event loop included).
+      // The budget, not each read's own retries: unbounded, the first read alone takes viem's four
+      // attempts of 1.5 s each (the request timeout follows the budget) before the next starts,
+      // so an answer sooner than that is the budget's, whatever the round trip around it takes.
       expect(took).toBeGreaterThanOrEqual(1500);
-      expect(took).toBeLessThan(4000);
+      expect(took).toBeLessThan(4 * 1500);
       proxy.set('pass');
       expect(await stack.paymentEvents(auth.nonce)).toEqual([]);
       await expectNotCharged(payer.address, auth.nonce);
@@ -1454,7 +1478,8 @@ describe('a chain RPC that loses answers', () => {
 
 describe('a paid answer presented again while its settlement is unconfirmed', () => {
   it('is answered at once with the broadcast transaction, not after the receipt wait', async () => {
-    const stack = await startX402Stack({ X402_SETTLE_CONFIRM_TIMEOUT_MS: '8000' }, chain);
+    // A receipt wait no host outlasts: the replay must be answered while it runs.
+    const stack = await startX402Stack({ X402_SETTLE_CONFIRM_TIMEOUT_MS: '60000' }, chain);
     try {
       const payer = await chain.fundedPayer(1_000_000n);
       const now = nowSeconds();
@@ -1479,9 +1504,14 @@ describe('a paid answer presented again while its settlement is unconfirmed', ()
         expect(first.status).toBe(200);
         const sent = decodePaymentResponseHeader(first.headers.get('x-payment-response')!).transaction;
         expect(sent).toMatch(/^0x[0-9a-f]{64}$/);
-        const started = Date.now();
         const again = await call();
-        const took = Date.now() - started;
+        // Answered while the first settlement still waits for its receipt (automine is off): the
+        // transaction came from its broadcast, not from the log, which names it only once that
+        // wait ends (the replay would otherwise poll the log for the whole wait).
+        expect((await stack.paymentEvents(auth.nonce)).map((e) => e.type)).toEqual([
+          'PaymentAuthorized',
+          'PaymentSettlementPending',
+        ]);
         expect(again.status).toBe(200);
         expect(again.headers.get('x-payment-replayed')).toBe('true');
         expect(decodePaymentResponseHeader(again.headers.get('x-payment-response')!)).toMatchObject({
@@ -1492,8 +1522,6 @@ describe('a paid answer presented again while its settlement is unconfirmed', ()
           _service: { payment: { status: string; transaction: string } };
         };
         expect(body._service.payment).toMatchObject({ status: 'pending', transaction: sent });
-        // Well inside the receipt wait (8 s) the log would otherwise be polled for.
-        expect(took).toBeLessThan(2000);
       } finally {
         await chain.testClient.setAutomine(true);
       }

@@ -873,6 +873,45 @@ describe('settlement that outlasts the receipt wait', () => {
       await stack.stop();
     }
   });
+
+  it('a settlement not yet broadcast when the answer is due: served with settlement_pending naming no transaction, then settled once, the replay naming it', async () => {
+    // The settle starts only after the answer's budget (700 ms) ran out: what a host too slow to
+    // re-verify, estimate and sign within it gives (README: settlement_pending before any
+    // transaction is known).
+    const { stack, payer } = await startRaced(
+      async () => {
+        await new Promise((resolve) => setTimeout(resolve, 1_500));
+      },
+      { X402_SETTLE_CONFIRM_TIMEOUT_MS: '700' },
+    );
+    try {
+      const { res, auth, header } = await paidRequest(stack, payer.key, payer.address);
+      const body = (await expectServedPending(res)) as ServedBody & {
+        _service: { payment: { transaction: string | null } };
+      };
+      expect(body._service.payment.transaction).toBeNull();
+      expect(decodePaymentResponseHeader(res.headers.get('x-payment-response')!)).toMatchObject({
+        success: false,
+        errorReason: 'settlement_pending',
+        transaction: '',
+        payer: payer.address,
+      });
+      await stack.x402.settled();
+      // Its receipt may outlast the 700 ms wait too: the reconciler then records it from the chain.
+      await reconcilerOf(stack).runOnce();
+      const txHash = await expectSettledOnChain(stack, auth.nonce);
+      await expectChargedOnce(payer.address, auth.nonce);
+      const again = await presentAgain(stack, header);
+      expect(again.status).toBe(200);
+      expect(again.headers.get('x-payment-replayed')).toBe('true');
+      expect(decodePaymentResponseHeader(again.headers.get('x-payment-response')!)).toMatchObject({
+        success: true,
+        transaction: txHash,
+      });
+    } finally {
+      await stack.stop();
+    }
+  });
 });
 
 describe('reconciliation after a restart', () => {

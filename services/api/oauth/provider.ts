@@ -38,8 +38,30 @@ export interface ProviderOptions {
 }
 
 /**
- * Why a redirect URI is refused at registration, or null: https, or http on a loopback host only
- * (LOOPBACK_HOSTS: OAuth 2.1 §2.3.1, the MCP authorization profile).
+ * Schemes that are no app's private-use scheme (RFC 8252 §7.1): the library's own refusals
+ * (script, inline and local content), the other special schemes of the URL standard (network
+ * protocols) and the browser's internal views. A redirect URI using one is refused.
+ */
+export const REFUSED_REDIRECT_SCHEMES: ReadonlySet<string> = new Set([
+  'javascript:',
+  'vbscript:',
+  'data:',
+  'blob:',
+  'file:',
+  'about:',
+  'ftp:',
+  'ws:',
+  'wss:',
+  'view-source:',
+  'filesystem:',
+  'intent:',
+]);
+
+/**
+ * Why a redirect URI is refused at registration, or null: https, http on a loopback host only
+ * (LOOPBACK_HOSTS: OAuth 2.1 §2.3.1, the MCP authorization profile), or a native app's
+ * private-use scheme (RFC 8252 §7.1, e.g. `cursor://anysphere.cursor-mcp/oauth/callback`) that is
+ * none of REFUSED_REDIRECT_SCHEMES.
  */
 export function redirectUriRefusal(uri: unknown): string | null {
   if (typeof uri !== 'string') return null; // the library's own schema reports the type
@@ -48,7 +70,17 @@ export function redirectUriRefusal(uri: unknown): string | null {
   if (url.protocol === 'http:' && !LOOPBACK_HOSTS.has(url.hostname)) {
     return `redirect_uris must use https, or http only on a loopback host (127.0.0.1, [::1], localhost): ${uri}`;
   }
+  if (REFUSED_REDIRECT_SCHEMES.has(url.protocol)) {
+    return `redirect_uris must not use the ${url.protocol.slice(0, -1)} scheme (https, http on a loopback host, or an app's own scheme): ${uri}`;
+  }
   return null;
+}
+
+/** Whether a redirect URI uses an app's private-use scheme (neither https nor http): a native app's. */
+export function isPrivateUseRedirect(uri: unknown): boolean {
+  if (typeof uri !== 'string') return false;
+  const url = URL.parse(uri);
+  return url !== null && url.protocol !== 'https:' && url.protocol !== 'http:';
 }
 
 /**
@@ -198,6 +230,15 @@ export function createProvider(options: ProviderOptions): OAuthProvider {
             err.error_description = why;
             throw err;
           }
+        }
+        // A host that lists an app's own scheme (Cursor: cursor://, beside an https and a
+        // loopback URI) is a native app (RFC 8252): the library takes such schemes only from a
+        // client of application_type native, and every client is web unless it says. Set here,
+        // before the library checks the URIs, and returned in the registration response (RFC
+        // 7591 §3.2.1). Native also means: https on a loopback host is refused, a loopback http
+        // URI matches on any port (RFC 8252 §7.3), and the person is always asked.
+        if (value.some(isPrivateUseRedirect)) {
+          (metadata as { application_type?: string }).application_type = 'native';
         }
       },
     },

@@ -146,7 +146,7 @@ const LIBRARY_ROUTES: {
     doc: endpointDoc(
       'Authorization request (response_type=code, PKCE S256 required, resource=<origin>/mcp/signin)',
       { 303: toSignInOrHost, 400: errorPageDoc },
-      'Sends the browser to the sign-in page, then back to the registered redirect_uri with code (or error) and iss. A redirect_uri that is not registered exactly is answered here (400 page), never redirected to.',
+      "Sends the browser to the sign-in page, then back to the registered redirect_uri with code (or error) and iss. A redirect_uri that is not registered exactly (a native client's loopback http one: on any port, RFC 8252 §7.3) is answered here (400 page), never redirected to.",
     ),
   },
   {
@@ -179,7 +179,7 @@ const LIBRARY_ROUTES: {
     url: OAUTH_ROUTES.registration,
     cors: 'ours',
     doc: endpointDoc(
-      'Dynamic client registration (RFC 7591): public clients, redirect URIs matched exactly',
+      "Dynamic client registration (RFC 7591): public clients; https, loopback http or an app's own scheme (then a native client) redirect URIs",
       {
         201: {
           description: 'The registered client: client_id, and registration_access_token to read it back',
@@ -355,7 +355,10 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
     const redirectUri = String(details.params.redirect_uri ?? '');
     let redirectHost = redirectUri;
     try {
-      redirectHost = new URL(redirectUri).host || redirectUri;
+      const to = new URL(redirectUri);
+      // An app's own scheme names the app (cursor://anysphere.cursor-mcp): shown with it.
+      const web = to.protocol === 'https:' || to.protocol === 'http:';
+      redirectHost = web ? to.host || redirectUri : to.host ? `${to.protocol}//${to.host}` : to.protocol;
     } catch {}
     return {
       uid: details.uid,

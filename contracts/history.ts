@@ -115,6 +115,8 @@ export const HistoryTrailer = z.object({
 export const TRACK_RECORD_WINDOWS = ['7d', '30d', '90d', 'all'] as const;
 export const TrackRecordWindow = z.enum(TRACK_RECORD_WINDOWS);
 export type TrackRecordWindow = z.infer<typeof TrackRecordWindow>;
+/** The window of the track-record line a trade call carries (delivered, and in its test sample). */
+export const TRADE_CALL_TRACK_RECORD_WINDOW: TrackRecordWindow = '90d';
 
 const Rate = z.object({
   hitRate: z.number().nullable(),

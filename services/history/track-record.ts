@@ -4,6 +4,7 @@ import {
   FEE_BPS,
   HORIZON_CANDLES,
   type RiskRecord,
+  TRADE_CALL_TRACK_RECORD_WINDOW,
   type TrackRecordBrief,
   type TrackRecordLine,
   type TrackRecordResponse,
@@ -414,7 +415,7 @@ export function trackRecordBrief(
   state: TrackRecordState,
   call: { exchange: Exchange; timeframe: Timeframe; confidence: number },
   asOf: number,
-  window: TrackRecordWindow = '90d',
+  window: TrackRecordWindow = TRADE_CALL_TRACK_RECORD_WINDOW,
 ): TrackRecordBrief {
   const market = emptyCell();
   for (const ref of cellsIn(state, window, asOf)) {

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { z } from 'zod';
+import { TRADE_CALL_TRACK_RECORD_WINDOW } from '../../contracts/history.ts';
 import type { FeedKind } from '../../contracts/market.ts';
 import type { TradeCallData, WebhookEnvelope } from '../../contracts/webhooks.ts';
 import { pinnedEnvelope } from './payloads.ts';
@@ -93,7 +94,7 @@ function sampleTrackRecord(
   base: SampleCallFields,
 ): NonNullable<z.infer<typeof TradeCallData>['track_record']> {
   return {
-    window: '30d',
+    window: TRADE_CALL_TRACK_RECORD_WINDOW,
     exchange: base.exchange,
     timeframe: base.timeframe,
     confidenceBucket: '70-79',

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { EventData } from '../../contracts/events.ts';
 import { WebhookEnvelope } from '../../contracts/webhooks.ts';
 import { defaultCalibration, ENGINE_VERSION, recordedMeaning } from '../engine/signals/index.ts';
+import { trackRecordBrief } from '../history/track-record.ts';
 import { scanDigestEnvelope, tradeCallEnvelope } from './payloads.ts';
 import { sampleEnvelope } from './sample.ts';
 import type { SubscriptionRecord } from './subscription-fold.ts';
@@ -46,7 +47,7 @@ describe('test deliveries carry every field the real payload carries', () => {
       verdict,
       verifyUrl: 'https://s.example/verify/x/0',
       trackRecord: {
-        window: '30d',
+        window: '90d',
         exchange: 'BINANCE',
         timeframe: '1h',
         confidenceBucket: '70-79',
@@ -62,6 +63,14 @@ describe('test deliveries carry every field the real payload carries', () => {
     if (got.type !== 'trade_call' || real.data.type !== 'trade_call') throw new Error('not a trade call');
     expect(keys(got.track_record!)).toEqual(keys(real.data.track_record!));
     expect(keys(got.expected_move!)).toEqual(keys(real.data.expected_move!));
+  });
+
+  it('trade_call: its track record is of the window a real call carries', () => {
+    const got = sample(sub(['trade_call'])).data;
+    if (got.type !== 'trade_call') throw new Error('not a trade call');
+    const carried = trackRecordBrief({}, { exchange: 'BINANCE', timeframe: '1h', confidence: 72 }, 0);
+    expect(carried.window).toBe('90d');
+    expect(got.track_record!.window).toBe(carried.window);
   });
 
   it('scan_digest: every row field, expected_move_pct included, schema-valid', () => {

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import type { WebhookEventType } from './events.ts';
 import { jsonSchema } from './json-schema.ts';
+import { EVENT_VERSION_HEADER, SEQUENCE_HEADER, SIGNATURE_HEADERS } from './webhook-verify.ts';
 import {
   RegimeShiftData,
   RiskShiftData,
@@ -39,6 +40,55 @@ export function envelopeSchema(event: WebhookEventType, version: number): z.ZodT
 }
 
 /**
+ * Every header a delivery carries besides Content-Type and User-Agent, as the `webhooks` section
+ * describes them (header parameters of each delivery); `required`: on every delivery.
+ */
+export const DELIVERY_HEADERS: readonly { name: string; required: boolean; description: string }[] = [
+  { name: SIGNATURE_HEADERS.event, required: true, description: 'The event type (the body’s `event`)' },
+  {
+    name: SIGNATURE_HEADERS.delivery,
+    required: true,
+    description:
+      'The delivery id (the body’s `delivery_id`): the same on a retry or resend, your idempotency key',
+  },
+  {
+    name: SIGNATURE_HEADERS.timestamp,
+    required: true,
+    description: 'Unix seconds when this attempt was signed; refuse one far from your clock (5 minutes)',
+  },
+  {
+    name: SIGNATURE_HEADERS.signature,
+    required: true,
+    description:
+      'Hex HMAC-SHA256 of `{timestamp}.{rawBody}` keyed with the secret string; during a rotation’s overlap, the previous secret’s',
+  },
+  {
+    name: SIGNATURE_HEADERS.signatureNew,
+    required: false,
+    description: 'During a secret rotation’s overlap only: the same signature with the new secret',
+  },
+  {
+    name: SEQUENCE_HEADER,
+    required: false,
+    description:
+      'The per-subscription sequence number (the body’s `seq`, which the signature covers) for gap detection; not on test deliveries',
+  },
+  {
+    name: EVENT_VERSION_HEADER,
+    required: true,
+    description: 'The payload version (the body’s `event_version`, pinned at creation)',
+  },
+  { name: 'webhook-id', required: true, description: 'Standard Webhooks: the delivery id' },
+  { name: 'webhook-timestamp', required: true, description: 'Standard Webhooks: Unix seconds, as signed' },
+  {
+    name: 'webhook-signature',
+    required: true,
+    description:
+      'Standard Webhooks: `v1,<base64 HMAC-SHA256>` of `{id}.{timestamp}.{body}`; during a rotation’s overlap two, space-separated (new first)',
+  },
+];
+
+/**
  * The `webhooks` section of an OpenAPI 3.1 document (JSON Schema 2020-12 from the zod contracts),
  * one entry per event type and version, named `<event>.v<version>`; the service's OpenAPI document
  * (GET /openapi.json) carries it as its `webhooks`.
@@ -52,6 +102,13 @@ export function webhookOpenApi(): Record<string, unknown> {
         post: {
           summary: `${event}, payload version ${version}`,
           description: `Sent to subscriptions of ${event} pinned to event_version ${version}. Signed: X-Service-Signature (hex HMAC-SHA256 of {timestamp}.{rawBody}) and Standard Webhooks headers.`,
+          parameters: DELIVERY_HEADERS.map(({ name, required, description }) => ({
+            name,
+            in: 'header',
+            required,
+            description,
+            schema: { type: 'string' },
+          })),
           requestBody: { required: true, content: { 'application/json': { schema } } },
           responses: {
             '2XX': { description: 'Delivered; anything else is retried on the schedule (410 disables).' },

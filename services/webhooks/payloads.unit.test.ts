@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { EventData } from '../../contracts/events.ts';
-import { envelopeSchema } from '../../contracts/webhook-schemas.ts';
+import { DELIVERY_HEADERS, envelopeSchema, webhookOpenApi } from '../../contracts/webhook-schemas.ts';
+import { EVENT_VERSION_HEADER, SEQUENCE_HEADER, signedHeaders } from '../../contracts/webhook-verify.ts';
 import { WebhookEnvelope } from '../../contracts/webhooks.ts';
 import { defaultCalibration, ENGINE_VERSION, recordedMeaning } from '../engine/signals/index.ts';
 import {
@@ -254,5 +255,38 @@ describe('withSeq', () => {
 
   it('refuses a body of another delivery', () => {
     expect(() => withSeq(body, 'd-2', 1)).toThrow(/d-2/);
+  });
+});
+
+type Operation = {
+  parameters?: { name: string; in: string; required: boolean; description: string }[];
+};
+const operations = () =>
+  Object.entries((webhookOpenApi() as { webhooks: Record<string, { post: Operation }> }).webhooks);
+
+describe('the webhooks section of the OpenAPI document', () => {
+  it('describes every header a delivery carries, on every delivery operation', () => {
+    // Every header the sender sets but Content-Type and User-Agent: a rotation's overlap signs twice.
+    const sent = Object.keys(
+      signedHeaders({
+        secret: 'whsec_AAAA',
+        previousSecret: 'whsec_BBBB',
+        event: 'trade_call',
+        deliveryId: 'd-1',
+        timestamp: 1,
+        rawBody: '{}',
+      }),
+    );
+    const names = [...sent, SEQUENCE_HEADER, EVENT_VERSION_HEADER].sort();
+    expect(DELIVERY_HEADERS.map((h) => h.name).sort()).toEqual(names);
+    expect(names).toHaveLength(10);
+    for (const [name, { post }] of operations()) {
+      expect(post.parameters, name).toEqual(
+        DELIVERY_HEADERS.map((h) =>
+          expect.objectContaining({ name: h.name, in: 'header', required: h.required }),
+        ),
+      );
+      for (const p of post.parameters!) expect(p.description.length, `${name} ${p.name}`).toBeGreaterThan(10);
+    }
   });
 });

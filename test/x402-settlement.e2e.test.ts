@@ -1,8 +1,10 @@
+import { spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { x402Client } from '@x402/core/client';
 import { x402Facilitator } from '@x402/core/facilitator';
 import { toFacilitatorEvmSigner } from '@x402/evm';
@@ -804,6 +806,123 @@ describe('the log refuses a write while a paid call runs', () => {
     } finally {
       await healthy.stop();
       await broken.stop();
+    }
+  });
+});
+
+const lockHolderScript = fileURLToPath(
+  new URL('../adapters/event-store/lmdb-crash-writer.ts', import.meta.url),
+);
+
+/**
+ * Another process on the same LMDB directory takes the log's write lock and keeps it (what a
+ * writer stalled mid-write does to every append of the service). Resolves once it holds the lock,
+ * with the function that kills it: the service's appends then go through.
+ */
+async function holdWriteLock(path: string): Promise<() => Promise<void>> {
+  const child = spawn(process.execPath, ['--import', 'tsx', lockHolderScript, 'hold', path], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  await new Promise<void>((resolve, reject) => {
+    let out = '';
+    child.stdout!.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      if (out.includes('"holding":true')) resolve();
+    });
+    child.once('exit', (code) => reject(new Error(`lock holder exited (${code}) before taking the lock`)));
+  });
+  return async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    await exited;
+  };
+}
+
+describe("a settlement refused while the log is slow to take the refusal's record", () => {
+  // The answer's budget (X402_SETTLE_CONFIRM_TIMEOUT_MS): long enough for the settle hook to
+  // finish its race and take the lock within it, so the facilitator's refusal comes before it.
+  const BUDGET_MS = 8_000;
+
+  /**
+   * A service on an LMDB log whose settle hook runs `race` on chain (the settlement then fails for
+   * certain) and meanwhile has another process take the log's write lock; the lock is released
+   * only once the answer's budget has run out (counted from the hook's start, after the flow's
+   * own timer was set, so that timer fires first in this process). The record of the failure
+   * thus waits past the moment the paid answer is due.
+   */
+  async function refusedUnderHeldLock(
+    race: (payer: { key: Hex; address: Hex }, context: SettleContext) => Promise<unknown>,
+    funded: bigint,
+  ) {
+    const { store, path } = await lmdbStore();
+    const stack = await startX402Stack(
+      { X402_SETTLE_CONFIRM_TIMEOUT_MS: String(BUDGET_MS) },
+      chain,
+      undefined,
+      {
+        store,
+      },
+    );
+    const released: { done: Promise<void> | null } = { done: null };
+    try {
+      const payer = await chain.fundedPayer(funded);
+      beforeSettle(stack, async (context) => {
+        const started = Date.now();
+        const [, unlock] = await Promise.all([race(payer, context), holdWriteLock(path)]);
+        const due = started + BUDGET_MS + 200 - Date.now();
+        released.done = new Promise((resolve) => setTimeout(resolve, Math.max(due, 0))).then(unlock);
+      });
+      return { stack, payer, released, before: await chain.balanceOf(stack.payTo) };
+    } catch (error) {
+      await stack.stop();
+      throw error;
+    }
+  }
+
+  async function stop(stack: X402Stack, released: { done: Promise<void> | null }): Promise<void> {
+    await released.done;
+    await stack.stop();
+  }
+
+  it('refused before sending (the payer emptied the wallet): 402, recorded failed, not served pending while the record waits', async () => {
+    const { stack, payer, released, before } = await refusedUnderHeldLock((payer) => drain(payer), PRICE);
+    try {
+      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+      // Before the fix: 200 served pending at the budget while the log then recorded it failed
+      // (no sellerLoss) and the payer's hold was freed.
+      await expectSettlementRefused(res, /^settlement failed: /);
+      await released.done;
+      await stack.x402.settled();
+      expect(await chain.balanceOf(stack.payTo)).toBe(before);
+      expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(false);
+      expect(await eventTypes(stack, auth.nonce)).toEqual([
+        'PaymentAuthorized',
+        'PaymentSettlementPending',
+        'PaymentSettlementFailed',
+      ]);
+      expect((await stack.paymentEvents(auth.nonce)).at(-1)?.data).not.toHaveProperty('sellerLoss');
+    } finally {
+      await stop(stack, released);
+    }
+  });
+
+  it('the payer spent the nonce on themselves: 402, recorded failed, not served pending while the record waits', async () => {
+    const { stack, payer, released, before } = await refusedUnderHeldLock(frontRunToSelf, 1_000_000n);
+    try {
+      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+      await expectSettlementRefused(res, /used on chain by another transaction that did not pay the seller/);
+      await released.done;
+      await stack.x402.settled();
+      expect(await chain.balanceOf(stack.payTo)).toBe(before);
+      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n);
+      expect(await eventTypes(stack, auth.nonce)).toEqual([
+        'PaymentAuthorized',
+        'PaymentSettlementPending',
+        'PaymentSettlementFailed',
+      ]);
+      expect((await stack.paymentEvents(auth.nonce)).at(-1)?.data).not.toHaveProperty('sellerLoss');
+    } finally {
+      await stop(stack, released);
     }
   });
 });

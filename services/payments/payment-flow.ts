@@ -523,6 +523,22 @@ interface Served {
   fingerprint: string;
 }
 
+/**
+ * Who answers the caller of a settlement, decided once: the paid result (served, pending, by the
+ * broadcast or the answer's budget running out) or a refusal. A branch that refuses claims the
+ * refusal before it awaits its record, so an answer due meanwhile is not served on a payment the
+ * log then records failed, and the payer's hold freed; once served, nothing can be refused.
+ */
+interface AnswerClaim {
+  /** The caller has the paid result (pending); a failure is left to the chain (servedThenFailed). */
+  readonly served: boolean;
+  /**
+   * Takes the refusal for this settlement: true, and no paid answer is served from then on (the
+   * caller waits for the settlement's end); false when the paid answer was served already.
+   */
+  claimRefusal(): boolean;
+}
+
 /** How a settlement ended, as recorded. */
 type Settled =
   | { kind: 'settled'; settle: SettleResponse }
@@ -567,14 +583,24 @@ async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Prom
   // the answer waits for that (within the same budget): answered earlier, its receipt could name
   // no transaction and the payer's client would read the payment as failed.
   type First = { kind: 'broadcast'; hash: `0x${string}` | null } | { kind: 'ended'; settled: Settled };
-  // Set once the caller is answered with the paid result before the settlement ended: a failure
-  // after that is no refusal; it is left to the chain, or the seller's loss (see settleAndRecord).
-  const answered = { served: false };
+  // `served` once the caller is answered with the paid result before the settlement ended: a
+  // failure after that is no refusal; it is left to the chain, or the seller's loss (see
+  // settleAndRecord). A refusal claimed first holds the answer back until the settlement ends
+  // (its record written), whatever broadcast or budget comes meanwhile: one of the two, never both.
+  let decided = false;
+  let refusing = false;
+  const answered: AnswerClaim & { served: boolean } = {
+    served: false,
+    claimRefusal() {
+      if (answered.served) return false;
+      refusing = true;
+      return true;
+    },
+  };
   let signal: (first: First) => void = () => undefined;
   const first = new Promise<First>((resolve) => {
-    let decided = false;
     signal = (first) => {
-      if (decided) return;
+      if (decided || (refusing && first.kind === 'broadcast')) return;
       decided = true;
       if (first.kind === 'broadcast') answered.served = true;
       resolve(first);
@@ -591,7 +617,22 @@ async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Prom
     const finished = settleAndRecord(deps, call, paid, answerBy, answered);
     void finished.then(
       (settled) => signal({ kind: 'ended', settled }),
-      () => signal({ kind: 'broadcast', hash: null }),
+      // Thrown (not a failure the flow returns): served pending as the log may stand, unless a
+      // refusal was claimed, which was for a settlement that failed for certain.
+      () =>
+        signal(
+          refusing
+            ? {
+                kind: 'ended',
+                settled: {
+                  kind: 'failed',
+                  reason: 'settlement_failed',
+                  message: 'the settlement failed; nothing was charged',
+                  settle: null,
+                },
+              }
+            : { kind: 'broadcast', hash: null },
+        ),
     );
     if (watch) {
       void watch.hash.then((hash) => signal({ kind: 'broadcast', hash }));
@@ -668,7 +709,7 @@ async function settleAndRecord(
   /** When the caller is answered pending whatever the settlement's state (submitWaitMs). */
   answerBy: number,
   /** `served` once the caller was answered with the paid result (pending) before this ended. */
-  answered: { readonly served: boolean } = { served: false },
+  answered: AnswerClaim,
 ): Promise<Settled> {
   const { handle, payload, requirement, identity } = paid;
   const payer = identity.payer;
@@ -689,7 +730,9 @@ async function settleAndRecord(
    * and charged nothing) only when it cannot have been charged: its transaction reverted on
    * chain, or it was refused before any transaction was sent. Otherwise the payer may be charged,
    * so the payment stays pending for reconciliation to read from the chain, and the answer
-   * (kept before settling) is the payer's.
+   * (kept before settling) is the payer's. The refusal is claimed before the failure is recorded:
+   * a slow append must not let the answer's budget run out and serve the paid result meanwhile,
+   * with the log then saying failed (no sellerLoss) and the payer's hold freed.
    */
   const failed = async (
     reason: string,
@@ -698,10 +741,9 @@ async function settleAndRecord(
     response: SettleResponse | null,
   ): Promise<Settled> => {
     const sent = ((transaction || null) as `0x${string}` | null) ?? deps.submissions?.sent(identity) ?? null;
-    if (answered.served && !(sent === null && reason === NONCE_ALREADY_USED)) {
-      return servedThenFailed(reason, detail, sent);
-    }
+    if (sent === null && reason === NONCE_ALREADY_USED) return usedElsewhere(reason, response);
     if (transaction && reason === TRANSACTION_FAILED) {
+      if (!answered.claimRefusal()) return servedThenFailed(reason, detail, sent);
       await record({ kind: 'fail', reason, txHash: transaction as `0x${string}` });
       deps.logger.error(
         { requestId: call.requestId, reason, transaction },
@@ -709,15 +751,16 @@ async function settleAndRecord(
       );
       return { kind: 'failed', reason, message: describeReason(reason, detail), settle: response };
     }
-    if (sent === null && reason === NONCE_ALREADY_USED) return usedElsewhere(reason, response);
     // The in-process facilitator reports every transaction it sent, or may have sent (see
     // local-facilitator.ts), so with it nothing seen is nothing sent; a remote one is believed
     // only for the refusals that come before a transaction is built.
     const unsent = sent === null && (deps.submissions !== null || REFUSED_BEFORE_SENDING.has(reason));
     if (unsent) {
+      if (!answered.claimRefusal()) return servedThenFailed(reason, detail, sent);
       await record({ kind: 'fail', reason });
       return { kind: 'failed', reason, message: describeUnsent(reason, detail), settle: response };
     }
+    if (answered.served) return servedThenFailed(reason, detail, sent);
     deps.logger.warn(
       { requestId: call.requestId, reason, detail, transaction: sent },
       'settlement reported failed after its transaction may have been sent; left pending for reconciliation',
@@ -809,7 +852,10 @@ async function settleAndRecord(
           : 'the authorisation was used on chain by another transaction that did not pay the seller';
     const context = { requestId: call.requestId, reason, payer, nonce: identity.nonce, outcome };
     const txHash = outcome.kind === 'unpaid' ? { txHash: outcome.txHash } : {};
-    if (answered.served && outcome.kind === 'unseen') {
+    // Refused unless the caller has the paid answer already: claimed before anything is recorded,
+    // so an answer due during the append is not served on a payment recorded failed.
+    const refused = answered.claimRefusal();
+    if (!refused && outcome.kind === 'unseen') {
       // Served already, and the chain shows nothing yet (a read cut short once the answer was
       // out): the reconciler, with its wider window and the authorisation's expiry, decides
       // between settled and the seller's loss, rather than a loss booked on a slow read.
@@ -824,7 +870,7 @@ async function settleAndRecord(
       });
       return { kind: 'pending', settle: unconfirmedResponse(requirement.network, payer, null) };
     }
-    if (answered.served) {
+    if (!refused) {
       // The caller already has the paid answer (the settlement outlasted submitWaitMs) and the
       // authorisation was spent without paying the seller: nothing can be refused any more, so
       // this is the seller's loss, counted in payments{state="lost"}.

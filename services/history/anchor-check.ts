@@ -24,10 +24,10 @@ export interface AnchorLine extends ChainAnchor {
   ok: boolean | null;
   /**
    * The anchor's position is past the file's last log position and the root the file gives there
-   * differs: the export was taken before the anchor (or ends before it). The root covers every
-   * stream's head at its position, and a head that moved after the file's last row is not in the
-   * file, so the root cannot be made again from it: not checked, not a failure. Its rows in the
-   * file count as `uncovered`. (Past the file's end with the root matching: checked, ok, since then
+   * differs: the file ends before the anchor (an early export, or one cut short: the two look the
+   * same). The root covers every stream's head at its position, and a head that moved after the
+   * file's last row is not in the file, so the root cannot be made again from it: not checked.
+   * Its rows in the file count as `uncovered` and the report's `unverified` names them. (Past the file's end with the root matching: checked, ok, since then
    * every head it pins is in the file.)
    */
   beyond: boolean;
@@ -71,9 +71,20 @@ export interface LateRow {
 export const ANCHOR_CLOCK_TOLERANCE_MS = 5 * 60_000;
 
 export interface AnchorReport {
-  /** No anchor failed (`ok: false`); one beyond the file (`ok: null`) is no failure. */
+  /**
+   * No anchor failed (`ok: false`) and the file holds rows. One beyond the file (`ok: null`) is no
+   * failure of what was checked, but leaves rows unverified: see `unverified`.
+   */
   ok: boolean;
+  /** Why the check failed as a whole (a file with no rows: nothing to check); null otherwise. */
+  note: string | null;
   anchors: AnchorLine[];
+  /**
+   * Set when an anchor lies beyond the file: the file's rows after `after` (the last checked
+   * anchor's position; null when none was checked) are verified by no anchor. A file cut short,
+   * its tail rewritten and rehashed, looks exactly like an export taken before that anchor.
+   */
+  unverified: { after: number | null; rows: number; outcomes: number; note: string } | null;
   /** The last log position the file shows (of a verdict, or of a chained outcome); null when empty. */
   lastPosition: number | null;
   /**
@@ -275,7 +286,7 @@ export class AnchorCheck {
           streams: leaves.length,
           covers: { rows: 0, firstPosition: null, lastPosition: null, outcomes: 0 },
           late: null,
-          note: `beyond the export: this anchor is at log position ${anchor.position}, past the file's last position ${last ?? '(none: the file is empty)'}, and the file does not give its root. The export was taken before the anchor (or ends before it): the root pins every stream's head at ${anchor.position}, and a head that moved after ${last ?? 'the file'} is not in the file, so not one stream of it can be checked here. Not checked, not a failure: its ${bucket.rows} rows in the file count as uncovered; export again (without filters) to check them against it.`,
+          note: `beyond the export: this anchor is at log position ${anchor.position}, past the file's last position ${last ?? '(none: the file is empty)'}, and the file does not give its root: the root pins every stream's head at ${anchor.position}, and a head that moved after ${last ?? 'the file'} is not in the file, so not one stream of it can be checked here. An export taken before the anchor and a file cut short (its tail rewritten and rehashed) look the same: its ${bucket.rows} rows in the file are unverified (uncovered); export again (without filters) to check them against it.`,
         };
       }
       if (bucket.late && (firstLate.row === null || bucket.lateOrdinal < firstLate.ordinal)) {
@@ -298,9 +309,26 @@ export class AnchorCheck {
         note: matches ? null : this.mismatch(anchor, leaves.length),
       };
     });
+    const beyond = lines.filter((l) => l.beyond);
+    const checked = lines.filter((l) => !l.beyond).at(-1) ?? null;
+    const after = checked?.position ?? null;
+    const rows = `${uncovered.rows} rows and ${uncovered.outcomes} outcomes`;
     return {
-      ok: lines.every((l) => l.ok !== false),
+      ok: last !== null && lines.every((l) => l.ok !== false),
+      note:
+        last === null
+          ? 'the file holds no rows: nothing to check against the anchors (an empty or cut file proves nothing)'
+          : null,
       anchors: lines,
+      unverified:
+        beyond.length === 0 || last === null
+          ? null
+          : {
+              after,
+              rows: uncovered.rows,
+              outcomes: uncovered.outcomes,
+              note: `partly verified: the file's rows after ${after === null ? 'its start' : `position ${after}`} (${rows}) are not covered by a checked anchor. ${beyond.length === 1 ? 'An anchor' : `${beyond.length} anchors`} (from position ${beyond[0]!.position}) lie beyond the file's last position ${last}, and a file cut short, its tail rewritten and rehashed, cannot be told from an export taken before ${beyond.length === 1 ? 'it' : 'them'}: those rows are unverified. Export again (without filters) and verify the fresh file to cover them; --allow-uncovered accepts the file as partly verified.`,
+            },
       lastPosition: last,
       uncovered,
       firstLate: firstLate.row,

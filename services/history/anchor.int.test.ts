@@ -12,7 +12,7 @@ import type { EventStore } from '../../adapters/event-store/port.ts';
 import { loadConfig } from '../../contracts/config.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { HISTORY_FORMATS, type HistoryFormat, type HistoryRow } from '../../contracts/history.ts';
-import { anchorLeaf, merkleRoot, outcomeHash } from '../../contracts/verdict-hash.ts';
+import { anchorLeaf, merkleRoot, outcomeHash, verdictHash } from '../../contracts/verdict-hash.ts';
 import type { ProjectionRunner } from '../../projections/runner.ts';
 import { type Anvil, startAnvil } from '../../test/chain/anvil.ts';
 import { HOUR, MARKETS, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
@@ -28,6 +28,7 @@ import { rowOutcome } from './audit.ts';
 import { type CliDeps, runHistoryCommand, UsageError } from './cli-commands.ts';
 import { writeExport } from './export-fixture.ts';
 import { readExport } from './files.ts';
+import { rowContent } from './rows.ts';
 
 /** anvil's second well-known development account (a public test key, funded at start). */
 const ANCHOR_KEY: Hex = '0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d';
@@ -177,7 +178,7 @@ describe('the history anchor', () => {
     expect(one.anchors.uncovered.rows).toBe(rows.filter((r) => r.position > a1!.position).length);
   });
 
-  it('reports an anchor sent after the export was taken as beyond it: not checked, no failure', async () => {
+  it('reports an anchor sent after the export was taken as beyond it: not checked, its rows unverified', async () => {
     const [a1, a2] = anchors;
     const early = join(dir, 'before-second.ndjson');
     const earlyRows: HistoryRow[] = [];
@@ -187,9 +188,12 @@ describe('the history anchor', () => {
     const afterFirst = earlyRows.filter((r) => r.position > a1!.position);
     expect(afterFirst.length).toBeGreaterThan(0);
     const report = await verify(early, '--anchors', '--rpc', anvil.rpcUrl, '--address', ADDRESS);
-    // Was ok:false, the second anchor's root "mismatched" and claimed to cover the rows after the first.
-    expect(report.ok).toBe(true);
+    // Not a failure of what was checked, but the rows after the first anchor are verified by none.
+    expect(report.ok).toBe(false);
+    expect(report.partlyVerified).toBe(true);
     expect(report.anchors.ok).toBe(true);
+    expect(report.anchors.unverified).toMatchObject({ after: a1!.position, rows: afterFirst.length });
+    expect(report.unverified).toContain(`partly verified: the file's rows after position ${a1!.position}`);
     expect(report.anchors.lastPosition).toBe(last);
     const [l1, l2] = report.anchors.anchors;
     expect(l1).toMatchObject({ txHash: a1!.txHash, ok: true, beyond: false, note: null });
@@ -204,17 +208,20 @@ describe('the history anchor', () => {
     expect(l2.note).toContain(`past the file's last position ${last}`);
     // The file's rows after the first anchor: covered by none the file can be checked against.
     expect(report.anchors.uncovered.rows).toBe(afterFirst.length);
-    // The real command line exits 0.
+    // The real command line exits 3 (partly verified), 0 with --allow-uncovered and the same note.
     const cli = ['--import', 'tsx', 'services/history/cli.ts', 'verify', early];
-    const { stdout } = await run(process.execPath, [
-      ...cli,
-      '--anchors',
-      '--rpc',
-      anvil.rpcUrl,
-      '--address',
-      ADDRESS,
-    ]);
-    expect(JSON.parse(stdout).anchors.anchors[1].beyond).toBe(true);
+    const args = ['--anchors', '--rpc', anvil.rpcUrl, '--address', ADDRESS];
+    const partly = await run(process.execPath, [...cli, ...args]).catch(
+      (err: { code: number; stdout: string }) => err,
+    );
+    expect((partly as { code: number }).code).toBe(3);
+    expect(JSON.parse((partly as { stdout: string }).stdout).anchors.anchors[1].beyond).toBe(true);
+    const { stdout } = await run(process.execPath, [...cli, ...args, '--allow-uncovered']);
+    expect(JSON.parse(stdout)).toMatchObject({
+      ok: true,
+      partlyVerified: true,
+      unverified: report.unverified,
+    });
     // A file cut before the second anchor's rows whose heads the anchor still pins (nothing moved
     // between its end and the anchor) is checked, not beyond: the root it gives matches.
     const upToSecond = rows.filter((r) => r.position <= a2!.position);
@@ -230,6 +237,90 @@ describe('the history anchor', () => {
       [true, false],
       [true, false],
     ]);
+    expect(whole).toMatchObject({ ok: true, partlyVerified: false, unverified: null });
+  });
+
+  it('does not pass a file cut before an anchor with its tail rewritten and rehashed', async () => {
+    // The attack: cut the export before the second anchor (where the early export ends: the
+    // heads moved after it), drop what was recorded after the cut, rewrite a verdict after the
+    // first anchor and make its hash again. The chains hold and the first anchor matches.
+    const [a1, a2] = anchors;
+    const earlyRows: HistoryRow[] = [];
+    for await (const row of readExport(join(dir, 'before-second.ndjson'))) earlyRows.push(row);
+    const cut = Math.max(...earlyRows.map((r) => r.position));
+    const outcomeColumns = Object.keys(rows[0]!).filter(
+      (_k, i, keys) => i >= keys.indexOf('outcome_id') && i <= keys.indexOf('outcome_position'),
+    );
+    const strip = (r: HistoryRow): HistoryRow =>
+      r.outcome_position === null || r.outcome_position <= cut
+        ? r
+        : ({ ...r, ...Object.fromEntries(outcomeColumns.map((k) => [k, null])) } as HistoryRow);
+    const kept = rows.filter((r) => r.position <= cut).map(strip);
+    // A stream's last verdict in the file, after the first anchor: its call turned, its hash made again.
+    const target = kept.findLast(
+      (r) =>
+        r.position > a1!.position &&
+        rowContent(r) !== null &&
+        kept.findLast((o) => o.stream === r.stream) === r,
+    )!;
+    expect(target).toBeDefined();
+    const edited = { ...target, call: target.call === 'BUY' ? 'SELL' : 'BUY' } as HistoryRow;
+    edited.hash = verdictHash(rowContent(edited)!);
+    expect(edited.outcome_hash).toBeNull();
+    const forged = kept.map((r) => (r === target ? edited : r));
+    const path = await write('cut-rewritten', 'ndjson', forged);
+    expect((await verify(path)).ok).toBe(true);
+    const args = ['--anchors', '--rpc', anvil.rpcUrl, '--address', ADDRESS];
+    const report = await verify(path, ...args);
+    const [l1, l2] = report.anchors.anchors;
+    expect(l1).toMatchObject({ ok: true, beyond: false });
+    expect(l2).toMatchObject({ txHash: a2!.txHash, ok: null, beyond: true });
+    // Before: ok true, exit 0. Now the rewritten rows are named unverified, and the run is not ok.
+    expect(report).toMatchObject({ ok: false, partlyVerified: true });
+    expect(report.anchors.unverified.rows).toBe(kept.filter((r) => r.position > a1!.position).length);
+    expect(report.unverified).toContain(`rows after position ${a1!.position}`);
+    expect(report.unverified).toContain('cannot be told from an export taken before');
+    const cli = ['--import', 'tsx', 'services/history/cli.ts', 'verify', path, ...args];
+    const failed = await run(process.execPath, cli).catch((err: { code: number; stdout: string }) => err);
+    expect((failed as { code: number }).code).toBe(3);
+    // The analyst accepts it knowingly: exit 0, and the output still says the rows are unverified.
+    const { stdout } = await run(process.execPath, [...cli, '--allow-uncovered']);
+    expect(JSON.parse(stdout)).toMatchObject({ ok: true, partlyVerified: true });
+    expect(JSON.parse(stdout).unverified).toContain(`rows after position ${a1!.position}`);
+  });
+
+  it('fails a file with no rows: nothing to check against the anchors', async () => {
+    const path = await write('empty', 'ndjson', []);
+    const args = ['--anchors', '--rpc', anvil.rpcUrl, '--address', ADDRESS];
+    const report = await verify(path, ...args);
+    expect(report).toMatchObject({
+      ok: false,
+      partlyVerified: false,
+      anchors: { ok: false, unverified: null },
+    });
+    expect(report.anchors.note).toContain('the file holds no rows: nothing to check');
+    const cli = ['--import', 'tsx', 'services/history/cli.ts', 'verify', path, ...args, '--allow-uncovered'];
+    const failed = await run(process.execPath, cli).catch((err: { code: number; stdout: string }) => err);
+    expect((failed as { code: number }).code).toBe(1);
+  });
+
+  it('passes an honest export past the last anchor at exit 0: its newest rows uncovered, nothing beyond', async () => {
+    const path = join(dir, 'clean-ndjson.ndjson');
+    const cli = ['--import', 'tsx', 'services/history/cli.ts', 'verify', path];
+    const { stdout } = await run(process.execPath, [
+      ...cli,
+      '--anchors',
+      '--rpc',
+      anvil.rpcUrl,
+      '--address',
+      ADDRESS,
+    ]);
+    const printed = JSON.parse(stdout);
+    expect(printed).toMatchObject({ ok: true, partlyVerified: false, unverified: null });
+    expect(printed.anchors.uncovered.rows).toBe(MARKETS.length);
+    await expect(runHistoryCommand(['verify', path, '--allow-uncovered'], deps())).rejects.toThrow(
+      '--allow-uncovered goes with --anchors',
+    );
   });
 
   it('says why a filtered export fails every anchor: an anchor covers every stream', async () => {

@@ -40,12 +40,15 @@ export const USAGE = `npm run history -- <command> [options]
          (--url URL --key KEY | --store)      the labelled history to a file (parquet: a directory
                                               of part files); --resume continues an interrupted one
   verify (PATH | --url URL --key KEY | --store) [--format F] [--data DIR]
-         [--anchors --rpc URL (--address ADDR [--from-block N] | --tx HASH ...)]
+         [--anchors --rpc URL (--address ADDR [--from-block N] | --tx HASH ...) [--allow-uncovered]]
                                               every verdict and outcome chain end to end; reports the
                                               first broken link. --data DIR recomputes every outcome
                                               from the candles of a market-data folder (the shared
                                               layout, e.g. sample-data/market); --anchors checks the
-                                              file against the roots anchored on chain
+                                              file against the roots anchored on chain. Exit 0 ok,
+                                              1 failed, 3 partly verified: an anchor lies beyond the
+                                              file, its last rows are unverified (--allow-uncovered:
+                                              exit 0, same note)
   score PATH [--window 7d|30d|90d|all] [--as-of TIME] [--as-of-position N] [--format F]
                                               the track record from an export file alone
   (verify and score read the format from the file's content unless --format names it)
@@ -96,7 +99,19 @@ const FILTERS = ['exchange', 'coin', 'timeframe', 'call', 'from', 'to'] as const
 /** The options each command takes (USAGE); parseArgs checks their types. */
 const COMMAND_OPTIONS = {
   export: ['url', 'key', 'store', 'out', 'format', 'resume', 'page', ...FILTERS],
-  verify: ['url', 'key', 'store', 'format', 'data', 'anchors', 'rpc', 'address', 'from-block', 'tx'],
+  verify: [
+    'url',
+    'key',
+    'store',
+    'format',
+    'data',
+    'anchors',
+    'rpc',
+    'address',
+    'from-block',
+    'tx',
+    'allow-uncovered',
+  ],
   score: ['window', 'as-of', 'as-of-position', 'format'],
 } as const;
 
@@ -394,6 +409,12 @@ async function chainAnchors(values: Record<string, unknown>): Promise<ChainAncho
   return found;
 }
 
+/** verify's exit code from its output: 0 ok, 3 partly verified (rows no checked anchor covers), 1 failed. */
+export function verifyExitCode(output: { ok: boolean; partlyVerified?: boolean }): number {
+  if (output.ok) return 0;
+  return output.partlyVerified ? 3 : 1;
+}
+
 export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<string> {
   const [command, ...rest] = argv;
   let parsed: ReturnType<typeof parseArgs>;
@@ -419,6 +440,7 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
         address: { type: 'string' },
         'from-block': { type: 'string' },
         tx: { type: 'string', multiple: true },
+        'allow-uncovered': { type: 'boolean' },
         ...Object.fromEntries(FILTERS.map((f) => [f, { type: 'string' as const }])),
       },
     });
@@ -456,6 +478,8 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
       const rows = positionals[0] ? exportRows(positionals[0], values.format) : sourceRows(await source());
       const data = values.data as string | undefined;
       if (data !== undefined && !existsSync(data)) throw new UsageError(`no market-data folder at ${data}`);
+      if (values['allow-uncovered'] && !values.anchors)
+        throw new UsageError('--allow-uncovered goes with --anchors');
       const anchors = values.anchors ? new AnchorCheck(await chainAnchors(values)) : null;
       const recompute = data === undefined ? null : await OutcomeRecompute.open(data);
       try {
@@ -466,11 +490,18 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
         const report = await verifyRows(rows, anchors || recompute ? { onRow } : {});
         const recomputed = recompute?.report;
         const anchored = anchors?.finish();
-        const ok = report.ok && (recomputed?.mismatched ?? 0) === 0 && (anchored?.ok ?? true);
+        const passed = report.ok && (recomputed?.mismatched ?? 0) === 0 && (anchored?.ok ?? true);
+        // An anchor beyond the file: its last rows are verified by none (a cut file looks the
+        // same as an early export), so not ok unless the analyst accepts that (exit 3, not 1).
+        const unverified = passed ? (anchored?.unverified ?? null) : null;
+        const ok = passed && (unverified === null || values['allow-uncovered'] === true);
         return JSON.stringify(
           {
             ...report,
             ok,
+            ...(anchored
+              ? { partlyVerified: unverified !== null, unverified: unverified?.note ?? null }
+              : {}),
             ...(recomputed ? { recomputed } : {}),
             ...(anchored ? { anchors: anchored } : {}),
           },

@@ -2,7 +2,13 @@ import { pino } from 'pino';
 import { loadConfig, readDotEnv } from '../../contracts/config.ts';
 import { type Adapters, NoEventStoreError, openAdapters, requireExistingStore } from '../adapters.ts';
 import { exitFlushed } from '../shared/exit-flushed.ts';
-import { ExportInterruptedError, runHistoryCommand, USAGE, UsageError } from './cli-commands.ts';
+import {
+  ExportInterruptedError,
+  runHistoryCommand,
+  USAGE,
+  UsageError,
+  verifyExitCode,
+} from './cli-commands.ts';
 import { HistoryQueryError } from './query.ts';
 
 /** The analyst's command line (`npm run history -- export|verify|score …`). */
@@ -26,7 +32,7 @@ try {
     },
   });
   process.stdout.write(`${output}\n`);
-  if (argv[0] === 'verify' && !(JSON.parse(output) as { ok: boolean }).ok) code = 1;
+  if (argv[0] === 'verify') code = verifyExitCode(JSON.parse(output) as { ok: boolean });
 } catch (err) {
   const usage = err instanceof UsageError || err instanceof HistoryQueryError;
   const noStore = err instanceof NoEventStoreError;

@@ -293,10 +293,10 @@ export const ConfigSchema = z
     /** How long the local facilitator waits for a settlement receipt before calling it pending. */
     X402_SETTLE_CONFIRM_TIMEOUT_MS: positiveInt.default(20_000),
     /**
-     * /readyz is not ready (check `chain`) once the newest block seen on a settling rail's chain is
-     * older than this (ms): the RPC answers but the chain stopped, so settlements cannot land
-     * (services/payments/chain-readiness.ts). 0 turns the check off (a local chain that mines only
-     * on transactions, anvil without --block-time).
+     * /readyz reports the check `chain` degraded (never failing) once this process has not seen a
+     * settling rail's head block number go up for this long (ms): the chain stopped, settlements
+     * may not land (services/payments/chain-readiness.ts; x402_chain_head_age_seconds). 0 turns
+     * the poller and the check off.
      */
     X402_CHAIN_STALL_MS: nonNegativeInt.default(30_000),
     /**

@@ -472,8 +472,6 @@ async function drill(ctx: {
     X402_RPC_URL: chain.rpcUrl,
     X402_ASSET: BASE_USDC,
     X402_SETTLE_CONFIRM_TIMEOUT_MS: '5000',
-    // The drill's anvil mines only on transactions: between payments its chain does not move.
-    X402_CHAIN_STALL_MS: '0',
     // Payments a killed api left open are finished by the next reconciliation round, soon.
     X402_RECONCILE_AFTER_MS: '6000',
     X402_RECONCILE_INTERVAL_MS: '1000',

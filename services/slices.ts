@@ -98,6 +98,13 @@ export async function composeSlices(ctx: SliceContext): Promise<ComposedSlices> 
         publicBaseUrl: config.PUBLIC_BASE_URL,
       },
     });
+    const heads = payments?.chainHeads;
+    if (metrics && heads) {
+      // x402_chain_head_age_seconds: what an alert on a stopped settlement chain reads.
+      metrics.x402ChainHeadAge.from((set) => {
+        for (const head of heads.report()) set({ network: head.network }, head.ageS);
+      });
+    }
     if (metrics) {
       channels.quota.observer = {
         debited: (plan) => metrics.quotaDebits.inc({ plan }),

@@ -1,75 +1,113 @@
 import type { Check } from '../shared/readiness.ts';
 import type { ChainReader } from './chain-reader.ts';
-import { withDeadline } from './local-facilitator.ts';
 
-/**
- * How long one /readyz read of a chain's head may take (the probe gives a check 2 s) before the
- * last head seen stands in for it.
- */
-const HEAD_READ_MS = 1_500;
+/** How often each rail's head is read, at most (Base makes a block every 2 s). */
+export const HEAD_POLL_MS = 2_000;
 
-interface NetworkHead {
+/** What one rail's watcher knows, all from its own reads (never from a probe). */
+interface RailHead {
+  /** The highest block number seen, once one was read. */
+  block?: bigint;
+  /** performance.now() when that number last went up (or when watching began, before any). */
+  advancedAt: number;
+  /** Why the last read failed, until one succeeds. */
+  error?: string;
+  timer?: NodeJS.Timeout;
+}
+
+export interface ChainHeadReport {
   network: string;
-  ok: boolean;
-  /** The newest block seen and how old it is (ms), once one was read. */
   block?: number;
-  ageMs?: number;
-  /** Why this read of the head failed (the last head seen is judged instead). */
+  /** Seconds since this process last saw the head number go up (or since it started watching). */
+  ageS: number;
+  stale: boolean;
   error?: string;
 }
 
-function describe(head: NetworkHead, stallMs: number): string {
-  if (head.ageMs === undefined) return `${head.network}: its latest block could not be read (${head.error})`;
-  return (
-    `${head.network}: no new block for ${Math.round(head.ageMs / 1000)} s (block ${head.block}, ` +
-    `X402_CHAIN_STALL_MS ${stallMs})${head.error ? `, and it could not be read (${head.error})` : ''}; ` +
-    'settlements cannot land'
-  );
-}
-
 /**
- * Whether the chains the payments settle on are still moving, as /readyz reports it (`chain`).
- * Each network's latest block is read at every probe; the check fails once the newest block seen
- * is older than `stallMs` (X402_CHAIN_STALL_MS): an RPC that answers for a chain that stopped (a
- * halted sequencer, a node stuck behind) leaves every settlement unmined, each paid call served
- * pending on a payment that cannot land. The age is the block's own timestamp against this
- * host's clock, so a chain frozen before the process started is seen at the first probe. A read
- * that fails or is slow judges the last head seen, so one refused request does not flip
- * readiness, and an RPC that stays unreadable fails once that head is older than `stallMs`; a
- * chain never read is not ready.
+ * Whether the chains the payments settle on still move, as this process sees them. One poller per
+ * rail reads the latest block at most every `pollMs` (one read in flight, the next scheduled only
+ * once it settled, on an unref'd timer), so /readyz and /metrics read cached state and probes cost
+ * the RPC nothing. The age is the time since this process last saw the head number go up, on the
+ * monotonic clock: neither the block's timestamp nor this host's wall clock counts, so a host clock
+ * ahead does not make a live chain stale. A rail is stale once that age passes `stallMs`
+ * (X402_CHAIN_STALL_MS).
+ *
+ * It never fails readiness: every api replica reads the same chain, so a halted sequencer or an RPC
+ * outage would take all of them out of the load balancer together, and with them every call that
+ * needs no chain. /readyz reports it as a degraded check (`chain`, ok: true, degraded: true) and
+ * x402_chain_head_age_seconds{network} is what operators alert on.
  */
-export function chainReadiness(
-  chains: Map<string, ChainReader>,
-  stallMs: number,
-  now: () => number = Date.now,
-): Check {
-  const seen = new Map<string, { number: bigint; timestamp: bigint }>();
-  return async () => {
-    const networks = await Promise.all(
-      [...chains].map(async ([network, chain]): Promise<NetworkHead> => {
-        let error: string | undefined;
-        try {
-          const head = await withDeadline(chain.head(), HEAD_READ_MS, 'the chain did not answer its head');
-          const last = seen.get(network);
-          // A node behind a load balancer may answer from an older block: the newest seen counts.
-          if (!last || head.number >= last.number) seen.set(network, head);
-        } catch (err) {
-          error = (err instanceof Error ? err.message : String(err)).split('\n')[0]!.slice(0, 200);
-        }
-        const head = seen.get(network);
-        if (!head) return { network, ok: false, error: error ?? 'no answer' };
-        const ageMs = Math.max(0, now() - Number(head.timestamp) * 1000);
-        return {
-          network,
-          ok: ageMs <= stallMs,
-          block: Number(head.number),
-          ageMs,
-          ...(error === undefined ? {} : { error }),
-        };
-      }),
-    );
-    const stalled = networks.filter((head) => !head.ok);
-    if (stalled.length === 0) return { ok: true, networks };
-    return { ok: false, detail: stalled.map((head) => describe(head, stallMs)).join('; '), networks };
+export class ChainHeads {
+  private readonly heads = new Map<string, RailHead>();
+  private stopped = true;
+
+  constructor(
+    private readonly chains: Map<string, ChainReader>,
+    private readonly stallMs: number,
+    private readonly pollMs = HEAD_POLL_MS,
+    private readonly now: () => number = () => performance.now(),
+  ) {}
+
+  start(): void {
+    if (!this.stopped) return;
+    this.stopped = false;
+    for (const [network, chain] of this.chains) {
+      const head: RailHead = { advancedAt: this.now() };
+      this.heads.set(network, head);
+      void this.poll(head, chain);
+    }
+  }
+
+  stop(): void {
+    this.stopped = true;
+    for (const head of this.heads.values()) clearTimeout(head.timer);
+  }
+
+  private async poll(head: RailHead, chain: ChainReader): Promise<void> {
+    try {
+      const { number } = await chain.head();
+      // A node behind a load balancer may answer from an older block: only a higher one counts.
+      if (head.block === undefined || number > head.block) {
+        head.block = number;
+        head.advancedAt = this.now();
+      }
+      delete head.error;
+    } catch (err) {
+      head.error = (err instanceof Error ? err.message : String(err)).split('\n')[0]!.slice(0, 200);
+    }
+    if (this.stopped) return;
+    head.timer = setTimeout(() => void this.poll(head, chain), this.pollMs);
+    head.timer.unref();
+  }
+
+  report(): ChainHeadReport[] {
+    const now = this.now();
+    return [...this.heads].map(([network, head]) => {
+      const ageMs = Math.max(0, now - head.advancedAt);
+      return {
+        network,
+        ...(head.block === undefined ? {} : { block: Number(head.block) }),
+        ageS: Math.round(ageMs / 100) / 10,
+        stale: ageMs > this.stallMs,
+        ...(head.error === undefined ? {} : { error: head.error }),
+      };
+    });
+  }
+
+  /** The /readyz check `chain`: never failing, degraded while a rail is stale. */
+  readonly check: Check = async () => {
+    const networks = this.report();
+    const stale = networks.filter((n) => n.stale);
+    if (stale.length === 0) return { ok: true, networks };
+    return { ok: true, degraded: true, detail: stale.map((n) => this.describe(n)).join('; '), networks };
   };
+
+  private describe(n: ChainHeadReport): string {
+    const seen = n.block === undefined ? 'no head read yet' : `block ${n.block}`;
+    return (
+      `${n.network}: stale, no new block seen for ${Math.round(n.ageS)} s (${seen}, X402_CHAIN_STALL_MS ` +
+      `${this.stallMs})${n.error ? `; its head could not be read (${n.error})` : ''}; settlements may not land`
+    );
+  }
 }

@@ -15,7 +15,7 @@ import type { KeyedAccess } from '../metering/caller.ts';
 import { setBounded } from '../shared/bounded-map.ts';
 import type { Check } from '../shared/readiness.ts';
 import { chainReadersFor, REQUEST_LOOKBACK_BLOCKS } from './chain-reader.ts';
-import { chainReadiness } from './chain-readiness.ts';
+import { ChainHeads } from './chain-readiness.ts';
 import { PayerExposure } from './exposure.ts';
 import { x402Plugin } from './http/plugin.ts';
 import { PaymentLedger } from './ledger.ts';
@@ -52,8 +52,11 @@ export interface X402Setup {
   /**
    * The /readyz checks of pay-per-call: `chain`, whether each settling rail's chain still makes
    * blocks (X402_CHAIN_STALL_MS), while payments can be settled here and the setting is not 0.
+   * It never fails readiness: a stale chain is reported degraded (see chainHeads).
    */
   checks: Record<string, Check>;
+  /** The heads of the settling rails' chains, polled in the background (null when not watched). */
+  chainHeads: ChainHeads | null;
   /** Starts periodic reconciliation (a first round runs at once, finishing what a restart left open). */
   start(): void;
   stop(): Promise<void>;
@@ -263,6 +266,9 @@ export async function setupX402(
     holdPendingMs: config.X402_RECONCILE_AFTER_MS,
     background: new Set(),
   };
+  // Whether the settling rails' chains still move: read in the background, reported, never failing.
+  const chainHeads =
+    settles && config.X402_CHAIN_STALL_MS > 0 ? new ChainHeads(chains, config.X402_CHAIN_STALL_MS) : null;
   const quoted = rails.map(({ network, asset, payTo }) => ({ network, asset, payTo }));
   if (plan.kind === 'development') {
     deps.logger.warn(
@@ -295,12 +301,14 @@ export async function setupX402(
     resettle,
     facilitator,
     settled: () => drainSettlements(flow),
-    checks:
-      settles && config.X402_CHAIN_STALL_MS > 0
-        ? { chain: chainReadiness(chains, config.X402_CHAIN_STALL_MS) }
-        : {},
-    start: () => reconciler.start(config.X402_RECONCILE_INTERVAL_MS),
+    checks: chainHeads ? { chain: chainHeads.check } : {},
+    chainHeads,
+    start: () => {
+      reconciler.start(config.X402_RECONCILE_INTERVAL_MS);
+      chainHeads?.start();
+    },
     stop: async () => {
+      chainHeads?.stop();
       await drainSettlements(flow);
       await reconciler.stop();
     },

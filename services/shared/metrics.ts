@@ -145,6 +145,13 @@ export function createMetrics() {
       'Payment authorisations by state, folded from the log (the same on every process that folds it)',
       ['state'],
     ),
+    /** services/payments/chain-readiness.ts: what an alert on a stopped settlement chain reads. */
+    x402ChainHeadAge: scrapedGauge(
+      registry,
+      'x402_chain_head_age_seconds',
+      "Seconds since this api last saw the head block number of a settling rail's chain go up (read every 2 s)",
+      ['network'],
+    ),
   };
 }
 

@@ -2,6 +2,11 @@
 export interface CheckResult {
   ok: boolean;
   detail?: string;
+  /**
+   * Reported, not failing: the dependency is impaired but the process still serves (ok stays
+   * true, so /readyz stays 200), e.g. `chain` while a settling rail's chain is stale.
+   */
+  degraded?: boolean;
   [extra: string]: unknown;
 }
 

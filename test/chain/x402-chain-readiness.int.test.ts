@@ -1,16 +1,25 @@
 import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../contracts/config.ts';
+import { HEAD_POLL_MS } from '../../services/payments/chain-readiness.ts';
 import { type RunningService, startService } from '../../services/service.ts';
 import { BASE_USDC, FACILITATOR_KEY, type LocalChain, startLocalChain } from './local-chain.ts';
 
+interface ChainCheck {
+  ok: boolean;
+  degraded?: boolean;
+  detail?: string;
+  networks?: { network: string; block?: number; ageS: number; stale: boolean }[];
+}
 interface Readyz {
   status: string;
-  checks: Record<string, { ok: boolean; detail?: string; networks?: { network: string; block?: number }[] }>;
+  checks: Record<string, ChainCheck>;
 }
 
 async function readyz(service: RunningService): Promise<{ status: number; body: Readyz }> {
@@ -18,15 +27,67 @@ async function readyz(service: RunningService): Promise<{ status: number; body: 
   return { status: res.status, body: (await res.json()) as Readyz };
 }
 
+async function headAgeMetric(service: RunningService): Promise<number | undefined> {
+  const text = await (await fetch(`${service.url}/metrics`)).text();
+  const m = /^x402_chain_head_age_seconds\{network="eip155:8453"\} ([\d.e+-]+)$/m.exec(text);
+  return m ? Number(m[1]) : undefined;
+}
+
+/** Forwards JSON-RPC to anvil and counts the latest-block reads (eth_getBlockByNumber) it carries. */
+async function countingProxy(
+  target: string,
+): Promise<{ url: string; headReads: () => number; close: () => Promise<void> }> {
+  let reads = 0;
+  const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', async () => {
+      const body = Buffer.concat(chunks).toString('utf8');
+      try {
+        const parsed = JSON.parse(body) as { method?: string } | { method?: string }[];
+        for (const call of Array.isArray(parsed) ? parsed : [parsed]) {
+          if (call.method === 'eth_getBlockByNumber') reads += 1;
+        }
+      } catch {
+        // not JSON: forwarded as is
+      }
+      try {
+        const answer = await fetch(target, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body,
+        });
+        res.writeHead(answer.status, { 'content-type': 'application/json' });
+        res.end(await answer.text());
+      } catch {
+        res.writeHead(502).end();
+      }
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    headReads: () => reads,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
 // anvil mines only on a transaction or when told to: a chain that answers every call and
 // makes no block, as a halted sequencer looks from its RPC.
 describe('readiness while the chain the payments settle on stops making blocks', () => {
   let chain: LocalChain;
+  let proxy: Awaited<ReturnType<typeof countingProxy>>;
   let dir: string;
   let service: RunningService;
 
   beforeAll(async () => {
     chain = await startLocalChain();
+    proxy = await countingProxy(chain.rpcUrl);
     dir = await mkdtemp(join(tmpdir(), 'x402-chain-ready-'));
     service = await startService(
       loadConfig({
@@ -37,7 +98,7 @@ describe('readiness while the chain the payments settle on stops making blocks',
         REPLAY_SPEED: '0',
         X402_PAY_TO: privateKeyToAccount(generatePrivateKey()).address,
         X402_FACILITATOR_PRIVATE_KEY: FACILITATOR_KEY,
-        X402_RPC_URL: chain.rpcUrl,
+        X402_RPC_URL: proxy.url,
         X402_ASSET: BASE_USDC,
         X402_CHAIN_STALL_MS: '3000',
       }),
@@ -47,37 +108,70 @@ describe('readiness while the chain the payments settle on stops making blocks',
   });
   afterAll(async () => {
     await service?.stop();
+    await proxy?.close();
     await chain?.stop();
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  it('answers 503 naming the chain once no block came for X402_CHAIN_STALL_MS, and 200 again once one does', async () => {
+  it('stays ready while the chain is stalled, reporting it stale (body and metric), and probes do not read the chain', async () => {
     await chain.testClient.mine({ blocks: 1 });
     const head = Number(await chain.publicClient.getBlockNumber());
-    const ready = await readyz(service);
-    expect(ready.status, JSON.stringify(ready.body)).toBe(200);
-    expect(ready.body.checks.chain).toMatchObject({
-      ok: true,
-      networks: [{ network: 'eip155:8453', block: head }],
-    });
-
-    // No block from here: the RPC keeps answering, the head ages past the threshold.
+    // The poller sees the new block within a poll.
     await expect
-      .poll(async () => (await readyz(service)).status, { timeout: 30_000, interval: 250 })
-      .toBe(503);
+      .poll(async () => (await readyz(service)).body.checks.chain?.networks?.[0]?.block, { timeout: 15_000 })
+      .toBe(head);
+    const fresh = await readyz(service);
+    expect(fresh.status, JSON.stringify(fresh.body)).toBe(200);
+    expect(fresh.body.checks.chain).toMatchObject({
+      ok: true,
+      networks: [{ network: 'eip155:8453', stale: false }],
+    });
+    expect(fresh.body.checks.chain!.degraded).toBeUndefined();
+
+    // No block from here: the RPC keeps answering, the head stops moving past the threshold.
+    await expect
+      .poll(async () => (await readyz(service)).body.checks.chain?.degraded, {
+        timeout: 30_000,
+        interval: 250,
+      })
+      .toBe(true);
     const stalled = await readyz(service);
-    expect(stalled.body.checks.chain).toMatchObject({ ok: false });
+    expect(stalled.status, JSON.stringify(stalled.body)).toBe(200);
+    expect(stalled.body.status).toBe('ready');
+    expect(stalled.body.checks.chain).toMatchObject({
+      ok: true,
+      degraded: true,
+      networks: [{ network: 'eip155:8453', block: head, stale: true }],
+    });
+    expect(stalled.body.checks.chain!.networks![0]!.ageS).toBeGreaterThan(3);
     expect(stalled.body.checks.chain!.detail).toMatch(
-      new RegExp(`^eip155:8453: no new block for \\d+ s \\(block ${head}, X402_CHAIN_STALL_MS 3000\\)`),
+      new RegExp(
+        `^eip155:8453: stale, no new block seen for \\d+ s \\(block ${head}, X402_CHAIN_STALL_MS 3000\\)`,
+      ),
     );
-    // Only the chain: every other dependency is well.
-    for (const [name, check] of Object.entries(stalled.body.checks)) {
-      if (name !== 'chain') expect(check.ok, name).toBe(true);
+    expect(await headAgeMetric(service)).toBeGreaterThan(3);
+
+    // Probes read the cached state: a burst of them costs the RPC no more than the poller's reads.
+    const before = proxy.headReads();
+    const started = performance.now();
+    for (let i = 0; i < 10; i++) {
+      const answers = await Promise.all(Array.from({ length: 10 }, () => readyz(service)));
+      for (const answer of answers) expect(answer.status).toBe(200);
     }
+    const polls = Math.floor((performance.now() - started) / HEAD_POLL_MS) + 2;
+    expect(proxy.headReads() - before, `100 probes, room for ${polls} polls`).toBeLessThanOrEqual(polls);
 
     await chain.testClient.mine({ blocks: 1 });
+    await expect
+      .poll(async () => (await readyz(service)).body.checks.chain?.networks?.[0]?.block, { timeout: 15_000 })
+      .toBe(head + 1);
     const again = await readyz(service);
-    expect(again.status, JSON.stringify(again.body)).toBe(200);
-    expect(again.body.checks.chain).toMatchObject({ ok: true, networks: [{ block: head + 1 }] });
+    expect(again.status).toBe(200);
+    expect(again.body.checks.chain).toMatchObject({
+      ok: true,
+      networks: [{ block: head + 1, stale: false }],
+    });
+    expect(again.body.checks.chain!.degraded).toBeUndefined();
+    expect(await headAgeMetric(service)).toBeLessThan(3);
   });
 });

@@ -459,6 +459,13 @@ describe('the OpenAPI document describes every real answer', () => {
     await conform({ method: 'GET', template: '/api/webhooks', status: 401, auth: false });
     await conform({ method: 'GET', template: '/api/webhooks', path: '/api/webhooks?foo=1', status: 400 });
     await conform({
+      method: 'GET',
+      template: '/api/webhooks',
+      path: '/api/webhooks?status=all',
+      status: 200,
+    });
+    await conform({ method: 'GET', template: '/api/webhooks', path: '/api/webhooks?status=x', status: 400 });
+    await conform({
       method: 'POST',
       template: '/api/webhooks',
       body: { url: 'http://example.com/hook', events: ['trade_call'] },

@@ -143,7 +143,7 @@ describe.runIf(reachable)('a hung endpoint is disabled by time since its last su
     const deadline = Date.now() + 120_000;
     let sub: { status: string; disabled_reason: string | null } | undefined;
     while (Date.now() < deadline) {
-      sub = (await stack.request('GET', '/api/webhooks', key)).body.webhooks[0];
+      sub = (await stack.request('GET', '/api/webhooks?status=all', key)).body.webhooks[0];
       if (sub?.status === 'disabled') break;
       await new Promise((resolve) => setTimeout(resolve, 50));
     }

@@ -189,7 +189,7 @@ describe.runIf(reachable)('webhook delivery through NATS to HTTPS receivers', ()
     const sub = await subscribe(key, { url: r.url, events: ['trade_call'], assets: ['GONEA'] });
     await appendVerdict(stack.store, { coin: 'GONEA', call: 'BUY', confidence: 50 });
     const list = await until(
-      () => stack.request('GET', '/api/webhooks', key),
+      () => stack.request('GET', '/api/webhooks?status=all', key),
       (res) => res.body.webhooks[0]?.status === 'disabled',
     );
     expect(list.body.webhooks[0].disabled_reason).toMatch(/410/);
@@ -213,7 +213,7 @@ describe.runIf(reachable)('webhook delivery through NATS to HTTPS receivers', ()
     await appendVerdict(stack.store, { coin: 'PERSA', call: 'BUY', confidence: 50 });
     await appendVerdict(stack.store, { coin: 'PERSA', call: 'SELL', confidence: 50 });
     const list = await until(
-      () => stack.request('GET', '/api/webhooks', key),
+      () => stack.request('GET', '/api/webhooks?status=all', key),
       (res) => res.body.webhooks[0]?.status === 'disabled',
     );
     expect(list.body.webhooks[0].disabled_reason).toMatch(/2 consecutive deliveries failed/);
@@ -224,6 +224,10 @@ describe.runIf(reachable)('webhook delivery through NATS to HTTPS receivers', ()
     });
     expect(enabled.status).toBe(200);
     expect(enabled.body.status).toBe('active');
+    // Re-enabled, it is among the active subscriptions the list shows by default again.
+    expect((await stack.request('GET', '/api/webhooks', key)).body.webhooks).toMatchObject([
+      { id: sub.id, status: 'active' },
+    ]);
     await r.waitFor(8);
     const log = await until(
       () => stack.request('GET', `/api/webhooks/${sub.id}/deliveries`, key),

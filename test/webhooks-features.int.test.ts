@@ -193,7 +193,24 @@ describe.runIf(reachable)('what subscribers ask for: gap detection, versions, ro
     await new Promise((resolve) => setTimeout(resolve, 300));
     expect(stranger.r.received).toHaveLength(0);
     expect(watcher.r.received).toHaveLength(1);
-    const list = await stack.request('GET', '/api/webhooks', dying.key);
+    // The list shows the active subscriptions; a disabled one is listed with status=disabled or all.
+    const ids = async (query: string) =>
+      (await stack.request('GET', `/api/webhooks${query}`, dying.key)).body.webhooks.map(
+        (w: { id: string }) => w.id,
+      );
+    expect(await ids('')).toEqual([watcher.id]);
+    expect(await ids('?status=active')).toEqual([watcher.id]);
+    expect(await ids('?status=disabled')).toEqual([dying.id]);
+    for (const [query, code, field] of [
+      ['?status=gone', 'INVALID_FIELD', 'status'],
+      ['?status=', 'INVALID_FIELD', 'status'],
+      ['?status=all&status=active', 'INVALID_PARAMETER', 'status'],
+      ['?state=all', 'UNKNOWN_FILTER', 'state'],
+    ]) {
+      const refused = await stack.request('GET', `/api/webhooks${query}`, dying.key);
+      expect(refused, query).toMatchObject({ status: 400, body: { code, field } });
+    }
+    const list = await stack.request('GET', '/api/webhooks?status=all', dying.key);
     const row = list.body.webhooks.find((w: { id: string }) => w.id === dying.id);
     expect(row).toMatchObject({
       status: 'disabled',
@@ -329,7 +346,7 @@ describe.runIf(reachable)('a disable by the failed-deliveries rule', () => {
       reason: '3 consecutive deliveries failed every attempt',
       consecutive_failures: 3,
     });
-    const listed = await stack.request('GET', '/api/webhooks', key);
+    const listed = await stack.request('GET', '/api/webhooks?status=disabled', key);
     const sub = listed.body.webhooks.find((w: { id: string }) => w.id === watched.body.id);
     expect(sub).toMatchObject({
       status: 'disabled',

@@ -314,7 +314,7 @@ async function disabledWithHeld(stack: WebhookStack, receivers: Receiver[], coin
     (x) => x.attempts.at(-1)?.outcome === 'held' && x.attempts.at(-1)?.error === 'subscription disabled',
   );
   expect(heldRows.length).toBeGreaterThan(0);
-  const listed = (await stack.request('GET', '/api/webhooks', key)).body.webhooks as {
+  const listed = (await stack.request('GET', '/api/webhooks?status=all', key)).body.webhooks as {
     id: string;
     status: string;
     disabled_at: string;

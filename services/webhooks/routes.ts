@@ -88,6 +88,15 @@ const DeliveryQuery = z.strictObject({
     .optional()
     .describe('The last seq received: deliveries after it, in seq order'),
 });
+/** Which subscriptions the list shows: by default the active ones (the contract's list), or else. */
+const LIST_STATUSES = ['active', 'disabled', 'all'] as const;
+const ListQuery = z.strictObject({
+  status: queryOnce(z.enum(LIST_STATUSES))
+    .default('active')
+    .describe(
+      'active (the default): the subscriptions that deliver; disabled: those disabled, with disabled_at and disabled_reason, to re-enable; all: both',
+    ),
+});
 /** A query parameter a route does not know is refused, not ignored (as /api/verdicts answers it). */
 const QUERY_CODES = { unknown: 'UNKNOWN_FILTER' } as const satisfies FieldCodes;
 const fail = (description: string): ResponseDoc => ({ description, schema: ErrorBody });
@@ -159,10 +168,13 @@ const DOCS = {
     },
   }),
   list: keyed({
-    summary: "The key's subscriptions",
+    summary: "The key's active subscriptions (?status=disabled or all for the disabled ones)",
+    query: ListQuery,
     responses: {
       200: { description: 'Subscriptions', schema: z.object({ webhooks: z.array(WebhookView) }) },
-      400: fail('UNKNOWN_FILTER: the route takes no query parameter'),
+      400: fail(
+        'INVALID_FIELD: status not active, disabled or all; UNKNOWN_FILTER: another parameter; INVALID_PARAMETER: one given twice',
+      ),
     },
   }),
   delete: keyed({
@@ -392,7 +404,9 @@ export function webhookRoutes(deps: WebhookRoutesDeps): FastifyPluginAsync {
     );
     app.get('/api/webhooks', { ...DOCS.list, preValidation: authenticated }, async (request) =>
       served(request, {
-        webhooks: subscriptionsOfKey(runner.state.subscriptions, keyOf(request)).map(toView),
+        webhooks: subscriptionsOfKey(runner.state.subscriptions, keyOf(request))
+          .filter((sub) => request.query.status === 'all' || sub.status === request.query.status)
+          .map(toView),
       }),
     );
     app.delete('/api/webhooks/:id', { ...DOCS.delete, preValidation: authenticated }, async (request) => {

@@ -102,6 +102,17 @@ export const CreateWebhookRequest = z
   });
 export type CreateWebhookRequest = z.infer<typeof CreateWebhookRequest>;
 
+/**
+ * A payload's `candle_close_time`: Unix seconds (the tools' `timestamp` unit), where /verify and the
+ * history exports give the same close in Unix milliseconds (`candleCloseTime`).
+ */
+const CandleCloseSeconds = z
+  .number()
+  .int()
+  .describe(
+    'Close time of the candle the verdict is for, in Unix seconds (not milliseconds: /verify and the history exports give candleCloseTime in ms, 1000 times this)',
+  );
+
 export const ReEnableWebhookRequest = z.strictObject({
   /** Re-send every delivery of this subscription that failed at or after this time. */
   recover_since: z.iso.datetime().optional(),
@@ -220,7 +231,7 @@ export const TradeCallData = z.object({
   regime: Regime,
   price_at_call: z.number(),
   /** Close time (Unix seconds) of the candle the call used. */
-  candle_close_time: z.number().int(),
+  candle_close_time: CandleCloseSeconds,
   signal_hash: z.string(),
   verify_url: z.url(),
   /** Forecast volatility and expected-move band over the verdict horizon; null on older verdicts. */
@@ -244,7 +255,7 @@ export const RegimeShiftData = z.object({
   prior_regime: Regime,
   confidence: z.number().int().min(0).max(100),
   price_at_call: z.number(),
-  candle_close_time: z.number().int(),
+  candle_close_time: CandleCloseSeconds,
   /** Hash of the verdict that carried the shift; null if that verdict could not be read. */
   signal_hash: z.string().nullable(),
   verify_url: z.url(),
@@ -273,7 +284,7 @@ export const RiskShiftData = z.object({
   /** The close the forecast was made at. */
   price: z.number(),
   /** Close time (Unix seconds) of the candle the forecast used. */
-  candle_close_time: z.number().int(),
+  candle_close_time: CandleCloseSeconds,
   /** Hash of the verdict that carried the shift; null if that verdict could not be read. */
   signal_hash: z.string().nullable(),
   verify_url: z.url(),

@@ -260,11 +260,28 @@ describe('withSeq', () => {
 
 type Operation = {
   parameters?: { name: string; in: string; required: boolean; description: string }[];
+  requestBody: { content: { 'application/json': { schema: JsonSchema } } };
 };
+type JsonSchema = { properties?: Record<string, JsonSchema>; description?: string; type?: string };
 const operations = () =>
   Object.entries((webhookOpenApi() as { webhooks: Record<string, { post: Operation }> }).webhooks);
 
 describe('the webhooks section of the OpenAPI document', () => {
+  it('says candle_close_time is Unix seconds in every payload that carries it', () => {
+    let carried = 0;
+    for (const [name, { post }] of operations()) {
+      const data = post.requestBody.content['application/json'].schema.properties!.data!;
+      const rows = [data, ...Object.values(data.properties ?? {}).flatMap((p) => [p])];
+      for (const schema of rows) {
+        const close = schema.properties?.candle_close_time;
+        if (!close) continue;
+        carried++;
+        expect(close.description, name).toMatch(/Unix seconds/);
+      }
+    }
+    expect(carried).toBeGreaterThanOrEqual(3);
+  });
+
   it('describes every header a delivery carries, on every delivery operation', () => {
     // Every header the sender sets but Content-Type and User-Agent: a rotation's overlap signs twice.
     const sent = Object.keys(

@@ -81,7 +81,7 @@ export interface ChainReader {
   lookbackStartTime(): Promise<bigint>;
 }
 
-function createChainReader(rpcUrl: string, lookback: bigint): ChainReader {
+export function createChainReader(rpcUrl: string, lookback: bigint = LOG_LOOKBACK_BLOCKS): ChainReader {
   const client = createPublicClient({
     chain: undefined,
     transport: http(rpcUrl, { retryCount: 1 }),

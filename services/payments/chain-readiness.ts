@@ -55,7 +55,7 @@ export class ChainHeads {
     for (const [network, chain] of this.chains) {
       const head: RailHead = { advancedAt: this.now() };
       this.heads.set(network, head);
-      void this.poll(head, chain);
+      void this.poll(network, head, chain);
     }
   }
 
@@ -64,7 +64,7 @@ export class ChainHeads {
     for (const head of this.heads.values()) clearTimeout(head.timer);
   }
 
-  private async poll(head: RailHead, chain: ChainReader): Promise<void> {
+  private async poll(network: string, head: RailHead, chain: ChainReader): Promise<void> {
     try {
       const { number } = await chain.head();
       // A node behind a load balancer may answer from an older block: only a higher one counts.
@@ -76,8 +76,10 @@ export class ChainHeads {
     } catch (err) {
       head.error = (err instanceof Error ? err.message : String(err)).split('\n')[0]!.slice(0, 200);
     }
-    if (this.stopped) return;
-    head.timer = setTimeout(() => void this.poll(head, chain), this.pollMs);
+    // Stopped, or stopped and started again while this read was out (the start made a new head
+    // with a poller of its own): this one ends rather than poll beside it.
+    if (this.stopped || this.heads.get(network) !== head) return;
+    head.timer = setTimeout(() => void this.poll(network, head, chain), this.pollMs);
     head.timer.unref();
   }
 

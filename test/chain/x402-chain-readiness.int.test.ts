@@ -7,7 +7,8 @@ import { pino } from 'pino';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../contracts/config.ts';
-import { HEAD_POLL_MS } from '../../services/payments/chain-readiness.ts';
+import { createChainReader } from '../../services/payments/chain-reader.ts';
+import { ChainHeads, HEAD_POLL_MS } from '../../services/payments/chain-readiness.ts';
 import { type RunningService, startService } from '../../services/service.ts';
 import { BASE_USDC, FACILITATOR_KEY, type LocalChain, startLocalChain } from './local-chain.ts';
 
@@ -173,5 +174,25 @@ describe('readiness while the chain the payments settle on stops making blocks',
     });
     expect(again.body.checks.chain!.degraded).toBeUndefined();
     expect(await headAgeMetric(service)).toBeLessThan(3);
+  });
+
+  it('a stop and start while a read is out leaves one poller per rail, not two', async () => {
+    const pollMs = 500;
+    const heads = new ChainHeads(new Map([['eip155:8453', createChainReader(proxy.url)]]), 3000, pollMs);
+    try {
+      heads.start();
+      heads.stop(); // the first read is still out: it must not go on polling beside the next start's
+      heads.start();
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      const before = proxy.headReads();
+      const started = performance.now();
+      await new Promise((resolve) => setTimeout(resolve, 4_000));
+      const elapsed = performance.now() - started;
+      // This poller's reads, and the started service's own poller's (same proxy, every HEAD_POLL_MS).
+      const polls = Math.floor(elapsed / pollMs) + 1 + Math.floor(elapsed / HEAD_POLL_MS) + 1;
+      expect(proxy.headReads() - before, `one poller: at most ${polls} reads`).toBeLessThanOrEqual(polls);
+    } finally {
+      heads.stop();
+    }
   });
 });

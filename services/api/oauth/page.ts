@@ -9,6 +9,11 @@ export interface ConsentView {
   clientName: string;
   clientId: string;
   redirectHost: string;
+  /**
+   * The redirect is an app's own scheme (`redirectHost` is that scheme and what follows it): the
+   * page says an app on the device gets it, so a scheme with dots never reads as a web host.
+   */
+  redirectApp?: boolean;
   resource: string;
   /** A refusal of the last attempt, shown above the forms. */
   error?: string;
@@ -72,7 +77,7 @@ export function consentPage(view: ConsentView): string {
       : '';
   const who = `<p><strong>${escapeHtml(view.clientName)}</strong> asks to call this service's MCP tools
  as one of your API keys: with that key's plan, quota and rate limits.</p>
-<p class="muted">It will be sent back to <code>${escapeHtml(view.redirectHost)}</code>.
+<p class="muted">It will be sent back to ${view.redirectApp ? 'the app on this device that opens ' : ''}<code>${escapeHtml(view.redirectHost)}</code>${view.redirectApp ? ' links' : ''}.
 Client: <code>${escapeHtml(view.clientId)}</code></p>`;
   const deny = `<form method="post" action="${action('abort')}"><button type="submit" id="deny">Deny</button></form>`;
   const body = view.wallet

@@ -30,6 +30,14 @@ describe('the OAuth sign-in pages', () => {
     expect(tag(consentPage(VIEW), 'api_key')).not.toContain('aria-invalid');
   });
 
+  it("an app's own scheme is worded as an app on the device, never as a web host", () => {
+    const app = consentPage({ ...VIEW, redirectHost: 'www.cursor.com:', redirectApp: true });
+    expect(app).toContain(
+      'sent back to the app on this device that opens <code>www.cursor.com:</code> links',
+    );
+    expect(consentPage(VIEW)).toContain('sent back to <code>host.example</code>.');
+  });
+
   it("the wallet sign-in's progress and refusals are announced (a live status)", () => {
     const status = tag(consentPage(VIEW), 'wallet-status');
     expect(status).toContain('role="status"');

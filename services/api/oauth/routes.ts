@@ -354,17 +354,24 @@ export function oauthRoutes(options: OAuthRoutesOptions): FastifyPluginAsync {
     const client = await provider.Client.find(clientId);
     const redirectUri = String(details.params.redirect_uri ?? '');
     let redirectHost = redirectUri;
+    let redirectApp = false;
     try {
       const to = new URL(redirectUri);
-      // An app's own scheme names the app (cursor://anysphere.cursor-mcp): shown with it.
-      const web = to.protocol === 'https:' || to.protocol === 'http:';
-      redirectHost = web ? to.host || redirectUri : to.host ? `${to.protocol}//${to.host}` : to.protocol;
+      // An app's own scheme names the app (cursor://anysphere.cursor-mcp), worded as an app: a
+      // scheme may hold dots (www.cursor.com:/cb), which shown bare would read as a web host.
+      redirectApp = to.protocol !== 'https:' && to.protocol !== 'http:';
+      redirectHost = !redirectApp
+        ? to.host || redirectUri
+        : to.host
+          ? `${to.protocol}//${to.host}`
+          : to.protocol;
     } catch {}
     return {
       uid: details.uid,
       clientName: client?.clientName ?? clientId,
       clientId,
       redirectHost,
+      ...(redirectApp ? { redirectApp } : {}),
       resource: site.resource,
       ...extra,
     };

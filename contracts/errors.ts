@@ -74,7 +74,8 @@ export const ERRORS = {
   SUBSCRIPTION_LIMIT: {
     status: 409,
     retryable: false,
-    message: 'this key already has {max} webhook subscriptions (the limit)',
+    message:
+      'this key already has {max} webhook subscriptions (the limit; disabled ones count: GET /api/webhooks?status=disabled lists them)',
   },
   SUBSCRIPTION_DISABLED: {
     status: 409,

@@ -103,14 +103,14 @@ export const CreateWebhookRequest = z
 export type CreateWebhookRequest = z.infer<typeof CreateWebhookRequest>;
 
 /**
- * A payload's `candle_close_time`: Unix seconds (the tools' `timestamp` unit), where /verify and the
- * history exports give the same close in Unix milliseconds (`candleCloseTime`).
+ * A payload's `candle_close_time`: Unix seconds (the tools' `timestamp` unit), where the history
+ * exports' `candle_close_time` (the same name) and /verify's `candleCloseTime` are milliseconds.
  */
 const CandleCloseSeconds = z
   .number()
   .int()
   .describe(
-    'Close time of the candle the verdict is for, in Unix seconds (not milliseconds: /verify and the history exports give candleCloseTime in ms, 1000 times this)',
+    "Close time of the candle the verdict is for, in Unix seconds (not milliseconds: the history exports' candle_close_time and /verify's candleCloseTime are in ms, 1000 times this)",
   );
 
 export const ReEnableWebhookRequest = z.strictObject({

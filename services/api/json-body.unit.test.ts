@@ -32,7 +32,7 @@ describe('nestsDeeperThan', () => {
 describe('the error catalog', () => {
   it('fills a message template and leaves unknown names as they are', () => {
     expect(errorMessage('SUBSCRIPTION_LIMIT', { max: 25 })).toBe(
-      'this key already has 25 webhook subscriptions (the limit)',
+      'this key already has 25 webhook subscriptions (the limit; disabled ones count: GET /api/webhooks?status=disabled lists them)',
     );
     expect(errorMessage('JSON_TOO_DEEP')).toBe('the JSON body nests deeper than {max} levels');
   });

@@ -213,7 +213,7 @@ describe.each(caches)(
       expect(refused.status).toBe(429);
       expect(Math.abs(Number(refused.retryAfter) - untilMidnight())).toBeLessThanOrEqual(2);
       expect(refused.page).toContain(
-        '<p class="error" role="alert">this network has been issued its 3 free keys',
+        '<p class="error" id="consent-error" role="alert">this network has been issued its 3 free keys',
       );
       expect(refused.page).not.toContain('name="key_id"');
       // ...and POST /api/keys too.

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import type { BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CHROMIUM, launchChromium } from '../../test/chromium.ts';
+import { contrast } from '../../test/contrast.ts';
 import { MARKETS, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
 
 const present = existsSync(CHROMIUM);
@@ -23,21 +24,6 @@ let youngFx: Awaited<ReturnType<typeof recordHistory>>;
 let young: Awaited<ReturnType<typeof startHistoryServer>>;
 let browser: BrowserContext;
 let closeBrowser: (() => Promise<void>) | undefined;
-
-/** WCAG 2 contrast ratio of two #rgb or #rrggbb colours. */
-function contrast(a: string, b: string): number {
-  const luminance = (colour: string) => {
-    expect(colour).toMatch(/^#([0-9a-f]{3}){1,2}$/i);
-    const hex = colour.length === 4 ? `#${[...colour.slice(1)].map((c) => c + c).join('')}` : colour;
-    const [r, g, b] = [1, 3, 5].map((i) => {
-      const c = Number.parseInt(hex.slice(i, i + 2), 16) / 255;
-      return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
-    });
-    return 0.2126 * r! + 0.7152 * g! + 0.0722 * b!;
-  };
-  const [dark, light] = [luminance(a), luminance(b)].sort((x, y) => x - y);
-  return (light! + 0.05) / (dark! + 0.05);
-}
 
 const CHARTS = ['chart-calibration', 'chart-coverage', 'chart-hit', 'chart-net', 'chart-sigma'];
 

@@ -7,7 +7,10 @@ import type {
   OAuthTokens,
 } from '@modelcontextprotocol/sdk/shared/auth.js';
 import type { BrowserContext } from 'playwright-core';
+import { MemoryCache } from '../adapters/cache/memory.ts';
 import { launchChromium as launchProfile } from './chromium.ts';
+import { startKeyedServer } from './keyed-harness.ts';
+import { freePort } from './ports.ts';
 
 /**
  * Test helpers that play an MCP host signing in: a redirect receiver on loopback, the SDK's
@@ -102,6 +105,32 @@ export class MemoryHost implements OAuthClientProvider {
 
 /** Chromium for the consent page. */
 export const launchChromium = () => launchProfile('oauth');
+
+/**
+ * The sign-in suites' stage: a keyed server (in-process cache) on a free port whose issuer is its
+ * own loopback origin, a pro key, and Chromium for the consent page.
+ */
+export async function signinStage() {
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  const server = await startKeyedServer({ cache: new MemoryCache(), port, env: { PUBLIC_BASE_URL: base } });
+  const key = (await server.issue('pro')).key;
+  const chromium = await launchChromium().catch(async (err: unknown) => {
+    await server.close();
+    throw err;
+  });
+  return {
+    server,
+    base,
+    url: new URL(`${base}/mcp/signin`),
+    key,
+    browser: chromium.browser,
+    async close() {
+      await chromium.close();
+      await server.close();
+    },
+  };
+}
 
 /**
  * What the person does: opens the authorization URL, signs in with their API key on the page,

@@ -5,10 +5,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import type { OAuthClientMetadata } from '@modelcontextprotocol/sdk/shared/auth.js';
 import type { BrowserContext } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MemoryCache } from '../../../adapters/cache/memory.ts';
-import { startKeyedServer } from '../../../test/keyed-harness.ts';
-import { CHROMIUM, launchChromium, MemoryHost } from '../../../test/oauth-host.ts';
-import { freePort } from '../../../test/ports.ts';
+import { CHROMIUM, MemoryHost, signinStage } from '../../../test/oauth-host.ts';
 
 /**
  * Native apps (RFC 8252): Cursor desktop registers its app's own scheme beside an https and a
@@ -17,7 +14,6 @@ import { freePort } from '../../../test/ports.ts';
  * are no app's (javascript:, data:, file:, ...) stay refused at registration.
  */
 const present = existsSync(CHROMIUM);
-type Server = Awaited<ReturnType<typeof startKeyedServer>>;
 
 /** The three callbacks Cursor desktop registers together (cursor.com/docs/mcp). */
 const CURSOR_APP = 'cursor://anysphere.cursor-mcp/oauth/callback';
@@ -39,25 +35,18 @@ class CursorHost extends MemoryHost {
 }
 
 describe.runIf(present || process.env.CI === 'true')('OAuth sign-in from native apps (Cursor)', () => {
-  let server: Server;
   let base: string;
   let url: URL;
   let key: string;
-  let chromium: Awaited<ReturnType<typeof launchChromium>>;
+  let stage: Awaited<ReturnType<typeof signinStage>>;
   let browser: BrowserContext;
 
   beforeAll(async () => {
-    const port = await freePort();
-    base = `http://127.0.0.1:${port}`;
-    url = new URL(`${base}/mcp/signin`);
-    server = await startKeyedServer({ cache: new MemoryCache(), port, env: { PUBLIC_BASE_URL: base } });
-    key = (await server.issue('pro')).key;
-    chromium = await launchChromium();
-    browser = chromium.browser;
+    stage = await signinStage();
+    ({ base, url, key, browser } = stage);
   });
   afterAll(async () => {
-    await chromium?.close();
-    await server?.close();
+    await stage?.close();
   });
 
   const register = (metadata: Record<string, unknown>) =>

@@ -4,16 +4,13 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { BrowserContext } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MemoryCache } from '../../../adapters/cache/memory.ts';
-import { startKeyedServer } from '../../../test/keyed-harness.ts';
 import {
   CHROMIUM,
   consentWithKey,
-  launchChromium,
   MemoryHost,
   redirectReceiver,
+  signinStage,
 } from '../../../test/oauth-host.ts';
-import { freePort } from '../../../test/ports.ts';
 
 /**
  * The scopes a host may ask for: `mcp` (required) and `offline_access`. `openid` is neither
@@ -22,31 +19,23 @@ import { freePort } from '../../../test/ports.ts';
  * invalid_scope before the person is asked to sign in, never into a sign-in that cannot finish.
  */
 const present = existsSync(CHROMIUM);
-type Server = Awaited<ReturnType<typeof startKeyedServer>>;
 
 describe.runIf(present || process.env.CI === 'true')('OAuth scopes', () => {
-  let server: Server;
   let base: string;
   let url: URL;
   let key: string;
   let receiver: Awaited<ReturnType<typeof redirectReceiver>>;
-  let chromium: Awaited<ReturnType<typeof launchChromium>>;
+  let stage: Awaited<ReturnType<typeof signinStage>>;
   let browser: BrowserContext;
 
   beforeAll(async () => {
-    const port = await freePort();
-    base = `http://127.0.0.1:${port}`;
-    url = new URL(`${base}/mcp/signin`);
-    server = await startKeyedServer({ cache: new MemoryCache(), port, env: { PUBLIC_BASE_URL: base } });
-    key = (await server.issue('pro')).key;
+    stage = await signinStage();
+    ({ base, url, key, browser } = stage);
     receiver = await redirectReceiver();
-    chromium = await launchChromium();
-    browser = chromium.browser;
   });
   afterAll(async () => {
-    await chromium?.close();
     await receiver?.close();
-    await server?.close();
+    await stage?.close();
   });
 
   /** The SDK's authorization URL for this scope (undefined: the request names none), with a state. */

@@ -4,7 +4,7 @@ import { KeyedLock } from '../../adapters/keyed-lock.ts';
 import { deterministicId } from '../../contracts/deterministic-id.ts';
 import type { NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
 import { type EventData, newEvent } from '../../contracts/events.ts';
-import type { MarketKey } from '../../contracts/market.ts';
+import { EXCHANGES, type MarketKey, TIMEFRAMES } from '../../contracts/market.ts';
 import { type VerdictContent, verdictHash } from '../../contracts/verdict-hash.ts';
 import { recordedVolatility } from './recorded-volatility.ts';
 import { riskShiftOf } from './risk-shift.ts';
@@ -12,8 +12,27 @@ import { riskShiftOf } from './risk-shift.ts';
 export type VerdictDraft = Omit<VerdictContent, 'prevHash'>;
 export type RecordedVerdict = RecordedEvent<EventData<'VerdictRecorded'>, 'VerdictRecorded'>;
 
+const VERDICT_STREAM_PREFIX = 'verdicts-';
+
 export function verdictStream(market: MarketKey): string {
-  return `verdicts-${market.exchange}-${market.coin}-${market.timeframe}`;
+  return `${VERDICT_STREAM_PREFIX}${market.exchange}-${market.coin}-${market.timeframe}`;
+}
+
+/**
+ * The market of a verdict stream, as `verdictStream` names it; undefined for any other stream.
+ * No venue (EXCHANGES: BINANCE_SPOT joins with '_') or timeframe holds a '-', so the venue is the
+ * known name after the prefix and the timeframe the last part, and the coin whatever lies between:
+ * a coin with a '-' of its own (the Coin contract allows none, MarketKey any string) still reads back.
+ */
+export function parseVerdictStream(stream: string): MarketKey | undefined {
+  if (!stream.startsWith(VERDICT_STREAM_PREFIX)) return undefined;
+  const rest = stream.slice(VERDICT_STREAM_PREFIX.length);
+  const exchange = EXCHANGES.find((venue) => rest.startsWith(`${venue}-`));
+  const cut = rest.lastIndexOf('-');
+  if (exchange === undefined || cut <= exchange.length + 1) return undefined; // no coin
+  const timeframe = TIMEFRAMES.find((tf) => tf === rest.slice(cut + 1));
+  if (timeframe === undefined) return undefined;
+  return { exchange, coin: rest.slice(exchange.length + 1, cut), timeframe };
 }
 
 // Recorders in one process take turns per stream: the scheduler and on-demand calls for the

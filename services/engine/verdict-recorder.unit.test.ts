@@ -2,11 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
 import type { EventData } from '../../contracts/events.ts';
+import { EXCHANGES, type MarketKey, TIMEFRAMES } from '../../contracts/market.ts';
 import { verifyVerdictChain } from '../../contracts/verdict-hash.ts';
 import { latestVerdictsProjection } from '../../projections/latest-verdicts.ts';
 import { foldEvents } from '../../projections/projection.ts';
 import { describeFailure } from './operation-errors.ts';
-import { recordVerdict, type VerdictDraft, verdictStream } from './verdict-recorder.ts';
+import { parseVerdictStream, recordVerdict, type VerdictDraft, verdictStream } from './verdict-recorder.ts';
 
 const HOUR = 3_600_000;
 function draft(i: number, regime: VerdictDraft['regime'] = 'ranging'): VerdictDraft {
@@ -184,5 +185,41 @@ describe('recordVerdict', () => {
       retryable: true,
     });
     expect(await store.headPosition()).toBe(0);
+  });
+});
+
+describe('parseVerdictStream', () => {
+  it('reads back the market of every venue and timeframe verdictStream names', () => {
+    for (const exchange of EXCHANGES)
+      for (const timeframe of TIMEFRAMES)
+        for (const coin of ['BTC', '1000PEPE', 'K-PEPE']) {
+          const market: MarketKey = { exchange, coin, timeframe };
+          expect(parseVerdictStream(verdictStream(market))).toEqual(market);
+        }
+  });
+
+  it('tells BINANCE_SPOT from BINANCE', () => {
+    expect(parseVerdictStream('verdicts-BINANCE_SPOT-ETH-4h')).toEqual({
+      exchange: 'BINANCE_SPOT',
+      coin: 'ETH',
+      timeframe: '4h',
+    });
+  });
+
+  it('refuses streams that are not verdict streams', () => {
+    for (const stream of [
+      '',
+      'verdicts-',
+      'outcomes-BINANCE-ETH-1h',
+      'verdicts-BINANCE-ETH',
+      'verdicts-BINANCE-1h',
+      'verdicts-BINANCE--1h',
+      'verdicts-KRAKEN-ETH-1h',
+      'verdicts-binance-ETH-1h',
+      'verdicts-BINANCE-ETH-1w',
+      'verdicts-BINANCE-ETH-1h-',
+      'verdicts-BINANCE_SPOTX-ETH-1h',
+    ])
+      expect(parseVerdictStream(stream), stream).toBeUndefined();
   });
 });

@@ -2,6 +2,7 @@ import { LISTING_KEEP_MS } from '../../adapters/market/known-coins.ts';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import type { Exchange, Timeframe } from '../../contracts/market.ts';
 import { defaultExchange, unservedVenue } from '../engine/engine.ts';
+import { parseVerdictStream } from '../engine/verdict-recorder.ts';
 import { setBounded } from '../shared/bounded-map.ts';
 
 /** A timeframe every venue serves where it serves candles at all: what asks a venue about itself. */
@@ -13,8 +14,8 @@ const ANY_TIMEFRAME: Timeframe = '1h';
  */
 export function holdsCoin(streams: Iterable<string>, coin: string, exchange?: Exchange): boolean {
   for (const stream of streams) {
-    const parts = stream.split('-');
-    if (parts[2] === coin && (exchange === undefined || parts[1] === exchange)) return true;
+    const market = parseVerdictStream(stream);
+    if (market?.coin === coin && (exchange === undefined || market.exchange === exchange)) return true;
   }
   return false;
 }

@@ -14,6 +14,7 @@ import { ProjectionRunner } from '../../projections/runner.ts';
 import type { Adapters } from '../adapters.ts';
 import type { Role } from '../component.ts';
 import type { EngineOperations, SignalOperations } from '../engine/operations.ts';
+import { parseVerdictStream } from '../engine/verdict-recorder.ts';
 import type { QuotaMeter } from '../metering/quota-meter.ts';
 import type { Check } from '../shared/readiness.ts';
 import { revealClock } from '../shared/reveal-clock.ts';
@@ -184,8 +185,8 @@ export function historySlice(deps: HistorySliceDeps) {
           return holds(ex, tf);
         }) ||
         Object.keys(labelled.state.runs).some((stream) => {
-          const parts = stream.split('-');
-          return holds(parts[1], parts.at(-1));
+          const market = parseVerdictStream(stream);
+          return market !== undefined && holds(market.exchange, market.timeframe);
         })
       );
     },

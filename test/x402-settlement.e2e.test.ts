@@ -386,137 +386,99 @@ describe('an authorisation used on chain by someone else before the settlement',
     }
   });
 
-  it('the payer spent the nonce on a transfer to themselves: 402, recorded failed, nothing settled', async () => {
-    let frontRun: Hex | null = null;
-    const { stack, payer, before } = await startRaced(async (payer, context) => {
-      frontRun = await frontRunToSelf(payer, context);
-    });
-    try {
-      const { res, auth, header } = await paidRequest(stack, payer.key, payer.address);
-      await expectSettlementRefused(res, /used on chain by another transaction that did not pay the seller/);
-      await stack.x402.settled();
-      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n);
-      expect(await eventTypes(stack, auth.nonce)).toEqual([
-        'PaymentAuthorized',
-        'PaymentSettlementPending',
-        'PaymentSettlementFailed',
-      ]);
-      expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({ data: { txHash: frontRun } });
-      await expectRefusedUnpaid(stack, { auth, header }, before);
-    } finally {
-      await stack.stop();
-    }
-  });
-
-  it("the payer spent the nonce on themselves and the settlement outlasted the answer: served pending, recorded as the seller's loss", async () => {
-    // The settle call ends after submitWaitMs (X402_SETTLE_CONFIRM_TIMEOUT_MS): the caller has
-    // the paid answer by then, so the refusal found afterwards cannot be a refusal.
-    const { stack, payer, before } = await startRaced(
-      async (payer, context) => {
-        await frontRunToSelf(payer, context);
-        await new Promise((resolve) => setTimeout(resolve, 1_500));
-      },
-      { X402_SETTLE_CONFIRM_TIMEOUT_MS: '700' },
-    );
-    try {
-      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
-      await expectServedPending(res);
-      await stack.x402.settled();
-      expect(await chain.balanceOf(stack.payTo)).toBe(before);
-      expect(await eventTypes(stack, auth.nonce)).toEqual([
-        'PaymentAuthorized',
-        'PaymentSettlementPending',
-        'PaymentSettlementFailed',
-      ]);
-      expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({ data: { sellerLoss: true } });
-    } finally {
-      await stack.stop();
-    }
-  });
-
-  it('a pending payment whose nonce the payer spent on themselves: reconciliation records the loss, not a settlement', async () => {
-    // The settle call is cut off after the payer's front-run landed: the payment is left pending
-    // (the answer served) for reconciliation to read from the chain.
-    const { stack, payer, before } = await startRaced(async (payer, context) => {
-      await frontRunToSelf(payer, context);
-      throw new Error('settle cut off');
-    });
-    try {
-      const auth = await payLeftPending(stack, payer);
-      expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(true);
-      expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 0, lost: 1 });
-      const events = await stack.paymentEvents(auth.nonce);
-      expect(events.map((e) => e.type)).not.toContain('PaymentSettled');
-      expect(events.at(-1)).toMatchObject({ type: 'PaymentSettlementFailed', data: { sellerLoss: true } });
-      expect(await chain.balanceOf(stack.payTo)).toBe(before);
-    } finally {
-      await stack.stop();
-    }
-  });
-
-  it('the payer cancelled the authorisation before our settlement: 402 cancelled on chain, recorded failed, nothing settled', async () => {
-    let cancelled: Hex | null = null;
-    const { stack, payer, before } = await startRaced(async (payer, context) => {
-      cancelled = await cancelAsPayer(payer, context);
-    });
-    try {
-      const { res, auth, header } = await paidRequest(stack, payer.key, payer.address);
-      await expectSettlementRefused(res, /cancelled on chain/);
-      await stack.x402.settled();
-      expect(await chain.balanceOf(payer.address)).toBe(1_000_000n);
-      expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({
-        type: 'PaymentSettlementFailed',
-        data: { txHash: cancelled },
+  // The payer uses the nonce they paid with before our settlement lands, in the two ways ERC-3009
+  // allows: a transfer of the same nonce to themselves, or cancelAuthorization. Either way nothing
+  // reaches the seller, and the same three outcomes follow.
+  for (const { use, act, refused, lost } of [
+    {
+      use: 'spent the nonce on a transfer to themselves',
+      act: frontRunToSelf,
+      refused: /used on chain by another transaction that did not pay the seller/,
+      lost: /used by a transaction that did not pay the agreed transfer/,
+    },
+    {
+      use: 'cancelled the authorisation',
+      act: cancelAsPayer,
+      refused: /cancelled on chain/,
+      lost: /cancelled/,
+    },
+  ]) {
+    describe(`the payer ${use}`, () => {
+      it('before our settlement: 402, recorded failed in their transaction, nothing settled', async () => {
+        let used: Hex | null = null;
+        const { stack, payer, before } = await startRaced(async (payer, context) => {
+          used = await act(payer, context);
+        });
+        try {
+          const { res, auth, header } = await paidRequest(stack, payer.key, payer.address);
+          await expectSettlementRefused(res, refused);
+          await stack.x402.settled();
+          expect(await chain.balanceOf(payer.address)).toBe(1_000_000n);
+          expect(await eventTypes(stack, auth.nonce)).toEqual([
+            'PaymentAuthorized',
+            'PaymentSettlementPending',
+            'PaymentSettlementFailed',
+          ]);
+          expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({ data: { txHash: used } });
+          await expectRefusedUnpaid(stack, { auth, header }, before);
+        } finally {
+          await stack.stop();
+        }
       });
-      await expectRefusedUnpaid(stack, { auth, header }, before);
-    } finally {
-      await stack.stop();
-    }
-  });
 
-  it("the payer cancelled the authorisation and the settlement outlasted the answer: served pending, recorded as the seller's loss", async () => {
-    const { stack, payer, before } = await startRaced(
-      async (payer, context) => {
-        await cancelAsPayer(payer, context);
-        await new Promise((resolve) => setTimeout(resolve, 1_500));
-      },
-      { X402_SETTLE_CONFIRM_TIMEOUT_MS: '700' },
-    );
-    try {
-      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
-      await expectServedPending(res);
-      await stack.x402.settled();
-      expect(await chain.balanceOf(stack.payTo)).toBe(before);
-      expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({
-        type: 'PaymentSettlementFailed',
-        data: { sellerLoss: true },
+      it("and the settlement outlasted the answer: served pending, recorded as the seller's loss", async () => {
+        // The settle call ends after submitWaitMs (X402_SETTLE_CONFIRM_TIMEOUT_MS): the caller has
+        // the paid answer by then, so the refusal found afterwards cannot be a refusal.
+        const { stack, payer, before } = await startRaced(
+          async (payer, context) => {
+            await act(payer, context);
+            await new Promise((resolve) => setTimeout(resolve, 1_500));
+          },
+          { X402_SETTLE_CONFIRM_TIMEOUT_MS: '700' },
+        );
+        try {
+          const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+          await expectServedPending(res);
+          await stack.x402.settled();
+          expect(await chain.balanceOf(stack.payTo)).toBe(before);
+          expect(await eventTypes(stack, auth.nonce)).toEqual([
+            'PaymentAuthorized',
+            'PaymentSettlementPending',
+            'PaymentSettlementFailed',
+          ]);
+          expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({
+            data: { sellerLoss: true },
+          });
+        } finally {
+          await stack.stop();
+        }
       });
-    } finally {
-      await stack.stop();
-    }
-  });
 
-  it('a pending payment whose authorisation the payer cancelled: reconciliation records the loss in the cancelling transaction, not a settlement', async () => {
-    let cancelled: Hex | null = null;
-    const { stack, payer, before } = await startRaced(async (payer, context) => {
-      cancelled = await cancelAsPayer(payer, context);
-      throw new Error('settle cut off');
+      it('and the payment was left pending: reconciliation records the loss in their transaction, not a settlement', async () => {
+        // The settle call is cut off after the payer's use landed: the payment is left pending
+        // (the answer served) for reconciliation to read from the chain.
+        let used: Hex | null = null;
+        const { stack, payer, before } = await startRaced(async (payer, context) => {
+          used = await act(payer, context);
+          throw new Error('settle cut off');
+        });
+        try {
+          const auth = await payLeftPending(stack, payer);
+          expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(true);
+          expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 0, lost: 1, stillPending: 0 });
+          const events = await stack.paymentEvents(auth.nonce);
+          expect(events.map((e) => e.type)).not.toContain('PaymentSettled');
+          expect(events.at(-1)).toMatchObject({
+            type: 'PaymentSettlementFailed',
+            data: { sellerLoss: true, txHash: used, reason: expect.stringMatching(lost) },
+          });
+          expect(await chain.balanceOf(stack.payTo)).toBe(before);
+        } finally {
+          await stack.stop();
+        }
+      });
     });
-    try {
-      const auth = await payLeftPending(stack, payer);
-      expect(await chain.authorizationState(payer.address, auth.nonce)).toBe(true);
-      expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 0, lost: 1, stillPending: 0 });
-      const events = await stack.paymentEvents(auth.nonce);
-      expect(events.map((e) => e.type)).not.toContain('PaymentSettled');
-      expect(events.at(-1)).toMatchObject({
-        type: 'PaymentSettlementFailed',
-        data: { sellerLoss: true, txHash: cancelled, reason: expect.stringMatching(/cancelled/) },
-      });
-      expect(await chain.balanceOf(stack.payTo)).toBe(before);
-    } finally {
-      await stack.stop();
-    }
-  });
+  }
 
   it('the authorisation marked used with no log of its use (its log unseen): 402 after a bounded wait, not settled', async () => {
     const { stack, payer, before } = await startRaced(async (_payer, context) => {

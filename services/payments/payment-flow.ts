@@ -583,26 +583,29 @@ async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Prom
   // the answer waits for that (within the same budget): answered earlier, its receipt could name
   // no transaction and the payer's client would read the payment as failed.
   type First = { kind: 'broadcast'; hash: `0x${string}` | null } | { kind: 'ended'; settled: Settled };
-  // `served` once the caller is answered with the paid result before the settlement ended: a
-  // failure after that is no refusal; it is left to the chain, or the seller's loss (see
-  // settleAndRecord). A refusal claimed first holds the answer back until the settlement ends
-  // (its record written), whatever broadcast or budget comes meanwhile: one of the two, never both.
-  let decided = false;
-  let refusing = false;
-  const answered: AnswerClaim & { served: boolean } = {
-    served: false,
+  // Who answers, one state: `undecided` until one of these. `served` once the caller is answered
+  // with the paid result before the settlement ended: a failure after that is no refusal; it is
+  // left to the chain, or the seller's loss (see settleAndRecord). `refusing` once a refusal is
+  // claimed first: it holds the answer back until the settlement ends (its record written),
+  // whatever broadcast or budget comes meanwhile: served or refusing, never both. `ended` once the
+  // caller is answered with how the settlement ended.
+  let state: 'undecided' | 'refusing' | 'served' | 'ended' = 'undecided';
+  const answered: AnswerClaim = {
+    get served() {
+      return state === 'served';
+    },
     claimRefusal() {
-      if (answered.served) return false;
-      refusing = true;
+      if (state === 'served') return false;
+      if (state === 'undecided') state = 'refusing';
       return true;
     },
   };
   let signal: (first: First) => void = () => undefined;
   const first = new Promise<First>((resolve) => {
     signal = (first) => {
-      if (decided || (refusing && first.kind === 'broadcast')) return;
-      decided = true;
-      if (first.kind === 'broadcast') answered.served = true;
+      if (state === 'served' || state === 'ended') return;
+      if (state === 'refusing' && first.kind === 'broadcast') return;
+      state = first.kind === 'broadcast' ? 'served' : 'ended';
       resolve(first);
     };
   });
@@ -621,7 +624,7 @@ async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Prom
       // refusal was claimed, which was for a settlement that failed for certain.
       () =>
         signal(
-          refusing
+          state === 'refusing'
             ? {
                 kind: 'ended',
                 settled: {

@@ -85,6 +85,8 @@ afterAll(async () => {
 const write = (name: string, format: HistoryFormat, written: HistoryRow[]) =>
   writeExport(dir, name, format, written);
 
+/** The verify arguments that check a file against the anchors this suite's service sent. */
+const anchorArgs = () => ['--anchors', '--rpc', anvil.rpcUrl, '--address', ADDRESS];
 const verify = async (path: string, ...extra: string[]) =>
   JSON.parse(await runHistoryCommand(['verify', path, ...extra], deps()));
 
@@ -146,7 +148,7 @@ describe('the history anchor', () => {
     const [a1, a2] = anchors;
     for (const format of HISTORY_FORMATS) {
       const path = await write(`clean-${format}`, format, rows);
-      const report = await verify(path, '--anchors', '--rpc', anvil.rpcUrl, '--address', ADDRESS);
+      const report = await verify(path, ...anchorArgs());
       expect(report.ok, format).toBe(true);
       const lines = report.anchors.anchors;
       expect(lines.map((l: { txHash: string }) => l.txHash)).toEqual([a1!.txHash, a2!.txHash]);
@@ -187,7 +189,7 @@ describe('the history anchor', () => {
     expect(last).toBeLessThan(a2!.position);
     const afterFirst = earlyRows.filter((r) => r.position > a1!.position);
     expect(afterFirst.length).toBeGreaterThan(0);
-    const report = await verify(early, '--anchors', '--rpc', anvil.rpcUrl, '--address', ADDRESS);
+    const report = await verify(early, ...anchorArgs());
     // Not a failure of what was checked, but the rows after the first anchor are verified by none.
     expect(report.ok).toBe(false);
     expect(report.partlyVerified).toBe(true);
@@ -210,7 +212,7 @@ describe('the history anchor', () => {
     expect(report.anchors.uncovered.rows).toBe(afterFirst.length);
     // The real command line exits 3 (partly verified), 0 with --allow-uncovered and the same note.
     const cli = ['--import', 'tsx', 'services/history/cli.ts', 'verify', early];
-    const args = ['--anchors', '--rpc', anvil.rpcUrl, '--address', ADDRESS];
+    const args = anchorArgs();
     const partly = await run(process.execPath, [...cli, ...args]).catch(
       (err: { code: number; stdout: string }) => err,
     );
@@ -225,14 +227,7 @@ describe('the history anchor', () => {
     // A file cut before the second anchor's rows whose heads the anchor still pins (nothing moved
     // between its end and the anchor) is checked, not beyond: the root it gives matches.
     const upToSecond = rows.filter((r) => r.position <= a2!.position);
-    const whole = await verify(
-      await write('up-to-second', 'ndjson', upToSecond),
-      '--anchors',
-      '--rpc',
-      anvil.rpcUrl,
-      '--address',
-      ADDRESS,
-    );
+    const whole = await verify(await write('up-to-second', 'ndjson', upToSecond), ...anchorArgs());
     expect(whole.anchors.anchors.map((l: { ok: boolean; beyond: boolean }) => [l.ok, l.beyond])).toEqual([
       [true, false],
       [true, false],
@@ -270,7 +265,7 @@ describe('the history anchor', () => {
     const forged = kept.map((r) => (r === target ? edited : r));
     const path = await write('cut-rewritten', 'ndjson', forged);
     expect((await verify(path)).ok).toBe(true);
-    const args = ['--anchors', '--rpc', anvil.rpcUrl, '--address', ADDRESS];
+    const args = anchorArgs();
     const report = await verify(path, ...args);
     const [l1, l2] = report.anchors.anchors;
     expect(l1).toMatchObject({ ok: true, beyond: false });
@@ -291,7 +286,7 @@ describe('the history anchor', () => {
 
   it('fails a file with no rows: nothing to check against the anchors', async () => {
     const path = await write('empty', 'ndjson', []);
-    const args = ['--anchors', '--rpc', anvil.rpcUrl, '--address', ADDRESS];
+    const args = anchorArgs();
     const report = await verify(path, ...args);
     expect(report).toMatchObject({
       ok: false,
@@ -307,14 +302,7 @@ describe('the history anchor', () => {
   it('passes an honest export past the last anchor at exit 0: its newest rows uncovered, nothing beyond', async () => {
     const path = join(dir, 'clean-ndjson.ndjson');
     const cli = ['--import', 'tsx', 'services/history/cli.ts', 'verify', path];
-    const { stdout } = await run(process.execPath, [
-      ...cli,
-      '--anchors',
-      '--rpc',
-      anvil.rpcUrl,
-      '--address',
-      ADDRESS,
-    ]);
+    const { stdout } = await run(process.execPath, [...cli, ...anchorArgs()]);
     const printed = JSON.parse(stdout);
     expect(printed).toMatchObject({ ok: true, partlyVerified: false, unverified: null });
     expect(printed.anchors.uncovered.rows).toBe(MARKETS.length);
@@ -326,7 +314,7 @@ describe('the history anchor', () => {
   it('says why a filtered export fails every anchor: an anchor covers every stream', async () => {
     const out = join(dir, 'btc.ndjson');
     await runHistoryCommand(['export', '--store', '--coin', 'BTC', '--out', out], deps());
-    const report = await verify(out, '--anchors', '--rpc', anvil.rpcUrl, '--address', ADDRESS);
+    const report = await verify(out, ...anchorArgs());
     expect(report.ok).toBe(false);
     for (const line of report.anchors.anchors) {
       expect(line).toMatchObject({ ok: false, beyond: false, streams: 1 });
@@ -347,7 +335,7 @@ describe('the history anchor', () => {
     for (const format of HISTORY_FORMATS) {
       const path = await write(`forged-${format}`, format, forged);
       expect((await verify(path)).ok, format).toBe(true);
-      const report = await verify(path, '--anchors', '--rpc', anvil.rpcUrl, '--address', ADDRESS);
+      const report = await verify(path, ...anchorArgs());
       expect(report.ok, format).toBe(false);
       const broken = report.anchors.anchors.filter((l: { ok: boolean }) => !l.ok);
       expect(broken.map((l: { txHash: string }) => l.txHash)).toEqual([covering.txHash]);
@@ -355,14 +343,9 @@ describe('the history anchor', () => {
     // The real command line (tsx as node's loader, without npx's and tsx's launcher processes):
     // exit code 1, the anchors' lines on stdout.
     const cli = ['--import', 'tsx', 'services/history/cli.ts', 'verify', join(dir, 'forged-ndjson.ndjson')];
-    const failed = await run(process.execPath, [
-      ...cli,
-      '--anchors',
-      '--rpc',
-      anvil.rpcUrl,
-      '--address',
-      ADDRESS,
-    ]).catch((err: { code: number; stdout: string }) => err);
+    const failed = await run(process.execPath, [...cli, ...anchorArgs()]).catch(
+      (err: { code: number; stdout: string }) => err,
+    );
     expect((failed as { code: number }).code).toBe(1);
     const printed = JSON.parse((failed as { stdout: string }).stdout);
     expect(printed.anchors.anchors.find((l: { ok: boolean }) => !l.ok).txHash).toBe(covering.txHash);
@@ -382,7 +365,7 @@ describe('the history anchor', () => {
     for (const format of HISTORY_FORMATS) {
       const path = await write(`late-${format}`, format, edited);
       expect((await verify(path)).ok, format).toBe(true);
-      const report = await verify(path, '--anchors', '--rpc', anvil.rpcUrl, '--address', ADDRESS);
+      const report = await verify(path, ...anchorArgs());
       expect(report.ok, format).toBe(false);
       expect(report.anchors.firstLate, format).toMatchObject({
         position: last.position,
@@ -399,14 +382,7 @@ describe('the history anchor', () => {
       expect(l2.recomputedRoot).toBe(l2.root);
     }
     // The rows as recorded pass: each is before its anchor's block, within the clock tolerance.
-    const clean = await verify(
-      await write('late-clean', 'ndjson', covered),
-      '--anchors',
-      '--rpc',
-      anvil.rpcUrl,
-      '--address',
-      ADDRESS,
-    );
+    const clean = await verify(await write('late-clean', 'ndjson', covered), ...anchorArgs());
     expect(clean).toMatchObject({ ok: true, anchors: { firstLate: null } });
   });
 

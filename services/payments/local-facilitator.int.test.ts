@@ -1,5 +1,3 @@
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { PaymentRequirements } from '@x402/core/types';
 import type { Hex } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
@@ -11,6 +9,7 @@ import {
   type LocalChain,
   startLocalChain,
 } from '../../test/chain/local-chain.ts';
+import { countingRpcRelay, type RpcRelay } from '../../test/chain/rpc-relay.ts';
 import { nowSeconds, randomNonce, signAuthorization, v2Header } from '../../test/chain/x402-app.ts';
 import { decodePaymentHeader } from './codecs.ts';
 import { CodeCache, createLocalFacilitator } from './local-facilitator.ts';
@@ -18,43 +17,11 @@ import { Quoter } from './quote.ts';
 import { railsFromConfig } from './rails.ts';
 import { createResourceServer } from './resource-server.ts';
 
-/** A JSON-RPC relay in front of anvil that counts the calls it passes on. */
-async function countingRelay(
-  target: string,
-): Promise<{ url: string; calls: Map<string, number>; close(): Promise<void> }> {
-  const calls = new Map<string, number>();
-  const server: Server = createServer(async (req, res) => {
-    const chunks: Buffer[] = [];
-    for await (const chunk of req) chunks.push(chunk as Buffer);
-    const body = Buffer.concat(chunks).toString('utf8');
-    type Call = { method: string; params?: unknown[] };
-    const parsed = JSON.parse(body) as Call | Call[];
-    for (const { method, params } of Array.isArray(parsed) ? parsed : [parsed]) {
-      // eth_getCode by address ("eth_getCode 0xabc…"), every other method by name.
-      const name = method === 'eth_getCode' ? `${method} ${String(params?.[0]).toLowerCase()}` : method;
-      calls.set(name, (calls.get(name) ?? 0) + 1);
-    }
-    const answer = await fetch(target, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body,
-    });
-    res.writeHead(answer.status, { 'content-type': 'application/json' });
-    res.end(await answer.text());
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    calls,
-    close: () => new Promise((resolve) => server.close(() => resolve())),
-  };
-}
-
 let chain: LocalChain;
-let relay: Awaited<ReturnType<typeof countingRelay>>;
+let relay: RpcRelay;
 beforeAll(async () => {
   chain = await startLocalChain();
-  relay = await countingRelay(chain.rpcUrl);
+  relay = await countingRpcRelay(chain.rpcUrl);
 });
 afterAll(async () => {
   await relay?.close();

@@ -1,6 +1,4 @@
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
@@ -11,6 +9,7 @@ import { createChainReader } from '../../services/payments/chain-reader.ts';
 import { ChainHeads, HEAD_POLL_MS } from '../../services/payments/chain-readiness.ts';
 import { type RunningService, startService } from '../../services/service.ts';
 import { BASE_USDC, FACILITATOR_KEY, type LocalChain, startLocalChain } from './local-chain.ts';
+import { countingRpcRelay, type RpcRelay } from './rpc-relay.ts';
 
 interface ChainCheck {
   ok: boolean;
@@ -34,61 +33,19 @@ async function headAgeMetric(service: RunningService): Promise<number | undefine
   return m ? Number(m[1]) : undefined;
 }
 
-/** Forwards JSON-RPC to anvil and counts the latest-block reads (eth_getBlockByNumber) it carries. */
-async function countingProxy(
-  target: string,
-): Promise<{ url: string; headReads: () => number; close: () => Promise<void> }> {
-  let reads = 0;
-  const server: Server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', async () => {
-      const body = Buffer.concat(chunks).toString('utf8');
-      try {
-        const parsed = JSON.parse(body) as { method?: string } | { method?: string }[];
-        for (const call of Array.isArray(parsed) ? parsed : [parsed]) {
-          if (call.method === 'eth_getBlockByNumber') reads += 1;
-        }
-      } catch {
-        // not JSON: forwarded as is
-      }
-      try {
-        const answer = await fetch(target, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body,
-        });
-        res.writeHead(answer.status, { 'content-type': 'application/json' });
-        res.end(await answer.text());
-      } catch {
-        res.writeHead(502).end();
-      }
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    headReads: () => reads,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
-
 // anvil mines only on a transaction or when told to: a chain that answers every call and
 // makes no block, as a halted sequencer looks from its RPC.
 describe('readiness while the chain the payments settle on stops making blocks', () => {
   let chain: LocalChain;
-  let proxy: Awaited<ReturnType<typeof countingProxy>>;
+  let proxy: RpcRelay;
+  /** The latest-block reads (eth_getBlockByNumber) the relay carried. */
+  const headReads = () => proxy.calls.get('eth_getBlockByNumber') ?? 0;
   let dir: string;
   let service: RunningService;
 
   beforeAll(async () => {
     chain = await startLocalChain();
-    proxy = await countingProxy(chain.rpcUrl);
+    proxy = await countingRpcRelay(chain.rpcUrl);
     dir = await mkdtemp(join(tmpdir(), 'x402-chain-ready-'));
     service = await startService(
       loadConfig({
@@ -154,14 +111,14 @@ describe('readiness while the chain the payments settle on stops making blocks',
     expect(await headAgeMetric(service)).toBeGreaterThanOrEqual(3);
 
     // Probes read the cached state: a burst of them costs the RPC no more than the poller's reads.
-    const before = proxy.headReads();
+    const before = headReads();
     const started = performance.now();
     for (let i = 0; i < 10; i++) {
       const answers = await Promise.all(Array.from({ length: 10 }, () => readyz(service)));
       for (const answer of answers) expect(answer.status).toBe(200);
     }
     const polls = Math.floor((performance.now() - started) / HEAD_POLL_MS) + 2;
-    expect(proxy.headReads() - before, `100 probes, room for ${polls} polls`).toBeLessThanOrEqual(polls);
+    expect(headReads() - before, `100 probes, room for ${polls} polls`).toBeLessThanOrEqual(polls);
 
     await chain.testClient.mine({ blocks: 1 });
     await expect
@@ -185,13 +142,13 @@ describe('readiness while the chain the payments settle on stops making blocks',
       heads.stop(); // the first read is still out: it must not go on polling beside the next start's
       heads.start();
       await new Promise((resolve) => setTimeout(resolve, 1_000));
-      const before = proxy.headReads();
+      const before = headReads();
       const started = performance.now();
       await new Promise((resolve) => setTimeout(resolve, 4_000));
       const elapsed = performance.now() - started;
       // This poller's reads, and the started service's own poller's (same proxy, every HEAD_POLL_MS).
       const polls = Math.floor(elapsed / pollMs) + 1 + Math.floor(elapsed / HEAD_POLL_MS) + 1;
-      expect(proxy.headReads() - before, `one poller: at most ${polls} reads`).toBeLessThanOrEqual(polls);
+      expect(headReads() - before, `one poller: at most ${polls} reads`).toBeLessThanOrEqual(polls);
     } finally {
       heads.stop();
     }

@@ -1,24 +1,24 @@
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { openLmdbEventStore } from '../adapters/event-store/lmdb.ts';
 import { newEvent } from '../contracts/events.ts';
+import { holdWriteLock, type LockHolder } from './lmdb-lock-holder.ts';
 import { type ServiceProcess as Run, runServiceProcess as run } from './service-process.ts';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 
 const running: Run[] = [];
 const dirs: string[] = [];
-const holders: ChildProcess[] = [];
+const holders: LockHolder[] = [];
 afterEach(async () => {
   for (const r of running.splice(0)) r.child.kill('SIGKILL');
-  for (const holder of holders.splice(0)) holder.kill('SIGKILL');
+  for (const holder of holders.splice(0)) await holder.release();
   for (const d of dirs.splice(0)) await rm(d, { recursive: true, force: true });
 });
 
@@ -171,33 +171,6 @@ describe('the service process', () => {
   });
 });
 
-const writerScript = fileURLToPath(new URL('../adapters/event-store/lmdb-crash-writer.ts', import.meta.url));
-
-/** Another process on the same LMDB directory that takes the write lock and keeps it. */
-async function holdWriteLock(eventsDir: string): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', writerScript, 'hold', eventsDir], {
-    cwd: ROOT,
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  holders.push(child);
-  await new Promise<void>((resolve, reject) => {
-    let out = '';
-    child.stdout!.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-      if (out.includes('"holding":true')) resolve();
-    });
-    child.once('exit', (code) => reject(new Error(`lock holder exited (${code}) before taking the lock`)));
-  });
-  return child;
-}
-
-async function killed(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  child.kill('SIGKILL');
-  await exited;
-}
-
 interface Readyz {
   checks: Record<string, { ok: boolean; oldestMs?: number }>;
 }
@@ -229,7 +202,8 @@ describe('a writer stopped while holding the LMDB write lock', () => {
     await expect.poll(async () => (await readyz(url)).status, { timeout: 30_000, interval: 200 }).toBe(200);
 
     const holder = await holdWriteLock(join(dataDir, 'events'));
-    holder.kill('SIGSTOP');
+    holders.push(holder);
+    holder.child.kill('SIGSTOP');
     await expect.poll(async () => (await readyz(url)).status, { timeout: 60_000, interval: 200 }).toBe(503);
     const stalled = await readyz(url);
     expect(stalled.body.checks.appends).toMatchObject({ ok: false });
@@ -238,13 +212,14 @@ describe('a writer stopped while holding the LMDB write lock', () => {
     const age = /^event_store_oldest_pending_append_seconds (\S+)$/m.exec(metrics);
     expect(Number(age?.[1])).toBeGreaterThan(1);
 
-    await killed(holder);
+    await holder.release();
     await expect.poll(async () => (await readyz(url)).status, { timeout: 60_000, interval: 200 }).toBe(200);
     expect((await readyz(url)).body.checks.appends).toMatchObject({ ok: true });
 
     // Stalled again, then asked to stop: an append of the engine is stuck on the lock.
     const again = await holdWriteLock(join(dataDir, 'events'));
-    again.kill('SIGSTOP');
+    holders.push(again);
+    again.child.kill('SIGSTOP');
     await expect.poll(async () => (await readyz(url)).status, { timeout: 60_000, interval: 200 }).toBe(503);
     r.child.kill('SIGTERM');
     // Bounded only so a hang fails here rather than at the suite's timeout (it hung 16 minutes).
@@ -259,6 +234,6 @@ describe('a writer stopped while holding the LMDB write lock', () => {
     // pool's threads blocked on the lock, the asynchronous log writes can be lost with the process
     // on a loaded machine (seen in 2 of 3 full runs beside other work).
     expect(r.child.signalCode).toBe('SIGKILL');
-    await killed(again);
+    await again.release();
   }, 240_000);
 });

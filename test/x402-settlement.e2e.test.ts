@@ -1,10 +1,8 @@
-import { spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { x402Client } from '@x402/core/client';
 import { x402Facilitator } from '@x402/core/facilitator';
 import { toFacilitatorEvmSigner } from '@x402/evm';
@@ -41,6 +39,7 @@ import {
   v1Header,
   type X402Stack,
 } from './chain/x402-app.ts';
+import { holdWriteLock } from './lmdb-lock-holder.ts';
 
 const PATH = '/x402/get_market_regime';
 const BODY = { coin: 'BTC', timeframe: '1h' };
@@ -772,34 +771,6 @@ describe('the log refuses a write while a paid call runs', () => {
   });
 });
 
-const lockHolderScript = fileURLToPath(
-  new URL('../adapters/event-store/lmdb-crash-writer.ts', import.meta.url),
-);
-
-/**
- * Another process on the same LMDB directory takes the log's write lock and keeps it (what a
- * writer stalled mid-write does to every append of the service). Resolves once it holds the lock,
- * with the function that kills it: the service's appends then go through.
- */
-async function holdWriteLock(path: string): Promise<() => Promise<void>> {
-  const child = spawn(process.execPath, ['--import', 'tsx', lockHolderScript, 'hold', path], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  await new Promise<void>((resolve, reject) => {
-    let out = '';
-    child.stdout!.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-      if (out.includes('"holding":true')) resolve();
-    });
-    child.once('exit', (code) => reject(new Error(`lock holder exited (${code}) before taking the lock`)));
-  });
-  return async () => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-    await exited;
-  };
-}
-
 describe("a settlement refused while the log is slow to take the refusal's record", () => {
   // The answer's budget (X402_SETTLE_CONFIRM_TIMEOUT_MS): long enough for the settle hook to
   // finish its race and take the lock within it, so the facilitator's refusal comes before it.
@@ -830,9 +801,9 @@ describe("a settlement refused while the log is slow to take the refusal's recor
       const payer = await chain.fundedPayer(funded);
       beforeSettle(stack, async (context) => {
         const started = Date.now();
-        const [, unlock] = await Promise.all([race(payer, context), holdWriteLock(path)]);
+        const [, holder] = await Promise.all([race(payer, context), holdWriteLock(path)]);
         const due = started + BUDGET_MS + 200 - Date.now();
-        released.done = new Promise((resolve) => setTimeout(resolve, Math.max(due, 0))).then(unlock);
+        released.done = new Promise((resolve) => setTimeout(resolve, Math.max(due, 0))).then(holder.release);
       });
       return { stack, payer, released, before: await chain.balanceOf(stack.payTo) };
     } catch (error) {

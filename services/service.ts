@@ -10,6 +10,7 @@ import { buildApp } from './api/app.ts';
 import type { Role, Slice } from './component.ts';
 import { createSignalEngine, type SignalEngine } from './engine/engine.ts';
 import type { SignalOperations } from './engine/operations.ts';
+import { scheduledMarkets } from './engine/scheduler.ts';
 import type { X402Setup } from './payments/setup.ts';
 import { createMetrics } from './shared/metrics.ts';
 import { Readiness } from './shared/readiness.ts';
@@ -111,6 +112,9 @@ export async function startService(config: Config, roles: Role[], logger: Logger
         store: adapters.eventStore,
         publicBaseUrl: publicBaseUrl(config),
         logger,
+        // What the engine role schedules (in this process or another): a request on one of
+        // those markets backfills the closes its chain misses before it records its own.
+        schedule: { ...scheduledMarkets(config, feed), topN: config.SCHEDULE_TOP_N },
       });
       readiness.add('feed', async () => {
         const venues = feed.venues();

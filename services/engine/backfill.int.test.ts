@@ -6,9 +6,9 @@ import { fixtureFetch } from '../../adapters/market/fixture-fetch.ts';
 import { type FetchImplementation, LiveFeed } from '../../adapters/market/live.ts';
 import { SHIPPED_MARKET_DIR } from '../../adapters/market/replay.ts';
 import type { EventData } from '../../contracts/events.ts';
-import type { Candle } from '../../contracts/market.ts';
+import type { Candle, MarketKey } from '../../contracts/market.ts';
 import { verifyVerdictChain } from '../../contracts/verdict-hash.ts';
-import { SignalEngine } from './engine.ts';
+import { SignalEngine, type SignalEngineOptions } from './engine.ts';
 import { VerdictScheduler } from './scheduler.ts';
 import { verdictStream } from './verdict-recorder.ts';
 
@@ -71,17 +71,17 @@ async function restartable(start: number) {
   return {
     store,
     clock,
-    open() {
+    open(options: Pick<SignalEngineOptions, 'schedule'> = {}) {
       const feed = new LiveFeed({
         exchanges: ['BINANCE_SPOT'],
         now: () => clock.now,
         fetchImplementation: venue(candles),
       });
       feeds.push(feed);
-      return new SignalEngine({ feed, store });
+      return new SignalEngine({ feed, store, ...options });
     },
-    async verdicts() {
-      return (await store.readStream(verdictStream(MARKET)))
+    async verdicts(market: MarketKey = MARKET) {
+      return (await store.readStream(verdictStream(market)))
         .filter((e) => e.type === 'VerdictRecorded')
         .map((e) => e.data as EventData<'VerdictRecorded'>);
     },
@@ -183,5 +183,71 @@ describe('live feed restart: candles that closed while the engine was down', () 
     const recorded = await verdicts();
     expect(recorded.map((v) => v.candleCloseTime)).toEqual(hours(20, 10, 11, 12, 13, 14, 15));
     expect(verifyVerdictChain(recorded)).toEqual({ ok: true });
+  });
+
+  describe('a request that comes before the restarted scheduler has backfilled', () => {
+    // What the scheduler of the tests below holds: BINANCE_SPOT's top 1 on 1h, BTC (the fixture's
+    // tickers rank BTC first, ETH second).
+    const scheduled = {
+      schedule: { exchanges: ['BINANCE_SPOT' as const], timeframes: ['1h' as const], topN: 1 },
+    };
+
+    it("records the missed closes before its own, so the scheduler's backfill finds no hole behind it", async () => {
+      // get_trade_call recorded the latest close without backfilling: the chain then ran on from
+      // it, and the scheduler's backfill (bounded by the close after the last on record) had
+      // nothing left to fill, leaving 11:00 to 14:00 missing for good.
+      const { clock, open, verdicts } = await restartable(Date.UTC(2025, 9, 20, 10, 30));
+      await open(scheduled).scheduledTradeCall({ ...MARKET });
+      clock.now += 5 * H;
+
+      const after = open(scheduled);
+      const call = await after.getTradeCall({ ...MARKET });
+      expect(call.timestamp * 1000).toBe(Date.UTC(2025, 9, 20, 15));
+      const scheduler = schedule(after, 1);
+      await scheduler.tick('1h');
+      await scheduler.stop();
+
+      const recorded = await verdicts();
+      expect(recorded.map((v) => v.candleCloseTime)).toEqual(hours(20, 10, 11, 12, 13, 14, 15));
+      expect(recorded.slice(1, 5).every((v) => v.inputs.backfilled === true)).toBe(true);
+      expect(recorded[5]!.trigger).toBe('request');
+      expect(recorded[5]!.inputs.backfilled).toBeUndefined();
+      expect(verifyVerdictChain(recorded)).toEqual({ ok: true });
+    });
+
+    it('and the scheduler backfilling at the same time record each close once', async () => {
+      const { clock, open, verdicts } = await restartable(Date.UTC(2025, 9, 20, 10, 30));
+      await open(scheduled).scheduledTradeCall({ ...MARKET });
+      clock.now += 5 * H;
+
+      const after = open(scheduled);
+      const scheduler = schedule(after, 1);
+      await Promise.all([
+        after.getTradeCall({ ...MARKET }),
+        scheduler.tick('1h'),
+        after.getTradeCall({ ...MARKET }),
+      ]);
+      await scheduler.stop();
+
+      const recorded = await verdicts();
+      expect(recorded.map((v) => v.candleCloseTime)).toEqual(hours(20, 10, 11, 12, 13, 14, 15));
+      expect(verifyVerdictChain(recorded)).toEqual({ ok: true });
+    });
+
+    it('on a market no scheduler holds records only the closes asked for, as before', async () => {
+      const { clock, open, verdicts } = await restartable(Date.UTC(2025, 9, 20, 10, 30));
+      for (const market of [
+        { ...MARKET, coin: 'ETH' }, // the venue's second: outside the top 1
+        { ...MARKET, timeframe: '4h' as const }, // a timeframe not scheduled
+      ]) {
+        await open(scheduled).getTradeCall(market);
+        clock.now += 8 * H;
+        await open(scheduled).getTradeCall(market);
+        const [first, second] = await verdicts(market);
+        expect(second!.candleCloseTime - first!.candleCloseTime).toBe(8 * H);
+        expect(await verdicts(market)).toHaveLength(2);
+        clock.now -= 8 * H;
+      }
+    });
   });
 });

@@ -74,6 +74,12 @@ export interface SignalEngineOptions {
   /** This service's public address; trade calls then carry their verify link. */
   publicBaseUrl?: string;
   logger?: Logger;
+  /**
+   * What the engine role's scheduler records a verdict for on every close (scheduledMarkets,
+   * SCHEDULE_TOP_N), whichever process runs it: a request on one of those markets first
+   * backfills, as the scheduler's call does, the closes its chain is missing.
+   */
+  schedule?: { exchanges: Exchange[]; timeframes: Timeframe[]; topN: number };
 }
 
 type Trigger = 'request' | 'schedule';
@@ -109,6 +115,7 @@ export class SignalEngine implements EngineOperations {
   private readonly calibration: CalibrationTable;
   private readonly logger: Logger | undefined;
   private readonly publicBaseUrl: string | undefined;
+  private readonly schedule: SignalEngineOptions['schedule'];
   private readonly states: MarketStates;
   private readonly calls = new Map<string, CachedCall>();
   private readonly regimes = new Map<string, Kept<RegimeReading>>();
@@ -120,6 +127,7 @@ export class SignalEngine implements EngineOperations {
     this.calibration = options.calibration ?? defaultCalibration;
     this.logger = options.logger;
     this.publicBaseUrl = options.publicBaseUrl;
+    this.schedule = options.schedule;
     this.states = new MarketStates(options.feed, options.logger);
   }
 
@@ -360,6 +368,12 @@ export class SignalEngine implements EngineOperations {
       // Stopped while backfilling: this close's record would leave the closes not yet
       // backfilled as a hole for good (the chain only grows forward).
       signal?.throwIfAborted();
+    } else if (await this.behindSchedule(input, closeTime)) {
+      // A request on a scheduled market the scheduler has not caught up on (a restart, a stopped
+      // backfill): its record of this close would leave the closes before it unrecorded for
+      // good, so it backfills them first, as the scheduler's call would. A market no scheduler
+      // holds records only the closes asked for, as before.
+      await this.backfill(input, { before: closeTime });
     }
     const recorded = await recordVerdict(this.store, verdictDraft(input, verdict, this.feed.kind, trigger), {
       correlationId: ctx.requestId,
@@ -373,6 +387,22 @@ export class SignalEngine implements EngineOperations {
       );
     }
     return withReasoning(call, input.includeReasoning);
+  }
+
+  /**
+   * Whether the scheduler records every close of this market (its venue and timeframe scheduled,
+   * its coin among the venue's top N) and its chain on record stops short of the close before
+   * `closeTime`. The venue's listing is read only then: once per close and market, on a gap.
+   */
+  private async behindSchedule(market: MarketKey, closeTime: number): Promise<boolean> {
+    const schedule = this.schedule;
+    if (!schedule?.exchanges.includes(market.exchange) || !schedule.timeframes.includes(market.timeframe)) {
+      return false;
+    }
+    const { last } = await lastVerdict(this.store, verdictStream(market));
+    if (!last || last.data.candleCloseTime >= closeTime - TIMEFRAME_MS[market.timeframe]) return false;
+    const top = scheduledCoins(await this.feed.markets(market.exchange), schedule.topN);
+    return top.some((m) => m.coin === market.coin);
   }
 
   /** Funding and basis for a perpetual; missing data leaves the lean out, it is never guessed. */
@@ -493,6 +523,13 @@ export function rankMarkets(markets: MarketInfo[]): MarketInfo[] {
   const byOi = markets.length > 0 && markets.every((m) => m.openInterest !== null);
   const measure = (m: MarketInfo) => (byOi ? m.openInterest! : (m.quoteVolume24h ?? -1));
   return [...markets].sort((a, b) => measure(b) - measure(a) || a.coin.localeCompare(b.coin));
+}
+
+/** The markets of a venue the scheduler records on every close: its top N with candles. */
+export function scheduledCoins(markets: MarketInfo[], topN: number): MarketInfo[] {
+  return rankMarkets(markets)
+    .filter((m) => m.hasCandles)
+    .slice(0, topN);
 }
 
 /** What a verdict records: its market, its call and the inputs it was computed from. */

@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import type { MarketFeed } from '../../adapters/market/port.ts';
 import type { Config } from '../../contracts/config.ts';
 import { type Exchange, marketKey, type Timeframe } from '../../contracts/market.ts';
-import { defaultExchange, rankMarkets, type SignalEngine } from './engine.ts';
+import { defaultExchange, type SignalEngine, scheduledCoins } from './engine.ts';
 import { forEachLimited } from './for-each-limited.ts';
 import { describeFailure } from './operation-errors.ts';
 
@@ -119,10 +119,7 @@ export class VerdictScheduler {
       const exchanges = this.options.exchanges ?? [this.options.exchange];
       const lists = await Promise.all(
         exchanges.map(async (exchange) =>
-          rankMarkets(await feed.markets(exchange))
-            .filter((m) => m.hasCandles)
-            .slice(0, topN)
-            .map((m) => ({ exchange, coin: m.coin })),
+          scheduledCoins(await feed.markets(exchange), topN).map((m) => ({ exchange, coin: m.coin })),
         ),
       );
       await forEachLimited(lists.flat(), this.options.concurrency ?? 16, async ({ exchange, coin }) => {

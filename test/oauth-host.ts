@@ -108,12 +108,18 @@ export const launchChromium = () => launchProfile('oauth');
 
 /**
  * The sign-in suites' stage: a keyed server (in-process cache) on a free port whose issuer is its
- * own loopback origin, a pro key, and Chromium for the consent page.
+ * own loopback origin, a pro key, and Chromium for the consent page. `rateLimited` puts the
+ * service's rate limit in front, with `env`'s settings beside the issuer.
  */
-export async function signinStage() {
+export async function signinStage(options: { rateLimited?: boolean; env?: Record<string, string> } = {}) {
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
-  const server = await startKeyedServer({ cache: new MemoryCache(), port, env: { PUBLIC_BASE_URL: base } });
+  const server = await startKeyedServer({
+    cache: new MemoryCache(),
+    port,
+    env: { ...options.env, PUBLIC_BASE_URL: base },
+    ...(options.rateLimited ? { rateLimited: true } : {}),
+  });
   const key = (await server.issue('pro')).key;
   const chromium = await launchChromium().catch(async (err: unknown) => {
     await server.close();

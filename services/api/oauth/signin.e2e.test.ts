@@ -5,17 +5,15 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import type { BrowserContext } from 'playwright-core';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MemoryCache } from '../../../adapters/cache/memory.ts';
-import { startKeyedServer } from '../../../test/keyed-harness.ts';
+import type { startKeyedServer } from '../../../test/keyed-harness.ts';
 import {
   CHROMIUM,
   consentWithKey,
   consentWithWallet,
-  launchChromium,
   MemoryHost,
   redirectReceiver,
+  signinStage,
 } from '../../../test/oauth-host.ts';
-import { freePort } from '../../../test/ports.ts';
 import { issueKey } from '../../keys/key-commands.ts';
 
 /**
@@ -36,27 +34,17 @@ describe.runIf(present || process.env.CI === 'true')('OAuth sign-in with the off
   let base: string;
   let key: string;
   let receiver: Awaited<ReturnType<typeof redirectReceiver>>;
-  let chromium: Awaited<ReturnType<typeof launchChromium>>;
+  let stage: Awaited<ReturnType<typeof signinStage>>;
   let browser: BrowserContext;
 
   beforeAll(async () => {
-    const port = await freePort();
-    base = `http://127.0.0.1:${port}`;
-    server = await startKeyedServer({
-      cache: new MemoryCache(),
-      port,
-      env: { PUBLIC_BASE_URL: base },
-      rateLimited: true,
-    });
-    key = (await server.issue('pro')).key;
+    stage = await signinStage({ rateLimited: true });
+    ({ server, base, key, browser } = stage);
     receiver = await redirectReceiver();
-    chromium = await launchChromium();
-    browser = chromium.browser;
   });
   afterAll(async () => {
-    await chromium?.close();
     await receiver?.close();
-    await server?.close();
+    await stage?.close();
   });
 
   it('a key not accepted marks the key field invalid, described by the refusal; no console error', async () => {

@@ -5,16 +5,13 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import type { BrowserContext } from 'playwright-core';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MemoryCache } from '../../../adapters/cache/memory.ts';
-import { startKeyedServer } from '../../../test/keyed-harness.ts';
 import {
   CHROMIUM,
   consentWithWallet,
-  launchChromium,
   MemoryHost,
   redirectReceiver,
+  signinStage,
 } from '../../../test/oauth-host.ts';
-import { freePort } from '../../../test/ports.ts';
 import { issueKey } from '../../keys/key-commands.ts';
 
 /**
@@ -25,29 +22,23 @@ import { issueKey } from '../../keys/key-commands.ts';
 const present = existsSync(CHROMIUM);
 
 describe.runIf(present || process.env.CI === 'true')('the consent page’s wallet nonce', () => {
-  let server: Awaited<ReturnType<typeof startKeyedServer>>;
+  let server: Awaited<ReturnType<typeof signinStage>>['server'];
   let base: string;
   let receiver: Awaited<ReturnType<typeof redirectReceiver>>;
-  let chromium: Awaited<ReturnType<typeof launchChromium>>;
+  let stage: Awaited<ReturnType<typeof signinStage>>;
   let browser: BrowserContext;
 
   beforeAll(async () => {
-    const port = await freePort();
-    base = `http://127.0.0.1:${port}`;
-    server = await startKeyedServer({
-      cache: new MemoryCache(),
-      port,
+    stage = await signinStage({
       rateLimited: true,
-      env: { PUBLIC_BASE_URL: base, RATE_LIMIT_WINDOW_MS: '3600000', RATE_LIMIT_ANONYMOUS: '2' },
+      env: { RATE_LIMIT_WINDOW_MS: '3600000', RATE_LIMIT_ANONYMOUS: '2' },
     });
+    ({ server, base, browser } = stage);
     receiver = await redirectReceiver();
-    chromium = await launchChromium();
-    browser = chromium.browser;
   });
   afterAll(async () => {
-    await chromium?.close();
     await receiver?.close();
-    await server?.close();
+    await stage?.close();
   });
 
   /** An authorization request as a host starts it: the URL the person's browser opens. */

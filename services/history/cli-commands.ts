@@ -26,7 +26,7 @@ import {
 } from '../../contracts/history.ts';
 import { AnchorCheck, type ChainAnchor, readChainAnchors } from './anchor-check.ts';
 import { scoreRows, verifyRows } from './audit.ts';
-import { decodeCursor } from './cursor.ts';
+import { decodeCursor, tagMatches } from './cursor.ts';
 import { formatOf, readExport } from './files.ts';
 import { parseTime } from './query.ts';
 import { OutcomeRecompute } from './recompute.ts';
@@ -64,6 +64,18 @@ export class UsageError extends Error {}
 export class ExportInterruptedError extends Error {
   override readonly name = 'ExportInterruptedError';
 }
+
+/**
+ * The cursor an export would resume from names an event the log read does not hold at its
+ * position: the export was taken from another log (a DATA_DIR restored from a backup or replaced,
+ * another service). Resuming would join the rows of two logs, which `verify` then reports as a
+ * broken link; no retry can go on from it, so the export is started again instead.
+ */
+export class ForeignCursorError extends Error {
+  override readonly name = 'ForeignCursorError';
+}
+
+const FOREIGN = 'a cursor from another log';
 
 /** What a failed request says, without the bare `TypeError: fetch failed` of undici. */
 function describeFailure(err: unknown): string {
@@ -140,7 +152,13 @@ function urlSource(
     } catch (err) {
       throw new Error(`could not reach ${url}: ${describeFailure(err)}`, { cause: err });
     }
-    if (!res.ok) throw new Error(`GET ${url} answered ${res.status}: ${await res.text()}`);
+    if (!res.ok) {
+      const body = await res.text();
+      // The service refuses a cursor of another log as this CLI's --store does (storeSource).
+      if (res.status === 400 && body.includes('"FOREIGN_CURSOR"'))
+        throw new ForeignCursorError(`${url} does not hold the event the cursor names (${FOREIGN})`);
+      throw new Error(`GET ${url} answered ${res.status}: ${body}`);
+    }
     const lines = (await res.text()).split('\n').filter((l) => l.trim() !== '');
     const trailer = HistoryTrailer.safeParse(JSON.parse(lines.at(-1) ?? 'null'));
     // No trailer: the response was cut short; the caller retries the page from the same cursor.
@@ -165,6 +183,16 @@ function storeSource(store: EventStore, filters: Record<string, string>): Source
     if (after && !cursor) throw new UsageError('the saved cursor is not a history cursor');
     const at =
       cursor && cursor.position > 0 ? await store.readAll({ after: cursor.position - 1, maxCount: 1 }) : [];
+    // As GET /api/verdicts does (FOREIGN_CURSOR): the event at the cursor's position must be the
+    // one it was taken at, else the rows after it are another log's.
+    if (
+      cursor &&
+      cursor.position > 0 &&
+      (at[0]?.position !== cursor.position || !tagMatches(cursor, at[0].id))
+    )
+      throw new ForeignCursorError(
+        `the log read does not hold the event at position ${cursor.position} the cursor names (${FOREIGN})`,
+      );
     const progress = new ScanProgress(cursor?.position ?? 0, at[0]?.id ?? null);
     const rows: HistoryRow[] = [];
     // Offline reading: the store's own clock is wall time.
@@ -343,6 +371,16 @@ async function exportCommand(
     }
   } catch (err) {
     if (err instanceof UsageError) throw err;
+    if (err instanceof ForeignCursorError) {
+      // Resuming cannot help: it fails the same way every time. What was written is kept.
+      throw new ForeignCursorError(
+        `export stopped after ${checkpoint.rows} rows: ${err.message}\n` +
+          `${out} was exported from another log than the one read now (a restored or replaced DATA_DIR, ` +
+          `another service?): resuming would join rows of two logs. Start a new export: choose another --out, ` +
+          `or ${startOver(out, checkpointPath)}, and run the command without --resume`,
+        { cause: err },
+      );
+    }
     // Nothing exported yet: leave nothing behind either, so the next try starts clean.
     if (checkpoint.rows === 0 && !values.resume) removeEmptyExport(out, checkpointPath, checkpoint.bytes);
     const next =

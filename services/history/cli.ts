@@ -4,6 +4,7 @@ import { type Adapters, NoEventStoreError, openAdapters, requireExistingStore } 
 import { exitFlushed } from '../shared/exit-flushed.ts';
 import {
   ExportInterruptedError,
+  ForeignCursorError,
   runHistoryCommand,
   USAGE,
   UsageError,
@@ -38,7 +39,7 @@ try {
   const noStore = err instanceof NoEventStoreError;
   code = usage || noStore ? 2 : 1;
   // An interrupted export says what failed and how to go on; a stack trace would bury that.
-  const told = usage || noStore || err instanceof ExportInterruptedError;
+  const told = usage || noStore || err instanceof ExportInterruptedError || err instanceof ForeignCursorError;
   process.stderr.write(
     usage
       ? `${(err as Error).message}\n\n${USAGE}\n`

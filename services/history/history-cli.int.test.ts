@@ -6,9 +6,16 @@ import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryEventStore } from '../../adapters/event-store/memory.ts';
 import { type HistoryRow, TrackRecordResponse } from '../../contracts/history.ts';
 import { HOUR, recordHistory, startHistoryServer } from '../../test/history-harness.ts';
-import { type CliDeps, ExportInterruptedError, runHistoryCommand, UsageError } from './cli-commands.ts';
+import {
+  type CliDeps,
+  ExportInterruptedError,
+  ForeignCursorError,
+  runHistoryCommand,
+  UsageError,
+} from './cli-commands.ts';
 import { readExport } from './files.ts';
 
 const run = promisify(execFile);
@@ -129,6 +136,63 @@ describe('npm run history', () => {
       const rows = await collect(out);
       expect(rows.map((r) => r.verdict_id)).toEqual((await served()).map((r) => r.verdict_id));
       expect(new Set(rows.map((r) => r.verdict_id)).size).toBe(120);
+    }
+  });
+
+  it('refuses to resume against another log (a restored DATA_DIR), and says to start a new export', async () => {
+    // Another log: the same verdicts (their ids are deterministic) one position later, so the
+    // position the cursor names holds another event, as in a DATA_DIR restored from a backup.
+    const store = new MemoryEventStore();
+    await store.append('operator-note', [{ type: 'OperatorNote', data: {} }]);
+    const other = await recordHistory({ steps: 40, store });
+    const otherServer = await startHistoryServer({ store: other.store, feed: other.feed });
+    try {
+      await otherServer.settle();
+      const otherKey = await otherServer.issue();
+      for (const via of ['store', 'url'] as const) {
+        const out = join(dir, `foreign-${via}.ndjson`);
+        let calls = 0;
+        const flaky: typeof fetch = async (input, init) => {
+          calls++;
+          if (calls === 3) throw new Error('connection reset');
+          return fetch(input, init);
+        };
+        const args = ['export', '--url', server.url, '--key', key, '--out', out, '--page', '11'];
+        await expect(runHistoryCommand(args, deps({ fetch: flaky }))).rejects.toThrow(ExportInterruptedError);
+        const before = readFileSync(out, 'utf8');
+        const resume =
+          via === 'store'
+            ? ['export', '--store', '--out', out, '--page', '11', '--resume']
+            : [
+                'export',
+                '--url',
+                otherServer.url,
+                '--key',
+                otherKey,
+                '--out',
+                out,
+                '--page',
+                '11',
+                '--resume',
+              ];
+        const refused = await runHistoryCommand(resume, {
+          openStore: async () => other.store,
+          progress: null,
+        }).catch((err: Error) => err);
+        expect(refused).toBeInstanceOf(ForeignCursorError);
+        const message = (refused as Error).message;
+        expect(message).toContain('export stopped after 22 rows: ');
+        expect(message).toContain('a cursor from another log');
+        expect(message).toContain(
+          `Start a new export: choose another --out, or remove ${out} and ${out}.checkpoint.json to start over, and run the command without --resume`,
+        );
+        expect(message).not.toContain('with --resume to continue');
+        // Not one row of the other log was added.
+        expect(readFileSync(out, 'utf8')).toBe(before);
+      }
+    } finally {
+      await otherServer.close();
+      await other.engine.close();
     }
   });
 

@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -48,6 +49,7 @@ function exampleOf(body: unknown, depth = 0): unknown {
 type Json = Record<string, unknown>;
 type Operation = {
   operationId?: string;
+  security?: Json[];
   responses: Record<
     string,
     { content?: Record<string, { schema?: Json; example?: unknown }>; headers?: Record<string, unknown> }
@@ -110,6 +112,36 @@ interface Call {
   status: number;
   /** A refusal any operation may answer (RATE_LIMITED…): checked against the `default` response. */
   anyRoute?: boolean;
+  /** The Authorization field sent a second time with this value (fetch would merge the two into one). */
+  secondAuthorization?: string;
+}
+
+/** A request whose fields are sent exactly as listed, a field twice included (fetch merges repeats). */
+function sendRaw(
+  target: URL,
+  method: string,
+  fields: [string, string][],
+  body: string | undefined,
+): Promise<Response> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      target,
+      { method, headers: [['host', target.host], ...fields] as unknown as Record<string, string> },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('error', reject);
+        res.on('end', () => {
+          const headers = new Headers();
+          for (let i = 0; i < res.rawHeaders.length; i += 2)
+            headers.append(res.rawHeaders[i]!, res.rawHeaders[i + 1]!);
+          resolve(new Response(Buffer.concat(chunks), { status: res.statusCode!, headers }));
+        });
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
 }
 
 /** The cookies a browser would keep, by name and path; sent where their path matches. */
@@ -163,12 +195,20 @@ async function conform(call: Call): Promise<unknown> {
   const cookie = call.jar?.header(target.pathname);
   if (cookie) headers.cookie = cookie;
   // A client follows no redirect on its own: a 303 is an answer to check like any other.
-  const res = await fetch(target, {
-    method: call.method,
-    headers,
-    redirect: 'manual',
-    ...(body === undefined ? {} : { body }),
-  });
+  const res =
+    call.secondAuthorization === undefined
+      ? await fetch(target, {
+          method: call.method,
+          headers,
+          redirect: 'manual',
+          ...(body === undefined ? {} : { body }),
+        })
+      : await sendRaw(
+          target,
+          call.method,
+          [...Object.entries(headers), ['authorization', call.secondAuthorization]],
+          body,
+        );
   call.jar?.take(res.headers);
   answered = res.headers;
   const bytes = Buffer.from(await res.arrayBuffer());
@@ -210,6 +250,12 @@ async function conform(call: Call): Promise<unknown> {
     const json = JSON.parse(bytes.toString('utf8'));
     const validate = validator(schema);
     expect(validate(json), `${label}\n${ajv.errorsText(validate.errors)}`).toBe(true);
+    // A key the answer says it applied is one the operation's security has a generated client send.
+    const auth = (json as { _service?: { auth?: { outcome?: string } } } | null)?._service?.auth;
+    if (res.status < 300 && auth?.outcome === 'OK')
+      expect(operation!.security ?? [], `${label}: security lists the Bearer key`).toContainEqual({
+        apiKey: [],
+      });
     // The document itself is its own example only in outline.
     record(call.template === '/openapi.json' ? { openapi: json.openapi, info: json.info } : json);
     return json;
@@ -315,6 +361,16 @@ describe('the OpenAPI document describes every real answer', () => {
         auth: false,
       });
     }
+    // Over X402_BODY_LIMIT_BYTES: the transport's refusal, in `default` with its Cache-Control.
+    const large = JSON.stringify({ coin: 'BTC', timeframe: '1h', pad: 'x'.repeat(70_000) });
+    const refused = await conform({
+      method: 'POST',
+      template: '/x402/get_trade_call',
+      raw: large,
+      status: 413,
+      anyRoute: true,
+    });
+    expect(refused).toMatchObject({ code: 'BODY_TOO_LARGE' });
   });
 
   it('verify, from the first verdict of a stream', async () => {
@@ -372,6 +428,23 @@ describe('the OpenAPI document describes every real answer', () => {
     });
     await conform({ method: 'POST', template: '/api/chat', body: { question: '' }, status: 400 });
     await conform({ method: 'POST', template: '/api/chat', raw: deep, status: 400 });
+    // The transport's refusals as on every route (the document's `default`), not the route's words.
+    const pad = 'x'.repeat(70_000);
+    for (const [template, body] of [
+      ['/api/search', { query: 'market regime', pad }],
+      ['/api/chat', { question: 'What does a regime mean?', pad }],
+    ] as const) {
+      const large = await conform({ method: 'POST', template, body, status: 413, anyRoute: true });
+      expect(large, template).toMatchObject({ code: 'BODY_TOO_LARGE' });
+      const twice = await conform({
+        method: 'POST',
+        template,
+        body: { query: 'market regime', question: 'What does a regime mean?' },
+        secondAuthorization: `Bearer ${key}`,
+        status: 400,
+      });
+      expect(twice, template).toMatchObject({ code: 'BAD_REQUEST' });
+    }
   });
 
   it('history in every format, and its refusals', async () => {
@@ -384,6 +457,16 @@ describe('the OpenAPI document describes every real answer', () => {
     await conform({ method: 'GET', template, path: `${template}?format=xml`, status: 400 });
     await conform({ method: 'GET', template, path: `${template}?coin=BTC&coin=ETH`, status: 400 });
     await conform({ method: 'GET', template, path: `${template}?colour=red`, status: 400 });
+    // The enums take the document's values exactly, every one alike.
+    for (const [query, code] of [
+      ['call=buy', 'INVALID_CALL'],
+      ['exchange=binance_spot', 'INVALID_EXCHANGE'],
+      ['timeframe=15M', 'INVALID_TIMEFRAME'],
+    ]) {
+      const refused = await conform({ method: 'GET', template, path: `${template}?${query}`, status: 400 });
+      expect(refused, query).toMatchObject({ code });
+    }
+    await conform({ method: 'GET', template, path: `${template}?call=BUY&limit=1`, status: 200 });
     await conform({ method: 'GET', template, path: `${template}?coin=NOPECOIN`, status: 404 });
     await conform({ method: 'GET', template, status: 401, auth: false });
     await conform({ method: 'GET', template: '/api/track-record', status: 200, auth: false });
@@ -765,6 +848,13 @@ describe('the OpenAPI document describes every real answer', () => {
     await conform({
       method: 'POST',
       template: revoke,
+      form: { client_id: 'nobody', token: tokens.refresh_token },
+      status: 401,
+      ...none,
+    });
+    await conform({
+      method: 'POST',
+      template: revoke,
       form: { token: tokens.refresh_token },
       status: 400,
       ...none,
@@ -882,15 +972,28 @@ describe('the OpenAPI document describes every real answer', () => {
     await expect
       .poll(async () => (await fetch(`${url}/api/webhooks`, { headers: starter })).status)
       .toBe(429);
-    await conform({
-      method: 'GET',
-      template: '/api/webhooks',
-      headers: starter,
-      auth: false,
-      status: 429,
-      anyRoute: true,
-    });
-    expect(answered.get('retry-after')).toMatch(/^\d+$/);
+    // Each limited operation declares the 429 (not only `default`), with Retry-After and Cache-Control.
+    for (const [method, template, body] of [
+      ['GET', '/api/webhooks'],
+      ['GET', '/api/track-record'],
+      ['GET', '/openapi.json'],
+      ['GET', '/verify/sample'],
+      ['GET', '/api/webhooks/schemas'],
+      ['GET', '/api/keys/nonce'],
+      ['POST', '/x402/get_trade_call', { coin: 'BTC', timeframe: '1h' }],
+    ] as const) {
+      const refused = await conform({
+        method,
+        template,
+        ...(body ? { body } : {}),
+        headers: starter,
+        auth: false,
+        status: 429,
+      });
+      expect(refused, template).toMatchObject({ code: 'RATE_LIMITED' });
+      expect(answered.get('retry-after'), template).toMatch(/^\d+$/);
+      expect(answered.get('cache-control'), template).toBe('no-store');
+    }
     // On an operation that declares a 429 of its own (the quota's), the rate limit's answer is in it too.
     await conform({
       method: 'POST',

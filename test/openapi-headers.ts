@@ -1,6 +1,7 @@
 /**
  * What HTTP itself reads (framing, the body's type and length, cookies, CORS for the browser): the
- * document's media types and security schemes say those. Every other header is one a client may read.
+ * document's media types and security schemes say those. Every other header is one a client may
+ * read, Trailer too (it names the fields that follow the body, which a client reads for them).
  */
 const FRAMING = new Set([
   'content-type',
@@ -11,7 +12,6 @@ const FRAMING = new Set([
   'keep-alive',
   'transfer-encoding',
   'set-cookie',
-  'trailer',
 ]);
 
 /** Header names (lower case) of an answer a client may read; a trailer counts as the header it names. */

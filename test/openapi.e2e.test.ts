@@ -9,6 +9,13 @@ import { startTestService, type TestService } from './service-harness.ts';
  * 3.1 by an independent validator, and listing exactly the routes the server has registered.
  */
 
+type Operation = {
+  responses: Record<
+    string,
+    { headers?: Record<string, unknown>; content?: Record<string, { schema?: unknown }> }
+  >;
+};
+
 let running: TestService;
 let service: RunningService;
 let doc: {
@@ -81,9 +88,17 @@ describe('OpenAPI document', () => {
       expect.arrayContaining(['200', '304', '400', '401', '429']),
     );
     const paid = doc.paths['/x402/get_trade_call']!.post as {
+      security: unknown[];
       responses: Record<string, { headers?: Record<string, unknown> }>;
     };
     expect(paid.responses['402']!.headers).toHaveProperty('PAYMENT-REQUIRED');
+    // Paid per call with nothing but the payment, or served from a Bearer key's plan.
+    for (const [path, item] of Object.entries(doc.paths).filter(([p]) => p.startsWith('/x402/')))
+      expect((item.post as { security: unknown[] }).security, path).toEqual([
+        {},
+        { x402: [] },
+        { apiKey: [] },
+      ]);
     expect(doc.paths['/verify/{stream}/{revision}']!.get).toMatchObject({
       parameters: expect.arrayContaining([expect.objectContaining({ name: 'revision', in: 'path' })]),
     });
@@ -106,6 +121,42 @@ describe('OpenAPI document', () => {
       ].sort(),
     );
     expect(doc.paths['/api/search']!.post).toMatchObject({ requestBody: { required: true } });
+  });
+
+  it('declares the 429 of the rate limit, with Retry-After and Cache-Control, on every operation it limits', () => {
+    const unlimited = ['/healthz', '/readyz', '/metrics'];
+    const missing: string[] = [];
+    for (const [path, item] of Object.entries(doc.paths)) {
+      for (const [method, op] of Object.entries(item as Record<string, Operation>)) {
+        const refusal = op.responses['429'];
+        const headers = Object.keys(refusal?.headers ?? {});
+        const label = `${method.toUpperCase()} ${path}`;
+        if (unlimited.includes(path)) expect(refusal, label).toBeUndefined();
+        else if (!refusal || !headers.includes('Retry-After') || !headers.includes('Cache-Control'))
+          missing.push(label);
+      }
+    }
+    expect(missing).toEqual([]);
+    // RATE_LIMITED on the product's budget; the sign-in paths' own budget answers temporarily_unavailable.
+    expect(JSON.stringify(doc.paths['/verify/sample']!.get)).toContain('"RATE_LIMITED"');
+    expect(JSON.stringify(doc.paths['/oauth/jwks']!.get)).toContain('"temporarily_unavailable"');
+  });
+
+  it('requires _service in every success that carries it', () => {
+    const optional: string[] = [];
+    for (const [path, item] of Object.entries(doc.paths)) {
+      for (const [method, op] of Object.entries(item as Record<string, Operation>)) {
+        for (const [status, response] of Object.entries(op.responses).filter(([s]) => /^2/.test(s))) {
+          for (const [type, media] of Object.entries(response.content ?? {})) {
+            const schema = media.schema as { properties?: Record<string, unknown>; required?: string[] };
+            if (schema?.properties?._service && !schema.required?.includes('_service'))
+              optional.push(`${method.toUpperCase()} ${path} ${status} ${type}`);
+          }
+        }
+      }
+    }
+    expect(optional).toEqual([]);
+    expect(JSON.stringify(doc.paths['/api/search']!.post)).toContain('"_service"');
   });
 
   it('carries the webhook payload of every event type and version', () => {

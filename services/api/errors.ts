@@ -50,9 +50,10 @@ export interface FieldCodes {
   /** The input as a whole: missing, or not an object. */
   whole?: ErrorCode;
   /**
-   * A body that could not be read (not JSON, too large, not JSON's media type), when the route
-   * words it its own way. Not a body nested too deep: that is JSON_TOO_DEEP on every route of the
-   * family, so a client meets one code for it.
+   * A body that could not be read (not JSON, not JSON's media type), when the route words it its
+   * own way. Not a body too large nor a request HTTP refuses: those are answered as on every route.
+   * Nor a body nested too deep: that is JSON_TOO_DEEP on every route of the family, so a client
+   * meets one code for it.
    */
   unreadable?: ErrorCode;
   /** Values the codes' message templates name (bounds, the allowed values). */
@@ -121,13 +122,13 @@ function toServiceError(error: unknown, codes: FieldCodes = {}): ServiceError | 
   return known;
 }
 
-/** The catalog's codes for a body that could not be read, that a route may word its own way. */
-const UNREADABLE = new Set<ErrorCode>([
-  'INVALID_JSON',
-  'BODY_TOO_LARGE',
-  'UNSUPPORTED_MEDIA_TYPE',
-  'BAD_REQUEST',
-]);
+/**
+ * The catalog's codes for a body that could not be read as JSON, that a route may word its own
+ * way. Not the transport's refusals, answered as on every route (the document's `default`): a body
+ * over the limit (413 BODY_TOO_LARGE), a request HTTP refuses, such as a repeated Authorization or
+ * a Content-Length the body does not match (400 BAD_REQUEST).
+ */
+const UNREADABLE = new Set<ErrorCode>(['INVALID_JSON', 'UNSUPPORTED_MEDIA_TYPE']);
 
 function catalogError(error: unknown, codes: FieldCodes): ServiceError | null {
   if (error instanceof ServiceError) return error;

@@ -5,8 +5,9 @@ import type { FastifyInstance, FastifySchema } from 'fastify';
 import { z } from 'zod';
 import { ERRORS, ErrorBody, type ErrorCode } from '../../contracts/errors.ts';
 import { jsonSchema } from '../../contracts/json-schema.ts';
+import { OAuthErrorBody } from '../../contracts/oauth.ts';
 import { webhookOpenApi } from '../../contracts/webhook-schemas.ts';
-import { isSignInPath, UNLIMITED_PATHS } from '../metering/caller.ts';
+import { isSignInPage, isSignInPath, UNLIMITED_PATHS } from '../metering/caller.ts';
 import { setBounded } from '../shared/bounded-map.ts';
 import type { FieldCodes } from './errors.ts';
 import { originCacheControl, publicOrigin } from './public-origin.ts';
@@ -51,6 +52,7 @@ export const RESPONSE_HEADERS = {
     'no-referrer: a link followed from an answer tells nobody where it came from (on every answer)',
   'X-History-Cursor':
     'Sent as an HTTP trailer (announced by Trailer): the cursor after the last row sent; after=<cursor> resumes there',
+  Trailer: 'The fields sent as HTTP trailers after the body (X-History-Cursor)',
 } as const;
 export type ResponseHeader = keyof typeof RESPONSE_HEADERS;
 
@@ -101,7 +103,10 @@ export interface RouteDoc {
   summary: string;
   description?: string;
   tags: string[];
-  /** `bearer`: an API key is required; `bearer-optional`: used when sent; `x402`: paid per call. */
+  /**
+   * `bearer`: an API key is required; `bearer-optional`: used when sent; `x402`: paid per call, or
+   * served from an API key's plan when one is sent (the key is an alternative, never required).
+   */
   auth?: 'bearer' | 'bearer-optional' | 'x402' | 'none';
   body?: z.ZodType | Json;
   bodyContentTypes?: string[];
@@ -119,9 +124,13 @@ const ServiceBlock = z
   .record(z.string(), z.unknown())
   .describe('Caller (auth), quota after this call, and a paid call’s receipt (payment)');
 
-/** The schema of an answer that also carries `_service`. */
-function withService(schema: z.ZodType | Json): z.ZodType | Json {
-  if (schema instanceof z.ZodObject) return schema.extend({ _service: ServiceBlock.optional() });
+/**
+ * The schema of an answer that also carries `_service`: required on a success (every one carries
+ * it), optional on a refusal (one answered before the caller is known has none).
+ */
+function withService(schema: z.ZodType | Json, success: boolean): z.ZodType | Json {
+  if (schema instanceof z.ZodObject)
+    return schema.extend({ _service: success ? ServiceBlock : ServiceBlock.optional() });
   return schema;
 }
 
@@ -147,7 +156,8 @@ export function refusal(codes: readonly [ErrorCode, ...ErrorCode[]], note?: stri
 const SECURITY: Record<NonNullable<RouteDoc['auth']>, Json[]> = {
   bearer: [{ apiKey: [] }],
   'bearer-optional': [{}, { apiKey: [] }],
-  x402: [{}, { x402: [] }],
+  // A Bearer key is served too (from its plan): a generated client sending one must send it here.
+  x402: [{}, { x402: [] }, { apiKey: [] }],
   // Said outright: a public operation, not one whose security was forgotten.
   none: [],
 };
@@ -164,7 +174,7 @@ function toFastifySchema(doc: RouteDoc): FastifySchema {
   const response: Json = {};
   for (const [status, r] of Object.entries(doc.responses)) {
     const types = r.contentTypes ?? ['application/json'];
-    const schema = r.schema && doc.service ? withService(r.schema) : r.schema;
+    const schema = r.schema && doc.service ? withService(r.schema, /^2\d\d$/.test(status)) : r.schema;
     const content = r.content ?? (schema ? Object.fromEntries(types.map((t) => [t, schema])) : undefined);
     response[status] = {
       description: r.description,
@@ -327,6 +337,35 @@ const SIGNIN_ROUTE_RESPONSE = {
   description: `${ANY_ROUTE_RESPONSE.description} This is a sign-in path: its rate limit is a budget of its own per caller (RATE_LIMIT_SIGNIN a window, apart from the product's), and past it the answer is not RATE_LIMITED but temporarily_unavailable (${ERRORS.temporarily_unavailable.status}, with Retry-After) in RFC 6749's shape, {error: "temporarily_unavailable", error_description}; /oauth/authorize and the consent pages answer it as an HTML page.`,
 };
 
+/**
+ * The rate limit's refusal, declared on every operation it limits that declares no 429 of its own
+ * (one that does gets RATE_LIMITED in its code enum, withAnyRouteCodes): a generated client
+ * switches on the 429 of the operation, which takes precedence over `default`.
+ */
+const RATE_LIMITED_RESPONSE = {
+  description: `The rate limit: RATE_LIMITED (${ERRORS.RATE_LIMITED.status}): ${ERRORS.RATE_LIMITED.message}. Retry-After says when to call again; nothing was served or counted against a quota`,
+  content: {
+    'application/json': {
+      schema: jsonSchema(ErrorBody.extend({ code: z.enum(['RATE_LIMITED']) }), 'output'),
+    },
+  },
+};
+
+/** A sign-in path's rate limit (its own budget): RFC 6749's temporarily_unavailable, or a page. */
+function signInLimitedResponse(path: string) {
+  const description = `The sign-in rate limit (RATE_LIMIT_SIGNIN, its own budget): temporarily_unavailable (${ERRORS.temporarily_unavailable.status}): ${ERRORS.temporarily_unavailable.message}. Retry-After says when to call again`;
+  if (isSignInPage(path))
+    return {
+      description: `${description}; a page for the person’s browser`,
+      content: { 'text/html': { schema: { type: 'string' } } },
+    };
+  const body = OAuthErrorBody.extend({ error: z.enum(['temporarily_unavailable']) });
+  return {
+    description: `${description}; RFC 6749’s shape {error, error_description}`,
+    content: { 'application/json': { schema: jsonSchema(body, 'output') } },
+  };
+}
+
 /** Real answers recorded by the conformance test (`RECORD_OPENAPI_EXAMPLES=1`): operationId → status → answer. */
 type Examples = Record<string, Record<string, { type: string; body: unknown }>>;
 const EXAMPLES_FILE = new URL('./openapi-examples.json', import.meta.url);
@@ -398,13 +437,21 @@ function withOperationIds<D extends object>(document: D): D {
       if (optionalBody && op.requestBody) op.requestBody = { ...op.requestBody, required: false };
       const limited = !UNLIMITED_PATHS.has(path);
       const signin = isSignInPath(path);
+      // Every limited operation declares the 429 its limit answers, with Retry-After.
+      const own = op.responses ?? {};
+      const declaredResponses =
+        limited && own['429'] === undefined
+          ? { ...own, 429: signin ? signInLimitedResponse(path) : RATE_LIMITED_RESPONSE }
+          : own;
       const responses = Object.fromEntries(
-        Object.entries(op.responses ?? {}).map(([status, declared]) => {
+        Object.entries(declaredResponses).map(([status, declared]) => {
           const response = withAnyRouteCodes(declared, status, limited && !signin);
           const added = [
             ...EVERY_ANSWER,
             ...(limited ? RATE_LIMIT_HEADERS : []),
             ...(retryable(status) ? RETRY : []),
+            // A rate limit's or a quota's refusal is never to be reused (no-store).
+            ...(status === '429' ? (['Cache-Control'] as const) : []),
           ];
           return [status, { ...response, headers: { ...headerObjects(added), ...response.headers } }];
         }),
@@ -416,10 +463,12 @@ function withOperationIds<D extends object>(document: D): D {
           ...responses,
           default: {
             ...(signin ? SIGNIN_ROUTE_RESPONSE : ANY_ROUTE_RESPONSE),
-            // RATE_LIMITED and the retryable outages say when to call again.
+            // RATE_LIMITED and the retryable outages say when to call again; a refusal is not
+            // to be reused (a framing refusal and the rate limit's say no-store).
             headers: headerObjects([
               ...EVERY_ANSWER,
               ...(limited ? [...RATE_LIMIT_HEADERS, 'Retry-After' as const] : ['Retry-After' as const]),
+              'Cache-Control',
             ]),
           },
         },

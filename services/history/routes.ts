@@ -66,7 +66,7 @@ const fail = (codes: readonly [ErrorCode, ...ErrorCode[]], note?: string) => ref
 const VERDICTS_ROUTE = declared({
   summary: 'The labelled verdict history, streamed (NDJSON, CSV or Parquet), resumable by cursor',
   description:
-    'Rows in log order; a verdict younger than its reveal time shows only its commitment. Every row carries its cursor (the last column): after=<cursor> with the same filters resumes after that row, so a stream cut mid-way resumes from its last complete row. NDJSON ends with a trailer line {cursor, rows, _service} only when asked (trailer=true, or Accept: application/x-ndjson; profile="trailer"); every format sends the cursor as the X-History-Cursor HTTP trailer.',
+    'Rows in log order; a verdict younger than its reveal time shows only its commitment. Every row carries its cursor (the last column): after=<cursor> with the same filters resumes after that row, so a stream cut mid-way resumes from its last complete row. NDJSON ends with a trailer line {cursor, rows, _service} only when asked (trailer=true, or Accept: application/x-ndjson; profile="trailer"); every format sends the cursor as the X-History-Cursor HTTP trailer. exchange, timeframe, call and format take the listed values exactly, case included (call=buy is refused INVALID_CALL); coin is a symbol in either case.',
   tags: ['history'],
   auth: 'bearer',
   sends: ['Cache-Control'],
@@ -79,6 +79,7 @@ const VERDICTS_ROUTE = declared({
         'X-Service-Meta': 'The `_service` block (caller and quota) as JSON',
         'Content-Disposition': 'Parquet only: attachment; filename="verdicts.parquet"',
         'X-History-Cursor': RESPONSE_HEADERS['X-History-Cursor'],
+        Trailer: RESPONSE_HEADERS.Trailer,
       },
       content: {
         [HISTORY_MEDIA_TYPES.ndjson]: {

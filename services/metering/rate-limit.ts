@@ -483,7 +483,8 @@ function applyDecision(
   const message = errorMessage(code, { limit: decision.limit, seconds });
   undebitedService(deps.quota, caller)
     .then((service) => {
-      reply.code(status).header('retry-after', seconds);
+      // Never reused: the next call may be served (openapi.ts declares it on every 429).
+      reply.code(status).header('retry-after', seconds).header('cache-control', 'no-store');
       const rest = { retryable, retry_after_ms: decision.resetMs, _service: service };
       // The HTTP body is the JSON-RPC error's data with the message after the code.
       if (!mcp) return void reply.send({ code, message, ...rest });

@@ -207,6 +207,7 @@ const LIBRARY_ROUTES: {
     cors: 'library',
     doc: endpointDoc('Token revocation (RFC 7009): revoking a refresh token ends its whole grant', {
       200: { description: 'Revoked (or unknown: the answer is the same)' },
+      401: { ...oauthJson, description: 'invalid_client: the client_id is not registered' },
     }),
   },
   {

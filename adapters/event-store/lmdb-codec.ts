@@ -89,16 +89,51 @@ const TYPE_CODES = new Map<string, TypeCode>(
 addExtension({ Class: UuidText, type: EXT_UUID, pack: (v: UuidText) => v.bytes, unpack: uuidOf });
 addExtension({ Class: HexTailText, type: EXT_HEX, pack: (v: HexTailText) => v.bytes, unpack: hexTailOf });
 addExtension({ Class: TimeText, type: EXT_TIME, pack: (v: TimeText) => v.bytes, unpack: timeOf });
+/** The highest type code this build knows. */
+export const KNOWN_TYPE_CODES = TYPE_NAMES.length;
+
+/**
+ * A log holding an event type code this build does not know: a newer version wrote it (codes are
+ * only ever added). This version cannot read such events, so it refuses the log, in one line
+ * that says what to do, rather than fail in whatever reads one first.
+ */
+export class NewerLogError extends Error {
+  override readonly name = 'NewerLogError';
+  constructor(
+    readonly code: number,
+    where = 'the event log',
+  ) {
+    super(
+      `${where} holds event type code ${code}, which this build does not know (it knows 1-${KNOWN_TYPE_CODES}): ` +
+        'the log was written by a newer version of the service, and this version refuses it. ' +
+        'Run that newer version, or roll back by restoring a backup taken before the upgrade (deploy/README.md, Upgrades)',
+    );
+  }
+}
+
 addExtension({
   Class: TypeCode,
   type: EXT_TYPE,
   pack: (v: TypeCode) => v.bytes,
   unpack: (bytes: Uint8Array) => {
     const name = TYPE_NAMES[bytes[0]! - 1];
-    if (name === undefined) throw new Error(`lmdb event store: unknown event type code ${bytes[0]}`);
+    if (name === undefined) throw new NewerLogError(bytes[0]!);
     return name;
   },
 });
+
+/** The type code of an event's stored form (`encodeStoredEvent`); 0 for a type stored as text. */
+export function typeCodeOf(stored: Record<string, unknown>): number {
+  return stored.type instanceof TypeCode ? stored.type.bytes[0]! : 0;
+}
+
+/**
+ * The stored form of type code `code`, known to this build or not: what a newer build writes for a
+ * type this one does not know (for tests of the refusal).
+ */
+export function storedTypeCode(code: number): unknown {
+  return new TypeCode(Buffer.from([code]));
+}
 
 const ISO_MS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 /** Shorter hex runs (ids like `sub_12`, a 6-digit colour) gain little and are left as text. */
@@ -420,6 +455,19 @@ export class IdIndex {
     this.db.putSync(this.storedKey(id, stored), position);
   }
 
+  /**
+   * The highest event type code the log holds, as its appends recorded it (TYPE_CODE_KEY); 0 when
+   * none was recorded (a log of a version before the record, whose codes this build knows).
+   */
+  typeCode(): number {
+    return this.db.get(TYPE_CODE_KEY) ?? 0;
+  }
+
+  /** Inside the append's write transaction: records `code` when it is above the recorded one. */
+  recordTypeCode(code: number): void {
+    if (code > this.typeCode()) this.db.putSync(TYPE_CODE_KEY, code);
+  }
+
   /** The id's key from its stored bytes where they make it, else from its text (`key`). */
   private storedKey(id: string, stored: StoredId): Key {
     return stored instanceof UuidText && (this.binary || isOrdered(stored.bytes))
@@ -453,6 +501,13 @@ function indexKey(bytes: Buffer): Buffer {
 
 /** An id no event takes: its entry says the index keys UUIDs by their bytes. */
 const FORMAT_KEY = '~format';
+/**
+ * An id no event takes either: the highest event type code written to the log. A version that
+ * adds a type records its code in the append that first writes it, and an older one, finding a
+ * code it does not know here, refuses the log when it opens it (NewerLogError), wherever in the
+ * log that event lies.
+ */
+const TYPE_CODE_KEY = '~typeCode';
 const BINARY_IDS = 2;
 
 /** Opens the id index of `root`; `empty` tells whether the log holds no event yet. */

@@ -8,9 +8,12 @@ import {
   decodeStoredEvent,
   encodeStoredEvent,
   type IdIndex,
+  KNOWN_TYPE_CODES,
+  NewerLogError,
   openIdIndex,
   type StoredId,
   storedId,
+  typeCodeOf,
 } from './lmdb-codec.ts';
 import { LmdbProjectionStore } from './lmdb-snapshots.ts';
 import {
@@ -91,7 +94,15 @@ const MAX_REVISION_HINTS = 10_000;
 const MAX_WRITES = 3;
 
 export async function openLmdbEventStore(options: LmdbEventStoreOptions): Promise<LmdbEventStore> {
-  return new LmdbEventStore(options);
+  const store = new LmdbEventStore(options);
+  // A log a newer version wrote a type to is refused here, before anything reads it: reading on
+  // would fail at its first such event (in the quota rebuild, a projection...), never ready.
+  const code = store.typeCode();
+  if (code > KNOWN_TYPE_CODES) {
+    await store.close();
+    throw new NewerLogError(code, `the event log at ${options.path}`);
+  }
+  return store;
 }
 
 /**
@@ -158,6 +169,13 @@ export class LmdbEventStore implements EventStore {
    * `syncStructures`).
    */
   private structuresBytes = -1;
+  /**
+   * The highest type code the log is known to record (`IdIndex.typeCode`), as this process last
+   * read or committed it: an append records a higher one in its own transaction (`writeInTxn`),
+   * taken here only once that transaction commits. `txnTypeCode`: what the running one recorded.
+   */
+  private typeCodeRecorded = 0;
+  private txnTypeCode = 0;
 
   constructor(options: LmdbEventStoreOptions) {
     this.pollMs = options.pollMs ?? 250;
@@ -183,12 +201,18 @@ export class LmdbEventStore implements EventStore {
     this.events = this.root.openDB<RecordedEvent, number>({ name: 'events', ...EVENT_ENCODING });
     this.streams = this.root.openDB<number, StreamKey>({ name: 'streams' });
     this.ids = openIdIndex(this.root, () => !this.events.doesExist(1));
+    this.typeCodeRecorded = this.ids.typeCode();
     this.path = options.path;
     this.logger = options.logger;
     this.space = new StorageFullState(`LMDB at ${options.path}`, options.logger);
     ignoreStrayCommitRejections(options.logger);
     // Reader slots of processes that were killed would otherwise pin old pages forever.
     this.root.readerCheck();
+  }
+
+  /** The highest event type code the log records (a newer version's may be above KNOWN_TYPE_CODES). */
+  typeCode(): number {
+    return this.ids.typeCode();
   }
 
   /** Projection snapshots in the same environment, so one data directory holds both. */
@@ -244,6 +268,7 @@ export class LmdbEventStore implements EventStore {
           if (this.group === group) this.group = null;
           this.headExactInTxn = false;
           this.txnRevisions.clear();
+          this.txnTypeCode = this.typeCodeRecorded;
           const recordedAt = new Date().toISOString();
           for (const pending of writing) pending.outcome = null;
           this.syncStructures();
@@ -271,6 +296,7 @@ export class LmdbEventStore implements EventStore {
         if (writing.some((p) => recordedBy(p) !== undefined)) {
           await this.root.flushed;
         }
+        this.typeCodeRecorded = Math.max(this.typeCodeRecorded, this.txnTypeCode);
       } catch (err) {
         if (this.group === group) this.group = null;
         // Nothing of this pass is on the log: no position of it to wait for.
@@ -478,6 +504,12 @@ export class LmdbEventStore implements EventStore {
       written.push(recorded);
       const stored = i === 0 ? encodeStoredEvent(recorded, firstStored) : encodeStoredEvent(recorded);
       putAppend(this.events, position, stored as RecordedEvent, 'lmdb event store: event');
+      // The first event of a type code above the recorded one records it (once per code and log).
+      const code = typeCodeOf(stored);
+      if (code > this.txnTypeCode) {
+        this.ids.recordTypeCode(code);
+        this.txnTypeCode = code;
+      }
       this.streams.putSync([stream, revision], position);
       this.ids.putStored(id, stored.id, position);
     }

@@ -1,0 +1,130 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { open } from 'lmdb';
+import { afterAll, describe, expect, it } from 'vitest';
+import { newEventId } from '../../contracts/event-id.ts';
+import { runServiceProcess } from '../../test/service-process.ts';
+import { event, uniqueStream } from './contract.ts';
+import { EVENT_ENCODING, openLmdbEventStore } from './lmdb.ts';
+import {
+  encodeStoredEvent,
+  KNOWN_TYPE_CODES,
+  NewerLogError,
+  openIdIndex,
+  storedTypeCode,
+} from './lmdb-codec.ts';
+
+const root = mkdtempSync(join(tmpdir(), 'lmdb-newer-log-'));
+let dirs = 0;
+const freshDataDir = () => join(root, `data-${++dirs}`);
+
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+/** The code a newer build gives the first event type it adds. */
+const NEWER = KNOWN_TYPE_CODES + 1;
+
+/**
+ * Appends at the head what a newer build writes for an event of a type this one does not know:
+ * the event under type code NEWER, its stream and id entries, and (`record`) the log's record of
+ * the highest code, which a build with this one's append writes in the same transaction.
+ */
+async function appendNewerEvent(path: string, record: boolean): Promise<void> {
+  const env = open({ path, noSubdir: false, maxDbs: 16, overlappingSync: false, remapChunks: true });
+  try {
+    const events = env.openDB<unknown, number>({ name: 'events', ...EVENT_ENCODING });
+    const streams = env.openDB<number, [string, number]>({ name: 'streams' });
+    const ids = openIdIndex(env, () => false);
+    await env.transaction(() => {
+      let head = 0;
+      for (const key of events.getKeys({ reverse: true, limit: 1 })) head = key;
+      const id = newEventId();
+      const stored = encodeStoredEvent({
+        id,
+        type: 'ReplayClockAnchored',
+        stream: 'newer-stream',
+        revision: 0,
+        position: head + 1,
+        recordedAt: new Date().toISOString(),
+        correlationId: id,
+        causationId: null,
+        data: { added: 'by a newer version' },
+      });
+      events.putSync(head + 1, { ...stored, type: storedTypeCode(NEWER) });
+      streams.putSync(['newer-stream', 0], head + 1);
+      ids.putSync(id, head + 1);
+      if (record) ids.recordTypeCode(NEWER);
+    });
+  } finally {
+    await env.close();
+  }
+}
+
+/** A DATA_DIR whose log this build wrote (a known type code among its events), then a newer one. */
+async function logWithNewerEvent(record: boolean): Promise<string> {
+  const dataDir = freshDataDir();
+  const path = join(dataDir, 'events');
+  const store = await openLmdbEventStore({ path });
+  await store.append(uniqueStream('old'), [event('ApiKeyIssued', { n: 1 }), event('PlainText', { n: 2 })]);
+  await store.close();
+  await appendNewerEvent(path, record);
+  return dataDir;
+}
+
+const REFUSAL = new RegExp(
+  `holds event type code ${NEWER}, which this build does not know \\(it knows 1-${KNOWN_TYPE_CODES}\\): ` +
+    'the log was written by a newer version of the service, and this version refuses it. Run that newer ' +
+    'version, or roll back by restoring a backup taken before the upgrade \\(deploy/README.md, Upgrades\\)$',
+);
+
+describe('a log written by a newer version (an event type code this build does not know)', () => {
+  it('an append records the highest type code it writes, in its own transaction, kept across a reopen', async () => {
+    const path = join(freshDataDir(), 'events');
+    const store = await openLmdbEventStore({ path });
+    // A type stored as text records nothing.
+    await store.append(uniqueStream('text'), [event('PlainText')]);
+    expect(store.typeCode()).toBe(0);
+    await store.append(uniqueStream('a'), [event('VerdictRecorded', {}), event('ApiKeyIssued', {})]);
+    expect(store.typeCode()).toBe(17);
+    await store.append(uniqueStream('b'), [event('QuotaDebited', {})]);
+    expect(store.typeCode()).toBe(17);
+    await store.append(uniqueStream('c'), [event('RiskShifted', {})]);
+    expect(store.typeCode()).toBe(KNOWN_TYPE_CODES);
+    await store.close();
+    const again = await openLmdbEventStore({ path });
+    expect(again.typeCode()).toBe(KNOWN_TYPE_CODES);
+    await again.close();
+  });
+
+  it('is refused when the store opens, wherever the event lies, naming the code and what to do', async () => {
+    const dataDir = await logWithNewerEvent(true);
+    const path = join(dataDir, 'events');
+    const refused = await openLmdbEventStore({ path }).catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(NewerLogError);
+    expect((refused as Error).message).toMatch(new RegExp(`^the event log at ${path} ${REFUSAL.source}`));
+  });
+
+  it('a read that meets such an event says the same, not "unknown event type code"', async () => {
+    const dataDir = await logWithNewerEvent(false);
+    const store = await openLmdbEventStore({ path: join(dataDir, 'events') });
+    try {
+      await expect(store.readAll()).rejects.toThrow(REFUSAL);
+    } finally {
+      await store.close();
+    }
+  });
+
+  for (const record of [true, false]) {
+    it(`the service refuses to start on it with one fatal line, exit 1 (${record ? 'recorded: before opening anything else' : 'not recorded: at the first read'})`, async () => {
+      const dataDir = await logWithNewerEvent(record);
+      const run = runServiceProcess({ DATA_DIR: dataDir });
+      expect(await run.exit).toBe(1);
+      const fatal = run.lines.filter((l) => l.level === 60);
+      expect(fatal).toHaveLength(1);
+      expect(fatal[0]!.msg).toMatch(new RegExp(`^failed to start: .*${REFUSAL.source}`));
+      expect(run.lines.some((l) => String(l.msg).startsWith('Server listening'))).toBe(false);
+      // Recorded, it is refused as the log is opened: nothing has read or written anything yet.
+      if (record) expect(run.lines.some((l) => l.msg === 'event store: LMDB')).toBe(false);
+    }, 120_000);
+  }
+});

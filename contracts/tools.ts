@@ -364,12 +364,15 @@ export const ScanFundingArbInput = strictInput({
     .max(200)
     .optional()
     .describe(
-      'Restrict to these symbols (such as BTC; 1–200). Omitted: all with funding on two venues or more.',
+      'Restrict to these symbols (such as BTC; 1–200; a symbol named twice, in any letter case, is read once). Omitted: all with funding on two venues or more.',
     ),
+  // Declared in the schema the tool advertises (uniqueItems), so a client validating against it
+  // is told before the call what the refine refuses.
   exchanges: z
     .array(Exchange)
     .min(2)
     .refine((v) => new Set(v).size === v.length, 'exchanges must not repeat')
+    .meta({ uniqueItems: true })
     .optional()
     .describe('Restrict to these perpetual venues (two or more, none twice). Omitted: all with funding.'),
   minLiquidityUsd: z

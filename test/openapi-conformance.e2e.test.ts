@@ -287,6 +287,48 @@ async function conform(call: Call): Promise<unknown> {
 /** Every client-readable header the calls saw, to check the headers the issue named were met. */
 const headersSeen: string[] = [];
 
+/**
+ * An MCP path's operations, one per method as it answers: a body only on POST (a generated
+ * client would force one on GET, which fetch refuses), GET's 200 an event stream with its
+ * headers, DELETE's 200 an empty answer; PUT and PATCH, which answer 405 alone, not listed (and
+ * still answered 405). A session opened on the path is ended by a documented DELETE.
+ */
+async function methodsAsAnswered(template: string, headers: Record<string, string>): Promise<void> {
+  const item = doc.paths[template]! as Record<string, Operation & { requestBody?: { required?: boolean } }>;
+  expect(Object.keys(item).sort(), template).toEqual(['delete', 'get', 'post']);
+  expect(item.post!.requestBody?.required, template).toBe(true);
+  expect(item.get!.requestBody, template).toBeUndefined();
+  expect(item.delete!.requestBody, template).toBeUndefined();
+  const stream = item.get!.responses['200']!;
+  expect(Object.keys(stream.content ?? {}), template).toEqual(['text/event-stream']);
+  expect(Object.keys(stream.headers ?? {}), template).toEqual(
+    expect.arrayContaining(['Cache-Control', 'X-Accel-Buffering', 'Mcp-Session-Id']),
+  );
+  expect(item.delete!.responses['200']!.content, template).toBeUndefined();
+  for (const method of ['PUT', 'PATCH']) {
+    const res = await fetch(`${url}${template}`, { method, headers });
+    await res.arrayBuffer();
+    expect(res.status, `${method} ${template}`).toBe(405);
+    expect(res.headers.get('allow')).toBe('GET, POST, DELETE');
+  }
+  const opened = await fetch(`${url}${template}`, {
+    method: 'POST',
+    headers: { ...headers, 'content-type': 'application/json' },
+    body: JSON.stringify(mcpInitialize('methods')),
+  });
+  await opened.arrayBuffer();
+  const session = opened.headers.get('mcp-session-id')!;
+  const ended = await conform({
+    method: 'DELETE',
+    template,
+    headers: { ...headers, 'mcp-session-id': session },
+    status: 200,
+    ...(template === '/mcp' ? {} : { auth: false }),
+  });
+  expect(ended, template).toBeNull();
+  expect(answered.get('content-type'), template).toBeNull();
+}
+
 const deep = `${'['.repeat(5_000)}${']'.repeat(5_000)}`;
 
 describe('the OpenAPI document describes every real answer', () => {
@@ -520,8 +562,7 @@ describe('the OpenAPI document describes every real answer', () => {
     await conform({ method: 'POST', template: '/mcp', body: resources, headers, status: 200 });
     await conform({ method: 'POST', template: '/mcp', raw: deep, headers, status: 400 });
     await conform({ method: 'GET', template: '/mcp', headers, status: 400 });
-    await conform({ method: 'PUT', template: '/mcp', headers, status: 405 });
-    await conform({ method: 'PATCH', template: '/mcp', headers, status: 405 });
+    await methodsAsAnswered('/mcp', { ...headers, authorization: `Bearer ${key}` });
     await conform({
       method: 'DELETE',
       template: '/mcp',
@@ -825,8 +866,7 @@ describe('the OpenAPI document describes every real answer', () => {
     });
     expect(answered.get('www-authenticate')).toContain('error="invalid_token"');
     await conform({ method: 'GET', template: signin, headers: signedIn, status: 400, ...none });
-    await conform({ method: 'PUT', template: signin, headers: signedIn, status: 405, ...none });
-    await conform({ method: 'PATCH', template: signin, headers: signedIn, status: 405, ...none });
+    await methodsAsAnswered(signin, signedIn);
     await conform({
       method: 'DELETE',
       template: signin,

@@ -5,6 +5,7 @@ import { SIGNIN_MCP_PATH } from '../../../contracts/oauth.ts';
 import type { ToolAnnotations } from '../../../contracts/tools.ts';
 import { SERVER_CAPABILITIES } from '../mcp/server.ts';
 import { annotationsOf, answerSchemaOf, outputSchemaOf, type ToolDefinition } from '../mcp/tool-registry.ts';
+import { PROTOCOL_VERSIONS } from '../mcp/versions.ts';
 import { recordedAnswer } from '../openapi.ts';
 import { servedAt } from '../recorded-origin.ts';
 
@@ -278,7 +279,7 @@ export function mcpServerCard(origin: string, tools: CatalogTool[]) {
     version: SERVICE_VERSION,
     description: SERVICE_DESCRIPTION,
     endpoints: [{ transport: 'streamable-http', url: `${origin}/mcp` }],
-    protocolVersions: ['2025-06-18', '2025-03-26', '2026-07-28'],
+    protocolVersions: [...PROTOCOL_VERSIONS],
     capabilities: SERVER_CAPABILITIES,
     authentication: {
       optional: true,

@@ -7,14 +7,23 @@
  *   Request (HTTP 400), its id echoed when it is a string or a number, else null;
  * - a request id must be a string or an integer (MCP: "a string or integer ID"; JSON-RPC 2.0
  *   allows any number), on every method alike;
+ * - a request or notification carries no `result` or `error`; a response's `result` is an
+ *   object, its `error` an object with an integer code and a string message (the SDK transports
+ *   called these a parse error, -32700 with id null);
  * - a batch is refused whole (-32600, id null) when it is empty (JSON-RPC 2.0), on revision
  *   2025-06-18 and later (MCP removed JSON-RPC batching there), or when one of its messages is
- *   refused as above (the message is named by its index).
+ *   refused as above or by its params (params-check.ts: params not an object, a `_meta` MCP does
+ *   not define; the message is named by its index); one holding initialize is refused with that
+ *   message's id (the handshake is sent alone);
+ * - an empty body is not JSON: -32700 Parse error, id null.
  */
 
 import { MCP_INVALID_REQUEST } from './error-codes.ts';
 import { isPlainObject, kindOf } from './json-shape.ts';
-import type { ParamsRefusal } from './params-check.ts';
+import { metaIssue, type ParamsRefusal } from './params-check.ts';
+
+/** JSON-RPC's code for a body that is not JSON. */
+const MCP_PARSE_ERROR = -32700;
 
 /** The first revision without JSON-RPC batching (revisions are dates: later ones sort after). */
 export const NO_BATCH_REVISION = '2025-06-18';
@@ -28,6 +37,8 @@ function messageFault(message: unknown): string | null {
   if (message.jsonrpc !== '2.0') return 'jsonrpc must be "2.0"';
   if ('method' in message) {
     if (typeof message.method !== 'string') return 'method must be a string';
+    if ('result' in message || 'error' in message)
+      return `a request or notification (it has a method) carries no ${'result' in message ? 'result' : 'error'}`;
     // A notification carries no id at all; a request's is a string or an integer, never null.
     if ('id' in message && !isRequestId(message.id))
       return `id must be a string or an integer, not ${kindOf(message.id)}${typeof message.id === 'number' ? ` (${message.id})` : ''}`;
@@ -37,8 +48,29 @@ function messageFault(message: unknown): string | null {
   const error = 'error' in message;
   if (!error && !('result' in message))
     return 'a message without method must be a response (result or error)';
-  if (isRequestId(message.id) || (error && (message.id === null || message.id === undefined))) return null;
-  return `a response's id must be a string or an integer, not ${kindOf(message.id)}`;
+  if (error && 'result' in message) return 'a response carries a result or an error, not both';
+  if (!isRequestId(message.id) && !(error && (message.id === null || message.id === undefined)))
+    return `a response's id must be a string or an integer, not ${kindOf(message.id)}`;
+  if (!error)
+    return isPlainObject(message.result)
+      ? null
+      : `a response's result must be an object, not ${kindOf(message.result)}`;
+  const e = message.error;
+  if (!isPlainObject(e)) return `a response's error must be an object, not ${kindOf(e)}`;
+  if (typeof e.code !== 'number' || !Number.isSafeInteger(e.code))
+    return `a response's error.code must be an integer, not ${kindOf(e.code)}`;
+  if (typeof e.message !== 'string')
+    return `a response's error.message must be a string, not ${kindOf(e.message)}`;
+  return null;
+}
+
+/** What is wrong with a batched request's or notification's params, in words; null when nothing. */
+function paramsFault(message: Record<string, unknown>): string | null {
+  if (!('method' in message)) return null;
+  const params = message.params;
+  if (params === undefined) return null;
+  if (!isPlainObject(params)) return `params must be an object (or left out), not ${kindOf(params)}`;
+  return metaIssue(params._meta)?.message ?? null;
 }
 
 const refusal = (message: string, id: string | number | null): ParamsRefusal => ({
@@ -53,6 +85,14 @@ const refusal = (message: string, id: string | number | null): ParamsRefusal => 
  * protocol revision the request speaks: its MCP-Protocol-Version header, else its session's.
  */
 export function envelopeRefusal(body: unknown, version: string | undefined): ParamsRefusal | null {
+  if (body === undefined) {
+    return {
+      status: 400,
+      code: MCP_PARSE_ERROR,
+      message: 'Parse error: the body is empty; send a JSON-RPC message',
+      id: null,
+    };
+  }
   if (!Array.isArray(body)) {
     const fault = messageFault(body);
     if (fault === null) return null;
@@ -63,8 +103,16 @@ export function envelopeRefusal(body: unknown, version: string | undefined): Par
   if (version !== undefined && version >= NO_BATCH_REVISION)
     return refusal(`JSON-RPC batches are not part of MCP ${version} (removed in ${NO_BATCH_REVISION})`, null);
   for (let i = 0; i < body.length; i++) {
-    const fault = messageFault(body[i]);
+    const message: unknown = body[i];
+    const fault = messageFault(message) ?? paramsFault(message as Record<string, unknown>);
     if (fault !== null) return refusal(`batch message ${i}: ${fault}`, null);
+    const { method, id } = message as Record<string, unknown>;
+    if (method === 'initialize') {
+      return refusal(
+        `batch message ${i}: initialize must be sent alone, not in a batch`,
+        typeof id === 'string' || typeof id === 'number' ? id : null,
+      );
+    }
   }
   return null;
 }

@@ -1,3 +1,4 @@
+import type { ServerResponse } from 'node:http';
 import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import type { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { FastifyReply, FastifyRequest } from 'fastify';
@@ -21,6 +22,7 @@ export async function handOver(
   }
   const raw = request.raw as typeof request.raw & { auth?: AuthInfo };
   raw.auth = authInfo(request, caller);
+  if (Array.isArray(request.body)) answerAsArray(reply.raw);
   try {
     await transport.handleRequest(raw, reply.raw, request.body);
   } catch (err) {
@@ -52,4 +54,66 @@ export function authInfo(request: FastifyRequest, caller: Caller | undefined): A
       ...(refused ? { refused } : {}),
     },
   };
+}
+
+/**
+ * A batch is answered with an array (JSON-RPC 2.0 §6), however many answers it has: the SDK
+ * transport answers a batch holding one request (alone, or with notifications) with the bare
+ * object. Its JSON answer is held until it ends, then sent as `[object]` when it is one 200 object,
+ * its Content-Length set again; anything else (a 202, a refusal, an array) goes out as written.
+ * The transports here answer JSON (enableJsonResponse), never a stream, to a POST.
+ */
+function answerAsArray(res: ServerResponse): void {
+  const { writeHead, write, end } = res;
+  let head: Parameters<typeof writeHead> | null = null;
+  const chunks: Buffer[] = [];
+  const bytes = (chunk: unknown, encoding?: unknown): Buffer =>
+    Buffer.isBuffer(chunk)
+      ? chunk
+      : typeof chunk === 'string'
+        ? Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8')
+        : Buffer.from(chunk as Uint8Array);
+  res.writeHead = ((...args: Parameters<typeof writeHead>) => {
+    head = args;
+    return res;
+  }) as typeof writeHead;
+  res.write = ((chunk: unknown, encoding?: unknown, callback?: unknown) => {
+    chunks.push(bytes(chunk, encoding));
+    const done = typeof encoding === 'function' ? encoding : callback;
+    if (typeof done === 'function') queueMicrotask(() => (done as () => void)());
+    return true;
+  }) as typeof write;
+  res.end = ((chunk?: unknown, encoding?: unknown, callback?: unknown) => {
+    res.writeHead = writeHead;
+    res.write = write;
+    res.end = end;
+    let done = callback;
+    if (typeof chunk === 'function') done = chunk;
+    else if (chunk !== undefined && chunk !== null) chunks.push(bytes(chunk, encoding));
+    if (typeof encoding === 'function') done = encoding;
+    let body = Buffer.concat(chunks);
+    const status = head?.[0] ?? res.statusCode;
+    if (status === 200 && body[0] === 0x7b /* { */) {
+      body = Buffer.concat([Buffer.from('['), body, Buffer.from(']')]);
+      if (head !== null) head = withLength(head, body.length);
+      if (res.hasHeader('content-length')) res.setHeader('content-length', body.length);
+    }
+    if (head !== null) writeHead.apply(res, head);
+    const finish = end as (this: ServerResponse, body: Buffer, callback?: () => void) => ServerResponse;
+    return finish.call(res, body, typeof done === 'function' ? (done as () => void) : undefined);
+  }) as typeof end;
+}
+
+/** writeHead's arguments with the Content-Length among their headers (if any) set to `length`. */
+function withLength<T extends unknown[]>(head: T, length: number): T {
+  const args = [...head] as unknown[];
+  const at = typeof args[1] === 'string' ? 2 : 1;
+  const headers = args[at];
+  if (headers === null || typeof headers !== 'object' || Array.isArray(headers)) return head;
+  const copy: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    copy[name] = name.toLowerCase() === 'content-length' ? length : value;
+  }
+  args[at] = copy;
+  return args as T;
 }

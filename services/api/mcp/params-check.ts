@@ -12,7 +12,11 @@
  *   params);
  * - `initialize` without a string protocolVersion, an object capabilities, or clientInfo with a
  *   string name and version: -32600 Invalid Request, HTTP 400, naming the members (the handshake
- *   has no result to carry isError, and the contract's table is about tools).
+ *   has no result to carry isError, and the contract's table is about tools);
+ * - any other method (a notification too) whose `params._meta` is not what MCP defines (an
+ *   object; its progressToken a string or an integer; its related task an object with a string
+ *   taskId): -32600 Invalid Request, HTTP 400, with the request's id. The SDK transports called
+ *   it a parse error (-32700, id null) on a session. A tools/call's is its -32602 tool error.
  */
 
 import { MCP_INVALID_REQUEST } from './error-codes.ts';
@@ -23,6 +27,40 @@ export interface ParamsRefusal {
   code: number;
   message: string;
   id: string | number | null;
+}
+
+/** The `_meta` key of a request's related task (MCP tasks). */
+const RELATED_TASK_META = 'io.modelcontextprotocol/related-task';
+
+/**
+ * What is wrong with a request's or notification's `params._meta` as sent (undefined: none
+ * sent), in words, with the member's path; null when MCP's schema takes it. The SDKs check these
+ * members before any handler runs.
+ */
+export function metaIssue(meta: unknown): { path: string; message: string } | null {
+  if (meta === undefined) return null;
+  if (!isPlainObject(meta)) {
+    return { path: '_meta', message: `params._meta must be an object (or left out), not ${kindOf(meta)}` };
+  }
+  const token = meta.progressToken;
+  if (
+    token !== undefined &&
+    typeof token !== 'string' &&
+    !(typeof token === 'number' && Number.isSafeInteger(token))
+  ) {
+    return {
+      path: '_meta.progressToken',
+      message: `params._meta.progressToken must be a string or an integer, not ${kindOf(token)}${typeof token === 'number' ? ` (${token})` : ''}`,
+    };
+  }
+  const task = meta[RELATED_TASK_META];
+  if (task !== undefined && !(isPlainObject(task) && typeof task.taskId === 'string')) {
+    return {
+      path: `_meta.${RELATED_TASK_META}`,
+      message: `params._meta["${RELATED_TASK_META}"] must be an object with a string taskId, not ${kindOf(task)}`,
+    };
+  }
+  return null;
 }
 
 /** The members of initialize's params that are missing or of the wrong type. */
@@ -57,6 +95,10 @@ export function paramsRefusal(body: unknown): ParamsRefusal | null {
       message: `Invalid Request: params must be an object (or left out), not ${kindOf(params)}`,
       id,
     };
+  }
+  const meta = isPlainObject(params) ? metaIssue(params._meta) : null;
+  if (meta !== null) {
+    return { status: 400, code: MCP_INVALID_REQUEST, message: `Invalid Request: ${meta.message}`, id };
   }
   if (body.method === 'initialize' && id !== null) {
     const bad = badInitializeMembers(params ?? {});

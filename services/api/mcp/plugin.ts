@@ -1,18 +1,15 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import {
-  isInitializeRequest,
-  LATEST_PROTOCOL_VERSION,
-  SUPPORTED_PROTOCOL_VERSIONS,
-} from '@modelcontextprotocol/sdk/types.js';
+import { isInitializeRequest, LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import type { ErrorCode } from '../../../contracts/errors.ts';
+import { type ErrorCode, ServiceError } from '../../../contracts/errors.ts';
 import { type Caller, decorateCaller } from '../../metering/caller.ts';
 import { answeredBy } from '../answer-at-turn-end.ts';
 import { errorHandler, rpcErrorBody } from '../errors.ts';
-import { codesText, documented, RESPONSE_HEADERS, type ResponseDoc } from '../openapi.ts';
+import { codesText, documented, RESPONSE_HEADERS, type ResponseDoc, undocumented } from '../openapi.ts';
 import { envelopeRefusal } from './envelope.ts';
 import { handOver } from './hand-over.ts';
+import { ACCEPT_BOTH, acceptsAnswer, replaceHeader, timesSent } from './http-headers.ts';
 import { cancelledRequestId, InFlightIds, releaseId, requestIds } from './in-flight.ts';
 import { paramsRefusal } from './params-check.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
@@ -21,6 +18,7 @@ import { answerToolCall, modernToolCall, plainToolCall } from './session-call.ts
 import { type SessionPool, SessionTable } from './sessions.ts';
 import { statelessMcp } from './stateless.ts';
 import type { ToolCallDeps } from './tool-call.ts';
+import { PROTOCOL_VERSIONS, SESSION_VERSIONS } from './versions.ts';
 
 export interface McpPluginOptions extends ToolCallDeps {
   guard: GuardConfig;
@@ -91,47 +89,118 @@ const TOOL_RESULT_CODES: ErrorCode[] = [
   'venue_unavailable',
 ];
 
-const MCP_BODY = { type: 'object', description: 'A JSON-RPC 2.0 request, notification or batch' };
+const MCP_BODY = {
+  description:
+    'A JSON-RPC 2.0 request, notification or response, or (revision 2025-03-26 and earlier) a batch of them',
+  oneOf: [{ type: 'object' }, { type: 'array', items: { type: 'object' }, minItems: 1 }],
+};
 
-const MCP_RESPONSES: Record<number, ResponseDoc> = {
+const REFUSED_HOST = rpcError('-32000: Host or Origin not allowed (DNS-rebinding guard)');
+const NO_SESSION = rpcError('-32001: session not found (closed, expired, or opened by another caller)');
+const VERSION_400 =
+  '-32000: MCP-Protocol-Version names a revision not served here (the message lists those that are), disagrees with the one the session negotiated at initialize, or is sent more than once';
+
+/** POST: every JSON-RPC message; answered as JSON (never a stream). */
+const POST_RESPONSES: Record<number, ResponseDoc> = {
   200: {
-    description: `JSON-RPC response (application/json) or an event stream. A tool that fails answers result.isError with structuredContent.code, one of: ${codesText(TOOL_RESULT_CODES)}`,
-    schema: { type: 'object' },
+    description: `JSON-RPC response (a batch's: an array, whatever its length). A tool that fails answers result.isError with structuredContent.code, one of: ${codesText(TOOL_RESULT_CODES)}`,
+    schema: { oneOf: [{ type: 'object' }, { type: 'array', items: { type: 'object' } }] },
     headers: { 'Mcp-Session-Id': RESPONSE_HEADERS['Mcp-Session-Id'] },
   },
-  202: { description: 'A notification was accepted' },
+  202: { description: 'Notifications or responses only: accepted, no body' },
   400: rpcError(
-    '-32700: the body is not JSON, or nests deeper than 64 levels; -32000: bad request (no session for a GET); -32600: invalid request (not a JSON-RPC 2.0 message: no jsonrpc "2.0", a request id that is not a string or an integer; an empty batch, or a batch on protocol revision 2025-06-18 or later; on a method other than tools/call, params present but not an object, an array included; initialize without protocolVersion, capabilities or clientInfo with name and version; data.code BATCH_TOO_LARGE: a batch with more messages than the rate limit of its caller, or more calls of one tool than its share, which no window could take: not retryable, send smaller batches). A tools/call with malformed params is not a 400: it is the -32602 tool error (200, result.isError)',
+    `-32700: the body is empty, is not JSON, or nests deeper than 64 levels; ${VERSION_400}; -32000: bad request (no session for a method other than initialize on a transport that needs one); -32600: invalid request, with the request's id when it has one (not a JSON-RPC 2.0 message: no jsonrpc "2.0", a request id that is not a string or an integer, a method beside a result or an error, a response's result or error of the wrong shape; an empty batch, a batch on protocol revision 2025-06-18 or later, initialize in a batch; on a method other than tools/call, params present but not an object, an array included, or a params._meta MCP does not define (not an object; progressToken neither a string nor an integer); initialize without protocolVersion, capabilities or clientInfo with name and version; data.code BATCH_TOO_LARGE: a batch with more messages than the rate limit of its caller, or more calls of one tool than its share, which no window could take: not retryable, send smaller batches). A tools/call with malformed params (its _meta included) is not a 400: it is the -32602 tool error (200, result.isError)`,
   ),
-  413: rpcError('-32600: the body is larger than the limit'),
-  415: rpcError('-32600: the body is not application/json'),
-  403: rpcError('-32000: Host or Origin not allowed (DNS-rebinding guard)'),
-  404: rpcError('-32001: session not found'),
-  405: { ...rpcError('-32000: method not allowed'), headers: { Allow: RESPONSE_HEADERS.Allow } },
-  406: rpcError('-32000: Accept must list application/json and text/event-stream'),
+  403: REFUSED_HOST,
+  404: NO_SESSION,
+  406: rpcError(
+    '-32000: Accept must take application/json and text/event-stream (media ranges: case aside, parameters ignored, q=0 refuses, */*, application/* and text/* cover them)',
+  ),
   409: rpcError('-32600: a request id already in flight on this session'),
+  413: rpcError('-32600: the body is larger than the limit'),
+  415: {
+    ...rpcError(
+      '-32600, data.code UNSUPPORTED_MEDIA_TYPE: the body is not application/json, Content-Type is sent more than once, or the body has a Content-Encoding (send it uncompressed)',
+    ),
+    headers: { 'Accept-Encoding': 'identity: the content coding accepted (on a refused Content-Encoding)' },
+  },
   429: rpcError('-32000: rate limited, with Retry-After (a batch: it does not fit what the window has left)'),
 };
 
-const MCP_DOC = documented({
-  summary: 'MCP over Streamable HTTP (JSON-RPC 2.0): the tools, resources and prompts of the service',
-  description:
-    'POST initialize opens a session (Mcp-Session-Id); POST without a session answers one-shot calls and the 2026-07-28 stateless revision. GET opens the session stream, DELETE ends the session; PUT and PATCH answer 405. Keys go in Authorization: Bearer; without one, calls run on the free anonymous limits; a paid call carries _meta["x402/payment"].',
+/** GET: the session's server-to-client event stream; no body. */
+const GET_RESPONSES: Record<number, ResponseDoc> = {
+  200: {
+    description:
+      "The session's event stream (server-to-client messages), open until the session or the client ends it",
+    contentTypes: ['text/event-stream'],
+    schema: { type: 'string', description: 'Server-sent events, each a JSON-RPC message' },
+    headers: {
+      'Mcp-Session-Id': RESPONSE_HEADERS['Mcp-Session-Id'],
+      'Cache-Control': 'no-cache, no-transform: the stream is never stored or transformed',
+      'X-Accel-Buffering': 'no: a proxy passes each event on as it comes',
+    },
+  },
+  400: rpcError(`-32000: no Mcp-Session-Id (a stream belongs to a session); ${VERSION_400}`),
+  403: REFUSED_HOST,
+  404: NO_SESSION,
+  406: rpcError('-32000: Accept must take text/event-stream'),
+  409: rpcError('-32000: the session already has its stream open'),
+  429: rpcError('-32000: rate limited, with Retry-After'),
+};
+
+/** DELETE: ends the session; an empty answer. */
+const DELETE_RESPONSES: Record<number, ResponseDoc> = {
+  200: { description: 'The session is ended: no body, no Content-Type' },
+  400: rpcError(`-32000: no Mcp-Session-Id; ${VERSION_400}`),
+  403: REFUSED_HOST,
+  404: NO_SESSION,
+  429: rpcError('-32000: rate limited, with Retry-After'),
+};
+
+const AUTH_TEXT =
+  'Keys go in Authorization: Bearer; without one, calls run on the free anonymous limits; a paid call carries _meta["x402/payment"].';
+
+/** The operations of one MCP path, one per method as it answers (PUT and PATCH answer 405 alone: not listed). */
+interface McpDocs {
+  POST: ReturnType<typeof documented>;
+  GET: ReturnType<typeof documented>;
+  DELETE: ReturnType<typeof documented>;
+}
+
+function mcpDocs(
+  base: { summary: string; description: string; tags: string[]; auth: 'bearer' | 'bearer-optional' },
+  extra: Record<number, ResponseDoc> = {},
+): McpDocs {
+  const doc = (what: string, responses: Record<number, ResponseDoc>, body?: typeof MCP_BODY) =>
+    documented({
+      ...base,
+      summary: `${base.summary}: ${what}`,
+      ...(body ? { body } : {}),
+      responses: { ...responses, ...extra },
+    });
+  return {
+    POST: doc('send JSON-RPC messages', POST_RESPONSES, MCP_BODY),
+    GET: doc("open the session's event stream", GET_RESPONSES),
+    DELETE: doc('end the session', DELETE_RESPONSES),
+  };
+}
+
+const MCP_DOCS = mcpDocs({
+  summary: 'MCP over Streamable HTTP (JSON-RPC 2.0)',
+  description: `POST initialize opens a session (Mcp-Session-Id); POST without a session answers one-shot calls and the 2026-07-28 stateless revision. GET opens the session's event stream, DELETE ends the session; other methods answer 405. ${AUTH_TEXT}`,
   tags: ['mcp'],
   auth: 'bearer-optional',
-  body: MCP_BODY,
-  responses: MCP_RESPONSES,
 });
 
-const SIGNIN_DOC = documented({
-  summary: 'MCP over Streamable HTTP for hosts that sign in with OAuth (Claude, ChatGPT, Cursor)',
-  description:
-    'The same server as /mcp, for a caller holding an OAuth access token issued for this resource: the token acts as the API key the person chose when signing in (its plan, quota and rate limits). Without a valid token: 401 with WWW-Authenticate: Bearer resource_metadata="<origin>/.well-known/oauth-protected-resource/mcp/signin".',
-  tags: ['mcp', 'oauth'],
-  auth: 'bearer',
-  body: MCP_BODY,
-  responses: {
-    ...MCP_RESPONSES,
+const SIGNIN_DOCS = mcpDocs(
+  {
+    summary: 'MCP over Streamable HTTP for hosts that sign in with OAuth (Claude, ChatGPT, Cursor)',
+    description:
+      'The same server as /mcp, for a caller holding an OAuth access token issued for this resource: the token acts as the API key the person chose when signing in (its plan, quota and rate limits). Without a valid token: 401 with WWW-Authenticate: Bearer resource_metadata="<origin>/.well-known/oauth-protected-resource/mcp/signin".',
+    tags: ['mcp', 'oauth'],
+    auth: 'bearer',
+  },
+  {
     401: {
       ...rpcError(
         '-32000: sign-in required, or the access token is invalid, expired, revoked or for another resource',
@@ -146,7 +215,12 @@ const SIGNIN_DOC = documented({
     ),
     503: rpcError('-32000: the token could not be checked right now; retry shortly'),
   },
-});
+);
+
+/** PUT and PATCH: routed (answered 405 with Allow), never listed in the document. */
+const MCP_METHODS_ROUTED = ['POST', 'GET', 'DELETE', 'PUT', 'PATCH'] as const;
+const docOf = (docs: McpDocs, method: (typeof MCP_METHODS_ROUTED)[number]) =>
+  method === 'PUT' || method === 'PATCH' ? undocumented : docs[method];
 
 /**
  * The SDK's zod check, only for a body that names the method: on every one-shot call it failed,
@@ -156,11 +230,66 @@ function isInitialize(body: unknown): boolean {
   return (body as { method?: unknown } | null)?.method === 'initialize' && isInitializeRequest(body);
 }
 
-function jsonRpcError(reply: FastifyReply, status: number, code: number, message: string): FastifyReply {
-  return reply
-    .code(status)
-    .type('application/json')
-    .send({ jsonrpc: '2.0', error: { code, message }, id: null });
+/** The id of a parsed body that is one JSON-RPC request with a string or number id; else null. */
+function bodyId(body: unknown): string | number | null {
+  const id = (body as { id?: unknown } | null | undefined)?.id;
+  return Array.isArray(body) || (typeof id !== 'string' && typeof id !== 'number') ? null : id;
+}
+
+/** A refusal in JSON-RPC's shape, with the request's id when its body parsed and carries one. */
+function jsonRpcError(
+  reply: FastifyReply,
+  status: number,
+  code: number,
+  message: string,
+  id: string | number | null = bodyId(reply.request.body),
+): FastifyReply {
+  return reply.code(status).type('application/json').send({ jsonrpc: '2.0', error: { code, message }, id });
+}
+
+/**
+ * What is wrong with the request's MCP-Protocol-Version header, in words; null when it is absent
+ * or names a revision served here that agrees with the one its session negotiated (the header
+ * cannot speak another revision than the session's: batches, say, are allowed by that one).
+ */
+function protocolVersionFault(request: FastifyRequest, sessionId: string | undefined): string | null {
+  const header = request.headers['mcp-protocol-version'];
+  if (header === undefined) return null;
+  const times = timesSent(request.raw, 'mcp-protocol-version');
+  if (times > 1) return `Bad Request: MCP-Protocol-Version was sent ${times} times; send it once`;
+  const version = Array.isArray(header) ? header.join(', ') : header;
+  if (!PROTOCOL_VERSIONS.includes(version)) {
+    return `Bad Request: Unsupported protocol version: ${version} (supported versions: ${PROTOCOL_VERSIONS.join(', ')})`;
+  }
+  const settled = sessionId === undefined ? undefined : negotiated.get(sessionId);
+  if (settled !== undefined && settled !== version) {
+    return `Bad Request: MCP-Protocol-Version ${version} disagrees with ${settled}, the revision this session negotiated at initialize`;
+  }
+  return null;
+}
+
+/**
+ * A POST body the route does not read, refused in the catalog's 415 shape (-32600, data.code
+ * UNSUPPORTED_MEDIA_TYPE) before it is parsed: Content-Type sent more than once (Node keeps the
+ * first, the SDK transport joined them and answered its own 415), or a content coding (gzip…) of
+ * the body, which was read as JSON and called not UTF-8 (RFC 9110: 415, with Accept-Encoding).
+ */
+function unreadableBody(request: FastifyRequest): ServiceError | null {
+  if (request.method !== 'POST') return null;
+  const types = timesSent(request.raw, 'content-type');
+  if (types > 1) {
+    return new ServiceError('UNSUPPORTED_MEDIA_TYPE', {}, undefined, {
+      message: `Content-Type was sent ${types} times: send it once, as application/json`,
+    });
+  }
+  const coding = request.headers['content-encoding'];
+  if (coding !== undefined && String(coding).trim().toLowerCase() !== 'identity') {
+    return new ServiceError('UNSUPPORTED_MEDIA_TYPE', {}, undefined, {
+      message: `the body is sent with Content-Encoding ${String(coding)}: send it uncompressed, as application/json`,
+      headers: { 'accept-encoding': 'identity' },
+    });
+  }
+  return null;
 }
 
 /**
@@ -188,6 +317,12 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
     // catalog's UNSUPPORTED_MEDIA_TYPE (415, -32600), as every other media type is, never handed
     // to the SDK transport (whose own 415 says -32000).
     app.removeContentTypeParser('text/plain');
+    // A repeated Content-Type or a compressed body: the same 415, before the body is read.
+    app.addHook('preParsing', async (request, _reply, payload) => {
+      const refused = unreadableBody(request);
+      if (refused !== null) throw refused;
+      return payload;
+    });
     // CORS headers from the start for a listed origin: an answer sent before the route's handler
     // (the rate limit's 429 with Retry-After, a body that cannot be read) is readable by the page
     // too. The handler's guard still refuses a Host or Origin that is not allowed.
@@ -206,12 +341,9 @@ export function mcpPlugin(options: McpPluginOptions): FastifyPluginAsync {
     // One route handler for both paths: the answer is sent by the handler, never returned (answeredBy).
     const route: RouteHandler = (request, reply) => answeredBy(handle(request, reply), reply);
     app.options('/mcp', preflight(guard));
-    app.route({
-      method: ['GET', 'POST', 'DELETE', 'PUT', 'PATCH'],
-      url: '/mcp',
-      handler: route,
-      config: MCP_DOC,
-    });
+    for (const method of MCP_METHODS_ROUTED) {
+      app.route({ method, url: '/mcp', handler: route, config: docOf(MCP_DOCS, method) });
+    }
     if (options.signin) signInRoutes(app, options.signin, guard, route);
   };
 }
@@ -283,6 +415,25 @@ function mcpHandler(deps: HandlerDeps): Handler {
       });
       if (transport === undefined) return jsonRpcError(reply, 404, -32001, 'Session not found');
     }
+    // The revision the request speaks and the answers it takes, read as HTTP defines them, before
+    // any transport (whose checks compared substrings and trusted the header over the session).
+    const versionFault = protocolVersionFault(request, sessionId);
+    if (versionFault !== null) return jsonRpcError(reply, 400, -32000, versionFault);
+    const accept = request.headers.accept;
+    if (!acceptsAnswer(accept, method)) {
+      return jsonRpcError(
+        reply,
+        406,
+        -32000,
+        method === 'GET'
+          ? 'Not Acceptable: Client must accept text/event-stream'
+          : 'Not Acceptable: Client must accept both application/json and text/event-stream',
+      );
+    }
+    // Accepted in a spelling the transports' substring check would refuse: handed to them as theirs.
+    if (method !== 'DELETE' && accept !== ACCEPT_BOTH) {
+      replaceHeader(request.raw, 'accept', method === 'GET' ? 'text/event-stream' : ACCEPT_BOTH);
+    }
     // The envelope (envelope.ts), then params, refused alike with or without a session, before any
     // transport; a tools/call's params, whatever their shape, are refused by callTool as a tool error.
     const refusal =
@@ -353,12 +504,16 @@ function mcpHandler(deps: HandlerDeps): Handler {
   };
 }
 
-/** The revision a request speaks: its MCP-Protocol-Version header, else the one its session negotiated. */
+/**
+ * The revision a request speaks: the one its session negotiated, else its MCP-Protocol-Version
+ * header (a header that disagrees with the session is refused: protocolVersionFault).
+ */
 function protocolVersion(request: FastifyRequest): string | undefined {
-  const header = request.headers['mcp-protocol-version'];
-  if (typeof header === 'string') return header;
   const session = request.headers['mcp-session-id'];
-  return typeof session === 'string' ? negotiated.get(session) : undefined;
+  const settled = typeof session === 'string' ? negotiated.get(session) : undefined;
+  if (settled !== undefined) return settled;
+  const header = request.headers['mcp-protocol-version'];
+  return typeof header === 'string' ? header : undefined;
 }
 
 /**
@@ -383,9 +538,7 @@ export function refusesBatch(request: FastifyRequest): boolean {
 /** What the SDK server answers an initialize asking for `asked`: that revision if supported, else the latest. */
 function negotiatedVersion(body: unknown): string {
   const asked = (body as { params?: { protocolVersion?: unknown } } | null)?.params?.protocolVersion;
-  return typeof asked === 'string' && SUPPORTED_PROTOCOL_VERSIONS.includes(asked)
-    ? asked
-    : LATEST_PROTOCOL_VERSION;
+  return typeof asked === 'string' && SESSION_VERSIONS.includes(asked) ? asked : LATEST_PROTOCOL_VERSION;
 }
 
 /** 409 for a request whose id (or one of whose ids) is already in flight on its session. */
@@ -461,24 +614,32 @@ async function openSession(
 /** The same handler at the sign-in path, behind the gate that turns an access token into its key. */
 function signInRoutes(app: FastifyInstance, gate: SignInGate, guard: Guard, route: RouteHandler): void {
   app.options(gate.path, preflight(guard));
-  app.route({
-    method: ['GET', 'POST', 'DELETE', 'PUT', 'PATCH'],
-    url: gate.path,
-    handler: route,
-    config: SIGNIN_DOC,
-    // Before the rate limit (a preValidation hook): the limit then counts the key the token acts as.
-    onRequest: async (request, reply) => {
-      // Host and Origin first, as for a request with a token: a refused Origin gets 403 and no
-      // Access-Control-Allow-Origin, never a 401 that lets its page read the challenge.
-      if (!guard(request, reply)) return reply;
-      const outcome = await gate.authenticate(request);
-      if ('caller' in outcome) {
-        signedIn.set(request, outcome.caller);
-        request.caller = outcome.caller;
-        return;
-      }
-      if (outcome.challenge !== null) reply.header('www-authenticate', outcome.challenge);
-      return jsonRpcError(reply, outcome.status, -32000, outcome.message);
-    },
-  });
+  for (const method of MCP_METHODS_ROUTED) {
+    app.route({
+      method,
+      url: gate.path,
+      handler: route,
+      config: docOf(SIGNIN_DOCS, method),
+      onRequest: signInGate(gate, guard),
+    });
+  }
+}
+
+/**
+ * Before the rate limit (a preValidation hook): the limit then counts the key the token acts as.
+ */
+function signInGate(gate: SignInGate, guard: Guard) {
+  return async (request: FastifyRequest, reply: FastifyReply) => {
+    // Host and Origin first, as for a request with a token: a refused Origin gets 403 and no
+    // Access-Control-Allow-Origin, never a 401 that lets its page read the challenge.
+    if (!guard(request, reply)) return reply;
+    const outcome = await gate.authenticate(request);
+    if ('caller' in outcome) {
+      signedIn.set(request, outcome.caller);
+      request.caller = outcome.caller;
+      return;
+    }
+    if (outcome.challenge !== null) reply.header('www-authenticate', outcome.challenge);
+    return jsonRpcError(reply, outcome.status, -32000, outcome.message);
+  };
 }

@@ -9,6 +9,7 @@ import {
 import { z } from 'zod';
 import type { Caller, CallerRejectedError } from '../../metering/caller.ts';
 import { MCP_INVALID_PARAMS } from './error-codes.ts';
+import { isPlainObject, kindOf } from './json-shape.ts';
 import { RESOURCE_TEMPLATES, RESOURCES, readResource } from './resources.ts';
 import { ChannelError, callTool, MCP_PAYMENT_META, type ToolCallDeps } from './tool-call.ts';
 
@@ -18,6 +19,12 @@ import { ChannelError, callTool, MCP_PAYMENT_META, type ToolCallDeps } from './t
  * would refuse a request without params with -32603 and zod's issue list.
  */
 const ReadResourceRequest = ReadResourceRequestSchema.extend({ params: z.unknown().optional() });
+/** The lists' params, whatever came: refuseCursor judges a cursor of the wrong type in one line. */
+const ListToolsRequest = ListToolsRequestSchema.extend({ params: z.unknown().optional() });
+const ListResourcesRequest = ListResourcesRequestSchema.extend({ params: z.unknown().optional() });
+const ListResourceTemplatesRequest = ListResourceTemplatesRequestSchema.extend({
+  params: z.unknown().optional(),
+});
 
 export const SERVER_INFO = { name: 'signal-service', version: '1.0.0' };
 
@@ -50,12 +57,23 @@ export const SIGNIN_INSTRUCTIONS =
  */
 export function refuseCursor(method: string, cursor: unknown): void {
   if (cursor === undefined) return;
+  if (typeof cursor !== 'string') {
+    // The SDKs' own check of it answered -32603 with zod's issue list over several lines.
+    throw new ChannelError(
+      MCP_INVALID_PARAMS,
+      `Invalid params: ${method}'s params.cursor must be a string (or left out), not ${kindOf(cursor)}`,
+      {},
+    );
+  }
   throw new ChannelError(
     MCP_INVALID_PARAMS,
     `Invalid params: ${method} answers every item in one page (no nextCursor); the cursor ${JSON.stringify(cursor)} was not given by this server`,
     {},
   );
 }
+
+/** A list request's params.cursor as sent (params that are not an object are refused before the handlers). */
+export const cursorOf = (params: unknown): unknown => (isPlainObject(params) ? params.cursor : undefined);
 
 /**
  * One MCP server per session. The low-level Server, not McpServer: McpServer turns every thrown
@@ -64,16 +82,16 @@ export function refuseCursor(method: string, cursor: unknown): void {
 export function createMcpServer(deps: ToolCallDeps, instructions = SERVER_INSTRUCTIONS): Server {
   const server = new Server(SERVER_INFO, { capabilities: SERVER_CAPABILITIES, instructions });
   // Every list is one page (no nextCursor): any cursor is one this server never gave (-32602).
-  server.setRequestHandler(ListToolsRequestSchema, async (request) => {
-    refuseCursor('tools/list', request.params?.cursor);
+  server.setRequestHandler(ListToolsRequest, async (request) => {
+    refuseCursor('tools/list', cursorOf(request.params));
     return { tools: deps.registry.list() };
   });
-  server.setRequestHandler(ListResourcesRequestSchema, async (request) => {
-    refuseCursor('resources/list', request.params?.cursor);
+  server.setRequestHandler(ListResourcesRequest, async (request) => {
+    refuseCursor('resources/list', cursorOf(request.params));
     return { resources: RESOURCES };
   });
-  server.setRequestHandler(ListResourceTemplatesRequestSchema, async (request) => {
-    refuseCursor('resources/templates/list', request.params?.cursor);
+  server.setRequestHandler(ListResourceTemplatesRequest, async (request) => {
+    refuseCursor('resources/templates/list', cursorOf(request.params));
     return { resourceTemplates: RESOURCE_TEMPLATES };
   });
   // Params read by readResource, which refuses a missing uri in words (-32602); the SDK's own

@@ -1,7 +1,7 @@
-import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { escapeJson, joinBytes } from './answer-json.ts';
 import { isPlainObject } from './json-shape.ts';
+import { metaIssue } from './params-check.ts';
 import { SERVER_INFO } from './server.ts';
 import {
   ChannelError,
@@ -10,6 +10,7 @@ import {
   structuredJsonOf,
   type ToolCallDeps,
 } from './tool-call.ts';
+import { MODERN_REVISION, SESSION_VERSIONS } from './versions.ts';
 
 /**
  * The one request every plan customer repeats, `tools/call` (on an open session, one-shot
@@ -39,6 +40,8 @@ export interface PlainToolCall {
   args: unknown;
   /** `params` as sent when it is not an object (callTool refuses it); else undefined. */
   params: unknown;
+  /** `params._meta` as sent: callTool refuses one MCP does not define. */
+  meta: unknown;
   payment: unknown;
 }
 
@@ -57,7 +60,8 @@ function plainBody(
 ): {
   id: string | number;
   params: Record<string, unknown>;
-  meta: Record<string, unknown> | undefined;
+  /** `params._meta` as sent (an object unless the call is malformed). */
+  meta: unknown;
   malformed: boolean;
   /** `params` as sent when not an object (then `params` above is empty); else undefined. */
   notObject: unknown;
@@ -73,10 +77,14 @@ function plainBody(
   const params =
     sent === undefined || notObject !== undefined ? NO_PARAMS : (sent as Record<string, unknown>);
   const args = params.arguments;
+  const meta = params._meta;
+  // A `_meta` MCP does not define (not an object, a progress token neither a string nor an
+  // integer) is malformed too: the SDK transports called it a parse error.
   const malformed =
     notObject !== undefined ||
     typeof params.name !== 'string' ||
-    (args !== undefined && !isPlainObject(args));
+    (args !== undefined && !isPlainObject(args)) ||
+    metaIssue(meta) !== null;
   // for-in over the parsed body's own keys (JSON.parse makes no inherited enumerable ones), not
   // an array of them made per call.
   if (!malformed) {
@@ -84,10 +92,9 @@ function plainBody(
       if (key !== 'name' && key !== 'arguments' && key !== '_meta') return null;
     }
   }
-  const meta = params._meta;
-  if (meta !== undefined) {
+  if (meta !== undefined && !malformed) {
     if (!isPlainObject(meta)) return null;
-    if (!malformed) for (const key in meta) if (!allowed.has(key)) return null;
+    for (const key in meta) if (!allowed.has(key)) return null;
   }
   const headers = request.headers;
   const accept = headers.accept;
@@ -119,10 +126,7 @@ export function plainToolCall(request: FastifyRequest): PlainToolCall | null {
   if (plain === null) return null;
   const headers = request.headers;
   const version = headers['mcp-protocol-version'];
-  if (
-    version !== undefined &&
-    (typeof version !== 'string' || !SUPPORTED_PROTOCOL_VERSIONS.includes(version))
-  )
+  if (version !== undefined && (typeof version !== 'string' || !SESSION_VERSIONS.includes(version)))
     return null;
   // Headers of the 2026-07-28 revision: the maintained SDK would not classify it as 2025-era.
   if (headers['mcp-method'] !== undefined || headers['mcp-name'] !== undefined) return null;
@@ -132,12 +136,11 @@ export function plainToolCall(request: FastifyRequest): PlainToolCall | null {
     name: params.name,
     args: params.arguments,
     params: notObject,
-    payment: meta?.[MCP_PAYMENT_META],
+    meta,
+    payment: isPlainObject(meta) ? meta[MCP_PAYMENT_META] : undefined,
   };
 }
 
-/** The one revision answered without a session (stateless.ts hands the rest to the 2.x SDK). */
-const MODERN_REVISION = '2026-07-28';
 const PROTOCOL_VERSION_META = 'io.modelcontextprotocol/protocolVersion';
 const CLIENT_INFO_META = 'io.modelcontextprotocol/clientInfo';
 const CLIENT_CAPABILITIES_META = 'io.modelcontextprotocol/clientCapabilities';
@@ -166,10 +169,18 @@ export function modernToolCall(request: FastifyRequest): PlainToolCall | null {
   // the method, and no Mcp-Name may be sent for a call that names no tool.
   if (plain.notObject !== undefined) {
     if (headers['mcp-name'] !== undefined) return null;
-    return { id: plain.id, name: undefined, args: undefined, params: plain.notObject, payment: undefined };
+    return {
+      id: plain.id,
+      name: undefined,
+      args: undefined,
+      params: plain.notObject,
+      meta: undefined,
+      payment: undefined,
+    };
   }
-  if (plain.meta === undefined) return null;
   const { id, params, meta } = plain;
+  // The envelope rides in `_meta`: without one (or with one that is not an object) the SDK answers.
+  if (!isPlainObject(meta)) return null;
   // Mcp-Name must agree with a string name; with no name (or not a string one) there must be none.
   const name = params.name;
   if (headers['mcp-name'] !== (typeof name === 'string' ? name : undefined)) return null;
@@ -189,6 +200,7 @@ export function modernToolCall(request: FastifyRequest): PlainToolCall | null {
     name,
     args: params.arguments,
     params: undefined,
+    meta,
     payment: meta[MCP_PAYMENT_META],
   };
 }
@@ -226,6 +238,7 @@ export async function answerToolCall(
       name: call.name,
       args: call.args,
       params: call.params,
+      meta: call.meta,
       payment: call.payment,
       caller,
       refused,

@@ -7,6 +7,7 @@ import { authInfo, handOver } from './hand-over.ts';
 import { RESOURCE_TEMPLATES, RESOURCES, readResource } from './resources.ts';
 import {
   createMcpServer,
+  cursorOf,
   refuseCursor,
   SERVER_CAPABILITIES,
   SERVER_INFO,
@@ -48,16 +49,16 @@ function createModernServer(sdk: ModernSdk, deps: ToolCallDeps, instructions: st
       throw err;
     }
   };
-  server.setRequestHandler('tools/list', async (request) => {
-    pageOne('tools/list', request.params?.cursor);
+  server.setRequestHandler('tools/list', { params: z.unknown().optional() }, async (params) => {
+    pageOne('tools/list', cursorOf(params));
     return { tools: deps.registry.list() } as never;
   });
-  server.setRequestHandler('resources/list', async (request) => {
-    pageOne('resources/list', request.params?.cursor);
+  server.setRequestHandler('resources/list', { params: z.unknown().optional() }, async (params) => {
+    pageOne('resources/list', cursorOf(params));
     return { resources: RESOURCES };
   });
-  server.setRequestHandler('resources/templates/list', async (request) => {
-    pageOne('resources/templates/list', request.params?.cursor);
+  server.setRequestHandler('resources/templates/list', { params: z.unknown().optional() }, async (params) => {
+    pageOne('resources/templates/list', cursorOf(params));
     return { resourceTemplates: RESOURCE_TEMPLATES };
   });
   // Params read by readResource, which refuses a missing uri in words (-32602); the SDK's own

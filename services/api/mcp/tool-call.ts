@@ -13,6 +13,7 @@ import { answerJson, answerJsonWithService, answerRevision } from '../served-ans
 import type { ResultJson } from './answer-json.ts';
 import { MCP_INVALID_PARAMS, MCP_UNKNOWN_KEY, MCP_UNVERIFIABLE } from './error-codes.ts';
 import { isPlainObject, kindOf } from './json-shape.ts';
+import { metaIssue } from './params-check.ts';
 import type { ToolRegistry } from './tool-registry.ts';
 
 /**
@@ -77,6 +78,8 @@ export interface ToolCallRequest {
    * when params is an object or absent.
    */
   params?: unknown;
+  /** `params._meta` as sent, when the channel has not checked it: one MCP does not define is refused in words (-32602). */
+  meta?: unknown;
   /** `_meta["x402/payment"]` of the call; undefined when none was attached. */
   payment?: unknown;
   /**
@@ -158,7 +161,7 @@ export async function callTool(deps: ToolCallDeps, request: ToolCallRequest): Pr
     throw new Error('tools/call without a caller: the caller hook (callerPlugin) runs before every route');
   const caller: Caller = request.caller;
 
-  const malformed = malformedParams(request.name, request.args, request.params);
+  const malformed = malformedParams(request.name, request.args, request.params, request.meta);
   if (malformed !== null) {
     return toolError(`${MCP_INVALID_PARAMS} invalid params: ${malformed.message}`, {
       code: malformed.code,
@@ -295,6 +298,7 @@ function malformedParams(
   name: unknown,
   args: unknown,
   params: unknown,
+  meta: unknown,
 ): { code: 'invalid_arguments'; path: string; message: string } | null {
   if (params !== undefined) {
     return {
@@ -320,6 +324,8 @@ function malformedParams(
       message: `params.arguments must be an object of named arguments (or left out), not ${kindOf(args)}`,
     };
   }
+  const issue = metaIssue(meta);
+  if (issue !== null) return { code: 'invalid_arguments', ...issue };
   return null;
 }
 

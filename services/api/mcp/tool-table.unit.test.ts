@@ -199,6 +199,23 @@ describe('the tool table', () => {
     expect(TOOLS.get_market_regime.output.shape.regime.options).toEqual(Regime.options);
   });
 
+  it('advertises how scan_funding_arb reads repeats: exchanges refused (uniqueItems), coins read once', () => {
+    const listed = toolRegistry(signalTools({} as SignalOperations)).list();
+    const schema = listed.find((t) => t.name === 'scan_funding_arb')!.inputSchema as unknown as {
+      properties: Record<string, Record<string, unknown>>;
+    };
+    const input = TOOLS.scan_funding_arb.input;
+    // Refused by the tool: the schema it advertises says so (before, it passed a validating client).
+    expect(input.safeParse({ exchanges: ['BINANCE', 'BINANCE'] }).success).toBe(false);
+    expect(schema.properties.exchanges!.uniqueItems).toBe(true);
+    // Read once (letter case aside, so uniqueItems could not say it): the description does.
+    expect(input.safeParse({ coins: ['btc', 'BTC', 'BTC'] }).success).toBe(true);
+    expect(schema.properties.coins!.uniqueItems).toBeUndefined();
+    expect(schema.properties.coins!.description).toContain(
+      'a symbol named twice, in any letter case, is read once',
+    );
+  });
+
   it('says what the funding scan ranks by, over the horizons the carry figures use', () => {
     const description = TOOLS.scan_funding_arb.description;
     expect(description).toContain('ranked by expected net carry (carry.expectedNetCarryBps');

@@ -1,0 +1,71 @@
+import { existsSync, readdirSync, statSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { type Config, loadConfig, readDotEnv } from '../../contracts/config.ts';
+import { NoEventStoreError, requireExistingStore } from '../adapters.ts';
+import { exitFlushed } from '../shared/exit-flushed.ts';
+
+export const USAGE = `usage: npm run backup -- DEST
+
+  A consistent, compacted copy of the embedded event log (EVENT_STORE=lmdb: DATA_DIR/events, with
+  its projection snapshots and export rows), taken while the service runs. DEST must be a new or
+  empty directory; the copy is DEST/events/data.mdb, a DATA_DIR of its own: to restore, stop the
+  service and put DEST/events in place of DATA_DIR/events (deploy/README.md, Backups).
+  Prints the backup point: the log's head position and the event there.
+  PostgreSQL and KurrentDB are backed up with their own tools.`;
+
+class UsageError extends Error {}
+
+/** What the command refuses before it copies anything (a UsageError, exit 2). */
+function refuse(config: Pick<Config, 'EVENT_STORE' | 'DATA_DIR'>, dest: string | undefined): string {
+  if (!dest) throw new UsageError('backup needs DEST, a new or empty directory');
+  if (config.EVENT_STORE === 'postgres')
+    throw new UsageError(
+      'EVENT_STORE=postgres: the log is in PostgreSQL; back it up with its tools (continuous WAL ' +
+        'archiving and base backups for point-in-time recovery, or pg_dump), see deploy/README.md, Backups',
+    );
+  if (config.EVENT_STORE === 'kurrentdb')
+    throw new UsageError(
+      'EVENT_STORE=kurrentdb: the log is in KurrentDB; back it up with its tools. DATA_DIR/projections ' +
+        'holds only snapshots, rebuilt from the log when missing',
+    );
+  if (config.EVENT_STORE === 'memory') throw new UsageError('EVENT_STORE=memory keeps nothing to back up');
+  requireExistingStore(config);
+  const target = resolve(dest);
+  if (existsSync(target)) {
+    if (!statSync(target).isDirectory()) throw new UsageError(`${dest} exists and is not a directory`);
+    if (readdirSync(target).length > 0)
+      throw new UsageError(`${dest} is not empty: a backup goes to a new or empty directory`);
+  }
+  if (target === resolve(config.DATA_DIR) || target.startsWith(`${resolve(config.DATA_DIR, 'events')}/`))
+    throw new UsageError(`${dest} is the service's own DATA_DIR: back up elsewhere`);
+  return target;
+}
+
+const argv = process.argv.slice(2);
+if (argv.length === 0 || argv[0] === '--help' || argv[0] === 'help') {
+  process.stdout.write(`${USAGE}\n`);
+  await exitFlushed(argv.length === 0 ? 2 : 0);
+}
+let code = 0;
+try {
+  const { positionals } = parseArgs({ args: argv, allowPositionals: true, strict: true, options: {} });
+  if (positionals.length > 1) throw new UsageError(`backup takes one DEST: ${positionals.join(' ')}`);
+  readDotEnv();
+  const config = loadConfig();
+  const dest = refuse(config, positionals[0]);
+  const { backupLmdbEnvironment } = await import('../../adapters/event-store/lmdb-backup.ts');
+  const started = performance.now();
+  const events = await backupLmdbEnvironment(join(config.DATA_DIR, 'events'), join(dest, 'events'));
+  process.stdout.write(
+    `${JSON.stringify({ backup: dest, events, ms: Math.round(performance.now() - started) }, null, 2)}\n`,
+  );
+} catch (err) {
+  const usage = err instanceof UsageError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS');
+  code = usage || err instanceof NoEventStoreError ? 2 : 1;
+  process.stderr.write(
+    usage ? `${(err as Error).message}\n\n${USAGE}\n` : `backup failed: ${(err as Error).message ?? err}\n`,
+  );
+}
+// Only once the output is all written: a pipe takes 64 KiB at a time.
+await exitFlushed(code);

@@ -163,6 +163,9 @@ describe('MCP conformance of POST /mcp', () => {
         [{ jsonrpc: '2.0', id: 'm', error: 'x' }, 'error must be an object'],
         [{ jsonrpc: '2.0', id: 'm', result: 5 }, 'result must be an object'],
         [{ jsonrpc: '2.0', id: 'm', result: {}, error: { code: 1, message: 'x' } }, 'not both'],
+        [{ jsonrpc: '2.0', id: 'm', method: 'ping', extra: 1 }, 'has no member "extra"'],
+        [{ ...regime('m'), extra: 1 }, 'has no member "extra"'],
+        [{ jsonrpc: '2.0', id: 'm', result: {}, extra: 1 }, 'has no member "extra"'],
       ];
       for (const [body, words] of cases) {
         for (const headers of [on('2025-06-18'), {}]) {

@@ -7,6 +7,8 @@
  *   Request (HTTP 400), its id echoed when it is a string or a number, else null;
  * - a request id must be a string or an integer (MCP: "a string or integer ID"; JSON-RPC 2.0
  *   allows any number), on every method alike;
+ * - a request or notification carries no member but jsonrpc, id, method and params, a response
+ *   none but jsonrpc, id and result or error (the SDKs' schemas are strict);
  * - a request or notification carries no `result` or `error`; a response's `result` is an
  *   object, its `error` an object with an integer code and a string message (the SDK transports
  *   called these a parse error, -32700 with id null);
@@ -31,6 +33,16 @@ export const NO_BATCH_REVISION = '2025-06-18';
 const isRequestId = (id: unknown): id is string | number =>
   typeof id === 'string' || (typeof id === 'number' && Number.isSafeInteger(id));
 
+const REQUEST_MEMBERS = new Set(['jsonrpc', 'id', 'method', 'params']);
+const RESPONSE_MEMBERS = new Set(['jsonrpc', 'id', 'result', 'error']);
+
+/** A member of `message` that is not in `members` (the SDKs' schemas are strict), or null. */
+function otherMember(message: Record<string, unknown>, members: ReadonlySet<string>): string | null {
+  // for-in over the parsed body's own keys (JSON.parse makes no inherited enumerable ones).
+  for (const key in message) if (!members.has(key)) return key;
+  return null;
+}
+
 /** What is wrong with one message, in words; null when it is a JSON-RPC request, notification or response. */
 function messageFault(message: unknown): string | null {
   if (!isPlainObject(message)) return `a JSON-RPC message is an object, not ${kindOf(message)}`;
@@ -39,6 +51,9 @@ function messageFault(message: unknown): string | null {
     if (typeof message.method !== 'string') return 'method must be a string';
     if ('result' in message || 'error' in message)
       return `a request or notification (it has a method) carries no ${'result' in message ? 'result' : 'error'}`;
+    const other = otherMember(message, REQUEST_MEMBERS);
+    if (other !== null)
+      return `a request or notification has no member ${JSON.stringify(other)} (only jsonrpc, id, method, params)`;
     // A notification carries no id at all; a request's is a string or an integer, never null.
     if ('id' in message && !isRequestId(message.id))
       return `id must be a string or an integer, not ${kindOf(message.id)}${typeof message.id === 'number' ? ` (${message.id})` : ''}`;
@@ -49,6 +64,9 @@ function messageFault(message: unknown): string | null {
   if (!error && !('result' in message))
     return 'a message without method must be a response (result or error)';
   if (error && 'result' in message) return 'a response carries a result or an error, not both';
+  const other = otherMember(message, RESPONSE_MEMBERS);
+  if (other !== null)
+    return `a response has no member ${JSON.stringify(other)} (only jsonrpc, id, result or error)`;
   if (!isRequestId(message.id) && !(error && (message.id === null || message.id === undefined)))
     return `a response's id must be a string or an integer, not ${kindOf(message.id)}`;
   if (!error)

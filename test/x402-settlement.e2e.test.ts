@@ -81,15 +81,24 @@ async function callAsPayer(
   functionName: 'transfer' | 'transferWithAuthorization' | 'cancelAuthorization',
   args: readonly unknown[],
 ): Promise<Hex> {
+  const hash = await sendAsPayer(payer, functionName, args);
+  await chain.publicClient.waitForTransactionReceipt({ hash });
+  return hash;
+}
+
+/** As callAsPayer, without waiting for the transaction to be mined. Returns its hash. */
+async function sendAsPayer(
+  payer: { key: Hex; address: Hex },
+  functionName: 'transfer' | 'transferWithAuthorization' | 'cancelAuthorization',
+  args: readonly unknown[],
+): Promise<Hex> {
   await chain.testClient.setBalance({ address: payer.address, value: 10n ** 18n });
   const wallet = createWalletClient({
     account: privateKeyToAccount(payer.key),
     chain: base,
     transport: http(chain.rpcUrl),
   });
-  const hash = await wallet.writeContract({ address: BASE_USDC, abi: chain.usdcAbi, functionName, args });
-  await chain.publicClient.waitForTransactionReceipt({ hash });
-  return hash;
+  return wallet.writeContract({ address: BASE_USDC, abi: chain.usdcAbi, functionName, args });
 }
 
 /** The payer sends their whole balance away: a real transfer on chain. */
@@ -1194,6 +1203,8 @@ async function rpcProxy(target: string) {
   let sendGivenUp: boolean | null = null;
   // Blocks an eth_getLogs may span, as hosted RPCs cap it; null passes any range.
   let logRangeCap: bigint | null = null;
+  // Run once the next eth_getLogs has been answered.
+  let afterLogs: (() => Promise<unknown>) | null = null;
   const server = createServer((req, res) => {
     let raw = '';
     req.on('data', (chunk: Buffer) => {
@@ -1253,6 +1264,11 @@ async function rpcProxy(target: string) {
       }
       res.writeHead(forwarded.status, { 'content-type': 'application/json' });
       res.end(text);
+      if (logs && afterLogs) {
+        const then = afterLogs;
+        afterLogs = null;
+        await then();
+      }
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -1262,6 +1278,10 @@ async function rpcProxy(target: string) {
     sendGivenUp: () => sendGivenUp,
     capLogRange(blocks: bigint) {
       logRangeCap = blocks;
+    },
+    /** Runs `then` once the next eth_getLogs has been answered. */
+    afterNextLogs(then: () => Promise<unknown>) {
+      afterLogs = then;
     },
     set(next: typeof mode, error = { code: -32000, message: 'nonce too low' }) {
       mode = next;
@@ -1562,6 +1582,92 @@ describe('a chain RPC that loses answers', () => {
       await expectNotCharged(payer.address, auth.nonce);
     } finally {
       proxy.set('pass');
+      await stop();
+    }
+  });
+});
+
+describe("the payer's use of the authorisation mined while the request looks for it", () => {
+  // The payer's transaction is in the mempool when our settlement is tried (the node's pending
+  // state already shows the nonce used, so nothing of ours is sent) and is mined in the next
+  // block, right after the request's first look at the logs, as a block arriving a moment later
+  // on a chain with 2 s blocks. The look that follows must read the new block: a head number
+  // kept from the first (viem caches it for 4 s, longer than the request's 3 s wait) hid the use.
+  async function startMinedAfterFirstLook(
+    use: (payer: { key: Hex; address: Hex }, context: SettleContext) => Promise<Hex>,
+  ) {
+    const { proxy, stack, stop } = await startBehindProxy({});
+    const payer = await chain.fundedPayer(1_000_000n);
+    const before = await chain.balanceOf(stack.payTo);
+    const sent: { tx: Hex | null } = { tx: null };
+    beforeSettle(stack, async (context) => {
+      await chain.testClient.setAutomine(false);
+      sent.tx = await use(payer, context);
+      proxy.afterNextLogs(() => chain.testClient.mine({ blocks: 1 }));
+    });
+    return {
+      stack,
+      payer,
+      before,
+      sent,
+      async stop() {
+        await chain.testClient.setAutomine(true);
+        await stop();
+      },
+    };
+  }
+
+  it('the payer submitted the same authorisation: served pending, then reconciled settled in their transaction', async () => {
+    const { stack, payer, before, sent, stop } = await startMinedAfterFirstLook((payer, context) => {
+      const { auth, signature } = hookAuthorization(context);
+      return sendAsPayer(payer, 'transferWithAuthorization', [
+        auth.from,
+        auth.to,
+        auth.value,
+        auth.validAfter,
+        auth.validBefore,
+        auth.nonce,
+        signature,
+      ]);
+    });
+    try {
+      const { res, auth } = await paidRequest(stack, payer.key, payer.address);
+      await expectServedPending(res);
+      await stack.x402.settled();
+      expect(sent.tx).not.toBeNull();
+      expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({
+        type: 'PaymentSettlementPending',
+        data: { txHash: sent.tx },
+      });
+      await expectChargedOnce(payer.address, auth.nonce);
+      expect(await chain.balanceOf(stack.payTo)).toBe(before + PRICE);
+      expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 1 });
+      await expectSettledOnChain(stack, auth.nonce, { txHash: sent.tx });
+    } finally {
+      await stop();
+    }
+  });
+
+  it('the payer cancelled the authorisation: 402 naming the cancel, recorded failed in the cancelling transaction', async () => {
+    const { stack, payer, before, sent, stop } = await startMinedAfterFirstLook(async (payer, context) => {
+      const { nonce } = hookAuthorization(context).auth;
+      return sendAsPayer(payer, 'cancelAuthorization', [
+        payer.address,
+        nonce,
+        await signCancellation(payer.key, nonce),
+      ]);
+    });
+    try {
+      const { res, auth, header } = await paidRequest(stack, payer.key, payer.address);
+      await expectSettlementRefused(res, /cancelled on chain/);
+      await stack.x402.settled();
+      expect(sent.tx).not.toBeNull();
+      expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({
+        type: 'PaymentSettlementFailed',
+        data: { txHash: sent.tx },
+      });
+      await expectRefusedUnpaid(stack, { auth, header }, before);
+    } finally {
       await stop();
     }
   });

@@ -85,6 +85,12 @@ export function createChainReader(rpcUrl: string, lookback: bigint = LOG_LOOKBAC
   const client = createPublicClient({
     chain: undefined,
     transport: http(rpcUrl, { retryCount: 1 }),
+    // No cached head: viem keeps getBlockNumber's answer for cacheTime (by default its 4 s polling
+    // interval), and a paid request looks for its authorisation's use for 3 s only
+    // (USED_ELSEWHERE_WAIT_MS). With the head of its first look kept, a use mined just after it
+    // (the payer's own submission of that authorisation, or its cancel) lay above every log
+    // search of the wait: unseen, the payment refused and recorded failed though the seller was paid.
+    cacheTime: 0,
   }) as PublicClient;
   return {
     async authorizationUsed(asset, authorizer, nonce) {

@@ -1,10 +1,13 @@
 import { once } from 'node:events';
 import {
+  closeSync,
   createWriteStream,
   existsSync,
   mkdirSync,
+  openSync,
   readdirSync,
   readFileSync,
+  readSync,
   renameSync,
   rmSync,
   statSync,
@@ -27,7 +30,7 @@ import {
 import { AnchorCheck, type ChainAnchor, readChainAnchors } from './anchor-check.ts';
 import { scoreRows, verifyRows } from './audit.ts';
 import { decodeCursor, tagMatches } from './cursor.ts';
-import { formatOf, readExport } from './files.ts';
+import { formatOf, parseCsvLine, readExport } from './files.ts';
 import { parseTime } from './query.ts';
 import { OutcomeRecompute } from './recompute.ts';
 import { ScanProgress, scanHistory } from './scan.ts';
@@ -277,11 +280,65 @@ function progressBar(stream: NodeJS.WritableStream, byPosition: boolean): Single
   });
 }
 
+/** The last row an interrupted export holds (in its checkpoint's bytes or parts); null for none. */
+async function lastExportedRow(
+  out: string,
+  format: string,
+  checkpoint: Checkpoint,
+): Promise<Pick<HistoryRow, 'position' | 'verdict_id' | 'hash'> | null> {
+  if (checkpoint.rows === 0) return null;
+  if (format === 'parquet') {
+    let last: HistoryRow | null = null;
+    const part = join(out, `part-${String(checkpoint.parts).padStart(6, '0')}.parquet`);
+    for await (const row of readExport(part, 'parquet')) last = row;
+    return last;
+  }
+  // The export never puts a line break inside a row: its last line is the tail's.
+  const length = Math.min(checkpoint.bytes, 1 << 20);
+  const tail = Buffer.alloc(length);
+  const fd = openSync(out, 'r');
+  try {
+    readSync(fd, tail, 0, length, checkpoint.bytes - length);
+  } finally {
+    closeSync(fd);
+  }
+  const line = tail.toString('utf8').trimEnd().split('\n').at(-1) ?? '';
+  if (format === 'ndjson') return JSON.parse(line) as HistoryRow;
+  const columns = CSV_HEADER.trimEnd().split(',');
+  const cells = parseCsvLine(line);
+  const cell = (name: string) => cells[columns.indexOf(name)] ?? '';
+  return { position: Number(cell('position')), verdict_id: cell('verdict_id'), hash: cell('hash') };
+}
+
+/**
+ * Resuming from a store: the last row the export holds must be the verdict the store holds at its
+ * position, hash included. After a restore from an older backup the engine records the same
+ * verdicts again (same ids, so a cursor's id tag matches) with other hashes: the rows after the
+ * cursor would not link to those already exported.
+ */
+async function checkLastRow(
+  store: EventStore,
+  out: string,
+  format: string,
+  checkpoint: Checkpoint,
+): Promise<void> {
+  const last = await lastExportedRow(out, format, checkpoint);
+  if (last === null) return;
+  const [event] = await store.readAll({ after: last.position - 1, maxCount: 1 });
+  const hash = (event?.data as { hash?: unknown } | undefined)?.hash;
+  if (event?.position === last.position && event.id === last.verdict_id && hash === last.hash) return;
+  throw new ForeignCursorError(
+    `the log read does not hold the last exported verdict (${last.verdict_id} at position ${last.position}) ` +
+      `as exported: ${event?.id === last.verdict_id ? 'its hash differs, recorded again' : 'another event is there'} (${FOREIGN})`,
+  );
+}
+
 async function exportCommand(
   values: Record<string, unknown>,
   deps: CliDeps,
   source: Source,
   byPosition: boolean,
+  store?: EventStore,
 ): Promise<string> {
   const out = values.out as string | undefined;
   if (!out) throw new UsageError('export needs --out PATH');
@@ -339,6 +396,7 @@ async function exportCommand(
   // Started with the first page: only then does a store source know the head it counts towards.
   let barStarted = false;
   try {
+    if (values.resume && store) await checkLastRow(store, out, format, checkpoint);
     while (!checkpoint.done) {
       const page = await source(checkpoint.cursor, pageSize);
       if (page.rows.length > 0) {
@@ -510,8 +568,11 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
     throw new UsageError('say where the history is: --url URL --key KEY, or --store');
   };
   switch (command) {
-    case 'export':
-      return exportCommand(values, deps, await source(), values.store === true && !values.url);
+    case 'export': {
+      if (values.url || !values.store) return exportCommand(values, deps, await source(), false);
+      const store = await deps.openStore();
+      return exportCommand(values, deps, storeSource(store, filters), true, store);
+    }
     case 'verify': {
       const rows = positionals[0] ? exportRows(positionals[0], values.format) : sourceRows(await source());
       const data = values.data as string | undefined;

@@ -196,6 +196,56 @@ describe('npm run history', () => {
     }
   });
 
+  it('refuses to resume from a store whose verdict at the cursor was recorded again (same id, another hash)', async () => {
+    for (const format of ['ndjson', 'csv', 'parquet'] as const) {
+      const out = join(dir, `recorded-again-${format}`);
+      let calls = 0;
+      const flaky: typeof fetch = async (input, init) => {
+        calls++;
+        if (calls === 3) throw new Error('connection reset');
+        return fetch(input, init);
+      };
+      const args = [
+        'export',
+        '--url',
+        server.url,
+        '--key',
+        key,
+        '--format',
+        format,
+        '--out',
+        out,
+        '--page',
+        '11',
+      ];
+      await expect(runHistoryCommand(args, deps({ fetch: flaky }))).rejects.toThrow(ExportInterruptedError);
+      const last = (await collect(out)).at(-1)!;
+      // The same log, event for event (ids included, so the cursor's tag matches), but for the
+      // last exported verdict, recorded again with another hash, as after a restore.
+      const copy = new MemoryEventStore();
+      for (const e of await fx.store.readAll()) {
+        const data =
+          e.id === last.verdict_id ? { ...(e.data as object), hash: 'f'.repeat(64) } : (e.data as object);
+        await copy.append(e.stream, [{ id: e.id, type: e.type, data, correlationId: e.correlationId }]);
+      }
+      expect((await copy.readAll({ after: last.position - 1, maxCount: 1 }))[0]!.id).toBe(last.verdict_id);
+      const resume = ['export', '--store', '--format', format, '--out', out, '--page', '11', '--resume'];
+      const refused = await runHistoryCommand(resume, { openStore: async () => copy, progress: null }).catch(
+        (err: Error) => err,
+      );
+      expect(refused).toBeInstanceOf(ForeignCursorError);
+      expect((refused as Error).message).toContain(
+        `the log read does not hold the last exported verdict (${last.verdict_id} at position ${last.position}) as exported: its hash differs, recorded again`,
+      );
+      // The log it was taken from resumes it, through --store as well as --url.
+      const summary = JSON.parse(await runHistoryCommand(resume, deps()));
+      expect(summary.rows).toBe(120);
+      expect((await collect(out)).map((r) => r.verdict_id)).toEqual(
+        (await served()).map((r) => r.verdict_id),
+      );
+    }
+  });
+
   it('resumes an interrupted Parquet export over its parts, a half-written part included', async () => {
     const out = join(dir, 'resumed-parquet');
     let calls = 0;

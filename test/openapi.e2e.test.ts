@@ -65,9 +65,13 @@ describe('OpenAPI document', () => {
 
   it('lists every registered route and nothing else', () => {
     const registered = registeredRoutes(service.app.printRoutes({ commonPrefix: false }));
-    // HEAD answers are Fastify's own for each GET, OPTIONS are CORS preflights, /docs* renders this document.
+    // HEAD answers are Fastify's own for each GET, OPTIONS are CORS preflights, /docs* renders this
+    // document, PUT and PATCH on the MCP paths are routed only to answer 405 with Allow.
     const served = [...registered]
-      .filter((r) => !/^(HEAD|OPTIONS) /.test(r) && !/^GET \/docs/.test(r))
+      .filter(
+        (r) =>
+          !/^(HEAD|OPTIONS) /.test(r) && !/^GET \/docs/.test(r) && !/^(PUT|PATCH) \/mcp(\/signin)?$/.test(r),
+      )
       .sort();
     const documented = Object.entries(doc.paths)
       .flatMap(([path, item]) => Object.keys(item).map((method) => `${method.toUpperCase()} ${path}`))

@@ -31,9 +31,9 @@ import { AnchorCheck, type ChainAnchor, readChainAnchors } from './anchor-check.
 import { scoreRows, verifyRows } from './audit.ts';
 import { decodeCursor, tagMatches } from './cursor.ts';
 import { formatOf, parseCsvLine, readExport } from './files.ts';
-import { parseTime } from './query.ts';
+import { HistoryQuerySchema, historyFilter, parseTime } from './query.ts';
 import { OutcomeRecompute } from './recompute.ts';
-import { ScanProgress, scanHistory } from './scan.ts';
+import { type HistoryFilter, ScanProgress, scanHistory } from './scan.ts';
 import { CSV_HEADER, csvLine, parquetStream } from './writers.ts';
 
 export const USAGE = `npm run history -- <command> [options]
@@ -172,15 +172,7 @@ function urlSource(
   };
 }
 
-function storeSource(store: EventStore, filters: Record<string, string>): Source {
-  const filter = {
-    ...(filters.exchange ? { exchange: filters.exchange as HistoryRow['exchange'] } : {}),
-    ...(filters.coin ? { coin: filters.coin.toUpperCase() } : {}),
-    ...(filters.timeframe ? { timeframe: filters.timeframe as HistoryRow['timeframe'] } : {}),
-    ...(filters.call ? { call: filters.call.toUpperCase() as 'BUY' } : {}),
-    ...(filters.from ? { from: parseTime('from', filters.from) } : {}),
-    ...(filters.to ? { to: parseTime('to', filters.to) } : {}),
-  };
+function storeSource(store: EventStore, filter: HistoryFilter): Source {
   return async (after, limit) => {
     const cursor = after ? decodeCursor(after) : null;
     if (after && !cursor) throw new UsageError('the saved cursor is not a history cursor');
@@ -559,19 +551,27 @@ export async function runHistoryCommand(argv: string[], deps: CliDeps): Promise<
   }
   const filters: Record<string, string> = {};
   for (const f of FILTERS) if (typeof values[f] === 'string') filters[f] = values[f] as string;
+  // Read by GET /api/verdicts' own schema, so --url and --store take the same values (exchange,
+  // timeframe and call exactly as listed; coin in either case) and refuse the same ones.
+  const read = HistoryQuerySchema.safeParse(filters);
+  if (!read.success) {
+    const first = read.error.issues[0]!;
+    throw new UsageError(`--${String(first.path[0])}: ${first.message}`);
+  }
+  const filter = historyFilter(read.data);
   const source = async (): Promise<Source> => {
     if (values.url) {
       if (typeof values.key !== 'string') throw new UsageError('--url needs --key');
       return urlSource(values.url as string, values.key, filters, deps.fetch ?? fetch);
     }
-    if (values.store) return storeSource(await deps.openStore(), filters);
+    if (values.store) return storeSource(await deps.openStore(), filter);
     throw new UsageError('say where the history is: --url URL --key KEY, or --store');
   };
   switch (command) {
     case 'export': {
       if (values.url || !values.store) return exportCommand(values, deps, await source(), false);
       const store = await deps.openStore();
-      return exportCommand(values, deps, storeSource(store, filters), true, store);
+      return exportCommand(values, deps, storeSource(store, filter), true, store);
     }
     case 'verify': {
       const rows = positionals[0] ? exportRows(positionals[0], values.format) : sourceRows(await source());

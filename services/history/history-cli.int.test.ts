@@ -280,6 +280,40 @@ describe('npm run history', () => {
     expect((await runHistoryCommand(['verify', out], deps())).includes('"ok": true')).toBe(true);
   });
 
+  it("reads the filters by the route's own rules from the store and the service alike: listed values exactly, a coin in either case", async () => {
+    const fromStore = join(dir, 'filters-store.ndjson');
+    const fromUrl = join(dir, 'filters-url.ndjson');
+    const filters = ['--coin', 'eth', '--exchange', 'BINANCE', '--timeframe', '1h', '--call', 'HOLD'];
+    await runHistoryCommand(['export', '--store', '--out', fromStore, ...filters], deps());
+    await runHistoryCommand(
+      ['export', '--url', server.url, '--key', key, '--out', fromUrl, ...filters],
+      deps(),
+    );
+    const rows = await collect(fromStore);
+    expect(rows.length).toBeGreaterThan(0);
+    expect(new Set(rows.map((r) => `${r.coin} ${r.exchange} ${r.timeframe} ${r.call}`))).toEqual(
+      new Set(['ETH BINANCE 1h HOLD']),
+    );
+    // The same verdicts (the rows' outcome columns follow each source's clock).
+    const key_ = (r: HistoryRow) => `${r.position} ${r.hash}`;
+    expect((await collect(fromUrl)).map(key_)).toEqual(rows.map(key_));
+    // A value the route refuses is refused before either source is read, naming the option.
+    for (const source of [['--store'], ['--url', server.url, '--key', key]]) {
+      for (const [option, value] of [
+        ['--call', 'hold'],
+        ['--exchange', 'binance'],
+        ['--timeframe', '1H'],
+        ['--from', 'yesterday'],
+      ] as const) {
+        const out = join(dir, `refused-${source.length}-${option.slice(2)}.ndjson`);
+        await expect(
+          runHistoryCommand(['export', ...source, '--out', out, option, value], deps()),
+        ).rejects.toThrow(new RegExp(`^${option}: `));
+        expect(existsSync(out), `${option} ${value}`).toBe(false);
+      }
+    }
+  });
+
   it('reads a local store directly, and reports the first broken link of a tampered file', async () => {
     const out = join(dir, 'local.ndjson');
     const summary = JSON.parse(

@@ -1,6 +1,9 @@
+import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { open } from 'lmdb';
 import { afterAll, describe, expect, it } from 'vitest';
 import { newEventId } from '../../contracts/event-id.ts';
@@ -15,6 +18,8 @@ import {
   storedTypeCode,
 } from './lmdb-codec.ts';
 
+const run = promisify(execFile);
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const root = mkdtempSync(join(tmpdir(), 'lmdb-newer-log-'));
 let dirs = 0;
 const freshDataDir = () => join(root, `data-${++dirs}`);
@@ -112,6 +117,18 @@ describe('a log written by a newer version (an event type code this build does n
     } finally {
       await store.close();
     }
+  });
+
+  it('the keys command line refuses it in one line, exit 1, no stack', async () => {
+    const dataDir = await logWithNewerEvent(true);
+    const refused = await run(process.execPath, ['--import', 'tsx', 'services/operator/cli.ts', 'list'], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH, DATA_DIR: dataDir },
+    }).catch((err: { code: number; stderr: string }) => err);
+    expect((refused as { code: number }).code).toBe(1);
+    const stderr = (refused as { stderr: string }).stderr.trim();
+    expect(stderr).toMatch(REFUSAL);
+    expect(stderr.split('\n')).toHaveLength(1);
   });
 
   for (const record of [true, false]) {

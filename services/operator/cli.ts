@@ -27,7 +27,15 @@ try {
   await exitFlushed(2);
 }
 const logger = pino({ level: 'warn' }, pino.destination(2));
-const adapters = await openAdapters(config, logger);
+let adapters: Awaited<ReturnType<typeof openAdapters>>;
+try {
+  adapters = await openAdapters(config, logger);
+} catch (err) {
+  // A store that cannot be opened (a log written by a newer version, a server down): one line.
+  console.error((err as Error).message);
+  await exitFlushed(1);
+  throw err; // not reached: exitFlushed exits
+}
 let code = 0;
 try {
   // A key change returns once the running service (PUBLIC_BASE_URL, else localhost:PORT) has it.

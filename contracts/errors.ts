@@ -223,7 +223,7 @@ export const ERRORS = {
   },
   insufficient_funds: { status: 402, retryable: false, message: '{detail}' },
   payment_in_use: {
-    status: 402,
+    status: 409,
     retryable: true,
     message: 'this payment authorisation is already being used by another request',
   },

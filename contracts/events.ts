@@ -204,13 +204,59 @@ export const PaymentAuthorized = z.object({
    * for amount, within validAfter..validBefore, once).
    */
   signature: Hex.optional(),
+  /**
+   * The x402 `payment-identifier` id the payment was made under (the client's idempotency key;
+   * one live payment per payer and id: see PaymentIdentifierClaimed). Absent on older events.
+   */
+  paymentId: z.string().min(1).max(128).optional(),
+  /** sha256 of the tool and its canonical arguments: what was bought. Absent on older events. */
+  fingerprint: z
+    .string()
+    .regex(/^[0-9a-f]{64}$/)
+    .optional(),
 });
+/** A paid answer as the log keeps it: the tool's result (a JSON object), without `_service`. */
+const PaidAnswer = z.custom<Record<string, unknown>>(
+  (v) => typeof v === 'object' && v !== null && !Array.isArray(v),
+  { message: 'answer: a JSON object' },
+);
 export const PaymentSettlementPending = z.object({
   ...PaymentRef,
   submittedAt: IsoTime,
   txHash: Hex.optional(),
   /** Why the outcome is not known yet (e.g. the receipt did not arrive in time). */
   reason: z.string().optional(),
+  /**
+   * The paid answer, kept when the payment is handed to settlement (before anything is sent), so
+   * a payer charged for it can fetch it again whatever happens to this process. Absent on the
+   * pending records that follow, and on hand-offs recorded before answers were kept.
+   */
+  answer: PaidAnswer.optional(),
+});
+/**
+ * The paid answer was handed to a caller: the request that paid, or the same payment (or payment
+ * id) presented again. Until one is recorded, an authorisation that expires unsettled charged
+ * nothing and cost the seller nothing. Carries the answer when the log did not hold it yet (a
+ * payment handed off before answers were kept, answered again now).
+ */
+export const PaymentAnswerServed = z.object({
+  ...PaymentRef,
+  requestId: z.string(),
+  /** The settlement transaction the caller was told, when one was. */
+  txHash: Hex.optional(),
+  answer: PaidAnswer.optional(),
+});
+/**
+ * A payer's x402 `payment-identifier` id bound to the payment that uses it, on the id's own
+ * stream (x402-payment-id-<hash>): one live payment per payer and id, on every replica and across
+ * restarts. Claimed again only once the payment it names was released or failed (charged nothing).
+ */
+export const PaymentIdentifierClaimed = z.object({
+  ...PaymentRef,
+  payer: Hex,
+  paymentId: z.string().min(1).max(128),
+  fingerprint: z.string().regex(/^[0-9a-f]{64}$/),
+  tool: z.string(),
 });
 export const PaymentSettled = z.object({
   ...PaymentRef,
@@ -484,6 +530,8 @@ export const EVENT_CATALOG = {
   PaymentSettled,
   PaymentSettlementFailed,
   PaymentReleased,
+  PaymentAnswerServed,
+  PaymentIdentifierClaimed,
   QuotaDebited,
   QuotaDebitsRecorded,
   QuotaDebitsReturned,

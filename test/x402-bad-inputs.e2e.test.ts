@@ -319,11 +319,12 @@ describe('replays', () => {
     expect(await streamTypes(auth.nonce)).toEqual([
       'PaymentAuthorized',
       'PaymentSettlementPending',
+      'PaymentAnswerServed',
       'PaymentSettled',
     ]);
   });
 
-  it('eight concurrent requests with one authorisation: exactly one is served and charged', async () => {
+  it('eight concurrent requests with one authorisation: one is served and charged, the others get the same answer, never a quote', async () => {
     const p = await payer();
     const auth = authFor(p.address);
     const header = v1Header(auth, await signAuthorization(p.key, auth));
@@ -332,22 +333,23 @@ describe('replays', () => {
       Array.from({ length: 8 }, () => post(PATH, BODY, { 'x-payment': header })),
     );
     await stack.x402.settled();
-    // One is served fresh; a loser that comes after the answer was kept gets that same answer back.
-    const fresh = responses.filter((r) => r.status === 200 && r.headers.get('x-payment-replayed') === null);
-    expect(fresh).toHaveLength(1);
-    for (const res of responses.filter((r) => r.status !== 200)) {
-      expect(res.status).toBe(402);
-      const body = (await res.json()) as { code: string };
-      // A loser that reaches verification after the winner's transfer is mined is refused by the chain.
-      expect(['payment_in_use', 'payment_already_used', 'invalid_exact_evm_nonce_already_used']).toContain(
-        body.code,
-      );
-    }
+    // One is served fresh; the duplicates wait for its outcome and get the same answer (no quote).
+    expect(responses.map((r) => r.status)).toEqual(Array(8).fill(200));
+    expect(responses.filter((r) => r.headers.get('x-payment-replayed') === null)).toHaveLength(1);
+    for (const res of responses) expect(res.headers.get('payment-required')).toBeNull();
+    const answers = await Promise.all(
+      responses.map(async (r) => {
+        const { _service: _drop, ...answer } = (await r.json()) as Record<string, unknown>;
+        return JSON.stringify(answer);
+      }),
+    );
+    expect(new Set(answers).size).toBe(1);
     expect(await stack.chain.balanceOf(p.address)).toBe(1_000_000n - PRICE);
     expect(await stack.chain.balanceOf(stack.payTo)).toBe(before + PRICE);
     expect(await streamTypes(auth.nonce)).toEqual([
       'PaymentAuthorized',
       'PaymentSettlementPending',
+      'PaymentAnswerServed',
       'PaymentSettled',
     ]);
   });
@@ -483,6 +485,7 @@ describe('invalid_content_type', () => {
       'PaymentReleased',
       'PaymentAuthorized',
       'PaymentSettlementPending',
+      'PaymentAnswerServed',
       'PaymentSettled',
     ]);
   });

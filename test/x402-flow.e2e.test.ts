@@ -154,6 +154,7 @@ describe('paying with the official @x402/fetch client (v2)', () => {
     expect(events.map((e) => e.type)).toEqual([
       'PaymentAuthorized',
       'PaymentSettlementPending',
+      'PaymentAnswerServed',
       'PaymentSettled',
     ]);
     expect(events[0]!.data).toMatchObject({
@@ -220,10 +221,11 @@ describe('paying with a hand-built v1 X-PAYMENT client', () => {
     expect(events.map((e) => e.type)).toEqual([
       'PaymentAuthorized',
       'PaymentSettlementPending',
+      'PaymentAnswerServed',
       'PaymentSettled',
     ]);
     expect(events[0]!.data).toMatchObject({ x402Version: 1, amount: '10000', tool: 'scan_funding_arb' });
-    expect(events[2]!.data).toMatchObject({
+    expect(events[3]!.data).toMatchObject({
       txHash: receipt.transaction,
       amount: '10000',
       payer: payer.address,

@@ -135,6 +135,7 @@ describe('an exhausted key pays per call over MCP', () => {
     expect(await streamTypes(nonce)).toEqual([
       'PaymentAuthorized',
       'PaymentSettlementPending',
+      'PaymentAnswerServed',
       'PaymentSettled',
     ]);
     const authorized = (await stack.paymentEvents(nonce))[0]!;
@@ -169,6 +170,7 @@ describe('an exhausted key pays per call over MCP', () => {
     expect(await streamTypes(nonce)).toEqual([
       'PaymentAuthorized',
       'PaymentSettlementPending',
+      'PaymentAnswerServed',
       'PaymentSettled',
     ]);
   });

@@ -420,6 +420,7 @@ describe('4. over MCP a paid answer is never lost', () => {
     expect((await stack.paymentEvents(auth.nonce, payer.address)).map((e) => e.type)).toEqual([
       'PaymentAuthorized',
       'PaymentSettlementPending',
+      'PaymentAnswerServed',
       'PaymentSettled',
     ]);
     expect(await chain.publicClient.getTransactionCount({ address: FACILITATOR })).toBe(sentBefore + 1);

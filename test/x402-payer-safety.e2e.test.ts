@@ -121,9 +121,10 @@ describe('1. the request and the reconciler converge on one settlement', () => {
     expect(events.map((e) => e.type)).toEqual([
       'PaymentAuthorized',
       'PaymentSettlementPending',
+      'PaymentAnswerServed',
       'PaymentSettled',
     ]);
-    expect(events[2]).toMatchObject({ data: { reconciled: true } });
+    expect(events[3]).toMatchObject({ data: { reconciled: true } });
     expect(await chain.balanceOf(payer.address)).toBe(100_000n - PRICE);
     // And the payer still gets the answer and the settled receipt for that payment.
     const again = await post(BODY, { 'payment-signature': header });
@@ -133,7 +134,7 @@ describe('1. the request and the reconciler converge on one settlement', () => {
     };
     expect(stripService(replay)).toEqual(stripService(served));
     expect(replay._service.payment.status).toBe('settled');
-    expect(replay._service.payment.transaction).toBe((events[2]!.data as { txHash: string }).txHash);
+    expect(replay._service.payment.transaction).toBe((events[3]!.data as { txHash: string }).txHash);
   });
 
   it('configuration refuses a reconcile delay within the settle wait', () => {

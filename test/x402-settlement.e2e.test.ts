@@ -292,7 +292,8 @@ async function payLeftPending(stack: X402Stack, payer: { key: Hex; address: Hex 
   const { res, auth } = await paidRequest(stack, payer.key, payer.address, validFor);
   await res.body?.cancel();
   await stack.x402.settled();
-  expect((await stack.paymentEvents(auth.nonce)).at(-1)?.type).toBe('PaymentSettlementPending');
+  const steps = (await stack.paymentEvents(auth.nonce)).filter((e) => e.type !== 'PaymentAnswerServed');
+  expect(steps.at(-1)?.type).toBe('PaymentSettlementPending');
   return auth;
 }
 
@@ -452,6 +453,7 @@ describe('an authorisation used on chain by someone else before the settlement',
           expect(await eventTypes(stack, auth.nonce)).toEqual([
             'PaymentAuthorized',
             'PaymentSettlementPending',
+            'PaymentAnswerServed',
             'PaymentSettlementFailed',
           ]);
           expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({
@@ -698,6 +700,7 @@ describe('a settlement that fails after its answer was served', () => {
       expect(await eventTypes(stack, auth.nonce)).toEqual([
         'PaymentAuthorized',
         'PaymentSettlementPending',
+        'PaymentAnswerServed',
         'PaymentSettlementPending',
       ]);
       // While the authorisation is valid it could still pay: the reconciler keeps it open.
@@ -897,10 +900,11 @@ describe('settlement that outlasts the receipt wait', () => {
       expect(pending.map((e) => e.type)).toEqual([
         'PaymentAuthorized',
         'PaymentSettlementPending',
+        'PaymentAnswerServed',
         'PaymentSettlementPending',
       ]);
       // The transaction the receipt wait gave up on.
-      const sent = (pending[2]!.data as { txHash?: Hex }).txHash!;
+      const sent = (pending[3]!.data as { txHash?: Hex }).txHash!;
       expect(sent).toMatch(/^0x[0-9a-f]{64}$/);
       const receipt = decodePaymentResponseHeader(res.headers.get('x-payment-response')!);
       if (receipt.success) {
@@ -1356,6 +1360,7 @@ describe('a chain RPC that loses answers', () => {
       expect(await eventTypes(stack, nonce)).toEqual([
         'PaymentAuthorized',
         'PaymentSettlementPending',
+        'PaymentAnswerServed',
         'PaymentSettled',
       ]);
       // The same payment presented again gets the same answer, and charges nothing more.
@@ -1515,10 +1520,12 @@ describe('a chain RPC that loses answers', () => {
       await stack.x402.settled();
       // The node took it: the buyer paid, once.
       await expectChargedOnce(payer.address, auth.nonce);
+      // A remote facilitator's answer comes once its settle ended (pending): served after that record.
       expect(await eventTypes(stack, auth.nonce)).toEqual([
         'PaymentAuthorized',
         'PaymentSettlementPending',
         'PaymentSettlementPending',
+        'PaymentAnswerServed',
       ]);
       expect(await reconcilerOf(stack).runOnce()).toMatchObject({ settled: 1, rebroadcast: 0, lost: 0 });
       const settled = await expectSettledOnChain(stack, auth.nonce, { reconciled: true });
@@ -1635,7 +1642,8 @@ describe("the payer's use of the authorisation mined while the request looks for
       await expectServedPending(res);
       await stack.x402.settled();
       expect(sent.tx).not.toBeNull();
-      expect((await stack.paymentEvents(auth.nonce)).at(-1)).toMatchObject({
+      const steps = (await stack.paymentEvents(auth.nonce)).filter((e) => e.type !== 'PaymentAnswerServed');
+      expect(steps.at(-1)).toMatchObject({
         type: 'PaymentSettlementPending',
         data: { txHash: sent.tx },
       });
@@ -1708,6 +1716,7 @@ describe('a paid answer presented again while its settlement is unconfirmed', ()
         expect((await stack.paymentEvents(auth.nonce)).map((e) => e.type)).toEqual([
           'PaymentAuthorized',
           'PaymentSettlementPending',
+          'PaymentAnswerServed',
         ]);
         expect(again.status).toBe(200);
         expect(again.headers.get('x-payment-replayed')).toBe('true');

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { createMemoryCache } from '../../adapters/cache/memory.ts';
 import { canonicalJson } from '../../contracts/canonical-json.ts';
 import { PayerExposure } from './exposure.ts';
-import { PaidResponseStore, requestFingerprint } from './paid-responses.ts';
+import { requestFingerprint } from './paid-responses.ts';
 
 describe('PayerExposure', () => {
   it('admits while balance minus what is in flight covers the amount; a release frees it', async () => {
@@ -58,39 +58,7 @@ describe('PayerExposure on a shared cache (replicas)', () => {
   });
 });
 
-describe('PaidResponseStore', () => {
-  const entry = {
-    fingerprint: requestFingerprint('get_trade_call', { coin: 'BTC', timeframe: '1h' }),
-    identity: { network: 'eip155:8453', asset: '0xa', payer: '0xb', nonce: '0xc' },
-    tool: 'get_trade_call',
-    response: { call: 'BUY' },
-  };
-
-  it('gives the answer back only for the secret it was kept under, encrypted at rest', async () => {
-    const cache = createMemoryCache();
-    const store = new PaidResponseStore(cache, 60_000);
-    await store.put(
-      [
-        { kind: 'signature', signature: '0xAB' },
-        { kind: 'payment_id', payer: '0xB', id: 'pay_0123456789abcdef' },
-      ],
-      entry,
-    );
-    expect(await store.get({ kind: 'signature', signature: '0xab' })).toMatchObject(entry);
-    expect(await store.get({ kind: 'payment_id', payer: '0xb', id: 'pay_0123456789abcdef' })).toMatchObject(
-      entry,
-    );
-    expect(await store.get({ kind: 'payment_id', payer: '0xother', id: 'pay_0123456789abcdef' })).toBeNull();
-    expect(await store.get({ kind: 'signature', signature: '0xcd' })).toBeNull();
-  });
-
-  it('expires with the cache TTL', async () => {
-    const store = new PaidResponseStore(createMemoryCache(), 20);
-    await store.put([{ kind: 'signature', signature: '0x01' }], entry);
-    await new Promise((r) => setTimeout(r, 40));
-    expect(await store.get({ kind: 'signature', signature: '0x01' })).toBeNull();
-  });
-
+describe('requestFingerprint', () => {
   it('the same arguments in another order are the same request', () => {
     expect(canonicalJson({ b: 1, a: [{ d: 2, c: 3 }] })).toBe('{"a":[{"c":3,"d":2}],"b":1}');
     expect(requestFingerprint('t', { a: 1, b: 2 })).toBe(requestFingerprint('t', { b: 2, a: 1 }));

@@ -1,6 +1,7 @@
+import { createHash } from 'node:crypto';
 import { type Aggregate, handleCommand } from '../../adapters/event-store/command.ts';
 import { type EventStore, WrongExpectedRevisionError } from '../../adapters/event-store/port.ts';
-import type { EventData } from '../../contracts/events.ts';
+import { type EventData, newEvent, parseDomainEvent } from '../../contracts/events.ts';
 import {
   aggregatePayment,
   type PaymentCommand,
@@ -32,6 +33,22 @@ export type ReserveResult =
   | { ok: true; handle: PaymentHandle }
   | { ok: false; reason: string; message: string };
 
+/** The payment a payer's payment id is bound to, as its stream last says, with the stream's revision. */
+export interface PaymentIdClaim {
+  stream: string;
+  claim: EventData<'PaymentIdentifierClaimed'> | null;
+  revision: number | null;
+}
+
+/**
+ * `x402-payment-id-<sha256 of payer and id, 40 hex>`: one stream per payer and payment-identifier
+ * id, whatever the authorisation (each retry under the id signs a new nonce).
+ */
+export function paymentIdStream(payer: string, paymentId: string): string {
+  const hash = createHash('sha256').update(`${payer.toLowerCase()}|${paymentId}`).digest('hex');
+  return `x402-payment-id-${hash.slice(0, 40)}`;
+}
+
 /** A step after the reservation. */
 export type PaymentStep = Exclude<PaymentCommand, { kind: 'reserve' }>;
 
@@ -50,6 +67,35 @@ export class PaymentLedger {
   /** The payment's state with its revision, to decide on and pass back to `reserve`. */
   read(id: PaymentIdentity): Promise<Aggregate<PaymentState | null>> {
     return aggregatePayment(this.store, paymentStream(id));
+  }
+
+  /** Which payment the payer's payment id is bound to, if any. */
+  async readClaim(payer: string, paymentId: string): Promise<PaymentIdClaim> {
+    const stream = paymentIdStream(payer, paymentId);
+    let claim: EventData<'PaymentIdentifierClaimed'> | null = null;
+    let revision: number | null = null;
+    for (const raw of await this.store.readStream(stream)) {
+      revision = raw.revision;
+      const event = parseDomainEvent(raw);
+      if (event?.type === 'PaymentIdentifierClaimed') claim = event.data;
+    }
+    return { stream, claim, revision };
+  }
+
+  /**
+   * Binds the payment id to a reserved payment, at the revision `read` saw: false when another
+   * payment took the id meanwhile (on any replica).
+   */
+  async claim(read: PaymentIdClaim, data: EventData<'PaymentIdentifierClaimed'>): Promise<boolean> {
+    try {
+      await this.store.append(read.stream, [newEvent('PaymentIdentifierClaimed', data)], {
+        expectedRevision: read.revision ?? 'no_stream',
+      });
+      return true;
+    } catch (err) {
+      if (err instanceof WrongExpectedRevisionError) return false;
+      throw err;
+    }
   }
 
   /**

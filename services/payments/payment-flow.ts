@@ -20,10 +20,16 @@ import type { PaymentReceipt } from '../metering/service-meta.ts';
 import type { AuthorizationOutcome } from './chain-reader.ts';
 import type { DecodedPayment } from './codecs.ts';
 import type { PayerExposure } from './exposure.ts';
-import type { PaymentHandle, PaymentLedger, PaymentStep, ReserveResult } from './ledger.ts';
+import type { PaymentHandle, PaymentIdClaim, PaymentLedger, PaymentStep, ReserveResult } from './ledger.ts';
 import { withDeadline } from './local-facilitator.ts';
-import { type PaidResponseKey, type PaidResponseStore, requestFingerprint } from './paid-responses.ts';
-import { decideReservation, identityKey, type PaymentIdentity, type PaymentState } from './payment-state.ts';
+import { requestFingerprint } from './paid-responses.ts';
+import {
+  decideReservation,
+  identityKey,
+  type PaymentIdentity,
+  type PaymentState,
+  paymentStream,
+} from './payment-state.ts';
 import { v1NetworkName } from './rails.ts';
 import {
   describeMismatch,
@@ -130,8 +136,6 @@ export interface PaymentFlowDeps {
   ): ((agreed: { payTo: `0x${string}`; amount: bigint }) => Promise<AuthorizationOutcome>) | null;
   /** Settlements of one payer are broadcast one at a time. */
   settlements: KeyedLock;
-  /** Paid answers kept for a bounded time; null keeps none. */
-  responses: PaidResponseStore | null;
   /** Settlement hashes as they are broadcast (in-process facilitator only). */
   submissions: SubmissionWatch | null;
   /**
@@ -279,7 +283,7 @@ const FAR_VALID_BEFORE: ErrorCode = 'invalid_exact_evm_payload_authorization_val
 export function reservationOf(
   payment: DecodedPayment,
   requirement: PaymentRequirements,
-  request: { url: string; requestId: string; tool: string },
+  request: { url: string; requestId: string; tool: string; paymentId?: string | null; fingerprint?: string },
 ): EventData<'PaymentAuthorized'> {
   const auth = payment.eip3009.authorization;
   return {
@@ -296,7 +300,136 @@ export function reservationOf(
     requestId: request.requestId,
     tool: request.tool,
     signature: payment.eip3009.signature,
+    ...(request.paymentId ? { paymentId: request.paymentId } : {}),
+    ...(request.fingerprint ? { fingerprint: request.fingerprint } : {}),
   };
+}
+
+/** How often a payment in flight elsewhere (another request, another replica) is read again. */
+const IN_FLIGHT_POLL_MS = 200;
+
+/** One payment's request running in this process: a duplicate waits for its outcome. */
+interface Running {
+  signature: string;
+  outcome: Promise<PaidOutcome>;
+}
+/** By flow (its ledger: a request's copy of the deps shares it) and payment stream. */
+const runningByFlow = new WeakMap<PaymentLedger, Map<string, Running>>();
+function runningOf(deps: PaymentFlowDeps): Map<string, Running> {
+  let running = runningByFlow.get(deps.ledger);
+  if (!running) {
+    running = new Map();
+    runningByFlow.set(deps.ledger, running);
+  }
+  return running;
+}
+
+/** A duplicate's copy of the first request's outcome: the same answer, marked as given before. */
+function asDuplicate(outcome: PaidOutcome): PaidOutcome {
+  return outcome.kind === 'served' ? { ...outcome, replayed: true } : outcome;
+}
+
+const IN_FLIGHT: PaidOutcome = {
+  kind: 'unavailable',
+  reason: 'payment_in_use',
+  message:
+    'this payment is being answered by another request; retry in a moment and the same answer comes back (nothing is charged twice)',
+};
+
+/** What a request presents beside its payment: what it asks for. */
+interface Presented {
+  call: PaidCall;
+  fingerprint: string;
+  amount: string;
+}
+
+/**
+ * A payment already recorded, presented again (the same authorisation, or a new one under its
+ * payment id): answered with the answer it paid for, never charged again. In flight (reserved,
+ * not yet handed off) it is waited for, in this process by its outcome, elsewhere by its record,
+ * for the answer's own budget, then refused as retryable (409 payment_in_use, no quote). Handed
+ * off or settled, the answer is the one the log keeps; when it keeps none (a payment handed off
+ * before answers were kept), the call is answered now and its answer recorded. A request that
+ * asks for something else than what was paid is a conflict. Null when the payment charged
+ * nothing (released, failed): the caller goes on as for a new payment.
+ */
+async function answerAgain(
+  deps: PaymentFlowDeps,
+  presented: Presented,
+  identity: PaymentIdentity,
+  by: { kind: 'signature' } | { kind: 'payment_id'; id: string },
+): Promise<PaidOutcome | null> {
+  const { call } = presented;
+  const stream = paymentStream(identity);
+  let current = await deps.ledger.read(identity);
+  const until = Date.now() + deps.submitWaitMs;
+  while (current.state?.status === 'authorized') {
+    const running = runningOf(deps).get(stream);
+    if (running) return asDuplicate(await running.outcome);
+    if (Date.now() >= until) return IN_FLIGHT;
+    await new Promise((resolve) => setTimeout(resolve, IN_FLIGHT_POLL_MS));
+    current = await deps.ledger.read(identity);
+  }
+  const state = current.state;
+  if (!state?.authorized || (state.status !== 'pending' && state.status !== 'settled')) return null;
+  const auth = state.authorized;
+  // Older records name no fingerprint: the same tool at the same price stands in for it.
+  const same =
+    auth.fingerprint !== undefined
+      ? auth.fingerprint === presented.fingerprint
+      : (auth.tool === undefined || auth.tool === call.tool.name) && auth.amount === presented.amount;
+  if (!same) {
+    return {
+      kind: 'conflict',
+      reason: by.kind === 'payment_id' ? 'payment_identifier_conflict' : 'payment_already_used',
+      message:
+        by.kind === 'payment_id'
+          ? `payment id ${by.id} already paid for another request (${auth.tool ?? 'another call'} with other arguments); use a new id`
+          : `this payment already paid for another request (${auth.tool ?? 'another call'} with other arguments); sign a new one`,
+    };
+  }
+  const handle: PaymentHandle = {
+    ref: { nonce: auth.nonce as `0x${string}`, network: auth.network, asset: auth.asset as `0x${string}` },
+    payer: auth.payer,
+    stream,
+    known: current,
+  };
+  let answer = state.answer;
+  if (answer === null) {
+    // Paid, and the log keeps no answer: the call is answered now, and its answer kept.
+    if (call.refusal) return { kind: 'refused', refusal: call.refusal };
+    try {
+      answer = (await call.tool.run(deps.ops, call.input, call.requestId)) as Record<string, unknown>;
+    } catch (err) {
+      return { kind: 'refused', refusal: describeError(deps.logger, err), error: err };
+    }
+  }
+  const sent = (await settledEnough(deps, identity)) ?? state;
+  await recordServed(deps, handle, call.requestId, sent.txHash, state.answer === null ? answer : undefined);
+  return replay({ response: answer }, sent);
+}
+
+/**
+ * Records that a caller has the paid answer (and the transaction it was told), before it is
+ * answered: a payment whose authorisation then expires unsettled cost the seller the answer. Not
+ * recorded, the reconciler would read the answer as never served; the answer goes out anyway.
+ */
+async function recordServed(
+  deps: PaymentFlowDeps,
+  handle: PaymentHandle,
+  requestId: string,
+  txHash: `0x${string}` | null,
+  answer?: Record<string, unknown>,
+): Promise<void> {
+  try {
+    await deps.ledger.transition(
+      handle,
+      { kind: 'serve', requestId, ...(txHash ? { txHash } : {}), ...(answer ? { answer } : {}) },
+      { converge: true },
+    );
+  } catch (err) {
+    deps.logger.error({ err, requestId }, 'that the paid answer was served could not be recorded');
+  }
 }
 
 /**
@@ -369,145 +502,216 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
     }
     paymentId = extracted.id;
   }
-  const responseKeys: PaidResponseKey[] = [{ kind: 'signature', signature: payment.eip3009.signature }];
-  if (paymentId !== null) responseKeys.push({ kind: 'payment_id', payer: auth.from, id: paymentId });
+  const stream = paymentStream(identity);
+  const signature = payment.eip3009.signature.toLowerCase();
+  // The same payment sent again while its first request runs here: that request's outcome.
+  const running = runningOf(deps);
+  const first = running.get(stream);
+  if (first?.signature === signature) return asDuplicate(await first.outcome);
 
-  // An answer this payment (or payment id) already paid for comes back instead of a refusal.
-  // The same payment presented again is looked up before verification: its nonce is used, so
-  // verification would refuse it. A payment id is looked up only once a fresh authorisation from
-  // the payer has verified, so knowing someone's address and payment id is not enough.
-  async function kept(key: PaidResponseKey): Promise<PaidOutcome | null> {
-    if (!deps.responses) return null;
-    const stored = await deps.responses.get(key).catch((err: unknown) => {
-      deps.logger.warn({ err, requestId: call.requestId }, 'stored paid answers could not be read');
-      return null;
-    });
-    if (stored === null) return null;
-    if (stored.fingerprint !== fingerprint) {
-      return {
-        kind: 'conflict',
-        reason: key.kind === 'payment_id' ? 'payment_identifier_conflict' : 'payment_already_used',
-        message:
-          key.kind === 'payment_id'
-            ? `payment id ${paymentId} already paid for another request (${stored.tool} with other arguments); use a new id`
-            : `this payment already paid for another request (${stored.tool} with other arguments); sign a new one`,
-      };
+  const proceed = async (): Promise<PaidOutcome> => {
+    const presented: Presented = { call, fingerprint, amount: requirement.amount };
+    const signedBy = (state: PaymentState | null) =>
+      state?.authorized?.signature?.toLowerCase() === signature;
+
+    // The same payment presented again is answered from its record, before verification: its
+    // nonce is used, so verification would refuse it. Only the authorisation's own signature
+    // opens it (the record keeps it); a payment id is looked up only once a fresh authorisation
+    // from the payer has verified, so knowing someone's address and payment id is not enough.
+    let current = await deps.ledger.read(identity);
+    if (signedBy(current.state)) {
+      const again = await answerAgain(deps, presented, identity, { kind: 'signature' });
+      if (again) return again;
+      current = await deps.ledger.read(identity);
     }
-    const state = await settledEnough(deps, stored.identity);
-    return state ? replay(stored, state) : null;
-  }
-  const bySignature = await kept({ kind: 'signature', signature: payment.eip3009.signature });
-  if (bySignature) return bySignature;
 
-  // A replay is refused from the log at once, before the facilitator is asked; the reservation
-  // below, appended at the revision read here, stays the guard that decides races.
-  const current = await deps.ledger.read(identity);
-  const known = decideReservation(current.state);
-  if (!known.ok) return { kind: 'payment_rejected', reason: known.reason, message: known.message };
+    // A replay is refused from the log at once, before the facilitator is asked; the reservation
+    // below, appended at the revision read here, stays the guard that decides races.
+    const known = decideReservation(current.state);
+    if (!known.ok) return { kind: 'payment_rejected', reason: known.reason, message: known.message };
 
-  try {
-    const verified = await deps.server.verifyPayment(payload, requirement);
-    if (!verified.isValid) {
-      const reason = verified.invalidReason ?? 'invalid_payment';
-      return { kind: 'payment_rejected', reason, message: describeReason(reason, verified.invalidMessage) };
-    }
-  } catch (err) {
-    if (err instanceof VerifyError && err.invalidReason) {
-      return {
-        kind: 'payment_rejected',
-        reason: err.invalidReason,
-        message: describeReason(err.invalidReason, err.invalidMessage),
-      };
-    }
-    deps.logger.warn({ err, requestId: call.requestId }, 'payment verification could not run');
-    return {
-      kind: 'unavailable',
-      reason: 'facilitator_unavailable',
-      message: 'the payment could not be verified right now; nothing was charged, retry shortly',
-    };
-  }
-  if (paymentId !== null) {
-    const byPaymentId = await kept({ kind: 'payment_id', payer: auth.from, id: paymentId });
-    if (byPaymentId) return byPaymentId;
-  }
-
-  const account = identityKey({ ...identity, nonce: '' });
-  let release: () => void = () => undefined;
-  const readBalance = deps.balanceOf(identity);
-  if (readBalance !== null) {
-    let decision: Awaited<ReturnType<PayerExposure['admit']>>;
     try {
-      decision = await deps.exposure.admit(account, BigInt(requirement.amount), readBalance);
+      const verified = await deps.server.verifyPayment(payload, requirement);
+      if (!verified.isValid) {
+        const reason = verified.invalidReason ?? 'invalid_payment';
+        return (
+          (await recordedMeanwhile()) ?? {
+            kind: 'payment_rejected',
+            reason,
+            message: describeReason(reason, verified.invalidMessage),
+          }
+        );
+      }
     } catch (err) {
-      deps.logger.warn({ err, requestId: call.requestId }, 'payer balance could not be read');
+      if (err instanceof VerifyError && err.invalidReason) {
+        return (
+          (await recordedMeanwhile()) ?? {
+            kind: 'payment_rejected',
+            reason: err.invalidReason,
+            message: describeReason(err.invalidReason, err.invalidMessage),
+          }
+        );
+      }
+      deps.logger.warn({ err, requestId: call.requestId }, 'payment verification could not run');
       return {
         kind: 'unavailable',
         reason: 'facilitator_unavailable',
-        message: "the payer's balance could not be read right now; nothing was charged, retry shortly",
+        message: 'the payment could not be verified right now; nothing was charged, retry shortly',
       };
     }
-    if (!decision.ok) {
-      return {
-        kind: 'payment_rejected',
-        reason: 'insufficient_funds',
-        message:
-          `the payer's balance (${decision.balance}) minus payments still settling (${decision.inFlight}) ` +
-          `does not cover ${requirement.amount}; retry once they settle`,
-      };
+    /**
+     * A refused verification of a payment another request (on another replica) reserved and
+     * settled meanwhile: its nonce is used because it paid, so its answer is this request's too.
+     */
+    async function recordedMeanwhile(): Promise<PaidOutcome | null> {
+      const now = await deps.ledger.read(identity).catch(() => null);
+      if (!now || !signedBy(now.state)) return null;
+      return answerAgain(deps, presented, identity, { kind: 'signature' });
     }
-    release = decision.release;
-  }
 
-  let reserved: ReserveResult;
-  try {
-    reserved = await deps.ledger.reserve(
-      reservationOf(payment, requirement, { url: call.url, requestId: call.requestId, tool: call.tool.name }),
-      current,
-    );
-  } catch (err) {
-    // The store refused the write (full, unavailable): nothing is reserved, so nothing is in flight.
-    release();
-    throw err;
-  }
-  if (!reserved.ok) {
-    release();
-    return { kind: 'payment_rejected', reason: reserved.reason, message: reserved.message };
-  }
-  const handle = reserved.handle;
+    // The payment id already bound to a payment that charged (or may charge): that one's answer.
+    let claimed: PaymentIdClaim | null = null;
+    if (paymentId !== null) {
+      claimed = await deps.ledger.readClaim(auth.from, paymentId);
+      const again = await answerClaimed(claimed, paymentId);
+      if (again) return again;
+    }
+    async function answerClaimed(read: PaymentIdClaim, id: string): Promise<PaidOutcome | null> {
+      const claim = read.claim;
+      if (claim === null) return null;
+      const named: PaymentIdentity = {
+        network: claim.network,
+        asset: claim.asset,
+        payer: claim.payer,
+        nonce: claim.nonce,
+      };
+      if (identityKey(named) === identityKey(identity)) return null;
+      return answerAgain(deps, presented, named, { kind: 'payment_id', id });
+    }
 
-  if (call.refusal) {
-    release();
-    await deps.ledger.transition(handle, {
-      kind: 'release',
-      reason: `request refused: ${String(call.refusal.body.code)}`,
+    const account = identityKey({ ...identity, nonce: '' });
+    let release: () => void = () => undefined;
+    const readBalance = deps.balanceOf(identity);
+    if (readBalance !== null) {
+      let decision: Awaited<ReturnType<PayerExposure['admit']>>;
+      try {
+        decision = await deps.exposure.admit(account, BigInt(requirement.amount), readBalance);
+      } catch (err) {
+        deps.logger.warn({ err, requestId: call.requestId }, 'payer balance could not be read');
+        return {
+          kind: 'unavailable',
+          reason: 'facilitator_unavailable',
+          message: "the payer's balance could not be read right now; nothing was charged, retry shortly",
+        };
+      }
+      if (!decision.ok) {
+        return {
+          kind: 'payment_rejected',
+          reason: 'insufficient_funds',
+          message:
+            `the payer's balance (${decision.balance}) minus payments still settling (${decision.inFlight}) ` +
+            `does not cover ${requirement.amount}; retry once they settle`,
+        };
+      }
+      release = decision.release;
+    }
+
+    let reserved: ReserveResult;
+    try {
+      reserved = await deps.ledger.reserve(
+        reservationOf(payment, requirement, {
+          url: call.url,
+          requestId: call.requestId,
+          tool: call.tool.name,
+          paymentId,
+          fingerprint,
+        }),
+        current,
+      );
+    } catch (err) {
+      // The store refused the write (full, unavailable): nothing is reserved, so nothing is in flight.
+      release();
+      throw err;
+    }
+    if (!reserved.ok) {
+      release();
+      // Reserved by a request that came first (the same payment sent twice at once): its answer.
+      if (reserved.reason === 'payment_in_use') return (await recordedMeanwhile()) ?? IN_FLIGHT;
+      return { kind: 'payment_rejected', reason: reserved.reason, message: reserved.message };
+    }
+    const handle = reserved.handle;
+
+    // The payment id is bound to this payment; one that another took meanwhile (a retry under the
+    // same id on another request or replica) releases this reservation and answers with that one.
+    if (paymentId !== null && claimed !== null) {
+      let bound: boolean;
+      try {
+        bound = await deps.ledger.claim(claimed, {
+          ...handle.ref,
+          payer: auth.from,
+          paymentId,
+          fingerprint,
+          tool: call.tool.name,
+        });
+      } catch (err) {
+        release();
+        await deps.ledger
+          .transition(handle, { kind: 'release', reason: 'the payment id could not be recorded' })
+          .catch(() => undefined);
+        throw err;
+      }
+      if (!bound) {
+        release();
+        await deps.ledger.transition(handle, {
+          kind: 'release',
+          reason: 'another payment took the same payment id first; nothing was charged',
+        });
+        const again = await answerClaimed(await deps.ledger.readClaim(auth.from, paymentId), paymentId);
+        return again ?? IN_FLIGHT;
+      }
+    }
+
+    if (call.refusal) {
+      release();
+      await deps.ledger.transition(handle, {
+        kind: 'release',
+        reason: `request refused: ${String(call.refusal.body.code)}`,
+      });
+      return { kind: 'refused', refusal: call.refusal };
+    }
+
+    let result: unknown;
+    try {
+      result = await call.tool.run(deps.ops, call.input, call.requestId);
+    } catch (err) {
+      release();
+      const refusal = describeError(deps.logger, err);
+      await deps.ledger.transition(handle, {
+        kind: 'release',
+        reason: `handler failed with ${refusal.status} ${String(refusal.body.code)}`,
+      });
+      return { kind: 'refused', refusal, error: err };
+    }
+
+    return settle(deps, call, {
+      handle,
+      payload,
+      requirement,
+      identity,
+      account,
+      result,
+      release,
+      fingerprint,
     });
-    return { kind: 'refused', refusal: call.refusal };
-  }
-
-  let result: unknown;
+  };
+  const outcome = proceed();
+  const mine: Running = { signature, outcome };
+  if (!first) running.set(stream, mine);
   try {
-    result = await call.tool.run(deps.ops, call.input, call.requestId);
-  } catch (err) {
-    release();
-    const refusal = describeError(deps.logger, err);
-    await deps.ledger.transition(handle, {
-      kind: 'release',
-      reason: `handler failed with ${refusal.status} ${String(refusal.body.code)}`,
-    });
-    return { kind: 'refused', refusal, error: err };
+    return await outcome;
+  } finally {
+    if (running.get(stream) === mine) running.delete(stream);
   }
-
-  return settle(deps, call, {
-    handle,
-    payload,
-    requirement,
-    identity,
-    account,
-    result,
-    release,
-    responseKeys,
-    fingerprint,
-  });
 }
 
 interface Served {
@@ -518,7 +722,6 @@ interface Served {
   account: string;
   result: unknown;
   release(): void;
-  responseKeys: PaidResponseKey[];
   /** sha256 of the tool and its parsed input (requestFingerprint): what the payment paid for. */
   fingerprint: string;
 }
@@ -537,6 +740,11 @@ interface AnswerClaim {
    * caller waits for the settlement's end); false when the paid answer was served already.
    */
   claimRefusal(): boolean;
+  /**
+   * Resolves once the record that the caller was served is written, when it was served: the
+   * settlement's own record comes after it, so the log tells served before settled.
+   */
+  servedRecorded(): Promise<void>;
 }
 
 /** How a settlement ended, as recorded. */
@@ -548,22 +756,20 @@ type Settled =
 async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Promise<PaidOutcome> {
   const { handle, requirement, identity } = paid;
   const payer = identity.payer;
-  // Kept before settlement is sent: a payer charged by a settlement we sent gets the answer back.
-  if (deps.responses && typeof paid.result === 'object' && paid.result !== null) {
-    await deps.responses
-      .put(paid.responseKeys, {
-        fingerprint: paid.fingerprint,
-        identity,
-        tool: call.tool.name,
-        response: paid.result as Record<string, unknown>,
-      })
-      .catch((err: unknown) =>
-        deps.logger.warn({ err, requestId: call.requestId }, 'the paid answer could not be kept'),
-      );
-  }
+  // The answer is kept in the hand-off's record, before settlement is sent: a payer charged by a
+  // settlement we sent (or the reconciler sent again) gets it back by presenting the payment again,
+  // whatever becomes of this process.
+  const answer =
+    typeof paid.result === 'object' && paid.result !== null && !Array.isArray(paid.result)
+      ? (paid.result as Record<string, unknown>)
+      : undefined;
   try {
     // Recorded before the facilitator is asked: a crash mid-settlement leaves a pending record.
-    await deps.ledger.transition(handle, { kind: 'markPending', submittedAt: new Date().toISOString() });
+    await deps.ledger.transition(handle, {
+      kind: 'markPending',
+      submittedAt: new Date().toISOString(),
+      ...(answer ? { answer } : {}),
+    });
   } catch (err) {
     // Nothing was sent to the facilitator: the payer's hold is freed whatever stopped the write.
     paid.release();
@@ -590,6 +796,10 @@ async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Prom
   // whatever broadcast or budget comes meanwhile: served or refusing, never both. `ended` once the
   // caller is answered with how the settlement ended.
   let state: 'undecided' | 'refusing' | 'served' | 'ended' = 'undecided';
+  let markServedRecorded: () => void = () => undefined;
+  const servedRecord = new Promise<void>((resolve) => {
+    markServedRecorded = resolve;
+  });
   const answered: AnswerClaim = {
     get served() {
       return state === 'served';
@@ -599,6 +809,7 @@ async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Prom
       if (state === 'undecided') state = 'refusing';
       return true;
     },
+    servedRecorded: () => (state === 'served' ? servedRecord : Promise.resolve()),
   };
   let signal: (first: First) => void = () => undefined;
   const first = new Promise<First>((resolve) => {
@@ -659,13 +870,22 @@ async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Prom
   deps.background.add(background);
   void background.finally(() => deps.background.delete(background));
 
-  const answer = await first;
-  if (answer.kind === 'ended') return outcomeOf(answer.settled, paid);
+  const decided = await first;
+  if (decided.kind === 'ended') {
+    // Served while it may still be charged: recorded as served, with the transaction named.
+    if (decided.settled.kind === 'pending') {
+      const sent = (decided.settled.settle.transaction || null) as `0x${string}` | null;
+      await recordServed(deps, handle, call.requestId, sent);
+    }
+    return outcomeOf(decided.settled, paid);
+  }
+  await recordServed(deps, handle, call.requestId, decided.hash);
+  markServedRecorded();
   return {
     kind: 'served',
     result: paid.result,
-    receipt: receiptOf(requirement, payer, 'pending', answer.hash),
-    settle: unconfirmedResponse(requirement.network, payer, answer.hash),
+    receipt: receiptOf(requirement, payer, 'pending', decided.hash),
+    settle: unconfirmedResponse(requirement.network, payer, decided.hash),
     replayed: false,
   };
 }
@@ -717,6 +937,7 @@ async function settleAndRecord(
   const { handle, payload, requirement, identity } = paid;
   const payer = identity.payer;
   const record = async (step: PaymentStep): Promise<'recorded' | 'already_settled' | 'unrecorded'> => {
+    await answered.servedRecorded();
     try {
       return await deps.ledger.transition(handle, step, { converge: true });
     } catch (err) {

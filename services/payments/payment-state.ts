@@ -27,6 +27,13 @@ export interface PaymentState {
   txHash: `0x${string}` | null;
   /** When the last event was recorded (ISO). */
   lastAt: string;
+  /** The paid answer the log keeps for this payment (kept at hand-off), or null. */
+  answer: Record<string, unknown> | null;
+  /**
+   * Whether the answer was handed to a caller (PaymentAnswerServed). A hand-off recorded before
+   * answers were kept counts as served: whether it was is not known, and it was booked so before.
+   */
+  served: boolean;
 }
 
 /**
@@ -59,6 +66,7 @@ export type PaymentEvent = DecidedEvent<
   | 'PaymentSettled'
   | 'PaymentSettlementFailed'
   | 'PaymentReleased'
+  | 'PaymentAnswerServed'
 >;
 
 function evolvePayment(
@@ -73,7 +81,14 @@ function evolvePayment(
   };
   switch (event.type) {
     case 'PaymentAuthorized':
-      return { ...base, status: 'authorized', authorized: event.data, txHash: null };
+      return {
+        ...base,
+        status: 'authorized',
+        authorized: event.data,
+        txHash: null,
+        answer: null,
+        served: false,
+      };
     case 'PaymentSettlementPending':
       return state
         ? {
@@ -81,6 +96,19 @@ function evolvePayment(
             ...base,
             status: 'pending',
             txHash: (event.data.txHash as `0x${string}`) ?? state.txHash,
+            answer: event.data.answer ?? state.answer,
+            // The hand-off (authorized → pending): one without a kept answer predates the served record.
+            served: state.served || (state.status === 'authorized' && event.data.answer === undefined),
+          }
+        : null;
+    case 'PaymentAnswerServed':
+      return state
+        ? {
+            ...state,
+            ...base,
+            served: true,
+            answer: event.data.answer ?? state.answer,
+            txHash: state.txHash ?? (event.data.txHash as `0x${string}` | undefined) ?? null,
           }
         : null;
     case 'PaymentSettled':
@@ -100,6 +128,7 @@ export const PAYMENT_EVENT_TYPES: readonly PaymentEvent['type'][] = [
   'PaymentSettled',
   'PaymentSettlementFailed',
   'PaymentReleased',
+  'PaymentAnswerServed',
 ];
 
 /** Folds one recorded event of any type: those that are not payment events leave the state as is. */
@@ -161,7 +190,8 @@ export type PaymentCommand =
   | ({ kind: 'release' } & After<'PaymentReleased'>)
   | ({ kind: 'markPending' } & After<'PaymentSettlementPending'>)
   | ({ kind: 'settle' } & After<'PaymentSettled'>)
-  | ({ kind: 'fail' } & After<'PaymentSettlementFailed'>);
+  | ({ kind: 'fail' } & After<'PaymentSettlementFailed'>)
+  | ({ kind: 'serve' } & After<'PaymentAnswerServed'>);
 
 export class PaymentRuleError extends Error {
   override readonly name = 'PaymentRuleError';
@@ -211,7 +241,10 @@ function decidePayment(command: PaymentCommand, state: PaymentState | null): Pay
   const correlationId = auth.requestId;
   switch (command.kind) {
     case 'release':
-      if (state.status !== 'authorized') refuse(command, state);
+      // A pending payment only while its answer reached no one (the reconciler, once it expired unused).
+      if (state.status !== 'authorized' && !(state.status === 'pending' && !state.served)) {
+        refuse(command, state);
+      }
       return [
         { type: 'PaymentReleased', data: { ...ref, ...(data as After<'PaymentReleased'>) }, correlationId },
       ];
@@ -237,6 +270,21 @@ function decidePayment(command: PaymentCommand, state: PaymentState | null): Pay
       return [
         { type: 'PaymentSettled', data: { ...ref, ...(data as After<'PaymentSettled'>) }, correlationId },
       ];
+    case 'serve': {
+      // Recorded once per payment while it may still be charged (settled, nothing is at stake),
+      // or to keep an answer the log did not hold yet.
+      const charged = state.status === 'pending' || state.status === 'settled';
+      const first = state.status === 'pending' && !state.served;
+      const keeps = charged && command.answer !== undefined && state.answer === null;
+      if (!first && !keeps) return [];
+      return [
+        {
+          type: 'PaymentAnswerServed',
+          data: { ...ref, ...(data as After<'PaymentAnswerServed'>) },
+          correlationId,
+        },
+      ];
+    }
     case 'fail':
       if (state.status === 'settled' || state.status === 'failed') return [];
       if (state.status !== 'pending') refuse(command, state);

@@ -16,14 +16,16 @@ export type OpenPayments = Record<string, PaymentState>;
 
 export const openPaymentsProjection: Projection<OpenPayments> = {
   name: 'open-payments',
-  version: 1,
+  // 2: a payment's state says whether its answer was served (and keeps no answer here).
+  version: 2,
   // An event of another type leaves every payment as it is: the runner passes those over unread.
   eventTypes: PAYMENT_EVENT_TYPES,
   initial: () => ({}),
   evolve(state, event) {
     if (!event.stream.startsWith('payment-')) return state;
     const next = evolveRecorded(state[event.stream] ?? null, event);
-    if (next && isOpen(next)) state[event.stream] = next;
+    // The answer is not reconciliation's business: not held for every open payment.
+    if (next && isOpen(next)) state[event.stream] = next.answer === null ? next : { ...next, answer: null };
     else delete state[event.stream];
     return state;
   },
@@ -225,8 +227,11 @@ export class PaymentReconciler {
       const how = outcome.cancelled
         ? 'the payer cancelled the authorisation'
         : 'the authorisation was used by a transaction that did not pay the agreed transfer';
-      if (state.status === 'authorized') {
-        await record({ kind: 'release', reason: `${how}; nothing was charged` });
+      if (state.status === 'authorized' || !state.served) {
+        await record({
+          kind: 'release',
+          reason: `${how}; nothing was charged${state.status === 'pending' ? ', and its answer reached no one' : ''}`,
+        });
         return 'released';
       }
       await record({
@@ -251,6 +256,20 @@ export class PaymentReconciler {
     }
     // Pending: the settlement was handed off after the answer was kept, so the answer is the payer's.
     if ((await chain.chainTime()) >= BigInt(auth.validBefore)) {
+      if (!state.served) {
+        // Handed off, and the process stopped before anyone had the answer (nor fetched it since):
+        // nothing was charged and nothing was given; the expired authorisation can never charge.
+        await record({
+          kind: 'release',
+          reason:
+            'the authorisation expired before a settlement landed and its answer reached no one: nothing charged, nothing lost',
+        });
+        this.options.logger?.warn(
+          { stream, payer, amount: auth.amount, network: auth.network },
+          'a handed-off payment expired unsettled, its answer never served; released',
+        );
+        return 'released';
+      }
       await record({
         kind: 'fail',
         reason:
@@ -277,7 +296,12 @@ export class PaymentReconciler {
     auth: EventData<'PaymentAuthorized'> & { signature: string },
     previous: string | null,
   ): Promise<'rebroadcast' | 'stillPending'> {
-    const context = { stream: handle.stream, payer: auth.payer, previous };
+    const context = {
+      stream: handle.stream,
+      payer: auth.payer,
+      previous,
+      served: handle.known.state?.served,
+    };
     let settled: SettleResponse;
     try {
       settled = await this.options.resettle!(auth);
@@ -313,7 +337,9 @@ export class PaymentReconciler {
     }
     this.options.logger?.info(
       { ...context, transaction: settled.transaction },
-      'a served payment whose settlement never landed was broadcast again',
+      handle.known.state?.served
+        ? 'a served payment whose settlement never landed was broadcast again'
+        : 'a handed-off payment whose settlement never landed was broadcast again (its answer is kept for the payer, not yet served)',
     );
     return 'rebroadcast';
   }

@@ -21,7 +21,6 @@ import { x402Plugin } from './http/plugin.ts';
 import { PaymentLedger } from './ledger.ts';
 import { createLocalFacilitator, type LocalFacilitator, withDeadline } from './local-facilitator.ts';
 import { mcpPayments } from './mcp.ts';
-import { PaidResponseStore } from './paid-responses.ts';
 import { drainSettlements, type PaymentFlowDeps } from './payment-flow.ts';
 import { Quoter } from './quote.ts';
 import { createQuoteOnlyFacilitator } from './quote-only-facilitator.ts';
@@ -153,7 +152,7 @@ export async function setupX402(
     ops: SignalOperations;
     store: EventStore;
     logger: Logger;
-    /** Where paid answers are kept for X402_PAID_RESPONSE_TTL_MS; without it none are kept. */
+    /** Where the payers' exposure is held (Redis: one sum per payer across replicas). */
     cache?: Cache;
     /** Where the reconciler's open-payments projection keeps snapshots; without it, in memory. */
     projections?: ProjectionStore;
@@ -260,7 +259,6 @@ export async function setupX402(
         : null;
     },
     settlements: new KeyedLock(),
-    responses: deps.cache ? new PaidResponseStore(deps.cache, config.X402_PAID_RESPONSE_TTL_MS) : null,
     submissions: local?.submissions ?? null,
     submitWaitMs: config.X402_SETTLE_CONFIRM_TIMEOUT_MS,
     holdPendingMs: config.X402_RECONCILE_AFTER_MS,

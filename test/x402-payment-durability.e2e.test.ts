@@ -1,0 +1,349 @@
+import { createServer, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { generatePaymentId, PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier';
+import { type Hex, nonceManager } from 'viem';
+import { privateKeyToAccount } from 'viem/accounts';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createMemoryCache } from '../adapters/cache/memory.ts';
+import { MemoryEventStore } from '../adapters/event-store/memory.ts';
+import type { EventStore } from '../adapters/event-store/port.ts';
+import { chainReadersFor } from '../services/payments/chain-reader.ts';
+import { foldPayment, paymentStream } from '../services/payments/payment-state.ts';
+import { PaymentReconciler } from '../services/payments/reconcile.ts';
+import { BASE_USDC, FACILITATOR_KEY, type LocalChain, startLocalChain } from './chain/local-chain.ts';
+import {
+  type AuthorizationFields,
+  authorizationJson,
+  freshAuthorization,
+  fromBase64Json,
+  signAuthorization,
+  startX402Stack,
+  toBase64Json,
+  type X402Stack,
+} from './chain/x402-app.ts';
+
+/**
+ * A paid answer and a payment id outlive the process that served them (restart, kill -9), on
+ * anvil through real HTTP: what the payer paid for is answered again from the log, never with a
+ * fresh quote, and charged once; a payment whose answer reached no one is not booked as a loss.
+ * A restart is a new stack on the same log (its cache, its in-flight state gone); a kill -9 is a
+ * new stack on a copy of the log as it stood at that moment (the old process never writes again).
+ */
+
+const PATH = '/x402/get_market_regime';
+const BODY = { coin: 'BTC', timeframe: '1h' };
+const PRICE = 20_000n;
+const NETWORK = 'eip155:8453';
+
+let chain: LocalChain;
+let accepted: Record<string, unknown>;
+
+beforeAll(async () => {
+  chain = await startLocalChain();
+  const stack = await startX402Stack({}, chain);
+  try {
+    const res = await post(stack, BODY, {});
+    accepted = fromBase64Json<{ accepts: Record<string, unknown>[] }>(res.headers.get('payment-required'))
+      .accepts[0]!;
+  } finally {
+    await stack.stop();
+  }
+});
+afterAll(async () => {
+  await chain?.stop();
+});
+
+function post(on: X402Stack, body: unknown, headers: Record<string, string>) {
+  return fetch(`${on.url}${PATH}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
+}
+
+/** A v2 PAYMENT-SIGNATURE paying `payTo`, optionally under an x402 payment-identifier id. */
+async function paymentHeader(key: Hex, auth: AuthorizationFields, paymentId?: string): Promise<string> {
+  const signature = await signAuthorization(key, auth);
+  return toBase64Json({
+    x402Version: 2,
+    accepted: { ...accepted, payTo: auth.to },
+    payload: { signature, authorization: authorizationJson(auth) },
+    ...(paymentId
+      ? { extensions: { [PAYMENT_IDENTIFIER]: { info: { required: false, id: paymentId } } } }
+      : {}),
+  });
+}
+
+function answerOf(body: Record<string, unknown>): Record<string, unknown> {
+  const { _service: _drop, ...rest } = body;
+  return rest;
+}
+
+/** The same deployment started again on the same log: nothing of the old process survives but the log. */
+function restart(old: X402Stack, store: EventStore = old.store, env: Record<string, string> = {}) {
+  return startX402Stack({ X402_PAY_TO: old.payTo, ...env }, chain, createMemoryCache(), { store });
+}
+
+/** The log as a kill -9 leaves it: every event appended so far, and nothing the old process writes after. */
+async function crashCopy(store: EventStore): Promise<MemoryEventStore> {
+  const copy = new MemoryEventStore();
+  for (const e of await store.readAll({ after: 0, maxCount: 1_000_000 })) {
+    await copy.append(e.stream, [
+      {
+        id: e.id,
+        type: e.type,
+        data: e.data,
+        ...(e.correlationId ? { correlationId: e.correlationId } : {}),
+        ...(e.causationId ? { causationId: e.causationId } : {}),
+      },
+    ]);
+  }
+  return copy;
+}
+
+/** A JSON-RPC relay to anvil that never answers (nor passes on) eth_sendRawTransaction: a settlement held on its way. */
+async function holdingRelay() {
+  const held: ServerResponse[] = [];
+  let onHeld: () => void = () => undefined;
+  const firstHeld = new Promise<void>((resolve) => {
+    onHeld = resolve;
+  });
+  const server = createServer(async (req, res) => {
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const body = Buffer.concat(chunks).toString('utf8');
+    if (body.includes('"eth_sendRawTransaction"')) {
+      held.push(res);
+      onHeld();
+      return;
+    }
+    try {
+      const answer = await fetch(chain.rpcUrl, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body,
+      });
+      res.writeHead(answer.status, { 'content-type': 'application/json' });
+      res.end(await answer.text());
+    } catch {
+      res.writeHead(502).end();
+    }
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    firstHeld,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+function reconcilerOn(stack: X402Stack) {
+  return new PaymentReconciler({
+    store: stack.store,
+    chains: chainReadersFor([{ network: NETWORK, rpcUrl: chain.rpcUrl } as never]),
+    olderThanMs: 0,
+    resettle: stack.x402.resettle,
+  });
+}
+
+async function paymentTypes(store: EventStore, payer: Hex, nonce: Hex): Promise<string[]> {
+  const stream = paymentStream({ network: NETWORK, asset: BASE_USDC, payer, nonce });
+  return (await store.readStream(stream)).map((e) => e.type);
+}
+
+/**
+ * A paid call whose settlement is held at the RPC (the process handed it off: answer kept, send
+ * under way), then the process killed: the log as it stood then, on a new stack reading the chain
+ * directly. The request that never got its answer is left hanging on the old stack.
+ */
+async function killedWhileSending(validFor = 120n) {
+  const relay = await holdingRelay();
+  const old = await startX402Stack(
+    { X402_RPC_URL: relay.url, X402_SETTLE_CONFIRM_TIMEOUT_MS: '3000' },
+    chain,
+  );
+  const payer = await chain.fundedPayer(100_000n);
+  const auth = freshAuthorization(old.payTo, payer.address, PRICE, {
+    validBefore: BigInt(Math.floor(Date.now() / 1000)) + validFor,
+  });
+  const header = await paymentHeader(payer.key, auth);
+  const lost = post(old, BODY, { 'payment-signature': header }).catch(() => null);
+  await relay.firstHeld;
+  const store = await crashCopy(old.store);
+  // A new process numbers its transactions from the chain again (the held one never reached it).
+  nonceManager.reset({ address: privateKeyToAccount(FACILITATOR_KEY).address, chainId: 8453 });
+  const next = await restart(old, store);
+  return {
+    payer,
+    auth,
+    header,
+    next,
+    async cleanup() {
+      await next.stop();
+      await relay.close();
+      await lost;
+      await old.stop();
+    },
+  };
+}
+
+describe('a restart changes nothing for a payment already made', () => {
+  it('a new authorisation under a payment id already paid gets the first answer after a restart, charged once', async () => {
+    const first = await startX402Stack({}, chain);
+    const payer = await chain.fundedPayer(100_000n);
+    const id = generatePaymentId('pay_');
+    let served: Record<string, unknown>;
+    try {
+      const res = await post(first, BODY, {
+        'payment-signature': await paymentHeader(
+          payer.key,
+          freshAuthorization(first.payTo, payer.address, PRICE),
+          id,
+        ),
+      });
+      expect(res.status).toBe(200);
+      served = answerOf((await res.json()) as Record<string, unknown>);
+      await first.x402.settled();
+    } finally {
+      await first.stop();
+    }
+
+    const second = await restart(first);
+    try {
+      const retryAuth = freshAuthorization(first.payTo, payer.address, PRICE);
+      const retry = await post(second, BODY, {
+        'payment-signature': await paymentHeader(payer.key, retryAuth, id),
+      });
+      expect(retry.status).toBe(200);
+      expect(retry.headers.get('x-payment-replayed')).toBe('true');
+      expect(answerOf((await retry.json()) as Record<string, unknown>)).toEqual(served);
+      await second.x402.settled();
+      expect(await chain.authorizationState(payer.address, retryAuth.nonce)).toBe(false);
+      expect(await paymentTypes(second.store, payer.address, retryAuth.nonce)).toEqual([]);
+      expect(await chain.balanceOf(payer.address)).toBe(100_000n - PRICE);
+
+      // Another request under the same id: a conflict, nothing served or charged.
+      const otherAuth = freshAuthorization(first.payTo, payer.address, PRICE);
+      const other = await post(
+        second,
+        { coin: 'ETH', timeframe: '1h' },
+        { 'payment-signature': await paymentHeader(payer.key, otherAuth, id) },
+      );
+      expect(other.status).toBe(409);
+      expect(await other.json()).toMatchObject({ code: 'payment_identifier_conflict' });
+      expect(await chain.balanceOf(payer.address)).toBe(100_000n - PRICE);
+    } finally {
+      await second.stop();
+    }
+  });
+
+  it('the same payment presented after a kill -9 that followed its answer gets that answer back, not a quote', async () => {
+    const first = await startX402Stack({}, chain);
+    const payer = await chain.fundedPayer(100_000n);
+    const header = await paymentHeader(payer.key, freshAuthorization(first.payTo, payer.address, PRICE));
+    let served: Record<string, unknown>;
+    let store: EventStore;
+    try {
+      const res = await post(first, BODY, { 'payment-signature': header });
+      expect(res.status).toBe(200);
+      served = answerOf((await res.json()) as Record<string, unknown>);
+      store = await crashCopy(first.store);
+    } finally {
+      await first.stop();
+    }
+    const second = await restart(first, store);
+    try {
+      await reconcilerOn(second).runOnce();
+      const again = await post(second, BODY, { 'payment-signature': header });
+      expect(again.status).toBe(200);
+      expect(again.headers.get('x-payment-replayed')).toBe('true');
+      expect(answerOf((await again.json()) as Record<string, unknown>)).toEqual(served);
+      expect(await chain.balanceOf(payer.address)).toBe(100_000n - PRICE);
+    } finally {
+      await second.stop();
+    }
+  });
+});
+
+describe('a kill -9 between the answer and the settlement', () => {
+  it('killed while sending: the reconciler settles it, and the payment presented again gets the answer it paid for', async () => {
+    const killed = await killedWhileSending();
+    try {
+      const { payer, auth, header, next } = killed;
+      expect(await reconcilerOn(next).runOnce()).toMatchObject({ rebroadcast: 1 });
+      expect(await chain.balanceOf(payer.address)).toBe(100_000n - PRICE);
+      const again = await post(next, BODY, { 'payment-signature': header });
+      expect(again.status).toBe(200);
+      expect(again.headers.get('x-payment-replayed')).toBe('true');
+      const body = (await again.json()) as { regime?: unknown; _service: { payment: { status: string } } };
+      expect(body.regime).toBeDefined();
+      expect(body._service.payment.status).toBe('settled');
+      // Settled before it was presented again: nothing more to record.
+      expect(await paymentTypes(next.store, payer.address, auth.nonce)).toEqual([
+        'PaymentAuthorized',
+        'PaymentSettlementPending',
+        'PaymentSettled',
+      ]);
+      expect(await chain.balanceOf(payer.address)).toBe(100_000n - PRICE);
+    } finally {
+      await killed.cleanup();
+    }
+  });
+
+  it('the transaction the payer was told is on the record when the process dies before its receipt', async () => {
+    const first = await startX402Stack({}, chain);
+    const payer = await chain.fundedPayer(100_000n);
+    const auth = freshAuthorization(first.payTo, payer.address, PRICE);
+    await chain.testClient.setAutomine(false);
+    let told: string;
+    let store: EventStore;
+    try {
+      const res = await post(first, BODY, { 'payment-signature': await paymentHeader(payer.key, auth) });
+      expect(res.status).toBe(200);
+      told = fromBase64Json<{ transaction: string }>(res.headers.get('payment-response')).transaction;
+      expect(told).toMatch(/^0x[0-9a-f]{64}$/);
+      store = await crashCopy(first.store);
+    } finally {
+      await chain.testClient.setAutomine(true);
+      await chain.testClient.mine({ blocks: 1 });
+      await first.stop();
+    }
+    const stream = paymentStream({
+      network: NETWORK,
+      asset: BASE_USDC,
+      payer: payer.address,
+      nonce: auth.nonce,
+    });
+    const state = foldPayment(await store.readStream(stream));
+    expect(state).toMatchObject({ status: 'pending', txHash: told, served: true });
+  });
+
+  // Last: it moves the chain's clock past the authorisation's expiry.
+  it('killed while sending and down past validBefore: released (nothing charged, nothing lost), not the seller’s loss', async () => {
+    const killed = await killedWhileSending(30n);
+    try {
+      const { payer, auth, next } = killed;
+      await chain.testClient.increaseTime({ seconds: 300 });
+      await chain.testClient.mine({ blocks: 1 });
+      expect(await reconcilerOn(next).runOnce()).toMatchObject({ released: 1, lost: 0, rebroadcast: 0 });
+      const stream = paymentStream({
+        network: NETWORK,
+        asset: BASE_USDC,
+        payer: payer.address,
+        nonce: auth.nonce,
+      });
+      const events = await next.store.readStream(stream);
+      expect(events.at(-1)).toMatchObject({
+        type: 'PaymentReleased',
+        data: { reason: expect.stringContaining('its answer reached no one') },
+      });
+      expect(await chain.balanceOf(payer.address)).toBe(100_000n);
+    } finally {
+      await killed.cleanup();
+    }
+  });
+});

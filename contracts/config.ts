@@ -307,7 +307,10 @@ export const ConfigSchema = z
     /** An unfinished payment older than this is reconciled against the chain; checked at this interval. */
     X402_RECONCILE_AFTER_MS: positiveInt.default(300_000),
     X402_RECONCILE_INTERVAL_MS: positiveInt.default(60_000),
-    /** How long each paid answer is kept so the payer can get it again with the same payment (24 h). */
+    /**
+     * How long /.well-known/x402 promises a paid answer can be fetched again with the same payment
+     * (24 h); the answer is kept with the payment in the event log, which holds it longer.
+     */
     X402_PAID_RESPONSE_TTL_MS: positiveInt.default(86_400_000),
     /** Optional second rail, advertised only when network and asset are both set. */
     X402_EXTRA_NETWORK: caip2.optional(),

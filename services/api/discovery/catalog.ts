@@ -58,7 +58,8 @@ export function paymentPolicy(retentionMs: number) {
       receipt:
         '_service.payment and PAYMENT-RESPONSE carry the settlement transaction (status pending until confirmed)',
       receiptLookup:
-        'present the same payment (or payment-identifier id) again to get the answer and its current receipt',
+        'present the same payment (or payment-identifier id) again to get the answer and its current receipt; ' +
+        'while its first request is still running, the duplicate waits for that answer (or gets 409 payment_in_use, retryable, no quote)',
     },
     charging: {
       chargedOnlyOnSuccess: true,
@@ -74,14 +75,18 @@ export function paymentPolicy(retentionMs: number) {
     idempotency: {
       paymentIdentifierExtension: PAYMENT_IDENTIFIER,
       samePaymentReturnsStoredResponse: true,
+      /** At least this long: the answer is kept with the payment's record in the event log. */
       storedResponseSeconds: Math.floor(retentionMs / 1000),
-      storedEncrypted: true,
+      storedWith:
+        "the payment's record in the event log, written before the settlement is sent, so a restart or crash loses no paid answer",
+      storedEncrypted: false,
       conflictStatus: 409,
       conflictCodes: ['payment_identifier_conflict', 'payment_already_used'],
     },
     refunds: {
       policy:
-        'none issued: a call that fails is never charged, and a paid answer can always be fetched again',
+        'none issued: a call that fails is never charged, and a paid answer can always be fetched again ' +
+        '(the same payment or payment id presented again is answered with it, never with a new quote)',
       contact: null,
     },
   };

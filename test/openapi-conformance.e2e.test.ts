@@ -503,10 +503,17 @@ describe('the OpenAPI document describes every real answer', () => {
     await conform({ method: 'GET', template, path: `${template}?format=xml`, status: 400 });
     await conform({ method: 'GET', template, path: `${template}?coin=BTC&coin=ETH`, status: 400 });
     await conform({ method: 'GET', template, path: `${template}?colour=red`, status: 400 });
-    // The enums take the document's values exactly, every one alike.
+    // exchange and call are read in any case (as the route's description says); timeframe exactly.
+    await conform({ method: 'GET', template, path: `${template}?call=buy&limit=1`, status: 200 });
+    await conform({
+      method: 'GET',
+      template,
+      path: `${template}?exchange=binance_spot&limit=1`,
+      status: 200,
+    });
     for (const [query, code] of [
-      ['call=buy', 'INVALID_CALL'],
-      ['exchange=binance_spot', 'INVALID_EXCHANGE'],
+      ['call=maybe', 'INVALID_CALL'],
+      ['exchange=nowhere', 'INVALID_EXCHANGE'],
       ['timeframe=15M', 'INVALID_TIMEFRAME'],
     ]) {
       const refused = await conform({ method: 'GET', template, path: `${template}?${query}`, status: 400 });

@@ -280,10 +280,10 @@ describe('npm run history', () => {
     expect((await runHistoryCommand(['verify', out], deps())).includes('"ok": true')).toBe(true);
   });
 
-  it("reads the filters by the route's own rules from the store and the service alike: listed values exactly, a coin in either case", async () => {
+  it("reads the filters by the route's own rules from the store and the service alike: coin, exchange and call in any case, timeframe exactly", async () => {
     const fromStore = join(dir, 'filters-store.ndjson');
     const fromUrl = join(dir, 'filters-url.ndjson');
-    const filters = ['--coin', 'eth', '--exchange', 'BINANCE', '--timeframe', '1h', '--call', 'HOLD'];
+    const filters = ['--coin', 'eth', '--exchange', 'binance', '--timeframe', '1h', '--call', 'hold'];
     await runHistoryCommand(['export', '--store', '--out', fromStore, ...filters], deps());
     await runHistoryCommand(
       ['export', '--url', server.url, '--key', key, '--out', fromUrl, ...filters],
@@ -300,8 +300,8 @@ describe('npm run history', () => {
     // A value the route refuses is refused before either source is read, naming the option.
     for (const source of [['--store'], ['--url', server.url, '--key', key]]) {
       for (const [option, value] of [
-        ['--call', 'hold'],
-        ['--exchange', 'binance'],
+        ['--call', 'maybe'],
+        ['--exchange', 'nowhere'],
         ['--timeframe', '1H'],
         ['--from', 'yesterday'],
       ] as const) {

@@ -109,6 +109,8 @@ function issue(ctx: Ctx, code: ErrorCode, message: string, path?: string): void 
   ctx.addIssue({ code: 'custom', message, params: { code }, ...(path ? { path: [path] } : {}) });
 }
 
+const upper = (value: unknown) => (typeof value === 'string' ? value.toUpperCase() : value);
+
 /** A time parameter (parseTime's forms), as a number of milliseconds. */
 const time = (name: string) =>
   queryOnce(
@@ -132,16 +134,21 @@ const decimal = (pattern: RegExp) => (value: unknown) =>
 /** GET /api/verdicts: the filters, the cursor, the page, the wait and the format, typed and bounded. */
 export const HistoryQuerySchema = z
   .strictObject({
-    // The enums take their listed values exactly, case included, as the document lists them: one
-    // rule for exchange, timeframe (where 1m is not 1M), call and format.
+    // exchange and call are read in any case (integrators send call=buy; the listed spelling is
+    // upper case, which the document gives), timeframe and format exactly (1m is not 1M).
     exchange: queryOnce(
-      z.enum(Exchange.options, { error: `exchange must be one of ${Exchange.options.join(', ')}` }),
+      z.preprocess(
+        upper,
+        z.enum(Exchange.options, { error: `exchange must be one of ${Exchange.options.join(', ')}` }),
+      ),
     ).optional(),
     coin: queryOnce(Coin.describe('A coin symbol')).optional(),
     timeframe: queryOnce(
       z.enum(Timeframe.options, { error: `timeframe must be one of ${Timeframe.options.join(', ')}` }),
     ).optional(),
-    call: queryOnce(z.enum(Call.options, { error: 'call must be one of BUY, SELL, HOLD' })).optional(),
+    call: queryOnce(
+      z.preprocess(upper, z.enum(Call.options, { error: 'call must be one of BUY, SELL, HOLD' })),
+    ).optional(),
     from: time('from'),
     to: time('to'),
     after: queryOnce(

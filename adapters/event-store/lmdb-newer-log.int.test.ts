@@ -16,6 +16,7 @@ import {
   NewerLogError,
   openIdIndex,
   storedTypeCode,
+  TYPE_NAMES,
 } from './lmdb-codec.ts';
 
 const run = promisify(execFile);
@@ -34,7 +35,21 @@ const NEWER = KNOWN_TYPE_CODES + 1;
  * the event under type code NEWER, its stream and id entries, and (`record`) the log's record of
  * the highest code, which a build with this one's append writes in the same transaction.
  */
-async function appendNewerEvent(path: string, record: boolean): Promise<void> {
+function appendNewerEvent(path: string, record: boolean): Promise<void> {
+  return appendRaw(path, 'newer-stream', storedTypeCode(NEWER), { added: 'by a newer version' }, record);
+}
+
+/**
+ * Appends at the head an event whose type is stored as `type` (a code's stored form, or a name as
+ * text), with its stream and id entries, and (`record`) NEWER as the log's highest code.
+ */
+async function appendRaw(
+  path: string,
+  stream: string,
+  type: unknown,
+  data: Record<string, unknown>,
+  record: boolean,
+): Promise<void> {
   const env = open({ path, noSubdir: false, maxDbs: 16, overlappingSync: false, remapChunks: true });
   try {
     const events = env.openDB<unknown, number>({ name: 'events', ...EVENT_ENCODING });
@@ -47,16 +62,16 @@ async function appendNewerEvent(path: string, record: boolean): Promise<void> {
       const stored = encodeStoredEvent({
         id,
         type: 'ReplayClockAnchored',
-        stream: 'newer-stream',
+        stream,
         revision: 0,
         position: head + 1,
         recordedAt: new Date().toISOString(),
         correlationId: id,
         causationId: null,
-        data: { added: 'by a newer version' },
+        data,
       });
-      events.putSync(head + 1, { ...stored, type: storedTypeCode(NEWER) });
-      streams.putSync(['newer-stream', 0], head + 1);
+      events.putSync(head + 1, { ...stored, type });
+      streams.putSync([stream, 0], head + 1);
       ids.putSync(id, head + 1);
       if (record) ids.recordTypeCode(NEWER);
     });
@@ -94,11 +109,51 @@ describe('a log written by a newer version (an event type code this build does n
     await store.append(uniqueStream('b'), [event('QuotaDebited', {})]);
     expect(store.typeCode()).toBe(17);
     await store.append(uniqueStream('c'), [event('RiskShifted', {})]);
+    expect(store.typeCode()).toBe(27);
+    // Stored as text before they had codes (and so recorded nothing): coded now.
+    await store.append(uniqueStream('d'), [event('DeliveryQueued', {})]);
+    expect(store.typeCode()).toBe(28);
+    await store.append(uniqueStream('e'), [event('HistoryAnchored', {})]);
+    expect(store.typeCode()).toBe(29);
+    await store.append(uniqueStream('f'), [event(TYPE_NAMES[KNOWN_TYPE_CODES - 1]!, {})]);
     expect(store.typeCode()).toBe(KNOWN_TYPE_CODES);
     await store.close();
     const again = await openLmdbEventStore({ path });
     expect(again.typeCode()).toBe(KNOWN_TYPE_CODES);
     await again.close();
+  });
+
+  it('events an older build stored with their type as text (DeliveryQueued, HistoryAnchored) read back by name, the log not refused', async () => {
+    const path = join(freshDataDir(), 'events');
+    const store = await openLmdbEventStore({ path });
+    await store.append(uniqueStream('old'), [event('ApiKeyIssued', { n: 1 })]);
+    await store.close();
+    // What a build before their codes wrote: the name itself, no record.
+    const queued = { deliveryId: 'd-1', n: 2 };
+    const anchored = { txHash: `0x${'ab'.repeat(32)}`, n: 3 };
+    await appendRaw(path, 'delivery-old', 'DeliveryQueued', queued, false);
+    await appendRaw(path, 'anchor-old', 'HistoryAnchored', anchored, false);
+    const again = await openLmdbEventStore({ path });
+    try {
+      expect(again.typeCode()).toBe(17);
+      const read = await again.readAll();
+      expect(read.map((e) => [e.type, e.stream, e.data])).toEqual([
+        ['ApiKeyIssued', expect.any(String), { n: 1 }],
+        ['DeliveryQueued', 'delivery-old', queued],
+        ['HistoryAnchored', 'anchor-old', anchored],
+      ]);
+      // Appended now, the same types take their codes, and both forms read back alike.
+      await again.append(uniqueStream('new'), [event('DeliveryQueued', { n: 4 })]);
+      expect(again.typeCode()).toBe(28);
+      expect((await again.readAll()).map((e) => e.type)).toEqual([
+        'ApiKeyIssued',
+        'DeliveryQueued',
+        'HistoryAnchored',
+        'DeliveryQueued',
+      ]);
+    } finally {
+      await again.close();
+    }
   });
 
   it('is refused when the store opens, wherever the event lies, naming the code and what to do', async () => {

@@ -1,7 +1,9 @@
 /**
  * Per-endpoint circuit breakers for endpoints that accept the connection (even complete TLS) and
- * never answer. Each such request holds one of the endpoint's slots for the whole timeout, so
- * without a breaker its deliveries queue behind each other for hours. After `threshold` timeouts
+ * never answer. An endpoint is an API key's origin (EndpointQueues.keyOf): one key's dead path on
+ * a host opens no breaker for another key's subscriptions there. Each such request holds one of
+ * the endpoint's slots for the whole timeout, so without a breaker its deliveries queue behind
+ * each other for hours. After `threshold` timeouts
  * in a row the breaker opens: nothing is sent to the endpoint, and its deliveries are recorded
  * as failed with their next retry; after the next delay of the retry schedule one probe is let
  * through (half-open). An answer of any kind closes the breaker; another timeout re-opens it for

@@ -35,6 +35,7 @@ function parts(
   overrides?: Partial<WebhookSettings>,
   shared?: ProjectionRunner<WebhookState>,
   registry?: Registry,
+  role: 'dispatcher' | 'api' = 'api',
 ) {
   const settings = { ...webhookSettings(config), ...overrides };
   const secrets = secretBoxFromConfig(config);
@@ -52,7 +53,12 @@ function parts(
   const agent: Agent = guardedAgent({
     addresses: settings.urlPolicy.addresses,
     connectTimeoutMs: settings.connectTimeoutMs,
-    connectionsPerOrigin: settings.endpointConcurrency,
+    // The dispatcher's connections to a host are bounded by its slots, WEBHOOK_ENDPOINT_CONCURRENCY
+    // per API key there (EndpointQueues.keyOf): a pool of that size per origin would be shared by
+    // every key on the host, and one key's hung requests would hold the others' behind them. 0 is
+    // undici's unbounded pool (`connections || null`). The api role's agent (test sends and
+    // resends) keeps the per-origin bound.
+    connectionsPerOrigin: role === 'dispatcher' ? 0 : settings.endpointConcurrency,
     ...(settings.urlPolicy.resolve ? { resolve: settings.urlPolicy.resolve } : {}),
     ...(settings.tls ? { tls: settings.tls } : {}),
   });
@@ -126,6 +132,7 @@ export function dispatcherComponent(deps: {
     deps.settings,
     deps.runner,
     deps.registry,
+    'dispatcher',
   );
   const ownVerdicts = deps.verdicts
     ? null

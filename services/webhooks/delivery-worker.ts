@@ -361,7 +361,7 @@ export class DeliveryWorker {
      */
     queuedAttempt?: boolean;
   }): Promise<DeliveryJob | null> {
-    const admission = this.admit(input.subscription.url);
+    const admission = this.admit(input.subscription);
     const { endpoint, slot, claimNow } = admission;
     const job = (revision: number, claimed: boolean, leased = false): DeliveryJob =>
       this.jobOf(
@@ -490,7 +490,7 @@ export class DeliveryWorker {
     // A fresh append lands past every position folded here and past the log's head when this
     // process started; the original of a repeated one may not.
     const known = Math.max(this.deps.runner.checkpoint, this.headAtStart);
-    const admission = this.admit(input.subscription.url);
+    const admission = this.admit(input.subscription);
     const { endpoint, slot, claimNow } = admission;
     const claimId = newEventId();
     // The attempt as the decider records it, with the sequence event's own fields: one object
@@ -573,8 +573,8 @@ export class DeliveryWorker {
    * without queueing it (claimed, and recorded held); a free endpoint slot, taken here, sends it
    * now (claimed); otherwise it is queued. A caller whose append fails releases the slot.
    */
-  private admit(url: string): Admission {
-    const endpoint = EndpointQueues.keyOf(url);
+  private admit(subscription: SubscriptionRecord): Admission {
+    const endpoint = EndpointQueues.keyOf(subscription);
     const queuedAt = Date.now();
     const open = this.breakers.peek(endpoint, queuedAt) !== null;
     const slot = !open && this.queues.acquire(endpoint);
@@ -681,7 +681,7 @@ export class DeliveryWorker {
     reject: (err: unknown) => void,
   ): void {
     let job = submitted;
-    const endpoint = EndpointQueues.keyOf(job.subscription.url);
+    const endpoint = EndpointQueues.keyOf(job.subscription);
     const open = this.breakers.peek(endpoint, Date.now());
     // Claimed without a slot: its breaker was open when it was claimed. It is never queued
     // claimed (a claim waiting in the queue would pass for a stuck one): it runs now or is held.
@@ -854,7 +854,7 @@ export class DeliveryWorker {
     // ignores it; never retried on the schedule (no next attempt): a re-enable sends it (the
     // dispatcher's retry scan finds it once the subscription is active again).
     if (current.status !== 'active') return { result: held(SUBSCRIPTION_DISABLED), record: true };
-    const endpoint = EndpointQueues.keyOf(current.url);
+    const endpoint = EndpointQueues.keyOf(current);
     const decision = this.breakers.decide(endpoint, Date.now());
     // Opened while this one waited in the queue.
     if (decision.kind === 'open') {
@@ -876,7 +876,12 @@ export class DeliveryWorker {
     this.breakers.record(endpoint, isTimeout(result), Date.now());
     if (decision.kind === 'probe' || isTimeout(result)) {
       this.logger.info(
-        { endpoint, probe: decision.kind === 'probe', breaker: this.breakers.state(endpoint) },
+        {
+          endpoint: EndpointQueues.originOf(current.url),
+          keyId: current.keyId,
+          probe: decision.kind === 'probe',
+          breaker: this.breakers.state(endpoint),
+        },
         isTimeout(result) ? 'endpoint timed out' : 'breaker probe answered',
       );
     }

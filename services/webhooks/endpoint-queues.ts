@@ -41,8 +41,9 @@ function takeNext(queue: Queue): Task | undefined {
 }
 
 /**
- * One queue per endpoint with its own concurrency limit, so a slow or dead endpoint only ever
- * holds its own slots: every other endpoint's deliveries start at once.
+ * One queue per endpoint (an API key's origin, see `keyOf`) with its own concurrency limit, so a
+ * slow or dead endpoint only ever holds its own slots: every other endpoint's deliveries, another
+ * key's on the same host included, start at once.
  */
 export class EndpointQueues {
   private readonly queues = new Map<string, Queue>();
@@ -56,8 +57,19 @@ export class EndpointQueues {
     private readonly prepareAhead = 0,
   ) {}
 
-  /** The endpoint an URL belongs to: its origin (scheme, host, port). */
-  static keyOf(url: string): string {
+  /**
+   * The endpoint a subscription's deliveries go to: its URL's origin (scheme, host, port) as seen
+   * by its API key. Another key's subscriptions on the same origin are another endpoint, with
+   * slots, queue and breaker of their own: a tenant's slow or dead path on a shared host holds only
+   * that tenant's deliveries there, never another's.
+   */
+  static keyOf(sub: { keyId: string; url: string }): string {
+    // An origin has no space in it, so the pair reads back unambiguously.
+    return `${sub.keyId} ${EndpointQueues.originOf(sub.url)}`;
+  }
+
+  /** A URL's origin (scheme, host, port). */
+  static originOf(url: string): string {
     // Asked twice per delivery, of the few URLs subscriptions have: parsing each time showed up in
     // the dispatcher's profile.
     let origin = origins.get(url);

@@ -88,7 +88,7 @@ export function webhookMetrics(registry: Registry, sources: () => DeliverySource
   });
   countGauge(
     'webhook_endpoints',
-    'Endpoints with a circuit breaker that is not closed, by state',
+    "Endpoints (an API key's origin: each key's subscriptions on a host have their own breaker) with a circuit breaker that is not closed, by state",
     'breaker_state',
     (s) => {
       const { closed: _closed, ...open } = s.endpoints();

@@ -1,0 +1,164 @@
+import { Registry } from 'prom-client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { appendVerdict, startWebhookStack, type WebhookStack } from '../../test/webhooks-harness.ts';
+import { type Receiver, selfSignedCert, startReceiver } from '../../test/webhooks-receiver.ts';
+
+const tls = selfSignedCert();
+
+interface Attempt {
+  attempt: number | null;
+  outcome: string;
+  error: string | null;
+}
+interface Delivery {
+  status: string;
+  attempts: Attempt[];
+}
+
+/**
+ * Two API keys with subscriptions on one origin (one HTTPS receiver, a path each): tenant B's path
+ * never answers, tenant A's answers at once. The receiver tells them apart by the coin each
+ * subscription takes.
+ */
+async function twoTenants(stack: WebhookStack, receiver: Receiver, coins: { a: string; b: string }) {
+  receiver.behave = (request) => (request.body.includes(`"${coins.b}"`) ? 'hang' : { status: 200 });
+  const a = await stack.issue('tenant-a');
+  const b = await stack.issue('tenant-b');
+  const origin = new URL(receiver.url).origin;
+  const subA = await stack.request('POST', '/api/webhooks', a, {
+    url: `${origin}/tenant-a/hook`,
+    events: ['trade_call'],
+    assets: [coins.a],
+  });
+  const subB = await stack.request('POST', '/api/webhooks', b, {
+    url: `${origin}/tenant-b/dead`,
+    events: ['trade_call'],
+    assets: [coins.b],
+  });
+  expect([subA.status, subB.status]).toEqual([201, 201]);
+  const deliveries = async (key: string, id: string): Promise<Delivery[]> =>
+    (await stack.request('GET', `/api/webhooks/${id}/deliveries`, key)).body.deliveries;
+  return {
+    a: () => deliveries(a, subA.body.id),
+    b: () => deliveries(b, subB.body.id),
+  };
+}
+
+/** Waits for a condition on the delivery log (only a condition that never comes ends it: load 10-30). */
+async function until(read: () => Promise<Delivery[]>, done: (d: Delivery[]) => boolean): Promise<Delivery[]> {
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    const now = await read();
+    if (done(now)) return now;
+    if (Date.now() > deadline) throw new Error(JSON.stringify(now));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/** A delivery's latest attempt (`pending`: in flight, or queued). */
+const latest = (d: Delivery) => d.attempts[d.attempts.length - 1]!;
+/** Every one of `n` deliveries has its latest attempt's outcome in. */
+const settled = (n: number) => (d: Delivery[]) =>
+  d.length === n && d.every((x) => x.attempts.length > 0 && latest(x).outcome !== 'pending');
+
+describe('another key on the same origin', () => {
+  describe('with a request hung in its only slot', () => {
+    let stack: WebhookStack;
+    let receiver: Receiver;
+
+    beforeAll(async () => {
+      stack = await startWebhookStack({
+        bus: 'memory',
+        env: {
+          WEBHOOK_ENDPOINT_CONCURRENCY: '1',
+          WEBHOOK_TIMEOUT_MS: '20000',
+          WEBHOOK_STUCK_AFTER_MS: '60000',
+          WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: '100',
+        },
+        settings: { tls: { ca: tls.cert } },
+      });
+      receiver = await startReceiver(tls);
+    });
+    afterAll(async () => {
+      // The receiver first: its sockets end the hung request, so the dispatcher stops at once.
+      await receiver?.close();
+      await stack?.close();
+    });
+
+    it("does not hold this key's deliveries behind it", async () => {
+      const log = await twoTenants(stack, receiver, { a: 'SLOTA', b: 'SLOTB' });
+      await appendVerdict(stack.store, { coin: 'SLOTB', call: 'BUY', confidence: 70 });
+      // B's request is at the receiver, unanswered: it holds B's one slot (and a connection).
+      await receiver.waitFor(1);
+      for (let i = 0; i < 3; i++)
+        await appendVerdict(stack.store, { coin: 'SLOTA', call: 'BUY', confidence: 60 + i });
+      const a = await until(log.a, settled(3));
+      expect(a.map((d) => d.status)).toEqual(['succeeded', 'succeeded', 'succeeded']);
+      // Delivered while B's request was still hung: its one delivery has no outcome yet. Sharing the
+      // origin's slot (or its connection pool), A's would have waited for B's timeout.
+      const b = await log.b();
+      expect(b).toHaveLength(1);
+      expect(b[0]!.attempts.map((x) => [x.attempt, x.outcome])).toEqual([[1, 'pending']]);
+      expect(receiver.received.filter((r) => r.body.includes('"SLOTA"'))).toHaveLength(3);
+    });
+  });
+
+  describe('whose breaker is open', () => {
+    const registry = new Registry();
+    const metric = async (name: string, labels: string) => {
+      const line = (await registry.metrics()).split('\n').find((l) => l.startsWith(`${name}{${labels}}`));
+      return line === undefined ? null : Number(line.split(' ').at(-1));
+    };
+    let stack: WebhookStack;
+    let receiver: Receiver;
+
+    beforeAll(async () => {
+      stack = await startWebhookStack({
+        bus: 'memory',
+        env: {
+          WEBHOOK_ENDPOINT_CONCURRENCY: '1',
+          WEBHOOK_TIMEOUT_MS: '300',
+          WEBHOOK_BREAKER_TIMEOUTS: '1',
+          // The probe only after a minute: B's breaker stays open for the whole test.
+          WEBHOOK_RETRY_SCHEDULE: '0,60000',
+          WEBHOOK_DISABLE_AFTER_FAILED_DELIVERIES: '100',
+        },
+        settings: { tls: { ca: tls.cert } },
+        registry,
+      });
+      receiver = await startReceiver(tls);
+    });
+    afterAll(async () => {
+      await receiver?.close();
+      await stack?.close();
+    });
+
+    it("holds only that key's deliveries: this key's are sent", async () => {
+      const log = await twoTenants(stack, receiver, { a: 'BRKA', b: 'BRKB' });
+      await appendVerdict(stack.store, { coin: 'BRKB', call: 'BUY', confidence: 70 });
+      // One timeout opens B's breaker; B's next delivery is held by it.
+      await until(log.b, (d) => settled(1)(d) && /^timeout/.test(latest(d[0]!).error ?? ''));
+      await appendVerdict(stack.store, { coin: 'BRKB', call: 'BUY', confidence: 71 });
+      await until(log.b, (d) => d.length === 2 && d.some((x) => latest(x).outcome === 'held'));
+
+      for (let i = 0; i < 3; i++)
+        await appendVerdict(stack.store, { coin: 'BRKA', call: 'BUY', confidence: 60 + i });
+      const a = await until(log.a, settled(3));
+      // Sent and answered, none held by B's breaker (one origin's shared breaker held them all).
+      expect(a.map((d) => latest(d).outcome)).toEqual(['succeeded', 'succeeded', 'succeeded']);
+      expect(a.every((d) => latest(d).attempt === 1)).toBe(true);
+      expect(receiver.received.filter((r) => r.body.includes('"BRKA"'))).toHaveLength(3);
+
+      // A's answers closed nothing of B's: its breaker is still open, and holds B's next one.
+      await appendVerdict(stack.store, { coin: 'BRKB', call: 'BUY', confidence: 72 });
+      const b = await until(log.b, settled(3));
+      const held = b.map(latest).filter((x) => x.outcome === 'held');
+      expect(held).toHaveLength(2);
+      expect(held.every((x) => /circuit open/.test(x.error ?? '') && x.attempt === null)).toBe(true);
+      // One receiver request of B's: its first, timed out; nothing since.
+      expect(receiver.received.filter((r) => r.body.includes('"BRKB"'))).toHaveLength(1);
+      // One endpoint open: B's on the origin; A's there is closed.
+      expect(await metric('webhook_endpoints', 'breaker_state="open"')).toBe(1);
+    });
+  });
+});

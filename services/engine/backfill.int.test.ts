@@ -21,13 +21,23 @@ const BINANCE_SPOT = 'https://api.binance.com/api/v3';
 const H = 3_600_000;
 const MARKET = { exchange: 'BINANCE_SPOT', coin: 'BTC', timeframe: '1h' } as const;
 
-function venue(candles: Candle[]): FetchImplementation {
+/** The venue's 24 h ticker list (the ranking the scheduler's top N comes from): its reads, and down or not. */
+interface Tickers {
+  reads: number;
+  down: boolean;
+}
+
+function venue(candles: Candle[], tickers: Tickers = { reads: 0, down: false }): FetchImplementation {
   const recorded = fixtureFetch([
     { method: 'GET', url: `${BINANCE_SPOT}/exchangeInfo`, reply: 'binance-spot/exchangeInfo.json' },
     { method: 'GET', url: `${BINANCE_SPOT}/ticker/24hr`, reply: 'binance-spot/ticker-24hr.json' },
   ]).fetch;
   return async (rawUrl, init) => {
     const url = new URL(rawUrl);
+    if (`${url.origin}${url.pathname}` === `${BINANCE_SPOT}/ticker/24hr`) {
+      tickers.reads += 1;
+      if (tickers.down) return new Response('{"code":-1003,"msg":"down"}', { status: 503 });
+    }
     if (`${url.origin}${url.pathname}` !== `${BINANCE_SPOT}/klines`) return recorded(rawUrl, init);
     const start = Number(url.searchParams.get('startTime') ?? 0);
     const limit = Number(url.searchParams.get('limit') ?? 500);
@@ -68,14 +78,16 @@ async function restartable(start: number) {
   const candles = await readCandleFile(join(SHIPPED_MARKET_DIR, 'candles/binance-spot/BTCUSDT-1h.csv.gz'));
   const store = new MemoryEventStore();
   const clock = { now: start };
+  const tickers: Tickers = { reads: 0, down: false };
   return {
     store,
     clock,
+    tickers,
     open(options: Pick<SignalEngineOptions, 'schedule'> = {}) {
       const feed = new LiveFeed({
         exchanges: ['BINANCE_SPOT'],
         now: () => clock.now,
-        fetchImplementation: venue(candles),
+        fetchImplementation: venue(candles, tickers),
       });
       feeds.push(feed);
       return new SignalEngine({ feed, store, ...options });
@@ -232,6 +244,32 @@ describe('live feed restart: candles that closed while the engine was down', () 
       const recorded = await verdicts();
       expect(recorded.map((v) => v.candleCloseTime)).toEqual(hours(20, 10, 11, 12, 13, 14, 15));
       expect(verifyVerdictChain(recorded)).toEqual({ ok: true });
+    });
+
+    it("is served and recorded when the venue's ranking cannot be read, the closes before it left unrecorded as before", async () => {
+      const { clock, open, verdicts, tickers } = await restartable(Date.UTC(2025, 9, 20, 10, 30));
+      await open(scheduled).scheduledTradeCall({ ...MARKET });
+      clock.now += 5 * H;
+      tickers.down = true;
+      const call = await open(scheduled).getTradeCall({ ...MARKET });
+      expect(call.timestamp * 1000).toBe(Date.UTC(2025, 9, 20, 15));
+      const recorded = await verdicts();
+      expect(recorded.map((v) => v.candleCloseTime)).toEqual(hours(20, 10, 15));
+      expect(verifyVerdictChain(recorded)).toEqual({ ok: true });
+    });
+
+    it("reads the venue's ranking once for repeated requests on a coin outside the top N", async () => {
+      const { clock, open, tickers } = await restartable(Date.UTC(2025, 9, 20, 10, 30));
+      const engine = open(scheduled);
+      const eth = { ...MARKET, coin: 'ETH' }; // the venue's second: outside the top 1
+      await engine.getTradeCall(eth);
+      clock.now += 3 * H;
+      await engine.getTradeCall(eth); // a gap: the ranking is read
+      const reads = tickers.reads;
+      expect(reads).toBeGreaterThan(0);
+      clock.now += 3 * H;
+      await engine.getTradeCall(eth); // another gap: the ranking read is reused
+      expect(tickers.reads).toBe(reads);
     });
 
     it('on a market no scheduler holds records only the closes asked for, as before', async () => {

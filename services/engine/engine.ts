@@ -84,6 +84,9 @@ export interface SignalEngineOptions {
 
 type Trigger = 'request' | 'schedule';
 
+/** How long a venue's scheduled coins are reused by requests checking for a gap (behindSchedule). */
+const SCHEDULED_TOP_TTL_MS = 10 * 60_000;
+
 /** An answer of one candle of one market, served until the next close. */
 interface Kept<T> {
   closeTime: number;
@@ -119,6 +122,7 @@ export class SignalEngine implements EngineOperations {
   private readonly states: MarketStates;
   private readonly calls = new Map<string, CachedCall>();
   private readonly regimes = new Map<string, Kept<RegimeReading>>();
+  private readonly scheduledTops = new Map<Exchange, { at: number; coins: Set<string> }>();
   private readonly forecasts = new Map<string, Kept<UnsizedRiskForecast>>();
 
   constructor(options: SignalEngineOptions) {
@@ -368,12 +372,21 @@ export class SignalEngine implements EngineOperations {
       // Stopped while backfilling: this close's record would leave the closes not yet
       // backfilled as a hole for good (the chain only grows forward).
       signal?.throwIfAborted();
-    } else if (await this.behindSchedule(input, closeTime)) {
+    } else {
       // A request on a scheduled market the scheduler has not caught up on (a restart, a stopped
       // backfill): its record of this close would leave the closes before it unrecorded for
       // good, so it backfills them first, as the scheduler's call would. A market no scheduler
-      // holds records only the closes asked for, as before.
-      await this.backfill(input, { before: closeTime });
+      // holds records only the closes asked for, as before. If the venue's ranking or a candle
+      // read fails, the call is still served and this close recorded: a hole the log names is
+      // better than a trade call refused for want of the closes before it.
+      try {
+        if (await this.behindSchedule(input, closeTime)) await this.backfill(input, { before: closeTime });
+      } catch (err) {
+        this.logger?.warn(
+          { market: key, err: describeFailure(err) },
+          'backfill before a requested verdict failed; the closes before it stay unrecorded',
+        );
+      }
     }
     const recorded = await recordVerdict(this.store, verdictDraft(input, verdict, this.feed.kind, trigger), {
       correlationId: ctx.requestId,
@@ -392,7 +405,7 @@ export class SignalEngine implements EngineOperations {
   /**
    * Whether the scheduler records every close of this market (its venue and timeframe scheduled,
    * its coin among the venue's top N) and its chain on record stops short of the close before
-   * `closeTime`. The venue's listing is read only then: once per close and market, on a gap.
+   * `closeTime`. The venue's listing is read only then, and reused (scheduledTop).
    */
   private async behindSchedule(market: MarketKey, closeTime: number): Promise<boolean> {
     const schedule = this.schedule;
@@ -401,8 +414,20 @@ export class SignalEngine implements EngineOperations {
     }
     const { last } = await lastVerdict(this.store, verdictStream(market));
     if (!last || last.data.candleCloseTime >= closeTime - TIMEFRAME_MS[market.timeframe]) return false;
-    const top = scheduledCoins(await this.feed.markets(market.exchange), schedule.topN);
-    return top.some((m) => m.coin === market.coin);
+    return (await this.scheduledTop(market.exchange, schedule.topN)).has(market.coin);
+  }
+
+  /**
+   * The coins the scheduler holds on a venue, kept for SCHEDULED_TOP_TTL_MS: the listing is a
+   * venue-wide ticker read, and requests on coins outside the top N (whose chains have gaps by
+   * nature) would otherwise make one on every close.
+   */
+  private async scheduledTop(exchange: Exchange, topN: number): Promise<Set<string>> {
+    const kept = this.scheduledTops.get(exchange);
+    if (kept && Date.now() - kept.at < SCHEDULED_TOP_TTL_MS) return kept.coins;
+    const coins = new Set(scheduledCoins(await this.feed.markets(exchange), topN).map((m) => m.coin));
+    this.scheduledTops.set(exchange, { at: Date.now(), coins });
+    return coins;
   }
 
   /** Funding and basis for a perpetual; missing data leaves the lean out, it is never guessed. */

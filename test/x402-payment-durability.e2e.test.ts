@@ -269,6 +269,47 @@ describe('a restart changes nothing for a payment already made', () => {
   });
 });
 
+describe('a payment whose request died mid-call', () => {
+  it('presented again while its reservation is open: 409 payment_in_use (retryable, no quote), then served once reconciled', async () => {
+    const stack = await startX402Stack({ X402_SETTLE_CONFIRM_TIMEOUT_MS: '1500' }, chain);
+    try {
+      const payer = await chain.fundedPayer(100_000n);
+      const auth = freshAuthorization(stack.payTo, payer.address, PRICE);
+      const signature = await signAuthorization(payer.key, auth);
+      const header = await paymentHeader(payer.key, auth);
+      // What a process killed while the call ran leaves: the reservation, nothing after it.
+      const { PaymentLedger } = await import('../services/payments/ledger.ts');
+      const reserved = await new PaymentLedger(stack.store).reserve({
+        nonce: auth.nonce,
+        network: NETWORK,
+        asset: BASE_USDC,
+        payer: payer.address,
+        payTo: stack.payTo,
+        amount: String(PRICE),
+        resource: `${stack.url}${PATH}`,
+        x402Version: 2,
+        validAfter: String(auth.validAfter),
+        validBefore: String(auth.validBefore),
+        requestId: 'killed',
+        tool: 'get_market_regime',
+        signature,
+      });
+      expect(reserved.ok).toBe(true);
+      const busy = await post(stack, BODY, { 'payment-signature': header });
+      expect(busy.status).toBe(409);
+      expect(busy.headers.get('payment-required')).toBeNull();
+      expect(await busy.json()).toMatchObject({ code: 'payment_in_use', retryable: true });
+      expect(await reconcilerOn(stack).runOnce()).toMatchObject({ released: 1 });
+      const served = await post(stack, BODY, { 'payment-signature': header });
+      expect(served.status).toBe(200);
+      await stack.x402.settled();
+      expect(await chain.balanceOf(payer.address)).toBe(100_000n - PRICE);
+    } finally {
+      await stack.stop();
+    }
+  });
+});
+
 describe('a kill -9 between the answer and the settlement', () => {
   it('killed while sending: the reconciler settles it, and the payment presented again gets the answer it paid for', async () => {
     const killed = await killedWhileSending();

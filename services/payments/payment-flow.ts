@@ -338,6 +338,8 @@ const IN_FLIGHT: PaidOutcome = {
 
 /** What a request presents beside its payment: what it asks for. */
 interface Presented {
+  /** This request's own entry among the running ones: never waited for by itself. */
+  own: Running;
   call: PaidCall;
   fingerprint: string;
   amount: string;
@@ -365,7 +367,7 @@ async function answerAgain(
   const until = Date.now() + deps.submitWaitMs;
   while (current.state?.status === 'authorized') {
     const running = runningOf(deps).get(stream);
-    if (running) return asDuplicate(await running.outcome);
+    if (running && running !== presented.own) return asDuplicate(await running.outcome);
     if (Date.now() >= until) return IN_FLIGHT;
     await new Promise((resolve) => setTimeout(resolve, IN_FLIGHT_POLL_MS));
     current = await deps.ledger.read(identity);
@@ -510,7 +512,7 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
   if (first?.signature === signature) return asDuplicate(await first.outcome);
 
   const proceed = async (): Promise<PaidOutcome> => {
-    const presented: Presented = { call, fingerprint, amount: requirement.amount };
+    const presented: Presented = { own: mine, call, fingerprint, amount: requirement.amount };
     const signedBy = (state: PaymentState | null) =>
       state?.authorized?.signature?.toLowerCase() === signature;
 
@@ -704,9 +706,18 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
       fingerprint,
     });
   };
-  const outcome = proceed();
-  const mine: Running = { signature, outcome };
+  let outcomeOfMine: (outcome: Promise<PaidOutcome>) => void = () => undefined;
+  const mine: Running = {
+    signature,
+    outcome: new Promise<Promise<PaidOutcome>>((resolve) => {
+      outcomeOfMine = resolve;
+    }).then((outcome) => outcome),
+  };
+  // Failing, it fails its duplicates too; this request throws it on.
+  mine.outcome.catch(() => undefined);
   if (!first) running.set(stream, mine);
+  const outcome = proceed();
+  outcomeOfMine(outcome);
   try {
     return await outcome;
   } finally {

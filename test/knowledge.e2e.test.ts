@@ -1,5 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
+import { request as httpRequest } from 'node:http';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
@@ -393,6 +394,67 @@ describe.runIf(run)('knowledge tools over HTTP and MCP (started service, real Re
       expect({ status, code: body.code }).toEqual({ status: 400, code: 'INVALID_QUESTION' });
       expect(body.message).toBe('the body must be a JSON object, sent with Content-Type: application/json');
     }
+  });
+
+  it('search and chat word the transport’s refusals in their own codes (contract 7.1), with its status', async () => {
+    const key = await issue('starter');
+    /** A request whose header fields go out exactly as listed (fetch merges a repeated one). */
+    const raw = (path: string, fields: [string, string][], body: string) =>
+      new Promise<{ status: number; body: Body; cacheControl: unknown }>((resolve, reject) => {
+        const target = new URL(`${service.url}${path}`);
+        const req = httpRequest(
+          target,
+          { method: 'POST', headers: fields as unknown as Record<string, string> },
+          (res) => {
+            const chunks: Buffer[] = [];
+            res.on('data', (chunk: Buffer) => chunks.push(chunk));
+            res.on('error', reject);
+            res.on('end', () =>
+              resolve({
+                status: res.statusCode!,
+                body: JSON.parse(Buffer.concat(chunks).toString('utf8')) as Body,
+                cacheControl: res.headers['cache-control'],
+              }),
+            );
+          },
+        );
+        req.on('error', reject);
+        req.end(body);
+      });
+    const host = new URL(service.url).host;
+    for (const [path, text, tooLong, invalid] of [
+      ['/api/search', { query: 'market regime' }, 'QUERY_TOO_LONG', 'INVALID_QUERY'],
+      ['/api/chat', { question: 'what does squeeze mean' }, 'QUESTION_TOO_LONG', 'INVALID_QUESTION'],
+    ] as const) {
+      const body = JSON.stringify(text);
+      const json: [string, string] = ['content-type', 'application/json'];
+      // Over BODY_LIMIT_BYTES (64 KiB by default): 413, the text's too-long code, naming the limit.
+      const large = await post(path, { ...text, pad: 'x'.repeat(70_000) }, bearer(key.key));
+      expect({ status: large.res.status, code: large.body.code }, path).toEqual({
+        status: 413,
+        code: tooLong,
+      });
+      expect(large.body.message).toBe('the request body is over this route’s limit of 65536 bytes');
+      expect(large.res.headers.get('cache-control')).toBe('no-store');
+      ServiceMeta.parse(large.body._service);
+      // Authorization (or Host) sent twice: 400, the invalid-input code, naming the header.
+      for (const [header, fields] of [
+        ['Authorization', [['host', host], json, ...Array(2).fill(['authorization', `Bearer ${key.key}`])]],
+        ['Host', [['host', host], ['host', host], json, ['authorization', `Bearer ${key.key}`]]],
+      ] as [string, [string, string][]][]) {
+        const twice = await raw(path, fields, body);
+        expect({ status: twice.status, code: twice.body.code }, `${path} ${header}`).toEqual({
+          status: 400,
+          code: invalid,
+        });
+        expect(twice.body.message).toBe(`the ${header} header was sent more than once; send it exactly once`);
+        expect(twice.cacheControl).toBe('no-store');
+        ServiceMeta.parse(twice.body._service);
+      }
+    }
+    // Nothing was served: no call counted.
+    const served = await post('/api/search', { query: 'market regime' }, bearer(key.key));
+    expect(ServiceMeta.parse(served.body._service).quota?.used).toBe(1);
   });
 
   it('chat quota: 30 concurrent chats with 10 left answer exactly 10, and the log rebuilds the counter', async () => {

@@ -474,14 +474,18 @@ describe('the OpenAPI document describes every real answer', () => {
     });
     await conform({ method: 'POST', template: '/api/chat', body: { question: '' }, status: 400 });
     await conform({ method: 'POST', template: '/api/chat', raw: deep, status: 400 });
-    // The transport's refusals as on every route (the document's `default`), not the route's words.
+    // The transport's refusals in the route's own codes (contract 7.1), with the transport's
+    // status, each declared by the operation itself (its 413 and 400, not `default`).
     const pad = 'x'.repeat(70_000);
-    for (const [template, body] of [
-      ['/api/search', { query: 'market regime', pad }],
-      ['/api/chat', { question: 'What does a regime mean?', pad }],
+    for (const [template, body, tooLong, invalid] of [
+      ['/api/search', { query: 'market regime', pad }, 'QUERY_TOO_LONG', 'INVALID_QUERY'],
+      ['/api/chat', { question: 'What does a regime mean?', pad }, 'QUESTION_TOO_LONG', 'INVALID_QUESTION'],
     ] as const) {
-      const large = await conform({ method: 'POST', template, body, status: 413, anyRoute: true });
-      expect(large, template).toMatchObject({ code: 'BODY_TOO_LARGE' });
+      const large = await conform({ method: 'POST', template, body, status: 413 });
+      expect(large, template).toMatchObject({
+        code: tooLong,
+        message: 'the request body is over this route’s limit of 65536 bytes',
+      });
       const twice = await conform({
         method: 'POST',
         template,
@@ -489,7 +493,10 @@ describe('the OpenAPI document describes every real answer', () => {
         secondAuthorization: `Bearer ${key}`,
         status: 400,
       });
-      expect(twice, template).toMatchObject({ code: 'BAD_REQUEST' });
+      expect(twice, template).toMatchObject({
+        code: invalid,
+        message: 'the Authorization header was sent more than once; send it exactly once',
+      });
     }
   });
 

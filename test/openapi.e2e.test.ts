@@ -163,6 +163,24 @@ describe('OpenAPI document', () => {
     expect(JSON.stringify(doc.paths['/api/search']!.post)).toContain('"_service"');
   });
 
+  it('declares search and chat answering the transport’s refusals in their own codes (contract 7.1)', () => {
+    const enumOf = (path: string, status: string) =>
+      (
+        (doc.paths[path]!.post as Operation).responses[status]?.content?.['application/json']?.schema as
+          | { properties?: { code?: { enum?: string[] } } }
+          | undefined
+      )?.properties?.code?.enum;
+    for (const [path, tooLong, invalid] of [
+      ['/api/search', 'QUERY_TOO_LONG', 'INVALID_QUERY'],
+      ['/api/chat', 'QUESTION_TOO_LONG', 'INVALID_QUESTION'],
+    ] as const) {
+      // A body over the limit: 413 with the text's too-long code alone, never BODY_TOO_LARGE.
+      expect(enumOf(path, '413'), path).toEqual([tooLong]);
+      // A repeated Authorization: 400 with the invalid-input code, beside the other 400s.
+      expect(enumOf(path, '400'), path).toContain(invalid);
+    }
+  });
+
   it('carries the webhook payload of every event type and version', () => {
     expect(Object.keys(doc.webhooks).length).toBeGreaterThanOrEqual(4 * EVENT_VERSIONS.length);
     expect(Object.keys(doc.webhooks)).toContain('trade_call.v1');

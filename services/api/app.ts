@@ -12,14 +12,14 @@ import { validatorCompiler } from 'fastify-type-provider-zod';
 import FindMyWay from 'find-my-way';
 import type { Logger } from 'pino';
 import type { Config } from '../../contracts/config.ts';
-import { ERRORS, type ErrorCode, errorMessage, ServiceError } from '../../contracts/errors.ts';
+import { ERRORS, type ErrorCode, errorMessage } from '../../contracts/errors.ts';
 import { decorateCaller, withAnswerService } from '../metering/caller.ts';
 import type { Metrics } from '../shared/metrics.ts';
 import type { Readiness } from '../shared/readiness.ts';
 import type { HistogramSeries } from '../shared/series-histogram.ts';
 import { answerAtTurnEnd } from './answer-at-turn-end.ts';
 import { SERVICE_VERSION } from './discovery/catalog.ts';
-import { useApiErrors } from './errors.ts';
+import { RepeatedHeaderError, useApiErrors } from './errors.ts';
 import { registerJsonParser } from './json-body.ts';
 import { EVERY_ANSWER_HEADERS, registerOpenApi } from './openapi.ts';
 import { opsRoutes } from './ops-routes.ts';
@@ -91,11 +91,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     for (const [name, value] of EVERY_ANSWER_HEADERS) reply.raw.setHeader(name, value);
     const repeated = repeatedField(request.raw.rawHeaders);
     if (repeated !== null) {
-      done(
-        new ServiceError('BAD_REQUEST', {
-          detail: `${repeated} was sent more than once; send it exactly once`,
-        }),
-      );
+      done(new RepeatedHeaderError(repeated));
       return;
     }
     done();

@@ -51,11 +51,21 @@ export interface FieldCodes {
   whole?: ErrorCode;
   /**
    * A body that could not be read (not JSON, not JSON's media type), when the route words it its
-   * own way. Not a body too large nor a request HTTP refuses: those are answered as on every route.
-   * Nor a body nested too deep: that is JSON_TOO_DEEP on every route of the family, so a client
-   * meets one code for it.
+   * own way. Not a body too large nor a repeated header (`tooLarge`, `repeated`), nor another
+   * request HTTP refuses (400 BAD_REQUEST as on every route). Nor a body nested too deep: that is
+   * JSON_TOO_DEEP on every route of the family, so a client meets one code for it.
    */
   unreadable?: ErrorCode;
+  /**
+   * A body over the route's limit, when the route words it its own way (search and chat: their
+   * text's too-long code): answered with the transport's status (413), its message naming the limit.
+   */
+  tooLarge?: ErrorCode;
+  /**
+   * A request repeating Host or Authorization (RepeatedHeaderError), when the route words it its
+   * own way (search and chat: their invalid-input code): 400, its message naming the header.
+   */
+  repeated?: ErrorCode;
   /** Values the codes' message templates name (bounds, the allowed values). */
   params?: Partial<Record<ErrorCode, ErrorParams>>;
 }
@@ -98,6 +108,28 @@ function fieldError(issue: Issue, where = 'body', codes: FieldCodes = {}): Servi
   return new ServiceError('INVALID_FIELD', { detail }, field);
 }
 
+/**
+ * A request carrying Host or Authorization more than once (RFC 9112 3.2; the app's onRequest hook):
+ * 400 BAD_REQUEST naming the header, or the route's own code for it (FieldCodes.repeated).
+ */
+export class RepeatedHeaderError extends ServiceError {
+  constructor(readonly header: string) {
+    super('BAD_REQUEST', { detail: `${header} was sent more than once; send it exactly once` });
+  }
+}
+
+/**
+ * A route's own code answered with the status of the transport's refusal it words (a body over
+ * the limit: 413), rather than its catalog entry's.
+ */
+class WordedRefusal extends ServiceError {
+  override readonly statusCode: number;
+  constructor(code: ErrorCode, statusCode: number, message: string) {
+    super(code, {}, undefined, { message });
+    this.statusCode = statusCode;
+  }
+}
+
 /** Fastify's request errors, by their FST_ERR code. */
 const FRAMEWORK: Record<string, () => ServiceError> = {
   FST_ERR_CTP_BODY_TOO_LARGE: () => new ServiceError('BODY_TOO_LARGE'),
@@ -110,9 +142,23 @@ const FRAMEWORK: Record<string, () => ServiceError> = {
 
 type WithValidation = FastifyError & { retryable?: boolean };
 
-/** Whatever a route threw, as a catalog error; null for a bug (answered INTERNAL_ERROR). */
-function toServiceError(error: unknown, codes: FieldCodes = {}): ServiceError | null {
+/**
+ * Whatever a route threw, as a catalog error; null for a bug (answered INTERNAL_ERROR). `bodyLimit`
+ * is the route's, named when a body over it is worded as the route's own code.
+ */
+function toServiceError(error: unknown, codes: FieldCodes = {}, bodyLimit?: number): ServiceError | null {
   const known = catalogError(error, codes);
+  // The transport's refusals in the route's own codes (search and chat, contract 7.1), with the
+  // transport's status: a body over the limit, a repeated header.
+  if (known?.code === 'BODY_TOO_LARGE' && codes.tooLarge) {
+    const limit = bodyLimit === undefined ? 'this route’s limit' : `this route’s limit of ${bodyLimit} bytes`;
+    return new WordedRefusal(codes.tooLarge, known.statusCode, `the request body is over ${limit}`);
+  }
+  if (error instanceof RepeatedHeaderError && codes.repeated) {
+    return new ServiceError(codes.repeated, {}, undefined, {
+      message: `the ${error.header} header was sent more than once; send it exactly once`,
+    });
+  }
   // A body that could not be read, in the words of the route's family when it has its own code.
   if (known && codes.unreadable && UNREADABLE.has(known.code)) {
     return new ServiceError(codes.unreadable, {}, undefined, {
@@ -124,9 +170,9 @@ function toServiceError(error: unknown, codes: FieldCodes = {}): ServiceError | 
 
 /**
  * The catalog's codes for a body that could not be read as JSON, that a route may word its own
- * way. Not the transport's refusals, answered as on every route (the document's `default`): a body
- * over the limit (413 BODY_TOO_LARGE), a request HTTP refuses, such as a repeated Authorization or
- * a Content-Length the body does not match (400 BAD_REQUEST).
+ * way. Not the transport's refusals: a body over the limit and a repeated header have codes of
+ * their own (FieldCodes.tooLarge, .repeated) answered with the transport's status; the rest, such
+ * as a Content-Length the body does not match, is 400 BAD_REQUEST as on every route.
  */
 const UNREADABLE = new Set<ErrorCode>(['INVALID_JSON', 'UNSUPPORTED_MEDIA_TYPE']);
 
@@ -216,7 +262,7 @@ declare module 'fastify' {
 /** The error handler of a plugin (or the app) answering in `render`'s shape. */
 export function errorHandler(render: Render) {
   return async (error: WithValidation, request: FastifyRequest, reply: FastifyReply) => {
-    const known = toServiceError(error, request.routeOptions.config?.codes);
+    const known = toServiceError(error, request.routeOptions.config?.codes, request.routeOptions.bodyLimit);
     if (known?.statusCode === 503) {
       // No stack per request: the adapter logs the outage (a full disk, a lost server) once.
       request.log.warn(

@@ -3,7 +3,7 @@ import swagger from '@fastify/swagger';
 import scalar from '@scalar/fastify-api-reference';
 import type { FastifyInstance, FastifySchema } from 'fastify';
 import { z } from 'zod';
-import { ERRORS, ErrorBody, type ErrorCode } from '../../contracts/errors.ts';
+import { ERRORS, ErrorBody, type ErrorCode, isErrorCode } from '../../contracts/errors.ts';
 import { jsonSchema } from '../../contracts/json-schema.ts';
 import { OAuthErrorBody } from '../../contracts/oauth.ts';
 import { webhookOpenApi } from '../../contracts/webhook-schemas.ts';
@@ -324,7 +324,7 @@ const BEFORE_ROUTING: readonly ErrorCode[] = [
 ];
 
 const ANY_ROUTE_RESPONSE = {
-  description: `Refusals any operation may answer, each with its status: ${codesText(ANY_ROUTE)}. The RateLimit-* headers come with every answer of a limited operation, refusals included (the request is counted before its key and input are judged), but ${BEFORE_ROUTING.join(', ')} and a BAD_REQUEST for a request that is not valid HTTP or repeats Host or Authorization: those are answered before the request reaches a route. A method the path does not take is answered METHOD_NOT_ALLOWED (${ERRORS.METHOD_NOT_ALLOWED.status}) with Allow listing the methods it takes, except PUT and PATCH on /mcp and /mcp/signin: 405 with a JSON-RPC error body (-32000 'Method not allowed.') and Allow: GET, POST, DELETE, after /mcp/signin's 401 for a missing or refused token; a path the service does not have, NOT_FOUND (404).`,
+  description: `Refusals any operation may answer, each with its status: ${codesText(ANY_ROUTE)}. The RateLimit-* headers come with every answer of a limited operation, refusals included (the request is counted before its key and input are judged), but ${BEFORE_ROUTING.join(', ')} and a BAD_REQUEST for a request that is not valid HTTP or repeats Host or Authorization: those are answered before the request reaches a route. An operation declaring its own words for one of these (POST /api/search and /api/chat: a body over the limit, a repeated header) answers them as its 400 and 413 say. A method the path does not take is answered METHOD_NOT_ALLOWED (${ERRORS.METHOD_NOT_ALLOWED.status}) with Allow listing the methods it takes, except PUT and PATCH on /mcp and /mcp/signin: 405 with a JSON-RPC error body (-32000 'Method not allowed.') and Allow: GET, POST, DELETE, after /mcp/signin's 401 for a missing or refused token; a path the service does not have, NOT_FOUND (404).`,
   content: { 'application/json': { schema: jsonSchema(ErrorBody, 'output') } },
 };
 
@@ -399,7 +399,10 @@ function withExamples(paths: Record<string, Record<string, unknown>>, examples: 
 /**
  * A declared refusal's `code` enum with the codes any operation may answer with the same status
  * (RATE_LIMITED on a limited operation's 429, INTERNAL_ERROR on its 500…): a client validates an
- * answer against the response of its status, which takes precedence over `default`.
+ * answer against the response of its status, which takes precedence over `default`. Not where the
+ * route words that status's refusal in a code of its own, which its enum then lists away from the
+ * code's catalog status (search and chat: a body over the limit is 413 QUERY_TOO_LONG /
+ * QUESTION_TOO_LONG, never BODY_TOO_LARGE).
  */
 function withAnyRouteCodes<R extends { content?: Json }>(response: R, status: string, limited: boolean): R {
   const extra = ANY_ROUTE.filter(
@@ -411,6 +414,8 @@ function withAnyRouteCodes<R extends { content?: Json }>(response: R, status: st
       const schema = (media as { schema?: { properties?: Record<string, { enum?: string[] }> } }).schema;
       const code = schema?.properties?.code;
       if (!schema || !code?.enum) return [type, media];
+      const worded = code.enum.some((own) => isErrorCode(own) && String(ERRORS[own].status) !== status);
+      if (worded) return [type, media];
       const codes = [...new Set([...code.enum, ...extra])];
       return [
         type,

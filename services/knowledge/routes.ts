@@ -62,7 +62,12 @@ const shared = {
   503: refusal(['KEY_UNVERIFIABLE'], 'The key or its quota could not be checked; retry'),
 };
 
-/** The codes of a body whose text field has its own invalid, too-short and too-long codes, beside `others`. */
+/**
+ * The codes of a body whose text field has its own invalid, too-short and too-long codes, beside
+ * `others`. The transport's refusals are worded in them too (contract 7.1), with the transport's
+ * status: a body over the route's limit is 413 with the too-long code, a repeated Authorization
+ * (or Host) 400 with the invalid one.
+ */
 function textCodes(
   field: string,
   [invalid, short, long]: [ErrorCode, ErrorCode, ErrorCode],
@@ -73,9 +78,17 @@ function textCodes(
     fields: { [field]: { too_small: short, too_big: long, '*': invalid }, ...others.fields },
     whole: invalid,
     unreadable: invalid,
+    tooLarge: long,
+    repeated: invalid,
     params: { [short]: { min: bounds.min }, [long]: { max: bounds.max }, ...others.params },
   };
 }
+
+/** The 400's note: a body that is not JSON and a repeated header are the route's invalid-input code. */
+const inputNote = (invalid: ErrorCode) =>
+  `The input; a body that is not JSON, and a request repeating Authorization or Host (its message names the header), are ${invalid}`;
+const TOO_LARGE =
+  'The body is over the route’s limit (BODY_LIMIT_BYTES): the text’s too-long code, its message naming the limit';
 
 function searchRoute() {
   const route = declared({
@@ -104,7 +117,11 @@ function searchRoute() {
         description: 'If-None-Match matched: not counted',
         headers: { Vary: 'Authorization, as the answer it stands for' },
       },
-      400: refusal(['INVALID_QUERY', 'QUERY_TOO_SHORT', 'QUERY_TOO_LONG', 'INVALID_LIMIT', 'JSON_TOO_DEEP']),
+      400: refusal(
+        ['INVALID_QUERY', 'QUERY_TOO_SHORT', 'QUERY_TOO_LONG', 'INVALID_LIMIT', 'JSON_TOO_DEEP'],
+        inputNote('INVALID_QUERY'),
+      ),
+      413: refusal(['QUERY_TOO_LONG'], TOO_LARGE),
       ...shared,
     },
   });
@@ -128,13 +145,11 @@ function chatRoute(models: readonly string[]) {
     ),
     responses: {
       200: { description: 'A grounded answer with citations', schema: ChatAnswer },
-      400: refusal([
-        'INVALID_QUESTION',
-        'QUESTION_TOO_SHORT',
-        'QUESTION_TOO_LONG',
-        'INVALID_MODEL',
-        'JSON_TOO_DEEP',
-      ]),
+      400: refusal(
+        ['INVALID_QUESTION', 'QUESTION_TOO_SHORT', 'QUESTION_TOO_LONG', 'INVALID_MODEL', 'JSON_TOO_DEEP'],
+        inputNote('INVALID_QUESTION'),
+      ),
+      413: refusal(['QUESTION_TOO_LONG'], TOO_LARGE),
       ...shared,
       429: refusal(['CHAT_QUOTA_EXHAUSTED', 'QUOTA_EXHAUSTED'], 'With Retry-After'),
     },

@@ -172,6 +172,13 @@ export const ERRORS = {
   INVALID_PARAMETER: { status: 400, retryable: false, message: '{name} may be given once' },
   UNKNOWN_FILTER: { status: 400, retryable: false, message: 'unknown parameter "{name}"; known: {known}' },
   INVALID_WINDOW: { status: 400, retryable: false, message: 'window must be one of {allowed}' },
+  // One key's exports streaming at once (GET /api/verdicts, long polls aside): one more is refused,
+  // with Retry-After, rather than share the process among more of them.
+  TOO_MANY_EXPORTS: {
+    status: 429,
+    retryable: true,
+    message: 'this key already has {max} exports streaming, the most it may at once; retry when one ends',
+  },
   // Request rates, on every product route and /mcp (JSON-RPC -32000 there).
   RATE_LIMITED: {
     status: 429,

@@ -58,7 +58,21 @@ export interface HistoryRoutesDeps {
    * at once, as `wait=0` would (HISTORY_MAX_LONG_POLLS_PER_KEY). Unset: 4.
    */
   maxLongPolls?: number;
+  /**
+   * Exports (requests other than a long poll holding its place) one key may stream at once in this
+   * process; one more is refused 429 TOO_MANY_EXPORTS with Retry-After. Unset: MAX_EXPORTS_PER_KEY.
+   */
+  maxExports?: number;
 }
+
+/**
+ * Exports one key streams at once per process: as many as the Parquet encoder has workers, so one
+ * key's exports never push a Parquet encoding onto the main thread, where a row group is one
+ * unbroken wasm call that every other caller's request waits behind.
+ */
+export const MAX_EXPORTS_PER_KEY = 2;
+/** Retry-After of TOO_MANY_EXPORTS: an export of the whole history takes about a second. */
+const EXPORT_RETRY_SECONDS = 1;
 
 const require = createRequire(import.meta.url);
 
@@ -122,6 +136,10 @@ const VERDICTS_ROUTE = declared({
     422: fail(
       ['unsupported_exchange', 'unsupported_timeframe'],
       'The venue or timeframe is served by no market of the feed and the history holds none of it (as the tools refuse it)',
+    ),
+    429: fail(
+      ['TOO_MANY_EXPORTS', 'RATE_LIMITED'],
+      `TOO_MANY_EXPORTS: the key already streams ${MAX_EXPORTS_PER_KEY} exports in this process (a long poll holding its place aside), with Retry-After; RATE_LIMITED: the rate limit, with Retry-After`,
     ),
     503: fail(['KEY_UNVERIFIABLE'], 'The key could not be checked right now; retry'),
   },
@@ -230,6 +248,8 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
 
   const { requireKey, withService, startAfter } = historyAccess(deps);
   const longPolls = new LongPolls(deps.maxLongPolls ?? 4);
+  const maxExports = deps.maxExports ?? MAX_EXPORTS_PER_KEY;
+  const exports = new LongPolls(maxExports);
 
   return async (plain) => {
     const app = plain.withTypeProvider<ZodTypeProvider>();
@@ -261,11 +281,21 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
         const abort = new AbortController();
         // A long poll holds one of its key's places until its answer closes; with none free it
         // waits for nothing (answers the rows there are, as wait=0).
-        const waits = (query.wait ?? 0) > 0 && longPolls.take(request.caller!.subject.id);
-        // The response closes when it is done or when the client goes away: either way, stop reading.
+        const key = request.caller!.subject.id;
+        const waits = (query.wait ?? 0) > 0 && longPolls.take(key);
+        // Any other answer is an export: a bounded number each key streams at once.
+        const streams = waits === false ? exports.take(key) : false;
+        if (waits === false && streams === false) {
+          throw new ServiceError('TOO_MANY_EXPORTS', { max: maxExports }, undefined, {
+            headers: { 'retry-after': String(EXPORT_RETRY_SECONDS) },
+          });
+        }
+        // The response closes when it is done or when the client goes away: either way, stop
+        // reading, and give the key's place back.
         reply.raw.on('close', () => {
           abort.abort();
           if (waits !== false) waits();
+          if (streams !== false) streams();
         });
         const waitUntil = waits === false ? 0 : Date.now() + (query.wait ?? 0) * 1000;
         const scanOptions = {
@@ -328,7 +358,10 @@ export function historyRoutes(deps: HistoryRoutesDeps): FastifyPluginAsync {
   };
 }
 
-/** Long polls waiting per key: a bounded number each, so one key cannot hold hundreds of sockets open. */
+/**
+ * Places per key: long polls waiting (a bounded number each, so one key cannot hold hundreds of
+ * sockets open), and exports streaming.
+ */
 class LongPolls {
   private readonly held = new Map<string, number>();
   constructor(private readonly max: number) {}

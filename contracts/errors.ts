@@ -186,14 +186,14 @@ export const ERRORS = {
     retryable: true,
     message: 'rate limit of {limit} requests per window reached; retry in {seconds} s',
   },
-  // A JSON-RPC batch on /mcp longer than its caller's rate limit, or with more calls of one tool
-  // than the tool's share: it could never fit a window, so it is refused as it stands, not 429.
+  // A JSON-RPC batch on /mcp longer than its caller's rate limit, with more calls of one tool than
+  // the tool's share, or with more messages than a batch may hold (MCP_MAX_BATCH): it could never
+  // be served, so it is refused as it stands, not 429.
   BATCH_TOO_LARGE: {
     status: 400,
     rpc: -32600,
     retryable: false,
-    message:
-      'Invalid Request: a batch of {size} {what} can never fit a rate limit of {limit} per window; send at most {limit} at a time',
+    message: 'Invalid Request: a batch of {size} {what} {bound}; send at most {limit} at a time',
   },
   // The same refusal on the OAuth sign-in paths and their discovery documents, in RFC 6749's
   // error shape ({error, error_description}): the closest code the OAuth error registry has.

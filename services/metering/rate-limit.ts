@@ -283,7 +283,8 @@ interface RateLimitPluginDeps {
   onRefused?: (tier: RateTier, channel: 'http' | 'mcp') => void;
   /**
    * Whether the MCP route refuses a request's JSON-RPC batch whole by its envelope (an empty batch,
-   * one on a revision without batches, a message that is not JSON-RPC): asked before debiting it.
+   * one on a revision without batches, a message that is not JSON-RPC) or its size (more messages
+   * than a batch may hold): asked before debiting it.
    */
   refusesBatch?: (request: FastifyRequest) => boolean;
 }
@@ -407,7 +408,8 @@ function signInRefusal(reply: FastifyReply, path: string, decision: RateDecision
  * A JSON-RPC batch on the MCP path: as many requests as it has messages, each tools/call also one
  * of its tool's share (decideBatch). A batch refused whole before any of it runs is one request,
  * like any other malformed one, and keeps its 400 past the budget (Remaining 0 then): one its
- * envelope refuses (answered by the route), and one larger than the caller's limit or a tool's
+ * route refuses (answered by the route: its envelope, or more messages than a batch may hold,
+ * BATCH_TOO_LARGE too), and one larger than the caller's limit or a tool's
  * share, which no window could take (answered here, BATCH_TOO_LARGE): a 429 would have it retried
  * forever.
  */
@@ -441,7 +443,8 @@ function limitBatch(
     rateHeaders(reply, d);
     const code = 'BATCH_TOO_LARGE';
     const what = oversized.tool === null ? 'messages' : `calls of ${oversized.tool}`;
-    const message = errorMessage(code, { size: oversized.size, what, limit: oversized.limit });
+    const bound = `can never fit a rate limit of ${oversized.limit} per window`;
+    const message = errorMessage(code, { size: oversized.size, what, bound, limit: oversized.limit });
     reply
       .code(ERRORS[code].status)
       .send({ jsonrpc: '2.0', id: null, error: { code: ERRORS[code].rpc, message, data: { code } } });

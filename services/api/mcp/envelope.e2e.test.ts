@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryCache } from '../../../adapters/cache/memory.ts';
 import { startKeyedServer } from '../../../test/keyed-harness.ts';
+import { MCP_MAX_BATCH } from './plugin.ts';
 
 /**
  * The JSON-RPC envelope and batches on /mcp, over real HTTP: a batch takes one request per message
@@ -147,6 +148,38 @@ describe('MCP batches and the JSON-RPC envelope', () => {
     const fits = await post(calls.slice(0, 3));
     expect(fits.status).toBe(200);
     expect(left(fits)).toEqual(['20', '17']);
+  });
+
+  it('a batch of more messages than a batch may hold (100) is 400 BATCH_TOO_LARGE, counted as one request', async () => {
+    // A pro key: its limit is far above the batch, so only the batch cap refuses it.
+    key = (await server.issue('pro', 'batch-cap')).key;
+    const pings = (n: number) =>
+      Array.from({ length: n }, (_, i) => ({ jsonrpc: '2.0', id: i, method: 'ping' }));
+    const first = await post(pings(1));
+    const [limit, before] = left(first).map(Number) as [number, number];
+    expect(limit).toBeGreaterThan(MCP_MAX_BATCH + 1);
+    const over = await post(pings(MCP_MAX_BATCH + 1));
+    expect([over.status, over.body]).toMatchObject([
+      400,
+      {
+        jsonrpc: '2.0',
+        id: null,
+        error: {
+          code: -32600,
+          message: expect.stringMatching(
+            new RegExp(`batch of ${MCP_MAX_BATCH + 1} messages .*${MCP_MAX_BATCH}`),
+          ),
+          data: { code: 'BATCH_TOO_LARGE' },
+        },
+      },
+    ]);
+    expect(over.headers.get('retry-after')).toBeNull();
+    expect(Number(over.headers.get('ratelimit-remaining'))).toBe(before - 1);
+    // The most a batch may hold is served, one request per message.
+    const most = await post(pings(MCP_MAX_BATCH));
+    expect(most.status).toBe(200);
+    expect(most.body).toHaveLength(MCP_MAX_BATCH);
+    expect(Number(most.headers.get('ratelimit-remaining'))).toBe(before - 1 - MCP_MAX_BATCH);
   });
 
   it('a batch is Invalid Request on 2025-06-18 and later, and when empty', async () => {

@@ -1,8 +1,9 @@
 import { createHash, randomUUID } from 'node:crypto';
+import { MAX_BATCH_SIZE } from '@modelcontextprotocol/sdk/server/requestBody.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest, LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import { type ErrorCode, ServiceError } from '../../../contracts/errors.ts';
+import { ERRORS, type ErrorCode, errorMessage, ServiceError } from '../../../contracts/errors.ts';
 import { type Caller, decorateCaller } from '../../metering/caller.ts';
 import { answeredBy } from '../answer-at-turn-end.ts';
 import { errorHandler, rpcErrorBody } from '../errors.ts';
@@ -11,7 +12,7 @@ import { envelopeRefusal } from './envelope.ts';
 import { handOver } from './hand-over.ts';
 import { ACCEPT_BOTH, acceptsAnswer, replaceHeader, timesSent } from './http-headers.ts';
 import { cancelledRequestId, InFlightIds, releaseId, requestIds } from './in-flight.ts';
-import { paramsRefusal } from './params-check.ts';
+import { type ParamsRefusal, paramsRefusal } from './params-check.ts';
 import { corsHeaders, type GuardConfig, hostAllowed, originAllowed } from './request-guard.ts';
 import { createMcpServer, SERVER_INSTRUCTIONS, SIGNIN_INSTRUCTIONS } from './server.ts';
 import { answerToolCall, modernToolCall, plainToolCall } from './session-call.ts';
@@ -109,7 +110,7 @@ const POST_RESPONSES: Record<number, ResponseDoc> = {
   },
   202: { description: 'Notifications or responses only: accepted, no body' },
   400: rpcError(
-    `-32700: the body is empty, is not JSON, or nests deeper than 64 levels; ${VERSION_400}; -32000: bad request (no session for a method other than initialize on a transport that needs one); -32600: invalid request, with the request's id when it has one (not a JSON-RPC 2.0 message: no jsonrpc "2.0", a request id that is not a string or an integer, a member JSON-RPC does not define, a method beside a result or an error, a response's result or error of the wrong shape; an empty batch, a batch on protocol revision 2025-06-18 or later, initialize in a batch; on a method other than tools/call, params present but not an object, an array included, or a params._meta MCP does not define (not an object; progressToken neither a string nor an integer); initialize without protocolVersion, capabilities or clientInfo with name and version; data.code BATCH_TOO_LARGE: a batch with more messages than the rate limit of its caller, or more calls of one tool than its share, which no window could take: not retryable, send smaller batches). A tools/call with malformed params (its _meta included) is not a 400: it is the -32602 tool error (200, result.isError)`,
+    `-32700: the body is empty, is not JSON, or nests deeper than 64 levels; ${VERSION_400}; -32000: bad request (no session for a method other than initialize on a transport that needs one); -32600: invalid request, with the request's id when it has one (not a JSON-RPC 2.0 message: no jsonrpc "2.0", a request id that is not a string or an integer, a member JSON-RPC does not define, a method beside a result or an error, a response's result or error of the wrong shape; an empty batch, a batch on protocol revision 2025-06-18 or later, initialize in a batch; on a method other than tools/call, params present but not an object, an array included, or a params._meta MCP does not define (not an object; progressToken neither a string nor an integer); initialize without protocolVersion, capabilities or clientInfo with name and version; data.code BATCH_TOO_LARGE: a batch of more than ${MAX_BATCH_SIZE} messages, or with more messages than the rate limit of its caller, or more calls of one tool than its share, which no window could take: not retryable, counted as one request, send smaller batches). A tools/call with malformed params (its _meta included) is not a 400: it is the -32602 tool error (200, result.isError)`,
   ),
   403: REFUSED_HOST,
   404: NO_SESSION,
@@ -438,13 +439,20 @@ function mcpHandler(deps: HandlerDeps): Handler {
     // transport; a tools/call's params, whatever their shape, are refused by callTool as a tool error.
     const refusal =
       method === 'POST'
-        ? (envelopeRefusal(request.body, protocolVersion(request)) ?? paramsRefusal(request.body))
+        ? (envelopeRefusal(request.body, protocolVersion(request)) ??
+          batchSizeRefusal(request.body) ??
+          paramsRefusal(request.body))
         : null;
     if (refusal !== null) {
+      const data = 'data' in refusal ? { data: refusal.data } : {};
       return reply
         .code(refusal.status)
         .type('application/json')
-        .send({ jsonrpc: '2.0', error: { code: refusal.code, message: refusal.message }, id: refusal.id });
+        .send({
+          jsonrpc: '2.0',
+          error: { code: refusal.code, message: refusal.message, ...data },
+          id: refusal.id,
+        });
     }
     if (sessionId === undefined && method === 'POST' && isInitialize(request.body)) {
       const owner = sessionOwner(request);
@@ -531,8 +539,29 @@ export function refusesBatch(request: FastifyRequest): boolean {
   return (
     request.method === 'POST' &&
     Array.isArray(request.body) &&
-    envelopeRefusal(request.body, protocolVersion(request)) !== null
+    (envelopeRefusal(request.body, protocolVersion(request)) !== null ||
+      batchSizeRefusal(request.body) !== null)
   );
+}
+
+/**
+ * Messages a JSON-RPC batch may hold: the SDK's transports answer a longer one 400 -32600 without
+ * a code of ours, after the rate limit would have counted every message of it.
+ */
+export const MCP_MAX_BATCH = MAX_BATCH_SIZE;
+
+/** A batch longer than MCP_MAX_BATCH: 400 -32600 BATCH_TOO_LARGE, refused before any transport. */
+function batchSizeRefusal(body: unknown): (ParamsRefusal & { data: { code: ErrorCode } }) | null {
+  if (!Array.isArray(body) || body.length <= MCP_MAX_BATCH) return null;
+  const code = 'BATCH_TOO_LARGE';
+  const bound = `is more than a batch may hold (${MCP_MAX_BATCH} messages)`;
+  return {
+    status: ERRORS[code].status,
+    code: ERRORS[code].rpc,
+    message: errorMessage(code, { size: body.length, what: 'messages', bound, limit: MCP_MAX_BATCH }),
+    id: null,
+    data: { code },
+  };
 }
 
 /** What the SDK server answers an initialize asking for `asked`: that revision if supported, else the latest. */

@@ -310,25 +310,84 @@ describe('a payment whose request died mid-call', () => {
   });
 });
 
+describe('a payment whose record keeps no answer', () => {
+  it('recorded before answers were kept: presented again with any arguments is 409, naming nothing bought, and nothing is run or recorded', async () => {
+    const stack = await startX402Stack({}, chain);
+    try {
+      const payer = await chain.fundedPayer(100_000n);
+      const auth = freshAuthorization(stack.payTo, payer.address, PRICE);
+      const signature = await signAuthorization(payer.key, auth);
+      const header = await paymentHeader(payer.key, auth);
+      // What an earlier version recorded for a settled payment: no fingerprint, no answer.
+      const { PaymentLedger } = await import('../services/payments/ledger.ts');
+      const ledger = new PaymentLedger(stack.store);
+      const ref = { nonce: auth.nonce, network: NETWORK, asset: BASE_USDC };
+      const reserved = await ledger.reserve({
+        ...ref,
+        payer: payer.address,
+        payTo: stack.payTo,
+        amount: String(PRICE),
+        resource: `${stack.url}${PATH}`,
+        x402Version: 2,
+        validAfter: String(auth.validAfter),
+        validBefore: String(auth.validBefore),
+        requestId: 'earlier',
+        tool: 'get_market_regime',
+        signature,
+      });
+      if (!reserved.ok) throw new Error(reserved.message);
+      const { handle } = reserved;
+      const txHash = `0x${'ab'.repeat(32)}` as Hex;
+      await ledger.transition(handle, { kind: 'markPending', submittedAt: new Date().toISOString(), txHash });
+      await ledger.transition(handle, {
+        kind: 'settle',
+        payer: payer.address,
+        amount: String(PRICE),
+        txHash,
+      });
+      const before = await paymentTypes(stack.store, payer.address, auth.nonce);
+      for (const body of [BODY, { coin: 'ETH', timeframe: '4h' }]) {
+        const again = await post(stack, body, { 'payment-signature': header });
+        expect(again.status).toBe(409);
+        expect(again.headers.get('payment-required')).toBeNull();
+        const refused = (await again.json()) as { code: string; message: string };
+        expect(refused.code).toBe('payment_already_used');
+        expect(refused.message).not.toContain('get_market_regime');
+      }
+      expect(await paymentTypes(stack.store, payer.address, auth.nonce)).toEqual(before);
+    } finally {
+      await stack.stop();
+    }
+  });
+});
+
 describe('a kill -9 between the answer and the settlement', () => {
-  it('killed while sending: the reconciler settles it, and the payment presented again gets the answer it paid for', async () => {
+  it('killed while sending: nothing is charged until the payment is presented again, which gets its answer; then it is settled once', async () => {
     const killed = await killedWhileSending();
     try {
       const { payer, auth, header, next } = killed;
-      expect(await reconcilerOn(next).runOnce()).toMatchObject({ rebroadcast: 1 });
-      expect(await chain.balanceOf(payer.address)).toBe(100_000n - PRICE);
+      // Its answer reached no one: not broadcast again (the payer may have paid anew), not charged.
+      expect(await reconcilerOn(next).runOnce()).toMatchObject({ rebroadcast: 0, stillPending: 1 });
+      expect(await chain.balanceOf(payer.address)).toBe(100_000n);
       const again = await post(next, BODY, { 'payment-signature': header });
       expect(again.status).toBe(200);
       expect(again.headers.get('x-payment-replayed')).toBe('true');
-      const body = (await again.json()) as { regime?: unknown; _service: { payment: { status: string } } };
+      const body = (await again.json()) as { regime?: unknown };
       expect(body.regime).toBeDefined();
-      expect(body._service.payment.status).toBe('settled');
-      // Settled before it was presented again: nothing more to record.
+      // Now the payer has it: the reconciler broadcasts the payment, charged once.
+      expect(await reconcilerOn(next).runOnce()).toMatchObject({ rebroadcast: 1 });
+      expect(await chain.balanceOf(payer.address)).toBe(100_000n - PRICE);
       expect(await paymentTypes(next.store, payer.address, auth.nonce)).toEqual([
         'PaymentAuthorized',
         'PaymentSettlementPending',
+        'PaymentAnswerServed',
         'PaymentSettled',
       ]);
+      const settled = await post(next, BODY, { 'payment-signature': header });
+      expect(settled.status).toBe(200);
+      expect(
+        ((await settled.json()) as { _service: { payment: { status: string } } })._service.payment.status,
+      ).toBe('settled');
       expect(await chain.balanceOf(payer.address)).toBe(100_000n - PRICE);
     } finally {
       await killed.cleanup();

@@ -145,6 +145,8 @@ export interface PaymentFlowDeps {
   submitWaitMs: number;
   /** How long an unconfirmed settlement keeps counting against its payer (until reconciliation looks). */
   holdPendingMs: number;
+  /** How long past its authorisation's validity a paid answer is given again (X402_PAID_RESPONSE_TTL_MS). */
+  paidResponseTtlMs: number;
   /** Background settlements still running; `drain` waits for them (shutdown, tests). */
   background: Set<Promise<void>>;
 }
@@ -350,9 +352,9 @@ interface Presented {
  * payment id): answered with the answer it paid for, never charged again. In flight (reserved,
  * not yet handed off) it is waited for, in this process by its outcome, elsewhere by its record,
  * for the answer's own budget, then refused as retryable (409 payment_in_use, no quote). Handed
- * off or settled, the answer is the one the log keeps; when it keeps none (a payment handed off
- * before answers were kept), the call is answered now and its answer recorded. A request that
- * asks for something else than what was paid is a conflict. Null when the payment charged
+ * off or settled, the answer is the one the log keeps, for the request it paid for and for
+ * X402_PAID_RESPONSE_TTL_MS past the authorisation's validity; a payment handed off before answers
+ * were kept, a request that asks for something else, or one past that time, is a conflict. Null when the payment charged
  * nothing (released, failed): the caller goes on as for a new payment.
  */
 async function answerAgain(
@@ -375,39 +377,31 @@ async function answerAgain(
   const state = current.state;
   if (!state?.authorized || (state.status !== 'pending' && state.status !== 'settled')) return null;
   const auth = state.authorized;
-  // Older records name no fingerprint: the same tool at the same price stands in for it.
-  const same =
-    auth.fingerprint !== undefined
-      ? auth.fingerprint === presented.fingerprint
-      : (auth.tool === undefined || auth.tool === call.tool.name) && auth.amount === presented.amount;
-  if (!same) {
-    return {
-      kind: 'conflict',
-      reason: by.kind === 'payment_id' ? 'payment_identifier_conflict' : 'payment_already_used',
-      message:
-        by.kind === 'payment_id'
-          ? `payment id ${by.id} already paid for another request (${auth.tool ?? 'another call'} with other arguments); use a new id`
-          : `this payment already paid for another request (${auth.tool ?? 'another call'} with other arguments); sign a new one`,
-    };
-  }
+  const used: PaidOutcome = {
+    kind: 'conflict',
+    reason: by.kind === 'payment_id' ? 'payment_identifier_conflict' : 'payment_already_used',
+    // Names nothing of what was bought: a settled signature is public on chain.
+    message:
+      by.kind === 'payment_id'
+        ? `payment id ${by.id} already paid for another request, or its answer is no longer kept; use a new id`
+        : 'this payment already paid for another request, or its answer is no longer kept; sign a new one',
+  };
+  // The answer comes back only for the request it paid for (its fingerprint: records without one,
+  // made before answers were kept, hold no answer to give), and only for X402_PAID_RESPONSE_TTL_MS
+  // past the authorisation's validity: once settled the signature is public on chain, so an answer
+  // given for it forever would be given to anyone.
+  if (auth.fingerprint === undefined || auth.fingerprint !== presented.fingerprint) return used;
+  if (Date.now() > Number(auth.validBefore) * 1000 + deps.paidResponseTtlMs) return used;
   const handle: PaymentHandle = {
     ref: { nonce: auth.nonce as `0x${string}`, network: auth.network, asset: auth.asset as `0x${string}` },
     payer: auth.payer,
     stream,
     known: current,
   };
-  let answer = state.answer;
-  if (answer === null) {
-    // Paid, and the log keeps no answer: the call is answered now, and its answer kept.
-    if (call.refusal) return { kind: 'refused', refusal: call.refusal };
-    try {
-      answer = (await call.tool.run(deps.ops, call.input, call.requestId)) as Record<string, unknown>;
-    } catch (err) {
-      return { kind: 'refused', refusal: describeError(deps.logger, err), error: err };
-    }
-  }
+  const answer = state.answer;
+  if (answer === null) return used;
   const sent = (await settledEnough(deps, identity)) ?? state;
-  await recordServed(deps, handle, call.requestId, sent.txHash, state.answer === null ? answer : undefined);
+  if (!(await recordServed(deps, handle, call.requestId, sent.txHash))) return SERVED_UNRECORDED;
   return replay({ response: answer }, sent);
 }
 
@@ -422,17 +416,30 @@ async function recordServed(
   requestId: string,
   txHash: `0x${string}` | null,
   answer?: Record<string, unknown>,
-): Promise<void> {
+): Promise<boolean> {
   try {
     await deps.ledger.transition(
       handle,
       { kind: 'serve', requestId, ...(txHash ? { txHash } : {}), ...(answer ? { answer } : {}) },
       { converge: true },
     );
+    return true;
   } catch (err) {
     deps.logger.error({ err, requestId }, 'that the paid answer was served could not be recorded');
+    return false;
   }
 }
+
+/**
+ * The answer is kept but could not be recorded as served: it is not sent, since the reconciler
+ * would then release an answered payment at its expiry. The same payment presented again gets it.
+ */
+const SERVED_UNRECORDED: PaidOutcome = {
+  kind: 'unavailable',
+  reason: 'payment_in_use',
+  message:
+    'the answer is kept but its hand-over could not be recorded; retry with the same payment and it comes back (nothing is charged twice)',
+};
 
 /**
  * One paid call, in the only safe order: look for an answer this payment already paid for,
@@ -886,12 +893,13 @@ async function settle(deps: PaymentFlowDeps, call: PaidCall, paid: Served): Prom
     // Served while it may still be charged: recorded as served, with the transaction named.
     if (decided.settled.kind === 'pending') {
       const sent = (decided.settled.settle.transaction || null) as `0x${string}` | null;
-      await recordServed(deps, handle, call.requestId, sent);
+      if (!(await recordServed(deps, handle, call.requestId, sent))) return SERVED_UNRECORDED;
     }
     return outcomeOf(decided.settled, paid);
   }
-  await recordServed(deps, handle, call.requestId, decided.hash);
+  const recorded = await recordServed(deps, handle, call.requestId, decided.hash);
   markServedRecorded();
+  if (!recorded) return SERVED_UNRECORDED;
   return {
     kind: 'served',
     result: paid.result,

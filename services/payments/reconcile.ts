@@ -287,7 +287,10 @@ export class PaymentReconciler {
     const status = state.txHash ? await chain.receiptStatus(state.txHash) : null;
     const onItsWay =
       state.txHash !== null && status !== 'reverted' && (await chain.transactionKnown(state.txHash));
-    if (onItsWay || !this.options.resettle || !auth.signature) return 'stillPending';
+    // Broadcast again only what a caller has: an answer that reached no one is not charged for
+    // (its payer, whose connection dropped, may have paid again with a new authorisation); it
+    // waits for the same payment to be presented again (then served) or for its expiry (released).
+    if (onItsWay || !state.served || !this.options.resettle || !auth.signature) return 'stillPending';
     return this.broadcastAgain(handle, { ...auth, signature: auth.signature }, state.txHash);
   }
 

@@ -262,6 +262,7 @@ export async function setupX402(
     submissions: local?.submissions ?? null,
     submitWaitMs: config.X402_SETTLE_CONFIRM_TIMEOUT_MS,
     holdPendingMs: config.X402_RECONCILE_AFTER_MS,
+    paidResponseTtlMs: config.X402_PAID_RESPONSE_TTL_MS,
     background: new Set(),
   };
   // Whether the settling rails' chains still move: read in the background, reported, never failing.

@@ -75,7 +75,7 @@ export function paymentPolicy(retentionMs: number) {
     idempotency: {
       paymentIdentifierExtension: PAYMENT_IDENTIFIER,
       samePaymentReturnsStoredResponse: true,
-      /** At least this long: the answer is kept with the payment's record in the event log. */
+      /** Past the authorisation's validity (once settled its signature is public on chain). */
       storedResponseSeconds: Math.floor(retentionMs / 1000),
       storedWith:
         "the payment's record in the event log, written before the settlement is sent, so a restart or crash loses no paid answer",
@@ -85,8 +85,9 @@ export function paymentPolicy(retentionMs: number) {
     },
     refunds: {
       policy:
-        'none issued: a call that fails is never charged, and a paid answer can always be fetched again ' +
-        '(the same payment or payment id presented again is answered with it, never with a new quote)',
+        'none issued: a call that fails is never charged, and a paid answer can be fetched again for ' +
+        'storedResponseSeconds past its authorisation (the same payment or payment id presented again is ' +
+        'answered with it, never with a new quote)',
       contact: null,
     },
   };

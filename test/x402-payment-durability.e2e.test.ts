@@ -1,5 +1,3 @@
-import { createServer, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { generatePaymentId, PAYMENT_IDENTIFIER } from '@x402/extensions/payment-identifier';
 import { type Hex, nonceManager } from 'viem';
 import { privateKeyToAccount } from 'viem/accounts';
@@ -11,6 +9,7 @@ import { chainReadersFor } from '../services/payments/chain-reader.ts';
 import { foldPayment, paymentStream } from '../services/payments/payment-state.ts';
 import { PaymentReconciler } from '../services/payments/reconcile.ts';
 import { BASE_USDC, FACILITATOR_KEY, type LocalChain, startLocalChain } from './chain/local-chain.ts';
+import { countingRpcRelay } from './chain/rpc-relay.ts';
 import {
   type AuthorizationFields,
   authorizationJson,
@@ -101,46 +100,6 @@ async function crashCopy(store: EventStore): Promise<MemoryEventStore> {
   return copy;
 }
 
-/** A JSON-RPC relay to anvil that never answers (nor passes on) eth_sendRawTransaction: a settlement held on its way. */
-async function holdingRelay() {
-  const held: ServerResponse[] = [];
-  let onHeld: () => void = () => undefined;
-  const firstHeld = new Promise<void>((resolve) => {
-    onHeld = resolve;
-  });
-  const server = createServer(async (req, res) => {
-    const chunks: Buffer[] = [];
-    for await (const chunk of req) chunks.push(chunk as Buffer);
-    const body = Buffer.concat(chunks).toString('utf8');
-    if (body.includes('"eth_sendRawTransaction"')) {
-      held.push(res);
-      onHeld();
-      return;
-    }
-    try {
-      const answer = await fetch(chain.rpcUrl, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body,
-      });
-      res.writeHead(answer.status, { 'content-type': 'application/json' });
-      res.end(await answer.text());
-    } catch {
-      res.writeHead(502).end();
-    }
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    firstHeld,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
-
 function reconcilerOn(stack: X402Stack) {
   return new PaymentReconciler({
     store: stack.store,
@@ -161,7 +120,8 @@ async function paymentTypes(store: EventStore, payer: Hex, nonce: Hex): Promise<
  * directly. The request that never got its answer is left hanging on the old stack.
  */
 async function killedWhileSending(validFor = 120n) {
-  const relay = await holdingRelay();
+  // A settlement held on its way: the relay to anvil never answers (nor passes on) its send.
+  const relay = await countingRpcRelay(chain.rpcUrl, ['eth_sendRawTransaction']);
   const old = await startX402Stack(
     { X402_RPC_URL: relay.url, X402_SETTLE_CONFIRM_TIMEOUT_MS: '3000' },
     chain,

@@ -793,9 +793,12 @@ async function drill(ctx: {
   const store = await openPostgresEventStore({ url: POSTGRES_URL, schema: SCHEMA });
   const stops: [string, string][] = [];
   try {
+    // Open: reserved, or handed off with its answer given. One whose answer reached no one (its
+    // api killed before answering) waits for its payer to present it again or for its expiry:
+    // not charged meanwhile (its payer may have paid anew), so the drain does not wait for it.
     await drained('no payment left open', STALL_MS, async () => {
       const open = [...paymentStates(await store.readAll()).values()].filter(
-        (p) => p.status === 'authorized' || p.status === 'pending',
+        (p) => p.status === 'authorized' || (p.status === 'pending' && p.served),
       ).length;
       return { done: open === 0, progress: String(open) };
     });
@@ -1088,7 +1091,8 @@ async function reconcile(input: {
   let settledAmount = 0n;
   const payOnLogNonces = new Set<string>();
   for (const p of input.payments.values()) {
-    byState[p.status] = (byState[p.status] ?? 0) + 1;
+    const state = p.status === 'pending' && !p.served ? 'pending, answer given to no one' : p.status;
+    byState[state] = (byState[state] ?? 0) + 1;
     const a = p.authorized;
     if (!a) continue;
     payOnLogNonces.add(a.nonce.toLowerCase());

@@ -199,7 +199,10 @@ export function busContract(name: string, open: () => Promise<BusFixture>, optio
         if (message.deliveryCount > 1) await message.ack();
       });
       await waitFor(() => deliveries.length >= 2, 'the ack-wait redelivery');
-      expect(deliveries.map((d) => d.deliveryCount)).toEqual([1, 2]);
+      // The first two; on a loaded host the second's ack can itself outlast the ack wait, and the
+      // server then delivers once more (at least once), which is not what this case is about.
+      expect(deliveries.slice(0, 2).map((d) => d.deliveryCount)).toEqual([1, 2]);
+      expect(deliveries.every((d) => d.msgId === 'forgotten')).toBe(true);
       expect(deliveries[1]!.at - deliveries[0]!.at).toBeGreaterThanOrEqual(450);
     });
 

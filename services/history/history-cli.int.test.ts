@@ -42,6 +42,16 @@ function deps(extra: Partial<CliDeps> = {}): CliDeps {
   return { openStore: async () => fx.store, progress: null, ...extra };
 }
 
+/** A fetch whose third call fails as a dropped connection: an export cut after two pages. */
+function cutOnThirdFetch(): typeof fetch {
+  let calls = 0;
+  return async (input, init) => {
+    calls++;
+    if (calls === 3) throw new Error('connection reset');
+    return fetch(input, init);
+  };
+}
+
 async function collect(path: string): Promise<HistoryRow[]> {
   const rows: HistoryRow[] = [];
   for await (const row of readExport(path)) rows.push(row);
@@ -110,12 +120,7 @@ describe('npm run history', () => {
   it('resumes an interrupted export and writes every row exactly once', async () => {
     for (const format of ['ndjson', 'csv'] as const) {
       const out = join(dir, `resumed.${format}`);
-      let calls = 0;
-      const flaky: typeof fetch = async (input, init) => {
-        calls++;
-        if (calls === 3) throw new Error('connection reset');
-        return fetch(input, init);
-      };
+      const flaky = cutOnThirdFetch();
       const args = ['export', '--url', server.url, '--key', key, '--out', out, '--page', '11'];
       const stopped = await runHistoryCommand(args, deps({ fetch: flaky })).catch((err: Error) => err);
       expect(stopped).toBeInstanceOf(ExportInterruptedError);
@@ -151,12 +156,7 @@ describe('npm run history', () => {
       const otherKey = await otherServer.issue();
       for (const via of ['store', 'url'] as const) {
         const out = join(dir, `foreign-${via}.ndjson`);
-        let calls = 0;
-        const flaky: typeof fetch = async (input, init) => {
-          calls++;
-          if (calls === 3) throw new Error('connection reset');
-          return fetch(input, init);
-        };
+        const flaky = cutOnThirdFetch();
         const args = ['export', '--url', server.url, '--key', key, '--out', out, '--page', '11'];
         await expect(runHistoryCommand(args, deps({ fetch: flaky }))).rejects.toThrow(ExportInterruptedError);
         const before = readFileSync(out, 'utf8');
@@ -199,12 +199,7 @@ describe('npm run history', () => {
   it('refuses to resume from a store whose verdict at the cursor was recorded again (same id, another hash)', async () => {
     for (const format of ['ndjson', 'csv', 'parquet'] as const) {
       const out = join(dir, `recorded-again-${format}`);
-      let calls = 0;
-      const flaky: typeof fetch = async (input, init) => {
-        calls++;
-        if (calls === 3) throw new Error('connection reset');
-        return fetch(input, init);
-      };
+      const flaky = cutOnThirdFetch();
       const args = [
         'export',
         '--url',
@@ -248,12 +243,7 @@ describe('npm run history', () => {
 
   it('resumes an interrupted Parquet export over its parts, a half-written part included', async () => {
     const out = join(dir, 'resumed-parquet');
-    let calls = 0;
-    const flaky: typeof fetch = async (input, init) => {
-      calls++;
-      if (calls === 3) throw new Error('connection reset');
-      return fetch(input, init);
-    };
+    const flaky = cutOnThirdFetch();
     const args = [
       'export',
       '--url',

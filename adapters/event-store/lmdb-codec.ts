@@ -2,6 +2,7 @@ import type { Database, Key, RootDatabase } from 'lmdb';
 import { addExtension } from 'msgpackr';
 import type { RecordedEvent } from '../../contracts/envelope.ts';
 import { isTimeOrderedId } from '../../contracts/event-id.ts';
+import { NewerLogError } from './port.ts';
 
 /**
  * The compact body of an LMDB event (format 2). Most of a stored event is identifiers written as
@@ -101,23 +102,9 @@ addExtension({ Class: TimeText, type: EXT_TIME, pack: (v: TimeText) => v.bytes, 
 /** The highest type code this build knows. */
 export const KNOWN_TYPE_CODES = TYPE_NAMES.length;
 
-/**
- * A log holding an event type code this build does not know: a newer version wrote it (codes are
- * only ever added). This version cannot read such events, so it refuses the log, in one line
- * that says what to do, rather than fail in whatever reads one first.
- */
-export class NewerLogError extends Error {
-  override readonly name = 'NewerLogError';
-  constructor(
-    readonly code: number,
-    where = 'the event log',
-  ) {
-    super(
-      `${where} holds event type code ${code}, which this build does not know (it knows 1-${KNOWN_TYPE_CODES}): ` +
-        'the log was written by a newer version of the service, and this version refuses it. ' +
-        'Run that newer version, or roll back by restoring a backup taken before the upgrade (deploy/README.md, Upgrades)',
-    );
-  }
+/** The refusal of a log holding event type code `code`, above those this build knows. */
+export function newerCodeError(code: number, where?: string): NewerLogError {
+  return new NewerLogError(`event type code ${code}`, `1-${KNOWN_TYPE_CODES}`, where);
 }
 
 addExtension({
@@ -126,7 +113,7 @@ addExtension({
   pack: (v: TypeCode) => v.bytes,
   unpack: (bytes: Uint8Array) => {
     const name = TYPE_NAMES[bytes[0]! - 1];
-    if (name === undefined) throw new NewerLogError(bytes[0]!);
+    if (name === undefined) throw newerCodeError(bytes[0]!);
     return name;
   },
 });

@@ -13,11 +13,11 @@ import { EVENT_ENCODING, openLmdbEventStore } from './lmdb.ts';
 import {
   encodeStoredEvent,
   KNOWN_TYPE_CODES,
-  NewerLogError,
   openIdIndex,
   storedTypeCode,
   TYPE_NAMES,
 } from './lmdb-codec.ts';
+import { NewerLogError } from './port.ts';
 
 const run = promisify(execFile);
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));

@@ -9,7 +9,7 @@ import {
   encodeStoredEvent,
   type IdIndex,
   KNOWN_TYPE_CODES,
-  NewerLogError,
+  newerCodeError,
   openIdIndex,
   type StoredId,
   storedId,
@@ -100,7 +100,7 @@ export async function openLmdbEventStore(options: LmdbEventStoreOptions): Promis
   const code = store.typeCode();
   if (code > KNOWN_TYPE_CODES) {
     await store.close();
-    throw new NewerLogError(code, `the event log at ${options.path}`);
+    throw newerCodeError(code, `the event log at ${options.path}`);
   }
   return store;
 }

@@ -153,6 +153,23 @@ export class StorageFullError extends EventStoreUnavailableError {
   override readonly code: string = 'storage_full';
 }
 
+/**
+ * A log holding an event type this build does not know: a newer version wrote it (types are only
+ * ever added). This version cannot read such events, so it refuses the log when it opens it, in
+ * one line that says what to do, rather than skip them or fail in whatever reads one first.
+ * `unknown` names the type as the store keeps it, `known` the range or count this build knows.
+ */
+export class NewerLogError extends Error {
+  override readonly name = 'NewerLogError';
+  constructor(unknown: string, known: string, where = 'the event log') {
+    super(
+      `${where} holds ${unknown}, which this build does not know (it knows ${known}): ` +
+        'the log was written by a newer version of the service, and this version refuses it. ' +
+        'Run that newer version, or roll back by restoring a backup taken before the upgrade (deploy/README.md, Upgrades)',
+    );
+  }
+}
+
 export function checkExpected(stream: string, expected: ExpectedRevision, actual: number | null): void {
   const ok =
     expected === 'any' ||

@@ -1008,6 +1008,19 @@ INSERT INTO ${names.schema}.position_marker (started) VALUES (pg_postmaster_star
 ${appendFunctions(names, orderedIdMatch, 'CREATE OR REPLACE FUNCTION', 9)}
 ${unlockedGroup(names, 9)}`,
   },
+  {
+    version: 10,
+    name: 'the event types of the catalog the log holds, so an older build refuses a newer log',
+    sql: ({ schema }) => `
+-- Each catalog type is recorded by the first process that appends one (before that append, once
+-- per process and type: see PostgresEventStore.append). A build meeting a recorded name outside
+-- its catalog refuses the log at open. Events appended before this version are of types every
+-- build with this version knows, so nothing is backfilled.
+CREATE TABLE ${schema}.event_types (
+  name text PRIMARY KEY,
+  recorded_at timestamptz NOT NULL DEFAULT now()
+);`,
+  },
 ];
 
 /**

@@ -17,6 +17,7 @@ const SHIPPED: Record<number, string> = {
   7: '4f4083465d6d65b144db6c82d148fabfd8b61104238a7d3b2f96557241f61bfe',
   8: '377c1a91e12792acb5702acf5a5cf3b8fed1c717fb8810785aa4a8bbece5ead7',
   9: 'cf23fb484905a2b71db54a3851d6a4369bdf658d381a8b9a227d230432e89eaa',
+  10: '87a98475a78ff89cb1576aa7bf50dbd93285aeaa291125257adeeba40a8dde38',
 };
 
 describe('PostgreSQL migrations', () => {

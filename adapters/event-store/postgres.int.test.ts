@@ -54,7 +54,7 @@ describe.runIf(run)('PostgreSQL event store', () => {
     ]);
     try {
       const { rows } = await a.pool.query(`SELECT version FROM "${schema}".schema_migrations`);
-      expect(rows.map((r) => r.version).sort()).toEqual(MIGRATIONS.map((m) => m.version));
+      expect(rows.map((r) => r.version).sort((x, y) => x - y)).toEqual(MIGRATIONS.map((m) => m.version));
       const stream = uniqueStream('shared');
       await a.append(stream, [event('A')]);
       expect(await b.streamRevision(stream)).toBe(0);

@@ -3,6 +3,7 @@ import pg from 'pg';
 import type { Logger } from 'pino';
 import type { AppendResult, NewEvent, RecordedEvent } from '../../contracts/envelope.ts';
 import { newEventId } from '../../contracts/event-id.ts';
+import { EVENT_TYPES, isEventType } from '../../contracts/events.ts';
 import { AppendSignal, catchUpSubscription } from './catch-up.ts';
 import { GroupWriter, type PendingAppend } from './group-writer.ts';
 import {
@@ -11,6 +12,7 @@ import {
   EventStoreUnavailableError,
   type HealthReport,
   IdempotencyConflictError,
+  NewerLogError,
   type Subscription,
   WrongExpectedRevisionError,
 } from './port.ts';
@@ -101,13 +103,28 @@ export async function openPostgresEventStore(
   // A pooled idle connection that dies (terminated backend, server restart) is dropped by the
   // pool; without this listener its error would crash the process.
   pool.on('error', (err) => options.logger?.warn({ err }, 'postgres: idle connection lost'));
+  let recorded: string[];
   try {
     await migrate(pool, options.schema, names, options.logger);
+    recorded = (await pool.query<{ name: string }>(`SELECT name FROM ${names.schema}.event_types`)).rows.map(
+      (row) => row.name,
+    );
   } catch (err) {
     await pool.end().catch(() => undefined);
     throw err;
   }
-  const store = new PostgresEventStore(pool, options, names);
+  // A log a newer version wrote a type to is refused here, before anything reads it: read on, its
+  // events would be passed over without a word by every fold (parseDomainEvent knows no such type).
+  const newer = recorded.find((name) => !isEventType(name));
+  if (newer !== undefined) {
+    await pool.end().catch(() => undefined);
+    throw new NewerLogError(
+      `event type ${newer}`,
+      `the ${EVENT_TYPES.length} types of its catalog`,
+      `the event log in PostgreSQL schema ${options.schema}`,
+    );
+  }
+  const store = new PostgresEventStore(pool, options, names, new Set(recorded));
   await store.listen();
   return store;
 }
@@ -239,6 +256,8 @@ export class PostgresEventStore implements EventStore {
     readonly pool: pg.Pool,
     private readonly options: PostgresEventStoreOptions,
     readonly names: SchemaNames,
+    /** The catalog types the log records it holds (version 10's event_types): see append. */
+    private readonly recordedTypes: Set<string> = new Set(),
   ) {
     this.pollMs = options.pollMs ?? 1_000;
     this.logger = options.logger;
@@ -297,13 +316,33 @@ export class PostgresEventStore implements EventStore {
     if (events.length >= MAX_GROUP_EVENTS) {
       throw new RangeError(`postgres event store: one append holds at most ${MAX_GROUP_EVENTS - 1} events`);
     }
-    return this.writer.submit({
+    const member = {
       stream,
       expected: options.expectedRevision ?? 'any',
       ids,
       events,
       flushed: options.durability !== 'committed',
-    });
+    };
+    const unrecorded = events.filter((e) => !this.recordedTypes.has(e.type) && isEventType(e.type));
+    if (unrecorded.length === 0) return this.writer.submit(member);
+    return this.recordTypes(unrecorded.map((e) => e.type)).then(() => this.writer.submit(member));
+  }
+
+  /**
+   * Records catalog types in event_types before the first append of each in this process, so a
+   * build that does not know one refuses the log (openPostgresEventStore). Before, not with it: the
+   * group statements stay as they are, and a type recorded for an append that then fails only
+   * makes an older build refuse a log that may not hold it. Types outside the catalog (tests' own)
+   * are never recorded.
+   */
+  private async recordTypes(types: string[]): Promise<void> {
+    await this.withRetry('record event types', () =>
+      this.pool.query(
+        `INSERT INTO ${this.names.schema}.event_types (name) SELECT DISTINCT unnest($1::text[]) ON CONFLICT DO NOTHING`,
+        [types],
+      ),
+    );
+    for (const type of types) this.recordedTypes.add(type);
   }
 
   /**

@@ -313,6 +313,8 @@ const IN_FLIGHT_POLL_MS = 200;
 /** One payment's request running in this process: a duplicate waits for its outcome. */
 interface Running {
   signature: string;
+  /** What it asks for (requestFingerprint): only the same request may take its outcome. */
+  fingerprint: string;
   outcome: Promise<PaidOutcome>;
 }
 /** By flow (its ledger: a request's copy of the deps shares it) and payment stream. */
@@ -349,13 +351,14 @@ interface Presented {
 
 /**
  * A payment already recorded, presented again (the same authorisation, or a new one under its
- * payment id): answered with the answer it paid for, never charged again. In flight (reserved,
- * not yet handed off) it is waited for, in this process by its outcome, elsewhere by its record,
- * for the answer's own budget, then refused as retryable (409 payment_in_use, no quote). Handed
- * off or settled, the answer is the one the log keeps, for the request it paid for and for
+ * payment id): answered with the answer it paid for, never charged again. A request that asks
+ * for something else than the payment's (its fingerprint) is a conflict, in flight or not. In
+ * flight (reserved, not yet handed off) the same request waits for it, in this process by its
+ * outcome, elsewhere by its record, for the answer's own budget, then is refused as retryable
+ * (409 payment_in_use, no quote). Handed off or settled, the answer is the one the log keeps, for
  * X402_PAID_RESPONSE_TTL_MS past the authorisation's validity; a payment handed off before answers
- * were kept, a request that asks for something else, or one past that time, is a conflict. Null when the payment charged
- * nothing (released, failed): the caller goes on as for a new payment.
+ * were kept, or one past that time, is a conflict. Null when the payment charged nothing
+ * (released, failed): the caller goes on as for a new payment.
  */
 async function answerAgain(
   deps: PaymentFlowDeps,
@@ -365,11 +368,24 @@ async function answerAgain(
 ): Promise<PaidOutcome | null> {
   const { call } = presented;
   const stream = paymentStream(identity);
+  const used = conflictOf(by);
+  // The answer comes back only for the request it paid for (its fingerprint: records without one,
+  // made before answers were kept, hold no answer to give). A request that asks for something
+  // else is a conflict at once, also while the first is in flight: it neither waits for that
+  // request nor takes its answer.
+  const sameRequest = (state: PaymentState | null) =>
+    state?.authorized?.fingerprint !== undefined && state.authorized.fingerprint === presented.fingerprint;
   let current = await deps.ledger.read(identity);
   const until = Date.now() + deps.submitWaitMs;
   while (current.state?.status === 'authorized') {
+    // A reservation without a fingerprint (another version's) tells nothing yet: waited for.
+    const asked = current.state.authorized?.fingerprint;
+    if (asked !== undefined && asked !== presented.fingerprint) return used;
     const running = runningOf(deps).get(stream);
-    if (running && running !== presented.own) return asDuplicate(await running.outcome);
+    if (running && running !== presented.own) {
+      if (running.fingerprint !== presented.fingerprint) return used;
+      return asDuplicate(await running.outcome);
+    }
     if (Date.now() >= until) return IN_FLIGHT;
     await new Promise((resolve) => setTimeout(resolve, IN_FLIGHT_POLL_MS));
     current = await deps.ledger.read(identity);
@@ -377,20 +393,9 @@ async function answerAgain(
   const state = current.state;
   if (!state?.authorized || (state.status !== 'pending' && state.status !== 'settled')) return null;
   const auth = state.authorized;
-  const used: PaidOutcome = {
-    kind: 'conflict',
-    reason: by.kind === 'payment_id' ? 'payment_identifier_conflict' : 'payment_already_used',
-    // Names nothing of what was bought: a settled signature is public on chain.
-    message:
-      by.kind === 'payment_id'
-        ? `payment id ${by.id} already paid for another request, or its answer is no longer kept; use a new id`
-        : 'this payment already paid for another request, or its answer is no longer kept; sign a new one',
-  };
-  // The answer comes back only for the request it paid for (its fingerprint: records without one,
-  // made before answers were kept, hold no answer to give), and only for X402_PAID_RESPONSE_TTL_MS
-  // past the authorisation's validity: once settled the signature is public on chain, so an answer
-  // given for it forever would be given to anyone.
-  if (auth.fingerprint === undefined || auth.fingerprint !== presented.fingerprint) return used;
+  if (!sameRequest(state)) return used;
+  // And only for X402_PAID_RESPONSE_TTL_MS past the authorisation's validity: once settled the
+  // signature is public on chain, so an answer given for it forever would be given to anyone.
   if (Date.now() > Number(auth.validBefore) * 1000 + deps.paidResponseTtlMs) return used;
   const handle: PaymentHandle = {
     ref: { nonce: auth.nonce as `0x${string}`, network: auth.network, asset: auth.asset as `0x${string}` },
@@ -403,6 +408,21 @@ async function answerAgain(
   const sent = (await settledEnough(deps, identity)) ?? state;
   if (!(await recordServed(deps, handle, call.requestId, sent.txHash))) return SERVED_UNRECORDED;
   return replay({ response: answer }, sent);
+}
+
+/**
+ * A payment (or payment id) presented with another request than the one it paid for: 409, naming
+ * nothing of what was bought (a settled signature is public on chain).
+ */
+function conflictOf(by: { kind: 'signature' } | { kind: 'payment_id'; id: string }): PaidOutcome {
+  return {
+    kind: 'conflict',
+    reason: by.kind === 'payment_id' ? 'payment_identifier_conflict' : 'payment_already_used',
+    message:
+      by.kind === 'payment_id'
+        ? `payment id ${by.id} already paid for another request, or its answer is no longer kept; use a new id`
+        : 'this payment already paid for another request, or its answer is no longer kept; sign a new one',
+  };
 }
 
 /**
@@ -516,7 +536,11 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
   // The same payment sent again while its first request runs here: that request's outcome.
   const running = runningOf(deps);
   const first = running.get(stream);
-  if (first?.signature === signature) return asDuplicate(await first.outcome);
+  if (first?.signature === signature) {
+    // Its outcome is the answer to what it asked: another request under the same payment is not.
+    if (first.fingerprint !== fingerprint) return conflictOf({ kind: 'signature' });
+    return asDuplicate(await first.outcome);
+  }
 
   const proceed = async (): Promise<PaidOutcome> => {
     const presented: Presented = { own: mine, call, fingerprint, amount: requirement.amount };
@@ -716,6 +740,7 @@ export async function runPaidCall(deps: PaymentFlowDeps, call: PaidCall): Promis
   let outcomeOfMine: (outcome: Promise<PaidOutcome>) => void = () => undefined;
   const mine: Running = {
     signature,
+    fingerprint,
     outcome: new Promise<Promise<PaidOutcome>>((resolve) => {
       outcomeOfMine = resolve;
     }).then((outcome) => outcome),

@@ -3,6 +3,7 @@ import type { RecordedEvent } from '../../contracts/envelope.ts';
 import type { EventData } from '../../contracts/events.ts';
 import { type HistoryRow, outcomeStream, revealTime } from '../../contracts/history.ts';
 import type { Call, Exchange, Timeframe } from '../../contracts/market.ts';
+import { turnEnd } from '../shared/turn-end.ts';
 import { encodeCursor } from './cursor.ts';
 import {
   candleCloseTimeOf,
@@ -53,6 +54,17 @@ export interface ScanOptions {
   /** Revealed rows as stored bytes (the export-rows projection), for a maker that takes them. */
   stored?: StoredRows;
 }
+
+/**
+ * What a scan waits for between two page reads: the end of the event loop's turn. Pages the client
+ * takes as fast as they come (loopback, a fast reader, a store that answers at once) were otherwise
+ * read in one unbroken chain of promise jobs, and the loop reached no other request's I/O until
+ * the export ended or its socket filled: another key's p99 beside 4 NDJSON exports is measured
+ * with and without it by bench/history.bench.ts (fairness; bench/README.md, history rows). A
+ * client slower than the scan still holds the next page back: the scan reads only when pulled.
+ * Replaced only by that bench, to measure the scan without it.
+ */
+export const pageTurn: { wait: () => Promise<void> } = { wait: turnEnd };
 
 /**
  * How long a scan waits for the stored rows to fold what the log held when it began: on a busy
@@ -124,7 +136,8 @@ async function* scanStored<T>(
   const pageSize = options.pageSize ?? 128;
   const { filter } = options;
   let size = Math.min(pageSize, 32);
-  for (;;) {
+  for (let pages = 0; ; pages++) {
+    if (pages > 0) await pageTurn.wait();
     if (progress.rows >= options.limit || options.signal?.aborted || !stored.usable) return;
     // Read together: every verdict up to this checkpoint is there, with the outcomes the log held.
     const upTo = stored.checkpoint;
@@ -240,7 +253,8 @@ export async function* scanHistory<T>(
   }
   // Small first pages, so the first row leaves at once; full pages once the stream is flowing.
   let size = Math.min(pageSize, 32);
-  for (;;) {
+  for (let pages = 0; ; pages++) {
+    if (pages > 0) await pageTurn.wait();
     if (progress.rows >= options.limit || options.signal?.aborted) return;
     const page = await store.readAll({ after: progress.position, maxCount: size });
     size = Math.min(pageSize, size * 4);

@@ -2,6 +2,7 @@ import { Readable } from 'node:stream';
 import * as arrow from 'apache-arrow';
 import * as parquet from 'parquet-wasm/node';
 import { HISTORY_COLUMNS, type HistoryFormat, type HistoryRow } from '../../contracts/history.ts';
+import { csvField } from '../shared/csv.ts';
 import { encodeCursor } from './cursor.ts';
 import {
   F_ID,
@@ -136,12 +137,6 @@ function ndjsonStream(batches: Batches<NdjsonItem>, trailer: (() => object) | nu
     })(),
     { objectMode: false },
   );
-}
-
-function csvField(value: unknown): string {
-  if (value === null || value === undefined) return '';
-  const text = typeof value === 'string' ? value : String(value);
-  return /[",\n\r]/.test(text) ? `"${text.replaceAll('"', '""')}"` : text;
 }
 
 export function csvLine(row: HistoryRow): string {

@@ -8,6 +8,15 @@ import { changeKeyPlan, issueKey, KeyRuleError, revokeKey } from '../keys/key-co
 import { findById, type KeyRecord } from '../keys/key-registry.ts';
 import { foldKeyRegistry } from '../keys/registry-fold.ts';
 import { rebuildQuotaGeneration } from '../metering/quota-rebuild.ts';
+import {
+  filterLedger,
+  ledgerCsv,
+  ledgerNdjson,
+  ledgerTotals,
+  PAYMENT_STATUSES,
+  readLedger,
+} from '../payments/ledger-report.ts';
+import type { PaymentStatus } from '../payments/payment-state.ts';
 
 export class UsageError extends Error {
   override readonly name = 'UsageError';
@@ -36,6 +45,12 @@ export const USAGE = `usage: npm run keys -- <command>
   rebuild-quota                                    rebuild the shared cache's quota counters (CACHE=redis)
                                                    from the event log (safe under traffic: a new
                                                    generation, then a switch)
+  payments [--from <date>] [--to <date>] [--status <status>] [--format <summary|csv|ndjson>]
+                                                   the x402 payments ledger: per payment, what was sold,
+                                                   payer, amount, status and settlement transaction;
+                                                   --from inclusive, --to exclusive (ISO 8601, UTC when
+                                                   no zone is given); summary (default): counts and
+                                                   USDC per status
 Every command but create refuses a DATA_DIR that holds no event log.`;
 
 /**
@@ -57,7 +72,13 @@ export function refuseBeforeOpening(
         'process, out of reach of this command (a restart of the service rebuilds them from the log)',
     );
   }
-  if (command === 'list' || command === 'plan' || command === 'revoke' || command === 'rebuild-quota') {
+  if (
+    command === 'list' ||
+    command === 'plan' ||
+    command === 'revoke' ||
+    command === 'rebuild-quota' ||
+    command === 'payments'
+  ) {
     try {
       requireExistingStore(config);
     } catch (err) {
@@ -80,6 +101,10 @@ function flags(args: string[]): {
         owner: { type: 'string' },
         reason: { type: 'string' },
         all: { type: 'boolean' },
+        from: { type: 'string' },
+        to: { type: 'string' },
+        status: { type: 'string' },
+        format: { type: 'string' },
       },
     });
     return { positional: positionals, named: values };
@@ -87,6 +112,19 @@ function flags(args: string[]): {
     // Unknown flags and missing values come back as usage errors, with node's own wording.
     throw new UsageError((err as Error).message);
   }
+}
+
+/** An ISO 8601 date or time as ms since the epoch (UTC when it names no zone); undefined when absent. */
+function instant(flag: string, value: string | boolean | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const text = String(value);
+  const zoned = /^\d{4}-\d{2}-\d{2}$/.test(text) || /(Z|[+-]\d{2}:?\d{2})$/i.test(text) ? text : `${text}Z`;
+  const ms = /^\d{4}-\d{2}-\d{2}/.test(text) ? Date.parse(zoned) : Number.NaN;
+  if (Number.isNaN(ms))
+    throw new UsageError(
+      `${flag} must be an ISO 8601 date or time, e.g. 2026-11-01 or 2026-11-01T12:00Z (got ${text})`,
+    );
+  return ms;
 }
 
 function plan(value: string | boolean | undefined): Plan {
@@ -188,6 +226,25 @@ export async function runOperatorCommand(
           `${outcome.windows} open windows from ${outcome.events} events up to position ${outcome.position},`,
           `then ${outcome.replayed} debits made meanwhile replayed`,
         ].join(' ');
+      }
+      case 'payments': {
+        const format = named.format ?? 'summary';
+        if (format !== 'summary' && format !== 'csv' && format !== 'ndjson')
+          throw new UsageError(`--format must be one of summary, csv, ndjson (got ${String(format)})`);
+        const status = named.status;
+        if (status !== undefined && !PAYMENT_STATUSES.includes(status as PaymentStatus))
+          throw new UsageError(
+            `--status must be one of ${PAYMENT_STATUSES.join(', ')} (got ${String(status)})`,
+          );
+        const filter = {
+          from: instant('--from', named.from),
+          to: instant('--to', named.to),
+          status: status as PaymentStatus | undefined,
+        };
+        const rows = filterLedger(await readLedger(deps.store), filter);
+        if (format === 'csv') return ledgerCsv(rows);
+        if (format === 'ndjson') return ledgerNdjson(rows);
+        return ledgerTotals(rows);
       }
       default:
         throw new UsageError(command ? `unknown command ${command}` : 'a command is required');
